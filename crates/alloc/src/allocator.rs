@@ -1,0 +1,1325 @@
+//! `DeviceCachingAllocator` of `c10/cuda/CUDACachingAllocator.cpp` (PyTorch
+//! 2.11), one function here for each function there, same names, same order
+//! of effects. Comments cite the rule each branch reproduces.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::config::AllocatorConfig;
+use crate::device::{Device, SimDevice};
+use crate::error::{AllocError, OutOfMemory};
+use crate::stats::DeviceStats;
+use crate::trace::{TraceAction, TraceEntry};
+use crate::{Addr, StreamId};
+
+/// `kMinBlockSize`: all sizes are rounded to at least 512 bytes.
+pub const MIN_BLOCK_SIZE: u64 = 512;
+/// `kSmallSize`: the largest "small" allocation is 1 MiB.
+pub const SMALL_SIZE: u64 = 1 << 20;
+/// `kSmallBuffer`: small allocations are packed in 2 MiB segments.
+pub const SMALL_BUFFER: u64 = 2 << 20;
+/// `kMinLargeAlloc`: allocations between 1 and 10 MiB use a 20 MiB segment.
+pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
+/// `kRoundLarge`: larger segments are rounded up to 2 MiB.
+pub const ROUND_LARGE: u64 = 2 << 20;
+
+type Id = u32;
+const NIL: Id = u32::MAX;
+
+/// A block: a free or allocated range of a segment (`struct Block`).
+#[derive(Debug, Clone)]
+struct Block {
+    addr: u64,
+    size: u64,
+    requested_size: u64,
+    stream: u64,
+    small: bool,
+    allocated: bool,
+    mapped: bool,
+    prev: Id,
+    next: Id,
+    event_count: u32,
+    stream_uses: Vec<u64>,
+    gc_count_base: u64,
+    /// Index of the expandable segment this block lies in, or NIL.
+    seg: Id,
+}
+
+/// `BlockPool`: free blocks ordered by `BlockComparatorSize`
+/// (stream, size, address) and unmapped ones by `BlockComparatorAddress`.
+#[derive(Debug, Clone, Default)]
+struct Pool {
+    blocks: BTreeSet<(u64, u64, u64, Id)>,
+    unmapped: BTreeSet<(u64, u64, Id)>,
+    get_free_blocks_call_count: u64,
+}
+
+/// `ExpandableSegment`: a reserved virtual range mapped page by page.
+#[derive(Debug, Clone)]
+struct ExpandableSegment {
+    base: u64,
+    segment_size: u64,
+    max_handles: u64,
+    handles: Vec<bool>,
+}
+
+impl ExpandableSegment {
+    fn size(&self) -> u64 {
+        self.max_handles * self.segment_size
+    }
+    fn num_segments(&self, size: u64) -> u64 {
+        size.div_ceil(self.segment_size)
+    }
+    fn left(&self, p: u64) -> u64 {
+        (p - self.base) / self.segment_size
+    }
+    fn right(&self, p: u64) -> u64 {
+        self.num_segments(p - self.base)
+    }
+    fn range(&self, begin: u64, end: u64) -> (u64, u64) {
+        (
+            self.base + self.segment_size * begin,
+            self.segment_size * (end - begin),
+        )
+    }
+    /// `ExpandableSegment::map`: map whole pages covering [ptr, ptr+size).
+    /// All or nothing: when `cuMemCreate` fails part way, what this call
+    /// created is released and nothing is mapped (size 0).
+    fn map(&mut self, ptr: u64, size: u64, dev: &mut impl Device) -> (u64, u64) {
+        let begin = self.left(ptr);
+        let end = self.right(ptr + size);
+        debug_assert_eq!(self.base + begin * self.segment_size, ptr);
+        if begin == end {
+            return self.range(begin, end);
+        }
+        let (addr, bytes) = self.range(begin, end);
+        if !dev.map(addr, bytes) {
+            return self.range(begin, begin);
+        }
+        while (self.handles.len() as u64) < end {
+            self.handles.push(false);
+        }
+        for i in begin..end {
+            debug_assert!(!self.handles[i as usize]);
+            self.handles[i as usize] = true;
+        }
+        (addr, bytes)
+    }
+    /// `ExpandableSegment::unmap`: unmap the whole pages inside [ptr, ptr+size).
+    fn unmap(&mut self, ptr: u64, size: u64, dev: &mut impl Device) -> (u64, u64) {
+        let begin = self.right(ptr);
+        let end = self.left(ptr + size);
+        if begin >= end {
+            return (ptr, 0);
+        }
+        for i in begin..end {
+            self.handles[i as usize] = false;
+        }
+        self.trim();
+        let (addr, bytes) = self.range(begin, end);
+        dev.unmap(addr, bytes);
+        (addr, bytes)
+    }
+    fn trim(&mut self) {
+        while self.handles.last() == Some(&false) {
+            self.handles.pop();
+        }
+    }
+}
+
+/// When does a block freed while in use on other streams (`record_stream`)
+/// become reusable?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventPolicy {
+    /// Its events have completed by the next `malloc` (`process_events`).
+    CompleteAtNextMalloc,
+    /// Only when [`CachingAllocator::complete_events`] says so, or at a
+    /// synchronizing call (`empty_cache`, the out-of-memory retry).
+    Manual,
+}
+
+/// One block of a segment as `snapshot()` reports it (`BlockInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Device address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// The size last requested for it (kept after it is freed, as in PyTorch).
+    pub requested_size: u64,
+    /// Handed out to the program.
+    pub allocated: bool,
+    /// Allocated, or freed but still in use on another stream.
+    pub active: bool,
+}
+
+/// One segment as `snapshot()` reports it (`SegmentInfo`); expandable
+/// segments are reported once per contiguous mapped range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Start address.
+    pub address: u64,
+    /// Sum of its block sizes.
+    pub total_size: u64,
+    /// Bytes in allocated blocks.
+    pub allocated_size: u64,
+    /// Bytes in active blocks.
+    pub active_size: u64,
+    /// Requested bytes of active blocks.
+    pub requested_size: u64,
+    /// Allocation stream.
+    pub stream: u64,
+    /// In the large pool (`segment_type == "large"`).
+    pub is_large: bool,
+    /// Part of an expandable segment.
+    pub is_expandable: bool,
+    /// Its blocks in address order.
+    pub blocks: Vec<BlockInfo>,
+}
+
+/// A fast hasher for device addresses (multiplicative, like Fx).
+#[derive(Default, Clone, Copy)]
+struct AddrHasher(u64);
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (i ^ (i >> 29)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// The caching allocator of one device (`DeviceCachingAllocator`).
+#[derive(Debug, Clone)]
+pub struct CachingAllocator<D: Device = SimDevice> {
+    config: AllocatorConfig,
+    device: D,
+    blocks: Vec<Block>,
+    free_ids: Vec<Id>,
+    /// `small_blocks` (index 0) and `large_blocks` (index 1).
+    pools: [Pool; 2],
+    /// `allocated_blocks`: the blocks handed out, by address.
+    allocated: AddrMap<Id>,
+    /// Outstanding (stream, block) events, in the order they were recorded.
+    events: Vec<(u64, Id)>,
+    event_policy: EventPolicy,
+    segments: Vec<Option<ExpandableSegment>>,
+    /// `expandable_segments_`, in creation order.
+    live_segments: Vec<Id>,
+    total_allocated_memory: u64,
+    allowed_memory_maximum: u64,
+    set_fraction: bool,
+    stats: DeviceStats,
+    trace: Option<Vec<TraceEntry>>,
+}
+
+fn pool_index(small: bool) -> usize {
+    if small {
+        0
+    } else {
+        1
+    }
+}
+
+impl CachingAllocator<SimDevice> {
+    /// A fresh allocator with `config` on a device that never runs out.
+    pub fn new(config: AllocatorConfig) -> Self {
+        Self::with_device(config, SimDevice::unlimited())
+    }
+}
+
+impl<D: Device> CachingAllocator<D> {
+    /// A fresh allocator with `config` on `device`.
+    pub fn with_device(config: AllocatorConfig, device: D) -> Self {
+        let stats = DeviceStats {
+            max_split_size: if config.max_split_size == u64::MAX {
+                -1
+            } else {
+                config.max_split_size as i64
+            },
+            ..DeviceStats::default()
+        };
+        Self {
+            config,
+            device,
+            blocks: Vec::new(),
+            free_ids: Vec::new(),
+            pools: [Pool::default(), Pool::default()],
+            allocated: AddrMap::default(),
+            events: Vec::new(),
+            event_policy: EventPolicy::CompleteAtNextMalloc,
+            segments: Vec::new(),
+            live_segments: Vec::new(),
+            total_allocated_memory: 0,
+            allowed_memory_maximum: 0,
+            set_fraction: false,
+            stats,
+            trace: None,
+        }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+    /// The device underneath.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+    /// The device underneath, mutably (replays feed it addresses).
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+    /// Choose when cross-stream frees complete.
+    pub fn set_event_policy(&mut self, policy: EventPolicy) {
+        self.event_policy = policy;
+    }
+    /// Start (or stop) recording trace entries, as
+    /// `torch.cuda.memory._record_memory_history()`.
+    pub fn record_history(&mut self, enabled: bool) {
+        self.trace = if enabled { Some(Vec::new()) } else { None };
+    }
+    /// The trace recorded so far.
+    pub fn trace(&self) -> &[TraceEntry] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+    /// Take the trace recorded so far, leaving it empty.
+    pub fn take_trace(&mut self) -> Vec<TraceEntry> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+    /// The statistics (`memory_stats()`).
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+    /// Bytes of device memory held (`total_allocated_memory`).
+    pub fn total_allocated_memory(&self) -> u64 {
+        self.total_allocated_memory
+    }
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`.
+    pub fn set_memory_fraction(&mut self, fraction: f64) {
+        let (_, total) = self.device.mem_info();
+        self.allowed_memory_maximum = (fraction * total as f64) as u64;
+        self.set_fraction = true;
+    }
+    /// The limit set by [`Self::set_memory_fraction`], if any.
+    pub fn allowed_memory_maximum(&self) -> Option<u64> {
+        self.set_fraction.then_some(self.allowed_memory_maximum)
+    }
+
+    fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: u64) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(TraceEntry {
+                action,
+                addr,
+                size,
+                stream,
+            });
+        }
+    }
+
+    // ---- block bookkeeping -------------------------------------------------
+
+    fn new_block(&mut self, addr: u64, size: u64, stream: u64, small: bool, seg: Id) -> Id {
+        let b = Block {
+            addr,
+            size,
+            requested_size: 0,
+            stream,
+            small,
+            allocated: false,
+            mapped: true,
+            prev: NIL,
+            next: NIL,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            seg,
+        };
+        if let Some(id) = self.free_ids.pop() {
+            self.blocks[id as usize] = b;
+            id
+        } else {
+            self.blocks.push(b);
+            (self.blocks.len() - 1) as Id
+        }
+    }
+    fn delete_block(&mut self, id: Id) {
+        self.blocks[id as usize].size = 0;
+        self.free_ids.push(id);
+    }
+    #[inline]
+    fn b(&self, id: Id) -> &Block {
+        &self.blocks[id as usize]
+    }
+    #[inline]
+    fn bm(&mut self, id: Id) -> &mut Block {
+        &mut self.blocks[id as usize]
+    }
+    fn key(&self, id: Id) -> (u64, u64, u64, Id) {
+        let b = self.b(id);
+        (b.stream, b.size, b.addr, id)
+    }
+    fn ukey(&self, id: Id) -> (u64, u64, Id) {
+        let b = self.b(id);
+        (b.stream, b.addr, id)
+    }
+    fn is_split(&self, id: Id) -> bool {
+        let b = self.b(id);
+        b.prev != NIL || b.next != NIL
+    }
+    /// `BlockPool::insert_into_blocks`.
+    fn insert_into_blocks(&mut self, id: Id) {
+        let p = pool_index(self.b(id).small);
+        let base = self.pools[p].get_free_blocks_call_count;
+        self.bm(id).gc_count_base = base;
+        let k = self.key(id);
+        self.pools[p].blocks.insert(k);
+    }
+    fn remove_from_blocks(&mut self, id: Id) {
+        let p = pool_index(self.b(id).small);
+        let k = self.key(id);
+        self.pools[p].blocks.remove(&k);
+    }
+    fn gc_count(&self, id: Id) -> u64 {
+        let b = self.b(id);
+        self.pools[pool_index(b.small)].get_free_blocks_call_count - b.gc_count_base
+    }
+    /// `Block::splice`: put `id` between `before` and `after`.
+    fn splice(&mut self, id: Id, before: Id, after: Id) {
+        if before != NIL {
+            self.bm(before).next = id;
+        }
+        self.bm(id).prev = before;
+        if after != NIL {
+            self.bm(after).prev = id;
+        }
+        self.bm(id).next = after;
+    }
+
+    // ---- sizes ---------------------------------------------------------------
+
+    /// `round_size`: 512-byte multiples, or the next power-of-two division.
+    pub fn round_size(&self, size: u64) -> u64 {
+        if size < MIN_BLOCK_SIZE {
+            return MIN_BLOCK_SIZE;
+        }
+        let divisions = self.config.roundup_divisions_for(size);
+        if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
+            roundup_power2_next_division(size, divisions)
+        } else {
+            MIN_BLOCK_SIZE * size.div_ceil(MIN_BLOCK_SIZE)
+        }
+    }
+
+    // ---- public operations ----------------------------------------------------
+
+    /// `DeviceCachingAllocator::malloc(size, stream)`.
+    pub fn malloc(&mut self, orig_size: u64, stream: StreamId) -> Result<Addr, OutOfMemory> {
+        self.process_events();
+        let size = self.round_size(orig_size);
+        let small = size <= SMALL_SIZE;
+        let alloc_size = get_allocation_size(size, self.config.large_segment_size);
+
+        // First, try to get a block from the existing pool (no free-memory
+        // callbacks free anything outside CUDA IPC, so the retry is moot).
+        let mut found = self.get_free_block(small, stream, size);
+        if found.is_none() {
+            if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
+                self.garbage_collect_cached_blocks();
+            }
+            found = self.alloc_block(small, stream, size, alloc_size, false);
+            if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
+                found = self.alloc_block(small, stream, size, alloc_size, false);
+            }
+            if found.is_none() {
+                self.release_cached_blocks();
+                found = self.alloc_block(small, stream, size, alloc_size, true);
+            }
+        }
+        let Some(id) = found else {
+            let (device_free, device_total) = self.device.mem_info();
+            self.record(TraceAction::Oom, device_free, size, stream);
+            self.stats.num_ooms += 1;
+            return Err(OutOfMemory {
+                alloc_size,
+                device_total,
+                device_free,
+                allowed: self.allowed_memory_maximum(),
+                allocated_bytes: self.stats.allocated_bytes.all().current as u64,
+                reserved_bytes: self.stats.reserved_bytes.all().current as u64,
+            });
+        };
+        let split = self.should_split(id, size);
+        Ok(self.alloc_found_block(id, size, orig_size, stream, split))
+    }
+
+    /// `DeviceCachingAllocator::free`.
+    pub fn free(&mut self, addr: Addr) -> Result<(), AllocError> {
+        let id = self
+            .allocated
+            .remove(&addr)
+            .ok_or(AllocError::InvalidPointer(addr))?;
+        let (size, small, requested, stream) = {
+            let b = self.bm(id);
+            b.allocated = false;
+            (b.size, b.small, b.requested_size, b.stream)
+        };
+        self.stats.allocation.decrease(small, 1);
+        self.stats.allocated_bytes.decrease(small, size);
+        self.record(TraceAction::FreeRequested, addr, requested, stream);
+        if size >= self.config.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        if !self.b(id).stream_uses.is_empty() {
+            self.insert_events(id);
+        } else {
+            self.free_block(id);
+        }
+        Ok(())
+    }
+
+    /// `recordStream`: the block at `addr` is used on `stream` too.
+    pub fn record_stream(&mut self, addr: Addr, stream: StreamId) -> Result<(), AllocError> {
+        let id = *self
+            .allocated
+            .get(&addr)
+            .ok_or(AllocError::InvalidPointer(addr))?;
+        let b = self.bm(id);
+        if stream != b.stream && !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+        Ok(())
+    }
+
+    /// Complete the outstanding events of the freed block at `addr` (used with
+    /// [`EventPolicy::Manual`]): the free completes now.
+    pub fn complete_events(&mut self, addr: Addr) -> bool {
+        let ids: Vec<usize> = self
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, id))| self.b(*id).addr == addr && self.b(*id).event_count > 0)
+            .map(|(i, _)| i)
+            .collect();
+        if ids.is_empty() {
+            return false;
+        }
+        for i in ids.into_iter().rev() {
+            let (_, id) = self.events.remove(i);
+            self.bm(id).event_count -= 1;
+            if self.b(id).event_count == 0 {
+                self.free_block(id);
+            }
+        }
+        true
+    }
+
+    /// `torch.cuda.empty_cache()`: `release_cached_blocks`.
+    pub fn empty_cache(&mut self) {
+        self.release_cached_blocks();
+    }
+
+    /// `snapshot()`: segments and blocks as a memory snapshot reports them,
+    /// sorted by address.
+    pub fn snapshot(&self) -> Vec<SegmentInfo> {
+        let mut out = Vec::new();
+        for (i, h) in self.blocks.iter().enumerate() {
+            let id = i as Id;
+            if h.size == 0 || !h.mapped || self.free_ids.contains(&id) {
+                continue;
+            }
+            if h.prev != NIL && self.b(h.prev).mapped {
+                continue;
+            }
+            let mut seg = SegmentInfo {
+                address: h.addr,
+                total_size: 0,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: h.stream,
+                is_large: !h.small,
+                is_expandable: h.seg != NIL,
+                blocks: Vec::new(),
+            };
+            let mut cur = id;
+            while cur != NIL && self.b(cur).mapped {
+                let b = self.b(cur);
+                let active = b.allocated || b.event_count > 0 || !b.stream_uses.is_empty();
+                seg.total_size += b.size;
+                if b.allocated {
+                    seg.allocated_size += b.size;
+                }
+                if active {
+                    seg.active_size += b.size;
+                    seg.requested_size += b.requested_size;
+                }
+                seg.blocks.push(BlockInfo {
+                    address: b.addr,
+                    size: b.size,
+                    requested_size: b.requested_size,
+                    allocated: b.allocated,
+                    active,
+                });
+                cur = b.next;
+            }
+            out.push(seg);
+        }
+        out.sort_by_key(|s| s.address);
+        out
+    }
+
+    /// `cacheInfo`: the largest free cached block.
+    pub fn largest_free_block(&self) -> u64 {
+        self.pools
+            .iter()
+            .flat_map(|p| p.blocks.iter().map(|k| k.1))
+            .max()
+            .unwrap_or(0)
+    }
+
+    // ---- internals, as in CUDACachingAllocator.cpp -----------------------------
+
+    /// `process_events`: outstanding events that have completed free their block.
+    fn process_events(&mut self) {
+        if self.events.is_empty() || self.event_policy == EventPolicy::Manual {
+            return;
+        }
+        self.drain_events();
+    }
+
+    fn drain_events(&mut self) {
+        for (_, id) in std::mem::take(&mut self.events) {
+            self.bm(id).event_count -= 1;
+            if self.b(id).event_count == 0 {
+                self.free_block(id);
+            }
+        }
+    }
+
+    /// `synchronize_and_free_events`.
+    fn synchronize_and_free_events(&mut self) {
+        self.stats.num_sync_all_streams += 1;
+        self.drain_events();
+    }
+
+    /// `insert_events`: one event per stream the block was used on.
+    fn insert_events(&mut self, id: Id) {
+        let streams = std::mem::take(&mut self.bm(id).stream_uses);
+        self.bm(id).event_count += streams.len() as u32;
+        for s in streams {
+            self.events.push((s, id));
+        }
+    }
+
+    /// `get_free_block`: best fit by (stream, size, address).
+    fn get_free_block(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
+        let p = pool_index(small);
+        if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
+            // Track block reuse interval only when garbage collection is enabled.
+            self.pools[p].get_free_blocks_call_count += 1;
+        }
+        let max_split = self.config.max_split_size;
+        let chosen = {
+            let pool = &self.pools[p];
+            let mut it = pool.blocks.range((stream, size, 0, 0)..);
+            let mut cur = *it.next()?;
+            if cur.0 != stream {
+                return None;
+            }
+            if self.b(cur.3).seg != NIL {
+                if self.config.expandable_segments {
+                    // Best fit by the size a block could expand to.
+                    let exp = |k: &(u64, u64, u64, Id)| {
+                        let b = self.b(k.3);
+                        b.size
+                            + if b.next != NIL && !self.b(b.next).mapped {
+                                self.b(b.next).size
+                            } else {
+                                0
+                            }
+                    };
+                    let mut next = it.next().copied();
+                    while let Some(n) = next {
+                        if !(self.b(cur.3).seg != NIL && n.0 == stream && exp(&n) < exp(&cur)) {
+                            break;
+                        }
+                        cur = n;
+                        next = it.next().copied();
+                    }
+                } else {
+                    // Expandable segments turned off: only non-expandable blocks.
+                    loop {
+                        cur = *it.next()?;
+                        if !(self.b(cur.3).seg != NIL && cur.0 == stream) {
+                            break;
+                        }
+                    }
+                    if cur.0 != stream {
+                        return None;
+                    }
+                }
+            }
+            // Do not return an oversized block for a large request.
+            if size < max_split && cur.1 >= max_split {
+                return None;
+            }
+            // Allow oversized block size to be rounded up but within a limit.
+            if size >= max_split
+                && cur.1 >= size.saturating_add(self.config.max_non_split_rounding_size)
+            {
+                return None;
+            }
+            cur
+        };
+        self.pools[p].blocks.remove(&chosen);
+        Some(chosen.3)
+    }
+
+    /// `should_split`.
+    fn should_split(&self, id: Id, size: u64) -> bool {
+        let b = self.b(id);
+        let remaining = b.size - size;
+        if b.small || self.config.expandable_segments {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            size < self.config.max_split_size && remaining > SMALL_SIZE
+        }
+    }
+
+    /// `alloc_found_block`.
+    fn alloc_found_block(
+        &mut self,
+        id: Id,
+        size: u64,
+        orig_size: u64,
+        stream: u64,
+        split: bool,
+    ) -> Addr {
+        let small = self.b(id).small;
+        let already_split = self.is_split(id);
+        let block = if split {
+            let remaining = id;
+            let (addr, seg, prev) = {
+                let r = self.b(remaining);
+                (r.addr, r.seg, r.prev)
+            };
+            let block = self.new_block(addr, size, stream, small, seg);
+            self.bm(block).prev = prev;
+            if prev != NIL {
+                self.bm(prev).next = block;
+            }
+            self.bm(block).next = remaining;
+            {
+                let r = self.bm(remaining);
+                r.prev = block;
+                r.addr += size;
+                r.size -= size;
+            }
+            self.insert_into_blocks(remaining);
+            if already_split && seg == NIL {
+                // An already-split inactive block is being shrunk by size bytes.
+                self.stats.inactive_split_bytes.decrease(small, size);
+            } else if seg == NIL {
+                // A new split inactive block is being created.
+                let rs = self.b(remaining).size;
+                self.stats.inactive_split_bytes.increase(small, rs);
+                self.stats.inactive_split.increase(small, 1);
+            }
+            block
+        } else {
+            if already_split && self.b(id).seg == NIL {
+                // An already-split block is becoming active.
+                let s = self.b(id).size;
+                self.stats.inactive_split_bytes.decrease(small, s);
+                self.stats.inactive_split.decrease(small, 1);
+            }
+            id
+        };
+        let (addr, bsize) = {
+            let b = self.bm(block);
+            b.allocated = true;
+            b.requested_size = orig_size;
+            (b.addr, b.size)
+        };
+        self.record(TraceAction::Alloc, addr, orig_size, stream);
+        self.allocated.insert(addr, block);
+        let s = &mut self.stats;
+        s.allocation.increase(small, 1);
+        s.allocated_bytes.increase(small, bsize);
+        s.active.increase(small, 1);
+        s.active_bytes.increase(small, bsize);
+        s.requested_bytes.increase(small, orig_size);
+        if bsize >= self.config.max_split_size {
+            s.oversize_allocations.increase(1);
+        }
+        addr
+    }
+
+    /// `free_block`: back into the pool, merged with free neighbours.
+    fn free_block(&mut self, id: Id) {
+        let (addr, requested, stream, small, orig_size, prev, next) = {
+            let b = self.b(id);
+            (
+                b.addr,
+                b.requested_size,
+                b.stream,
+                b.small,
+                b.size,
+                b.prev,
+                b.next,
+            )
+        };
+        self.record(TraceAction::FreeCompleted, addr, requested, stream);
+        let mut net_blocks: i64 = 0;
+        let mut net_size: i64 = 0;
+        for cand in [prev, next] {
+            let sub = self.try_merge_blocks(id, cand);
+            if sub > 0 {
+                net_blocks -= 1;
+                net_size -= sub as i64;
+            }
+        }
+        self.insert_into_blocks(id);
+        if self.is_split(id) {
+            net_blocks += 1;
+            net_size += self.b(id).size as i64;
+        }
+        let s = &mut self.stats;
+        // Expandable segments are left out of inactive_split (see PyTorch).
+        if self.blocks[id as usize].seg == NIL {
+            if net_blocks > 0 {
+                s.inactive_split.increase(small, net_blocks as u64);
+            } else if net_blocks < 0 {
+                s.inactive_split.decrease(small, (-net_blocks) as u64);
+            }
+            if net_size > 0 {
+                s.inactive_split_bytes.increase(small, net_size as u64);
+            } else if net_size < 0 {
+                s.inactive_split_bytes.decrease(small, (-net_size) as u64);
+            }
+        }
+        s.active.decrease(small, 1);
+        s.active_bytes.decrease(small, orig_size);
+        s.requested_bytes.decrease(small, requested);
+    }
+
+    /// `try_merge_blocks(dst, src)`: the size subsumed, or 0.
+    fn try_merge_blocks(&mut self, dst: Id, src: Id) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        {
+            let s = self.b(src);
+            if s.allocated
+                || s.event_count > 0
+                || !s.stream_uses.is_empty()
+                || s.mapped != self.b(dst).mapped
+            {
+                return 0;
+            }
+        }
+        // Out of its set while its key is still intact.
+        if self.b(src).mapped {
+            self.remove_from_blocks(src);
+        } else {
+            let p = pool_index(self.b(src).small);
+            let k = self.ukey(src);
+            self.pools[p].unmapped.remove(&k);
+        }
+        let (s_addr, s_prev, s_next, s_size) = {
+            let s = self.b(src);
+            (s.addr, s.prev, s.next, s.size)
+        };
+        if self.b(dst).prev == src {
+            // [src dst]
+            self.bm(dst).addr = s_addr;
+            self.bm(dst).prev = s_prev;
+            if s_prev != NIL {
+                self.bm(s_prev).next = dst;
+            }
+        } else {
+            // [dst src]
+            self.bm(dst).next = s_next;
+            if s_next != NIL {
+                self.bm(s_next).prev = dst;
+            }
+        }
+        self.bm(dst).size += s_size;
+        self.delete_block(src);
+        s_size
+    }
+
+    /// `alloc_block`: a new segment (or mapped pages) for this request.
+    fn alloc_block(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+        alloc_size: u64,
+        is_retry: bool,
+    ) -> Option<Id> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if self.set_fraction
+            && self.total_allocated_memory + alloc_size > self.allowed_memory_maximum
+        {
+            return None;
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable_block(small, stream, size);
+        }
+        let addr = self.device.malloc(alloc_size)?;
+        self.total_allocated_memory += alloc_size;
+        let id = self.new_block(addr, alloc_size, stream, small, NIL);
+        self.stats.segment.increase(small, 1);
+        self.stats.reserved_bytes.increase(small, alloc_size);
+        if alloc_size >= self.config.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.record(TraceAction::SegmentAlloc, addr, alloc_size, stream);
+        Some(id)
+    }
+
+    /// `release_available_cached_blocks`: free oversize blocks, only enough.
+    fn release_available_cached_blocks(&mut self, small: bool, stream: u64, size: u64) -> bool {
+        let max_split = self.config.max_split_size;
+        if max_split == u64::MAX {
+            return false;
+        }
+        let p = pool_index(small);
+        let key_size = size.max(max_split);
+        let first = self.pools[p]
+            .blocks
+            .range((stream, key_size, 0, 0)..)
+            .next()
+            .copied();
+        match first {
+            Some(k) if k.0 == stream && self.b(k.3).seg == NIL => {
+                self.release_block(k.3);
+                true
+            }
+            _ => {
+                // No single block is large enough; free oversize blocks,
+                // starting with the largest.
+                let before: Vec<(u64, u64, u64, Id)> = self.pools[p]
+                    .blocks
+                    .range(..(stream, key_size, 0, 0))
+                    .rev()
+                    .copied()
+                    .collect();
+                if before.is_empty() {
+                    return false;
+                }
+                let mut total = 0u64;
+                for k in before {
+                    if !(total < key_size && k.1 >= max_split && k.0 == stream) {
+                        break;
+                    }
+                    if self.b(k.3).seg == NIL {
+                        self.release_block(k.3);
+                        total += k.1;
+                    }
+                }
+                total >= key_size
+            }
+        }
+    }
+
+    /// `release_cached_blocks`: sync, then free every unsplit cached block.
+    fn release_cached_blocks(&mut self) {
+        self.synchronize_and_free_events();
+        self.release_blocks(false);
+        self.release_blocks(true);
+    }
+
+    /// `release_blocks`.
+    fn release_blocks(&mut self, small: bool) {
+        let p = pool_index(small);
+        let ids: Vec<Id> = self.pools[p].blocks.iter().map(|k| k.3).collect();
+        let mut to_unmap = Vec::new();
+        for id in ids {
+            if self.b(id).seg != NIL {
+                to_unmap.push(id);
+            } else if !self.is_split(id) {
+                self.release_block(id);
+            }
+        }
+        for id in to_unmap {
+            self.unmap_block(id);
+            if !self.is_split(id) {
+                self.release_expandable_segment(id);
+            }
+        }
+    }
+
+    /// `release_block`: `cudaFree` a whole segment.
+    fn release_block(&mut self, id: Id) {
+        let (addr, size, stream, small) = {
+            let b = self.b(id);
+            debug_assert!(b.seg == NIL);
+            (b.addr, b.size, b.stream, b.small)
+        };
+        self.stats.num_device_free += 1;
+        self.record(TraceAction::SegmentFree, addr, size, stream);
+        self.device.free(addr, size);
+        self.total_allocated_memory -= size;
+        self.stats.segment.decrease(small, 1);
+        self.stats.reserved_bytes.decrease(small, size);
+        if size >= self.config.max_split_size {
+            self.stats.oversize_segments.decrease(1);
+        }
+        self.remove_from_blocks(id);
+        self.delete_block(id);
+    }
+
+    /// `garbage_collect_cached_blocks`: free old unsplit large blocks until
+    /// usage falls under the threshold of the allowed memory.
+    fn garbage_collect_cached_blocks(&mut self) {
+        let gc_threshold =
+            (self.config.garbage_collection_threshold * self.allowed_memory_maximum as f64) as u64;
+        if self.total_allocated_memory <= gc_threshold {
+            return;
+        }
+        let target = self.total_allocated_memory - gc_threshold;
+        let mut reclaimed = 0u64;
+        let mut total_age = 0u64;
+        let mut count = 0i64;
+        let ids: Vec<Id> = self.pools[1].blocks.iter().map(|k| k.3).collect();
+        for &id in &ids {
+            if !self.is_split(id) {
+                total_age += self.gc_count(id);
+                count += 1;
+            }
+        }
+        if count == 0 {
+            return;
+        }
+        let mut freed = true;
+        while reclaimed < target && freed && count > 0 {
+            let age_threshold = total_age as f64 / count as f64;
+            freed = false;
+            let ids: Vec<Id> = self.pools[1].blocks.iter().map(|k| k.3).collect();
+            for id in ids {
+                if !self.is_split(id)
+                    && self.b(id).seg == NIL
+                    && self.gc_count(id) as f64 >= age_threshold
+                {
+                    freed = true;
+                    reclaimed += self.b(id).size;
+                    total_age -= self.gc_count(id);
+                    count -= 1;
+                    self.release_block(id);
+                }
+            }
+        }
+    }
+
+    // ---- expandable segments ---------------------------------------------------
+
+    fn allocatable(&self, id: Id) -> bool {
+        id != NIL && {
+            let b = self.b(id);
+            !b.allocated && b.event_count == 0 && b.stream_uses.is_empty()
+        }
+    }
+
+    /// `find_expandable_block`: the lowest address with room for `size`.
+    fn find_expandable_block(&mut self, small: bool, stream: u64, size: u64) -> Id {
+        let p = pool_index(small);
+        let cands: Vec<Id> = self.pools[p]
+            .unmapped
+            .range((stream, 0, 0)..)
+            .take_while(|k| k.0 == stream)
+            .map(|k| k.2)
+            .collect();
+        for c in cands {
+            let mut c = c;
+            let prev = self.b(c).prev;
+            if self.allocatable(prev) {
+                c = prev;
+            }
+            let mut bytes = 0;
+            let mut b = c;
+            while bytes < size && self.allocatable(b) {
+                bytes += self.b(b).size;
+                b = self.b(b).next;
+            }
+            if bytes >= size {
+                return c;
+            }
+        }
+        // 2 MiB pages for the small pool, 20 MiB for the large; address space
+        // for 1 1/8 of the GPU's memory.
+        let segment_size = if small {
+            SMALL_BUFFER
+        } else {
+            self.config.large_segment_size
+        };
+        let (_, total) = self.device.mem_info();
+        let address_space = total + total / 8;
+        let max_handles = address_space.div_ceil(segment_size);
+        let base = self.device.reserve(segment_size * max_handles);
+        let seg = ExpandableSegment {
+            base,
+            segment_size,
+            max_handles,
+            handles: Vec::new(),
+        };
+        let seg_size = seg.size();
+        let sid = self.segments.len() as Id;
+        self.segments.push(Some(seg));
+        self.live_segments.push(sid);
+        let cand = self.new_block(base, seg_size, stream, small, sid);
+        self.bm(cand).mapped = false;
+        let k = self.ukey(cand);
+        self.pools[p].unmapped.insert(k);
+        cand
+    }
+
+    /// `try_allocate_expandable_block`.
+    fn try_allocate_expandable_block(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
+        let mut cand = self.find_expandable_block(small, stream, size);
+        if !self.b(cand).mapped {
+            let s = self.b(cand).size.min(size);
+            if !self.map_block(cand, s) {
+                return None;
+            }
+        }
+        while self.b(cand).size < size {
+            let remaining = size - self.b(cand).size;
+            let new_cand = self.b(cand).next;
+            let s = remaining.min(self.b(new_cand).size);
+            if !self.map_block(new_cand, s) {
+                return None;
+            }
+            cand = new_cand;
+        }
+        self.remove_from_blocks(cand);
+        Some(cand)
+    }
+
+    /// `map_block`.
+    fn map_block(&mut self, id: Id, size: u64) -> bool {
+        let (addr, bsize, stream, small, sid) = {
+            let b = self.b(id);
+            (b.addr, b.size, b.stream, b.small, b.seg)
+        };
+        let seg = self.segments[sid as usize].as_mut().expect("live segment");
+        let (mptr, msize) = seg.map(addr, size, &mut self.device);
+        if msize == 0 {
+            return false;
+        }
+        let p = pool_index(small);
+        let k = self.ukey(id);
+        self.pools[p].unmapped.remove(&k);
+        self.bm(id).mapped = true;
+        if msize < bsize {
+            let rem = self.new_block(addr + msize, bsize - msize, stream, small, sid);
+            self.bm(rem).mapped = false;
+            let next = self.b(id).next;
+            self.splice(rem, id, next);
+            let k = self.ukey(rem);
+            self.pools[p].unmapped.insert(k);
+            self.bm(id).size = msize;
+        }
+        let prev = self.b(id).prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.b(id).next;
+        self.try_merge_blocks(id, next);
+        self.insert_into_blocks(id);
+        self.total_allocated_memory += msize;
+        self.stats.reserved_bytes.increase(small, msize);
+        self.stats.num_device_alloc += 1;
+        self.record(TraceAction::SegmentMap, mptr, msize, stream);
+        true
+    }
+
+    /// `unmap_block`: give the whole free pages of a free block back.
+    fn unmap_block(&mut self, id: Id) {
+        let (addr, size, stream, small, sid) = {
+            let b = self.b(id);
+            (b.addr, b.size, b.stream, b.small, b.seg)
+        };
+        let seg = self.segments[sid as usize].as_mut().expect("live segment");
+        let (uptr, usize_) = seg.unmap(addr, size, &mut self.device);
+        if usize_ == 0 {
+            return;
+        }
+        self.remove_from_blocks(id);
+        let before = uptr - addr;
+        if before > 0 {
+            let bf = self.new_block(addr, before, stream, small, sid);
+            let prev = self.b(id).prev;
+            self.splice(bf, prev, id);
+            self.insert_into_blocks(bf);
+        }
+        let after = size - (before + usize_);
+        if after > 0 {
+            let af = self.new_block(uptr + usize_, after, stream, small, sid);
+            let next = self.b(id).next;
+            self.splice(af, id, next);
+            self.insert_into_blocks(af);
+        }
+        {
+            let b = self.bm(id);
+            b.addr = uptr;
+            b.size = usize_;
+            b.mapped = false;
+        }
+        let prev = self.b(id).prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.b(id).next;
+        self.try_merge_blocks(id, next);
+        let p = pool_index(small);
+        let k = self.ukey(id);
+        self.pools[p].unmapped.insert(k);
+        self.total_allocated_memory -= usize_;
+        self.stats.reserved_bytes.decrease(small, usize_);
+        self.stats.num_device_free += 1;
+        self.record(TraceAction::SegmentUnmap, uptr, usize_, stream);
+    }
+
+    /// `release_expandable_segment`: the whole segment is unmapped; drop it.
+    fn release_expandable_segment(&mut self, id: Id) {
+        let sid = self.b(id).seg;
+        debug_assert!(!self.b(id).mapped);
+        self.live_segments.retain(|&s| s != sid);
+        self.segments[sid as usize] = None;
+        let p = pool_index(self.b(id).small);
+        let k = self.ukey(id);
+        self.pools[p].unmapped.remove(&k);
+        self.delete_block(id);
+    }
+
+    /// Check every structural invariant; `Err` names the first one broken.
+    /// (Used by the property tests after every operation.)
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut allocated = 0u64;
+        let mut reserved = 0u64;
+        let mut free_mapped = 0usize;
+        for (i, b) in self.blocks.iter().enumerate() {
+            let id = i as Id;
+            if self.free_ids.contains(&id) {
+                continue;
+            }
+            if b.next != NIL {
+                let n = self.b(b.next);
+                if n.prev != id {
+                    return Err(format!("block {id}: next.prev is not itself"));
+                }
+                if b.addr + b.size != n.addr {
+                    return Err(format!(
+                        "block {id} at {:#x}+{} does not end where its next begins ({:#x})",
+                        b.addr, b.size, n.addr
+                    ));
+                }
+            }
+            if b.prev != NIL && self.b(b.prev).next != id {
+                return Err(format!("block {id}: prev.next is not itself"));
+            }
+            if b.mapped {
+                reserved += b.size;
+            }
+            if b.allocated {
+                allocated += b.size;
+                if self.allocated.get(&b.addr) != Some(&id) {
+                    return Err(format!("allocated block {id} is not in allocated_blocks"));
+                }
+            }
+            let in_pool = self.pools[pool_index(b.small)]
+                .blocks
+                .contains(&self.key(id));
+            let should = b.mapped && !b.allocated && b.event_count == 0;
+            if in_pool != should {
+                return Err(format!("block {id}: in pool {in_pool}, expected {should}"));
+            }
+            if in_pool {
+                free_mapped += 1;
+                // Two free neighbours would have been merged.
+                if b.next != NIL
+                    && self.b(b.next).mapped
+                    && !self.b(b.next).allocated
+                    && self.b(b.next).event_count == 0
+                {
+                    return Err(format!("free block {id} has a free next block"));
+                }
+            }
+        }
+        let pooled: usize = self.pools.iter().map(|p| p.blocks.len()).sum();
+        if pooled != free_mapped {
+            return Err(format!(
+                "pools hold {pooled} blocks, {free_mapped} are free"
+            ));
+        }
+        let s = &self.stats;
+        if s.allocated_bytes.all().current as u64 != allocated {
+            return Err(format!(
+                "allocated_bytes {} != sum of allocated blocks {allocated}",
+                s.allocated_bytes.all().current
+            ));
+        }
+        if s.reserved_bytes.all().current as u64 != reserved
+            || self.total_allocated_memory != reserved
+        {
+            return Err(format!(
+                "reserved_bytes {} != sum of segments {reserved}",
+                s.reserved_bytes.all().current
+            ));
+        }
+        for (name, v) in s.memory_stats() {
+            if v < 0 && name != "max_split_size" {
+                return Err(format!("{name} is negative: {v}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `get_allocation_size`: the segment size `cudaMalloc`ed for a rounded
+/// request; `large_segment_size` is `large_segment_size_mb` (default 20 MiB,
+/// `kLargeBuffer`).
+pub fn get_allocation_size(size: u64, large_segment_size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        large_segment_size
+    } else {
+        ROUND_LARGE * size.div_ceil(ROUND_LARGE)
+    }
+}
+
+/// `roundup_power2_next_division`: round up to the next of `divisions` equal
+/// steps between two powers of two.
+pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let step = floor >> (63 - divisions.leading_zeros());
+    if step == 0 {
+        return floor << 1;
+    }
+    let rounded = size & !(step - 1);
+    if rounded == size {
+        size
+    } else {
+        rounded + step
+    }
+}

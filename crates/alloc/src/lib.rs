@@ -1,0 +1,40 @@
+//! The allocator twin: PyTorch's native CUDA caching allocator
+//! (`c10/cuda/CUDACachingAllocator.cpp` and `c10/core/AllocatorConfig.cpp`,
+//! PyTorch 2.11) reproduced rule for rule as a pure state machine over
+//! simulated device addresses.
+//!
+//! It owns: size rounding, the small and large pools, segment sizing,
+//! best-fit search by stream, block splitting and merging, expandable
+//! segments, `empty_cache`, the memory fraction, the out-of-memory retry
+//! path, garbage collection, `memory_stats()`, `snapshot()` and the trace
+//! PyTorch records. It does no I/O; the device underneath is a trait
+//! ([`Device`]) so the same rules run on a simulated GPU or follow a trace.
+
+#![deny(missing_docs)]
+
+mod allocator;
+mod config;
+mod device;
+mod error;
+mod format;
+mod stats;
+mod summary;
+mod trace;
+
+pub use allocator::{
+    get_allocation_size, roundup_power2_next_division, BlockInfo, CachingAllocator, EventPolicy,
+    SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
+};
+pub use config::{AllocatorConfig, ConfigError, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
+pub use device::{Device, SimDevice};
+pub use error::{AllocError, OutOfMemory};
+pub use format::format_size;
+pub use stats::{DeviceStats, Stat, StatArray, StatType};
+pub use summary::memory_summary;
+pub use trace::{TraceAction, TraceEntry};
+
+/// A simulated device address.
+pub type Addr = u64;
+/// A CUDA stream as PyTorch records it (`cudaStream_t` value; 0 is the
+/// default stream).
+pub type StreamId = u64;

@@ -1,0 +1,200 @@
+//! `memory_stats()`: PyTorch's `DeviceStats` (c10/core/CachingDeviceAllocator.h)
+//! with the same names, meanings and update rules.
+
+use std::collections::BTreeMap;
+
+/// One statistic: `current`, `peak`, `allocated` (sum of increases) and `freed`
+/// (sum of decreases), as `c10::CachingAllocator::Stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// Current value.
+    pub current: i64,
+    /// Peak value since the start or the last `reset_peak_memory_stats()`.
+    pub peak: i64,
+    /// Sum of all increases.
+    pub allocated: i64,
+    /// Sum of all decreases.
+    pub freed: i64,
+}
+
+impl Stat {
+    /// `Stat::increase`.
+    #[inline]
+    pub fn increase(&mut self, amount: u64) {
+        self.current += amount as i64;
+        self.peak = self.peak.max(self.current);
+        self.allocated += amount as i64;
+    }
+    /// `Stat::decrease`.
+    #[inline]
+    pub fn decrease(&mut self, amount: u64) {
+        self.current -= amount as i64;
+        debug_assert!(self.current >= 0, "negative tracked stat");
+        self.freed += amount as i64;
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+    fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+}
+
+/// Which pool a stat counts (`StatType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatType {
+    /// Every pool (`all`).
+    Aggregate = 0,
+    /// The small pool, blocks of at most 1 MiB (`small_pool`).
+    SmallPool = 1,
+    /// The large pool (`large_pool`).
+    LargePool = 2,
+}
+
+/// A stat for each [`StatType`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatArray(pub [Stat; 3]);
+
+impl StatArray {
+    /// The aggregate (`.all`) stat.
+    #[inline]
+    pub fn all(&self) -> &Stat {
+        &self.0[0]
+    }
+    /// The stat of one pool type.
+    pub fn get(&self, t: StatType) -> &Stat {
+        &self.0[t as usize]
+    }
+    #[inline]
+    pub(crate) fn increase(&mut self, small: bool, amount: u64) {
+        self.0[0].increase(amount);
+        self.0[if small { 1 } else { 2 }].increase(amount);
+    }
+    #[inline]
+    pub(crate) fn decrease(&mut self, small: bool, amount: u64) {
+        self.0[0].decrease(amount);
+        self.0[if small { 1 } else { 2 }].decrease(amount);
+    }
+}
+
+/// All statistics of one device's allocator (`DeviceStats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// COUNT: allocations requested by client code.
+    pub allocation: StatArray,
+    /// COUNT: segments from `cudaMalloc`.
+    pub segment: StatArray,
+    /// COUNT: active blocks (allocated or used by a stream).
+    pub active: StatArray,
+    /// COUNT: inactive, split blocks (cannot be released).
+    pub inactive_split: StatArray,
+    /// SUM: bytes allocated.
+    pub allocated_bytes: StatArray,
+    /// SUM: bytes reserved (free and used).
+    pub reserved_bytes: StatArray,
+    /// SUM: bytes in active blocks.
+    pub active_bytes: StatArray,
+    /// SUM: bytes in inactive, split blocks.
+    pub inactive_split_bytes: StatArray,
+    /// SUM: bytes requested by client code (before rounding).
+    pub requested_bytes: StatArray,
+    /// COUNT: failed `cudaMalloc`s that forced a cache flush.
+    pub num_alloc_retries: i64,
+    /// COUNT: out-of-memory errors raised.
+    pub num_ooms: i64,
+    /// COUNT: allocations of oversize blocks (>= `max_split_size`).
+    pub oversize_allocations: Stat,
+    /// COUNT: oversize segments.
+    pub oversize_segments: Stat,
+    /// COUNT: `synchronize_and_free_events()` calls.
+    pub num_sync_all_streams: i64,
+    /// COUNT: device allocation calls (`cudaMalloc` and maps).
+    pub num_device_alloc: i64,
+    /// COUNT: device free calls (`cudaFree` and unmaps).
+    pub num_device_free: i64,
+    /// SIZE: `max_split_size` (-1 when unlimited, as the snapshot shows it).
+    pub max_split_size: i64,
+}
+
+impl DeviceStats {
+    pub(crate) fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
+        [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ]
+    }
+
+    /// `resetPeakStats()`.
+    pub(crate) fn reset_peak(&mut self) {
+        for a in self.arrays_mut() {
+            for s in a.0.iter_mut() {
+                s.reset_peak();
+            }
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+
+    /// `resetAccumulatedStats()`.
+    pub(crate) fn reset_accumulated(&mut self) {
+        for a in self.arrays_mut() {
+            for s in a.0.iter_mut() {
+                s.reset_accumulated();
+            }
+        }
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_sync_all_streams = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+        self.oversize_allocations.reset_accumulated();
+        self.oversize_segments.reset_accumulated();
+    }
+
+    /// `torch.cuda.memory_stats()`: the flat dictionary with PyTorch's key
+    /// names (`allocated_bytes.all.peak`, `num_alloc_retries`, ...), as
+    /// `torch/cuda/memory.py` builds it from `_cuda_memoryStats`.
+    pub fn memory_stats(&self) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        let arrays: [(&str, &StatArray); 9] = [
+            ("allocation", &self.allocation),
+            ("segment", &self.segment),
+            ("active", &self.active),
+            ("inactive_split", &self.inactive_split),
+            ("allocated_bytes", &self.allocated_bytes),
+            ("reserved_bytes", &self.reserved_bytes),
+            ("active_bytes", &self.active_bytes),
+            ("inactive_split_bytes", &self.inactive_split_bytes),
+            ("requested_bytes", &self.requested_bytes),
+        ];
+        for (name, arr) in arrays {
+            for (pool, s) in ["all", "small_pool", "large_pool"].iter().zip(arr.0.iter()) {
+                put_stat(&mut out, &format!("{name}.{pool}"), s);
+            }
+        }
+        put_stat(&mut out, "oversize_allocations", &self.oversize_allocations);
+        put_stat(&mut out, "oversize_segments", &self.oversize_segments);
+        out.insert("num_alloc_retries".into(), self.num_alloc_retries);
+        out.insert("num_ooms".into(), self.num_ooms);
+        out.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
+        out.insert("num_device_alloc".into(), self.num_device_alloc);
+        out.insert("num_device_free".into(), self.num_device_free);
+        out.insert("max_split_size".into(), self.max_split_size);
+        out
+    }
+}
+
+fn put_stat(out: &mut BTreeMap<String, i64>, prefix: &str, s: &Stat) {
+    out.insert(format!("{prefix}.current"), s.current);
+    out.insert(format!("{prefix}.peak"), s.peak);
+    out.insert(format!("{prefix}.allocated"), s.allocated);
+    out.insert(format!("{prefix}.freed"), s.freed);
+}

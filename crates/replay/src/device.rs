@@ -1,0 +1,100 @@
+//! A device that follows the recording: `cudaMalloc` returns the address the
+//! real GPU returned, so the twin's blocks land where the real ones did and
+//! addresses can be compared one for one.
+
+use std::rc::Rc;
+
+use vramscope_alloc::{Device, TraceAction};
+
+use crate::Event;
+
+/// Addresses for new segments come from the recorded segment events, in
+/// order; a call the recording does not expect gets a fresh address (and the
+/// replay reports the divergence). Capacity is unlimited unless given.
+#[derive(Debug, Clone)]
+pub struct ScriptedDevice {
+    script: Rc<[Event]>,
+    cursor: usize,
+    total: u64,
+    capacity: u64,
+    used: u64,
+    fresh: u64,
+}
+
+impl ScriptedDevice {
+    /// Follow `segment_events` (the recording's segment actions, in order) on
+    /// a GPU of `total` bytes, of which `capacity` may be used.
+    pub fn new(segment_events: Vec<Event>, total: u64, capacity: u64) -> Self {
+        Self {
+            script: segment_events.into(),
+            cursor: 0,
+            total,
+            capacity,
+            used: 0,
+            fresh: 0xdead_0000_0000_0000,
+        }
+    }
+
+    fn take(&mut self, action: TraceAction, size: Option<u64>, addr: Option<u64>) -> Option<u64> {
+        let e = self.script.get(self.cursor)?;
+        if e.action == action
+            && size.is_none_or(|s| s == e.size)
+            && addr.is_none_or(|a| a == e.addr)
+        {
+            self.cursor += 1;
+            Some(e.addr)
+        } else {
+            None
+        }
+    }
+
+    fn fresh(&mut self, size: u64) -> u64 {
+        let a = self.fresh;
+        self.fresh += size.next_multiple_of(2 << 20);
+        a
+    }
+}
+
+impl Device for ScriptedDevice {
+    fn malloc(&mut self, size: u64) -> Option<u64> {
+        if self.used + size > self.capacity {
+            return None;
+        }
+        self.used += size;
+        Some(
+            match self.take(TraceAction::SegmentAlloc, Some(size), None) {
+                Some(a) => a,
+                None => self.fresh(size),
+            },
+        )
+    }
+    fn free(&mut self, addr: u64, size: u64) {
+        self.used -= size;
+        self.take(TraceAction::SegmentFree, Some(size), Some(addr));
+    }
+    fn reserve(&mut self, size: u64) -> u64 {
+        // The first map of a new expandable segment is at its base.
+        match self.script.get(self.cursor) {
+            Some(e) if e.action == TraceAction::SegmentMap => e.addr,
+            _ => self.fresh(size),
+        }
+    }
+    fn map(&mut self, addr: u64, size: u64) -> bool {
+        if self.used + size > self.capacity {
+            return false;
+        }
+        self.used += size;
+        self.take(TraceAction::SegmentMap, Some(size), Some(addr));
+        true
+    }
+    fn unmap(&mut self, addr: u64, size: u64) {
+        self.used -= size;
+        self.take(TraceAction::SegmentUnmap, Some(size), Some(addr));
+    }
+    fn mem_info(&self) -> (u64, u64) {
+        (
+            self.capacity.saturating_sub(self.used).min(self.total),
+            self.total,
+        )
+    }
+}
