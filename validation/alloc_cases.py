@@ -136,12 +136,14 @@ else:
 
 torch.cuda.synchronize()
 stats = torch.cuda.memory_stats()
-with open(f"{outdir}/{case}.stats.json", "w") as f:
-    json.dump(stats, f, indent=0, sort_keys=True)
-with open(f"{outdir}/{case}.summary.txt", "w") as f:
-    f.write(torch.cuda.memory_summary())
+# (File handles are named fh: a name like `f` would rebind a tensor of the
+# workload and free it after the statistics were taken.)
+with open(f"{outdir}/{case}.stats.json", "w") as fh:
+    json.dump(stats, fh, indent=0, sort_keys=True)
+with open(f"{outdir}/{case}.summary.txt", "w") as fh:
+    fh.write(torch.cuda.memory_summary())
 meta["mem_get_info"] = list(torch.cuda.mem_get_info())
-with open(f"{outdir}/{case}.meta.json", "w") as f:
-    json.dump(meta, f, indent=1, sort_keys=True)
+with open(f"{outdir}/{case}.meta.json", "w") as fh:
+    json.dump(meta, fh, indent=1, sort_keys=True)
 torch.cuda.memory._dump_snapshot(f"{outdir}/{case}.pickle")
 print(case, "ok", "entries", len(torch.cuda.memory._snapshot()["device_traces"][0]), "retries", stats.get("num_alloc_retries"), "ooms", stats.get("num_ooms"))

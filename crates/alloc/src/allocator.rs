@@ -3,11 +3,14 @@
 //! of effects. Comments cite the rule each branch reproduces.
 
 use std::collections::{BTreeSet, HashMap};
+
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::addrmap::AddrMap;
 use crate::config::AllocatorConfig;
 use crate::device::{Device, SimDevice};
 use crate::error::{AllocError, OutOfMemory};
+use crate::freeset::FreeSet;
 use crate::stats::DeviceStats;
 use crate::trace::{TraceAction, TraceEntry};
 use crate::{Addr, StreamId};
@@ -27,7 +30,7 @@ type Id = u32;
 const NIL: Id = u32::MAX;
 
 /// A block: a free or allocated range of a segment (`struct Block`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Block {
     addr: u64,
     size: u64,
@@ -39,7 +42,9 @@ struct Block {
     prev: Id,
     next: Id,
     event_count: u32,
-    stream_uses: Vec<u64>,
+    /// `!stream_uses.empty()`; the streams themselves live in
+    /// `CachingAllocator::stream_uses` (rare, and this keeps Block plain).
+    has_stream_uses: bool,
     gc_count_base: u64,
     /// Index of the expandable segment this block lies in, or NIL.
     seg: Id,
@@ -49,7 +54,7 @@ struct Block {
 /// (stream, size, address) and unmapped ones by `BlockComparatorAddress`.
 #[derive(Debug, Clone, Default)]
 struct Pool {
-    blocks: BTreeSet<(u64, u64, u64, Id)>,
+    blocks: FreeSet,
     unmapped: BTreeSet<(u64, u64, Id)>,
     get_free_blocks_call_count: u64,
 }
@@ -177,7 +182,7 @@ pub struct SegmentInfo {
     pub blocks: Vec<BlockInfo>,
 }
 
-/// A fast hasher for device addresses (multiplicative, like Fx).
+/// A fast hasher for device addresses (multiplicative).
 #[derive(Default, Clone, Copy)]
 struct AddrHasher(u64);
 impl Hasher for AddrHasher {
@@ -190,10 +195,14 @@ impl Hasher for AddrHasher {
         }
     }
     fn write_u64(&mut self, i: u64) {
-        self.0 = (i ^ (i >> 29)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        // Addresses are 512-byte aligned and share their high bits: multiply,
+        // then fold the well-mixed high half onto the low bits hashbrown
+        // indexes by.
+        let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 32);
     }
 }
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
 /// The caching allocator of one device (`DeviceCachingAllocator`).
 #[derive(Debug, Clone)]
@@ -205,7 +214,9 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     /// `small_blocks` (index 0) and `large_blocks` (index 1).
     pools: [Pool; 2],
     /// `allocated_blocks`: the blocks handed out, by address.
-    allocated: AddrMap<Id>,
+    allocated: AddrMap,
+    /// `Block::stream_uses` of the blocks that have any.
+    stream_uses: IdMap<Vec<u64>>,
     /// Outstanding (stream, block) events, in the order they were recorded.
     events: Vec<(u64, Id)>,
     event_policy: EventPolicy,
@@ -252,6 +263,7 @@ impl<D: Device> CachingAllocator<D> {
             free_ids: Vec::new(),
             pools: [Pool::default(), Pool::default()],
             allocated: AddrMap::default(),
+            stream_uses: IdMap::default(),
             events: Vec::new(),
             event_policy: EventPolicy::CompleteAtNextMalloc,
             segments: Vec::new(),
@@ -320,6 +332,7 @@ impl<D: Device> CachingAllocator<D> {
         self.set_fraction.then_some(self.allowed_memory_maximum)
     }
 
+    #[inline]
     fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: u64) {
         if let Some(t) = self.trace.as_mut() {
             t.push(TraceEntry {
@@ -345,7 +358,7 @@ impl<D: Device> CachingAllocator<D> {
             prev: NIL,
             next: NIL,
             event_count: 0,
-            stream_uses: Vec::new(),
+            has_stream_uses: false,
             gc_count_base: 0,
             seg,
         };
@@ -369,10 +382,6 @@ impl<D: Device> CachingAllocator<D> {
     fn bm(&mut self, id: Id) -> &mut Block {
         &mut self.blocks[id as usize]
     }
-    fn key(&self, id: Id) -> (u64, u64, u64, Id) {
-        let b = self.b(id);
-        (b.stream, b.size, b.addr, id)
-    }
     fn ukey(&self, id: Id) -> (u64, u64, Id) {
         let b = self.b(id);
         (b.stream, b.addr, id)
@@ -386,13 +395,14 @@ impl<D: Device> CachingAllocator<D> {
         let p = pool_index(self.b(id).small);
         let base = self.pools[p].get_free_blocks_call_count;
         self.bm(id).gc_count_base = base;
-        let k = self.key(id);
-        self.pools[p].blocks.insert(k);
+        let b = &self.blocks[id as usize];
+        self.pools[p].blocks.insert(b.stream, b.size, b.addr, id);
     }
     fn remove_from_blocks(&mut self, id: Id) {
-        let p = pool_index(self.b(id).small);
-        let k = self.key(id);
-        self.pools[p].blocks.remove(&k);
+        let b = &self.blocks[id as usize];
+        self.pools[pool_index(b.small)]
+            .blocks
+            .remove(b.stream, b.size, b.addr);
     }
     fn gc_count(&self, id: Id) -> u64 {
         let b = self.b(id);
@@ -471,7 +481,7 @@ impl<D: Device> CachingAllocator<D> {
     pub fn free(&mut self, addr: Addr) -> Result<(), AllocError> {
         let id = self
             .allocated
-            .remove(&addr)
+            .remove(addr)
             .ok_or(AllocError::InvalidPointer(addr))?;
         let (size, small, requested, stream) = {
             let b = self.bm(id);
@@ -484,7 +494,7 @@ impl<D: Device> CachingAllocator<D> {
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
-        if !self.b(id).stream_uses.is_empty() {
+        if self.b(id).has_stream_uses {
             self.insert_events(id);
         } else {
             self.free_block(id);
@@ -494,13 +504,17 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `recordStream`: the block at `addr` is used on `stream` too.
     pub fn record_stream(&mut self, addr: Addr, stream: StreamId) -> Result<(), AllocError> {
-        let id = *self
+        let id = self
             .allocated
-            .get(&addr)
+            .get(addr)
             .ok_or(AllocError::InvalidPointer(addr))?;
-        let b = self.bm(id);
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        // Uses on the allocation stream need no synchronization.
+        if stream != self.b(id).stream {
+            let uses = self.stream_uses.entry(id as u64).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
+            self.bm(id).has_stream_uses = true;
         }
         Ok(())
     }
@@ -559,7 +573,7 @@ impl<D: Device> CachingAllocator<D> {
             let mut cur = id;
             while cur != NIL && self.b(cur).mapped {
                 let b = self.b(cur);
-                let active = b.allocated || b.event_count > 0 || !b.stream_uses.is_empty();
+                let active = b.allocated || b.event_count > 0 || b.has_stream_uses;
                 seg.total_size += b.size;
                 if b.allocated {
                     seg.allocated_size += b.size;
@@ -583,11 +597,16 @@ impl<D: Device> CachingAllocator<D> {
         out
     }
 
+    /// Number of free cached blocks in the (small, large) pools.
+    pub fn free_block_counts(&self) -> (usize, usize) {
+        (self.pools[0].blocks.len(), self.pools[1].blocks.len())
+    }
+
     /// `cacheInfo`: the largest free cached block.
     pub fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
-            .flat_map(|p| p.blocks.iter().map(|k| k.1))
+            .filter_map(|p| p.blocks.max_size())
             .max()
             .unwrap_or(0)
     }
@@ -619,7 +638,8 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `insert_events`: one event per stream the block was used on.
     fn insert_events(&mut self, id: Id) {
-        let streams = std::mem::take(&mut self.bm(id).stream_uses);
+        let streams = self.stream_uses.remove(&(id as u64)).unwrap_or_default();
+        self.bm(id).has_stream_uses = false;
         self.bm(id).event_count += streams.len() as u32;
         for s in streams {
             self.events.push((s, id));
@@ -634,60 +654,54 @@ impl<D: Device> CachingAllocator<D> {
             self.pools[p].get_free_blocks_call_count += 1;
         }
         let max_split = self.config.max_split_size;
-        let chosen = {
-            let pool = &self.pools[p];
-            let mut it = pool.blocks.range((stream, size, 0, 0)..);
-            let mut cur = *it.next()?;
-            if cur.0 != stream {
-                return None;
-            }
-            if self.b(cur.3).seg != NIL {
-                if self.config.expandable_segments {
-                    // Best fit by the size a block could expand to.
-                    let exp = |k: &(u64, u64, u64, Id)| {
-                        let b = self.b(k.3);
-                        b.size
-                            + if b.next != NIL && !self.b(b.next).mapped {
-                                self.b(b.next).size
-                            } else {
-                                0
-                            }
-                    };
-                    let mut next = it.next().copied();
-                    while let Some(n) = next {
-                        if !(self.b(cur.3).seg != NIL && n.0 == stream && exp(&n) < exp(&cur)) {
-                            break;
+        // Entries are (size, addr, id), all of this stream (the set keeps one
+        // set per stream, so leaving the stream is running off the end).
+        let pool = &self.pools[p].blocks;
+        let mut c = pool.lower_bound(stream, size)?;
+        let mut cur = pool.get(c);
+        if self.b(cur.2).seg != NIL {
+            if self.config.expandable_segments {
+                // Best fit by the size a block could expand to.
+                let exp = |k: &(u64, u64, Id)| {
+                    let b = self.b(k.2);
+                    b.size
+                        + if b.next != NIL && !self.b(b.next).mapped {
+                            self.b(b.next).size
+                        } else {
+                            0
                         }
-                        cur = n;
-                        next = it.next().copied();
+                };
+                while let Some(nc) = pool.next(c) {
+                    let n = pool.get(nc);
+                    if !(self.b(cur.2).seg != NIL && exp(&n) < exp(&cur)) {
+                        break;
                     }
-                } else {
-                    // Expandable segments turned off: only non-expandable blocks.
-                    loop {
-                        cur = *it.next()?;
-                        if !(self.b(cur.3).seg != NIL && cur.0 == stream) {
-                            break;
-                        }
-                    }
-                    if cur.0 != stream {
-                        return None;
+                    cur = n;
+                    c = nc;
+                }
+            } else {
+                // Expandable segments turned off: only non-expandable blocks.
+                loop {
+                    c = pool.next(c)?;
+                    cur = pool.get(c);
+                    if self.b(cur.2).seg == NIL {
+                        break;
                     }
                 }
             }
-            // Do not return an oversized block for a large request.
-            if size < max_split && cur.1 >= max_split {
-                return None;
-            }
-            // Allow oversized block size to be rounded up but within a limit.
-            if size >= max_split
-                && cur.1 >= size.saturating_add(self.config.max_non_split_rounding_size)
-            {
-                return None;
-            }
-            cur
-        };
-        self.pools[p].blocks.remove(&chosen);
-        Some(chosen.3)
+        }
+        // Do not return an oversized block for a large request.
+        if size < max_split && cur.0 >= max_split {
+            return None;
+        }
+        // Allow oversized block size to be rounded up but within a limit.
+        if size >= max_split
+            && cur.0 >= size.saturating_add(self.config.max_non_split_rounding_size)
+        {
+            return None;
+        }
+        self.pools[p].blocks.remove_at(c);
+        Some(cur.2)
     }
 
     /// `should_split`.
@@ -827,7 +841,7 @@ impl<D: Device> CachingAllocator<D> {
             let s = self.b(src);
             if s.allocated
                 || s.event_count > 0
-                || !s.stream_uses.is_empty()
+                || s.has_stream_uses
                 || s.mapped != self.b(dst).mapped
             {
                 return 0;
@@ -905,36 +919,24 @@ impl<D: Device> CachingAllocator<D> {
         }
         let p = pool_index(small);
         let key_size = size.max(max_split);
-        let first = self.pools[p]
-            .blocks
-            .range((stream, key_size, 0, 0)..)
-            .next()
-            .copied();
+        let first = self.pools[p].blocks.first_from(stream, key_size);
         match first {
-            Some(k) if k.0 == stream && self.b(k.3).seg == NIL => {
-                self.release_block(k.3);
+            Some(k) if self.b(k.2).seg == NIL => {
+                self.release_block(k.2);
                 true
             }
             _ => {
                 // No single block is large enough; free oversize blocks,
                 // starting with the largest.
-                let before: Vec<(u64, u64, u64, Id)> = self.pools[p]
-                    .blocks
-                    .range(..(stream, key_size, 0, 0))
-                    .rev()
-                    .copied()
-                    .collect();
-                if before.is_empty() {
-                    return false;
-                }
+                let before = self.pools[p].blocks.before(stream, key_size);
                 let mut total = 0u64;
                 for k in before {
-                    if !(total < key_size && k.1 >= max_split && k.0 == stream) {
+                    if !(total < key_size && k.0 >= max_split) {
                         break;
                     }
-                    if self.b(k.3).seg == NIL {
-                        self.release_block(k.3);
-                        total += k.1;
+                    if self.b(k.2).seg == NIL {
+                        self.release_block(k.2);
+                        total += k.0;
                     }
                 }
                 total >= key_size
@@ -952,7 +954,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `release_blocks`.
     fn release_blocks(&mut self, small: bool) {
         let p = pool_index(small);
-        let ids: Vec<Id> = self.pools[p].blocks.iter().map(|k| k.3).collect();
+        let ids: Vec<Id> = self.pools[p].blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
             if self.b(id).seg != NIL {
@@ -1001,7 +1003,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut reclaimed = 0u64;
         let mut total_age = 0u64;
         let mut count = 0i64;
-        let ids: Vec<Id> = self.pools[1].blocks.iter().map(|k| k.3).collect();
+        let ids: Vec<Id> = self.pools[1].blocks.ids();
         for &id in &ids {
             if !self.is_split(id) {
                 total_age += self.gc_count(id);
@@ -1015,7 +1017,7 @@ impl<D: Device> CachingAllocator<D> {
         while reclaimed < target && freed && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed = false;
-            let ids: Vec<Id> = self.pools[1].blocks.iter().map(|k| k.3).collect();
+            let ids: Vec<Id> = self.pools[1].blocks.ids();
             for id in ids {
                 if !self.is_split(id)
                     && self.b(id).seg == NIL
@@ -1036,7 +1038,7 @@ impl<D: Device> CachingAllocator<D> {
     fn allocatable(&self, id: Id) -> bool {
         id != NIL && {
             let b = self.b(id);
-            !b.allocated && b.event_count == 0 && b.stream_uses.is_empty()
+            !b.allocated && b.event_count == 0 && !b.has_stream_uses
         }
     }
 
@@ -1239,13 +1241,13 @@ impl<D: Device> CachingAllocator<D> {
             }
             if b.allocated {
                 allocated += b.size;
-                if self.allocated.get(&b.addr) != Some(&id) {
+                if self.allocated.get(b.addr) != Some(id) {
                     return Err(format!("allocated block {id} is not in allocated_blocks"));
                 }
             }
             let in_pool = self.pools[pool_index(b.small)]
                 .blocks
-                .contains(&self.key(id));
+                .contains(b.stream, b.size, b.addr);
             let should = b.mapped && !b.allocated && b.event_count == 0;
             if in_pool != should {
                 return Err(format!("block {id}: in pool {in_pool}, expected {should}"));

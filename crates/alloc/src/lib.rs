@@ -12,11 +12,13 @@
 
 #![deny(missing_docs)]
 
+mod addrmap;
 mod allocator;
 mod config;
 mod device;
 mod error;
 mod format;
+mod freeset;
 mod stats;
 mod summary;
 mod trace;

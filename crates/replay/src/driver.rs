@@ -291,6 +291,13 @@ pub fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<ReplayReport, Rep
                     .then(|| (run.twin.clone(), run.seen, run.matched));
                 let attempt = |run: &mut Run| -> Result<(), Divergence> {
                     let got = run.twin.malloc(e.size, e.stream);
+                    if let (TraceAction::Alloc, Err(oom)) = (e.action, &got) {
+                        return Err(Divergence {
+                            trace_index: i,
+                            expected: describe(e),
+                            got: format!("out of memory: {oom}"),
+                        });
+                    }
                     let addr = run.check_new(i)?;
                     if let Some(d) = run.lag(i) {
                         return Err(d);
@@ -301,11 +308,6 @@ pub fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<ReplayReport, Rep
                             trace_index: i,
                             expected: describe(e),
                             got: format!("alloc at {a:#x}"),
-                        }),
-                        (TraceAction::Alloc, Err(oom), _) => Err(Divergence {
-                            trace_index: i,
-                            expected: describe(e),
-                            got: format!("out of memory: {oom}"),
                         }),
                         (_, Err(_), _) => Ok(()),
                         (_, Ok(a), _) => Err(Divergence {

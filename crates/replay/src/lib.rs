@@ -4,13 +4,14 @@
 //! `segment_unmap`, the addresses it hands out, out-of-memory errors) and the
 //! final segments and blocks with what the real allocator did.
 //!
-//! Pure: the recording comes in as plain data ([`Recording`]); reading it
-//! from a pickle is the snapshot crate's job.
+//! Pure: the recording comes in as plain data ([`Recording`]), built from a
+//! snapshot the snapshot crate has read ([`from_snapshot`]).
 
 #![deny(missing_docs)]
 
 mod device;
 mod driver;
+pub mod from_snapshot;
 
 pub use device::ScriptedDevice;
 pub use driver::{replay, Divergence, ReplayError, ReplayOptions, ReplayReport};

@@ -1,0 +1,105 @@
+//! Property tests: after every operation, on random workloads and settings,
+//! blocks tile their segments exactly, allocated = sum of allocated blocks,
+//! reserved = sum of segments, and no statistic is negative.
+
+use proptest::prelude::*;
+use vramscope_alloc::{AllocatorConfig, CachingAllocator, SimDevice, MIB};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Malloc { size: u64, stream: u64 },
+    Free(usize),
+    RecordStream(usize, u64),
+    EmptyCache,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let size = prop_oneof![
+        1u64..4096,
+        4096u64..(1 << 20),
+        (1u64 << 20)..(10 << 20),
+        (10u64 << 20)..(300 << 20),
+    ];
+    prop_oneof![
+        6 => (size, 0u64..3).prop_map(|(size, stream)| Op::Malloc { size, stream }),
+        5 => any::<usize>().prop_map(Op::Free),
+        1 => (any::<usize>(), 1u64..3).prop_map(|(i, s)| Op::RecordStream(i, s)),
+        1 => Just(Op::EmptyCache),
+    ]
+}
+
+fn config() -> impl Strategy<Value = (String, Option<f64>)> {
+    prop_oneof![
+        Just(("".to_string(), None)),
+        Just(("expandable_segments:True".to_string(), None)),
+        Just(("max_split_size_mb:64".to_string(), None)),
+        Just((
+            "max_split_size_mb:40,max_non_split_rounding_mb:60".to_string(),
+            None
+        )),
+        Just((
+            "roundup_power2_divisions:[64:8,256:4,>:1]".to_string(),
+            None
+        )),
+        Just(("garbage_collection_threshold:0.5".to_string(), Some(0.5))),
+        Just(("".to_string(), Some(0.3))),
+        Just(("expandable_segments:True".to_string(), Some(0.4))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn invariants_hold_after_every_operation(
+        (conf, fraction) in config(),
+        capacity_mib in 600u64..3000,
+        ops in prop::collection::vec(op(), 1..300),
+    ) {
+        let cfg = AllocatorConfig::parse(&conf).unwrap();
+        // A small GPU so out-of-memory and the retry path happen.
+        let dev = SimDevice::new(2048 * MIB, capacity_mib * MIB);
+        let mut a = CachingAllocator::with_device(cfg, dev);
+        if let Some(f) = fraction {
+            a.set_memory_fraction(f);
+        }
+        let mut live: Vec<u64> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Malloc { size, stream } => {
+                    if let Ok(p) = a.malloc(size, stream) {
+                        prop_assert!(!live.contains(&p), "address {p:#x} handed out twice");
+                        live.push(p);
+                    }
+                }
+                Op::Free(i) if !live.is_empty() => {
+                    let p = live.swap_remove(i % live.len());
+                    a.free(p).unwrap();
+                }
+                Op::RecordStream(i, s) if !live.is_empty() => {
+                    a.record_stream(live[i % live.len()], s).unwrap();
+                }
+                Op::EmptyCache => a.empty_cache(),
+                _ => {}
+            }
+            if let Err(e) = a.check_invariants() {
+                return Err(TestCaseError::fail(e));
+            }
+            let s = a.stats();
+            prop_assert!(s.allocated_bytes.all().peak >= s.allocated_bytes.all().current);
+            prop_assert!(s.reserved_bytes.all().current >= s.allocated_bytes.all().current);
+            // (Expandable segments map whole pages and may pass the limit by
+            // less than a page, as PyTorch does.)
+            if let (Some(max), false) = (a.allowed_memory_maximum(), a.config().expandable_segments) {
+                prop_assert!(a.total_allocated_memory() <= max);
+            }
+        }
+        // Free everything, empty the cache: nothing may stay reserved.
+        for p in live.drain(..) {
+            a.free(p).unwrap();
+        }
+        a.empty_cache();
+        prop_assert_eq!(a.stats().reserved_bytes.all().current, 0);
+        prop_assert_eq!(a.stats().allocated_bytes.all().current, 0);
+        prop_assert_eq!(a.stats().inactive_split_bytes.all().current, 0);
+    }
+}

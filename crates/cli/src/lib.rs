@@ -1,0 +1,85 @@
+//! The `vramscope` command line: argument definitions and the commands,
+//! each a thin layer over the library crates (allocator twin, replay,
+//! snapshot reader) that turns their results into text or JSON.
+
+#![deny(missing_docs)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod demo;
+pub mod diff;
+pub mod inspect;
+pub mod replay;
+
+/// Exit code: the command ran and the answer is "yes" (exact, fits, ...).
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the command ran and found a difference (a divergence, a regression).
+pub const EXIT_DIFFERENT: u8 = 1;
+/// Exit code: the input could not be used (not a snapshot, bad settings, ...).
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// vramscope: a memory twin of PyTorch. It reproduces PyTorch's CUDA caching
+/// allocator rule for rule, so it can tell you exactly how much GPU memory a
+/// run takes and why, from a real memory snapshot or before you run.
+///
+/// Exit codes: 0 success (exact), 1 a difference was found, 2 the input could
+/// not be used.
+#[derive(Debug, Parser)]
+#[command(name = "vramscope", version, about, long_about, max_term_width = 100)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay a real memory snapshot through the allocator twin and check it
+    /// does exactly what the GPU did.
+    ///
+    /// The snapshot must be recorded from the first allocation: call
+    /// `torch.cuda.memory._record_memory_history(max_entries=1_000_000)`
+    /// before any CUDA work, run, then save it with
+    /// `torch.cuda.memory._dump_snapshot("run.pickle")`.
+    ///
+    /// The twin is configured from the snapshot's allocator_settings. It
+    /// compares every segment action (segment_alloc, segment_free,
+    /// segment_map, segment_unmap), every address handed out, and the final
+    /// segments and blocks. Without a file it replays a built-in snapshot of
+    /// three AdamW training steps of a transformer layer on an H100.
+    ///
+    /// Exit 0 when exact, 1 at a divergence (the first one is named), 2 when
+    /// the file cannot be replayed.
+    Replay(replay::ReplayArgs),
+    /// Run a seed experiment (the blog posts in shared/seeds) on the eager
+    /// twin and explain every step: what each byte is and why it was
+    /// allocated or freed.
+    ///
+    /// The figures are those torch.cuda reports (memory_allocated,
+    /// max_memory_allocated, memory_reserved, ...), predicted without a GPU;
+    /// they equal the H100 measurements in shared/truth/seeds_h100.jsonl.
+    Demo(demo::DemoArgs),
+    /// Inspect a memory snapshot: the timeline of allocated, active and
+    /// reserved bytes, what is live at the peak by allocation site and
+    /// category (with the evidence), fragmentation and out-of-memory events.
+    ///
+    /// Exit 0, or 2 when the file cannot be read.
+    Inspect(inspect::InspectArgs),
+    /// Compare two snapshots: how the peaks changed and which sites grew.
+    ///
+    /// Exit 1 when peak allocated grew by more than --fail-over.
+    Diff(diff::DiffArgs),
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Replay(args) => replay::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Diff(args) => diff::run(&args),
+    }
+}

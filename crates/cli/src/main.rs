@@ -1,0 +1,27 @@
+//! `vramscope`: parse the command line, run, print the error chain, exit
+//! with a code that means something (see `vramscope --help`).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = vramscope::Cli::parse();
+    match vramscope::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`vramscope ... | head`) is not an error.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(vramscope::EXIT_BAD_INPUT)
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The backward engine (`torch/csrc/autograd/engine.cpp`): dependency
+//! counting, a ready queue ordered by sequence number (highest first, as
+//! `CompareNodeTaskTime` orders `std::priority_queue`), input buffers that
+//! steal the first gradient and accumulate the rest (`InputBuffer::add`),
+//! `validate_outputs` (reducing broadcast gradients with `sum_to`),
+//! `release_variables` after each node unless `retain_graph`, and
+//! `AccumulateGrad`'s steal-or-clone rules. It runs on the CUDA device
+//! thread, whose cuBLAS handle is not the Python thread's.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::autograd::{Backward, Edge, Node};
+use crate::error::{EngineError, Result};
+use crate::runtime::{Category, Thread};
+use crate::tensor::Tensor;
+
+/// Options of `tensor.backward()`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackwardOptions {
+    /// `retain_graph=True`: keep every node's saved tensors.
+    pub retain_graph: bool,
+}
+
+/// A `std::priority_queue<NodeTask>` replica: libstdc++'s `push_heap` /
+/// `pop_heap` on a vector, so ties between equal sequence numbers (every
+/// `AccumulateGrad` has `UINT64_MAX`) break as PyTorch breaks them.
+struct ReadyQueue {
+    v: Vec<(u64, Rc<Node>, Vec<Option<Tensor>>)>,
+}
+
+impl ReadyQueue {
+    fn less(&self, a: usize, b: usize) -> bool {
+        self.v[a].0 < self.v[b].0
+    }
+    fn push(&mut self, item: (u64, Rc<Node>, Vec<Option<Tensor>>)) {
+        self.v.push(item);
+        // __push_heap: sift up
+        let mut hole = self.v.len() - 1;
+        while hole > 0 {
+            let parent = (hole - 1) / 2;
+            if self.less(parent, hole) {
+                self.v.swap(parent, hole);
+                hole = parent;
+            } else {
+                break;
+            }
+        }
+    }
+    fn pop(&mut self) -> Option<(u64, Rc<Node>, Vec<Option<Tensor>>)> {
+        let n = self.v.len();
+        if n == 0 {
+            return None;
+        }
+        // __pop_heap: move last into the root's hole via __adjust_heap
+        self.v.swap(0, n - 1);
+        let top = self.v.pop();
+        let len = self.v.len();
+        if len > 1 {
+            // __adjust_heap(first, 0, len, value): sift the hole down to a leaf
+            // choosing the larger child (right preferred unless left is
+            // greater), then __push_heap the value back up.
+            let mut hole = 0usize;
+            let mut child = 0usize;
+            while child < (len - 1) / 2 {
+                child = 2 * (child + 1);
+                if self.less(child, child - 1) {
+                    child -= 1;
+                }
+                self.v.swap(hole, child);
+                hole = child;
+            }
+            if len.is_multiple_of(2) && child == (len - 2) / 2 {
+                child = 2 * (child + 1);
+                self.v.swap(hole, child - 1);
+                hole = child - 1;
+            }
+            while hole > 0 {
+                let parent = (hole - 1) / 2;
+                if self.less(parent, hole) {
+                    self.v.swap(parent, hole);
+                    hole = parent;
+                } else {
+                    break;
+                }
+            }
+        }
+        top
+    }
+}
+
+/// `can_accumulate_inplace`: dense, and this buffer holds the only
+/// reference to the tensor and to its storage.
+fn can_accumulate_inplace(t: &Tensor) -> bool {
+    t.is_non_overlapping_and_dense() && t.use_count() == 1 && t.storage_use_count() == 1
+}
+
+/// `InputBuffer::add` with grad mode off (`accumulate`).
+fn buffer_add(buf: &mut [Option<Tensor>], pos: usize, var: Tensor) -> Result<()> {
+    match buf[pos].take() {
+        None => buf[pos] = Some(var),
+        Some(old) => {
+            if can_accumulate_inplace(&old) {
+                old.add_(&var, 1.0)?;
+                buf[pos] = Some(old);
+                drop(var);
+            } else if can_accumulate_inplace(&var) {
+                var.add_(&old, 1.0)?;
+                drop(old);
+                buf[pos] = Some(var);
+            } else {
+                let s = old.add(&var)?;
+                drop(old);
+                drop(var);
+                buf[pos] = Some(s);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `utils::obeys_layout_contract(grad, variable)`.
+fn obeys_layout_contract(grad: &Tensor, var: &Tensor) -> bool {
+    if var.is_non_overlapping_and_dense() {
+        for i in 0..grad.dim() {
+            if grad.sizes()[i] != 1 {
+                if grad.strides()[i] != var.strides()[i] {
+                    return false;
+                }
+            } else if grad.strides()[i] == 0 {
+                return false;
+            }
+        }
+        true
+    } else {
+        grad.is_contiguous()
+    }
+}
+
+/// `AccumulateGrad::apply` → `accumulateGrad` with grad mode off.
+fn accumulate_grad(variable: &Tensor, new_grad: Tensor) -> Result<()> {
+    match variable.grad() {
+        None => {
+            // steal when nobody else holds the gradient and its layout fits
+            if new_grad.use_count() <= 1 && obeys_layout_contract(&new_grad, variable) {
+                let g = new_grad.detach();
+                drop(new_grad);
+                variable.set_grad(Some(g));
+            } else {
+                // clone_obey_contract
+                let rt = variable.rt().clone();
+                let c = if variable.is_non_overlapping_and_dense() {
+                    rt.empty_strided_op(
+                        variable.sizes(),
+                        variable.strides(),
+                        variable.dtype(),
+                        variable.device(),
+                        "empty_strided",
+                        Category::Gradient,
+                    )?
+                } else {
+                    rt.empty_op(
+                        variable.sizes(),
+                        variable.dtype(),
+                        variable.device(),
+                        "clone",
+                        Category::Gradient,
+                    )?
+                };
+                drop(new_grad);
+                variable.set_grad(Some(c));
+            }
+        }
+        Some(g) => {
+            // variable_grad += new_grad
+            g.add_(&new_grad, 1.0)?;
+            drop(new_grad);
+        }
+    }
+    Ok(())
+}
+
+/// `validate_outputs`: reduce broadcast gradients to the input's shape
+/// (`InputMetadata::reduce_grad` → `at::sum_to`) and cast dtype.
+fn validate_outputs(node: &Node, outputs: &mut [Option<Tensor>]) -> Result<()> {
+    for (i, g) in outputs.iter_mut().enumerate() {
+        let Some(Some(edge)) = node.edges.get(i) else {
+            continue;
+        };
+        let Some(t) = g.as_ref() else { continue };
+        let meta = edge.node.input_meta[edge.input_nr as usize];
+        if t.sizes() != &*meta.sizes {
+            let r = t.sum_to(&meta.sizes)?;
+            *g = Some(r);
+        }
+        let t = g.as_ref().expect("checked above");
+        if t.device() != meta.device {
+            let r = t.to_device(meta.device)?;
+            *g = Some(r);
+        }
+        let t = g.as_ref().expect("checked above");
+        if t.dtype() != meta.dtype {
+            let r = t.to_dtype(meta.dtype)?;
+            *g = Some(r);
+        }
+    }
+    Ok(())
+}
+
+fn key(n: &Rc<Node>) -> *const Node {
+    Rc::as_ptr(n)
+}
+
+impl Tensor {
+    /// `tensor.backward()` on a scalar (the gradient is `torch.ones_like`).
+    pub fn backward(&self) -> Result<()> {
+        self.backward_with(None, BackwardOptions::default())
+    }
+
+    /// `tensor.backward(gradient, retain_graph=)`.
+    pub fn backward_with(&self, gradient: Option<Tensor>, opts: BackwardOptions) -> Result<()> {
+        let rt = self.rt().clone();
+        // torch.autograd.__init__._make_grads: ones_like for a scalar root
+        let grad = match gradient {
+            Some(g) => g,
+            None => {
+                if self.numel() != 1 {
+                    return Err(EngineError::NonScalarBackward { shape: self.dims() });
+                }
+                crate::ops::empty_like(self, self.dtype(), "ones_like", Category::Gradient)?
+            }
+        };
+        let Some(root) = crate::autograd::gradient_edge(self) else {
+            return Err(EngineError::NoGradFn);
+        };
+        let prev_grad_mode = rt.set_grad_enabled(false);
+        let r = rt.on_thread(Thread::Autograd, || run(root, grad.clone(), opts));
+        rt.set_grad_enabled(prev_grad_mode);
+        // the Python caller drops its grad_tensors after the engine returns
+        drop(grad);
+        r
+    }
+}
+
+/// Run the graph from `root` (`Engine::execute` with one root edge: no
+/// `GraphRoot`, the root node gets the gradient directly).
+fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
+    // compute_dependencies
+    let mut deps: HashMap<*const Node, usize> = HashMap::new();
+    let mut seen: HashMap<*const Node, ()> = HashMap::new();
+    let mut stack = vec![root.node.clone()];
+    seen.insert(key(&root.node), ());
+    while let Some(n) = stack.pop() {
+        for e in n.edges.iter().flatten() {
+            *deps.entry(key(&e.node)).or_insert(0) += 1;
+            if seen.insert(key(&e.node), ()).is_none() {
+                stack.push(e.node.clone());
+            }
+        }
+    }
+    drop(seen);
+
+    let mut not_ready: HashMap<*const Node, Vec<Option<Tensor>>> = HashMap::new();
+    let mut queue = ReadyQueue { v: Vec::new() };
+    let mut buf = vec![None; root.node.input_meta.len().max(1)];
+    buffer_add(&mut buf, root.input_nr as usize, grad)?;
+    queue.push((root.node.seq, root.node.clone(), buf));
+    drop(root);
+
+    while let Some((_, node, mut inputs)) = queue.pop() {
+        if let Backward::AccumulateGrad { variable } = &node.kind {
+            // AccumulateGrad::apply: `new_grad = std::move(grads[0])`
+            let g = inputs[0].take();
+            drop(inputs);
+            if let Some(g) = g {
+                accumulate_grad(variable, g)?;
+            }
+            continue;
+        }
+        // call_function: the inputs live until it returns (after validate_outputs)
+        let mut outputs = node.apply(&inputs)?;
+        validate_outputs(&node, &mut outputs)?;
+        // retain_grad hooks are not modelled beyond keeping the tensor alive
+        drop(inputs);
+        if !opts.retain_graph {
+            node.release_variables();
+        }
+        for (i, out) in outputs.iter_mut().enumerate() {
+            let Some(Some(next)) = node.edges.get(i) else {
+                continue;
+            };
+            let k = key(&next.node);
+            let d = deps.get_mut(&k).expect("dependency counted");
+            *d -= 1;
+            let ready = *d == 0;
+            if ready {
+                deps.remove(&k);
+            }
+            let var = out.take();
+            match not_ready.remove(&k) {
+                None => {
+                    let mut b = vec![None; next.node.input_meta.len().max(1)];
+                    if let Some(v) = var {
+                        buffer_add(&mut b, next.input_nr as usize, v)?;
+                    }
+                    if ready {
+                        queue.push((next.node.seq, next.node.clone(), b));
+                    } else {
+                        not_ready.insert(k, b);
+                    }
+                }
+                Some(mut b) => {
+                    if let Some(v) = var {
+                        buffer_add(&mut b, next.input_nr as usize, v)?;
+                    }
+                    if ready {
+                        queue.push((next.node.seq, next.node.clone(), b));
+                    } else {
+                        not_ready.insert(k, b);
+                    }
+                }
+            }
+        }
+        drop(outputs);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_pops_highest_first() {
+        let rt = crate::Runtime::default();
+        let _ = rt;
+        let mk = |s: u64| {
+            Rc::new(Node {
+                seq: s,
+                kind: Backward::Clone,
+                saved: Default::default(),
+                released: Default::default(),
+                edges: vec![],
+                input_meta: vec![],
+            })
+        };
+        let mut q = ReadyQueue { v: vec![] };
+        for s in [3, 9, 1, 7, 5] {
+            q.push((s, mk(s), vec![]));
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| q.pop().map(|x| x.0)).collect();
+        assert_eq!(order, vec![9, 7, 5, 3, 1]);
+    }
+}

@@ -1,0 +1,461 @@
+//! The autograd graph: nodes with exactly the tensors each op saves for
+//! backward (`tools/autograd/derivatives.yaml` and the generated
+//! `torch/csrc/autograd/generated/Functions.h` of PyTorch 2.11), edges to the
+//! nodes of the inputs, and `AccumulateGrad` for leaves.
+
+mod engine;
+mod formulas;
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::rc::Rc;
+
+pub use engine::BackwardOptions;
+pub use formulas::CustomBackward;
+pub(crate) use formulas::{Backward, MatMeta};
+
+use crate::dims::Dims;
+use crate::dtype::{DType, Device};
+use crate::error::{EngineError, Result};
+use crate::runtime::{Category, Runtime};
+use crate::tensor::Tensor;
+
+/// An edge to the `input_nr`-th gradient input of `node`.
+#[derive(Clone)]
+pub(crate) struct Edge {
+    pub(crate) node: Rc<Node>,
+    pub(crate) input_nr: u32,
+}
+
+/// What a node knows of each tensor it will receive a gradient for
+/// (`InputMetadata`): `validate_outputs` reduces or casts gradients to it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InputMeta {
+    pub(crate) sizes: Dims,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+}
+
+/// `SavedVariable`: a tensor kept for backward and the version it had.
+pub(crate) struct SavedVar {
+    pub(crate) data: Tensor,
+    pub(crate) version: u32,
+}
+
+/// One autograd node (`torch::autograd::Node`).
+pub struct Node {
+    pub(crate) seq: u64,
+    pub(crate) kind: Backward,
+    /// in `release_variables()` order
+    saved: RefCell<Vec<SavedVar>>,
+    released: Cell<bool>,
+    pub(crate) edges: Vec<Option<Edge>>,
+    pub(crate) input_meta: Vec<InputMeta>,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{:?} seq={}>", self.kind, self.seq)
+    }
+}
+
+impl Drop for Node {
+    /// `deleteNode`: tear long chains down iteratively, not recursively.
+    fn drop(&mut self) {
+        let mut stack: Vec<Rc<Node>> = Vec::new();
+        for e in std::mem::take(&mut self.edges).into_iter().flatten() {
+            stack.push(e.node);
+        }
+        while let Some(n) = stack.pop() {
+            if let Ok(mut node) = Rc::try_unwrap(n) {
+                for e in std::mem::take(&mut node.edges).into_iter().flatten() {
+                    stack.push(e.node);
+                }
+            }
+        }
+    }
+}
+
+impl Node {
+    /// The class name PyTorch prints (`MulBackward0`, `AccumulateGrad`, ...).
+    pub fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+    /// `sequence_nr()` (`u64::MAX` for `AccumulateGrad`).
+    pub fn sequence_nr(&self) -> u64 {
+        self.seq
+    }
+    /// Number of tensors this node saved (0 once released).
+    pub fn num_saved(&self) -> usize {
+        self.saved.borrow().len()
+    }
+    /// Bytes of storage the saved tensors view (not deduplicated).
+    pub fn saved_bytes(&self) -> u64 {
+        self.saved
+            .borrow()
+            .iter()
+            .map(|s| s.data.storage_nbytes())
+            .sum()
+    }
+    /// The nodes this one sends gradients to.
+    pub fn next_functions(&self) -> Vec<Option<Rc<Node>>> {
+        self.edges
+            .iter()
+            .map(|e| e.as_ref().map(|e| e.node.clone()))
+            .collect()
+    }
+    /// Whether output `i` of the backward is needed (`should_compute_output`).
+    pub(crate) fn needs(&self, i: usize) -> bool {
+        self.edges.get(i).is_some_and(|e| e.is_some())
+    }
+    /// Unpack saved variable `slot`, checking it was neither freed nor
+    /// modified in place since it was saved.
+    pub(crate) fn saved(&self, slot: usize) -> Result<Tensor> {
+        if self.released.get() {
+            return Err(EngineError::GraphFreed { node: self.name() });
+        }
+        let s = self.saved.borrow();
+        let v = &s[slot];
+        if v.data.version() != v.version {
+            return Err(EngineError::SavedTensorModified {
+                node: self.name(),
+                saved: v.version,
+                now: v.data.version(),
+            });
+        }
+        Ok(v.data.clone())
+    }
+    /// `release_variables()`.
+    pub(crate) fn release_variables(&self) {
+        self.released.set(true);
+        let v = std::mem::take(&mut *self.saved.borrow_mut());
+        drop(v);
+    }
+}
+
+/// The gradient edge of `t` (`impl::gradient_edge`): its `grad_fn`, or the
+/// `AccumulateGrad` of a leaf that requires grad (created once and cached
+/// weakly, as `grad_accumulator()`).
+pub(crate) fn gradient_edge(t: &Tensor) -> Option<Edge> {
+    let m = t.meta();
+    if let Some(f) = &m.grad_fn {
+        return Some(Edge {
+            node: f.clone(),
+            input_nr: m.output_nr,
+        });
+    }
+    if !m.requires_grad {
+        return None;
+    }
+    if let Some(acc) = m.grad_acc.upgrade() {
+        return Some(Edge {
+            node: acc,
+            input_nr: 0,
+        });
+    }
+    drop(m);
+    let node = Rc::new(Node {
+        seq: u64::MAX,
+        kind: Backward::AccumulateGrad {
+            variable: t.clone(),
+        },
+        saved: RefCell::new(Vec::new()),
+        released: Cell::new(false),
+        edges: Vec::new(),
+        input_meta: vec![InputMeta {
+            sizes: t.dims(),
+            dtype: t.dtype(),
+            device: t.device(),
+        }],
+    });
+    t.0.autograd.borrow_mut().grad_acc = Rc::downgrade(&node);
+    Some(Edge { node, input_nr: 0 })
+}
+
+/// A node being built by a forward op (`grad_fn` created before the kernel
+/// runs, so its sequence number precedes those of the ops inside).
+pub(crate) struct Pending {
+    seq: u64,
+    edges: Vec<Option<Edge>>,
+    saved: Vec<SavedVar>,
+}
+
+impl Pending {
+    /// `compute_requires_grad(inputs)` under grad mode: a pending node with
+    /// the inputs' edges, or `None` when no gradient is needed.
+    pub(crate) fn begin(rt: &Runtime, inputs: &[Option<&Tensor>]) -> Option<Pending> {
+        if !rt.is_grad_enabled() {
+            return None;
+        }
+        if !inputs.iter().any(|t| t.is_some_and(|t| t.requires_grad())) {
+            return None;
+        }
+        let edges = inputs.iter().map(|t| t.and_then(gradient_edge)).collect();
+        Some(Pending {
+            seq: rt.next_seq(),
+            edges,
+            saved: Vec::new(),
+        })
+    }
+    /// `should_compute_output(i)`.
+    pub(crate) fn needs(&self, i: usize) -> bool {
+        self.edges.get(i).is_some_and(|e| e.is_some())
+    }
+    /// `SavedVariable(t, is_output=false)`: keeps the same tensor.
+    pub(crate) fn save(&mut self, t: &Tensor) -> usize {
+        t.set_category_if(Category::Output, Category::SavedForBackward);
+        self.saved.push(SavedVar {
+            data: t.clone(),
+            version: t.version(),
+        });
+        self.saved.len() - 1
+    }
+    /// `SavedVariable(t, is_output=true)`: keeps `tensor_data()`, which
+    /// shares the storage but not the `grad_fn` (no reference cycle).
+    pub(crate) fn save_output(&mut self, t: &Tensor) -> usize {
+        t.set_category_if(Category::Output, Category::SavedForBackward);
+        self.saved.push(SavedVar {
+            data: t.tensor_data(),
+            version: t.version(),
+        });
+        self.saved.len() - 1
+    }
+    /// Finish: wire `outputs` (differentiable ones) to the node.
+    pub(crate) fn finish(self, kind: Backward, outputs: &[&Tensor]) -> Rc<Node> {
+        let input_meta = outputs
+            .iter()
+            .map(|t| InputMeta {
+                sizes: t.dims(),
+                dtype: t.dtype(),
+                device: t.device(),
+            })
+            .collect();
+        let node = Rc::new(Node {
+            seq: self.seq,
+            kind,
+            saved: RefCell::new(self.saved),
+            released: Cell::new(false),
+            edges: self.edges,
+            input_meta,
+        });
+        for (i, t) in outputs.iter().enumerate() {
+            let mut m = t.0.autograd.borrow_mut();
+            m.grad_fn = Some(node.clone());
+            m.output_nr = i as u32;
+        }
+        node
+    }
+    /// Finish with saved outputs: `save_outputs` runs after the node exists
+    /// (outputs are saved after `set_history`, as the generated code does).
+    pub(crate) fn finish_saving(
+        mut self,
+        kind: impl FnOnce(&mut Pending) -> Backward,
+        outputs: &[&Tensor],
+    ) -> Rc<Node> {
+        let k = kind(&mut self);
+        self.finish(k, outputs)
+    }
+}
+
+impl Tensor {
+    pub(crate) fn set_category_if(&self, from: Category, to: Category) {
+        if let Some(a) = self.data_ptr() {
+            if self.runtime().category_of(a) == Some(from) {
+                self.runtime().set_category(a, to);
+            }
+        }
+    }
+}
+
+impl Runtime {
+    pub(crate) fn category_of(&self, addr: vramscope_alloc::Addr) -> Option<Category> {
+        self.st.borrow().live_category(addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{BackwardOptions, DType, Device, EngineError, Runtime, Tensor};
+
+    const MB: i64 = 1 << 20;
+
+    fn leaf(rt: &Runtime, grad: bool) -> Tensor {
+        let t = rt.randn(&[MB / 4], DType::F32, Device::Cuda).unwrap();
+        t.requires_grad_(grad).unwrap();
+        t
+    }
+
+    #[test]
+    fn mul_saves_the_other_operand_only_when_needed() {
+        let rt = Runtime::default();
+        let (x, y) = (leaf(&rt, true), leaf(&rt, false));
+        let z = &x * &y;
+        let n = z.grad_fn().unwrap();
+        assert_eq!(n.name(), "MulBackward0");
+        assert_eq!(
+            n.num_saved(),
+            1,
+            "only `other` (y), since y does not require grad"
+        );
+        let y2 = leaf(&rt, true);
+        let z2 = &x * &y2;
+        assert_eq!(z2.grad_fn().unwrap().num_saved(), 2);
+        drop((z, z2));
+    }
+
+    #[test]
+    fn temporaries_die_unless_saved() {
+        let rt = Runtime::default();
+        let (x, y) = (leaf(&rt, true), leaf(&rt, false));
+        let base = rt.memory_allocated();
+        // x+1 is not saved (y does not require grad); 2*y is saved by MulBackward0
+        let z = (&x + 1.0) * (2.0 * &y);
+        assert_eq!(rt.memory_allocated() - base, 2 * MB);
+        assert_eq!(rt.max_memory_allocated() - base, 3 * MB);
+        drop(z);
+        assert_eq!(
+            rt.memory_allocated(),
+            base,
+            "dropping z frees its graph and the saved 2*y"
+        );
+    }
+
+    #[test]
+    fn add_scalar_mul_sum_and_mean_save_no_tensor() {
+        let rt = Runtime::default();
+        let x = leaf(&rt, true);
+        for t in [
+            &x + 1.0,
+            &x * 3.0,
+            x.sum().unwrap(),
+            x.mean().unwrap(),
+            &x + &x,
+        ] {
+            assert_eq!(t.grad_fn().unwrap().num_saved(), 0, "{:?}", t.grad_fn());
+        }
+    }
+
+    #[test]
+    fn unary_ops_save_what_derivatives_yaml_says() {
+        let rt = Runtime::default();
+        let x = leaf(&rt, true);
+        for (t, saves_result) in [
+            (x.exp().unwrap(), true),
+            (x.sigmoid().unwrap(), true),
+            (x.relu().unwrap(), true),
+            (x.tanh().unwrap(), true),
+            (x.gelu().unwrap(), false),
+            (x.silu().unwrap(), false),
+        ] {
+            let n = t.grad_fn().unwrap();
+            assert_eq!(n.num_saved(), 1);
+            let saved = n.saved(0).unwrap();
+            assert_eq!(saved.shares_storage(&t), saves_result, "{}", n.name());
+            assert_eq!(saved.shares_storage(&x), !saves_result, "{}", n.name());
+        }
+    }
+
+    #[test]
+    fn mm_saves_conditionally() {
+        let rt = Runtime::default();
+        let a = rt.randn(&[8, 8], DType::F32, Device::Cuda).unwrap();
+        let w = rt.randn(&[8, 8], DType::F32, Device::Cuda).unwrap();
+        w.requires_grad_(true).unwrap();
+        let y = a.mm(&w).unwrap();
+        // only mat2 requires grad: self (a) is saved, mat2 is not
+        let n = y.grad_fn().unwrap();
+        assert_eq!(n.num_saved(), 1);
+        assert!(n.saved(0).unwrap().same(&a));
+    }
+
+    #[test]
+    fn views_share_storage_and_reshape_copies_only_when_it_must() {
+        let rt = Runtime::default();
+        let x = rt.randn(&[4, 8], DType::F32, Device::Cuda).unwrap();
+        let before = rt.memory_allocated();
+        let v = x.view(&[8, 4]).unwrap();
+        let t = x.t();
+        let d = x.detach();
+        assert!(v.shares_storage(&x) && t.shares_storage(&x) && d.shares_storage(&x));
+        assert_eq!(rt.memory_allocated(), before);
+        let r = t.reshape(&[32]).unwrap();
+        assert!(
+            !r.shares_storage(&x),
+            "a transposed tensor cannot be flattened without a copy"
+        );
+        assert!(t.view(&[32]).is_err());
+        // `del x` while a view is alive keeps the storage
+        drop((x, v, t, r));
+        assert_eq!(rt.memory_allocated(), before);
+        drop(d);
+        assert_eq!(rt.memory_allocated(), 0);
+    }
+
+    #[test]
+    fn no_grad_records_nothing() {
+        let rt = Runtime::default();
+        let x = leaf(&rt, true);
+        let y = rt.no_grad(|| x.exp().unwrap());
+        assert!(y.grad_fn().is_none() && !y.requires_grad());
+    }
+
+    #[test]
+    fn in_place_modification_of_a_saved_tensor_is_refused_at_backward() {
+        let rt = Runtime::default();
+        let x = leaf(&rt, true);
+        let e = x.exp().unwrap();
+        let s = e.sum().unwrap();
+        rt.no_grad(|| e.scalar_("mul_").unwrap());
+        assert!(matches!(
+            s.backward(),
+            Err(EngineError::SavedTensorModified { .. })
+        ));
+    }
+
+    #[test]
+    fn second_backward_needs_retain_graph() {
+        let rt = Runtime::default();
+        let x = leaf(&rt, true);
+        let y = x.exp().unwrap();
+        let s = y.sum().unwrap();
+        s.backward_with(None, BackwardOptions { retain_graph: true })
+            .unwrap();
+        let g1 = x.grad().unwrap();
+        s.backward().unwrap();
+        // the second gradient is accumulated in place into the same .grad
+        assert!(x.grad().unwrap().shares_storage(&g1));
+        assert!(matches!(s.backward(), Err(EngineError::GraphFreed { .. })));
+    }
+
+    #[test]
+    fn accumulate_grad_steals_the_incoming_gradient() {
+        let rt = Runtime::default();
+        let x = leaf(&rt, true);
+        let base = rt.memory_allocated();
+        let y = &x * 2.0;
+        let s = y.sum().unwrap();
+        drop(y);
+        s.backward().unwrap();
+        drop(s);
+        // the 1 MiB of MulBackward0's output became x.grad, nothing else stays
+        assert_eq!(rt.memory_allocated() - base, MB);
+        assert!(x.grad().is_some());
+    }
+
+    #[test]
+    fn backward_allocates_its_own_cublas_workspace() {
+        let rt = Runtime::default();
+        let a = rt.randn(&[16, 16], DType::F32, Device::Cuda).unwrap();
+        a.requires_grad_(true).unwrap();
+        let y = a.mm(&a).unwrap();
+        let ws = rt.profile().cublas_workspace as i64;
+        let after_fwd = rt.memory_allocated();
+        assert!(after_fwd >= ws);
+        let s = y.sum().unwrap();
+        s.backward().unwrap();
+        assert!(
+            rt.memory_allocated() >= after_fwd + ws,
+            "second workspace for the autograd thread"
+        );
+    }
+}

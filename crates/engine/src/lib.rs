@@ -1,0 +1,52 @@
+//! # vramscope-engine — the eager twin
+//!
+//! This crate owns the simulation of PyTorch 2.11 *eager execution* over
+//! meta tensors: tensors that carry shape, dtype, strides and device but no
+//! data, whose every CUDA allocation goes through the allocator twin
+//! ([`vramscope_alloc::CachingAllocator`]). It reproduces:
+//!
+//! - storage sharing by views and freeing at the last reference — a
+//!   [`Tensor`] is a reference-counted handle, so a temporary in
+//!   `(&x + 1.0) * (2.0 * &y)` is freed exactly where CPython frees it;
+//! - in-place ops and version counters, `requires_grad`, leaves, `no_grad`
+//!   and `inference_mode`;
+//! - the autograd graph with exactly the tensors each op saves
+//!   (`derivatives.yaml`), custom `autograd.Function`s, and the backward
+//!   engine: execution order, input buffers, `AccumulateGrad`,
+//!   `retain_graph`, and the autograd device thread's own cuBLAS workspace;
+//! - the allocations inside kernels that matter: cuBLAS/cuBLASLt workspaces
+//!   (sized per GPU architecture and torch version, [`DeviceProfile`]),
+//!   reduction scratch, attention workspaces;
+//! - reference modules ([`nn`]) and optimizers ([`optim`]);
+//! - the seed experiments, byte for byte ([`demo`]).
+//!
+//! It does no I/O.
+
+#![deny(missing_docs)]
+
+pub mod autograd;
+pub mod cases;
+pub mod demo;
+mod dims;
+mod dtype;
+mod error;
+pub mod function;
+pub mod nn;
+mod ops;
+pub mod optim;
+mod overload;
+mod runtime;
+mod tensor;
+
+pub use autograd::{BackwardOptions, Node};
+pub use dims::{Dims, MAX_DIMS};
+pub use dtype::{DType, Device};
+pub use error::{EngineError, Result};
+pub use ops::nn::SdpaBackend;
+pub use ops::reduce::ReduceScratch;
+pub use ops::Scalar;
+pub use runtime::{
+    blas_workspace_sizes, AllocRecord, Category, DeviceProfile, MemoryFigures, Runtime,
+    RuntimeConfig, Thread,
+};
+pub use tensor::Tensor;

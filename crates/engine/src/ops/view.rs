@@ -1,0 +1,313 @@
+//! View ops: new geometry over the same storage (no allocation), except
+//! `reshape`/`contiguous` when the geometry cannot be viewed, which copy.
+
+use crate::autograd::{Backward, Pending};
+use crate::dims::{compute_view_strides, contiguous_strides, Dims};
+use crate::error::{shape_err, Result};
+use crate::ops::empty_like;
+use crate::runtime::Category;
+use crate::tensor::Tensor;
+
+fn infer_size(op: &'static str, shape: &[i64], numel: i64) -> Result<Dims> {
+    let mut out = Dims::new(shape);
+    let mut infer = None;
+    let mut prod = 1i64;
+    for (i, &s) in shape.iter().enumerate() {
+        if s == -1 {
+            if infer.is_some() {
+                return Err(shape_err(op, "only one dimension can be inferred"));
+            }
+            infer = Some(i);
+        } else {
+            prod *= s;
+        }
+    }
+    if let Some(i) = infer {
+        if prod == 0 || numel % prod != 0 {
+            return Err(shape_err(
+                op,
+                format!("shape {shape:?} is invalid for input of size {numel}"),
+            ));
+        }
+        out.as_mut_slice()[i] = numel / prod;
+    } else if prod != numel {
+        return Err(shape_err(
+            op,
+            format!("shape {shape:?} is invalid for input of size {numel}"),
+        ));
+    }
+    Ok(out)
+}
+
+impl Tensor {
+    fn view_op(
+        &self,
+        sizes: Dims,
+        strides: Dims,
+        offset: i64,
+        kind: impl FnOnce() -> Backward,
+    ) -> Tensor {
+        let out = self.alias_with(sizes, strides, offset);
+        if let Some(p) = Pending::begin(self.rt(), &[Some(self)]) {
+            p.finish(kind(), &[&out]);
+        }
+        self.rt().count_op();
+        out
+    }
+
+    /// `t.view(shape)` (`-1` allowed); an error when the strides do not allow it.
+    pub fn view(&self, shape: &[i64]) -> Result<Tensor> {
+        let shape = infer_size("view", shape, self.numel())?;
+        let st = compute_view_strides(self.sizes(), self.strides(), &shape).ok_or_else(|| {
+            shape_err(
+                "view",
+                "view size is not compatible with input tensor's size and stride; use .reshape(...) instead",
+            )
+        })?;
+        let sizes = self.dims();
+        Ok(
+            self.view_op(shape, st, self.0.offset, || Backward::Reshape {
+                sizes,
+                name: "ViewBackward0",
+            }),
+        )
+    }
+
+    /// `t.reshape(shape)`: a view when possible (`_reshape_alias`), else
+    /// `_unsafe_view(self.clone(contiguous), shape)`.
+    pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
+        let shape = infer_size("reshape", shape, self.numel())?;
+        if let Some(st) = compute_view_strides(self.sizes(), self.strides(), &shape) {
+            let sizes = self.dims();
+            return Ok(
+                self.view_op(shape, st, self.0.offset, || Backward::Reshape {
+                    sizes,
+                    name: "ViewBackward0",
+                }),
+            );
+        }
+        let c = self.clone_contiguous()?;
+        Ok(c.unsafe_view(&shape))
+    }
+
+    /// `at::_unsafe_view(t, shape)`: same storage, not tracked as a view.
+    pub(crate) fn unsafe_view(&self, shape: &[i64]) -> Tensor {
+        let st = contiguous_strides(shape);
+        let out = crate::tensor::Tensor::from_parts(
+            self.0.storage.clone(),
+            Dims::new(shape),
+            st,
+            self.0.offset,
+            self.dtype(),
+            self.device(),
+            self.0.version.clone(),
+            false,
+        );
+        if let Some(p) = Pending::begin(self.rt(), &[Some(self)]) {
+            p.finish(
+                Backward::Reshape {
+                    sizes: self.dims(),
+                    name: "UnsafeViewBackward0",
+                },
+                &[&out],
+            );
+        }
+        out
+    }
+
+    /// `t.clone(memory_format=torch.contiguous_format)`.
+    pub fn clone_contiguous(&self) -> Result<Tensor> {
+        let pending = Pending::begin(self.rt(), &[Some(self)]);
+        let out = self.rt().empty_op(
+            self.sizes(),
+            self.dtype(),
+            self.device(),
+            "clone",
+            Category::Output,
+        )?;
+        if let Some(p) = pending {
+            p.finish(Backward::Clone, &[&out]);
+        }
+        Ok(out)
+    }
+
+    /// `t.clone()` (`preserve_format`).
+    pub fn clone_tensor(&self) -> Result<Tensor> {
+        let pending = Pending::begin(self.rt(), &[Some(self)]);
+        let out = empty_like(self, self.dtype(), "clone", Category::Output)?;
+        if let Some(p) = pending {
+            p.finish(Backward::Clone, &[&out]);
+        }
+        Ok(out)
+    }
+
+    /// `t.contiguous()`: `self` if already contiguous, else a contiguous clone.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            Ok(self.clone())
+        } else {
+            self.clone_contiguous()
+        }
+    }
+
+    /// `t.transpose(d0, d1)`
+    pub fn transpose(&self, d0: i64, d1: i64) -> Tensor {
+        let (a, b) = (self.wrap_dim(d0), self.wrap_dim(d1));
+        let mut s = self.dims();
+        let mut st = Dims::new(self.strides());
+        s.as_mut_slice().swap(a, b);
+        st.as_mut_slice().swap(a, b);
+        self.view_op(s, st, self.0.offset, || Backward::Transpose {
+            d0: a,
+            d1: b,
+        })
+    }
+
+    /// `t.t()` (2-D transpose; `TBackward0`)
+    pub fn t(&self) -> Tensor {
+        if self.dim() < 2 {
+            return self.view_op(
+                self.dims(),
+                Dims::new(self.strides()),
+                self.0.offset,
+                || Backward::T,
+            );
+        }
+        let mut s = self.dims();
+        let mut st = Dims::new(self.strides());
+        s.as_mut_slice().swap(0, 1);
+        st.as_mut_slice().swap(0, 1);
+        self.view_op(s, st, self.0.offset, || Backward::T)
+    }
+
+    /// `t.permute(dims)`
+    pub fn permute(&self, dims: &[usize]) -> Tensor {
+        let mut s = Dims::default();
+        let mut st = Dims::default();
+        for &d in dims {
+            s.push(self.sizes()[d]);
+            st.push(self.strides()[d]);
+        }
+        let dims_v: Vec<usize> = dims.to_vec();
+        self.view_op(s, st, self.0.offset, || Backward::Permute { dims: dims_v })
+    }
+
+    /// `t.expand(shape)` (`-1` keeps a size)
+    pub fn expand(&self, shape: &[i64]) -> Result<Tensor> {
+        let n = shape.len();
+        if n < self.dim() {
+            return Err(shape_err(
+                "expand",
+                "the number of sizes provided must be >= the tensor's dims",
+            ));
+        }
+        let off = n - self.dim();
+        let mut s = Dims::new(shape);
+        let mut st = Dims::new(&vec![0; n]);
+        for i in 0..n {
+            if i >= off {
+                let j = i - off;
+                let cur = self.sizes()[j];
+                if shape[i] == -1 || shape[i] == cur {
+                    s.as_mut_slice()[i] = cur;
+                    st.as_mut_slice()[i] = self.strides()[j];
+                } else if cur == 1 {
+                    st.as_mut_slice()[i] = 0;
+                } else {
+                    return Err(shape_err(
+                        "expand",
+                        format!("cannot expand {:?} to {shape:?}", self.sizes()),
+                    ));
+                }
+            }
+        }
+        let sizes = self.dims();
+        Ok(self.view_op(s, st, self.0.offset, || Backward::Expand { sizes }))
+    }
+
+    /// `t.unsqueeze(dim)`
+    pub fn unsqueeze(&self, dim: i64) -> Tensor {
+        let n = self.dim() as i64 + 1;
+        let d = (if dim < 0 { dim + n } else { dim }) as usize;
+        let mut s = self.dims();
+        let mut st = Dims::new(self.strides());
+        let new_st = if d < self.dim() {
+            self.sizes()[d] * self.strides()[d]
+        } else {
+            1
+        };
+        s.insert(d, 1);
+        st.insert(d, new_st);
+        self.view_op(s, st, self.0.offset, || Backward::Unsqueeze { dim: d })
+    }
+
+    /// `t.squeeze(dim)` (no-op view when that size is not 1)
+    pub fn squeeze_dim(&self, dim: i64) -> Tensor {
+        let d = self.wrap_dim(dim);
+        let mut s = self.dims();
+        let mut st = Dims::new(self.strides());
+        if self.dim() > 0 && s[d] == 1 {
+            s.remove(d);
+            st.remove(d);
+        }
+        let sizes = self.dims();
+        self.view_op(s, st, self.0.offset, || Backward::Squeeze { dim: d, sizes })
+    }
+
+    /// `t.select(dim, index)` / `t[i]`
+    pub fn select(&self, dim: i64, index: i64) -> Tensor {
+        let d = self.wrap_dim(dim);
+        let idx = if index < 0 {
+            index + self.sizes()[d]
+        } else {
+            index
+        };
+        let mut s = self.dims();
+        let mut st = Dims::new(self.strides());
+        let off = self.0.offset + idx * st[d];
+        s.remove(d);
+        st.remove(d);
+        let sizes = self.dims();
+        self.view_op(s, st, off, || Backward::Select {
+            dim: d,
+            index: idx,
+            sizes,
+        })
+    }
+
+    /// `t.narrow(dim, start, length)` / `t[..., start:start+length]`
+    pub fn narrow(&self, dim: i64, start: i64, length: i64) -> Tensor {
+        let d = self.wrap_dim(dim);
+        let mut s = self.dims();
+        s.as_mut_slice()[d] = length;
+        let off = self.0.offset + start * self.strides()[d];
+        let sizes = self.dims();
+        self.view_op(s, Dims::new(self.strides()), off, || Backward::Slice {
+            dim: d,
+            start,
+            sizes,
+        })
+    }
+
+    /// `t.unflatten(dim, sizes)` (a `view`)
+    pub fn unflatten(&self, dim: i64, sizes: &[i64]) -> Result<Tensor> {
+        let d = self.wrap_dim(dim);
+        let mut shape: Vec<i64> = self.sizes()[..d].to_vec();
+        shape.extend_from_slice(sizes);
+        shape.extend_from_slice(&self.sizes()[d + 1..]);
+        self.view(&shape)
+    }
+
+    /// `t.flatten()` (a `reshape` to 1-D; 0-dim becomes 1-D)
+    pub fn flatten(&self) -> Result<Tensor> {
+        if self.dim() == 1 {
+            return Ok(self.clone());
+        }
+        self.reshape(&[-1])
+    }
+
+    /// `t.mT` (transpose of the last two dims)
+    pub fn mt(&self) -> Tensor {
+        self.transpose(-2, -1)
+    }
+}

@@ -1,0 +1,501 @@
+//! One simulated PyTorch process: the device's caching allocator, the global
+//! autograd switches, the per-thread cuBLAS workspaces and the record of
+//! every live allocation (who made it and why).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+use vramscope_alloc::{Addr, AllocatorConfig, CachingAllocator, DeviceStats, SimDevice, StreamId};
+
+use crate::error::{EngineError, Result};
+
+/// Why an allocation exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// an `nn.Parameter`
+    Parameter,
+    /// a module buffer
+    Buffer,
+    /// a `.grad` (or a gradient flowing through backward)
+    Gradient,
+    /// optimizer state (`exp_avg`, `momentum_buffer`, ...)
+    OptimizerState,
+    /// a tensor an autograd node keeps for backward
+    SavedForBackward,
+    /// the result of an op, held by the program
+    Output,
+    /// a temporary inside an op or formula
+    Temporary,
+    /// library scratch: cuBLAS/cuBLASLt workspaces, reduction buffers
+    Workspace,
+    /// data the program created as input
+    Input,
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Category::Parameter => "parameter",
+            Category::Buffer => "buffer",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::SavedForBackward => "saved_for_backward",
+            Category::Output => "output",
+            Category::Temporary => "temporary",
+            Category::Workspace => "workspace",
+            Category::Input => "input",
+        })
+    }
+}
+
+/// One live allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocRecord {
+    /// simulated device address
+    pub addr: Addr,
+    /// requested bytes
+    pub bytes: u64,
+    /// why it exists (updated when its role changes, e.g. saved for backward)
+    pub category: Category,
+    /// the ATen op that allocated it
+    pub op: &'static str,
+    /// the module path that was running (`""` at top level)
+    pub module: String,
+    /// allocation order
+    pub seq: u64,
+}
+
+/// The GPU and library versions whose constants the twin uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceProfile {
+    /// marketing name
+    pub name: &'static str,
+    /// compute capability (major, minor)
+    pub capability: (u32, u32),
+    /// `torch.__version__` the constants come from
+    pub torch: &'static str,
+    /// `multiProcessorCount`
+    pub sm_count: u32,
+    /// `maxThreadsPerMultiProcessor`
+    pub max_threads_per_sm: u32,
+    /// bytes `cudaMemGetInfo` reports as total
+    pub total_memory: u64,
+    /// bytes the allocator can obtain (total less the CUDA context)
+    pub usable_memory: u64,
+    /// cuBLAS workspace per (handle, stream)
+    pub cublas_workspace: u64,
+    /// cuBLASLt workspace per (handle, stream)
+    pub cublaslt_workspace: u64,
+}
+
+/// cuBLAS / cuBLASLt workspace sizes by (compute capability, torch version),
+/// from `aten/src/ATen/cuda/CublasHandlePool.cpp`:
+/// - `parseChosenWorkspaceSize()`: `:4096:2:16:8` = 4096 KiB x 2 + 16 KiB x 8
+///   = 8,519,680 bytes by default, but `4096 * 8 * 1024` = 32 MiB when
+///   `properties->major == 9 && properties->minor == 0` (Hopper), torch >= 2.4.
+/// - `parseCUDABlasLtWorkspaceSize()`: `CUBLASLT_WORKSPACE_SIZE` default 1024 KiB.
+///   In 2.11 `getCUDABlasLtWorkspace()` shares the cuBLAS workspace only when
+///   `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1` is set explicitly; by default it
+///   allocates its own 1 MiB per (handle, stream) through the caching allocator
+///   (seen as the 1,048,576-byte allocation under `getCUDABlasLtWorkspace` in the
+///   H100 snapshot, right after the first `addmm` output).
+pub fn blas_workspace_sizes(capability: (u32, u32), torch: &str) -> (u64, u64) {
+    let mut it = torch.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let version = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    // 2.11 is verified against the H100 truth; the release that introduced
+    // the Hopper default is taken as 2.4
+    let modern = version >= (2, 4);
+    let cublas = if modern && capability == (9, 0) {
+        4096 * 8 * 1024
+    } else {
+        4096 * 1024 * 2 + 16 * 1024 * 8
+    };
+    (cublas, 1024 * 1024)
+}
+
+impl DeviceProfile {
+    /// NVIDIA H100 80GB HBM3 (sm_90) with PyTorch 2.11.0+cu130: the machine
+    /// the ground truth in `shared/truth` was measured on.
+    pub fn h100_torch_2_11() -> Self {
+        let (cublas, lt) = blas_workspace_sizes((9, 0), "2.11.0");
+        DeviceProfile {
+            name: "NVIDIA H100 80GB HBM3",
+            capability: (9, 0),
+            torch: "2.11.0",
+            sm_count: 132,
+            max_threads_per_sm: 2048,
+            total_memory: 85_017_493_504,
+            // ~520 MiB for the CUDA context (truth/README.md)
+            usable_memory: 85_017_493_504 - 520 * 1024 * 1024,
+            cublas_workspace: cublas,
+            cublaslt_workspace: lt,
+        }
+    }
+}
+
+/// Which host thread runs an op: the Python thread or the autograd engine's
+/// device thread (which has its own cuBLAS handle, hence its own workspace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Thread {
+    /// the thread running the Python program
+    Main,
+    /// the autograd engine's CUDA device thread
+    Autograd,
+}
+
+pub(crate) struct State {
+    pub(crate) alloc: CachingAllocator<SimDevice>,
+    pub(crate) profile: DeviceProfile,
+    pub(crate) grad_enabled: bool,
+    pub(crate) inference_mode: bool,
+    pub(crate) thread: Thread,
+    pub(crate) stream: StreamId,
+    /// `at::sequence_number` is thread-local.
+    seq: [u64; 2],
+    cublas_ws: Vec<((Thread, StreamId), Addr)>,
+    lt_ws: Vec<((Thread, StreamId), Addr)>,
+    live: HashMap<Addr, AllocRecord>,
+    pub(crate) modules: Vec<String>,
+    pub(crate) category: Option<Category>,
+    alloc_seq: u64,
+    pub(crate) ops: u64,
+}
+
+impl State {
+    pub(crate) fn live_category(&self, addr: Addr) -> Option<Category> {
+        self.live.get(&addr).map(|r| r.category)
+    }
+}
+
+/// A simulated PyTorch process on one GPU. Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) st: Rc<RefCell<State>>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.st.borrow();
+        f.debug_struct("Runtime")
+            .field("device", &s.profile.name)
+            .field("allocated", &s.alloc.stats().allocated_bytes.all().current)
+            .finish()
+    }
+}
+
+/// Settings of a simulated process.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// the GPU and library constants
+    pub profile: DeviceProfile,
+    /// `PYTORCH_CUDA_ALLOC_CONF`
+    pub allocator: AllocatorConfig,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            profile: DeviceProfile::h100_torch_2_11(),
+            allocator: AllocatorConfig::default(),
+        }
+    }
+}
+
+/// The figures `torch.cuda.memory_stats()` reports that the seeds record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryFigures {
+    /// `memory_allocated()`
+    pub allocated: i64,
+    /// `max_memory_allocated()`
+    pub peak: i64,
+    /// `memory_reserved()`
+    pub reserved: i64,
+    /// `reserved_bytes.all.peak`
+    pub peak_reserved: i64,
+    /// `requested_bytes.all.current`
+    pub requested: i64,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime::new(RuntimeConfig::default())
+    }
+}
+
+impl Runtime {
+    /// A fresh process (`torch.cuda.init()`), nothing allocated.
+    pub fn new(config: RuntimeConfig) -> Self {
+        let dev = SimDevice::new(config.profile.total_memory, config.profile.usable_memory);
+        let st = State {
+            alloc: CachingAllocator::with_device(config.allocator, dev),
+            profile: config.profile,
+            grad_enabled: true,
+            inference_mode: false,
+            thread: Thread::Main,
+            stream: 0,
+            seq: [0, 0],
+            cublas_ws: Vec::new(),
+            lt_ws: Vec::new(),
+            live: HashMap::new(),
+            modules: Vec::new(),
+            category: None,
+            alloc_seq: 0,
+            ops: 0,
+        };
+        Runtime {
+            st: Rc::new(RefCell::new(st)),
+        }
+    }
+
+    /// The GPU and library constants in force.
+    pub fn profile(&self) -> DeviceProfile {
+        self.st.borrow().profile.clone()
+    }
+
+    // ---- allocator ------------------------------------------------------------
+
+    pub(crate) fn malloc(&self, bytes: u64, op: &'static str, category: Category) -> Result<Addr> {
+        let mut st = self.st.borrow_mut();
+        let stream = st.stream;
+        let addr = st
+            .alloc
+            .malloc(bytes, stream)
+            .map_err(|e| EngineError::OutOfMemory {
+                op,
+                bytes,
+                detail: e.to_string(),
+            })?;
+        // an override (parameters, optimizer state, ...) never renames scratch
+        let category = if category == Category::Workspace {
+            category
+        } else {
+            st.category.unwrap_or(category)
+        };
+        let module = st.modules.last().cloned().unwrap_or_default();
+        st.alloc_seq += 1;
+        let seq = st.alloc_seq;
+        st.live.insert(
+            addr,
+            AllocRecord {
+                addr,
+                bytes,
+                category,
+                op,
+                module,
+                seq,
+            },
+        );
+        Ok(addr)
+    }
+
+    pub(crate) fn free(&self, addr: Addr) {
+        let mut st = self.st.borrow_mut();
+        st.live.remove(&addr);
+        // A free of an address the allocator handed out cannot fail.
+        let _ = st.alloc.free(addr);
+    }
+
+    pub(crate) fn set_category(&self, addr: Addr, category: Category) {
+        if let Some(r) = self.st.borrow_mut().live.get_mut(&addr) {
+            r.category = category;
+        }
+    }
+
+    /// The live allocations, in allocation order.
+    pub fn live_allocations(&self) -> Vec<AllocRecord> {
+        let mut v: Vec<AllocRecord> = self.st.borrow().live.values().cloned().collect();
+        v.sort_by_key(|r| r.seq);
+        v
+    }
+
+    /// Bytes (requested) live per category.
+    pub fn bytes_by_category(&self) -> Vec<(Category, u64)> {
+        let mut m: HashMap<Category, u64> = HashMap::new();
+        for r in self.st.borrow().live.values() {
+            *m.entry(r.category).or_default() += r.bytes;
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by_key(|(c, _)| c.to_string());
+        v
+    }
+
+    /// `torch.cuda.memory_stats()` as the allocator twin keeps it.
+    pub fn stats(&self) -> DeviceStats {
+        self.st.borrow().alloc.stats().clone()
+    }
+
+    /// The five figures the seed probe records.
+    pub fn figures(&self) -> MemoryFigures {
+        let st = self.st.borrow();
+        let s = st.alloc.stats();
+        MemoryFigures {
+            allocated: s.allocated_bytes.all().current,
+            peak: s.allocated_bytes.all().peak,
+            reserved: s.reserved_bytes.all().current,
+            peak_reserved: s.reserved_bytes.all().peak,
+            requested: s.requested_bytes.all().current,
+        }
+    }
+
+    /// `torch.cuda.memory_allocated()`.
+    pub fn memory_allocated(&self) -> i64 {
+        self.figures().allocated
+    }
+    /// `torch.cuda.max_memory_allocated()`.
+    pub fn max_memory_allocated(&self) -> i64 {
+        self.figures().peak
+    }
+    /// `torch.cuda.memory_reserved()`.
+    pub fn memory_reserved(&self) -> i64 {
+        self.figures().reserved
+    }
+
+    /// `torch.cuda.empty_cache()`.
+    pub fn empty_cache(&self) {
+        self.st.borrow_mut().alloc.empty_cache();
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak_memory_stats(&self) {
+        self.st.borrow_mut().alloc.reset_peak_stats();
+    }
+
+    /// Start recording the allocator trace (`_record_memory_history`).
+    pub fn record_memory_history(&self, enabled: bool) {
+        self.st.borrow_mut().alloc.record_history(enabled);
+    }
+
+    /// The allocator trace recorded so far.
+    pub fn trace(&self) -> Vec<vramscope_alloc::TraceEntry> {
+        self.st.borrow().alloc.trace().to_vec()
+    }
+
+    /// `torch._C._cuda_clearCublasWorkspaces()`: frees every cuBLAS and
+    /// cuBLASLt workspace (`empty_cache()` does not).
+    pub fn clear_cublas_workspaces(&self) {
+        let addrs: Vec<Addr> = {
+            let mut st = self.st.borrow_mut();
+            let mut v: Vec<Addr> = st.cublas_ws.drain(..).map(|(_, a)| a).collect();
+            v.extend(st.lt_ws.drain(..).map(|(_, a)| a));
+            v
+        };
+        for a in addrs {
+            self.free(a);
+        }
+    }
+
+    /// `getCurrentCUDABlasHandle()`: the first call on a (thread, stream)
+    /// allocates the cuBLAS workspace (`setWorkspaceForHandle`).
+    pub(crate) fn cublas_handle(&self, op: &'static str) -> Result<()> {
+        let (key, size) = {
+            let st = self.st.borrow();
+            let key = (st.thread, st.stream);
+            if st.cublas_ws.iter().any(|(k, _)| *k == key) {
+                return Ok(());
+            }
+            (key, st.profile.cublas_workspace)
+        };
+        let addr = self.malloc(size, op, Category::Workspace)?;
+        self.st.borrow_mut().cublas_ws.push((key, addr));
+        Ok(())
+    }
+
+    /// `getCUDABlasLtWorkspace()` as `gemm_and_bias` calls it: the handle
+    /// first (which may allocate the cuBLAS workspace), then the separate
+    /// cuBLASLt workspace on first use per (thread, stream).
+    pub(crate) fn cublaslt_workspace(&self, op: &'static str) -> Result<()> {
+        self.cublas_handle(op)?;
+        let (key, size) = {
+            let st = self.st.borrow();
+            let key = (st.thread, st.stream);
+            if st.lt_ws.iter().any(|(k, _)| *k == key) {
+                return Ok(());
+            }
+            (key, st.profile.cublaslt_workspace)
+        };
+        let addr = self.malloc(size, op, Category::Workspace)?;
+        self.st.borrow_mut().lt_ws.push((key, addr));
+        Ok(())
+    }
+
+    // ---- global modes -----------------------------------------------------------
+
+    /// `torch.is_grad_enabled()`.
+    pub fn is_grad_enabled(&self) -> bool {
+        self.st.borrow().grad_enabled
+    }
+
+    /// `torch.set_grad_enabled(mode)`; returns the previous mode.
+    pub fn set_grad_enabled(&self, mode: bool) -> bool {
+        std::mem::replace(&mut self.st.borrow_mut().grad_enabled, mode)
+    }
+
+    /// Run `f` under `torch.no_grad()`.
+    pub fn no_grad<T>(&self, f: impl FnOnce() -> T) -> T {
+        let prev = self.set_grad_enabled(false);
+        let out = f();
+        self.set_grad_enabled(prev);
+        out
+    }
+
+    /// Run `f` under `torch.inference_mode()` (no autograd recording, no
+    /// version counter bumps; memory-wise the same as `no_grad`).
+    pub fn inference_mode<T>(&self, f: impl FnOnce() -> T) -> T {
+        let prev_g = self.set_grad_enabled(false);
+        let prev_i = std::mem::replace(&mut self.st.borrow_mut().inference_mode, true);
+        let out = f();
+        self.st.borrow_mut().inference_mode = prev_i;
+        self.set_grad_enabled(prev_g);
+        out
+    }
+
+    /// Run `f` with every allocation attributed to module `name` (nested).
+    pub fn in_module<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
+        {
+            let mut st = self.st.borrow_mut();
+            let path = match st.modules.last() {
+                Some(p) if !p.is_empty() => format!("{p}.{name}"),
+                _ => name.to_string(),
+            };
+            st.modules.push(path);
+        }
+        let out = f();
+        self.st.borrow_mut().modules.pop();
+        out
+    }
+
+    /// Run `f` with every allocation it makes filed under `category`.
+    pub fn with_category<T>(&self, category: Category, f: impl FnOnce() -> T) -> T {
+        let prev = self.st.borrow_mut().category.replace(category);
+        let out = f();
+        self.st.borrow_mut().category = prev;
+        out
+    }
+
+    pub(crate) fn on_thread<T>(&self, thread: Thread, f: impl FnOnce() -> T) -> T {
+        let prev = std::mem::replace(&mut self.st.borrow_mut().thread, thread);
+        let out = f();
+        self.st.borrow_mut().thread = prev;
+        out
+    }
+
+    /// `at::sequence_number::get_and_increment()` of the current thread.
+    pub(crate) fn next_seq(&self) -> u64 {
+        let mut st = self.st.borrow_mut();
+        let t = st.thread as usize;
+        let s = st.seq[t];
+        st.seq[t] += 1;
+        s
+    }
+
+    pub(crate) fn count_op(&self) {
+        self.st.borrow_mut().ops += 1;
+    }
+
+    /// Number of ops simulated so far.
+    pub fn ops_simulated(&self) -> u64 {
+        self.st.borrow().ops
+    }
+}

@@ -1,0 +1,379 @@
+//! Meta tensors: shape, strides, dtype and device over a storage that holds
+//! a simulated device address. A [`Tensor`] is a reference-counted handle to
+//! a `TensorImpl`, exactly as a Python variable holds a reference to one: the
+//! storage is freed when its last tensor goes, so PyTorch's lifetimes fall
+//! out of Rust's own drop rules.
+
+use std::cell::{Cell, Ref, RefCell};
+use std::fmt;
+use std::rc::{Rc, Weak};
+
+use vramscope_alloc::Addr;
+
+use crate::autograd::Node;
+use crate::dims::{contiguous_strides, is_contiguous, is_non_overlapping_and_dense, Dims};
+use crate::dtype::{DType, Device};
+use crate::error::Result;
+use crate::runtime::{Category, Runtime};
+
+/// The bytes behind one or more tensors (`c10::StorageImpl`).
+pub(crate) struct Storage {
+    pub(crate) rt: Runtime,
+    pub(crate) addr: Option<Addr>,
+    pub(crate) nbytes: u64,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(a) = self.addr {
+            self.rt.free(a);
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct AutogradMeta {
+    pub(crate) requires_grad: bool,
+    pub(crate) grad_fn: Option<Rc<Node>>,
+    pub(crate) output_nr: u32,
+    pub(crate) grad: Option<Tensor>,
+    pub(crate) grad_acc: Weak<Node>,
+    pub(crate) retains_grad: bool,
+}
+
+pub(crate) struct TensorImpl {
+    pub(crate) storage: Rc<Storage>,
+    pub(crate) sizes: Dims,
+    pub(crate) strides: Dims,
+    pub(crate) offset: i64,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) version: Rc<Cell<u32>>,
+    pub(crate) is_view: bool,
+    pub(crate) autograd: RefCell<AutogradMeta>,
+}
+
+/// A tensor handle (`torch.Tensor`). Cloning it is `b = a` in Python: one
+/// more reference to the same tensor.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Rc<TensorImpl>);
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({:?}, {}, {}",
+            self.sizes(),
+            self.dtype(),
+            self.device()
+        )?;
+        if let Some(g) = self.grad_fn_name() {
+            write!(f, ", grad_fn={g}")?;
+        } else if self.requires_grad() {
+            write!(f, ", requires_grad=True")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl Tensor {
+    // ---- metadata ----------------------------------------------------------------
+
+    /// `tensor.shape`
+    pub fn sizes(&self) -> &[i64] {
+        &self.0.sizes
+    }
+    /// `tensor.shape` as [`Dims`]
+    pub fn dims(&self) -> Dims {
+        self.0.sizes
+    }
+    /// `tensor.stride()`
+    pub fn strides(&self) -> &[i64] {
+        &self.0.strides
+    }
+    /// `tensor.dim()`
+    pub fn dim(&self) -> usize {
+        self.0.sizes.len()
+    }
+    /// `tensor.size(d)` with negative indexing.
+    pub fn size(&self, d: i64) -> i64 {
+        self.0.sizes[self.wrap_dim(d)]
+    }
+    pub(crate) fn wrap_dim(&self, d: i64) -> usize {
+        let n = self.dim() as i64;
+        let n1 = n.max(1);
+        (if d < 0 { d + n1 } else { d }) as usize
+    }
+    /// `tensor.dtype`
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+    /// `tensor.device`
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+    /// `tensor.numel()`
+    pub fn numel(&self) -> i64 {
+        self.0.sizes.numel()
+    }
+    /// Bytes of the elements this tensor views (`numel * element_size`).
+    pub fn nbytes(&self) -> u64 {
+        self.numel() as u64 * self.dtype().size()
+    }
+    /// Bytes of the storage underneath (what the allocator was asked for).
+    pub fn storage_nbytes(&self) -> u64 {
+        self.0.storage.nbytes
+    }
+    /// The simulated device address of the storage (`None` on the CPU or when empty).
+    pub fn data_ptr(&self) -> Option<Addr> {
+        self.0.storage.addr
+    }
+    /// `tensor.is_contiguous()`
+    pub fn is_contiguous(&self) -> bool {
+        is_contiguous(&self.0.sizes, &self.0.strides)
+    }
+    /// `tensor.is_non_overlapping_and_dense()`
+    pub fn is_non_overlapping_and_dense(&self) -> bool {
+        is_non_overlapping_and_dense(&self.0.sizes, &self.0.strides)
+    }
+    /// The runtime (process) this tensor belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.0.storage.rt
+    }
+    /// `tensor._version`
+    pub fn version(&self) -> u32 {
+        self.0.version.get()
+    }
+    pub(crate) fn bump_version(&self) {
+        self.0.version.set(self.0.version.get() + 1);
+    }
+    /// `tensor._is_view()`
+    pub fn is_view(&self) -> bool {
+        self.0.is_view
+    }
+    /// Number of handles to this tensor (CPython's refcount of the `TensorImpl`).
+    pub fn use_count(&self) -> usize {
+        Rc::strong_count(&self.0)
+    }
+    /// Number of tensors sharing this tensor's storage (`storage().use_count()`).
+    pub fn storage_use_count(&self) -> usize {
+        Rc::strong_count(&self.0.storage)
+    }
+    /// Whether `self` and `other` share a storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Rc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+    /// Whether both handles refer to the same tensor (`a is b`).
+    pub fn same(&self, other: &Tensor) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    // ---- autograd metadata ---------------------------------------------------------
+
+    pub(crate) fn meta(&self) -> Ref<'_, AutogradMeta> {
+        self.0.autograd.borrow()
+    }
+    /// `tensor.requires_grad`
+    pub fn requires_grad(&self) -> bool {
+        let m = self.meta();
+        m.requires_grad || m.grad_fn.is_some()
+    }
+    /// `tensor.is_leaf`
+    pub fn is_leaf(&self) -> bool {
+        self.meta().grad_fn.is_none()
+    }
+    /// `tensor.grad_fn` (the node that made it), if any.
+    pub fn grad_fn(&self) -> Option<Rc<Node>> {
+        self.meta().grad_fn.clone()
+    }
+    /// `type(tensor.grad_fn).__name__`
+    pub fn grad_fn_name(&self) -> Option<&'static str> {
+        self.meta().grad_fn.as_ref().map(|n| n.name())
+    }
+    /// `tensor.grad`
+    pub fn grad(&self) -> Option<Tensor> {
+        self.meta().grad.clone()
+    }
+    /// `tensor.grad = value` (`None` frees it, as `zero_grad(set_to_none=True)`).
+    pub fn set_grad(&self, g: Option<Tensor>) {
+        if let Some(g) = &g {
+            if let Some(a) = g.data_ptr() {
+                self.runtime().set_category(a, Category::Gradient);
+            }
+        }
+        let old = std::mem::replace(&mut self.0.autograd.borrow_mut().grad, g);
+        drop(old);
+    }
+    /// `tensor.requires_grad_(flag)` on a leaf.
+    pub fn requires_grad_(&self, flag: bool) -> Result<&Self> {
+        if !self.is_leaf() {
+            return Err(crate::error::EngineError::Unsupported {
+                what: "requires_grad_ on a non-leaf tensor".into(),
+            });
+        }
+        if flag && !self.dtype().is_floating() {
+            return Err(crate::error::EngineError::Mismatch {
+                op: "requires_grad_",
+                detail: format!(
+                    "only floating point tensors can require gradients, got {}",
+                    self.dtype()
+                ),
+            });
+        }
+        self.0.autograd.borrow_mut().requires_grad = flag;
+        Ok(self)
+    }
+    /// `tensor.retain_grad()`: a non-leaf keeps its `.grad` after backward.
+    pub fn retain_grad(&self) {
+        self.0.autograd.borrow_mut().retains_grad = true;
+    }
+
+    /// Re-file this tensor's allocation under `category`.
+    pub fn set_category(&self, category: Category) {
+        if let Some(a) = self.data_ptr() {
+            self.runtime().set_category(a, category);
+        }
+    }
+
+    // ---- construction --------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        storage: Rc<Storage>,
+        sizes: Dims,
+        strides: Dims,
+        offset: i64,
+        dtype: DType,
+        device: Device,
+        version: Rc<Cell<u32>>,
+        is_view: bool,
+    ) -> Tensor {
+        Tensor(Rc::new(TensorImpl {
+            storage,
+            sizes,
+            strides,
+            offset,
+            dtype,
+            device,
+            version,
+            is_view,
+            autograd: RefCell::new(AutogradMeta::default()),
+        }))
+    }
+
+    /// A new tensor over the same storage with other geometry, sharing the
+    /// version counter (the forward half of every view op; autograd is wired
+    /// by the caller).
+    pub(crate) fn alias_with(&self, sizes: Dims, strides: Dims, offset: i64) -> Tensor {
+        Tensor::from_parts(
+            self.0.storage.clone(),
+            sizes,
+            strides,
+            offset,
+            self.0.dtype,
+            self.0.device,
+            self.0.version.clone(),
+            true,
+        )
+    }
+
+    /// `tensor.detach()`: same storage and version counter, no autograd history.
+    pub fn detach(&self) -> Tensor {
+        self.alias_with(self.0.sizes, self.0.strides, self.0.offset)
+    }
+
+    /// `variable.tensor_data()` as `SavedVariable` keeps an output: a new
+    /// `TensorImpl` over the same storage (one more storage reference).
+    pub(crate) fn tensor_data(&self) -> Tensor {
+        self.alias_with(self.0.sizes, self.0.strides, self.0.offset)
+    }
+}
+
+impl Runtime {
+    /// Allocate a storage of `nbytes` on `device` for `op` (zero bytes never
+    /// reach the allocator, as `NativeCachingAllocator::allocate`).
+    pub(crate) fn storage(
+        &self,
+        nbytes: u64,
+        device: Device,
+        op: &'static str,
+        cat: Category,
+    ) -> Result<Rc<Storage>> {
+        self.count_op();
+        let addr = if device == Device::Cuda && nbytes > 0 {
+            Some(self.malloc(nbytes, op, cat)?)
+        } else {
+            None
+        };
+        Ok(Rc::new(Storage {
+            rt: self.clone(),
+            addr,
+            nbytes,
+        }))
+    }
+
+    /// `at::empty_strided(sizes, strides)` for `op`.
+    pub(crate) fn empty_strided_op(
+        &self,
+        sizes: &[i64],
+        strides: &[i64],
+        dtype: DType,
+        device: Device,
+        op: &'static str,
+        cat: Category,
+    ) -> Result<Tensor> {
+        let mut span = 1i64;
+        for (s, st) in sizes.iter().zip(strides) {
+            if *s == 0 {
+                span = 0;
+                break;
+            }
+            span += (s - 1) * st;
+        }
+        let nbytes = span.max(0) as u64 * dtype.size();
+        let storage = self.storage(nbytes, device, op, cat)?;
+        Ok(Tensor::from_parts(
+            storage,
+            Dims::new(sizes),
+            Dims::new(strides),
+            0,
+            dtype,
+            device,
+            Rc::new(Cell::new(0)),
+            false,
+        ))
+    }
+
+    /// `at::empty(sizes)` (contiguous) for `op`.
+    pub(crate) fn empty_op(
+        &self,
+        sizes: &[i64],
+        dtype: DType,
+        device: Device,
+        op: &'static str,
+        cat: Category,
+    ) -> Result<Tensor> {
+        self.empty_strided_op(sizes, &contiguous_strides(sizes), dtype, device, op, cat)
+    }
+
+    /// `torch.empty(sizes, dtype=, device=)`.
+    pub fn empty(&self, sizes: &[i64], dtype: DType, device: Device) -> Result<Tensor> {
+        self.empty_op(sizes, dtype, device, "empty", Category::Output)
+    }
+    /// `torch.zeros(sizes, dtype=, device=)`.
+    pub fn zeros(&self, sizes: &[i64], dtype: DType, device: Device) -> Result<Tensor> {
+        self.empty_op(sizes, dtype, device, "zeros", Category::Output)
+    }
+    /// `torch.ones(sizes, dtype=, device=)`.
+    pub fn ones(&self, sizes: &[i64], dtype: DType, device: Device) -> Result<Tensor> {
+        self.empty_op(sizes, dtype, device, "ones", Category::Output)
+    }
+    /// `torch.randn(sizes, dtype=, device=)`.
+    pub fn randn(&self, sizes: &[i64], dtype: DType, device: Device) -> Result<Tensor> {
+        self.empty_op(sizes, dtype, device, "randn", Category::Output)
+    }
+    /// `torch.tensor(value)` on `device` (a 0-dim tensor).
+    pub fn scalar_tensor(&self, dtype: DType, device: Device) -> Result<Tensor> {
+        self.empty_op(&[], dtype, device, "scalar_tensor", Category::Output)
+    }
+}

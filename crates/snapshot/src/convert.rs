@@ -1,0 +1,782 @@
+//! Pickle arena → typed [`Snapshot`].
+
+use std::collections::HashMap;
+
+use crate::hash::IdBuild;
+use crate::model::*;
+use crate::pickle::{le_to_i64, le_to_u64, IntRef, Pickle, Store, Tag, Val, Value, ValueRef};
+use crate::Error;
+
+type Msg = String;
+
+fn schema(path: String, message: Msg) -> Error {
+    Error::Schema { path, message }
+}
+
+/// Resolves a fixed set of str keys in dicts, caching the positions per shape.
+struct Fields<const N: usize> {
+    keys: [Val; N],
+    last: Option<(u32, [u32; N])>,
+    cache: HashMap<u32, [u32; N], IdBuild>,
+}
+
+const ABSENT: u32 = u32::MAX;
+
+impl<const N: usize> Fields<N> {
+    fn new(st: &Store, names: [&str; N]) -> Self {
+        Fields {
+            keys: names.map(|n| {
+                st.strs
+                    .lookup(n)
+                    .map_or(Val::EMPTY, |id| Val::new(Tag::Str, id))
+            }),
+            last: None,
+            cache: HashMap::default(),
+        }
+    }
+
+    /// The values of the fields (`Val::EMPTY` when absent), or `None` if `d`
+    /// is not a dict.
+    fn pick(&mut self, st: &Store, d: Val) -> Option<[Val; N]> {
+        let (shape, keys, vals) = st.dict_parts(d)?;
+        let pos = match self.last {
+            Some((s, p)) if s == shape => p,
+            _ => {
+                let p = match self.cache.get(&shape) {
+                    Some(p) => *p,
+                    None => {
+                        let mut p = [ABSENT; N];
+                        for (i, k) in self.keys.iter().enumerate() {
+                            if *k != Val::EMPTY {
+                                if let Some(j) = keys.iter().position(|x| x == k) {
+                                    p[i] = j as u32;
+                                }
+                            }
+                        }
+                        self.cache.insert(shape, p);
+                        p
+                    }
+                };
+                self.last = Some((shape, p));
+                p
+            }
+        };
+        let mut out = [Val::EMPTY; N];
+        for i in 0..N {
+            if pos[i] != ABSENT {
+                out[i] = vals.get(pos[i] as usize).copied().unwrap_or(Val::EMPTY);
+            }
+        }
+        Some(out)
+    }
+}
+
+struct Cx<'s> {
+    st: &'s Store,
+    empty: u32,
+    table: StackTable,
+    stack_by_span: HashMap<u64, StackId, IdBuild>,
+    frame_by_dict: HashMap<u32, FrameId, IdBuild>,
+    scratch: Vec<FrameId>,
+    f_frame: Fields<3>,
+    f_trace: Fields<9>,
+    f_block: Fields<6>,
+    f_hist: Fields<3>,
+    f_seg: Fields<12>,
+}
+
+/// Convert a decoded pickle into a snapshot.
+pub(crate) fn snapshot_from_pickle(p: Pickle) -> Result<Snapshot, Error> {
+    let Pickle { mut st, root, .. } = p;
+    let empty = st.strs.intern("").unwrap_or(0);
+    let mut snap = {
+        let mut cx = Cx::new(&st, empty);
+        let mut snap = cx.snapshot(root)?;
+        snap.stacks = cx.table;
+        snap
+    };
+    // Frames and symbols refer to the pickle's interned strings: move them over.
+    snap.stacks.strings = std::mem::take(&mut st.strs);
+    Ok(snap)
+}
+
+impl<'s> Cx<'s> {
+    fn new(st: &'s Store, empty: u32) -> Self {
+        Cx {
+            st,
+            empty,
+            table: StackTable::new(),
+            stack_by_span: HashMap::default(),
+            frame_by_dict: HashMap::default(),
+            scratch: Vec::new(),
+            f_frame: Fields::new(st, ["name", "filename", "line"]),
+            f_trace: Fields::new(
+                st,
+                [
+                    "action",
+                    "addr",
+                    "size",
+                    "stream",
+                    "time_us",
+                    "device_free",
+                    "frames",
+                    "compile_context",
+                    "user_metadata",
+                ],
+            ),
+            f_block: Fields::new(
+                st,
+                [
+                    "address",
+                    "size",
+                    "requested_size",
+                    "state",
+                    "frames",
+                    "history",
+                ],
+            ),
+            f_hist: Fields::new(st, ["addr", "real_size", "frames"]),
+            f_seg: Fields::new(
+                st,
+                [
+                    "device",
+                    "address",
+                    "total_size",
+                    "allocated_size",
+                    "active_size",
+                    "requested_size",
+                    "stream",
+                    "segment_type",
+                    "segment_pool_id",
+                    "is_expandable",
+                    "frames",
+                    "blocks",
+                ],
+            ),
+        }
+    }
+
+    // ----- scalar helpers ---------------------------------------------------
+
+    fn kind(&self, v: Val) -> &'static str {
+        ValueRef::new(self.st, v).type_name()
+    }
+
+    fn u64(&self, v: Val) -> Result<u64, Msg> {
+        match self.st.int(v) {
+            Some(IntRef::Small(i)) => {
+                u64::try_from(i).map_err(|_| format!("expected a non-negative integer, found {i}"))
+            }
+            Some(IntRef::Big(b)) => le_to_u64(b).ok_or_else(|| {
+                format!(
+                    "integer does not fit in u64 ({} bytes{})",
+                    b.len(),
+                    if b.last().is_some_and(|x| x & 0x80 != 0) {
+                        ", negative"
+                    } else {
+                        ""
+                    }
+                )
+            }),
+            None => Err(format!("expected int, found {}", self.kind(v))),
+        }
+    }
+
+    /// Like `u64` but accepts negative i64 as its two's complement bit
+    /// pattern (streams and pool ids are pointer-like values written as int64).
+    fn u64_bits(&self, v: Val) -> Result<u64, Msg> {
+        match self.st.int(v) {
+            Some(IntRef::Small(i)) => Ok(i as u64),
+            _ => self.u64(v),
+        }
+    }
+
+    fn i64(&self, v: Val) -> Result<i64, Msg> {
+        match self.st.int(v) {
+            Some(IntRef::Small(i)) => Ok(i),
+            Some(IntRef::Big(b)) => le_to_i64(b)
+                .ok_or_else(|| format!("integer does not fit in i64 ({} bytes)", b.len())),
+            None => Err(format!("expected int, found {}", self.kind(v))),
+        }
+    }
+
+    fn bool(&self, v: Val) -> Result<bool, Msg> {
+        match v.tag() {
+            Tag::Bool => Ok(v.0 & 1 == 1),
+            _ => Err(format!("expected bool, found {}", self.kind(v))),
+        }
+    }
+
+    fn f64(&self, v: Val) -> Result<f64, Msg> {
+        if let Some(f) = self.st.float(v) {
+            return Ok(f);
+        }
+        self.i64(v)
+            .map(|i| i as f64)
+            .map_err(|_| format!("expected float, found {}", self.kind(v)))
+    }
+
+    fn sym(&self, v: Val) -> Result<u32, Msg> {
+        match v.tag() {
+            Tag::Str => Ok(v.id()),
+            _ => Err(format!("expected str, found {}", self.kind(v))),
+        }
+    }
+
+    fn string(&self, v: Val) -> Result<String, Msg> {
+        self.sym(v).map(|id| self.st.strs.get(id).to_owned())
+    }
+
+    fn items(&self, v: Val) -> Result<&'s [Val], Msg> {
+        match v.tag() {
+            Tag::List | Tag::Tuple => Ok(self.st.seq_items(v).unwrap_or(&[])),
+            _ => Err(format!("expected list, found {}", self.kind(v))),
+        }
+    }
+
+    fn raw(&self, v: Val) -> Result<Value, Error> {
+        ValueRef::new(self.st, v).to_value()
+    }
+
+    // ----- stacks -------------------------------------------------------------
+
+    fn stack(&mut self, v: Val) -> Result<StackId, Msg> {
+        if v == Val::EMPTY || v.tag() == Tag::None {
+            return Ok(StackId::EMPTY);
+        }
+        let span = self.st.list_span(v);
+        if let Some(sp) = span {
+            if let Some(&id) = self
+                .stack_by_span
+                .get(&(u64::from(sp.start) << 32 | u64::from(sp.len)))
+            {
+                return Ok(id);
+            }
+        }
+        let items = self
+            .items(v)
+            .map_err(|_| format!("frames: expected a list of frames, found {}", self.kind(v)))?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        for (i, &f) in items.iter().enumerate() {
+            match self.frame(f) {
+                Ok(id) => scratch.push(id),
+                Err(m) => {
+                    self.scratch = scratch;
+                    return Err(format!("frames[{i}]: {m}"));
+                }
+            }
+        }
+        let id = self.table.intern_stack(&scratch);
+        self.scratch = scratch;
+        if let Some(sp) = span {
+            self.stack_by_span
+                .insert(u64::from(sp.start) << 32 | u64::from(sp.len), id);
+        }
+        Ok(id)
+    }
+
+    fn frame(&mut self, v: Val) -> Result<FrameId, Msg> {
+        if v.tag() != Tag::Dict {
+            return Err(format!("expected a frame dict, found {}", self.kind(v)));
+        }
+        if let Some(&id) = self.frame_by_dict.get(&v.id()) {
+            return Ok(id);
+        }
+        let [name, filename, line] = self.f_frame.pick(self.st, v).unwrap_or([Val::EMPTY; 3]);
+        let name = if name == Val::EMPTY {
+            self.empty
+        } else {
+            self.sym(name).map_err(|m| format!("name: {m}"))?
+        };
+        let filename = if filename == Val::EMPTY {
+            self.empty
+        } else {
+            self.sym(filename).map_err(|m| format!("filename: {m}"))?
+        };
+        let line = if line == Val::EMPTY {
+            0
+        } else {
+            self.i64(line).map_err(|m| format!("line: {m}"))?
+        };
+        let id = self.table.intern_frame_syms(Sym(name), Sym(filename), line);
+        self.frame_by_dict.insert(v.id(), id);
+        Ok(id)
+    }
+
+    // ----- top level --------------------------------------------------------------
+
+    fn snapshot(&mut self, root: Val) -> Result<Snapshot, Error> {
+        let mut snap = Snapshot::default();
+        match root.tag() {
+            Tag::Dict => {
+                let (_, keys, vals) = self.st.dict_parts(root).unwrap_or((0, &[], &[]));
+                let seg_key = self.st.strs.lookup("segments");
+                if !keys
+                    .iter()
+                    .any(|k| k.tag() == Tag::Str && Some(k.id()) == seg_key)
+                {
+                    let names: Vec<String> = keys
+                        .iter()
+                        .take(8)
+                        .map(|&k| format!("{:?}", ValueRef::new(self.st, k)))
+                        .collect();
+                    return Err(Error::NotASnapshot {
+                        reason: format!(
+                            "the top-level dict has no 'segments' key (its keys: [{}]{})",
+                            names.join(", "),
+                            if keys.len() > 8 { ", …" } else { "" }
+                        ),
+                    });
+                }
+                for (&k, &v) in keys.iter().zip(vals) {
+                    let Some(name) = self.st.str(k) else {
+                        snap.other
+                            .push((format!("{:?}", ValueRef::new(self.st, k)), self.raw(v)?));
+                        continue;
+                    };
+                    match name {
+                        "segments" => snap.segments = self.segments(v, "segments")?,
+                        "device_traces" => snap.device_traces = self.traces(v)?,
+                        "allocator_settings" => snap.allocator_settings = self.settings(v)?,
+                        "external_annotations" => {
+                            snap.external_annotations = self.annotations(v)?
+                        }
+                        "host_segments" => snap.host_segments = Some(self.raw(v)?),
+                        "host_traces" => snap.host_traces = Some(self.raw(v)?),
+                        _ => snap.other.push((name.to_owned(), self.raw(v)?)),
+                    }
+                }
+            }
+            Tag::List => {
+                // PyTorch 1.x `memory_snapshot()`: a bare list of segments.
+                let items = self.st.seq_items(root).unwrap_or(&[]);
+                let total = self.st.strs.lookup("total_size");
+                let looks_like_segments = items.iter().all(|&s| {
+                    self.st.dict_parts(s).is_some_and(|(_, k, _)| {
+                        k.iter()
+                            .any(|k| k.tag() == Tag::Str && Some(k.id()) == total)
+                    })
+                });
+                if !looks_like_segments {
+                    return Err(Error::NotASnapshot {
+                        reason:
+                            "the top-level list does not hold segment dicts (with 'total_size')"
+                                .into(),
+                    });
+                }
+                snap.segments = self.segments(root, "")?;
+            }
+            _ => {
+                return Err(Error::NotASnapshot {
+                    reason: format!(
+                        "the top-level object is a {}, expected a dict with a 'segments' key",
+                        self.kind(root)
+                    ),
+                })
+            }
+        }
+        Ok(snap)
+    }
+
+    fn segments(&mut self, v: Val, path: &str) -> Result<Vec<Segment>, Error> {
+        let items = self.items(v).map_err(|m| schema(path.to_owned(), m))?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, &s) in items.iter().enumerate() {
+            let p = || format!("{path}[{i}]");
+            out.push(self.segment(s, &p)?);
+        }
+        Ok(out)
+    }
+
+    fn segment(&mut self, v: Val, p: &dyn Fn() -> String) -> Result<Segment, Error> {
+        let f = self.f_seg.pick(self.st, v).ok_or_else(|| {
+            schema(
+                p(),
+                format!("expected a segment dict, found {}", self.kind(v)),
+            )
+        })?;
+        let [device, address, total_size, allocated_size, active_size, requested_size, stream, segment_type, pool, expandable, frames, blocks] =
+            f;
+        let field = |name: &str, m: Msg| schema(format!("{}.{name}", p()), m);
+        let opt_u64 = |cx: &Self, v: Val, name: &str| -> Result<u64, Error> {
+            if v == Val::EMPTY {
+                Ok(0)
+            } else {
+                cx.u64(v).map_err(|m| field(name, m))
+            }
+        };
+        let req = |v: Val, name: &str| -> Result<Val, Error> {
+            if v == Val::EMPTY {
+                Err(schema(p(), format!("missing key '{name}'")))
+            } else {
+                Ok(v)
+            }
+        };
+        let segment_type = if segment_type == Val::EMPTY {
+            SegmentType::Large
+        } else {
+            match self.st.str(segment_type) {
+                Some("large") => SegmentType::Large,
+                Some("small") => SegmentType::Small,
+                Some(s) => SegmentType::Other(s.to_owned()),
+                None => {
+                    return Err(field(
+                        "segment_type",
+                        format!("expected str, found {}", self.kind(segment_type)),
+                    ))
+                }
+            }
+        };
+        let segment_pool_id = if pool == Val::EMPTY {
+            (0, 0)
+        } else {
+            match self.st.seq_items(pool) {
+                Some(&[a, b]) if pool.tag() == Tag::Tuple || pool.tag() == Tag::List => (
+                    self.u64_bits(a).map_err(|m| field("segment_pool_id", m))?,
+                    self.u64_bits(b).map_err(|m| field("segment_pool_id", m))?,
+                ),
+                _ => {
+                    return Err(field(
+                        "segment_pool_id",
+                        format!("expected a 2-tuple, found {}", self.kind(pool)),
+                    ))
+                }
+            }
+        };
+        let blocks_v = req(blocks, "blocks")?;
+        let block_items = self.items(blocks_v).map_err(|m| field("blocks", m))?;
+        let mut out_blocks = Vec::with_capacity(block_items.len());
+        for (j, &b) in block_items.iter().enumerate() {
+            let bp = || format!("{}.blocks[{j}]", p());
+            out_blocks.push(self.block(b, &bp)?);
+        }
+        Ok(Segment {
+            device: if device == Val::EMPTY {
+                0
+            } else {
+                self.i64(device).map_err(|m| field("device", m))?
+            },
+            address: self
+                .u64(req(address, "address")?)
+                .map_err(|m| field("address", m))?,
+            total_size: self
+                .u64(req(total_size, "total_size")?)
+                .map_err(|m| field("total_size", m))?,
+            allocated_size: opt_u64(self, allocated_size, "allocated_size")?,
+            active_size: opt_u64(self, active_size, "active_size")?,
+            requested_size: opt_u64(self, requested_size, "requested_size")?,
+            stream: if stream == Val::EMPTY {
+                0
+            } else {
+                self.u64_bits(stream).map_err(|m| field("stream", m))?
+            },
+            segment_type,
+            segment_pool_id,
+            is_expandable: if expandable == Val::EMPTY {
+                false
+            } else {
+                self.bool(expandable)
+                    .map_err(|m| field("is_expandable", m))?
+            },
+            frames: self.stack(frames).map_err(|m| field("frames", m))?,
+            blocks: out_blocks,
+        })
+    }
+
+    fn block(&mut self, v: Val, p: &dyn Fn() -> String) -> Result<Block, Error> {
+        let [address, size, requested_size, state, frames, history] =
+            self.f_block.pick(self.st, v).ok_or_else(|| {
+                schema(
+                    p(),
+                    format!("expected a block dict, found {}", self.kind(v)),
+                )
+            })?;
+        let field = |name: &str, m: Msg| schema(format!("{}.{name}", p()), m);
+        if size == Val::EMPTY {
+            return Err(schema(p(), "missing key 'size'".into()));
+        }
+        let size = self.u64(size).map_err(|m| field("size", m))?;
+        let state = match self.st.str(state) {
+            Some("active_allocated") => BlockState::ActiveAllocated,
+            Some("active_pending_free" | "active_awaiting_free") => BlockState::ActivePendingFree,
+            Some("inactive") => BlockState::Inactive,
+            Some(_) => BlockState::Other(Sym(state.id())),
+            None if state == Val::EMPTY => return Err(schema(p(), "missing key 'state'".into())),
+            None => {
+                return Err(field(
+                    "state",
+                    format!("expected str, found {}", self.kind(state)),
+                ))
+            }
+        };
+        let history = if history == Val::EMPTY || history.tag() == Tag::None {
+            None
+        } else {
+            let items = self.items(history).map_err(|m| field("history", m))?;
+            let mut out = Vec::with_capacity(items.len());
+            for (k, &h) in items.iter().enumerate() {
+                let hp = |name: &str, m: Msg| schema(format!("{}.history[{k}]{name}", p()), m);
+                let [addr, real_size, frames] = self.f_hist.pick(self.st, h).ok_or_else(|| {
+                    hp(
+                        "",
+                        format!("expected a history dict, found {}", self.kind(h)),
+                    )
+                })?;
+                out.push(History {
+                    addr: if addr == Val::EMPTY {
+                        0
+                    } else {
+                        self.u64(addr).map_err(|m| hp(".addr", m))?
+                    },
+                    real_size: if real_size == Val::EMPTY {
+                        0
+                    } else {
+                        self.u64(real_size).map_err(|m| hp(".real_size", m))?
+                    },
+                    frames: self.stack(frames).map_err(|m| hp(".frames", m))?,
+                });
+            }
+            Some(out)
+        };
+        Ok(Block {
+            address: if address == Val::EMPTY {
+                None
+            } else {
+                Some(self.u64(address).map_err(|m| field("address", m))?)
+            },
+            size,
+            requested_size: if requested_size == Val::EMPTY {
+                size
+            } else {
+                self.u64(requested_size)
+                    .map_err(|m| field("requested_size", m))?
+            },
+            state,
+            frames: self.stack(frames).map_err(|m| field("frames", m))?,
+            history,
+        })
+    }
+
+    fn traces(&mut self, v: Val) -> Result<Vec<Vec<TraceEntry>>, Error> {
+        let devices = self
+            .items(v)
+            .map_err(|m| schema("device_traces".into(), m))?;
+        let mut out = Vec::with_capacity(devices.len());
+        for (d, &dev) in devices.iter().enumerate() {
+            let entries = self
+                .items(dev)
+                .map_err(|m| schema(format!("device_traces[{d}]"), m))?;
+            let mut list = Vec::with_capacity(entries.len());
+            for (i, &e) in entries.iter().enumerate() {
+                match self.trace_entry(e) {
+                    Ok(t) => list.push(t),
+                    Err((field, m)) => {
+                        let sep = if field.is_empty() { "" } else { "." };
+                        return Err(schema(format!("device_traces[{d}][{i}]{sep}{field}"), m));
+                    }
+                }
+            }
+            out.push(list);
+        }
+        Ok(out)
+    }
+
+    fn trace_entry(&mut self, v: Val) -> Result<TraceEntry, (&'static str, Msg)> {
+        let Some(
+            [action, addr, size, stream, time_us, device_free, frames, compile_context, user_metadata],
+        ) = self.f_trace.pick(self.st, v)
+        else {
+            return Err((
+                "",
+                format!("expected a trace entry dict, found {}", self.kind(v)),
+            ));
+        };
+        let action = match self.st.str(action) {
+            Some(s) => Action::from_name(s).unwrap_or(Action::Other(Sym(action.id()))),
+            None if action == Val::EMPTY => return Err(("", "missing key 'action'".into())),
+            None => {
+                return Err((
+                    "action",
+                    format!("expected str, found {}", self.kind(action)),
+                ))
+            }
+        };
+        let opt_sym =
+            |cx: &Self, v: Val, name: &'static str| -> Result<Option<Sym>, (&'static str, Msg)> {
+                if v == Val::EMPTY || v.tag() == Tag::None {
+                    Ok(None)
+                } else {
+                    cx.sym(v).map(|s| Some(Sym(s))).map_err(|m| (name, m))
+                }
+            };
+        Ok(TraceEntry {
+            action,
+            addr: if addr == Val::EMPTY {
+                0
+            } else {
+                self.u64(addr).map_err(|m| ("addr", m))?
+            },
+            size: if size == Val::EMPTY {
+                0
+            } else {
+                self.u64(size).map_err(|m| ("size", m))?
+            },
+            stream: if stream == Val::EMPTY {
+                0
+            } else {
+                self.u64_bits(stream).map_err(|m| ("stream", m))?
+            },
+            time_us: if time_us == Val::EMPTY {
+                None
+            } else {
+                Some(self.i64(time_us).map_err(|m| ("time_us", m))?)
+            },
+            device_free: if device_free == Val::EMPTY {
+                None
+            } else {
+                Some(self.u64(device_free).map_err(|m| ("device_free", m))?)
+            },
+            frames: self.stack(frames).map_err(|m| ("frames", m))?,
+            compile_context: opt_sym(self, compile_context, "compile_context")?,
+            user_metadata: opt_sym(self, user_metadata, "user_metadata")?,
+        })
+    }
+
+    fn settings(&mut self, v: Val) -> Result<Option<AllocatorSettings>, Error> {
+        if v.tag() == Tag::None {
+            return Ok(None);
+        }
+        let Some((_, keys, vals)) = self.st.dict_parts(v) else {
+            return Err(schema(
+                "allocator_settings".into(),
+                format!("expected dict, found {}", self.kind(v)),
+            ));
+        };
+        let mut s = AllocatorSettings::default();
+        for (&k, &x) in keys.iter().zip(vals) {
+            let name = match self.st.str(k) {
+                Some(n) => n,
+                None => {
+                    s.other
+                        .push((format!("{:?}", ValueRef::new(self.st, k)), self.raw(x)?));
+                    continue;
+                }
+            };
+            let ok = match name {
+                "PYTORCH_CUDA_ALLOC_CONF" => self
+                    .string(x)
+                    .map(|t| s.pytorch_cuda_alloc_conf = Some(t))
+                    .is_ok(),
+                "max_split_size" => self.i64(x).map(|t| s.max_split_size = Some(t)).is_ok(),
+                "garbage_collection_threshold" => self
+                    .f64(x)
+                    .map(|t| s.garbage_collection_threshold = Some(t))
+                    .is_ok(),
+                "expandable_segments" => self
+                    .bool(x)
+                    .map(|t| s.expandable_segments = Some(t))
+                    .is_ok(),
+                "release_lock_on_cudamalloc" => self
+                    .bool(x)
+                    .map(|t| s.release_lock_on_cudamalloc = Some(t))
+                    .is_ok(),
+                "pinned_num_register_threads" => self
+                    .i64(x)
+                    .map(|t| s.pinned_num_register_threads = Some(t))
+                    .is_ok(),
+                "pinned_use_cuda_host_register" => self
+                    .bool(x)
+                    .map(|t| s.pinned_use_cuda_host_register = Some(t))
+                    .is_ok(),
+                "roundup_power2_divisions" => {
+                    s.roundup_power2_divisions = Some(self.roundup(x)?);
+                    true
+                }
+                _ => false,
+            };
+            if !ok {
+                s.other.push((name.to_owned(), self.raw(x)?));
+            }
+        }
+        Ok(Some(s))
+    }
+
+    fn roundup(&mut self, v: Val) -> Result<RoundupPower2Divisions, Error> {
+        if let Some((_, keys, vals)) = self.st.dict_parts(v) {
+            let parsed: Option<Vec<(u64, u64)>> = keys
+                .iter()
+                .zip(vals)
+                .map(|(&k, &x)| {
+                    let bucket = match self.st.str(k) {
+                        Some(s) => s.trim().parse().ok()?,
+                        None => self.u64(k).ok()?,
+                    };
+                    Some((bucket, self.u64(x).ok()?))
+                })
+                .collect();
+            if let Some(p) = parsed {
+                return Ok(RoundupPower2Divisions::PerBucket(p));
+            }
+        } else if matches!(v.tag(), Tag::List | Tag::Tuple) {
+            let items = self.st.seq_items(v).unwrap_or(&[]);
+            let parsed: Option<Vec<(u64, u64)>> = items
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| Some((1u64.checked_shl(i as u32)?, self.u64(x).ok()?)))
+                .collect();
+            if let Some(p) = parsed {
+                return Ok(RoundupPower2Divisions::PerBucket(p));
+            }
+        } else if let Ok(n) = self.u64(v) {
+            return Ok(RoundupPower2Divisions::Uniform(n));
+        }
+        Ok(RoundupPower2Divisions::Other(self.raw(v)?))
+    }
+
+    fn annotations(&mut self, v: Val) -> Result<Vec<Annotation>, Error> {
+        if v.tag() == Tag::None {
+            return Ok(Vec::new());
+        }
+        let items = self
+            .items(v)
+            .map_err(|m| schema("external_annotations".into(), m))?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, &a) in items.iter().enumerate() {
+            let p = |name: &str| format!("external_annotations[{i}]{name}");
+            let Some((_, keys, vals)) = self.st.dict_parts(a) else {
+                return Err(schema(
+                    p(""),
+                    format!("expected dict, found {}", self.kind(a)),
+                ));
+            };
+            let mut ann = Annotation {
+                stage: String::new(),
+                name: String::new(),
+                device: 0,
+                time_us: 0,
+                other: Vec::new(),
+            };
+            for (&k, &x) in keys.iter().zip(vals) {
+                match self.st.str(k) {
+                    Some("stage") => {
+                        ann.stage = self.string(x).map_err(|m| schema(p(".stage"), m))?
+                    }
+                    Some("name") => ann.name = self.string(x).map_err(|m| schema(p(".name"), m))?,
+                    Some("device") => {
+                        ann.device = self.i64(x).map_err(|m| schema(p(".device"), m))?
+                    }
+                    Some("time_us") => {
+                        ann.time_us = self.i64(x).map_err(|m| schema(p(".time_us"), m))?
+                    }
+                    Some(other) => ann.other.push((other.to_owned(), self.raw(x)?)),
+                    None => ann
+                        .other
+                        .push((format!("{:?}", ValueRef::new(self.st, k)), self.raw(x)?)),
+                }
+            }
+            out.push(ann);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,211 @@
+//! The crate's single error type.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading (or writing) a snapshot.
+///
+/// Every variant raised while decoding pickle bytes carries the byte offset
+/// of the opcode being executed (`offset`), so a bad file can be inspected
+/// with `python3 -m pickletools`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a file failed.
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The input ended in the middle of an opcode or before `STOP`.
+    UnexpectedEof {
+        /// Where the data ran out (the input length).
+        offset: usize,
+        /// Where the opcode that needed more bytes starts.
+        opcode_offset: usize,
+        /// What was being read (an opcode name, or `"opcode"`).
+        reading: &'static str,
+    },
+    /// A byte that is not a pickle opcode.
+    UnknownOpcode {
+        /// Offset of the byte.
+        offset: usize,
+        /// The byte.
+        opcode: u8,
+    },
+    /// A real pickle opcode this reader refuses (persistent ids, extension
+    /// registry, out-of-band buffers).
+    UnsupportedOpcode {
+        /// Offset of the opcode.
+        offset: usize,
+        /// Opcode name.
+        opcode: &'static str,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// `PROTO` names a protocol newer than 5.
+    UnsupportedProtocol {
+        /// Offset of the `PROTO` opcode.
+        offset: usize,
+        /// The protocol number found.
+        protocol: u8,
+    },
+    /// The pickle references a global (class or function) outside the
+    /// whitelist. Nothing is ever imported or executed.
+    ForbiddenGlobal {
+        /// Offset of the `GLOBAL`/`STACK_GLOBAL`/`INST` opcode.
+        offset: usize,
+        /// Module name as written in the pickle.
+        module: String,
+        /// Attribute name as written in the pickle.
+        name: String,
+    },
+    /// An opcode needed more values than the stack (above the last mark) held.
+    StackUnderflow {
+        /// Offset of the opcode.
+        offset: usize,
+        /// Opcode name.
+        opcode: &'static str,
+    },
+    /// An opcode needed a `MARK` and there was none.
+    MarkMissing {
+        /// Offset of the opcode.
+        offset: usize,
+        /// Opcode name.
+        opcode: &'static str,
+    },
+    /// A memo `GET` of an index that was never `PUT`.
+    MemoMissing {
+        /// Offset of the opcode.
+        offset: usize,
+        /// The memo index.
+        index: u64,
+    },
+    /// An opcode argument is malformed (bad text number, negative length,
+    /// odd item count, wrong arguments to a whitelisted callable, ...).
+    InvalidArgument {
+        /// Offset of the opcode.
+        offset: usize,
+        /// Opcode name.
+        opcode: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An opcode was applied to a value of the wrong type (e.g. `APPEND` to a dict).
+    WrongType {
+        /// Offset of the opcode.
+        offset: usize,
+        /// Opcode name.
+        opcode: &'static str,
+        /// The type that was needed.
+        expected: &'static str,
+        /// The type found.
+        found: &'static str,
+    },
+    /// A list, dict, set or bytearray used as a dict key or set member.
+    Unhashable {
+        /// Offset of the opcode.
+        offset: usize,
+        /// Opcode name.
+        opcode: &'static str,
+        /// The offending Python type.
+        kind: &'static str,
+    },
+    /// A resource limit was hit (sizes beyond 4 GiB of items, nesting too
+    /// deep, adversarially expensive keys, expansion of shared values).
+    LimitExceeded {
+        /// Offset of the opcode, when the limit was hit while decoding.
+        offset: Option<usize>,
+        /// Which limit.
+        what: &'static str,
+    },
+    /// The pickle decoded fine but is not a memory snapshot at all.
+    NotASnapshot {
+        /// Why it is not one.
+        reason: String,
+    },
+    /// The pickle looks like a snapshot but a field has the wrong type or
+    /// an impossible value.
+    Schema {
+        /// Where, e.g. `device_traces[0][12].size`.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::UnexpectedEof {
+                offset,
+                opcode_offset,
+                reading,
+            } => write!(
+                f,
+                "unexpected end of file at byte {offset} while reading {reading} (opcode at byte {opcode_offset})"
+            ),
+            Error::UnknownOpcode { offset, opcode } => {
+                write!(f, "unknown pickle opcode 0x{opcode:02x} at byte {offset}")
+            }
+            Error::UnsupportedOpcode {
+                offset,
+                opcode,
+                reason,
+            } => write!(f, "unsupported opcode {opcode} at byte {offset}: {reason}"),
+            Error::UnsupportedProtocol { offset, protocol } => {
+                write!(f, "unsupported pickle protocol {protocol} at byte {offset}")
+            }
+            Error::ForbiddenGlobal {
+                offset,
+                module,
+                name,
+            } => write!(
+                f,
+                "refusing global {module}.{name} at byte {offset}: only plain data is allowed in a snapshot, nothing is imported or executed"
+            ),
+            Error::StackUnderflow { offset, opcode } => {
+                write!(f, "{opcode} at byte {offset}: stack underflow")
+            }
+            Error::MarkMissing { offset, opcode } => {
+                write!(f, "{opcode} at byte {offset}: no MARK on the stack")
+            }
+            Error::MemoMissing { offset, index } => {
+                write!(f, "memo get of index {index} at byte {offset}: never stored")
+            }
+            Error::InvalidArgument {
+                offset,
+                opcode,
+                detail,
+            } => write!(f, "{opcode} at byte {offset}: {detail}"),
+            Error::WrongType {
+                offset,
+                opcode,
+                expected,
+                found,
+            } => write!(f, "{opcode} at byte {offset}: expected {expected}, found {found}"),
+            Error::Unhashable {
+                offset,
+                opcode,
+                kind,
+            } => write!(f, "{opcode} at byte {offset}: unhashable type '{kind}'"),
+            Error::LimitExceeded { offset, what } => match offset {
+                Some(o) => write!(f, "limit exceeded at byte {o}: {what}"),
+                None => write!(f, "limit exceeded: {what}"),
+            },
+            Error::NotASnapshot { reason } => write!(f, "not a memory snapshot: {reason}"),
+            Error::Schema { path, message } => write!(f, "bad snapshot field {path}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Where the VM's bytes come from: a slice (zero-copy) or any `Read`
+//! (streamed through a fixed buffer, so a file never has to be held whole).
+
+use std::io::{self, Read};
+
+/// The input ended; carries the offset where it ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Eof(pub(crate) usize);
+
+pub(crate) trait Input {
+    /// Offset of the next byte.
+    fn pos(&self) -> usize;
+    fn byte(&mut self) -> Result<u8, Eof>;
+    /// The next `n` bytes.
+    fn take(&mut self, n: u64) -> Result<&[u8], Eof>;
+    /// The bytes up to the next `\n` (which is consumed, not returned).
+    fn line(&mut self) -> Result<&[u8], Eof>;
+    /// Whether at least `n` more bytes exist, when that is cheap to know.
+    fn has_at_least(&mut self, n: u64) -> Option<bool>;
+    /// Total input length, when known.
+    fn len_hint(&self) -> Option<usize>;
+}
+
+pub(crate) struct SliceInput<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> SliceInput<'a> {
+    pub(crate) fn new(data: &'a [u8]) -> Self {
+        SliceInput { data, pos: 0 }
+    }
+}
+
+impl Input for SliceInput<'_> {
+    #[inline]
+    fn pos(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, Eof> {
+        match self.data.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(Eof(self.data.len())),
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, n: u64) -> Result<&[u8], Eof> {
+        let rem = self.data.len() - self.pos;
+        if n > rem as u64 {
+            return Err(Eof(self.data.len()));
+        }
+        let s = &self.data[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+
+    fn line(&mut self) -> Result<&[u8], Eof> {
+        let rest = &self.data[self.pos..];
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => {
+                self.pos += n + 1;
+                Ok(&rest[..n])
+            }
+            None => Err(Eof(self.data.len())),
+        }
+    }
+
+    fn has_at_least(&mut self, n: u64) -> Option<bool> {
+        Some(n <= (self.data.len() - self.pos) as u64)
+    }
+
+    fn len_hint(&self) -> Option<usize> {
+        Some(self.data.len())
+    }
+}
+
+const CAP: usize = 1 << 20;
+
+pub(crate) struct ReadInput<R: Read> {
+    r: R,
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    /// Absolute offset of `buf[0]`.
+    base: usize,
+    /// Holds arguments larger than the buffer.
+    big: Vec<u8>,
+    eof: bool,
+    pub(crate) err: Option<io::Error>,
+    /// Total length, when known (file size).
+    total: Option<u64>,
+}
+
+impl<R: Read> ReadInput<R> {
+    pub(crate) fn new(r: R, total: Option<u64>) -> Self {
+        ReadInput {
+            r,
+            buf: vec![0; CAP],
+            lo: 0,
+            hi: 0,
+            base: 0,
+            big: Vec::new(),
+            eof: false,
+            err: None,
+            total,
+        }
+    }
+
+    fn end(&self) -> usize {
+        self.base + self.hi
+    }
+
+    /// Read more into the buffer until `need` bytes are available from `lo`
+    /// (`need <= CAP`). Returns whether they are.
+    fn fill(&mut self, need: usize) -> bool {
+        if self.hi - self.lo >= need {
+            return true;
+        }
+        if self.lo > 0 {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            self.base += self.lo;
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        while self.hi < need && !self.eof {
+            match self.r.read(&mut self.buf[self.hi..]) {
+                Ok(0) => self.eof = true,
+                Ok(k) => self.hi += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.err = Some(e);
+                    self.eof = true;
+                }
+            }
+        }
+        self.hi - self.lo >= need
+    }
+}
+
+impl<R: Read> Input for ReadInput<R> {
+    #[inline]
+    fn pos(&self) -> usize {
+        self.base + self.lo
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, Eof> {
+        if self.lo == self.hi && !self.fill(1) {
+            return Err(Eof(self.end()));
+        }
+        let b = self.buf[self.lo];
+        self.lo += 1;
+        Ok(b)
+    }
+
+    #[inline]
+    fn take(&mut self, n: u64) -> Result<&[u8], Eof> {
+        if n <= (self.hi - self.lo) as u64 {
+            let s = &self.buf[self.lo..self.lo + n as usize];
+            self.lo += n as usize;
+            return Ok(s);
+        }
+        if n <= CAP as u64 {
+            if !self.fill(n as usize) {
+                self.lo = self.hi;
+                return Err(Eof(self.end()));
+            }
+            let s = &self.buf[self.lo..self.lo + n as usize];
+            self.lo += n as usize;
+            return Ok(s);
+        }
+        // A large argument: never trust the length field for allocation;
+        // grow as the bytes actually arrive.
+        if self.has_at_least(n) == Some(false) {
+            return Err(Eof(self.total.map_or(self.end(), |t| t as usize)));
+        }
+        self.big.clear();
+        self.big.extend_from_slice(&self.buf[self.lo..self.hi]);
+        self.base += self.hi;
+        self.lo = 0;
+        self.hi = 0;
+        let want = n - self.big.len() as u64;
+        let got = match (&mut self.r).take(want).read_to_end(&mut self.big) {
+            Ok(k) => k as u64,
+            Err(e) => {
+                self.err = Some(e);
+                0
+            }
+        };
+        self.base += got as usize;
+        if got < want {
+            self.eof = true;
+            return Err(Eof(self.base));
+        }
+        Ok(&self.big[..])
+    }
+
+    fn line(&mut self) -> Result<&[u8], Eof> {
+        let mut scanned = 0;
+        loop {
+            if let Some(i) = self.buf[self.lo + scanned..self.hi]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                let a = self.lo;
+                self.lo += scanned + i + 1;
+                return Ok(&self.buf[a..a + scanned + i]);
+            }
+            scanned = self.hi - self.lo;
+            if scanned >= CAP {
+                break;
+            }
+            if !self.fill(scanned + 1) {
+                self.lo = self.hi;
+                return Err(Eof(self.end()));
+            }
+        }
+        // a line longer than the buffer
+        self.big.clear();
+        loop {
+            if self.lo == self.hi && !self.fill(1) {
+                return Err(Eof(self.end()));
+            }
+            let b = self.buf[self.lo];
+            self.lo += 1;
+            if b == b'\n' {
+                return Ok(&self.big[..]);
+            }
+            self.big.push(b);
+        }
+    }
+
+    fn has_at_least(&mut self, n: u64) -> Option<bool> {
+        let total = self.total?;
+        Some((self.pos() as u64).saturating_add(n) <= total)
+    }
+
+    fn len_hint(&self) -> Option<usize> {
+        self.total.and_then(|t| usize::try_from(t).ok())
+    }
+}
+
+impl<T: Input + ?Sized> Input for &mut T {
+    #[inline]
+    fn pos(&self) -> usize {
+        (**self).pos()
+    }
+    #[inline]
+    fn byte(&mut self) -> Result<u8, Eof> {
+        (**self).byte()
+    }
+    #[inline]
+    fn take(&mut self, n: u64) -> Result<&[u8], Eof> {
+        (**self).take(n)
+    }
+    fn line(&mut self) -> Result<&[u8], Eof> {
+        (**self).line()
+    }
+    fn has_at_least(&mut self, n: u64) -> Option<bool> {
+        (**self).has_at_least(n)
+    }
+    fn len_hint(&self) -> Option<usize> {
+        (**self).len_hint()
+    }
+}

@@ -1,0 +1,226 @@
+//! `Store`: the arena holding every decoded value.
+
+use super::val::{Tag, Val};
+use crate::intern::Interner;
+
+/// A frozen tuple or frozenset: a span of `Store::seq_pool`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span {
+    pub(crate) start: u32,
+    pub(crate) len: u32,
+}
+
+/// State of a mutable container (list, dict, set).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Slot {
+    /// Still being filled by the VM.
+    Building {
+        /// Index of its builder (dict or sequence builder).
+        b: u32,
+        /// Whether it is a dict.
+        dict: bool,
+        /// Set once the container was mutated after being frozen: it then
+        /// stays a builder until the end, so freeze/thaw cannot ping-pong.
+        volatile: bool,
+    },
+    /// A list or set whose items are `seq_pool[start..start+len]`.
+    Seq(Span),
+    /// A dict whose keys are shape `shape`, values `dict_vals[start..]`.
+    Rec { shape: u32, start: u32 },
+}
+
+/// All decoded values. Containers are addressed by id so shared references
+/// (memo gets) keep Python's identity semantics; once frozen, identical
+/// list contents share one span and dicts share their key lists ("shapes").
+#[derive(Default, Debug)]
+pub(crate) struct Store {
+    pub(crate) strs: Interner,
+    /// `bytes` and `bytearray` payloads.
+    pub(crate) blobs: Vec<Box<[u8]>>,
+    pub(crate) ints: Vec<i64>,
+    /// Little-endian two's complement, minimal length, never fits i64.
+    pub(crate) bigints: Vec<Box<[u8]>>,
+    pub(crate) floats: Vec<f64>,
+    /// (module, name) string ids.
+    pub(crate) globals: Vec<(u32, u32)>,
+    pub(crate) seq_pool: Vec<Val>,
+    /// Tuples and frozensets.
+    pub(crate) tuples: Vec<Span>,
+    /// Lists, dicts and sets.
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) shapes: Vec<Span>,
+    pub(crate) shape_pool: Vec<Val>,
+    pub(crate) dict_vals: Vec<Val>,
+}
+
+/// An integer read out of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntRef<'a> {
+    Small(i64),
+    Big(&'a [u8]),
+}
+
+impl Store {
+    #[inline]
+    fn span(pool: &[Val], s: Span) -> &[Val] {
+        let a = s.start as usize;
+        pool.get(a..a + s.len as usize).unwrap_or(&[])
+    }
+
+    /// Items of a frozen list/set/tuple/frozenset.
+    pub(crate) fn seq_items(&self, v: Val) -> Option<&[Val]> {
+        match v.tag() {
+            Tag::List | Tag::Set => match self.slots.get(v.idx())? {
+                Slot::Seq(s) => Some(Self::span(&self.seq_pool, *s)),
+                _ => None,
+            },
+            Tag::Tuple | Tag::FrozenSet => {
+                Some(Self::span(&self.seq_pool, *self.tuples.get(v.idx())?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Span of a frozen list (identity of its contents after hash-consing).
+    pub(crate) fn list_span(&self, v: Val) -> Option<Span> {
+        match (v.tag(), self.slots.get(v.idx())) {
+            (Tag::List, Some(Slot::Seq(s))) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// (shape id, keys, values) of a frozen dict.
+    pub(crate) fn dict_parts(&self, v: Val) -> Option<(u32, &[Val], &[Val])> {
+        if v.tag() != Tag::Dict {
+            return None;
+        }
+        match self.slots.get(v.idx())? {
+            Slot::Rec { shape, start } => {
+                let sp = *self.shapes.get(*shape as usize)?;
+                let keys = Self::span(&self.shape_pool, sp);
+                let a = *start as usize;
+                let vals = self.dict_vals.get(a..a + keys.len()).unwrap_or(&[]);
+                Some((*shape, keys, vals))
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn int(&self, v: Val) -> Option<IntRef<'_>> {
+        match v.tag() {
+            Tag::Int => Some(IntRef::Small(v.inline_int())),
+            Tag::IntBox => self.ints.get(v.idx()).map(|&i| IntRef::Small(i)),
+            Tag::BigInt => self.bigints.get(v.idx()).map(|b| IntRef::Big(b)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn float(&self, v: Val) -> Option<f64> {
+        match v.tag() {
+            Tag::Float => self.floats.get(v.idx()).copied(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn str(&self, v: Val) -> Option<&str> {
+        match v.tag() {
+            Tag::Str => Some(self.strs.get(v.id())),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn blob(&self, v: Val) -> Option<&[u8]> {
+        match v.tag() {
+            Tag::Bytes | Tag::ByteArray => self.blobs.get(v.idx()).map(|b| &b[..]),
+            _ => None,
+        }
+    }
+
+    /// Approximate heap bytes used.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.strs.heap_bytes()
+            + self.blobs.iter().map(|b| b.len() + 16).sum::<usize>()
+            + self.ints.capacity() * 8
+            + self.bigints.iter().map(|b| b.len() + 16).sum::<usize>()
+            + self.floats.capacity() * 8
+            + self.globals.capacity() * 8
+            + self.seq_pool.capacity() * 8
+            + self.tuples.capacity() * 8
+            + self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.shapes.capacity() * 8
+            + self.shape_pool.capacity() * 8
+            + self.dict_vals.capacity() * 8
+    }
+}
+
+/// Convert little-endian two's complement bytes (any length) to i64 if it fits.
+pub(crate) fn le_to_i64(b: &[u8]) -> Option<i64> {
+    let neg = b.last().is_some_and(|&x| x & 0x80 != 0);
+    let fill = if neg { 0xff } else { 0 };
+    if b.len() > 8 {
+        if b[8..].iter().any(|&x| x != fill) {
+            return None;
+        }
+        // the sign of the low 8 bytes must agree
+        if (b[7] & 0x80 != 0) != neg {
+            return None;
+        }
+    }
+    let mut a = [fill; 8];
+    let n = b.len().min(8);
+    a[..n].copy_from_slice(&b[..n]);
+    Some(i64::from_le_bytes(a))
+}
+
+/// Convert little-endian two's complement bytes to u64 if non-negative and fits.
+pub(crate) fn le_to_u64(b: &[u8]) -> Option<u64> {
+    if b.last().is_some_and(|&x| x & 0x80 != 0) {
+        return None;
+    }
+    if b.len() > 8 && b[8..].iter().any(|&x| x != 0) {
+        return None;
+    }
+    let mut a = [0u8; 8];
+    let n = b.len().min(8);
+    a[..n].copy_from_slice(&b[..n]);
+    Some(u64::from_le_bytes(a))
+}
+
+/// Strip redundant sign-extension bytes.
+pub(crate) fn normalize_le(b: &[u8]) -> &[u8] {
+    let mut n = b.len();
+    while n > 1 {
+        let top = b[n - 1];
+        let next_sign = b[n - 2] & 0x80;
+        if (top == 0 && next_sign == 0) || (top == 0xff && next_sign != 0) {
+            n -= 1;
+        } else {
+            break;
+        }
+    }
+    &b[..n]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn le_conversions() {
+        assert_eq!(le_to_i64(&[]), Some(0));
+        assert_eq!(le_to_i64(&[0xff]), Some(-1));
+        assert_eq!(le_to_i64(&[0x00, 0x80]), Some(-32768));
+        assert_eq!(le_to_i64(&[0xff, 0x00]), Some(255));
+        // 2**63 as 9 bytes: does not fit i64, fits u64
+        let b = [0, 0, 0, 0, 0, 0, 0, 0x80, 0];
+        assert_eq!(le_to_i64(&b), None);
+        assert_eq!(le_to_u64(&b), Some(1 << 63));
+        // 2**64: fits neither
+        let b = [0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!(le_to_u64(&b), None);
+        assert_eq!(normalize_le(&[1, 0, 0, 0]), &[1]);
+        assert_eq!(normalize_le(&[0xff, 0xff]), &[0xff]);
+        assert_eq!(normalize_le(&[0x80, 0xff]), &[0x80]);
+        assert_eq!(normalize_le(&[0x80, 0x00]), &[0x80, 0x00]);
+    }
+}

@@ -1,0 +1,1557 @@
+//! The pickle virtual machine. It never imports or calls anything: the only
+//! "callables" are a handful of whitelisted builtin constructors, which are
+//! emulated here on plain data.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::input::{Eof, Input};
+use super::keys::{key_eq, key_hash, KeyCx, KeyErr, UNSET};
+use super::store::{le_to_i64, normalize_le, Slot, Span, Store};
+use super::text;
+use super::val::{type_name, Tag, Val};
+use super::Pickle;
+use crate::hash::{hash_words, random_seed, IdBuild};
+use crate::Error;
+
+type R<T> = Result<T, Error>;
+
+const NIL: u32 = u32::MAX;
+/// Dicts/sets up to this size are searched linearly.
+const SMALL: usize = 12;
+/// Lists up to this length are hash-consed when frozen.
+const DEDUP_MAX_LIST: usize = 1024;
+/// Shapes (dict key lists) up to this size are hash-consed.
+const DEDUP_MAX_SHAPE: usize = 64;
+
+#[derive(Default)]
+struct KeyIndex {
+    map: HashMap<u64, u32, IdBuild>,
+    prev: Vec<u32>,
+}
+
+#[derive(Default)]
+struct SeqB {
+    items: Vec<Val>,
+    index: Option<KeyIndex>,
+}
+
+#[derive(Default)]
+struct DictB {
+    keys: Vec<Val>,
+    vals: Vec<Val>,
+    index: Option<KeyIndex>,
+}
+
+/// The memo: dense for the usual 0,1,2,... indices, sparse for odd ones.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Val>,
+    sparse: BTreeMap<u64, Val>,
+    count: u64,
+}
+
+impl Memo {
+    #[inline]
+    fn get(&self, i: u64) -> Option<Val> {
+        if let Some(&v) = usize::try_from(i).ok().and_then(|i| self.dense.get(i)) {
+            return (v != Val::EMPTY).then_some(v);
+        }
+        self.sparse.get(&i).copied()
+    }
+
+    #[inline]
+    fn put(&mut self, i: u64, v: Val) {
+        let n = self.dense.len() as u64;
+        if i == n && self.sparse.is_empty() {
+            self.dense.push(v);
+            self.count += 1;
+            return;
+        }
+        if i < n {
+            let slot = &mut self.dense[i as usize];
+            if *slot == Val::EMPTY {
+                self.count += 1;
+            }
+            *slot = v;
+            return;
+        }
+        // grow the dense part only while it stays at least ~half full
+        if i <= 2 * self.count + 64 && i < u64::from(u32::MAX) {
+            self.dense.resize(i as usize + 1, Val::EMPTY);
+            if !self.sparse.is_empty() {
+                let moved: Vec<(u64, Val)> =
+                    self.sparse.range(n..=i).map(|(&k, &v)| (k, v)).collect();
+                for (k, val) in moved {
+                    self.sparse.remove(&k);
+                    self.dense[k as usize] = val;
+                }
+            }
+            let slot = &mut self.dense[i as usize];
+            if *slot == Val::EMPTY {
+                self.count += 1;
+            }
+            *slot = v;
+        } else if self.sparse.insert(i, v).is_none() {
+            self.count += 1;
+        }
+    }
+}
+
+/// Whitelisted globals. Everything else is refused at `GLOBAL` time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Callable {
+    OrderedDict,
+    Dict,
+    List,
+    Tuple,
+    Set,
+    FrozenSet,
+    ByteArray,
+    Bytes,
+    Encode,
+}
+
+fn whitelist(module: &str, name: &str) -> Option<Callable> {
+    match (module, name) {
+        ("collections", "OrderedDict") => Some(Callable::OrderedDict),
+        ("_codecs", "encode") => Some(Callable::Encode),
+        ("builtins" | "__builtin__", n) => match n {
+            "dict" => Some(Callable::Dict),
+            "list" => Some(Callable::List),
+            "tuple" => Some(Callable::Tuple),
+            "set" => Some(Callable::Set),
+            "frozenset" => Some(Callable::FrozenSet),
+            "bytearray" => Some(Callable::ByteArray),
+            "bytes" => Some(Callable::Bytes),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub(crate) fn op_name(op: u8) -> &'static str {
+    match op {
+        b'(' => "MARK",
+        b'.' => "STOP",
+        b'0' => "POP",
+        b'1' => "POP_MARK",
+        b'2' => "DUP",
+        b'F' => "FLOAT",
+        b'I' => "INT",
+        b'J' => "BININT",
+        b'K' => "BININT1",
+        b'L' => "LONG",
+        b'M' => "BININT2",
+        b'N' => "NONE",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        b'R' => "REDUCE",
+        b'S' => "STRING",
+        b'T' => "BINSTRING",
+        b'U' => "SHORT_BINSTRING",
+        b'V' => "UNICODE",
+        b'X' => "BINUNICODE",
+        b'a' => "APPEND",
+        b'b' => "BUILD",
+        b'c' => "GLOBAL",
+        b'd' => "DICT",
+        b'}' => "EMPTY_DICT",
+        b'e' => "APPENDS",
+        b'g' => "GET",
+        b'h' => "BINGET",
+        b'i' => "INST",
+        b'j' => "LONG_BINGET",
+        b'l' => "LIST",
+        b']' => "EMPTY_LIST",
+        b'o' => "OBJ",
+        b'p' => "PUT",
+        b'q' => "BINPUT",
+        b'r' => "LONG_BINPUT",
+        b's' => "SETITEM",
+        b't' => "TUPLE",
+        b')' => "EMPTY_TUPLE",
+        b'u' => "SETITEMS",
+        b'G' => "BINFLOAT",
+        b'B' => "BINBYTES",
+        b'C' => "SHORT_BINBYTES",
+        0x80 => "PROTO",
+        0x81 => "NEWOBJ",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        0x85 => "TUPLE1",
+        0x86 => "TUPLE2",
+        0x87 => "TUPLE3",
+        0x88 => "NEWTRUE",
+        0x89 => "NEWFALSE",
+        0x8a => "LONG1",
+        0x8b => "LONG4",
+        0x8c => "SHORT_BINUNICODE",
+        0x8d => "BINUNICODE8",
+        0x8e => "BINBYTES8",
+        0x8f => "EMPTY_SET",
+        0x90 => "ADDITEMS",
+        0x91 => "FROZENSET",
+        0x92 => "NEWOBJ_EX",
+        0x93 => "STACK_GLOBAL",
+        0x94 => "MEMOIZE",
+        0x95 => "FRAME",
+        0x96 => "BYTEARRAY8",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => "unknown opcode",
+    }
+}
+
+pub(crate) struct Vm<I> {
+    inp: I,
+    c: Core,
+}
+
+pub(crate) struct Core {
+    /// Offset of the opcode being executed.
+    at: usize,
+    /// The opcode being executed.
+    cur: u8,
+    /// Whether the opcode byte itself is being read.
+    reading_opcode: bool,
+    st: Store,
+    stack: Vec<Val>,
+    marks: Vec<usize>,
+    memo: Memo,
+    seqb: Vec<SeqB>,
+    seq_free: Vec<u32>,
+    dictb: Vec<DictB>,
+    dict_free: Vec<u32>,
+    list_map: HashMap<u64, Span, IdBuild>,
+    shape_map: HashMap<u64, u32, IdBuild>,
+    last_shape: Option<u32>,
+    kc: KeyCx,
+    proto: u8,
+}
+
+fn u32_of(n: usize, at: usize) -> R<u32> {
+    u32::try_from(n).map_err(|_| Error::LimitExceeded {
+        offset: Some(at),
+        what: "more than 4 Gi items of one kind",
+    })
+}
+
+impl<I: Input> Vm<I> {
+    /// `len_hint`: input length if known (bounds the key-comparison budget).
+    pub(crate) fn new(inp: I, len_hint: Option<u64>) -> Self {
+        Vm {
+            inp,
+            c: Core::new(len_hint),
+        }
+    }
+
+    pub(crate) fn run(mut self) -> R<Pickle> {
+        let root = self.exec()?;
+        let c = &mut self.c;
+        // freeze whatever is still being built
+        for id in 0..c.st.slots.len() {
+            if let Slot::Building { b, dict, .. } = c.st.slots[id] {
+                c.freeze(id, b, dict)?;
+            }
+        }
+        let Core { st, proto, .. } = self.c;
+        Ok(Pickle { st, root, proto })
+    }
+
+    fn exec(&mut self) -> R<Val> {
+        let Vm { inp, c } = self;
+        macro_rules! byte {
+            () => {
+                inp.byte().map_err(|e| c.eof(e))?
+            };
+        }
+        macro_rules! arr {
+            ($n:expr) => {{
+                let s = inp.take($n).map_err(|e| c.eof(e))?;
+                let mut a = [0u8; $n];
+                a.copy_from_slice(s);
+                a
+            }};
+        }
+        macro_rules! take {
+            ($n:expr) => {
+                inp.take($n).map_err(|e| c.eof(e))?
+            };
+        }
+        macro_rules! line {
+            () => {
+                inp.line().map_err(|e| c.eof(e))?
+            };
+        }
+        loop {
+            c.at = inp.pos();
+            let op = match inp.byte() {
+                Ok(op) => op,
+                Err(e) => {
+                    c.reading_opcode = true;
+                    return Err(c.eof(e));
+                }
+            };
+            c.cur = op;
+            match op {
+                0x80 => {
+                    let v = byte!();
+                    if v > 5 {
+                        return Err(Error::UnsupportedProtocol {
+                            offset: c.at,
+                            protocol: v,
+                        });
+                    }
+                    c.proto = v;
+                }
+                0x95 => {
+                    let n = u64::from_le_bytes(arr!(8));
+                    if inp.has_at_least(n) == Some(false) {
+                        return Err(c.eof(Eof(inp.len_hint().unwrap_or(inp.pos()))));
+                    }
+                }
+                b'.' => return c.pop(),
+                b'(' => c.marks.push(c.stack.len()),
+                b'0' => {
+                    if c.marks.last() == Some(&c.stack.len()) {
+                        c.marks.pop();
+                    } else {
+                        c.pop()?;
+                    }
+                }
+                b'1' => {
+                    let m = c.pop_mark()?;
+                    c.stack.truncate(m);
+                }
+                b'2' => {
+                    let v = c.top()?;
+                    c.stack.push(v);
+                }
+                b'N' => c.stack.push(Val::NONE),
+                0x88 => c.stack.push(Val::boolean(true)),
+                0x89 => c.stack.push(Val::boolean(false)),
+                b'J' => {
+                    let x = i32::from_le_bytes(arr!(4));
+                    let v = c.int(i64::from(x))?;
+                    c.stack.push(v);
+                }
+                b'K' => {
+                    let v = byte!();
+                    c.stack.push(Val::new(Tag::Int, u32::from(v)));
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(arr!(2));
+                    c.stack.push(Val::new(Tag::Int, u32::from(v)));
+                }
+                0x8a => {
+                    let n = byte!();
+                    let b = take!(u64::from(n));
+                    let v = c.long(b)?;
+                    c.stack.push(v);
+                }
+                0x8b => {
+                    let n = i32::from_le_bytes(arr!(4));
+                    if n < 0 {
+                        return Err(c.bad("LONG pickle has negative byte count"));
+                    }
+                    let b = take!(n as u64);
+                    let v = c.long(b)?;
+                    c.stack.push(v);
+                }
+                b'I' => {
+                    let l = line!();
+                    let v = match l {
+                        b"00" => Val::boolean(false),
+                        b"01" => Val::boolean(true),
+                        _ => {
+                            let b = text::parse_int(l).map_err(|e| c.bad(e))?;
+                            c.long(&b)?
+                        }
+                    };
+                    c.stack.push(v);
+                }
+                b'L' => {
+                    let mut l = line!();
+                    if let Some(x) = l.strip_suffix(b"L") {
+                        l = x;
+                    }
+                    let b = text::parse_int(l).map_err(|e| c.bad(e))?;
+                    let v = c.long(&b)?;
+                    c.stack.push(v);
+                }
+                b'F' => {
+                    let l = line!();
+                    let f = text::parse_float(l).ok_or_else(|| c.bad("invalid float literal"))?;
+                    let v = c.float(f)?;
+                    c.stack.push(v);
+                }
+                b'G' => {
+                    let f = f64::from_be_bytes(arr!(8));
+                    let v = c.float(f)?;
+                    c.stack.push(v);
+                }
+                0x8c => {
+                    let n = byte!();
+                    let b = take!(u64::from(n));
+                    let v = c.utf8(b)?;
+                    c.stack.push(v);
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(arr!(4));
+                    let b = take!(u64::from(n));
+                    let v = c.utf8(b)?;
+                    c.stack.push(v);
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(arr!(8));
+                    let b = take!(n);
+                    let v = c.utf8(b)?;
+                    c.stack.push(v);
+                }
+                b'V' => {
+                    let l = line!();
+                    let s = text::raw_unicode_escape(l).map_err(|e| c.bad(e))?;
+                    let v = c.str(&s)?;
+                    c.stack.push(v);
+                }
+                b'S' => {
+                    let l = line!();
+                    let q = match l {
+                        [a, inner @ .., b] if a == b && (*a == b'\'' || *a == b'"') => inner,
+                        _ => return Err(c.bad("the STRING opcode argument must be quoted")),
+                    };
+                    let d = text::escape_decode(q).map_err(|e| c.bad(e))?;
+                    let v = c.py2_str(&d)?;
+                    c.stack.push(v);
+                }
+                b'T' => {
+                    let n = i32::from_le_bytes(arr!(4));
+                    if n < 0 {
+                        return Err(c.bad("BINSTRING pickle has negative byte count"));
+                    }
+                    let b = take!(n as u64);
+                    let v = c.py2_str(b)?;
+                    c.stack.push(v);
+                }
+                b'U' => {
+                    let n = byte!();
+                    let b = take!(u64::from(n));
+                    let v = c.py2_str(b)?;
+                    c.stack.push(v);
+                }
+                b'B' => {
+                    let n = u32::from_le_bytes(arr!(4));
+                    let b = take!(u64::from(n)).to_vec();
+                    let v = c.blob(b, Tag::Bytes)?;
+                    c.stack.push(v);
+                }
+                b'C' => {
+                    let n = byte!();
+                    let b = take!(u64::from(n)).to_vec();
+                    let v = c.blob(b, Tag::Bytes)?;
+                    c.stack.push(v);
+                }
+                0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(arr!(8));
+                    let b = take!(n).to_vec();
+                    let v = c.blob(
+                        b,
+                        if op == 0x8e {
+                            Tag::Bytes
+                        } else {
+                            Tag::ByteArray
+                        },
+                    )?;
+                    c.stack.push(v);
+                }
+                b']' => {
+                    let (_, v) = c.new_list()?;
+                    c.stack.push(v);
+                }
+                b'}' => {
+                    let (_, v) = c.new_dict()?;
+                    c.stack.push(v);
+                }
+                0x8f => {
+                    let (_, v) = c.new_set()?;
+                    c.stack.push(v);
+                }
+                b')' => {
+                    let v = c.new_tuple(&[], false)?;
+                    c.stack.push(v);
+                }
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    if c.stack.len() < c.floor() + n {
+                        return Err(c.underflow());
+                    }
+                    let from = c.stack.len() - n;
+                    let v = c.make_tuple_from(from)?;
+                    c.stack.push(v);
+                }
+                b't' => {
+                    let m = c.pop_mark()?;
+                    let v = c.make_tuple_from(m.min(c.stack.len()))?;
+                    c.stack.push(v);
+                }
+                b'l' => {
+                    let m = c.pop_mark()?.min(c.stack.len());
+                    let items: Vec<Val> = c.stack[m..].to_vec();
+                    c.stack.truncate(m);
+                    let v = c.make_list(&items)?;
+                    c.stack.push(v);
+                }
+                b'd' => {
+                    let m = c.pop_mark()?.min(c.stack.len());
+                    if (c.stack.len() - m) & 1 == 1 {
+                        return Err(c.bad("odd number of items for DICT"));
+                    }
+                    let pairs: Vec<(Val, Val)> =
+                        c.stack[m..].chunks_exact(2).map(|c| (c[0], c[1])).collect();
+                    c.stack.truncate(m);
+                    let v = c.make_dict(&pairs)?;
+                    c.stack.push(v);
+                }
+                0x91 => {
+                    let m = c.pop_mark()?.min(c.stack.len());
+                    let items: Vec<Val> = c.stack[m..].to_vec();
+                    c.stack.truncate(m);
+                    let v = c.make_frozenset(&items)?;
+                    c.stack.push(v);
+                }
+                b'a' => {
+                    let v = c.pop()?;
+                    let target = c.top()?;
+                    c.stack.push(v);
+                    let from = c.stack.len() - 1;
+                    c.append_items(target, from)?;
+                }
+                b'e' => {
+                    let (m, target) = c.pop_mark_with_target()?;
+                    c.append_items(target, m)?;
+                }
+                b's' => {
+                    let v = c.pop()?;
+                    let k = c.pop()?;
+                    let target = c.top()?;
+                    c.stack.push(k);
+                    c.stack.push(v);
+                    let from = c.stack.len() - 2;
+                    c.set_items(target, from)?;
+                }
+                b'u' => {
+                    let (m, target) = c.pop_mark_with_target()?;
+                    c.set_items(target, m)?;
+                }
+                0x90 => {
+                    let (m, target) = c.pop_mark_with_target()?;
+                    if target.tag() != Tag::Set {
+                        return Err(c.wrong("set", target));
+                    }
+                    c.seal_all(m)?;
+                    let b = c.thaw(target)? as usize;
+                    for i in m..c.stack.len() {
+                        let k = c.stack[i];
+                        c.set_add(b, k)?;
+                    }
+                    c.stack.truncate(m);
+                }
+                b'h' => {
+                    let i = byte!();
+                    c.get(u64::from(i))?;
+                }
+                b'j' => {
+                    let i = u32::from_le_bytes(arr!(4));
+                    c.get(u64::from(i))?;
+                }
+                b'g' => {
+                    let i = c.parse_index(line!())?;
+                    c.get(i)?;
+                }
+                b'q' => {
+                    let i = byte!();
+                    let v = c.top()?;
+                    c.memo.put(u64::from(i), v);
+                }
+                b'r' => {
+                    let i = u32::from_le_bytes(arr!(4));
+                    let v = c.top()?;
+                    c.memo.put(u64::from(i), v);
+                }
+                b'p' => {
+                    let i = c.parse_index(line!())?;
+                    let v = c.top()?;
+                    c.memo.put(i, v);
+                }
+                0x94 => {
+                    let v = c.top()?;
+                    let i = c.memo.count;
+                    c.memo.put(i, v);
+                }
+                b'c' => {
+                    let m = String::from_utf8_lossy(line!()).into_owned();
+                    let n = String::from_utf8_lossy(line!()).into_owned();
+                    let v = c.global(&m, &n)?;
+                    c.stack.push(v);
+                }
+                0x93 => {
+                    let n = c.pop()?;
+                    let m = c.pop()?;
+                    let (Some(ms), Some(ns)) = (c.st.str(m), c.st.str(n)) else {
+                        return Err(c.bad("STACK_GLOBAL requires str module and name"));
+                    };
+                    let (ms, ns) = (ms.to_owned(), ns.to_owned());
+                    let v = c.global(&ms, &ns)?;
+                    c.stack.push(v);
+                }
+                b'i' => {
+                    let m = String::from_utf8_lossy(line!()).into_owned();
+                    let n = String::from_utf8_lossy(line!()).into_owned();
+                    let f = c.global(&m, &n)?;
+                    let mark = c.pop_mark()?.min(c.stack.len());
+                    c.seal_all(mark)?;
+                    let args: Vec<Val> = c.stack.drain(mark..).collect();
+                    let v = c.call(f, &args, false)?;
+                    c.stack.push(v);
+                }
+                b'o' => {
+                    let mark = c.pop_mark()?.min(c.stack.len());
+                    if c.stack.len() == mark {
+                        return Err(c.underflow());
+                    }
+                    c.seal_all(mark)?;
+                    let items: Vec<Val> = c.stack.drain(mark..).collect();
+                    let v = c.call(items[0], &items[1..], false)?;
+                    c.stack.push(v);
+                }
+                b'R' => {
+                    let args = c.pop()?;
+                    let f = c.pop()?;
+                    let args = c.tuple_args(args)?;
+                    let v = c.call(f, &args, false)?;
+                    c.stack.push(v);
+                }
+                0x81 => {
+                    let args = c.pop()?;
+                    let cls = c.pop()?;
+                    let args = c.tuple_args(args)?;
+                    let v = c.call(cls, &args, true)?;
+                    c.stack.push(v);
+                }
+                0x92 => {
+                    let kwargs = c.pop()?;
+                    let args = c.pop()?;
+                    let cls = c.pop()?;
+                    if kwargs.tag() != Tag::Dict || !c.is_empty_state_shallow(kwargs) {
+                        return Err(c.bad("NEWOBJ_EX with keyword arguments is not supported"));
+                    }
+                    let args = c.tuple_args(args)?;
+                    let v = c.call(cls, &args, true)?;
+                    c.stack.push(v);
+                }
+                b'b' => {
+                    let state = c.pop()?;
+                    c.top()?;
+                    if !c.is_empty_state(state) {
+                        return Err(Error::UnsupportedOpcode {
+                            offset: c.at,
+                            opcode: "BUILD",
+                            reason: "setting object state (attributes) is not supported in plain-data pickles",
+                        });
+                    }
+                }
+                b'P' | b'Q' => {
+                    return Err(Error::UnsupportedOpcode {
+                        offset: c.at,
+                        opcode: c.opname(),
+                        reason: "persistent ids are not supported",
+                    })
+                }
+                0x82..=0x84 => {
+                    return Err(Error::UnsupportedOpcode {
+                        offset: c.at,
+                        opcode: c.opname(),
+                        reason: "the copyreg extension registry is not supported",
+                    })
+                }
+                0x97 | 0x98 => {
+                    return Err(Error::UnsupportedOpcode {
+                        offset: c.at,
+                        opcode: c.opname(),
+                        reason: "out-of-band buffers are not supported",
+                    })
+                }
+                _ => {
+                    return Err(Error::UnknownOpcode {
+                        offset: c.at,
+                        opcode: op,
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl Core {
+    fn new(len_hint: Option<u64>) -> Self {
+        let seed = random_seed();
+        Core {
+            at: 0,
+            cur: 0,
+            reading_opcode: false,
+            st: Store::default(),
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Memo::default(),
+            seqb: Vec::new(),
+            seq_free: Vec::new(),
+            dictb: Vec::new(),
+            dict_free: Vec::new(),
+            list_map: HashMap::default(),
+            shape_map: HashMap::default(),
+            last_shape: None,
+            kc: KeyCx {
+                seed,
+                tup_hash: Vec::new(),
+                budget: len_hint
+                    .unwrap_or(1 << 34)
+                    .saturating_mul(64)
+                    .saturating_add(1 << 24),
+            },
+            proto: 0,
+        }
+    }
+
+    // ----- errors -----------------------------------------------------------
+
+    fn opname(&self) -> &'static str {
+        if self.reading_opcode {
+            "opcode"
+        } else {
+            op_name(self.cur)
+        }
+    }
+
+    fn eof(&self, e: Eof) -> Error {
+        Error::UnexpectedEof {
+            offset: e.0,
+            opcode_offset: self.at,
+            reading: self.opname(),
+        }
+    }
+
+    fn bad(&self, detail: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            offset: self.at,
+            opcode: self.opname(),
+            detail: detail.into(),
+        }
+    }
+
+    fn wrong(&self, expected: &'static str, found: Val) -> Error {
+        Error::WrongType {
+            offset: self.at,
+            opcode: self.opname(),
+            expected,
+            found: type_name(found.tag()),
+        }
+    }
+
+    fn key_err(&self, e: KeyErr) -> Error {
+        match e {
+            KeyErr::Unhashable(kind) => Error::Unhashable {
+                offset: self.at,
+                opcode: self.opname(),
+                kind,
+            },
+            KeyErr::Limit => Error::LimitExceeded {
+                offset: Some(self.at),
+                what:
+                    "dict key / set member comparison work (nesting too deep or adversarial keys)",
+            },
+        }
+    }
+
+    fn underflow(&self) -> Error {
+        Error::StackUnderflow {
+            offset: self.at,
+            opcode: self.opname(),
+        }
+    }
+
+    fn parse_index(&self, l: &[u8]) -> R<u64> {
+        let bytes = text::parse_int(l).map_err(|e| self.bad(e))?;
+        match le_to_i64(&bytes) {
+            Some(i) if i >= 0 => Ok(i as u64),
+            Some(_) => Err(self.bad("negative memo index")),
+            None => Err(self.bad("memo index too large")),
+        }
+    }
+
+    // ----- stack ------------------------------------------------------------
+
+    #[inline]
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    #[inline]
+    fn pop(&mut self) -> R<Val> {
+        if self.stack.len() <= self.floor() {
+            return Err(self.underflow());
+        }
+        self.stack.pop().ok_or_else(|| self.underflow())
+    }
+
+    #[inline]
+    fn top(&self) -> R<Val> {
+        if self.stack.len() <= self.floor() {
+            return Err(self.underflow());
+        }
+        self.stack.last().copied().ok_or_else(|| self.underflow())
+    }
+
+    #[inline]
+    fn pop_mark(&mut self) -> R<usize> {
+        self.marks.pop().ok_or(Error::MarkMissing {
+            offset: self.at,
+            opcode: self.opname(),
+        })
+    }
+
+    /// Pop to the mark; returns the stack index of the first item and checks
+    /// that a target object sits just below it (for APPENDS etc.).
+    fn pop_mark_with_target(&mut self) -> R<(usize, Val)> {
+        let m = self.pop_mark()?;
+        if m == 0 || m - 1 < self.floor() || m > self.stack.len() {
+            return Err(self.underflow());
+        }
+        Ok((m, self.stack[m - 1]))
+    }
+
+    // ----- value construction -------------------------------------------------
+
+    fn int(&mut self, i: i64) -> R<Val> {
+        if let Some(v) = Val::small_int(i) {
+            return Ok(v);
+        }
+        let id = u32_of(self.st.ints.len(), self.at)?;
+        self.st.ints.push(i);
+        Ok(Val::new(Tag::IntBox, id))
+    }
+
+    fn long(&mut self, le: &[u8]) -> R<Val> {
+        if let Some(i) = le_to_i64(le) {
+            return self.int(i);
+        }
+        let id = u32_of(self.st.bigints.len(), self.at)?;
+        self.st.bigints.push(normalize_le(le).into());
+        Ok(Val::new(Tag::BigInt, id))
+    }
+
+    fn float(&mut self, f: f64) -> R<Val> {
+        let id = u32_of(self.st.floats.len(), self.at)?;
+        self.st.floats.push(f);
+        Ok(Val::new(Tag::Float, id))
+    }
+
+    fn str(&mut self, s: &str) -> R<Val> {
+        match self.st.strs.intern(s) {
+            Some(id) => Ok(Val::new(Tag::Str, id)),
+            None => Err(Error::LimitExceeded {
+                offset: Some(self.at),
+                what: "more than 4 Gi strings",
+            }),
+        }
+    }
+
+    fn utf8(&mut self, b: &[u8]) -> R<Val> {
+        match std::str::from_utf8(b) {
+            Ok(s) => self.str(s),
+            // Python accepts lone surrogates ('surrogatepass'); a Rust
+            // string cannot hold them, so invalid sequences become U+FFFD.
+            Err(_) => self.str(&String::from_utf8_lossy(b)),
+        }
+    }
+
+    fn blob(&mut self, b: Vec<u8>, tag: Tag) -> R<Val> {
+        let id = u32_of(self.st.blobs.len(), self.at)?;
+        self.st.blobs.push(b.into_boxed_slice());
+        Ok(Val::new(tag, id))
+    }
+
+    /// Python 2 `str` (STRING/BINSTRING): text when it is valid UTF-8, else bytes.
+    fn py2_str(&mut self, b: &[u8]) -> R<Val> {
+        match std::str::from_utf8(b) {
+            Ok(s) => self.str(s),
+            Err(_) => self.blob(b.to_vec(), Tag::Bytes),
+        }
+    }
+
+    fn new_slot(&mut self, dict: bool) -> R<(u32, Val)> {
+        let b = if dict {
+            match self.dict_free.pop() {
+                Some(b) => b,
+                None => {
+                    let b = u32_of(self.dictb.len(), self.at)?;
+                    self.dictb.push(DictB::default());
+                    b
+                }
+            }
+        } else {
+            match self.seq_free.pop() {
+                Some(b) => b,
+                None => {
+                    let b = u32_of(self.seqb.len(), self.at)?;
+                    self.seqb.push(SeqB::default());
+                    b
+                }
+            }
+        };
+        let id = u32_of(self.st.slots.len(), self.at)?;
+        self.st.slots.push(Slot::Building {
+            b,
+            dict,
+            volatile: false,
+        });
+        Ok((b, Val::new(Tag::List, id)))
+    }
+
+    fn new_list(&mut self) -> R<(u32, Val)> {
+        self.new_slot(false)
+    }
+
+    fn new_set(&mut self) -> R<(u32, Val)> {
+        let (b, v) = self.new_slot(false)?;
+        Ok((b, Val::new(Tag::Set, v.id())))
+    }
+
+    fn new_dict(&mut self) -> R<(u32, Val)> {
+        let (b, v) = self.new_slot(true)?;
+        Ok((b, Val::new(Tag::Dict, v.id())))
+    }
+
+    /// Hash-cons a run of values into `seq_pool`.
+    fn intern_seq(&mut self, items: &[Val]) -> R<Span> {
+        if items.is_empty() {
+            return Ok(Span { start: 0, len: 0 });
+        }
+        let len = u32_of(items.len(), self.at)?;
+        let pool_len = self.st.seq_pool.len();
+        let start = u32_of(pool_len, self.at)?;
+        u32_of(pool_len + items.len(), self.at)?;
+        if items.len() <= DEDUP_MAX_LIST {
+            let h = hash_words(self.kc.seed, items.iter().map(|v| v.0));
+            if let Some(&sp) = self.list_map.get(&h) {
+                let a = sp.start as usize;
+                if sp.len == len && self.st.seq_pool.get(a..a + items.len()) == Some(items) {
+                    return Ok(sp);
+                }
+            }
+            self.st.seq_pool.extend_from_slice(items);
+            let sp = Span { start, len };
+            self.list_map.insert(h, sp);
+            return Ok(sp);
+        }
+        self.st.seq_pool.extend_from_slice(items);
+        Ok(Span { start, len })
+    }
+
+    fn intern_shape(&mut self, keys: &[Val]) -> R<u32> {
+        if let Some(id) = self.last_shape {
+            let sp = self.st.shapes[id as usize];
+            let a = sp.start as usize;
+            if self.st.shape_pool.get(a..a + sp.len as usize) == Some(keys) {
+                return Ok(id);
+            }
+        }
+        let id = self.intern_shape_slow(keys)?;
+        self.last_shape = Some(id);
+        Ok(id)
+    }
+
+    fn intern_shape_slow(&mut self, keys: &[Val]) -> R<u32> {
+        let len = u32_of(keys.len(), self.at)?;
+        let h = hash_words(self.kc.seed ^ 0x5348_4150, keys.iter().map(|v| v.0));
+        let dedup = keys.len() <= DEDUP_MAX_SHAPE;
+        if dedup {
+            if let Some(&id) = self.shape_map.get(&h) {
+                let sp = self.st.shapes[id as usize];
+                let a = sp.start as usize;
+                if sp.len == len && self.st.shape_pool.get(a..a + keys.len()) == Some(keys) {
+                    return Ok(id);
+                }
+            }
+        }
+        let start = u32_of(self.st.shape_pool.len(), self.at)?;
+        u32_of(self.st.shape_pool.len() + keys.len(), self.at)?;
+        self.st.shape_pool.extend_from_slice(keys);
+        let id = u32_of(self.st.shapes.len(), self.at)?;
+        self.st.shapes.push(Span { start, len });
+        if dedup {
+            self.shape_map.insert(h, id);
+        }
+        Ok(id)
+    }
+
+    fn new_tuple(&mut self, items: &[Val], frozenset: bool) -> R<Val> {
+        let sp = self.intern_seq(items)?;
+        let id = u32_of(self.st.tuples.len(), self.at)?;
+        self.st.tuples.push(sp);
+        self.kc.tup_hash.push(UNSET);
+        Ok(Val::new(
+            if frozenset {
+                Tag::FrozenSet
+            } else {
+                Tag::Tuple
+            },
+            id,
+        ))
+    }
+
+    // ----- freezing -----------------------------------------------------------
+
+    /// `v` was just stored inside another object: freeze it if it is a
+    /// container still being built.
+    #[inline]
+    fn seal(&mut self, v: Val) -> R<()> {
+        if !v.is_container() {
+            return Ok(());
+        }
+        if let Some(&Slot::Building {
+            b,
+            dict,
+            volatile: false,
+        }) = self.st.slots.get(v.idx())
+        {
+            self.freeze(v.idx(), b, dict)?;
+        }
+        Ok(())
+    }
+
+    fn seal_all(&mut self, from: usize) -> R<()> {
+        for i in from..self.stack.len() {
+            let v = self.stack[i];
+            self.seal(v)?;
+        }
+        Ok(())
+    }
+
+    fn freeze(&mut self, id: usize, b: u32, dict: bool) -> R<()> {
+        if dict {
+            let d = &mut self.dictb[b as usize];
+            let keys = std::mem::take(&mut d.keys);
+            let mut vals = std::mem::take(&mut d.vals);
+            d.index = None;
+            let shape = self.intern_shape(&keys)?;
+            let start = u32_of(self.st.dict_vals.len(), self.at)?;
+            u32_of(self.st.dict_vals.len() + vals.len(), self.at)?;
+            self.st.dict_vals.extend_from_slice(&vals);
+            let mut keys = keys;
+            keys.clear();
+            vals.clear();
+            if keys.capacity() > 4096 {
+                keys = Vec::new();
+                vals = Vec::new();
+            }
+            let d = &mut self.dictb[b as usize];
+            d.keys = keys;
+            d.vals = vals;
+            self.dict_free.push(b);
+            self.st.slots[id] = Slot::Rec { shape, start };
+        } else {
+            let s = &mut self.seqb[b as usize];
+            let mut items = std::mem::take(&mut s.items);
+            s.index = None;
+            let sp = self.intern_seq(&items)?;
+            items.clear();
+            if items.capacity() > 4096 {
+                items = Vec::new();
+            }
+            self.seqb[b as usize].items = items;
+            self.seq_free.push(b);
+            self.st.slots[id] = Slot::Seq(sp);
+        }
+        Ok(())
+    }
+
+    /// Make container `v` mutable again (copying frozen contents out) and
+    /// return its builder. A thawed container stays mutable until the end.
+    fn thaw(&mut self, v: Val) -> R<u32> {
+        let id = v.idx();
+        match self.st.slots[id] {
+            Slot::Building { b, .. } => Ok(b),
+            Slot::Seq(sp) => {
+                let (b, _) = self.new_slot(false)?;
+                self.st.slots.pop();
+                let a = sp.start as usize;
+                let items = &self.st.seq_pool[a..a + sp.len as usize];
+                self.seqb[b as usize].items.extend_from_slice(items);
+                self.st.slots[id] = Slot::Building {
+                    b,
+                    dict: false,
+                    volatile: true,
+                };
+                Ok(b)
+            }
+            Slot::Rec { shape, start } => {
+                let (b, _) = self.new_slot(true)?;
+                self.st.slots.pop();
+                let sp = self.st.shapes[shape as usize];
+                let a = sp.start as usize;
+                let n = sp.len as usize;
+                let d = &mut self.dictb[b as usize];
+                d.keys.extend_from_slice(&self.st.shape_pool[a..a + n]);
+                let s = start as usize;
+                d.vals.extend_from_slice(&self.st.dict_vals[s..s + n]);
+                self.st.slots[id] = Slot::Building {
+                    b,
+                    dict: true,
+                    volatile: true,
+                };
+                Ok(b)
+            }
+        }
+    }
+
+    // ----- container mutation -------------------------------------------------
+
+    fn append_items(&mut self, target: Val, from: usize) -> R<()> {
+        if target.tag() != Tag::List {
+            return Err(self.wrong("list", target));
+        }
+        self.seal_all(from)?;
+        let b = self.thaw(target)?;
+        self.seqb[b as usize]
+            .items
+            .extend_from_slice(&self.stack[from..]);
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    fn set_items(&mut self, target: Val, from: usize) -> R<()> {
+        if target.tag() != Tag::Dict {
+            return Err(self.wrong("dict", target));
+        }
+        if (self.stack.len() - from) & 1 == 1 {
+            return Err(self.bad("odd number of items for SETITEMS"));
+        }
+        self.seal_all(from)?;
+        let b = self.thaw(target)? as usize;
+        // Fast path: an empty dict receiving exactly the keys of the last
+        // frozen dict shape, in order (a trace's millions of entry dicts).
+        if let Some(sid) = self.last_shape {
+            let d = &mut self.dictb[b];
+            let sp = self.st.shapes[sid as usize];
+            let a = sp.start as usize;
+            let keys = &self.st.shape_pool[a..a + sp.len as usize];
+            let items = &self.stack[from..];
+            if d.keys.is_empty()
+                && d.index.is_none()
+                && items.len() == 2 * keys.len()
+                && keys
+                    .iter()
+                    .zip(items.chunks_exact(2))
+                    .all(|(k, kv)| *k == kv[0])
+            {
+                d.keys.extend_from_slice(keys);
+                d.vals.extend(items.chunks_exact(2).map(|kv| kv[1]));
+                self.stack.truncate(from);
+                return Ok(());
+            }
+        }
+        let mut i = from;
+        while i < self.stack.len() {
+            let (k, v) = (self.stack[i], self.stack[i + 1]);
+            self.dict_insert(b, k, v)?;
+            i += 2;
+        }
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    fn dict_insert(&mut self, b: usize, k: Val, v: Val) -> R<()> {
+        let d = &mut self.dictb[b];
+        if k.tag() == Tag::Str && d.index.is_none() && d.keys.len() < SMALL {
+            // a str only ever equals a str, and strs are interned
+            match d.keys.iter().position(|&x| x == k) {
+                Some(i) => d.vals[i] = v,
+                None => {
+                    d.keys.push(k);
+                    d.vals.push(v);
+                }
+            }
+            return Ok(());
+        }
+        let h = match key_hash(&self.st, &mut self.kc, k, 0) {
+            Ok(h) => h,
+            Err(e) => return Err(self.key_err(e)),
+        };
+        match find_key(&self.st, &mut self.kc, &d.keys, &mut d.index, k, h) {
+            Ok(Some(i)) => d.vals[i] = v,
+            Ok(None) => {
+                let pos = u32_of(d.keys.len(), self.at)?;
+                d.keys.push(k);
+                d.vals.push(v);
+                if let Some(ix) = &mut d.index {
+                    ix.prev.push(ix.map.insert(h, pos).unwrap_or(NIL));
+                }
+            }
+            Err(e) => return Err(self.key_err(e)),
+        }
+        Ok(())
+    }
+
+    fn set_add(&mut self, b: usize, k: Val) -> R<()> {
+        let s = &mut self.seqb[b];
+        let h = match key_hash(&self.st, &mut self.kc, k, 0) {
+            Ok(h) => h,
+            Err(e) => return Err(self.key_err(e)),
+        };
+        match find_key(&self.st, &mut self.kc, &s.items, &mut s.index, k, h) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let pos = u32_of(s.items.len(), self.at)?;
+                s.items.push(k);
+                if let Some(ix) = &mut s.index {
+                    ix.prev.push(ix.map.insert(h, pos).unwrap_or(NIL));
+                }
+            }
+            Err(e) => return Err(self.key_err(e)),
+        }
+        Ok(())
+    }
+
+    /// Items of a list/tuple/set/frozenset/dict (keys), whatever its state.
+    fn items_now(&self, v: Val) -> Option<Vec<Val>> {
+        match v.tag() {
+            Tag::Tuple | Tag::FrozenSet => self.st.seq_items(v).map(<[Val]>::to_vec),
+            Tag::List | Tag::Set | Tag::Dict => match self.st.slots.get(v.idx())? {
+                Slot::Building { b, dict: false, .. } => Some(self.seqb[*b as usize].items.clone()),
+                Slot::Building { b, dict: true, .. } => Some(self.dictb[*b as usize].keys.clone()),
+                Slot::Seq(_) => self.st.seq_items(v).map(<[Val]>::to_vec),
+                Slot::Rec { .. } => self.st.dict_parts(v).map(|(_, k, _)| k.to_vec()),
+            },
+            _ => None,
+        }
+    }
+
+    fn dict_pairs_now(&self, v: Val) -> Option<Vec<(Val, Val)>> {
+        match self.st.slots.get(v.idx())? {
+            Slot::Building { b, dict: true, .. } => {
+                let d = &self.dictb[*b as usize];
+                Some(d.keys.iter().copied().zip(d.vals.iter().copied()).collect())
+            }
+            Slot::Rec { .. } => self
+                .st
+                .dict_parts(v)
+                .map(|(_, k, v)| k.iter().copied().zip(v.iter().copied()).collect()),
+            _ => None,
+        }
+    }
+
+    fn make_list(&mut self, items: &[Val]) -> R<Val> {
+        for &v in items {
+            self.seal(v)?;
+        }
+        let (b, v) = self.new_list()?;
+        self.seqb[b as usize].items.extend_from_slice(items);
+        Ok(v)
+    }
+
+    fn make_set(&mut self, items: &[Val]) -> R<Val> {
+        for &v in items {
+            self.seal(v)?;
+        }
+        let (b, v) = self.new_set()?;
+        for &k in items {
+            self.set_add(b as usize, k)?;
+        }
+        Ok(v)
+    }
+
+    fn make_frozenset(&mut self, items: &[Val]) -> R<Val> {
+        // dedup through a temporary set builder
+        let (b, tmp) = self.new_set()?;
+        for &v in items {
+            self.seal(v)?;
+            self.set_add(b as usize, v)?;
+        }
+        let uniq = std::mem::take(&mut self.seqb[b as usize].items);
+        self.seqb[b as usize].index = None;
+        self.seq_free.push(b);
+        // the temporary slot is the last one: drop it
+        if self.st.slots.len() == tmp.idx() + 1 {
+            self.st.slots.pop();
+        }
+        let v = self.new_tuple(&uniq, true);
+        let mut uniq = uniq;
+        uniq.clear();
+        self.seqb[b as usize].items = uniq;
+        v
+    }
+
+    fn make_dict(&mut self, pairs: &[(Val, Val)]) -> R<Val> {
+        let (b, v) = self.new_dict()?;
+        for &(k, x) in pairs {
+            self.seal(k)?;
+            self.seal(x)?;
+            self.dict_insert(b as usize, k, x)?;
+        }
+        Ok(v)
+    }
+
+    fn make_tuple_from(&mut self, from: usize) -> R<Val> {
+        self.seal_all(from)?;
+        let items: Vec<Val> = self.stack.drain(from..).collect();
+        self.new_tuple(&items, false)
+    }
+
+    // ----- globals & calls ------------------------------------------------------
+
+    fn global(&mut self, module: &str, name: &str) -> R<Val> {
+        if whitelist(module, name).is_none() {
+            return Err(Error::ForbiddenGlobal {
+                offset: self.at,
+                module: module.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        let m = self.str(module)?.id();
+        let n = self.str(name)?.id();
+        let id = u32_of(self.st.globals.len(), self.at)?;
+        self.st.globals.push((m, n));
+        Ok(Val::new(Tag::Global, id))
+    }
+
+    fn callable(&self, f: Val) -> R<Callable> {
+        if f.tag() != Tag::Global {
+            return Err(self.wrong("a whitelisted class or function", f));
+        }
+        let (m, n) = self.st.globals.get(f.idx()).copied().unwrap_or((0, 0));
+        whitelist(self.st.strs.get(m), self.st.strs.get(n))
+            .ok_or_else(|| self.wrong("a whitelisted class", f))
+    }
+
+    fn encode(&mut self, s: Val, enc: Option<Val>) -> R<Vec<u8>> {
+        let text = match self.st.str(s) {
+            Some(t) => t.to_owned(),
+            None => return Err(self.wrong("str", s)),
+        };
+        let enc = match enc {
+            None => "utf-8".to_owned(),
+            Some(e) => match self.st.str(e) {
+                Some(e) => e.to_ascii_lowercase().replace('_', "-"),
+                None => return Err(self.wrong("str (encoding name)", e)),
+            },
+        };
+        match enc.as_str() {
+            "utf-8" | "utf8" => Ok(text.into_bytes()),
+            "latin-1" | "latin1" | "iso-8859-1" | "iso8859-1" | "l1" | "ascii" => {
+                let max = if enc == "ascii" { 0x7f } else { 0xff };
+                text.chars()
+                    .map(|c| {
+                        u8::try_from(u32::from(c))
+                            .ok()
+                            .filter(|&b| u32::from(b) <= max)
+                    })
+                    .collect::<Option<Vec<u8>>>()
+                    .ok_or_else(|| self.bad(format!("cannot encode text as {enc}")))
+            }
+            _ => Err(self.bad(format!("unsupported encoding {enc:?}"))),
+        }
+    }
+
+    fn bytes_arg(&mut self, args: &[Val]) -> R<Vec<u8>> {
+        match args {
+            [] => Ok(Vec::new()),
+            [a] => {
+                if let Some(b) = self.st.blob(*a) {
+                    return Ok(b.to_vec());
+                }
+                if a.tag() == Tag::Str {
+                    return Err(self.bad("string argument without an encoding"));
+                }
+                let items = self
+                    .items_now(*a)
+                    .ok_or_else(|| self.wrong("bytes or a sequence of ints", *a))?;
+                items
+                    .iter()
+                    .map(|&i| match self.st.int(i) {
+                        Some(super::store::IntRef::Small(x)) => u8::try_from(x).ok(),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<u8>>>()
+                    .ok_or_else(|| self.bad("bytes must be in range(0, 256)"))
+            }
+            [s, e] | [s, e, _] => self.encode(*s, Some(*e)),
+            _ => Err(self.bad("too many arguments")),
+        }
+    }
+
+    fn call(&mut self, f: Val, args: &[Val], newobj: bool) -> R<Val> {
+        let c = self.callable(f)?;
+        let one_iterable = |vm: &Self| -> R<Vec<Val>> {
+            match args {
+                [] => Ok(Vec::new()),
+                [a] => vm
+                    .items_now(*a)
+                    .ok_or_else(|| vm.wrong("an iterable (list, tuple, set or dict)", *a)),
+                _ => Err(vm.bad("expected at most 1 argument")),
+            }
+        };
+        match c {
+            Callable::OrderedDict | Callable::Dict => {
+                if newobj || args.is_empty() {
+                    return self.make_dict(&[]);
+                }
+                let [a] = args else {
+                    return Err(self.bad("expected at most 1 argument"));
+                };
+                if a.tag() == Tag::Dict {
+                    let pairs = self.dict_pairs_now(*a).unwrap_or_default();
+                    return self.make_dict(&pairs);
+                }
+                let items = one_iterable(self)?;
+                let mut pairs = Vec::with_capacity(items.len());
+                for it in items {
+                    match self.items_now(it) {
+                        Some(p) if p.len() == 2 && matches!(it.tag(), Tag::Tuple | Tag::List) => {
+                            pairs.push((p[0], p[1]))
+                        }
+                        _ => return Err(self.bad("dict() needs a sequence of (key, value) pairs")),
+                    }
+                }
+                self.make_dict(&pairs)
+            }
+            Callable::List => {
+                let items = if newobj {
+                    Vec::new()
+                } else {
+                    one_iterable(self)?
+                };
+                self.make_list(&items)
+            }
+            Callable::Set => {
+                let items = if newobj {
+                    Vec::new()
+                } else {
+                    one_iterable(self)?
+                };
+                self.make_set(&items)
+            }
+            Callable::Tuple => {
+                let items = one_iterable(self)?;
+                for &v in &items {
+                    self.seal(v)?;
+                }
+                self.new_tuple(&items, false)
+            }
+            Callable::FrozenSet => {
+                let items = one_iterable(self)?;
+                self.make_frozenset(&items)
+            }
+            Callable::ByteArray => {
+                let b = if newobj {
+                    Vec::new()
+                } else {
+                    self.bytes_arg(args)?
+                };
+                self.blob(b, Tag::ByteArray)
+            }
+            Callable::Bytes => {
+                let b = self.bytes_arg(args)?;
+                self.blob(b, Tag::Bytes)
+            }
+            Callable::Encode => {
+                if newobj {
+                    return Err(self.bad("_codecs.encode is not a class"));
+                }
+                let b = match args {
+                    [s] => self.encode(*s, None)?,
+                    [s, e] | [s, e, _] => self.encode(*s, Some(*e))?,
+                    _ => return Err(self.bad("_codecs.encode takes 1 to 3 arguments")),
+                };
+                self.blob(b, Tag::Bytes)
+            }
+        }
+    }
+
+    fn tuple_args(&self, v: Val) -> R<Vec<Val>> {
+        if v.tag() != Tag::Tuple {
+            return Err(self.wrong("tuple (arguments)", v));
+        }
+        Ok(self.st.seq_items(v).unwrap_or(&[]).to_vec())
+    }
+
+    fn is_empty_state(&self, v: Val) -> bool {
+        match v.tag() {
+            Tag::None => true,
+            Tag::Dict => self.items_now(v).is_some_and(|k| k.is_empty()),
+            Tag::Tuple => self.st.seq_items(v).is_some_and(|it| {
+                it.len() == 2 && it.iter().all(|&x| self.is_empty_state_shallow(x))
+            }),
+            _ => false,
+        }
+    }
+
+    fn is_empty_state_shallow(&self, v: Val) -> bool {
+        v.tag() == Tag::None
+            || (v.tag() == Tag::Dict && self.items_now(v).is_some_and(|k| k.is_empty()))
+    }
+
+    // ----- the loop -------------------------------------------------------------
+
+    #[inline]
+    fn get(&mut self, i: u64) -> R<()> {
+        match self.memo.get(i) {
+            Some(v) => {
+                self.stack.push(v);
+                Ok(())
+            }
+            None => Err(Error::MemoMissing {
+                offset: self.at,
+                index: i,
+            }),
+        }
+    }
+}
+
+fn find_key(
+    st: &Store,
+    kc: &mut KeyCx,
+    keys: &[Val],
+    index: &mut Option<KeyIndex>,
+    k: Val,
+    h: u64,
+) -> Result<Option<usize>, KeyErr> {
+    if index.is_none() && keys.len() <= SMALL {
+        for (i, &x) in keys.iter().enumerate() {
+            if key_eq(st, kc, x, k, 0)? {
+                return Ok(Some(i));
+            }
+        }
+        return Ok(None);
+    }
+    if index.is_none() {
+        let mut ix = KeyIndex::default();
+        for (i, &x) in keys.iter().enumerate() {
+            let hx = key_hash(st, kc, x, 0)?;
+            ix.prev.push(ix.map.insert(hx, i as u32).unwrap_or(NIL));
+        }
+        *index = Some(ix);
+    }
+    let Some(ix) = index.as_ref() else {
+        return Ok(None);
+    };
+    let mut p = ix.map.get(&h).copied().unwrap_or(NIL);
+    while p != NIL {
+        let i = p as usize;
+        if key_eq(st, kc, keys[i], k, 0)? {
+            return Ok(Some(i));
+        }
+        p = ix.prev[i];
+    }
+    Ok(None)
+}

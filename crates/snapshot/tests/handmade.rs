@@ -1,0 +1,625 @@
+//! Hand-built and Python-generated pickles (tests/data, see make_fixtures.py).
+
+use vramscope_snapshot::pickle::{self, BigInt, Value};
+use vramscope_snapshot::write::{snapshot_to_bytes, PickleWriter, WriteOptions};
+use vramscope_snapshot::*;
+
+fn data(name: &str) -> Vec<u8> {
+    let p = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+fn frames(s: &Snapshot, id: StackId) -> Vec<(String, String, i64)> {
+    s.frames(id)
+        .map(|f| (f.name.to_owned(), f.filename.to_owned(), f.line))
+        .collect()
+}
+
+fn check_fixture_snapshot(s: &Snapshot) {
+    assert_eq!(s.segments.len(), 1);
+    let g = &s.segments[0];
+    assert_eq!(g.address, 139_000_000_000_000);
+    assert_eq!(g.stream, u64::MAX, "a stream wider than i64 is kept as u64");
+    assert_eq!(g.segment_type, SegmentType::Small);
+    assert_eq!(
+        (g.allocated_size, g.active_size, g.requested_size),
+        (512, 1024, 500)
+    );
+    let fr = frames(s, g.frames);
+    assert_eq!(fr.len(), 2);
+    assert_eq!(
+        fr[0],
+        ("at::native::empty_cuda(...)".into(), "??".into(), 0)
+    );
+    assert_eq!(
+        fr[1],
+        (
+            "forward".into(),
+            "/site-packages/torch/nn/modules/linear.py".into(),
+            125
+        )
+    );
+    let states: Vec<BlockState> = g.blocks.iter().map(|b| b.state).collect();
+    assert_eq!(
+        states,
+        [
+            BlockState::ActiveAllocated,
+            BlockState::ActivePendingFree,
+            BlockState::Inactive
+        ]
+    );
+    assert_eq!(
+        g.blocks[0].frames, g.frames,
+        "equal stacks are interned once"
+    );
+    assert_eq!(g.blocks[1].frames, StackId::EMPTY);
+    assert_eq!(g.blocks[1].address, Some(139_000_000_000_512));
+
+    let t = &s.device_traces[0];
+    assert_eq!(t.len(), 3);
+    assert_eq!(t[0].action, Action::SegmentAlloc);
+    assert_eq!(t[0].compile_context, None);
+    assert_eq!(t[1].action, Action::Alloc);
+    assert_eq!(t[1].compile_context.map(|c| s.str(c)), Some("N/A"));
+    assert_eq!(t[1].user_metadata.map(|c| s.str(c)), Some(""));
+    assert_eq!(t[2].action, Action::Oom);
+    assert_eq!(t[2].device_free, Some(123_456));
+    assert_eq!(t[2].addr, 0);
+    assert_eq!(t[2].size, 1 << 40);
+    assert_eq!(t[2].time_us, Some(1_700_000_000_000_002));
+
+    let a = s.allocator_settings.as_ref().unwrap();
+    assert_eq!(
+        a.pytorch_cuda_alloc_conf.as_deref(),
+        Some("expandable_segments:True")
+    );
+    assert_eq!(a.max_split_size, Some(1 << 30));
+    assert_eq!(a.garbage_collection_threshold, Some(0.6));
+    assert_eq!(a.expandable_segments, Some(true));
+    assert_eq!(
+        a.roundup_power2_divisions,
+        Some(RoundupPower2Divisions::PerBucket(vec![
+            (1, 4),
+            (2, 4),
+            (4, 8)
+        ]))
+    );
+    assert_eq!(
+        a.other,
+        [(
+            "some_future_knob".to_owned(),
+            Value::List(vec![Value::Int(1), Value::Int(2), Value::Int(3)])
+        )]
+    );
+    assert_eq!(s.external_annotations.len(), 1);
+    assert_eq!(s.external_annotations[0].name, "step");
+}
+
+#[test]
+fn snapshot_in_every_protocol() {
+    for p in 0..=5 {
+        let bytes = data(&format!("snapshot_p{p}.pickle"));
+        let doc = pickle::parse(&bytes).unwrap_or_else(|e| panic!("protocol {p}: {e}"));
+        assert_eq!(doc.protocol(), if p < 2 { 0 } else { p });
+        let s = read_snapshot(&bytes).unwrap_or_else(|e| panic!("protocol {p}: {e}"));
+        check_fixture_snapshot(&s);
+    }
+}
+
+#[test]
+fn ordered_dict_at_top_level() {
+    let s = read_snapshot(&data("ordered_p2.pickle")).unwrap();
+    check_fixture_snapshot(&s);
+}
+
+#[test]
+fn legacy_bare_list_with_block_history() {
+    let s = read_snapshot(&data("legacy_list_p2.pickle")).unwrap();
+    assert!(s.device_traces.is_empty());
+    assert_eq!(s.segments.len(), 1);
+    let g = &s.segments[0];
+    assert_eq!(
+        (g.device, g.requested_size, g.segment_pool_id),
+        (0, 0, (0, 0))
+    );
+    let b = &g.blocks;
+    assert_eq!(b[0].address, None);
+    assert_eq!(
+        b[0].requested_size, b[0].size,
+        "requested_size defaults to size"
+    );
+    assert_eq!(
+        b[1].state,
+        BlockState::ActivePendingFree,
+        "old spelling active_awaiting_free"
+    );
+    let h = b[0].history.as_ref().unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!((h[0].addr, h[0].real_size), (140_000_000_000_000, 1000));
+    assert_eq!(frames(&s, h[0].frames).len(), 2);
+    assert_eq!(b[1].history.as_deref(), Some(&[][..]));
+    assert_eq!(b[2].history, None);
+}
+
+#[test]
+fn generic_values_in_every_protocol() {
+    let huge = BigInt(vec![5, 0, 0, 0, 0, 0, 0, 0, 1].into());
+    let neg_huge = BigInt(vec![0xfb, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe].into());
+    for p in 0..=5 {
+        let bytes = data(&format!("values_p{p}.pickle"));
+        let doc = pickle::parse(&bytes).unwrap_or_else(|e| panic!("protocol {p}: {e}"));
+        let r = doc.root();
+        let v = r.to_value().unwrap();
+        let ints = match v.get("ints").unwrap() {
+            Value::List(l) => l.clone(),
+            other => panic!("{other:?}"),
+        };
+        let expect = [
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(-1),
+            Value::Int(255),
+            Value::Int(256),
+            Value::Int(65535),
+            Value::Int(65536),
+            Value::Int(-(1 << 31)),
+            Value::Int(1 << 31),
+            Value::Int(1 << 62),
+            Value::Int(i64::MIN),
+            Value::BigInt(BigInt(vec![0, 0, 0, 0, 0, 0, 0, 0x80, 0].into())),
+            Value::BigInt(BigInt(vec![0xff; 8].into_iter().chain([0]).collect())),
+            Value::BigInt(huge.clone()),
+            Value::BigInt(neg_huge.clone()),
+        ];
+        assert_eq!(ints, expect, "protocol {p}");
+        let ir = r.get("ints").unwrap().as_seq().unwrap();
+        assert_eq!(ir.get(12).unwrap().as_u64(), Some(u64::MAX));
+        assert_eq!(ir.get(13).unwrap().as_u64(), None);
+        assert_eq!(ir.get(11).unwrap().as_i64(), None);
+        assert_eq!(
+            v.get("floats").unwrap(),
+            &Value::List(vec![
+                Value::Float(0.0),
+                Value::Float(-1.5),
+                Value::Float(1e300),
+                Value::Float(f64::INFINITY)
+            ])
+        );
+        assert_eq!(
+            v.get("text").unwrap(),
+            &Value::List(vec![
+                Value::Str(String::new()),
+                Value::Str("ascii".into()),
+                Value::Str("caf\u{e9} \u{2603} \u{1f600}".into()),
+                Value::Str("x".repeat(300)),
+            ]),
+            "protocol {p}"
+        );
+        assert_eq!(
+            v.get("bytes").unwrap(),
+            &Value::List(vec![
+                Value::Bytes(vec![]),
+                Value::Bytes(vec![0, 255]),
+                Value::ByteArray(b"ba".to_vec())
+            ]),
+            "protocol {p}"
+        );
+        assert_eq!(
+            v.get("tuple").unwrap(),
+            &Value::Tuple(vec![
+                Value::Int(1),
+                Value::Tuple(vec![Value::Int(2), Value::Int(3)]),
+                Value::Tuple(vec![])
+            ])
+        );
+        assert_eq!(
+            v.get("set").unwrap(),
+            &Value::Set(vec![Value::Int(1), Value::Int(2), Value::Int(3)])
+        );
+        assert_eq!(
+            v.get("frozenset").unwrap(),
+            &Value::FrozenSet(vec![Value::Str("a".into())])
+        );
+        let shared = r.get("shared").unwrap().as_seq().unwrap();
+        assert!(
+            shared.get(0).unwrap().same_object(shared.get(1).unwrap()),
+            "protocol {p}: memo sharing"
+        );
+        let d = r.get("dict").unwrap().as_dict().unwrap();
+        assert_eq!(d.len(), 4);
+        let keys: Vec<String> = d.iter().map(|(k, _)| format!("{k:?}")).collect();
+        assert_eq!(keys, ["1", "(1, 2)", "None", "2.5"]);
+        let ordered: Vec<&str> = r
+            .get("ordered")
+            .unwrap()
+            .as_dict()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str().unwrap())
+            .collect();
+        assert_eq!(ordered, ["b", "a"]);
+        assert_eq!(
+            v.get("flags").unwrap(),
+            &Value::List(vec![Value::Bool(true), Value::Bool(false), Value::None])
+        );
+    }
+}
+
+#[test]
+fn malicious_globals_are_refused() {
+    match read_snapshot(&data("evil_global_p0.pickle")) {
+        Err(e @ Error::ForbiddenGlobal { offset: 0, .. }) => {
+            let Error::ForbiddenGlobal { module, name, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!((module.as_str(), name.as_str()), ("os", "system"));
+            let msg = e.to_string();
+            assert!(msg.contains("os.system") && msg.contains("byte 0"), "{msg}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match pickle::parse(&data("evil_stack_global_p4.pickle")) {
+        Err(Error::ForbiddenGlobal {
+            offset,
+            module,
+            name,
+        }) => {
+            assert_eq!(
+                (offset, module.as_str(), name.as_str()),
+                (20, "builtins", "eval")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // whitelisted names in the wrong module are refused too
+    let e = pickle::parse(b"cposix\nset\n)R.").unwrap_err();
+    assert!(matches!(e, Error::ForbiddenGlobal { .. }), "{e}");
+}
+
+#[test]
+fn every_truncation_reports_the_offset() {
+    for name in [
+        "snapshot_p0.pickle",
+        "snapshot_p2.pickle",
+        "snapshot_p4.pickle",
+        "values_p1.pickle",
+        "values_p5.pickle",
+    ] {
+        let bytes = data(name);
+        for n in 0..bytes.len() {
+            match read_snapshot(&bytes[..n]) {
+                Err(Error::UnexpectedEof {
+                    offset,
+                    opcode_offset,
+                    reading,
+                }) => {
+                    assert_eq!(offset, n, "{name} cut at {n}");
+                    assert!(opcode_offset <= n);
+                    assert!(!reading.is_empty());
+                }
+                other => panic!("{name} cut at {n}: {other:?}"),
+            }
+        }
+    }
+    let e = read_snapshot(&data("snapshot_p4.pickle")[..100]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("unexpected end of file at byte 100 while reading "),
+        "{e}"
+    );
+}
+
+#[test]
+fn not_a_snapshot() {
+    let e = read_snapshot(&data("not_snapshot_int.pickle")).unwrap_err();
+    assert!(
+        matches!(&e, Error::NotASnapshot { reason } if reason.contains("int")),
+        "{e}"
+    );
+    let e = read_snapshot(&data("not_snapshot_dict.pickle")).unwrap_err();
+    assert!(
+        matches!(&e, Error::NotASnapshot { reason } if reason.contains("segments") && reason.contains("foo")),
+        "{e}"
+    );
+    let e = read_snapshot(b"\x80\x04]\x94(K\x01K\x02e.").unwrap_err();
+    assert!(matches!(e, Error::NotASnapshot { .. }), "{e}");
+    // an empty bare list is an (empty) legacy snapshot
+    assert!(read_snapshot(b"\x80\x02].").unwrap().segments.is_empty());
+}
+
+/// Pickle `{"segments": [], "device_traces": [[entry]]}` with a custom entry.
+fn snapshot_with_entry(entry: Value) -> Vec<u8> {
+    let v = Value::Dict(vec![
+        (Value::Str("segments".into()), Value::List(vec![])),
+        (
+            Value::Str("device_traces".into()),
+            Value::List(vec![Value::List(vec![entry])]),
+        ),
+    ]);
+    let mut w = PickleWriter::new(Vec::new(), true);
+    w.value(&v);
+    w.finish().unwrap()
+}
+
+fn entry(addr: Value) -> Value {
+    Value::Dict(vec![
+        (Value::Str("action".into()), Value::Str("alloc".into())),
+        (Value::Str("addr".into()), addr),
+        (Value::Str("size".into()), Value::Int(512)),
+        (Value::Str("stream".into()), Value::Int(0)),
+    ])
+}
+
+#[test]
+fn long1_big_ints_and_u64_fields() {
+    // 2**63 needs 9 bytes in LONG1 but fits u64
+    let b = snapshot_with_entry(entry(Value::BigInt(BigInt(
+        vec![0, 0, 0, 0, 0, 0, 0, 0x80, 0].into(),
+    ))));
+    assert!(b.windows(2).any(|w| w == [0x8a, 9]), "LONG1 with 9 bytes");
+    let s = read_snapshot(&b).unwrap();
+    assert_eq!(s.device_traces[0][0].addr, 1 << 63);
+    // u64::MAX
+    let b = snapshot_with_entry(entry(Value::BigInt(BigInt(
+        vec![0xff; 8].into_iter().chain([0]).collect(),
+    ))));
+    assert_eq!(
+        read_snapshot(&b).unwrap().device_traces[0][0].addr,
+        u64::MAX
+    );
+    // 2**64 + 5 does not fit: a clear schema error naming the field
+    let b = snapshot_with_entry(entry(Value::BigInt(BigInt(
+        vec![5, 0, 0, 0, 0, 0, 0, 0, 1].into(),
+    ))));
+    match read_snapshot(&b) {
+        Err(Error::Schema { path, message }) => {
+            assert_eq!(path, "device_traces[0][0].addr");
+            assert!(message.contains("does not fit in u64"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // negative addresses are refused
+    let e = read_snapshot(&snapshot_with_entry(entry(Value::Int(-1)))).unwrap_err();
+    assert!(e.to_string().contains("non-negative"), "{e}");
+    // and a wrong type names the field and the types
+    let e = read_snapshot(&snapshot_with_entry(entry(Value::Str("0x10".into())))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "bad snapshot field device_traces[0][0].addr: expected int, found str"
+    );
+}
+
+#[test]
+fn memo_identity_and_mutation_after_sharing() {
+    // L = []; outer = [L, L]; L.append(7)  -> both slots see [7]
+    let p = pickle::parse(b"\x80\x02]q\x00(h\x00h\x00lh\x00K\x07a0.").unwrap();
+    let outer = p.root().as_seq().unwrap();
+    let (a, b) = (outer.get(0).unwrap(), outer.get(1).unwrap());
+    assert!(a.same_object(b));
+    assert_eq!(a.to_value().unwrap(), Value::List(vec![Value::Int(7)]));
+    // the same through a dict that was mutated after being stored
+    let p =
+        pickle::parse(b"\x80\x02}q\x00]q\x01(h\x00h\x00eh\x00X\x01\x00\x00\x00kK\x01s0.").unwrap();
+    let v = p.root().to_value().unwrap();
+    let d = Value::Dict(vec![(Value::Str("k".into()), Value::Int(1))]);
+    assert_eq!(v, Value::List(vec![d.clone(), d]));
+}
+
+#[test]
+fn recursive_structures_do_not_hang() {
+    // L = [L]
+    let p = pickle::parse(b"\x80\x02]q\x00h\x00a.").unwrap();
+    let l = p.root();
+    assert!(l.as_seq().unwrap().get(0).unwrap().same_object(l));
+    assert!(matches!(l.to_value(), Err(Error::LimitExceeded { .. })));
+    let _ = format!("{l:?}");
+}
+
+#[test]
+fn python_dict_and_set_semantics() {
+    // {1: 2, 1: 3} -> {1: 3}; True == 1 keeps the first key
+    let v = pickle::parse(b"}(K\x01K\x02K\x01K\x03u.")
+        .unwrap()
+        .root()
+        .to_value()
+        .unwrap();
+    assert_eq!(v, Value::Dict(vec![(Value::Int(1), Value::Int(3))]));
+    let v = pickle::parse(b"}(\x88K\x02K\x01K\x03u.")
+        .unwrap()
+        .root()
+        .to_value()
+        .unwrap();
+    assert_eq!(v, Value::Dict(vec![(Value::Bool(true), Value::Int(3))]));
+    // a big dict (past the linear-scan size) with duplicates
+    let mut b = b"}(".to_vec();
+    for i in 0..100u8 {
+        b.extend([b'K', i, b'K', i]);
+    }
+    b.extend(b"K\x05K\xffu.");
+    let v = pickle::parse(&b).unwrap().root().to_value().unwrap();
+    match v {
+        Value::Dict(d) => {
+            assert_eq!(d.len(), 100);
+            assert_eq!(d[5], (Value::Int(5), Value::Int(255)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // sets dedup, tuples of equal content are equal keys
+    let v = pickle::parse(b"\x8f(K\x01K\x02K\x01\x90.")
+        .unwrap()
+        .root()
+        .to_value()
+        .unwrap();
+    assert_eq!(v, Value::Set(vec![Value::Int(1), Value::Int(2)]));
+    let v = pickle::parse(b"}(K\x01K\x02\x86K\x01K\x01K\x02\x86K\x02u.")
+        .unwrap()
+        .root()
+        .to_value()
+        .unwrap();
+    assert_eq!(
+        v,
+        Value::Dict(vec![(
+            Value::Tuple(vec![Value::Int(1), Value::Int(2)]),
+            Value::Int(2)
+        )])
+    );
+    // unhashable key
+    let e = pickle::parse(b"}(]K\x01u.").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Unhashable {
+                kind: "list",
+                opcode: "SETITEMS",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_inputs_give_typed_errors() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"", "UnexpectedEof"),
+        (b"\x80\x06N.", "UnsupportedProtocol"),
+        (b"\xff", "UnknownOpcode"),
+        (b".", "StackUnderflow"),
+        (b"h\x05.", "MemoMissing"),
+        (b"t.", "MarkMissing"),
+        (b"\x8b\xff\xff\xff\xff", "InvalidArgument"),
+        (b"X\xff\xff\xff\xff", "UnexpectedEof"),
+        (b"\x8e\xff\xff\xff\xff\xff\xff\xff\x7f", "UnexpectedEof"),
+        (b"\x95\x00\x00\x00\x00\x01\x00\x00\x00N.", "UnexpectedEof"),
+        (b"Pabc\n.", "UnsupportedOpcode"),
+        (b"\x82\x01.", "UnsupportedOpcode"),
+        (b"](K\x01u.", "WrongType"),
+        (b"}(K\x01u.", "InvalidArgument"),
+        (b"N(b.", "StackUnderflow"),
+        (b"N(\x85.", "StackUnderflow"),
+        (b"]}(K\x01K\x01ub.", "UnsupportedOpcode"),
+        (b"Inot a number\n.", "InvalidArgument"),
+        (b"S'unterminated\n.", "InvalidArgument"),
+    ];
+    for (bytes, want) in cases {
+        let e = pickle::parse(bytes).unwrap_err();
+        assert!(
+            format!("{e:?}").starts_with(want),
+            "{bytes:?}: got {e:?}, want {want}"
+        );
+        assert!(!e.to_string().is_empty());
+    }
+    // BUILD with empty state is accepted (no attributes are set)
+    assert!(pickle::parse(b"}}b.").is_ok());
+    // trailing bytes after STOP are ignored, as pickle.loads does
+    assert_eq!(
+        pickle::parse(b"K\x07.garbage").unwrap().root().as_i64(),
+        Some(7)
+    );
+}
+
+#[test]
+fn writer_round_trips_the_real_snapshot() {
+    let real = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+    );
+    let a = read_snapshot_file(real).unwrap();
+    for framing in [true, false] {
+        let bytes = snapshot_to_bytes(
+            &a,
+            &WriteOptions {
+                framing,
+                ..Default::default()
+            },
+        );
+        let b = read_snapshot(&bytes).unwrap();
+        assert_eq!(a.segments.len(), b.segments.len());
+        for (x, y) in a.segments.iter().zip(&b.segments) {
+            assert_eq!(
+                (x.address, x.total_size, x.blocks.len()),
+                (y.address, y.total_size, y.blocks.len())
+            );
+            assert_eq!(frames(&a, x.frames), frames(&b, y.frames));
+        }
+        for (x, y) in a.device_traces[0].iter().zip(&b.device_traces[0]) {
+            assert_eq!(
+                (x.action, x.addr, x.size, x.time_us),
+                (y.action, y.addr, y.size, y.time_us)
+            );
+            assert_eq!(frames(&a, x.frames), frames(&b, y.frames));
+            assert_eq!(
+                x.compile_context.map(|c| a.str(c)),
+                y.compile_context.map(|c| b.str(c))
+            );
+        }
+        assert_eq!(a.allocator_settings, b.allocator_settings);
+        assert_eq!(a.external_annotations, b.external_annotations);
+    }
+}
+
+/// A reader that hands out at most `n` bytes per call.
+struct Chunky<'a>(&'a [u8], usize);
+
+impl std::io::Read for Chunky<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.1.min(buf.len()).min(self.0.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        self.1 = self.1 % 7 + 1;
+        Ok(n)
+    }
+}
+
+#[test]
+fn streaming_reader_matches_slice_parse() {
+    for name in [
+        "snapshot_p0.pickle",
+        "snapshot_p4.pickle",
+        "values_p0.pickle",
+        "values_p5.pickle",
+    ] {
+        let bytes = data(name);
+        let a = pickle::parse(&bytes).unwrap().root().to_value().unwrap();
+        let b = pickle::parse_reader(Chunky(&bytes, 1), None)
+            .unwrap()
+            .root()
+            .to_value()
+            .unwrap();
+        assert_eq!(a, b, "{name}");
+        for n in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+            let e = pickle::parse_reader(Chunky(&bytes[..n], 3), Some(n as u64)).unwrap_err();
+            assert!(
+                matches!(e, Error::UnexpectedEof { offset, .. } if offset == n),
+                "{name} cut at {n}: {e:?}"
+            );
+        }
+    }
+    // arguments and text lines larger than the 1 MiB buffer
+    let big = "é".repeat(1_500_000);
+    let mut b = vec![0x80, 4, b'X'];
+    b.extend((big.len() as u32).to_le_bytes());
+    b.extend(big.as_bytes());
+    b.push(b'.');
+    let v = pickle::parse_reader(Chunky(&b, 5), Some(b.len() as u64)).unwrap();
+    assert_eq!(v.root().as_str(), Some(big.as_str()));
+    let mut b = b"S'".to_vec();
+    b.extend(std::iter::repeat_n(b'x', 3 << 20));
+    b.extend(b"'\n.");
+    let v = pickle::parse_reader(&b[..], None).unwrap();
+    assert_eq!(v.root().as_str().map(str::len), Some(3 << 20));
+    // and the file reader
+    let real = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+    );
+    let s = read_snapshot_file(real).unwrap();
+    let t = read_snapshot(&std::fs::read(real).unwrap()).unwrap();
+    assert_eq!(s.segments, t.segments);
+    assert_eq!(s.device_traces, t.device_traces);
+    let e = read_snapshot_file("/nonexistent/x.pickle").unwrap_err();
+    assert!(
+        matches!(e, Error::Io { .. }) && e.to_string().contains("/nonexistent/x.pickle"),
+        "{e}"
+    );
+}

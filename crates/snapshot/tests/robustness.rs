@@ -1,0 +1,209 @@
+//! Property-style robustness: random bytes, truncations and mutations of
+//! real and generated pickles must never panic, hang or blow up memory;
+//! adversarial pickles must stay linear.
+
+use std::time::{Duration, Instant};
+
+use vramscope_snapshot::pickle;
+use vramscope_snapshot::{read_snapshot, Error};
+
+const REAL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+);
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Decode both ways; any outcome but a panic is fine.
+fn exercise(bytes: &[u8]) {
+    if let Ok(p) = pickle::parse(bytes) {
+        let _ = format!("{:?}", p.root());
+        let _ = p.root().to_value();
+    }
+    let _ = read_snapshot(bytes);
+}
+
+fn fixtures() -> Vec<Vec<u8>> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    let mut v: Vec<Vec<u8>> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pickle"))
+        .map(|e| std::fs::read(e.path()).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut rng = Rng(1);
+    // bias towards valid opcodes so the VM gets deep
+    const OPS: &[u8] = b"(.0123FIJKLMNRSTUVXabcdeghijlopqrstu}])GBC\x80\x81\x85\x86\x87\x88\x89\x8a\x8b\x8c\x8d\x8e\x8f\x90\x91\x92\x93\x94\x95\x96";
+    for i in 0..20_000 {
+        let len = rng.below(64);
+        let mut b = Vec::with_capacity(len + 2);
+        if i % 2 == 0 {
+            b.extend([0x80, 4]);
+        }
+        for _ in 0..len {
+            b.push(if rng.below(4) == 0 {
+                rng.next() as u8
+            } else {
+                OPS[rng.below(OPS.len())]
+            });
+        }
+        exercise(&b);
+    }
+}
+
+#[test]
+fn mutated_fixtures_never_panic() {
+    let mut rng = Rng(2);
+    for base in fixtures() {
+        for _ in 0..400 {
+            let mut b = base.clone();
+            for _ in 0..1 + rng.below(4) {
+                let i = rng.below(b.len());
+                match rng.below(3) {
+                    0 => b[i] = rng.next() as u8,
+                    1 => {
+                        b.remove(i);
+                    }
+                    _ => b.insert(i, rng.next() as u8),
+                }
+            }
+            exercise(&b);
+        }
+    }
+}
+
+#[test]
+fn mutated_and_truncated_real_snapshot_never_panics() {
+    let real = std::fs::read(REAL).unwrap();
+    let mut rng = Rng(3);
+    let iters = if cfg!(debug_assertions) { 60 } else { 2000 };
+    for _ in 0..iters {
+        let mut b = real.clone();
+        for _ in 0..1 + rng.below(8) {
+            let i = rng.below(b.len());
+            b[i] = rng.next() as u8;
+        }
+        exercise(&b);
+        let cut = rng.below(real.len());
+        match read_snapshot(&real[..cut]) {
+            Err(Error::UnexpectedEof { offset, .. }) => assert_eq!(offset, cut),
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+}
+
+fn assert_fast(what: &str, t: Instant) {
+    let limit = Duration::from_secs(if cfg!(debug_assertions) { 20 } else { 3 });
+    assert!(t.elapsed() < limit, "{what} took {:?}", t.elapsed());
+}
+
+#[test]
+fn adversarial_inputs_stay_linear() {
+    let n = 200_000;
+    // L = []; then L.append(L) n times: freezing and thawing must not ping-pong
+    let t = Instant::now();
+    let mut b = b"\x80\x02]q\x00".to_vec();
+    for _ in 0..n {
+        b.extend(b"h\x00a");
+    }
+    b.push(b'.');
+    let p = pickle::parse(&b).unwrap();
+    assert_eq!(p.root().as_seq().unwrap().len(), n);
+    assert!(matches!(
+        p.root().to_value(),
+        Err(Error::LimitExceeded { .. })
+    ));
+    assert_fast("self-append", t);
+
+    // two lists appended into each other alternately
+    let t = Instant::now();
+    let mut b = b"\x80\x02]q\x00]q\x01".to_vec();
+    for _ in 0..n / 2 {
+        b.extend(b"h\x00h\x01ah\x01h\x00a00");
+    }
+    b.extend(b"h\x00.");
+    pickle::parse(&b).unwrap();
+    assert_fast("ping-pong", t);
+
+    // nesting a million lists deep: no recursion while decoding or dropping
+    let t = Instant::now();
+    let depth = 1_000_000;
+    let mut b = vec![b']'; depth];
+    b.extend(std::iter::repeat_n(b'a', depth - 1));
+    b.push(b'.');
+    let p = pickle::parse(&b).unwrap();
+    assert!(matches!(
+        p.root().to_value(),
+        Err(Error::LimitExceeded { .. })
+    ));
+    let _ = format!("{:?}", p.root());
+    drop(p);
+    assert_fast("deep nesting", t);
+
+    // a tuple DAG of depth 64 (2^64 leaves) used as a dict key and set member
+    let t = Instant::now();
+    let mut b = b"\x80\x04}(C\x01x".to_vec();
+    for _ in 0..64 {
+        b.extend(b"2\x86"); // DUP, TUPLE2
+    }
+    b.extend(b"N\x94u\x8f(h\x00\x90.");
+    assert!(pickle::parse(&b).is_ok());
+    // ... and two equal but distinct DAGs compared: bounded by the work budget
+    let mut b = b"\x80\x04}(C\x01x".to_vec();
+    for _ in 0..64 {
+        b.extend(b"2\x86");
+    }
+    b.extend(b"NC\x01x");
+    for _ in 0..64 {
+        b.extend(b"2\x86");
+    }
+    b.extend(b"Nu.");
+    match pickle::parse(&b) {
+        Ok(_) | Err(Error::LimitExceeded { .. }) => {}
+        Err(e) => panic!("{e}"),
+    }
+    assert_fast("tuple DAG keys", t);
+
+    // memo puts at huge, scattered indices stay sparse
+    let t = Instant::now();
+    let mut b = b"N".to_vec();
+    for i in 0..n as u32 {
+        b.push(b'r');
+        b.extend((u32::MAX - i * 7919).to_le_bytes());
+    }
+    b.push(b'.');
+    assert!(pickle::parse(&b).is_ok());
+    assert_fast("sparse memo", t);
+
+    // length fields far beyond the input never allocate
+    for b in [
+        &b"\x8d\xff\xff\xff\xff\xff\xff\xff\x7f"[..],
+        b"\x96\x00\x00\x00\x00\x00\x00\x01\x00",
+        b"T\xff\xff\xff\x7f",
+    ] {
+        assert!(matches!(pickle::parse(b), Err(Error::UnexpectedEof { .. })));
+        assert!(matches!(
+            pickle::parse_reader(b, None),
+            Err(Error::UnexpectedEof { .. })
+        ));
+    }
+}

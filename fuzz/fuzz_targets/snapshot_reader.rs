@@ -1,0 +1,22 @@
+//! Fuzz the snapshot reader: any bytes must give `Ok` or a typed `Err`,
+//! never a panic, hang or runaway allocation.
+//!
+//! ```text
+//! cargo +nightly fuzz run snapshot_reader fuzz/corpus/snapshot_reader
+//! ```
+//! Seed the corpus with `crates/snapshot/tests/data/*.pickle`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = vramscope_snapshot::read_snapshot(data);
+    if let Ok(p) = vramscope_snapshot::pickle::parse(data) {
+        let _ = p.root().to_value();
+        let _ = format!("{:?}", p.root());
+    }
+    // the streaming path must agree with the slice path on success/failure
+    let a = vramscope_snapshot::pickle::parse(data).is_ok();
+    let b = vramscope_snapshot::pickle::parse_reader(data, Some(data.len() as u64)).is_ok();
+    assert_eq!(a, b);
+});
