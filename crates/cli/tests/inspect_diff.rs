@@ -1,0 +1,74 @@
+//! `vramscope inspect` and `vramscope diff` as a user runs them.
+
+use std::process::Command;
+
+const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/alloc");
+
+fn vramscope(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn inspect_json_has_the_documented_fields() {
+    let (rc, out) = vramscope(&["inspect", "--json", &format!("{FIX}/training.pickle")]);
+    assert_eq!(rc, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["peak_allocated_bytes"], 239_648_256);
+    assert_eq!(v["peak_reserved_bytes"], 272_629_760);
+    for k in [
+        "peak_trace_index",
+        "live_at_peak",
+        "fragmentation",
+        "categories",
+        "timeline",
+    ] {
+        assert!(!v[k].is_null(), "{k}");
+    }
+    assert!(v["live_at_peak"]["sites"][0]["bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn inspect_text_summary() {
+    let (rc, out) = vramscope(&["inspect", "--top", "3", &format!("{FIX}/training.pickle")]);
+    assert_eq!(rc, 0);
+    assert!(
+        out.contains("peak allocated    228.55 MiB  at trace entry"),
+        "{out}"
+    );
+    assert!(out.contains("by category"), "{out}");
+    assert!(
+        out.contains("empty_cache() at the end would release"),
+        "{out}"
+    );
+}
+
+#[test]
+fn inspect_bad_input_exits_2() {
+    let (rc, _) = vramscope(&["inspect", &format!("{FIX}/training.stats.json")]);
+    assert_eq!(rc, 2);
+}
+
+#[test]
+fn diff_fail_over() {
+    let a = format!("{FIX}/training.pickle");
+    let b = format!("{FIX}/default.pickle");
+    let (rc, out) = vramscope(&["diff", &a, &b, "--fail-over", "50MiB"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("peak allocated  228.55 MiB -> 2.42 GiB"),
+        "{out}"
+    );
+    let (rc, _) = vramscope(&["diff", &b, &a, "--fail-over", "5%"]);
+    assert_eq!(rc, 0);
+    let (rc, out) = vramscope(&["diff", &a, &a, "--fail-over", "0"]);
+    assert_eq!(rc, 0, "{out}");
+    let (rc, _) = vramscope(&["diff", &a, &b, "--fail-over", "lots"]);
+    assert_eq!(rc, 2);
+}

@@ -1,0 +1,566 @@
+//! From a snapshot to a [`Report`]: peaks, what is live at the peak grouped
+//! by allocation site, categories with their evidence, fragmentation and
+//! out-of-memory events.
+
+use std::collections::HashMap;
+
+use vramscope_alloc::AllocatorConfig;
+use vramscope_snapshot::{Frame, Snapshot, StackId};
+
+use crate::schema::{
+    Category, Fragmentation, LayoutJson, LiveAtPeak, Oom, Point, Report, Site, Tensor,
+};
+use crate::timeline::{self, Allocation, Timeline};
+
+/// What to put in a report.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How many sites and tensors to list.
+    pub top: usize,
+    /// Include full stacks.
+    pub stacks: bool,
+    /// Which device's trace.
+    pub device: usize,
+    /// Most timeline points to keep.
+    pub timeline_points: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            top: 10,
+            stacks: false,
+            device: 0,
+            timeline_points: 1000,
+        }
+    }
+}
+
+/// What an allocation is, as far as its stack and timing tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Parameters and buffers (`Module._apply`, `.cuda()`, `.to()`).
+    Parameters,
+    /// Optimizer state (allocated in `Optimizer.step`, outlives it).
+    OptimizerState,
+    /// Temporaries of the optimizer step.
+    OptimizerTemporary,
+    /// Gradients (allocated in backward, alive into the optimizer step).
+    Gradients,
+    /// Temporaries of the backward pass.
+    BackwardTemporary,
+    /// Forward activations (allocated under a `forward`).
+    Activations,
+    /// The cuBLAS workspace.
+    CublasWorkspace,
+    /// No evidence.
+    Other,
+}
+
+impl Kind {
+    /// Stable name used in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Parameters => "parameters",
+            Kind::OptimizerState => "optimizer_state",
+            Kind::OptimizerTemporary => "optimizer_temporary",
+            Kind::Gradients => "gradients",
+            Kind::BackwardTemporary => "backward_temporary",
+            Kind::Activations => "activations",
+            Kind::CublasWorkspace => "cublas_workspace",
+            Kind::Other => "other",
+        }
+    }
+}
+
+/// The cuBLAS workspace PyTorch allocates per handle and stream on Hopper
+/// (`CUBLAS_WORKSPACE_CONFIG` default `:4096:8` = 32 MiB).
+pub const CUBLAS_WORKSPACE_BYTES: u64 = 33_554_432;
+
+fn is_python(f: &Frame<'_>) -> bool {
+    f.filename.ends_with(".py")
+}
+
+fn is_library(f: &Frame<'_>) -> bool {
+    let p = f.filename.replace('\\', "/");
+    p.contains("/torch/")
+        || p.starts_with("torch/")
+        || (p.contains("/lib/python3") && !p.contains("-packages/"))
+        || p.starts_with('<')
+}
+
+fn short_path(p: &str) -> String {
+    let parts: Vec<&str> = p.rsplit('/').take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+/// The allocation site: the first Python frame that is not in torch or the
+/// standard library (`file:line in function`).
+pub fn site_of(snap: &Snapshot, stack: StackId) -> String {
+    let mut first_py = None;
+    let mut first_any = None;
+    for f in snap.frames(stack) {
+        if first_any.is_none() {
+            first_any = Some(f);
+        }
+        if is_python(&f) {
+            if first_py.is_none() {
+                first_py = Some(f);
+            }
+            if !is_library(&f) {
+                return format!("{}:{} in {}", short_path(f.filename), f.line, f.name);
+            }
+        }
+    }
+    match (first_py, first_any) {
+        (Some(f), _) => format!("{}:{} in {}", short_path(f.filename), f.line, f.name),
+        (None, Some(_)) => format!("<no Python frame> {}", cpp_site(snap, stack)),
+        (None, None) => "<no stack recorded>".to_string(),
+    }
+}
+
+/// The most telling C++ frame of a stack with no Python frame: an autograd
+/// node (`AddmmBackward0::apply`), else an operator (`at::_ops::mm`), else
+/// the first frame outside the allocator and the unwinder.
+fn cpp_site(snap: &Snapshot, stack: StackId) -> String {
+    let short = |n: &str| n.split('(').next().unwrap_or(n).to_string();
+    let frames: Vec<Frame<'_>> = snap.frames(stack).collect();
+    if let Some(f) = frames
+        .iter()
+        .find(|f| f.name.starts_with("torch::autograd::generated::") && f.name.contains("::apply("))
+    {
+        return short(f.name)
+            .trim_start_matches("torch::autograd::generated::")
+            .to_string();
+    }
+    if let Some(f) = frames.iter().find(|f| f.name.starts_with("at::_ops::")) {
+        return short(f.name);
+    }
+    let noise = [
+        "torch::unwind",
+        "torch::CapturedTraceback",
+        "torch::cuda::",
+        "c10::",
+        "at::detail::empty",
+    ];
+    frames
+        .iter()
+        .find(|f| !noise.iter().any(|p| f.name.starts_with(p)))
+        .map_or_else(|| short(frames[0].name), |f| short(f.name))
+}
+
+/// The nn module path: the `forward` frames, outermost first.
+pub fn module_path(snap: &Snapshot, stack: StackId) -> Option<String> {
+    let mut v: Vec<String> = snap
+        .frames(stack)
+        .filter(|f| is_python(f) && f.name == "forward")
+        .map(|f| {
+            let stem = f
+                .filename
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(".py");
+            format!("{stem}.forward")
+        })
+        .collect();
+    v.reverse();
+    (!v.is_empty()).then(|| v.join(" > "))
+}
+
+/// The full stack, one `file:line in name` per frame, innermost first.
+pub fn stack_lines(snap: &Snapshot, stack: StackId) -> Vec<String> {
+    snap.frames(stack)
+        .map(|f| {
+            if f.line > 0 {
+                format!("{}:{} in {}", f.filename, f.line, f.name)
+            } else {
+                format!("{} ({})", f.name, f.filename)
+            }
+        })
+        .collect()
+}
+
+/// `Optimizer.step` / `zero_grad` intervals from `external_annotations`.
+#[derive(Debug, Clone, Default)]
+pub struct Intervals {
+    steps: Vec<(i64, i64, String)>,
+}
+
+impl Intervals {
+    /// Pair the START/END annotations of `Optimizer.step` on `device`.
+    pub fn from_snapshot(snap: &Snapshot, device: usize) -> Intervals {
+        let mut open: HashMap<&str, i64> = HashMap::new();
+        let mut steps = Vec::new();
+        for a in snap
+            .external_annotations
+            .iter()
+            .filter(|a| a.device == device as i64 && a.name.starts_with("Optimizer.step"))
+        {
+            if a.stage == "START" {
+                open.insert(&a.name, a.time_us);
+            } else if let Some(s) = open.remove(a.name.as_str()) {
+                steps.push((s, a.time_us, a.name.clone()));
+            }
+        }
+        steps.sort();
+        Intervals { steps }
+    }
+
+    fn step_at(&self, t: i64) -> Option<&(i64, i64, String)> {
+        self.steps.iter().find(|(s, e, _)| *s <= t && t <= *e)
+    }
+
+    fn next_step_after(&self, t: i64) -> Option<&(i64, i64, String)> {
+        self.steps.iter().find(|(s, _, _)| *s >= t)
+    }
+}
+
+/// Classify one allocation; returns the kind and the evidence.
+pub fn classify(
+    snap: &Snapshot,
+    a: &Allocation,
+    steps: &Intervals,
+    free_time: Option<i64>,
+) -> (Kind, String) {
+    let frames: Vec<Frame<'_>> = snap.frames(a.stack).collect();
+    if let Some(f) = frames.iter().find(|f| {
+        let n = f.name.to_ascii_lowercase();
+        n.contains("cublas") || n.contains("getcurrentcudablashandle")
+    }) {
+        return (Kind::CublasWorkspace, format!("C++ frame `{}`", f.name));
+    }
+    let has_py = frames.iter().any(is_python);
+    if a.size == CUBLAS_WORKSPACE_BYTES && !has_py && a.start.is_some() {
+        return (
+            Kind::CublasWorkspace,
+            "32 MiB (33554432 bytes) allocation with no Python frame: the cuBLAS workspace size"
+                .into(),
+        );
+    }
+    let module_frame = |name: &str| {
+        frames.iter().find(|f| {
+            f.name == name
+                && f.filename
+                    .replace('\\', "/")
+                    .ends_with("torch/nn/modules/module.py")
+        })
+    };
+    for n in ["_apply", "cuda", "to"] {
+        if let Some(f) = module_frame(n) {
+            return (
+                Kind::Parameters,
+                format!("frame Module.{} (torch/nn/modules/module.py:{})", n, f.line),
+            );
+        }
+    }
+    let outlives = |end_t: i64| free_time.is_none_or(|ft| ft > end_t);
+    if let Some((s, e, name)) = a.time_us.and_then(|t| steps.step_at(t)) {
+        let _ = s;
+        return if outlives(*e) {
+            (
+                Kind::OptimizerState,
+                format!("allocated inside annotation `{name}` and alive after it ends"),
+            )
+        } else {
+            (
+                Kind::OptimizerTemporary,
+                format!("allocated and freed inside annotation `{name}`"),
+            )
+        };
+    }
+    if let Some(f) = frames
+        .iter()
+        .find(|f| f.filename.replace('\\', "/").contains("torch/optim/"))
+    {
+        let loc = format!("{}:{}", short_path(f.filename), f.line);
+        return if free_time.is_none() {
+            (
+                Kind::OptimizerState,
+                format!("frame {} in torch/optim ({loc}); alive at the end", f.name),
+            )
+        } else {
+            (
+                Kind::OptimizerTemporary,
+                format!(
+                    "frame {} in torch/optim ({loc}); freed before the end",
+                    f.name
+                ),
+            )
+        };
+    }
+    if let Some(f) = frames.iter().find(|f| {
+        let p = f.filename.replace('\\', "/");
+        (p.contains("torch/autograd/")
+            && (f.name == "backward" || f.name == "_engine_run_backward"))
+            || p.contains("torch/_tensor.py") && f.name == "backward"
+            || f.name.starts_with("torch::autograd::Engine::")
+    }) {
+        let loc = if is_python(f) {
+            format!("{} ({}:{})", f.name, short_path(f.filename), f.line)
+        } else {
+            format!("C++ frame `{}`", f.name.split('(').next().unwrap_or(f.name))
+        };
+        let next = a.time_us.and_then(|t| steps.next_step_after(t));
+        return match (next, free_time) {
+            (Some((s, _, name)), ft) if ft.is_none_or(|ft| ft >= *s) => (
+                Kind::Gradients,
+                format!("allocated under {loc}; alive into `{name}`"),
+            ),
+            (None, None) => (
+                Kind::Gradients,
+                format!("allocated under {loc}; alive at the end"),
+            ),
+            _ => (
+                Kind::BackwardTemporary,
+                format!("allocated under {loc}; freed before the optimizer step"),
+            ),
+        };
+    }
+    if let Some(f) = frames
+        .iter()
+        .find(|f| is_python(f) && (f.name == "forward" || f.name == "_call_impl"))
+    {
+        return (
+            Kind::Activations,
+            format!(
+                "allocated under {} ({}:{}), outside backward",
+                f.name,
+                short_path(f.filename),
+                f.line
+            ),
+        );
+    }
+    if a.start.is_none() {
+        return (Kind::Other, "allocated before the trace began".into());
+    }
+    (Kind::Other, "no frame matched a rule".into())
+}
+
+fn layout_json(l: &timeline::Layout) -> LayoutJson {
+    LayoutJson {
+        inactive_split_bytes: l.inactive_split_bytes,
+        inactive_split_blocks: l.inactive_split_blocks,
+        largest_free_block_bytes: l.largest_free_block,
+        releasable_bytes: l.releasable_bytes,
+    }
+}
+
+fn time_at(snap: &Snapshot, device: usize, i: Option<usize>) -> Option<i64> {
+    i.and_then(|i| snap.device_traces.get(device)?.get(i)?.time_us)
+}
+
+/// Build the timeline and analyse it.
+pub fn analyze(snap: &Snapshot, cfg: &AllocatorConfig, opts: &Options) -> Report {
+    let tl = timeline::build(snap, opts.device, cfg);
+    analyze_timeline(snap, &tl, opts)
+}
+
+/// Analyse a built timeline.
+pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Report {
+    let d = opts.device;
+    let n = tl.allocated.len();
+    let pa = timeline::peak_index(&tl.allocated);
+    let pac = timeline::peak_index(&tl.active);
+    let pr = timeline::peak_index(&tl.reserved);
+    let val = |v: &Vec<u64>, i: Option<usize>, b: u64| i.map_or(b, |i| v[i].max(b));
+    let peak_allocated = val(&tl.allocated, pa, tl.baseline.0);
+    let peak_active = val(&tl.active, pac, tl.baseline.1);
+    let peak_reserved = val(&tl.reserved, pr, tl.baseline.2);
+    let steps = Intervals::from_snapshot(snap, d);
+    let trace = snap.device_traces.get(d);
+    let free_time = |a: &Allocation| {
+        a.end
+            .and_then(|e| trace.and_then(|t| t.get(e)).and_then(|e| e.time_us))
+            .or(a.end.map(|_| i64::MAX))
+    };
+
+    // Classify every allocation once (the HTML shows all of them).
+    let mut kinds = Vec::with_capacity(tl.allocations.len());
+    for a in &tl.allocations {
+        kinds.push(classify(snap, a, &steps, free_time(a)));
+    }
+
+    // Live at the peak.
+    let live: Vec<usize> = match pa {
+        Some(p) => (0..tl.allocations.len())
+            .filter(|&k| tl.allocations[k].live_after(p))
+            .collect(),
+        None => (0..tl.allocations.len())
+            .filter(|&k| tl.allocations[k].start.is_none() && tl.allocations[k].end.is_none())
+            .collect(),
+    };
+    let mut sites: HashMap<String, Site> = HashMap::new();
+    let mut cats: HashMap<Kind, Category> = HashMap::new();
+    let mut live_bytes = 0;
+    for &k in &live {
+        let a = &tl.allocations[k];
+        live_bytes += a.size;
+        let (kind, ev) = &kinds[k];
+        let site = site_of(snap, a.stack);
+        let s = sites.entry(site.clone()).or_insert_with(|| Site {
+            site: site.clone(),
+            module_path: module_path(snap, a.stack),
+            bytes: 0,
+            count: 0,
+            category: kind.name().into(),
+            stack: Vec::new(),
+            largest: 0,
+        });
+        s.bytes += a.size;
+        s.count += 1;
+        if a.size > s.largest {
+            s.largest = a.size;
+            s.category = kind.name().into();
+            if opts.stacks {
+                s.stack = stack_lines(snap, a.stack);
+            }
+        }
+        let c = cats.entry(*kind).or_insert_with(|| Category {
+            category: kind.name().into(),
+            bytes: 0,
+            count: 0,
+            evidence: Vec::new(),
+        });
+        c.bytes += a.size;
+        c.count += 1;
+        if c.evidence.len() < 3 && !c.evidence.contains(ev) {
+            c.evidence.push(ev.clone());
+        }
+    }
+    let mut sites: Vec<Site> = sites.into_values().collect();
+    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+    let site_count = sites.len();
+    let mut categories: Vec<Category> = cats.into_values().collect();
+    categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
+    let mut tensors: Vec<usize> = live.clone();
+    tensors.sort_by(|&x, &y| {
+        tl.allocations[y]
+            .size
+            .cmp(&tl.allocations[x].size)
+            .then(x.cmp(&y))
+    });
+    let top_tensors = tensors
+        .iter()
+        .take(opts.top)
+        .map(|&k| {
+            let a = &tl.allocations[k];
+            Tensor {
+                addr: a.addr,
+                bytes: a.size,
+                requested_bytes: a.requested,
+                alloc_trace_index: a.start,
+                site: site_of(snap, a.stack),
+                category: kinds[k].0.name().into(),
+                stack: if opts.stacks {
+                    stack_lines(snap, a.stack)
+                } else {
+                    Vec::new()
+                },
+            }
+        })
+        .collect();
+    sites.truncate(opts.top);
+
+    // Fragmentation.
+    let end_layout = timeline::final_layout(snap, d);
+    let fragmentation = Fragmentation {
+        reserved_minus_allocated_at_peak_bytes: pa
+            .map_or(0, |p| tl.reserved[p] - tl.allocated[p].min(tl.reserved[p])),
+        at_peak: tl.layout_at_peak.as_ref().map(layout_json),
+        at_end: layout_json(&end_layout),
+        empty_cache_would_release_bytes: end_layout.releasable_bytes,
+    };
+
+    let ooms = tl
+        .ooms
+        .iter()
+        .map(|o| Oom {
+            trace_index: o.trace_index,
+            requested_bytes: o.requested,
+            device_free_bytes: o.device_free,
+            allocated_before_bytes: o.allocated,
+            reserved_before_bytes: o.reserved,
+            site: site_of(snap, o.stack),
+            stack: if opts.stacks {
+                stack_lines(snap, o.stack)
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+
+    // Timeline, downsampled: per bucket, the maximum of each counter.
+    let points = opts.timeline_points.max(1);
+    let bucket = n.div_ceil(points).max(1);
+    let mut timeline = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let j = (i + bucket).min(n);
+        let k = (i..j)
+            .max_by_key(|&k| (tl.allocated[k], usize::MAX - k))
+            .unwrap_or(i);
+        timeline.push(Point {
+            trace_index: k,
+            time_us: time_at(snap, d, Some(k)),
+            allocated_bytes: tl.allocated[k],
+            active_bytes: (i..j).map(|k| tl.active[k]).max().unwrap_or(0),
+            reserved_bytes: (i..j).map(|k| tl.reserved[k]).max().unwrap_or(0),
+        });
+        i = j;
+    }
+
+    let mut unknown = Vec::new();
+    if let Some(why) = &tl.truncated {
+        unknown.push(format!(
+            "the trace does not start at the first allocation ({why}): \
+             peaks before the first entry are unknown; the counters start from a baseline \
+             reconstructed from the final segments ({} allocated, {} reserved)",
+            tl.baseline.0, tl.baseline.2
+        ));
+    }
+    if tl.estimated_sizes > 0 {
+        unknown.push(format!(
+            "{} allocation(s) have sizes estimated with round_size (their blocks were not followed)",
+            tl.estimated_sizes
+        ));
+    }
+    let (fa, _, fr) = timeline::final_counters(snap, d);
+    if tl.truncated.is_none() && n > 0 && (tl.allocated[n - 1] != fa || tl.reserved[n - 1] != fr) {
+        unknown.push(format!(
+            "the trace's end ({} allocated, {} reserved) differs from the final segments ({fa}, {fr})",
+            tl.allocated[n - 1],
+            tl.reserved[n - 1]
+        ));
+    }
+
+    Report {
+        schema_version: crate::schema::SCHEMA_VERSION,
+        snapshot: String::new(),
+        device: d,
+        trace_entries: n,
+        trace_complete: tl.truncated.is_none(),
+        unknown,
+        peak_allocated_bytes: peak_allocated,
+        peak_trace_index: pa,
+        peak_time_us: time_at(snap, d, pa),
+        peak_active_bytes: peak_active,
+        peak_active_trace_index: pac,
+        peak_reserved_bytes: peak_reserved,
+        peak_reserved_trace_index: pr,
+        peak_reserved_time_us: time_at(snap, d, pr),
+        final_allocated_bytes: fa,
+        final_reserved_bytes: fr,
+        live_at_peak: LiveAtPeak {
+            bytes: live_bytes,
+            count: live.len(),
+            site_count,
+            sites,
+            top_tensors,
+        },
+        categories,
+        fragmentation,
+        ooms,
+        timeline,
+    }
+}

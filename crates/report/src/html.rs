@@ -1,0 +1,138 @@
+//! The HTML renderer: one self-contained page (no network), the data
+//! embedded as JSON in a `<script>` tag, drawn with vanilla JS on a canvas.
+//!
+//! The Active Memory Timeline follows pytorch.org/memory_viz: each large
+//! allocation is a band stacked on those allocated before it, sliding down
+//! when one below it is freed. Only the [`MAX_BANDS`] largest allocations
+//! get their own band; the rest are summarised by the grey area of total
+//! allocated bytes behind them, so a million-entry trace draws as fast as a
+//! small one. Open `page.html#selftest` to run the page's self-test (used by
+//! the test suite in headless Chromium).
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+use vramscope_alloc::AllocatorConfig;
+use vramscope_snapshot::{BlockState, Snapshot};
+
+use crate::analysis::{classify, site_of, stack_lines, Intervals};
+use crate::schema::Report;
+use crate::timeline;
+
+/// Most allocations drawn as their own band.
+pub const MAX_BANDS: usize = 600;
+
+/// Build the page for `snap` (analysed as `report`).
+pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) -> String {
+    let tl = timeline::build(snap, report.device, cfg);
+    let n = tl.allocated.len();
+    let steps = Intervals::from_snapshot(snap, report.device);
+    let trace = snap.device_traces.get(report.device);
+    // The largest allocations (by bytes x lifetime, then bytes) get bands.
+    let life = |a: &timeline::Allocation| {
+        a.end
+            .unwrap_or(n)
+            .saturating_sub(a.start.unwrap_or(0))
+            .max(1) as u128
+    };
+    let mut order: Vec<usize> = (0..tl.allocations.len()).collect();
+    order.sort_by(|&x, &y| {
+        let (a, b) = (&tl.allocations[x], &tl.allocations[y]);
+        (b.size as u128 * life(b).min(n as u128 / 20 + 1))
+            .cmp(&(a.size as u128 * life(a).min(n as u128 / 20 + 1)))
+            .then(x.cmp(&y))
+    });
+    order.truncate(MAX_BANDS);
+    order.sort_unstable();
+    // Stack the bands: events (index, is_free, band).
+    let mut events: Vec<(usize, bool, usize)> = Vec::new();
+    for (b, &k) in order.iter().enumerate() {
+        let a = &tl.allocations[k];
+        events.push((a.start.unwrap_or(0), false, b));
+        events.push((a.end.unwrap_or(n), true, b));
+    }
+    events.sort();
+    let mut live: Vec<usize> = Vec::new();
+    let mut off = vec![0u64; order.len()];
+    let mut pts: Vec<Vec<(usize, u64)>> = vec![Vec::new(); order.len()];
+    for (x, free, b) in events {
+        let size = tl.allocations[order[b]].size;
+        if free {
+            if let Some(p) = live.iter().position(|&v| v == b) {
+                live.remove(p);
+                pts[b].push((x, off[b]));
+                for &u in &live[p..] {
+                    off[u] -= size;
+                    pts[u].push((x, off[u]));
+                }
+            }
+        } else {
+            off[b] = live
+                .last()
+                .map_or(0, |&u| off[u] + tl.allocations[order[u]].size);
+            live.push(b);
+            pts[b].push((x, off[b]));
+        }
+    }
+    let mut stack_ix: HashMap<u32, usize> = HashMap::new();
+    let mut stacks: Vec<Value> = Vec::new();
+    let mut bands = Vec::new();
+    for (b, &k) in order.iter().enumerate() {
+        let a = &tl.allocations[k];
+        let si = *stack_ix.entry(a.stack.0).or_insert_with(|| {
+            stacks.push(json!(stack_lines(snap, a.stack)));
+            stacks.len() - 1
+        });
+        let ft = a
+            .end
+            .and_then(|e| trace.and_then(|t| t.get(e)).and_then(|e| e.time_us))
+            .or(a.end.map(|_| i64::MAX));
+        let (kind, evidence) = classify(snap, a, &steps, ft);
+        bands.push(json!({
+            "s": a.start.unwrap_or(0), "e": a.end.unwrap_or(n), "sz": a.size,
+            "p": pts[b].iter().map(|&(x, o)| json!([x, o])).collect::<Vec<_>>(),
+            "site": site_of(snap, a.stack), "cat": kind.name(), "ev": evidence, "st": si,
+        }));
+    }
+    let segments: Vec<Value> = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == report.device as i64)
+        .map(|s| {
+            let blocks: Vec<Value> = s
+                .blocks
+                .iter()
+                .map(|b| {
+                    let st = match b.state {
+                        BlockState::ActiveAllocated => "a",
+                        BlockState::Inactive => "i",
+                        _ => "p",
+                    };
+                    json!([b.size, st])
+                })
+                .collect();
+            json!({"addr": format!("{:#x}", s.address), "size": s.total_size, "blocks": blocks})
+        })
+        .collect();
+    let total: Vec<Value> = report
+        .timeline
+        .iter()
+        .map(|p| json!([p.trace_index, p.allocated_bytes, p.reserved_bytes]))
+        .collect();
+    let data = json!({
+        "n": n, "report": report, "bands": bands, "stacks": stacks,
+        "total": total, "segments": segments,
+    });
+    let data = data.to_string().replace("</", "<\\/");
+    TEMPLATE
+        .replace("__TITLE__", &escape(&report.snapshot))
+        .replace("__DATA__", &data)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+const TEMPLATE: &str = include_str!("report.html");

@@ -1,0 +1,109 @@
+//! The HTML report runs in a real browser: headless Chromium loads it with
+//! `#selftest`, the page draws, hovers the peak and writes the result (and
+//! any JS errors) into `<div id="selftest">`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TRUTH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+);
+
+/// Chromium, installed from Debian's packages when it is missing (the test
+/// suite is the one path that sets up what the tests need).
+fn chromium() -> Option<PathBuf> {
+    find_chromium().or_else(|| {
+        eprintln!("chromium not found: installing it with apt-get (Debian package `chromium`)");
+        let ok = |c: &mut Command| c.status().map(|s| s.success()).unwrap_or(false);
+        let _ = ok(Command::new("apt-get").args(["update", "-qq"]));
+        let _ = ok(Command::new("apt-get")
+            .args(["install", "-y", "-qq", "chromium"])
+            .env("DEBIAN_FRONTEND", "noninteractive"));
+        find_chromium()
+    })
+}
+
+fn find_chromium() -> Option<PathBuf> {
+    [
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+        "/usr/bin/google-chrome",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+fn headless(bin: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ])
+    .arg(format!("--user-data-dir={}", dir.join("profile").display()));
+    c
+}
+
+#[test]
+fn html_report_draws_and_hovers_in_chromium() {
+    let Some(bin) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("chromium not found and CI is set: install it (apt-get install -y chromium)");
+        }
+        eprintln!("\n\n*** SKIPPED: chromium not found; the HTML report was NOT tested in a browser (apt-get install -y chromium) ***\n\n");
+        return;
+    };
+    let snap = vramscope_snapshot::read_snapshot_file(TRUTH).unwrap();
+    let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
+    let mut report = vramscope_report::analyze(&snap, &cfg, &Default::default());
+    report.snapshot = "snapshot_encoder_adamw_h100.pickle".into();
+    let page = vramscope_report::html::render_snapshot(&snap, &cfg, &report);
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "the page must not reach the network"
+    );
+    let dir = std::env::temp_dir().join(format!("vramscope-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("report.html");
+    std::fs::write(&file, &page).unwrap();
+    let out = headless(&bin, &dir)
+        .arg("--dump-dom")
+        .arg(format!("file://{}#selftest", file.display()))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let start = dom
+        .find("<div id=\"selftest\">")
+        .expect("selftest div in the DOM");
+    let result = &dom[start..dom[start..].find("</div>").map_or(dom.len(), |e| start + e)];
+    eprintln!("{result}");
+    assert!(
+        result.contains("ok: drew "),
+        "page self-test did not run: {result}"
+    );
+    assert!(result.contains("console errors: 0"), "{result}");
+    assert!(result.contains("hover stack: 64.00 MiB"), "{result}");
+    let drew: usize = result["<div id=\"selftest\">ok: drew ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(drew > 100, "{result}");
+    let png = dir.join("shot.png");
+    let status = headless(&bin, &dir)
+        .arg(format!("--screenshot={}", png.display()))
+        .arg("--window-size=1400,900")
+        .arg(format!("file://{}", file.display()))
+        .output()
+        .unwrap();
+    assert!(status.status.success() && png.metadata().map(|m| m.len() > 10_000).unwrap_or(false));
+    let _ = std::fs::remove_dir_all(&dir);
+}
