@@ -2,28 +2,32 @@
 //!
 //! Every malloc inserts one entry and every free removes one, so this map is
 //! on the hot path. It only needs `get`, `insert` and `remove` (it is never
-//! iterated, so its order cannot leak into behaviour). An open-addressing
-//! table with linear probing over plain (address, id) slots, kept at most
-//! half full, does each in a multiply, a shift and usually one probe; deletion
-//! shifts the following entries back (no tombstones, so probe runs stay short
-//! however long the replay). Measured with `cargo bench -p vramscope-alloc`:
-//! faster than `HashMap` with a custom hasher on the training mix.
+//! iterated, so its order cannot leak into behaviour), and the address of a
+//! handed-out block is stored in the block itself and does not change while
+//! it is handed out. So the table holds block ids only (4 bytes a slot) and
+//! reads each id's address from the blocks (`addr_of`), which the caller
+//! touches next anyway. Open addressing, linear probing, at most 1/8 full:
+//! a lookup is a multiply, a shift and almost always one probe, and a removal
+//! almost never has a run to shift back (backward-shift deletion, no
+//! tombstones). Measured with `cargo bench -p vramscope-alloc`: faster than
+//! `HashMap<u64, u32>` with a multiplicative hasher, whose probing and
+//! removal cost more instructions and more mispredicted branches.
 
-/// Marks an empty slot (block ids never reach it: it is the allocator's NIL).
+/// An empty slot (block ids never reach it: it is the allocator's NIL).
 const EMPTY: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 pub(crate) struct AddrMap {
-    /// (address, block id); `EMPTY` id for a free slot. A power of two long.
-    slots: Vec<(u64, u32)>,
+    /// Block ids, `EMPTY` for a free slot; a power of two long.
+    slots: Vec<u32>,
     len: usize,
-    /// 64 - log2(slots.len()): the hash is the top bits of a product.
+    /// 64 - log2(slots.len()): a slot is the top bits of a product.
     shift: u32,
 }
 
 impl Default for AddrMap {
     fn default() -> Self {
-        Self::with_slots(64)
+        Self::with_slots(256)
     }
 }
 
@@ -31,101 +35,97 @@ impl AddrMap {
     fn with_slots(n: usize) -> Self {
         debug_assert!(n.is_power_of_two());
         Self {
-            slots: vec![(0, EMPTY); n],
+            slots: vec![EMPTY; n],
             len: 0,
             shift: 64 - n.trailing_zeros(),
         }
     }
 
-    /// Fibonacci hashing: addresses are 512-byte aligned and share their high
-    /// bits, and the top bits of the product mix them all.
+    /// Fibonacci hashing: addresses are 512-byte aligned and share their
+    /// high bits; the top bits of the product depend on all of them.
     #[inline]
     fn home(&self, addr: u64) -> usize {
         (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
+    /// The slot holding `addr`, or the empty slot ending its run.
     #[inline]
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
-    }
-
-    /// The slot holding `addr`, if any.
-    #[inline]
-    fn find(&self, addr: u64) -> Option<usize> {
-        let mask = self.mask();
+    fn probe(&self, addr: u64, addr_of: impl Fn(u32) -> u64) -> (usize, bool) {
+        let mask = self.slots.len() - 1;
         let mut i = self.home(addr);
         loop {
-            let (a, id) = self.slots[i];
+            let id = self.slots[i];
             if id == EMPTY {
-                return None;
+                return (i, false);
             }
-            if a == addr {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    #[inline]
-    pub(crate) fn get(&self, addr: u64) -> Option<u32> {
-        self.find(addr).map(|i| self.slots[i].1)
-    }
-
-    /// Map `addr` to `id`, replacing any previous entry.
-    #[inline]
-    pub(crate) fn insert(&mut self, addr: u64, id: u32) {
-        debug_assert!(id != EMPTY);
-        if (self.len + 1) * 2 > self.slots.len() {
-            self.grow();
-        }
-        let mask = self.mask();
-        let mut i = self.home(addr);
-        loop {
-            let (a, old) = self.slots[i];
-            if old == EMPTY {
-                self.slots[i] = (addr, id);
-                self.len += 1;
-                return;
-            }
-            if a == addr {
-                self.slots[i].1 = id;
-                return;
+            if addr_of(id) == addr {
+                return (i, true);
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// Remove `addr`, returning its id.
+    /// The block handed out at `addr`.
     #[inline]
-    pub(crate) fn remove(&mut self, addr: u64) -> Option<u32> {
-        let mut hole = self.find(addr)?;
-        let id = self.slots[hole].1;
+    pub(crate) fn get(&self, addr: u64, addr_of: impl Fn(u32) -> u64) -> Option<u32> {
+        match self.probe(addr, addr_of) {
+            (i, true) => Some(self.slots[i]),
+            _ => None,
+        }
+    }
+
+    /// Record block `id`, whose address is `addr`, replacing any block
+    /// recorded at that address.
+    #[inline]
+    pub(crate) fn insert(&mut self, addr: u64, id: u32, addr_of: impl Fn(u32) -> u64) {
+        debug_assert!(id != EMPTY && addr_of(id) == addr);
+        if (self.len + 1) * 8 > self.slots.len() {
+            self.grow(&addr_of);
+        }
+        let (i, found) = self.probe(addr, &addr_of);
+        if !found {
+            self.len += 1;
+        }
+        self.slots[i] = id;
+    }
+
+    /// Forget the block at `addr`, returning it.
+    #[inline]
+    pub(crate) fn remove(&mut self, addr: u64, addr_of: impl Fn(u32) -> u64) -> Option<u32> {
+        let (mut hole, found) = self.probe(addr, &addr_of);
+        if !found {
+            return None;
+        }
+        let id = self.slots[hole];
         self.len -= 1;
-        // Backward-shift deletion: move back each following entry of the run
-        // whose home is not between the hole and itself (cyclically).
-        let mask = self.mask();
+        // Backward-shift deletion: move back each later entry of the run
+        // whose home is not cyclically between the hole and itself.
+        let mask = self.slots.len() - 1;
         let mut i = hole;
         loop {
             i = (i + 1) & mask;
-            let (a, other) = self.slots[i];
+            let other = self.slots[i];
             if other == EMPTY {
                 break;
             }
-            let home = self.home(a);
+            let home = self.home(addr_of(other));
             if (i.wrapping_sub(home) & mask) >= (i.wrapping_sub(hole) & mask) {
-                self.slots[hole] = self.slots[i];
+                self.slots[hole] = other;
                 hole = i;
             }
         }
-        self.slots[hole] = (0, EMPTY);
+        self.slots[hole] = EMPTY;
         Some(id)
     }
 
-    fn grow(&mut self) {
+    #[cold]
+    fn grow(&mut self, addr_of: &impl Fn(u32) -> u64) {
         let old = std::mem::replace(self, Self::with_slots(self.slots.len() * 2));
-        for (a, id) in old.slots {
+        for id in old.slots {
             if id != EMPTY {
-                self.insert(a, id);
+                let (i, _) = self.probe(addr_of(id), addr_of);
+                self.slots[i] = id;
+                self.len += 1;
             }
         }
     }
@@ -138,27 +138,31 @@ mod tests {
 
     #[test]
     fn behaves_as_a_hash_map() {
+        // Block i lives at addrs[i]; few distinct, clustered addresses make
+        // long probe runs and many hits.
+        let addrs: Vec<u64> = (0..3000u64).map(|i| 0x7f00_0000_0000 + i * 512).collect();
+        let addr_of = |id: u32| addrs[id as usize];
         let mut m = AddrMap::default();
         let mut h = HashMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for step in 0..200_000u32 {
+        for _ in 0..200_000 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            // Few distinct, clustered addresses: long probe runs, many hits.
-            let addr = 0x7f00_0000_0000 + (x % 3000) * 512;
+            let id = (x % 3000) as u32;
+            let addr = addrs[id as usize];
             match x >> 62 {
                 0 | 1 => {
-                    m.insert(addr, step);
-                    h.insert(addr, step);
+                    m.insert(addr, id, addr_of);
+                    h.insert(addr, id);
                 }
-                2 => assert_eq!(m.remove(addr), h.remove(&addr)),
-                _ => assert_eq!(m.get(addr), h.get(&addr).copied()),
+                2 => assert_eq!(m.remove(addr, addr_of), h.remove(&addr)),
+                _ => assert_eq!(m.get(addr, addr_of), h.get(&addr).copied()),
             }
             assert_eq!(m.len, h.len());
         }
         for (a, id) in h {
-            assert_eq!(m.get(a), Some(id));
+            assert_eq!(m.get(a, addr_of), Some(id));
         }
     }
 }

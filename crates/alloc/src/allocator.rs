@@ -182,7 +182,8 @@ pub struct SegmentInfo {
     pub blocks: Vec<BlockInfo>,
 }
 
-/// A fast hasher for device addresses (multiplicative).
+/// A fast hasher for integer keys (multiplicative); `stream_uses` is keyed
+/// by block id.
 #[derive(Default, Clone, Copy)]
 struct AddrHasher(u64);
 impl Hasher for AddrHasher {
@@ -402,7 +403,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = &self.blocks[id as usize];
         self.pools[pool_index(b.small)]
             .blocks
-            .remove(b.stream, b.size, b.addr);
+            .remove(b.stream, b.size, b.addr, id);
     }
     fn gc_count(&self, id: Id) -> u64 {
         let b = self.b(id);
@@ -479,9 +480,10 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `DeviceCachingAllocator::free`.
     pub fn free(&mut self, addr: Addr) -> Result<(), AllocError> {
+        let blocks = &self.blocks;
         let id = self
             .allocated
-            .remove(addr)
+            .remove(addr, |id| blocks[id as usize].addr)
             .ok_or(AllocError::InvalidPointer(addr))?;
         let (size, small, requested, stream) = {
             let b = self.bm(id);
@@ -504,9 +506,10 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `recordStream`: the block at `addr` is used on `stream` too.
     pub fn record_stream(&mut self, addr: Addr, stream: StreamId) -> Result<(), AllocError> {
+        let blocks = &self.blocks;
         let id = self
             .allocated
-            .get(addr)
+            .get(addr, |id| blocks[id as usize].addr)
             .ok_or(AllocError::InvalidPointer(addr))?;
         // Uses on the allocation stream need no synchronization.
         if stream != self.b(id).stream {
@@ -771,7 +774,9 @@ impl<D: Device> CachingAllocator<D> {
             (b.addr, b.size)
         };
         self.record(TraceAction::Alloc, addr, orig_size, stream);
-        self.allocated.insert(addr, block);
+        let blocks = &self.blocks;
+        self.allocated
+            .insert(addr, block, |id| blocks[id as usize].addr);
         let s = &mut self.stats;
         s.allocation.increase(small, 1);
         s.allocated_bytes.increase(small, bsize);
@@ -1241,7 +1246,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             if b.allocated {
                 allocated += b.size;
-                if self.allocated.get(b.addr) != Some(id) {
+                if self.allocated.get(b.addr, |i| self.b(i).addr) != Some(id) {
                     return Err(format!("allocated block {id} is not in allocated_blocks"));
                 }
             }
