@@ -4,7 +4,11 @@ use std::collections::HashMap;
 
 use crate::hash::IdBuild;
 use crate::model::*;
-use crate::pickle::{le_to_i64, le_to_u64, IntRef, Pickle, Store, Tag, Val, Value, ValueRef};
+use std::cell::Cell;
+
+use crate::pickle::{
+    le_to_i64, le_to_u64, Absorb, IntRef, Pickle, Store, Tag, Val, Value, ValueRef, BAIL,
+};
 use crate::Error;
 
 type Msg = String;
@@ -13,67 +17,77 @@ fn schema(path: String, message: Msg) -> Error {
     Error::Schema { path, message }
 }
 
-/// Resolves a fixed set of str keys in dicts, caching the positions per shape.
+/// Resolves a fixed set of str keys in dicts, caching the positions per
+/// shape (resolved by name, so keys interned later are still found).
 struct Fields<const N: usize> {
-    keys: [Val; N],
-    last: Option<(u32, [u32; N])>,
-    cache: HashMap<u32, [u32; N], IdBuild>,
+    names: [&'static str; N],
+    /// shape → (positions, whether every key of the shape is one of `names`)
+    last: Option<(u32, [u32; N], bool)>,
+    cache: HashMap<u32, ([u32; N], bool), IdBuild>,
 }
 
 const ABSENT: u32 = u32::MAX;
 
 impl<const N: usize> Fields<N> {
-    fn new(st: &Store, names: [&str; N]) -> Self {
+    fn new(names: [&'static str; N]) -> Self {
         Fields {
-            keys: names.map(|n| {
-                st.strs
-                    .lookup(n)
-                    .map_or(Val::EMPTY, |id| Val::new(Tag::Str, id))
-            }),
+            names,
             last: None,
             cache: HashMap::default(),
         }
     }
 
-    /// The values of the fields (`Val::EMPTY` when absent), or `None` if `d`
-    /// is not a dict.
-    fn pick(&mut self, st: &Store, d: Val) -> Option<[Val; N]> {
-        let (shape, keys, vals) = st.dict_parts(d)?;
-        let pos = match self.last {
-            Some((s, p)) if s == shape => p,
-            _ => {
-                let p = match self.cache.get(&shape) {
-                    Some(p) => *p,
-                    None => {
-                        let mut p = [ABSENT; N];
-                        for (i, k) in self.keys.iter().enumerate() {
-                            if *k != Val::EMPTY {
-                                if let Some(j) = keys.iter().position(|x| x == k) {
-                                    p[i] = j as u32;
-                                }
-                            }
-                        }
-                        self.cache.insert(shape, p);
-                        p
-                    }
-                };
-                self.last = Some((shape, p));
-                p
-            }
-        };
-        let mut out = [Val::EMPTY; N];
-        for i in 0..N {
-            if pos[i] != ABSENT {
-                out[i] = vals.get(pos[i] as usize).copied().unwrap_or(Val::EMPTY);
+    fn positions(&mut self, st: &Store, shape: u32) -> ([u32; N], bool) {
+        if let Some((s, p, e)) = self.last {
+            if s == shape {
+                return (p, e);
             }
         }
-        Some(out)
+        let (p, e) = match self.cache.get(&shape) {
+            Some(x) => *x,
+            None => {
+                let mut p = [ABSENT; N];
+                let mut exact = true;
+                for (j, k) in st.shape_keys(shape).iter().enumerate() {
+                    match st
+                        .str(*k)
+                        .and_then(|name| self.names.iter().position(|n| *n == name))
+                    {
+                        Some(i) => p[i] = j as u32,
+                        None => exact = false,
+                    }
+                }
+                self.cache.insert(shape, (p, exact));
+                (p, exact)
+            }
+        };
+        self.last = Some((shape, p, e));
+        (p, e)
+    }
+
+    fn gather(p: &[u32; N], vals: &[Val]) -> [Val; N] {
+        let mut out = [Val::EMPTY; N];
+        for i in 0..N {
+            if p[i] != ABSENT {
+                out[i] = vals.get(p[i] as usize).copied().unwrap_or(Val::EMPTY);
+            }
+        }
+        out
+    }
+
+    /// The values of the fields (`Val::EMPTY` when absent), or `None` if `d`
+    /// is not a (generic) dict.
+    fn pick(&mut self, st: &Store, d: Val) -> Option<[Val; N]> {
+        let (shape, _, vals) = st.dict_parts(d)?;
+        let (p, _) = self.positions(st, shape);
+        Some(Self::gather(&p, vals))
     }
 }
 
-struct Cx<'s> {
-    st: &'s Store,
-    empty: u32,
+/// Conversion state. It lives across decoding (as the [`Absorb`] hook that
+/// turns trace-entry dicts into [`TraceEntry`]s while the VM runs) and the
+/// conversion of the rest afterwards, so stacks are interned once.
+pub(crate) struct State {
     table: StackTable,
     stack_by_span: HashMap<u64, StackId, IdBuild>,
     frame_by_dict: HashMap<u32, FrameId, IdBuild>,
@@ -83,77 +97,158 @@ struct Cx<'s> {
     f_block: Fields<6>,
     f_hist: Fields<3>,
     f_seg: Fields<12>,
+    /// Trace entries taken over while decoding.
+    entries: Vec<TraceEntry>,
+    /// Containers read while decoding (bitset by container id).
+    observed: Vec<u64>,
+    bailed: Cell<bool>,
+    /// Whether to take over trace entries while decoding.
+    absorbing: bool,
+}
+
+/// The symbol used for a missing frame name or filename (resolves to "").
+const NO_SYM: u32 = u32::MAX;
+
+impl State {
+    /// `absorbing`: take over trace entries while decoding.
+    pub(crate) fn new(absorbing: bool) -> Self {
+        State {
+            table: StackTable::new(),
+            stack_by_span: HashMap::default(),
+            frame_by_dict: HashMap::default(),
+            scratch: Vec::new(),
+            f_frame: Fields::new(["name", "filename", "line"]),
+            f_trace: Fields::new([
+                "action",
+                "addr",
+                "size",
+                "stream",
+                "time_us",
+                "device_free",
+                "frames",
+                "compile_context",
+                "user_metadata",
+            ]),
+            f_block: Fields::new([
+                "address",
+                "size",
+                "requested_size",
+                "state",
+                "frames",
+                "history",
+            ]),
+            f_hist: Fields::new(["addr", "real_size", "frames"]),
+            f_seg: Fields::new([
+                "device",
+                "address",
+                "total_size",
+                "allocated_size",
+                "active_size",
+                "requested_size",
+                "stream",
+                "segment_type",
+                "segment_pool_id",
+                "is_expandable",
+                "frames",
+                "blocks",
+            ]),
+            entries: Vec::new(),
+            observed: Vec::new(),
+            bailed: Cell::new(false),
+            absorbing,
+        }
+    }
+
+    pub(crate) fn bailed(&self) -> bool {
+        self.bailed.get()
+    }
+
+    fn observe(&mut self, id: usize) {
+        let w = id / 64;
+        if w >= self.observed.len() {
+            self.observed.resize(w + 1, 0);
+        }
+        self.observed[w] |= 1 << (id % 64);
+    }
+}
+
+impl Absorb for State {
+    fn dict(&mut self, st: &Store, _id: u32, shape: u32, vals: &[Val]) -> Option<u32> {
+        if !self.absorbing || self.bailed.get() {
+            return None;
+        }
+        let (p, exact) = self.f_trace.positions(st, shape);
+        // only dicts made of trace-entry keys, with an action
+        if !exact || p[0] == ABSENT {
+            return None;
+        }
+        let f = Fields::gather(&p, vals);
+        let n = u32::try_from(self.entries.len())
+            .ok()
+            .filter(|&n| n != u32::MAX)?;
+        let mut cx = Cx { st, s: self };
+        let e = cx.trace_fields(f).ok()?;
+        self.entries.push(e);
+        Some(n)
+    }
+
+    fn observed(&self, id: usize) -> bool {
+        self.observed
+            .get(id / 64)
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+
+    fn bail(&self) {
+        self.bailed.set(true);
+    }
+}
+
+struct Cx<'a> {
+    st: &'a Store,
+    s: &'a mut State,
+}
+
+fn bail_err() -> Error {
+    Error::LimitExceeded {
+        offset: None,
+        what: BAIL,
+    }
+}
+
+/// Whether `e` is the hook giving up (the caller then decodes generically).
+pub(crate) fn is_bail(e: &Error) -> bool {
+    matches!(e, Error::LimitExceeded { what, .. } if *what == BAIL)
 }
 
 /// Convert a decoded pickle into a snapshot.
-pub(crate) fn snapshot_from_pickle(p: Pickle) -> Result<Snapshot, Error> {
+pub(crate) fn snapshot_from_pickle(p: Pickle, mut state: State) -> Result<Snapshot, Error> {
+    if state.bailed() {
+        return Err(bail_err());
+    }
     let Pickle { mut st, root, .. } = p;
-    let empty = st.strs.intern("").unwrap_or(0);
-    let mut snap = {
-        let mut cx = Cx::new(&st, empty);
-        let mut snap = cx.snapshot(root)?;
-        snap.stacks = cx.table;
-        snap
-    };
+    let mut snap = Cx {
+        st: &st,
+        s: &mut state,
+    }
+    .snapshot(root)?;
+    if state.bailed() {
+        return Err(bail_err());
+    }
+    snap.stacks = std::mem::take(&mut state.table);
     // Frames and symbols refer to the pickle's interned strings: move them over.
     snap.stacks.strings = std::mem::take(&mut st.strs);
     Ok(snap)
 }
 
-impl<'s> Cx<'s> {
-    fn new(st: &'s Store, empty: u32) -> Self {
-        Cx {
-            st,
-            empty,
-            table: StackTable::new(),
-            stack_by_span: HashMap::default(),
-            frame_by_dict: HashMap::default(),
-            scratch: Vec::new(),
-            f_frame: Fields::new(st, ["name", "filename", "line"]),
-            f_trace: Fields::new(
-                st,
-                [
-                    "action",
-                    "addr",
-                    "size",
-                    "stream",
-                    "time_us",
-                    "device_free",
-                    "frames",
-                    "compile_context",
-                    "user_metadata",
-                ],
-            ),
-            f_block: Fields::new(
-                st,
-                [
-                    "address",
-                    "size",
-                    "requested_size",
-                    "state",
-                    "frames",
-                    "history",
-                ],
-            ),
-            f_hist: Fields::new(st, ["addr", "real_size", "frames"]),
-            f_seg: Fields::new(
-                st,
-                [
-                    "device",
-                    "address",
-                    "total_size",
-                    "allocated_size",
-                    "active_size",
-                    "requested_size",
-                    "stream",
-                    "segment_type",
-                    "segment_pool_id",
-                    "is_expandable",
-                    "frames",
-                    "blocks",
-                ],
-            ),
+impl<'a> Cx<'a> {
+    /// A generic dict's parts; a dict taken over by the hook here means the
+    /// fast path cannot be trusted: bail.
+    fn dict_parts(&self, v: Val) -> Option<(u32, &'a [Val], &'a [Val])> {
+        if self.st.native(v).is_some() {
+            self.s.bailed.set(true);
+            return None;
         }
+        self.st.dict_parts(v)
     }
 
     // ----- scalar helpers ---------------------------------------------------
@@ -227,9 +322,12 @@ impl<'s> Cx<'s> {
         self.sym(v).map(|id| self.st.strs.get(id).to_owned())
     }
 
-    fn items(&self, v: Val) -> Result<&'s [Val], Msg> {
+    fn items(&self, v: Val) -> Result<&'a [Val], Msg> {
         match v.tag() {
-            Tag::List | Tag::Tuple => Ok(self.st.seq_items(v).unwrap_or(&[])),
+            Tag::List | Tag::Tuple => self
+                .st
+                .seq_items(v)
+                .ok_or_else(|| "internal: list still being built".to_owned()),
             _ => Err(format!("expected list, found {}", self.kind(v))),
         }
     }
@@ -244,9 +342,13 @@ impl<'s> Cx<'s> {
         if v == Val::EMPTY || v.tag() == Tag::None {
             return Ok(StackId::EMPTY);
         }
+        if v.tag() == Tag::List {
+            self.s.observe(v.idx());
+        }
         let span = self.st.list_span(v);
         if let Some(sp) = span {
             if let Some(&id) = self
+                .s
                 .stack_by_span
                 .get(&(u64::from(sp.start) << 32 | u64::from(sp.len)))
             {
@@ -256,21 +358,22 @@ impl<'s> Cx<'s> {
         let items = self
             .items(v)
             .map_err(|_| format!("frames: expected a list of frames, found {}", self.kind(v)))?;
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut scratch = std::mem::take(&mut self.s.scratch);
         scratch.clear();
         for (i, &f) in items.iter().enumerate() {
             match self.frame(f) {
                 Ok(id) => scratch.push(id),
                 Err(m) => {
-                    self.scratch = scratch;
+                    self.s.scratch = scratch;
                     return Err(format!("frames[{i}]: {m}"));
                 }
             }
         }
-        let id = self.table.intern_stack(&scratch);
-        self.scratch = scratch;
+        let id = self.s.table.intern_stack(&scratch);
+        self.s.scratch = scratch;
         if let Some(sp) = span {
-            self.stack_by_span
+            self.s
+                .stack_by_span
                 .insert(u64::from(sp.start) << 32 | u64::from(sp.len), id);
         }
         Ok(id)
@@ -280,17 +383,18 @@ impl<'s> Cx<'s> {
         if v.tag() != Tag::Dict {
             return Err(format!("expected a frame dict, found {}", self.kind(v)));
         }
-        if let Some(&id) = self.frame_by_dict.get(&v.id()) {
+        if let Some(&id) = self.s.frame_by_dict.get(&v.id()) {
             return Ok(id);
         }
-        let [name, filename, line] = self.f_frame.pick(self.st, v).unwrap_or([Val::EMPTY; 3]);
+        self.s.observe(v.idx());
+        let [name, filename, line] = self.s.f_frame.pick(self.st, v).unwrap_or([Val::EMPTY; 3]);
         let name = if name == Val::EMPTY {
-            self.empty
+            NO_SYM
         } else {
             self.sym(name).map_err(|m| format!("name: {m}"))?
         };
         let filename = if filename == Val::EMPTY {
-            self.empty
+            NO_SYM
         } else {
             self.sym(filename).map_err(|m| format!("filename: {m}"))?
         };
@@ -299,8 +403,11 @@ impl<'s> Cx<'s> {
         } else {
             self.i64(line).map_err(|m| format!("line: {m}"))?
         };
-        let id = self.table.intern_frame_syms(Sym(name), Sym(filename), line);
-        self.frame_by_dict.insert(v.id(), id);
+        let id = self
+            .s
+            .table
+            .intern_frame_syms(Sym(name), Sym(filename), line);
+        self.s.frame_by_dict.insert(v.id(), id);
         Ok(id)
     }
 
@@ -310,7 +417,7 @@ impl<'s> Cx<'s> {
         let mut snap = Snapshot::default();
         match root.tag() {
             Tag::Dict => {
-                let (_, keys, vals) = self.st.dict_parts(root).unwrap_or((0, &[], &[]));
+                let (_, keys, vals) = self.dict_parts(root).unwrap_or((0, &[], &[]));
                 let seg_key = self.st.strs.lookup("segments");
                 if !keys
                     .iter()
@@ -353,7 +460,7 @@ impl<'s> Cx<'s> {
                 let items = self.st.seq_items(root).unwrap_or(&[]);
                 let total = self.st.strs.lookup("total_size");
                 let looks_like_segments = items.iter().all(|&s| {
-                    self.st.dict_parts(s).is_some_and(|(_, k, _)| {
+                    self.dict_parts(s).is_some_and(|(_, k, _)| {
                         k.iter()
                             .any(|k| k.tag() == Tag::Str && Some(k.id()) == total)
                     })
@@ -390,7 +497,7 @@ impl<'s> Cx<'s> {
     }
 
     fn segment(&mut self, v: Val, p: &dyn Fn() -> String) -> Result<Segment, Error> {
-        let f = self.f_seg.pick(self.st, v).ok_or_else(|| {
+        let f = self.s.f_seg.pick(self.st, v).ok_or_else(|| {
             schema(
                 p(),
                 format!("expected a segment dict, found {}", self.kind(v)),
@@ -486,7 +593,7 @@ impl<'s> Cx<'s> {
 
     fn block(&mut self, v: Val, p: &dyn Fn() -> String) -> Result<Block, Error> {
         let [address, size, requested_size, state, frames, history] =
-            self.f_block.pick(self.st, v).ok_or_else(|| {
+            self.s.f_block.pick(self.st, v).ok_or_else(|| {
                 schema(
                     p(),
                     format!("expected a block dict, found {}", self.kind(v)),
@@ -517,12 +624,13 @@ impl<'s> Cx<'s> {
             let mut out = Vec::with_capacity(items.len());
             for (k, &h) in items.iter().enumerate() {
                 let hp = |name: &str, m: Msg| schema(format!("{}.history[{k}]{name}", p()), m);
-                let [addr, real_size, frames] = self.f_hist.pick(self.st, h).ok_or_else(|| {
-                    hp(
-                        "",
-                        format!("expected a history dict, found {}", self.kind(h)),
-                    )
-                })?;
+                let [addr, real_size, frames] =
+                    self.s.f_hist.pick(self.st, h).ok_or_else(|| {
+                        hp(
+                            "",
+                            format!("expected a history dict, found {}", self.kind(h)),
+                        )
+                    })?;
                 out.push(History {
                     addr: if addr == Val::EMPTY {
                         0
@@ -567,8 +675,32 @@ impl<'s> Cx<'s> {
             let entries = self
                 .items(dev)
                 .map_err(|m| schema(format!("device_traces[{d}]"), m))?;
+            // Entries taken over while decoding, all of them in order: move them.
+            if self
+                .st
+                .native(entries.first().copied().unwrap_or(Val::NONE))
+                == Some(0)
+                && self.s.entries.len() == entries.len()
+                && entries
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &e)| self.st.native(e) == Some(i as u32))
+            {
+                out.push(std::mem::take(&mut self.s.entries));
+                continue;
+            }
             let mut list = Vec::with_capacity(entries.len());
             for (i, &e) in entries.iter().enumerate() {
+                if let Some(n) = self.st.native(e) {
+                    match self.s.entries.get(n as usize) {
+                        Some(t) => list.push(*t),
+                        None => {
+                            self.s.bailed.set(true);
+                            return Err(bail_err());
+                        }
+                    }
+                    continue;
+                }
                 match self.trace_entry(e) {
                     Ok(t) => list.push(t),
                     Err((field, m)) => {
@@ -583,15 +715,18 @@ impl<'s> Cx<'s> {
     }
 
     fn trace_entry(&mut self, v: Val) -> Result<TraceEntry, (&'static str, Msg)> {
-        let Some(
-            [action, addr, size, stream, time_us, device_free, frames, compile_context, user_metadata],
-        ) = self.f_trace.pick(self.st, v)
-        else {
+        let Some(f) = self.s.f_trace.pick(self.st, v) else {
             return Err((
                 "",
                 format!("expected a trace entry dict, found {}", self.kind(v)),
             ));
         };
+        self.trace_fields(f)
+    }
+
+    fn trace_fields(&mut self, f: [Val; 9]) -> Result<TraceEntry, (&'static str, Msg)> {
+        let [action, addr, size, stream, time_us, device_free, frames, compile_context, user_metadata] =
+            f;
         let action = match self.st.str(action) {
             Some(s) => Action::from_name(s).unwrap_or(Action::Other(Sym(action.id()))),
             None if action == Val::EMPTY => return Err(("", "missing key 'action'".into())),
@@ -647,7 +782,7 @@ impl<'s> Cx<'s> {
         if v.tag() == Tag::None {
             return Ok(None);
         }
-        let Some((_, keys, vals)) = self.st.dict_parts(v) else {
+        let Some((_, keys, vals)) = self.dict_parts(v) else {
             return Err(schema(
                 "allocator_settings".into(),
                 format!("expected dict, found {}", self.kind(v)),
@@ -703,7 +838,7 @@ impl<'s> Cx<'s> {
     }
 
     fn roundup(&mut self, v: Val) -> Result<RoundupPower2Divisions, Error> {
-        if let Some((_, keys, vals)) = self.st.dict_parts(v) {
+        if let Some((_, keys, vals)) = self.dict_parts(v) {
             let parsed: Option<Vec<(u64, u64)>> = keys
                 .iter()
                 .zip(vals)
@@ -744,7 +879,7 @@ impl<'s> Cx<'s> {
         let mut out = Vec::with_capacity(items.len());
         for (i, &a) in items.iter().enumerate() {
             let p = |name: &str| format!("external_annotations[{i}]{name}");
-            let Some((_, keys, vals)) = self.st.dict_parts(a) else {
+            let Some((_, keys, vals)) = self.dict_parts(a) else {
                 return Err(schema(
                     p(""),
                     format!("expected dict, found {}", self.kind(a)),

@@ -6,12 +6,34 @@
 //! * [`model`]: the typed snapshot ([`Snapshot`], [`Segment`], [`Block`],
 //!   [`TraceEntry`], [`AllocatorSettings`], ...) with stack traces interned
 //!   once in a [`StackTable`].
-//! * [`write`]: a protocol-4 pickle writer that serialises a [`Snapshot`]
+//! * [`write`](mod@write): a protocol-4 pickle writer that serialises a [`Snapshot`]
 //!   back into the dict layout PyTorch produces (used to generate synthetic
 //!   snapshots for tests and benchmarks).
 //!
 //! The only I/O is [`read_snapshot_file`] and [`write::write_snapshot_file`];
 //! everything else works on byte slices. No `unsafe`, no dependencies.
+//!
+//! # Reading
+//! Nothing in a pickle is ever imported or executed: globals outside a tiny
+//! whitelist of builtin containers are refused with [`Error::ForbiddenGlobal`].
+//! Every failure is a typed [`Error`] carrying the byte offset; no input makes
+//! the reader panic, recurse without bound, or allocate from an untrusted
+//! length field.
+//!
+//! [`read_snapshot_file`] streams the file (a helper thread reads 1 MiB
+//! chunks ahead) through the pickle VM, which turns trace-entry dicts into
+//! [`TraceEntry`]s as they are frozen; everything else is converted once
+//! decoding ends. If anything unusual happens to those entries (a pickle that
+//! mutates a container after storing it, an entry dict reused elsewhere), the
+//! file is decoded again generically, so the result always equals what
+//! `pickle.load` would see. On a 496 MB synthetic snapshot (3.6 M trace
+//! entries, ~35 frames each) this takes 1.3 s and 489 MB peak RSS, against
+//! 13.8–16.9 s and 2.2 GB for Python's `pickle.load` on the same machine.
+//!
+//! Stacks are interned: every `frames` field is a [`StackId`] into the
+//! snapshot's [`StackTable`] (a million entries with 40 frames each would
+//! otherwise cost gigabytes); [`Snapshot::frames`] resolves one to
+//! [`Frame`]s with borrowed `&str` names.
 //!
 //! ```no_run
 //! let snap = vramscope_snapshot::read_snapshot_file("snapshot.pickle")?;
@@ -46,24 +68,59 @@ pub use model::{
 /// something else, [`Error::Schema`] when a snapshot field has a wrong type,
 /// and with a decoding error (carrying the byte offset) otherwise.
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
-    convert::snapshot_from_pickle(pickle::parse(bytes)?)
+    let (r, state) = pickle::parse_slice_with(bytes, convert::State::new(true));
+    if let Some(result) = fast_path(r, state) {
+        return result;
+    }
+    convert::snapshot_from_pickle(pickle::parse(bytes)?, convert::State::new(false))
+}
+
+/// The result of the fast path (trace entries converted while decoding), or
+/// `None` when it gave up and the generic path must decide.
+fn fast_path(
+    r: Result<pickle::Pickle, Error>,
+    state: convert::State,
+) -> Option<Result<Snapshot, Error>> {
+    if state.bailed() {
+        return None;
+    }
+    let result = match r {
+        Ok(p) => convert::snapshot_from_pickle(p, state),
+        Err(e) => Err(e),
+    };
+    match result {
+        Err(e) if convert::is_bail(&e) => None,
+        other => Some(other),
+    }
 }
 
 /// Read and decode a snapshot file.
 ///
-/// The file is streamed through a 1 MiB buffer and never held whole, so
-/// peak memory is the compact decoded form plus the typed model.
+/// The file is streamed in 1 MiB chunks, read ahead on a helper thread while
+/// the decoder runs; it is never held whole. Trace entries are converted as
+/// they are decoded, so peak memory is about the typed model plus the compact
+/// decoded form of everything else (below the file size for typical traces).
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let path = path.as_ref();
     let io_err = |source| Error::Io {
         path: path.to_owned(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io_err)?;
-    let len = file.metadata().map_err(io_err)?.len();
-    let p = pickle::parse_reader(file, Some(len)).map_err(|e| match e {
+    let open = || -> Result<(std::fs::File, u64), Error> {
+        let file = std::fs::File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        Ok((file, len))
+    };
+    let with_path = |e| match e {
         Error::Io { source, .. } => io_err(source),
         e => e,
-    })?;
-    convert::snapshot_from_pickle(p)
+    };
+    let (file, len) = open()?;
+    let (r, state) = pickle::parse_file_with(file, len, convert::State::new(true));
+    if let Some(result) = fast_path(r, state) {
+        return result.map_err(with_path);
+    }
+    let (file, len) = open()?;
+    let (r, state) = pickle::parse_file_with(file, len, convert::State::new(false));
+    convert::snapshot_from_pickle(r.map_err(with_path)?, state)
 }

@@ -623,3 +623,134 @@ fn streaming_reader_matches_slice_parse() {
         "{e}"
     );
 }
+
+/// Build `{"segments": [], "device_traces": [[entry]], ...}` by hand so the
+/// pickle can mutate things after they were stored; `after(w, entry_memo,
+/// frames_memo)` runs before STOP with the root dict on the stack and may
+/// also add top-level items (`extra` runs inside the root's SETITEMS).
+fn crafted(
+    extra: impl Fn(&mut PickleWriter<Vec<u8>>, u32),
+    after: impl Fn(&mut PickleWriter<Vec<u8>>, u32, u32),
+) -> Vec<u8> {
+    let mut w = PickleWriter::new(Vec::new(), false);
+    w.empty_dict();
+    w.mark();
+    w.str("segments");
+    w.empty_list();
+    w.str("device_traces");
+    w.empty_list();
+    w.empty_list();
+    let e = w.empty_dict();
+    w.mark();
+    for (k, v) in [("action", None), ("addr", Some(4096)), ("size", Some(512))] {
+        w.str(k);
+        match v {
+            Some(i) => w.int(i),
+            None => w.str("alloc"),
+        }
+    }
+    w.str("frames");
+    let l = w.empty_list();
+    w.empty_dict();
+    w.mark();
+    w.str("name");
+    w.str("f");
+    w.str("filename");
+    w.str("a.py");
+    w.str("line");
+    w.int(1);
+    w.raw(b"u");
+    w.raw(b"a"); // frame into frames list
+    w.raw(b"u"); // entry items
+    w.raw(b"a"); // entry into device list
+    w.raw(b"a"); // device list into device_traces
+    extra(&mut w, e);
+    w.raw(b"u"); // root items
+    after(&mut w, e, l);
+    w.finish().unwrap()
+}
+
+#[test]
+fn fast_path_falls_back_when_absorbed_entries_change() {
+    // untouched: the fast path result
+    let s = read_snapshot(&crafted(|_, _| {}, |_, _, _| {})).unwrap();
+    assert_eq!(s.device_traces[0][0].size, 512);
+    assert_eq!(frames(&s, s.device_traces[0][0].frames).len(), 1);
+
+    // the entry dict is mutated after it was stored: Python sees size 999
+    let b = crafted(
+        |_, _| {},
+        |w, e, _| {
+            w.get(e);
+            w.str("size");
+            w.int(999);
+            w.raw(b"s0");
+        },
+    );
+    assert_eq!(read_snapshot(&b).unwrap().device_traces[0][0].size, 999);
+
+    // its frames list grows afterwards: Python sees two frames
+    let b = crafted(
+        |_, _| {},
+        |w, _, l| {
+            w.get(l);
+            w.empty_dict();
+            w.mark();
+            w.str("name");
+            w.str("g");
+            w.str("filename");
+            w.str("b.py");
+            w.str("line");
+            w.int(2);
+            w.raw(b"u");
+            w.raw(b"a0");
+        },
+    );
+    let s = read_snapshot(&b).unwrap();
+    let f = frames(&s, s.device_traces[0][0].frames);
+    assert_eq!(
+        f,
+        [
+            ("f".into(), "a.py".into(), 1),
+            ("g".into(), "b.py".into(), 2)
+        ]
+    );
+
+    // the same entry dict also appears under another top-level key
+    let b = crafted(
+        |w, e| {
+            w.str("extra");
+            w.get(e);
+        },
+        |_, _, _| {},
+    );
+    let s = read_snapshot(&b).unwrap();
+    assert_eq!(s.device_traces[0][0].addr, 4096);
+    assert_eq!(s.other.len(), 1);
+    assert_eq!(s.other[0].1.get("size"), Some(&Value::Int(512)));
+
+    // ... and is passed to dict(): the whitelisted call needs its items
+    let b = crafted(
+        |w, e| {
+            w.str("copy");
+            w.raw(b"cbuiltins\ndict\n");
+            w.get(e);
+            w.raw(b"\x85R");
+        },
+        |_, _, _| {},
+    );
+    let s = read_snapshot(&b).unwrap();
+    assert_eq!(s.other[0].0, "copy");
+    assert_eq!(
+        s.other[0].1.get("action"),
+        Some(&Value::Str("alloc".into()))
+    );
+
+    // every variant through the file reader too
+    let dir = std::env::temp_dir().join(format!("vramscope-snapshot-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("crafted.pickle");
+    std::fs::write(&path, &b).unwrap();
+    assert_eq!(read_snapshot_file(&path).unwrap().other[0].0, "copy");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -19,6 +19,10 @@ pub(crate) trait Input {
     fn has_at_least(&mut self, n: u64) -> Option<bool>;
     /// Total input length, when known.
     fn len_hint(&self) -> Option<usize>;
+    /// The bytes already buffered (a prefix of what follows).
+    fn window(&self) -> &[u8];
+    /// Consume `n <= window().len()` bytes.
+    fn skip(&mut self, n: usize);
 }
 
 pub(crate) struct SliceInput<'a> {
@@ -77,6 +81,16 @@ impl Input for SliceInput<'_> {
 
     fn len_hint(&self) -> Option<usize> {
         Some(self.data.len())
+    }
+
+    #[inline]
+    fn window(&self) -> &[u8] {
+        &self.data[self.pos..]
+    }
+
+    #[inline]
+    fn skip(&mut self, n: usize) {
+        self.pos += n;
     }
 }
 
@@ -244,28 +258,215 @@ impl<R: Read> Input for ReadInput<R> {
     fn len_hint(&self) -> Option<usize> {
         self.total.and_then(|t| usize::try_from(t).ok())
     }
+
+    #[inline]
+    fn window(&self) -> &[u8] {
+        &self.buf[self.lo..self.hi]
+    }
+
+    #[inline]
+    fn skip(&mut self, n: usize) {
+        self.lo += n;
+    }
 }
 
-impl<T: Input + ?Sized> Input for &mut T {
+/// Room kept free at the start of each chunk so the unread tail of the
+/// previous chunk can be moved in front of it without reallocating.
+const HEAD: usize = 64 << 10;
+const CHUNK: usize = 1 << 20;
+
+type Chunk = (Vec<u8>, usize);
+
+/// Streams a reader through a helper thread: the thread reads 1 MiB chunks
+/// ahead while the VM decodes, so the kernel's copy overlaps with decoding.
+/// Chunk buffers are recycled (4 in flight).
+pub(crate) struct ThreadedInput {
+    rx: std::sync::mpsc::Receiver<io::Result<Chunk>>,
+    back: std::sync::mpsc::SyncSender<Vec<u8>>,
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    /// Absolute offset of `buf[0]` (wrapping: `buf[0]` may lie before the
+    /// start of the input when a chunk has headroom).
+    base: usize,
+    eof: bool,
+    pub(crate) err: Option<io::Error>,
+    total: Option<u64>,
+}
+
+impl ThreadedInput {
+    pub(crate) fn new<R: Read + Send + 'static>(mut r: R, total: Option<u64>) -> io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<Chunk>>(2);
+        let (back, back_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+        for _ in 0..3 {
+            let _ = back.try_send(vec![0; HEAD + CHUNK]);
+        }
+        std::thread::Builder::new()
+            .name("snapshot-read".into())
+            .spawn(move || {
+                while let Ok(mut b) = back_rx.recv() {
+                    let mut n = 0;
+                    let mut err = None;
+                    while n < CHUNK {
+                        match r.read(&mut b[HEAD + n..]) {
+                            Ok(0) => break,
+                            Ok(k) => n += k,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => {
+                                err = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    let last = n < CHUNK || err.is_some();
+                    if n > 0 && tx.send(Ok((b, n))).is_err() {
+                        return;
+                    }
+                    if let Some(e) = err {
+                        let _ = tx.send(Err(e));
+                    }
+                    if last {
+                        return;
+                    }
+                }
+            })?;
+        Ok(ThreadedInput {
+            rx,
+            back,
+            buf: Vec::new(),
+            lo: 0,
+            hi: 0,
+            base: 0,
+            eof: false,
+            err: None,
+            total,
+        })
+    }
+
+    fn end(&self) -> usize {
+        self.base.wrapping_add(self.hi)
+    }
+
+    /// Make `need` bytes available from `lo`. Returns whether they are.
+    fn fill(&mut self, need: usize) -> bool {
+        while self.hi - self.lo < need && !self.eof {
+            let (mut c, n) = match self.rx.recv() {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    self.err = Some(e);
+                    self.eof = true;
+                    break;
+                }
+                Err(_) => {
+                    self.eof = true;
+                    break;
+                }
+            };
+            let tail = self.hi - self.lo;
+            let abs = self.base.wrapping_add(self.lo);
+            if tail <= HEAD {
+                c[HEAD - tail..HEAD].copy_from_slice(&self.buf[self.lo..self.hi]);
+                let old = std::mem::replace(&mut self.buf, c);
+                // keep exactly one buffer in circulation per chunk consumed
+                let _ = self.back.try_send(if old.len() == HEAD + CHUNK {
+                    old
+                } else {
+                    vec![0; HEAD + CHUNK]
+                });
+                self.lo = HEAD - tail;
+                self.hi = HEAD + n;
+            } else {
+                // a long argument spans chunks: grow a private buffer
+                let mut joined = std::mem::take(&mut self.buf);
+                joined.truncate(self.hi);
+                joined.drain(..self.lo);
+                joined.extend_from_slice(&c[HEAD..HEAD + n]);
+                let _ = self.back.try_send(c);
+                self.lo = 0;
+                self.hi = joined.len();
+                self.buf = joined;
+            }
+            self.base = abs.wrapping_sub(self.lo);
+        }
+        self.hi - self.lo >= need
+    }
+}
+
+impl Input for ThreadedInput {
     #[inline]
     fn pos(&self) -> usize {
-        (**self).pos()
+        self.base.wrapping_add(self.lo)
     }
+
     #[inline]
     fn byte(&mut self) -> Result<u8, Eof> {
-        (**self).byte()
+        if self.lo == self.hi && !self.fill(1) {
+            return Err(Eof(self.end()));
+        }
+        let b = self.buf[self.lo];
+        self.lo += 1;
+        Ok(b)
     }
+
     #[inline]
     fn take(&mut self, n: u64) -> Result<&[u8], Eof> {
-        (**self).take(n)
+        if n <= (self.hi - self.lo) as u64 {
+            let s = &self.buf[self.lo..self.lo + n as usize];
+            self.lo += n as usize;
+            return Ok(s);
+        }
+        if self.has_at_least(n) == Some(false) {
+            return Err(Eof(self.total.map_or(self.end(), |t| t as usize)));
+        }
+        // Without a length hint, never trust the field: fill grows only as
+        // bytes actually arrive.
+        let Ok(need) = usize::try_from(n) else {
+            return Err(Eof(self.end()));
+        };
+        if !self.fill(need) {
+            self.lo = self.hi;
+            return Err(Eof(self.end()));
+        }
+        let s = &self.buf[self.lo..self.lo + need];
+        self.lo += need;
+        Ok(s)
     }
+
     fn line(&mut self) -> Result<&[u8], Eof> {
-        (**self).line()
+        let mut scanned = 0;
+        loop {
+            if let Some(i) = self.buf[self.lo + scanned..self.hi]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                let a = self.lo;
+                self.lo += scanned + i + 1;
+                return Ok(&self.buf[a..a + scanned + i]);
+            }
+            scanned = self.hi - self.lo;
+            if !self.fill(scanned + 1) {
+                self.lo = self.hi;
+                return Err(Eof(self.end()));
+            }
+        }
     }
+
     fn has_at_least(&mut self, n: u64) -> Option<bool> {
-        (**self).has_at_least(n)
+        let total = self.total?;
+        Some((self.pos() as u64).saturating_add(n) <= total)
     }
+
     fn len_hint(&self) -> Option<usize> {
-        (**self).len_hint()
+        self.total.and_then(|t| usize::try_from(t).ok())
+    }
+
+    #[inline]
+    fn window(&self) -> &[u8] {
+        &self.buf[self.lo..self.hi]
+    }
+
+    #[inline]
+    fn skip(&mut self, n: usize) {
+        self.lo += n;
     }
 }

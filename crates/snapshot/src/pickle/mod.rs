@@ -43,13 +43,22 @@ use std::fmt;
 use crate::Error;
 pub(crate) use store::{le_to_i64, le_to_u64, IntRef, Store};
 pub(crate) use val::{Tag, Val};
+pub(crate) use vm::{Absorb, BAIL};
 
 /// Decode a pickle. The bytes are not borrowed by the result.
 ///
 /// Decoding stops at the first `STOP` opcode; any bytes after it are ignored,
 /// as `pickle.loads` does.
 pub fn parse(bytes: &[u8]) -> Result<Pickle, Error> {
-    vm::Vm::new(input::SliceInput::new(bytes), Some(bytes.len() as u64)).run()
+    vm::Vm::new(input::SliceInput::new(bytes), Some(bytes.len() as u64), ())
+        .run()
+        .0
+}
+
+/// Decode with a hook, from a slice.
+pub(crate) fn parse_slice_with<A: Absorb>(bytes: &[u8], ab: A) -> (Result<Pickle, Error>, A) {
+    let (r, ab, _) = vm::Vm::new(input::SliceInput::new(bytes), Some(bytes.len() as u64), ab).run();
+    (r, ab)
 }
 
 /// Decode a pickle from a reader, streaming it through a 1 MiB buffer (the
@@ -58,14 +67,35 @@ pub fn parse(bytes: &[u8]) -> Result<Pickle, Error> {
 ///
 /// An I/O error while reading is reported as [`Error::Io`] with an empty path.
 pub fn parse_reader(reader: impl std::io::Read, len_hint: Option<u64>) -> Result<Pickle, Error> {
-    let mut inp = input::ReadInput::new(reader, len_hint);
-    let r = vm::Vm::new(&mut inp, len_hint).run();
+    let inp = input::ReadInput::new(reader, len_hint);
+    let (r, _, mut inp) = vm::Vm::new(inp, len_hint, ()).run();
     match (r, inp.err.take()) {
         (Err(_), Some(source)) => Err(Error::Io {
             path: Default::default(),
             source,
         }),
         (r, _) => r,
+    }
+}
+
+/// Decode a file with a hook, reading it on a helper thread while decoding.
+pub(crate) fn parse_file_with<A: Absorb>(
+    file: std::fs::File,
+    len: u64,
+    ab: A,
+) -> (Result<Pickle, Error>, A) {
+    let io = |source| Error::Io {
+        path: Default::default(),
+        source,
+    };
+    let inp = match input::ThreadedInput::new(file, Some(len)) {
+        Ok(i) => i,
+        Err(e) => return (Err(io(e)), ab),
+    };
+    let (r, ab, mut inp) = vm::Vm::new(inp, Some(len), ab).run();
+    match (r, inp.err.take()) {
+        (Err(_), Some(source)) => (Err(io(source)), ab),
+        (r, _) => (r, ab),
     }
 }
 
@@ -320,6 +350,12 @@ fn to_value(r: ValueRef<'_>, depth: u32, budget: &mut u64) -> Result<Value, Erro
         View::Tuple(s) => Value::Tuple(seq(s, budget)?),
         View::Set(s) => Value::Set(seq(s, budget)?),
         View::FrozenSet(s) => Value::FrozenSet(seq(s, budget)?),
+        View::Dict(_) if r.st.native(r.v).is_some() => {
+            return Err(Error::LimitExceeded {
+                offset: None,
+                what: BAIL,
+            })
+        }
         View::Dict(d) => {
             let mut out = Vec::with_capacity(d.len());
             for (k, v) in d.iter() {

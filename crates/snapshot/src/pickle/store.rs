@@ -27,6 +27,9 @@ pub(crate) enum Slot {
     Seq(Span),
     /// A dict whose keys are shape `shape`, values `dict_vals[start..]`.
     Rec { shape: u32, start: u32 },
+    /// A dict taken over by an [`Absorb`](super::vm::Absorb) hook (item
+    /// `n` of the hook's own storage); only the snapshot reader uses this.
+    Native(u32),
 }
 
 /// All decoded values. Containers are addressed by id so shared references
@@ -106,6 +109,14 @@ impl Store {
         }
     }
 
+    /// Keys of a shape.
+    pub(crate) fn shape_keys(&self, shape: u32) -> &[Val] {
+        match self.shapes.get(shape as usize) {
+            Some(sp) => Self::span(&self.shape_pool, *sp),
+            None => &[],
+        }
+    }
+
     pub(crate) fn int(&self, v: Val) -> Option<IntRef<'_>> {
         match v.tag() {
             Tag::Int => Some(IntRef::Small(v.inline_int())),
@@ -132,6 +143,14 @@ impl Store {
     pub(crate) fn blob(&self, v: Val) -> Option<&[u8]> {
         match v.tag() {
             Tag::Bytes | Tag::ByteArray => self.blobs.get(v.idx()).map(|b| &b[..]),
+            _ => None,
+        }
+    }
+
+    /// The absorbed index of a dict taken over by a hook.
+    pub(crate) fn native(&self, v: Val) -> Option<u32> {
+        match (v.tag(), self.slots.get(v.idx())) {
+            (Tag::Dict, Some(Slot::Native(n))) => Some(*n),
             _ => None,
         }
     }

@@ -22,6 +22,8 @@ const SMALL: usize = 12;
 const DEDUP_MAX_LIST: usize = 1024;
 /// Shapes (dict key lists) up to this size are hash-consed.
 const DEDUP_MAX_SHAPE: usize = 64;
+/// The `what` of the error returned when an [`Absorb`] hook bails.
+pub(crate) const BAIL: &str = "snapshot fast path gave up (internal; retried generically)";
 
 #[derive(Default)]
 struct KeyIndex {
@@ -203,12 +205,43 @@ pub(crate) fn op_name(op: u8) -> &'static str {
     }
 }
 
-pub(crate) struct Vm<I> {
-    inp: I,
-    c: Core,
+/// A hook that may take over dicts as they are frozen (the snapshot reader
+/// turns trace-entry dicts into `TraceEntry`s on the fly). It must be
+/// conservative: whenever the VM would need the generic form of something
+/// it took over or looked into, it calls [`Absorb::bail`] and the caller
+/// redoes the work without the hook.
+pub(crate) trait Absorb {
+    /// Offered every dict at freeze time; `Some(n)` takes it over.
+    fn dict(&mut self, st: &Store, id: u32, shape: u32, vals: &[Val]) -> Option<u32>;
+    /// Whether the hook read container `id` (it must then never change).
+    fn observed(&self, id: usize) -> bool;
+    /// Give up: the result must not be used.
+    fn bail(&self);
 }
 
-pub(crate) struct Core {
+/// No hook (generic decoding).
+impl Absorb for () {
+    #[inline]
+    fn dict(&mut self, _: &Store, _: u32, _: u32, _: &[Val]) -> Option<u32> {
+        None
+    }
+    #[inline]
+    fn observed(&self, _: usize) -> bool {
+        false
+    }
+    fn bail(&self) {}
+}
+
+pub(crate) struct Vm<I, A> {
+    inp: I,
+    c: Core<A>,
+}
+
+pub(crate) struct Core<A> {
+    /// The absorb hook.
+    ab: A,
+    /// Scratch for dict values.
+    scratch: Vec<Val>,
     /// Offset of the opcode being executed.
     at: usize,
     /// The opcode being executed.
@@ -237,16 +270,23 @@ fn u32_of(n: usize, at: usize) -> R<u32> {
     })
 }
 
-impl<I: Input> Vm<I> {
+impl<I: Input, A: Absorb> Vm<I, A> {
     /// `len_hint`: input length if known (bounds the key-comparison budget).
-    pub(crate) fn new(inp: I, len_hint: Option<u64>) -> Self {
+    pub(crate) fn new(inp: I, len_hint: Option<u64>, ab: A) -> Self {
         Vm {
             inp,
-            c: Core::new(len_hint),
+            c: Core::new(len_hint, ab),
         }
     }
 
-    pub(crate) fn run(mut self) -> R<Pickle> {
+    /// Decode; also hands back the hook and the input.
+    pub(crate) fn run(mut self) -> (R<Pickle>, A, I) {
+        let r = self.run_inner();
+        let Core { st, proto, ab, .. } = self.c;
+        (r.map(|root| Pickle { st, root, proto }), ab, self.inp)
+    }
+
+    fn run_inner(&mut self) -> R<Val> {
         let root = self.exec()?;
         let c = &mut self.c;
         // freeze whatever is still being built
@@ -255,8 +295,7 @@ impl<I: Input> Vm<I> {
                 c.freeze(id, b, dict)?;
             }
         }
-        let Core { st, proto, .. } = self.c;
-        Ok(Pickle { st, root, proto })
+        Ok(root)
     }
 
     fn exec(&mut self) -> R<Val> {
@@ -286,6 +325,73 @@ impl<I: Input> Vm<I> {
         }
         loop {
             c.at = inp.pos();
+            // Fast path: the hottest fixed-size opcodes, decoded straight
+            // from the buffered window.
+            if let [op, a, b, cc, d, ..] = *inp.window() {
+                match op {
+                    b'j' => {
+                        c.cur = op;
+                        inp.skip(5);
+                        c.get(u64::from(u32::from_le_bytes([a, b, cc, d])))?;
+                        continue;
+                    }
+                    b'h' => {
+                        c.cur = op;
+                        inp.skip(2);
+                        c.get(u64::from(a))?;
+                        continue;
+                    }
+                    b'K' => {
+                        inp.skip(2);
+                        c.stack.push(Val::new(Tag::Int, u32::from(a)));
+                        continue;
+                    }
+                    b'M' => {
+                        inp.skip(3);
+                        c.stack
+                            .push(Val::new(Tag::Int, u32::from(u16::from_le_bytes([a, b]))));
+                        continue;
+                    }
+                    b'J' => {
+                        inp.skip(5);
+                        let v = c.int(i64::from(i32::from_le_bytes([a, b, cc, d])))?;
+                        c.stack.push(v);
+                        continue;
+                    }
+                    b'(' => {
+                        inp.skip(1);
+                        c.marks.push(c.stack.len());
+                        continue;
+                    }
+                    0x8a if a <= 8 => {
+                        let n = usize::from(a);
+                        if let Some(bytes) = inp.window().get(2..2 + n) {
+                            let v = if n == 0 {
+                                0
+                            } else {
+                                let mut x = [if bytes[n - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
+                                x[..n].copy_from_slice(bytes);
+                                i64::from_le_bytes(x)
+                            };
+                            inp.skip(2 + n);
+                            let v = c.int(v)?;
+                            c.stack.push(v);
+                            continue;
+                        }
+                    }
+                    0x94 => {
+                        c.cur = op;
+                        let Some(&v) = c.stack.last().filter(|_| c.stack.len() > c.floor()) else {
+                            return Err(c.underflow());
+                        };
+                        inp.skip(1);
+                        let i = c.memo.count;
+                        c.memo.put(i, v);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
             let op = match inp.byte() {
                 Ok(op) => op,
                 Err(e) => {
@@ -693,10 +799,12 @@ impl<I: Input> Vm<I> {
     }
 }
 
-impl Core {
-    fn new(len_hint: Option<u64>) -> Self {
+impl<A: Absorb> Core<A> {
+    fn new(len_hint: Option<u64>, ab: A) -> Self {
         let seed = random_seed();
         Core {
+            ab,
+            scratch: Vec::new(),
             at: 0,
             cur: 0,
             reading_opcode: false,
@@ -1045,9 +1153,12 @@ impl Core {
             let mut vals = std::mem::take(&mut d.vals);
             d.index = None;
             let shape = self.intern_shape(&keys)?;
+            let native = self.ab.dict(&self.st, id as u32, shape, &vals);
             let start = u32_of(self.st.dict_vals.len(), self.at)?;
-            u32_of(self.st.dict_vals.len() + vals.len(), self.at)?;
-            self.st.dict_vals.extend_from_slice(&vals);
+            if native.is_none() {
+                u32_of(self.st.dict_vals.len() + vals.len(), self.at)?;
+                self.st.dict_vals.extend_from_slice(&vals);
+            }
             let mut keys = keys;
             keys.clear();
             vals.clear();
@@ -1059,7 +1170,10 @@ impl Core {
             d.keys = keys;
             d.vals = vals;
             self.dict_free.push(b);
-            self.st.slots[id] = Slot::Rec { shape, start };
+            self.st.slots[id] = match native {
+                Some(n) => Slot::Native(n),
+                None => Slot::Rec { shape, start },
+            };
         } else {
             let s = &mut self.seqb[b as usize];
             let mut items = std::mem::take(&mut s.items);
@@ -1080,8 +1194,19 @@ impl Core {
     /// return its builder. A thawed container stays mutable until the end.
     fn thaw(&mut self, v: Val) -> R<u32> {
         let id = v.idx();
+        if let Slot::Building { b, .. } = self.st.slots[id] {
+            return Ok(b);
+        }
+        if self.ab.observed(id) || matches!(self.st.slots[id], Slot::Native(_)) {
+            self.ab.bail();
+            return Err(Error::LimitExceeded {
+                offset: Some(self.at),
+                what: BAIL,
+            });
+        }
         match self.st.slots[id] {
             Slot::Building { b, .. } => Ok(b),
+            Slot::Native(_) => Err(self.bad("internal: native dict")),
             Slot::Seq(sp) => {
                 let (b, _) = self.new_slot(false)?;
                 self.st.slots.pop();
@@ -1122,6 +1247,23 @@ impl Core {
             return Err(self.wrong("list", target));
         }
         self.seal_all(from)?;
+        // Fast path: a fresh empty list filled in one batch is frozen
+        // straight from the stack (a later mutation thaws it again).
+        if let Slot::Building {
+            b, volatile: false, ..
+        } = self.st.slots[target.idx()]
+        {
+            if self.seqb[b as usize].items.is_empty() && self.stack.len() - from <= DEDUP_MAX_LIST {
+                let items = std::mem::take(&mut self.stack);
+                let sp = self.intern_seq(&items[from..]);
+                self.stack = items;
+                let sp = sp?;
+                self.stack.truncate(from);
+                self.seq_free.push(b);
+                self.st.slots[target.idx()] = Slot::Seq(sp);
+                return Ok(());
+            }
+        }
         let b = self.thaw(target)?;
         self.seqb[b as usize]
             .items
@@ -1155,6 +1297,31 @@ impl Core {
                     .zip(items.chunks_exact(2))
                     .all(|(k, kv)| *k == kv[0])
             {
+                if let Slot::Building {
+                    volatile: false, ..
+                } = self.st.slots[target.idx()]
+                {
+                    // freeze straight from the stack (a later mutation thaws it)
+                    let n = keys.len();
+                    let mut vals = std::mem::take(&mut self.scratch);
+                    vals.clear();
+                    vals.extend(self.stack[from..].chunks_exact(2).map(|kv| kv[1]));
+                    let id = target.id();
+                    let slot = match self.ab.dict(&self.st, id, sid, &vals) {
+                        Some(native) => Slot::Native(native),
+                        None => {
+                            let start = u32_of(self.st.dict_vals.len(), self.at)?;
+                            u32_of(self.st.dict_vals.len() + n, self.at)?;
+                            self.st.dict_vals.extend_from_slice(&vals);
+                            Slot::Rec { shape: sid, start }
+                        }
+                    };
+                    self.scratch = vals;
+                    self.stack.truncate(from);
+                    self.dict_free.push(b as u32);
+                    self.st.slots[target.idx()] = slot;
+                    return Ok(());
+                }
                 d.keys.extend_from_slice(keys);
                 d.vals.extend(items.chunks_exact(2).map(|kv| kv[1]));
                 self.stack.truncate(from);
@@ -1232,6 +1399,10 @@ impl Core {
                 Slot::Building { b, dict: true, .. } => Some(self.dictb[*b as usize].keys.clone()),
                 Slot::Seq(_) => self.st.seq_items(v).map(<[Val]>::to_vec),
                 Slot::Rec { .. } => self.st.dict_parts(v).map(|(_, k, _)| k.to_vec()),
+                Slot::Native(_) => {
+                    self.ab.bail();
+                    None
+                }
             },
             _ => None,
         }
@@ -1247,6 +1418,10 @@ impl Core {
                 .st
                 .dict_parts(v)
                 .map(|(_, k, v)| k.iter().copied().zip(v.iter().copied()).collect()),
+            Slot::Native(_) => {
+                self.ab.bail();
+                None
+            }
             _ => None,
         }
     }
