@@ -96,6 +96,16 @@ pub fn run(case: &str) -> Result<Vec<CaseStep>> {
 /// [`run`], with the allocator trace recorded from the `inputs` step on
 /// (as the script records memory history): `(action, size)` per event.
 pub fn run_traced(case: &str) -> Result<(Vec<CaseStep>, Vec<TraceEvent>)> {
+    let (steps, trace) = run_trace_entries(case)?;
+    let trace = trace
+        .into_iter()
+        .map(|e| (e.action.as_str().to_string(), e.size))
+        .collect();
+    Ok((steps, trace))
+}
+
+/// [`run_traced`] with the allocator's full trace entries (addresses too).
+pub fn run_trace_entries(case: &str) -> Result<(Vec<CaseStep>, Vec<vramscope_alloc::TraceEntry>)> {
     let (name, dts) = case
         .split_once(':')
         .ok_or_else(|| EngineError::UnknownCase(case.to_string()))?;
@@ -231,10 +241,5 @@ pub fn run_traced(case: &str) -> Result<(Vec<CaseStep>, Vec<TraceEvent>)> {
         }
         _ => return Err(EngineError::UnknownCase(case.to_string())),
     }
-    let trace = rt
-        .trace()
-        .into_iter()
-        .map(|e| (e.action.as_str().to_string(), e.size))
-        .collect();
-    Ok((steps, trace))
+    Ok((steps, rt.trace()))
 }

@@ -17,6 +17,9 @@
 //! - the allocations inside kernels that matter: cuBLAS/cuBLASLt workspaces
 //!   (sized per GPU architecture and torch version, [`DeviceProfile`]),
 //!   reduction scratch, attention workspaces;
+//! - `torch.autocast` ([`autocast`]: the per-op cast policies and the
+//!   weight-cast cache) and saved-tensor hooks with non-reentrant activation
+//!   checkpointing ([`checkpoint`]: holders, recomputation, early stop);
 //! - reference modules ([`nn`]) and optimizers ([`optim`]);
 //! - the seed experiments, byte for byte ([`demo`]).
 //!
@@ -24,8 +27,10 @@
 
 #![deny(missing_docs)]
 
+pub mod autocast;
 pub mod autograd;
 pub mod cases;
+pub mod checkpoint;
 pub mod demo;
 mod dims;
 mod dtype;
@@ -38,15 +43,16 @@ mod overload;
 mod runtime;
 mod tensor;
 
-pub use autograd::{BackwardOptions, Node};
+pub use autocast::{AutocastConfig, CastPolicy};
+pub use autograd::{BackwardOptions, Node, Packed, SavedTensorHooks};
 pub use dims::{Dims, MAX_DIMS};
 pub use dtype::{DType, Device};
 pub use error::{EngineError, Result};
-pub use ops::nn::SdpaBackend;
+pub use ops::attention::{SdpaArgs, SdpaBackend};
 pub use ops::reduce::ReduceScratch;
 pub use ops::Scalar;
 pub use runtime::{
-    blas_workspace_sizes, AllocRecord, Category, DeviceProfile, MemoryFigures, Runtime,
-    RuntimeConfig, Thread,
+    blas_workspace_sizes, AllocRecord, Category, DeviceProfile, EventLog, MemEvent, MemoryFigures,
+    Runtime, RuntimeConfig, Thread,
 };
 pub use tensor::Tensor;

@@ -67,6 +67,62 @@ pub struct AllocRecord {
     pub seq: u64,
 }
 
+/// One entry of the [`EventLog`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemEvent {
+    /// a new allocation
+    Alloc(AllocRecord),
+    /// the allocation at this address was freed
+    Free(Addr),
+    /// the allocation at this address changed role (e.g. saved for backward)
+    Recategorize(Addr, Category),
+}
+
+/// What happened to device memory while the log ran
+/// ([`Runtime::start_event_log`]).
+#[derive(Debug, Clone, Default)]
+pub struct EventLog {
+    /// the allocations live when the log started
+    pub initial: Vec<AllocRecord>,
+    /// every event since, in order
+    pub events: Vec<MemEvent>,
+    /// the highest `memory_allocated()` seen
+    pub peak_allocated: i64,
+    /// events `[..peak_index]` lead to that peak
+    pub peak_index: usize,
+}
+
+impl EventLog {
+    /// The allocations live after the first `n` events, oldest first.
+    pub fn live_after(&self, n: usize) -> Vec<AllocRecord> {
+        let mut live: HashMap<Addr, AllocRecord> =
+            self.initial.iter().map(|r| (r.addr, r.clone())).collect();
+        for e in &self.events[..n.min(self.events.len())] {
+            match e {
+                MemEvent::Alloc(r) => {
+                    live.insert(r.addr, r.clone());
+                }
+                MemEvent::Free(a) => {
+                    live.remove(a);
+                }
+                MemEvent::Recategorize(a, c) => {
+                    if let Some(r) = live.get_mut(a) {
+                        r.category = *c;
+                    }
+                }
+            }
+        }
+        let mut v: Vec<AllocRecord> = live.into_values().collect();
+        v.sort_by_key(|r| r.seq);
+        v
+    }
+
+    /// The allocations live at the peak.
+    pub fn live_at_peak(&self) -> Vec<AllocRecord> {
+        self.live_after(self.peak_index)
+    }
+}
+
 /// The GPU and library versions whose constants the twin uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceProfile {
@@ -161,6 +217,13 @@ pub(crate) struct State {
     pub(crate) category: Option<Category>,
     alloc_seq: u64,
     pub(crate) ops: u64,
+    // --- event log (peak attribution for estimates) ---
+    log: Option<EventLog>,
+    // --- autocast & saved-tensor hooks (autocast.rs, autograd/mod.rs, checkpoint.rs) ---
+    pub(crate) autocast: crate::autocast::AutocastState,
+    pub(crate) saved_hooks: crate::autograd::HooksState,
+    /// the module path running at the last out-of-memory
+    last_oom_module: Option<String>,
 }
 
 impl State {
@@ -243,6 +306,10 @@ impl Runtime {
             category: None,
             alloc_seq: 0,
             ops: 0,
+            log: None,
+            autocast: Default::default(),
+            saved_hooks: Default::default(),
+            last_oom_module: None,
         };
         Runtime {
             st: Rc::new(RefCell::new(st)),
@@ -258,15 +325,22 @@ impl Runtime {
 
     pub(crate) fn malloc(&self, bytes: u64, op: &'static str, category: Category) -> Result<Addr> {
         let mut st = self.st.borrow_mut();
+        // a pack hook's exception in flight (checkpoint's early stop) stops the op here
+        if let Some(e) = st.saved_hooks.raised_error() {
+            return Err(e);
+        }
         let stream = st.stream;
-        let addr = st
-            .alloc
-            .malloc(bytes, stream)
-            .map_err(|e| EngineError::OutOfMemory {
-                op,
-                bytes,
-                detail: e.to_string(),
-            })?;
+        let addr = match st.alloc.malloc(bytes, stream) {
+            Ok(a) => a,
+            Err(e) => {
+                st.last_oom_module = Some(st.modules.last().cloned().unwrap_or_default());
+                return Err(EngineError::OutOfMemory {
+                    op,
+                    bytes,
+                    detail: e.to_string(),
+                });
+            }
+        };
         // an override (parameters, optimizer state, ...) never renames scratch
         let category = if category == Category::Workspace {
             category
@@ -276,34 +350,93 @@ impl Runtime {
         let module = st.modules.last().cloned().unwrap_or_default();
         st.alloc_seq += 1;
         let seq = st.alloc_seq;
-        st.live.insert(
+        let rec = AllocRecord {
             addr,
-            AllocRecord {
-                addr,
-                bytes,
-                category,
-                op,
-                module,
-                seq,
-            },
-        );
+            bytes,
+            category,
+            op,
+            module,
+            seq,
+        };
+        if st.log.is_some() {
+            let current = st.alloc.stats().allocated_bytes.all().current;
+            if let Some(log) = st.log.as_mut() {
+                log.events.push(MemEvent::Alloc(rec.clone()));
+                if current > log.peak_allocated {
+                    log.peak_allocated = current;
+                    log.peak_index = log.events.len();
+                }
+            }
+        }
+        st.live.insert(addr, rec);
         Ok(addr)
     }
 
     pub(crate) fn free(&self, addr: Addr) {
         let mut st = self.st.borrow_mut();
         st.live.remove(&addr);
+        if let Some(log) = st.log.as_mut() {
+            log.events.push(MemEvent::Free(addr));
+        }
         // A free of an address the allocator handed out cannot fail.
         let _ = st.alloc.free(addr);
     }
 
     pub(crate) fn set_category(&self, addr: Addr, category: Category) {
-        if let Some(r) = self.st.borrow_mut().live.get_mut(&addr) {
+        let mut st = self.st.borrow_mut();
+        if let Some(r) = st.live.get_mut(&addr) {
             r.category = category;
+        }
+        if let Some(log) = st.log.as_mut() {
+            log.events.push(MemEvent::Recategorize(addr, category));
         }
     }
 
     /// The live allocations, in allocation order.
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`: the allocator
+    /// may hold at most `fraction x total_memory` bytes (`CUDAAllocator`
+    /// rejects a fraction outside `[0, 1]`).
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(EngineError::Mismatch {
+                op: "set_per_process_memory_fraction",
+                detail: format!("invalid fraction {fraction}, expected a value in [0, 1]"),
+            });
+        }
+        self.st.borrow_mut().alloc.set_memory_fraction(fraction);
+        Ok(())
+    }
+
+    /// Start (or restart) the event log: every allocation, free and change
+    /// of category from now on, and the point where `memory_allocated()`
+    /// reached its highest value (never reset by `reset_peak_memory_stats`).
+    pub fn start_event_log(&self) {
+        let mut st = self.st.borrow_mut();
+        let current = st.alloc.stats().allocated_bytes.all().current;
+        let live: Vec<AllocRecord> = {
+            let mut v: Vec<AllocRecord> = st.live.values().cloned().collect();
+            v.sort_by_key(|r| r.seq);
+            v
+        };
+        st.log = Some(EventLog {
+            initial: live,
+            events: Vec::new(),
+            peak_allocated: current,
+            peak_index: 0,
+        });
+    }
+
+    /// The module path that was running at the last out-of-memory.
+    pub fn last_oom_module(&self) -> Option<String> {
+        self.st.borrow().last_oom_module.clone()
+    }
+
+    /// Stop the event log and hand it over.
+    pub fn take_event_log(&self) -> Option<EventLog> {
+        self.st.borrow_mut().log.take()
+    }
+
+    /// Every live allocation, oldest first.
     pub fn live_allocations(&self) -> Vec<AllocRecord> {
         let mut v: Vec<AllocRecord> = self.st.borrow().live.values().cloned().collect();
         v.sort_by_key(|r| r.seq);

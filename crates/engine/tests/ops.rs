@@ -1,6 +1,9 @@
 //! Single ops and modules measured on an H100 (`fixtures/ops/ops_h100.jsonl`,
 //! recorded by `validation/ops_cases.sh`) against the twin
-//! (`vramscope_engine::cases`): every figure of every step must be equal.
+//! (`vramscope_engine::cases`): every figure of every step must be equal,
+//! and for the attention modules (`MultiheadAttention`,
+//! `TransformerEncoderLayer`, their eval fast paths) every allocator event
+//! of the GPU's trace too (`tests/data/ops_traces`).
 
 use vramscope_engine::cases;
 
@@ -148,11 +151,48 @@ macro_rules! case_test {
             check($case);
         }
     };
-    ($name:ident, $case:expr, $why:literal) => {
+}
+
+/// The twin's allocator trace of `case` must begin with the H100's, event
+/// for event (`tests/data/ops_traces`, extracted from `fixtures/ops/traces.tgz`
+/// by `tests/data/extract_ops_traces.py`; the GPU recording stops at the
+/// snapshot after the last step, the twin's goes on to tear the case down).
+fn check_trace(case: &str) {
+    let file = format!(
+        "{}/tests/data/ops_traces/{}.txt",
+        env!("CARGO_MANIFEST_DIR"),
+        case.replace(':', "_")
+    );
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {file}: {e}"));
+    let truth: Vec<(String, u64)> = text
+        .lines()
+        .map(|l| {
+            let (a, n) = l.split_once(' ').expect("action size");
+            (a.to_string(), n.parse().expect("size"))
+        })
+        .collect();
+    let (_, twin) = cases::run_traced(case).unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert!(
+        twin.len() >= truth.len(),
+        "{case}: the twin's trace ({}) is shorter than the GPU's ({})",
+        twin.len(),
+        truth.len()
+    );
+    for (i, (g, t)) in truth.iter().zip(&twin).enumerate() {
+        assert_eq!(
+            g,
+            t,
+            "{case}: trace event {i} differs (GPU {g:?}, twin {t:?}); around it the GPU has {:?}",
+            &truth[i.saturating_sub(3)..(i + 4).min(truth.len())]
+        );
+    }
+}
+
+macro_rules! trace_test {
+    ($name:ident, $case:expr) => {
         #[test]
-        #[ignore = $why]
         fn $name() {
-            check($case);
+            check_trace($case);
         }
     };
 }
@@ -181,39 +221,34 @@ case_test!(ce_fp32, "ce:fp32");
 case_test!(ce_bf16, "ce:bf16");
 case_test!(seq_fp32, "seq:fp32");
 case_test!(seq_bf16, "seq:bf16");
-case_test!(mha_w_fp32, "mha_w:fp32",
-    "reason: backward of need_weights=True attention: the GPU allocates the (B*H, S, hd) gradient before the (B*H, S, S) one in the second bmm's backward and one more (B*H, S, S) tensor around SoftmaxBackward0; the twin's peak is one attention-weights tensor short"
-);
-case_test!(mha_w_bf16, "mha_w:bf16",
-    "reason: backward of need_weights=True attention: the GPU allocates the (B*H, S, hd) gradient before the (B*H, S, S) one in the second bmm's backward and one more (B*H, S, S) tensor around SoftmaxBackward0; the twin's peak is one attention-weights tensor short"
-);
+case_test!(mha_w_fp32, "mha_w:fp32");
+case_test!(mha_w_bf16, "mha_w:bf16");
 case_test!(mha_now_fp32, "mha_now:fp32");
-case_test!(mha_now_bf16, "mha_now:bf16",
-    "reason: bf16 SDPA runs _scaled_dot_product_flash_attention (output empty_like(q) in q's layout, 2 int64 philox scalars on the GPU, a 256 B temporary; its backward's dq_accum/softmax_d scratch); the twin models only the memory-efficient kernel, so the permute().contiguous() copy and the backward scratch differ"
-);
-case_test!(mha_fast_fp32, "mha_fast:fp32",
-    "reason: eval + no_grad fast path (torch._native_multi_head_attention) not modelled; the twin refuses it"
-);
-case_test!(mha_fast_bf16, "mha_fast:bf16",
-    "reason: eval + no_grad fast path (torch._native_multi_head_attention) not modelled; the twin refuses it"
-);
+case_test!(mha_now_bf16, "mha_now:bf16");
+case_test!(mha_fast_fp32, "mha_fast:fp32");
+case_test!(mha_fast_bf16, "mha_fast:bf16");
 case_test!(enc_post_fp32, "enc_post:fp32");
-case_test!(enc_post_bf16, "enc_post:bf16",
-    "reason: bf16 SDPA runs _scaled_dot_product_flash_attention (output empty_like(q) in q's layout, 2 int64 philox scalars on the GPU, a 256 B temporary; its backward's dq_accum/softmax_d scratch); the twin models only the memory-efficient kernel, so the permute().contiguous() copy and the backward scratch differ"
-);
+case_test!(enc_post_bf16, "enc_post:bf16");
 case_test!(enc_pre_fp32, "enc_pre:fp32");
-case_test!(enc_pre_bf16, "enc_pre:bf16",
-    "reason: bf16 SDPA runs _scaled_dot_product_flash_attention (output empty_like(q) in q's layout, 2 int64 philox scalars on the GPU, a 256 B temporary; its backward's dq_accum/softmax_d scratch); the twin models only the memory-efficient kernel, so the permute().contiguous() copy and the backward scratch differ"
-);
-case_test!(enc_fast_fp32, "enc_fast:fp32",
-    "reason: eval + no_grad fast path (torch._transformer_encoder_layer_fwd) not modelled; the twin refuses it"
-);
-case_test!(enc_fast_bf16, "enc_fast:bf16",
-    "reason: eval + no_grad fast path (torch._transformer_encoder_layer_fwd) not modelled; the twin refuses it"
-);
-case_test!(enc_fast_pre_fp32, "enc_fast_pre:fp32",
-    "reason: eval + no_grad fast path (torch._transformer_encoder_layer_fwd) not modelled; the twin refuses it"
-);
-case_test!(enc_fast_pre_bf16, "enc_fast_pre:bf16",
-    "reason: eval + no_grad fast path (torch._transformer_encoder_layer_fwd) not modelled; the twin refuses it"
-);
+case_test!(enc_pre_bf16, "enc_pre:bf16");
+case_test!(enc_fast_fp32, "enc_fast:fp32");
+case_test!(enc_fast_bf16, "enc_fast:bf16");
+case_test!(enc_fast_pre_fp32, "enc_fast_pre:fp32");
+case_test!(enc_fast_pre_bf16, "enc_fast_pre:bf16");
+
+// attention: every allocation of the MultiheadAttention / TransformerEncoderLayer
+// cases in the GPU's order (SDPA backends, fast paths, backward nodes)
+trace_test!(trace_mha_w_fp32, "mha_w:fp32");
+trace_test!(trace_mha_w_bf16, "mha_w:bf16");
+trace_test!(trace_mha_now_fp32, "mha_now:fp32");
+trace_test!(trace_mha_now_bf16, "mha_now:bf16");
+trace_test!(trace_mha_fast_fp32, "mha_fast:fp32");
+trace_test!(trace_mha_fast_bf16, "mha_fast:bf16");
+trace_test!(trace_enc_post_fp32, "enc_post:fp32");
+trace_test!(trace_enc_post_bf16, "enc_post:bf16");
+trace_test!(trace_enc_pre_fp32, "enc_pre:fp32");
+trace_test!(trace_enc_pre_bf16, "enc_pre:bf16");
+trace_test!(trace_enc_fast_fp32, "enc_fast:fp32");
+trace_test!(trace_enc_fast_bf16, "enc_fast:bf16");
+trace_test!(trace_enc_fast_pre_fp32, "enc_fast_pre:fp32");
+trace_test!(trace_enc_fast_pre_bf16, "enc_fast_pre:bf16");

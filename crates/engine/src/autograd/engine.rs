@@ -90,9 +90,17 @@ impl ReadyQueue {
 }
 
 /// `can_accumulate_inplace`: dense, and this buffer holds the only
-/// reference to the tensor and to its storage.
+/// reference to the tensor and to its storage. A view never qualifies: its
+/// `DifferentiableViewMeta` keeps its base (which holds the storage too), so
+/// `storage().use_count()` is at least 2 — the gradient of a `reshape`d
+/// input (`ViewBackward0`'s output) is accumulated out of place (the
+/// `vit_train_bf16_ckpt_sgdm` trace: the q/k/v input gradients allocate
+/// their sum, then free both).
 fn can_accumulate_inplace(t: &Tensor) -> bool {
-    t.is_non_overlapping_and_dense() && t.use_count() == 1 && t.storage_use_count() == 1
+    t.is_non_overlapping_and_dense()
+        && !t.is_view()
+        && t.use_count() == 1
+        && t.storage_use_count() == 1
 }
 
 /// `InputBuffer::add` with grad mode off (`accumulate`).
@@ -100,14 +108,14 @@ fn buffer_add(buf: &mut [Option<Tensor>], pos: usize, var: Tensor) -> Result<()>
     match buf[pos].take() {
         None => buf[pos] = Some(var),
         Some(old) => {
+            // attention (SDPA) engineer: input_buffer.cpp `accumulate` (2.x)
+            // repurposes only `old_var` for dense gradients (the `var.add_`
+            // branch is for a sparse `old_var`); enc_pre on the H100 shows the
+            // out-of-place sum when only the incoming gradient is unshared.
             if can_accumulate_inplace(&old) {
                 old.add_(&var, 1.0)?;
                 buf[pos] = Some(old);
                 drop(var);
-            } else if can_accumulate_inplace(&var) {
-                var.add_(&old, 1.0)?;
-                drop(old);
-                buf[pos] = Some(var);
             } else {
                 let s = old.add(&var)?;
                 drop(old);
@@ -234,7 +242,15 @@ impl Tensor {
             return Err(EngineError::NoGradFn);
         };
         let prev_grad_mode = rt.set_grad_enabled(false);
+        // the device thread runs with the caller's thread-local state
+        // (GraphTask::thread_locals_), autocast included, and its own
+        // nesting counter; the graph task id is what checkpoint keys on
+        let caller_autocast = rt.autocast_tls();
+        let prev_autocast = rt.swap_autocast_tls(Thread::Autograd, caller_autocast);
+        let prev_task = rt.enter_graph_task();
         let r = rt.on_thread(Thread::Autograd, || run(root, grad.clone(), opts));
+        rt.exit_graph_task(prev_task);
+        rt.swap_autocast_tls(Thread::Autograd, prev_autocast);
         rt.set_grad_enabled(prev_grad_mode);
         // the Python caller drops its grad_tensors after the engine returns
         drop(grad);
@@ -277,8 +293,13 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
             }
             continue;
         }
-        // call_function: the inputs live until it returns (after validate_outputs)
-        let mut outputs = node.apply(&inputs)?;
+        // call_function: the inputs live until it returns (after validate_outputs);
+        // apply unpacks every saved variable first (a checkpointed region is
+        // recomputed here) and its unpacked locals die when it returns
+        node.begin_apply()?;
+        let applied = node.apply(&inputs);
+        node.end_apply();
+        let mut outputs = applied?;
         validate_outputs(&node, &mut outputs)?;
         // retain_grad hooks are not modelled beyond keeping the tensor alive
         drop(inputs);

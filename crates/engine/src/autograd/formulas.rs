@@ -128,15 +128,8 @@ pub(crate) enum Backward {
         indices: usize,
         num_weights: i64,
     },
-    EfficientAttention {
-        k: usize,
-        q: usize,
-        v: usize,
-        lse: usize,
-        out: usize,
-        dropout_p: f64,
-        is_causal: bool,
-    },
+    // attention (SDPA) engineer: ScaledDotProduct{Cudnn,Flash,Efficient}AttentionBackward0
+    FusedAttention(crate::ops::attention::FusedAttention),
     ToCopy {
         device: Device,
         dtype: DType,
@@ -146,6 +139,53 @@ pub(crate) enum Backward {
         backward: CustomBackward,
         num_saved: usize,
     },
+    // ---- gpt2/bert engineer ----
+    /// `SplitBackward0`: one node for every output of `split`; keeps the
+    /// input's sizes and each output's length along `dim`.
+    Split {
+        dim: usize,
+        sizes: Dims,
+        lengths: Vec<i64>,
+    },
+    // ---- end gpt2/bert engineer ----
+    // ---- vit engineer: convolution (ops/conv.rs) ----
+    /// `ConvolutionBackward0`: saves input and weight (`derivatives.yaml`)
+    Convolution {
+        input: usize,
+        weight: usize,
+        args: crate::ops::conv::Conv2dArgs,
+    },
+    // ---- end vit engineer ----
+    // ---- llama engineer: ops/shape.rs and rsqrt/cos/sin (elementwise.rs) ----
+    /// `RsqrtBackward0`: saves result (`self: -0.5 * grad * result.pow(3).conj()`)
+    Rsqrt {
+        result: usize,
+    },
+    /// `CosBackward0`: saves self (`self: grad * -self.sin().conj()`)
+    Cos {
+        self_: usize,
+    },
+    /// `SinBackward0`: saves self (`self: grad * self.cos().conj()`)
+    Sin {
+        self_: usize,
+    },
+    /// `CatBackward0`: saves the inputs' sizes only (`cat_tensors_backward`)
+    Cat {
+        dim: usize,
+        sizes: Vec<Dims>,
+    },
+    /// `AliasBackward0`: `self: grad`
+    Alias,
+    /// `WhereBackward0`: saves condition (`self: where(condition, grad, 0)`,
+    /// `other: where(condition, 0, grad)`)
+    Where {
+        condition: usize,
+    },
+    /// `ConstantPadNdBackward0`: saves no tensor (`constant_pad_nd_backward(grad, pad)`)
+    ConstantPad {
+        pad: Vec<i64>,
+    },
+    // ---- end llama engineer ----
 }
 
 impl fmt::Debug for Backward {
@@ -163,15 +203,11 @@ impl fmt::Debug for Backward {
                 total_weight,
                 ..
             } => write!(f, "(target=#{target}, total_weight=#{total_weight})"),
-            Backward::EfficientAttention {
-                lse,
-                out,
-                dropout_p,
-                is_causal,
-                ..
-            } => {
-                write!(f, "(log_sumexp=#{lse}, output=#{out}, dropout_p={dropout_p}, is_causal={is_causal})")
-            }
+            Backward::FusedAttention(a) => write!(
+                f,
+                "(logsumexp=#{}, output=#{}, philox_seed={:?}, dropout_p={}, is_causal={}, scale={:?})",
+                a.slots.logsumexp, a.slots.output, a.slots.philox_seed, a.dropout_p, a.is_causal, a.scale
+            ),
             _ => Ok(()),
         }
     }
@@ -232,9 +268,21 @@ impl Backward {
             Backward::MseLoss { .. } => "MseLossBackward0",
             Backward::NllLoss { .. } => "NllLossBackward0",
             Backward::Embedding { .. } => "EmbeddingBackward0",
-            Backward::EfficientAttention { .. } => "ScaledDotProductEfficientAttentionBackward0",
+            Backward::FusedAttention(a) => a.name(),
             Backward::ToCopy { .. } => "ToCopyBackward0",
             Backward::Custom { name, .. } => name,
+            // gpt2/bert engineer
+            Backward::Split { .. } => "SplitBackward0",
+            // vit engineer
+            Backward::Convolution { .. } => "ConvolutionBackward0",
+            // llama engineer
+            Backward::Rsqrt { .. } => "RsqrtBackward0",
+            Backward::Cos { .. } => "CosBackward0",
+            Backward::Sin { .. } => "SinBackward0",
+            Backward::Cat { .. } => "CatBackward0",
+            Backward::Alias => "AliasBackward0",
+            Backward::Where { .. } => "WhereBackward0",
+            Backward::ConstantPad { .. } => "ConstantPadNdBackward0",
         }
     }
 }
@@ -276,6 +324,11 @@ impl Node {
     pub(crate) fn apply(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
         let n = self.edges.len();
         let mut out: Vec<Option<Tensor>> = vec![None; n];
+        // gpt2/bert engineer: SplitBackward0 takes every output's gradient,
+        // any of which may be undefined (not only the first)
+        if let Backward::Split { .. } = &self.kind {
+            return self.apply_split(grads);
+        }
         let Some(g) = grads.first().and_then(|g| g.clone()) else {
             if let Backward::Custom { .. } = &self.kind {
             } else {
@@ -337,18 +390,18 @@ impl Node {
                 }
                 BinOp::Mul => {
                     // self: mul_tensor_backward(grad, other), other: mul_tensor_backward(grad, self)
-                    if needs(0) {
-                        out[0] = Some(g.mul(&self.saved(other.unwrap_or(0))?)?);
-                    }
+                    // attention (SDPA) engineer: sorted(defn.keys()) puts `other` first
+                    // (see the Mm arm)
                     if needs(1) {
                         out[1] = Some(g.mul(&self.saved(self_.unwrap_or(0))?)?);
+                    }
+                    if needs(0) {
+                        out[0] = Some(g.mul(&self.saved(other.unwrap_or(0))?)?);
                     }
                 }
                 BinOp::Div => {
                     let o = self.saved(other.unwrap_or(0))?;
-                    if needs(0) {
-                        out[0] = Some(g.div(&o)?);
-                    }
+                    // attention (SDPA) engineer: `other` before `self` (sorted keys)
                     if needs(1) {
                         // -grad * ((self / other) / other).conj()
                         let s = self.saved(self_.unwrap_or(0))?;
@@ -360,6 +413,9 @@ impl Node {
                         drop(t2);
                         drop(t1);
                         out[1] = Some(r);
+                    }
+                    if needs(0) {
+                        out[0] = Some(g.div(&o)?);
                     }
                 }
             },
@@ -491,18 +547,22 @@ impl Node {
                 self_meta,
                 mat2_meta,
             } => {
-                if needs(0) {
-                    out[0] = Some(mm_mat1_backward(
-                        &g,
-                        &self.saved(mat2.unwrap_or(0))?,
-                        self_meta,
-                    )?);
-                }
+                // attention (SDPA) engineer: codegen order. load_derivatives.py walks
+                // `sorted(defn.keys())`, so the formula blocks run alphabetically
+                // (mat2 before self; other before self); the H100 shows it in
+                // mha_w/mha_now backward (bmm and mm: the mat2 gradient first).
                 if needs(1) {
                     out[1] = Some(mm_mat2_backward(
                         &g,
                         &self.saved(self_.unwrap_or(0))?,
                         mat2_meta,
+                    )?);
+                }
+                if needs(0) {
+                    out[0] = Some(mm_mat1_backward(
+                        &g,
+                        &self.saved(mat2.unwrap_or(0))?,
+                        self_meta,
                     )?);
                 }
             }
@@ -531,21 +591,24 @@ impl Node {
                 }
             }
             Backward::Bmm { self_, mat2 } => {
-                if needs(0) {
-                    let m2 = self.saved(mat2.unwrap_or(0))?;
-                    let m2t = m2.transpose(1, 2);
-                    out[0] = Some(g.bmm(&m2t)?);
-                }
+                // attention (SDPA) engineer: codegen order. load_derivatives.py walks
+                // `sorted(defn.keys())`, so the formula blocks run alphabetically
+                // (mat2 before self; other before self); the H100 shows it in
+                // mha_w/mha_now backward (bmm and mm: the mat2 gradient first).
                 if needs(1) {
                     let s = self.saved(self_.unwrap_or(0))?;
                     let st = s.transpose(1, 2);
                     out[1] = Some(st.bmm(&g)?);
                 }
+                if needs(0) {
+                    let m2 = self.saved(mat2.unwrap_or(0))?;
+                    let m2t = m2.transpose(1, 2);
+                    out[0] = Some(g.bmm(&m2t)?);
+                }
             }
             Backward::LayerNorm { slots, .. } => {
                 let input = self.saved(slots[1].unwrap_or(0))?;
                 let rt = g.rt().clone();
-                let dy = g.contiguous()?;
                 let op = "native_layer_norm_backward";
                 if needs(0) {
                     out[0] = Some(rt.empty_op(
@@ -576,6 +639,11 @@ impl Node {
                         Category::Gradient,
                     )?);
                 }
+                // attention (SDPA) engineer: LayerNormBackwardKernelImpl passes
+                // `dY.contiguous()` to the kernel after dX/dgamma/dbeta exist
+                // (layer_norm_kernel.cu); enc_pre on the H100: the copy of the
+                // transposed in-projection gradient comes after the three.
+                let dy = g.contiguous()?;
                 drop(dy);
             }
             Backward::Dropout { mask, .. } => {
@@ -605,6 +673,19 @@ impl Node {
                         op,
                         Category::Gradient,
                     )?);
+                    // attention (SDPA) engineer: softmax_backward_cuda_out computes
+                    // `Tensor tmp = grad * output;` after the structured output
+                    // (SoftMax.cu; log_softmax has no such temporary). mha_w on the
+                    // H100: a second (B*H, L, S) tensor allocated and freed at once.
+                    if !*log {
+                        let tmp = crate::ops::iter_output(
+                            "mul",
+                            &[&gc, &r],
+                            r.dtype(),
+                            Category::Temporary,
+                        )?;
+                        drop(tmp);
+                    }
                     drop(gc);
                 }
             }
@@ -675,65 +756,9 @@ impl Node {
                     out[0] = Some(gw);
                 }
             }
-            Backward::EfficientAttention { k, q, v, .. } => {
-                let (q, k, v) = (self.saved(*q)?, self.saved(*k)?, self.saved(*v)?);
-                let rt = g.rt().clone();
-                let op = "_efficient_attention_backward";
-                // (B, H, M, K) -> BMHK views
-                let go = g.transpose(1, 2);
-                let go_c = go.contiguous()?;
-                let (qt, kt, vt) = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
-                // grad_q/k/v: at::empty({B, M, H, K}) each (contiguous BMHK)
-                let gq =
-                    rt.empty_op(qt.sizes(), qt.dtype(), qt.device(), op, Category::Gradient)?;
-                let gk =
-                    rt.empty_op(kt.sizes(), kt.dtype(), kt.device(), op, Category::Gradient)?;
-                let gv =
-                    rt.empty_op(vt.sizes(), vt.dtype(), vt.device(), op, Category::Gradient)?;
-                // delta = (grad_out.float() * out.float()).sum(-1).transpose(-2, -1).contiguous()
-                let (b, m, h, kd) = (qt.sizes()[0], qt.sizes()[1], qt.sizes()[2], qt.sizes()[3]);
-                let prod = rt.empty_op(
-                    &[b, m, h, vt.sizes()[3]],
-                    DType::F32,
-                    g.device(),
-                    "mul",
-                    Category::Temporary,
-                )?;
-                let summed = rt.empty_op(
-                    &[b, m, h],
-                    DType::F32,
-                    g.device(),
-                    "sum",
-                    Category::Temporary,
-                )?;
-                let delta = rt.empty_op(
-                    &[b, h, m],
-                    DType::F32,
-                    g.device(),
-                    "clone",
-                    Category::Temporary,
-                )?;
-                drop(summed);
-                drop(prod);
-                // the kernel's fp32 workspace: per (batch, head) an accumulator of
-                // ceil(M/64)*64 x ceil(K/64)*64 plus 32 words (from the H100
-                // snapshot: B=8, H=16, M=512, K=64 -> 16,793,600 bytes)
-                let per_bh = ((m + 63) / 64) * 64 * (((kd + 63) / 64) * 64) + 32;
-                let ws_bytes = (b * h * per_bh * 4) as u64;
-                let ws = rt.storage(ws_bytes, g.device(), op, Category::Workspace)?;
-                drop(delta);
-                drop(ws);
-                drop(go_c);
-                drop(go);
-                if needs(0) {
-                    out[0] = Some(gq.transpose(1, 2));
-                }
-                if needs(1) {
-                    out[1] = Some(gk.transpose(1, 2));
-                }
-                if needs(2) {
-                    out[2] = Some(gv.transpose(1, 2));
-                }
+            Backward::FusedAttention(a) => {
+                // attention (SDPA) engineer: ops/attention.rs
+                return crate::ops::attention::fused_backward(self, a, &g);
             }
             Backward::ToCopy { device, dtype } => {
                 if needs(0) {
@@ -749,9 +774,132 @@ impl Node {
                 drop(g);
                 return self.apply_custom(grads);
             }
+            // gpt2/bert engineer (handled before the match)
+            Backward::Split { .. } => {
+                drop(g);
+                return self.apply_split(grads);
+            }
+            // ---- vit engineer: convolution ----
+            Backward::Convolution {
+                input,
+                weight,
+                args,
+            } => {
+                let (i, w) = (self.saved(*input)?, self.saved(*weight)?);
+                let [gi, gw, gb] = crate::ops::conv::convolution_backward(
+                    &g,
+                    &i,
+                    &w,
+                    args,
+                    [needs(0), needs(1), needs(2)],
+                )?;
+                out[0] = gi;
+                out[1] = gw;
+                out[2] = gb;
+            }
+            // ---- end vit engineer ----
+            // ---- llama engineer: ops/shape.rs and rsqrt/cos/sin ----
+            Backward::Rsqrt { result } => {
+                if needs(0) {
+                    // -0.5 * grad * result.pow(3).conj(): GCC evaluates the
+                    // operands of the outer `*` right to left (pow first);
+                    // the temporaries die in reverse order of creation
+                    let r = self.saved(*result)?;
+                    let p3 = r.pow_scalar(3.0)?;
+                    let hg = g.mul_scalar(-0.5)?;
+                    let o = hg.mul(&p3)?;
+                    drop(hg);
+                    drop(p3);
+                    out[0] = Some(o);
+                }
+            }
+            Backward::Cos { self_ } => {
+                if needs(0) {
+                    // grad * -self.sin().conj()
+                    let s = self.saved(*self_)?;
+                    let sn = s.sin()?;
+                    let ng = sn.neg()?;
+                    let o = g.mul(&ng)?;
+                    drop(ng);
+                    drop(sn);
+                    out[0] = Some(o);
+                }
+            }
+            Backward::Sin { self_ } => {
+                if needs(0) {
+                    // grad * self.cos().conj()
+                    let s = self.saved(*self_)?;
+                    let c = s.cos()?;
+                    let o = g.mul(&c)?;
+                    drop(c);
+                    out[0] = Some(o);
+                }
+            }
+            Backward::Cat { dim, sizes } => {
+                out = crate::ops::shape::cat_backward(&g, *dim, sizes, needs)?;
+            }
+            Backward::Alias => {
+                if needs(0) {
+                    out[0] = Some(g.clone());
+                }
+            }
+            Backward::Where { condition } => {
+                // derivatives are emitted in sorted key order: other, then self
+                let c = self.saved(*condition)?;
+                if needs(1) {
+                    out[1] = Some(crate::ops::shape::where_backward(&g, &c)?);
+                }
+                if needs(0) {
+                    out[0] = Some(crate::ops::shape::where_backward(&g, &c)?);
+                }
+            }
+            Backward::ConstantPad { pad } => {
+                if needs(0) {
+                    out[0] = Some(crate::ops::shape::constant_pad_backward(&g, pad)?);
+                }
+            } // ---- end llama engineer ----
         }
         Ok(out)
     }
+
+    // ---- gpt2/bert engineer ----
+    /// `split_backward` → `split_with_sizes_backward` (FunctionsManual.cpp):
+    /// every undefined gradient becomes `at::zeros` of its piece, then
+    /// `at::cat(grads, dim)` allocates the input's gradient (contiguous:
+    /// `compute_output_memory_format` of non-4-D inputs); the zeros die with
+    /// the vector when the function returns.
+    fn apply_split(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+        let Backward::Split {
+            dim,
+            sizes,
+            lengths,
+        } = &self.kind
+        else {
+            unreachable!()
+        };
+        let mut out: Vec<Option<Tensor>> = vec![None; self.edges.len()];
+        if !self.needs(0) {
+            return Ok(out);
+        }
+        let Some(any) = grads.iter().flatten().next() else {
+            return Ok(out);
+        };
+        let rt = any.rt().clone();
+        let (dtype, device) = (any.dtype(), any.device());
+        let mut zeros = Vec::new();
+        for (j, len) in lengths.iter().enumerate() {
+            if grads.get(j).is_none_or(|g| g.is_none()) {
+                let mut s = *sizes;
+                s.as_mut_slice()[*dim] = *len;
+                zeros.push(rt.empty_op(&s, dtype, device, "zeros", Category::Temporary)?);
+            }
+        }
+        let g = rt.empty_op(sizes, dtype, device, "cat", Category::Gradient)?;
+        drop(zeros);
+        out[0] = Some(g);
+        Ok(out)
+    }
+    // ---- end gpt2/bert engineer ----
 
     fn apply_custom(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
         let Backward::Custom {

@@ -2,10 +2,18 @@
 //! backward (`tools/autograd/derivatives.yaml` and the generated
 //! `torch/csrc/autograd/generated/Functions.h` of PyTorch 2.11), edges to the
 //! nodes of the inputs, and `AccumulateGrad` for leaves.
+//!
+//! A saved tensor is a `SavedVariable` (`torch/csrc/autograd/saved_variable.cpp`):
+//! without hooks it keeps the tensor (an output as its `tensor_data()`); under
+//! `torch.autograd.graph.saved_tensors_hooks` ([`SavedTensorHooks`], the
+//! mechanism of non-reentrant activation checkpointing) it keeps only what
+//! the pack hook returns, and backward gets the tensor back from the unpack
+//! hook.
 
 mod engine;
 mod formulas;
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
@@ -36,10 +44,114 @@ pub(crate) struct InputMeta {
     pub(crate) device: Device,
 }
 
+/// What a pack hook returned: the object a `SavedVariable` keeps instead of
+/// the tensor (a checkpoint `_Holder`, a detached tensor, ...).
+pub type Packed = Rc<dyn Any>;
+
+/// `torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook)`: while
+/// such a pair is the innermost one set ([`Runtime::saved_tensors_hooks`]),
+/// every tensor an autograd node saves is handed to `pack`, and the node
+/// keeps only the result; backward calls `unpack` on it to get a tensor back.
+pub trait SavedTensorHooks {
+    /// `pack_hook(x)`, called with grad mode off when a node saves `x`
+    /// (`SavedVariable::set_hooks_and_pack_data`).
+    fn pack(&self, x: &Tensor) -> Packed;
+    /// `unpack_hook(packed)`, called when backward unpacks the saved tensor.
+    fn unpack(&self, packed: &Packed) -> Result<Tensor>;
+}
+
+/// What a `SavedVariable` holds.
+enum SavedData {
+    /// no hooks: the tensor itself (an output's `tensor_data()`)
+    Tensor(Tensor),
+    /// saved under hooks: the packed object and the hooks that unpack it.
+    /// `grad_fn` is `save_metadata`'s strong reference to the grad_fn of a
+    /// saved non-output (the node that made the tensor stays alive).
+    Hooked {
+        hooks: Rc<dyn SavedTensorHooks>,
+        packed: Packed,
+        _grad_fn: Option<Rc<Node>>,
+    },
+}
+
 /// `SavedVariable`: a tensor kept for backward and the version it had.
 pub(crate) struct SavedVar {
-    pub(crate) data: Tensor,
-    pub(crate) version: u32,
+    data: SavedData,
+    version: u32,
+    /// a hooked variable's unpacked tensor while its node's `apply` runs (the
+    /// generated `apply` unpacks every saved variable into a local at its
+    /// top; the locals die when it returns)
+    unpacked: Option<Tensor>,
+}
+
+impl SavedVar {
+    /// `SavedVariable(t, is_output)`: through the innermost saved-tensor
+    /// hooks if any are set, else keeping the tensor (an output as its
+    /// `tensor_data()`, which shares the storage but not the `grad_fn`).
+    pub(crate) fn new(t: &Tensor, is_output: bool) -> SavedVar {
+        let version = t.version();
+        let rt = t.rt().clone();
+        if let Some(hooks) = rt.default_saved_hooks() {
+            // set_hooks_and_pack_data: the pack hook runs under NoGradGuard
+            let packed = rt.no_grad(|| hooks.pack(t));
+            let grad_fn = if is_output { None } else { t.grad_fn() };
+            return SavedVar {
+                data: SavedData::Hooked {
+                    hooks,
+                    packed,
+                    _grad_fn: grad_fn,
+                },
+                version,
+                unpacked: None,
+            };
+        }
+        t.set_category_if(Category::Output, Category::SavedForBackward);
+        let data = if is_output {
+            t.tensor_data()
+        } else {
+            t.clone()
+        };
+        SavedVar {
+            data: SavedData::Tensor(data),
+            version,
+            unpacked: None,
+        }
+    }
+
+    /// Bytes of storage the saved tensor keeps (a hooked variable: what its
+    /// packed object holds, if it is a tensor).
+    fn storage_nbytes(&self) -> u64 {
+        match &self.data {
+            SavedData::Tensor(t) => t.storage_nbytes(),
+            SavedData::Hooked { packed, .. } => packed
+                .downcast_ref::<Tensor>()
+                .map_or(0, Tensor::storage_nbytes),
+        }
+    }
+
+    /// `SavedVariable::unpack` outside a node (the version check applies
+    /// only without hooks, as in PyTorch).
+    pub(crate) fn unpack(&self, node: &'static str) -> Result<Tensor> {
+        match &self.data {
+            SavedData::Tensor(t) => {
+                if t.version() != self.version {
+                    return Err(EngineError::SavedTensorModified {
+                        node,
+                        saved: self.version,
+                        now: t.version(),
+                    });
+                }
+                Ok(t.clone())
+            }
+            SavedData::Hooked { hooks, packed, .. } => {
+                if let Some(t) = &self.unpacked {
+                    return Ok(t.clone());
+                }
+                let (hooks, packed) = (hooks.clone(), packed.clone());
+                hooks.unpack(&packed)
+            }
+        }
+    }
 }
 
 /// One autograd node (`torch::autograd::Node`).
@@ -94,7 +206,7 @@ impl Node {
         self.saved
             .borrow()
             .iter()
-            .map(|s| s.data.storage_nbytes())
+            .map(SavedVar::storage_nbytes)
             .sum()
     }
     /// The nodes this one sends gradients to.
@@ -114,18 +226,63 @@ impl Node {
         if self.released.get() {
             return Err(EngineError::GraphFreed { node: self.name() });
         }
-        let s = self.saved.borrow();
-        let v = &s[slot];
-        if v.data.version() != v.version {
-            return Err(EngineError::SavedTensorModified {
-                node: self.name(),
-                saved: v.version,
-                now: v.data.version(),
-            });
-        }
-        Ok(v.data.clone())
+        // a hooked variable is unpacked outside the borrow: its unpack hook
+        // may recompute a checkpointed region (which records other nodes)
+        let hooked = {
+            let s = self.saved.borrow();
+            let v = s.get(slot).ok_or_else(|| EngineError::Unsupported {
+                what: format!("{} has no saved tensor #{slot}", self.name()),
+            })?;
+            match &v.data {
+                SavedData::Tensor(_) => return v.unpack(self.name()),
+                SavedData::Hooked { .. } if v.unpacked.is_some() => {
+                    return v.unpack(self.name());
+                }
+                SavedData::Hooked { hooks, packed, .. } => (hooks.clone(), packed.clone()),
+            }
+        };
+        hooked.0.unpack(&hooked.1)
     }
-    /// `release_variables()`.
+    /// The top of the generated `apply`: `auto x = x_.unpack();` for every
+    /// saved variable, in order. Only hooked variables do anything here:
+    /// their unpack hooks run now (the first one of a checkpointed region
+    /// recomputes it) and the tensors they return live until
+    /// [`Node::end_apply`], as the locals of `apply` do.
+    pub(crate) fn begin_apply(&self) -> Result<()> {
+        if self.released.get() {
+            return Err(EngineError::GraphFreed { node: self.name() });
+        }
+        let n = self.saved.borrow().len();
+        for slot in 0..n {
+            let hooked = {
+                let s = self.saved.borrow();
+                match &s[slot].data {
+                    SavedData::Hooked { hooks, packed, .. } if s[slot].unpacked.is_none() => {
+                        Some((hooks.clone(), packed.clone()))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some((hooks, packed)) = hooked {
+                let t = hooks.unpack(&packed)?;
+                self.saved.borrow_mut()[slot].unpacked = Some(t);
+            }
+        }
+        Ok(())
+    }
+    /// `apply` returns: its unpacked locals die (in reverse order).
+    pub(crate) fn end_apply(&self) {
+        let held: Vec<Tensor> = self
+            .saved
+            .borrow_mut()
+            .iter_mut()
+            .rev()
+            .filter_map(|v| v.unpacked.take())
+            .collect();
+        drop(held);
+    }
+    /// `release_variables()`: every `SavedVariable::reset_data()` (the
+    /// tensor, or the packed object and the hooks that hold its frame).
     pub(crate) fn release_variables(&self) {
         self.released.set(true);
         let v = std::mem::take(&mut *self.saved.borrow_mut());
@@ -201,23 +358,17 @@ impl Pending {
     pub(crate) fn needs(&self, i: usize) -> bool {
         self.edges.get(i).is_some_and(|e| e.is_some())
     }
-    /// `SavedVariable(t, is_output=false)`: keeps the same tensor.
+    /// `SavedVariable(t, is_output=false)`: keeps the same tensor (or what
+    /// the saved-tensor hooks pack).
     pub(crate) fn save(&mut self, t: &Tensor) -> usize {
-        t.set_category_if(Category::Output, Category::SavedForBackward);
-        self.saved.push(SavedVar {
-            data: t.clone(),
-            version: t.version(),
-        });
+        self.saved.push(SavedVar::new(t, false));
         self.saved.len() - 1
     }
     /// `SavedVariable(t, is_output=true)`: keeps `tensor_data()`, which
-    /// shares the storage but not the `grad_fn` (no reference cycle).
+    /// shares the storage but not the `grad_fn` (no reference cycle), or
+    /// what the saved-tensor hooks pack.
     pub(crate) fn save_output(&mut self, t: &Tensor) -> usize {
-        t.set_category_if(Category::Output, Category::SavedForBackward);
-        self.saved.push(SavedVar {
-            data: t.tensor_data(),
-            version: t.version(),
-        });
+        self.saved.push(SavedVar::new(t, true));
         self.saved.len() - 1
     }
     /// Finish: wire `outputs` (differentiable ones) to the node.
@@ -254,6 +405,100 @@ impl Pending {
     ) -> Rc<Node> {
         let k = kind(&mut self);
         self.finish(k, outputs)
+    }
+}
+
+/// A pack hook's exception, in flight (`SavedVariable`'s constructor cannot
+/// fail in the twin, so the exception is parked here and raised by the
+/// next allocation, which is where the op it interrupted would have gone on).
+#[derive(Debug, Clone)]
+pub(crate) enum Raised {
+    /// `_StopRecomputationError` (checkpoint's early stop)
+    StopRecomputation,
+    /// any other error
+    Error(EngineError),
+}
+
+/// Saved-tensor hooks of a process: the `saved_tensors_hooks` stack
+/// (`at::SavedTensorDefaultHooks`, thread-local in PyTorch and carried to the
+/// autograd thread by `ThreadLocalState`; the twin runs one thread at a
+/// time), a pack hook's exception in flight, and the current graph task.
+#[derive(Default)]
+pub(crate) struct HooksState {
+    stack: Vec<Rc<dyn SavedTensorHooks>>,
+    raised: Option<Raised>,
+    graph_task: Option<u64>,
+    next_id: u64,
+}
+
+impl HooksState {
+    /// The error every allocation fails with while a pack hook's exception
+    /// is in flight.
+    pub(crate) fn raised_error(&self) -> Option<EngineError> {
+        match &self.raised {
+            None => None,
+            Some(Raised::StopRecomputation) => Some(EngineError::Unsupported {
+                what: "torch.utils.checkpoint: _StopRecomputationError escaped its recomputation"
+                    .into(),
+            }),
+            Some(Raised::Error(e)) => Some(e.clone()),
+        }
+    }
+}
+
+impl Runtime {
+    /// Run `f` under `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`:
+    /// every tensor a node saves meanwhile goes through `hooks`.
+    pub fn saved_tensors_hooks<T>(
+        &self,
+        hooks: Rc<dyn SavedTensorHooks>,
+        f: impl FnOnce() -> T,
+    ) -> T {
+        self.st.borrow_mut().saved_hooks.stack.push(hooks);
+        let out = f();
+        let popped = self.st.borrow_mut().saved_hooks.stack.pop();
+        drop(popped);
+        out
+    }
+    /// `get_default_hooks()`: the innermost saved-tensor hooks, if any.
+    pub(crate) fn default_saved_hooks(&self) -> Option<Rc<dyn SavedTensorHooks>> {
+        self.st.borrow().saved_hooks.stack.last().cloned()
+    }
+    /// A pack hook raises `r`.
+    pub(crate) fn raise_from_hook(&self, r: Raised) {
+        let mut st = self.st.borrow_mut();
+        if st.saved_hooks.raised.is_none() {
+            st.saved_hooks.raised = Some(r);
+        }
+    }
+    /// Whether a pack hook's exception is in flight.
+    pub(crate) fn hook_raised(&self) -> bool {
+        self.st.borrow().saved_hooks.raised.is_some()
+    }
+    /// Catch the pack hook's exception in flight, if any.
+    pub(crate) fn take_raised(&self) -> Option<Raised> {
+        self.st.borrow_mut().saved_hooks.raised.take()
+    }
+    /// `torch._C._current_graph_task_id()`, or (outside backward) a fresh id,
+    /// as checkpoint's unpack hook draws a `uuid4`.
+    pub(crate) fn current_graph_task_id(&self) -> u64 {
+        let mut st = self.st.borrow_mut();
+        if let Some(g) = st.saved_hooks.graph_task {
+            return g;
+        }
+        st.saved_hooks.next_id += 1;
+        st.saved_hooks.next_id
+    }
+    /// A backward call starts a graph task; returns the previous one.
+    pub(crate) fn enter_graph_task(&self) -> Option<u64> {
+        let mut st = self.st.borrow_mut();
+        st.saved_hooks.next_id += 1;
+        let id = st.saved_hooks.next_id;
+        st.saved_hooks.graph_task.replace(id)
+    }
+    /// The graph task ends.
+    pub(crate) fn exit_graph_task(&self, prev: Option<u64>) {
+        self.st.borrow_mut().saved_hooks.graph_task = prev;
     }
 }
 

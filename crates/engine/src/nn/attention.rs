@@ -4,6 +4,7 @@
 use crate::dtype::DType;
 use crate::error::{EngineError, Result};
 use crate::nn::{apply_one, parameter, Dropout, LayerNorm, Linear, Module};
+use crate::ops::attention::{SdpaArgs, SdpaBackend};
 use crate::runtime::Runtime;
 use crate::tensor::Tensor;
 
@@ -62,14 +63,17 @@ impl MultiheadAttention {
     ) -> Result<(Tensor, Option<Tensor>)> {
         let rt = x.runtime().clone();
         rt.in_module("MultiheadAttention", || {
-            if !self.training
-                && !rt.is_grad_enabled()
-                && self.batch_first
-                && self.in_proj_bias.is_some()
-            {
-                return Err(EngineError::Unsupported {
-                    what: "MultiheadAttention fast path (_native_multi_head_attention)".into(),
-                });
+            if let (true, Some(bias)) = (self.fast_path(x), self.in_proj_bias.as_ref()) {
+                return native_multi_head_attention(
+                    x,
+                    self.embed_dim,
+                    self.num_heads,
+                    &self.in_proj_weight,
+                    bias,
+                    &self.out_proj.weight,
+                    self.out_proj.bias.as_ref(),
+                    need_weights,
+                );
             }
             let query = if self.batch_first && x.dim() == 3 {
                 x.transpose(1, 0)
@@ -86,6 +90,27 @@ impl MultiheadAttention {
                 Ok((out, w))
             }
         })
+    }
+
+    /// `MultiheadAttention.forward`'s `why_not_fast_path` checks (PyTorch
+    /// 2.11, self-attention without masks): fast path enabled (default),
+    /// batched input, an input projection bias of the input's dtype, eval
+    /// mode, an even head count, `batch_first`, and no gradient to record
+    /// (grad mode off, or nothing requires grad).
+    fn fast_path(&self, x: &Tensor) -> bool {
+        let rt = x.runtime();
+        let grads = rt.is_grad_enabled()
+            && (x.requires_grad() || self.parameters().iter().any(|p| p.requires_grad()));
+        x.dim() == 3
+            && self
+                .in_proj_bias
+                .as_ref()
+                .is_some_and(|b| b.dtype() == x.dtype())
+            && self.in_proj_weight.dtype() == x.dtype()
+            && !self.training
+            && self.num_heads % 2 == 0
+            && self.batch_first
+            && !grads
     }
 
     /// `F.multi_head_attention_forward` for `query is key is value`.
@@ -228,61 +253,242 @@ impl TransformerEncoderLayer {
         })
     }
 
-    fn sa_block(&self, x: &Tensor) -> Result<Tensor> {
-        let a = self.self_attn.self_attention(x, false)?.0;
+    /// `_sa_block(x)`: takes the argument's reference as a CPython frame
+    /// does, so `x = self.self_attn(x, x, x, ...)[0]` drops a temporary
+    /// argument (the `norm1(x)` of `norm_first`) before `dropout1`.
+    fn sa_block(&self, x: Tensor) -> Result<Tensor> {
+        let a = self.self_attn.self_attention(&x, false)?.0;
+        drop(x);
         self.dropout1.forward(&a)
     }
 
-    fn ff_block(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.linear1.forward(x)?;
+    /// `_ff_block(x)`: `x = linear2(dropout(activation(linear1(x))))` drops
+    /// the argument before `dropout2`.
+    fn ff_block(&self, x: Tensor) -> Result<Tensor> {
+        let h = self.linear1.forward(&x)?;
         let a = if self.gelu { h.gelu()? } else { h.relu()? };
         drop(h);
         let d = self.dropout.forward(&a)?;
         drop(a);
         let y = self.linear2.forward(&d)?;
         drop(d);
+        drop(x);
         self.dropout2.forward(&y)
     }
+}
+
+impl TransformerEncoderLayer {
+    /// `torch._transformer_encoder_layer_fwd` (transformer.cpp,
+    /// `transformer_encoder_layer_forward`): `norm` is `at::layer_norm` (the
+    /// op's mean and rstd die at once), the attention is
+    /// `_native_multi_head_attention(x, x, x, ..., need_weights=False)`, the
+    /// residuals are added in place, and `ffn` is `gemm_nt_bias` (2-D
+    /// `linear`), `relu_` in place (or `gelu`), `gemm_nt_bias`; a rebound `x`
+    /// frees its old value, `pre_ffn_res` dies on return.
+    fn fast_forward(&self, src: &Tensor) -> Result<Tensor> {
+        let norm = |x: &Tensor, ln: &LayerNorm| {
+            x.layer_norm(&ln.normalized, Some(&ln.weight), Some(&ln.bias))
+        };
+        let sa = &self.self_attn;
+        let bias = sa
+            .in_proj_bias
+            .as_ref()
+            .ok_or_else(|| EngineError::Unsupported {
+                what: "_transformer_encoder_layer_fwd without an in_proj bias".into(),
+            })?;
+        let mut x = src.clone();
+        if self.norm_first {
+            x = norm(&x, &self.norm1)?;
+        }
+        let (a, _) = native_multi_head_attention(
+            &x,
+            sa.embed_dim,
+            sa.num_heads,
+            &sa.in_proj_weight,
+            bias,
+            &sa.out_proj.weight,
+            sa.out_proj.bias.as_ref(),
+            false,
+        )?;
+        x = a;
+        x.add_(src, 1.0)?;
+        if !self.norm_first {
+            x = norm(&x, &self.norm1)?;
+        }
+        let pre_ffn_res = x.clone();
+        if self.norm_first {
+            x = norm(&x, &self.norm2)?;
+        }
+        // ffn(x, w1, b1, w2, b2, use_gelu)
+        x = {
+            let gemm_nt_bias = |a: &Tensor, l: &Linear| -> Result<Tensor> {
+                let (b, t, d) = (a.size(0), a.size(1), a.size(2));
+                let a2 = a.view(&[b * t, d])?;
+                let r = a2.linear(&l.weight, l.bias.as_ref())?;
+                let n = r.size(1);
+                r.view(&[b, t, n])
+            };
+            let mut res = gemm_nt_bias(&x, &self.linear1)?;
+            if self.gelu {
+                res = res.gelu()?;
+            } else {
+                res.scalar_("relu_")?;
+            }
+            res = gemm_nt_bias(&res, &self.linear2)?;
+            res
+        };
+        x.add_(&pre_ffn_res, 1.0)?;
+        if !self.norm_first {
+            x = norm(&x, &self.norm2)?;
+        }
+        drop(pre_ffn_res);
+        Ok(x)
+    }
+}
+
+/// `native_multi_head_attention_cuda` (attention.cu, PyTorch 2.11) for
+/// self-attention (`query is key is value`) without a mask. When the head
+/// dim is a multiple of 8, weights are not needed and SDPA would pick a fused
+/// kernel (flash, memory-efficient or cuDNN), it runs `linear(x, qkv_w,
+/// qkv_b)` (`_flatten_nd_linear` → `addmm`), SDPA on head views of the three
+/// chunks, and `linear` of the head-merged result (a view: the fused
+/// outputs are in `(B, T, H, D)` order); the SDPA result dies before the
+/// packed projection when it returns. Otherwise the explicit path:
+/// `gemm_nt` (`mm`), `_transform_bias_rescale_qkv` into one `(3, B, H, T,
+/// Dh)` buffer (the projection dies), `bmm_nt` scores, an in-place softmax,
+/// `bmm_nn` into q's storage, the scores dropped unless the weights are
+/// returned, `transform_0213` (a contiguous `(B, T, D)` copy) and `linear`;
+/// with weights, their head sum divided in place.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn native_multi_head_attention(
+    x: &Tensor,
+    embed_dim: i64,
+    num_heads: i64,
+    qkv_weight: &Tensor,
+    qkv_bias: &Tensor,
+    proj_weight: &Tensor,
+    proj_bias: Option<&Tensor>,
+    need_weights: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let rt = x.runtime().clone();
+    if x.dim() != 3 || x.size(2) != embed_dim || num_heads <= 0 || embed_dim % num_heads != 0 {
+        return Err(EngineError::Mismatch {
+            op: "_native_multi_head_attention",
+            detail: format!(
+                "expected a (B, T, {embed_dim}) query with {num_heads} heads dividing it, got {:?}",
+                x.sizes()
+            ),
+        });
+    }
+    let (b, t) = (x.size(0), x.size(1));
+    let dh = embed_dim / num_heads;
+    let heads =
+        |c: &Tensor| -> Result<Tensor> { Ok(c.view(&[b, t, num_heads, dh])?.transpose(1, 2)) };
+    if dh % 8 == 0 && !need_weights {
+        let (q, k, v) = (heads(x)?, heads(x)?, heads(x)?);
+        let backend = Tensor::sdpa_backend(&q, &k, &v, &SdpaArgs::default())?;
+        drop((q, k, v));
+        if backend != SdpaBackend::Math {
+            let packed = x.linear(qkv_weight, Some(qkv_bias))?;
+            let chunks: Vec<Tensor> = (0..3)
+                .map(|i| heads(&packed.narrow(-1, i * embed_dim, embed_dim)))
+                .collect::<Result<_>>()?;
+            let y = Tensor::sdpa(&chunks[0], &chunks[1], &chunks[2], &SdpaArgs::default())?;
+            let past = y.transpose(1, 2).reshape(&[b, t, embed_dim])?;
+            let out = past.linear(proj_weight, proj_bias)?;
+            drop(past);
+            drop(y);
+            drop(chunks);
+            drop(packed);
+            return Ok((out, None));
+        }
+    }
+    // qkv_projection → gemm_nt(query, qkv_weight): matmul of the (B*T, D) view
+    let qkv = {
+        let a = x.view(&[b * t, embed_dim])?;
+        let wt = qkv_weight.t();
+        let r = a.mm(&wt)?;
+        r.view(&[b, t, 3 * embed_dim])?
+    };
+    // _transform_bias_rescale_qkv: one (3, B, H, T, Dh) buffer, split three ways
+    let qkv_buf = rt.empty(&[3, b, num_heads, t, dh], x.dtype(), x.device())?;
+    drop(qkv);
+    let q = qkv_buf.select(0, 0);
+    let k = qkv_buf.select(0, 1);
+    let v = qkv_buf.select(0, 2);
+    // bmm_nt(q, k): (B*H, T, T) scores, softmax in place (_softmax_out)
+    let qkt = {
+        let a = q.reshape(&[b * num_heads, t, dh])?;
+        let bb = k.reshape(&[b * num_heads, t, dh])?;
+        let bt = bb.transpose(1, 2);
+        let c = a.bmm(&bt)?;
+        c.view(&[b, num_heads, t, t])?
+    };
+    // bmm_nn(q, qkt, v): written into q's storage, no allocation
+    let attn_ctx = q.clone();
+    let mut weights = if need_weights {
+        Some(qkt)
+    } else {
+        drop(qkt);
+        None
+    };
+    // transform0213_gemm_nt_bias: permute(0, 2, 1, 3).contiguous() then linear
+    let proj = {
+        let a = attn_ctx.permute(&[0, 2, 1, 3]).contiguous()?;
+        let a2 = a.view(&[b * t, embed_dim])?;
+        let r = a2.linear(proj_weight, proj_bias)?;
+        drop(a2);
+        drop(a);
+        r.view(&[b, t, embed_dim])?
+    };
+    // need_weights && average_attn_weights: qkt = qkt.sum(1); qkt /= num_head
+    if let Some(w) = weights.take() {
+        let s = w.sum_dims(&[1], false)?;
+        drop(w);
+        weights = Some(s);
+    }
+    drop(attn_ctx);
+    drop((q, k, v));
+    drop(qkv_buf);
+    Ok((proj, weights))
 }
 
 impl Module for TransformerEncoderLayer {
     fn forward(&self, src: &Tensor) -> Result<Tensor> {
         let rt = src.runtime().clone();
         rt.in_module("TransformerEncoderLayer", || {
+            // TransformerEncoderLayer.forward's why_not_sparsity_fast_path
+            // (2.11): batched, eval, batch_first, an in_proj bias, an even
+            // head count, no gradient to record
+            let grads = rt.is_grad_enabled()
+                && (src.requires_grad() || self.parameters().iter().any(|p| p.requires_grad()));
             let fast = !self.training
                 && src.dim() == 3
                 && self.self_attn.batch_first
-                && self.self_attn.num_heads % 2 == 0;
-            if fast
-                && !(rt.is_grad_enabled() && self.parameters().iter().any(|p| p.requires_grad()))
-            {
-                return Err(EngineError::Unsupported {
-                    what: "TransformerEncoderLayer fast path (_transformer_encoder_layer_fwd)"
-                        .into(),
-                });
+                && self.self_attn.in_proj_bias.is_some()
+                && self.self_attn.num_heads % 2 == 0
+                && !grads;
+            if fast {
+                return self.fast_forward(src);
             }
             let mut x = src.clone();
             if self.norm_first {
-                let n = self.norm1.forward(&x)?;
-                let s = self.sa_block(&n)?;
-                drop(n);
+                let s = self.sa_block(self.norm1.forward(&x)?)?;
                 let y = x.add(&s)?;
                 drop(s);
                 x = y;
-                let n = self.norm2.forward(&x)?;
-                let f = self.ff_block(&n)?;
-                drop(n);
+                let f = self.ff_block(self.norm2.forward(&x)?)?;
                 let y = x.add(&f)?;
                 drop(f);
                 x = y;
             } else {
-                let s = self.sa_block(&x)?;
+                let s = self.sa_block(x.clone())?;
                 let a = x.add(&s)?;
                 drop(s);
                 let n = self.norm1.forward(&a)?;
                 drop(a);
                 x = n;
-                let f = self.ff_block(&x)?;
+                let f = self.ff_block(x.clone())?;
                 let a = x.add(&f)?;
                 drop(f);
                 let n = self.norm2.forward(&a)?;
@@ -313,5 +519,126 @@ impl Module for TransformerEncoderLayer {
         for d in [&mut self.dropout, &mut self.dropout1, &mut self.dropout2] {
             d.set_training(mode);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::Device;
+
+    fn events(rt: &Runtime) -> Vec<(String, u64)> {
+        rt.trace()
+            .into_iter()
+            .filter(|e| matches!(e.action.as_str(), "alloc" | "free_requested"))
+            .map(|e| (e.action.as_str().to_string(), e.size))
+            .collect()
+    }
+
+    fn mha(rt: &Runtime, e: i64, h: i64) -> MultiheadAttention {
+        let mut m = MultiheadAttention::new(rt, e, h, 0.0, true, true).unwrap();
+        m.cuda().unwrap();
+        m.eval();
+        m
+    }
+
+    #[test]
+    fn fast_path_only_in_eval_without_gradients() {
+        let rt = Runtime::default();
+        let mut m = mha(&rt, 64, 4);
+        let x = rt.randn(&[2, 16, 64], DType::F32, Device::Cuda).unwrap();
+        // parameters require grad and grad mode is on: the regular path
+        assert!(!m.fast_path(&x));
+        let y = m.self_attention(&x, false).unwrap().0;
+        assert!(y.grad_fn().is_some());
+        assert!(rt.no_grad(|| m.fast_path(&x)));
+        m.train();
+        assert!(!rt.no_grad(|| m.fast_path(&x)), "training");
+        m.eval();
+        let odd = mha(&rt, 60, 3);
+        assert!(
+            !rt.no_grad(|| odd.fast_path(&x.narrow(-1, 0, 60))),
+            "odd head count"
+        );
+    }
+
+    #[test]
+    fn native_mha_explicit_path_with_weights() {
+        // need_weights=True skips SDPA: mm projection (B*T, 3E); the
+        // (3, B, H, T, Dh) buffer (the projection dies); the (B*H, T, T)
+        // scores (softmax in place, bmm_nn into q's storage); the 0213
+        // copy and the out projection; the head-summed weights (B, T, T)
+        let rt = Runtime::default();
+        let (b, t, e, h) = (2, 16, 64, 4);
+        let m = mha(&rt, e, h);
+        let x = rt.randn(&[b, t, e], DType::F32, Device::Cuda).unwrap();
+        rt.no_grad(|| m.self_attention(&x, false).unwrap()); // cuBLAS workspace, Lt workspace
+        rt.record_memory_history(true);
+        let (out, w) = rt.no_grad(|| m.self_attention(&x, true).unwrap());
+        let f = 4u64;
+        let proj = (b * t * 3 * e) as u64 * f;
+        let scores = (b * h * t * t) as u64 * f;
+        let bte = (b * t * e) as u64 * f;
+        let sum = (b * t * t) as u64 * f;
+        let a = |n: u64| ("alloc".to_string(), n);
+        let fr = |n: u64| ("free_requested".to_string(), n);
+        assert_eq!(
+            events(&rt),
+            vec![
+                a(proj),
+                a(proj),
+                fr(proj),
+                a(scores),
+                a(bte),
+                a(bte),
+                fr(bte),
+                a(sum),
+                fr(scores),
+                fr(proj)
+            ]
+        );
+        assert_eq!(out.sizes(), &[b, t, e]);
+        assert_eq!(w.unwrap().sizes(), &[b, t, t]);
+    }
+
+    #[test]
+    fn native_mha_fused_path_frees_the_attention_before_the_projection() {
+        // cuDNN inside _native_multi_head_attention (bf16): packed
+        // projection, seed/offset, output, workspace, the philox pair
+        // freed, the out projection, then the attention output and the
+        // packed projection die
+        let rt = Runtime::default();
+        let (b, t, e, h) = (2, 16, 64, 4);
+        let mut m = MultiheadAttention::new(&rt, e, h, 0.0, true, true).unwrap();
+        let f = &mut |p: &Tensor| p.to_dtype(DType::BF16);
+        m.apply_params(f).unwrap();
+        m.cuda().unwrap();
+        m.eval();
+        let x = rt.randn(&[b, t, e], DType::BF16, Device::Cuda).unwrap();
+        rt.no_grad(|| m.self_attention(&x, false).unwrap());
+        rt.record_memory_history(true);
+        let (out, w) = rt.no_grad(|| m.self_attention(&x, false).unwrap());
+        assert!(w.is_none());
+        let proj = (b * t * 3 * e * 2) as u64;
+        let bte = (b * t * e * 2) as u64;
+        let a = |n: u64| ("alloc".to_string(), n);
+        let fr = |n: u64| ("free_requested".to_string(), n);
+        assert_eq!(
+            events(&rt),
+            vec![
+                a(proj),
+                a(8),
+                a(8),
+                a(bte),
+                a(256),
+                fr(256),
+                fr(8),
+                fr(8),
+                a(bte),
+                fr(bte),
+                fr(proj)
+            ]
+        );
+        assert_eq!(out.sizes(), &[b, t, e]);
     }
 }

@@ -142,6 +142,7 @@ impl Tensor {
     }
     /// `torch.exp(x)`
     pub fn exp(&self) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "exp", [self] => |a| a.t(0).exp());
         self.unary(Unary::Exp)
     }
     /// `torch.sigmoid(x)`
@@ -170,6 +171,7 @@ impl Tensor {
     }
     /// `torch.reciprocal(x)`
     pub fn reciprocal(&self) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "reciprocal", [self] => |a| a.t(0).reciprocal());
         self.unary(Unary::Reciprocal)
     }
 
@@ -275,6 +277,7 @@ impl Tensor {
     }
     /// `x ** s` (`pow.Tensor_Scalar`): saves `self`.
     pub fn pow_scalar(&self, s: Scalar) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "pow.Tensor_Scalar", [self] => |a| a.t(0).pow_scalar(s));
         self.scalar_op(ScalarOp::Pow(s))
     }
     /// `x.square()` (`pow(x, 2)`).
@@ -359,3 +362,277 @@ impl Tensor {
         self.inplace("copy_", &[src], |_| Backward::Clone)
     }
 }
+
+// ---- gpt2/bert engineer: split (SplitBackward0), gather ----
+mod split_gather {
+    use crate::autograd::{Backward, Pending};
+    use crate::error::{EngineError, Result};
+    use crate::runtime::Category;
+    use crate::tensor::Tensor;
+
+    impl Tensor {
+        /// `t.split(split_size, dim)` (`split.Tensor`): views of `split_size`
+        /// along `dim` (the last one shorter when the size does not divide),
+        /// no allocation. One `SplitBackward0` node for all the outputs
+        /// (derivatives.yaml: `self: split_backward(grads, split_size, dim,
+        /// self.sym_sizes(), self.options())`, which saves no tensor): its
+        /// backward materialises undefined gradients as zeros and `cat`s them
+        /// into one contiguous gradient of `self`'s size.
+        pub fn split(&self, split_size: i64, dim: i64) -> Result<Vec<Tensor>> {
+            if self.dim() == 0 {
+                return Err(crate::error::shape_err(
+                    "split",
+                    "split expects at least a 1-dimensional tensor",
+                ));
+            }
+            let d = self.wrap_dim(dim);
+            if d >= self.dim() {
+                return Err(crate::error::shape_err(
+                    "split",
+                    format!("dim {dim} out of range for {:?}", self.sizes()),
+                ));
+            }
+            let size = self.sizes()[d];
+            if split_size < 0 || (split_size == 0 && size != 0) {
+                return Err(crate::error::shape_err(
+                    "split",
+                    format!(
+                        "split_size can only be 0 if dimension size is 0, but got {split_size}"
+                    ),
+                ));
+            }
+            // ATen `split`: num_splits = max((dim_size + split_size - 1) / split_size, 1)
+            let n = if split_size == 0 {
+                1
+            } else {
+                ((size + split_size - 1) / split_size).max(1)
+            };
+            let mut lengths = Vec::with_capacity(n as usize);
+            let mut outs = Vec::with_capacity(n as usize);
+            for i in 0..n {
+                let start = i * split_size;
+                let len = split_size.min(size - start);
+                let mut s = self.dims();
+                s.as_mut_slice()[d] = len;
+                let off = self.0.offset + start * self.strides()[d];
+                outs.push(self.alias_with(s, crate::dims::Dims::new(self.strides()), off));
+                lengths.push(len);
+            }
+            if let Some(p) = Pending::begin(self.rt(), &[Some(self)]) {
+                let refs: Vec<&Tensor> = outs.iter().collect();
+                p.finish(
+                    Backward::Split {
+                        dim: d,
+                        sizes: self.dims(),
+                        lengths,
+                    },
+                    &refs,
+                );
+            }
+            self.rt().count_op();
+            Ok(outs)
+        }
+
+        /// `torch.gather(self, dim, index)`: one contiguous output of `index`'s
+        /// shape in `self`'s dtype (the structured `gather_out` meta). Only on
+        /// tensors that need no gradient (`GatherBackward0` is not modelled):
+        /// BERT gathers its int64 `token_type_ids` buffer.
+        pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
+            if self.dim() != index.dim() {
+                return Err(crate::error::shape_err(
+                    "gather",
+                    format!(
+                        "index {:?} and input {:?} must have the same number of dimensions",
+                        index.sizes(),
+                        self.sizes()
+                    ),
+                ));
+            }
+            let d = self.wrap_dim(dim);
+            for (i, (&a, &b)) in index.sizes().iter().zip(self.sizes()).enumerate() {
+                if i != d && a > b {
+                    return Err(crate::error::shape_err(
+                        "gather",
+                        format!(
+                            "size of index {:?} exceeds the input {:?} at dimension {i}",
+                            index.sizes(),
+                            self.sizes()
+                        ),
+                    ));
+                }
+            }
+            if !matches!(index.dtype(), crate::dtype::DType::I64) {
+                return Err(EngineError::Mismatch {
+                    op: "gather",
+                    detail: format!(
+                        "gather(): expected dtype int64 for index, got {}",
+                        index.dtype()
+                    ),
+                });
+            }
+            if self.rt().is_grad_enabled() && self.requires_grad() {
+                return Err(EngineError::Unsupported {
+                    what: "gather with autograd".into(),
+                });
+            }
+            self.rt().empty_op(
+                index.sizes(),
+                self.dtype(),
+                self.device(),
+                "gather",
+                Category::Output,
+            )
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use crate::{DType, Device, Runtime};
+
+        #[test]
+        fn split_makes_views_and_one_node_whose_backward_cats() {
+            let rt = Runtime::default();
+            let x = rt.randn(&[2, 4, 10], DType::F32, Device::Cuda).unwrap();
+            x.requires_grad_(true).unwrap();
+            let before = rt.memory_allocated();
+            let parts = x.split(4, 2).unwrap();
+            assert_eq!(rt.memory_allocated(), before, "views only");
+            let lens: Vec<i64> = parts.iter().map(|p| p.size(2)).collect();
+            assert_eq!(lens, [4, 4, 2]);
+            assert_eq!(parts[2].strides(), x.strides());
+            let n0 = parts[0].grad_fn().unwrap();
+            assert_eq!(n0.name(), "SplitBackward0");
+            assert_eq!(n0.num_saved(), 0);
+            assert!(std::rc::Rc::ptr_eq(&n0, &parts[1].grad_fn().unwrap()));
+            // only the middle piece is used: two zero pieces, then one cat
+            let s = parts[1].sum().unwrap();
+            drop(parts);
+            drop(n0);
+            s.backward().unwrap();
+            let g = x.grad().unwrap();
+            assert_eq!(g.sizes(), x.sizes());
+            assert!(g.is_contiguous());
+            assert!(x.split(0, 2).is_err());
+            assert!(x.split(3, 5).is_err());
+        }
+
+        #[test]
+        fn gather_allocates_the_index_shape_in_the_input_dtype() {
+            let rt = Runtime::default();
+            let buf = rt.empty(&[1, 512], DType::I64, Device::Cuda).unwrap();
+            let idx = rt.empty(&[1, 256], DType::I64, Device::Cuda).unwrap();
+            let before = rt.memory_allocated();
+            let g = buf.gather(1, &idx).unwrap();
+            assert_eq!((g.sizes(), g.dtype()), (&[1i64, 256][..], DType::I64));
+            assert_eq!(rt.memory_allocated() - before, 2048);
+            let bad = rt.empty(&[1, 256], DType::I32, Device::Cuda).unwrap();
+            assert!(buf.gather(1, &bad).is_err());
+            let too_big = rt.empty(&[2, 256], DType::I64, Device::Cuda).unwrap();
+            assert!(buf.gather(1, &too_big).is_err());
+        }
+    }
+}
+
+// ---- end gpt2/bert engineer ----
+
+// ---- llama engineer: rsqrt, cos, sin (RMSNorm and the rotary embedding) ----
+impl Tensor {
+    /// `torch.rsqrt(x)`: one TensorIterator output; `RsqrtBackward0` saves
+    /// the result (`self: -0.5 * grad * result.pow(3).conj()`).
+    pub fn rsqrt(&self) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "rsqrt", [self] => |a| a.t(0).rsqrt());
+        let pending = Pending::begin(self.rt(), &[Some(self)]);
+        let out = pointwise("rsqrt", &[self])?;
+        if let Some(p) = pending {
+            p.finish_saving(
+                |p| Backward::Rsqrt {
+                    result: p.save_output(&out),
+                },
+                &[&out],
+            );
+        }
+        Ok(out)
+    }
+
+    /// `x.cos()`: `CosBackward0` saves self (`self: grad * -self.sin().conj()`).
+    pub fn cos(&self) -> Result<Tensor> {
+        let mut pending = Pending::begin(self.rt(), &[Some(self)]);
+        let slot = pending.as_mut().map(|p| p.save(self));
+        let out = pointwise("cos", &[self])?;
+        if let (Some(p), Some(self_)) = (pending, slot) {
+            p.finish(Backward::Cos { self_ }, &[&out]);
+        }
+        Ok(out)
+    }
+
+    /// `x.sin()`: `SinBackward0` saves self (`self: grad * self.cos().conj()`).
+    pub fn sin(&self) -> Result<Tensor> {
+        let mut pending = Pending::begin(self.rt(), &[Some(self)]);
+        let slot = pending.as_mut().map(|p| p.save(self));
+        let out = pointwise("sin", &[self])?;
+        if let (Some(p), Some(self_)) = (pending, slot) {
+            p.finish(Backward::Sin { self_ }, &[&out]);
+        }
+        Ok(out)
+    }
+}
+// ---- end llama engineer ----
+
+// ---- phi3/gemma2 engineer: torch.max(t), torch.pow(scalar, t) (phi3's longrope update) ----
+impl Tensor {
+    /// `torch.max(t)` (all elements; `max_unary_out`): a 0-dim output of
+    /// `t`'s dtype, then `max_all_kernel_impl`'s `gpu_reduce_kernel` over
+    /// `t.contiguous()` with the accumulator in `t`'s own dtype (the global
+    /// scratch of a multi-CTA reduction, as for `sum`). Only where no
+    /// gradient is recorded (`MaxBackward1` is not modelled): phi3's
+    /// `torch.max(position_ids)` runs under `no_grad` on int64 ids.
+    pub fn max_all(&self) -> Result<Tensor> {
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            return Err(EngineError::Unsupported {
+                what: "torch.max(t) with autograd (MaxBackward1)".into(),
+            });
+        }
+        if self.numel() == 0 {
+            return Err(crate::error::shape_err(
+                "max",
+                "max(): Expected reduction dim to be specified for input.numel() == 0",
+            ));
+        }
+        let rt = self.rt().clone();
+        let out = rt.empty_op(&[], self.dtype(), self.device(), "max", Category::Output)?;
+        let x = self.contiguous()?;
+        if x.device() == crate::dtype::Device::Cuda {
+            let all = vec![true; x.dim()];
+            for sc in crate::ops::reduce::reduce_scratch(&rt, &x, &all, x.dtype()) {
+                if sc.buffer > 0 {
+                    let b = rt.storage(sc.buffer, x.device(), "max", Category::Workspace)?;
+                    let s = rt.storage(sc.semaphores, x.device(), "max", Category::Workspace)?;
+                    drop(s);
+                    drop(b);
+                }
+            }
+        }
+        drop(x);
+        Ok(out)
+    }
+
+    /// `torch.pow(base, t)` / `base ** t` with a Python float `base`
+    /// (`pow.Scalar`): one TensorIterator output, of `t`'s dtype when it is
+    /// floating, else float32 (`result_type` of a float scalar and an
+    /// integer tensor). Only where no gradient is recorded (`PowBackward2`
+    /// is not modelled).
+    pub fn rpow_scalar(&self, _base: Scalar) -> Result<Tensor> {
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            return Err(EngineError::Unsupported {
+                what: "torch.pow(scalar, t) with autograd (PowBackward2)".into(),
+            });
+        }
+        let dt = if self.dtype().is_floating() {
+            self.dtype()
+        } else {
+            crate::dtype::DType::F32
+        };
+        iter_output("pow", &[self], dt, Category::Output)
+    }
+}
+// ---- end phi3/gemma2 engineer ----

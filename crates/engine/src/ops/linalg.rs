@@ -89,6 +89,7 @@ impl Tensor {
     /// `mat2` does (`MmBackward0`: `self: mm_mat1_backward(grad, mat2, ...)`,
     /// `mat2: mm_mat2_backward(grad, self, ...)`).
     pub fn mm(&self, mat2: &Tensor) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "mm", [self, mat2] => |a| a.t(0).mm(a.t(1)));
         if self.dim() != 2 || mat2.dim() != 2 || self.sizes()[1] != mat2.sizes()[0] {
             return Err(shape_err(
                 "mm",
@@ -133,6 +134,7 @@ impl Tensor {
     /// `torch.addmm(bias, mat1, mat2)` (beta = alpha = 1): the cuBLASLt
     /// `gemm_and_bias` path when `isInputCompliesAddmmCudaLt`, else cuBLAS.
     pub fn addmm(bias: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Result<Tensor> {
+        crate::autocast!(mat1.rt(), "addmm", [bias, mat1, mat2] => |a| Tensor::addmm(a.t(0), a.t(1), a.t(2)));
         if mat1.dim() != 2 || mat2.dim() != 2 || mat1.sizes()[1] != mat2.sizes()[0] {
             return Err(shape_err(
                 "addmm",
@@ -191,6 +193,7 @@ impl Tensor {
     /// `torch.bmm(a, b)`: `BmmBackward0` saves `mat2` for `self`'s grad and
     /// `self` for `mat2`'s.
     pub fn bmm(&self, mat2: &Tensor) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "bmm", [self, mat2] => |a| a.t(0).bmm(a.t(1)));
         if self.dim() != 3
             || mat2.dim() != 3
             || self.sizes()[2] != mat2.sizes()[1]
@@ -243,6 +246,7 @@ impl Tensor {
     /// `torch.matmul(a, b)` as `_matmul_impl` decomposes it (the cases of
     /// 2-D, folded N-D @ 2-D and batched products).
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "matmul", [self, other] => |a| a.t(0).matmul(a.t(1)));
         let (d1, d2) = (self.dim(), other.dim());
         if d1 == 2 && d2 == 2 {
             return self.mm(other);
@@ -286,6 +290,7 @@ impl Tensor {
     /// bias, `_flatten_nd_linear` for contiguous 3-D input with bias, else
     /// `matmul(x, w.t())` followed by an in-place `add_(bias)`.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "linear", [self, weight, bias] => |a| a.t(0).linear(a.t(1), a.opt(2)));
         let d = self.dim();
         if let Some(b) = bias {
             if d == 2 {

@@ -2,10 +2,16 @@
 //! order, and records the autograd node (with its saved tensors) that
 //! `VariableType` would record.
 
+// attention (SDPA): F.scaled_dot_product_attention and its backends
+pub(crate) mod attention;
+// conv2d through cuDNN (vit engineer)
+pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod linalg;
 pub(crate) mod nn;
 pub(crate) mod reduce;
+// cat, arange, comparisons, masks, where, cumsum, pad (llama engineer)
+pub(crate) mod shape;
 pub(crate) mod view;
 
 pub use elementwise::Scalar;

@@ -1,5 +1,5 @@
-//! Neural-network kernels: layer norm, dropout, softmax, attention,
-//! embedding and losses, with the allocations their CUDA implementations
+//! Neural-network kernels: layer norm, dropout, softmax, embedding and
+//! losses (attention is in `ops/attention.rs`), with the allocations their CUDA implementations
 //! make and the tensors their autograd nodes save.
 
 use crate::autograd::{Backward, Pending};
@@ -9,15 +9,6 @@ use crate::error::{shape_err, EngineError, Result};
 use crate::ops::empty_like;
 use crate::runtime::Category;
 use crate::tensor::Tensor;
-
-/// Which `F.scaled_dot_product_attention` kernel runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SdpaBackend {
-    /// `_scaled_dot_product_efficient_attention` (cutlass memory-efficient)
-    Efficient,
-    /// `_scaled_dot_product_attention_math` (explicit softmax(QK^T)V)
-    Math,
-}
 
 impl Tensor {
     /// `F.layer_norm(x, normalized_shape, weight, bias)` →
@@ -29,6 +20,7 @@ impl Tensor {
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
     ) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "layer_norm", [self, weight, bias] => |a| a.t(0).layer_norm(normalized, a.opt(1), a.opt(2)));
         let nd = normalized.len();
         if self.dim() < nd || &self.sizes()[self.dim() - nd..] != normalized {
             return Err(shape_err(
@@ -94,6 +86,10 @@ impl Tensor {
                 &[&y],
             );
         }
+        // attention (SDPA) engineer: the op's (out, mean, rstd) tuple dies in
+        // element order, mean before rstd (enc_fast on the H100)
+        drop(mean);
+        drop(rstd);
         Ok(y)
     }
 
@@ -124,7 +120,7 @@ impl Tensor {
         Ok(out)
     }
 
-    fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
+    pub(crate) fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
         let d = self.wrap_dim(dim);
         let pending = Pending::begin(self.rt(), &[Some(self)]);
         let x = self.contiguous()?;
@@ -155,11 +151,11 @@ impl Tensor {
 
     /// `F.softmax(x, dim)`: `SoftmaxBackward0` saves the result.
     pub fn softmax(&self, dim: i64) -> Result<Tensor> {
-        self.softmax_impl(dim, false)
+        self.softmax_dtype(dim, None) // softmax.int(dtype=None): autocast.rs
     }
     /// `F.log_softmax(x, dim)`: `LogSoftmaxBackward0` saves the result.
     pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
-        self.softmax_impl(dim, true)
+        self.log_softmax_dtype(dim, None) // log_softmax.int(dtype=None): autocast.rs
     }
 
     /// `F.mse_loss(input, target, reduction="mean")`. `mse_loss` is a
@@ -169,6 +165,7 @@ impl Tensor {
     /// temporary reduced into it with `mean_out`. `MseLossBackward0` saves
     /// self and target.
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "mse_loss", [self, target] => |a| a.t(0).mse_loss(a.t(1)));
         let mut pending = Pending::begin(self.rt(), &[Some(self), Some(target)]);
         let slots = pending.as_mut().map(|p| (p.save(self), p.save(target)));
         let rt = self.rt().clone();
@@ -228,6 +225,7 @@ impl Tensor {
     /// `F.nll_loss(log_probs, target)` (mean reduction): output and
     /// `total_weight` scalars; `NllLossBackward0` saves self, target, total_weight.
     pub fn nll_loss(&self, target: &Tensor) -> Result<Tensor> {
+        crate::autocast!(self.rt(), "nll_loss", [self, target] => |a| a.t(0).nll_loss(a.t(1)));
         let mut pending = Pending::begin(self.rt(), &[Some(self)]);
         let slots = pending.as_mut().map(|p| (p.save(self), p.save(target)));
         let rt = self.rt().clone();
@@ -264,7 +262,7 @@ impl Tensor {
     /// `F.cross_entropy(logits, target)` = `nll_loss(log_softmax(logits, 1), target)`.
     pub fn cross_entropy(&self, target: &Tensor) -> Result<Tensor> {
         let dim = if self.dim() == 1 { 0 } else { 1 };
-        let lsm = self.log_softmax(dim)?;
+        let lsm = self.log_softmax_dtype(dim, Some(self.dtype()))?; // at::log_softmax(self, class_dim, self.scalar_type())
         lsm.nll_loss(target)
     }
 
@@ -291,79 +289,6 @@ impl Tensor {
                 &[&out],
             );
         }
-        Ok(out)
-    }
-
-    /// `F.scaled_dot_product_attention(q, k, v, dropout_p=, is_causal=)` with
-    /// no mask, on `(B, H, L, D)` inputs, through the memory-efficient kernel:
-    /// `_efficient_attention_forward` allocates the output in BMHK layout and,
-    /// when a gradient is needed, `logsumexp` (fp32, `(B, H, ceil(L/32)*32)`).
-    /// `ScaledDotProductEfficientAttentionBackward0` saves q, k, v, output and
-    /// logsumexp (the philox seed/offset are CPU tensors).
-    pub fn scaled_dot_product_attention(
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        dropout_p: f64,
-        is_causal: bool,
-    ) -> Result<Tensor> {
-        if q.dim() != 4 || k.dim() != 4 || v.dim() != 4 {
-            return Err(shape_err(
-                "scaled_dot_product_attention",
-                "expected 4-D (B, H, L, D) inputs",
-            ));
-        }
-        let rt = q.rt().clone();
-        let mut pending = Pending::begin(&rt, &[Some(q), Some(k), Some(v)]);
-        let slots = pending.as_mut().map(|p| [p.save(k), p.save(q), p.save(v)]);
-        let (b, h, m, kd) = (q.sizes()[0], q.sizes()[1], q.sizes()[2], q.sizes()[3]);
-        let kv = v.sizes()[3];
-        let op = "_efficient_attention_forward";
-        let res = rt.empty_op(&[b, m, h, kv], q.dtype(), q.device(), op, Category::Output)?;
-        let lse_len = if pending.is_some() {
-            ((m + 31) / 32) * 32
-        } else {
-            0
-        };
-        let lse = rt.empty_op(
-            &[b, h, lse_len],
-            DType::F32,
-            q.device(),
-            op,
-            Category::Output,
-        )?;
-        let _ = kd;
-        let out = res.transpose(1, 2);
-        drop(res);
-        let out = Tensor::from_parts(
-            out.0.storage.clone(),
-            out.dims(),
-            Dims::new(out.strides()),
-            0,
-            out.dtype(),
-            out.device(),
-            std::rc::Rc::new(std::cell::Cell::new(0)),
-            false,
-        );
-        if let (Some(p), Some(sl)) = (pending, slots) {
-            p.finish_saving(
-                |p| {
-                    let lse_slot = p.save_output(&lse);
-                    let out_slot = p.save_output(&out);
-                    Backward::EfficientAttention {
-                        k: sl[0],
-                        q: sl[1],
-                        v: sl[2],
-                        lse: lse_slot,
-                        out: out_slot,
-                        dropout_p,
-                        is_causal,
-                    }
-                },
-                &[&out],
-            );
-        }
-        drop(lse);
         Ok(out)
     }
 }

@@ -1,0 +1,694 @@
+//! `F.conv2d` as PyTorch 2.11 runs it on CUDA with cuDNN (`torch.backends.cudnn`
+//! defaults: enabled, `benchmark=False`, `allow_tf32=True`), and the
+//! `ConvolutionBackward0` node it records.
+//!
+//! Forward (`at::convolution` → `at::_convolution`, backend `ConvBackend::Cudnn`,
+//! `aten/src/ATen/native/Convolution.cpp`):
+//! `cudnn_convolution(input.contiguous(fmt), weight, ...)` then, with a bias,
+//! `output.add_(reshape_bias(...))` in place. `cudnn_convolution_forward`
+//! (`native/cudnn/ConvShared.cpp`) allocates the output with `at::empty(...,
+//! layout)` (contiguous NCHW here), makes weight and input contiguous (no copy
+//! when they already are) and runs `run_single_conv` (`native/cudnn/Conv_v8.cpp`):
+//! the cached or heuristics-chosen execution plan is executed by
+//! `run_conv_plan`, which takes `plan.getWorkspaceSize()` bytes from the caching
+//! allocator and releases them when it returns — a temporary of the plan's size
+//! (`allocate(0)` records nothing). The plan cache is per thread, but it holds
+//! plans, not memory: every call allocates the same workspace.
+//!
+//! Autograd: `convolution`'s entry in `derivatives.yaml` (`input, weight, bias:
+//! convolution_backward_symint(grad, input, weight, bias->sym_sizes(), ...)`)
+//! makes `ConvolutionBackward0` save `input` and `weight` (as inputs: no extra
+//! memory) and the bias sizes.
+//!
+//! Backward (`convolution_backward`, `Convolution.cpp`) with `output_mask` =
+//! which inputs need a gradient: `cudnn_convolution_backward` first makes
+//! `grad_output` contiguous (a copy when it is not — ViT's gradient arrives as a
+//! transposed view), then `grad_input = at::empty(input sizes)` + the dgrad plan's
+//! workspace if the input needs a gradient (pixel values do not), then
+//! `grad_weight = at::empty(weight sizes)` + the wgrad plan's workspace; the
+//! contiguous copy dies when that function returns; last, `grad_bias =
+//! grad_output.sum({0, 2, 3})` on the original gradient (a reduction that may
+//! take global scratch, `ops/reduce.rs`).
+//!
+//! The workspace sizes are what cuDNN's chosen engine asks for; they cannot be
+//! derived from PyTorch's source. [`cudnn_conv_workspace`] holds the sizes read
+//! off the H100 traces (`fixtures/estimate/traces.tgz`), keyed by everything the
+//! cuDNN heuristic sees; a problem that was not measured gets
+//! [`UNMEASURED_WORKSPACE`] (0 bytes) — see there.
+
+use crate::autograd::{Backward, Pending};
+use crate::dtype::{DType, Device};
+use crate::error::{shape_err, EngineError, Result};
+use crate::runtime::{Category, DeviceProfile, Runtime};
+use crate::tensor::Tensor;
+
+/// Which cuDNN operation graph runs (`cudnnBackendDescriptorType_t` of
+/// `run_single_conv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConvOp {
+    /// `CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR`
+    Forward,
+    /// `..._BACKWARD_DATA_DESCRIPTOR` (grad_input, "dgrad")
+    BackwardData,
+    /// `..._BACKWARD_FILTER_DESCRIPTOR` (grad_weight, "wgrad")
+    BackwardFilter,
+}
+
+/// The hyper-parameters of a 2-D convolution (`stride`, `padding`,
+/// `dilation`, `groups`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conv2dArgs {
+    /// `stride` (height, width)
+    pub stride: [i64; 2],
+    /// `padding` (height, width), symmetric as `nn.Conv2d` passes it
+    pub padding: [i64; 2],
+    /// `dilation` (height, width)
+    pub dilation: [i64; 2],
+    /// `groups`
+    pub groups: i64,
+}
+
+impl Default for Conv2dArgs {
+    fn default() -> Self {
+        Conv2dArgs {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// One measured cuDNN workspace: the problem as the heuristic sees it
+/// (device, library versions, operation, data type, input and filter sizes in
+/// contiguous NCHW/KCRS layout with 16-byte-aligned pointers, convolution
+/// parameters, TF32 allowed, not deterministic) and the bytes `run_conv_plan`
+/// took for it.
+struct Measured {
+    capability: (u32, u32),
+    torch: &'static str,
+    op: ConvOp,
+    dtype: DType,
+    input: [i64; 4],
+    weight: [i64; 4],
+    args: Conv2dArgs,
+    bytes: u64,
+}
+
+const PATCH16: Conv2dArgs = Conv2dArgs {
+    stride: [16, 16],
+    padding: [0, 0],
+    dilation: [1, 1],
+    groups: 1,
+};
+
+/// Workspaces read off the H100 (sm_90, PyTorch 2.11.0+cu130 and the cuDNN it
+/// bundles) allocator traces of `fixtures/estimate/traces.tgz`, where the
+/// allocation sits between `grad_weight` and the release of the contiguous
+/// `grad_output` copy (wgrad) or right after the output (forward; nothing
+/// there means a plan with no workspace). They are measurements of these exact
+/// problems, nothing more: the engine cuDNN's heuristic picks — and with it the
+/// workspace — may change with any size, the data type or the cuDNN version.
+const MEASURED: [Measured; 5] = [
+    // ViT patch embedding, hidden 384, patch 16, 224x224 (vit_train_fp32:
+    // the Conv2d forward allocates only its 4,816,896-byte output)
+    Measured {
+        capability: (9, 0),
+        torch: "2.11.0",
+        op: ConvOp::Forward,
+        dtype: DType::F32,
+        input: [16, 3, 224, 224],
+        weight: [384, 3, 16, 16],
+        args: PATCH16,
+        bytes: 0,
+    },
+    // vit_infer_fp32 (batch 32): output only
+    Measured {
+        capability: (9, 0),
+        torch: "2.11.0",
+        op: ConvOp::Forward,
+        dtype: DType::F32,
+        input: [32, 3, 224, 224],
+        weight: [384, 3, 16, 16],
+        args: PATCH16,
+        bytes: 0,
+    },
+    // vit_train_bf16_ckpt_sgdm: output only
+    Measured {
+        capability: (9, 0),
+        torch: "2.11.0",
+        op: ConvOp::Forward,
+        dtype: DType::BF16,
+        input: [16, 3, 224, 224],
+        weight: [384, 3, 16, 16],
+        args: PATCH16,
+        bytes: 0,
+    },
+    // vit_train_fp32 backward: 19,234,960 bytes allocated and freed between
+    // grad_weight (1,179,648) and the grad_output copy's release, each step
+    Measured {
+        capability: (9, 0),
+        torch: "2.11.0",
+        op: ConvOp::BackwardFilter,
+        dtype: DType::F32,
+        input: [16, 3, 224, 224],
+        weight: [384, 3, 16, 16],
+        args: PATCH16,
+        bytes: 19_234_960,
+    },
+    // vit_train_bf16_ckpt_sgdm backward: 26,263,696 bytes, same place
+    Measured {
+        capability: (9, 0),
+        torch: "2.11.0",
+        op: ConvOp::BackwardFilter,
+        dtype: DType::BF16,
+        input: [16, 3, 224, 224],
+        weight: [384, 3, 16, 16],
+        args: PATCH16,
+        bytes: 26_263_696,
+    },
+];
+
+/// The workspace the twin assumes for a problem absent from the measured
+/// table: none. cuDNN's workspace depends on the engine its heuristic picks,
+/// which no formula in PyTorch predicts; assuming 0 under-counts by at most
+/// that one temporary (tens of MiB for the measured ViT shapes), which lives
+/// only inside the op — it can raise an op-local peak but never what stays
+/// allocated. [`cudnn_conv_workspace`] returns `None` for such problems so a
+/// report can say the figure is not measured.
+pub const UNMEASURED_WORKSPACE: u64 = 0;
+
+/// The bytes cuDNN's plan for `op` takes from the caching allocator for a
+/// convolution of `input` (N, C, H, W) by `weight` (K, C/groups, R, S) in
+/// `dtype` on `profile`'s GPU, if that problem was measured.
+pub fn cudnn_conv_workspace(
+    profile: &DeviceProfile,
+    op: ConvOp,
+    dtype: DType,
+    input: &[i64],
+    weight: &[i64],
+    args: &Conv2dArgs,
+) -> Option<u64> {
+    MEASURED
+        .iter()
+        .find(|m| {
+            m.capability == profile.capability
+                && m.torch == profile.torch
+                && m.op == op
+                && m.dtype == dtype
+                && m.input[..] == *input
+                && m.weight[..] == *weight
+                && m.args == *args
+        })
+        .map(|m| m.bytes)
+}
+
+/// `conv_output_size`: `(in + 2 pad - dilation (k - 1) - 1) / stride + 1`.
+fn out_size(input: i64, k: i64, a: &Conv2dArgs, d: usize) -> i64 {
+    (input + 2 * a.padding[d] - a.dilation[d] * (k - 1) - 1) / a.stride[d] + 1
+}
+
+/// `run_conv_plan`'s workspace: allocated and released inside the op.
+fn workspace(
+    rt: &Runtime,
+    op: ConvOp,
+    dtype: DType,
+    input: &[i64],
+    weight: &[i64],
+    args: &Conv2dArgs,
+) -> Result<()> {
+    let profile = rt.st.borrow().profile.clone();
+    let bytes = cudnn_conv_workspace(&profile, op, dtype, input, weight, args)
+        .unwrap_or(UNMEASURED_WORKSPACE);
+    let name = match op {
+        ConvOp::Forward => "cudnn_convolution",
+        ConvOp::BackwardData => "cudnn_convolution_backward_input",
+        ConvOp::BackwardFilter => "cudnn_convolution_backward_weight",
+    };
+    let ws = rt.storage(bytes, Device::Cuda, name, Category::Workspace)?;
+    drop(ws);
+    Ok(())
+}
+
+/// The checks of `check_shape_forward` / `ConvParams` the twin relies on,
+/// and the backend restrictions it models.
+fn check(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, a: &Conv2dArgs) -> Result<()> {
+    const OP: &str = "conv2d";
+    if input.dim() != 4 || weight.dim() != 4 {
+        return Err(shape_err(
+            OP,
+            format!(
+                "expected a 4-D input (N, C, H, W) and a 4-D weight, got {:?} and {:?}",
+                input.sizes(),
+                weight.sizes()
+            ),
+        ));
+    }
+    let pos = |v: &[i64; 2]| v.iter().all(|&x| x > 0);
+    if !pos(&a.stride) || !pos(&a.dilation) || a.padding.iter().any(|&p| p < 0) || a.groups <= 0 {
+        return Err(shape_err(
+            OP,
+            format!("invalid stride/padding/dilation/groups {a:?}"),
+        ));
+    }
+    let (c, k) = (input.sizes()[1], weight.sizes()[0]);
+    if weight.sizes()[1] * a.groups != c || k % a.groups != 0 {
+        return Err(shape_err(
+            OP,
+            format!(
+                "weight {:?} with groups={} does not fit an input of {c} channels",
+                weight.sizes(),
+                a.groups
+            ),
+        ));
+    }
+    if let Some(b) = bias {
+        if b.sizes() != [k] {
+            return Err(shape_err(
+                OP,
+                format!("bias {:?} for {k} output channels", b.sizes()),
+            ));
+        }
+        if b.dtype() != input.dtype() {
+            return Err(EngineError::Mismatch {
+                op: OP,
+                detail: format!(
+                    "Input type ({}) and bias type ({}) should be the same",
+                    input.dtype(),
+                    b.dtype()
+                ),
+            });
+        }
+    }
+    if input.dtype() != weight.dtype() {
+        return Err(EngineError::Mismatch {
+            op: OP,
+            detail: format!(
+                "Input type ({}) and weight type ({}) should be the same",
+                input.dtype(),
+                weight.dtype()
+            ),
+        });
+    }
+    if input.device() != weight.device() {
+        return Err(EngineError::Mismatch {
+            op: OP,
+            detail: format!(
+                "input on {} and weight on {}",
+                input.device(),
+                weight.device()
+            ),
+        });
+    }
+    if !input.dtype().is_floating() {
+        return Err(EngineError::Unsupported {
+            what: format!("conv2d of {} tensors", input.dtype()),
+        });
+    }
+    for d in 0..2 {
+        let eff = a.dilation[d] * (weight.sizes()[2 + d] - 1) + 1;
+        if input.sizes()[2 + d] + 2 * a.padding[d] < eff {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "kernel {:?} (dilated) is larger than the padded input {:?}",
+                    &weight.sizes()[2..],
+                    &input.sizes()[2..]
+                ),
+            ));
+        }
+    }
+    // ConvParams::is_depthwise: PyTorch picks between cuDNN and its own
+    // depthwise kernels (`use_cudnn_depthwise`), not modelled
+    if a.groups > 1 && a.groups == c && k % c == 0 {
+        return Err(EngineError::Unsupported {
+            what: "depthwise conv2d (groups == in_channels)".into(),
+        });
+    }
+    // cudnn_conv_suggest_memory_format: a channels-last input or weight runs NHWC
+    let nhwc = |t: &Tensor| {
+        let (s, st) = (t.sizes(), t.strides());
+        !t.is_contiguous()
+            && st[1] == 1
+            && st[3] == s[1]
+            && st[2] == s[3] * s[1]
+            && st[0] == s[2] * s[3] * s[1]
+    };
+    if nhwc(input) || nhwc(weight) {
+        return Err(EngineError::Unsupported {
+            what: "channels_last conv2d".into(),
+        });
+    }
+    // tensors beyond 32-bit indexing take other paths (batch splitting)
+    let big = i32::MAX as i64;
+    if input.numel() > big || weight.numel() > big {
+        return Err(EngineError::Unsupported {
+            what: "conv2d on tensors of more than 2^31 elements".into(),
+        });
+    }
+    Ok(())
+}
+
+/// A contiguous copy made below autograd (`t.contiguous()` inside a kernel),
+/// or `None` when `t` already is.
+fn contiguous_copy(t: &Tensor, op: &'static str) -> Result<Option<Tensor>> {
+    if t.is_contiguous() {
+        return Ok(None);
+    }
+    t.rt()
+        .empty_op(t.sizes(), t.dtype(), t.device(), op, Category::Temporary)
+        .map(Some)
+}
+
+impl Tensor {
+    /// `F.conv2d(input, weight, bias, stride, padding, dilation, groups)` on
+    /// CUDA through cuDNN: the output, the plan's workspace, and a
+    /// `ConvolutionBackward0` saving `input` and `weight`.
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        stride: [i64; 2],
+        padding: [i64; 2],
+        dilation: [i64; 2],
+        groups: i64,
+    ) -> Result<Tensor> {
+        // autocast_mode.cpp: conv2d is a lower_precision_fp op
+        crate::autocast!(self.rt(), "conv2d", [self, weight, bias] => |a| a.t(0).conv2d(a.t(1), a.opt(2), stride, padding, dilation, groups));
+        let args = Conv2dArgs {
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        check(self, weight, bias, &args)?;
+        let rt = self.rt().clone();
+        let mut pending = Pending::begin(&rt, &[Some(self), Some(weight), bias]);
+        // ConvolutionBackward0: input_, weight_ (bias_sym_sizes_opt is sizes)
+        let slots = pending.as_mut().map(|p| (p.save(self), p.save(weight)));
+        let (n, k) = (self.sizes()[0], weight.sizes()[0]);
+        let ho = out_size(self.sizes()[2], weight.sizes()[2], &args, 0);
+        let wo = out_size(self.sizes()[3], weight.sizes()[3], &args, 1);
+        // _convolution: input.contiguous(backend_memory_format)
+        let input_c = contiguous_copy(self, "contiguous")?;
+        // cudnn_convolution_forward: at::empty(conv_output_size, input options, layout)
+        let out = rt.empty_op(
+            &[n, k, ho, wo],
+            self.dtype(),
+            self.device(),
+            "cudnn_convolution",
+            Category::Output,
+        )?;
+        if out.numel() > 0 && self.device() == Device::Cuda {
+            // weight->contiguous(layout): parameters are contiguous
+            let weight_c = contiguous_copy(weight, "contiguous")?;
+            workspace(
+                &rt,
+                ConvOp::Forward,
+                self.dtype(),
+                self.sizes(),
+                weight.sizes(),
+                &args,
+            )?;
+            drop(weight_c);
+        }
+        drop(input_c);
+        // output.add_(reshape_bias(input.dim(), bias)): in place, a view of the bias
+        if let (Some(p), Some((input_slot, weight_slot))) = (pending, slots) {
+            p.finish(
+                Backward::Convolution {
+                    input: input_slot,
+                    weight: weight_slot,
+                    args,
+                },
+                &[&out],
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// `convolution_backward(grad, input, weight, bias_sizes, ..., output_mask)`
+/// for the cuDNN backend: `[grad_input, grad_weight, grad_bias]`, each only
+/// when `mask` asks for it.
+pub(crate) fn convolution_backward(
+    grad: &Tensor,
+    input: &Tensor,
+    weight: &Tensor,
+    args: &Conv2dArgs,
+    mask: [bool; 3],
+) -> Result<[Option<Tensor>; 3]> {
+    let rt = grad.rt().clone();
+    let mut out: [Option<Tensor>; 3] = [None, None, None];
+    // cudnn_convolution_backward(output_mask[1] ? input.contiguous() : input, grad_output, ...)
+    let input_c = if mask[1] {
+        contiguous_copy(input, "contiguous")?
+    } else {
+        None
+    };
+    {
+        // grad_output_t.contiguous(input.suggest_memory_format())
+        let grad_c = contiguous_copy(grad, "contiguous")?;
+        if input.numel() == 0 {
+            if mask[0] {
+                out[0] = Some(rt.empty_op(
+                    input.sizes(),
+                    input.dtype(),
+                    input.device(),
+                    "empty_like",
+                    Category::Output,
+                )?);
+            }
+            if mask[1] {
+                out[1] = Some(rt.empty_op(
+                    weight.sizes(),
+                    weight.dtype(),
+                    weight.device(),
+                    "zeros_like",
+                    Category::Output,
+                )?);
+            }
+        } else {
+            if mask[0] {
+                let gi = rt.empty_op(
+                    input.sizes(),
+                    grad.dtype(),
+                    grad.device(),
+                    "cudnn_convolution_backward_input",
+                    Category::Output,
+                )?;
+                let weight_c = contiguous_copy(weight, "contiguous")?;
+                if gi.numel() > 0 && grad.device() == Device::Cuda {
+                    workspace(
+                        &rt,
+                        ConvOp::BackwardData,
+                        input.dtype(),
+                        input.sizes(),
+                        weight.sizes(),
+                        args,
+                    )?;
+                }
+                drop(weight_c);
+                out[0] = Some(gi);
+            }
+            if mask[1] {
+                let gw = rt.empty_op(
+                    weight.sizes(),
+                    grad.dtype(),
+                    grad.device(),
+                    "cudnn_convolution_backward_weight",
+                    Category::Output,
+                )?;
+                if gw.numel() > 0 && grad.device() == Device::Cuda {
+                    workspace(
+                        &rt,
+                        ConvOp::BackwardFilter,
+                        input.dtype(),
+                        input.sizes(),
+                        weight.sizes(),
+                        args,
+                    )?;
+                }
+                out[1] = Some(gw);
+            }
+        }
+        drop(grad_c);
+    }
+    drop(input_c);
+    if mask[2] {
+        // backend_grad_bias = grad_output.sum({0, 2, 3}) (the original gradient)
+        out[2] = Some(grad.sum_dims(&[0, 2, 3], false)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::reduce::reduce_scratch;
+
+    fn vit_setup(rt: &Runtime, dtype: DType, batch: i64) -> (Tensor, Tensor, Tensor) {
+        let x = rt
+            .randn(&[batch, 3, 224, 224], dtype, Device::Cuda)
+            .unwrap();
+        let w = rt.randn(&[384, 3, 16, 16], dtype, Device::Cuda).unwrap();
+        w.requires_grad_(true).unwrap();
+        let b = rt.randn(&[384], dtype, Device::Cuda).unwrap();
+        b.requires_grad_(true).unwrap();
+        (x, w, b)
+    }
+
+    #[test]
+    fn forward_allocates_the_contiguous_output_only() {
+        let rt = Runtime::default();
+        let (x, w, b) = vit_setup(&rt, DType::F32, 16);
+        let before = rt.memory_allocated();
+        rt.reset_peak_memory_stats();
+        let y = x.conv2d(&w, Some(&b), [16, 16], [0, 0], [1, 1], 1).unwrap();
+        assert_eq!(y.sizes(), [16, 384, 14, 14]);
+        assert!(y.is_contiguous());
+        // 16*384*14*14*4, as vit_train_fp32's trace shows; no forward workspace
+        assert_eq!(rt.memory_allocated() - before, 4_816_896);
+        assert_eq!(rt.max_memory_allocated() - before, 4_816_896);
+        let n = y.grad_fn().unwrap();
+        assert_eq!(n.name(), "ConvolutionBackward0");
+        assert_eq!(n.num_saved(), 2);
+        assert!(n.saved(0).unwrap().same(&x) && n.saved(1).unwrap().same(&w));
+    }
+
+    #[test]
+    fn no_grad_forward_records_nothing() {
+        let rt = Runtime::default();
+        let (x, w, b) = vit_setup(&rt, DType::F32, 32);
+        let y = rt
+            .no_grad(|| x.conv2d(&w, Some(&b), [16, 16], [0, 0], [1, 1], 1))
+            .unwrap();
+        assert!(y.grad_fn().is_none());
+        assert_eq!(y.nbytes(), 9_633_792);
+    }
+
+    /// The backward of ViT's patch embedding as the GPU ran it: grad_output
+    /// copy, grad_weight, the wgrad workspace, the copy's release, then
+    /// grad_bias with the reduction's scratch.
+    fn backward_trace(dtype: DType, ws: u64, copy: u64, gw: u64, gb: u64) {
+        let rt = Runtime::default();
+        let (x, w, b) = vit_setup(&rt, dtype, 16);
+        let y = x.conv2d(&w, Some(&b), [16, 16], [0, 0], [1, 1], 1).unwrap();
+        // the gradient arrives as ViT's: flatten(2).transpose(1, 2) of the output
+        let t = y.reshape(&[16, 384, 196]).unwrap().transpose(1, 2);
+        let s = t.sum().unwrap();
+        drop((y, t));
+        rt.record_memory_history(true);
+        s.backward().unwrap();
+        let sizes: Vec<(bool, u64)> = rt
+            .trace()
+            .iter()
+            .filter_map(|e| match e.action {
+                vramscope_alloc::TraceAction::Alloc => Some((true, e.size)),
+                vramscope_alloc::TraceAction::FreeCompleted => Some((false, e.size)),
+                _ => None,
+            })
+            .collect();
+        let start = sizes
+            .iter()
+            .position(|&(a, sz)| a && sz == copy)
+            .expect("the grad_output copy");
+        assert_eq!(
+            &sizes[start..start + 6],
+            &[
+                (true, copy),
+                (true, gw),
+                (true, ws),
+                (false, ws),
+                (false, copy),
+                (true, gb)
+            ],
+            "{sizes:?}"
+        );
+        assert!(w.grad().is_some() && b.grad().is_some());
+        assert!(x.grad().is_none());
+    }
+
+    #[test]
+    fn backward_allocations_match_vit_train_fp32() {
+        backward_trace(DType::F32, 19_234_960, 4_816_896, 1_179_648, 1536);
+    }
+
+    #[test]
+    fn backward_allocations_match_vit_train_bf16() {
+        backward_trace(DType::BF16, 26_263_696, 2_408_448, 589_824, 768);
+    }
+
+    #[test]
+    fn bias_grad_reduction_scratch_matches_the_trace() {
+        // grad_output as ViT's backward hands it to ConvolutionBackward0:
+        // (16, 384, 14, 14) viewed from a (16, 197, 384) gradient
+        let rt = Runtime::default();
+        let g = rt.empty(&[16, 197, 384], DType::F32, Device::Cuda).unwrap();
+        let g = g
+            .narrow(1, 1, 196)
+            .transpose(1, 2)
+            .reshape(&[16, 384, 14, 14])
+            .unwrap();
+        assert_eq!(g.strides(), [75_648, 1, 5376, 384]);
+        let sc = reduce_scratch(&rt, &g, &[true, false, true, true], DType::F32);
+        // vit_train_fp32 trace: 9,633,792-byte buffer, 12 bytes of semaphores
+        assert_eq!(sc.len(), 1);
+        assert_eq!((sc[0].buffer, sc[0].semaphores), (9_633_792, 12));
+    }
+
+    #[test]
+    fn input_gradient_only_when_needed_and_unmeasured_workspace_is_zero() {
+        let rt = Runtime::default();
+        let x = rt.randn(&[2, 8, 10, 10], DType::F32, Device::Cuda).unwrap();
+        x.requires_grad_(true).unwrap();
+        let w = rt.randn(&[4, 8, 3, 3], DType::F32, Device::Cuda).unwrap();
+        let y = x.conv2d(&w, None, [1, 1], [1, 1], [1, 1], 1).unwrap();
+        assert_eq!(y.sizes(), [2, 4, 10, 10]);
+        assert_eq!(
+            cudnn_conv_workspace(
+                &rt.profile(),
+                ConvOp::BackwardData,
+                DType::F32,
+                x.sizes(),
+                w.sizes(),
+                &Conv2dArgs {
+                    padding: [1, 1],
+                    ..Conv2dArgs::default()
+                }
+            ),
+            None
+        );
+        let s = y.sum().unwrap();
+        let base = rt.memory_allocated();
+        s.backward().unwrap();
+        // only x.grad (6400 B, rounded to 6656) stays; the weight needs no gradient
+        assert!(x.grad().is_some() && w.grad().is_none());
+        assert_eq!(rt.memory_allocated() - base, 6656);
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let rt = Runtime::default();
+        let x = rt.randn(&[2, 3, 8, 8], DType::F32, Device::Cuda).unwrap();
+        let w = rt.randn(&[4, 5, 3, 3], DType::F32, Device::Cuda).unwrap();
+        assert!(matches!(
+            x.conv2d(&w, None, [1, 1], [0, 0], [1, 1], 1),
+            Err(EngineError::Shape { .. })
+        ));
+        let w = rt.randn(&[4, 3, 3, 3], DType::BF16, Device::Cuda).unwrap();
+        assert!(matches!(
+            x.conv2d(&w, None, [1, 1], [0, 0], [1, 1], 1),
+            Err(EngineError::Mismatch { .. })
+        ));
+        let w = rt.randn(&[4, 3, 9, 9], DType::F32, Device::Cuda).unwrap();
+        assert!(x.conv2d(&w, None, [1, 1], [0, 0], [1, 1], 1).is_err());
+        let w = rt.randn(&[4, 3, 3, 3], DType::F32, Device::Cuda).unwrap();
+        assert!(x.conv2d(&w, None, [0, 1], [0, 0], [1, 1], 1).is_err());
+        let dw = rt.randn(&[3, 1, 3, 3], DType::F32, Device::Cuda).unwrap();
+        assert!(matches!(
+            x.conv2d(&dw, None, [1, 1], [0, 0], [1, 1], 3),
+            Err(EngineError::Unsupported { .. })
+        ));
+    }
+}

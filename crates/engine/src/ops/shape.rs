@@ -1,0 +1,456 @@
+//! Shape, index and mask ops: `torch.cat`, `torch.arange`, comparisons and
+//! boolean masks (`gt`, `le`, `&`, ...), `torch.where`, `cumsum`,
+//! `F.pad(value=)` (`constant_pad_nd`), Python slicing (`x[..., a:b]`) and
+//! `alias`, with the allocations their CUDA kernels make (one output each,
+//! laid out as the kernel lays it out) and what their autograd nodes save
+//! (`derivatives.yaml`, PyTorch 2.11): `CatBackward0`, `AliasBackward0`,
+//! `ConstantPadNdBackward0` save no tensor; `WhereBackward0` saves the
+//! condition; comparisons and bitwise ops are not differentiable (no node).
+
+use crate::autograd::{Backward, Pending};
+use crate::dims::Dims;
+use crate::dtype::{DType, Device};
+use crate::error::{shape_err, EngineError, Result};
+use crate::ops::elementwise::Scalar;
+use crate::ops::{iter_output, promote};
+use crate::runtime::{Category, Runtime};
+use crate::tensor::Tensor;
+
+impl Runtime {
+    /// `torch.arange(end, dtype=dtype, device=device)` (`arange.start_out`
+    /// resizes a fresh output to `end` elements; the default dtype of an
+    /// integer `end` is int64).
+    pub fn arange(&self, end: i64, dtype: DType, device: Device) -> Result<Tensor> {
+        if end < 0 {
+            return Err(shape_err(
+                "arange",
+                format!("upper bound and larger bound inconsistent with step sign (end = {end})"),
+            ));
+        }
+        self.empty_op(&[end], dtype, device, "arange", Category::Output)
+    }
+}
+
+/// `cat_should_skip_tensor`: legacy 1-D empty tensors take no part in the
+/// shape check of `torch.cat` (`DynamicLayer` starts from `torch.tensor([])`).
+fn cat_skips(t: &Tensor) -> bool {
+    t.dim() == 1 && t.numel() == 0
+}
+
+/// A comparison kernel (`gt`, `le`, ...): TensorIterator output of dtype bool.
+fn compare(op: &'static str, inputs: &[&Tensor]) -> Result<Tensor> {
+    iter_output(op, inputs, DType::Bool, Category::Output)
+}
+
+impl Tensor {
+    /// `torch.cat(tensors, dim)`: one contiguous output (all inputs here
+    /// suggest the contiguous memory format), of the promoted dtype; 1-D
+    /// empty inputs are skipped (legacy behaviour). `CatBackward0` saves
+    /// only the inputs' sizes; its backward narrows the gradient (views).
+    pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
+        let Some(first) = tensors.iter().find(|t| !cat_skips(t)) else {
+            // every input is a 1-D empty tensor: the result is one too
+            let t = tensors
+                .first()
+                .ok_or_else(|| shape_err("cat", "expected a non-empty list of Tensors"))?;
+            let mut dt = t.dtype();
+            for x in &tensors[1..] {
+                dt = promote(dt, x.dtype());
+            }
+            return t
+                .rt()
+                .empty_op(&[0], dt, t.device(), "cat", Category::Output);
+        };
+        let d = first.wrap_dim(dim);
+        let mut shape = first.dims();
+        let mut total = 0i64;
+        let mut dtype = tensors[0].dtype();
+        for t in tensors {
+            dtype = promote(dtype, t.dtype());
+            if cat_skips(t) {
+                continue;
+            }
+            if t.dim() != first.dim() {
+                return Err(shape_err(
+                    "cat",
+                    format!(
+                        "tensors must have the same number of dimensions: got {:?} and {:?}",
+                        first.sizes(),
+                        t.sizes()
+                    ),
+                ));
+            }
+            for (i, (&a, &b)) in first.sizes().iter().zip(t.sizes()).enumerate() {
+                if i != d && a != b {
+                    return Err(shape_err(
+                        "cat",
+                        format!(
+                            "sizes of tensors must match except in dimension {d}: got {:?} and {:?}",
+                            first.sizes(),
+                            t.sizes()
+                        ),
+                    ));
+                }
+            }
+            if t.device() != first.device() {
+                return Err(EngineError::Mismatch {
+                    op: "cat",
+                    detail: format!(
+                        "expected all tensors on {}, got {}",
+                        first.device(),
+                        t.device()
+                    ),
+                });
+            }
+            total += t.sizes()[d];
+        }
+        shape.as_mut_slice()[d] = total;
+        let inputs: Vec<Option<&Tensor>> = tensors.iter().map(|t| Some(*t)).collect();
+        let pending = Pending::begin(first.rt(), &inputs);
+        let out = first
+            .rt()
+            .empty_op(&shape, dtype, first.device(), "cat", Category::Output)?;
+        if let Some(p) = pending {
+            let sizes = tensors.iter().map(|t| t.dims()).collect();
+            p.finish(Backward::Cat { dim: d, sizes }, &[&out]);
+        }
+        Ok(out)
+    }
+
+    /// Python slicing `t[..., start:end]` on `dim` (negative bounds count
+    /// from the end and are clamped, as `applySlicing`). A full slice
+    /// returns `self` itself (`applySlice`'s shortcut), anything else a
+    /// `slice` view (`SliceBackward0`).
+    pub fn slice(&self, dim: i64, start: Option<i64>, end: Option<i64>) -> Tensor {
+        let d = self.wrap_dim(dim);
+        let len = self.sizes()[d];
+        let wrap = |i: i64| -> i64 {
+            let i = if i < 0 { i + len } else { i };
+            i.clamp(0, len)
+        };
+        let s = start.map_or(0, wrap);
+        let e = end.map_or(len, wrap).max(s);
+        if s == 0 && e == len {
+            return self.clone();
+        }
+        self.narrow(d as i64, s, e - s)
+    }
+
+    /// `torch.ops.aten.alias(t)`: a view of the whole tensor; what
+    /// `t[:, 0:, :]` returns (`THPVariable_getitem` aliases a result that is
+    /// `self`). `AliasBackward0` passes the gradient through.
+    pub fn alias(&self) -> Tensor {
+        let out = self.alias_with(self.dims(), Dims::new(self.strides()), self.0.offset);
+        if let Some(p) = Pending::begin(self.rt(), &[Some(self)]) {
+            p.finish(Backward::Alias, &[&out]);
+        }
+        self.rt().count_op();
+        out
+    }
+
+    /// `a > b` (broadcast; bool output, not differentiable).
+    pub fn gt(&self, other: &Tensor) -> Result<Tensor> {
+        compare("gt", &[self, other])
+    }
+    /// `a >= b`
+    pub fn ge(&self, other: &Tensor) -> Result<Tensor> {
+        compare("ge", &[self, other])
+    }
+    /// `a < b`
+    pub fn lt(&self, other: &Tensor) -> Result<Tensor> {
+        compare("lt", &[self, other])
+    }
+    /// `a <= b`
+    pub fn le(&self, other: &Tensor) -> Result<Tensor> {
+        compare("le", &[self, other])
+    }
+    /// `a == b`
+    pub fn eq_tensor(&self, other: &Tensor) -> Result<Tensor> {
+        compare("eq", &[self, other])
+    }
+    /// `a != b`
+    pub fn ne_tensor(&self, other: &Tensor) -> Result<Tensor> {
+        compare("ne", &[self, other])
+    }
+    /// `a == s` for a Python number `s` (a CPU scalar: no device memory).
+    pub fn eq_scalar(&self, _s: Scalar) -> Result<Tensor> {
+        compare("eq", &[self])
+    }
+    /// `a != s`
+    pub fn ne_scalar(&self, _s: Scalar) -> Result<Tensor> {
+        compare("ne", &[self])
+    }
+    /// `a > s`
+    pub fn gt_scalar(&self, _s: Scalar) -> Result<Tensor> {
+        compare("gt", &[self])
+    }
+    /// `a >= s`
+    pub fn ge_scalar(&self, _s: Scalar) -> Result<Tensor> {
+        compare("ge", &[self])
+    }
+    /// `a < s`
+    pub fn lt_scalar(&self, _s: Scalar) -> Result<Tensor> {
+        compare("lt", &[self])
+    }
+    /// `a <= s`
+    pub fn le_scalar(&self, _s: Scalar) -> Result<Tensor> {
+        compare("le", &[self])
+    }
+
+    /// `a & b` (`bitwise_and`; for bool masks a bool output).
+    pub fn bitwise_and(&self, other: &Tensor) -> Result<Tensor> {
+        let dt = promote(self.dtype(), other.dtype());
+        iter_output("bitwise_and", &[self, other], dt, Category::Output)
+    }
+    /// `a | b` (`bitwise_or`).
+    pub fn bitwise_or(&self, other: &Tensor) -> Result<Tensor> {
+        let dt = promote(self.dtype(), other.dtype());
+        iter_output("bitwise_or", &[self, other], dt, Category::Output)
+    }
+    /// `~a` / `torch.logical_not(a)` on a bool mask.
+    pub fn logical_not(&self) -> Result<Tensor> {
+        iter_output("logical_not", &[self], DType::Bool, Category::Output)
+    }
+
+    /// `t.new_ones(sizes, dtype=)` / `new_zeros` / `new_full`: a fresh
+    /// contiguous tensor on `t`'s device.
+    pub fn new_full(&self, sizes: &[i64], dtype: DType) -> Result<Tensor> {
+        self.rt()
+            .empty_op(sizes, dtype, self.device(), "full", Category::Output)
+    }
+
+    /// `torch.where(condition, self, other)`: a TensorIterator output of the
+    /// broadcast shape and promoted dtype. `WhereBackward0` saves the condition.
+    pub fn where_(condition: &Tensor, input: &Tensor, other: &Tensor) -> Result<Tensor> {
+        let mut pending = Pending::begin(input.rt(), &[Some(input), Some(other)]);
+        let slot = pending.as_mut().map(|p| p.save(condition));
+        let dt = promote(input.dtype(), other.dtype());
+        let out = iter_output("where", &[condition, input, other], dt, Category::Output)?;
+        if let (Some(p), Some(condition)) = (pending, slot) {
+            p.finish(Backward::Where { condition }, &[&out]);
+        }
+        Ok(out)
+    }
+
+    /// `torch.where(condition, self, s)` for a Python number `s`
+    /// (`where.ScalarOther`). `WhereBackward1` saves the condition.
+    pub fn where_scalar(condition: &Tensor, input: &Tensor, _s: Scalar) -> Result<Tensor> {
+        let mut pending = Pending::begin(input.rt(), &[Some(input)]);
+        let slot = pending.as_mut().map(|p| p.save(condition));
+        let out = iter_output(
+            "where",
+            &[condition, input],
+            input.dtype(),
+            Category::Output,
+        )?;
+        if let (Some(p), Some(condition)) = (pending, slot) {
+            p.finish(Backward::Where { condition }, &[&out]);
+        }
+        Ok(out)
+    }
+
+    /// `t.cumsum(dim)`: one output, int64 for bool and integer inputs
+    /// (`cumsum` promotes them), else the input's dtype; the CUDA scan over
+    /// the innermost (or an outer) dimension needs no scratch. Not modelled
+    /// under autograd (an error if a gradient would be recorded).
+    pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
+        let _ = self.wrap_dim(dim);
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            return Err(EngineError::Unsupported {
+                what: "cumsum with autograd".into(),
+            });
+        }
+        let dt = if self.dtype().is_floating() {
+            self.dtype()
+        } else {
+            DType::I64
+        };
+        self.rt()
+            .empty_op(self.sizes(), dt, self.device(), "cumsum", Category::Output)
+    }
+
+    /// `t.all()`: a 0-dim bool (the reduction needs no scratch for the
+    /// masks the models build).
+    pub fn all(&self) -> Result<Tensor> {
+        self.rt()
+            .empty_op(&[], DType::Bool, self.device(), "all", Category::Output)
+    }
+
+    /// `F.pad(t, pad, value=v)` (`constant_pad_nd`): a fresh output of the
+    /// padded shape (`empty` + `fill_` + a copy into its interior), laid out
+    /// contiguously. `pad` is `(last_lo, last_hi, prev_lo, prev_hi, ...)`.
+    /// `ConstantPadNdBackward0` saves no tensor.
+    pub fn constant_pad(&self, pad: &[i64]) -> Result<Tensor> {
+        if !pad.len().is_multiple_of(2) || pad.len() / 2 > self.dim() {
+            return Err(shape_err(
+                "constant_pad_nd",
+                format!(
+                    "padding {pad:?} must have an even length of at most twice the dims of {:?}",
+                    self.sizes()
+                ),
+            ));
+        }
+        let mut shape = self.dims();
+        let n = self.dim();
+        for (i, lohi) in pad.chunks(2).enumerate() {
+            let d = n - 1 - i;
+            let s = shape[d] + lohi[0] + lohi[1];
+            if s < 0 {
+                return Err(shape_err(
+                    "constant_pad_nd",
+                    format!(
+                        "padding {pad:?} makes dimension {d} of {:?} negative",
+                        self.sizes()
+                    ),
+                ));
+            }
+            shape.as_mut_slice()[d] = s;
+        }
+        let pending = Pending::begin(self.rt(), &[Some(self)]);
+        let out = self.rt().empty_op(
+            &shape,
+            self.dtype(),
+            self.device(),
+            "constant_pad_nd",
+            Category::Output,
+        )?;
+        if let Some(p) = pending {
+            p.finish(Backward::ConstantPad { pad: pad.to_vec() }, &[&out]);
+        }
+        Ok(out)
+    }
+}
+
+/// `cat_tensors_backward`: each input's gradient is a narrow of the
+/// incoming one (a 1-D empty input gets `zeros({0})`, no memory).
+pub(crate) fn cat_backward(
+    grad: &Tensor,
+    dim: usize,
+    sizes: &[Dims],
+    needs: impl Fn(usize) -> bool,
+) -> Result<Vec<Option<Tensor>>> {
+    let mut out = vec![None; sizes.len()];
+    let mut offset = 0i64;
+    for (i, s) in sizes.iter().enumerate() {
+        if s.len() == 1 && s[0] == 0 {
+            if needs(i) {
+                out[i] = Some(grad.rt().empty_op(
+                    &[0],
+                    grad.dtype(),
+                    grad.device(),
+                    "zeros",
+                    Category::Gradient,
+                )?);
+            }
+            continue;
+        }
+        let n = s[dim];
+        if needs(i) {
+            out[i] = Some(grad.narrow(dim as i64, offset, n));
+        }
+        offset += n;
+    }
+    Ok(out)
+}
+
+/// `where(condition, grad, 0)` / `where(condition, 0, grad)`: one output of
+/// the broadcast shape in the gradient's dtype.
+pub(crate) fn where_backward(grad: &Tensor, condition: &Tensor) -> Result<Tensor> {
+    iter_output(
+        "where",
+        &[condition, grad],
+        grad.dtype(),
+        Category::Gradient,
+    )
+}
+
+/// `constant_pad_nd_backward(grad, pad)` = `constant_pad_nd(grad, -pad)`:
+/// all pads non-positive, so a narrowed clone of the gradient.
+pub(crate) fn constant_pad_backward(grad: &Tensor, pad: &[i64]) -> Result<Tensor> {
+    let mut shape = grad.dims();
+    let n = grad.dim();
+    for (i, lohi) in pad.chunks(2).enumerate() {
+        let d = n - 1 - i;
+        shape.as_mut_slice()[d] -= lohi[0] + lohi[1];
+    }
+    grad.rt().empty_op(
+        &shape,
+        grad.dtype(),
+        grad.device(),
+        "constant_pad_nd",
+        Category::Gradient,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Runtime};
+
+    #[test]
+    fn cat_skips_legacy_empty_and_copies_the_rest() {
+        let rt = Runtime::default();
+        let empty = rt.empty(&[0], DType::BF16, Device::Cuda).unwrap();
+        let k = rt
+            .empty(&[4, 2, 512, 64], DType::BF16, Device::Cuda)
+            .unwrap();
+        k.requires_grad_(true).unwrap();
+        let before = rt.memory_allocated();
+        let c = crate::Tensor::cat(&[&empty, &k], -2).unwrap();
+        assert_eq!(c.sizes(), &[4, 2, 512, 64]);
+        assert!(!c.shares_storage(&k), "cat always copies");
+        // 4*2*512*64*2 = 524288 bytes, the DynamicLayer's first update
+        assert_eq!(rt.memory_allocated() - before, 524_288);
+        let n = c.grad_fn().unwrap();
+        assert_eq!((n.name(), n.num_saved()), ("CatBackward0", 0));
+    }
+
+    #[test]
+    fn cat_of_a_transposed_view_is_contiguous() {
+        let rt = Runtime::default();
+        let f = rt.empty(&[1, 32, 512], DType::F32, Device::Cuda).unwrap();
+        let ft = f.transpose(1, 2);
+        let e = crate::Tensor::cat(&[&ft, &ft], -1).unwrap();
+        assert_eq!(e.sizes(), &[1, 512, 64]);
+        assert!(e.is_contiguous());
+        assert_eq!(e.storage_nbytes(), 131_072);
+    }
+
+    #[test]
+    fn comparisons_make_bool_masks_of_the_broadcast_shape() {
+        let rt = Runtime::default();
+        let q = rt.arange(512, DType::I64, Device::Cuda).unwrap();
+        let kv = rt.arange(512, DType::I64, Device::Cuda).unwrap();
+        let qi = q.unsqueeze(0).unsqueeze(0).unsqueeze(-1);
+        let ki = kv.unsqueeze(0).unsqueeze(0).unsqueeze(0);
+        let m = ki.le(&qi).unwrap();
+        assert_eq!(
+            (m.sizes(), m.dtype()),
+            (&[1i64, 1, 512, 512][..], DType::Bool)
+        );
+        assert_eq!(m.storage_nbytes(), 262_144);
+        assert_eq!(q.storage_nbytes(), 4096);
+    }
+
+    #[test]
+    fn full_slices_are_the_tensor_itself() {
+        let rt = Runtime::default();
+        let x = rt.empty(&[4, 8, 16], DType::F32, Device::Cuda).unwrap();
+        assert!(x.slice(1, Some(0), None).same(&x));
+        assert!(x.slice(1, Some(-4095), None).same(&x));
+        let h = x.slice(-1, None, Some(8));
+        assert_eq!(h.sizes(), &[4, 8, 8]);
+        assert!(h.shares_storage(&x) && !h.same(&x));
+        let t = x.slice(-1, Some(8), None);
+        assert_eq!(t.sizes(), &[4, 8, 8]);
+    }
+
+    #[test]
+    fn pad_allocates_the_padded_shape() {
+        let rt = Runtime::default();
+        let l = rt.empty(&[4, 512], DType::I64, Device::Cuda).unwrap();
+        let p = l.constant_pad(&[0, 1]).unwrap();
+        assert_eq!(p.sizes(), &[4, 513]);
+        assert_eq!(p.storage_nbytes(), 16_416);
+        assert!(l.constant_pad(&[0, 1, 0, 1, 0, 1]).is_err());
+    }
+}
