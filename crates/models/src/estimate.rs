@@ -1,0 +1,414 @@
+//! Run a [`Workload`] on the eager twin, phase by phase, and gather what
+//! `vramscope estimate` reports: each phase's figures as
+//! `torch.cuda.reset_peak_memory_stats()` at its start would show them, the
+//! overall peaks, what is live at the peak (by category and module), and
+//! an out-of-memory as PyTorch would raise it.
+
+use std::collections::BTreeMap;
+
+use vramscope_alloc::AllocatorConfig;
+use vramscope_engine::optim::{Adam, Sgd};
+use vramscope_engine::{
+    AllocRecord, Category, DType, Device, DeviceProfile, EngineError, EventLog, Runtime,
+    RuntimeConfig, Tensor,
+};
+
+use crate::config::HfConfig;
+use crate::error::{ModelError, Result};
+use crate::families::{self, HfModel, Inputs};
+use crate::workload::{Mode, OptimizerKind, Task, Workload};
+
+/// How to run an estimate.
+#[derive(Debug, Clone)]
+pub struct EstimateOptions {
+    /// the GPU and library constants
+    pub profile: DeviceProfile,
+    /// `PYTORCH_CUDA_ALLOC_CONF`
+    pub allocator: AllocatorConfig,
+    /// `torch.cuda.set_per_process_memory_fraction(F)`
+    pub memory_fraction: Option<f64>,
+    /// simulate a GPU without a capacity limit (the figures of a run that
+    /// would not fit, instead of its out-of-memory)
+    pub unlimited: bool,
+}
+
+impl Default for EstimateOptions {
+    fn default() -> Self {
+        EstimateOptions {
+            profile: DeviceProfile::h100_torch_2_11(),
+            allocator: AllocatorConfig::default(),
+            memory_fraction: None,
+            unlimited: false,
+        }
+    }
+}
+
+/// One phase's figures (bytes), as `torch.cuda.memory_stats()` shows them at
+/// its end after `reset_peak_memory_stats()` at its start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseFigures {
+    /// `load`, `forward0`, `backward0`, `step0`, `zero_grad0`, ...
+    pub name: String,
+    /// `memory_allocated()` at the end
+    pub allocated_bytes: i64,
+    /// `max_memory_allocated()` within the phase
+    pub peak_allocated_bytes: i64,
+    /// `memory_reserved()` at the end
+    pub reserved_bytes: i64,
+    /// `max_memory_reserved()` within the phase
+    pub peak_reserved_bytes: i64,
+    /// `requested_bytes.all.current` at the end
+    pub requested_bytes: i64,
+}
+
+/// An out-of-memory, as PyTorch would raise it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Oom {
+    /// the phase it happened in
+    pub phase: String,
+    /// the ATen op that asked
+    pub op: String,
+    /// the module path that was running
+    pub module: String,
+    /// the bytes it asked for
+    pub bytes: u64,
+    /// the allocator's message (`CUDA out of memory. Tried to allocate ...`)
+    pub message: String,
+}
+
+/// What an estimate found.
+#[derive(Debug, Clone)]
+pub struct Estimate {
+    /// every phase that ran (up to the out-of-memory, if any)
+    pub phases: Vec<PhaseFigures>,
+    /// the highest `memory_allocated()` of the run
+    pub peak_allocated_bytes: i64,
+    /// the highest `memory_reserved()` of the run
+    pub peak_reserved_bytes: i64,
+    /// the phase in which `memory_allocated()` peaked
+    pub peak_phase: String,
+    /// what is live at that peak, by category (bytes requested)
+    pub breakdown_at_peak: Vec<(Category, u64)>,
+    /// what is live at that peak, by module path (`""`: top level)
+    pub by_module_at_peak: Vec<(String, u64)>,
+    /// the allocations live at the peak, oldest first
+    pub live_at_peak: Vec<AllocRecord>,
+    /// number of parameters (a tied weight once)
+    pub parameter_count: u64,
+    /// bytes of parameters on the device
+    pub parameter_bytes: u64,
+    /// the out-of-memory that stopped the run
+    pub oom: Option<Oom>,
+    /// simulated ops (for speed figures)
+    pub ops_simulated: u64,
+    /// every allocation, free and change of role, in order (the predicted
+    /// trace behind the timeline, the HTML report and `--snapshot`)
+    pub events: EventLog,
+}
+
+enum Optimizer {
+    Adam(Adam),
+    Sgd(Sgd),
+}
+
+impl Optimizer {
+    fn step(&mut self) -> vramscope_engine::Result<()> {
+        match self {
+            Optimizer::Adam(o) => o.step(),
+            Optimizer::Sgd(o) => o.step(),
+        }
+    }
+    fn zero_grad(&self) {
+        match self {
+            Optimizer::Adam(o) => o.zero_grad(),
+            Optimizer::Sgd(o) => o.zero_grad(),
+        }
+    }
+}
+
+/// Run `workload` for `config` on the twin.
+///
+/// An out-of-memory is not an error: the estimate stops there and says so
+/// in [`Estimate::oom`]. Errors are for configs and workloads that cannot be
+/// modelled.
+pub fn estimate(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Estimate> {
+    check(config, workload)?;
+    let mut profile = options.profile.clone();
+    if options.unlimited {
+        profile.total_memory = u64::MAX / 4;
+        profile.usable_memory = u64::MAX / 4;
+    }
+    let rt = Runtime::new(RuntimeConfig {
+        profile,
+        allocator: options.allocator.clone(),
+    });
+    if let Some(f) = options.memory_fraction {
+        rt.set_memory_fraction(f)?;
+    }
+    rt.start_event_log();
+    let mut run = Run {
+        rt: rt.clone(),
+        phases: Vec::new(),
+        current: String::new(),
+    };
+    let mut params = (0u64, 0u64);
+    let outcome = drive(config, workload, &mut run, &mut params);
+    let oom = match outcome {
+        Ok(()) => None,
+        Err(ModelError::Engine(EngineError::OutOfMemory { op, bytes, detail })) => {
+            run.end_phase();
+            Some(Oom {
+                phase: run.current.clone(),
+                op: op.to_string(),
+                module: rt.last_oom_module().unwrap_or_default(),
+                bytes,
+                message: detail,
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let log = rt.take_event_log().unwrap_or_default();
+    let live = log.live_at_peak();
+    let mut by_cat: BTreeMap<String, (Category, u64)> = BTreeMap::new();
+    let mut by_mod: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &live {
+        by_cat
+            .entry(r.category.to_string())
+            .or_insert((r.category, 0))
+            .1 += r.bytes;
+        *by_mod.entry(r.module.clone()).or_default() += r.bytes;
+    }
+    let mut breakdown: Vec<(Category, u64)> = by_cat.into_values().collect();
+    breakdown.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let mut by_module: Vec<(String, u64)> = by_mod.into_iter().collect();
+    by_module.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let peak_allocated = run
+        .phases
+        .iter()
+        .map(|p| p.peak_allocated_bytes)
+        .max()
+        .unwrap_or(0);
+    let peak_reserved = run
+        .phases
+        .iter()
+        .map(|p| p.peak_reserved_bytes)
+        .max()
+        .unwrap_or(0);
+    let peak_phase = run
+        .phases
+        .iter()
+        .find(|p| p.peak_allocated_bytes == peak_allocated)
+        .map(|p| p.name.clone())
+        .unwrap_or_default();
+    Ok(Estimate {
+        phases: run.phases,
+        peak_allocated_bytes: peak_allocated,
+        peak_reserved_bytes: peak_reserved,
+        peak_phase,
+        breakdown_at_peak: breakdown,
+        by_module_at_peak: by_module,
+        live_at_peak: live,
+        parameter_count: params.0,
+        parameter_bytes: params.1,
+        oom,
+        ops_simulated: rt.ops_simulated(),
+        events: log,
+    })
+}
+
+/// Workload options that no family can honour.
+fn check(config: &HfConfig, w: &Workload) -> Result<()> {
+    if w.batch <= 0 {
+        return Err(ModelError::Unsupported(format!("batch {}", w.batch)));
+    }
+    if w.task != Task::Image && w.seq <= 0 {
+        return Err(ModelError::Unsupported(format!(
+            "sequence length {}",
+            w.seq
+        )));
+    }
+    if !matches!(w.weights, DType::F32 | DType::BF16 | DType::F16) {
+        return Err(ModelError::Unsupported(format!("weights {:?}", w.weights)));
+    }
+    if let Some(a) = w.autocast {
+        if !matches!(a, DType::BF16 | DType::F16) {
+            return Err(ModelError::Unsupported(format!("autocast to {a:?}")));
+        }
+    }
+    if w.steps == 0 {
+        return Err(ModelError::Unsupported("0 steps".into()));
+    }
+    let _ = config;
+    Ok(())
+}
+
+struct Run {
+    rt: Runtime,
+    phases: Vec<PhaseFigures>,
+    current: String,
+}
+
+impl Run {
+    fn begin(&mut self, name: String) {
+        self.rt.reset_peak_memory_stats();
+        self.current = name;
+    }
+    fn end_phase(&mut self) {
+        let f = self.rt.figures();
+        self.phases.push(PhaseFigures {
+            name: self.current.clone(),
+            allocated_bytes: f.allocated,
+            peak_allocated_bytes: f.peak,
+            reserved_bytes: f.reserved,
+            peak_reserved_bytes: f.peak_reserved,
+            requested_bytes: f.requested,
+        });
+    }
+}
+
+fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)) -> Result<()> {
+    let rt = run.rt.clone();
+    run.begin("load".into());
+    let mut model: Box<dyn HfModel> = families::build(&rt, config, w.task, w.weights)?;
+    model.cuda()?;
+    let ps = model.parameters();
+    *params = (
+        ps.iter().map(|p| p.numel() as u64).sum(),
+        ps.iter().map(|p| p.nbytes()).sum(),
+    );
+    let mut opt = match w.optimizer {
+        OptimizerKind::AdamW => Optimizer::Adam(Adam::adamw(ps)),
+        OptimizerKind::Adam => Optimizer::Adam(Adam::adam(ps)),
+        OptimizerKind::Sgd => Optimizer::Sgd(Sgd::new(ps, w.momentum, 0.0)),
+    };
+    let inputs = make_inputs(&rt, config, w)?;
+    run.end_phase();
+    match w.mode {
+        Mode::Train => {
+            if let Some(which) = &w.checkpointing {
+                model.enable_gradient_checkpointing(which)?;
+            }
+            model.set_training(true);
+            for i in 0..w.steps {
+                let accumulation = w.accumulation.max(1);
+                for m in 0..accumulation {
+                    let sub = if accumulation > 1 {
+                        format!(".{m}")
+                    } else {
+                        String::new()
+                    };
+                    run.begin(format!("forward{i}{sub}"));
+                    let loss = forward(&rt, model.as_ref(), &inputs, w.autocast)?;
+                    let Some(loss) = loss else {
+                        return Err(ModelError::Unsupported("the model returned no loss".into()));
+                    };
+                    run.end_phase();
+                    run.begin(format!("backward{i}{sub}"));
+                    loss.backward()?;
+                    drop(loss);
+                    run.end_phase();
+                }
+                run.begin(format!("step{i}"));
+                opt.step()?;
+                run.end_phase();
+                run.begin(format!("zero_grad{i}"));
+                opt.zero_grad();
+                run.end_phase();
+            }
+        }
+        Mode::Infer => {
+            model.set_training(false);
+            let no_labels = Inputs {
+                labels: None,
+                ..inputs.clone()
+            };
+            for i in 0..w.steps {
+                run.begin(format!("forward{i}"));
+                rt.no_grad(|| -> Result<()> {
+                    let out = with_autocast(&rt, w.autocast, || model.forward(&no_labels))?;
+                    let logits = out.logits;
+                    drop(out.retained);
+                    drop(out.loss);
+                    drop(logits);
+                    Ok(())
+                })?;
+                run.end_phase();
+            }
+        }
+    }
+    drop(opt);
+    Ok(())
+}
+
+/// `loss = model(**inputs, labels=labels).loss`: the output object is a
+/// temporary, so everything but the loss is released when the statement ends.
+fn forward(
+    rt: &Runtime,
+    model: &dyn HfModel,
+    inputs: &Inputs,
+    autocast: Option<DType>,
+) -> Result<Option<Tensor>> {
+    with_autocast(rt, autocast, || {
+        let out = model.forward(inputs)?;
+        let loss = out.loss;
+        drop(out.logits);
+        drop(out.retained);
+        Ok(loss)
+    })
+}
+
+fn with_autocast<T>(
+    rt: &Runtime,
+    autocast: Option<DType>,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    match autocast {
+        None => f(),
+        // `with torch.autocast("cuda", dtype=...)`: leaving the region
+        // clears the cast cache (the weight copies not saved for backward)
+        Some(dtype) => {
+            let mut out = None;
+            rt.autocast(dtype, || {
+                out = Some(f());
+                Ok(())
+            })?;
+            out.unwrap_or_else(|| {
+                Err(ModelError::Unsupported(
+                    "autocast region did not run".into(),
+                ))
+            })
+        }
+    }
+}
+
+/// The inputs, created on the GPU at the end of `load`.
+fn make_inputs(rt: &Runtime, config: &HfConfig, w: &Workload) -> Result<Inputs> {
+    rt.with_category(Category::Input, || -> Result<Inputs> {
+        if w.task == Task::Image {
+            // pixel_values = torch.randn(b, num_channels, size, size, dtype=W, device="cuda")
+            let size = config.size("image_size", 224)?;
+            let ch = config.size("num_channels", 3)?;
+            let px = rt.randn(&[w.batch, ch, size, size], w.weights, Device::Cuda)?;
+            // labels = torch.randint(0, num_labels, (b,), device="cuda")
+            let labels = rt.empty(&[w.batch], DType::I64, Device::Cuda)?;
+            Ok(Inputs {
+                input_ids: None,
+                pixel_values: Some(px),
+                labels: Some(labels),
+            })
+        } else {
+            // input_ids = torch.randint(0, vocab, (b, s), device="cuda"); labels = input_ids.clone()
+            let ids = rt.empty(&[w.batch, w.seq], DType::I64, Device::Cuda)?;
+            let labels = ids.clone_tensor()?;
+            Ok(Inputs {
+                input_ids: Some(ids),
+                pixel_values: None,
+                labels: Some(labels),
+            })
+        }
+    })
+}

@@ -1,0 +1,1103 @@
+//! The building blocks the decoder families share (llama, mistral, qwen2,
+//! qwen3, and phi3 / gemma2 where they match), each written op by op as
+//! transformers 5.17 writes it, with CPython's lifetimes: a temporary dies
+//! at the end of its statement, a rebound name frees its old value, locals
+//! die at function return (in `co_varnames` order: arguments first, then
+//! locals in order of first assignment).
+//!
+//! | block | transformers source | allocations (CUDA) |
+//! | --- | --- | --- |
+//! | [`RmsNorm`] | `LlamaRMSNorm.forward` | fp32 copy (if not fp32), `pow`, `mean`, `+eps`, `rsqrt`, `*`, cast back, `weight *` |
+//! | [`RotaryEmbedding`] | `LlamaRotaryEmbedding` (`default`, `linear`, `llama3`, `yarn`) | `position_ids.float()`, `bmm` (+ cuBLAS workspace), `cat`, `cos`, `sin`, `* scaling`, casts |
+//! | [`apply_rotary_pos_emb`] | `apply_rotary_pos_emb`, `rotate_half` | `q*cos`, `-x2`, `cat`, `*sin`, `+` (same for k) |
+//! | [`repeat_kv`], [`sdpa_attention_forward`] | `integrations/sdpa_attention.py` | `expand().reshape()` copies only when GQA cannot go to SDPA |
+//! | [`create_causal_mask`], [`create_sliding_window_causal_mask`] | `masking_utils.py` (`sdpa_mask`) | `None` (SDPA's `is_causal`) or a bool `(1,1,q,kv)` mask expanded to `(b,1,q,kv)` |
+//! | [`DynamicCache`] | `cache_utils.DynamicCache` / `DynamicLayer` / `DynamicSlidingWindowLayer` | `cat([empty, k])` copies (k and v), 8 bytes for a sliding layer's window |
+//! | [`for_causal_lm_loss`] | `loss_utils.ForCausalLMLoss` | `float()`, `pad`, `contiguous`, `log_softmax`, `nll_loss` |
+//!
+//! Parameters are created on the CPU in the weight dtype (`from_config(dtype=W)`
+//! sets the default dtype while the modules are built), buffers as the code
+//! registers them (the rotary `inv_freq` is float32 whatever the weights),
+//! and [`to_cuda`] moves one of them as `Module._apply(lambda t: t.cuda())`
+//! does (a tied weight already on the device is not copied again).
+
+use vramscope_engine::checkpoint::checkpoint;
+use vramscope_engine::{AutocastConfig, Category, DType, Device, Runtime, SdpaArgs, Tensor};
+
+use crate::config::HfConfig;
+use crate::error::{ModelError, Result};
+
+// ---- parameters, buffers, moving to the device ------------------------------------
+
+/// `nn.Parameter(torch.empty(shape))` built under `from_config(dtype=W)`:
+/// on the CPU, in `dtype`, requiring grad.
+pub(crate) fn parameter(rt: &Runtime, shape: &[i64], dtype: DType) -> Result<Tensor> {
+    Ok(vramscope_engine::nn::parameter(rt, shape, dtype)?)
+}
+
+/// A CPU buffer (`nn.Buffer(t)` / `register_buffer`), not requiring grad.
+pub(crate) fn cpu_buffer(rt: &Runtime, shape: &[i64], dtype: DType) -> Result<Tensor> {
+    Ok(rt.empty(shape, dtype, Device::Cpu)?)
+}
+
+/// `Module._apply(lambda t: t.cuda())` for one parameter (or buffer, with
+/// `Category::Buffer`): a copy on the device (`param.data = fn(param)`,
+/// under `no_grad`) that keeps `requires_grad`; a tensor already on the
+/// device (a tied weight moved through its first owner) is left alone.
+pub(crate) fn to_cuda(t: &mut Tensor, category: Category) -> Result<()> {
+    if t.device() == Device::Cuda {
+        return Ok(());
+    }
+    let rt = t.runtime().clone();
+    let out = rt.with_category(category, || rt.no_grad(|| t.to_device(Device::Cuda)))?;
+    if t.requires_grad() {
+        out.requires_grad_(true)?;
+    }
+    *t = out;
+    Ok(())
+}
+
+// ---- nn.Linear / nn.Embedding -------------------------------------------------------
+
+/// `nn.Linear(in, out, bias)`: `F.linear(x, weight, bias)`.
+#[derive(Clone)]
+pub(crate) struct Linear {
+    /// `(out, in)`
+    pub(crate) weight: Tensor,
+    /// `(out,)`
+    pub(crate) bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// Built on the CPU in `dtype`.
+    pub(crate) fn new(rt: &Runtime, inp: i64, out: i64, bias: bool, dtype: DType) -> Result<Self> {
+        Ok(Linear {
+            weight: parameter(rt, &[out, inp], dtype)?,
+            bias: if bias {
+                Some(parameter(rt, &[out], dtype)?)
+            } else {
+                None
+            },
+        })
+    }
+    /// `self(x)`, attributed to module `name`.
+    pub(crate) fn forward(&self, name: &str, x: &Tensor) -> Result<Tensor> {
+        let rt = x.runtime().clone();
+        Ok(rt.in_module(name, || x.linear(&self.weight, self.bias.as_ref()))?)
+    }
+    /// `_apply`: weight, then bias.
+    pub(crate) fn cuda(&mut self) -> Result<()> {
+        to_cuda(&mut self.weight, Category::Parameter)?;
+        if let Some(b) = &mut self.bias {
+            to_cuda(b, Category::Parameter)?;
+        }
+        Ok(())
+    }
+    /// `parameters()`: weight, then bias.
+    pub(crate) fn params(&self, out: &mut Vec<Tensor>) {
+        out.push(self.weight.clone());
+        out.extend(self.bias.clone());
+    }
+}
+
+/// `nn.Embedding(num, dim, padding_idx)`: `F.embedding(ids, weight)` (the
+/// padding index changes no memory).
+#[derive(Clone)]
+pub(crate) struct Embedding {
+    /// `(num, dim)`
+    pub(crate) weight: Tensor,
+}
+
+impl Embedding {
+    /// Built on the CPU in `dtype`.
+    pub(crate) fn new(rt: &Runtime, num: i64, dim: i64, dtype: DType) -> Result<Self> {
+        Ok(Embedding {
+            weight: parameter(rt, &[num, dim], dtype)?,
+        })
+    }
+    /// `self(ids)`, attributed to module `name`.
+    pub(crate) fn forward(&self, name: &str, ids: &Tensor) -> Result<Tensor> {
+        let rt = ids.runtime().clone();
+        Ok(rt.in_module(name, || Tensor::embedding(&self.weight, ids))?)
+    }
+}
+
+// ---- LlamaRMSNorm -------------------------------------------------------------------
+
+/// `LlamaRMSNorm(hidden, eps)` (also Mistral/Qwen2/Qwen3/Phi3 RMSNorm):
+///
+/// ```python
+/// input_dtype = hidden_states.dtype
+/// hidden_states = hidden_states.to(torch.float32)          # a copy unless fp32
+/// variance = hidden_states.pow(2).mean(-1, keepdim=True)   # pow dies after mean
+/// hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+/// return self.weight * hidden_states.to(input_dtype)
+/// ```
+///
+/// In training, `PowBackward0` and `MulBackward0` save the fp32 input,
+/// `RsqrtBackward0` its result, the last `MulBackward0` the cast-back
+/// normalised states (and the weight); at return `hidden_states`, then
+/// `variance`, are released.
+#[derive(Clone)]
+pub(crate) struct RmsNorm {
+    /// `(hidden,)`, `torch.ones` in the weight dtype
+    pub(crate) weight: Tensor,
+    /// `variance_epsilon` (changes no memory)
+    pub(crate) eps: f64,
+}
+
+impl RmsNorm {
+    /// Built on the CPU in `dtype`.
+    pub(crate) fn new(rt: &Runtime, hidden: i64, eps: f64, dtype: DType) -> Result<Self> {
+        Ok(RmsNorm {
+            weight: parameter(rt, &[hidden], dtype)?,
+            eps,
+        })
+    }
+
+    /// `self(x)`, attributed to module `name`.
+    pub(crate) fn forward(&self, name: &str, x: &Tensor) -> Result<Tensor> {
+        let rt = x.runtime().clone();
+        rt.in_module(name, || self.forward_inner(x))
+    }
+
+    fn forward_inner(&self, x: &Tensor) -> Result<Tensor> {
+        let input_dtype = x.dtype();
+        let mut hidden = x.to_dtype(DType::F32)?;
+        let variance = {
+            let p = hidden.pow_scalar(2.0)?;
+            p.mean_dims(&[-1], true)?
+        };
+        let normed = {
+            let a = variance.add_scalar(self.eps)?;
+            let r = a.rsqrt()?;
+            drop(a);
+            hidden.mul(&r)?
+            // `r` dies after the product, then the old `hidden` at the rebinding
+        };
+        hidden = normed;
+        let out = {
+            let c = hidden.to_dtype(input_dtype)?;
+            self.weight.mul(&c)?
+        };
+        drop(hidden);
+        drop(variance);
+        Ok(out)
+    }
+}
+
+// ---- rotary embedding ---------------------------------------------------------------
+
+/// The `rope_type`s whose memory is that of the default RoPE: their
+/// `inv_freq` is computed once on the CPU at init (same length), and their
+/// forward is the default one (only `dynamic` and `longrope` recompute
+/// `inv_freq` in `dynamic_rope_update`; those are refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopeType {
+    /// `compute_default_rope_parameters`
+    Default,
+    /// `_compute_linear_scaling_rope_parameters`
+    Linear,
+    /// `_compute_llama3_parameters`
+    Llama3,
+    /// `_compute_yarn_parameters` (its `attention_factor` scales cos/sin:
+    /// the same allocations)
+    Yarn,
+}
+
+/// Read the RoPE type from `rope_parameters` (transformers 5) or the legacy
+/// `rope_scaling` (`rope_type` or `type`); absent means `default`.
+pub(crate) fn rope_type(config: &HfConfig) -> Result<RopeType> {
+    let from = |key: &str| -> Result<Option<String>> {
+        let Some(v) = config.get(key) else {
+            return Ok(None);
+        };
+        let obj = v.as_object().ok_or_else(|| ModelError::Field {
+            field: key.into(),
+            detail: format!("expected an object, found {v}"),
+        })?;
+        let t = obj.get("rope_type").or_else(|| obj.get("type"));
+        match t {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(ModelError::Field {
+                field: format!("{key}.rope_type"),
+                detail: format!("expected a string, found {other}"),
+            }),
+        }
+    };
+    let t = match from("rope_parameters")? {
+        Some(t) => Some(t),
+        None => from("rope_scaling")?,
+    };
+    match t.as_deref() {
+        None | Some("default") => Ok(RopeType::Default),
+        Some("linear") => Ok(RopeType::Linear),
+        Some("llama3") => Ok(RopeType::Llama3),
+        Some("yarn") => Ok(RopeType::Yarn),
+        Some(other) => Err(ModelError::Unsupported(format!(
+            "rope_type `{other}` (only default, linear, llama3 and yarn RoPE are modelled: \
+             dynamic and longrope recompute inv_freq during the forward)"
+        ))),
+    }
+}
+
+/// `LlamaRotaryEmbedding` (identical in Mistral/Qwen2/Qwen3): the float32
+/// buffers `inv_freq` and `original_inv_freq` (`ceil(dim/2)` elements,
+/// `torch.arange(0, dim, 2, dtype=torch.float)` whatever the weight dtype),
+/// and a forward under `torch.no_grad()`:
+///
+/// ```python
+/// inv_freq_expanded = self.inv_freq[None, :, None].expand(b, -1, 1).to(float, device)  # views
+/// position_ids_expanded = position_ids[:, None, :].float()                            # (b,1,s) f32
+/// with maybe_autocast(device_type, enabled=False):   # autocast off inside, if it was on
+///     freqs = (inv_freq_expanded @ position_ids_expanded).transpose(1, 2)             # bmm (b,d/2,s)
+///     emb = torch.cat((freqs, freqs), dim=-1)                                         # (b,s,d) f32
+///     cos = emb.cos() * self.attention_scaling                                        # cos() dies
+///     sin = emb.sin() * self.attention_scaling
+/// return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)    # copies unless x is f32
+/// # locals die: position_ids_expanded, freqs, emb, cos, sin
+/// ```
+#[derive(Clone)]
+pub(crate) struct RotaryEmbedding {
+    /// `inv_freq` (`(ceil(dim/2),)` float32)
+    pub(crate) inv_freq: Tensor,
+    /// `original_inv_freq` (a clone)
+    pub(crate) original_inv_freq: Tensor,
+}
+
+impl RotaryEmbedding {
+    /// The module for rotary dimension `dim` (`head_dim`, or
+    /// `head_dim * partial_rotary_factor`), buffers on the CPU.
+    pub(crate) fn new(rt: &Runtime, dim: i64, _kind: RopeType) -> Result<Self> {
+        let n = (dim + 1) / 2;
+        Ok(RotaryEmbedding {
+            inv_freq: cpu_buffer(rt, &[n], DType::F32)?,
+            original_inv_freq: cpu_buffer(rt, &[n], DType::F32)?,
+        })
+    }
+
+    /// `_apply`: the buffers in registration order.
+    pub(crate) fn cuda(&mut self) -> Result<()> {
+        to_cuda(&mut self.inv_freq, Category::Buffer)?;
+        to_cuda(&mut self.original_inv_freq, Category::Buffer)
+    }
+
+    /// `self(x, position_ids)` → `(cos, sin)` in `x`'s dtype, attributed to
+    /// module `name`.
+    pub(crate) fn forward(
+        &self,
+        name: &str,
+        x: &Tensor,
+        position_ids: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let rt = x.runtime().clone();
+        rt.in_module(name, || rt.no_grad(|| self.forward_inner(x, position_ids)))
+    }
+
+    fn forward_inner(&self, x: &Tensor, position_ids: &Tensor) -> Result<(Tensor, Tensor)> {
+        let rt = x.runtime().clone();
+        let b = position_ids.size(0);
+        let inv_freq_expanded = self
+            .inv_freq
+            .unsqueeze(0)
+            .unsqueeze(-1)
+            .expand(&[b, -1, 1])?
+            .to_dtype(DType::F32)?;
+        let position_ids_expanded = position_ids.unsqueeze(1).to_dtype(DType::F32)?;
+        let (freqs, emb, cos, sin) = autocast_disabled(&rt, || {
+            let freqs = inv_freq_expanded
+                .matmul(&position_ids_expanded)?
+                .transpose(1, 2);
+            let emb = Tensor::cat(&[&freqs, &freqs], -1)?;
+            // `emb.cos() * self.attention_scaling`: the scaling is a Python
+            // float, so the product is a new tensor even when it is 1.0
+            let cos = emb.cos()?.mul_scalar(1.0)?;
+            let sin = emb.sin()?.mul_scalar(1.0)?;
+            Ok((freqs, emb, cos, sin))
+        })?;
+        let out_cos = cos.to_dtype(x.dtype())?;
+        let out_sin = sin.to_dtype(x.dtype())?;
+        drop(inv_freq_expanded);
+        drop(position_ids_expanded);
+        drop(freqs);
+        drop(emb);
+        drop(cos);
+        drop(sin);
+        Ok((out_cos, out_sin))
+    }
+}
+
+/// `with maybe_autocast(device_type, enabled=False):` — a nested
+/// `torch.autocast(enabled=False)` region when autocast is on (so the
+/// matmul runs in float32), nothing otherwise.
+pub(crate) fn autocast_disabled<T>(rt: &Runtime, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    if rt.is_autocast_enabled() {
+        let mut out = None;
+        rt.autocast_with(AutocastConfig::disabled(), || {
+            out = Some(f());
+            Ok::<(), vramscope_engine::EngineError>(())
+        })?;
+        out.unwrap_or_else(|| Err(ModelError::Unsupported("autocast region".into())))
+    } else {
+        f()
+    }
+}
+
+/// `rotate_half(x)`: `torch.cat((-x2, x1), dim=-1)` of the two halves (slice
+/// views); `-x2` dies with the call.
+pub(crate) fn rotate_half(x: &Tensor) -> Result<Tensor> {
+    let h = x.size(-1) / 2;
+    let x1 = x.slice(-1, None, Some(h));
+    let x2 = x.slice(-1, Some(h), None);
+    let n = x2.neg()?;
+    let out = Tensor::cat(&[&n, &x1], -1)?;
+    drop(n);
+    Ok(out)
+}
+
+/// `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`:
+///
+/// ```python
+/// cos = cos.unsqueeze(unsqueeze_dim); sin = sin.unsqueeze(unsqueeze_dim)
+/// q_embed = (q * cos) + (rotate_half(q) * sin)
+/// k_embed = (k * cos) + (rotate_half(k) * sin)
+/// ```
+///
+/// Each line: `q*cos`, `rotate_half(q)` (which dies after `* sin`), the
+/// sum; then the two products die, left operand first.
+pub(crate) fn apply_rotary_pos_emb(
+    q: &Tensor,
+    k: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let cos = cos.unsqueeze(1);
+    let sin = sin.unsqueeze(1);
+    let embed = |x: &Tensor| -> Result<Tensor> {
+        let a = x.mul(&cos)?;
+        let b = {
+            let r = rotate_half(x)?;
+            r.mul(&sin)?
+        };
+        let out = a.add(&b)?;
+        drop(a);
+        drop(b);
+        Ok(out)
+    };
+    let q_embed = embed(q)?;
+    let k_embed = embed(k)?;
+    Ok((q_embed, k_embed))
+}
+
+// ---- attention ----------------------------------------------------------------------
+
+/// `repeat_kv(x, n_rep)`: `x[:, :, None].expand(b, h, n_rep, s, d).reshape(b,
+/// h*n_rep, s, d)` — a contiguous copy (the expanded view cannot be
+/// viewed); `x` itself when `n_rep == 1`.
+pub(crate) fn repeat_kv(x: &Tensor, n_rep: i64) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x.clone());
+    }
+    let (b, h, s, d) = (x.size(0), x.size(1), x.size(2), x.size(3));
+    let e = x.unsqueeze(2).expand(&[b, h, n_rep, s, d])?;
+    Ok(e.reshape(&[b, h * n_rep, s, d])?)
+}
+
+/// `integrations/sdpa_attention.sdpa_attention_forward` for a module with
+/// `num_key_value_groups = n_kv_groups` and `is_causal = True`:
+///
+/// - GQA goes to SDPA (`enable_gqa=True`) when there is no mask and the
+///   head dims are equal and at most 256 (`use_gqa_in_sdpa`), else
+///   [`repeat_kv`] copies key and value;
+/// - `is_causal = q_len > 1 and attention_mask is None`;
+/// - keys longer than the queries are cut (a view) when causal;
+/// - `attn_output.transpose(1, 2).contiguous()`: no copy for the
+///   flash/efficient/cuDNN outputs (stored as `(b, s, h, d)`), a copy for
+///   the math backend's.
+///
+/// Returns `(b, s, h, d)`.
+pub(crate) fn sdpa_attention_forward(
+    query: &Tensor,
+    key: &Tensor,
+    value: &Tensor,
+    attention_mask: Option<&Tensor>,
+    dropout: f64,
+    scaling: f64,
+    n_kv_groups: i64,
+) -> Result<Tensor> {
+    let mut key = key.clone();
+    let mut value = value.clone();
+    let mut enable_gqa = false;
+    if n_kv_groups > 1 {
+        let gqa = attention_mask.is_none() && key.size(-1) == value.size(-1) && key.size(-1) <= 256;
+        if gqa {
+            enable_gqa = true;
+        } else {
+            key = repeat_kv(&key, n_kv_groups)?;
+            value = repeat_kv(&value, n_kv_groups)?;
+        }
+    }
+    let q_len = query.size(2);
+    let kv_len = key.size(2);
+    let is_causal = q_len > 1 && attention_mask.is_none();
+    if is_causal && kv_len > q_len {
+        key = key.slice(2, None, Some(q_len));
+        value = value.slice(2, None, Some(q_len));
+    }
+    let out = Tensor::sdpa(
+        query,
+        &key,
+        &value,
+        &SdpaArgs {
+            attn_mask: attention_mask,
+            dropout_p: dropout,
+            is_causal,
+            scale: Some(scaling),
+            enable_gqa,
+        },
+    )?;
+    let t = out.transpose(1, 2);
+    drop(out);
+    let c = t.contiguous()?;
+    drop(t);
+    Ok(c)
+}
+
+// ---- position ids and masks ---------------------------------------------------------
+
+/// `torch.arange(seq, device=dev) + past_seen_tokens` then `.unsqueeze(0)`
+/// (the `+ 0` is a new tensor: the `arange` dies after it).
+pub(crate) fn position_ids(rt: &Runtime, seq: i64, _past_seen: i64) -> Result<Tensor> {
+    let a = rt.arange(seq, DType::I64, Device::Cuda)?;
+    let p = a.add_scalar(0.0)?;
+    drop(a);
+    Ok(p.unsqueeze(0))
+}
+
+/// `masking_utils.find_packed_sequence_indices(position_ids)` (run when
+/// there is no cache, e.g. under gradient checkpointing): for the position
+/// ids the models build (one sequence per row) it finds no packing and
+/// returns `None`, after these allocations (batch `b`, length `s`):
+///
+/// ```python
+/// first_dummy_value = position_ids[:, :1] - 1                                  # (b,1) int64
+/// position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)  # cat (b,s+1), then a
+///                                                                              # narrow - narrow (b,s)
+/// packed_sequence_mask = (position_diff != 1).cumsum(-1)   # bool (b,s); cumsum output int64 (b,s),
+///                                                          # then the bool input cast to int64 (temp)
+/// if (packed_sequence_mask[:, -1] == 0).all(): return None # bool (b,), bool ()
+/// ```
+///
+/// Known gap: with `b == 1` (`numel == size(dim)`) CUDA's `scan_dim` uses
+/// cub, whose temporary storage is not modelled.
+pub(crate) fn find_packed_sequence_indices(position_ids: &Tensor) -> Result<()> {
+    let first_dummy_value = {
+        let s = position_ids.slice(1, None, Some(1));
+        s.sub_scalar(1.0)?
+    };
+    let position_diff = {
+        let cat = Tensor::cat(&[&first_dummy_value, position_ids], -1)?;
+        let n = cat.size(-1) - 1;
+        let hi = cat.narrow(-1, 1, n);
+        let lo = cat.narrow(-1, 0, n);
+        let d = hi.sub(&lo)?;
+        drop(lo);
+        drop(hi);
+        drop(cat);
+        d
+    };
+    let packed_sequence_mask = {
+        let ne = position_diff.ne_scalar(1.0)?;
+        // cumsum_out: the int64 output (structured meta), then `self.to(int64)`
+        let out = ne.cumsum(-1)?;
+        let tmp = ne.to_dtype(DType::I64)?;
+        drop(tmp);
+        drop(ne);
+        out
+    };
+    {
+        let last = packed_sequence_mask.select(1, -1);
+        let eq = last.eq_scalar(0.0)?;
+        let all = eq.all()?;
+        drop(eq);
+        drop(all);
+    }
+    drop(first_dummy_value);
+    drop(position_diff);
+    drop(packed_sequence_mask);
+    Ok(())
+}
+
+/// What the mask functions need to know about the cache for the layer the
+/// mask is built for (`_preprocess_mask_arguments`).
+fn mask_sizes(cache: Option<&DynamicCache>, q_len: i64, sliding: bool) -> (i64, i64, i64) {
+    match cache {
+        Some(c) => {
+            // create_causal_mask: the first full layer; sliding: the first sliding one
+            let idx = c
+                .layers
+                .iter()
+                .position(|l| l.is_sliding() == sliding)
+                .unwrap_or(0);
+            let q_offset = c.get_seq_length(idx);
+            let (kv_len, kv_offset) = c.get_mask_sizes(q_len, idx);
+            (q_offset, kv_len, kv_offset)
+        }
+        None => (0, q_len, 0),
+    }
+}
+
+/// `create_causal_mask(config, inputs_embeds, attention_mask=None,
+/// past_key_values, position_ids)` for `sdpa` (no 2-D padding mask: the
+/// workloads pass none). Without a cache the packed-sequence detection runs
+/// first ([`find_packed_sequence_indices`]). The mask is then skipped
+/// (`None`, SDPA's `is_causal`) when `q_len == 1` or `kv_len == q_len`, or
+/// when the cache is empty (`q_offset == 0`); otherwise [`sdpa_mask`]
+/// materialises it.
+pub(crate) fn create_causal_mask(
+    inputs_embeds: &Tensor,
+    cache: Option<&DynamicCache>,
+    position_ids: &Tensor,
+) -> Result<Option<Tensor>> {
+    let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
+    let (q_offset, kv_len, kv_offset) = mask_sizes(cache, q_len, false);
+    if cache.is_none() {
+        let p = expand_position_ids(position_ids, b)?;
+        find_packed_sequence_indices(&p)?;
+    }
+    // _ignore_causal_mask_sdpa (no padding mask, no local size)
+    if q_len == 1 || kv_len == q_len || q_offset == 0 {
+        return Ok(None);
+    }
+    sdpa_mask(inputs_embeds, b, q_len, kv_len, q_offset, kv_offset, None).map(Some)
+}
+
+/// `create_sliding_window_causal_mask(...)` for `sdpa`: as
+/// [`create_causal_mask`], except that the mask is skipped only while
+/// `kv_len < sliding_window` (`_ignore_causal_mask_sdpa` with
+/// `local_attention_size`); otherwise the bool mask of
+/// `sliding_window_causal_mask_function` (`and_masks(sliding_window_overlay,
+/// causal_mask_function)`) is materialised.
+pub(crate) fn create_sliding_window_causal_mask(
+    inputs_embeds: &Tensor,
+    cache: Option<&DynamicCache>,
+    position_ids: &Tensor,
+    sliding_window: i64,
+) -> Result<Option<Tensor>> {
+    let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
+    let (q_offset, kv_len, kv_offset) = mask_sizes(cache, q_len, true);
+    if cache.is_none() {
+        let p = expand_position_ids(position_ids, b)?;
+        find_packed_sequence_indices(&p)?;
+    }
+    if kv_len < sliding_window && (q_len == 1 || kv_len == q_len || q_offset == 0) {
+        return Ok(None);
+    }
+    sdpa_mask(
+        inputs_embeds,
+        b,
+        q_len,
+        kv_len,
+        q_offset,
+        kv_offset,
+        Some(sliding_window),
+    )
+    .map(Some)
+}
+
+/// `position_ids.expand(batch_size, -1)` when the batch differs (a view).
+fn expand_position_ids(position_ids: &Tensor, b: i64) -> Result<Tensor> {
+    if position_ids.size(0) != b {
+        Ok(position_ids.expand(&[b, -1])?)
+    } else {
+        Ok(position_ids.clone())
+    }
+}
+
+/// `sdpa_mask(...)` materialising the mask without vmap:
+///
+/// ```python
+/// batch_arange = torch.arange(batch_size); head_arange = torch.arange(1)
+/// q_arange = torch.arange(q_length) + q_offset; kv_arange = torch.arange(kv_length) + kv_offset
+/// attention_mask = mask_function(b[:,None,None,None], h[None,:,None,None], q[None,None,:,None], kv[None,None,None,:])
+/// attention_mask = attention_mask.expand(batch_size, -1, q_length, kv_length)
+/// # locals die: batch_arange, head_arange, q_arange, kv_arange
+/// ```
+///
+/// `causal_mask_function` is `kv_idx <= q_idx` (bool `(1,1,q,kv)`); the
+/// sliding one is `and_masks(...)`: `result = q_idx.new_ones((), bool)`, then
+/// per function `result = result & f(...)` (the function's mask dies, then
+/// the old result).
+fn sdpa_mask(
+    like: &Tensor,
+    b: i64,
+    q_len: i64,
+    kv_len: i64,
+    _q_offset: i64,
+    _kv_offset: i64,
+    sliding_window: Option<i64>,
+) -> Result<Tensor> {
+    let rt = like.runtime().clone();
+    let batch_arange = rt.arange(b, DType::I64, Device::Cuda)?;
+    let head_arange = rt.arange(1, DType::I64, Device::Cuda)?;
+    let q_arange = {
+        let a = rt.arange(q_len, DType::I64, Device::Cuda)?;
+        a.add_scalar(0.0)?
+    };
+    let kv_arange = {
+        let a = rt.arange(kv_len, DType::I64, Device::Cuda)?;
+        a.add_scalar(0.0)?
+    };
+    let q_idx = q_arange.unsqueeze(0).unsqueeze(0).unsqueeze(-1);
+    let kv_idx = kv_arange.unsqueeze(0).unsqueeze(0).unsqueeze(0);
+    let mask = match sliding_window {
+        None => kv_idx.le(&q_idx)?,
+        Some(sw) => {
+            let mut result = q_idx.new_full(&[], DType::Bool)?;
+            // sliding_window_overlay: kv_idx > q_idx - sliding_window
+            let overlay = {
+                let t = q_idx.sub_scalar(sw as f64)?;
+                kv_idx.gt(&t)?
+            };
+            let r = result.bitwise_and(&overlay)?;
+            drop(overlay);
+            result = r;
+            // causal_mask_function: kv_idx <= q_idx
+            let causal = kv_idx.le(&q_idx)?;
+            let r = result.bitwise_and(&causal)?;
+            drop(causal);
+            result = r;
+            result
+        }
+    };
+    drop(q_idx);
+    drop(kv_idx);
+    let expanded = mask.expand(&[b, -1, q_len, kv_len])?;
+    drop(mask);
+    drop(batch_arange);
+    drop(head_arange);
+    drop(q_arange);
+    drop(kv_arange);
+    Ok(expanded)
+}
+
+// ---- DynamicCache -------------------------------------------------------------------
+
+/// One layer of a [`DynamicCache`].
+pub(crate) enum CacheLayer {
+    /// `DynamicLayer`: `keys = torch.cat([keys, key_states], dim=-2)` (the
+    /// first update concatenates onto `torch.tensor([])`, which takes no
+    /// memory: a full copy of `key_states`), same for values.
+    Full {
+        /// `self.keys`
+        keys: Option<Tensor>,
+        /// `self.values`
+        values: Option<Tensor>,
+        /// `self.dtype` (the first key states' dtype)
+        dtype: Option<DType>,
+    },
+    /// `DynamicSlidingWindowLayer(sliding_window)`: its lazy initialisation
+    /// moves `_sliding_window_tensor` (an int64 scalar) to the device (8
+    /// bytes); `update` concatenates, keeps the last `sliding_window - 1`
+    /// tokens (a view) and returns the full states.
+    Sliding {
+        /// `self.sliding_window`
+        window: i64,
+        /// `self.cumulative_length`
+        cumulative: i64,
+        /// `self.keys`
+        keys: Option<Tensor>,
+        /// `self.values`
+        values: Option<Tensor>,
+        /// `self._sliding_window_tensor` once on the device
+        window_tensor: Option<Tensor>,
+        /// `self.dtype` (the first key states' dtype)
+        dtype: Option<DType>,
+    },
+}
+
+impl CacheLayer {
+    fn is_sliding(&self) -> bool {
+        matches!(self, CacheLayer::Sliding { .. })
+    }
+}
+
+/// `DynamicCache(config=config)`: one layer per `layer_types` entry
+/// (`get_layer_types_and_kwargs`: `layer_types`, else all sliding when
+/// `sliding_window` is set, else all full).
+pub(crate) struct DynamicCache {
+    pub(crate) layers: Vec<CacheLayer>,
+}
+
+impl DynamicCache {
+    /// `sliding[i]`: `Some(window)` for a sliding layer.
+    pub(crate) fn new(sliding: &[Option<i64>]) -> Self {
+        DynamicCache {
+            layers: sliding
+                .iter()
+                .map(|s| match s {
+                    None => CacheLayer::Full {
+                        keys: None,
+                        values: None,
+                        dtype: None,
+                    },
+                    Some(w) => CacheLayer::Sliding {
+                        window: *w,
+                        cumulative: 0,
+                        keys: None,
+                        values: None,
+                        window_tensor: None,
+                        dtype: None,
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// `get_seq_length(layer_idx)`.
+    pub(crate) fn get_seq_length(&self, idx: usize) -> i64 {
+        match self.layers.get(idx) {
+            Some(CacheLayer::Full { keys: Some(k), .. }) if k.numel() > 0 => k.size(-2),
+            Some(CacheLayer::Sliding { cumulative, .. }) => *cumulative,
+            _ => 0,
+        }
+    }
+
+    /// `get_mask_sizes(query_length, layer_idx)` → `(kv_length, kv_offset)`.
+    pub(crate) fn get_mask_sizes(&self, q_len: i64, idx: usize) -> (i64, i64) {
+        match self.layers.get(idx) {
+            Some(CacheLayer::Sliding {
+                window, cumulative, ..
+            }) => {
+                let kv_offset = (cumulative - window + 1).max(0);
+                if *cumulative >= *window {
+                    (window - 1 + q_len, kv_offset)
+                } else {
+                    (cumulative + q_len, kv_offset)
+                }
+            }
+            Some(_) => (self.get_seq_length(idx) + q_len, 0),
+            None => (q_len, 0),
+        }
+    }
+
+    /// `past_key_values.update(key_states, value_states, layer_idx)` →
+    /// the keys and values attention uses.
+    pub(crate) fn update(
+        &mut self,
+        k: &Tensor,
+        v: &Tensor,
+        idx: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let layer = self
+            .layers
+            .get_mut(idx)
+            .ok_or_else(|| ModelError::Unsupported(format!("cache layer {idx}")))?;
+        match layer {
+            CacheLayer::Full {
+                keys,
+                values,
+                dtype,
+            } => {
+                // lazy_initialization: `self.dtype = key_states.dtype`; both
+                // empty tensors take it, so the first `cat` of the values
+                // promotes them to the keys' dtype (fp32 keys after RoPE under
+                // autocast: fp32 value states too)
+                let dt = *dtype.get_or_insert(k.dtype());
+                let nk = cat_onto(keys.as_ref(), k, dt)?;
+                *keys = Some(nk.clone());
+                let nv = cat_onto(values.as_ref(), v, dt)?;
+                *values = Some(nv.clone());
+                Ok((nk, nv))
+            }
+            CacheLayer::Sliding {
+                window,
+                cumulative,
+                keys,
+                values,
+                window_tensor,
+                dtype,
+            } => {
+                let dt = *dtype.get_or_insert(k.dtype());
+                if window_tensor.is_none() {
+                    // lazy_initialization: self._sliding_window_tensor.to(self.device)
+                    let rt = k.runtime();
+                    *window_tensor = Some(rt.scalar_tensor(DType::I64, Device::Cuda)?);
+                }
+                *cumulative += k.size(-2);
+                let fk = cat_onto(keys.as_ref(), k, dt)?;
+                let fv = cat_onto(values.as_ref(), v, dt)?;
+                // full_key_states[:, :, -self.sliding_window + 1:, :]
+                *keys = Some(fk.slice(2, Some(-*window + 1), None));
+                *values = Some(fv.slice(2, Some(-*window + 1), None));
+                Ok((fk, fv))
+            }
+        }
+    }
+
+    /// The cache's tensors in the order they are released when the cache
+    /// dies (`list_dealloc` releases the layers last to first; each layer's
+    /// `__dict__` releases `keys`, `values`, then a sliding layer's
+    /// `_sliding_window_tensor`).
+    pub(crate) fn into_retained(self) -> Vec<Tensor> {
+        let mut v = Vec::new();
+        for layer in self.layers.into_iter().rev() {
+            match layer {
+                CacheLayer::Full { keys, values, .. } => {
+                    v.extend(keys);
+                    v.extend(values);
+                }
+                CacheLayer::Sliding {
+                    keys,
+                    values,
+                    window_tensor,
+                    ..
+                } => {
+                    v.extend(keys);
+                    v.extend(values);
+                    v.extend(window_tensor);
+                }
+            }
+        }
+        v
+    }
+}
+
+/// `torch.cat([self.keys, key_states], dim=-2)`, where the first update's
+/// `self.keys` is `torch.tensor([], dtype=self.dtype, device)` (no memory,
+/// skipped by `cat` for the shapes but not for the type promotion).
+fn cat_onto(prev: Option<&Tensor>, new: &Tensor, dtype: DType) -> Result<Tensor> {
+    let empty;
+    let p = match prev {
+        Some(p) => p,
+        None => {
+            empty = new.runtime().empty(&[0], dtype, new.device())?;
+            &empty
+        }
+    };
+    Ok(Tensor::cat(&[p, new], -2)?)
+}
+
+// ---- loss ---------------------------------------------------------------------------
+
+/// `loss_utils.ForCausalLMLoss(logits, labels, vocab_size)` with
+/// `num_items_in_batch=None`, `ignore_index=-100`:
+///
+/// ```python
+/// logits = logits.float()                                   # a copy unless fp32
+/// labels = nn.functional.pad(labels, (0, 1), value=-100)    # (b, s+1) int64
+/// shift_labels = labels[..., 1:].contiguous()               # (b, s) int64
+/// logits = logits.view(-1, vocab_size)
+/// shift_labels = shift_labels.view(-1).to(logits.device)
+/// loss = F.cross_entropy(logits, shift_labels, ignore_index=-100, reduction="mean")
+/// # locals die: logits, labels (the pad), shift_labels (kept by NllLossBackward0)
+/// ```
+pub(crate) fn for_causal_lm_loss(logits: &Tensor, labels: &Tensor, vocab: i64) -> Result<Tensor> {
+    let mut logits = logits.to_dtype(DType::F32)?;
+    let labels = labels.constant_pad(&[0, 1])?;
+    let shift_labels = {
+        let s = labels.slice(-1, Some(1), None);
+        s.contiguous()?
+    };
+    logits = logits.view(&[-1, vocab])?;
+    let shift_labels = shift_labels.view(&[-1])?;
+    let loss = logits.cross_entropy(&shift_labels)?;
+    drop(logits);
+    drop(labels);
+    drop(shift_labels);
+    Ok(loss)
+}
+
+// ---- gradient checkpointing ----------------------------------------------------------
+
+/// `GradientCheckpointingLayer.__call__` with `gradient_checkpointing` set:
+/// `self._gradient_checkpointing_func(partial(super().__call__, **kwargs),
+/// hidden_states)` = `checkpoint(..., use_reentrant=False)` with the hidden
+/// states the only positional input; everything else the layer needs
+/// (weights, position embeddings, mask) is captured by `layer`, as the
+/// `partial` captures the keyword arguments.
+pub(crate) fn checkpointed(
+    rt: &Runtime,
+    hidden: &Tensor,
+    layer: impl Fn(&Tensor) -> vramscope_engine::Result<Tensor> + 'static,
+) -> Result<Tensor> {
+    let mut out = checkpoint(rt, &[hidden], move |xs: &[Tensor]| Ok(vec![layer(&xs[0])?]))?;
+    out.pop()
+        .ok_or_else(|| ModelError::Unsupported("checkpointed layer returned nothing".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramscope_engine::MemEvent;
+
+    fn allocs(rt: &Runtime, f: impl FnOnce()) -> Vec<(u64, &'static str)> {
+        rt.start_event_log();
+        f();
+        let log = rt.take_event_log().unwrap();
+        log.events
+            .iter()
+            .filter_map(|e| match e {
+                MemEvent::Alloc(r) => Some((r.bytes, r.op)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rmsnorm_in_bf16_allocates_the_fp32_upcast_pow_mean_rsqrt_mul_cast_and_weight_mul() {
+        let rt = Runtime::default();
+        let mut norm = RmsNorm::new(&rt, 512, 1e-6, DType::BF16).unwrap();
+        to_cuda(&mut norm.weight, Category::Parameter).unwrap();
+        let x = rt.empty(&[4, 512, 512], DType::BF16, Device::Cuda).unwrap();
+        x.requires_grad_(true).unwrap();
+        let (b, s, h) = (4u64, 512u64, 512u64);
+        let full32 = b * s * h * 4;
+        let full16 = b * s * h * 2;
+        let row32 = b * s * 4;
+        let mut y = None;
+        let a = allocs(&rt, || y = Some(norm.forward("norm", &x).unwrap()));
+        assert_eq!(
+            a,
+            vec![
+                (full32, "_to_copy"), // hidden_states.to(torch.float32)
+                (full32, "pow"),      // .pow(2)
+                (row32, "mean"),      // .mean(-1, keepdim=True)
+                (row32, "add"),       // variance + eps
+                (row32, "rsqrt"),     // torch.rsqrt(...)
+                (full32, "mul"),      // hidden_states * rsqrt
+                (full16, "_to_copy"), // .to(input_dtype)
+                (full16, "mul"),      // self.weight * ...
+            ]
+        );
+        // live after the call: the fp32 copy (saved by pow and mul), rsqrt
+        // (saved by its backward and mul), the bf16 cast (saved by the weight
+        // mul) and the output; pow, mean, add and the fp32 product are gone
+        let live = rt.memory_allocated() as u64 - full16 - 1024;
+        assert_eq!(live, full32 + 8192 + full16 + full16);
+        drop(y);
+    }
+
+    #[test]
+    fn rmsnorm_under_no_grad_keeps_only_the_output() {
+        let rt = Runtime::default();
+        let mut norm = RmsNorm::new(&rt, 512, 1e-6, DType::F32).unwrap();
+        to_cuda(&mut norm.weight, Category::Parameter).unwrap();
+        let x = rt.empty(&[2, 512, 512], DType::F32, Device::Cuda).unwrap();
+        let base = rt.memory_allocated();
+        rt.reset_peak_memory_stats();
+        let y = rt.no_grad(|| norm.forward("norm", &x).unwrap());
+        let full = 2 * 512 * 512 * 4;
+        let row = 2 * 512 * 4;
+        // fp32 input: `.to(float32)` is the input itself; everything but the
+        // output is gone after the call
+        assert_eq!(rt.memory_allocated() - base, full);
+        // the peak is at the weight product: the normalised states, the
+        // output and `variance` (`rsqrt` died with the statement before)
+        assert_eq!(rt.max_memory_allocated() - base, 2 * full + row);
+        drop(y);
+    }
+
+    #[test]
+    fn rotary_forward_matches_the_bf16_trace_sizes() {
+        // mistral_infer_bf16 (head_dim 64, seq 512): 2048, 65536 (+32 MiB
+        // cuBLAS), 131072 x5, 65536 x2, as the H100 trace
+        let rt = Runtime::default();
+        let mut rope = RotaryEmbedding::new(&rt, 64, RopeType::Default).unwrap();
+        rope.cuda().unwrap();
+        let x = rt.empty(&[4, 512, 512], DType::BF16, Device::Cuda).unwrap();
+        let pos = position_ids(&rt, 512, 0).unwrap();
+        let mut out = None;
+        let a = allocs(&rt, || {
+            out = Some(rope.forward("rotary_emb", &x, &pos).unwrap())
+        });
+        let sizes: Vec<u64> = a.iter().map(|x| x.0).collect();
+        assert_eq!(
+            sizes,
+            vec![2048, 65536, 33_554_432, 131072, 131072, 131072, 131072, 131072, 65536, 65536]
+        );
+        let (c, s) = out.unwrap();
+        assert_eq!((c.sizes(), c.dtype()), (&[1i64, 512, 64][..], DType::BF16));
+        drop((c, s));
+    }
+
+    #[test]
+    fn sliding_mask_is_a_bool_matrix_expanded_over_the_batch() {
+        let rt = Runtime::default();
+        let emb = rt.empty(&[4, 512, 8], DType::BF16, Device::Cuda).unwrap();
+        let pos = position_ids(&rt, 512, 0).unwrap();
+        let cache = DynamicCache::new(&[Some(256); 2]);
+        let m = create_sliding_window_causal_mask(&emb, Some(&cache), &pos, 256)
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.sizes(), &[4, 1, 512, 512]);
+        assert_eq!(m.storage_nbytes(), 512 * 512);
+        // a window at least as long as the sequence: SDPA's is_causal
+        assert!(
+            create_sliding_window_causal_mask(&emb, Some(&cache), &pos, 4096)
+                .unwrap()
+                .is_none()
+        );
+        assert!(create_causal_mask(&emb, Some(&cache), &pos)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn dynamic_cache_copies_keys_and_values() {
+        let rt = Runtime::default();
+        let k = rt
+            .empty(&[4, 2, 512, 64], DType::BF16, Device::Cuda)
+            .unwrap();
+        let v = rt
+            .empty(&[4, 2, 512, 64], DType::BF16, Device::Cuda)
+            .unwrap();
+        let mut c = DynamicCache::new(&[None, Some(256)]);
+        let base = rt.memory_allocated();
+        let (k0, v0) = c.update(&k, &v, 0).unwrap();
+        assert!(!k0.shares_storage(&k) && !v0.shares_storage(&v));
+        assert_eq!(rt.memory_allocated() - base, 2 * 524_288);
+        let (k1, _v1) = c.update(&k, &v, 1).unwrap();
+        // the sliding layer's window tensor (8 bytes, a 512-byte block)
+        assert_eq!(rt.memory_allocated() - base, 4 * 524_288 + 512);
+        assert_eq!(c.get_seq_length(0), 512);
+        assert_eq!(c.get_mask_sizes(1, 1), (256, 257));
+        assert_eq!(k1.sizes(), &[4, 2, 512, 64]);
+        assert_eq!(c.into_retained().len(), 5);
+    }
+
+    #[test]
+    fn causal_lm_loss_allocates_pad_shift_log_softmax_and_nll() {
+        let rt = Runtime::default();
+        let logits = rt
+            .empty(&[4, 512, 32000], DType::F32, Device::Cuda)
+            .unwrap();
+        logits.requires_grad_(true).unwrap();
+        let labels = rt.empty(&[4, 512], DType::I64, Device::Cuda).unwrap();
+        let mut loss = None;
+        let a = allocs(&rt, || {
+            loss = Some(for_causal_lm_loss(&logits, &labels, 32000).unwrap())
+        });
+        let sizes: Vec<u64> = a.iter().map(|x| x.0).collect();
+        // the H100 trace of llama_train_fp32_adamw: 16416, 16384, 262144000, 4, 4
+        assert_eq!(sizes, vec![16416, 16384, 262_144_000, 4, 4]);
+        drop(loss);
+    }
+
+    #[test]
+    fn rope_types_that_recompute_inv_freq_are_refused() {
+        let c = HfConfig::parse(
+            r#"{"model_type":"llama","rope_scaling":{"type":"dynamic","factor":2.0}}"#,
+        )
+        .unwrap();
+        assert!(rope_type(&c).is_err());
+        let c = HfConfig::parse(
+            r#"{"model_type":"llama","rope_parameters":{"rope_type":"llama3","rope_theta":5e5}}"#,
+        )
+        .unwrap();
+        assert_eq!(rope_type(&c).unwrap(), RopeType::Llama3);
+        let c = HfConfig::parse(r#"{"model_type":"llama"}"#).unwrap();
+        assert_eq!(rope_type(&c).unwrap(), RopeType::Default);
+    }
+}

@@ -1,0 +1,828 @@
+//! `modeling_llama.py` (transformers 5.17) and the families that differ from
+//! it only in small ways, each difference taken from its own modeling file:
+//!
+//! - `mistral` (`modeling_mistral.py`): no projection biases; `sliding_window`
+//!   (class default 4096) makes every cache layer a
+//!   `DynamicSlidingWindowLayer` and the mask a sliding-window mask;
+//! - `qwen2` (`modeling_qwen2.py`): biases on `q_proj`/`k_proj`/`v_proj`;
+//!   `layer_types` (sliding only with `use_sliding_window`, from
+//!   `max_window_layers` on) pick each layer's mask and cache layer;
+//! - `qwen3` (`modeling_qwen3.py`): `q_norm`/`k_norm` (RMSNorm over
+//!   `head_dim`, applied before the transpose), `head_dim` default 128,
+//!   `attention_bias` on all four projections, `layer_types` as qwen2.
+//!
+//! The task is `…ForCausalLM` with `ForCausalLMLoss`. Every op follows the
+//! Python source with CPython's lifetimes; the shared pieces are in
+//! [`super::common`].
+
+use std::cell::RefCell;
+
+use vramscope_engine::{Category, DType, Runtime, Tensor};
+
+use crate::config::HfConfig;
+use crate::error::{ModelError, Result};
+use crate::families::common::{
+    self, apply_rotary_pos_emb, create_causal_mask, create_sliding_window_causal_mask,
+    for_causal_lm_loss, sdpa_attention_forward, to_cuda, DynamicCache, Embedding, Linear, RmsNorm,
+    RopeType, RotaryEmbedding,
+};
+use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
+use crate::workload::{Checkpointing, Task};
+
+/// Which modeling file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+}
+
+/// The config, normalised with each family's class defaults
+/// (`configuration_<family>.py`).
+#[derive(Debug, Clone)]
+struct Config {
+    family: Family,
+    vocab: i64,
+    hidden: i64,
+    intermediate: i64,
+    layers: usize,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+    eps: f64,
+    tie: bool,
+    /// bias of q/k/v
+    qkv_bias: bool,
+    /// bias of o_proj
+    o_bias: bool,
+    mlp_bias: bool,
+    qk_norm: bool,
+    /// `config.sliding_window` (as the cache and the mistral mask read it)
+    sliding_window: Option<i64>,
+    /// per layer: sliding attention?
+    layer_sliding: Vec<bool>,
+    use_cache: bool,
+    attention_dropout: f64,
+    rope: RopeType,
+}
+
+fn bad(field: &str, detail: impl Into<String>) -> ModelError {
+    ModelError::Field {
+        field: field.into(),
+        detail: detail.into(),
+    }
+}
+
+impl Config {
+    fn parse(c: &HfConfig) -> Result<Self> {
+        let family = match c.model_type.as_str() {
+            "llama" => Family::Llama,
+            "mistral" => Family::Mistral,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            other => return Err(ModelError::UnsupportedModel(other.into())),
+        };
+        // class defaults: configuration_llama / _mistral / _qwen2 / _qwen3 (5.17)
+        let (d_vocab, d_inter, d_kv): (i64, i64, Option<i64>) = match family {
+            Family::Llama => (32000, 11008, None),
+            Family::Mistral => (32000, 14336, Some(8)),
+            Family::Qwen2 | Family::Qwen3 => (151936, 22016, Some(32)),
+        };
+        let vocab = c.size("vocab_size", d_vocab)?;
+        let hidden = c.size("hidden_size", 4096)?;
+        let intermediate = c.size("intermediate_size", d_inter)?;
+        let layers = c.size("num_hidden_layers", 32)? as usize;
+        let heads = c.size("num_attention_heads", 32)?;
+        let kv_heads = match c.opt_int("num_key_value_heads")? {
+            Some(v) if v > 0 => v,
+            Some(v) => {
+                return Err(bad(
+                    "num_key_value_heads",
+                    format!("must be positive, found {v}"),
+                ))
+            }
+            None => d_kv.unwrap_or(heads),
+        };
+        if heads % kv_heads != 0 {
+            return Err(bad(
+                "num_key_value_heads",
+                format!("{kv_heads} does not divide num_attention_heads {heads}"),
+            ));
+        }
+        let head_dim = match family {
+            // qwen3: `head_dim: int = 128`
+            Family::Qwen3 => c.size("head_dim", 128)?,
+            _ => match c.opt_int("head_dim")? {
+                Some(v) if v > 0 => v,
+                _ => {
+                    if hidden % heads != 0 {
+                        return Err(bad(
+                            "hidden_size",
+                            format!("{hidden} is not a multiple of num_attention_heads {heads}"),
+                        ));
+                    }
+                    hidden / heads
+                }
+            },
+        };
+        if let Some(act) = c.string("hidden_act")? {
+            if act != "silu" {
+                return Err(ModelError::Unsupported(format!(
+                    "config field `hidden_act` = {act:?} (only silu is modelled for {})",
+                    c.model_type
+                )));
+            }
+        }
+        c.reject_present("quantization_config", "quantized weights are not modelled")?;
+        let attention_bias = c.boolean("attention_bias", false)?;
+        let (qkv_bias, o_bias, mlp_bias) = match family {
+            Family::Llama => (
+                attention_bias,
+                attention_bias,
+                c.boolean("mlp_bias", false)?,
+            ),
+            Family::Mistral => (false, false, false),
+            Family::Qwen2 => (true, false, false),
+            Family::Qwen3 => (attention_bias, attention_bias, false),
+        };
+        // sliding windows: what `config.sliding_window` and `config.layer_types` are
+        let n_layers = layers;
+        let (sliding_window, layer_sliding) = match family {
+            Family::Llama => {
+                c.reject_present("sliding_window", "llama has no sliding-window attention")?;
+                c.reject_present("layer_types", "llama has one attention type")?;
+                (None, vec![false; n_layers])
+            }
+            Family::Mistral => {
+                c.reject_present(
+                    "layer_types",
+                    "Mistral with layer_types (alternating attention) is not modelled",
+                )?;
+                // `sliding_window: int | None = 4096`: absent means 4096, null means none
+                let sw = if c.raw().contains_key("sliding_window") {
+                    c.opt_int("sliding_window")?
+                } else {
+                    Some(4096)
+                };
+                let all = sw.is_some();
+                (sw, vec![all; n_layers])
+            }
+            Family::Qwen2 | Family::Qwen3 => {
+                let use_sw = c.boolean("use_sliding_window", false)?;
+                let sw = if use_sw {
+                    if c.raw().contains_key("sliding_window") {
+                        c.opt_int("sliding_window")?
+                    } else {
+                        Some(4096)
+                    }
+                } else {
+                    None
+                };
+                let types = match c.get("layer_types") {
+                    Some(v) => {
+                        let arr = v
+                            .as_array()
+                            .ok_or_else(|| bad("layer_types", "expected a list"))?;
+                        if arr.len() != n_layers {
+                            return Err(bad(
+                                "layer_types",
+                                format!("{} entries for {n_layers} layers", arr.len()),
+                            ));
+                        }
+                        arr.iter()
+                            .map(|t| match t.as_str() {
+                                Some("full_attention") => Ok(false),
+                                Some("sliding_attention") => Ok(true),
+                                _ => Err(ModelError::Unsupported(format!(
+                                    "config field `layer_types` entry {t} (full_attention or sliding_attention)"
+                                ))),
+                            })
+                            .collect::<Result<Vec<bool>>>()?
+                    }
+                    None => {
+                        let mwl = c.int("max_window_layers", 28)?;
+                        (0..n_layers)
+                            .map(|i| sw.is_some() && (i as i64) >= mwl)
+                            .collect()
+                    }
+                };
+                if types.iter().any(|&s| s) && sw.is_none() {
+                    return Err(bad(
+                        "layer_types",
+                        "sliding_attention layers need a sliding_window",
+                    ));
+                }
+                (sw, types)
+            }
+        };
+        if let Some(w) = sliding_window {
+            if w <= 0 {
+                return Err(bad(
+                    "sliding_window",
+                    format!("must be positive, found {w}"),
+                ));
+            }
+        }
+        Ok(Config {
+            family,
+            vocab,
+            hidden,
+            intermediate,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            eps: c.float("rms_norm_eps", 1e-6)?,
+            tie: c.boolean("tie_word_embeddings", false)?,
+            qkv_bias,
+            o_bias,
+            mlp_bias,
+            qk_norm: family == Family::Qwen3,
+            sliding_window,
+            layer_sliding,
+            use_cache: c.boolean("use_cache", true)?,
+            attention_dropout: c.float("attention_dropout", 0.0)?,
+            rope: common::rope_type(c)?,
+        })
+    }
+
+    /// The cache layers `DynamicCache(config=config)` builds
+    /// (`get_layer_types_and_kwargs`): `layer_types` if the config has them
+    /// (qwen2/qwen3 always do), else all sliding when `sliding_window` is set.
+    fn cache_layers(&self) -> Vec<Option<i64>> {
+        match self.family {
+            Family::Qwen2 | Family::Qwen3 => self
+                .layer_sliding
+                .iter()
+                .map(|&s| if s { self.sliding_window } else { None })
+                .collect(),
+            Family::Llama | Family::Mistral => vec![self.sliding_window; self.layers],
+        }
+    }
+}
+
+// ---- modules --------------------------------------------------------------------------
+
+/// `LlamaAttention` (and the other families' `…Attention`).
+#[derive(Clone)]
+struct Attention {
+    idx: usize,
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    head_dim: i64,
+    n_kv_groups: i64,
+    scaling: f64,
+    dropout: f64,
+}
+
+/// `LlamaMLP`: `down_proj(act_fn(gate_proj(x)) * up_proj(x))`.
+#[derive(Clone)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+/// `LlamaDecoderLayer` (a `GradientCheckpointingLayer`).
+#[derive(Clone)]
+struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+    sliding: bool,
+    checkpointed: bool,
+}
+
+/// The per-forward state every layer sees (the decoder layer's kwargs; a
+/// checkpointed layer's `partial` captures them all, `position_ids`
+/// included, for the life of its frame).
+#[derive(Clone)]
+struct LayerArgs {
+    cos: Tensor,
+    sin: Tensor,
+    position_ids: Tensor,
+    training: bool,
+}
+
+fn attention_forward(
+    a: &Attention,
+    x: &Tensor,
+    args: &LayerArgs,
+    mask: Option<&Tensor>,
+    cache: Option<&RefCell<DynamicCache>>,
+) -> Result<Tensor> {
+    let (b, s) = (x.size(0), x.size(1));
+    let hidden_shape = [b, s, -1, a.head_dim];
+    let project = |lin: &Linear, name: &str, norm: Option<(&RmsNorm, &str)>| -> Result<Tensor> {
+        let p = lin.forward(name, x)?;
+        let v = p.view(&hidden_shape)?;
+        drop(p);
+        match norm {
+            Some((n, nname)) => {
+                let o = n.forward(nname, &v)?;
+                drop(v);
+                Ok(o.transpose(1, 2))
+            }
+            None => Ok(v.transpose(1, 2)),
+        }
+    };
+    let mut query_states = project(
+        &a.q_proj,
+        "q_proj",
+        a.q_norm.as_ref().map(|n| (n, "q_norm")),
+    )?;
+    let mut key_states = project(
+        &a.k_proj,
+        "k_proj",
+        a.k_norm.as_ref().map(|n| (n, "k_norm")),
+    )?;
+    let mut value_states = project(&a.v_proj, "v_proj", None)?;
+    let (qe, ke) = apply_rotary_pos_emb(&query_states, &key_states, &args.cos, &args.sin)?;
+    query_states = qe;
+    key_states = ke;
+    if let Some(c) = cache {
+        let (k, v) = c.borrow_mut().update(&key_states, &value_states, a.idx)?;
+        key_states = k;
+        value_states = v;
+    }
+    let dropout = if args.training { a.dropout } else { 0.0 };
+    let attn = sdpa_attention_forward(
+        &query_states,
+        &key_states,
+        &value_states,
+        mask,
+        dropout,
+        a.scaling,
+        a.n_kv_groups,
+    )?;
+    let attn = {
+        let r = attn.reshape(&[b, s, -1])?;
+        drop(attn);
+        r.contiguous()?
+    };
+    let out = a.o_proj.forward("o_proj", &attn)?;
+    drop(attn);
+    // locals die: query_states, key_states, value_states
+    drop(query_states);
+    drop(key_states);
+    drop(value_states);
+    Ok(out)
+}
+
+fn mlp_forward(m: &Mlp, x: &Tensor) -> Result<Tensor> {
+    let act = {
+        let g = m.gate_proj.forward("gate_proj", x)?;
+        let rt = x.runtime().clone();
+        rt.in_module("act_fn", || g.silu())?
+    };
+    let up = m.up_proj.forward("up_proj", x)?;
+    let p = act.mul(&up)?;
+    drop(act);
+    drop(up);
+    let out = m.down_proj.forward("down_proj", &p)?;
+    drop(p);
+    Ok(out)
+}
+
+/// `LlamaDecoderLayer.forward` (without the checkpointing wrapper).
+fn layer_forward(
+    l: &DecoderLayer,
+    x: &Tensor,
+    args: &LayerArgs,
+    mask: Option<&Tensor>,
+    cache: Option<&RefCell<DynamicCache>>,
+) -> Result<Tensor> {
+    let rt = x.runtime().clone();
+    let residual = x.clone();
+    let h = l.input_layernorm.forward("input_layernorm", x)?;
+    let a = rt.in_module("self_attn", || {
+        attention_forward(&l.self_attn, &h, args, mask, cache)
+    })?;
+    drop(h);
+    let h = residual.add(&a)?;
+    drop(a);
+    let residual = h.clone();
+    let n = l
+        .post_attention_layernorm
+        .forward("post_attention_layernorm", &h)?;
+    drop(h);
+    let m = rt.in_module("mlp", || mlp_forward(&l.mlp, &n))?;
+    drop(n);
+    let out = residual.add(&m)?;
+    drop(m);
+    drop(residual);
+    Ok(out)
+}
+
+fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
+    match e {
+        ModelError::Engine(e) => e,
+        other => vramscope_engine::EngineError::Unsupported {
+            what: other.to_string(),
+        },
+    }
+}
+
+/// `LlamaForCausalLM` (and the other families' `…ForCausalLM`).
+struct CausalLm {
+    cfg: Config,
+    rt: Runtime,
+    embed_tokens: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rotary_emb: RotaryEmbedding,
+    /// `None` when tied to `embed_tokens`
+    lm_head: Option<Linear>,
+    training: bool,
+    gradient_checkpointing: bool,
+}
+
+/// Build the model on the CPU in `weights`.
+pub(crate) fn build(
+    rt: &Runtime,
+    config: &HfConfig,
+    task: Task,
+    weights: DType,
+) -> Result<Box<dyn HfModel>> {
+    if task != Task::Causal {
+        return Err(unsupported_task(config, task));
+    }
+    let cfg = Config::parse(config)?;
+    let w = weights;
+    let embed_tokens = Embedding::new(rt, cfg.vocab, cfg.hidden, w)?;
+    let mut layers = Vec::with_capacity(cfg.layers);
+    for i in 0..cfg.layers {
+        let (h, hd) = (cfg.hidden, cfg.head_dim);
+        let self_attn = Attention {
+            idx: i,
+            q_proj: Linear::new(rt, h, cfg.heads * hd, cfg.qkv_bias, w)?,
+            k_proj: Linear::new(rt, h, cfg.kv_heads * hd, cfg.qkv_bias, w)?,
+            v_proj: Linear::new(rt, h, cfg.kv_heads * hd, cfg.qkv_bias, w)?,
+            o_proj: Linear::new(rt, cfg.heads * hd, h, cfg.o_bias, w)?,
+            q_norm: if cfg.qk_norm {
+                Some(RmsNorm::new(rt, hd, cfg.eps, w)?)
+            } else {
+                None
+            },
+            k_norm: if cfg.qk_norm {
+                Some(RmsNorm::new(rt, hd, cfg.eps, w)?)
+            } else {
+                None
+            },
+            head_dim: hd,
+            n_kv_groups: cfg.heads / cfg.kv_heads,
+            scaling: (hd as f64).powf(-0.5),
+            dropout: cfg.attention_dropout,
+        };
+        let mlp = Mlp {
+            gate_proj: Linear::new(rt, h, cfg.intermediate, cfg.mlp_bias, w)?,
+            up_proj: Linear::new(rt, h, cfg.intermediate, cfg.mlp_bias, w)?,
+            down_proj: Linear::new(rt, cfg.intermediate, h, cfg.mlp_bias, w)?,
+        };
+        layers.push(DecoderLayer {
+            self_attn,
+            mlp,
+            input_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
+            post_attention_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
+            sliding: cfg.layer_sliding[i],
+            checkpointed: false,
+        });
+    }
+    let norm = RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
+    let rotary_emb = RotaryEmbedding::new(rt, cfg.head_dim, cfg.rope)?;
+    let lm_head = if cfg.tie {
+        None
+    } else {
+        Some(Linear::new(rt, cfg.hidden, cfg.vocab, false, w)?)
+    };
+    Ok(Box::new(CausalLm {
+        cfg,
+        rt: rt.clone(),
+        embed_tokens,
+        layers,
+        norm,
+        rotary_emb,
+        lm_head,
+        training: true,
+        gradient_checkpointing: false,
+    }))
+}
+
+impl HfModel for CausalLm {
+    fn cuda(&mut self) -> Result<()> {
+        // Module._apply: model (embed_tokens, layers..., norm, rotary_emb buffers), lm_head
+        to_cuda(&mut self.embed_tokens.weight, Category::Parameter)?;
+        for l in &mut self.layers {
+            let a = &mut l.self_attn;
+            a.q_proj.cuda()?;
+            a.k_proj.cuda()?;
+            a.v_proj.cuda()?;
+            a.o_proj.cuda()?;
+            if let Some(n) = &mut a.q_norm {
+                to_cuda(&mut n.weight, Category::Parameter)?;
+            }
+            if let Some(n) = &mut a.k_norm {
+                to_cuda(&mut n.weight, Category::Parameter)?;
+            }
+            l.mlp.gate_proj.cuda()?;
+            l.mlp.up_proj.cuda()?;
+            l.mlp.down_proj.cuda()?;
+            to_cuda(&mut l.input_layernorm.weight, Category::Parameter)?;
+            to_cuda(&mut l.post_attention_layernorm.weight, Category::Parameter)?;
+        }
+        to_cuda(&mut self.norm.weight, Category::Parameter)?;
+        self.rotary_emb.cuda()?;
+        if let Some(h) = &mut self.lm_head {
+            h.cuda()?;
+        }
+        Ok(())
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        let mut v = vec![self.embed_tokens.weight.clone()];
+        for l in &self.layers {
+            let a = &l.self_attn;
+            a.q_proj.params(&mut v);
+            a.k_proj.params(&mut v);
+            a.v_proj.params(&mut v);
+            a.o_proj.params(&mut v);
+            if let Some(n) = &a.q_norm {
+                v.push(n.weight.clone());
+            }
+            if let Some(n) = &a.k_norm {
+                v.push(n.weight.clone());
+            }
+            l.mlp.gate_proj.params(&mut v);
+            l.mlp.up_proj.params(&mut v);
+            l.mlp.down_proj.params(&mut v);
+            v.push(l.input_layernorm.weight.clone());
+            v.push(l.post_attention_layernorm.weight.clone());
+        }
+        v.push(self.norm.weight.clone());
+        if let Some(h) = &self.lm_head {
+            h.params(&mut v);
+        }
+        v
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+
+    fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()> {
+        // _set_gradient_checkpointing: the model's flag, and each
+        // GradientCheckpointingLayer's `layer_index % every_n_layers == 0`
+        self.gradient_checkpointing = true;
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            l.checkpointed = which.applies(i);
+        }
+        Ok(())
+    }
+
+    fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {
+        let rt = self.rt.clone();
+        let ids = inputs
+            .input_ids
+            .as_ref()
+            .ok_or_else(|| ModelError::Unsupported("a causal LM needs input_ids".into()))?;
+        if ids.dim() != 2 {
+            return Err(bad(
+                "input_ids",
+                format!("expected (batch, seq), got {:?}", ids.sizes()),
+            ));
+        }
+        let (hidden, cache) = rt.in_module("model", || self.model_forward(ids))?;
+        // logits = self.lm_head(hidden_states[:, slice(-0, None), :]): a full
+        // slice, returned as an alias of the hidden states
+        let logits = {
+            let sl = hidden.alias();
+            let r = match &self.lm_head {
+                Some(h) => h.forward("lm_head", &sl),
+                None => rt.in_module(
+                    "lm_head",
+                    || Ok(sl.linear(&self.embed_tokens.weight, None)?),
+                ),
+            };
+            drop(sl);
+            r?
+        };
+        let loss = match &inputs.labels {
+            Some(labels) => Some(for_causal_lm_loss(&logits, labels, self.cfg.vocab)?),
+            None => None,
+        };
+        // `outputs` (the hidden states) die at return; the cache goes with the output
+        drop(hidden);
+        let retained = cache
+            .map(|c| c.into_inner().into_retained())
+            .unwrap_or_default();
+        Ok(ModelOutput {
+            loss,
+            logits: Some(logits),
+            retained,
+        })
+    }
+}
+
+impl CausalLm {
+    /// `LlamaModel.forward` (and the others'): the final hidden states and
+    /// the cache (when `use_cache`).
+    fn model_forward(&self, ids: &Tensor) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
+        let rt = self.rt.clone();
+        let cfg = &self.cfg;
+        let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
+        // merge_with_config_defaults: use_cache=False under gradient checkpointing in training
+        let use_cache = cfg.use_cache && !(self.gradient_checkpointing && self.training);
+        let cache = if use_cache {
+            Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
+        } else {
+            None
+        };
+        let seq = inputs_embeds.size(1);
+        let position_ids = common::position_ids(&rt, seq, 0)?;
+        // the masks each layer type gets
+        let (full_mask, sliding_mask) = {
+            let c = cache.as_ref().map(|c| c.borrow());
+            let c = c.as_deref();
+            match cfg.family {
+                Family::Llama => (create_causal_mask(&inputs_embeds, c, &position_ids)?, None),
+                Family::Mistral => match cfg.sliding_window {
+                    None => (create_causal_mask(&inputs_embeds, c, &position_ids)?, None),
+                    Some(w) => (
+                        None,
+                        create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?,
+                    ),
+                },
+                Family::Qwen2 | Family::Qwen3 => {
+                    let full = create_causal_mask(&inputs_embeds, c, &position_ids)?;
+                    let sliding = match (cfg.layer_sliding.iter().any(|&s| s), cfg.sliding_window) {
+                        (true, Some(w)) => {
+                            create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?
+                        }
+                        _ => None,
+                    };
+                    (full, sliding)
+                }
+            }
+        };
+        let (cos, sin) = self
+            .rotary_emb
+            .forward("rotary_emb", &inputs_embeds, &position_ids)?;
+        let args = LayerArgs {
+            cos,
+            sin,
+            position_ids: position_ids.clone(),
+            training: self.training,
+        };
+        let mut hidden = inputs_embeds.clone();
+        for (i, l) in self.layers.iter().enumerate() {
+            let mask = if l.sliding {
+                sliding_mask.as_ref()
+            } else {
+                full_mask.as_ref()
+            };
+            let name = format!("layers.{i}");
+            let out = rt.in_module(&name, || -> Result<Tensor> {
+                if l.checkpointed && self.training && rt.is_grad_enabled() {
+                    let layer = l.clone();
+                    let args = args.clone();
+                    let mask = mask.cloned();
+                    common::checkpointed(&rt, &hidden, move |x| {
+                        layer_forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
+                    })
+                } else {
+                    layer_forward(l, &hidden, &args, mask, cache.as_ref())
+                }
+            })?;
+            hidden = out;
+        }
+        let out = self.norm.forward("norm", &hidden)?;
+        drop(hidden);
+        // locals die in `co_varnames` order
+        let LayerArgs {
+            cos,
+            sin,
+            position_ids: args_position_ids,
+            ..
+        } = args;
+        drop(args_position_ids);
+        match cfg.family {
+            Family::Llama | Family::Mistral => {
+                // position_ids, inputs_embeds, causal_mask, ...
+                drop(position_ids);
+                drop(inputs_embeds);
+                drop(full_mask);
+                drop(sliding_mask);
+            }
+            Family::Qwen2 | Family::Qwen3 => {
+                // position_ids and inputs_embeds are still held by `mask_kwargs`;
+                // `causal_mask_mapping` (full, then sliding) dies before it,
+                // and its entries die in insertion order
+                drop(full_mask);
+                drop(sliding_mask);
+                drop(inputs_embeds);
+                drop(position_ids);
+            }
+        }
+        // the position_embeddings tuple dies last to first (tupledealloc)
+        drop(sin);
+        drop(cos);
+        Ok((out, cache))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(json: &str) -> Result<Config> {
+        Config::parse(&HfConfig::parse(json).unwrap())
+    }
+
+    #[test]
+    fn class_defaults_fill_absent_fields() {
+        let c = cfg(r#"{"model_type":"mistral","hidden_size":512,"num_attention_heads":8,"num_hidden_layers":2}"#).unwrap();
+        assert_eq!(
+            (c.kv_heads, c.head_dim, c.sliding_window),
+            (8, 64, Some(4096))
+        );
+        assert_eq!(c.cache_layers(), vec![Some(4096), Some(4096)]);
+        let c = cfg(r#"{"model_type":"mistral","hidden_size":512,"num_attention_heads":8,"num_key_value_heads":2,"sliding_window":null}"#).unwrap();
+        assert_eq!(c.sliding_window, None);
+        let c = cfg(r#"{"model_type":"qwen3","hidden_size":512,"num_attention_heads":8,"num_key_value_heads":4,"num_hidden_layers":2}"#).unwrap();
+        assert_eq!((c.head_dim, c.qk_norm, c.qkv_bias), (128, true, false));
+        let c = cfg(r#"{"model_type":"qwen2","hidden_size":512,"num_attention_heads":8,"num_key_value_heads":2,"num_hidden_layers":30,"use_sliding_window":true,"sliding_window":256}"#).unwrap();
+        assert_eq!(c.layer_sliding.iter().filter(|&&s| s).count(), 2);
+        assert!(c.qkv_bias && !c.o_bias);
+        let c = cfg(r#"{"model_type":"llama","hidden_size":512,"num_attention_heads":8}"#).unwrap();
+        assert_eq!((c.kv_heads, c.head_dim, c.vocab), (8, 64, 32000));
+    }
+
+    #[test]
+    fn cuda_moves_parameters_in_module_apply_order_and_a_tied_head_once() {
+        // qwen3, 1 layer, tied: embed, q/k/v/o, q_norm, k_norm, gate/up/down,
+        // the two layer norms, the final norm, inv_freq and original_inv_freq
+        let c = HfConfig::parse(
+            r#"{"model_type":"qwen3","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,
+                "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":100,
+                "tie_word_embeddings":true}"#,
+        )
+        .unwrap();
+        let rt = Runtime::default();
+        let mut m = build(&rt, &c, Task::Causal, DType::BF16).unwrap();
+        rt.start_event_log();
+        m.cuda().unwrap();
+        let log = rt.take_event_log().unwrap();
+        let sizes: Vec<u64> = log
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                vramscope_engine::MemEvent::Alloc(r) => Some(r.bytes),
+                _ => None,
+            })
+            .collect();
+        let bf = |n: u64| n * 2;
+        assert_eq!(
+            sizes,
+            vec![
+                bf(100 * 64),
+                bf(64 * 64),
+                bf(32 * 64),
+                bf(32 * 64),
+                bf(64 * 64),
+                bf(16),
+                bf(16),
+                bf(96 * 64),
+                bf(96 * 64),
+                bf(64 * 96),
+                bf(64),
+                bf(64),
+                bf(64),
+                8 * 4, // inv_freq: float32, head_dim / 2
+                8 * 4,
+            ]
+        );
+        let ps = m.parameters();
+        assert_eq!(ps.len(), 13, "the tied lm_head is not a second parameter");
+        assert!(matches!(
+            build(&rt, &c, Task::Mlm, DType::BF16),
+            Err(ModelError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn unmodelled_fields_are_refused() {
+        assert!(cfg(r#"{"model_type":"llama","hidden_act":"gelu"}"#).is_err());
+        assert!(
+            cfg(r#"{"model_type":"llama","num_attention_heads":8,"num_key_value_heads":3}"#)
+                .is_err()
+        );
+        assert!(cfg(r#"{"model_type":"llama","rope_scaling":{"rope_type":"longrope"}}"#).is_err());
+        assert!(cfg(r#"{"model_type":"llama","quantization_config":{"bits":4}}"#).is_err());
+    }
+}

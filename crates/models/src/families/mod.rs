@@ -1,0 +1,90 @@
+//! The model families, one file per `modeling_<family>.py` of transformers
+//! 5.x, and what they share: the [`HfModel`] interface the workload drives.
+
+use vramscope_engine::{DType, Runtime, Tensor};
+
+use crate::config::HfConfig;
+use crate::error::{ModelError, Result};
+use crate::workload::{Checkpointing, Task};
+
+mod bert;
+// shared decoder blocks: RMSNorm, RoPE, masks, DynamicCache, ForCausalLMLoss (llama engineer)
+pub(crate) mod common;
+mod gemma2;
+mod gpt2;
+mod llama;
+mod phi3;
+mod vit;
+
+/// The `model_type`s vramscope models.
+pub const SUPPORTED: [&str; 10] = [
+    "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "bert", "roberta", "vit",
+];
+
+/// What the model is called with (`model(**inputs)`).
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// `input_ids` (batch, seq), int64
+    pub input_ids: Option<Tensor>,
+    /// `pixel_values` (batch, channels, H, W)
+    pub pixel_values: Option<Tensor>,
+    /// `labels` (train only)
+    pub labels: Option<Tensor>,
+}
+
+/// The fields of the `ModelOutput` that hold device memory.
+#[derive(Debug, Default)]
+pub struct ModelOutput {
+    /// `loss` (when labels were given)
+    pub loss: Option<Tensor>,
+    /// `logits`
+    pub logits: Option<Tensor>,
+    /// `past_key_values` (a `DynamicCache`'s key/value tensors) and any other
+    /// tensors the output object keeps alive until it is dropped
+    pub retained: Vec<Tensor>,
+}
+
+/// A model built from a config, as transformers builds it on the CPU.
+pub trait HfModel {
+    /// `model.cuda()`: parameters and buffers moved in `Module._apply` order
+    /// (a tied weight once).
+    fn cuda(&mut self) -> Result<()>;
+    /// `model.parameters()`, in registration order, a tied weight once.
+    fn parameters(&self) -> Vec<Tensor>;
+    /// `model.train()` / `model.eval()`.
+    fn set_training(&mut self, training: bool);
+    /// `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=
+    /// {"use_reentrant": False}, every_n_layers=k)`: the layers for which
+    /// `which.applies(index)` run under non-reentrant checkpointing.
+    fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()>;
+    /// `model(**inputs)` (with `labels` when set).
+    fn forward(&self, inputs: &Inputs) -> Result<ModelOutput>;
+}
+
+/// Build the model for `config` and `task` on the CPU, with weights in
+/// `weights` (`AutoModelFor*.from_config(config, dtype=weights,
+/// attn_implementation="sdpa")`).
+pub fn build(
+    rt: &Runtime,
+    config: &HfConfig,
+    task: Task,
+    weights: DType,
+) -> Result<Box<dyn HfModel>> {
+    match config.model_type.as_str() {
+        "llama" | "mistral" | "qwen2" | "qwen3" => llama::build(rt, config, task, weights),
+        "phi3" => phi3::build(rt, config, task, weights),
+        "gemma2" => gemma2::build(rt, config, task, weights),
+        "gpt2" => gpt2::build(rt, config, task, weights),
+        "bert" | "roberta" => bert::build(rt, config, task, weights),
+        "vit" => vit::build(rt, config, task, weights),
+        other => Err(ModelError::UnsupportedModel(other.to_string())),
+    }
+}
+
+/// The head a family offers for a task, or a clear error.
+pub(crate) fn unsupported_task(config: &HfConfig, task: Task) -> ModelError {
+    ModelError::Unsupported(format!(
+        "task {task:?} for model_type `{}`",
+        config.model_type
+    ))
+}

@@ -1,0 +1,29 @@
+//! # vramscope-models — Hugging Face model families on the eager twin
+//!
+//! This crate owns what `vramscope estimate` runs: a Hugging Face
+//! `config.json` read into one normalised config per family
+//! ([`config`], [`families`]), the model built op by op as transformers 5.x
+//! writes it (one file per family, mirroring `modeling_<family>.py` with the
+//! default `sdpa` attention), and the workload a user runs — load, train
+//! steps (forward with loss, backward, optimizer step, `zero_grad`) or
+//! inference passes — phase by phase, with the figures PyTorch would report
+//! ([`workload`], [`estimate()`]). Popular configs are embedded as
+//! [`presets`].
+//!
+//! It does no I/O: configs come in as text.
+
+#![deny(missing_docs)]
+
+pub mod config;
+mod error;
+pub mod estimate;
+pub mod families;
+pub mod fixture;
+pub mod presets;
+pub mod workload;
+
+pub use config::HfConfig;
+pub use error::{ModelError, Result};
+pub use estimate::{estimate, Estimate, EstimateOptions, Oom, PhaseFigures};
+pub use families::{HfModel, Inputs, ModelOutput};
+pub use workload::{Checkpointing, Mode, OptimizerKind, Task, Workload};

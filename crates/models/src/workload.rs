@@ -1,0 +1,155 @@
+//! The workload a user runs, exactly as `validation/hf_cases.py` runs it on
+//! the GPU (issue #5's contract):
+//!
+//! - `load`: `AutoModelFor*.from_config(config, dtype=W, attn_implementation="sdpa").cuda()`,
+//!   the optimizer (no memory until its first step), then the inputs:
+//!   `input_ids` (batch, seq) int64 and `labels = input_ids.clone()`
+//!   (images: `pixel_values` (batch, 3, H, W) in the weight dtype and
+//!   `labels` (batch,) int64);
+//! - train: `model.train()` (optionally gradient checkpointing of every
+//!   k-th layer, `use_reentrant=False`), then per step `forward{i}`
+//!   (`loss = model(**inputs, labels=labels).loss`, under autocast if asked),
+//!   `backward{i}` (`loss.backward(); del loss`), `step{i}` (`opt.step()`),
+//!   `zero_grad{i}` (`opt.zero_grad(set_to_none=True)`); with gradient
+//!   accumulation over m micro-batches, `forward{i}.{j}` and
+//!   `backward{i}.{j}` for each (the loss is not rescaled);
+//! - infer: `model.eval()`, then per pass `forward{i}`: under
+//!   `torch.no_grad()`, `logits = model(**inputs).logits; del logits`.
+
+use vramscope_engine::DType;
+
+/// Which head and loss the model carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    /// `AutoModelForCausalLM`, loss: shifted cross entropy
+    Causal,
+    /// `AutoModelForMaskedLM`
+    Mlm,
+    /// `AutoModelForImageClassification`
+    Image,
+}
+
+/// Training or inference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// forward with loss, backward, optimizer step, `zero_grad`
+    Train,
+    /// forward passes under `torch.no_grad()`
+    Infer,
+}
+
+/// `torch.optim.*` in its default (foreach) form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerKind {
+    /// `torch.optim.AdamW`
+    AdamW,
+    /// `torch.optim.Adam`
+    Adam,
+    /// `torch.optim.SGD` (with `momentum`)
+    Sgd,
+}
+
+/// Which layers `gradient_checkpointing_enable` wraps in
+/// `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checkpointing {
+    /// transformers' `every_n_layers=k`: layer `i` when `i % k == 0`
+    /// (`k = 1`: every layer)
+    Every(usize),
+    /// exactly these layer indices (what `plan` searches for)
+    Layers(Vec<usize>),
+}
+
+impl Checkpointing {
+    /// Whether layer `index` is checkpointed.
+    pub fn applies(&self, index: usize) -> bool {
+        match self {
+            Checkpointing::Every(k) => index.is_multiple_of((*k).max(1)),
+            Checkpointing::Layers(v) => v.contains(&index),
+        }
+    }
+}
+
+/// One workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// the head
+    pub task: Task,
+    /// train or infer
+    pub mode: Mode,
+    /// batch size
+    pub batch: i64,
+    /// sequence length (text tasks)
+    pub seq: i64,
+    /// the weights' dtype (`from_config(dtype=...)`)
+    pub weights: DType,
+    /// `torch.autocast("cuda", dtype=...)` around the forward
+    pub autocast: Option<DType>,
+    /// the optimizer (train)
+    pub optimizer: OptimizerKind,
+    /// SGD momentum
+    pub momentum: f64,
+    /// learning rate (does not change memory; kept for the record)
+    pub lr: f64,
+    /// gradient checkpointing (`None`: off)
+    pub checkpointing: Option<Checkpointing>,
+    /// train steps or inference passes
+    pub steps: usize,
+    /// gradient accumulation: micro-batches of `batch` per optimizer step
+    /// (forward and backward `accumulation` times, then `step` and
+    /// `zero_grad`)
+    pub accumulation: usize,
+}
+
+impl Workload {
+    /// A training workload with the CLI's defaults (fp32, AdamW, 3 steps).
+    pub fn train(task: Task, batch: i64, seq: i64) -> Self {
+        Workload {
+            task,
+            mode: Mode::Train,
+            batch,
+            seq,
+            weights: DType::F32,
+            autocast: None,
+            optimizer: OptimizerKind::AdamW,
+            momentum: 0.0,
+            lr: 1e-4,
+            checkpointing: None,
+            steps: 3,
+            accumulation: 1,
+        }
+    }
+
+    /// An inference workload with the CLI's defaults (fp32, 2 passes).
+    pub fn infer(task: Task, batch: i64, seq: i64) -> Self {
+        Workload {
+            mode: Mode::Infer,
+            steps: 2,
+            ..Workload::train(task, batch, seq)
+        }
+    }
+
+    /// The phase names in order (`load`, `forward0`, `backward0`, ...).
+    pub fn phase_names(&self) -> Vec<String> {
+        let mut v = vec!["load".to_string()];
+        for i in 0..self.steps {
+            match self.mode {
+                Mode::Train => {
+                    for m in 0..self.accumulation.max(1) {
+                        let sub = if self.accumulation > 1 {
+                            format!(".{m}")
+                        } else {
+                            String::new()
+                        };
+                        v.push(format!("forward{i}{sub}"));
+                        v.push(format!("backward{i}{sub}"));
+                    }
+                    v.push(format!("step{i}"));
+                    v.push(format!("zero_grad{i}"));
+                }
+                Mode::Infer => v.push(format!("forward{i}")),
+            }
+        }
+        v
+    }
+}

@@ -1,0 +1,180 @@
+"""Run the `vramscope estimate` workload on a real GPU and record its figures per phase.
+
+    python3 hf_cases.py CASES.json NAME OUTDIR          # one case, one fresh process
+    python3 hf_cases.py CASES.json NAME OUTDIR --limit-bytes N --batch B --quiet
+                                                        # one try of plan's bisection: exit 0 if every
+                                                        # step completes, 3 on out-of-memory
+
+CASES.json (validation/hf_cases.json) lists workloads. Each has `name`, `config` (fields of a
+Hugging Face config; `model_type` picks the family; unset fields take the family's defaults),
+`task` (causal | mlm | image), `mode` (train | infer), `batch`, `seq` (or `image_size` from the
+config), `weights` (fp32 | bf16 | fp16), `autocast` (null | bf16 | fp16), `optimizer`
+(adamw | adam | sgd), `momentum`, `lr`, `checkpointing` (bool), `checkpointing_every` (k, default
+1), `steps`, and optionally `alloc_conf` (PYTORCH_CUDA_ALLOC_CONF).
+
+The workload is exactly the one issue #5 names:
+- load: `AutoModelFor*.from_config(config, dtype=W, attn_implementation="sdpa").cuda()`, the
+  optimizer (no memory until its first step), then the inputs: `input_ids` (batch, seq) int64 from
+  `torch.randint` on the GPU and `labels = input_ids.clone()` (images: `pixel_values` (batch, 3, H, W)
+  from `torch.randn` in the weight dtype, `labels` (batch,) int64);
+- train: `model.train()` (optionally `gradient_checkpointing_enable(...use_reentrant=False)`), then per
+  step i the phases `forward{i}`: `loss = model(**inputs).loss` (under `torch.autocast` if asked),
+  `backward{i}`: `loss.backward(); del loss`, `step{i}`: `opt.step()`, `zero_grad{i}`:
+  `opt.zero_grad(set_to_none=True)`;
+- infer: `model.eval()`, then per pass `forward{i}`: under `torch.no_grad()`,
+  `logits = model(**inputs).logits; del logits` (the input without labels).
+Each phase starts with `torch.cuda.reset_peak_memory_stats()` and ends with a synchronize; its
+figures are memory_allocated, max_memory_allocated, memory_reserved, the reserved peak and
+requested bytes at its end.
+
+Outputs OUTDIR/NAME.json: {name, env, config (the full config.to_dict()), phases: [...], error?}
+and OUTDIR/NAME.trace.json: the allocator trace from the start of `load`, compactly
+[action, addr, size, stream, innermost python frames] per entry.
+"""
+import gc
+import json
+import os
+import sys
+
+
+def stats(torch):
+    s = torch.cuda.memory_stats()
+    return dict(allocated_bytes=s.get("allocated_bytes.all.current", 0),
+                peak_allocated_bytes=s.get("allocated_bytes.all.peak", 0),
+                reserved_bytes=s.get("reserved_bytes.all.current", 0),
+                peak_reserved_bytes=s.get("reserved_bytes.all.peak", 0),
+                requested_bytes=s.get("requested_bytes.all.current", 0))
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases"); ap.add_argument("name"); ap.add_argument("outdir")
+    ap.add_argument("--batch", type=int); ap.add_argument("--limit-bytes", type=int)
+    ap.add_argument("--quiet", action="store_true")
+    a = ap.parse_args()
+    name, outdir, quiet = a.name, a.outdir, a.quiet
+    with open(a.cases) as f:
+        case = next(c for c in json.load(f) if c["name"] == name)
+    if a.batch is not None:
+        case["batch"] = a.batch
+    if case.get("alloc_conf"):
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = case["alloc_conf"]
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageClassification, AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    torch.cuda.init()
+    total = torch.cuda.get_device_properties(0).total_memory
+    if a.limit_bytes is not None:
+        # plan's bisection: exactly `set_per_process_memory_fraction(F)`
+        torch.cuda.set_per_process_memory_fraction(a.limit_bytes / total)
+    env = dict(torch=torch.__version__, transformers=transformers.__version__, cuda=torch.version.cuda,
+               gpu=torch.cuda.get_device_name(), cap=list(torch.cuda.get_device_capability()), total=total)
+    if not quiet:
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python", context="alloc")
+
+    cfg = dict(case["config"])
+    model_type = cfg.pop("model_type")
+    config = AutoConfig.for_model(model_type, **cfg)
+    wdt = dict(fp32=torch.float32, bf16=torch.bfloat16, fp16=torch.float16)[case.get("weights", "fp32")]
+    adt = case.get("autocast")
+    adt = dict(bf16=torch.bfloat16, fp16=torch.float16)[adt] if adt else None
+    task, mode = case["task"], case["mode"]
+    b = case["batch"]
+    phases = []
+    result = dict(name=name, env=env, config=config.to_dict(), phases=phases)
+    cur = [None]
+
+    def begin(phase):
+        cur[0] = phase
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def end():
+        torch.cuda.synchronize()
+        phases.append(dict(name=cur[0], **stats(torch)))
+
+    try:
+        begin("load")
+        auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM, image=AutoModelForImageClassification)[task]
+        model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa").cuda()
+        params = model.parameters()
+        opt_name = case.get("optimizer", "adamw")
+        lr = case.get("lr", 1e-4)
+        if opt_name == "adamw":
+            opt = torch.optim.AdamW(params, lr=lr)
+        elif opt_name == "adam":
+            opt = torch.optim.Adam(params, lr=lr)
+        else:
+            opt = torch.optim.SGD(params, lr=lr, momentum=case.get("momentum", 0.0))
+        if task == "image":
+            size = config.image_size
+            pixel_values = torch.randn(b, config.num_channels, size, size, device="cuda", dtype=wdt)
+            labels = torch.randint(0, config.num_labels, (b,), device="cuda")
+            inputs = dict(pixel_values=pixel_values)
+        else:
+            input_ids = torch.randint(0, config.vocab_size, (b, case["seq"]), device="cuda")
+            labels = input_ids.clone()
+            inputs = dict(input_ids=input_ids)
+        end()
+        if mode == "train":
+            if case.get("checkpointing"):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
+                                                    every_n_layers=case.get("checkpointing_every", 1))
+            model.train()
+            for i in range(case.get("steps", 3)):
+                begin(f"forward{i}")
+                if adt is not None:
+                    with torch.autocast("cuda", dtype=adt):
+                        loss = model(**inputs, labels=labels).loss
+                else:
+                    loss = model(**inputs, labels=labels).loss
+                end()
+                begin(f"backward{i}")
+                loss.backward()
+                del loss
+                end()
+                begin(f"step{i}")
+                opt.step()
+                end()
+                begin(f"zero_grad{i}")
+                opt.zero_grad(set_to_none=True)
+                end()
+        else:
+            model.eval()
+            for i in range(case.get("steps", 2)):
+                begin(f"forward{i}")
+                with torch.no_grad():
+                    if adt is not None:
+                        with torch.autocast("cuda", dtype=adt):
+                            logits = model(**inputs).logits
+                    else:
+                        logits = model(**inputs).logits
+                    del logits
+                end()
+    except torch.OutOfMemoryError as e:
+        result["error"] = dict(kind="oom", phase=cur[0], message=str(e).splitlines()[0], **stats(torch))
+    if quiet:
+        print(json.dumps(dict(name=name, batch=b, ok="error" not in result,
+                              error=result.get("error"), phases=phases)))
+        sys.exit(3 if "error" in result else 0)
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    trace = []
+    for e in snap["device_traces"][0]:
+        fr = [f"{os.path.basename(f['filename'])}:{f['line']}:{f['name']}" for f in e.get("frames", [])
+              if "/torch/" not in f["filename"] or "/torch/utils/checkpoint" in f["filename"]
+              or "/torch/optim/" in f["filename"] or "/torch/nn/" in f["filename"]][:4]
+        trace.append([e["action"], e["addr"], e["size"], e.get("stream", 0), fr])
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, name + ".trace.json"), "w") as f:
+        json.dump(trace, f)
+    with open(os.path.join(outdir, name + ".json"), "w") as f:
+        json.dump(result, f, indent=1)
+    gc.collect()
+
+
+if __name__ == "__main__":
+    main()
