@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 
 pub mod demo;
 pub mod diff;
+pub mod estimate;
 pub mod inspect;
+pub mod plan;
 pub mod replay;
 
 /// Exit code: the command ran and the answer is "yes" (exact, fits, ...).
@@ -72,6 +74,45 @@ pub enum Command {
     ///
     /// Exit 1 when peak allocated grew by more than --fail-over.
     Diff(diff::DiffArgs),
+    /// Estimate the memory of training or serving a Hugging Face model from
+    /// its config.json, before running it: every phase's allocated and
+    /// reserved bytes as torch.cuda would report them, what is live at the
+    /// peak and why, and whether it fits.
+    ///
+    /// The workload is what you would write: the model loaded with
+    /// AutoModelFor*.from_config(config, dtype=W, attn_implementation="sdpa")
+    /// .cuda(); random input_ids (batch, seq) and labels = input_ids.clone();
+    /// then --steps training steps (forward with loss under optional
+    /// autocast, loss.backward(), optimizer.step(), zero_grad(set_to_none=True))
+    /// or inference passes under torch.no_grad().
+    ///
+    /// Examples:
+    ///   vramscope estimate --model llama-3.1-8b --mode train --batch 1 --seq 2048 --weights bf16
+    ///   vramscope estimate --config config.json --mode infer --batch 8 --seq 1024 --json
+    ///
+    /// Exit 0 when it fits, 1 when it runs out of memory (the op, module and
+    /// phase are named), 2 when the config or options cannot be used.
+    Estimate(estimate::EstimateArgs),
+    /// What fits: the largest batch that completes every step under the
+    /// limit (the allocator twin's real out-of-memory path: free the cache,
+    /// retry, fail), and what each lever buys — bf16 weights, autocast,
+    /// another optimizer, activation checkpointing (every layer, every k-th,
+    /// or the fewest layers that reach --target-batch), allocator settings,
+    /// gradient accumulation — each computed by the twin.
+    ///
+    /// The search is the one validation/plan_bisect.py runs on a GPU: batch
+    /// 1, 2, 4, ... until one fails, then bisection.
+    ///
+    /// With --batch (a list or a range, e.g. 1..64) and several --seq
+    /// (512,1024,2048) it sweeps the grid instead and prints peak reserved
+    /// and fits / doesn't (--csv or --json for plotting).
+    ///
+    /// Examples:
+    ///   vramscope plan --model llama-3.2-1b --mode train --seq 2048 --weights bf16 --memory-limit 40000000000
+    ///   vramscope plan --model gpt2 --mode train --batch 1..16 --seq 512,1024 --csv
+    ///
+    /// Exit 0 when batch 1 fits, 1 when not even batch 1 fits, 2 on bad input.
+    Plan(plan::PlanArgs),
 }
 
 /// Run a parsed command line.
@@ -81,5 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Diff(args) => diff::run(&args),
+        Command::Estimate(args) => estimate::run(&args),
+        Command::Plan(args) => plan::run(&args),
     }
 }

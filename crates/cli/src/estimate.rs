@@ -1,0 +1,720 @@
+//! `vramscope estimate`: the memory of a training or inference step of a
+//! Hugging Face model, from its config.json, before running it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use vramscope_alloc::{format_size, AllocatorConfig};
+use vramscope_engine::{DType, DeviceProfile};
+use vramscope_models::{
+    estimate, presets, Checkpointing, Estimate, EstimateOptions, HfConfig, Mode, OptimizerKind,
+    Task, Workload,
+};
+
+use crate::{EXIT_DIFFERENT, EXIT_OK};
+
+/// `--task`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TaskArg {
+    /// causal language modelling (`AutoModelForCausalLM`, shifted cross entropy)
+    Causal,
+    /// masked language modelling (`AutoModelForMaskedLM`)
+    Mlm,
+    /// image classification (`AutoModelForImageClassification`)
+    Image,
+}
+
+/// `--mode`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// forward with loss, backward, optimizer step, zero_grad(set_to_none=True)
+    Train,
+    /// model.eval() and forward passes under torch.no_grad()
+    Infer,
+}
+
+/// A floating-point dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DTypeArg {
+    /// torch.float32
+    Fp32,
+    /// torch.bfloat16
+    Bf16,
+    /// torch.float16
+    Fp16,
+}
+
+impl DTypeArg {
+    fn dtype(self) -> DType {
+        match self {
+            DTypeArg::Fp32 => DType::F32,
+            DTypeArg::Bf16 => DType::BF16,
+            DTypeArg::Fp16 => DType::F16,
+        }
+    }
+}
+
+/// `--autocast`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AutocastArg {
+    /// torch.autocast("cuda", dtype=torch.bfloat16)
+    Bf16,
+    /// torch.autocast("cuda", dtype=torch.float16)
+    Fp16,
+}
+
+/// `--optimizer`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerArg {
+    /// torch.optim.AdamW (foreach): two fp32-sized states per parameter
+    Adamw,
+    /// torch.optim.Adam (foreach)
+    Adam,
+    /// torch.optim.SGD (foreach): a momentum buffer per parameter when --momentum > 0
+    Sgd,
+}
+
+/// `--gpu`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GpuArg {
+    /// NVIDIA H100 80GB HBM3 (sm_90) with PyTorch 2.11
+    H100,
+}
+
+/// The model: a config.json or a preset.
+#[derive(Debug, Args, Clone)]
+#[group(required = true, multiple = false)]
+pub struct ModelArgs {
+    /// A Hugging Face config.json (any supported model_type).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// An embedded preset (llama-3.1-8b, llama-3.1-70b, qwen3-8b, mistral-7b,
+    /// gpt2, bert-base-uncased, vit-base-patch16-224, ...; `--model list` lists them).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+}
+
+impl ModelArgs {
+    /// Read the config.
+    pub fn config(&self) -> anyhow::Result<HfConfig> {
+        if let Some(p) = &self.config {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            return HfConfig::parse(&text).with_context(|| format!("in {}", p.display()));
+        }
+        let name = self.model.as_deref().unwrap_or_default();
+        if name == "list" {
+            bail!("presets: {}", presets::names().join(", "));
+        }
+        Ok(presets::get(name)?)
+    }
+}
+
+/// What is run, as in the Python the user would write (see `estimate --help`).
+#[derive(Debug, Args, Clone)]
+pub struct WorkloadArgs {
+    /// The head: causal (default for decoder models), mlm (default for
+    /// bert/roberta) or image (vit).
+    #[arg(long, value_enum)]
+    pub task: Option<TaskArg>,
+    /// Train (forward with loss, backward, optimizer step, zero_grad) or
+    /// infer (forward passes under torch.no_grad()).
+    #[arg(long, value_enum)]
+    pub mode: ModeArg,
+    /// Sequence length of input_ids (text models). `plan` takes a list
+    /// (512,1024,2048) for a sweep.
+    #[arg(long, default_value = "512", value_parser = parse_list)]
+    pub seq: IntList,
+    /// The weights' dtype: from_config(config, dtype=...).
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub weights: DTypeArg,
+    /// Run the forward under torch.autocast("cuda", dtype=...).
+    #[arg(long, value_enum)]
+    pub autocast: Option<AutocastArg>,
+    /// The optimizer (train), in its default foreach form.
+    #[arg(long, value_enum, default_value = "adamw")]
+    pub optimizer: OptimizerArg,
+    /// SGD momentum (a momentum buffer per parameter when > 0).
+    #[arg(long, default_value_t = 0.0)]
+    pub momentum: f64,
+    /// Learning rate (does not change memory).
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f64,
+    /// model.gradient_checkpointing_enable(use_reentrant=False): every layer
+    /// recomputes its activations in backward.
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// With --checkpointing: checkpoint every k-th layer only
+    /// (transformers' every_n_layers).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 1,
+        requires = "checkpointing"
+    )]
+    pub checkpoint_every: usize,
+    /// Gradient accumulation: micro-batches of --batch per optimizer step.
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    pub accumulation: usize,
+    /// Training steps (default 3) or inference passes (default 2).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// PYTORCH_CUDA_ALLOC_CONF, e.g. "expandable_segments:True" or
+    /// "max_split_size_mb:128".
+    #[arg(long, value_name = "CONF", default_value = "")]
+    pub alloc_conf: String,
+}
+
+impl WorkloadArgs {
+    /// The workload at `batch`.
+    pub fn workload(&self, config: &HfConfig, batch: i64) -> Workload {
+        let task = match self.task {
+            Some(TaskArg::Causal) => Task::Causal,
+            Some(TaskArg::Mlm) => Task::Mlm,
+            Some(TaskArg::Image) => Task::Image,
+            None => match config.model_type.as_str() {
+                "bert" | "roberta" => Task::Mlm,
+                "vit" => Task::Image,
+                _ => Task::Causal,
+            },
+        };
+        let mode = match self.mode {
+            ModeArg::Train => Mode::Train,
+            ModeArg::Infer => Mode::Infer,
+        };
+        Workload {
+            task,
+            mode,
+            batch,
+            seq: self.seq.0.first().copied().unwrap_or(512),
+            weights: self.weights.dtype(),
+            autocast: self.autocast.map(|a| match a {
+                AutocastArg::Bf16 => DType::BF16,
+                AutocastArg::Fp16 => DType::F16,
+            }),
+            optimizer: match self.optimizer {
+                OptimizerArg::Adamw => OptimizerKind::AdamW,
+                OptimizerArg::Adam => OptimizerKind::Adam,
+                OptimizerArg::Sgd => OptimizerKind::Sgd,
+            },
+            momentum: self.momentum,
+            lr: self.lr,
+            checkpointing: self
+                .checkpointing
+                .then_some(Checkpointing::Every(self.checkpoint_every.max(1))),
+            steps: self.steps.unwrap_or(match mode {
+                Mode::Train => 3,
+                Mode::Infer => 2,
+            }),
+            accumulation: self.accumulation.max(1),
+        }
+    }
+
+    /// The allocator settings.
+    pub fn allocator(&self) -> anyhow::Result<AllocatorConfig> {
+        AllocatorConfig::parse(&self.alloc_conf)
+            .map_err(|e| anyhow::anyhow!("--alloc-conf {:?}: {e}", self.alloc_conf))
+    }
+}
+
+/// A list of positive integers given as one argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntList(pub Vec<i64>);
+
+/// A comma-separated list of positive integers (`512,1024`), or a range
+/// (`1..64`, inclusive).
+pub fn parse_list(s: &str) -> Result<IntList, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once("..") {
+            let a: i64 = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("not a number: {a:?}"))?;
+            let b: i64 = b
+                .trim()
+                .trim_start_matches('=')
+                .parse()
+                .map_err(|_| format!("not a number: {b:?}"))?;
+            if a < 1 || b < a || b - a > 100_000 {
+                return Err(format!("bad range {part:?} (expected 1 <= a <= b)"));
+            }
+            v.extend(a..=b);
+        } else {
+            let n: i64 = part
+                .parse()
+                .map_err(|_| format!("not a number: {part:?}"))?;
+            if n < 1 {
+                return Err(format!("{n} must be at least 1"));
+            }
+            v.push(n);
+        }
+    }
+    if v.is_empty() {
+        return Err("empty list".into());
+    }
+    Ok(IntList(v))
+}
+
+/// The GPU and its limit.
+#[derive(Debug, Args, Clone)]
+pub struct GpuArgs {
+    /// The GPU: its memory less the CUDA context, cuBLAS workspace sizes, ...
+    #[arg(long, value_enum, default_value = "h100")]
+    pub gpu: GpuArg,
+    /// torch.cuda.set_per_process_memory_fraction(F) on that GPU.
+    #[arg(long, value_name = "F", conflicts_with = "memory_limit")]
+    pub memory_fraction: Option<f64>,
+    /// A limit in bytes, applied as set_per_process_memory_fraction(BYTES / total).
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: Option<u64>,
+}
+
+impl GpuArgs {
+    /// The device profile.
+    pub fn profile(&self) -> DeviceProfile {
+        match self.gpu {
+            GpuArg::H100 => DeviceProfile::h100_torch_2_11(),
+        }
+    }
+
+    /// The memory fraction to set, if any.
+    pub fn fraction(&self) -> anyhow::Result<Option<f64>> {
+        let total = self.profile().total_memory as f64;
+        let f = match (self.memory_fraction, self.memory_limit) {
+            (Some(f), _) => Some(f),
+            (None, Some(b)) => Some(b as f64 / total),
+            (None, None) => None,
+        };
+        if let Some(f) = f {
+            if !(0.0..=1.0).contains(&f) || f.is_nan() {
+                bail!("the memory fraction must be within [0, 1], got {f}");
+            }
+        }
+        Ok(f)
+    }
+
+    /// What the allocator may hold: the fraction of the total, or the GPU's
+    /// memory less the CUDA context.
+    pub fn capacity(&self) -> anyhow::Result<u64> {
+        let p = self.profile();
+        Ok(match self.fraction()? {
+            // CUDACachingAllocator: allowed = fraction * total, and still no
+            // more than the device has
+            Some(f) => ((f * p.total_memory as f64) as u64).min(p.usable_memory),
+            None => p.usable_memory,
+        })
+    }
+}
+
+/// Arguments of `vramscope estimate`.
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub workload: WorkloadArgs,
+    /// Batch size.
+    #[arg(long)]
+    pub batch: i64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub gpu: GpuArgs,
+    /// Print one JSON object (schema in docs/json.md, `vramscope.estimate/1`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run an estimate under the GPU's limit; when it runs out of memory, run it
+/// again without a limit so the figures of the whole workload are known too.
+pub fn run_estimate(
+    config: &HfConfig,
+    workload: &Workload,
+    wargs: &WorkloadArgs,
+    gpu: &GpuArgs,
+) -> anyhow::Result<(Estimate, Option<Estimate>)> {
+    let opts = EstimateOptions {
+        profile: gpu.profile(),
+        allocator: wargs.allocator()?,
+        memory_fraction: gpu.fraction()?,
+        unlimited: false,
+    };
+    let limited = estimate(config, workload, &opts)?;
+    if limited.oom.is_some() {
+        let free = EstimateOptions {
+            unlimited: true,
+            memory_fraction: None,
+            ..opts
+        };
+        let unlimited = estimate(config, workload, &free)?;
+        Ok((limited, Some(unlimited)))
+    } else {
+        Ok((limited, None))
+    }
+}
+
+#[derive(Serialize)]
+struct PhaseJson<'a> {
+    name: &'a str,
+    allocated_bytes: i64,
+    peak_allocated_bytes: i64,
+    reserved_bytes: i64,
+    peak_reserved_bytes: i64,
+    requested_bytes: i64,
+}
+
+#[derive(Serialize)]
+struct ModuleJson {
+    name: String,
+    bytes: u64,
+    children: Vec<ModuleJson>,
+}
+
+#[derive(Serialize)]
+struct FitsJson {
+    fits: bool,
+    capacity_bytes: u64,
+    headroom_bytes: i64,
+}
+
+#[derive(Serialize)]
+struct OomJson<'a> {
+    phase: &'a str,
+    op: &'a str,
+    module: &'a str,
+    tried_to_allocate_bytes: u64,
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct WorkloadJson<'a> {
+    task: &'a str,
+    mode: &'a str,
+    batch: i64,
+    seq: i64,
+    weights: String,
+    autocast: Option<String>,
+    optimizer: &'a str,
+    momentum: f64,
+    checkpointing: Option<String>,
+    steps: usize,
+    alloc_conf: &'a str,
+}
+
+#[derive(Serialize)]
+struct EstimateJson<'a> {
+    schema: &'static str,
+    model_type: &'a str,
+    parameters: u64,
+    parameter_bytes: u64,
+    workload: WorkloadJson<'a>,
+    gpu: &'a str,
+    peak_allocated_bytes: i64,
+    peak_reserved_bytes: i64,
+    peak_phase: &'a str,
+    phases: Vec<PhaseJson<'a>>,
+    breakdown_at_peak: BTreeMap<String, u64>,
+    by_module: ModuleJson,
+    fits: FitsJson,
+    oom: Option<OomJson<'a>>,
+}
+
+/// The module tree at the peak: each node's bytes include its children.
+fn module_tree(flat: &[(String, u64)]) -> ModuleJson {
+    let mut root = ModuleJson {
+        name: String::new(),
+        bytes: 0,
+        children: Vec::new(),
+    };
+    for (path, bytes) in flat {
+        root.bytes += bytes;
+        let mut node = &mut root;
+        if path.is_empty() {
+            continue;
+        }
+        let mut prefix = String::new();
+        for part in path.split('.') {
+            if !prefix.is_empty() {
+                prefix.push('.');
+            }
+            prefix.push_str(part);
+            let i = match node.children.iter().position(|c| c.name == prefix) {
+                Some(i) => i,
+                None => {
+                    node.children.push(ModuleJson {
+                        name: prefix.clone(),
+                        bytes: 0,
+                        children: Vec::new(),
+                    });
+                    node.children.len() - 1
+                }
+            };
+            node = &mut node.children[i];
+            node.bytes += bytes;
+        }
+    }
+    fn sort(n: &mut ModuleJson) {
+        n.children
+            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
+        n.children.iter_mut().for_each(sort);
+    }
+    sort(&mut root);
+    root
+}
+
+/// `every layer`, `every 2 layers`, `layers 0,3,5`.
+pub fn checkpointing_name(c: &Checkpointing) -> String {
+    match c {
+        Checkpointing::Every(1) => "every layer".into(),
+        Checkpointing::Every(k) => format!("every {k} layers"),
+        Checkpointing::Layers(v) => format!(
+            "layers {}",
+            v.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    }
+}
+
+fn task_name(t: Task) -> &'static str {
+    match t {
+        Task::Causal => "causal",
+        Task::Mlm => "mlm",
+        Task::Image => "image",
+    }
+}
+
+fn dtype_name(d: DType) -> String {
+    match d {
+        DType::F32 => "fp32".into(),
+        DType::BF16 => "bf16".into(),
+        DType::F16 => "fp16".into(),
+        o => format!("{o:?}"),
+    }
+}
+
+fn sz(b: i64) -> String {
+    if b < 0 {
+        format!("-{}", format_size(b.unsigned_abs()))
+    } else {
+        format_size(b as u64)
+    }
+}
+
+/// Run `vramscope estimate`.
+pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
+    let config = args.model.config()?;
+    if args.workload.seq.0.len() > 1 {
+        bail!("estimate takes one --seq; `vramscope plan` sweeps several");
+    }
+    let w = args.workload.workload(&config, args.batch);
+    let (limited, unlimited) = run_estimate(&config, &w, &args.workload, &args.gpu)?;
+    let capacity = args.gpu.capacity()?;
+    // the figures: the whole workload (without a limit when it ran out)
+    let est = unlimited.as_ref().unwrap_or(&limited);
+    let oom = limited.oom.as_ref();
+    let fits = oom.is_none();
+    let profile = args.gpu.profile();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let j = EstimateJson {
+            schema: "vramscope.estimate/1",
+            model_type: &config.model_type,
+            parameters: est.parameter_count,
+            parameter_bytes: est.parameter_bytes,
+            workload: WorkloadJson {
+                task: task_name(w.task),
+                mode: if w.mode == Mode::Train {
+                    "train"
+                } else {
+                    "infer"
+                },
+                batch: w.batch,
+                seq: w.seq,
+                weights: dtype_name(w.weights),
+                autocast: w.autocast.map(dtype_name),
+                optimizer: match w.optimizer {
+                    OptimizerKind::AdamW => "adamw",
+                    OptimizerKind::Adam => "adam",
+                    OptimizerKind::Sgd => "sgd",
+                },
+                momentum: w.momentum,
+                checkpointing: w.checkpointing.as_ref().map(checkpointing_name),
+                steps: w.steps,
+                alloc_conf: &args.workload.alloc_conf,
+            },
+            gpu: profile.name,
+            peak_allocated_bytes: est.peak_allocated_bytes,
+            peak_reserved_bytes: est.peak_reserved_bytes,
+            peak_phase: &est.peak_phase,
+            phases: est
+                .phases
+                .iter()
+                .map(|p| PhaseJson {
+                    name: &p.name,
+                    allocated_bytes: p.allocated_bytes,
+                    peak_allocated_bytes: p.peak_allocated_bytes,
+                    reserved_bytes: p.reserved_bytes,
+                    peak_reserved_bytes: p.peak_reserved_bytes,
+                    requested_bytes: p.requested_bytes,
+                })
+                .collect(),
+            breakdown_at_peak: est
+                .breakdown_at_peak
+                .iter()
+                .map(|(c, b)| (c.to_string(), *b))
+                .collect(),
+            by_module: module_tree(&est.by_module_at_peak),
+            fits: FitsJson {
+                fits,
+                capacity_bytes: capacity,
+                headroom_bytes: capacity as i64 - est.peak_reserved_bytes,
+            },
+            oom: oom.map(|o| OomJson {
+                phase: &o.phase,
+                op: &o.op,
+                module: &o.module,
+                tried_to_allocate_bytes: o.bytes,
+                message: &o.message,
+            }),
+        };
+        serde_json::to_writer_pretty(&mut out, &j)?;
+        writeln!(out)?;
+    } else {
+        let what = format!(
+            "{} ({:.2} B parameters, {}), {} batch {}{}, weights {}{}{}",
+            config.model_type,
+            est.parameter_count as f64 / 1e9,
+            format_size(est.parameter_bytes),
+            if w.mode == Mode::Train {
+                "train"
+            } else {
+                "infer"
+            },
+            w.batch,
+            if w.task == Task::Image {
+                String::new()
+            } else {
+                format!(" x seq {}", w.seq)
+            },
+            dtype_name(w.weights),
+            w.autocast
+                .map(|a| format!(", autocast {}", dtype_name(a)))
+                .unwrap_or_default(),
+            w.checkpointing
+                .as_ref()
+                .map(|c| format!(", checkpointing {}", checkpointing_name(c)))
+                .unwrap_or_default(),
+        );
+        writeln!(out, "{what}")?;
+        if fits {
+            writeln!(
+                out,
+                "FITS on {}: peak reserved {} of {} ({} headroom)",
+                profile.name,
+                sz(est.peak_reserved_bytes),
+                format_size(capacity),
+                sz(capacity as i64 - est.peak_reserved_bytes)
+            )?;
+        } else if let Some(o) = oom {
+            writeln!(
+                out,
+                "DOES NOT FIT on {}: out of memory in {} ({}{}), tried to allocate {}; the whole workload needs {} reserved, the limit is {}",
+                profile.name,
+                o.phase,
+                o.op,
+                if o.module.is_empty() { String::new() } else { format!(" in {}", o.module) },
+                format_size(o.bytes),
+                sz(est.peak_reserved_bytes),
+                format_size(capacity)
+            )?;
+        }
+        writeln!(
+            out,
+            "peak allocated {} in {}, peak reserved {}",
+            sz(est.peak_allocated_bytes),
+            est.peak_phase,
+            sz(est.peak_reserved_bytes)
+        )?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<12} {:>12} {:>12} {:>12}",
+            "phase", "allocated", "peak alloc", "peak resv"
+        )?;
+        for p in &est.phases {
+            writeln!(
+                out,
+                "{:<12} {:>12} {:>12} {:>12}",
+                p.name,
+                sz(p.allocated_bytes),
+                sz(p.peak_allocated_bytes),
+                sz(p.peak_reserved_bytes)
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "live at the peak, by category:")?;
+        for (c, b) in &est.breakdown_at_peak {
+            let pct = 100.0 * *b as f64 / est.peak_allocated_bytes.max(1) as f64;
+            writeln!(
+                out,
+                "  {:<20} {:>12} {:>5.1}%",
+                c.to_string(),
+                format_size(*b),
+                pct
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "heaviest modules at the peak:")?;
+        for (m, b) in est.by_module_at_peak.iter().take(10) {
+            let m = if m.is_empty() {
+                "(top level)"
+            } else {
+                m.as_str()
+            };
+            writeln!(out, "  {:<44} {:>12}", m, format_size(*b))?;
+        }
+    }
+    Ok(ExitCode::from(if fits { EXIT_OK } else { EXIT_DIFFERENT }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_and_ranges() {
+        assert_eq!(parse_list("512,1024").unwrap().0, vec![512, 1024]);
+        assert_eq!(parse_list("1..4").unwrap().0, vec![1, 2, 3, 4]);
+        assert_eq!(parse_list("1..=2,8").unwrap().0, vec![1, 2, 8]);
+        assert!(parse_list("0").is_err());
+        assert!(parse_list("4..1").is_err());
+        assert!(parse_list("x").is_err());
+        assert!(parse_list("").is_err());
+    }
+
+    #[test]
+    fn module_tree_sums_children() {
+        let t = module_tree(&[
+            ("model.layers.0.mlp".into(), 10),
+            ("model.layers.0.self_attn".into(), 5),
+            ("model.layers.1.mlp".into(), 7),
+            ("".into(), 3),
+        ]);
+        assert_eq!(t.bytes, 25);
+        let model = &t.children[0];
+        assert_eq!((model.name.as_str(), model.bytes), ("model", 22));
+        let layers = &model.children[0];
+        assert_eq!(layers.children[0].name, "model.layers.0");
+        assert_eq!(layers.children[0].bytes, 15);
+        assert_eq!(layers.children[1].bytes, 7);
+    }
+}

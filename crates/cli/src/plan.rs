@@ -1,0 +1,443 @@
+//! `vramscope plan`: the largest batch that fits, what each lever buys, and
+//! sweeps over batch and sequence length.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use vramscope_alloc::format_size;
+use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Workload};
+use vramscope_planner::{
+    checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
+};
+
+use crate::estimate::{checkpointing_name, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
+use crate::{EXIT_DIFFERENT, EXIT_OK};
+
+/// Arguments of `vramscope plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub gpu: GpuArgs,
+    /// Sweep these batch sizes (`1..64`, `1,2,4,8`) over every --seq and
+    /// print a grid of peak reserved and fits / doesn't, instead of
+    /// searching the largest batch.
+    #[arg(long, value_parser = parse_list)]
+    pub batch: Option<IntList>,
+    /// The batch you want: levers are compared at it, and plan finds the
+    /// fewest checkpointed layers and the gradient accumulation that reach it.
+    #[arg(long, value_name = "B")]
+    pub target_batch: Option<i64>,
+    /// Skip the table of levers (only the largest batch).
+    #[arg(long)]
+    pub no_levers: bool,
+    /// Print one JSON object (schema in docs/json.md, `vramscope.plan/1`).
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Sweeps: print CSV (batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits).
+    #[arg(long)]
+    pub csv: bool,
+}
+
+#[derive(Serialize)]
+struct OomJson {
+    batch: i64,
+    phase: String,
+    op: String,
+    module: String,
+    tried_to_allocate_bytes: u64,
+    message: String,
+}
+
+fn oom_json(batch: i64, o: &Oom) -> OomJson {
+    OomJson {
+        batch,
+        phase: o.phase.clone(),
+        op: o.op.clone(),
+        module: o.module.clone(),
+        tried_to_allocate_bytes: o.bytes,
+        message: o.message.clone(),
+    }
+}
+
+#[derive(Serialize)]
+struct TryJson {
+    batch: i64,
+    fits: bool,
+    peak_reserved_bytes: i64,
+}
+
+#[derive(Serialize)]
+struct LeverJson {
+    name: String,
+    peak_reserved_bytes: i64,
+    fits_at_batch: bool,
+    max_batch: i64,
+}
+
+#[derive(Serialize)]
+struct CheckpointJson {
+    layers: Vec<usize>,
+    of: usize,
+    peak_reserved_bytes: i64,
+    extra_step_fraction: f64,
+}
+
+#[derive(Serialize)]
+struct AccumulationJson {
+    micro_batch: i64,
+    accumulation: usize,
+    effective_batch: i64,
+    peak_reserved_bytes: i64,
+    fits: bool,
+}
+
+#[derive(Serialize)]
+struct PlanJson {
+    schema: &'static str,
+    model_type: String,
+    mode: &'static str,
+    seq: i64,
+    capacity_bytes: u64,
+    max_batch: i64,
+    peak_reserved_bytes: Option<i64>,
+    peak_allocated_bytes: Option<i64>,
+    next_batch_oom: Option<OomJson>,
+    tries: Vec<TryJson>,
+    reference_batch: i64,
+    levers: Vec<LeverJson>,
+    checkpointing_for_target: Option<CheckpointJson>,
+    accumulation_for_target: Option<AccumulationJson>,
+}
+
+#[derive(Serialize)]
+struct SweepJson<'a> {
+    schema: &'static str,
+    model_type: String,
+    capacity_bytes: u64,
+    cells: Vec<CellJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct CellJson<'a> {
+    batch: i64,
+    seq: i64,
+    peak_reserved_bytes: i64,
+    peak_allocated_bytes: i64,
+    fits: bool,
+    #[serde(skip)]
+    _p: std::marker::PhantomData<&'a ()>,
+}
+
+fn bar(len: Option<u64>, msg: &str) -> ProgressBar {
+    let pb = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg.to_string());
+    pb
+}
+
+/// Run `vramscope plan`.
+pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+    let config = args.model.config()?;
+    let base = args.workload.workload(&config, 1);
+    let options = EstimateOptions {
+        profile: args.gpu.profile(),
+        allocator: args.workload.allocator()?,
+        memory_fraction: args.gpu.fraction()?,
+        unlimited: false,
+    };
+    let capacity = args.gpu.capacity()?;
+    if let Some(batches) = &args.batch {
+        return run_sweep(args, &config, &base, &batches.0, &options, capacity);
+    }
+    if args.workload.seq.0.len() > 1 {
+        bail!("several --seq values need --batch (a sweep); without it plan searches one sequence length");
+    }
+    let pb = bar(None, "largest batch");
+    let mb = max_batch(&config, &base, &options, &mut |t| {
+        pb.inc(1);
+        pb.set_message(format!(
+            "largest batch: batch {} {}",
+            t.batch,
+            if t.fits { "fits" } else { "out of memory" }
+        ));
+    })?;
+    pb.finish_and_clear();
+    let reference = args.target_batch.unwrap_or(mb.max_batch.max(1));
+    let lever_rows: Vec<LeverOutcome> = if args.no_levers {
+        Vec::new()
+    } else {
+        let pb = bar(None, "levers");
+        let rows = levers(&config, &base, &options, reference, &mut |name, t| {
+            pb.inc(1);
+            pb.set_message(format!("lever {name}: batch {}", t.batch));
+        })?;
+        pb.finish_and_clear();
+        rows
+    };
+    let mut ckpt: Option<MinimalCheckpointing> = None;
+    let mut accum: Option<AccumulationJson> = None;
+    if let Some(target) = args.target_batch {
+        if target > mb.max_batch && base.mode == Mode::Train {
+            if base.checkpointing.is_none() {
+                ckpt = checkpoint_for_batch(&config, &base, target, &options)?;
+            }
+            if mb.max_batch > 0 {
+                let micro = mb.max_batch;
+                let steps = ((target + micro - 1) / micro) as usize;
+                let w = Workload {
+                    batch: micro,
+                    accumulation: steps,
+                    ..base.clone()
+                };
+                let est = estimate(&config, &w, &options)?;
+                accum = Some(AccumulationJson {
+                    micro_batch: micro,
+                    accumulation: steps,
+                    effective_batch: micro * steps as i64,
+                    peak_reserved_bytes: est.peak_reserved_bytes,
+                    fits: est.oom.is_none(),
+                });
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let at = mb.at_max.as_ref();
+    if args.json {
+        let j = PlanJson {
+            schema: "vramscope.plan/1",
+            model_type: config.model_type.clone(),
+            mode: if base.mode == Mode::Train {
+                "train"
+            } else {
+                "infer"
+            },
+            seq: base.seq,
+            capacity_bytes: capacity,
+            max_batch: mb.max_batch,
+            peak_reserved_bytes: at.map(|e| e.peak_reserved_bytes),
+            peak_allocated_bytes: at.map(|e| e.peak_allocated_bytes),
+            next_batch_oom: mb
+                .first_failure
+                .as_ref()
+                .and_then(|t| t.oom.as_ref().map(|o| oom_json(t.batch, o))),
+            tries: mb
+                .tries
+                .iter()
+                .map(|t| TryJson {
+                    batch: t.batch,
+                    fits: t.fits,
+                    peak_reserved_bytes: t.peak_reserved_bytes,
+                })
+                .collect(),
+            reference_batch: reference,
+            levers: lever_rows
+                .iter()
+                .map(|l| LeverJson {
+                    name: l.lever.name.clone(),
+                    peak_reserved_bytes: l.peak_reserved_bytes,
+                    fits_at_batch: l.fits,
+                    max_batch: l.max_batch,
+                })
+                .collect(),
+            checkpointing_for_target: ckpt.as_ref().map(|c| CheckpointJson {
+                layers: c.layers.clone(),
+                of: c.of,
+                peak_reserved_bytes: c.peak_reserved_bytes,
+                extra_step_fraction: c.extra_step_fraction,
+            }),
+            accumulation_for_target: accum,
+        };
+        serde_json::to_writer_pretty(&mut out, &j)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{} {}, seq {}, limit {}",
+            config.model_type,
+            if base.mode == Mode::Train {
+                "train"
+            } else {
+                "infer"
+            },
+            base.seq,
+            format_size(capacity)
+        )?;
+        if mb.max_batch == 0 {
+            writeln!(out, "Not even batch 1 fits.")?;
+        } else {
+            writeln!(
+                out,
+                "Largest batch: {} (peak reserved {}, peak allocated {})",
+                mb.max_batch,
+                at.map(|e| format_size(e.peak_reserved_bytes.max(0) as u64))
+                    .unwrap_or_default(),
+                at.map(|e| format_size(e.peak_allocated_bytes.max(0) as u64))
+                    .unwrap_or_default()
+            )?;
+        }
+        if let Some(t) = &mb.first_failure {
+            if let Some(o) = &t.oom {
+                writeln!(
+                    out,
+                    "Batch {} runs out of memory in {} ({}{}): tried to allocate {}",
+                    t.batch,
+                    o.phase,
+                    o.op,
+                    if o.module.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" in {}", o.module)
+                    },
+                    format_size(o.bytes)
+                )?;
+            }
+        }
+        if !lever_rows.is_empty() {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "{:<34} {:>16} {:>6} {:>10}",
+                format!("lever (at batch {reference})"),
+                "peak reserved",
+                "fits",
+                "max batch"
+            )?;
+            for l in &lever_rows {
+                writeln!(
+                    out,
+                    "{:<34} {:>16} {:>6} {:>10}",
+                    l.lever.name,
+                    format_size(l.peak_reserved_bytes.max(0) as u64),
+                    if l.fits { "yes" } else { "no" },
+                    l.max_batch
+                )?;
+            }
+        }
+        if let Some(c) = &ckpt {
+            writeln!(
+                out,
+                "\nTo fit batch {}: checkpoint {} of {} layers ({}), peak reserved {}, about +{:.0}% compute per step",
+                reference,
+                c.layers.len(),
+                c.of,
+                checkpointing_name(&vramscope_models::Checkpointing::Layers(c.layers.clone())),
+                format_size(c.peak_reserved_bytes.max(0) as u64),
+                c.extra_step_fraction * 100.0
+            )?;
+        }
+        if let Some(a) = &accum {
+            writeln!(
+                out,
+                "Or accumulate: {} micro-batches of {} (effective batch {}), peak reserved {}{}",
+                a.accumulation,
+                a.micro_batch,
+                a.effective_batch,
+                format_size(a.peak_reserved_bytes.max(0) as u64),
+                if a.fits {
+                    ""
+                } else {
+                    " — still does not fit"
+                }
+            )?;
+        }
+    }
+    Ok(ExitCode::from(if mb.max_batch > 0 {
+        EXIT_OK
+    } else {
+        EXIT_DIFFERENT
+    }))
+}
+
+fn run_sweep(
+    args: &PlanArgs,
+    config: &vramscope_models::HfConfig,
+    base: &Workload,
+    batches: &[i64],
+    options: &EstimateOptions,
+    capacity: u64,
+) -> anyhow::Result<ExitCode> {
+    let seqs = &args.workload.seq.0;
+    let pb = bar(Some((batches.len() * seqs.len()) as u64), "sweep");
+    let cells: Vec<SweepCell> = sweep(config, base, batches, seqs, options, &mut |_| pb.inc(1))?;
+    pb.finish_and_clear();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let j = SweepJson {
+            schema: "vramscope.sweep/1",
+            model_type: config.model_type.clone(),
+            capacity_bytes: capacity,
+            cells: cells
+                .iter()
+                .map(|c| CellJson {
+                    batch: c.batch,
+                    seq: c.seq,
+                    peak_reserved_bytes: c.peak_reserved_bytes,
+                    peak_allocated_bytes: c.peak_allocated_bytes,
+                    fits: c.fits,
+                    _p: std::marker::PhantomData,
+                })
+                .collect(),
+        };
+        serde_json::to_writer_pretty(&mut out, &j)?;
+        writeln!(out)?;
+    } else if args.csv {
+        writeln!(
+            out,
+            "batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits"
+        )?;
+        for c in &cells {
+            writeln!(
+                out,
+                "{},{},{},{},{}",
+                c.batch, c.seq, c.peak_reserved_bytes, c.peak_allocated_bytes, c.fits
+            )?;
+        }
+    } else {
+        writeln!(
+            out,
+            "peak reserved ({} limit; * = does not fit)",
+            format_size(capacity)
+        )?;
+        write!(out, "{:>8}", "batch")?;
+        for s in seqs {
+            write!(out, " {:>13}", format!("seq {s}"))?;
+        }
+        writeln!(out)?;
+        for &b in batches {
+            write!(out, "{b:>8}")?;
+            for &s in seqs {
+                let c = cells.iter().find(|c| c.batch == b && c.seq == s);
+                let txt = c
+                    .map(|c| {
+                        format!(
+                            "{}{}",
+                            format_size(c.peak_reserved_bytes.max(0) as u64),
+                            if c.fits { " " } else { "*" }
+                        )
+                    })
+                    .unwrap_or_default();
+                write!(out, " {txt:>13}")?;
+            }
+            writeln!(out)?;
+        }
+    }
+    Ok(ExitCode::from(EXIT_OK))
+}

@@ -1,0 +1,242 @@
+//! `vramscope estimate` and `vramscope plan` end to end: the JSON against the
+//! H100 fixtures, exit codes, clear errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The full config recorded with a fixture, written as a config.json.
+fn config_file(case: &str) -> PathBuf {
+    let text =
+        std::fs::read_to_string(repo().join(format!("fixtures/estimate/{case}.json"))).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let dir = std::env::temp_dir().join(format!("vramscope-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{case}.config.json"));
+    std::fs::write(&p, serde_json::to_string(&v["config"]).unwrap()).unwrap();
+    p
+}
+
+fn fixture_phases(case: &str) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(repo().join(format!("fixtures/estimate/{case}.json"))).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["phases"].as_array().unwrap().clone()
+}
+
+#[test]
+fn estimate_json_equals_the_h100() {
+    let cfg = config_file("llama_train_fp32_adamw");
+    let out = bin()
+        .args(["estimate", "--config"])
+        .arg(&cfg)
+        .args(["--mode", "train", "--batch", "4", "--seq", "512", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["schema"], "vramscope.estimate/1");
+    let gpu = fixture_phases("llama_train_fp32_adamw");
+    let twin = j["phases"].as_array().unwrap();
+    assert_eq!(twin.len(), gpu.len());
+    for (t, g) in twin.iter().zip(&gpu) {
+        for k in [
+            "name",
+            "allocated_bytes",
+            "peak_allocated_bytes",
+            "reserved_bytes",
+            "peak_reserved_bytes",
+            "requested_bytes",
+        ] {
+            assert_eq!(t[k], g[k], "{} {k}", g["name"]);
+        }
+    }
+    let peak = gpu
+        .iter()
+        .map(|p| p["peak_allocated_bytes"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(j["peak_allocated_bytes"].as_i64().unwrap(), peak);
+    assert_eq!(j["fits"]["fits"], true);
+    // the breakdown accounts for every tensor live at the peak: requested
+    // bytes, so a little under the allocated peak (whole 512-byte blocks)
+    let sum: u64 = j["breakdown_at_peak"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(
+        sum as i64 <= peak && sum as f64 > 0.97 * peak as f64,
+        "{sum} vs {peak}"
+    );
+    assert_eq!(j["by_module"]["bytes"].as_u64().unwrap(), sum);
+    assert!(j["breakdown_at_peak"]["optimizer_state"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn estimate_out_of_memory_exits_1_and_names_the_phase() {
+    let out = bin()
+        .args([
+            "estimate",
+            "--model",
+            "llama-3.2-1b",
+            "--mode",
+            "train",
+            "--batch",
+            "8",
+            "--seq",
+            "2048",
+            "--memory-limit",
+            "8000000000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("DOES NOT FIT"), "{text}");
+    assert!(text.contains("tried to allocate"), "{text}");
+}
+
+#[test]
+fn estimate_rejects_bad_configs_clearly() {
+    let dir = std::env::temp_dir().join(format!("vramscope-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (text, expect) in [
+        (r#"{"model_type": "mamba"}"#, "not supported"),
+        (r#"{"hidden_size": 8}"#, "model_type"),
+        (
+            r#"{"model_type": "llama", "hidden_size": "big"}"#,
+            "hidden_size",
+        ),
+        ("not json", "not valid"),
+    ] {
+        let p = dir.join("config.json");
+        std::fs::write(&p, text).unwrap();
+        let out = bin()
+            .args(["estimate", "--config"])
+            .arg(&p)
+            .args(["--mode", "infer", "--batch", "1"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{text}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn plan_finds_the_gpu_largest_batch() {
+    // fixtures/plan: llama_train_fp32_adamw under a 4 GiB limit: 11 on the H100
+    let cfg = config_file("llama_train_fp32_adamw");
+    let out = bin()
+        .args(["plan", "--config"])
+        .arg(&cfg)
+        .args([
+            "--mode",
+            "train",
+            "--seq",
+            "512",
+            "--memory-limit",
+            "4294967296",
+            "--json",
+            "--no-levers",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["schema"], "vramscope.plan/1");
+    assert_eq!(j["max_batch"], 11);
+    assert_eq!(j["next_batch_oom"]["batch"], 12);
+    assert_eq!(j["next_batch_oom"]["phase"], "backward1");
+}
+
+#[test]
+fn plan_levers_and_sweep() {
+    let cfg = config_file("bert_train_fp32");
+    let out = bin()
+        .args(["plan", "--config"])
+        .arg(&cfg)
+        .args([
+            "--mode",
+            "train",
+            "--seq",
+            "256",
+            "--memory-limit",
+            "3221225472",
+            "--json",
+            "--target-batch",
+            "40",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["max_batch"], 18, "the H100 found 18 (fixtures/plan)");
+    let levers = j["levers"].as_array().unwrap();
+    let names: Vec<&str> = levers.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names[0], "baseline");
+    assert!(names.contains(&"weights fp32 -> bf16"), "{names:?}");
+    assert!(names.contains(&"checkpointing every layer"), "{names:?}");
+    let base = levers[0]["max_batch"].as_i64().unwrap();
+    let ckpt = levers
+        .iter()
+        .find(|l| l["name"] == "checkpointing every layer")
+        .unwrap();
+    assert!(ckpt["max_batch"].as_i64().unwrap() > base);
+    assert!(
+        j["accumulation_for_target"]["effective_batch"]
+            .as_i64()
+            .unwrap()
+            >= 40
+    );
+
+    let out = bin()
+        .args(["plan", "--config"])
+        .arg(&cfg)
+        .args([
+            "--mode", "infer", "--batch", "1,2", "--seq", "128,256", "--csv",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(text.starts_with("batch,seq,peak_reserved_bytes"), "{text}");
+}

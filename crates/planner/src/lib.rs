@@ -1,0 +1,23 @@
+//! # vramscope-planner — "what fits?"
+//!
+//! This crate owns the decisions `vramscope plan` makes on top of the
+//! estimator ([`vramscope_models::estimate()`]): the largest batch that
+//! completes every step of a workload under a memory limit, found with the
+//! allocator twin's real out-of-memory path (free the cache, retry, fail);
+//! what each lever (dtype, autocast, optimizer, checkpointing, allocator
+//! settings, gradient accumulation, inference modes) does to the peak and to
+//! the largest batch; and sweeps over batch and sequence length.
+//!
+//! Every answer is a run of the twin, never a rule of thumb. It does no I/O.
+
+#![deny(missing_docs)]
+
+mod levers;
+mod search;
+mod sweep;
+
+pub use levers::{
+    checkpoint_for_batch, lever_list, levers, num_layers, Lever, LeverOutcome, MinimalCheckpointing,
+};
+pub use search::{max_batch, try_batch, MaxBatch, Try, MAX_BATCH_CAP};
+pub use sweep::{sweep, SweepCell};

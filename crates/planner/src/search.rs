@@ -1,0 +1,113 @@
+//! The largest batch: the same search as `validation/plan_bisect.py` runs on
+//! the GPU, so that the two agree even where memory is not monotone in the
+//! batch: batch 1, 2, 4, ... doubling until a try runs out of memory (at most
+//! [`MAX_BATCH_CAP`]), then bisection between the last success and the
+//! first failure.
+
+use vramscope_models::{estimate, Estimate, EstimateOptions, HfConfig, Oom, Result, Workload};
+
+/// The doubling stops here (`plan_bisect.py`'s bound).
+pub const MAX_BATCH_CAP: i64 = 4096;
+
+/// One try of the search.
+#[derive(Debug, Clone)]
+pub struct Try {
+    /// the batch tried
+    pub batch: i64,
+    /// every step completed under the limit
+    pub fits: bool,
+    /// the run's peak reserved bytes (up to the out-of-memory, if any)
+    pub peak_reserved_bytes: i64,
+    /// the out-of-memory that stopped it
+    pub oom: Option<Oom>,
+}
+
+/// The answer of the search.
+#[derive(Debug, Clone)]
+pub struct MaxBatch {
+    /// the largest batch that fits (0: not even batch 1)
+    pub max_batch: i64,
+    /// every try, in order
+    pub tries: Vec<Try>,
+    /// the estimate at `max_batch`
+    pub at_max: Option<Estimate>,
+    /// the out-of-memory of the smallest failing batch (`max_batch + 1`
+    /// unless the cap was reached)
+    pub first_failure: Option<Try>,
+}
+
+/// Run `workload` at `batch` under `options`' limit.
+pub fn try_batch(
+    config: &HfConfig,
+    workload: &Workload,
+    batch: i64,
+    options: &EstimateOptions,
+) -> Result<(Try, Estimate)> {
+    let w = Workload {
+        batch,
+        ..workload.clone()
+    };
+    let est = estimate(config, &w, options)?;
+    let t = Try {
+        batch,
+        fits: est.oom.is_none(),
+        peak_reserved_bytes: est.peak_reserved_bytes,
+        oom: est.oom.clone(),
+    };
+    Ok((t, est))
+}
+
+/// Find the largest batch for which every step of `workload` completes
+/// under `options`' limit. `progress` sees each try as it finishes.
+pub fn max_batch(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+    progress: &mut dyn FnMut(&Try),
+) -> Result<MaxBatch> {
+    let mut tries: Vec<Try> = Vec::new();
+    let mut run = |b: i64, tries: &mut Vec<Try>| -> Result<bool> {
+        let (t, _) = try_batch(config, workload, b, options)?;
+        progress(&t);
+        let fits = t.fits;
+        tries.push(t);
+        Ok(fits)
+    };
+    let (mut lo, mut hi) = (0i64, None);
+    let mut b = 1;
+    while b <= MAX_BATCH_CAP {
+        if run(b, &mut tries)? {
+            lo = b;
+            b *= 2;
+        } else {
+            hi = Some(b);
+            break;
+        }
+    }
+    if let Some(mut h) = hi {
+        while h - lo > 1 {
+            let mid = (lo + h) / 2;
+            if run(mid, &mut tries)? {
+                lo = mid;
+            } else {
+                h = mid;
+            }
+        }
+    }
+    let first_failure = tries
+        .iter()
+        .filter(|t| !t.fits && t.batch > lo)
+        .min_by_key(|t| t.batch)
+        .cloned();
+    let at_max = if lo > 0 {
+        Some(try_batch(config, workload, lo, options)?.1)
+    } else {
+        None
+    };
+    Ok(MaxBatch {
+        max_batch: lo,
+        tries,
+        at_max,
+        first_failure,
+    })
+}
