@@ -39,12 +39,14 @@ fn check(prefixes: &[&str]) {
             Ok(est) => {
                 let acc = fixture::compare(&est, &rec.phases);
                 println!(
-                    "{:<28} exact {:>2}/{:<2} peak alloc {:+.4}% reserved {:+.4}%",
+                    "{:<28} exact {:>2}/{:<2} peak alloc {:+.4}% reserved {:+.4}% | worst phase alloc {:.4}% reserved {:.4}%",
                     case.name,
                     acc.exact_phases,
                     acc.phases,
                     acc.peak_allocated * 100.0,
-                    acc.peak_reserved * 100.0
+                    acc.peak_reserved * 100.0,
+                    acc.worst_peak_allocated * 100.0,
+                    acc.worst_peak_reserved * 100.0
                 );
                 for d in &acc.diffs {
                     println!("    {d}");
