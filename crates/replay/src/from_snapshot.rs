@@ -2,7 +2,7 @@
 
 use vramscope_alloc::{AllocatorConfig, TraceAction, ROUNDUP_INTERVALS};
 use vramscope_snapshot::model::{
-    Action, BlockState as SnapState, RoundupPower2Divisions, SegmentType, Snapshot,
+    BlockState as SnapState, RoundupPower2Divisions, SegmentType, Snapshot,
 };
 
 use crate::{BlockState, Event, RecordedBlock, RecordedSegment, Recording};
@@ -22,17 +22,8 @@ pub fn recording(snap: &Snapshot, device: usize) -> Recording {
         .map(|t| {
             t.iter()
                 .filter_map(|e| {
-                    let action = match e.action {
-                        Action::Alloc => TraceAction::Alloc,
-                        Action::FreeRequested => TraceAction::FreeRequested,
-                        Action::FreeCompleted => TraceAction::FreeCompleted,
-                        Action::SegmentAlloc => TraceAction::SegmentAlloc,
-                        Action::SegmentFree => TraceAction::SegmentFree,
-                        Action::SegmentMap => TraceAction::SegmentMap,
-                        Action::SegmentUnmap => TraceAction::SegmentUnmap,
-                        Action::Oom => TraceAction::Oom,
-                        Action::Snapshot | Action::Other(_) => return None,
-                    };
+                    // `snapshot` markers and unknown actions change nothing.
+                    let action = e.action.filter(|a| *a != TraceAction::Snapshot)?;
                     Some(Event {
                         action,
                         addr: e.addr,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use vramscope_alloc::AllocatorConfig;
-use vramscope_snapshot::{Frame, Snapshot, StackId};
+use vramscope_snapshot::{Frame, Snapshot, StackId, Trace};
 
 use crate::schema::{
     Category, Fragmentation, LayoutJson, LiveAtPeak, Oom, Point, Report, Site, Tensor,
@@ -181,10 +181,13 @@ pub fn stack_lines(snap: &Snapshot, stack: StackId) -> Vec<String> {
         .collect()
 }
 
-/// `Optimizer.step` / `zero_grad` intervals from `external_annotations`.
+/// `Optimizer.step` intervals from `external_annotations`.
 #[derive(Debug, Clone, Default)]
 pub struct Intervals {
+    /// (start, end, name), sorted.
     steps: Vec<(i64, i64, String)>,
+    /// `ends_max[i]`: the latest end among `steps[..=i]`.
+    ends_max: Vec<i64>,
 }
 
 impl Intervals {
@@ -204,59 +207,153 @@ impl Intervals {
             }
         }
         steps.sort();
-        Intervals { steps }
+        let ends_max = steps
+            .iter()
+            .scan(i64::MIN, |m, s| {
+                *m = (*m).max(s.1);
+                Some(*m)
+            })
+            .collect();
+        Intervals { steps, ends_max }
     }
 
+    /// The first step (in order) with `start <= t <= end`.
     fn step_at(&self, t: i64) -> Option<&(i64, i64, String)> {
-        self.steps.iter().find(|(s, e, _)| *s <= t && t <= *e)
+        // Candidates start at or before t; the first of them ending at or
+        // after t is where the running maximum of ends first reaches t.
+        let started = self.steps.partition_point(|s| s.0 <= t);
+        let j = self.ends_max.partition_point(|&e| e < t);
+        (j < started).then(|| &self.steps[j])
     }
 
+    /// The first step starting at or after `t`.
     fn next_step_after(&self, t: i64) -> Option<&(i64, i64, String)> {
-        self.steps.iter().find(|(s, _, _)| *s >= t)
+        self.steps.get(self.steps.partition_point(|s| s.0 < t))
+    }
+}
+
+/// What a stack says about the allocations made under it, found once per
+/// stack: the frames the classification rules look for.
+#[derive(Debug, Clone, Default)]
+pub struct StackFacts {
+    /// Evidence of a cuBLAS frame.
+    cublas: Option<String>,
+    /// Whether any frame is Python.
+    has_python: bool,
+    /// Evidence of `Module._apply` / `.cuda()` / `.to()`.
+    parameters: Option<String>,
+    /// A frame in torch/optim: (function, `file:line`).
+    optim: Option<(String, String)>,
+    /// Where backward runs, in words.
+    backward: Option<String>,
+    /// Evidence of a `forward` / `_call_impl` frame.
+    forward: Option<String>,
+}
+
+impl StackFacts {
+    /// Read the frames of `stack`.
+    pub fn of(snap: &Snapshot, stack: StackId) -> StackFacts {
+        let frames: Vec<Frame<'_>> = snap.frames(stack).collect();
+        let cublas = frames
+            .iter()
+            .find(|f| {
+                let n = f.name.to_ascii_lowercase();
+                n.contains("cublas") || n.contains("getcurrentcudablashandle")
+            })
+            .map(|f| format!("C++ frame `{}`", f.name));
+        let module_frame = |name: &str| {
+            frames.iter().find(|f| {
+                f.name == name
+                    && f.filename
+                        .replace('\\', "/")
+                        .ends_with("torch/nn/modules/module.py")
+            })
+        };
+        let parameters = ["_apply", "cuda", "to"].iter().find_map(|n| {
+            module_frame(n)
+                .map(|f| format!("frame Module.{} (torch/nn/modules/module.py:{})", n, f.line))
+        });
+        let optim = frames
+            .iter()
+            .find(|f| f.filename.replace('\\', "/").contains("torch/optim/"))
+            .map(|f| {
+                (
+                    f.name.to_string(),
+                    format!("{}:{}", short_path(f.filename), f.line),
+                )
+            });
+        let backward = frames
+            .iter()
+            .find(|f| {
+                let p = f.filename.replace('\\', "/");
+                (p.contains("torch/autograd/")
+                    && (f.name == "backward" || f.name == "_engine_run_backward"))
+                    || p.contains("torch/_tensor.py") && f.name == "backward"
+                    || f.name.starts_with("torch::autograd::Engine::")
+            })
+            .map(|f| {
+                if is_python(f) {
+                    format!("{} ({}:{})", f.name, short_path(f.filename), f.line)
+                } else {
+                    format!("C++ frame `{}`", f.name.split('(').next().unwrap_or(f.name))
+                }
+            });
+        let forward = frames
+            .iter()
+            .find(|f| is_python(f) && (f.name == "forward" || f.name == "_call_impl"))
+            .map(|f| {
+                format!(
+                    "allocated under {} ({}:{}), outside backward",
+                    f.name,
+                    short_path(f.filename),
+                    f.line
+                )
+            });
+        StackFacts {
+            cublas,
+            has_python: frames.iter().any(is_python),
+            parameters,
+            optim,
+            backward,
+            forward,
+        }
     }
 }
 
 /// Classify one allocation; returns the kind and the evidence.
+/// `free_time` is the time of its `free_requested` (`i64::MAX` when that
+/// entry has no time), `None` when it is alive at the end.
 pub fn classify(
     snap: &Snapshot,
     a: &Allocation,
     steps: &Intervals,
     free_time: Option<i64>,
 ) -> (Kind, String) {
-    let frames: Vec<Frame<'_>> = snap.frames(a.stack).collect();
-    if let Some(f) = frames.iter().find(|f| {
-        let n = f.name.to_ascii_lowercase();
-        n.contains("cublas") || n.contains("getcurrentcudablashandle")
-    }) {
-        return (Kind::CublasWorkspace, format!("C++ frame `{}`", f.name));
+    classify_with(&StackFacts::of(snap, a.stack), a, steps, free_time)
+}
+
+/// [`classify`] with the facts of the allocation's stack already read.
+pub fn classify_with(
+    facts: &StackFacts,
+    a: &Allocation,
+    steps: &Intervals,
+    free_time: Option<i64>,
+) -> (Kind, String) {
+    if let Some(ev) = &facts.cublas {
+        return (Kind::CublasWorkspace, ev.clone());
     }
-    let has_py = frames.iter().any(is_python);
-    if a.size == CUBLAS_WORKSPACE_BYTES && !has_py && a.start.is_some() {
+    if a.size == CUBLAS_WORKSPACE_BYTES && !facts.has_python && a.start.is_some() {
         return (
             Kind::CublasWorkspace,
             "32 MiB (33554432 bytes) allocation with no Python frame: the cuBLAS workspace size"
                 .into(),
         );
     }
-    let module_frame = |name: &str| {
-        frames.iter().find(|f| {
-            f.name == name
-                && f.filename
-                    .replace('\\', "/")
-                    .ends_with("torch/nn/modules/module.py")
-        })
-    };
-    for n in ["_apply", "cuda", "to"] {
-        if let Some(f) = module_frame(n) {
-            return (
-                Kind::Parameters,
-                format!("frame Module.{} (torch/nn/modules/module.py:{})", n, f.line),
-            );
-        }
+    if let Some(ev) = &facts.parameters {
+        return (Kind::Parameters, ev.clone());
     }
     let outlives = |end_t: i64| free_time.is_none_or(|ft| ft > end_t);
-    if let Some((s, e, name)) = a.time_us.and_then(|t| steps.step_at(t)) {
-        let _ = s;
+    if let Some((_, e, name)) = a.time_us.and_then(|t| steps.step_at(t)) {
         return if outlives(*e) {
             (
                 Kind::OptimizerState,
@@ -269,38 +366,20 @@ pub fn classify(
             )
         };
     }
-    if let Some(f) = frames
-        .iter()
-        .find(|f| f.filename.replace('\\', "/").contains("torch/optim/"))
-    {
-        let loc = format!("{}:{}", short_path(f.filename), f.line);
+    if let Some((name, loc)) = &facts.optim {
         return if free_time.is_none() {
             (
                 Kind::OptimizerState,
-                format!("frame {} in torch/optim ({loc}); alive at the end", f.name),
+                format!("frame {name} in torch/optim ({loc}); alive at the end"),
             )
         } else {
             (
                 Kind::OptimizerTemporary,
-                format!(
-                    "frame {} in torch/optim ({loc}); freed before the end",
-                    f.name
-                ),
+                format!("frame {name} in torch/optim ({loc}); freed before the end"),
             )
         };
     }
-    if let Some(f) = frames.iter().find(|f| {
-        let p = f.filename.replace('\\', "/");
-        (p.contains("torch/autograd/")
-            && (f.name == "backward" || f.name == "_engine_run_backward"))
-            || p.contains("torch/_tensor.py") && f.name == "backward"
-            || f.name.starts_with("torch::autograd::Engine::")
-    }) {
-        let loc = if is_python(f) {
-            format!("{} ({}:{})", f.name, short_path(f.filename), f.line)
-        } else {
-            format!("C++ frame `{}`", f.name.split('(').next().unwrap_or(f.name))
-        };
+    if let Some(loc) = &facts.backward {
         let next = a.time_us.and_then(|t| steps.next_step_after(t));
         return match (next, free_time) {
             (Some((s, _, name)), ft) if ft.is_none_or(|ft| ft >= *s) => (
@@ -317,24 +396,54 @@ pub fn classify(
             ),
         };
     }
-    if let Some(f) = frames
-        .iter()
-        .find(|f| is_python(f) && (f.name == "forward" || f.name == "_call_impl"))
-    {
-        return (
-            Kind::Activations,
-            format!(
-                "allocated under {} ({}:{}), outside backward",
-                f.name,
-                short_path(f.filename),
-                f.line
-            ),
-        );
+    if let Some(ev) = &facts.forward {
+        return (Kind::Activations, ev.clone());
     }
     if a.start.is_none() {
         return (Kind::Other, "allocated before the trace began".into());
     }
     (Kind::Other, "no frame matched a rule".into())
+}
+
+/// Per-stack answers (site, module path, classification facts), each
+/// computed once however many allocations share the stack.
+#[derive(Default)]
+pub struct StackCache {
+    map: HashMap<StackId, usize>,
+    items: Vec<StackInfo>,
+}
+
+/// What [`StackCache`] knows about one stack.
+pub struct StackInfo {
+    /// [`site_of`].
+    pub site: String,
+    /// [`module_path()`].
+    pub module_path: Option<String>,
+    /// [`StackFacts::of`].
+    pub facts: StackFacts,
+}
+
+impl StackCache {
+    /// The answers for `stack`.
+    pub fn get(&mut self, snap: &Snapshot, stack: StackId) -> &StackInfo {
+        let i = *self.map.entry(stack).or_insert_with(|| {
+            self.items.push(StackInfo {
+                site: site_of(snap, stack),
+                module_path: module_path(snap, stack),
+                facts: StackFacts::of(snap, stack),
+            });
+            self.items.len() - 1
+        });
+        &self.items[i]
+    }
+}
+
+/// The time of the `free_requested` that ended `a` (`i64::MAX` when that
+/// entry has no time), `None` when `a` is alive at the end.
+pub fn free_time(trace: Option<&Trace>, a: &Allocation) -> Option<i64> {
+    a.end
+        .and_then(|e| trace.and_then(|t| t.time_us(e)))
+        .or(a.end.map(|_| i64::MAX))
 }
 
 fn layout_json(l: &timeline::Layout) -> LayoutJson {
@@ -346,67 +455,58 @@ fn layout_json(l: &timeline::Layout) -> LayoutJson {
     }
 }
 
-fn time_at(snap: &Snapshot, device: usize, i: Option<usize>) -> Option<i64> {
-    i.and_then(|i| snap.device_traces.get(device)?.get(i)?.time_us)
+fn time_at(trace: Option<&Trace>, i: Option<usize>) -> Option<i64> {
+    trace?.time_us(i?)
 }
 
 /// Build the timeline and analyse it.
 pub fn analyze(snap: &Snapshot, cfg: &AllocatorConfig, opts: &Options) -> Report {
-    let tl = timeline::build(snap, opts.device, cfg);
+    let tl = timeline::build(snap, opts.device, cfg, opts.timeline_points);
     analyze_timeline(snap, &tl, opts)
 }
 
-/// Analyse a built timeline.
+/// Analyse a built timeline (built with `opts.timeline_points`).
 pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Report {
     let d = opts.device;
-    let n = tl.allocated.len();
-    let pa = timeline::peak_index(&tl.allocated);
-    let pac = timeline::peak_index(&tl.active);
-    let pr = timeline::peak_index(&tl.reserved);
-    let val = |v: &Vec<u64>, i: Option<usize>, b: u64| i.map_or(b, |i| v[i].max(b));
-    let peak_allocated = val(&tl.allocated, pa, tl.baseline.0);
-    let peak_active = val(&tl.active, pac, tl.baseline.1);
-    let peak_reserved = val(&tl.reserved, pr, tl.baseline.2);
+    let n = tl.entries;
+    let pa = tl.peak_allocated.index;
     let steps = Intervals::from_snapshot(snap, d);
     let trace = snap.device_traces.get(d);
-    let free_time = |a: &Allocation| {
-        a.end
-            .and_then(|e| trace.and_then(|t| t.get(e)).and_then(|e| e.time_us))
-            .or(a.end.map(|_| i64::MAX))
-    };
+    let empty = Trace::new();
+    let tr = trace.unwrap_or(&empty);
+    let mut cache = StackCache::default();
 
-    // Classify every allocation once (the HTML shows all of them).
-    let mut kinds = Vec::with_capacity(tl.allocations.len());
-    for a in &tl.allocations {
-        kinds.push(classify(snap, a, &steps, free_time(a)));
-    }
-
-    // Live at the peak.
-    let live: Vec<usize> = match pa {
-        Some(p) => (0..tl.allocations.len())
-            .filter(|&k| tl.allocations[k].live_after(p))
-            .collect(),
-        None => (0..tl.allocations.len())
-            .filter(|&k| tl.allocations[k].start.is_none() && tl.allocations[k].end.is_none())
-            .collect(),
-    };
-    let mut sites: HashMap<String, Site> = HashMap::new();
+    // Live at the peak, classified.
+    let live: Vec<(Allocation, Kind, String)> = tl
+        .live_after(pa)
+        .into_iter()
+        .filter_map(|k| tl.allocation(tr, k))
+        .map(|a| {
+            let facts = &cache.get(snap, a.stack).facts;
+            let (kind, ev) = classify_with(facts, &a, &steps, free_time(trace, &a));
+            (a, kind, ev)
+        })
+        .collect();
+    let mut site_ix: HashMap<String, usize> = HashMap::new();
+    let mut sites: Vec<Site> = Vec::new();
     let mut cats: HashMap<Kind, Category> = HashMap::new();
     let mut live_bytes = 0;
-    for &k in &live {
-        let a = &tl.allocations[k];
+    for (a, kind, ev) in &live {
         live_bytes += a.size;
-        let (kind, ev) = &kinds[k];
-        let site = site_of(snap, a.stack);
-        let s = sites.entry(site.clone()).or_insert_with(|| Site {
-            site: site.clone(),
-            module_path: module_path(snap, a.stack),
-            bytes: 0,
-            count: 0,
-            category: kind.name().into(),
-            stack: Vec::new(),
-            largest: 0,
+        let info = cache.get(snap, a.stack);
+        let i = *site_ix.entry(info.site.clone()).or_insert_with(|| {
+            sites.push(Site {
+                site: info.site.clone(),
+                module_path: info.module_path.clone(),
+                bytes: 0,
+                count: 0,
+                category: kind.name().into(),
+                stack: Vec::new(),
+                largest: 0,
+            });
+            sites.len() - 1
         });
+        let s = &mut sites[i];
         s.bytes += a.size;
         s.count += 1;
         if a.size > s.largest {
@@ -428,30 +528,24 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
             c.evidence.push(ev.clone());
         }
     }
-    let mut sites: Vec<Site> = sites.into_values().collect();
     sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
     let site_count = sites.len();
     let mut categories: Vec<Category> = cats.into_values().collect();
     categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
-    let mut tensors: Vec<usize> = live.clone();
-    tensors.sort_by(|&x, &y| {
-        tl.allocations[y]
-            .size
-            .cmp(&tl.allocations[x].size)
-            .then(x.cmp(&y))
-    });
-    let top_tensors = tensors
+    let mut order: Vec<usize> = (0..live.len()).collect();
+    order.sort_by(|&x, &y| live[y].0.size.cmp(&live[x].0.size).then(x.cmp(&y)));
+    let top_tensors = order
         .iter()
         .take(opts.top)
         .map(|&k| {
-            let a = &tl.allocations[k];
+            let (a, kind, _) = &live[k];
             Tensor {
                 addr: a.addr,
                 bytes: a.size,
                 requested_bytes: a.requested,
                 alloc_trace_index: a.start,
-                site: site_of(snap, a.stack),
-                category: kinds[k].0.name().into(),
+                site: cache.get(snap, a.stack).site.clone(),
+                category: kind.name().into(),
                 stack: if opts.stacks {
                     stack_lines(snap, a.stack)
                 } else {
@@ -464,9 +558,9 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
 
     // Fragmentation.
     let end_layout = timeline::final_layout(snap, d);
+    let (a_pk, r_pk) = tl.at_peak;
     let fragmentation = Fragmentation {
-        reserved_minus_allocated_at_peak_bytes: pa
-            .map_or(0, |p| tl.reserved[p] - tl.allocated[p].min(tl.reserved[p])),
+        reserved_minus_allocated_at_peak_bytes: pa.map_or(0, |_| r_pk - a_pk.min(r_pk)),
         at_peak: tl.layout_at_peak.as_ref().map(layout_json),
         at_end: layout_json(&end_layout),
         empty_cache_would_release_bytes: end_layout.releasable_bytes,
@@ -481,7 +575,7 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
             device_free_bytes: o.device_free,
             allocated_before_bytes: o.allocated,
             reserved_before_bytes: o.reserved,
-            site: site_of(snap, o.stack),
+            site: cache.get(snap, o.stack).site.clone(),
             stack: if opts.stacks {
                 stack_lines(snap, o.stack)
             } else {
@@ -490,25 +584,17 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         })
         .collect();
 
-    // Timeline, downsampled: per bucket, the maximum of each counter.
-    let points = opts.timeline_points.max(1);
-    let bucket = n.div_ceil(points).max(1);
-    let mut timeline = Vec::new();
-    let mut i = 0;
-    while i < n {
-        let j = (i + bucket).min(n);
-        let k = (i..j)
-            .max_by_key(|&k| (tl.allocated[k], usize::MAX - k))
-            .unwrap_or(i);
-        timeline.push(Point {
-            trace_index: k,
-            time_us: time_at(snap, d, Some(k)),
-            allocated_bytes: tl.allocated[k],
-            active_bytes: (i..j).map(|k| tl.active[k]).max().unwrap_or(0),
-            reserved_bytes: (i..j).map(|k| tl.reserved[k]).max().unwrap_or(0),
-        });
-        i = j;
-    }
+    let timeline = tl
+        .samples
+        .iter()
+        .map(|s| Point {
+            trace_index: s.trace_index,
+            time_us: time_at(trace, Some(s.trace_index)),
+            allocated_bytes: s.allocated,
+            active_bytes: s.active,
+            reserved_bytes: s.reserved,
+        })
+        .collect();
 
     let mut unknown = Vec::new();
     if let Some(why) = &tl.truncated {
@@ -526,11 +612,10 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         ));
     }
     let (fa, _, fr) = timeline::final_counters(snap, d);
-    if tl.truncated.is_none() && n > 0 && (tl.allocated[n - 1] != fa || tl.reserved[n - 1] != fr) {
+    if tl.truncated.is_none() && n > 0 && (tl.last.0 != fa || tl.last.2 != fr) {
         unknown.push(format!(
             "the trace's end ({} allocated, {} reserved) differs from the final segments ({fa}, {fr})",
-            tl.allocated[n - 1],
-            tl.reserved[n - 1]
+            tl.last.0, tl.last.2
         ));
     }
 
@@ -541,14 +626,14 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         trace_entries: n,
         trace_complete: tl.truncated.is_none(),
         unknown,
-        peak_allocated_bytes: peak_allocated,
+        peak_allocated_bytes: tl.peak_allocated.bytes,
         peak_trace_index: pa,
-        peak_time_us: time_at(snap, d, pa),
-        peak_active_bytes: peak_active,
-        peak_active_trace_index: pac,
-        peak_reserved_bytes: peak_reserved,
-        peak_reserved_trace_index: pr,
-        peak_reserved_time_us: time_at(snap, d, pr),
+        peak_time_us: time_at(trace, pa),
+        peak_active_bytes: tl.peak_active.bytes,
+        peak_active_trace_index: tl.peak_active.index,
+        peak_reserved_bytes: tl.peak_reserved.bytes,
+        peak_reserved_trace_index: tl.peak_reserved.index,
+        peak_reserved_time_us: time_at(trace, tl.peak_reserved.index),
         final_allocated_bytes: fa,
         final_reserved_bytes: fr,
         live_at_peak: LiveAtPeak {

@@ -13,50 +13,49 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 use vramscope_alloc::AllocatorConfig;
-use vramscope_snapshot::{BlockState, Snapshot};
+use vramscope_snapshot::{BlockState, Snapshot, Trace};
 
-use crate::analysis::{classify, site_of, stack_lines, Intervals};
+use crate::analysis::{classify_with, free_time, stack_lines, Intervals, StackCache};
 use crate::schema::Report;
-use crate::timeline;
+use crate::timeline::{self, Allocation};
 
 /// Most allocations drawn as their own band.
 pub const MAX_BANDS: usize = 600;
 
 /// Build the page for `snap` (analysed as `report`).
 pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) -> String {
-    let tl = timeline::build(snap, report.device, cfg);
-    let n = tl.allocated.len();
+    let tl = timeline::build(snap, report.device, cfg, report.timeline.len().max(1));
+    let n = tl.entries;
     let steps = Intervals::from_snapshot(snap, report.device);
+    let empty = Trace::new();
     let trace = snap.device_traces.get(report.device);
+    let tr = trace.unwrap_or(&empty);
     // The largest allocations (by bytes x lifetime, then bytes) get bands.
-    let life = |a: &timeline::Allocation| {
-        a.end
-            .unwrap_or(n)
-            .saturating_sub(a.start.unwrap_or(0))
-            .max(1) as u128
+    let lives: Vec<(u64, Option<usize>, Option<usize>)> = tl.lifetimes().collect();
+    let life = |&(_, start, end): &(u64, Option<usize>, Option<usize>)| {
+        end.unwrap_or(n).saturating_sub(start.unwrap_or(0)).max(1) as u128
     };
-    let mut order: Vec<usize> = (0..tl.allocations.len()).collect();
-    order.sort_by(|&x, &y| {
-        let (a, b) = (&tl.allocations[x], &tl.allocations[y]);
-        (b.size as u128 * life(b).min(n as u128 / 20 + 1))
-            .cmp(&(a.size as u128 * life(a).min(n as u128 / 20 + 1)))
-            .then(x.cmp(&y))
-    });
-    order.truncate(MAX_BANDS);
+    let weight = |k: usize| lives[k].0 as u128 * life(&lives[k]).min(n as u128 / 20 + 1);
+    let mut order: Vec<usize> = (0..lives.len()).collect();
+    let by_weight = |x: &usize, y: &usize| weight(*y).cmp(&weight(*x)).then(x.cmp(y));
+    if order.len() > MAX_BANDS {
+        order.select_nth_unstable_by(MAX_BANDS, by_weight);
+        order.truncate(MAX_BANDS);
+    }
     order.sort_unstable();
+    let allocs: Vec<Allocation> = order.iter().filter_map(|&k| tl.allocation(tr, k)).collect();
     // Stack the bands: events (index, is_free, band).
     let mut events: Vec<(usize, bool, usize)> = Vec::new();
-    for (b, &k) in order.iter().enumerate() {
-        let a = &tl.allocations[k];
+    for (b, a) in allocs.iter().enumerate() {
         events.push((a.start.unwrap_or(0), false, b));
         events.push((a.end.unwrap_or(n), true, b));
     }
     events.sort();
     let mut live: Vec<usize> = Vec::new();
-    let mut off = vec![0u64; order.len()];
-    let mut pts: Vec<Vec<(usize, u64)>> = vec![Vec::new(); order.len()];
+    let mut off = vec![0u64; allocs.len()];
+    let mut pts: Vec<Vec<(usize, u64)>> = vec![Vec::new(); allocs.len()];
     for (x, free, b) in events {
-        let size = tl.allocations[order[b]].size;
+        let size = allocs[b].size;
         if free {
             if let Some(p) = live.iter().position(|&v| v == b) {
                 live.remove(p);
@@ -67,9 +66,7 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
                 }
             }
         } else {
-            off[b] = live
-                .last()
-                .map_or(0, |&u| off[u] + tl.allocations[order[u]].size);
+            off[b] = live.last().map_or(0, |&u| off[u] + allocs[u].size);
             live.push(b);
             pts[b].push((x, off[b]));
         }
@@ -77,21 +74,18 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     let mut stack_ix: HashMap<u32, usize> = HashMap::new();
     let mut stacks: Vec<Value> = Vec::new();
     let mut bands = Vec::new();
-    for (b, &k) in order.iter().enumerate() {
-        let a = &tl.allocations[k];
+    let mut cache = StackCache::default();
+    for (b, a) in allocs.iter().enumerate() {
         let si = *stack_ix.entry(a.stack.0).or_insert_with(|| {
             stacks.push(json!(stack_lines(snap, a.stack)));
             stacks.len() - 1
         });
-        let ft = a
-            .end
-            .and_then(|e| trace.and_then(|t| t.get(e)).and_then(|e| e.time_us))
-            .or(a.end.map(|_| i64::MAX));
-        let (kind, evidence) = classify(snap, a, &steps, ft);
+        let info = cache.get(snap, a.stack);
+        let (kind, evidence) = classify_with(&info.facts, a, &steps, free_time(trace, a));
         bands.push(json!({
             "s": a.start.unwrap_or(0), "e": a.end.unwrap_or(n), "sz": a.size,
             "p": pts[b].iter().map(|&(x, o)| json!([x, o])).collect::<Vec<_>>(),
-            "site": site_of(snap, a.stack), "cat": kind.name(), "ev": evidence, "st": si,
+            "site": info.site, "cat": kind.name(), "ev": evidence, "st": si,
         }));
     }
     let segments: Vec<Value> = snap

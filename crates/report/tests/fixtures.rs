@@ -93,7 +93,7 @@ fn truncated_trace_is_flagged() {
     };
     let t = &mut snap.device_traces[0];
     let cut = t.len() / 2;
-    t.drain(..cut);
+    t.drop_front(cut);
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
     let r = analyze(&snap, &cfg, &Options::default());
     assert!(!r.trace_complete);

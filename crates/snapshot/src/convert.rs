@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use crate::hash::IdBuild;
 use crate::model::*;
+use crate::trace::{Trace, TraceEntry};
 use std::cell::Cell;
+use vramscope_alloc::TraceAction;
 
 use crate::pickle::{
     le_to_i64, le_to_u64, Absorb, IntRef, Pickle, Store, Tag, Val, Value, ValueRef, BAIL,
@@ -27,6 +29,9 @@ struct Fields<const N: usize> {
 }
 
 const ABSENT: u32 = u32::MAX;
+
+/// Most entries one device's trace may hold (a [`Trace`] indexes with u32).
+const MAX_TRACE: usize = u32::MAX as usize - 1;
 
 impl<const N: usize> Fields<N> {
     fn new(names: [&'static str; N]) -> Self {
@@ -90,6 +95,10 @@ impl<const N: usize> Fields<N> {
 pub(crate) struct State {
     table: StackTable,
     stack_by_span: HashMap<u64, StackId, IdBuild>,
+    /// The last span looked up there and its stack (a `free_completed`
+    /// repeats its `free_requested`'s list).
+    last_span: Option<(u32, u32)>,
+    last_stack: StackId,
     frame_by_dict: HashMap<u32, FrameId, IdBuild>,
     scratch: Vec<FrameId>,
     f_frame: Fields<3>,
@@ -98,7 +107,10 @@ pub(crate) struct State {
     f_hist: Fields<3>,
     f_seg: Fields<12>,
     /// Trace entries taken over while decoding.
-    entries: Vec<TraceEntry>,
+    entries: Trace,
+    /// Action strings seen (str ids) and what they parse to (a trace
+    /// uses a handful, each the same memoized string).
+    actions: Vec<(u32, Option<TraceAction>)>,
     /// Containers read while decoding (bitset by container id).
     observed: Vec<u64>,
     bailed: Cell<bool>,
@@ -115,6 +127,8 @@ impl State {
         State {
             table: StackTable::new(),
             stack_by_span: HashMap::default(),
+            last_span: None,
+            last_stack: StackId::EMPTY,
             frame_by_dict: HashMap::default(),
             scratch: Vec::new(),
             f_frame: Fields::new(["name", "filename", "line"]),
@@ -152,7 +166,8 @@ impl State {
                 "frames",
                 "blocks",
             ]),
-            entries: Vec::new(),
+            entries: Trace::new(),
+            actions: Vec::new(),
             observed: Vec::new(),
             bailed: Cell::new(false),
             absorbing,
@@ -323,6 +338,11 @@ impl<'a> Cx<'a> {
     }
 
     fn items(&self, v: Val) -> Result<&'a [Val], Msg> {
+        if self.st.native_run(v).is_some() {
+            // A trace list read as something else: decode generically.
+            self.s.bailed.set(true);
+            return Err("internal: trace entries where they were not expected".to_owned());
+        }
         match v.tag() {
             Tag::List | Tag::Tuple => self
                 .st
@@ -347,11 +367,20 @@ impl<'a> Cx<'a> {
         }
         let span = self.st.list_span(v);
         if let Some(sp) = span {
+            if sp.len == 0 {
+                // `frames: []`, every entry of a snapshot without stacks
+                return Ok(StackId::EMPTY);
+            }
+            if self.s.last_span == Some((sp.start, sp.len)) {
+                return Ok(self.s.last_stack);
+            }
             if let Some(&id) = self
                 .s
                 .stack_by_span
                 .get(&(u64::from(sp.start) << 32 | u64::from(sp.len)))
             {
+                self.s.last_span = Some((sp.start, sp.len));
+                self.s.last_stack = id;
                 return Ok(id);
             }
         }
@@ -666,34 +695,54 @@ impl<'a> Cx<'a> {
         })
     }
 
-    fn traces(&mut self, v: Val) -> Result<Vec<Vec<TraceEntry>>, Error> {
+    fn traces(&mut self, v: Val) -> Result<Vec<Trace>, Error> {
         let devices = self
             .items(v)
             .map_err(|m| schema("device_traces".into(), m))?;
         let mut out = Vec::with_capacity(devices.len());
+        // Entries taken over while decoding and already handed to a device.
+        let mut taken = 0usize;
         for (d, &dev) in devices.iter().enumerate() {
+            // A device's entries, all taken over in order: hand them over
+            // (the device lists come in the order of their entries).
+            if let Some((first, len)) = self.st.native_run(dev) {
+                let len = len as usize;
+                if first as usize != taken || len > self.s.entries.len() {
+                    self.s.bailed.set(true);
+                    return Err(bail_err());
+                }
+                out.push(self.s.entries.split_front(len));
+                taken += len;
+                continue;
+            }
             let entries = self
                 .items(dev)
                 .map_err(|m| schema(format!("device_traces[{d}]"), m))?;
             // Entries taken over while decoding, all of them in order: move them.
-            if self
-                .st
-                .native(entries.first().copied().unwrap_or(Val::NONE))
-                == Some(0)
-                && self.s.entries.len() == entries.len()
+            if self.s.entries.len() == entries.len()
                 && entries
                     .iter()
                     .enumerate()
-                    .all(|(i, &e)| self.st.native(e) == Some(i as u32))
+                    .all(|(i, &e)| self.st.native(e) == u32::try_from(taken + i).ok())
+                && !entries.is_empty()
             {
                 out.push(std::mem::take(&mut self.s.entries));
                 continue;
             }
-            let mut list = Vec::with_capacity(entries.len());
+            let mut list = Trace::with_capacity(entries.len());
             for (i, &e) in entries.iter().enumerate() {
+                if list.len() >= MAX_TRACE {
+                    return Err(Error::LimitExceeded {
+                        offset: None,
+                        what: "more than 4 Gi trace entries on one device",
+                    });
+                }
                 if let Some(n) = self.st.native(e) {
-                    match self.s.entries.get(n as usize) {
-                        Some(t) => list.push(*t),
+                    match (n as usize)
+                        .checked_sub(taken)
+                        .and_then(|k| self.s.entries.get(k))
+                    {
+                        Some(t) => list.push(t),
                         None => {
                             self.s.bailed.set(true);
                             return Err(bail_err());
@@ -727,8 +776,21 @@ impl<'a> Cx<'a> {
     fn trace_fields(&mut self, f: [Val; 9]) -> Result<TraceEntry, (&'static str, Msg)> {
         let [action, addr, size, stream, time_us, device_free, frames, compile_context, user_metadata] =
             f;
-        let action = match self.st.str(action) {
-            Some(s) => Action::from_name(s).unwrap_or(Action::Other(Sym(action.id()))),
+        let (action, other_action) = match self.st.str(action) {
+            Some(s) => {
+                let id = action.id();
+                let known = match self.s.actions.iter().find(|(x, _)| *x == id) {
+                    Some(&(_, a)) => a,
+                    None => {
+                        let a = TraceAction::parse(s);
+                        if self.s.actions.len() < 16 {
+                            self.s.actions.push((id, a));
+                        }
+                        a
+                    }
+                };
+                (known, known.is_none().then_some(Sym(action.id())))
+            }
             None if action == Val::EMPTY => return Err(("", "missing key 'action'".into())),
             None => {
                 return Err((
@@ -747,6 +809,7 @@ impl<'a> Cx<'a> {
             };
         Ok(TraceEntry {
             action,
+            other_action,
             addr: if addr == Val::EMPTY {
                 0
             } else {

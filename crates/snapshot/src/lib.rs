@@ -4,14 +4,19 @@
 //! * [`pickle`]: a generic, safe pickle decoder (protocols 0–5) that never
 //!   imports or executes anything, producing an arena of plain values.
 //! * [`model`]: the typed snapshot ([`Snapshot`], [`Segment`], [`Block`],
-//!   [`TraceEntry`], [`AllocatorSettings`], ...) with stack traces interned
-//!   once in a [`StackTable`].
+//!   [`AllocatorSettings`], ...) with stack traces interned once in a
+//!   [`StackTable`].
+//! * [`trace`](mod@trace): each device's [`Trace`], 32 bytes a
+//!   [`TraceEntry`]; actions are the allocator twin's [`TraceAction`].
 //! * [`write`](mod@write): a protocol-4 pickle writer that serialises a [`Snapshot`]
-//!   back into the dict layout PyTorch produces (used to generate synthetic
-//!   snapshots for tests and benchmarks).
+//!   back into the dict layout PyTorch produces.
+//! * [`synth`]: synthetic but realistic snapshots of any size (a transformer
+//!   trained through the allocator twin), for tests and benchmarks.
 //!
 //! The only I/O is [`read_snapshot_file`] and [`write::write_snapshot_file`];
-//! everything else works on byte slices. No `unsafe`, no dependencies.
+//! everything else works on byte slices. No `unsafe`; the only dependency is
+//! the allocator twin (`vramscope-alloc`, itself dependency-free), whose
+//! [`TraceAction`] is the one enum of trace actions.
 //!
 //! # Reading
 //! Nothing in a pickle is ever imported or executed: globals outside a tiny
@@ -26,9 +31,18 @@
 //! decoding ends. If anything unusual happens to those entries (a pickle that
 //! mutates a container after storing it, an entry dict reused elsewhere), the
 //! file is decoded again generically, so the result always equals what
-//! `pickle.load` would see. On a 496 MB synthetic snapshot (3.6 M trace
-//! entries, ~35 frames each) this takes 1.3 s and 489 MB peak RSS, against
-//! 13.8–16.9 s and 2.2 GB for Python's `pickle.load` on the same machine.
+//! `pickle.load` would see.
+//!
+//! # Cost
+//! The decoder keeps 8 bytes per container and 4 per memo entry, in chunks
+//! that are never reallocated; a device's list of entries keeps only which
+//! entries it holds; a frames list already seen (the same bytes: the same
+//! memo gets of the same frame dicts) is not decoded again; each trace entry
+//! is 24 bytes in the [`Trace`]. On the 514 MB synthetic snapshot of
+//! `validation/bench_inspect.sh` (3.5 M entries, 30–50 frames each) reading
+//! takes about 0.75 s and `vramscope inspect --json` peaks at 0.40× the
+//! file's size, against about 13 s and 4.4× for Python's `pickle.load`; a
+//! snapshot without stacks (534 MB, 7 M entries) peaks at 0.72×.
 //!
 //! Stacks are interned: every `frames` field is a [`StackId`] into the
 //! snapshot's [`StackTable`] (a million entries with 40 frames each would
@@ -39,28 +53,36 @@
 //! let snap = vramscope_snapshot::read_snapshot_file("snapshot.pickle")?;
 //! for e in &snap.device_traces[0] {
 //!     let top = snap.frames(e.frames).next();
-//!     println!("{:?} {} bytes at {:#x} from {:?}", e.action, e.size, e.addr, top.map(|f| f.name));
+//!     println!("{} {} bytes at {:#x} from {:?}", snap.action_name(&e), e.size, e.addr, top.map(|f| f.name));
 //! }
 //! # Ok::<(), vramscope_snapshot::Error>(())
 //! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod chunked;
 mod convert;
 mod error;
 mod hash;
 mod intern;
 pub mod model;
 pub mod pickle;
+pub mod synth;
+pub mod trace;
 pub mod write;
 
 use std::path::Path;
 
 pub use error::Error;
 pub use model::{
-    Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, History,
-    RoundupPower2Divisions, Segment, SegmentType, Snapshot, StackId, StackTable, Sym, TraceEntry,
+    AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, History,
+    RoundupPower2Divisions, Segment, SegmentType, Snapshot, StackId, StackTable, Sym,
 };
+pub use trace::{Trace, TraceEntry};
+/// A trace entry's action: the allocator twin's own enum (PyTorch's
+/// `TraceEntry::Action`), shared so the reader, the replay and the twin
+/// speak one language.
+pub use vramscope_alloc::TraceAction;
 
 /// Decode a snapshot pickle held in memory.
 ///

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use crate::hash::{hash_words, IdBuild};
 use crate::intern::Interner;
 use crate::pickle::Value;
+use crate::trace::{Trace, TraceEntry};
 
 /// An interned string in a [`StackTable`]; resolve with [`Snapshot::str`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -224,7 +225,7 @@ pub struct Snapshot {
     /// Allocator segments (`cudaMalloc`ed ranges) alive at snapshot time.
     pub segments: Vec<Segment>,
     /// Per device, the recorded allocator events, oldest first.
-    pub device_traces: Vec<Vec<TraceEntry>>,
+    pub device_traces: Vec<Trace>,
     /// The allocator configuration (PyTorch 2.1+).
     pub allocator_settings: Option<AllocatorSettings>,
     /// `external_annotations` (record_function-style START/END markers).
@@ -250,20 +251,19 @@ impl Snapshot {
         self.stacks.str(s)
     }
 
-    /// The wire name of an action (`"alloc"`, ...).
-    pub fn action_name(&self, a: Action) -> &str {
-        match a.name() {
-            Some(n) => n,
-            None => match a {
-                Action::Other(s) => self.str(s),
-                _ => "",
-            },
+    /// The wire name of an entry's action (`"alloc"`, ..., or the
+    /// verbatim string of an action PyTorch 2.11 does not write).
+    pub fn action_name(&self, e: &TraceEntry) -> &str {
+        match (e.action_str(), e.other_action) {
+            (Some(n), _) => n,
+            (None, Some(s)) => self.str(s),
+            (None, None) => "",
         }
     }
 
     /// Total number of trace entries over all devices.
     pub fn trace_len(&self) -> usize {
-        self.device_traces.iter().map(Vec::len).sum()
+        self.device_traces.iter().map(Trace::len).sum()
     }
 }
 
@@ -348,88 +348,6 @@ pub struct History {
     pub real_size: u64,
     /// Where it was allocated.
     pub frames: StackId,
-}
-
-/// A trace entry's `action`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    /// `"alloc"`: a block handed to the program.
-    Alloc,
-    /// `"free_requested"`: the program released a block.
-    FreeRequested,
-    /// `"free_completed"`: the block is reusable (streams synced).
-    FreeCompleted,
-    /// `"segment_alloc"`: `cudaMalloc`.
-    SegmentAlloc,
-    /// `"segment_free"`: `cudaFree`.
-    SegmentFree,
-    /// `"segment_map"`: expandable segment mapped more memory.
-    SegmentMap,
-    /// `"segment_unmap"`: expandable segment unmapped memory.
-    SegmentUnmap,
-    /// `"oom"`: an out-of-memory was raised.
-    Oom,
-    /// `"snapshot"`: a snapshot was taken.
-    Snapshot,
-    /// Any other action string, verbatim.
-    Other(Sym),
-}
-
-impl Action {
-    /// Parse a wire name; `None` for unknown names.
-    pub fn from_name(s: &str) -> Option<Action> {
-        Some(match s {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" => Action::FreeCompleted,
-            "segment_alloc" => Action::SegmentAlloc,
-            "segment_free" => Action::SegmentFree,
-            "segment_map" => Action::SegmentMap,
-            "segment_unmap" => Action::SegmentUnmap,
-            "oom" => Action::Oom,
-            "snapshot" => Action::Snapshot,
-            _ => return None,
-        })
-    }
-
-    /// The wire name; `None` for [`Action::Other`].
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::SegmentMap => "segment_map",
-            Action::SegmentUnmap => "segment_unmap",
-            Action::Oom => "oom",
-            Action::Snapshot => "snapshot",
-            Action::Other(_) => return None,
-        })
-    }
-}
-
-/// One recorded allocator event.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TraceEntry {
-    /// What happened.
-    pub action: Action,
-    /// Address (0 when absent, e.g. on `oom` entries, which carry `device_free`).
-    pub addr: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// CUDA stream.
-    pub stream: u64,
-    /// Timestamp in microseconds (PyTorch 2.1+).
-    pub time_us: Option<i64>,
-    /// Free device memory reported by an `oom` entry.
-    pub device_free: Option<u64>,
-    /// Stack of the event ([`StackId::EMPTY`] when not recorded).
-    pub frames: StackId,
-    /// `compile_context` (torch.compile context string), when present.
-    pub compile_context: Option<Sym>,
-    /// `user_metadata`, when present.
-    pub user_metadata: Option<Sym>,
 }
 
 /// An entry of `external_annotations`.

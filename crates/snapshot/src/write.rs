@@ -14,7 +14,9 @@ use std::path::Path;
 
 use crate::model::*;
 use crate::pickle::Value;
+use crate::trace::TraceEntry;
 use crate::Error;
+use vramscope_alloc::TraceAction;
 
 const FRAME_TARGET: usize = 64 * 1024;
 const BATCH: usize = 1000;
@@ -585,9 +587,9 @@ impl<W: Write> SnapWriter<'_, W> {
     fn entry(&mut self, e: &TraceEntry) {
         let s = self.s;
         let mut f: Vec<(&str, F<'_>)> = Vec::with_capacity(9);
-        f.push(("action", F::S(s.action_name(e.action))));
+        f.push(("action", F::S(s.action_name(e))));
         match e.device_free {
-            Some(d) if e.action == Action::Oom => f.push(("device_free", F::U(d))),
+            Some(d) if e.action == Some(TraceAction::Oom) => f.push(("device_free", F::U(d))),
             other => {
                 f.push(("addr", F::U(e.addr)));
                 if let Some(d) = other {
@@ -608,8 +610,8 @@ impl<W: Write> SnapWriter<'_, W> {
         }
         let key = match e.action {
             _ if !self.share || e.addr >= 1 << 63 => None,
-            Action::FreeRequested => Some(e.addr << 1),
-            Action::FreeCompleted => Some(e.addr << 1 | 1),
+            Some(TraceAction::FreeRequested) => Some(e.addr << 1),
+            Some(TraceAction::FreeCompleted) => Some(e.addr << 1 | 1),
             _ => None,
         };
         f.push(("frames", F::Stack(e.frames, key)));
@@ -662,6 +664,15 @@ impl<W: Write> SnapWriter<'_, W> {
     }
 
     fn list_of<T>(&mut self, items: &[T], mut each: impl FnMut(&mut Self, &T)) {
+        self.list_iter(items.iter(), |sw, it| each(sw, it));
+    }
+
+    /// A list of `items`, appended in batches of [`BATCH`] as Python does.
+    fn list_iter<T>(
+        &mut self,
+        mut items: impl ExactSizeIterator<Item = T>,
+        mut each: impl FnMut(&mut Self, T),
+    ) {
         self.w.empty_list();
         let n = items.len();
         let mut i = 0;
@@ -670,7 +681,7 @@ impl<W: Write> SnapWriter<'_, W> {
             if m > 1 {
                 self.w.mark();
             }
-            for it in &items[i..i + m] {
+            for it in items.by_ref().take(m) {
                 each(self, it);
             }
             self.w.raw(if m > 1 { b"e" } else { b"a" });
@@ -699,7 +710,7 @@ pub fn write_snapshot<W: Write>(s: &Snapshot, out: W, opts: &WriteOptions) -> io
     sw.w.str("device_traces");
     sw.list_of(&s.device_traces, |sw, t| {
         sw.free_lists.clear();
-        sw.list_of(t, |sw, e| sw.entry(e));
+        sw.list_iter(t.iter(), |sw, e| sw.entry(&e));
     });
     if let Some(a) = &s.allocator_settings {
         sw.w.str("allocator_settings");

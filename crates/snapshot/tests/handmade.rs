@@ -57,16 +57,19 @@ fn check_fixture_snapshot(s: &Snapshot) {
 
     let t = &s.device_traces[0];
     assert_eq!(t.len(), 3);
-    assert_eq!(t[0].action, Action::SegmentAlloc);
-    assert_eq!(t[0].compile_context, None);
-    assert_eq!(t[1].action, Action::Alloc);
-    assert_eq!(t[1].compile_context.map(|c| s.str(c)), Some("N/A"));
-    assert_eq!(t[1].user_metadata.map(|c| s.str(c)), Some(""));
-    assert_eq!(t[2].action, Action::Oom);
-    assert_eq!(t[2].device_free, Some(123_456));
-    assert_eq!(t[2].addr, 0);
-    assert_eq!(t[2].size, 1 << 40);
-    assert_eq!(t[2].time_us, Some(1_700_000_000_000_002));
+    assert_eq!(t.get(0).unwrap().action, Some(TraceAction::SegmentAlloc));
+    assert_eq!(t.get(0).unwrap().compile_context, None);
+    assert_eq!(t.get(1).unwrap().action, Some(TraceAction::Alloc));
+    assert_eq!(
+        t.get(1).unwrap().compile_context.map(|c| s.str(c)),
+        Some("N/A")
+    );
+    assert_eq!(t.get(1).unwrap().user_metadata.map(|c| s.str(c)), Some(""));
+    assert_eq!(t.get(2).unwrap().action, Some(TraceAction::Oom));
+    assert_eq!(t.get(2).unwrap().device_free, Some(123_456));
+    assert_eq!(t.get(2).unwrap().addr, 0);
+    assert_eq!(t.get(2).unwrap().size, 1 << 40);
+    assert_eq!(t.get(2).unwrap().time_us, Some(1_700_000_000_000_002));
 
     let a = s.allocator_settings.as_ref().unwrap();
     assert_eq!(
@@ -358,13 +361,16 @@ fn long1_big_ints_and_u64_fields() {
     ))));
     assert!(b.windows(2).any(|w| w == [0x8a, 9]), "LONG1 with 9 bytes");
     let s = read_snapshot(&b).unwrap();
-    assert_eq!(s.device_traces[0][0].addr, 1 << 63);
+    assert_eq!(s.device_traces[0].get(0).unwrap().addr, 1 << 63);
     // u64::MAX
     let b = snapshot_with_entry(entry(Value::BigInt(BigInt(
         vec![0xff; 8].into_iter().chain([0]).collect(),
     ))));
     assert_eq!(
-        read_snapshot(&b).unwrap().device_traces[0][0].addr,
+        read_snapshot(&b).unwrap().device_traces[0]
+            .get(0)
+            .unwrap()
+            .addr,
         u64::MAX
     );
     // 2**64 + 5 does not fit: a clear schema error naming the field
@@ -403,6 +409,36 @@ fn memo_identity_and_mutation_after_sharing() {
     let v = p.root().to_value().unwrap();
     let d = Value::Dict(vec![(Value::Str("k".into()), Value::Int(1))]);
     assert_eq!(v, Value::List(vec![d.clone(), d]));
+}
+
+/// The memo keeps 4-byte cells until a value needs 8 (a memoized int that
+/// does not fit 28 bits): from then on it holds both kinds.
+#[test]
+fn memoized_values_of_every_width() {
+    // l = ["s", []]; then memoize 1 << 40, -5, 3 and get everything back
+    let mut b = b"\x80\x04]\x94(\x8c\x01s\x94]\x94".to_vec();
+    b.extend(b"\x8a\x06\x00\x00\x00\x00\x00\x01\x94"); // 1 << 40
+    b.extend(b"J\xfb\xff\xff\xff\x94"); // -5
+    b.extend(b"K\x03\x94"); // 3
+    b.extend(b"h\x01h\x02h\x03h\x04h\x05e.");
+    let v = pickle::parse(&b).unwrap().root().to_value().unwrap();
+    let (s, l) = (Value::Str("s".into()), Value::List(vec![]));
+    let (big, neg, three) = (Value::Int(1 << 40), Value::Int(-5), Value::Int(3));
+    assert_eq!(
+        v,
+        Value::List(vec![
+            s.clone(),
+            l.clone(),
+            big.clone(),
+            neg.clone(),
+            three.clone(),
+            s,
+            l,
+            big,
+            neg,
+            three
+        ])
+    );
 }
 
 #[test]
@@ -674,8 +710,11 @@ fn crafted(
 fn fast_path_falls_back_when_absorbed_entries_change() {
     // untouched: the fast path result
     let s = read_snapshot(&crafted(|_, _| {}, |_, _, _| {})).unwrap();
-    assert_eq!(s.device_traces[0][0].size, 512);
-    assert_eq!(frames(&s, s.device_traces[0][0].frames).len(), 1);
+    assert_eq!(s.device_traces[0].get(0).unwrap().size, 512);
+    assert_eq!(
+        frames(&s, s.device_traces[0].get(0).unwrap().frames).len(),
+        1
+    );
 
     // the entry dict is mutated after it was stored: Python sees size 999
     let b = crafted(
@@ -687,7 +726,13 @@ fn fast_path_falls_back_when_absorbed_entries_change() {
             w.raw(b"s0");
         },
     );
-    assert_eq!(read_snapshot(&b).unwrap().device_traces[0][0].size, 999);
+    assert_eq!(
+        read_snapshot(&b).unwrap().device_traces[0]
+            .get(0)
+            .unwrap()
+            .size,
+        999
+    );
 
     // its frames list grows afterwards: Python sees two frames
     let b = crafted(
@@ -707,7 +752,7 @@ fn fast_path_falls_back_when_absorbed_entries_change() {
         },
     );
     let s = read_snapshot(&b).unwrap();
-    let f = frames(&s, s.device_traces[0][0].frames);
+    let f = frames(&s, s.device_traces[0].get(0).unwrap().frames);
     assert_eq!(
         f,
         [
@@ -725,7 +770,7 @@ fn fast_path_falls_back_when_absorbed_entries_change() {
         |_, _, _| {},
     );
     let s = read_snapshot(&b).unwrap();
-    assert_eq!(s.device_traces[0][0].addr, 4096);
+    assert_eq!(s.device_traces[0].get(0).unwrap().addr, 4096);
     assert_eq!(s.other.len(), 1);
     assert_eq!(s.other[0].1.get("size"), Some(&Value::Int(512)));
 
@@ -753,4 +798,182 @@ fn fast_path_falls_back_when_absorbed_entries_change() {
     std::fs::write(&path, &b).unwrap();
     assert_eq!(read_snapshot_file(&path).unwrap().other[0].0, "copy");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Write an entry dict `{"action": "alloc", "addr": addr, "size": 512,
+/// "frames": []}`; returns its memo index.
+fn entry_dict(w: &mut PickleWriter<Vec<u8>>, addr: i64) -> u32 {
+    let m = w.empty_dict();
+    w.mark();
+    w.str("action");
+    w.str("alloc");
+    w.str("addr");
+    w.int(addr);
+    w.str("size");
+    w.int(512);
+    w.str("frames");
+    w.empty_list();
+    w.raw(b"u");
+    m
+}
+
+/// A list of entry dicts with these addresses, appended in one batch.
+fn entry_list(w: &mut PickleWriter<Vec<u8>>, addrs: &[i64]) -> u32 {
+    let l = w.empty_list();
+    w.mark();
+    for &a in addrs {
+        entry_dict(w, a);
+    }
+    w.raw(b"e");
+    l
+}
+
+fn addrs(t: &Trace) -> Vec<u64> {
+    t.iter().map(|e| e.addr).collect()
+}
+
+/// Device traces are kept without their items while decoding (only which
+/// entries they hold); whatever the pickle does with those lists, the
+/// result is what `pickle.load` sees.
+#[test]
+fn trace_lists_shared_extended_or_split_over_devices() {
+    let root = |w: &mut PickleWriter<Vec<u8>>| {
+        w.empty_dict();
+        w.mark();
+        w.str("segments");
+        w.empty_list();
+        w.str("device_traces");
+        w.empty_list();
+        w.mark();
+    };
+    // Three devices, the first list stored twice.
+    let mut w = PickleWriter::new(Vec::new(), false);
+    root(&mut w);
+    let l0 = entry_list(&mut w, &[1, 2]);
+    w.get(l0);
+    entry_list(&mut w, &[3]);
+    w.raw(b"e"); // the device lists
+    w.raw(b"u");
+    let s = read_snapshot(&w.finish().unwrap()).unwrap();
+    let got: Vec<Vec<u64>> = s.device_traces.iter().map(addrs).collect();
+    assert_eq!(got, [vec![1, 2], vec![1, 2], vec![3]]);
+
+    // A list that grows after it was stored, by entries and something else.
+    for tail in [&[3i64, 4][..], &[]] {
+        let mut w = PickleWriter::new(Vec::new(), false);
+        root(&mut w);
+        let l0 = entry_list(&mut w, &[1, 2]);
+        w.raw(b"e");
+        w.raw(b"u");
+        w.get(l0);
+        w.mark();
+        for &a in tail {
+            entry_dict(&mut w, a);
+        }
+        w.int(7);
+        w.raw(b"e0");
+        let b = w.finish().unwrap();
+        let e = read_snapshot(&b).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "device_traces[0][{}]: expected a trace entry dict, found int",
+                2 + tail.len()
+            )),
+            "{e}"
+        );
+    }
+    // Without the int, the entries are all there.
+    let mut w = PickleWriter::new(Vec::new(), false);
+    root(&mut w);
+    let l0 = entry_list(&mut w, &[1, 2]);
+    w.raw(b"e");
+    w.raw(b"u");
+    w.get(l0);
+    w.mark();
+    entry_dict(&mut w, 3);
+    entry_dict(&mut w, 4);
+    w.raw(b"e0");
+    let s = read_snapshot(&w.finish().unwrap()).unwrap();
+    assert_eq!(addrs(&s.device_traces[0]), [1, 2, 3, 4]);
+
+    // One entry dict in two devices' lists.
+    let mut w = PickleWriter::new(Vec::new(), false);
+    root(&mut w);
+    w.empty_list();
+    w.mark();
+    let e = entry_dict(&mut w, 1);
+    entry_dict(&mut w, 2);
+    w.raw(b"e");
+    w.empty_list();
+    w.mark();
+    w.get(e);
+    entry_dict(&mut w, 3);
+    w.raw(b"e");
+    w.raw(b"e");
+    w.raw(b"u");
+    let s = read_snapshot(&w.finish().unwrap()).unwrap();
+    let got: Vec<Vec<u64>> = s.device_traces.iter().map(addrs).collect();
+    assert_eq!(got, [vec![1, 2], vec![1, 3]]);
+}
+
+/// Frames lists are recognised by their bytes (`MARK`, memo gets,
+/// `APPENDS`): the same bytes must still mean what Python reads when a memo
+/// index is stored again with another object, and when the items were
+/// still being built the first time.
+#[test]
+fn lists_of_memo_gets_read_as_python_does() {
+    // [a, b] = two dicts; L1 = [a, b]; memo[a] = c (BINPUT); L2 = [memo[a], b]
+    let mut w = PickleWriter::new(Vec::new(), false);
+    w.empty_list(); // the outer list
+    w.mark();
+    let dict = |w: &mut PickleWriter<Vec<u8>>, k: i64| {
+        let m = w.empty_dict();
+        w.str("k");
+        w.int(k);
+        w.raw(b"s");
+        m
+    };
+    let a = dict(&mut w, 1);
+    let b = dict(&mut w, 2);
+    w.raw(b"0"); // pop b
+    w.raw(b"0"); // pop a
+    for again in [false, true] {
+        if again {
+            dict(&mut w, 3);
+            w.raw(&[b'q', a as u8]); // BINPUT over a's memo index
+            w.raw(b"0");
+        }
+        w.empty_list();
+        w.mark();
+        w.get(a);
+        w.get(b);
+        w.raw(b"e");
+    }
+    // a list of one list still being built, seen twice
+    let inner = w.empty_list();
+    w.raw(b"0");
+    for _ in 0..2 {
+        w.empty_list();
+        w.mark();
+        w.get(inner);
+        w.get(inner);
+        w.raw(b"e");
+    }
+    w.raw(b"e");
+    let v = pickle::parse(&w.finish().unwrap())
+        .unwrap()
+        .root()
+        .to_value()
+        .unwrap();
+    let d = |k| Value::Dict(vec![(Value::Str("k".into()), Value::Int(k))]);
+    let e = Value::List(vec![]);
+    assert_eq!(
+        v,
+        Value::List(vec![
+            Value::List(vec![d(1), d(2)]),
+            Value::List(vec![d(3), d(2)]),
+            Value::List(vec![e.clone(), e.clone()]),
+            Value::List(vec![e.clone(), e]),
+        ])
+    );
 }

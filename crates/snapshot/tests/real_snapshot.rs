@@ -32,14 +32,14 @@ fn segments_and_traces() {
     assert_eq!(s.device_traces.len(), 1);
     let t = &s.device_traces[0];
     assert_eq!(t.len(), 897);
-    let count = |a: Action| t.iter().filter(|e| e.action == a).count();
-    assert_eq!(count(Action::Alloc), 319);
-    assert_eq!(count(Action::FreeRequested), 278);
-    assert_eq!(count(Action::FreeCompleted), 278);
-    assert_eq!(count(Action::SegmentAlloc), 22);
+    let count = |a: Option<TraceAction>| t.iter().filter(|e| e.action == a).count();
+    assert_eq!(count(Some(TraceAction::Alloc)), 319);
+    assert_eq!(count(Some(TraceAction::FreeRequested)), 278);
+    assert_eq!(count(Some(TraceAction::FreeCompleted)), 278);
+    assert_eq!(count(Some(TraceAction::SegmentAlloc)), 22);
 
-    let e = &t[0];
-    assert_eq!(e.action, Action::SegmentAlloc);
+    let e = t.get(0).unwrap();
+    assert_eq!(e.action, Some(TraceAction::SegmentAlloc));
     assert_eq!(e.size, 20_971_520);
     assert_eq!(e.addr, 140_451_713_646_592);
     assert_eq!(e.stream, 0);

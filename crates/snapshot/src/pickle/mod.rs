@@ -346,6 +346,12 @@ fn to_value(r: ValueRef<'_>, depth: u32, budget: &mut u64) -> Result<Value, Erro
         View::Str(s) => Value::Str(s.to_owned()),
         View::Bytes(b) => Value::Bytes(b.to_vec()),
         View::ByteArray(b) => Value::ByteArray(b.to_vec()),
+        View::List(_) if r.st.native_run(r.v).is_some() => {
+            return Err(Error::LimitExceeded {
+                offset: None,
+                what: BAIL,
+            })
+        }
         View::List(s) => Value::List(seq(s, budget)?),
         View::Tuple(s) => Value::Tuple(seq(s, budget)?),
         View::Set(s) => Value::Set(seq(s, budget)?),

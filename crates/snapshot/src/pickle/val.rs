@@ -67,6 +67,20 @@ impl Val {
         Val(((Tag::Bool as u64) << 56) | u64::from(b))
     }
 
+    /// The value in 32 bits (tag in the top 4), when its payload is below
+    /// 2^28: containers, strings and small non-negative integers.
+    #[inline]
+    pub(crate) fn pack(self) -> Option<u32> {
+        let payload = self.0 & MASK;
+        (payload < 1 << 28).then_some(((((self.0 >> 56) & 15) as u32) << 28) | payload as u32)
+    }
+
+    /// The value [`Val::pack`] packed.
+    #[inline]
+    pub(crate) fn unpack(x: u32) -> Val {
+        Val((u64::from(x >> 28) << 56) | u64::from(x & ((1 << 28) - 1)))
+    }
+
     /// An inline integer, if `i` fits 56 bits.
     #[inline]
     pub(crate) fn small_int(i: i64) -> Option<Val> {
@@ -101,7 +115,9 @@ impl Val {
 
     #[inline]
     pub(crate) fn is_container(self) -> bool {
-        matches!(self.tag(), Tag::List | Tag::Dict | Tag::Set)
+        // (on the tag bits: asked for every item stored anywhere)
+        const MUTABLE: u32 = 1 << Tag::List as u32 | 1 << Tag::Dict as u32 | 1 << Tag::Set as u32;
+        MUTABLE & (1 << ((self.0 >> 56) & 15)) != 0
     }
 }
 
@@ -138,5 +154,39 @@ mod tests {
         }
         assert!(Val::small_int(INLINE_MAX + 1).is_none());
         assert!(Val::small_int(i64::MIN).is_none());
+    }
+
+    #[test]
+    fn containers_are_lists_dicts_and_sets() {
+        for (i, t) in TAGS.iter().enumerate() {
+            let v = Val::new(*t, 3);
+            assert_eq!(
+                v.is_container(),
+                matches!(t, Tag::List | Tag::Dict | Tag::Set),
+                "{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn packing_into_32_bits() {
+        let fits = [
+            Val::NONE,
+            Val::EMPTY,
+            Val::boolean(true),
+            Val::new(Tag::Dict, (1 << 28) - 1),
+            Val::new(Tag::Str, 7),
+            Val::small_int(5).unwrap(),
+        ];
+        for v in fits {
+            assert_eq!(Val::unpack(v.pack().unwrap()), v, "{v:?}");
+        }
+        for v in [
+            Val::new(Tag::List, 1 << 28),
+            Val::small_int(-1).unwrap(),
+            Val::small_int(1 << 40).unwrap(),
+        ] {
+            assert_eq!(v.pack(), None, "{v:?}");
+        }
     }
 }

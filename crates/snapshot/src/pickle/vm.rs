@@ -10,7 +10,8 @@ use super::store::{le_to_i64, normalize_le, Slot, Span, Store};
 use super::text;
 use super::val::{type_name, Tag, Val};
 use super::Pickle;
-use crate::hash::{hash_words, random_seed, IdBuild};
+use crate::chunked::ChunkedVec;
+use crate::hash::{hash_bytes, hash_words, random_seed, IdBuild};
 use crate::Error;
 
 type R<T> = Result<T, Error>;
@@ -44,18 +45,84 @@ struct DictB {
     index: Option<KeyIndex>,
 }
 
+/// The dense memo's cells: 4 bytes each while every value packs into 32
+/// bits (what pickles memoize: containers and strings, with ids below
+/// 2^28), 8 bytes each from the first one that does not.
+enum Cells {
+    Narrow(ChunkedVec<u32>),
+    Wide(ChunkedVec<Val>),
+}
+
+impl Default for Cells {
+    fn default() -> Self {
+        Cells::Narrow(ChunkedVec::default())
+    }
+}
+
+impl Cells {
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Cells::Narrow(c) => c.len(),
+            Cells::Wide(c) => c.len(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<Val> {
+        match self {
+            Cells::Narrow(c) => c.get(i).map(|&x| Val::unpack(x)),
+            Cells::Wide(c) => c.get(i).copied(),
+        }
+    }
+
+    /// Switch to 8-byte cells.
+    fn widen(&mut self) -> &mut ChunkedVec<Val> {
+        if let Cells::Narrow(c) = self {
+            *self = Cells::Wide(c.iter().map(|&x| Val::unpack(x)).collect());
+        }
+        match self {
+            Cells::Wide(c) => c,
+            Cells::Narrow(_) => unreachable!("just widened"),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, v: Val) {
+        match (&mut *self, v.pack()) {
+            (Cells::Narrow(c), Some(x)) => c.push(x),
+            (Cells::Wide(c), _) => c.push(v),
+            (Cells::Narrow(_), None) => self.widen().push(v),
+        }
+    }
+
+    /// Set cell `i < len`.
+    #[inline]
+    fn set(&mut self, i: usize, v: Val) {
+        match (&mut *self, v.pack()) {
+            (Cells::Narrow(c), Some(x)) => c[i] = x,
+            (Cells::Wide(c), _) => c[i] = v,
+            (Cells::Narrow(_), None) => self.widen()[i] = v,
+        }
+    }
+}
+
 /// The memo: dense for the usual 0,1,2,... indices, sparse for odd ones.
 #[derive(Default)]
 struct Memo {
-    dense: Vec<Val>,
+    /// (In chunks, 4 bytes a cell: a trace memoizes millions of objects.)
+    dense: Cells,
     sparse: BTreeMap<u64, Val>,
     count: u64,
+    /// Whether an index was ever stored twice (Python's pickler never
+    /// does): the same memo gets may then mean other objects.
+    overwritten: bool,
 }
 
 impl Memo {
     #[inline]
     fn get(&self, i: u64) -> Option<Val> {
-        if let Some(&v) = usize::try_from(i).ok().and_then(|i| self.dense.get(i)) {
+        if let Some(v) = usize::try_from(i).ok().and_then(|i| self.dense.get(i)) {
             return (v != Val::EMPTY).then_some(v);
         }
         self.sparse.get(&i).copied()
@@ -70,31 +137,37 @@ impl Memo {
             return;
         }
         if i < n {
-            let slot = &mut self.dense[i as usize];
-            if *slot == Val::EMPTY {
+            if self.dense.get(i as usize) == Some(Val::EMPTY) {
                 self.count += 1;
+            } else {
+                self.overwritten = true;
             }
-            *slot = v;
+            self.dense.set(i as usize, v);
             return;
         }
         // grow the dense part only while it stays at least ~half full
         if i <= 2 * self.count + 64 && i < u64::from(u32::MAX) {
-            self.dense.resize(i as usize + 1, Val::EMPTY);
+            while (self.dense.len() as u64) <= i {
+                self.dense.push(Val::EMPTY);
+            }
             if !self.sparse.is_empty() {
                 let moved: Vec<(u64, Val)> =
                     self.sparse.range(n..=i).map(|(&k, &v)| (k, v)).collect();
                 for (k, val) in moved {
                     self.sparse.remove(&k);
-                    self.dense[k as usize] = val;
+                    self.dense.set(k as usize, val);
                 }
             }
-            let slot = &mut self.dense[i as usize];
-            if *slot == Val::EMPTY {
+            if self.dense.get(i as usize) == Some(Val::EMPTY) {
                 self.count += 1;
+            } else {
+                self.overwritten = true;
             }
-            *slot = v;
+            self.dense.set(i as usize, v);
         } else if self.sparse.insert(i, v).is_none() {
             self.count += 1;
+        } else {
+            self.overwritten = true;
         }
     }
 }
@@ -257,6 +330,9 @@ pub(crate) struct Core<A> {
     dictb: Vec<DictB>,
     dict_free: Vec<u32>,
     list_map: HashMap<u64, Span, IdBuild>,
+    /// `MARK gets APPENDS` bodies (frames lists, as bytes) → the frozen list
+    /// they made; see [`Core::list_of_gets`].
+    gets_lists: HashMap<u64, (Box<[u8]>, Span), IdBuild>,
     shape_map: HashMap<u64, u32, IdBuild>,
     last_shape: Option<u32>,
     kc: KeyCx,
@@ -291,7 +367,7 @@ impl<I: Input, A: Absorb> Vm<I, A> {
         let c = &mut self.c;
         // freeze whatever is still being built
         for id in 0..c.st.slots.len() {
-            if let Slot::Building { b, dict, .. } = c.st.slots[id] {
+            if let Slot::Building { b, dict, .. } = c.st.slots.at(id) {
                 c.freeze(id, b, dict)?;
             }
         }
@@ -329,64 +405,85 @@ impl<I: Input, A: Absorb> Vm<I, A> {
             // from the buffered window.
             if let [op, a, b, cc, d, ..] = *inp.window() {
                 match op {
-                    b'j' => {
-                        c.cur = op;
-                        inp.skip(5);
-                        c.get(u64::from(u32::from_le_bytes([a, b, cc, d])))?;
-                        continue;
-                    }
-                    b'h' => {
-                        c.cur = op;
-                        inp.skip(2);
-                        c.get(u64::from(a))?;
-                        continue;
-                    }
-                    b'K' => {
-                        inp.skip(2);
-                        c.stack.push(Val::new(Tag::Int, u32::from(a)));
-                        continue;
-                    }
-                    b'M' => {
-                        inp.skip(3);
-                        c.stack
-                            .push(Val::new(Tag::Int, u32::from(u16::from_le_bytes([a, b]))));
-                        continue;
-                    }
-                    b'J' => {
-                        inp.skip(5);
-                        let v = c.int(i64::from(i32::from_le_bytes([a, b, cc, d])))?;
-                        c.stack.push(v);
-                        continue;
-                    }
-                    b'(' => {
-                        inp.skip(1);
-                        c.marks.push(c.stack.len());
-                        continue;
-                    }
-                    0x8a if a <= 8 => {
-                        let n = usize::from(a);
-                        if let Some(bytes) = inp.window().get(2..2 + n) {
-                            let v = if n == 0 {
-                                0
-                            } else {
-                                let mut x = [if bytes[n - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
-                                x[..n].copy_from_slice(bytes);
-                                i64::from_le_bytes(x)
+                    b'h' | b'j' | b'K' | b'M' | b'J' | 0x8a | 0x94 => {
+                        // A run of the small opcodes that make up trace
+                        // entries and frames lists (memo gets, small ints,
+                        // MEMOIZE), decoded in one tight loop from the
+                        // window. An opcode that fails, or does not fit the
+                        // window, ends the run and is left to the general
+                        // path (which reports any error).
+                        let _ = (a, b, cc, d);
+                        let w = inp.window();
+                        let mut p = 0;
+                        loop {
+                            let (v, len) = match w.get(p..) {
+                                Some(&[b'h', x, ..]) => match c.memo.get(u64::from(x)) {
+                                    Some(v) => (v, 2),
+                                    None => break,
+                                },
+                                Some(&[b'j', x0, x1, x2, x3, ..]) => {
+                                    let i = u32::from_le_bytes([x0, x1, x2, x3]);
+                                    match c.memo.get(u64::from(i)) {
+                                        Some(v) => (v, 5),
+                                        None => break,
+                                    }
+                                }
+                                Some(&[b'K', x, ..]) => (Val::new(Tag::Int, u32::from(x)), 2),
+                                Some(&[b'M', x0, x1, ..]) => (
+                                    Val::new(Tag::Int, u32::from(u16::from_le_bytes([x0, x1]))),
+                                    3,
+                                ),
+                                Some(&[b'J', x0, x1, x2, x3, ..]) => {
+                                    let i = i32::from_le_bytes([x0, x1, x2, x3]);
+                                    match Val::small_int(i64::from(i)) {
+                                        Some(v) => (v, 5),
+                                        None => break,
+                                    }
+                                }
+                                Some(&[0x8a, n, ref rest @ ..]) if n <= 8 => {
+                                    let n = usize::from(n);
+                                    let Some(bytes) = rest.get(..n) else { break };
+                                    let i = if n == 0 {
+                                        0
+                                    } else {
+                                        let mut x =
+                                            [if bytes[n - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
+                                        x[..n].copy_from_slice(bytes);
+                                        i64::from_le_bytes(x)
+                                    };
+                                    match Val::small_int(i) {
+                                        Some(v) => (v, 2 + n),
+                                        None => break,
+                                    }
+                                }
+                                Some(&[0x94, ..]) => {
+                                    match c.stack.last().filter(|_| c.stack.len() > c.floor()) {
+                                        Some(&v) => {
+                                            let i = c.memo.count;
+                                            c.memo.put(i, v);
+                                        }
+                                        None => break,
+                                    }
+                                    p += 1;
+                                    continue;
+                                }
+                                _ => break,
                             };
-                            inp.skip(2 + n);
-                            let v = c.int(v)?;
                             c.stack.push(v);
+                            p += len;
+                        }
+                        if p > 0 {
+                            inp.skip(p);
                             continue;
                         }
                     }
-                    0x94 => {
-                        c.cur = op;
-                        let Some(&v) = c.stack.last().filter(|_| c.stack.len() > c.floor()) else {
-                            return Err(c.underflow());
-                        };
+                    b'(' => {
+                        if let Some(n) = c.list_of_gets(inp.window()) {
+                            inp.skip(n);
+                            continue;
+                        }
                         inp.skip(1);
-                        let i = c.memo.count;
-                        c.memo.put(i, v);
+                        c.marks.push(c.stack.len());
                         continue;
                     }
                     _ => {}
@@ -817,6 +914,7 @@ impl<A: Absorb> Core<A> {
             dictb: Vec::new(),
             dict_free: Vec::new(),
             list_map: HashMap::default(),
+            gets_lists: HashMap::default(),
             shape_map: HashMap::default(),
             last_shape: None,
             kc: KeyCx {
@@ -922,7 +1020,8 @@ impl<A: Absorb> Core<A> {
 
     #[inline]
     fn pop_mark(&mut self) -> R<usize> {
-        self.marks.pop().ok_or(Error::MarkMissing {
+        // (`ok_or_else`: naming the opcode costs a lookup, only on error.)
+        self.marks.pop().ok_or_else(|| Error::MarkMissing {
             offset: self.at,
             opcode: self.opname(),
         })
@@ -1127,18 +1226,24 @@ impl<A: Absorb> Core<A> {
         if !v.is_container() {
             return Ok(());
         }
-        if let Some(&Slot::Building {
-            b,
-            dict,
-            volatile: false,
-        }) = self.st.slots.get(v.idx())
-        {
+        if let Some((b, dict)) = self.st.slots.stable_builder(v.idx()) {
             self.freeze(v.idx(), b, dict)?;
         }
         Ok(())
     }
 
     fn seal_all(&mut self, from: usize) -> R<()> {
+        // Most items are frozen already (a frames list's frame dicts): look
+        // for one still being built first, with nothing borrowed mutably.
+        let slots = &self.st.slots;
+        let building = |v: &Val| v.is_container() && slots.stable_builder(v.idx()).is_some();
+        if !self
+            .stack
+            .get(from..)
+            .is_some_and(|s| s.iter().any(building))
+        {
+            return Ok(());
+        }
         for i in from..self.stack.len() {
             let v = self.stack[i];
             self.seal(v)?;
@@ -1170,10 +1275,13 @@ impl<A: Absorb> Core<A> {
             d.keys = keys;
             d.vals = vals;
             self.dict_free.push(b);
-            self.st.slots[id] = match native {
-                Some(n) => Slot::Native(n),
-                None => Slot::Rec { shape, start },
-            };
+            self.st.slots.set(
+                id,
+                match native {
+                    Some(n) => Slot::Native(n),
+                    None => Slot::Rec { shape, start },
+                },
+            );
         } else {
             let s = &mut self.seqb[b as usize];
             let mut items = std::mem::take(&mut s.items);
@@ -1185,7 +1293,7 @@ impl<A: Absorb> Core<A> {
             }
             self.seqb[b as usize].items = items;
             self.seq_free.push(b);
-            self.st.slots[id] = Slot::Seq(sp);
+            self.st.slots.set(id, Slot::Seq(sp));
         }
         Ok(())
     }
@@ -1194,30 +1302,48 @@ impl<A: Absorb> Core<A> {
     /// return its builder. A thawed container stays mutable until the end.
     fn thaw(&mut self, v: Val) -> R<u32> {
         let id = v.idx();
-        if let Slot::Building { b, .. } = self.st.slots[id] {
+        if let Slot::Building { b, .. } = self.st.slots.at(id) {
             return Ok(b);
         }
-        if self.ab.observed(id) || matches!(self.st.slots[id], Slot::Native(_)) {
+        if self.ab.observed(id) || matches!(self.st.slots.at(id), Slot::Native(_)) {
             self.ab.bail();
             return Err(Error::LimitExceeded {
                 offset: Some(self.at),
                 what: BAIL,
             });
         }
-        match self.st.slots[id] {
+        match self.st.slots.at(id) {
             Slot::Building { b, .. } => Ok(b),
             Slot::Native(_) => Err(self.bad("internal: native dict")),
+            Slot::NativeRun { first, len } => {
+                let (b, _) = self.new_slot(false)?;
+                self.st.slots.pop();
+                let items = self.native_items(first, len)?;
+                self.seqb[b as usize].items = items;
+                self.st.slots.set(
+                    id,
+                    Slot::Building {
+                        b,
+                        dict: false,
+                        volatile: true,
+                    },
+                );
+                Ok(b)
+            }
             Slot::Seq(sp) => {
                 let (b, _) = self.new_slot(false)?;
                 self.st.slots.pop();
                 let a = sp.start as usize;
                 let items = &self.st.seq_pool[a..a + sp.len as usize];
                 self.seqb[b as usize].items.extend_from_slice(items);
-                self.st.slots[id] = Slot::Building {
-                    b,
-                    dict: false,
-                    volatile: true,
-                };
+                self.st.slots.set(
+                    id,
+                    Slot::Building {
+                        b,
+                        dict: false,
+                        volatile: true,
+                    },
+                );
                 Ok(b)
             }
             Slot::Rec { shape, start } => {
@@ -1230,11 +1356,14 @@ impl<A: Absorb> Core<A> {
                 d.keys.extend_from_slice(&self.st.shape_pool[a..a + n]);
                 let s = start as usize;
                 d.vals.extend_from_slice(&self.st.dict_vals[s..s + n]);
-                self.st.slots[id] = Slot::Building {
-                    b,
-                    dict: true,
-                    volatile: true,
-                };
+                self.st.slots.set(
+                    id,
+                    Slot::Building {
+                        b,
+                        dict: true,
+                        volatile: true,
+                    },
+                );
                 Ok(b)
             }
         }
@@ -1247,11 +1376,38 @@ impl<A: Absorb> Core<A> {
             return Err(self.wrong("list", target));
         }
         self.seal_all(from)?;
+        // A device's trace: dicts the hook took over, in order. The list
+        // keeps only which ones (`Slot::NativeRun`), not 8 bytes per item.
+        if let Some(n0) = self.native_run_at(from) {
+            let count = u32_of(self.stack.len() - from, self.at)?;
+            let run = match self.st.slots.at(target.idx()) {
+                Slot::NativeRun { first, len } if first.checked_add(len) == Some(n0) => {
+                    Some((first, len))
+                }
+                Slot::Building {
+                    b, volatile: false, ..
+                } if self.seqb[b as usize].items.is_empty() => {
+                    self.seq_free.push(b);
+                    Some((n0, 0))
+                }
+                _ => None,
+            };
+            if let Some((first, len)) = run {
+                let len = len
+                    .checked_add(count)
+                    .ok_or_else(|| self.bad("more than 4 Gi trace entries"))?;
+                self.st
+                    .slots
+                    .set(target.idx(), Slot::NativeRun { first, len });
+                self.stack.truncate(from);
+                return Ok(());
+            }
+        }
         // Fast path: a fresh empty list filled in one batch is frozen
         // straight from the stack (a later mutation thaws it again).
         if let Slot::Building {
             b, volatile: false, ..
-        } = self.st.slots[target.idx()]
+        } = self.st.slots.at(target.idx())
         {
             if self.seqb[b as usize].items.is_empty() && self.stack.len() - from <= DEDUP_MAX_LIST {
                 let items = std::mem::take(&mut self.stack);
@@ -1260,7 +1416,7 @@ impl<A: Absorb> Core<A> {
                 let sp = sp?;
                 self.stack.truncate(from);
                 self.seq_free.push(b);
-                self.st.slots[target.idx()] = Slot::Seq(sp);
+                self.st.slots.set(target.idx(), Slot::Seq(sp));
                 return Ok(());
             }
         }
@@ -1270,6 +1426,128 @@ impl<A: Absorb> Core<A> {
             .extend_from_slice(&self.stack[from..]);
         self.stack.truncate(from);
         Ok(())
+    }
+
+    /// `MARK (BINGET | LONG_BINGET)* APPENDS` onto a fresh empty list, all
+    /// in `w` (which starts at the MARK): a frames list. The same stack
+    /// recurs millions of times as the same bytes (the same memo indices
+    /// of the same frame dicts), so the bytes are looked up first and a
+    /// known list is frozen without decoding its items again. Returns the
+    /// bytes consumed, or `None` to leave them to the general path.
+    ///
+    /// Equal bytes mean equal items while no memo index is ever stored
+    /// twice (then this is off); the items were sealed when first seen, and
+    /// a container once frozen can only be thawed, never be sealed again,
+    /// so skipping the APPENDS' sealing is exact.
+    fn list_of_gets(&mut self, w: &[u8]) -> Option<usize> {
+        if self.memo.overwritten {
+            return None;
+        }
+        let &target = self
+            .stack
+            .last()
+            .filter(|_| self.stack.len() > self.floor())?;
+        if target.tag() != Tag::List {
+            return None;
+        }
+        let (b, false) = self.st.slots.stable_builder(target.idx())? else {
+            return None;
+        };
+        if !self.seqb[b as usize].items.is_empty() {
+            return None;
+        }
+        let mut p = 1;
+        let mut count = 0;
+        loop {
+            match *w.get(p)? {
+                b'h' => p += 2,
+                b'j' => p += 5,
+                b'e' => break,
+                _ => return None,
+            }
+            count += 1;
+        }
+        if !(2..=DEDUP_MAX_LIST).contains(&count) {
+            return None;
+        }
+        let body = &w[1..p];
+        let h = hash_bytes(self.kc.seed ^ 0x4745_5453, body);
+        if let Some((bytes, sp)) = self.gets_lists.get(&h) {
+            if **bytes == *body {
+                let sp = *sp;
+                self.st.slots.set(target.idx(), Slot::Seq(sp));
+                self.seq_free.push(b);
+                return Some(p + 1);
+            }
+        }
+        // First time: decode the gets as the general path would.
+        let from = self.stack.len();
+        let mut q = 1;
+        while q < p {
+            let (i, len) = if w[q] == b'h' {
+                (u32::from(w[q + 1]), 2)
+            } else {
+                (
+                    u32::from_le_bytes([w[q + 1], w[q + 2], w[q + 3], w[q + 4]]),
+                    5,
+                )
+            };
+            match self.memo.get(u64::from(i)) {
+                // (dicts the hook took over make a trace list: not here)
+                Some(v) if self.st.native(v).is_none() => self.stack.push(v),
+                _ => {
+                    self.stack.truncate(from);
+                    return None;
+                }
+            }
+            q += len;
+        }
+        let frozen = self.seal_all(from).and_then(|()| {
+            let items = std::mem::take(&mut self.stack);
+            let sp = self.intern_seq(&items[from..]);
+            self.stack = items;
+            sp
+        });
+        self.stack.truncate(from);
+        let sp = frozen.ok()?;
+        self.st.slots.set(target.idx(), Slot::Seq(sp));
+        self.seq_free.push(b);
+        if self.gets_lists.len() < 1 << 16 {
+            self.gets_lists.insert(h, (body.into(), sp));
+        }
+        Some(p + 1)
+    }
+
+    /// If the stack from `from` holds dicts the hook took over as
+    /// consecutive items `n0, n0 + 1, ...`, return `n0`. (The hook numbers
+    /// the dicts it takes over, each once, so the dict is the item.)
+    fn native_run_at(&self, from: usize) -> Option<u32> {
+        let items = self.stack.get(from..)?;
+        let n0 = self.st.native(*items.first()?)?;
+        for (k, &v) in items.iter().enumerate() {
+            if self.st.native(v) != n0.checked_add(u32::try_from(k).ok()?) {
+                return None;
+            }
+        }
+        Some(n0)
+    }
+
+    /// The items of a [`Slot::NativeRun`] list, rebuilt (rare: only when
+    /// a trace list is used as something else): the dicts the hook took
+    /// over as items `first..first + len`.
+    fn native_items(&self, first: u32, len: u32) -> R<Vec<Val>> {
+        let mut items = vec![Val::EMPTY; len as usize];
+        for (id, slot) in self.st.slots.iter().enumerate() {
+            if let Slot::Native(n) = slot {
+                if let Some(k) = n.checked_sub(first).filter(|&k| k < len) {
+                    items[k as usize] = Val::new(Tag::Dict, id as u32);
+                }
+            }
+        }
+        if items.contains(&Val::EMPTY) {
+            return Err(self.bad("internal: unknown native dict"));
+        }
+        Ok(items)
     }
 
     fn set_items(&mut self, target: Val, from: usize) -> R<()> {
@@ -1299,7 +1577,7 @@ impl<A: Absorb> Core<A> {
             {
                 if let Slot::Building {
                     volatile: false, ..
-                } = self.st.slots[target.idx()]
+                } = self.st.slots.at(target.idx())
                 {
                     // freeze straight from the stack (a later mutation thaws it)
                     let n = keys.len();
@@ -1319,7 +1597,7 @@ impl<A: Absorb> Core<A> {
                     self.scratch = vals;
                     self.stack.truncate(from);
                     self.dict_free.push(b as u32);
-                    self.st.slots[target.idx()] = slot;
+                    self.st.slots.set(target.idx(), slot);
                     return Ok(());
                 }
                 d.keys.extend_from_slice(keys);
@@ -1395,14 +1673,15 @@ impl<A: Absorb> Core<A> {
         match v.tag() {
             Tag::Tuple | Tag::FrozenSet => self.st.seq_items(v).map(<[Val]>::to_vec),
             Tag::List | Tag::Set | Tag::Dict => match self.st.slots.get(v.idx())? {
-                Slot::Building { b, dict: false, .. } => Some(self.seqb[*b as usize].items.clone()),
-                Slot::Building { b, dict: true, .. } => Some(self.dictb[*b as usize].keys.clone()),
+                Slot::Building { b, dict: false, .. } => Some(self.seqb[b as usize].items.clone()),
+                Slot::Building { b, dict: true, .. } => Some(self.dictb[b as usize].keys.clone()),
                 Slot::Seq(_) => self.st.seq_items(v).map(<[Val]>::to_vec),
                 Slot::Rec { .. } => self.st.dict_parts(v).map(|(_, k, _)| k.to_vec()),
                 Slot::Native(_) => {
                     self.ab.bail();
                     None
                 }
+                Slot::NativeRun { first, len } => self.native_items(first, len).ok(),
             },
             _ => None,
         }
@@ -1411,7 +1690,7 @@ impl<A: Absorb> Core<A> {
     fn dict_pairs_now(&self, v: Val) -> Option<Vec<(Val, Val)>> {
         match self.st.slots.get(v.idx())? {
             Slot::Building { b, dict: true, .. } => {
-                let d = &self.dictb[*b as usize];
+                let d = &self.dictb[b as usize];
                 Some(d.keys.iter().copied().zip(d.vals.iter().copied()).collect())
             }
             Slot::Rec { .. } => self
