@@ -1,8 +1,8 @@
 //! `vramscope estimate` and `vramscope plan` end to end: the JSON against the
 //! H100 fixtures, exit codes, clear errors.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -14,43 +14,53 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The full config recorded with a fixture, written as a config.json.
-fn config_file(case: &str) -> PathBuf {
+/// A recorded case of `fixtures/estimate`: its config and its phases.
+fn fixture(case: &str) -> Value {
     let text =
         std::fs::read_to_string(repo().join(format!("fixtures/estimate/{case}.json"))).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The full config recorded with a fixture, written as a config.json.
+fn config_file(case: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vramscope-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(format!("{case}.config.json"));
-    std::fs::write(&p, serde_json::to_string(&v["config"]).unwrap()).unwrap();
+    std::fs::write(&p, serde_json::to_string(&fixture(case)["config"]).unwrap()).unwrap();
     p
 }
 
-fn fixture_phases(case: &str) -> Vec<Value> {
-    let text =
-        std::fs::read_to_string(repo().join(format!("fixtures/estimate/{case}.json"))).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    v["phases"].as_array().unwrap().clone()
+/// `vramscope COMMAND --config CONFIG ARGS...` (`args` split at spaces);
+/// it must exit with `code`.
+fn vramscope(command: &str, config: &Path, args: &str, code: i32) -> Output {
+    let mut cmd = bin();
+    cmd.args([command, "--config"]).arg(config);
+    run(cmd.args(args.split_whitespace()), code)
+}
+
+/// Run `cmd`; it must exit with `code` (its stderr shows when not).
+fn run(cmd: &mut Command, code: i32) -> Output {
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
 fn estimate_json_equals_the_h100() {
-    let cfg = config_file("llama_train_fp32_adamw");
-    let out = bin()
-        .args(["estimate", "--config"])
-        .arg(&cfg)
-        .args(["--mode", "train", "--batch", "4", "--seq", "512", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let case = "llama_train_fp32_adamw";
+    let args = "--mode train --batch 4 --seq 512 --json";
+    let j = json(&vramscope("estimate", &config_file(case), args, 0));
     assert_eq!(j["schema"], "vramscope.estimate/1");
-    let gpu = fixture_phases("llama_train_fp32_adamw");
+    let gpu = fixture(case)["phases"].as_array().unwrap().clone();
     let twin = j["phases"].as_array().unwrap();
     assert_eq!(twin.len(), gpu.len());
     for (t, g) in twin.iter().zip(&gpu) {
@@ -90,28 +100,9 @@ fn estimate_json_equals_the_h100() {
 
 #[test]
 fn estimate_out_of_memory_exits_1_and_names_the_phase() {
-    let out = bin()
-        .args([
-            "estimate",
-            "--model",
-            "llama-3.2-1b",
-            "--mode",
-            "train",
-            "--batch",
-            "8",
-            "--seq",
-            "2048",
-            "--memory-limit",
-            "8000000000",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = "estimate --model llama-3.2-1b --mode train --batch 8 --seq 2048 \
+                --memory-limit 8000000000";
+    let out = run(bin().args(args.split_whitespace()), 1);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("DOES NOT FIT"), "{text}");
     assert!(text.contains("tried to allocate"), "{text}");
@@ -132,13 +123,7 @@ fn estimate_rejects_bad_configs_clearly() {
     ] {
         let p = dir.join("config.json");
         std::fs::write(&p, text).unwrap();
-        let out = bin()
-            .args(["estimate", "--config"])
-            .arg(&p)
-            .args(["--mode", "infer", "--batch", "1"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{text}");
+        let out = vramscope("estimate", &p, "--mode infer --batch 1", 2);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{text}: {err}");
         assert!(!err.contains("panicked"), "{err}");
@@ -149,28 +134,8 @@ fn estimate_rejects_bad_configs_clearly() {
 fn plan_finds_the_gpu_largest_batch() {
     // fixtures/plan: llama_train_fp32_adamw under a 4 GiB limit: 11 on the H100
     let cfg = config_file("llama_train_fp32_adamw");
-    let out = bin()
-        .args(["plan", "--config"])
-        .arg(&cfg)
-        .args([
-            "--mode",
-            "train",
-            "--seq",
-            "512",
-            "--memory-limit",
-            "4294967296",
-            "--json",
-            "--no-levers",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let args = "--mode train --seq 512 --memory-limit 4294967296 --json --no-levers";
+    let j = json(&vramscope("plan", &cfg, args, 0));
     assert_eq!(j["schema"], "vramscope.plan/1");
     assert_eq!(j["max_batch"], 11);
     assert_eq!(j["next_batch_oom"]["batch"], 12);
@@ -180,29 +145,8 @@ fn plan_finds_the_gpu_largest_batch() {
 #[test]
 fn plan_levers_and_sweep() {
     let cfg = config_file("bert_train_fp32");
-    let out = bin()
-        .args(["plan", "--config"])
-        .arg(&cfg)
-        .args([
-            "--mode",
-            "train",
-            "--seq",
-            "256",
-            "--memory-limit",
-            "3221225472",
-            "--json",
-            "--target-batch",
-            "40",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let args = "--mode train --seq 256 --memory-limit 3221225472 --json --target-batch 40";
+    let j = json(&vramscope("plan", &cfg, args, 0));
     assert_eq!(j["max_batch"], 18, "the H100 found 18 (fixtures/plan)");
     let levers = j["levers"].as_array().unwrap();
     let names: Vec<&str> = levers.iter().map(|l| l["name"].as_str().unwrap()).collect();
@@ -222,19 +166,11 @@ fn plan_levers_and_sweep() {
             >= 40
     );
 
-    let out = bin()
-        .args(["plan", "--config"])
-        .arg(&cfg)
-        .args([
-            "--mode", "infer", "--batch", "1,2", "--seq", "128,256", "--csv",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = vramscope(
+        "plan",
+        &cfg,
+        "--mode infer --batch 1,2 --seq 128,256 --csv",
+        0,
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.lines().count(), 5, "{text}");

@@ -13,6 +13,10 @@
 //! tensor (the backward of `attn_output.transpose(1, 2).contiguous()`).
 
 use vramscope_engine::{BackwardOptions, DType, Device, Runtime, SdpaArgs, SdpaBackend, Tensor};
+use Attention::{Causal, Encoder, SlidingWindow};
+use DType::{BF16, F32};
+use Pass::{Infer, Train};
+use SdpaBackend::{Cudnn, Efficient, Math};
 
 type Events = Vec<(String, u64)>;
 
@@ -45,19 +49,23 @@ fn events(rt: &Runtime) -> Events {
         .collect()
 }
 
-/// A `(B, H, S, D)` view of a `(B, S, H*D)` projection output (non-leaf).
-fn proj_view(rt: &Runtime, b: i64, h: i64, s: i64, d: i64, dt: DType) -> Tensor {
-    let w = rt.randn(&[b, s, h * d], dt, Device::Cuda).unwrap();
-    w.requires_grad_(true).unwrap();
-    let p = w.mul_scalar(1.0).unwrap();
-    p.view(&[b, s, h, d]).unwrap().transpose(1, 2)
-}
-
-/// A contiguous `(B, H, S, D)` non-leaf tensor (the cache's `cat`, `repeat_kv`).
-fn contiguous(rt: &Runtime, b: i64, h: i64, s: i64, d: i64, dt: DType) -> Tensor {
-    let w = rt.randn(&[b, h, s, d], dt, Device::Cuda).unwrap();
-    w.requires_grad_(true).unwrap();
-    w.mul_scalar(1.0).unwrap()
+/// One `(B, H, S, D)` input of the attention: a view of a `(B, S, H*D)`
+/// projection output (`view`), or a contiguous tensor (the cache's `cat`,
+/// `repeat_kv`); in training a non-leaf, in inference a plain tensor.
+fn input(rt: &Runtime, [b, h, s, d]: [i64; 4], dt: DType, view: bool, train: bool) -> Tensor {
+    let sizes: &[i64] = if view { &[b, s, h * d] } else { &[b, h, s, d] };
+    let w = rt.randn(sizes, dt, Device::Cuda).unwrap();
+    let t = if train {
+        w.requires_grad_(true).unwrap();
+        w.mul_scalar(1.0).unwrap()
+    } else {
+        w
+    };
+    if view {
+        t.view(&[b, s, h, d]).unwrap().transpose(1, 2)
+    } else {
+        t
+    }
 }
 
 /// The cuBLAS handles of the Python and autograd threads exist already in a
@@ -160,248 +168,108 @@ fn check(rt: &Runtime, c: Case<'_>) {
     assert_eq!(&bwd[1..=gpu_bwd.len()], &gpu_bwd[..], "{name}: backward");
 }
 
-#[test]
-fn cudnn_causal_llama_bf16() {
-    let rt = Runtime::default();
-    let (b, h, s, d) = (4, 8, 512, 64);
-    let dt = DType::BF16;
-    check(
-        &rt,
-        Case {
-            name: "llama_train_bf16_adamw",
-            backend: SdpaBackend::Cudnn,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: contiguous(&rt, b, h, s, d, dt),
-            v: contiguous(&rt, b, h, s, d, dt),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: false,
-        },
-    );
+/// How the model calls SDPA, and so how its keys and values are laid out.
+#[derive(Clone, Copy)]
+enum Attention {
+    /// A decoder: `is_causal`; keys and values contiguous.
+    Causal,
+    /// A decoder with a sliding window (Mistral): a boolean `(S, S)` mask
+    /// expanded to `(B, 1, S, S)` instead of `is_causal`; keys and values
+    /// contiguous.
+    SlidingWindow,
+    /// An encoder (BERT, ViT): keys and values are projection views like the
+    /// query; no mask, not causal.
+    Encoder { dropout_p: f64 },
 }
 
-#[test]
-fn cudnn_grouped_query_llama_bf16() {
-    let rt = Runtime::default();
-    let (b, h, hkv, s, d) = (4, 12, 4, 512, 64);
-    let dt = DType::BF16;
-    check(
-        &rt,
-        Case {
-            name: "llama_gqa_train_bf16",
-            backend: SdpaBackend::Cudnn,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: contiguous(&rt, b, hkv, s, d, dt),
-            v: contiguous(&rt, b, hkv, s, d, dt),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: true,
-        },
-    );
+/// Which pass of the workload the slice is from.
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    /// a training step: forward and backward
+    Train,
+    /// an inference forward, under `no_grad`
+    Infer,
 }
 
-#[test]
-fn cudnn_boolean_mask_mistral_bf16() {
-    let rt = Runtime::default();
-    let (b, h, s, d) = (4, 8, 512, 64);
-    let dt = DType::BF16;
-    let m = rt.empty(&[s, s], DType::Bool, Device::Cuda).unwrap();
-    let mask = m.expand(&[b, 1, s, s]).unwrap();
-    check(
-        &rt,
-        Case {
-            name: "mistral_train_bf16_sw",
-            backend: SdpaBackend::Cudnn,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: contiguous(&rt, b, h, s, d, dt),
-            v: contiguous(&rt, b, h, s, d, dt),
-            mask: Some(mask),
-            dropout_p: 0.0,
-            is_causal: false,
-            enable_gqa: false,
-        },
-    );
-}
+/// One attention of a recorded workload: the pass, the workload it was cut
+/// from (`tests/data/sdpa_slices/{slice}.txt`), the backend SDPA must pick,
+/// the dtype, `[batch, query heads, key/value heads (enable_gqa when they
+/// differ), sequence, head size]`, the attention.
+type Spec = (Pass, &'static str, SdpaBackend, DType, [i64; 5], Attention);
 
-#[test]
-fn efficient_causal_llama_fp32() {
+/// Build the inputs of `spec` in a fresh process as the model does (the
+/// mask first, then q, k, v) and compare the twin with the GPU's slices.
+fn run((pass, slice, backend, dt, shape, attention): Spec) {
     let rt = Runtime::default();
-    let (b, h, s, d) = (4, 8, 512, 64);
-    let dt = DType::F32;
-    check(
-        &rt,
-        Case {
-            name: "llama_train_fp32_adamw",
-            backend: SdpaBackend::Efficient,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: contiguous(&rt, b, h, s, d, dt),
-            v: contiguous(&rt, b, h, s, d, dt),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: false,
-        },
-    );
-}
-
-#[test]
-fn efficient_dropout_bert_fp32() {
-    let rt = Runtime::default();
-    let (b, h, s, d) = (8, 8, 256, 64);
-    let dt = DType::F32;
-    check(
-        &rt,
-        Case {
-            name: "bert_train_fp32",
-            backend: SdpaBackend::Efficient,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: proj_view(&rt, b, h, s, d, dt),
-            v: proj_view(&rt, b, h, s, d, dt),
-            mask: None,
-            dropout_p: 0.1,
-            is_causal: false,
-            enable_gqa: false,
-        },
-    );
-}
-
-#[test]
-fn math_grouped_query_mistral_fp32() {
-    let rt = Runtime::default();
-    warm_up_cublas(&rt);
-    let (b, h, hkv, s, d) = (2, 8, 2, 512, 64);
-    let dt = DType::F32;
-    check(
-        &rt,
-        Case {
-            name: "mistral_train_fp32",
-            backend: SdpaBackend::Math,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: contiguous(&rt, b, hkv, s, d, dt),
-            v: contiguous(&rt, b, hkv, s, d, dt),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: true,
-        },
-    );
-}
-
-#[test]
-fn efficient_unaligned_length_vit_fp32() {
-    // S = 197: logsumexp padded to 224, dQ workspace of ceil(197/64) blocks
-    let rt = Runtime::default();
-    let (b, h, s, d) = (16, 6, 197, 64);
-    let dt = DType::F32;
-    check(
-        &rt,
-        Case {
-            name: "vit_train_fp32",
-            backend: SdpaBackend::Efficient,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: proj_view(&rt, b, h, s, d, dt),
-            v: proj_view(&rt, b, h, s, d, dt),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: false,
-            enable_gqa: false,
-        },
-    );
-}
-
-/// Inference inputs: no gradient anywhere.
-fn plain(rt: &Runtime, b: i64, h: i64, s: i64, d: i64, dt: DType, view: bool) -> Tensor {
-    if view {
-        let p = rt.randn(&[b, s, h * d], dt, Device::Cuda).unwrap();
-        p.view(&[b, s, h, d]).unwrap().transpose(1, 2)
-    } else {
-        rt.randn(&[b, h, s, d], dt, Device::Cuda).unwrap()
+    if backend == SdpaBackend::Math {
+        // its matmuls find the cuBLAS handles made
+        warm_up_cublas(&rt);
     }
+    let [b, h, hkv, s, d] = shape;
+    let train = pass == Pass::Train;
+    // the mask's base lives to the end, as a test's local
+    let base = match attention {
+        Attention::SlidingWindow => Some(rt.empty(&[s, s], DType::Bool, Device::Cuda).unwrap()),
+        _ => None,
+    };
+    let mask = base.as_ref().map(|m| m.expand(&[b, 1, s, s]).unwrap());
+    let kv_view = matches!(attention, Attention::Encoder { .. });
+    let case = Case {
+        name: slice,
+        backend,
+        q: input(&rt, [b, h, s, d], dt, true, train),
+        k: input(&rt, [b, hkv, s, d], dt, kv_view, train),
+        v: input(&rt, [b, hkv, s, d], dt, kv_view, train),
+        mask,
+        dropout_p: match attention {
+            Attention::Encoder { dropout_p } => dropout_p,
+            _ => 0.0,
+        },
+        is_causal: matches!(attention, Attention::Causal),
+        enable_gqa: hkv != h,
+    };
+    if train {
+        check(&rt, case);
+    } else {
+        check_inference(&rt, case);
+    }
+    drop(base);
 }
 
-#[test]
-fn cudnn_inference_llama_bf16() {
-    let rt = Runtime::default();
-    let (b, h, s, d) = (8, 8, 1024, 64);
-    let dt = DType::BF16;
-    check_inference(
-        &rt,
-        Case {
-            name: "llama_infer_bf16",
-            backend: SdpaBackend::Cudnn,
-            q: plain(&rt, b, h, s, d, dt, true),
-            k: plain(&rt, b, h, s, d, dt, false),
-            v: plain(&rt, b, h, s, d, dt, false),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: false,
-        },
-    );
+/// One `#[test]` per attention: `name: spec;`.
+macro_rules! sdpa_tests {
+    ($($name:ident: $spec:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run($spec);
+            }
+        )*
+    };
 }
 
-#[test]
-fn efficient_inference_llama_fp32() {
-    let rt = Runtime::default();
-    let (b, h, s, d) = (2, 8, 512, 64);
-    let dt = DType::F32;
-    check_inference(
-        &rt,
-        Case {
-            name: "llama_infer_fp32",
-            backend: SdpaBackend::Efficient,
-            q: plain(&rt, b, h, s, d, dt, true),
-            k: plain(&rt, b, h, s, d, dt, false),
-            v: plain(&rt, b, h, s, d, dt, false),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: false,
-        },
-    );
-}
-
-#[test]
-fn math_inference_grouped_query_qwen3_fp32() {
-    let rt = Runtime::default();
-    warm_up_cublas(&rt);
-    let (b, h, hkv, s, d) = (2, 8, 4, 512, 128);
-    let dt = DType::F32;
-    check_inference(
-        &rt,
-        Case {
-            name: "qwen3_infer_fp32",
-            backend: SdpaBackend::Math,
-            q: plain(&rt, b, h, s, d, dt, true),
-            k: plain(&rt, b, hkv, s, d, dt, false),
-            v: plain(&rt, b, hkv, s, d, dt, false),
-            mask: None,
-            dropout_p: 0.0,
-            is_causal: true,
-            enable_gqa: true,
-        },
-    );
-}
-
-#[test]
-fn cudnn_dropout_bert_bf16() {
-    let rt = Runtime::default();
-    let (b, h, s, d) = (8, 8, 256, 64);
-    let dt = DType::BF16;
-    check(
-        &rt,
-        Case {
-            name: "bert_train_bf16_sgdm",
-            backend: SdpaBackend::Cudnn,
-            q: proj_view(&rt, b, h, s, d, dt),
-            k: proj_view(&rt, b, h, s, d, dt),
-            v: proj_view(&rt, b, h, s, d, dt),
-            mask: None,
-            dropout_p: 0.1,
-            is_causal: false,
-            enable_gqa: false,
-        },
-    );
+sdpa_tests! {
+    cudnn_causal_llama_bf16:
+        (Train, "llama_train_bf16_adamw", Cudnn, BF16, [4, 8, 8, 512, 64], Causal);
+    cudnn_grouped_query_llama_bf16:
+        (Train, "llama_gqa_train_bf16", Cudnn, BF16, [4, 12, 4, 512, 64], Causal);
+    cudnn_boolean_mask_mistral_bf16:
+        (Train, "mistral_train_bf16_sw", Cudnn, BF16, [4, 8, 8, 512, 64], SlidingWindow);
+    efficient_causal_llama_fp32:
+        (Train, "llama_train_fp32_adamw", Efficient, F32, [4, 8, 8, 512, 64], Causal);
+    efficient_dropout_bert_fp32:
+        (Train, "bert_train_fp32", Efficient, F32, [8, 8, 8, 256, 64], Encoder { dropout_p: 0.1 });
+    math_grouped_query_mistral_fp32:
+        (Train, "mistral_train_fp32", Math, F32, [2, 8, 2, 512, 64], Causal);
+    // S = 197: logsumexp padded to 224, dQ workspace of ceil(197/64) blocks
+    efficient_unaligned_length_vit_fp32:
+        (Train, "vit_train_fp32", Efficient, F32, [16, 6, 6, 197, 64], Encoder { dropout_p: 0.0 });
+    cudnn_inference_llama_bf16:
+        (Infer, "llama_infer_bf16", Cudnn, BF16, [8, 8, 8, 1024, 64], Causal);
+    efficient_inference_llama_fp32:
+        (Infer, "llama_infer_fp32", Efficient, F32, [2, 8, 8, 512, 64], Causal);
+    math_inference_grouped_query_qwen3_fp32:
+        (Infer, "qwen3_infer_fp32", Math, F32, [2, 8, 4, 512, 128], Causal);
+    cudnn_dropout_bert_bf16:
+        (Train, "bert_train_bf16_sgdm", Cudnn, BF16, [8, 8, 8, 256, 64], Encoder { dropout_p: 0.1 });
 }

@@ -20,12 +20,61 @@
 //! registers them (the rotary `inv_freq` is float32 whatever the weights),
 //! and [`to_cuda`] moves one of them as `Module._apply(lambda t: t.cuda())`
 //! does (a tied weight already on the device is not copied again).
+//!
+//! [`CausalLm`] is the `…ForCausalLM` around each family's [`Decoder`]
+//! (`model` and `lm_head`, `train()`/`eval()`, checkpointing, the loss);
+//! [`decoder_layers`] runs a family's layers, each checkpointed or not.
+
+use std::cell::RefCell;
 
 use vramscope_engine::checkpoint::checkpoint;
 use vramscope_engine::{AutocastConfig, Category, DType, Device, Runtime, SdpaArgs, Tensor};
 
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
+use crate::families::{HfModel, Inputs, ModelOutput};
+use crate::workload::Checkpointing;
+
+/// A config field that is absent, mistyped or not modelled.
+pub(crate) fn bad(field: &str, detail: impl Into<String>) -> ModelError {
+    ModelError::Field {
+        field: field.into(),
+        detail: detail.into(),
+    }
+}
+
+/// `num_attention_heads` must be a multiple of `num_key_value_heads`.
+pub(crate) fn check_kv_heads(heads: i64, kv_heads: i64) -> Result<()> {
+    if heads % kv_heads != 0 {
+        return Err(bad(
+            "num_key_value_heads",
+            format!("{kv_heads} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `hidden_size // num_attention_heads`, which must divide evenly.
+pub(crate) fn head_dim_of(hidden: i64, heads: i64) -> Result<i64> {
+    if hidden % heads != 0 {
+        return Err(bad(
+            "hidden_size",
+            format!("{hidden} is not a multiple of num_attention_heads {heads}"),
+        ));
+    }
+    Ok(hidden / heads)
+}
+
+/// `sliding_window`, when set, must be positive.
+pub(crate) fn check_sliding_window(window: Option<i64>) -> Result<()> {
+    match window {
+        Some(w) if w <= 0 => Err(bad(
+            "sliding_window",
+            format!("must be positive, found {w}"),
+        )),
+        _ => Ok(()),
+    }
+}
 
 // ---- parameters, buffers, moving to the device ------------------------------------
 
@@ -119,6 +168,106 @@ impl Embedding {
     pub(crate) fn forward(&self, name: &str, ids: &Tensor) -> Result<Tensor> {
         let rt = ids.runtime().clone();
         Ok(rt.in_module(name, || Tensor::embedding(&self.weight, ids))?)
+    }
+}
+
+// ---- activations, the gated MLP -----------------------------------------------------
+
+/// `ACT2FN[name]` for the activations whose memory is modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Act {
+    /// `silu` (`SiLUActivation`: `F.silu`) and `swish` (`nn.SiLU`): saves its input
+    Silu,
+    /// `gelu` (`GELUActivation`: `F.gelu`): saves its input
+    Gelu,
+    /// `gelu_pytorch_tanh` (`GELUTanh`: `F.gelu(approximate="tanh")`):
+    /// the same kernel allocations as `gelu`, saves its input
+    GeluTanh,
+    /// `relu` (`nn.ReLU`): saves its result
+    Relu,
+}
+
+impl Act {
+    /// The activation named by config field `field`.
+    pub(crate) fn parse(field: &str, name: &str) -> Result<Act> {
+        match name {
+            "silu" | "swish" => Ok(Act::Silu),
+            "gelu" => Ok(Act::Gelu),
+            "gelu_pytorch_tanh" => Ok(Act::GeluTanh),
+            "relu" => Ok(Act::Relu),
+            other => Err(ModelError::Unsupported(format!(
+                "config field `{field}` = {other:?} (modelled: silu, swish, gelu, \
+                 gelu_pytorch_tanh, relu)"
+            ))),
+        }
+    }
+
+    /// `act(x)`.
+    pub(crate) fn apply(self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Act::Silu => x.silu()?,
+            Act::Gelu | Act::GeluTanh => x.gelu()?,
+            Act::Relu => x.relu()?,
+        })
+    }
+}
+
+/// `LlamaMLP` (and `Gemma2MLP`, ...): `down_proj(act_fn(gate_proj(x)) * up_proj(x))`.
+#[derive(Clone)]
+pub(crate) struct GatedMlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+    act: Act,
+}
+
+impl GatedMlp {
+    /// Built on the CPU in `dtype`.
+    pub(crate) fn new(
+        rt: &Runtime,
+        hidden: i64,
+        intermediate: i64,
+        bias: bool,
+        act: Act,
+        dtype: DType,
+    ) -> Result<Self> {
+        Ok(GatedMlp {
+            gate_proj: Linear::new(rt, hidden, intermediate, bias, dtype)?,
+            up_proj: Linear::new(rt, hidden, intermediate, bias, dtype)?,
+            down_proj: Linear::new(rt, intermediate, hidden, bias, dtype)?,
+            act,
+        })
+    }
+
+    /// The forward: the gate's activation, the up projection, their
+    /// product (both die), `down_proj` (the product dies).
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let rt = x.runtime().clone();
+        let act = {
+            let g = self.gate_proj.forward("gate_proj", x)?;
+            rt.in_module("act_fn", || self.act.apply(&g))?
+        };
+        let up = self.up_proj.forward("up_proj", x)?;
+        let p = act.mul(&up)?;
+        drop(act);
+        drop(up);
+        let out = self.down_proj.forward("down_proj", &p)?;
+        drop(p);
+        Ok(out)
+    }
+
+    /// `Module._apply(cuda)`: gate, up, down.
+    pub(crate) fn cuda(&mut self) -> Result<()> {
+        self.gate_proj.cuda()?;
+        self.up_proj.cuda()?;
+        self.down_proj.cuda()
+    }
+
+    /// Its parameters, in registration order.
+    pub(crate) fn params(&self, out: &mut Vec<Tensor>) {
+        self.gate_proj.params(out);
+        self.up_proj.params(out);
+        self.down_proj.params(out);
     }
 }
 
@@ -462,6 +611,166 @@ pub(crate) fn sdpa_attention_forward(
     let c = t.contiguous()?;
     drop(t);
     Ok(c)
+}
+
+/// What the attention interface reads of a decoder's attention module
+/// (`LlamaAttention`, `Phi3Attention`, `Gemma2Attention`) besides its
+/// projections.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sdpa {
+    /// `layer_idx` (its cache layer)
+    pub(crate) layer_idx: usize,
+    /// `num_key_value_groups`
+    pub(crate) n_kv_groups: i64,
+    /// `scaling`
+    pub(crate) scaling: f64,
+    /// `attention_dropout`
+    pub(crate) dropout: f64,
+}
+
+impl Sdpa {
+    /// The attention of the projected `(b, heads, s, head_dim)` states, up
+    /// to `o_proj`:
+    ///
+    /// ```python
+    /// if past_key_values is not None:
+    ///     key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+    /// attn_output, attn_weights = attention_interface(self, query_states, key_states, value_states,
+    ///     attention_mask, dropout=0.0 if not self.training else self.attention_dropout,
+    ///     scaling=self.scaling)
+    /// attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+    /// ```
+    ///
+    /// The cache update rebinds `key` and `value` (the old ones die there);
+    /// the states stay the caller's, to die at its return.
+    pub(crate) fn attend(
+        &self,
+        query: &Tensor,
+        key: &mut Tensor,
+        value: &mut Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+        training: bool,
+    ) -> Result<Tensor> {
+        let (b, s) = (query.size(0), query.size(2));
+        if let Some(c) = cache {
+            let (k, v) = c.borrow_mut().update(key, value, self.layer_idx)?;
+            *key = k;
+            *value = v;
+        }
+        let dropout = if training { self.dropout } else { 0.0 };
+        let attn = sdpa_attention_forward(
+            query,
+            key,
+            value,
+            mask,
+            dropout,
+            self.scaling,
+            self.n_kv_groups,
+        )?;
+        let r = attn.reshape(&[b, s, -1])?;
+        drop(attn);
+        Ok(r.contiguous()?)
+    }
+}
+
+/// `LlamaAttention` (Mistral's, Qwen2's, Qwen3's with `q_norm`/`k_norm`,
+/// and `Gemma2Attention`, whose `softcap` and `sliding_window` the `sdpa`
+/// interface swallows in its `**kwargs`).
+#[derive(Clone)]
+pub(crate) struct Attention {
+    pub(crate) q_proj: Linear,
+    pub(crate) k_proj: Linear,
+    pub(crate) v_proj: Linear,
+    pub(crate) o_proj: Linear,
+    /// Qwen3's RMSNorms over `head_dim`, applied before the transpose
+    pub(crate) q_norm: Option<RmsNorm>,
+    pub(crate) k_norm: Option<RmsNorm>,
+    pub(crate) head_dim: i64,
+    pub(crate) sdpa: Sdpa,
+}
+
+impl Attention {
+    /// The forward of `x` with the position embeddings `(cos, sin)`:
+    /// `self.q_proj(hidden_states).view(hidden_shape)` (Qwen3: its `q_norm`),
+    /// `.transpose(1, 2)`, the same for k and v, RoPE, [`Sdpa::attend`],
+    /// `o_proj`; then the locals die: query_states, key_states, value_states.
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        training: bool,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+    ) -> Result<Tensor> {
+        let (b, s) = (x.size(0), x.size(1));
+        let hidden_shape = [b, s, -1, self.head_dim];
+        let project =
+            |lin: &Linear, name: &str, norm: Option<(&RmsNorm, &str)>| -> Result<Tensor> {
+                let p = lin.forward(name, x)?;
+                let v = p.view(&hidden_shape)?;
+                drop(p);
+                match norm {
+                    Some((n, nname)) => {
+                        let o = n.forward(nname, &v)?;
+                        drop(v);
+                        Ok(o.transpose(1, 2))
+                    }
+                    None => Ok(v.transpose(1, 2)),
+                }
+            };
+        let mut query_states = project(
+            &self.q_proj,
+            "q_proj",
+            self.q_norm.as_ref().map(|n| (n, "q_norm")),
+        )?;
+        let mut key_states = project(
+            &self.k_proj,
+            "k_proj",
+            self.k_norm.as_ref().map(|n| (n, "k_norm")),
+        )?;
+        let mut value_states = project(&self.v_proj, "v_proj", None)?;
+        let (qe, ke) = apply_rotary_pos_emb(&query_states, &key_states, cos, sin)?;
+        query_states = qe;
+        key_states = ke;
+        let attn = self.sdpa.attend(
+            &query_states,
+            &mut key_states,
+            &mut value_states,
+            mask,
+            cache,
+            training,
+        )?;
+        let out = self.o_proj.forward("o_proj", &attn)?;
+        drop(attn);
+        drop(query_states);
+        drop(key_states);
+        drop(value_states);
+        Ok(out)
+    }
+
+    /// `Module._apply(cuda)`: q, k, v, o, then the norms.
+    pub(crate) fn cuda(&mut self) -> Result<()> {
+        self.q_proj.cuda()?;
+        self.k_proj.cuda()?;
+        self.v_proj.cuda()?;
+        self.o_proj.cuda()?;
+        for n in [&mut self.q_norm, &mut self.k_norm].into_iter().flatten() {
+            to_cuda(&mut n.weight, Category::Parameter)?;
+        }
+        Ok(())
+    }
+
+    /// Its parameters, in registration order.
+    pub(crate) fn params(&self, out: &mut Vec<Tensor>) {
+        self.q_proj.params(out);
+        self.k_proj.params(out);
+        self.v_proj.params(out);
+        self.o_proj.params(out);
+        for n in [&self.q_norm, &self.k_norm].into_iter().flatten() {
+            out.push(n.weight.clone());
+        }
+    }
 }
 
 // ---- position ids and masks ---------------------------------------------------------
@@ -927,11 +1236,248 @@ pub(crate) fn checkpointed(
         .ok_or_else(|| ModelError::Unsupported("checkpointed layer returned nothing".into()))
 }
 
+/// A model error inside a checkpointed function (whose errors are the engine's).
+fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
+    match e {
+        ModelError::Engine(e) => e,
+        other => vramscope_engine::EngineError::Unsupported {
+            what: other.to_string(),
+        },
+    }
+}
+
+/// A decoder layer's `forward(hidden_states, args, mask, cache)` (without
+/// the checkpointing wrapper).
+pub(crate) type LayerForward<L, A> =
+    fn(&L, &Tensor, &A, Option<&Tensor>, Option<&RefCell<DynamicCache>>) -> Result<Tensor>;
+
+/// `for decoder_layer in self.layers: hidden_states = decoder_layer(hidden_states, ...)`
+/// from `inputs_embeds`, each layer `layers.{i}` with the mask `mask` picks
+/// for it. A `GradientCheckpointingLayer` whose flag is set runs under
+/// [`checkpointed`] in training with grad enabled (there is no cache then:
+/// `use_cache` is off), capturing its own copy of the layer, the args and
+/// the mask as the `partial` does.
+pub(crate) fn decoder_layers<'m, L, A>(
+    layers: &[L],
+    inputs_embeds: &Tensor,
+    args: &A,
+    flags: &Flags,
+    mask: impl Fn(&L) -> Option<&'m Tensor>,
+    cache: Option<&RefCell<DynamicCache>>,
+    forward: LayerForward<L, A>,
+) -> Result<Tensor>
+where
+    L: Clone + 'static,
+    A: Clone + 'static,
+{
+    let rt = inputs_embeds.runtime().clone();
+    let mut hidden = inputs_embeds.clone();
+    for (i, l) in layers.iter().enumerate() {
+        let mask = mask(l);
+        let name = format!("layers.{i}");
+        let out = rt.in_module(&name, || -> Result<Tensor> {
+            if flags.checkpointed(i) && flags.training && rt.is_grad_enabled() {
+                let layer = l.clone();
+                let args = args.clone();
+                let mask = mask.cloned();
+                checkpointed(&rt, &hidden, move |x| {
+                    forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
+                })
+            } else {
+                forward(l, &hidden, args, mask, cache)
+            }
+        })?;
+        hidden = out;
+    }
+    Ok(hidden)
+}
+
+// ---- …ForCausalLM --------------------------------------------------------------------
+
+/// What `model.train()` / `model.eval()` and `gradient_checkpointing_enable`
+/// set, as a decoder's forward reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Flags {
+    /// `self.training`
+    pub(crate) training: bool,
+    /// `self.gradient_checkpointing` and the layers it applies to (each
+    /// `GradientCheckpointingLayer`'s `layer_index % every_n_layers == 0`)
+    pub(crate) checkpointing: Option<Checkpointing>,
+}
+
+impl Flags {
+    /// Whether layer `index`'s `gradient_checkpointing` flag is set.
+    pub(crate) fn checkpointed(&self, index: usize) -> bool {
+        self.checkpointing
+            .as_ref()
+            .is_some_and(|which| which.applies(index))
+    }
+
+    /// `merge_with_config_defaults`: `use_cache=False` under gradient
+    /// checkpointing in training.
+    pub(crate) fn use_cache(&self, config_use_cache: bool) -> bool {
+        config_use_cache && !(self.checkpointing.is_some() && self.training)
+    }
+}
+
+/// A family's decoder stack (`LlamaModel`, `Phi3Model`, `Gemma2Model`): the
+/// `model` of its `…ForCausalLM`.
+pub(crate) trait Decoder {
+    /// `embed_tokens.weight` (what a tied `lm_head` multiplies by).
+    fn embed_weight(&self) -> &Tensor;
+    /// `Module._apply(cuda)` over its parameters and buffers, in
+    /// registration order (`embed_tokens` first).
+    fn cuda(&mut self) -> Result<()>;
+    /// Its parameters, in registration order, appended to `out`.
+    fn parameters(&self, out: &mut Vec<Tensor>);
+    /// `forward(input_ids)`: the final hidden states and the cache (when
+    /// `use_cache`).
+    fn forward(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+    ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)>;
+}
+
+/// `…ForCausalLM`: `model` (a [`Decoder`]), then `lm_head`, and
+/// `ForCausalLMLoss` when there are labels.
+pub(crate) struct CausalLm<D> {
+    rt: Runtime,
+    model: D,
+    /// `None` when tied to `model.embed_tokens`
+    lm_head: Option<Linear>,
+    vocab: i64,
+    /// Gemma2's `final_logit_softcapping`
+    softcap: Option<f64>,
+    flags: Flags,
+}
+
+impl<D: Decoder> CausalLm<D> {
+    /// `model` and, unless tied, `lm_head = nn.Linear(hidden, vocab,
+    /// bias=False)` (built after it), in training mode.
+    pub(crate) fn new(
+        rt: &Runtime,
+        model: D,
+        hidden: i64,
+        vocab: i64,
+        tie: bool,
+        weights: DType,
+    ) -> Result<Self> {
+        let lm_head = if tie {
+            None
+        } else {
+            Some(Linear::new(rt, hidden, vocab, false, weights)?)
+        };
+        Ok(CausalLm {
+            rt: rt.clone(),
+            model,
+            lm_head,
+            vocab,
+            softcap: None,
+            flags: Flags {
+                training: true,
+                checkpointing: None,
+            },
+        })
+    }
+
+    /// With `final_logit_softcapping` (Gemma2): `logits / cap`, `tanh`, `* cap`
+    /// before the loss.
+    pub(crate) fn with_softcap(mut self, cap: Option<f64>) -> Self {
+        self.softcap = cap;
+        self
+    }
+}
+
+impl<D: Decoder> HfModel for CausalLm<D> {
+    fn cuda(&mut self) -> Result<()> {
+        // Module._apply: model, then lm_head (a tied weight is already on the device)
+        self.model.cuda()?;
+        if let Some(h) = &mut self.lm_head {
+            h.cuda()?;
+        }
+        Ok(())
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        let mut v = Vec::new();
+        self.model.parameters(&mut v);
+        if let Some(h) = &self.lm_head {
+            h.params(&mut v);
+        }
+        v
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.flags.training = training;
+    }
+
+    fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()> {
+        self.flags.checkpointing = Some(which.clone());
+        Ok(())
+    }
+
+    fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {
+        let rt = self.rt.clone();
+        let ids = inputs
+            .input_ids
+            .as_ref()
+            .ok_or_else(|| ModelError::Unsupported("a causal LM needs input_ids".into()))?;
+        if ids.dim() != 2 {
+            return Err(bad(
+                "input_ids",
+                format!("expected (batch, seq), got {:?}", ids.sizes()),
+            ));
+        }
+        let (hidden, cache) = rt.in_module("model", || self.model.forward(ids, &self.flags))?;
+        // logits = self.lm_head(hidden_states[:, slice(-0, None), :]): a full
+        // slice, returned as an alias of the hidden states
+        let mut logits = {
+            let sl = hidden.alias();
+            let r = match &self.lm_head {
+                Some(h) => h.forward("lm_head", &sl),
+                None => rt.in_module(
+                    "lm_head",
+                    || Ok(sl.linear(self.model.embed_weight(), None)?),
+                ),
+            };
+            drop(sl);
+            r?
+        };
+        if let Some(cap) = self.softcap {
+            // logits = logits / cap; logits = torch.tanh(logits); logits = logits * cap
+            logits = logits.div_scalar(cap)?;
+            logits = logits.tanh()?;
+            logits = logits.mul_scalar(cap)?;
+        }
+        let loss = match &inputs.labels {
+            Some(labels) => Some(for_causal_lm_loss(&logits, labels, self.vocab)?),
+            None => None,
+        };
+        // `outputs` (the hidden states) die at return; the cache goes with the output
+        drop(hidden);
+        let retained = cache
+            .map(|c| c.into_inner().into_retained())
+            .unwrap_or_default();
+        Ok(ModelOutput {
+            loss,
+            logits: Some(logits),
+            retained,
+        })
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use vramscope_engine::MemEvent;
 
+    /// The sizes of the allocations `f` makes, in order.
+    pub(crate) fn alloc_sizes(rt: &Runtime, f: impl FnOnce()) -> Vec<u64> {
+        allocs(rt, f).into_iter().map(|(bytes, _)| bytes).collect()
+    }
+
+    /// The allocations `f` makes, in order: bytes and op.
     fn allocs(rt: &Runtime, f: impl FnOnce()) -> Vec<(u64, &'static str)> {
         rt.start_event_log();
         f();

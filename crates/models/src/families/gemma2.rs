@@ -36,20 +36,12 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, apply_rotary_pos_emb, cpu_buffer, create_causal_mask, create_sliding_window_causal_mask,
-    for_causal_lm_loss, parameter, sdpa_attention_forward, to_cuda, DynamicCache, Embedding,
-    Linear, RopeType, RotaryEmbedding,
+    self, bad, check_kv_heads, check_sliding_window, cpu_buffer, create_causal_mask,
+    create_sliding_window_causal_mask, head_dim_of, parameter, to_cuda, Act, Attention, CausalLm,
+    Decoder, DynamicCache, Embedding, Flags, GatedMlp, Linear, RopeType, RotaryEmbedding, Sdpa,
 };
-use crate::families::phi3::Act;
-use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
-use crate::workload::{Checkpointing, Task};
-
-fn bad(field: &str, detail: impl Into<String>) -> ModelError {
-    ModelError::Field {
-        field: field.into(),
-        detail: detail.into(),
-    }
-}
+use crate::families::{unsupported_task, HfModel};
+use crate::workload::Task;
 
 // ---- config --------------------------------------------------------------------------
 
@@ -91,19 +83,9 @@ impl Config {
         let heads = c.size("num_attention_heads", 8)?;
         // `num_key_value_heads: int = 4` (not num_attention_heads)
         let kv_heads = c.size("num_key_value_heads", 4)?;
-        if heads % kv_heads != 0 {
-            return Err(bad(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads {heads}"),
-            ));
-        }
-        // validate_architecture
-        if hidden % heads != 0 {
-            return Err(bad(
-                "hidden_size",
-                format!("{hidden} is not a multiple of num_attention_heads {heads}"),
-            ));
-        }
+        check_kv_heads(heads, kv_heads)?;
+        // validate_architecture: hidden_size a multiple of num_attention_heads
+        head_dim_of(hidden, heads)?;
         let head_dim = c.size("head_dim", 256)?;
         let act = Act::parse(
             "hidden_activation",
@@ -138,14 +120,7 @@ impl Config {
         } else {
             Some(4096)
         };
-        if let Some(w) = sliding_window {
-            if w <= 0 {
-                return Err(bad(
-                    "sliding_window",
-                    format!("must be positive, found {w}"),
-                ));
-            }
-        }
+        check_sliding_window(sliding_window)?;
         // __post_init__: sliding for even i ((i + 1) % 2), full for odd i
         let layer_sliding: Vec<bool> = match c.get("layer_types") {
             Some(v) => {
@@ -311,40 +286,17 @@ impl Gemma2RmsNorm {
     }
 }
 
-/// `Gemma2Attention`.
-#[derive(Clone)]
-struct Attention {
-    idx: usize,
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    head_dim: i64,
-    n_kv_groups: i64,
-    scaling: f64,
-    dropout: f64,
-}
-
-/// `Gemma2MLP`.
-#[derive(Clone)]
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
-    act: Act,
-}
-
 /// `Gemma2DecoderLayer` (a `GradientCheckpointingLayer`).
 #[derive(Clone)]
 struct DecoderLayer {
     self_attn: Attention,
-    mlp: Mlp,
+    /// `Gemma2MLP`
+    mlp: GatedMlp,
     input_layernorm: Gemma2RmsNorm,
     post_attention_layernorm: Gemma2RmsNorm,
     pre_feedforward_layernorm: Gemma2RmsNorm,
     post_feedforward_layernorm: Gemma2RmsNorm,
     sliding: bool,
-    checkpointed: bool,
 }
 
 /// The per-forward state every layer sees.
@@ -353,74 +305,6 @@ struct LayerArgs {
     cos: Tensor,
     sin: Tensor,
     training: bool,
-}
-
-/// `Gemma2Attention.forward` (with `sdpa`: `softcap` and `sliding_window`
-/// are swallowed by `sdpa_attention_forward`'s `**kwargs`).
-fn attention_forward(
-    a: &Attention,
-    x: &Tensor,
-    args: &LayerArgs,
-    mask: Option<&Tensor>,
-    cache: Option<&RefCell<DynamicCache>>,
-) -> Result<Tensor> {
-    let (b, s) = (x.size(0), x.size(1));
-    let hidden_shape = [b, s, -1, a.head_dim];
-    // self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    let project = |lin: &Linear, name: &str| -> Result<Tensor> {
-        let p = lin.forward(name, x)?;
-        let v = p.view(&hidden_shape)?;
-        drop(p);
-        Ok(v.transpose(1, 2))
-    };
-    let mut query_states = project(&a.q_proj, "q_proj")?;
-    let mut key_states = project(&a.k_proj, "k_proj")?;
-    let mut value_states = project(&a.v_proj, "v_proj")?;
-    let (qe, ke) = apply_rotary_pos_emb(&query_states, &key_states, &args.cos, &args.sin)?;
-    query_states = qe;
-    key_states = ke;
-    if let Some(c) = cache {
-        let (k, v) = c.borrow_mut().update(&key_states, &value_states, a.idx)?;
-        key_states = k;
-        value_states = v;
-    }
-    let dropout = if args.training { a.dropout } else { 0.0 };
-    let attn = sdpa_attention_forward(
-        &query_states,
-        &key_states,
-        &value_states,
-        mask,
-        dropout,
-        a.scaling,
-        a.n_kv_groups,
-    )?;
-    let attn = {
-        let r = attn.reshape(&[b, s, -1])?;
-        drop(attn);
-        r.contiguous()?
-    };
-    let out = a.o_proj.forward("o_proj", &attn)?;
-    drop(attn);
-    drop(query_states);
-    drop(key_states);
-    drop(value_states);
-    Ok(out)
-}
-
-/// `Gemma2MLP.forward`: `self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))`.
-fn mlp_forward(m: &Mlp, x: &Tensor) -> Result<Tensor> {
-    let rt = x.runtime().clone();
-    let act = {
-        let g = m.gate_proj.forward("gate_proj", x)?;
-        rt.in_module("act_fn", || m.act.apply(&g))?
-    };
-    let up = m.up_proj.forward("up_proj", x)?;
-    let p = act.mul(&up)?;
-    drop(act);
-    drop(up);
-    let out = m.down_proj.forward("down_proj", &p)?;
-    drop(p);
-    Ok(out)
 }
 
 /// `Gemma2DecoderLayer.forward` (without the checkpointing wrapper).
@@ -435,7 +319,8 @@ fn layer_forward(
     let residual = x.clone();
     let h = l.input_layernorm.forward("input_layernorm", x)?;
     let a = rt.in_module("self_attn", || {
-        attention_forward(&l.self_attn, &h, args, mask, cache)
+        l.self_attn
+            .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
     })?;
     drop(h);
     let n = l
@@ -450,7 +335,7 @@ fn layer_forward(
         .pre_feedforward_layernorm
         .forward("pre_feedforward_layernorm", &h)?;
     drop(h);
-    let m = rt.in_module("mlp", || mlp_forward(&l.mlp, &n))?;
+    let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
     drop(n);
     let n = l
         .post_feedforward_layernorm
@@ -462,17 +347,8 @@ fn layer_forward(
     Ok(out)
 }
 
-fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
-    match e {
-        ModelError::Engine(e) => e,
-        other => vramscope_engine::EngineError::Unsupported {
-            what: other.to_string(),
-        },
-    }
-}
-
-/// `Gemma2ForCausalLM`.
-struct CausalLm {
+/// `Gemma2Model`.
+struct Model {
     cfg: Config,
     rt: Runtime,
     /// `Gemma2TextScaledWordEmbedding`'s weight
@@ -482,10 +358,6 @@ struct CausalLm {
     layers: Vec<DecoderLayer>,
     norm: Gemma2RmsNorm,
     rotary_emb: RotaryEmbedding,
-    /// `None` when tied to `embed_tokens`
-    lm_head: Option<Linear>,
-    training: bool,
-    gradient_checkpointing: bool,
 }
 
 /// Build `Gemma2ForCausalLM` on the CPU in `weights`.
@@ -507,22 +379,21 @@ pub(crate) fn build(
     for i in 0..cfg.layers {
         let (h, hd, bias) = (cfg.hidden, cfg.head_dim, cfg.attention_bias);
         let self_attn = Attention {
-            idx: i,
             q_proj: Linear::new(rt, h, cfg.heads * hd, bias, w)?,
             k_proj: Linear::new(rt, h, cfg.kv_heads * hd, bias, w)?,
             v_proj: Linear::new(rt, h, cfg.kv_heads * hd, bias, w)?,
             o_proj: Linear::new(rt, cfg.heads * hd, h, bias, w)?,
+            q_norm: None,
+            k_norm: None,
             head_dim: hd,
-            n_kv_groups: cfg.heads / cfg.kv_heads,
-            scaling: cfg.scaling,
-            dropout: cfg.attention_dropout,
+            sdpa: Sdpa {
+                layer_idx: i,
+                n_kv_groups: cfg.heads / cfg.kv_heads,
+                scaling: cfg.scaling,
+                dropout: cfg.attention_dropout,
+            },
         };
-        let mlp = Mlp {
-            gate_proj: Linear::new(rt, h, cfg.intermediate, false, w)?,
-            up_proj: Linear::new(rt, h, cfg.intermediate, false, w)?,
-            down_proj: Linear::new(rt, cfg.intermediate, h, false, w)?,
-            act: cfg.act,
-        };
+        let mlp = GatedMlp::new(rt, h, cfg.intermediate, false, cfg.act, w)?;
         let norm = || Gemma2RmsNorm::new(rt, h, cfg.eps, w);
         layers.push(DecoderLayer {
             self_attn,
@@ -532,17 +403,13 @@ pub(crate) fn build(
             pre_feedforward_layernorm: norm()?,
             post_feedforward_layernorm: norm()?,
             sliding: cfg.layer_sliding[i],
-            checkpointed: false,
         });
     }
     let norm = Gemma2RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
     let rotary_emb = RotaryEmbedding::new(rt, cfg.head_dim, cfg.rope)?;
-    let lm_head = if cfg.tie {
-        None
-    } else {
-        Some(Linear::new(rt, cfg.hidden, cfg.vocab, false, w)?)
-    };
-    Ok(Box::new(CausalLm {
+    let (hidden, vocab, tie) = (cfg.hidden, cfg.vocab, cfg.tie);
+    let softcap = cfg.final_logit_softcapping;
+    let model = Model {
         cfg,
         rt: rt.clone(),
         embed_tokens,
@@ -550,27 +417,24 @@ pub(crate) fn build(
         layers,
         norm,
         rotary_emb,
-        lm_head,
-        training: true,
-        gradient_checkpointing: false,
-    }))
+    };
+    let lm = CausalLm::new(rt, model, hidden, vocab, tie, w)?;
+    Ok(Box::new(lm.with_softcap(softcap)))
 }
 
-impl HfModel for CausalLm {
+impl Decoder for Model {
+    fn embed_weight(&self) -> &Tensor {
+        &self.embed_tokens.weight
+    }
+
     fn cuda(&mut self) -> Result<()> {
         // Module._apply: embed_tokens (weight, then its embed_scale buffer),
-        // layers, norm, rotary_emb's buffers, then lm_head (tied: already moved)
+        // layers, norm, rotary_emb's buffers
         to_cuda(&mut self.embed_tokens.weight, Category::Parameter)?;
         to_cuda(&mut self.embed_scale, Category::Buffer)?;
         for l in &mut self.layers {
-            let a = &mut l.self_attn;
-            a.q_proj.cuda()?;
-            a.k_proj.cuda()?;
-            a.v_proj.cuda()?;
-            a.o_proj.cuda()?;
-            l.mlp.gate_proj.cuda()?;
-            l.mlp.up_proj.cuda()?;
-            l.mlp.down_proj.cuda()?;
+            l.self_attn.cuda()?;
+            l.mlp.cuda()?;
             for n in [
                 &mut l.input_layernorm,
                 &mut l.post_attention_layernorm,
@@ -581,120 +445,32 @@ impl HfModel for CausalLm {
             }
         }
         to_cuda(&mut self.norm.weight, Category::Parameter)?;
-        self.rotary_emb.cuda()?;
-        if let Some(h) = &mut self.lm_head {
-            h.cuda()?;
-        }
-        Ok(())
+        self.rotary_emb.cuda()
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = vec![self.embed_tokens.weight.clone()];
+    fn parameters(&self, v: &mut Vec<Tensor>) {
+        v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
-            let a = &l.self_attn;
-            a.q_proj.params(&mut v);
-            a.k_proj.params(&mut v);
-            a.v_proj.params(&mut v);
-            a.o_proj.params(&mut v);
-            l.mlp.gate_proj.params(&mut v);
-            l.mlp.up_proj.params(&mut v);
-            l.mlp.down_proj.params(&mut v);
+            l.self_attn.params(v);
+            l.mlp.params(v);
             v.push(l.input_layernorm.weight.clone());
             v.push(l.post_attention_layernorm.weight.clone());
             v.push(l.pre_feedforward_layernorm.weight.clone());
             v.push(l.post_feedforward_layernorm.weight.clone());
         }
         v.push(self.norm.weight.clone());
-        if let Some(h) = &self.lm_head {
-            h.params(&mut v);
-        }
-        v
     }
 
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()> {
-        self.gradient_checkpointing = true;
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            l.checkpointed = which.applies(i);
-        }
-        Ok(())
-    }
-
-    fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {
-        let rt = self.rt.clone();
-        let ids = inputs
-            .input_ids
-            .as_ref()
-            .ok_or_else(|| ModelError::Unsupported("a causal LM needs input_ids".into()))?;
-        if ids.dim() != 2 {
-            return Err(bad(
-                "input_ids",
-                format!("expected (batch, seq), got {:?}", ids.sizes()),
-            ));
-        }
-        let (hidden, cache) = rt.in_module("model", || self.model_forward(ids))?;
-        // logits = self.lm_head(hidden_states[:, slice(-0, None), :]) (an alias)
-        let mut logits = {
-            let sl = hidden.alias();
-            let r = match &self.lm_head {
-                Some(h) => h.forward("lm_head", &sl),
-                None => rt.in_module(
-                    "lm_head",
-                    || Ok(sl.linear(&self.embed_tokens.weight, None)?),
-                ),
-            };
-            drop(sl);
-            r?
-        };
-        if let Some(cap) = self.cfg.final_logit_softcapping {
-            // logits = logits / cap; logits = torch.tanh(logits); logits = logits * cap
-            logits = logits.div_scalar(cap)?;
-            logits = logits.tanh()?;
-            logits = logits.mul_scalar(cap)?;
-        }
-        let loss = match &inputs.labels {
-            Some(labels) => Some(for_causal_lm_loss(&logits, labels, self.cfg.vocab)?),
-            None => None,
-        };
-        drop(hidden);
-        let retained = cache
-            .map(|c| c.into_inner().into_retained())
-            .unwrap_or_default();
-        Ok(ModelOutput {
-            loss,
-            logits: Some(logits),
-            retained,
-        })
-    }
-}
-
-impl CausalLm {
-    /// `Gemma2TextScaledWordEmbedding.forward`:
-    /// `super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)`.
-    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
-        let rt = self.rt.clone();
-        rt.in_module("embed_tokens", || {
-            let e = Tensor::embedding(&self.embed_tokens.weight, ids)?;
-            let scale = self
-                .embed_scale
-                .to_dtype(self.embed_tokens.weight.dtype())?;
-            let out = e.mul(&scale)?;
-            drop(scale);
-            drop(e);
-            Ok(out)
-        })
-    }
-
-    /// `Gemma2Model.forward`: the final hidden states and the cache.
-    fn model_forward(&self, ids: &Tensor) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
+    /// `Gemma2Model.forward`.
+    fn forward(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+    ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed(ids)?;
-        let use_cache = cfg.use_cache && !(self.gradient_checkpointing && self.training);
-        let cache = if use_cache {
+        let cache = if flags.use_cache(cfg.use_cache) {
             Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
         } else {
             None
@@ -717,30 +493,23 @@ impl CausalLm {
         let args = LayerArgs {
             cos,
             sin,
-            training: self.training,
+            training: flags.training,
         };
-        let mut hidden = inputs_embeds.clone();
-        for (i, l) in self.layers.iter().enumerate() {
-            let mask = if l.sliding {
-                sliding_mask.as_ref()
-            } else {
-                full_mask.as_ref()
-            };
-            let name = format!("layers.{i}");
-            let out = rt.in_module(&name, || -> Result<Tensor> {
-                if l.checkpointed && self.training && rt.is_grad_enabled() {
-                    let layer = l.clone();
-                    let args = args.clone();
-                    let mask = mask.cloned();
-                    common::checkpointed(&rt, &hidden, move |x| {
-                        layer_forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
-                    })
+        let hidden = common::decoder_layers(
+            &self.layers,
+            &inputs_embeds,
+            &args,
+            flags,
+            |l| {
+                if l.sliding {
+                    sliding_mask.as_ref()
                 } else {
-                    layer_forward(l, &hidden, &args, mask, cache.as_ref())
+                    full_mask.as_ref()
                 }
-            })?;
-            hidden = out;
-        }
+            },
+            cache.as_ref(),
+            layer_forward,
+        )?;
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
         // locals die in co_varnames order: position_ids and inputs_embeds are
@@ -759,10 +528,30 @@ impl CausalLm {
     }
 }
 
+impl Model {
+    /// `Gemma2TextScaledWordEmbedding.forward`:
+    /// `super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)`.
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let rt = self.rt.clone();
+        rt.in_module("embed_tokens", || {
+            let e = Tensor::embedding(&self.embed_tokens.weight, ids)?;
+            let scale = self
+                .embed_scale
+                .to_dtype(self.embed_tokens.weight.dtype())?;
+            let out = e.mul(&scale)?;
+            drop(scale);
+            drop(e);
+            Ok(out)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vramscope_engine::{Device, MemEvent};
+    use crate::families::common::tests::alloc_sizes;
+    use crate::families::Inputs;
+    use vramscope_engine::Device;
 
     /// The device bytes of `embed_scale` for weights in `dtype` (what
     /// `torch.tensor(float)` gives under `torch.set_default_dtype(dtype)`).
@@ -782,19 +571,6 @@ mod tests {
 
     fn cfg(json: &str) -> Result<Config> {
         Config::parse(&HfConfig::parse(json).unwrap())
-    }
-
-    fn alloc_sizes(rt: &Runtime, f: impl FnOnce()) -> Vec<u64> {
-        rt.start_event_log();
-        f();
-        let log = rt.take_event_log().unwrap();
-        log.events
-            .iter()
-            .filter_map(|e| match e {
-                MemEvent::Alloc(r) => Some(r.bytes),
-                _ => None,
-            })
-            .collect()
     }
 
     #[test]

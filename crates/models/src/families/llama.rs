@@ -22,12 +22,12 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, apply_rotary_pos_emb, create_causal_mask, create_sliding_window_causal_mask,
-    for_causal_lm_loss, sdpa_attention_forward, to_cuda, DynamicCache, Embedding, Linear, RmsNorm,
-    RopeType, RotaryEmbedding,
+    self, bad, check_kv_heads, check_sliding_window, create_causal_mask,
+    create_sliding_window_causal_mask, head_dim_of, to_cuda, Act, Attention, CausalLm, Decoder,
+    DynamicCache, Embedding, Flags, GatedMlp, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
-use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
-use crate::workload::{Checkpointing, Task};
+use crate::families::{unsupported_task, HfModel};
+use crate::workload::Task;
 
 /// Which modeling file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,13 +67,6 @@ struct Config {
     rope: RopeType,
 }
 
-fn bad(field: &str, detail: impl Into<String>) -> ModelError {
-    ModelError::Field {
-        field: field.into(),
-        detail: detail.into(),
-    }
-}
-
 impl Config {
     fn parse(c: &HfConfig) -> Result<Self> {
         let family = match c.model_type.as_str() {
@@ -94,36 +87,14 @@ impl Config {
         let intermediate = c.size("intermediate_size", d_inter)?;
         let layers = c.size("num_hidden_layers", 32)? as usize;
         let heads = c.size("num_attention_heads", 32)?;
-        let kv_heads = match c.opt_int("num_key_value_heads")? {
-            Some(v) if v > 0 => v,
-            Some(v) => {
-                return Err(bad(
-                    "num_key_value_heads",
-                    format!("must be positive, found {v}"),
-                ))
-            }
-            None => d_kv.unwrap_or(heads),
-        };
-        if heads % kv_heads != 0 {
-            return Err(bad(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads {heads}"),
-            ));
-        }
+        let kv_heads = c.size("num_key_value_heads", d_kv.unwrap_or(heads))?;
+        check_kv_heads(heads, kv_heads)?;
         let head_dim = match family {
             // qwen3: `head_dim: int = 128`
             Family::Qwen3 => c.size("head_dim", 128)?,
             _ => match c.opt_int("head_dim")? {
                 Some(v) if v > 0 => v,
-                _ => {
-                    if hidden % heads != 0 {
-                        return Err(bad(
-                            "hidden_size",
-                            format!("{hidden} is not a multiple of num_attention_heads {heads}"),
-                        ));
-                    }
-                    hidden / heads
-                }
+                _ => head_dim_of(hidden, heads)?,
             },
         };
         if let Some(act) = c.string("hidden_act")? {
@@ -216,14 +187,7 @@ impl Config {
                 (sw, types)
             }
         };
-        if let Some(w) = sliding_window {
-            if w <= 0 {
-                return Err(bad(
-                    "sliding_window",
-                    format!("must be positive, found {w}"),
-                ));
-            }
-        }
+        check_sliding_window(sliding_window)?;
         Ok(Config {
             family,
             vocab,
@@ -264,39 +228,15 @@ impl Config {
 
 // ---- modules --------------------------------------------------------------------------
 
-/// `LlamaAttention` (and the other families' `…Attention`).
-#[derive(Clone)]
-struct Attention {
-    idx: usize,
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-    head_dim: i64,
-    n_kv_groups: i64,
-    scaling: f64,
-    dropout: f64,
-}
-
-/// `LlamaMLP`: `down_proj(act_fn(gate_proj(x)) * up_proj(x))`.
-#[derive(Clone)]
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
-}
-
 /// `LlamaDecoderLayer` (a `GradientCheckpointingLayer`).
 #[derive(Clone)]
 struct DecoderLayer {
     self_attn: Attention,
-    mlp: Mlp,
+    /// `LlamaMLP` (silu)
+    mlp: GatedMlp,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
     sliding: bool,
-    checkpointed: bool,
 }
 
 /// The per-forward state every layer sees (the decoder layer's kwargs; a
@@ -308,86 +248,6 @@ struct LayerArgs {
     sin: Tensor,
     position_ids: Tensor,
     training: bool,
-}
-
-fn attention_forward(
-    a: &Attention,
-    x: &Tensor,
-    args: &LayerArgs,
-    mask: Option<&Tensor>,
-    cache: Option<&RefCell<DynamicCache>>,
-) -> Result<Tensor> {
-    let (b, s) = (x.size(0), x.size(1));
-    let hidden_shape = [b, s, -1, a.head_dim];
-    let project = |lin: &Linear, name: &str, norm: Option<(&RmsNorm, &str)>| -> Result<Tensor> {
-        let p = lin.forward(name, x)?;
-        let v = p.view(&hidden_shape)?;
-        drop(p);
-        match norm {
-            Some((n, nname)) => {
-                let o = n.forward(nname, &v)?;
-                drop(v);
-                Ok(o.transpose(1, 2))
-            }
-            None => Ok(v.transpose(1, 2)),
-        }
-    };
-    let mut query_states = project(
-        &a.q_proj,
-        "q_proj",
-        a.q_norm.as_ref().map(|n| (n, "q_norm")),
-    )?;
-    let mut key_states = project(
-        &a.k_proj,
-        "k_proj",
-        a.k_norm.as_ref().map(|n| (n, "k_norm")),
-    )?;
-    let mut value_states = project(&a.v_proj, "v_proj", None)?;
-    let (qe, ke) = apply_rotary_pos_emb(&query_states, &key_states, &args.cos, &args.sin)?;
-    query_states = qe;
-    key_states = ke;
-    if let Some(c) = cache {
-        let (k, v) = c.borrow_mut().update(&key_states, &value_states, a.idx)?;
-        key_states = k;
-        value_states = v;
-    }
-    let dropout = if args.training { a.dropout } else { 0.0 };
-    let attn = sdpa_attention_forward(
-        &query_states,
-        &key_states,
-        &value_states,
-        mask,
-        dropout,
-        a.scaling,
-        a.n_kv_groups,
-    )?;
-    let attn = {
-        let r = attn.reshape(&[b, s, -1])?;
-        drop(attn);
-        r.contiguous()?
-    };
-    let out = a.o_proj.forward("o_proj", &attn)?;
-    drop(attn);
-    // locals die: query_states, key_states, value_states
-    drop(query_states);
-    drop(key_states);
-    drop(value_states);
-    Ok(out)
-}
-
-fn mlp_forward(m: &Mlp, x: &Tensor) -> Result<Tensor> {
-    let act = {
-        let g = m.gate_proj.forward("gate_proj", x)?;
-        let rt = x.runtime().clone();
-        rt.in_module("act_fn", || g.silu())?
-    };
-    let up = m.up_proj.forward("up_proj", x)?;
-    let p = act.mul(&up)?;
-    drop(act);
-    drop(up);
-    let out = m.down_proj.forward("down_proj", &p)?;
-    drop(p);
-    Ok(out)
 }
 
 /// `LlamaDecoderLayer.forward` (without the checkpointing wrapper).
@@ -402,7 +262,8 @@ fn layer_forward(
     let residual = x.clone();
     let h = l.input_layernorm.forward("input_layernorm", x)?;
     let a = rt.in_module("self_attn", || {
-        attention_forward(&l.self_attn, &h, args, mask, cache)
+        l.self_attn
+            .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
     })?;
     drop(h);
     let h = residual.add(&a)?;
@@ -412,7 +273,7 @@ fn layer_forward(
         .post_attention_layernorm
         .forward("post_attention_layernorm", &h)?;
     drop(h);
-    let m = rt.in_module("mlp", || mlp_forward(&l.mlp, &n))?;
+    let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
     drop(n);
     let out = residual.add(&m)?;
     drop(m);
@@ -420,30 +281,18 @@ fn layer_forward(
     Ok(out)
 }
 
-fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
-    match e {
-        ModelError::Engine(e) => e,
-        other => vramscope_engine::EngineError::Unsupported {
-            what: other.to_string(),
-        },
-    }
-}
-
-/// `LlamaForCausalLM` (and the other families' `…ForCausalLM`).
-struct CausalLm {
+/// `LlamaModel` (and the other families' `…Model`).
+struct Model {
     cfg: Config,
     rt: Runtime,
     embed_tokens: Embedding,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rotary_emb: RotaryEmbedding,
-    /// `None` when tied to `embed_tokens`
-    lm_head: Option<Linear>,
-    training: bool,
-    gradient_checkpointing: bool,
 }
 
-/// Build the model on the CPU in `weights`.
+/// Build `LlamaForCausalLM` (and the other families' `…ForCausalLM`) on
+/// the CPU in `weights`.
 pub(crate) fn build(
     rt: &Runtime,
     config: &HfConfig,
@@ -460,7 +309,6 @@ pub(crate) fn build(
     for i in 0..cfg.layers {
         let (h, hd) = (cfg.hidden, cfg.head_dim);
         let self_attn = Attention {
-            idx: i,
             q_proj: Linear::new(rt, h, cfg.heads * hd, cfg.qkv_bias, w)?,
             k_proj: Linear::new(rt, h, cfg.kv_heads * hd, cfg.qkv_bias, w)?,
             v_proj: Linear::new(rt, h, cfg.kv_heads * hd, cfg.qkv_bias, w)?,
@@ -476,169 +324,75 @@ pub(crate) fn build(
                 None
             },
             head_dim: hd,
-            n_kv_groups: cfg.heads / cfg.kv_heads,
-            scaling: (hd as f64).powf(-0.5),
-            dropout: cfg.attention_dropout,
+            sdpa: Sdpa {
+                layer_idx: i,
+                n_kv_groups: cfg.heads / cfg.kv_heads,
+                scaling: (hd as f64).powf(-0.5),
+                dropout: cfg.attention_dropout,
+            },
         };
-        let mlp = Mlp {
-            gate_proj: Linear::new(rt, h, cfg.intermediate, cfg.mlp_bias, w)?,
-            up_proj: Linear::new(rt, h, cfg.intermediate, cfg.mlp_bias, w)?,
-            down_proj: Linear::new(rt, cfg.intermediate, h, cfg.mlp_bias, w)?,
-        };
+        let mlp = GatedMlp::new(rt, h, cfg.intermediate, cfg.mlp_bias, Act::Silu, w)?;
         layers.push(DecoderLayer {
             self_attn,
             mlp,
             input_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
             post_attention_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
             sliding: cfg.layer_sliding[i],
-            checkpointed: false,
         });
     }
     let norm = RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
     let rotary_emb = RotaryEmbedding::new(rt, cfg.head_dim, cfg.rope)?;
-    let lm_head = if cfg.tie {
-        None
-    } else {
-        Some(Linear::new(rt, cfg.hidden, cfg.vocab, false, w)?)
-    };
-    Ok(Box::new(CausalLm {
+    let (hidden, vocab, tie) = (cfg.hidden, cfg.vocab, cfg.tie);
+    let model = Model {
         cfg,
         rt: rt.clone(),
         embed_tokens,
         layers,
         norm,
         rotary_emb,
-        lm_head,
-        training: true,
-        gradient_checkpointing: false,
-    }))
+    };
+    Ok(Box::new(CausalLm::new(rt, model, hidden, vocab, tie, w)?))
 }
 
-impl HfModel for CausalLm {
+impl Decoder for Model {
+    fn embed_weight(&self) -> &Tensor {
+        &self.embed_tokens.weight
+    }
+
     fn cuda(&mut self) -> Result<()> {
-        // Module._apply: model (embed_tokens, layers..., norm, rotary_emb buffers), lm_head
+        // Module._apply: embed_tokens, layers..., norm, rotary_emb buffers
         to_cuda(&mut self.embed_tokens.weight, Category::Parameter)?;
         for l in &mut self.layers {
-            let a = &mut l.self_attn;
-            a.q_proj.cuda()?;
-            a.k_proj.cuda()?;
-            a.v_proj.cuda()?;
-            a.o_proj.cuda()?;
-            if let Some(n) = &mut a.q_norm {
-                to_cuda(&mut n.weight, Category::Parameter)?;
-            }
-            if let Some(n) = &mut a.k_norm {
-                to_cuda(&mut n.weight, Category::Parameter)?;
-            }
-            l.mlp.gate_proj.cuda()?;
-            l.mlp.up_proj.cuda()?;
-            l.mlp.down_proj.cuda()?;
+            l.self_attn.cuda()?;
+            l.mlp.cuda()?;
             to_cuda(&mut l.input_layernorm.weight, Category::Parameter)?;
             to_cuda(&mut l.post_attention_layernorm.weight, Category::Parameter)?;
         }
         to_cuda(&mut self.norm.weight, Category::Parameter)?;
-        self.rotary_emb.cuda()?;
-        if let Some(h) = &mut self.lm_head {
-            h.cuda()?;
-        }
-        Ok(())
+        self.rotary_emb.cuda()
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = vec![self.embed_tokens.weight.clone()];
+    fn parameters(&self, v: &mut Vec<Tensor>) {
+        v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
-            let a = &l.self_attn;
-            a.q_proj.params(&mut v);
-            a.k_proj.params(&mut v);
-            a.v_proj.params(&mut v);
-            a.o_proj.params(&mut v);
-            if let Some(n) = &a.q_norm {
-                v.push(n.weight.clone());
-            }
-            if let Some(n) = &a.k_norm {
-                v.push(n.weight.clone());
-            }
-            l.mlp.gate_proj.params(&mut v);
-            l.mlp.up_proj.params(&mut v);
-            l.mlp.down_proj.params(&mut v);
+            l.self_attn.params(v);
+            l.mlp.params(v);
             v.push(l.input_layernorm.weight.clone());
             v.push(l.post_attention_layernorm.weight.clone());
         }
         v.push(self.norm.weight.clone());
-        if let Some(h) = &self.lm_head {
-            h.params(&mut v);
-        }
-        v
     }
 
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()> {
-        // _set_gradient_checkpointing: the model's flag, and each
-        // GradientCheckpointingLayer's `layer_index % every_n_layers == 0`
-        self.gradient_checkpointing = true;
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            l.checkpointed = which.applies(i);
-        }
-        Ok(())
-    }
-
-    fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {
-        let rt = self.rt.clone();
-        let ids = inputs
-            .input_ids
-            .as_ref()
-            .ok_or_else(|| ModelError::Unsupported("a causal LM needs input_ids".into()))?;
-        if ids.dim() != 2 {
-            return Err(bad(
-                "input_ids",
-                format!("expected (batch, seq), got {:?}", ids.sizes()),
-            ));
-        }
-        let (hidden, cache) = rt.in_module("model", || self.model_forward(ids))?;
-        // logits = self.lm_head(hidden_states[:, slice(-0, None), :]): a full
-        // slice, returned as an alias of the hidden states
-        let logits = {
-            let sl = hidden.alias();
-            let r = match &self.lm_head {
-                Some(h) => h.forward("lm_head", &sl),
-                None => rt.in_module(
-                    "lm_head",
-                    || Ok(sl.linear(&self.embed_tokens.weight, None)?),
-                ),
-            };
-            drop(sl);
-            r?
-        };
-        let loss = match &inputs.labels {
-            Some(labels) => Some(for_causal_lm_loss(&logits, labels, self.cfg.vocab)?),
-            None => None,
-        };
-        // `outputs` (the hidden states) die at return; the cache goes with the output
-        drop(hidden);
-        let retained = cache
-            .map(|c| c.into_inner().into_retained())
-            .unwrap_or_default();
-        Ok(ModelOutput {
-            loss,
-            logits: Some(logits),
-            retained,
-        })
-    }
-}
-
-impl CausalLm {
-    /// `LlamaModel.forward` (and the others'): the final hidden states and
-    /// the cache (when `use_cache`).
-    fn model_forward(&self, ids: &Tensor) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
+    /// `LlamaModel.forward` (and the others').
+    fn forward(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+    ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
-        // merge_with_config_defaults: use_cache=False under gradient checkpointing in training
-        let use_cache = cfg.use_cache && !(self.gradient_checkpointing && self.training);
-        let cache = if use_cache {
+        let cache = if flags.use_cache(cfg.use_cache) {
             Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
         } else {
             None
@@ -677,30 +431,23 @@ impl CausalLm {
             cos,
             sin,
             position_ids: position_ids.clone(),
-            training: self.training,
+            training: flags.training,
         };
-        let mut hidden = inputs_embeds.clone();
-        for (i, l) in self.layers.iter().enumerate() {
-            let mask = if l.sliding {
-                sliding_mask.as_ref()
-            } else {
-                full_mask.as_ref()
-            };
-            let name = format!("layers.{i}");
-            let out = rt.in_module(&name, || -> Result<Tensor> {
-                if l.checkpointed && self.training && rt.is_grad_enabled() {
-                    let layer = l.clone();
-                    let args = args.clone();
-                    let mask = mask.cloned();
-                    common::checkpointed(&rt, &hidden, move |x| {
-                        layer_forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
-                    })
+        let hidden = common::decoder_layers(
+            &self.layers,
+            &inputs_embeds,
+            &args,
+            flags,
+            |l| {
+                if l.sliding {
+                    sliding_mask.as_ref()
                 } else {
-                    layer_forward(l, &hidden, &args, mask, cache.as_ref())
+                    full_mask.as_ref()
                 }
-            })?;
-            hidden = out;
-        }
+            },
+            cache.as_ref(),
+            layer_forward,
+        )?;
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
         // locals die in `co_varnames` order
@@ -739,6 +486,7 @@ impl CausalLm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::families::common::tests::alloc_sizes;
 
     fn cfg(json: &str) -> Result<Config> {
         Config::parse(&HfConfig::parse(json).unwrap())
@@ -775,17 +523,7 @@ mod tests {
         .unwrap();
         let rt = Runtime::default();
         let mut m = build(&rt, &c, Task::Causal, DType::BF16).unwrap();
-        rt.start_event_log();
-        m.cuda().unwrap();
-        let log = rt.take_event_log().unwrap();
-        let sizes: Vec<u64> = log
-            .events
-            .iter()
-            .filter_map(|e| match e {
-                vramscope_engine::MemEvent::Alloc(r) => Some(r.bytes),
-                _ => None,
-            })
-            .collect();
+        let sizes = alloc_sizes(&rt, || m.cuda().unwrap());
         let bf = |n: u64| n * 2;
         assert_eq!(
             sizes,

@@ -34,53 +34,12 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, create_causal_mask, create_sliding_window_causal_mask, for_causal_lm_loss, rotate_half,
-    sdpa_attention_forward, to_cuda, DynamicCache, Embedding, Linear, RmsNorm, RopeType,
-    RotaryEmbedding,
+    self, bad, check_kv_heads, check_sliding_window, create_causal_mask,
+    create_sliding_window_causal_mask, head_dim_of, rotate_half, to_cuda, Act, CausalLm, Decoder,
+    DynamicCache, Embedding, Flags, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
-use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
-use crate::workload::{Checkpointing, Task};
-
-// ---- activations (shared with gemma2) --------------------------------------------------
-
-/// `ACT2FN[name]` for the activations whose memory is modelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Act {
-    /// `silu` (`SiLUActivation`: `F.silu`) and `swish` (`nn.SiLU`): saves its input
-    Silu,
-    /// `gelu` (`GELUActivation`: `F.gelu`): saves its input
-    Gelu,
-    /// `gelu_pytorch_tanh` (`GELUTanh`: `F.gelu(approximate="tanh")`):
-    /// the same kernel allocations as `gelu`, saves its input
-    GeluTanh,
-    /// `relu` (`nn.ReLU`): saves its result
-    Relu,
-}
-
-impl Act {
-    /// The activation named by config field `field`.
-    pub(crate) fn parse(field: &str, name: &str) -> Result<Act> {
-        match name {
-            "silu" | "swish" => Ok(Act::Silu),
-            "gelu" => Ok(Act::Gelu),
-            "gelu_pytorch_tanh" => Ok(Act::GeluTanh),
-            "relu" => Ok(Act::Relu),
-            other => Err(ModelError::Unsupported(format!(
-                "config field `{field}` = {other:?} (modelled: silu, swish, gelu, \
-                 gelu_pytorch_tanh, relu)"
-            ))),
-        }
-    }
-
-    /// `act(x)`.
-    pub(crate) fn apply(self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self {
-            Act::Silu => x.silu()?,
-            Act::Gelu | Act::GeluTanh => x.gelu()?,
-            Act::Relu => x.relu()?,
-        })
-    }
-}
+use crate::families::{unsupported_task, HfModel};
+use crate::workload::Task;
 
 /// Python's `x[..., start:stop]` on the last dim: a view; the whole range
 /// gives `self` back from `applySlice`, which `THPVariable_getitem` turns
@@ -94,13 +53,6 @@ pub(crate) fn py_slice_last(x: &Tensor, start: Option<i64>, stop: Option<i64>) -
         x.alias()
     } else {
         x.slice(-1, start, stop)
-    }
-}
-
-fn bad(field: &str, detail: impl Into<String>) -> ModelError {
-    ModelError::Field {
-        field: field.into(),
-        detail: detail.into(),
     }
 }
 
@@ -257,35 +209,13 @@ impl Config {
         let layers = c.size("num_hidden_layers", 32)? as usize;
         let heads = c.size("num_attention_heads", 32)?;
         // __post_init__: `num_key_value_heads = num_attention_heads` when None
-        let kv_heads = match c.opt_int("num_key_value_heads")? {
-            Some(v) if v > 0 => v,
-            Some(v) => {
-                return Err(bad(
-                    "num_key_value_heads",
-                    format!("must be positive, found {v}"),
-                ))
-            }
-            None => heads,
-        };
-        if heads % kv_heads != 0 {
-            return Err(bad(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads {heads}"),
-            ));
-        }
+        let kv_heads = c.size("num_key_value_heads", heads)?;
+        check_kv_heads(heads, kv_heads)?;
         // Phi3Attention: getattr(config, "head_dim", hidden_size // num_attention_heads)
         let head_dim = match c.opt_int("head_dim")? {
             Some(v) if v > 0 => v,
             Some(v) => return Err(bad("head_dim", format!("must be positive, found {v}"))),
-            None => {
-                if hidden % heads != 0 {
-                    return Err(bad(
-                        "hidden_size",
-                        format!("{hidden} is not a multiple of num_attention_heads {heads}"),
-                    ));
-                }
-                hidden / heads
-            }
+            None => head_dim_of(hidden, heads)?,
         };
         let rope = parse_rope(c)?;
         // compute_default_rope_parameters: dim = int(head_dim * partial_rotary_factor)
@@ -325,14 +255,7 @@ impl Config {
         // `embd_pdrop` is validated but changes nothing: Phi3Model has no embedding dropout
         prob("embd_pdrop")?;
         let sliding_window = c.opt_int("sliding_window")?;
-        if let Some(w) = sliding_window {
-            if w <= 0 {
-                return Err(bad(
-                    "sliding_window",
-                    format!("must be positive, found {w}"),
-                ));
-            }
-        }
+        check_sliding_window(sliding_window)?;
         Ok(Config {
             vocab,
             hidden,
@@ -359,14 +282,12 @@ impl Config {
 /// `Phi3Attention`.
 #[derive(Clone)]
 struct Attention {
-    idx: usize,
     o_proj: Linear,
     qkv_proj: Linear,
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
-    scaling: f64,
-    dropout: f64,
+    sdpa: Sdpa,
 }
 
 /// `Phi3MLP`.
@@ -385,7 +306,6 @@ struct DecoderLayer {
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
     resid_pdrop: f64,
-    checkpointed: bool,
 }
 
 /// The per-forward state every layer sees.
@@ -470,26 +390,14 @@ fn attention_forward(
     let (qe, ke) = apply_rotary_pos_emb(&query_states, &key_states, &args.cos, &args.sin)?;
     query_states = qe;
     key_states = ke;
-    if let Some(c) = cache {
-        let (k, v) = c.borrow_mut().update(&key_states, &value_states, a.idx)?;
-        key_states = k;
-        value_states = v;
-    }
-    let dropout = if args.training { a.dropout } else { 0.0 };
-    let attn = sdpa_attention_forward(
+    let attn = a.sdpa.attend(
         &query_states,
-        &key_states,
-        &value_states,
+        &mut key_states,
+        &mut value_states,
         mask,
-        dropout,
-        a.scaling,
-        a.heads / a.kv_heads,
+        cache,
+        args.training,
     )?;
-    let attn = {
-        let r = attn.reshape(&[b, s, -1])?;
-        drop(attn);
-        r.contiguous()?
-    };
     let out = a.o_proj.forward("o_proj", &attn)?;
     drop(attn);
     // locals die in co_varnames order: qkv, query_states, key_states, value_states
@@ -578,17 +486,8 @@ fn layer_forward(
     Ok(out)
 }
 
-fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
-    match e {
-        ModelError::Engine(e) => e,
-        other => vramscope_engine::EngineError::Unsupported {
-            what: other.to_string(),
-        },
-    }
-}
-
-/// `Phi3ForCausalLM`.
-struct CausalLm {
+/// `Phi3Model`.
+struct Model {
     cfg: Config,
     rt: Runtime,
     embed_tokens: Embedding,
@@ -599,10 +498,6 @@ struct CausalLm {
     rotary_emb: RefCell<RotaryEmbedding>,
     /// longrope's `self.long_inv_freq` attribute (set by the long branch)
     long_inv_freq: RefCell<Option<Tensor>>,
-    /// `None` when tied to `embed_tokens`
-    lm_head: Option<Linear>,
-    training: bool,
-    gradient_checkpointing: bool,
 }
 
 /// Build `Phi3ForCausalLM` on the CPU in `weights`.
@@ -624,14 +519,17 @@ pub(crate) fn build(
         // op_size = heads * head_dim + 2 * (kv_heads * head_dim); o_proj registered first
         let op_size = cfg.heads * hd + 2 * (cfg.kv_heads * hd);
         let self_attn = Attention {
-            idx: i,
             o_proj: Linear::new(rt, cfg.heads * hd, h, false, w)?,
             qkv_proj: Linear::new(rt, h, op_size, false, w)?,
             heads: cfg.heads,
             kv_heads: cfg.kv_heads,
             head_dim: hd,
-            scaling: (hd as f64).powf(-0.5),
-            dropout: cfg.attention_dropout,
+            sdpa: Sdpa {
+                layer_idx: i,
+                n_kv_groups: cfg.heads / cfg.kv_heads,
+                scaling: (hd as f64).powf(-0.5),
+                dropout: cfg.attention_dropout,
+            },
         };
         let mlp = Mlp {
             gate_up_proj: Linear::new(rt, h, 2 * cfg.intermediate, false, w)?,
@@ -644,17 +542,12 @@ pub(crate) fn build(
             input_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
             post_attention_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
             resid_pdrop: cfg.resid_pdrop,
-            checkpointed: false,
         });
     }
     let norm = RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
     let rotary_emb = RotaryEmbedding::new(rt, cfg.rotary_dim, RopeType::Default)?;
-    let lm_head = if cfg.tie {
-        None
-    } else {
-        Some(Linear::new(rt, cfg.hidden, cfg.vocab, false, w)?)
-    };
-    Ok(Box::new(CausalLm {
+    let (hidden, vocab, tie) = (cfg.hidden, cfg.vocab, cfg.tie);
+    let model = Model {
         cfg,
         rt: rt.clone(),
         embed_tokens,
@@ -662,16 +555,17 @@ pub(crate) fn build(
         norm,
         rotary_emb: RefCell::new(rotary_emb),
         long_inv_freq: RefCell::new(None),
-        lm_head,
-        training: true,
-        gradient_checkpointing: false,
-    }))
+    };
+    Ok(Box::new(CausalLm::new(rt, model, hidden, vocab, tie, w)?))
 }
 
-impl HfModel for CausalLm {
+impl Decoder for Model {
+    fn embed_weight(&self) -> &Tensor {
+        &self.embed_tokens.weight
+    }
+
     fn cuda(&mut self) -> Result<()> {
-        // Module._apply: model (embed_tokens, layers..., norm, rotary_emb's
-        // buffers), then lm_head (a tied weight is already on the device)
+        // Module._apply: embed_tokens, layers..., norm, rotary_emb's buffers
         to_cuda(&mut self.embed_tokens.weight, Category::Parameter)?;
         for l in &mut self.layers {
             l.self_attn.o_proj.cuda()?;
@@ -682,85 +576,95 @@ impl HfModel for CausalLm {
             to_cuda(&mut l.post_attention_layernorm.weight, Category::Parameter)?;
         }
         to_cuda(&mut self.norm.weight, Category::Parameter)?;
-        self.rotary_emb.get_mut().cuda()?;
-        if let Some(h) = &mut self.lm_head {
-            h.cuda()?;
-        }
-        Ok(())
+        self.rotary_emb.get_mut().cuda()
     }
 
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = vec![self.embed_tokens.weight.clone()];
+    fn parameters(&self, v: &mut Vec<Tensor>) {
+        v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
-            l.self_attn.o_proj.params(&mut v);
-            l.self_attn.qkv_proj.params(&mut v);
-            l.mlp.gate_up_proj.params(&mut v);
-            l.mlp.down_proj.params(&mut v);
+            l.self_attn.o_proj.params(v);
+            l.self_attn.qkv_proj.params(v);
+            l.mlp.gate_up_proj.params(v);
+            l.mlp.down_proj.params(v);
             v.push(l.input_layernorm.weight.clone());
             v.push(l.post_attention_layernorm.weight.clone());
         }
         v.push(self.norm.weight.clone());
-        if let Some(h) = &self.lm_head {
-            h.params(&mut v);
-        }
-        v
     }
 
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()> {
-        self.gradient_checkpointing = true;
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            l.checkpointed = which.applies(i);
-        }
-        Ok(())
-    }
-
-    fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {
+    /// `Phi3Model.forward`.
+    fn forward(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+    ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
         let rt = self.rt.clone();
-        let ids = inputs
-            .input_ids
-            .as_ref()
-            .ok_or_else(|| ModelError::Unsupported("a causal LM needs input_ids".into()))?;
-        if ids.dim() != 2 {
-            return Err(bad(
-                "input_ids",
-                format!("expected (batch, seq), got {:?}", ids.sizes()),
-            ));
+        let cfg = &self.cfg;
+        let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
+        let use_cache = flags.use_cache(cfg.use_cache);
+        // DynamicCache(config): no layer_types on Phi3Config, so every layer is
+        // sliding when sliding_window is set (get_layer_types_and_kwargs)
+        let cache = if use_cache {
+            Some(RefCell::new(DynamicCache::new(&vec![
+                cfg.sliding_window;
+                cfg.layers
+            ])))
+        } else {
+            None
+        };
+        let position_ids = common::position_ids(&rt, inputs_embeds.size(1), 0)?;
+        // mask_function = create_causal_mask if sliding_window is None else create_sliding_window_causal_mask
+        let causal_mask = {
+            let c = cache.as_ref().map(|c| c.borrow());
+            let c = c.as_deref();
+            match cfg.sliding_window {
+                None => create_causal_mask(&inputs_embeds, c, &position_ids)?,
+                Some(w) => create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?,
+            }
+        };
+        // self.rotary_emb(hidden_states, position_ids): under @torch.no_grad(),
+        // @dynamic_rope_update first (longrope only)
+        if let Some(lr) = &cfg.longrope {
+            rt.in_module("rotary_emb", || {
+                rt.no_grad(|| {
+                    self.longrope_frequency_update(&position_ids, inputs_embeds.size(1), lr)
+                })
+            })?;
         }
-        let (hidden, cache) = rt.in_module("model", || self.model_forward(ids))?;
-        // logits = self.lm_head(hidden_states[:, slice(-0, None), :]) (an alias)
-        let logits = {
-            let sl = hidden.alias();
-            let r = match &self.lm_head {
-                Some(h) => h.forward("lm_head", &sl),
-                None => rt.in_module(
-                    "lm_head",
-                    || Ok(sl.linear(&self.embed_tokens.weight, None)?),
-                ),
-            };
-            drop(sl);
-            r?
+        let (cos, sin) =
+            self.rotary_emb
+                .borrow()
+                .forward("rotary_emb", &inputs_embeds, &position_ids)?;
+        let args = LayerArgs {
+            cos,
+            sin,
+            training: flags.training,
         };
-        let loss = match &inputs.labels {
-            Some(labels) => Some(for_causal_lm_loss(&logits, labels, self.cfg.vocab)?),
-            None => None,
-        };
+        let hidden = common::decoder_layers(
+            &self.layers,
+            &inputs_embeds,
+            &args,
+            flags,
+            |_| causal_mask.as_ref(),
+            cache.as_ref(),
+            layer_forward,
+        )?;
+        let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
-        let retained = cache
-            .map(|c| c.into_inner().into_retained())
-            .unwrap_or_default();
-        Ok(ModelOutput {
-            loss,
-            logits: Some(logits),
-            retained,
-        })
+        // locals die in co_varnames order: position_ids, inputs_embeds,
+        // causal_mask, position_embeddings
+        drop(position_ids);
+        drop(inputs_embeds);
+        drop(causal_mask);
+        // the (cos, sin) tuple: tupledealloc releases its items last to first
+        let LayerArgs { cos, sin, .. } = args;
+        drop(sin);
+        drop(cos);
+        Ok((out, cache))
     }
 }
 
-impl CausalLm {
+impl Model {
     /// `dynamic_rope_update`'s `longrope_frequency_update(self, position_ids,
     /// device)` for position ids `0..seq`:
     ///
@@ -843,106 +747,17 @@ impl CausalLm {
         drop(seq_len);
         Ok(())
     }
-
-    /// `Phi3Model.forward`: the final hidden states and the cache.
-    fn model_forward(&self, ids: &Tensor) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
-        let rt = self.rt.clone();
-        let cfg = &self.cfg;
-        let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
-        // merge_with_config_defaults: use_cache=False under gradient checkpointing in training
-        let use_cache = cfg.use_cache && !(self.gradient_checkpointing && self.training);
-        // DynamicCache(config): no layer_types on Phi3Config, so every layer is
-        // sliding when sliding_window is set (get_layer_types_and_kwargs)
-        let cache = if use_cache {
-            Some(RefCell::new(DynamicCache::new(&vec![
-                cfg.sliding_window;
-                cfg.layers
-            ])))
-        } else {
-            None
-        };
-        let position_ids = common::position_ids(&rt, inputs_embeds.size(1), 0)?;
-        // mask_function = create_causal_mask if sliding_window is None else create_sliding_window_causal_mask
-        let causal_mask = {
-            let c = cache.as_ref().map(|c| c.borrow());
-            let c = c.as_deref();
-            match cfg.sliding_window {
-                None => create_causal_mask(&inputs_embeds, c, &position_ids)?,
-                Some(w) => create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?,
-            }
-        };
-        // self.rotary_emb(hidden_states, position_ids): under @torch.no_grad(),
-        // @dynamic_rope_update first (longrope only)
-        if let Some(lr) = &cfg.longrope {
-            rt.in_module("rotary_emb", || {
-                rt.no_grad(|| {
-                    self.longrope_frequency_update(&position_ids, inputs_embeds.size(1), lr)
-                })
-            })?;
-        }
-        let (cos, sin) =
-            self.rotary_emb
-                .borrow()
-                .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs {
-            cos,
-            sin,
-            training: self.training,
-        };
-        let mut hidden = inputs_embeds.clone();
-        for (i, l) in self.layers.iter().enumerate() {
-            let mask = causal_mask.as_ref();
-            let name = format!("layers.{i}");
-            let out = rt.in_module(&name, || -> Result<Tensor> {
-                if l.checkpointed && self.training && rt.is_grad_enabled() {
-                    let layer = l.clone();
-                    let args = args.clone();
-                    let mask = mask.cloned();
-                    common::checkpointed(&rt, &hidden, move |x| {
-                        layer_forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
-                    })
-                } else {
-                    layer_forward(l, &hidden, &args, mask, cache.as_ref())
-                }
-            })?;
-            hidden = out;
-        }
-        let out = self.norm.forward("norm", &hidden)?;
-        drop(hidden);
-        // locals die in co_varnames order: position_ids, inputs_embeds,
-        // causal_mask, position_embeddings
-        drop(position_ids);
-        drop(inputs_embeds);
-        drop(causal_mask);
-        // the (cos, sin) tuple: tupledealloc releases its items last to first
-        let LayerArgs { cos, sin, .. } = args;
-        drop(sin);
-        drop(cos);
-        Ok((out, cache))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::families::common::tests::alloc_sizes;
     use crate::families::Inputs;
-    use vramscope_engine::{Device, MemEvent};
+    use vramscope_engine::Device;
 
     fn cfg(json: &str) -> Result<Config> {
         Config::parse(&HfConfig::parse(json).unwrap())
-    }
-
-    fn alloc_sizes(rt: &Runtime, f: impl FnOnce()) -> Vec<u64> {
-        rt.start_event_log();
-        f();
-        let log = rt.take_event_log().unwrap();
-        log.events
-            .iter()
-            .filter_map(|e| match e {
-                MemEvent::Alloc(r) => Some(r.bytes),
-                _ => None,
-            })
-            .collect()
     }
 
     #[test]
