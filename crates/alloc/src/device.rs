@@ -20,20 +20,35 @@ pub trait Device {
     fn mem_info(&self) -> (u64, u64);
 }
 
+use crate::driver_va::DriverVa;
+
 /// A simulated GPU: `total` bytes as `cudaMemGetInfo` reports them, of which
 /// `capacity` can be allocated (the rest is the CUDA context and driver).
+///
+/// By default `cudaMalloc` returns increasing addresses.
+/// [`SimDevice::with_driver_placement`] places segments by the CUDA driver's
+/// own rule instead (`driver_va.rs`: 32 MiB chunks top-down, holes of the
+/// newest chunk first), which the kernel-free GPU traces follow exactly; it
+/// is not the default because in workloads that launch kernels the driver's
+/// own allocations (cuBLAS, kernels' local memory), which the allocator
+/// does not see, move the segments elsewhere.
 #[derive(Debug, Clone)]
 pub struct SimDevice {
     total: u64,
     capacity: u64,
     used: u64,
     next_addr: u64,
+    /// `Some`: `cudaMalloc` addresses come from the driver rule.
+    driver: Option<DriverVa>,
 }
 
 /// Physical allocation granularity of the CUDA driver: 2 MiB.
 const GRANULE: u64 = 2 * 1024 * 1024;
 /// Where simulated device addresses start (a typical CUDA VA on Linux).
 const BASE_ADDR: u64 = 0x7f00_0000_0000;
+/// The end of the CUDA context's range for [`SimDevice::with_driver_placement`]
+/// (its segments grow down from here; 64 MiB aligned like the traces' anchors).
+const DRIVER_ANCHOR: u64 = 0x7f80_0000_0000;
 
 impl SimDevice {
     /// A device with `capacity` allocatable bytes out of `total`.
@@ -43,6 +58,17 @@ impl SimDevice {
             capacity: capacity.min(total),
             used: 0,
             next_addr: BASE_ADDR,
+            driver: None,
+        }
+    }
+    /// A device whose `cudaMalloc` places segments as the CUDA driver does
+    /// in a fresh process (see `driver_va.rs` for the rules and the traces
+    /// they come from); `cuMemAddressReserve` still counts up from its own
+    /// base, as the driver's reservations for expandable segments lie apart.
+    pub fn with_driver_placement(total: u64, capacity: u64) -> Self {
+        Self {
+            driver: Some(DriverVa::new(DRIVER_ANCHOR)),
+            ..Self::new(total, capacity)
         }
     }
     /// A device that never runs out (for replays without a limit).
@@ -65,10 +91,17 @@ impl Device for SimDevice {
         if self.used.checked_add(size)? > self.capacity {
             return None;
         }
+        let addr = match &mut self.driver {
+            Some(va) => va.malloc(size)?,
+            None => self.bump(size),
+        };
         self.used += size;
-        Some(self.bump(size))
+        Some(addr)
     }
-    fn free(&mut self, _addr: u64, size: u64) {
+    fn free(&mut self, addr: u64, size: u64) {
+        if let Some(va) = &mut self.driver {
+            va.free(addr);
+        }
         self.used -= size;
     }
     fn reserve(&mut self, size: u64) -> u64 {

@@ -16,6 +16,7 @@ mod addrmap;
 mod allocator;
 mod config;
 mod device;
+mod driver_va;
 mod error;
 mod format;
 mod freeset;
