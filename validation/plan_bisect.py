@@ -57,7 +57,7 @@ def main():
 
     def ok(b):
         t = time.time()
-        r = subprocess.run([sys.executable, os.path.join(HERE, "hf_cases.py"), os.path.join(HERE, "hf_cases.json"),
+        r = subprocess.run([sys.executable, os.path.join(HERE, "hf_cases.py"), os.environ.get("CASES", os.path.join(HERE, "hf_cases.json")),
                             plan["case"], "/tmp", "--batch", str(b), "--limit-bytes", str(limit), "--quiet"],
                            capture_output=True, text=True)
         t = round(time.time() - t, 1)

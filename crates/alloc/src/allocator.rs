@@ -298,6 +298,10 @@ impl<D: Device> CachingAllocator<D> {
     pub fn record_history(&mut self, enabled: bool) {
         self.trace = if enabled { Some(Vec::new()) } else { None };
     }
+    /// Whether trace entries are being recorded.
+    pub fn recording_history(&self) -> bool {
+        self.trace.is_some()
+    }
     /// The trace recorded so far.
     pub fn trace(&self) -> &[TraceEntry] {
         self.trace.as_deref().unwrap_or(&[])

@@ -248,6 +248,58 @@ pub fn expand_strides(sizes: &[i64], strides: &[i64], shape: &[i64]) -> Dims {
     st
 }
 
+/// `at::infer_dense_strides(sizes, strides)` (ATen/ExpandUtils.cpp): dense,
+/// non-overlapping strides in the stride order of a non-dense tensor (the
+/// layout `empty_like`/`clone`/`_to_copy` give under `MemoryFormat::Preserve`
+/// when the input is not non-overlapping-and-dense). `perm` starts as
+/// n-1..0 and is insertion-sorted, fastest dim first: a 0 stride is
+/// ambiguous (the dim does not move past it), a smaller stride goes first,
+/// on equal strides the larger size goes later.
+pub fn infer_dense_strides(sizes: &[i64], strides: &[i64]) -> Dims {
+    let n = sizes.len();
+    let mut out = Dims::new(&vec![0; n]);
+    if n == 0 {
+        return out;
+    }
+    if n == 1 {
+        out.as_mut_slice()[0] = 1;
+        return out;
+    }
+    let mut perm: Vec<usize> = (0..n).rev().collect();
+    let should_swap = |d0: usize, d1: usize| -> i32 {
+        let (s0, s1) = (strides[d0], strides[d1]);
+        if s0 == 0 || s1 == 0 {
+            0
+        } else if s0 < s1 {
+            -1
+        } else if s0 > s1 || sizes[d0] > sizes[d1] {
+            1
+        } else {
+            0
+        }
+    };
+    for i in 1..n {
+        let mut dim1 = i;
+        for dim0 in (0..i).rev() {
+            let c = should_swap(perm[dim0], perm[dim1]);
+            if c > 0 {
+                perm.swap(dim0, dim1);
+                dim1 = dim0;
+            } else if c < 0 {
+                break;
+            }
+        }
+    }
+    let mut acc = 1i64;
+    for &d in &perm {
+        out.as_mut_slice()[d] = acc;
+        if sizes[d] > 1 {
+            acc *= sizes[d];
+        }
+    }
+    out
+}
+
 /// The output strides TensorIterator gives a freshly allocated output of
 /// `shape` computed from `inputs` (sizes, strides), as
 /// `TensorIteratorBase::compute_fast_setup_type` / `reorder_dimensions` /
@@ -332,6 +384,26 @@ mod tests {
             &*compute_view_strides(&[8, 512, 1024], &c, &[4096, 1024]).unwrap(),
             &[1024, 1]
         );
+    }
+
+    #[test]
+    fn dense_strides_keep_the_stride_order() {
+        // ATen's own example (ExpandUtils.cpp): size/stride (6,5,4,3,2)/(6,0,120,0,1)
+        // sorts perm to (4,3,0,1,2)
+        assert_eq!(
+            &*infer_dense_strides(&[6, 5, 4, 3, 2], &[6, 0, 120, 0, 1]),
+            &[6, 36, 180, 2, 1]
+        );
+        // a head-transposed chunk of a packed projection: (B,H,T,D) with the
+        // (B,T,3C) parent's strides keeps (B,T,H,D) order
+        let (b, h, t, d) = (2, 12, 64, 64);
+        let c = h * d;
+        assert_eq!(
+            &*infer_dense_strides(&[b, h, t, d], &[t * 3 * c, d, 3 * c, 1]),
+            &[t * c, d, c, 1]
+        );
+        // an expanded (0-stride) dim does not move
+        assert_eq!(&*infer_dense_strides(&[4, 3], &[0, 1]), &[3, 1]);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod demo;
 mod dims;
 mod dtype;
 mod error;
+mod fastmap;
 pub mod function;
 pub mod nn;
 mod ops;

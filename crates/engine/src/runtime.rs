@@ -10,6 +10,7 @@ use std::rc::Rc;
 use vramscope_alloc::{Addr, AllocatorConfig, CachingAllocator, DeviceStats, SimDevice, StreamId};
 
 use crate::error::{EngineError, Result};
+use crate::fastmap::FastMap;
 
 /// Why an allocation exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,6 +124,67 @@ impl EventLog {
     }
 }
 
+/// A live allocation as the runtime keeps it: the module path is shared
+/// (one `Rc<str>` per module entry), not copied per allocation.
+#[derive(Debug, Clone)]
+struct LiveRec {
+    bytes: u64,
+    category: Category,
+    op: &'static str,
+    module: Rc<str>,
+    seq: u64,
+}
+
+impl LiveRec {
+    fn to_record(&self, addr: Addr) -> AllocRecord {
+        AllocRecord {
+            addr,
+            bytes: self.bytes,
+            category: self.category,
+            op: self.op,
+            module: String::from(&*self.module),
+            seq: self.seq,
+        }
+    }
+}
+
+/// An [`MemEvent`] as the runtime records it (converted by
+/// [`Runtime::take_event_log`]).
+#[derive(Debug)]
+enum RawEvent {
+    Alloc(Addr, LiveRec),
+    Free(Addr),
+    Recategorize(Addr, Category),
+}
+
+/// The [`EventLog`] while it is recorded.
+#[derive(Debug)]
+struct RawLog {
+    initial: Vec<AllocRecord>,
+    events: Vec<RawEvent>,
+    peak_allocated: i64,
+    peak_index: usize,
+}
+
+impl RawLog {
+    fn finish(self) -> EventLog {
+        EventLog {
+            initial: self.initial,
+            events: self
+                .events
+                .into_iter()
+                .map(|e| match e {
+                    RawEvent::Alloc(a, r) => MemEvent::Alloc(r.to_record(a)),
+                    RawEvent::Free(a) => MemEvent::Free(a),
+                    RawEvent::Recategorize(a, c) => MemEvent::Recategorize(a, c),
+                })
+                .collect(),
+            peak_allocated: self.peak_allocated,
+            peak_index: self.peak_index,
+        }
+    }
+}
+
 /// The GPU and library versions whose constants the twin uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceProfile {
@@ -212,18 +274,27 @@ pub(crate) struct State {
     seq: [u64; 2],
     cublas_ws: Vec<((Thread, StreamId), Addr)>,
     lt_ws: Vec<((Thread, StreamId), Addr)>,
-    live: HashMap<Addr, AllocRecord>,
-    pub(crate) modules: Vec<String>,
+    live: FastMap<Addr, LiveRec>,
+    /// the module paths entered, innermost last
+    modules: Vec<Rc<str>>,
+    /// `""`, the module path at top level
+    top_module: Rc<str>,
     pub(crate) category: Option<Category>,
     alloc_seq: u64,
     pub(crate) ops: u64,
     // --- event log (peak attribution for estimates) ---
-    log: Option<EventLog>,
+    log: Option<RawLog>,
     // --- autocast & saved-tensor hooks (autocast.rs, autograd/mod.rs, checkpoint.rs) ---
     pub(crate) autocast: crate::autocast::AutocastState,
     pub(crate) saved_hooks: crate::autograd::HooksState,
     /// the module path running at the last out-of-memory
     last_oom_module: Option<String>,
+    /// the segments when the last out-of-memory was raised, kept while the
+    /// allocator trace is recorded (what an out-of-memory observer that
+    /// calls `_dump_snapshot` sees)
+    oom_segments: Option<Vec<vramscope_alloc::SegmentInfo>>,
+    /// the figures when the last out-of-memory was raised
+    oom_figures: Option<MemoryFigures>,
 }
 
 impl State {
@@ -281,6 +352,16 @@ pub struct MemoryFigures {
     pub requested: i64,
 }
 
+fn figures_of(s: &DeviceStats) -> MemoryFigures {
+    MemoryFigures {
+        allocated: s.allocated_bytes.all().current,
+        peak: s.allocated_bytes.all().peak,
+        reserved: s.reserved_bytes.all().current,
+        peak_reserved: s.reserved_bytes.all().peak,
+        requested: s.requested_bytes.all().current,
+    }
+}
+
 impl Default for Runtime {
     fn default() -> Self {
         Runtime::new(RuntimeConfig::default())
@@ -301,8 +382,9 @@ impl Runtime {
             seq: [0, 0],
             cublas_ws: Vec::new(),
             lt_ws: Vec::new(),
-            live: HashMap::new(),
+            live: FastMap::default(),
             modules: Vec::new(),
+            top_module: Rc::from(""),
             category: None,
             alloc_seq: 0,
             ops: 0,
@@ -310,6 +392,8 @@ impl Runtime {
             autocast: Default::default(),
             saved_hooks: Default::default(),
             last_oom_module: None,
+            oom_segments: None,
+            oom_figures: None,
         };
         Runtime {
             st: Rc::new(RefCell::new(st)),
@@ -333,7 +417,12 @@ impl Runtime {
         let addr = match st.alloc.malloc(bytes, stream) {
             Ok(a) => a,
             Err(e) => {
-                st.last_oom_module = Some(st.modules.last().cloned().unwrap_or_default());
+                st.last_oom_module =
+                    Some(st.modules.last().map(|m| m.to_string()).unwrap_or_default());
+                if st.alloc.recording_history() {
+                    st.oom_segments = Some(st.alloc.snapshot());
+                }
+                st.oom_figures = Some(figures_of(st.alloc.stats()));
                 return Err(EngineError::OutOfMemory {
                     op,
                     bytes,
@@ -347,11 +436,10 @@ impl Runtime {
         } else {
             st.category.unwrap_or(category)
         };
-        let module = st.modules.last().cloned().unwrap_or_default();
+        let module = st.modules.last().unwrap_or(&st.top_module).clone();
         st.alloc_seq += 1;
         let seq = st.alloc_seq;
-        let rec = AllocRecord {
-            addr,
+        let rec = LiveRec {
             bytes,
             category,
             op,
@@ -361,7 +449,7 @@ impl Runtime {
         if st.log.is_some() {
             let current = st.alloc.stats().allocated_bytes.all().current;
             if let Some(log) = st.log.as_mut() {
-                log.events.push(MemEvent::Alloc(rec.clone()));
+                log.events.push(RawEvent::Alloc(addr, rec.clone()));
                 if current > log.peak_allocated {
                     log.peak_allocated = current;
                     log.peak_index = log.events.len();
@@ -376,7 +464,7 @@ impl Runtime {
         let mut st = self.st.borrow_mut();
         st.live.remove(&addr);
         if let Some(log) = st.log.as_mut() {
-            log.events.push(MemEvent::Free(addr));
+            log.events.push(RawEvent::Free(addr));
         }
         // A free of an address the allocator handed out cannot fail.
         let _ = st.alloc.free(addr);
@@ -388,7 +476,7 @@ impl Runtime {
             r.category = category;
         }
         if let Some(log) = st.log.as_mut() {
-            log.events.push(MemEvent::Recategorize(addr, category));
+            log.events.push(RawEvent::Recategorize(addr, category));
         }
     }
 
@@ -414,11 +502,11 @@ impl Runtime {
         let mut st = self.st.borrow_mut();
         let current = st.alloc.stats().allocated_bytes.all().current;
         let live: Vec<AllocRecord> = {
-            let mut v: Vec<AllocRecord> = st.live.values().cloned().collect();
+            let mut v: Vec<AllocRecord> = st.live.iter().map(|(a, r)| r.to_record(*a)).collect();
             v.sort_by_key(|r| r.seq);
             v
         };
-        st.log = Some(EventLog {
+        st.log = Some(RawLog {
             initial: live,
             events: Vec::new(),
             peak_allocated: current,
@@ -433,12 +521,18 @@ impl Runtime {
 
     /// Stop the event log and hand it over.
     pub fn take_event_log(&self) -> Option<EventLog> {
-        self.st.borrow_mut().log.take()
+        self.st.borrow_mut().log.take().map(RawLog::finish)
     }
 
     /// Every live allocation, oldest first.
     pub fn live_allocations(&self) -> Vec<AllocRecord> {
-        let mut v: Vec<AllocRecord> = self.st.borrow().live.values().cloned().collect();
+        let mut v: Vec<AllocRecord> = self
+            .st
+            .borrow()
+            .live
+            .iter()
+            .map(|(a, r)| r.to_record(*a))
+            .collect();
         v.sort_by_key(|r| r.seq);
         v
     }
@@ -461,15 +555,13 @@ impl Runtime {
 
     /// The five figures the seed probe records.
     pub fn figures(&self) -> MemoryFigures {
-        let st = self.st.borrow();
-        let s = st.alloc.stats();
-        MemoryFigures {
-            allocated: s.allocated_bytes.all().current,
-            peak: s.allocated_bytes.all().peak,
-            reserved: s.reserved_bytes.all().current,
-            peak_reserved: s.reserved_bytes.all().peak,
-            requested: s.requested_bytes.all().current,
-        }
+        figures_of(self.st.borrow().alloc.stats())
+    }
+
+    /// The figures when the last out-of-memory was raised (before whatever
+    /// the unwinding freed).
+    pub fn oom_figures(&self) -> Option<MemoryFigures> {
+        self.st.borrow().oom_figures
     }
 
     /// `torch.cuda.memory_allocated()`.
@@ -503,6 +595,22 @@ impl Runtime {
     /// The allocator trace recorded so far.
     pub fn trace(&self) -> Vec<vramscope_alloc::TraceEntry> {
         self.st.borrow().alloc.trace().to_vec()
+    }
+
+    /// The number of allocator trace entries recorded so far.
+    pub fn trace_len(&self) -> usize {
+        self.st.borrow().alloc.trace().len()
+    }
+
+    /// `torch.cuda.memory_snapshot()`: the segments and their blocks now.
+    pub fn segments(&self) -> Vec<vramscope_alloc::SegmentInfo> {
+        self.st.borrow().alloc.snapshot()
+    }
+
+    /// The segments when the last out-of-memory was raised (only while the
+    /// allocator trace is recorded).
+    pub fn oom_segments(&self) -> Option<Vec<vramscope_alloc::SegmentInfo>> {
+        self.st.borrow().oom_segments.clone()
     }
 
     /// `torch._C._cuda_clearCublasWorkspaces()`: frees every cuBLAS and
@@ -588,9 +696,9 @@ impl Runtime {
     pub fn in_module<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
         {
             let mut st = self.st.borrow_mut();
-            let path = match st.modules.last() {
-                Some(p) if !p.is_empty() => format!("{p}.{name}"),
-                _ => name.to_string(),
+            let path: Rc<str> = match st.modules.last() {
+                Some(p) if !p.is_empty() => Rc::from(format!("{p}.{name}")),
+                _ => Rc::from(name),
             };
             st.modules.push(path);
         }

@@ -7,7 +7,7 @@
 //! `AccumulateGrad`'s steal-or-clone rules. It runs on the CUDA device
 //! thread, whose cuBLAS handle is not the Python thread's.
 
-use std::collections::HashMap;
+use crate::fastmap::FastMap;
 use std::rc::Rc;
 
 use crate::autograd::{Backward, Edge, Node};
@@ -262,8 +262,8 @@ impl Tensor {
 /// `GraphRoot`, the root node gets the gradient directly).
 fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
     // compute_dependencies
-    let mut deps: HashMap<*const Node, usize> = HashMap::new();
-    let mut seen: HashMap<*const Node, ()> = HashMap::new();
+    let mut deps: FastMap<*const Node, usize> = FastMap::default();
+    let mut seen: FastMap<*const Node, ()> = FastMap::default();
     let mut stack = vec![root.node.clone()];
     seen.insert(key(&root.node), ());
     while let Some(n) = stack.pop() {
@@ -276,7 +276,7 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
     }
     drop(seen);
 
-    let mut not_ready: HashMap<*const Node, Vec<Option<Tensor>>> = HashMap::new();
+    let mut not_ready: FastMap<*const Node, Vec<Option<Tensor>>> = FastMap::default();
     let mut queue = ReadyQueue { v: Vec::new() };
     let mut buf = vec![None; root.node.input_meta.len().max(1)];
     buffer_add(&mut buf, root.input_nr as usize, grad)?;

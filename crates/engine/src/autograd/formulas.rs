@@ -725,34 +725,8 @@ impl Node {
                 num_weights,
             } => {
                 if needs(0) {
-                    // embedding_dense_backward_cuda: with at most 3072 indices
-                    // (and no scale_grad_by_freq) one zeroed dense gradient
-                    // filled by embedding_backward_feature_kernel; beyond, sorted
-                    // indices and their permutation (int64 each), then the
-                    // dense gradient.
                     let idx = self.saved(*indices)?;
-                    let rt = g.rt().clone();
-                    let n = idx.numel();
-                    let op = "embedding_dense_backward";
-                    let (sorted, orig) = if n <= 3072 {
-                        (None, None)
-                    } else {
-                        let s =
-                            rt.empty_op(&[n], DType::I64, g.device(), op, Category::Temporary)?;
-                        let o =
-                            rt.empty_op(&[n], DType::I64, g.device(), op, Category::Temporary)?;
-                        (Some(s), Some(o))
-                    };
-                    let dim = *g.sizes().last().unwrap_or(&1);
-                    let gw = rt.empty_op(
-                        &[*num_weights, dim],
-                        g.dtype(),
-                        g.device(),
-                        op,
-                        Category::Gradient,
-                    )?;
-                    drop(orig);
-                    drop(sorted);
+                    let gw = crate::ops::nn::embedding_dense_backward(&g, &idx, *num_weights)?;
                     out[0] = Some(gw);
                 }
             }

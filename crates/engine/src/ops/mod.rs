@@ -6,6 +6,8 @@
 pub(crate) mod attention;
 // conv2d through cuDNN (vit engineer)
 pub(crate) mod conv;
+// CUB temporary storage (sort, unique, scan) of CUB_WRAPPER calls
+pub(crate) mod cub;
 pub(crate) mod elementwise;
 pub(crate) mod linalg;
 pub(crate) mod nn;
@@ -16,7 +18,7 @@ pub(crate) mod view;
 
 pub use elementwise::Scalar;
 
-use crate::dims::{broadcast_shapes, iterator_output_strides, Dims};
+use crate::dims::{broadcast_shapes, infer_dense_strides, iterator_output_strides, Dims};
 use crate::dtype::DType;
 use crate::error::{shape_err, EngineError, Result};
 use crate::runtime::{Category, Runtime};
@@ -83,19 +85,29 @@ pub(crate) fn iter_output(
         .empty_strided_op(&shape, &strides, dtype, dev, op, cat)
 }
 
-/// `at::empty_like(t)` with `preserve_format`: same strides when `t` is
-/// non-overlapping and dense, else contiguous.
+/// `at::empty_like(t)` with `preserve_format` (`empty_like`,
+/// ATen/native/TensorFactories.cpp): same strides when `t` is
+/// non-overlapping and dense, else (a strided tensor) the dense strides of
+/// `infer_dense_strides`, which keep `t`'s stride order.
 pub(crate) fn empty_like(
     t: &Tensor,
     dtype: DType,
     op: &'static str,
     cat: Category,
 ) -> Result<Tensor> {
+    t.rt()
+        .empty_strided_op(t.sizes(), &preserve_strides(t), dtype, t.device(), op, cat)
+}
+
+/// The strides `MemoryFormat::Preserve` gives a new tensor like `t`
+/// (`empty_like` in TensorFactories.cpp, `_to_copy` in
+/// TensorConversions.cpp): `t`'s own when non-overlapping and dense, else
+/// `at::infer_dense_strides(t.sizes(), t.strides())`.
+pub(crate) fn preserve_strides(t: &Tensor) -> Dims {
     if t.is_non_overlapping_and_dense() {
-        t.rt()
-            .empty_strided_op(t.sizes(), t.strides(), dtype, t.device(), op, cat)
+        Dims::new(t.strides())
     } else {
-        t.rt().empty_op(t.sizes(), dtype, t.device(), op, cat)
+        infer_dense_strides(t.sizes(), t.strides())
     }
 }
 
@@ -113,30 +125,20 @@ impl Tensor {
         empty_like(self, self.dtype(), "ones_like", Category::Output)
     }
     /// `t.to(device)` / `t.cuda()`: a copy on the other device (`_to_copy`
-    /// allocates with `empty_strided` of the same strides when dense), or
+    /// allocates with `empty_strided` of the `preserve_strides`), or
     /// `self` when already there.
     pub fn to_device(&self, device: crate::dtype::Device) -> Result<Tensor> {
         if self.device() == device {
             return Ok(self.clone());
         }
-        let out = if self.is_non_overlapping_and_dense() {
-            self.rt().empty_strided_op(
-                self.sizes(),
-                self.strides(),
-                self.dtype(),
-                device,
-                "_to_copy",
-                Category::Output,
-            )?
-        } else {
-            self.rt().empty_op(
-                self.sizes(),
-                self.dtype(),
-                device,
-                "_to_copy",
-                Category::Output,
-            )?
-        };
+        let out = self.rt().empty_strided_op(
+            self.sizes(),
+            &preserve_strides(self),
+            self.dtype(),
+            device,
+            "_to_copy",
+            Category::Output,
+        )?;
         if let Some(mut p) = crate::autograd::Pending::begin(self.rt(), &[Some(self)]) {
             let _ = &mut p;
             p.finish(

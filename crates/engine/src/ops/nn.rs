@@ -292,3 +292,255 @@ impl Tensor {
         Ok(out)
     }
 }
+
+/// `embedding_dense_backward_cuda` (ATen/native/cuda/Embedding.cu) for the
+/// gradient `grad` of an embedding of `num_weights` rows looked up at
+/// `indices`:
+/// - `indices_.contiguous()` (a copy for expanded indices, e.g. BERT's
+///   buffered `token_type_ids.expand(batch, seq)`), then
+///   `grad_.contiguous()`;
+/// - with at most 3072 indices (no `scale_grad_by_freq`): one zeroed
+///   `(num_weights, dim)` gradient filled by `embedding_backward_feature_kernel`;
+/// - beyond: `sorted_indices` and `orig_indices` (`empty_like(indices)`), an
+///   `arange` and `radix_sort_pairs`' CUB storage (dying with the dispatch
+///   lambda), then `embedding_backward_cuda_kernel`
+///   (ATen/native/cuda/EmbeddingBackwardKernel.cu).
+///
+/// The copies die at return, the gradient's first (declared last).
+pub(crate) fn embedding_dense_backward(
+    grad: &Tensor,
+    indices: &Tensor,
+    num_weights: i64,
+) -> Result<Tensor> {
+    let rt = grad.rt().clone();
+    let op = "embedding_dense_backward";
+    let dev = grad.device();
+    let tmp = |sizes: &[i64], dtype: DType| rt.empty_op(sizes, dtype, dev, op, Category::Temporary);
+    let idx_copy = if indices.is_contiguous() {
+        None
+    } else {
+        Some(tmp(indices.sizes(), indices.dtype())?)
+    };
+    let grad_copy = if grad.is_contiguous() {
+        None
+    } else {
+        Some(tmp(grad.sizes(), grad.dtype())?)
+    };
+    let n = indices.numel();
+    let dim = *grad.sizes().last().unwrap_or(&1);
+    let gw = if n <= 3072 {
+        rt.empty_op(
+            &[num_weights, dim],
+            grad.dtype(),
+            dev,
+            op,
+            Category::Gradient,
+        )?
+    } else {
+        let idt = indices.dtype();
+        let sorted = tmp(&[n], idt)?;
+        let orig = tmp(&[n], idt)?;
+        {
+            // AT_DISPATCH_INDEX_TYPES lambda: `range = at::arange(n)`, then
+            // `cuda::cub::radix_sort_pairs(indices, sorted, range, orig, n)`
+            let range = tmp(&[n], idt)?;
+            let bytes = crate::ops::cub::radix_sort_pairs_bytes(
+                rt.profile().capability,
+                n as u64,
+                idt.size(),
+                idt.size(),
+            )?;
+            let cub = rt.storage(bytes, dev, op, Category::Workspace)?;
+            drop(cub);
+            drop(range);
+        }
+        let gw = embedding_backward_cuda_kernel(grad, &sorted, num_weights)?;
+        drop(orig);
+        drop(sorted);
+        gw
+    };
+    drop(grad_copy);
+    drop(idx_copy);
+    Ok(gw)
+}
+
+/// `embedding_backward_cuda_kernel(grad, orig_indices, sorted_indices, ...)`
+/// (ATen/native/cuda/EmbeddingBackwardKernel.cu, no bags, no counts): the
+/// zeroed gradient; `segment_offsets` (n indices) and `num_of_segments` (a
+/// 0-dim int64); `cuda::cub::unique_by_key` (its `keys_out` buffer, n keys,
+/// around CUB's storage); then, in the index-type lambda with
+/// `max_segments = min(n, num_weights)`: `partials_per_segment` and its
+/// `exclusive_sum` into `partials_per_segment_offset` (CUB storage),
+/// `num_of_partial_segments` (0-dim int64) and `partial_segment_offset`
+/// (`n / NROWS_PER_THREAD (10) + max_segments` indices). The two-pass path
+/// adds `grad_weight_per_segment` (`max_partial_segment x dim` in the
+/// op-math type); the fused atomic path (when `sum_and_scatter`'s grid,
+/// `ceil(max_segments * stride_warped / block)`, is under `4 x SMs` and
+/// `max_partial_segment` over 4 times it, deterministic algorithms off)
+/// instead `partial_to_segment_idx` and, for half/bf16, an fp32
+/// `(num_weights, dim)` accumulator copied back. Locals die in reverse.
+fn embedding_backward_cuda_kernel(
+    grad: &Tensor,
+    sorted: &Tensor,
+    num_weights: i64,
+) -> Result<Tensor> {
+    const NROWS_PER_THREAD: i64 = 10;
+    const MAX_BLOCK_SIZE: i64 = 1024;
+    const MAX_ATOMIC_ACCUM_BLOCKS_PER_SM: i64 = 4;
+    let rt = grad.rt().clone();
+    let op = "embedding_dense_backward";
+    let dev = grad.device();
+    let profile = rt.profile();
+    let cap = profile.capability;
+    let tmp = |sizes: &[i64], dtype: DType| rt.empty_op(sizes, dtype, dev, op, Category::Temporary);
+    let idt = sorted.dtype();
+    let n = sorted.numel();
+    let stride = *grad.sizes().last().unwrap_or(&1);
+    let gw = rt.empty_op(
+        &[num_weights, stride],
+        grad.dtype(),
+        dev,
+        op,
+        Category::Gradient,
+    )?;
+    let segment_offsets = tmp(&[n], idt)?;
+    let num_of_segments = tmp(&[], DType::I64)?;
+    {
+        // cuda::cub::unique_by_key: keys_out (allocator), then CUB_WRAPPER
+        let keys_out = rt.storage(n as u64 * idt.size(), dev, op, Category::Temporary)?;
+        let bytes = crate::ops::cub::unique_by_key_bytes(cap, n as u64, idt.size())?;
+        drop(rt.storage(bytes, dev, op, Category::Workspace)?);
+        drop(keys_out);
+    }
+    let max_segments = n.min(num_weights);
+    {
+        let partials_per_segment = tmp(&[max_segments], idt)?;
+        let partials_per_segment_offset = tmp(&[max_segments], idt)?;
+        let bytes = crate::ops::cub::exclusive_sum_bytes(cap, max_segments as u64, idt.size())?;
+        drop(rt.storage(bytes, dev, op, Category::Workspace)?);
+        let num_of_partial_segments = tmp(&[], DType::I64)?;
+        let max_partial_segment = n / NROWS_PER_THREAD + max_segments;
+        let partial_segment_offset = tmp(&[max_partial_segment], idt)?;
+        let stride_warped = (stride + 31) / 32 * 32;
+        let block = stride_warped.min(MAX_BLOCK_SIZE);
+        let sum_scatter_grid = (max_segments * stride_warped + block - 1) / block;
+        let use_fused_kernel = sum_scatter_grid
+            < profile.sm_count as i64 * MAX_ATOMIC_ACCUM_BLOCKS_PER_SM
+            && max_partial_segment > sum_scatter_grid * 4;
+        if use_fused_kernel {
+            let partial_to_segment_idx = tmp(&[max_partial_segment], idt)?;
+            if grad.dtype().acc_type() != grad.dtype() {
+                let acc = tmp(&[num_weights, stride], grad.dtype().acc_type())?;
+                drop(acc);
+            }
+            drop(partial_to_segment_idx);
+        } else {
+            let per_segment = tmp(&[max_partial_segment, stride], grad.dtype().acc_type())?;
+            drop(per_segment);
+        }
+        drop(partial_segment_offset);
+        drop(num_of_partial_segments);
+        drop(partials_per_segment_offset);
+        drop(partials_per_segment);
+    }
+    drop(num_of_segments);
+    drop(segment_offsets);
+    Ok(gw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Runtime;
+
+    fn entries(rt: &Runtime, from: usize) -> Vec<(String, u64)> {
+        rt.trace()
+            .into_iter()
+            .filter(|e| matches!(e.action.as_str(), "alloc" | "free_requested"))
+            .skip(from)
+            .map(|e| (e.action.as_str().to_string(), e.size))
+            .collect()
+    }
+
+    fn count(rt: &Runtime) -> usize {
+        entries(rt, 0).len()
+    }
+
+    fn a(n: u64) -> (String, u64) {
+        ("alloc".into(), n)
+    }
+    fn f(n: u64) -> (String, u64) {
+        ("free_requested".into(), n)
+    }
+
+    /// BERT's token type ids: a (1, 256) buffer expanded to (8, 256); the
+    /// H100 trace of `bert_train_fp32` shows the contiguous copy of the
+    /// indices before the (2, 512) gradient, freed after it.
+    #[test]
+    fn expanded_indices_are_copied_contiguous() {
+        let rt = Runtime::default();
+        rt.record_memory_history(true);
+        let ids = rt.zeros(&[1, 256], DType::I64, Device::Cuda).unwrap();
+        let ids = ids.expand(&[8, 256]).unwrap();
+        let g = rt.randn(&[8, 256, 512], DType::F32, Device::Cuda).unwrap();
+        let at = count(&rt);
+        let gw = embedding_dense_backward(&g, &ids, 2).unwrap();
+        assert_eq!(gw.sizes(), &[2, 512]);
+        assert_eq!(entries(&rt, at), vec![a(16384), a(4096), f(16384)]);
+    }
+
+    /// More than 3072 indices: the sort and segment path, allocation for
+    /// allocation as the H100 trace of `llama_train_bf16_ckpt` (4096 int64
+    /// indices, 32000 x 512 bf16 weight) shows it.
+    #[test]
+    fn many_indices_take_the_sorting_path() {
+        let rt = Runtime::default();
+        rt.record_memory_history(true);
+        let ids = rt.zeros(&[4, 1024], DType::I64, Device::Cuda).unwrap();
+        let g = rt
+            .randn(&[4, 1024, 512], DType::BF16, Device::Cuda)
+            .unwrap();
+        let at = count(&rt);
+        let gw = embedding_dense_backward(&g, &ids, 32000).unwrap();
+        assert_eq!(gw.sizes(), &[32000, 512]);
+        let expected = vec![
+            // sorted, orig, range, radix sort storage
+            a(32768),
+            a(32768),
+            a(32768),
+            a(83455),
+            f(83455),
+            f(32768),
+            // grad_weight, segment_offsets, num_of_segments
+            a(32768000),
+            a(32768),
+            a(8),
+            // unique_by_key: keys_out, storage
+            a(32768),
+            a(1279),
+            f(1279),
+            f(32768),
+            // partials_per_segment(_offset), exclusive_sum storage
+            a(32768),
+            a(32768),
+            a(1279),
+            f(1279),
+            // num_of_partial_segments, partial_segment_offset (4096/10 + 4096),
+            // grad_weight_per_segment (fp32)
+            a(8),
+            a(36040),
+            a(9226240),
+            f(9226240),
+            f(36040),
+            f(8),
+            f(32768),
+            f(32768),
+            f(8),
+            f(32768),
+            // orig, sorted
+            f(32768),
+            f(32768),
+        ];
+        assert_eq!(entries(&rt, at), expected);
+    }
+}
