@@ -27,8 +27,15 @@ time_it "estimate llama-3.1-70b train fp32 b1 s4096 (whole process)" \
   $bin estimate --model llama-3.1-70b --mode train --batch 1 --seq 4096 --json
 time_it "estimate llama-3.1-70b train bf16 b1 s4096 (whole process)" \
   $bin estimate --model llama-3.1-70b --mode train --batch 1 --seq 4096 --weights bf16 --json
-s=$(date +%s.%N)
-taskset -c 0 $bin plan --model llama-3.1-8b --mode train --weights bf16 --batch 1..16 --seq 512,1024,2048,4096 --csv > /tmp/sweep.csv || true
-e=$(date +%s.%N)
-n=$(($(wc -l < /tmp/sweep.csv) - 1))
-python3 -c "t=$e-$s; print(f'sweep llama-3.1-8b train bf16, {$n} cells: {t:.2f} s, {$n/t:.0f} estimates/s (cells that do not fit cost two runs)')"
+sweep() {
+  local label="$1"; shift
+  local s e n
+  s=$(date +%s.%N)
+  taskset -c 0 $bin plan --model llama-3.1-8b "$@" --batch 1..64 --seq 512,1024,2048,4096 --csv > /tmp/sweep.csv || true
+  e=$(date +%s.%N)
+  n=$(($(wc -l < /tmp/sweep.csv) - 1))
+  runs=$(grep -c ',true$' /tmp/sweep.csv || true)
+  python3 -c "t=$e-$s; print(f'sweep llama-3.1-8b $label, {$n} cells (the model ran at {$runs}): {t:.2f} s, {$n/t:.0f} estimates/s')"
+}
+sweep "train bf16" --mode train --weights bf16
+sweep "infer bf16" --mode infer --weights bf16

@@ -11,10 +11,12 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use vramscope_alloc::{format_size, AllocatorConfig};
 use vramscope_engine::{DType, DeviceProfile};
+use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
     estimate, presets, Checkpointing, Estimate, EstimateOptions, HfConfig, Mode, OptimizerKind,
     Task, Workload,
 };
+use vramscope_snapshot::write::WriteOptions;
 
 use crate::{EXIT_DIFFERENT, EXIT_OK};
 
@@ -330,6 +332,16 @@ pub struct EstimateArgs {
     /// Print one JSON object (schema in docs/json.md, `vramscope.estimate/1`).
     #[arg(long)]
     pub json: bool,
+    /// Write the predicted run as a PyTorch memory snapshot pickle, as
+    /// `torch.cuda.memory._dump_snapshot()` would at the end of the workload
+    /// (or from an out-of-memory observer when it does not fit). Open it in
+    /// pytorch.org/memory_viz or with `vramscope inspect`.
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Write the `vramscope inspect` HTML report of the predicted run (one
+    /// self-contained file).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// Run an estimate under the GPU's limit; when it runs out of memory, run it
@@ -339,18 +351,21 @@ pub fn run_estimate(
     workload: &Workload,
     wargs: &WorkloadArgs,
     gpu: &GpuArgs,
+    record_trace: bool,
 ) -> anyhow::Result<(Estimate, Option<Estimate>)> {
     let opts = EstimateOptions {
         profile: gpu.profile(),
         allocator: wargs.allocator()?,
         memory_fraction: gpu.fraction()?,
         unlimited: false,
+        record_trace,
     };
     let limited = estimate(config, workload, &opts)?;
     if limited.oom.is_some() {
         let free = EstimateOptions {
             unlimited: true,
             memory_fraction: None,
+            record_trace: false,
             ..opts
         };
         let unlimited = estimate(config, workload, &free)?;
@@ -516,7 +531,11 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         bail!("estimate takes one --seq; `vramscope plan` sweeps several");
     }
     let w = args.workload.workload(&config, args.batch);
-    let (limited, unlimited) = run_estimate(&config, &w, &args.workload, &args.gpu)?;
+    let record = args.snapshot.is_some() || args.html.is_some();
+    let (limited, unlimited) = run_estimate(&config, &w, &args.workload, &args.gpu, record)?;
+    if record {
+        write_predicted(args, &config, &w, &limited)?;
+    }
     let capacity = args.gpu.capacity()?;
     // the figures: the whole workload (without a limit when it ran out)
     let est = unlimited.as_ref().unwrap_or(&limited);
@@ -684,6 +703,45 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::from(if fits { EXIT_OK } else { EXIT_DIFFERENT }))
+}
+
+/// `--snapshot` and `--html`: the run as the allocator twin recorded it
+/// (the run under the limit: on an out-of-memory, up to the `oom`).
+fn write_predicted(
+    args: &EstimateArgs,
+    config: &HfConfig,
+    w: &Workload,
+    est: &Estimate,
+) -> anyhow::Result<()> {
+    let cfg = args.workload.allocator()?;
+    let snap = predicted_snapshot(est, w, &args.workload.alloc_conf, &cfg)
+        .context("the estimate recorded no allocator trace")?;
+    if let Some(path) = &args.snapshot {
+        vramscope_snapshot::write::write_snapshot_file(&snap, path, &WriteOptions::default())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let mut report =
+            vramscope_report::analyze(&snap, &cfg, &vramscope_report::Options::default());
+        report.snapshot = format!(
+            "predicted: {} {} batch {}{}",
+            config.model_type,
+            if w.mode == Mode::Train {
+                "train"
+            } else {
+                "infer"
+            },
+            w.batch,
+            if w.task == Task::Image {
+                String::new()
+            } else {
+                format!(" seq {}", w.seq)
+            }
+        );
+        let page = vramscope_report::html::render_snapshot(&snap, &cfg, &report);
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -13,6 +13,7 @@ use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Workload};
 use vramscope_planner::{
     checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
 };
+use vramscope_report::sweep::{render_sweep, SweepPoint};
 
 use crate::estimate::{checkpointing_name, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
 use crate::{EXIT_DIFFERENT, EXIT_OK};
@@ -44,9 +45,14 @@ pub struct PlanArgs {
     /// Print one JSON object (schema in docs/json.md, `vramscope.plan/1`).
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
-    /// Sweeps: print CSV (batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits).
+    /// Sweeps: print CSV (batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits,model_ran).
     #[arg(long)]
     pub csv: bool,
+    /// Sweeps: also write a plot of the grid (peak reserved against batch,
+    /// one line per sequence length, the limit) as one self-contained HTML
+    /// file.
+    #[arg(long, value_name = "FILE", requires = "batch")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -135,6 +141,7 @@ struct CellJson<'a> {
     peak_reserved_bytes: i64,
     peak_allocated_bytes: i64,
     fits: bool,
+    model_ran: bool,
     #[serde(skip)]
     _p: std::marker::PhantomData<&'a ()>,
 }
@@ -162,6 +169,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         allocator: args.workload.allocator()?,
         memory_fraction: args.gpu.fraction()?,
         unlimited: false,
+        record_trace: false,
     };
     let capacity = args.gpu.capacity()?;
     if let Some(batches) = &args.batch {
@@ -378,6 +386,28 @@ fn run_sweep(
     let pb = bar(Some((batches.len() * seqs.len()) as u64), "sweep");
     let cells: Vec<SweepCell> = sweep(config, base, batches, seqs, options, &mut |_| pb.inc(1))?;
     pb.finish_and_clear();
+    if let Some(path) = &args.html {
+        let points: Vec<SweepPoint> = cells
+            .iter()
+            .map(|c| SweepPoint {
+                batch: c.batch,
+                seq: c.seq,
+                peak_reserved_bytes: c.peak_reserved_bytes,
+                fits: c.fits,
+            })
+            .collect();
+        let title = format!(
+            "{} {}: peak reserved by batch and sequence length",
+            config.model_type,
+            if base.mode == Mode::Train {
+                "training"
+            } else {
+                "inference"
+            }
+        );
+        std::fs::write(path, render_sweep(&title, capacity, &points))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         let j = SweepJson {
@@ -392,6 +422,7 @@ fn run_sweep(
                     peak_reserved_bytes: c.peak_reserved_bytes,
                     peak_allocated_bytes: c.peak_allocated_bytes,
                     fits: c.fits,
+                    model_ran: c.model_ran,
                     _p: std::marker::PhantomData,
                 })
                 .collect(),
@@ -401,13 +432,13 @@ fn run_sweep(
     } else if args.csv {
         writeln!(
             out,
-            "batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits"
+            "batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits,model_ran"
         )?;
         for c in &cells {
             writeln!(
                 out,
-                "{},{},{},{},{}",
-                c.batch, c.seq, c.peak_reserved_bytes, c.peak_allocated_bytes, c.fits
+                "{},{},{},{},{},{}",
+                c.batch, c.seq, c.peak_reserved_bytes, c.peak_allocated_bytes, c.fits, c.model_ran
             )?;
         }
     } else {

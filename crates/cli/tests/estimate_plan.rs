@@ -176,3 +176,28 @@ fn plan_levers_and_sweep() {
     assert_eq!(text.lines().count(), 5, "{text}");
     assert!(text.starts_with("batch,seq,peak_reserved_bytes"), "{text}");
 }
+
+#[test]
+fn sweep_json_and_plot_agree() {
+    let cfg = config_file("bert_train_fp32");
+    let dir = std::env::temp_dir().join(format!("vramscope-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("sweep.html");
+    let args = format!(
+        "--mode infer --batch 1..12 --seq 128,256 --memory-limit 400000000 --json --html {}",
+        html.display()
+    );
+    let j = json(&vramscope("plan", &cfg, &args, 0));
+    let cells = j["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 24);
+    // inference: the model runs at batch 1, both ends and the middle of
+    // each column; the rest are replayed from a template
+    let ran = cells.iter().filter(|c| c["model_ran"] == true).count();
+    assert_eq!(ran, 8, "{j}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<circle").count(), 24);
+    let hollow = cells.iter().filter(|c| c["fits"] == false).count();
+    assert_eq!(hollow, 5, "a 400 MB limit leaves the largest cells out");
+    assert_eq!(page.matches(r#"fill="white""#).count(), hollow);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,6 +30,9 @@ pub struct EstimateOptions {
     /// simulate a GPU without a capacity limit (the figures of a run that
     /// would not fit, instead of its out-of-memory)
     pub unlimited: bool,
+    /// record the allocator trace (`torch.cuda.memory._record_memory_history()`)
+    /// for [`Estimate::recorded`]: what `--snapshot` and `--html` draw
+    pub record_trace: bool,
 }
 
 impl Default for EstimateOptions {
@@ -39,6 +42,7 @@ impl Default for EstimateOptions {
             allocator: AllocatorConfig::default(),
             memory_fraction: None,
             unlimited: false,
+            record_trace: false,
         }
     }
 }
@@ -104,6 +108,26 @@ pub struct Estimate {
     /// every allocation, free and change of role, in order (the predicted
     /// trace behind the timeline, the HTML report and `--snapshot`)
     pub events: EventLog,
+    /// the allocator trace, with [`EstimateOptions::record_trace`]
+    pub recorded: Option<RecordedRun>,
+    /// each phase's span of allocator requests (mallocs and frees, counted
+    /// from the start): `phases[i]` ran requests `phase_requests[i].0..1`
+    pub phase_requests: Vec<(usize, usize)>,
+}
+
+/// The allocator's view of an estimate recorded with
+/// [`EstimateOptions::record_trace`]: what `_record_memory_history()` and a
+/// `_dump_snapshot()` at the end of the workload (or, on an out-of-memory,
+/// in an out-of-memory observer) would hold.
+#[derive(Debug, Clone)]
+pub struct RecordedRun {
+    /// the allocator trace up to the end of the last phase (or the `oom`
+    /// entry); the teardown after it is left out
+    pub trace: Vec<vramscope_alloc::TraceEntry>,
+    /// each phase: (name, first trace index, end trace index)
+    pub phases: Vec<(String, usize, usize)>,
+    /// the segments and blocks at the end of the trace
+    pub segments: Vec<vramscope_alloc::SegmentInfo>,
 }
 
 enum Optimizer {
@@ -137,6 +161,133 @@ pub fn estimate(
     options: &EstimateOptions,
 ) -> Result<Estimate> {
     check(config, workload)?;
+    if let Some(e) = by_repetition(config, workload, options)? {
+        return Ok(e);
+    }
+    estimate_every_step(config, workload, options)
+}
+
+/// The allocator requests of `workload` (the model runs two steps when the
+/// rest repeat the second, as in [`estimate`]); `None` if it ran out of
+/// memory.
+pub fn workload_requests(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Option<crate::requests::Requests>> {
+    check(config, workload)?;
+    if workload.steps >= 3 {
+        let short = Workload {
+            steps: 2,
+            ..workload.clone()
+        };
+        let est = estimate_every_step(config, &short, options)?;
+        if let Some(r) =
+            crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps))
+        {
+            return Ok(Some(r));
+        }
+    }
+    let est = estimate_every_step(config, workload, options)?;
+    Ok(crate::requests::Requests::of(&est))
+}
+
+/// Steps after the second, without running the model again.
+///
+/// The eager twin is deterministic, and when the second step frees
+/// everything it allocates and frees nothing older (checked on its
+/// requests), the third step starts from the same tensors as the second and
+/// asks the allocator for the same sizes in the same order: only the
+/// allocator's state differs. So the model runs two steps, and the
+/// allocator twin replays the whole request sequence with the second step
+/// repeated (`requests::Requests::repeat_steps`). The figures are the full
+/// run's (tests/requests.rs checks every fixture); the event log, the
+/// breakdown at the peak and `ops_simulated` are those of the two steps
+/// (the peak allocated, the same in every later step, is first reached in
+/// them; if it were not, the model runs every step).
+fn by_repetition(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Option<Estimate>> {
+    if options.record_trace || workload.steps < 3 {
+        return Ok(None);
+    }
+    let short = Workload {
+        steps: 2,
+        ..workload.clone()
+    };
+    let mut est = estimate_every_step(config, &short, options)?;
+    if est.oom.is_some() {
+        // the full run stops at the same place
+        return Ok(Some(est));
+    }
+    let Some(reqs) =
+        crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps))
+    else {
+        return Ok(None);
+    };
+    let mut alloc = crate::requests::fresh_allocator(
+        &options.profile,
+        &options.allocator,
+        options.memory_fraction,
+        options.unlimited,
+    );
+    let r = crate::requests::replay(&reqs, &mut alloc);
+    let n = est.phases.len();
+    if r.phases.len() < n
+        || r.phases[..n] != est.phases[..]
+        || r.peak_allocated_bytes > est.peak_allocated_bytes
+    {
+        return Ok(None);
+    }
+    if let Some(o) = &r.oom {
+        // the request that failed is the same one of the second step
+        let first = reqs.phases.iter().position(|p| p.0.ends_with('1'));
+        let per_step = reqs.repeated_step_len();
+        let (op, module) = match (first, per_step) {
+            (Some(f), Some(len)) if len > 0 => {
+                let start = reqs.phases[f].1;
+                let i = start + (o.request - start) % len;
+                let malloc = reqs.requests[..i]
+                    .iter()
+                    .filter(|q| q.malloc_bytes().is_some())
+                    .count();
+                let rec = est
+                    .events
+                    .events
+                    .iter()
+                    .filter_map(|e| match e {
+                        vramscope_engine::MemEvent::Alloc(r) => Some(r),
+                        _ => None,
+                    })
+                    .nth(malloc);
+                rec.map_or((String::new(), String::new()), |r| {
+                    (r.op.to_string(), r.module.clone())
+                })
+            }
+            _ => (String::new(), String::new()),
+        };
+        est.oom = Some(Oom {
+            phase: o.phase.clone(),
+            op,
+            module,
+            bytes: o.bytes,
+            message: o.message.clone(),
+        });
+    }
+    est.phases = r.phases;
+    est.peak_reserved_bytes = r.peak_reserved_bytes;
+    Ok(Some(est))
+}
+
+/// [`estimate`], running the model at every step (no repetition).
+pub fn estimate_every_step(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Estimate> {
+    check(config, workload)?;
     let mut profile = options.profile.clone();
     if options.unlimited {
         profile.total_memory = u64::MAX / 4;
@@ -150,17 +301,26 @@ pub fn estimate(
         rt.set_memory_fraction(f)?;
     }
     rt.start_event_log();
+    if options.record_trace {
+        rt.record_memory_history(true);
+    }
     let mut run = Run {
         rt: rt.clone(),
         phases: Vec::new(),
         current: String::new(),
+        record: options.record_trace,
+        marks: Vec::new(),
+        end: None,
+        requests: Vec::new(),
     };
     let mut params = (0u64, 0u64);
     let outcome = drive(config, workload, &mut run, &mut params);
     let oom = match outcome {
         Ok(()) => None,
         Err(ModelError::Engine(EngineError::OutOfMemory { op, bytes, detail })) => {
-            run.end_phase();
+            // the figures at the out-of-memory, not after the unwinding freed
+            // the model
+            run.end_phase_with(rt.oom_figures());
             Some(Oom {
                 phase: run.current.clone(),
                 op: op.to_string(),
@@ -171,6 +331,32 @@ pub fn estimate(
         }
         Err(e) => return Err(e),
     };
+    let recorded = options.record_trace.then(|| {
+        let mut trace = rt.trace();
+        let (end, segments) = match (&oom, run.end.take()) {
+            // the out-of-memory observer's view: up to the `oom` entry
+            (Some(_), _) => {
+                let end = trace
+                    .iter()
+                    .rposition(|e| e.action == vramscope_alloc::TraceAction::Oom)
+                    .map_or(trace.len(), |i| i + 1);
+                (end, rt.oom_segments().unwrap_or_default())
+            }
+            (None, Some(end)) => end,
+            (None, None) => (trace.len(), rt.segments()),
+        };
+        trace.truncate(end);
+        let phases = run
+            .marks
+            .iter()
+            .map(|(n, s, e)| (n.clone(), (*s).min(end), (*e).min(end)))
+            .collect();
+        RecordedRun {
+            trace,
+            phases,
+            segments,
+        }
+    });
     let log = rt.take_event_log().unwrap_or_default();
     let live = log.live_at_peak();
     let mut by_cat: BTreeMap<String, (Category, u64)> = BTreeMap::new();
@@ -217,6 +403,8 @@ pub fn estimate(
         oom,
         ops_simulated: rt.ops_simulated(),
         events: log,
+        recorded,
+        phase_requests: run.requests,
     })
 }
 
@@ -250,15 +438,58 @@ struct Run {
     rt: Runtime,
     phases: Vec<PhaseFigures>,
     current: String,
+    /// recording the allocator trace
+    record: bool,
+    /// (phase, first trace index, end trace index) while recording
+    marks: Vec<(String, usize, usize)>,
+    /// the trace length and the segments when the workload ended
+    end: Option<(usize, Vec<vramscope_alloc::SegmentInfo>)>,
+    /// each phase's span of allocator requests
+    requests: Vec<(usize, usize)>,
+}
+
+/// Mallocs and frees served so far (an out-of-memory is not served).
+fn requests_so_far(rt: &Runtime) -> usize {
+    let a = rt.stats().allocation;
+    (a.all().allocated + a.all().freed) as usize
 }
 
 impl Run {
     fn begin(&mut self, name: String) {
         self.rt.reset_peak_memory_stats();
+        let at = requests_so_far(&self.rt);
+        self.requests.push((at, at));
+        if self.record {
+            let at = self.rt.trace_len();
+            self.marks.push((name.clone(), at, at));
+        }
         self.current = name;
     }
+    /// The workload is done: what a `_dump_snapshot()` now would hold.
+    fn finish(&mut self) {
+        if self.record {
+            self.end = Some((self.rt.trace_len(), self.rt.segments()));
+        }
+    }
     fn end_phase(&mut self) {
-        let f = self.rt.figures();
+        self.end_phase_with(None);
+    }
+    fn end_phase_with(&mut self, figures: Option<vramscope_engine::MemoryFigures>) {
+        if figures.is_none() {
+            // (after an out-of-memory the unwinding has freed more: the span
+            // ends at the failed request)
+            let at = requests_so_far(&self.rt);
+            if let Some(r) = self.requests.last_mut() {
+                r.1 = at;
+            }
+        }
+        if self.record {
+            let at = self.rt.trace_len();
+            if let Some(m) = self.marks.last_mut() {
+                m.2 = at;
+            }
+        }
+        let f = figures.unwrap_or_else(|| self.rt.figures());
         self.phases.push(PhaseFigures {
             name: self.current.clone(),
             allocated_bytes: f.allocated,
@@ -340,6 +571,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
             }
         }
     }
+    run.finish();
     drop(opt);
     Ok(())
 }

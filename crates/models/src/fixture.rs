@@ -20,8 +20,10 @@ pub struct Case {
     pub name: String,
     /// the workload
     pub workload: Workload,
-    /// `PYTORCH_CUDA_ALLOC_CONF`
+    /// `PYTORCH_CUDA_ALLOC_CONF`, parsed
     pub allocator: AllocatorConfig,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as written (`""`: unset)
+    pub alloc_conf: String,
 }
 
 /// What the GPU recorded for a case.
@@ -112,6 +114,11 @@ fn case(c: &Value) -> Result<Case> {
             }) as usize,
         accumulation: 1,
     };
+    let alloc_conf = c
+        .get("alloc_conf")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let allocator = match c.get("alloc_conf").and_then(Value::as_str) {
         Some(conf) => AllocatorConfig::parse(conf)
             .map_err(|e| ModelError::Unsupported(format!("alloc_conf {conf}: {e}")))?,
@@ -121,6 +128,7 @@ fn case(c: &Value) -> Result<Case> {
         name: s("name")?,
         workload,
         allocator,
+        alloc_conf,
     })
 }
 

@@ -19,11 +19,16 @@ mod error;
 pub mod estimate;
 pub mod families;
 pub mod fixture;
+pub mod predicted;
 pub mod presets;
+pub mod requests;
 pub mod workload;
 
 pub use config::HfConfig;
 pub use error::{ModelError, Result};
-pub use estimate::{estimate, Estimate, EstimateOptions, Oom, PhaseFigures};
+pub use estimate::{
+    estimate, estimate_every_step, workload_requests, Estimate, EstimateOptions, Oom, PhaseFigures,
+    RecordedRun,
+};
 pub use families::{HfModel, Inputs, ModelOutput};
 pub use workload::{Checkpointing, Mode, OptimizerKind, Task, Workload};

@@ -1,7 +1,16 @@
 //! Sweeps: the peak reserved memory and the verdict over a grid of batch
 //! sizes and sequence lengths.
+//!
+//! Each column (one sequence length) runs the model only at the batch sizes
+//! [`batch_column`] needs; every cell is then the allocator twin replaying
+//! that batch's requests, under the limit for the verdict and, when it runs
+//! out, without one for the figures. The cells equal full estimates (the
+//! tests of `vramscope_models::requests` check it on every fixture).
 
-use vramscope_models::{estimate, EstimateOptions, HfConfig, Result, Workload};
+use vramscope_models::requests::{batch_column, fresh_allocator, replay};
+use vramscope_models::{
+    workload_requests, EstimateOptions, HfConfig, ModelError, Result, Workload,
+};
 
 /// One cell of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -10,17 +19,20 @@ pub struct SweepCell {
     pub batch: i64,
     /// sequence length
     pub seq: i64,
-    /// the peak reserved bytes of the whole workload (without a limit)
+    /// the peak reserved bytes: of the run under the limit when it fits
+    /// (releasing cached blocks at the limit can keep it lower than without
+    /// one), else of the whole workload without a limit, as `estimate`
     pub peak_reserved_bytes: i64,
-    /// the peak allocated bytes of the whole workload (without a limit)
+    /// the peak allocated bytes, likewise
     pub peak_allocated_bytes: i64,
     /// whether every step completes under the limit
     pub fits: bool,
+    /// the model ran at this batch size (else its requests came from a
+    /// template fitted on three batch sizes around it)
+    pub model_ran: bool,
 }
 
-/// Estimate every (batch, seq) of the grid. A cell that fits is one run; one
-/// that does not is run again without a limit for its figures. `progress`
-/// sees each cell.
+/// Estimate every (batch, seq) of the grid. `progress` sees each cell.
 pub fn sweep(
     config: &HfConfig,
     base: &Workload,
@@ -32,33 +44,104 @@ pub fn sweep(
     let free = EstimateOptions {
         unlimited: true,
         memory_fraction: None,
+        record_trace: false,
         ..options.clone()
     };
     let mut out = Vec::with_capacity(batches.len() * seqs.len());
     for &seq in seqs {
-        for &batch in batches {
-            let w = Workload {
-                batch,
-                seq,
-                ..base.clone()
-            };
-            let est = estimate(config, &w, options)?;
-            let fits = est.oom.is_none();
-            let est = if fits {
-                est
+        let at = |batch: i64| Workload {
+            batch,
+            seq,
+            ..base.clone()
+        };
+        let (sources, _) = batch_column(batches, |b| {
+            workload_requests(config, &at(b), &free)?.ok_or_else(|| {
+                ModelError::Unsupported("a run without a limit ran out of memory".into())
+            })
+        })?;
+        for (&batch, source) in batches.iter().zip(&sources) {
+            let reqs = source
+                .requests(batch)
+                .ok_or_else(|| ModelError::Unsupported(format!("batch {batch}")))?;
+            let mut alloc = fresh_allocator(
+                &options.profile,
+                &options.allocator,
+                options.memory_fraction,
+                options.unlimited,
+            );
+            let limited = replay(&reqs, &mut alloc);
+            let fits = limited.oom.is_none();
+            let whole = if fits {
+                limited
             } else {
-                estimate(config, &w, &free)?
+                let mut alloc = fresh_allocator(&options.profile, &options.allocator, None, true);
+                replay(&reqs, &mut alloc)
             };
             let cell = SweepCell {
                 batch,
                 seq,
-                peak_reserved_bytes: est.peak_reserved_bytes,
-                peak_allocated_bytes: est.peak_allocated_bytes,
+                peak_reserved_bytes: whole.peak_reserved_bytes,
+                peak_allocated_bytes: whole.peak_allocated_bytes,
                 fits,
+                model_ran: matches!(source, vramscope_models::requests::Source::Model(_)),
             };
             progress(&cell);
             out.push(cell);
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramscope_engine::DType;
+    use vramscope_models::{estimate, presets, Mode, Task};
+
+    /// Every cell equals the estimate the model itself gives (the verdict
+    /// under the limit, the figures without one).
+    #[test]
+    fn cells_equal_full_estimates() {
+        let config = presets::get("qwen3-0.6b").unwrap();
+        for mode in [Mode::Train, Mode::Infer] {
+            let base = Workload {
+                weights: DType::BF16,
+                steps: 2,
+                mode,
+                ..Workload::train(Task::Causal, 1, 256)
+            };
+            let options = EstimateOptions {
+                memory_fraction: Some(if mode == Mode::Train { 0.12 } else { 0.03 }),
+                ..EstimateOptions::default()
+            };
+            let batches: Vec<i64> = (1..=14).collect();
+            let cells =
+                sweep(&config, &base, &batches, &[256, 384], &options, &mut |_| {}).unwrap();
+            assert!(cells.iter().any(|c| c.fits) && cells.iter().any(|c| !c.fits));
+            if mode == Mode::Infer {
+                assert!(cells.iter().any(|c| !c.model_ran));
+            }
+            for c in &cells {
+                let w = Workload {
+                    batch: c.batch,
+                    seq: c.seq,
+                    ..base.clone()
+                };
+                let limited = estimate(&config, &w, &options).unwrap();
+                assert_eq!(limited.oom.is_none(), c.fits, "{c:?}");
+                let whole = if c.fits {
+                    limited
+                } else {
+                    let free = EstimateOptions {
+                        unlimited: true,
+                        memory_fraction: None,
+                        ..options.clone()
+                    };
+                    estimate(&config, &w, &free).unwrap()
+                };
+                assert_eq!(whole.peak_reserved_bytes, c.peak_reserved_bytes, "{c:?}");
+                assert_eq!(whole.peak_allocated_bytes, c.peak_allocated_bytes, "{c:?}");
+            }
+        }
+    }
 }

@@ -248,6 +248,9 @@ pub struct StackFacts {
     backward: Option<String>,
     /// Evidence of a `forward` / `_call_impl` frame.
     forward: Option<String>,
+    /// The role `vramscope estimate` gave the allocation, in a predicted
+    /// snapshot (frame `vramscope::category::<name>`).
+    declared: Option<String>,
 }
 
 impl StackFacts {
@@ -309,7 +312,12 @@ impl StackFacts {
                     f.line
                 )
             });
+        let declared = frames
+            .iter()
+            .find_map(|f| f.name.strip_prefix("vramscope::category::"))
+            .map(str::to_owned);
         StackFacts {
+            declared,
             cublas,
             has_python: frames.iter().any(is_python),
             parameters,
@@ -348,6 +356,12 @@ pub fn classify_with(
             "32 MiB (33554432 bytes) allocation with no Python frame: the cuBLAS workspace size"
                 .into(),
         );
+    }
+    if let Some(cat) = &facts.declared {
+        if let Some(kind) = declared_kind(cat, facts) {
+            let ev = format!("predicted by vramscope estimate: `{cat}`");
+            return (kind, ev);
+        }
     }
     if let Some(ev) = &facts.parameters {
         return (Kind::Parameters, ev.clone());
@@ -403,6 +417,28 @@ pub fn classify_with(
         return (Kind::Other, "allocated before the trace began".into());
     }
     (Kind::Other, "no frame matched a rule".into())
+}
+
+/// The kind of a category the eager twin recorded (`vramscope::category::`
+/// frames of a predicted snapshot); scratch memory goes with its phase.
+fn declared_kind(cat: &str, facts: &StackFacts) -> Option<Kind> {
+    let scratch = || {
+        if facts.optim.is_some() {
+            Kind::OptimizerTemporary
+        } else if facts.backward.is_some() {
+            Kind::BackwardTemporary
+        } else {
+            Kind::Activations
+        }
+    };
+    Some(match cat {
+        "parameter" | "buffer" => Kind::Parameters,
+        "optimizer_state" => Kind::OptimizerState,
+        "gradient" => Kind::Gradients,
+        "saved_for_backward" | "output" | "input" => Kind::Activations,
+        "temporary" | "workspace" => scratch(),
+        _ => return None,
+    })
 }
 
 /// Per-stack answers (site, module path, classification facts), each

@@ -123,10 +123,12 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
         .replace("__DATA__", &data)
 }
 
-fn escape(s: &str) -> String {
+/// Text made safe inside HTML elements and attributes.
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 const TEMPLATE: &str = include_str!("report.html");

@@ -16,6 +16,7 @@ pub mod diff;
 pub mod html;
 pub mod json;
 pub mod schema;
+pub mod sweep;
 pub mod text;
 pub mod timeline;
 

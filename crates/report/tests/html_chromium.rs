@@ -10,6 +10,11 @@ const TRUTH: &str = concat!(
     "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
 );
 
+const PREDICTED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../fixtures/predicted/gpt2_train_b1_s64.pickle"
+);
+
 /// Chromium, installed from Debian's packages when it is missing (the test
 /// suite is the one path that sets up what the tests need).
 fn chromium() -> Option<PathBuf> {
@@ -35,6 +40,19 @@ fn find_chromium() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+/// Chromium, or `None` (with a loud note) when it is missing outside CI;
+/// in CI a missing browser fails the test.
+fn browser() -> Option<PathBuf> {
+    let bin = chromium();
+    if bin.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!("chromium not found and CI is set: install it (apt-get install -y chromium)");
+        }
+        eprintln!("\n\n*** SKIPPED: chromium not found; the HTML pages were NOT tested in a browser (apt-get install -y chromium) ***\n\n");
+    }
+    bin
+}
+
 fn headless(bin: &Path, dir: &Path) -> Command {
     let mut c = Command::new(bin);
     c.args([
@@ -51,25 +69,21 @@ fn headless(bin: &Path, dir: &Path) -> Command {
     c
 }
 
-#[test]
-fn html_report_draws_and_hovers_in_chromium() {
-    let Some(bin) = chromium() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("chromium not found and CI is set: install it (apt-get install -y chromium)");
-        }
-        eprintln!("\n\n*** SKIPPED: chromium not found; the HTML report was NOT tested in a browser (apt-get install -y chromium) ***\n\n");
-        return;
-    };
-    let snap = vramscope_snapshot::read_snapshot_file(TRUTH).unwrap();
+/// Render `snapshot`'s report, load it in Chromium with `#selftest`, and
+/// return the self-test line (`ok: drew N polygons; hover stack: ...`).
+/// `None` when Chromium is missing outside CI.
+fn selftest(snapshot: &str, title: &str, tag: &str) -> Option<String> {
+    let bin = browser()?;
+    let snap = vramscope_snapshot::read_snapshot_file(snapshot).unwrap();
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
     let mut report = vramscope_report::analyze(&snap, &cfg, &Default::default());
-    report.snapshot = "snapshot_encoder_adamw_h100.pickle".into();
+    report.snapshot = title.into();
     let page = vramscope_report::html::render_snapshot(&snap, &cfg, &report);
     assert!(
         !page.contains("http://") && !page.contains("https://"),
         "the page must not reach the network"
     );
-    let dir = std::env::temp_dir().join(format!("vramscope-html-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("vramscope-html-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("report.html");
     std::fs::write(&file, &page).unwrap();
@@ -82,14 +96,14 @@ fn html_report_draws_and_hovers_in_chromium() {
     let start = dom
         .find("<div id=\"selftest\">")
         .expect("selftest div in the DOM");
-    let result = &dom[start..dom[start..].find("</div>").map_or(dom.len(), |e| start + e)];
+    let result =
+        dom[start..dom[start..].find("</div>").map_or(dom.len(), |e| start + e)].to_string();
     eprintln!("{result}");
     assert!(
         result.contains("ok: drew "),
         "page self-test did not run: {result}"
     );
     assert!(result.contains("console errors: 0"), "{result}");
-    assert!(result.contains("hover stack: 64.00 MiB"), "{result}");
     let drew: usize = result["<div id=\"selftest\">ok: drew ".len()..]
         .split(' ')
         .next()
@@ -101,6 +115,80 @@ fn html_report_draws_and_hovers_in_chromium() {
     let status = headless(&bin, &dir)
         .arg(format!("--screenshot={}", png.display()))
         .arg("--window-size=1400,900")
+        .arg(format!("file://{}", file.display()))
+        .output()
+        .unwrap();
+    assert!(status.status.success() && png.metadata().map(|m| m.len() > 10_000).unwrap_or(false));
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(result)
+}
+
+#[test]
+fn html_report_draws_and_hovers_in_chromium() {
+    if let Some(result) = selftest(TRUTH, "snapshot_encoder_adamw_h100.pickle", "truth") {
+        assert!(result.contains("hover stack: 64.00 MiB"), "{result}");
+    }
+}
+
+/// The report of a run predicted by `vramscope estimate --snapshot`
+/// (`fixtures/predicted`): at its peak, hovering finds the largest block,
+/// GPT-2's tied token embedding (50257 x 768 fp32 = 147.24 MiB, a 148 MiB
+/// block), with the category the eager twin gave it.
+#[test]
+fn predicted_report_draws_and_hovers_in_chromium() {
+    if let Some(result) = selftest(
+        PREDICTED,
+        "predicted: gpt2 train batch 1 seq 64",
+        "predicted",
+    ) {
+        assert!(
+            result.contains("hover stack: 148.00 MiB (parameters: predicted by vramscope estimate"),
+            "{result}"
+        );
+    }
+}
+
+/// The sweep plot (`vramscope plan --batch LIST --html FILE`) parses and
+/// draws in Chromium: every point is in the DOM Chromium built, and the
+/// screenshot is not blank.
+#[test]
+fn sweep_plot_draws_in_chromium() {
+    let Some(bin) = browser() else {
+        return;
+    };
+    use vramscope_report::sweep::{render_sweep, SweepPoint};
+    let points: Vec<SweepPoint> = (1..=32)
+        .flat_map(|b| {
+            [512i64, 2048].map(|s| SweepPoint {
+                batch: b,
+                seq: s,
+                peak_reserved_bytes: 2_000_000_000 + b * s * 400_000,
+                fits: b * s <= 16384,
+            })
+        })
+        .collect();
+    let page = render_sweep("sweep", 8_000_000_000, &points);
+    let dir = std::env::temp_dir().join(format!("vramscope-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sweep.html");
+    std::fs::write(&file, &page).unwrap();
+    let out = headless(&bin, &dir)
+        .arg("--dump-dom")
+        .arg(format!("file://{}", file.display()))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        dom.matches("<circle").count(),
+        64,
+        "{}",
+        &dom[..dom.len().min(500)]
+    );
+    assert_eq!(dom.matches("<polyline").count(), 2);
+    let png = dir.join("shot.png");
+    let status = headless(&bin, &dir)
+        .arg(format!("--screenshot={}", png.display()))
+        .arg("--window-size=1000,800")
         .arg(format!("file://{}", file.display()))
         .output()
         .unwrap();

@@ -13,6 +13,7 @@ use crate::hash::{hash_words, IdBuild};
 use crate::intern::Interner;
 use crate::pickle::Value;
 use crate::trace::{Trace, TraceEntry};
+use vramscope_alloc::{AllocatorConfig, ROUNDUP_INTERVALS};
 
 /// An interned string in a [`StackTable`]; resolve with [`Snapshot::str`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -400,4 +401,30 @@ pub struct AllocatorSettings {
     pub pinned_use_cuda_host_register: Option<bool>,
     /// Other keys (e.g. `graph_capture_record_stream_reuse`), raw, in order.
     pub other: Vec<(String, Value)>,
+}
+
+impl AllocatorSettings {
+    /// The settings a process started with `PYTORCH_CUDA_ALLOC_CONF=conf`
+    /// reports (`cfg` is `conf` parsed).
+    pub fn from_config(conf: &str, cfg: &AllocatorConfig) -> Self {
+        AllocatorSettings {
+            pytorch_cuda_alloc_conf: Some(conf.to_owned()),
+            max_split_size: Some(if cfg.max_split_size == u64::MAX {
+                -1
+            } else {
+                cfg.max_split_size as i64
+            }),
+            garbage_collection_threshold: Some(cfg.garbage_collection_threshold),
+            expandable_segments: Some(cfg.expandable_segments),
+            roundup_power2_divisions: Some(RoundupPower2Divisions::PerBucket(
+                (0..ROUNDUP_INTERVALS)
+                    .map(|i| (1u64 << i, cfg.roundup_power2_divisions[i]))
+                    .collect(),
+            )),
+            release_lock_on_cudamalloc: Some(cfg.release_lock_on_cudamalloc),
+            pinned_num_register_threads: Some(cfg.pinned_num_register_threads as i64),
+            pinned_use_cuda_host_register: Some(cfg.pinned_use_cuda_host_register),
+            other: Vec::new(),
+        }
+    }
 }

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use vramscope_alloc::{AllocatorConfig, CachingAllocator, TraceAction, ROUNDUP_INTERVALS};
+use vramscope_alloc::{AllocatorConfig, CachingAllocator, TraceAction};
 
 use crate::model::*;
 use crate::trace::{Trace, TraceEntry};
@@ -99,25 +99,7 @@ pub fn generate(opts: &Options) -> Result<Synthetic, String> {
         snap.segments.extend(segments);
         snap.device_traces.push(trace);
     }
-    snap.allocator_settings = Some(AllocatorSettings {
-        pytorch_cuda_alloc_conf: Some(opts.conf.clone()),
-        max_split_size: Some(if cfg.max_split_size == u64::MAX {
-            -1
-        } else {
-            cfg.max_split_size as i64
-        }),
-        garbage_collection_threshold: Some(cfg.garbage_collection_threshold),
-        expandable_segments: Some(cfg.expandable_segments),
-        roundup_power2_divisions: Some(RoundupPower2Divisions::PerBucket(
-            (0..ROUNDUP_INTERVALS)
-                .map(|i| (1u64 << i, cfg.roundup_power2_divisions[i]))
-                .collect(),
-        )),
-        release_lock_on_cudamalloc: Some(cfg.release_lock_on_cudamalloc),
-        pinned_num_register_threads: Some(cfg.pinned_num_register_threads as i64),
-        pinned_use_cuda_host_register: Some(cfg.pinned_use_cuda_host_register),
-        other: Vec::new(),
-    });
+    snap.allocator_settings = Some(AllocatorSettings::from_config(&opts.conf, &cfg));
     Ok(Synthetic {
         snapshot: snap,
         peaks,

@@ -1,0 +1,592 @@
+//! A workload's allocator requests, replayed on the allocator twin alone.
+//!
+//! Whatever the eager twin simulates, what reaches the caching allocator is
+//! a sequence of `malloc(size)` and `free(block)` on one stream, with
+//! `reset_peak_memory_stats()` between phases. Nothing the eager twin does
+//! depends on the allocator's answers (it never asks how much memory is
+//! free), so replaying that sequence on a fresh allocator reproduces every
+//! figure of the estimate, under any limit, out-of-memory included.
+//!
+//! Sweeps use it to avoid re-running the model: within a column of equal
+//! sequence length, every request of the workload has the same place in
+//! the sequence at every batch size and a size that is an affine function
+//! of the batch (tensor sizes are products of dimensions, one of which is
+//! the batch). A library's scratch memory is different: its size follows
+//! the kernel's own rules (tiles, launch configurations), so a template takes
+//! it only when it does not change with the batch. [`BatchTemplate::fit`] checks this
+//! on three recorded batch sizes (the sizes must be integer-affine through
+//! the first two and land exactly on the third) and refuses otherwise; the
+//! caller then runs the model at every batch. Batch 1 is never fitted nor
+//! extrapolated to: a size-1 dimension makes some views contiguous, so
+//! their `.contiguous()` copies vanish (the shifted logits of a causal LM
+//! loss, measured in these requests).
+
+use vramscope_alloc::{AllocatorConfig, CachingAllocator, SimDevice};
+use vramscope_engine::{DeviceProfile, MemEvent};
+
+use crate::estimate::{Estimate, PhaseFigures};
+
+/// One allocator request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// `malloc(bytes)` for a tensor (its size is a product of its dimensions)
+    Malloc(u64),
+    /// `malloc(bytes)` for a library's scratch memory (a workspace whose
+    /// size a kernel computes: CUB's temporary storage, a split reduction's
+    /// buffer, cuBLAS's and cuDNN's workspaces)
+    Scratch(u64),
+    /// free the block of the `n`-th malloc
+    Free(u32),
+}
+
+impl Request {
+    /// The bytes of a malloc (either kind).
+    pub fn malloc_bytes(&self) -> Option<u64> {
+        match *self {
+            Request::Malloc(b) | Request::Scratch(b) => Some(b),
+            Request::Free(_) => None,
+        }
+    }
+
+    /// The same kind of request (the same block for frees).
+    fn same_kind(&self, other: &Request) -> bool {
+        match (self, other) {
+            (Request::Free(x), Request::Free(y)) => x == y,
+            (Request::Malloc(_), Request::Malloc(_))
+            | (Request::Scratch(_), Request::Scratch(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A workload's allocator requests, phase by phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requests {
+    /// every request, in order
+    pub requests: Vec<Request>,
+    /// each phase: its name and its span of `requests`
+    pub phases: Vec<(String, usize, usize)>,
+}
+
+impl Requests {
+    /// The requests of an estimate that ran to the end (`None` after an
+    /// out-of-memory: the sequence is not complete).
+    pub fn of(est: &Estimate) -> Option<Requests> {
+        if est.oom.is_some() || est.phase_requests.len() != est.phases.len() {
+            return None;
+        }
+        let mut requests = Vec::with_capacity(est.events.events.len());
+        let mut live = std::collections::HashMap::new();
+        let mut n = 0u32;
+        if !est.events.initial.is_empty() {
+            return None;
+        }
+        for e in &est.events.events {
+            match e {
+                MemEvent::Alloc(r) => {
+                    live.insert(r.addr, n);
+                    requests.push(if r.category == vramscope_engine::Category::Workspace {
+                        Request::Scratch(r.bytes)
+                    } else {
+                        Request::Malloc(r.bytes)
+                    });
+                    n += 1;
+                }
+                MemEvent::Free(a) => requests.push(Request::Free(live.remove(a)?)),
+                MemEvent::Recategorize(..) => {}
+            }
+        }
+        let phases: Vec<(String, usize, usize)> = est
+            .phases
+            .iter()
+            .zip(&est.phase_requests)
+            .map(|(p, r)| (p.name.clone(), r.0, r.1))
+            .collect();
+        // what follows the last phase is the teardown (the model and the
+        // optimizer dropped), not part of the workload
+        requests.truncate(phases.last().map_or(0, |p| p.2));
+        Some(Requests { requests, phases })
+    }
+
+    /// The step number of a phase name (`forward1` and `forward1.0` are
+    /// step 1; `load` has none).
+    fn step_of(name: &str) -> Option<usize> {
+        let digits = name.trim_start_matches(|c: char| c.is_ascii_alphabetic() || c == '_');
+        digits.split('.').next()?.parse().ok()
+    }
+
+    /// The span of requests of step 1 (`None` unless it is one contiguous
+    /// run of phases).
+    fn step_span(&self, step: usize) -> Option<(usize, usize, usize)> {
+        let idx: Vec<usize> = (0..self.phases.len())
+            .filter(|&i| Self::step_of(&self.phases[i].0) == Some(step))
+            .collect();
+        let (&a, &b) = (idx.first()?, idx.last()?);
+        if b - a + 1 != idx.len() {
+            return None;
+        }
+        Some((a, self.phases[a].1, self.phases[b].2))
+    }
+
+    /// How many requests the second step (step 1) makes.
+    pub fn repeated_step_len(&self) -> Option<usize> {
+        self.step_span(1).map(|(_, s, e)| e - s)
+    }
+
+    /// The requests of the same workload run for `steps` steps, from those
+    /// of a run of two (steps 0 and 1) that ended with step 1: step 1
+    /// repeated. `None` unless step 1 frees only what it allocated and
+    /// frees all of it, so that every later step starts as it did.
+    pub fn repeat_steps(&self, steps: usize) -> Option<Requests> {
+        let (first_phase, start, end) = self.step_span(1)?;
+        if !self.phases[first_phase..]
+            .iter()
+            .all(|p| Self::step_of(&p.0) == Some(1))
+            || self.phases.last()?.2 != self.requests.len()
+            || end != self.requests.len()
+        {
+            return None;
+        }
+        let first_malloc = self.requests[..start]
+            .iter()
+            .filter(|r| r.malloc_bytes().is_some())
+            .count() as u32;
+        let step = &self.requests[start..end];
+        let mallocs = step.iter().filter(|r| r.malloc_bytes().is_some()).count() as u32;
+        let mut freed = vec![false; mallocs as usize];
+        for r in step {
+            if let Request::Free(n) = *r {
+                let k = n.checked_sub(first_malloc)?;
+                *freed.get_mut(k as usize)? = true;
+            }
+        }
+        if !freed.iter().all(|f| *f) {
+            return None;
+        }
+        let mut out = self.clone();
+        for k in 2..steps {
+            let shift = (k as u32 - 1) * mallocs;
+            let at = out.requests.len();
+            out.requests.extend(step.iter().map(|r| match *r {
+                Request::Free(n) => Request::Free(n + shift),
+                m => m,
+            }));
+            for (name, s, e) in &self.phases[first_phase..] {
+                let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+                let rest = &name[prefix.len()..];
+                let sub = rest.split_once('.').map(|(_, m)| format!(".{m}"));
+                out.phases.push((
+                    format!("{prefix}{k}{}", sub.unwrap_or_default()),
+                    s - start + at,
+                    e - start + at,
+                ));
+            }
+        }
+        Some(out)
+    }
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    /// each phase that ran (up to the out-of-memory)
+    pub phases: Vec<PhaseFigures>,
+    /// the highest `memory_allocated()`
+    pub peak_allocated_bytes: i64,
+    /// the highest `memory_reserved()`
+    pub peak_reserved_bytes: i64,
+    /// the request that ran out of memory
+    pub oom: Option<ReplayOom>,
+}
+
+/// A request the allocator could not serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayOom {
+    /// the phase
+    pub phase: String,
+    /// its index in the requests
+    pub request: usize,
+    /// the bytes it asked for
+    pub bytes: u64,
+    /// the allocator's message
+    pub message: String,
+}
+
+/// The allocator of a fresh process, as the eager twin's runtime makes it.
+pub fn fresh_allocator(
+    profile: &DeviceProfile,
+    config: &AllocatorConfig,
+    memory_fraction: Option<f64>,
+    unlimited: bool,
+) -> CachingAllocator {
+    let (total, usable) = if unlimited {
+        (u64::MAX / 4, u64::MAX / 4)
+    } else {
+        (profile.total_memory, profile.usable_memory)
+    };
+    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(total, usable));
+    if let Some(f) = memory_fraction {
+        a.set_memory_fraction(f);
+    }
+    a
+}
+
+/// Replay `requests` on `alloc`, phase by phase.
+pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
+    let mut addrs: Vec<u64> = Vec::with_capacity(requests.requests.len());
+    let mut phases = Vec::with_capacity(requests.phases.len());
+    let mut oom = None;
+    'phases: for (name, start, end) in &requests.phases {
+        alloc.reset_peak_stats();
+        for (i, r) in requests.requests[*start..*end].iter().enumerate() {
+            match *r {
+                Request::Malloc(bytes) | Request::Scratch(bytes) => match alloc.malloc(bytes, 0) {
+                    Ok(a) => addrs.push(a),
+                    Err(e) => {
+                        oom = Some(ReplayOom {
+                            phase: name.clone(),
+                            request: start + i,
+                            bytes,
+                            message: e.to_string(),
+                        });
+                        phases.push(figures(name, alloc));
+                        break 'phases;
+                    }
+                },
+                Request::Free(n) => {
+                    let _ = alloc.free(addrs[n as usize]);
+                }
+            }
+        }
+        phases.push(figures(name, alloc));
+    }
+    Replayed {
+        peak_allocated_bytes: phases
+            .iter()
+            .map(|p: &PhaseFigures| p.peak_allocated_bytes)
+            .max()
+            .unwrap_or(0),
+        peak_reserved_bytes: phases
+            .iter()
+            .map(|p| p.peak_reserved_bytes)
+            .max()
+            .unwrap_or(0),
+        phases,
+        oom,
+    }
+}
+
+fn figures(name: &str, alloc: &CachingAllocator) -> PhaseFigures {
+    let s = alloc.stats();
+    PhaseFigures {
+        name: name.to_owned(),
+        allocated_bytes: s.allocated_bytes.all().current,
+        peak_allocated_bytes: s.allocated_bytes.all().peak,
+        reserved_bytes: s.reserved_bytes.all().current,
+        peak_reserved_bytes: s.reserved_bytes.all().peak,
+        requested_bytes: s.requested_bytes.all().current,
+    }
+}
+
+/// The requests of a workload at any batch size of a column, from three
+/// recorded ones (see the module doc).
+#[derive(Debug, Clone)]
+pub struct BatchTemplate {
+    base: Requests,
+    b0: i64,
+    /// per malloc: bytes at `b0` and bytes per extra batch element
+    sizes: Vec<(u64, i64)>,
+}
+
+impl BatchTemplate {
+    /// Fit from the requests at three different batch sizes; `None` unless
+    /// the three have the same structure and every size is an
+    /// integer-affine function of the batch through all three.
+    pub fn fit(runs: [(i64, &Requests); 3]) -> Option<BatchTemplate> {
+        let [(b0, r0), (b1, r1), (b2, r2)] = runs;
+        if b0 == b1 || b0 == b2 || b1 == b2 {
+            return None;
+        }
+        let same_shape = |r: &Requests| {
+            r.requests.len() == r0.requests.len()
+                && r.phases == r0.phases
+                && r.requests
+                    .iter()
+                    .zip(&r0.requests)
+                    .all(|(a, b)| a.same_kind(b))
+        };
+        if !same_shape(r1) || !same_shape(r2) {
+            return None;
+        }
+        let mut sizes = Vec::new();
+        for ((a, b), c) in r0.requests.iter().zip(&r1.requests).zip(&r2.requests) {
+            if let (Request::Scratch(s0), Request::Scratch(s1), Request::Scratch(s2)) = (a, b, c) {
+                // a kernel's own size rule (tiles, launch configurations) is
+                // not affine: only a scratch size that does not change
+                // with the batch is taken
+                if s0 != s1 || s0 != s2 {
+                    return None;
+                }
+                sizes.push((*s0, 0));
+            }
+            if let (Request::Malloc(s0), Request::Malloc(s1), Request::Malloc(s2)) = (a, b, c) {
+                let d = *s1 as i64 - *s0 as i64;
+                if d % (b1 - b0) != 0 {
+                    return None;
+                }
+                let per = d / (b1 - b0);
+                if *s0 as i64 + per * (b2 - b0) != *s2 as i64 {
+                    return None;
+                }
+                sizes.push((*s0, per));
+            }
+        }
+        Some(BatchTemplate {
+            base: r0.clone(),
+            b0,
+            sizes,
+        })
+    }
+
+    /// The requests at `batch` (`None` if a size would not be positive).
+    pub fn at(&self, batch: i64) -> Option<Requests> {
+        let mut sizes = self.sizes.iter();
+        let mut requests = Vec::with_capacity(self.base.requests.len());
+        for r in &self.base.requests {
+            requests.push(match r {
+                Request::Scratch(_) => Request::Scratch(sizes.next()?.0),
+                Request::Malloc(_) => {
+                    let (s0, per) = sizes.next()?;
+                    let s = *s0 as i64 + per * (batch - self.b0);
+                    if s <= 0 {
+                        return None;
+                    }
+                    Request::Malloc(s as u64)
+                }
+                f => *f,
+            });
+        }
+        Some(Requests {
+            requests,
+            phases: self.base.phases.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reqs(sizes: &[u64]) -> Requests {
+        let mut requests: Vec<Request> = sizes.iter().map(|&s| Request::Malloc(s)).collect();
+        requests.push(Request::Free(0));
+        Requests {
+            phases: vec![("p".into(), 0, requests.len())],
+            requests,
+        }
+    }
+
+    #[test]
+    fn affine_sizes_fit_and_extrapolate() {
+        let (a, b, c) = (reqs(&[10, 512]), reqs(&[20, 512]), reqs(&[50, 512]));
+        let t = BatchTemplate::fit([(1, &a), (2, &b), (5, &c)]).unwrap();
+        assert_eq!(t.at(7).unwrap(), reqs(&[70, 512]));
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        let (a, b) = (reqs(&[10, 512]), reqs(&[20, 512]));
+        // not affine at the third point (a rounding, say)
+        assert!(BatchTemplate::fit([(1, &a), (2, &b), (5, &reqs(&[56, 512]))]).is_none());
+        // another structure
+        assert!(BatchTemplate::fit([(1, &a), (2, &b), (5, &reqs(&[50]))]).is_none());
+        // not an integer slope
+        let c = reqs(&[15, 512]);
+        assert!(BatchTemplate::fit([(1, &a), (3, &c), (5, &reqs(&[20, 512]))]).is_none());
+        // two equal batch sizes
+        assert!(BatchTemplate::fit([(1, &a), (1, &a), (5, &c)]).is_none());
+    }
+
+    #[test]
+    fn step_one_repeats_when_it_is_closed() {
+        use Request::*;
+        let two = Requests {
+            // load: a parameter; step 0: state (kept) and a temporary;
+            // step 1: a temporary
+            requests: vec![
+                Malloc(8),
+                Malloc(16),
+                Malloc(4),
+                Free(2),
+                Malloc(4),
+                Free(3),
+            ],
+            phases: vec![
+                ("load".into(), 0, 1),
+                ("step0".into(), 1, 4),
+                ("step1".into(), 4, 6),
+            ],
+        };
+        let four = two.repeat_steps(4).unwrap();
+        assert_eq!(four.requests[6..], [Malloc(4), Free(4), Malloc(4), Free(5)]);
+        let names: Vec<&str> = four.phases.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(names, ["load", "step0", "step1", "step2", "step3"]);
+        assert_eq!(four.phases[4], ("step3".into(), 8, 10));
+        // step 1 frees what step 0 made: not repeatable
+        let mut open = two.clone();
+        open.requests[5] = Free(1);
+        assert!(open.repeat_steps(3).is_none());
+        // step 1 keeps what it made: not repeatable
+        let mut keeps = two.clone();
+        keeps.requests[5] = Free(2);
+        keeps.requests[3] = Free(3);
+        assert!(keeps.repeat_steps(3).is_none());
+    }
+
+    #[test]
+    fn replay_stops_at_an_out_of_memory() {
+        let r = reqs(&[1 << 30, 1 << 30]);
+        let profile = DeviceProfile::h100_torch_2_11();
+        let mut a = fresh_allocator(&profile, &AllocatorConfig::default(), Some(0.02), false);
+        let out = replay(&r, &mut a);
+        let oom = out.oom.unwrap();
+        assert_eq!(
+            (oom.phase.as_str(), oom.bytes, oom.request),
+            ("p", 1 << 30, 1)
+        );
+        assert_eq!(out.peak_allocated_bytes, 1 << 30);
+    }
+}
+
+/// Where the requests of one batch size come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// the model ran at this batch
+    Model(Requests),
+    /// a template fitted on three batch sizes that bracket this one
+    Template(std::rc::Rc<BatchTemplate>),
+}
+
+impl Source {
+    /// The requests at `batch`.
+    pub fn requests(&self, batch: i64) -> Option<std::borrow::Cow<'_, Requests>> {
+        match self {
+            Source::Model(r) => Some(std::borrow::Cow::Borrowed(r)),
+            Source::Template(t) => t.at(batch).map(std::borrow::Cow::Owned),
+        }
+    }
+}
+
+/// The requests at every batch of `batches` (a column of equal sequence
+/// length), running the model (`run`) as few times as exactness allows.
+///
+/// 1. Batch 1 always runs (see the module doc).
+/// 2. Structure: the model runs at both ends of the range, then bisects
+///    every stretch whose ends differ in structure (a kernel that switches
+///    path at a size, such as `embedding_dense_backward` above 3072
+///    indices), down to adjacent batch sizes.
+/// 3. Sizes: each stretch of one structure gets a [`BatchTemplate`] fitted
+///    on its ends and an interior run; where the sizes are not affine
+///    through the three (a reduction whose workspace follows its launch
+///    configuration), the stretch is split there and each half fitted
+///    again.
+///
+/// Returns the sources in the order of `batches`, and how many times the
+/// model ran.
+pub fn batch_column<E>(
+    batches: &[i64],
+    mut run: impl FnMut(i64) -> Result<Requests, E>,
+) -> Result<(Vec<Source>, usize), E> {
+    use std::collections::BTreeMap;
+    let mut sorted: Vec<i64> = batches.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut ran: BTreeMap<i64, Requests> = BTreeMap::new();
+    let mut known: BTreeMap<i64, Source> = BTreeMap::new();
+    let mut model = |b: i64, ran: &mut BTreeMap<i64, Requests>| -> Result<(), E> {
+        if let std::collections::btree_map::Entry::Vacant(e) = ran.entry(b) {
+            e.insert(run(b)?);
+        }
+        Ok(())
+    };
+    if sorted.first() == Some(&1) {
+        model(1, &mut ran)?;
+        sorted.remove(0);
+    }
+    let same_shape = |a: &Requests, b: &Requests| {
+        a.requests.len() == b.requests.len()
+            && a.phases == b.phases
+            && a.requests
+                .iter()
+                .zip(&b.requests)
+                .all(|(x, y)| x.same_kind(y))
+    };
+    if !sorted.is_empty() {
+        let last = sorted.len() - 1;
+        model(sorted[0], &mut ran)?;
+        model(sorted[last], &mut ran)?;
+        // 2. where the structure changes: bisect down to adjacent sizes
+        let mut todo = vec![(0, last)];
+        let mut cuts = Vec::new();
+        while let Some((lo, hi)) = todo.pop() {
+            if same_shape(&ran[&sorted[lo]], &ran[&sorted[hi]]) {
+                continue;
+            }
+            if hi == lo + 1 {
+                cuts.push(hi);
+                continue;
+            }
+            let mid = (lo + hi) / 2;
+            model(sorted[mid], &mut ran)?;
+            todo.push((lo, mid));
+            todo.push((mid, hi));
+        }
+        cuts.sort_unstable();
+        // 3. fit each stretch of one structure
+        let mut starts = vec![0];
+        starts.extend(&cuts);
+        let mut ends: Vec<usize> = cuts.iter().map(|c| c - 1).collect();
+        ends.push(last);
+        let mut todo: Vec<(usize, usize)> = starts.into_iter().zip(ends).collect();
+        while let Some((lo, hi)) = todo.pop() {
+            model(sorted[lo], &mut ran)?;
+            model(sorted[hi], &mut ran)?;
+            if hi <= lo + 1 {
+                continue;
+            }
+            // the run nearest the middle, or a new one there
+            let target = (lo + hi) / 2;
+            let mid = (lo + 1..hi)
+                .filter(|i| ran.contains_key(&sorted[*i]))
+                .min_by_key(|i| i.abs_diff(target))
+                .unwrap_or(target);
+            model(sorted[mid], &mut ran)?;
+            let fit = BatchTemplate::fit([
+                (sorted[lo], &ran[&sorted[lo]]),
+                (sorted[mid], &ran[&sorted[mid]]),
+                (sorted[hi], &ran[&sorted[hi]]),
+            ]);
+            match fit {
+                Some(t) => {
+                    let t = std::rc::Rc::new(t);
+                    for &b in &sorted[lo + 1..hi] {
+                        known.insert(b, Source::Template(t.clone()));
+                    }
+                }
+                None => {
+                    todo.push((lo, mid));
+                    todo.push((mid, hi));
+                }
+            }
+        }
+    }
+    let runs = ran.len();
+    for (b, r) in ran {
+        known.insert(b, Source::Model(r));
+    }
+    let out = batches
+        .iter()
+        .map(|b| known.get(b).cloned().expect("every batch is known"))
+        .collect();
+    Ok((out, runs))
+}

@@ -1,0 +1,226 @@
+//! Replaying a workload's allocator requests on the allocator twin alone
+//! gives the estimate's figures, and a batch template fitted on three batch
+//! sizes (2 and up: at batch 1 some views are contiguous and their copies
+//! vanish) gives the requests the model itself makes at the others.
+
+use vramscope_models::fixture::{self, Case};
+use vramscope_models::requests::{batch_column, fresh_allocator, replay, BatchTemplate, Requests};
+use vramscope_models::{
+    estimate, estimate_every_step, workload_requests, EstimateOptions, HfConfig, Workload,
+};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn cases() -> Vec<(Case, HfConfig)> {
+    let text = std::fs::read_to_string(format!("{ROOT}/validation/hf_cases.json")).unwrap();
+    fixture::cases(&text)
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            let text = std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/{}.json", c.name))
+                .unwrap();
+            let config = fixture::recorded(&text).unwrap().config;
+            (c, config)
+        })
+        .collect()
+}
+
+fn requests(config: &HfConfig, w: &Workload, opts: &EstimateOptions) -> Requests {
+    let free = EstimateOptions {
+        unlimited: true,
+        ..opts.clone()
+    };
+    Requests::of(&estimate_every_step(config, w, &free).unwrap()).unwrap()
+}
+
+#[test]
+fn later_steps_repeat_the_second() {
+    for (case, config) in cases() {
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let two = requests(
+            &config,
+            &Workload {
+                steps: 2,
+                ..case.workload.clone()
+            },
+            &opts,
+        );
+        for steps in [3, 5] {
+            let w = Workload {
+                steps,
+                ..case.workload.clone()
+            };
+            let full = requests(&config, &w, &opts);
+            let repeated = two
+                .repeat_steps(steps)
+                .unwrap_or_else(|| panic!("{}: step 1 does not repeat", case.name));
+            assert!(full == repeated, "{} with {steps} steps", case.name);
+            assert!(workload_requests(&config, &w, &opts).unwrap().unwrap() == full);
+        }
+        // the estimate that repeats equals the one that runs every step,
+        // under a limit too (an out-of-memory in a repeated step)
+        let every = estimate_every_step(&config, &case.workload, &opts).unwrap();
+        let est = estimate(&config, &case.workload, &opts).unwrap();
+        assert_eq!(est.phases, every.phases, "{}", case.name);
+        assert_eq!(est.peak_phase, every.peak_phase, "{}", case.name);
+        assert_eq!(
+            est.breakdown_at_peak, every.breakdown_at_peak,
+            "{}",
+            case.name
+        );
+        let last = &every.phases[every.phases.len() - 2];
+        let limit = EstimateOptions {
+            memory_fraction: Some(
+                (last.peak_reserved_bytes as f64 * 0.9) / opts.profile.total_memory as f64,
+            ),
+            ..opts.clone()
+        };
+        let every = estimate_every_step(&config, &case.workload, &limit).unwrap();
+        let est = estimate(&config, &case.workload, &limit).unwrap();
+        assert_eq!(est.phases, every.phases, "{} under a limit", case.name);
+        assert_eq!(est.oom, every.oom, "{} under a limit", case.name);
+    }
+}
+
+#[test]
+fn replaying_the_requests_gives_the_estimates_figures() {
+    for (case, config) in cases() {
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let est = estimate(&config, &case.workload, &opts).unwrap();
+        let reqs = requests(&config, &case.workload, &opts);
+        let mut alloc = fresh_allocator(&opts.profile, &opts.allocator, None, false);
+        let r = replay(&reqs, &mut alloc);
+        assert_eq!(r.phases, est.phases, "{}", case.name);
+        assert_eq!(
+            r.peak_reserved_bytes, est.peak_reserved_bytes,
+            "{}",
+            case.name
+        );
+        assert!(r.oom.is_none());
+    }
+}
+
+#[test]
+fn replaying_under_a_limit_runs_out_where_the_estimate_does() {
+    for (case, config) in cases().into_iter().step_by(3) {
+        let full = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let reqs = requests(&config, &case.workload, &full);
+        let peak = estimate(&config, &case.workload, &full)
+            .unwrap()
+            .peak_reserved_bytes;
+        // a limit just under the peak reserved: the release-and-retry path
+        // runs, and the run may or may not still fit
+        let fraction = (peak as f64 * 0.97) / full.profile.total_memory as f64;
+        let opts = EstimateOptions {
+            memory_fraction: Some(fraction),
+            ..full.clone()
+        };
+        let est = estimate(&config, &case.workload, &opts).unwrap();
+        let mut alloc = fresh_allocator(&opts.profile, &opts.allocator, Some(fraction), false);
+        let r = replay(&reqs, &mut alloc);
+        assert_eq!(r.oom.is_some(), est.oom.is_some(), "{}", case.name);
+        if let (Some(r), Some(o)) = (&r.oom, &est.oom) {
+            assert_eq!((&r.phase, r.bytes), (&o.phase, o.bytes), "{}", case.name);
+        }
+        assert_eq!(r.phases, est.phases, "{}", case.name);
+    }
+}
+
+#[test]
+fn a_template_from_three_batch_sizes_gives_the_models_requests_at_others() {
+    let mut fitted = 0;
+    for (case, config) in cases() {
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let at = |b: i64| {
+            requests(
+                &config,
+                &Workload {
+                    batch: b,
+                    ..case.workload.clone()
+                },
+                &opts,
+            )
+        };
+        let (r2, r3, r5) = (at(2), at(3), at(5));
+        // training's scratch sizes follow the kernels' own rules (CUB's
+        // temporary storage, split reductions): then no template fits, and
+        // none may; inference has none that change with the batch
+        let Some(t) = BatchTemplate::fit([(2, &r2), (3, &r3), (5, &r5)]) else {
+            assert!(
+                case.workload.mode == vramscope_models::Mode::Train,
+                "{}",
+                case.name
+            );
+            continue;
+        };
+        fitted += 1;
+        assert!(t.at(4).unwrap() == at(4), "{} at batch 4", case.name);
+    }
+    assert!(fitted >= 11, "{fitted}");
+}
+
+#[test]
+fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() {
+    let batches: Vec<i64> = (1..=20).collect();
+    // every other fixture, and the others at an odd sequence length (where
+    // a size divided by the batch's neighbours would round)
+    let all = cases();
+    let odd = all
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .filter(|(c, _)| c.workload.seq > 0)
+        .map(|(c, config)| {
+            let mut c = c.clone();
+            c.workload.seq -= 3;
+            c.name = format!("{} (seq {})", c.name, c.workload.seq);
+            (c, config.clone())
+        });
+    for (case, config) in all.iter().cloned().step_by(2).chain(odd) {
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let at = |b: i64| {
+            requests(
+                &config,
+                &Workload {
+                    batch: b,
+                    ..case.workload.clone()
+                },
+                &opts,
+            )
+        };
+        let (sources, runs) = batch_column(&batches, |b| Ok::<_, ()>(at(b))).unwrap();
+        println!(
+            "{:<28} model ran at {runs} of {} batch sizes",
+            case.name,
+            batches.len()
+        );
+        // inference has no size-dependent kernel path: two ends, the middle
+        // and batch 1 (training's embedding backward sorts with CUB above
+        // 3072 indices, whose scratch size is not affine in the batch)
+        if case.workload.mode == vramscope_models::Mode::Infer {
+            assert_eq!(runs, 4, "{}", case.name);
+        }
+        for (b, s) in batches.iter().zip(&sources) {
+            assert!(
+                *s.requests(*b).unwrap() == at(*b),
+                "{} at batch {b}",
+                case.name
+            );
+        }
+    }
+}
