@@ -56,6 +56,15 @@ fn inspect_reads_the_predicted_run_with_the_estimates_peaks() {
     assert_eq!(r["peak_reserved_bytes"], est["peak_reserved_bytes"]);
     let last = est["phases"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(r["final_allocated_bytes"], last["allocated_bytes"]);
+    // and `vramscope replay` finds the allocator twin doing exactly what the
+    // snapshot records (exit 0: every segment action and final block)
+    let out = vramscope(&["replay", pickle.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>") || page.starts_with("<!doctype html>"));
     assert!(page.contains("predicted: gpt2 train batch 1 seq 64"));
