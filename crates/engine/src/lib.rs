@@ -42,6 +42,7 @@ mod ops;
 pub mod optim;
 mod overload;
 mod runtime;
+mod scratch;
 mod tensor;
 
 pub use autocast::{AutocastConfig, CastPolicy};
@@ -56,4 +57,5 @@ pub use runtime::{
     blas_workspace_sizes, AllocRecord, Category, DeviceProfile, EventLog, MemEvent, MemoryFigures,
     Runtime, RuntimeConfig, Thread,
 };
+pub use scratch::ScratchRule;
 pub use tensor::Tensor;

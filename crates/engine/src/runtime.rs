@@ -91,6 +91,13 @@ pub struct EventLog {
     pub peak_allocated: i64,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
+    /// the rule of each library scratch allocation that has one, by the
+    /// allocation's `seq` ([`crate::ScratchRule`])
+    pub scratch_rules: Vec<(u64, crate::ScratchRule)>,
+    /// a size was read from a table of measured shapes (cuDNN convolution
+    /// workspaces) that holds the same problem at another batch size: at
+    /// other shapes it follows no rule
+    pub measured_sizes: bool,
 }
 
 impl EventLog {
@@ -164,6 +171,8 @@ struct RawLog {
     events: Vec<RawEvent>,
     peak_allocated: i64,
     peak_index: usize,
+    scratch_rules: Vec<(u64, crate::ScratchRule)>,
+    measured_sizes: bool,
 }
 
 impl RawLog {
@@ -181,6 +190,8 @@ impl RawLog {
                 .collect(),
             peak_allocated: self.peak_allocated,
             peak_index: self.peak_index,
+            scratch_rules: self.scratch_rules,
+            measured_sizes: self.measured_sizes,
         }
     }
 }
@@ -511,7 +522,28 @@ impl Runtime {
             events: Vec::new(),
             peak_allocated: current,
             peak_index: 0,
+            scratch_rules: Vec::new(),
+            measured_sizes: false,
         });
+    }
+
+    /// Mark the event log: a size came from a table of measured shapes.
+    pub(crate) fn note_measured_size(&self) {
+        if let Some(log) = self.st.borrow_mut().log.as_mut() {
+            log.measured_sizes = true;
+        }
+    }
+
+    /// Keep `rule` in the event log for the allocation at `addr` (library
+    /// scratch: how its size was computed).
+    pub(crate) fn note_scratch_rule(&self, addr: Addr, rule: crate::ScratchRule) {
+        let mut st = self.st.borrow_mut();
+        let Some(seq) = st.live.get(&addr).map(|r| r.seq) else {
+            return;
+        };
+        if let Some(log) = st.log.as_mut() {
+            log.scratch_rules.push((seq, rule));
+        }
     }
 
     /// The module path that was running at the last out-of-memory.

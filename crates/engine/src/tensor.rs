@@ -292,6 +292,21 @@ impl Tensor {
 impl Runtime {
     /// Allocate a storage of `nbytes` on `device` for `op` (zero bytes never
     /// reach the allocator, as `NativeCachingAllocator::allocate`).
+    /// Library scratch memory of `nbytes` on the GPU, sized by `rule` (kept
+    /// in the event log with the allocation).
+    pub(crate) fn scratch(
+        &self,
+        nbytes: u64,
+        rule: crate::ScratchRule,
+        op: &'static str,
+    ) -> Result<Rc<Storage>> {
+        let s = self.storage(nbytes, Device::Cuda, op, Category::Workspace)?;
+        if let Some(addr) = s.addr {
+            self.note_scratch_rule(addr, rule);
+        }
+        Ok(s)
+    }
+
     pub(crate) fn storage(
         &self,
         nbytes: u64,

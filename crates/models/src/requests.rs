@@ -16,13 +16,18 @@
 //! it only when it does not change with the batch. [`BatchTemplate::fit`] checks this
 //! on three recorded batch sizes (the sizes must be integer-affine through
 //! the first two and land exactly on the third) and refuses otherwise; the
-//! caller then runs the model at every batch. Batch 1 is never fitted nor
+//! caller then runs the model at every batch. Three points cannot vouch for
+//! a size that is an integer division of the batch (a training step's
+//! embedding backward has such sizes), so sweeps use templates for
+//! inference only. Batch 1 is never fitted nor
 //! extrapolated to: a size-1 dimension makes some views contiguous, so
 //! their `.contiguous()` copies vanish (the shifted logits of a causal LM
 //! loss, measured in these requests).
 
+use std::collections::BTreeMap;
 use vramscope_alloc::{AllocatorConfig, CachingAllocator, SimDevice};
-use vramscope_engine::{DeviceProfile, MemEvent};
+
+use vramscope_engine::{DeviceProfile, MemEvent, ScratchRule};
 
 use crate::estimate::{Estimate, PhaseFigures};
 
@@ -66,6 +71,11 @@ pub struct Requests {
     pub requests: Vec<Request>,
     /// each phase: its name and its span of `requests`
     pub phases: Vec<(String, usize, usize)>,
+    /// how the eager twin sized each [`Request::Scratch`], by its index in
+    /// `requests`
+    pub rules: BTreeMap<usize, ScratchRule>,
+    /// a size came from a table of measured shapes (no template may hold)
+    pub measured_sizes: bool,
 }
 
 impl Requests {
@@ -76,6 +86,13 @@ impl Requests {
             return None;
         }
         let mut requests = Vec::with_capacity(est.events.events.len());
+        let by_seq: std::collections::HashMap<u64, &ScratchRule> = est
+            .events
+            .scratch_rules
+            .iter()
+            .map(|(s, r)| (*s, r))
+            .collect();
+        let mut rules = BTreeMap::new();
         let mut live = std::collections::HashMap::new();
         let mut n = 0u32;
         if !est.events.initial.is_empty() {
@@ -85,11 +102,13 @@ impl Requests {
             match e {
                 MemEvent::Alloc(r) => {
                     live.insert(r.addr, n);
-                    requests.push(if r.category == vramscope_engine::Category::Workspace {
-                        Request::Scratch(r.bytes)
-                    } else {
-                        Request::Malloc(r.bytes)
-                    });
+                    match by_seq.get(&r.seq) {
+                        Some(rule) => {
+                            rules.insert(requests.len(), (*rule).clone());
+                            requests.push(Request::Scratch(r.bytes));
+                        }
+                        None => requests.push(Request::Malloc(r.bytes)),
+                    }
                     n += 1;
                 }
                 MemEvent::Free(a) => requests.push(Request::Free(live.remove(a)?)),
@@ -104,8 +123,15 @@ impl Requests {
             .collect();
         // what follows the last phase is the teardown (the model and the
         // optimizer dropped), not part of the workload
-        requests.truncate(phases.last().map_or(0, |p| p.2));
-        Some(Requests { requests, phases })
+        let end = phases.last().map_or(0, |p| p.2);
+        requests.truncate(end);
+        rules.retain(|i, _| *i < end);
+        Some(Requests {
+            requests,
+            phases,
+            rules,
+            measured_sizes: est.events.measured_sizes,
+        })
     }
 
     /// The step number of a phase name (`forward1` and `forward1.0` are
@@ -167,6 +193,9 @@ impl Requests {
         for k in 2..steps {
             let shift = (k as u32 - 1) * mallocs;
             let at = out.requests.len();
+            for (i, rule) in self.rules.range(start..end) {
+                out.rules.insert(i - start + at, rule.clone());
+            }
             out.requests.extend(step.iter().map(|r| match *r {
                 Request::Free(n) => Request::Free(n + shift),
                 m => m,
@@ -294,17 +323,45 @@ fn figures(name: &str, alloc: &CachingAllocator) -> PhaseFigures {
 pub struct BatchTemplate {
     base: Requests,
     b0: i64,
-    /// per malloc: bytes at `b0` and bytes per extra batch element
-    sizes: Vec<(u64, i64)>,
+    /// per malloc, in order
+    sizes: Vec<Size>,
+    /// the GPU the scratch rules are evaluated for
+    profile: DeviceProfile,
+}
+
+/// How a malloc's size follows the batch.
+#[derive(Debug, Clone)]
+enum Size {
+    /// bytes at `b0`, and bytes per extra batch element
+    Affine(u64, i64),
+    /// a library's scratch: its rule, with each input affine like sizes
+    Rule(ScratchRule, Vec<(i64, i64)>),
+}
+
+/// `(value at b0, slope)` when `v0, v1, v2` at `b0, b1, b2` lie on an
+/// integer-sloped line.
+fn affine(b: [i64; 3], v: [i64; 3]) -> Option<(i64, i64)> {
+    let d = v[1] - v[0];
+    if d % (b[1] - b[0]) != 0 {
+        return None;
+    }
+    let per = d / (b[1] - b[0]);
+    (v[0] + per * (b[2] - b[0]) == v[2]).then_some((v[0], per))
 }
 
 impl BatchTemplate {
     /// Fit from the requests at three different batch sizes; `None` unless
-    /// the three have the same structure and every size is an
-    /// integer-affine function of the batch through all three.
-    pub fn fit(runs: [(i64, &Requests); 3]) -> Option<BatchTemplate> {
+    /// the three have the same structure, every tensor's size is an
+    /// integer-affine function of the batch through all three, and every
+    /// library scratch either keeps its size or has a rule whose inputs are
+    /// (its size then comes from the rule, evaluated for `profile`).
+    pub fn fit(runs: [(i64, &Requests); 3], profile: &DeviceProfile) -> Option<BatchTemplate> {
         let [(b0, r0), (b1, r1), (b2, r2)] = runs;
         if b0 == b1 || b0 == b2 || b1 == b2 {
+            return None;
+        }
+        let bs = [b0, b1, b2];
+        if r0.measured_sizes || r1.measured_sizes || r2.measured_sizes {
             return None;
         }
         let same_shape = |r: &Requests| {
@@ -319,142 +376,87 @@ impl BatchTemplate {
             return None;
         }
         let mut sizes = Vec::new();
-        for ((a, b), c) in r0.requests.iter().zip(&r1.requests).zip(&r2.requests) {
-            if let (Request::Scratch(s0), Request::Scratch(s1), Request::Scratch(s2)) = (a, b, c) {
-                // a kernel's own size rule (tiles, launch configurations) is
-                // not affine: only a scratch size that does not change
-                // with the batch is taken
-                if s0 != s1 || s0 != s2 {
-                    return None;
+        for (i, ((a, b), c)) in r0
+            .requests
+            .iter()
+            .zip(&r1.requests)
+            .zip(&r2.requests)
+            .enumerate()
+        {
+            match (a, b, c) {
+                (Request::Scratch(s0), Request::Scratch(s1), Request::Scratch(s2)) => {
+                    let rules = (r0.rules.get(&i), r1.rules.get(&i), r2.rules.get(&i));
+                    match rules {
+                        (Some(x), Some(y), Some(z)) if x.same_rule(y) && x.same_rule(z) => {
+                            let (ix, iy, iz) = (x.inputs(), y.inputs(), z.inputs());
+                            if ix.len() != iy.len() || ix.len() != iz.len() {
+                                return None;
+                            }
+                            let inputs = (0..ix.len())
+                                .map(|k| affine(bs, [ix[k], iy[k], iz[k]]))
+                                .collect::<Option<Vec<_>>>()?;
+                            sizes.push(Size::Rule(x.clone(), inputs));
+                        }
+                        // no rule kept: only a size that does not change
+                        (None, None, None) if s0 == s1 && s0 == s2 => {
+                            sizes.push(Size::Affine(*s0, 0));
+                        }
+                        _ => return None,
+                    }
                 }
-                sizes.push((*s0, 0));
-            }
-            if let (Request::Malloc(s0), Request::Malloc(s1), Request::Malloc(s2)) = (a, b, c) {
-                let d = *s1 as i64 - *s0 as i64;
-                if d % (b1 - b0) != 0 {
-                    return None;
+                (Request::Malloc(s0), Request::Malloc(s1), Request::Malloc(s2)) => {
+                    let (v, per) = affine(bs, [*s0 as i64, *s1 as i64, *s2 as i64])?;
+                    sizes.push(Size::Affine(v as u64, per));
                 }
-                let per = d / (b1 - b0);
-                if *s0 as i64 + per * (b2 - b0) != *s2 as i64 {
-                    return None;
-                }
-                sizes.push((*s0, per));
+                _ => {}
             }
         }
         Some(BatchTemplate {
             base: r0.clone(),
             b0,
             sizes,
+            profile: profile.clone(),
         })
     }
 
-    /// The requests at `batch` (`None` if a size would not be positive).
+    /// The requests at `batch` (`None` if a size would not be positive, or a
+    /// scratch rule does not apply there).
     pub fn at(&self, batch: i64) -> Option<Requests> {
         let mut sizes = self.sizes.iter();
         let mut requests = Vec::with_capacity(self.base.requests.len());
-        for r in &self.base.requests {
-            requests.push(match r {
-                Request::Scratch(_) => Request::Scratch(sizes.next()?.0),
-                Request::Malloc(_) => {
-                    let (s0, per) = sizes.next()?;
-                    let s = *s0 as i64 + per * (batch - self.b0);
-                    if s <= 0 {
-                        return None;
-                    }
-                    Request::Malloc(s as u64)
+        let mut rules = BTreeMap::new();
+        let db = batch - self.b0;
+        for (i, r) in self.base.requests.iter().enumerate() {
+            let bytes = match r {
+                Request::Free(_) => {
+                    requests.push(*r);
+                    continue;
                 }
-                f => *f,
+                _ => match sizes.next()? {
+                    Size::Affine(s0, per) => *s0 as i64 + per * db,
+                    Size::Rule(rule, inputs) => {
+                        let v: Vec<i64> = inputs.iter().map(|(v0, per)| v0 + per * db).collect();
+                        let rule = rule.with_inputs(&v)?;
+                        let b = rule.bytes(&self.profile)? as i64;
+                        rules.insert(i, rule);
+                        b
+                    }
+                },
+            };
+            if bytes <= 0 {
+                return None;
+            }
+            requests.push(match r {
+                Request::Scratch(_) => Request::Scratch(bytes as u64),
+                _ => Request::Malloc(bytes as u64),
             });
         }
         Some(Requests {
             requests,
             phases: self.base.phases.clone(),
+            rules,
+            measured_sizes: false,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reqs(sizes: &[u64]) -> Requests {
-        let mut requests: Vec<Request> = sizes.iter().map(|&s| Request::Malloc(s)).collect();
-        requests.push(Request::Free(0));
-        Requests {
-            phases: vec![("p".into(), 0, requests.len())],
-            requests,
-        }
-    }
-
-    #[test]
-    fn affine_sizes_fit_and_extrapolate() {
-        let (a, b, c) = (reqs(&[10, 512]), reqs(&[20, 512]), reqs(&[50, 512]));
-        let t = BatchTemplate::fit([(1, &a), (2, &b), (5, &c)]).unwrap();
-        assert_eq!(t.at(7).unwrap(), reqs(&[70, 512]));
-    }
-
-    #[test]
-    fn anything_else_is_refused() {
-        let (a, b) = (reqs(&[10, 512]), reqs(&[20, 512]));
-        // not affine at the third point (a rounding, say)
-        assert!(BatchTemplate::fit([(1, &a), (2, &b), (5, &reqs(&[56, 512]))]).is_none());
-        // another structure
-        assert!(BatchTemplate::fit([(1, &a), (2, &b), (5, &reqs(&[50]))]).is_none());
-        // not an integer slope
-        let c = reqs(&[15, 512]);
-        assert!(BatchTemplate::fit([(1, &a), (3, &c), (5, &reqs(&[20, 512]))]).is_none());
-        // two equal batch sizes
-        assert!(BatchTemplate::fit([(1, &a), (1, &a), (5, &c)]).is_none());
-    }
-
-    #[test]
-    fn step_one_repeats_when_it_is_closed() {
-        use Request::*;
-        let two = Requests {
-            // load: a parameter; step 0: state (kept) and a temporary;
-            // step 1: a temporary
-            requests: vec![
-                Malloc(8),
-                Malloc(16),
-                Malloc(4),
-                Free(2),
-                Malloc(4),
-                Free(3),
-            ],
-            phases: vec![
-                ("load".into(), 0, 1),
-                ("step0".into(), 1, 4),
-                ("step1".into(), 4, 6),
-            ],
-        };
-        let four = two.repeat_steps(4).unwrap();
-        assert_eq!(four.requests[6..], [Malloc(4), Free(4), Malloc(4), Free(5)]);
-        let names: Vec<&str> = four.phases.iter().map(|p| p.0.as_str()).collect();
-        assert_eq!(names, ["load", "step0", "step1", "step2", "step3"]);
-        assert_eq!(four.phases[4], ("step3".into(), 8, 10));
-        // step 1 frees what step 0 made: not repeatable
-        let mut open = two.clone();
-        open.requests[5] = Free(1);
-        assert!(open.repeat_steps(3).is_none());
-        // step 1 keeps what it made: not repeatable
-        let mut keeps = two.clone();
-        keeps.requests[5] = Free(2);
-        keeps.requests[3] = Free(3);
-        assert!(keeps.repeat_steps(3).is_none());
-    }
-
-    #[test]
-    fn replay_stops_at_an_out_of_memory() {
-        let r = reqs(&[1 << 30, 1 << 30]);
-        let profile = DeviceProfile::h100_torch_2_11();
-        let mut a = fresh_allocator(&profile, &AllocatorConfig::default(), Some(0.02), false);
-        let out = replay(&r, &mut a);
-        let oom = out.oom.unwrap();
-        assert_eq!(
-            (oom.phase.as_str(), oom.bytes, oom.request),
-            ("p", 1 << 30, 1)
-        );
-        assert_eq!(out.peak_allocated_bytes, 1 << 30);
     }
 }
 
@@ -478,7 +480,13 @@ impl Source {
 }
 
 /// The requests at every batch of `batches` (a column of equal sequence
-/// length), running the model (`run`) as few times as exactness allows.
+/// length), running the model (`run`) as few times as the checks allow.
+///
+/// For workloads whose sizes are products of shapes and rule-sized scratch
+/// (inference): a training step's backward also has sizes that follow
+/// integer divisions of the batch (the embedding backward's sorting path),
+/// which can lie on one line at three batch sizes and off it between them;
+/// `vramscope plan` runs training at every batch.
 ///
 /// 1. Batch 1 always runs (see the module doc).
 /// 2. Structure: the model runs at both ends of the range, then bisects
@@ -495,6 +503,7 @@ impl Source {
 /// model ran.
 pub fn batch_column<E>(
     batches: &[i64],
+    profile: &DeviceProfile,
     mut run: impl FnMut(i64) -> Result<Requests, E>,
 ) -> Result<(Vec<Source>, usize), E> {
     use std::collections::BTreeMap;
@@ -561,11 +570,14 @@ pub fn batch_column<E>(
                 .min_by_key(|i| i.abs_diff(target))
                 .unwrap_or(target);
             model(sorted[mid], &mut ran)?;
-            let fit = BatchTemplate::fit([
-                (sorted[lo], &ran[&sorted[lo]]),
-                (sorted[mid], &ran[&sorted[mid]]),
-                (sorted[hi], &ran[&sorted[hi]]),
-            ]);
+            let fit = BatchTemplate::fit(
+                [
+                    (sorted[lo], &ran[&sorted[lo]]),
+                    (sorted[mid], &ran[&sorted[mid]]),
+                    (sorted[hi], &ran[&sorted[hi]]),
+                ],
+                profile,
+            );
             match fit {
                 Some(t) => {
                     let t = std::rc::Rc::new(t);
@@ -589,4 +601,140 @@ pub fn batch_column<E>(
         .map(|b| known.get(b).cloned().expect("every batch is known"))
         .collect();
     Ok((out, runs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reqs(sizes: &[u64]) -> Requests {
+        let mut requests: Vec<Request> = sizes.iter().map(|&s| Request::Malloc(s)).collect();
+        requests.push(Request::Free(0));
+        Requests {
+            phases: vec![("p".into(), 0, requests.len())],
+            requests,
+            rules: BTreeMap::new(),
+            measured_sizes: false,
+        }
+    }
+
+    #[test]
+    fn affine_sizes_fit_and_extrapolate() {
+        let (a, b, c) = (reqs(&[10, 512]), reqs(&[20, 512]), reqs(&[50, 512]));
+        let t = BatchTemplate::fit(
+            [(1, &a), (2, &b), (5, &c)],
+            &DeviceProfile::h100_torch_2_11(),
+        )
+        .unwrap();
+        assert_eq!(t.at(7).unwrap(), reqs(&[70, 512]));
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let fit = |runs: [(i64, &Requests); 3]| BatchTemplate::fit(runs, &h100);
+        let (a, b) = (reqs(&[10, 512]), reqs(&[20, 512]));
+        // not affine at the third point (a rounding, say)
+        assert!(fit([(1, &a), (2, &b), (5, &reqs(&[56, 512]))]).is_none());
+        // another structure
+        assert!(fit([(1, &a), (2, &b), (5, &reqs(&[50]))]).is_none());
+        // not an integer slope
+        let c = reqs(&[15, 512]);
+        assert!(fit([(1, &a), (3, &c), (5, &reqs(&[20, 512]))]).is_none());
+        // two equal batch sizes
+        assert!(fit([(1, &a), (1, &a), (5, &c)]).is_none());
+    }
+
+    #[test]
+    fn a_scratch_follows_its_rule_or_keeps_its_size() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let sort = |n: i64| ScratchRule::RadixSortPairs {
+            n,
+            key_bytes: 8,
+            value_bytes: 8,
+        };
+        let run = |n: i64, rule: bool| {
+            let bytes = sort(n).bytes(&h100).unwrap();
+            Requests {
+                requests: vec![Request::Malloc(n as u64 * 8), Request::Scratch(bytes)],
+                phases: vec![("p".into(), 0, 2)],
+                rules: if rule {
+                    BTreeMap::from([(1, sort(n))])
+                } else {
+                    BTreeMap::new()
+                },
+                measured_sizes: false,
+            }
+        };
+        let b = |k: i64| k * 3000;
+        let t = BatchTemplate::fit(
+            [
+                (2, &run(b(2), true)),
+                (3, &run(b(3), true)),
+                (9, &run(b(9), true)),
+            ],
+            &h100,
+        )
+        .unwrap();
+        assert_eq!(t.at(5).unwrap(), run(b(5), true));
+        // without its rule, a scratch that changes size is refused
+        let without = [
+            (2, &run(b(2), false)),
+            (3, &run(b(3), false)),
+            (9, &run(b(9), false)),
+        ];
+        assert!(BatchTemplate::fit(without, &h100).is_none());
+    }
+
+    #[test]
+    fn step_one_repeats_when_it_is_closed() {
+        use Request::*;
+        let two = Requests {
+            // load: a parameter; step 0: state (kept) and a temporary;
+            // step 1: a temporary
+            requests: vec![
+                Malloc(8),
+                Malloc(16),
+                Malloc(4),
+                Free(2),
+                Malloc(4),
+                Free(3),
+            ],
+            phases: vec![
+                ("load".into(), 0, 1),
+                ("step0".into(), 1, 4),
+                ("step1".into(), 4, 6),
+            ],
+            rules: BTreeMap::new(),
+            measured_sizes: false,
+        };
+        let four = two.repeat_steps(4).unwrap();
+        assert_eq!(four.requests[6..], [Malloc(4), Free(4), Malloc(4), Free(5)]);
+        let names: Vec<&str> = four.phases.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(names, ["load", "step0", "step1", "step2", "step3"]);
+        assert_eq!(four.phases[4], ("step3".into(), 8, 10));
+        // step 1 frees what step 0 made: not repeatable
+        let mut open = two.clone();
+        open.requests[5] = Free(1);
+        assert!(open.repeat_steps(3).is_none());
+        // step 1 keeps what it made: not repeatable
+        let mut keeps = two.clone();
+        keeps.requests[5] = Free(2);
+        keeps.requests[3] = Free(3);
+        assert!(keeps.repeat_steps(3).is_none());
+    }
+
+    #[test]
+    fn replay_stops_at_an_out_of_memory() {
+        let r = reqs(&[1 << 30, 1 << 30]);
+        let profile = DeviceProfile::h100_torch_2_11();
+        let mut a = fresh_allocator(&profile, &AllocatorConfig::default(), Some(0.02), false);
+        let out = replay(&r, &mut a);
+        let oom = out.oom.unwrap();
+        assert_eq!(
+            (oom.phase.as_str(), oom.bytes, oom.request),
+            ("p", 1 << 30, 1)
+        );
+        assert_eq!(out.peak_allocated_bytes, 1 << 30);
+    }
 }

@@ -157,9 +157,10 @@ fn a_template_from_three_batch_sizes_gives_the_models_requests_at_others() {
         // training's scratch sizes follow the kernels' own rules (CUB's
         // temporary storage, split reductions): then no template fits, and
         // none may; inference has none that change with the batch
-        let Some(t) = BatchTemplate::fit([(2, &r2), (3, &r3), (5, &r5)]) else {
+        let Some(t) = BatchTemplate::fit([(2, &r2), (3, &r3), (5, &r5)], &opts.profile) else {
+            // ViT's patch convolution: a workspace measured at one batch size
             assert!(
-                case.workload.mode == vramscope_models::Mode::Train,
+                case.workload.mode == vramscope_models::Mode::Train || r2.measured_sizes,
                 "{}",
                 case.name
             );
@@ -168,19 +169,17 @@ fn a_template_from_three_batch_sizes_gives_the_models_requests_at_others() {
         fitted += 1;
         assert!(t.at(4).unwrap() == at(4), "{} at batch 4", case.name);
     }
-    assert!(fitted >= 11, "{fitted}");
+    assert!(fitted >= 10, "{fitted}");
 }
 
 #[test]
 fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() {
     let batches: Vec<i64> = (1..=20).collect();
-    // every other fixture, and the others at an odd sequence length (where
-    // a size divided by the batch's neighbours would round)
+    // every inference fixture, at its sequence length and at an odd one
+    // (where a size divided by a power of two would round)
     let all = cases();
     let odd = all
         .iter()
-        .skip(1)
-        .step_by(2)
         .filter(|(c, _)| c.workload.seq > 0)
         .map(|(c, config)| {
             let mut c = c.clone();
@@ -188,7 +187,14 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             c.name = format!("{} (seq {})", c.name, c.workload.seq);
             (c, config.clone())
         });
-    for (case, config) in all.iter().cloned().step_by(2).chain(odd) {
+    // inference only: see batch_column
+    let infer = |(c, _): &(Case, HfConfig)| c.workload.mode == vramscope_models::Mode::Infer;
+    for (case, config) in all
+        .iter()
+        .filter(|x| infer(x))
+        .cloned()
+        .chain(odd.filter(infer))
+    {
         let opts = EstimateOptions {
             allocator: case.allocator.clone(),
             ..EstimateOptions::default()
@@ -203,16 +209,16 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
                 &opts,
             )
         };
-        let (sources, runs) = batch_column(&batches, |b| Ok::<_, ()>(at(b))).unwrap();
+        let (sources, runs) =
+            batch_column(&batches, &opts.profile, |b| Ok::<_, ()>(at(b))).unwrap();
         println!(
             "{:<28} model ran at {runs} of {} batch sizes",
             case.name,
             batches.len()
         );
-        // inference has no size-dependent kernel path: two ends, the middle
-        // and batch 1 (training's embedding backward sorts with CUB above
-        // 3072 indices, whose scratch size is not affine in the batch)
-        if case.workload.mode == vramscope_models::Mode::Infer {
+        // two ends, the middle and batch 1 (ViT: every batch, its patch
+        // convolution's workspace is measured at one batch size)
+        if !case.name.starts_with("vit") {
             assert_eq!(runs, 4, "{}", case.name);
         }
         for (b, s) in batches.iter().zip(&sources) {

@@ -1,15 +1,17 @@
 //! Sweeps: the peak reserved memory and the verdict over a grid of batch
 //! sizes and sequence lengths.
 //!
-//! Each column (one sequence length) runs the model only at the batch sizes
-//! [`batch_column`] needs; every cell is then the allocator twin replaying
-//! that batch's requests, under the limit for the verdict and, when it runs
-//! out, without one for the figures. The cells equal full estimates (the
-//! tests of `vramscope_models::requests` check it on every fixture).
+//! Every cell is the allocator twin replaying that batch's requests, under
+//! the limit for the verdict and, when it runs out, without one for the
+//! figures. Training runs the model at every batch (two steps, the rest
+//! repeated); an inference column runs it only at the batch sizes
+//! [`batch_column`] needs and fills the rest from batch templates. The cells
+//! equal full estimates (the tests of `vramscope_models::requests` check it
+//! on every fixture).
 
-use vramscope_models::requests::{batch_column, fresh_allocator, replay};
+use vramscope_models::requests::{batch_column, fresh_allocator, replay, Source};
 use vramscope_models::{
-    workload_requests, EstimateOptions, HfConfig, ModelError, Result, Workload,
+    workload_requests, EstimateOptions, HfConfig, Mode, ModelError, Result, Workload,
 };
 
 /// One cell of a sweep.
@@ -54,15 +56,28 @@ pub fn sweep(
             seq,
             ..base.clone()
         };
-        let (sources, _) = batch_column(batches, |b| {
+        let run = |b: i64| {
             workload_requests(config, &at(b), &free)?.ok_or_else(|| {
                 ModelError::Unsupported("a run without a limit ran out of memory".into())
             })
-        })?;
+        };
+        // templates for inference only: training's backward has sizes that
+        // follow integer divisions of the batch (the embedding backward's
+        // sorting path) which three batch sizes cannot vouch for
+        let sources: Vec<Source> = if base.mode == Mode::Infer {
+            batch_column(batches, &options.profile, run)?.0
+        } else {
+            batches
+                .iter()
+                .map(|&b| run(b).map(Source::Model))
+                .collect::<Result<_>>()?
+        };
         for (&batch, source) in batches.iter().zip(&sources) {
-            let reqs = source
-                .requests(batch)
-                .ok_or_else(|| ModelError::Unsupported(format!("batch {batch}")))?;
+            let reqs = match source.requests(batch) {
+                Some(r) => r,
+                // a scratch rule that does not apply at this batch
+                None => std::borrow::Cow::Owned(run(batch)?),
+            };
             let mut alloc = fresh_allocator(
                 &options.profile,
                 &options.allocator,
@@ -83,7 +98,7 @@ pub fn sweep(
                 peak_reserved_bytes: whole.peak_reserved_bytes,
                 peak_allocated_bytes: whole.peak_allocated_bytes,
                 fits,
-                model_ran: matches!(source, vramscope_models::requests::Source::Model(_)),
+                model_ran: matches!(source, Source::Model(_)),
             };
             progress(&cell);
             out.push(cell);
@@ -96,7 +111,7 @@ pub fn sweep(
 mod tests {
     use super::*;
     use vramscope_engine::DType;
-    use vramscope_models::{estimate, presets, Mode, Task};
+    use vramscope_models::{estimate, presets, Task};
 
     /// Every cell equals the estimate the model itself gives (the verdict
     /// under the limit, the figures without one).

@@ -730,7 +730,15 @@ fn cudnn_backward(node: &Node, a: &FusedAttention, grad: &Tensor) -> Result<Vec<
         k.size(2),
         q.size(3),
     );
-    let w = q.rt().storage(ws, q.device(), op, Category::Workspace)?;
+    let rule = crate::ScratchRule::CudnnAttentionBackward {
+        b: q.size(0),
+        h: q.size(1),
+        h_k: k.size(1),
+        s_q: q.size(2),
+        s_kv: k.size(2),
+        d_qk: q.size(3),
+    };
+    let w = q.rt().scratch(ws, rule, op)?;
     drop(w);
     drop(d_o);
     drop(philox);
@@ -1018,15 +1026,7 @@ fn reduction_scratch(t: &Tensor, reduced: &[bool], op: &'static str) -> Result<(
         return Ok(());
     }
     let rt = t.rt().clone();
-    for sc in crate::ops::reduce::reduce_scratch(&rt, t, reduced, t.dtype().acc_type()) {
-        if sc.buffer > 0 {
-            let b = rt.storage(sc.buffer, Device::Cuda, op, Category::Workspace)?;
-            let s = rt.storage(sc.semaphores, Device::Cuda, op, Category::Workspace)?;
-            drop(s);
-            drop(b);
-        }
-    }
-    Ok(())
+    crate::ops::reduce::alloc_reduce_scratch(&rt, t, reduced, t.dtype().acc_type(), op)
 }
 
 impl Tensor {
@@ -1349,7 +1349,11 @@ fn efficient_backward(
         },
     );
     let w = if ws > 0 {
-        Some(rt.storage(ws, q.device(), op, Category::Workspace)?)
+        let rule = crate::ScratchRule::EfficientAttentionBackward {
+            dtype: q.dtype(),
+            dims: [b, h, m, n, kd, kv],
+        };
+        Some(rt.scratch(ws, rule, op)?)
     } else {
         None
     };

@@ -603,14 +603,7 @@ impl Tensor {
         let x = self.contiguous()?;
         if x.device() == crate::dtype::Device::Cuda {
             let all = vec![true; x.dim()];
-            for sc in crate::ops::reduce::reduce_scratch(&rt, &x, &all, x.dtype()) {
-                if sc.buffer > 0 {
-                    let b = rt.storage(sc.buffer, x.device(), "max", Category::Workspace)?;
-                    let s = rt.storage(sc.semaphores, x.device(), "max", Category::Workspace)?;
-                    drop(s);
-                    drop(b);
-                }
-            }
+            crate::ops::reduce::alloc_reduce_scratch(&rt, &x, &all, x.dtype(), "max")?;
         }
         drop(x);
         Ok(out)

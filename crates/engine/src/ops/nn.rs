@@ -188,15 +188,13 @@ impl Tensor {
         // mean_out(result, loss): the reduction's scratch, if any
         if self.device() == Device::Cuda && self.numel() > 0 {
             let red = vec![true; self.dim()];
-            for sc in crate::ops::reduce::reduce_scratch(&rt, &loss, &red, self.dtype().acc_type())
-            {
-                if sc.buffer > 0 {
-                    let b = rt.storage(sc.buffer, Device::Cuda, "mean", Category::Workspace)?;
-                    let s = rt.storage(sc.semaphores, Device::Cuda, "mean", Category::Workspace)?;
-                    drop(s);
-                    drop(b);
-                }
-            }
+            crate::ops::reduce::alloc_reduce_scratch(
+                &rt,
+                &loss,
+                &red,
+                self.dtype().acc_type(),
+                "mean",
+            )?;
         }
         drop(loss);
         // the result is a fresh tensor, not a view, for autograd
@@ -350,7 +348,12 @@ pub(crate) fn embedding_dense_backward(
                 idt.size(),
                 idt.size(),
             )?;
-            let cub = rt.storage(bytes, dev, op, Category::Workspace)?;
+            let rule = crate::scratch::ScratchRule::RadixSortPairs {
+                n,
+                key_bytes: idt.size(),
+                value_bytes: idt.size(),
+            };
+            let cub = rt.scratch(bytes, rule, op)?;
             drop(cub);
             drop(range);
         }
@@ -409,7 +412,11 @@ fn embedding_backward_cuda_kernel(
         // cuda::cub::unique_by_key: keys_out (allocator), then CUB_WRAPPER
         let keys_out = rt.storage(n as u64 * idt.size(), dev, op, Category::Temporary)?;
         let bytes = crate::ops::cub::unique_by_key_bytes(cap, n as u64, idt.size())?;
-        drop(rt.storage(bytes, dev, op, Category::Workspace)?);
+        let rule = crate::scratch::ScratchRule::UniqueByKey {
+            n,
+            key_bytes: idt.size(),
+        };
+        drop(rt.scratch(bytes, rule, op)?);
         drop(keys_out);
     }
     let max_segments = n.min(num_weights);
@@ -417,7 +424,11 @@ fn embedding_backward_cuda_kernel(
         let partials_per_segment = tmp(&[max_segments], idt)?;
         let partials_per_segment_offset = tmp(&[max_segments], idt)?;
         let bytes = crate::ops::cub::exclusive_sum_bytes(cap, max_segments as u64, idt.size())?;
-        drop(rt.storage(bytes, dev, op, Category::Workspace)?);
+        let rule = crate::scratch::ScratchRule::ExclusiveSum {
+            n: max_segments,
+            t_bytes: idt.size(),
+        };
+        drop(rt.scratch(bytes, rule, op)?);
         let num_of_partial_segments = tmp(&[], DType::I64)?;
         let max_partial_segment = n / NROWS_PER_THREAD + max_segments;
         let partial_segment_offset = tmp(&[max_partial_segment], idt)?;

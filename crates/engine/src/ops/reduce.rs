@@ -286,13 +286,62 @@ pub(crate) fn reduce_scratch(
     reduced: &[bool],
     acc: DType,
 ) -> Vec<ReduceScratch> {
-    let elem = t.dtype().size() as i64;
-    let dims = iterator_dims(t.sizes(), t.strides(), reduced, elem);
     let profile = rt.st.borrow().profile.clone();
+    reduce_scratch_of(
+        t.sizes(),
+        t.strides(),
+        reduced,
+        t.dtype().size() as i64,
+        acc.size() as i64,
+        &profile,
+    )
+}
+
+/// [`reduce_scratch`] from the input's sizes and strides (elements),
+/// element and accumulator bytes.
+pub(crate) fn reduce_scratch_of(
+    sizes: &[i64],
+    strides: &[i64],
+    reduced: &[bool],
+    elem: i64,
+    acc: i64,
+    profile: &DeviceProfile,
+) -> Vec<ReduceScratch> {
+    let dims = iterator_dims(sizes, strides, reduced, elem);
     split_32bit(dims, elem)
         .iter()
-        .map(|ds| reduce_config(ds, elem, acc.size() as i64, &profile))
+        .map(|ds| reduce_config(ds, elem, acc, profile))
         .collect()
+}
+
+/// Allocate the scratch of a reduction of `t` over `reduced` (each launch's
+/// buffer and semaphores, freed at once, as `gpu_reduce_kernel` does), with
+/// their rules.
+pub(crate) fn alloc_reduce_scratch(
+    rt: &Runtime,
+    t: &Tensor,
+    reduced: &[bool],
+    acc: DType,
+    op: &'static str,
+) -> Result<()> {
+    for (index, sc) in reduce_scratch(rt, t, reduced, acc).iter().enumerate() {
+        if sc.buffer > 0 {
+            let rule = |semaphores| crate::scratch::ScratchRule::Reduce {
+                sizes: t.sizes().to_vec(),
+                strides: t.strides().to_vec(),
+                reduced: reduced.to_vec(),
+                elem: t.dtype().size() as i64,
+                acc: acc.size() as i64,
+                index,
+                semaphores,
+            };
+            let buf = rt.scratch(sc.buffer, rule(false), op)?;
+            let sem = rt.scratch(sc.semaphores, rule(true), op)?;
+            drop(sem);
+            drop(buf);
+        }
+    }
+    Ok(())
 }
 
 impl Tensor {
@@ -320,14 +369,7 @@ impl Tensor {
             Category::Output,
         )?;
         if self.device() == Device::Cuda && self.numel() > 0 {
-            for sc in reduce_scratch(&rt, self, &reduced, self.dtype().acc_type()) {
-                if sc.buffer > 0 {
-                    let buf = rt.storage(sc.buffer, Device::Cuda, op, Category::Workspace)?;
-                    let sem = rt.storage(sc.semaphores, Device::Cuda, op, Category::Workspace)?;
-                    drop(sem);
-                    drop(buf);
-                }
-            }
+            alloc_reduce_scratch(&rt, self, &reduced, self.dtype().acc_type(), op)?;
         }
         if let Some(p) = pending {
             let dims_v: Vec<usize> = (0..self.dim()).filter(|&i| reduced[i]).collect();
