@@ -28,8 +28,8 @@ const KNOWN_OUTSIDE: &[(&str, f64)] = &[("gpt2_train_autocast_ckpt", 0.0065)];
 
 /// (case list, fixture directory): the workloads the twin was built
 /// against, and those chosen and measured afterwards without changing the
-/// twin (`validation/unseen_cases.json`, recorded on an H200: the same
-/// sm_90 kernels, driver and library versions as the H100).
+/// twin (`validation/unseen_cases.json`, recorded on the H100; a first run
+/// on an H200 gave the same figures in every phase).
 const SETS: [(&str, &str); 2] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
