@@ -178,7 +178,16 @@ impl Drop for Node {
         for e in std::mem::take(&mut self.edges).into_iter().flatten() {
             stack.push(e.node);
         }
-        while let Some(n) = stack.pop() {
+        while let Some(mut n) = stack.pop() {
+            // the last owner: take its edges in place (moving the node out
+            // of its Rc copies it), then drop it at the end of the iteration
+            if let Some(node) = Rc::get_mut(&mut n) {
+                for e in std::mem::take(&mut node.edges).into_iter().flatten() {
+                    stack.push(e.node);
+                }
+                continue;
+            }
+            // the last strong owner with weak references left
             if let Ok(mut node) = Rc::try_unwrap(n) {
                 for e in std::mem::take(&mut node.edges).into_iter().flatten() {
                     stack.push(e.node);
