@@ -154,6 +154,18 @@ impl Requests {
         Some((a, self.phases[a].1, self.phases[b].2))
     }
 
+    /// The same phases and the same requests in the same order, sizes aside
+    /// (the same blocks freed).
+    pub fn same_structure(&self, other: &Requests) -> bool {
+        self.requests.len() == other.requests.len()
+            && self.phases == other.phases
+            && self
+                .requests
+                .iter()
+                .zip(&other.requests)
+                .all(|(a, b)| a.same_kind(b))
+    }
+
     /// How many requests the second step (step 1) makes.
     pub fn repeated_step_len(&self) -> Option<usize> {
         self.step_span(1).map(|(_, s, e)| e - s)
@@ -364,15 +376,7 @@ impl BatchTemplate {
         if r0.measured_sizes || r1.measured_sizes || r2.measured_sizes {
             return None;
         }
-        let same_shape = |r: &Requests| {
-            r.requests.len() == r0.requests.len()
-                && r.phases == r0.phases
-                && r.requests
-                    .iter()
-                    .zip(&r0.requests)
-                    .all(|(a, b)| a.same_kind(b))
-        };
-        if !same_shape(r1) || !same_shape(r2) {
+        if !r0.same_structure(r1) || !r0.same_structure(r2) {
             return None;
         }
         let mut sizes = Vec::new();
@@ -522,14 +526,6 @@ pub fn batch_column<E>(
         model(1, &mut ran)?;
         sorted.remove(0);
     }
-    let same_shape = |a: &Requests, b: &Requests| {
-        a.requests.len() == b.requests.len()
-            && a.phases == b.phases
-            && a.requests
-                .iter()
-                .zip(&b.requests)
-                .all(|(x, y)| x.same_kind(y))
-    };
     if !sorted.is_empty() {
         let last = sorted.len() - 1;
         model(sorted[0], &mut ran)?;
@@ -538,7 +534,7 @@ pub fn batch_column<E>(
         let mut todo = vec![(0, last)];
         let mut cuts = Vec::new();
         while let Some((lo, hi)) = todo.pop() {
-            if same_shape(&ran[&sorted[lo]], &ran[&sorted[hi]]) {
+            if ran[&sorted[lo]].same_structure(&ran[&sorted[hi]]) {
                 continue;
             }
             if hi == lo + 1 {

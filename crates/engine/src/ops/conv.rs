@@ -191,16 +191,34 @@ pub fn cudnn_conv_workspace(
 ) -> Option<u64> {
     MEASURED
         .iter()
-        .find(|m| {
-            m.capability == profile.capability
-                && m.torch == profile.torch
-                && m.op == op
-                && m.dtype == dtype
-                && m.input[..] == *input
-                && m.weight[..] == *weight
-                && m.args == *args
-        })
+        .find(|m| m.matches(profile, op, dtype, input, weight, args, true))
         .map(|m| m.bytes)
+}
+
+impl Measured {
+    /// The same problem on the same GPU and torch; `with_batch == false`
+    /// ignores the batch size (`input[0]`).
+    #[allow(clippy::too_many_arguments)]
+    fn matches(
+        &self,
+        profile: &DeviceProfile,
+        op: ConvOp,
+        dtype: DType,
+        input: &[i64],
+        weight: &[i64],
+        args: &Conv2dArgs,
+        with_batch: bool,
+    ) -> bool {
+        let from = usize::from(!with_batch);
+        self.capability == profile.capability
+            && self.torch == profile.torch
+            && self.op == op
+            && self.dtype == dtype
+            && input.len() == self.input.len()
+            && self.input[from..] == input[from..]
+            && self.weight[..] == *weight
+            && self.args == *args
+    }
 }
 
 /// `conv_output_size`: `(in + 2 pad - dilation (k - 1) - 1) / stride + 1`.
@@ -222,15 +240,10 @@ fn workspace(
         .unwrap_or(UNMEASURED_WORKSPACE);
     // the table holds this problem at another batch size: the workspace
     // here is no rule's (a sweep must run the model at every batch)
-    if MEASURED.iter().any(|m| {
-        m.capability == profile.capability
-            && m.torch == profile.torch
-            && m.op == op
-            && m.dtype == dtype
-            && m.input[1..] == input[1..]
-            && m.weight[..] == *weight
-            && m.args == *args
-    }) {
+    if MEASURED
+        .iter()
+        .any(|m| m.matches(&profile, op, dtype, input, weight, args, false))
+    {
         rt.note_measured_size();
     }
     let name = match op {
