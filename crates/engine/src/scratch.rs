@@ -31,13 +31,6 @@ pub enum ScratchRule {
         /// key bytes
         key_bytes: u64,
     },
-    /// `cub::DeviceScan::ExclusiveSum` over `n` items
-    ExclusiveSum {
-        /// items
-        n: i64,
-        /// item bytes
-        t_bytes: u64,
-    },
     /// `_cudnn_attention_backward`'s workspace
     CudnnAttentionBackward {
         /// batch
@@ -59,6 +52,15 @@ pub enum ScratchRule {
         dtype: crate::DType,
         /// batch, heads, query length, key length, head dims of q/k and v
         dims: [i64; 6],
+    },
+    /// a buffer of `embedding_backward_cuda_kernel` sized by the segments
+    /// of its sorted indices (a tensor, but not a product of the input's
+    /// dimensions)
+    EmbeddingSegments {
+        /// the kernel's sizes
+        problem: crate::ops::nn::SegmentProblem,
+        /// which buffer
+        buffer: crate::ops::nn::SegmentBuffer,
     },
     /// part of a reduction's scratch: of the `index`-th 32-bit launch, the
     /// global buffer (`semaphores == false`) or the semaphores
@@ -96,9 +98,6 @@ impl ScratchRule {
             ScratchRule::UniqueByKey { n, key_bytes } => {
                 cub::unique_by_key_bytes(cap, u64::try_from(*n).ok()?, *key_bytes)
             }
-            ScratchRule::ExclusiveSum { n, t_bytes } => {
-                cub::exclusive_sum_bytes(cap, u64::try_from(*n).ok()?, *t_bytes)
-            }
             ScratchRule::CudnnAttentionBackward {
                 b,
                 h,
@@ -115,6 +114,9 @@ impl ScratchRule {
                     *dtype,
                     crate::ops::attention::EffProblem { b, h, m, n, k, kv },
                 ))
+            }
+            ScratchRule::EmbeddingSegments { problem, buffer } => {
+                return problem.bytes(*buffer, profile);
             }
             ScratchRule::Reduce {
                 sizes,
@@ -140,9 +142,7 @@ impl ScratchRule {
     /// strides), in a fixed order.
     pub fn inputs(&self) -> Vec<i64> {
         match self {
-            ScratchRule::RadixSortPairs { n, .. }
-            | ScratchRule::UniqueByKey { n, .. }
-            | ScratchRule::ExclusiveSum { n, .. } => vec![*n],
+            ScratchRule::RadixSortPairs { n, .. } | ScratchRule::UniqueByKey { n, .. } => vec![*n],
             ScratchRule::CudnnAttentionBackward {
                 b,
                 h,
@@ -152,6 +152,9 @@ impl ScratchRule {
                 d_qk,
             } => vec![*b, *h, *h_k, *s_q, *s_kv, *d_qk],
             ScratchRule::EfficientAttentionBackward { dims, .. } => dims.to_vec(),
+            ScratchRule::EmbeddingSegments { problem, .. } => {
+                vec![problem.n, problem.num_weights, problem.stride]
+            }
             ScratchRule::Reduce { sizes, strides, .. } => {
                 sizes.iter().chain(strides.iter()).copied().collect()
             }
@@ -163,9 +166,7 @@ impl ScratchRule {
     pub fn with_inputs(&self, inputs: &[i64]) -> Option<ScratchRule> {
         let mut r = self.clone();
         match &mut r {
-            ScratchRule::RadixSortPairs { n, .. }
-            | ScratchRule::UniqueByKey { n, .. }
-            | ScratchRule::ExclusiveSum { n, .. } => {
+            ScratchRule::RadixSortPairs { n, .. } | ScratchRule::UniqueByKey { n, .. } => {
                 let [v] = inputs else { return None };
                 *n = *v;
             }
@@ -184,6 +185,10 @@ impl ScratchRule {
             }
             ScratchRule::EfficientAttentionBackward { dims, .. } => {
                 *dims = inputs.try_into().ok()?;
+            }
+            ScratchRule::EmbeddingSegments { problem, .. } => {
+                let [n, w, s] = inputs else { return None };
+                (problem.n, problem.num_weights, problem.stride) = (*n, *w, *s);
             }
             ScratchRule::Reduce { sizes, strides, .. } => {
                 let d = sizes.len();
@@ -217,10 +222,6 @@ impl ScratchRule {
                 ScratchRule::UniqueByKey { key_bytes: b, .. },
             ) => a == b,
             (
-                ScratchRule::ExclusiveSum { t_bytes: a, .. },
-                ScratchRule::ExclusiveSum { t_bytes: b, .. },
-            ) => a == b,
-            (
                 ScratchRule::CudnnAttentionBackward { .. },
                 ScratchRule::CudnnAttentionBackward { .. },
             ) => true,
@@ -228,6 +229,16 @@ impl ScratchRule {
                 ScratchRule::EfficientAttentionBackward { dtype: a, .. },
                 ScratchRule::EfficientAttentionBackward { dtype: b, .. },
             ) => a == b,
+            (
+                ScratchRule::EmbeddingSegments {
+                    problem: p,
+                    buffer: b,
+                },
+                ScratchRule::EmbeddingSegments {
+                    problem: q,
+                    buffer: c,
+                },
+            ) => b == c && p.index == q.index && p.grad == q.grad,
             (
                 ScratchRule::Reduce {
                     sizes: s1,

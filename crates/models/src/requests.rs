@@ -11,15 +11,17 @@
 //! sequence length, every request of the workload has the same place in
 //! the sequence at every batch size and a size that is an affine function
 //! of the batch (tensor sizes are products of dimensions, one of which is
-//! the batch). A library's scratch memory is different: its size follows
-//! the kernel's own rules (tiles, launch configurations), so a template takes
-//! it only when it does not change with the batch. [`BatchTemplate::fit`] checks this
-//! on three recorded batch sizes (the sizes must be integer-affine through
-//! the first two and land exactly on the third) and refuses otherwise; the
-//! caller then runs the model at every batch. Three points cannot vouch for
-//! a size that is an integer division of the batch (a training step's
-//! embedding backward has such sizes), so sweeps use templates for
-//! inference only. Batch 1 is never fitted nor
+//! the batch). Sizes a kernel computes otherwise (a library's scratch
+//! memory, whose size follows tiles and launch configurations; the
+//! embedding backward's segment buffers, an integer division of the index
+//! count) are different: three points cannot vouch for them (an integer
+//! division lies on one line at three batch sizes and off it between them),
+//! so the eager twin keeps with each the rule that sized it
+//! ([`ScratchRule`]) and a template re-sizes it by that rule, or takes it
+//! only when it does not change with the batch. [`BatchTemplate::fit`]
+//! checks this on three recorded batch sizes (the other sizes must be
+//! integer-affine through the first two and land exactly on the third) and
+//! refuses otherwise; the caller then runs the model. Batch 1 is never fitted nor
 //! extrapolated to: a size-1 dimension makes some views contiguous, so
 //! their `.contiguous()` copies vanish (the shifted logits of a causal LM
 //! loss, measured in these requests).
@@ -36,9 +38,10 @@ use crate::estimate::{Estimate, PhaseFigures};
 pub enum Request {
     /// `malloc(bytes)` for a tensor (its size is a product of its dimensions)
     Malloc(u64),
-    /// `malloc(bytes)` for a library's scratch memory (a workspace whose
-    /// size a kernel computes: CUB's temporary storage, a split reduction's
-    /// buffer, cuBLAS's and cuDNN's workspaces)
+    /// `malloc(bytes)` of a size a kernel computes rather than a product of
+    /// dimensions: a library's scratch memory (CUB's temporary storage, a
+    /// split reduction's buffer, cuBLAS's and cuDNN's workspaces) or a
+    /// kernel's buffer such as the embedding backward's segment offsets
     Scratch(u64),
     /// free the block of the `n`-th malloc
     Free(u32),
@@ -154,6 +157,37 @@ impl Requests {
         Some((a, self.phases[a].1, self.phases[b].2))
     }
 
+    /// Whether the step spanning `b` (`(first phase, start, end)`) makes
+    /// the requests of the step spanning `a` right before it: phases of the
+    /// same lengths, the same sizes, each freeing only what it allocates,
+    /// in the same order.
+    fn mirrors(&self, a: (usize, usize, usize), b: (usize, usize, usize)) -> bool {
+        let (ra, rb) = (&self.requests[a.1..a.2], &self.requests[b.1..b.2]);
+        let phases_of = |first: usize| {
+            let k = Self::step_of(&self.phases[first].0);
+            self.phases[first..]
+                .iter()
+                .take_while(move |p| Self::step_of(&p.0) == k)
+                .map(|p| p.2 - p.1)
+        };
+        if ra.len() != rb.len() || !phases_of(a.0).eq(phases_of(b.0)) {
+            return false;
+        }
+        let mallocs_before = |at: usize| {
+            self.requests[..at]
+                .iter()
+                .filter(|r| r.malloc_bytes().is_some())
+                .count() as u32
+        };
+        let (first_a, first_b) = (mallocs_before(a.1), mallocs_before(b.1));
+        ra.iter().zip(rb).all(|(x, y)| match (*x, *y) {
+            (Request::Free(m), Request::Free(n)) => {
+                m >= first_a && n >= first_b && m - first_a == n - first_b
+            }
+            (x, y) => x == y,
+        })
+    }
+
     /// The same phases and the same requests in the same order, sizes aside
     /// (the same blocks freed).
     pub fn same_structure(&self, other: &Requests) -> bool {
@@ -236,8 +270,14 @@ pub struct Replayed {
     pub peak_allocated_bytes: i64,
     /// the highest `memory_reserved()`
     pub peak_reserved_bytes: i64,
+    /// the most bytes requested at once (before rounding: what no cache
+    /// can serve in less)
+    pub peak_requested_bytes: i64,
     /// the request that ran out of memory
     pub oom: Option<ReplayOom>,
+    /// how many steps at the end were not replayed because the one before
+    /// them started in the same state (their figures are its figures)
+    pub repeated_steps: usize,
 }
 
 /// A request the allocator could not serve.
@@ -272,12 +312,101 @@ pub fn fresh_allocator(
     a
 }
 
+/// What a sweep needs of one run under a limit: whether it fits, and the
+/// figures of the run under the limit when it does (releasing cached
+/// blocks at the limit can keep it lower than without one), else of the
+/// whole run without a limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// every request was served under the limit
+    pub fits: bool,
+    /// the run the figures are of
+    pub figures: Replayed,
+}
+
+/// The [`Verdict`] of `requests` under the limit that [`fresh_allocator`]
+/// sets with these arguments, replaying the requests without a limit first
+/// and under the limit only when that decides something:
+/// - a run whose reserved memory never went over the limit never met it
+///   (the device's capacity, or PyTorch's `allowed_memory_maximum` under a
+///   fraction): the run under it is the same run. Not so with garbage
+///   collection, which a fraction arms before the limit, nor with
+///   expandable segments, whose check under a fraction counts the whole
+///   rounded request although only the missing pages get mapped
+///   (`alloc_block`);
+/// - a run that once asked for more bytes than the limit (before rounding)
+///   cannot fit under it, whatever the cache does.
+pub fn verdict(
+    requests: &Requests,
+    profile: &DeviceProfile,
+    config: &AllocatorConfig,
+    memory_fraction: Option<f64>,
+    unlimited: bool,
+) -> Verdict {
+    let whole = replay(requests, &mut fresh_allocator(profile, config, None, true));
+    if unlimited {
+        return Verdict {
+            fits: whole.oom.is_none(),
+            figures: whole,
+        };
+    }
+    let mut alloc = fresh_allocator(profile, config, memory_fraction, unlimited);
+    let limit = alloc
+        .allowed_memory_maximum()
+        .unwrap_or(u64::MAX)
+        .min(profile.usable_memory) as i64;
+    let early = memory_fraction.is_some()
+        && (config.garbage_collection_threshold > 0.0 || config.expandable_segments);
+    if whole.peak_reserved_bytes <= limit && !early {
+        return Verdict {
+            fits: true,
+            figures: whole,
+        };
+    }
+    if whole.peak_requested_bytes > limit {
+        return Verdict {
+            fits: false,
+            figures: whole,
+        };
+    }
+    let limited = replay(requests, &mut alloc);
+    if limited.oom.is_none() {
+        Verdict {
+            fits: true,
+            figures: limited,
+        }
+    } else {
+        Verdict {
+            fits: false,
+            figures: whole,
+        }
+    }
+}
+
 /// Replay `requests` on `alloc`, phase by phase.
+///
+/// A step that starts as the one before it started and makes the same
+/// requests is not replayed: the allocator is deterministic, so it does what
+/// the step before did ([`Steady`]).
 pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
     let mut addrs: Vec<u64> = Vec::with_capacity(requests.requests.len());
-    let mut phases = Vec::with_capacity(requests.phases.len());
+    let mut phases: Vec<PhaseFigures> = Vec::with_capacity(requests.phases.len());
     let mut oom = None;
-    'phases: for (name, start, end) in &requests.phases {
+    let mut steady = Steady::new(requests, alloc);
+    // a repeated step's peak is the step's it repeats
+    let mut peak_requested = 0;
+    let mut repeated_steps = 0;
+    'phases: for (p, (name, start, end)) in requests.phases.iter().enumerate() {
+        if let Some(from) = steady.at_phase(p, alloc) {
+            // this step and every later one repeat the phases from `from`
+            for (i, (name, ..)) in requests.phases.iter().enumerate().skip(p) {
+                let mut f = phases[from + i - p].clone();
+                f.name.clone_from(name);
+                phases.push(f);
+            }
+            repeated_steps = steady.steps_from(p);
+            break;
+        }
         alloc.reset_peak_stats();
         for (i, r) in requests.requests[*start..*end].iter().enumerate() {
             match *r {
@@ -300,8 +429,10 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
             }
         }
         phases.push(figures(name, alloc));
+        peak_requested = peak_requested.max(alloc.stats().requested_bytes.all().peak);
     }
     Replayed {
+        peak_requested_bytes: peak_requested,
         peak_allocated_bytes: phases
             .iter()
             .map(|p: &PhaseFigures| p.peak_allocated_bytes)
@@ -314,6 +445,86 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
             .unwrap_or(0),
         phases,
         oom,
+        repeated_steps,
+    }
+}
+
+/// Finds where a replay reaches a steady state: the allocator starts step
+/// `k` as it started step `k - 1` (the same segments and blocks, nothing
+/// taken from or given back to the device during step `k - 1`, no garbage
+/// collection, whose block ages are state the snapshot does not show), and
+/// step `k` and every later step make the requests of the step before them,
+/// each freeing only what it allocates. Then every later step does what step
+/// `k - 1` did.
+struct Steady {
+    /// the first phase of each step from step 1 on, with its step's span
+    /// of requests
+    steps: Vec<(usize, usize, usize)>,
+    /// whether the steps from the `i`-th of `steps` on each mirror the
+    /// step before
+    mirrors_from: Vec<bool>,
+    /// at the start of the previous step: its index in `steps`, the
+    /// allocator's segments and its device calls
+    last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, i64, i64)>,
+    enabled: bool,
+}
+
+impl Steady {
+    fn new(requests: &Requests, alloc: &CachingAllocator) -> Steady {
+        let mut steps = Vec::new();
+        let mut k = 1;
+        while let Some((first, s, e)) = requests.step_span(k) {
+            steps.push((first, s, e));
+            k += 1;
+        }
+        // each step's phases follow the previous step's to the end
+        let contiguous = steps.windows(2).all(|w| w[0].2 == w[1].1)
+            && steps.last().is_some_and(|l| {
+                l.2 == requests.requests.len() && requests.phases.last().is_some_and(|p| p.2 == l.2)
+            });
+        let mut mirrors_from = vec![false; steps.len()];
+        if contiguous {
+            let mut ok = true;
+            for i in (1..steps.len()).rev() {
+                ok = ok && requests.mirrors(steps[i - 1], steps[i]);
+                mirrors_from[i] = ok;
+            }
+        }
+        Steady {
+            enabled: contiguous && alloc.config().garbage_collection_threshold == 0.0,
+            steps,
+            mirrors_from,
+            last: None,
+        }
+    }
+
+    /// How many steps start at phase `p` or later.
+    fn steps_from(&self, p: usize) -> usize {
+        self.steps.iter().filter(|s| s.0 >= p).count()
+    }
+
+    /// At the start of phase `p`: `Some(q)` when `p` starts a step that,
+    /// with every later one, repeats the phases from `q` on.
+    fn at_phase(&mut self, p: usize, alloc: &CachingAllocator) -> Option<usize> {
+        if !self.enabled {
+            return None;
+        }
+        let i = self.steps.iter().position(|s| s.0 == p)?;
+        let stats = alloc.stats();
+        let calls = (stats.num_device_alloc, stats.num_device_free);
+        if let Some((j, before, a, f)) = &self.last {
+            if *j + 1 == i
+                && self.mirrors_from[i]
+                && (*a, *f) == calls
+                && *before == alloc.snapshot()
+            {
+                return Some(self.steps[*j].0);
+            }
+        }
+        if self.mirrors_from.get(i + 1) == Some(&true) {
+            self.last = Some((i, alloc.snapshot(), calls.0, calls.1));
+        }
+        None
     }
 }
 
@@ -485,12 +696,6 @@ impl Source {
 
 /// The requests at every batch of `batches` (a column of equal sequence
 /// length), running the model (`run`) as few times as the checks allow.
-///
-/// For workloads whose sizes are products of shapes and rule-sized scratch
-/// (inference): a training step's backward also has sizes that follow
-/// integer divisions of the batch (the embedding backward's sorting path),
-/// which can lie on one line at three batch sizes and off it between them;
-/// `vramscope plan` runs training at every batch.
 ///
 /// 1. Batch 1 always runs (see the module doc).
 /// 2. Structure: the model runs at both ends of the range, then bisects

@@ -4,7 +4,9 @@
 //! vanish) gives the requests the model itself makes at the others.
 
 use vramscope_models::fixture::{self, Case};
-use vramscope_models::requests::{batch_column, fresh_allocator, replay, BatchTemplate, Requests};
+use vramscope_models::requests::{
+    batch_column, fresh_allocator, replay, verdict, BatchTemplate, Requests, Verdict,
+};
 use vramscope_models::{
     estimate, estimate_every_step, workload_requests, EstimateOptions, HfConfig, Workload,
 };
@@ -85,6 +87,84 @@ fn later_steps_repeat_the_second() {
     }
 }
 
+/// Many steps: once a step starts as the one before it did, the replay
+/// takes the later steps' figures from it; they equal running the model at
+/// every step.
+#[test]
+fn a_steady_state_repeats_without_replaying() {
+    let mut repeated = 0;
+    for (case, config) in cases().into_iter().step_by(2) {
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let w = Workload {
+            steps: 8,
+            ..case.workload.clone()
+        };
+        let every = estimate_every_step(&config, &w, &opts).unwrap();
+        let est = estimate(&config, &w, &opts).unwrap();
+        assert_eq!(est.phases, every.phases, "{}", case.name);
+        let reqs = requests(&config, &w, &opts);
+        let mut alloc = fresh_allocator(&opts.profile, &opts.allocator, None, false);
+        let r = replay(&reqs, &mut alloc);
+        assert_eq!(r.phases, every.phases, "{}", case.name);
+        repeated += r.repeated_steps;
+    }
+    println!("{repeated} steps repeated without replaying");
+    assert!(repeated > 0);
+}
+
+/// The verdict under a limit, decided without the run under the limit where
+/// the run without one settles it, is the run under the limit's.
+#[test]
+fn the_verdict_is_the_run_under_the_limits() {
+    let mut shortcuts = 0;
+    let mut limited_runs = 0;
+    for (case, config) in cases() {
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let reqs = requests(&config, &case.workload, &opts);
+        let whole = replay(
+            &reqs,
+            &mut fresh_allocator(&opts.profile, &opts.allocator, None, true),
+        );
+        let total = opts.profile.total_memory as f64;
+        let (req, res) = (whole.peak_requested_bytes, whole.peak_reserved_bytes);
+        for limit in [
+            req - 512,
+            req + 512,
+            (req + res) / 2,
+            res - 512,
+            res,
+            res + 4096,
+        ] {
+            let fraction = limit as f64 / total;
+            let mut alloc = fresh_allocator(&opts.profile, &opts.allocator, Some(fraction), false);
+            let limited = replay(&reqs, &mut alloc);
+            let expected = Verdict {
+                fits: limited.oom.is_none(),
+                figures: if limited.oom.is_none() {
+                    limited
+                } else {
+                    whole.clone()
+                },
+            };
+            let v = verdict(&reqs, &opts.profile, &opts.allocator, Some(fraction), false);
+            assert_eq!(v, expected, "{} under {limit}", case.name);
+            if v.fits && v.figures == whole || !v.fits && limit < req {
+                shortcuts += 1;
+            } else {
+                limited_runs += 1;
+            }
+        }
+    }
+    println!("{shortcuts} settled without a run under the limit, {limited_runs} with one");
+    assert!(shortcuts > 0 && limited_runs > 0);
+}
+
 #[test]
 fn replaying_the_requests_gives_the_estimates_figures() {
     for (case, config) in cases() {
@@ -154,13 +234,15 @@ fn a_template_from_three_batch_sizes_gives_the_models_requests_at_others() {
             )
         };
         let (r2, r3, r5) = (at(2), at(3), at(5));
-        // training's scratch sizes follow the kernels' own rules (CUB's
-        // temporary storage, split reductions): then no template fits, and
-        // none may; inference has none that change with the batch
+        // sizes that are not products of dimensions (CUB's temporary
+        // storage, split reductions, the embedding backward's segments)
+        // come from the kernels' rules
         let Some(t) = BatchTemplate::fit([(2, &r2), (3, &r3), (5, &r5)], &opts.profile) else {
-            // ViT's patch convolution: a workspace measured at one batch size
+            // ViT's patch convolution: a workspace measured at one batch
+            // size; or a kernel that takes another path at batch 5 (a
+            // reduction over more rows split across blocks)
             assert!(
-                case.workload.mode == vramscope_models::Mode::Train || r2.measured_sizes,
+                r2.measured_sizes || !r2.same_structure(&r3) || !r2.same_structure(&r5),
                 "{}",
                 case.name
             );
@@ -169,14 +251,15 @@ fn a_template_from_three_batch_sizes_gives_the_models_requests_at_others() {
         fitted += 1;
         assert!(t.at(4).unwrap() == at(4), "{} at batch 4", case.name);
     }
-    assert!(fitted >= 10, "{fitted}");
+    println!("{fitted} templates fitted");
+    assert!(fitted >= 20, "{fitted}");
 }
 
 #[test]
 fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() {
     let batches: Vec<i64> = (1..=20).collect();
-    // every inference fixture, at its sequence length and at an odd one
-    // (where a size divided by a power of two would round)
+    // every fixture, at its sequence length and at an odd one (where a
+    // size divided by a power of two would round)
     let all = cases();
     let odd = all
         .iter()
@@ -187,14 +270,7 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             c.name = format!("{} (seq {})", c.name, c.workload.seq);
             (c, config.clone())
         });
-    // inference only: see batch_column
-    let infer = |(c, _): &(Case, HfConfig)| c.workload.mode == vramscope_models::Mode::Infer;
-    for (case, config) in all
-        .iter()
-        .filter(|x| infer(x))
-        .cloned()
-        .chain(odd.filter(infer))
-    {
+    for (case, config) in all.iter().cloned().chain(odd) {
         let opts = EstimateOptions {
             allocator: case.allocator.clone(),
             ..EstimateOptions::default()
@@ -216,9 +292,9 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             case.name,
             batches.len()
         );
-        // two ends, the middle and batch 1 (ViT: every batch, its patch
-        // convolution's workspace is measured at one batch size)
-        if !case.name.starts_with("vit") {
+        // inference: two ends, the middle and batch 1 (ViT: every batch,
+        // its patch convolution's workspace is measured at one batch size)
+        if !case.name.starts_with("vit") && case.workload.mode == vramscope_models::Mode::Infer {
             assert_eq!(runs, 4, "{}", case.name);
         }
         for (b, s) in batches.iter().zip(&sources) {

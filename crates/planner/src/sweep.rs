@@ -3,15 +3,15 @@
 //!
 //! Every cell is the allocator twin replaying that batch's requests, under
 //! the limit for the verdict and, when it runs out, without one for the
-//! figures. Training runs the model at every batch (two steps, the rest
-//! repeated); an inference column runs it only at the batch sizes
-//! [`batch_column`] needs and fills the rest from batch templates. The cells
-//! equal full estimates (the tests of `vramscope_models::requests` check it
-//! on every fixture).
+//! figures. A column runs the model (two steps, the rest repeated) only at
+//! the batch sizes [`batch_column`] needs and fills the rest from batch
+//! templates. The cells equal full estimates (the tests of
+//! `vramscope_models::requests` check it on every fixture, training and
+//! inference).
 
-use vramscope_models::requests::{batch_column, fresh_allocator, replay, Source};
+use vramscope_models::requests::{batch_column, verdict, Source};
 use vramscope_models::{
-    workload_requests, EstimateOptions, HfConfig, Mode, ModelError, Result, Workload,
+    workload_requests, EstimateOptions, HfConfig, ModelError, Result, Workload,
 };
 
 /// One cell of a sweep.
@@ -61,43 +61,26 @@ pub fn sweep(
                 ModelError::Unsupported("a run without a limit ran out of memory".into())
             })
         };
-        // templates for inference only: training's backward has sizes that
-        // follow integer divisions of the batch (the embedding backward's
-        // sorting path) which three batch sizes cannot vouch for
-        let sources: Vec<Source> = if base.mode == Mode::Infer {
-            batch_column(batches, &options.profile, run)?.0
-        } else {
-            batches
-                .iter()
-                .map(|&b| run(b).map(Source::Model))
-                .collect::<Result<_>>()?
-        };
+        let sources: Vec<Source> = batch_column(batches, &options.profile, run)?.0;
         for (&batch, source) in batches.iter().zip(&sources) {
             let reqs = match source.requests(batch) {
                 Some(r) => r,
                 // a scratch rule that does not apply at this batch
                 None => std::borrow::Cow::Owned(run(batch)?),
             };
-            let mut alloc = fresh_allocator(
+            let v = verdict(
+                &reqs,
                 &options.profile,
                 &options.allocator,
                 options.memory_fraction,
                 options.unlimited,
             );
-            let limited = replay(&reqs, &mut alloc);
-            let fits = limited.oom.is_none();
-            let whole = if fits {
-                limited
-            } else {
-                let mut alloc = fresh_allocator(&options.profile, &options.allocator, None, true);
-                replay(&reqs, &mut alloc)
-            };
             let cell = SweepCell {
                 batch,
                 seq,
-                peak_reserved_bytes: whole.peak_reserved_bytes,
-                peak_allocated_bytes: whole.peak_allocated_bytes,
-                fits,
+                peak_reserved_bytes: v.figures.peak_reserved_bytes,
+                peak_allocated_bytes: v.figures.peak_allocated_bytes,
+                fits: v.fits,
                 model_ran: matches!(source, Source::Model(_)),
             };
             progress(&cell);
@@ -111,7 +94,7 @@ pub fn sweep(
 mod tests {
     use super::*;
     use vramscope_engine::DType;
-    use vramscope_models::{estimate, presets, Task};
+    use vramscope_models::{estimate, presets, Mode, Task};
 
     /// Every cell equals the estimate the model itself gives (the verdict
     /// under the limit, the figures without one).
@@ -133,9 +116,7 @@ mod tests {
             let cells =
                 sweep(&config, &base, &batches, &[256, 384], &options, &mut |_| {}).unwrap();
             assert!(cells.iter().any(|c| c.fits) && cells.iter().any(|c| !c.fits));
-            if mode == Mode::Infer {
-                assert!(cells.iter().any(|c| !c.model_ran));
-            }
+            assert!(cells.iter().any(|c| !c.model_ran), "{mode:?}");
             for c in &cells {
                 let w = Workload {
                     batch: c.batch,

@@ -7,7 +7,7 @@ use crate::dims::Dims;
 use crate::dtype::{DType, Device};
 use crate::error::{shape_err, EngineError, Result};
 use crate::ops::empty_like;
-use crate::runtime::Category;
+use crate::runtime::{Category, DeviceProfile};
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -367,6 +367,129 @@ pub(crate) fn embedding_dense_backward(
     Ok(gw)
 }
 
+/// A buffer of `embedding_backward_cuda_kernel` whose length follows the
+/// number of segments (not a product of the input's dimensions: it takes a
+/// `min` and an integer division of the index count), kept as a rule with
+/// the allocation so a batch template can size it at other batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentBuffer {
+    /// `partials_per_segment`: `max_segments` indices
+    PartialsPerSegment,
+    /// `partials_per_segment_offset`: `max_segments` indices
+    PartialsPerSegmentOffset,
+    /// CUB's temporary storage for the `exclusive_sum` of
+    /// `partials_per_segment` (`max_segments` indices)
+    ExclusiveSumStorage,
+    /// `partial_segment_offset`: `max_partial_segment` indices
+    PartialSegmentOffset,
+    /// the fused path's `partial_to_segment_idx`: `max_partial_segment` indices
+    PartialToSegmentIdx,
+    /// the fused path's op-math `(num_weights, stride)` accumulator (16-bit
+    /// gradients only)
+    Accumulator,
+    /// the two-pass path's `grad_weight_per_segment`: `max_partial_segment`
+    /// rows of `stride` in the op-math type
+    GradWeightPerSegment,
+}
+
+/// The sizes `embedding_backward_cuda_kernel` (EmbeddingBackwardKernel.cu)
+/// derives from `n` sorted indices into `num_weights` rows of `stride`
+/// elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentProblem {
+    /// indices
+    pub n: i64,
+    /// rows of the weight
+    pub num_weights: i64,
+    /// elements per row
+    pub stride: i64,
+    /// the indices' dtype
+    pub index: DType,
+    /// the gradient's dtype (its op-math type accumulates)
+    pub grad: DType,
+}
+
+impl SegmentProblem {
+    /// `NROWS_PER_THREAD`, `MAX_BLOCK_SIZE` and
+    /// `MAX_ATOMIC_ACCUM_BLOCKS_PER_SM` of EmbeddingBackwardKernel.cu.
+    const NROWS_PER_THREAD: i64 = 10;
+    const MAX_BLOCK_SIZE: i64 = 1024;
+    const MAX_ATOMIC_ACCUM_BLOCKS_PER_SM: i64 = 4;
+
+    /// CUB's storage for the exclusive sum over `max_segments` indices
+    fn exclusive_sum_bytes(&self, capability: (u32, u32)) -> Result<u64> {
+        crate::ops::cub::exclusive_sum_bytes(
+            capability,
+            self.max_segments() as u64,
+            self.index.size(),
+        )
+    }
+
+    /// `max_segments = min(numel, num_weights)`
+    fn max_segments(&self) -> i64 {
+        self.n.min(self.num_weights)
+    }
+
+    /// `max_partial_segment = numel / NROWS_PER_THREAD + max_segments`
+    fn max_partial_segment(&self) -> i64 {
+        self.n / Self::NROWS_PER_THREAD + self.max_segments()
+    }
+
+    /// The fused atomic path: `sum_and_scatter`'s grid,
+    /// `ceil(max_segments * stride_warped / block)`, under `4 x SMs` and
+    /// `max_partial_segment` over 4 times it (deterministic algorithms off).
+    fn fused(&self, sm_count: u32) -> bool {
+        let stride_warped = (self.stride + 31) / 32 * 32;
+        let block = stride_warped.min(Self::MAX_BLOCK_SIZE);
+        let grid = (self.max_segments() * stride_warped + block - 1) / block;
+        grid < sm_count as i64 * Self::MAX_ATOMIC_ACCUM_BLOCKS_PER_SM
+            && self.max_partial_segment() > grid * 4
+    }
+
+    /// The buffers the kernel allocates on a GPU of `sm_count` SMs, in
+    /// order, with their shapes and dtypes (the sorting path: more than 3072
+    /// indices, see [`embedding_dense_backward`]).
+    fn buffers(&self, sm_count: u32) -> Vec<(SegmentBuffer, Vec<i64>, DType)> {
+        use SegmentBuffer::*;
+        let (segs, parts) = (self.max_segments(), self.max_partial_segment());
+        let acc = self.grad.acc_type();
+        let mut v = vec![
+            (PartialsPerSegment, vec![segs], self.index),
+            (PartialsPerSegmentOffset, vec![segs], self.index),
+            (PartialSegmentOffset, vec![parts], self.index),
+        ];
+        if self.fused(sm_count) {
+            v.push((PartialToSegmentIdx, vec![parts], self.index));
+            if acc != self.grad {
+                v.push((Accumulator, vec![self.num_weights, self.stride], acc));
+            }
+        } else {
+            v.push((GradWeightPerSegment, vec![parts, self.stride], acc));
+        }
+        v
+    }
+
+    /// The bytes of `buffer` on `profile`'s GPU (`None` when the kernel
+    /// takes a path without it, or the indices take the feature kernel
+    /// instead).
+    pub fn bytes(&self, buffer: SegmentBuffer, profile: &DeviceProfile) -> Option<u64> {
+        if self.n <= 3072 {
+            return None;
+        }
+        if buffer == SegmentBuffer::ExclusiveSumStorage {
+            return self.exclusive_sum_bytes(profile.capability).ok();
+        }
+        let (_, shape, dtype) = self
+            .buffers(profile.sm_count)
+            .into_iter()
+            .find(|b| b.0 == buffer)?;
+        let numel = shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(u64::try_from(d).ok()?))?;
+        numel.checked_mul(dtype.size())
+    }
+}
+
 /// `embedding_backward_cuda_kernel(grad, orig_indices, sorted_indices, ...)`
 /// (ATen/native/cuda/EmbeddingBackwardKernel.cu, no bags, no counts): the
 /// zeroed gradient; `segment_offsets` (n indices) and `num_of_segments` (a
@@ -377,19 +500,14 @@ pub(crate) fn embedding_dense_backward(
 /// `num_of_partial_segments` (0-dim int64) and `partial_segment_offset`
 /// (`n / NROWS_PER_THREAD (10) + max_segments` indices). The two-pass path
 /// adds `grad_weight_per_segment` (`max_partial_segment x dim` in the
-/// op-math type); the fused atomic path (when `sum_and_scatter`'s grid,
-/// `ceil(max_segments * stride_warped / block)`, is under `4 x SMs` and
-/// `max_partial_segment` over 4 times it, deterministic algorithms off)
-/// instead `partial_to_segment_idx` and, for half/bf16, an fp32
-/// `(num_weights, dim)` accumulator copied back. Locals die in reverse.
+/// op-math type); the fused atomic path instead `partial_to_segment_idx`
+/// and, for half/bf16, an fp32 `(num_weights, dim)` accumulator copied back
+/// ([`SegmentProblem`]). Locals die in reverse.
 fn embedding_backward_cuda_kernel(
     grad: &Tensor,
     sorted: &Tensor,
     num_weights: i64,
 ) -> Result<Tensor> {
-    const NROWS_PER_THREAD: i64 = 10;
-    const MAX_BLOCK_SIZE: i64 = 1024;
-    const MAX_ATOMIC_ACCUM_BLOCKS_PER_SM: i64 = 4;
     let rt = grad.rt().clone();
     let op = "embedding_dense_backward";
     let dev = grad.device();
@@ -399,6 +517,24 @@ fn embedding_backward_cuda_kernel(
     let idt = sorted.dtype();
     let n = sorted.numel();
     let stride = *grad.sizes().last().unwrap_or(&1);
+    let problem = SegmentProblem {
+        n,
+        num_weights,
+        stride,
+        index: idt,
+        grad: grad.dtype(),
+    };
+    // a buffer sized by the segments, with its rule
+    let segment_buffer = |(buffer, shape, dtype): (SegmentBuffer, Vec<i64>, DType)| {
+        let t = tmp(&shape, dtype)?;
+        if let Some(addr) = t.data_ptr() {
+            rt.note_scratch_rule(
+                addr,
+                crate::scratch::ScratchRule::EmbeddingSegments { problem, buffer },
+            );
+        }
+        Ok(t)
+    };
     let gw = rt.empty_op(
         &[num_weights, stride],
         grad.dtype(),
@@ -419,35 +555,27 @@ fn embedding_backward_cuda_kernel(
         drop(rt.scratch(bytes, rule, op)?);
         drop(keys_out);
     }
-    let max_segments = n.min(num_weights);
     {
-        let partials_per_segment = tmp(&[max_segments], idt)?;
-        let partials_per_segment_offset = tmp(&[max_segments], idt)?;
-        let bytes = crate::ops::cub::exclusive_sum_bytes(cap, max_segments as u64, idt.size())?;
-        let rule = crate::scratch::ScratchRule::ExclusiveSum {
-            n: max_segments,
-            t_bytes: idt.size(),
+        let mut buffers = problem.buffers(profile.sm_count).into_iter();
+        let mut next = || {
+            buffers.next().ok_or_else(|| EngineError::Unsupported {
+                what: "embedding backward without its segment buffers".into(),
+            })
         };
-        drop(rt.scratch(bytes, rule, op)?);
+        let partials_per_segment = segment_buffer(next()?)?;
+        let partials_per_segment_offset = segment_buffer(next()?)?;
+        let rule = crate::scratch::ScratchRule::EmbeddingSegments {
+            problem,
+            buffer: SegmentBuffer::ExclusiveSumStorage,
+        };
+        drop(rt.scratch(problem.exclusive_sum_bytes(cap)?, rule, op)?);
         let num_of_partial_segments = tmp(&[], DType::I64)?;
-        let max_partial_segment = n / NROWS_PER_THREAD + max_segments;
-        let partial_segment_offset = tmp(&[max_partial_segment], idt)?;
-        let stride_warped = (stride + 31) / 32 * 32;
-        let block = stride_warped.min(MAX_BLOCK_SIZE);
-        let sum_scatter_grid = (max_segments * stride_warped + block - 1) / block;
-        let use_fused_kernel = sum_scatter_grid
-            < profile.sm_count as i64 * MAX_ATOMIC_ACCUM_BLOCKS_PER_SM
-            && max_partial_segment > sum_scatter_grid * 4;
-        if use_fused_kernel {
-            let partial_to_segment_idx = tmp(&[max_partial_segment], idt)?;
-            if grad.dtype().acc_type() != grad.dtype() {
-                let acc = tmp(&[num_weights, stride], grad.dtype().acc_type())?;
-                drop(acc);
-            }
-            drop(partial_to_segment_idx);
-        } else {
-            let per_segment = tmp(&[max_partial_segment, stride], grad.dtype().acc_type())?;
-            drop(per_segment);
+        let partial_segment_offset = segment_buffer(next()?)?;
+        // the fused path's index map and accumulator, or the two-pass
+        // path's per-segment gradient: each dies before the offsets
+        let rest = buffers.map(segment_buffer).collect::<Result<Vec<_>>>()?;
+        for t in rest.into_iter().rev() {
+            drop(t);
         }
         drop(partial_segment_offset);
         drop(num_of_partial_segments);
