@@ -35,13 +35,27 @@ fn requests(config: &HfConfig, w: &Workload, opts: &EstimateOptions) -> Requests
     Requests::of(&estimate_every_step(config, w, &free).unwrap()).unwrap()
 }
 
+/// The options a fixture was measured with.
+fn options(case: &Case) -> EstimateOptions {
+    EstimateOptions {
+        allocator: case.allocator.clone(),
+        ..EstimateOptions::default()
+    }
+}
+
+/// The requests of a fixture's workload at another batch size.
+fn at_batch(config: &HfConfig, case: &Case, opts: &EstimateOptions, batch: i64) -> Requests {
+    let w = Workload {
+        batch,
+        ..case.workload.clone()
+    };
+    requests(config, &w, opts)
+}
+
 #[test]
 fn later_steps_repeat_the_second() {
     for (case, config) in cases() {
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            ..EstimateOptions::default()
-        };
+        let opts = options(&case);
         let two = requests(
             &config,
             &Workload {
@@ -94,10 +108,7 @@ fn later_steps_repeat_the_second() {
 fn a_steady_state_repeats_without_replaying() {
     let mut repeated = 0;
     for (case, config) in cases().into_iter().step_by(2) {
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            ..EstimateOptions::default()
-        };
+        let opts = options(&case);
         let w = Workload {
             steps: 8,
             ..case.workload.clone()
@@ -122,10 +133,7 @@ fn the_verdict_is_the_run_under_the_limits() {
     let mut shortcuts = 0;
     let mut limited_runs = 0;
     for (case, config) in cases() {
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            ..EstimateOptions::default()
-        };
+        let opts = options(&case);
         let reqs = requests(&config, &case.workload, &opts);
         let whole = replay(
             &reqs,
@@ -168,10 +176,7 @@ fn the_verdict_is_the_run_under_the_limits() {
 #[test]
 fn replaying_the_requests_gives_the_estimates_figures() {
     for (case, config) in cases() {
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            ..EstimateOptions::default()
-        };
+        let opts = options(&case);
         let est = estimate(&config, &case.workload, &opts).unwrap();
         let reqs = requests(&config, &case.workload, &opts);
         let mut alloc = fresh_allocator(&opts.profile, &opts.allocator, None, false);
@@ -219,20 +224,8 @@ fn replaying_under_a_limit_runs_out_where_the_estimate_does() {
 fn a_template_from_three_batch_sizes_gives_the_models_requests_at_others() {
     let mut fitted = 0;
     for (case, config) in cases() {
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            ..EstimateOptions::default()
-        };
-        let at = |b: i64| {
-            requests(
-                &config,
-                &Workload {
-                    batch: b,
-                    ..case.workload.clone()
-                },
-                &opts,
-            )
-        };
+        let opts = options(&case);
+        let at = |b: i64| at_batch(&config, &case, &opts, b);
         let (r2, r3, r5) = (at(2), at(3), at(5));
         // sizes that are not products of dimensions (CUB's temporary
         // storage, split reductions, the embedding backward's segments)
@@ -271,20 +264,8 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             (c, config.clone())
         });
     for (case, config) in all.iter().cloned().chain(odd) {
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            ..EstimateOptions::default()
-        };
-        let at = |b: i64| {
-            requests(
-                &config,
-                &Workload {
-                    batch: b,
-                    ..case.workload.clone()
-                },
-                &opts,
-            )
-        };
+        let opts = options(&case);
+        let at = |b: i64| at_batch(&config, &case, &opts, b);
         let (sources, runs) =
             batch_column(&batches, &opts.profile, |b| Ok::<_, ()>(at(b))).unwrap();
         println!(
