@@ -464,8 +464,10 @@ struct Steady {
     /// step before
     mirrors_from: Vec<bool>,
     /// at the start of the previous step: its index in `steps`, the
-    /// allocator's segments and its device calls
-    last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, i64, i64)>,
+    /// allocator's segments and its device calls (allocations, frees)
+    last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, (i64, i64))>,
+    /// the device calls at the start of the previous step, and its index
+    calls_at: Option<(usize, (i64, i64))>,
     enabled: bool,
 }
 
@@ -495,6 +497,7 @@ impl Steady {
             steps,
             mirrors_from,
             last: None,
+            calls_at: None,
         }
     }
 
@@ -512,18 +515,17 @@ impl Steady {
         let i = self.steps.iter().position(|s| s.0 == p)?;
         let stats = alloc.stats();
         let calls = (stats.num_device_alloc, stats.num_device_free);
-        if let Some((j, before, a, f)) = &self.last {
-            if *j + 1 == i
-                && self.mirrors_from[i]
-                && (*a, *f) == calls
-                && *before == alloc.snapshot()
-            {
+        if let Some((j, before, c)) = &self.last {
+            if *j + 1 == i && self.mirrors_from[i] && *c == calls && *before == alloc.snapshot() {
                 return Some(self.steps[*j].0);
             }
         }
-        if self.mirrors_from.get(i + 1) == Some(&true) {
-            self.last = Some((i, alloc.snapshot(), calls.0, calls.1));
-        }
+        // a state worth keeping: the step before made no device calls (a
+        // step that still grows the cache cannot be repeated by the next)
+        let settled = self.calls_at.is_some_and(|(j, c)| j + 1 == i && c == calls);
+        self.last = (settled && self.mirrors_from.get(i + 1) == Some(&true))
+            .then(|| (i, alloc.snapshot(), calls));
+        self.calls_at = Some((i, calls));
         None
     }
 }
