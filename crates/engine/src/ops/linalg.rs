@@ -5,7 +5,7 @@
 use crate::autograd::{Backward, MatMeta, Pending};
 use crate::dims::Dims;
 use crate::dtype::DType;
-use crate::error::{shape_err, Result};
+use crate::error::{shape_err, EngineError, Result};
 use crate::runtime::Category;
 use crate::tensor::Tensor;
 
@@ -84,6 +84,39 @@ fn meta(t: &Tensor) -> MatMeta {
     }
 }
 
+fn cannot_multiply(op: &'static str, a: &Tensor, b: &Tensor) -> EngineError {
+    shape_err(
+        op,
+        format!("cannot multiply {:?} and {:?}", a.sizes(), b.sizes()),
+    )
+}
+
+/// What a product's backward saves (`MmBackward0`, `BmmBackward0`,
+/// `AddmmBackward0`): each operand for the other's gradient, `a` (input
+/// `i`) when `b` (input `j`) needs a gradient and `b` when `a` does; `a`
+/// first when `a_first`. Returns the slots of (`a`, `b`).
+fn save_for_each_other(
+    pending: &mut Option<Pending>,
+    (a, i): (&Tensor, usize),
+    (b, j): (&Tensor, usize),
+    a_first: bool,
+) -> (Option<usize>, Option<usize>) {
+    let Some(p) = pending else {
+        return (None, None);
+    };
+    let (mut sa, mut sb) = (None, None);
+    if a_first && p.needs(j) {
+        sa = Some(p.save(a));
+    }
+    if p.needs(i) {
+        sb = Some(p.save(b));
+    }
+    if !a_first && p.needs(j) {
+        sa = Some(p.save(a));
+    }
+    (sa, sb)
+}
+
 impl Tensor {
     /// `torch.mm(a, b)`: saves `mat2` if `self` requires grad and `self` if
     /// `mat2` does (`MmBackward0`: `self: mm_mat1_backward(grad, mat2, ...)`,
@@ -91,21 +124,11 @@ impl Tensor {
     pub fn mm(&self, mat2: &Tensor) -> Result<Tensor> {
         crate::autocast!(self.rt(), "mm", [self, mat2] => |a| a.t(0).mm(a.t(1)));
         if self.dim() != 2 || mat2.dim() != 2 || self.sizes()[1] != mat2.sizes()[0] {
-            return Err(shape_err(
-                "mm",
-                format!("cannot multiply {:?} and {:?}", self.sizes(), mat2.sizes()),
-            ));
+            return Err(cannot_multiply("mm", self, mat2));
         }
         let mut pending = Pending::begin(self.rt(), &[Some(self), Some(mat2)]);
-        let mut slots = (None, None);
-        if let Some(p) = &mut pending {
-            if p.needs(0) {
-                slots.1 = Some(p.save(mat2));
-            }
-            if p.needs(1) {
-                slots.0 = Some(p.save(self));
-            }
-        }
+        // `mat2` for `self`'s gradient, then `self` for `mat2`'s
+        let slots = save_for_each_other(&mut pending, (self, 0), (mat2, 1), false);
         let rt = self.rt();
         let out = rt.empty_op(
             &[self.sizes()[0], mat2.sizes()[1]],
@@ -136,22 +159,11 @@ impl Tensor {
     pub fn addmm(bias: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Result<Tensor> {
         crate::autocast!(mat1.rt(), "addmm", [bias, mat1, mat2] => |a| Tensor::addmm(a.t(0), a.t(1), a.t(2)));
         if mat1.dim() != 2 || mat2.dim() != 2 || mat1.sizes()[1] != mat2.sizes()[0] {
-            return Err(shape_err(
-                "addmm",
-                format!("cannot multiply {:?} and {:?}", mat1.sizes(), mat2.sizes()),
-            ));
+            return Err(cannot_multiply("addmm", mat1, mat2));
         }
         let mut pending = Pending::begin(mat1.rt(), &[Some(bias), Some(mat1), Some(mat2)]);
-        let mut slots = (None, None);
-        if let Some(p) = &mut pending {
-            // AddmmBackward0 saves mat1_ (for mat2's grad) and mat2_ (for mat1's)
-            if p.needs(2) {
-                slots.0 = Some(p.save(mat1));
-            }
-            if p.needs(1) {
-                slots.1 = Some(p.save(mat2));
-            }
-        }
+        // AddmmBackward0 saves mat1_ (for mat2's grad), then mat2_ (for mat1's)
+        let slots = save_for_each_other(&mut pending, (mat1, 1), (mat2, 2), true);
         let rt = mat1.rt();
         let (m, n) = (mat1.sizes()[0], mat2.sizes()[1]);
         let out = rt.empty_op(
@@ -199,21 +211,10 @@ impl Tensor {
             || self.sizes()[2] != mat2.sizes()[1]
             || self.sizes()[0] != mat2.sizes()[0]
         {
-            return Err(shape_err(
-                "bmm",
-                format!("cannot multiply {:?} and {:?}", self.sizes(), mat2.sizes()),
-            ));
+            return Err(cannot_multiply("bmm", self, mat2));
         }
         let mut pending = Pending::begin(self.rt(), &[Some(self), Some(mat2)]);
-        let mut slots = (None, None);
-        if let Some(p) = &mut pending {
-            if p.needs(0) {
-                slots.1 = Some(p.save(mat2));
-            }
-            if p.needs(1) {
-                slots.0 = Some(p.save(self));
-            }
-        }
+        let slots = save_for_each_other(&mut pending, (self, 0), (mat2, 1), false);
         let rt = self.rt();
         let out = rt.empty_op(
             &[self.sizes()[0], self.sizes()[1], mat2.sizes()[2]],
