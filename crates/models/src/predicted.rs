@@ -26,8 +26,7 @@ use std::collections::{HashMap, HashSet};
 use vramscope_alloc::{AllocatorConfig, TraceAction};
 use vramscope_engine::{AllocRecord, Category, MemEvent};
 use vramscope_snapshot::{
-    AllocatorSettings, Annotation, Block, BlockState, Segment, SegmentType, Snapshot, StackId,
-    Trace, TraceEntry,
+    AllocatorSettings, Annotation, Segment, Snapshot, StackId, Trace, TraceEntry,
 };
 
 use crate::estimate::Estimate;
@@ -309,44 +308,9 @@ pub fn predicted_snapshot(
     snap.segments = rec
         .segments
         .iter()
-        .map(|s| Segment {
-            device: 0,
-            address: s.address,
-            total_size: s.total_size,
-            allocated_size: s.allocated_size,
-            active_size: s.active_size,
-            requested_size: s.requested_size,
-            stream: s.stream,
-            segment_type: if s.is_large {
-                SegmentType::Large
-            } else {
-                SegmentType::Small
-            },
-            segment_pool_id: (0, 0),
-            is_expandable: s.is_expandable,
-            frames: seg_stack.get(&s.address).copied().unwrap_or_default(),
-            blocks: s
-                .blocks
-                .iter()
-                .map(|b| Block {
-                    address: Some(b.address),
-                    size: b.size,
-                    requested_size: b.requested_size,
-                    state: if b.allocated {
-                        BlockState::ActiveAllocated
-                    } else if b.active {
-                        BlockState::ActivePendingFree
-                    } else {
-                        BlockState::Inactive
-                    },
-                    frames: if b.allocated {
-                        live.get(&b.address).copied().unwrap_or_default()
-                    } else {
-                        StackId::EMPTY
-                    },
-                    history: None,
-                })
-                .collect(),
+        .map(|s| {
+            let frames = seg_stack.get(&s.address).copied().unwrap_or_default();
+            Segment::of_twin(s, 0, frames, |a| live.get(&a).copied().unwrap_or_default())
         })
         .collect();
     snap.device_traces.push(trace);

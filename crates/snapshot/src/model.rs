@@ -309,6 +309,58 @@ pub struct Segment {
     pub blocks: Vec<Block>,
 }
 
+impl Segment {
+    /// A segment of the allocator twin's `snapshot()` on `device`, as
+    /// `torch.cuda.memory._snapshot()` writes it: `frames` the segment's
+    /// stack, `block_frames` an allocated block's stack by its address.
+    pub fn of_twin(
+        s: &vramscope_alloc::SegmentInfo,
+        device: i64,
+        frames: StackId,
+        block_frames: impl Fn(u64) -> StackId,
+    ) -> Segment {
+        Segment {
+            device,
+            address: s.address,
+            total_size: s.total_size,
+            allocated_size: s.allocated_size,
+            active_size: s.active_size,
+            requested_size: s.requested_size,
+            stream: s.stream,
+            segment_type: if s.is_large {
+                SegmentType::Large
+            } else {
+                SegmentType::Small
+            },
+            segment_pool_id: (0, 0),
+            is_expandable: s.is_expandable,
+            frames,
+            blocks: s
+                .blocks
+                .iter()
+                .map(|b| Block {
+                    address: Some(b.address),
+                    size: b.size,
+                    requested_size: b.requested_size,
+                    state: if b.allocated {
+                        BlockState::ActiveAllocated
+                    } else if b.active {
+                        BlockState::ActivePendingFree
+                    } else {
+                        BlockState::Inactive
+                    },
+                    frames: if b.allocated {
+                        block_frames(b.address)
+                    } else {
+                        StackId::EMPTY
+                    },
+                    history: None,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// `state` of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockState {

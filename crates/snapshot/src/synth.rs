@@ -523,44 +523,11 @@ impl<'s> Gen<'s> {
             .alloc
             .snapshot()
             .into_iter()
-            .map(|s| Segment {
-                device,
-                address: s.address,
-                total_size: s.total_size,
-                allocated_size: s.allocated_size,
-                active_size: s.active_size,
-                requested_size: s.requested_size,
-                stream: s.stream,
-                segment_type: if s.is_large {
-                    SegmentType::Large
-                } else {
-                    SegmentType::Small
-                },
-                segment_pool_id: (0, 0),
-                is_expandable: s.is_expandable,
-                frames: self.seg_stack.get(&s.address).copied().unwrap_or_default(),
-                blocks: s
-                    .blocks
-                    .iter()
-                    .map(|b| Block {
-                        address: Some(b.address),
-                        size: b.size,
-                        requested_size: b.requested_size,
-                        state: if b.allocated {
-                            BlockState::ActiveAllocated
-                        } else if b.active {
-                            BlockState::ActivePendingFree
-                        } else {
-                            BlockState::Inactive
-                        },
-                        frames: if b.allocated {
-                            self.live.get(&b.address).copied().unwrap_or_default()
-                        } else {
-                            StackId::EMPTY
-                        },
-                        history: None,
-                    })
-                    .collect(),
+            .map(|s| {
+                let frames = self.seg_stack.get(&s.address).copied().unwrap_or_default();
+                Segment::of_twin(&s, device, frames, |a| {
+                    self.live.get(&a).copied().unwrap_or_default()
+                })
             })
             .collect();
         (self.trace, segs)
