@@ -11,6 +11,10 @@
 
 use std::time::Instant;
 
+// the heap allocator of the `vramscope` binary, so the figures are its
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use vramscope_engine::DType;
 use vramscope_models::requests::verdict;
 use vramscope_models::{presets, workload_requests, EstimateOptions, Mode, Task, Workload};
