@@ -13,7 +13,7 @@ use crate::ops::{cub, reduce};
 use crate::runtime::DeviceProfile;
 
 /// The rule and inputs of one scratch allocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ScratchRule {
     /// `cub::DeviceRadixSort::SortPairs` over `n` items
     RadixSortPairs {

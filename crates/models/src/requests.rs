@@ -550,17 +550,20 @@ pub struct BatchTemplate {
     b0: i64,
     /// per malloc, in order
     sizes: Vec<Size>,
+    /// the distinct rules of `sizes` (every layer repeats its own), each
+    /// with its inputs affine like sizes
+    rules: Vec<(ScratchRule, Vec<(i64, i64)>)>,
     /// the GPU the scratch rules are evaluated for
     profile: DeviceProfile,
 }
 
 /// How a malloc's size follows the batch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum Size {
     /// bytes at `b0`, and bytes per extra batch element
     Affine(u64, i64),
-    /// a library's scratch: its rule, with each input affine like sizes
-    Rule(ScratchRule, Vec<(i64, i64)>),
+    /// sized by a rule: its index in `BatchTemplate::rules`
+    Rule(usize),
 }
 
 /// `(value at b0, slope)` when `v0, v1, v2` at `b0, b1, b2` lie on an
@@ -593,6 +596,8 @@ impl BatchTemplate {
             return None;
         }
         let mut sizes = Vec::new();
+        let mut distinct_rules = Vec::new();
+        let mut distinct = std::collections::HashMap::new();
         for (i, ((a, b), c)) in r0
             .requests
             .iter()
@@ -612,7 +617,16 @@ impl BatchTemplate {
                             let inputs = (0..ix.len())
                                 .map(|k| affine(bs, [ix[k], iy[k], iz[k]]))
                                 .collect::<Option<Vec<_>>>()?;
-                            sizes.push(Size::Rule(x.clone(), inputs));
+                            let rule = (x.clone(), inputs);
+                            let k = match distinct.get(&rule) {
+                                Some(&k) => k,
+                                None => {
+                                    distinct.insert(rule.clone(), distinct_rules.len());
+                                    distinct_rules.push(rule);
+                                    distinct_rules.len() - 1
+                                }
+                            };
+                            sizes.push(Size::Rule(k));
                         }
                         // no rule kept: only a size that does not change
                         (None, None, None) if s0 == s1 && s0 == s2 => {
@@ -632,6 +646,7 @@ impl BatchTemplate {
             base: r0.clone(),
             b0,
             sizes,
+            rules: distinct_rules,
             profile: profile.clone(),
         })
     }
@@ -639,24 +654,41 @@ impl BatchTemplate {
     /// The requests at `batch` (`None` if a size would not be positive, or a
     /// scratch rule does not apply there).
     pub fn at(&self, batch: i64) -> Option<Requests> {
+        self.requests_at(batch, true)
+    }
+
+    /// The requests at `batch`, with the rule of each rule-sized request
+    /// when `keep_rules` (a replay needs only the sizes).
+    pub fn requests_at(&self, batch: i64, keep_rules: bool) -> Option<Requests> {
+        let db = batch - self.b0;
+        // each distinct rule evaluated once
+        let evaluated: Vec<(ScratchRule, i64)> = self
+            .rules
+            .iter()
+            .map(|(rule, inputs)| {
+                let v: Vec<i64> = inputs.iter().map(|(v0, per)| v0 + per * db).collect();
+                let rule = rule.with_inputs(&v)?;
+                let b = rule.bytes(&self.profile)? as i64;
+                Some((rule, b))
+            })
+            .collect::<Option<_>>()?;
         let mut sizes = self.sizes.iter();
         let mut requests = Vec::with_capacity(self.base.requests.len());
         let mut rules = BTreeMap::new();
-        let db = batch - self.b0;
         for (i, r) in self.base.requests.iter().enumerate() {
             let bytes = match r {
                 Request::Free(_) => {
                     requests.push(*r);
                     continue;
                 }
-                _ => match sizes.next()? {
-                    Size::Affine(s0, per) => *s0 as i64 + per * db,
-                    Size::Rule(rule, inputs) => {
-                        let v: Vec<i64> = inputs.iter().map(|(v0, per)| v0 + per * db).collect();
-                        let rule = rule.with_inputs(&v)?;
-                        let b = rule.bytes(&self.profile)? as i64;
-                        rules.insert(i, rule);
-                        b
+                _ => match *sizes.next()? {
+                    Size::Affine(s0, per) => s0 as i64 + per * db,
+                    Size::Rule(k) => {
+                        let (rule, b) = &evaluated[k];
+                        if keep_rules {
+                            rules.insert(i, rule.clone());
+                        }
+                        *b
                     }
                 },
             };
@@ -692,6 +724,15 @@ impl Source {
         match self {
             Source::Model(r) => Some(std::borrow::Cow::Borrowed(r)),
             Source::Template(t) => t.at(batch).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    /// The requests at `batch` as a replay needs them: the sizes (a
+    /// template's keep no rules).
+    pub fn sizes(&self, batch: i64) -> Option<std::borrow::Cow<'_, Requests>> {
+        match self {
+            Source::Model(r) => Some(std::borrow::Cow::Borrowed(r)),
+            Source::Template(t) => t.requests_at(batch, false).map(std::borrow::Cow::Owned),
         }
     }
 }

@@ -279,8 +279,16 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             assert_eq!(runs, 4, "{}", case.name);
         }
         for (b, s) in batches.iter().zip(&sources) {
+            let model = at(*b);
             assert!(
-                *s.requests(*b).unwrap() == at(*b),
+                *s.requests(*b).unwrap() == model,
+                "{} at batch {b}",
+                case.name
+            );
+            // what a sweep replays: the same sizes, in the same phases
+            let sizes = s.sizes(*b).unwrap();
+            assert!(
+                sizes.requests == model.requests && sizes.phases == model.phases,
                 "{} at batch {b}",
                 case.name
             );

@@ -63,7 +63,7 @@ pub fn sweep(
         };
         let sources: Vec<Source> = batch_column(batches, &options.profile, run)?.0;
         for (&batch, source) in batches.iter().zip(&sources) {
-            let reqs = match source.requests(batch) {
+            let reqs = match source.sizes(batch) {
                 Some(r) => r,
                 // a scratch rule that does not apply at this batch
                 None => std::borrow::Cow::Owned(run(batch)?),

@@ -371,7 +371,7 @@ pub(crate) fn embedding_dense_backward(
 /// number of segments (not a product of the input's dimensions: it takes a
 /// `min` and an integer division of the index count), kept as a rule with
 /// the allocation so a batch template can size it at other batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SegmentBuffer {
     /// `partials_per_segment`: `max_segments` indices
     PartialsPerSegment,
@@ -395,7 +395,7 @@ pub enum SegmentBuffer {
 /// The sizes `embedding_backward_cuda_kernel` (EmbeddingBackwardKernel.cu)
 /// derives from `n` sorted indices into `num_weights` rows of `stride`
 /// elements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SegmentProblem {
     /// indices
     pub n: i64,
