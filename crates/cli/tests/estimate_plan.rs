@@ -21,11 +21,14 @@ fn fixture(case: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The full config recorded with a fixture, written as a config.json.
+/// The full config recorded with a fixture, written as a config.json of
+/// the caller's own (tests run at once and may write the same case).
 fn config_file(case: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("vramscope-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(format!("{case}.config.json"));
+    let p = dir.join(format!("{case}.{n}.config.json"));
     std::fs::write(&p, serde_json::to_string(&fixture(case)["config"]).unwrap()).unwrap();
     p
 }
