@@ -103,26 +103,38 @@ pub struct EventLog {
 impl EventLog {
     /// The allocations live after the first `n` events, oldest first.
     pub fn live_after(&self, n: usize) -> Vec<AllocRecord> {
-        let mut live: HashMap<Addr, AllocRecord> =
-            self.initial.iter().map(|r| (r.addr, r.clone())).collect();
+        // by address: the record and its category now (the survivors are
+        // cloned at the end, not every allocation on the way)
+        let mut live: FastMap<Addr, (&AllocRecord, Category)> = FastMap::default();
+        for r in &self.initial {
+            live.insert(r.addr, (r, r.category));
+        }
         for e in &self.events[..n.min(self.events.len())] {
             match e {
                 MemEvent::Alloc(r) => {
-                    live.insert(r.addr, r.clone());
+                    live.insert(r.addr, (r, r.category));
                 }
                 MemEvent::Free(a) => {
                     live.remove(a);
                 }
                 MemEvent::Recategorize(a, c) => {
                     if let Some(r) = live.get_mut(a) {
-                        r.category = *c;
+                        r.1 = *c;
                     }
                 }
             }
         }
-        let mut v: Vec<AllocRecord> = live.into_values().collect();
-        v.sort_by_key(|r| r.seq);
-        v
+        // sorted before cloning, on keys read once (the records lie all
+        // over the log)
+        let mut v: Vec<(u64, &AllocRecord, Category)> =
+            live.into_values().map(|(r, c)| (r.seq, r, c)).collect();
+        v.sort_by_key(|x| x.0);
+        v.into_iter()
+            .map(|(_, r, category)| AllocRecord {
+                category,
+                ..r.clone()
+            })
+            .collect()
     }
 
     /// The allocations live at the peak.
@@ -155,46 +167,57 @@ impl LiveRec {
     }
 }
 
-/// An [`MemEvent`] as the runtime records it (converted by
-/// [`Runtime::take_event_log`]).
-#[derive(Debug)]
-enum RawEvent {
-    Alloc(Addr, LiveRec),
-    Free(Addr),
-    Recategorize(Addr, Category),
+/// The live allocations, each in a slot its storage remembers
+/// ([`Runtime::malloc`] returns it): a free or a change of role goes
+/// straight to its record, where a map keyed by address would hash and
+/// probe a table as large as everything live. Freed slots are reused.
+#[derive(Debug, Default)]
+struct LiveSet {
+    slots: Vec<Option<(Addr, LiveRec)>>,
+    vacant: Vec<u32>,
 }
 
-/// The [`EventLog`] while it is recorded.
-#[derive(Debug)]
-struct RawLog {
-    initial: Vec<AllocRecord>,
-    events: Vec<RawEvent>,
-    peak_allocated: i64,
-    peak_index: usize,
-    scratch_rules: Vec<(u64, crate::ScratchRule)>,
-    measured_sizes: bool,
-}
-
-impl RawLog {
-    fn finish(self) -> EventLog {
-        EventLog {
-            initial: self.initial,
-            events: self
-                .events
-                .into_iter()
-                .map(|e| match e {
-                    RawEvent::Alloc(a, r) => MemEvent::Alloc(r.to_record(a)),
-                    RawEvent::Free(a) => MemEvent::Free(a),
-                    RawEvent::Recategorize(a, c) => MemEvent::Recategorize(a, c),
-                })
-                .collect(),
-            peak_allocated: self.peak_allocated,
-            peak_index: self.peak_index,
-            scratch_rules: self.scratch_rules,
-            measured_sizes: self.measured_sizes,
+impl LiveSet {
+    fn insert(&mut self, addr: Addr, rec: LiveRec) -> u32 {
+        match self.vacant.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some((addr, rec));
+                slot
+            }
+            None => {
+                self.slots.push(Some((addr, rec)));
+                (self.slots.len() - 1) as u32
+            }
         }
     }
+
+    fn remove(&mut self, slot: u32) -> Option<(Addr, LiveRec)> {
+        let taken = self.slots.get_mut(slot as usize)?.take();
+        if taken.is_some() {
+            self.vacant.push(slot);
+        }
+        taken
+    }
+
+    fn get(&self, slot: u32) -> Option<&(Addr, LiveRec)> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    fn get_mut(&mut self, slot: u32) -> Option<&mut (Addr, LiveRec)> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Addr, LiveRec)> {
+        self.slots.iter().flatten()
+    }
 }
+
+/// Room for this many events is reserved when the event log starts: only
+/// the pages the log fills are ever touched (the OS maps memory on first
+/// use), and the log never moves, where a doubling `Vec` copies every event
+/// again into fresh pages each time it fills (a 70B-parameter training run
+/// logs about 50,000). Past it, the `Vec` grows as usual.
+const EVENT_LOG_RESERVE: usize = 1 << 20;
 
 /// The GPU and library versions whose constants the twin uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -283,9 +306,10 @@ pub(crate) struct State {
     pub(crate) stream: StreamId,
     /// `at::sequence_number` is thread-local.
     seq: [u64; 2],
-    cublas_ws: Vec<((Thread, StreamId), Addr)>,
-    lt_ws: Vec<((Thread, StreamId), Addr)>,
-    live: FastMap<Addr, LiveRec>,
+    /// the workspaces' live slots, by (thread, stream)
+    cublas_ws: Vec<((Thread, StreamId), u32)>,
+    lt_ws: Vec<((Thread, StreamId), u32)>,
+    live: LiveSet,
     /// the module paths entered, innermost last
     modules: Vec<Rc<str>>,
     /// `""`, the module path at top level
@@ -294,7 +318,7 @@ pub(crate) struct State {
     alloc_seq: u64,
     pub(crate) ops: u64,
     // --- event log (peak attribution for estimates) ---
-    log: Option<RawLog>,
+    log: Option<EventLog>,
     // --- autocast & saved-tensor hooks (autocast.rs, autograd/mod.rs, checkpoint.rs) ---
     pub(crate) autocast: crate::autocast::AutocastState,
     pub(crate) saved_hooks: crate::autograd::HooksState,
@@ -309,8 +333,9 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn live_category(&self, addr: Addr) -> Option<Category> {
-        self.live.get(&addr).map(|r| r.category)
+    /// The category of the allocation in live slot `slot`.
+    pub(crate) fn live_category(&self, slot: u32) -> Option<Category> {
+        self.live.get(slot).map(|(_, r)| r.category)
     }
 }
 
@@ -393,7 +418,7 @@ impl Runtime {
             seq: [0, 0],
             cublas_ws: Vec::new(),
             lt_ws: Vec::new(),
-            live: FastMap::default(),
+            live: LiveSet::default(),
             modules: Vec::new(),
             top_module: Rc::from(""),
             category: None,
@@ -418,7 +443,14 @@ impl Runtime {
 
     // ---- allocator ------------------------------------------------------------
 
-    pub(crate) fn malloc(&self, bytes: u64, op: &'static str, category: Category) -> Result<Addr> {
+    /// Allocate `bytes` for `op`: the address and the live slot that
+    /// [`Runtime::free`] and [`Runtime::set_category`] take.
+    pub(crate) fn malloc(
+        &self,
+        bytes: u64,
+        op: &'static str,
+        category: Category,
+    ) -> Result<(Addr, u32)> {
         let mut st = self.st.borrow_mut();
         // a pack hook's exception in flight (checkpoint's early stop) stops the op here
         if let Some(e) = st.saved_hooks.raised_error() {
@@ -457,37 +489,49 @@ impl Runtime {
             module,
             seq,
         };
-        if st.log.is_some() {
+        let st = &mut *st;
+        if let Some(log) = st.log.as_mut() {
+            log.events.push(MemEvent::Alloc(rec.to_record(addr)));
             let current = st.alloc.stats().allocated_bytes.all().current;
-            if let Some(log) = st.log.as_mut() {
-                log.events.push(RawEvent::Alloc(addr, rec.clone()));
-                if current > log.peak_allocated {
-                    log.peak_allocated = current;
-                    log.peak_index = log.events.len();
-                }
+            if current > log.peak_allocated {
+                log.peak_allocated = current;
+                log.peak_index = log.events.len();
             }
         }
-        st.live.insert(addr, rec);
-        Ok(addr)
+        let slot = st.live.insert(addr, rec);
+        Ok((addr, slot))
     }
 
-    pub(crate) fn free(&self, addr: Addr) {
+    /// Free the allocation in live slot `slot`.
+    pub(crate) fn free(&self, slot: u32) {
         let mut st = self.st.borrow_mut();
-        st.live.remove(&addr);
+        let Some((addr, _)) = st.live.remove(slot) else {
+            return;
+        };
         if let Some(log) = st.log.as_mut() {
-            log.events.push(RawEvent::Free(addr));
+            log.events.push(MemEvent::Free(addr));
         }
         // A free of an address the allocator handed out cannot fail.
         let _ = st.alloc.free(addr);
     }
 
-    pub(crate) fn set_category(&self, addr: Addr, category: Category) {
+    /// File the allocation in live slot `slot` under `category`.
+    pub(crate) fn set_category(&self, slot: u32, category: Category) {
         let mut st = self.st.borrow_mut();
-        if let Some(r) = st.live.get_mut(&addr) {
-            r.category = category;
-        }
+        let Some((addr, r)) = st.live.get_mut(slot) else {
+            return;
+        };
+        r.category = category;
+        let addr = *addr;
         if let Some(log) = st.log.as_mut() {
-            log.events.push(RawEvent::Recategorize(addr, category));
+            log.events.push(MemEvent::Recategorize(addr, category));
+        }
+    }
+
+    /// [`Runtime::set_category`] if the allocation's category is `from`.
+    pub(crate) fn set_category_if(&self, slot: u32, from: Category, to: Category) {
+        if self.st.borrow().live_category(slot) == Some(from) {
+            self.set_category(slot, to);
         }
     }
 
@@ -517,9 +561,9 @@ impl Runtime {
             v.sort_by_key(|r| r.seq);
             v
         };
-        st.log = Some(RawLog {
+        st.log = Some(EventLog {
             initial: live,
-            events: Vec::new(),
+            events: Vec::with_capacity(EVENT_LOG_RESERVE),
             peak_allocated: current,
             peak_index: 0,
             scratch_rules: Vec::new(),
@@ -534,14 +578,26 @@ impl Runtime {
         }
     }
 
-    /// Keep `rule` in the event log for the allocation at `addr` (library
-    /// scratch: how its size was computed).
+    /// Keep `rule` in the event log for the allocation live at `addr`
+    /// (library scratch: how its size was computed). The log's last word
+    /// on `addr` says whether it is live (the allocation is most often the
+    /// last event).
     pub(crate) fn note_scratch_rule(&self, addr: Addr, rule: crate::ScratchRule) {
         let mut st = self.st.borrow_mut();
-        let Some(seq) = st.live.get(&addr).map(|r| r.seq) else {
+        let Some(log) = st.log.as_mut() else {
             return;
         };
-        if let Some(log) = st.log.as_mut() {
+        let last = log.events.iter().rev().find_map(|e| match e {
+            MemEvent::Alloc(r) if r.addr == addr => Some(Some(r.seq)),
+            MemEvent::Free(a) if *a == addr => Some(None),
+            _ => None,
+        });
+        let seq = match last {
+            Some(seq) => seq,
+            // allocated before the log started
+            None => log.initial.iter().find(|r| r.addr == addr).map(|r| r.seq),
+        };
+        if let Some(seq) = seq {
             log.scratch_rules.push((seq, rule));
         }
     }
@@ -553,7 +609,7 @@ impl Runtime {
 
     /// Stop the event log and hand it over.
     pub fn take_event_log(&self) -> Option<EventLog> {
-        self.st.borrow_mut().log.take().map(RawLog::finish)
+        self.st.borrow_mut().log.take()
     }
 
     /// Every live allocation, oldest first.
@@ -572,12 +628,17 @@ impl Runtime {
     /// Bytes (requested) live per category.
     pub fn bytes_by_category(&self) -> Vec<(Category, u64)> {
         let mut m: HashMap<Category, u64> = HashMap::new();
-        for r in self.st.borrow().live.values() {
+        for (_, r) in self.st.borrow().live.iter() {
             *m.entry(r.category).or_default() += r.bytes;
         }
         let mut v: Vec<_> = m.into_iter().collect();
         v.sort_by_key(|(c, _)| c.to_string());
         v
+    }
+
+    /// A copy of the allocator twin in its present state.
+    pub fn allocator(&self) -> CachingAllocator<SimDevice> {
+        self.st.borrow().alloc.clone()
     }
 
     /// `torch.cuda.memory_stats()` as the allocator twin keeps it.
@@ -648,14 +709,14 @@ impl Runtime {
     /// `torch._C._cuda_clearCublasWorkspaces()`: frees every cuBLAS and
     /// cuBLASLt workspace (`empty_cache()` does not).
     pub fn clear_cublas_workspaces(&self) {
-        let addrs: Vec<Addr> = {
+        let slots: Vec<u32> = {
             let mut st = self.st.borrow_mut();
-            let mut v: Vec<Addr> = st.cublas_ws.drain(..).map(|(_, a)| a).collect();
-            v.extend(st.lt_ws.drain(..).map(|(_, a)| a));
+            let mut v: Vec<u32> = st.cublas_ws.drain(..).map(|(_, s)| s).collect();
+            v.extend(st.lt_ws.drain(..).map(|(_, s)| s));
             v
         };
-        for a in addrs {
-            self.free(a);
+        for s in slots {
+            self.free(s);
         }
     }
 
@@ -670,8 +731,8 @@ impl Runtime {
             }
             (key, st.profile.cublas_workspace)
         };
-        let addr = self.malloc(size, op, Category::Workspace)?;
-        self.st.borrow_mut().cublas_ws.push((key, addr));
+        let (_, slot) = self.malloc(size, op, Category::Workspace)?;
+        self.st.borrow_mut().cublas_ws.push((key, slot));
         Ok(())
     }
 
@@ -688,8 +749,8 @@ impl Runtime {
             }
             (key, st.profile.cublaslt_workspace)
         };
-        let addr = self.malloc(size, op, Category::Workspace)?;
-        self.st.borrow_mut().lt_ws.push((key, addr));
+        let (_, slot) = self.malloc(size, op, Category::Workspace)?;
+        self.st.borrow_mut().lt_ws.push((key, slot));
         Ok(())
     }
 

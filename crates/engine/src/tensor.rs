@@ -21,12 +21,21 @@ pub(crate) struct Storage {
     pub(crate) rt: Runtime,
     pub(crate) addr: Option<Addr>,
     pub(crate) nbytes: u64,
+    /// the runtime's live slot of the allocation (with `addr`)
+    pub(crate) slot: u32,
+}
+
+impl Storage {
+    /// The live slot of the allocation, if there is one.
+    pub(crate) fn live_slot(&self) -> Option<u32> {
+        self.addr.map(|_| self.slot)
+    }
 }
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if let Some(a) = self.addr {
-            self.rt.free(a);
+        if let Some(slot) = self.live_slot() {
+            self.rt.free(slot);
         }
     }
 }
@@ -197,9 +206,7 @@ impl Tensor {
     /// `tensor.grad = value` (`None` frees it, as `zero_grad(set_to_none=True)`).
     pub fn set_grad(&self, g: Option<Tensor>) {
         if let Some(g) = &g {
-            if let Some(a) = g.data_ptr() {
-                self.runtime().set_category(a, Category::Gradient);
-            }
+            g.set_category(Category::Gradient);
         }
         let old = std::mem::replace(&mut self.0.autograd.borrow_mut().grad, g);
         drop(old);
@@ -230,8 +237,8 @@ impl Tensor {
 
     /// Re-file this tensor's allocation under `category`.
     pub fn set_category(&self, category: Category) {
-        if let Some(a) = self.data_ptr() {
-            self.runtime().set_category(a, category);
+        if let Some(slot) = self.0.storage.live_slot() {
+            self.runtime().set_category(slot, category);
         }
     }
 
@@ -315,15 +322,17 @@ impl Runtime {
         cat: Category,
     ) -> Result<Rc<Storage>> {
         self.count_op();
-        let addr = if device == Device::Cuda && nbytes > 0 {
-            Some(self.malloc(nbytes, op, cat)?)
+        let (addr, slot) = if device == Device::Cuda && nbytes > 0 {
+            let (a, s) = self.malloc(nbytes, op, cat)?;
+            (Some(a), s)
         } else {
-            None
+            (None, 0)
         };
         Ok(Rc::new(Storage {
             rt: self.clone(),
             addr,
             nbytes,
+            slot,
         }))
     }
 

@@ -26,14 +26,85 @@ pub struct BackwardOptions {
 /// `pop_heap` on a vector, so ties between equal sequence numbers (every
 /// `AccumulateGrad` has `UINT64_MAX`) break as PyTorch breaks them.
 struct ReadyQueue {
-    v: Vec<(u64, Rc<Node>, Vec<Option<Tensor>>)>,
+    v: Vec<(u64, Rc<Node>, InputBuffer)>,
+}
+
+/// A node's `InputBuffer`: one slot per gradient it takes, the common single
+/// one held inline (no heap allocation per node).
+enum InputBuffer {
+    One(Option<Tensor>),
+    Many(Vec<Option<Tensor>>),
+}
+
+impl InputBuffer {
+    /// The buffer of `node` (at least one slot, as `InputBuffer(num_inputs)`
+    /// is indexed by `input_nr`).
+    fn of(node: &Node) -> Self {
+        match node.input_meta.len() {
+            0 | 1 => InputBuffer::One(None),
+            n => InputBuffer::Many(vec![None; n]),
+        }
+    }
+    fn slots(&mut self) -> &mut [Option<Tensor>] {
+        match self {
+            InputBuffer::One(t) => std::slice::from_mut(t),
+            InputBuffer::Many(v) => v,
+        }
+    }
+}
+
+/// The nodes one backward pass counts dependencies on
+/// (`compute_dependencies`). The counts live in the nodes ([`Node::deps`]),
+/// stamped with the pass's nesting depth; each node's previous stamp and
+/// count are kept and put back when the pass ends, however it ends, so a
+/// backward run inside another (a custom function's backward) leaves the
+/// outer pass's counts as they were, and every pass starts from clean nodes.
+struct Dependencies {
+    pass: u32,
+    nodes: Vec<(Rc<Node>, u32, u32)>,
+}
+
+impl Dependencies {
+    fn count(root: &Rc<Node>, pass: u32) -> Self {
+        let mut d = Dependencies {
+            pass,
+            nodes: Vec::new(),
+        };
+        d.visit(root);
+        let mut i = 0;
+        while i < d.nodes.len() {
+            let n = d.nodes[i].0.clone();
+            i += 1;
+            for e in n.edges.iter().flatten() {
+                d.visit(&e.node);
+                e.node.deps.set(e.node.deps.get() + 1);
+            }
+        }
+        d
+    }
+    fn visit(&mut self, n: &Rc<Node>) {
+        if n.pass.get() != self.pass {
+            self.nodes.push((n.clone(), n.pass.get(), n.deps.get()));
+            n.pass.set(self.pass);
+            n.deps.set(0);
+        }
+    }
+}
+
+impl Drop for Dependencies {
+    fn drop(&mut self) {
+        for (n, pass, deps) in self.nodes.drain(..) {
+            n.pass.set(pass);
+            n.deps.set(deps);
+        }
+    }
 }
 
 impl ReadyQueue {
     fn less(&self, a: usize, b: usize) -> bool {
         self.v[a].0 < self.v[b].0
     }
-    fn push(&mut self, item: (u64, Rc<Node>, Vec<Option<Tensor>>)) {
+    fn push(&mut self, item: (u64, Rc<Node>, InputBuffer)) {
         self.v.push(item);
         // __push_heap: sift up
         let mut hole = self.v.len() - 1;
@@ -47,7 +118,7 @@ impl ReadyQueue {
             }
         }
     }
-    fn pop(&mut self) -> Option<(u64, Rc<Node>, Vec<Option<Tensor>>)> {
+    fn pop(&mut self) -> Option<(u64, Rc<Node>, InputBuffer)> {
         let n = self.v.len();
         if n == 0 {
             return None;
@@ -197,7 +268,9 @@ fn validate_outputs(node: &Node, outputs: &mut [Option<Tensor>]) -> Result<()> {
         };
         let Some(t) = g.as_ref() else { continue };
         let meta = edge.node.input_meta[edge.input_nr as usize];
-        if t.sizes() != &*meta.sizes {
+        // (element by element: a few entries, not worth a call to memcmp)
+        let (a, b) = (t.sizes(), &*meta.sizes);
+        if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x != y) {
             let r = t.sum_to(&meta.sizes)?;
             *g = Some(r);
         }
@@ -247,8 +320,8 @@ impl Tensor {
         // nesting counter; the graph task id is what checkpoint keys on
         let caller_autocast = rt.autocast_tls();
         let prev_autocast = rt.swap_autocast_tls(Thread::Autograd, caller_autocast);
-        let prev_task = rt.enter_graph_task();
-        let r = rt.on_thread(Thread::Autograd, || run(root, grad.clone(), opts));
+        let (prev_task, depth) = rt.enter_graph_task();
+        let r = rt.on_thread(Thread::Autograd, || run(root, grad.clone(), opts, depth));
         rt.exit_graph_task(prev_task);
         rt.swap_autocast_tls(Thread::Autograd, prev_autocast);
         rt.set_grad_enabled(prev_grad_mode);
@@ -260,33 +333,20 @@ impl Tensor {
 
 /// Run the graph from `root` (`Engine::execute` with one root edge: no
 /// `GraphRoot`, the root node gets the gradient directly).
-fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
-    // compute_dependencies
-    let mut deps: FastMap<*const Node, usize> = FastMap::default();
-    let mut seen: FastMap<*const Node, ()> = FastMap::default();
-    let mut stack = vec![root.node.clone()];
-    seen.insert(key(&root.node), ());
-    while let Some(n) = stack.pop() {
-        for e in n.edges.iter().flatten() {
-            *deps.entry(key(&e.node)).or_insert(0) += 1;
-            if seen.insert(key(&e.node), ()).is_none() {
-                stack.push(e.node.clone());
-            }
-        }
-    }
-    drop(seen);
+fn run(root: Edge, grad: Tensor, opts: BackwardOptions, pass: u32) -> Result<()> {
+    let _deps = Dependencies::count(&root.node, pass);
 
-    let mut not_ready: FastMap<*const Node, Vec<Option<Tensor>>> = FastMap::default();
+    let mut not_ready: FastMap<*const Node, InputBuffer> = FastMap::default();
     let mut queue = ReadyQueue { v: Vec::new() };
-    let mut buf = vec![None; root.node.input_meta.len().max(1)];
-    buffer_add(&mut buf, root.input_nr as usize, grad)?;
+    let mut buf = InputBuffer::of(&root.node);
+    buffer_add(buf.slots(), root.input_nr as usize, grad)?;
     queue.push((root.node.seq, root.node.clone(), buf));
     drop(root);
 
     while let Some((_, node, mut inputs)) = queue.pop() {
         if let Backward::AccumulateGrad { variable } = &node.kind {
             // AccumulateGrad::apply: `new_grad = std::move(grads[0])`
-            let g = inputs[0].take();
+            let g = inputs.slots()[0].take();
             drop(inputs);
             if let Some(g) = g {
                 accumulate_grad(variable, g)?;
@@ -297,7 +357,7 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
         // apply unpacks every saved variable first (a checkpointed region is
         // recomputed here) and its unpacked locals die when it returns
         node.begin_apply()?;
-        let applied = node.apply(&inputs);
+        let applied = node.apply(inputs.slots());
         node.end_apply();
         let mut outputs = applied?;
         validate_outputs(&node, &mut outputs)?;
@@ -311,18 +371,21 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
                 continue;
             };
             let k = key(&next.node);
-            let d = deps.get_mut(&k).expect("dependency counted");
-            *d -= 1;
-            let ready = *d == 0;
-            if ready {
-                deps.remove(&k);
-            }
+            debug_assert_eq!(next.node.pass.get(), pass, "dependency counted");
+            let d = next
+                .node
+                .deps
+                .get()
+                .checked_sub(1)
+                .expect("dependency counted");
+            next.node.deps.set(d);
+            let ready = d == 0;
             let var = out.take();
             match not_ready.remove(&k) {
                 None => {
-                    let mut b = vec![None; next.node.input_meta.len().max(1)];
+                    let mut b = InputBuffer::of(&next.node);
                     if let Some(v) = var {
-                        buffer_add(&mut b, next.input_nr as usize, v)?;
+                        buffer_add(b.slots(), next.input_nr as usize, v)?;
                     }
                     if ready {
                         queue.push((next.node.seq, next.node.clone(), b));
@@ -332,7 +395,7 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions) -> Result<()> {
                 }
                 Some(mut b) => {
                     if let Some(v) = var {
-                        buffer_add(&mut b, next.input_nr as usize, v)?;
+                        buffer_add(b.slots(), next.input_nr as usize, v)?;
                     }
                     if ready {
                         queue.push((next.node.seq, next.node.clone(), b));
@@ -362,12 +425,14 @@ mod tests {
                 saved: Default::default(),
                 released: Default::default(),
                 edges: vec![],
-                input_meta: vec![],
+                input_meta: crate::autograd::InputMetas::Many(Box::new([])),
+                pass: Default::default(),
+                deps: Default::default(),
             })
         };
         let mut q = ReadyQueue { v: vec![] };
         for s in [3, 9, 1, 7, 5] {
-            q.push((s, mk(s), vec![]));
+            q.push((s, mk(s), InputBuffer::One(None)));
         }
         let order: Vec<u64> = std::iter::from_fn(|| q.pop().map(|x| x.0)).collect();
         assert_eq!(order, vec![9, 7, 5, 3, 1]);

@@ -44,6 +44,34 @@ pub(crate) struct InputMeta {
     pub(crate) device: Device,
 }
 
+impl InputMeta {
+    fn of(t: &Tensor) -> Self {
+        InputMeta {
+            sizes: t.dims(),
+            dtype: t.dtype(),
+            device: t.device(),
+        }
+    }
+}
+
+/// A node's [`InputMeta`]s, one per output of its forward: the common single
+/// one is kept in the node (an allocation less, and a cache miss less when
+/// the engine reads it).
+pub(crate) enum InputMetas {
+    One(InputMeta),
+    Many(Box<[InputMeta]>),
+}
+
+impl std::ops::Deref for InputMetas {
+    type Target = [InputMeta];
+    fn deref(&self) -> &[InputMeta] {
+        match self {
+            InputMetas::One(m) => std::slice::from_ref(m),
+            InputMetas::Many(v) => v,
+        }
+    }
+}
+
 /// What a pack hook returned: the object a `SavedVariable` keeps instead of
 /// the tensor (a checkpoint `_Holder`, a detached tensor, ...).
 pub type Packed = Rc<dyn Any>;
@@ -162,7 +190,13 @@ pub struct Node {
     saved: RefCell<Vec<SavedVar>>,
     released: Cell<bool>,
     pub(crate) edges: Vec<Option<Edge>>,
-    pub(crate) input_meta: Vec<InputMeta>,
+    pub(crate) input_meta: InputMetas,
+    /// the backward pass counting this node's dependencies (its nesting
+    /// depth; 0: none) and how many gradients it still waits for there
+    /// (`GraphTask::dependencies_`, kept in the node: no map to hash into
+    /// for every edge)
+    pub(crate) pass: Cell<u32>,
+    pub(crate) deps: Cell<u32>,
 }
 
 impl fmt::Debug for Node {
@@ -328,11 +362,9 @@ pub(crate) fn gradient_edge(t: &Tensor) -> Option<Edge> {
         saved: RefCell::new(Vec::new()),
         released: Cell::new(false),
         edges: Vec::new(),
-        input_meta: vec![InputMeta {
-            sizes: t.dims(),
-            dtype: t.dtype(),
-            device: t.device(),
-        }],
+        pass: Cell::new(0),
+        deps: Cell::new(0),
+        input_meta: InputMetas::One(InputMeta::of(t)),
     });
     t.0.autograd.borrow_mut().grad_acc = Rc::downgrade(&node);
     Some(Edge { node, input_nr: 0 })
@@ -382,14 +414,10 @@ impl Pending {
     }
     /// Finish: wire `outputs` (differentiable ones) to the node.
     pub(crate) fn finish(self, kind: Backward, outputs: &[&Tensor]) -> Rc<Node> {
-        let input_meta = outputs
-            .iter()
-            .map(|t| InputMeta {
-                sizes: t.dims(),
-                dtype: t.dtype(),
-                device: t.device(),
-            })
-            .collect();
+        let input_meta = match outputs {
+            [t] => InputMetas::One(InputMeta::of(t)),
+            _ => InputMetas::Many(outputs.iter().map(|t| InputMeta::of(t)).collect()),
+        };
         let node = Rc::new(Node {
             seq: self.seq,
             kind,
@@ -397,6 +425,8 @@ impl Pending {
             released: Cell::new(false),
             edges: self.edges,
             input_meta,
+            pass: Cell::new(0),
+            deps: Cell::new(0),
         });
         for (i, t) in outputs.iter().enumerate() {
             let mut m = t.0.autograd.borrow_mut();
@@ -437,6 +467,8 @@ pub(crate) struct HooksState {
     stack: Vec<Rc<dyn SavedTensorHooks>>,
     raised: Option<Raised>,
     graph_task: Option<u64>,
+    /// backward passes running (nested in one another)
+    depth: u32,
     next_id: u64,
 }
 
@@ -498,32 +530,28 @@ impl Runtime {
         st.saved_hooks.next_id += 1;
         st.saved_hooks.next_id
     }
-    /// A backward call starts a graph task; returns the previous one.
-    pub(crate) fn enter_graph_task(&self) -> Option<u64> {
+    /// A backward call starts a graph task; returns the previous one and
+    /// the new task's nesting depth (1 for the outermost).
+    pub(crate) fn enter_graph_task(&self) -> (Option<u64>, u32) {
         let mut st = self.st.borrow_mut();
         st.saved_hooks.next_id += 1;
+        st.saved_hooks.depth += 1;
         let id = st.saved_hooks.next_id;
-        st.saved_hooks.graph_task.replace(id)
+        (st.saved_hooks.graph_task.replace(id), st.saved_hooks.depth)
     }
     /// The graph task ends.
     pub(crate) fn exit_graph_task(&self, prev: Option<u64>) {
-        self.st.borrow_mut().saved_hooks.graph_task = prev;
+        let mut st = self.st.borrow_mut();
+        st.saved_hooks.graph_task = prev;
+        st.saved_hooks.depth -= 1;
     }
 }
 
 impl Tensor {
     pub(crate) fn set_category_if(&self, from: Category, to: Category) {
-        if let Some(a) = self.data_ptr() {
-            if self.runtime().category_of(a) == Some(from) {
-                self.runtime().set_category(a, to);
-            }
+        if let Some(slot) = self.0.storage.live_slot() {
+            self.runtime().set_category_if(slot, from, to);
         }
-    }
-}
-
-impl Runtime {
-    pub(crate) fn category_of(&self, addr: vramscope_alloc::Addr) -> Option<Category> {
-        self.st.borrow().live_category(addr)
     }
 }
 
