@@ -1,7 +1,7 @@
 //! `vramscope estimate`: the memory of a training or inference step of a
 //! Hugging Face model, from its config.json, before running it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -448,29 +448,30 @@ fn module_tree(flat: &[(String, u64)]) -> ModuleJson {
         bytes: 0,
         children: Vec::new(),
     };
+    // each path prefix's place among its parent's children (a search of
+    // the children would be quadratic in the number of layers)
+    let mut place: HashMap<&str, usize> = HashMap::new();
     for (path, bytes) in flat {
         root.bytes += bytes;
         let mut node = &mut root;
         if path.is_empty() {
             continue;
         }
-        let mut prefix = String::new();
+        let mut end = 0;
         for part in path.split('.') {
-            if !prefix.is_empty() {
-                prefix.push('.');
+            if end > 0 {
+                end += 1;
             }
-            prefix.push_str(part);
-            let i = match node.children.iter().position(|c| c.name == prefix) {
-                Some(i) => i,
-                None => {
-                    node.children.push(ModuleJson {
-                        name: prefix.clone(),
-                        bytes: 0,
-                        children: Vec::new(),
-                    });
-                    node.children.len() - 1
-                }
-            };
+            end += part.len();
+            let prefix = &path[..end];
+            let i = *place.entry(prefix).or_insert_with(|| {
+                node.children.push(ModuleJson {
+                    name: prefix.to_owned(),
+                    bytes: 0,
+                    children: Vec::new(),
+                });
+                node.children.len() - 1
+            });
             node = &mut node.children[i];
             node.bytes += bytes;
         }
@@ -542,7 +543,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
     let profile = args.gpu.profile();
-    let mut out = std::io::stdout().lock();
+    // buffered: stdout is line-buffered, and the module tree of a large
+    // model is thousands of lines (one write(2) each otherwise)
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if args.json {
         let j = EstimateJson {
             schema: "vramscope.estimate/1",
@@ -702,6 +705,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "  {:<44} {:>12}", m, format_size(*b))?;
         }
     }
+    out.flush()?;
     Ok(ExitCode::from(if fits { EXIT_OK } else { EXIT_DIFFERENT }))
 }
 

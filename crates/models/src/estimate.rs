@@ -4,9 +4,9 @@
 //! overall peaks, what is live at the peak (by category and module), and
 //! an out-of-memory as PyTorch would raise it.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
-use vramscope_alloc::AllocatorConfig;
+use vramscope_alloc::{AllocatorConfig, CachingAllocator};
 use vramscope_engine::optim::{Adam, Sgd};
 use vramscope_engine::{
     AllocRecord, Category, DType, Device, DeviceProfile, EngineError, EventLog, Runtime,
@@ -199,12 +199,17 @@ pub fn workload_requests(
 /// requests), the third step starts from the same tensors as the second and
 /// asks the allocator for the same sizes in the same order: only the
 /// allocator's state differs. So the model runs two steps, and the
-/// allocator twin replays the whole request sequence with the second step
-/// repeated (`requests::Requests::repeat_steps`). The figures are the full
-/// run's (tests/requests.rs checks every fixture); the event log, the
-/// breakdown at the peak and `ops_simulated` are those of the two steps
-/// (the peak allocated, the same in every later step, is first reached in
-/// them; if it were not, the model runs every step).
+/// allocator twin serves the later steps' requests (the second step's,
+/// repeated: `requests::Requests::repeat_steps`) from the state the model
+/// left it in. That is the state a replay of the first two steps' requests
+/// on a fresh allocator reaches: the model's allocator served exactly those
+/// requests, on one stream, in phases with nothing between them (checked
+/// here), and tests/requests.rs replays every fixture's whole sequence to
+/// the run's figures. The figures are the full run's (tests/requests.rs
+/// checks every fixture); the event log, the breakdown at the peak and
+/// `ops_simulated` are those of the two steps (the peak allocated, the same
+/// in every later step, is first reached in them; if it were not, the model
+/// runs every step).
 fn by_repetition(
     config: &HfConfig,
     workload: &Workload,
@@ -217,7 +222,7 @@ fn by_repetition(
         steps: 2,
         ..workload.clone()
     };
-    let mut est = estimate_every_step(config, &short, options)?;
+    let (mut est, alloc) = run_model(config, &short, options, true)?;
     if est.oom.is_some() {
         // the full run stops at the same place
         return Ok(Some(est));
@@ -227,28 +232,23 @@ fn by_repetition(
     else {
         return Ok(None);
     };
-    let mut alloc = crate::requests::fresh_allocator(
-        &options.profile,
-        &options.allocator,
-        options.memory_fraction,
-        options.unlimited,
-    );
-    let r = crate::requests::replay(&reqs, &mut alloc);
     let n = est.phases.len();
-    if r.phases.len() < n
-        || r.phases[..n] != est.phases[..]
-        || r.peak_allocated_bytes > est.peak_allocated_bytes
-    {
+    let (Some(mut alloc), Some((later, offset))) = (alloc, later_phases(&reqs, n)) else {
+        return Ok(None);
+    };
+    let r = crate::requests::replay(&later, &mut alloc);
+    if r.peak_allocated_bytes > est.peak_allocated_bytes {
         return Ok(None);
     }
     if let Some(o) = &r.oom {
         // the request that failed is the same one of the second step
+        let request = offset + o.request;
         let first = reqs.phases.iter().position(|p| p.0.ends_with('1'));
         let per_step = reqs.repeated_step_len();
         let (op, module) = match (first, per_step) {
             (Some(f), Some(len)) if len > 0 => {
                 let start = reqs.phases[f].1;
-                let i = start + (o.request - start) % len;
+                let i = start + (request - start) % len;
                 let malloc = reqs.requests[..i]
                     .iter()
                     .filter(|q| q.malloc_bytes().is_some())
@@ -276,9 +276,54 @@ fn by_repetition(
             message: o.message.clone(),
         });
     }
-    est.phases = r.phases;
-    est.peak_reserved_bytes = r.peak_reserved_bytes;
+    est.phases.extend(r.phases);
+    est.peak_reserved_bytes = est.peak_reserved_bytes.max(r.peak_reserved_bytes);
     Ok(Some(est))
+}
+
+/// The requests of `reqs`' phases from the `n`-th on, as a sequence of their
+/// own (frees renumbered from its first malloc), and where it starts in
+/// `reqs`: what an allocator that served the phases before runs next.
+/// `None` unless the phases run back to back from the first request and
+/// the later ones free only what they allocate.
+fn later_phases(
+    reqs: &crate::requests::Requests,
+    n: usize,
+) -> Option<(crate::requests::Requests, usize)> {
+    use crate::requests::Request;
+    let mut at = 0;
+    for p in &reqs.phases {
+        if p.1 != at {
+            return None;
+        }
+        at = p.2;
+    }
+    let start = reqs.phases.get(n)?.1;
+    let before = reqs.requests[..start]
+        .iter()
+        .filter(|q| q.malloc_bytes().is_some())
+        .count() as u32;
+    let requests = reqs.requests[start..]
+        .iter()
+        .map(|q| match *q {
+            Request::Free(k) => k.checked_sub(before).map(Request::Free),
+            q => Some(q),
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let later = crate::requests::Requests {
+        requests,
+        phases: reqs.phases[n..]
+            .iter()
+            .map(|(name, s, e)| (name.clone(), s - start, e - start))
+            .collect(),
+        rules: reqs
+            .rules
+            .range(start..)
+            .map(|(i, r)| (i - start, r.clone()))
+            .collect(),
+        measured_sizes: reqs.measured_sizes,
+    };
+    Some((later, start))
 }
 
 /// [`estimate`], running the model at every step (no repetition).
@@ -287,6 +332,18 @@ pub fn estimate_every_step(
     workload: &Workload,
     options: &EstimateOptions,
 ) -> Result<Estimate> {
+    run_model(config, workload, options, false).map(|(est, _)| est)
+}
+
+/// [`estimate_every_step`], and with `keep_allocator` a copy of the
+/// allocator twin as the last phase left it (`None` after an
+/// out-of-memory, or if it served requests between phases).
+fn run_model(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+    keep_allocator: bool,
+) -> Result<(Estimate, Option<CachingAllocator>)> {
     check(config, workload)?;
     let mut profile = options.profile.clone();
     if options.unlimited {
@@ -312,6 +369,8 @@ pub fn estimate_every_step(
         marks: Vec::new(),
         end: None,
         requests: Vec::new(),
+        keep_allocator,
+        allocator: None,
     };
     let mut params = (0u64, 0u64);
     let outcome = drive(config, workload, &mut run, &mut params);
@@ -359,18 +418,33 @@ pub fn estimate_every_step(
     });
     let log = rt.take_event_log().unwrap_or_default();
     let live = log.live_at_peak();
-    let mut by_cat: BTreeMap<String, (Category, u64)> = BTreeMap::new();
-    let mut by_mod: BTreeMap<String, u64> = BTreeMap::new();
+    // a few categories; modules keyed by the records' own names (copied
+    // once each), the top level apart: most records have an empty name, and
+    // comparing two empty strings calls `memcmp` on dangling pointers, which
+    // glibc's AVX-512 `memcmp` reads with a masked load that the CPU serves
+    // through a slow assist (~150 ns each, measured here)
+    let mut breakdown: Vec<(Category, u64)> = Vec::new();
+    let mut top: Option<u64> = None;
+    let mut by_mod: HashMap<&str, u64> = HashMap::new();
     for r in &live {
-        by_cat
-            .entry(r.category.to_string())
-            .or_insert((r.category, 0))
-            .1 += r.bytes;
-        *by_mod.entry(r.module.clone()).or_default() += r.bytes;
+        match breakdown.iter_mut().find(|(c, _)| *c == r.category) {
+            Some(b) => b.1 += r.bytes,
+            None => breakdown.push((r.category, r.bytes)),
+        }
+        if r.module.is_empty() {
+            *top.get_or_insert(0) += r.bytes;
+        } else {
+            *by_mod.entry(r.module.as_str()).or_default() += r.bytes;
+        }
     }
-    let mut breakdown: Vec<(Category, u64)> = by_cat.into_values().collect();
+    // the largest first; equal sizes by category name
+    breakdown.sort_by_cached_key(|(c, _)| c.to_string());
     breakdown.sort_by_key(|b| std::cmp::Reverse(b.1));
-    let mut by_module: Vec<(String, u64)> = by_mod.into_iter().collect();
+    let mut by_module: Vec<(String, u64)> = top
+        .map(|b| (String::new(), b))
+        .into_iter()
+        .chain(by_mod.into_iter().map(|(m, b)| (m.to_owned(), b)))
+        .collect();
     by_module.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let peak_allocated = run
         .phases
@@ -390,7 +464,12 @@ pub fn estimate_every_step(
         .find(|p| p.peak_allocated_bytes == peak_allocated)
         .map(|p| p.name.clone())
         .unwrap_or_default();
-    Ok(Estimate {
+    let allocator = if oom.is_none() {
+        run.allocator.take()
+    } else {
+        None
+    };
+    let est = Estimate {
         phases: run.phases,
         peak_allocated_bytes: peak_allocated,
         peak_reserved_bytes: peak_reserved,
@@ -405,7 +484,8 @@ pub fn estimate_every_step(
         events: log,
         recorded,
         phase_requests: run.requests,
-    })
+    };
+    Ok((est, allocator))
 }
 
 /// Workload options that no family can honour.
@@ -446,6 +526,10 @@ struct Run {
     end: Option<(usize, Vec<vramscope_alloc::SegmentInfo>)>,
     /// each phase's span of allocator requests
     requests: Vec<(usize, usize)>,
+    /// keep a copy of the allocator when the workload ends
+    keep_allocator: bool,
+    /// the allocator as the last phase left it
+    allocator: Option<CachingAllocator>,
 }
 
 /// Mallocs and frees served so far (an out-of-memory is not served).
@@ -469,6 +553,11 @@ impl Run {
     fn finish(&mut self) {
         if self.record {
             self.end = Some((self.rt.trace_len(), self.rt.segments()));
+        }
+        // (only if nothing reached the allocator since the last phase ended)
+        let at = requests_so_far(&self.rt);
+        if self.keep_allocator && self.requests.last().is_some_and(|r| r.1 == at) {
+            self.allocator = Some(self.rt.allocator());
         }
     }
     fn end_phase(&mut self) {
