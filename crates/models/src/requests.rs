@@ -530,7 +530,12 @@ impl Steady {
     }
 }
 
-fn figures(name: &str, alloc: &CachingAllocator) -> PhaseFigures {
+/// A phase's figures as the allocator's statistics give them at its end
+/// (the peaks since its `reset_peak_memory_stats()`).
+pub fn figures<D: vramscope_alloc::Device>(
+    name: &str,
+    alloc: &CachingAllocator<D>,
+) -> PhaseFigures {
     let s = alloc.stats();
     PhaseFigures {
         name: name.to_owned(),

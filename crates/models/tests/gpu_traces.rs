@@ -21,7 +21,7 @@ use std::process::Command;
 use serde_json::Value;
 use vramscope_alloc::{CachingAllocator, Device};
 use vramscope_models::fixture::{self, Case, Recorded};
-use vramscope_models::{estimate, Estimate, EstimateOptions, PhaseFigures};
+use vramscope_models::{estimate, Estimate, EstimateOptions};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -66,38 +66,17 @@ fn traces_dir(tag: &str) -> PathBuf {
 
 #[test]
 fn predicted_traces_equal_the_gpus() {
-    let dir = traces_dir("same");
-    let text = std::fs::read_to_string(format!("{ROOT}/validation/hf_cases.json")).unwrap();
     let mut different = Vec::new();
     let mut same = 0;
-    for case in fixture::cases(&text).unwrap() {
-        let rec = fixture::recorded(
-            &std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/{}.json", case.name))
-                .unwrap(),
-        )
-        .unwrap();
-        let gpu: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("{}.trace.json", case.name))).unwrap(),
-        )
-        .unwrap();
-        let gpu: Vec<(String, u64)> = gpu
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| (e[0].as_str().unwrap().to_owned(), e[2].as_u64().unwrap()))
-            .collect();
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            record_trace: true,
-            ..EstimateOptions::default()
-        };
-        let est = estimate(&rec.config, &case.workload, &opts).unwrap();
-        let twin: Vec<(String, u64)> = est
+    each_case("same", |case, _, gpu, est| {
+        let gpu: Vec<(&str, u64)> = gpu.iter().map(|e| (e.0.as_str(), e.2)).collect();
+        let twin: Vec<(&str, u64)> = est
             .recorded
+            .as_ref()
             .unwrap()
             .trace
             .iter()
-            .map(|e| (e.action.as_str().to_owned(), e.size))
+            .map(|e| (e.action.as_str(), e.size))
             .collect();
         match gpu.iter().zip(&twin).position(|(g, t)| g != t) {
             None if gpu.len() == twin.len() => {
@@ -117,8 +96,7 @@ fn predicted_traces_equal_the_gpus() {
                 different.push(case.name.clone());
             }
         }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    });
     println!("{same} of {} traces identical", same + different.len());
     different.sort();
     assert_eq!(
@@ -297,15 +275,7 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
                     _ => {}
                 }
             }
-            let s = a.stats();
-            figures.push(PhaseFigures {
-                name: name.clone(),
-                allocated_bytes: s.allocated_bytes.all().current,
-                peak_allocated_bytes: s.allocated_bytes.all().peak,
-                reserved_bytes: s.reserved_bytes.all().current,
-                peak_reserved_bytes: s.reserved_bytes.all().peak,
-                requested_bytes: s.requested_bytes.all().current,
-            });
+            figures.push(vramscope_models::requests::figures(name, &a));
         }
         checked += 1;
         if figures != rec.phases {
