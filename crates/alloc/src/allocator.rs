@@ -2,9 +2,7 @@
 //! 2.11), one function here for each function there, same names, same order
 //! of effects. Comments cite the rule each branch reproduces.
 
-use std::collections::{BTreeSet, HashMap};
-
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeSet;
 
 use crate::addrmap::AddrMap;
 use crate::config::AllocatorConfig;
@@ -182,28 +180,8 @@ pub struct SegmentInfo {
     pub blocks: Vec<BlockInfo>,
 }
 
-/// A fast hasher for integer keys (multiplicative); `stream_uses` is keyed
-/// by block id.
-#[derive(Default, Clone, Copy)]
-struct AddrHasher(u64);
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        // Addresses are 512-byte aligned and share their high bits: multiply,
-        // then fold the well-mixed high half onto the low bits hashbrown
-        // indexes by.
-        let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = h ^ (h >> 32);
-    }
-}
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+/// `stream_uses` is keyed by block id.
+type IdMap<V> = crate::inthash::FastMap<u64, V>;
 
 /// The caching allocator of one device (`DeviceCachingAllocator`).
 #[derive(Debug, Clone)]

@@ -20,6 +20,7 @@ mod driver_va;
 mod error;
 mod format;
 mod freeset;
+pub mod inthash;
 mod stats;
 mod summary;
 mod trace;
