@@ -612,21 +612,11 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         let what = format!(
-            "{} ({:.2} B parameters, {}), {} batch {}{}, weights {}{}{}",
+            "{} ({:.2} B parameters, {}), {}, weights {}{}{}",
             config.model_type,
             est.parameter_count as f64 / 1e9,
             format_size(est.parameter_bytes),
-            if w.mode == Mode::Train {
-                "train"
-            } else {
-                "infer"
-            },
-            w.batch,
-            if w.task == Task::Image {
-                String::new()
-            } else {
-                format!(" x seq {}", w.seq)
-            },
+            shape_label(&w, " x seq"),
             dtype_name(w.weights),
             w.autocast
                 .map(|a| format!(", autocast {}", dtype_name(a)))
@@ -728,24 +718,29 @@ fn write_predicted(
         let mut report =
             vramscope_report::analyze(&snap, &cfg, &vramscope_report::Options::default());
         report.snapshot = format!(
-            "predicted: {} {} batch {}{}",
+            "predicted: {} {}",
             config.model_type,
-            if w.mode == Mode::Train {
-                "train"
-            } else {
-                "infer"
-            },
-            w.batch,
-            if w.task == Task::Image {
-                String::new()
-            } else {
-                format!(" seq {}", w.seq)
-            }
+            shape_label(w, " seq")
         );
         let page = vramscope_report::html::render_snapshot(&snap, &cfg, &report);
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// "train batch B{seq}" / "infer batch B{seq}": `seq` is how the sequence
+/// length is introduced (none for images).
+fn shape_label(w: &Workload, seq: &str) -> String {
+    let mode = if w.mode == Mode::Train {
+        "train"
+    } else {
+        "infer"
+    };
+    if w.task == Task::Image {
+        format!("{mode} batch {}", w.batch)
+    } else {
+        format!("{mode} batch {}{seq} {}", w.batch, w.seq)
+    }
 }
 
 #[cfg(test)]
