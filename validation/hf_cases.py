@@ -167,7 +167,8 @@ def main():
         fr = [f"{os.path.basename(f['filename'])}:{f['line']}:{f['name']}" for f in e.get("frames", [])
               if "/torch/" not in f["filename"] or "/torch/utils/checkpoint" in f["filename"]
               or "/torch/optim/" in f["filename"] or "/torch/nn/" in f["filename"]][:4]
-        trace.append([e["action"], e["addr"], e["size"], e.get("stream", 0), fr])
+        # an `oom` entry carries the device's free bytes where others carry an address
+        trace.append([e["action"], e.get("addr", e.get("device_free", 0)), e["size"], e.get("stream", 0), fr])
     os.makedirs(outdir, exist_ok=True)
     with open(os.path.join(outdir, name + ".trace.json"), "w") as f:
         json.dump(trace, f)

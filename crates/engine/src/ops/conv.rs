@@ -31,10 +31,17 @@
 //! take global scratch, `ops/reduce.rs`).
 //!
 //! The workspace sizes are what cuDNN's chosen engine asks for; they cannot be
-//! derived from PyTorch's source. [`cudnn_conv_workspace`] holds the sizes read
-//! off the H100 traces (`fixtures/estimate/traces.tgz`), keyed by everything the
-//! cuDNN heuristic sees; a problem that was not measured gets
-//! [`UNMEASURED_WORKSPACE`] (0 bytes) — see there.
+//! derived from PyTorch's source. [`cudnn_conv_workspace`] reads them from a
+//! table measured on the H100 at every batch size (`cudnn_conv_h100.txt`, see
+//! `TABLE_H100`), keyed by everything the cuDNN heuristic sees; a problem that
+//! was not measured gets [`UNMEASURED_WORKSPACE`] (0 bytes) — see there.
+//!
+//! Under a memory limit (`run_single_conv`, `Conv_v8.cpp`): a plan whose
+//! workspace does not fit raises an out-of-memory that `try_configs` catches
+//! (after the allocator has released its cache), and cuDNN runs the next
+//! heuristic config. The twin takes the first config's workspace and reports
+//! that out-of-memory instead; the sizes cuDNN tries next are measured
+//! (`tried` in `fixtures/ops/conv_workspace_h100.jsonl`) but not modelled.
 
 use crate::autograd::{Backward, Pending};
 use crate::dtype::{DType, Device};
@@ -79,103 +86,134 @@ impl Default for Conv2dArgs {
     }
 }
 
-/// One measured cuDNN workspace: the problem as the heuristic sees it
-/// (device, library versions, operation, data type, input and filter sizes in
-/// contiguous NCHW/KCRS layout with 16-byte-aligned pointers, convolution
-/// parameters, TF32 allowed, not deterministic) and the bytes `run_conv_plan`
-/// took for it.
-struct Measured {
-    capability: (u32, u32),
-    torch: &'static str,
+/// The measured table (`cudnn_conv_h100.txt`, made by
+/// `validation/conv_workspace_table.py` from `validation/conv_workspace.sh`'s
+/// runs on an H100 with PyTorch 2.11.0+cu130 and the cuDNN 9.19 it bundles;
+/// the raw measurements are `fixtures/ops/conv_workspace_h100.jsonl`).
+///
+/// Each problem is a patch embedding as ViT runs it: input (N, 3, H, W) and
+/// filter (K, 3, R, S) in contiguous NCHW/KCRS layout with 16-byte-aligned
+/// pointers, stride (R, S), no padding, dilation 1, one group, TF32 allowed,
+/// not deterministic. The workspace is what `run_conv_plan` took for the plan
+/// of the first heuristic config (memory was plentiful), measured at every
+/// batch 1..=128 or 1..=256 (and 264..=512 by 8 for hidden 384). It is not a
+/// formula of the problem: the engine the heuristic picks changes with the
+/// batch (hidden 384, bf16, backward-filter: 13,966,352 bytes at batch 13,
+/// 24,357,008 at 14), and each engine's workspace grows with the batch
+/// (192,431,248 bytes at 187). The table stores the runs of batches over which
+/// the bytes are affine, exactly: every measured batch and nothing between.
+const TABLE_H100: &str = include_str!("cudnn_conv_h100.txt");
+
+/// One run of the table: for batches `first, first + step, ..=last` the
+/// workspace is `bytes + slope * (N - first)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Run {
     op: ConvOp,
     dtype: DType,
-    input: [i64; 4],
+    /// the filter (K, C, R, S); stride (R, S), no padding
     weight: [i64; 4],
-    args: Conv2dArgs,
-    bytes: u64,
+    /// the image (H, W)
+    image: [i64; 2],
+    first: i64,
+    last: i64,
+    step: i64,
+    bytes: i64,
+    slope: i64,
 }
 
-const PATCH16: Conv2dArgs = Conv2dArgs {
-    stride: [16, 16],
-    padding: [0, 0],
-    dilation: [1, 1],
-    groups: 1,
-};
+impl Run {
+    fn parse(line: &str) -> Option<Run> {
+        let mut f = line.split_ascii_whitespace();
+        let op = match f.next()? {
+            "forward" => ConvOp::Forward,
+            "dgrad" => ConvOp::BackwardData,
+            "wgrad" => ConvOp::BackwardFilter,
+            _ => return None,
+        };
+        let dtype = match f.next()? {
+            "fp32" => DType::F32,
+            "bf16" => DType::BF16,
+            "fp16" => DType::F16,
+            _ => return None,
+        };
+        let mut n = [0i64; 11];
+        for x in n.iter_mut() {
+            *x = f.next()?.parse().ok()?;
+        }
+        let [k, c, r, s, h, w, first, last, step, bytes, slope] = n;
+        (f.next().is_none() && step > 0).then_some(Run {
+            op,
+            dtype,
+            weight: [k, c, r, s],
+            image: [h, w],
+            first,
+            last,
+            step,
+            bytes,
+            slope,
+        })
+    }
 
-/// Workspaces read off the H100 (sm_90, PyTorch 2.11.0+cu130 and the cuDNN it
-/// bundles) allocator traces of `fixtures/estimate/traces.tgz`, where the
-/// allocation sits between `grad_weight` and the release of the contiguous
-/// `grad_output` copy (wgrad) or right after the output (forward; nothing
-/// there means a plan with no workspace). They are measurements of these exact
-/// problems, nothing more: the engine cuDNN's heuristic picks — and with it the
-/// workspace — may change with any size, the data type or the cuDNN version.
-const MEASURED: [Measured; 5] = [
-    // ViT patch embedding, hidden 384, patch 16, 224x224 (vit_train_fp32:
-    // the Conv2d forward allocates only its 4,816,896-byte output)
-    Measured {
-        capability: (9, 0),
-        torch: "2.11.0",
-        op: ConvOp::Forward,
-        dtype: DType::F32,
-        input: [16, 3, 224, 224],
-        weight: [384, 3, 16, 16],
-        args: PATCH16,
-        bytes: 0,
-    },
-    // vit_infer_fp32 (batch 32): output only
-    Measured {
-        capability: (9, 0),
-        torch: "2.11.0",
-        op: ConvOp::Forward,
-        dtype: DType::F32,
-        input: [32, 3, 224, 224],
-        weight: [384, 3, 16, 16],
-        args: PATCH16,
-        bytes: 0,
-    },
-    // vit_train_bf16_ckpt_sgdm: output only
-    Measured {
-        capability: (9, 0),
-        torch: "2.11.0",
-        op: ConvOp::Forward,
-        dtype: DType::BF16,
-        input: [16, 3, 224, 224],
-        weight: [384, 3, 16, 16],
-        args: PATCH16,
-        bytes: 0,
-    },
-    // vit_train_fp32 backward: 19,234,960 bytes allocated and freed between
-    // grad_weight (1,179,648) and the grad_output copy's release, each step
-    Measured {
-        capability: (9, 0),
-        torch: "2.11.0",
-        op: ConvOp::BackwardFilter,
-        dtype: DType::F32,
-        input: [16, 3, 224, 224],
-        weight: [384, 3, 16, 16],
-        args: PATCH16,
-        bytes: 19_234_960,
-    },
-    // vit_train_bf16_ckpt_sgdm backward: 26,263,696 bytes, same place
-    Measured {
-        capability: (9, 0),
-        torch: "2.11.0",
-        op: ConvOp::BackwardFilter,
-        dtype: DType::BF16,
-        input: [16, 3, 224, 224],
-        weight: [384, 3, 16, 16],
-        args: PATCH16,
-        bytes: 26_263_696,
-    },
-];
+    /// The same problem, at any batch size.
+    fn holds(
+        &self,
+        op: ConvOp,
+        dtype: DType,
+        input: &[i64],
+        weight: &[i64],
+        a: &Conv2dArgs,
+    ) -> bool {
+        self.op == op
+            && self.dtype == dtype
+            && input.len() == 4
+            && input[1..] == [self.weight[1], self.image[0], self.image[1]]
+            && *weight == self.weight
+            && a.stride == [self.weight[2], self.weight[3]]
+            && a.padding == [0, 0]
+            && a.dilation == [1, 1]
+            && a.groups == 1
+    }
+
+    /// The workspace at batch `n`, if this run measured it.
+    fn at(&self, n: i64) -> Option<u64> {
+        (self.first..=self.last)
+            .contains(&n)
+            .then_some(n - self.first)
+            .filter(|d| d % self.step == 0)
+            .map(|d| (self.bytes + self.slope * d) as u64)
+    }
+}
+
+/// The table's runs (parsed once; the file is part of the source, so a bad
+/// line is a bug the tests catch).
+fn table() -> &'static [Run] {
+    static RUNS: std::sync::OnceLock<Vec<Run>> = std::sync::OnceLock::new();
+    RUNS.get_or_init(|| {
+        TABLE_H100
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(Run::parse)
+            .collect()
+    })
+}
+
+/// The runs of the table for `profile`'s GPU and torch.
+fn runs_for(profile: &DeviceProfile) -> &'static [Run] {
+    if profile.capability == (9, 0) && profile.torch == "2.11.0" {
+        table()
+    } else {
+        &[]
+    }
+}
 
 /// The workspace the twin assumes for a problem absent from the measured
 /// table: none. cuDNN's workspace depends on the engine its heuristic picks,
-/// which no formula in PyTorch predicts; assuming 0 under-counts by at most
-/// that one temporary (tens of MiB for the measured ViT shapes), which lives
-/// only inside the op — it can raise an op-local peak but never what stays
-/// allocated. [`cudnn_conv_workspace`] returns `None` for such problems so a
-/// report can say the figure is not measured.
+/// which no formula in PyTorch predicts. It lives only inside the op, so it
+/// never changes what stays allocated, but it can be large (183.5 MiB for
+/// ViT's patch embedding at batch 187) and, under a memory limit, decide
+/// whether the allocator releases its cache there or runs out.
+/// [`cudnn_conv_workspace`] returns `None` for such problems so a report can
+/// say the figure is not measured.
 pub const UNMEASURED_WORKSPACE: u64 = 0;
 
 /// The bytes cuDNN's plan for `op` takes from the caching allocator for a
@@ -189,36 +227,10 @@ pub fn cudnn_conv_workspace(
     weight: &[i64],
     args: &Conv2dArgs,
 ) -> Option<u64> {
-    MEASURED
+    runs_for(profile)
         .iter()
-        .find(|m| m.matches(profile, op, dtype, input, weight, args, true))
-        .map(|m| m.bytes)
-}
-
-impl Measured {
-    /// The same problem on the same GPU and torch; `with_batch == false`
-    /// ignores the batch size (`input[0]`).
-    #[allow(clippy::too_many_arguments)]
-    fn matches(
-        &self,
-        profile: &DeviceProfile,
-        op: ConvOp,
-        dtype: DType,
-        input: &[i64],
-        weight: &[i64],
-        args: &Conv2dArgs,
-        with_batch: bool,
-    ) -> bool {
-        let from = usize::from(!with_batch);
-        self.capability == profile.capability
-            && self.torch == profile.torch
-            && self.op == op
-            && self.dtype == dtype
-            && input.len() == self.input.len()
-            && self.input[from..] == input[from..]
-            && self.weight[..] == *weight
-            && self.args == *args
-    }
+        .filter(|r| r.holds(op, dtype, input, weight, args))
+        .find_map(|r| r.at(input[0]))
 }
 
 /// `conv_output_size`: `(in + 2 pad - dilation (k - 1) - 1) / stride + 1`.
@@ -240,9 +252,9 @@ fn workspace(
         .unwrap_or(UNMEASURED_WORKSPACE);
     // the table holds this problem at another batch size: the workspace
     // here is no rule's (a sweep must run the model at every batch)
-    if MEASURED
+    if runs_for(&profile)
         .iter()
-        .any(|m| m.matches(&profile, op, dtype, input, weight, args, false))
+        .any(|r| r.holds(op, dtype, input, weight, args))
     {
         rt.note_measured_size();
     }
@@ -691,6 +703,77 @@ mod tests {
         // only x.grad (6400 B, rounded to 6656) stays; the weight needs no gradient
         assert!(x.grad().is_some() && w.grad().is_none());
         assert_eq!(rt.memory_allocated() - base, 6656);
+    }
+
+    /// Every batch `validation/conv_workspace.sh` measured on the H100
+    /// (`fixtures/ops/conv_workspace_h100.jsonl`, 54 problems) comes out of
+    /// the table exactly, and nothing in between is claimed.
+    #[test]
+    fn the_table_reproduces_every_measured_workspace() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/ops/conv_workspace_h100.jsonl"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let mut n = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let op = match v["op"].as_str().unwrap() {
+                "forward" => ConvOp::Forward,
+                "dgrad" => ConvOp::BackwardData,
+                _ => ConvOp::BackwardFilter,
+            };
+            let dtype = match v["dtype"].as_str().unwrap() {
+                "fp32" => DType::F32,
+                "bf16" => DType::BF16,
+                _ => DType::F16,
+            };
+            let int = |x: &serde_json::Value| x.as_i64().unwrap();
+            let weight: Vec<i64> = v["weight"].as_array().unwrap().iter().map(int).collect();
+            let image: Vec<i64> = v["image"].as_array().unwrap().iter().map(int).collect();
+            let s = int(&v["stride"]);
+            let args = Conv2dArgs {
+                stride: [s, s],
+                ..Conv2dArgs::default()
+            };
+            let input = |b: i64| [b, 3, image[0], image[1]];
+            let mut measured = std::collections::BTreeSet::new();
+            for pair in v["workspace"].as_array().unwrap() {
+                let (b, bytes) = (int(&pair[0]), int(&pair[1]) as u64);
+                let got = cudnn_conv_workspace(&h100, op, dtype, &input(b), &weight, &args);
+                assert_eq!(got, Some(bytes), "{line:.80} batch {b}");
+                measured.insert(b);
+                n += 1;
+            }
+            let last = *measured.last().unwrap();
+            for b in (1..=last + 8).filter(|b| !measured.contains(b)) {
+                let got = cudnn_conv_workspace(&h100, op, dtype, &input(b), &weight, &args);
+                assert_eq!(got, None, "{line:.80} batch {b}");
+            }
+        }
+        assert_eq!(n, 9504);
+        let rows = TABLE_H100.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(table().len(), rows, "a line of the table does not parse");
+        // another GPU or torch: nothing measured
+        let other = DeviceProfile {
+            capability: (8, 0),
+            ..DeviceProfile::h100_torch_2_11()
+        };
+        let w = [384, 3, 16, 16];
+        let patch = Conv2dArgs {
+            stride: [16, 16],
+            ..Conv2dArgs::default()
+        };
+        let x = [187, 3, 224, 224];
+        assert_eq!(
+            cudnn_conv_workspace(&h100, ConvOp::BackwardFilter, DType::BF16, &x, &w, &patch),
+            Some(192_431_248)
+        );
+        assert_eq!(
+            cudnn_conv_workspace(&other, ConvOp::BackwardFilter, DType::BF16, &x, &w, &patch),
+            None
+        );
     }
 
     #[test]

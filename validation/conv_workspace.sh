@@ -1,0 +1,32 @@
+#!/bin/bash
+# cuDNN's convolution workspaces on this GPU, for the twin's measured table
+# (crates/engine/src/ops/conv_workspace_h100.tsv is made from them):
+#   bash validation/conv_workspace.sh OUTDIR
+# One process per problem and dtype, several at once; then
+#   python3 validation/conv_workspace_table.py OUTDIR/conv_sizes.jsonl OUTDIR/conv_pressure.jsonl
+set -u
+out="${1:-conv_out}"
+here="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$out/work"
+# ViT patch embeddings: the fixtures' (hidden 384) over the plan's range, the
+# presets' and common ones over estimates' range; the fixtures' first
+jobs=()
+for dt in bf16 fp32 fp16; do
+  jobs+=("sizes 384 16 224 $dt 1-256,264-512/8"
+         "pressure 384 16 224 $dt 1-128" "pressure 384 16 224 $dt 129-256,264-512/8")
+done
+for dt in fp32 bf16 fp16; do
+  jobs+=("sizes 768 16 224 $dt 1-256" "pressure 768 16 224 $dt 1-128" "pressure 768 16 224 $dt 129-256")
+  for kpi in "192 16 224" "1024 16 224" "768 32 224" "768 16 384"; do
+    jobs+=("sizes $kpi $dt 1-128" "pressure $kpi $dt 1-128")
+  done
+done
+i=0
+for j in "${jobs[@]}"; do
+  echo "$j $out/work/$i.jsonl"; i=$((i+1))
+done | xargs -P "${JOBS:-8}" -L 1 sh -c 'python3 '"$here"'/conv_workspace.py "$@" || echo "failed: $*" >&2' _
+: > "$out/conv_sizes.jsonl"; : > "$out/conv_pressure.jsonl"
+for f in "$out"/work/*.jsonl; do
+  if grep -q '"mode": "sizes"' "$f"; then cat "$f" >> "$out/conv_sizes.jsonl"; else cat "$f" >> "$out/conv_pressure.jsonl"; fi
+done
+wc -l "$out"/conv_*.jsonl
