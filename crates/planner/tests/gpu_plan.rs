@@ -112,9 +112,9 @@ fn largest_batch_equals_the_gpu_on_unseen_workloads() {
 /// simulated device hands out increasing addresses; `driver_va.rs` says why
 /// the driver's placement is not the default).
 ///
-/// 216: the twin's `backward0` peaks 6,291,456 bytes (three 2 MiB pages)
-/// higher, and the phases after it by as much; no GPU trace was taken at
-/// this batch, so the cause is not shown.
+/// 216: the same in `forward0`, with 132,120,576-byte segments (the twin
+/// releases one more, and its `backward0` peaks 6,291,456 bytes higher).
+/// Both GPU traces are in `fixtures/plan/vit_traces_h100.tgz`.
 const PEAKS_DIFFER: &[i64] = &[208, 216];
 
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each
