@@ -94,8 +94,10 @@ def pressure(k, p, img, dt, bs, out):
             x, w, go = tensors(n, k, p, img, dt)
             shape = (n, k, img // p, img // p) if op == "forward" else (k, 3, p, p)
             result = torch.Size(shape).numel() * x.element_size()
-            # room for the result's own segment (2 MiB small, else rounded to 2 MiB
-            # above 10 MiB or a 20 MiB one), nothing for a workspace beside it
+            # room for the result's own segment and nothing for a workspace beside it:
+            # get_allocation_size in c10/cuda/CUDACachingAllocator.cpp (kSmallSize 1 MiB
+            # -> kSmallBuffer 2 MiB; below kMinLargeAlloc 10 MiB -> kLargeBuffer 20 MiB;
+            # else rounded up to kRoundLarge 2 MiB)
             seg = 2 * MiB if result <= MiB else (20 * MiB if result < 10 * MiB else -(-result // (2 * MiB)) * 2 * MiB)
             torch.cuda.synchronize()
             torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + seg) / total)
