@@ -180,6 +180,22 @@ pub struct SegmentInfo {
     pub blocks: Vec<BlockInfo>,
 }
 
+/// A block handed out by [`CachingAllocator::malloc_handle`]: its address
+/// and the allocator's name for it, so that
+/// [`CachingAllocator::free_handle`] finds it without a lookup by address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handle {
+    addr: Addr,
+    id: Id,
+}
+
+impl Handle {
+    /// The block's device address (what `malloc` returns).
+    pub fn addr(&self) -> Addr {
+        self.addr
+    }
+}
+
 /// `stream_uses` is keyed by block id.
 type IdMap<V> = crate::inthash::FastMap<u64, V>;
 
@@ -194,6 +210,8 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     pools: [Pool; 2],
     /// `allocated_blocks`: the blocks handed out, by address.
     allocated: AddrMap,
+    /// Whether `allocated` is kept (see [`CachingAllocator::without_address_index`]).
+    index_addresses: bool,
     /// `Block::stream_uses` of the blocks that have any.
     stream_uses: IdMap<Vec<u64>>,
     /// Outstanding (stream, block) events, in the order they were recorded.
@@ -242,6 +260,7 @@ impl<D: Device> CachingAllocator<D> {
             free_ids: Vec::new(),
             pools: [Pool::default(), Pool::default()],
             allocated: AddrMap::default(),
+            index_addresses: true,
             stream_uses: IdMap::default(),
             events: Vec::new(),
             event_policy: EventPolicy::CompleteAtNextMalloc,
@@ -253,6 +272,19 @@ impl<D: Device> CachingAllocator<D> {
             stats,
             trace: None,
         }
+    }
+
+    /// This allocator without `allocated_blocks`, its index of the blocks
+    /// handed out by address: for a caller that frees every block by its
+    /// [`Handle`] (a replay of recorded requests), to whom the index is pure
+    /// cost (a hash insert per malloc and a removal per free). Nothing else
+    /// changes: the index decides nothing, it only finds a block from an
+    /// address. [`Self::free`] and [`Self::record_stream`] then fail with
+    /// [`AllocError::InvalidPointer`]. Call it on a fresh allocator.
+    pub fn without_address_index(mut self) -> Self {
+        debug_assert_eq!(self.stats.allocation.all().current, 0);
+        self.index_addresses = false;
+        self
     }
 
     /// The settings in force.
@@ -422,6 +454,16 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `DeviceCachingAllocator::malloc(size, stream)`.
     pub fn malloc(&mut self, orig_size: u64, stream: StreamId) -> Result<Addr, OutOfMemory> {
+        self.malloc_handle(orig_size, stream).map(|h| h.addr)
+    }
+
+    /// [`Self::malloc`], returning the block's [`Handle`].
+    #[inline]
+    pub fn malloc_handle(
+        &mut self,
+        orig_size: u64,
+        stream: StreamId,
+    ) -> Result<Handle, OutOfMemory> {
         self.process_events();
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
@@ -467,6 +509,32 @@ impl<D: Device> CachingAllocator<D> {
             .allocated
             .remove(addr, |id| blocks[id as usize].addr)
             .ok_or(AllocError::InvalidPointer(addr))?;
+        self.free_allocated(id);
+        Ok(())
+    }
+
+    /// [`Self::free`] of the block `malloc_handle` returned `h` for.
+    #[inline]
+    pub fn free_handle(&mut self, h: Handle) -> Result<(), AllocError> {
+        let live = self
+            .blocks
+            .get(h.id as usize)
+            .is_some_and(|b| b.allocated && b.size > 0 && b.addr == h.addr);
+        if !live {
+            return Err(AllocError::InvalidPointer(h.addr));
+        }
+        if self.index_addresses {
+            let blocks = &self.blocks;
+            self.allocated.remove(h.addr, |id| blocks[id as usize].addr);
+        }
+        self.free_allocated(h.id);
+        Ok(())
+    }
+
+    /// The rest of `free`, once the block is out of `allocated_blocks`.
+    #[inline]
+    fn free_allocated(&mut self, id: Id) {
+        let addr = self.b(id).addr;
         let (size, small, requested, stream) = {
             let b = self.bm(id);
             b.allocated = false;
@@ -483,7 +551,6 @@ impl<D: Device> CachingAllocator<D> {
         } else {
             self.free_block(id);
         }
-        Ok(())
     }
 
     /// `recordStream`: the block at `addr` is used on `stream` too.
@@ -708,7 +775,7 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: u64,
         split: bool,
-    ) -> Addr {
+    ) -> Handle {
         let small = self.b(id).small;
         let already_split = self.is_split(id);
         let block = if split {
@@ -756,9 +823,11 @@ impl<D: Device> CachingAllocator<D> {
             (b.addr, b.size)
         };
         self.record(TraceAction::Alloc, addr, orig_size, stream);
-        let blocks = &self.blocks;
-        self.allocated
-            .insert(addr, block, |id| blocks[id as usize].addr);
+        if self.index_addresses {
+            let blocks = &self.blocks;
+            self.allocated
+                .insert(addr, block, |id| blocks[id as usize].addr);
+        }
         let s = &mut self.stats;
         s.allocation.increase(small, 1);
         s.allocated_bytes.increase(small, bsize);
@@ -768,7 +837,7 @@ impl<D: Device> CachingAllocator<D> {
         if bsize >= self.config.max_split_size {
             s.oversize_allocations.increase(1);
         }
-        addr
+        Handle { addr, id: block }
     }
 
     /// `free_block`: back into the pool, merged with free neighbours.
@@ -1228,7 +1297,9 @@ impl<D: Device> CachingAllocator<D> {
             }
             if b.allocated {
                 allocated += b.size;
-                if self.allocated.get(b.addr, |i| self.b(i).addr) != Some(id) {
+                if self.index_addresses
+                    && self.allocated.get(b.addr, |i| self.b(i).addr) != Some(id)
+                {
                     return Err(format!("allocated block {id} is not in allocated_blocks"));
                 }
             }

@@ -103,3 +103,59 @@ proptest! {
         prop_assert_eq!(a.stats().inactive_split_bytes.all().current, 0);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// Freeing by handle on an allocator without the address index does
+    /// what freeing by address does on one with it: the same addresses, the
+    /// same out-of-memory errors, the same statistics and segments.
+    #[test]
+    fn handles_without_the_index_free_as_addresses_do(
+        (conf, fraction) in config(),
+        capacity_mib in 600u64..3000,
+        ops in prop::collection::vec(op(), 1..300),
+    ) {
+        let cfg = AllocatorConfig::parse(&conf).unwrap();
+        let dev = SimDevice::new(2048 * MIB, capacity_mib * MIB);
+        let mut by_addr = CachingAllocator::with_device(cfg.clone(), dev.clone());
+        let mut by_handle = CachingAllocator::with_device(cfg, dev).without_address_index();
+        if let Some(f) = fraction {
+            by_addr.set_memory_fraction(f);
+            by_handle.set_memory_fraction(f);
+        }
+        let mut live = Vec::new();
+        for op in ops {
+            match op {
+                Op::Malloc { size, stream } => {
+                    let a = by_addr.malloc(size, stream);
+                    let h = by_handle.malloc_handle(size, stream);
+                    let h_addr = h.as_ref().ok().map(|h| h.addr());
+                    prop_assert_eq!(a.as_ref().ok().copied(), h_addr);
+                    prop_assert_eq!(a.is_err(), h.is_err());
+                    if let (Ok(a), Ok(h)) = (a, h) {
+                        live.push((a, h));
+                    }
+                }
+                Op::Free(i) if !live.is_empty() => {
+                    let (a, h) = live.swap_remove(i % live.len());
+                    // the index is gone: an address finds nothing
+                    prop_assert!(by_handle.free(a).is_err());
+                    by_addr.free(a).unwrap();
+                    by_handle.free_handle(h).unwrap();
+                    // a handle frees once
+                    prop_assert!(by_handle.free_handle(h).is_err());
+                }
+                Op::EmptyCache => {
+                    by_addr.empty_cache();
+                    by_handle.empty_cache();
+                }
+                _ => {}
+            }
+            if let Err(e) = by_handle.check_invariants() {
+                return Err(TestCaseError::fail(e));
+            }
+            prop_assert_eq!(by_addr.stats(), by_handle.stats());
+        }
+        prop_assert_eq!(by_addr.snapshot(), by_handle.snapshot());
+    }
+}

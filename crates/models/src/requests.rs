@@ -27,7 +27,8 @@
 //! loss, measured in these requests).
 
 use std::collections::BTreeMap;
-use vramscope_alloc::{AllocatorConfig, CachingAllocator, SimDevice};
+use vramscope_alloc::inthash::FastMap;
+use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice};
 
 use vramscope_engine::{DeviceProfile, MemEvent, ScratchRule};
 
@@ -89,14 +90,15 @@ impl Requests {
             return None;
         }
         let mut requests = Vec::with_capacity(est.events.events.len());
-        let by_seq: std::collections::HashMap<u64, &ScratchRule> = est
+        let by_seq: FastMap<u64, &ScratchRule> = est
             .events
             .scratch_rules
             .iter()
             .map(|(s, r)| (*s, r))
             .collect();
         let mut rules = BTreeMap::new();
-        let mut live = std::collections::HashMap::new();
+        // live allocations by address (device addresses: an integer hash)
+        let mut live: FastMap<u64, u32> = FastMap::default();
         let mut n = 0u32;
         if !est.events.initial.is_empty() {
             return None;
@@ -293,7 +295,9 @@ pub struct ReplayOom {
     pub message: String,
 }
 
-/// The allocator of a fresh process, as the eager twin's runtime makes it.
+/// The allocator of a fresh process, as the eager twin's runtime makes it,
+/// for [`replay`] (which frees by handle, so it keeps no index of the
+/// blocks by address: [`CachingAllocator::without_address_index`]).
 pub fn fresh_allocator(
     profile: &DeviceProfile,
     config: &AllocatorConfig,
@@ -305,7 +309,8 @@ pub fn fresh_allocator(
     } else {
         (profile.total_memory, profile.usable_memory)
     };
-    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(total, usable));
+    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(total, usable))
+        .without_address_index();
     if let Some(f) = memory_fraction {
         a.set_memory_fraction(f);
     }
@@ -389,7 +394,8 @@ pub fn verdict(
 /// requests is not replayed: the allocator is deterministic, so it does what
 /// the step before did ([`Steady`]).
 pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
-    let mut addrs: Vec<u64> = Vec::with_capacity(requests.requests.len());
+    // the block of each malloc so far (frees name mallocs by their index)
+    let mut blocks: Vec<Handle> = Vec::with_capacity(requests.requests.len());
     let mut phases: Vec<PhaseFigures> = Vec::with_capacity(requests.phases.len());
     let mut oom = None;
     let mut steady = Steady::new(requests, alloc);
@@ -410,21 +416,23 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
         alloc.reset_peak_stats();
         for (i, r) in requests.requests[*start..*end].iter().enumerate() {
             match *r {
-                Request::Malloc(bytes) | Request::Scratch(bytes) => match alloc.malloc(bytes, 0) {
-                    Ok(a) => addrs.push(a),
-                    Err(e) => {
-                        oom = Some(ReplayOom {
-                            phase: name.clone(),
-                            request: start + i,
-                            bytes,
-                            message: e.to_string(),
-                        });
-                        phases.push(figures(name, alloc));
-                        break 'phases;
+                Request::Malloc(bytes) | Request::Scratch(bytes) => {
+                    match alloc.malloc_handle(bytes, 0) {
+                        Ok(h) => blocks.push(h),
+                        Err(e) => {
+                            oom = Some(ReplayOom {
+                                phase: name.clone(),
+                                request: start + i,
+                                bytes,
+                                message: e.to_string(),
+                            });
+                            phases.push(figures(name, alloc));
+                            break 'phases;
+                        }
                     }
-                },
+                }
                 Request::Free(n) => {
-                    let _ = alloc.free(addrs[n as usize]);
+                    let _ = alloc.free_handle(blocks[n as usize]);
                 }
             }
         }
