@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 
-use vramscope_alloc::{Addr, AllocatorConfig, CachingAllocator, DeviceStats, SimDevice, StreamId};
+use vramscope_alloc::{
+    Addr, AllocatorConfig, CachingAllocator, DeviceStats, Handle, SimDevice, StreamId,
+};
 
 use crate::error::{EngineError, Result};
 use crate::fastmap::FastMap;
@@ -171,14 +173,16 @@ impl LiveRec {
 /// ([`Runtime::malloc`] returns it): a free or a change of role goes
 /// straight to its record, where a map keyed by address would hash and
 /// probe a table as large as everything live. Freed slots are reused.
+/// Each keeps the allocator's [`Handle`] of its block, which frees it
+/// without a lookup by address.
 #[derive(Debug, Default)]
 struct LiveSet {
-    slots: Vec<Option<(Addr, LiveRec)>>,
+    slots: Vec<Option<(Handle, LiveRec)>>,
     vacant: Vec<u32>,
 }
 
 impl LiveSet {
-    fn insert(&mut self, addr: Addr, rec: LiveRec) -> u32 {
+    fn insert(&mut self, addr: Handle, rec: LiveRec) -> u32 {
         match self.vacant.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some((addr, rec));
@@ -191,7 +195,7 @@ impl LiveSet {
         }
     }
 
-    fn remove(&mut self, slot: u32) -> Option<(Addr, LiveRec)> {
+    fn remove(&mut self, slot: u32) -> Option<(Handle, LiveRec)> {
         let taken = self.slots.get_mut(slot as usize)?.take();
         if taken.is_some() {
             self.vacant.push(slot);
@@ -199,15 +203,15 @@ impl LiveSet {
         taken
     }
 
-    fn get(&self, slot: u32) -> Option<&(Addr, LiveRec)> {
+    fn get(&self, slot: u32) -> Option<&(Handle, LiveRec)> {
         self.slots.get(slot as usize)?.as_ref()
     }
 
-    fn get_mut(&mut self, slot: u32) -> Option<&mut (Addr, LiveRec)> {
+    fn get_mut(&mut self, slot: u32) -> Option<&mut (Handle, LiveRec)> {
         self.slots.get_mut(slot as usize)?.as_mut()
     }
 
-    fn iter(&self) -> impl Iterator<Item = &(Addr, LiveRec)> {
+    fn iter(&self) -> impl Iterator<Item = &(Handle, LiveRec)> {
         self.slots.iter().flatten()
     }
 }
@@ -409,7 +413,8 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         let dev = SimDevice::new(config.profile.total_memory, config.profile.usable_memory);
         let st = State {
-            alloc: CachingAllocator::with_device(config.allocator, dev),
+            // every block is freed by its handle (LiveSet)
+            alloc: CachingAllocator::with_device(config.allocator, dev).without_address_index(),
             profile: config.profile,
             grad_enabled: true,
             inference_mode: false,
@@ -457,8 +462,8 @@ impl Runtime {
             return Err(e);
         }
         let stream = st.stream;
-        let addr = match st.alloc.malloc(bytes, stream) {
-            Ok(a) => a,
+        let handle = match st.alloc.malloc_handle(bytes, stream) {
+            Ok(h) => h,
             Err(e) => {
                 st.last_oom_module =
                     Some(st.modules.last().map(|m| m.to_string()).unwrap_or_default());
@@ -491,28 +496,29 @@ impl Runtime {
         };
         let st = &mut *st;
         if let Some(log) = st.log.as_mut() {
-            log.events.push(MemEvent::Alloc(rec.to_record(addr)));
+            log.events
+                .push(MemEvent::Alloc(rec.to_record(handle.addr())));
             let current = st.alloc.stats().allocated_bytes.all().current;
             if current > log.peak_allocated {
                 log.peak_allocated = current;
                 log.peak_index = log.events.len();
             }
         }
-        let slot = st.live.insert(addr, rec);
-        Ok((addr, slot))
+        let slot = st.live.insert(handle, rec);
+        Ok((handle.addr(), slot))
     }
 
     /// Free the allocation in live slot `slot`.
     pub(crate) fn free(&self, slot: u32) {
         let mut st = self.st.borrow_mut();
-        let Some((addr, _)) = st.live.remove(slot) else {
+        let Some((handle, _)) = st.live.remove(slot) else {
             return;
         };
         if let Some(log) = st.log.as_mut() {
-            log.events.push(MemEvent::Free(addr));
+            log.events.push(MemEvent::Free(handle.addr()));
         }
-        // A free of an address the allocator handed out cannot fail.
-        let _ = st.alloc.free(addr);
+        // A free of a block the allocator handed out cannot fail.
+        let _ = st.alloc.free_handle(handle);
     }
 
     /// File the allocation in live slot `slot` under `category`.
@@ -522,7 +528,7 @@ impl Runtime {
             return;
         };
         r.category = category;
-        let addr = *addr;
+        let addr = addr.addr();
         if let Some(log) = st.log.as_mut() {
             log.events.push(MemEvent::Recategorize(addr, category));
         }
@@ -557,7 +563,8 @@ impl Runtime {
         let mut st = self.st.borrow_mut();
         let current = st.alloc.stats().allocated_bytes.all().current;
         let live: Vec<AllocRecord> = {
-            let mut v: Vec<AllocRecord> = st.live.iter().map(|(a, r)| r.to_record(*a)).collect();
+            let mut v: Vec<AllocRecord> =
+                st.live.iter().map(|(h, r)| r.to_record(h.addr())).collect();
             v.sort_by_key(|r| r.seq);
             v
         };
@@ -619,7 +626,7 @@ impl Runtime {
             .borrow()
             .live
             .iter()
-            .map(|(a, r)| r.to_record(*a))
+            .map(|(h, r)| r.to_record(h.addr()))
             .collect();
         v.sort_by_key(|r| r.seq);
         v
