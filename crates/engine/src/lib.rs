@@ -58,5 +58,5 @@ pub use runtime::{
     blas_workspace_sizes, AllocRecord, Category, DeviceProfile, EventLog, MemEvent, MemoryFigures,
     Runtime, RuntimeConfig, Thread,
 };
-pub use scratch::ScratchRule;
+pub use scratch::{PathSwitch, ScratchRule};
 pub use tensor::Tensor;

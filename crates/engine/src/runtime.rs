@@ -96,6 +96,9 @@ pub struct EventLog {
     /// the rule of each library scratch allocation that has one, by the
     /// allocation's `seq` ([`crate::ScratchRule`])
     pub scratch_rules: Vec<(u64, crate::ScratchRule)>,
+    /// every count-dependent path a kernel took, in order, each with the
+    /// number of events before it ([`crate::PathSwitch`])
+    pub switches: Vec<(usize, crate::PathSwitch)>,
     /// a size was read from a table of measured shapes (cuDNN convolution
     /// workspaces) that holds the same problem at another batch size: at
     /// other shapes it follows no rule
@@ -574,6 +577,7 @@ impl Runtime {
             peak_allocated: current,
             peak_index: 0,
             scratch_rules: Vec::new(),
+            switches: Vec::new(),
             measured_sizes: false,
         });
     }
@@ -582,6 +586,16 @@ impl Runtime {
     pub(crate) fn note_measured_size(&self) {
         if let Some(log) = self.st.borrow_mut().log.as_mut() {
             log.measured_sizes = true;
+        }
+    }
+
+    /// Note in the event log that a kernel chose its path by `count`
+    /// against `threshold` ([`crate::PathSwitch`]).
+    pub(crate) fn note_switch(&self, count: i64, threshold: i64) {
+        if let Some(log) = self.st.borrow_mut().log.as_mut() {
+            let at = log.events.len();
+            log.switches
+                .push((at, crate::PathSwitch { count, threshold }));
         }
     }
 

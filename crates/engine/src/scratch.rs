@@ -12,6 +12,28 @@ use crate::error::Result;
 use crate::ops::{cub, reduce};
 use crate::runtime::DeviceProfile;
 
+/// A kernel that takes one path up to a count and another above it
+/// (`embedding_dense_backward`: at most 3072 indices, or the sorting path),
+/// so that the allocations it makes change with the count, not only their
+/// sizes. The eager twin notes each one it meets with the count it saw; a
+/// caller that has run the model at two batch sizes can tell from the
+/// counts where, between them, the path changes (the sweeps' search for the
+/// batch sizes at which the requests change structure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PathSwitch {
+    /// the count the kernel compares
+    pub count: i64,
+    /// the largest count of the first path
+    pub threshold: i64,
+}
+
+impl PathSwitch {
+    /// Whether the count is past the threshold (the second path).
+    pub fn above(&self) -> bool {
+        self.count > self.threshold
+    }
+}
+
 /// The rule and inputs of one scratch allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ScratchRule {

@@ -322,6 +322,12 @@ fn later_phases(
             .map(|(i, r)| (i - start, r.clone()))
             .collect(),
         measured_sizes: reqs.measured_sizes,
+        switches: reqs
+            .switches
+            .iter()
+            .filter(|(i, _)| *i >= start)
+            .map(|(i, w)| (i - start, *w))
+            .collect(),
     };
     Some((later, start))
 }

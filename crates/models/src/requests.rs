@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use vramscope_alloc::inthash::FastMap;
 use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice};
 
-use vramscope_engine::{DeviceProfile, MemEvent, ScratchRule};
+use vramscope_engine::{DeviceProfile, MemEvent, PathSwitch, ScratchRule};
 
 use crate::estimate::{Estimate, PhaseFigures};
 
@@ -80,6 +80,9 @@ pub struct Requests {
     pub rules: BTreeMap<usize, ScratchRule>,
     /// a size came from a table of measured shapes (no template may hold)
     pub measured_sizes: bool,
+    /// the count-dependent paths the kernels took, in order, each with the
+    /// number of requests before it ([`PathSwitch`])
+    pub switches: Vec<(usize, PathSwitch)>,
 }
 
 impl Requests {
@@ -103,7 +106,13 @@ impl Requests {
         if !est.events.initial.is_empty() {
             return None;
         }
-        for e in &est.events.events {
+        // each switch at the number of requests before it
+        let mut switches = Vec::with_capacity(est.events.switches.len());
+        let mut pending = est.events.switches.iter().peekable();
+        for (k, e) in est.events.events.iter().enumerate() {
+            while let Some((_, w)) = pending.next_if(|(at, _)| *at <= k) {
+                switches.push((requests.len(), *w));
+            }
             match e {
                 MemEvent::Alloc(r) => {
                     live.insert(r.addr, n);
@@ -120,6 +129,7 @@ impl Requests {
                 MemEvent::Recategorize(..) => {}
             }
         }
+        switches.extend(pending.map(|(_, w)| (requests.len(), *w)));
         let phases: Vec<(String, usize, usize)> = est
             .phases
             .iter()
@@ -131,11 +141,13 @@ impl Requests {
         let end = phases.last().map_or(0, |p| p.2);
         requests.truncate(end);
         rules.retain(|i, _| *i < end);
+        switches.retain(|(i, _)| *i <= end);
         Some(Requests {
             requests,
             phases,
             rules,
             measured_sizes: est.events.measured_sizes,
+            switches,
         })
     }
 
@@ -244,6 +256,12 @@ impl Requests {
             for (i, rule) in self.rules.range(start..end) {
                 out.rules.insert(i - start + at, rule.clone());
             }
+            out.switches.extend(
+                self.switches
+                    .iter()
+                    .filter(|(i, _)| (start..end).contains(i))
+                    .map(|(i, w)| (i - start + at, *w)),
+            );
             out.requests.extend(step.iter().map(|r| match *r {
                 Request::Free(n) => Request::Free(n + shift),
                 m => m,
@@ -568,6 +586,10 @@ pub struct BatchTemplate {
     rules: Vec<(ScratchRule, Vec<(i64, i64)>)>,
     /// the GPU the scratch rules are evaluated for
     profile: DeviceProfile,
+    /// each path switch: where it is in the requests, its threshold, its
+    /// count affine like sizes, and the side of the threshold the three
+    /// runs were on
+    switches: Vec<(usize, i64, (i64, i64), bool)>,
 }
 
 /// How a malloc's size follows the batch.
@@ -608,6 +630,25 @@ impl BatchTemplate {
         if !r0.same_structure(r1) || !r0.same_structure(r2) {
             return None;
         }
+        // the kernels took the same paths, by counts affine in the batch
+        let (w0, w1, w2) = (&r0.switches, &r1.switches, &r2.switches);
+        if w0.len() != w1.len() || w0.len() != w2.len() {
+            return None;
+        }
+        let switches = (0..w0.len())
+            .map(|k| {
+                let (at, x) = w0[k];
+                let (y, z) = (w1[k].1, w2[k].1);
+                let same = at == w1[k].0
+                    && at == w2[k].0
+                    && x.threshold == y.threshold
+                    && x.threshold == z.threshold
+                    && x.above() == y.above()
+                    && x.above() == z.above();
+                let count = affine(bs, [x.count, y.count, z.count])?;
+                same.then_some((at, x.threshold, count, x.above()))
+            })
+            .collect::<Option<Vec<_>>>()?;
         let mut sizes = Vec::new();
         let mut distinct_rules = Vec::new();
         let mut distinct = std::collections::HashMap::new();
@@ -661,11 +702,13 @@ impl BatchTemplate {
             sizes,
             rules: distinct_rules,
             profile: profile.clone(),
+            switches,
         })
     }
 
-    /// The requests at `batch` (`None` if a size would not be positive, or a
-    /// scratch rule does not apply there).
+    /// The requests at `batch` (`None` if a size would not be positive, a
+    /// scratch rule does not apply there, or a kernel would take another
+    /// path there than at the batch sizes the template was fitted on).
     pub fn at(&self, batch: i64) -> Option<Requests> {
         self.requests_at(batch, true)
     }
@@ -674,6 +717,17 @@ impl BatchTemplate {
     /// when `keep_rules` (a replay needs only the sizes).
     pub fn requests_at(&self, batch: i64, keep_rules: bool) -> Option<Requests> {
         let db = batch - self.b0;
+        let switches = self
+            .switches
+            .iter()
+            .map(|&(at, threshold, (c0, per), above)| {
+                let w = PathSwitch {
+                    count: c0 + per * db,
+                    threshold,
+                };
+                (w.above() == above).then_some((at, w))
+            })
+            .collect::<Option<Vec<_>>>()?;
         // each distinct rule evaluated once
         let evaluated: Vec<(ScratchRule, i64)> = self
             .rules
@@ -718,6 +772,7 @@ impl BatchTemplate {
             phases: self.base.phases.clone(),
             rules,
             measured_sizes: false,
+            switches,
         })
     }
 }
@@ -750,14 +805,52 @@ impl Source {
     }
 }
 
+/// The positions of `sorted[lo..=hi]` at which, by the runs at its two ends
+/// (`a` and `b`), a kernel changes path ([`PathSwitch`]): for each switch
+/// on different sides at the two ends whose count is integer-affine in the
+/// batch through them, the first position on `b`'s side. None when the two
+/// runs met different switches.
+fn switch_cuts(sorted: &[i64], lo: usize, hi: usize, a: &Requests, b: &Requests) -> Vec<usize> {
+    let (ba, bb) = (sorted[lo], sorted[hi]);
+    if a.switches.len() != b.switches.len() {
+        return Vec::new();
+    }
+    let mut cuts: Vec<usize> = a
+        .switches
+        .iter()
+        .zip(&b.switches)
+        .map(|((_, x), (_, y))| (x, y))
+        .filter(|(x, y)| x.threshold == y.threshold && x.above() != y.above())
+        .filter_map(|(x, y)| {
+            let d = y.count - x.count;
+            if d % (bb - ba) != 0 {
+                return None;
+            }
+            let per = d / (bb - ba);
+            let above = |batch: i64| {
+                PathSwitch {
+                    count: x.count + per * (batch - ba),
+                    threshold: x.threshold,
+                }
+                .above()
+            };
+            (lo + 1..=hi).find(|&j| above(sorted[j]) == y.above())
+        })
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}
+
 /// The requests at every batch of `batches` (a column of equal sequence
 /// length), running the model (`run`) as few times as the checks allow.
 ///
 /// 1. Batch 1 always runs (see the module doc).
-/// 2. Structure: the model runs at both ends of the range, then bisects
-///    every stretch whose ends differ in structure (a kernel that switches
-///    path at a size, such as `embedding_dense_backward` above 3072
-///    indices), down to adjacent batch sizes.
+/// 2. Structure: the model runs at both ends of the range; where their
+///    structures differ, it runs on both sides of each batch size at which
+///    a kernel's noted path switch flips ([`PathSwitch`]:
+///    `embedding_dense_backward` above 3072 indices), and bisects every
+///    stretch whose ends still differ, down to adjacent batch sizes.
 /// 3. Sizes: each stretch of one structure gets a [`BatchTemplate`] fitted
 ///    on its ends and an interior run; where the sizes are not affine
 ///    through the three (a reduction whose workspace follows its launch
@@ -800,6 +893,23 @@ pub fn batch_column<E>(
             }
             if hi == lo + 1 {
                 cuts.push(hi);
+                continue;
+            }
+            // where the kernels' path switches say the structure changes:
+            // run on both sides of each, and check the stretches between
+            // like any other
+            let predicted = switch_cuts(&sorted, lo, hi, &ran[&sorted[lo]], &ran[&sorted[hi]]);
+            if !predicted.is_empty() {
+                let mut ends = vec![lo];
+                for j in predicted {
+                    ends.extend([j - 1, j]);
+                }
+                ends.push(hi);
+                ends.dedup();
+                for &e in &ends {
+                    model(sorted[e], &mut ran)?;
+                }
+                todo.extend(ends.windows(2).map(|w| (w[0], w[1])));
                 continue;
             }
             let mid = (lo + hi) / 2;
@@ -872,6 +982,7 @@ mod tests {
             requests,
             rules: BTreeMap::new(),
             measured_sizes: false,
+            switches: Vec::new(),
         }
     }
 
@@ -921,6 +1032,7 @@ mod tests {
                     BTreeMap::new()
                 },
                 measured_sizes: false,
+                switches: Vec::new(),
             }
         };
         let b = |k: i64| k * 3000;
@@ -964,6 +1076,7 @@ mod tests {
             ],
             rules: BTreeMap::new(),
             measured_sizes: false,
+            switches: Vec::new(),
         };
         let four = two.repeat_steps(4).unwrap();
         assert_eq!(four.requests[6..], [Malloc(4), Free(4), Malloc(4), Free(5)]);
@@ -993,5 +1106,55 @@ mod tests {
             ("p", 1 << 30, 1)
         );
         assert_eq!(out.peak_allocated_bytes, 1 << 30);
+    }
+
+    /// A column whose structure changes where a kernel's count passes its
+    /// threshold: the runs at the ends name the batch, the model runs on
+    /// both sides of it instead of bisecting, and every batch is exact.
+    #[test]
+    fn a_path_switch_names_the_batch_where_the_structure_changes() {
+        // `4 * batch` indices; more than 12 take a path with one more buffer
+        let run = |b: i64, threshold: i64| {
+            let mut requests = vec![Request::Malloc(b as u64 * 512)];
+            if 4 * b > 12 {
+                requests.push(Request::Malloc(b as u64 * 1024));
+            }
+            Requests {
+                phases: vec![("p".into(), 0, requests.len())],
+                requests,
+                rules: BTreeMap::new(),
+                measured_sizes: false,
+                switches: vec![(
+                    0,
+                    PathSwitch {
+                        count: 4 * b,
+                        threshold,
+                    },
+                )],
+            }
+        };
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let batches: Vec<i64> = (1..=40).collect();
+        let column = |threshold: i64| {
+            let mut ran = Vec::new();
+            let (sources, runs) = batch_column(&batches, &h100, |b| {
+                ran.push(b);
+                Ok::<_, ()>(run(b, threshold))
+            })
+            .unwrap();
+            for (&b, s) in batches.iter().zip(&sources) {
+                assert!(*s.requests(b).unwrap() == run(b, threshold), "batch {b}");
+            }
+            ran.sort_unstable();
+            assert_eq!(ran.len(), runs);
+            ran
+        };
+        // 1, both ends, both sides of the switch, then one run inside each
+        // stretch that has an inside
+        assert_eq!(column(12), [1, 2, 3, 4, 22, 40]);
+        // a switch that says nothing of this change (on one side at both
+        // ends): bisection finds it, more runs, the same requests
+        let blind = column(1000);
+        assert!(blind.len() > 6 && blind.contains(&3) && blind.contains(&4));
     }
 }

@@ -291,6 +291,11 @@ impl Tensor {
     }
 }
 
+/// The most indices `embedding_dense_backward_cuda` sends to its direct
+/// kernel (`num_indices <= 3072 && !scale_grad_by_freq`,
+/// ATen/native/cuda/Embedding.cu); more take the sorting path.
+pub(crate) const EMBEDDING_BACKWARD_DIRECT_MAX: i64 = 3072;
+
 /// `embedding_dense_backward_cuda` (ATen/native/cuda/Embedding.cu) for the
 /// gradient `grad` of an embedding of `num_weights` rows looked up at
 /// `indices`:
@@ -326,7 +331,8 @@ pub(crate) fn embedding_dense_backward(
     };
     let n = indices.numel();
     let dim = *grad.sizes().last().unwrap_or(&1);
-    let gw = if n <= 3072 {
+    rt.note_switch(n, EMBEDDING_BACKWARD_DIRECT_MAX);
+    let gw = if n <= EMBEDDING_BACKWARD_DIRECT_MAX {
         rt.empty_op(
             &[num_weights, dim],
             grad.dtype(),
@@ -473,7 +479,7 @@ impl SegmentProblem {
     /// takes a path without it, or the indices take the feature kernel
     /// instead).
     pub fn bytes(&self, buffer: SegmentBuffer, profile: &DeviceProfile) -> Option<u64> {
-        if self.n <= 3072 {
+        if self.n <= EMBEDDING_BACKWARD_DIRECT_MAX {
             return None;
         }
         if buffer == SegmentBuffer::ExclusiveSumStorage {
