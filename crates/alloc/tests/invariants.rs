@@ -47,6 +47,19 @@ fn config() -> impl Strategy<Value = (String, Option<f64>)> {
     ]
 }
 
+/// A fresh allocator with the settings `conf`, under `fraction` if any, on
+/// a small GPU of `capacity_mib` so that out-of-memory and the retry path
+/// happen.
+fn allocator(conf: &str, fraction: Option<f64>, capacity_mib: u64) -> CachingAllocator {
+    let cfg = AllocatorConfig::parse(conf).unwrap();
+    let dev = SimDevice::new(2048 * MIB, capacity_mib * MIB);
+    let mut a = CachingAllocator::with_device(cfg, dev);
+    if let Some(f) = fraction {
+        a.set_memory_fraction(f);
+    }
+    a
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     #[test]
@@ -55,13 +68,7 @@ proptest! {
         capacity_mib in 600u64..3000,
         ops in prop::collection::vec(op(), 1..300),
     ) {
-        let cfg = AllocatorConfig::parse(&conf).unwrap();
-        // A small GPU so out-of-memory and the retry path happen.
-        let dev = SimDevice::new(2048 * MIB, capacity_mib * MIB);
-        let mut a = CachingAllocator::with_device(cfg, dev);
-        if let Some(f) = fraction {
-            a.set_memory_fraction(f);
-        }
+        let mut a = allocator(&conf, fraction, capacity_mib);
         let mut live: Vec<u64> = Vec::new();
         for op in ops {
             match op {
@@ -115,14 +122,8 @@ proptest! {
         capacity_mib in 600u64..3000,
         ops in prop::collection::vec(op(), 1..300),
     ) {
-        let cfg = AllocatorConfig::parse(&conf).unwrap();
-        let dev = SimDevice::new(2048 * MIB, capacity_mib * MIB);
-        let mut by_addr = CachingAllocator::with_device(cfg.clone(), dev.clone());
-        let mut by_handle = CachingAllocator::with_device(cfg, dev).without_address_index();
-        if let Some(f) = fraction {
-            by_addr.set_memory_fraction(f);
-            by_handle.set_memory_fraction(f);
-        }
+        let mut by_addr = allocator(&conf, fraction, capacity_mib);
+        let mut by_handle = allocator(&conf, fraction, capacity_mib).without_address_index();
         let mut live = Vec::new();
         for op in ops {
             match op {
