@@ -482,13 +482,15 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
 /// step `k` and every later step make the requests of the step before them,
 /// each freeing only what it allocates. Then every later step does what step
 /// `k - 1` did.
-struct Steady {
+struct Steady<'a> {
+    requests: &'a Requests,
     /// the first phase of each step from step 1 on, with its step's span
     /// of requests
     steps: Vec<(usize, usize, usize)>,
     /// whether the steps from the `i`-th of `steps` on each mirror the
-    /// step before
-    mirrors_from: Vec<bool>,
+    /// step before: computed when first asked (a pass over the requests
+    /// that a run whose steps keep growing the cache never needs)
+    mirrors_from: Option<Vec<bool>>,
     /// at the start of the previous step: its index in `steps`, the
     /// allocator's segments and its device calls (allocations, frees)
     last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, (i64, i64))>,
@@ -497,8 +499,8 @@ struct Steady {
     enabled: bool,
 }
 
-impl Steady {
-    fn new(requests: &Requests, alloc: &CachingAllocator) -> Steady {
+impl<'a> Steady<'a> {
+    fn new(requests: &'a Requests, alloc: &CachingAllocator) -> Steady<'a> {
         let mut steps = Vec::new();
         let mut k = 1;
         while let Some((first, s, e)) = requests.step_span(k) {
@@ -510,21 +512,30 @@ impl Steady {
             && steps.last().is_some_and(|l| {
                 l.2 == requests.requests.len() && requests.phases.last().is_some_and(|p| p.2 == l.2)
             });
-        let mut mirrors_from = vec![false; steps.len()];
-        if contiguous {
-            let mut ok = true;
-            for i in (1..steps.len()).rev() {
-                ok = ok && requests.mirrors(steps[i - 1], steps[i]);
-                mirrors_from[i] = ok;
-            }
-        }
         Steady {
             enabled: contiguous && alloc.config().garbage_collection_threshold == 0.0,
+            requests,
             steps,
-            mirrors_from,
+            mirrors_from: None,
             last: None,
             calls_at: None,
         }
+    }
+
+    /// Whether the steps from the `i`-th of `steps` on each mirror the
+    /// step before (only asked when `enabled`: the steps are contiguous).
+    fn mirrors_from(&mut self, i: usize) -> bool {
+        let (requests, steps) = (self.requests, &self.steps);
+        let m = self.mirrors_from.get_or_insert_with(|| {
+            let mut m = vec![false; steps.len()];
+            let mut ok = true;
+            for i in (1..steps.len()).rev() {
+                ok = ok && requests.mirrors(steps[i - 1], steps[i]);
+                m[i] = ok;
+            }
+            m
+        });
+        m.get(i) == Some(&true)
     }
 
     /// How many steps start at phase `p` or later.
@@ -541,16 +552,19 @@ impl Steady {
         let i = self.steps.iter().position(|s| s.0 == p)?;
         let stats = alloc.stats();
         let calls = (stats.num_device_alloc, stats.num_device_free);
-        if let Some((j, before, c)) = &self.last {
-            if *j + 1 == i && self.mirrors_from[i] && *c == calls && *before == alloc.snapshot() {
-                return Some(self.steps[*j].0);
+        let candidate = match &self.last {
+            Some((j, _, c)) if *j + 1 == i && *c == calls => Some(*j),
+            _ => None,
+        };
+        if let Some(j) = candidate {
+            if self.mirrors_from(i) && self.last.as_ref().is_some_and(|l| l.1 == alloc.snapshot()) {
+                return Some(self.steps[j].0);
             }
         }
         // a state worth keeping: the step before made no device calls (a
         // step that still grows the cache cannot be repeated by the next)
         let settled = self.calls_at.is_some_and(|(j, c)| j + 1 == i && c == calls);
-        self.last = (settled && self.mirrors_from.get(i + 1) == Some(&true))
-            .then(|| (i, alloc.snapshot(), calls));
+        self.last = (settled && self.mirrors_from(i + 1)).then(|| (i, alloc.snapshot(), calls));
         self.calls_at = Some((i, calls));
         None
     }
