@@ -898,7 +898,8 @@ pub fn batch_column<E>(
         let last = sorted.len() - 1;
         model(sorted[0], &mut ran)?;
         model(sorted[last], &mut ran)?;
-        // 2. where the structure changes: bisect down to adjacent sizes
+        // 2. where the structure changes: run on both sides of each predicted
+        //    path switch, bisect what still differs, down to adjacent sizes
         let mut todo = vec![(0, last)];
         let mut cuts = Vec::new();
         while let Some((lo, hi)) = todo.pop() {
