@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from plan_try import run_try
+
 MAX_BATCH = 4096
 
 
@@ -57,28 +58,19 @@ def main():
 
     def ok(b):
         t = time.time()
-        r = subprocess.run([sys.executable, os.path.join(HERE, "hf_cases.py"), os.environ.get("CASES", os.path.join(HERE, "hf_cases.json")),
-                            plan["case"], "/tmp", "--batch", str(b), "--limit-bytes", str(limit), "--quiet"],
-                           capture_output=True, text=True)
+        rc, out, stderr = run_try(plan["case"], b, limit)
         t = round(time.time() - t, 1)
-        out = None
-        for line in reversed(r.stdout.strip().splitlines()):
-            try:
-                out = json.loads(line)
-                break
-            except ValueError:
-                continue
-        if r.returncode not in (0, 3) or out is None:
-            out = dict(name=plan["case"], batch=b, ok=False, crash=r.stderr[-2000:])
-        out["rc"] = r.returncode
+        if rc not in (0, 3) or out is None:
+            out = dict(name=plan["case"], batch=b, ok=False, crash=stderr[-2000:])
+        out["rc"] = rc
         out["wall_s"] = t
         tries.append(out)
         save()
-        if r.returncode not in (0, 3):
-            rec["error"] = f"try batch={b} exited {r.returncode}"
+        if rc not in (0, 3):
+            rec["error"] = f"try batch={b} exited {rc}"
             save()
-            raise SystemExit(f"{name}: try batch={b} exited {r.returncode}: {r.stderr[-2000:]}")
-        results[b] = r.returncode == 0
+            raise SystemExit(f"{name}: try batch={b} exited {rc}: {stderr[-2000:]}")
+        results[b] = rc == 0
         return results[b]
 
     lo, hi = 0, None

@@ -12,12 +12,9 @@ segment placement repeat from one process to the next.
 """
 import argparse
 import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from plan_try import run_try
 
 
 def main():
@@ -31,27 +28,15 @@ def main():
     ap.add_argument("--no-aslr", action="store_true")
     a = ap.parse_args()
     plan = next(p for p in json.load(open(a.plans)) if p.get("name", p["case"]) == a.name)
-    cases = os.environ.get("CASES", os.path.join(HERE, "hf_cases.json"))
 
     def one(job):
         b, k = job
-        cmd = [sys.executable, os.path.join(HERE, "hf_cases.py"), cases, plan["case"], "/tmp",
-               "--batch", str(b), "--limit-bytes", str(plan["limit_bytes"]), "--quiet"]
-        if a.no_aslr:
-            cmd = ["setarch", os.uname().machine, "-R"] + cmd
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        out = None
-        for line in reversed(r.stdout.strip().splitlines()):
-            try:
-                out = json.loads(line)
-                break
-            except ValueError:
-                continue
+        rc, out, stderr = run_try(plan["case"], b, plan["limit_bytes"], no_aslr=a.no_aslr)
         err = (out or {}).get("error") or {}
-        return dict(name=a.name, batch=b, repeat=k, aslr=not a.no_aslr, rc=r.returncode,
+        return dict(name=a.name, batch=b, repeat=k, aslr=not a.no_aslr, rc=rc,
                     oom_phase=err.get("phase"),
                     peak_reserved=[p["peak_reserved_bytes"] for p in (out or {}).get("phases", [])],
-                    stderr=r.stderr[-500:] if r.returncode not in (0, 3) else None)
+                    stderr=stderr[-500:] if rc not in (0, 3) else None)
 
     jobs = [(int(b), k) for b in a.batches.split(",") for k in range(a.repeat)]
     with ThreadPoolExecutor(a.jobs) as ex, open(a.outfile, "a") as f:

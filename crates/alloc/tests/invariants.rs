@@ -47,6 +47,11 @@ fn config() -> impl Strategy<Value = (String, Option<f64>)> {
     ]
 }
 
+/// Settings, a GPU's capacity in MiB and the operations of one case.
+fn workload() -> impl Strategy<Value = ((String, Option<f64>), u64, Vec<Op>)> {
+    (config(), 600u64..3000, prop::collection::vec(op(), 1..300))
+}
+
 /// A fresh allocator with the settings `conf`, under `fraction` if any, on
 /// a small GPU of `capacity_mib` so that out-of-memory and the retry path
 /// happen.
@@ -64,9 +69,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     #[test]
     fn invariants_hold_after_every_operation(
-        (conf, fraction) in config(),
-        capacity_mib in 600u64..3000,
-        ops in prop::collection::vec(op(), 1..300),
+        ((conf, fraction), capacity_mib, ops) in workload(),
     ) {
         let mut a = allocator(&conf, fraction, capacity_mib);
         let mut live: Vec<u64> = Vec::new();
@@ -118,9 +121,7 @@ proptest! {
     /// same out-of-memory errors, the same statistics and segments.
     #[test]
     fn handles_without_the_index_free_as_addresses_do(
-        (conf, fraction) in config(),
-        capacity_mib in 600u64..3000,
-        ops in prop::collection::vec(op(), 1..300),
+        ((conf, fraction), capacity_mib, ops) in workload(),
     ) {
         let mut by_addr = allocator(&conf, fraction, capacity_mib);
         let mut by_handle = allocator(&conf, fraction, capacity_mib).without_address_index();
