@@ -8,6 +8,7 @@ use crate::addrmap::AddrMap;
 use crate::config::AllocatorConfig;
 use crate::device::{Device, SimDevice};
 use crate::error::{AllocError, OutOfMemory};
+use crate::fits::Fit;
 use crate::freeset::FreeSet;
 use crate::stats::DeviceStats;
 use crate::trace::{TraceAction, TraceEntry};
@@ -225,6 +226,9 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     set_fraction: bool,
     stats: DeviceStats,
     trace: Option<Vec<TraceEntry>>,
+    /// The best fits of the mallocs since [`Self::record_fits`], and
+    /// whether a rule other than best fit and segment creation took part.
+    fits: Option<(Vec<Fit>, bool)>,
 }
 
 fn pool_index(small: bool) -> usize {
@@ -271,6 +275,7 @@ impl<D: Device> CachingAllocator<D> {
             set_fraction: false,
             stats,
             trace: None,
+            fits: None,
         }
     }
 
@@ -319,6 +324,31 @@ impl<D: Device> CachingAllocator<D> {
     /// Take the trace recorded so far, leaving it empty.
     pub fn take_trace(&mut self) -> Vec<TraceEntry> {
         self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+    /// Start recording the best fit of every malloc (its [`Fit`]), for
+    /// [`Self::repeats_with_its_segments`]; drops what was recorded.
+    pub fn record_fits(&mut self) {
+        self.fits = Some((Vec::new(), false));
+    }
+    /// Stop recording fits, and whether the mallocs recorded, made again
+    /// in the same order from the state they started in plus the segments
+    /// they created, would take the same blocks and create none
+    /// ([`crate::fits::repeats_with_its_segments`]; `false` when nothing
+    /// was recorded). Only when best fit and segment creation alone decided:
+    /// no oversize limit (`max_split_size`), no expandable segments, no
+    /// garbage collection, no block used on another stream, and no segment
+    /// released since recording began (a release changes what is there).
+    pub fn repeats_with_its_segments(&mut self, device_frees_at_start: i64) -> bool {
+        let Some((fits, other_rule)) = self.fits.take() else {
+            return false;
+        };
+        let c = &self.config;
+        let best_fit_alone = c.max_split_size == u64::MAX
+            && !c.expandable_segments
+            && c.garbage_collection_threshold == 0.0
+            && !other_rule
+            && self.stats.num_device_free == device_frees_at_start;
+        best_fit_alone && crate::fits::repeats_with_its_segments(&fits)
     }
     /// The statistics (`memory_stats()`).
     pub fn stats(&self) -> &DeviceStats {
@@ -472,6 +502,7 @@ impl<D: Device> CachingAllocator<D> {
         // First, try to get a block from the existing pool (no free-memory
         // callbacks free anything outside CUDA IPC, so the retry is moot).
         let mut found = self.get_free_block(small, stream, size);
+        let from_pool = found.is_some();
         if found.is_none() {
             if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
                 self.garbage_collect_cached_blocks();
@@ -498,6 +529,16 @@ impl<D: Device> CachingAllocator<D> {
                 reserved_bytes: self.stats.reserved_bytes.all().current as u64,
             });
         };
+        if let Some((fits, _)) = self.fits.as_mut() {
+            let b = &self.blocks[id as usize];
+            fits.push(Fit {
+                stream,
+                small,
+                size,
+                block: (b.size, b.addr),
+                new_segment: !from_pool,
+            });
+        }
         let split = self.should_split(id, size);
         Ok(self.alloc_found_block(id, size, orig_size, stream, split))
     }
@@ -562,6 +603,9 @@ impl<D: Device> CachingAllocator<D> {
             .ok_or(AllocError::InvalidPointer(addr))?;
         // Uses on the allocation stream need no synchronization.
         if stream != self.b(id).stream {
+            if let Some((_, other_rule)) = self.fits.as_mut() {
+                *other_rule = true;
+            }
             let uses = self.stream_uses.entry(id as u64).or_default();
             if !uses.contains(&stream) {
                 uses.push(stream);

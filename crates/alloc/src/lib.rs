@@ -7,8 +7,10 @@
 //! best-fit search by stream, block splitting and merging, expandable
 //! segments, `empty_cache`, the memory fraction, the out-of-memory retry
 //! path, garbage collection, `memory_stats()`, `snapshot()` and the trace
-//! PyTorch records. It does no I/O; the device underneath is a trait
-//! ([`Device`]) so the same rules run on a simulated GPU or follow a trace.
+//! PyTorch records; and, from recorded best fits, when a stretch of
+//! requests would repeat itself ([`fits`]). It does no I/O; the device
+//! underneath is a trait ([`Device`]) so the same rules run on a simulated
+//! GPU or follow a trace.
 
 #![deny(missing_docs)]
 
@@ -18,6 +20,7 @@ mod config;
 mod device;
 mod driver_va;
 mod error;
+pub mod fits;
 mod format;
 mod freeset;
 pub mod inthash;
@@ -32,6 +35,7 @@ pub use allocator::{
 pub use config::{AllocatorConfig, ConfigError, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 pub use device::{Device, SimDevice};
 pub use error::{AllocError, OutOfMemory};
+pub use fits::Fit;
 pub use format::format_size;
 pub use stats::{DeviceStats, Stat, StatArray, StatType};
 pub use summary::memory_summary;

@@ -202,6 +202,24 @@ impl Requests {
         })
     }
 
+    /// Whether the step spanning `s` (`(first phase, start, end)`) frees
+    /// every block it allocates, and only those.
+    fn balanced(&self, s: (usize, usize, usize)) -> bool {
+        let first = self.requests[..s.1]
+            .iter()
+            .filter(|r| r.malloc_bytes().is_some())
+            .count() as u32;
+        let (mut mallocs, mut frees) = (0u32, 0u32);
+        for r in &self.requests[s.1..s.2] {
+            match *r {
+                Request::Free(n) if n < first => return false,
+                Request::Free(_) => frees += 1,
+                _ => mallocs += 1,
+            }
+        }
+        mallocs == frees
+    }
+
     /// The same phases and the same requests in the same order, sizes aside
     /// (the same blocks freed).
     pub fn same_structure(&self, other: &Requests) -> bool {
@@ -421,11 +439,16 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
     let mut peak_requested = 0;
     let mut repeated_steps = 0;
     'phases: for (p, (name, start, end)) in requests.phases.iter().enumerate() {
-        if let Some(from) = steady.at_phase(p, alloc) {
+        if let Some((from, reserved)) = steady.at_phase(p, alloc) {
             // this step and every later one repeat the phases from `from`
+            // (at the reserved memory it ends with, when it grew the cache)
             for (i, (name, ..)) in requests.phases.iter().enumerate().skip(p) {
                 let mut f = phases[from + i - p].clone();
                 f.name.clone_from(name);
+                if let Some(r) = reserved {
+                    f.reserved_bytes = r;
+                    f.peak_reserved_bytes = r;
+                }
                 phases.push(f);
             }
             repeated_steps = steady.steps_from(p);
@@ -475,13 +498,20 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
     }
 }
 
-/// Finds where a replay reaches a steady state: the allocator starts step
-/// `k` as it started step `k - 1` (the same segments and blocks, nothing
-/// taken from or given back to the device during step `k - 1`, no garbage
-/// collection, whose block ages are state the snapshot does not show), and
-/// step `k` and every later step make the requests of the step before them,
-/// each freeing only what it allocates. Then every later step does what step
-/// `k - 1` did.
+/// Finds where a replay reaches a steady state, where step `k` and every
+/// later step make the requests of the step before them, each freeing only
+/// what it allocates, and either
+/// - the allocator starts step `k` as it started step `k - 1` (the same
+///   segments and blocks, nothing taken from or given back to the device
+///   during step `k - 1`, no garbage collection, whose block ages are state
+///   the snapshot does not show): then every later step does what step
+///   `k - 1` did; or
+/// - step `k - 1` freed everything it allocated and none of the segments it
+///   created would have been a better fit for an earlier malloc of it than
+///   the block that malloc took ([`CachingAllocator::repeats_with_its_segments`],
+///   from its recorded fits): then step `k` takes the same blocks and
+///   creates no segment, so every later step does what step `k - 1` did at
+///   the reserved memory step `k - 1` ended with.
 struct Steady<'a> {
     requests: &'a Requests,
     /// the first phase of each step from step 1 on, with its step's span
@@ -496,6 +526,9 @@ struct Steady<'a> {
     last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, (i64, i64))>,
     /// the device calls at the start of the previous step, and its index
     calls_at: Option<(usize, (i64, i64))>,
+    /// the step whose fits the allocator records, and the device frees at
+    /// its start
+    watch: Option<(usize, i64)>,
     enabled: bool,
 }
 
@@ -519,6 +552,7 @@ impl<'a> Steady<'a> {
             mirrors_from: None,
             last: None,
             calls_at: None,
+            watch: None,
         }
     }
 
@@ -543,13 +577,25 @@ impl<'a> Steady<'a> {
         self.steps.iter().filter(|s| s.0 >= p).count()
     }
 
-    /// At the start of phase `p`: `Some(q)` when `p` starts a step that,
-    /// with every later one, repeats the phases from `q` on.
-    fn at_phase(&mut self, p: usize, alloc: &CachingAllocator) -> Option<usize> {
+    /// At the start of phase `p`: `Some((q, reserved))` when `p` starts a
+    /// step that, with every later one, repeats the phases from `q` on (at
+    /// `reserved` bytes reserved, when given).
+    fn at_phase(&mut self, p: usize, alloc: &mut CachingAllocator) -> Option<(usize, Option<i64>)> {
         if !self.enabled {
             return None;
         }
         let i = self.steps.iter().position(|s| s.0 == p)?;
+        if let Some((j, frees)) = self.watch.take() {
+            let repeats = alloc.repeats_with_its_segments(frees);
+            if repeats && j + 1 == i && self.mirrors_from(i) {
+                let reserved = alloc.stats().reserved_bytes.all().current;
+                return Some((self.steps[j].0, Some(reserved)));
+            }
+        }
+        if self.mirrors_from(i + 1) && self.requests.balanced(self.steps[i]) {
+            alloc.record_fits();
+            self.watch = Some((i, alloc.stats().num_device_free));
+        }
         let stats = alloc.stats();
         let calls = (stats.num_device_alloc, stats.num_device_free);
         let candidate = match &self.last {
@@ -558,7 +604,7 @@ impl<'a> Steady<'a> {
         };
         if let Some(j) = candidate {
             if self.mirrors_from(i) && self.last.as_ref().is_some_and(|l| l.1 == alloc.snapshot()) {
-                return Some(self.steps[j].0);
+                return Some((self.steps[j].0, None));
             }
         }
         // a state worth keeping: the step before made no device calls (a

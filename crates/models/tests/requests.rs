@@ -126,6 +126,59 @@ fn a_steady_state_repeats_without_replaying() {
     assert!(repeated > 0);
 }
 
+/// A step that grew the cache is not replayed again when none of the
+/// segments it created would have changed a fit of its own: the replay
+/// then equals the replay of every request, on every fixture, without a
+/// limit and under two (the plain replay's phase names carry no step, so
+/// it finds no steps to repeat).
+#[test]
+fn a_step_repeats_at_the_reserved_memory_it_grew_to() {
+    let mut repeated = 0;
+    for (case, config) in cases() {
+        let opts = options(&case);
+        let reqs = requests(&config, &case.workload, &opts);
+        let mut plain = reqs.clone();
+        for p in &mut plain.phases {
+            p.0.push_str("-plain");
+        }
+        let whole = replay(
+            &plain,
+            &mut fresh_allocator(&opts.profile, &opts.allocator, None, true),
+        );
+        assert_eq!(whole.repeated_steps, 0);
+        let total = opts.profile.total_memory as f64;
+        for fraction in [
+            None,
+            Some(whole.peak_reserved_bytes as f64 / total),
+            Some((whole.peak_reserved_bytes - (64 << 20)) as f64 / total),
+        ] {
+            let fresh = || fresh_allocator(&opts.profile, &opts.allocator, fraction, false);
+            let short = replay(&reqs, &mut fresh());
+            let every = replay(&plain, &mut fresh());
+            let names = |r: &vramscope_models::requests::Replayed| {
+                let mut r = r.clone();
+                for p in &mut r.phases {
+                    p.name = p.name.trim_end_matches("-plain").to_owned();
+                }
+                if let Some(o) = &mut r.oom {
+                    o.phase = o.phase.trim_end_matches("-plain").to_owned();
+                }
+                r.repeated_steps = 0;
+                r
+            };
+            assert_eq!(
+                names(&short),
+                names(&every),
+                "{} under {fraction:?}",
+                case.name
+            );
+            repeated += short.repeated_steps;
+        }
+    }
+    println!("{repeated} steps repeated without replaying");
+    assert!(repeated > 0);
+}
+
 /// The verdict under a limit, decided without the run under the limit where
 /// the run without one settles it, is the run under the limit's.
 #[test]
