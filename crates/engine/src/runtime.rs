@@ -662,6 +662,13 @@ impl Runtime {
         self.st.borrow().alloc.clone()
     }
 
+    /// Start recording the allocator twin's best fits
+    /// ([`CachingAllocator::record_fits`]); a copy of the allocator
+    /// ([`Self::allocator`]) carries them.
+    pub fn record_fits(&self) {
+        self.st.borrow_mut().alloc.record_fits();
+    }
+
     /// `torch.cuda.memory_stats()` as the allocator twin keeps it.
     pub fn stats(&self) -> DeviceStats {
         self.st.borrow().alloc.stats().clone()

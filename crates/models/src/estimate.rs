@@ -222,7 +222,7 @@ fn by_repetition(
         steps: 2,
         ..workload.clone()
     };
-    let (mut est, alloc) = run_model(config, &short, options, true)?;
+    let (mut est, kept) = run_model(config, &short, options, true)?;
     if est.oom.is_some() {
         // the full run stops at the same place
         return Ok(Some(est));
@@ -232,17 +232,15 @@ fn by_repetition(
     else {
         return Ok(None);
     };
-    let n = est.phases.len();
-    let (Some(mut alloc), Some((later, offset))) = (alloc, later_phases(&reqs, n)) else {
+    let Some(r) = kept.and_then(|kept| later_steps(&est, &reqs, kept)) else {
         return Ok(None);
     };
-    let r = crate::requests::replay(&later, &mut alloc);
     if r.peak_allocated_bytes > est.peak_allocated_bytes {
         return Ok(None);
     }
     if let Some(o) = &r.oom {
         // the request that failed is the same one of the second step
-        let request = offset + o.request;
+        let request = o.request;
         let first = reqs.phases.iter().position(|p| p.0.ends_with('1'));
         let per_step = reqs.repeated_step_len();
         let (op, module) = match (first, per_step) {
@@ -279,6 +277,117 @@ fn by_repetition(
     est.phases.extend(r.phases);
     est.peak_reserved_bytes = est.peak_reserved_bytes.max(r.peak_reserved_bytes);
     Ok(Some(est))
+}
+
+/// The figures of the phases of `reqs` after the `est`'s (its model ran
+/// two steps; the later ones repeat the second), served by the allocator
+/// the model left (`kept`); an out-of-memory names its request's index in
+/// `reqs`. When step 1's fits show that step 2 takes the same blocks and
+/// creates no segment ([`CachingAllocator::repeats_with_its_segments`]),
+/// every later step has step 1's figures at the reserved memory now, and
+/// nothing is replayed. `None` where [`later_phases`] is.
+fn later_steps(
+    est: &Estimate,
+    reqs: &crate::requests::Requests,
+    kept: Continuation,
+) -> Option<crate::requests::Replayed> {
+    let n = est.phases.len();
+    let (later, offset) = later_phases(reqs, n)?;
+    let mut alloc = kept.alloc;
+    let step1 = reqs.step_phases(1)?;
+    if kept
+        .fits_from
+        .is_some_and(|f| alloc.repeats_with_its_segments(f))
+        && step1.end == n
+    {
+        let reserved = alloc.stats().reserved_bytes.all().current;
+        let phases: Vec<PhaseFigures> = later
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(j, (name, ..))| PhaseFigures {
+                name: name.clone(),
+                reserved_bytes: reserved,
+                peak_reserved_bytes: reserved,
+                ..est.phases[step1.start + j % step1.len()].clone()
+            })
+            .collect();
+        let steps = later.phases.len() / step1.len().max(1);
+        return Some(crate::requests::Replayed {
+            peak_allocated_bytes: phases.iter().map(|p| p.peak_allocated_bytes).max()?,
+            peak_reserved_bytes: reserved,
+            peak_requested_bytes: kept.peak_requested_step1,
+            phases,
+            oom: None,
+            repeated_steps: steps,
+        });
+    }
+    let mut r = crate::requests::replay(&later, &mut alloc);
+    if let Some(o) = &mut r.oom {
+        o.request += offset;
+    }
+    Some(r)
+}
+
+/// The allocator requests of `workload`, as [`workload_requests`] gives
+/// them, and the figures of the whole run without a limit, as a replay of
+/// them on a fresh allocator gives them ([`crate::requests::replay`]); but
+/// where the model ran two steps and the rest repeat, the figures of those
+/// two come from the model's own allocator, which served the same requests,
+/// and the later ones from [`later_steps`]. `None` if it ran out of memory.
+/// The figures are without a limit whatever `options` say.
+pub fn workload_run(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Option<(crate::requests::Requests, crate::requests::Replayed)>> {
+    check(config, workload)?;
+    let free = EstimateOptions {
+        unlimited: true,
+        memory_fraction: None,
+        record_trace: false,
+        ..options.clone()
+    };
+    if workload.steps >= 3 {
+        let short = Workload {
+            steps: 2,
+            ..workload.clone()
+        };
+        let (est, kept) = run_model(config, &short, &free, true)?;
+        let reqs = crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps));
+        if let (Some(reqs), Some(kept)) = (reqs, kept) {
+            let peak_requested = kept.peak_requested;
+            if let Some(later) = later_steps(&est, &reqs, kept) {
+                let mut phases = est.phases;
+                phases.extend(later.phases);
+                let whole = crate::requests::Replayed {
+                    peak_allocated_bytes: phases
+                        .iter()
+                        .map(|p| p.peak_allocated_bytes)
+                        .max()
+                        .unwrap_or(0),
+                    peak_reserved_bytes: phases
+                        .iter()
+                        .map(|p| p.peak_reserved_bytes)
+                        .max()
+                        .unwrap_or(0),
+                    peak_requested_bytes: peak_requested.max(later.peak_requested_bytes),
+                    phases,
+                    oom: later.oom,
+                    repeated_steps: later.repeated_steps,
+                };
+                return Ok(Some((reqs, whole)));
+            }
+        }
+    }
+    let Some(reqs) = workload_requests(config, workload, &free)? else {
+        return Ok(None);
+    };
+    let whole = crate::requests::replay(
+        &reqs,
+        &mut crate::requests::fresh_allocator(&free.profile, &free.allocator, None, true),
+    );
+    Ok(Some((reqs, whole)))
 }
 
 /// The requests of `reqs`' phases from the `n`-th on, as a sequence of their
@@ -349,7 +458,7 @@ fn run_model(
     workload: &Workload,
     options: &EstimateOptions,
     keep_allocator: bool,
-) -> Result<(Estimate, Option<CachingAllocator>)> {
+) -> Result<(Estimate, Option<Continuation>)> {
     check(config, workload)?;
     let mut profile = options.profile.clone();
     if options.unlimited {
@@ -377,6 +486,9 @@ fn run_model(
         requests: Vec::new(),
         keep_allocator,
         allocator: None,
+        fits_from: None,
+        peak_requested: 0,
+        peak_requested_step1: 0,
     };
     let mut params = (0u64, 0u64);
     let outcome = drive(config, workload, &mut run, &mut params);
@@ -535,7 +647,25 @@ struct Run {
     /// keep a copy of the allocator when the workload ends
     keep_allocator: bool,
     /// the allocator as the last phase left it
-    allocator: Option<CachingAllocator>,
+    allocator: Option<Continuation>,
+    /// the allocator's device frees when it began recording step 1's fits
+    fits_from: Option<i64>,
+    /// the most bytes requested at once, over the phases that ended, and
+    /// over those since `fits_from`
+    peak_requested: i64,
+    peak_requested_step1: i64,
+}
+
+/// The allocator twin as a run's last phase left it, to serve the requests
+/// of later steps ([`by_repetition`]).
+struct Continuation {
+    alloc: CachingAllocator,
+    /// its device frees when it began recording the fits of step 1
+    /// ([`CachingAllocator::record_fits`]), if it did
+    fits_from: Option<i64>,
+    /// the most bytes requested at once in the run, and in step 1
+    peak_requested: i64,
+    peak_requested_step1: i64,
 }
 
 /// Mallocs and frees served so far (an out-of-memory is not served).
@@ -563,7 +693,12 @@ impl Run {
         // (only if nothing reached the allocator since the last phase ended)
         let at = requests_so_far(&self.rt);
         if self.keep_allocator && self.requests.last().is_some_and(|r| r.1 == at) {
-            self.allocator = Some(self.rt.allocator());
+            self.allocator = Some(Continuation {
+                alloc: self.rt.allocator(),
+                fits_from: self.fits_from,
+                peak_requested: self.peak_requested,
+                peak_requested_step1: self.peak_requested_step1,
+            });
         }
     }
     fn end_phase(&mut self) {
@@ -576,6 +711,13 @@ impl Run {
             let at = requests_so_far(&self.rt);
             if let Some(r) = self.requests.last_mut() {
                 r.1 = at;
+            }
+            if self.keep_allocator {
+                let peak = self.rt.stats().requested_bytes.all().peak;
+                self.peak_requested = self.peak_requested.max(peak);
+                if self.fits_from.is_some() {
+                    self.peak_requested_step1 = self.peak_requested_step1.max(peak);
+                }
             }
         }
         if self.record {
@@ -628,6 +770,12 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
                         String::new()
                     };
                     run.begin(format!("forward{i}{sub}"));
+                    if i == 1 && m == 0 && run.keep_allocator {
+                        // what `by_repetition` needs to know whether step 2
+                        // can repeat step 1 without a replay
+                        run.fits_from = Some(rt.stats().num_device_free);
+                        rt.record_fits();
+                    }
                     let loss = forward(&rt, model.as_ref(), &inputs, w.autocast)?;
                     let Some(loss) = loss else {
                         return Err(ModelError::Unsupported("the model returned no loss".into()));

@@ -232,6 +232,17 @@ impl Requests {
                 .all(|(a, b)| a.same_kind(b))
     }
 
+    /// The phases of step `step` (by their names' digits), if they are one
+    /// contiguous run.
+    pub fn step_phases(&self, step: usize) -> Option<std::ops::Range<usize>> {
+        let (first, ..) = self.step_span(step)?;
+        let len = self.phases[first..]
+            .iter()
+            .take_while(|p| Self::step_of(&p.0) == Some(step))
+            .count();
+        Some(first..first + len)
+    }
+
     /// How many requests the second step (step 1) makes.
     pub fn repeated_step_len(&self) -> Option<usize> {
         self.step_span(1).map(|(_, s, e)| e - s)
@@ -385,6 +396,21 @@ pub fn verdict(
     unlimited: bool,
 ) -> Verdict {
     let whole = replay(requests, &mut fresh_allocator(profile, config, None, true));
+    verdict_from(whole, requests, profile, config, memory_fraction, unlimited)
+}
+
+/// [`verdict`], given the figures of the whole run without a limit
+/// (`whole`: a [`replay`] of `requests` on `fresh_allocator(profile,
+/// config, None, true)`, or what equals it, such as
+/// [`crate::workload_run`]'s).
+pub fn verdict_from(
+    whole: Replayed,
+    requests: &Requests,
+    profile: &DeviceProfile,
+    config: &AllocatorConfig,
+    memory_fraction: Option<f64>,
+    unlimited: bool,
+) -> Verdict {
     if unlimited {
         return Verdict {
             fits: whole.oom.is_none(),

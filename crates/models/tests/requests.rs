@@ -8,7 +8,8 @@ use vramscope_models::requests::{
     batch_column, fresh_allocator, replay, verdict, BatchTemplate, Requests, Verdict,
 };
 use vramscope_models::{
-    estimate, estimate_every_step, workload_requests, EstimateOptions, HfConfig, Workload,
+    estimate, estimate_every_step, workload_requests, workload_run, EstimateOptions, HfConfig,
+    Workload,
 };
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -347,4 +348,37 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             );
         }
     }
+}
+
+/// Where the model runs, its own allocator's figures of the whole run are
+/// the replay's: `workload_run` gives the requests `workload_requests`
+/// gives and the figures a replay of them on a fresh allocator gives, on
+/// every fixture at 3 and 5 steps (training and inference).
+#[test]
+fn the_models_own_figures_are_the_replays() {
+    let mut repeated = 0;
+    for (case, config) in cases() {
+        let opts = options(&case);
+        for steps in [3, 5] {
+            let w = Workload {
+                steps,
+                ..case.workload.clone()
+            };
+            let (reqs, whole) = workload_run(&config, &w, &opts).unwrap().unwrap();
+            let free = EstimateOptions {
+                unlimited: true,
+                ..opts.clone()
+            };
+            assert!(reqs == workload_requests(&config, &w, &free).unwrap().unwrap());
+            let mut replayed = replay(
+                &reqs,
+                &mut fresh_allocator(&opts.profile, &opts.allocator, None, true),
+            );
+            repeated += whole.repeated_steps;
+            replayed.repeated_steps = whole.repeated_steps;
+            assert_eq!(whole, replayed, "{} at {steps} steps", case.name);
+        }
+    }
+    println!("{repeated} steps repeated without replaying");
+    assert!(repeated > 0);
 }

@@ -5,14 +5,15 @@
 //! the limit for the verdict and, when it runs out, without one for the
 //! figures. A column runs the model (two steps, the rest repeated) only at
 //! the batch sizes [`batch_column`] needs and fills the rest from batch
-//! templates. The cells equal full estimates (the tests of
+//! templates; where it ran, the model's own allocator already gave the
+//! figures without a limit ([`workload_run`]). The cells equal full estimates (the tests of
 //! `vramscope_models::requests` check it on every fixture, training and
 //! inference).
 
-use vramscope_models::requests::{batch_column, verdict, Source};
-use vramscope_models::{
-    workload_requests, EstimateOptions, HfConfig, ModelError, Result, Workload,
-};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use vramscope_models::requests::{batch_column, fresh_allocator, replay, verdict_from, Source};
+use vramscope_models::{workload_run, EstimateOptions, HfConfig, ModelError, Result, Workload};
 
 /// One cell of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,10 +57,15 @@ pub fn sweep(
             seq,
             ..base.clone()
         };
+        // where the model runs, its own allocator's figures of the whole
+        // run (what a replay of its requests gives)
+        let wholes = RefCell::new(HashMap::new());
         let run = |b: i64| {
-            workload_requests(config, &at(b), &free)?.ok_or_else(|| {
+            let (reqs, whole) = workload_run(config, &at(b), &free)?.ok_or_else(|| {
                 ModelError::Unsupported("a run without a limit ran out of memory".into())
-            })
+            })?;
+            wholes.borrow_mut().insert(b, whole);
+            Ok::<_, ModelError>(reqs)
         };
         let sources: Vec<Source> = batch_column(batches, &options.profile, run)?.0;
         for (&batch, source) in batches.iter().zip(&sources) {
@@ -68,7 +74,14 @@ pub fn sweep(
                 // a scratch rule that does not apply at this batch
                 None => std::borrow::Cow::Owned(run(batch)?),
             };
-            let v = verdict(
+            let whole = wholes.borrow_mut().remove(&batch).unwrap_or_else(|| {
+                replay(
+                    &reqs,
+                    &mut fresh_allocator(&options.profile, &options.allocator, None, true),
+                )
+            });
+            let v = verdict_from(
+                whole,
                 &reqs,
                 &options.profile,
                 &options.allocator,
