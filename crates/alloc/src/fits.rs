@@ -31,11 +31,6 @@ pub struct Fit {
     pub new_segment: bool,
 }
 
-/// The most segments a recorded stretch may have created for
-/// [`repeats_with_its_segments`] to check it (each is compared with every
-/// fit before it; a stretch that grows the cache more is replayed).
-pub const MAX_NEW_SEGMENTS: usize = 32;
-
 /// Whether the mallocs of `fits`, made again in the same order from the
 /// state they started in plus the segments they created (whole and free),
 /// would take the same blocks: no created segment is a better fit, in the
@@ -43,22 +38,31 @@ pub const MAX_NEW_SEGMENTS: usize = 32;
 /// rounded size in the same pool and stream), than the block some earlier
 /// malloc took. This holds only for best fit alone: the caller checks that
 /// no other rule (oversize blocks, expandable segments, garbage collection,
-/// cross-stream uses, releases) took part ([`crate::CachingAllocator::repeats_with_its_segments`]).
+/// cross-stream uses, releases) took part
+/// ([`crate::CachingAllocator::repeats_with_its_segments`]).
+///
+/// One pass from the last fit back, keeping the segments created after
+/// the fit at hand in `lower_bound` order: the one that would compete is
+/// the least at or above the fit's size, and it wins if it is below the
+/// block the fit took.
 pub fn repeats_with_its_segments(fits: &[Fit]) -> bool {
-    let created = fits.iter().filter(|f| f.new_segment).count();
-    if created > MAX_NEW_SEGMENTS {
-        return false;
+    // (stream, pool, size, address) of the segments created later
+    let mut later: Vec<(u64, bool, u64, u64)> = Vec::new();
+    for f in fits.iter().rev() {
+        if !later.is_empty() {
+            let at = later.partition_point(|k| *k < (f.stream, f.small, f.size, 0));
+            let taken = (f.stream, f.small, f.block.0, f.block.1);
+            if later.get(at).is_some_and(|k| *k < taken) {
+                return false;
+            }
+        }
+        if f.new_segment {
+            let k = (f.stream, f.small, f.block.0, f.block.1);
+            let at = later.partition_point(|x| *x < k);
+            later.insert(at, k);
+        }
     }
-    fits.iter()
-        .enumerate()
-        .filter(|(_, f)| f.new_segment)
-        .all(|(t, seg)| {
-            fits[..t].iter().all(|f| {
-                let competes =
-                    f.stream == seg.stream && f.small == seg.small && seg.block.0 >= f.size;
-                !(competes && seg.block < f.block)
-            })
-        })
+    true
 }
 
 #[cfg(test)]
@@ -122,12 +126,51 @@ mod tests {
         ]));
     }
 
+    /// The rule as stated, each created segment against every fit before it.
+    fn by_definition(fits: &[Fit]) -> bool {
+        fits.iter()
+            .enumerate()
+            .filter(|(_, f)| f.new_segment)
+            .all(|(t, seg)| {
+                fits[..t].iter().all(|f| {
+                    let competes =
+                        f.stream == seg.stream && f.small == seg.small && seg.block.0 >= f.size;
+                    !(competes && seg.block < f.block)
+                })
+            })
+    }
+
     #[test]
-    fn too_many_segments_are_not_checked() {
-        let many: Vec<Fit> = (0..=MAX_NEW_SEGMENTS as u64)
-            .map(|i| fit(1 << 30, (1 << 30, i << 31), true))
-            .collect();
-        assert!(!repeats_with_its_segments(&many));
-        assert!(repeats_with_its_segments(&many[..MAX_NEW_SEGMENTS]));
+    fn the_one_pass_check_is_the_rule() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let (mut yes, mut no) = (0, 0);
+        for _ in 0..5000 {
+            let fits: Vec<Fit> = (0..1 + next(40))
+                .map(|_| {
+                    let size = (1 + next(8)) << 20;
+                    Fit {
+                        stream: next(2),
+                        small: next(3) == 0,
+                        size,
+                        block: (size + (next(4) << 20), next(16) << 24),
+                        new_segment: next(4) == 0,
+                    }
+                })
+                .collect();
+            let want = by_definition(&fits);
+            assert_eq!(repeats_with_its_segments(&fits), want, "{fits:?}");
+            if want {
+                yes += 1;
+            } else {
+                no += 1;
+            }
+        }
+        assert!(yes > 500 && no > 500, "{yes} {no}");
     }
 }
