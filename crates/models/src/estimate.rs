@@ -181,14 +181,14 @@ pub fn workload_requests(
             steps: 2,
             ..workload.clone()
         };
-        let est = estimate_every_step(config, &short, options)?;
+        let (est, _) = run_model(config, &short, options, false, false)?;
         if let Some(r) =
             crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps))
         {
             return Ok(Some(r));
         }
     }
-    let est = estimate_every_step(config, workload, options)?;
+    let (est, _) = run_model(config, workload, options, false, false)?;
     Ok(crate::requests::Requests::of(&est))
 }
 
@@ -222,7 +222,7 @@ fn by_repetition(
         steps: 2,
         ..workload.clone()
     };
-    let (mut est, kept) = run_model(config, &short, options, true)?;
+    let (mut est, kept) = run_model(config, &short, options, true, true)?;
     if est.oom.is_some() {
         // the full run stops at the same place
         return Ok(Some(est));
@@ -353,7 +353,7 @@ pub fn workload_run(
             steps: 2,
             ..workload.clone()
         };
-        let (est, kept) = run_model(config, &short, &free, true)?;
+        let (est, kept) = run_model(config, &short, &free, true, false)?;
         let reqs = crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps));
         if let (Some(reqs), Some(kept)) = (reqs, kept) {
             let peak_requested = kept.peak_requested;
@@ -447,17 +447,22 @@ pub fn estimate_every_step(
     workload: &Workload,
     options: &EstimateOptions,
 ) -> Result<Estimate> {
-    run_model(config, workload, options, false).map(|(est, _)| est)
+    run_model(config, workload, options, false, true).map(|(est, _)| est)
 }
 
 /// [`estimate_every_step`], and with `keep_allocator` a copy of the
 /// allocator twin as the last phase left it (`None` after an
 /// out-of-memory, or if it served requests between phases).
+///
+/// Without `at_peak`, the live tensors at the peak (`live_at_peak`,
+/// `breakdown_at_peak`, `by_module_at_peak`) are left empty: a run for its
+/// requests alone does not need them (about 4% of a model run).
 fn run_model(
     config: &HfConfig,
     workload: &Workload,
     options: &EstimateOptions,
     keep_allocator: bool,
+    at_peak: bool,
 ) -> Result<(Estimate, Option<Continuation>)> {
     check(config, workload)?;
     let mut profile = options.profile.clone();
@@ -535,7 +540,11 @@ fn run_model(
         }
     });
     let log = rt.take_event_log().unwrap_or_default();
-    let live = log.live_at_peak();
+    let live = if at_peak {
+        log.live_at_peak()
+    } else {
+        Vec::new()
+    };
     // a few categories; modules keyed by the records' own names (copied
     // once each), the top level apart: most records have an empty name, and
     // comparing two empty strings calls `memcmp` on dangling pointers, which
