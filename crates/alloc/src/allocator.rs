@@ -292,6 +292,40 @@ impl<D: Device> CachingAllocator<D> {
         self
     }
 
+    /// Become a fresh allocator with the same settings on `device`, as
+    /// [`Self::with_device`] makes one (and without the address index if
+    /// this one had none), keeping the capacity of its block table and free
+    /// sets: a caller that replays many runs one after another saves their
+    /// regrowth.
+    pub fn renew(&mut self, device: D) {
+        let mut blocks = std::mem::take(&mut self.blocks);
+        blocks.clear();
+        let mut free_ids = std::mem::take(&mut self.free_ids);
+        free_ids.clear();
+        let mut pools = std::mem::take(&mut self.pools);
+        for p in &mut pools {
+            p.blocks.clear();
+        }
+        let index_addresses = self.index_addresses;
+        let fresh = Self::with_device(self.config.clone(), device);
+        *self = Self {
+            blocks,
+            free_ids,
+            pools: [
+                Pool {
+                    blocks: std::mem::take(&mut pools[0].blocks),
+                    ..Pool::default()
+                },
+                Pool {
+                    blocks: std::mem::take(&mut pools[1].blocks),
+                    ..Pool::default()
+                },
+            ],
+            index_addresses,
+            ..fresh
+        };
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &AllocatorConfig {
         &self.config

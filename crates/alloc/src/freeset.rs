@@ -137,6 +137,16 @@ impl FreeSet {
         self.len
     }
 
+    /// Empty, keeping the buckets' capacity (an empty stream's set finds
+    /// nothing, as no set does).
+    pub(crate) fn clear(&mut self) {
+        for s in &mut self.streams {
+            s.buckets.iter_mut().for_each(Vec::clear);
+            s.nonempty = [0; WORDS];
+        }
+        self.len = 0;
+    }
+
     #[inline]
     pub(crate) fn insert(&mut self, stream: u64, size: u64, addr: u64, id: u32) {
         let si = match self.stream_index(stream) {

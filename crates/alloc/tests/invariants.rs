@@ -161,3 +161,53 @@ proptest! {
         prop_assert_eq!(by_addr.snapshot(), by_handle.snapshot());
     }
 }
+
+/// Apply `ops` (their own live list): each malloc's address or `None`.
+fn apply(a: &mut CachingAllocator, ops: &[Op]) -> Vec<Option<u64>> {
+    let mut live: Vec<u64> = Vec::new();
+    let mut out = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Malloc { size, stream } => {
+                let p = a.malloc(size, stream).ok();
+                out.push(p);
+                live.extend(p);
+            }
+            Op::Free(i) if !live.is_empty() => {
+                a.free(live.swap_remove(i % live.len())).unwrap();
+            }
+            Op::RecordStream(i, s) if !live.is_empty() => {
+                a.record_stream(live[i % live.len()], s).unwrap();
+            }
+            Op::EmptyCache => a.empty_cache(),
+            _ => {}
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// `renew` makes an allocator that has served anything behave as a
+    /// fresh one with its settings: the same addresses, statistics and
+    /// segments for whatever comes next.
+    #[test]
+    fn a_renewed_allocator_is_a_fresh_one(
+        ((conf, fraction), capacity_mib, before) in workload(),
+        after in prop::collection::vec(op(), 1..300),
+    ) {
+        let mut renewed = allocator(&conf, fraction, capacity_mib);
+        apply(&mut renewed, &before);
+        renewed.renew(SimDevice::new(2048 * MIB, capacity_mib * MIB));
+        if let Some(f) = fraction {
+            renewed.set_memory_fraction(f);
+        }
+        let mut fresh = allocator(&conf, fraction, capacity_mib);
+        prop_assert_eq!(apply(&mut renewed, &after), apply(&mut fresh, &after));
+        prop_assert_eq!(renewed.stats(), fresh.stats());
+        prop_assert_eq!(renewed.snapshot(), fresh.snapshot());
+        if let Err(e) = renewed.check_invariants() {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}

@@ -174,8 +174,12 @@ impl Requests {
     /// Whether the step spanning `b` (`(first phase, start, end)`) makes
     /// the requests of the step spanning `a` right before it: phases of the
     /// same lengths, the same sizes, each freeing only what it allocates,
-    /// in the same order.
-    fn mirrors(&self, a: (usize, usize, usize), b: (usize, usize, usize)) -> bool {
+    /// in the same order. `first_a` and `first_b`: the mallocs before each.
+    fn mirrors(
+        &self,
+        (a, first_a): ((usize, usize, usize), u32),
+        (b, first_b): ((usize, usize, usize), u32),
+    ) -> bool {
         let (ra, rb) = (&self.requests[a.1..a.2], &self.requests[b.1..b.2]);
         let phases_of = |first: usize| {
             let k = Self::step_of(&self.phases[first].0);
@@ -187,13 +191,6 @@ impl Requests {
         if ra.len() != rb.len() || !phases_of(a.0).eq(phases_of(b.0)) {
             return false;
         }
-        let mallocs_before = |at: usize| {
-            self.requests[..at]
-                .iter()
-                .filter(|r| r.malloc_bytes().is_some())
-                .count() as u32
-        };
-        let (first_a, first_b) = (mallocs_before(a.1), mallocs_before(b.1));
         ra.iter().zip(rb).all(|(x, y)| match (*x, *y) {
             (Request::Free(m), Request::Free(n)) => {
                 m >= first_a && n >= first_b && m - first_a == n - first_b
@@ -202,13 +199,25 @@ impl Requests {
         })
     }
 
-    /// Whether the step spanning `s` (`(first phase, start, end)`) frees
-    /// every block it allocates, and only those.
-    fn balanced(&self, s: (usize, usize, usize)) -> bool {
-        let first = self.requests[..s.1]
-            .iter()
-            .filter(|r| r.malloc_bytes().is_some())
-            .count() as u32;
+    /// How many mallocs come before each of `starts` (request indices, in
+    /// increasing order), in one pass.
+    fn mallocs_before(&self, starts: &[usize]) -> Vec<u32> {
+        let mut out = Vec::with_capacity(starts.len());
+        let (mut at, mut n) = (0, 0u32);
+        for &s in starts {
+            n += self.requests[at..s]
+                .iter()
+                .filter(|r| r.malloc_bytes().is_some())
+                .count() as u32;
+            at = s;
+            out.push(n);
+        }
+        out
+    }
+
+    /// Whether the step spanning `s` (`(first phase, start, end)`), after
+    /// `first` mallocs, frees every block it allocates, and only those.
+    fn balanced(&self, s: (usize, usize, usize), first: u32) -> bool {
         let (mut mallocs, mut frees) = (0u32, 0u32);
         for r in &self.requests[s.1..s.2] {
             match *r {
@@ -351,17 +360,31 @@ pub fn fresh_allocator(
     memory_fraction: Option<f64>,
     unlimited: bool,
 ) -> CachingAllocator {
+    let mut a =
+        CachingAllocator::with_device(config.clone(), SimDevice::new(0, 0)).without_address_index();
+    renew_allocator(&mut a, profile, memory_fraction, unlimited);
+    a
+}
+
+/// Make `alloc` (from [`fresh_allocator`]) what `fresh_allocator` makes
+/// with its settings and these arguments, keeping its buffers
+/// ([`CachingAllocator::renew`]): for a caller that replays cell after
+/// cell.
+pub fn renew_allocator(
+    alloc: &mut CachingAllocator,
+    profile: &DeviceProfile,
+    memory_fraction: Option<f64>,
+    unlimited: bool,
+) {
     let (total, usable) = if unlimited {
         (u64::MAX / 4, u64::MAX / 4)
     } else {
         (profile.total_memory, profile.usable_memory)
     };
-    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(total, usable))
-        .without_address_index();
+    alloc.renew(SimDevice::new(total, usable));
     if let Some(f) = memory_fraction {
-        a.set_memory_fraction(f);
+        alloc.set_memory_fraction(f);
     }
-    a
 }
 
 /// What a sweep needs of one run under a limit: whether it fits, and the
@@ -547,6 +570,8 @@ struct Steady<'a> {
     /// step before: computed when first asked (a pass over the requests
     /// that a run whose steps keep growing the cache never needs)
     mirrors_from: Option<Vec<bool>>,
+    /// the mallocs before each of `steps` (when `enabled`)
+    firsts: Vec<u32>,
     /// at the start of the previous step: its index in `steps`, the
     /// allocator's segments and its device calls (allocations, frees)
     last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, (i64, i64))>,
@@ -571,10 +596,17 @@ impl<'a> Steady<'a> {
             && steps.last().is_some_and(|l| {
                 l.2 == requests.requests.len() && requests.phases.last().is_some_and(|p| p.2 == l.2)
             });
+        let enabled = contiguous && alloc.config().garbage_collection_threshold == 0.0;
+        let firsts = if enabled {
+            requests.mallocs_before(&steps.iter().map(|s| s.1).collect::<Vec<_>>())
+        } else {
+            Vec::new()
+        };
         Steady {
-            enabled: contiguous && alloc.config().garbage_collection_threshold == 0.0,
+            enabled,
             requests,
             steps,
+            firsts,
             mirrors_from: None,
             last: None,
             calls_at: None,
@@ -585,12 +617,12 @@ impl<'a> Steady<'a> {
     /// Whether the steps from the `i`-th of `steps` on each mirror the
     /// step before (only asked when `enabled`: the steps are contiguous).
     fn mirrors_from(&mut self, i: usize) -> bool {
-        let (requests, steps) = (self.requests, &self.steps);
+        let (requests, steps, firsts) = (self.requests, &self.steps, &self.firsts);
         let m = self.mirrors_from.get_or_insert_with(|| {
             let mut m = vec![false; steps.len()];
             let mut ok = true;
             for i in (1..steps.len()).rev() {
-                ok = ok && requests.mirrors(steps[i - 1], steps[i]);
+                ok = ok && requests.mirrors((steps[i - 1], firsts[i - 1]), (steps[i], firsts[i]));
                 m[i] = ok;
             }
             m
@@ -618,7 +650,7 @@ impl<'a> Steady<'a> {
                 return Some((self.steps[j].0, Some(reserved)));
             }
         }
-        if self.mirrors_from(i + 1) && self.requests.balanced(self.steps[i]) {
+        if self.mirrors_from(i + 1) && self.requests.balanced(self.steps[i], self.firsts[i]) {
             alloc.record_fits();
             self.watch = Some((i, alloc.stats().num_device_free));
         }

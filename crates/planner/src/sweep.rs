@@ -12,7 +12,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use vramscope_models::requests::{batch_column, fresh_allocator, replay, verdict_from, Source};
+use vramscope_models::requests::{
+    batch_column, fresh_allocator, renew_allocator, replay, verdict_from, Source,
+};
 use vramscope_models::{workload_run, EstimateOptions, HfConfig, ModelError, Result, Workload};
 
 /// One cell of a sweep.
@@ -51,6 +53,9 @@ pub fn sweep(
         ..options.clone()
     };
     let mut out = Vec::with_capacity(batches.len() * seqs.len());
+    // one allocator renewed for every replay without a limit (its buffers
+    // kept)
+    let mut scratch = fresh_allocator(&options.profile, &options.allocator, None, true);
     for &seq in seqs {
         let at = |batch: i64| Workload {
             batch,
@@ -75,10 +80,8 @@ pub fn sweep(
                 None => std::borrow::Cow::Owned(run(batch)?),
             };
             let whole = wholes.borrow_mut().remove(&batch).unwrap_or_else(|| {
-                replay(
-                    &reqs,
-                    &mut fresh_allocator(&options.profile, &options.allocator, None, true),
-                )
+                renew_allocator(&mut scratch, &options.profile, None, true);
+                replay(&reqs, &mut scratch)
             });
             let v = verdict_from(
                 whole,
