@@ -15,7 +15,9 @@
 //! - a bucket is kept sorted in *descending* (size, address) order, so its
 //!   least entry, the one best fit takes, is last: the common lookup reads
 //!   one entry and the common removal is a pop. Inserting and removing
-//!   elsewhere is a binary search and a `memmove` within one small bucket;
+//!   elsewhere is a search and a `memmove` within one small bucket (the
+//!   search walks up from the least entry in buckets of up to 32 entries,
+//!   where a new block most often lands, and is binary above);
 //! - `lower_bound(size)` takes the least (size, address) at or above `size`
 //!   in the size's own bucket, or the least of the next non-empty bucket,
 //!   found with one `trailing_zeros` on the bitmap.
@@ -109,6 +111,14 @@ impl StreamSet {
 /// whose key is above it.
 #[inline]
 fn rank(v: &[Entry], k: u128) -> usize {
+    if v.len() <= 32 {
+        // from the least up: a new block is most often among the least
+        let mut i = v.len();
+        while i > 0 && key(&v[i - 1]) <= k {
+            i -= 1;
+        }
+        return i;
+    }
     v.partition_point(|e| key(e) > k)
 }
 
@@ -212,7 +222,7 @@ impl FreeSet {
         // the entries at or above `floor` are a prefix; its last is the least
         let above = match v.last() {
             Some(least) if key(least) >= floor => v.len(),
-            _ => v.partition_point(|e| key(e) >= floor),
+            _ => floor.checked_sub(1).map_or(v.len(), |k| rank(v, k)),
         };
         let at = match above {
             0 => {
