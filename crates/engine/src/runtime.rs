@@ -64,8 +64,10 @@ pub struct AllocRecord {
     pub category: Category,
     /// the ATen op that allocated it
     pub op: &'static str,
-    /// the module path that was running (`""` at top level)
-    pub module: String,
+    /// the module path that was running (`""` at top level), shared with
+    /// every other record of that module (a record per malloc would
+    /// otherwise copy it)
+    pub module: Rc<str>,
     /// allocation order
     pub seq: u64,
 }
@@ -166,7 +168,7 @@ impl LiveRec {
             bytes: self.bytes,
             category: self.category,
             op: self.op,
-            module: String::from(&*self.module),
+            module: self.module.clone(),
             seq: self.seq,
         }
     }

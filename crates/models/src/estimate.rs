@@ -261,7 +261,7 @@ fn by_repetition(
                     })
                     .nth(malloc);
                 rec.map_or((String::new(), String::new()), |r| {
-                    (r.op.to_string(), r.module.clone())
+                    (r.op.to_string(), r.module.to_string())
                 })
             }
             _ => (String::new(), String::new()),
@@ -561,7 +561,7 @@ fn run_model(
         if r.module.is_empty() {
             *top.get_or_insert(0) += r.bytes;
         } else {
-            *by_mod.entry(r.module.as_str()).or_default() += r.bytes;
+            *by_mod.entry(&*r.module).or_default() += r.bytes;
         }
     }
     // the largest first; equal sizes by category name

@@ -226,11 +226,7 @@ pub fn predicted_snapshot(
                 let s = match r {
                     Some((r, category)) if r.addr == e.addr => {
                         let cublas = category == Category::Workspace && !freed.contains(&i);
-                        build_stack(
-                            phase,
-                            Some((r.op, category, r.module.as_str(), cublas)),
-                            optimizer,
-                        )
+                        build_stack(phase, Some((r.op, category, &*r.module, cublas)), optimizer)
                     }
                     _ => build_stack(phase, None, optimizer),
                 };
