@@ -313,14 +313,12 @@ fn later_steps(
             })
             .collect();
         let steps = later.phases.len() / step1.len().max(1);
-        return Some(crate::requests::Replayed {
-            peak_allocated_bytes: phases.iter().map(|p| p.peak_allocated_bytes).max()?,
-            peak_reserved_bytes: reserved,
-            peak_requested_bytes: kept.peak_requested_step1,
+        return Some(crate::requests::Replayed::of(
             phases,
-            oom: None,
-            repeated_steps: steps,
-        });
+            kept.peak_requested_step1,
+            None,
+            steps,
+        ));
     }
     let mut r = crate::requests::replay(&later, &mut alloc);
     if let Some(o) = &mut r.oom {
@@ -360,22 +358,12 @@ pub fn workload_run(
             if let Some(later) = later_steps(&est, &reqs, kept) {
                 let mut phases = est.phases;
                 phases.extend(later.phases);
-                let whole = crate::requests::Replayed {
-                    peak_allocated_bytes: phases
-                        .iter()
-                        .map(|p| p.peak_allocated_bytes)
-                        .max()
-                        .unwrap_or(0),
-                    peak_reserved_bytes: phases
-                        .iter()
-                        .map(|p| p.peak_reserved_bytes)
-                        .max()
-                        .unwrap_or(0),
-                    peak_requested_bytes: peak_requested.max(later.peak_requested_bytes),
+                let whole = crate::requests::Replayed::of(
                     phases,
-                    oom: later.oom,
-                    repeated_steps: later.repeated_steps,
-                };
+                    peak_requested.max(later.peak_requested_bytes),
+                    later.oom,
+                    later.repeated_steps,
+                );
                 return Ok(Some((reqs, whole)));
             }
         }

@@ -338,6 +338,26 @@ pub struct Replayed {
     pub repeated_steps: usize,
 }
 
+impl Replayed {
+    /// The replay of these phases: its peaks are theirs.
+    pub fn of(
+        phases: Vec<PhaseFigures>,
+        peak_requested_bytes: i64,
+        oom: Option<ReplayOom>,
+        repeated_steps: usize,
+    ) -> Replayed {
+        let peak = |f: fn(&PhaseFigures) -> i64| phases.iter().map(f).max().unwrap_or(0);
+        Replayed {
+            peak_allocated_bytes: peak(|p| p.peak_allocated_bytes),
+            peak_reserved_bytes: peak(|p| p.peak_reserved_bytes),
+            peak_requested_bytes,
+            phases,
+            oom,
+            repeated_steps,
+        }
+    }
+}
+
 /// A request the allocator could not serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayOom {
@@ -529,22 +549,7 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
         phases.push(figures(name, alloc));
         peak_requested = peak_requested.max(alloc.stats().requested_bytes.all().peak);
     }
-    Replayed {
-        peak_requested_bytes: peak_requested,
-        peak_allocated_bytes: phases
-            .iter()
-            .map(|p: &PhaseFigures| p.peak_allocated_bytes)
-            .max()
-            .unwrap_or(0),
-        peak_reserved_bytes: phases
-            .iter()
-            .map(|p| p.peak_reserved_bytes)
-            .max()
-            .unwrap_or(0),
-        phases,
-        oom,
-        repeated_steps,
-    }
+    Replayed::of(phases, peak_requested, oom, repeated_steps)
 }
 
 /// Finds where a replay reaches a steady state, where step `k` and every
