@@ -32,6 +32,11 @@ impl Dims {
             v,
         }
     }
+    /// Dims from a slice, or `None` when it has more than [`MAX_DIMS`]
+    /// entries.
+    pub fn try_new(s: &[i64]) -> Option<Self> {
+        (s.len() <= MAX_DIMS).then(|| Self::new(s))
+    }
     /// Append one entry.
     pub fn push(&mut self, x: i64) {
         assert!(
@@ -65,6 +70,35 @@ impl Dims {
     pub fn numel(&self) -> i64 {
         self.iter().product()
     }
+}
+
+/// `shape` as [`Dims`] for `op`: a shape error when it has more dimensions
+/// than a simulated tensor may have (PyTorch allows up to 64; no model here
+/// needs more than [`MAX_DIMS`]) or a negative size (PyTorch's `Trying to
+/// create tensor with negative dimension`; `-1` is for the callers that infer
+/// a size to replace first).
+pub(crate) fn checked_dims(op: &'static str, shape: &[i64]) -> crate::error::Result<Dims> {
+    if let Some(&d) = shape.iter().find(|&&d| d < 0) {
+        return Err(crate::error::shape_err(
+            op,
+            format!("Trying to create tensor with negative dimension {d}: {shape:?}"),
+        ));
+    }
+    within_limit(op, shape)
+}
+
+/// `shape` as [`Dims`] for `op`, sizes unchecked: a shape error when it has
+/// more than [`MAX_DIMS`] dimensions.
+pub(crate) fn within_limit(op: &'static str, shape: &[i64]) -> crate::error::Result<Dims> {
+    Dims::try_new(shape).ok_or_else(|| {
+        crate::error::shape_err(
+            op,
+            format!(
+                "{} dimensions ({shape:?}); the eager twin supports at most {MAX_DIMS}",
+                shape.len()
+            ),
+        )
+    })
 }
 
 impl Deref for Dims {

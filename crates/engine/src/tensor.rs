@@ -346,8 +346,29 @@ impl Runtime {
         op: &'static str,
         cat: Category,
     ) -> Result<Tensor> {
+        let sizes = crate::dims::checked_dims(op, sizes)?;
+        if strides.len() != sizes.len() {
+            return Err(crate::error::shape_err(
+                op,
+                format!("{} sizes but {} strides", sizes.len(), strides.len()),
+            ));
+        }
+        self.empty_checked(sizes, Dims::new(strides), dtype, device, op, cat)
+    }
+
+    /// [`Self::empty_strided_op`] of checked sizes and strides of as many
+    /// dimensions.
+    fn empty_checked(
+        &self,
+        sizes: Dims,
+        strides: Dims,
+        dtype: DType,
+        device: Device,
+        op: &'static str,
+        cat: Category,
+    ) -> Result<Tensor> {
         let mut span = 1i64;
-        for (s, st) in sizes.iter().zip(strides) {
+        for (s, st) in sizes.iter().zip(strides.iter()) {
             if *s == 0 {
                 span = 0;
                 break;
@@ -358,8 +379,8 @@ impl Runtime {
         let storage = self.storage(nbytes, device, op, cat)?;
         Ok(Tensor::from_parts(
             storage,
-            Dims::new(sizes),
-            Dims::new(strides),
+            sizes,
+            strides,
             0,
             dtype,
             device,
@@ -377,7 +398,9 @@ impl Runtime {
         op: &'static str,
         cat: Category,
     ) -> Result<Tensor> {
-        self.empty_strided_op(sizes, &contiguous_strides(sizes), dtype, device, op, cat)
+        let sizes = crate::dims::checked_dims(op, sizes)?;
+        let strides = contiguous_strides(&sizes);
+        self.empty_checked(sizes, strides, dtype, device, op, cat)
     }
 
     /// `torch.empty(sizes, dtype=, device=)`.

@@ -487,7 +487,7 @@ impl Node {
             Backward::Squeeze { dim, sizes } => {
                 if needs(0) {
                     out[0] = Some(if sizes[*dim] == 1 && g.dim() < sizes.len() {
-                        g.unsqueeze(*dim as i64)
+                        g.unsqueeze(*dim as i64)?
                     } else {
                         g.clone()
                     });
@@ -524,7 +524,7 @@ impl Node {
                     let mut e = g.clone();
                     if !*all && !*keepdim {
                         for &d in dims {
-                            e = e.unsqueeze(d as i64);
+                            e = e.unsqueeze(d as i64)?;
                         }
                     }
                     let ex = e.expand(sizes)?;

@@ -123,7 +123,7 @@ impl MultiheadAttention {
             let proj = query.linear(&self.in_proj_weight, self.in_proj_bias.as_ref())?;
             let proj = {
                 let a = proj.unflatten(-1, &[3, e])?;
-                let b = a.unsqueeze(0);
+                let b = a.unsqueeze(0)?;
                 let c = b.transpose(0, -2);
                 let d = c.squeeze_dim(-2);
                 d.contiguous()?

@@ -1391,7 +1391,7 @@ pub(crate) fn fused_backward(
 /// `unsqueeze(-2).expand(...).clone(contiguous).flatten(-4, -3)`.
 fn repeat_interleave_heads(t: &Tensor, reps: i64) -> Result<Tensor> {
     let d = t.dim() as i64 - 3;
-    let u = t.unsqueeze(d + 1);
+    let u = t.unsqueeze(d + 1)?;
     let mut shape = u.sizes().to_vec();
     shape[(d + 1) as usize] = reps;
     let e = u.expand(&shape)?;

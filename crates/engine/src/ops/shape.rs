@@ -420,8 +420,20 @@ mod tests {
         let rt = Runtime::default();
         let q = rt.arange(512, DType::I64, Device::Cuda).unwrap();
         let kv = rt.arange(512, DType::I64, Device::Cuda).unwrap();
-        let qi = q.unsqueeze(0).unsqueeze(0).unsqueeze(-1);
-        let ki = kv.unsqueeze(0).unsqueeze(0).unsqueeze(0);
+        let qi = q
+            .unsqueeze(0)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+            .unsqueeze(-1)
+            .unwrap();
+        let ki = kv
+            .unsqueeze(0)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
         let m = ki.le(&qi).unwrap();
         assert_eq!(
             (m.sizes(), m.dtype()),

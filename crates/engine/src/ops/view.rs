@@ -2,14 +2,14 @@
 //! `reshape`/`contiguous` when the geometry cannot be viewed, which copy.
 
 use crate::autograd::{Backward, Pending};
-use crate::dims::{compute_view_strides, contiguous_strides, Dims};
+use crate::dims::{compute_view_strides, contiguous_strides, within_limit, Dims, MAX_DIMS};
 use crate::error::{shape_err, Result};
 use crate::ops::empty_like;
 use crate::runtime::Category;
 use crate::tensor::Tensor;
 
 fn infer_size(op: &'static str, shape: &[i64], numel: i64) -> Result<Dims> {
-    let mut out = Dims::new(shape);
+    let mut out = within_limit(op, shape)?;
     let mut infer = None;
     let mut prod = 1i64;
     for (i, &s) in shape.iter().enumerate() {
@@ -202,7 +202,7 @@ impl Tensor {
             ));
         }
         let off = n - self.dim();
-        let mut s = Dims::new(shape);
+        let mut s = within_limit("expand", shape)?;
         let mut st = Dims::new(&vec![0; n]);
         for i in 0..n {
             if i >= off {
@@ -225,9 +225,26 @@ impl Tensor {
         Ok(self.view_op(s, st, self.0.offset, || Backward::Expand { sizes }))
     }
 
-    /// `t.unsqueeze(dim)`
-    pub fn unsqueeze(&self, dim: i64) -> Tensor {
+    /// `t.unsqueeze(dim)`; a shape error on a tensor that already has
+    /// [`MAX_DIMS`] dimensions.
+    pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
+        if self.dim() >= MAX_DIMS {
+            return Err(shape_err(
+                "unsqueeze",
+                format!("the eager twin supports at most {MAX_DIMS} dimensions"),
+            ));
+        }
         let n = self.dim() as i64 + 1;
+        if dim < -n || dim >= n {
+            return Err(shape_err(
+                "unsqueeze",
+                format!(
+                    "Dimension out of range (expected to be in range of [{}, {}], but got {dim})",
+                    -n,
+                    n - 1
+                ),
+            ));
+        }
         let d = (if dim < 0 { dim + n } else { dim }) as usize;
         let mut s = self.dims();
         let mut st = Dims::new(self.strides());
@@ -238,7 +255,7 @@ impl Tensor {
         };
         s.insert(d, 1);
         st.insert(d, new_st);
-        self.view_op(s, st, self.0.offset, || Backward::Unsqueeze { dim: d })
+        Ok(self.view_op(s, st, self.0.offset, || Backward::Unsqueeze { dim: d }))
     }
 
     /// `t.squeeze(dim)` (no-op view when that size is not 1)
@@ -309,5 +326,46 @@ impl Tensor {
     /// `t.mT` (transpose of the last two dims)
     pub fn mt(&self) -> Tensor {
         self.transpose(-2, -1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::error::EngineError;
+    use crate::{DType, Device, Runtime};
+
+    fn is_shape_error<T: std::fmt::Debug>(r: crate::error::Result<T>, op: &str) -> bool {
+        matches!(r, Err(EngineError::Shape { op: o, .. }) if o == op)
+    }
+
+    /// Shapes beyond what a simulated tensor can hold, or with a negative
+    /// size, are errors of the op that met them, before anything is
+    /// allocated: never a panic.
+    #[test]
+    fn a_shape_the_twin_cannot_hold_is_an_error() {
+        let rt = Runtime::default();
+        let nine = [1i64; 9];
+        assert!(is_shape_error(
+            rt.empty(&nine, DType::F32, Device::Cuda),
+            "empty"
+        ));
+        assert!(is_shape_error(
+            rt.zeros(&[2, -3], DType::F32, Device::Cuda),
+            "zeros"
+        ));
+        assert_eq!(rt.memory_allocated(), 0);
+        let t = rt.empty(&[1; 8], DType::F32, Device::Cuda).unwrap();
+        assert!(is_shape_error(t.unsqueeze(0), "unsqueeze"));
+        assert!(is_shape_error(t.view(&nine), "view"));
+        assert!(is_shape_error(t.reshape(&nine), "reshape"));
+        assert!(is_shape_error(t.expand(&nine), "expand"));
+        assert!(is_shape_error(t.new_full(&nine, DType::F32), "full"));
+        let m = rt.empty(&[2, 3], DType::F32, Device::Cuda).unwrap();
+        assert!(is_shape_error(m.unsqueeze(3), "unsqueeze"));
+        assert!(is_shape_error(m.unsqueeze(-4), "unsqueeze"));
+        assert_eq!(m.unsqueeze(-3).unwrap().sizes(), &[1, 2, 3]);
+        assert_eq!(m.unsqueeze(2).unwrap().sizes(), &[2, 3, 1]);
+        // what was allocated is the two tensors above
+        assert_eq!(rt.memory_allocated(), 1024);
     }
 }

@@ -449,11 +449,11 @@ impl RotaryEmbedding {
         let b = position_ids.size(0);
         let inv_freq_expanded = self
             .inv_freq
-            .unsqueeze(0)
-            .unsqueeze(-1)
+            .unsqueeze(0)?
+            .unsqueeze(-1)?
             .expand(&[b, -1, 1])?
             .to_dtype(DType::F32)?;
-        let position_ids_expanded = position_ids.unsqueeze(1).to_dtype(DType::F32)?;
+        let position_ids_expanded = position_ids.unsqueeze(1)?.to_dtype(DType::F32)?;
         let (freqs, emb, cos, sin) = autocast_disabled(&rt, || {
             let freqs = inv_freq_expanded
                 .matmul(&position_ids_expanded)?
@@ -521,8 +521,8 @@ pub(crate) fn apply_rotary_pos_emb(
     cos: &Tensor,
     sin: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let cos = cos.unsqueeze(1);
-    let sin = sin.unsqueeze(1);
+    let cos = cos.unsqueeze(1)?;
+    let sin = sin.unsqueeze(1)?;
     let embed = |x: &Tensor| -> Result<Tensor> {
         let a = x.mul(&cos)?;
         let b = {
@@ -549,7 +549,7 @@ pub(crate) fn repeat_kv(x: &Tensor, n_rep: i64) -> Result<Tensor> {
         return Ok(x.clone());
     }
     let (b, h, s, d) = (x.size(0), x.size(1), x.size(2), x.size(3));
-    let e = x.unsqueeze(2).expand(&[b, h, n_rep, s, d])?;
+    let e = x.unsqueeze(2)?.expand(&[b, h, n_rep, s, d])?;
     Ok(e.reshape(&[b, h * n_rep, s, d])?)
 }
 
@@ -781,7 +781,7 @@ pub(crate) fn position_ids(rt: &Runtime, seq: i64, _past_seen: i64) -> Result<Te
     let a = rt.arange(seq, DType::I64, Device::Cuda)?;
     let p = a.add_scalar(0.0)?;
     drop(a);
-    Ok(p.unsqueeze(0))
+    Ok(p.unsqueeze(0)?)
 }
 
 /// `masking_utils.find_packed_sequence_indices(position_ids)` (run when
@@ -958,8 +958,8 @@ fn sdpa_mask(
         let a = rt.arange(kv_len, DType::I64, Device::Cuda)?;
         a.add_scalar(0.0)?
     };
-    let q_idx = q_arange.unsqueeze(0).unsqueeze(0).unsqueeze(-1);
-    let kv_idx = kv_arange.unsqueeze(0).unsqueeze(0).unsqueeze(0);
+    let q_idx = q_arange.unsqueeze(0)?.unsqueeze(0)?.unsqueeze(-1)?;
+    let kv_idx = kv_arange.unsqueeze(0)?.unsqueeze(0)?.unsqueeze(0)?;
     let mask = match sliding_window {
         None => kv_idx.le(&q_idx)?,
         Some(sw) => {

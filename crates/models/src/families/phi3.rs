@@ -336,8 +336,8 @@ fn apply_rotary_pos_emb(
     cos: &Tensor,
     sin: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let cos = cos.unsqueeze(1);
-    let sin = sin.unsqueeze(1);
+    let cos = cos.unsqueeze(1)?;
+    let sin = sin.unsqueeze(1)?;
     let rotary_dim = cos.size(-1);
     let q_rot = py_slice_last(q, None, Some(rotary_dim));
     let q_pass = py_slice_last(q, Some(rotary_dim), None);
