@@ -229,6 +229,8 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     /// The best fits of the mallocs since [`Self::record_fits`], and
     /// whether a rule other than best fit and segment creation took part.
     fits: Option<(Vec<Fit>, bool)>,
+    /// The buffer of the last recording, emptied, for the next one.
+    fits_spare: Vec<Fit>,
 }
 
 fn pool_index(small: bool) -> usize {
@@ -276,6 +278,7 @@ impl<D: Device> CachingAllocator<D> {
             stats,
             trace: None,
             fits: None,
+            fits_spare: Vec::new(),
         }
     }
 
@@ -294,8 +297,8 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Become a fresh allocator with the same settings on `device`, as
     /// [`Self::with_device`] makes one (and without the address index if
-    /// this one had none), keeping the capacity of its block table and free
-    /// sets: a caller that replays many runs one after another saves their
+    /// this one had none), keeping the capacity of its block table, free
+    /// sets and recorded fits: a caller that replays many runs one after another saves their
     /// regrowth.
     pub fn renew(&mut self, device: D) {
         let mut blocks = std::mem::take(&mut self.blocks);
@@ -307,6 +310,10 @@ impl<D: Device> CachingAllocator<D> {
             p.blocks.clear();
         }
         let index_addresses = self.index_addresses;
+        let fits_spare = match self.fits.take() {
+            Some((buf, _)) => buf,
+            None => std::mem::take(&mut self.fits_spare),
+        };
         let fresh = Self::with_device(self.config.clone(), device);
         *self = Self {
             blocks,
@@ -322,6 +329,7 @@ impl<D: Device> CachingAllocator<D> {
                 },
             ],
             index_addresses,
+            fits_spare,
             ..fresh
         };
     }
@@ -362,7 +370,12 @@ impl<D: Device> CachingAllocator<D> {
     /// Start recording the best fit of every malloc (its [`Fit`]), for
     /// [`Self::repeats_with_its_segments`]; drops what was recorded.
     pub fn record_fits(&mut self) {
-        self.fits = Some((Vec::new(), false));
+        let mut buf = std::mem::take(&mut self.fits_spare);
+        if let Some((old, _)) = self.fits.take() {
+            buf = old;
+        }
+        buf.clear();
+        self.fits = Some((buf, false));
     }
     /// Stop recording fits, and whether the mallocs recorded, made again
     /// in the same order from the state they started in plus the segments
@@ -382,7 +395,9 @@ impl<D: Device> CachingAllocator<D> {
             && c.garbage_collection_threshold == 0.0
             && !other_rule
             && self.stats.num_device_free == device_frees_at_start;
-        best_fit_alone && crate::fits::repeats_with_its_segments(&fits)
+        let repeats = best_fit_alone && crate::fits::repeats_with_its_segments(&fits);
+        self.fits_spare = fits;
+        repeats
     }
     /// The statistics (`memory_stats()`).
     pub fn stats(&self) -> &DeviceStats {

@@ -197,13 +197,23 @@ proptest! {
         after in prop::collection::vec(op(), 1..300),
     ) {
         let mut renewed = allocator(&conf, fraction, capacity_mib);
+        // (a recording of fits left running, whose buffer renew keeps)
+        renewed.record_fits();
         apply(&mut renewed, &before);
         renewed.renew(SimDevice::new(2048 * MIB, capacity_mib * MIB));
         if let Some(f) = fraction {
             renewed.set_memory_fraction(f);
         }
         let mut fresh = allocator(&conf, fraction, capacity_mib);
+        // neither records until asked, and then both from nothing
+        prop_assert!(!renewed.repeats_with_its_segments(0));
+        renewed.record_fits();
+        fresh.record_fits();
         prop_assert_eq!(apply(&mut renewed, &after), apply(&mut fresh, &after));
+        prop_assert_eq!(
+            renewed.repeats_with_its_segments(0),
+            fresh.repeats_with_its_segments(0)
+        );
         prop_assert_eq!(renewed.stats(), fresh.stats());
         prop_assert_eq!(renewed.snapshot(), fresh.snapshot());
         if let Err(e) = renewed.check_invariants() {

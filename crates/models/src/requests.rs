@@ -702,8 +702,8 @@ pub fn figures<D: vramscope_alloc::Device>(
 pub struct BatchTemplate {
     base: Requests,
     b0: i64,
-    /// per malloc, in order
-    sizes: Vec<Size>,
+    /// per malloc, in order: its index in `base.requests` and its size
+    sizes: Vec<(u32, Size)>,
     /// the distinct rules of `sizes` (every layer repeats its own), each
     /// with its inputs affine like sizes
     rules: Vec<(ScratchRule, Vec<(i64, i64)>)>,
@@ -782,6 +782,8 @@ impl BatchTemplate {
             .zip(&r2.requests)
             .enumerate()
         {
+            // (a request's index fits in the u32 that frees name mallocs by)
+            let at = u32::try_from(i).ok()?;
             match (a, b, c) {
                 (Request::Scratch(s0), Request::Scratch(s1), Request::Scratch(s2)) => {
                     let rules = (r0.rules.get(&i), r1.rules.get(&i), r2.rules.get(&i));
@@ -803,18 +805,18 @@ impl BatchTemplate {
                                     distinct_rules.len() - 1
                                 }
                             };
-                            sizes.push(Size::Rule(k));
+                            sizes.push((at, Size::Rule(k)));
                         }
                         // no rule kept: only a size that does not change
                         (None, None, None) if s0 == s1 && s0 == s2 => {
-                            sizes.push(Size::Affine(*s0, 0));
+                            sizes.push((at, Size::Affine(*s0, 0)));
                         }
                         _ => return None,
                     }
                 }
                 (Request::Malloc(s0), Request::Malloc(s1), Request::Malloc(s2)) => {
                     let (v, per) = affine(bs, [*s0 as i64, *s1 as i64, *s2 as i64])?;
-                    sizes.push(Size::Affine(v as u64, per));
+                    sizes.push((at, Size::Affine(v as u64, per)));
                 }
                 _ => {}
             }
@@ -862,33 +864,28 @@ impl BatchTemplate {
                 Some((rule, b))
             })
             .collect::<Option<_>>()?;
-        let mut sizes = self.sizes.iter();
-        let mut requests = Vec::with_capacity(self.base.requests.len());
+        // the base's requests with each malloc resized (frees and kinds stay)
+        let mut requests = self.base.requests.clone();
         let mut rules = BTreeMap::new();
-        for (i, r) in self.base.requests.iter().enumerate() {
-            let bytes = match r {
-                Request::Free(_) => {
-                    requests.push(*r);
-                    continue;
-                }
-                _ => match *sizes.next()? {
-                    Size::Affine(s0, per) => s0 as i64 + per * db,
-                    Size::Rule(k) => {
-                        let (rule, b) = &evaluated[k];
-                        if keep_rules {
-                            rules.insert(i, rule.clone());
-                        }
-                        *b
+        for &(i, size) in &self.sizes {
+            let bytes = match size {
+                Size::Affine(s0, per) => s0 as i64 + per * db,
+                Size::Rule(k) => {
+                    let (rule, b) = &evaluated[k];
+                    if keep_rules {
+                        rules.insert(i as usize, rule.clone());
                     }
-                },
+                    *b
+                }
             };
             if bytes <= 0 {
                 return None;
             }
-            requests.push(match r {
+            let r = &mut requests[i as usize];
+            *r = match *r {
                 Request::Scratch(_) => Request::Scratch(bytes as u64),
                 _ => Request::Malloc(bytes as u64),
-            });
+            };
         }
         Some(Requests {
             requests,
