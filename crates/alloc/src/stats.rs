@@ -53,28 +53,61 @@ pub enum StatType {
 }
 
 /// A stat for each [`StatType`].
+///
+/// PyTorch updates the aggregate with the pool's stat on every change
+/// (`for_each_selected_stat_type`), so the aggregate's current value and
+/// its sums of increases and decreases are always those of the two pools
+/// added: only its peak, the most the two ever held together, is kept
+/// apart. Every malloc and free updates several arrays (allocated, active,
+/// requested, ...); this halves their work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StatArray(pub [Stat; 3]);
+pub struct StatArray {
+    /// the small pool's stat and the large pool's
+    pools: [Stat; 2],
+    /// the aggregate's peak
+    all_peak: i64,
+}
 
 impl StatArray {
     /// The aggregate (`.all`) stat.
     #[inline]
-    pub fn all(&self) -> &Stat {
-        &self.0[0]
+    pub fn all(&self) -> Stat {
+        let [s, l] = &self.pools;
+        Stat {
+            current: s.current + l.current,
+            peak: self.all_peak,
+            allocated: s.allocated + l.allocated,
+            freed: s.freed + l.freed,
+        }
     }
     /// The stat of one pool type.
-    pub fn get(&self, t: StatType) -> &Stat {
-        &self.0[t as usize]
+    pub fn get(&self, t: StatType) -> Stat {
+        match t {
+            StatType::Aggregate => self.all(),
+            StatType::SmallPool => self.pools[0],
+            StatType::LargePool => self.pools[1],
+        }
     }
     #[inline]
     pub(crate) fn increase(&mut self, small: bool, amount: u64) {
-        self.0[0].increase(amount);
-        self.0[if small { 1 } else { 2 }].increase(amount);
+        self.pools[usize::from(!small)].increase(amount);
+        let both = self.pools[0].current + self.pools[1].current;
+        self.all_peak = self.all_peak.max(both);
     }
     #[inline]
     pub(crate) fn decrease(&mut self, small: bool, amount: u64) {
-        self.0[0].decrease(amount);
-        self.0[if small { 1 } else { 2 }].decrease(amount);
+        self.pools[usize::from(!small)].decrease(amount);
+    }
+    fn reset_peak(&mut self) {
+        for s in &mut self.pools {
+            s.reset_peak();
+        }
+        self.all_peak = self.pools[0].current + self.pools[1].current;
+    }
+    fn reset_accumulated(&mut self) {
+        for s in &mut self.pools {
+            s.reset_accumulated();
+        }
     }
 }
 
@@ -135,9 +168,7 @@ impl DeviceStats {
     /// `resetPeakStats()`.
     pub(crate) fn reset_peak(&mut self) {
         for a in self.arrays_mut() {
-            for s in a.0.iter_mut() {
-                s.reset_peak();
-            }
+            a.reset_peak();
         }
         self.oversize_allocations.reset_peak();
         self.oversize_segments.reset_peak();
@@ -146,9 +177,7 @@ impl DeviceStats {
     /// `resetAccumulatedStats()`.
     pub(crate) fn reset_accumulated(&mut self) {
         for a in self.arrays_mut() {
-            for s in a.0.iter_mut() {
-                s.reset_accumulated();
-            }
+            a.reset_accumulated();
         }
         self.num_alloc_retries = 0;
         self.num_ooms = 0;
@@ -176,8 +205,12 @@ impl DeviceStats {
             ("requested_bytes", &self.requested_bytes),
         ];
         for (name, arr) in arrays {
-            for (pool, s) in ["all", "small_pool", "large_pool"].iter().zip(arr.0.iter()) {
-                put_stat(&mut out, &format!("{name}.{pool}"), s);
+            for (pool, t) in [
+                ("all", StatType::Aggregate),
+                ("small_pool", StatType::SmallPool),
+                ("large_pool", StatType::LargePool),
+            ] {
+                put_stat(&mut out, &format!("{name}.{pool}"), &arr.get(t));
             }
         }
         put_stat(&mut out, "oversize_allocations", &self.oversize_allocations);

@@ -1,7 +1,7 @@
 //! `torch.cuda.memory_summary()`, in PyTorch's own table format
 //! (`torch/cuda/memory.py`, `memory_summary`).
 
-use crate::stats::{DeviceStats, Stat, StatArray};
+use crate::stats::{DeviceStats, Stat, StatArray, StatType};
 
 /// `_format_size`: scale by 1024 while the reference value is >= 768 KiB.
 fn fmt_size(mut sz: i64, pref: i64) -> String {
@@ -81,11 +81,12 @@ pub fn memory_summary(stats: &DeviceStats, device: u32, abbreviated: bool) -> St
     ];
     for (arr, name, f) in metrics {
         lines.push(rule("-"));
-        let all = &arr.0[0];
+        let all = &arr.all();
         lines.push(row(name, all, all, f));
         if !abbreviated {
-            lines.push(row("      from large pool", &arr.0[2], all, f));
-            lines.push(row("      from small pool", &arr.0[1], all, f));
+            let (large, small) = (arr.get(StatType::LargePool), arr.get(StatType::SmallPool));
+            lines.push(row("      from large pool", &large, all, f));
+            lines.push(row("      from small pool", &small, all, f));
         }
     }
     for (s, name) in [
