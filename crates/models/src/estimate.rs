@@ -378,6 +378,59 @@ pub fn workload_run(
     Ok(Some((reqs, whole)))
 }
 
+/// [`workload_run`] of a training workload of two steps or more, running
+/// the model for one step only: step 1's requests are step 0's without the
+/// state it creates once ([`crate::requests::Requests::with_derived_second_step`]),
+/// served from where the model's allocator left step 0, and the later
+/// steps repeat step 1. Only for a workload whose step 1 the caller has
+/// seen derive so ([`crate::requests::Requests::second_step_derives`] on a
+/// run of it at another batch size); `None` where the derivation does not
+/// apply (then [`workload_run`] gives the figures).
+pub fn workload_run_deriving_step1(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Option<(crate::requests::Requests, crate::requests::Replayed)>> {
+    check(config, workload)?;
+    if workload.mode != Mode::Train || workload.steps < 2 || workload.accumulation > 1 {
+        return Ok(None);
+    }
+    let free = EstimateOptions {
+        unlimited: true,
+        memory_fraction: None,
+        record_trace: false,
+        ..options.clone()
+    };
+    let short = Workload {
+        steps: 1,
+        ..workload.clone()
+    };
+    let (est, kept) = run_model(config, &short, &free, true, false)?;
+    let reqs = crate::requests::Requests::of(&est)
+        .and_then(|r| r.with_derived_second_step())
+        .and_then(|r| r.repeat_steps(workload.steps));
+    let (Some(reqs), Some(kept)) = (reqs, kept) else {
+        return Ok(None);
+    };
+    let Some((later, offset)) = later_phases(&reqs, est.phases.len()) else {
+        return Ok(None);
+    };
+    let mut alloc = kept.alloc;
+    let mut r = crate::requests::replay(&later, &mut alloc);
+    if let Some(o) = &mut r.oom {
+        o.request += offset;
+    }
+    let mut phases = est.phases;
+    phases.extend(r.phases);
+    let whole = crate::requests::Replayed::of(
+        phases,
+        kept.peak_requested.max(r.peak_requested_bytes),
+        r.oom,
+        r.repeated_steps,
+    );
+    Ok(Some((reqs, whole)))
+}
+
 /// The requests of `reqs`' phases from the `n`-th on, as a sequence of their
 /// own (frees renumbered from its first malloc), and where it starts in
 /// `reqs`: what an allocator that served the phases before runs next.

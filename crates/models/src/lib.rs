@@ -27,8 +27,8 @@ pub mod workload;
 pub use config::HfConfig;
 pub use error::{ModelError, Result};
 pub use estimate::{
-    estimate, estimate_every_step, workload_requests, workload_run, Estimate, EstimateOptions, Oom,
-    PhaseFigures, RecordedRun,
+    estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
+    Estimate, EstimateOptions, Oom, PhaseFigures, RecordedRun,
 };
 pub use families::{HfModel, Inputs, ModelOutput};
 pub use workload::{Checkpointing, Mode, OptimizerKind, Task, Workload};

@@ -317,6 +317,149 @@ impl Requests {
         }
         Some(out)
     }
+
+    /// The name of a phase of step `from` for step `to` (`forward0.1` ->
+    /// `forward1.1`).
+    fn phase_of_step(name: &str, to: usize) -> String {
+        let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let rest = &name[prefix.len()..];
+        let sub = rest.split_once('.').map(|(_, m)| format!(".{m}"));
+        format!("{prefix}{to}{}", sub.unwrap_or_default())
+    }
+
+    /// The requests of the same training workload run for two steps, from
+    /// those of a run of one (`load`, then step 0 to the end): step 1 is
+    /// step 0 without the mallocs that step 0 keeps to its end, the state a
+    /// first step creates once (the optimizer's moments or momentum
+    /// buffers, a library's workspace), which exist when step 1 starts.
+    /// `None` unless step 0 follows `load` to the end of the run and frees
+    /// only what it allocated.
+    ///
+    /// That is the model's step 1 when an optimizer's later steps make the
+    /// requests of its first, less what it creates: a caller checks it on
+    /// one run of two steps ([`Requests::second_step_derives`]) before it
+    /// trusts it for others of the same workload at other batch sizes (the
+    /// first step's state does not depend on the batch).
+    pub fn with_derived_second_step(&self) -> Option<Requests> {
+        let (first_phase, start, end) = self.step_span(0)?;
+        if first_phase != 1
+            || self.phases.first()?.0 != "load"
+            || self.phases.len() < 2
+            || self.phases.last()?.2 != self.requests.len()
+            || end != self.requests.len()
+            || self.step_span(1).is_some()
+            // (a switch after the last request: of step 0's end, or of the
+            // next step's start?)
+            || self.switches.iter().any(|(i, _)| *i >= end)
+        {
+            return None;
+        }
+        let first_malloc = self.requests[..start]
+            .iter()
+            .filter(|r| r.malloc_bytes().is_some())
+            .count() as u32;
+        let step = &self.requests[start..end];
+        let mallocs = step.iter().filter(|r| r.malloc_bytes().is_some()).count() as u32;
+        // which of step 0's mallocs it frees: the others it keeps
+        let mut freed = vec![false; mallocs as usize];
+        for r in step {
+            if let Request::Free(n) = *r {
+                let k = n.checked_sub(first_malloc)?;
+                *freed.get_mut(k as usize)? = true;
+            }
+        }
+        // step 1's index of each freed malloc of step 0
+        let mut renamed = vec![u32::MAX; mallocs as usize];
+        let mut next = first_malloc + mallocs;
+        for (k, f) in freed.iter().enumerate() {
+            if *f {
+                renamed[k] = next;
+                next += 1;
+            }
+        }
+        let mut out = self.clone();
+        // where each request of step 0 (and its end) lands in step 1
+        let mut at = Vec::with_capacity(step.len() + 1);
+        let mut k = 0;
+        for (j, r) in step.iter().enumerate() {
+            at.push(out.requests.len());
+            match *r {
+                Request::Free(n) => out
+                    .requests
+                    .push(Request::Free(renamed[(n - first_malloc) as usize])),
+                m => {
+                    if freed[k] {
+                        if let Some(rule) = self.rules.get(&(start + j)) {
+                            out.rules.insert(out.requests.len(), rule.clone());
+                        }
+                        out.requests.push(m);
+                    }
+                    k += 1;
+                }
+            }
+        }
+        at.push(out.requests.len());
+        out.switches.extend(
+            self.switches
+                .iter()
+                .filter(|(i, _)| (start..end).contains(i))
+                .map(|(i, w)| (at[i - start], *w)),
+        );
+        for (name, s, e) in &self.phases[first_phase..] {
+            out.phases
+                .push((Self::phase_of_step(name, 1), at[s - start], at[e - start]));
+        }
+        Some(out)
+    }
+
+    /// Whether the first two steps of these requests (a training run of
+    /// two steps or more) are `load` and step 0 with the step 1 that
+    /// [`Requests::with_derived_second_step`] derives from them.
+    pub fn second_step_derives(&self) -> bool {
+        let (Some(_), Some((p1, _, end1))) = (self.step_span(0), self.step_span(1)) else {
+            return false;
+        };
+        let Some(p2) = self.step_phases(1).map(|r| r.end) else {
+            return false;
+        };
+        if p1 == 0 || self.phases[p1 - 1].2 != self.phases[p1].1 {
+            return false;
+        }
+        let end0 = self.phases[p1].1;
+        let first = Requests {
+            requests: self.requests[..end0].to_vec(),
+            phases: self.phases[..p1].to_vec(),
+            rules: self
+                .rules
+                .range(..end0)
+                .map(|(i, r)| (*i, r.clone()))
+                .collect(),
+            measured_sizes: self.measured_sizes,
+            switches: self
+                .switches
+                .iter()
+                .filter(|(i, _)| *i < end0)
+                .copied()
+                .collect(),
+        };
+        let two = Requests {
+            requests: self.requests[..end1].to_vec(),
+            phases: self.phases[..p2].to_vec(),
+            rules: self
+                .rules
+                .range(..end1)
+                .map(|(i, r)| (*i, r.clone()))
+                .collect(),
+            measured_sizes: self.measured_sizes,
+            switches: self
+                .switches
+                .iter()
+                .filter(|(i, _)| *i < end1)
+                .copied()
+                .collect(),
+        };
+        first.with_derived_second_step().as_ref() == Some(&two)
+    }
 }
 
 /// What a replay found.
@@ -1105,6 +1248,50 @@ mod tests {
             measured_sizes: false,
             switches: Vec::new(),
         }
+    }
+
+    /// Requests of `load` (a parameter) and steps of (mallocs, frees),
+    /// phase `forward` then `step`; a free names a malloc by its index.
+    fn run_of(steps: &[(&[u64], &[u32])]) -> Requests {
+        let mut requests = vec![Request::Malloc(4096)];
+        let mut phases = vec![("load".to_string(), 0, 1)];
+        for (i, (mallocs, frees)) in steps.iter().enumerate() {
+            let s = requests.len();
+            requests.extend(mallocs.iter().map(|&b| Request::Malloc(b)));
+            let m = requests.len();
+            requests.extend(frees.iter().map(|&n| Request::Free(n)));
+            phases.push((format!("forward{i}"), s, m));
+            phases.push((format!("step{i}"), m, requests.len()));
+        }
+        Requests {
+            requests,
+            phases,
+            rules: BTreeMap::new(),
+            measured_sizes: false,
+            switches: Vec::new(),
+        }
+    }
+
+    /// Step 1 is step 0 less what step 0 keeps (here malloc 2, a moment
+    /// buffer), its frees renamed; the check refuses a step 1 that differs.
+    #[test]
+    fn the_second_step_is_the_first_less_its_state() {
+        let one = run_of(&[(&[100, 200, 300], &[1, 3])]);
+        let derived = one.with_derived_second_step().unwrap();
+        let two = run_of(&[(&[100, 200, 300], &[1, 3]), (&[100, 300], &[4, 5])]);
+        assert_eq!(derived, two);
+        assert!(two.second_step_derives());
+        // a step 1 that allocates what step 0 did not, or frees otherwise
+        let more = run_of(&[(&[100, 200, 300], &[1, 3]), (&[100, 300, 50], &[4, 5, 6])]);
+        assert!(!more.second_step_derives());
+        let order = run_of(&[(&[100, 200, 300], &[1, 3]), (&[100, 300], &[5, 4])]);
+        assert!(!order.second_step_derives());
+        // step 0 frees what `load` made: step 1 cannot free it again
+        assert!(run_of(&[(&[100], &[0, 1])])
+            .with_derived_second_step()
+            .is_none());
+        // a run of two steps is not derived from
+        assert!(two.with_derived_second_step().is_none());
     }
 
     #[test]

@@ -8,8 +8,8 @@ use vramscope_models::requests::{
     batch_column, fresh_allocator, replay, verdict, BatchTemplate, Requests, Verdict,
 };
 use vramscope_models::{
-    estimate, estimate_every_step, workload_requests, workload_run, EstimateOptions, HfConfig,
-    Workload,
+    estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
+    EstimateOptions, HfConfig, Workload,
 };
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -381,4 +381,37 @@ fn the_models_own_figures_are_the_replays() {
     }
     println!("{repeated} steps repeated without replaying");
     assert!(repeated > 0);
+}
+
+/// Step 1 derived from step 0 (step 0 less the state it keeps) is the
+/// model's step 1 wherever a run of two steps says so, and the one-step
+/// runs that use it give the requests and the figures of the two-step run.
+/// The optimizers whose later steps take another path than their first are
+/// the ones it leaves out.
+#[test]
+fn a_second_step_derived_from_the_first_is_the_models() {
+    let (mut derived, mut not) = (Vec::new(), Vec::new());
+    for (case, config) in cases() {
+        if case.workload.mode != vramscope_models::Mode::Train || case.workload.accumulation > 1 {
+            continue;
+        }
+        let opts = options(&case);
+        let w = Workload {
+            steps: 3,
+            ..case.workload.clone()
+        };
+        let (reqs, whole) = workload_run(&config, &w, &opts).unwrap().unwrap();
+        if !reqs.second_step_derives() {
+            not.push(case.name.clone());
+            continue;
+        }
+        let (r, f) = workload_run_deriving_step1(&config, &w, &opts)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{}: no derived run", case.name));
+        assert!(r == reqs, "{}: requests", case.name);
+        assert_eq!(f, whole, "{}", case.name);
+        derived.push(case.name.clone());
+    }
+    println!("step 1 derived: {derived:?}\nnot derived: {not:?}");
+    assert!(derived.len() >= 10, "{derived:?}");
 }

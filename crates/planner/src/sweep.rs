@@ -6,16 +6,22 @@
 //! figures. A column runs the model (two steps, the rest repeated) only at
 //! the batch sizes [`batch_column`] needs and fills the rest from batch
 //! templates; where it ran, the model's own allocator already gave the
-//! figures without a limit ([`workload_run`]). The cells equal full estimates (the tests of
-//! `vramscope_models::requests` check it on every fixture, training and
-//! inference).
+//! figures without a limit ([`workload_run`]). Where the sweep's first run
+//! shows that the model's second training step is its first less the state
+//! the first creates, its other runs are of one step
+//! ([`workload_run_deriving_step1`]). The cells equal full estimates (the
+//! tests of `vramscope_models::requests` check it on every fixture,
+//! training and inference).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use vramscope_models::requests::{
     batch_column, fresh_allocator, renew_allocator, replay, verdict_from, Source,
 };
-use vramscope_models::{workload_run, EstimateOptions, HfConfig, ModelError, Result, Workload};
+use vramscope_models::{
+    workload_run, workload_run_deriving_step1, EstimateOptions, HfConfig, Mode, ModelError, Result,
+    Workload,
+};
 
 /// One cell of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +62,12 @@ pub fn sweep(
     // one allocator renewed for every replay without a limit (its buffers
     // kept)
     let mut scratch = fresh_allocator(&options.profile, &options.allocator, None, true);
+    // whether the model's step 1 is its step 0 less the state step 0
+    // creates, as the sweep's first run (of two steps) shows: then the
+    // others run the model for one step and derive the second
+    // (`workload_run_deriving_step1`; what the first step creates once does
+    // not depend on the batch or the sequence length)
+    let derives = Cell::new(None);
     for &seq in seqs {
         let at = |batch: i64| Workload {
             batch,
@@ -66,9 +78,23 @@ pub fn sweep(
         // run (what a replay of its requests gives)
         let wholes = RefCell::new(HashMap::new());
         let run = |b: i64| {
-            let (reqs, whole) = workload_run(config, &at(b), &free)?.ok_or_else(|| {
-                ModelError::Unsupported("a run without a limit ran out of memory".into())
-            })?;
+            let w = at(b);
+            let derived = match derives.get() {
+                Some(true) => workload_run_deriving_step1(config, &w, &free)?,
+                _ => None,
+            };
+            let (reqs, whole) = match derived {
+                Some(r) => r,
+                None => {
+                    let r = workload_run(config, &w, &free)?.ok_or_else(|| {
+                        ModelError::Unsupported("a run without a limit ran out of memory".into())
+                    })?;
+                    if derives.get().is_none() {
+                        derives.set(Some(w.mode == Mode::Train && r.0.second_step_derives()));
+                    }
+                    r
+                }
+            };
             wholes.borrow_mut().insert(b, whole);
             Ok::<_, ModelError>(reqs)
         };
