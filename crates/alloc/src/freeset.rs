@@ -66,7 +66,7 @@ struct StreamSet {
     /// `BUCKETS` vectors, each holding the blocks of one size class in
     /// *descending* (size, address) order: the least, which best fit takes,
     /// is last.
-    buckets: Vec<Vec<Entry>>,
+    buckets: Box<[Vec<Entry>; BUCKETS]>,
 }
 
 impl StreamSet {
@@ -74,7 +74,7 @@ impl StreamSet {
         Self {
             stream,
             nonempty: [0; WORDS],
-            buckets: vec![Vec::new(); BUCKETS],
+            buckets: Box::new(std::array::from_fn(|_| Vec::new())),
         }
     }
 
@@ -140,7 +140,11 @@ pub(crate) struct FreeSet {
 impl FreeSet {
     #[inline]
     fn stream_index(&self, stream: u64) -> Option<usize> {
-        self.streams.iter().position(|s| s.stream == stream)
+        // (most often the only one: the default stream)
+        match self.streams.first() {
+            Some(s) if s.stream == stream => Some(0),
+            _ => self.streams.iter().position(|s| s.stream == stream),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
