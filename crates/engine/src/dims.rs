@@ -72,33 +72,45 @@ impl Dims {
     }
 }
 
-/// `shape` as [`Dims`] for `op`: a shape error when it has more dimensions
-/// than a simulated tensor may have (PyTorch allows up to 64; no model here
-/// needs more than [`MAX_DIMS`]) or a negative size (PyTorch's `Trying to
-/// create tensor with negative dimension`; `-1` is for the callers that infer
-/// a size to replace first).
-pub(crate) fn checked_dims(op: &'static str, shape: &[i64]) -> crate::error::Result<Dims> {
-    if let Some(&d) = shape.iter().find(|&&d| d < 0) {
-        return Err(crate::error::shape_err(
+/// A shape error for `op` when `shape` has more dimensions than a simulated
+/// tensor may have (PyTorch allows up to 64; no model here needs more than
+/// [`MAX_DIMS`]) or a negative size (PyTorch's `Trying to create tensor
+/// with negative dimension`; `-1` is for the callers that infer a size to
+/// replace first).
+#[inline]
+pub(crate) fn check_shape(op: &'static str, shape: &[i64]) -> crate::error::Result<()> {
+    if shape.len() > MAX_DIMS || shape.iter().any(|&d| d < 0) {
+        return Err(shape_error(op, shape));
+    }
+    Ok(())
+}
+
+#[cold]
+fn shape_error(op: &'static str, shape: &[i64]) -> crate::error::EngineError {
+    match shape.iter().find(|&&d| d < 0) {
+        Some(d) => crate::error::shape_err(
             op,
             format!("Trying to create tensor with negative dimension {d}: {shape:?}"),
-        ));
+        ),
+        None => too_many(op, shape),
     }
-    within_limit(op, shape)
+}
+
+#[cold]
+fn too_many(op: &'static str, shape: &[i64]) -> crate::error::EngineError {
+    crate::error::shape_err(
+        op,
+        format!(
+            "{} dimensions ({shape:?}); the eager twin supports at most {MAX_DIMS}",
+            shape.len()
+        ),
+    )
 }
 
 /// `shape` as [`Dims`] for `op`, sizes unchecked: a shape error when it has
 /// more than [`MAX_DIMS`] dimensions.
 pub(crate) fn within_limit(op: &'static str, shape: &[i64]) -> crate::error::Result<Dims> {
-    Dims::try_new(shape).ok_or_else(|| {
-        crate::error::shape_err(
-            op,
-            format!(
-                "{} dimensions ({shape:?}); the eager twin supports at most {MAX_DIMS}",
-                shape.len()
-            ),
-        )
-    })
+    Dims::try_new(shape).ok_or_else(|| too_many(op, shape))
 }
 
 impl Deref for Dims {

@@ -346,18 +346,19 @@ impl Runtime {
         op: &'static str,
         cat: Category,
     ) -> Result<Tensor> {
-        let sizes = crate::dims::checked_dims(op, sizes)?;
+        crate::dims::check_shape(op, sizes)?;
         if strides.len() != sizes.len() {
             return Err(crate::error::shape_err(
                 op,
                 format!("{} sizes but {} strides", sizes.len(), strides.len()),
             ));
         }
-        self.empty_checked(sizes, Dims::new(strides), dtype, device, op, cat)
+        self.empty_checked(Dims::new(sizes), Dims::new(strides), dtype, device, op, cat)
     }
 
     /// [`Self::empty_strided_op`] of checked sizes and strides of as many
     /// dimensions.
+    #[inline]
     fn empty_checked(
         &self,
         sizes: Dims,
@@ -398,9 +399,15 @@ impl Runtime {
         op: &'static str,
         cat: Category,
     ) -> Result<Tensor> {
-        let sizes = crate::dims::checked_dims(op, sizes)?;
-        let strides = contiguous_strides(&sizes);
-        self.empty_checked(sizes, strides, dtype, device, op, cat)
+        crate::dims::check_shape(op, sizes)?;
+        self.empty_checked(
+            Dims::new(sizes),
+            contiguous_strides(sizes),
+            dtype,
+            device,
+            op,
+            cat,
+        )
     }
 
     /// `torch.empty(sizes, dtype=, device=)`.
