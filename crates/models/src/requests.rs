@@ -984,6 +984,23 @@ impl BatchTemplate {
     /// The requests at `batch`, with the rule of each rule-sized request
     /// when `keep_rules` (a replay needs only the sizes).
     pub fn requests_at(&self, batch: i64, keep_rules: bool) -> Option<Requests> {
+        let mut out = Requests {
+            requests: self.base.requests.clone(),
+            phases: self.base.phases.clone(),
+            rules: BTreeMap::new(),
+            measured_sizes: false,
+            switches: Vec::new(),
+        };
+        self.write_at(batch, keep_rules, &mut out).then_some(out)
+    }
+
+    /// Make `out`, this template's requests at some batch (from
+    /// [`Self::requests_at`] or an earlier call), its requests at `batch`:
+    /// only the mallocs' sizes, the rules and the path switches change.
+    /// `false` where [`Self::requests_at`] gives `None` (`out` is then
+    /// unusable until the next call that succeeds).
+    fn write_at(&self, batch: i64, keep_rules: bool, out: &mut Requests) -> bool {
+        debug_assert_eq!(out.requests.len(), self.base.requests.len());
         let db = batch - self.b0;
         let switches = self
             .switches
@@ -995,9 +1012,9 @@ impl BatchTemplate {
                 };
                 (w.above() == above).then_some((at, w))
             })
-            .collect::<Option<Vec<_>>>()?;
+            .collect::<Option<Vec<_>>>();
         // each distinct rule evaluated once
-        let evaluated: Vec<(ScratchRule, i64)> = self
+        let evaluated: Option<Vec<(ScratchRule, i64)>> = self
             .rules
             .iter()
             .map(|(rule, inputs)| {
@@ -1006,38 +1023,43 @@ impl BatchTemplate {
                 let b = rule.bytes(&self.profile)? as i64;
                 Some((rule, b))
             })
-            .collect::<Option<_>>()?;
-        // the base's requests with each malloc resized (frees and kinds stay)
-        let mut requests = self.base.requests.clone();
-        let mut rules = BTreeMap::new();
+            .collect();
+        let (Some(switches), Some(evaluated)) = (switches, evaluated) else {
+            return false;
+        };
+        out.rules.clear();
+        // each malloc resized (frees and kinds stay the base's)
         for &(i, size) in &self.sizes {
             let bytes = match size {
                 Size::Affine(s0, per) => s0 as i64 + per * db,
                 Size::Rule(k) => {
                     let (rule, b) = &evaluated[k];
                     if keep_rules {
-                        rules.insert(i as usize, rule.clone());
+                        out.rules.insert(i as usize, rule.clone());
                     }
                     *b
                 }
             };
             if bytes <= 0 {
-                return None;
+                return false;
             }
-            let r = &mut requests[i as usize];
+            let r = &mut out.requests[i as usize];
             *r = match *r {
                 Request::Scratch(_) => Request::Scratch(bytes as u64),
                 _ => Request::Malloc(bytes as u64),
             };
         }
-        Some(Requests {
-            requests,
-            phases: self.base.phases.clone(),
-            rules,
-            measured_sizes: false,
-            switches,
-        })
+        out.switches = switches;
+        true
     }
+}
+
+/// Where a sweep keeps the requests of the template cell it replays:
+/// the next cell of the same template changes them in place
+/// ([`Source::sizes_in`]) instead of copying the template's requests.
+#[derive(Debug, Default)]
+pub struct SizesBuffer {
+    of: Option<(std::rc::Rc<BatchTemplate>, Requests)>,
 }
 
 /// Where the requests of one batch size come from.
@@ -1064,6 +1086,26 @@ impl Source {
         match self {
             Source::Model(r) => Some(std::borrow::Cow::Borrowed(r)),
             Source::Template(t) => t.requests_at(batch, false).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    /// [`Source::sizes`], a template's in `buf`: where `buf` holds the same
+    /// template's requests at another batch, only what differs is
+    /// rewritten.
+    pub fn sizes_in<'a>(&'a self, batch: i64, buf: &'a mut SizesBuffer) -> Option<&'a Requests> {
+        match self {
+            Source::Model(r) => Some(r),
+            Source::Template(t) => {
+                match &mut buf.of {
+                    Some((held, r)) if std::rc::Rc::ptr_eq(held, t) => {
+                        if !t.write_at(batch, false, r) {
+                            return None;
+                        }
+                    }
+                    _ => buf.of = Some((t.clone(), t.requests_at(batch, false)?)),
+                }
+                buf.of.as_ref().map(|(_, r)| r)
+            }
         }
     }
 }
@@ -1303,6 +1345,36 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.at(7).unwrap(), reqs(&[70, 512]));
+    }
+
+    /// A buffer reused cell after cell holds what `requests_at` gives at
+    /// each batch, after a batch the template refuses too.
+    #[test]
+    fn a_buffer_holds_a_templates_requests_at_each_batch() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let fit = |runs: [(i64, &Requests); 3]| {
+            std::rc::Rc::new(BatchTemplate::fit(runs, &h100).unwrap())
+        };
+        let t = fit([
+            (1, &reqs(&[10, 512])),
+            (2, &reqs(&[20, 512])),
+            (5, &reqs(&[50, 512])),
+        ]);
+        let u = fit([
+            (1, &reqs(&[7, 64])),
+            (2, &reqs(&[14, 64])),
+            (3, &reqs(&[21, 64])),
+        ]);
+        let (st, su) = (Source::Template(t.clone()), Source::Template(u.clone()));
+        let mut buf = SizesBuffer::default();
+        for b in [3, 7, 4, 1] {
+            assert_eq!(st.sizes_in(b, &mut buf), t.requests_at(b, false).as_ref());
+        }
+        // batch 0 would allocate 0 bytes
+        assert!(st.sizes_in(0, &mut buf).is_none());
+        assert_eq!(st.sizes_in(6, &mut buf), t.requests_at(6, false).as_ref());
+        assert_eq!(su.sizes_in(4, &mut buf), u.requests_at(4, false).as_ref());
+        assert_eq!(st.sizes_in(2, &mut buf), t.requests_at(2, false).as_ref());
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use vramscope_models::requests::{
-    batch_column, fresh_allocator, renew_allocator, replay, verdict_from, Source,
+    batch_column, fresh_allocator, renew_allocator, replay, verdict_from, SizesBuffer, Source,
 };
 use vramscope_models::{
     workload_run, workload_run_deriving_step1, EstimateOptions, HfConfig, Mode, ModelError, Result,
@@ -68,6 +68,8 @@ pub fn sweep(
     // (`workload_run_deriving_step1`; what the first step creates once does
     // not depend on the batch or the sequence length)
     let derives = Cell::new(None);
+    // the requests of the template cell being replayed
+    let mut sizes = SizesBuffer::default();
     for &seq in seqs {
         let at = |batch: i64| Workload {
             batch,
@@ -100,18 +102,22 @@ pub fn sweep(
         };
         let sources: Vec<Source> = batch_column(batches, &options.profile, run)?.0;
         for (&batch, source) in batches.iter().zip(&sources) {
-            let reqs = match source.sizes(batch) {
+            let ran;
+            let reqs = match source.sizes_in(batch, &mut sizes) {
                 Some(r) => r,
                 // a scratch rule that does not apply at this batch
-                None => std::borrow::Cow::Owned(run(batch)?),
+                None => {
+                    ran = run(batch)?;
+                    &ran
+                }
             };
             let whole = wholes.borrow_mut().remove(&batch).unwrap_or_else(|| {
                 renew_allocator(&mut scratch, &options.profile, None, true);
-                replay(&reqs, &mut scratch)
+                replay(reqs, &mut scratch)
             });
             let v = verdict_from(
                 whole,
-                &reqs,
+                reqs,
                 &options.profile,
                 &options.allocator,
                 options.memory_fraction,
