@@ -629,6 +629,58 @@ fn save_inputs(
     (b, ks, qs, vs)
 }
 
+/// Finish a fused kernel's node as the generated code does after the
+/// kernel: save the logsumexp, the output, then the philox offset and seed
+/// where the kernel returns them (`(offset, seed)`), by the input slots
+/// [`save_inputs`] gave.
+fn save_outputs(
+    p: Pending,
+    kernel: FusedKernel,
+    (attn_bias, key, query, value): (Option<usize>, usize, usize, usize),
+    lse: &Tensor,
+    out: &Tensor,
+    philox: Option<(&Tensor, &Tensor)>,
+    a: &SdpaArgs<'_>,
+) {
+    p.finish_saving(
+        |p| {
+            let logsumexp = p.save_output(lse);
+            let output = p.save_output(out);
+            let (philox_offset, philox_seed) = match philox {
+                Some((offset, seed)) => (Some(p.save_output(offset)), Some(p.save_output(seed))),
+                None => (None, None),
+            };
+            Backward::FusedAttention(FusedAttention {
+                kernel,
+                slots: FusedSlots {
+                    attn_bias,
+                    key,
+                    query,
+                    value,
+                    logsumexp,
+                    output,
+                    philox_offset,
+                    philox_seed,
+                },
+                dropout_p: a.dropout_p,
+                is_causal: a.is_causal,
+                scale: a.scale,
+            })
+        },
+        &[out],
+    );
+}
+
+/// A fused kernel's saved query, key, value and output, unpacked in that
+/// order (as its backward's generated code does).
+fn unpack_qkvo(node: &Node, s: &FusedSlots) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let q = node.saved(s.query)?;
+    let k = node.saved(s.key)?;
+    let v = node.saved(s.value)?;
+    let o = node.saved(s.output)?;
+    Ok((q, k, v, o))
+}
+
 // ---- cuDNN ----------------------------------------------------------------------------
 
 /// `_scaled_dot_product_cudnn_attention_cuda` → `_cudnn_attention_forward`:
@@ -660,32 +712,9 @@ fn cudnn_forward(
     };
     let ws = rt.storage(CUDNN_FWD_WORKSPACE, q.device(), op, Category::Workspace)?;
     drop(ws);
-    if let (Some(p), Some((bias, key, query, value)), Some(lse)) = (pending, inputs, lse.as_ref()) {
-        p.finish_saving(
-            |p| {
-                let logsumexp = p.save_output(lse);
-                let output = p.save_output(&out);
-                let philox_offset = Some(p.save_output(&offset));
-                let philox_seed = Some(p.save_output(&seed));
-                Backward::FusedAttention(FusedAttention {
-                    kernel: FusedKernel::Cudnn,
-                    slots: FusedSlots {
-                        attn_bias: bias,
-                        key,
-                        query,
-                        value,
-                        logsumexp,
-                        output,
-                        philox_offset,
-                        philox_seed,
-                    },
-                    dropout_p: a.dropout_p,
-                    is_causal: a.is_causal,
-                    scale: a.scale,
-                })
-            },
-            &[&out],
-        );
+    if let (Some(p), Some(inputs), Some(lse)) = (pending, inputs, lse.as_ref()) {
+        let philox = Some((&offset, &seed));
+        save_outputs(p, FusedKernel::Cudnn, inputs, lse, &out, philox, a);
     }
     // the op's result tuple dies in element order: logsumexp, seed, offset
     drop(lse);
@@ -701,12 +730,7 @@ fn cudnn_forward(
 /// plan's workspace; the workspace dies first, then the copy.
 fn cudnn_backward(node: &Node, a: &FusedAttention, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
     let s = a.slots;
-    let (q, k, v) = (
-        node.saved(s.query)?,
-        node.saved(s.key)?,
-        node.saved(s.value)?,
-    );
-    let o = node.saved(s.output)?;
+    let (q, k, v, o) = unpack_qkvo(node, &s)?;
     // the philox seed/offset are unpacked (and version-checked) for the kernel
     let philox: Vec<Tensor> = [s.philox_seed, s.philox_offset]
         .into_iter()
@@ -901,30 +925,15 @@ fn flash_forward(q: &Tensor, k: &Tensor, v: &Tensor, a: &SdpaArgs<'_>) -> Result
     let out = fresh(&out_t, &swap12(out_t.sizes()), &swap12(out_t.strides()));
     drop(out_t);
     if let (Some(p), Some((_, key, query, value))) = (pending, inputs) {
-        p.finish_saving(
-            |p| {
-                let logsumexp = p.save_output(&lse);
-                let output = p.save_output(&out);
-                let philox_offset = Some(p.save_output(&unused));
-                let philox_seed = Some(p.save_output(&rng_state));
-                Backward::FusedAttention(FusedAttention {
-                    kernel: FusedKernel::Flash,
-                    slots: FusedSlots {
-                        attn_bias: None,
-                        key,
-                        query,
-                        value,
-                        logsumexp,
-                        output,
-                        philox_offset,
-                        philox_seed,
-                    },
-                    dropout_p: a.dropout_p,
-                    is_causal: a.is_causal,
-                    scale: a.scale,
-                })
-            },
-            &[&out],
+        let philox = Some((&unused, &rng_state));
+        save_outputs(
+            p,
+            FusedKernel::Flash,
+            (None, key, query, value),
+            &lse,
+            &out,
+            philox,
+            a,
         );
     }
     drop(lse);
@@ -942,12 +951,7 @@ fn flash_forward(q: &Tensor, k: &Tensor, v: &Tensor, a: &SdpaArgs<'_>) -> Result
 /// softmax_d, the out copy, the grad_out copy.
 fn flash_backward(node: &Node, a: &FusedAttention, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
     let s = a.slots;
-    let (q, k, v) = (
-        node.saved(s.query)?,
-        node.saved(s.key)?,
-        node.saved(s.value)?,
-    );
-    let o = node.saved(s.output)?;
+    let (q, k, v, o) = unpack_qkvo(node, &s)?;
     let rt = q.rt().clone();
     let op = "_flash_attention_backward";
     let go_t = grad.transpose(1, 2);
@@ -1128,30 +1132,8 @@ fn efficient_forward(
     }
     let out = fresh(&res, &swap12(res.sizes()), &swap12(res.strides()));
     drop(res);
-    if let (Some(p), Some((attn_bias, key, query, value))) = (pending, inputs) {
-        p.finish_saving(
-            |p| {
-                let logsumexp = p.save_output(&lse);
-                let output = p.save_output(&out);
-                Backward::FusedAttention(FusedAttention {
-                    kernel: FusedKernel::Efficient,
-                    slots: FusedSlots {
-                        attn_bias,
-                        key,
-                        query,
-                        value,
-                        logsumexp,
-                        output,
-                        philox_offset: None,
-                        philox_seed: None,
-                    },
-                    dropout_p: a.dropout_p,
-                    is_causal: a.is_causal,
-                    scale: a.scale,
-                })
-            },
-            &[&out],
-        );
+    if let (Some(p), Some(inputs)) = (pending, inputs) {
+        save_outputs(p, FusedKernel::Efficient, inputs, &lse, &out, None, a);
     }
     drop(lse);
     Ok(out)
@@ -1272,12 +1254,7 @@ fn efficient_backward(
     grad: &Tensor,
 ) -> Result<Vec<Option<Tensor>>> {
     let s = a.slots;
-    let (q, k, v) = (
-        node.saved(s.query)?,
-        node.saved(s.key)?,
-        node.saved(s.value)?,
-    );
-    let o = node.saved(s.output)?;
+    let (q, k, v, o) = unpack_qkvo(node, &s)?;
     let bias = match s.attn_bias {
         Some(b) => Some(node.saved(b)?),
         None => None,
