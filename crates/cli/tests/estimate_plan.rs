@@ -131,6 +131,51 @@ fn estimate_rejects_bad_configs_clearly() {
         assert!(err.contains(expect), "{text}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+    // configs and workloads no device could hold: an error naming the
+    // field or the tensor, in a moment (they overflowed the byte count,
+    // aborted on a vector of 2^40 layers, or split a reduction into
+    // millions of launches)
+    let llama = |field: &str, value: &str| {
+        format!(
+            r#"{{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+                "vocab_size": 1000, "{field}": {value}}}"#
+        )
+    };
+    for (text, args, expect) in [
+        (
+            llama("head_dim", "0"),
+            "--mode train --batch 2 --seq 64",
+            "head_dim",
+        ),
+        (
+            llama("vocab_size", "4611686018427387904"),
+            "--mode train --batch 2 --seq 64",
+            "overflowed",
+        ),
+        (
+            llama("num_hidden_layers", "1099511627776"),
+            "--mode infer --batch 1 --seq 1",
+            "num_hidden_layers",
+        ),
+        (
+            llama("intermediate_size", "1125899906842624"),
+            "--mode train --batch 2 --seq 64",
+            "at most 1 PiB",
+        ),
+        (
+            llama("vocab_size", "1000"),
+            "--mode train --batch 1099511627776 --seq 64",
+            "at most 1 PiB",
+        ),
+    ] {
+        let p = dir.join("config.json");
+        std::fs::write(&p, &text).unwrap();
+        let out = vramscope("estimate", &p, args, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{text} {args}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
 
 #[test]

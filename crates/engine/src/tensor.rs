@@ -16,6 +16,12 @@ use crate::dtype::{DType, Device};
 use crate::error::Result;
 use crate::runtime::{Category, Runtime};
 
+/// The largest tensor the twin creates: 1 PiB, a thousand times the memory of
+/// the largest GPU node. A larger one exists on no device; a run without a
+/// limit that asks for one is refused instead of simulated (its reductions
+/// alone would split into millions of 32-bit-indexable launches).
+const MAX_TENSOR_BYTES: u64 = 1 << 50;
+
 /// The bytes behind one or more tensors (`c10::StorageImpl`).
 pub(crate) struct Storage {
     pub(crate) rt: Runtime,
@@ -368,15 +374,34 @@ impl Runtime {
         op: &'static str,
         cat: Category,
     ) -> Result<Tensor> {
-        let mut span = 1i64;
+        // `computeStorageNbytes`, which raises on an overflow
+        let mut span = Some(1i64);
         for (s, st) in sizes.iter().zip(strides.iter()) {
             if *s == 0 {
-                span = 0;
+                span = Some(0);
                 break;
             }
-            span += (s - 1) * st;
+            span = span.and_then(|n| n.checked_add((s - 1).checked_mul(*st)?));
         }
-        let nbytes = span.max(0) as u64 * dtype.size();
+        let nbytes = span.and_then(|n| (n.max(0) as u64).checked_mul(dtype.size()));
+        let Some(nbytes) = nbytes.filter(|&n| n <= i64::MAX as u64) else {
+            return Err(crate::error::shape_err(
+                op,
+                format!(
+                    "Storage size calculation overflowed with sizes={:?} and strides={:?}",
+                    &*sizes, &*strides
+                ),
+            ));
+        };
+        if nbytes > MAX_TENSOR_BYTES {
+            return Err(crate::error::shape_err(
+                op,
+                format!(
+                    "a tensor of {nbytes} bytes (sizes {:?}): the twin simulates tensors of at most 1 PiB",
+                    &*sizes
+                ),
+            ));
+        }
         let storage = self.storage(nbytes, device, op, cat)?;
         Ok(Tensor::from_parts(
             storage,

@@ -678,9 +678,24 @@ fn check(config: &HfConfig, w: &Workload) -> Result<()> {
     if w.steps == 0 {
         return Err(ModelError::Unsupported("0 steps".into()));
     }
-    let _ = config;
+    // a bound that no published model comes near (the largest have a few
+    // hundred layers) and that keeps a run without a limit finite: a model
+    // of 10,000 layers takes seconds, one of 2^40 would never end
+    for key in ["num_hidden_layers", "n_layer"] {
+        if let Some(n) = config.opt_int(key)? {
+            if n > MAX_LAYERS {
+                return Err(ModelError::Field {
+                    field: key.into(),
+                    detail: format!("{n} layers; the twin runs models of at most {MAX_LAYERS}"),
+                });
+            }
+        }
+    }
     Ok(())
 }
+
+/// The most layers a config may ask for ([`check`]).
+const MAX_LAYERS: i64 = 10_000;
 
 struct Run {
     rt: Runtime,

@@ -353,6 +353,12 @@ mod tests {
             rt.zeros(&[2, -3], DType::F32, Device::Cuda),
             "zeros"
         ));
+        // bytes past i64 (PyTorch: `Storage size calculation overflowed`),
+        // and a tensor past 1 PiB
+        let huge = rt.ones(&[1 << 62, 256], DType::F32, Device::Cuda);
+        assert!(is_shape_error(huge, "ones"));
+        let huge = rt.empty(&[1 << 40, 1 << 20], DType::U8, Device::Cuda);
+        assert!(is_shape_error(huge, "empty"));
         assert_eq!(rt.memory_allocated(), 0);
         let t = rt.empty(&[1; 8], DType::F32, Device::Cuda).unwrap();
         assert!(is_shape_error(t.unsqueeze(0), "unsqueeze"));

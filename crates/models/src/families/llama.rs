@@ -94,7 +94,13 @@ impl Config {
             Family::Qwen3 => c.size("head_dim", 128)?,
             _ => match c.opt_int("head_dim")? {
                 Some(v) if v > 0 => v,
-                _ => head_dim_of(hidden, heads)?,
+                Some(v) => {
+                    return Err(ModelError::Field {
+                        field: "head_dim".into(),
+                        detail: format!("must be positive, found {v}"),
+                    })
+                }
+                None => head_dim_of(hidden, heads)?,
             },
         };
         if let Some(act) = c.string("hidden_act")? {
