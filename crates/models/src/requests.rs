@@ -271,19 +271,9 @@ impl Requests {
         {
             return None;
         }
-        let first_malloc = self.requests[..start]
-            .iter()
-            .filter(|r| r.malloc_bytes().is_some())
-            .count() as u32;
+        let (_, freed) = self.frees_within(start, end)?;
         let step = &self.requests[start..end];
-        let mallocs = step.iter().filter(|r| r.malloc_bytes().is_some()).count() as u32;
-        let mut freed = vec![false; mallocs as usize];
-        for r in step {
-            if let Request::Free(n) = *r {
-                let k = n.checked_sub(first_malloc)?;
-                *freed.get_mut(k as usize)? = true;
-            }
-        }
+        let mallocs = freed.len() as u32;
         if !freed.iter().all(|f| *f) {
             return None;
         }
@@ -316,6 +306,26 @@ impl Requests {
             }
         }
         Some(out)
+    }
+
+    /// For the requests `start..end`: the index of their first malloc, and
+    /// for each of their mallocs whether they free it. `None` if they free
+    /// a block malloc'd before them.
+    fn frees_within(&self, start: usize, end: usize) -> Option<(u32, Vec<bool>)> {
+        let first_malloc = self.requests[..start]
+            .iter()
+            .filter(|r| r.malloc_bytes().is_some())
+            .count() as u32;
+        let span = &self.requests[start..end];
+        let mallocs = span.iter().filter(|r| r.malloc_bytes().is_some()).count();
+        let mut freed = vec![false; mallocs];
+        for r in span {
+            if let Request::Free(n) = *r {
+                let k = n.checked_sub(first_malloc)?;
+                *freed.get_mut(k as usize)? = true;
+            }
+        }
+        Some((first_malloc, freed))
     }
 
     /// The name of a phase of step `from` for step `to` (`forward0.1` ->
@@ -354,20 +364,10 @@ impl Requests {
         {
             return None;
         }
-        let first_malloc = self.requests[..start]
-            .iter()
-            .filter(|r| r.malloc_bytes().is_some())
-            .count() as u32;
-        let step = &self.requests[start..end];
-        let mallocs = step.iter().filter(|r| r.malloc_bytes().is_some()).count() as u32;
         // which of step 0's mallocs it frees: the others it keeps
-        let mut freed = vec![false; mallocs as usize];
-        for r in step {
-            if let Request::Free(n) = *r {
-                let k = n.checked_sub(first_malloc)?;
-                *freed.get_mut(k as usize)? = true;
-            }
-        }
+        let (first_malloc, freed) = self.frees_within(start, end)?;
+        let step = &self.requests[start..end];
+        let mallocs = freed.len() as u32;
         // step 1's index of each freed malloc of step 0
         let mut renamed = vec![u32::MAX; mallocs as usize];
         let mut next = first_malloc + mallocs;
@@ -412,6 +412,26 @@ impl Requests {
         Some(out)
     }
 
+    /// The first `phases` phases, whose requests end at `end`.
+    fn prefix(&self, phases: usize, end: usize) -> Requests {
+        Requests {
+            requests: self.requests[..end].to_vec(),
+            phases: self.phases[..phases].to_vec(),
+            rules: self
+                .rules
+                .range(..end)
+                .map(|(i, r)| (*i, r.clone()))
+                .collect(),
+            measured_sizes: self.measured_sizes,
+            switches: self
+                .switches
+                .iter()
+                .filter(|(i, _)| *i < end)
+                .copied()
+                .collect(),
+        }
+    }
+
     /// Whether the first two steps of these requests (a training run of
     /// two steps or more) are `load` and step 0 with the step 1 that
     /// [`Requests::with_derived_second_step`] derives from them.
@@ -426,38 +446,7 @@ impl Requests {
             return false;
         }
         let end0 = self.phases[p1].1;
-        let first = Requests {
-            requests: self.requests[..end0].to_vec(),
-            phases: self.phases[..p1].to_vec(),
-            rules: self
-                .rules
-                .range(..end0)
-                .map(|(i, r)| (*i, r.clone()))
-                .collect(),
-            measured_sizes: self.measured_sizes,
-            switches: self
-                .switches
-                .iter()
-                .filter(|(i, _)| *i < end0)
-                .copied()
-                .collect(),
-        };
-        let two = Requests {
-            requests: self.requests[..end1].to_vec(),
-            phases: self.phases[..p2].to_vec(),
-            rules: self
-                .rules
-                .range(..end1)
-                .map(|(i, r)| (*i, r.clone()))
-                .collect(),
-            measured_sizes: self.measured_sizes,
-            switches: self
-                .switches
-                .iter()
-                .filter(|(i, _)| *i < end1)
-                .copied()
-                .collect(),
-        };
+        let (first, two) = (self.prefix(p1, end0), self.prefix(p2, end1));
         first.with_derived_second_step().as_ref() == Some(&two)
     }
 }
