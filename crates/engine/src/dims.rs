@@ -150,7 +150,9 @@ pub fn contiguous_strides(sizes: &[i64]) -> Dims {
     let mut acc = 1i64;
     for i in (0..sizes.len()).rev() {
         st.as_mut_slice()[i] = acc;
-        acc *= sizes[i].max(1);
+        // (saturating: a shape past i64 elements gets a stride the storage
+        // size check refuses, `Storage size calculation overflowed`)
+        acc = acc.saturating_mul(sizes[i].max(1));
     }
     st
 }
