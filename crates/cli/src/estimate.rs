@@ -362,12 +362,7 @@ pub fn run_estimate(
     };
     let limited = estimate(config, workload, &opts)?;
     if limited.oom.is_some() {
-        let free = EstimateOptions {
-            unlimited: true,
-            memory_fraction: None,
-            record_trace: false,
-            ..opts
-        };
+        let free = opts.without_limit();
         let unlimited = estimate(config, workload, &free)?;
         Ok((limited, Some(unlimited)))
     } else {

@@ -35,6 +35,19 @@ pub struct EstimateOptions {
     pub record_trace: bool,
 }
 
+impl EstimateOptions {
+    /// The same options on a GPU without a capacity limit (and no fraction,
+    /// no trace): what a run for its requests and whole-run figures uses.
+    pub fn without_limit(&self) -> EstimateOptions {
+        EstimateOptions {
+            unlimited: true,
+            memory_fraction: None,
+            record_trace: false,
+            ..self.clone()
+        }
+    }
+}
+
 impl Default for EstimateOptions {
     fn default() -> Self {
         EstimateOptions {
@@ -340,12 +353,7 @@ pub fn workload_run(
     options: &EstimateOptions,
 ) -> Result<Option<(crate::requests::Requests, crate::requests::Replayed)>> {
     check(config, workload)?;
-    let free = EstimateOptions {
-        unlimited: true,
-        memory_fraction: None,
-        record_trace: false,
-        ..options.clone()
-    };
+    let free = options.without_limit();
     if workload.steps >= 3 {
         let short = Workload {
             steps: 2,
@@ -395,12 +403,7 @@ pub fn workload_run_deriving_step1(
     if workload.mode != Mode::Train || workload.steps < 2 || workload.accumulation > 1 {
         return Ok(None);
     }
-    let free = EstimateOptions {
-        unlimited: true,
-        memory_fraction: None,
-        record_trace: false,
-        ..options.clone()
-    };
+    let free = options.without_limit();
     let short = Workload {
         steps: 1,
         ..workload.clone()

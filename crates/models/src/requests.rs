@@ -32,7 +32,7 @@ use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice};
 
 use vramscope_engine::{DeviceProfile, MemEvent, PathSwitch, ScratchRule};
 
-use crate::estimate::{Estimate, PhaseFigures};
+use crate::estimate::{Estimate, EstimateOptions, PhaseFigures};
 
 /// One allocator request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -552,7 +552,8 @@ pub struct Verdict {
 }
 
 /// The [`Verdict`] of `requests` under the limit that [`fresh_allocator`]
-/// sets with these arguments, replaying the requests without a limit first
+/// sets for `options` (its GPU, allocator settings, memory fraction and
+/// `unlimited`), replaying the requests without a limit first
 /// and under the limit only when that decides something:
 /// - a run whose reserved memory never went over the limit never met it
 ///   (the device's capacity, or PyTorch's `allowed_memory_maximum` under a
@@ -563,29 +564,21 @@ pub struct Verdict {
 ///   (`alloc_block`);
 /// - a run that once asked for more bytes than the limit (before rounding)
 ///   cannot fit under it, whatever the cache does.
-pub fn verdict(
-    requests: &Requests,
-    profile: &DeviceProfile,
-    config: &AllocatorConfig,
-    memory_fraction: Option<f64>,
-    unlimited: bool,
-) -> Verdict {
-    let whole = replay(requests, &mut fresh_allocator(profile, config, None, true));
-    verdict_from(whole, requests, profile, config, memory_fraction, unlimited)
+pub fn verdict(requests: &Requests, options: &EstimateOptions) -> Verdict {
+    let whole = replay(
+        requests,
+        &mut fresh_allocator(&options.profile, &options.allocator, None, true),
+    );
+    verdict_from(whole, requests, options)
 }
 
 /// [`verdict`], given the figures of the whole run without a limit
-/// (`whole`: a [`replay`] of `requests` on `fresh_allocator(profile,
-/// config, None, true)`, or what equals it, such as
+/// (`whole`: a [`replay`] of `requests` on `fresh_allocator(&options.profile,
+/// &options.allocator, None, true)`, or what equals it, such as
 /// [`crate::workload_run`]'s).
-pub fn verdict_from(
-    whole: Replayed,
-    requests: &Requests,
-    profile: &DeviceProfile,
-    config: &AllocatorConfig,
-    memory_fraction: Option<f64>,
-    unlimited: bool,
-) -> Verdict {
+pub fn verdict_from(whole: Replayed, requests: &Requests, options: &EstimateOptions) -> Verdict {
+    let (profile, config) = (&options.profile, &options.allocator);
+    let (memory_fraction, unlimited) = (options.memory_fraction, options.unlimited);
     if unlimited {
         return Verdict {
             fits: whole.oom.is_none(),

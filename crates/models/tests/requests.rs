@@ -214,7 +214,12 @@ fn the_verdict_is_the_run_under_the_limits() {
                     whole.clone()
                 },
             };
-            let v = verdict(&reqs, &opts.profile, &opts.allocator, Some(fraction), false);
+            let limited = EstimateOptions {
+                memory_fraction: Some(fraction),
+                unlimited: false,
+                ..opts.clone()
+            };
+            let v = verdict(&reqs, &limited);
             assert_eq!(v, expected, "{} under {limit}", case.name);
             if v.fits && v.figures == whole || !v.fits && limit < req {
                 shortcuts += 1;

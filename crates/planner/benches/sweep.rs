@@ -74,13 +74,7 @@ fn main() {
             workload_requests(&config, &w, &free).unwrap();
         });
         let replay = median(runs, || {
-            verdict(
-                &reqs,
-                &options.profile,
-                &options.allocator,
-                options.memory_fraction,
-                options.unlimited,
-            );
+            verdict(&reqs, &options);
         });
         println!(
             "  batch 32, seq 2048: one model run {:.2} ms; one cell's replay of its {} requests {:.2} ms",

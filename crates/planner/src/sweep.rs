@@ -52,12 +52,7 @@ pub fn sweep(
     options: &EstimateOptions,
     progress: &mut dyn FnMut(&SweepCell),
 ) -> Result<Vec<SweepCell>> {
-    let free = EstimateOptions {
-        unlimited: true,
-        memory_fraction: None,
-        record_trace: false,
-        ..options.clone()
-    };
+    let free = options.without_limit();
     let mut out = Vec::with_capacity(batches.len() * seqs.len());
     // one allocator renewed for every replay without a limit (its buffers
     // kept)
@@ -115,14 +110,7 @@ pub fn sweep(
                 renew_allocator(&mut scratch, &options.profile, None, true);
                 replay(reqs, &mut scratch)
             });
-            let v = verdict_from(
-                whole,
-                reqs,
-                &options.profile,
-                &options.allocator,
-                options.memory_fraction,
-                options.unlimited,
-            );
+            let v = verdict_from(whole, reqs, options);
             let cell = SweepCell {
                 batch,
                 seq,
