@@ -161,15 +161,22 @@ impl FreeSet {
         self.len = 0;
     }
 
+    /// A set for a stream not seen before: its index. Apart from the hot
+    /// `insert` (its 256 empty buckets are built on the stack, and a frame
+    /// that large is probed page by page on every call that has it).
+    #[cold]
+    #[inline(never)]
+    fn add_stream(&mut self, stream: u64) -> usize {
+        let at = self.streams.partition_point(|s| s.stream < stream);
+        self.streams.insert(at, StreamSet::new(stream));
+        at
+    }
+
     #[inline]
     pub(crate) fn insert(&mut self, stream: u64, size: u64, addr: u64, id: u32) {
         let si = match self.stream_index(stream) {
             Some(i) => i,
-            None => {
-                let at = self.streams.partition_point(|s| s.stream < stream);
-                self.streams.insert(at, StreamSet::new(stream));
-                at
-            }
+            None => self.add_stream(stream),
         };
         let s = &mut self.streams[si];
         let b = bucket_of(size);
