@@ -655,6 +655,7 @@ impl<D: Device> CachingAllocator<D> {
             if let Some((_, other_rule)) = self.fits.as_mut() {
                 *other_rule = true;
             }
+            self.stats.keep_active_apart();
             let uses = self.stream_uses.entry(id as u64).or_default();
             if !uses.contains(&stream) {
                 uses.push(stream);
@@ -924,8 +925,10 @@ impl<D: Device> CachingAllocator<D> {
         let s = &mut self.stats;
         s.allocation.increase(small, 1);
         s.allocated_bytes.increase(small, bsize);
-        s.active.increase(small, 1);
-        s.active_bytes.increase(small, bsize);
+        if s.active_apart {
+            s.active.increase(small, 1);
+            s.active_bytes.increase(small, bsize);
+        }
         s.requested_bytes.increase(small, orig_size);
         if bsize >= self.config.max_split_size {
             s.oversize_allocations.increase(1);
@@ -976,8 +979,10 @@ impl<D: Device> CachingAllocator<D> {
                 s.inactive_split_bytes.decrease(small, (-net_size) as u64);
             }
         }
-        s.active.decrease(small, 1);
-        s.active_bytes.decrease(small, orig_size);
+        if s.active_apart {
+            s.active.decrease(small, 1);
+            s.active_bytes.decrease(small, orig_size);
+        }
         s.requested_bytes.decrease(small, requested);
     }
 
@@ -1370,6 +1375,8 @@ impl<D: Device> CachingAllocator<D> {
         let mut allocated = 0u64;
         let mut reserved = 0u64;
         let mut free_mapped = 0usize;
+        // blocks allocated or with a free waiting on another stream's use
+        let (mut active, mut active_bytes) = (0i64, 0u64);
         for (i, b) in self.blocks.iter().enumerate() {
             let id = i as Id;
             if self.free_ids.contains(&id) {
@@ -1392,6 +1399,10 @@ impl<D: Device> CachingAllocator<D> {
             }
             if b.mapped {
                 reserved += b.size;
+            }
+            if b.allocated || b.event_count > 0 {
+                active += 1;
+                active_bytes += b.size;
             }
             if b.allocated {
                 allocated += b.size;
@@ -1439,6 +1450,12 @@ impl<D: Device> CachingAllocator<D> {
             return Err(format!(
                 "reserved_bytes {} != sum of segments {reserved}",
                 s.reserved_bytes.all().current
+            ));
+        }
+        let (a, ab) = (s.active().all().current, s.active_bytes().all().current);
+        if (a, ab as u64) != (active, active_bytes) {
+            return Err(format!(
+                "active stats ({a} blocks, {ab} bytes) != active blocks ({active}, {active_bytes} bytes)"
             ));
         }
         for (name, v) in s.memory_stats() {

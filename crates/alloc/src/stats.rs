@@ -112,22 +112,33 @@ impl StatArray {
 }
 
 /// All statistics of one device's allocator (`DeviceStats`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// The active stats ([`Self::active`], [`Self::active_bytes`]) count
+/// blocks allocated or still used by another stream after their free. Until
+/// a block is first used by another stream they move exactly as the
+/// allocation stats do (PyTorch changes both together in
+/// `alloc_found_block` and `free_block`, by the same amounts, in the same
+/// pool, and resets both together), so they are read from those and kept
+/// apart only from then on: a replay's mallocs and frees update two
+/// arrays fewer.
+#[derive(Debug, Clone, Default)]
 pub struct DeviceStats {
     /// COUNT: allocations requested by client code.
     pub allocation: StatArray,
     /// COUNT: segments from `cudaMalloc`.
     pub segment: StatArray,
-    /// COUNT: active blocks (allocated or used by a stream).
-    pub active: StatArray,
+    /// COUNT: active blocks (allocated or used by a stream), while kept
+    /// apart ([`Self::active`]).
+    pub(crate) active: StatArray,
     /// COUNT: inactive, split blocks (cannot be released).
     pub inactive_split: StatArray,
     /// SUM: bytes allocated.
     pub allocated_bytes: StatArray,
     /// SUM: bytes reserved (free and used).
     pub reserved_bytes: StatArray,
-    /// SUM: bytes in active blocks.
-    pub active_bytes: StatArray,
+    /// SUM: bytes in active blocks, while kept apart
+    /// ([`Self::active_bytes`]).
+    pub(crate) active_bytes: StatArray,
     /// SUM: bytes in inactive, split blocks.
     pub inactive_split_bytes: StatArray,
     /// SUM: bytes requested by client code (before rounding).
@@ -148,9 +159,86 @@ pub struct DeviceStats {
     pub num_device_free: i64,
     /// SIZE: `max_split_size` (-1 when unlimited, as the snapshot shows it).
     pub max_split_size: i64,
+    /// whether a block was ever used by another stream: the active stats
+    /// are then kept apart from the allocation stats
+    pub(crate) active_apart: bool,
 }
 
+impl PartialEq for DeviceStats {
+    fn eq(&self, o: &Self) -> bool {
+        // (the active stats as read, however they are kept)
+        let Self {
+            allocation,
+            segment,
+            active: _,
+            inactive_split,
+            allocated_bytes,
+            reserved_bytes,
+            active_bytes: _,
+            inactive_split_bytes,
+            requested_bytes,
+            num_alloc_retries,
+            num_ooms,
+            oversize_allocations,
+            oversize_segments,
+            num_sync_all_streams,
+            num_device_alloc,
+            num_device_free,
+            max_split_size,
+            active_apart: _,
+        } = self;
+        *allocation == o.allocation
+            && *segment == o.segment
+            && self.active() == o.active()
+            && *inactive_split == o.inactive_split
+            && *allocated_bytes == o.allocated_bytes
+            && *reserved_bytes == o.reserved_bytes
+            && self.active_bytes() == o.active_bytes()
+            && *inactive_split_bytes == o.inactive_split_bytes
+            && *requested_bytes == o.requested_bytes
+            && *num_alloc_retries == o.num_alloc_retries
+            && *num_ooms == o.num_ooms
+            && *oversize_allocations == o.oversize_allocations
+            && *oversize_segments == o.oversize_segments
+            && *num_sync_all_streams == o.num_sync_all_streams
+            && *num_device_alloc == o.num_device_alloc
+            && *num_device_free == o.num_device_free
+            && *max_split_size == o.max_split_size
+    }
+}
+
+impl Eq for DeviceStats {}
+
 impl DeviceStats {
+    /// COUNT: active blocks (allocated or used by a stream).
+    pub fn active(&self) -> &StatArray {
+        if self.active_apart {
+            &self.active
+        } else {
+            &self.allocation
+        }
+    }
+
+    /// SUM: bytes in active blocks.
+    pub fn active_bytes(&self) -> &StatArray {
+        if self.active_apart {
+            &self.active_bytes
+        } else {
+            &self.allocated_bytes
+        }
+    }
+
+    /// From now on keep the active stats apart (a block is used by another
+    /// stream, so it may stay active after its free): they start as the
+    /// allocation stats they have equalled so far.
+    pub(crate) fn keep_active_apart(&mut self) {
+        if !self.active_apart {
+            self.active = self.allocation;
+            self.active_bytes = self.allocated_bytes;
+            self.active_apart = true;
+        }
+    }
+
     pub(crate) fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
         [
             &mut self.allocation,
@@ -196,11 +284,11 @@ impl DeviceStats {
         let arrays: [(&str, &StatArray); 9] = [
             ("allocation", &self.allocation),
             ("segment", &self.segment),
-            ("active", &self.active),
+            ("active", self.active()),
             ("inactive_split", &self.inactive_split),
             ("allocated_bytes", &self.allocated_bytes),
             ("reserved_bytes", &self.reserved_bytes),
-            ("active_bytes", &self.active_bytes),
+            ("active_bytes", self.active_bytes()),
             ("inactive_split_bytes", &self.inactive_split_bytes),
             ("requested_bytes", &self.requested_bytes),
         ];

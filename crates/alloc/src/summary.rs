@@ -66,7 +66,7 @@ pub fn memory_summary(stats: &DeviceStats, device: u32, abbreviated: bool) -> St
     ];
     let metrics: [(&StatArray, &str, Fmt); 9] = [
         (&stats.allocated_bytes, "Allocated memory", fmt_size),
-        (&stats.active_bytes, "Active memory", fmt_size),
+        (stats.active_bytes(), "Active memory", fmt_size),
         (&stats.requested_bytes, "Requested memory", fmt_size),
         (&stats.reserved_bytes, "GPU reserved memory", fmt_size),
         (
@@ -75,7 +75,7 @@ pub fn memory_summary(stats: &DeviceStats, device: u32, abbreviated: bool) -> St
             fmt_size,
         ),
         (&stats.allocation, "Allocations", fmt_count),
-        (&stats.active, "Active allocs", fmt_count),
+        (stats.active(), "Active allocs", fmt_count),
         (&stats.segment, "GPU reserved segments", fmt_count),
         (&stats.inactive_split, "Non-releasable allocs", fmt_count),
     ];

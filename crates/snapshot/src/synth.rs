@@ -92,7 +92,7 @@ pub fn generate(opts: &Options) -> Result<Synthetic, String> {
         let st = g.alloc.stats();
         peaks.push((
             st.allocated_bytes.all().peak as u64,
-            st.active_bytes.all().peak as u64,
+            st.active_bytes().all().peak as u64,
             st.reserved_bytes.all().peak as u64,
         ));
         let (trace, segments) = g.finish(dev as i64);
