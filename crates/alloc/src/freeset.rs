@@ -276,7 +276,13 @@ impl FreeSet {
     pub(crate) fn remove_at(&mut self, c: Cursor) {
         let s = &mut self.streams[c.stream as usize];
         let v = &mut s.buckets[c.bucket as usize];
-        v.remove(c.at as usize);
+        // (`Vec::remove` calls `memmove` even for the last entry, which
+        // best fit most often takes)
+        if c.at as usize + 1 == v.len() {
+            v.pop();
+        } else {
+            v.remove(c.at as usize);
+        }
         if v.is_empty() {
             s.nonempty[c.bucket as usize / 64] &= !(1 << (c.bucket % 64));
         }
