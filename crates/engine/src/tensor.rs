@@ -111,13 +111,42 @@ impl Tensor {
         self.0.sizes.len()
     }
     /// `tensor.size(d)` with negative indexing.
+    ///
+    /// # Panics
+    /// When `d` is out of range, with PyTorch's message (model code passes
+    /// its own constants here).
     pub fn size(&self, d: i64) -> i64 {
+        assert!(
+            self.dim() > 0,
+            "dimension specified as {d} but tensor has no dimensions"
+        );
         self.0.sizes[self.wrap_dim(d)]
     }
+    /// PyTorch's `maybe_wrap_dim`: `d` counted from the end when negative
+    /// (a 0-dim tensor takes -1 and 0); out of range, `Err` with PyTorch's
+    /// message.
+    pub(crate) fn try_wrap_dim(&self, op: &'static str, d: i64) -> Result<usize> {
+        let n1 = (self.dim() as i64).max(1);
+        if d < -n1 || d >= n1 {
+            return Err(crate::error::shape_err(
+                op,
+                format!(
+                    "Dimension out of range (expected to be in range of [{}, {}], but got {d})",
+                    -n1,
+                    n1 - 1
+                ),
+            ));
+        }
+        Ok((if d < 0 { d + n1 } else { d }) as usize)
+    }
+    /// [`Self::try_wrap_dim`] for the views whose dims are the caller's own
+    /// constants (they return no `Result`, as indexing does not).
+    ///
+    /// # Panics
+    /// When `d` is out of range, with PyTorch's message.
     pub(crate) fn wrap_dim(&self, d: i64) -> usize {
-        let n = self.dim() as i64;
-        let n1 = n.max(1);
-        (if d < 0 { d + n1 } else { d }) as usize
+        self.try_wrap_dim("dim", d)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
     /// `tensor.dtype`
     pub fn dtype(&self) -> DType {

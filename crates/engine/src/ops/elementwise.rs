@@ -385,7 +385,7 @@ mod split_gather {
                     "split expects at least a 1-dimensional tensor",
                 ));
             }
-            let d = self.wrap_dim(dim);
+            let d = self.try_wrap_dim("split", dim)?;
             if d >= self.dim() {
                 return Err(crate::error::shape_err(
                     "split",
@@ -448,7 +448,7 @@ mod split_gather {
                     ),
                 ));
             }
-            let d = self.wrap_dim(dim);
+            let d = self.try_wrap_dim("gather", dim)?;
             for (i, (&a, &b)) in index.sizes().iter().zip(self.sizes()).enumerate() {
                 if i != d && a > b {
                     return Err(crate::error::shape_err(

@@ -121,7 +121,7 @@ impl Tensor {
     }
 
     pub(crate) fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
-        let d = self.wrap_dim(dim);
+        let d = self.try_wrap_dim(if log { "log_softmax" } else { "softmax" }, dim)?;
         let pending = Pending::begin(self.rt(), &[Some(self)]);
         let x = self.contiguous()?;
         let op = if log { "_log_softmax" } else { "_softmax" };

@@ -349,7 +349,7 @@ impl Tensor {
         let all = dims.is_empty();
         let mut reduced = vec![all; self.dim()];
         for &d in dims {
-            reduced[self.wrap_dim(d)] = true;
+            reduced[self.try_wrap_dim(op, d)?] = true;
         }
         let pending = Pending::begin(self.rt(), &[Some(self)]);
         let mut out_shape = Dims::default();

@@ -61,7 +61,7 @@ impl Tensor {
                 .rt()
                 .empty_op(&[0], dt, t.device(), "cat", Category::Output);
         };
-        let d = first.wrap_dim(dim);
+        let d = first.try_wrap_dim("cat", dim)?;
         let mut shape = first.dims();
         let mut total = 0i64;
         let mut dtype = tensors[0].dtype();
@@ -121,6 +121,11 @@ impl Tensor {
     /// from the end and are clamped, as `applySlicing`). A full slice
     /// returns `self` itself (`applySlice`'s shortcut), anything else a
     /// `slice` view (`SliceBackward0`).
+    ///
+    /// # Panics
+    /// When a dim is out of range, with PyTorch's message (these views take
+    /// the caller's constants; the ops that return a `Result` return it as
+    /// an error).
     pub fn slice(&self, dim: i64, start: Option<i64>, end: Option<i64>) -> Tensor {
         let d = self.wrap_dim(dim);
         let len = self.sizes()[d];
@@ -254,7 +259,7 @@ impl Tensor {
     /// the innermost (or an outer) dimension needs no scratch. Not modelled
     /// under autograd (an error if a gradient would be recorded).
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
-        let _ = self.wrap_dim(dim);
+        self.try_wrap_dim("cumsum", dim)?;
         if self.rt().is_grad_enabled() && self.requires_grad() {
             return Err(EngineError::Unsupported {
                 what: "cumsum with autograd".into(),

@@ -151,6 +151,11 @@ impl Tensor {
     }
 
     /// `t.transpose(d0, d1)`
+    ///
+    /// # Panics
+    /// When a dim is out of range, with PyTorch's message (these views take
+    /// the caller's constants; the ops that return a `Result` return it as
+    /// an error).
     pub fn transpose(&self, d0: i64, d1: i64) -> Tensor {
         let (a, b) = (self.wrap_dim(d0), self.wrap_dim(d1));
         let mut s = self.dims();
@@ -259,6 +264,11 @@ impl Tensor {
     }
 
     /// `t.squeeze(dim)` (no-op view when that size is not 1)
+    ///
+    /// # Panics
+    /// When a dim is out of range, with PyTorch's message (these views take
+    /// the caller's constants; the ops that return a `Result` return it as
+    /// an error).
     pub fn squeeze_dim(&self, dim: i64) -> Tensor {
         let d = self.wrap_dim(dim);
         let mut s = self.dims();
@@ -272,6 +282,11 @@ impl Tensor {
     }
 
     /// `t.select(dim, index)` / `t[i]`
+    ///
+    /// # Panics
+    /// When a dim is out of range, with PyTorch's message (these views take
+    /// the caller's constants; the ops that return a `Result` return it as
+    /// an error).
     pub fn select(&self, dim: i64, index: i64) -> Tensor {
         let d = self.wrap_dim(dim);
         let idx = if index < 0 {
@@ -293,6 +308,11 @@ impl Tensor {
     }
 
     /// `t.narrow(dim, start, length)` / `t[..., start:start+length]`
+    ///
+    /// # Panics
+    /// When a dim is out of range, with PyTorch's message (these views take
+    /// the caller's constants; the ops that return a `Result` return it as
+    /// an error).
     pub fn narrow(&self, dim: i64, start: i64, length: i64) -> Tensor {
         let d = self.wrap_dim(dim);
         let mut s = self.dims();
@@ -308,7 +328,7 @@ impl Tensor {
 
     /// `t.unflatten(dim, sizes)` (a `view`)
     pub fn unflatten(&self, dim: i64, sizes: &[i64]) -> Result<Tensor> {
-        let d = self.wrap_dim(dim);
+        let d = self.try_wrap_dim("unflatten", dim)?;
         let mut shape: Vec<i64> = self.sizes()[..d].to_vec();
         shape.extend_from_slice(sizes);
         shape.extend_from_slice(&self.sizes()[d + 1..]);
@@ -373,5 +393,42 @@ mod tests {
         assert_eq!(m.unsqueeze(2).unwrap().sizes(), &[2, 3, 1]);
         // what was allocated is the two tensors above
         assert_eq!(rt.memory_allocated(), 1024);
+    }
+
+    /// A dim out of range is a shape error with PyTorch's message where the
+    /// op returns a `Result`, and a panic with that message in the views
+    /// that do not (their dims are the caller's constants), never an index
+    /// past the shape.
+    #[test]
+    fn a_dim_out_of_range_is_pytorchs_error() {
+        use crate::tensor::Tensor;
+        let rt = Runtime::default();
+        let m = rt.empty(&[2, 3], DType::F32, Device::Cuda).unwrap();
+        assert!(is_shape_error(m.sum_dims(&[2], false), "sum"));
+        assert!(is_shape_error(m.softmax(-3), "softmax"));
+        assert!(is_shape_error(m.log_softmax(2), "log_softmax"));
+        assert!(is_shape_error(Tensor::cat(&[&m, &m], 2), "cat"));
+        assert!(is_shape_error(m.cumsum(-3), "cumsum"));
+        assert!(is_shape_error(m.unflatten(2, &[1, 3]), "unflatten"));
+        let Err(e) = m.softmax(5) else { panic!() };
+        assert!(
+            e.to_string()
+                .contains("Dimension out of range (expected to be in range of [-2, 1], but got 5)"),
+            "{e}"
+        );
+        // in range, counted from either end
+        assert_eq!(m.softmax(-2).unwrap().sizes(), &[2, 3]);
+        assert_eq!(m.sum_dims(&[-1], false).unwrap().sizes(), &[2]);
+        for view in [
+            |m: &Tensor| m.transpose(0, 2),
+            |m: &Tensor| m.select(-3, 0),
+            |m: &Tensor| m.narrow(2, 0, 1),
+            |m: &Tensor| m.slice(2, None, None),
+        ] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| view(&m)));
+            let Err(p) = r else { panic!("no panic") };
+            let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("Dimension out of range"), "{msg}");
+        }
     }
 }
