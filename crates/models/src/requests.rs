@@ -180,6 +180,17 @@ impl Requests {
         (a, first_a): ((usize, usize, usize), u32),
         (b, first_b): ((usize, usize, usize), u32),
     ) -> bool {
+        self.mirrors_by((a, first_a), (b, first_b), |_, _, x, y| x == y)
+    }
+
+    /// [`Self::mirrors`], with `same(i, j, x, y)` deciding whether the
+    /// mallocs `x` (request `i`) and `y` (request `j`) match.
+    fn mirrors_by(
+        &self,
+        (a, first_a): ((usize, usize, usize), u32),
+        (b, first_b): ((usize, usize, usize), u32),
+        mut same: impl FnMut(usize, usize, Request, Request) -> bool,
+    ) -> bool {
         let (ra, rb) = (&self.requests[a.1..a.2], &self.requests[b.1..b.2]);
         let phases_of = |first: usize| {
             let k = Self::step_of(&self.phases[first].0);
@@ -191,12 +202,16 @@ impl Requests {
         if ra.len() != rb.len() || !phases_of(a.0).eq(phases_of(b.0)) {
             return false;
         }
-        ra.iter().zip(rb).all(|(x, y)| match (*x, *y) {
-            (Request::Free(m), Request::Free(n)) => {
-                m >= first_a && n >= first_b && m - first_a == n - first_b
-            }
-            (x, y) => x == y,
-        })
+        ra.iter()
+            .zip(rb)
+            .enumerate()
+            .all(|(k, (x, y))| match (*x, *y) {
+                (Request::Free(m), Request::Free(n)) => {
+                    m >= first_a && n >= first_b && m - first_a == n - first_b
+                }
+                (Request::Free(_), _) | (_, Request::Free(_)) => false,
+                (x, y) => same(a.1 + k, b.1 + k, x, y),
+            })
     }
 
     /// How many mallocs come before each of `starts` (request indices, in
@@ -577,6 +592,17 @@ pub fn verdict(requests: &Requests, options: &EstimateOptions) -> Verdict {
 /// &options.allocator, None, true)`, or what equals it, such as
 /// [`crate::workload_run`]'s).
 pub fn verdict_from(whole: Replayed, requests: &Requests, options: &EstimateOptions) -> Verdict {
+    verdict_from_planned(whole, requests, None, options)
+}
+
+/// [`verdict_from`], given the plan of the requests' steps
+/// ([`replay_planned`]).
+pub fn verdict_from_planned(
+    whole: Replayed,
+    requests: &Requests,
+    plan: Option<&StepPlan>,
+    options: &EstimateOptions,
+) -> Verdict {
     let (profile, config) = (&options.profile, &options.allocator);
     let (memory_fraction, unlimited) = (options.memory_fraction, options.unlimited);
     if unlimited {
@@ -604,7 +630,7 @@ pub fn verdict_from(whole: Replayed, requests: &Requests, options: &EstimateOpti
             figures: whole,
         };
     }
-    let limited = replay(requests, &mut alloc);
+    let limited = replay_planned(requests, plan, &mut alloc);
     if limited.oom.is_none() {
         Verdict {
             fits: true,
@@ -624,11 +650,21 @@ pub fn verdict_from(whole: Replayed, requests: &Requests, options: &EstimateOpti
 /// requests is not replayed: the allocator is deterministic, so it does what
 /// the step before did ([`Steady`]).
 pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
+    replay_planned(requests, None, alloc)
+}
+
+/// [`replay`], given the plan of the requests' steps (their template's,
+/// [`Source::step_plan`]; `None`: computed from the requests).
+pub fn replay_planned(
+    requests: &Requests,
+    plan: Option<&StepPlan>,
+    alloc: &mut CachingAllocator,
+) -> Replayed {
     // the block of each malloc so far (frees name mallocs by their index)
     let mut blocks: Vec<Handle> = Vec::with_capacity(requests.requests.len());
     let mut phases: Vec<PhaseFigures> = Vec::with_capacity(requests.phases.len());
     let mut oom = None;
-    let mut steady = Steady::new(requests, alloc);
+    let mut steady = Steady::new(requests, plan, alloc);
     // a repeated step's peak is the step's it repeats
     let mut peak_requested = 0;
     let mut repeated_steps = 0;
@@ -677,6 +713,60 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
     Replayed::of(phases, peak_requested, oom, repeated_steps)
 }
 
+/// What [`Steady`] learns of a run's steps from its requests before a
+/// replay: where each step from step 1 on is, the mallocs before it,
+/// whether each step makes the requests of the step before it, and whether
+/// it frees only what it allocates. All but the sizes' part of the third
+/// are the same at every batch size of a [`BatchTemplate`], which computes
+/// it once ([`BatchTemplate::step_plan`]) for every cell of a sweep, where
+/// each replay computed it again (three passes over the requests).
+#[derive(Debug, Clone)]
+pub struct StepPlan {
+    /// the first phase of each step from step 1 on, with its step's span
+    /// of requests
+    steps: Vec<(usize, usize, usize)>,
+    /// each step's phases follow the previous step's to the end
+    contiguous: bool,
+    /// the mallocs before each of `steps` (when `contiguous`)
+    firsts: Vec<u32>,
+    /// for each of `steps` after the first: whether it makes the requests
+    /// of the one before it, when known for every batch size (else the
+    /// replay compares them)
+    mirrors: Vec<Option<bool>>,
+    /// for each of `steps`: whether it frees only what it allocates, when
+    /// computed
+    balanced: Vec<Option<bool>>,
+}
+
+impl StepPlan {
+    /// The plan of `requests`, to be completed by the replay (what it does
+    /// not ask, it never computes).
+    pub fn of(requests: &Requests) -> StepPlan {
+        let mut steps = Vec::new();
+        let mut k = 1;
+        while let Some((first, s, e)) = requests.step_span(k) {
+            steps.push((first, s, e));
+            k += 1;
+        }
+        let contiguous = steps.windows(2).all(|w| w[0].2 == w[1].1)
+            && steps.last().is_some_and(|l| {
+                l.2 == requests.requests.len() && requests.phases.last().is_some_and(|p| p.2 == l.2)
+            });
+        let firsts = if contiguous {
+            requests.mallocs_before(&steps.iter().map(|s| s.1).collect::<Vec<_>>())
+        } else {
+            Vec::new()
+        };
+        StepPlan {
+            mirrors: vec![None; steps.len()],
+            balanced: vec![None; steps.len()],
+            steps,
+            contiguous,
+            firsts,
+        }
+    }
+}
+
 /// Finds where a replay reaches a steady state, where step `k` and every
 /// later step make the requests of the step before them, each freeing only
 /// what it allocates, and either
@@ -693,15 +783,12 @@ pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
 ///   the reserved memory step `k - 1` ended with.
 struct Steady<'a> {
     requests: &'a Requests,
-    /// the first phase of each step from step 1 on, with its step's span
-    /// of requests
-    steps: Vec<(usize, usize, usize)>,
-    /// whether the steps from the `i`-th of `steps` on each mirror the
+    /// the steps, from the requests or their template
+    plan: std::borrow::Cow<'a, StepPlan>,
+    /// whether the steps from the `i`-th of the plan's on each mirror the
     /// step before: computed when first asked (a pass over the requests
     /// that a run whose steps keep growing the cache never needs)
     mirrors_from: Option<Vec<bool>>,
-    /// the mallocs before each of `steps` (when `enabled`)
-    firsts: Vec<u32>,
     /// at the start of the previous step: its index in `steps`, the
     /// allocator's segments and its device calls (allocations, frees)
     last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, (i64, i64))>,
@@ -714,29 +801,20 @@ struct Steady<'a> {
 }
 
 impl<'a> Steady<'a> {
-    fn new(requests: &'a Requests, alloc: &CachingAllocator) -> Steady<'a> {
-        let mut steps = Vec::new();
-        let mut k = 1;
-        while let Some((first, s, e)) = requests.step_span(k) {
-            steps.push((first, s, e));
-            k += 1;
-        }
-        // each step's phases follow the previous step's to the end
-        let contiguous = steps.windows(2).all(|w| w[0].2 == w[1].1)
-            && steps.last().is_some_and(|l| {
-                l.2 == requests.requests.len() && requests.phases.last().is_some_and(|p| p.2 == l.2)
-            });
-        let enabled = contiguous && alloc.config().garbage_collection_threshold == 0.0;
-        let firsts = if enabled {
-            requests.mallocs_before(&steps.iter().map(|s| s.1).collect::<Vec<_>>())
-        } else {
-            Vec::new()
+    fn new(
+        requests: &'a Requests,
+        plan: Option<&'a StepPlan>,
+        alloc: &CachingAllocator,
+    ) -> Steady<'a> {
+        let plan = match plan {
+            Some(p) => std::borrow::Cow::Borrowed(p),
+            None => std::borrow::Cow::Owned(StepPlan::of(requests)),
         };
+        let enabled = plan.contiguous && alloc.config().garbage_collection_threshold == 0.0;
         Steady {
             enabled,
             requests,
-            steps,
-            firsts,
+            plan,
             mirrors_from: None,
             last: None,
             calls_at: None,
@@ -747,12 +825,16 @@ impl<'a> Steady<'a> {
     /// Whether the steps from the `i`-th of `steps` on each mirror the
     /// step before (only asked when `enabled`: the steps are contiguous).
     fn mirrors_from(&mut self, i: usize) -> bool {
-        let (requests, steps, firsts) = (self.requests, &self.steps, &self.firsts);
+        let (requests, plan) = (self.requests, &self.plan);
+        let (steps, firsts) = (&plan.steps, &plan.firsts);
         let m = self.mirrors_from.get_or_insert_with(|| {
             let mut m = vec![false; steps.len()];
             let mut ok = true;
             for i in (1..steps.len()).rev() {
-                ok = ok && requests.mirrors((steps[i - 1], firsts[i - 1]), (steps[i], firsts[i]));
+                ok = ok
+                    && plan.mirrors[i].unwrap_or_else(|| {
+                        requests.mirrors((steps[i - 1], firsts[i - 1]), (steps[i], firsts[i]))
+                    });
                 m[i] = ok;
             }
             m
@@ -760,9 +842,15 @@ impl<'a> Steady<'a> {
         m.get(i) == Some(&true)
     }
 
+    /// Whether the `i`-th step of the plan frees only what it allocates.
+    fn balanced(&self, i: usize) -> bool {
+        let plan = &self.plan;
+        plan.balanced[i].unwrap_or_else(|| self.requests.balanced(plan.steps[i], plan.firsts[i]))
+    }
+
     /// How many steps start at phase `p` or later.
     fn steps_from(&self, p: usize) -> usize {
-        self.steps.iter().filter(|s| s.0 >= p).count()
+        self.plan.steps.iter().filter(|s| s.0 >= p).count()
     }
 
     /// At the start of phase `p`: `Some((q, reserved))` when `p` starts a
@@ -772,15 +860,15 @@ impl<'a> Steady<'a> {
         if !self.enabled {
             return None;
         }
-        let i = self.steps.iter().position(|s| s.0 == p)?;
+        let i = self.plan.steps.iter().position(|s| s.0 == p)?;
         if let Some((j, frees)) = self.watch.take() {
             let repeats = alloc.repeats_with_its_segments(frees);
             if repeats && j + 1 == i && self.mirrors_from(i) {
                 let reserved = alloc.stats().reserved_bytes.all().current;
-                return Some((self.steps[j].0, Some(reserved)));
+                return Some((self.plan.steps[j].0, Some(reserved)));
             }
         }
-        if self.mirrors_from(i + 1) && self.requests.balanced(self.steps[i], self.firsts[i]) {
+        if self.mirrors_from(i + 1) && self.balanced(i) {
             alloc.record_fits();
             self.watch = Some((i, alloc.stats().num_device_free));
         }
@@ -792,7 +880,7 @@ impl<'a> Steady<'a> {
         };
         if let Some(j) = candidate {
             if self.mirrors_from(i) && self.last.as_ref().is_some_and(|l| l.1 == alloc.snapshot()) {
-                return Some((self.steps[j].0, None));
+                return Some((self.plan.steps[j].0, None));
             }
         }
         // a state worth keeping: the step before made no device calls (a
@@ -838,10 +926,12 @@ pub struct BatchTemplate {
     /// count affine like sizes, and the side of the threshold the three
     /// runs were on
     switches: Vec<(usize, i64, (i64, i64), bool)>,
+    /// the plan of its steps, when first asked ([`Self::step_plan`])
+    plan: std::cell::OnceCell<StepPlan>,
 }
 
 /// How a malloc's size follows the batch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Size {
     /// bytes at `b0`, and bytes per extra batch element
     Affine(u64, i64),
@@ -953,6 +1043,47 @@ impl BatchTemplate {
             rules: distinct_rules,
             profile: profile.clone(),
             switches,
+            plan: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// The plan of its steps' replay, the same at every batch size: each
+    /// step's place, the mallocs before it and whether it frees only what
+    /// it allocates follow from the requests' structure; whether a step
+    /// makes the requests of the one before it is known for every batch
+    /// where the structure says no, or where the two steps' mallocs have
+    /// the same sizes by the same rules (affine with the same value and
+    /// slope, or the same scratch rule). Elsewhere (sizes by other rules
+    /// that may meet at some batch) the replay compares them.
+    pub fn step_plan(&self) -> &StepPlan {
+        self.plan.get_or_init(|| {
+            let r = &self.base;
+            let mut plan = StepPlan::of(r);
+            if !plan.contiguous {
+                return plan;
+            }
+            let mut size_of = vec![None; r.requests.len()];
+            for &(at, size) in &self.sizes {
+                size_of[at as usize] = Some(size);
+            }
+            let (steps, firsts) = (&plan.steps, &plan.firsts);
+            for i in 1..steps.len() {
+                let (a, b) = ((steps[i - 1], firsts[i - 1]), (steps[i], firsts[i]));
+                let same_kind = |_, _, x: Request, y: Request| x.same_kind(&y);
+                plan.mirrors[i] = if !r.mirrors_by(a, b, same_kind) {
+                    Some(false)
+                } else if r.mirrors_by(a, b, |i, j, x, y| {
+                    x.same_kind(&y) && size_of[i].is_some() && size_of[i] == size_of[j]
+                }) {
+                    Some(true)
+                } else {
+                    None
+                };
+            }
+            for i in 0..steps.len() {
+                plan.balanced[i] = Some(r.balanced(steps[i], firsts[i]));
+            }
+            plan
         })
     }
 
@@ -1068,6 +1199,16 @@ impl Source {
         match self {
             Source::Model(r) => Some(std::borrow::Cow::Borrowed(r)),
             Source::Template(t) => t.requests_at(batch, false).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    /// The plan of a replay of its requests' steps: a template's, the same
+    /// at every batch ([`BatchTemplate::step_plan`]); `None` for a model's
+    /// requests (the replay computes it).
+    pub fn step_plan(&self) -> Option<&StepPlan> {
+        match self {
+            Source::Model(_) => None,
+            Source::Template(t) => Some(t.step_plan()),
         }
     }
 

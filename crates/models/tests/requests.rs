@@ -5,7 +5,8 @@
 
 use vramscope_models::fixture::{self, Case};
 use vramscope_models::requests::{
-    batch_column, fresh_allocator, replay, verdict, BatchTemplate, Requests, Verdict,
+    batch_column, fresh_allocator, replay, replay_planned, verdict, BatchTemplate, Requests,
+    Verdict,
 };
 use vramscope_models::{
     estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
@@ -348,6 +349,15 @@ fn a_column_runs_the_model_where_templates_do_not_fit_and_is_exact_everywhere() 
             let sizes = s.sizes(*b).unwrap();
             assert!(
                 sizes.requests == model.requests && sizes.phases == model.phases,
+                "{} at batch {b}",
+                case.name
+            );
+            // replayed with the plan of the template's steps: the figures
+            // and the repeated steps of a replay of the model's requests
+            let fresh = || fresh_allocator(&opts.profile, &opts.allocator, None, true);
+            assert_eq!(
+                replay_planned(&sizes, s.step_plan(), &mut fresh()),
+                replay(&model, &mut fresh()),
                 "{} at batch {b}",
                 case.name
             );

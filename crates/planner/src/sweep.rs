@@ -16,7 +16,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use vramscope_models::requests::{
-    batch_column, fresh_allocator, renew_allocator, replay, verdict_from, SizesBuffer, Source,
+    batch_column, fresh_allocator, renew_allocator, replay_planned, verdict_from_planned,
+    SizesBuffer, Source,
 };
 use vramscope_models::{
     workload_run, workload_run_deriving_step1, EstimateOptions, HfConfig, Mode, ModelError, Result,
@@ -106,11 +107,13 @@ pub fn sweep(
                     &ran
                 }
             };
+            // (a template's replays share the plan of its steps)
+            let plan = source.step_plan();
             let whole = wholes.borrow_mut().remove(&batch).unwrap_or_else(|| {
                 renew_allocator(&mut scratch, &options.profile, None, true);
-                replay(reqs, &mut scratch)
+                replay_planned(reqs, plan, &mut scratch)
             });
-            let v = verdict_from(whole, reqs, options);
+            let v = verdict_from_planned(whole, reqs, plan, options);
             let cell = SweepCell {
                 batch,
                 seq,
