@@ -248,25 +248,20 @@ impl<W: Write> PickleWriter<W> {
 
     /// Write `n` list items in CPython's batches: `item(w, i)` pushes item `i`.
     /// The list itself must be on top of the stack.
-    pub fn appends(&mut self, n: usize, mut item: impl FnMut(&mut Self, usize)) {
-        let mut i = 0;
-        while i < n {
-            let m = (n - i).min(BATCH);
-            if m > 1 {
-                self.mark();
-            }
-            for j in i..i + m {
-                item(self, j);
-                self.maybe_commit();
-            }
-            self.raw(if m > 1 { b"e" } else { b"a" });
-            i += m;
-        }
+    pub fn appends(&mut self, n: usize, item: impl FnMut(&mut Self, usize)) {
+        self.batched(n, (b"e", b"a"), item);
     }
 
     /// Write `n` dict entries in CPython's batches: `entry(w, i)` pushes key
     /// and value of entry `i`. The dict must be on top of the stack.
-    pub fn setitems(&mut self, n: usize, mut entry: impl FnMut(&mut Self, usize)) {
+    pub fn setitems(&mut self, n: usize, entry: impl FnMut(&mut Self, usize)) {
+        self.batched(n, (b"u", b"s"), entry);
+    }
+
+    /// `_batch_appends` / `_batch_setitems`: batches of up to `BATCH`
+    /// pushed by `push(w, i)`, each closed by `ops.0` (APPENDS, SETITEMS)
+    /// after a MARK, or by `ops.1` (APPEND, SETITEM) when it holds one.
+    fn batched(&mut self, n: usize, ops: (&[u8], &[u8]), mut push: impl FnMut(&mut Self, usize)) {
         let mut i = 0;
         while i < n {
             let m = (n - i).min(BATCH);
@@ -274,10 +269,10 @@ impl<W: Write> PickleWriter<W> {
                 self.mark();
             }
             for j in i..i + m {
-                entry(self, j);
+                push(self, j);
                 self.maybe_commit();
             }
-            self.raw(if m > 1 { b"u" } else { b"s" });
+            self.raw(if m > 1 { ops.0 } else { ops.1 });
             i += m;
         }
     }
