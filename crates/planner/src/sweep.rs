@@ -99,16 +99,16 @@ pub fn sweep(
         let sources: Vec<Source> = batch_column(batches, &options.profile, run)?.0;
         for (&batch, source) in batches.iter().zip(&sources) {
             let ran;
-            let reqs = match source.sizes_in(batch, &mut sizes) {
-                Some(r) => r,
+            // (a template's replays share the plan of its steps; the
+            // model's own requests are planned by the replay)
+            let (reqs, plan) = match source.sizes_in(batch, &mut sizes) {
+                Some(r) => (r, source.step_plan()),
                 // a scratch rule that does not apply at this batch
                 None => {
                     ran = run(batch)?;
-                    &ran
+                    (&ran, None)
                 }
             };
-            // (a template's replays share the plan of its steps)
-            let plan = source.step_plan();
             let whole = wholes.borrow_mut().remove(&batch).unwrap_or_else(|| {
                 renew_allocator(&mut scratch, &options.profile, None, true);
                 replay_planned(reqs, plan, &mut scratch)
