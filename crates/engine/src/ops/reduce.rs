@@ -349,7 +349,11 @@ impl Tensor {
         let all = dims.is_empty();
         let mut reduced = vec![all; self.dim()];
         for &d in dims {
-            reduced[self.try_wrap_dim(op, d)?] = true;
+            let d = self.try_wrap_dim(op, d)?;
+            // (a 0-dim tensor takes dim 0 or -1 and has nothing to reduce)
+            if let Some(r) = reduced.get_mut(d) {
+                *r = true;
+            }
         }
         let pending = Pending::begin(self.rt(), &[Some(self)]);
         let mut out_shape = Dims::default();

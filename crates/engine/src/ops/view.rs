@@ -416,6 +416,11 @@ mod tests {
                 .contains("Dimension out of range (expected to be in range of [-2, 1], but got 5)"),
             "{e}"
         );
+        // a 0-dim tensor takes dim 0 and -1 (PyTorch's maybe_wrap_dim)
+        let scalar = rt.empty(&[], DType::F32, Device::Cuda).unwrap();
+        assert_eq!(scalar.sum_dims(&[0], false).unwrap().sizes(), &[] as &[i64]);
+        assert_eq!(scalar.sum_dims(&[-1], true).unwrap().sizes(), &[] as &[i64]);
+        assert!(is_shape_error(scalar.sum_dims(&[1], false), "sum"));
         // in range, counted from either end
         assert_eq!(m.softmax(-2).unwrap().sizes(), &[2, 3]);
         assert_eq!(m.sum_dims(&[-1], false).unwrap().sizes(), &[2]);
