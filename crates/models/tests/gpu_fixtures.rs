@@ -12,36 +12,44 @@ use vramscope_models::{estimate, EstimateOptions};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// Cases outside issue #5's tolerance, with the bound on their worst
-/// phase's allocated error, and why. The test fails if one comes back inside
-/// (so the list cannot go stale) or goes past its bound.
+/// Cases outside issue #5's tolerance, with bounds on their worst phase's
+/// allocated and reserved errors, and why. The test fails if one comes back
+/// inside (so the list cannot go stale) or goes past a bound.
 ///
-/// - `gpt2_train_autocast_ckpt` (0.626% allocated, `step1` and `step2`):
-///   segment placement alone. The twin's requests equal the GPU's up to the
-///   order of consecutive frees, and replayed on the GPU's own segment
-///   addresses they give the GPU's figures in all 13 phases (`gpu_traces`:
-///   `on_the_gpus_segment_addresses_the_figures_are_exact`); the order in
-///   which leaving autocast frees the cached weight casts changes no figure
-///   (the GPU's order, replayed on the twin's simulated device, gives the
-///   same 0.626%). In `forward0` two 2 MiB free blocks tie for the
-///   `mlp.c_proj` weight cast of layer 1; the later of their two 20 MiB
-///   segments lies lower on the GPU and higher on the twin's simulated
-///   device, so the blocks split differently from there on (the twin maps one more 16 MiB segment in `forward0`), and in
-///   `step1` AdamW's states and temporaries sit in unsplit blocks 5.1 MiB
-///   larger in all. The GPU itself is not stable here: the driver's
-///   addresses move with ASLR, and of 30 fresh processes (6 on the H100, 24
-///   on an H200) 4 gave other figures in 10 phases (`step1` 3,228,672
-///   bytes, 0.380%, above the recorded one); 7 of 7 with ASLR off gave the
-///   recorded figures.
-const KNOWN_OUTSIDE: &[(&str, f64)] = &[("gpt2_train_autocast_ckpt", 0.0065)];
+/// - `gpt2_train_fp32` (0.604% allocated, `zero_grad0`) and
+///   `gpt2_train_autocast_ckpt` (0.626% allocated, `step1` and `step2`;
+///   1.205% reserved): segment placement alone. The twin's requests equal
+///   the GPU's up to the order of consecutive frees, and replayed on the
+///   GPU's own segment addresses they give the GPU's figures in every
+///   phase (`gpu_traces`: `on_the_gpus_segment_addresses_the_figures_are_exact`).
+///   Best fit breaks ties between equal free blocks by address, and the
+///   driver's placement of these small models' first segments follows
+///   allocations of its own that the allocator does not see (kernel
+///   modules, the autograd thread's cuBLAS handle; `driver_va.rs`, rule 5).
+///   The GPU itself is not stable in the second: the driver's addresses move
+///   with ASLR, and of 30 fresh processes (6 on the H100, 24 on an H200) 4
+///   gave other figures in 10 phases (`step1` 3,228,672 bytes, 0.380%,
+///   above the recorded one); 7 of 7 with ASLR off gave the recorded ones.
+/// - `u2_vit_train_fp32_sgdm_img384_p32_b24` (5.700% reserved): a patch
+///   embedding whose cuDNN workspaces are not in the measured table
+///   (`ops/conv.rs`: 384-pixel images, 32-pixel patches, width 512). The
+///   twin takes them as 0 bytes; at the end of `backward0` the GPU maps a
+///   70 MiB segment for the 72,090,256-byte workspace of the weight
+///   gradient.
+const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[
+    ("gpt2_train_fp32", 0.0061, 0.0),
+    ("gpt2_train_autocast_ckpt", 0.0063, 0.0121),
+    ("u2_vit_train_fp32_sgdm_img384_p32_b24", 0.0024, 0.058),
+];
 
 /// (case list, fixture directory): the workloads the twin was built
 /// against, and those chosen and measured afterwards without changing the
 /// twin (`validation/unseen_cases.json`, recorded on the H100; a first run
 /// on an H200 gave the same figures in every phase).
-const SETS: [(&str, &str); 2] = [
+const SETS: [(&str, &str); 3] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
+    ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
 ];
 
 fn cases() -> Vec<(Case, &'static str)> {
@@ -90,14 +98,14 @@ fn check(prefixes: &[&str]) {
                     println!("    {d}");
                 }
                 let known = KNOWN_OUTSIDE.iter().find(|k| k.0 == case.name);
-                if let Some((_, alloc_bound)) = known {
+                if let Some((_, alloc_bound, reserved_bound)) = known {
                     if acc.acceptable() {
                         bad.push(format!(
                             "{}: known to be outside the tolerance, now inside: take it off KNOWN_OUTSIDE",
                             case.name
                         ));
                     } else if acc.worst_peak_allocated > *alloc_bound
-                        || acc.worst_peak_reserved > 0.02
+                        || acc.worst_peak_reserved > reserved_bound.max(0.02)
                     {
                         bad.push(format!(
                             "{}: outside its known bound: worst phase peak allocated {:.3}%, peak reserved {:.3}%",
@@ -174,4 +182,9 @@ fn vit() {
 #[test]
 fn unseen() {
     check(&["u_"]);
+}
+
+#[test]
+fn unseen2() {
+    check(&["u2_"]);
 }
