@@ -434,6 +434,7 @@ struct EstimateJson<'a> {
     by_module: ModuleJson,
     fits: FitsJson,
     oom: Option<OomJson<'a>>,
+    unmeasured: &'a [String],
 }
 
 /// The module tree at the peak: each node's bytes include its children.
@@ -595,6 +596,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 capacity_bytes: capacity,
                 headroom_bytes: capacity as i64 - est.peak_reserved_bytes,
             },
+            unmeasured: &est.unmeasured,
             oom: oom.map(|o| OomJson {
                 phase: &o.phase,
                 op: &o.op,
@@ -651,6 +653,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             est.peak_phase,
             sz(est.peak_reserved_bytes)
         )?;
+        for u in &est.unmeasured {
+            writeln!(out, "warning: {u}")?;
+        }
         writeln!(out)?;
         writeln!(
             out,

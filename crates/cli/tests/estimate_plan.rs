@@ -111,6 +111,47 @@ fn estimate_out_of_memory_exits_1_and_names_the_phase() {
     assert!(text.contains("tried to allocate"), "{text}");
 }
 
+/// A convolution whose cuDNN workspace was never measured is named, in the
+/// JSON and in the summary, with what the twin took for it; a measured one
+/// (ViT-base's patch embedding) is not.
+#[test]
+fn estimate_names_the_sizes_it_did_not_measure() {
+    let dir = std::env::temp_dir().join(format!("vramscope-unmeasured-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("config.json");
+    std::fs::write(
+        &p,
+        r#"{"model_type": "vit", "hidden_size": 512, "intermediate_size": 2048,
+            "num_hidden_layers": 2, "num_attention_heads": 8, "image_size": 384,
+            "patch_size": 32}"#,
+    )
+    .unwrap();
+    let out = vramscope(
+        "estimate",
+        &p,
+        "--task image --mode train --batch 4 --json",
+        0,
+    );
+    let notes = json(&out)["unmeasured"].as_array().unwrap().clone();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0]
+        .as_str()
+        .unwrap()
+        .contains("forward convolution of input [4, 3, 384, 384] by weight [512, 3, 32, 32]"));
+    assert!(notes[1].as_str().unwrap().contains("weight gradient"));
+    let out = vramscope("estimate", &p, "--task image --mode train --batch 4", 0);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.matches("warning: cuDNN's workspace").count(),
+        2,
+        "{text}"
+    );
+    let args = "estimate --model vit-base-patch16-224 --mode train --batch 4 --json";
+    let out = run(bin().args(args.split_whitespace()), 0);
+    assert_eq!(json(&out)["unmeasured"], serde_json::json!([]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn estimate_rejects_bad_configs_clearly() {
     let dir = std::env::temp_dir().join(format!("vramscope-bad-{}", std::process::id()));

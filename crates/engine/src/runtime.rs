@@ -105,6 +105,10 @@ pub struct EventLog {
     /// workspaces) that holds the same problem at another batch size: at
     /// other shapes it follows no rule
     pub measured_sizes: bool,
+    /// sizes taken without a measurement or a rule behind them, each once,
+    /// in the order met (a cuDNN workspace for a convolution the measured
+    /// table does not hold): what a report must say it did not know
+    pub unmeasured: Vec<String>,
 }
 
 impl EventLog {
@@ -581,6 +585,7 @@ impl Runtime {
             scratch_rules: Vec::new(),
             switches: Vec::new(),
             measured_sizes: false,
+            unmeasured: Vec::new(),
         });
     }
 
@@ -588,6 +593,16 @@ impl Runtime {
     pub(crate) fn note_measured_size(&self) {
         if let Some(log) = self.st.borrow_mut().log.as_mut() {
             log.measured_sizes = true;
+        }
+    }
+
+    /// Note in the event log a size taken without a measurement (`what`
+    /// says which and what was taken), once per distinct note.
+    pub(crate) fn note_unmeasured(&self, what: String) {
+        if let Some(log) = self.st.borrow_mut().log.as_mut() {
+            if !log.unmeasured.contains(&what) {
+                log.unmeasured.push(what);
+            }
         }
     }
 

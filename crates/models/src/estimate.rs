@@ -126,6 +126,10 @@ pub struct Estimate {
     /// each phase's span of allocator requests (mallocs and frees, counted
     /// from the start): `phases[i]` ran requests `phase_requests[i].0..1`
     pub phase_requests: Vec<(usize, usize)>,
+    /// sizes the twin took without a measurement behind them
+    /// ([`vramscope_engine::EventLog::unmeasured`]): the figures may be off
+    /// by them
+    pub unmeasured: Vec<String>,
 }
 
 /// The allocator's view of an estimate recorded with
@@ -652,6 +656,7 @@ fn run_model(
         parameter_bytes: params.1,
         oom,
         ops_simulated: rt.ops_simulated(),
+        unmeasured: log.unmeasured.clone(),
         events: log,
         recorded,
         phase_requests: run.requests,

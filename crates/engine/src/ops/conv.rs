@@ -212,8 +212,10 @@ fn runs_for(profile: &DeviceProfile) -> &'static [Run] {
 /// never changes what stays allocated, but it can be large (183.5 MiB for
 /// ViT's patch embedding at batch 187) and, under a memory limit, decide
 /// whether the allocator releases its cache there or runs out.
-/// [`cudnn_conv_workspace`] returns `None` for such problems so a report can
-/// say the figure is not measured.
+/// [`cudnn_conv_workspace`] returns `None` for such problems, and the op
+/// notes each one in the event log (`EventLog::unmeasured`), which the
+/// estimate reports (`vramscope estimate` prints it as a warning, `--json`
+/// lists it under `unmeasured`).
 pub const UNMEASURED_WORKSPACE: u64 = 0;
 
 /// The bytes cuDNN's plan for `op` takes from the caching allocator for a
@@ -248,8 +250,21 @@ fn workspace(
     args: &Conv2dArgs,
 ) -> Result<()> {
     let profile = rt.st.borrow().profile.clone();
-    let bytes = cudnn_conv_workspace(&profile, op, dtype, input, weight, args)
-        .unwrap_or(UNMEASURED_WORKSPACE);
+    let measured = cudnn_conv_workspace(&profile, op, dtype, input, weight, args);
+    if measured.is_none() {
+        rt.note_unmeasured(format!(
+            "cuDNN's workspace for {} of input {input:?} by weight {weight:?} ({dtype}, stride {:?}, padding {:?}) is not measured for {}: taken as 0 bytes",
+            match op {
+                ConvOp::Forward => "the forward convolution",
+                ConvOp::BackwardData => "the input gradient",
+                ConvOp::BackwardFilter => "the weight gradient",
+            },
+            args.stride,
+            args.padding,
+            profile.name,
+        ));
+    }
+    let bytes = measured.unwrap_or(UNMEASURED_WORKSPACE);
     // the table holds this problem at another batch size: the workspace
     // here is no rule's (a sweep must run the model at every batch)
     if runs_for(&profile)
