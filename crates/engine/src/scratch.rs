@@ -46,6 +46,13 @@ pub enum ScratchRule {
         /// value bytes
         value_bytes: u64,
     },
+    /// `cub::DeviceScan::InclusiveScan` over `n` items of `t_bytes`
+    InclusiveScan {
+        /// items
+        n: i64,
+        /// element bytes
+        t_bytes: u64,
+    },
     /// `cub::DeviceSelect::UniqueByKey` over `n` items
     UniqueByKey {
         /// items
@@ -120,6 +127,9 @@ impl ScratchRule {
             ScratchRule::UniqueByKey { n, key_bytes } => {
                 cub::unique_by_key_bytes(cap, u64::try_from(*n).ok()?, *key_bytes)
             }
+            ScratchRule::InclusiveScan { n, t_bytes } => {
+                cub::inclusive_scan_bytes(cap, u64::try_from(*n).ok()?, *t_bytes)
+            }
             ScratchRule::CudnnAttentionBackward {
                 b,
                 h,
@@ -164,7 +174,9 @@ impl ScratchRule {
     /// strides), in a fixed order.
     pub fn inputs(&self) -> Vec<i64> {
         match self {
-            ScratchRule::RadixSortPairs { n, .. } | ScratchRule::UniqueByKey { n, .. } => vec![*n],
+            ScratchRule::RadixSortPairs { n, .. }
+            | ScratchRule::UniqueByKey { n, .. }
+            | ScratchRule::InclusiveScan { n, .. } => vec![*n],
             ScratchRule::CudnnAttentionBackward {
                 b,
                 h,
@@ -188,7 +200,9 @@ impl ScratchRule {
     pub fn with_inputs(&self, inputs: &[i64]) -> Option<ScratchRule> {
         let mut r = self.clone();
         match &mut r {
-            ScratchRule::RadixSortPairs { n, .. } | ScratchRule::UniqueByKey { n, .. } => {
+            ScratchRule::RadixSortPairs { n, .. }
+            | ScratchRule::UniqueByKey { n, .. }
+            | ScratchRule::InclusiveScan { n, .. } => {
                 let [v] = inputs else { return None };
                 *n = *v;
             }
@@ -242,6 +256,10 @@ impl ScratchRule {
             (
                 ScratchRule::UniqueByKey { key_bytes: a, .. },
                 ScratchRule::UniqueByKey { key_bytes: b, .. },
+            ) => a == b,
+            (
+                ScratchRule::InclusiveScan { t_bytes: a, .. },
+                ScratchRule::InclusiveScan { t_bytes: b, .. },
             ) => a == b,
             (
                 ScratchRule::CudnnAttentionBackward { .. },

@@ -159,11 +159,68 @@ pub(crate) fn exclusive_sum_bytes(capability: (u32, u32), n: u64, t_bytes: u64) 
     Ok(alias_temporaries(&[scan_tile_state_bytes(tiles, t_bytes)]))
 }
 
+/// `cuda::cub::inclusive_scan(in, out, std::plus<T>(), n)` (`scan_dim` of
+/// `ScanUtils.cuh` for a tensor whose numel is the scanned dim's size:
+/// `cumsum` of a 1-D tensor or a batch of one): `DispatchScan` allocates the
+/// `ScanTileState<T>` of its tiles, like [`exclusive_sum_bytes`], but with
+/// PyTorch's `std::plus` functor, which CUB's sm_90 tunings do not take (they
+/// are for `cuda::std::plus` on primitive types), so the tile is the default
+/// policy's: `MemBoundScaling<128 threads, 15 items>`, 7 x 128 = 896 for
+/// 8-byte `T`, 15 x 128 = 1920 for 4-byte. Measured on the H100
+/// (`validation/cub_scan.py`, `fixtures/ops/cub_scan_h100.jsonl`): 1,279 bytes
+/// up to 12,288 int64 items, 300,799 at 16,777,216; the test below checks
+/// every measured size. Floating `T` of other sizes (bf16, fp16) were not
+/// measured: an error.
+pub(crate) fn inclusive_scan_bytes(capability: (u32, u32), n: u64, t_bytes: u64) -> Result<u64> {
+    sm90_only(capability, "inclusive_scan")?;
+    int_bytes("inclusive_scan", t_bytes)?;
+    let tiles = n.div_ceil(mem_bound_tile(128, 15, t_bytes));
+    Ok(alias_temporaries(&[scan_tile_state_bytes(tiles, t_bytes)]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const H100: (u32, u32) = (9, 0);
+
+    /// Every size `validation/cub_scan.py` measured on the H100: int64
+    /// (int32 is scanned as int64, the dtype `cumsum` promotes it to) and
+    /// float32.
+    #[test]
+    fn inclusive_scan_as_measured() {
+        let text = include_str!("../../../../fixtures/ops/cub_scan_h100.jsonl");
+        let mut checked = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let Some(n) = v["n"].as_u64() else { continue };
+            let t_bytes = match v["out_dtype"].as_str().unwrap() {
+                "int64" => 8,
+                "float32" => 4,
+                other => panic!("{other}"),
+            };
+            let out = n * t_bytes;
+            // the output, any int64 copy of an int32 input, then CUB's
+            let allocs: Vec<u64> = v["allocs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            let cub = *allocs.last().unwrap();
+            assert!(
+                allocs[..allocs.len() - 1].iter().all(|&a| a == out),
+                "{line}"
+            );
+            assert_eq!(
+                inclusive_scan_bytes(H100, n, t_bytes).unwrap(),
+                cub,
+                "{line}"
+            );
+            checked += 1;
+        }
+        assert_eq!(checked, 3 * 122);
+    }
 
     #[test]
     fn measured_on_the_h100() {

@@ -254,12 +254,19 @@ impl Tensor {
         Ok(out)
     }
 
-    /// `t.cumsum(dim)`: one output, int64 for bool and integer inputs
-    /// (`cumsum` promotes them), else the input's dtype; the CUDA scan over
-    /// the innermost (or an outer) dimension needs no scratch. Not modelled
-    /// under autograd (an error if a gradient would be recorded).
+    /// `t.cumsum(dim)` as `cumsum_out` (`impl_func_cum_ops`) runs it: the
+    /// output, int64 for bool and integer inputs (`cumsum` promotes them),
+    /// else the input's dtype; the input cast to that dtype when it differs
+    /// (`self.to(result.scalar_type())`, freed when the kernel returns); on
+    /// CUDA, `scan_dim` scans a contiguous input (a copy if it is not), and
+    /// when its numel is the scanned dim's size (a 1-D tensor, a batch of
+    /// one) it takes CUB's temporary storage for the call
+    /// (`cuda::cub::inclusive_scan`, [`crate::ops::cub::inclusive_scan_bytes`]);
+    /// other shapes scan in a kernel of PyTorch's own, with no scratch. Not
+    /// modelled under autograd (an error if a gradient would be recorded).
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
-        self.try_wrap_dim("cumsum", dim)?;
+        const OP: &str = "cumsum";
+        let d = self.try_wrap_dim(OP, dim)?;
         if self.rt().is_grad_enabled() && self.requires_grad() {
             return Err(EngineError::Unsupported {
                 what: "cumsum with autograd".into(),
@@ -270,8 +277,37 @@ impl Tensor {
         } else {
             DType::I64
         };
-        self.rt()
-            .empty_op(self.sizes(), dt, self.device(), "cumsum", Category::Output)
+        let rt = self.rt();
+        let out = rt.empty_op(self.sizes(), dt, self.device(), OP, Category::Output)?;
+        let cast = if dt == self.dtype() {
+            None
+        } else {
+            Some(self.to_dtype(dt)?)
+        };
+        let input = cast.as_ref().unwrap_or(self);
+        if self.device() == Device::Cuda {
+            let copy = if input.is_contiguous() {
+                None
+            } else {
+                Some(input.contiguous()?)
+            };
+            let n = self.numel();
+            if n > 0 && n == self.size(d as i64) {
+                let bytes = crate::ops::cub::inclusive_scan_bytes(
+                    rt.profile().capability,
+                    n as u64,
+                    dt.size(),
+                )?;
+                let rule = crate::scratch::ScratchRule::InclusiveScan {
+                    n,
+                    t_bytes: dt.size(),
+                };
+                drop(rt.scratch(bytes, rule, OP)?);
+            }
+            drop(copy);
+        }
+        drop(cast);
+        Ok(out)
     }
 
     /// `t.all()`: a 0-dim bool (the reduction needs no scratch for the

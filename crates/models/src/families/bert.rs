@@ -485,11 +485,9 @@ impl BertForMaskedLM {
         let ne = input_ids.ne_scalar(self.cfg.pad_token_id as f64)?;
         let mask = ne.to_dtype(DType::I32)?;
         drop(ne);
+        // (cumsum_out scans an int64 copy of the int32 mask, freed when the
+        // kernel returns)
         let cs = mask.cumsum(1)?;
-        // cumsum_out (impl_func_cum_ops) scans `self.to(result.scalar_type())`:
-        // an int64 copy of the int32 mask, freed when the kernel returns
-        let upcast = mask.to_dtype(DType::I64)?;
-        drop(upcast);
         let typed = cs.to_dtype(mask.dtype())?;
         drop(cs);
         let plus = typed.add_scalar(0.0)?;

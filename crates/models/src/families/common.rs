@@ -798,8 +798,8 @@ pub(crate) fn position_ids(rt: &Runtime, seq: i64, _past_seen: i64) -> Result<Te
 /// if (packed_sequence_mask[:, -1] == 0).all(): return None # bool (b,), bool ()
 /// ```
 ///
-/// Known gap: with `b == 1` (`numel == size(dim)`) CUDA's `scan_dim` uses
-/// cub, whose temporary storage is not modelled.
+/// With `b == 1` (`numel == size(dim)`) CUDA's `scan_dim` takes CUB's
+/// temporary storage for the scan (`Tensor::cumsum`).
 pub(crate) fn find_packed_sequence_indices(position_ids: &Tensor) -> Result<()> {
     let first_dummy_value = {
         let s = position_ids.slice(1, None, Some(1));
@@ -818,10 +818,9 @@ pub(crate) fn find_packed_sequence_indices(position_ids: &Tensor) -> Result<()> 
     };
     let packed_sequence_mask = {
         let ne = position_diff.ne_scalar(1.0)?;
-        // cumsum_out: the int64 output (structured meta), then `self.to(int64)`
+        // cumsum_out: the int64 output, `self.to(int64)`, and at batch 1
+        // CUB's scan storage
         let out = ne.cumsum(-1)?;
-        let tmp = ne.to_dtype(DType::I64)?;
-        drop(tmp);
         drop(ne);
         out
     };
