@@ -50,10 +50,11 @@ const UNMEASURED: &[&str] = &["u2_vit_train_fp32_sgdm_img384_p32_b24"];
 /// against, and those chosen and measured afterwards without changing the
 /// twin (`validation/unseen_cases.json`, recorded on the H100; a first run
 /// on an H200 gave the same figures in every phase).
-const SETS: [(&str, &str); 3] = [
+const SETS: [(&str, &str); 4] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
+    ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
 ];
 
 fn cases() -> Vec<(Case, &'static str)> {
@@ -197,4 +198,9 @@ fn unseen() {
 #[test]
 fn unseen2() {
     check(&["u2_"]);
+}
+
+#[test]
+fn unseen3() {
+    check(&["u3_"]);
 }
