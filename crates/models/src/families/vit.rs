@@ -605,11 +605,16 @@ impl HfModel for ViT {
             None => pooled_output.clone(),
         };
         drop(pooled_output);
-        drop(sequence_output);
         let loss = match &inputs.labels {
             None => None,
             Some(labels) => Some(self.loss(labels, &logits)?),
         };
+        // `outputs` and `sequence_output` live until the forward returns,
+        // after the loss (the output only returns the logits and the loss):
+        // under autocast the classifier saves its bf16 copy of the CLS
+        // rows, not a view of them, so this is where the last hidden state
+        // is freed (the H100 trace of `u_vit_train_autocast`)
+        drop(sequence_output);
         Ok(ModelOutput {
             loss,
             logits: Some(logits),
