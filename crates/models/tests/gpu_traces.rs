@@ -9,10 +9,11 @@
 //!
 //! The cases whose traces still differ are named below; the test fails if
 //! the list changes either way, so a fix or a regression is seen. Two more
-//! tests pin down why they differ: every case's requests equal the GPU's
-//! once the order of consecutive frees is left aside, and fed the GPU's own
-//! segment addresses the twin's requests give the GPU's figures in every
-//! phase of every case.
+//! tests pin down why they differ, on every recorded workload (the sets
+//! measured after the twin was built included): every case's requests equal
+//! the GPU's once the order of consecutive frees is left aside, and fed the
+//! GPU's own segment addresses the twin's requests give the GPU's figures in
+//! every phase of every case (both but for [`REQUESTS_DIFFER`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,27 +49,46 @@ const KNOWN_DIFFERENT: [&str; 4] = [
     "roberta_train_autocast",
 ];
 
-/// `traces.tgz` unpacked in a directory of this test's own (`tag`): the
-/// tests of this file run at once in one process.
-fn traces_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramscope-traces-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// The recorded workloads: (case list, fixture directory with its
+/// `traces.tgz`). The first is the set the twin was built against; the
+/// others were recorded afterwards (see their READMEs).
+const SETS: [(&str, &str); 4] = [
+    ("validation/hf_cases.json", "fixtures/estimate"),
+    ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
+    ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
+    ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
+];
+
+/// Cases whose requests differ from the GPU's, and why: the patch
+/// embedding's cuDNN workspaces are not in the measured table, so the twin
+/// takes them as 0 bytes and makes no request for them (`ops/conv.rs`).
+const REQUESTS_DIFFER: [&str; 1] = ["u2_vit_train_fp32_sgdm_img384_p32_b24"];
+
+/// `dir/traces.tgz` unpacked in a directory of this test's own (`tag`):
+/// the tests of this file run at once in one process.
+fn traces_dir(tag: &str, dir: &str) -> PathBuf {
+    let out = std::env::temp_dir().join(format!(
+        "vramscope-traces-{}-{tag}-{}",
+        std::process::id(),
+        dir.replace('/', "_")
+    ));
+    std::fs::create_dir_all(&out).unwrap();
     let status = Command::new("tar")
         .arg("xzf")
-        .arg(format!("{ROOT}/fixtures/estimate/traces.tgz"))
+        .arg(format!("{ROOT}/{dir}/traces.tgz"))
         .arg("-C")
-        .arg(&dir)
+        .arg(&out)
         .status()
         .expect("tar runs");
-    assert!(status.success(), "extracting traces.tgz");
-    dir
+    assert!(status.success(), "extracting {dir}/traces.tgz");
+    out
 }
 
 #[test]
 fn predicted_traces_equal_the_gpus() {
     let mut different = Vec::new();
     let mut same = 0;
-    each_case("same", |case, _, gpu, est| {
+    each_case("same", &SETS[..1], |case, _, gpu, est| {
         let gpu: Vec<(&str, u64)> = gpu.iter().map(|e| (e.0.as_str(), e.2)).collect();
         let twin: Vec<(&str, u64)> = est
             .recorded
@@ -105,43 +125,47 @@ fn predicted_traces_equal_the_gpus() {
     );
 }
 
-/// Each case of `validation/hf_cases.json` with its recorded figures, the
-/// GPU's trace as (action, address, size), and the twin's estimate with its
-/// trace recorded.
-fn each_case(tag: &str, mut f: impl FnMut(&Case, &Recorded, &[(String, u64, u64)], &Estimate)) {
-    let dir = traces_dir(tag);
-    let text = std::fs::read_to_string(format!("{ROOT}/validation/hf_cases.json")).unwrap();
-    for case in fixture::cases(&text).unwrap() {
-        let rec = fixture::recorded(
-            &std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/{}.json", case.name))
-                .unwrap(),
-        )
-        .unwrap();
-        let gpu: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("{}.trace.json", case.name))).unwrap(),
-        )
-        .unwrap();
-        let gpu: Vec<(String, u64, u64)> = gpu
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e[0].as_str().unwrap().to_owned(),
-                    e[1].as_u64().unwrap(),
-                    e[2].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        let opts = EstimateOptions {
-            allocator: case.allocator.clone(),
-            record_trace: true,
-            ..EstimateOptions::default()
-        };
-        let est = estimate(&rec.config, &case.workload, &opts).unwrap();
-        f(&case, &rec, &gpu, &est);
+/// Each case of `sets` with its recorded figures, the GPU's trace as
+/// (action, address, size), and the twin's estimate with its trace recorded.
+fn each_case(
+    tag: &str,
+    sets: &[(&str, &str)],
+    mut f: impl FnMut(&Case, &Recorded, &[(String, u64, u64)], &Estimate),
+) {
+    for (list, fixtures) in sets {
+        let dir = traces_dir(tag, fixtures);
+        let text = std::fs::read_to_string(format!("{ROOT}/{list}")).unwrap();
+        for case in fixture::cases(&text).unwrap() {
+            let rec = fixture::recorded(
+                &std::fs::read_to_string(format!("{ROOT}/{fixtures}/{}.json", case.name)).unwrap(),
+            )
+            .unwrap();
+            let gpu: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join(format!("{}.trace.json", case.name))).unwrap(),
+            )
+            .unwrap();
+            let gpu: Vec<(String, u64, u64)> = gpu
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    (
+                        e[0].as_str().unwrap().to_owned(),
+                        e[1].as_u64().unwrap(),
+                        e[2].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            let opts = EstimateOptions {
+                allocator: case.allocator.clone(),
+                record_trace: true,
+                ..EstimateOptions::default()
+            };
+            let est = estimate(&rec.config, &case.workload, &opts).unwrap();
+            f(&case, &rec, &gpu, &est);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A trace's requests: the `segment_*` entries left out, and each run of
@@ -170,7 +194,9 @@ fn requests_up_to_free_order(trace: &[(String, u64)]) -> Vec<(String, u64)> {
 #[test]
 fn requests_equal_the_gpus_up_to_the_order_of_consecutive_frees() {
     let mut different = Vec::new();
-    each_case("requests", |case, _, gpu, est| {
+    let mut n = 0;
+    each_case("requests", &SETS, |case, _, gpu, est| {
+        n += 1;
         let gpu: Vec<(String, u64)> = gpu.iter().map(|e| (e.0.clone(), e.2)).collect();
         let twin: Vec<(String, u64)> = est
             .recorded
@@ -184,9 +210,10 @@ fn requests_equal_the_gpus_up_to_the_order_of_consecutive_frees() {
             different.push(case.name.clone());
         }
     });
-    assert!(
-        different.is_empty(),
-        "requests differ from the GPU's: {different:?}"
+    assert_eq!(n, 67, "every recorded workload");
+    assert_eq!(
+        different, REQUESTS_DIFFER,
+        "the cases whose requests differ from the GPU's changed"
     );
 }
 
@@ -240,8 +267,8 @@ impl Device for GpuAddresses {
 fn on_the_gpus_segment_addresses_the_figures_are_exact() {
     let mut checked = 0;
     let mut different = Vec::new();
-    each_case("addresses", |case, rec, gpu, est| {
-        if case.allocator.expandable_segments {
+    each_case("addresses", &SETS, |case, rec, gpu, est| {
+        if case.allocator.expandable_segments || REQUESTS_DIFFER.contains(&case.name.as_str()) {
             return;
         }
         let recorded = est.recorded.as_ref().unwrap();
@@ -282,7 +309,10 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
             different.push(case.name.clone());
         }
     });
-    assert!(checked >= 34, "only {checked} cases replayed");
+    assert_eq!(
+        checked, 63,
+        "every recorded workload without expandable segments"
+    );
     assert!(
         different.is_empty(),
         "on the GPU's segment addresses, figures differ: {different:?}"
