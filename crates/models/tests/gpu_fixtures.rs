@@ -116,7 +116,7 @@ fn check(prefixes: &[&str]) {
                             case.name
                         ));
                     } else if acc.worst_peak_allocated > *alloc_bound
-                        || acc.worst_peak_reserved > reserved_bound.max(0.02)
+                        || acc.worst_peak_reserved > *reserved_bound
                     {
                         bad.push(format!(
                             "{}: outside its known bound: worst phase peak allocated {:.3}%, peak reserved {:.3}%",

@@ -256,14 +256,19 @@ impl Tensor {
 
     /// `t.cumsum(dim)` as `cumsum_out` (`impl_func_cum_ops`) runs it: the
     /// output, int64 for bool and integer inputs (`cumsum` promotes them),
-    /// else the input's dtype; the input cast to that dtype when it differs
-    /// (`self.to(result.scalar_type())`, freed when the kernel returns); on
-    /// CUDA, `scan_dim` scans a contiguous input (a copy if it is not), and
-    /// when its numel is the scanned dim's size (a 1-D tensor, a batch of
-    /// one) it takes CUB's temporary storage for the call
-    /// (`cuda::cub::inclusive_scan`, [`crate::ops::cub::inclusive_scan_bytes`]);
-    /// other shapes scan in a kernel of PyTorch's own, with no scratch. Not
-    /// modelled under autograd (an error if a gradient would be recorded).
+    /// else the input's dtype; a 0-dim input is copied into it and an empty
+    /// one zeroed, with nothing else; otherwise the input cast to that dtype
+    /// when it differs (`self.to(result.scalar_type())`, freed when the
+    /// kernel returns), and on CUDA `scan_dim` scans a contiguous input (a
+    /// copy if it is not). When its numel is the scanned dim's size (a 1-D
+    /// tensor, a batch of one) that takes CUB's temporary storage for the
+    /// call (`cuda::cub::inclusive_scan`,
+    /// [`crate::ops::cub::inclusive_scan_bytes`]); where that size was not
+    /// measured (other element sizes, other GPUs, more than 2^30 items,
+    /// which PyTorch scans in chunks) it is taken as 0 bytes and noted
+    /// (`EventLog::unmeasured`). Other shapes scan in a kernel of PyTorch's
+    /// own, with no scratch. Not modelled under autograd (an error if a
+    /// gradient would be recorded).
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
         const OP: &str = "cumsum";
         let d = self.try_wrap_dim(OP, dim)?;
@@ -279,6 +284,10 @@ impl Tensor {
         };
         let rt = self.rt();
         let out = rt.empty_op(self.sizes(), dt, self.device(), OP, Category::Output)?;
+        let n = self.numel();
+        if self.dim() == 0 || n == 0 {
+            return Ok(out);
+        }
         let cast = if dt == self.dtype() {
             None
         } else {
@@ -291,18 +300,24 @@ impl Tensor {
             } else {
                 Some(input.contiguous()?)
             };
-            let n = self.numel();
-            if n > 0 && n == self.size(d as i64) {
-                let bytes = crate::ops::cub::inclusive_scan_bytes(
-                    rt.profile().capability,
-                    n as u64,
-                    dt.size(),
-                )?;
-                let rule = crate::scratch::ScratchRule::InclusiveScan {
-                    n,
-                    t_bytes: dt.size(),
-                };
-                drop(rt.scratch(bytes, rule, OP)?);
+            // `at::cuda::cub::inclusive_scan`'s `max_cub_size`: longer scans
+            // go in chunks, with a carry buffer between them
+            const MAX_CUB_SIZE: i64 = 1 << 30;
+            if n == self.sizes()[d] {
+                let capability = rt.profile().capability;
+                match crate::ops::cub::inclusive_scan_bytes(capability, n as u64, dt.size()) {
+                    Ok(bytes) if n <= MAX_CUB_SIZE => {
+                        let rule = crate::scratch::ScratchRule::InclusiveScan {
+                            n,
+                            t_bytes: dt.size(),
+                        };
+                        drop(rt.scratch(bytes, rule, OP)?);
+                    }
+                    _ => rt.note_unmeasured(format!(
+                        "CUB's storage for the cumsum of {n} {dt} items is not measured for {}: taken as 0 bytes",
+                        rt.profile().name
+                    )),
+                }
             }
             drop(copy);
         }
@@ -426,6 +441,37 @@ pub(crate) fn constant_pad_backward(grad: &Tensor, pad: &[i64]) -> Result<Tensor
 #[cfg(test)]
 mod tests {
     use crate::{DType, Device, Runtime};
+
+    /// `cumsum` of a bool mask as `cumsum_out` runs it: the int64 output,
+    /// the int64 copy of the input, and, for a batch of one, CUB's 1,279
+    /// bytes (rounded to 1,536) while both are live; a 0-dim input gets its
+    /// output only. fp16 scans, never measured, take no storage.
+    #[test]
+    fn cumsum_allocates_as_cumsum_out() {
+        let rt = Runtime::default();
+        for (rows, cub) in [(1, 1536), (4, 0)] {
+            let mask = rt.empty(&[rows, 1536], DType::Bool, Device::Cuda).unwrap();
+            let before = rt.memory_allocated();
+            rt.reset_peak_memory_stats();
+            let out = mask.cumsum(-1).unwrap();
+            let bytes = rows * 1536 * 8;
+            assert_eq!(out.dtype(), DType::I64);
+            assert_eq!(rt.memory_allocated() - before, bytes);
+            assert_eq!(
+                rt.max_memory_allocated() - before,
+                2 * bytes + cub,
+                "{rows} rows"
+            );
+        }
+        let scalar = rt.empty(&[], DType::I32, Device::Cuda).unwrap();
+        let before = rt.memory_allocated();
+        rt.reset_peak_memory_stats();
+        let out = scalar.cumsum(0).unwrap();
+        assert_eq!(out.sizes(), &[] as &[i64]);
+        assert_eq!(rt.max_memory_allocated() - before, 512);
+        let half = rt.empty(&[100], DType::F16, Device::Cuda).unwrap();
+        assert!(half.cumsum(0).is_ok());
+    }
 
     #[test]
     fn cat_skips_legacy_empty_and_copies_the_rest() {
