@@ -124,6 +124,7 @@ struct PlanJson {
     levers: Vec<LeverJson>,
     checkpointing_for_target: Option<CheckpointJson>,
     accumulation_for_target: Option<AccumulationJson>,
+    unmeasured: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -272,6 +273,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 extra_step_fraction: c.extra_step_fraction,
             }),
             accumulation_for_target: accum,
+            unmeasured: mb.unmeasured(),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -300,6 +302,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 at.map(|e| format_size(e.peak_allocated_bytes.max(0) as u64))
                     .unwrap_or_default()
             )?;
+        }
+        for u in mb.unmeasured() {
+            writeln!(out, "warning: {u}")?;
         }
         if let Some(t) = &mb.first_failure {
             if let Some(o) = &t.oom {

@@ -149,6 +149,28 @@ fn estimate_names_the_sizes_it_did_not_measure() {
     let args = "estimate --model vit-base-patch16-224 --mode train --batch 4 --json";
     let out = run(bin().args(args.split_whitespace()), 0);
     assert_eq!(json(&out)["unmeasured"], serde_json::json!([]));
+    // plan names those of the runs that decide its answer
+    let limit = "--task image --mode train --memory-limit 1000000000 --no-levers";
+    let out = vramscope("plan", &p, &format!("{limit} --json"), 0);
+    let plan = json(&out);
+    let max = plan["max_batch"].as_i64().unwrap();
+    let notes = plan["unmeasured"].as_array().unwrap();
+    assert_eq!(notes.len(), 4, "{notes:?}");
+    assert!(notes[0]
+        .as_str()
+        .unwrap()
+        .contains(&format!("input [{max}, 3, 384, 384]")));
+    assert!(notes[2]
+        .as_str()
+        .unwrap()
+        .contains(&format!("input [{}, 3, 384, 384]", max + 1)));
+    let out = vramscope("plan", &p, limit, 0);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.matches("warning: cuDNN's workspace").count(),
+        4,
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -20,6 +20,8 @@ pub struct Try {
     pub peak_reserved_bytes: i64,
     /// the out-of-memory that stopped it
     pub oom: Option<Oom>,
+    /// sizes the run took without a measurement (`Estimate::unmeasured`)
+    pub unmeasured: Vec<String>,
 }
 
 /// The answer of the search.
@@ -34,6 +36,23 @@ pub struct MaxBatch {
     /// the out-of-memory of the smallest failing batch (`max_batch + 1`
     /// unless the cap was reached)
     pub first_failure: Option<Try>,
+}
+
+impl MaxBatch {
+    /// The sizes taken without a measurement by the two runs that decide
+    /// the answer, the one at `max_batch` and the smallest that fails, once
+    /// each, in the order met: what could move the boundary.
+    pub fn unmeasured(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let at = self.at_max.iter().flat_map(|e| &e.unmeasured);
+        let next = self.first_failure.iter().flat_map(|t| &t.unmeasured);
+        for u in at.chain(next) {
+            if !out.contains(u) {
+                out.push(u.clone());
+            }
+        }
+        out
+    }
 }
 
 /// Run `workload` at `batch` under `options`' limit.
@@ -53,6 +72,7 @@ pub fn try_batch(
         fits: est.oom.is_none(),
         peak_reserved_bytes: est.peak_reserved_bytes,
         oom: est.oom.clone(),
+        unmeasured: est.unmeasured.clone(),
     };
     Ok((t, est))
 }

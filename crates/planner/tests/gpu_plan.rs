@@ -54,6 +54,10 @@ fn check(list: &str, plan: &str, dir: &str) -> (usize, usize, Vec<String>) {
         match max_batch(&rec.config, &case.workload, &opts, &mut |_| {}) {
             Ok(mb) => {
                 println!("{name:<28} twin {:>4}  gpu {gpu_max:>4}", mb.max_batch);
+                // only the workload with unmeasured workspaces says so
+                if mb.unmeasured().is_empty() == KNOWN.iter().any(|(k, _)| *k == name) {
+                    bad.push(format!("{name}: unmeasured {:?}", mb.unmeasured()));
+                }
                 match KNOWN.iter().find(|(k, _)| *k == name) {
                     Some((_, twin)) => {
                         if mb.max_batch != *twin {
