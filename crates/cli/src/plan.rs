@@ -133,6 +133,7 @@ struct SweepJson<'a> {
     model_type: String,
     capacity_bytes: u64,
     cells: Vec<CellJson<'a>>,
+    unmeasured: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -391,6 +392,18 @@ fn run_sweep(
     let pb = bar(Some((batches.len() * seqs.len()) as u64), "sweep");
     let cells: Vec<SweepCell> = sweep(config, base, batches, seqs, options, &mut |_| pb.inc(1))?;
     pb.finish_and_clear();
+    // the cells that took a size without a measurement, and the first note
+    let unmeasured: Vec<&SweepCell> = cells.iter().filter(|c| !c.unmeasured.is_empty()).collect();
+    let warning = unmeasured.first().map(|c| {
+        format!(
+            "warning: {} of {} cells took sizes without a measurement, as at batch {} seq {}: {}",
+            unmeasured.len(),
+            cells.len(),
+            c.batch,
+            c.seq,
+            c.unmeasured[0]
+        )
+    });
     if let Some(path) = &args.html {
         let points: Vec<SweepPoint> = cells
             .iter()
@@ -431,10 +444,23 @@ fn run_sweep(
                     _p: std::marker::PhantomData,
                 })
                 .collect(),
+            unmeasured: {
+                let mut all: Vec<String> = Vec::new();
+                for u in unmeasured.iter().flat_map(|c| &c.unmeasured) {
+                    if !all.contains(u) {
+                        all.push(u.clone());
+                    }
+                }
+                all
+            },
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
     } else if args.csv {
+        if let Some(w) = &warning {
+            // (stderr: the CSV stays machine-readable)
+            eprintln!("{w}");
+        }
         writeln!(
             out,
             "batch,seq,peak_reserved_bytes,peak_allocated_bytes,fits,model_ran"
@@ -473,6 +499,9 @@ fn run_sweep(
                 write!(out, " {txt:>13}")?;
             }
             writeln!(out)?;
+        }
+        if let Some(w) = &warning {
+            writeln!(out, "{w}")?;
         }
     }
     Ok(ExitCode::from(EXIT_OK))

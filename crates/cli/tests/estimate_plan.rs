@@ -171,6 +171,24 @@ fn estimate_names_the_sizes_it_did_not_measure() {
         4,
         "{text}"
     );
+    // and a sweep, in every cell
+    let out = vramscope(
+        "plan",
+        &p,
+        "--task image --mode train --batch 1..4 --json",
+        0,
+    );
+    let notes = json(&out)["unmeasured"].as_array().unwrap().clone();
+    assert_eq!(notes.len(), 2 * 4, "{notes:?}");
+    let out = vramscope("plan", &p, "--task image --mode train --batch 1..4", 0);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("warning: 4 of 4 cells took sizes without a measurement"),
+        "{text}"
+    );
+    let args = "plan --model vit-base-patch16-224 --mode train --batch 1..4 --json";
+    let out = run(bin().args(args.split_whitespace()), 0);
+    assert_eq!(json(&out)["unmeasured"], serde_json::json!([]));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

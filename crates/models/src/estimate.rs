@@ -479,6 +479,7 @@ fn later_phases(
             .map(|(i, r)| (i - start, r.clone()))
             .collect(),
         measured_sizes: reqs.measured_sizes,
+        unmeasured: reqs.unmeasured.clone(),
         switches: reqs
             .switches
             .iter()

@@ -83,6 +83,9 @@ pub struct Requests {
     /// the count-dependent paths the kernels took, in order, each with the
     /// number of requests before it ([`PathSwitch`])
     pub switches: Vec<(usize, PathSwitch)>,
+    /// sizes the run took without a measurement
+    /// ([`crate::Estimate::unmeasured`]; a template's are its base run's)
+    pub unmeasured: Vec<String>,
 }
 
 impl Requests {
@@ -148,6 +151,7 @@ impl Requests {
             rules,
             measured_sizes: est.events.measured_sizes,
             switches,
+            unmeasured: est.unmeasured.clone(),
         })
     }
 
@@ -438,6 +442,7 @@ impl Requests {
                 .map(|(i, r)| (*i, r.clone()))
                 .collect(),
             measured_sizes: self.measured_sizes,
+            unmeasured: self.unmeasured.clone(),
             switches: self
                 .switches
                 .iter()
@@ -1102,6 +1107,7 @@ impl BatchTemplate {
             phases: self.base.phases.clone(),
             rules: BTreeMap::new(),
             measured_sizes: false,
+            unmeasured: self.base.unmeasured.clone(),
             switches: Vec::new(),
         };
         self.write_at(batch, keep_rules, &mut out).then_some(out)
@@ -1411,6 +1417,7 @@ mod tests {
             requests,
             rules: BTreeMap::new(),
             measured_sizes: false,
+            unmeasured: Vec::new(),
             switches: Vec::new(),
         }
     }
@@ -1433,6 +1440,7 @@ mod tests {
             phases,
             rules: BTreeMap::new(),
             measured_sizes: false,
+            unmeasured: Vec::new(),
             switches: Vec::new(),
         }
     }
@@ -1535,6 +1543,7 @@ mod tests {
                     BTreeMap::new()
                 },
                 measured_sizes: false,
+                unmeasured: Vec::new(),
                 switches: Vec::new(),
             }
         };
@@ -1579,6 +1588,7 @@ mod tests {
             ],
             rules: BTreeMap::new(),
             measured_sizes: false,
+            unmeasured: Vec::new(),
             switches: Vec::new(),
         };
         let four = two.repeat_steps(4).unwrap();
@@ -1627,6 +1637,7 @@ mod tests {
                 requests,
                 rules: BTreeMap::new(),
                 measured_sizes: false,
+                unmeasured: Vec::new(),
                 switches: vec![(
                     0,
                     PathSwitch {

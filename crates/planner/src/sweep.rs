@@ -42,6 +42,10 @@ pub struct SweepCell {
     /// the model ran at this batch size (else its requests came from a
     /// template fitted on three batch sizes around it)
     pub model_ran: bool,
+    /// sizes the cell's run took without a measurement
+    /// (`Estimate::unmeasured`; for a template's cell, those of the run it
+    /// was fitted on)
+    pub unmeasured: Vec<String>,
 }
 
 /// Estimate every (batch, seq) of the grid. `progress` sees each cell.
@@ -121,6 +125,7 @@ pub fn sweep(
                 peak_allocated_bytes: v.figures.peak_allocated_bytes,
                 fits: v.fits,
                 model_ran: matches!(source, Source::Model(_)),
+                unmeasured: reqs.unmeasured.clone(),
             };
             progress(&cell);
             out.push(cell);
