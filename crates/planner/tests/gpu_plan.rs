@@ -99,12 +99,18 @@ fn largest_batch_equals_the_gpu() {
 /// run on an H200 found the same three numbers).
 #[test]
 fn largest_batch_equals_the_gpu_on_unseen_workloads() {
+    check_set("", 3);
+}
+
+/// [`check`] on the unseen set named by `suffix` (`""`, `"2"`), which has
+/// `count` bisected workloads.
+fn check_set(suffix: &str, count: usize) {
     let (n, _, bad) = check(
-        "validation/unseen_cases.json",
-        "fixtures/plan/unseen_plan_h100.jsonl",
-        "fixtures/estimate_unseen",
+        &format!("validation/unseen{suffix}_cases.json"),
+        &format!("fixtures/plan/unseen{suffix}_plan_h100.jsonl"),
+        &format!("fixtures/estimate_unseen{suffix}"),
     );
-    assert_eq!(n, 3);
+    assert_eq!(n, count);
     assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
 }
 
@@ -115,13 +121,7 @@ fn largest_batch_equals_the_gpu_on_unseen_workloads() {
 /// ViT on 384-pixel images in 32-pixel patches.
 #[test]
 fn largest_batch_equals_the_gpu_on_a_second_unseen_set() {
-    let (n, _, bad) = check(
-        "validation/unseen2_cases.json",
-        "fixtures/plan/unseen2_plan_h100.jsonl",
-        "fixtures/estimate_unseen2",
-    );
-    assert_eq!(n, 4);
-    assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
+    check_set("2", 4);
 }
 
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each
