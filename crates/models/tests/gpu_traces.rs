@@ -52,11 +52,12 @@ const KNOWN_DIFFERENT: [&str; 4] = [
 /// The recorded workloads: (case list, fixture directory with its
 /// `traces.tgz`). The first is the set the twin was built against; the
 /// others were recorded afterwards (see their READMEs).
-const SETS: [(&str, &str); 4] = [
+const SETS: [(&str, &str); 5] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
     ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
+    ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
 ];
 
 /// Cases whose requests differ from the GPU's, and why: the patch
@@ -210,7 +211,7 @@ fn requests_equal_the_gpus_up_to_the_order_of_consecutive_frees() {
             different.push(case.name.clone());
         }
     });
-    assert_eq!(n, 67, "every recorded workload");
+    assert_eq!(n, 71, "every recorded workload");
     assert_eq!(
         different, REQUESTS_DIFFER,
         "the cases whose requests differ from the GPU's changed"
@@ -310,7 +311,7 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
         }
     });
     assert_eq!(
-        checked, 63,
+        checked, 67,
         "every recorded workload without expandable segments"
     );
     assert!(

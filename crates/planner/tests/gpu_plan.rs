@@ -124,6 +124,16 @@ fn largest_batch_equals_the_gpu_on_a_second_unseen_set() {
     check_set("2", 4);
 }
 
+/// A fourth set, bisected after the simulated device took the driver's
+/// placement (`validation/unseen4_plan_cases.json`, on the H100): Qwen3-0.6B
+/// in bf16 at sequence length 1024, Llama-3.2-1B in bf16 with SGD momentum
+/// and checkpointing at 2048, GPT-2 in fp32 with fp16 autocast, BERT-base
+/// in fp32.
+#[test]
+fn largest_batch_equals_the_gpu_on_a_fourth_unseen_set() {
+    check_set("4", 4);
+}
+
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each
 /// in fresh processes with ASLR on, and twice with it off
 /// (`fixtures/plan/vit_repeat_h100.jsonl`): the GPU gives the same verdict
