@@ -51,6 +51,22 @@ fn dtype(s: &str) -> Result<DType> {
     }
 }
 
+/// The recorded sets, as paths from the repository's root: (case list,
+/// fixture directory with each case's `NAME.json` and a `traces.tgz`). The
+/// first is the set the twin was built against; the others were chosen and
+/// recorded afterwards and compared with the twin unchanged, each described
+/// in its directory's README (`unseen`, where a first run on an H200 gave
+/// the same figures; `unseen2`: presets of real models and paths the first
+/// sets left out; `unseen3`: presets at full size; `unseen4`: the workloads
+/// of a fourth set of bisections).
+pub const SETS: [(&str, &str); 5] = [
+    ("validation/hf_cases.json", "fixtures/estimate"),
+    ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
+    ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
+    ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
+    ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
+];
+
 /// Every case of the text of `validation/hf_cases.json`.
 pub fn cases(text: &str) -> Result<Vec<Case>> {
     let v: Value = serde_json::from_str(text).map_err(|e| ModelError::Json(e.to_string()))?;

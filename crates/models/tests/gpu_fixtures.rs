@@ -7,7 +7,7 @@
 //! `cargo test -p vramscope-models --test gpu_fixtures -- --nocapture` prints
 //! each case's differences.
 
-use vramscope_models::fixture::{self, Case};
+use vramscope_models::fixture::{self, Case, SETS};
 use vramscope_models::{estimate, EstimateOptions};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -45,21 +45,6 @@ const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[
 /// Cases where the twin takes a size it has no measurement for, and says
 /// so (`Estimate::unmeasured`); every other case must have none.
 const UNMEASURED: &[&str] = &["u2_vit_train_fp32_sgdm_img384_p32_b24"];
-
-/// (case list, fixture directory): the workloads the twin was built
-/// against, and four sets chosen and measured afterwards without changing
-/// the twin, each described in its fixture directory's README
-/// (`validation/unseen_cases.json`, recorded on the H100, where a first run
-/// on an H200 gave the same figures in every phase; `unseen2`: presets of
-/// real models and paths the first sets left out; `unseen3`: presets at
-/// full size; `unseen4`: the workloads of a fourth set of bisections).
-const SETS: [(&str, &str); 5] = [
-    ("validation/hf_cases.json", "fixtures/estimate"),
-    ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
-    ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
-    ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
-    ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
-];
 
 fn cases() -> Vec<(Case, &'static str)> {
     SETS.iter()

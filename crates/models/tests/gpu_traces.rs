@@ -21,7 +21,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use vramscope_alloc::{CachingAllocator, Device};
-use vramscope_models::fixture::{self, Case, Recorded};
+use vramscope_models::fixture::{self, Case, Recorded, SETS};
 use vramscope_models::{estimate, Estimate, EstimateOptions};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -47,17 +47,6 @@ const KNOWN_DIFFERENT: [&str; 4] = [
     "gpt2_train_autocast_ckpt",
     "qwen2_train_autocast_sgdm",
     "roberta_train_autocast",
-];
-
-/// The recorded workloads: (case list, fixture directory with its
-/// `traces.tgz`). The first is the set the twin was built against; the
-/// others were recorded afterwards (see their READMEs).
-const SETS: [(&str, &str); 5] = [
-    ("validation/hf_cases.json", "fixtures/estimate"),
-    ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
-    ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
-    ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
-    ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
 ];
 
 /// Cases whose requests differ from the GPU's, and why: the patch
