@@ -165,8 +165,10 @@ pub(crate) fn exclusive_sum_bytes(capability: (u32, u32), n: u64, t_bytes: u64) 
 /// `ScanTileState<T>` of its tiles, like [`exclusive_sum_bytes`], but with
 /// PyTorch's `std::plus` functor, which CUB's sm_90 tunings do not take (they
 /// are for `cuda::std::plus` on primitive types), so the tile is the default
-/// policy's: `MemBoundScaling<128 threads, 15 items>`, 7 x 128 = 896 for
-/// 8-byte `T`, 15 x 128 = 1920 for 4-byte. Measured on the H100
+/// policy's (`tuning_scan.cuh`: `Policy900` falls back to `DefaultPolicy`,
+/// `AgentScanPolicy<128, 15, AccumT, ...>`, whose items scale by
+/// `MemBoundScaling`): 7 x 128 = 896 for 8-byte `T`, 15 x 128 = 1920 for
+/// 4-byte. Measured on the H100
 /// (`validation/cub_scan.py`, `fixtures/ops/cub_scan_h100.jsonl`): 1,279 bytes
 /// up to 12,288 int64 items, 300,799 at 16,777,216; the test below checks
 /// every measured size. Floating `T` of other sizes (bf16, fp16) were not

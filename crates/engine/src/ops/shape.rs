@@ -300,8 +300,9 @@ impl Tensor {
             } else {
                 Some(input.contiguous()?)
             };
-            // `at::cuda::cub::inclusive_scan`'s `max_cub_size`: longer scans
-            // go in chunks, with a carry buffer between them
+            // `at::cuda::cub::inclusive_scan`'s `max_cub_size` (ATen
+            // `cuda/cub.cuh`: `int max / 2 + 1`, 2^30): longer scans go in
+            // chunks, with a carry buffer between them
             const MAX_CUB_SIZE: i64 = 1 << 30;
             if n == self.sizes()[d] {
                 let capability = rt.profile().capability;
