@@ -17,8 +17,19 @@ for dt in bf16 fp32 fp16; do
 done
 for dt in fp32 bf16 fp16; do
   jobs+=("sizes 768 16 224 $dt 1-256" "pressure 768 16 224 $dt 1-128" "pressure 768 16 224 $dt 129-256")
-  for kpi in "192 16 224" "1024 16 224" "768 32 224" "768 16 384"; do
+  # ViT-B/32 at 384 px (the second unseen set's), CLIP/DINOv2-style /14 patches, ViT-L/16 at 384
+  for kpi in "192 16 224" "1024 16 224" "768 32 224" "768 16 384" \
+             "768 32 384" "1024 14 224" "1024 16 384"; do
     jobs+=("sizes $kpi $dt 1-128" "pressure $kpi $dt 1-128")
+  done
+done
+# a grid of other widths and patchings, workspaces only (what try_configs falls back to is
+# measured for hidden 384 alone)
+for dt in fp32 bf16 fp16; do
+  for k in 256 512 640 1280; do
+    for pi in "16 224" "32 224" "14 224" "16 384" "32 384"; do
+      jobs+=("sizes $k $pi $dt 1-128")
+    done
   done
 done
 i=0

@@ -121,8 +121,8 @@ fn estimate_names_the_sizes_it_did_not_measure() {
     let p = dir.join("config.json");
     std::fs::write(
         &p,
-        r#"{"model_type": "vit", "hidden_size": 512, "intermediate_size": 2048,
-            "num_hidden_layers": 2, "num_attention_heads": 8, "image_size": 384,
+        r#"{"model_type": "vit", "hidden_size": 320, "intermediate_size": 1280,
+            "num_hidden_layers": 2, "num_attention_heads": 5, "image_size": 384,
             "patch_size": 32}"#,
     )
     .unwrap();
@@ -137,7 +137,7 @@ fn estimate_names_the_sizes_it_did_not_measure() {
     assert!(notes[0]
         .as_str()
         .unwrap()
-        .contains("forward convolution of input [4, 3, 384, 384] by weight [512, 3, 32, 32]"));
+        .contains("forward convolution of input [4, 3, 384, 384] by weight [320, 3, 32, 32]"));
     assert!(notes[1].as_str().unwrap().contains("weight gradient"));
     let out = vramscope("estimate", &p, "--task image --mode train --batch 4", 0);
     let text = String::from_utf8(out.stdout).unwrap();

@@ -30,21 +30,14 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 ///   with ASLR, and of 30 fresh processes (6 on the H100, 24 on an H200) 4
 ///   gave other figures in 10 phases (`step1` 3,228,672 bytes, 0.380%,
 ///   above the recorded one); 7 of 7 with ASLR off gave the recorded ones.
-/// - `u2_vit_train_fp32_sgdm_img384_p32_b24` (5.700% reserved): a patch
-///   embedding whose cuDNN workspaces are not in the measured table
-///   (`ops/conv.rs`: 384-pixel images, 32-pixel patches, width 512). The
-///   twin takes them as 0 bytes; at the end of `backward0` the GPU maps a
-///   70 MiB segment for the 72,090,256-byte workspace of the weight
-///   gradient.
 const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[
     ("gpt2_train_fp32", 0.0061, 0.0),
     ("gpt2_train_autocast_ckpt", 0.0063, 0.0121),
-    ("u2_vit_train_fp32_sgdm_img384_p32_b24", 0.0024, 0.058),
 ];
 
 /// Cases where the twin takes a size it has no measurement for, and says
 /// so (`Estimate::unmeasured`); every other case must have none.
-const UNMEASURED: &[&str] = &["u2_vit_train_fp32_sgdm_img384_p32_b24"];
+const UNMEASURED: &[&str] = &[];
 
 fn cases() -> Vec<(Case, &'static str)> {
     SETS.iter()
