@@ -59,12 +59,14 @@ fn dtype(s: &str) -> Result<DType> {
 /// the same figures; `unseen2`: presets of real models and paths the first
 /// sets left out; `unseen3`: presets at full size; `unseen4`: the workloads
 /// of a fourth set of bisections).
-pub const SETS: [(&str, &str); 5] = [
+pub const SETS: [(&str, &str); 7] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
     ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
     ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
+    ("validation/unseen5_cases.json", "fixtures/estimate_unseen5"),
+    ("validation/unseen6_cases.json", "fixtures/estimate_unseen6"),
 ];
 
 /// Every case of the text of `validation/hf_cases.json`.

@@ -191,3 +191,13 @@ fn unseen3() {
 fn unseen4() {
     check(&["u4_"]);
 }
+
+#[test]
+fn unseen5() {
+    check(&["u5_"]);
+}
+
+#[test]
+fn unseen6() {
+    check(&["u6_"]);
+}

@@ -211,19 +211,28 @@ fn check_batch_size_and_num_heads(p: &Params<'_>, supports_gqa: bool) -> bool {
     qh == kh && qh == vh
 }
 
-/// `check_cudnn_tensor_shapes` (cuDNN 9.x, sm90): batch and heads at most
-/// 65535, head dims at most 128 (192/128 allowed) and multiples of 8, no
-/// key/value sequence of length 1, no dropout with a query of length 1.
-/// The 256-head-dim extension needs cuDNN > 9.22 with frontend >= 1.24,
-/// newer than the cuDNN 9.1x of the 2.11+cu130 wheels.
-fn check_cudnn_tensor_shapes(p: &Params<'_>) -> bool {
+/// `check_cudnn_tensor_shapes` with the cuDNN of the 2.11+cu130 wheels
+/// (9.19, at least 9.11): batch and heads at most 65535; head dims at most
+/// 128, raised to 256 on sm 9.0 exactly ("Hopper: head_dim<=256 support
+/// with cuDNN >= 9.10.0") and to 192 for (192, 128) on sm 10.x (cuDNN >=
+/// 9.11); multiples of 8; no key/value sequence of length 1, no dropout
+/// with a query of length 1. The H100 confirms the Hopper rule:
+/// `u5_gemma2_9b_infer_bf16_b1_s1024` (head dim 256) runs cuDNN's kernel
+/// (two 8-byte philox tensors, the output, the 256-byte workspace).
+fn check_cudnn_tensor_shapes(p: &Params<'_>, capability: (u32, u32)) -> bool {
     const MAX: i64 = 65535;
     if p.q.size(0) > MAX || p.q.size(1) > MAX {
         return false;
     }
     let (s_q, s_k) = (p.q.size(2), p.k.size(2));
     let (d_qk, d_v) = (p.q.size(3), p.v.size(3));
-    let limit = if d_qk == 192 && d_v == 128 { 192 } else { 128 };
+    let limit = if capability == (9, 0) {
+        256
+    } else if capability.0 == 10 && d_qk == 192 && d_v == 128 {
+        192
+    } else {
+        128
+    };
     if d_qk > limit || d_v > limit || d_qk % 8 != 0 || d_v % 8 != 0 {
         return false;
     }
@@ -237,7 +246,7 @@ fn check_cudnn_tensor_shapes(p: &Params<'_>) -> bool {
 /// probability that is not a multiple of 1/16: `bert_train_bf16_sgdm`
 /// (attention dropout 0.1) runs cuDNN on the H100, so the newer
 /// `check_cudnn_dropout` filter is not applied.
-fn can_use_cudnn(p: &Params<'_>) -> bool {
+fn can_use_cudnn(p: &Params<'_>, capability: (u32, u32)) -> bool {
     check_on_cuda(p)
         && check_tensor_shapes(p)
         && check_dtype(p, &[DType::F16, DType::BF16])
@@ -245,7 +254,7 @@ fn can_use_cudnn(p: &Params<'_>) -> bool {
         && check_nonzero_sequence_lengths(p)
         && check_last_dim_stride_equals_1(p, true)
         && check_batch_size_and_num_heads(p, true)
-        && check_cudnn_tensor_shapes(p)
+        && check_cudnn_tensor_shapes(p, capability)
 }
 
 /// `can_use_flash_attention` (sm80..sm121; the sm86/89 head-dim rule does
@@ -281,8 +290,8 @@ fn can_use_efficient(p: &Params<'_>) -> bool {
 /// sm 9.x / 10.x puts cuDNN first. The 2.11+cu130 wheels qualify: every
 /// bf16 attention in the H100 traces is cuDNN's (two 8-byte philox
 /// tensors, then the output, the logsumexp and a 256-byte workspace).
-fn prefers_cudnn(profile: &DeviceProfile) -> bool {
-    matches!(profile.capability.0, 9 | 10)
+fn prefers_cudnn(capability: (u32, u32)) -> bool {
+    matches!(capability.0, 9 | 10)
 }
 
 /// `select_sdp_backend`: the first backend of the priority order whose
@@ -291,7 +300,8 @@ fn select(rt: &Runtime, p: &Params<'_>) -> SdpaBackend {
     if p.q.device() != Device::Cuda {
         return SdpaBackend::Math;
     }
-    let order: [SdpaBackend; 4] = if prefers_cudnn(&rt.profile()) {
+    let capability = rt.profile().capability;
+    let order: [SdpaBackend; 4] = if prefers_cudnn(capability) {
         [
             SdpaBackend::Cudnn,
             SdpaBackend::Flash,
@@ -308,7 +318,7 @@ fn select(rt: &Runtime, p: &Params<'_>) -> SdpaBackend {
     };
     for b in order {
         let ok = match b {
-            SdpaBackend::Cudnn => can_use_cudnn(p),
+            SdpaBackend::Cudnn => can_use_cudnn(p, capability),
             SdpaBackend::Flash => can_use_flash(p),
             SdpaBackend::Efficient => can_use_efficient(p),
             SdpaBackend::Math => true,
@@ -1574,13 +1584,31 @@ mod tests {
         // bf16 GQA: cuDNN handles grouped heads
         let kvb = bshd(&rt, 2, DType::BF16, true);
         assert_eq!(pick(&bf, &kvb, &gqa), SdpaBackend::Cudnn);
-        // head dim 256 bf16: cuDNN refuses (> 128), flash takes it
+        // head dim 256 bf16: cuDNN takes it on sm 9.0 (its limit is 256
+        // there), with a mask too
         let q256 = rt
             .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
             .unwrap();
-        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Flash);
-        // ... unless there is a mask: flash refuses masks, efficient takes it
+        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Cudnn);
         let m = rt.randn(&[64, 64], DType::BF16, Device::Cuda).unwrap();
+        let masked = SdpaArgs {
+            attn_mask: Some(&m),
+            ..SdpaArgs::default()
+        };
+        assert_eq!(pick(&q256, &q256, &masked), SdpaBackend::Cudnn);
+        // head dim 264: cuDNN and flash refuse (> 256), efficient takes it
+        let q264 = rt
+            .randn(&[2, 4, 64, 264], DType::BF16, Device::Cuda)
+            .unwrap();
+        assert_eq!(pick(&q264, &q264, &causal), SdpaBackend::Efficient);
+        // on sm 8.0 cuDNN's limit is 128 and it comes last: flash takes head
+        // dim 256, and efficient when there is a mask (flash refuses masks)
+        let a100 = sm80();
+        let q256 = a100
+            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
+            .unwrap();
+        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Flash);
+        let m = a100.randn(&[64, 64], DType::BF16, Device::Cuda).unwrap();
         let masked = SdpaArgs {
             attn_mask: Some(&m),
             ..SdpaArgs::default()
@@ -1678,6 +1706,18 @@ mod tests {
     }
 
     /// A leaf (B, H, L, D) tensor requiring grad, contiguous.
+    /// A runtime on an sm 8.0 GPU (the H100's constants otherwise), where
+    /// cuDNN comes last in the priority order: flash takes head dim 256.
+    fn sm80() -> Runtime {
+        Runtime::new(crate::runtime::RuntimeConfig {
+            profile: DeviceProfile {
+                capability: (8, 0),
+                ..DeviceProfile::h100_torch_2_11()
+            },
+            ..Default::default()
+        })
+    }
+
     fn leaf(rt: &Runtime, shape: &[i64], dt: DType) -> Tensor {
         let t = rt.randn(shape, dt, Device::Cuda).unwrap();
         t.requires_grad_(true).unwrap();
@@ -1809,11 +1849,11 @@ mod tests {
 
     #[test]
     fn efficient_mask_is_padded_and_16bit_wide_heads_use_an_accumulator() {
-        // bf16, head dim 256 and a float mask: cuDNN (head dim) and flash
-        // (mask) refuse. preprocess_mask pads a last dim of 100 to 104
-        // (constant_pad_nd, then a slice); the 32x128_gmem kernel needs an
-        // fp32 output accumulator for the launch.
-        let rt = Runtime::default();
+        // bf16, head dim 256 and a float mask on sm 8.0: flash (mask)
+        // refuses and cuDNN comes last. preprocess_mask pads a last dim of
+        // 100 to 104 (constant_pad_nd, then a slice); the 32x128_gmem kernel
+        // needs an fp32 output accumulator for the launch.
+        let rt = sm80();
         let (b, h, l, s, d) = (1, 2, 64, 100, 256);
         let q = rt.randn(&[b, h, l, d], DType::BF16, Device::Cuda).unwrap();
         let k = rt.randn(&[b, h, s, d], DType::BF16, Device::Cuda).unwrap();
@@ -1889,12 +1929,12 @@ mod tests {
 
     #[test]
     fn flash_forward_and_backward_allocations() {
-        // bf16 head dim 256: cuDNN refuses (> 128), flash runs. mha_fwd: out
+        // bf16 head dim 256 on sm 8.0: flash runs. mha_fwd: out
         // empty_like(q_t), lse (b, h, s_q), rng_state (2 x u64), _unused (u64);
         // mha_bwd: dq/dk/dv empty_like, softmax_d (b, h, ceil128(s_q)),
         // dq_accum (b, ceil128(s_q), h, d_rounded) fp32
         // (8 * 8 heads * 4 row blocks >= 0.8 * 264: no split-KV accumulators)
-        let rt = Runtime::default();
+        let rt = sm80();
         let (b, h, l, d) = (8, 8, 200, 256);
         let q = leaf(&rt, &[b, h, l, d], DType::BF16);
         let causal = SdpaArgs {
@@ -1943,7 +1983,7 @@ mod tests {
 
     #[test]
     fn flash_grouped_query_backward_expands_and_sums() {
-        let rt = Runtime::default();
+        let rt = sm80();
         let (b, h, hk, l, d) = (1, 8, 2, 128, 256);
         let q = leaf(&rt, &[b, h, l, d], DType::BF16);
         let k = leaf(&rt, &[b, hk, l, d], DType::BF16);
@@ -1983,10 +2023,11 @@ mod tests {
     #[test]
     fn flash_splits_keys_for_small_inference_batches() {
         // num_splits_heuristic: 1*2*1 row-blocks on 264 slots, 16 key blocks
+        // (sm 8.0, so that flash runs head dim 256; the H100's SM count)
         let profile = DeviceProfile::h100_torch_2_11();
         assert_eq!(flash_num_splits(&profile, 1, 2, 64, 4096, 64), 16);
         assert_eq!(flash_num_splits(&profile, 4, 8, 512, 512, 64), 1);
-        let rt = Runtime::default();
+        let rt = sm80();
         let q = rt
             .randn(&[1, 2, 64, 256], DType::BF16, Device::Cuda)
             .unwrap();
