@@ -1201,8 +1201,9 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// `find_expandable_block`: the lowest address with room for `size`.
-    fn find_expandable_block(&mut self, small: bool, stream: u64, size: u64) -> Id {
+    /// `find_expandable_block`: the lowest address with room for `size`;
+    /// `None` when a new segment's address range cannot be reserved.
+    fn find_expandable_block(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
         let p = pool_index(small);
         let cands: Vec<Id> = self.pools[p]
             .unmapped
@@ -1223,7 +1224,7 @@ impl<D: Device> CachingAllocator<D> {
                 b = self.b(b).next;
             }
             if bytes >= size {
-                return c;
+                return Some(c);
             }
         }
         // 2 MiB pages for the small pool, 20 MiB for the large; address space
@@ -1236,7 +1237,7 @@ impl<D: Device> CachingAllocator<D> {
         let (_, total) = self.device.mem_info();
         let address_space = total + total / 8;
         let max_handles = address_space.div_ceil(segment_size);
-        let base = self.device.reserve(segment_size * max_handles);
+        let base = self.device.reserve(segment_size * max_handles)?;
         let seg = ExpandableSegment {
             base,
             segment_size,
@@ -1251,12 +1252,12 @@ impl<D: Device> CachingAllocator<D> {
         self.bm(cand).mapped = false;
         let k = self.ukey(cand);
         self.pools[p].unmapped.insert(k);
-        cand
+        Some(cand)
     }
 
     /// `try_allocate_expandable_block`.
     fn try_allocate_expandable_block(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
-        let mut cand = self.find_expandable_block(small, stream, size);
+        let mut cand = self.find_expandable_block(small, stream, size)?;
         if !self.b(cand).mapped {
             let s = self.b(cand).size.min(size);
             if !self.map_block(cand, s) {

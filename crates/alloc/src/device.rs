@@ -9,8 +9,10 @@ pub trait Device {
     fn malloc(&mut self, size: u64) -> Option<u64>;
     /// `cudaFree`.
     fn free(&mut self, addr: u64, size: u64);
-    /// `cuMemAddressReserve(size)`: a virtual range for an expandable segment.
-    fn reserve(&mut self, size: u64) -> u64;
+    /// `cuMemAddressReserve(size)`: a virtual range for an expandable
+    /// segment, or `None` when no range of that size is left (the
+    /// allocator then fails the malloc as out of memory).
+    fn reserve(&mut self, size: u64) -> Option<u64>;
     /// `cuMemCreate` + `cuMemMap` of `size` bytes of physical pages at `addr`;
     /// `false` when the device has no memory left.
     fn map(&mut self, addr: u64, size: u64) -> bool;
@@ -47,14 +49,25 @@ pub struct SimDevice {
     beyond: u64,
 }
 
+/// Bytes an unlimited device has, total and allocatable: 64 PiB, more
+/// than any run the twin accepts (a tensor may not pass 1 PiB), and small
+/// enough that sums of sizes never overflow and that the address ranges
+/// expandable segments reserve (1 1/8 of the total each) fit by the
+/// hundred in the address space.
+pub const UNLIMITED_BYTES: u64 = 1 << 56;
+
 /// Physical allocation granularity of the CUDA driver: 2 MiB.
 const GRANULE: u64 = 2 * 1024 * 1024;
-/// Where `cuMemAddressReserve` ranges start (a typical CUDA VA on Linux).
-const BASE_ADDR: u64 = 0x7f00_0000_0000;
 /// The end of the CUDA context's range (its segments grow down from here;
-/// 64 MiB aligned like the traces' anchors).
+/// 64 MiB aligned like the traces' anchors). Every address the driver rule
+/// hands out lies below it.
 const DRIVER_ANCHOR: u64 = 0x7f80_0000_0000;
-/// Above every address the driver rule hands out.
+/// Where `cuMemAddressReserve` ranges start, counting up: above every
+/// `cudaMalloc` segment, so that the two never overlap. (Only the order of
+/// the reservations among themselves matters to the allocator: with
+/// expandable segments every block of a pool lies in one.)
+const RESERVE_BASE: u64 = DRIVER_ANCHOR;
+/// Above every address the driver rule hands out and every reservation.
 const BEYOND_ADDR: u64 = 1 << 63;
 
 impl SimDevice {
@@ -76,23 +89,29 @@ impl SimDevice {
             total,
             capacity: capacity.min(total),
             used: 0,
-            next_addr: BASE_ADDR,
+            next_addr: RESERVE_BASE,
             driver,
             beyond: BEYOND_ADDR,
         }
     }
-    /// A device that never runs out (for replays without a limit).
+    /// A device that never runs out (for replays without a limit):
+    /// [`UNLIMITED_BYTES`].
     pub fn unlimited() -> Self {
-        Self::new(u64::MAX / 4, u64::MAX / 4)
+        Self::new(UNLIMITED_BYTES, UNLIMITED_BYTES)
     }
     /// Bytes in use by the allocator's segments.
     pub fn used(&self) -> u64 {
         self.used
     }
-    fn bump(&mut self, size: u64) -> u64 {
+    /// The next reservation of `size` bytes, below [`BEYOND_ADDR`].
+    fn bump(&mut self, size: u64) -> Option<u64> {
         let a = self.next_addr;
-        self.next_addr += size.div_ceil(GRANULE) * GRANULE;
-        a
+        let end = a.checked_add(size.checked_next_multiple_of(GRANULE)?)?;
+        if end > BEYOND_ADDR {
+            return None;
+        }
+        self.next_addr = end;
+        Some(a)
     }
 }
 
@@ -116,7 +135,7 @@ impl Device for SimDevice {
         self.driver.free(addr);
         self.used -= size;
     }
-    fn reserve(&mut self, size: u64) -> u64 {
+    fn reserve(&mut self, size: u64) -> Option<u64> {
         self.bump(size)
     }
     fn map(&mut self, _addr: u64, size: u64) -> bool {
@@ -133,5 +152,61 @@ impl Device for SimDevice {
     }
     fn mem_info(&self) -> (u64, u64) {
         (self.capacity - self.used, self.total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AllocatorConfig, CachingAllocator};
+
+    /// Expandable segments' reservations lie above every `cudaMalloc`
+    /// segment and apart from each other, however many there are: on an
+    /// H100-sized device, ten reservations of 1 1/8 of its memory (a
+    /// range that grew up into the driver's chunks after about six, when
+    /// reservations started below them) and segments filling the device.
+    #[test]
+    fn reservations_never_overlap_segments_or_each_other() {
+        let total = 85_017_493_504;
+        let mut d = SimDevice::new(total, total);
+        let mut segments = Vec::new();
+        let mut reserved: Vec<(u64, u64)> = Vec::new();
+        let size = total + total / 8;
+        for _ in 0..10 {
+            reserved.push((d.reserve(size).unwrap(), size));
+            for _ in 0..100 {
+                let s = 80 << 20;
+                if let Some(a) = d.malloc(s) {
+                    segments.push((a, s));
+                }
+            }
+        }
+        assert_eq!(segments.len(), 1000);
+        let top = segments.iter().map(|(a, s)| a + s).max().unwrap();
+        for w in reserved.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?}");
+        }
+        assert!(top <= reserved[0].0, "a segment ends at {top:#x}");
+    }
+
+    /// On an unlimited device, reservations (1 1/8 of 64 PiB each) run out
+    /// of address space after about a hundred and say so, never wrapping
+    /// around: the allocator turns that into an out-of-memory error.
+    #[test]
+    fn reservations_run_out_without_wrapping() {
+        let mut d = SimDevice::unlimited();
+        let size = UNLIMITED_BYTES + UNLIMITED_BYTES / 8;
+        let got: Vec<u64> = std::iter::from_fn(|| d.reserve(size)).take(1000).collect();
+        assert!(got.len() > 100 && got.len() < 1000, "{}", got.len());
+        assert!(got.windows(2).all(|w| w[0] + size <= w[1]));
+        assert!(got.last().unwrap() + size <= BEYOND_ADDR);
+        // one expandable segment per stream and pool: 16 streams, no panic
+        let conf = AllocatorConfig::parse("expandable_segments:True").unwrap();
+        let mut a = CachingAllocator::with_device(conf, SimDevice::unlimited());
+        for stream in 0..16 {
+            a.malloc(512, stream).unwrap();
+            a.malloc(64 << 20, stream).unwrap();
+        }
+        assert_eq!(a.stats().num_device_alloc, 32);
     }
 }

@@ -33,7 +33,7 @@ pub use allocator::{
     Handle, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
 };
 pub use config::{AllocatorConfig, ConfigError, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
-pub use device::{Device, SimDevice};
+pub use device::{Device, SimDevice, UNLIMITED_BYTES};
 pub use error::{AllocError, OutOfMemory};
 pub use fits::Fit;
 pub use format::format_size;

@@ -516,8 +516,8 @@ fn run_model(
     check(config, workload)?;
     let mut profile = options.profile.clone();
     if options.unlimited {
-        profile.total_memory = u64::MAX / 4;
-        profile.usable_memory = u64::MAX / 4;
+        profile.total_memory = vramscope_alloc::UNLIMITED_BYTES;
+        profile.usable_memory = vramscope_alloc::UNLIMITED_BYTES;
     }
     let rt = Runtime::new(RuntimeConfig {
         profile,

@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 use vramscope_alloc::inthash::FastMap;
-use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice};
+use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice, UNLIMITED_BYTES};
 
 use vramscope_engine::{DeviceProfile, MemEvent, PathSwitch, ScratchRule};
 
@@ -549,7 +549,7 @@ pub fn renew_allocator(
     unlimited: bool,
 ) {
     let (total, usable) = if unlimited {
-        (u64::MAX / 4, u64::MAX / 4)
+        (UNLIMITED_BYTES, UNLIMITED_BYTES)
     } else {
         (profile.total_memory, profile.usable_memory)
     };

@@ -236,7 +236,7 @@ impl Device for GpuAddresses {
         self.live.remove(&addr);
         self.used -= size;
     }
-    fn reserve(&mut self, _size: u64) -> u64 {
+    fn reserve(&mut self, _size: u64) -> Option<u64> {
         unreachable!("expandable segments are not replayed on the GPU's addresses")
     }
     fn map(&mut self, _addr: u64, _size: u64) -> bool {

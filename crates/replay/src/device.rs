@@ -48,42 +48,44 @@ impl ScriptedDevice {
         }
     }
 
-    fn fresh(&mut self, size: u64) -> u64 {
+    /// An address past every one used so far; `None` past the address
+    /// space (sizes from an untrusted file).
+    fn fresh(&mut self, size: u64) -> Option<u64> {
         let a = self.fresh;
-        self.fresh += size.next_multiple_of(2 << 20);
-        a
+        self.fresh = a.checked_add(size.checked_next_multiple_of(2 << 20)?)?;
+        Some(a)
     }
 }
 
 impl Device for ScriptedDevice {
     fn malloc(&mut self, size: u64) -> Option<u64> {
-        if self.used + size > self.capacity {
+        let used = self.used.checked_add(size)?;
+        if used > self.capacity {
             return None;
         }
-        self.used += size;
-        Some(
-            match self.take(TraceAction::SegmentAlloc, Some(size), None) {
-                Some(a) => a,
-                None => self.fresh(size),
-            },
-        )
+        let addr = match self.take(TraceAction::SegmentAlloc, Some(size), None) {
+            Some(a) => a,
+            None => self.fresh(size)?,
+        };
+        self.used = used;
+        Some(addr)
     }
     fn free(&mut self, addr: u64, size: u64) {
         self.used -= size;
         self.take(TraceAction::SegmentFree, Some(size), Some(addr));
     }
-    fn reserve(&mut self, size: u64) -> u64 {
+    fn reserve(&mut self, size: u64) -> Option<u64> {
         // The first map of a new expandable segment is at its base.
         match self.script.get(self.cursor) {
-            Some(e) if e.action == TraceAction::SegmentMap => e.addr,
+            Some(e) if e.action == TraceAction::SegmentMap => Some(e.addr),
             _ => self.fresh(size),
         }
     }
     fn map(&mut self, addr: u64, size: u64) -> bool {
-        if self.used + size > self.capacity {
-            return false;
+        match self.used.checked_add(size) {
+            Some(u) if u <= self.capacity => self.used = u,
+            _ => return false,
         }
-        self.used += size;
         self.take(TraceAction::SegmentMap, Some(size), Some(addr));
         true
     }

@@ -262,7 +262,8 @@ pub fn replay(rec: &Recording, opts: &ReplayOptions) -> Result<ReplayReport, Rep
     let device = ScriptedDevice::new(
         seg_events.iter().map(|(_, e)| *e).collect(),
         opts.total_memory,
-        opts.device_capacity.unwrap_or(u64::MAX / 4),
+        opts.device_capacity
+            .unwrap_or(vramscope_alloc::UNLIMITED_BYTES),
     );
     let mut twin = CachingAllocator::with_device(opts.config.clone(), device);
     twin.record_history(true);
