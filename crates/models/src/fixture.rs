@@ -54,11 +54,13 @@ fn dtype(s: &str) -> Result<DType> {
 /// The recorded sets, as paths from the repository's root: (case list,
 /// fixture directory with each case's `NAME.json` and a `traces.tgz`). The
 /// first is the set the twin was built against; the others were chosen and
-/// recorded afterwards and compared with the twin unchanged, each described
-/// in its directory's README (`unseen`, where a first run on an H200 gave
-/// the same figures; `unseen2`: presets of real models and paths the first
-/// sets left out; `unseen3`: presets at full size; `unseen4`: the workloads
-/// of a fourth set of bisections).
+/// recorded afterwards, each described in its directory's README with what
+/// the twin as it then was gave (`unseen`, where a first run on an H200
+/// gave the same figures; `unseen2`: presets of real models and paths the
+/// first sets left out; `unseen3` and `unseen5`: presets at full size;
+/// `unseen4`: the workloads of a fourth set of bisections; `unseen6`: head
+/// dim 256, recorded to test the rule `unseen5` pointed at, so compared
+/// with the twin after it).
 pub const SETS: [(&str, &str); 7] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),

@@ -71,8 +71,9 @@ const OP: &str = "scaled_dot_product_attention";
 /// The cuDNN forward's workspace (`mha_graph->get_workspace_size()` in
 /// `run_cudnn_SDP_fprop`): 256 bytes on the H100 with torch 2.11+cu130 in
 /// every traced configuration (training and inference, masks, dropout,
-/// grouped-query attention, head dims 32..128) — a GPU measurement, since
-/// cuDNN's plan is opaque.
+/// grouped-query attention, head dims 32..256: up to 128 in
+/// `fixtures/estimate`, 256 in `u5_gemma2_9b_infer_bf16_b1_s1024` and the
+/// `u6_` set) — a GPU measurement, since cuDNN's plan is opaque.
 const CUDNN_FWD_WORKSPACE: u64 = 256;
 
 /// The cuDNN backward's workspace (`run_cudnn_SDP_bprop`), measured on the
@@ -83,7 +84,10 @@ const CUDNN_FWD_WORKSPACE: u64 = 256;
 /// `mha_now:bf16` (540,928 B), `llama_train_bf16_adamw` (4,260,096 B),
 /// `bert_train_bf16_sgdm` (dropout 0.1, 4,260,096 B), `mistral_train_bf16_sw`
 /// (a mask, 4,260,096 B), `llama_gqa_train_bf16` (12,681,472 B) and
-/// `gemma2_train_bf16` (4,227,328 B).
+/// `gemma2_train_bf16` (4,227,328 B); at head dim 256,
+/// `u6_gemma2_hd256_train_bf16_b2_s512` (grouped, 16,810,240 B) and
+/// `u6_gemma2_hd256_train_fp32_autocast_sw256_b2_s512` (its masked layers,
+/// whose key and value transformers repeats to every head: 8,421,632 B).
 pub(crate) fn cudnn_bwd_workspace(b: i64, h: i64, h_k: i64, s_q: i64, s_kv: i64, d_qk: i64) -> u64 {
     let mut n = b * h * s_q * d_qk * 4 + b * h * s_q * 4 + 256;
     if h_k != h {
@@ -286,12 +290,12 @@ fn can_use_efficient(p: &Params<'_>) -> bool {
         && check_dtype(p, &[DType::F16, DType::F32, DType::BF16])
 }
 
-/// `check_prefer_cudnn_attention` (CUDA 13 builds): cuDNN > 9.15 on
-/// sm 9.x / 10.x puts cuDNN first. The 2.11+cu130 wheels qualify: every
-/// bf16 attention in the H100 traces is cuDNN's (two 8-byte philox
-/// tensors, then the output, the logsumexp and a 256-byte workspace).
+/// `check_prefer_cudnn_attention`: cuDNN > 9.15 on sm 9.0, 9.3, 10.0 or
+/// 10.3 puts cuDNN first. The 2.11+cu130 wheels qualify: every bf16
+/// attention in the H100 traces is cuDNN's (two 8-byte philox tensors,
+/// then the output, the logsumexp and a 256-byte workspace).
 fn prefers_cudnn(capability: (u32, u32)) -> bool {
-    matches!(capability.0, 9 | 10)
+    matches!(capability.0, 9 | 10) && matches!(capability.1, 0 | 3)
 }
 
 /// `select_sdp_backend`: the first backend of the priority order whose
@@ -1614,6 +1618,40 @@ mod tests {
             ..SdpaArgs::default()
         };
         assert_eq!(pick(&q256, &q256, &masked), SdpaBackend::Efficient);
+        // sm 10.0: cuDNN first, its limit 128 but for (192, 128); head dim
+        // 256 goes to flash
+        let on = |capability| {
+            Runtime::new(crate::runtime::RuntimeConfig {
+                profile: DeviceProfile {
+                    capability,
+                    ..DeviceProfile::h100_torch_2_11()
+                },
+                ..Default::default()
+            })
+        };
+        let b200 = on((10, 0));
+        let q192 = b200
+            .randn(&[2, 4, 64, 192], DType::BF16, Device::Cuda)
+            .unwrap();
+        let v128 = b200
+            .randn(&[2, 4, 64, 128], DType::BF16, Device::Cuda)
+            .unwrap();
+        let sdpa_backend =
+            |q: &Tensor, k: &Tensor, v: &Tensor| Tensor::sdpa_backend(q, k, v, &causal).unwrap();
+        assert_eq!(sdpa_backend(&q192, &q192, &v128), SdpaBackend::Cudnn);
+        assert_eq!(sdpa_backend(&q192, &q192, &q192), SdpaBackend::Flash);
+        let q256 = b200
+            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
+            .unwrap();
+        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Flash);
+        // sm 12.0 and sm 10.1: cuDNN last; sm 9.0's 256 is for sm 9.0 alone
+        for cap in [(12, 0), (10, 1)] {
+            let rt = on(cap);
+            let q = rt
+                .randn(&[2, 4, 64, 64], DType::BF16, Device::Cuda)
+                .unwrap();
+            assert_eq!(pick(&q, &q, &causal), SdpaBackend::Flash, "{cap:?}");
+        }
         // a 3-D mask fails check_attn_mask_shape (cuDNN) but not efficient
         let m3 = rt.randn(&[1, S, S], DType::BF16, Device::Cuda).unwrap();
         let masked3 = SdpaArgs {
@@ -1705,7 +1743,6 @@ mod tests {
         assert_eq!(&bwd[..5], &[a(qkv), a(qkv), a(qkv), a(ws), f(ws)]);
     }
 
-    /// A leaf (B, H, L, D) tensor requiring grad, contiguous.
     /// A runtime on an sm 8.0 GPU (the H100's constants otherwise), where
     /// cuDNN comes last in the priority order: flash takes head dim 256.
     fn sm80() -> Runtime {
@@ -1718,6 +1755,7 @@ mod tests {
         })
     }
 
+    /// A leaf (B, H, L, D) tensor requiring grad, contiguous.
     fn leaf(rt: &Runtime, shape: &[i64], dt: DType) -> Tensor {
         let t = rt.randn(shape, dt, Device::Cuda).unwrap();
         t.requires_grad_(true).unwrap();
@@ -1760,6 +1798,9 @@ mod tests {
         assert_eq!(cudnn_bwd_workspace(4, 8, 8, 128, 128, 32), 540_928);
         assert_eq!(cudnn_bwd_workspace(4, 12, 4, 512, 512, 64), 12_681_472);
         assert_eq!(cudnn_bwd_workspace(2, 8, 4, 512, 512, 64), 4_227_328);
+        // head dim 256 (the u6_ traces)
+        assert_eq!(cudnn_bwd_workspace(2, 8, 4, 512, 512, 256), 16_810_240);
+        assert_eq!(cudnn_bwd_workspace(2, 8, 8, 512, 512, 256), 8_421_632);
     }
 
     #[test]
