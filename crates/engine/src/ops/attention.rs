@@ -1590,16 +1590,10 @@ mod tests {
         assert_eq!(pick(&bf, &kvb, &gqa), SdpaBackend::Cudnn);
         // head dim 256 bf16: cuDNN takes it on sm 9.0 (its limit is 256
         // there), with a mask too
-        let q256 = rt
-            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
-            .unwrap();
-        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Cudnn);
-        let m = rt.randn(&[64, 64], DType::BF16, Device::Cuda).unwrap();
-        let masked = SdpaArgs {
-            attn_mask: Some(&m),
-            ..SdpaArgs::default()
-        };
-        assert_eq!(pick(&q256, &q256, &masked), SdpaBackend::Cudnn);
+        assert_eq!(
+            head_dim_256_backends(&rt),
+            (SdpaBackend::Cudnn, SdpaBackend::Cudnn)
+        );
         // head dim 264: cuDNN and flash refuse (> 256), efficient takes it
         let q264 = rt
             .randn(&[2, 4, 64, 264], DType::BF16, Device::Cuda)
@@ -1607,28 +1601,12 @@ mod tests {
         assert_eq!(pick(&q264, &q264, &causal), SdpaBackend::Efficient);
         // on sm 8.0 cuDNN's limit is 128 and it comes last: flash takes head
         // dim 256, and efficient when there is a mask (flash refuses masks)
-        let a100 = sm80();
-        let q256 = a100
-            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
-            .unwrap();
-        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Flash);
-        let m = a100.randn(&[64, 64], DType::BF16, Device::Cuda).unwrap();
-        let masked = SdpaArgs {
-            attn_mask: Some(&m),
-            ..SdpaArgs::default()
-        };
-        assert_eq!(pick(&q256, &q256, &masked), SdpaBackend::Efficient);
+        assert_eq!(
+            head_dim_256_backends(&sm80()),
+            (SdpaBackend::Flash, SdpaBackend::Efficient)
+        );
         // sm 10.0: cuDNN first, its limit 128 but for (192, 128); head dim
         // 256 goes to flash
-        let on = |capability| {
-            Runtime::new(crate::runtime::RuntimeConfig {
-                profile: DeviceProfile {
-                    capability,
-                    ..DeviceProfile::h100_torch_2_11()
-                },
-                ..Default::default()
-            })
-        };
         let b200 = on((10, 0));
         let q192 = b200
             .randn(&[2, 4, 64, 192], DType::BF16, Device::Cuda)
@@ -1640,10 +1618,7 @@ mod tests {
             |q: &Tensor, k: &Tensor, v: &Tensor| Tensor::sdpa_backend(q, k, v, &causal).unwrap();
         assert_eq!(sdpa_backend(&q192, &q192, &v128), SdpaBackend::Cudnn);
         assert_eq!(sdpa_backend(&q192, &q192, &q192), SdpaBackend::Flash);
-        let q256 = b200
-            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
-            .unwrap();
-        assert_eq!(pick(&q256, &q256, &causal), SdpaBackend::Flash);
+        assert_eq!(head_dim_256_backends(&b200).0, SdpaBackend::Flash);
         // sm 12.0 and sm 10.1: cuDNN last; sm 9.0's 256 is for sm 9.0 alone
         for cap in [(12, 0), (10, 1)] {
             let rt = on(cap);
@@ -1743,16 +1718,43 @@ mod tests {
         assert_eq!(&bwd[..5], &[a(qkv), a(qkv), a(qkv), a(ws), f(ws)]);
     }
 
-    /// A runtime on an sm 8.0 GPU (the H100's constants otherwise), where
-    /// cuDNN comes last in the priority order: flash takes head dim 256.
-    fn sm80() -> Runtime {
+    /// A runtime on a GPU of this compute capability (the H100's
+    /// constants otherwise).
+    fn on(capability: (u32, u32)) -> Runtime {
         Runtime::new(crate::runtime::RuntimeConfig {
             profile: DeviceProfile {
-                capability: (8, 0),
+                capability,
                 ..DeviceProfile::h100_torch_2_11()
             },
             ..Default::default()
         })
+    }
+
+    /// A runtime on an sm 8.0 GPU, where cuDNN comes last in the priority
+    /// order: flash takes head dim 256.
+    fn sm80() -> Runtime {
+        on((8, 0))
+    }
+
+    /// The backends of a (2, 4, 64, 256) bf16 attention on `rt`: causal,
+    /// and with a 2-D mask.
+    fn head_dim_256_backends(rt: &Runtime) -> (SdpaBackend, SdpaBackend) {
+        let q = rt
+            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
+            .unwrap();
+        let m = rt.randn(&[64, 64], DType::BF16, Device::Cuda).unwrap();
+        let causal = SdpaArgs {
+            is_causal: true,
+            ..SdpaArgs::default()
+        };
+        let masked = SdpaArgs {
+            attn_mask: Some(&m),
+            ..SdpaArgs::default()
+        };
+        (
+            Tensor::sdpa_backend(&q, &q, &q, &causal).unwrap(),
+            Tensor::sdpa_backend(&q, &q, &q, &masked).unwrap(),
+        )
     }
 
     /// A leaf (B, H, L, D) tensor requiring grad, contiguous.
