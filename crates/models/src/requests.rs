@@ -84,7 +84,9 @@ pub struct Requests {
     /// number of requests before it ([`PathSwitch`])
     pub switches: Vec<(usize, PathSwitch)>,
     /// sizes the run took without a measurement
-    /// ([`crate::Estimate::unmeasured`]; a template's are its base run's)
+    /// ([`crate::Estimate::unmeasured`]; a run with any has no template:
+    /// its notes name its own shapes, and what it took for them is no
+    /// function of the batch that a fit could trust)
     pub unmeasured: Vec<String>,
 }
 
@@ -957,7 +959,8 @@ fn affine(b: [i64; 3], v: [i64; 3]) -> Option<(i64, i64)> {
 
 impl BatchTemplate {
     /// Fit from the requests at three different batch sizes; `None` unless
-    /// the three have the same structure, every tensor's size is an
+    /// the three have the same structure, took no size without a
+    /// measurement, every tensor's size is an
     /// integer-affine function of the batch through all three, and every
     /// library scratch either keeps its size or has a rule whose inputs are
     /// (its size then comes from the rule, evaluated for `profile`).
@@ -968,6 +971,9 @@ impl BatchTemplate {
         }
         let bs = [b0, b1, b2];
         if r0.measured_sizes || r1.measured_sizes || r2.measured_sizes {
+            return None;
+        }
+        if [r0, r1, r2].iter().any(|r| !r.unmeasured.is_empty()) {
             return None;
         }
         if !r0.same_structure(r1) || !r0.same_structure(r2) {

@@ -43,8 +43,8 @@ pub struct SweepCell {
     /// template fitted on three batch sizes around it)
     pub model_ran: bool,
     /// sizes the cell's run took without a measurement
-    /// (`Estimate::unmeasured`; for a template's cell, those of the run it
-    /// was fitted on)
+    /// (`Estimate::unmeasured`; a cell whose runs take any has no template,
+    /// so the model ran at its batch)
     pub unmeasured: Vec<String>,
 }
 
@@ -182,6 +182,35 @@ mod tests {
                 assert_eq!(whole.peak_reserved_bytes, c.peak_reserved_bytes, "{c:?}");
                 assert_eq!(whole.peak_allocated_bytes, c.peak_allocated_bytes, "{c:?}");
             }
+        }
+    }
+
+    /// A cell whose run takes a size without a measurement names its own
+    /// shapes: such runs get no template, so the model runs at every batch
+    /// (a template's cells quoted the batch it was fitted on).
+    #[test]
+    fn cells_with_unmeasured_sizes_name_their_own_batch() {
+        let config = HfConfig::parse(
+            r#"{"model_type": "vit", "hidden_size": 320, "intermediate_size": 1280,
+                "num_hidden_layers": 2, "num_attention_heads": 5, "image_size": 384,
+                "patch_size": 32}"#,
+        )
+        .unwrap();
+        let base = Workload {
+            steps: 2,
+            ..Workload::train(Task::Image, 1, 0)
+        };
+        let batches: Vec<i64> = (1..=9).collect();
+        let options = EstimateOptions::default();
+        let cells = sweep(&config, &base, &batches, &[0], &options, &mut |_| {}).unwrap();
+        assert_eq!(cells.len(), 9);
+        for c in &cells {
+            assert!(c.model_ran, "{c:?}");
+            let own = format!("input [{}, 3, 384, 384]", c.batch);
+            assert!(
+                !c.unmeasured.is_empty() && c.unmeasured.iter().all(|n| n.contains(&own)),
+                "{c:?}"
+            );
         }
     }
 }
