@@ -1235,9 +1235,11 @@ impl<D: Device> CachingAllocator<D> {
             self.config.large_segment_size
         };
         let (_, total) = self.device.mem_info();
-        let address_space = total + total / 8;
+        let address_space = total.checked_add(total / 8)?;
         let max_handles = address_space.div_ceil(segment_size);
-        let base = self.device.reserve(segment_size * max_handles)?;
+        let reserved = segment_size.checked_mul(max_handles)?;
+        let base = self.device.reserve(reserved)?;
+        base.checked_add(reserved)?;
         let seg = ExpandableSegment {
             base,
             segment_size,

@@ -49,24 +49,28 @@ pub struct SimDevice {
     beyond: u64,
 }
 
-/// Bytes an unlimited device has, total and allocatable: 64 PiB, more
-/// than any run the twin accepts (a tensor may not pass 1 PiB), and small
+/// Bytes an unlimited device has, total and allocatable: 64 PiB, small
 /// enough that sums of sizes never overflow and that the address ranges
 /// expandable segments reserve (1 1/8 of the total each) fit by the
-/// hundred in the address space.
+/// hundred in the address space. A workload that needs more (a tensor may
+/// not pass 1 PiB, but thousands of them can) is an error, not a figure
+/// (`vramscope_models::estimate`).
 pub const UNLIMITED_BYTES: u64 = 1 << 56;
 
 /// Physical allocation granularity of the CUDA driver: 2 MiB.
 const GRANULE: u64 = 2 * 1024 * 1024;
-/// The end of the CUDA context's range (its segments grow down from here;
-/// 64 MiB aligned like the traces' anchors). Every address the driver rule
-/// hands out lies below it.
+/// The CUDA context's anchor (segments grow down from here; 64 MiB aligned
+/// like the traces' anchors). The context's own chunk reaches 96 MiB above
+/// it, with a hole there that small segments take
+/// ([`DriverVa::CONTEXT_ABOVE_ANCHOR`]); every other address the driver
+/// rule hands out lies below it.
 const DRIVER_ANCHOR: u64 = 0x7f80_0000_0000;
 /// Where `cuMemAddressReserve` ranges start, counting up: above every
-/// `cudaMalloc` segment, so that the two never overlap. (Only the order of
-/// the reservations among themselves matters to the allocator: with
-/// expandable segments every block of a pool lies in one.)
-const RESERVE_BASE: u64 = DRIVER_ANCHOR;
+/// `cudaMalloc` segment (the context's chunk included), so that the two
+/// never overlap. (Only the order of the reservations among themselves
+/// matters to the allocator: with expandable segments every block of a
+/// pool lies in one.)
+const RESERVE_BASE: u64 = DRIVER_ANCHOR + DriverVa::CONTEXT_ABOVE_ANCHOR;
 /// Above every address the driver rule hands out and every reservation.
 const BEYOND_ADDR: u64 = 1 << 63;
 
@@ -164,7 +168,9 @@ mod tests {
     /// segment and apart from each other, however many there are: on an
     /// H100-sized device, ten reservations of 1 1/8 of its memory (a
     /// range that grew up into the driver's chunks after about six, when
-    /// reservations started below them) and segments filling the device.
+    /// reservations started below them) and segments filling the device,
+    /// small ones among them (the context's chunk has a hole above the
+    /// anchor that they take).
     #[test]
     fn reservations_never_overlap_segments_or_each_other() {
         let total = 85_017_493_504;
@@ -174,14 +180,15 @@ mod tests {
         let size = total + total / 8;
         for _ in 0..10 {
             reserved.push((d.reserve(size).unwrap(), size));
-            for _ in 0..100 {
-                let s = 80 << 20;
+            // 2 MiB segments go to the hole of the context's chunk, above
+            // the anchor, while it has room
+            for s in [2 << 20, 70 << 20].into_iter().cycle().take(200) {
                 if let Some(a) = d.malloc(s) {
                     segments.push((a, s));
                 }
             }
         }
-        assert_eq!(segments.len(), 1000);
+        assert_eq!(segments.len(), 2000);
         let top = segments.iter().map(|(a, s)| a + s).max().unwrap();
         for w in reserved.windows(2) {
             assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?}");

@@ -144,6 +144,10 @@ impl DriverVa {
         Self::with_context(anchor, false)
     }
 
+    /// How far the context's chunk reaches above the anchor (rule 4): no
+    /// address the rule hands out lies at or above `anchor` + this.
+    pub(crate) const CONTEXT_ABOVE_ANCHOR: u64 = 96 * MIB;
+
     fn with_context(anchor: u64, fresh: bool) -> Self {
         let lo = anchor - 416 * MIB;
         // What the context holds: all of B-416..B+96 but the two holes of a
@@ -163,7 +167,7 @@ impl DriverVa {
         };
         va.push_chunk(Chunk {
             lo,
-            hi: anchor + 96 * MIB,
+            hi: anchor + Self::CONTEXT_ABOVE_ANCHOR,
             segs,
         });
         va

@@ -330,3 +330,27 @@ fn sweep_json_and_plot_agree() {
     assert_eq!(page.matches(r#"fill="white""#).count(), hollow);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A workload past the twin's unlimited device (64 PiB: here 2,000 layers
+/// of a width 2^20 model, each weight under the 1 PiB per-tensor bound) is
+/// an error naming the bound, not the figures of a run cut short.
+#[test]
+fn a_workload_past_the_unlimited_device_is_an_error() {
+    let dir = std::env::temp_dir().join(format!("vramscope-beyond-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("config.json");
+    std::fs::write(
+        &p,
+        r#"{"model_type": "llama", "hidden_size": 1048576, "intermediate_size": 4194304,
+            "num_hidden_layers": 2000, "num_attention_heads": 8192,
+            "num_key_value_heads": 8192, "vocab_size": 32000}"#,
+    )
+    .unwrap();
+    let out = vramscope("estimate", &p, "--mode infer --batch 1 --seq 16 --json", 2);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("needs more than the 67108864.00 GiB the twin simulates without a limit"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}

@@ -178,10 +178,28 @@ pub fn estimate(
     options: &EstimateOptions,
 ) -> Result<Estimate> {
     check(config, workload)?;
-    if let Some(e) = by_repetition(config, workload, options)? {
-        return Ok(e);
+    let est = match by_repetition(config, workload, options)? {
+        Some(e) => e,
+        None => estimate_every_step(config, workload, options)?,
+    };
+    beyond_unlimited(&est, options)?;
+    Ok(est)
+}
+
+/// A run without a limit that ran out of memory: the workload needs more
+/// than the twin's unlimited device ([`vramscope_alloc::UNLIMITED_BYTES`]),
+/// and its figures would be those of a run cut short.
+fn beyond_unlimited(est: &Estimate, options: &EstimateOptions) -> Result<()> {
+    match &est.oom {
+        Some(o) if options.unlimited => Err(ModelError::Unsupported(format!(
+            "a workload that needs more than the {} the twin simulates without a limit \
+             ({} ran out trying to allocate {})",
+            vramscope_alloc::format_size(vramscope_alloc::UNLIMITED_BYTES),
+            o.phase,
+            vramscope_alloc::format_size(o.bytes)
+        ))),
+        _ => Ok(()),
     }
-    estimate_every_step(config, workload, options)
 }
 
 /// The allocator requests of `workload` (the model runs two steps when the

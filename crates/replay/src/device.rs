@@ -77,7 +77,11 @@ impl Device for ScriptedDevice {
     fn reserve(&mut self, size: u64) -> Option<u64> {
         // The first map of a new expandable segment is at its base.
         match self.script.get(self.cursor) {
-            Some(e) if e.action == TraceAction::SegmentMap => Some(e.addr),
+            Some(e)
+                if e.action == TraceAction::SegmentMap && e.addr.checked_add(size).is_some() =>
+            {
+                Some(e.addr)
+            }
             _ => self.fresh(size),
         }
     }
