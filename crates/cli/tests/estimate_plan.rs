@@ -24,12 +24,20 @@ fn fixture(case: &str) -> Value {
 /// The full config recorded with a fixture, written as a config.json of
 /// the caller's own (tests run at once and may write the same case).
 fn config_file(case: &str) -> PathBuf {
+    write_config(
+        case,
+        &serde_json::to_string(&fixture(case)["config"]).unwrap(),
+    )
+}
+
+/// `text` written as a config.json of the caller's own, named after `tag`.
+fn write_config(tag: &str, text: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("vramscope-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(format!("{case}.{n}.config.json"));
-    std::fs::write(&p, serde_json::to_string(&fixture(case)["config"]).unwrap()).unwrap();
+    let p = dir.join(format!("{tag}.{n}.config.json"));
+    std::fs::write(&p, text).unwrap();
     p
 }
 
@@ -116,16 +124,12 @@ fn estimate_out_of_memory_exits_1_and_names_the_phase() {
 /// (ViT-base's patch embedding) is not.
 #[test]
 fn estimate_names_the_sizes_it_did_not_measure() {
-    let dir = std::env::temp_dir().join(format!("vramscope-unmeasured-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("config.json");
-    std::fs::write(
-        &p,
+    let p = write_config(
+        "unmeasured",
         r#"{"model_type": "vit", "hidden_size": 320, "intermediate_size": 1280,
             "num_hidden_layers": 2, "num_attention_heads": 5, "image_size": 384,
             "patch_size": 32}"#,
-    )
-    .unwrap();
+    );
     let out = vramscope(
         "estimate",
         &p,
@@ -189,13 +193,10 @@ fn estimate_names_the_sizes_it_did_not_measure() {
     let args = "plan --model vit-base-patch16-224 --mode train --batch 1..4 --json";
     let out = run(bin().args(args.split_whitespace()), 0);
     assert_eq!(json(&out)["unmeasured"], serde_json::json!([]));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn estimate_rejects_bad_configs_clearly() {
-    let dir = std::env::temp_dir().join(format!("vramscope-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     for (text, expect) in [
         (r#"{"model_type": "mamba"}"#, "not supported"),
         (r#"{"hidden_size": 8}"#, "model_type"),
@@ -205,8 +206,7 @@ fn estimate_rejects_bad_configs_clearly() {
         ),
         ("not json", "not valid"),
     ] {
-        let p = dir.join("config.json");
-        std::fs::write(&p, text).unwrap();
+        let p = write_config("bad", text);
         let out = vramscope("estimate", &p, "--mode infer --batch 1", 2);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{text}: {err}");
@@ -250,8 +250,7 @@ fn estimate_rejects_bad_configs_clearly() {
             "at most 1 PiB",
         ),
     ] {
-        let p = dir.join("config.json");
-        std::fs::write(&p, &text).unwrap();
+        let p = write_config("bad", &text);
         let out = vramscope("estimate", &p, args, 2);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{text} {args}: {err}");
@@ -336,16 +335,12 @@ fn sweep_json_and_plot_agree() {
 /// an error naming the bound, not the figures of a run cut short.
 #[test]
 fn a_workload_past_the_unlimited_device_is_an_error() {
-    let dir = std::env::temp_dir().join(format!("vramscope-beyond-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("config.json");
-    std::fs::write(
-        &p,
+    let p = write_config(
+        "beyond",
         r#"{"model_type": "llama", "hidden_size": 1048576, "intermediate_size": 4194304,
             "num_hidden_layers": 2000, "num_attention_heads": 8192,
             "num_key_value_heads": 8192, "vocab_size": 32000}"#,
-    )
-    .unwrap();
+    );
     let out = vramscope("estimate", &p, "--mode infer --batch 1 --seq 16 --json", 2);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
