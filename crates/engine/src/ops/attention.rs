@@ -1595,9 +1595,7 @@ mod tests {
             (SdpaBackend::Cudnn, SdpaBackend::Cudnn)
         );
         // head dim 264: cuDNN and flash refuse (> 256), efficient takes it
-        let q264 = rt
-            .randn(&[2, 4, 64, 264], DType::BF16, Device::Cuda)
-            .unwrap();
+        let q264 = bf16(&rt, &[2, 4, 64, 264]);
         assert_eq!(pick(&q264, &q264, &causal), SdpaBackend::Efficient);
         // on sm 8.0 cuDNN's limit is 128 and it comes last: flash takes head
         // dim 256, and efficient when there is a mask (flash refuses masks)
@@ -1608,12 +1606,8 @@ mod tests {
         // sm 10.0: cuDNN first, its limit 128 but for (192, 128); head dim
         // 256 goes to flash
         let b200 = on((10, 0));
-        let q192 = b200
-            .randn(&[2, 4, 64, 192], DType::BF16, Device::Cuda)
-            .unwrap();
-        let v128 = b200
-            .randn(&[2, 4, 64, 128], DType::BF16, Device::Cuda)
-            .unwrap();
+        let q192 = bf16(&b200, &[2, 4, 64, 192]);
+        let v128 = bf16(&b200, &[2, 4, 64, 128]);
         let sdpa_backend =
             |q: &Tensor, k: &Tensor, v: &Tensor| Tensor::sdpa_backend(q, k, v, &causal).unwrap();
         assert_eq!(sdpa_backend(&q192, &q192, &v128), SdpaBackend::Cudnn);
@@ -1622,33 +1616,25 @@ mod tests {
         // sm 12.0 and sm 10.1: cuDNN last; sm 9.0's 256 is for sm 9.0 alone
         for cap in [(12, 0), (10, 1)] {
             let rt = on(cap);
-            let q = rt
-                .randn(&[2, 4, 64, 64], DType::BF16, Device::Cuda)
-                .unwrap();
+            let q = bf16(&rt, &[2, 4, 64, 64]);
             assert_eq!(pick(&q, &q, &causal), SdpaBackend::Flash, "{cap:?}");
         }
         // a 3-D mask fails check_attn_mask_shape (cuDNN) but not efficient
-        let m3 = rt.randn(&[1, S, S], DType::BF16, Device::Cuda).unwrap();
+        let m3 = bf16(&rt, &[1, S, S]);
         let masked3 = SdpaArgs {
             attn_mask: Some(&m3),
             ..SdpaArgs::default()
         };
         assert_eq!(pick(&bf, &bf, &masked3), SdpaBackend::Efficient);
         // a head dim that is not a multiple of 8 (bf16): flash (padded)
-        let q36 = rt
-            .randn(&[2, 4, 64, 36], DType::BF16, Device::Cuda)
-            .unwrap();
+        let q36 = bf16(&rt, &[2, 4, 64, 36]);
         assert_eq!(pick(&q36, &q36, &SdpaArgs::default()), SdpaBackend::Flash);
         // causal with L != S: flash refuses, cuDNN takes it
-        let kl = rt
-            .randn(&[2, 4, 128, 64], DType::BF16, Device::Cuda)
-            .unwrap();
-        let ql = rt
-            .randn(&[2, 4, 64, 64], DType::BF16, Device::Cuda)
-            .unwrap();
+        let kl = bf16(&rt, &[2, 4, 128, 64]);
+        let ql = bf16(&rt, &[2, 4, 64, 64]);
         assert_eq!(pick(&ql, &kl, &causal), SdpaBackend::Cudnn);
         // 3-D inputs: no fused kernel
-        let q3 = rt.randn(&[8, 64, 32], DType::BF16, Device::Cuda).unwrap();
+        let q3 = bf16(&rt, &[8, 64, 32]);
         assert_eq!(pick(&q3, &q3, &SdpaArgs::default()), SdpaBackend::Math);
     }
 
@@ -1658,7 +1644,7 @@ mod tests {
         let q = rt.randn(&[2, 4, 8, 16], DType::F32, Device::Cuda).unwrap();
         let k = rt.randn(&[2, 4, 8, 32], DType::F32, Device::Cuda).unwrap();
         assert!(Tensor::sdpa(&q, &k, &k, &SdpaArgs::default()).is_err());
-        let kb = rt.randn(&[2, 4, 8, 16], DType::BF16, Device::Cuda).unwrap();
+        let kb = bf16(&rt, &[2, 4, 8, 16]);
         assert!(Tensor::sdpa(&q, &kb, &kb, &SdpaArgs::default()).is_err());
         let m = rt.randn(&[3, 8], DType::F32, Device::Cuda).unwrap();
         let args = SdpaArgs {
@@ -1707,7 +1693,7 @@ mod tests {
         assert_eq!(n.saved_bytes(), 4 * qkv + lse + 16);
         // the output has the query's (B, S, H, D) layout: no copy to transpose back
         assert!(o.transpose(1, 2).is_contiguous());
-        let g = rt.randn(&[B, S, H, D], DType::BF16, Device::Cuda).unwrap();
+        let g = bf16(&rt, &[B, S, H, D]);
         let gt = g.transpose(1, 2);
         let before = allocs(&rt).len();
         o.backward_with(Some(gt), BackwardOptions::default())
@@ -1716,6 +1702,11 @@ mod tests {
         assert_eq!(ws, 4_260_096, "llama_train_bf16_adamw");
         let bwd = allocs(&rt)[before..].to_vec();
         assert_eq!(&bwd[..5], &[a(qkv), a(qkv), a(qkv), a(ws), f(ws)]);
+    }
+
+    /// A bf16 CUDA tensor of `shape` on `rt`.
+    fn bf16(rt: &Runtime, shape: &[i64]) -> Tensor {
+        rt.randn(shape, DType::BF16, Device::Cuda).unwrap()
     }
 
     /// A runtime on a GPU of this compute capability (the H100's
@@ -1739,10 +1730,8 @@ mod tests {
     /// The backends of a (2, 4, 64, 256) bf16 attention on `rt`: causal,
     /// and with a 2-D mask.
     fn head_dim_256_backends(rt: &Runtime) -> (SdpaBackend, SdpaBackend) {
-        let q = rt
-            .randn(&[2, 4, 64, 256], DType::BF16, Device::Cuda)
-            .unwrap();
-        let m = rt.randn(&[64, 64], DType::BF16, Device::Cuda).unwrap();
+        let q = bf16(rt, &[2, 4, 64, 256]);
+        let m = bf16(rt, &[64, 64]);
         let causal = SdpaArgs {
             is_causal: true,
             ..SdpaArgs::default()
@@ -1898,9 +1887,9 @@ mod tests {
         // needs an fp32 output accumulator for the launch.
         let rt = sm80();
         let (b, h, l, s, d) = (1, 2, 64, 100, 256);
-        let q = rt.randn(&[b, h, l, d], DType::BF16, Device::Cuda).unwrap();
-        let k = rt.randn(&[b, h, s, d], DType::BF16, Device::Cuda).unwrap();
-        let m = rt.randn(&[l, s], DType::BF16, Device::Cuda).unwrap();
+        let q = bf16(&rt, &[b, h, l, d]);
+        let k = bf16(&rt, &[b, h, s, d]);
+        let m = bf16(&rt, &[l, s]);
         let args = SdpaArgs {
             attn_mask: Some(&m),
             ..SdpaArgs::default()
@@ -1953,9 +1942,7 @@ mod tests {
         // the output is (B, H, T, D) in (B, T, H, D) order, not contiguous
         let rt = Runtime::default();
         let (b, t, h, d) = (2, 16, 4, 32);
-        let packed = rt
-            .randn(&[b, t, 3 * h * d], DType::BF16, Device::Cuda)
-            .unwrap();
+        let packed = bf16(&rt, &[b, t, 3 * h * d]);
         let heads = |i: i64| {
             packed
                 .narrow(-1, i * h * d, h * d)
@@ -1998,7 +1985,7 @@ mod tests {
         // key, query, value (one tensor three times), logsumexp, output, offset, seed
         assert_eq!(n.num_saved(), 7);
         rt.record_memory_history(true);
-        let g = rt.randn(&[b, h, l, d], DType::BF16, Device::Cuda).unwrap();
+        let g = bf16(&rt, &[b, h, l, d]);
         o.backward_with(Some(g), BackwardOptions::default())
             .unwrap();
         let s_r = 256;
@@ -2054,7 +2041,7 @@ mod tests {
         // narrowed back to 36
         let rt = Runtime::default();
         let (b, h, l) = (1, 2, 64);
-        let q = rt.randn(&[b, h, l, 36], DType::BF16, Device::Cuda).unwrap();
+        let q = bf16(&rt, &[b, h, l, 36]);
         rt.record_memory_history(true);
         let o = rt.no_grad(|| Tensor::sdpa(&q, &q, &q, &SdpaArgs::default()).unwrap());
         let p = (b * h * l * 40 * 2) as u64;
@@ -2071,12 +2058,8 @@ mod tests {
         assert_eq!(flash_num_splits(&profile, 1, 2, 64, 4096, 64), 16);
         assert_eq!(flash_num_splits(&profile, 4, 8, 512, 512, 64), 1);
         let rt = sm80();
-        let q = rt
-            .randn(&[1, 2, 64, 256], DType::BF16, Device::Cuda)
-            .unwrap();
-        let k = rt
-            .randn(&[1, 2, 4096, 256], DType::BF16, Device::Cuda)
-            .unwrap();
+        let q = bf16(&rt, &[1, 2, 64, 256]);
+        let k = bf16(&rt, &[1, 2, 4096, 256]);
         rt.record_memory_history(true);
         let _o = rt.no_grad(|| Tensor::sdpa(&q, &k, &k, &SdpaArgs::default()).unwrap());
         let n = flash_num_splits(&profile, 1, 2, 64, 4096, 256);
