@@ -290,6 +290,10 @@ impl DriverVa {
 
     /// Remove `lo..hi` from the released ranges.
     fn take_released(&mut self, lo: u64, hi: u64) {
+        // (none in a run that has freed no segment: most runs)
+        if self.released.is_empty() {
+            return;
+        }
         let mut out = Vec::with_capacity(self.released.len() + 1);
         for &(a, b) in &self.released {
             if b <= lo || a >= hi {

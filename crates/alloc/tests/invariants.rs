@@ -118,47 +118,69 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     /// Freeing by handle on an allocator without the address index does
     /// what freeing by address does on one with it: the same addresses, the
-    /// same out-of-memory errors, the same statistics and segments.
+    /// same out-of-memory errors, the same statistics and segments. One
+    /// that keeps the figures only (`figures_only`) does the same, with the
+    /// same statistics of the figures.
     #[test]
     fn handles_without_the_index_free_as_addresses_do(
         ((conf, fraction), capacity_mib, ops) in workload(),
     ) {
         let mut by_addr = allocator(&conf, fraction, capacity_mib);
         let mut by_handle = allocator(&conf, fraction, capacity_mib).without_address_index();
+        let mut lean = allocator(&conf, fraction, capacity_mib)
+            .without_address_index()
+            .figures_only();
         let mut live = Vec::new();
         for op in ops {
             match op {
                 Op::Malloc { size, stream } => {
                     let a = by_addr.malloc(size, stream);
                     let h = by_handle.malloc_handle(size, stream);
+                    let l = lean.malloc_handle(size, stream);
                     let h_addr = h.as_ref().ok().map(|h| h.addr());
                     prop_assert_eq!(a.as_ref().ok().copied(), h_addr);
+                    prop_assert_eq!(&h, &l);
                     prop_assert_eq!(a.is_err(), h.is_err());
-                    if let (Ok(a), Ok(h)) = (a, h) {
-                        live.push((a, h));
+                    if let (Ok(a), Ok(h), Ok(l)) = (a, h, l) {
+                        live.push((a, h, l));
                     }
                 }
                 Op::Free(i) if !live.is_empty() => {
-                    let (a, h) = live.swap_remove(i % live.len());
+                    let (a, h, l) = live.swap_remove(i % live.len());
                     // the index is gone: an address finds nothing
                     prop_assert!(by_handle.free(a).is_err());
                     by_addr.free(a).unwrap();
                     by_handle.free_handle(h).unwrap();
+                    lean.free_handle(l).unwrap();
                     // a handle frees once
                     prop_assert!(by_handle.free_handle(h).is_err());
                 }
                 Op::EmptyCache => {
                     by_addr.empty_cache();
                     by_handle.empty_cache();
+                    lean.empty_cache();
                 }
                 _ => {}
             }
-            if let Err(e) = by_handle.check_invariants() {
-                return Err(TestCaseError::fail(e));
+            for a in [&by_handle, &lean] {
+                if let Err(e) = a.check_invariants() {
+                    return Err(TestCaseError::fail(e));
+                }
             }
             prop_assert_eq!(by_addr.stats(), by_handle.stats());
+            let (full, kept) = (by_handle.stats(), lean.stats());
+            prop_assert_eq!(full.allocated_bytes, kept.allocated_bytes);
+            prop_assert_eq!(full.reserved_bytes, kept.reserved_bytes);
+            prop_assert_eq!(full.requested_bytes, kept.requested_bytes);
+            prop_assert_eq!(full.segment, kept.segment);
+            prop_assert_eq!(
+                (full.num_device_alloc, full.num_device_free, full.num_ooms),
+                (kept.num_device_alloc, kept.num_device_free, kept.num_ooms)
+            );
+            prop_assert_eq!(kept.allocation.all().allocated, 0);
         }
         prop_assert_eq!(by_addr.snapshot(), by_handle.snapshot());
+        prop_assert_eq!(by_handle.snapshot(), lean.snapshot());
     }
 }
 

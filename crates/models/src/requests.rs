@@ -527,15 +527,18 @@ pub struct ReplayOom {
 
 /// The allocator of a fresh process, as the eager twin's runtime makes it,
 /// for [`replay`] (which frees by handle, so it keeps no index of the
-/// blocks by address: [`CachingAllocator::without_address_index`]).
+/// blocks by address: [`CachingAllocator::without_address_index`]; and
+/// reads the figures alone, so it keeps no other statistics:
+/// [`CachingAllocator::figures_only`]).
 pub fn fresh_allocator(
     profile: &DeviceProfile,
     config: &AllocatorConfig,
     memory_fraction: Option<f64>,
     unlimited: bool,
 ) -> CachingAllocator {
-    let mut a =
-        CachingAllocator::with_device(config.clone(), SimDevice::new(0, 0)).without_address_index();
+    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(0, 0))
+        .without_address_index()
+        .figures_only();
     renew_allocator(&mut a, profile, memory_fraction, unlimited);
     a
 }
