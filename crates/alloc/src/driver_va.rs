@@ -65,8 +65,6 @@
 //!    in 398 with increasing addresses (the simulated device's placement
 //!    before).
 
-use std::collections::BTreeSet;
-
 use crate::inthash::FastMap;
 
 const MIB: u64 = 1024 * 1024;
@@ -123,10 +121,12 @@ pub(crate) struct DriverVa {
     /// A max tree over the chunks' largest holes: leaves at `cap..2 cap`.
     tree: Vec<u64>,
     cap: usize,
-    /// The chunk of each live segment, by address.
-    chunk_of: FastMap<u64, u32>,
-    /// The low ends of the chunks not released.
-    los: BTreeSet<u64>,
+    /// The chunk of each live segment, by address: built at the first
+    /// free (a run that frees no segment, as most replays, never needs it).
+    chunk_of: Option<FastMap<u64, u32>>,
+    /// The low ends of the chunks not released, in decreasing order: a new
+    /// chunk most often goes below the lowest, to the end.
+    los: Vec<u64>,
     /// Released ranges, sorted, merged.
     released: Vec<(u64, u64)>,
 }
@@ -161,8 +161,8 @@ impl DriverVa {
             chunks: Vec::new(),
             tree: Vec::new(),
             cap: 0,
-            chunk_of: FastMap::default(),
-            los: BTreeSet::new(),
+            chunk_of: None,
+            los: Vec::new(),
             released: Vec::new(),
         };
         va.push_chunk(Chunk {
@@ -188,10 +188,13 @@ impl DriverVa {
             }
             self.tree = tree;
         }
-        for &(a, _) in &c.segs {
-            self.chunk_of.insert(a, i as u32);
+        if let Some(map) = &mut self.chunk_of {
+            for &(a, _) in &c.segs {
+                map.insert(a, i as u32);
+            }
         }
-        self.los.insert(c.lo);
+        let at = self.los.partition_point(|&x| x > c.lo);
+        self.los.insert(at, c.lo);
         self.chunks.push(c);
         self.update(i);
     }
@@ -236,7 +239,9 @@ impl DriverVa {
                 .min_by_key(|&(a, len)| (len, a))?;
             let at = c.segs.partition_point(|s| s.0 < a);
             c.segs.insert(at, (a, size));
-            self.chunk_of.insert(a, i as u32);
+            if let Some(map) = &mut self.chunk_of {
+                map.insert(a, i as u32);
+            }
             self.update(i);
             return Some(a);
         }
@@ -250,7 +255,7 @@ impl DriverVa {
             .max()
         {
             Some(top) => top - len,
-            None => self.los.first()?.checked_sub(len)?,
+            None => self.los.last()?.checked_sub(len)?,
         };
         self.take_released(lo, lo + len);
         self.push_chunk(Chunk {
@@ -263,7 +268,17 @@ impl DriverVa {
 
     /// `cudaFree(addr)`; a chunk left empty is released (rule 3).
     pub(crate) fn free(&mut self, addr: u64) {
-        let Some(i) = self.chunk_of.remove(&addr) else {
+        let chunks = &self.chunks;
+        let map = self.chunk_of.get_or_insert_with(|| {
+            let mut m = FastMap::default();
+            for (i, c) in chunks.iter().enumerate() {
+                for &(a, _) in &c.segs {
+                    m.insert(a, i as u32);
+                }
+            }
+            m
+        });
+        let Some(i) = map.remove(&addr) else {
             return;
         };
         let i = i as usize;
@@ -273,7 +288,9 @@ impl DriverVa {
             let (lo, hi) = (c.lo, c.hi);
             // released: no hole of its own any more
             c.hi = c.lo;
-            self.los.remove(&lo);
+            if let Some(k) = self.los.iter().position(|&x| x == lo) {
+                self.los.remove(k);
+            }
             self.released.push((lo, hi));
             self.released.sort_unstable();
             let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.released.len());
