@@ -15,9 +15,12 @@
 //! - a bucket is kept sorted in *descending* (size, address) order, so its
 //!   least entry, the one best fit takes, is last: the common lookup reads
 //!   one entry and the common removal is a pop. Inserting and removing
-//!   elsewhere is a search and a `memmove` within one small bucket (the
-//!   search walks up from the least entry in buckets of up to 32 entries,
-//!   where a new block most often lands, and is binary above);
+//!   elsewhere moves the entries after the spot within one small bucket: in
+//!   buckets of up to 32 entries an insert walks up from the least entry,
+//!   where a new block most often lands, moving each lesser entry down as
+//!   it goes, and a removal near the end moves the few after it one by one
+//!   (a `memmove` call for a handful of entries cost more than the moves);
+//!   larger buckets take a binary search and a `memmove`;
 //! - `lower_bound(size)` takes the least (size, address) at or above `size`
 //!   in the size's own bucket, or the least of the next non-empty bucket,
 //!   found with one `trailing_zeros` on the bitmap.
@@ -182,12 +185,27 @@ impl FreeSet {
         let b = bucket_of(size);
         let v = &mut s.buckets[b];
         let e = (size, addr, id);
-        let at = rank(v, key(&e));
-        debug_assert!(
-            v.get(at).is_none_or(|x| key(x) != key(&e)),
-            "block {id} inserted twice"
-        );
-        v.insert(at, e);
+        let k = key(&e);
+        if v.len() <= 32 {
+            // one pass from the least up, moving the lesser entries down
+            // as it goes (a new block most often lands among the least: a
+            // `memmove` call for a few entries cost more than the moves)
+            v.push(e);
+            let mut i = v.len() - 1;
+            while i > 0 && key(&v[i - 1]) < k {
+                v[i] = v[i - 1];
+                i -= 1;
+            }
+            debug_assert!(i == 0 || key(&v[i - 1]) != k, "block {id} inserted twice");
+            v[i] = e;
+        } else {
+            let at = rank(v, k);
+            debug_assert!(
+                v.get(at).is_none_or(|x| key(x) != k),
+                "block {id} inserted twice"
+            );
+            v.insert(at, e);
+        }
         s.nonempty[b / 64] |= 1 << (b % 64);
         self.len += 1;
     }
@@ -278,10 +296,16 @@ impl FreeSet {
         let v = &mut s.buckets[c.bucket as usize];
         // (`Vec::remove` calls `memmove` even for the last entry, which
         // best fit most often takes)
-        if c.at as usize + 1 == v.len() {
+        let at = c.at as usize;
+        if v.len() - at <= 8 {
+            // (the few entries after it moved up one by one: most often
+            // none, the least taken by best fit)
+            for i in at..v.len() - 1 {
+                v[i] = v[i + 1];
+            }
             v.pop();
         } else {
-            v.remove(c.at as usize);
+            v.remove(at);
         }
         if v.is_empty() {
             s.nonempty[c.bucket as usize / 64] &= !(1 << (c.bucket % 64));
