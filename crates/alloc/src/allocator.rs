@@ -298,26 +298,32 @@ impl<D: Device> CachingAllocator<D> {
         self.index_addresses = false;
         self
     }
-    /// This allocator keeping only the statistics a replay's figures read:
-    /// `allocated_bytes`, `reserved_bytes`, `requested_bytes`, `segment`,
-    /// the oversize and device-call counts. The count of allocations
-    /// (`allocation`) and the inactive-split statistics
-    /// (`inactive_split`, `inactive_split_bytes`) stay at zero; nothing
-    /// else changes (no statistic decides anything). For a caller that
-    /// reads the figures alone (a sweep's replays), to whom the rest is pure
-    /// cost: measured with `cargo bench -p vramscope-planner`, one cell's
-    /// replay of a training step of llama-3.1-8b (batch 32, seq 2048, 24,903
-    /// requests) went from about 0.72 to 0.64 ms. Call it on a fresh
-    /// allocator.
-    pub fn figures_only(mut self) -> Self {
-        debug_assert_eq!(self.stats.allocation.all().current, 0);
-        self.figures_only = true;
-        self
+
+    /// This allocator without the address index
+    /// ([`Self::without_address_index`]), keeping only the statistics a
+    /// replay's figures read: `allocated_bytes`, `reserved_bytes`,
+    /// `requested_bytes`, `segment`, the oversize, retry and device-call
+    /// counts. The count of allocations (`allocation`), the inactive-split
+    /// statistics (`inactive_split`, `inactive_split_bytes`) and the count
+    /// of active blocks (`active`, read off `allocation`) stay at zero;
+    /// nothing else changes (no statistic decides anything). Without the
+    /// index no block can be used on another stream
+    /// ([`Self::record_stream`] fails), the one case where the active
+    /// statistics would be kept apart, from the allocation count. For a
+    /// caller that reads the figures alone (a sweep's replays), to whom the
+    /// rest is pure cost: measured with `cargo bench -p vramscope-planner`,
+    /// one cell's replay of a training step of llama-3.1-8b (batch 32, seq
+    /// 2048, 24,903 requests) went from about 0.72 to 0.65 ms. Call it on a
+    /// fresh allocator.
+    pub fn figures_only(self) -> Self {
+        let mut a = self.without_address_index();
+        a.figures_only = true;
+        a
     }
 
     /// Become a fresh allocator with the same settings on `device`, as
-    /// [`Self::with_device`] makes one (and without the address index if
-    /// this one had none), keeping the capacity of its block table, free
+    /// [`Self::with_device`] makes one (and without the address index, or
+    /// keeping the figures only, if this one did), keeping the capacity of its block table, free
     /// sets and recorded fits: a caller that replays many runs one after another saves their
     /// regrowth.
     pub fn renew(&mut self, device: D) {

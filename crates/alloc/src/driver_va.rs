@@ -288,7 +288,10 @@ impl DriverVa {
             let (lo, hi) = (c.lo, c.hi);
             // released: no hole of its own any more
             c.hi = c.lo;
-            if let Some(k) = self.los.iter().position(|&x| x == lo) {
+            // (decreasing order)
+            let found = self.los.binary_search_by(|x| lo.cmp(x));
+            debug_assert!(found.is_ok(), "a released chunk's low end not kept");
+            if let Ok(k) = found {
                 self.los.remove(k);
             }
             self.released.push((lo, hi));

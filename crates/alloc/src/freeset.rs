@@ -15,12 +15,15 @@
 //! - a bucket is kept sorted in *descending* (size, address) order, so its
 //!   least entry, the one best fit takes, is last: the common lookup reads
 //!   one entry and the common removal is a pop. Inserting and removing
-//!   elsewhere moves the entries after the spot within one small bucket: in
-//!   buckets of up to 32 entries an insert walks up from the least entry,
-//!   where a new block most often lands, moving each lesser entry down as
-//!   it goes, and a removal near the end moves the few after it one by one
-//!   (a `memmove` call for a handful of entries cost more than the moves);
-//!   larger buckets take a binary search and a `memmove`;
+//!   elsewhere moves the entries after the spot within one small bucket.
+//!   An insert into a bucket of up to 32 entries walks up from the least
+//!   entry, where a new block most often lands, moving each lesser entry
+//!   down as it goes; into a larger one it takes a binary search and a
+//!   `memmove`. A removal finds its entry (walking up from the least in
+//!   buckets of up to 32, by binary search above) and moves the entries
+//!   after it up: one by one when at most 8 follow it, else with a
+//!   `memmove` (a `memmove` call for a handful of entries cost more than
+//!   the moves);
 //! - `lower_bound(size)` takes the least (size, address) at or above `size`
 //!   in the size's own bucket, or the least of the next non-empty bucket,
 //!   found with one `trailing_zeros` on the bitmap.
@@ -297,8 +300,9 @@ impl FreeSet {
         // (`Vec::remove` calls `memmove` even for the last entry, which
         // best fit most often takes)
         let at = c.at as usize;
-        if v.len() - at <= 8 {
-            // (the few entries after it moved up one by one: most often
+        debug_assert!(at < v.len(), "a cursor past its bucket");
+        if v.len() - at - 1 <= 8 {
+            // (at most 8 entries after it, moved up one by one: most often
             // none, the least taken by best fit)
             for i in at..v.len() - 1 {
                 v[i] = v[i + 1];

@@ -127,9 +127,7 @@ proptest! {
     ) {
         let mut by_addr = allocator(&conf, fraction, capacity_mib);
         let mut by_handle = allocator(&conf, fraction, capacity_mib).without_address_index();
-        let mut lean = allocator(&conf, fraction, capacity_mib)
-            .without_address_index()
-            .figures_only();
+        let mut lean = allocator(&conf, fraction, capacity_mib).figures_only();
         let mut live = Vec::new();
         for op in ops {
             match op {
@@ -173,10 +171,13 @@ proptest! {
             prop_assert_eq!(full.reserved_bytes, kept.reserved_bytes);
             prop_assert_eq!(full.requested_bytes, kept.requested_bytes);
             prop_assert_eq!(full.segment, kept.segment);
+            prop_assert_eq!(full.oversize_allocations, kept.oversize_allocations);
+            prop_assert_eq!(full.oversize_segments, kept.oversize_segments);
             prop_assert_eq!(
                 (full.num_device_alloc, full.num_device_free, full.num_ooms),
                 (kept.num_device_alloc, kept.num_device_free, kept.num_ooms)
             );
+            prop_assert_eq!(full.num_alloc_retries, kept.num_alloc_retries);
             prop_assert_eq!(kept.allocation.all().allocated, 0);
         }
         prop_assert_eq!(by_addr.snapshot(), by_handle.snapshot());
@@ -241,5 +242,24 @@ proptest! {
         if let Err(e) = renewed.check_invariants() {
             return Err(TestCaseError::fail(e));
         }
+    }
+}
+
+/// An allocator of figures only has no address index, so no block of it is
+/// used on another stream (the one case where the active statistics would
+/// be kept apart, from the allocation count it does not keep), and
+/// `renew` keeps it so.
+#[test]
+fn an_allocator_of_figures_only_stays_one() {
+    let mut a = allocator("", None, 1024).figures_only();
+    for round in 0..2 {
+        let h = a.malloc_handle(3 * MIB, 0).unwrap();
+        assert!(a.record_stream(h.addr(), 1).is_err(), "round {round}");
+        assert!(a.free(h.addr()).is_err(), "round {round}");
+        assert_eq!(a.stats().allocation.all().allocated, 0, "round {round}");
+        assert_eq!(a.stats().allocated_bytes.all().current, 3 << 20);
+        a.free_handle(h).unwrap();
+        a.check_invariants().unwrap();
+        a.renew(SimDevice::new(2048 * MIB, 1024 * MIB));
     }
 }

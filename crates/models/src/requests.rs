@@ -536,9 +536,7 @@ pub fn fresh_allocator(
     memory_fraction: Option<f64>,
     unlimited: bool,
 ) -> CachingAllocator {
-    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(0, 0))
-        .without_address_index()
-        .figures_only();
+    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(0, 0)).figures_only();
     renew_allocator(&mut a, profile, memory_fraction, unlimited);
     a
 }
