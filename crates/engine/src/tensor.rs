@@ -388,16 +388,20 @@ impl Runtime {
                 format!("{} sizes but {} strides", sizes.len(), strides.len()),
             ));
         }
-        self.empty_checked(Dims::new(sizes), Dims::new(strides), dtype, device, op, cat)
+        let (sizes, strides) = (Dims::new(sizes), Dims::new(strides));
+        self.empty_checked(sizes, strides, false, dtype, device, op, cat)
     }
 
     /// [`Self::empty_strided_op`] of checked sizes and strides of as many
-    /// dimensions.
+    /// dimensions (`contiguous`: as `at::empty` asks, its strides
+    /// `contiguous_strides(sizes)`).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn empty_checked(
         &self,
         sizes: Dims,
         strides: Dims,
+        contiguous: bool,
         dtype: DType,
         device: Device,
         op: &'static str,
@@ -414,13 +418,21 @@ impl Runtime {
         }
         let nbytes = span.and_then(|n| (n.max(0) as u64).checked_mul(dtype.size()));
         let Some(nbytes) = nbytes.filter(|&n| n <= i64::MAX as u64) else {
-            return Err(crate::error::shape_err(
-                op,
+            // PyTorch's two messages (c10/core/EmptyTensor.cpp): the
+            // contiguous path (`computeStorageNbytesContiguous`) names the
+            // sizes, the strided one the strides too
+            let detail = if contiguous {
+                format!(
+                    "Storage size calculation overflowed with sizes={:?}",
+                    &*sizes
+                )
+            } else {
                 format!(
                     "Storage size calculation overflowed with sizes={:?} and strides={:?}",
                     &*sizes, &*strides
-                ),
-            ));
+                )
+            };
+            return Err(crate::error::shape_err(op, detail));
         };
         if nbytes > MAX_TENSOR_BYTES {
             return Err(crate::error::shape_err(
@@ -457,6 +469,7 @@ impl Runtime {
         self.empty_checked(
             Dims::new(sizes),
             contiguous_strides(sizes),
+            true,
             dtype,
             device,
             op,

@@ -377,6 +377,16 @@ mod tests {
         // and a tensor past 1 PiB
         let huge = rt.ones(&[1 << 62, 256], DType::F32, Device::Cuda);
         assert!(is_shape_error(huge, "ones"));
+        // with PyTorch's message for `torch.empty(sys.maxsize, 2)`
+        let Err(e) = rt.empty(&[i64::MAX, 2], DType::F32, Device::Cuda) else {
+            panic!("an overflow")
+        };
+        assert!(
+            e.to_string().ends_with(
+                "Storage size calculation overflowed with sizes=[9223372036854775807, 2]"
+            ),
+            "{e}"
+        );
         let huge = rt.empty(&[1 << 40, 1 << 20], DType::U8, Device::Cuda);
         assert!(is_shape_error(huge, "empty"));
         assert_eq!(rt.memory_allocated(), 0);
