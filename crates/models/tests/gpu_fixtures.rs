@@ -201,3 +201,45 @@ fn unseen5() {
 fn unseen6() {
     check(&["u6_"]);
 }
+
+/// The workloads whose figures hang on segment placement, run again in
+/// fresh processes (`fixtures/estimate/repeat_h100.jsonl`, by
+/// `validation/estimate_repeat.py`, ASLR on and off): every run gave the
+/// recorded figures in every phase, so the fixtures the twin misses are
+/// what the GPU does, not one draw among several.
+#[test]
+fn repeated_runs_give_the_fixtures_figures() {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/repeat_h100.jsonl")).unwrap();
+    let mut runs = 0;
+    for line in text.lines() {
+        let run: serde_json::Value = serde_json::from_str(line).unwrap();
+        let name = run["name"].as_str().unwrap();
+        let rec = fixture::recorded(
+            &std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/{name}.json")).unwrap(),
+        )
+        .unwrap();
+        let want: Vec<serde_json::Value> = rec
+            .phases
+            .iter()
+            .map(|p| {
+                serde_json::json!([
+                    p.name,
+                    p.allocated_bytes,
+                    p.peak_allocated_bytes,
+                    p.reserved_bytes,
+                    p.peak_reserved_bytes
+                ])
+            })
+            .collect();
+        assert_eq!(run["rc"], 0, "{name}: {line}");
+        assert_eq!(
+            run["phases"].as_array().unwrap(),
+            &want,
+            "{name} repeat {}",
+            run["repeat"]
+        );
+        runs += 1;
+    }
+    assert_eq!(runs, 24);
+}
