@@ -362,6 +362,13 @@ impl<D: Device> CachingAllocator<D> {
         };
     }
 
+    /// [`Self::renew`] on the device `recycle` makes of this one's (such
+    /// as [`crate::SimDevice::recycled`], which keeps its buffers too).
+    pub fn renew_recycling(&mut self, recycle: impl FnOnce(&mut D) -> D) {
+        let device = recycle(&mut self.device);
+        self.renew(device);
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &AllocatorConfig {
         &self.config

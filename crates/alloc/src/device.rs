@@ -98,6 +98,16 @@ impl SimDevice {
             beyond: BEYOND_ADDR,
         }
     }
+    /// [`Self::new`]`(total, capacity)`, keeping the buffers this device's
+    /// address space grew ([`CachingAllocator::renew_recycling`] passes it
+    /// to a renewed allocator).
+    ///
+    /// [`CachingAllocator::renew_recycling`]: crate::CachingAllocator::renew_recycling
+    pub fn recycled(&mut self, total: u64, capacity: u64) -> Self {
+        let mut driver = std::mem::replace(&mut self.driver, DriverVa::empty());
+        driver.reset_after_cublas(DRIVER_ANCHOR);
+        Self::with(total, capacity, driver)
+    }
     /// A device that never runs out (for replays without a limit):
     /// [`UNLIMITED_BYTES`].
     pub fn unlimited() -> Self {

@@ -129,6 +129,10 @@ pub(crate) struct DriverVa {
     los: Vec<u64>,
     /// Released ranges, sorted, merged.
     released: Vec<(u64, u64)>,
+    /// Buffers of a run before [`Self::reset_after_cublas`], reused: the
+    /// chunks' segment lists (emptied) and the address map (cleared).
+    spare_segs: Vec<Vec<(u64, u64)>>,
+    spare_map: Option<FastMap<u64, u32>>,
 }
 
 impl DriverVa {
@@ -149,28 +153,61 @@ impl DriverVa {
     pub(crate) const CONTEXT_ABOVE_ANCHOR: u64 = 96 * MIB;
 
     fn with_context(anchor: u64, fresh: bool) -> Self {
-        let lo = anchor - 416 * MIB;
-        // What the context holds: all of B-416..B+96 but the two holes of a
-        // fresh process, or all of B..B+96 but the upper one after cuBLAS.
-        let mut segs = Vec::new();
-        if fresh {
-            segs.push((lo, 414 * MIB));
-        }
-        segs.push((anchor, 72 * MIB));
-        let mut va = Self {
+        let mut va = Self::empty();
+        va.push_context(anchor, fresh);
+        va
+    }
+
+    /// An address space without even the context's chunk (a placeholder
+    /// while [`Self::reset_after_cublas`] renews one).
+    pub(crate) fn empty() -> Self {
+        Self {
             chunks: Vec::new(),
             tree: Vec::new(),
             cap: 0,
             chunk_of: None,
             los: Vec::new(),
             released: Vec::new(),
-        };
-        va.push_chunk(Chunk {
+            spare_segs: Vec::new(),
+            spare_map: None,
+        }
+    }
+
+    /// Become [`Self::after_cublas`]`(anchor)`, keeping the buffers this
+    /// one grew (a sweep replays hundreds of runs, each mapping hundreds of
+    /// chunks).
+    pub(crate) fn reset_after_cublas(&mut self, anchor: u64) {
+        for c in self.chunks.drain(..) {
+            let mut segs = c.segs;
+            segs.clear();
+            self.spare_segs.push(segs);
+        }
+        self.tree.clear();
+        self.cap = 0;
+        if let Some(mut map) = self.chunk_of.take() {
+            map.clear();
+            self.spare_map = Some(map);
+        }
+        self.los.clear();
+        self.released.clear();
+        self.push_context(anchor, false);
+    }
+
+    /// The context's chunk, in an address space that has none yet.
+    fn push_context(&mut self, anchor: u64, fresh: bool) {
+        let lo = anchor - 416 * MIB;
+        // What the context holds: all of B-416..B+96 but the two holes of a
+        // fresh process, or all of B..B+96 but the upper one after cuBLAS.
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        if fresh {
+            segs.push((lo, 414 * MIB));
+        }
+        segs.push((anchor, 72 * MIB));
+        self.push_chunk(Chunk {
             lo,
             hi: anchor + Self::CONTEXT_ABOVE_ANCHOR,
             segs,
         });
-        va
     }
 
     /// Append a chunk (the newest) and index it.
@@ -179,14 +216,15 @@ impl DriverVa {
         if i == self.cap {
             // grow the tree: twice the leaves, every node recomputed
             self.cap = (self.cap * 2).max(64);
-            let mut tree = vec![0; 2 * self.cap];
+            let tree = &mut self.tree;
+            tree.clear();
+            tree.resize(2 * self.cap, 0);
             for (k, c) in self.chunks.iter().enumerate() {
                 tree[self.cap + k] = c.largest_hole();
             }
             for n in (1..self.cap).rev() {
                 tree[n] = tree[2 * n].max(tree[2 * n + 1]);
             }
-            self.tree = tree;
         }
         if let Some(map) = &mut self.chunk_of {
             for &(a, _) in &c.segs {
@@ -199,13 +237,22 @@ impl DriverVa {
         self.update(i);
     }
 
-    /// Recompute chunk `i`'s leaf and its ancestors.
+    /// Recompute chunk `i`'s leaf and its ancestors, up to the first that
+    /// keeps its value (those above it keep theirs too).
     fn update(&mut self, i: usize) {
         let mut n = self.cap + i;
-        self.tree[n] = self.chunks[i].largest_hole();
+        let hole = self.chunks[i].largest_hole();
+        if self.tree[n] == hole {
+            return;
+        }
+        self.tree[n] = hole;
         while n > 1 {
             n /= 2;
-            self.tree[n] = self.tree[2 * n].max(self.tree[2 * n + 1]);
+            let m = self.tree[2 * n].max(self.tree[2 * n + 1]);
+            if self.tree[n] == m {
+                return;
+            }
+            self.tree[n] = m;
         }
     }
 
@@ -258,19 +305,21 @@ impl DriverVa {
             None => self.los.last()?.checked_sub(len)?,
         };
         self.take_released(lo, lo + len);
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        segs.push((lo, size));
         self.push_chunk(Chunk {
             lo,
             hi: lo + len,
-            segs: vec![(lo, size)],
+            segs,
         });
         Some(lo)
     }
 
     /// `cudaFree(addr)`; a chunk left empty is released (rule 3).
     pub(crate) fn free(&mut self, addr: u64) {
-        let chunks = &self.chunks;
+        let (chunks, spare) = (&self.chunks, &mut self.spare_map);
         let map = self.chunk_of.get_or_insert_with(|| {
-            let mut m = FastMap::default();
+            let mut m = spare.take().unwrap_or_default();
             for (i, c) in chunks.iter().enumerate() {
                 for &(a, _) in &c.segs {
                     m.insert(a, i as u32);

@@ -213,17 +213,25 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     /// `renew` makes an allocator that has served anything behave as a
     /// fresh one with its settings: the same addresses, statistics and
-    /// segments for whatever comes next.
+    /// segments for whatever comes next; so does `renew_recycling` with a
+    /// recycled device, whose address space kept the buffers of the run
+    /// before (chunks, segment lists, the map of a run that freed
+    /// segments).
     #[test]
     fn a_renewed_allocator_is_a_fresh_one(
         ((conf, fraction), capacity_mib, before) in workload(),
         after in prop::collection::vec(op(), 1..300),
+        recycle in any::<bool>(),
     ) {
         let mut renewed = allocator(&conf, fraction, capacity_mib);
         // (a recording of fits left running, whose buffer renew keeps)
         renewed.record_fits();
         apply(&mut renewed, &before);
-        renewed.renew(SimDevice::new(2048 * MIB, capacity_mib * MIB));
+        if recycle {
+            renewed.renew_recycling(|d| d.recycled(2048 * MIB, capacity_mib * MIB));
+        } else {
+            renewed.renew(SimDevice::new(2048 * MIB, capacity_mib * MIB));
+        }
         if let Some(f) = fraction {
             renewed.set_memory_fraction(f);
         }

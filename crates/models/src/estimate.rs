@@ -478,13 +478,14 @@ fn later_phases(
         .iter()
         .filter(|q| q.malloc_bytes().is_some())
         .count() as u32;
-    let requests = reqs.requests[start..]
-        .iter()
-        .map(|q| match *q {
-            Request::Free(k) => k.checked_sub(before).map(Request::Free),
-            q => Some(q),
-        })
-        .collect::<Option<Vec<_>>>()?;
+    // (a collect into `Option<Vec<_>>` cannot size its vector up front)
+    let mut requests = Vec::with_capacity(reqs.requests.len() - start);
+    for q in &reqs.requests[start..] {
+        requests.push(match *q {
+            Request::Free(k) => Request::Free(k.checked_sub(before)?),
+            q => q,
+        });
+    }
     let later = crate::requests::Requests {
         requests,
         phases: reqs.phases[n..]

@@ -91,6 +91,21 @@ pub struct Requests {
 }
 
 impl Requests {
+    /// A copy with room for `more` requests after its own (a copy that is
+    /// then extended reallocates the whole of them otherwise).
+    fn clone_with_room(&self, more: usize) -> Requests {
+        let mut requests = Vec::with_capacity(self.requests.len() + more);
+        requests.extend_from_slice(&self.requests);
+        Requests {
+            requests,
+            phases: self.phases.clone(),
+            rules: self.rules.clone(),
+            measured_sizes: self.measured_sizes,
+            switches: self.switches.clone(),
+            unmeasured: self.unmeasured.clone(),
+        }
+    }
+
     /// The requests of an estimate that ran to the end (`None` after an
     /// out-of-memory: the sequence is not complete).
     pub fn of(est: &Estimate) -> Option<Requests> {
@@ -298,7 +313,7 @@ impl Requests {
         if !freed.iter().all(|f| *f) {
             return None;
         }
-        let mut out = self.clone();
+        let mut out = self.clone_with_room(steps.saturating_sub(2) * step.len());
         for k in 2..steps {
             let shift = (k as u32 - 1) * mallocs;
             let at = out.requests.len();
@@ -398,7 +413,7 @@ impl Requests {
                 next += 1;
             }
         }
-        let mut out = self.clone();
+        let mut out = self.clone_with_room(step.len());
         // where each request of step 0 (and its end) lands in step 1
         let mut at = Vec::with_capacity(step.len() + 1);
         let mut k = 0;
@@ -556,7 +571,7 @@ pub fn renew_allocator(
     } else {
         (profile.total_memory, profile.usable_memory)
     };
-    alloc.renew(SimDevice::new(total, usable));
+    alloc.renew_recycling(|d| d.recycled(total, usable));
     if let Some(f) = memory_fraction {
         alloc.set_memory_fraction(f);
     }
