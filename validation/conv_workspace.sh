@@ -23,6 +23,14 @@ for dt in fp32 bf16 fp16; do
     jobs+=("sizes $kpi $dt 1-128" "pressure $kpi $dt 1-128")
   done
 done
+# other image sizes (the seventh unseen set's ViT: hidden 384, /16 patches, 160 px), workspaces
+# only
+for dt in fp32 bf16 fp16; do
+  for kpi in "384 16 160" "768 16 160" "384 32 160" "768 32 160" \
+             "384 16 256" "768 16 256" "384 32 256" "768 32 256"; do
+    jobs+=("sizes $kpi $dt 1-128")
+  done
+done
 # a grid of other widths and patchings, workspaces only (what try_configs falls back to is
 # measured for hidden 384 alone)
 for dt in fp32 bf16 fp16; do

@@ -60,8 +60,9 @@ fn dtype(s: &str) -> Result<DType> {
 /// first sets left out; `unseen3` and `unseen5`: presets at full size;
 /// `unseen4`: the workloads of a fourth set of bisections; `unseen6`: head
 /// dim 256, recorded to test the rule `unseen5` pointed at, so compared
-/// with the twin after it).
-pub const SETS: [(&str, &str); 7] = [
+/// with the twin after it; `unseen7`: config fields no set had used, at
+/// odd sizes).
+pub const SETS: [(&str, &str); 8] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
@@ -69,6 +70,7 @@ pub const SETS: [(&str, &str); 7] = [
     ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
     ("validation/unseen5_cases.json", "fixtures/estimate_unseen5"),
     ("validation/unseen6_cases.json", "fixtures/estimate_unseen6"),
+    ("validation/unseen7_cases.json", "fixtures/estimate_unseen7"),
 ];
 
 /// Every case of the text of `validation/hf_cases.json`.
