@@ -130,6 +130,17 @@ fn largest_batch_equals_the_gpu_on_a_fourth_unseen_set() {
     check_set("4", 4);
 }
 
+/// A seventh set, bisected on the H100 after the twin's numbers were
+/// written down (`validation/unseen7_plan_cases.json`, workloads of the
+/// seventh unseen estimate set): Qwen2 with sliding layers from
+/// `max_window_layers` on, Phi-3 with `longrope` under bf16 autocast,
+/// Mistral with a non-square `head_dim` and checkpointing, Llama with
+/// projection biases.
+#[test]
+fn largest_batch_equals_the_gpu_on_a_seventh_unseen_set() {
+    check_set("7", 4);
+}
+
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each
 /// in fresh processes with ASLR on, and twice with it off
 /// (`fixtures/plan/vit_repeat_h100.jsonl`): the GPU gives the same verdict
