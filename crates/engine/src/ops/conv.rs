@@ -721,7 +721,7 @@ mod tests {
     }
 
     /// Every batch `validation/conv_workspace.sh` measured on the H100
-    /// (`fixtures/ops/conv_workspace_h100.jsonl`: 29 convolutions in three
+    /// (`fixtures/ops/conv_workspace_h100.jsonl`: 37 convolutions in three
     /// dtypes, each forward, backward-data and backward-filter) comes out of
     /// the table exactly, and nothing in between is claimed.
     #[test]
@@ -768,7 +768,7 @@ mod tests {
                 assert_eq!(got, None, "{line:.80} batch {b}");
             }
         }
-        assert_eq!(n, 36000);
+        assert_eq!(n, 45216);
         let rows = TABLE_H100.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(table().len(), rows, "a line of the table does not parse");
         // another GPU or torch: nothing measured
