@@ -163,7 +163,8 @@ pub struct WorkloadArgs {
     /// Gradient accumulation: micro-batches of --batch per optimizer step.
     #[arg(long, value_name = "M", default_value_t = 1)]
     pub accumulation: usize,
-    /// Training steps (default 3) or inference passes (default 2).
+    /// Training steps (default 3) or inference passes (default 2), at most
+    /// 1000.
     #[arg(long)]
     pub steps: Option<usize>,
     /// PYTORCH_CUDA_ALLOC_CONF, e.g. "expandable_segments:True" or

@@ -249,6 +249,12 @@ fn estimate_rejects_bad_configs_clearly() {
             "--mode train --batch 1099511627776 --seq 64",
             "at most 1 PiB",
         ),
+        // (aborted allocating the requests of 10^12 steps)
+        (
+            llama("vocab_size", "1000"),
+            "--mode train --batch 1 --seq 64 --steps 1000000000000",
+            "at most 1000",
+        ),
     ] {
         let p = write_config("bad", &text);
         let out = vramscope("estimate", &p, args, 2);

@@ -706,6 +706,16 @@ fn check(config: &HfConfig, w: &Workload) -> Result<()> {
     if w.steps == 0 {
         return Err(ModelError::Unsupported("0 steps".into()));
     }
+    // the requests of every step are kept (a step of a 7B model is some
+    // 8,000 of them), so an absurd count would exhaust memory rather than
+    // fail cleanly; every step after the first two repeats the second's
+    // requests, so a few are all an estimate needs
+    if w.steps > MAX_STEPS {
+        return Err(ModelError::Unsupported(format!(
+            "{} steps; the twin runs at most {MAX_STEPS}",
+            w.steps
+        )));
+    }
     // a bound that no published model comes near (the largest have a few
     // hundred layers) and that keeps a run without a limit finite: a model
     // of 10,000 layers takes seconds, one of 2^40 would never end
@@ -724,6 +734,10 @@ fn check(config: &HfConfig, w: &Workload) -> Result<()> {
 
 /// The most layers a config may ask for ([`check`]).
 const MAX_LAYERS: i64 = 10_000;
+
+/// The most steps (training) or passes (inference) a workload may ask for
+/// ([`check`]).
+const MAX_STEPS: usize = 1_000;
 
 struct Run {
     rt: Runtime,
