@@ -100,7 +100,9 @@ impl SimDevice {
     }
     /// [`Self::new`]`(total, capacity)`, keeping the buffers this device's
     /// address space grew ([`CachingAllocator::renew_recycling`] passes it
-    /// to a renewed allocator).
+    /// to a renewed allocator). This device is left without an address
+    /// space, fit only to be dropped (every segment it placed after would
+    /// go above the driver's range).
     ///
     /// [`CachingAllocator::renew_recycling`]: crate::CachingAllocator::renew_recycling
     pub fn recycled(&mut self, total: u64, capacity: u64) -> Self {

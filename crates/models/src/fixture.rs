@@ -60,8 +60,8 @@ fn dtype(s: &str) -> Result<DType> {
 /// first sets left out; `unseen3` and `unseen5`: presets at full size;
 /// `unseen4`: the workloads of a fourth set of bisections; `unseen6`: head
 /// dim 256, recorded to test the rule `unseen5` pointed at, so compared
-/// with the twin after it; `unseen7`: config fields no set had used, at
-/// odd sizes).
+/// with the twin after it; `unseen7`: config fields and values the other
+/// sets left out, at odd sizes).
 pub const SETS: [(&str, &str); 8] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),

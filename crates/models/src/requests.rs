@@ -313,7 +313,7 @@ impl Requests {
         if !freed.iter().all(|f| *f) {
             return None;
         }
-        let mut out = self.clone_with_room(steps.saturating_sub(2) * step.len());
+        let mut out = self.clone_with_room(steps.saturating_sub(2).saturating_mul(step.len()));
         for k in 2..steps {
             let shift = (k as u32 - 1) * mallocs;
             let at = out.requests.len();
