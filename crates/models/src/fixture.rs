@@ -61,8 +61,10 @@ fn dtype(s: &str) -> Result<DType> {
 /// `unseen4`: the workloads of a fourth set of bisections; `unseen6`: head
 /// dim 256, recorded to test the rule `unseen5` pointed at, so compared
 /// with the twin after it; `unseen7`: config fields and values the other
-/// sets left out, at odd sizes).
-pub const SETS: [(&str, &str); 8] = [
+/// sets left out, at odd sizes; `unseen8`: combinations of settings no
+/// set had put together, sequence length 1, 4 training and 3 inference
+/// steps).
+pub const SETS: [(&str, &str); 9] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
@@ -71,6 +73,7 @@ pub const SETS: [(&str, &str); 8] = [
     ("validation/unseen5_cases.json", "fixtures/estimate_unseen5"),
     ("validation/unseen6_cases.json", "fixtures/estimate_unseen6"),
     ("validation/unseen7_cases.json", "fixtures/estimate_unseen7"),
+    ("validation/unseen8_cases.json", "fixtures/estimate_unseen8"),
 ];
 
 /// Every case of the text of `validation/hf_cases.json`.

@@ -215,6 +215,11 @@ fn unseen7() {
     check(&["u7_"]);
 }
 
+#[test]
+fn unseen8() {
+    check(&["u8_"]);
+}
+
 /// The workloads whose figures hang on segment placement, run again in
 /// fresh processes (`fixtures/estimate/repeat_h100.jsonl`, by
 /// `validation/estimate_repeat.py`, ASLR on and off): every run gave the
