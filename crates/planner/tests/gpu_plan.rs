@@ -141,6 +141,17 @@ fn largest_batch_equals_the_gpu_on_a_seventh_unseen_set() {
     check_set("7", 4);
 }
 
+/// An eighth set, bisected on the H100 after the twin's numbers were
+/// written down (`validation/unseen8_plan_cases.json`, workloads of the
+/// eighth unseen estimate set): Llama in fp32 under bf16 autocast with
+/// checkpointing and expandable segments, GPT-2 in fp16 with SGD momentum,
+/// Mistral with checkpointing and `max_split_size_mb:128`, RoBERTa under
+/// fp16 autocast.
+#[test]
+fn largest_batch_equals_the_gpu_on_an_eighth_unseen_set() {
+    check_set("8", 4);
+}
+
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each
 /// in fresh processes with ASLR on, and twice with it off
 /// (`fixtures/plan/vit_repeat_h100.jsonl`): the GPU gives the same verdict
