@@ -39,11 +39,18 @@ import sys
 
 def stats(torch):
     s = torch.cuda.memory_stats()
-    return dict(allocated_bytes=s.get("allocated_bytes.all.current", 0),
-                peak_allocated_bytes=s.get("allocated_bytes.all.peak", 0),
-                reserved_bytes=s.get("reserved_bytes.all.current", 0),
-                peak_reserved_bytes=s.get("reserved_bytes.all.peak", 0),
-                requested_bytes=s.get("requested_bytes.all.current", 0))
+    out = dict(allocated_bytes=s.get("allocated_bytes.all.current", 0),
+               peak_allocated_bytes=s.get("allocated_bytes.all.peak", 0),
+               reserved_bytes=s.get("reserved_bytes.all.current", 0),
+               peak_reserved_bytes=s.get("reserved_bytes.all.peak", 0),
+               requested_bytes=s.get("requested_bytes.all.current", 0))
+    if os.environ.get("DEVICE_USED"):
+        # the whole device's used bytes (cudaMemGetInfo): the CUDA context, the driver's own
+        # allocations and the allocator's segments, so only meaningful with this process alone
+        # on the GPU
+        free, total = torch.cuda.mem_get_info()
+        out["device_used_bytes"] = total - free
+    return out
 
 
 def main():
@@ -156,6 +163,14 @@ def main():
                 end()
     except torch.OutOfMemoryError as e:
         result["error"] = dict(kind="oom", phase=cur[0], message=str(e).splitlines()[0], **stats(torch))
+    except RuntimeError as e:
+        # a new cuBLAS handle (the autograd thread's first matmul) takes device memory through the
+        # driver, not the caching allocator, which does not release its cache for it: on a full
+        # card `cublasCreate` fails. The workload ran out of memory all the same.
+        if "CUBLAS_STATUS_ALLOC_FAILED" not in str(e):
+            raise
+        result["error"] = dict(kind="cublas_alloc", phase=cur[0], message=str(e).splitlines()[0],
+                               **stats(torch))
     if quiet:
         print(json.dumps(dict(name=name, batch=b, ok="error" not in result,
                               error=result.get("error"), phases=phases)))

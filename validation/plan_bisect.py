@@ -8,6 +8,10 @@ limit_bytes / total_memory)`. PyTorch turns the fraction back into bytes as
 `allowed_memory_maximum = static_cast<size_t>(fraction * total)` (CUDACachingAllocator.cpp,
 `setMemoryFraction`), which can be `limit_bytes - 1` through rounding: the record keeps
 `total_memory`, `fraction` and that `allowed_bytes` so that the twin can apply the same limit.
+`limit_bytes` null means the whole card: no fraction is set, so what decides is the device's own
+memory (`cudaMalloc` failing), less what the CUDA context and the driver hold; only one such
+bisection may run on a GPU at a time (PLAN_JOBS=1). An optional `from` starts the doubling at that
+batch instead of 1.
 
 Every try is a fresh process (`hf_cases.py ... --batch B --limit-bytes L --quiet`) that runs the
 whole workload (every step) and exits 0, or 3 on out-of-memory; any other exit stops the search
@@ -42,9 +46,10 @@ def main():
     r = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.get_device_properties(0).total_memory)"],
                        capture_output=True, text=True)
     total = int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else None
-    fraction = limit / total if total else None
+    # limit_bytes null: the whole card, no fraction set (what `vramscope plan --gpu` means)
+    fraction = limit / total if total and limit is not None else None
     rec = dict(name=name, case=plan["case"], limit_bytes=limit, total_memory=total, fraction=fraction,
-               allowed_bytes=int(fraction * total) if total else None, max_batch=None,
+               allowed_bytes=int(fraction * total) if fraction is not None else None, max_batch=None,
                confirm_next_fits=None, n_tries=0, wall_s=None, tries=[])
     tries = rec["tries"]
     results = {}
@@ -74,7 +79,9 @@ def main():
         return results[b]
 
     lo, hi = 0, None
-    b = 1
+    # `from` (optional) starts the doubling there instead of at 1: fewer tries where each try
+    # takes long (a whole card); the answer is the same wherever the boundary is monotone
+    b = plan.get("from", 1)
     while b <= MAX_BATCH:
         if ok(b):
             lo = b

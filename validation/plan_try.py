@@ -31,7 +31,9 @@ def last_json(stdout):
 def run_try(case, batch, limit_bytes, no_aslr=False):
     """Run one try; `no_aslr` runs it under `setarch -R` (address-space randomisation off)."""
     cmd = [sys.executable, os.path.join(HERE, "hf_cases.py"), cases_path(), case, "/tmp",
-           "--batch", str(batch), "--limit-bytes", str(limit_bytes), "--quiet"]
+           "--batch", str(batch), "--quiet"]
+    if limit_bytes is not None:  # None: the whole card, no fraction set
+        cmd += ["--limit-bytes", str(limit_bytes)]
     if no_aslr:
         cmd = ["setarch", os.uname().machine, "-R"] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True)
