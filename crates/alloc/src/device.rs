@@ -35,8 +35,9 @@ use crate::driver_va::DriverVa;
 /// there; [`SimDevice::with_driver_placement`] starts from a fresh context
 /// instead, as a process that launches no kernels does. The driver's own
 /// allocations in a process that launches kernels (kernel modules, the
-/// autograd thread's cuBLAS handle) are not seen by the allocator and not
-/// simulated.
+/// autograd thread's cuBLAS handle) are not seen by the allocator: their
+/// memory is taken when the caller says so ([`SimDevice::driver_alloc`]),
+/// their addresses are not simulated.
 #[derive(Debug, Clone)]
 pub struct SimDevice {
     total: u64,
@@ -110,12 +111,30 @@ impl SimDevice {
         driver.reset_after_cublas(DRIVER_ANCHOR);
         Self::with(total, capacity, driver)
     }
+    /// The driver takes `bytes` of device memory outside the allocator (a
+    /// cuBLAS handle's state, its kernels' local memory): counted as used,
+    /// so `cudaMemGetInfo` and what is left for segments shrink by it. Never
+    /// given back (the handles live as long as the process). `false`, taking
+    /// nothing, when the device has less free: the caching allocator does
+    /// not release its cache for the driver, so `cublasCreate` fails
+    /// (`CUBLAS_STATUS_ALLOC_FAILED`, seen on the H100 at a whole-card
+    /// boundary: `fixtures/plan/wholecard_plan_h100.jsonl`).
+    pub fn driver_alloc(&mut self, bytes: u64) -> bool {
+        match self.used.checked_add(bytes) {
+            Some(u) if u <= self.capacity => {
+                self.used = u;
+                true
+            }
+            _ => false,
+        }
+    }
     /// A device that never runs out (for replays without a limit):
     /// [`UNLIMITED_BYTES`].
     pub fn unlimited() -> Self {
         Self::new(UNLIMITED_BYTES, UNLIMITED_BYTES)
     }
-    /// Bytes in use by the allocator's segments.
+    /// Bytes in use: the allocator's segments and the driver's own
+    /// allocations ([`Self::driver_alloc`]).
     pub fn used(&self) -> u64 {
         self.used
     }

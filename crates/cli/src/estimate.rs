@@ -302,15 +302,17 @@ impl GpuArgs {
         Ok(f)
     }
 
-    /// What the allocator may hold: the fraction of the total, or the GPU's
-    /// memory less the CUDA context.
-    pub fn capacity(&self) -> anyhow::Result<u64> {
+    /// What the allocator may hold once the driver has taken `driver` bytes
+    /// outside it (its cuBLAS handles): the fraction of the total, or the
+    /// GPU's memory less the CUDA context and those bytes.
+    pub fn capacity(&self, driver: u64) -> anyhow::Result<u64> {
         let p = self.profile();
+        let device = p.usable_memory.saturating_sub(driver);
         Ok(match self.fraction()? {
             // CUDACachingAllocator: allowed = fraction * total, and still no
             // more than the device has
-            Some(f) => ((f * p.total_memory as f64) as u64).min(p.usable_memory),
-            None => p.usable_memory,
+            Some(f) => ((f * p.total_memory as f64) as u64).min(device),
+            None => device,
         })
     }
 }
@@ -534,9 +536,12 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     if record {
         write_predicted(args, &config, &w, &limited)?;
     }
-    let capacity = args.gpu.capacity()?;
     // the figures: the whole workload (without a limit when it ran out)
     let est = unlimited.as_ref().unwrap_or(&limited);
+    // less what the driver takes over the whole workload
+    let capacity = args
+        .gpu
+        .capacity(est.events.driver.iter().map(|d| d.1).sum())?;
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
     let profile = args.gpu.profile();

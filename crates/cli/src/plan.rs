@@ -9,6 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use vramscope_alloc::format_size;
+use vramscope_engine::DType;
 use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Workload};
 use vramscope_planner::{
     checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
@@ -173,7 +174,15 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         unlimited: false,
         record_trace: false,
     };
-    let capacity = args.gpu.capacity()?;
+    // the driver's share: a cuBLAS handle, and the autograd thread's when
+    // training, by the matmuls' dtype (`DeviceProfile::blas_handle_bytes`)
+    let (first, later) = if base.autocast.unwrap_or(base.weights) == DType::F32 {
+        options.profile.blas_handle_bytes_fp32
+    } else {
+        options.profile.blas_handle_bytes
+    };
+    let driver = first + if base.mode == Mode::Train { later } else { 0 };
+    let capacity = args.gpu.capacity(driver)?;
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);
     }

@@ -11,6 +11,7 @@ use vramscope_alloc::{
     Addr, AllocatorConfig, CachingAllocator, DeviceStats, Handle, SimDevice, StreamId,
 };
 
+use crate::dtype::DType;
 use crate::error::{EngineError, Result};
 use crate::fastmap::FastMap;
 
@@ -93,6 +94,10 @@ pub struct EventLog {
     pub events: Vec<MemEvent>,
     /// the highest `memory_allocated()` seen
     pub peak_allocated: i64,
+    /// device memory the driver took outside the allocator (a new cuBLAS
+    /// handle), in order, each with the number of events before it
+    /// ([`DeviceProfile::blas_handle_bytes`])
+    pub driver: Vec<(usize, u64)>,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
     /// the rule of each library scratch allocation that has one, by the
@@ -247,8 +252,18 @@ pub struct DeviceProfile {
     pub max_threads_per_sm: u32,
     /// bytes `cudaMemGetInfo` reports as total
     pub total_memory: u64,
-    /// bytes the allocator can obtain (total less the CUDA context)
+    /// bytes the allocator can obtain (total less the CUDA context of a
+    /// fresh process)
     pub usable_memory: u64,
+    /// device memory the driver takes, outside the allocator, when the
+    /// process creates its first cuBLAS handle, and when it creates each
+    /// later one (the autograd thread's): the handles' state, the local
+    /// memory of the kernels they launch, the modules loaded; when the
+    /// matmul that creates it is in a 16-bit dtype (bf16 measured, fp16
+    /// taken alike)
+    pub blas_handle_bytes: (u64, u64),
+    /// the same when that matmul is in fp32
+    pub blas_handle_bytes_fp32: (u64, u64),
     /// cuBLAS workspace per (handle, stream)
     pub cublas_workspace: u64,
     /// cuBLASLt workspace per (handle, stream)
@@ -292,8 +307,17 @@ impl DeviceProfile {
             sm_count: 132,
             max_threads_per_sm: 2048,
             total_memory: 85_017_493_504,
-            // ~520 MiB for the CUDA context (truth/README.md)
-            usable_memory: 85_017_493_504 - 520 * 1024 * 1024,
+            // Measured (validation/plan_bisect.py on the whole card, DEVICE_USED=1,
+            // fixtures/plan/wholecard_plan_h100.jsonl, 47 runs of 4 workloads):
+            // `total - free - reserved` from cudaMemGetInfo is 528.8125 MiB after
+            // `load` in every run; after the first forward 694.8125 MiB with bf16
+            // matmuls (GPT-2, Llama; 692.8125 in 3 of 25 runs) and 686.8125 MiB
+            // with fp32 ones (BERT, Mistral); from the first backward on
+            // 766.8125 and 750.8125 MiB. (truth/README.md's "about 520 MiB"
+            // after `torch.cuda.init()` is an nvidia-smi reading.)
+            usable_memory: 85_017_493_504 - 554_500_096,
+            blas_handle_bytes: (166 * 1024 * 1024, 72 * 1024 * 1024),
+            blas_handle_bytes_fp32: (158 * 1024 * 1024, 64 * 1024 * 1024),
             cublas_workspace: cublas,
             cublaslt_workspace: lt,
         }
@@ -321,6 +345,9 @@ pub(crate) struct State {
     seq: [u64; 2],
     /// the workspaces' live slots, by (thread, stream)
     cublas_ws: Vec<((Thread, StreamId), u32)>,
+    /// the threads that have created their cuBLAS handle (handles outlive
+    /// their workspaces: `_cuda_clearCublasWorkspaces` keeps them)
+    blas_handles: Vec<Thread>,
     lt_ws: Vec<((Thread, StreamId), u32)>,
     live: LiveSet,
     /// the module paths entered, innermost last
@@ -431,6 +458,7 @@ impl Runtime {
             stream: 0,
             seq: [0, 0],
             cublas_ws: Vec::new(),
+            blas_handles: Vec::new(),
             lt_ws: Vec::new(),
             live: LiveSet::default(),
             modules: Vec::new(),
@@ -582,6 +610,7 @@ impl Runtime {
             events: Vec::with_capacity(EVENT_LOG_RESERVE),
             peak_allocated: current,
             peak_index: 0,
+            driver: Vec::new(),
             scratch_rules: Vec::new(),
             switches: Vec::new(),
             measured_sizes: false,
@@ -710,6 +739,12 @@ impl Runtime {
     pub fn max_memory_allocated(&self) -> i64 {
         self.figures().peak
     }
+    /// `torch.cuda.mem_get_info()`: (free, total) bytes of the device, the
+    /// CUDA context and the driver's own allocations taken out.
+    pub fn mem_get_info(&self) -> (u64, u64) {
+        vramscope_alloc::Device::mem_info(self.st.borrow().alloc.device())
+    }
+
     /// `torch.cuda.memory_reserved()`.
     pub fn memory_reserved(&self) -> i64 {
         self.figures().reserved
@@ -767,7 +802,7 @@ impl Runtime {
 
     /// `getCurrentCUDABlasHandle()`: the first call on a (thread, stream)
     /// allocates the cuBLAS workspace (`setWorkspaceForHandle`).
-    pub(crate) fn cublas_handle(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn cublas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {
         let (key, size) = {
             let st = self.st.borrow();
             let key = (st.thread, st.stream);
@@ -776,16 +811,66 @@ impl Runtime {
             }
             (key, st.profile.cublas_workspace)
         };
+        self.blas_handle(op, dtype)?;
         let (_, slot) = self.malloc(size, op, Category::Workspace)?;
         self.st.borrow_mut().cublas_ws.push((key, slot));
+        Ok(())
+    }
+
+    /// The thread's cuBLAS handle (`getCurrentCUDABlasHandle`), created on
+    /// its first use: the driver takes device memory outside the allocator
+    /// then ([`DeviceProfile::blas_handle_bytes`]), noted in the event log.
+    /// When the device has less free, `cublasCreate` fails: reported as
+    /// running out of memory (PyTorch raises a `RuntimeError`,
+    /// `CUBLAS_STATUS_ALLOC_FAILED`).
+    fn blas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {
+        let mut st = self.st.borrow_mut();
+        let thread = st.thread;
+        if st.blas_handles.contains(&thread) {
+            return Ok(());
+        }
+        let (first, later) = if dtype == DType::F32 {
+            st.profile.blas_handle_bytes_fp32
+        } else {
+            st.profile.blas_handle_bytes
+        };
+        let bytes = if st.blas_handles.is_empty() {
+            first
+        } else {
+            later
+        };
+        if !st.alloc.device_mut().driver_alloc(bytes) {
+            let (free, _) = vramscope_alloc::Device::mem_info(st.alloc.device());
+            st.last_oom_module = Some(st.modules.last().map(|m| m.to_string()).unwrap_or_default());
+            if st.alloc.recording_history() {
+                st.oom_segments = Some(st.alloc.snapshot());
+            }
+            st.oom_figures = Some(figures_of(st.alloc.stats()));
+            return Err(EngineError::OutOfMemory {
+                op,
+                bytes,
+                detail: format!(
+                    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`: \
+                     the driver needs {} for this thread's cuBLAS handle and {} is free \
+                     (the caching allocator keeps its cache)",
+                    vramscope_alloc::format_size(bytes),
+                    vramscope_alloc::format_size(free)
+                ),
+            });
+        }
+        st.blas_handles.push(thread);
+        if let Some(log) = st.log.as_mut() {
+            let at = log.events.len();
+            log.driver.push((at, bytes));
+        }
         Ok(())
     }
 
     /// `getCUDABlasLtWorkspace()` as `gemm_and_bias` calls it: the handle
     /// first (which may allocate the cuBLAS workspace), then the separate
     /// cuBLASLt workspace on first use per (thread, stream).
-    pub(crate) fn cublaslt_workspace(&self, op: &'static str) -> Result<()> {
-        self.cublas_handle(op)?;
+    pub(crate) fn cublaslt_workspace(&self, op: &'static str, dtype: DType) -> Result<()> {
+        self.cublas_handle(op, dtype)?;
         let (key, size) = {
             let st = self.st.borrow();
             let key = (st.thread, st.stream);

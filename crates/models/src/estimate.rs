@@ -505,6 +505,12 @@ fn later_phases(
             .filter(|(i, _)| *i >= start)
             .map(|(i, w)| (i - start, *w))
             .collect(),
+        driver: reqs
+            .driver
+            .iter()
+            .filter(|(i, _)| *i >= start)
+            .map(|(i, b)| (i - start, *b))
+            .collect(),
     };
     Some((later, start))
 }

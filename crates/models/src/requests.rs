@@ -88,6 +88,12 @@ pub struct Requests {
     /// its notes name its own shapes, and what it took for them is no
     /// function of the batch that a fit could trust)
     pub unmeasured: Vec<String>,
+    /// device memory the CUDA driver takes outside the allocator (a new
+    /// cuBLAS handle), each with the number of requests before it: a replay
+    /// takes it from the device there
+    /// ([`vramscope_alloc::SimDevice::driver_alloc`]). Made once per
+    /// process, so never copied into repeated or derived steps.
+    pub driver: Vec<(usize, u64)>,
 }
 
 impl Requests {
@@ -103,6 +109,7 @@ impl Requests {
             measured_sizes: self.measured_sizes,
             switches: self.switches.clone(),
             unmeasured: self.unmeasured.clone(),
+            driver: self.driver.clone(),
         }
     }
 
@@ -126,12 +133,18 @@ impl Requests {
         if !est.events.initial.is_empty() {
             return None;
         }
-        // each switch at the number of requests before it
+        // each switch and driver allocation at the number of requests
+        // before it
         let mut switches = Vec::with_capacity(est.events.switches.len());
         let mut pending = est.events.switches.iter().peekable();
+        let mut driver = Vec::with_capacity(est.events.driver.len());
+        let mut pending_driver = est.events.driver.iter().peekable();
         for (k, e) in est.events.events.iter().enumerate() {
             while let Some((_, w)) = pending.next_if(|(at, _)| *at <= k) {
                 switches.push((requests.len(), *w));
+            }
+            while let Some((_, b)) = pending_driver.next_if(|(at, _)| *at <= k) {
+                driver.push((requests.len(), *b));
             }
             match e {
                 MemEvent::Alloc(r) => {
@@ -150,6 +163,7 @@ impl Requests {
             }
         }
         switches.extend(pending.map(|(_, w)| (requests.len(), *w)));
+        driver.extend(pending_driver.map(|(_, b)| (requests.len(), *b)));
         let phases: Vec<(String, usize, usize)> = est
             .phases
             .iter()
@@ -162,6 +176,7 @@ impl Requests {
         requests.truncate(end);
         rules.retain(|i, _| *i < end);
         switches.retain(|(i, _)| *i <= end);
+        driver.retain(|(i, _)| *i < end);
         Some(Requests {
             requests,
             phases,
@@ -169,6 +184,7 @@ impl Requests {
             measured_sizes: est.events.measured_sizes,
             switches,
             unmeasured: est.unmeasured.clone(),
+            driver,
         })
     }
 
@@ -270,6 +286,7 @@ impl Requests {
     pub fn same_structure(&self, other: &Requests) -> bool {
         self.requests.len() == other.requests.len()
             && self.phases == other.phases
+            && self.driver == other.driver
             && self
                 .requests
                 .iter()
@@ -466,6 +483,12 @@ impl Requests {
                 .filter(|(i, _)| *i < end)
                 .copied()
                 .collect(),
+            driver: self
+                .driver
+                .iter()
+                .filter(|(i, _)| *i < end)
+                .copied()
+                .collect(),
         }
     }
 
@@ -594,8 +617,9 @@ pub struct Verdict {
 /// `unlimited`), replaying the requests without a limit first
 /// and under the limit only when that decides something:
 /// - a run whose reserved memory never went over the limit never met it
-///   (the device's capacity, or PyTorch's `allowed_memory_maximum` under a
-///   fraction): the run under it is the same run. Not so with garbage
+///   (the device's capacity once the driver has taken its share, or
+///   PyTorch's `allowed_memory_maximum` under a fraction): the run under it
+///   is the same run. Not so with garbage
 ///   collection, which a fraction arms before the limit, nor with
 ///   expandable segments, whose check under a fraction counts the whole
 ///   rounded request although only the missing pages get mapped
@@ -635,13 +659,15 @@ pub fn verdict_from_planned(
         };
     }
     let mut alloc = fresh_allocator(profile, config, memory_fraction, unlimited);
-    let limit = alloc
-        .allowed_memory_maximum()
-        .unwrap_or(u64::MAX)
-        .min(profile.usable_memory) as i64;
+    let allowed = alloc.allowed_memory_maximum().unwrap_or(u64::MAX);
+    let limit = allowed.min(profile.usable_memory) as i64;
+    // the device's room once the driver has taken all it takes (the least
+    // it ever has)
+    let driver: u64 = requests.driver.iter().map(|d| d.1).sum();
+    let least = allowed.min(profile.usable_memory.saturating_sub(driver)) as i64;
     let early = memory_fraction.is_some()
         && (config.garbage_collection_threshold > 0.0 || config.expandable_segments);
-    if whole.peak_reserved_bytes <= limit && !early {
+    if whole.peak_reserved_bytes <= least && !early {
         return Verdict {
             fits: true,
             figures: whole,
@@ -691,6 +717,8 @@ pub fn replay_planned(
     // a repeated step's peak is the step's it repeats
     let mut peak_requested = 0;
     let mut repeated_steps = 0;
+    // the driver's allocations still to take, and where the next one is
+    let mut driver = requests.driver.iter().peekable();
     'phases: for (p, (name, start, end)) in requests.phases.iter().enumerate() {
         if let Some((from, reserved)) = steady.at_phase(p, alloc) {
             // this step and every later one repeat the phases from `from`
@@ -708,7 +736,27 @@ pub fn replay_planned(
             break;
         }
         alloc.reset_peak_stats();
+        let mut next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
         for (i, r) in requests.requests[*start..*end].iter().enumerate() {
+            // (one comparison per request: a run has two of them, in step 0)
+            while next_driver <= start + i {
+                if let Some(&(_, bytes)) = driver.next() {
+                    if !alloc.device_mut().driver_alloc(bytes) {
+                        // `cublasCreate` fails (the runtime's `blas_handle`)
+                        oom = Some(ReplayOom {
+                            phase: name.clone(),
+                            request: start + i,
+                            bytes,
+                            message: format!(
+                                "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`: the driver needs {bytes} bytes"
+                            ),
+                        });
+                        phases.push(figures(name, alloc));
+                        break 'phases;
+                    }
+                }
+                next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
+            }
             match *r {
                 Request::Malloc(bytes) | Request::Scratch(bytes) => {
                     match alloc.malloc_handle(bytes, 0) {
@@ -1131,6 +1179,7 @@ impl BatchTemplate {
             measured_sizes: false,
             unmeasured: self.base.unmeasured.clone(),
             switches: Vec::new(),
+            driver: self.base.driver.clone(),
         };
         self.write_at(batch, keep_rules, &mut out).then_some(out)
     }
@@ -1440,6 +1489,7 @@ mod tests {
             rules: BTreeMap::new(),
             measured_sizes: false,
             unmeasured: Vec::new(),
+            driver: Vec::new(),
             switches: Vec::new(),
         }
     }
@@ -1463,6 +1513,7 @@ mod tests {
             rules: BTreeMap::new(),
             measured_sizes: false,
             unmeasured: Vec::new(),
+            driver: Vec::new(),
             switches: Vec::new(),
         }
     }
@@ -1566,6 +1617,7 @@ mod tests {
                 },
                 measured_sizes: false,
                 unmeasured: Vec::new(),
+                driver: Vec::new(),
                 switches: Vec::new(),
             }
         };
@@ -1611,6 +1663,7 @@ mod tests {
             rules: BTreeMap::new(),
             measured_sizes: false,
             unmeasured: Vec::new(),
+            driver: Vec::new(),
             switches: Vec::new(),
         };
         let four = two.repeat_steps(4).unwrap();
@@ -1660,6 +1713,7 @@ mod tests {
                 rules: BTreeMap::new(),
                 measured_sizes: false,
                 unmeasured: Vec::new(),
+                driver: Vec::new(),
                 switches: vec![(
                     0,
                     PathSwitch {

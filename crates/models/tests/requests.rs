@@ -430,3 +430,48 @@ fn a_second_step_derived_from_the_first_is_the_models() {
     println!("step 1 derived: {derived:?}\nnot derived: {not:?}");
     assert!(derived.len() >= 10, "{derived:?}");
 }
+
+/// On a whole card, the driver takes device memory for each cuBLAS handle
+/// outside the allocator (`DeviceProfile::blas_handle_bytes`), and on a full
+/// card that fails (`cublasCreate`: `CUBLAS_STATUS_ALLOC_FAILED`). A replay
+/// of the requests takes it at the same request as the model run, so the
+/// verdict is the same at every capacity around the boundary, and the
+/// driver's share is what decides some of them.
+#[test]
+fn on_a_whole_card_the_replay_meets_the_drivers_share_where_the_model_does() {
+    let (mut fits, mut not, mut by_driver) = (0, 0, 0);
+    for (case, config) in cases().into_iter().step_by(3) {
+        let full = options(&case);
+        let reqs = requests(&config, &case.workload, &full);
+        let driver: u64 = reqs.driver.iter().map(|d| d.1).sum();
+        assert!(
+            !reqs.driver.is_empty() && driver > 0,
+            "{}: no cuBLAS handle",
+            case.name
+        );
+        let peak = estimate(&config, &case.workload, &full)
+            .unwrap()
+            .peak_reserved_bytes as u64;
+        for mib in [-300i64, -200, -120, -60, -20, 0, 40, 100] {
+            let mut opts = full.clone();
+            opts.profile.usable_memory = (peak + driver).saturating_add_signed(mib << 20);
+            let est = estimate(&config, &case.workload, &opts).unwrap();
+            let v: Verdict = verdict(&reqs, &opts);
+            assert_eq!(v.fits, est.oom.is_none(), "{} at {mib} MiB", case.name);
+            match &est.oom {
+                None => fits += 1,
+                Some(o) => {
+                    not += 1;
+                    if o.message.contains("CUBLAS_STATUS_ALLOC_FAILED") {
+                        by_driver += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("{fits} fit, {not} ran out, {by_driver} of them at a cuBLAS handle");
+    assert!(
+        fits > 0 && not > 0 && by_driver > 0,
+        "{fits} {not} {by_driver}"
+    );
+}

@@ -68,9 +68,9 @@ fn gemm_2d(op: &'static str, mat1: &Tensor, mat2: &Tensor, lt: bool) -> Result<(
     let b = cublas_matrix_copy(mat1)?;
     let rt = mat1.rt();
     if lt {
-        rt.cublaslt_workspace(op)?;
+        rt.cublaslt_workspace(op, mat1.dtype())?;
     } else {
-        rt.cublas_handle(op)?;
+        rt.cublas_handle(op, mat1.dtype())?;
     }
     drop(b);
     drop(a);
@@ -228,7 +228,7 @@ impl Tensor {
             let (m, n, k) = (mat2.sizes()[2], self.sizes()[1], self.sizes()[2]);
             let a = cublas_batch_copy(mat2, m, k)?;
             let b = cublas_batch_copy(self, k, n)?;
-            rt.cublas_handle("bmm")?;
+            rt.cublas_handle("bmm", self.dtype())?;
             drop(b);
             drop(a);
         }
