@@ -737,15 +737,18 @@ pub fn replay_planned(
         }
         alloc.reset_peak_stats();
         let mut next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
-        for (i, r) in requests.requests[*start..*end].iter().enumerate() {
-            // (one comparison per request: a run has two of them, in step 0)
-            while next_driver <= start + i {
+        // the phase's requests in stretches between the driver's
+        // allocations (a run has two of them, in step 0)
+        let mut at = *start;
+        while at < *end {
+            // the driver's allocations due before request `at`
+            while next_driver <= at {
                 if let Some(&(_, bytes)) = driver.next() {
                     if !alloc.device_mut().driver_alloc(bytes) {
                         // `cublasCreate` fails (the runtime's `blas_handle`)
                         oom = Some(ReplayOom {
                             phase: name.clone(),
-                            request: start + i,
+                            request: at,
                             bytes,
                             message: format!(
                                 "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`: the driver needs {bytes} bytes"
@@ -757,26 +760,30 @@ pub fn replay_planned(
                 }
                 next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
             }
-            match *r {
-                Request::Malloc(bytes) | Request::Scratch(bytes) => {
-                    match alloc.malloc_handle(bytes, 0) {
-                        Ok(h) => blocks.push(h),
-                        Err(e) => {
-                            oom = Some(ReplayOom {
-                                phase: name.clone(),
-                                request: start + i,
-                                bytes,
-                                message: e.to_string(),
-                            });
-                            phases.push(figures(name, alloc));
-                            break 'phases;
+            let upto = next_driver.min(*end);
+            for (i, r) in requests.requests[at..upto].iter().enumerate() {
+                match *r {
+                    Request::Malloc(bytes) | Request::Scratch(bytes) => {
+                        match alloc.malloc_handle(bytes, 0) {
+                            Ok(h) => blocks.push(h),
+                            Err(e) => {
+                                oom = Some(ReplayOom {
+                                    phase: name.clone(),
+                                    request: at + i,
+                                    bytes,
+                                    message: e.to_string(),
+                                });
+                                phases.push(figures(name, alloc));
+                                break 'phases;
+                            }
                         }
                     }
-                }
-                Request::Free(n) => {
-                    let _ = alloc.free_handle(blocks[n as usize]);
+                    Request::Free(n) => {
+                        let _ = alloc.free_handle(blocks[n as usize]);
+                    }
                 }
             }
+            at = upto;
         }
         phases.push(figures(name, alloc));
         peak_requested = peak_requested.max(alloc.stats().requested_bytes.all().peak);
