@@ -175,13 +175,17 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         record_trace: false,
     };
     // the driver's share: a cuBLAS handle, and the autograd thread's when
-    // training, by the matmuls' dtype (`DeviceProfile::blas_handle_bytes`)
-    let (first, later) = if base.autocast.unwrap_or(base.weights) == DType::F32 {
-        options.profile.blas_handle_bytes_fp32
+    // training, and on each the 16-bit kernels when the matmuls are 16-bit
+    // (`DeviceProfile::blas_handle_bytes`, `blas_16bit_bytes`)
+    let p = &options.profile;
+    let (first, later) = p.blas_handle_bytes;
+    let threads = if base.mode == Mode::Train { 2 } else { 1 };
+    let kernels16 = if base.autocast.unwrap_or(base.weights) == DType::F32 {
+        0
     } else {
-        options.profile.blas_handle_bytes
+        threads * p.blas_16bit_bytes
     };
-    let driver = first + if base.mode == Mode::Train { later } else { 0 };
+    let driver = first + if threads == 2 { later } else { 0 } + kernels16;
     let capacity = args.gpu.capacity(driver)?;
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);

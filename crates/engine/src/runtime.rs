@@ -252,18 +252,17 @@ pub struct DeviceProfile {
     pub max_threads_per_sm: u32,
     /// bytes `cudaMemGetInfo` reports as total
     pub total_memory: u64,
-    /// bytes the allocator can obtain (total less the CUDA context of a
-    /// fresh process)
+    /// bytes the allocator can obtain (total less what the process holds
+    /// outside the allocator once the model is loaded: the CUDA context)
     pub usable_memory: u64,
     /// device memory the driver takes, outside the allocator, when the
     /// process creates its first cuBLAS handle, and when it creates each
     /// later one (the autograd thread's): the handles' state, the local
-    /// memory of the kernels they launch, the modules loaded; when the
-    /// matmul that creates it is in a 16-bit dtype (bf16 measured, fp16
-    /// taken alike)
+    /// memory of the kernels they launch, the modules loaded
     pub blas_handle_bytes: (u64, u64),
-    /// the same when that matmul is in fp32
-    pub blas_handle_bytes_fp32: (u64, u64),
+    /// what the driver takes more at a thread's first 16-bit matmul (bf16
+    /// measured, fp16 taken alike): the 16-bit kernels
+    pub blas_16bit_bytes: u64,
     /// cuBLAS workspace per (handle, stream)
     pub cublas_workspace: u64,
     /// cuBLASLt workspace per (handle, stream)
@@ -310,14 +309,16 @@ impl DeviceProfile {
             // Measured (validation/plan_bisect.py on the whole card, DEVICE_USED=1,
             // fixtures/plan/wholecard_plan_h100.jsonl, 47 runs of 4 workloads):
             // `total - free - reserved` from cudaMemGetInfo is 528.8125 MiB after
-            // `load` in every run; after the first forward 694.8125 MiB with bf16
-            // matmuls (GPT-2, Llama; 692.8125 in 3 of 25 runs) and 686.8125 MiB
-            // with fp32 ones (BERT, Mistral); from the first backward on
-            // 766.8125 and 750.8125 MiB. (truth/README.md's "about 520 MiB"
-            // after `torch.cuda.init()` is an nvidia-smi reading.)
+            // `load` in every run; after the first forward 694.8125 MiB in the
+            // bf16 models (GPT-2, Llama; 692.8125 in 3 of 25 runs) and 686.8125 MiB
+            // in the fp32 ones (BERT, Mistral); from the first backward on
+            // 766.8125 and 750.8125 MiB: 158 and 64 MiB per handle, and 8 more
+            // on each thread that runs bf16 matmuls (Llama's first handle comes
+            // with an fp32 matmul, the rotary embedding's). (truth/README.md's
+            // "about 520 MiB" after `torch.cuda.init()` is an nvidia-smi reading.)
             usable_memory: 85_017_493_504 - 554_500_096,
-            blas_handle_bytes: (166 * 1024 * 1024, 72 * 1024 * 1024),
-            blas_handle_bytes_fp32: (158 * 1024 * 1024, 64 * 1024 * 1024),
+            blas_handle_bytes: (158 * 1024 * 1024, 64 * 1024 * 1024),
+            blas_16bit_bytes: 8 * 1024 * 1024,
             cublas_workspace: cublas,
             cublaslt_workspace: lt,
         }
@@ -334,6 +335,23 @@ pub enum Thread {
     Autograd,
 }
 
+impl State {
+    /// What a report of running out of memory reads later: the module,
+    /// the segments (when recording) and the figures at that moment.
+    fn note_oom(&mut self) {
+        self.last_oom_module = Some(
+            self.modules
+                .last()
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+        );
+        if self.alloc.recording_history() {
+            self.oom_segments = Some(self.alloc.snapshot());
+        }
+        self.oom_figures = Some(figures_of(self.alloc.stats()));
+    }
+}
+
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
     pub(crate) profile: DeviceProfile,
@@ -348,6 +366,8 @@ pub(crate) struct State {
     /// the threads that have created their cuBLAS handle (handles outlive
     /// their workspaces: `_cuda_clearCublasWorkspaces` keeps them)
     blas_handles: Vec<Thread>,
+    /// the threads that have run a 16-bit matmul
+    blas_16bit: Vec<Thread>,
     lt_ws: Vec<((Thread, StreamId), u32)>,
     live: LiveSet,
     /// the module paths entered, innermost last
@@ -459,6 +479,7 @@ impl Runtime {
             seq: [0, 0],
             cublas_ws: Vec::new(),
             blas_handles: Vec::new(),
+            blas_16bit: Vec::new(),
             lt_ws: Vec::new(),
             live: LiveSet::default(),
             modules: Vec::new(),
@@ -502,12 +523,7 @@ impl Runtime {
         let handle = match st.alloc.malloc_handle(bytes, stream) {
             Ok(h) => h,
             Err(e) => {
-                st.last_oom_module =
-                    Some(st.modules.last().map(|m| m.to_string()).unwrap_or_default());
-                if st.alloc.recording_history() {
-                    st.oom_segments = Some(st.alloc.snapshot());
-                }
-                st.oom_figures = Some(figures_of(st.alloc.stats()));
+                st.note_oom();
                 return Err(EngineError::OutOfMemory {
                     op,
                     bytes,
@@ -803,6 +819,7 @@ impl Runtime {
     /// `getCurrentCUDABlasHandle()`: the first call on a (thread, stream)
     /// allocates the cuBLAS workspace (`setWorkspaceForHandle`).
     pub(crate) fn cublas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {
+        self.blas_handle(op, dtype)?;
         let (key, size) = {
             let st = self.st.borrow();
             let key = (st.thread, st.stream);
@@ -811,7 +828,6 @@ impl Runtime {
             }
             (key, st.profile.cublas_workspace)
         };
-        self.blas_handle(op, dtype)?;
         let (_, slot) = self.malloc(size, op, Category::Workspace)?;
         self.st.borrow_mut().cublas_ws.push((key, slot));
         Ok(())
@@ -824,41 +840,53 @@ impl Runtime {
     /// running out of memory (PyTorch raises a `RuntimeError`,
     /// `CUBLAS_STATUS_ALLOC_FAILED`).
     fn blas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {
-        let mut st = self.st.borrow_mut();
-        let thread = st.thread;
-        if st.blas_handles.contains(&thread) {
-            return Ok(());
+        let (handle, kernels16) = {
+            let st = self.st.borrow();
+            let (first, later) = st.profile.blas_handle_bytes;
+            let handle =
+                (!st.blas_handles.contains(&st.thread)).then_some(if st.blas_handles.is_empty() {
+                    first
+                } else {
+                    later
+                });
+            let kernels16 = (dtype != DType::F32 && !st.blas_16bit.contains(&st.thread))
+                .then_some(st.profile.blas_16bit_bytes);
+            (handle, kernels16)
+        };
+        if let Some(bytes) = handle {
+            self.driver_take(op, bytes)?;
+            let mut st = self.st.borrow_mut();
+            let thread = st.thread;
+            st.blas_handles.push(thread);
         }
-        let (first, later) = if dtype == DType::F32 {
-            st.profile.blas_handle_bytes_fp32
-        } else {
-            st.profile.blas_handle_bytes
-        };
-        let bytes = if st.blas_handles.is_empty() {
-            first
-        } else {
-            later
-        };
+        if let Some(bytes) = kernels16 {
+            self.driver_take(op, bytes)?;
+            let mut st = self.st.borrow_mut();
+            let thread = st.thread;
+            st.blas_16bit.push(thread);
+        }
+        Ok(())
+    }
+
+    /// The driver takes `bytes` for this thread's cuBLAS use, noted in the
+    /// event log; out of memory when the device has less free.
+    fn driver_take(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let mut st = self.st.borrow_mut();
         if !st.alloc.device_mut().driver_alloc(bytes) {
             let (free, _) = vramscope_alloc::Device::mem_info(st.alloc.device());
-            st.last_oom_module = Some(st.modules.last().map(|m| m.to_string()).unwrap_or_default());
-            if st.alloc.recording_history() {
-                st.oom_segments = Some(st.alloc.snapshot());
-            }
-            st.oom_figures = Some(figures_of(st.alloc.stats()));
+            st.note_oom();
             return Err(EngineError::OutOfMemory {
                 op,
                 bytes,
                 detail: format!(
                     "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`: \
-                     the driver needs {} for this thread's cuBLAS handle and {} is free \
+                     the driver needs {} for this thread's cuBLAS use and {} is free \
                      (the caching allocator keeps its cache)",
                     vramscope_alloc::format_size(bytes),
                     vramscope_alloc::format_size(free)
                 ),
             });
         }
-        st.blas_handles.push(thread);
         if let Some(log) = st.log.as_mut() {
             let at = log.events.len();
             log.driver.push((at, bytes));

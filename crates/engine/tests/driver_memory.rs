@@ -49,3 +49,19 @@ fn cublas_handles_take_the_measured_device_memory() {
     check(DType::BF16, 166, 72);
     check(DType::F32, 158, 64);
 }
+
+/// Llama's first matmul is its rotary embedding's, in fp32: the handle
+/// comes then, the 16-bit kernels' share with the first bf16 matmul.
+#[test]
+fn the_16bit_kernels_share_comes_with_the_first_16bit_matmul() {
+    let rt = Runtime::default();
+    let f = rt.randn(&[8, 8], DType::F32, Device::Cuda).unwrap();
+    let _ = f.mm(&f).unwrap();
+    assert_eq!(outside(&rt), 554_500_096 + 158 * MIB);
+    let b = rt.randn(&[8, 8], DType::BF16, Device::Cuda).unwrap();
+    let _ = b.mm(&b).unwrap();
+    assert_eq!(outside(&rt), 554_500_096 + 166 * MIB);
+    let _ = f.mm(&f).unwrap();
+    let _ = b.mm(&b).unwrap();
+    assert_eq!(outside(&rt), 554_500_096 + 166 * MIB);
+}
