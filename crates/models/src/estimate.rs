@@ -499,20 +499,19 @@ fn later_phases(
             .collect(),
         measured_sizes: reqs.measured_sizes,
         unmeasured: reqs.unmeasured.clone(),
-        switches: reqs
-            .switches
-            .iter()
-            .filter(|(i, _)| *i >= start)
-            .map(|(i, w)| (i - start, *w))
-            .collect(),
-        driver: reqs
-            .driver
-            .iter()
-            .filter(|(i, _)| *i >= start)
-            .map(|(i, b)| (i - start, *b))
-            .collect(),
+        switches: from_request(&reqs.switches, start),
+        driver: from_request(&reqs.driver, start),
     };
     Some((later, start))
+}
+
+/// The entries of a list keyed by request index (`Requests::switches`,
+/// `Requests::driver`) at or after `start`, counted from it.
+fn from_request<T: Copy>(list: &[(usize, T)], start: usize) -> Vec<(usize, T)> {
+    list.iter()
+        .filter(|(i, _)| *i >= start)
+        .map(|&(i, x)| (i - start, x))
+        .collect()
 }
 
 /// [`estimate`], running the model at every step (no repetition).
