@@ -1,0 +1,88 @@
+//! The device memory outside the caching allocator at the end of each
+//! phase (`total - free - reserved`, `torch.cuda.mem_get_info()`): the CUDA
+//! context and what the driver takes for cuBLAS handles and kernels
+//! (`DeviceProfile::blas_handle_bytes`, `blas_16bit_bytes`), against the
+//! H100's readings for five workloads of `validation/driver_share_cases.json`
+//! (`DEVICE_USED=1 JOBS=1 CASES=validation/driver_share_cases.json bash
+//! validation/hf_cases.sh OUT estimate`; `fixtures/driver_share/`).
+//!
+//! fp16 matmuls take what bf16 ones do (GPT-2 in fp16, RoBERTa under fp16
+//! autocast: exact in every phase). ViT is not: its differences are
+//! listed, so that the test fails when they change. Its patch embedding is
+//! a convolution (cuDNN), the only op the other models lack; that the
+//! difference is cuDNN's is a guess, not a measurement.
+
+use vramscope_models::fixture;
+use vramscope_models::requests::Requests;
+use vramscope_models::{estimate_every_step, EstimateOptions};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+const MIB: i64 = 1 << 20;
+
+/// (case, the GPU's bytes outside the allocator less the twin's, in MiB,
+/// from the first forward and from the first backward on): ViT. The GPU
+/// reads 164 MiB over the context after the first forward and 238 MiB from
+/// the first backward on, in fp32, bf16 and fp16 alike; the twin takes
+/// 158 + 64 MiB in fp32 and 166 + 72 in 16 bits, as for the other models.
+const KNOWN: &[(&str, i64, i64)] = &[
+    ("u8_vit_infer_fp16_b7", -2, 0),
+    ("vit_train_bf16_ckpt_sgdm", -2, 0),
+    ("vit_train_fp32", 6, 16),
+];
+
+#[test]
+fn the_driver_share_is_the_gpus_at_every_phase() {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/validation/driver_share_cases.json")).unwrap();
+    let mut exact = 0;
+    let mut phases = 0;
+    for case in fixture::cases(&text).unwrap() {
+        let text =
+            std::fs::read_to_string(format!("{ROOT}/fixtures/driver_share/{}.json", case.name))
+                .unwrap();
+        let rec = fixture::recorded(&text).unwrap();
+        let raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let est = estimate_every_step(&rec.config, &case.workload, &opts).unwrap();
+        let reqs = Requests::of(&est).unwrap();
+        let context = (opts.profile.total_memory - opts.profile.usable_memory) as i64;
+        let known = KNOWN.iter().find(|k| k.0 == case.name);
+        let mut backward = false;
+        for (i, ((name, _, end), p)) in reqs.phases.iter().zip(&est.phases).enumerate() {
+            let gpu = &raw["phases"][i];
+            assert_eq!(gpu["name"], name.as_str(), "{}", case.name);
+            let used = gpu["device_used_bytes"].as_i64().unwrap();
+            let outside = used - gpu["reserved_bytes"].as_i64().unwrap();
+            // the driver's takes before the phase's last request (each
+            // comes before the op's own mallocs)
+            let driver: u64 = reqs.driver.iter().filter(|d| d.0 < *end).map(|d| d.1).sum();
+            let twin = context + driver as i64;
+            assert_eq!(
+                p.reserved_bytes, rec.phases[i].reserved_bytes,
+                "{}",
+                case.name
+            );
+            backward |= name.starts_with("backward");
+            let want = match known {
+                Some(k) if i > 0 => [k.1, k.2][usize::from(backward)],
+                _ => 0,
+            };
+            assert_eq!(
+                (outside - twin) / MIB,
+                want,
+                "{} {name}: the GPU {} MiB outside the allocator, the twin {} MiB",
+                case.name,
+                outside as f64 / MIB as f64,
+                twin as f64 / MIB as f64
+            );
+            assert_eq!((outside - twin) % MIB, 0);
+            phases += 1;
+            exact += usize::from(outside == twin);
+        }
+    }
+    println!("{exact} of {phases} phases exact");
+    assert_eq!(phases, 13 * 4 + 3);
+}
