@@ -44,6 +44,11 @@ i=0
 for j in "${jobs[@]}"; do
   echo "$j $out/work/$i.jsonl"; i=$((i+1))
 done | xargs -P "${JOBS:-8}" -L 1 sh -c 'python3 '"$here"'/conv_workspace.py "$@" || echo "failed: $*" >&2' _
+# then alone on the GPU (tens of GiB: beside the others, they ran out of memory): the fixtures'
+# ViT (hidden 384) in fp32 at the batches where its whole-card plan lands (largest batch near
+# 3,720: validation/wholecard_vit_plan_cases.json)
+python3 "$here/conv_workspace.py" sizes 384 16 224 fp32 3584-3840 "$out/work/solo0.jsonl" \
+  || echo "failed: sizes 384 16 224 fp32 3584-3840" >&2
 : > "$out/conv_sizes.jsonl"; : > "$out/conv_pressure.jsonl"
 for f in "$out"/work/*.jsonl; do
   if grep -q '"mode": "sizes"' "$f"; then cat "$f" >> "$out/conv_sizes.jsonl"; else cat "$f" >> "$out/conv_pressure.jsonl"; fi
