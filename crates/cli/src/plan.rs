@@ -9,7 +9,6 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use vramscope_alloc::format_size;
-use vramscope_engine::DType;
 use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Workload};
 use vramscope_planner::{
     checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
@@ -174,18 +173,19 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         unlimited: false,
         record_trace: false,
     };
-    // the driver's share: a cuBLAS handle, and the autograd thread's when
-    // training, and on each the 16-bit kernels when the matmuls are 16-bit
-    // (`DeviceProfile::blas_handle_bytes`, `blas_16bit_bytes`)
-    let p = &options.profile;
-    let (first, later) = p.blas_handle_bytes;
-    let threads = if base.mode == Mode::Train { 2 } else { 1 };
-    let kernels16 = if base.autocast.unwrap_or(base.weights) == DType::F32 {
-        0
-    } else {
-        threads * p.blas_16bit_bytes
+    // the driver's share (cuBLAS handles, kernels: `DeviceProfile::
+    // blas_handle_bytes`, `blas_16bit_bytes`) as the run at batch 1 takes
+    // it: the same at every batch
+    let one = Workload {
+        batch: 1,
+        ..base.clone()
     };
-    let driver = first + if threads == 2 { later } else { 0 } + kernels16;
+    let driver: u64 = estimate(&config, &one, &options.without_limit())?
+        .events
+        .driver
+        .iter()
+        .map(|d| d.1)
+        .sum();
     let capacity = args.gpu.capacity(driver)?;
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);

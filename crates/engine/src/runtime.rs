@@ -868,6 +868,29 @@ impl Runtime {
         Ok(())
     }
 
+    /// A thread's first cuDNN convolution: the driver takes the share of a
+    /// thread's first 16-bit matmul ([`DeviceProfile::blas_16bit_bytes`])
+    /// if the thread has not, whatever the dtype. Measured, as a fit rather
+    /// than the mechanism (lazily loaded kernel modules,
+    /// `fixtures/driver_share/README.md`): ViT, whose patch embedding is a
+    /// convolution, reads 238 MiB over the context from its first backward
+    /// on in fp32, bf16 and fp16 alike (158 + 64 + 8 + 8; the other models,
+    /// 222 in fp32), and 166 after its first forward at batch 2048 and
+    /// above (164 at batch 16, 2 MiB under this).
+    pub(crate) fn cudnn_kernels(&self, op: &'static str) -> Result<()> {
+        let bytes = {
+            let st = self.st.borrow();
+            (!st.blas_16bit.contains(&st.thread)).then_some(st.profile.blas_16bit_bytes)
+        };
+        if let Some(bytes) = bytes {
+            self.driver_take(op, bytes)?;
+            let mut st = self.st.borrow_mut();
+            let thread = st.thread;
+            st.blas_16bit.push(thread);
+        }
+        Ok(())
+    }
+
     /// The driver takes `bytes` for this thread's cuBLAS use, noted in the
     /// event log; out of memory when the device has less free.
     fn driver_take(&self, op: &'static str, bytes: u64) -> Result<()> {

@@ -7,10 +7,12 @@
 //! validation/hf_cases.sh OUT estimate`; `fixtures/driver_share/`).
 //!
 //! fp16 matmuls take what bf16 ones do (GPT-2 in fp16, RoBERTa under fp16
-//! autocast: exact in every phase). ViT is not: its differences are
-//! listed, so that the test fails when they change. Its patch embedding is
-//! a convolution (cuDNN), the only op the other models lack; that the
-//! difference is cuDNN's is a guess, not a measurement.
+//! autocast: exact in every phase). ViT, whose patch embedding is a
+//! convolution, reads the same in fp32, bf16 and fp16: the twin takes the
+//! 16-bit kernels' share at a thread's first cuDNN convolution whatever
+//! the dtype (`Runtime::cudnn_kernels`), which gives every phase from the
+//! first backward on; after the first forward at batch 16 the GPU reads
+//! 2 MiB less (listed, so that the test fails when it changes).
 
 use vramscope_models::fixture;
 use vramscope_models::requests::Requests;
@@ -20,14 +22,14 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const MIB: i64 = 1 << 20;
 
 /// (case, the GPU's bytes outside the allocator less the twin's, in MiB,
-/// from the first forward and from the first backward on): ViT. The GPU
-/// reads 164 MiB over the context after the first forward and 238 MiB from
-/// the first backward on, in fp32, bf16 and fp16 alike; the twin takes
-/// 158 + 64 MiB in fp32 and 166 + 72 in 16 bits, as for the other models.
+/// from the first forward and from the first backward on): ViT at batch
+/// 16 and 7 reads 164 MiB over the context after the first forward, the
+/// twin 166 (the GPU's reading at batch 2048 and above,
+/// `fixtures/plan/wholecard_vit_plan_h100.jsonl`).
 const KNOWN: &[(&str, i64, i64)] = &[
     ("u8_vit_infer_fp16_b7", -2, 0),
     ("vit_train_bf16_ckpt_sgdm", -2, 0),
-    ("vit_train_fp32", 6, 16),
+    ("vit_train_fp32", -2, 0),
 ];
 
 #[test]
