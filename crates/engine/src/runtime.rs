@@ -840,18 +840,14 @@ impl Runtime {
     /// running out of memory (PyTorch raises a `RuntimeError`,
     /// `CUBLAS_STATUS_ALLOC_FAILED`).
     fn blas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {
-        let (handle, kernels16) = {
+        let handle = {
             let st = self.st.borrow();
             let (first, later) = st.profile.blas_handle_bytes;
-            let handle =
-                (!st.blas_handles.contains(&st.thread)).then_some(if st.blas_handles.is_empty() {
-                    first
-                } else {
-                    later
-                });
-            let kernels16 = (dtype != DType::F32 && !st.blas_16bit.contains(&st.thread))
-                .then_some(st.profile.blas_16bit_bytes);
-            (handle, kernels16)
+            (!st.blas_handles.contains(&st.thread)).then_some(if st.blas_handles.is_empty() {
+                first
+            } else {
+                later
+            })
         };
         if let Some(bytes) = handle {
             self.driver_take(op, bytes)?;
@@ -859,25 +855,23 @@ impl Runtime {
             let thread = st.thread;
             st.blas_handles.push(thread);
         }
-        if let Some(bytes) = kernels16 {
-            self.driver_take(op, bytes)?;
-            let mut st = self.st.borrow_mut();
-            let thread = st.thread;
-            st.blas_16bit.push(thread);
+        if dtype != DType::F32 {
+            self.kernels16(op)?;
         }
         Ok(())
     }
 
-    /// A thread's first cuDNN convolution: the driver takes the share of a
-    /// thread's first 16-bit matmul ([`DeviceProfile::blas_16bit_bytes`])
-    /// if the thread has not, whatever the dtype. Measured, as a fit rather
-    /// than the mechanism (lazily loaded kernel modules,
-    /// `fixtures/driver_share/README.md`): ViT, whose patch embedding is a
-    /// convolution, reads 238 MiB over the context from its first backward
-    /// on in fp32, bf16 and fp16 alike (158 + 64 + 8 + 8; the other models,
-    /// 222 in fp32), and 166 after its first forward at batch 2048 and
-    /// above (164 at batch 16, 2 MiB under this).
-    pub(crate) fn cudnn_kernels(&self, op: &'static str) -> Result<()> {
+    /// The share of a thread's 16-bit kernels
+    /// ([`DeviceProfile::blas_16bit_bytes`]), taken once per thread: at its
+    /// first 16-bit matmul, or at its first cuDNN convolution whatever the
+    /// dtype. The second is measured, as a fit rather than the mechanism
+    /// (lazily loaded kernel modules, `fixtures/driver_share/README.md`):
+    /// ViT, whose patch embedding is a convolution, reads 238 MiB over the
+    /// context from its first backward on in fp32, bf16 and fp16 alike
+    /// (158 + 64 + 8 + 8; the other models, 222 in fp32), and 166 after its
+    /// first forward at batch 2048 and above (164 at batch 16, 2 MiB under
+    /// this).
+    pub(crate) fn kernels16(&self, op: &'static str) -> Result<()> {
         let bytes = {
             let st = self.st.borrow();
             (!st.blas_16bit.contains(&st.thread)).then_some(st.profile.blas_16bit_bytes)

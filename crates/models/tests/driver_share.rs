@@ -10,7 +10,7 @@
 //! autocast: exact in every phase). ViT, whose patch embedding is a
 //! convolution, reads the same in fp32, bf16 and fp16: the twin takes the
 //! 16-bit kernels' share at a thread's first cuDNN convolution whatever
-//! the dtype (`Runtime::cudnn_kernels`), which gives every phase from the
+//! the dtype (`Runtime::kernels16`), which gives every phase from the
 //! first backward on; after the first forward at batch 16 the GPU reads
 //! 2 MiB less (listed, so that the test fails when it changes).
 

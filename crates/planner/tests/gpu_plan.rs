@@ -165,12 +165,14 @@ fn largest_batch_equals_the_gpu_on_an_eighth_unseen_set() {
 /// as the twin does.
 #[test]
 fn largest_batch_equals_the_gpu_on_the_whole_card() {
-    let (n, _, bad) = check(
-        "validation/hf_cases.json",
-        "fixtures/plan/wholecard_plan_h100.jsonl",
-        "fixtures/estimate",
-    );
-    assert_eq!(n, 4);
+    check_whole_card("fixtures/plan/wholecard_plan_h100.jsonl", 4);
+}
+
+/// The bisections of `fixture` (of workloads of `validation/hf_cases.json`)
+/// number `n`, and the twin gives every one's largest batch.
+fn check_whole_card(fixture: &str, n: usize) {
+    let (got, _, bad) = check("validation/hf_cases.json", fixture, "fixtures/estimate");
+    assert_eq!(got, n);
     assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
 }
 
@@ -181,17 +183,11 @@ fn largest_batch_equals_the_gpu_on_the_whole_card() {
 /// (`CUDNN_STATUS_INTERNAL_ERROR`). In that order the twin answered 3756
 /// (its convolution's workspace unmeasured there, as it warned), then 3726
 /// with the workspace measured, then 3721 with the driver's share of a
-/// thread's first convolution (`Runtime::cudnn_kernels`): both fixes came
+/// thread's first convolution (`Runtime::kernels16`): both fixes came
 /// after the GPU's answer was seen.
 #[test]
 fn largest_batch_equals_the_gpu_for_vit_on_the_whole_card() {
-    let (n, _, bad) = check(
-        "validation/hf_cases.json",
-        "fixtures/plan/wholecard_vit_plan_h100.jsonl",
-        "fixtures/estimate",
-    );
-    assert_eq!(n, 1);
-    assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
+    check_whole_card("fixtures/plan/wholecard_vit_plan_h100.jsonl", 1);
 }
 
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each

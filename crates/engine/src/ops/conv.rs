@@ -278,7 +278,7 @@ fn workspace(
         ConvOp::BackwardData => "cudnn_convolution_backward_input",
         ConvOp::BackwardFilter => "cudnn_convolution_backward_weight",
     };
-    rt.cudnn_kernels(name)?;
+    rt.kernels16(name)?;
     let ws = rt.storage(bytes, Device::Cuda, name, Category::Workspace)?;
     drop(ws);
     Ok(())
