@@ -885,8 +885,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// The driver takes `bytes` for this thread's cuBLAS use, noted in the
-    /// event log; out of memory when the device has less free.
+    /// The driver takes `bytes` for this thread's cuBLAS or cuDNN use, noted
+    /// in the event log; out of memory when the device has less free, with
+    /// the error the library raises (`op` names the cuDNN ones).
     fn driver_take(&self, op: &'static str, bytes: u64) -> Result<()> {
         let mut st = self.st.borrow_mut();
         if !st.alloc.device_mut().driver_alloc(bytes) {
@@ -895,13 +896,25 @@ impl Runtime {
             return Err(EngineError::OutOfMemory {
                 op,
                 bytes,
-                detail: format!(
-                    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`: \
-                     the driver needs {} for this thread's cuBLAS use and {} is free \
-                     (the caching allocator keeps its cache)",
-                    vramscope_alloc::format_size(bytes),
-                    vramscope_alloc::format_size(free)
-                ),
+                detail: if op.starts_with("cudnn_") {
+                    // as the GPU failed at ViT's batch 3724 on the whole card
+                    // (`fixtures/plan/wholecard_vit_plan_h100.jsonl`)
+                    format!(
+                        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR: the driver needs {} for \
+                         this thread's kernels and {} is free (the caching allocator keeps \
+                         its cache)",
+                        vramscope_alloc::format_size(bytes),
+                        vramscope_alloc::format_size(free)
+                    )
+                } else {
+                    format!(
+                        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling \
+                         `cublasCreate(handle)`: the driver needs {} for this thread's cuBLAS \
+                         use and {} is free (the caching allocator keeps its cache)",
+                        vramscope_alloc::format_size(bytes),
+                        vramscope_alloc::format_size(free)
+                    )
+                },
             });
         }
         if let Some(log) = st.log.as_mut() {

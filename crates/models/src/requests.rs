@@ -745,13 +745,14 @@ pub fn replay_planned(
             while next_driver <= at {
                 if let Some(&(_, bytes)) = driver.next() {
                     if !alloc.device_mut().driver_alloc(bytes) {
-                        // `cublasCreate` fails (the runtime's `blas_handle`)
+                        // `cublasCreate` or cuDNN fails (the runtime's
+                        // `driver_take`; the requests keep no op names)
                         oom = Some(ReplayOom {
                             phase: name.clone(),
                             request: at,
                             bytes,
                             message: format!(
-                                "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`: the driver needs {bytes} bytes"
+                                "the driver needs {bytes} bytes outside the caching allocator (a cuBLAS handle or a thread's kernels) and the device has less free: cuBLAS fails with CUBLAS_STATUS_ALLOC_FAILED, cuDNN with CUDNN_STATUS_INTERNAL_ERROR"
                             ),
                         });
                         phases.push(figures(name, alloc));

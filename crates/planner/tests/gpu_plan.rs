@@ -190,6 +190,65 @@ fn largest_batch_equals_the_gpu_for_vit_on_the_whole_card() {
     check_whole_card("fixtures/plan/wholecard_vit_plan_h100.jsonl", 1);
 }
 
+/// Each try of that bisection that failed on the GPU fails in the twin in
+/// the same phase and, where its sizes are measured (all but 4096), the
+/// same way: the allocator, with the GPU's message and figures, or cuDNN
+/// (`CUDNN_STATUS_INTERNAL_ERROR`, at 3724 in `backward0`: the autograd
+/// thread's first convolution, when the driver has no room for its share).
+#[test]
+fn vit_on_the_whole_card_fails_where_and_as_the_gpu_does() {
+    let cases = fixture::cases(
+        &std::fs::read_to_string(format!("{ROOT}/validation/hf_cases.json")).unwrap(),
+    )
+    .unwrap();
+    let case = cases.iter().find(|c| c.name == "vit_train_fp32").unwrap();
+    let rec = fixture::recorded(
+        &std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/vit_train_fp32.json")).unwrap(),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{ROOT}/fixtures/plan/wholecard_vit_plan_h100.jsonl"
+    ))
+    .unwrap();
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    let (mut failed, mut messages) = (0, 0);
+    for t in v["tries"].as_array().unwrap() {
+        let b = t["batch"].as_i64().unwrap();
+        let w = vramscope_models::Workload {
+            batch: b,
+            ..case.workload.clone()
+        };
+        let est = vramscope_models::estimate(&rec.config, &w, &EstimateOptions::default()).unwrap();
+        let oom = est.oom.as_ref();
+        assert_eq!(oom.is_none(), t["ok"].as_bool().unwrap(), "batch {b}");
+        let (Some(oom), Some(e)) = (oom, t["error"].as_object()) else {
+            continue;
+        };
+        failed += 1;
+        assert_eq!(oom.phase, e["phase"].as_str().unwrap(), "batch {b}");
+        if !est.unmeasured.is_empty() {
+            // 4096: the convolution's workspace is not measured there
+            continue;
+        }
+        messages += 1;
+        let gpu = e["message"].as_str().unwrap();
+        match e["kind"].as_str().unwrap() {
+            "cudnn_internal" => {
+                assert!(gpu.contains("CUDNN_STATUS_INTERNAL_ERROR"));
+                assert!(oom
+                    .message
+                    .starts_with("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"));
+            }
+            // the GPU's message up to the part on non-PyTorch memory
+            _ => {
+                let twin = &oom.message[..oom.message.find(" Of the").unwrap()];
+                assert!(gpu.starts_with(twin), "batch {b}: {twin} / {gpu}");
+            }
+        }
+    }
+    assert_eq!((failed, messages), (7, 6));
+}
+
 /// `validation/plan_repeat.py` tried ViT around its boundary 4 times each
 /// in fresh processes with ASLR on, and twice with it off
 /// (`fixtures/plan/vit_repeat_h100.jsonl`): the GPU gives the same verdict
