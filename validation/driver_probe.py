@@ -4,9 +4,11 @@ One fresh process per sequence (the driver's share is per process):
     python3 validation/driver_probe.py SEQ   (prints one JSON line)
     for s in $(python3 validation/driver_probe.py --list); do python3 validation/driver_probe.py $s; done
 Each step prints total - free - reserved (torch.cuda.mem_get_info, memory_reserved) after it,
-in bytes; steps are: conv (a ViT patch embedding, 3->768, kernel 16, stride 16, 224x224),
-linear (768->768), each in the sequence's dtype, then backward (through all of them, on the
-autograd thread). Only meaningful with this process alone on the GPU.
+in bytes, from `setup` on (the layers cast to the dtype, the inputs made); steps are: conv (a
+ViT patch embedding, 3->768, kernel 16, stride 16, 224x224), linear (768->768), each on its own
+input in the sequence's dtype, then backward (of the sum of their outputs in fp32, on the
+autograd thread: its cast and reduction kernels count there). Only meaningful with this
+process alone on the GPU.
 """
 import json
 import sys
@@ -41,19 +43,17 @@ def main():
         free, total = torch.cuda.mem_get_info()
         return total - free - torch.cuda.memory_reserved()
 
-    out = [("load", outside())]
     x = torch.randn(2, 3, 224, 224, device="cuda", dtype=dtype)
     h = torch.randn(2, 196, 768, device="cuda", dtype=dtype, requires_grad=True)
-    y = None
+    out = [("setup", outside())]
+    outs = []
     for s in steps:
         if s == "conv":
-            c = conv(x).flatten(2).transpose(1, 2)
-            y = c if y is None else y + c
+            outs.append(conv(x))
         elif s == "linear":
-            t = lin(h if y is None else y)
-            y = t
+            outs.append(lin(h))
         elif s == "backward":
-            y.float().sum().backward()
+            sum(o.float().sum() for o in outs).backward()
         out.append((s, outside()))
     print(json.dumps(dict(name=name, dtype=dtype_name, torch=torch.__version__,
                           cudnn=torch.backends.cudnn.version(), steps=out)))

@@ -174,13 +174,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         record_trace: false,
     };
     // the driver's share (cuBLAS handles, kernels: `DeviceProfile::
-    // blas_handle_bytes`, `blas_16bit_bytes`) as the run at batch 1 takes
-    // it: the same at every batch
-    let one = Workload {
-        batch: 1,
-        ..base.clone()
-    };
-    let driver: u64 = estimate(&config, &one, &options.without_limit())?
+    // blas_handle_bytes`, `blas_16bit_bytes`) as the run at batch 1 (`base`)
+    // takes it: per thread and dtype, so the same at every batch
+    let driver: u64 = estimate(&config, &base, &options.without_limit())?
         .events
         .driver
         .iter()

@@ -864,13 +864,13 @@ impl Runtime {
     /// The share of a thread's 16-bit kernels
     /// ([`DeviceProfile::blas_16bit_bytes`]), taken once per thread: at its
     /// first 16-bit matmul, or at its first cuDNN convolution whatever the
-    /// dtype. The second is measured, as a fit rather than the mechanism
-    /// (lazily loaded kernel modules, `fixtures/driver_share/README.md`):
-    /// ViT, whose patch embedding is a convolution, reads 238 MiB over the
-    /// context from its first backward on in fp32, bf16 and fp16 alike
-    /// (158 + 64 + 8 + 8; the other models, 222 in fp32), and 166 after its
-    /// first forward at batch 2048 and above (164 at batch 16, 2 MiB under
-    /// this).
+    /// dtype. The second is a fit to measurements, not the mechanism (kernel
+    /// modules loaded lazily, `fixtures/driver_share/README.md`): ViT, whose
+    /// patch embedding is a convolution, reads 238 MiB over the context
+    /// from its first backward on in fp32 and bf16 alike (158 + 64 + 8 + 8;
+    /// the other models, 222 in fp32), and 166 after its first forward at
+    /// batch 2048 and above in fp32 (164 at batch 16 and 7, in every dtype
+    /// measured: 2 MiB under this).
     pub(crate) fn kernels16(&self, op: &'static str) -> Result<()> {
         let bytes = {
             let st = self.st.borrow();

@@ -8,11 +8,12 @@
 //!
 //! fp16 matmuls take what bf16 ones do (GPT-2 in fp16, RoBERTa under fp16
 //! autocast: exact in every phase). ViT, whose patch embedding is a
-//! convolution, reads the same in fp32, bf16 and fp16: the twin takes the
-//! 16-bit kernels' share at a thread's first cuDNN convolution whatever
-//! the dtype (`Runtime::kernels16`), which gives every phase from the
-//! first backward on; after the first forward at batch 16 the GPU reads
-//! 2 MiB less (listed, so that the test fails when it changes).
+//! convolution, reads the same in fp32 and bf16 (and in fp16 inference):
+//! the twin takes the 16-bit kernels' share at a thread's first cuDNN
+//! convolution whatever the dtype (`Runtime::kernels16`), which gives every
+//! phase from the first backward on; after the first forward at batch 16
+//! and 7 the GPU reads 2 MiB less (listed, so that the test fails when it
+//! changes).
 
 use vramscope_models::fixture;
 use vramscope_models::requests::Requests;
