@@ -168,6 +168,15 @@ fn largest_batch_equals_the_gpu_on_the_whole_card() {
     check_whole_card("fixtures/plan/wholecard_plan_h100.jsonl", 4);
 }
 
+/// Inference on the whole card: `validation/wholecard_infer_plan_cases.json`
+/// (`fixtures/plan/wholecard_infer_plan_h100.jsonl`), four bisections run
+/// after the twin's answers were written down (949, 774, 1172, 703): the
+/// GPU gave the same four.
+#[test]
+fn largest_batch_equals_the_gpu_for_inference_on_the_whole_card() {
+    check_whole_card("fixtures/plan/wholecard_infer_plan_h100.jsonl", 4);
+}
+
 /// The bisections of `fixture` (of workloads of `validation/hf_cases.json`)
 /// number `n`, and the twin gives every one's largest batch.
 fn check_whole_card(fixture: &str, n: usize) {
