@@ -102,11 +102,18 @@ fn largest_batch_equals_the_gpu_on_unseen_workloads() {
 /// [`check`] on the unseen set named by `suffix` (`""`, `"2"`), which has
 /// `count` bisected workloads.
 fn check_set(suffix: &str, count: usize) {
-    let (n, _, bad) = check(
+    check_all(
         &format!("validation/unseen{suffix}_cases.json"),
         &format!("fixtures/plan/unseen{suffix}_plan_h100.jsonl"),
         &format!("fixtures/estimate_unseen{suffix}"),
+        count,
     );
+}
+
+/// [`check`], asserting `count` bisections and the twin's largest batch for
+/// every one.
+fn check_all(list: &str, plan: &str, dir: &str, count: usize) {
+    let (n, _, bad) = check(list, plan, dir);
     assert_eq!(n, count);
     assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
 }
@@ -180,9 +187,7 @@ fn largest_batch_equals_the_gpu_for_inference_on_the_whole_card() {
 /// The bisections of `fixture` (of workloads of `validation/hf_cases.json`)
 /// number `n`, and the twin gives every one's largest batch.
 fn check_whole_card(fixture: &str, n: usize) {
-    let (got, _, bad) = check("validation/hf_cases.json", fixture, "fixtures/estimate");
-    assert_eq!(got, n);
-    assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
+    check_all("validation/hf_cases.json", fixture, "fixtures/estimate", n);
 }
 
 /// ViT (fp32, the fixtures' hidden 384) on the whole card:
