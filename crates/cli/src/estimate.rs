@@ -499,6 +499,25 @@ pub fn checkpointing_name(c: &Checkpointing) -> String {
     }
 }
 
+/// Layer indices as runs for a person to read: `0-29, 31` (sorted input).
+pub fn layer_runs(layers: &[usize]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        runs.push(match j - i {
+            0 => layers[i].to_string(),
+            1 => format!("{}, {}", layers[i], layers[j]),
+            _ => format!("{}-{}", layers[i], layers[j]),
+        });
+        i = j + 1;
+    }
+    runs.join(", ")
+}
+
 fn task_name(t: Task) -> &'static str {
     match t {
         Task::Causal => "causal",
@@ -691,14 +710,40 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
         writeln!(out)?;
-        writeln!(out, "heaviest modules at the peak:")?;
-        for (m, b) in est.by_module_at_peak.iter().take(10) {
-            let m = if m.is_empty() {
-                "(top level)"
+        writeln!(
+            out,
+            "heaviest modules at the peak (a layer index written *: every layer summed):"
+        )?;
+        for g in est.module_groups_at_peak().iter().take(10) {
+            if g.path.is_empty() {
+                // what no submodule holds: name its categories, the part
+                // of the total that is otherwise one opaque line
+                let parts: Vec<String> = est
+                    .top_level_at_peak()
+                    .iter()
+                    .take(4)
+                    .map(|(c, b)| format!("{c} {}", format_size(*b)))
+                    .collect();
+                writeln!(
+                    out,
+                    "  {:<44} {:>12}  {}",
+                    "(top level)",
+                    format_size(g.bytes),
+                    parts.join(", ")
+                )?;
             } else {
-                m.as_str()
-            };
-            writeln!(out, "  {:<44} {:>12}", m, format_size(*b))?;
+                let count = if g.count > 1 {
+                    format!("x{}", g.count)
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    out,
+                    "  {:<44} {:>12}  {count}",
+                    g.path,
+                    format_size(g.bytes)
+                )?;
+            }
         }
     }
     out.flush()?;
@@ -752,6 +797,14 @@ fn shape_label(w: &Workload, seq: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layer_runs_read_as_ranges() {
+        assert_eq!(layer_runs(&[]), "");
+        assert_eq!(layer_runs(&[3]), "3");
+        assert_eq!(layer_runs(&[0, 1]), "0, 1");
+        assert_eq!(layer_runs(&[0, 1, 2, 3, 5, 7, 8, 9]), "0-3, 5, 7-9");
+    }
 
     #[test]
     fn lists_and_ranges() {

@@ -119,6 +119,43 @@ fn estimate_out_of_memory_exits_1_and_names_the_phase() {
     assert!(text.contains("tried to allocate"), "{text}");
 }
 
+/// The summary's heaviest modules fold a model's layers into one line per
+/// kind of module (GPT-2's 12 blocks), the whole of each kind summed, and
+/// name what the top level holds.
+#[test]
+fn estimate_summary_folds_repeated_layers() {
+    // (at batch 8 the peak is in backward, with every block's saved tensors)
+    let args = "estimate --model gpt2 --mode train --batch 8 --seq 1024";
+    let out = run(bin().args(args.split_whitespace()), 0);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let modules: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("heaviest modules"))
+        .skip(1)
+        .collect();
+    assert!(!modules.is_empty(), "{text}");
+    assert!(
+        modules
+            .iter()
+            .any(|l| l.contains("transformer.h.*.mlp.act") && l.trim_end().ends_with("x12")),
+        "{text}"
+    );
+    // no layer's own line is left
+    assert!(
+        !modules.iter().any(|l| l.contains("transformer.h.0")),
+        "{text}"
+    );
+    let top = modules.iter().find(|l| l.contains("(top level)")).unwrap();
+    assert!(
+        top.contains("parameter") && top.contains("optimizer_state"),
+        "{top}"
+    );
+    // the JSON keeps every module path
+    let out = run(bin().args(args.split_whitespace()).arg("--json"), 0);
+    let j = json(&out).to_string();
+    assert!(j.contains("transformer.h.11.mlp.act"), "{j}");
+}
+
 /// A convolution whose cuDNN workspace was never measured is named, in the
 /// JSON and in the summary, with what the twin took for it; a measured one
 /// (ViT-base's patch embedding) is not.

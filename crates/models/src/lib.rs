@@ -22,6 +22,7 @@ pub mod fixture;
 pub mod predicted;
 pub mod presets;
 pub mod requests;
+pub mod summary;
 pub mod workload;
 
 pub use config::HfConfig;
@@ -31,4 +32,5 @@ pub use estimate::{
     Estimate, EstimateOptions, Oom, PhaseFigures, RecordedRun,
 };
 pub use families::{HfModel, Inputs, ModelOutput};
+pub use summary::{group_repeated, ModuleGroup};
 pub use workload::{Checkpointing, Mode, OptimizerKind, Task, Workload};
