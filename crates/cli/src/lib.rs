@@ -86,12 +86,9 @@ pub enum Command {
     /// autocast, loss.backward(), optimizer.step(), zero_grad(set_to_none=True))
     /// or inference passes under torch.no_grad().
     ///
-    /// Examples:
-    ///   vramscope estimate --model llama-3.1-8b --mode train --batch 1 --seq 2048 --weights bf16
-    ///   vramscope estimate --config config.json --mode infer --batch 8 --seq 1024 --json
-    ///
     /// Exit 0 when it fits, 1 when it runs out of memory (the op, module and
     /// phase are named), 2 when the config or options cannot be used.
+    #[command(after_long_help = ESTIMATE_EXAMPLES)]
     Estimate(estimate::EstimateArgs),
     /// What fits: the largest batch that completes every step under the
     /// limit (the allocator twin's real out-of-memory path: free the cache,
@@ -107,13 +104,26 @@ pub enum Command {
     /// (512,1024,2048) it sweeps the grid instead and prints peak reserved
     /// and fits / doesn't (--csv or --json for plotting).
     ///
-    /// Examples:
-    ///   vramscope plan --model llama-3.2-1b --mode train --seq 2048 --weights bf16 --memory-limit 40000000000
-    ///   vramscope plan --model gpt2 --mode train --batch 1..16 --seq 512,1024 --csv
-    ///
     /// Exit 0 when batch 1 fits, 1 when not even batch 1 fits, 2 on bad input.
+    #[command(after_long_help = PLAN_EXAMPLES)]
     Plan(plan::PlanArgs),
 }
+
+/// `estimate --help`'s examples (after the options, line by line: a doc
+/// comment's lines would be joined into one paragraph).
+const ESTIMATE_EXAMPLES: &str = "\
+Examples:
+  vramscope estimate --model llama-3.1-8b --mode train --batch 1 --seq 2048 --weights bf16
+  vramscope estimate --config config.json --mode infer --batch 8 --seq 1024 --json
+  vramscope estimate --model qwen3-8b --mode train --batch 4 --seq 2048 --weights bf16 \\
+      --checkpointing --html run.html --snapshot run.pickle";
+
+/// `plan --help`'s examples.
+const PLAN_EXAMPLES: &str = "\
+Examples:
+  vramscope plan --model llama-3.2-1b --mode train --seq 2048 --weights bf16 --gpu h100
+  vramscope plan --model gpt2 --mode train --batch 1..16 --seq 512,1024 --csv
+  vramscope plan --model mistral-7b --mode train --seq 4096 --weights bf16 --target-batch 8";
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

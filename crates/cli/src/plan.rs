@@ -15,7 +15,7 @@ use vramscope_planner::{
 };
 use vramscope_report::sweep::{render_sweep, SweepPoint};
 
-use crate::estimate::{checkpointing_name, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
+use crate::estimate::{layer_runs, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
 use crate::{EXIT_DIFFERENT, EXIT_OK};
 
 /// Arguments of `vramscope plan`.
@@ -357,11 +357,11 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         if let Some(c) = &ckpt {
             writeln!(
                 out,
-                "\nTo fit batch {}: checkpoint {} of {} layers ({}), peak reserved {}, about +{:.0}% compute per step",
+                "\nTo fit batch {}: checkpoint {} of {} layers (layers {}), peak reserved {}, about +{:.0}% compute per step",
                 reference,
                 c.layers.len(),
                 c.of,
-                checkpointing_name(&vramscope_models::Checkpointing::Layers(c.layers.clone())),
+                layer_runs(&c.layers),
                 format_size(c.peak_reserved_bytes.max(0) as u64),
                 c.extra_step_fraction * 100.0
             )?;

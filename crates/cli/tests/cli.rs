@@ -129,3 +129,43 @@ fn demo_unknown_case_is_exit_2() {
     let out = bin().args(["demo", "nope"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Every example `--help` shows runs as printed (in a directory of its own,
+/// for the files it writes), and exits 0 or 1: a verdict, not bad input.
+#[test]
+fn help_examples_run() {
+    let dir = std::env::temp_dir().join(format!("vramscope-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 2}"#,
+    )
+    .unwrap();
+    let mut ran = 0;
+    for command in ["estimate", "plan"] {
+        let out = bin().args([command, "--help"]).output().unwrap();
+        let help = String::from_utf8(out.stdout).unwrap();
+        let examples = help
+            .split("Examples:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{command} --help shows no examples:\n{help}"));
+        // an example's lines, joined where one ends with a backslash
+        let joined = examples.replace("\\\n", " ");
+        for line in joined
+            .lines()
+            .filter(|l| l.trim_start().starts_with("vramscope "))
+        {
+            let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+            let out = bin().args(&args).current_dir(&dir).output().unwrap();
+            assert!(
+                matches!(out.status.code(), Some(0 | 1)),
+                "{line}: {:?}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 6, "{ran} examples");
+    let _ = std::fs::remove_dir_all(&dir);
+}
