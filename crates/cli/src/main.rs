@@ -16,9 +16,14 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // A closed pipe (`vramscope ... | head`) is not an error.
+            // (serde_json's writer wraps the io error in its own)
+            let broken = |k: Option<std::io::ErrorKind>| k == Some(std::io::ErrorKind::BrokenPipe);
             if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                broken(c.downcast_ref::<std::io::Error>().map(|io| io.kind()))
+                    || broken(
+                        c.downcast_ref::<serde_json::Error>()
+                            .and_then(|j| j.io_error_kind()),
+                    )
             }) {
                 return ExitCode::SUCCESS;
             }

@@ -392,3 +392,62 @@ fn a_workload_past_the_unlimited_device_is_an_error() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// A workload that fits at every batch the search tries says so: the
+/// answer is a lower bound (`capped`), not a boundary.
+#[test]
+fn plan_says_when_no_batch_ran_out() {
+    let p = write_config(
+        "tiny",
+        r#"{"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 128}"#,
+    );
+    let args = "--mode infer --seq 8 --gpu h100 --no-levers";
+    let j = json(&vramscope("plan", &p, &format!("{args} --json"), 0));
+    assert_eq!(j["capped"], true, "{j}");
+    assert_eq!(j["max_batch"], 1 << 20, "{j}");
+    assert!(j["next_batch_oom"].is_null(), "{j}");
+    let text = String::from_utf8(vramscope("plan", &p, args, 0).stdout).unwrap();
+    assert!(text.contains("Largest batch: at least 1048576"), "{text}");
+    // a workload that runs out is not capped
+    let j = json(&vramscope(
+        "plan",
+        &p,
+        "--mode infer --seq 8 --memory-limit 200000000 --no-levers --json",
+        0,
+    ));
+    assert_eq!(j["capped"], false, "{j}");
+}
+
+/// `vramscope ... --json | head` is not an error: a closed pipe ends the
+/// run quietly with exit 0 (the JSON writer's error wraps the pipe's).
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    use std::process::Stdio;
+    let p = write_config(
+        "pipe",
+        r#"{"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 128}"#,
+    );
+    // a sweep's JSON of 1,024 cells, well over a pipe's 64 KiB buffer
+    let child = bin()
+        .args(["plan", "--config"])
+        .arg(&p)
+        .args("--mode infer --batch 1..512 --seq 8,16 --json".split_whitespace())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
