@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use vramscope_alloc::format_size;
-use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Workload};
+use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Task, Workload};
 use vramscope_planner::{
     checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
 };
@@ -116,6 +116,7 @@ struct PlanJson {
     seq: i64,
     capacity_bytes: u64,
     max_batch: i64,
+    capped: bool,
     peak_reserved_bytes: Option<i64>,
     peak_allocated_bytes: Option<i64>,
     next_batch_oom: Option<OomJson>,
@@ -251,6 +252,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             seq: base.seq,
             capacity_bytes: capacity,
             max_batch: mb.max_batch,
+            capped: mb.capped,
             peak_reserved_bytes: at.map(|e| e.peak_reserved_bytes),
             peak_allocated_bytes: at.map(|e| e.peak_allocated_bytes),
             next_batch_oom: mb
@@ -290,14 +292,19 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(
             out,
-            "{} {}, seq {}, limit {}",
+            "{} {}{}, limit {}",
             config.model_type,
             if base.mode == Mode::Train {
                 "train"
             } else {
                 "infer"
             },
-            base.seq,
+            // (an image model's inputs have no sequence length)
+            if base.task == Task::Image {
+                String::new()
+            } else {
+                format!(", seq {}", base.seq)
+            },
             format_size(capacity)
         )?;
         if mb.max_batch == 0 {
@@ -305,7 +312,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         } else {
             writeln!(
                 out,
-                "Largest batch: {} (peak reserved {}, peak allocated {})",
+                "Largest batch: {}{} (peak reserved {}, peak allocated {})",
+                if mb.capped { "at least " } else { "" },
                 mb.max_batch,
                 at.map(|e| format_size(e.peak_reserved_bytes.max(0) as u64))
                     .unwrap_or_default(),

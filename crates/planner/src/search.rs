@@ -6,8 +6,12 @@
 
 use vramscope_models::{estimate, Estimate, EstimateOptions, HfConfig, Oom, Result, Workload};
 
-/// The doubling stops here (`plan_bisect.py`'s bound).
-pub const MAX_BATCH_CAP: i64 = 4096;
+/// The doubling stops here (`plan_bisect.py`'s bound too). It was 4096, and
+/// a small ViT in bf16 fits more than that on an H100 (42.78 GiB reserved at
+/// 4096); 2^20 is past what any workload fits on any GPU (the images alone
+/// of batch 2^20 at 224x224 in bf16 take 294 GiB), and a try costs the twin
+/// the same at every batch.
+pub const MAX_BATCH_CAP: i64 = 1 << 20;
 
 /// One try of the search.
 #[derive(Debug, Clone)]
@@ -36,6 +40,9 @@ pub struct MaxBatch {
     /// the out-of-memory of the smallest failing batch (`max_batch + 1`
     /// unless the cap was reached)
     pub first_failure: Option<Try>,
+    /// no batch up to [`MAX_BATCH_CAP`] ran out: `max_batch` is a lower
+    /// bound, not the boundary
+    pub capped: bool,
 }
 
 impl MaxBatch {
@@ -129,5 +136,6 @@ pub fn max_batch(
         tries,
         at_max,
         first_failure,
+        capped: hi.is_none(),
     })
 }
