@@ -769,7 +769,7 @@ mod tests {
                 assert_eq!(got, None, "{line:.80} batch {b}");
             }
         }
-        assert_eq!(n, 45987);
+        assert_eq!(n, 56895);
         let rows = TABLE_H100.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(table().len(), rows, "a line of the table does not parse");
         // another GPU or torch: nothing measured
