@@ -220,6 +220,11 @@ fn unseen8() {
     check(&["u8_"]);
 }
 
+#[test]
+fn unseen9() {
+    check(&["u9_"]);
+}
+
 /// The workloads whose figures hang on segment placement, run again in
 /// fresh processes (`fixtures/estimate/repeat_h100.jsonl`, by
 /// `validation/estimate_repeat.py`, ASLR on and off): every run gave the

@@ -160,6 +160,16 @@ fn largest_batch_equals_the_gpu_on_an_eighth_unseen_set() {
     check_set("8", 4);
 }
 
+/// A ninth set, bisected on the H100 after the twin's numbers were written
+/// down (e19fbc1; `validation/unseen9_plan_cases.json`): Llama with one KV
+/// head in bf16 at 6 GiB (6), Qwen3 in fp32 with plain SGD on expandable
+/// segments at 8 GiB (7), Gemma-2 with fp16 weights and SGD momentum at
+/// 3 GiB (12), RoBERTa under bf16 autocast with checkpointing at 4 GiB (21).
+#[test]
+fn largest_batch_equals_the_gpu_on_a_ninth_unseen_set() {
+    check_set("9", 4);
+}
+
 /// The whole card (`vramscope plan --gpu h100`, no fraction set):
 /// `validation/wholecard_plan_cases.json`, bisected on the H100 with
 /// `DEVICE_USED=1` (`fixtures/plan/wholecard_plan_h100.jsonl`). What
