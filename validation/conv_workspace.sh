@@ -44,19 +44,23 @@ i=0
 for j in "${jobs[@]}"; do
   echo "$j $out/work/$i.jsonl"; i=$((i+1))
 done | xargs -P "${JOBS:-8}" -L 1 sh -c 'python3 '"$here"'/conv_workspace.py "$@" || echo "failed: $*" >&2' _
-# then alone on the GPU (tens of GiB: beside the others, they ran out of memory): the fixtures'
-# ViT (hidden 384) in fp32 at the batches where its whole-card plan lands (largest batch near
-# 3,720: validation/wholecard_vit_plan_cases.json)
-python3 "$here/conv_workspace.py" sizes 384 16 224 fp32 3584-3840 "$out/work/solo0.jsonl" \
-  || echo "failed: sizes 384 16 224 fp32 3584-3840" >&2
-# and in bf16 and fp16 (the two at once: about 10 GiB each), from 6144, where the whole-card
-# bisections of validation/wholecard_vit16_plan_cases.json land after 4096 fits (to 7960: the
-# two ran about 7 minutes to get there, beside the rest of this script)
-for dt in bf16 fp16; do
-  python3 "$here/conv_workspace.py" sizes 384 16 224 $dt 4096,6144-7960 "$out/work/solo_$dt.jsonl" \
-    || echo "failed: sizes 384 16 224 $dt 4096,6144-7960" >&2 &
-done
-wait
+# CONV_SOLO=0 leaves out the large batches below (minutes of GPU time; the whole-card
+# bisections of the fixtures' ViT on an H100 need them)
+if [ "${CONV_SOLO:-1}" = 1 ]; then
+  # then alone on the GPU (tens of GiB: beside the others, they ran out of memory): the fixtures'
+  # ViT (hidden 384) in fp32 at the batches where its whole-card plan lands (largest batch near
+  # 3,720: validation/wholecard_vit_plan_cases.json)
+  python3 "$here/conv_workspace.py" sizes 384 16 224 fp32 3584-3840 "$out/work/solo0.jsonl" \
+    || echo "failed: sizes 384 16 224 fp32 3584-3840" >&2
+  # and in bf16 and fp16 (the two at once: about 10 GiB each), from 6144, where the whole-card
+  # bisections of validation/wholecard_vit16_plan_cases.json land after 4096 fits (to 7960: the
+  # two ran about 7 minutes to get there, beside the rest of this script)
+  for dt in bf16 fp16; do
+    python3 "$here/conv_workspace.py" sizes 384 16 224 $dt 4096,6144-7960 "$out/work/solo_$dt.jsonl" \
+      || echo "failed: sizes 384 16 224 $dt 4096,6144-7960" >&2 &
+  done
+  wait
+fi
 : > "$out/conv_sizes.jsonl"; : > "$out/conv_pressure.jsonl"
 for f in "$out"/work/*.jsonl; do
   if grep -q '"mode": "sizes"' "$f"; then cat "$f" >> "$out/conv_sizes.jsonl"; else cat "$f" >> "$out/conv_pressure.jsonl"; fi
