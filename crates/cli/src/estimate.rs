@@ -86,6 +86,8 @@ pub enum OptimizerArg {
 pub enum GpuArg {
     /// NVIDIA H100 80GB HBM3 (sm_90) with PyTorch 2.11
     H100,
+    /// NVIDIA H200, 141 GB (sm_90) with PyTorch 2.11
+    H200,
 }
 
 /// The model: a config.json or a preset.
@@ -283,6 +285,7 @@ impl GpuArgs {
     pub fn profile(&self) -> DeviceProfile {
         match self.gpu {
             GpuArg::H100 => DeviceProfile::h100_torch_2_11(),
+            GpuArg::H200 => DeviceProfile::h200_torch_2_11(),
         }
     }
 

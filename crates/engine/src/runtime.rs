@@ -323,6 +323,25 @@ impl DeviceProfile {
             cublaslt_workspace: lt,
         }
     }
+
+    /// NVIDIA H200 (sm_90, 132 SMs, as the H100) with PyTorch 2.11.0+cu130,
+    /// measured on 2026-11-22 (`fixtures/h200/README.md`): `cudaMemGetInfo`'s
+    /// total is 150,109,880,320 bytes; the seven workloads of
+    /// `validation/driver_share_cases.json` read the H100's bytes outside
+    /// the allocator in every phase (528.8125 MiB after `load`, the same
+    /// per-handle and 16-bit shares after), gave the H100's allocator
+    /// figures in every phase, and cuDNN's 45,216 measured convolution
+    /// workspaces came out the H100's (the table is keyed by capability and
+    /// torch, so it serves both). Everything but the total is the H100's.
+    pub fn h200_torch_2_11() -> Self {
+        let total = 150_109_880_320;
+        DeviceProfile {
+            name: "NVIDIA H200",
+            total_memory: total,
+            usable_memory: total - 554_500_096,
+            ..Self::h100_torch_2_11()
+        }
+    }
 }
 
 /// Which host thread runs an op: the Python thread or the autograd engine's
