@@ -92,3 +92,66 @@ fn the_driver_share_is_the_gpus_at_every_phase() {
     println!("{exact} of {phases} phases exact");
     assert_eq!(phases, 13 * 6 + 3);
 }
+
+/// The same seven workloads on an H200 (`fixtures/h200/driver_share/`,
+/// the same command there): the allocator's figures are the H100's in
+/// every phase, and so are the bytes outside the allocator, but in GPT-2's
+/// fp16 `forward0` (2 MiB fewer on the H200; the H100 read that too in 3 of
+/// 25 GPT-2 runs, `DeviceProfile::h100_torch_2_11`). The twin's H200
+/// profile is the H100's with the H200's total memory.
+#[test]
+fn the_h200_reads_what_the_h100_does() {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/validation/driver_share_cases.json")).unwrap();
+    let (mut phases, mut other) = (0, Vec::new());
+    for case in fixture::cases(&text).unwrap() {
+        let read = |dir: &str| -> serde_json::Value {
+            let text = std::fs::read_to_string(format!("{ROOT}/{dir}/{}.json", case.name)).unwrap();
+            serde_json::from_str(&text).unwrap()
+        };
+        let (h100, h200) = (
+            read("fixtures/driver_share"),
+            read("fixtures/h200/driver_share"),
+        );
+        assert_eq!(h200["env"]["gpu"], "NVIDIA H200");
+        let (a, b) = (
+            h100["phases"].as_array().unwrap(),
+            h200["phases"].as_array().unwrap(),
+        );
+        assert_eq!(a.len(), b.len(), "{}", case.name);
+        for (p, q) in a.iter().zip(b) {
+            for k in [
+                "allocated_bytes",
+                "peak_allocated_bytes",
+                "reserved_bytes",
+                "peak_reserved_bytes",
+                "requested_bytes",
+            ] {
+                assert_eq!(p[k], q[k], "{} {} {k}", case.name, p["name"]);
+            }
+            let outside = |p: &serde_json::Value| {
+                p["device_used_bytes"].as_i64().unwrap() - p["reserved_bytes"].as_i64().unwrap()
+            };
+            if outside(p) != outside(q) {
+                other.push(format!(
+                    "{} {} {}",
+                    case.name,
+                    p["name"].as_str().unwrap(),
+                    (outside(q) - outside(p)) / MIB
+                ));
+            }
+            phases += 1;
+        }
+    }
+    assert_eq!(phases, 13 * 6 + 3);
+    assert_eq!(other, ["u8_gpt2_fp16_sgdm_b6_s320 forward0 -2"]);
+    let (h100, h200) = (
+        vramscope_engine::DeviceProfile::h100_torch_2_11(),
+        vramscope_engine::DeviceProfile::h200_torch_2_11(),
+    );
+    assert_eq!(h200.total_memory, 150_109_880_320);
+    assert_eq!(
+        h200.total_memory - h200.usable_memory,
+        h100.total_memory - h100.usable_memory
+    );
+}

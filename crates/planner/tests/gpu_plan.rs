@@ -5,6 +5,7 @@
 //! same number for every one.
 
 use serde_json::Value;
+use vramscope_engine::DeviceProfile;
 use vramscope_models::fixture;
 use vramscope_models::EstimateOptions;
 use vramscope_planner::max_batch;
@@ -43,6 +44,7 @@ fn check(list: &str, plan: &str, dir: &str) -> (usize, usize, Vec<String>) {
         .unwrap();
         let mut opts = EstimateOptions {
             allocator: case.allocator.clone(),
+            profile: profile_of(v["total_memory"].as_u64().unwrap()),
             ..EstimateOptions::default()
         };
         // exactly the script's set_per_process_memory_fraction(limit / total)
@@ -78,6 +80,18 @@ fn check(list: &str, plan: &str, dir: &str) -> (usize, usize, Vec<String>) {
     }
     println!("{exact} of {n} workloads: the twin's largest batch equals the GPU's");
     (n, exact, bad)
+}
+
+/// The twin's profile of the GPU a bisection ran on, told apart by the
+/// total memory `cudaMemGetInfo` reported there.
+fn profile_of(total: u64) -> DeviceProfile {
+    [
+        DeviceProfile::h100_torch_2_11(),
+        DeviceProfile::h200_torch_2_11(),
+    ]
+    .into_iter()
+    .find(|p| p.total_memory == total)
+    .unwrap_or_else(|| panic!("no profile of a GPU with {total} bytes"))
 }
 
 #[test]
@@ -183,6 +197,18 @@ fn largest_batch_equals_the_gpu_on_a_ninth_unseen_set() {
 #[test]
 fn largest_batch_equals_the_gpu_on_the_whole_card() {
     check_whole_card("fixtures/plan/wholecard_plan_h100.jsonl", 4);
+}
+
+/// The whole card of an H200 (`vramscope plan --gpu h200`):
+/// `validation/wholecard_h200_plan_cases.json`
+/// (`fixtures/plan/wholecard_h200_plan.jsonl`), two inference and two
+/// training workloads bisected after the twin's answers were written down
+/// (5a9fec1: 1659, 1247, 917, 526): the GPU gave the same four. The H200
+/// profile is the H100's with the H200's total memory, what its readings
+/// showed (`fixtures/h200/README.md`).
+#[test]
+fn largest_batch_equals_the_gpu_on_the_whole_h200() {
+    check_whole_card("fixtures/plan/wholecard_h200_plan.jsonl", 4);
 }
 
 /// Inference on the whole card: `validation/wholecard_infer_plan_cases.json`

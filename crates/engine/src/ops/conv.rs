@@ -721,52 +721,83 @@ mod tests {
         assert_eq!(rt.memory_allocated() - base, 6656);
     }
 
+    /// One line of a `conv_workspace.sh` fixture: the problem and its
+    /// measured (batch, workspace bytes).
+    struct Measured {
+        line: String,
+        op: ConvOp,
+        dtype: DType,
+        weight: Vec<i64>,
+        image: Vec<i64>,
+        args: Conv2dArgs,
+        workspace: Vec<(i64, u64)>,
+    }
+
+    impl Measured {
+        fn input(&self, b: i64) -> [i64; 4] {
+            [b, 3, self.image[0], self.image[1]]
+        }
+    }
+
+    /// The lines of the fixture at `path` (from the repository's root).
+    fn measured(path: &str) -> Vec<Measured> {
+        let path = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let int = |x: &serde_json::Value| x.as_i64().unwrap();
+        text.lines()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                let s = int(&v["stride"]);
+                Measured {
+                    line: line.chars().take(80).collect(),
+                    op: match v["op"].as_str().unwrap() {
+                        "forward" => ConvOp::Forward,
+                        "dgrad" => ConvOp::BackwardData,
+                        _ => ConvOp::BackwardFilter,
+                    },
+                    dtype: match v["dtype"].as_str().unwrap() {
+                        "fp32" => DType::F32,
+                        "bf16" => DType::BF16,
+                        _ => DType::F16,
+                    },
+                    weight: v["weight"].as_array().unwrap().iter().map(int).collect(),
+                    image: v["image"].as_array().unwrap().iter().map(int).collect(),
+                    args: Conv2dArgs {
+                        stride: [s, s],
+                        ..Conv2dArgs::default()
+                    },
+                    workspace: v["workspace"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| (int(&p[0]), int(&p[1]) as u64))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
     /// Every batch `validation/conv_workspace.sh` measured on the H100
     /// (`fixtures/ops/conv_workspace_h100.jsonl`: 37 convolutions in three
     /// dtypes, each forward, backward-data and backward-filter) comes out of
     /// the table exactly, and nothing in between is claimed.
     #[test]
     fn the_table_reproduces_every_measured_workspace() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../fixtures/ops/conv_workspace_h100.jsonl"
-        );
-        let text = std::fs::read_to_string(path).unwrap();
         let h100 = DeviceProfile::h100_torch_2_11();
         let mut n = 0;
-        for line in text.lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let op = match v["op"].as_str().unwrap() {
-                "forward" => ConvOp::Forward,
-                "dgrad" => ConvOp::BackwardData,
-                _ => ConvOp::BackwardFilter,
+        for m in measured("fixtures/ops/conv_workspace_h100.jsonl") {
+            let at = |b: i64| {
+                cudnn_conv_workspace(&h100, m.op, m.dtype, &m.input(b), &m.weight, &m.args)
             };
-            let dtype = match v["dtype"].as_str().unwrap() {
-                "fp32" => DType::F32,
-                "bf16" => DType::BF16,
-                _ => DType::F16,
-            };
-            let int = |x: &serde_json::Value| x.as_i64().unwrap();
-            let weight: Vec<i64> = v["weight"].as_array().unwrap().iter().map(int).collect();
-            let image: Vec<i64> = v["image"].as_array().unwrap().iter().map(int).collect();
-            let s = int(&v["stride"]);
-            let args = Conv2dArgs {
-                stride: [s, s],
-                ..Conv2dArgs::default()
-            };
-            let input = |b: i64| [b, 3, image[0], image[1]];
-            let mut measured = std::collections::BTreeSet::new();
-            for pair in v["workspace"].as_array().unwrap() {
-                let (b, bytes) = (int(&pair[0]), int(&pair[1]) as u64);
-                let got = cudnn_conv_workspace(&h100, op, dtype, &input(b), &weight, &args);
-                assert_eq!(got, Some(bytes), "{line:.80} batch {b}");
-                measured.insert(b);
+            let mut seen = std::collections::BTreeSet::new();
+            for &(b, bytes) in &m.workspace {
+                assert_eq!(at(b), Some(bytes), "{} batch {b}", m.line);
+                seen.insert(b);
                 n += 1;
             }
-            let last = *measured.last().unwrap();
-            for b in (1..=last + 8).filter(|b| !measured.contains(b)) {
-                let got = cudnn_conv_workspace(&h100, op, dtype, &input(b), &weight, &args);
-                assert_eq!(got, None, "{line:.80} batch {b}");
+            let last = *seen.last().unwrap();
+            for b in (1..=last + 8).filter(|b| !seen.contains(b)) {
+                assert_eq!(at(b), None, "{} batch {b}", m.line);
             }
         }
         assert_eq!(n, 56895);
@@ -791,6 +822,25 @@ mod tests {
             cudnn_conv_workspace(&other, ConvOp::BackwardFilter, DType::BF16, &x, &w, &patch),
             None
         );
+    }
+
+    /// The same script run on an H200 (`CONV_SOLO=0`,
+    /// `fixtures/h200/conv_workspace_h200.jsonl`: every problem but the
+    /// H100's large-batch ones) measured the H100's workspace at every batch,
+    /// which the table, keyed by capability and torch, gives the H200 too.
+    #[test]
+    fn the_h200_takes_the_h100s_workspaces() {
+        let h200 = DeviceProfile::h200_torch_2_11();
+        let mut n = 0;
+        for m in measured("fixtures/h200/conv_workspace_h200.jsonl") {
+            for &(b, bytes) in &m.workspace {
+                let got =
+                    cudnn_conv_workspace(&h200, m.op, m.dtype, &m.input(b), &m.weight, &m.args);
+                assert_eq!(got, Some(bytes), "{} batch {b}", m.line);
+                n += 1;
+            }
+        }
+        assert_eq!(n, 45216);
     }
 
     #[test]
