@@ -72,7 +72,7 @@ struct StreamSet {
     /// `BUCKETS` vectors, each holding the blocks of one size class in
     /// *descending* (size, address) order: the least, which best fit takes,
     /// is last.
-    buckets: Box<[Vec<Entry>; BUCKETS]>,
+    buckets: [Vec<Entry>; BUCKETS],
 }
 
 impl StreamSet {
@@ -80,7 +80,7 @@ impl StreamSet {
         Self {
             stream,
             nonempty: [0; WORDS],
-            buckets: Box::new(std::array::from_fn(|_| Vec::new())),
+            buckets: std::array::from_fn(|_| Vec::new()),
         }
     }
 
