@@ -189,18 +189,26 @@ impl FreeSet {
         let v = &mut s.buckets[b];
         let e = (size, addr, id);
         let k = key(&e);
-        if v.len() <= 32 {
+        let n = v.len();
+        if n <= 32 {
             // one pass from the least up, moving the lesser entries down
             // as it goes (a new block most often lands among the least: a
-            // `memmove` call for a few entries cost more than the moves)
+            // `memmove` call for a few entries cost more than the moves);
+            // on the slice, whose length the loop's bounds checks can see
+            // (through the `Vec` they reloaded its length and buffer at
+            // every step)
             v.push(e);
-            let mut i = v.len() - 1;
-            while i > 0 && key(&v[i - 1]) < k {
-                v[i] = v[i - 1];
+            let w = v.as_mut_slice();
+            let mut i = n;
+            while i > 0 && key(&w[i - 1]) < k {
+                w[i] = w[i - 1];
                 i -= 1;
             }
-            debug_assert!(i == 0 || key(&v[i - 1]) != k, "block {id} inserted twice");
-            v[i] = e;
+            debug_assert!(i == 0 || key(&w[i - 1]) != k, "block {id} inserted twice");
+            w[i] = e;
+        } else if key(&v[n - 1]) > k {
+            // the new least (half the inserts into large buckets): no search
+            v.push(e);
         } else {
             let at = rank(v, k);
             debug_assert!(
@@ -301,11 +309,14 @@ impl FreeSet {
         // best fit most often takes)
         let at = c.at as usize;
         debug_assert!(at < v.len(), "a cursor past its bucket");
-        if v.len() - at - 1 <= 8 {
+        let n = v.len();
+        if n - at - 1 <= 8 {
             // (at most 8 entries after it, moved up one by one: most often
-            // none, the least taken by best fit)
-            for i in at..v.len() - 1 {
-                v[i] = v[i + 1];
+            // none, the least taken by best fit; on the slice, as in
+            // `insert`)
+            let w = v.as_mut_slice();
+            for i in at..n - 1 {
+                w[i] = w[i + 1];
             }
             v.pop();
         } else {
