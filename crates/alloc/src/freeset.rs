@@ -128,6 +128,30 @@ fn rank(v: &[Entry], k: u128) -> usize {
     v.partition_point(|e| key(e) > k)
 }
 
+/// Remove entry `at` of bucket `b`, `v`, clearing its bit in `nonempty`
+/// when it empties.
+#[inline(always)]
+fn take(v: &mut Vec<Entry>, nonempty: &mut [u64; WORDS], b: usize, at: usize) {
+    // (`Vec::remove` calls `memmove` even for the last entry, which best
+    // fit most often takes)
+    let n = v.len();
+    debug_assert!(at < n, "a cursor past its bucket");
+    if n - at - 1 <= 8 {
+        // (at most 8 entries after it, moved up one by one: most often
+        // none, the least taken by best fit; on the slice, as in `insert`)
+        let w = v.as_mut_slice();
+        for i in at..n - 1 {
+            w[i] = w[i + 1];
+        }
+        v.pop();
+    } else {
+        v.remove(at);
+    }
+    if v.is_empty() {
+        nonempty[b / 64] &= !(1 << (b % 64));
+    }
+}
+
 /// A position in the set: (stream index, bucket, index in the bucket).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Cursor {
@@ -229,16 +253,16 @@ impl FreeSet {
             return false;
         };
         let b = bucket_of(size);
-        let v = &self.streams[si].buckets[b];
+        let s = &mut self.streams[si];
+        let v = &mut s.buckets[b];
         let at = rank(v, key(&(size, addr, id)));
         if v.get(at) != Some(&(size, addr, id)) {
             return false;
         }
-        self.remove_at(Cursor {
-            stream: si as u32,
-            bucket: b as u32,
-            at: at as u32,
-        });
+        // (here rather than through `remove_at`, which would find the
+        // stream's set and the bucket again)
+        take(v, &mut s.nonempty, b, at);
+        self.len -= 1;
         true
     }
 
@@ -304,30 +328,14 @@ impl FreeSet {
     #[inline]
     pub(crate) fn remove_at(&mut self, c: Cursor) {
         let s = &mut self.streams[c.stream as usize];
-        let v = &mut s.buckets[c.bucket as usize];
-        // (`Vec::remove` calls `memmove` even for the last entry, which
-        // best fit most often takes)
-        let at = c.at as usize;
-        debug_assert!(at < v.len(), "a cursor past its bucket");
-        let n = v.len();
-        if n - at - 1 <= 8 {
-            // (at most 8 entries after it, moved up one by one: most often
-            // none, the least taken by best fit; on the slice, as in
-            // `insert`)
-            let w = v.as_mut_slice();
-            for i in at..n - 1 {
-                w[i] = w[i + 1];
-            }
-            v.pop();
-        } else {
-            v.remove(at);
-        }
-        if v.is_empty() {
-            s.nonempty[c.bucket as usize / 64] &= !(1 << (c.bucket % 64));
-        }
+        take(
+            &mut s.buckets[c.bucket as usize],
+            &mut s.nonempty,
+            c.bucket as usize,
+            c.at as usize,
+        );
         self.len -= 1;
     }
-
     /// The first block of `stream` with size >= `size` (`lower_bound`).
     pub(crate) fn first_from(&self, stream: u64, size: u64) -> Option<Entry> {
         self.lower_bound(stream, size).map(|c| self.get(c))
