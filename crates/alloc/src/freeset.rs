@@ -260,8 +260,13 @@ impl FreeSet {
         let b = bucket_of(size);
         let s = &mut self.streams[si];
         let v = &mut s.buckets[b];
-        let at = rank(v, key(&(size, addr, id)));
-        if v.get(at) != Some(&(size, addr, id)) {
+        let e = (size, addr, id);
+        // the least first, as in `insert`
+        let at = match v.last() {
+            Some(least) if *least == e => v.len() - 1,
+            _ => rank(v, key(&e)),
+        };
+        if v.get(at) != Some(&e) {
             return false;
         }
         // (here rather than through `remove_at`, which would find the
