@@ -160,21 +160,61 @@ pub(crate) struct Cursor {
     at: u32,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct FreeSet {
-    /// One set per stream, sorted by stream.
-    streams: Vec<StreamSet>,
+    /// The default stream's set (index 0), inline: every find, insert and
+    /// removal of a replay, which uses no other stream, reaches its bucket
+    /// at a fixed offset rather than through the pointer of a vector of
+    /// sets.
+    zero: StreamSet,
+    /// The other streams' sets (indices from 1), sorted by stream.
+    others: Vec<StreamSet>,
     len: usize,
 }
 
+impl Default for FreeSet {
+    fn default() -> Self {
+        Self {
+            zero: StreamSet::new(0),
+            others: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
 impl FreeSet {
+    /// The set of a stream, by index (0 is the default stream's, which
+    /// always exists; an empty set finds nothing, as no set does).
     #[inline]
     fn stream_index(&self, stream: u64) -> Option<usize> {
-        // (most often the only one: the default stream)
-        match self.streams.first() {
-            Some(s) if s.stream == stream => Some(0),
-            _ => self.streams.iter().position(|s| s.stream == stream),
+        if stream == 0 {
+            return Some(0);
         }
+        self.others
+            .iter()
+            .position(|s| s.stream == stream)
+            .map(|i| i + 1)
+    }
+
+    #[inline]
+    fn set(&self, i: usize) -> &StreamSet {
+        match i {
+            0 => &self.zero,
+            _ => &self.others[i - 1],
+        }
+    }
+
+    #[inline]
+    fn set_mut(&mut self, i: usize) -> &mut StreamSet {
+        match i {
+            0 => &mut self.zero,
+            _ => &mut self.others[i - 1],
+        }
+    }
+
+    /// Every stream's set, in stream order.
+    fn sets(&self) -> impl Iterator<Item = &StreamSet> {
+        std::iter::once(&self.zero).chain(&self.others)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -184,7 +224,7 @@ impl FreeSet {
     /// Empty, keeping the buckets' capacity (an empty stream's set finds
     /// nothing, as no set does).
     pub(crate) fn clear(&mut self) {
-        for s in &mut self.streams {
+        for s in std::iter::once(&mut self.zero).chain(&mut self.others) {
             s.buckets.iter_mut().for_each(Vec::clear);
             s.nonempty = [0; WORDS];
         }
@@ -197,9 +237,10 @@ impl FreeSet {
     #[cold]
     #[inline(never)]
     fn add_stream(&mut self, stream: u64) -> usize {
-        let at = self.streams.partition_point(|s| s.stream < stream);
-        self.streams.insert(at, StreamSet::new(stream));
-        at
+        debug_assert!(stream != 0, "the default stream's set always exists");
+        let at = self.others.partition_point(|s| s.stream < stream);
+        self.others.insert(at, StreamSet::new(stream));
+        at + 1
     }
 
     #[inline]
@@ -208,7 +249,7 @@ impl FreeSet {
             Some(i) => i,
             None => self.add_stream(stream),
         };
-        let s = &mut self.streams[si];
+        let s = self.set_mut(si);
         let b = bucket_of(size);
         let v = &mut s.buckets[b];
         let e = (size, addr, id);
@@ -258,7 +299,7 @@ impl FreeSet {
             return false;
         };
         let b = bucket_of(size);
-        let s = &mut self.streams[si];
+        let s = self.set_mut(si);
         let v = &mut s.buckets[b];
         let e = (size, addr, id);
         // the least first, as in `insert`
@@ -280,7 +321,7 @@ impl FreeSet {
         let Some(si) = self.stream_index(stream) else {
             return false;
         };
-        let v = &self.streams[si].buckets[bucket_of(size)];
+        let v = &self.set(si).buckets[bucket_of(size)];
         let k = ((size as u128) << 64) | addr as u128;
         v.get(rank(v, k)).is_some_and(|e| key(e) == k)
     }
@@ -289,7 +330,7 @@ impl FreeSet {
     #[inline]
     pub(crate) fn lower_bound(&self, stream: u64, size: u64) -> Option<Cursor> {
         let si = self.stream_index(stream)?;
-        let s = &self.streams[si];
+        let s = self.set(si);
         let mut b = bucket_of(size);
         let v = &s.buckets[b];
         let floor = (size as u128) << 64;
@@ -316,7 +357,7 @@ impl FreeSet {
     /// The entry at a cursor.
     #[inline]
     pub(crate) fn get(&self, c: Cursor) -> Entry {
-        self.streams[c.stream as usize].buckets[c.bucket as usize][c.at as usize]
+        self.set(c.stream as usize).buckets[c.bucket as usize][c.at as usize]
     }
 
     /// The position after `c` in (size, address) order, in the same stream.
@@ -325,7 +366,7 @@ impl FreeSet {
         if c.at > 0 {
             return Some(Cursor { at: c.at - 1, ..c });
         }
-        let s = &self.streams[c.stream as usize];
+        let s = self.set(c.stream as usize);
         let b = s.next_bucket(c.bucket as usize + 1)?;
         Some(Cursor {
             bucket: b as u32,
@@ -337,7 +378,7 @@ impl FreeSet {
     /// Remove the entry at a cursor.
     #[inline]
     pub(crate) fn remove_at(&mut self, c: Cursor) {
-        let s = &mut self.streams[c.stream as usize];
+        let s = self.set_mut(c.stream as usize);
         take(
             &mut s.buckets[c.bucket as usize],
             &mut s.nonempty,
@@ -357,7 +398,7 @@ impl FreeSet {
         let Some(si) = self.stream_index(stream) else {
             return Vec::new();
         };
-        let mut v = self.streams[si].sorted();
+        let mut v = self.set(si).sorted();
         v.retain(|e| e.0 < size);
         v.reverse();
         v
@@ -365,15 +406,13 @@ impl FreeSet {
 
     /// Block ids in (stream, size, address) order.
     pub(crate) fn ids(&self) -> Vec<u32> {
-        self.streams
-            .iter()
+        self.sets()
             .flat_map(|s| s.sorted().into_iter().map(|e| e.2))
             .collect()
     }
 
     pub(crate) fn max_size(&self) -> Option<u64> {
-        self.streams
-            .iter()
+        self.sets()
             .filter_map(|s| {
                 let b = (0..BUCKETS).rev().find(|&b| !s.buckets[b].is_empty())?;
                 s.buckets[b].first().map(|e| e.0)
