@@ -22,7 +22,9 @@ The workload is exactly the one issue #5 names:
   `backward{i}`: `loss.backward(); del loss`, `step{i}`: `opt.step()`, `zero_grad{i}`:
   `opt.zero_grad(set_to_none=True)`;
 - infer: `model.eval()`, then per pass `forward{i}`: under `torch.no_grad()`,
-  `logits = model(**inputs).logits; del logits` (the input without labels).
+  `logits = model(**inputs).logits; del logits` (the input without labels); a case's `grad`
+  (`no_grad` by default, `inference_mode`, or `enabled`: no context, the graph recorded) picks
+  the context.
 Each phase starts with `torch.cuda.reset_peak_memory_stats()` and ends with a synchronize; its
 figures are memory_allocated, max_memory_allocated, memory_reserved, the reserved peak and
 requested bytes at its end.
@@ -31,6 +33,7 @@ Outputs OUTDIR/NAME.json: {name, env, config (the full config.to_dict()), phases
 and OUTDIR/NAME.trace.json: the allocator trace from the start of `load`, compactly
 [action, addr, size, stream, innermost python frames] per entry.
 """
+import contextlib
 import gc
 import json
 import os
@@ -153,7 +156,10 @@ def main():
             model.eval()
             for i in range(case.get("steps", 2)):
                 begin(f"forward{i}")
-                with torch.no_grad():
+                grad = case.get("grad", "no_grad")
+                ctx = dict(no_grad=torch.no_grad, inference_mode=torch.inference_mode,
+                           enabled=contextlib.nullcontext)[grad]
+                with ctx():
                     if adt is not None:
                         with torch.autocast("cuda", dtype=adt):
                             logits = model(**inputs).logits

@@ -13,8 +13,8 @@ use vramscope_alloc::{format_size, AllocatorConfig};
 use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
-    estimate, presets, Checkpointing, Estimate, EstimateOptions, HfConfig, Mode, OptimizerKind,
-    Task, Workload,
+    estimate, presets, Checkpointing, Estimate, EstimateOptions, GradMode, HfConfig, Mode,
+    OptimizerKind, Task, Workload,
 };
 use vramscope_snapshot::write::WriteOptions;
 
@@ -173,6 +173,23 @@ pub struct WorkloadArgs {
     /// "max_split_size_mb:128".
     #[arg(long, value_name = "CONF", default_value = "")]
     pub alloc_conf: String,
+    /// Inference: the passes' autograd context. no-grad: `with
+    /// torch.no_grad():`; inference-mode: `with torch.inference_mode():`;
+    /// enabled: none, so the forward records the graph and keeps what
+    /// backward would need until the logits are deleted.
+    #[arg(long, value_enum, default_value = "no-grad")]
+    pub grad: GradArg,
+}
+
+/// `--grad`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GradArg {
+    /// with torch.no_grad()
+    NoGrad,
+    /// with torch.inference_mode()
+    InferenceMode,
+    /// no context: the graph is recorded
+    Enabled,
 }
 
 impl WorkloadArgs {
@@ -217,6 +234,11 @@ impl WorkloadArgs {
                 Mode::Infer => 2,
             }),
             accumulation: self.accumulation.max(1),
+            grad: match self.grad {
+                GradArg::NoGrad => GradMode::NoGrad,
+                GradArg::InferenceMode => GradMode::InferenceMode,
+                GradArg::Enabled => GradMode::Enabled,
+            },
         }
     }
 
@@ -422,6 +444,7 @@ struct WorkloadJson<'a> {
     checkpointing: Option<String>,
     steps: usize,
     alloc_conf: &'a str,
+    grad: &'static str,
 }
 
 #[derive(Serialize)]
@@ -596,6 +619,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 checkpointing: w.checkpointing.as_ref().map(checkpointing_name),
                 steps: w.steps,
                 alloc_conf: &args.workload.alloc_conf,
+                grad: w.grad.name(),
             },
             gpu: profile.name,
             peak_allocated_bytes: est.peak_allocated_bytes,
@@ -637,7 +661,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         let what = format!(
-            "{} ({:.2} B parameters, {}), {}, weights {}{}{}",
+            "{} ({:.2} B parameters, {}), {}, weights {}{}{}{}",
             config.model_type,
             est.parameter_count as f64 / 1e9,
             format_size(est.parameter_bytes),
@@ -650,6 +674,11 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 .as_ref()
                 .map(|c| format!(", checkpointing {}", checkpointing_name(c)))
                 .unwrap_or_default(),
+            if w.mode == Mode::Infer && w.grad != GradMode::NoGrad {
+                format!(", {}", w.grad.name())
+            } else {
+                String::new()
+            },
         );
         writeln!(out, "{what}")?;
         if fits {

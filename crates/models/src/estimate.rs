@@ -16,7 +16,7 @@ use vramscope_engine::{
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::{self, HfModel, Inputs};
-use crate::workload::{Mode, OptimizerKind, Task, Workload};
+use crate::workload::{GradMode, Mode, OptimizerKind, Task, Workload};
 
 /// How to run an estimate.
 #[derive(Debug, Clone)]
@@ -914,14 +914,19 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
             };
             for i in 0..w.steps {
                 run.begin(format!("forward{i}"));
-                rt.no_grad(|| -> Result<()> {
+                let pass = || -> Result<()> {
                     let out = with_autocast(&rt, w.autocast, || model.forward(&no_labels))?;
                     let logits = out.logits;
                     drop(out.retained);
                     drop(out.loss);
                     drop(logits);
                     Ok(())
-                })?;
+                };
+                match w.grad {
+                    GradMode::NoGrad => rt.no_grad(pass)?,
+                    GradMode::InferenceMode => rt.inference_mode(pass)?,
+                    GradMode::Enabled => pass()?,
+                }
                 run.end_phase();
             }
         }

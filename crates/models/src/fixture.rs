@@ -11,7 +11,7 @@ use vramscope_engine::DType;
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::estimate::{Estimate, PhaseFigures};
-use crate::workload::{Checkpointing, Mode, OptimizerKind, Task, Workload};
+use crate::workload::{Checkpointing, GradMode, Mode, OptimizerKind, Task, Workload};
 
 /// One case of `validation/hf_cases.json`.
 #[derive(Debug, Clone)]
@@ -139,6 +139,11 @@ fn case(c: &Value) -> Result<Case> {
                 Mode::Infer => 2,
             }) as usize,
         accumulation: 1,
+        grad: match c.get("grad").and_then(Value::as_str) {
+            None => GradMode::NoGrad,
+            Some(g) => GradMode::from_name(g)
+                .ok_or_else(|| ModelError::Unsupported(format!("grad {g}")))?,
+        },
     };
     let alloc_conf = c
         .get("alloc_conf")

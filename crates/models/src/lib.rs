@@ -33,4 +33,4 @@ pub use estimate::{
 };
 pub use families::{HfModel, Inputs, ModelOutput};
 pub use summary::{group_repeated, ModuleGroup};
-pub use workload::{Checkpointing, Mode, OptimizerKind, Task, Workload};
+pub use workload::{Checkpointing, GradMode, Mode, OptimizerKind, Task, Workload};

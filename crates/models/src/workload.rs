@@ -14,7 +14,8 @@
 //!   accumulation over m micro-batches, `forward{i}.{j}` and
 //!   `backward{i}.{j}` for each (the loss is not rescaled);
 //! - infer: `model.eval()`, then per pass `forward{i}`: under
-//!   `torch.no_grad()`, `logits = model(**inputs).logits; del logits`.
+//!   `torch.no_grad()` (or [`Workload::grad`]'s context),
+//!   `logits = model(**inputs).logits; del logits`.
 
 use vramscope_engine::DType;
 
@@ -36,6 +37,38 @@ pub enum Mode {
     Train,
     /// forward passes under `torch.no_grad()`
     Infer,
+}
+
+/// The autograd context of inference passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradMode {
+    /// `with torch.no_grad():` (the default)
+    #[default]
+    NoGrad,
+    /// `with torch.inference_mode():`
+    InferenceMode,
+    /// no context: the forward records the graph (parameters require grad),
+    /// which lives until the logits are deleted
+    Enabled,
+}
+
+impl GradMode {
+    /// The name in case lists and JSON: `no_grad`, `inference_mode`,
+    /// `enabled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradMode::NoGrad => "no_grad",
+            GradMode::InferenceMode => "inference_mode",
+            GradMode::Enabled => "enabled",
+        }
+    }
+
+    /// The mode of [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [GradMode::NoGrad, GradMode::InferenceMode, GradMode::Enabled]
+            .into_iter()
+            .find(|g| g.name() == name)
+    }
 }
 
 /// `torch.optim.*` in its default (foreach) form.
@@ -99,6 +132,8 @@ pub struct Workload {
     /// (forward and backward `accumulation` times, then `step` and
     /// `zero_grad`)
     pub accumulation: usize,
+    /// the autograd context of inference passes (infer)
+    pub grad: GradMode,
 }
 
 impl Workload {
@@ -117,6 +152,7 @@ impl Workload {
             checkpointing: None,
             steps: 3,
             accumulation: 1,
+            grad: GradMode::NoGrad,
         }
     }
 

@@ -5,7 +5,8 @@
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::DType;
 use vramscope_models::{
-    estimate, Checkpointing, EstimateOptions, HfConfig, Mode, OptimizerKind, Result, Workload,
+    estimate, Checkpointing, EstimateOptions, GradMode, HfConfig, Mode, OptimizerKind, Result,
+    Workload,
 };
 
 use crate::search::{max_batch, try_batch, Try};
@@ -123,6 +124,26 @@ pub fn lever_list(config: &HfConfig, base: &Workload, alloc: &AllocatorConfig) -
                         None,
                     );
                 }
+            }
+        }
+    }
+    if base.mode == Mode::Infer {
+        // the passes' autograd context: what `torch.no_grad()` buys over a
+        // forward that records the graph, and `inference_mode` beside it
+        for (name, grad) in [
+            ("torch.no_grad()", GradMode::NoGrad),
+            ("torch.inference_mode()", GradMode::InferenceMode),
+            ("grad enabled (no no_grad)", GradMode::Enabled),
+        ] {
+            if base.grad != grad {
+                push(
+                    name,
+                    Workload {
+                        grad,
+                        ..base.clone()
+                    },
+                    None,
+                );
             }
         }
     }
