@@ -225,6 +225,14 @@ fn unseen9() {
     check(&["u9_"]);
 }
 
+/// Inference under `torch.inference_mode()` and with grad enabled
+/// (`validation/grad_cases.json`), recorded after the twin's figures were
+/// committed (347a65a).
+#[test]
+fn grad_modes() {
+    check(&["g_"]);
+}
+
 /// The workloads whose figures hang on segment placement, run again in
 /// fresh processes (`fixtures/estimate/repeat_h100.jsonl`, by
 /// `validation/estimate_repeat.py`, ASLR on and off): every run gave the
