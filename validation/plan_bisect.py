@@ -16,10 +16,10 @@ batch instead of 1.
 Every try is a fresh process (`hf_cases.py ... --batch B --limit-bytes L --quiet`) that runs the
 whole workload (every step) and exits 0, or 3 on out-of-memory; any other exit stops the search
 (the record is still written, with `error`). The search is the one `vramscope plan` documents:
-batch 1, 2, 4, ... doubling until a try fails (at most 2^20), then bisection between the last
+batch 1, 2, 4, ... doubling until a try fails (at most 2^15), then bisection between the last
 success and the first failure; `confirm_next_fits` is the result of batch max_batch + 1 (taken
 from the search when it was tried there, else tried once more): False when the boundary is clean.
-If batch 1 fails, max_batch is 0; `capped` says no batch up to 2^20 failed. Writes
+If batch 1 fails, max_batch is 0; `capped` says no batch up to 2^15 failed. Writes
 OUTDIR/NAME.plan.json (rewritten after every try, so an interrupted search leaves what it had)
 with every try's phases or error and its wall time.
 """
@@ -31,7 +31,7 @@ import time
 
 from plan_try import run_try
 
-MAX_BATCH = 1 << 20  # the twin's MAX_BATCH_CAP (crates/planner/src/search.rs)
+MAX_BATCH = 1 << 15  # the twin's MAX_BATCH_CAP (crates/planner/src/search.rs says why)
 
 
 def main():

@@ -89,6 +89,7 @@ struct LeverJson {
     peak_reserved_bytes: i64,
     fits_at_batch: bool,
     max_batch: i64,
+    capped: bool,
 }
 
 #[derive(Serialize)]
@@ -117,6 +118,7 @@ struct PlanJson {
     capacity_bytes: u64,
     max_batch: i64,
     capped: bool,
+    capped_by: Option<String>,
     peak_reserved_bytes: Option<i64>,
     peak_allocated_bytes: Option<i64>,
     next_batch_oom: Option<OomJson>,
@@ -252,7 +254,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             seq: base.seq,
             capacity_bytes: capacity,
             max_batch: mb.max_batch,
-            capped: mb.capped,
+            capped: mb.capped.is_some(),
+            capped_by: mb.capped.clone(),
             peak_reserved_bytes: at.map(|e| e.peak_reserved_bytes),
             peak_allocated_bytes: at.map(|e| e.peak_allocated_bytes),
             next_batch_oom: mb
@@ -276,6 +279,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                     peak_reserved_bytes: l.peak_reserved_bytes,
                     fits_at_batch: l.fits,
                     max_batch: l.max_batch,
+                    capped: l.capped,
                 })
                 .collect(),
             checkpointing_for_target: ckpt.as_ref().map(|c| CheckpointJson {
@@ -312,12 +316,16 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         } else {
             writeln!(
                 out,
-                "Largest batch: {}{} (peak reserved {}, peak allocated {})",
-                if mb.capped { "at least " } else { "" },
+                "Largest batch: {}{} (peak reserved {}, peak allocated {}){}",
+                if mb.capped.is_some() { "at least " } else { "" },
                 mb.max_batch,
                 at.map(|e| format_size(e.peak_reserved_bytes.max(0) as u64))
                     .unwrap_or_default(),
                 at.map(|e| format_size(e.peak_allocated_bytes.max(0) as u64))
+                    .unwrap_or_default(),
+                mb.capped
+                    .as_ref()
+                    .map(|c| format!("; the search stopped: {c}"))
                     .unwrap_or_default()
             )?;
         }
@@ -358,7 +366,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                     l.lever.name,
                     format_size(l.peak_reserved_bytes.max(0) as u64),
                     if l.fits { "yes" } else { "no" },
-                    l.max_batch
+                    // a lower bound where the lever's search stopped first
+                    format!("{}{}", if l.capped { ">=" } else { "" }, l.max_batch)
                 )?;
             }
         }

@@ -404,10 +404,11 @@ fn plan_says_when_no_batch_ran_out() {
     let args = "--mode infer --seq 8 --gpu h100 --no-levers";
     let j = json(&vramscope("plan", &p, &format!("{args} --json"), 0));
     assert_eq!(j["capped"], true, "{j}");
-    assert_eq!(j["max_batch"], 1 << 20, "{j}");
+    assert_eq!(j["max_batch"], 1 << 15, "{j}");
     assert!(j["next_batch_oom"].is_null(), "{j}");
+    assert!(j["capped_by"].as_str().unwrap().contains("bound"), "{j}");
     let text = String::from_utf8(vramscope("plan", &p, args, 0).stdout).unwrap();
-    assert!(text.contains("Largest batch: at least 1048576"), "{text}");
+    assert!(text.contains("Largest batch: at least 32768"), "{text}");
     // a workload that runs out is not capped
     let j = json(&vramscope(
         "plan",
@@ -416,6 +417,39 @@ fn plan_says_when_no_batch_ran_out() {
         0,
     ));
     assert_eq!(j["capped"], false, "{j}");
+    assert!(j["capped_by"].is_null(), "{j}");
+}
+
+/// ViT-base inference in bf16 fits past batch 8192 on an H100, and at 16384
+/// its patch embedding's input has more than 2^31 elements, which the twin
+/// does not model (PyTorch splits such a convolution): the search answers
+/// the last batch that fitted as a lower bound and says why, where it
+/// stopped with an error (exit 2) before.
+#[test]
+fn plan_stops_where_the_twin_stops_modelling() {
+    let args = "plan --model vit-base-patch16-224 --mode infer --weights bf16 --gpu h100 \
+                --no-levers --json";
+    let j = json(&run(bin().args(args.split_whitespace()), 0));
+    assert_eq!(j["capped"], true, "{j}");
+    assert_eq!(j["max_batch"], 8192, "{j}");
+    let why = j["capped_by"].as_str().unwrap();
+    assert!(
+        why.contains("batch 16384: not modelled") && why.contains("2^31"),
+        "{why}"
+    );
+    // and in the levers of a workload that is not capped itself
+    let args = "plan --model vit-base-patch16-224 --mode infer --gpu h100 --json";
+    let j = json(&run(bin().args(args.split_whitespace()), 0));
+    let levers = j["levers"].as_array().unwrap();
+    let bf16 = levers
+        .iter()
+        .find(|l| l["name"] == "weights fp32 -> bf16")
+        .unwrap();
+    assert_eq!(
+        (bf16["capped"].as_bool(), bf16["max_batch"].as_i64()),
+        (Some(true), Some(8192))
+    );
+    assert_eq!(levers[0]["capped"], false);
 }
 
 /// `vramscope ... --json | head` is not an error: a closed pipe ends the

@@ -34,6 +34,9 @@ pub struct LeverOutcome {
     pub fits: bool,
     /// the largest batch under the limit
     pub max_batch: i64,
+    /// its search stopped with no batch running out (`MaxBatch::capped`):
+    /// `max_batch` is a lower bound
+    pub capped: bool,
 }
 
 fn alloc_with(base: &AllocatorConfig, conf: &str) -> Option<AllocatorConfig> {
@@ -212,6 +215,7 @@ pub fn levers(
             peak_reserved_bytes: peak,
             fits: t.fits,
             max_batch: mb.max_batch,
+            capped: mb.capped.is_some(),
         });
     }
     Ok(out)

@@ -4,14 +4,19 @@
 //! [`MAX_BATCH_CAP`]), then bisection between the last success and the
 //! first failure.
 
-use vramscope_models::{estimate, Estimate, EstimateOptions, HfConfig, Oom, Result, Workload};
+use vramscope_engine::EngineError;
+use vramscope_models::{
+    estimate, Estimate, EstimateOptions, HfConfig, ModelError, Oom, Result, Workload,
+};
 
-/// The doubling stops here (`plan_bisect.py`'s bound too). It was 4096, and
-/// a small ViT in bf16 fits more than that on an H100 (42.78 GiB reserved at
-/// 4096); 2^20 is past what any workload fits on any GPU (the images alone
-/// of batch 2^20 at 224x224 in bf16 take 294 GiB), and a try costs the twin
-/// the same at every batch.
-pub const MAX_BATCH_CAP: i64 = 1 << 20;
+/// The doubling stops here (`plan_bisect.py`'s bound too). It was 4096, and a
+/// small ViT in bf16 fits more than that on an H100 (42.78 GiB reserved at
+/// 4096; its largest batch is 7467). Above 32,768 the next try would be
+/// 65,536, where some kernels' launch grids pass CUDA's 65,535 limit in a
+/// dimension (SDPA has failed or been re-dispatched there: pytorch#146704,
+/// #142228), which the twin models for cuDNN attention only; so a search
+/// that reaches this bound says the answer is a lower bound.
+pub const MAX_BATCH_CAP: i64 = 1 << 15;
 
 /// One try of the search.
 #[derive(Debug, Clone)]
@@ -40,9 +45,10 @@ pub struct MaxBatch {
     /// the out-of-memory of the smallest failing batch (`max_batch + 1`
     /// unless the cap was reached)
     pub first_failure: Option<Try>,
-    /// no batch up to [`MAX_BATCH_CAP`] ran out: `max_batch` is a lower
-    /// bound, not the boundary
-    pub capped: bool,
+    /// why the search stopped with no batch running out, when it did:
+    /// the next batch is past [`MAX_BATCH_CAP`] or takes something the twin
+    /// does not model; `max_batch` is then a lower bound, not the boundary
+    pub capped: Option<String>,
 }
 
 impl MaxBatch {
@@ -84,6 +90,15 @@ pub fn try_batch(
     Ok((t, est))
 }
 
+/// An error that says the workload takes something the twin does not model
+/// (rather than a bad config or option).
+fn not_modelled(e: &ModelError) -> bool {
+    matches!(
+        e,
+        ModelError::Unsupported(_) | ModelError::Engine(EngineError::Unsupported { .. })
+    )
+}
+
 /// Find the largest batch for which every step of `workload` completes
 /// under `options`' limit. `progress` sees each try as it finishes.
 pub fn max_batch(
@@ -101,14 +116,32 @@ pub fn max_batch(
         Ok(fits)
     };
     let (mut lo, mut hi) = (0i64, None);
+    let mut capped = None;
     let mut b = 1;
-    while b <= MAX_BATCH_CAP {
-        if run(b, &mut tries)? {
-            lo = b;
-            b *= 2;
-        } else {
-            hi = Some(b);
+    loop {
+        if b > MAX_BATCH_CAP {
+            capped = Some(format!(
+                "batch {b} is past the search's bound ({MAX_BATCH_CAP})"
+            ));
             break;
+        }
+        match run(b, &mut tries) {
+            Ok(true) => {
+                lo = b;
+                b *= 2;
+            }
+            Ok(false) => {
+                hi = Some(b);
+                break;
+            }
+            // a batch past what the twin models (e.g. a convolution over
+            // more than 2^31 elements, which PyTorch splits): the answer
+            // is the last batch that fitted, said to be a lower bound
+            Err(e) if b > 1 && not_modelled(&e) => {
+                capped = Some(format!("batch {b}: {e}"));
+                break;
+            }
+            Err(e) => return Err(e),
         }
     }
     if let Some(mut h) = hi {
@@ -136,6 +169,6 @@ pub fn max_batch(
         tries,
         at_max,
         first_failure,
-        capped: hi.is_none(),
+        capped,
     })
 }
