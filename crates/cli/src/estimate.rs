@@ -590,9 +590,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
     let profile = args.gpu.profile();
-    // buffered: stdout is line-buffered, and the module tree of a large
-    // model is thousands of lines (one write(2) each otherwise)
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    // written whole at the end ([`emit`]): stdout is line-buffered, and the
+    // module tree of a large model is thousands of lines
+    let mut out: Vec<u8> = Vec::new();
     if args.json {
         let j = EstimateJson {
             schema: "vramscope.estimate/1",
@@ -744,42 +744,55 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
         writeln!(
             out,
-            "heaviest modules at the peak (a layer index written *: every layer summed):"
+            "heaviest modules at the peak (a number in a path written *, those modules summed; xN: how many):"
         )?;
-        for g in est.module_groups_at_peak().iter().take(10) {
-            if g.path.is_empty() {
-                // what no submodule holds: name its categories, the part
-                // of the total that is otherwise one opaque line
-                let parts: Vec<String> = est
-                    .top_level_at_peak()
+        let groups: Vec<_> = est.module_groups_at_peak().into_iter().take(10).collect();
+        // the path column as wide as the longest path shown (at least the
+        // top level's label)
+        let width = groups
+            .iter()
+            .map(|g| g.path.len())
+            .max()
+            .unwrap_or(0)
+            .max("(top level)".len());
+        for g in &groups {
+            let (path, note) = if g.path.is_empty() {
+                // what no submodule holds: name its categories, the part of
+                // the total that is otherwise one opaque line
+                let cats = est.top_level_at_peak();
+                let mut parts: Vec<String> = cats
                     .iter()
-                    .take(4)
+                    .take(3)
                     .map(|(c, b)| format!("{c} {}", format_size(*b)))
                     .collect();
-                writeln!(
-                    out,
-                    "  {:<44} {:>12}  {}",
-                    "(top level)",
-                    format_size(g.bytes),
-                    parts.join(", ")
-                )?;
+                if cats.len() > 3 {
+                    parts.push("...".into());
+                }
+                ("(top level)", parts.join(", "))
+            } else if g.count > 1 {
+                (g.path.as_str(), format!("x{}", g.count))
             } else {
-                let count = if g.count > 1 {
-                    format!("x{}", g.count)
-                } else {
-                    String::new()
-                };
-                writeln!(
-                    out,
-                    "  {:<44} {:>12}  {count}",
-                    g.path,
-                    format_size(g.bytes)
-                )?;
-            }
+                (g.path.as_str(), String::new())
+            };
+            let line = format!("  {path:<width$} {:>12}  {note}", format_size(g.bytes));
+            writeln!(out, "{}", line.trim_end())?;
         }
     }
-    out.flush()?;
-    Ok(ExitCode::from(if fits { EXIT_OK } else { EXIT_DIFFERENT }))
+    emit(
+        &out,
+        ExitCode::from(if fits { EXIT_OK } else { EXIT_DIFFERENT }),
+    )
+}
+
+/// Write a command's whole output to stdout and end with `code`, which a
+/// closed pipe (`vramscope ... | head`) does not change: the verdict is
+/// known before the output is written.
+pub fn emit(out: &[u8], code: ExitCode) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(code),
+        r => r.map(|()| code).map_err(Into::into),
+    }
 }
 
 /// `--snapshot` and `--html`: the run as the allocator twin recorded it

@@ -15,7 +15,7 @@ use vramscope_planner::{
 };
 use vramscope_report::sweep::{render_sweep, SweepPoint};
 
-use crate::estimate::{layer_runs, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
+use crate::estimate::{emit, layer_runs, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
 use crate::{EXIT_DIFFERENT, EXIT_OK};
 
 /// Arguments of `vramscope plan`.
@@ -240,7 +240,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out: Vec<u8> = Vec::new();
     let at = mb.at_max.as_ref();
     if args.json {
         let j = PlanJson {
@@ -399,11 +399,14 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
-    Ok(ExitCode::from(if mb.max_batch > 0 {
-        EXIT_OK
-    } else {
-        EXIT_DIFFERENT
-    }))
+    emit(
+        &out,
+        ExitCode::from(if mb.max_batch > 0 {
+            EXIT_OK
+        } else {
+            EXIT_DIFFERENT
+        }),
+    )
 }
 
 fn run_sweep(
@@ -452,7 +455,7 @@ fn run_sweep(
         std::fs::write(path, render_sweep(&title, capacity, &points))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    let mut out = std::io::stdout().lock();
+    let mut out: Vec<u8> = Vec::new();
     if args.json {
         let j = SweepJson {
             schema: "vramscope.sweep/1",
@@ -530,5 +533,5 @@ fn run_sweep(
             writeln!(out, "{w}")?;
         }
     }
-    Ok(ExitCode::from(EXIT_OK))
+    emit(&out, ExitCode::from(EXIT_OK))
 }
