@@ -50,7 +50,8 @@
 //! and the loops over slices. Together (with the allocator's own changes
 //! of the same pass), on a 2-core AMD EPYC, alternating the two builds:
 //! one cell's replay of the step above from about 0.67 to 0.62 ms, the
-//! sweep from about 960 to 1,040 cells/s (8 of 8 pairs faster); the
+//! sweep from about 960 to 1,040 cells/s (8 of 8 pairs faster; README's speed
+//! table has a second series, 5 pairs); the
 //! bench's instructions (callgrind, `BENCH_RUNS=1`) from 4.19 G to 3.87 G.
 
 /// A free block's key: (size, address, block id); the stream is the set it
@@ -163,8 +164,9 @@ fn take(v: &mut Vec<Entry>, nonempty: &mut [u64; WORDS], b: usize, at: usize) {
     } else {
         v.remove(at);
     }
-    // (without a branch: whether the bucket empties, as often as not, was
-    // the set's most mispredicted branch after insert's walk)
+    // (without a branch: whether the bucket empties was, by callgrind's
+    // branch model on the sweep bench, the set's most mispredicted branch
+    // after insert's walk)
     nonempty[b / 64] &= !((v.is_empty() as u64) << (b % 64));
 }
 
@@ -273,8 +275,9 @@ impl FreeSet {
         v.push(e);
         let w = v.as_mut_slice();
         let n = w.len() - 1;
-        // Most often (two inserts in three, half of them into an empty
-        // bucket) the new entry is the least and stays where it was pushed:
+        // Most often (two inserts in three on the sweep bench, half of them
+        // into an empty bucket, counted with a throwaway probe) the new
+        // entry is the least and stays where it was pushed:
         // one comparison, with the entry before it or, in an empty bucket,
         // with itself, tells (the keys are unique), so that a single branch
         // decides it (the walk's first step mispredicted about once an
@@ -403,6 +406,7 @@ impl FreeSet {
         );
         self.len -= 1;
     }
+
     /// The first block of `stream` with size >= `size` (`lower_bound`).
     pub(crate) fn first_from(&self, stream: u64, size: u64) -> Option<Entry> {
         self.lower_bound(stream, size).map(|c| self.get(c))
