@@ -456,52 +456,34 @@ fn plan_stops_where_the_twin_stops_modelling() {
 /// run quietly, with the exit code of its verdict.
 #[test]
 fn a_closed_pipe_is_not_an_error() {
-    use std::process::Stdio;
     let p = write_config(
         "pipe",
         r#"{"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 128}"#,
     );
     // a sweep's JSON of 1,024 cells, well over a pipe's 64 KiB buffer
-    let child = bin()
-        .args(["plan", "--config"])
+    let mut cmd = bin();
+    cmd.args(["plan", "--config"])
         .arg(&p)
-        .args("--mode infer --batch 1..512 --seq 8,16 --json".split_whitespace())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = child;
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args("--mode infer --batch 1..512 --seq 8,16 --json".split_whitespace());
+    closed_pipe(&mut cmd, 0);
     // and the exit code stays the verdict: a 70B training step does not fit
     // an H100 (exit 1), and its JSON (the module tree) is over 64 KiB
-    let mut child = bin()
-        .args(
-            "estimate --model llama-3.1-70b --mode train --batch 1 --seq 4096 --json"
-                .split_whitespace(),
-        )
+    let args = "estimate --model llama-3.1-70b --mode train --batch 1 --seq 4096 --json";
+    closed_pipe(bin().args(args.split_whitespace()), 1);
+}
+
+/// Run `cmd` with its stdout closed at once: it must exit with `code` and
+/// print nothing on stderr.
+fn closed_pipe(cmd: &mut Command, code: i32) {
+    use std::process::Stdio;
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.stderr.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(err.is_empty(), "{err}");
 }
