@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use vramscope_alloc::format_size;
-use vramscope_models::{estimate, EstimateOptions, Mode, Oom, Task, Workload};
+use vramscope_models::{estimate, workload_requests, EstimateOptions, Mode, Oom, Task, Workload};
 use vramscope_planner::{
     checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
 };
@@ -178,13 +178,14 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     };
     // the driver's share (cuBLAS handles, kernels: `DeviceProfile::
     // blas_handle_bytes`, `blas_16bit_bytes`) as the run at batch 1 (`base`)
-    // takes it: per thread and dtype, so the same at every batch
-    let driver: u64 = estimate(&config, &base, &options.without_limit())?
-        .events
-        .driver
-        .iter()
-        .map(|d| d.1)
-        .sum();
+    // takes it: per thread and dtype, so the same at every batch, and all
+    // of it in the first step (`Requests::driver`), so one step is run
+    let one_step = Workload {
+        steps: 1,
+        ..base.clone()
+    };
+    let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?
+        .map_or(0, |r| r.driver.iter().map(|d| d.1).sum());
     let capacity = args.gpu.capacity(driver)?;
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);
