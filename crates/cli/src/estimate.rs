@@ -436,7 +436,8 @@ struct WorkloadJson<'a> {
     task: &'a str,
     mode: &'a str,
     batch: i64,
-    seq: i64,
+    /// `None` (null) for an image model, whose inputs have no sequence
+    seq: Option<i64>,
     weights: String,
     autocast: Option<String>,
     optimizer: &'a str,
@@ -607,7 +608,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                     "infer"
                 },
                 batch: w.batch,
-                seq: w.seq,
+                seq: (w.task != Task::Image).then_some(w.seq),
                 weights: dtype_name(w.weights),
                 autocast: w.autocast.map(dtype_name),
                 optimizer: match w.optimizer {

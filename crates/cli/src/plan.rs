@@ -114,7 +114,7 @@ struct PlanJson {
     schema: &'static str,
     model_type: String,
     mode: &'static str,
-    seq: i64,
+    seq: Option<i64>,
     capacity_bytes: u64,
     max_batch: i64,
     capped: bool,
@@ -187,6 +187,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?
         .map_or(0, |r| r.driver.iter().map(|d| d.1).sum());
     let capacity = args.gpu.capacity(driver)?;
+    if base.task == Task::Image && args.workload.seq.0.len() > 1 {
+        bail!("--seq takes one value for an image model (its inputs have no sequence length)");
+    }
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);
     }
@@ -252,7 +255,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             } else {
                 "infer"
             },
-            seq: base.seq,
+            seq: (base.task != Task::Image).then_some(base.seq),
             capacity_bytes: capacity,
             max_batch: mb.max_batch,
             capped: mb.capped.is_some(),

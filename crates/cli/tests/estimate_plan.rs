@@ -487,3 +487,21 @@ fn closed_pipe(cmd: &mut Command, code: i32) {
     assert_eq!(out.status.code(), Some(code), "{err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// An image model's inputs have no sequence length: the JSON says null
+/// where text models give theirs, and a sweep over several is refused.
+#[test]
+fn image_models_have_no_sequence() {
+    let est = "estimate --model vit-base-patch16-224 --mode train --batch 2 --json";
+    let j = json(&run(bin().args(est.split_whitespace()), 0));
+    assert!(j["workload"]["seq"].is_null(), "{j}");
+    let plan = "plan --model vit-base-patch16-224 --mode infer --no-levers --json";
+    let j = json(&run(bin().args(plan.split_whitespace()), 0));
+    assert!(j["seq"].is_null(), "{j}");
+    let text = "estimate --model gpt2 --mode train --batch 2 --seq 64 --json";
+    let j = json(&run(bin().args(text.split_whitespace()), 0));
+    assert_eq!(j["workload"]["seq"], 64);
+    let sweep = "plan --model vit-base-patch16-224 --mode train --batch 1..4 --seq 1,2";
+    let out = run(bin().args(sweep.split_whitespace()), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("one value for an image model"));
+}
