@@ -334,12 +334,15 @@ impl DeviceProfile {
     /// workspaces came out the H100's (the table is keyed by capability and
     /// torch, so it serves both). Everything but the total is the H100's.
     pub fn h200_torch_2_11() -> Self {
+        let h100 = Self::h100_torch_2_11();
+        // the context measured the same as the H100's (528.8125 MiB after `load`)
+        let context = h100.total_memory - h100.usable_memory;
         let total = 150_109_880_320;
         DeviceProfile {
             name: "NVIDIA H200",
             total_memory: total,
-            usable_memory: total - 554_500_096,
-            ..Self::h100_torch_2_11()
+            usable_memory: total - context,
+            ..h100
         }
     }
 }
