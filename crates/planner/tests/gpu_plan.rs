@@ -184,6 +184,15 @@ fn largest_batch_equals_the_gpu_on_a_ninth_unseen_set() {
     check_set("9", 4);
 }
 
+/// Published configs (`validation/unseen10_plan_cases.json`), bisected after
+/// the twin's answers were written down (5cf82c8): SmolLM2-135M in bf16 at
+/// 8 GiB (4), DistilGPT2 under fp16 autocast at 4 GiB (5), BERT-large in
+/// bf16 at 6 GiB (8), ViT-large in bf16 at 6 GiB (25).
+#[test]
+fn largest_batch_equals_the_gpu_on_published_configs() {
+    check_set("10", 4);
+}
+
 /// The whole card (`vramscope plan --gpu h100`, no fraction set):
 /// `validation/wholecard_plan_cases.json`, bisected on the H100 with
 /// `DEVICE_USED=1` (`fixtures/plan/wholecard_plan_h100.jsonl`). What
