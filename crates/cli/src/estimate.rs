@@ -113,10 +113,45 @@ impl ModelArgs {
         }
         let name = self.model.as_deref().unwrap_or_default();
         if name == "list" {
-            bail!("presets: {}", presets::names().join(", "));
+            bail!(
+                "`--model list` is answered before anything else is read: presets: {}",
+                presets::names().join(", ")
+            );
         }
         Ok(presets::get(name)?)
     }
+}
+
+/// Whether the command line is `estimate`/`plan` with `--model list`: then
+/// the presets are listed and nothing else is asked for (clap would first
+/// want `--mode` and `--batch`).
+pub fn asks_for_presets(args: &[std::ffi::OsString]) -> bool {
+    let args: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
+    let subcommand = args.iter().skip(1).find(|a| !a.starts_with('-'));
+    matches!(subcommand, Some(&"estimate" | &"plan"))
+        && (args.windows(2).any(|w| w == ["--model", "list"]) || args.contains(&"--model=list"))
+}
+
+/// The presets, one line each: name, family, layers, width.
+pub fn presets_table() -> anyhow::Result<String> {
+    use std::fmt::Write;
+    let mut out = String::from("preset                  model_type  layers  hidden\n");
+    for name in presets::names() {
+        let c = presets::get(name)?;
+        let field = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| c.get(k).and_then(|v| v.as_i64()))
+                .map_or_else(|| "-".to_string(), |v| v.to_string())
+        };
+        writeln!(
+            out,
+            "{name:<23} {:<11} {:>6}  {:>6}",
+            c.model_type,
+            field(&["num_hidden_layers", "n_layer"]),
+            field(&["hidden_size", "n_embd"]),
+        )?;
+    }
+    Ok(out)
 }
 
 /// What is run, as in the Python the user would write (see `estimate --help`).
@@ -850,6 +885,21 @@ mod tests {
         assert_eq!(layer_runs(&[3]), "3");
         assert_eq!(layer_runs(&[0, 1]), "0, 1");
         assert_eq!(layer_runs(&[0, 1, 2, 3, 5, 7, 8, 9]), "0-3, 5, 7-9");
+    }
+
+    #[test]
+    fn the_preset_list_is_asked_for_only_by_estimate_and_plan() {
+        let args = |s: &str| -> Vec<std::ffi::OsString> { s.split(' ').map(Into::into).collect() };
+        assert!(asks_for_presets(&args("vramscope estimate --model list")));
+        assert!(asks_for_presets(&args(
+            "vramscope plan --mode train --model=list"
+        )));
+        assert!(!asks_for_presets(&args(
+            "vramscope estimate --model gpt2 --mode train"
+        )));
+        assert!(!asks_for_presets(&args("vramscope demo --model list")));
+        // a config file named `list` is a config file
+        assert!(!asks_for_presets(&args("vramscope estimate --config list")));
     }
 
     #[test]

@@ -125,6 +125,21 @@ Examples:
   vramscope plan --model gpt2 --mode train --batch 1..16 --seq 512,1024 --csv
   vramscope plan --model mistral-7b --mode train --seq 4096 --weights bf16 --target-batch 8";
 
+/// `estimate --model list` (or `plan`'s): print the presets, exit 0.
+pub fn list_presets() -> ExitCode {
+    match estimate::presets_table() {
+        Ok(table) => {
+            // a closed pipe is not an error (`... --model list | head`)
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), table.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -11,7 +11,11 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = vramscope::Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if vramscope::estimate::asks_for_presets(&args) {
+        return vramscope::list_presets();
+    }
+    let cli = vramscope::Cli::parse_from(args);
     match vramscope::run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -130,6 +130,19 @@ fn demo_unknown_case_is_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `--model list` lists the presets with nothing else given, and exits 0.
+#[test]
+fn model_list_needs_nothing_else() {
+    for command in ["estimate", "plan"] {
+        let out = bin().args([command, "--model", "list"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{command}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        for preset in ["llama-3.1-70b", "vit-base-patch16-224"] {
+            assert!(text.contains(preset), "{command}: {text}");
+        }
+    }
+}
+
 /// Every example `--help` shows runs as printed (in a directory of its own,
 /// for the files it writes), and exits 0 or 1: a verdict, not bad input.
 #[test]
