@@ -56,6 +56,34 @@ def stats(torch):
     return out
 
 
+def checkpoint(label=""):
+    """Under `validation/va_maps.py` (VA_MAPS set): stop, so that the parent reads this process's
+    /proc/PID/maps from outside (reading it here would allocate host memory, which moves later
+    mappings), and go on when it sends SIGCONT. With VA_MAPS_FD the label (an op's name) goes to
+    the parent first. A no-op otherwise."""
+    if os.environ.get("VA_MAPS"):
+        import signal
+        fd = os.environ.get("VA_MAPS_FD")
+        if fd:
+            os.write(int(fd), (label + "\n").encode())
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def op_stops():
+    """VA_MAPS_OPS set: a dispatch mode that stops after every aten op (see `checkpoint`), from
+    the inputs to the end of backward0; else None."""
+    if not (os.environ.get("VA_MAPS") and os.environ.get("VA_MAPS_OPS")):
+        return None
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Stops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            checkpoint(str(func))
+            return out
+    return Stops()
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
@@ -76,6 +104,7 @@ def main():
 
     torch.manual_seed(0)
     torch.cuda.init()
+    checkpoint("init")
     total = torch.cuda.get_device_properties(0).total_memory
     if a.limit_bytes is not None:
         # plan's bisection: exactly `set_per_process_memory_fraction(F)`
@@ -97,7 +126,12 @@ def main():
     result = dict(name=name, env=env, config=config.to_dict(), phases=phases)
     cur = [None]
 
+    stops = [None]
+
     def begin(phase):
+        if phase == "step0" and stops[0] is not None:
+            stops[0].__exit__(None, None, None)
+            stops[0] = None
         cur[0] = phase
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -105,11 +139,15 @@ def main():
     def end():
         torch.cuda.synchronize()
         phases.append(dict(name=cur[0], **stats(torch)))
+        checkpoint("end " + cur[0])
 
     try:
         begin("load")
         auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM, image=AutoModelForImageClassification)[task]
-        model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa").cuda()
+        model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa")
+        checkpoint("cpu_model")
+        model = model.cuda()  # Module.cuda returns the module itself
+        checkpoint("cuda")
         params = model.parameters()
         opt_name = case.get("optimizer", "adamw")
         lr = case.get("lr", 1e-4)
@@ -119,6 +157,9 @@ def main():
             opt = torch.optim.Adam(params, lr=lr)
         else:
             opt = torch.optim.SGD(params, lr=lr, momentum=case.get("momentum", 0.0))
+        stops[0] = op_stops()
+        if stops[0] is not None:
+            stops[0].__enter__()
         if task == "image":
             size = config.image_size
             pixel_values = torch.randn(b, config.num_channels, size, size, device="cuda", dtype=wdt)
