@@ -64,6 +64,22 @@
 //!    phases from this state, in 457 from the fresh context of rule 4, and
 //!    in 398 with increasing addresses (the simulated device's placement
 //!    before).
+//!
+//! **What the rules stand for** (measured with `validation/va_maps.py`,
+//! `fixtures/va_maps/README.md`). A chunk is a `PROT_NONE` mapping of the
+//! process, placed top-down by Linux's mmap among the process's other
+//! mappings. Rules 1 to 3 are that allocator seen from the segments alone.
+//! What it does not see takes the same address space:
+//! - the model's CPU tensors, mapped by glibc below the context and freed by
+//!   `.cuda()` one by one, move `load`'s chunks;
+//! - the driver's reservations at the first kernel (504 MiB below the
+//!   chunks, pinned host memory inside a chunk's hole) and the host images
+//!   of lazily loaded kernels, mapped into the released context range
+//!   between `forward0`'s chunks, move those;
+//! - the autograd thread's stack and malloc arena.
+//!
+//! The four workloads outside issue #5's tolerance differ from the GPU by
+//! these (`crates/models/tests/gpu_traces.rs`).
 
 use crate::inthash::FastMap;
 
