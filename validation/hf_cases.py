@@ -63,15 +63,19 @@ def checkpoint(label=""):
     the parent first. A no-op otherwise."""
     if os.environ.get("VA_MAPS"):
         import signal
+        import threading
         fd = os.environ.get("VA_MAPS_FD")
         if fd:
             os.write(int(fd), (label + "\n").encode())
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # to this thread: sent to the process, a stop raised on the autograd thread can be taken
+        # by another thread while this one runs on, and merge with its next (stops were lost)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 def op_stops():
     """VA_MAPS_OPS set: a dispatch mode that stops after every aten op (see `checkpoint`), from
-    the inputs to the end of backward0; else None."""
+    the inputs to the end of the first forward and backward (inference: the first pass); else
+    None."""
     if not (os.environ.get("VA_MAPS") and os.environ.get("VA_MAPS_OPS")):
         return None
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -129,7 +133,7 @@ def main():
     stops = [None]
 
     def begin(phase):
-        if phase == "step0" and stops[0] is not None:
+        if phase not in ("forward0", "backward0") and stops[0] is not None:
             stops[0].__exit__(None, None, None)
             stops[0] = None
         cur[0] = phase

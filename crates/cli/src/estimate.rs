@@ -112,21 +112,31 @@ impl ModelArgs {
             return HfConfig::parse(&text).with_context(|| format!("in {}", p.display()));
         }
         let name = self.model.as_deref().unwrap_or_default();
-        if name == "list" {
+        if self.is_list() {
             bail!(
-                "`--model list` is answered before anything else is read: presets: {}",
+                "`list` names no preset; the presets: {}",
                 presets::names().join(", ")
             );
         }
         Ok(presets::get(name)?)
     }
+
+    /// `--model list`: the presets are asked for, not a model.
+    pub fn is_list(&self) -> bool {
+        self.model.as_deref() == Some("list")
+    }
 }
 
-/// Whether the command line is `estimate`/`plan` with `--model list`: then
-/// the presets are listed and nothing else is asked for (clap would first
-/// want `--mode` and `--batch`).
+/// Whether a command line clap refused for a missing argument is
+/// `estimate`/`plan` with `--model list`: then the presets are listed, and
+/// `--mode` and `--batch` are not needed. Arguments after `--` are values,
+/// not options.
 pub fn asks_for_presets(args: &[std::ffi::OsString]) -> bool {
-    let args: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
+    let args: Vec<&str> = args
+        .iter()
+        .filter_map(|a| a.to_str())
+        .take_while(|a| *a != "--")
+        .collect();
     let subcommand = args.iter().skip(1).find(|a| !a.starts_with('-'));
     matches!(subcommand, Some(&"estimate" | &"plan"))
         && (args.windows(2).any(|w| w == ["--model", "list"]) || args.contains(&"--model=list"))
@@ -900,6 +910,9 @@ mod tests {
         assert!(!asks_for_presets(&args("vramscope demo --model list")));
         // a config file named `list` is a config file
         assert!(!asks_for_presets(&args("vramscope estimate --config list")));
+        assert!(!asks_for_presets(&args(
+            "vramscope estimate -- --model list"
+        )));
     }
 
     #[test]

@@ -147,6 +147,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Diff(args) => diff::run(&args),
+        Command::Estimate(args) if args.model.is_list() => Ok(list_presets()),
+        Command::Plan(args) if args.model.is_list() => Ok(list_presets()),
         Command::Estimate(args) => estimate::run(&args),
         Command::Plan(args) => plan::run(&args),
     }

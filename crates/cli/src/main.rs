@@ -12,10 +12,17 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if vramscope::estimate::asks_for_presets(&args) {
-        return vramscope::list_presets();
-    }
-    let cli = vramscope::Cli::parse_from(args);
+    let cli = match vramscope::Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // `--model list` alone: clap asks for --mode and --batch first
+        Err(e)
+            if e.kind() == clap::error::ErrorKind::MissingRequiredArgument
+                && vramscope::estimate::asks_for_presets(&args) =>
+        {
+            return vramscope::list_presets();
+        }
+        Err(e) => e.exit(),
+    };
     match vramscope::run(cli) {
         Ok(code) => code,
         Err(e) => {

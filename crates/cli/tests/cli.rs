@@ -130,17 +130,34 @@ fn demo_unknown_case_is_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// `--model list` lists the presets with nothing else given, and exits 0.
+/// `--model list` lists the presets with nothing else given (or with
+/// everything), and exits 0; help and conflicts stay clap's.
 #[test]
 fn model_list_needs_nothing_else() {
-    for command in ["estimate", "plan"] {
-        let out = bin().args([command, "--model", "list"]).output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{command}");
+    let lists = |args: &[&str]| {
+        let out = bin().args(args).output().unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
-        for preset in ["llama-3.1-70b", "vit-base-patch16-224"] {
-            assert!(text.contains(preset), "{command}: {text}");
-        }
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        text.contains("model_type  layers")
+            && ["llama-3.1-70b", "vit-base-patch16-224"]
+                .iter()
+                .all(|p| text.contains(p))
+    };
+    for command in ["estimate", "plan"] {
+        assert!(lists(&[command, "--model", "list"]));
+        assert!(lists(&[command, "--model=list", "--mode", "train"]));
+        assert!(lists(&[
+            command, "--model", "list", "--mode", "train", "--batch", "2"
+        ]));
+        // --help is help
+        assert!(!lists(&[command, "--model", "list", "--help"]));
     }
+    // a second model is clap's conflict, exit 2
+    let out = bin()
+        .args(["estimate", "--config", "x.json", "--model", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }
 
 /// Every example `--help` shows runs as printed (in a directory of its own,
