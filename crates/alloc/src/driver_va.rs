@@ -72,14 +72,15 @@
 //! What it does not see takes the same address space:
 //! - the model's CPU tensors, mapped by glibc below the context and freed by
 //!   `.cuda()` one by one, move `load`'s chunks;
-//! - the driver's reservations at the first kernel (504 MiB below the
-//!   chunks, pinned host memory inside a chunk's hole) and the host images
-//!   of lazily loaded kernels, mapped into the released context range
+//! - the driver's reservations at the first op of `forward0` (504 MiB below
+//!   the chunks, pinned host memory inside a chunk's hole) and the host
+//!   images of lazily loaded kernels, mapped into the released context range
 //!   between `forward0`'s chunks, move those;
 //! - the autograd thread's stack and malloc arena.
 //!
-//! The four workloads outside issue #5's tolerance differ from the GPU by
-//! these (`crates/models/tests/gpu_traces.rs`).
+//! The four workloads outside issue #5's tolerance differ from the GPU in
+//! placement alone (`crates/models/tests/gpu_traces.rs`); for
+//! `gpt2_train_fp32` the segment that decides lies among such mappings.
 
 use crate::inthash::FastMap;
 
