@@ -239,6 +239,14 @@ fn unseen10() {
     check(&["u10_"]);
 }
 
+/// Small models in training, where placement can decide
+/// (`validation/unseen11_cases.json`), recorded after the twin's peaks were
+/// committed (dd6659e).
+#[test]
+fn unseen11() {
+    check(&["u11_"]);
+}
+
 /// Inference under `torch.inference_mode()` and with grad enabled
 /// (`validation/grad_cases.json`), recorded after the twin's figures were
 /// committed (347a65a).
