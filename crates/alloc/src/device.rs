@@ -28,12 +28,14 @@ use crate::driver_va::DriverVa;
 /// `capacity` can be allocated (the rest is the CUDA context and driver).
 ///
 /// `cudaMalloc` places segments by the CUDA driver's rule (`driver_va.rs`:
-/// 32 MiB chunks top-down, holes of the newest chunk first), from the state
-/// a process is in once its first cuBLAS call has run (rule 5 there): the
-/// allocator breaks ties between equal-size free blocks by address, so where
-/// segments lie changes which blocks get reused. [`SimDevice::new`] starts
-/// there; [`SimDevice::with_driver_placement`] starts from a fresh context
-/// instead, as a process that launches no kernels does. The driver's own
+/// 32 MiB chunks top-down, holes of the newest chunk first): the allocator
+/// breaks ties between equal-size free blocks by address, so where segments
+/// lie changes which blocks get reused. [`SimDevice::new`] starts in the
+/// state a process is in once its first cuBLAS call has run (rule 5 there);
+/// [`SimDevice::with_driver_placement`] starts from a fresh context
+/// instead, as a process before its first kernels, which
+/// [`SimDevice::first_kernels`] then marks (rule 6; the estimate's
+/// workload). The driver's own
 /// allocations in a process that launches kernels (kernel modules, the
 /// autograd thread's cuBLAS handle) are not seen by the allocator: their
 /// memory is taken when the caller says so ([`SimDevice::driver_alloc`]),
@@ -48,6 +50,9 @@ pub struct SimDevice {
     /// where segments go that the address space below the context cannot
     /// hold (only sizes no GPU has, on an unlimited device)
     beyond: u64,
+    /// started as a fresh process ([`SimDevice::with_driver_placement`]):
+    /// [`SimDevice::recycled`] starts there again
+    fresh: bool,
 }
 
 /// Bytes an unlimited device has, total and allocatable: 64 PiB, small
@@ -79,17 +84,23 @@ impl SimDevice {
     /// A device with `capacity` allocatable bytes out of `total`, as in a
     /// process that has run its first cuBLAS call (see the type's doc).
     pub fn new(total: u64, capacity: u64) -> Self {
-        Self::with(total, capacity, DriverVa::after_cublas(DRIVER_ANCHOR))
+        Self::with(
+            total,
+            capacity,
+            DriverVa::after_cublas(DRIVER_ANCHOR),
+            false,
+        )
     }
     /// A device whose `cudaMalloc` places segments as the CUDA driver does
-    /// in a fresh process that launches no kernels (see `driver_va.rs` for
-    /// the rules and the traces they come from); `cuMemAddressReserve`
+    /// in a fresh process, before its first kernels (see `driver_va.rs` for
+    /// the rules and the traces they come from): the context still holds
+    /// its range until [`SimDevice::first_kernels`]. `cuMemAddressReserve`
     /// still counts up from its own base, as the driver's reservations for
     /// expandable segments lie apart.
     pub fn with_driver_placement(total: u64, capacity: u64) -> Self {
-        Self::with(total, capacity, DriverVa::new(DRIVER_ANCHOR))
+        Self::with(total, capacity, DriverVa::new(DRIVER_ANCHOR), true)
     }
-    fn with(total: u64, capacity: u64, driver: DriverVa) -> Self {
+    fn with(total: u64, capacity: u64, driver: DriverVa, fresh: bool) -> Self {
         Self {
             total,
             capacity: capacity.min(total),
@@ -97,9 +108,18 @@ impl SimDevice {
             next_addr: RESERVE_BASE,
             driver,
             beyond: BEYOND_ADDR,
+            fresh,
         }
     }
-    /// [`Self::new`]`(total, capacity)`, keeping the buffers this device's
+    /// The process's first kernels have run: the CUDA context gives back the
+    /// range it held (`driver_va.rs`, rule 6). A no-op on a device that
+    /// started after them ([`SimDevice::new`]) or has done it already.
+    pub fn first_kernels(&mut self) {
+        self.driver.release_context();
+    }
+    /// A device that starts as this one did ([`Self::new`] or
+    /// [`Self::with_driver_placement`]) with `total` and `capacity`, keeping
+    /// the buffers this device's
     /// address space grew ([`CachingAllocator::renew_recycling`] passes it
     /// to a renewed allocator). This device is left without an address
     /// space, fit only to be dropped (every segment it placed after would
@@ -108,8 +128,8 @@ impl SimDevice {
     /// [`CachingAllocator::renew_recycling`]: crate::CachingAllocator::renew_recycling
     pub fn recycled(&mut self, total: u64, capacity: u64) -> Self {
         let mut driver = std::mem::replace(&mut self.driver, DriverVa::empty());
-        driver.reset_after_cublas(DRIVER_ANCHOR);
-        Self::with(total, capacity, driver)
+        driver.reset(DRIVER_ANCHOR, self.fresh);
+        Self::with(total, capacity, driver, self.fresh)
     }
     /// The driver takes `bytes` of device memory outside the allocator (a
     /// cuBLAS handle's state, its kernels' local memory): counted as used,

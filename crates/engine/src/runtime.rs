@@ -98,6 +98,10 @@ pub struct EventLog {
     /// handle), in order, each with the number of events before it
     /// ([`DeviceProfile::blas_handle_bytes`])
     pub driver: Vec<(usize, u64)>,
+    /// where the process's first kernels ran ([`Runtime::first_kernels`]),
+    /// as the number of events before: a replay gives back the context's
+    /// range there
+    pub first_kernels: Option<usize>,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
     /// the rule of each library scratch allocation that has one, by the
@@ -444,6 +448,11 @@ pub struct RuntimeConfig {
     pub profile: DeviceProfile,
     /// `PYTORCH_CUDA_ALLOC_CONF`
     pub allocator: AllocatorConfig,
+    /// The process starts before its first kernels, the CUDA context
+    /// holding its range until [`Runtime::first_kernels`]
+    /// ([`SimDevice::with_driver_placement`]); else as after them
+    /// ([`SimDevice::new`]).
+    pub fresh_process: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -451,6 +460,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             profile: DeviceProfile::h100_torch_2_11(),
             allocator: AllocatorConfig::default(),
+            fresh_process: false,
         }
     }
 }
@@ -489,7 +499,12 @@ impl Default for Runtime {
 impl Runtime {
     /// A fresh process (`torch.cuda.init()`), nothing allocated.
     pub fn new(config: RuntimeConfig) -> Self {
-        let dev = SimDevice::new(config.profile.total_memory, config.profile.usable_memory);
+        let (total, usable) = (config.profile.total_memory, config.profile.usable_memory);
+        let dev = if config.fresh_process {
+            SimDevice::with_driver_placement(total, usable)
+        } else {
+            SimDevice::new(total, usable)
+        };
         let st = State {
             // every block is freed by its handle (LiveSet)
             alloc: CachingAllocator::with_device(config.allocator, dev).without_address_index(),
@@ -649,6 +664,7 @@ impl Runtime {
             peak_allocated: current,
             peak_index: 0,
             driver: Vec::new(),
+            first_kernels: None,
             scratch_rules: Vec::new(),
             switches: Vec::new(),
             measured_sizes: false,
@@ -944,6 +960,20 @@ impl Runtime {
             log.driver.push((at, bytes));
         }
         Ok(())
+    }
+
+    /// The process's first kernels run: the CUDA context gives back the
+    /// address range it held (`vramscope_alloc`'s `driver_va.rs`, rule 6),
+    /// noted in the event log for replays. A no-op but for a
+    /// [`RuntimeConfig::fresh_process`] runtime, once.
+    pub fn first_kernels(&self) {
+        let mut st = self.st.borrow_mut();
+        st.alloc.device_mut().first_kernels();
+        if let Some(log) = st.log.as_mut() {
+            if log.first_kernels.is_none() {
+                log.first_kernels = Some(log.events.len());
+            }
+        }
     }
 
     /// `getCUDABlasLtWorkspace()` as `gemm_and_bias` calls it: the handle

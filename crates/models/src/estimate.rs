@@ -501,6 +501,9 @@ fn later_phases(
         unmeasured: reqs.unmeasured.clone(),
         switches: from_request(&reqs.switches, start),
         driver: from_request(&reqs.driver, start),
+        // served on the allocator the model ran on: the process ran its
+        // first kernels before `start`, in `load`
+        first_kernels: None,
     };
     Some((later, start))
 }
@@ -546,6 +549,9 @@ fn run_model(
     let rt = Runtime::new(RuntimeConfig {
         profile,
         allocator: options.allocator.clone(),
+        // the workload starts in a fresh process: `load` copies the
+        // parameters in before any kernel runs
+        fresh_process: true,
     });
     if let Some(f) = options.memory_fraction {
         rt.set_memory_fraction(f)?;
@@ -866,6 +872,10 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         OptimizerKind::Sgd => Optimizer::Sgd(Sgd::new(ps, w.momentum, 0.0)),
     };
     let inputs = make_inputs(&rt, config, w)?;
+    // the process's first kernels (`driver_va.rs`, rule 6): on the GPU the
+    // context's range goes at the launch of `forward0`'s first op
+    // (`fixtures/va_maps/README.md`); taken here, before that op allocates
+    rt.first_kernels();
     run.end_phase();
     match w.mode {
         Mode::Train => {

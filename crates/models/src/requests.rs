@@ -94,6 +94,12 @@ pub struct Requests {
     /// ([`vramscope_alloc::SimDevice::driver_alloc`]). Made once per
     /// process, so never copied into repeated or derived steps.
     pub driver: Vec<(usize, u64)>,
+    /// where the process's first kernels ran, as the number of requests
+    /// before: a replay gives back the CUDA context's range at the first
+    /// phase that starts there or later
+    /// ([`vramscope_alloc::SimDevice::first_kernels`]; the estimate's
+    /// workload runs them at the end of `load`)
+    pub first_kernels: Option<usize>,
 }
 
 impl Requests {
@@ -110,6 +116,7 @@ impl Requests {
             switches: self.switches.clone(),
             unmeasured: self.unmeasured.clone(),
             driver: self.driver.clone(),
+            first_kernels: self.first_kernels,
         }
     }
 
@@ -139,7 +146,11 @@ impl Requests {
         let mut pending = est.events.switches.iter().peekable();
         let mut driver = Vec::with_capacity(est.events.driver.len());
         let mut pending_driver = est.events.driver.iter().peekable();
+        let mut first_kernels = None;
         for (k, e) in est.events.events.iter().enumerate() {
+            if est.events.first_kernels == Some(k) {
+                first_kernels = Some(requests.len());
+            }
             while let Some((_, w)) = pending.next_if(|(at, _)| *at <= k) {
                 switches.push((requests.len(), *w));
             }
@@ -164,6 +175,9 @@ impl Requests {
         }
         switches.extend(pending.map(|(_, w)| (requests.len(), *w)));
         driver.extend(pending_driver.map(|(_, b)| (requests.len(), *b)));
+        if est.events.first_kernels.is_some() && first_kernels.is_none() {
+            first_kernels = Some(requests.len());
+        }
         let phases: Vec<(String, usize, usize)> = est
             .phases
             .iter()
@@ -185,6 +199,7 @@ impl Requests {
             switches,
             unmeasured: est.unmeasured.clone(),
             driver,
+            first_kernels: first_kernels.filter(|&i| i <= end),
         })
     }
 
@@ -287,6 +302,7 @@ impl Requests {
         self.requests.len() == other.requests.len()
             && self.phases == other.phases
             && self.driver == other.driver
+            && self.first_kernels == other.first_kernels
             && self
                 .requests
                 .iter()
@@ -489,6 +505,7 @@ impl Requests {
                 .filter(|(i, _)| *i < end)
                 .copied()
                 .collect(),
+            first_kernels: self.first_kernels.filter(|&i| i <= end),
         }
     }
 
@@ -574,7 +591,9 @@ pub fn fresh_allocator(
     memory_fraction: Option<f64>,
     unlimited: bool,
 ) -> CachingAllocator {
-    let mut a = CachingAllocator::with_device(config.clone(), SimDevice::new(0, 0)).figures_only();
+    let mut a =
+        CachingAllocator::with_device(config.clone(), SimDevice::with_driver_placement(0, 0))
+            .figures_only();
     renew_allocator(&mut a, profile, memory_fraction, unlimited);
     a
 }
@@ -734,6 +753,10 @@ pub fn replay_planned(
             }
             repeated_steps = steady.steps_from(p);
             break;
+        }
+        if requests.first_kernels.is_some_and(|k| k <= *start) {
+            // (a no-op after the first time)
+            alloc.device_mut().first_kernels();
         }
         alloc.reset_peak_stats();
         let mut next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
@@ -1188,6 +1211,7 @@ impl BatchTemplate {
             unmeasured: self.base.unmeasured.clone(),
             switches: Vec::new(),
             driver: self.base.driver.clone(),
+            first_kernels: self.base.first_kernels,
         };
         self.write_at(batch, keep_rules, &mut out).then_some(out)
     }
@@ -1498,6 +1522,7 @@ mod tests {
             measured_sizes: false,
             unmeasured: Vec::new(),
             driver: Vec::new(),
+            first_kernels: None,
             switches: Vec::new(),
         }
     }
@@ -1522,6 +1547,7 @@ mod tests {
             measured_sizes: false,
             unmeasured: Vec::new(),
             driver: Vec::new(),
+            first_kernels: None,
             switches: Vec::new(),
         }
     }
@@ -1626,6 +1652,7 @@ mod tests {
                 measured_sizes: false,
                 unmeasured: Vec::new(),
                 driver: Vec::new(),
+                first_kernels: None,
                 switches: Vec::new(),
             }
         };
@@ -1672,6 +1699,7 @@ mod tests {
             measured_sizes: false,
             unmeasured: Vec::new(),
             driver: Vec::new(),
+            first_kernels: None,
             switches: Vec::new(),
         };
         let four = two.repeat_steps(4).unwrap();
@@ -1722,6 +1750,7 @@ mod tests {
                 measured_sizes: false,
                 unmeasured: Vec::new(),
                 driver: Vec::new(),
+                first_kernels: None,
                 switches: vec![(
                     0,
                     PathSwitch {
