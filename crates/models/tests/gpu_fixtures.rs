@@ -238,6 +238,13 @@ fn unseen11() {
     check(&["u11_"]);
 }
 
+/// Small models in training again, recorded after the twin's peaks under
+/// `driver_va.rs`'s rule 6 were committed (b8be506).
+#[test]
+fn unseen12() {
+    check(&["u12_"]);
+}
+
 /// Inference under `torch.inference_mode()` and with grad enabled
 /// (`validation/grad_cases.json`), recorded after the twin's figures were
 /// committed (347a65a).

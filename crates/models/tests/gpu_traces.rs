@@ -200,7 +200,7 @@ fn requests_equal_the_gpus_up_to_the_order_of_consecutive_frees() {
             different.push(case.name.clone());
         }
     });
-    assert_eq!(n, 144, "every recorded workload");
+    assert_eq!(n, 158, "every recorded workload");
     assert_eq!(
         different, REQUESTS_DIFFER,
         "the cases whose requests differ from the GPU's changed"
@@ -300,7 +300,7 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
         }
     });
     assert_eq!(
-        checked, 139,
+        checked, 153,
         "every recorded workload without expandable segments"
     );
     assert!(
