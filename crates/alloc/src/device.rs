@@ -113,9 +113,10 @@ impl SimDevice {
     }
     /// The process's first kernels have run: the CUDA context gives back the
     /// range it held (`driver_va.rs`, rule 6). A no-op on a device that
-    /// started after them ([`SimDevice::new`]) or has done it already.
-    pub fn first_kernels(&mut self) {
-        self.driver.release_context();
+    /// started after them ([`SimDevice::new`]) or has done it already;
+    /// `true` when it gave the range back.
+    pub fn first_kernels(&mut self) -> bool {
+        self.driver.release_context()
     }
     /// A device that starts as this one did ([`Self::new`] or
     /// [`Self::with_driver_placement`]) with `total` and `capacity`, keeping

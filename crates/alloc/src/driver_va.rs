@@ -53,8 +53,9 @@
 //!    the context's range B-416..B-2 free, 414 MiB in one hole
 //!    (`segment_placement.py events` and `matmul`: `-416+207` in 2 MiB
 //!    blocks), so with the 2 MiB hole at B-2 the whole of B-416..B is one
-//!    hole, taken by rule 2 like any other. Every workload the estimator
-//!    models runs matmuls, so its device is taken to start in that state.
+//!    hole, taken by rule 2 like any other. [`crate::SimDevice::new`] (the
+//!    engine's default runtime) starts in that state; the estimate starts
+//!    fresh and follows rule 6.
 //!    What that leaves out: `load` copies the parameters in before the
 //!    first matmul, while the range is still the context's; the autograd
 //!    thread's own cuBLAS handle takes back about 96 MiB of it in the first
@@ -166,7 +167,7 @@ pub(crate) struct DriverVa {
     los: Vec<u64>,
     /// Released ranges, sorted, merged.
     released: Vec<(u64, u64)>,
-    /// Buffers of a run before [`Self::reset_after_cublas`], reused: the
+    /// Buffers of a run before [`Self::reset`], reused: the
     /// chunks' segment lists (emptied) and the address map (cleared).
     spare_segs: Vec<Vec<(u64, u64)>>,
     spare_map: Option<FastMap<u64, u32>>,
@@ -199,7 +200,7 @@ impl DriverVa {
     }
 
     /// An address space without even the context's chunk (a placeholder
-    /// while [`Self::reset_after_cublas`] renews one).
+    /// while [`Self::reset`] renews one).
     pub(crate) fn empty() -> Self {
         Self {
             chunks: Vec::new(),
@@ -239,10 +240,11 @@ impl DriverVa {
     /// fresh context's small hole) the range becomes a hole of the context's
     /// chunk, as rule 5 has it, taken from its low end; else the whole of
     /// B-416..B is released, and chunks go into it from its top (rule 3).
-    /// A no-op once released, or after [`Self::after_cublas`].
-    pub(crate) fn release_context(&mut self) {
+    /// A no-op once released, or after [`Self::after_cublas`]; `true` when
+    /// it gave the range back.
+    pub(crate) fn release_context(&mut self) -> bool {
         let Some(anchor) = self.held.take() else {
-            return;
+            return false;
         };
         let lo = anchor - 416 * MIB;
         // the context's chunk is the first (`push_context` on an empty space)
@@ -253,14 +255,15 @@ impl DriverVa {
         }
         if !context.segs.iter().any(|&(a, _)| a == anchor - PAGE) {
             context.lo = anchor;
-            // the context's low end was the highest chunk low: it stays so
-            let k = self.los.iter().position(|&x| x == lo);
-            if let Some(k) = k {
-                self.los[k] = anchor;
-            }
+            // every other chunk lies below B-416 (no released range reaches
+            // the held one): the context's low end is the highest, and B
+            // keeps it so
+            debug_assert_eq!(self.los.first(), Some(&lo));
+            self.los[0] = anchor;
             self.add_released(lo, anchor);
         }
         self.update(0);
+        true
     }
 
     /// The context's chunk, in an address space that has none yet.
@@ -592,8 +595,30 @@ mod tests {
         assert_eq!(got, vec![-2, 72, -416]);
         // after cuBLAS there is nothing to release
         let mut after = DriverVa::after_cublas(B);
-        after.release_context();
+        assert!(!after.release_context());
         assert_eq!(off(after.malloc(300 * MIB).unwrap()), -416);
+    }
+
+    /// Rule 6 after frees (the address map built) and next to a released
+    /// chunk just below B-416: the two ranges merge; and a reset to a fresh
+    /// process holds the range again.
+    #[test]
+    fn the_release_merges_with_a_released_chunk_and_a_reset_holds_it_again() {
+        let mut va = DriverVa::new(B);
+        let a = va.malloc(20 * MIB).unwrap(); // the context's upper hole
+        let b = va.malloc(30 * MIB).unwrap(); // a chunk just below B-416
+        assert_eq!((off(a), off(b)), (72, -448));
+        va.free(b);
+        assert!(va.release_context());
+        assert!(!va.release_context());
+        // B-448..B is one released range: a 96 MiB chunk at its top
+        assert_eq!(off(va.malloc(96 * MIB).unwrap()), -96);
+        va.reset(B, true);
+        assert_eq!(off(va.malloc(100 * MIB).unwrap()), -544);
+        assert!(va.release_context());
+        va.reset(B, false);
+        assert!(!va.release_context());
+        assert_eq!(off(va.malloc(100 * MIB).unwrap()), -416);
     }
 
     /// Rule 5: after the first cuBLAS call the context's range below the

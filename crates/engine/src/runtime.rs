@@ -100,7 +100,7 @@ pub struct EventLog {
     pub driver: Vec<(usize, u64)>,
     /// where the process's first kernels ran ([`Runtime::first_kernels`]),
     /// as the number of events before: a replay gives back the context's
-    /// range there
+    /// range there (a log started after that point has none)
     pub first_kernels: Option<usize>,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
@@ -968,9 +968,10 @@ impl Runtime {
     /// [`RuntimeConfig::fresh_process`] runtime, once.
     pub fn first_kernels(&self) {
         let mut st = self.st.borrow_mut();
-        st.alloc.device_mut().first_kernels();
-        if let Some(log) = st.log.as_mut() {
-            if log.first_kernels.is_none() {
+        // noted only where it did something: a replay would give back a
+        // range the run never held
+        if st.alloc.device_mut().first_kernels() {
+            if let Some(log) = st.log.as_mut() {
                 log.first_kernels = Some(log.events.len());
             }
         }

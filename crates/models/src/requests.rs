@@ -178,6 +178,12 @@ impl Requests {
         if est.events.first_kernels.is_some() && first_kernels.is_none() {
             first_kernels = Some(requests.len());
         }
+        // a replay gives the range back at a phase's start (`replay_planned`):
+        // the run must have too (the estimate's does, at the end of `load`)
+        debug_assert!(
+            first_kernels.is_none_or(|k| est.phase_requests.iter().any(|p| p.0 == k)),
+            "the first kernels ran inside a phase"
+        );
         let phases: Vec<(String, usize, usize)> = est
             .phases
             .iter()
@@ -580,8 +586,10 @@ pub struct ReplayOom {
     pub message: String,
 }
 
-/// The allocator of a fresh process, as the eager twin's runtime makes it,
-/// for [`replay`] (which frees by handle, so it keeps no index of the
+/// The allocator of a fresh process, as the eager twin's runtime makes it
+/// for the estimate ([`SimDevice::with_driver_placement`]: the context's
+/// range held until the requests' [`Requests::first_kernels`]), for
+/// [`replay`] (which frees by handle, so it keeps no index of the
 /// blocks by address: [`CachingAllocator::without_address_index`]; and
 /// reads the figures alone, so it keeps no other statistics:
 /// [`CachingAllocator::figures_only`]).

@@ -251,6 +251,63 @@ fn replaying_the_requests_gives_the_estimates_figures() {
     }
 }
 
+/// A replay places every segment where the model's own run placed it: the
+/// context's range given back at the same point (`driver_va.rs`, rule 6),
+/// once, also on one allocator renewed from case to case as a sweep's is.
+/// Without the release a replay would place most of them elsewhere.
+#[test]
+fn a_replay_places_segments_where_the_run_did() {
+    let mut renewed = None;
+    let mut n = 0;
+    for (case, config) in cases() {
+        if case.allocator.expandable_segments {
+            continue; // (its pages are mapped, not `cudaMalloc`'d)
+        }
+        n += 1;
+        let opts = options(&case);
+        let free = EstimateOptions {
+            unlimited: true,
+            record_trace: true,
+            ..opts.clone()
+        };
+        let est = estimate_every_step(&config, &case.workload, &free).unwrap();
+        let mut run: Vec<(u64, u64)> = est
+            .recorded
+            .as_ref()
+            .unwrap()
+            .trace
+            .iter()
+            .filter(|e| e.action.as_str() == "segment_alloc")
+            .map(|e| (e.addr, e.size))
+            .collect();
+        run.sort_unstable();
+        let reqs = Requests::of(&est).unwrap();
+        assert!(reqs.first_kernels.is_some(), "{}", case.name);
+        let placed = |alloc: &mut vramscope_alloc::CachingAllocator| {
+            replay(&reqs, alloc);
+            let mut segs: Vec<(u64, u64)> = alloc
+                .snapshot()
+                .iter()
+                .map(|s| (s.address, s.total_size))
+                .collect();
+            segs.sort_unstable();
+            segs
+        };
+        let mut alloc = fresh_allocator(&opts.profile, &opts.allocator, None, true);
+        assert_eq!(placed(&mut alloc), run, "{}", case.name);
+        if case.allocator == vramscope_alloc::AllocatorConfig::default() {
+            let a = renewed
+                .get_or_insert_with(|| fresh_allocator(&opts.profile, &opts.allocator, None, true));
+            vramscope_models::requests::renew_allocator(a, &opts.profile, None, true);
+            assert_eq!(placed(a), run, "{} (renewed)", case.name);
+        }
+    }
+    assert_eq!(
+        n, 34,
+        "every workload of hf_cases.json without expandable segments"
+    );
+}
+
 #[test]
 fn replaying_under_a_limit_runs_out_where_the_estimate_does() {
     for (case, config) in cases().into_iter().step_by(3) {
