@@ -88,6 +88,29 @@ def op_stops():
     return Stops()
 
 
+def kernel_names(outdir, name):
+    """KERNELS set: a profiler over the first forward, which writes OUTDIR/NAME.kernels.json, the
+    aten ops that launched kernels, in order, with the kernels' names: [[op, [kernel, ...]], ...]
+    (which cuBLAS kernels a workload's matmuls use: each loads a host image of its own, see
+    fixtures/va_maps/README.md); else None. Its figures are not the workload's."""
+    if not os.environ.get("KERNELS"):
+        return None
+    import torch
+
+    @contextlib.contextmanager
+    def prof():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as p:
+            yield
+            torch.cuda.synchronize()
+        out = [[e.name, [k.name for k in e.kernels]] for e in sorted(p.events(), key=lambda e: e.time_range.start)
+               if e.kernels]
+        os.makedirs(outdir, exist_ok=True)
+        with open(os.path.join(outdir, name + ".kernels.json"), "w") as f:
+            json.dump(out, f)
+    return prof()
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
@@ -181,11 +204,16 @@ def main():
             model.train()
             for i in range(case.get("steps", 3)):
                 begin(f"forward{i}")
+                kn = kernel_names(outdir, name) if i == 0 else None
+                if kn is not None:
+                    kn.__enter__()
                 if adt is not None:
                     with torch.autocast("cuda", dtype=adt):
                         loss = model(**inputs, labels=labels).loss
                 else:
                     loss = model(**inputs, labels=labels).loss
+                if kn is not None:
+                    kn.__exit__(None, None, None)
                 end()
                 begin(f"backward{i}")
                 loss.backward()
@@ -204,7 +232,8 @@ def main():
                 grad = case.get("grad", "no_grad")
                 ctx = dict(no_grad=torch.no_grad, inference_mode=torch.inference_mode,
                            enabled=contextlib.nullcontext)[grad]
-                with ctx():
+                kn = kernel_names(outdir, name) if i == 0 else None
+                with ctx(), (kn if kn is not None else contextlib.nullcontext()):
                     if adt is not None:
                         with torch.autocast("cuda", dtype=adt):
                             logits = model(**inputs).logits

@@ -1,0 +1,236 @@
+"""What `va_maps.py VA_MAPS_OPS=1` runs show of the address space of `forward0`, offline.
+
+    python3 validation/va_check.py rule fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
+    python3 validation/va_check.py footprints fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
+    python3 validation/va_check.py gemms fixtures/va_maps/kernels.tgz
+
+Reads the op-by-op runs (`ops/NAME.maps.json` and `ops/NAME.segments.json` in each archive) from
+the end of `load` to the end of `forward0`. Offsets are MiB from the anchor B (the 20 MiB segment
+of `load` at B+72). At each op's stop, what it newly mapped is sorted into:
+- `chunk`: a segment's chunk (the 32 MiB aligned range around a segment the trace created);
+- `resv`: the rest of a new anonymous `---p` mapping (the driver's own reservations);
+- `host`: a new anonymous `rw-p` mapping (host memory the driver or a library allocated);
+- mappings of files (libraries) are left out.
+
+`rule` checks one placement rule for all three, Linux's top-down mmap seen from the driver:
+- a chunk of `len` (the segment rounded up to 32 MiB) or a reservation goes into the highest
+  free gap of at least `len` + 32 MiB, at the highest 32 MiB aligned address that leaves it room
+  (the driver maps `len` + 32 MiB and keeps an aligned `len` of it);
+- host memory of `size` goes to the top of the highest free gap of at least `size`.
+Within one op's stop, the new mappings are taken from the highest down (the order is not
+recorded; top-down placement serves earlier ones higher). Each is then put where the GPU put it,
+so one miss does not move the next. The first op that maps anything (the context's release, the
+driver's 504 MiB reservation, pinned memory: `fixtures/va_maps/README.md`) is taken as recorded.
+
+`footprints` lists, for every op, the host memory (`rw-p`, 1 MiB or more) and the cuDNN libraries
+its first use mapped, workload by workload.
+
+`gemms` lists each workload's first-forward GEMM kernels in order of first use, from
+`hf_cases.py` with KERNELS=1 (`NAME.kernels.json`).
+"""
+import io
+import json
+import os
+import sys
+import tarfile
+
+MIB = 1 << 20
+CHUNK = 32 * MIB
+
+
+def runs(archive, suffix=".maps.json"):
+    """(name, {file suffix: parsed json}) of each run in a .tgz or directory."""
+    files = {}
+    if os.path.isdir(archive):
+        for root, _, names in os.walk(archive):
+            for n in names:
+                with open(os.path.join(root, n), "rb") as f:
+                    files[os.path.relpath(os.path.join(root, n), archive)] = f.read()
+    else:
+        with tarfile.open(archive) as t:
+            for m in t.getmembers():
+                if m.isfile() and m.name.endswith(".json"):
+                    files[m.name] = t.extractfile(m).read()
+    by = {}
+    for path, data in files.items():
+        if "ops/" not in path and suffix == ".maps.json":
+            continue
+        base = os.path.basename(path)
+        for s in (".maps.json", ".segments.json", ".kernels.json"):
+            if base.endswith(s):
+                by.setdefault((os.path.dirname(path), base[: -len(s)]), {})[s] = json.load(io.BytesIO(data))
+    return [(n, d) for (_, n), d in sorted(by.items()) if suffix in d]
+
+
+def parse(text):
+    out = []
+    for line in text.splitlines():
+        f = line.split(None, 5)
+        a, b = (int(x, 16) for x in f[0].split("-"))
+        out.append((a, b))
+    return out
+
+
+def new_parts(stop):
+    """The parts of the stop's added mappings that were not mapped before, with perms and path."""
+    rem = [(a, b) for a, b, _, _ in stop["removed"]]
+    out = []
+    for a, b, perms, path in stop["added"]:
+        parts = [(a, b)]
+        for ra, rb in rem:
+            nxt = []
+            for pa, pb in parts:
+                if rb <= pa or ra >= pb:
+                    nxt.append((pa, pb))
+                    continue
+                if pa < ra:
+                    nxt.append((pa, ra))
+                if rb < pb:
+                    nxt.append((rb, pb))
+            parts = nxt
+        out += [(pa, pb, perms, path) for pa, pb in parts]
+    return out
+
+
+def forward0(run):
+    m, segs = run[".maps.json"], run[".segments.json"]["segments"]
+    anchor = max(s[2] for s in segs[:10] if s[3] == 20 * MIB) - 72 * MIB
+    stops = m["stops"]
+    i0 = next(i for i, x in enumerate(stops) if x["label"] == "end load")
+    i1 = next(i for i, x in enumerate(stops) if x["label"] == "end forward0")
+    return anchor, stops, i0, i1, segs
+
+
+def check_rule(name, run, verbose):
+    b, stops, i0, i1, segs = forward0(run)
+    occ = parse(stops[i0]["maps"])
+    # gaps above the context's kept range (B..B+102) hold the libraries of the import
+    ceiling = b + 200 * MIB
+    created = sorted((s[2], s[3], s[0]) for s in segs if s[1] == "segment_alloc")
+    seen = set()
+    tally = {}
+    first = True
+
+    def gaps():
+        iv = sorted(occ)
+        return sorted(((b1, a2) for (_, b1), (a2, _) in zip(iv, iv[1:]) if a2 > b1 and a2 <= ceiling),
+                      key=lambda g: -g[1])
+
+    def chunk_at(length):
+        return next(((hi - length) // CHUNK * CHUNK for lo, hi in gaps() if hi - lo >= length + CHUNK), None)
+
+    def host_at(size):
+        return next((hi - size for lo, hi in gaps() if hi - lo >= size), None)
+
+    for i in range(i0 + 1, i1 + 1):
+        stop = stops[i]
+        raw = new_parts(stop)
+        events, other = [], []
+        for lo, hi, perms, path in raw:
+            if not -3000 * MIB < lo - b < 110 * MIB or path or perms not in ("---p", "rw-p"):
+                other.append((lo, hi))  # libraries and the like: where they were put
+                continue
+            if perms == "---p":
+                chunks = []
+                for a, size, idx in created:
+                    if lo <= a < hi and idx not in seen:
+                        seen.add(idx)
+                        c0 = a // CHUNK * CHUNK
+                        c1 = c0 + (a - c0 + size + CHUNK - 1) // CHUNK * CHUNK
+                        if chunks and c0 < chunks[-1][1]:
+                            chunks[-1] = (chunks[-1][0], max(c1, chunks[-1][1]))
+                        else:
+                            chunks.append((c0, c1))
+                events += [("chunk", c0, c1) for c0, c1 in chunks]
+                at = lo
+                for c0, c1 in sorted(chunks):
+                    if c0 > at:
+                        events.append(("resv", at, c0))
+                    at = max(at, c1)
+                if at < hi:
+                    events.append(("resv", at, hi))
+            elif perms == "rw-p":
+                events.append(("host", lo, hi))
+        # what this stop kept of the mappings before it
+        for a, c in [(a, c) for a, c, _, _ in stop["removed"]]:
+            if (a, c) in occ:
+                occ.remove((a, c))
+        for a, c, _, _ in stop["added"]:
+            at = a
+            for lo, hi, _, _ in sorted(p for p in raw if a <= p[0] < c):
+                if lo > at:
+                    occ.append((at, lo))
+                at = max(at, hi)
+            if at < c and not any(lo <= at < hi for lo, hi, _, _ in raw):
+                occ.append((at, c))
+        occ += other
+        if first and (events or other):
+            # the first op that maps anything: the context's release and the driver's 504 MiB
+            first = False
+            occ += [(lo, hi) for _, lo, hi in events]
+            continue
+        for kind, lo, hi in sorted(events, key=lambda e: -e[1]):
+            want = chunk_at(hi - lo) if kind in ("chunk", "resv") else host_at(hi - lo)
+            cls = kind if kind != "host" else ("host >= 8 MiB" if hi - lo >= 8 * MIB else "host < 8 MiB")
+            tally.setdefault(cls, [0, 0])[0 if want == lo else 1] += 1
+            if verbose or want != lo:
+                got = "-" if want is None else f"{(want - b) / MIB:+.2f}"
+                print(f"    {stop['label'][:40]:40} {kind:5} {(hi - lo) / MIB:7.2f} MiB at {(lo - b) / MIB:+9.2f}"
+                      f", rule {got}{'' if want == lo else '  MISS'}")
+            occ.append((lo, hi))
+    print(f"{name:52} " + "  ".join(f"{k} {v[0]}/{sum(v)}" for k, v in sorted(tally.items())))
+    return tally
+
+
+def footprints(all_runs):
+    rows = {}
+    for name, run in all_runs:
+        b, stops, i0, i1, _ = forward0(run)
+        for stop in stops[i0 + 1:i1 + 1]:
+            host, libs = [], set()
+            for lo, hi, perms, path in new_parts(stop):
+                if path:
+                    if "libcudnn" in path:
+                        libs.add(os.path.basename(path).replace("libcudnn_", "").replace(".so.9", ""))
+                elif perms == "rw-p" and hi - lo >= MIB:
+                    host.append(round((hi - lo) / MIB, 2))
+            if host or libs:
+                rows.setdefault(stop["label"], []).append((name, sorted(host, reverse=True), sorted(libs)))
+    for op, found in sorted(rows.items()):
+        print(op)
+        for name, host, libs in found:
+            print(f"    {name[:50]:50} {round(sum(host), 2):7.2f} = {' + '.join(map(str, host)) or '0':24} {' '.join(libs)}")
+
+
+def gemms(all_runs):
+    marks = ("gemm", "nvjet", "xmma", "Kernel2")
+    for name, run in all_runs:
+        seen = []
+        for op, kernels in run[".kernels.json"]:
+            for k in kernels:
+                if k not in seen and any(t in k for t in marks):
+                    seen.append(k)
+                    print(f"{name[:44]:44} {op[:14]:14} {k[:100]}")
+
+
+def main():
+    what, archives = sys.argv[1], sys.argv[2:]
+    verbose = bool(os.environ.get("VERBOSE"))
+    if what == "gemms":
+        gemms([r for a in archives for r in runs(a, ".kernels.json")])
+        return
+    all_runs = [r for a in archives for r in runs(a)]
+    if what == "footprints":
+        footprints(all_runs)
+        return
+    total = {}
+    for name, run in all_runs:
+        for k, v in check_rule(name, run, verbose).items():
+            t = total.setdefault(k, [0, 0])
+            t[0] += v[0]
+            t[1] += v[1]
+    print("all " + "  ".join(f"{k} {v[0]}/{sum(v)}" for k, v in sorted(total.items())))
+
+
+if __name__ == "__main__":
+    main()
