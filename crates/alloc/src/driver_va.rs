@@ -95,19 +95,21 @@
 //! gap of at least its length + 32 MiB ([`GAP_SLACK`]: the driver maps that
 //! much and keeps an aligned part), at the highest 32 MiB aligned address
 //! with room, and host memory to the top of the highest gap it fits in:
-//! 266 of 266 chunks, 16 of 16 driver reservations and 75 of 75 host
-//! mappings of 8 MiB or more lie where that puts them, given the rest.
+//! 527 of 527 chunks, the first cuBLAS call's 64 MiB reservation (16 of
+//! 16) and 76 of 76 host mappings of 8 MiB or more lie where that puts
+//! them, given the rest.
 //! What it does not see takes the same address space:
 //! - the model's CPU tensors, mapped by glibc below the context and freed by
 //!   `.cuda()` one by one, move `load`'s chunks;
 //! - the driver's reservations at the first op of `forward0` (504 MiB below
 //!   the chunks, pinned host memory inside a chunk's hole) and the host
 //!   images of lazily loaded kernels, mapped into the released context range
-//!   between `forward0`'s chunks, move those. Each op's first use maps the
-//!   same host memory in every workload measured (`pow` 38.53 MiB, `rsqrt`
-//!   18.08, ...; the first cuDNN attention loads cuDNN's libraries), but the
-//!   first 16-bit cuBLAS kernels' image is 71.11, 48.33 or 27.96 MiB by
-//!   workload, for reasons not yet known (`fixtures/va_maps/README.md`);
+//!   between `forward0`'s chunks, move those. Each op's first use takes
+//!   nearly the same host memory in every workload measured (`pow` 59.3
+//!   MiB, the first 16-bit cuBLAS GEMM 89.4 to 91.3; the first cuDNN
+//!   attention loads cuDNN's libraries), but glibc serves it partly from
+//!   its heap and partly from new mappings, in a split that changes by
+//!   workload (`fixtures/va_maps/README.md`);
 //! - the autograd thread's stack and malloc arena.
 //!
 //! The three workloads outside issue #5's tolerance differ from the GPU in
