@@ -60,7 +60,11 @@ def checkpoint(label=""):
     """Under `validation/va_maps.py` (VA_MAPS set): stop, so that the parent reads this process's
     /proc/PID/maps from outside (reading it here would allocate host memory, which moves later
     mappings), and go on when it sends SIGCONT. With VA_MAPS_FD the label (an op's name) goes to
-    the parent first. A no-op otherwise."""
+    the parent first. Under `validation/malloc_log.c` (MALLOC_LOG set, the library preloaded) the
+    label is written to its log first. A no-op otherwise."""
+    if os.environ.get("MALLOC_LOG"):
+        import ctypes
+        ctypes.CDLL(None).vramscope_mark(label.encode())
     if os.environ.get("VA_MAPS"):
         import signal
         import threading
@@ -76,7 +80,7 @@ def op_stops():
     """VA_MAPS_OPS set: a dispatch mode that stops after every aten op (see `checkpoint`), from
     the inputs to the end of the first forward and backward (inference: the first pass); else
     None."""
-    if not (os.environ.get("VA_MAPS") and os.environ.get("VA_MAPS_OPS")):
+    if not ((os.environ.get("VA_MAPS") or os.environ.get("MALLOC_LOG")) and os.environ.get("VA_MAPS_OPS")):
         return None
     from torch.utils._python_dispatch import TorchDispatchMode
 

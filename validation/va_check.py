@@ -3,6 +3,7 @@
     python3 validation/va_check.py rule fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
     python3 validation/va_check.py footprints fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
     python3 validation/va_check.py gemms fixtures/va_maps/kernels.tgz
+    python3 validation/va_check.py mlog fixtures/va_maps/mlog.tgz
 
 Reads the op-by-op runs (`ops/NAME.maps.json` and `ops/NAME.segments.json` in each archive) from
 the end of `load` to the end of `forward0`. Offsets are MiB from the anchor B (the 20 MiB segment
@@ -25,6 +26,13 @@ driver's 504 MiB reservation, pinned memory: `fixtures/va_maps/README.md`) is ta
 `footprints` lists, for every op, what its first use took of host memory, workload by workload:
 new anonymous `rw-p` mappings of 1 MiB or more, the growth of `[heap]` (glibc serves a request
 from one or the other), and the cuDNN libraries it loaded.
+
+`mlog` reads `validation/malloc_log.c`'s logs (`NAME.mlog`): for each workload, glibc's mmap
+threshold when `from_config` maps its first tensor, and how well glibc's dynamic-threshold rule
+predicts which malloc-family calls of 64 KiB or more it served with a mapping of their own, stage
+by stage (`malloc/malloc.c`: a request whose padded size is at least the threshold is mapped
+unless a free chunk of the heap holds it; freeing a mapped chunk larger than the threshold and at
+most 32 MiB raises the threshold to its size).
 
 `gemms` lists each workload's first-forward GEMM kernels in order of first use, from
 `hf_cases.py` with KERNELS=1 (`NAME.kernels.json`).
@@ -234,13 +242,66 @@ def gemms(all_runs):
                     print(f"{name[:44]:44} {op[:14]:14} {k[:100]}")
 
 
+def mlog(archive):
+    logs = {}
+    with tarfile.open(archive) as t:
+        for m in t.getmembers():
+            if m.isfile() and m.name.endswith(".mlog"):
+                logs[os.path.basename(m.name)[:-5]] = t.extractfile(m).read().decode(errors="replace")
+    stages = ("import", "from_config", ".cuda()", "load", "forward0", "later")
+    total = {}
+    for name, text in sorted(logs.items()):
+        threshold, stage, first = 128 * 1024, "import", None
+        tally = {}
+        for line in text.splitlines():
+            f = line.split()
+            if not f:
+                continue
+            if f[0] == "#":
+                label = " ".join(f[1:3])
+                stage = {"init": "from_config", "cpu_model": ".cuda()", "cuda": "load", "end load": "forward0",
+                         "end forward0": "later"}.get(label, stage)
+                continue
+            if f[0] == "f" and f[3] == "1" and f[4] != "realloc":
+                chunk = int(f[2])
+                if threshold < chunk <= 32 * MIB:
+                    threshold = chunk
+            elif f[0] == "m":
+                req, mapped = int(f[1]), f[4] == "1"
+                if first is None and mapped and stage == "from_config" and f[5].startswith("libc10"):
+                    first = threshold
+                padded = max(32, (req + 8 + 15) // 16 * 16)
+                # posix_memalign(64): `_int_memalign` asks for 64 + MINSIZE more
+                if f[5].startswith("libc10"):
+                    padded = (padded + 96 + 8 + 15) // 16 * 16
+                key = (stage, "mapped" if mapped else "heap", padded >= threshold)
+                tally[key] = tally.get(key, 0) + 1
+                total[key] = total.get(key, 0) + 1
+        print(f"{name[:52]:52} threshold at the first tensor: {first}")
+        for st in stages[1:]:
+            row = {k: v for k, v in tally.items() if k[0] == st}
+            if row:
+                print(f"    {st:12} " + "  ".join(
+                    f"{kind} {sum(v for k, v in row.items() if k[1] == kind and k[2] == (kind == 'mapped'))}"
+                    f"/{sum(v for k, v in row.items() if k[1] == kind)} as the rule says"
+                    for kind in ("mapped", "heap")))
+    print("all, after import: " + "  ".join(
+        f"{kind} {sum(v for k, v in total.items() if k[0] != 'import' and k[1] == kind and k[2] == (kind == 'mapped'))}"
+        f"/{sum(v for k, v in total.items() if k[0] != 'import' and k[1] == kind)} as the rule says"
+        for kind in ("mapped", "heap")))
+
+
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("rule", "footprints", "gemms"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("rule", "footprints", "gemms", "mlog"):
         sys.exit(__doc__)
     what, archives = sys.argv[1], sys.argv[2:]
     verbose = bool(os.environ.get("VERBOSE"))
     if what == "gemms":
         gemms([r for a in archives for r in runs(a, ".kernels.json")])
+        return
+    if what == "mlog":
+        for a in archives:
+            mlog(a)
         return
     all_runs = [r for a in archives for r in runs(a)]
     if what == "footprints":
