@@ -118,6 +118,18 @@ impl SimDevice {
     pub fn first_kernels(&mut self) -> bool {
         self.driver.release_context()
     }
+    /// glibc maps `len` bytes of host memory (a CPU tensor's `mmap`ed
+    /// chunk) in the process's address space, where `cudaMalloc`'s chunks
+    /// lie too (`driver_va.rs`, rule 7): the address, which
+    /// [`SimDevice::host_unmap`] takes back.
+    pub fn host_map(&mut self, len: u64) -> Option<u64> {
+        self.driver.host_map(len)
+    }
+    /// glibc unmaps the host memory [`SimDevice::host_map`] mapped at `addr`
+    /// (the CPU tensor freed): its range is free for chunks again.
+    pub fn host_unmap(&mut self, addr: u64) {
+        self.driver.free(addr);
+    }
     /// A device that starts as this one did ([`Self::new`] or
     /// [`Self::with_driver_placement`]) with `total` and `capacity`, keeping
     /// the buffers this device's

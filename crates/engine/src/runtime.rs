@@ -8,7 +8,7 @@ use std::fmt;
 use std::rc::Rc;
 
 use vramscope_alloc::{
-    Addr, AllocatorConfig, CachingAllocator, DeviceStats, Handle, SimDevice, StreamId,
+    Addr, AllocatorConfig, CachingAllocator, DeviceStats, Handle, HostHeap, SimDevice, StreamId,
 };
 
 use crate::dtype::DType;
@@ -84,6 +84,15 @@ pub enum MemEvent {
     Recategorize(Addr, Category),
 }
 
+/// A CPU tensor's own mapping, as the [`EventLog`] keeps it for replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostEvent {
+    /// glibc mapped this many bytes at this address
+    Map(u64, u64),
+    /// the mapping at this address was unmapped
+    Unmap(u64),
+}
+
 /// What happened to device memory while the log ran
 /// ([`Runtime::start_event_log`]).
 #[derive(Debug, Clone, Default)]
@@ -102,6 +111,10 @@ pub struct EventLog {
     /// as the number of events before: a replay gives back the context's
     /// range there (a log started after that point has none)
     pub first_kernels: Option<usize>,
+    /// CPU tensors glibc mapped and unmapped ([`Runtime::host_malloc`]), in
+    /// order, each with the number of events before it: a replay maps them
+    /// there, as they move the segments
+    pub host: Vec<(usize, HostEvent)>,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
     /// the rule of each library scratch allocation that has one, by the
@@ -380,6 +393,9 @@ impl State {
 
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
+    /// glibc's choice for CPU tensors: heap or a mapping of their own, in
+    /// the address space the segments share ([`Runtime::host_malloc`])
+    pub(crate) host: HostHeap,
     pub(crate) profile: DeviceProfile,
     pub(crate) grad_enabled: bool,
     pub(crate) inference_mode: bool,
@@ -508,6 +524,7 @@ impl Runtime {
         let st = State {
             // every block is freed by its handle (LiveSet)
             alloc: CachingAllocator::with_device(config.allocator, dev).without_address_index(),
+            host: HostHeap::default(),
             profile: config.profile,
             grad_enabled: true,
             inference_mode: false,
@@ -611,6 +628,33 @@ impl Runtime {
         let _ = st.alloc.free_handle(handle);
     }
 
+    /// A CPU tensor of `nbytes`: where glibc maps it when it gives it a
+    /// mapping of its own, with the mapping's length
+    /// ([`vramscope_alloc::HostHeap`]), among the segments
+    /// ([`SimDevice::host_map`]); `None` when the heap serves it.
+    pub(crate) fn host_malloc(&self, nbytes: u64) -> Option<(u64, u64)> {
+        let mut st = self.st.borrow_mut();
+        let len = st.host.malloc(nbytes)?;
+        let addr = st.alloc.device_mut().host_map(len)?;
+        if let Some(log) = st.log.as_mut() {
+            let at = log.events.len();
+            log.host.push((at, HostEvent::Map(addr, len)));
+        }
+        Some((addr, len))
+    }
+
+    /// A CPU tensor [`Runtime::host_malloc`] mapped is freed: glibc unmaps
+    /// it (and may raise its threshold).
+    pub(crate) fn host_free(&self, addr: u64, len: u64) {
+        let mut st = self.st.borrow_mut();
+        st.host.free_mapped(len);
+        st.alloc.device_mut().host_unmap(addr);
+        if let Some(log) = st.log.as_mut() {
+            let at = log.events.len();
+            log.host.push((at, HostEvent::Unmap(addr)));
+        }
+    }
+
     /// File the allocation in live slot `slot` under `category`.
     pub(crate) fn set_category(&self, slot: u32, category: Category) {
         let mut st = self.st.borrow_mut();
@@ -665,6 +709,7 @@ impl Runtime {
             peak_index: 0,
             driver: Vec::new(),
             first_kernels: None,
+            host: Vec::new(),
             scratch_rules: Vec::new(),
             switches: Vec::new(),
             measured_sizes: false,

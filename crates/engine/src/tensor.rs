@@ -29,6 +29,9 @@ pub(crate) struct Storage {
     pub(crate) nbytes: u64,
     /// the runtime's live slot of the allocation (with `addr`)
     pub(crate) slot: u32,
+    /// a CPU storage that glibc mapped on its own: the mapping's address
+    /// and length ([`Runtime::host_malloc`])
+    pub(crate) host: Option<(u64, u64)>,
 }
 
 impl Storage {
@@ -42,6 +45,9 @@ impl Drop for Storage {
     fn drop(&mut self) {
         if let Some(slot) = self.live_slot() {
             self.rt.free(slot);
+        }
+        if let Some((addr, len)) = self.host {
+            self.rt.host_free(addr, len);
         }
     }
 }
@@ -363,11 +369,17 @@ impl Runtime {
         } else {
             (None, 0)
         };
+        let host = if device == Device::Cpu {
+            self.host_malloc(nbytes)
+        } else {
+            None
+        };
         Ok(Rc::new(Storage {
             rt: self.clone(),
             addr,
             nbytes,
             slot,
+            host,
         }))
     }
 

@@ -504,7 +504,13 @@ fn later_phases(
         // served on the allocator the model ran on: the process ran its
         // first kernels before `start`, in `load`
         first_kernels: None,
+        // the CPU tensors were mapped and unmapped in `load`, before
+        // `start`, on that allocator too
+        host: Vec::new(),
     };
+    if reqs.host.iter().any(|h| h.0 > start) {
+        return None;
+    }
     Some((later, start))
 }
 

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use vramscope_alloc::inthash::FastMap;
 use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice, UNLIMITED_BYTES};
 
-use vramscope_engine::{DeviceProfile, MemEvent, PathSwitch, ScratchRule};
+use vramscope_engine::{DeviceProfile, HostEvent, MemEvent, PathSwitch, ScratchRule};
 
 use crate::estimate::{Estimate, EstimateOptions, PhaseFigures};
 
@@ -100,6 +100,21 @@ pub struct Requests {
     /// ([`vramscope_alloc::SimDevice::first_kernels`]; the estimate's
     /// workload runs them at the end of `load`)
     pub first_kernels: Option<usize>,
+    /// the CPU tensors glibc maps and unmaps among the segments
+    /// ([`vramscope_alloc::SimDevice::host_map`]; `load`'s model
+    /// construction and `.cuda()`), each with the number of requests before
+    /// it: a replay maps them there. Made once per process, as
+    /// [`Requests::driver`].
+    pub host: Vec<(usize, HostRequest)>,
+}
+
+/// A CPU tensor's own mapping in [`Requests::host`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRequest {
+    /// glibc maps this many bytes
+    Map(u64),
+    /// the mapping of the `k`-th [`HostRequest::Map`] is unmapped
+    Unmap(usize),
 }
 
 impl Requests {
@@ -117,6 +132,7 @@ impl Requests {
             unmeasured: self.unmeasured.clone(),
             driver: self.driver.clone(),
             first_kernels: self.first_kernels,
+            host: self.host.clone(),
         }
     }
 
@@ -147,6 +163,22 @@ impl Requests {
         let mut driver = Vec::with_capacity(est.events.driver.len());
         let mut pending_driver = est.events.driver.iter().peekable();
         let mut first_kernels = None;
+        // the CPU tensors' mappings, an unmap by the number of its map
+        let mut host = Vec::with_capacity(est.events.host.len());
+        let mut pending_host = est.events.host.iter().peekable();
+        let mut mapped: FastMap<u64, usize> = FastMap::default();
+        let mut maps = 0;
+        let mut host_event = |at: usize, e: &HostEvent| -> Option<()> {
+            host.push(match *e {
+                HostEvent::Map(addr, len) => {
+                    mapped.insert(addr, maps);
+                    maps += 1;
+                    (at, HostRequest::Map(len))
+                }
+                HostEvent::Unmap(addr) => (at, HostRequest::Unmap(mapped.remove(&addr)?)),
+            });
+            Some(())
+        };
         for (k, e) in est.events.events.iter().enumerate() {
             if est.events.first_kernels == Some(k) {
                 first_kernels = Some(requests.len());
@@ -156,6 +188,9 @@ impl Requests {
             }
             while let Some((_, b)) = pending_driver.next_if(|(at, _)| *at <= k) {
                 driver.push((requests.len(), *b));
+            }
+            while let Some((_, h)) = pending_host.next_if(|(at, _)| *at <= k) {
+                host_event(requests.len(), h)?;
             }
             match e {
                 MemEvent::Alloc(r) => {
@@ -175,6 +210,9 @@ impl Requests {
         }
         switches.extend(pending.map(|(_, w)| (requests.len(), *w)));
         driver.extend(pending_driver.map(|(_, b)| (requests.len(), *b)));
+        for (_, h) in pending_host {
+            host_event(requests.len(), h)?;
+        }
         if est.events.first_kernels.is_some() && first_kernels.is_none() {
             first_kernels = Some(requests.len());
         }
@@ -197,6 +235,7 @@ impl Requests {
         rules.retain(|i, _| *i < end);
         switches.retain(|(i, _)| *i <= end);
         driver.retain(|(i, _)| *i < end);
+        host.retain(|(i, _)| *i <= end);
         Some(Requests {
             requests,
             phases,
@@ -206,6 +245,7 @@ impl Requests {
             unmeasured: est.unmeasured.clone(),
             driver,
             first_kernels: first_kernels.filter(|&i| i <= end),
+            host,
         })
     }
 
@@ -308,6 +348,7 @@ impl Requests {
         self.requests.len() == other.requests.len()
             && self.phases == other.phases
             && self.driver == other.driver
+            && self.host == other.host
             && self.first_kernels == other.first_kernels
             && self
                 .requests
@@ -512,6 +553,12 @@ impl Requests {
                 .copied()
                 .collect(),
             first_kernels: self.first_kernels.filter(|&i| i <= end),
+            host: self
+                .host
+                .iter()
+                .filter(|(i, _)| *i <= end)
+                .copied()
+                .collect(),
         }
     }
 
@@ -746,6 +793,10 @@ pub fn replay_planned(
     let mut repeated_steps = 0;
     // the driver's allocations still to take, and where the next one is
     let mut driver = requests.driver.iter().peekable();
+    // the CPU tensors' mappings still to make, and the addresses of those
+    // made
+    let mut host = requests.host.iter().peekable();
+    let mut host_addrs: Vec<Option<u64>> = Vec::new();
     'phases: for (p, (name, start, end)) in requests.phases.iter().enumerate() {
         if let Some((from, reserved)) = steady.at_phase(p, alloc) {
             // this step and every later one repeat the phases from `from`
@@ -792,7 +843,19 @@ pub fn replay_planned(
                 }
                 next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
             }
-            let upto = next_driver.min(*end);
+            // the CPU tensors mapped and unmapped before request `at`
+            while let Some(&(_, h)) = host.next_if(|h| h.0 <= at) {
+                match h {
+                    HostRequest::Map(len) => host_addrs.push(alloc.device_mut().host_map(len)),
+                    HostRequest::Unmap(k) => {
+                        if let Some(addr) = host_addrs.get_mut(k).and_then(Option::take) {
+                            alloc.device_mut().host_unmap(addr);
+                        }
+                    }
+                }
+            }
+            let next_host = host.peek().map_or(usize::MAX, |h| h.0);
+            let upto = next_driver.min(next_host).min(*end);
             for (i, r) in requests.requests[at..upto].iter().enumerate() {
                 match *r {
                     Request::Malloc(bytes) | Request::Scratch(bytes) => {
@@ -1220,6 +1283,7 @@ impl BatchTemplate {
             switches: Vec::new(),
             driver: self.base.driver.clone(),
             first_kernels: self.base.first_kernels,
+            host: self.base.host.clone(),
         };
         self.write_at(batch, keep_rules, &mut out).then_some(out)
     }
@@ -1531,6 +1595,7 @@ mod tests {
             unmeasured: Vec::new(),
             driver: Vec::new(),
             first_kernels: None,
+            host: Vec::new(),
             switches: Vec::new(),
         }
     }
@@ -1556,6 +1621,7 @@ mod tests {
             unmeasured: Vec::new(),
             driver: Vec::new(),
             first_kernels: None,
+            host: Vec::new(),
             switches: Vec::new(),
         }
     }
@@ -1661,6 +1727,7 @@ mod tests {
                 unmeasured: Vec::new(),
                 driver: Vec::new(),
                 first_kernels: None,
+                host: Vec::new(),
                 switches: Vec::new(),
             }
         };
@@ -1708,6 +1775,7 @@ mod tests {
             unmeasured: Vec::new(),
             driver: Vec::new(),
             first_kernels: None,
+            host: Vec::new(),
             switches: Vec::new(),
         };
         let four = two.repeat_steps(4).unwrap();
@@ -1759,6 +1827,7 @@ mod tests {
                 unmeasured: Vec::new(),
                 driver: Vec::new(),
                 first_kernels: None,
+                host: Vec::new(),
                 switches: vec![(
                     0,
                     PathSwitch {

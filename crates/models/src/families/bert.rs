@@ -347,6 +347,20 @@ impl Layer {
 impl BertForMaskedLM {
     fn new(rt: &Runtime, cfg: BertConfig, w: DType) -> Result<Self> {
         let (h, inter) = (cfg.hidden_size, cfg.intermediate_size);
+        // in `BertEmbeddings.__init__`'s order, before the encoder: the CPU
+        // tensors glibc maps take the address space in it (`driver_va.rs`,
+        // rule 7)
+        let word_embeddings = parameter(rt, &[cfg.vocab_size, h], w)?;
+        let max_pos = cfg.max_position_embeddings;
+        let position_embeddings = parameter(rt, &[max_pos, h], w)?;
+        let token_type_embeddings = parameter(rt, &[cfg.type_vocab_size, h], w)?;
+        let emb_layer_norm = LayerNorm::new(rt, h, w)?;
+        // torch.arange(max_pos).expand((1, -1)): a (1, max_pos) view of
+        // max_pos int64 (stride 0 on the new dim), built on the CPU
+        let position_ids = rt
+            .empty(&[max_pos], DType::I64, Device::Cpu)?
+            .expand(&[1, -1])?;
+        let token_type_ids = rt.empty(&[1, max_pos], DType::I64, Device::Cpu)?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers as usize);
         for i in 0..cfg.num_hidden_layers {
             layers.push(Rc::new(Layer {
@@ -365,30 +379,22 @@ impl BertForMaskedLM {
                 },
             }));
         }
-        let max_pos = cfg.max_position_embeddings;
-        // torch.arange(max_pos).expand((1, -1)): a (1, max_pos) view of
-        // max_pos int64 (stride 0 on the new dim), built on the CPU
-        let position_ids = rt
-            .empty(&[max_pos], DType::I64, Device::Cpu)?
-            .expand(&[1, -1])?;
-        let token_type_ids = rt.empty(&[1, max_pos], DType::I64, Device::Cpu)?;
         Ok(BertForMaskedLM {
             rt: rt.clone(),
-            word_embeddings: parameter(rt, &[cfg.vocab_size, h], w)?,
-            position_embeddings: parameter(rt, &[max_pos, h], w)?,
-            token_type_embeddings: parameter(rt, &[cfg.type_vocab_size, h], w)?,
-            emb_layer_norm: LayerNorm::new(rt, h, w)?,
+            word_embeddings,
+            position_embeddings,
+            token_type_embeddings,
+            emb_layer_norm,
             position_ids: position_ids.detach(),
             token_type_ids,
             checkpointed: vec![false; layers.len()],
             layers,
             head_dense: Linear::new(rt, h, h, w)?,
             head_layer_norm: LayerNorm::new(rt, h, w)?,
-            decoder: if cfg.tie_word_embeddings {
-                None
-            } else {
-                Some(Linear::new(rt, h, cfg.vocab_size, w)?)
-            },
+            // tied, the decoder's own weight is made and freed when
+            // `post_init` ties it, as the causal models' heads
+            decoder: Some(Linear::new(rt, h, cfg.vocab_size, w)?)
+                .filter(|_| !cfg.tie_word_embeddings),
             bias: parameter(rt, &[cfg.vocab_size], w)?,
             cfg: Rc::new(cfg),
             training: false,

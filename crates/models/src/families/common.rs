@@ -1362,11 +1362,11 @@ impl<D: Decoder> CausalLm<D> {
         tie: bool,
         weights: DType,
     ) -> Result<Self> {
-        let lm_head = if tie {
-            None
-        } else {
-            Some(Linear::new(rt, hidden, vocab, false, weights)?)
-        };
+        let lm_head = Linear::new(rt, hidden, vocab, false, weights)?;
+        // tied: `post_init` ties the head to the embedding, and the weight
+        // `nn.Linear` made is freed (a CPU mapping of its own, mapped and
+        // unmapped: `validation/malloc_log.c`'s logs of SmolLM2 and Gemma-2)
+        let lm_head = (!tie).then_some(lm_head);
         Ok(CausalLm {
             rt: rt.clone(),
             model,

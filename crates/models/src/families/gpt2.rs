@@ -430,6 +430,10 @@ struct Gpt2LMHeadModel {
 impl Gpt2LMHeadModel {
     fn new(rt: &Runtime, cfg: Gpt2Config, w: DType) -> Result<Self> {
         let e = cfg.n_embd;
+        // in `GPT2Model.__init__`'s order: the CPU tensors glibc maps take
+        // the address space in it (`driver_va.rs`, rule 7)
+        let wte = parameter(rt, &[cfg.vocab_size, e], w)?;
+        let wpe = parameter(rt, &[cfg.n_positions, e], w)?;
         let mut h = Vec::with_capacity(cfg.n_layer as usize);
         for i in 0..cfg.n_layer {
             h.push(Rc::new(Block {
@@ -444,16 +448,15 @@ impl Gpt2LMHeadModel {
         }
         Ok(Gpt2LMHeadModel {
             rt: rt.clone(),
-            wte: parameter(rt, &[cfg.vocab_size, e], w)?,
-            wpe: parameter(rt, &[cfg.n_positions, e], w)?,
+            wte,
+            wpe,
             checkpointed: vec![false; h.len()],
             h,
             ln_f: LayerNorm::new(rt, e, w)?,
-            lm_head: if cfg.tie_word_embeddings {
-                None
-            } else {
-                Some(parameter(rt, &[cfg.vocab_size, e], w)?)
-            },
+            // tied, the head's own weight is made and freed when
+            // `post_init` ties it (`validation/malloc_log.c`'s GPT-2 logs)
+            lm_head: Some(parameter(rt, &[cfg.vocab_size, e], w)?)
+                .filter(|_| !cfg.tie_word_embeddings),
             cfg: Rc::new(cfg),
             training: false,
             gradient_checkpointing: false,

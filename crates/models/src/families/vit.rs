@@ -399,15 +399,22 @@ pub(crate) fn build(
     let cfg = ViTConfig::from_hf(config)?;
     let dt = weights;
     let h = cfg.hidden;
+    // in `ViTEmbeddings.__init__`'s order, before the encoder: the CPU
+    // tensors glibc maps take the address space in it (`driver_va.rs`,
+    // rule 7)
+    let cls_token = parameter(rt, &[1, 1, h], dt)?;
+    let projection_weight = parameter(rt, &[h, cfg.channels, cfg.patch[0], cfg.patch[1]], dt)?;
+    let projection_bias = parameter(rt, &[h], dt)?;
+    let position_embeddings = parameter(rt, &[1, cfg.num_patches() + 1, h], dt)?;
     let layers = (0..cfg.layers)
         .map(|_| Layer::new(rt, &cfg, dt).map(Rc::new))
         .collect::<Result<Vec<_>>>()?;
     Ok(Box::new(ViT {
         rt: rt.clone(),
-        cls_token: parameter(rt, &[1, 1, h], dt)?,
-        projection_weight: parameter(rt, &[h, cfg.channels, cfg.patch[0], cfg.patch[1]], dt)?,
-        projection_bias: parameter(rt, &[h], dt)?,
-        position_embeddings: parameter(rt, &[1, cfg.num_patches() + 1, h], dt)?,
+        cls_token,
+        projection_weight,
+        projection_bias,
+        position_embeddings,
         checkpointed: vec![false; layers.len()],
         layers,
         layernorm: LayerNorm::new(rt, h, dt)?,
