@@ -91,7 +91,8 @@ void *calloc(size_t n, size_t size) {
     return logged(__libc_calloc(n, size), n * size, __builtin_return_address(0));
 }
 
-void free(void *p) {
+/* An `f` line for a chunk about to go back: `pc` the caller of free, or NULL for realloc's. */
+static void log_free(void *p, const void *pc) {
     if (p && log_fd >= 0 && !inside) {
         int mm;
         size_t chunk = chunk_of(p, &mm);
@@ -99,26 +100,20 @@ void free(void *p) {
             inside = 1;
             char line[512];
             int n = snprintf(line, sizeof line, "f %p %zu %d %s\n", p, chunk, mm,
-                             lib_of(__builtin_return_address(0)));
+                             pc ? lib_of(pc) : "realloc");
             put(line, n);
             inside = 0;
         }
     }
+}
+
+void free(void *p) {
+    log_free(p, __builtin_return_address(0));
     __libc_free(p);
 }
 
 void *realloc(void *p, size_t size) {
-    if (p && log_fd >= 0 && !inside) {
-        int mm;
-        size_t chunk = chunk_of(p, &mm);
-        if (chunk >= log_min) {
-            inside = 1;
-            char line[512];
-            int n = snprintf(line, sizeof line, "f %p %zu %d realloc\n", p, chunk, mm);
-            put(line, n);
-            inside = 0;
-        }
-    }
+    log_free(p, NULL);
     return logged(__libc_realloc(p, size), size, __builtin_return_address(0));
 }
 
