@@ -46,6 +46,9 @@ __attribute__((constructor)) static void init(void) {
     const char *min = getenv("MALLOC_LOG_MIN");
     if (min) log_min = strtoull(min, NULL, 10);
     if (path) log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* this process only: a child would append to the same log */
+    unsetenv("LD_PRELOAD");
+    unsetenv("MALLOC_LOG");
 }
 
 static const char *lib_of(const void *pc) {
@@ -138,7 +141,7 @@ void *valloc(size_t size) {
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     void *p = (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-    if (p != MAP_FAILED && len >= log_min && log_fd >= 0 && !inside && fd < 0) {
+    if (p != MAP_FAILED && len >= log_min && log_fd >= 0 && !inside && (flags & MAP_ANONYMOUS)) {
         inside = 1;
         char line[512];
         int n = snprintf(line, sizeof line, "M %p %zu %d %d %s\n", p, len, prot, flags,

@@ -264,7 +264,9 @@ def mlog(archive):
                 continue
             if f[0] == "f" and f[3] == "1" and f[4] != "realloc":
                 chunk = int(f[2])
-                if threshold < chunk <= 32 * MIB:
+                # `chunksize_nomask`: with the IS_MMAPPED bit (realloc's frees are left out: a
+                # realloc of a mapped chunk remaps it, but `realloc(p, 0)` frees it, not seen here)
+                if threshold < chunk | 2 <= 32 * MIB:
                     threshold = chunk
             elif f[0] == "m":
                 req, mapped = int(f[1]), f[4] == "1"

@@ -7,9 +7,10 @@
 //! that is `_int_memalign`, which asks `_int_malloc` for the request plus
 //! the alignment plus `MINSIZE`; when no free chunk of the heap holds it,
 //! `sysmalloc` maps a chunk of its own when that size is at least
-//! `mp_.mmap_threshold`, page-rounded, and the aligned pointer lies 48 bytes
-//! into it. Freeing a mapped chunk unmaps it and raises the threshold to
-//! the chunk's size when that is larger and at most
+//! `mp_.mmap_threshold`, page-rounded; the 64-byte aligned pointer lies 64
+//! bytes into it, the chunk's header 48. Freeing a mapped chunk unmaps it
+//! and raises the threshold to the chunk's size when that (with its
+//! `IS_MMAPPED` bit, as `chunksize_nomask` reads it) is larger and at most
 //! `DEFAULT_MMAP_THRESHOLD_MAX` (32 MiB on 64-bit): glibc's dynamic
 //! threshold.
 //!
@@ -80,7 +81,8 @@ impl HostHeap {
     /// threshold rises to its size when larger and at most 32 MiB.
     pub fn free_mapped(&mut self, len: u64) {
         let chunk = len - MEMALIGN_SHIFT;
-        if chunk > self.threshold && chunk <= THRESHOLD_MAX {
+        // `chunksize_nomask`: the size with its flag bits, `IS_MMAPPED` (2)
+        if chunk | 2 > self.threshold && chunk | 2 <= THRESHOLD_MAX {
             self.threshold = chunk;
         }
     }

@@ -49,6 +49,9 @@ fn a_freed_cpu_tensor_gives_its_range_to_a_chunk_that_fits() {
     let high = rt.empty(&[100 * MIB], DType::U8, Device::Cuda).unwrap();
     assert!(high.data_ptr().unwrap() > low.data_ptr().unwrap());
     assert_eq!(high.data_ptr().unwrap() % (32 * MIB as u64), 0);
-    // (`b` kept `a`'s range from merging with the space below)
+    // `b` freed too: its 8 MiB joins `a`'s remainder above `high`, still
+    // no room for another 128 MiB chunk there
     drop(b);
+    let next = rt.empty(&[100 * MIB], DType::U8, Device::Cuda).unwrap();
+    assert!(next.data_ptr().unwrap() < low.data_ptr().unwrap());
 }

@@ -175,7 +175,12 @@ impl Requests {
                     maps += 1;
                     (at, HostRequest::Map(len))
                 }
-                HostEvent::Unmap(addr) => (at, HostRequest::Unmap(mapped.remove(&addr)?)),
+                HostEvent::Unmap(addr) => {
+                    let k = mapped.remove(&addr);
+                    // (a mapping made before the log started: no replay)
+                    debug_assert!(k.is_some(), "an unmap of a mapping the log never saw");
+                    (at, HostRequest::Unmap(k?))
+                }
             });
             Some(())
         };
@@ -477,6 +482,9 @@ impl Requests {
             // (a switch after the last request: of step 0's end, or of the
             // next step's start?)
             || self.switches.iter().any(|(i, _)| *i >= end)
+            // (the CPU tensors are mapped in `load`: one in step 0 would
+            // not repeat in step 1)
+            || self.host.iter().any(|(i, _)| *i >= start)
         {
             return None;
         }

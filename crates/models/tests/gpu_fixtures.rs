@@ -268,6 +268,14 @@ fn unseen13() {
     check(&["u13_"]);
 }
 
+/// Where `driver_va.rs`'s rule 7 changes the answer
+/// (`validation/unseen14_cases.json`), both answers committed first
+/// (d024949).
+#[test]
+fn unseen14() {
+    check(&["u14_"]);
+}
+
 /// Inference under `torch.inference_mode()` and with grad enabled
 /// (`validation/grad_cases.json`), recorded after the twin's figures were
 /// committed (347a65a).
