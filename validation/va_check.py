@@ -4,6 +4,7 @@
     python3 validation/va_check.py footprints fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
     python3 validation/va_check.py gemms fixtures/va_maps/kernels.tgz
     python3 validation/va_check.py mlog fixtures/va_maps/mlog.tgz
+    python3 validation/va_check.py firstuse fixtures/va_maps/mlog.tgz
 
 Reads the op-by-op runs (`ops/NAME.maps.json` and `ops/NAME.segments.json` in each archive) from
 the end of `load` to the end of `forward0`. Offsets are MiB from the anchor B (the 20 MiB segment
@@ -33,6 +34,10 @@ predicts which malloc-family calls of 64 KiB or more it served with a mapping of
 by stage (`malloc/malloc.c`: a request whose padded size is at least the threshold is mapped
 unless a free chunk of the heap holds it; freeing a mapped chunk larger than the threshold and at
 most 32 MiB raises the threshold to its size).
+
+`firstuse` lists, for each aten op of `forward0` at its first use, the malloc-family requests of
+1 MiB or more made between the op's start and its stop, workload by workload (mapped ones marked
+`*`), and whether every workload that ran the op made the same requests.
 
 `gemms` lists each workload's first-forward GEMM kernels in order of first use, from
 `hf_cases.py` with KERNELS=1 (`NAME.kernels.json`).
@@ -293,8 +298,48 @@ def mlog(archive):
         for kind in ("mapped", "heap")))
 
 
+def firstuse(archive):
+    logs = {}
+    with tarfile.open(archive) as t:
+        for m in t.getmembers():
+            if m.isfile() and m.name.endswith(".mlog"):
+                logs[os.path.basename(m.name)[:-5]] = t.extractfile(m).read().decode(errors="replace")
+    table = {}
+    for name, text in sorted(logs.items()):
+        started, events, seen = False, [], set()
+        for line in text.splitlines():
+            f = line.split()
+            if not f:
+                continue
+            if f[0] == "#":
+                label = " ".join(f[1:])
+                if label == "end load":
+                    started, events = True, []
+                elif started:
+                    if label == "end forward0":
+                        break
+                    if label not in seen:
+                        seen.add(label)
+                        table.setdefault(label, {})[name] = events
+                    events = []
+                continue
+            if started and f[0] == "m" and int(f[1]) >= MIB:
+                events.append(f"{int(f[1]) / MIB:.2f}{'*' if f[4] == '1' else ''}")
+    same = 0
+    for op, by in table.items():
+        lists = {tuple(x.rstrip("*") for x in v) for v in by.values()}
+        if not any(by.values()):
+            continue
+        same += len(lists) == 1
+        print(f"{op[:44]:44} {'same in all' if len(lists) == 1 else 'differs':12} ({len(by)} workloads)")
+        for name, v in by.items():
+            print(f"    {name[:46]:46} {' + '.join(v) or '-'}")
+    print(f"ops whose first use requests 1 MiB or more: {sum(1 for b in table.values() if any(b.values()))}, "
+          f"the same requests in every workload that ran them: {same}")
+
+
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("rule", "footprints", "gemms", "mlog"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("rule", "footprints", "gemms", "mlog", "firstuse"):
         sys.exit(__doc__)
     what, archives = sys.argv[1], sys.argv[2:]
     verbose = bool(os.environ.get("VERBOSE"))
@@ -304,6 +349,10 @@ def main():
     if what == "mlog":
         for a in archives:
             mlog(a)
+        return
+    if what == "firstuse":
+        for a in archives:
+            firstuse(a)
         return
     all_runs = [r for a in archives for r in runs(a)]
     if what == "footprints":
