@@ -247,12 +247,18 @@ def gemms(all_runs):
                     print(f"{name[:44]:44} {op[:14]:14} {k[:100]}")
 
 
-def mlog(archive):
+def mlogs(archive):
+    """{name: text} of each `NAME.mlog` (`validation/malloc_log.c`) in a .tgz."""
     logs = {}
     with tarfile.open(archive) as t:
         for m in t.getmembers():
             if m.isfile() and m.name.endswith(".mlog"):
                 logs[os.path.basename(m.name)[:-5]] = t.extractfile(m).read().decode(errors="replace")
+    return logs
+
+
+def mlog(archive):
+    logs = mlogs(archive)
     stages = ("import", "from_config", ".cuda()", "load", "forward0", "later")
     total = {}
     for name, text in sorted(logs.items()):
@@ -299,11 +305,7 @@ def mlog(archive):
 
 
 def firstuse(archive):
-    logs = {}
-    with tarfile.open(archive) as t:
-        for m in t.getmembers():
-            if m.isfile() and m.name.endswith(".mlog"):
-                logs[os.path.basename(m.name)[:-5]] = t.extractfile(m).read().decode(errors="replace")
+    logs = mlogs(archive)
     table = {}
     for name, text in sorted(logs.items()):
         started, events, seen = False, [], set()

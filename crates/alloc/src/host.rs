@@ -21,6 +21,8 @@
 //! for every parameter and buffer of 64 KiB or more that `from_config`
 //! makes.
 
+// glibc `malloc/malloc.c` (the four below and `THRESHOLD_MAX`), `c10`'s
+// `alloc_cpu.cpp` (`TENSOR_ALIGNMENT`).
 /// glibc's `SIZE_SZ` on 64-bit.
 const SIZE_SZ: u64 = 8;
 /// `MALLOC_ALIGN_MASK`: chunks are 16 bytes aligned.
@@ -33,12 +35,13 @@ const TENSOR_ALIGNMENT: u64 = 64;
 /// `_int_memalign` moves the chunk from the mapping's start by this much
 /// (its `prev_size`), so the chunk's size is the mapping's less it.
 const MEMALIGN_SHIFT: u64 = 48;
+/// The x86-64 page: every mapping length in the logs is a multiple.
 const PAGE: u64 = 4096;
 /// `DEFAULT_MMAP_THRESHOLD_MAX` on 64-bit.
 const THRESHOLD_MAX: u64 = 32 * 1024 * 1024;
 /// The threshold when `from_config` makes the model's tensors: measured in
 /// all eight workloads of `fixtures/va_maps/mlog.tgz` (PyTorch 2.11,
-/// transformers 5.17, Python 3.12).
+/// transformers 5.17, the GPU machine's Python).
 pub const FROM_CONFIG_THRESHOLD: u64 = 3_846_144;
 
 /// `request2size`.
