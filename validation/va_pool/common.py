@@ -100,17 +100,21 @@ class State:
         self.chunks.append([lo, hi, self.n, kind])
     def holes(self):
         """(lo, hi, chunk) of each free part of each chunk (2 MiB granular)"""
-        out = []
-        for c in self.chunks:
-            lo, hi = c[0], c[1]
-            cov = sorted((max(s0, lo), min(s1, hi)) for s0, s1 in self.segs + getattr(self, "pinned", []) if s0 < hi and s1 > lo)
-            at = lo
-            for s0, s1 in cov:
-                s0 = s0 // (2 * MIB) * (2 * MIB)
-                if s0 > at: out.append((at, s0, c))
-                at = max(at, -(-s1 // (2 * MIB)) * (2 * MIB))
-            if at < hi: out.append((at, hi, c))
-        return out
+        return holes_of(self.chunks, self.segs + getattr(self, "pinned", []))
+
+def holes_of(chunks, occ):
+    """(lo, hi, chunk) of each part of each chunk that no range of `occ` covers (2 MiB granular)"""
+    out = []
+    for c in chunks:
+        lo, hi = c[0], c[1]
+        cov = sorted((max(s0, lo), min(s1, hi)) for s0, s1 in occ if s0 < hi and s1 > lo)
+        at = lo
+        for s0, s1 in cov:
+            s0 = s0 // (2 * MIB) * (2 * MIB)
+            if s0 > at: out.append((at, s0, c))
+            at = max(at, -(-s1 // (2 * MIB)) * (2 * MIB))
+        if at < hi: out.append((at, hi, c))
+    return out
 
 def prelaunch(segs, nl, nf, pool, b):
     """forward0's leading segments that lie neither in the pool nor in the context's range

@@ -14,19 +14,6 @@ A segment counts right when the prediction is its address, or "new chunk" and it
 """
 from common import *
 
-def holes_of(chunks, occ):
-    out = []
-    for c in chunks:
-        lo, hi = c[0], c[1]
-        cov = sorted((max(s0, lo), min(s1, hi)) for s0, s1 in occ if s0 < hi and s1 > lo)
-        at = lo
-        for s0, s1 in cov:
-            s0 = s0 // (2 * MIB) * (2 * MIB)
-            if s0 > at: out.append((at, s0, c))
-            at = max(at, -(-s1 // (2 * MIB)) * (2 * MIB))
-        if at < hi: out.append((at, hi, c))
-    return out
-
 class Sim:
     def __init__(s, b):
         s.b = b; s.chunks = []; s.occ = []; s.n = 0
