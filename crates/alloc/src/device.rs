@@ -111,12 +111,25 @@ impl SimDevice {
             fresh,
         }
     }
+    /// Whether [`SimDevice::first_kernels`] would give back the context's
+    /// whole range (no segment at B-2; `driver_va.rs`, rule 6), rather than
+    /// make it a hole of the context's chunk. `false` once given back.
+    pub fn releases_whole(&self) -> bool {
+        self.driver.releases_whole()
+    }
     /// The process's first kernels have run: the CUDA context gives back the
     /// range it held (`driver_va.rs`, rule 6). A no-op on a device that
     /// started after them ([`SimDevice::new`]) or has done it already;
     /// `true` when it gave the range back.
     pub fn first_kernels(&mut self) -> bool {
         self.driver.release_context()
+    }
+    /// The process creates its first cuBLAS handle: the driver reserves
+    /// address space among the segments (`driver_va.rs`, rule 8). A no-op
+    /// on a device that started after it ([`SimDevice::new`]) or has done
+    /// it already; `true` when it did it.
+    pub fn first_cublas(&mut self) -> bool {
+        self.driver.first_cublas()
     }
     /// glibc maps `len` bytes of host memory (a CPU tensor's `mmap`ed
     /// chunk) in the process's address space, where `cudaMalloc`'s chunks

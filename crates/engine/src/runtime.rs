@@ -111,6 +111,10 @@ pub struct EventLog {
     /// as the number of events before: a replay gives back the context's
     /// range there (a log started after that point has none)
     pub first_kernels: Option<usize>,
+    /// where the process created its first cuBLAS handle, as the number of
+    /// events before: the driver reserves address space there
+    /// (`vramscope_alloc`'s `driver_va.rs`, rule 8)
+    pub first_cublas: Option<usize>,
     /// CPU tensors glibc mapped and unmapped ([`Runtime::host_malloc`]), in
     /// order, each with the number of events before it: a replay maps them
     /// there, as they move the segments
@@ -419,6 +423,9 @@ pub(crate) struct State {
     pub(crate) category: Option<Category>,
     alloc_seq: u64,
     pub(crate) ops: u64,
+    /// [`Runtime::first_kernels`] was called and the context's whole range
+    /// goes back after the next allocation (the first op's, at its launch)
+    first_kernels_pending: bool,
     // --- event log (peak attribution for estimates) ---
     log: Option<EventLog>,
     // --- autocast & saved-tensor hooks (autocast.rs, autograd/mod.rs, checkpoint.rs) ---
@@ -541,6 +548,7 @@ impl Runtime {
             category: None,
             alloc_seq: 0,
             ops: 0,
+            first_kernels_pending: false,
             log: None,
             autocast: Default::default(),
             saved_hooks: Default::default(),
@@ -612,6 +620,14 @@ impl Runtime {
             }
         }
         let slot = st.live.insert(handle, rec);
+        if st.first_kernels_pending {
+            st.first_kernels_pending = false;
+            if st.alloc.device_mut().first_kernels() {
+                if let Some(log) = st.log.as_mut() {
+                    log.first_kernels = Some(log.events.len());
+                }
+            }
+        }
         Ok((handle.addr(), slot))
     }
 
@@ -709,6 +725,7 @@ impl Runtime {
             peak_index: 0,
             driver: Vec::new(),
             first_kernels: None,
+            first_cublas: None,
             host: Vec::new(),
             scratch_rules: Vec::new(),
             switches: Vec::new(),
@@ -933,6 +950,16 @@ impl Runtime {
             })
         };
         if let Some(bytes) = handle {
+            {
+                // `cublasCreate`: the process's first reserves address space
+                // (a no-op after that, or on a device started after it)
+                let mut st = self.st.borrow_mut();
+                if st.alloc.device_mut().first_cublas() {
+                    if let Some(log) = st.log.as_mut() {
+                        log.first_cublas = Some(log.events.len());
+                    }
+                }
+            }
             self.driver_take(op, bytes)?;
             let mut st = self.st.borrow_mut();
             let thread = st.thread;
@@ -1007,14 +1034,23 @@ impl Runtime {
         Ok(())
     }
 
-    /// The process's first kernels run: the CUDA context gives back the
-    /// address range it held (`vramscope_alloc`'s `driver_va.rs`, rule 6),
-    /// noted in the event log for replays. A no-op but for a
-    /// [`RuntimeConfig::fresh_process`] runtime, once.
+    /// The process's first kernels are next: the CUDA context gives back
+    /// the address range it held (`vramscope_alloc`'s `driver_va.rs`, rule
+    /// 6), noted in the event log for replays. Where the whole range goes
+    /// back, it goes at the first op's launch, after that op's allocation:
+    /// so after the next [`Runtime::malloc`] (in the logs of
+    /// `fixtures/va_maps/mistral.tgz` and `mlog.tgz`, the chunk of
+    /// `forward0`'s first output is mapped before the range is unmapped,
+    /// and ViT's lies below its input: `fixtures/va_maps/README.md`). Where
+    /// it becomes a hole of the context's chunk (a segment at B-2), the
+    /// first output lies in it already (the Llama's trace): at once. A
+    /// no-op but for a [`RuntimeConfig::fresh_process`] runtime, once.
     pub fn first_kernels(&self) {
         let mut st = self.st.borrow_mut();
-        // noted only where it did something: a replay would give back a
-        // range the run never held
+        if st.alloc.device().releases_whole() {
+            st.first_kernels_pending = true;
+            return;
+        }
         if st.alloc.device_mut().first_kernels() {
             if let Some(log) = st.log.as_mut() {
                 log.first_kernels = Some(log.events.len());

@@ -501,9 +501,11 @@ fn later_phases(
         unmeasured: reqs.unmeasured.clone(),
         switches: from_request(&reqs.switches, start),
         driver: from_request(&reqs.driver, start),
-        // served on the allocator the model ran on: the process ran its
-        // first kernels before `start`, in `load`
-        first_kernels: None,
+        // served on the allocator the model ran on: what the driver did
+        // before `start` it did there (the first kernels and the first
+        // cuBLAS handle come in `forward0`)
+        first_kernels: reqs.first_kernels.filter(|&k| k > start).map(|k| k - start),
+        first_cublas: reqs.first_cublas.filter(|&k| k > start).map(|k| k - start),
         // the CPU tensors were mapped and unmapped in `load`, before
         // `start`, on that allocator too
         host: Vec::new(),
@@ -879,8 +881,8 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
     };
     let inputs = make_inputs(&rt, config, w)?;
     // the process's first kernels (`driver_va.rs`, rule 6): on the GPU the
-    // context's range goes at the launch of `forward0`'s first op
-    // (`fixtures/va_maps/README.md`); taken here, before that op allocates
+    // context's range goes at the launch of `forward0`'s first op, after its
+    // allocation (`Runtime::first_kernels`)
     rt.first_kernels();
     run.end_phase();
     match w.mode {

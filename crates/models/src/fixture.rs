@@ -64,7 +64,7 @@ fn dtype(s: &str) -> Result<DType> {
 /// sets left out, at odd sizes; `unseen8`: combinations of settings no
 /// set had put together, sequence length 1, 4 training and 3 inference
 /// steps).
-pub const SETS: [(&str, &str); 16] = [
+pub const SETS: [(&str, &str); 17] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
@@ -94,6 +94,10 @@ pub const SETS: [(&str, &str); 16] = [
     (
         "validation/unseen14_cases.json",
         "fixtures/estimate_unseen14",
+    ),
+    (
+        "validation/unseen15_cases.json",
+        "fixtures/estimate_unseen15",
     ),
     ("validation/grad_cases.json", "fixtures/estimate_grad"),
 ];

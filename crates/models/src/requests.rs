@@ -100,6 +100,11 @@ pub struct Requests {
     /// ([`vramscope_alloc::SimDevice::first_kernels`]; the estimate's
     /// workload runs them at the end of `load`)
     pub first_kernels: Option<usize>,
+    /// where the process created its first cuBLAS handle, as the number of
+    /// requests before: a replay reserves the driver's address space there
+    /// ([`vramscope_alloc::SimDevice::first_cublas`]). Once per process, as
+    /// [`Requests::first_kernels`].
+    pub first_cublas: Option<usize>,
     /// the CPU tensors glibc maps and unmaps among the segments
     /// ([`vramscope_alloc::SimDevice::host_map`]; `load`'s model
     /// construction and `.cuda()`), each with the number of requests before
@@ -132,6 +137,7 @@ impl Requests {
             unmeasured: self.unmeasured.clone(),
             driver: self.driver.clone(),
             first_kernels: self.first_kernels,
+            first_cublas: self.first_cublas,
             host: self.host.clone(),
         }
     }
@@ -163,6 +169,7 @@ impl Requests {
         let mut driver = Vec::with_capacity(est.events.driver.len());
         let mut pending_driver = est.events.driver.iter().peekable();
         let mut first_kernels = None;
+        let mut first_cublas = None;
         // the CPU tensors' mappings, an unmap by the number of its map
         let mut host = Vec::with_capacity(est.events.host.len());
         let mut pending_host = est.events.host.iter().peekable();
@@ -187,6 +194,9 @@ impl Requests {
         for (k, e) in est.events.events.iter().enumerate() {
             if est.events.first_kernels == Some(k) {
                 first_kernels = Some(requests.len());
+            }
+            if est.events.first_cublas == Some(k) {
+                first_cublas = Some(requests.len());
             }
             while let Some((_, w)) = pending.next_if(|(at, _)| *at <= k) {
                 switches.push((requests.len(), *w));
@@ -221,12 +231,11 @@ impl Requests {
         if est.events.first_kernels.is_some() && first_kernels.is_none() {
             first_kernels = Some(requests.len());
         }
+        if est.events.first_cublas.is_some() && first_cublas.is_none() {
+            first_cublas = Some(requests.len());
+        }
         // a replay gives the range back at a phase's start (`replay_planned`):
         // the run must have too (the estimate's does, at the end of `load`)
-        debug_assert!(
-            first_kernels.is_none_or(|k| est.phase_requests.iter().any(|p| p.0 == k)),
-            "the first kernels ran inside a phase"
-        );
         let phases: Vec<(String, usize, usize)> = est
             .phases
             .iter()
@@ -250,6 +259,7 @@ impl Requests {
             unmeasured: est.unmeasured.clone(),
             driver,
             first_kernels: first_kernels.filter(|&i| i <= end),
+            first_cublas: first_cublas.filter(|&i| i <= end),
             host,
         })
     }
@@ -355,6 +365,7 @@ impl Requests {
             && self.driver == other.driver
             && self.host == other.host
             && self.first_kernels == other.first_kernels
+            && self.first_cublas == other.first_cublas
             && self
                 .requests
                 .iter()
@@ -561,6 +572,7 @@ impl Requests {
                 .copied()
                 .collect(),
             first_kernels: self.first_kernels.filter(|&i| i <= end),
+            first_cublas: self.first_cublas.filter(|&i| i <= end),
             host: self
                 .host
                 .iter()
@@ -805,6 +817,18 @@ pub fn replay_planned(
     // made
     let mut host = requests.host.iter().peekable();
     let mut host_addrs: Vec<Option<u64>> = Vec::new();
+    // what the driver does to the address space at the process's first
+    // kernels and first cuBLAS handle (`driver_va.rs`, rules 6 and 8), by
+    // position: inside a phase where the run did it there (the context's
+    // range goes after `forward0`'s first allocation)
+    let mut marks: Vec<(usize, Mark)> = requests
+        .first_kernels
+        .map(|k| (k, Mark::FirstKernels))
+        .into_iter()
+        .chain(requests.first_cublas.map(|k| (k, Mark::FirstCublas)))
+        .collect();
+    marks.sort_by_key(|m| m.0);
+    let mut marks = marks.into_iter().peekable();
     'phases: for (p, (name, start, end)) in requests.phases.iter().enumerate() {
         if let Some((from, reserved)) = steady.at_phase(p, alloc) {
             // this step and every later one repeat the phases from `from`
@@ -821,9 +845,9 @@ pub fn replay_planned(
             repeated_steps = steady.steps_from(p);
             break;
         }
-        if requests.first_kernels.is_some_and(|k| k <= *start) {
-            // (a no-op after the first time)
-            alloc.device_mut().first_kernels();
+        // the driver's address-space marks due by the phase's start
+        while let Some((_, m)) = marks.next_if(|m| m.0 <= *start) {
+            m.apply(alloc.device_mut());
         }
         alloc.reset_peak_stats();
         let mut next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
@@ -862,8 +886,13 @@ pub fn replay_planned(
                     }
                 }
             }
+            // and the driver's address-space marks
+            while let Some((_, m)) = marks.next_if(|m| m.0 <= at) {
+                m.apply(alloc.device_mut());
+            }
             let next_host = host.peek().map_or(usize::MAX, |h| h.0);
-            let upto = next_driver.min(next_host).min(*end);
+            let next_mark = marks.peek().map_or(usize::MAX, |m| m.0);
+            let upto = next_driver.min(next_host).min(next_mark).min(*end);
             for (i, r) in requests.requests[at..upto].iter().enumerate() {
                 match *r {
                     Request::Malloc(bytes) | Request::Scratch(bytes) => {
@@ -892,6 +921,25 @@ pub fn replay_planned(
         peak_requested = peak_requested.max(alloc.stats().requested_bytes.all().peak);
     }
     Replayed::of(phases, peak_requested, oom, repeated_steps)
+}
+
+/// A driver event of [`Requests`] that changes the address space only.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    /// [`Requests::first_kernels`]
+    FirstKernels,
+    /// [`Requests::first_cublas`]
+    FirstCublas,
+}
+
+impl Mark {
+    fn apply(self, device: &mut SimDevice) {
+        // (each a no-op after the first time, or on a device started after)
+        match self {
+            Mark::FirstKernels => device.first_kernels(),
+            Mark::FirstCublas => device.first_cublas(),
+        };
+    }
 }
 
 /// What [`Steady`] learns of a run's steps from its requests before a
@@ -1291,6 +1339,7 @@ impl BatchTemplate {
             switches: Vec::new(),
             driver: self.base.driver.clone(),
             first_kernels: self.base.first_kernels,
+            first_cublas: self.base.first_cublas,
             host: self.base.host.clone(),
         };
         self.write_at(batch, keep_rules, &mut out).then_some(out)
@@ -1603,6 +1652,7 @@ mod tests {
             unmeasured: Vec::new(),
             driver: Vec::new(),
             first_kernels: None,
+            first_cublas: None,
             host: Vec::new(),
             switches: Vec::new(),
         }
@@ -1629,6 +1679,7 @@ mod tests {
             unmeasured: Vec::new(),
             driver: Vec::new(),
             first_kernels: None,
+            first_cublas: None,
             host: Vec::new(),
             switches: Vec::new(),
         }
@@ -1735,6 +1786,7 @@ mod tests {
                 unmeasured: Vec::new(),
                 driver: Vec::new(),
                 first_kernels: None,
+                first_cublas: None,
                 host: Vec::new(),
                 switches: Vec::new(),
             }
@@ -1783,6 +1835,7 @@ mod tests {
             unmeasured: Vec::new(),
             driver: Vec::new(),
             first_kernels: None,
+            first_cublas: None,
             host: Vec::new(),
             switches: Vec::new(),
         };
@@ -1835,6 +1888,7 @@ mod tests {
                 unmeasured: Vec::new(),
                 driver: Vec::new(),
                 first_kernels: None,
+                first_cublas: None,
                 host: Vec::new(),
                 switches: vec![(
                     0,
