@@ -111,9 +111,13 @@ impl SimDevice {
             fresh,
         }
     }
-    /// Whether [`SimDevice::first_kernels`] would give back the context's
-    /// whole range (no segment at B-2; `driver_va.rs`, rule 6), rather than
-    /// make it a hole of the context's chunk. `false` once given back.
+    /// Whether the context's whole range would go back (no segment at B-2
+    /// now; `driver_va.rs`, rule 6), rather than become a hole of the
+    /// context's chunk. `false` once given back. [`SimDevice::first_kernels`]
+    /// reads B-2 again after the driver's own 2 MiB, which lands there when
+    /// the context's chunk has the only free hole: then the release it was
+    /// deferred for makes a hole after all (in none of the recorded
+    /// workloads).
     pub fn releases_whole(&self) -> bool {
         self.driver.releases_whole()
     }

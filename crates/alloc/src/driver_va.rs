@@ -93,13 +93,17 @@
 //!    the pinned buffer mapped then where rule 2 puts it in 25 of 25 runs
 //!    with it, 8 without.
 //! 8. **The first cuBLAS handle** ([`DriverVa::first_cublas`]): the driver
-//!    reserves 64 MiB placed as a segment is (rules 2, 1, 3: 23 of 23 runs,
-//!    `validation/va_pool/q4.py`; no segment ever lies in it), then takes 2
-//!    MiB more by rule 2 (the same analysis' variant F).
+//!    reserves 64 MiB placed as a segment is (rules 2, 1, 3: 23 of 23
+//!    reservations, `validation/va_pool` variant F, `sim_F.txt`; `q4.py`
+//!    finds one in 23 of the 25 runs and no segment ever in it; 16 of 16 by
+//!    `va_check.py rule`), then takes 2 MiB more by rule 2 (variant F).
+//!    Address space only: neither takes device memory here (what the handle
+//!    takes is `SimDevice::driver_alloc`'s, by measurement).
 //!
 //! Rules 6 (the release after the first allocation) and 8 were tested
-//! blind: on `fixtures/estimate_unseen15`, twenty workloads where they
-//! change the answer, 153 of 240 phases exact against 123 without them
+//! blind: on `fixtures/estimate_unseen15`, twenty workloads where four
+//! versions of the twin did not all agree (fifteen where these rules
+//! change the answer), 153 of 240 phases exact against 123 without them
 //! (answers committed first, `answers.txt`). What `forward0` maps besides
 //! is not laid out: the driver's 512 MiB pool below the chunks (its top 8
 //! MiB a chunk with a hole, by variant F) and 8.25 MiB of pinned memory

@@ -882,7 +882,8 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
     let inputs = make_inputs(&rt, config, w)?;
     // the process's first kernels (`driver_va.rs`, rule 6): on the GPU the
     // context's range goes at the launch of `forward0`'s first op, after its
-    // allocation (`Runtime::first_kernels`)
+    // allocation, or at once where it becomes a hole
+    // (`Runtime::first_kernels`)
     rt.first_kernels();
     run.end_phase();
     match w.mode {

@@ -95,10 +95,10 @@ pub struct Requests {
     /// process, so never copied into repeated or derived steps.
     pub driver: Vec<(usize, u64)>,
     /// where the process's first kernels ran, as the number of requests
-    /// before: a replay gives back the CUDA context's range at the first
-    /// phase that starts there or later
-    /// ([`vramscope_alloc::SimDevice::first_kernels`]; the estimate's
-    /// workload runs them at the end of `load`)
+    /// before: a replay gives back the CUDA context's range there, inside a
+    /// phase too ([`vramscope_alloc::SimDevice::first_kernels`]; the
+    /// estimate's workload: after `forward0`'s first allocation, or at the
+    /// end of `load` where the range becomes a hole)
     pub first_kernels: Option<usize>,
     /// where the process created its first cuBLAS handle, as the number of
     /// requests before: a replay reserves the driver's address space there
@@ -234,8 +234,6 @@ impl Requests {
         if est.events.first_cublas.is_some() && first_cublas.is_none() {
             first_cublas = Some(requests.len());
         }
-        // a replay gives the range back at a phase's start (`replay_planned`):
-        // the run must have too (the estimate's does, at the end of `load`)
         let phases: Vec<(String, usize, usize)> = est
             .phases
             .iter()

@@ -269,7 +269,7 @@ fn unseen14() {
 
 /// A blind test of `forward0`'s driver mappings
 /// (`validation/unseen15_cases.json`): twenty workloads on which the twin
-/// and three candidates of them differed, all four answers committed first
+/// and three candidates did not all agree, all four answers committed first
 /// (`fixtures/estimate_unseen15/answers.txt`, 06f4033).
 #[test]
 fn unseen15() {
