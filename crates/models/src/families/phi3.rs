@@ -308,11 +308,17 @@ struct DecoderLayer {
     resid_pdrop: f64,
 }
 
-/// The per-forward state every layer sees.
+/// The per-forward state every layer sees (the decoder layer's kwargs:
+/// `Phi3Model.forward` passes `position_ids` to every layer, so a
+/// checkpointed layer's `partial` holds it until that layer's backward, as
+/// the Llama's does; the GPU's trace of
+/// `u16_phi3_a4dc9738_train_fp16_adam_ckpt_b8_s200` frees it in
+/// `backward0`).
 #[derive(Clone)]
 struct LayerArgs {
     cos: Tensor,
     sin: Tensor,
+    position_ids: Tensor,
     training: bool,
 }
 
@@ -638,6 +644,7 @@ impl Decoder for Model {
         let args = LayerArgs {
             cos,
             sin,
+            position_ids: position_ids.clone(),
             training: flags.training,
         };
         let hidden = common::decoder_layers(
@@ -651,13 +658,19 @@ impl Decoder for Model {
         )?;
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
+        let LayerArgs {
+            cos,
+            sin,
+            position_ids: args_position_ids,
+            ..
+        } = args;
+        drop(args_position_ids);
         // locals die in co_varnames order: position_ids, inputs_embeds,
         // causal_mask, position_embeddings
         drop(position_ids);
         drop(inputs_embeds);
         drop(causal_mask);
         // the (cos, sin) tuple: tupledealloc releases its items last to first
-        let LayerArgs { cos, sin, .. } = args;
         drop(sin);
         drop(cos);
         Ok((out, cache))
