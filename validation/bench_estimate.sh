@@ -7,7 +7,7 @@ set -eu
 runs="${1:-20}"
 cd "$(dirname "$0")/.."
 cargo build -q --release -p vramscope
-bin=target/release/vramscope
+bin="${CARGO_TARGET_DIR:-target}/release/vramscope"
 ms() { python3 -c "import sys;print(f'{float(sys.argv[1])*1000:.1f}')" "$1"; }
 time_it() {
   local label="$1"; shift

@@ -147,6 +147,17 @@ impl SimDevice {
     pub fn host_unmap(&mut self, addr: u64) {
         self.driver.free(addr);
     }
+    /// The dynamic loader maps a library of `span` bytes (segments 2 MiB
+    /// aligned) among the segments, for good (`driver_va.rs`, rule 9): its
+    /// address. `None` on a device that started after the process's first
+    /// kernels ([`SimDevice::new`]), whose libraries are taken as loaded,
+    /// or when the address space is exhausted.
+    pub fn load_library(&mut self, span: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.library(span)
+    }
     /// A device that starts as this one did ([`Self::new`] or
     /// [`Self::with_driver_placement`]) with `total` and `capacity`, keeping
     /// the buffers this device's

@@ -91,6 +91,9 @@ pub enum HostEvent {
     Map(u64, u64),
     /// the mapping at this address was unmapped
     Unmap(u64),
+    /// the dynamic loader mapped a library of this span at this address
+    /// ([`SimDevice::load_library`]), never unmapped
+    Library(u64, u64),
 }
 
 /// What happened to device memory while the log ran
@@ -115,9 +118,10 @@ pub struct EventLog {
     /// events before: the driver reserves address space there
     /// (`vramscope_alloc`'s `driver_va.rs`, rule 8)
     pub first_cublas: Option<usize>,
-    /// CPU tensors glibc mapped and unmapped ([`Runtime::host_malloc`]), in
-    /// order, each with the number of events before it: a replay maps them
-    /// there, as they move the segments
+    /// CPU tensors glibc mapped and unmapped ([`Runtime::host_malloc`]) and
+    /// libraries the loader mapped ([`Runtime::load_cudnn`]), in order, each
+    /// with the number of events before it: a replay maps them there, as
+    /// they move the segments
     pub host: Vec<(usize, HostEvent)>,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
@@ -395,6 +399,27 @@ impl State {
     }
 }
 
+/// How much of cuDNN a process has loaded ([`Runtime::load_cudnn`]): its
+/// libraries in the order the first attention loads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum CudnnLibraries {
+    /// none
+    None = 0,
+    /// `libcudnn_graph.so.9`: at the first `scaled_dot_product_attention`
+    /// of any backend (its backend choice asks cuDNN)
+    Graph = 1,
+    /// the engines too: at the first cuDNN attention, before its workspace
+    Engines = 4,
+}
+
+/// The spans the dynamic loader maps for cuDNN's libraries, in load order:
+/// `libcudnn_graph`, `libcudnn_engines_precompiled`, `libcudnn_heuristic`,
+/// `libcudnn_engines_runtime_compiled` (`.so.9` of the PyTorch 2.11+cu130
+/// wheels), each from its first mapping to the end of its `.bss`. Measured:
+/// the same bytes in all 25 op-by-op runs of `fixtures/va_maps` that load
+/// them (`/proc/PID/maps`).
+const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_680_256];
+
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
     /// glibc's choice for CPU tensors: heap or a mapping of their own, in
@@ -414,6 +439,8 @@ pub(crate) struct State {
     blas_handles: Vec<Thread>,
     /// the threads that have run a 16-bit matmul
     blas_16bit: Vec<Thread>,
+    /// cuDNN's libraries the process has loaded ([`Runtime::load_cudnn`])
+    cudnn_loaded: CudnnLibraries,
     lt_ws: Vec<((Thread, StreamId), u32)>,
     live: LiveSet,
     /// the module paths entered, innermost last
@@ -541,6 +568,7 @@ impl Runtime {
             cublas_ws: Vec::new(),
             blas_handles: Vec::new(),
             blas_16bit: Vec::new(),
+            cudnn_loaded: CudnnLibraries::None,
             lt_ws: Vec::new(),
             live: LiveSet::default(),
             modules: Vec::new(),
@@ -657,6 +685,30 @@ impl Runtime {
             log.host.push((at, HostEvent::Map(addr, len)));
         }
         Some((addr, len))
+    }
+
+    /// The process loads cuDNN's libraries up to `upto`, those it has not
+    /// loaded yet, in order (`vramscope_alloc`'s `driver_va.rs`, rule 9):
+    /// they take address space among the segments, noted in the event log.
+    /// A no-op on a device started after the first kernels
+    /// ([`SimDevice::load_library`]).
+    pub(crate) fn load_cudnn(&self, upto: CudnnLibraries) {
+        let mut st = self.st.borrow_mut();
+        let from = st.cudnn_loaded;
+        if upto <= from {
+            return;
+        }
+        st.cudnn_loaded = upto;
+        let spans = &CUDNN_LIBRARY_SPANS[from as usize..upto as usize];
+        for &span in spans {
+            let Some(addr) = st.alloc.device_mut().load_library(span) else {
+                continue;
+            };
+            if let Some(log) = st.log.as_mut() {
+                let at = log.events.len();
+                log.host.push((at, HostEvent::Library(addr, span)));
+            }
+        }
     }
 
     /// A CPU tensor [`Runtime::host_malloc`] mapped is freed: glibc unmaps

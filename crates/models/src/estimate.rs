@@ -507,10 +507,18 @@ fn later_phases(
         first_kernels: reqs.first_kernels.filter(|&k| k > start).map(|k| k - start),
         first_cublas: reqs.first_cublas.filter(|&k| k > start).map(|k| k - start),
         // the CPU tensors were mapped and unmapped in `load`, before
-        // `start`, on that allocator too
-        host: Vec::new(),
+        // `start`, on that allocator too; a library loaded after it is
+        // loaded there
+        host: from_request(&reqs.host, start)
+            .into_iter()
+            .filter(|(i, _)| *i > 0)
+            .collect(),
     };
-    if reqs.host.iter().any(|h| h.0 > start) {
+    if later
+        .host
+        .iter()
+        .any(|h| !matches!(h.1, crate::requests::HostRequest::Library(_)))
+    {
         return None;
     }
     Some((later, start))

@@ -107,19 +107,24 @@ pub struct Requests {
     pub first_cublas: Option<usize>,
     /// the CPU tensors glibc maps and unmaps among the segments
     /// ([`vramscope_alloc::SimDevice::host_map`]; `load`'s model
-    /// construction and `.cuda()`), each with the number of requests before
-    /// it: a replay maps them there. Made once per process, as
-    /// [`Requests::driver`].
+    /// construction and `.cuda()`), and the libraries the loader maps
+    /// (cuDNN's, at the first attention:
+    /// [`vramscope_alloc::SimDevice::load_library`]), each with the number
+    /// of requests before it: a replay maps them there. Made once per
+    /// process, as [`Requests::driver`].
     pub host: Vec<(usize, HostRequest)>,
 }
 
-/// A CPU tensor's own mapping in [`Requests::host`].
+/// A host mapping in [`Requests::host`]: a CPU tensor's own, or a library's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostRequest {
     /// glibc maps this many bytes
     Map(u64),
     /// the mapping of the `k`-th [`HostRequest::Map`] is unmapped
     Unmap(usize),
+    /// the dynamic loader maps a library of this span, for good
+    /// ([`vramscope_alloc::SimDevice::load_library`])
+    Library(u64),
 }
 
 impl Requests {
@@ -188,6 +193,7 @@ impl Requests {
                     debug_assert!(k.is_some(), "an unmap of a mapping the log never saw");
                     (at, HostRequest::Unmap(k?))
                 }
+                HostEvent::Library(_, span) => (at, HostRequest::Library(span)),
             });
             Some(())
         };
@@ -492,8 +498,12 @@ impl Requests {
             // next step's start?)
             || self.switches.iter().any(|(i, _)| *i >= end)
             // (the CPU tensors are mapped in `load`: one in step 0 would
-            // not repeat in step 1)
-            || self.host.iter().any(|(i, _)| *i >= start)
+            // not repeat in step 1; a library is loaded once per process,
+            // as the first cuBLAS handle is made)
+            || self
+                .host
+                .iter()
+                .any(|(i, h)| *i >= start && !matches!(h, HostRequest::Library(_)))
         {
             return None;
         }
@@ -877,6 +887,9 @@ pub fn replay_planned(
             while let Some(&(_, h)) = host.next_if(|h| h.0 <= at) {
                 match h {
                     HostRequest::Map(len) => host_addrs.push(alloc.device_mut().host_map(len)),
+                    HostRequest::Library(span) => {
+                        let _ = alloc.device_mut().load_library(span);
+                    }
                     HostRequest::Unmap(k) => {
                         if let Some(addr) = host_addrs.get_mut(k).and_then(Option::take) {
                             alloc.device_mut().host_unmap(addr);

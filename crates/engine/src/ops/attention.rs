@@ -32,7 +32,7 @@ use crate::dims::{broadcast_shapes, Dims};
 use crate::dtype::{DType, Device};
 use crate::error::{shape_err, EngineError, Result};
 use crate::ops::{empty_like, iter_output};
-use crate::runtime::{Category, DeviceProfile, Runtime};
+use crate::runtime::{Category, CudnnLibraries, DeviceProfile, Runtime};
 use crate::tensor::Tensor;
 
 /// Which `F.scaled_dot_product_attention` kernel runs.
@@ -458,6 +458,7 @@ impl Tensor {
         let rt = q.rt().clone();
         rt.count_op();
         let backend = Tensor::sdpa_backend(q, k, v, args)?;
+        rt.load_cudnn(CudnnLibraries::Graph);
         // attention.cpp: a boolean mask becomes an additive one before the
         // kernel (convert_boolean_attn_mask{,_cudnn})
         let converted = match args.attn_mask {
@@ -724,6 +725,8 @@ fn cudnn_forward(
     } else {
         None
     };
+    // the plan is built before its workspace is known: the engines load
+    rt.load_cudnn(CudnnLibraries::Engines);
     let ws = rt.storage(CUDNN_FWD_WORKSPACE, q.device(), op, Category::Workspace)?;
     drop(ws);
     if let (Some(p), Some(inputs), Some(lse)) = (pending, inputs, lse.as_ref()) {
