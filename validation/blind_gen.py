@@ -1,24 +1,28 @@
-"""How validation/unseen16_cases.json was chosen (fixtures/estimate_unseen16/README.md).
+"""How the generated blind sets were chosen: validation/unseenN_cases.json for N = 15, 16
+(fixtures/estimate_unseenN/README.md).
 
-    python3 validation/unseen16_gen.py gen CANDIDATES.json
-        the workloads from the configs of the earlier sets (seed 16)
-    python3 validation/unseen16_gen.py pick CANDIDATES.json OUT.json A.txt B.txt ...
+    python3 validation/blind_gen.py N gen CANDIDATES.json
+        workloads from the configs of the sets before N (seed N), named uN_...
+    python3 validation/blind_gen.py N pick CANDIDATES.json OUT.json A.txt B.txt ...
         the ones on which the twin's figure files A, B, ... (one line per case: NAME then
         PHASE:alloc:peak_alloc:reserved:peak_reserved ..., as in answers.txt without the
-        version column) do not all agree, two per family at random (seed 1623)
+        version column) do not all agree, two per family at random (seed N23: 1523, 1623)
 
-The two figure files were the twin at 25b0d20 (main) and branch wip-libs with VS_EXP=1 (the cuDNN libraries mapped at the first attention).
+The figure files: for 15, the twin at fb028b4 and branch wip-fwd0 with VS_EXP=0, 25 and 31
+(497 candidates); for 16, the twin at 25b0d20 (main) and branch wip-libs with VS_EXP=1, cuDNN's
+libraries mapped at the first attention (499 candidates).
 """
-import glob, hashlib, json, os, random, sys
+import glob, hashlib, json, os, random, re, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def gen(out_path):
-    random.seed(16)
+def gen(set_no, out_path):
+    random.seed(set_no)
     seen_cfg, names = {}, set()
     for f in sorted(glob.glob(f"{HERE}/*cases.json")):
-        if os.path.basename(f) == "unseen16_cases.json":
+        m = re.fullmatch(r"unseen(\d+)_cases\.json", os.path.basename(f))
+        if m and int(m.group(1)) >= set_no:
             continue  # (written after)
         try:
             cs = json.load(open(f))
@@ -58,7 +62,7 @@ def gen(out_path):
             maxp = cfg.get("max_position_embeddings", cfg.get("n_positions", 2048)) or 2048
             n["seq"] = min(maxp, random.choice([128, 200, 256, 384, 512, 640, 768, 1024]))
         fam = cfg.get("model_type")
-        n["name"] = (f"u16_{fam}_{k}_{mode}_{weights}{'_ac' if autocast else ''}_{opt}"
+        n["name"] = (f"u{set_no}_{fam}_{k}_{mode}_{weights}{'_ac' if autocast else ''}_{opt}"
                      f"{'m' if mom else ''}{'_ckpt' if ck else ''}_b{n['batch']}"
                      + (f"_s{n['seq']}" if "seq" in n else ""))
         if n["name"] in names:
@@ -71,13 +75,13 @@ def gen(out_path):
     print(len(out), "workloads from", len(keys), "configs")
 
 
-def pick(cand_path, out_path, figure_paths):
+def pick(set_no, cand_path, out_path, figure_paths):
     def read(f):
         return {l.split()[0]: l.split()[1:] for l in open(f) if l.strip()}
     figs = [read(f) for f in figure_paths]
     cand = {c["name"]: c for c in json.load(open(cand_path))}
     diff = [n for n in figs[0] if figs[0][n][0] != "ERR" and len({tuple(f[n]) for f in figs}) > 1]
-    random.seed(1623)
+    random.seed(int(f"{set_no}23"))
     byfam = {}
     for n in diff:
         byfam.setdefault(cand[n]["config"]["model_type"], []).append(n)
@@ -90,9 +94,9 @@ def pick(cand_path, out_path, figure_paths):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["gen"]:
-        gen(sys.argv[2])
-    elif sys.argv[1:2] == ["pick"]:
-        pick(sys.argv[2], sys.argv[3], sys.argv[4:])
+    if len(sys.argv) > 2 and sys.argv[2] == "gen":
+        gen(int(sys.argv[1]), sys.argv[3])
+    elif len(sys.argv) > 2 and sys.argv[2] == "pick":
+        pick(int(sys.argv[1]), sys.argv[3], sys.argv[4], sys.argv[5:])
     else:
         sys.exit(__doc__)
