@@ -1207,3 +1207,49 @@ impl Runtime {
         self.st.borrow().ops
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cuDNN's libraries load once each, in order, however often the
+    /// attention asks; none in a process started after its first kernels.
+    #[test]
+    fn cudnn_libraries_load_once_in_order_in_a_fresh_process() {
+        let spans = |rt: &Runtime| -> Vec<u64> {
+            let log = rt.take_event_log().unwrap();
+            log.host
+                .iter()
+                .map(|(_, e)| match *e {
+                    HostEvent::Library(_, span) => span,
+                    _ => 0,
+                })
+                .collect()
+        };
+        let rt = Runtime::new(RuntimeConfig {
+            fresh_process: true,
+            ..RuntimeConfig::default()
+        });
+        rt.start_event_log();
+        rt.load_cudnn(CudnnLibraries::Graph);
+        rt.load_cudnn(CudnnLibraries::Graph);
+        assert_eq!(spans(&rt), vec![CUDNN_LIBRARY_SPANS[0]]);
+        rt.start_event_log();
+        rt.load_cudnn(CudnnLibraries::Engines);
+        rt.load_cudnn(CudnnLibraries::Graph);
+        rt.load_cudnn(CudnnLibraries::Engines);
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[1..].to_vec());
+        // straight to the engines: all four, the graph first
+        let rt = Runtime::new(RuntimeConfig {
+            fresh_process: true,
+            ..RuntimeConfig::default()
+        });
+        rt.start_event_log();
+        rt.load_cudnn(CudnnLibraries::Engines);
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS.to_vec());
+        let rt = Runtime::new(RuntimeConfig::default());
+        rt.start_event_log();
+        rt.load_cudnn(CudnnLibraries::Engines);
+        assert!(spans(&rt).is_empty());
+    }
+}

@@ -27,7 +27,8 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 ///   range), which the simulated driver does not lay out
 ///   (`fixtures/va_maps/README.md`); the twin puts them at B-128 and below
 ///   every mapping. Found by the blind set `fixtures/estimate_unseen16`,
-///   outside in both versions tested there, with the same error.
+///   outside in both versions tested there, with the same reserved error
+///   (0.275% allocated without rule 9).
 ///
 /// Three small bf16 models were outside until cuDNN's libraries were
 /// mapped at the first attention (`driver_va.rs`, rule 9):
