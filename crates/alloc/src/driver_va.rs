@@ -806,16 +806,23 @@ mod tests {
         assert_eq!(off(after.malloc(300 * MIB).unwrap()), -416);
     }
 
+    /// A fresh process whose `load` made one 100 MiB segment (a chunk at
+    /// B-544) and whose first kernels then ran: the driver's 2 MiB took the
+    /// chunk's tail at B-444, and the context gave back B-416..B whole.
+    fn released_below_one_chunk() -> DriverVa {
+        let mut va = DriverVa::new(B);
+        assert_eq!(off(va.malloc(100 * MIB).unwrap()), -544);
+        assert!(va.release_context());
+        va
+    }
+
     /// Rule 8: the first cuBLAS handle's 64 MiB reservation is placed as a
     /// segment would be (here a new chunk at the top of the range the
     /// context gave back), then 2 MiB by rule 2; once, and never after
     /// [`DriverVa::after_cublas`].
     #[test]
     fn the_first_cublas_handle_reserves_64_mib_once() {
-        let mut va = DriverVa::new(B);
-        assert_eq!(off(va.malloc(100 * MIB).unwrap()), -544);
-        // the driver's 2 MiB takes the chunk's tail at B-444
-        assert!(va.release_context());
+        let mut va = released_below_one_chunk();
         assert!(va.first_cublas());
         assert!(!va.first_cublas());
         // its 2 MiB went to the tail too (B-442): a 20 MiB segment after it,
@@ -910,9 +917,8 @@ mod tests {
     /// 32 MiB only at B-416..B-352, and the next goes below every chunk.
     #[test]
     fn libraries_go_top_down_2_mib_aligned() {
-        let mut va = DriverVa::new(B);
-        assert_eq!(off(va.malloc(100 * MIB).unwrap()), -544);
-        assert!(va.release_context());
+        let mut va = released_below_one_chunk();
+        // (the engine's `CUDNN_LIBRARY_SPANS`, measured in `fixtures/va_maps`)
         let spans = [6_549_504, 251_686_912, 67_117_056, 35_680_256];
         let got: Vec<i64> = spans.iter().map(|&s| off(va.library(s).unwrap())).collect();
         assert_eq!(got, vec![-8, -250, -316, -352]);
