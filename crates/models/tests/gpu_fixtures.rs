@@ -8,7 +8,7 @@
 //! each case's differences.
 
 use vramscope_models::fixture::{self, Case, SETS};
-use vramscope_models::{estimate, EstimateOptions};
+use vramscope_models::{estimate, EstimateOptions, PhaseFigures};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -28,7 +28,11 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 ///   (`fixtures/va_maps/README.md`); the twin puts them at B-128 and below
 ///   every mapping. Found by the blind set `fixtures/estimate_unseen16`,
 ///   outside in both versions tested there, with the same reserved error
-///   (0.275% allocated without rule 9).
+///   (0.275% allocated without rule 9). The GPU does not repeat it: of ten
+///   more runs (`repeat_h100.jsonl`), two gave the fixture's figures, seven
+///   others within the tolerance of the twin's (0.157% allocated, reserved
+///   exact), and one the twin's in every phase
+///   (`repeated_runs_against_the_gpus_most_frequent_outcome`).
 ///
 /// Three small bf16 models were outside until cuDNN's libraries were
 /// mapped at the first attention (`driver_va.rs`, rule 9):
@@ -290,48 +294,141 @@ fn grad_modes() {
     check(&["g_"]);
 }
 
-/// The workloads whose figures hang on segment placement, run again in
-/// fresh processes (`fixtures/estimate/repeat_h100.jsonl`, by
-/// `validation/estimate_repeat.py`, ASLR on and off): every run gave the
-/// recorded figures in every phase, so the fixtures the twin misses are
-/// what the GPU does, not one draw among several. The first 24 runs are
-/// four workloads the twin then missed; the other 32 are the four of
-/// `KNOWN_OUTSIDE`, eight runs each (six with ASLR, two without).
+/// The workloads whose recorded figures differ from the GPU's own runs: in
+/// `fixtures/estimate/repeat_h100.jsonl` (`validation/estimate_repeat.py`,
+/// each run a fresh process as `hf_cases.sh` records), the name, how many
+/// runs gave the recorded figures in every phase, and how many runs there
+/// are. Every other workload there gave its recorded figures in every run.
+/// The first 56 runs are eight workloads that hung on segment placement
+/// (ASLR on and off); the last 67 (2026-11-23, H100, driver 580.159.04) are the twin's
+/// 20 workloads that were not exact in every phase: this many show the
+/// fixture to be one draw among several.
+const GPU_VARIES: &[(&str, usize, usize)] = &[
+    ("u16_llama_527725e0_train_bf16_adamw_b3_s512", 2, 10),
+    ("u15_gemma2_f48b44d9_train_fp32_sgd_b2_s384", 1, 3),
+    ("u16_mistral_15513d0a_train_bf16_sgd_ckpt_b8_s128", 0, 3),
+    ("u16_roberta_3c4c75b3_train_fp32_ac_adam_b4_s512", 2, 3),
+];
+
+/// A phase's four figures as `repeat_h100.jsonl` holds them.
+type Outcome = Vec<(String, [i64; 4])>;
+
+/// The figures of an outcome, to compare with (no requested bytes there).
+fn figures_of(o: &Outcome) -> Vec<PhaseFigures> {
+    o.iter()
+        .map(|(name, f)| PhaseFigures {
+            name: name.clone(),
+            allocated_bytes: f[0],
+            peak_allocated_bytes: f[1],
+            reserved_bytes: f[2],
+            peak_reserved_bytes: f[3],
+            requested_bytes: -1,
+        })
+        .collect()
+}
+
+fn outcome_of(phases: &[PhaseFigures]) -> Outcome {
+    phases
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                [
+                    p.allocated_bytes,
+                    p.peak_allocated_bytes,
+                    p.reserved_bytes,
+                    p.peak_reserved_bytes,
+                ],
+            )
+        })
+        .collect()
+}
+
+/// The GPU's runs of a workload, fresh process after fresh process, do not
+/// always give the same figures (segment placement follows the process's
+/// own mappings). For each workload of `repeat_h100.jsonl`: its outcomes
+/// (the distinct per-phase figures over the fixture and its runs) and how
+/// often each came. The twin must be within issue #5's tolerance of the
+/// GPU's most frequent outcome (ties go to the fixture); its error against
+/// every outcome is printed.
 #[test]
-fn repeated_runs_give_the_fixtures_figures() {
+fn repeated_runs_against_the_gpus_most_frequent_outcome() {
     let text =
         std::fs::read_to_string(format!("{ROOT}/fixtures/estimate/repeat_h100.jsonl")).unwrap();
     let dirs = cases();
-    let mut runs = 0;
+    let mut by: Vec<(String, Vec<Outcome>)> = Vec::new();
     for line in text.lines() {
         let run: serde_json::Value = serde_json::from_str(line).unwrap();
         let name = run["name"].as_str().unwrap();
-        let dir = dirs.iter().find(|(c, _)| c.name == name).unwrap().1;
+        assert_eq!(run["rc"], 0, "{name}: {line}");
+        let phases: Outcome = run["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let f = |i: usize| p[i].as_i64().unwrap();
+                (p[0].as_str().unwrap().to_owned(), [f(1), f(2), f(3), f(4)])
+            })
+            .collect();
+        match by.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => v.push(phases),
+            None => by.push((name.to_owned(), vec![phases])),
+        }
+    }
+    assert_eq!(by.iter().map(|(_, v)| v.len()).sum::<usize>(), 123);
+    let mut varies = Vec::new();
+    let mut bad = Vec::new();
+    for (name, runs) in &by {
+        let (case, dir) = dirs.iter().find(|(c, _)| &c.name == name).unwrap();
         let rec = fixture::recorded(
             &std::fs::read_to_string(format!("{ROOT}/{dir}/{name}.json")).unwrap(),
         )
         .unwrap();
-        let want: Vec<serde_json::Value> = rec
-            .phases
-            .iter()
-            .map(|p| {
-                serde_json::json!([
-                    p.name,
-                    p.allocated_bytes,
-                    p.peak_allocated_bytes,
-                    p.reserved_bytes,
-                    p.peak_reserved_bytes
-                ])
-            })
-            .collect();
-        assert_eq!(run["rc"], 0, "{name}: {line}");
-        assert_eq!(
-            run["phases"].as_array().unwrap(),
-            &want,
-            "{name} repeat {}",
-            run["repeat"]
-        );
-        runs += 1;
+        let recorded = outcome_of(&rec.phases);
+        let same = runs.iter().filter(|r| **r == recorded).count();
+        if same < runs.len() {
+            varies.push((name.as_str(), same, runs.len()));
+        }
+        // the outcomes, the fixture's first, with their counts
+        let mut outcomes: Vec<(Outcome, usize)> = vec![(recorded, 1)];
+        for r in runs {
+            match outcomes.iter_mut().find(|(o, _)| o == r) {
+                Some((_, k)) => *k += 1,
+                None => outcomes.push((r.clone(), 1)),
+            }
+        }
+        let opts = EstimateOptions {
+            allocator: case.allocator.clone(),
+            ..EstimateOptions::default()
+        };
+        let est = estimate(&rec.config, &case.workload, &opts).unwrap();
+        let twin = outcome_of(&est.phases);
+        // the most frequent; the fixture on a tie
+        let modal =
+            (0..outcomes.len()).fold(0, |m, i| if outcomes[i].1 > outcomes[m].1 { i } else { m });
+        for (i, (o, k)) in outcomes.iter().enumerate() {
+            let acc = fixture::compare(&est, &figures_of(o));
+            let exact = twin.iter().zip(o).filter(|(a, b)| a == b).count();
+            println!(
+                "{name:<52} {k:>2} of {:>2}{}{} twin exact {exact:>2}/{:<2} worst phase alloc {:.4}% reserved {:.4}%",
+                runs.len() + 1,
+                if i == 0 { " fixture" } else { "        " },
+                if i == modal { " most" } else { "     " },
+                o.len(),
+                acc.worst_peak_allocated * 100.0,
+                acc.worst_peak_reserved * 100.0
+            );
+            if i == modal && !acc.acceptable() {
+                bad.push(name.clone());
+            }
+        }
     }
-    assert_eq!(runs, 56);
+    assert_eq!(
+        varies, GPU_VARIES,
+        "workloads whose runs differ from the fixture"
+    );
+    assert!(
+        bad.is_empty(),
+        "outside the tolerance of the GPU's most frequent outcome: {bad:?}"
+    );
 }
