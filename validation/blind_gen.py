@@ -3,6 +3,11 @@
 
     python3 validation/blind_gen.py N gen CANDIDATES.json
         workloads from the configs of the sets before N (seed N), named uN_...
+    python3 validation/blind_gen.py N new OUT.json [COUNT]
+        COUNT (default 24) workloads on configs no set had before: for each, a family at random
+        (each family twice first), one of its configs before set N as a template, and new sizes
+        (hidden size, heads, key-value heads, head dim, layers, intermediate size, vocabulary;
+        image and patch size for ViT) drawn at random (seed N); the workload drawn as in `gen`
     python3 validation/blind_gen.py N pick CANDIDATES.json OUT.json A.txt B.txt ...
         the ones on which the twin's figure files A, B, ... (one line per case: NAME then
         PHASE:alloc:peak_alloc:reserved:peak_reserved ..., as in answers.txt without the
@@ -17,8 +22,9 @@ import glob, hashlib, json, os, random, re, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def gen(set_no, out_path):
-    random.seed(set_no)
+def configs_before(set_no):
+    """{md5 key: (case, config)} of the sets before set_no (small enough to run quickly), and
+    the names used."""
     seen_cfg, names = {}, set()
     for f in sorted(glob.glob(f"{HERE}/*cases.json")):
         m = re.fullmatch(r"unseen(\d+)_cases\.json", os.path.basename(f))
@@ -41,38 +47,106 @@ def gen(set_no, out_path):
                 continue  # small enough to run quickly
             key = hashlib.md5(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:8]
             seen_cfg[key] = (c, cfg)
+    return seen_cfg, names
+
+
+def workload(set_no, k, c, cfg):
+    """A workload on config cfg (key k, from case c), drawn at random."""
+    task = c["task"]
+    mode = random.choice(["train", "train", "train", "infer"])
+    weights = random.choice(["bf16", "bf16", "fp32", "fp16"])
+    autocast = random.choice([None, "bf16"]) if weights == "fp32" else None
+    opt = random.choice(["adamw", "sgd", "adam"])
+    mom = random.choice([0.0, 0.9]) if opt == "sgd" else 0.0
+    ck = random.random() < 0.25 and mode == "train"
+    batch = random.choice([1, 2, 3, 4, 6, 8])
+    n = dict(name=None, config=cfg, task=task, mode=mode, batch=batch, weights=weights,
+             autocast=autocast, optimizer=opt, momentum=mom, lr=1e-4, checkpointing=ck,
+             steps=3 if mode == "train" else 2)
+    if task == "image":
+        n["batch"] = random.choice([8, 16, 24, 32])
+    else:
+        maxp = cfg.get("max_position_embeddings", cfg.get("n_positions", 2048)) or 2048
+        n["seq"] = min(maxp, random.choice([128, 200, 256, 384, 512, 640, 768, 1024]))
+    fam = cfg.get("model_type")
+    n["name"] = (f"u{set_no}_{fam}_{k}_{mode}_{weights}{'_ac' if autocast else ''}_{opt}"
+                 f"{'m' if mom else ''}{'_ckpt' if ck else ''}_b{n['batch']}"
+                 + (f"_s{n['seq']}" if "seq" in n else ""))
+    if "alloc_conf" in c:
+        n["alloc_conf"] = ""
+    return n
+
+
+def gen(set_no, out_path):
+    random.seed(set_no)
+    seen_cfg, names = configs_before(set_no)
     out, keys = [], sorted(seen_cfg)
     for _ in range(500):
         k = random.choice(keys)
         c, cfg = seen_cfg[k]
-        task = c["task"]
-        mode = random.choice(["train", "train", "train", "infer"])
-        weights = random.choice(["bf16", "bf16", "fp32", "fp16"])
-        autocast = random.choice([None, "bf16"]) if weights == "fp32" else None
-        opt = random.choice(["adamw", "sgd", "adam"])
-        mom = random.choice([0.0, 0.9]) if opt == "sgd" else 0.0
-        ck = random.random() < 0.25 and mode == "train"
-        batch = random.choice([1, 2, 3, 4, 6, 8])
-        n = dict(name=None, config=cfg, task=task, mode=mode, batch=batch, weights=weights,
-                 autocast=autocast, optimizer=opt, momentum=mom, lr=1e-4, checkpointing=ck,
-                 steps=3 if mode == "train" else 2)
-        if task == "image":
-            n["batch"] = random.choice([8, 16, 24, 32])
-        else:
-            maxp = cfg.get("max_position_embeddings", cfg.get("n_positions", 2048)) or 2048
-            n["seq"] = min(maxp, random.choice([128, 200, 256, 384, 512, 640, 768, 1024]))
-        fam = cfg.get("model_type")
-        n["name"] = (f"u{set_no}_{fam}_{k}_{mode}_{weights}{'_ac' if autocast else ''}_{opt}"
-                     f"{'m' if mom else ''}{'_ckpt' if ck else ''}_b{n['batch']}"
-                     + (f"_s{n['seq']}" if "seq" in n else ""))
+        n = workload(set_no, k, c, cfg)
         if n["name"] in names:
             continue
         names.add(n["name"])
-        if "alloc_conf" in c:
-            n["alloc_conf"] = ""
         out.append(n)
     json.dump(out, open(out_path, "w"))
     print(len(out), "workloads from", len(keys), "configs")
+
+
+def new_sizes(cfg):
+    """cfg with new sizes drawn at random, its other fields (flags, windows, ties) kept."""
+    cfg = dict(cfg)
+    get = lambda *ks: next((k for k in ks if k in cfg), None)
+    fam = cfg["model_type"]
+    head_dim = random.choice([32, 64, 64, 96, 128])
+    heads = random.choice([2, 4, 6, 8, 12, 16])
+    hidden = head_dim * heads
+    if fam in ("gemma2", "qwen3"):
+        # a head dim of its own, but hidden still a multiple of the heads (transformers'
+        # `validate_architecture`)
+        hidden = heads * random.choice([32, 48, 64, 96, 128])
+    cfg[get("hidden_size", "n_embd")] = hidden
+    cfg[get("num_attention_heads", "n_head")] = heads
+    cfg[get("num_hidden_layers", "n_layer")] = random.randint(2, 8)
+    if "num_key_value_heads" in cfg:
+        cfg["num_key_value_heads"] = random.choice([d for d in (1, 2, 4, heads) if heads % d == 0])
+    if "head_dim" in cfg:
+        cfg["head_dim"] = head_dim
+    if "query_pre_attn_scalar" in cfg:
+        cfg["query_pre_attn_scalar"] = head_dim
+    inter = get("intermediate_size", "n_inner")
+    if inter:
+        cfg[inter] = hidden * random.choice([2, 3, 4]) + random.choice([0, 64, 128])
+    if fam == "vit":
+        cfg["patch_size"] = random.choice([8, 14, 16, 32])
+        cfg["image_size"] = cfg["patch_size"] * random.choice([7, 8, 12, 14])
+    elif "vocab_size" in cfg:
+        cfg["vocab_size"] = random.choice([8192, 16000, 30522, 32000, 32768, 50257, 65536])
+    return cfg
+
+
+def new(set_no, out_path, count=24):
+    random.seed(set_no)
+    seen_cfg, names = configs_before(set_no)
+    by_fam = {}
+    for k in sorted(seen_cfg):
+        by_fam.setdefault(seen_cfg[k][1].get("model_type"), []).append(k)
+    fams = sorted(by_fam) * 2
+    fams += [random.choice(sorted(by_fam)) for _ in range(count - len(fams))]
+    out = []
+    for fam in fams[:count]:
+        c, cfg = seen_cfg[random.choice(by_fam[fam])]
+        cfg = new_sizes(cfg)
+        k = hashlib.md5(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:8]
+        n = workload(set_no, k, c, cfg)
+        if fam == "roberta" and n["seq"] > cfg.get("max_position_embeddings", 514) - 2:
+            # RoBERTa's positions start after its padding index: two fewer to embed
+            n["seq"] = cfg.get("max_position_embeddings", 514) - 2
+            n["name"] = re.sub(r"_s\d+$", f"_s{n['seq']}", n["name"])
+        names.add(n["name"])
+        out.append(n)
+    json.dump(out, open(out_path, "w"), indent=1)
+    print(len(out), "workloads on new configs")
 
 
 def pick(set_no, cand_path, out_path, figure_paths):
@@ -96,6 +170,8 @@ def pick(set_no, cand_path, out_path, figure_paths):
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "gen":
         gen(int(sys.argv[1]), sys.argv[3])
+    elif len(sys.argv) > 3 and sys.argv[2] == "new":
+        new(int(sys.argv[1]), sys.argv[3], *(int(x) for x in sys.argv[4:5]))
     elif len(sys.argv) > 2 and sys.argv[2] == "pick":
         pick(int(sys.argv[1]), sys.argv[3], sys.argv[4], sys.argv[5:])
     else:
