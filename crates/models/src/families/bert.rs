@@ -28,7 +28,7 @@ use vramscope_engine::{Category, DType, Device, EngineError, Runtime, SdpaArgs, 
 
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
-use crate::families::common::{checkpointed, parameter, to_cuda};
+use crate::families::common::{check_padding_idx, checkpointed, parameter, to_cuda};
 use crate::families::gpt2::{Act, LayerNorm};
 use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
 use crate::workload::{Checkpointing, Task};
@@ -132,6 +132,7 @@ impl BertConfig {
         let max_pos = c.size("max_position_embeddings", 512)?;
         let pad = c.int("pad_token_id", pad_default)?;
         let vocab_size = c.size("vocab_size", vocab_default)?;
+        check_padding_idx(c, Some(pad_default), vocab_size)?;
         if flavor == Flavor::Roberta && !(0..max_pos).contains(&pad) {
             return Err(ModelError::Field {
                 field: "pad_token_id".into(),

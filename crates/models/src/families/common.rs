@@ -65,6 +65,30 @@ pub(crate) fn head_dim_of(hidden: i64, heads: i64) -> Result<i64> {
     Ok(hidden / heads)
 }
 
+/// The word embedding's `padding_idx = config.pad_token_id`: the class
+/// default where the field is absent, none where it is `null`. `nn.Embedding`
+/// asserts that it indexes the table (`torch/nn/modules/sparse.py`:
+/// "Padding_idx must be within num_embeddings"), so `from_config` fails
+/// where it does not: Phi-3's default 32000 with a vocabulary of 32000 or
+/// less, as the GPU showed (`fixtures/estimate_unseen17/README.md`).
+pub(crate) fn check_padding_idx(c: &HfConfig, default: Option<i64>, vocab: i64) -> Result<()> {
+    let pad = match c.raw().get("pad_token_id") {
+        None => default,
+        Some(v) if v.is_null() => None,
+        Some(_) => c.opt_int("pad_token_id")?,
+    };
+    match pad {
+        Some(p) if (p > 0 && p >= vocab) || (p < 0 && p < -vocab) => Err(bad(
+            "pad_token_id",
+            format!(
+                "{p} is not within vocab_size {vocab}: nn.Embedding's padding_idx must index \
+                 the table (PyTorch raises \"Padding_idx must be within num_embeddings\")"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `sliding_window`, when set, must be positive.
 pub(crate) fn check_sliding_window(window: Option<i64>) -> Result<()> {
     match window {
@@ -1488,6 +1512,29 @@ pub(crate) mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_padding_index_outside_the_vocabulary_is_refused_as_nn_embedding_refuses_it() {
+        let cfg = |extra: &str| {
+            HfConfig::parse(&format!(
+                r#"{{"model_type": "phi3", "vocab_size": 32000{extra}}}"#
+            ))
+            .unwrap()
+        };
+        // Phi-3's default 32000 is not an index of 32000 rows (the GPU's
+        // `AssertionError: Padding_idx must be within num_embeddings`)
+        let e = check_padding_idx(&cfg(""), Some(32000), 32000).unwrap_err();
+        assert!(e.to_string().contains("pad_token_id"), "{e}");
+        // an explicit null is no padding index; the last row and -vocab are
+        assert!(check_padding_idx(&cfg(r#", "pad_token_id": null"#), Some(32000), 32000).is_ok());
+        assert!(check_padding_idx(&cfg(r#", "pad_token_id": 31999"#), Some(32000), 32000).is_ok());
+        assert!(check_padding_idx(&cfg(r#", "pad_token_id": -32000"#), None, 32000).is_ok());
+        assert!(check_padding_idx(&cfg(r#", "pad_token_id": -32001"#), None, 32000).is_err());
+        assert!(check_padding_idx(&cfg(""), None, 8).is_ok());
+        // the family's parse refuses the config
+        assert!(crate::families::phi3::Config::parse(&cfg("")).is_err());
+        assert!(crate::families::phi3::Config::parse(&cfg(r#", "pad_token_id": null"#)).is_ok());
     }
 
     #[test]

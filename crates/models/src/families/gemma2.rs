@@ -36,9 +36,10 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, bad, check_kv_heads, check_sliding_window, cpu_buffer, create_causal_mask,
-    create_sliding_window_causal_mask, head_dim_of, parameter, to_cuda, Act, Attention, CausalLm,
-    Decoder, DynamicCache, Embedding, Flags, GatedMlp, Linear, RopeType, RotaryEmbedding, Sdpa,
+    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, cpu_buffer,
+    create_causal_mask, create_sliding_window_causal_mask, head_dim_of, parameter, to_cuda, Act,
+    Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, Linear, RopeType,
+    RotaryEmbedding, Sdpa,
 };
 use crate::families::{unsupported_task, HfModel};
 use crate::workload::Task;
@@ -77,6 +78,8 @@ impl Config {
         }
         // class defaults of Gemma2Config (5.17)
         let vocab = c.size("vocab_size", 256000)?;
+        // `pad_token_id: int | None = 0`
+        check_padding_idx(c, Some(0), vocab)?;
         let hidden = c.size("hidden_size", 2304)?;
         let intermediate = c.size("intermediate_size", 9216)?;
         let layers = c.size("num_hidden_layers", 26)? as usize;

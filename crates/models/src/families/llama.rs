@@ -22,7 +22,7 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, bad, check_kv_heads, check_sliding_window, create_causal_mask,
+    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
     create_sliding_window_causal_mask, head_dim_of, to_cuda, Act, Attention, CausalLm, Decoder,
     DynamicCache, Embedding, Flags, GatedMlp, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
@@ -83,6 +83,8 @@ impl Config {
             Family::Qwen2 | Family::Qwen3 => (151936, 22016, Some(32)),
         };
         let vocab = c.size("vocab_size", d_vocab)?;
+        // `pad_token_id: int | None = None` in all four
+        check_padding_idx(c, None, vocab)?;
         let hidden = c.size("hidden_size", 4096)?;
         let intermediate = c.size("intermediate_size", d_inter)?;
         let layers = c.size("num_hidden_layers", 32)? as usize;

@@ -34,7 +34,7 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, bad, check_kv_heads, check_sliding_window, create_causal_mask,
+    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
     create_sliding_window_causal_mask, head_dim_of, rotate_half, to_cuda, Act, CausalLm, Decoder,
     DynamicCache, Embedding, Flags, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
@@ -204,6 +204,8 @@ impl Config {
         }
         // class defaults of Phi3Config (5.17)
         let vocab = c.size("vocab_size", 32064)?;
+        // `pad_token_id: int | None = 32000`
+        check_padding_idx(c, Some(32000), vocab)?;
         let hidden = c.size("hidden_size", 3072)?;
         let intermediate = c.size("intermediate_size", 8192)?;
         let layers = c.size("num_hidden_layers", 32)? as usize;
@@ -844,7 +846,7 @@ mod tests {
     fn longrope_json(extra: &str) -> String {
         let f = vec!["1.0"; 16].join(",");
         format!(
-            r#"{{"model_type":"phi3","vocab_size":100,"hidden_size":64,"intermediate_size":64,
+            r#"{{"model_type":"phi3","vocab_size":100,"pad_token_id":null,"hidden_size":64,"intermediate_size":64,
                 "num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":256,
                 "original_max_position_embeddings":64{extra},
                 "rope_scaling":{{"type":"su","short_factor":[{f}],"long_factor":[{f}]}}}}"#
