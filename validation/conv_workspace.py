@@ -82,6 +82,7 @@ def sizes(k, p, img, dt, bs, out):
                                       workspace=r1 - r0 - result_bytes)) + "\n")
             del res, made
         del x, w, go
+        out.flush()  # a run cut short keeps the batches it measured
 
 
 def pressure(k, p, img, dt, bs, out):

@@ -40,13 +40,29 @@ for dt in fp32 bf16 fp16; do
     done
   done
 done
+# image sizes beside 224/384 (the seventeenth unseen set's ViTs: /14 patches at 112 and 168 px), and
+# real models' (/14 at 336 and 518, /16 at 448, /8 at 224), over the widths of the grid above;
+# CONV_PART=images2 runs this part alone
+images2=()
+for kpi in "768 14 112" "512 14 168" "256 14 112"; do
+  images2+=("sizes $kpi bf16 1-128" "sizes $kpi fp16 1-128" "sizes $kpi fp32 1-128")
+done
+for pi in "14 112" "14 168" "14 336" "14 518" "16 448" "8 224"; do
+  for k in 192 256 384 512 768 1024 1280; do
+    for dt in bf16 fp32 fp16; do
+      case " ${images2[*]} " in *" sizes $k $pi $dt 1-128 "*) continue ;; esac
+      images2+=("sizes $k $pi $dt 1-128")
+    done
+  done
+done
+if [ "${CONV_PART:-all}" = images2 ]; then jobs=("${images2[@]}"); else jobs+=("${images2[@]}"); fi
 i=0
 for j in "${jobs[@]}"; do
   echo "$j $out/work/$i.jsonl"; i=$((i+1))
 done | xargs -P "${JOBS:-8}" -L 1 sh -c 'python3 '"$here"'/conv_workspace.py "$@" || echo "failed: $*" >&2' _
 # CONV_SOLO=0 leaves out the large batches below (minutes of GPU time; the whole-card
 # bisections of the fixtures' ViT on an H100 need them)
-if [ "${CONV_SOLO:-1}" = 1 ]; then
+if [ "${CONV_SOLO:-1}" = 1 ] && [ "${CONV_PART:-all}" = all ]; then
   # then alone on the GPU (tens of GiB: beside the others, they ran out of memory): the fixtures'
   # ViT (hidden 384) in fp32 at the batches where its whole-card plan lands (largest batch near
   # 3,720: validation/wholecard_vit_plan_cases.json)

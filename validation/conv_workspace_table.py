@@ -3,7 +3,9 @@
     python3 conv_workspace_table.py CONV_ALL.jsonl[.gz] FIXTURE.jsonl TABLE.txt
 
 CONV_ALL is every line `conv_workspace.py` wrote (both modes, any order of
-files). FIXTURE (fixtures/ops/conv_workspace_h100.jsonl) gets one line per
+files), and may hold lines of an earlier FIXTURE too: a later part of
+`conv_workspace.sh` (CONV_PART=images2) is added to the fixture by giving both,
+e.g. `cat FIXTURE.jsonl; zcat NEW.jsonl.gz`. FIXTURE (fixtures/ops/conv_workspace_h100.jsonl) gets one line per
 problem, dtype and op: the workspace at each measured batch and, from the
 `pressure` runs, the sizes `try_configs` tried in order until one fitted
 (for the fixtures' problem, hidden 384).
@@ -26,6 +28,12 @@ def read(path):
         if "problem" in d:
             head = d["problem"]
             env = {k: head[k] for k in ("torch", "cudnn", "gpu", "capability")}
+            continue
+        if "weight" in d:  # a line of an earlier FIXTURE
+            key = (d["op"], d["dtype"], d["weight"][0], d["weight"][2], d["image"][0])
+            sizes[key].update({b: w for b, w in d["workspace"]})
+            tried[key].update({b: t for b, t in d["tried"]})
+            env = {k: d[k] for k in ("torch", "cudnn", "gpu", "capability")}
             continue
         key = (d["op"], head["dtype"], head["k"], head["patch"], head["image"])
         if head["mode"] == "sizes":
