@@ -7,7 +7,9 @@ PHASE:allocated:peak_allocated:reserved:peak_reserved) and each workload's recor
 `NAME.json` (`hf_cases.py`'s figures). For each version: phases where all four figures are
 the GPU's, workloads exact in every phase, and the workloads outside issue #5's tolerance
 (a phase's peak allocated more than 0.5% or peak reserved more than 2% from the GPU's),
-with the worst error of each. Python 3's standard library only.
+with the worst error of each. A workload PyTorch refused (`NAME.refused.txt`, the end of its
+traceback, where `NAME.json` would be) counts as answered right when the twin refused it too (its
+line `VERSION NAME ERR ...`), and is listed otherwise. Python 3's standard library only.
 """
 import json, os, sys
 
@@ -17,11 +19,18 @@ for line in open(os.path.join(d, "answers.txt")):
     if line.startswith("#") or not line.strip():
         continue
     v, name, *ph = line.split()
-    ans.setdefault(v, {})[name] = {p.split(":")[0]: [int(x) for x in p.split(":")[1:]] for p in ph}
+    ans.setdefault(v, {})[name] = None if ph[:1] == ["ERR"] else {
+        p.split(":")[0]: [int(x) for x in p.split(":")[1:]] for p in ph}
 for v, per in ans.items():
     exact = total = whole = 0
-    outside = []
+    outside, refused = [], []
     for name, twin in sorted(per.items()):
+        if os.path.exists(os.path.join(d, name + ".refused.txt")):
+            refused.append(f"{name} ({'refused by the twin too' if twin is None else 'the twin answered'})")
+            continue
+        if twin is None:
+            outside.append(f"{name} (refused by the twin, run by PyTorch)")
+            continue
         gpu = {p["name"]: [p["allocated_bytes"], p["peak_allocated_bytes"], p["reserved_bytes"],
                            p["peak_reserved_bytes"]] for p in json.load(open(os.path.join(d, name + ".json")))["phases"]}
         ok = worst_a = worst_r = 0
@@ -39,5 +48,6 @@ for v, per in ans.items():
         whole += ok == len(gpu)
         if worst_a > 0.5 or worst_r > 2:
             outside.append(f"{name} ({worst_a:.3f}% allocated, {worst_r:.3f}% reserved)")
-    print(f"{v}: {exact} of {total} phases exact, {whole} of {len(per)} workloads exact in every phase, "
-          f"{len(outside)} outside the tolerance" + "".join(f"\n    {o}" for o in outside))
+    print(f"{v}: {exact} of {total} phases exact, {whole} of {len(per) - len(refused)} workloads exact in "
+          f"every phase, {len(outside)} outside the tolerance" + "".join(f"\n    {o}" for o in outside)
+          + "".join(f"\n    refused by PyTorch: {r}" for r in refused))

@@ -51,7 +51,16 @@ const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[(
 /// so (`Estimate::unmeasured`); every other case must have none.
 const UNMEASURED: &[&str] = &[];
 
+/// Every recorded case with its fixtures' directory, but those PyTorch
+/// refused.
 fn cases() -> Vec<(Case, &'static str)> {
+    all_cases()
+        .into_iter()
+        .filter(|(c, dir)| !refused(dir, &c.name))
+        .collect()
+}
+
+fn all_cases() -> Vec<(Case, &'static str)> {
     SETS.iter()
         .flat_map(|(list, dir)| {
             let text = std::fs::read_to_string(format!("{ROOT}/{list}")).unwrap();
@@ -61,6 +70,53 @@ fn cases() -> Vec<(Case, &'static str)> {
                 .map(move |c| (c, *dir))
         })
         .collect()
+}
+
+/// Whether PyTorch refused the workload: `NAME.refused.txt`, the end of its
+/// traceback, in place of its figures.
+fn refused(dir: &str, name: &str) -> bool {
+    std::path::Path::new(&format!("{ROOT}/{dir}/{name}.refused.txt")).exists()
+}
+
+/// Workloads PyTorch refused to build must be refused by the twin too, for
+/// the same field: the two Phi-3s of `fixtures/estimate_unseen17` whose
+/// vocabulary (8192, 32000) does not hold the class's default
+/// `pad_token_id` (32000), where `nn.Embedding` raised "Padding_idx must be
+/// within num_embeddings".
+#[test]
+fn refused_by_pytorch_and_by_the_twin() {
+    let mut n = 0;
+    for (case, dir) in all_cases() {
+        if !refused(dir, &case.name) {
+            continue;
+        }
+        n += 1;
+        let why =
+            std::fs::read_to_string(format!("{ROOT}/{dir}/{}.refused.txt", case.name)).unwrap();
+        assert!(
+            why.contains("Padding_idx must be within num_embeddings"),
+            "{why}"
+        );
+        let text = std::fs::read_to_string(format!("{ROOT}/{}", list_of(dir))).unwrap();
+        let raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let config = raw
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == case.name.as_str())
+            .unwrap()["config"]
+            .clone();
+        let config = vramscope_models::HfConfig::from_value(config).unwrap();
+        match estimate(&config, &case.workload, &EstimateOptions::default()) {
+            Ok(_) => panic!("{}: PyTorch refused it, the twin answered", case.name),
+            Err(e) => assert!(e.to_string().contains("pad_token_id"), "{}: {e}", case.name),
+        }
+    }
+    assert_eq!(n, 2);
+}
+
+fn list_of(dir: &str) -> &'static str {
+    SETS.iter().find(|(_, d)| *d == dir).unwrap().0
 }
 
 /// Run every case whose name starts with one of `prefixes`; panic listing
@@ -289,6 +345,13 @@ fn unseen16() {
 /// Inference under `torch.inference_mode()` and with grad enabled
 /// (`validation/grad_cases.json`), recorded after the twin's figures were
 /// committed (347a65a).
+/// A blind set on configs no set had before (new sizes for every family),
+/// the twin's answers committed first (`answers.txt`).
+#[test]
+fn unseen17() {
+    check(&["u17_"]);
+}
+
 #[test]
 fn grad_modes() {
     check(&["g_"]);

@@ -117,6 +117,12 @@ fn predicted_traces_equal_the_gpus() {
 
 /// Each case of `sets` with its recorded figures, the GPU's trace as
 /// (action, address, size), and the twin's estimate with its trace recorded.
+/// Whether PyTorch refused the workload (`NAME.refused.txt` in place of
+/// its figures).
+fn refused(dir: &str, name: &str) -> bool {
+    std::path::Path::new(&format!("{ROOT}/{dir}/{name}.refused.txt")).exists()
+}
+
 fn each_case(
     tag: &str,
     sets: &[(&str, &str)],
@@ -126,6 +132,9 @@ fn each_case(
         let dir = traces_dir(tag, fixtures);
         let text = std::fs::read_to_string(format!("{ROOT}/{list}")).unwrap();
         for case in fixture::cases(&text).unwrap() {
+            if refused(fixtures, &case.name) {
+                continue; // PyTorch refused it: no trace (`gpu_fixtures`)
+            }
             let rec = fixture::recorded(
                 &std::fs::read_to_string(format!("{ROOT}/{fixtures}/{}.json", case.name)).unwrap(),
             )
@@ -200,7 +209,7 @@ fn requests_equal_the_gpus_up_to_the_order_of_consecutive_frees() {
             different.push(case.name.clone());
         }
     });
-    assert_eq!(n, 221, "every recorded workload");
+    assert_eq!(n, 243, "every recorded workload");
     assert_eq!(
         different, REQUESTS_DIFFER,
         "the cases whose requests differ from the GPU's changed"
@@ -300,7 +309,7 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
         }
     });
     assert_eq!(
-        checked, 215,
+        checked, 237,
         "every recorded workload without expandable segments"
     );
     assert!(
@@ -317,7 +326,8 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
 /// the twin's `load` segments are compared with the GPU's first as many,
 /// up to one offset (the one most of them share): 3934 of 5769 lie where
 /// the GPU put them, all of them in 59 of 198 workloads (with the 17 of
-/// `fixtures/estimate_unseen16`: 4082 of 6025, 64 of 215; when 168 were
+/// `fixtures/estimate_unseen16`: 4082 of 6025, 64 of 215; with the 22 of
+/// `fixtures/estimate_unseen17`: 4227 of 6199, 77 of 237; when 168 were
 /// recorded: 3586 of 5346 and 48; without rule 7, e818d23: 2642 and 5). The rest is what the twin does not lay out: the
 /// gap above the context, 0.5 to 38 MiB by process, that takes the first
 /// tensors that fit (`fixtures/va_maps/README.md`), and Python's own
@@ -353,8 +363,8 @@ fn load_segments_lie_where_the_gpu_put_them() {
         whole += usize::from(best == twin.len());
     });
     assert_eq!(
-        n, 215,
+        n, 237,
         "every recorded workload without expandable segments"
     );
-    assert_eq!((same, all, whole), (4082, 6025, 64));
+    assert_eq!((same, all, whole), (4227, 6199, 77));
 }

@@ -307,6 +307,12 @@ struct DecoderLayer {
 struct LayerArgs {
     cos: Tensor,
     sin: Tensor,
+    /// `position_ids=position_ids`, which `Gemma2Model.forward` passes to
+    /// every layer: a checkpointed layer's `partial` holds it until that
+    /// layer's backward (the GPU's trace of
+    /// `u17_gemma2_20a18480_train_bf16_adam_ckpt_b3_s640`, the first
+    /// checkpointed Gemma-2 recorded), as the Llama's and Phi-3's do.
+    position_ids: Tensor,
     training: bool,
 }
 
@@ -496,6 +502,7 @@ impl Decoder for Model {
         let args = LayerArgs {
             cos,
             sin,
+            position_ids: position_ids.clone(),
             training: flags.training,
         };
         let hidden = common::decoder_layers(
@@ -515,6 +522,13 @@ impl Decoder for Model {
         )?;
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
+        let LayerArgs {
+            cos,
+            sin,
+            position_ids: args_position_ids,
+            ..
+        } = args;
+        drop(args_position_ids);
         // locals die in co_varnames order: position_ids and inputs_embeds are
         // also held by `mask_kwargs`, so they go with it, after
         // `causal_mask_mapping` (full, then sliding mask); then the position
@@ -524,7 +538,6 @@ impl Decoder for Model {
         drop(inputs_embeds);
         drop(position_ids);
         // the (cos, sin) tuple: tupledealloc releases its items last to first
-        let LayerArgs { cos, sin, .. } = args;
         drop(sin);
         drop(cos);
         Ok((out, cache))
