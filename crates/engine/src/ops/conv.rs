@@ -800,7 +800,7 @@ mod tests {
                 assert_eq!(at(b), None, "{} batch {b}", m.line);
             }
         }
-        assert_eq!(n, 104_127);
+        assert_eq!(n, 105_279);
         let rows = TABLE_H100.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(table().len(), rows, "a line of the table does not parse");
         // another GPU or torch: nothing measured
