@@ -138,7 +138,16 @@ def new(set_no, out_path, count=24):
         c, cfg = seen_cfg[random.choice(by_fam[fam])]
         cfg = new_sizes(cfg)
         k = hashlib.md5(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:8]
+        if set_no >= 18 and fam == "phi3" and "pad_token_id" not in cfg and cfg["vocab_size"] <= 32000:
+            # from set 18 on, only configs PyTorch builds: Phi-3's default pad_token_id (32000)
+            # must index its vocabulary (set 17 found it did not); Phi-3's own vocabulary
+            cfg["vocab_size"] = 32064
+            k = hashlib.md5(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:8]
         n = workload(set_no, k, c, cfg)
+        if set_no >= 18 and fam == "bert" and n["seq"] > cfg.get("max_position_embeddings", 512):
+            # BERT's class default: 512 positions
+            n["seq"] = cfg.get("max_position_embeddings", 512)
+            n["name"] = re.sub(r"_s\d+$", f"_s{n['seq']}", n["name"])
         if fam == "roberta" and n["seq"] > cfg.get("max_position_embeddings", 514) - 2:
             # RoBERTa's positions start after its padding index: two fewer to embed
             n["seq"] = cfg.get("max_position_embeddings", 514) - 2
