@@ -64,7 +64,7 @@ fn dtype(s: &str) -> Result<DType> {
 /// sets left out, at odd sizes; `unseen8`: combinations of settings no
 /// set had put together, sequence length 1, 4 training and 3 inference
 /// steps).
-pub const SETS: [(&str, &str); 19] = [
+pub const SETS: [(&str, &str); 20] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
     ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
@@ -106,6 +106,10 @@ pub const SETS: [(&str, &str); 19] = [
     (
         "validation/unseen17_cases.json",
         "fixtures/estimate_unseen17",
+    ),
+    (
+        "validation/unseen18_cases.json",
+        "fixtures/estimate_unseen18",
     ),
     ("validation/grad_cases.json", "fixtures/estimate_grad"),
 ];

@@ -49,7 +49,14 @@ const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[(
 
 /// Cases where the twin takes a size it has no measurement for, and says
 /// so (`Estimate::unmeasured`); every other case must have none.
-const UNMEASURED: &[&str] = &[];
+/// The two ViTs of `fixtures/estimate_unseen18`, whose patch embeddings
+/// (K 384 at P 16 / 192 px, K 2048 at P 32 / 448 px) the table does not
+/// hold: the twin takes no workspace there and says so; their figures are
+/// exact nonetheless.
+const UNMEASURED: &[&str] = &[
+    "u18_vit_8f8ecd8c_infer_bf16_adamw_b16",
+    "u18_vit_cdd9b0d3_train_bf16_sgdm_b24",
+];
 
 /// Every recorded case with its fixtures' directory, but those PyTorch
 /// refused.
@@ -350,6 +357,13 @@ fn unseen16() {
 #[test]
 fn unseen17() {
     check(&["u17_"]);
+}
+
+/// A second blind set on new sizes, answered (`answers.txt`) after the
+/// seventeenth's fixes.
+#[test]
+fn unseen18() {
+    check(&["u18_"]);
 }
 
 #[test]

@@ -49,10 +49,13 @@ const KNOWN_DIFFERENT: [&str; 4] = [
     "roberta_train_autocast",
 ];
 
-/// Cases whose requests differ from the GPU's, and why (none now: the last
-/// one, a patch embedding whose cuDNN workspaces the table lacked, has them
-/// measured since).
-const REQUESTS_DIFFER: [&str; 0] = [];
+/// Cases whose requests differ from the GPU's, and why: the eighteenth
+/// set's ViT with 2048-wide 32-pixel patches over 448-pixel images, whose
+/// cuDNN weight-gradient workspace (25214992 bytes on the GPU, at batch 24)
+/// the measured table lacks; the twin takes none and reports it unmeasured
+/// (`gpu_fixtures`' `UNMEASURED`). The one before, a patch embedding of the
+/// same kind, has its workspaces measured since.
+const REQUESTS_DIFFER: [&str; 1] = ["u18_vit_cdd9b0d3_train_bf16_sgdm_b24"];
 
 /// `dir/traces.tgz` unpacked in a directory of this test's own (`tag`):
 /// the tests of this file run at once in one process.
@@ -209,7 +212,7 @@ fn requests_equal_the_gpus_up_to_the_order_of_consecutive_frees() {
             different.push(case.name.clone());
         }
     });
-    assert_eq!(n, 243, "every recorded workload");
+    assert_eq!(n, 267, "every recorded workload");
     assert_eq!(
         different, REQUESTS_DIFFER,
         "the cases whose requests differ from the GPU's changed"
@@ -309,8 +312,8 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
         }
     });
     assert_eq!(
-        checked, 237,
-        "every recorded workload without expandable segments"
+        checked, 260,
+        "every recorded workload without expandable segments whose requests are the GPU's"
     );
     assert!(
         different.is_empty(),
@@ -327,7 +330,8 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
 /// up to one offset (the one most of them share): 3934 of 5769 lie where
 /// the GPU put them, all of them in 59 of 198 workloads (with the 17 of
 /// `fixtures/estimate_unseen16`: 4082 of 6025, 64 of 215; with the 22 of
-/// `fixtures/estimate_unseen17`: 4227 of 6199, 77 of 237; when 168 were
+/// `fixtures/estimate_unseen17`: 4227 of 6199, 77 of 237; with the 24 of
+/// `fixtures/estimate_unseen18`: 4370 of 6419, 85 of 261; when 168 were
 /// recorded: 3586 of 5346 and 48; without rule 7, e818d23: 2642 and 5). The rest is what the twin does not lay out: the
 /// gap above the context, 0.5 to 38 MiB by process, that takes the first
 /// tensors that fit (`fixtures/va_maps/README.md`), and Python's own
@@ -363,8 +367,8 @@ fn load_segments_lie_where_the_gpu_put_them() {
         whole += usize::from(best == twin.len());
     });
     assert_eq!(
-        n, 237,
+        n, 261,
         "every recorded workload without expandable segments"
     );
-    assert_eq!((same, all, whole), (4227, 6199, 77));
+    assert_eq!((same, all, whole), (4370, 6419, 85));
 }
