@@ -89,6 +89,37 @@ pub(crate) fn check_padding_idx(c: &HfConfig, default: Option<i64>, vocab: i64) 
     }
 }
 
+/// The per-forward state every rotary decoder layer sees: the kwargs
+/// `LlamaModel`, `Phi3Model` and `Gemma2Model` (and the Llama's kin) pass
+/// to each layer. `position_ids=position_ids` is among them, so a
+/// checkpointed layer's `partial` holds it until that layer's backward (the
+/// GPU's traces of the first checkpointed Phi-3 and Gemma-2 recorded,
+/// `u16_phi3_a4dc9738...` and `u17_gemma2_20a18480...`, free it in
+/// `backward0`).
+#[derive(Clone)]
+pub(crate) struct LayerArgs {
+    pub(crate) cos: Tensor,
+    pub(crate) sin: Tensor,
+    pub(crate) position_ids: Tensor,
+    pub(crate) training: bool,
+}
+
+impl LayerArgs {
+    /// The model's own reference goes where its locals die: the args'
+    /// `position_ids` now (the model's `position_ids` local holds it on),
+    /// the position embeddings `(cos, sin)` to the caller.
+    pub(crate) fn release(self) -> (Tensor, Tensor) {
+        let LayerArgs {
+            cos,
+            sin,
+            position_ids,
+            ..
+        } = self;
+        drop(position_ids);
+        (cos, sin)
+    }
+}
+
 /// `sliding_window`, when set, must be positive.
 pub(crate) fn check_sliding_window(window: Option<i64>) -> Result<()> {
     match window {

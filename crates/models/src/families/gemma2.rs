@@ -38,8 +38,8 @@ use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, cpu_buffer,
     create_causal_mask, create_sliding_window_causal_mask, head_dim_of, parameter, to_cuda, Act,
-    Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, Linear, RopeType,
-    RotaryEmbedding, Sdpa,
+    Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, LayerArgs, Linear,
+    RopeType, RotaryEmbedding, Sdpa,
 };
 use crate::families::{unsupported_task, HfModel};
 use crate::workload::Task;
@@ -302,20 +302,6 @@ struct DecoderLayer {
     sliding: bool,
 }
 
-/// The per-forward state every layer sees.
-#[derive(Clone)]
-struct LayerArgs {
-    cos: Tensor,
-    sin: Tensor,
-    /// `position_ids=position_ids`, which `Gemma2Model.forward` passes to
-    /// every layer: a checkpointed layer's `partial` holds it until that
-    /// layer's backward (the GPU's trace of
-    /// `u17_gemma2_20a18480_train_bf16_adam_ckpt_b3_s640`, the first
-    /// checkpointed Gemma-2 recorded), as the Llama's and Phi-3's do.
-    position_ids: Tensor,
-    training: bool,
-}
-
 /// `Gemma2DecoderLayer.forward` (without the checkpointing wrapper).
 fn layer_forward(
     l: &DecoderLayer,
@@ -522,13 +508,7 @@ impl Decoder for Model {
         )?;
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
-        let LayerArgs {
-            cos,
-            sin,
-            position_ids: args_position_ids,
-            ..
-        } = args;
-        drop(args_position_ids);
+        let (cos, sin) = args.release();
         // locals die in co_varnames order: position_ids and inputs_embeds are
         // also held by `mask_kwargs`, so they go with it, after
         // `causal_mask_mapping` (full, then sliding mask); then the position

@@ -24,7 +24,8 @@ use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
     create_sliding_window_causal_mask, head_dim_of, to_cuda, Act, Attention, CausalLm, Decoder,
-    DynamicCache, Embedding, Flags, GatedMlp, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
+    DynamicCache, Embedding, Flags, GatedMlp, LayerArgs, Linear, RmsNorm, RopeType,
+    RotaryEmbedding, Sdpa,
 };
 use crate::families::{unsupported_task, HfModel};
 use crate::workload::Task;
@@ -247,17 +248,6 @@ struct DecoderLayer {
     sliding: bool,
 }
 
-/// The per-forward state every layer sees (the decoder layer's kwargs; a
-/// checkpointed layer's `partial` captures them all, `position_ids`
-/// included, for the life of its frame).
-#[derive(Clone)]
-struct LayerArgs {
-    cos: Tensor,
-    sin: Tensor,
-    position_ids: Tensor,
-    training: bool,
-}
-
 /// `LlamaDecoderLayer.forward` (without the checkpointing wrapper).
 fn layer_forward(
     l: &DecoderLayer,
@@ -459,13 +449,7 @@ impl Decoder for Model {
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
         // locals die in `co_varnames` order
-        let LayerArgs {
-            cos,
-            sin,
-            position_ids: args_position_ids,
-            ..
-        } = args;
-        drop(args_position_ids);
+        let (cos, sin) = args.release();
         match cfg.family {
             Family::Llama | Family::Mistral => {
                 // position_ids, inputs_embeds, causal_mask, ...

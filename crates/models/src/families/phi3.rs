@@ -36,7 +36,7 @@ use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
     create_sliding_window_causal_mask, head_dim_of, rotate_half, to_cuda, Act, CausalLm, Decoder,
-    DynamicCache, Embedding, Flags, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
+    DynamicCache, Embedding, Flags, LayerArgs, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
 use crate::families::{unsupported_task, HfModel};
 use crate::workload::Task;
@@ -308,20 +308,6 @@ struct DecoderLayer {
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
     resid_pdrop: f64,
-}
-
-/// The per-forward state every layer sees (the decoder layer's kwargs:
-/// `Phi3Model.forward` passes `position_ids` to every layer, so a
-/// checkpointed layer's `partial` holds it until that layer's backward, as
-/// the Llama's does; the GPU's trace of
-/// `u16_phi3_a4dc9738_train_fp16_adam_ckpt_b8_s200` frees it in
-/// `backward0`).
-#[derive(Clone)]
-struct LayerArgs {
-    cos: Tensor,
-    sin: Tensor,
-    position_ids: Tensor,
-    training: bool,
 }
 
 /// Phi3's `apply_rotary_pos_emb(q, k, cos, sin)`:
@@ -660,13 +646,7 @@ impl Decoder for Model {
         )?;
         let out = self.norm.forward("norm", &hidden)?;
         drop(hidden);
-        let LayerArgs {
-            cos,
-            sin,
-            position_ids: args_position_ids,
-            ..
-        } = args;
-        drop(args_position_ids);
+        let (cos, sin) = args.release();
         // locals die in co_varnames order: position_ids, inputs_embeds,
         // causal_mask, position_embeddings
         drop(position_ids);
