@@ -7,7 +7,10 @@
         COUNT (default 24) workloads on configs no set had before: for each, a family at random
         (each family twice first), one of its configs before set N as a template, and new sizes
         (hidden size, heads, key-value heads, head dim, layers, intermediate size, vocabulary;
-        image and patch size for ViT) drawn at random (seed N); the workload drawn as in `gen`
+        image and patch size for ViT) drawn at random (seed N); the workload drawn as in `gen`;
+        from N = 18 on, only workloads PyTorch builds (a Phi-3 vocabulary that holds its default
+        pad_token_id, a BERT sequence within its 512 positions). `gen` has no such guards: for
+        sets after 16 it can draw configs PyTorch refuses (fixtures' NAME.refused.txt)
     python3 validation/blind_gen.py N pick CANDIDATES.json OUT.json A.txt B.txt ...
         the ones on which the twin's figure files A, B, ... (one line per case: NAME then
         PHASE:alloc:peak_alloc:reserved:peak_reserved ..., as in answers.txt without the

@@ -349,9 +349,6 @@ fn unseen16() {
     check(&["u16_"]);
 }
 
-/// Inference under `torch.inference_mode()` and with grad enabled
-/// (`validation/grad_cases.json`), recorded after the twin's figures were
-/// committed (347a65a).
 /// A blind set on configs no set had before (new sizes for every family),
 /// the twin's answers committed first (`answers.txt`).
 #[test]
@@ -366,6 +363,9 @@ fn unseen18() {
     check(&["u18_"]);
 }
 
+/// Inference under `torch.inference_mode()` and with grad enabled
+/// (`validation/grad_cases.json`), recorded after the twin's figures were
+/// committed (347a65a).
 #[test]
 fn grad_modes() {
     check(&["g_"]);

@@ -118,14 +118,14 @@ fn predicted_traces_equal_the_gpus() {
     );
 }
 
-/// Each case of `sets` with its recorded figures, the GPU's trace as
-/// (action, address, size), and the twin's estimate with its trace recorded.
 /// Whether PyTorch refused the workload (`NAME.refused.txt` in place of
 /// its figures).
 fn refused(dir: &str, name: &str) -> bool {
     std::path::Path::new(&format!("{ROOT}/{dir}/{name}.refused.txt")).exists()
 }
 
+/// Each case of `sets` with its recorded figures, the GPU's trace as
+/// (action, address, size), and the twin's estimate with its trace recorded.
 fn each_case(
     tag: &str,
     sets: &[(&str, &str)],
