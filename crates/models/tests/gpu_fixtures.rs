@@ -10,7 +10,8 @@
 use vramscope_models::fixture::{self, Case, SETS};
 use vramscope_models::{estimate, EstimateOptions, PhaseFigures};
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+mod common;
+use common::{refused, ROOT};
 
 /// Cases outside issue #5's tolerance, with bounds on their worst phase's
 /// allocated and reserved errors, and why. The test fails if one comes back
@@ -77,12 +78,6 @@ fn all_cases() -> Vec<(Case, &'static str)> {
                 .map(move |c| (c, *dir))
         })
         .collect()
-}
-
-/// Whether PyTorch refused the workload: `NAME.refused.txt`, the end of its
-/// traceback, in place of its figures.
-fn refused(dir: &str, name: &str) -> bool {
-    std::path::Path::new(&format!("{ROOT}/{dir}/{name}.refused.txt")).exists()
 }
 
 /// Workloads PyTorch refused to build must be refused by the twin too, for

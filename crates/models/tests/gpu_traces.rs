@@ -24,7 +24,8 @@ use vramscope_alloc::{CachingAllocator, Device};
 use vramscope_models::fixture::{self, Case, Recorded, SETS};
 use vramscope_models::{estimate, Estimate, EstimateOptions};
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+mod common;
+use common::{refused, ROOT};
 
 /// Cases whose recorded trace differs from the twin's. None differs in its
 /// requests (`requests_equal_the_gpus_up_to_the_order_of_consecutive_frees`),
@@ -116,12 +117,6 @@ fn predicted_traces_equal_the_gpus() {
         different, KNOWN_DIFFERENT,
         "the cases whose traces differ changed"
     );
-}
-
-/// Whether PyTorch refused the workload (`NAME.refused.txt` in place of
-/// its figures).
-fn refused(dir: &str, name: &str) -> bool {
-    std::path::Path::new(&format!("{ROOT}/{dir}/{name}.refused.txt")).exists()
 }
 
 /// Each case of `sets` with its recorded figures, the GPU's trace as
