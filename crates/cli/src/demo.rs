@@ -42,7 +42,7 @@ struct StepJson<'a> {
 pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.list || args.case.is_none() {
-        writeln!(out, "Seed experiments (shared/seeds), measured on an H100 in shared/truth/seeds_h100.jsonl:")?;
+        writeln!(out, "Seed experiments (shared/seeds), measured on an H100 in fixtures/seeds/seeds_h100.jsonl:")?;
         for c in demo::cases() {
             writeln!(out, "  {c}")?;
         }

@@ -62,7 +62,7 @@ pub enum Command {
     ///
     /// The figures are those torch.cuda reports (memory_allocated,
     /// max_memory_allocated, memory_reserved, ...), predicted without a GPU;
-    /// they equal the H100 measurements in shared/truth/seeds_h100.jsonl.
+    /// they equal the H100 measurements in fixtures/seeds/seeds_h100.jsonl.
     Demo(demo::DemoArgs),
     /// Inspect a memory snapshot: the timeline of allocated, active and
     /// reserved bytes, what is live at the peak by allocation site and

@@ -106,7 +106,7 @@ fn summary_prints_pytorchs_table() {
 
 #[test]
 fn demo_json_equals_the_h100_fixture() {
-    let truth = std::fs::read_to_string(repo().join("../shared/truth/seeds_h100.jsonl")).unwrap();
+    let truth = std::fs::read_to_string(repo().join("fixtures/seeds/seeds_h100.jsonl")).unwrap();
     for case in ["seed001", "seed003b", "snapshot"] {
         let out = bin().args(["demo", case, "--json"]).output().unwrap();
         assert_eq!(out.status.code(), Some(0));

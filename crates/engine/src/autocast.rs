@@ -53,133 +53,152 @@ pub enum CastPolicy {
     Banned,
 }
 
-/// The `AutocastCUDA` kernel of an ATen op (`name` or `name.overload`), as
-/// `autocast_mode.cpp` registers them from the lists of `autocast_mode.h`
-/// (pytorch/pytorch `d70fe7f`): `None` for an op that falls through.
-pub fn cuda_policy(op: &str) -> Option<CastPolicy> {
+/// Every ATen op (`name` or `name.overload`) with an `AutocastCUDA` kernel
+/// and its policy, as `autocast_mode.cpp` registers them from the lists of
+/// `autocast_mode.h` (pytorch/pytorch `d70fe7f`).
+pub const CUDA_POLICIES: &[(&str, CastPolicy)] = {
     use CastPolicy::*;
-    Some(match op {
+    &[
         // AT_FORALL_LOWER_PRECISION_FP, then cudnn_convolution(_transpose)
-        "_convolution.deprecated"
-        | "_convolution"
-        | "conv1d"
-        | "conv2d"
-        | "conv3d"
-        | "conv_tbc"
-        | "conv_transpose1d"
-        | "conv_transpose2d.input"
-        | "conv_transpose3d.input"
-        | "convolution"
-        | "prelu"
-        | "addmm"
-        | "addmv"
-        | "addr"
-        | "matmul"
-        | "einsum"
-        | "mm"
-        | "mv"
-        | "linalg_vecdot"
-        | "linear"
-        | "addbmm"
-        | "baddbmm"
-        | "bmm"
-        | "chain_matmul"
-        | "linalg_multi_dot"
-        | "_thnn_fused_lstm_cell"
-        | "_thnn_fused_gru_cell"
-        | "lstm_cell"
-        | "gru_cell"
-        | "rnn_tanh_cell"
-        | "rnn_relu_cell"
-        | "_scaled_dot_product_flash_attention"
-        | "scaled_dot_product_attention"
-        | "cudnn_convolution"
-        | "cudnn_convolution_transpose" => LowerPrecisionFp,
+        ("_convolution.deprecated", LowerPrecisionFp),
+        ("_convolution", LowerPrecisionFp),
+        ("conv1d", LowerPrecisionFp),
+        ("conv2d", LowerPrecisionFp),
+        ("conv3d", LowerPrecisionFp),
+        ("conv_tbc", LowerPrecisionFp),
+        ("conv_transpose1d", LowerPrecisionFp),
+        ("conv_transpose2d.input", LowerPrecisionFp),
+        ("conv_transpose3d.input", LowerPrecisionFp),
+        ("convolution", LowerPrecisionFp),
+        ("prelu", LowerPrecisionFp),
+        ("addmm", LowerPrecisionFp),
+        ("addmv", LowerPrecisionFp),
+        ("addr", LowerPrecisionFp),
+        ("matmul", LowerPrecisionFp),
+        ("einsum", LowerPrecisionFp),
+        ("mm", LowerPrecisionFp),
+        ("mv", LowerPrecisionFp),
+        ("linalg_vecdot", LowerPrecisionFp),
+        ("linear", LowerPrecisionFp),
+        ("addbmm", LowerPrecisionFp),
+        ("baddbmm", LowerPrecisionFp),
+        ("bmm", LowerPrecisionFp),
+        ("chain_matmul", LowerPrecisionFp),
+        ("linalg_multi_dot", LowerPrecisionFp),
+        ("_thnn_fused_lstm_cell", LowerPrecisionFp),
+        ("_thnn_fused_gru_cell", LowerPrecisionFp),
+        ("lstm_cell", LowerPrecisionFp),
+        ("gru_cell", LowerPrecisionFp),
+        ("rnn_tanh_cell", LowerPrecisionFp),
+        ("rnn_relu_cell", LowerPrecisionFp),
+        ("_scaled_dot_product_flash_attention", LowerPrecisionFp),
+        ("scaled_dot_product_attention", LowerPrecisionFp),
+        ("cudnn_convolution", LowerPrecisionFp),
+        ("cudnn_convolution_transpose", LowerPrecisionFp),
         // AT_FORALL_FP32
-        "acos"
-        | "asin"
-        | "cosh"
-        | "erfinv"
-        | "exp"
-        | "expm1"
-        | "log"
-        | "log10"
-        | "log2"
-        | "log1p"
-        | "reciprocal"
-        | "rsqrt"
-        | "sinh"
-        | "tan"
-        | "pow.Tensor_Scalar"
-        | "pow.Tensor_Tensor"
-        | "pow.Scalar"
-        | "softplus"
-        | "layer_norm"
-        | "native_layer_norm"
-        | "group_norm"
-        | "frobenius_norm.dim"
-        | "nuclear_norm"
-        | "nuclear_norm.dim"
-        | "cosine_similarity"
-        | "poisson_nll_loss"
-        | "cosine_embedding_loss"
-        | "nll_loss"
-        | "nll_loss2d"
-        | "hinge_embedding_loss"
-        | "kl_div"
-        | "l1_loss"
-        | "smooth_l1_loss"
-        | "huber_loss"
-        | "mse_loss"
-        | "margin_ranking_loss"
-        | "multilabel_margin_loss"
-        | "soft_margin_loss"
-        | "triplet_margin_loss"
-        | "multi_margin_loss"
-        | "binary_cross_entropy_with_logits"
-        | "dist"
-        | "pdist"
-        | "cdist"
-        | "renorm"
-        | "logsumexp"
-        | "upsample_nearest1d"
-        | "_upsample_nearest_exact1d"
-        | "upsample_nearest2d"
-        | "_upsample_nearest_exact2d"
-        | "upsample_nearest3d"
-        | "_upsample_nearest_exact3d"
-        | "upsample_linear1d"
-        | "upsample_bilinear2d"
-        | "_upsample_bilinear2d_aa"
-        | "upsample_trilinear3d"
-        | "upsample_bicubic2d"
-        | "_upsample_bicubic2d_aa" => Fp32,
+        ("acos", Fp32),
+        ("asin", Fp32),
+        ("cosh", Fp32),
+        ("erfinv", Fp32),
+        ("exp", Fp32),
+        ("expm1", Fp32),
+        ("log", Fp32),
+        ("log10", Fp32),
+        ("log2", Fp32),
+        ("log1p", Fp32),
+        ("reciprocal", Fp32),
+        ("rsqrt", Fp32),
+        ("sinh", Fp32),
+        ("tan", Fp32),
+        ("pow.Tensor_Scalar", Fp32),
+        ("pow.Tensor_Tensor", Fp32),
+        ("pow.Scalar", Fp32),
+        ("softplus", Fp32),
+        ("layer_norm", Fp32),
+        ("native_layer_norm", Fp32),
+        ("group_norm", Fp32),
+        ("frobenius_norm.dim", Fp32),
+        ("nuclear_norm", Fp32),
+        ("nuclear_norm.dim", Fp32),
+        ("cosine_similarity", Fp32),
+        ("poisson_nll_loss", Fp32),
+        ("cosine_embedding_loss", Fp32),
+        ("nll_loss", Fp32),
+        ("nll_loss2d", Fp32),
+        ("hinge_embedding_loss", Fp32),
+        ("kl_div", Fp32),
+        ("l1_loss", Fp32),
+        ("smooth_l1_loss", Fp32),
+        ("huber_loss", Fp32),
+        ("mse_loss", Fp32),
+        ("margin_ranking_loss", Fp32),
+        ("multilabel_margin_loss", Fp32),
+        ("soft_margin_loss", Fp32),
+        ("triplet_margin_loss", Fp32),
+        ("multi_margin_loss", Fp32),
+        ("binary_cross_entropy_with_logits", Fp32),
+        ("dist", Fp32),
+        ("pdist", Fp32),
+        ("cdist", Fp32),
+        ("renorm", Fp32),
+        ("logsumexp", Fp32),
+        ("upsample_nearest1d", Fp32),
+        ("_upsample_nearest_exact1d", Fp32),
+        ("upsample_nearest2d", Fp32),
+        ("_upsample_nearest_exact2d", Fp32),
+        ("upsample_nearest3d", Fp32),
+        ("_upsample_nearest_exact3d", Fp32),
+        ("upsample_linear1d", Fp32),
+        ("upsample_bilinear2d", Fp32),
+        ("_upsample_bilinear2d_aa", Fp32),
+        ("upsample_trilinear3d", Fp32),
+        ("upsample_bicubic2d", Fp32),
+        ("_upsample_bicubic2d_aa", Fp32),
         // AT_FORALL_FP32_SET_OPT_DTYPE
-        "prod"
-        | "prod.dim_int"
-        | "prod.dim_Dimname"
-        | "softmax.int"
-        | "softmax.Dimname"
-        | "log_softmax.int"
-        | "log_softmax.Dimname"
-        | "cumprod"
-        | "cumprod.dimname"
-        | "cumsum"
-        | "cumsum.dimname"
-        | "linalg_vector_norm"
-        | "linalg_matrix_norm"
-        | "linalg_matrix_norm.str_ord"
-        | "sum"
-        | "sum.dim_IntList"
-        | "sum.dim_DimnameList" => Fp32SetOptDtype,
+        ("prod", Fp32SetOptDtype),
+        ("prod.dim_int", Fp32SetOptDtype),
+        ("prod.dim_Dimname", Fp32SetOptDtype),
+        ("softmax.int", Fp32SetOptDtype),
+        ("softmax.Dimname", Fp32SetOptDtype),
+        ("log_softmax.int", Fp32SetOptDtype),
+        ("log_softmax.Dimname", Fp32SetOptDtype),
+        ("cumprod", Fp32SetOptDtype),
+        ("cumprod.dimname", Fp32SetOptDtype),
+        ("cumsum", Fp32SetOptDtype),
+        ("cumsum.dimname", Fp32SetOptDtype),
+        ("linalg_vector_norm", Fp32SetOptDtype),
+        ("linalg_matrix_norm", Fp32SetOptDtype),
+        ("linalg_matrix_norm.str_ord", Fp32SetOptDtype),
+        ("sum", Fp32SetOptDtype),
+        ("sum.dim_IntList", Fp32SetOptDtype),
+        ("sum.dim_DimnameList", Fp32SetOptDtype),
         // AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE
-        "norm.Scalar" | "norm.ScalarOpt_dim" | "norm.names_ScalarOpt_dim" => Fp32AppendDtype,
+        ("norm.Scalar", Fp32AppendDtype),
+        ("norm.ScalarOpt_dim", Fp32AppendDtype),
+        ("norm.names_ScalarOpt_dim", Fp32AppendDtype),
         // AT_FORALL_PROMOTE (cat and stack promote on AutocastCPU only)
-        "addcdiv" | "addcmul" | "atan2" | "bilinear" | "cross" | "dot" | "vdot"
-        | "grid_sampler" | "index_put" | "tensordot" | "scatter_add" => Promote,
-        "binary_cross_entropy" => Banned,
-        _ => return None,
-    })
+        ("addcdiv", Promote),
+        ("addcmul", Promote),
+        ("atan2", Promote),
+        ("bilinear", Promote),
+        ("cross", Promote),
+        ("dot", Promote),
+        ("vdot", Promote),
+        ("grid_sampler", Promote),
+        ("index_put", Promote),
+        ("tensordot", Promote),
+        ("scatter_add", Promote),
+        ("binary_cross_entropy", Banned),
+    ]
+};
+
+/// The `AutocastCUDA` kernel of an ATen op (`name` or `name.overload`):
+/// its policy in [`CUDA_POLICIES`], `None` for an op that falls through.
+pub fn cuda_policy(op: &str) -> Option<CastPolicy> {
+    CUDA_POLICIES
+        .iter()
+        .find(|(name, _)| *name == op)
+        .map(|&(_, policy)| policy)
 }
 
 /// What `torch.autocast(device_type="cuda", dtype=, enabled=, cache_enabled=)`

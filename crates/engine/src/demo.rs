@@ -1,4 +1,4 @@
-//! The seed experiments of `shared/truth/seeds_probe.py`, run on the twin.
+//! The seed experiments of `fixtures/seeds/seeds_probe.py`, run on the twin.
 //! Each case is a fresh simulated process, written line for line after the
 //! probe with Python's evaluation order and variable lifetimes; each step
 //! reports the five figures the probe prints and what changed since the

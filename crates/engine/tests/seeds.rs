@@ -1,4 +1,4 @@
-//! The seed experiments measured on an H100 (`shared/truth/seeds_h100.jsonl`)
+//! The seed experiments measured on an H100 (`fixtures/seeds/seeds_h100.jsonl`)
 //! against the twin: every figure of every step must be equal.
 
 mod common;
@@ -9,7 +9,7 @@ use vramscope_engine::demo;
 const SEEDS: Fixture = Fixture {
     path: concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/truth/seeds_h100.jsonl"
+        "/../../fixtures/seeds/seeds_h100.jsonl"
     ),
     run: twin,
     width: 28,

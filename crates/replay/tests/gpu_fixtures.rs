@@ -89,12 +89,12 @@ cases!(
     training_expandable
 );
 
-/// shared/truth's snapshot (3 AdamW steps of a TransformerEncoderLayer):
+/// fixtures/seeds/ snapshot (3 AdamW steps of a TransformerEncoderLayer):
 /// exact, and its peaks equal the probe's measured ones.
 #[test]
 fn truth_encoder_snapshot() {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/truth/snapshot_encoder_adamw_h100.pickle");
+        .join("../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle");
     let snap = vramscope_snapshot::read_snapshot(&std::fs::read(p).unwrap()).unwrap();
     let opts = ReplayOptions {
         config: from_snapshot::config(&snap).0,
@@ -104,7 +104,7 @@ fn truth_encoder_snapshot() {
     };
     let r = replay(&from_snapshot::recording(&snap, 0), &opts).unwrap();
     assert!(r.is_exact(), "{}", r.first_divergence.unwrap());
-    // shared/truth/seeds_h100.jsonl, case "snapshot", step iter2.
+    // fixtures/seeds/seeds_h100.jsonl, case "snapshot", step iter2.
     assert_eq!(r.stats.allocated_bytes.all().peak, 676_800_000);
     assert_eq!(r.stats.reserved_bytes.all().peak, 880_803_840);
     assert_eq!(r.stats.allocated_bytes.all().current, 236_089_856);

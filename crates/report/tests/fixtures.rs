@@ -6,7 +6,7 @@ use vramscope_report::{analyze, Options, Report};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/alloc");
 const TRUTH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+    "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
 );
 
 fn report(path: &std::path::Path) -> Report {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 const TRUTH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+    "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
 );
 
 const PREDICTED: &str = concat!(

@@ -558,7 +558,7 @@ fn malformed_inputs_give_typed_errors() {
 fn writer_round_trips_the_real_snapshot() {
     let real = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+        "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
     );
     let a = read_snapshot_file(real).unwrap();
     for framing in [true, false] {
@@ -647,7 +647,7 @@ fn streaming_reader_matches_slice_parse() {
     // and the file reader
     let real = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+        "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
     );
     let s = read_snapshot_file(real).unwrap();
     let t = read_snapshot(&std::fs::read(real).unwrap()).unwrap();

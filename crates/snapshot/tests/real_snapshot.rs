@@ -1,4 +1,4 @@
-//! The real PyTorch 2.11 / H100 snapshot in `shared/truth`: exact facts
+//! The real PyTorch 2.11 / H100 snapshot in `fixtures/seeds`: exact facts
 //! verified with Python's `pickle`.
 
 use vramscope_snapshot::pickle::{self, View};
@@ -6,7 +6,7 @@ use vramscope_snapshot::*;
 
 const REAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+    "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
 );
 
 fn real_bytes() -> Vec<u8> {

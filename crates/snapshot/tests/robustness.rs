@@ -9,7 +9,7 @@ use vramscope_snapshot::{read_snapshot, Error};
 
 const REAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/truth/snapshot_encoder_adamw_h100.pickle"
+    "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
 );
 
 struct Rng(u64);

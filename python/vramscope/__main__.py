@@ -1,0 +1,21 @@
+"""The `vramscope` command: `run` is Python's; every other command is Rust's."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `vramscope` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        from ._run import main as run_main
+
+        return run_main(argv[1:])
+    from . import _native
+
+    return _native.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

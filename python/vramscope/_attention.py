@@ -1,0 +1,266 @@
+"""`F.scaled_dot_product_attention` as PyTorch 2.11 runs it on an sm_90 GPU.
+
+The backend filters of `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`
+(as the eager twin keeps them, `crates/engine/src/ops/attention.rs`); the
+fused kernel is then called by its ATen name, so autograd saves what the GPU
+saves, and the dispatch rules below allocate what the CUDA kernels allocate,
+in their order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _kernels
+from ._tensor import CudaTensor
+
+aten = torch.ops.aten
+HALF = (torch.float16, torch.bfloat16)
+
+#: `run_cudnn_SDP_fprop`'s workspace on the H100 (torch 2.11+cu130), measured
+CUDNN_FWD_WORKSPACE = 256
+
+
+def cudnn_bwd_workspace(b, h, h_k, s_q, s_kv, d_qk) -> int:
+    """`run_cudnn_SDP_bprop`'s workspace on the H100, measured: an fp32 dQ
+    accumulator, the fp32 softmax sum and 256 bytes (with fewer key/value
+    heads, one more fp32 block for the head-expanded dK/dV)."""
+    n = b * h * s_q * d_qk * 4 + b * h * s_q * 4 + 256
+    if h_k != h:
+        n += b * h * s_kv * d_qk * 4
+    return n
+
+
+def _heads_ok(q, k, v, gqa: bool, supports_gqa: bool) -> bool:
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        return False
+    qh, kh, vh = q.shape[-3], k.shape[-3], v.shape[-3]
+    if gqa and supports_gqa:
+        return kh == vh and kh > 0 and qh % kh == 0
+    return qh == kh == vh
+
+
+def _last_stride_ok(q, k, v, mask, ignore_singleton: bool) -> bool:
+    ok = q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
+    if ignore_singleton:
+        ok = ok or q.shape[-1] == 1
+    return ok and (mask is None or mask.stride(-1) == 1)
+
+
+def _mask_shape_ok(q, k, mask) -> bool:
+    if mask is None:
+        return True
+    if mask.requires_grad or mask.dim() < 2:
+        return False
+    b, h, sq, s = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    ml, ms = mask.shape[-2], mask.shape[-1]
+    if ml not in (sq, 1) or ms not in (s, 1):
+        return False
+    if mask.dim() == 2:
+        return True
+    return mask.dim() == 4 and mask.shape[0] in (1, b) and mask.shape[1] in (1, h)
+
+
+def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
+    """`select_sdp_backend`: cudnn, flash, efficient or math."""
+    if not all(isinstance(t, CudaTensor) for t in (q, k, v)):
+        return "math"
+    four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
+    same = q.dtype == k.dtype == v.dtype
+    nonzero = q.shape[-2] != 0 and k.shape[-2] != 0
+
+    def cudnn():
+        if not (four and same and q.dtype in HALF and nonzero):
+            return False
+        if not (_mask_shape_ok(q, k, mask) and _last_stride_ok(q, k, v, mask, True)):
+            return False
+        if not _heads_ok(q, k, v, gqa, True):
+            return False
+        if q.shape[0] > 65535 or q.shape[1] > 65535:
+            return False
+        d_qk, d_v = q.shape[3], v.shape[3]
+        limit = 256 if capability == (9, 0) else 128
+        if d_qk > limit or d_v > limit or d_qk % 8 or d_v % 8:
+            return False
+        if k.shape[2] == 1:
+            return False
+        return not (dropout_p != 0.0 and q.shape[2] == 1)
+
+    def flash():
+        d = q.shape[-1]
+        return (
+            four
+            and mask is None
+            and d == k.shape[-1] == v.shape[-1]
+            and d <= 256
+            and (not is_causal or q.shape[-2] == k.shape[-2])
+            and same
+            and q.dtype in HALF
+            and _heads_ok(q, k, v, gqa, True)
+            and nonzero
+            and _last_stride_ok(q, k, v, mask, True)
+        )
+
+    def efficient():
+        align = 8 if q.dtype in HALF else 4
+        dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]
+        nbytes = align * q.element_size()
+        return (
+            four
+            and dq == dk
+            and dq % align == 0
+            and dq > 0
+            and dv % align == 0
+            and dv > 0
+            and all(
+                t.numel() == 0 or (t.storage_offset() * t.element_size()) % nbytes == 0 for t in (q, k, v)
+            )
+            and nonzero
+            and _last_stride_ok(q, k, v, mask, False)
+            and _heads_ok(q, k, v, gqa, False)
+            and same
+            and q.dtype in (torch.float16, torch.float32, torch.bfloat16)
+        )
+
+    prefers_cudnn = capability[0] in (9, 10) and capability[1] in (0, 3)
+    order = ("cudnn", "flash", "efficient") if prefers_cudnn else ("flash", "efficient")
+    checks = {"cudnn": cudnn, "flash": flash, "efficient": efficient}
+    for name in order:
+        if checks[name]():
+            return name
+    return "math"
+
+
+def sdpa(cap, args, kwargs):
+    """`F.scaled_dot_product_attention` on the simulated GPU, or
+    NotImplemented where PyTorch's own composite runs (the math path)."""
+    names = (
+        "query",
+        "key",
+        "value",
+        "attn_mask",
+        "dropout_p",
+        "is_causal",
+        "scale",
+        "enable_gqa",
+    )
+    a = dict(zip(names, args, strict=False))
+    a.update(kwargs)
+    q, k, v = a["query"], a["key"], a["value"]
+    mask = a.get("attn_mask")
+    dropout_p = float(a.get("dropout_p", 0.0) or 0.0)
+    is_causal = bool(a.get("is_causal", False))
+    scale = a.get("scale")
+    gqa = bool(a.get("enable_gqa", False))
+    which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability)
+    cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
+    if which == "math":
+        return NotImplemented
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if mask is not None and mask.dtype == torch.bool:
+        # convert_boolean_attn_mask: where(mask.logical_not(), -inf, 0)
+        mask = torch.where(
+            mask.logical_not(),
+            -math.inf,
+            torch.zeros((), dtype=q.dtype, device=q.device),
+        )
+    if which == "cudnn":
+        out = aten._scaled_dot_product_cudnn_attention(
+            q, k, v, mask, needs_grad, dropout_p, is_causal, False, scale=scale
+        )
+        return out[0]
+    if which == "flash":
+        return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+    if mask is not None:
+        # preprocess_mask: the bias padded to a multiple of 16 on its last dim
+        pass
+    return aten._scaled_dot_product_efficient_attention(
+        q, k, v, mask, needs_grad, dropout_p, is_causal, scale=scale
+    )[0]
+
+
+# ---- what the fused kernels allocate ----------------------------------------------------
+
+
+def _alloc_in_order(cap, outs, order, op):
+    """Allocate the fresh outputs `outs[i]` for i in `order` (GPU order)."""
+    wrapped = list(outs)
+    for i in order:
+        o = outs[i]
+        if isinstance(o, torch.Tensor):
+            wrapped[i] = cap.wrap_new(o, op)
+    return wrapped
+
+
+def _unwrap(args):
+    return [a.elem if isinstance(a, CudaTensor) else a for a in args]
+
+
+def cudnn_forward(cap, func, args, kwargs):
+    """`_cudnn_attention_forward`: philox seed and offset, the output, the
+    logsumexp (when a gradient is needed), the plan's 256-byte workspace."""
+    cap.ops += 1
+    out = func(*_unwrap(args), **kwargs)
+    op = "aten::_scaled_dot_product_cudnn_attention"
+    # (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
+    w = _alloc_in_order(cap, out, (6, 7, 0, 1, 8), op)
+    ws = cap.malloc(CUDNN_FWD_WORKSPACE, op, "workspace")
+    del ws
+    return tuple(w)
+
+
+def cudnn_backward(cap, func, args, kwargs):
+    """`_cudnn_attention_backward`: dq, dk, dv, then the plan's workspace."""
+    cap.ops += 1
+    grad_out, q, k = args[0], args[1], args[2]
+    out = func(*_unwrap(args), **kwargs)
+    op = "aten::_scaled_dot_product_cudnn_attention_backward"
+    w = _alloc_in_order(cap, out, (0, 1, 2), op)
+    d_o = None
+    if grad_out.stride(-1) != 1:
+        d_o = cap.malloc(grad_out.numel() * grad_out.element_size(), op, "temporary")
+    ws = cap.malloc(
+        cudnn_bwd_workspace(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]),
+        op,
+        "workspace",
+    )
+    del ws, d_o
+    return tuple(w)
+
+
+def flash_forward(cap, func, args, kwargs):
+    """`_flash_attention_forward`: the output, the logsumexp, `rng_state`
+    and the 8-byte `_unused` philox offset (flash_api.cpp `mha_fwd`)."""
+    cap.ops += 1
+    out = func(*_unwrap(args), **kwargs)
+    cap.note_unmeasured("flash attention's split-KV accumulators")
+    w = _alloc_in_order(cap, out, (0, 1, 6, 7, 8), "aten::_scaled_dot_product_flash_attention")
+    return tuple(w)
+
+
+def efficient_forward(cap, func, args, kwargs):
+    """`_efficient_attention_forward`: the output and the logsumexp, then the
+    philox seed and offset."""
+    cap.ops += 1
+    out = func(*_unwrap(args), **kwargs)
+    w = _alloc_in_order(cap, out, (0, 1, 2, 3), "aten::_scaled_dot_product_efficient_attention")
+    return tuple(w)
+
+
+def install() -> None:
+    """Register the dispatch rules (`_cuda.patch` puts `sdpa` in place of
+    `F.scaled_dot_product_attention`)."""
+    _kernels.DISPATCH[aten._scaled_dot_product_cudnn_attention.default] = cudnn_forward
+    _kernels.DISPATCH[aten._scaled_dot_product_cudnn_attention_backward.default] = cudnn_backward
+    _kernels.DISPATCH[aten._scaled_dot_product_flash_attention.default] = flash_forward
+    _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention.default] = efficient_forward
+    for name in (
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention_backward",
+    ):
+        _kernels.SCRATCH_UNMODELLED.add("aten::" + name)
+
+
+install()

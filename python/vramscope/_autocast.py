@@ -1,0 +1,132 @@
+"""`torch.autocast("cuda")` over simulated tensors.
+
+PyTorch's `AutocastCUDA` kernels cast only tensors whose device is CUDA, and
+the twin's tensors are meta tensors underneath. While a capture runs, the
+`AutocastCUDA` key is included for every op and each op with a CUDA autocast
+policy gets a kernel here that applies it to simulated tensors as
+`aten/src/ATen/autocast_mode.{h,cpp}` does (the policies are the eager
+twin's table, `vramscope_engine::autocast::CUDA_POLICIES`): casts evaluated
+right to left, the casts of fp32 leaves that require grad cached until the
+outermost autocast region exits, the op re-run with autocast excluded.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ._tensor import CudaTensor
+
+KEY = torch._C.DispatchKey.AutocastCUDA
+_EXCLUDE = torch._C.DispatchKeySet(KEY)
+
+_cache: dict[int, tuple] = {}
+
+
+def _eligible(t) -> bool:
+    return isinstance(t, CudaTensor) and t.is_floating_point() and t.dtype != torch.float64
+
+
+def _cast(t, dtype):
+    """`cached_cast(dtype, arg)`."""
+    if not _eligible(t) or t.dtype == dtype:
+        return t
+    lower = torch.get_autocast_dtype("cuda")
+    can_cache = (
+        dtype == lower
+        and t.dtype == torch.float32
+        and t.requires_grad
+        and t.is_leaf
+        and not t._is_view()
+        and torch.is_autocast_cache_enabled()
+    )
+    if can_cache:
+        hit = _cache.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+    out = t.to(dtype)
+    if can_cache:
+        _cache[id(t)] = (t, out)
+    return out
+
+
+def _map_right_to_left(args, fn):
+    """Apply `fn` to every tensor (and tensor in a list) of `args`, the
+    last argument first, as the C++ argument list is evaluated."""
+    out = list(args)
+    for i in range(len(out) - 1, -1, -1):
+        a = out[i]
+        if isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
+            out[i] = type(a)(fn(x) if isinstance(x, torch.Tensor) else x for x in reversed(a))[::-1]
+        elif isinstance(a, torch.Tensor):
+            out[i] = fn(a)
+    return out
+
+
+def _kernel(op, policy: str):
+    def run(*args, **kwargs):
+        args = list(args)
+        if policy == "banned":
+            raise RuntimeError(
+                "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+                "autocast.\nMany models use a sigmoid layer right before the binary cross entropy "
+                "layer.\nIn this case, combine the two layers using "
+                "torch.nn.functional.binary_cross_entropy_with_logits\nor torch.nn.BCEWithLogitsLoss.  "
+                "binary_cross_entropy_with_logits and BCEWithLogits are\nsafe to autocast."
+            )
+        if policy == "lower_precision_fp":
+            dtype = torch.get_autocast_dtype("cuda")
+            args = _map_right_to_left(args, lambda t: _cast(t, dtype))
+        elif policy == "fp32":
+            args = _map_right_to_left(args, lambda t: _cast(t, torch.float32))
+        elif policy in ("fp32_set_opt_dtype", "fp32_append_dtype"):
+            if kwargs.get("dtype") is None and args and _eligible(args[0]):
+                kwargs = dict(kwargs, dtype=torch.float32)
+        elif policy == "promote":
+            types = [a.dtype for a in args if _eligible(a)]
+            if types:
+                widest = types[0]
+                for t in types[1:]:
+                    widest = torch.promote_types(widest, t)
+                args = _map_right_to_left(args, lambda t: _cast(t, widest))
+        with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+            out = op(*args, **kwargs)
+        # the uncached casts die left to right when the op returns
+        for i in range(len(args)):
+            args[i] = None
+        return out
+
+    return run
+
+
+class Autocast:
+    """The kernels, registered for the life of a capture."""
+
+    def __init__(self, policies: list[tuple[str, str]]):
+        self.lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, policy in policies:
+                base, _, overload = name.partition(".")
+                packet = getattr(torch.ops.aten, base, None)
+                if packet is None:
+                    continue
+                op = getattr(packet, overload or "default", None)
+                if op is None:
+                    continue
+                self.lib.impl(name, _kernel(op, policy), "AutocastCUDA")
+        self.previous = torch._C._dispatch_tls_is_dispatch_key_included(KEY)
+        torch._C._dispatch_tls_set_dispatch_key_included(KEY, True)
+        self.clear = torch.clear_autocast_cache
+
+    def restore(self) -> None:
+        """Unregister the kernels."""
+        torch._C._dispatch_tls_set_dispatch_key_included(KEY, self.previous)
+        self.lib._destroy()
+        _cache.clear()
+
+
+def clear_cache() -> None:
+    """`torch.clear_autocast_cache()`: the cached casts die."""
+    _cache.clear()

@@ -1,0 +1,472 @@
+"""The capture: run PyTorch code with `cuda` tensors simulated by the twin.
+
+Two PyTorch modes do the work:
+- a `TorchFunctionMode` (above autograd) turns `device="cuda"` into the
+  simulated device, and answers the calls that need a GPU's kernels choice
+  (`F.scaled_dot_product_attention`);
+- a `TorchDispatchMode` (below autograd) sees every ATen op, forward and
+  backward: it runs the op's meta kernel for the outputs' sizes, asks the
+  twin for each new storage (`_native.Device.malloc`) and for the library
+  work the op does on the GPU (`_kernels`).
+`torch.cuda`'s memory API is answered by the twin (`_cuda`).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+import warnings
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import _attention, _autocast, _kernels, _native  # noqa: F401  (_attention registers its rules)
+from ._tensor import CudaTensor, Storage
+
+#: Tensors of at most this many elements also carry their values.
+VALUE_LIMIT = 1 << 16
+
+_STATE = threading.local()
+
+aten = torch.ops.aten
+
+
+def current() -> Capture | None:
+    """The capture active on this thread, if any."""
+    return getattr(_STATE, "capture", None)
+
+
+def _is_cuda(device) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return False
+
+
+def _user_site() -> str:
+    """file:line of the innermost frame outside torch and vramscope."""
+    f = sys._getframe(1)
+    torch_dir = os.path.dirname(torch.__file__)
+    here = os.path.dirname(__file__)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(torch_dir) and not fn.startswith(here) and not fn.startswith("<frozen"):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+class Phase:
+    """One phase of the run: the figures at its end and its peaks."""
+
+    __slots__ = (
+        "allocated",
+        "name",
+        "peak_allocated",
+        "peak_reserved",
+        "requested",
+        "reserved",
+    )
+
+    def __init__(self, name: str, stats: dict):
+        self.name = name
+        self.allocated = stats["allocated_bytes.all.current"]
+        self.peak_allocated = stats["allocated_bytes.all.peak"]
+        self.reserved = stats["reserved_bytes.all.current"]
+        self.peak_reserved = stats["reserved_bytes.all.peak"]
+        self.requested = stats["requested_bytes.all.current"]
+
+    def as_dict(self) -> dict:
+        """The phase as the JSON report writes it."""
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class _FunctionMode(TorchFunctionMode):
+    def __init__(self, cap: Capture):
+        super().__init__()
+        self.cap = cap
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        cap = self.cap
+        handler = _kernels.FUNCTIONS.get(func)
+        if handler is not None:
+            out = handler(cap, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        dev = kwargs.get("device")
+        if dev is not None:
+            if _is_cuda(dev):
+                kwargs = dict(kwargs, device="meta")
+            elif torch.device(dev).type == "meta":
+                # the program's own meta tensors stay plain meta tensors
+                cap.genuine_meta += 1
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    cap.genuine_meta -= 1
+        if func is torch.Tensor.cuda or func is torch.Tensor.cuda.__get__:
+            return torch.Tensor.to(
+                args[0],
+                "meta",
+                **{k: v for k, v in kwargs.items() if k == "non_blocking"},
+            )
+        if func is torch.Tensor.to or func is torch.Tensor.new_empty:
+            args = tuple("meta" if _is_cuda(a) and not isinstance(a, torch.Tensor) else a for a in args)
+        return func(*args, **kwargs)
+
+
+class _DispatchMode(TorchDispatchMode):
+    def __init__(self, cap: Capture):
+        super().__init__()
+        self.cap = cap
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.cap.dispatch(func, args, kwargs or {})
+
+
+class Capture:
+    """Run code with `cuda` tensors on a simulated GPU.
+
+    ``with Capture(gpu="h100") as cap: ...`` then ``cap.report()``.
+    """
+
+    def __init__(self, gpu: str = "h100", alloc_conf: str | None = None):
+        if alloc_conf is None:
+            alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        self.device = _native.Device(gpu, alloc_conf)
+        self.gpu = gpu
+        self.active = False
+        self.genuine_meta = 0
+        self.stream = 0
+        self.phases: list[Phase] = []
+        self.phase_names: list[str] = []
+        self.next_phase = None
+        self.cuda_used = False
+        self.warned: set[str] = set()
+        self.unmeasured: dict[str, int] = {}
+        self.ops = 0
+        self.launched = False
+        self.oom: str | None = None
+        self._modes = None
+        self._patch = None
+        self.module_stack: list[str] = []
+        self.sdpa_backends: dict[str, int] = {}
+        self.in_step = 0
+        self.module_names: dict[int, str] = {}
+        self.categorized: set[int] = set()
+
+    # ---- the twin ---------------------------------------------------------------
+
+    def malloc(self, nbytes: int, op: str, category: str = "output"):
+        """A new storage of `nbytes` for `op` (None for zero bytes, as PyTorch's)."""
+        if not self.launched:
+            self.launched = True
+        self.cuda_used = True
+        if nbytes == 0:
+            return Storage(self, 0, None)
+        module = self.module_stack[-1] if self.module_stack else ""
+        if category == "output":
+            if self.in_step:
+                category = "optimizer_state"
+            elif torch._C._current_graph_task_id() != -1:
+                category = "gradient"
+        try:
+            h = self.device.malloc(nbytes, self.stream, category, op, module)
+        except _native.OutOfMemory as e:
+            self.oom = str(e)
+            raise torch.OutOfMemoryError(str(e)) from None
+        return Storage(self, nbytes, h)
+
+    def free(self, handle) -> None:
+        """Free a storage's allocation."""
+        self.device.free(handle)
+
+    def thread(self) -> str:
+        """The host thread running the current op: the autograd engine's
+        device thread during backward, else the program's."""
+        return "autograd" if torch._C._current_graph_task_id() != -1 else "main"
+
+    def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
+        """A cuBLAS call: handle and workspace on first use per (thread, stream)."""
+        try:
+            self.device.blas(op, self.thread(), self.stream, str(dtype).removeprefix("torch."), lt)
+        except _native.OutOfMemory as e:
+            self.oom = str(e)
+            raise torch.OutOfMemoryError(str(e)) from None
+
+    def warn_once(self, key: str, message: str) -> None:
+        """One warning per distinct key."""
+        if key in self.warned:
+            return
+        self.warned.add(key)
+        warnings.warn(f"vramscope: {message}", stacklevel=2)
+        print(f"vramscope: warning: {message}", file=sys.stderr)
+
+    def note_unmeasured(self, what: str) -> None:
+        """An op the twin has no rule for: sizes from its meta kernel only."""
+        if what not in self.unmeasured:
+            self.unmeasured[what] = 0
+            self.warn_once(
+                "unmeasured:" + what,
+                f"{what} has no rule in the twin: its outputs are counted, "
+                "any scratch memory inside it is not",
+            )
+        self.unmeasured[what] += 1
+
+    # ---- values -------------------------------------------------------------------
+
+    def value_of(self, t: CudaTensor, why: str) -> torch.Tensor:
+        """The CPU value of a simulated tensor (zeros where it carries none)."""
+        if t.val is not None:
+            return t.val
+        site = _user_site()
+        self.warn_once(
+            "value:" + site,
+            f"{site}: {why} reads the values of a CUDA tensor of {tuple(t.shape)}, "
+            "which the twin does not compute: it reads zeros there",
+        )
+        return torch.zeros((), dtype=t.dtype).expand(t.shape)
+
+    # ---- ops ---------------------------------------------------------------------
+
+    def wrap_new(self, elem: torch.Tensor, op: str, category: str = "output", val=None) -> CudaTensor:
+        """A CudaTensor with a storage of its own."""
+        st = self.malloc(elem.untyped_storage().nbytes(), op, category)
+        return CudaTensor(elem, st, val)
+
+    def dispatch(self, func, args, kwargs):
+        """Run one ATen op on the simulated device."""
+        special = _kernels.DISPATCH.get(func)
+        if special is not None:
+            out = special(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        flat, spec = tree_flatten((args, kwargs))
+        ours = [a for a in flat if isinstance(a, CudaTensor)]
+        if not ours:
+            dev = kwargs.get("device")
+            if dev is None:
+                return func(*args, **kwargs)
+            kind = torch.device(dev).type
+            if kind == "cuda":
+                kwargs = dict(kwargs, device=torch.device("meta"))
+                flat, spec = tree_flatten((args, kwargs))
+            elif kind != "meta" or self.genuine_meta:
+                return func(*args, **kwargs)
+            # a factory for the simulated device (`device="cuda"`, or a
+            # composite's `at::empty(..., options)` of a simulated tensor)
+            return self.run(func, flat, spec, [], factory=True)
+        return self.run(func, flat, spec, ours)
+
+    def run(self, func, flat, spec, ours, factory=False):
+        """The op's meta kernel, then the twin's allocations for its outputs."""
+        self.ops += 1
+        by_elem = {id(a.elem): a for a in ours}
+        by_storage = {}
+        for a in ours:
+            by_storage.setdefault(a.elem.untyped_storage()._cdata, a)
+        margs, mkwargs = tree_unflatten([a.elem if isinstance(a, CudaTensor) else a for a in flat], spec)
+        out = func(*margs, **mkwargs)
+        name = func.__name__
+        op = func._schema.name
+        outs, ospec = tree_flatten(out)
+        small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
+            a.val is not None or a.numel() <= VALUE_LIMIT for a in ours
+        )
+        vals = None
+        if small and not _kernels.NO_VALUES.get(func, False):
+            vals = self.cpu_values(func, flat, spec, ours)
+        wrapped = []
+        new = []
+        for i, o in enumerate(outs):
+            if not isinstance(o, torch.Tensor):
+                wrapped.append(o)
+                continue
+            v = vals[i] if vals is not None and isinstance(vals[i], torch.Tensor) else None
+            same = by_elem.get(id(o))
+            if same is not None:
+                if same.val is not None and v is None and func._schema.is_mutable:
+                    same.val = None
+                wrapped.append(same)
+                continue
+            base = by_storage.get(o.untyped_storage()._cdata) if o.device.type == "meta" else None
+            if base is not None:
+                wrapped.append(CudaTensor(o, base.storage_, v))
+                continue
+            if o.device.type != "meta":
+                wrapped.append(o)
+                continue
+            new.append(i)
+            wrapped.append(None)
+        for i in new:
+            o = outs[i]
+            v = vals[i] if vals is not None and isinstance(vals[i], torch.Tensor) else None
+            wrapped[i] = self.wrap_new(o, op, "input" if factory else "output", v)
+        rule = _kernels.AFTER.get(func)
+        if rule is not None:
+            rule(self, func, tree_unflatten(flat, spec), wrapped)
+        elif name not in _kernels.PLAIN and not factory and func not in _kernels.PLAIN_OPS:
+            _kernels.check_known(self, func)
+        return tree_unflatten(wrapped, ospec)
+
+    def cpu_values(self, func, flat, spec, ours):
+        """The op run on the CPU values of its inputs (None if it cannot)."""
+        cpu = []
+        for a in flat:
+            if isinstance(a, CudaTensor):
+                cpu.append(a.val if a.val is not None else torch.zeros((), dtype=a.dtype).expand(a.shape))
+            elif isinstance(a, torch.device) and a.type == "meta":
+                cpu.append(torch.device("cpu"))
+            else:
+                cpu.append(a)
+        cargs, ckwargs = tree_unflatten(cpu, spec)
+        if "device" in ckwargs and ckwargs["device"] is not None:
+            ckwargs["device"] = "cpu"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = func(*cargs, **ckwargs)
+        except Exception:
+            return None
+        return tree_flatten(r)[0]
+
+    # ---- modules, parameters and optimizers ------------------------------------------
+
+    def _install_hooks(self):
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim
+
+        def pre(mod, args):
+            if not self.module_stack and id(mod) not in self.module_names:
+                for name, sub in mod.named_modules():
+                    self.module_names.setdefault(id(sub), name or type(mod).__name__)
+            self.module_stack.append(self.module_names.get(id(mod), type(mod).__name__))
+            self._categorize(mod._parameters.values(), "parameter")
+            self._categorize(mod._buffers.values(), "buffer")
+
+        def post(mod, args, out):
+            if self.module_stack:
+                self.module_stack.pop()
+
+        def step_pre(opt, args, kwargs):
+            self.in_step += 1
+            for group in opt.param_groups:
+                self._categorize(group["params"], "parameter")
+                self._categorize((p.grad for p in group["params"]), "gradient")
+
+        def step_post(opt, args, kwargs):
+            self.in_step -= 1
+            for state in opt.state.values():
+                self._categorize(
+                    (v for v in state.values() if isinstance(v, CudaTensor)),
+                    "optimizer_state",
+                )
+
+        return [
+            nn_module.register_module_forward_pre_hook(pre),
+            nn_module.register_module_forward_hook(post, always_call=True),
+            optim.register_optimizer_step_pre_hook(step_pre),
+            optim.register_optimizer_step_post_hook(step_post),
+        ]
+
+    def _categorize(self, tensors, category: str) -> None:
+        for t in tensors:
+            if not isinstance(t, CudaTensor):
+                continue
+            st = t.storage_
+            key = id(st)
+            if st.handle is None or (key, category) in self.categorized:
+                continue
+            self.categorized.add((key, category))
+            self.device.set_category(st.handle, category)
+
+    # ---- phases and the report -----------------------------------------------------
+
+    def mark_phase(self, name: str | None = None) -> None:
+        """Close the current phase (its peaks since the last mark)."""
+        label = name or self.next_phase or f"phase{len(self.phases)}"
+        self.phases.append(Phase(label, self.device.memory_stats()))
+        self.next_phase = None
+
+    def __enter__(self):
+        if current() is not None:
+            raise RuntimeError("vramscope: a capture is already active on this thread")
+        from . import _cuda
+
+        _STATE.capture = self
+        self.active = True
+        self._patch = _cuda.patch(self)
+        self._autocast = _autocast.Autocast(_native.autocast_policies())
+        self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
+        self._hooks = self._install_hooks()
+        self._modes = (_FunctionMode(self), _DispatchMode(self))
+        for m in self._modes:
+            m.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for m in reversed(self._modes):
+            m.__exit__(None, None, None)
+        for h in self._hooks:
+            h.remove()
+        self._autocast.restore()
+        self._patch.restore()
+        _STATE.capture = None
+        if getattr(self, "end_stats", None) is None:
+            self.mark_end()
+        return False
+
+    def mark_end(self) -> None:
+        """The figures at the program's end (before its globals die)."""
+        self.end_stats = self.device.memory_stats()
+
+    def close(self) -> None:
+        """Stop answering frees (tensors that outlive the capture)."""
+        self.active = False
+
+    def report(self) -> dict:
+        """The run as `vramscope run --json` writes it (docs/json.md)."""
+        stats = getattr(self, "end_stats", None) or self.device.memory_stats()
+        end = Phase("end", stats)
+        phases = [p.as_dict() for p in self.phases] + [end.as_dict()]
+        return {
+            "schema": "vramscope.run/1",
+            "gpu": self.device.name,
+            "total_memory": self.device.total_memory,
+            "cuda_used": self.cuda_used,
+            "ops": self.ops,
+            "phases": phases,
+            "peak_allocated": max(p["peak_allocated"] for p in phases),
+            "peak_reserved": max(p["peak_reserved"] for p in phases),
+            "oom": self.oom,
+            "unmeasured": sorted(self.unmeasured),
+            "sdpa_backends": dict(self.sdpa_backends),
+            "warnings": sorted(self.warned),
+        }
+
+
+_CLEAR_AUTOCAST_CACHE = torch.clear_autocast_cache
+
+
+def _clear_autocast_cache() -> None:
+    _autocast.clear_cache()
+    _CLEAR_AUTOCAST_CACHE()
+
+
+def source_line(site: str) -> str:
+    """The text of a file:line site, for warnings."""
+    fn, _, line = site.rpartition(":")
+    try:
+        return linecache.getline(fn, int(line)).strip()
+    except ValueError:
+        return ""

@@ -1,0 +1,273 @@
+"""`torch.cuda` answered by the twin while a capture runs.
+
+The memory API is patched where `torch.cuda.memory` reads it (`torch._C`'s
+`_cuda_*` functions), so `memory_allocated`, `memory_summary`, `_snapshot`
+and the rest keep PyTorch's own Python code; device queries, streams and
+events get stand-ins that need no GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+
+import torch
+import torch.nn.functional as F
+
+from ._tensor import CUDA0, CudaTensor
+
+
+class _Properties:
+    """What `torch.cuda.get_device_properties(0)` reports."""
+
+    def __init__(self, dev):
+        self.name = dev.name
+        self.total_memory = dev.total_memory
+        self.major, self.minor = dev.capability
+        self.multi_processor_count = dev.multi_processor_count
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+        self.gcnArchName = "NVIDIA"
+        self.L2_cache_size = 50 * 1024 * 1024
+        self.warp_size = 32
+        self.max_threads_per_multi_processor = 2048
+        self.uuid = "00000000-0000-0000-0000-000000000000"
+        self.pci_bus_id = 0
+        self.pci_device_id = 0
+        self.pci_domain_id = 0
+
+    def __repr__(self):
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"multi_processor_count={self.multi_processor_count})"
+        )
+
+
+class Stream:
+    """A stand-in for `torch.cuda.Stream`: an id the allocator keys its pools by."""
+
+    _next = 1
+
+    def __init__(self, device=None, priority=0, **kwargs):
+        type(self)._next += 1
+        self.stream_id = Stream._next * 0x10 + 0x7F00_0000_0000
+        self.device = CUDA0
+        self.priority = priority
+        self.cuda_stream = self.stream_id
+
+    def wait_stream(self, stream):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return event or Event()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and other.stream_id == self.stream_id
+
+    def __hash__(self):
+        return hash(self.stream_id)
+
+    def __enter__(self):
+        from . import _capture
+
+        cap = _capture.current()
+        self._prev = cap.stream
+        cap.stream = self.stream_id
+        cap.current_stream_obj.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        from . import _capture
+
+        cap = _capture.current()
+        cap.stream = self._prev
+        cap.current_stream_obj.pop()
+
+
+class _DefaultStream(Stream):
+    def __init__(self):
+        self.stream_id = 0
+        self.device = CUDA0
+        self.priority = 0
+        self.cuda_stream = 0
+
+
+class Event:
+    """A stand-in for `torch.cuda.Event`."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = enable_timing
+
+    def record(self, stream=None):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 0.0
+
+
+class _StreamContext:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        if self.stream is not None:
+            self.stream.__enter__()
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
+
+
+def _nest(flat: dict) -> dict:
+    """memory_stats' flat keys as `_cuda_memoryStats`' nested dict."""
+    out: dict = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = value
+    return out
+
+
+class _Patch:
+    def __init__(self):
+        self.saved = []
+
+    def set(self, obj, name, value):
+        self.saved.append((obj, name, getattr(obj, name, _MISSING)))
+        setattr(obj, name, value)
+
+    def restore(self):
+        for obj, name, value in reversed(self.saved):
+            if value is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+        self.saved.clear()
+
+
+_MISSING = object()
+
+
+def patch(cap) -> _Patch:
+    """Point torch.cuda at `cap`'s twin; returns what restores it."""
+    dev = cap.device
+    props = _Properties(dev)
+    p = _Patch()
+    C = torch._C
+    cuda = torch.cuda
+    default_stream = _DefaultStream()
+    cap.current_stream_obj = [default_stream]
+
+    # torch._dynamo's trace rules are built once from torch's functions: build
+    # them before any is patched (one stand-in shared by two names breaks them)
+    importlib.import_module("torch._dynamo")
+
+    p.set(cuda, "is_available", lambda: True)
+    p.set(cuda, "is_initialized", lambda: True)
+    p.set(cuda, "_lazy_init", lambda *a, **k: None)
+    p.set(cuda, "init", lambda *a, **k: None)
+    p.set(cuda, "device_count", lambda: 1)
+    p.set(cuda, "current_device", lambda: 0)
+    p.set(cuda, "set_device", lambda *a, **k: None)
+    p.set(cuda, "synchronize", lambda *a, **k: None)
+    p.set(cuda, "ipc_collect", lambda *a, **k: None)
+    p.set(cuda, "get_device_name", lambda device=None: dev.name)
+    p.set(cuda, "get_device_capability", lambda device=None: dev.capability)
+    p.set(cuda, "get_device_properties", lambda device=None: props)
+    p.set(cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    p.set(cuda, "get_arch_list", lambda: ["sm_90"])
+    p.set(cuda, "Stream", Stream)
+    p.set(cuda, "Event", Event)
+    p.set(cuda, "current_stream", lambda device=None: cap.current_stream_obj[-1])
+    p.set(cuda, "default_stream", lambda device=None: default_stream)
+    p.set(cuda, "stream", _StreamContext)
+    p.set(cuda, "set_stream", lambda s: setattr(cap, "stream", s.stream_id))
+    p.set(cuda, "is_current_stream_capturing", lambda: False)
+    p.set(cuda.graphs, "is_current_stream_capturing", lambda: False)
+    p.set(cuda, "manual_seed", lambda *a, **k: None)
+    p.set(cuda, "manual_seed_all", lambda *a, **k: None)
+    p.set(cuda, "seed", lambda *a, **k: None)
+    p.set(cuda, "seed_all", lambda *a, **k: None)
+    p.set(cuda, "get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8))
+    p.set(cuda, "set_rng_state", lambda *a, **k: None)
+
+    def memory_stats_nested(device=None):
+        return _nest(dev.memory_stats())
+
+    def reset_peak(device=None):
+        cap.mark_phase()
+        dev.reset_peak_memory_stats()
+
+    def empty_cache():
+        dev.empty_cache()
+
+    def mem_get_info(device=None):
+        return dev.mem_get_info()
+
+    def set_fraction(fraction, device=None):
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        try:
+            dev.set_memory_fraction(fraction)
+        except ValueError as e:
+            raise ValueError(str(e)) from None
+
+    def record_history(enabled=None, *args, **kwargs):
+        dev.record_memory_history(bool(enabled) and enabled != "None")
+
+    def memory_snapshot(*args, **kwargs):
+        return pickle.loads(dev.snapshot_pickle())
+
+    p.set(C, "_cuda_memoryStats", memory_stats_nested)
+    p.set(C, "_cuda_resetPeakMemoryStats", reset_peak)
+    p.set(
+        C,
+        "_cuda_resetAccumulatedMemoryStats",
+        lambda device=None: dev.reset_accumulated_memory_stats(),
+    )
+    p.set(C, "_cuda_emptyCache", empty_cache)
+    p.set(C, "_cuda_setMemoryFraction", set_fraction)
+    p.set(C, "_cuda_getMemoryFraction", lambda device=None: 1.0)
+    p.set(C, "_cuda_record_memory_history", record_history)
+    p.set(C, "_cuda_memorySnapshot", memory_snapshot)
+    p.set(C, "_cuda_clearCublasWorkspaces", lambda: dev.clear_cublas_workspaces())
+    p.set(C, "_cuda_isHistoryEnabled", lambda: False)
+    from . import _attention
+
+    original_sdpa = F.scaled_dot_product_attention
+
+    def scaled_dot_product_attention(*args, **kwargs):
+        if isinstance(args[0] if args else kwargs.get("query"), CudaTensor):
+            out = _attention.sdpa(cap, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        return original_sdpa(*args, **kwargs)
+
+    p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    p.set(cuda.memory, "mem_get_info", mem_get_info)
+    p.set(cuda, "mem_get_info", mem_get_info)
+    p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
+    p.set(cuda.memory, "is_initialized", lambda: True)
+    return p

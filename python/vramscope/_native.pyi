@@ -1,0 +1,71 @@
+"""The Rust core (crates/py, PyO3): the twin of one CUDA device of one process.
+
+Every figure comes from the allocator twin (crates/alloc) driven by the eager
+twin's runtime (crates/engine): the caching allocator, the driver's memory
+outside it (CUDA context, cuBLAS handles), the cuBLAS/cuBLASLt workspaces.
+"""
+
+from collections.abc import Sequence
+
+class OutOfMemory(Exception):
+    """Raised by Device.malloc/Device.blas where the GPU would run out of memory.
+
+    args[0] is PyTorch's own message ("CUDA out of memory. Tried to allocate ...").
+    """
+
+class Device:
+    """One simulated GPU of one fresh process (torch.cuda.init() done, nothing allocated)."""
+
+    def __init__(self, gpu: str = "h100", alloc_conf: str | None = None) -> None:
+        """gpu: "h100" or "h200"; alloc_conf: PYTORCH_CUDA_ALLOC_CONF's text (None: defaults).
+
+        Raises ValueError naming the bad gpu or setting."""
+    name: str  # get_device_name()
+    total_memory: int  # get_device_properties().total_memory
+    capability: tuple[int, int]
+    multi_processor_count: int
+    def malloc(self, nbytes: int, stream: int, category: str, op: str, module: str) -> int:
+        """Allocate through the caching allocator; returns a handle for free().
+
+        category: one of parameter, buffer, gradient, optimizer_state,
+        saved_for_backward, output, temporary, workspace, input.
+        Raises OutOfMemory with PyTorch's message."""
+    def free(self, handle: int) -> None: ...
+    def set_category(self, handle: int, category: str) -> None: ...
+    def blas(self, op: str, thread: str, stream: int, dtype: str, lt: bool) -> None:
+        """A cuBLAS call on (thread, stream): thread "main" or "autograd";
+        dtype "float32", "bfloat16", "float16", ... The first call per thread
+        creates the handle (driver memory outside the allocator), the first per
+        (thread, stream) allocates the cuBLAS workspace; lt=True also the
+        cuBLASLt workspace (gemm_and_bias: addmm with a bias). Raises OutOfMemory."""
+    def first_kernels(self) -> None:
+        """The process's first kernel launch is next (driver address-space rule)."""
+    def memory_stats(self) -> dict[str, int]:
+        """torch.cuda.memory_stats(): every key PyTorch 2.11 reports."""
+    def memory_summary(self, abbreviated: bool = False) -> str: ...
+    def memory_allocated(self) -> int: ...
+    def max_memory_allocated(self) -> int: ...
+    def memory_reserved(self) -> int: ...
+    def max_memory_reserved(self) -> int: ...
+    def reset_peak_memory_stats(self) -> None: ...
+    def reset_accumulated_memory_stats(self) -> None: ...
+    def empty_cache(self) -> None: ...
+    def clear_cublas_workspaces(self) -> None: ...
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) as cudaMemGetInfo reports them."""
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Raises ValueError outside [0, 1]."""
+    def record_memory_history(self, enabled: bool) -> None: ...
+    def snapshot_pickle(self) -> bytes:
+        """torch.cuda.memory._dump_snapshot's pickle of the state now (and the
+        trace since record_memory_history(True)); memory_viz opens it."""
+
+def main(argv: Sequence[str]) -> int:
+    """The Rust command line (`vramscope estimate|plan|inspect|replay|...`).
+
+    argv without the program name; returns the exit code."""
+
+def autocast_policies() -> list[tuple[str, str]]:
+    """Every ATen op (`name` or `name.overload`) with an AutocastCUDA kernel and
+    its policy: lower_precision_fp, fp32, fp32_set_opt_dtype, fp32_append_dtype,
+    promote or banned (vramscope_engine::autocast::CUDA_POLICIES)."""

@@ -1,0 +1,147 @@
+"""`vramscope run SCRIPT [ARGS...]`: a PyTorch program on the simulated GPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import traceback
+
+HELP = """\
+Run an unmodified PyTorch script on a machine without a GPU: its CUDA
+tensors live on vramscope's twin of the GPU (PyTorch 2.11's caching
+allocator, cuBLAS workspaces, the kernels' choices for that GPU), and
+torch.cuda's memory API answers as the GPU would at that point of the
+program, out-of-memory errors included.
+
+Phases end at each torch.cuda.reset_peak_memory_stats() call and at each
+vramscope.phase("name") marker; the report gives each one's peak.
+
+examples:
+  vramscope run train.py --epochs 1
+  vramscope run --gpu h200 --json report.json infer.py
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vramscope run train.py
+
+exit status: the script's own (1 for an uncaught exception, as python's),
+2 for a usage error of vramscope itself.
+"""
+
+
+def format_size(n: int) -> str:
+    """Bytes as PyTorch's out-of-memory message prints them ("1.50 GiB")."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def render_text(report: dict) -> str:
+    """The terminal report."""
+    lines = [f"vramscope: {report['gpu']} ({format_size(report['total_memory'])})"]
+    if not report["cuda_used"]:
+        lines.append("the script never allocated CUDA memory")
+        return "\n".join(lines) + "\n"
+    head = f"{'phase':<20} {'peak allocated':>15} {'peak reserved':>15} {'allocated':>12} {'reserved':>12}"
+    lines.append(head)
+    for p in report["phases"]:
+        lines.append(
+            f"{p['name'][:20]:<20} {format_size(p['peak_allocated']):>15} "
+            f"{format_size(p['peak_reserved']):>15} {format_size(p['allocated']):>12} "
+            f"{format_size(p['reserved']):>12}"
+        )
+    lines.append(
+        f"peak: {format_size(report['peak_allocated'])} allocated, "
+        f"{format_size(report['peak_reserved'])} reserved"
+    )
+    if report["oom"]:
+        lines.append("out of memory: " + report["oom"].splitlines()[0])
+    if report["unmeasured"]:
+        lines.append("not modelled (outputs counted, scratch not): " + ", ".join(report["unmeasured"]))
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line of `vramscope run`."""
+    ap = argparse.ArgumentParser(
+        prog="vramscope run",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--gpu", default="h100", help="the GPU to simulate: h100 (default) or h200")
+    ap.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the report as JSON (docs/json.md); '-' for stdout",
+    )
+    ap.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="write a memory-snapshot pickle (pytorch.org/memory_viz)",
+    )
+    ap.add_argument(
+        "--alloc-conf",
+        metavar="S",
+        help="PYTORCH_CUDA_ALLOC_CONF (default: the environment's)",
+    )
+    ap.add_argument("--quiet", action="store_true", help="no report on the terminal")
+    ap.add_argument("script", help="the Python script to run")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    """Run the script; returns the exit status."""
+    ns = parse(argv)
+    if not os.path.isfile(ns.script):
+        print(f"vramscope run: no such script: {ns.script}", file=sys.stderr)
+        return 2
+    import torch  # noqa: F401  (before the capture: importing torch allocates nothing)
+
+    from . import _native
+    from ._capture import Capture
+
+    try:
+        cap = Capture(gpu=ns.gpu, alloc_conf=ns.alloc_conf)
+    except ValueError as e:
+        print(f"vramscope run: {e}", file=sys.stderr)
+        return 2
+    if ns.snapshot:
+        cap.device.record_memory_history(True)
+    status = 0
+    saved_argv = sys.argv
+    sys.argv = [ns.script, *ns.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
+    try:
+        with cap:
+            # the script's globals live until its end is measured, as in a process
+            script_globals = runpy.run_path(ns.script, run_name="__main__")
+            cap.mark_end()
+            del script_globals
+    except SystemExit as e:
+        code = e.code
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.argv = saved_argv
+    report = cap.report()
+    if ns.snapshot:
+        with open(ns.snapshot, "wb") as f:
+            f.write(cap.device.snapshot_pickle())
+    cap.close()
+    if ns.json:
+        text = json.dumps(report, indent=2) + "\n"
+        if ns.json == "-":
+            sys.stdout.write(text)
+        else:
+            with open(ns.json, "w") as f:
+                f.write(text)
+    if not ns.quiet and ns.json != "-":
+        sys.stderr.write(render_text(report))
+    del _native
+    return status
