@@ -65,6 +65,9 @@ def _map_right_to_left(args, fn):
 
 
 def _kernel(op, policy: str):
+    names = [a.name for a in op._schema.arguments]
+    dtype_at = names.index("dtype") if "dtype" in names else None
+
     def run(*args, **kwargs):
         args = list(args)
         if policy == "banned":
@@ -81,8 +84,12 @@ def _kernel(op, policy: str):
         elif policy == "fp32":
             args = _map_right_to_left(args, lambda t: _cast(t, torch.float32))
         elif policy in ("fp32_set_opt_dtype", "fp32_append_dtype"):
-            if kwargs.get("dtype") is None and args and _eligible(args[0]):
-                kwargs = dict(kwargs, dtype=torch.float32)
+            if args and _eligible(args[0]):
+                if dtype_at is not None and len(args) > dtype_at:
+                    if args[dtype_at] is None:
+                        args[dtype_at] = torch.float32
+                elif kwargs.get("dtype") is None:
+                    kwargs = dict(kwargs, dtype=torch.float32)
         elif policy == "promote":
             types = [a.dtype for a in args if _eligible(a)]
             if types:

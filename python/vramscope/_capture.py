@@ -43,6 +43,8 @@ def current() -> Capture | None:
 def _is_cuda(device) -> bool:
     if device is None:
         return False
+    if isinstance(device, bool):
+        return False
     if isinstance(device, int):
         return True
     if isinstance(device, str):
@@ -90,6 +92,12 @@ class Phase:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+#: constructors from Python data, which PyTorch builds on the host first
+_FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
+#: methods that read a tensor's values on the host
+_READS = {"tolist", "numpy", "__array__"}
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -105,23 +113,37 @@ class _FunctionMode(TorchFunctionMode):
                 return out
         dev = kwargs.get("device")
         if dev is not None:
-            if _is_cuda(dev):
-                kwargs = dict(kwargs, device="meta")
-            elif torch.device(dev).type == "meta":
+            if not _is_cuda(dev) and torch.device(dev).type == "meta":
                 # the program's own meta tensors stay plain meta tensors
                 cap.genuine_meta += 1
                 try:
                     return func(*args, **kwargs)
                 finally:
                     cap.genuine_meta -= 1
-        if func is torch.Tensor.cuda or func is torch.Tensor.cuda.__get__:
-            return torch.Tensor.to(
-                args[0],
-                "meta",
-                **{k: v for k, v in kwargs.items() if k == "non_blocking"},
-            )
-        if func is torch.Tensor.to or func is torch.Tensor.new_empty:
-            args = tuple("meta" if _is_cuda(a) and not isinstance(a, torch.Tensor) else a for a in args)
+        name = getattr(func, "__name__", "")
+        if name in _FROM_DATA and _is_cuda(dev):
+            # torch.tensor(data, device="cuda"): built on the host, then copied
+            host = func(*args, **dict(kwargs, device="cpu"))
+            return torch.Tensor.to(host, "meta")
+        if name == "to" and args and isinstance(args[0], torch.Tensor):
+            if len(args) > 1 and _is_cuda(args[1]) and not isinstance(args[1], torch.Tensor):
+                args = (args[0], "meta", *args[2:])
+            if _is_cuda(dev):
+                kwargs = dict(kwargs, device="meta")
+            if isinstance(args[0], CudaTensor) and (
+                (len(args) > 1 and args[1] == "meta") or kwargs.get("device") == "meta"
+            ):
+                # already on the simulated device: a dtype change at most
+                args = tuple(a for a in args if a != "meta")
+                kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+        if name in _READS and args and isinstance(args[0], CudaTensor):
+            value = cap.value_of(args[0], f".{name}()")
+            return getattr(value.contiguous(), name)(*args[1:], **kwargs)
+        if name == "cuda" and args and isinstance(args[0], torch.Tensor):
+            if isinstance(args[0], CudaTensor):
+                return args[0]
+            keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
+            return torch.Tensor.to(args[0], "meta", **keep)
         return func(*args, **kwargs)
 
 
@@ -209,7 +231,6 @@ class Capture:
         if key in self.warned:
             return
         self.warned.add(key)
-        warnings.warn(f"vramscope: {message}", stacklevel=2)
         print(f"vramscope: warning: {message}", file=sys.stderr)
 
     def note_unmeasured(self, what: str) -> None:

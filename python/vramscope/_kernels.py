@@ -170,7 +170,8 @@ def _to_copy(cap, func, args, kwargs):
     """Copies between the host and the simulated device."""
     src = args[0]
     dev = kwargs.get("device")
-    to_meta = dev is not None and torch.device(dev).type == "meta" and not cap.genuine_meta
+    kind = torch.device(dev).type if dev is not None else None
+    to_meta = kind == "cuda" or (kind == "meta" and not cap.genuine_meta)
     if isinstance(src, CudaTensor):
         if dev is None or to_meta:
             return NotImplemented

@@ -153,3 +153,43 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(&args),
     }
 }
+
+/// The whole command line, from the program's arguments (the program name
+/// first) to its exit code: parse, run, print the error chain; a closed
+/// pipe is not an error. `main.rs` and the Python package's `vramscope`
+/// both call it.
+pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        // `--model list` alone: clap asks for --mode and --batch first
+        Err(e)
+            if e.kind() == clap::error::ErrorKind::MissingRequiredArgument
+                && estimate::asks_for_presets(&args) =>
+        {
+            return list_presets();
+        }
+        Err(e) => e.exit(),
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`vramscope ... | head`) is not an error.
+            // (serde_json's writer wraps the io error in its own)
+            let broken = |k: Option<std::io::ErrorKind>| k == Some(std::io::ErrorKind::BrokenPipe);
+            if e.chain().any(|c| {
+                broken(c.downcast_ref::<std::io::Error>().map(|io| io.kind()))
+                    || broken(
+                        c.downcast_ref::<serde_json::Error>()
+                            .and_then(|j| j.io_error_kind()),
+                    )
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}

@@ -15,44 +15,8 @@ use crate::dtype::DType;
 use crate::error::{EngineError, Result};
 use crate::fastmap::FastMap;
 
-/// Why an allocation exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Category {
-    /// an `nn.Parameter`
-    Parameter,
-    /// a module buffer
-    Buffer,
-    /// a `.grad` (or a gradient flowing through backward)
-    Gradient,
-    /// optimizer state (`exp_avg`, `momentum_buffer`, ...)
-    OptimizerState,
-    /// a tensor an autograd node keeps for backward
-    SavedForBackward,
-    /// the result of an op, held by the program
-    Output,
-    /// a temporary inside an op or formula
-    Temporary,
-    /// library scratch: cuBLAS/cuBLASLt workspaces, reduction buffers
-    Workspace,
-    /// data the program created as input
-    Input,
-}
-
-impl fmt::Display for Category {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Category::Parameter => "parameter",
-            Category::Buffer => "buffer",
-            Category::Gradient => "gradient",
-            Category::OptimizerState => "optimizer_state",
-            Category::SavedForBackward => "saved_for_backward",
-            Category::Output => "output",
-            Category::Temporary => "temporary",
-            Category::Workspace => "workspace",
-            Category::Input => "input",
-        })
-    }
-}
+/// Why an allocation exists (the event seam's categories).
+pub use vramscope_events::Category;
 
 /// One live allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -657,6 +621,78 @@ impl Runtime {
             }
         }
         Ok((handle.addr(), slot))
+    }
+
+    /// Allocate `bytes` on `stream` for a front door outside the eager twin
+    /// (a captured program): `op` and `module` say who asked. Returns the
+    /// live slot [`Runtime::free_slot`] takes; out of memory as the GPU
+    /// would be.
+    pub fn malloc_on(
+        &self,
+        bytes: u64,
+        stream: StreamId,
+        category: Category,
+        op: &'static str,
+        module: Rc<str>,
+    ) -> Result<u32> {
+        let saved = {
+            let mut st = self.st.borrow_mut();
+            st.modules.push(module);
+            std::mem::replace(&mut st.stream, stream)
+        };
+        let r = self.malloc(bytes, op, category);
+        let mut st = self.st.borrow_mut();
+        st.stream = saved;
+        st.modules.pop();
+        r.map(|(_, slot)| slot)
+    }
+
+    /// Free a slot [`Runtime::malloc_on`] returned.
+    pub fn free_slot(&self, slot: u32) {
+        self.free(slot);
+    }
+
+    /// File a slot [`Runtime::malloc_on`] returned under `category`.
+    pub fn recategorize(&self, slot: u32, category: Category) {
+        self.set_category(slot, category);
+    }
+
+    /// A cuBLAS call of a front door outside the eager twin on (`thread`,
+    /// `stream`): the handle, its workspace (and the cuBLASLt one when
+    /// `lt`) on first use, as the eager twin's matrix products do.
+    pub fn blas_call(
+        &self,
+        thread: Thread,
+        stream: StreamId,
+        dtype: DType,
+        lt: bool,
+        op: &'static str,
+    ) -> Result<()> {
+        let saved = std::mem::replace(&mut self.st.borrow_mut().stream, stream);
+        let r = self.on_thread(thread, || {
+            if lt {
+                self.cublaslt_workspace(op, dtype)
+            } else {
+                self.cublas_handle(op, dtype)
+            }
+        });
+        self.st.borrow_mut().stream = saved;
+        r
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated_memory_stats(&self) {
+        self.st.borrow_mut().alloc.reset_accumulated_stats();
+    }
+
+    /// Read the event log without stopping it (`None` when none runs).
+    pub fn with_event_log<T>(&self, f: impl FnOnce(&EventLog) -> T) -> Option<T> {
+        self.st.borrow().log.as_ref().map(f)
+    }
+
+    /// `torch.cuda.max_memory_reserved()`.
+    pub fn max_memory_reserved(&self) -> i64 {
+        self.st.borrow().alloc.stats().reserved_bytes.all().peak
     }
 
     /// Free the allocation in live slot `slot`.

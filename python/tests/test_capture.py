@@ -1,0 +1,108 @@
+"""`vramscope.capture` and `vramscope run` on small programs whose memory is known
+from PyTorch's rules (sizes rounded to 512 bytes, 2 MiB small-pool segments)."""
+
+from __future__ import annotations
+
+import torch
+
+import vramscope
+from conftest import run_script
+
+MIB = 1 << 20
+
+
+def test_storage_lives_as_long_as_its_last_view():
+    with vramscope.capture() as cap:
+        x = torch.empty(1 << 20, device="cuda")  # 4 MiB
+        v = x[10:]
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        del x
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        del v
+        assert torch.cuda.memory_allocated() == 0
+        assert torch.cuda.max_memory_allocated() == 4 * MIB
+    assert cap.report()["peak_allocated"] == 4 * MIB
+
+
+def test_tensors_read_cuda_and_torch_cuda_is_answered():
+    with vramscope.capture(gpu="h200"):
+        x = torch.ones(3, device="cuda")
+        assert x.device == torch.device("cuda", 0) and x.is_cuda
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+        assert torch.cuda.get_device_name() == "NVIDIA H200"
+        assert torch.cuda.get_device_capability() == (9, 0)
+        assert (x * 2).sum().item() == 6.0
+        assert x.tolist() == [1.0, 1.0, 1.0]
+        stats = torch.cuda.memory_stats()
+        assert stats["allocated_bytes.all.current"] == 512
+        assert stats["reserved_bytes.all.current"] == 2 * MIB
+    assert torch.cuda.is_available() is False
+
+
+def test_out_of_memory_is_raised_as_pytorch_raises_it():
+    with vramscope.capture():
+        try:
+            torch.empty(100 << 30, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            assert "CUDA out of memory. Tried to allocate 100.00 GiB" in str(e)
+        else:
+            raise AssertionError("no OutOfMemoryError")
+        assert torch.cuda.memory_stats()["num_ooms"] == 1
+
+
+def test_backward_frees_what_autograd_saved():
+    with vramscope.capture():
+        x = torch.zeros(1 << 20, device="cuda", requires_grad=True)  # 4 MiB leaf
+        y = (x * 5).mean()
+        y.backward()
+        assert x.grad is not None and x.grad.shape == x.shape
+        del y
+        # the leaf and its gradient remain
+        assert torch.cuda.memory_allocated() == 8 * MIB
+
+
+def test_autocast_casts_simulated_tensors():
+    with vramscope.capture():
+        lin = torch.nn.Linear(64, 64).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = lin(torch.randn(8, 64, device="cuda"))
+        assert out.dtype == torch.bfloat16
+
+
+def test_phases_follow_reset_peak_memory_stats(tmp_script):
+    script = tmp_script(
+        "import torch\n"
+        "a = torch.empty(1 << 20, device='cuda')\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "b = torch.empty(2 << 20, device='cuda')\n"
+        "del b\n"
+    )
+    status, _lines, report, err = run_script(script)
+    assert status == 0, err
+    phases = report["phases"]
+    assert [p["name"] for p in phases] == ["phase0", "end"]
+    assert phases[0]["peak_allocated"] == 4 * MIB
+    assert phases[1]["peak_allocated"] == 12 * MIB
+    assert phases[1]["allocated"] == 4 * MIB
+
+
+def test_a_failing_script_keeps_its_traceback_and_status(tmp_script):
+    script = tmp_script("import torch\nx = torch.empty(4, device='cuda')\nraise ValueError('boom')\n")
+    status, _lines, report, err = run_script(script)
+    assert status == 1
+    assert "ValueError: boom" in err
+    assert report["cuda_used"] is True
+
+
+def test_a_script_without_cuda_is_reported_as_such(tmp_script):
+    script = tmp_script("import torch\nprint(torch.ones(2).sum().item())\n")
+    status, lines, report, err = run_script(script)
+    assert status == 0, err
+    assert lines == ["2.0"]
+    assert report["cuda_used"] is False
+
+
+def test_exit_status_and_missing_script(tmp_script):
+    script = tmp_script("import sys\nsys.exit(3)\n")
+    assert run_script(script)[0] == 3
+    assert run_script("no_such_script.py")[0] == 2
