@@ -4,7 +4,6 @@ from PyTorch's rules (sizes rounded to 512 bytes, 2 MiB small-pool segments)."""
 from __future__ import annotations
 
 import torch
-
 import vramscope
 from conftest import run_script
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import FIXTURES, run_script
 
 TRUTH = [json.loads(line) for line in (FIXTURES / "seeds" / "seeds_h100.jsonl").read_text().splitlines()]

@@ -14,7 +14,7 @@ import math
 import torch
 
 from . import _kernels
-from ._tensor import CudaTensor
+from ._tensor import registered
 
 aten = torch.ops.aten
 HALF = (torch.float16, torch.bfloat16)
@@ -65,7 +65,7 @@ def _mask_shape_ok(q, k, mask) -> bool:
 
 def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
     """`select_sdp_backend`: cudnn, flash, efficient or math."""
-    if not all(isinstance(t, CudaTensor) for t in (q, k, v)):
+    if not all(registered(t) for t in (q, k, v)):
         return "math"
     four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
     same = q.dtype == k.dtype == v.dtype
@@ -184,25 +184,20 @@ def sdpa(cap, args, kwargs):
 # ---- what the fused kernels allocate ----------------------------------------------------
 
 
-def _alloc_in_order(cap, outs, order, op):
-    """Allocate the fresh outputs `outs[i]` for i in `order` (GPU order)."""
-    wrapped = list(outs)
+def _alloc_in_order(cap, outs, order, op, category="output"):
+    """Allocate the fresh outputs `outs[i]` for i in `order` (the GPU's order)."""
     for i in order:
         o = outs[i]
         if isinstance(o, torch.Tensor):
-            wrapped[i] = cap.wrap_new(o, op)
-    return wrapped
-
-
-def _unwrap(args):
-    return [a.elem if isinstance(a, CudaTensor) else a for a in args]
+            cap.track(o, op, category)
+    return list(outs)
 
 
 def cudnn_forward(cap, func, args, kwargs):
     """`_cudnn_attention_forward`: philox seed and offset, the output, the
     logsumexp (when a gradient is needed), the plan's 256-byte workspace."""
     cap.ops += 1
-    out = func(*_unwrap(args), **kwargs)
+    out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_cudnn_attention"
     # (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
     w = _alloc_in_order(cap, out, (6, 7, 0, 1, 8), op)
@@ -215,7 +210,7 @@ def cudnn_backward(cap, func, args, kwargs):
     """`_cudnn_attention_backward`: dq, dk, dv, then the plan's workspace."""
     cap.ops += 1
     grad_out, q, k = args[0], args[1], args[2]
-    out = func(*_unwrap(args), **kwargs)
+    out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_cudnn_attention_backward"
     w = _alloc_in_order(cap, out, (0, 1, 2), op)
     d_o = None
@@ -234,18 +229,62 @@ def flash_forward(cap, func, args, kwargs):
     """`_flash_attention_forward`: the output, the logsumexp, `rng_state`
     and the 8-byte `_unused` philox offset (flash_api.cpp `mha_fwd`)."""
     cap.ops += 1
-    out = func(*_unwrap(args), **kwargs)
+    out = func(*args, **kwargs)
     cap.note_unmeasured("flash attention's split-KV accumulators")
     w = _alloc_in_order(cap, out, (0, 1, 6, 7, 8), "aten::_scaled_dot_product_flash_attention")
     return tuple(w)
 
 
 def efficient_forward(cap, func, args, kwargs):
-    """`_efficient_attention_forward`: the output and the logsumexp, then the
-    philox seed and offset."""
+    """`_efficient_attention_forward` (attention.cu): the output `(b, m, h,
+    kv)`, the fp32 logsumexp `(b, h, ceil32(m))` (empty without a gradient),
+    an fp32 accumulator for 16-bit inputs with head dims over 128; the
+    philox seed and offset are host tensors."""
     cap.ops += 1
-    out = func(*_unwrap(args), **kwargs)
-    w = _alloc_in_order(cap, out, (0, 1, 2, 3), "aten::_scaled_dot_product_efficient_attention")
+    q, v = args[0], args[2]
+    out = list(func(*args, **kwargs))
+    op = "aten::_scaled_dot_product_efficient_attention"
+    w = _alloc_in_order(cap, out, (0, 1), op)
+    if q.dtype in HALF and max(q.shape[3], v.shape[3]) > 128:
+        acc = cap.malloc(out[0].numel() * 4, op, "temporary")
+        del acc
+    for i in (2, 3):
+        w[i] = torch.empty((), dtype=torch.int64)
+    return tuple(w)
+
+
+def efficient_backward(cap, func, args, kwargs):
+    """`_efficient_attention_backward` on `(B, M, H, K)` views, as the eager
+    twin has it (`efficient_backward` in `ops/attention.rs`): the contiguous
+    grad_out copy, grad q/k/v, the bias gradient (last dim padded to 16),
+    `delta`, the cutlass workspace; freed delta, workspace, copy."""
+    cap.ops += 1
+    grad, q, k, v, bias = args[0], args[1], args[2], args[3], args[4]
+    grad_input_mask = args[10] if len(args) > 10 else kwargs.get("grad_input_mask", (True,) * 4)
+    out = list(func(*args, **kwargs))
+    op = "aten::_scaled_dot_product_efficient_attention_backward"
+    go = None
+    if not grad.transpose(1, 2).is_contiguous():
+        go = cap.malloc(grad.numel() * grad.element_size(), op, "temporary")
+    w = _alloc_in_order(cap, out, (0, 1, 2), op)
+    if bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3] and out[3] is not None:
+        last = bias.shape[-1]
+        padded = bias.numel() // max(last, 1) * ((last + 15) // 16 * 16)
+        cap.track(out[3], op, "gradient", nbytes=padded * bias.element_size())
+    b, h, m, kd = q.shape
+    n, kv = k.shape[2], v.shape[3]
+    if q.dtype in HALF:
+        delta = cap.malloc(b * h * m * 4, op, "temporary")
+    else:
+        prod = cap.malloc(b * m * h * kv * 4, "aten::mul", "temporary")
+        summed = cap.malloc(b * m * h * 4, "aten::sum", "temporary")
+        _kernels.reduce_scratch(cap, [b, m, h, kv], None, [False, False, False, True], 4, 4, "aten::sum")
+        delta = cap.malloc(b * h * m * 4, "aten::contiguous", "temporary")
+        del summed, prod
+    name = str(q.dtype).removeprefix("torch.")
+    nbytes = cap.device.efficient_attention_backward_workspace(name, b, h, m, n, kd, kv)
+    ws = cap.malloc(nbytes, op, "workspace") if nbytes else None
+    del delta, ws, go
     return tuple(w)
 
 

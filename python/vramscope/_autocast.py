@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from ._tensor import CudaTensor
+from ._tensor import registered
 
 KEY = torch._C.DispatchKey.AutocastCUDA
 _EXCLUDE = torch._C.DispatchKeySet(KEY)
@@ -25,7 +25,7 @@ _cache: dict[int, tuple] = {}
 
 
 def _eligible(t) -> bool:
-    return isinstance(t, CudaTensor) and t.is_floating_point() and t.dtype != torch.float64
+    return registered(t) and t.is_floating_point() and t.dtype != torch.float64
 
 
 def _cast(t, dtype):

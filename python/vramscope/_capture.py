@@ -18,14 +18,15 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _attention, _autocast, _kernels, _native  # noqa: F401  (_attention registers its rules)
-from ._tensor import CudaTensor, Storage
+from . import _attention, _autocast, _kernels, _native, _tensor  # noqa: F401  (_attention registers its rules)
+from ._tensor import Storage, is_ours, registered, set_value, value
 
 #: Tensors of at most this many elements also carry their values.
 VALUE_LIMIT = 1 << 16
@@ -130,17 +131,15 @@ class _FunctionMode(TorchFunctionMode):
                 args = (args[0], "meta", *args[2:])
             if _is_cuda(dev):
                 kwargs = dict(kwargs, device="meta")
-            if isinstance(args[0], CudaTensor) and (
-                (len(args) > 1 and args[1] == "meta") or kwargs.get("device") == "meta"
-            ):
+            if is_ours(args[0]) and ((len(args) > 1 and args[1] == "meta") or kwargs.get("device") == "meta"):
                 # already on the simulated device: a dtype change at most
                 args = tuple(a for a in args if a != "meta")
                 kwargs = {k: v for k, v in kwargs.items() if k != "device"}
-        if name in _READS and args and isinstance(args[0], CudaTensor):
+        if name in _READS and args and is_ours(args[0]):
             value = cap.value_of(args[0], f".{name}()")
             return getattr(value.contiguous(), name)(*args[1:], **kwargs)
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
-            if isinstance(args[0], CudaTensor):
+            if is_ours(args[0]):
                 return args[0]
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return torch.Tensor.to(args[0], "meta", **keep)
@@ -153,7 +152,11 @@ class _DispatchMode(TorchDispatchMode):
         self.cap = cap
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self.cap.dispatch(func, args, kwargs or {})
+        with _KERNELS:
+            return self.cap.dispatch(func, args, kwargs or {})
+
+
+_KERNELS = _tensor.kernels()
 
 
 class Capture:
@@ -177,7 +180,6 @@ class Capture:
         self.warned: set[str] = set()
         self.unmeasured: dict[str, int] = {}
         self.ops = 0
-        self.launched = False
         self.oom: str | None = None
         self._modes = None
         self._patch = None
@@ -185,29 +187,31 @@ class Capture:
         self.sdpa_backends: dict[str, int] = {}
         self.in_step = 0
         self.module_names: dict[int, str] = {}
-        self.categorized: set[int] = set()
+        self.categorized: set[tuple] = set()
+        #: the simulated storages: cdata -> (handle, weak reference)
+        self.storages: dict[int, tuple] = {}
 
     # ---- the twin ---------------------------------------------------------------
 
-    def malloc(self, nbytes: int, op: str, category: str = "output"):
-        """A new storage of `nbytes` for `op` (None for zero bytes, as PyTorch's)."""
-        if not self.launched:
-            self.launched = True
-        self.cuda_used = True
-        if nbytes == 0:
-            return Storage(self, 0, None)
-        module = self.module_stack[-1] if self.module_stack else ""
+    def _malloc_handle(self, nbytes: int, op: str, category: str):
         if category == "output":
             if self.in_step:
                 category = "optimizer_state"
             elif torch._C._current_graph_task_id() != -1:
                 category = "gradient"
+        module = self.module_stack[-1] if self.module_stack else ""
         try:
-            h = self.device.malloc(nbytes, self.stream, category, op, module)
+            return self.device.malloc(nbytes, self.stream, category, op, module)
         except _native.OutOfMemory as e:
             self.oom = str(e)
             raise torch.OutOfMemoryError(str(e)) from None
-        return Storage(self, nbytes, h)
+
+    def malloc(self, nbytes: int, op: str, category: str = "output") -> Storage:
+        """Scratch of `nbytes` for `op`, freed when the returned object dies."""
+        self.cuda_used = True
+        if nbytes == 0:
+            return Storage(self, 0, None)
+        return Storage(self, nbytes, self._malloc_handle(nbytes, op, category))
 
     def free(self, handle) -> None:
         """Free a storage's allocation."""
@@ -246,10 +250,11 @@ class Capture:
 
     # ---- values -------------------------------------------------------------------
 
-    def value_of(self, t: CudaTensor, why: str) -> torch.Tensor:
+    def value_of(self, t: torch.Tensor, why: str) -> torch.Tensor:
         """The CPU value of a simulated tensor (zeros where it carries none)."""
-        if t.val is not None:
-            return t.val
+        v = value(t)
+        if v is not None:
+            return v
         site = _user_site()
         self.warn_once(
             "value:" + site,
@@ -260,10 +265,31 @@ class Capture:
 
     # ---- ops ---------------------------------------------------------------------
 
-    def wrap_new(self, elem: torch.Tensor, op: str, category: str = "output", val=None) -> CudaTensor:
-        """A CudaTensor with a storage of its own."""
-        st = self.malloc(elem.untyped_storage().nbytes(), op, category)
-        return CudaTensor(elem, st, val)
+    def track(self, t: torch.Tensor, op: str, category: str = "output", nbytes=None) -> torch.Tensor:
+        """Allocate `t`'s storage in the twin (once; `nbytes` where the GPU
+        allocates other than the meta kernel's size), freed with the storage."""
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self.storages:
+            return t
+        if nbytes is None:
+            nbytes = st.nbytes()
+        handle = self._malloc_handle(nbytes, op, category) if nbytes else None
+        storages = self.storages
+
+        def release(_ref, key=key):
+            entry = storages.pop(key, None)
+            if entry is not None and entry[0] is not None and self.active:
+                self.device.free(entry[0])
+
+        storages[key] = (handle, weakref.ref(st, release))
+        self.cuda_used = True
+        return t
+
+    def handle_of(self, t: torch.Tensor):
+        """The twin's handle of a simulated tensor's storage (None: none)."""
+        entry = self.storages.get(t.untyped_storage()._cdata)
+        return entry[0] if entry else None
 
     def dispatch(self, func, args, kwargs):
         """Run one ATen op on the simulated device."""
@@ -273,7 +299,8 @@ class Capture:
             if out is not NotImplemented:
                 return out
         flat, spec = tree_flatten((args, kwargs))
-        ours = [a for a in flat if isinstance(a, CudaTensor)]
+        ours = [a for a in flat if registered(a)]
+        factory = False
         if not ours:
             dev = kwargs.get("device")
             if dev is None:
@@ -286,72 +313,54 @@ class Capture:
                 return func(*args, **kwargs)
             # a factory for the simulated device (`device="cuda"`, or a
             # composite's `at::empty(..., options)` of a simulated tensor)
-            return self.run(func, flat, spec, [], factory=True)
-        return self.run(func, flat, spec, ours)
+            factory = True
+        return self.run(func, flat, spec, ours, factory)
 
     def run(self, func, flat, spec, ours, factory=False):
         """The op's meta kernel, then the twin's allocations for its outputs."""
         self.ops += 1
-        by_elem = {id(a.elem): a for a in ours}
-        by_storage = {}
-        for a in ours:
-            by_storage.setdefault(a.elem.untyped_storage()._cdata, a)
-        margs, mkwargs = tree_unflatten([a.elem if isinstance(a, CudaTensor) else a for a in flat], spec)
-        out = func(*margs, **mkwargs)
-        name = func.__name__
+        args, kwargs = tree_unflatten(flat, spec)
+        before = {a.untyped_storage()._cdata for a in ours}
+        out = func(*args, **kwargs)
         op = func._schema.name
-        outs, ospec = tree_flatten(out)
+        outs = tree_flatten(out)[0]
         small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
-            a.val is not None or a.numel() <= VALUE_LIMIT for a in ours
+            value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
         )
         vals = None
-        if small and not _kernels.NO_VALUES.get(func, False):
-            vals = self.cpu_values(func, flat, spec, ours)
-        wrapped = []
-        new = []
+        if small and func not in _kernels.NO_VALUES:
+            vals = self.cpu_values(func, flat, spec)
+        category = "input" if factory else "output"
         for i, o in enumerate(outs):
-            if not isinstance(o, torch.Tensor):
-                wrapped.append(o)
+            if not isinstance(o, torch.Tensor) or not _tensor.BASE_IS_META(o):
                 continue
-            v = vals[i] if vals is not None and isinstance(vals[i], torch.Tensor) else None
-            same = by_elem.get(id(o))
-            if same is not None:
-                if same.val is not None and v is None and func._schema.is_mutable:
-                    same.val = None
-                wrapped.append(same)
-                continue
-            base = by_storage.get(o.untyped_storage()._cdata) if o.device.type == "meta" else None
-            if base is not None:
-                wrapped.append(CudaTensor(o, base.storage_, v))
-                continue
-            if o.device.type != "meta":
-                wrapped.append(o)
-                continue
-            new.append(i)
-            wrapped.append(None)
-        for i in new:
-            o = outs[i]
-            v = vals[i] if vals is not None and isinstance(vals[i], torch.Tensor) else None
-            wrapped[i] = self.wrap_new(o, op, "input" if factory else "output", v)
+            if o.untyped_storage()._cdata not in before:
+                self.track(o, op, category)
+            v = vals[i] if vals is not None and i < len(vals) else None
+            set_value(o, v if isinstance(v, torch.Tensor) else None)
+        if vals is None and func._schema.is_mutable:
+            for a in ours:
+                set_value(a, None)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
-            rule(self, func, tree_unflatten(flat, spec), wrapped)
-        elif name not in _kernels.PLAIN and not factory and func not in _kernels.PLAIN_OPS:
+            rule(self, func, (args, kwargs), outs)
+        elif not factory:
             _kernels.check_known(self, func)
-        return tree_unflatten(wrapped, ospec)
+        return out
 
-    def cpu_values(self, func, flat, spec, ours):
+    def cpu_values(self, func, flat, spec):
         """The op run on the CPU values of its inputs (None if it cannot)."""
         cpu = []
         for a in flat:
-            if isinstance(a, CudaTensor):
-                cpu.append(a.val if a.val is not None else torch.zeros((), dtype=a.dtype).expand(a.shape))
+            if isinstance(a, torch.Tensor) and _tensor.BASE_IS_META(a):
+                v = value(a)
+                cpu.append(v if v is not None else torch.zeros((), dtype=a.dtype).expand(a.shape))
             elif isinstance(a, torch.device) and a.type == "meta":
                 cpu.append(torch.device("cpu"))
             else:
                 cpu.append(a)
         cargs, ckwargs = tree_unflatten(cpu, spec)
-        if "device" in ckwargs and ckwargs["device"] is not None:
+        if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
         try:
             with warnings.catch_warnings():
@@ -389,7 +398,7 @@ class Capture:
             self.in_step -= 1
             for state in opt.state.values():
                 self._categorize(
-                    (v for v in state.values() if isinstance(v, CudaTensor)),
+                    (v for v in state.values() if isinstance(v, torch.Tensor)),
                     "optimizer_state",
                 )
 
@@ -402,14 +411,13 @@ class Capture:
 
     def _categorize(self, tensors, category: str) -> None:
         for t in tensors:
-            if not isinstance(t, CudaTensor):
+            if t is None or not registered(t):
                 continue
-            st = t.storage_
-            key = id(st)
-            if st.handle is None or (key, category) in self.categorized:
+            h = self.handle_of(t)
+            if h is None or (h, category) in self.categorized:
                 continue
-            self.categorized.add((key, category))
-            self.device.set_category(st.handle, category)
+            self.categorized.add((h, category))
+            self.device.set_category(h, category)
 
     # ---- phases and the report -----------------------------------------------------
 
@@ -426,6 +434,7 @@ class Capture:
 
         _STATE.capture = self
         self.active = True
+        _tensor.set_registry(self.storages)
         self._patch = _cuda.patch(self)
         self._autocast = _autocast.Autocast(_native.autocast_policies())
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
@@ -442,6 +451,7 @@ class Capture:
             h.remove()
         self._autocast.restore()
         self._patch.restore()
+        _tensor.set_registry(None)
         _STATE.capture = None
         if getattr(self, "end_stats", None) is None:
             self.mark_end()
@@ -454,6 +464,7 @@ class Capture:
     def close(self) -> None:
         """Stop answering frees (tensors that outlive the capture)."""
         self.active = False
+        self.storages.clear()
 
     def report(self) -> dict:
         """The run as `vramscope run --json` writes it (docs/json.md)."""

@@ -14,7 +14,7 @@ import pickle
 import torch
 import torch.nn.functional as F
 
-from ._tensor import CUDA0, CudaTensor
+from ._tensor import CUDA0, is_ours, patch_tensor
 
 
 class _Properties:
@@ -155,7 +155,8 @@ class _Patch:
         self.saved = []
 
     def set(self, obj, name, value):
-        self.saved.append((obj, name, getattr(obj, name, _MISSING)))
+        own = vars(obj).get(name, _MISSING) if hasattr(obj, "__dict__") else getattr(obj, name, _MISSING)
+        self.saved.append((obj, name, own))
         setattr(obj, name, value)
 
     def restore(self):
@@ -259,13 +260,14 @@ def patch(cap) -> _Patch:
     original_sdpa = F.scaled_dot_product_attention
 
     def scaled_dot_product_attention(*args, **kwargs):
-        if isinstance(args[0] if args else kwargs.get("query"), CudaTensor):
+        if is_ours(args[0] if args else kwargs.get("query")):
             out = _attention.sdpa(cap, args, kwargs)
             if out is not NotImplemented:
                 return out
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    patch_tensor(p)
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)

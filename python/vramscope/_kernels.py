@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._tensor import CudaTensor
+from ._tensor import registered, set_value, value
 
 aten = torch.ops.aten
 
@@ -153,12 +153,67 @@ for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.ou
     AFTER[_f] = _bmm
 
 
+# ---- reductions ----------------------------------------------------------------------
+
+
+def reduce_scratch(cap, sizes, strides, reduced, elem: int, acc: int, op: str) -> None:
+    """`gpu_reduce_kernel`'s global buffer and semaphores for each 32-bit
+    launch, allocated and freed at once (sizes from the eager twin's rule)."""
+    if strides is None:
+        strides, step = [], 1
+        for s in reversed(sizes):
+            strides.append(step)
+            step *= s
+        strides.reverse()
+    for buffer, semaphores in cap.device.reduce_scratch(list(sizes), list(strides), list(reduced), elem, acc):
+        if buffer > 0:
+            b = cap.malloc(buffer, op, "workspace")
+            s = cap.malloc(semaphores, op, "workspace")
+            del s, b
+
+
+def _acc_bytes(dtype: torch.dtype) -> int:
+    """`at::acc_type<T, /*is_cuda=*/true>`'s size."""
+    if dtype == torch.float64 or not dtype.is_floating_point:
+        return 8
+    return 4
+
+
+def _sum_mean(cap, func, call, outs):
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0:
+        return
+    dims = args[1] if len(args) > 1 else kw.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        reduced = [True] * x.dim()
+    else:
+        if isinstance(dims, int):
+            dims = [dims]
+        reduced = [False] * x.dim()
+        for d in dims:
+            reduced[d % max(x.dim(), 1)] = True
+    reduce_scratch(
+        cap,
+        list(x.shape),
+        list(x.stride()),
+        reduced,
+        x.element_size(),
+        _acc_bytes(x.dtype),
+        func._schema.name,
+    )
+
+
+for _f in (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim):
+    AFTER[_f] = _sum_mean
+
+
 # ---- values read by the program ------------------------------------------------------
 
 
 def _local_scalar_dense(cap, func, args, kwargs):
     t = args[0]
-    if not isinstance(t, CudaTensor):
+    if not registered(t):
         return NotImplemented
     return cap.value_of(t, "this line").reshape(()).item()
 
@@ -171,21 +226,20 @@ def _to_copy(cap, func, args, kwargs):
     src = args[0]
     dev = kwargs.get("device")
     kind = torch.device(dev).type if dev is not None else None
-    to_meta = kind == "cuda" or (kind == "meta" and not cap.genuine_meta)
-    if isinstance(src, CudaTensor):
-        if dev is None or to_meta:
+    to_device = kind == "cuda" or (kind == "meta" and not cap.genuine_meta)
+    if registered(src):
+        if dev is None or to_device:
             return NotImplemented
         # device to host: a CPU tensor holding the values the twin knows
-        v = cap.value_of(src, "a copy to the host")
-        return aten._to_copy.default(v, **kwargs)
-    if to_meta and isinstance(src, torch.Tensor) and src.device.type == "cpu":
+        return aten._to_copy.default(cap.value_of(src, "a copy to the host"), **kwargs)
+    if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
         # host to device: a new storage on the GPU
-        kw = dict(kwargs)
-        elem = aten._to_copy.default(src, **dict(kw, device="meta"))
-        val = None
+        out = aten._to_copy.default(src, **dict(kwargs, device=torch.device("meta")))
+        cap.ops += 1
+        cap.track(out, "aten::_to_copy", "input")
         if src.numel() <= 1 << 16:
-            val = aten._to_copy.default(src, **dict(kw, device="cpu"))
-        return cap.wrap_new(elem, "aten::_to_copy", "input", val)
+            set_value(out, aten._to_copy.default(src, **dict(kwargs, device=torch.device("cpu"))))
+        return out
     return NotImplemented
 
 
@@ -194,13 +248,13 @@ DISPATCH[aten._to_copy.default] = _to_copy
 
 def _copy_(cap, func, args, kwargs):
     dst, src = args[0], args[1]
-    if isinstance(dst, CudaTensor) and isinstance(src, torch.Tensor) and not isinstance(src, CudaTensor):
-        if src.device.type == "cpu":
-            aten.copy_.default(dst.elem, src.to("meta"), *args[2:])
-            if dst.val is not None:
-                dst.val.copy_(src)
-            return dst
-    if isinstance(src, CudaTensor) and not isinstance(dst, CudaTensor) and dst.device.type == "cpu":
+    if registered(dst) and isinstance(src, torch.Tensor) and src.device.type == "cpu":
+        aten.copy_.default(dst, src.to("meta"), *args[2:])
+        v = value(dst)
+        if v is not None:
+            v.copy_(src)
+        return dst
+    if registered(src) and isinstance(dst, torch.Tensor) and dst.device.type == "cpu":
         dst.copy_(cap.value_of(src, "a copy to the host"))
         return dst
     return NotImplemented

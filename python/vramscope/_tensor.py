@@ -1,15 +1,19 @@
-"""Fake CUDA tensors: shape, dtype, strides and storage, no data.
+"""Simulated CUDA tensors: PyTorch's own meta tensors, whose storages the
+twin allocates.
 
-A `CudaTensor` wraps a meta tensor (`elem`) that holds its sizes, strides
-and storage identity; PyTorch's own meta kernels compute every op's
-outputs. Views share their base's `Storage`, whose allocation in the twin
-is freed when the last tensor that uses it dies (CPython's reference
-count, and the autograd graph's, as on the GPU).
+A simulated tensor is a plain meta tensor (shape, dtype, strides, a storage
+without data) whose storage the capture registered: its allocation in the
+twin is freed when PyTorch frees the storage (a weak reference on the
+storage's Python object, which PyTorch keeps alive exactly as long as the
+C++ storage). Plain tensors keep PyTorch's C++ code on the paths it takes
+for CUDA tensors (a tensor subclass would not: `isTensorSubclassLike`
+changes gradient accumulation and many formulas).
 
-Small tensors also carry their values (`val`, a CPU tensor), so that code
-that reads a value (`.item()`, `if mask.any():`, `generate()`'s stopping
-checks) takes the branch the GPU would; a tensor without values reads as
-zeros (see `docs/run.md`).
+While a capture runs, `Tensor.device`, `is_cuda`, `is_meta`,
+`get_device()` and `repr()` read the simulated tensors as `cuda:0`.
+Small tensors also carry their values (`_vs_val`, a CPU tensor), so that
+code that reads a value takes the branch the GPU would; a tensor without
+values reads as zeros.
 """
 
 from __future__ import annotations
@@ -17,12 +21,66 @@ from __future__ import annotations
 import torch
 
 CUDA0 = torch.device("cuda", 0)
+_BASE = torch._C.TensorBase
+#: whether a tensor is a meta tensor, whatever the patches say
+BASE_IS_META = _BASE.is_meta.__get__
+
+_registry = None  # the active capture's storages: cdata -> allocation
+#: inside the dispatch mode PyTorch's own meta kernels run, and must see
+#: the meta device they compute on
+_in_kernel = [0]
+
+
+class kernels:
+    """While entered, simulated tensors read as what they are: meta."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        _in_kernel[0] += 1
+
+    def __exit__(self, *exc):
+        _in_kernel[0] -= 1
+
+
+def set_registry(storages) -> None:
+    """Point the tensor patches at a capture's storages (None: none)."""
+    global _registry
+    _registry = storages
+
+
+def registered(t) -> bool:
+    """Whether `t` is a simulated CUDA tensor of the active capture."""
+    if _registry is None or not isinstance(t, torch.Tensor) or not BASE_IS_META(t):
+        return False
+    return t.untyped_storage()._cdata in _registry
+
+
+def is_ours(t) -> bool:
+    """Whether `t` reads as a CUDA tensor: a simulated one, outside the
+    kernels (PyTorch's meta kernels see meta tensors)."""
+    return not _in_kernel[0] and registered(t)
+
+
+def value(t):
+    """The CPU values `t` carries, or None."""
+    return getattr(t, "_vs_val", None)
+
+
+def set_value(t, v) -> None:
+    """Attach CPU values to `t` (None: forget them)."""
+    if v is None:
+        if getattr(t, "_vs_val", None) is not None:
+            t._vs_val = None
+    else:
+        t._vs_val = v
 
 
 class Storage:
-    """One allocation in the twin: the storage of one or more CudaTensors."""
+    """An allocation held by Python code (a kernel's scratch): freed when
+    this object dies."""
 
-    __slots__ = ("__weakref__", "handle", "nbytes", "owner")
+    __slots__ = ("handle", "nbytes", "owner")
 
     def __init__(self, owner, nbytes: int, handle):
         self.owner = owner
@@ -38,72 +96,48 @@ class Storage:
                 owner.free(h)
 
 
-class CudaTensor(torch.Tensor):
-    """A tensor on the simulated GPU (`device` reads `cuda:0`)."""
-
-    elem: torch.Tensor
-    storage_: Storage
-    val: torch.Tensor | None
-
-    @staticmethod
-    def __new__(cls, elem: torch.Tensor, storage: Storage, val=None):
-        r = torch.Tensor._make_wrapper_subclass(
-            cls,
-            elem.size(),
-            strides=elem.stride(),
-            storage_offset=elem.storage_offset(),
-            dtype=elem.dtype,
-            layout=elem.layout,
-            device="meta",
-            requires_grad=False,
-        )
-        r.elem = elem
-        r.storage_ = storage
-        r.val = val
-        return r
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    @property
-    def device(self):
+def _device(self):
+    if is_ours(self):
         return CUDA0
+    return _BASE.device.__get__(self)
 
-    @property
-    def is_cuda(self):
-        return True
 
-    @property
-    def is_meta(self):
-        return False
+def _is_cuda(self):
+    return is_ours(self) or _BASE.is_cuda.__get__(self)
 
-    @property
-    def is_cpu(self):
-        return False
 
-    def get_device(self):
+def _is_meta(self):
+    return _BASE.is_meta.__get__(self) and not is_ours(self)
+
+
+def _get_device(self):
+    if is_ours(self):
         return 0
+    return _BASE.get_device(self)
 
-    def data_ptr(self):
-        return 0
 
-    def __repr__(self, *, tensor_contents=None):
-        grad = ""
-        if self.grad_fn is not None:
-            grad = f", grad_fn=<{type(self.grad_fn).__name__}>"
-        elif self.requires_grad:
-            grad = ", requires_grad=True"
-        return f"tensor(..., device='cuda:0', size={tuple(self.shape)}, dtype={self.dtype}{grad})"
+def _repr(self, *, tensor_contents=None):
+    if not is_ours(self):
+        return _ORIGINAL_REPR(self, tensor_contents=tensor_contents)
+    extra = ""
+    if self.grad_fn is not None:
+        extra = f", grad_fn=<{type(self.grad_fn).__name__}>"
+    elif self.requires_grad:
+        extra = ", requires_grad=True"
+    v = value(self)
+    if v is not None:
+        body = repr(v).removeprefix("tensor(").rsplit(")", 1)[0]
+        return f"tensor({body}, device='cuda:0'{extra})"
+    return f"tensor(..., device='cuda:0', size={tuple(self.shape)}, dtype={self.dtype}{extra})"
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from . import _capture
+_ORIGINAL_REPR = torch.Tensor.__repr__
 
-        cap = _capture.current()
-        if cap is None:
-            raise RuntimeError(
-                f"vramscope: {func} on a simulated CUDA tensor outside the capture that made it"
-            )
-        return cap.dispatch(func, args, kwargs or {})
+
+def patch_tensor(p) -> None:
+    """Install the `Tensor` properties that read simulated tensors as CUDA."""
+    p.set(torch.Tensor, "device", property(_device))
+    p.set(torch.Tensor, "is_cuda", property(_is_cuda))
+    p.set(torch.Tensor, "is_meta", property(_is_meta))
+    p.set(torch.Tensor, "get_device", _get_device)
+    p.set(torch.Tensor, "__repr__", _repr)

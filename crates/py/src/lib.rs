@@ -19,7 +19,7 @@ use pyo3::types::PyBytes;
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
 use vramscope_engine::{
-    Category, DType, DeviceProfile, EngineError, Runtime, RuntimeConfig, Thread,
+    Category, DType, DeviceProfile, EngineError, Runtime, RuntimeConfig, ScratchRule, Thread,
 };
 use vramscope_events::{Event, HostThread, Sink, Site};
 
@@ -283,6 +283,54 @@ impl Device {
     /// The process's first kernel launch is next.
     fn first_kernels(&self) {
         self.p.rt.first_kernels();
+    }
+
+    /// The scratch each 32-bit launch of a CUDA reduction allocates
+    /// (`gpu_reduce_kernel`: global buffer, semaphores), for an input of
+    /// `sizes`/`strides` (elements) reduced over the dims marked in
+    /// `reduced`, `elem` and `acc` bytes per element.
+    fn reduce_scratch(
+        &self,
+        sizes: Vec<i64>,
+        strides: Vec<i64>,
+        reduced: Vec<bool>,
+        elem: i64,
+        acc: i64,
+    ) -> Vec<(u64, u64)> {
+        let profile = self.p.rt.profile();
+        let rule = |index, semaphores| ScratchRule::Reduce {
+            sizes: sizes.clone(),
+            strides: strides.clone(),
+            reduced: reduced.clone(),
+            elem,
+            acc,
+            index,
+            semaphores,
+        };
+        (0..)
+            .map_while(|i| Some((rule(i, false).bytes(&profile)?, rule(i, true).bytes(&profile)?)))
+            .collect()
+    }
+
+    /// The workspace of `_efficient_attention_backward` (cutlass kernels of
+    /// `cutlassB.h`) for batch `b`, heads `h`, query and key lengths `m`,
+    /// `n`, head dims `k`, `kv`.
+    #[allow(clippy::too_many_arguments)]
+    fn efficient_attention_backward_workspace(
+        &self,
+        dtype: &str,
+        b: i64,
+        h: i64,
+        m: i64,
+        n: i64,
+        k: i64,
+        kv: i64,
+    ) -> PyResult<u64> {
+        let rule = ScratchRule::EfficientAttentionBackward {
+            dtype: dtype_of(dtype)?,
+            dims: [b, h, m, n, k, kv],
+        };
+        Ok(rule.bytes(&self.p.rt.profile()).unwrap_or(0))
     }
 
     /// `torch.cuda.memory_stats()`: every key PyTorch 2.11 reports.
