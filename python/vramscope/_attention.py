@@ -295,11 +295,8 @@ def install() -> None:
     _kernels.DISPATCH[aten._scaled_dot_product_cudnn_attention_backward.default] = cudnn_backward
     _kernels.DISPATCH[aten._scaled_dot_product_flash_attention.default] = flash_forward
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention.default] = efficient_forward
-    for name in (
-        "_scaled_dot_product_flash_attention_backward",
-        "_scaled_dot_product_efficient_attention_backward",
-    ):
-        _kernels.SCRATCH_UNMODELLED.add("aten::" + name)
+    _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention_backward.default] = efficient_backward
+    _kernels.SCRATCH_UNMODELLED.add("aten::_scaled_dot_product_flash_attention_backward")
 
 
 install()

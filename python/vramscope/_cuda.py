@@ -255,7 +255,7 @@ def patch(cap) -> _Patch:
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
     p.set(C, "_cuda_clearCublasWorkspaces", lambda: dev.clear_cublas_workspaces())
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
-    from . import _attention
+    from . import _attention, _kernels
 
     original_sdpa = F.scaled_dot_product_attention
 
@@ -267,6 +267,8 @@ def patch(cap) -> _Patch:
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    p.set(F, "linear", _kernels.linear(F.linear))
+    p.set(F, "dropout", _kernels.dropout(F.dropout))
     patch_tensor(p)
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)

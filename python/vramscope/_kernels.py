@@ -277,3 +277,116 @@ NO_VALUES.update(
         aten.normal_.default: False,
     }
 )
+
+
+# ---- composites whose meta-tensor path differs from CUDA's -----------------------------
+# ATen's composites take their "composite compliance" paths for meta tensors
+# (`isTensorSubclassLike`: `aten/src/ATen/TensorSubclassLikeUtils.h` counts
+# the meta backend); where a CUDA tensor takes another path that allocates
+# differently, the CUDA path is reproduced here.
+
+
+def linear(original):
+    """`at::native::linear` (`aten/src/ATen/native/Linear.cpp`) as it runs for
+    CUDA tensors: addmm for 2-D inputs, the flattened addmm for contiguous
+    inputs, else matmul and an in-place `add_` of the bias."""
+
+    def run(input, weight, bias=None):
+        if not registered_user(input) or bias is None:
+            return original(input, weight, bias)
+        if input.dim() == 2 or (input.is_contiguous() and (input.dim() == 3 or bias.dim() == 1)):
+            return original(input, weight, bias)
+        output = torch.matmul(input, weight.t())
+        output.add_(bias)
+        return output
+
+    return run
+
+
+def registered_user(t) -> bool:
+    """`registered`, for code that runs above the kernels."""
+    from ._tensor import is_ours
+
+    return is_ours(t)
+
+
+def dropout(original):
+    """`at::native::dropout` (`aten/src/ATen/native/Dropout.cpp`) for a CUDA
+    input: the fused `native_dropout` kernel when training with 0 < p < 1
+    (`is_fused_kernel_acceptable`), as the meta path would not take it."""
+
+    def run(input, p=0.5, training=True, inplace=False):
+        if not registered_user(input) or not training or not 0 < p < 1 or input.numel() == 0:
+            return original(input, p, training, inplace)
+        if p < 0.0 or p > 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        out = torch.native_dropout(input, p, True)[0]
+        if inplace:
+            return input.copy_(out)
+        return out
+
+    return run
+
+
+def _native_dropout(cap, func, args, kwargs):
+    """`dropout_cuda` (`aten/src/ATen/native/cuda/Dropout.cu`): the bool
+    mask is allocated before the output."""
+    cap.ops += 1
+    out, mask = func(*args, **kwargs)
+    if registered(args[0]):
+        cap.track(mask, "aten::native_dropout")
+        cap.track(out, "aten::native_dropout")
+    return out, mask
+
+
+DISPATCH[aten.native_dropout.default] = _native_dropout
+
+
+def _accumulate(cap, func, args, kwargs):
+    """`InputBuffer::accumulate` (`torch/csrc/autograd/input_buffer.cpp`):
+    backward sums two gradients of one input in place, into the buffer's
+    tensor, when it holds the only reference to it and its storage and it
+    is dense (`can_accumulate_inplace`); meta tensors count as subclass-like
+    there and always take the out-of-place `old + var`, which allocates."""
+    if torch._C._current_graph_task_id() == -1 or torch.is_grad_enabled() or len(args) != 2:
+        return NotImplemented
+    if kwargs.get("alpha", 1) != 1:
+        return NotImplemented
+    old, var = args
+    if not (registered(old) and registered(var)) or old.shape != var.shape or old.dtype != var.dtype:
+        return NotImplemented
+    if old._is_view() or not old.is_contiguous():
+        return NotImplemented
+    # the buffer's tensor and this call's: nothing else holds the storage
+    if torch._C._storage_Use_Count(old.untyped_storage()._cdata) != 2:
+        return NotImplemented
+    cap.ops += 1
+    return aten.add_.Tensor(old, var)
+
+
+DISPATCH[aten.add.Tensor] = _accumulate
+
+
+def _mse_loss(cap, func, args, kwargs):
+    """`mse_loss` with a reduction (`aten/src/ATen/native/Loss.cpp`): the
+    structured kernel's TensorIterator output is allocated at the input's
+    full size, then `resize_({})`d, so the 0-dim result keeps that storage;
+    the unreduced loss is a temporary reduced into it (as the eager twin's
+    `mse_loss` in `ops/nn.rs`)."""
+    x = args[0]
+    reduction = args[2] if len(args) > 2 else kwargs.get("reduction", 1)
+    if not registered(x) or reduction == 0:
+        return NotImplemented
+    cap.ops += 1
+    out = func(*args, **kwargs)
+    op = "aten::mse_loss"
+    full = x.numel() * x.element_size()
+    cap.track(out, op, nbytes=full)
+    loss = cap.malloc(full, op, "temporary")
+    if x.numel() > 0:
+        reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), x.element_size(), _acc_bytes(x.dtype), op)
+    del loss
+    return out
+
+
+DISPATCH[aten.mse_loss.default] = _mse_loss

@@ -22,8 +22,18 @@ import torch
 
 CUDA0 = torch.device("cuda", 0)
 _BASE = torch._C.TensorBase
-#: whether a tensor is a meta tensor, whatever the patches say
-BASE_IS_META = _BASE.is_meta.__get__
+_NO_TF = torch._C.DisableTorchFunction
+_IS_META = _BASE.is_meta.__get__
+_DEVICE = _BASE.device.__get__
+_IS_CUDA = _BASE.is_cuda.__get__
+
+
+def BASE_IS_META(t) -> bool:
+    """Whether a tensor is a meta tensor, whatever the patches say (the C
+    getters route through torch-function modes, ours included)."""
+    with _NO_TF():
+        return _IS_META(t)
+
 
 _registry = None  # the active capture's storages: cdata -> allocation
 #: inside the dispatch mode PyTorch's own meta kernels run, and must see
@@ -51,9 +61,10 @@ def set_registry(storages) -> None:
 
 def registered(t) -> bool:
     """Whether `t` is a simulated CUDA tensor of the active capture."""
-    if _registry is None or not isinstance(t, torch.Tensor) or not BASE_IS_META(t):
+    if _registry is None or not isinstance(t, torch.Tensor):
         return False
-    return t.untyped_storage()._cdata in _registry
+    with _NO_TF():
+        return _IS_META(t) and t.untyped_storage()._cdata in _registry
 
 
 def is_ours(t) -> bool:
@@ -99,21 +110,29 @@ class Storage:
 def _device(self):
     if is_ours(self):
         return CUDA0
-    return _BASE.device.__get__(self)
+    with _NO_TF():
+        return _DEVICE(self)
 
 
 def _is_cuda(self):
-    return is_ours(self) or _BASE.is_cuda.__get__(self)
+    if is_ours(self):
+        return True
+    with _NO_TF():
+        return _IS_CUDA(self)
 
 
 def _is_meta(self):
-    return _BASE.is_meta.__get__(self) and not is_ours(self)
+    if is_ours(self):
+        return False
+    with _NO_TF():
+        return _IS_META(self)
 
 
 def _get_device(self):
     if is_ours(self):
         return 0
-    return _BASE.get_device(self)
+    with _NO_TF():
+        return _BASE.get_device(self)
 
 
 def _repr(self, *, tensor_contents=None):
