@@ -235,6 +235,7 @@ class Capture:
         if key in self.warned:
             return
         self.warned.add(key)
+        sys.stdout.flush()
         print(f"vramscope: warning: {message}", file=sys.stderr)
 
     def note_unmeasured(self, what: str) -> None:

@@ -86,7 +86,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="PYTORCH_CUDA_ALLOC_CONF (default: the environment's)",
     )
     ap.add_argument("--quiet", action="store_true", help="no report on the terminal")
-    ap.add_argument("script", help="the Python script to run")
+    ap.add_argument(
+        "--example",
+        action="store_true",
+        help="run the built-in example (a GPT-2-small bf16 training step) instead of a script",
+    )
+    ap.add_argument("script", nargs="?", help="the Python script to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return ap.parse_args(argv)
 
@@ -94,6 +99,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     """Run the script; returns the exit status."""
     ns = parse(argv)
+    if ns.example:
+        if ns.script:
+            ns.args.insert(0, ns.script)
+        ns.script = os.path.join(os.path.dirname(__file__), "examples", "train_gpt.py")
+    if ns.script is None:
+        print("vramscope run: give a script to run (or --example)", file=sys.stderr)
+        return 2
     if not os.path.isfile(ns.script):
         print(f"vramscope run: no such script: {ns.script}", file=sys.stderr)
         return 2

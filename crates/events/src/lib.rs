@@ -246,7 +246,10 @@ mod tests {
     fn threads_parse_and_refuse() {
         assert_eq!("main".parse::<HostThread>(), Ok(HostThread::Main));
         assert_eq!("autograd".parse::<HostThread>(), Ok(HostThread::Autograd));
-        assert!("worker".parse::<HostThread>().unwrap_err().contains("\"worker\""));
+        assert!("worker"
+            .parse::<HostThread>()
+            .unwrap_err()
+            .contains("\"worker\""));
     }
 
     #[test]

@@ -116,9 +116,9 @@ impl Sink for Process {
                         m
                     }
                 };
-                let slot = self
-                    .rt
-                    .malloc_on(*bytes, *stream, *category, intern(&site.op), module)?;
+                let slot =
+                    self.rt
+                        .malloc_on(*bytes, *stream, *category, intern(&site.op), module)?;
                 self.slots.insert(*id, slot);
             }
             Event::Free { id } => {
@@ -179,9 +179,8 @@ impl Device {
             ))
         })?;
         let conf = alloc_conf.unwrap_or("").to_owned();
-        let cfg = AllocatorConfig::parse(&conf).map_err(|e| {
-            PyValueError::new_err(format!("PYTORCH_CUDA_ALLOC_CONF={conf:?}: {e}"))
-        })?;
+        let cfg = AllocatorConfig::parse(&conf)
+            .map_err(|e| PyValueError::new_err(format!("PYTORCH_CUDA_ALLOC_CONF={conf:?}: {e}")))?;
         let rt = Runtime::new(RuntimeConfig {
             profile,
             allocator: cfg.clone(),
@@ -308,7 +307,12 @@ impl Device {
             semaphores,
         };
         (0..)
-            .map_while(|i| Some((rule(i, false).bytes(&profile)?, rule(i, true).bytes(&profile)?)))
+            .map_while(|i| {
+                Some((
+                    rule(i, false).bytes(&profile)?,
+                    rule(i, true).bytes(&profile)?,
+                ))
+            })
             .collect()
     }
 

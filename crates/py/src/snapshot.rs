@@ -23,12 +23,18 @@ fn frames(snap: &mut Snapshot, r: Option<&AllocRecord>) -> StackId {
             "CUDACachingAllocator.cpp",
             0,
         ),
-        snap.stacks.intern_frame(&format!("{}", r.op), "??", 0),
-        snap.stacks
-            .intern_frame(&format!("vramscope::category::{}", r.category), "vramscope", 0),
+        snap.stacks.intern_frame(r.op, "??", 0),
+        snap.stacks.intern_frame(
+            &format!("vramscope::category::{}", r.category),
+            "vramscope",
+            0,
+        ),
     ];
     if !r.module.is_empty() {
-        ids.push(snap.stacks.intern_frame("forward", &format!("{}.py", r.module), 1));
+        ids.push(
+            snap.stacks
+                .intern_frame("forward", &format!("{}.py", r.module), 1),
+        );
     }
     snap.stacks.intern_stack(&ids)
 }
@@ -56,7 +62,10 @@ pub fn pickle(rt: &Runtime, conf: &str, cfg: &AllocatorConfig) -> std::io::Resul
     // the trace starts at `_record_memory_history`: skip the records before
     let first_alloc = raw.iter().find(|e| e.action == TraceAction::Alloc);
     if let Some(first) = first_alloc {
-        let n_allocs = raw.iter().filter(|e| e.action == TraceAction::Alloc).count();
+        let n_allocs = raw
+            .iter()
+            .filter(|e| e.action == TraceAction::Alloc)
+            .count();
         next = records.len().saturating_sub(n_allocs);
         while next < records.len() && records[next].addr != first.addr {
             next += 1;
@@ -84,12 +93,17 @@ pub fn pickle(rt: &Runtime, conf: &str, cfg: &AllocatorConfig) -> std::io::Resul
         trace.push(entry);
     }
     for r in rt.live_allocations() {
-        live.entry(r.addr).or_insert_with(|| frames(&mut snap, Some(&r)));
+        live.entry(r.addr)
+            .or_insert_with(|| frames(&mut snap, Some(&r)));
     }
     snap.segments = rt
         .segments()
         .iter()
-        .map(|s| Segment::of_twin(s, 0, StackId::EMPTY, |a| live.get(&a).copied().unwrap_or_default()))
+        .map(|s| {
+            Segment::of_twin(s, 0, StackId::EMPTY, |a| {
+                live.get(&a).copied().unwrap_or_default()
+            })
+        })
         .collect();
     snap.device_traces.push(trace);
     snap.allocator_settings = Some(AllocatorSettings::from_config(conf, cfg));

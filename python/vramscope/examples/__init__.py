@@ -1,0 +1,1 @@
+"""Example programs shipped with vramscope (`vramscope run --example`)."""

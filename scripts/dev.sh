@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The project's two set-up commands (README.md):
+#   bash scripts/dev.sh demo   set up, then `vramscope run` on the built-in example
+#   bash scripts/dev.sh test   set up, then the whole test suite (Rust and Python)
+# Set-up: a virtual environment in .venv with PyTorch 2.11.0 (the CUDA wheel
+# from the package index: it imports without a GPU), maturin, pytest and ruff,
+# and the vramscope package built into it from this checkout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+
+setup() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON" -m venv "$VENV"
+    fi
+    if ! "$VENV/bin/python" -c "import torch, maturin, pytest" 2>/dev/null \
+        || [ "$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')" != "2.11.0" ]; then
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+        "$VENV/bin/python" -m pip install --quiet "torch==2.11.0" "maturin>=1.8,<2" pytest ruff numpy
+    fi
+    # the Rust core, built into the environment (an editable install of python/)
+    (. "$VENV/bin/activate" && maturin develop --release --quiet)
+}
+
+case "${1:-}" in
+    demo)
+        setup
+        exec "$VENV/bin/vramscope" run --example
+        ;;
+    test)
+        setup
+        cargo test --workspace
+        "$VENV/bin/python" -m pytest -q python/tests
+        ;;
+    setup)
+        setup
+        ;;
+    *)
+        echo "usage: bash scripts/dev.sh demo|test|setup" >&2
+        exit 2
+        ;;
+esac
