@@ -127,14 +127,23 @@ class _FunctionMode(TorchFunctionMode):
             host = func(*args, **dict(kwargs, device="cpu"))
             return torch.Tensor.to(host, "meta")
         if name == "to" and args and isinstance(args[0], torch.Tensor):
-            if len(args) > 1 and _is_cuda(args[1]) and not isinstance(args[1], torch.Tensor):
-                args = (args[0], "meta", *args[2:])
-            if _is_cuda(dev):
-                kwargs = dict(kwargs, device="meta")
-            if is_ours(args[0]) and ((len(args) > 1 and args[1] == "meta") or kwargs.get("device") == "meta"):
-                # already on the simulated device: a dtype change at most
-                args = tuple(a for a in args if a != "meta")
-                kwargs = {k: v for k, v in kwargs.items() if k != "device"}
+            rest = list(args[1:])
+            positional = bool(rest) and not isinstance(rest[0], torch.Tensor) and _is_cuda(rest[0])
+            if positional or _is_cuda(dev):
+                if positional:
+                    rest.pop(0)
+                kw = {k: v for k, v in kwargs.items() if k != "device"}
+                # what is left of to(device, dtype, non_blocking, copy)
+                if rest and (rest[0] is None or isinstance(rest[0], torch.dtype)):
+                    kw.setdefault("dtype", rest.pop(0))
+                for key, v in zip(("non_blocking", "copy"), rest, strict=False):
+                    kw.setdefault(key, v)
+                if kw.get("dtype") is None:
+                    kw.pop("dtype", None)
+                if is_ours(args[0]):
+                    # already on the simulated GPU: a dtype change or copy at most
+                    return func(args[0], **kw) if ("dtype" in kw or kw.get("copy")) else args[0]
+                return func(args[0], "meta", **kw)
         if name in _READS and args and is_ours(args[0]):
             value = cap.value_of(args[0], f".{name}()")
             return getattr(value.contiguous(), name)(*args[1:], **kwargs)
@@ -328,6 +337,8 @@ class Capture:
         small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
             value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
         )
+        if small and func._schema.is_mutable:
+            small = all(value(a) is not None for a in ours)
         vals = None
         if small and func not in _kernels.NO_VALUES:
             vals = self.cpu_values(func, flat, spec)

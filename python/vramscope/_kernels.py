@@ -390,3 +390,24 @@ def _mse_loss(cap, func, args, kwargs):
 
 
 DISPATCH[aten.mse_loss.default] = _mse_loss
+
+
+def _to(cap, func, args, kwargs):
+    """`Tensor.to` as it reaches the dispatcher (inference mode skips its
+    decomposition): a copy to the host reads the values the twin knows."""
+    src = args[0]
+    dev = kwargs.get("device")
+    if dev is None and len(args) > 1 and isinstance(args[1], (torch.device, str)):
+        dev = args[1]
+    if registered(src) and dev is not None and torch.device(dev).type == "cpu":
+        dtype = (
+            kwargs.get("dtype")
+            or next((a for a in args[1:] if isinstance(a, torch.dtype)), None)
+            or src.dtype
+        )
+        return cap.value_of(src, "a copy to the host").to(dtype=dtype).clone()
+    return NotImplemented
+
+
+for _f in (aten.to.dtype_layout, aten.to.device):
+    DISPATCH[_f] = _to

@@ -1,0 +1,69 @@
+"""The twin's answers for the validation scripts of validation/run/: each script
+under `vramscope run` in a fresh process, one JSON line per phase, in the schema
+record.py writes on the GPU.
+
+    python validation/run_answers.py OUT.jsonl [SCRIPT ...]
+
+Written before the GPU runs a new script (blind), then compared with
+validation/run_compare.py.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
+KEYS = ("allocated", "peak_allocated", "reserved", "peak_reserved", "requested")
+
+
+def scripts():
+    return sorted(p for p in glob.glob(os.path.join(HERE, "[0-9][0-9]_*.py")))
+
+
+def answer(path):
+    name = os.path.splitext(os.path.basename(path))[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "r.json")
+        env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "PYTORCH_CUDA_ALLOC_CONF")}
+        p = subprocess.run(
+            [sys.executable, "-m", "vramscope", "run", "--quiet", "--json", report, path],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
+        lines = []
+        if os.path.exists(report):
+            r = json.load(open(report))
+            for ph in r["phases"]:
+                rec = {"script": name, "phase": ph["name"]}
+                rec.update({k: ph[k] for k in KEYS})
+                rec["exit"] = p.returncode
+                rec["unmeasured"] = r["unmeasured"]
+                lines.append(rec)
+        else:
+            lines.append({"script": name, "phase": "end", "exit": p.returncode, "error": p.stderr[-2000:]})
+        return lines
+
+
+def main():
+    out = sys.argv[1]
+    todo = [os.path.join(HERE, s) if not os.path.isabs(s) else s for s in sys.argv[2:]] or scripts()
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        results = list(ex.map(answer, todo))
+    with open(out, "w") as f:
+        for lines in results:
+            for rec in lines:
+                f.write(json.dumps(rec) + "\n")
+    for lines in results:
+        last = lines[-1]
+        print(last["script"], "exit", last["exit"], "phases", len(lines), last.get("error", "")[-300:])
+
+
+if __name__ == "__main__":
+    main()
