@@ -53,7 +53,9 @@ def answer(path):
 
 def main():
     out = sys.argv[1]
-    todo = [os.path.join(HERE, s) if not os.path.isabs(s) else s for s in sys.argv[2:]] or scripts()
+    todo = [
+        os.path.abspath(s) if os.path.exists(s) else os.path.join(HERE, s) for s in sys.argv[2:]
+    ] or scripts()
     with ThreadPoolExecutor(max_workers=2) as ex:
         results = list(ex.map(answer, todo))
     with open(out, "w") as f:

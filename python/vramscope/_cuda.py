@@ -269,6 +269,7 @@ def patch(cap) -> _Patch:
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
     p.set(F, "linear", _kernels.linear(F.linear))
     p.set(F, "dropout", _kernels.dropout(F.dropout))
+    p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     patch_tensor(p)
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)

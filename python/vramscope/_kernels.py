@@ -411,3 +411,46 @@ def _to(cap, func, args, kwargs):
 
 for _f in (aten.to.dtype_layout, aten.to.device):
     DISPATCH[_f] = _to
+
+
+def module_apply(original):
+    """`nn.Module._apply` keeping tied parameters tied.
+
+    PyTorch moves a CPU parameter to CUDA in place (`param.data = ...`,
+    since `_has_compatible_shallow_copy_type` holds between dense CPU and
+    CUDA tensors), so a parameter two modules share stays one; between CPU
+    and meta tensors it does not hold, and `_apply` would make one copy per
+    module. Here each shared tensor is converted once, and every module
+    that held it gets the same new parameter."""
+    depth = [0]
+
+    def run(self, fn, recurse=True):
+        if depth[0]:
+            return original(self, fn, recurse)
+        owners: dict[int, list] = {}
+        for mod in self.modules() if recurse else [self]:
+            for table in (mod._parameters, mod._buffers):
+                for key, t in table.items():
+                    if t is not None:
+                        owners.setdefault(id(t), []).append((table, key))
+        memo: dict[int, torch.Tensor] = {}
+
+        def once(t):
+            hit = memo.get(id(t))
+            if hit is None:
+                hit = memo[id(t)] = fn(t)
+            return hit
+
+        depth[0] += 1
+        try:
+            out = original(self, once, recurse)
+        finally:
+            depth[0] -= 1
+        for places in owners.values():
+            if len(places) > 1:
+                table, key = places[0]
+                for other, k in places[1:]:
+                    other[k] = table[key]
+        return out
+
+    return run
