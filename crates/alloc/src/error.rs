@@ -21,9 +21,28 @@ pub struct OutOfMemory {
     pub reserved_bytes: u64,
 }
 
-impl fmt::Display for OutOfMemory {
-    /// The message of `DeviceCachingAllocator::malloc` (CUDACachingAllocator.cpp).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// The link PyTorch 2.11 ends the message with.
+const MEMORY_MANAGEMENT_DOCS: &str = "  See documentation for Memory Management  \
+     (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+
+impl OutOfMemory {
+    /// The message as PyTorch 2.11 raises it where NVML answers (the GPUs
+    /// of `fixtures/plan`): [`Display`](fmt::Display)'s, with
+    /// `reportProcessMemoryInfo`'s "Including non-PyTorch memory, this
+    /// process has ... memory in use. " after the free memory and the link
+    /// to the documentation at the end (`DeviceCachingAllocator::malloc`,
+    /// c10/cuda/CUDACachingAllocator.cpp). The process's memory in use,
+    /// NVML's `usedGpuMemory`, is taken as total less free: the only
+    /// process on the device (the H100 plan fixtures read 9 MiB under it).
+    pub fn torch_message(&self) -> String {
+        let in_use = self.device_total.saturating_sub(self.device_free);
+        let mut s = String::new();
+        let _ = self.write(&mut s, Some(in_use));
+        s.push_str(MEMORY_MANAGEMENT_DOCS);
+        s
+    }
+
+    fn write(&self, f: &mut impl fmt::Write, process_in_use: Option<u64>) -> fmt::Result {
         write!(
             f,
             "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} is free. ",
@@ -31,6 +50,13 @@ impl fmt::Display for OutOfMemory {
             format_size(self.device_total),
             format_size(self.device_free)
         )?;
+        if let Some(n) = process_in_use {
+            write!(
+                f,
+                "Including non-PyTorch memory, this process has {} memory in use. ",
+                format_size(n)
+            )?;
+        }
         if let Some(a) = self.allowed {
             write!(f, "{} allowed; ", format_size(a))?;
         }
@@ -42,6 +68,15 @@ impl fmt::Display for OutOfMemory {
             format_size(self.allocated_bytes),
             format_size(self.reserved_bytes.saturating_sub(self.allocated_bytes))
         )
+    }
+}
+
+impl fmt::Display for OutOfMemory {
+    /// The message of `DeviceCachingAllocator::malloc` (CUDACachingAllocator.cpp)
+    /// without NVML's part on the process and the link to the documentation
+    /// ([`OutOfMemory::torch_message`] has them).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, None)
     }
 }
 
@@ -64,3 +99,45 @@ impl fmt::Display for AllocError {
 }
 
 impl std::error::Error for AllocError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    /// The shape of the H100's messages in `fixtures/plan/wholecard_plan_h100.jsonl`.
+    #[test]
+    fn torch_message_has_the_process_and_the_link() {
+        let oom = OutOfMemory {
+            alloc_size: 24 * GIB,
+            device_total: 80 * GIB,
+            device_free: 14 * GIB,
+            allowed: None,
+            allocated_bytes: 65 * GIB,
+            reserved_bytes: 65 * GIB + (6 << 20),
+        };
+        let short = oom.to_string();
+        let full = oom.torch_message();
+        assert_eq!(
+            full,
+            "CUDA out of memory. Tried to allocate 24.00 GiB. GPU 0 has a total capacity of \
+             80.00 GiB of which 14.00 GiB is free. Including non-PyTorch memory, this process \
+             has 66.00 GiB memory in use. Of the allocated memory 65.00 GiB is allocated by \
+             PyTorch, and 6.00 MiB is reserved by PyTorch but unallocated. If reserved but \
+             unallocated memory is large try setting \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See \
+             documentation for Memory Management  \
+             (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+        );
+        // the short form is the same without NVML's part and the link
+        assert_eq!(
+            short,
+            full.replace(
+                "Including non-PyTorch memory, this process has 66.00 GiB memory in use. ",
+                ""
+            )
+            .replace(MEMORY_MANAGEMENT_DOCS, "")
+        );
+    }
+}
