@@ -22,6 +22,9 @@
 //!   checkpointing ([`checkpoint`]: holders, recomputation, early stop);
 //! - reference modules ([`nn`]) and optimizers ([`optim`]);
 //! - the seed experiments, byte for byte ([`demo`]).
+//! - the consumer side of the memory-event seam ([`RuntimeSink`]): a
+//!   front door outside the eager twin (a captured PyTorch program) drives
+//!   the same process through [`vramscope_events::Event`]s.
 //!
 //! It does no I/O.
 
@@ -43,6 +46,7 @@ pub mod optim;
 mod overload;
 mod runtime;
 mod scratch;
+mod sink;
 mod tensor;
 
 pub use autocast::{AutocastConfig, CastPolicy};
@@ -59,4 +63,5 @@ pub use runtime::{
     MemoryFigures, Runtime, RuntimeConfig, Thread,
 };
 pub use scratch::{PathSwitch, ScratchRule};
+pub use sink::{intern, RuntimeSink};
 pub use tensor::Tensor;

@@ -360,6 +360,7 @@ impl State {
             self.oom_segments = Some(self.alloc.snapshot());
         }
         self.oom_figures = Some(figures_of(self.alloc.stats()));
+        self.last_oom = None;
     }
 }
 
@@ -430,6 +431,9 @@ pub(crate) struct State {
     oom_segments: Option<Vec<vramscope_alloc::SegmentInfo>>,
     /// the figures when the last out-of-memory was raised
     oom_figures: Option<MemoryFigures>,
+    /// the allocator's account of the last out-of-memory, when the last
+    /// one was the allocator's (not the driver's, at a library handle)
+    last_oom: Option<vramscope_alloc::OutOfMemory>,
 }
 
 impl State {
@@ -547,6 +551,7 @@ impl Runtime {
             last_oom_module: None,
             oom_segments: None,
             oom_figures: None,
+            last_oom: None,
         };
         Runtime {
             st: Rc::new(RefCell::new(st)),
@@ -578,11 +583,9 @@ impl Runtime {
             Ok(h) => h,
             Err(e) => {
                 st.note_oom();
-                return Err(EngineError::OutOfMemory {
-                    op,
-                    bytes,
-                    detail: e.to_string(),
-                });
+                let detail = e.to_string();
+                st.last_oom = Some(e);
+                return Err(EngineError::OutOfMemory { op, bytes, detail });
             }
         };
         // an override (parameters, optimizer state, ...) never renames scratch
@@ -871,6 +874,14 @@ impl Runtime {
         if let Some(seq) = seq {
             log.scratch_rules.push((seq, rule));
         }
+    }
+
+    /// The caching allocator's account of the last out-of-memory, when the
+    /// allocator raised it (`None` when it was the driver's, at a cuBLAS or
+    /// cuDNN handle): [`vramscope_alloc::OutOfMemory::torch_message`] is
+    /// PyTorch's whole message.
+    pub fn last_out_of_memory(&self) -> Option<vramscope_alloc::OutOfMemory> {
+        self.st.borrow().last_oom.clone()
     }
 
     /// The module path that was running at the last out-of-memory.
