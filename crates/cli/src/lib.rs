@@ -168,7 +168,13 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
         {
             return list_presets();
         }
-        Err(e) => e.exit(),
+        // `--help`, `--version` and usage errors: clap's text and code, but
+        // returned, not `exit()`ed (the Python package calls this in its
+        // own process)
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
     };
     match run(cli) {
         Ok(code) => code,
