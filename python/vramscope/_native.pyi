@@ -10,7 +10,10 @@ from collections.abc import Sequence
 class OutOfMemory(Exception):
     """Raised by Device.malloc/Device.blas where the GPU would run out of memory.
 
-    args[0] is PyTorch's own message ("CUDA out of memory. Tried to allocate ...").
+    args[0] is PyTorch's own message ("CUDA out of memory. Tried to allocate ...
+    Including non-PyTorch memory, this process has ... memory in use. ..."), or
+    the driver's ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED ...") where a new cuBLAS
+    handle finds no room.
     """
 
 class Device:
@@ -40,6 +43,18 @@ class Device:
         cuBLASLt workspace (gemm_and_bias: addmm with a bias). Raises OutOfMemory."""
     def first_kernels(self) -> None:
         """The process's first kernel launch is next (driver address-space rule)."""
+    def reduce_scratch(
+        self, sizes: Sequence[int], strides: Sequence[int], reduced: Sequence[bool], elem: int, acc: int
+    ) -> list[tuple[int, int]]:
+        """The scratch of each 32-bit launch of a CUDA reduction (gpu_reduce_kernel):
+        (global buffer bytes, semaphore bytes) of each launch, for an
+        input of sizes/strides (elements) reduced over the dims marked in
+        reduced, elem and acc bytes per element. Allocates nothing."""
+    def efficient_attention_backward_workspace(
+        self, dtype: str, b: int, h: int, m: int, n: int, k: int, kv: int
+    ) -> int:
+        """The workspace bytes of _efficient_attention_backward (cutlassB.h) for
+        batch b, heads h, query/key lengths m, n, head dims k, kv. Allocates nothing."""
     def memory_stats(self) -> dict[str, int]:
         """torch.cuda.memory_stats(): every key PyTorch 2.11 reports."""
     def memory_summary(self, abbreviated: bool = False) -> str: ...

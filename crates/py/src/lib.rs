@@ -1,16 +1,16 @@
-//! `vramscope._native`: the Rust core of the `vramscope` Python package.
+//! `vramscope._native`: the Rust core of the `vramscope` Python package
+//! (its API: `python/vramscope/_native.pyi`).
 //!
-//! A thin PyO3 layer: [`Device`] is one simulated GPU of one process (the
-//! eager twin's [`Runtime`]: caching allocator, driver memory outside it,
-//! cuBLAS workspaces), fed the memory events of a captured PyTorch program
-//! ([`vramscope_events`]); [`main`] is the Rust command line. Python types
-//! stay at this boundary: the crates below know nothing of Python.
+//! A thin PyO3 layer: `Device` is one simulated GPU of one process, the
+//! eager twin's [`Runtime`] (caching allocator, driver memory outside it,
+//! cuBLAS workspaces) fed the memory events of a captured PyTorch program
+//! through the event seam ([`vramscope_events`], [`RuntimeSink`]); `main`
+//! is the Rust command line. Python types stay at this boundary: the
+//! crates below know nothing of Python.
 
 #![deny(missing_docs)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::rc::Rc;
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -19,9 +19,9 @@ use pyo3::types::PyBytes;
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
 use vramscope_engine::{
-    Category, DType, DeviceProfile, EngineError, Runtime, RuntimeConfig, ScratchRule, Thread,
+    Category, DType, DeviceProfile, EngineError, Runtime, RuntimeConfig, RuntimeSink, ScratchRule,
 };
-use vramscope_events::{Event, HostThread, Sink, Site};
+use vramscope_events::{Event, HostThread, Sink, Site, UnknownCategory};
 
 mod snapshot;
 
@@ -44,22 +44,6 @@ pub fn profile_of(gpu: &str) -> Option<DeviceProfile> {
     }
 }
 
-/// An op name kept for the life of the process (the eager twin's records
-/// hold `&'static str`); one copy per distinct name.
-fn intern(name: &str) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut set = NAMES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(&s) = set.get(name) {
-        return s;
-    }
-    let s: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    set.insert(s);
-    s
-}
-
 /// A PyTorch dtype name (`"bfloat16"`, `"float32"`, ...) as the twin's.
 fn dtype_of(name: &str) -> PyResult<DType> {
     Ok(match name {
@@ -80,82 +64,57 @@ fn dtype_of(name: &str) -> PyResult<DType> {
 }
 
 /// The engine's error as Python sees it: out of memory as [`OutOfMemory`]
-/// with PyTorch's message, anything else as a `ValueError`.
-fn py_err(e: EngineError) -> PyErr {
+/// with PyTorch's whole message where the allocator raised it (the
+/// driver's own words where a cuBLAS handle found no room), anything else
+/// as a `ValueError`.
+fn py_err(rt: &Runtime, e: EngineError) -> PyErr {
     match e {
-        EngineError::OutOfMemory { detail, .. } => OutOfMemory::new_err(detail),
+        EngineError::OutOfMemory { .. } => OutOfMemory::new_err(oom_message(rt, e)),
         other => PyValueError::new_err(other.to_string()),
     }
 }
 
-/// The twin's process fed as an event [`Sink`]: the producer's allocation
-/// ids mapped to the runtime's live slots.
-struct Process {
-    rt: Runtime,
-    slots: HashMap<u64, u32>,
-    modules: HashMap<String, Rc<str>>,
+/// The message of an out-of-memory `e` of `rt`: PyTorch's
+/// (`torch.OutOfMemoryError`'s) when the caching allocator raised it.
+fn oom_message(rt: &Runtime, e: EngineError) -> String {
+    match e {
+        EngineError::OutOfMemory { detail, .. } => match rt.last_out_of_memory() {
+            Some(oom) if oom.to_string() == detail => oom.torch_message(),
+            _ => detail,
+        },
+        other => other.to_string(),
+    }
 }
 
-impl Sink for Process {
-    type Error = EngineError;
+/// A category name as the event seam's, or a `ValueError` naming the
+/// accepted ones.
+fn category_of(name: &str) -> PyResult<Category> {
+    name.parse()
+        .map_err(|e: UnknownCategory| PyValueError::new_err(e.to_string()))
+}
 
-    fn event(&mut self, e: &Event) -> Result<(), EngineError> {
-        match e {
-            Event::Alloc {
-                id,
-                bytes,
-                stream,
-                category,
-                site,
-            } => {
-                let module = match self.modules.get(&site.module) {
-                    Some(m) => m.clone(),
-                    None => {
-                        let m: Rc<str> = Rc::from(site.module.as_str());
-                        self.modules.insert(site.module.clone(), m.clone());
-                        m
-                    }
-                };
-                let slot =
-                    self.rt
-                        .malloc_on(*bytes, *stream, *category, intern(&site.op), module)?;
-                self.slots.insert(*id, slot);
-            }
-            Event::Free { id } => {
-                if let Some(slot) = self.slots.remove(id) {
-                    self.rt.free_slot(slot);
-                }
-            }
-            Event::Recategorize { id, category } => {
-                if let Some(&slot) = self.slots.get(id) {
-                    self.rt.recategorize(slot, *category);
-                }
-            }
-            Event::Blas {
-                thread,
-                stream,
-                half,
-                lt,
-                op,
-            } => {
-                let thread = match thread {
-                    HostThread::Main => Thread::Main,
-                    HostThread::Autograd => Thread::Autograd,
-                };
-                let dtype = if *half { DType::BF16 } else { DType::F32 };
-                self.rt.blas_call(thread, *stream, dtype, *lt, intern(op))?;
-            }
-            Event::Phase { .. } => {}
-        }
-        Ok(())
-    }
+/// A fresh process (`torch.cuda.init()` done, before its first kernels)
+/// on `gpu` under `PYTORCH_CUDA_ALLOC_CONF=conf`, as the estimates
+/// (`vramscope_models::estimate`) start one; the error names the bad GPU
+/// or setting.
+fn fresh_process(gpu: &str, conf: &str) -> Result<(Runtime, AllocatorConfig), String> {
+    let profile = profile_of(gpu)
+        .ok_or_else(|| format!("unknown GPU {gpu:?}; expected one of {}", GPUS.join(", ")))?;
+    let cfg = AllocatorConfig::parse(conf)
+        .map_err(|e| format!("PYTORCH_CUDA_ALLOC_CONF={conf:?}: {e}"))?;
+    let rt = Runtime::new(RuntimeConfig {
+        profile,
+        allocator: cfg.clone(),
+        fresh_process: true,
+    });
+    Ok((rt, cfg))
 }
 
 /// One simulated GPU of one fresh process (`torch.cuda.init()` done,
 /// nothing allocated).
 #[pyclass(unsendable, module = "vramscope._native")]
 struct Device {
-    p: Process,
+    p: RuntimeSink,
     next_id: u64,
     conf: String,
     cfg: AllocatorConfig,
@@ -163,7 +122,7 @@ struct Device {
 
 impl Device {
     fn send(&mut self, e: &Event) -> PyResult<()> {
-        self.p.event(e).map_err(py_err)
+        self.p.event(e).map_err(|err| py_err(self.p.runtime(), err))
     }
 }
 
@@ -172,27 +131,11 @@ impl Device {
     #[new]
     #[pyo3(signature = (gpu = "h100", alloc_conf = None))]
     fn new(gpu: &str, alloc_conf: Option<&str>) -> PyResult<Self> {
-        let profile = profile_of(gpu).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "unknown GPU {gpu:?}; expected one of {}",
-                GPUS.join(", ")
-            ))
-        })?;
         let conf = alloc_conf.unwrap_or("").to_owned();
-        let cfg = AllocatorConfig::parse(&conf)
-            .map_err(|e| PyValueError::new_err(format!("PYTORCH_CUDA_ALLOC_CONF={conf:?}: {e}")))?;
-        let rt = Runtime::new(RuntimeConfig {
-            profile,
-            allocator: cfg.clone(),
-            fresh_process: true,
-        });
+        let (rt, cfg) = fresh_process(gpu, &conf).map_err(PyValueError::new_err)?;
         rt.start_event_log();
         Ok(Device {
-            p: Process {
-                rt,
-                slots: HashMap::new(),
-                modules: HashMap::new(),
-            },
+            p: RuntimeSink::new(rt),
             next_id: 0,
             conf,
             cfg,
@@ -202,25 +145,25 @@ impl Device {
     /// `torch.cuda.get_device_name()`.
     #[getter]
     fn name(&self) -> &'static str {
-        self.p.rt.profile().name
+        self.p.runtime().profile().name
     }
 
     /// `get_device_properties().total_memory`.
     #[getter]
     fn total_memory(&self) -> u64 {
-        self.p.rt.profile().total_memory
+        self.p.runtime().profile().total_memory
     }
 
     /// `torch.cuda.get_device_capability()`.
     #[getter]
     fn capability(&self) -> (u32, u32) {
-        self.p.rt.profile().capability
+        self.p.runtime().profile().capability
     }
 
     /// `get_device_properties().multi_processor_count`.
     #[getter]
     fn multi_processor_count(&self) -> u32 {
-        self.p.rt.profile().sm_count
+        self.p.runtime().profile().sm_count
     }
 
     /// Allocate through the caching allocator; returns a handle for `free`.
@@ -232,9 +175,7 @@ impl Device {
         op: &str,
         module: &str,
     ) -> PyResult<u64> {
-        let category: Category = category
-            .parse()
-            .map_err(|e: vramscope_events::UnknownCategory| PyValueError::new_err(e.to_string()))?;
+        let category = category_of(category)?;
         self.next_id += 1;
         let id = self.next_id;
         self.send(&Event::Alloc {
@@ -257,9 +198,7 @@ impl Device {
 
     /// File an allocation under another category.
     fn set_category(&mut self, handle: u64, category: &str) -> PyResult<()> {
-        let category: Category = category
-            .parse()
-            .map_err(|e: vramscope_events::UnknownCategory| PyValueError::new_err(e.to_string()))?;
+        let category = category_of(category)?;
         self.send(&Event::Recategorize {
             id: handle,
             category,
@@ -281,7 +220,7 @@ impl Device {
 
     /// The process's first kernel launch is next.
     fn first_kernels(&self) {
-        self.p.rt.first_kernels();
+        self.p.runtime().first_kernels();
     }
 
     /// The scratch each 32-bit launch of a CUDA reduction allocates
@@ -296,7 +235,7 @@ impl Device {
         elem: i64,
         acc: i64,
     ) -> Vec<(u64, u64)> {
-        let profile = self.p.rt.profile();
+        let profile = self.p.runtime().profile();
         let rule = |index, semaphores| ScratchRule::Reduce {
             sizes: sizes.clone(),
             strides: strides.clone(),
@@ -334,78 +273,81 @@ impl Device {
             dtype: dtype_of(dtype)?,
             dims: [b, h, m, n, k, kv],
         };
-        Ok(rule.bytes(&self.p.rt.profile()).unwrap_or(0))
+        Ok(rule.bytes(&self.p.runtime().profile()).unwrap_or(0))
     }
 
     /// `torch.cuda.memory_stats()`: every key PyTorch 2.11 reports.
     fn memory_stats(&self) -> BTreeMap<String, i64> {
-        self.p.rt.stats().memory_stats()
+        self.p.runtime().stats().memory_stats()
     }
 
     /// `torch.cuda.memory_summary()`.
     #[pyo3(signature = (abbreviated = false))]
     fn memory_summary(&self, abbreviated: bool) -> String {
-        vramscope_alloc::memory_summary(&self.p.rt.stats(), 0, abbreviated)
+        vramscope_alloc::memory_summary(&self.p.runtime().stats(), 0, abbreviated)
     }
 
     /// `torch.cuda.memory_allocated()`.
     fn memory_allocated(&self) -> i64 {
-        self.p.rt.memory_allocated()
+        self.p.runtime().memory_allocated()
     }
 
     /// `torch.cuda.max_memory_allocated()`.
     fn max_memory_allocated(&self) -> i64 {
-        self.p.rt.max_memory_allocated()
+        self.p.runtime().max_memory_allocated()
     }
 
     /// `torch.cuda.memory_reserved()`.
     fn memory_reserved(&self) -> i64 {
-        self.p.rt.memory_reserved()
+        self.p.runtime().memory_reserved()
     }
 
     /// `torch.cuda.max_memory_reserved()`.
     fn max_memory_reserved(&self) -> i64 {
-        self.p.rt.max_memory_reserved()
+        self.p.runtime().max_memory_reserved()
     }
 
     /// `torch.cuda.reset_peak_memory_stats()`.
     fn reset_peak_memory_stats(&self) {
-        self.p.rt.reset_peak_memory_stats();
+        self.p.runtime().reset_peak_memory_stats();
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats()`.
     fn reset_accumulated_memory_stats(&self) {
-        self.p.rt.reset_accumulated_memory_stats();
+        self.p.runtime().reset_accumulated_memory_stats();
     }
 
     /// `torch.cuda.empty_cache()`.
     fn empty_cache(&self) {
-        self.p.rt.empty_cache();
+        self.p.runtime().empty_cache();
     }
 
     /// `torch._C._cuda_clearCublasWorkspaces()`.
     fn clear_cublas_workspaces(&self) {
-        self.p.rt.clear_cublas_workspaces();
+        self.p.runtime().clear_cublas_workspaces();
     }
 
     /// `(free, total)` as `cudaMemGetInfo` reports them.
     fn mem_get_info(&self) -> (u64, u64) {
-        self.p.rt.mem_get_info()
+        self.p.runtime().mem_get_info()
     }
 
     /// `torch.cuda.set_per_process_memory_fraction(fraction)`.
     fn set_memory_fraction(&self, fraction: f64) -> PyResult<()> {
-        self.p.rt.set_memory_fraction(fraction).map_err(py_err)
+        self.p
+            .runtime()
+            .set_memory_fraction(fraction)
+            .map_err(|e| py_err(self.p.runtime(), e))
     }
 
     /// Start or stop recording the allocator trace.
     fn record_memory_history(&self, enabled: bool) {
-        self.p.rt.record_memory_history(enabled);
+        self.p.runtime().record_memory_history(enabled);
     }
 
     /// `torch.cuda.memory._dump_snapshot`'s pickle of the state now.
     fn snapshot_pickle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let bytes = snapshot::pickle(&self.p.rt, &self.conf, &self.cfg)
+        let bytes = snapshot::pickle(self.p.runtime(), &self.conf, &self.cfg)
             .map_err(|e| PyValueError::new_err(format!("writing the snapshot: {e}")))?;
         Ok(PyBytes::new(py, &bytes))
     }
@@ -464,67 +406,89 @@ mod tests {
     }
 
     #[test]
-    fn names_are_interned_once() {
-        let a = intern("aten::mm");
-        let b = intern(&String::from("aten::mm"));
-        assert!(std::ptr::eq(a, b));
+    fn a_bad_gpu_or_setting_is_named() {
+        let e = fresh_process("a100", "").unwrap_err();
+        assert_eq!(e, "unknown GPU \"a100\"; expected one of h100, h200");
+        let e = fresh_process("h100", "max_split_size_mb:abc").unwrap_err();
+        assert!(
+            e.starts_with("PYTORCH_CUDA_ALLOC_CONF=\"max_split_size_mb:abc\": "),
+            "{e}"
+        );
+        let (rt, cfg) = fresh_process("h200", "expandable_segments:True").unwrap();
+        assert!(cfg.expandable_segments);
+        assert_eq!(rt.profile().name, "NVIDIA H200");
     }
 
+    /// More than the card: PyTorch's whole message, with the process's
+    /// memory in use (NVML) and the link.
     #[test]
-    fn the_process_frees_by_the_producers_ids() {
-        let rt = Runtime::new(RuntimeConfig {
-            profile: DeviceProfile::h100_torch_2_11(),
-            fresh_process: true,
-            ..Default::default()
-        });
-        let mut p = Process {
-            rt,
-            slots: HashMap::new(),
-            modules: HashMap::new(),
-        };
-        let alloc = |id| Event::Alloc {
-            id,
-            bytes: 1 << 20,
+    fn the_allocators_out_of_memory_has_pytorchs_message() {
+        let (rt, _) = fresh_process("h100", "").unwrap();
+        let mut p = RuntimeSink::new(rt);
+        let total = p.runtime().profile().total_memory;
+        let alloc = Event::Alloc {
+            id: 1,
+            bytes: total,
             stream: 0,
             category: Category::Output,
             site: Site::default(),
         };
-        p.event(&alloc(7)).unwrap();
-        p.event(&alloc(8)).unwrap();
-        assert_eq!(p.rt.memory_allocated(), 2 << 20);
-        p.event(&Event::Free { id: 7 }).unwrap();
-        assert_eq!(p.rt.memory_allocated(), 1 << 20);
-        // a second free of the same id is not the allocator's concern
-        p.event(&Event::Free { id: 7 }).unwrap();
-        assert_eq!(p.rt.memory_allocated(), 1 << 20);
+        let e = p.event(&alloc).unwrap_err();
+        let msg = oom_message(p.runtime(), e);
+        assert!(
+            msg.starts_with(
+                "CUDA out of memory. Tried to allocate 79.18 GiB. GPU 0 has a total capacity of \
+                 79.18 GiB of which "
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains(" is free. Including non-PyTorch memory, this process has "));
+        assert!(
+            msg.contains(" memory in use. Of the allocated memory 0 bytes is allocated by PyTorch")
+        );
+        assert!(msg.ends_with("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"));
+    }
+
+    /// A cuBLAS handle with no room: the driver's failure, not the
+    /// allocator's message.
+    #[test]
+    fn a_blas_handle_without_room_keeps_the_drivers_words() {
+        let (rt, _) = fresh_process("h100", "").unwrap();
+        let mut p = RuntimeSink::new(rt);
+        let (free, _) = p.runtime().mem_get_info();
+        let fill = Event::Alloc {
+            id: 1,
+            bytes: free - (64 << 20),
+            stream: 0,
+            category: Category::Input,
+            site: Site::default(),
+        };
+        p.event(&fill).unwrap();
+        let e = p
+            .event(&Event::Blas {
+                thread: HostThread::Main,
+                stream: 0,
+                half: false,
+                lt: false,
+                op: "aten::mm".into(),
+            })
+            .unwrap_err();
+        let msg = oom_message(p.runtime(), e);
+        assert!(
+            msg.starts_with("CUDA error: CUBLAS_STATUS_ALLOC_FAILED"),
+            "{msg}"
+        );
     }
 
     #[test]
-    fn blas_takes_the_hopper_workspace_once_per_thread_and_stream() {
-        let rt = Runtime::new(RuntimeConfig {
-            profile: DeviceProfile::h100_torch_2_11(),
-            fresh_process: true,
-            ..Default::default()
-        });
-        let mut p = Process {
-            rt,
-            slots: HashMap::new(),
-            modules: HashMap::new(),
-        };
-        let blas = |thread, lt| Event::Blas {
-            thread,
-            stream: 0,
-            half: false,
-            lt,
-            op: "mm".into(),
-        };
-        p.event(&blas(HostThread::Main, false)).unwrap();
-        assert_eq!(p.rt.memory_allocated(), 32 << 20);
-        p.event(&blas(HostThread::Main, false)).unwrap();
-        assert_eq!(p.rt.memory_allocated(), 32 << 20);
-        p.event(&blas(HostThread::Main, true)).unwrap();
-        assert_eq!(p.rt.memory_allocated(), (32 << 20) + (1 << 20));
-        p.event(&blas(HostThread::Autograd, false)).unwrap();
-        assert_eq!(p.rt.memory_allocated(), (64 << 20) + (1 << 20));
+    fn categories_and_dtypes_by_name() {
+        assert_eq!(
+            category_of("optimizer_state").unwrap(),
+            Category::OptimizerState
+        );
+        assert!(category_of("weights").is_err());
+        assert_eq!(dtype_of("bfloat16").unwrap(), DType::BF16);
+        assert_eq!(dtype_of("float").unwrap(), DType::F32);
+        assert!(dtype_of("complex64").is_err());
     }
 }
