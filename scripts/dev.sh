@@ -15,10 +15,15 @@ setup() {
     if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
     fi
-    if ! "$VENV/bin/python" -c "import torch, maturin, pytest" 2>/dev/null \
+    if ! "$VENV/bin/python" -c "import torch, maturin, pytest, xdist" 2>/dev/null \
         || [ "$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')" != "2.11.0" ]; then
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        "$VENV/bin/python" -m pip install --quiet "torch==2.11.0" "maturin>=1.8,<2" pytest ruff numpy
+        "$VENV/bin/python" -m pip install --quiet "torch==2.11.0" "maturin>=1.8,<2" pytest pytest-xdist ruff numpy
+    fi
+    # the libraries the validation scripts use (validation/run/)
+    if ! "$VENV/bin/python" -c "import torchvision, transformers, timm, peft" 2>/dev/null; then
+        "$VENV/bin/python" -m pip install --quiet "torchvision==0.26.0" "transformers==5.17.0" \
+            "timm==1.0.31" "peft==0.21.2"
     fi
     # the Rust core, built into the environment (an editable install of python/)
     (. "$VENV/bin/activate" && maturin develop --release --quiet)
@@ -32,7 +37,7 @@ case "${1:-}" in
     test)
         setup
         cargo test --workspace
-        "$VENV/bin/python" -m pytest -q python/tests
+        "$VENV/bin/python" -m pytest -q -n 2 python/tests
         ;;
     setup)
         setup
