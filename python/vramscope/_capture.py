@@ -175,10 +175,13 @@ class Capture:
     """
 
     def __init__(self, gpu: str = "h100", alloc_conf: str | None = None):
-        if alloc_conf is None:
-            alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
-        self.device = _native.Device(gpu, alloc_conf)
+        #: the settings given; None: the environment's when CUDA starts
+        self.alloc_conf = alloc_conf
+        self.device = _native.Device(gpu, self._conf())
+        self.started = False
         self.gpu = gpu
+        self.device_conf = self._conf()
+        self.history = False
         self.active = False
         self.genuine_meta = 0
         self.stream = 0
@@ -202,7 +205,30 @@ class Capture:
 
     # ---- the twin ---------------------------------------------------------------
 
+    def _conf(self) -> str | None:
+        if self.alloc_conf is not None:
+            return self.alloc_conf
+        return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+
+    def start(self) -> None:
+        """The first CUDA allocation: PyTorch reads `PYTORCH_CUDA_ALLOC_CONF`
+        when its allocator starts, so a script may set it before then."""
+        self.started = True
+        conf = self._conf()
+        if conf != self.device_conf:
+            self.device = _native.Device(self.gpu, conf)
+            self.device_conf = conf
+            if self.history:
+                self.device.record_memory_history(True)
+
+    def record_history(self, enabled: bool) -> None:
+        """`torch.cuda.memory._record_memory_history`: the allocator trace."""
+        self.history = enabled
+        self.device.record_memory_history(enabled)
+
     def _malloc_handle(self, nbytes: int, op: str, category: str):
+        if not self.started:
+            self.start()
         if category == "output":
             if self.in_step:
                 category = "optimizer_state"
@@ -233,6 +259,8 @@ class Capture:
 
     def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
         """A cuBLAS call: handle and workspace on first use per (thread, stream)."""
+        if not self.started:
+            self.start()
         try:
             self.device.blas(op, self.thread(), self.stream, str(dtype).removeprefix("torch."), lt)
         except _native.OutOfMemory as e:

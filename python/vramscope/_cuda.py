@@ -173,8 +173,7 @@ _MISSING = object()
 
 def patch(cap) -> _Patch:
     """Point torch.cuda at `cap`'s twin; returns what restores it."""
-    dev = cap.device
-    props = _Properties(dev)
+    props = _Properties(cap.device)
     p = _Patch()
     C = torch._C
     cuda = torch.cuda
@@ -194,8 +193,8 @@ def patch(cap) -> _Patch:
     p.set(cuda, "set_device", lambda *a, **k: None)
     p.set(cuda, "synchronize", lambda *a, **k: None)
     p.set(cuda, "ipc_collect", lambda *a, **k: None)
-    p.set(cuda, "get_device_name", lambda device=None: dev.name)
-    p.set(cuda, "get_device_capability", lambda device=None: dev.capability)
+    p.set(cuda, "get_device_name", lambda device=None: cap.device.name)
+    p.set(cuda, "get_device_capability", lambda device=None: cap.device.capability)
     p.set(cuda, "get_device_properties", lambda device=None: props)
     p.set(cuda, "is_bf16_supported", lambda including_emulation=True: True)
     p.set(cuda, "get_arch_list", lambda: ["sm_90"])
@@ -215,45 +214,45 @@ def patch(cap) -> _Patch:
     p.set(cuda, "set_rng_state", lambda *a, **k: None)
 
     def memory_stats_nested(device=None):
-        return _nest(dev.memory_stats())
+        return _nest(cap.device.memory_stats())
 
     def reset_peak(device=None):
         cap.mark_phase()
-        dev.reset_peak_memory_stats()
+        cap.device.reset_peak_memory_stats()
 
     def empty_cache():
-        dev.empty_cache()
+        cap.device.empty_cache()
 
     def mem_get_info(device=None):
-        return dev.mem_get_info()
+        return cap.device.mem_get_info()
 
     def set_fraction(fraction, device=None):
         if not isinstance(fraction, float):
             raise TypeError("Invalid type for fraction argument, must be `float`")
         try:
-            dev.set_memory_fraction(fraction)
+            cap.device.set_memory_fraction(fraction)
         except ValueError as e:
             raise ValueError(str(e)) from None
 
     def record_history(enabled=None, *args, **kwargs):
-        dev.record_memory_history(bool(enabled) and enabled != "None")
+        cap.record_history(bool(enabled) and enabled != "None")
 
     def memory_snapshot(*args, **kwargs):
-        return pickle.loads(dev.snapshot_pickle())
+        return pickle.loads(cap.device.snapshot_pickle())
 
     p.set(C, "_cuda_memoryStats", memory_stats_nested)
     p.set(C, "_cuda_resetPeakMemoryStats", reset_peak)
     p.set(
         C,
         "_cuda_resetAccumulatedMemoryStats",
-        lambda device=None: dev.reset_accumulated_memory_stats(),
+        lambda device=None: cap.device.reset_accumulated_memory_stats(),
     )
     p.set(C, "_cuda_emptyCache", empty_cache)
     p.set(C, "_cuda_setMemoryFraction", set_fraction)
     p.set(C, "_cuda_getMemoryFraction", lambda device=None: 1.0)
     p.set(C, "_cuda_record_memory_history", record_history)
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
-    p.set(C, "_cuda_clearCublasWorkspaces", lambda: dev.clear_cublas_workspaces())
+    p.set(C, "_cuda_clearCublasWorkspaces", lambda: cap.device.clear_cublas_workspaces())
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
     from . import _attention, _kernels
 

@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
         print(f"vramscope run: {e}", file=sys.stderr)
         return 2
     if ns.snapshot:
-        cap.device.record_memory_history(True)
+        cap.record_history(True)
     status = 0
     saved_argv = sys.argv
     sys.argv = [ns.script, *ns.args]
