@@ -454,3 +454,110 @@ def module_apply(original):
         return out
 
     return run
+
+
+# ---- convolutions (cuDNN) -------------------------------------------------------------
+# As the eager twin runs them (`crates/engine/src/ops/conv.rs`, from
+# `Convolution.cpp`, `cudnn/ConvShared.cpp`, `cudnn/Conv_v8.cpp`): 2-D,
+# not transposed; the plan's workspace from the table measured on the H100.
+
+
+def _dense(t) -> bool:
+    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _conv_workspace(cap, op, x, w, stride, padding, dilation, groups) -> None:
+    """`run_conv_plan`'s workspace, allocated and freed inside the op."""
+    name = str(x.dtype).removeprefix("torch.")
+    nbytes = cap.device.conv_workspace(
+        op, name, list(x.shape), list(w.shape), list(stride), list(padding), list(dilation), groups
+    )
+    if nbytes is None:
+        cap.note_unmeasured(
+            f"cuDNN's {op} workspace of input {tuple(x.shape)} by weight {tuple(w.shape)} ({name}, "
+            f"stride {tuple(stride)}, padding {tuple(padding)})"
+        )
+        return
+    if nbytes:
+        ws = cap.malloc(nbytes, "aten::cudnn_convolution", "workspace")
+        del ws
+
+
+def _conv2d(args):
+    """(input, weight, stride, padding, dilation, groups) of a 2-D cuDNN
+    convolution, or None for what the rules do not cover."""
+    x, w = args[0], args[1]
+    stride, padding, dilation, transposed, _out_pad, groups = args[3:9]
+    if transposed or x.dim() != 4 or not (registered(x) and registered(w)):
+        return None
+    if isinstance(padding, str) or len(stride) != 2:
+        return None
+    return x, w, list(stride), list(padding), list(dilation), groups
+
+
+def _convolution(cap, func, args, kwargs):
+    conv = _conv2d(args)
+    if conv is None or kwargs:
+        return NotImplemented
+    x, w, stride, padding, dilation, groups = conv
+    cap.ops += 1
+    op = "aten::cudnn_convolution"
+    x_c = None if _dense(x) else cap.malloc(x.numel() * x.element_size(), "aten::contiguous", "temporary")
+    out = func(*args)
+    cap.track(out, op)
+    if out.numel() > 0:
+        w_c = None if _dense(w) else cap.malloc(w.numel() * w.element_size(), "aten::contiguous", "temporary")
+        _conv_workspace(cap, "forward", x, w, stride, padding, dilation, groups)
+        del w_c
+    del x_c
+    return out
+
+
+def _convolution_backward(cap, func, args, kwargs):
+    grad, x, w = args[0], args[1], args[2]
+    conv = _conv2d((x, w, None, *args[4:10]))
+    if conv is None or kwargs or not registered(grad):
+        return NotImplemented
+    _, _, stride, padding, dilation, groups = conv
+    mask = list(args[10])
+    cap.ops += 1
+    gi, gw, gb = func(*args)
+    x_c = None
+    if mask[1] and not _dense(x):
+        x_c = cap.malloc(x.numel() * x.element_size(), "aten::contiguous", "temporary")
+    g_c = (
+        None
+        if _dense(grad)
+        else cap.malloc(grad.numel() * grad.element_size(), "aten::contiguous", "temporary")
+    )
+    if mask[0] and gi is not None:
+        cap.track(gi, "aten::cudnn_convolution_backward_input")
+        w_c = None if _dense(w) else cap.malloc(w.numel() * w.element_size(), "aten::contiguous", "temporary")
+        if gi.numel() > 0:
+            _conv_workspace(cap, "dgrad", x, w, stride, padding, dilation, groups)
+        del w_c
+    if mask[1] and gw is not None:
+        cap.track(gw, "aten::cudnn_convolution_backward_weight")
+        if gw.numel() > 0:
+            _conv_workspace(cap, "wgrad", x, w, stride, padding, dilation, groups)
+    del g_c, x_c
+    if mask[2] and gb is not None:
+        # backend_grad_bias = grad_output.sum({0, 2, 3})
+        cap.track(gb, "aten::sum")
+        if grad.numel() > 0:
+            reduce_scratch(
+                cap,
+                list(grad.shape),
+                list(grad.stride()),
+                [True, False, True, True],
+                grad.element_size(),
+                _acc_bytes(grad.dtype),
+                "aten::sum",
+            )
+    return gi, gw, gb
+
+
+DISPATCH[aten.convolution.default] = _convolution
+DISPATCH[aten.convolution_backward.default] = _convolution_backward
+SCRATCH_UNMODELLED.discard("aten::convolution")
+SCRATCH_UNMODELLED.discard("aten::convolution_backward")

@@ -19,7 +19,8 @@ use pyo3::types::PyBytes;
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
 use vramscope_engine::{
-    Category, DType, DeviceProfile, EngineError, Runtime, RuntimeConfig, RuntimeSink, ScratchRule,
+    cudnn_conv_workspace, Category, Conv2dArgs, ConvOp, DType, DeviceProfile, EngineError, Runtime,
+    RuntimeConfig, RuntimeSink, ScratchRule,
 };
 use vramscope_events::{Event, HostThread, Sink, Site, UnknownCategory};
 
@@ -253,6 +254,48 @@ impl Device {
                 ))
             })
             .collect()
+    }
+
+    /// The workspace cuDNN's plan takes for a 2-D convolution (`op`:
+    /// "forward", "dgrad" or "wgrad") of `input` (N, C, H, W) by `weight`
+    /// (K, C/groups, R, S), from the eager twin's table measured on the
+    /// H100 (`cudnn_conv_h100.txt`); None where the problem was not measured.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_workspace(
+        &self,
+        op: &str,
+        dtype: &str,
+        input: Vec<i64>,
+        weight: Vec<i64>,
+        stride: [i64; 2],
+        padding: [i64; 2],
+        dilation: [i64; 2],
+        groups: i64,
+    ) -> PyResult<Option<u64>> {
+        let op = match op {
+            "forward" => ConvOp::Forward,
+            "dgrad" => ConvOp::BackwardData,
+            "wgrad" => ConvOp::BackwardFilter,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown convolution op {other:?}; expected forward, dgrad or wgrad"
+                )))
+            }
+        };
+        let args = Conv2dArgs {
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        Ok(cudnn_conv_workspace(
+            &self.p.runtime().profile(),
+            op,
+            dtype_of(dtype)?,
+            &input,
+            &weight,
+            &args,
+        ))
     }
 
     /// The workspace of `_efficient_attention_backward` (cutlass kernels of
