@@ -166,6 +166,9 @@ class _DispatchMode(TorchDispatchMode):
 
 
 _KERNELS = _tensor.kernels()
+#: ops known to have (or not) a CompositeImplicitAutograd kernel
+_COMPOSITE: set = set()
+_NOT_COMPOSITE: set = set()
 
 
 class Capture:
@@ -336,6 +339,22 @@ class Capture:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
+        if torch.is_inference_mode_enabled() and (
+            func in _COMPOSITE
+            or (
+                func not in _NOT_COMPOSITE
+                and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+            )
+        ):
+            # a composite reaches the mode only where autograd is off
+            # (inference mode): it runs as its parts, as on the GPU
+            _COMPOSITE.add(func)
+            with self._modes[1]:  # its parts come back to the mode
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        elif torch.is_inference_mode_enabled():
+            _NOT_COMPOSITE.add(func)
         flat, spec = tree_flatten((args, kwargs))
         ours = [a for a in flat if registered(a)]
         factory = False
