@@ -561,3 +561,43 @@ DISPATCH[aten.convolution.default] = _convolution
 DISPATCH[aten.convolution_backward.default] = _convolution_backward
 SCRATCH_UNMODELLED.discard("aten::convolution")
 SCRATCH_UNMODELLED.discard("aten::convolution_backward")
+
+
+# ---- ops whose kernels the eager twin plans ---------------------------------------------
+
+
+def _embedding_dense_backward(cap, func, args, kwargs):
+    """`embedding_dense_backward` (`EmbeddingBackwardKernel.cu`): the eager
+    twin's plan of the kernel (`vramscope_engine::plans`), replayed: the
+    sorting path's CUB scratch and segment buffers around the gradient."""
+    grad, indices, num_weights = args[0], args[1], args[2]
+    if not (registered(grad) and registered(indices)) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    out = func(*args)
+    steps = cap.device.embedding_dense_backward_plan(
+        list(grad.shape),
+        str(grad.dtype).removeprefix("torch."),
+        grad.is_contiguous(),
+        indices.numel(),
+        str(indices.dtype).removeprefix("torch."),
+        indices.is_contiguous(),
+        num_weights,
+    )
+    op = "aten::embedding_dense_backward"
+    live = {}
+    for kind, sid, nbytes, is_output in steps:
+        if kind == "alloc":
+            if is_output:
+                cap.track(out, op, "gradient", nbytes=nbytes)
+            else:
+                live[sid] = cap.malloc(nbytes, op, "temporary")
+        else:
+            live.pop(sid, None)
+    live.clear()
+    cap.track(out, op, "gradient")
+    return out
+
+
+DISPATCH[aten.embedding_dense_backward.default] = _embedding_dense_backward
+SCRATCH_UNMODELLED.discard("aten::embedding_dense_backward")

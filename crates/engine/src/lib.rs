@@ -44,6 +44,7 @@ pub mod nn;
 mod ops;
 pub mod optim;
 mod overload;
+pub mod plans;
 mod runtime;
 mod scratch;
 mod sink;

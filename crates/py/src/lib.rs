@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
+use vramscope_engine::plans::PlanStep;
 use vramscope_engine::{
     cudnn_conv_workspace, Category, Conv2dArgs, ConvOp, DType, DeviceProfile, EngineError, Runtime,
     RuntimeConfig, RuntimeSink, ScratchRule,
@@ -296,6 +297,40 @@ impl Device {
             &weight,
             &args,
         ))
+    }
+
+    /// What `embedding_dense_backward` allocates on the GPU, as the eager
+    /// twin runs it (`plans.rs`): `("alloc", id, bytes, is_output)` and
+    /// `("free", id, 0, False)` steps, in order.
+    #[allow(clippy::too_many_arguments)]
+    fn embedding_dense_backward_plan(
+        &self,
+        grad_sizes: Vec<i64>,
+        grad_dtype: &str,
+        grad_contiguous: bool,
+        n: i64,
+        index_dtype: &str,
+        indices_contiguous: bool,
+        num_weights: i64,
+    ) -> PyResult<Vec<(&'static str, u32, u64, bool)>> {
+        let steps = vramscope_engine::plans::embedding_dense_backward_plan(
+            &self.p.runtime().profile(),
+            &grad_sizes,
+            dtype_of(grad_dtype)?,
+            grad_contiguous,
+            n,
+            dtype_of(index_dtype)?,
+            indices_contiguous,
+            num_weights,
+        )
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(steps
+            .into_iter()
+            .map(|s| match s {
+                PlanStep::Alloc { id, bytes, output } => ("alloc", id, bytes, output),
+                PlanStep::Free { id } => ("free", id, 0, false),
+            })
+            .collect())
     }
 
     /// The workspace of `_efficient_attention_backward` (cutlass kernels of

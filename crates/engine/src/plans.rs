@@ -1,0 +1,178 @@
+//! What an op allocates inside its CUDA kernel, as a plan a front door that
+//! runs PyTorch's own autograd (`vramscope run`) replays into its device.
+//!
+//! The eager twin runs the op on a scratch process and reports the
+//! allocations and frees it made after its inputs: one rule, the eager
+//! twin's, serves both front doors.
+
+use crate::dtype::{DType, Device};
+use crate::error::Result;
+use crate::runtime::{DeviceProfile, MemEvent, Runtime, RuntimeConfig};
+
+/// One step of a kernel's plan, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanStep {
+    /// allocate `bytes`; `id` names it for [`PlanStep::Free`]; `output`: it
+    /// is the op's result (its storage), not scratch
+    Alloc {
+        /// the plan's name for it
+        id: u32,
+        /// requested bytes
+        bytes: u64,
+        /// the op's result
+        output: bool,
+    },
+    /// free the allocation `id`
+    Free {
+        /// the [`PlanStep::Alloc`]'s id
+        id: u32,
+    },
+}
+
+/// The events of `run` on a scratch process of `profile`, after `inputs`
+/// made the inputs; the result's storage is the output.
+fn plan<T>(
+    profile: &DeviceProfile,
+    inputs: impl FnOnce(&Runtime) -> Result<T>,
+    run: impl FnOnce(&Runtime, &T) -> Result<crate::Tensor>,
+) -> Result<Vec<PlanStep>> {
+    let rt = Runtime::new(RuntimeConfig {
+        profile: profile.clone(),
+        ..Default::default()
+    });
+    let made = inputs(&rt)?;
+    rt.start_event_log();
+    let out = rt.no_grad(|| run(&rt, &made))?;
+    let out_addr = out.data_ptr();
+    let log = rt.take_event_log().unwrap_or_default();
+    let mut ids: Vec<(u64, u32)> = Vec::new();
+    let mut steps = Vec::new();
+    let mut next = 0u32;
+    for e in &log.events {
+        match e {
+            MemEvent::Alloc(r) => {
+                ids.push((r.addr, next));
+                steps.push(PlanStep::Alloc {
+                    id: next,
+                    bytes: r.bytes,
+                    output: Some(r.addr) == out_addr,
+                });
+                next += 1;
+            }
+            MemEvent::Free(a) => {
+                if let Some(i) = ids.iter().rposition(|(addr, _)| addr == a) {
+                    let (_, id) = ids.remove(i);
+                    steps.push(PlanStep::Free { id });
+                }
+            }
+            MemEvent::Recategorize(..) => {}
+        }
+    }
+    drop(out);
+    Ok(steps)
+}
+
+/// `embedding_dense_backward(grad, indices, num_weights, ...)` on CUDA
+/// (`ops/nn.rs`): `grad` of `grad_sizes` (contiguous or not), `n` indices
+/// of `index` dtype (contiguous or not).
+#[allow(clippy::too_many_arguments)]
+pub fn embedding_dense_backward_plan(
+    profile: &DeviceProfile,
+    grad_sizes: &[i64],
+    grad_dtype: DType,
+    grad_contiguous: bool,
+    n: i64,
+    index: DType,
+    indices_contiguous: bool,
+    num_weights: i64,
+) -> Result<Vec<PlanStep>> {
+    plan(
+        profile,
+        |rt| {
+            let g = rt.zeros(grad_sizes, grad_dtype, Device::Cuda)?;
+            let g = if grad_contiguous || grad_sizes.len() < 2 {
+                g
+            } else {
+                // a non-contiguous gradient of the same sizes
+                let mut s = grad_sizes.to_vec();
+                let k = s.len();
+                s.swap(k - 2, k - 1);
+                rt.zeros(&s, grad_dtype, Device::Cuda)?.transpose(-2, -1)
+            };
+            let idx = if indices_contiguous {
+                rt.zeros(&[n], index, Device::Cuda)?
+            } else {
+                rt.zeros(&[1], index, Device::Cuda)?.expand(&[n])?
+            };
+            Ok((g, idx))
+        },
+        |_, (g, idx)| crate::ops::nn::embedding_dense_backward(g, idx, num_weights),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_indices_allocate_the_gradient_only() {
+        let p = DeviceProfile::h100_torch_2_11();
+        let steps = embedding_dense_backward_plan(
+            &p,
+            &[8, 256, 64],
+            DType::F32,
+            true,
+            2048,
+            DType::I64,
+            true,
+            1000,
+        )
+        .unwrap();
+        assert_eq!(
+            steps,
+            vec![PlanStep::Alloc {
+                id: 0,
+                bytes: 1000 * 64 * 4,
+                output: true
+            }]
+        );
+    }
+
+    #[test]
+    fn many_indices_sort_and_free_their_scratch() {
+        let p = DeviceProfile::h100_torch_2_11();
+        let steps = embedding_dense_backward_plan(
+            &p,
+            &[8, 512, 64],
+            DType::BF16,
+            true,
+            4096,
+            DType::I64,
+            true,
+            32000,
+        )
+        .unwrap();
+        let allocs = steps
+            .iter()
+            .filter(|s| matches!(s, PlanStep::Alloc { .. }))
+            .count();
+        let frees = steps
+            .iter()
+            .filter(|s| matches!(s, PlanStep::Free { .. }))
+            .count();
+        // everything but the gradient is freed inside the op
+        assert_eq!(allocs, frees + 1);
+        let outputs: Vec<u64> = steps
+            .iter()
+            .filter_map(|s| match s {
+                PlanStep::Alloc {
+                    bytes,
+                    output: true,
+                    ..
+                } => Some(*bytes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(outputs, vec![32000 * 64 * 2]);
+    }
+}
