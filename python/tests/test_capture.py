@@ -105,3 +105,23 @@ def test_exit_status_and_missing_script(tmp_script):
     script = tmp_script("import sys\nsys.exit(3)\n")
     assert run_script(script)[0] == 3
     assert run_script("no_such_script.py")[0] == 2
+
+
+def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tmp_path):
+    script = tmp_script(
+        "import torch\n"
+        "lin = torch.nn.Linear(1024, 1024).cuda()\n"
+        "x = torch.randn(256, 1024, device='cuda')\n"
+        "lin(x).sum().backward()\n"
+    )
+    html = tmp_path / "run.html"
+    status, _lines, report, err = run_script(script, extra=("--html", str(html)))
+    assert status == 0, err
+    cats = report["at_peak"]["by_category"]
+    # the weight and bias, the input; the peak is in backward: the main
+    # thread's cuBLAS and cuBLASLt workspaces and the autograd thread's cuBLAS one
+    assert cats["parameter"] == 1024 * 1024 * 4 + 1024 * 4
+    assert cats["input"] == 256 * 1024 * 4
+    assert cats["workspace"] == 2 * 32 * MIB + MIB
+    text = html.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "http://" not in text.split("<body", 1)[0]

@@ -525,6 +525,20 @@ class Capture:
         self.active = False
         self.storages.clear()
 
+    def at_peak(self) -> dict:
+        """What is live at the run's peak: bytes by category and the modules
+        holding the most."""
+        by_category: dict[str, int] = {}
+        by_module: dict[str, int] = {}
+        for nbytes, category, _op, module in self.device.live_at_peak():
+            by_category[category] = by_category.get(category, 0) + nbytes
+            by_module[module or "(top level)"] = by_module.get(module or "(top level)", 0) + nbytes
+        top = sorted(by_module.items(), key=lambda kv: -kv[1])[:10]
+        return {
+            "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
+            "by_module": dict(top),
+        }
+
     def report(self) -> dict:
         """The run as `vramscope run --json` writes it (docs/json.md)."""
         stats = getattr(self, "end_stats", None) or self.device.memory_stats()
@@ -539,6 +553,7 @@ class Capture:
             "phases": phases,
             "peak_allocated": max(p["peak_allocated"] for p in phases),
             "peak_reserved": max(p["peak_reserved"] for p in phases),
+            "at_peak": self.at_peak(),
             "oom": self.oom,
             "unmeasured": sorted(self.unmeasured),
             "sdpa_backends": dict(self.sdpa_backends),

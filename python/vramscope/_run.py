@@ -55,6 +55,10 @@ def render_text(report: dict) -> str:
         f"peak: {format_size(report['peak_allocated'])} allocated, "
         f"{format_size(report['peak_reserved'])} reserved"
     )
+    at = report.get("at_peak") or {}
+    if at.get("by_category"):
+        parts = ", ".join(f"{k} {format_size(v)}" for k, v in at["by_category"].items())
+        lines.append(f"live at the peak: {parts}")
     if report["oom"]:
         lines.append("out of memory: " + report["oom"].splitlines()[0])
     if report["unmeasured"]:
@@ -79,6 +83,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--snapshot",
         metavar="FILE",
         help="write a memory-snapshot pickle (pytorch.org/memory_viz)",
+    )
+    ap.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the self-contained HTML report of the run (vramscope inspect's)",
     )
     ap.add_argument(
         "--alloc-conf",
@@ -119,7 +128,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"vramscope run: {e}", file=sys.stderr)
         return 2
-    if ns.snapshot:
+    if ns.snapshot or ns.html:
         cap.record_history(True)
     status = 0
     saved_argv = sys.argv
@@ -145,6 +154,16 @@ def main(argv: list[str]) -> int:
     if ns.snapshot:
         with open(ns.snapshot, "wb") as f:
             f.write(cap.device.snapshot_pickle())
+    if ns.html:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            snap = os.path.join(tmp, "run.pickle")
+            with open(snap, "wb") as f:
+                f.write(cap.device.snapshot_pickle())
+            code = _native.main(["inspect", snap, "--html", ns.html])
+            if code != 0:
+                print(f"vramscope run: writing {ns.html} failed", file=sys.stderr)
     cap.close()
     if ns.json:
         text = json.dumps(report, indent=2) + "\n"

@@ -354,6 +354,20 @@ impl Device {
         Ok(rule.bytes(&self.p.runtime().profile()).unwrap_or(0))
     }
 
+    /// What is live at the run's highest `memory_allocated()`: one
+    /// `(bytes, category, op, module)` per allocation, oldest first.
+    fn live_at_peak(&self) -> Vec<(u64, String, &'static str, String)> {
+        self.p
+            .runtime()
+            .with_event_log(|log| {
+                log.live_at_peak()
+                    .into_iter()
+                    .map(|r| (r.bytes, r.category.to_string(), r.op, r.module.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// `torch.cuda.memory_stats()`: every key PyTorch 2.11 reports.
     fn memory_stats(&self) -> BTreeMap<String, i64> {
         self.p.runtime().stats().memory_stats()
