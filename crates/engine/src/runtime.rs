@@ -285,7 +285,7 @@ pub fn blas_workspace_sizes(capability: (u32, u32), torch: &str) -> (u64, u64) {
 
 impl DeviceProfile {
     /// NVIDIA H100 80GB HBM3 (sm_90) with PyTorch 2.11.0+cu130: the machine
-    /// the ground truth in `shared/truth` was measured on.
+    /// the ground truth in `fixtures/seeds` was measured on.
     pub fn h100_torch_2_11() -> Self {
         let (cublas, lt) = blas_workspace_sizes((9, 0), "2.11.0");
         DeviceProfile {
