@@ -25,6 +25,11 @@ setup() {
         "$VENV/bin/python" -m pip install --quiet "torchvision==0.26.0" "transformers==5.17.0" \
             "timm==1.0.31" "peft==0.21.2"
     fi
+    # headless Chromium for the HTML report's browser test (Debian's package)
+    if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+            || echo "dev.sh: could not install chromium; the browser test will be skipped (or fail under CI)" >&2
+    fi
     # the Rust core, built into the environment (an editable install of python/)
     (. "$VENV/bin/activate" && maturin develop --release --quiet)
 }
