@@ -38,9 +38,9 @@ fn browser() -> Option<PathBuf> {
     let bin = chromium();
     if bin.is_none() {
         if std::env::var_os("CI").is_some() {
-            panic!("chromium not found and CI is set: install it (apt-get install -y chromium)");
+            panic!("chromium not found and CI is set: the set-up path installs it (bash scripts/dev.sh setup)");
         }
-        eprintln!("\n\n*** SKIPPED: chromium not found; the HTML pages were NOT tested in a browser (apt-get install -y chromium) ***\n\n");
+        eprintln!("\n\n*** SKIPPED: chromium not found; the HTML pages were NOT tested in a browser (bash scripts/dev.sh setup installs it) ***\n\n");
     }
     bin
 }
