@@ -19,19 +19,6 @@ from ._tensor import registered
 aten = torch.ops.aten
 HALF = (torch.float16, torch.bfloat16)
 
-#: `run_cudnn_SDP_fprop`'s workspace on the H100 (torch 2.11+cu130), measured
-CUDNN_FWD_WORKSPACE = 256
-
-
-def cudnn_bwd_workspace(b, h, h_k, s_q, s_kv, d_qk) -> int:
-    """`run_cudnn_SDP_bprop`'s workspace on the H100, measured: an fp32 dQ
-    accumulator, the fp32 softmax sum and 256 bytes (with fewer key/value
-    heads, one more fp32 block for the head-expanded dK/dV)."""
-    n = b * h * s_q * d_qk * 4 + b * h * s_q * 4 + 256
-    if h_k != h:
-        n += b * h * s_kv * d_qk * 4
-    return n
-
 
 def _heads_ok(q, k, v, gqa: bool, supports_gqa: bool) -> bool:
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
@@ -195,13 +182,18 @@ def _alloc_in_order(cap, outs, order, op, category="output"):
 
 def cudnn_forward(cap, func, args, kwargs):
     """`_cudnn_attention_forward`: philox seed and offset, the output, the
-    logsumexp (when a gradient is needed), the plan's 256-byte workspace."""
+    logsumexp (when a gradient is needed), the plan's workspace (the eager
+    twin's, measured on the H100)."""
     cap.ops += 1
     out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_cudnn_attention"
     # (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
     w = _alloc_in_order(cap, out, (6, 7, 0, 1, 8), op)
-    ws = cap.malloc(CUDNN_FWD_WORKSPACE, op, "workspace")
+    q, k = args[0], args[1]
+    fwd, _ = cap.device.cudnn_attention_workspaces(
+        q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]
+    )
+    ws = cap.malloc(fwd, op, "workspace")
     del ws
     return tuple(w)
 
@@ -217,7 +209,9 @@ def cudnn_backward(cap, func, args, kwargs):
     if grad_out.stride(-1) != 1:
         d_o = cap.malloc(grad_out.numel() * grad_out.element_size(), op, "temporary")
     ws = cap.malloc(
-        cudnn_bwd_workspace(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]),
+        cap.device.cudnn_attention_workspaces(
+            q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]
+        )[1],
         op,
         "workspace",
     )

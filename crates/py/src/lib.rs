@@ -333,6 +333,32 @@ impl Device {
             .collect())
     }
 
+    /// The workspaces of cuDNN's fused attention on this GPU, as the eager
+    /// twin has them (`ops/attention.rs`): the forward plan's, and the
+    /// backward's for batch `b`, heads `h` and `h_k`, lengths `s_q`, `s_kv`,
+    /// head dim `d_qk`.
+    #[allow(clippy::too_many_arguments)]
+    fn cudnn_attention_workspaces(
+        &self,
+        b: i64,
+        h: i64,
+        h_k: i64,
+        s_q: i64,
+        s_kv: i64,
+        d_qk: i64,
+    ) -> (u64, u64) {
+        let rule = ScratchRule::CudnnAttentionBackward {
+            b,
+            h,
+            h_k,
+            s_q,
+            s_kv,
+            d_qk,
+        };
+        let backward = rule.bytes(&self.p.runtime().profile()).unwrap_or(0);
+        (vramscope_engine::CUDNN_FWD_WORKSPACE, backward)
+    }
+
     /// The workspace of `_efficient_attention_backward` (cutlass kernels of
     /// `cutlassB.h`) for batch `b`, heads `h`, query and key lengths `m`,
     /// `n`, head dims `k`, `kv`.

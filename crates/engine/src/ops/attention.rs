@@ -74,7 +74,7 @@ const OP: &str = "scaled_dot_product_attention";
 /// grouped-query attention, head dims 32..256: up to 128 in
 /// `fixtures/estimate`, 256 in `u5_gemma2_9b_infer_bf16_b1_s1024` and the
 /// `u6_` set) — a GPU measurement, since cuDNN's plan is opaque.
-const CUDNN_FWD_WORKSPACE: u64 = 256;
+pub const CUDNN_FWD_WORKSPACE: u64 = 256;
 
 /// The cuDNN backward's workspace (`run_cudnn_SDP_bprop`), measured on the
 /// H100 (torch 2.11+cu130): an fp32 dQ accumulator `(b, h, s_q, d_qk)`, the
