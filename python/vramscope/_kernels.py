@@ -457,25 +457,51 @@ def module_apply(original):
 
 
 # ---- convolutions (cuDNN) -------------------------------------------------------------
-# As the eager twin runs them (`crates/engine/src/ops/conv.rs`, from
-# `Convolution.cpp`, `cudnn/ConvShared.cpp`, `cudnn/Conv_v8.cpp`): 2-D,
-# not transposed; the plan's workspace from the table measured on the H100.
+# As PyTorch 2.11 runs them on CUDA (`Convolution.cpp`, `cudnn/ConvShared.cpp`,
+# `cudnn/Conv_v8.cpp`): the operands made contiguous in the layout
+# `cudnn_conv_suggest_memory_format` picks, the outputs, and the plan's workspace
+# from the eager twin's measured tables (`crates/engine/src/ops/conv.rs`).
 
 
-def _dense(t) -> bool:
-    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
+def _suggests_channels_last(t) -> bool:
+    """`t.suggest_memory_format() == channels_last` for a 4-D tensor."""
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
 
-def _conv_workspace(cap, op, x, w, stride, padding, dilation, groups) -> None:
+def _channels_last(x, w) -> bool:
+    """`cudnn_conv_suggest_memory_format` (`ConvUtils.h`): channels-last for a 2-D
+    convolution whose input or weight suggests it."""
+    return w.dim() == 4 and (_suggests_channels_last(x) or _suggests_channels_last(w))
+
+
+def _copy_unless_in(cap, t, channels_last: bool):
+    """`t.contiguous(layout)`: a temporary copy when `t` is not laid out so."""
+    dense = t.is_contiguous(memory_format=torch.channels_last) if channels_last else t.is_contiguous()
+    return None if dense else cap.malloc(t.numel() * t.element_size(), "aten::contiguous", "temporary")
+
+
+def _conv_workspace(cap, op, conv) -> None:
     """`run_conv_plan`'s workspace, allocated and freed inside the op."""
+    x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
     name = str(x.dtype).removeprefix("torch.")
     nbytes = cap.device.conv_workspace(
-        op, name, list(x.shape), list(w.shape), list(stride), list(padding), list(dilation), groups
+        op,
+        name,
+        list(x.shape),
+        list(w.shape),
+        stride,
+        padding,
+        dilation,
+        groups,
+        transposed=transposed,
+        output_padding=out_pad,
+        channels_last=cl,
     )
     if nbytes is None:
         cap.note_unmeasured(
-            f"cuDNN's {op} workspace of input {tuple(x.shape)} by weight {tuple(w.shape)} ({name}, "
-            f"stride {tuple(stride)}, padding {tuple(padding)})"
+            f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
+            f"by weight {tuple(w.shape)} ({name}, {'channels-last, ' if cl else ''}stride {tuple(stride)}, "
+            f"padding {tuple(padding)}, groups {groups})"
         )
         return
     if nbytes:
@@ -483,31 +509,40 @@ def _conv_workspace(cap, op, x, w, stride, padding, dilation, groups) -> None:
         del ws
 
 
-def _conv2d(args):
-    """(input, weight, stride, padding, dilation, groups) of a 2-D cuDNN
-    convolution, or None for what the rules do not cover."""
-    x, w = args[0], args[1]
-    stride, padding, dilation, transposed, _out_pad, groups = args[3:9]
-    if transposed or x.dim() != 4 or not (registered(x) and registered(w)):
+def _conv(x, w, args):
+    """(input, weight, stride, padding, dilation, transposed, output_padding,
+    groups, channels_last) of a cuDNN convolution, or None for what the rules
+    do not cover."""
+    stride, padding, dilation, transposed, out_pad, groups = args
+    if x.dim() not in (3, 4) or not (registered(x) and registered(w)) or isinstance(padding, str):
         return None
-    if isinstance(padding, str) or len(stride) != 2:
-        return None
-    return x, w, list(stride), list(padding), list(dilation), groups
+    return (
+        x,
+        w,
+        list(stride),
+        list(padding),
+        list(dilation),
+        bool(transposed),
+        list(out_pad),
+        groups,
+        _channels_last(x, w),
+    )
 
 
 def _convolution(cap, func, args, kwargs):
-    conv = _conv2d(args)
+    x, w = args[0], args[1]
+    conv = _conv(x, w, args[3:9])
     if conv is None or kwargs:
         return NotImplemented
-    x, w, stride, padding, dilation, groups = conv
+    cl = conv[-1]
     cap.ops += 1
-    op = "aten::cudnn_convolution"
-    x_c = None if _dense(x) else cap.malloc(x.numel() * x.element_size(), "aten::contiguous", "temporary")
+    op = "aten::cudnn_convolution_transpose" if conv[5] else "aten::cudnn_convolution"
+    x_c = _copy_unless_in(cap, x, cl)
     out = func(*args)
     cap.track(out, op)
     if out.numel() > 0:
-        w_c = None if _dense(w) else cap.malloc(w.numel() * w.element_size(), "aten::contiguous", "temporary")
-        _conv_workspace(cap, "forward", x, w, stride, padding, dilation, groups)
+        w_c = _copy_unless_in(cap, w, cl)
+        _conv_workspace(cap, "forward", conv)
         del w_c
     del x_c
     return out
@@ -515,41 +550,35 @@ def _convolution(cap, func, args, kwargs):
 
 def _convolution_backward(cap, func, args, kwargs):
     grad, x, w = args[0], args[1], args[2]
-    conv = _conv2d((x, w, None, *args[4:10]))
+    conv = _conv(x, w, args[4:10])
     if conv is None or kwargs or not registered(grad):
         return NotImplemented
-    _, _, stride, padding, dilation, groups = conv
+    cl = conv[-1]
     mask = list(args[10])
     cap.ops += 1
     gi, gw, gb = func(*args)
-    x_c = None
-    if mask[1] and not _dense(x):
-        x_c = cap.malloc(x.numel() * x.element_size(), "aten::contiguous", "temporary")
-    g_c = (
-        None
-        if _dense(grad)
-        else cap.malloc(grad.numel() * grad.element_size(), "aten::contiguous", "temporary")
-    )
+    x_c = _copy_unless_in(cap, x, cl) if mask[0] or mask[1] else None
+    g_c = _copy_unless_in(cap, grad, cl) if mask[0] or mask[1] else None
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")
-        w_c = None if _dense(w) else cap.malloc(w.numel() * w.element_size(), "aten::contiguous", "temporary")
+        w_c = _copy_unless_in(cap, w, cl)
         if gi.numel() > 0:
-            _conv_workspace(cap, "dgrad", x, w, stride, padding, dilation, groups)
+            _conv_workspace(cap, "dgrad", conv)
         del w_c
     if mask[1] and gw is not None:
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
-            _conv_workspace(cap, "wgrad", x, w, stride, padding, dilation, groups)
+            _conv_workspace(cap, "wgrad", conv)
     del g_c, x_c
     if mask[2] and gb is not None:
-        # backend_grad_bias = grad_output.sum({0, 2, 3})
+        # backend_grad_bias = grad_output.sum(all dims but 1)
         cap.track(gb, "aten::sum")
         if grad.numel() > 0:
             reduce_scratch(
                 cap,
                 list(grad.shape),
                 list(grad.stride()),
-                [True, False, True, True],
+                [d != 1 for d in range(grad.dim())],
                 grad.element_size(),
                 _acc_bytes(grad.dtype),
                 "aten::sum",

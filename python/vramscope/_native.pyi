@@ -55,6 +55,23 @@ class Device:
     ) -> int:
         """The workspace bytes of _efficient_attention_backward (cutlassB.h) for
         batch b, heads h, query/key lengths m, n, head dims k, kv. Allocates nothing."""
+    def conv_workspace(
+        self,
+        op: str,
+        dtype: str,
+        input: Sequence[int],
+        weight: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        groups: int,
+        transposed: bool = False,
+        output_padding: Sequence[int] | None = None,
+        channels_last: bool = False,
+    ) -> int | None:
+        """The workspace of cuDNN's plan for a convolution ("forward", "dgrad" or
+        "wgrad") as aten's convolution received it, from the measured tables;
+        None where the problem was not measured. Allocates nothing."""
     def memory_stats(self) -> dict[str, int]:
         """torch.cuda.memory_stats(): every key PyTorch 2.11 reports."""
     def memory_summary(self, abbreviated: bool = False) -> str: ...

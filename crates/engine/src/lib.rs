@@ -56,7 +56,9 @@ pub use dims::{Dims, MAX_DIMS};
 pub use dtype::{DType, Device};
 pub use error::{EngineError, Result};
 pub use ops::attention::{SdpaArgs, SdpaBackend, CUDNN_FWD_WORKSPACE};
-pub use ops::conv::{cudnn_conv_workspace, Conv2dArgs, ConvOp};
+pub use ops::conv::{
+    cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs, ConvOp, ConvProblem,
+};
 pub use ops::nn::{SegmentBuffer, SegmentProblem};
 pub use ops::reduce::ReduceScratch;
 pub use ops::Scalar;

@@ -20,8 +20,8 @@ use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
 use vramscope_engine::plans::PlanStep;
 use vramscope_engine::{
-    cudnn_conv_workspace, Category, Conv2dArgs, ConvOp, DType, DeviceProfile, EngineError, Runtime,
-    RuntimeConfig, RuntimeSink, ScratchRule,
+    cudnn_conv_problem_workspace, Category, ConvOp, ConvProblem, DType, DeviceProfile, EngineError,
+    Runtime, RuntimeConfig, RuntimeSink, ScratchRule,
 };
 use vramscope_events::{Event, HostThread, Sink, Site, UnknownCategory};
 
@@ -257,10 +257,10 @@ impl Device {
             .collect()
     }
 
-    /// The workspace cuDNN's plan takes for a 2-D convolution (`op`:
-    /// "forward", "dgrad" or "wgrad") of `input` (N, C, H, W) by `weight`
-    /// (K, C/groups, R, S), from the eager twin's table measured on the
-    /// H100 (`cudnn_conv_h100.txt`); None where the problem was not measured.
+    /// The workspace cuDNN's plan takes for a convolution (`op`: "forward",
+    /// "dgrad" or "wgrad") as `convolution` received it, from the eager twin's
+    /// measured tables (`ops/conv.rs`); None where the problem was not measured.
+    #[pyo3(signature = (op, dtype, input, weight, stride, padding, dilation, groups, transposed=false, output_padding=None, channels_last=false))]
     #[allow(clippy::too_many_arguments)]
     fn conv_workspace(
         &self,
@@ -268,10 +268,13 @@ impl Device {
         dtype: &str,
         input: Vec<i64>,
         weight: Vec<i64>,
-        stride: [i64; 2],
-        padding: [i64; 2],
-        dilation: [i64; 2],
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
         groups: i64,
+        transposed: bool,
+        output_padding: Option<Vec<i64>>,
+        channels_last: bool,
     ) -> PyResult<Option<u64>> {
         let op = match op {
             "forward" => ConvOp::Forward,
@@ -283,19 +286,22 @@ impl Device {
                 )))
             }
         };
-        let args = Conv2dArgs {
-            stride,
-            padding,
-            dilation,
-            groups,
-        };
-        Ok(cudnn_conv_workspace(
+        let output_padding = output_padding.unwrap_or_else(|| vec![0; stride.len()]);
+        Ok(cudnn_conv_problem_workspace(
             &self.p.runtime().profile(),
-            op,
-            dtype_of(dtype)?,
-            &input,
-            &weight,
-            &args,
+            &ConvProblem {
+                op,
+                dtype: dtype_of(dtype)?,
+                channels_last,
+                transposed,
+                input: &input,
+                weight: &weight,
+                stride: &stride,
+                padding: &padding,
+                dilation: &dilation,
+                output_padding: &output_padding,
+                groups,
+            },
         ))
     }
 

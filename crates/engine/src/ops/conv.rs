@@ -235,6 +235,116 @@ pub fn cudnn_conv_workspace(
         .find_map(|r| r.at(input[0]))
 }
 
+/// The measured table of whole problems (`cudnn_conv_problems.txt`, made by
+/// `validation/run/conv_table.py` from the validation scripts' per-op records
+/// on an sm_90 GPU): every convolution those programs run, any batch, layout,
+/// dimension or transposition, keyed by what `convolution` receives.
+const PROBLEMS_SM90: &str = include_str!("cudnn_conv_problems.txt");
+
+/// A convolution as ATen's `convolution` / `convolution_backward` receives it
+/// (sizes as called: a 1-D convolution keeps its 3-D sizes), and which of
+/// cuDNN's three operation graphs runs for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvProblem<'a> {
+    /// which operation graph
+    pub op: ConvOp,
+    /// the operands' dtype
+    pub dtype: DType,
+    /// `cudnn_conv_suggest_memory_format` (`ConvUtils.h`) chose channels-last
+    pub channels_last: bool,
+    /// a transposed convolution
+    pub transposed: bool,
+    /// the input's sizes
+    pub input: &'a [i64],
+    /// the weight's sizes
+    pub weight: &'a [i64],
+    /// `stride`
+    pub stride: &'a [i64],
+    /// `padding`
+    pub padding: &'a [i64],
+    /// `dilation`
+    pub dilation: &'a [i64],
+    /// `output_padding`
+    pub output_padding: &'a [i64],
+    /// `groups`
+    pub groups: i64,
+}
+
+impl ConvProblem<'_> {
+    /// The table's key: every field of a line but the bytes.
+    fn key(&self) -> String {
+        let j = |v: &[i64]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let op = match self.op {
+            ConvOp::Forward => "forward",
+            ConvOp::BackwardData => "dgrad",
+            ConvOp::BackwardFilter => "wgrad",
+        };
+        format!(
+            "{op} {} {} {} {} {} {} {} {} {} {}",
+            self.dtype,
+            if self.channels_last { "nhwc" } else { "nchw" },
+            u8::from(self.transposed),
+            j(self.input),
+            j(self.weight),
+            j(self.stride),
+            j(self.padding),
+            j(self.dilation),
+            j(self.output_padding),
+            self.groups
+        )
+    }
+}
+
+/// The problem table, by key (parsed once; the file is part of the source).
+fn problems() -> &'static std::collections::HashMap<String, u64> {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<String, u64>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        PROBLEMS_SM90
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (key, bytes) = l.rsplit_once(' ')?;
+                Some((key.to_string(), bytes.parse().ok()?))
+            })
+            .collect()
+    })
+}
+
+/// The bytes cuDNN's plan takes for `problem` on `profile`'s GPU, if it was
+/// measured: first the whole-problem table, then (for a 2-D, NCHW, not
+/// transposed problem) the batch-swept table of [`cudnn_conv_workspace`].
+pub fn cudnn_conv_problem_workspace(profile: &DeviceProfile, problem: &ConvProblem) -> Option<u64> {
+    if profile.capability == (9, 0) && profile.torch == "2.11.0" {
+        if let Some(&bytes) = problems().get(&problem.key()) {
+            return Some(bytes);
+        }
+    }
+    let two = |v: &[i64]| <[i64; 2]>::try_from(v).ok();
+    if problem.transposed || problem.channels_last || problem.input.len() != 4 {
+        return None;
+    }
+    let args = Conv2dArgs {
+        stride: two(problem.stride)?,
+        padding: two(problem.padding)?,
+        dilation: two(problem.dilation)?,
+        groups: problem.groups,
+    };
+    cudnn_conv_workspace(
+        profile,
+        problem.op,
+        problem.dtype,
+        problem.input,
+        problem.weight,
+        &args,
+    )
+}
+
 /// `conv_output_size`: `(in + 2 pad - dilation (k - 1) - 1) / stride + 1`.
 fn out_size(input: i64, k: i64, a: &Conv2dArgs, d: usize) -> i64 {
     (input + 2 * a.padding[d] - a.dilation[d] * (k - 1) - 1) / a.stride[d] + 1
@@ -580,6 +690,77 @@ pub(crate) fn convolution_backward(
 mod tests {
     use super::*;
     use crate::ops::reduce::reduce_scratch;
+
+    #[test]
+    fn every_line_of_the_problem_table_parses() {
+        let lines = PROBLEMS_SM90
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .count();
+        assert_eq!(problems().len(), lines);
+    }
+
+    /// The problem table (measured on an H200) and the batch-swept table
+    /// (measured on an H100) agree on every problem both hold.
+    #[test]
+    fn the_two_tables_agree_where_both_measured() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let mut both = 0;
+        for (key, &bytes) in problems() {
+            let f: Vec<&str> = key.split(' ').collect();
+            let v =
+                |i: usize| -> Vec<i64> { f[i].split(',').map(|x| x.parse().unwrap()).collect() };
+            if f[2] != "nchw" || f[3] != "0" || v(4).len() != 4 {
+                continue;
+            }
+            let (input, weight) = (v(4), v(5));
+            let args = Conv2dArgs {
+                stride: v(6).try_into().unwrap(),
+                padding: v(7).try_into().unwrap(),
+                dilation: v(8).try_into().unwrap(),
+                groups: f[10].parse().unwrap(),
+            };
+            let op = match f[0] {
+                "forward" => ConvOp::Forward,
+                "dgrad" => ConvOp::BackwardData,
+                _ => ConvOp::BackwardFilter,
+            };
+            let dtype = match f[1] {
+                "float32" => DType::F32,
+                "bfloat16" => DType::BF16,
+                _ => DType::F16,
+            };
+            if let Some(swept) = cudnn_conv_workspace(&h100, op, dtype, &input, &weight, &args) {
+                assert_eq!(swept, bytes, "{key}");
+                both += 1;
+            }
+        }
+        assert!(both >= 3, "{both} problems in both tables");
+    }
+
+    #[test]
+    fn a_problem_is_looked_up_by_everything_convolution_receives() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let mut p = ConvProblem {
+            op: ConvOp::Forward,
+            dtype: DType::F32,
+            channels_last: false,
+            transposed: false,
+            input: &[128, 128, 249],
+            weight: &[128, 128, 3],
+            stride: &[1],
+            padding: &[0],
+            dilation: &[1],
+            output_padding: &[0],
+            groups: 1,
+        };
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(16_515_088));
+        p.channels_last = true;
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), None);
+        p.channels_last = false;
+        p.input = &[127, 128, 249];
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), None);
+    }
 
     fn vit_setup(rt: &Runtime, dtype: DType, batch: i64) -> (Tensor, Tensor, Tensor) {
         let x = rt

@@ -1,0 +1,130 @@
+"""The measured table of cuDNN convolution workspaces for the twin, from ops_truth.py's records.
+
+    python conv_table.py GPU_OPS_DIR TWIN_OPS_DIR > crates/engine/src/ops/cudnn_conv_problems.txt
+
+GPU_OPS_DIR holds ops_truth.py's lines of each script on the GPU (validation/run/truth.sh), TWIN_OPS_DIR
+the same scripts' lines under `OPS_TRUTH_ALL=1 vramscope run ops_truth.py` (every op, so the problems whose
+workspace is 0, which the GPU side does not list, are known too). For every convolution problem the
+workspace is what the op requested beyond its new outputs and beyond the contiguous copies of the
+gradient, input and weight that cuDNN's path makes of those not in the convolution's layout; a problem
+whose counts admit no such reading is reported on stderr and left out.
+
+A line: op (forward, dgrad, wgrad), dtype, layout (nchw, nhwc), transposed (0, 1), input sizes, weight
+sizes, stride, padding, dilation, output_padding (comma-separated), groups, bytes.
+"""
+
+import glob
+import json
+import os
+import sys
+
+OPS = {"convolution": "forward", "convolution_backward[0]": "dgrad", "convolution_backward[1]": "wgrad"}
+
+
+def is_channels_last(t):
+    """`t.is_contiguous(memory_format=torch.channels_last)`: c fastest, then w, h, n."""
+    sizes, strides = t[0], t[1]
+    if len(sizes) != 4:
+        return False
+    n, c, h, w = sizes
+    sn, sc, sh, sw = strides
+    return (
+        (c == 1 or sc == 1)
+        and (w == 1 or sw == c)
+        and (h == 1 or sh == w * c)
+        and (n == 1 or sn == h * w * c)
+    )
+
+
+def is_contiguous(t):
+    expect = 1
+    for size, stride in zip(reversed(t[0]), reversed(t[1]), strict=True):
+        if size != 1 and stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+def channels_last(t):
+    """`t.suggest_memory_format() == torch.channels_last`, for the dense tensors here."""
+    return is_channels_last(t) and not is_contiguous(t)
+
+
+def problem(op, args):
+    if op == "forward":
+        x, w, _b, stride, padding, dilation, transposed, out_pad, groups = args[:9]
+        grad = None
+    else:
+        grad, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups = args[:10]
+    layout = "nhwc" if channels_last(x) or channels_last(w) else "nchw"
+    j = lambda v: ",".join(str(i) for i in v)  # noqa: E731
+    key = (
+        f"{op} {x[2]} {layout} {int(transposed)} {j(x[0])} {j(w[0])} {j(stride)} {j(padding)} "
+        f"{j(dilation)} {j(out_pad)} {groups}"
+    )
+    return key, (grad, x, w), layout
+
+
+def copy_bytes(t, layout):
+    """Bytes of `t.contiguous(layout)` when it copies (cuDNN's operands must be in the layout)."""
+    if t is None:
+        return 0
+    sizes = t[0]
+    n = 1
+    for s in sizes:
+        n *= s
+    item = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[t[2]]
+    dense = is_channels_last(t) if len(sizes) == 4 and layout == "nhwc" else is_contiguous(t)
+    return 0 if dense else n * item
+
+
+def main():
+    gpu_dir, twin_dir = sys.argv[1], sys.argv[2]
+    table = {}
+    for twin_path in sorted(glob.glob(os.path.join(twin_dir, "*.jsonl"))):
+        gpu_path = os.path.join(gpu_dir, os.path.basename(twin_path))
+        if not os.path.exists(gpu_path):
+            continue
+        gpu = {}
+        for line in open(gpu_path):
+            r = json.loads(line)
+            if r.get("op") in OPS or r.get("op") == "convolution_backward":
+                gpu.setdefault((r["op"], json.dumps(r["args"])), r)
+        for line in open(twin_path):
+            r = json.loads(line)
+            name = r.get("op")
+            if name == "convolution_backward":
+                mask = r["args"][10]
+                if sum(mask[:2]) != 1 or mask[2]:
+                    continue  # split per output by ops_truth.py: [0] and [1]
+                name = "convolution_backward[0]" if mask[0] else "convolution_backward[1]"
+            if name not in OPS:
+                continue
+            key, (grad, x, w), layout = problem(OPS[name], r["args"])
+            g = gpu.get((r["op"], json.dumps(r["args"])))
+            if g is None:
+                ws = 0  # the GPU op allocated exactly its outputs
+            else:
+                extra_count = g["count"] - len(g["new"])
+                extra = g["requested"] - sum(g["new"])
+                # forward reads x and w, dgrad grad and w, wgrad grad and x
+                used = {"forward": (x, w), "dgrad": (grad, w), "wgrad": (grad, x)}[OPS[name]]
+                copies = [copy_bytes(t, layout) for t in used]
+                copy = [c for c in copies if c]
+                extra_count, extra = extra_count - len(copy), extra - sum(copy)
+                if (extra_count, extra > 0) not in ((0, False), (1, True)) or extra < 0:
+                    print(
+                        f"{key}: {g['count']} allocations, {g['requested']} bytes for new {g['new']}"
+                        f" (copies {copy}): not one workspace",
+                        file=sys.stderr,
+                    )
+                    continue
+                ws = extra
+            if table.setdefault(key, ws) != ws:
+                print(f"{key}: {table[key]} and {ws} bytes", file=sys.stderr)
+    for key in sorted(table):
+        print(f"{key} {table[key]}")
+
+
+if __name__ == "__main__":
+    main()
