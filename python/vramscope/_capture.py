@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _attention, _autocast, _kernels, _native, _tensor  # noqa: F401  (_attention registers its rules)
+from . import _attention, _autocast, _kernels, _native, _norm, _tensor  # noqa: F401  (_attention, _norm register rules)
 from ._tensor import Storage, is_ours, registered, set_value, value
 
 #: Tensors of at most this many elements also carry their values.
@@ -421,12 +421,17 @@ class Capture:
         cargs, ckwargs = tree_unflatten(cpu, spec)
         if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
+        # a CUDA op draws from the GPU's generator: the host's stays as the program left it
+        rng = torch.get_rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 r = func(*cargs, **ckwargs)
         except Exception:
             return None
+        finally:
+            if rng is not None:
+                torch.set_rng_state(rng)
         return tree_flatten(r)[0]
 
     # ---- modules, parameters and optimizers ------------------------------------------

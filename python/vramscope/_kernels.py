@@ -436,6 +436,9 @@ def module_apply(original):
         memo: dict[int, torch.Tensor] = {}
 
         def once(t):
+            if len(owners.get(id(t), ())) < 2:
+                # held by nothing here: its old storage dies when the module lets it go, as on the GPU
+                return fn(t)
             hit = memo.get(id(t))
             if hit is None:
                 hit = memo[id(t)] = fn(t)
@@ -478,6 +481,14 @@ def _copy_unless_in(cap, t, channels_last: bool):
     """`t.contiguous(layout)`: a temporary copy when `t` is not laid out so."""
     dense = t.is_contiguous(memory_format=torch.channels_last) if channels_last else t.is_contiguous()
     return None if dense else cap.malloc(t.numel() * t.element_size(), "aten::contiguous", "temporary")
+
+
+def _in_layout(t, channels_last: bool):
+    """A result as cuDNN's path allocates it: `at::empty(sizes, options.memory_format(layout))`
+    (the meta kernel may pick the other layout, e.g. for depthwise convolutions)."""
+    if t is None or not channels_last or t.dim() != 4 or t.is_contiguous(memory_format=torch.channels_last):
+        return t
+    return t.contiguous(memory_format=torch.channels_last)
 
 
 def _conv_workspace(cap, op, conv) -> None:
@@ -538,7 +549,7 @@ def _convolution(cap, func, args, kwargs):
     cap.ops += 1
     op = "aten::cudnn_convolution_transpose" if conv[5] else "aten::cudnn_convolution"
     x_c = _copy_unless_in(cap, x, cl)
-    out = func(*args)
+    out = _in_layout(func(*args), cl)
     cap.track(out, op)
     if out.numel() > 0:
         w_c = _copy_unless_in(cap, w, cl)
@@ -557,6 +568,7 @@ def _convolution_backward(cap, func, args, kwargs):
     mask = list(args[10])
     cap.ops += 1
     gi, gw, gb = func(*args)
+    gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
     x_c = _copy_unless_in(cap, x, cl) if mask[0] or mask[1] else None
     g_c = _copy_unless_in(cap, grad, cl) if mask[0] or mask[1] else None
     if mask[0] and gi is not None:
@@ -630,3 +642,6 @@ def _embedding_dense_backward(cap, func, args, kwargs):
 
 DISPATCH[aten.embedding_dense_backward.default] = _embedding_dense_backward
 SCRATCH_UNMODELLED.discard("aten::embedding_dense_backward")
+
+
+from . import _rnn  # noqa: E402, F401  (cuDNN RNNs register their rules)

@@ -1,0 +1,84 @@
+"""Normalization kernels' scratch (`vramscope._norm`) against what an sm_90 GPU's allocator counted
+for the same ops (fixtures/run/truth_h200.tar.xz: allocations and requested bytes beyond the outputs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import vramscope
+from vramscope import _norm
+
+
+def _extra(setup, op):
+    """Allocations and requested bytes made by `op(*setup())` beyond the new storages it returns."""
+    with vramscope.capture():
+        args = setup()
+        before = torch.cuda.memory_stats()
+        out = op(*args)
+        after = torch.cuda.memory_stats()
+        outs = out if isinstance(out, tuple) else (out,)
+        new = [t.untyped_storage().nbytes() for t in outs if t is not None]
+        count = after["allocation.all.allocated"] - before["allocation.all.allocated"] - len(new)
+        req = after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] - sum(new)
+    return count, req
+
+
+@pytest.mark.parametrize(
+    ("shape", "staging"),
+    # batch norm forward of a channels-last bf16 input: staging + semaphores, as measured
+    [((48, 1152, 7, 7), 184464), ((48, 32, 112, 112), 65540), ((48, 24, 56, 56), 49160)],
+)
+def test_channels_last_batch_norm_statistics_take_the_measured_staging(shape, staging):
+    def setup():
+        x = torch.empty(shape, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        w = torch.ones(shape[1], device="cuda")
+        return x, w, torch.zeros_like(w)
+
+    def run(x, w, b):
+        return torch.ops.aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+
+    assert _extra(setup, run) == (2, staging)
+
+
+def test_small_reductions_take_no_grid_rows():
+    # BatchNorm1d on (N, C): the channels-last kernels, one grid row: no staging
+    assert _norm.flexible_launch_configs(256, 512, coop=True)[1] == 1
+
+
+def test_channels_last_batch_norm_backward_takes_sums_and_staging():
+    def setup():
+        shape = (48, 32, 112, 112)
+        x = torch.empty(shape, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        return torch.empty_like(x), x, torch.ones(32, device="cuda"), torch.zeros(32, device="cuda")
+
+    def run(g, x, w, m):
+        return torch.ops.aten.native_batch_norm_backward(g, x, w, None, None, m, m, True, 1e-5, [True] * 3)
+
+    assert _extra(setup, run) == (4, 33028)
+
+
+def test_group_norm_scratch_is_the_measured_one():
+    def setup():
+        x = torch.empty(8, 64, 128, 128, device="cuda")
+        return x, torch.ones(64, device="cuda"), torch.zeros(8, 8, device="cuda")
+
+    def fwd(x, w, _m):
+        return torch.ops.aten.native_group_norm(x, w, w, 8, 64, 128 * 128, 8, 1e-5)
+
+    def bwd(x, w, m):
+        return torch.ops.aten.native_group_norm_backward(x, x, m, m, w, 8, 64, 128 * 128, 8, [True] * 3)
+
+    assert _extra(setup, fwd) == (2, 4096)
+    assert _extra(setup, bwd) == (5, 6656)
+
+
+def test_layer_norm_copies_a_permuted_input_and_returns_a_contiguous_output():
+    def setup():
+        return torch.empty(64, 40, 56, 56, device="cuda").permute(0, 2, 3, 1), torch.ones(40, device="cuda")
+
+    def run(x, w):
+        out = torch.ops.aten.native_layer_norm(x, [40], w, w, 1e-6)
+        assert out[0].is_contiguous()
+        return out
+
+    assert _extra(setup, run) == (1, 32112640)

@@ -1,0 +1,240 @@
+"""Normalization layers as PyTorch 2.11's CUDA kernels run them: their outputs, in the order the
+kernels allocate them, and the scratch each takes beyond its outputs.
+
+- `native_batch_norm` / `native_batch_norm_backward`: `aten/src/ATen/native/cuda/Normalization.cu`
+  and `Normalization.cuh` (the channels-last kernels' grid reduction staging and semaphores).
+- `native_group_norm` / `native_group_norm_backward`: `aten/src/ATen/native/group_norm.cpp` and
+  `cuda/group_norm_kernel.cu` (the fused parameters `a`, `b`; `ds`, `db`, `c1`, `c2`, `c3`).
+- `native_layer_norm` / `native_layer_norm_backward`: `cuda/layer_norm_kernel.cu` (`expect_contiguous`
+  copies; a contiguous output whatever the input's strides).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes
+from ._tensor import registered
+
+aten = torch.ops.aten
+
+# Normalization.cuh (CUDA, not ROCm)
+MAX_BLOCK_SIZE = 512
+ELEMENTS_PER_THREAD = 16
+OPTIMAL_TILE_W = 32
+MAX_H_BLOCK = 128
+
+
+def _last_pow2(n: int) -> int:
+    """`lastPow2`: the largest power of two not above n (at least 1)."""
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def flexible_launch_configs(reduction: int, stride: int, coop: bool) -> tuple[int, int]:
+    """`flexible_launch_configs` (Normalization.cuh): the grid (x, y) of the channels-last kernels."""
+    block_x = min(_last_pow2(stride), OPTIMAL_TILE_W)
+    block_y = min(_last_pow2(_ceil_div(reduction, ELEMENTS_PER_THREAD)), MAX_BLOCK_SIZE // block_x)
+    if block_x * block_y != MAX_BLOCK_SIZE:
+        block_x = min(_last_pow2(stride), MAX_BLOCK_SIZE // block_y)
+    grid_x = _ceil_div(stride, block_x)
+    grid_y = min(_ceil_div(reduction, block_y * ELEMENTS_PER_THREAD), MAX_H_BLOCK)
+    if coop and grid_y < 8:
+        grid_y = 1
+    return grid_x, grid_y
+
+
+def _channels_last_kernels(t) -> bool:
+    """`batch_norm_use_channels_last_kernels` (Normalization.cuh)."""
+    if t.is_contiguous():
+        return t.dim() >= 2 and t.stride(1) == 1
+    if t.dim() == 4:
+        return t.is_contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.is_contiguous(memory_format=torch.channels_last_3d)
+    return False
+
+
+def _grid_scratch(cap, t, per_channel: int, op: str) -> None:
+    """The staging buffer (`per_channel` accumulators per channel and grid row) and the semaphores
+    (`at::zeros({grid.x}, kInt)`) of a channels-last grid reduction, when the grid has rows."""
+    c = t.size(1)
+    reduction = t.numel() // max(c, 1)
+    grid_x, grid_y = flexible_launch_configs(reduction, c, coop=True)
+    if grid_y > 1:
+        staging = cap.malloc(per_channel * c * grid_y * _acc_bytes(t.dtype), op, "temporary")
+        semaphores = cap.malloc(grid_x * 4, op, "temporary")
+        del staging, semaphores
+
+
+def _native_batch_norm(cap, func, args, kwargs):
+    """`batch_norm_cuda`: output, save_mean, save_invstd; in training, the statistics of a
+    channels-last input (`batch_norm_choose_impl`) take `batch_norm_stats_channels_last_cuda_template`'s
+    staging (4 accumulators per channel and grid row) and semaphores."""
+    x = args[0]
+    training = args[5] if len(args) > 5 else kwargs.get("training")
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::native_batch_norm"
+    out = func(*args)
+    for t in out:
+        cap.track(t, op)
+    if training and x.numel() > 0:
+        if _channels_last_kernels(x):
+            _grid_scratch(cap, x, 4, op)
+        elif not x.is_contiguous():
+            cap.note_unmeasured("aten::native_batch_norm of a non-dense input (var_mean's reduction)")
+    return out
+
+
+def _native_batch_norm_backward(cap, func, args, kwargs):
+    """`batch_norm_backward_cuda`: the fused kernel (outputs only) unless the input takes the
+    channels-last kernels; then `batch_norm_backward_reduce_cuda` (sum_dy, sum_dy_xmu, the weight's and
+    bias's gradients, and in its channels-last template a staging of 2 accumulators per channel and
+    grid row with semaphores) and the elementwise input gradient, allocated last."""
+    if kwargs or len(args) != 10:
+        return NotImplemented
+    grad, x, w, _rm, _rv, _sm, _si, train, _eps, mask = args
+    if not (registered(grad) and registered(x)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::native_batch_norm_backward"
+    gi, gw, gb = func(*args)
+    needs_reduction = train or mask[1] or mask[2]
+    if not _channels_last_kernels(x) and needs_reduction and mask[0]:
+        for t in (gi, gw, gb):
+            if t is not None:
+                cap.track(t, op)
+        return gi, gw, gb
+    c = x.size(1)
+    acc = _acc_bytes(x.dtype)
+    held = []
+    if needs_reduction:
+        cl = _channels_last_kernels(grad) and _channels_last_kernels(x)
+        if cl or mask[0]:
+            held += [cap.malloc(c * acc, op, "temporary"), cap.malloc(c * acc, op, "temporary")]
+        for want, t in ((mask[1], gw), (mask[2], gb)):
+            if want and t is not None:
+                cap.track(t, op)
+            elif cl and w is not None:
+                held.append(cap.malloc(c * w.element_size(), op, "temporary"))
+        if cl and x.numel() > 0:
+            _grid_scratch(cap, x, 2, op)
+    if mask[0] and gi is not None:
+        cap.track(gi, op)
+    del held
+    return gi, gw, gb
+
+
+def _native_group_norm(cap, func, args, kwargs):
+    """`native_group_norm`: Y, mean, rstd, then (H*W > 1) the kernel's fused parameters `a` and `b`,
+    (N, C) accumulators each."""
+    x = args[0]
+    if kwargs or not registered(x):
+        return NotImplemented
+    n, c, hxw = args[3], args[4], args[5]
+    cap.ops += 1
+    op = "aten::native_group_norm"
+    out = func(*args)
+    for t in out:
+        cap.track(t, op)
+    if x.numel() > 0:
+        if hxw == 1:
+            cap.note_unmeasured("aten::native_group_norm with H*W == 1")
+        else:
+            a = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
+            b = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
+            del a, b
+    return out
+
+
+def _native_group_norm_backward(cap, func, args, kwargs):
+    """`native_group_norm_backward`: dX, dgamma, dbeta, then the kernel's `ds`, `db` ((N, C)
+    accumulators) and, for dX, `c2`, `c3` ((N, G)) and `c1` ((N, C), the iterator's output, with a
+    weight), the last three freed at the end of their block."""
+    if kwargs or len(args) != 10:
+        return NotImplemented
+    dy, x, _mean, _rstd, gamma, n, c, hxw, group, mask = args
+    if not (registered(dy) and registered(x)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::native_group_norm_backward"
+    out = func(*args)
+    for t in out:
+        if t is not None:
+            cap.track(t, op)
+    if x.numel() == 0:
+        return out
+    if hxw == 1:
+        cap.note_unmeasured("aten::native_group_norm_backward with H*W == 1")
+        return out
+    acc = _acc_bytes(x.dtype)
+    ds = cap.malloc(n * c * acc, op, "temporary")
+    db = cap.malloc(n * c * acc, op, "temporary")
+    if mask[0]:
+        c2 = cap.malloc(n * group * acc, op, "temporary")
+        c3 = cap.malloc(n * group * acc, op, "temporary")
+        c1 = cap.malloc(n * c * acc, op, "temporary") if gamma is not None else None
+        del c1, c2, c3
+    del ds, db
+    return out
+
+
+def _copy_unless_contiguous(cap, t, op):
+    """`t.expect_contiguous()`: a copy when `t` is not contiguous."""
+    if t is None or t.is_contiguous():
+        return None
+    return cap.malloc(t.numel() * t.element_size(), op, "temporary")
+
+
+def _native_layer_norm(cap, func, args, kwargs):
+    """`layer_norm_cuda`: the input, weight and bias made contiguous, then Y (contiguous whatever the
+    input's strides), mean and rstd."""
+    x = args[0]
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::native_layer_norm"
+    copies = [_copy_unless_contiguous(cap, t, op) for t in (x, *args[2:4])]
+    out = func(x.contiguous(), *args[1:])
+    for t in out:
+        cap.track(t, op)
+    del copies
+    return out
+
+
+def _native_layer_norm_backward(cap, func, args, kwargs):
+    """`layer_norm_backward_cuda`: the gradient and input made contiguous, then dX, dgamma, dbeta.
+    The gamma/beta reduction over many rows takes scratch this rule does not count yet."""
+    if kwargs or len(args) != 8:
+        return NotImplemented
+    dy, x = args[0], args[1]
+    if not (registered(dy) and registered(x)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::native_layer_norm_backward"
+    copies = [_copy_unless_contiguous(cap, t, op) for t in (dy, x, *args[5:7])]
+    out = func(*args)
+    for t in out:
+        if t is not None:
+            cap.track(t, op)
+    del copies
+    return out
+
+
+DISPATCH[aten.native_batch_norm.default] = _native_batch_norm
+DISPATCH[aten.native_batch_norm_backward.default] = _native_batch_norm_backward
+DISPATCH[aten.native_group_norm.default] = _native_group_norm
+DISPATCH[aten.native_group_norm_backward.default] = _native_group_norm_backward
+DISPATCH[aten.native_layer_norm.default] = _native_layer_norm
+DISPATCH[aten.native_layer_norm_backward.default] = _native_layer_norm_backward
+for _name in (
+    "aten::native_batch_norm",
+    "aten::native_batch_norm_backward",
+    "aten::native_group_norm_backward",
+):
+    SCRATCH_UNMODELLED.discard(_name)
