@@ -1,0 +1,493 @@
+"""cuDNN RNNs (LSTM, GRU, RNN_TANH, RNN_RELU) as PyTorch 2.11 runs them on CUDA.
+
+On a CUDA input `at::lstm`/`at::gru`/`at::rnn_*` (aten/src/ATen/native/RNN.cpp) take the cuDNN path
+when `cudnn_is_acceptable` holds: `_cudnn_impl` (aten/src/ATen/native/cudnn/RNN.cpp) finds the flat
+weight buffer the module's parameters live in (`try_get_weight_buf`), makes the dropout state once
+(`get_dropout_state`) and calls `_cudnn_rnn`, whose backward is `_cudnn_rnn_backward`. On meta tensors
+those composites would run per time step instead, so the function-mode rule below takes the cuDNN
+path, and the dispatch rules allocate what RNN.cpp's kernels allocate, in its order:
+
+- `_cudnn_rnn_flatten_weight` (`nn.RNNBase.flatten_parameters`, at `.cuda()`/`.to()`): the zeroed
+  flat buffer, then every parameter `set_` into it (their own storages freed);
+- `_cudnn_rnn`: `input.contiguous()` (time-major), output, hy, cy, a weight buffer only where the
+  parameters are not flat, the workspace, the training reserve; the copy and workspace die;
+- `_cudnn_rnn_backward`: zeros for undefined gradients, then `_cudnn_rnn_backward_input` (x and dy
+  copies, dx, dhx, dcx, workspace) and `_cudnn_rnn_backward_weight` (x copy, the zeroed dw whose views
+  are the weights' gradients, workspace);
+- `_pack_padded_sequence` (aten/src/ATen/native/PackedSequence.cpp): each block of steps of one
+  batch size copied contiguous, then their `cat`.
+
+cuDNN's workspace and reserve sizes come from no formula: they are a table measured per whole
+problem (`cudnn_rnn_h200.json`, made by validation/run/rnn_table.py); a problem not in it is named
+unmeasured and gets neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+
+import torch
+
+from . import _kernels
+from ._tensor import is_ours, registered
+
+aten = torch.ops.aten
+
+#: cudnnRNNMode_t
+MODES = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
+_MODE_NAMES = {v: k for k, v in MODES.items()}
+#: cuDNN's gates per mode (`_num_linear_layers` / 2)
+_GATES = {0: 1, 1: 1, 2: 4, 3: 3}
+
+_TABLE_PATH = os.path.join(os.path.dirname(__file__), "cudnn_rnn_h200.json")
+_table: dict | None = None
+_dropout_bytes: dict = {}
+#: the process's dropout state (`dropout_state_cache` in RNN.cpp), per capture
+_dropout_state: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _problems() -> dict:
+    global _table
+    if _table is None:
+        with open(_TABLE_PATH) as f:
+            doc = json.load(f)
+        _dropout_bytes.update({int(k): v for k, v in doc["dropout_state_bytes"].items()})
+        _table = {_key_of(p): p for p in doc["problems"]}
+    return _table
+
+
+def _key_of(p: dict) -> tuple:
+    bs = p["batch_sizes"]
+    return (
+        p["mode"],
+        p["dtype"],
+        p["input_size"],
+        p["hidden_size"],
+        p["proj_size"],
+        p["num_layers"],
+        bool(p["bidirectional"]),
+        p["batch"],
+        p["seq_length"],
+        tuple(bs) if bs is not None else None,
+        bool(p["train"]),
+    )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---- the flat weight buffer (cuDNN's layout) ------------------------------------------
+
+
+def weight_layout(mode: int, input_size: int, hidden: int, proj: int, layers: int, bidirectional: bool):
+    """cuDNN's flat weight buffer (`cudnnGetRNNWeightSpaceSize`, `get_parameters`): its element count
+    and, per pseudo-layer (layer, direction), the (offset, shape) of w_ih, w_hh, b_ih, b_hh and w_hr
+    where projected. Matrices of every pseudo-layer first, then the biases (double bias, always
+    there), as the GPU's records place them."""
+    gh = _GATES[mode] * hidden
+    out = proj or hidden
+    dirs = 2 if bidirectional else 1
+    mats, offset = [], 0
+    for layer in range(layers):
+        in_l = input_size if layer == 0 else out * dirs
+        for _ in range(dirs):
+            entry = [(offset, (gh, in_l))]
+            offset += gh * in_l
+            entry.append((offset, (gh, out)))
+            offset += gh * out
+            if proj:
+                entry.append((offset, (proj, hidden)))
+                offset += proj * hidden
+            mats.append(entry)
+    layout = []
+    for entry in mats:
+        biases = [(offset, (gh,)), (offset + gh, (gh,))]
+        offset += 2 * gh
+        layout.append([entry[0], entry[1], *biases, *entry[2:]])
+    return offset, layout
+
+
+def _param_slots(layout, weight_stride0: int, n_params: int):
+    """The layout's (offset, shape) for each of PyTorch's parameters (`_viewOrCopyParams`: weights
+    before biases; w_ih, w_hh, w_hr without biases)."""
+    slots = []
+    for entry in layout:
+        if weight_stride0 == len(entry):
+            slots.extend(entry)
+        elif weight_stride0 == 3 and len(entry) == 5:
+            slots.extend([entry[0], entry[1], entry[4]])
+        else:
+            slots.extend(entry[:weight_stride0])
+    return slots[:n_params]
+
+
+# ---- the module's flatten_parameters ---------------------------------------------------
+
+
+def _data_ptr(cap, func, args, kwargs):
+    """`Tensor.data_ptr()` of a simulated tensor: distinct for distinct storages and offsets, as on
+    the GPU (RNNBase.flatten_parameters flattens only parameters of distinct pointers). The storage's
+    own address stands in for its allocation; 512-aligned as the caching allocator's blocks."""
+    t = args[0] if args else None
+    if not is_ours(t) or kwargs:
+        return NotImplemented
+    return (t.untyped_storage()._cdata << 16) + t.storage_offset() * t.element_size()
+
+
+def _flatten_weight(cap, func, args, kwargs):
+    """`_cudnn_rnn_flatten_weight` (`copy_weights_to_flat_buf_views`): `at::zeros(num_weights)`, the
+    parameters copied in, each then `set_` to its view of the buffer."""
+    weights = list(args[0])
+    if kwargs or not weights or not all(registered(w) for w in weights):
+        return NotImplemented
+    weight_stride0, input_size, mode, hidden, proj, layers, _batch_first, bidir = args[1:9]
+    cap.ops += 1
+    n, layout = weight_layout(mode, input_size, hidden, proj, layers, bidir)
+    buf = torch.zeros(n, dtype=weights[0].dtype, device="meta")
+    cap.track(buf, "aten::_cudnn_rnn_flatten_weight", "parameter")
+    storage = buf.untyped_storage()
+    for w, (offset, _shape) in zip(weights, _param_slots(layout, weight_stride0, len(weights)), strict=True):
+        w.set_(storage, offset, w.shape, w.stride())
+    return buf
+
+
+# ---- at::lstm / at::gru / at::rnn_* on the cuDNN path ---------------------------------------
+
+
+def _cudnn_acceptable(t) -> bool:
+    """`cudnn_is_acceptable` (aten/src/ATen/native/TensorProperties.cpp)."""
+    return torch.backends.cudnn.enabled and is_ours(t) and t.numel() > 0
+
+
+def _try_get_weight_buf(x, params, has_biases, mode, hidden, proj, layers, bidir):
+    """`try_get_weight_buf`: the parameters' storage as the flat buffer when they lie in it where
+    cuDNN expects them; else None (`_cudnn_rnn` then builds one)."""
+    n, layout = weight_layout(mode, x.shape[-1], hidden, proj, layers, bidir)
+    first = params[0]
+    storage = first.untyped_storage()
+    if storage.nbytes() // first.element_size() < n:
+        return None
+    per_layer = (4 if has_biases else 2) + (1 if proj else 0)
+    slots = _param_slots(layout, per_layer, len(params))
+    if len(slots) != len(params):
+        return None
+    key = storage._cdata
+    for p, (offset, _shape) in zip(params, slots, strict=True):
+        if p.untyped_storage()._cdata != key or p.storage_offset() != offset:
+            return None
+    if not params[-1].is_contiguous():
+        return None
+    # at::empty({0}).set_(param_storage), narrowed to num_params
+    buf = torch.empty(0, dtype=first.dtype, device=x.device).set_(storage)
+    if buf.shape[0] > n:
+        buf = buf.narrow(0, 0, n)
+    return buf
+
+
+def _get_dropout_state(cap, dropout_p: float, train: bool, x):
+    """`get_dropout_state`: made on first use with dropout in training (a seed drawn through a
+    one-element CUDA tensor, then `_cudnn_init_dropout_state`), kept for the process."""
+    state = _dropout_state.get(cap)
+    if train and dropout_p > 0 and state is None:
+        # at::empty({}, kLong).random_(gen).item(): the draw itself is left out (the twin's values of
+        # random ops come from the host's generator, which the program's own draws use)
+        seed = torch.empty((), dtype=torch.int64, device=x.device)
+        del seed
+        state = aten._cudnn_init_dropout_state(dropout_p, train, 0, dtype=torch.uint8, device=x.device)
+        _dropout_state[cap] = state
+    return state
+
+
+def _init_dropout_state(cap, func, args, kwargs):
+    """`_cudnn_init_dropout_state`: `cudnnDropoutGetStatesSize` bytes (measured per SM count)."""
+    cap.ops += 1
+    _problems()
+    sms = cap.device.multi_processor_count
+    nbytes = _dropout_bytes.get(sms)
+    if nbytes is None:
+        cap.note_unmeasured(f"cuDNN's dropout state size on a GPU of {sms} SMs")
+        nbytes = 0
+    state = torch.empty(nbytes, dtype=torch.uint8, device="meta")
+    cap.track(state, "aten::_cudnn_init_dropout_state", "buffer")
+    return state
+
+
+def _rnn(mode_name: str):
+    mode = MODES[mode_name]
+
+    def run(cap, func, args, kwargs):
+        if kwargs or len(args) < 9:
+            return NotImplemented
+        x = args[0]
+        if mode_name == "lstm":
+            packed = isinstance(args[1], torch.Tensor)
+        else:
+            packed = isinstance(args[2], torch.Tensor)
+        if packed:
+            x, batch_sizes_t, hidden, params, has_biases, layers, dropout_p, train, bidir = args
+            batch_first = False
+            if not isinstance(batch_sizes_t, torch.Tensor) or is_ours(batch_sizes_t):
+                return NotImplemented
+            batch_sizes = [int(b) for b in batch_sizes_t.tolist()]
+        else:
+            x, hidden, params, has_biases, layers, dropout_p, train, bidir, batch_first = args
+            batch_sizes = []
+        if not _cudnn_acceptable(x):
+            return NotImplemented
+        if mode_name == "lstm":
+            hx, cx = hidden
+        else:
+            hx, cx = hidden, None
+        hidden_size, proj = hx.shape[2], 0
+        if cx is not None and cx.shape[2] != hx.shape[2]:
+            hidden_size, proj = cx.shape[2], hx.shape[2]
+        params = list(params)
+        weight_buf = _try_get_weight_buf(x, params, has_biases, mode, hidden_size, proj, layers, bidir)
+        state = _get_dropout_state(cap, dropout_p, train, x)
+        n_params = (4 if has_biases else 2) + (1 if proj else 0)
+        out = aten._cudnn_rnn(
+            x,
+            params,
+            n_params,
+            weight_buf,
+            hx,
+            cx,
+            mode,
+            hidden_size,
+            proj,
+            layers,
+            batch_first,
+            dropout_p,
+            train,
+            bidir,
+            batch_sizes,
+            state,
+        )
+        if mode_name == "lstm":
+            return out[0], out[1], out[2]
+        return out[0], out[1]
+
+    return run
+
+
+# ---- the kernels ------------------------------------------------------------------------
+
+
+def _contiguous_strides(shape) -> list:
+    st, step = [], 1
+    for s in reversed(shape):
+        st.append(step)
+        step *= max(s, 1)
+    return list(reversed(st))
+
+
+def _empty(shape, dtype, transpose: bool = False):
+    """A fresh tensor of `shape`; `transpose`: made time-major and transposed back (`transpose_(0, 1)`)."""
+    shape = list(shape)
+    if not transpose:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    tm = [shape[1], shape[0], *shape[2:]]
+    st = _contiguous_strides(tm)
+    st[0], st[1] = st[1], st[0]
+    return torch.empty_strided(shape, st, dtype=dtype, device="meta")
+
+
+def _copy_unless_contiguous(cap, t, op: str):
+    """`t.contiguous()`: a temporary copy when `t` is not."""
+    if t is None or t.is_contiguous():
+        return None
+    return cap.malloc(t.numel() * t.element_size(), op, "temporary")
+
+
+class _Problem:
+    """`RNNParams` of one call: the descriptors' sizes and the measured workspace and reserve."""
+
+    def __init__(self, x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes):
+        self.mode, self.hidden, self.proj, self.layers = mode, hidden, proj, layers
+        self.train, self.bidir = bool(train), bool(bidir)
+        self.packed = len(batch_sizes) > 0
+        self.batch_first = bool(batch_first) and not self.packed
+        self.dirs = 2 if bidir else 1
+        if self.packed:
+            self.seq, self.batch = len(batch_sizes), int(batch_sizes[0])
+        elif batch_first:
+            self.batch, self.seq = x.shape[0], x.shape[1]
+        else:
+            self.seq, self.batch = x.shape[0], x.shape[1]
+        self.input_size = x.shape[-1]
+        self.batch_sizes = tuple(int(b) for b in batch_sizes) if self.packed else None
+        self.dtype = x.dtype
+        out = proj or hidden
+        self.hidden_shape = [layers * self.dirs, self.batch, out]
+        self.cell_shape = [layers * self.dirs, self.batch, hidden]
+        if self.packed:
+            self.output_shape = [x.shape[0], out * self.dirs]
+        elif self.batch_first:
+            self.output_shape = [self.batch, self.seq, out * self.dirs]
+        else:
+            self.output_shape = [self.seq, self.batch, out * self.dirs]
+
+    def time_major(self, t):
+        return t.transpose(0, 1) if self.batch_first else t
+
+    def measured(self, cap):
+        """The table's entry, or None (named unmeasured)."""
+        key = (
+            _MODE_NAMES[self.mode],
+            _dtype_name(self.dtype),
+            self.input_size,
+            self.hidden,
+            self.proj,
+            self.layers,
+            self.bidir,
+            self.batch,
+            self.seq,
+            self.batch_sizes,
+            self.train,
+        )
+        entry = _problems().get(key)
+        if entry is None:
+            lengths = f"packed batch sizes {list(self.batch_sizes)}" if self.packed else f"length {self.seq}"
+            cap.note_unmeasured(
+                f"cuDNN's {'training' if self.train else 'inference'} workspace and reserve of "
+                f"{_MODE_NAMES[self.mode]} (input {self.input_size}, hidden {self.hidden}, "
+                f"proj {self.proj}, {self.layers} layers, {'bi' if self.bidir else 'uni'}directional, "
+                f"{_dtype_name(self.dtype)}) on batch {self.batch}, {lengths}"
+            )
+        return entry
+
+
+def _cudnn_rnn(cap, func, args, kwargs):
+    """`_cudnn_rnn` (cudnn/RNN.cpp), training or inference."""
+    x, _weight, _stride0, weight_buf, hx, cx = args[:6]
+    mode, hidden, proj, layers, batch_first, _dropout, train, bidir, batch_sizes, _state = args[6:16]
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_cudnn_rnn"
+    p = _Problem(x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes)
+    x_c = _copy_unless_contiguous(cap, p.time_major(x), op)
+    output = cap.track(_empty(p.output_shape, x.dtype, p.batch_first), op)
+    hy = cap.track(_empty(p.hidden_shape, hx.dtype), op)
+    cy = cap.track(_empty(p.cell_shape if cx is not None else [0], hx.dtype), op)
+    if weight_buf is None:
+        # the parameters are not flat: a buffer of them for this call
+        n, _ = weight_layout(mode, p.input_size, hidden, proj, layers, bidir)
+        weight_buf = cap.track(_empty([n], x.dtype), op)
+    entry = p.measured(cap)
+    ws_bytes = entry["workspace"] if entry else 0
+    workspace = cap.malloc(ws_bytes, op, "workspace")
+    reserve_bytes = entry["reserve"] if entry and p.train else 0
+    reserve = cap.track(_empty([reserve_bytes], torch.uint8), op, "saved_for_backward")
+    del workspace, x_c
+    return output, hy, cy, reserve, weight_buf
+
+
+def _cudnn_rnn_backward(cap, func, args, kwargs):
+    """`_cudnn_rnn_backward`: `_cudnn_rnn_backward_input`, then `_cudnn_rnn_backward_weight`."""
+    x, weight, weight_stride0, weight_buf, hx, cx, output = args[:7]
+    grad_output, grad_hy, grad_cy = args[7:10]
+    mode, hidden, proj, layers, batch_first, _dropout, train, bidir, batch_sizes = args[10:19]
+    output_mask = list(args[21])
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    weight = list(weight)
+    if grad_output is None and grad_hy is None and grad_cy is None:
+        return None, None, None, [None] * len(weight)
+    op = "aten::_cudnn_rnn_backward"
+    p = _Problem(x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes)
+    # undefined gradients: at::zeros_like(..., LEGACY_CONTIGUOUS_MEMORY_FORMAT)
+    zeros = []
+    if grad_output is None:
+        grad_output = _empty(output.shape, output.dtype)
+        zeros.append(cap.malloc(output.numel() * output.element_size(), "aten::zeros_like", "temporary"))
+    if grad_hy is None:
+        grad_hy = _empty(hx.shape, hx.dtype)
+        zeros.append(cap.malloc(hx.numel() * hx.element_size(), "aten::zeros_like", "temporary"))
+    if cx is not None and grad_cy is None:
+        grad_cy = _empty(cx.shape, cx.dtype)
+        zeros.append(cap.malloc(cx.numel() * cx.element_size(), "aten::zeros_like", "temporary"))
+    entry = p.measured(cap)
+    ws_bytes = entry.get("backward_workspace", 0) if entry else 0
+
+    # _cudnn_rnn_backward_input
+    x_c = _copy_unless_contiguous(cap, p.time_major(x), op)
+    dy_c = _copy_unless_contiguous(cap, p.time_major(grad_output), op)
+    dx = cap.track(_empty(x.shape, x.dtype, p.batch_first), op)
+    dhy_c = _copy_unless_contiguous(cap, grad_hy, op)
+    dcy_c = _copy_unless_contiguous(cap, grad_cy, op) if cx is not None else None
+    dhx = cap.track(_empty(p.hidden_shape, hx.dtype), op)
+    dcx = cap.track(_empty(p.cell_shape, cx.dtype), op) if cx is not None else None
+    workspace = cap.malloc(ws_bytes, op, "workspace")
+    del workspace, dcy_c, dhy_c, dy_c, x_c
+
+    # _cudnn_rnn_backward_weight
+    dw = []
+    if output_mask[3]:
+        x_c = _copy_unless_contiguous(cap, p.time_major(x), op)
+        n, layout = weight_layout(mode, p.input_size, hidden, proj, layers, bidir)
+        flat = cap.track(_empty([n], weight_buf.dtype), op)
+        workspace = cap.malloc(ws_bytes, op, "workspace")
+        del workspace, x_c
+        cudnn_stride0 = (4 + (1 if proj else 0)) if weight else 0
+        storage = flat.untyped_storage()
+        if weight_stride0 == cudnn_stride0:
+            # views of dw (`_viewParams`)
+            for w, (offset, _shape) in zip(
+                weight, _param_slots(layout, weight_stride0, len(weight)), strict=True
+            ):
+                dw.append(
+                    torch.empty(0, dtype=flat.dtype, device="meta").set_(storage, offset, w.shape, w.stride())
+                )
+        else:
+            # copies out of dw (`_copyParams`)
+            for w in weight:
+                dw.append(cap.track(_empty(w.shape, w.dtype), op))
+        del flat
+    zeros.clear()
+    return dx, dhx, dcx, dw
+
+
+def _pack_padded_sequence(cap, func, args, kwargs):
+    """`_pack_padded_sequence` (PackedSequence.cpp): for each run of steps of one batch size, the
+    block `input.slice(0, prev_l, l).slice(1, 0, batch)` made contiguous, then `at::cat` of them."""
+    x, lengths = args[0], args[1]
+    batch_first = args[2] if len(args) > 2 else kwargs.get("batch_first", False)
+    if not registered(x) or registered(lengths) or not isinstance(lengths, torch.Tensor):
+        return NotImplemented
+    cap.ops += 1
+    t = x.transpose(0, 1) if batch_first else x
+    ls = [int(v) for v in lengths.tolist()]
+    batch = t.shape[1]
+    steps, prev = [], 0
+    for i in range(batch):
+        length = ls[batch - 1 - i]
+        if length > prev:
+            block = t[prev:length, : batch - i]
+            steps.append(_copy_unless_contiguous(cap, block, "aten::contiguous"))
+            prev = length
+    data, batch_sizes = func(*args, **kwargs)
+    cap.track(data, "aten::cat")
+    steps.clear()
+    return data, batch_sizes
+
+
+def install() -> None:
+    """Register the rules."""
+    for name in MODES:
+        _kernels.FUNCTIONS[getattr(torch, name)] = _rnn(name)
+    _kernels.FUNCTIONS[torch._C.TensorBase.data_ptr] = _data_ptr
+    _kernels.DISPATCH[aten._cudnn_rnn_flatten_weight.default] = _flatten_weight
+    _kernels.DISPATCH[aten._cudnn_init_dropout_state.default] = _init_dropout_state
+    _kernels.DISPATCH[aten._cudnn_rnn.default] = _cudnn_rnn
+    _kernels.DISPATCH[aten._cudnn_rnn_backward.default] = _cudnn_rnn_backward
+    _kernels.DISPATCH[aten._pack_padded_sequence.default] = _pack_padded_sequence
+    _kernels.SCRATCH_UNMODELLED.discard("aten::_cudnn_rnn")
+    _kernels.SCRATCH_UNMODELLED.discard("aten::_cudnn_rnn_backward")
+
+
+install()
