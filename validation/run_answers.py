@@ -3,6 +3,7 @@ under `vramscope run` in a fresh process, one JSON line per phase, in the schema
 record.py writes on the GPU.
 
     python validation/run_answers.py OUT.jsonl [SCRIPT ...]
+    GPU=h200 python validation/run_answers.py OUT.jsonl [SCRIPT ...]     (`vramscope run --gpu h200`)
 
 Written before the GPU runs a new script (blind), then compared with
 validation/run_compare.py.
@@ -30,7 +31,8 @@ def answer(path):
         report = os.path.join(tmp, "r.json")
         env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "PYTORCH_CUDA_ALLOC_CONF")}
         p = subprocess.run(
-            [sys.executable, "-m", "vramscope", "run", "--quiet", "--json", report, path],
+            [sys.executable, "-m", "vramscope", "run", "--gpu", os.environ.get("GPU", "h100"), "--quiet"]
+            + ["--json", report, path],
             cwd=HERE,
             capture_output=True,
             text=True,

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Record the ground truth of every validation script on a real GPU, one fresh python3 process per
 # script, one at a time:
-#   bash validation/run/record.sh OUTDIR [NAME...]     (NAMEs, e.g. 07_nanogpt_bf16_fused_adamw, run a subset)
+#   bash validation/run/record.sh OUTDIR [NAME...]     (NAMEs, e.g. 07_nanogpt_bf16_fused_adamw, run a subset;
+#                                                      a path to a script runs that script, e.g. blind2/b01_*.py)
 # -> OUTDIR/env.json              torch/CUDA/GPU/package versions (written first)
 #    OUTDIR/NAME.jsonl            record.py's lines: phase0, phase1, ..., end
 #    OUTDIR/NAME.out, NAME.err    the script's stdout and stderr
@@ -53,7 +54,9 @@ fi
 
 if [ $# -gt 0 ]; then
   scripts=()
-  for n in "$@"; do scripts+=("$here/${n%.py}.py"); done
+  for n in "$@"; do
+    if [ -f "$n" ]; then scripts+=("$(cd "$(dirname "$n")" && pwd)/$(basename "$n")"); else scripts+=("$here/${n%.py}.py"); fi
+  done
 else
   scripts=("$here"/[0-9][0-9]_*.py)
 fi

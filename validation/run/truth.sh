@@ -2,7 +2,8 @@
 # On a GPU machine: the per-op allocator truth (ops_truth.py) of the named scripts, several at once, and
 # PyTorch's MemTracker (memtracker.py, plain and with MEMTRACKER_SWAP=1, two lanes) over every script,
 # one at a time in each lane (its seconds are compared), then the 8B Llama step of benches/:
-#   bash validation/run/truth.sh OUTDIR [NAME...]
+#   bash validation/run/truth.sh OUTDIR [NAME...]      (NAME: a script here or in a folder here, e.g. blind2's;
+#                                                     NO_MEMTRACKER=1 skips MemTracker)
 # -> OUTDIR/ops/NAME.jsonl, OUTDIR/memtracker.jsonl (plain) and memtracker1.jsonl (swap)
 set -u
 out="${1:?usage: truth.sh OUTDIR [NAME...]}"
@@ -14,9 +15,9 @@ unset PYTORCH_CUDA_ALLOC_CONF
 names=("$@")
 (
   for n in "${names[@]}"; do echo "$n"; done | xargs -P 3 -I{} sh -c \
-    "OUT_JSONL='$out/ops/{}.jsonl' timeout -k 5 240 python3 '$here/ops_truth.py' '$here/{}.py' > '$out/ops/{}.out' 2>&1"
+    "f='$here/{}.py'; [ -f \"\$f\" ] || f=\$(ls '$here'/*/{}.py); OUT_JSONL='$out/ops/{}.jsonl' timeout -k 5 240 python3 '$here/ops_truth.py' \"\$f\" > '$out/ops/{}.out' 2>&1"
 ) &
-for swap in "" 1; do
+[ -n "${NO_MEMTRACKER:-}" ] || for swap in "" 1; do
   (
     for f in "$here"/[0-9][0-9]_*.py "$here/../../benches/llama8b_train_step.py"; do
       MEMTRACKER_SWAP=$swap OUT_JSONL="$out/memtracker$swap.jsonl" timeout -k 5 180 python3 "$here/memtracker.py" "$f" \
