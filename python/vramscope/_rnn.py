@@ -245,6 +245,9 @@ def _rnn(mode_name: str):
         if cx is not None and cx.shape[2] != hx.shape[2]:
             hidden_size, proj = cx.shape[2], hx.shape[2]
         params = list(params)
+        if torch.is_autocast_enabled("cuda"):
+            # AutocastRNN.cpp's _cudnn_rnn_cast_reflatten (weights cast into a new flat buffer per call)
+            cap.note_unmeasured("cuDNN RNN under autocast (_cudnn_rnn_cast_reflatten)")
         weight_buf = _try_get_weight_buf(x, params, has_biases, mode, hidden_size, proj, layers, bidir)
         state = _get_dropout_state(cap, dropout_p, train, x)
         n_params = (4 if has_biases else 2) + (1 if proj else 0)
@@ -352,7 +355,7 @@ class _Problem:
         if entry is None:
             lengths = f"packed batch sizes {list(self.batch_sizes)}" if self.packed else f"length {self.seq}"
             cap.note_unmeasured(
-                f"cuDNN's {'training' if self.train else 'inference'} workspace and reserve of "
+                f"cuDNN's {'training workspace and reserve' if self.train else 'inference workspace'} of "
                 f"{_MODE_NAMES[self.mode]} (input {self.input_size}, hidden {self.hidden}, "
                 f"proj {self.proj}, {self.layers} layers, {'bi' if self.bidir else 'uni'}directional, "
                 f"{_dtype_name(self.dtype)}) on batch {self.batch}, {lengths}"
