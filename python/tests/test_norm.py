@@ -82,3 +82,33 @@ def test_layer_norm_copies_a_permuted_input_and_returns_a_contiguous_output():
         return out
 
     assert _extra(setup, run) == (1, 32112640)
+
+
+def test_rms_norm_takes_the_fused_kernel():
+    # `_fused_rms_norm` on an sm_90 GPU: Y and a (rows, 1) fp32 rstd, nothing else (ops truth of
+    # blind2/b11: rms_norm of (32, 1, 2048) bf16 allocated 131072 + 128 bytes)
+    with vramscope.capture():
+        x = torch.empty(32, 1, 2048, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(2048, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_stats()
+        with torch.inference_mode():
+            y = torch.nn.functional.rms_norm(x, [2048], w)
+        after = torch.cuda.memory_stats()
+        assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 2
+        assert (
+            after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] == 131072 + 128
+        )
+        assert y.shape == x.shape
+
+
+def test_rms_norm_backward_saves_input_and_rstd_only():
+    with vramscope.capture():
+        m = torch.nn.RMSNorm(768).cuda()
+        x = torch.empty(8, 1024, 768, device="cuda", requires_grad=True)
+        base = torch.cuda.memory_allocated()
+        y = m(x)
+        # Y (24 MiB) and the rstd (8192 rows x 4 bytes), no pow/mean/rsqrt temporaries
+        assert torch.cuda.memory_allocated() - base == 25165824 + 32768
+        assert torch.cuda.max_memory_allocated() - base == 25165824 + 32768
+        y.sum().backward()
+        assert x.grad.shape == x.shape and m.weight.grad.shape == (768,)

@@ -187,8 +187,11 @@ def cudnn_forward(cap, func, args, kwargs):
     cap.ops += 1
     out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_cudnn_attention"
-    # (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
-    w = _alloc_in_order(cap, out, (6, 7, 0, 1, 8), op)
+    # (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask);
+    # the logsumexp only with compute_log_sumexp (an sm_90 GPU allocates 272 bytes beyond the output
+    # without it: seed, offset and the workspace)
+    compute_lse = args[4] if len(args) > 4 else kwargs.get("compute_log_sumexp", False)
+    w = _alloc_in_order(cap, out, (6, 7, 0, 1, 8) if compute_lse else (6, 7, 0, 8), op)
     q, k = args[0], args[1]
     fwd, _ = cap.device.cudnn_attention_workspaces(
         q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]

@@ -272,6 +272,12 @@ def patch(cap) -> _Patch:
     p.set(F, "linear", _kernels.linear(F.linear))
     p.set(F, "dropout", _kernels.dropout(F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
+    # `clip_grad_norm_` / `clip_grad_value_` ask `_has_foreach_support(tensors, device)` with the
+    # device C++ grouping read (meta): the GPU's is cuda, which takes the foreach kernels
+    from torch.nn.utils import clip_grad
+
+    for name in ("_has_foreach_support", "_device_has_foreach_support"):
+        p.set(clip_grad, name, _kernels.foreach_support(getattr(clip_grad, name)))
     patch_tensor(p)
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)

@@ -9,6 +9,8 @@ copies cuBLAS needs of operands it cannot address, the values code reads
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._tensor import registered, set_value, value
@@ -569,8 +571,10 @@ def _convolution_backward(cap, func, args, kwargs):
     cap.ops += 1
     gi, gw, gb = func(*args)
     gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
+    # `convolution_backward` (Convolution.cpp) makes the gradient contiguous in the backend's layout
+    # first, for every output (the bias's sum reads the copy too), and the input for cuDNN's
     x_c = _copy_unless_in(cap, x, cl) if mask[0] or mask[1] else None
-    g_c = _copy_unless_in(cap, grad, cl) if mask[0] or mask[1] else None
+    g_c = _copy_unless_in(cap, grad, cl)
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")
         w_c = _copy_unless_in(cap, w, cl)
@@ -581,20 +585,26 @@ def _convolution_backward(cap, func, args, kwargs):
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
             _conv_workspace(cap, "wgrad", conv)
-    del g_c, x_c
+    del x_c
     if mask[2] and gb is not None:
         # backend_grad_bias = grad_output.sum(all dims but 1)
         cap.track(gb, "aten::sum")
         if grad.numel() > 0:
+            src = (
+                grad
+                if g_c is None
+                else grad.contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
+            )
             reduce_scratch(
                 cap,
-                list(grad.shape),
-                list(grad.stride()),
-                [d != 1 for d in range(grad.dim())],
-                grad.element_size(),
-                _acc_bytes(grad.dtype),
+                list(src.shape),
+                list(src.stride()),
+                [d != 1 for d in range(src.dim())],
+                src.element_size(),
+                _acc_bytes(src.dtype),
                 "aten::sum",
             )
+    del g_c
     return gi, gw, gb
 
 
@@ -643,5 +653,73 @@ def _embedding_dense_backward(cap, func, args, kwargs):
 DISPATCH[aten.embedding_dense_backward.default] = _embedding_dense_backward
 SCRATCH_UNMODELLED.discard("aten::embedding_dense_backward")
 
+
+# ---- foreach reductions -----------------------------------------------------------------------
+
+
+def foreach_support(original):
+    """`_has_foreach_support` / `_device_has_foreach_support` as on the GPU: simulated tensors'
+    grouping device (meta) stands for cuda."""
+
+    def supported(*args, **kwargs):
+        if "device" in kwargs:
+            args, kwargs = (*args, kwargs["device"]), {}
+        device = args[-1]
+        if isinstance(device, torch.device) and device.type == "meta":
+            tensors = args[0] if len(args) > 1 else []
+            if all(t is None or registered(t) for t in tensors):
+                args = (*args[:-1], torch.device("cuda"))
+        return original(*args)
+
+    return supported
+
+
+#: MultiTensorApply.cuh
+FOREACH_CHUNK = 65536
+
+
+def _foreach_norm(cap, func, args, kwargs):
+    """`foreach_tensor_norm_cuda` (ForeachReduceOp.cu), fast route: a 0-dim result per tensor, then
+    `output_per_tensor`, zeros of ntensors x the longest tensor's chunks in the op-math type."""
+    tensors = args[0]
+    ord_ = args[1] if len(args) > 1 else kwargs.get("ord", 2)
+    if not tensors or not all(registered(t) for t in tensors) or float(ord_) not in (1.0, 2.0, math.inf):
+        return NotImplemented
+    if len({t.dtype for t in tensors}) != 1 or not all(t.is_contiguous() for t in tensors):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_foreach_norm"
+    out = func(*args, **kwargs)
+    for t in out:
+        cap.track(t, op)
+    chunks = max(-(-t.numel() // FOREACH_CHUNK) for t in tensors)
+    scratch = cap.malloc(len(tensors) * chunks * _acc_bytes(tensors[0].dtype), op, "temporary")
+    del scratch
+    return out
+
+
+DISPATCH[aten._foreach_norm.Scalar] = _foreach_norm
+
+
+def _embedding(cap, func, args, kwargs):
+    """`embedding` (Embedding.cpp): `weight.index_select(0, indices.reshape(-1))`: indices that
+    cannot be viewed flat are copied first."""
+    w, idx = args[0], args[1]
+    if kwargs or not (registered(w) and registered(idx)) or idx.dim() <= 1:
+        return NotImplemented
+    try:
+        idx.view(-1)
+        return NotImplemented
+    except RuntimeError:
+        pass
+    cap.ops += 1
+    flat = cap.malloc(idx.numel() * idx.element_size(), "aten::reshape", "temporary")
+    out = func(*args)
+    cap.track(out, "aten::embedding")
+    del flat
+    return out
+
+
+DISPATCH[aten.embedding.default] = _embedding
 
 from . import _rnn  # noqa: E402, F401  (cuDNN RNNs register their rules)

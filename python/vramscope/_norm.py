@@ -238,3 +238,76 @@ for _name in (
     "aten::native_group_norm_backward",
 ):
     SCRATCH_UNMODELLED.discard(_name)
+
+
+# ---- RMSNorm -------------------------------------------------------------------------------
+# `rms_norm` (layer_norm.cpp) runs the fused kernel on CUDA, `_fused_rms_norm` (layer_norm_kernel.cu):
+# the input made contiguous, Y and the fp32 rstd ((*batch, 1, ...)); autograd saves input, weight and
+# rstd (derivatives.yaml), and `_fused_rms_norm_backward` allocates dX and dgamma. On meta tensors
+# rms_norm decomposes into pow/mean/rsqrt/mul, so the rule sits at the torch-function level.
+
+
+def _rms_results(cap, x, op, *shapes_dtypes):
+    """Plain meta results of the given (shape, dtype), allocated in the twin in order."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        outs = [None if s is None else torch.empty(s, dtype=d, device="meta") for s, d in shapes_dtypes]
+    for t in outs:
+        if t is not None:
+            cap.track(t, op)
+    return outs
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cap, x, weight, normalized_shape, eps):
+        op = "aten::_fused_rms_norm"
+        copy = _copy_unless_contiguous(cap, x, op)
+        stat = list(x.shape[: x.dim() - len(normalized_shape)]) + [1] * len(normalized_shape)
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        y, rstd = _rms_results(cap, x, op, (x.shape, x.dtype), (stat, acc))
+        del copy
+        ctx.cap, ctx.rstd, ctx.normalized_shape = cap, rstd, normalized_shape
+        ctx.save_for_backward(x, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight = ctx.saved_tensors
+        op = "aten::_fused_rms_norm_backward"
+        cap = ctx.cap
+        copies = [_copy_unless_contiguous(cap, t, op) for t in (gy, x)]
+        want_w = weight is not None and ctx.needs_input_grad[2]
+        gx, gw = _rms_results(
+            cap,
+            x,
+            op,
+            (x.shape, x.dtype) if ctx.needs_input_grad[1] else (None, None),
+            (weight.shape, weight.dtype) if want_w else (None, None),
+        )
+        del copies
+        return None, gx, gw, None, None
+
+
+def _rms_norm(cap, func, args, kwargs):
+    """`torch.rms_norm` / `F.rms_norm` of a simulated tensor: the fused CUDA kernel."""
+    names = ("input", "normalized_shape", "weight", "eps")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, weight = a.get("input"), a.get("weight")
+    if not registered(x) or (weight is not None and not registered(weight)) or set(a) - set(names):
+        return NotImplemented
+    shape = a.get("normalized_shape")
+    shape = [shape] if isinstance(shape, int) else list(shape)
+    cap.ops += 1
+    return _FusedRMSNorm.apply(cap, x, weight, shape, a.get("eps"))
+
+
+def _register_rms_norm():
+    from ._kernels import FUNCTIONS
+
+    FUNCTIONS[torch.rms_norm] = _rms_norm
+    FUNCTIONS[torch.nn.functional.rms_norm] = _rms_norm
+
+
+_register_rms_norm()

@@ -1,0 +1,55 @@
+"""Foreach reductions and embedding as an sm_90 GPU's allocator counted them (ops truth of
+validation/run/blind2/b05, fixtures/run/truth_blind2_h200.tar.xz)."""
+
+from __future__ import annotations
+
+import torch
+import vramscope
+
+
+def test_clip_grad_norm_takes_foreach_norm_with_its_chunk_scratch():
+    with vramscope.capture():
+        ps = [torch.nn.Parameter(torch.empty(32768, 768, device="cuda"))]
+        ps += [torch.nn.Parameter(torch.empty(768, device="cuda")) for _ in range(74)]
+        for p in ps:
+            p.grad = torch.empty_like(p)
+        before = torch.cuda.memory_stats()
+        norms = torch._foreach_norm([p.grad for p in ps], 2)
+        after = torch.cuda.memory_stats()
+        # 75 results, then output_per_tensor: 75 tensors x 384 chunks x 4 bytes
+        assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 76
+        assert after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] == 115500
+        assert len(norms) == 75
+        seen = []
+        orig = torch._foreach_norm
+
+        def spy(*a, **k):
+            seen.append(1)
+            return orig(*a, **k)
+
+        torch._foreach_norm = spy
+        try:
+            torch.nn.utils.clip_grad_norm_(ps, 1.0)
+        finally:
+            torch._foreach_norm = orig
+        assert seen, "clip_grad_norm_ took the per-tensor path"
+
+
+def test_embedding_copies_indices_it_cannot_flatten():
+    with vramscope.capture():
+        w = torch.empty(32768, 768, device="cuda")
+        ids = torch.zeros(8, 1025, dtype=torch.long, device="cuda")[:, :-1]
+        before = torch.cuda.memory_stats()
+        torch.nn.functional.embedding(ids, w)
+        after = torch.cuda.memory_stats()
+        assert (
+            after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"]
+            == 25165824 + 65536
+        )
+
+
+def test_clip_grad_value_runs_on_simulated_tensors():
+    with vramscope.capture():
+        p = torch.nn.Parameter(torch.empty(1000, device="cuda"))
+        p.grad = torch.empty_like(p)
+        torch.nn.utils.clip_grad_value_([p], clip_value=0.5)
