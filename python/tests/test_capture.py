@@ -125,3 +125,19 @@ def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tm
     assert cats["workspace"] == 2 * 32 * MIB + MIB
     text = html.read_text()
     assert text.startswith("<!DOCTYPE html>") and "http://" not in text.split("<body", 1)[0]
+
+
+def test_served_meta_results_keep_views_and_fresh_tensors_apart():
+    # the meta-result cache: a fresh op's second call gets its own storage with the same layout,
+    # and an op that returns a view without saying so (`_unsafe_view`) never allocates
+    with vramscope.capture():
+        x = torch.empty(256, 1024, device="cuda").t()
+        a, b = x * 2, x * 2
+        assert a.stride() == b.stride() and a.untyped_storage()._cdata != b.untyped_storage()._cdata
+        assert torch.cuda.memory_allocated() == 3 * MIB
+        for _ in range(2):
+            v = torch.ops.aten._unsafe_view(a, [256 * 1024])
+            assert (
+                torch.cuda.memory_allocated() == 3 * MIB
+                and v.untyped_storage()._cdata == a.untyped_storage()._cdata
+            )
