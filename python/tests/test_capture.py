@@ -135,9 +135,9 @@ def test_served_meta_results_keep_views_and_fresh_tensors_apart():
         a, b = x * 2, x * 2
         assert a.stride() == b.stride() and a.untyped_storage()._cdata != b.untyped_storage()._cdata
         assert torch.cuda.memory_allocated() == 3 * MIB
+        c = a.t().contiguous()
+        assert torch.cuda.memory_allocated() == 4 * MIB
         for _ in range(2):
-            v = torch.ops.aten._unsafe_view(a, [256 * 1024])
-            assert (
-                torch.cuda.memory_allocated() == 3 * MIB
-                and v.untyped_storage()._cdata == a.untyped_storage()._cdata
-            )
+            v = torch.ops.aten._unsafe_view(c, [256 * 1024])
+            assert torch.cuda.memory_allocated() == 4 * MIB
+            assert v.untyped_storage()._cdata == c.untyped_storage()._cdata
