@@ -2,7 +2,7 @@
 # On the GPU machine, one core each: `import torch, transformers` alone, `vramscope run` on
 # benches/llama8b_train_step.py, and PyTorch's MemTracker over FakeTensorMode on the same script
 # (validation/run/memtracker.py), so both tools' times come from one machine.
-#   bash benches/run_vs_memtracker.sh > OUT.txt
+#   bash benches/run_vs_memtracker.sh > OUT.txt        (NO_MEMTRACKER=1: the first two only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-python3}"
@@ -11,6 +11,6 @@ for i in 1 2 3; do
     echo "import alone: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama' >/dev/null 2>&1; } 2>&1 ) s"
     echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
 done
-for i in 1 2; do
+[ -n "${NO_MEMTRACKER:-}" ] || for i in 1 2; do
     echo "memtracker: $( { time taskset -c 0 "$PY" validation/run/memtracker.py benches/llama8b_train_step.py > /tmp/mt.json 2>/dev/null; } 2>&1 ) s $(cat /tmp/mt.json)"
 done
