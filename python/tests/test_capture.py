@@ -141,3 +141,13 @@ def test_served_meta_results_keep_views_and_fresh_tensors_apart():
             v = torch.ops.aten._unsafe_view(c, [256 * 1024])
             assert torch.cuda.memory_allocated() == 4 * MIB
             assert v.untyped_storage()._cdata == c.untyped_storage()._cdata
+
+
+def test_nonzero_counts_known_values_and_bounds_unknown_ones():
+    with vramscope.capture() as cap:
+        small = torch.tensor([0, 1, 0, 2], device="cuda")
+        assert torch.nonzero(small).tolist() == [[1], [3]]
+        big = torch.empty(1000, 1000, device="cuda")
+        rows, _cols = torch.where(big > 0)  # values unknown: every element counts
+        assert rows.shape == (1000 * 1000,)
+    assert any("nonzero" in w for w in cap.warned)

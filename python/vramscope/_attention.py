@@ -10,6 +10,7 @@ in their order.
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
@@ -285,6 +286,96 @@ def efficient_backward(cap, func, args, kwargs):
     return tuple(w)
 
 
+# ---- nn.MultiheadAttention's fast path ---------------------------------------------------------
+# In eval without a gradient, `MultiheadAttention.forward` calls `torch._native_multi_head_attention`
+# unless `torch.overrides.has_torch_function(tensor_args)`, which the capture's torch-function mode
+# would make true. `native_multi_head_attention_cuda` (transformers/cuda/attention.cu): for
+# self-attention without weights or mask, with head dims a multiple of 8, when SDPA would pick flash
+# or efficient attention for the heads' views, it runs `linear` (qkv), `scaled_dot_product_attention`
+# and `linear` (out); otherwise its own kernels (not modelled: the unfused module path runs then).
+
+_FAST = threading.local()
+
+
+def _mha_sdp_path(mha, query, key, value, key_padding_mask, need_weights, attn_mask) -> bool:
+    """Whether the GPU's `_native_multi_head_attention` takes its SDPA branch for this call."""
+    if need_weights or key_padding_mask is not None or attn_mask is not None:
+        return False
+    if not (query is key and key is value) or not registered(query) or query.dim() != 3:
+        return False
+    heads = mha.num_heads
+    dph = mha.embed_dim // heads
+    if dph % 8 != 0 or not mha.batch_first:
+        return False
+    b = query.shape[0]
+    with torch._C.DisableTorchFunction():
+        view = query.view(b, -1, heads, dph).transpose(1, 2)
+        which = backend(view, view, view, None, 0.0, False, False, _FAST.capability)
+    return which in ("flash", "efficient")
+
+
+def mha_forward(original, cap):
+    """`MultiheadAttention.forward` that lets the fast-path check pass where the twin models it."""
+    import inspect
+
+    sig = inspect.signature(original)
+    _FAST.capability = cap.device.capability
+
+    def forward(self, *args, **kwargs):
+        a = sig.bind(self, *args, **kwargs)
+        a.apply_defaults()
+        p = a.arguments
+        ok = _mha_sdp_path(
+            self, p["query"], p["key"], p["value"], p["key_padding_mask"], p["need_weights"], p["attn_mask"]
+        )
+        prev = getattr(_FAST, "on", False)
+        _FAST.on = ok
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _FAST.on = prev
+
+    return forward
+
+
+def has_torch_function(original):
+    """`torch.overrides.has_torch_function`, false inside a modelled MHA fast path when only the
+    capture's own mode is active."""
+
+    def check(args):
+        if (
+            getattr(_FAST, "on", False)
+            and torch._C._len_torch_function_stack() == 1
+            and all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in args)
+        ):
+            return False
+        return original(args)
+
+    return check
+
+
+def native_mha(cap, func, args, kwargs):
+    """`_native_multi_head_attention`'s SDPA branch: qkv `linear`, SDPA on the heads' views, out
+    `linear`; the weights output is undefined."""
+    names = ("query", "key", "value", "embed_dim", "num_head", "qkv_weight", "qkv_bias", "proj_weight")
+    names += ("proj_bias", "mask", "need_weights", "average_attn_weights", "mask_type")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    if not getattr(_FAST, "on", False) or a.get("mask") is not None or a.get("need_weights", True):
+        return NotImplemented
+    import torch.nn.functional as F
+
+    e, h = a["embed_dim"], a["num_head"]
+    x = F.linear(a["query"], a["qkv_weight"], a["qkv_bias"])
+    b = x.size(0)
+    q, k, v = (c.view(b, -1, h, e // h).transpose(1, 2) for c in x.chunk(3, -1))
+    y = F.scaled_dot_product_attention(q, k, v, None, 0.0, False)
+    past = y.transpose(1, 2).reshape(b, -1, e)
+    # the branch's locals (x, its chunks, y) live until it returns: freed after the out projection
+    out = F.linear(past, a["proj_weight"], a["proj_bias"])
+    del x, q, k, v, y, past
+    return out, None
+
+
 def install() -> None:
     """Register the dispatch rules (`_cuda.patch` puts `sdpa` in place of
     `F.scaled_dot_product_attention`)."""
@@ -294,6 +385,7 @@ def install() -> None:
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention.default] = efficient_forward
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention_backward.default] = efficient_backward
     _kernels.SCRATCH_UNMODELLED.add("aten::_scaled_dot_product_flash_attention_backward")
+    _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
 
 
 install()

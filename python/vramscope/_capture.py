@@ -381,6 +381,21 @@ class Capture:
         )
         return torch.zeros((), dtype=t.dtype).expand(t.shape)
 
+    def nonzero_count(self, t: torch.Tensor, why: str) -> int:
+        """How many elements of `t` are nonzero: from its values where it carries them, else all
+        of them (the largest result, so the memory after it is an upper bound), with a warning."""
+        v = value(t)
+        if v is not None:
+            return int(torch.count_nonzero(v))
+        site = _user_site()
+        self.warn_once(
+            "nonzero:" + site,
+            f"{site}: {why} needs the values of a CUDA tensor of {tuple(t.shape)}, which the twin "
+            "does not compute: it takes every element as nonzero (the largest result; memory after "
+            "it is an upper bound)",
+        )
+        return t.numel()
+
     # ---- ops ---------------------------------------------------------------------
 
     def track(self, t: torch.Tensor, op: str, category: str = "output", nbytes=None) -> torch.Tensor:

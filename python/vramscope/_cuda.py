@@ -272,6 +272,13 @@ def patch(cap) -> _Patch:
     p.set(F, "linear", _kernels.linear(F.linear))
     p.set(F, "dropout", _kernels.dropout(F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
+    mha = torch.nn.MultiheadAttention
+    p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
+    p.set(
+        torch.overrides,
+        "has_torch_function",
+        _attention.has_torch_function(torch.overrides.has_torch_function),
+    )
     # `clip_grad_norm_` / `clip_grad_value_` ask `_has_foreach_support(tensors, device)` with the
     # device C++ grouping read (meta): the GPU's is cuda, which takes the foreach kernels
     from torch.nn.utils import clip_grad

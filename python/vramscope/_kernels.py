@@ -722,4 +722,22 @@ def _embedding(cap, func, args, kwargs):
 
 DISPATCH[aten.embedding.default] = _embedding
 
+
+def _nonzero(cap, func, args, kwargs):
+    """`nonzero` (`cuda/Nonzero.cu`): an (n, dim) int64 result whose n the GPU reads back from the
+    device; the twin knows n where the input carries its values (`Capture.nonzero_count`)."""
+    x = args[0]
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    n = cap.nonzero_count(x, "nonzero (torch.where(mask), argwhere)")
+    out = torch.empty((n, x.dim()), dtype=torch.long, device="meta")
+    cap.track(out, "aten::nonzero")
+    v = value(x)
+    set_value(out, v.nonzero() if v is not None else None)
+    return out
+
+
+DISPATCH[aten.nonzero.default] = _nonzero
+
 from . import _rnn  # noqa: E402, F401  (cuDNN RNNs register their rules)
