@@ -35,3 +35,14 @@ def test_attention_weights_keep_the_module_path():
             mha(x, x, x, need_weights=True)
             (_, weights), counts = _counts(lambda: mha(x, x, x, need_weights=True))
         assert weights.shape == (8, 197, 197) and counts[0] > 3
+
+
+def test_math_path_softmax_allocates_what_the_gpu_counted():
+    # ops truth of blind4/d02 (T5, SDPA's math path) on an H200: _safe_softmax of (16, 8, 128, 128)
+    # fp32 took 3 temporaries of 4 + 2097152 + 16384 bytes; its backward one of the gradient's size
+    with vramscope.capture():
+        x = torch.empty(16, 8, 128, 128, device="cuda")
+        out, counts = _counts(lambda: torch.ops.aten._safe_softmax(x, -1))
+        assert counts == (4, 8388608 + 4 + 2097152 + 16384)
+        _, counts = _counts(lambda: torch.ops.aten._softmax_backward_data(x, out, -1, torch.float32))
+        assert counts == (2, 2 * 8388608)

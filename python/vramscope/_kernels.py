@@ -740,4 +740,46 @@ def _nonzero(cap, func, args, kwargs):
 
 DISPATCH[aten.nonzero.default] = _nonzero
 
+
+# ---- softmax -------------------------------------------------------------------------------------
+
+
+def _safe_softmax(cap, func, args, kwargs):
+    """`_safe_softmax` (SoftMax.cpp, SDPA's math path): `out = softmax(self)`, then a `-inf` scalar
+    tensor, `masked = self.eq(neg_inf)` and `masked_rows = all(masked, dim, keepdim)`, which fill the
+    fully masked rows of `out` with zeros in place; the three temporaries die at its return."""
+    x = args[0]
+    if kwargs or not registered(x) or x.numel() == 0:
+        return NotImplemented
+    dim = args[1] % max(x.dim(), 1)
+    cap.ops += 1
+    op = "aten::_safe_softmax"
+    out = func(*args)
+    cap.track(out, op)
+    neg_inf = cap.malloc(out.element_size(), op, "temporary")
+    masked = cap.malloc(x.numel(), op, "temporary")
+    masked_rows = cap.malloc(x.numel() // max(x.shape[dim], 1), op, "temporary")
+    del masked_rows, masked, neg_inf
+    return out
+
+
+def _softmax_backward_data(cap, func, args, kwargs):
+    """`softmax_backward_cuda_out` (cuda/SoftMax.cu): the gradient, then `tmp = grad * output`, which
+    the backward kernel reduces; `tmp` dies at its return."""
+    grad, output = args[0], args[1]
+    if kwargs or not (registered(grad) and registered(output)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_softmax_backward_data"
+    out = func(*args)
+    cap.track(out, op)
+    if grad.numel() > 0:
+        tmp = cap.malloc(grad.numel() * grad.element_size(), "aten::mul", "temporary")
+        del tmp
+    return out
+
+
+DISPATCH[aten._safe_softmax.default] = _safe_softmax
+DISPATCH[aten._softmax_backward_data.default] = _softmax_backward_data
+
 from . import _rnn  # noqa: E402, F401  (cuDNN RNNs register their rules)
