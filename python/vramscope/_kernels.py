@@ -674,7 +674,8 @@ def foreach_support(original):
     return supported
 
 
-#: MultiTensorApply.cuh
+#: MultiTensorApply.cuh's kChunkSize (recalled; the GPU's 115,500-byte `_foreach_norm` scratch of
+#: blind2/b05 is 75 tensors x 384 chunks of it x 4 bytes, test_foreach.py)
 FOREACH_CHUNK = 65536
 
 
@@ -746,8 +747,9 @@ DISPATCH[aten.nonzero.default] = _nonzero
 
 def _safe_softmax(cap, func, args, kwargs):
     """`_safe_softmax` (SoftMax.cpp, SDPA's math path): `out = softmax(self)`, then a `-inf` scalar
-    tensor, `masked = self.eq(neg_inf)` and `masked_rows = all(masked, dim, keepdim)`, which fill the
-    fully masked rows of `out` with zeros in place; the three temporaries die at its return."""
+    tensor, `masked = self.eq(neg_inf)` and `masked_rows = all(masked, dim, keepdim)`; the result is
+    `out` itself (the GPU's counts, blind4/d02 and blind2/b06, show no second output), and the three
+    temporaries die at its return."""
     x = args[0]
     if kwargs or not registered(x) or x.numel() == 0:
         return NotImplemented
@@ -764,8 +766,9 @@ def _safe_softmax(cap, func, args, kwargs):
 
 
 def _softmax_backward_data(cap, func, args, kwargs):
-    """`softmax_backward_cuda_out` (cuda/SoftMax.cu): the gradient, then `tmp = grad * output`, which
-    the backward kernel reduces; `tmp` dies at its return."""
+    """`softmax_backward_cuda_out` (cuda/SoftMax.cu, recalled): the gradient, then `tmp = grad *
+    output`, which the backward kernel reduces; `tmp` dies at its return (one temporary of the
+    gradient's size in the GPU's counts, blind4/d02 and blind2/b06)."""
     grad, output = args[0], args[1]
     if kwargs or not (registered(grad) and registered(output)):
         return NotImplemented
