@@ -9,6 +9,7 @@ PY="${PY:-python3}"
 TIMEFORMAT=%R
 for i in 1 2 3; do
     echo "import alone: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama' >/dev/null 2>&1; } 2>&1 ) s"
+    echo "import with torch._dynamo: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama, torch._dynamo' >/dev/null 2>&1; } 2>&1 ) s"
     echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
 done
 [ -n "${NO_MEMTRACKER:-}" ] || for i in 1 2; do

@@ -46,3 +46,34 @@ def test_math_path_softmax_allocates_what_the_gpu_counted():
         assert counts == (4, 8388608 + 4 + 2097152 + 16384)
         _, counts = _counts(lambda: torch.ops.aten._softmax_backward_data(x, out, -1, torch.float32))
         assert counts == (2, 2 * 8388608)
+
+
+def test_math_path_adds_the_mask_in_place_and_drops_out_with_a_bool_mask():
+    # `_scaled_dot_product_attention_math` (attention.cpp) on a plain CUDA run: q*sqrt(scale) and
+    # k^T*sqrt(scale), the bmm, `attn.add_(mask)` (no allocation), `_safe_softmax` (its output and
+    # three temporaries), `at::dropout` -> `native_dropout` (output and a bool mask), the last bmm.
+    # Blind4/d02 (T5, an fp32 math path with a position-bias mask and dropout) came out byte-exact.
+    with vramscope.capture(gpu="h200"):
+        q, k, v = (torch.empty(2, 4, 64, 32, device="cuda") for _ in range(3))
+        # a bias whose last dim is not contiguous (T5's permuted position bias): no fused kernel takes it
+        mask = torch.empty(2, 4, 64, 64, device="cuda").transpose(-2, -1)
+        scores, bools = 2 * 4 * 64 * 64 * 4, 2 * 4 * 64 * 64
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        sdpa(q, k, v, mask, 0.1)  # the first call also takes cuBLAS's workspaces
+        _, counts = _counts(lambda: sdpa(q, k, v, mask, 0.1))
+        assert counts == (
+            10,
+            2 * 65536 + scores + (scores + 4 + bools + 2 * 4 * 64) + (scores + bools) + 65536,
+        )
+
+
+def test_eval_encoder_layer_takes_the_fused_layer_path():
+    # ops truth of validation/run/10 on an H200: each `_transformer_encoder_layer_fwd` after the
+    # first made 11 allocations of 604241920 bytes (B, T, E = 32, 512, 768, fp32, relu)
+    with vramscope.capture(gpu="h200"):
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True).cuda().eval()
+        x = torch.empty(32, 512, 768, device="cuda")
+        with torch.no_grad():
+            layer(x)
+            out, counts = _counts(lambda: layer(x))
+        assert counts == (11, 604241920) and out.shape == x.shape

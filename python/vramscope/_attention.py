@@ -144,16 +144,12 @@ def sdpa(cap, args, kwargs):
     gqa = bool(a.get("enable_gqa", False))
     which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability)
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
-    if which == "math":
+    if which == "math" and not all(registered(t) for t in (q, k, v)):
         return NotImplemented
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if mask is not None and mask.dtype == torch.bool:
-        # convert_boolean_attn_mask: where(mask.logical_not(), -inf, 0)
-        mask = torch.where(
-            mask.logical_not(),
-            -math.inf,
-            torch.zeros((), dtype=q.dtype, device=q.device),
-        )
+    mask = _bool_mask_to_float(mask, q.dtype)
+    if which == "math":
+        return math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa)
     if which == "cudnn":
         out = aten._scaled_dot_product_cudnn_attention(
             q, k, v, mask, needs_grad, dropout_p, is_causal, False, scale=scale
@@ -167,6 +163,46 @@ def sdpa(cap, args, kwargs):
     return aten._scaled_dot_product_efficient_attention(
         q, k, v, mask, needs_grad, dropout_p, is_causal, scale=scale
     )[0]
+
+
+def _bool_mask_to_float(mask, dtype):
+    """`convert_boolean_attn_mask` (attention.cpp): where(mask.logical_not(), -inf, 0)."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.where(mask.logical_not(), -math.inf, torch.zeros((), dtype=dtype, device=mask.device))
+
+
+def math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa):
+    """`_scaled_dot_product_attention_math` (attention.cpp, torch 2.11) as a plain CUDA run executes
+    it: half and bf16 inputs upcast to float (unless `allow_fp16_bf16_reduction_math_sdp`), q and k^T
+    each scaled by sqrt(scale), the mask added in place (`add_`: a real run has no tensor subclass or
+    dispatch mode), `_safe_softmax`, and `at::dropout`, which on a CUDA tensor is the fused
+    `native_dropout` with its bool mask."""
+    origin = q.dtype
+    upcast = not torch._C._get_math_sdp_allow_fp16_bf16_reduction()
+
+    def acc(t):
+        return t.to(torch.float32) if upcast and t.dtype in HALF else t
+
+    q, k, v = acc(q), acc(k), acc(v)
+    negative = scale is not None and scale < 0
+    base = (abs(scale) if negative else scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    factor = math.sqrt(base)
+    query = q * (0.0 - factor if negative else factor)
+    if is_causal:
+        causal = torch.ones(query.shape[-2], k.shape[-2], dtype=torch.bool, device=query.device).tril()
+        mask = _bool_mask_to_float(causal, query.dtype)
+    if gqa and not (q.shape[-3] == k.shape[-3] == v.shape[-3]):
+        # pre_process_group_query_attention_input
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], -3)
+    attn = torch.matmul(query, k.transpose(-2, -1) * factor)
+    if mask is not None:
+        attn.add_(mask)
+    attn = aten._safe_softmax(attn, -1)
+    if dropout_p > 0.0:
+        attn = torch.native_dropout(attn, dropout_p, True)[0]
+    return torch.matmul(attn, v).to(origin)
 
 
 # ---- what the fused kernels allocate ----------------------------------------------------
@@ -354,6 +390,79 @@ def has_torch_function(original):
     return check
 
 
+def encoder_layer_forward(original, cap):
+    """`TransformerEncoderLayer.forward` that lets its fast-path check pass where the twin models
+    `_transformer_encoder_layer_fwd`: no mask, and the attention's SDPA branch (see `_mha_sdp_path`)."""
+    import inspect
+
+    sig = inspect.signature(original)
+    _FAST.capability = cap.device.capability
+
+    def forward(self, *args, **kwargs):
+        a = sig.bind(self, *args, **kwargs)
+        a.apply_defaults()
+        p = a.arguments
+        src = p["src"]
+        ok = (
+            p.get("src_mask") is None
+            and p.get("src_key_padding_mask") is None
+            and _mha_sdp_path(self.self_attn, src, src, src, None, False, None)
+        )
+        prev = getattr(_FAST, "on", False)
+        _FAST.on = ok
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _FAST.on = prev
+
+    return forward
+
+
+def encoder_layer_fwd(cap, func, args, kwargs):
+    """`transformer_encoder_layer_forward` (transformers/transformer.cpp) on a dense input without
+    a mask: layer norms, `_native_multi_head_attention`, the residuals added in place, and `ffn`
+    (`linear_for_ffn` on the (B*T, E) view: `_addmm_activation` with relu or gelu, then `addmm`)."""
+    names = ("src", "embed_dim", "num_heads", "qkv_weight", "qkv_bias", "proj_weight", "proj_bias")
+    names += ("use_gelu", "norm_first", "eps", "norm_weight_1", "norm_bias_1", "norm_weight_2")
+    names += ("norm_bias_2", "ffn_weight_1", "ffn_bias_1", "ffn_weight_2", "ffn_bias_2", "mask", "mask_type")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    if not getattr(_FAST, "on", False) or a.get("mask") is not None:
+        return NotImplemented
+    import torch.nn.functional as F
+
+    src, e, eps = a["src"], a["embed_dim"], a["eps"]
+    if src.numel() == 0:
+        return src.clone()
+
+    def norm(x, i):
+        return F.layer_norm(x, (e,), a[f"norm_weight_{i}"], a[f"norm_bias_{i}"], eps)
+
+    def linear_for_ffn(x, w, b, use_gelu):
+        x2 = x.view(x.size(0) * x.size(1), x.size(2))
+        if use_gelu is None:
+            r = torch.addmm(b, x2, w.t())
+        else:
+            r = torch._addmm_activation(b, x2, w.t(), beta=1, alpha=1, use_gelu=use_gelu)
+        return r.view(x.size(0), x.size(1), -1)
+
+    x = norm(src, 1) if a["norm_first"] else src
+    mha_args = (x, x, x, e, a["num_heads"], a["qkv_weight"], a["qkv_bias"], a["proj_weight"])
+    x = native_mha(cap, None, (*mha_args, a["proj_bias"], None, False, True, None), {})[0]
+    del mha_args
+    x.add_(src)
+    if not a["norm_first"]:
+        x = norm(x, 1)
+    pre_ffn_res = x
+    if a["norm_first"]:
+        x = norm(x, 2)
+    x = linear_for_ffn(x, a["ffn_weight_1"], a["ffn_bias_1"], bool(a["use_gelu"]))
+    x = linear_for_ffn(x, a["ffn_weight_2"], a["ffn_bias_2"], None)
+    x.add_(pre_ffn_res)
+    if not a["norm_first"]:
+        x = norm(x, 2)
+    return x  # pre_ffn_res dies here, after the last norm (a C++ local)
+
+
 def native_mha(cap, func, args, kwargs):
     """`_native_multi_head_attention`'s SDPA branch: qkv `linear`, SDPA on the heads' views, out
     `linear`; the weights output is undefined."""
@@ -386,6 +495,7 @@ def install() -> None:
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention_backward.default] = efficient_backward
     _kernels.SCRATCH_UNMODELLED.add("aten::_scaled_dot_product_flash_attention_backward")
     _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
+    _kernels.FUNCTIONS[torch._transformer_encoder_layer_fwd] = encoder_layer_fwd
 
 
 install()

@@ -274,6 +274,8 @@ def patch(cap) -> _Patch:
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     mha = torch.nn.MultiheadAttention
     p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
+    layer = torch.nn.TransformerEncoderLayer
+    p.set(layer, "forward", _attention.encoder_layer_forward(layer.forward, cap))
     p.set(
         torch.overrides,
         "has_torch_function",

@@ -149,8 +149,8 @@ def _bmm(cap, func, call, outs):
 
 for _f in (aten.mm.default, aten.mm.out):
     AFTER[_f] = _mm
-for _f in (aten.addmm.default, aten.addmm.out):
-    AFTER[_f] = _addmm
+for _f in (aten.addmm.default, aten.addmm.out, aten._addmm_activation.default, aten._addmm_activation.out):
+    AFTER[_f] = _addmm  # addmm_activation_out_cuda: addmm_out_cuda_impl with an epilogue
 for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.out):
     AFTER[_f] = _bmm
 
@@ -740,6 +740,26 @@ def _nonzero(cap, func, args, kwargs):
 
 
 DISPATCH[aten.nonzero.default] = _nonzero
+
+
+def _left_aligned(cap, func, args, kwargs):
+    """`_nested_tensor_from_mask_left_aligned` (`nn.TransformerEncoder`'s fast-path check) reads the
+    mask back from the GPU. The twin does not model nested tensors, so it answers False: the encoder
+    then runs its dense masked path, which holds at least what the nested one would (an upper bound),
+    with a warning."""
+    from ._capture import _user_site
+
+    site = _user_site()
+    cap.warn_once(
+        "nested:" + site,
+        f"{site}: nn.TransformerEncoder would convert the padded batch to a nested tensor, which the "
+        "twin does not model: it runs the dense masked path instead (memory from here is an upper "
+        "bound)",
+    )
+    return False
+
+
+DISPATCH[aten._nested_tensor_from_mask_left_aligned.default] = _left_aligned
 
 
 # ---- softmax -------------------------------------------------------------------------------------
