@@ -37,7 +37,7 @@ pub use config::{AllocatorConfig, ConfigError, LARGE_BUFFER, MIB, ROUNDUP_INTERV
 pub use device::{Device, SimDevice, UNLIMITED_BYTES};
 pub use error::{AllocError, OutOfMemory};
 pub use fits::Fit;
-pub use format::format_size;
+pub use format::{format_size, parse_size};
 pub use host::{HostHeap, FROM_CONFIG_THRESHOLD};
 pub use stats::{DeviceStats, Stat, StatArray, StatType};
 pub use summary::memory_summary;

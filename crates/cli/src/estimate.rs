@@ -81,13 +81,35 @@ pub enum OptimizerArg {
     Sgd,
 }
 
-/// `--gpu`
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GpuArg {
-    /// NVIDIA H100 80GB HBM3 (sm_90) with PyTorch 2.11
-    H100,
-    /// NVIDIA H200, 141 GB (sm_90) with PyTorch 2.11
-    H200,
+/// `--gpu`'s long help: every GPU of [`vramscope_engine::GPUS`] (a unit
+/// test holds the list to the table).
+pub const GPU_HELP: &str = "\
+The GPU to simulate: its memory less the CUDA context, its cuBLAS workspace
+sizes and SDPA backends (PyTorch 2.11's rules for its compute capability), ...
+Measured here: h100 (NVIDIA H100 80GB HBM3), h200 (NVIDIA H200).
+Estimated (capability and SMs from NVIDIA, total memory from public reports,
+the driver's shares the H100's; the report says which): a100-40gb, a100-80gb,
+l40s, l4, a10g, rtx4090, rtx3090, t4, v100 (16 GB), b200.
+custom: any other GPU, with --memory SIZE (and --capability X.Y, default 9.0).";
+
+/// A `--gpu` value: a key of [`vramscope_engine::GPUS`] or `custom`.
+pub fn parse_gpu(s: &str) -> Result<String, String> {
+    if s.eq_ignore_ascii_case("custom") {
+        return Ok("custom".into());
+    }
+    vramscope_engine::gpu(s)
+        .map(|g| g.key.to_owned())
+        .ok_or_else(|| {
+            format!(
+                "unknown GPU {s:?}; expected one of {}",
+                vramscope_engine::gpus::gpu_keys()
+            )
+        })
+}
+
+/// A size option (`24GiB`, `24GB`, `24G`, bytes).
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    vramscope_alloc::parse_size(s)
 }
 
 /// The model: a config.json or a preset.
@@ -336,37 +358,84 @@ pub fn parse_list(s: &str) -> Result<IntList, String> {
 /// The GPU and its limit.
 #[derive(Debug, Args, Clone)]
 pub struct GpuArgs {
-    /// The GPU: its memory less the CUDA context, cuBLAS workspace sizes, ...
-    #[arg(long, value_enum, default_value = "h100")]
-    pub gpu: GpuArg,
-    /// torch.cuda.set_per_process_memory_fraction(F) on that GPU.
+    /// The GPU (h100, h200, a100-80gb, l4, t4, ..., custom; --help lists them).
+    #[arg(long, default_value = "h100", value_parser = parse_gpu, long_help = GPU_HELP)]
+    pub gpu: String,
+    /// With --gpu custom: the GPU's memory as cudaMemGetInfo reports it
+    /// (24GiB, 24GB, 24G or bytes).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    pub memory: Option<u64>,
+    /// With --gpu custom: its compute capability (default 9.0), which picks
+    /// PyTorch's cuBLAS workspace size and SDPA backends.
+    #[arg(long, value_name = "X.Y")]
+    pub capability: Option<String>,
+    /// torch.cuda.set_per_process_memory_fraction(F) on that GPU, 0 < F <= 1.
     #[arg(long, value_name = "F", conflicts_with = "memory_limit")]
     pub memory_fraction: Option<f64>,
-    /// A limit in bytes, applied as set_per_process_memory_fraction(BYTES / total).
-    #[arg(long, value_name = "BYTES")]
+    /// A limit (24GiB, 24GB, 24G or bytes), applied as
+    /// set_per_process_memory_fraction(LIMIT / total).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub memory_limit: Option<u64>,
 }
 
 impl GpuArgs {
-    /// The device profile.
-    pub fn profile(&self) -> DeviceProfile {
-        match self.gpu {
-            GpuArg::H100 => DeviceProfile::h100_torch_2_11(),
-            GpuArg::H200 => DeviceProfile::h200_torch_2_11(),
+    /// The device profile; the error names a bad --memory / --capability.
+    pub fn profile(&self) -> anyhow::Result<DeviceProfile> {
+        if self.gpu != "custom" {
+            if self.memory.is_some() || self.capability.is_some() {
+                bail!(
+                    "--memory and --capability describe a GPU of your own: give them with --gpu custom (--gpu {} has its own)",
+                    self.gpu
+                );
+            }
+            return vramscope_engine::gpu(&self.gpu)
+                .map(|g| g.profile())
+                .with_context(|| format!("unknown GPU {:?}", self.gpu));
         }
+        let Some(total) = self.memory else {
+            bail!("--gpu custom needs --memory SIZE (e.g. --memory 24GiB): the GPU's total memory");
+        };
+        let capability = match &self.capability {
+            None => (9, 0),
+            Some(c) => c
+                .split_once('.')
+                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
+                .filter(|&(a, _): &(u32, u32)| (5..=12).contains(&a))
+                .with_context(|| {
+                    format!("--capability {c:?}: expected a compute capability such as 8.9 (5.0 to 12.x)")
+                })?,
+        };
+        let spec = vramscope_engine::GpuSpec::custom(total, capability);
+        let context = spec.context_bytes.value;
+        if total <= context {
+            bail!(
+                "--memory {}: a GPU must have more than the CUDA context the twin assumes ({})",
+                format_size(total),
+                format_size(context)
+            );
+        }
+        Ok(spec.profile())
     }
 
     /// The memory fraction to set, if any.
     pub fn fraction(&self) -> anyhow::Result<Option<f64>> {
-        let total = self.profile().total_memory as f64;
+        let total = self.profile()?.total_memory as f64;
         let f = match (self.memory_fraction, self.memory_limit) {
             (Some(f), _) => Some(f),
+            (None, Some(0)) => bail!("--memory-limit 0: the limit must be more than 0 bytes"),
             (None, Some(b)) => Some(b as f64 / total),
             (None, None) => None,
         };
         if let Some(f) = f {
-            if !(0.0..=1.0).contains(&f) || f.is_nan() {
-                bail!("the memory fraction must be within [0, 1], got {f}");
+            if !(f > 0.0 && f <= 1.0) {
+                if let Some(b) = self.memory_limit {
+                    bail!(
+                        "--memory-limit {}: more than the GPU's {}",
+                        format_size(b),
+                        format_size(total as u64)
+                    );
+                }
+                bail!("--memory-fraction {f}: expected a fraction within (0, 1]");
             }
         }
         Ok(f)
@@ -376,7 +445,7 @@ impl GpuArgs {
     /// outside it (its cuBLAS handles): the fraction of the total, or the
     /// GPU's memory less the CUDA context and those bytes.
     pub fn capacity(&self, driver: u64) -> anyhow::Result<u64> {
-        let p = self.profile();
+        let p = self.profile()?;
         let device = p.usable_memory.saturating_sub(driver);
         Ok(match self.fraction()? {
             // CUDACachingAllocator: allowed = fraction * total, and still no
@@ -427,7 +496,7 @@ pub fn run_estimate(
     record_trace: bool,
 ) -> anyhow::Result<(Estimate, Option<Estimate>)> {
     let opts = EstimateOptions {
-        profile: gpu.profile(),
+        profile: gpu.profile()?,
         allocator: wargs.allocator()?,
         memory_fraction: gpu.fraction()?,
         unlimited: false,
@@ -501,6 +570,9 @@ struct EstimateJson<'a> {
     parameter_bytes: u64,
     workload: WorkloadJson<'a>,
     gpu: &'a str,
+    gpu_key: &'a str,
+    gpu_total_memory_bytes: u64,
+    gpu_constants: BTreeMap<&'static str, GradeJson>,
     peak_allocated_bytes: i64,
     peak_reserved_bytes: i64,
     peak_phase: &'a str,
@@ -615,6 +687,48 @@ fn sz(b: i64) -> String {
     }
 }
 
+/// The line a report prints when some of the GPU's constants were not
+/// measured on it ("context size estimated for this GPU"); `None` on a
+/// measured GPU.
+pub fn grades_note(profile: &DeviceProfile) -> Option<String> {
+    let est = profile.grades.estimated();
+    (!est.is_empty()).then(|| {
+        format!(
+            "note: not measured on {}: {} estimated (`--gpu` help says from what)",
+            profile.name,
+            est.join(", ")
+        )
+    })
+}
+
+/// The grade of each of the GPU's constants, for `--json`.
+pub fn grades_json(profile: &DeviceProfile) -> BTreeMap<&'static str, GradeJson> {
+    profile
+        .grades
+        .named()
+        .into_iter()
+        .map(|(key, _, p)| {
+            (
+                key,
+                GradeJson {
+                    grade: p.grade.label(),
+                    source: p.source,
+                },
+            )
+        })
+        .collect()
+}
+
+/// One constant's grade in `--json` (`gpu_constants`).
+#[derive(Debug, Serialize)]
+pub struct GradeJson {
+    /// `measured`, `from PyTorch's source`, `from NVIDIA's specifications`
+    /// or `estimated`
+    pub grade: &'static str,
+    /// where it comes from
+    pub source: &'static str,
+}
+
 /// Run `vramscope estimate`.
 pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let config = args.model.config()?;
@@ -635,7 +749,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         .capacity(est.events.driver.iter().map(|d| d.1).sum())?;
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
-    let profile = args.gpu.profile();
+    let profile = args.gpu.profile()?;
     // written whole at the end ([`emit`]): stdout is line-buffered, and the
     // module tree of a large model is thousands of lines
     let mut out: Vec<u8> = Vec::new();
@@ -668,6 +782,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 grad: w.grad.name(),
             },
             gpu: profile.name,
+            gpu_key: profile.key,
+            gpu_total_memory_bytes: profile.total_memory,
+            gpu_constants: grades_json(&profile),
             peak_allocated_bytes: est.peak_allocated_bytes,
             peak_reserved_bytes: est.peak_reserved_bytes,
             peak_phase: &est.peak_phase,
@@ -748,6 +865,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 sz(est.peak_reserved_bytes),
                 format_size(capacity)
             )?;
+        }
+        if let Some(note) = grades_note(&profile) {
+            writeln!(out, "{note}")?;
         }
         writeln!(
             out,

@@ -1,6 +1,7 @@
 //! `vramscope plan`: the largest batch that fits, what each lever buys, and
 //! sweeps over batch and sequence length.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -15,7 +16,10 @@ use vramscope_planner::{
 };
 use vramscope_report::sweep::{render_sweep, SweepPoint};
 
-use crate::estimate::{emit, layer_runs, parse_list, GpuArgs, IntList, ModelArgs, WorkloadArgs};
+use crate::estimate::{
+    emit, grades_json, grades_note, layer_runs, parse_list, GpuArgs, GradeJson, IntList, ModelArgs,
+    WorkloadArgs,
+};
 use crate::{EXIT_DIFFERENT, EXIT_OK};
 
 /// Arguments of `vramscope plan`.
@@ -115,6 +119,9 @@ struct PlanJson {
     model_type: String,
     mode: &'static str,
     seq: Option<i64>,
+    gpu: &'static str,
+    gpu_key: &'static str,
+    gpu_constants: BTreeMap<&'static str, GradeJson>,
     capacity_bytes: u64,
     max_batch: i64,
     capped: bool,
@@ -134,6 +141,9 @@ struct PlanJson {
 struct SweepJson<'a> {
     schema: &'static str,
     model_type: String,
+    gpu: &'static str,
+    gpu_key: &'static str,
+    gpu_constants: BTreeMap<&'static str, GradeJson>,
     capacity_bytes: u64,
     cells: Vec<CellJson<'a>>,
     unmeasured: Vec<String>,
@@ -170,7 +180,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let config = args.model.config()?;
     let base = args.workload.workload(&config, 1);
     let options = EstimateOptions {
-        profile: args.gpu.profile(),
+        profile: args.gpu.profile()?,
         allocator: args.workload.allocator()?,
         memory_fraction: args.gpu.fraction()?,
         unlimited: false,
@@ -256,6 +266,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 "infer"
             },
             seq: (base.task != Task::Image).then_some(base.seq),
+            gpu: options.profile.name,
+            gpu_key: options.profile.key,
+            gpu_constants: grades_json(&options.profile),
             capacity_bytes: capacity,
             max_batch: mb.max_batch,
             capped: mb.capped.is_some(),
@@ -300,7 +313,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(
             out,
-            "{} {}{}, limit {}",
+            "{} {}{}, {}, limit {}",
             config.model_type,
             if base.mode == Mode::Train {
                 "train"
@@ -313,8 +326,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             } else {
                 format!(", seq {}", base.seq)
             },
+            options.profile.name,
             format_size(capacity)
         )?;
+        if let Some(note) = grades_note(&options.profile) {
+            writeln!(out, "{note}")?;
+        }
         if mb.max_batch == 0 {
             writeln!(out, "Not even batch 1 fits.")?;
         } else {
@@ -464,6 +481,9 @@ fn run_sweep(
         let j = SweepJson {
             schema: "vramscope.sweep/1",
             model_type: config.model_type.clone(),
+            gpu: options.profile.name,
+            gpu_key: options.profile.key,
+            gpu_constants: grades_json(&options.profile),
             capacity_bytes: capacity,
             cells: cells
                 .iter()
@@ -508,9 +528,13 @@ fn run_sweep(
     } else {
         writeln!(
             out,
-            "peak reserved ({} limit; * = does not fit)",
+            "peak reserved on {} ({} limit; * = does not fit)",
+            options.profile.name,
             format_size(capacity)
         )?;
+        if let Some(note) = grades_note(&options.profile) {
+            writeln!(out, "{note}")?;
+        }
         write!(out, "{:>8}", "batch")?;
         for s in seqs {
             write!(out, " {:>13}", format!("seq {s}"))?;

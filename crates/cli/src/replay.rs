@@ -18,8 +18,9 @@ use crate::{EXIT_DIFFERENT, EXIT_OK};
 const BUILTIN: &[u8] = include_bytes!("../../../fixtures/alloc/training.pickle");
 
 /// An NVIDIA H100 80GB HBM3's memory as `cudaMemGetInfo` reports it
-/// (measured: fixtures/alloc/*.meta.json, `mem_get_info[1]`).
-pub const H100_TOTAL_MEMORY: u64 = 85_017_493_504;
+/// (its GPU profile, `vramscope_engine::gpus::H100`; the built-in snapshot's
+/// GPU).
+pub const H100_TOTAL_MEMORY: u64 = vramscope_engine::gpus::H100.total_memory.value;
 
 /// Arguments of `vramscope replay`.
 #[derive(Debug, Args)]
@@ -37,9 +38,10 @@ pub struct ReplayArgs {
     /// out-of-memory path).
     #[arg(long, value_name = "F")]
     pub memory_fraction: Option<f64>,
-    /// The GPU's total memory in bytes, as `torch.cuda.mem_get_info()[1]`
-    /// reports it (default: an H100 80GB, 85017493504).
-    #[arg(long, value_name = "BYTES", default_value_t = H100_TOTAL_MEMORY)]
+    /// The GPU's total memory, as `torch.cuda.mem_get_info()[1]` reports it
+    /// (24GiB, 24GB, 24G or bytes; default: an H100 80GB, 85017493504).
+    #[arg(long, value_name = "SIZE", default_value_t = H100_TOTAL_MEMORY,
+          value_parser = crate::estimate::parse_size_arg)]
     pub total_memory: u64,
     /// Also print the twin's `torch.cuda.memory_summary()` at the end.
     #[arg(long)]

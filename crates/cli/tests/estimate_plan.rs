@@ -505,3 +505,83 @@ fn image_models_have_no_sequence() {
     let out = run(bin().args(sweep.split_whitespace()), 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("one value for an image model"));
 }
+
+/// `--gpu` takes every GPU of the profile table and `custom --memory`;
+/// sizes are written one way everywhere; an estimated constant is named
+/// in the text and graded in the JSON.
+#[test]
+fn every_gpu_and_one_size_syntax() {
+    let est = |gpu: &str, code: i32| {
+        let mut cmd = bin();
+        cmd.args([
+            "estimate", "--model", "gpt2", "--mode", "infer", "--batch", "1",
+        ]);
+        cmd.args(["--seq", "64"]).args(gpu.split_whitespace());
+        run(&mut cmd, code)
+    };
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // measured: no note
+    let h100 = text(&est("--gpu h100", 0));
+    assert!(!h100.contains("not measured"), "{h100}");
+    for gpu in [
+        "a100-40gb",
+        "a100-80gb",
+        "l40s",
+        "l4",
+        "a10g",
+        "rtx4090",
+        "rtx3090",
+        "t4",
+        "v100",
+        "b200",
+    ] {
+        let t = text(&est(&format!("--gpu {gpu}"), 0));
+        assert!(
+            t.contains("note: not measured on ") && t.contains("CUDA context"),
+            "{gpu}: {t}"
+        );
+    }
+    // custom, in every spelling of 24 GiB: the same capacity
+    let caps: Vec<u64> = ["24GiB", "24G", "25769803776", "24gib"]
+        .iter()
+        .map(|m| {
+            let o = est(&format!("--gpu custom --memory {m} --json"), 0);
+            json(&o)["fits"]["capacity_bytes"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(caps.windows(2).all(|w| w[0] == w[1]), "{caps:?}");
+    let j = json(&est(
+        "--gpu custom --memory 24GB --capability 8.9 --json",
+        0,
+    ));
+    assert_eq!(j["gpu_key"], "custom");
+    assert_eq!(j["gpu_total_memory_bytes"], 24_000_000_000u64);
+    assert_eq!(j["gpu_constants"]["cuda_context"]["grade"], "estimated");
+    assert_eq!(
+        j["gpu_constants"]["total_memory"]["source"],
+        "given with --memory"
+    );
+    // what the user gave and what was expected
+    let e = stderr(&est("--gpu custom", 2));
+    assert!(e.contains("--gpu custom needs --memory SIZE"), "{e}");
+    let e = stderr(&est("--gpu t4 --memory 24GiB", 2));
+    assert!(e.contains("give them with --gpu custom"), "{e}");
+    let e = stderr(&est("--gpu a100", 2));
+    assert!(
+        e.contains("unknown GPU \"a100\"; expected one of h100, h200, a100-40gb"),
+        "{e}"
+    );
+    let e = stderr(&est("--memory-limit 0", 2));
+    assert!(
+        e.contains("--memory-limit 0: the limit must be more than 0 bytes"),
+        "{e}"
+    );
+    let e = stderr(&est("--memory-limit 24parsecs", 2));
+    assert!(e.contains("unknown unit \"parsecs\""), "{e}");
+    // applied as set_per_process_memory_fraction(limit / total): PyTorch's
+    // `fraction * total` truncates, as the twin's does
+    let j = json(&est("--memory-limit 2GiB --json", 0));
+    let cap = j["fits"]["capacity_bytes"].as_u64().unwrap();
+    assert!((2u64 << 30) - cap <= 1, "{cap}");
+}

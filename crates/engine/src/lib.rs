@@ -40,6 +40,7 @@ mod dtype;
 mod error;
 mod fastmap;
 pub mod function;
+pub mod gpus;
 pub mod nn;
 mod ops;
 pub mod optim;
@@ -55,6 +56,7 @@ pub use autograd::{BackwardOptions, Node, Packed, SavedTensorHooks};
 pub use dims::{Dims, MAX_DIMS};
 pub use dtype::{DType, Device};
 pub use error::{EngineError, Result};
+pub use gpus::{gpu, GpuSpec, Grade, Grades, Provenance, SdpaSupport, GPUS};
 pub use ops::attention::{SdpaArgs, SdpaBackend, CUDNN_FWD_WORKSPACE};
 pub use ops::conv::{
     cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs, ConvOp, ConvProblem,

@@ -115,7 +115,7 @@ impl ScratchRule {
     /// The bytes it allocates on `profile`'s GPU (`None`: the rule does not
     /// apply there, e.g. a reduction split differently).
     pub fn bytes(&self, profile: &DeviceProfile) -> Option<u64> {
-        let cap = profile.capability;
+        let cap = profile.cub_policies;
         let r: Result<u64> = match self {
             ScratchRule::RadixSortPairs {
                 n,

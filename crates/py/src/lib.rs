@@ -34,16 +34,10 @@ create_exception!(
     "The GPU would run out of memory here; args[0] is PyTorch's message."
 );
 
-/// The GPUs `Device(gpu=...)` takes.
-const GPUS: &[&str] = &["h100", "h200"];
-
-/// The profile of a GPU by its short name.
+/// The profile of a GPU by its key (`h100`, `a100-80gb`, ...: the GPU
+/// profiles of [`vramscope_engine::GPUS`]) or its device name.
 pub fn profile_of(gpu: &str) -> Option<DeviceProfile> {
-    match gpu.to_ascii_lowercase().as_str() {
-        "h100" => Some(DeviceProfile::h100_torch_2_11()),
-        "h200" => Some(DeviceProfile::h200_torch_2_11()),
-        _ => None,
-    }
+    vramscope_engine::gpu(gpu).map(|g| g.profile())
 }
 
 /// A PyTorch dtype name (`"bfloat16"`, `"float32"`, ...) as the twin's.
@@ -100,8 +94,10 @@ fn category_of(name: &str) -> PyResult<Category> {
 /// (`vramscope_models::estimate`) start one; the error names the bad GPU
 /// or setting.
 fn fresh_process(gpu: &str, conf: &str) -> Result<(Runtime, AllocatorConfig), String> {
-    let profile = profile_of(gpu)
-        .ok_or_else(|| format!("unknown GPU {gpu:?}; expected one of {}", GPUS.join(", ")))?;
+    let profile = profile_of(gpu).ok_or_else(|| {
+        let keys: Vec<&str> = vramscope_engine::GPUS.iter().map(|g| g.key).collect();
+        format!("unknown GPU {gpu:?}; expected one of {}", keys.join(", "))
+    })?;
     let cfg = AllocatorConfig::parse(conf)
         .map_err(|e| format!("PYTORCH_CUDA_ALLOC_CONF={conf:?}: {e}"))?;
     let rt = Runtime::new(RuntimeConfig {
@@ -509,12 +505,32 @@ fn main(py: Python<'_>, argv: Vec<String>) -> u8 {
 }
 
 /// The module.
+/// One row of [`gpus`].
+type GpuRow = (&'static str, &'static str, u64, (u32, u32), bool);
+
+/// The GPUs `Device(gpu=...)` takes, in `--gpu`'s order: (key,
+/// `get_device_name()`, `total_memory`, capability, measured), where
+/// `measured` says every constant was measured on that GPU (else the
+/// report should say which are estimated: `vramscope_engine::Grades`).
+#[pyfunction]
+fn gpus() -> Vec<GpuRow> {
+    vramscope_engine::GPUS
+        .iter()
+        .map(|g| {
+            let p = g.profile();
+            let measured = p.grades.estimated().is_empty();
+            (g.key, g.name, p.total_memory, p.capability, measured)
+        })
+        .collect()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Device>()?;
     m.add("OutOfMemory", m.py().get_type::<OutOfMemory>())?;
     m.add_function(wrap_pyfunction!(autocast_policies, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(gpus, m)?)?;
     Ok(())
 }
 
@@ -527,12 +543,19 @@ mod tests {
         assert_eq!(profile_of("H100").unwrap().name, "NVIDIA H100 80GB HBM3");
         assert_eq!(profile_of("h200").unwrap().name, "NVIDIA H200");
         assert!(profile_of("a100").is_none());
+        assert_eq!(profile_of("A100-80GB").unwrap().capability, (8, 0));
+        let listed = gpus();
+        assert_eq!(listed[0].0, "h100");
+        assert!(listed.iter().any(|g| g.0 == "t4" && g.3 == (7, 5) && !g.4));
     }
 
     #[test]
     fn a_bad_gpu_or_setting_is_named() {
         let e = fresh_process("a100", "").unwrap_err();
-        assert_eq!(e, "unknown GPU \"a100\"; expected one of h100, h200");
+        assert!(
+            e.starts_with("unknown GPU \"a100\"; expected one of h100, h200, a100-40gb, a100-80gb"),
+            "{e}"
+        );
         let e = fresh_process("h100", "max_split_size_mb:abc").unwrap_err();
         assert!(
             e.starts_with("PYTORCH_CUDA_ALLOC_CONF=\"max_split_size_mb:abc\": "),

@@ -19,7 +19,7 @@ pub enum Threshold {
 
 impl std::str::FromStr for Threshold {
     type Err = String;
-    /// `50MiB`, `1.5GiB`, `1000`, `512KB`, `5%`.
+    /// `50MiB`, `1.5GiB`, `1000`, `512KB` ([`vramscope_alloc::parse_size`]), `5%`.
     fn from_str(s: &str) -> Result<Self, String> {
         let t = s.trim();
         if let Some(p) = t.strip_suffix('%') {
@@ -31,26 +31,9 @@ impl std::str::FromStr for Threshold {
                 .map(Threshold::Percent)
                 .ok_or_else(|| format!("bad percentage {s:?}"));
         }
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let v: f64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-        let mul: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" | "bytes" => 1.0,
-            "kib" | "k" => 1024.0,
-            "mib" | "m" => 1024.0 * 1024.0,
-            "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
-            "kb" => 1e3,
-            "mb" => 1e6,
-            "gb" => 1e9,
-            u => {
-                return Err(format!(
-                    "unknown unit {u:?} in {s:?} (use B, KiB, MiB, GiB, KB, MB, GB or %)"
-                ))
-            }
-        };
-        Ok(Threshold::Bytes((v * mul).round() as u64))
+        vramscope_alloc::parse_size(t)
+            .map(Threshold::Bytes)
+            .map_err(|e| format!("{e}, or a percentage such as 5%"))
     }
 }
 

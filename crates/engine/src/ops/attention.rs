@@ -31,6 +31,7 @@ use crate::autograd::{Backward, Node, Pending};
 use crate::dims::{broadcast_shapes, Dims};
 use crate::dtype::{DType, Device};
 use crate::error::{shape_err, EngineError, Result};
+use crate::gpus::SdpaSupport;
 use crate::ops::{empty_like, iter_output};
 use crate::runtime::{Category, CudnnLibraries, DeviceProfile, Runtime};
 use crate::tensor::Tensor;
@@ -223,14 +224,14 @@ fn check_batch_size_and_num_heads(p: &Params<'_>, supports_gqa: bool) -> bool {
 /// with a query of length 1. The H100 confirms the Hopper rule:
 /// `u5_gemma2_9b_infer_bf16_b1_s1024` (head dim 256) runs cuDNN's kernel
 /// (two 8-byte philox tensors, the output, the 256-byte workspace).
-fn check_cudnn_tensor_shapes(p: &Params<'_>, capability: (u32, u32)) -> bool {
+fn check_cudnn_tensor_shapes(p: &Params<'_>, capability: (u32, u32), sdpa: &SdpaSupport) -> bool {
     const MAX: i64 = 65535;
     if p.q.size(0) > MAX || p.q.size(1) > MAX {
         return false;
     }
     let (s_q, s_k) = (p.q.size(2), p.k.size(2));
     let (d_qk, d_v) = (p.q.size(3), p.v.size(3));
-    let limit = if capability == (9, 0) {
+    let limit = if sdpa.cudnn_hopper_head_dim {
         256
     } else if capability.0 == 10 && d_qk == 192 && d_v == 128 {
         192
@@ -250,21 +251,25 @@ fn check_cudnn_tensor_shapes(p: &Params<'_>, capability: (u32, u32)) -> bool {
 /// probability that is not a multiple of 1/16: `bert_train_bf16_sgdm`
 /// (attention dropout 0.1) runs cuDNN on the H100, so the newer
 /// `check_cudnn_dropout` filter is not applied.
-fn can_use_cudnn(p: &Params<'_>, capability: (u32, u32)) -> bool {
-    check_on_cuda(p)
+fn can_use_cudnn(p: &Params<'_>, capability: (u32, u32), sdpa: &SdpaSupport) -> bool {
+    sdpa.cudnn
+        && check_on_cuda(p)
         && check_tensor_shapes(p)
         && check_dtype(p, &[DType::F16, DType::BF16])
         && check_attn_mask_shape(p)
         && check_nonzero_sequence_lengths(p)
         && check_last_dim_stride_equals_1(p, true)
         && check_batch_size_and_num_heads(p, true)
-        && check_cudnn_tensor_shapes(p, capability)
+        && check_cudnn_tensor_shapes(p, capability, sdpa)
 }
 
-/// `can_use_flash_attention` (sm80..sm121; the sm86/89 head-dim rule does
-/// not apply to sm90).
-fn can_use_flash(p: &Params<'_>) -> bool {
-    check_on_cuda(p)
+/// `can_use_flash_attention`: sm80..sm121 ([`SdpaSupport::flash`]), and on
+/// sm86..89 / sm120..121 no training with head dims in (192, 224], nor above
+/// 224 with dropout.
+fn can_use_flash(p: &Params<'_>, sdpa: &SdpaSupport) -> bool {
+    sdpa.flash
+        && check_head_dim_gt192_on_sm86_89(p, sdpa)
+        && check_on_cuda(p)
         && check_tensor_shapes(p)
         && check_no_mask(p)
         && check_head_dim_size_flash(p)
@@ -279,23 +284,31 @@ fn can_use_flash(p: &Params<'_>) -> bool {
 /// kernel does not take grouped-query inputs: `mistral_train_fp32`
 /// (fp32, `enable_gqa=True`, 8 query / 2 key-value heads) runs the math
 /// path on the H100.
-fn can_use_efficient(p: &Params<'_>) -> bool {
-    check_on_cuda(p)
+fn can_use_efficient(p: &Params<'_>, sdpa: &SdpaSupport) -> bool {
+    sdpa.efficient
+        && check_on_cuda(p)
         && check_tensor_shapes(p)
         && check_head_dim_size_mem_efficient(p)
         && check_data_ptr_alignment_mem_efficient(p)
         && check_nonzero_sequence_lengths(p)
         && check_last_dim_stride_equals_1(p, false)
         && check_batch_size_and_num_heads(p, false)
-        && check_dtype(p, &[DType::F16, DType::F32, DType::BF16])
+        && if sdpa.bf16 {
+            check_dtype(p, &[DType::F16, DType::F32, DType::BF16])
+        } else {
+            check_dtype(p, &[DType::F16, DType::F32])
+        }
 }
 
-/// `check_prefer_cudnn_attention`: cuDNN > 9.15 on sm 9.0, 9.3, 10.0 or
-/// 10.3 puts cuDNN first. The 2.11+cu130 wheels qualify: every bf16
-/// attention in the H100 traces is cuDNN's (two 8-byte philox tensors,
-/// then the output, the logsumexp and a 256-byte workspace).
-fn prefers_cudnn(capability: (u32, u32)) -> bool {
-    matches!(capability.0, 9 | 10) && matches!(capability.1, 0 | 3)
+/// `check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120`.
+fn check_head_dim_gt192_on_sm86_89(p: &Params<'_>, sdpa: &SdpaSupport) -> bool {
+    if !sdpa.flash_head_dim_192_limit {
+        return true;
+    }
+    let d = p.q.size(-1);
+    let grad = p.q.requires_grad() || p.k.requires_grad() || p.v.requires_grad();
+    let bad = (d > 192 && d <= 224) || (d > 224 && p.dropout > 0.0);
+    !(grad && bad)
 }
 
 /// `select_sdp_backend`: the first backend of the priority order whose
@@ -304,8 +317,13 @@ fn select(rt: &Runtime, p: &Params<'_>) -> SdpaBackend {
     if p.q.device() != Device::Cuda {
         return SdpaBackend::Math;
     }
-    let capability = rt.profile().capability;
-    let order: [SdpaBackend; 4] = if prefers_cudnn(capability) {
+    // `check_prefer_cudnn_attention` ([`SdpaSupport::prefers_cudnn`]): the
+    // 2.11+cu130 wheels qualify: every bf16 attention in the H100 traces is
+    // cuDNN's (two 8-byte philox tensors, then the output, the logsumexp
+    // and a 256-byte workspace)
+    let profile = rt.profile();
+    let (capability, sdpa) = (profile.capability, &profile.sdpa);
+    let order: [SdpaBackend; 4] = if sdpa.prefers_cudnn {
         [
             SdpaBackend::Cudnn,
             SdpaBackend::Flash,
@@ -322,9 +340,9 @@ fn select(rt: &Runtime, p: &Params<'_>) -> SdpaBackend {
     };
     for b in order {
         let ok = match b {
-            SdpaBackend::Cudnn => can_use_cudnn(p, capability),
-            SdpaBackend::Flash => can_use_flash(p),
-            SdpaBackend::Efficient => can_use_efficient(p),
+            SdpaBackend::Cudnn => can_use_cudnn(p, capability, sdpa),
+            SdpaBackend::Flash => can_use_flash(p, sdpa),
+            SdpaBackend::Efficient => can_use_efficient(p, sdpa),
             SdpaBackend::Math => true,
         };
         if ok {
@@ -1718,6 +1736,7 @@ mod tests {
         Runtime::new(crate::runtime::RuntimeConfig {
             profile: DeviceProfile {
                 capability,
+                sdpa: SdpaSupport::of(capability),
                 ..DeviceProfile::h100_torch_2_11()
             },
             ..Default::default()

@@ -199,7 +199,7 @@ fn table() -> &'static [Run] {
 
 /// The runs of the table for `profile`'s GPU and torch.
 fn runs_for(profile: &DeviceProfile) -> &'static [Run] {
-    if profile.capability == (9, 0) && profile.torch == "2.11.0" {
+    if profile.cudnn_tables {
         table()
     } else {
         &[]
@@ -320,7 +320,7 @@ fn problems() -> &'static std::collections::HashMap<String, u64> {
 /// measured: first the whole-problem table, then (for a 2-D, NCHW, not
 /// transposed problem) the batch-swept table of [`cudnn_conv_workspace`].
 pub fn cudnn_conv_problem_workspace(profile: &DeviceProfile, problem: &ConvProblem) -> Option<u64> {
-    if profile.capability == (9, 0) && profile.torch == "2.11.0" {
+    if profile.cudnn_tables {
         if let Some(&bytes) = problems().get(&problem.key()) {
             return Some(bytes);
         }
@@ -984,11 +984,8 @@ mod tests {
         assert_eq!(n, 105_279);
         let rows = TABLE_H100.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(table().len(), rows, "a line of the table does not parse");
-        // another GPU or torch: nothing measured
-        let other = DeviceProfile {
-            capability: (8, 0),
-            ..DeviceProfile::h100_torch_2_11()
-        };
+        // another GPU: nothing measured
+        let other = crate::gpus::gpu("a100-80gb").unwrap().profile();
         let w = [384, 3, 16, 16];
         let patch = Conv2dArgs {
             stride: [16, 16],

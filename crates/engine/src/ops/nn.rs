@@ -349,7 +349,7 @@ pub(crate) fn embedding_dense_backward(
             // `cuda::cub::radix_sort_pairs(indices, sorted, range, orig, n)`
             let range = tmp(&[n], idt)?;
             let bytes = crate::ops::cub::radix_sort_pairs_bytes(
-                rt.profile().capability,
+                rt.profile().cub_policies,
                 n as u64,
                 idt.size(),
                 idt.size(),
@@ -483,7 +483,7 @@ impl SegmentProblem {
             return None;
         }
         if buffer == SegmentBuffer::ExclusiveSumStorage {
-            return self.exclusive_sum_bytes(profile.capability).ok();
+            return self.exclusive_sum_bytes(profile.cub_policies).ok();
         }
         let (_, shape, dtype) = self
             .buffers(profile.sm_count)
@@ -518,7 +518,7 @@ fn embedding_backward_cuda_kernel(
     let op = "embedding_dense_backward";
     let dev = grad.device();
     let profile = rt.profile();
-    let cap = profile.capability;
+    let cap = profile.cub_policies;
     let tmp = |sizes: &[i64], dtype: DType| rt.empty_op(sizes, dtype, dev, op, Category::Temporary);
     let idt = sorted.dtype();
     let n = sorted.numel();

@@ -305,8 +305,8 @@ impl Tensor {
             // chunks, with a carry buffer between them
             const MAX_CUB_SIZE: i64 = 1 << 30;
             if n == self.sizes()[d] {
-                let capability = rt.profile().capability;
-                match crate::ops::cub::inclusive_scan_bytes(capability, n as u64, dt.size()) {
+                let policies = rt.profile().cub_policies;
+                match crate::ops::cub::inclusive_scan_bytes(policies, n as u64, dt.size()) {
                     Ok(bytes) if n <= MAX_CUB_SIZE => {
                         let rule = crate::scratch::ScratchRule::InclusiveScan {
                             n,
