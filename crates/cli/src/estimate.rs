@@ -13,8 +13,8 @@ use vramscope_alloc::{format_size, AllocatorConfig};
 use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
-    estimate, presets, Checkpointing, Estimate, EstimateOptions, GradMode, HfConfig, Mode,
-    OptimizerKind, Task, Workload,
+    estimate, presets, Checkpointing, Estimate, EstimateOptions, GradMode, HfConfig,
+    Implementation, Mode, OptimizerKind, Task, Workload,
 };
 use vramscope_snapshot::write::WriteOptions;
 
@@ -70,15 +70,18 @@ pub enum AutocastArg {
     Fp16,
 }
 
-/// `--optimizer`
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OptimizerArg {
-    /// torch.optim.AdamW (foreach): two fp32-sized states per parameter
-    Adamw,
-    /// torch.optim.Adam (foreach)
-    Adam,
-    /// torch.optim.SGD (foreach): a momentum buffer per parameter when --momentum > 0
-    Sgd,
+/// `--optimizer`: every [`OptimizerKind`] by its name.
+fn optimizer_parser() -> impl clap::builder::TypedValueParser<Value = OptimizerKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(OptimizerKind::ALL.map(|k| k.name()))
+        .map(|s| OptimizerKind::from_name(&s).expect("one of the possible values"))
+}
+
+/// `--optimizer-impl`: every [`Implementation`] by its name.
+fn implementation_parser() -> impl clap::builder::TypedValueParser<Value = Implementation> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Implementation::ALL.map(|i| i.name()))
+        .map(|s| Implementation::from_name(&s).expect("one of the possible values"))
 }
 
 /// `--gpu`'s long help: every GPU of [`vramscope_engine::GPUS`] (a unit
@@ -207,10 +210,19 @@ pub struct WorkloadArgs {
     /// Run the forward under torch.autocast("cuda", dtype=...).
     #[arg(long, value_enum)]
     pub autocast: Option<AutocastArg>,
-    /// The optimizer (train), in its default foreach form.
-    #[arg(long, value_enum, default_value = "adamw")]
-    pub optimizer: OptimizerArg,
-    /// SGD momentum (a momentum buffer per parameter when > 0).
+    /// The optimizer (train): torch.optim.AdamW (two states like each
+    /// parameter), Adam (the same), SGD (a momentum buffer per parameter
+    /// when --momentum > 0), Adagrad (one state, made by the constructor),
+    /// RMSprop (one state, two with --momentum > 0).
+    #[arg(long, default_value = "adamw", value_parser = optimizer_parser())]
+    pub optimizer: OptimizerKind,
+    /// How the optimizer's step runs: foreach (PyTorch's default on CUDA:
+    /// the step's temporaries are a list as large as the parameters),
+    /// for-loop (foreach=False: one parameter's temporaries at a time) or
+    /// fused (fused=True: none; AdamW, Adam and SGD only).
+    #[arg(long, default_value = "foreach", value_parser = implementation_parser())]
+    pub optimizer_impl: Implementation,
+    /// SGD and RMSprop momentum (a momentum buffer per parameter when > 0).
     #[arg(long, default_value_t = 0.0)]
     pub momentum: f64,
     /// Learning rate (does not change memory).
@@ -286,11 +298,8 @@ impl WorkloadArgs {
                 AutocastArg::Bf16 => DType::BF16,
                 AutocastArg::Fp16 => DType::F16,
             }),
-            optimizer: match self.optimizer {
-                OptimizerArg::Adamw => OptimizerKind::AdamW,
-                OptimizerArg::Adam => OptimizerKind::Adam,
-                OptimizerArg::Sgd => OptimizerKind::Sgd,
-            },
+            optimizer: self.optimizer,
+            optimizer_impl: self.optimizer_impl,
             momentum: self.momentum,
             lr: self.lr,
             checkpointing: self
@@ -555,6 +564,7 @@ struct WorkloadJson<'a> {
     weights: String,
     autocast: Option<String>,
     optimizer: &'a str,
+    optimizer_impl: &'a str,
     momentum: f64,
     checkpointing: Option<String>,
     steps: usize,
@@ -770,11 +780,8 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 seq: (w.task != Task::Image).then_some(w.seq),
                 weights: dtype_name(w.weights),
                 autocast: w.autocast.map(dtype_name),
-                optimizer: match w.optimizer {
-                    OptimizerKind::AdamW => "adamw",
-                    OptimizerKind::Adam => "adam",
-                    OptimizerKind::Sgd => "sgd",
-                },
+                optimizer: w.optimizer.name(),
+                optimizer_impl: w.optimizer_impl.name(),
                 momentum: w.momentum,
                 checkpointing: w.checkpointing.as_ref().map(checkpointing_name),
                 steps: w.steps,

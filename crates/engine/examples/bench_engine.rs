@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use vramscope_engine::nn::{Activation, Linear, MSELoss, Module, Sequential};
-use vramscope_engine::optim::Sgd;
+use vramscope_engine::optim::Optimizer;
 use vramscope_engine::{DType, Device, Runtime};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
     };
     model.cuda()?;
-    let mut opt = Sgd::new(model.parameters(), 0.9, 0.0);
+    let mut opt = Optimizer::sgd(model.parameters(), 0.9).unwrap();
     let inp = rt.randn(&[64, 256], DType::F32, Device::Cuda)?;
     let target = rt.randn(&[64, 10], DType::F32, Device::Cuda)?;
     let steps = 20_000u64;

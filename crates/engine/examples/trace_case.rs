@@ -2,7 +2,7 @@
 //! line), to compare with a real `torch.cuda.memory._dump_snapshot`.
 
 use vramscope_engine::nn::{Module, TransformerEncoderLayer};
-use vramscope_engine::optim::Adam;
+use vramscope_engine::optim::Optimizer;
 use vramscope_engine::{DType, Device, Runtime};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -10,7 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rt.record_memory_history(true);
     let mut enc = TransformerEncoderLayer::new(&rt, 1024, 16, 4096, 0.1, true, false)?;
     enc.cuda()?;
-    let mut opt = Adam::adamw(enc.parameters());
+    let mut opt = Optimizer::adamw(enc.parameters());
     let ex = rt.randn(&[8, 512, 1024], DType::F32, Device::Cuda)?;
     let mut loss = None;
     for _ in 0..3 {

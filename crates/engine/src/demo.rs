@@ -13,7 +13,7 @@ use crate::function;
 use crate::nn::{
     Activation, Linear, MSELoss, Module, MultiheadAttention, Sequential, TransformerEncoderLayer,
 };
-use crate::optim::{Adam, Sgd};
+use crate::optim::Optimizer;
 use crate::runtime::{AllocRecord, MemoryFigures, Runtime};
 use crate::tensor::Tensor;
 
@@ -342,7 +342,7 @@ fn seed001(rt: &Runtime, rec: &mut Recorder) -> Result<()> {
         "model",
         "the five Linear layers' weights and biases were copied to the GPU",
     );
-    let mut opt = Sgd::new(model.seq.parameters(), 0.0, 0.0);
+    let mut opt = Optimizer::sgd(model.seq.parameters(), 0.0)?;
     let out = model.seq.forward(&inp)?;
     rec.emit(
         "forward",
@@ -495,7 +495,7 @@ fn seed003(rt: &Runtime, rec: &mut Recorder, one_expr: bool) -> Result<()> {
 fn snapshot(rt: &Runtime, rec: &mut Recorder) -> Result<()> {
     let mut enc = TransformerEncoderLayer::new(rt, 1024, 16, 4096, 0.1, true, false)?;
     enc.cuda()?;
-    let mut opt = Adam::adamw(enc.parameters());
+    let mut opt = Optimizer::adamw(enc.parameters());
     let ex = cuda(rt, &[8, 512, 1024])?;
     let mut loss: Option<Tensor> = None;
     for i in 0..3 {

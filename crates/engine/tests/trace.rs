@@ -3,7 +3,7 @@
 //! (`tests/data/snapshot_trace.txt`, extracted by `tests/data/extract_trace.py`).
 
 use vramscope_engine::nn::{Module, TransformerEncoderLayer};
-use vramscope_engine::optim::Adam;
+use vramscope_engine::optim::Optimizer;
 use vramscope_engine::{DType, Device, Runtime};
 
 #[test]
@@ -22,7 +22,7 @@ fn snapshot_trace_is_identical_to_the_h100() {
     rt.record_memory_history(true);
     let mut enc = TransformerEncoderLayer::new(&rt, 1024, 16, 4096, 0.1, true, false).unwrap();
     enc.cuda().unwrap();
-    let mut opt = Adam::adamw(enc.parameters());
+    let mut opt = Optimizer::adamw(enc.parameters());
     let ex = rt.randn(&[8, 512, 1024], DType::F32, Device::Cuda).unwrap();
     let mut loss = None;
     for _ in 0..3 {

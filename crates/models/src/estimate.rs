@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use vramscope_alloc::{AllocatorConfig, CachingAllocator};
-use vramscope_engine::optim::{Adam, Sgd};
+use vramscope_engine::optim::Optimizer;
 use vramscope_engine::{
     AllocRecord, Category, DType, Device, DeviceProfile, EngineError, EventLog, Runtime,
     RuntimeConfig, Tensor,
@@ -16,7 +16,7 @@ use vramscope_engine::{
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::{self, HfModel, Inputs};
-use crate::workload::{GradMode, Mode, OptimizerKind, Task, Workload};
+use crate::workload::{GradMode, Mode, Task, Workload};
 
 /// How to run an estimate.
 #[derive(Debug, Clone)]
@@ -145,26 +145,6 @@ pub struct RecordedRun {
     pub phases: Vec<(String, usize, usize)>,
     /// the segments and blocks at the end of the trace
     pub segments: Vec<vramscope_alloc::SegmentInfo>,
-}
-
-enum Optimizer {
-    Adam(Adam),
-    Sgd(Sgd),
-}
-
-impl Optimizer {
-    fn step(&mut self) -> vramscope_engine::Result<()> {
-        match self {
-            Optimizer::Adam(o) => o.step(),
-            Optimizer::Sgd(o) => o.step(),
-        }
-    }
-    fn zero_grad(&self) {
-        match self {
-            Optimizer::Adam(o) => o.zero_grad(),
-            Optimizer::Sgd(o) => o.zero_grad(),
-        }
-    }
 }
 
 /// Run `workload` for `config` on the twin.
@@ -730,6 +710,9 @@ fn check(config: &HfConfig, w: &Workload) -> Result<()> {
             return Err(ModelError::Unsupported(format!("autocast to {a:?}")));
         }
     }
+    if w.mode == Mode::Train {
+        w.optimizer_config().check()?;
+    }
     if w.steps == 0 {
         return Err(ModelError::Unsupported("0 steps".into()));
     }
@@ -882,11 +865,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         ps.iter().map(|p| p.numel() as u64).sum(),
         ps.iter().map(|p| p.nbytes()).sum(),
     );
-    let mut opt = match w.optimizer {
-        OptimizerKind::AdamW => Optimizer::Adam(Adam::adamw(ps)),
-        OptimizerKind::Adam => Optimizer::Adam(Adam::adam(ps)),
-        OptimizerKind::Sgd => Optimizer::Sgd(Sgd::new(ps, w.momentum, 0.0)),
-    };
+    let mut opt = Optimizer::new(w.optimizer_config(), ps)?;
     let inputs = make_inputs(&rt, config, w)?;
     // the process's first kernels (`driver_va.rs`, rule 6): on the GPU the
     // context's range goes at the launch of `forward0`'s first op, after its

@@ -11,7 +11,8 @@ use vramscope_engine::DType;
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::estimate::{Estimate, PhaseFigures};
-use crate::workload::{Checkpointing, GradMode, Mode, OptimizerKind, Task, Workload};
+use crate::workload::{Checkpointing, GradMode, Mode, Task, Workload};
+use vramscope_engine::optim::{Implementation, OptimizerKind};
 
 /// One case of `validation/hf_cases.json`.
 #[derive(Debug, Clone)]
@@ -136,15 +137,28 @@ fn case(c: &Value) -> Result<Case> {
         "train" => Mode::Train,
         _ => Mode::Infer,
     };
-    let optimizer = match c
+    let name = c
         .get("optimizer")
         .and_then(Value::as_str)
-        .unwrap_or("adamw")
-    {
-        "adamw" => OptimizerKind::AdamW,
-        "adam" => OptimizerKind::Adam,
-        _ => OptimizerKind::Sgd,
-    };
+        .unwrap_or("adamw");
+    let optimizer = OptimizerKind::from_name(name).ok_or_else(|| ModelError::Field {
+        field: "optimizer".into(),
+        detail: format!(
+            "{name:?}; expected one of {}",
+            OptimizerKind::ALL.map(|k| k.name()).join(", ")
+        ),
+    })?;
+    let name = c
+        .get("optimizer_impl")
+        .and_then(Value::as_str)
+        .unwrap_or("foreach");
+    let optimizer_impl = Implementation::from_name(name).ok_or_else(|| ModelError::Field {
+        field: "optimizer_impl".into(),
+        detail: format!(
+            "{name:?}; expected one of {}",
+            Implementation::ALL.map(|i| i.name()).join(", ")
+        ),
+    })?;
     let autocast = match c.get("autocast").and_then(Value::as_str) {
         Some(a) => Some(dtype(a)?),
         None => None,
@@ -161,6 +175,7 @@ fn case(c: &Value) -> Result<Case> {
         weights: dtype(c.get("weights").and_then(Value::as_str).unwrap_or("fp32"))?,
         autocast,
         optimizer,
+        optimizer_impl,
         momentum: c.get("momentum").and_then(Value::as_f64).unwrap_or(0.0),
         lr: c.get("lr").and_then(Value::as_f64).unwrap_or(1e-4),
         checkpointing: c

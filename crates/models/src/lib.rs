@@ -33,4 +33,5 @@ pub use estimate::{
 };
 pub use families::{HfModel, Inputs, ModelOutput};
 pub use summary::{group_repeated, ModuleGroup};
-pub use workload::{Checkpointing, GradMode, Mode, OptimizerKind, Task, Workload};
+pub use vramscope_engine::optim::{Implementation, OptimizerConfig, OptimizerKind};
+pub use workload::{Checkpointing, GradMode, Mode, Task, Workload};

@@ -30,7 +30,7 @@ use vramscope_snapshot::{
 };
 
 use crate::estimate::Estimate;
-use crate::workload::{Mode, OptimizerKind, Workload};
+use crate::workload::{Mode, Workload};
 
 const TORCH: &str = "/usr/local/lib/python3.12/site-packages/torch/";
 
@@ -62,11 +62,7 @@ impl PhaseKind {
 
 /// The optimizer's Python file and class name.
 fn optimizer_names(w: &Workload) -> (&'static str, &'static str) {
-    match w.optimizer {
-        OptimizerKind::AdamW => ("optim/adamw.py", "AdamW"),
-        OptimizerKind::Adam => ("optim/adam.py", "Adam"),
-        OptimizerKind::Sgd => ("optim/sgd.py", "SGD"),
-    }
+    (w.optimizer.source_file(), w.optimizer.class_name())
 }
 
 /// A stack, innermost frame first: (name, filename, line).

@@ -17,6 +17,7 @@
 //!   `torch.no_grad()` (or [`Workload::grad`]'s context),
 //!   `logits = model(**inputs).logits; del logits`.
 
+use vramscope_engine::optim::{Implementation, OptimizerConfig, OptimizerKind};
 use vramscope_engine::DType;
 
 /// Which head and loss the model carries.
@@ -71,17 +72,6 @@ impl GradMode {
     }
 }
 
-/// `torch.optim.*` in its default (foreach) form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptimizerKind {
-    /// `torch.optim.AdamW`
-    AdamW,
-    /// `torch.optim.Adam`
-    Adam,
-    /// `torch.optim.SGD` (with `momentum`)
-    Sgd,
-}
-
 /// Which layers `gradient_checkpointing_enable` wraps in
 /// `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +110,9 @@ pub struct Workload {
     pub autocast: Option<DType>,
     /// the optimizer (train)
     pub optimizer: OptimizerKind,
-    /// SGD momentum
+    /// how its step runs (`foreach=`/`fused=`)
+    pub optimizer_impl: Implementation,
+    /// SGD and RMSprop momentum
     pub momentum: f64,
     /// learning rate (does not change memory; kept for the record)
     pub lr: f64,
@@ -147,6 +139,7 @@ impl Workload {
             weights: DType::F32,
             autocast: None,
             optimizer: OptimizerKind::AdamW,
+            optimizer_impl: Implementation::Foreach,
             momentum: 0.0,
             lr: 1e-4,
             checkpointing: None,
@@ -162,6 +155,15 @@ impl Workload {
             mode: Mode::Infer,
             steps: 2,
             ..Workload::train(task, batch, seq)
+        }
+    }
+
+    /// The optimizer as the workload constructs it.
+    pub fn optimizer_config(&self) -> OptimizerConfig {
+        OptimizerConfig {
+            kind: self.optimizer,
+            implementation: self.optimizer_impl,
+            momentum: self.momentum,
         }
     }
 

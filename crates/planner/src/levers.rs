@@ -84,6 +84,20 @@ pub fn lever_list(config: &HfConfig, base: &Workload, alloc: &AllocatorConfig) -
         }
     }
     if base.mode == Mode::Train {
+        // the optimizer's other implementations (fused AdamW: no step
+        // temporaries; for-loop: one parameter's at a time)
+        for &i in base.optimizer.implementations() {
+            if i != base.optimizer_impl {
+                push(
+                    &format!("optimizer step -> {i}"),
+                    Workload {
+                        optimizer_impl: i,
+                        ..base.clone()
+                    },
+                    None,
+                );
+            }
+        }
         if matches!(base.optimizer, OptimizerKind::AdamW | OptimizerKind::Adam) {
             push(
                 "optimizer -> SGD momentum 0.9",
