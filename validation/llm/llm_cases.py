@@ -1,0 +1,129 @@
+"""Run one LLM workload of a case list on a real GPU, one fresh process per case, and print one
+JSON line per phase (torch.cuda.memory_stats() at its end after reset_peak_memory_stats() at its
+start): what `vramscope estimate` answers for the same case.
+
+    python3 llm_cases.py CASES.json NAME OUTDIR      # -> OUTDIR/NAME.jsonl (and the lines on stdout)
+
+A case is `validation/hf_cases.py`'s (name, config, task, mode, batch, seq, weights, autocast,
+optimizer, momentum, lr, checkpointing, steps, alloc_conf) with, for `mode: train`:
+- `optimizer`: adamw | adam | sgd | adagrad | rmsprop (`torch.optim.AdamW`, ..., `RMSprop`), built
+  as `OPT(model.parameters(), lr=lr[, momentum=m])` plus `optimizer_impl`: foreach (no argument:
+  PyTorch's default on CUDA), for-loop (`foreach=False`) or fused (`fused=True`).
+The phases are hf_cases.py's: `load` (from_config(dtype, attn_implementation="sdpa").cuda(), the
+optimizer, the inputs), then per step `forward{i}`, `backward{i}`, `step{i}`, `zero_grad{i}`.
+"""
+import json
+import os
+import sys
+
+
+def stats(torch):
+    s = torch.cuda.memory_stats()
+    return dict(allocated_bytes=s.get("allocated_bytes.all.current", 0),
+                peak_allocated_bytes=s.get("allocated_bytes.all.peak", 0),
+                reserved_bytes=s.get("reserved_bytes.all.current", 0),
+                peak_reserved_bytes=s.get("reserved_bytes.all.peak", 0),
+                requested_bytes=s.get("requested_bytes.all.current", 0))
+
+
+def make_optimizer(torch, case, params):
+    name = case.get("optimizer", "adamw")
+    impl = case.get("optimizer_impl", "foreach")
+    cls = dict(adamw=torch.optim.AdamW, adam=torch.optim.Adam, sgd=torch.optim.SGD,
+               adagrad=torch.optim.Adagrad, rmsprop=torch.optim.RMSprop)[name]
+    kw = dict(lr=case.get("lr", 1e-4))
+    if name in ("sgd", "rmsprop"):
+        kw["momentum"] = case.get("momentum", 0.0)
+    if impl == "fused":
+        kw["fused"] = True
+    elif impl == "for-loop":
+        kw["foreach"] = False
+    elif impl != "foreach":
+        raise SystemExit(f"optimizer_impl {impl!r}: expected foreach, for-loop or fused")
+    return cls(params, **kw)
+
+
+def main():
+    cases_path, name, outdir = sys.argv[1:4]
+    with open(cases_path) as f:
+        case = next(c for c in json.load(f) if c["name"] == name)
+    if case.get("alloc_conf"):
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = case["alloc_conf"]
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    torch.cuda.init()
+    os.makedirs(outdir, exist_ok=True)
+    out = open(os.path.join(outdir, name + ".jsonl"), "w")
+
+    def emit(obj):
+        line = json.dumps(obj)
+        print(line, flush=True)
+        out.write(line + "\n")
+        out.flush()
+
+    cfg = dict(case["config"])
+    model_type = cfg.pop("model_type")
+    config = AutoConfig.for_model(model_type, **cfg)
+    emit(dict(case=name, env=dict(torch=torch.__version__, transformers=transformers.__version__,
+                                  cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(),
+                                  total=torch.cuda.get_device_properties(0).total_memory),
+              config=config.to_dict()))
+    wdt = dict(fp32=torch.float32, bf16=torch.bfloat16, fp16=torch.float16)[case.get("weights", "fp32")]
+    adt = case.get("autocast")
+    adt = dict(bf16=torch.bfloat16, fp16=torch.float16)[adt] if adt else None
+    b = case["batch"]
+    cur = [None]
+
+    def begin(phase):
+        cur[0] = phase
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def end():
+        torch.cuda.synchronize()
+        emit(dict(case=name, phase=cur[0], **stats(torch)))
+
+    try:
+        begin("load")
+        auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM)[case["task"]]
+        model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa").cuda()
+        if case["mode"] == "train":
+            opt = make_optimizer(torch, case, model.parameters())
+        input_ids = torch.randint(0, config.vocab_size, (b, case["seq"]), device="cuda")
+        labels = input_ids.clone()
+        end()
+        if case["mode"] == "train":
+            if case.get("checkpointing"):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
+                                                    every_n_layers=case.get("checkpointing_every", 1))
+            model.train()
+            for i in range(case.get("steps", 3)):
+                begin(f"forward{i}")
+                if adt is not None:
+                    with torch.autocast("cuda", dtype=adt):
+                        loss = model(input_ids=input_ids, labels=labels).loss
+                else:
+                    loss = model(input_ids=input_ids, labels=labels).loss
+                end()
+                begin(f"backward{i}")
+                loss.backward()
+                del loss
+                end()
+                begin(f"step{i}")
+                opt.step()
+                end()
+                begin(f"zero_grad{i}")
+                opt.zero_grad(set_to_none=True)
+                end()
+        else:
+            raise SystemExit(f"mode {case['mode']!r}")
+    except torch.OutOfMemoryError as e:
+        emit(dict(case=name, phase=cur[0], error="oom", message=str(e).splitlines()[0], **stats(torch)))
+    out.close()
+
+
+if __name__ == "__main__":
+    main()
