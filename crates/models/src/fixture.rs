@@ -234,6 +234,34 @@ pub fn recorded(text: &str) -> Result<Recorded> {
     Ok(Recorded { config, phases })
 }
 
+/// The text of a `validation/llm/llm_cases.py` record (one JSON line per
+/// phase, `{"case", "phase", figures...}`; a case's header line with its
+/// `env` and `config` is skipped): each case's phases, in the order met.
+pub fn phase_lines(text: &str) -> Result<Vec<(String, Vec<PhaseFigures>)>> {
+    let mut out: Vec<(String, Vec<PhaseFigures>)> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let p: Value = serde_json::from_str(line).map_err(|e| ModelError::Json(e.to_string()))?;
+        let Some(phase) = p.get("phase").and_then(Value::as_str) else {
+            continue;
+        };
+        let case = field(&p, "case")?.as_str().unwrap_or_default();
+        let n = |k: &str| p.get(k).and_then(Value::as_i64).unwrap_or(-1);
+        let figures = PhaseFigures {
+            name: phase.into(),
+            allocated_bytes: n("allocated_bytes"),
+            peak_allocated_bytes: n("peak_allocated_bytes"),
+            reserved_bytes: n("reserved_bytes"),
+            peak_reserved_bytes: n("peak_reserved_bytes"),
+            requested_bytes: n("requested_bytes"),
+        };
+        match out.iter_mut().find(|(c, _)| c == case) {
+            Some((_, v)) => v.push(figures),
+            None => out.push((case.to_string(), vec![figures])),
+        }
+    }
+    Ok(out)
+}
+
 /// How far an estimate is from the GPU.
 #[derive(Debug, Clone, Default)]
 pub struct Accuracy {

@@ -504,3 +504,64 @@ fn repeated_runs_against_the_gpus_most_frequent_outcome() {
         "outside the tolerance of the GPU's most frequent outcome: {bad:?}"
     );
 }
+
+/// The LLM sets of `validation/llm/` recorded on an H200 by
+/// `llm_cases.py`, answered blind (`answers_h200.jsonl`, committed before
+/// the GPU ran them): (case list, the GPU's phase lines). Every phase
+/// within the tolerance, and every phase exact unless listed in the set's
+/// README.
+const LLM_SETS: [(&str, &str); 1] = [(
+    "validation/llm/optim_cases.json",
+    "fixtures/llm/optim/gpu_h200.jsonl",
+)];
+
+/// Run every case of an LLM set on the twin's H200; (exact phases, all
+/// phases), panicking on one outside the tolerance.
+fn check_llm_set(list: &str, recorded: &str) -> (usize, usize) {
+    let cases_text = std::fs::read_to_string(format!("{ROOT}/{list}")).unwrap();
+    let raw: serde_json::Value = serde_json::from_str(&cases_text).unwrap();
+    let gpu = fixture::phase_lines(&std::fs::read_to_string(format!("{ROOT}/{recorded}")).unwrap())
+        .unwrap();
+    let opts = EstimateOptions {
+        profile: vramscope_engine::DeviceProfile::h200_torch_2_11(),
+        ..EstimateOptions::default()
+    };
+    let (mut exact, mut all) = (0, 0);
+    let mut bad = Vec::new();
+    for case in fixture::cases(&cases_text).unwrap() {
+        let config = raw
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == case.name.as_str())
+            .unwrap()["config"]
+            .clone();
+        let config = vramscope_models::HfConfig::from_value(config).unwrap();
+        let phases = &gpu.iter().find(|(c, _)| *c == case.name).unwrap().1;
+        let est = estimate(&config, &case.workload, &opts).unwrap();
+        let acc = fixture::compare(&est, phases);
+        println!(
+            "{:<40} exact {:>2}/{:<2} worst phase alloc {:.4}% reserved {:.4}%",
+            case.name,
+            acc.exact_phases,
+            acc.phases,
+            acc.worst_peak_allocated * 100.0,
+            acc.worst_peak_reserved * 100.0
+        );
+        exact += acc.exact_phases;
+        all += acc.phases;
+        if !acc.acceptable() || est.phases.len() != phases.len() {
+            bad.push(format!("{}: {:?}", case.name, acc.diffs));
+        }
+    }
+    assert!(bad.is_empty(), "outside the tolerance:\n{}", bad.join("\n"));
+    (exact, all)
+}
+
+/// Optimizers in every implementation (`fixtures/llm/optim`): 182 of 182
+/// phases exact.
+#[test]
+fn llm_optimizers() {
+    let (list, recorded) = LLM_SETS[0];
+    assert_eq!(check_llm_set(list, recorded), (182, 182));
+}
