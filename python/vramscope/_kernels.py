@@ -762,6 +762,56 @@ def _left_aligned(cap, func, args, kwargs):
 DISPATCH[aten._nested_tensor_from_mask_left_aligned.default] = _left_aligned
 
 
+def _bincount(cap, func, args, kwargs):
+    """`_bincount_cuda` (`cuda/SummaryOps.cu`): non-float weights copied to double first; `self.min()`
+    and `self.max()`, each a full reduction to a 0-d tensor read back; then the `zeros(nbins)` result
+    (long, or the weights' dtype). nbins is `max(max + 1, minlength)`: where the twin does not carry
+    the values it takes `minlength` (every value below it, as in `bincount(n * t + p, minlength=n*n)`),
+    with a warning."""
+    names = ("self", "weights", "minlength")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, weights, minlength = a["self"], a.get("weights"), int(a.get("minlength", 0) or 0)
+    if not registered(x) or (weights is not None and not registered(weights)) or minlength < 0:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::bincount"
+    if x.dim() == 1 and x.numel() == 0:
+        out = torch.zeros(minlength, dtype=torch.long, device="meta")
+        return cap.track(out, op)
+    if x.dim() != 1:
+        return NotImplemented
+    wide = None
+    if weights is not None and weights.dtype != torch.float32:
+        wide = cap.malloc(weights.numel() * 8, op, "temporary")  # weights.to(kDouble)
+    for _ in ("min", "max"):
+        reduce_scratch(cap, list(x.shape), list(x.stride()), [True], x.element_size(), x.element_size(), op)
+        r = cap.malloc(x.element_size(), op, "temporary")
+        del r
+    v = value(x)
+    if v is not None:
+        nbins = max(int(v.max()) + 1 if v.numel() else 0, minlength)
+    else:
+        from ._capture import _user_site
+
+        site = _user_site()
+        cap.warn_once(
+            "bincount:" + site,
+            f"{site}: bincount needs the largest value of a CUDA tensor of {tuple(x.shape)}, which the twin "
+            f"does not compute: it takes minlength={minlength} bins",
+        )
+        nbins = minlength
+    dtype = torch.long if weights is None else (torch.float32 if wide is None else torch.float64)
+    out = torch.zeros(nbins, dtype=dtype, device="meta")
+    cap.track(out, op)
+    if v is not None and weights is None:
+        set_value(out, torch.bincount(v, minlength=minlength))
+    del wide
+    return out
+
+
+DISPATCH[aten.bincount.default] = _bincount
+
+
 # ---- softmax -------------------------------------------------------------------------------------
 
 
