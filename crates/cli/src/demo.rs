@@ -14,14 +14,14 @@ use crate::EXIT_OK;
 /// Arguments of `vramscope demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// The case, as in the fixture's `case` field (e.g. `seed000:both`,
-    /// `seed002`, `snapshot`); see --list.
+    /// The experiment (e.g. `seed000:both`, `seed002`, `snapshot`); --list
+    /// lists them.
     pub case: Option<String>,
     /// List the cases.
     #[arg(long)]
     pub list: bool,
-    /// Print JSON lines of the fixture's form (case, step, allocated, peak,
-    /// reserved, peak_reserved, requested).
+    /// Print one JSON line per step (case, step, allocated, peak, reserved,
+    /// peak_reserved, requested: the torch.cuda figures, in bytes).
     #[arg(long)]
     pub json: bool,
 }
@@ -42,7 +42,7 @@ struct StepJson<'a> {
 pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.list || args.case.is_none() {
-        writeln!(out, "Seed experiments (shared/seeds), measured on an H100 in fixtures/seeds/seeds_h100.jsonl:")?;
+        writeln!(out, "Built-in experiments (each one measured on an H100; the twin gives every figure byte for byte):")?;
         for c in demo::cases() {
             writeln!(out, "  {c}")?;
         }

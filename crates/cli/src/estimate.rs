@@ -200,13 +200,15 @@ pub struct WorkloadArgs {
     /// infer (forward passes under torch.no_grad()).
     #[arg(long, value_enum)]
     pub mode: ModeArg,
-    /// Sequence length of input_ids (text models). `plan` takes a list
-    /// (512,1024,2048) for a sweep.
-    #[arg(long, default_value = "512", value_parser = parse_list)]
-    pub seq: IntList,
-    /// The weights' dtype: from_config(config, dtype=...).
-    #[arg(long, value_enum, default_value = "fp32")]
-    pub weights: DTypeArg,
+    /// Sequence length of input_ids (text models; default 512). `plan`
+    /// takes a list (512,1024,2048) for a sweep.
+    #[arg(long, value_parser = parse_list, allow_hyphen_values = true)]
+    pub seq: Option<IntList>,
+    /// The weights' dtype: from_config(config, dtype=...). Default: the
+    /// config's `torch_dtype` (or `dtype`), as transformers 5.x's
+    /// from_config takes it, else fp32.
+    #[arg(long, value_enum)]
+    pub weights: Option<DTypeArg>,
     /// Run the forward under torch.autocast("cuda", dtype=...).
     #[arg(long, value_enum)]
     pub autocast: Option<AutocastArg>,
@@ -238,15 +240,18 @@ pub struct WorkloadArgs {
         long,
         value_name = "K",
         default_value_t = 1,
-        requires = "checkpointing"
+        requires = "checkpointing",
+        allow_negative_numbers = true,
+        value_parser = parse_count
     )]
     pub checkpoint_every: usize,
     /// Gradient accumulation: micro-batches of --batch per optimizer step.
-    #[arg(long, value_name = "M", default_value_t = 1)]
+    #[arg(long, value_name = "M", default_value_t = 1, allow_negative_numbers = true,
+          value_parser = parse_count)]
     pub accumulation: usize,
     /// Training steps (default 3) or inference passes (default 2), at most
     /// 1000.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_count)]
     pub steps: Option<usize>,
     /// PYTORCH_CUDA_ALLOC_CONF, e.g. "expandable_segments:True" or
     /// "max_split_size_mb:128".
@@ -271,7 +276,72 @@ pub enum GradArg {
     Enabled,
 }
 
+/// Where the weights' dtype came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightsFrom {
+    /// `--weights`
+    Option,
+    /// the config's `torch_dtype` / `dtype` (from_config's default)
+    Config,
+    /// neither: torch's default dtype, fp32
+    Default,
+}
+
+impl WeightsFrom {
+    /// As `--json` writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightsFrom::Option => "--weights",
+            WeightsFrom::Config => "config",
+            WeightsFrom::Default => "default",
+        }
+    }
+}
+
 impl WorkloadArgs {
+    /// The sequence lengths given (default: 512).
+    pub fn seqs(&self) -> Vec<i64> {
+        self.seq.as_ref().map_or_else(|| vec![512], |l| l.0.clone())
+    }
+
+    /// The weights' dtype and where it came from: `--weights`, else the
+    /// config's `torch_dtype` (`dtype` in configs transformers 5 saves),
+    /// which `PreTrainedModel._from_config` passes to `_set_default_dtype`
+    /// when no `dtype` is given, else fp32.
+    pub fn weights(&self, config: &HfConfig) -> (DType, WeightsFrom) {
+        if let Some(w) = self.weights {
+            return (w.dtype(), WeightsFrom::Option);
+        }
+        let named = ["dtype", "torch_dtype"]
+            .iter()
+            .find_map(|k| config.get(k).and_then(|v| v.as_str()));
+        match named {
+            Some("float32" | "float") => (DType::F32, WeightsFrom::Config),
+            Some("bfloat16") => (DType::BF16, WeightsFrom::Config),
+            Some("float16" | "half") => (DType::F16, WeightsFrom::Config),
+            _ => (DType::F32, WeightsFrom::Default),
+        }
+    }
+
+    /// What the command line asks that the model cannot take: `--seq` for
+    /// an image model (its input is the image, `image_size` square).
+    pub fn check(&self, config: &HfConfig) -> anyhow::Result<()> {
+        if self.workload(config, 1).task == Task::Image {
+            if let Some(s) = &self.seq {
+                let size = config
+                    .get("image_size")
+                    .and_then(|v| v.as_i64())
+                    .unwrap_or(224);
+                bail!(
+                    "--seq {} does not apply to {}: an image model's input is (batch, 3, {size}, {size}) (image_size in its config); leave --seq out",
+                    s.0.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","),
+                    config.model_type
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The workload at `batch`.
     pub fn workload(&self, config: &HfConfig, batch: i64) -> Workload {
         let task = match self.task {
@@ -292,8 +362,8 @@ impl WorkloadArgs {
             task,
             mode,
             batch,
-            seq: self.seq.0.first().copied().unwrap_or(512),
-            weights: self.weights.dtype(),
+            seq: self.seqs()[0],
+            weights: self.weights(config).0,
             autocast: self.autocast.map(|a| match a {
                 AutocastArg::Bf16 => DType::BF16,
                 AutocastArg::Fp16 => DType::F16,
@@ -325,6 +395,31 @@ impl WorkloadArgs {
     }
 }
 
+/// A positive integer option (`--batch`): at least 1.
+pub fn parse_positive(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(n) => Err(format!(
+            "{n} is not a batch size: expected an integer of at least 1"
+        )),
+        Err(_) => Err(format!(
+            "{s:?} is not a number: expected an integer of at least 1"
+        )),
+    }
+}
+
+/// A count option (`--steps`, `--accumulation`, `--checkpoint-every`): at
+/// least 1.
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n as usize),
+        Ok(n) => Err(format!("{n}: expected an integer of at least 1")),
+        Err(_) => Err(format!(
+            "{s:?} is not a number: expected an integer of at least 1"
+        )),
+    }
+}
+
 /// A list of positive integers given as one argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IntList(pub Vec<i64>);
@@ -353,7 +448,7 @@ pub fn parse_list(s: &str) -> Result<IntList, String> {
                 .parse()
                 .map_err(|_| format!("not a number: {part:?}"))?;
             if n < 1 {
-                return Err(format!("{n} must be at least 1"));
+                return Err(format!("{n}: expected integers of at least 1"));
             }
             v.push(n);
         }
@@ -474,8 +569,8 @@ pub struct EstimateArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub workload: WorkloadArgs,
-    /// Batch size.
-    #[arg(long)]
+    /// Batch size (at least 1).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_positive)]
     pub batch: i64,
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -511,10 +606,17 @@ pub fn run_estimate(
         unlimited: false,
         record_trace,
     };
-    let limited = estimate(config, workload, &opts)?;
+    let what = || {
+        format!(
+            "the workload cannot be simulated: {} {}",
+            config.model_type,
+            shape_label(workload, " x seq")
+        )
+    };
+    let limited = estimate(config, workload, &opts).with_context(what)?;
     if limited.oom.is_some() {
         let free = opts.without_limit();
-        let unlimited = estimate(config, workload, &free)?;
+        let unlimited = estimate(config, workload, &free).with_context(what)?;
         Ok((limited, Some(unlimited)))
     } else {
         Ok((limited, None))
@@ -562,6 +664,7 @@ struct WorkloadJson<'a> {
     /// `None` (null) for an image model, whose inputs have no sequence
     seq: Option<i64>,
     weights: String,
+    weights_from: &'static str,
     autocast: Option<String>,
     optimizer: &'a str,
     optimizer_impl: &'a str,
@@ -583,6 +686,7 @@ struct EstimateJson<'a> {
     gpu_key: &'a str,
     gpu_total_memory_bytes: u64,
     gpu_constants: BTreeMap<&'static str, GradeJson>,
+    config_defaults: BTreeMap<String, i64>,
     peak_allocated_bytes: i64,
     peak_reserved_bytes: i64,
     peak_phase: &'a str,
@@ -711,6 +815,31 @@ pub fn grades_note(profile: &DeviceProfile) -> Option<String> {
     })
 }
 
+/// The lines a report prints about what the command line left to the
+/// config: the weights' dtype taken from it, the class defaults filled in
+/// for sizes it leaves out.
+pub fn config_notes(wargs: &WorkloadArgs, config: &HfConfig) -> Vec<String> {
+    let mut notes = Vec::new();
+    let (dtype, from) = wargs.weights(config);
+    if from == WeightsFrom::Config {
+        notes.push(format!(
+            "note: weights {}: the config's torch_dtype, which from_config(config) uses when no dtype is given (--weights to choose)",
+            dtype_name(dtype)
+        ));
+    }
+    let d = config.defaulted();
+    if !d.is_empty() {
+        let fields: Vec<String> = d.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        notes.push(format!(
+            "note: the config leaves out {} field(s); transformers' {} class defaults were used: {}",
+            d.len(),
+            config.model_type,
+            fields.join(", ")
+        ));
+    }
+    notes
+}
+
 /// The grade of each of the GPU's constants, for `--json`.
 pub fn grades_json(profile: &DeviceProfile) -> BTreeMap<&'static str, GradeJson> {
     profile
@@ -742,9 +871,10 @@ pub struct GradeJson {
 /// Run `vramscope estimate`.
 pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let config = args.model.config()?;
-    if args.workload.seq.0.len() > 1 {
+    if args.workload.seqs().len() > 1 {
         bail!("estimate takes one --seq; `vramscope plan` sweeps several");
     }
+    args.workload.check(&config)?;
     let w = args.workload.workload(&config, args.batch);
     let record = args.snapshot.is_some() || args.html.is_some();
     let (limited, unlimited) = run_estimate(&config, &w, &args.workload, &args.gpu, record)?;
@@ -779,6 +909,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 batch: w.batch,
                 seq: (w.task != Task::Image).then_some(w.seq),
                 weights: dtype_name(w.weights),
+                weights_from: args.workload.weights(&config).1.name(),
                 autocast: w.autocast.map(dtype_name),
                 optimizer: w.optimizer.name(),
                 optimizer_impl: w.optimizer_impl.name(),
@@ -792,6 +923,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             gpu_key: profile.key,
             gpu_total_memory_bytes: profile.total_memory,
             gpu_constants: grades_json(&profile),
+            config_defaults: config.defaulted(),
             peak_allocated_bytes: est.peak_allocated_bytes,
             peak_reserved_bytes: est.peak_reserved_bytes,
             peak_phase: &est.peak_phase,
@@ -851,6 +983,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             },
         );
         writeln!(out, "{what}")?;
+        for n in config_notes(&args.workload, &config) {
+            writeln!(out, "{n}")?;
+        }
         if fits {
             writeln!(
                 out,

@@ -56,13 +56,15 @@ pub enum Command {
     /// Exit 0 when exact, 1 at a divergence (the first one is named), 2 when
     /// the file cannot be replayed.
     Replay(replay::ReplayArgs),
-    /// Run a seed experiment (the blog posts in shared/seeds) on the eager
-    /// twin and explain every step: what each byte is and why it was
-    /// allocated or freed.
+    /// Run a built-in experiment on the eager twin and explain every step:
+    /// what each byte is and why it was allocated or freed (small
+    /// PyTorch programs about activations, gradients, optimizer states,
+    /// the cuBLAS workspace, the caching allocator's rounding and cache).
     ///
     /// The figures are those torch.cuda reports (memory_allocated,
     /// max_memory_allocated, memory_reserved, ...), predicted without a GPU;
-    /// they equal the H100 measurements in fixtures/seeds/seeds_h100.jsonl.
+    /// each experiment was measured on an H100 and the twin gives the same
+    /// bytes. `vramscope demo --list` lists them.
     Demo(demo::DemoArgs),
     /// Inspect a memory snapshot: the timeline of allocated, active and
     /// reserved bytes, what is live at the peak by allocation site and

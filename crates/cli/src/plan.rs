@@ -37,11 +37,12 @@ pub struct PlanArgs {
     /// Sweep these batch sizes (`1..64`, `1,2,4,8`) over every --seq and
     /// print a grid of peak reserved and fits / doesn't, instead of
     /// searching the largest batch.
-    #[arg(long, value_parser = parse_list)]
+    #[arg(long, value_parser = parse_list, allow_hyphen_values = true)]
     pub batch: Option<IntList>,
     /// The batch you want: levers are compared at it, and plan finds the
     /// fewest checkpointed layers and the gradient accumulation that reach it.
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", allow_negative_numbers = true,
+          value_parser = crate::estimate::parse_positive)]
     pub target_batch: Option<i64>,
     /// Skip the table of levers (only the largest batch).
     #[arg(long)]
@@ -178,6 +179,7 @@ fn bar(len: Option<u64>, msg: &str) -> ProgressBar {
 /// Run `vramscope plan`.
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let config = args.model.config()?;
+    args.workload.check(&config)?;
     let base = args.workload.workload(&config, 1);
     let options = EstimateOptions {
         profile: args.gpu.profile()?,
@@ -197,13 +199,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?
         .map_or(0, |r| r.driver.iter().map(|d| d.1).sum());
     let capacity = args.gpu.capacity(driver)?;
-    if base.task == Task::Image && args.workload.seq.0.len() > 1 {
-        bail!("--seq takes one value for an image model (its inputs have no sequence length)");
-    }
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);
     }
-    if args.workload.seq.0.len() > 1 {
+    if args.workload.seqs().len() > 1 {
         bail!("several --seq values need --batch (a sweep); without it plan searches one sequence length");
     }
     let pb = bar(None, "largest batch");
@@ -438,7 +437,7 @@ fn run_sweep(
     options: &EstimateOptions,
     capacity: u64,
 ) -> anyhow::Result<ExitCode> {
-    let seqs = &args.workload.seq.0;
+    let seqs = &args.workload.seqs();
     let pb = bar(Some((batches.len() * seqs.len()) as u64), "sweep");
     let cells: Vec<SweepCell> = sweep(config, base, batches, seqs, options, &mut |_| pb.inc(1))?;
     pb.finish_and_clear();

@@ -53,6 +53,9 @@ pub struct ReplayArgs {
 pub struct ReplayJson {
     /// The file replayed (`"<built-in>"` for the default).
     pub snapshot: String,
+    /// The snapshot was predicted by `vramscope estimate --snapshot` (its
+    /// frames are the twin's), not recorded on a GPU.
+    pub predicted: bool,
     /// The device.
     pub device: usize,
     /// The settings string the run used.
@@ -141,6 +144,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         let s = &r.stats;
         let json = ReplayJson {
             snapshot: name.clone(),
+            predicted: snap.stacks.written_by_vramscope(),
             device,
             allocator_conf: config.settings.clone(),
             trace_entries: r.trace_entries,
@@ -183,6 +187,7 @@ fn size(b: i64) -> String {
 }
 
 fn write_text(out: &mut impl Write, j: &ReplayJson) -> std::io::Result<()> {
+    let predicted = j.predicted;
     let conf = if j.allocator_conf.is_empty() {
         "(defaults)"
     } else {
@@ -219,11 +224,21 @@ fn write_text(out: &mut impl Write, j: &ReplayJson) -> std::io::Result<()> {
             j.inferred_empty_cache_calls
         )?;
     }
+    // a snapshot `vramscope estimate --snapshot` predicted was recorded by
+    // the twin, not by a GPU
+    let (recorded, by) = if predicted {
+        (
+            "the recorded trace (predicted by vramscope estimate, not measured on a GPU)",
+            "the trace",
+        )
+    } else {
+        ("the GPU", "the GPU")
+    };
     match &j.first_divergence {
-        None => writeln!(out, "EXACT: every segment action, every address and the final segments and blocks match the GPU.")?,
+        None => writeln!(out, "EXACT: every segment action, every address and the final segments and blocks match {recorded}.")?,
         Some(d) => {
             writeln!(out, "DIVERGED at trace entry {}:", d.trace_index)?;
-            writeln!(out, "  the GPU did: {}", d.expected)?;
+            writeln!(out, "  {by} did: {}", d.expected)?;
             writeln!(out, "  the twin:    {}", d.got)?;
         }
     }

@@ -503,7 +503,61 @@ fn image_models_have_no_sequence() {
     assert_eq!(j["workload"]["seq"], 64);
     let sweep = "plan --model vit-base-patch16-224 --mode train --batch 1..4 --seq 1,2";
     let out = run(bin().args(sweep.split_whitespace()), 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("one value for an image model"));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--seq 1,2 does not apply to vit"), "{e}");
+    // one --seq is no more silently ignored than two
+    let est = "estimate --model vit-base-patch16-224 --mode train --batch 2 --seq 1024";
+    let e = run(bin().args(est.split_whitespace()), 2);
+    assert!(String::from_utf8_lossy(&e.stderr).contains(
+        "error: --seq 1024 does not apply to vit: an image model's input is (batch, 3, 224, 224)"
+    ));
+}
+
+/// The rough edges a newcomer hit (issue 34): each error says what was
+/// given and what was expected; what the config left out is said.
+#[test]
+fn rough_edges_say_what_was_given_and_expected() {
+    let err = |args: &str| {
+        let out = run(bin().args(args.split_whitespace()), 2);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = err("estimate --model gpt2 --mode train --batch -1");
+    assert!(
+        e.contains("-1 is not a batch size: expected an integer of at least 1"),
+        "{e}"
+    );
+    let e = err("plan --model gpt2 --mode train --batch -1,2");
+    assert!(e.contains("-1: expected integers of at least 1"), "{e}");
+    let e = err("estimate --model llama-3.1-8b --mode train --batch 1 --seq 99999999999");
+    assert!(e.contains("batch 1 x seq 99999999999"), "{e}");
+    // defaults and dtype taken from the config are said
+    let cfg = write_config(
+        "only_hidden",
+        r#"{"model_type": "llama", "hidden_size": 256}"#,
+    );
+    let out = vramscope("estimate", &cfg, "--mode infer --batch 1 --seq 16", 0);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("note: the config leaves out 5 field(s); transformers' llama class defaults were used: intermediate_size=11008, num_attention_heads=32, num_hidden_layers=32"), "{t}");
+    let cfg = write_config(
+        "bf16",
+        r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 4, "vocab_size": 1000, "torch_dtype": "bfloat16"}"#,
+    );
+    let j = json(&vramscope(
+        "estimate",
+        &cfg,
+        "--mode infer --batch 1 --seq 16 --json",
+        0,
+    ));
+    assert_eq!(j["workload"]["weights"], "bf16");
+    assert_eq!(j["workload"]["weights_from"], "config");
+    assert_eq!(j["config_defaults"], serde_json::json!({}));
+    let j = json(&vramscope(
+        "estimate",
+        &cfg,
+        "--mode infer --batch 1 --seq 16 --weights fp32 --json",
+        0,
+    ));
+    assert_eq!(j["workload"]["weights_from"], "--weights");
 }
 
 /// `--gpu` takes every GPU of the profile table and `custom --memory`;

@@ -72,3 +72,56 @@ fn diff_fail_over() {
     let (rc, _) = vramscope(&["diff", &a, &b, "--fail-over", "lots"]);
     assert_eq!(rc, 2);
 }
+
+/// A file that is no snapshot is named for what it is (issue 34: a text
+/// file read as "memo get of index 101", a torch.save zip as "unsupported
+/// opcode PERSID"), and a missing file's cause is printed once.
+#[test]
+fn inspect_says_what_the_file_is() {
+    let err = |path: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .arg("inspect")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let dir = std::env::temp_dir().join(format!("vramscope-inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "hello\nworld\n").unwrap();
+    let e = err(&text);
+    assert!(e.contains("it is a text file (it starts \"hello\"), not a pickle; expected the file torch.cuda.memory._dump_snapshot(path) writes"), "{e}");
+    let zip = dir.join("model.pt");
+    std::fs::write(&zip, b"PK\x03\x04archive/data.pkl").unwrap();
+    let e = err(&zip);
+    assert!(
+        e.contains("it is a zip archive (torch.save writes one"),
+        "{e}"
+    );
+    let e = err(&dir.join("missing.pickle"));
+    assert_eq!(e.matches("No such file").count(), 1, "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A snapshot `vramscope estimate --snapshot` predicted replays against
+/// its own trace, and says so rather than "match the GPU".
+#[test]
+fn replaying_a_prediction_does_not_claim_the_gpu() {
+    let pred = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/predicted/gpt2_train_b1_s64.pickle"
+    );
+    let (rc, out) = vramscope(&["replay", pred]);
+    assert_eq!(rc, 0);
+    assert!(
+        out.contains(
+            "match the recorded trace (predicted by vramscope estimate, not measured on a GPU)"
+        ),
+        "{out}"
+    );
+    let (rc, out) = vramscope(&["replay"]);
+    assert_eq!(rc, 0);
+    assert!(out.contains("match the GPU."), "{out}");
+}

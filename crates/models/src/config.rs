@@ -5,16 +5,27 @@
 //! defaults (`configuration_<family>.py`) for absent fields, and rejecting
 //! fields that change memory but are not modelled.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::error::{ModelError, Result};
 
 /// A parsed `config.json`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct HfConfig {
     /// `model_type`
     pub model_type: String,
     raw: Map<String, Value>,
+    /// the integer fields read with a class default because the config
+    /// leaves them out, with the default taken ([`HfConfig::defaulted`])
+    defaulted: std::sync::Arc<std::sync::Mutex<BTreeMap<String, i64>>>,
+}
+
+impl PartialEq for HfConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.model_type == other.model_type && self.raw == other.raw
+    }
 }
 
 impl HfConfig {
@@ -44,7 +55,18 @@ impl HfConfig {
                 })
             }
         };
-        Ok(HfConfig { model_type, raw })
+        Ok(HfConfig {
+            model_type,
+            raw,
+            defaulted: Default::default(),
+        })
+    }
+
+    /// The integer fields (sizes, counts) a family read with its class
+    /// default because this config leaves them out, by name, with the value
+    /// taken: what a report should say it filled in.
+    pub fn defaulted(&self) -> BTreeMap<String, i64> {
+        self.defaulted.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
     /// The raw value of a field (`null` counts as absent).
@@ -66,7 +88,13 @@ impl HfConfig {
 
     /// An integer field, or `default` when absent.
     pub fn int(&self, key: &str, default: i64) -> Result<i64> {
-        self.opt_int(key).map(|v| v.unwrap_or(default))
+        let v = self.opt_int(key)?;
+        if v.is_none() {
+            if let Ok(mut m) = self.defaulted.lock() {
+                m.insert(key.to_owned(), default);
+            }
+        }
+        Ok(v.unwrap_or(default))
     }
 
     /// An integer field that may be absent.

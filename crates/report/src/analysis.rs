@@ -8,7 +8,7 @@ use vramscope_alloc::AllocatorConfig;
 use vramscope_snapshot::{Frame, Snapshot, StackId, Trace};
 
 use crate::schema::{
-    Category, Fragmentation, LayoutJson, LiveAtPeak, Oom, Point, Report, Site, Tensor,
+    Category, Fragmentation, LayoutJson, LiveAtPeak, Oom, Point, Report, Site, SiteCategory, Tensor,
 };
 use crate::timeline::{self, Allocation, Timeline};
 
@@ -537,6 +537,7 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
                 bytes: 0,
                 count: 0,
                 category: kind.name().into(),
+                categories: Vec::new(),
                 stack: Vec::new(),
                 largest: 0,
             });
@@ -545,9 +546,15 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         let s = &mut sites[i];
         s.bytes += a.size;
         s.count += 1;
+        match s.categories.iter_mut().find(|c| c.category == kind.name()) {
+            Some(c) => c.bytes += a.size,
+            None => s.categories.push(SiteCategory {
+                category: kind.name().into(),
+                bytes: a.size,
+            }),
+        }
         if a.size > s.largest {
             s.largest = a.size;
-            s.category = kind.name().into();
             if opts.stacks {
                 s.stack = stack_lines(snap, a.stack);
             }
@@ -562,6 +569,13 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         c.count += 1;
         if c.evidence.len() < 3 && !c.evidence.contains(ev) {
             c.evidence.push(ev.clone());
+        }
+    }
+    for s in &mut sites {
+        s.categories
+            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
+        if let Some(c) = s.categories.first() {
+            s.category = c.category.clone();
         }
     }
     sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));

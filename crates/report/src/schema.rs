@@ -79,12 +79,26 @@ pub struct Site {
     pub bytes: u64,
     /// Allocations live at the peak.
     pub count: usize,
-    /// Category of its largest allocation.
+    /// The category holding most of its bytes (`categories[0]`).
     pub category: String,
+    /// Every category among its allocations with their bytes, most bytes
+    /// first: a site can mix several (one line of a script allocates a
+    /// model's activations and its optimizer's states).
+    #[serde(default)]
+    pub categories: Vec<SiteCategory>,
     /// Full stack of its largest allocation (with `--stacks`).
     pub stack: Vec<String>,
     /// Largest allocation.
     pub largest: u64,
+}
+
+/// A site's bytes in one category.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SiteCategory {
+    /// The category.
+    pub category: String,
+    /// Its bytes live at the peak at this site.
+    pub bytes: u64,
 }
 
 /// One allocation.

@@ -96,21 +96,38 @@ pub fn render(r: &Report, stacks: bool) -> String {
         l.count,
         l.site_count
     );
-    let rows: Vec<Vec<String>> = l
-        .sites
-        .iter()
-        .map(|s| {
-            vec![
-                format_size(s.bytes),
-                s.count.to_string(),
-                s.category.clone(),
-                match &s.module_path {
-                    Some(m) => format!("{}  [{m}]", s.site),
-                    None => s.site.clone(),
-                },
-            ]
-        })
-        .collect();
+    // a site that mixes categories says so, and how much of each, on a
+    // line of its own (its bytes are split in the category table too)
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for s in &l.sites {
+        let mixed = s.categories.len() > 1;
+        rows.push(vec![
+            format_size(s.bytes),
+            s.count.to_string(),
+            if mixed {
+                format!("mixed ({})", s.categories.len())
+            } else {
+                s.category.clone()
+            },
+            match &s.module_path {
+                Some(m) => format!("{}  [{m}]", s.site),
+                None => s.site.clone(),
+            },
+        ]);
+        if mixed {
+            let parts: Vec<String> = s
+                .categories
+                .iter()
+                .map(|c| format!("{} {}", c.category, format_size(c.bytes)))
+                .collect();
+            rows.push(vec![
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("  = {}", parts.join(", ")),
+            ]);
+        }
+    }
     table(&mut o, &["bytes", "count", "category", "site"], &rows);
     if stacks {
         for s in &l.sites {

@@ -120,6 +120,12 @@ pub enum Error {
         /// Which limit.
         what: &'static str,
     },
+    /// The bytes are not a pickle at all (a zip archive, a text file):
+    /// what they look like instead.
+    NotAPickle {
+        /// What the file looks like, e.g. `a zip archive (torch.save writes one)`.
+        looks_like: String,
+    },
     /// The pickle decoded fine but is not a memory snapshot at all.
     NotASnapshot {
         /// Why it is not one.
@@ -138,7 +144,12 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            // (the cause is the io error, printed after it by a chain)
+            Error::Io { path, .. } => write!(f, "cannot read {}", path.display()),
+            Error::NotAPickle { looks_like } => write!(
+                f,
+                "it is {looks_like}, not a pickle; expected the file torch.cuda.memory._dump_snapshot(path) writes"
+            ),
             Error::UnexpectedEof {
                 offset,
                 opcode_offset,

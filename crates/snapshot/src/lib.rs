@@ -92,9 +92,54 @@ pub use vramscope_alloc::TraceAction;
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
     let (r, state) = pickle::parse_slice_with(bytes, convert::State::new(true));
     if let Some(result) = fast_path(r, state) {
-        return result;
+        return result.map_err(|e| explain(bytes, e));
     }
-    convert::snapshot_from_pickle(pickle::parse(bytes)?, convert::State::new(false))
+    let doc = pickle::parse(bytes).map_err(|e| explain(bytes, e))?;
+    convert::snapshot_from_pickle(doc, convert::State::new(false))
+}
+
+/// A decoding error `e` of a file that starts with `head`, told as what
+/// the file is when it is plainly no pickle: a zip archive (`torch.save`'s
+/// format; its first byte decodes as `PERSID`) or text (whose letters
+/// decode as opcodes that find no memo or mark). Pickles of protocol 0,
+/// text themselves, fail otherwise or not at all; a truncated file and a
+/// refused global keep their own error.
+fn explain(head: &[u8], e: Error) -> Error {
+    let decoding = matches!(
+        e,
+        Error::UnknownOpcode { .. }
+            | Error::UnsupportedOpcode { .. }
+            | Error::MemoMissing { .. }
+            | Error::StackUnderflow { .. }
+            | Error::MarkMissing { .. }
+            | Error::InvalidArgument { .. }
+            | Error::NotASnapshot { .. }
+    );
+    if !decoding || head.first() == Some(&0x80) {
+        return e;
+    }
+    let looks_like = if head.starts_with(b"PK\x03\x04") {
+        "a zip archive (torch.save writes one: a checkpoint or tensors)".to_owned()
+    } else if text_prefix(head).is_some_and(|t| {
+        t.chars()
+            .all(|c| !c.is_control() || c.is_ascii_whitespace())
+    }) {
+        let line = String::from_utf8_lossy(head);
+        let first: String = line.lines().next().unwrap_or("").chars().take(40).collect();
+        format!("a text file (it starts {first:?})")
+    } else {
+        return e;
+    };
+    Error::NotAPickle { looks_like }
+}
+
+/// `head` as text, when it is UTF-8 but for a character cut at its end.
+fn text_prefix(head: &[u8]) -> Option<&str> {
+    match std::str::from_utf8(head) {
+        Ok(t) => Some(t),
+        Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok(),
+        Err(_) => None,
+    }
 }
 
 /// The result of the fast path (trace entries converted while decoding), or
@@ -137,12 +182,21 @@ pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
         Error::Io { source, .. } => io_err(source),
         e => e,
     };
+    let (mut file, len) = open()?;
+    if len == 0 {
+        return Err(Error::NotAPickle {
+            looks_like: "an empty file".into(),
+        });
+    }
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut file, &mut head).map_err(io_err)?;
+    let head = &head[..n];
     let (file, len) = open()?;
     let (r, state) = pickle::parse_file_with(file, len, convert::State::new(true));
     if let Some(result) = fast_path(r, state) {
-        return result.map_err(with_path);
+        return result.map_err(|e| explain(head, with_path(e)));
     }
     let (file, len) = open()?;
     let (r, state) = pickle::parse_file_with(file, len, convert::State::new(false));
-    convert::snapshot_from_pickle(r.map_err(with_path)?, state)
+    convert::snapshot_from_pickle(r.map_err(|e| explain(head, with_path(e)))?, state)
 }

@@ -190,6 +190,17 @@ impl StackTable {
         }
     }
 
+    /// Whether some frame is one `vramscope estimate --snapshot` makes up
+    /// (`vramscope::category::NAME`): the snapshot was predicted by the
+    /// twin, not recorded on a GPU.
+    pub fn written_by_vramscope(&self) -> bool {
+        self.frames.iter().any(|r| {
+            self.strings
+                .get(r.name)
+                .starts_with("vramscope::category::")
+        })
+    }
+
     /// Number of distinct frames.
     pub fn num_frames(&self) -> usize {
         self.frames.len()
