@@ -12,7 +12,8 @@ use serde::Serialize;
 use vramscope_alloc::format_size;
 use vramscope_models::{estimate, workload_requests, EstimateOptions, Mode, Oom, Task, Workload};
 use vramscope_planner::{
-    checkpoint_for_batch, levers, max_batch, sweep, LeverOutcome, MinimalCheckpointing, SweepCell,
+    boundary, checkpoint_for_batch, levers, max_batch, sweep, try_batch, Boundary, LeverOutcome,
+    MinimalCheckpointing, SweepCell, Try,
 };
 use vramscope_report::sweep::{render_sweep, SweepPoint};
 
@@ -81,6 +82,96 @@ fn oom_json(batch: i64, o: &Oom) -> OomJson {
     }
 }
 
+/// The memory a recommended batch leaves free: it fits under 90% of the
+/// limit, as every batch below it does.
+const SPARE: f64 = 0.1;
+
+#[derive(Serialize)]
+struct FailingJson {
+    batch: i64,
+    phase: Option<String>,
+    op: Option<String>,
+    module: Option<String>,
+    tried_to_allocate_bytes: Option<u64>,
+}
+
+fn failing_json(t: &Try) -> FailingJson {
+    FailingJson {
+        batch: t.batch,
+        phase: t.oom.as_ref().map(|o| o.phase.clone()),
+        op: t.oom.as_ref().map(|o| o.op.clone()),
+        module: t.oom.as_ref().map(|o| o.module.clone()),
+        tried_to_allocate_bytes: t.oom.as_ref().map(|o| o.bytes),
+    }
+}
+
+/// The text lines about the boundary: the batches below the largest that
+/// fail, and the recommendation.
+fn boundary_lines(out: &mut Vec<u8>, bd: &Boundary, capacity: u64) -> std::io::Result<()> {
+    if bd.largest == 0 {
+        return Ok(());
+    }
+    if !bd.failing_below.is_empty() {
+        let list: Vec<String> = bd
+            .failing_below
+            .iter()
+            .map(|t| t.batch.to_string())
+            .collect();
+        writeln!(
+            out,
+            "Not monotone: every batch up to {} fits, but {} {} not:",
+            bd.all_smaller_fit,
+            list.join(", "),
+            if list.len() == 1 { "does" } else { "do" }
+        )?;
+        for t in &bd.failing_below {
+            match &t.oom {
+                Some(o) => writeln!(
+                    out,
+                    "  batch {}: out of memory in {} ({}{}), tried to allocate {}",
+                    t.batch,
+                    o.phase,
+                    o.op,
+                    if o.module.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" in {}", o.module)
+                    },
+                    format_size(o.bytes)
+                )?,
+                None => writeln!(out, "  batch {}: out of memory", t.batch)?,
+            }
+        }
+    } else if bd.checked_up_to >= bd.largest {
+        writeln!(out, "Every batch up to {} fits.", bd.largest)?;
+    }
+    if bd.checked_up_to < bd.largest {
+        writeln!(
+            out,
+            "(every batch up to {} was run; between {} and {} only the search's tries)",
+            bd.checked_up_to,
+            bd.checked_up_to + 1,
+            bd.largest
+        )?;
+    }
+    if bd.recommended > 0 {
+        writeln!(
+            out,
+            "Recommended: batch {} (it and every smaller batch fit with {:.0}% of the limit to spare, under {})",
+            bd.recommended,
+            SPARE * 100.0,
+            format_size((capacity as f64 * (1.0 - SPARE)) as u64)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "No batch fits with {:.0}% of the limit to spare.",
+            SPARE * 100.0
+        )?;
+    }
+    Ok(())
+}
+
 #[derive(Serialize)]
 struct TryJson {
     batch: i64,
@@ -125,6 +216,11 @@ struct PlanJson {
     gpu_constants: BTreeMap<&'static str, GradeJson>,
     capacity_bytes: u64,
     max_batch: i64,
+    max_batch_all_smaller_fit: i64,
+    failing_below_max_batch: Vec<FailingJson>,
+    checked_up_to: i64,
+    recommended_batch: i64,
+    recommended_limit_bytes: u64,
     capped: bool,
     capped_by: Option<String>,
     peak_reserved_bytes: Option<i64>,
@@ -214,7 +310,24 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             if t.fits { "fits" } else { "out of memory" }
         ));
     })?;
+    pb.set_message("every batch below the boundary");
+    // memory is not monotone in the batch: every batch below the
+    // doubling's first failure is run too, and under 90% of the limit
+    let limit_fraction = capacity as f64 / options.profile.total_memory as f64;
+    let bd = boundary(&config, &base, &options, &mb, limit_fraction, SPARE)?;
     pb.finish_and_clear();
+    // the largest batch of the search and the scan, and the run there
+    let mut mb = mb;
+    if bd.largest > mb.max_batch {
+        mb.at_max = Some(try_batch(&config, &base, bd.largest, &options)?.1);
+        mb.max_batch = bd.largest;
+        mb.first_failure = mb
+            .tries
+            .iter()
+            .filter(|t| !t.fits && t.batch > bd.largest)
+            .min_by_key(|t| t.batch)
+            .cloned();
+    }
     let reference = args.target_batch.unwrap_or(mb.max_batch.max(1));
     let lever_rows: Vec<LeverOutcome> = if args.no_levers {
         Vec::new()
@@ -270,6 +383,11 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             gpu_constants: grades_json(&options.profile),
             capacity_bytes: capacity,
             max_batch: mb.max_batch,
+            max_batch_all_smaller_fit: bd.all_smaller_fit,
+            failing_below_max_batch: bd.failing_below.iter().map(failing_json).collect(),
+            checked_up_to: bd.checked_up_to,
+            recommended_batch: bd.recommended,
+            recommended_limit_bytes: (capacity as f64 * (1.0 - SPARE)) as u64,
             capped: mb.capped.is_some(),
             capped_by: mb.capped.clone(),
             peak_reserved_bytes: at.map(|e| e.peak_reserved_bytes),
@@ -349,6 +467,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                     .unwrap_or_default()
             )?;
         }
+        boundary_lines(&mut out, &bd, capacity)?;
         for u in mb.unmeasured() {
             writeln!(out, "warning: {u}")?;
         }
@@ -525,18 +644,21 @@ fn run_sweep(
             )?;
         }
     } else {
+        // allocated next to reserved: under a limit the cache grows to it,
+        // so the reserved peaks of the cells that fit read alike
         writeln!(
             out,
-            "peak reserved on {} ({} limit; * = does not fit)",
+            "peak allocated / peak reserved on {} ({} limit; * = does not fit)",
             options.profile.name,
             format_size(capacity)
         )?;
         if let Some(note) = grades_note(&options.profile) {
             writeln!(out, "{note}")?;
         }
+        const W: usize = 25;
         write!(out, "{:>8}", "batch")?;
         for s in seqs {
-            write!(out, " {:>13}", format!("seq {s}"))?;
+            write!(out, " {:>W$}", format!("seq {s} "))?;
         }
         writeln!(out)?;
         for &b in batches {
@@ -546,13 +668,14 @@ fn run_sweep(
                 let txt = c
                     .map(|c| {
                         format!(
-                            "{}{}",
+                            "{} / {}{}",
+                            format_size(c.peak_allocated_bytes.max(0) as u64),
                             format_size(c.peak_reserved_bytes.max(0) as u64),
                             if c.fits { " " } else { "*" }
                         )
                     })
                     .unwrap_or_default();
-                write!(out, " {txt:>13}")?;
+                write!(out, " {txt:>W$}")?;
             }
             writeln!(out)?;
         }

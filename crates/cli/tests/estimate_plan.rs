@@ -639,3 +639,49 @@ fn every_gpu_and_one_size_syntax() {
     let cap = j["fits"]["capacity_bytes"].as_u64().unwrap();
     assert!((2u64 << 30) - cap <= 1, "{cap}");
 }
+
+/// Issue 34: the plan says the boundary is not monotone, names the
+/// batches below the largest that fail and where, recommends a batch with
+/// memory to spare; the sweep grid shows allocated next to reserved.
+#[test]
+fn plan_reports_a_boundary_that_is_not_monotone() {
+    let args = "plan --model llama-3.1-8b --mode train --seq 512 --weights bf16 --no-levers";
+    let out = run(bin().args(args.split_whitespace()), 0);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("Largest batch: 8 "), "{t}");
+    assert!(
+        t.contains("Not monotone: every batch up to 5 fits, but 6, 7 do not:"),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "  batch 6: out of memory in step1 (_foreach_sqrt), tried to allocate 1002.00 MiB"
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains("  batch 7: out of memory in forward1 (_log_softmax"),
+        "{t}"
+    );
+    let j = json(&run(bin().args(args.split_whitespace()).arg("--json"), 0));
+    assert_eq!(j["max_batch"], 8);
+    assert_eq!(j["max_batch_all_smaller_fit"], 5);
+    assert_eq!(j["checked_up_to"], 15);
+    assert_eq!(j["failing_below_max_batch"][0]["batch"], 6);
+    assert_eq!(j["failing_below_max_batch"][0]["op"], "_foreach_sqrt");
+    assert_eq!(j["failing_below_max_batch"][1]["batch"], 7);
+    assert!(j["recommended_batch"].as_i64().unwrap() <= 5);
+    // a monotone one says every batch fits
+    let args = "plan --model gpt2 --mode infer --seq 128 --memory-limit 2GiB --no-levers";
+    let out = run(bin().args(args.split_whitespace()), 0);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("Recommended: batch "), "{t}");
+    let grid = "plan --model gpt2 --mode infer --seq 64 --batch 1,2";
+    let out = run(bin().args(grid.split_whitespace()), 0);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.starts_with("peak allocated / peak reserved on NVIDIA H100 80GB HBM3"),
+        "{t}"
+    );
+    assert!(t.lines().nth(2).unwrap().contains(" / "), "{t}");
+}

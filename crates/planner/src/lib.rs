@@ -12,10 +12,12 @@
 
 #![deny(missing_docs)]
 
+mod boundary;
 mod levers;
 mod search;
 mod sweep;
 
+pub use boundary::{boundary, Boundary, SCAN_LIMIT};
 pub use levers::{
     checkpoint_for_batch, lever_list, levers, num_layers, Lever, LeverOutcome, MinimalCheckpointing,
 };
