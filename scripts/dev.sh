@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's two set-up commands (README.md):
-#   bash scripts/dev.sh demo   set up, then `vramscope run` on the built-in example
+#   bash scripts/dev.sh demo   set up, then `vramscope run` on the built-in example and
+#                              "will it fit, and why" for a built-in model on an A100 40GB
 #   bash scripts/dev.sh test   set up, then the whole test suite (Rust and Python)
 # Set-up: a virtual environment in .venv with PyTorch 2.11.0 (the CUDA wheel
 # from the package index: it imports without a GPU), maturin, pytest and ruff,
@@ -37,7 +38,10 @@ setup() {
 case "${1:-}" in
     demo)
         setup
-        exec "$VENV/bin/vramscope" run --example
+        "$VENV/bin/vramscope" run --example
+        echo
+        echo '$ vramscope estimate --model llama-3.2-1b --mode train --batch 4 --seq 2048 --gpu a100-40gb'
+        exec "$VENV/bin/vramscope" estimate --model llama-3.2-1b --mode train --batch 4 --seq 2048 --gpu a100-40gb
         ;;
     test)
         setup

@@ -807,10 +807,13 @@ fn sz(b: i64) -> String {
 pub fn grades_note(profile: &DeviceProfile) -> Option<String> {
     let est = profile.grades.estimated();
     (!est.is_empty()).then(|| {
+        let list = match est.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => est.join(""),
+        };
         format!(
-            "note: not measured on {}: {} estimated (`--gpu` help says from what)",
-            profile.name,
-            est.join(", ")
+            "note: {} was not measured here: its {list} are estimated (`vramscope estimate --help` on --gpu says from what)",
+            profile.name
         )
     })
 }

@@ -592,7 +592,7 @@ fn every_gpu_and_one_size_syntax() {
     ] {
         let t = text(&est(&format!("--gpu {gpu}"), 0));
         assert!(
-            t.contains("note: not measured on ") && t.contains("CUDA context"),
+            t.contains(" was not measured here: its total memory, CUDA context"),
             "{gpu}: {t}"
         );
     }
