@@ -77,11 +77,11 @@ impl Kind {
 /// (`CUBLAS_WORKSPACE_CONFIG` default `:4096:8` = 32 MiB).
 pub const CUBLAS_WORKSPACE_BYTES: u64 = 33_554_432;
 
-fn is_python(f: &Frame<'_>) -> bool {
+pub(crate) fn is_python(f: &Frame<'_>) -> bool {
     f.filename.ends_with(".py")
 }
 
-fn is_library(f: &Frame<'_>) -> bool {
+pub(crate) fn is_library(f: &Frame<'_>) -> bool {
     let p = f.filename.replace('\\', "/");
     p.contains("/torch/")
         || p.starts_with("torch/")

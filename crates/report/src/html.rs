@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use vramscope_alloc::AllocatorConfig;
 use vramscope_snapshot::{BlockState, Snapshot, Trace};
 
-use crate::analysis::{classify_with, free_time, stack_lines, Intervals, StackCache};
+use crate::analysis::{classify_with, free_time, is_library, is_python, Intervals, StackCache};
 use crate::schema::Report;
 use crate::timeline::{self, Allocation};
 
@@ -77,7 +77,7 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     let mut cache = StackCache::default();
     for (b, a) in allocs.iter().enumerate() {
         let si = *stack_ix.entry(a.stack.0).or_insert_with(|| {
-            stacks.push(json!(stack_lines(snap, a.stack)));
+            stacks.push(json!(display_stack(snap, a.stack)));
             stacks.len() - 1
         });
         let info = cache.get(snap, a.stack);
@@ -123,6 +123,103 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
         .replace("__DATA__", &data)
 }
 
+/// C++ frames of the allocator and the stack capture itself: the same in
+/// every stack, so the hover leaves them out.
+const INTERNAL_FRAMES: &[&str] = &[
+    "torch::unwind::",
+    "torch::CapturedTraceback::",
+    "torch::cuda::(anonymous namespace)::gather",
+    "c10::cuda::CUDACachingAllocator::",
+    "at::detail::empty_",
+    "vramscope::category::",
+    "_Py",
+    "Py",
+];
+
+/// Most frames of each group a hover shows.
+const HOVER_FRAMES: usize = 12;
+
+/// A stack as the hover shows it: the user's own frames first (Python
+/// frames outside torch and the standard library), then PyTorch's Python
+/// frames, then the C++ frames without the allocator's and the capture's
+/// own (their arguments cut), each group innermost first.
+pub(crate) fn display_stack(snap: &Snapshot, stack: vramscope_snapshot::StackId) -> Vec<String> {
+    let mut user = Vec::new();
+    let mut torch = Vec::new();
+    let mut cpp = Vec::new();
+    let mut hidden = 0;
+    for f in snap.frames(stack) {
+        if is_python(&f) {
+            let line = format!("{}:{} in {}", f.filename, f.line, f.name);
+            if is_library(&f) {
+                torch.push(line);
+            } else {
+                user.push(line);
+            }
+        } else if INTERNAL_FRAMES.iter().any(|p| f.name.starts_with(p)) {
+            hidden += 1;
+        } else {
+            cpp.push(short_cpp_name(f.name));
+        }
+    }
+    let mut out = Vec::new();
+    let group = |title: String, lines: Vec<String>, out: &mut Vec<String>| {
+        if lines.is_empty() {
+            return;
+        }
+        out.push(title);
+        let more = lines.len().saturating_sub(HOVER_FRAMES);
+        out.extend(
+            lines
+                .into_iter()
+                .take(HOVER_FRAMES)
+                .map(|l| format!("  {l}")),
+        );
+        if more > 0 {
+            out.push(format!("  ... {more} more"));
+        }
+    };
+    group("your code:".into(), user, &mut out);
+    group("PyTorch (Python):".into(), torch, &mut out);
+    let title = if hidden > 0 {
+        format!("C++ ({hidden} allocator frames left out):")
+    } else {
+        "C++:".into()
+    };
+    group(title, cpp, &mut out);
+    out
+}
+
+/// A C++ frame's name without its arguments and template arguments:
+/// `c10::impl::wrap_kernel_functor_unboxed_<...>::call(...)` reads
+/// `c10::impl::wrap_kernel_functor_unboxed_<>::call`.
+fn short_cpp_name(name: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0usize;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => {
+                if depth == 0 {
+                    out.push('<');
+                }
+                depth += 1;
+            }
+            '>' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push('>');
+                }
+            }
+            // `(anonymous namespace)::` is part of the name; any other
+            // parenthesis at the top level opens the arguments
+            '(' if depth == 0 && !name[i..].starts_with("(anonymous namespace)") => break,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Text made safe inside HTML elements and attributes.
 pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -132,3 +229,30 @@ pub(crate) fn escape(s: &str) -> String {
 }
 
 const TEMPLATE: &str = include_str!("report.html");
+
+#[cfg(test)]
+mod tests {
+    use super::short_cpp_name;
+
+    #[test]
+    fn cpp_names_lose_their_arguments() {
+        assert_eq!(
+            short_cpp_name("at::native::relu(at::Tensor const&)"),
+            "at::native::relu"
+        );
+        assert_eq!(
+            short_cpp_name("c10::impl::wrap_kernel_functor_unboxed_<c10::impl::detail::F<at::Tensor (at::Tensor const&)>, at::Tensor>::call(c10::OperatorKernel*)"),
+            "c10::impl::wrap_kernel_functor_unboxed_<>::call"
+        );
+        assert_eq!(
+            short_cpp_name(
+                "torch::autograd::VariableType::(anonymous namespace)::relu(c10::DispatchKeySet)"
+            ),
+            "torch::autograd::VariableType::(anonymous namespace)::relu"
+        );
+        assert_eq!(
+            short_cpp_name("a::b<int>::(anonymous namespace)::f(x)"),
+            "a::b<>::(anonymous namespace)::f"
+        );
+    }
+}

@@ -103,6 +103,8 @@ fn selftest(snapshot: &str, title: &str, tag: &str) -> Option<String> {
         .parse()
         .unwrap();
     assert!(drew > 100, "{result}");
+    // the screenshot, looked at: every category of the legend is drawn
+    // in its colour (more than a swatch's worth of pixels)
     let png = dir.join("shot.png");
     let status = headless(&bin, &dir)
         .arg(format!("--screenshot={}", png.display()))
@@ -110,15 +112,113 @@ fn selftest(snapshot: &str, title: &str, tag: &str) -> Option<String> {
         .arg(format!("file://{}", file.display()))
         .output()
         .unwrap();
-    assert!(status.status.success() && png.metadata().map(|m| m.len() > 10_000).unwrap_or(false));
+    assert!(status.status.success() && png.exists());
+    let legend = legend_colours(&result);
+    assert!(!legend.is_empty(), "{result}");
+    let seen = pixels_of(&bin, &dir, &png, &legend);
+    eprintln!("screenshot pixels by legend colour: {seen:?}");
+    let drawn = seen.iter().filter(|(_, n)| *n > 400).count();
+    assert!(
+        drawn * 2 >= legend.len() && seen.iter().map(|s| s.1).sum::<usize>() > 20_000,
+        "the screenshot does not show the legend's colours: {seen:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Some(result)
+}
+
+/// The legend's `category=colour` pairs the self-test line lists.
+fn legend_colours(selftest: &str) -> Vec<(String, String)> {
+    let start = selftest.find("legend: ").expect("legend in the self-test") + "legend: ".len();
+    let end = selftest[start..]
+        .find(';')
+        .map_or(selftest.len(), |e| start + e);
+    selftest[start..end]
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// How many pixels of `png` have each colour (within 3 of each channel):
+/// Chromium itself reads the screenshot (a page that draws it on a canvas,
+/// file access allowed so that the canvas can be read).
+fn pixels_of(
+    bin: &Path,
+    dir: &Path,
+    png: &Path,
+    colours: &[(String, String)],
+) -> Vec<(String, usize)> {
+    let list: Vec<String> = colours.iter().map(|(_, c)| format!("{c:?}")).collect();
+    let page = format!(
+        r#"<!DOCTYPE html><html><body><div id="out">pending</div><script>
+var colours = [{}];
+var img = new Image();
+img.onload = function () {{
+  var c = document.createElement("canvas"); c.width = img.width; c.height = img.height;
+  var x = c.getContext("2d"); x.drawImage(img, 0, 0);
+  var d = x.getImageData(0, 0, c.width, c.height).data;
+  var probe = document.createElement("canvas").getContext("2d");
+  document.getElementById("out").textContent = colours.map(function (col) {{
+    probe.fillStyle = col; probe.fillRect(0, 0, 1, 1);
+    var p = probe.getImageData(0, 0, 1, 1).data, n = 0;
+    for (var i = 0; i < d.length; i += 4)
+      if (Math.abs(d[i] - p[0]) < 4 && Math.abs(d[i + 1] - p[1]) < 4 && Math.abs(d[i + 2] - p[2]) < 4) n++;
+    return n;
+  }}).join(" ");
+}};
+img.onerror = function () {{ document.getElementById("out").textContent = "cannot load the screenshot"; }};
+img.src = {:?};
+</script></body></html>"#,
+        list.join(", "),
+        png.file_name().unwrap().to_string_lossy()
+    );
+    let checker = dir.join("look.html");
+    std::fs::write(&checker, page).unwrap();
+    let out = headless(bin, dir)
+        .arg("--allow-file-access-from-files")
+        .arg("--virtual-time-budget=10000")
+        .arg("--dump-dom")
+        .arg(format!("file://{}", checker.display()))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let start =
+        dom.find("<div id=\"out\">").expect("the checker's output") + "<div id=\"out\">".len();
+    let text = &dom[start..start + dom[start..].find('<').unwrap_or(0)];
+    let counts: Vec<usize> = text
+        .split(' ')
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("the checker said {text:?}"))
+        })
+        .collect();
+    colours.iter().map(|(k, _)| k.clone()).zip(counts).collect()
 }
 
 #[test]
 fn html_report_draws_and_hovers_in_chromium() {
     if let Some(result) = selftest(TRUTH, "snapshot_encoder_adamw_h100.pickle", "truth") {
         assert!(result.contains("hover stack: 64.00 MiB"), "{result}");
+        // the user's own frame first, not the allocator's internals
+        assert!(
+            result.contains("| your code: |   /home/user/probe_dir/seeds_probe.py:111 in"),
+            "{result}"
+        );
+        assert!(!result.contains("torch::unwind"), "{result}");
+        // zoomed on ten entries around the peak: fewer bands, the range said
+        assert!(
+            result.contains("in showing entries 411 to 421 of 897"),
+            "{result}"
+        );
+        let zoom = &result[result.find("zoom: ").unwrap() + 6..];
+        let shown: usize = zoom.split(' ').next().unwrap().parse().unwrap();
+        assert!(shown > 0 && shown < 319, "{result}");
+        // a legend of every category drawn; segment labels never overlap
+        assert!(result.contains("legend: parameters=hsl("), "{result}");
+        assert!(
+            result.contains("segment labels: 21, overlapping: 0"),
+            "{result}"
+        );
     }
 }
 
