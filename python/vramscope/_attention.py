@@ -158,11 +158,21 @@ def sdpa(cap, args, kwargs):
     if which == "flash":
         return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
     if mask is not None:
-        # preprocess_mask: the bias padded to a multiple of 16 on its last dim
-        pass
+        mask = _preprocess_mask(mask, q, k)
     return aten._scaled_dot_product_efficient_attention(
         q, k, v, mask, needs_grad, dropout_p, is_causal, scale=scale
     )[0]
+
+
+def _preprocess_mask(mask, q, k):
+    """`preprocess_mask` (attention.cpp, before the memory-efficient kernel): a mask whose strides
+    are not multiples of 8 elements (or whose last stride is not 1) is padded on its last dim to
+    the next multiple of 8 past it (`pad_bias`: a new tensor, then sliced back), and the mask is
+    expanded to (B, H, L, S), so the bias gradient has that size."""
+    if not (all(mask.stride(i) % 8 == 0 for i in range(mask.dim() - 1)) and mask.stride(-1) == 1):
+        last = mask.shape[-1]
+        mask = torch.nn.functional.pad(mask, (0, 8 - last % 8)).narrow(-1, 0, last)
+    return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
 def _bool_mask_to_float(mask, dtype):
