@@ -13,8 +13,8 @@ use vramscope_alloc::{format_size, AllocatorConfig};
 use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
-    estimate, presets, Checkpointing, Estimate, EstimateOptions, GradMode, HfConfig,
-    Implementation, Mode, OptimizerKind, Task, Workload,
+    estimate, presets, Checkpointing, Estimate, EstimateOptions, FsdpConfig, GradMode, HfConfig,
+    Implementation, Mode, OptimizerKind, Parallel, Task, Workload,
 };
 use vramscope_snapshot::write::WriteOptions;
 
@@ -385,6 +385,7 @@ impl WorkloadArgs {
                 GradArg::InferenceMode => GradMode::InferenceMode,
                 GradArg::Enabled => GradMode::Enabled,
             },
+            parallel: None,
         }
     }
 
@@ -560,6 +561,44 @@ impl GpuArgs {
     }
 }
 
+/// Data parallelism over several GPUs of one host (one process per GPU;
+/// `--batch` is per rank).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ParallelArgs {
+    /// FSDP2 over N GPUs: `fully_shard(layer)` on every decoder layer, then
+    /// `fully_shard(model)` (torch.distributed.fsdp, as the FSDP2 tutorial
+    /// and torchtitan apply it), AdamW over the shards. The figures are every
+    /// rank's (the fullest first).
+    #[arg(long, value_name = "N")]
+    pub fsdp: Option<i64>,
+    /// With --fsdp: MixedPrecisionPolicy(param_dtype=..., reduce_dtype=torch.float32):
+    /// parameters all-gathered in this dtype, gradients reduced in fp32.
+    #[arg(long, value_enum, requires = "fsdp")]
+    pub fsdp_param_dtype: Option<DTypeArg>,
+    /// With --fsdp: reshard_after_forward=False on every module (the layers
+    /// keep their all-gathered parameters from forward to backward).
+    #[arg(long, requires = "fsdp")]
+    pub fsdp_no_reshard: bool,
+}
+
+impl ParallelArgs {
+    /// The parallelism for `rank`, if any.
+    pub fn parallel(&self, rank: i64) -> anyhow::Result<Option<Parallel>> {
+        let Some(world) = self.fsdp else {
+            return Ok(None);
+        };
+        if !(2..=4096).contains(&world) {
+            bail!("--fsdp {world}: expected a number of GPUs from 2 to 4096");
+        }
+        Ok(Some(Parallel::Fsdp(FsdpConfig {
+            world,
+            rank,
+            param_dtype: self.fsdp_param_dtype.map(DTypeArg::dtype),
+            reshard_after_forward: !self.fsdp_no_reshard,
+        })))
+    }
+}
+
 /// Arguments of `vramscope estimate`.
 #[derive(Debug, Args)]
 pub struct EstimateArgs {
@@ -569,6 +608,9 @@ pub struct EstimateArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub workload: WorkloadArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub parallel: ParallelArgs,
     /// Batch size (at least 1).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_positive)]
     pub batch: i64,
@@ -673,6 +715,27 @@ struct WorkloadJson<'a> {
     steps: usize,
     alloc_conf: &'a str,
     grad: &'static str,
+    /// `None` (null) on one GPU
+    parallel: Option<ParallelJson>,
+}
+
+#[derive(Serialize)]
+struct ParallelJson {
+    kind: &'static str,
+    world: i64,
+    param_dtype: Option<String>,
+    reshard_after_forward: bool,
+    /// the rank the top-level figures are of (the fullest)
+    rank: i64,
+}
+
+#[derive(Serialize)]
+struct RanksJson<'a> {
+    ranks: Vec<i64>,
+    peak_allocated_bytes: i64,
+    peak_reserved_bytes: i64,
+    peak_phase: &'a str,
+    phases: Vec<PhaseJson<'a>>,
 }
 
 #[derive(Serialize)]
@@ -696,6 +759,20 @@ struct EstimateJson<'a> {
     fits: FitsJson,
     oom: Option<OomJson<'a>>,
     unmeasured: &'a [String],
+    /// with several ranks: each group of ranks with the same figures
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ranks: Option<Vec<RanksJson<'a>>>,
+}
+
+fn phase_json(p: &vramscope_models::PhaseFigures) -> PhaseJson<'_> {
+    PhaseJson {
+        name: &p.name,
+        allocated_bytes: p.allocated_bytes,
+        peak_allocated_bytes: p.peak_allocated_bytes,
+        reserved_bytes: p.reserved_bytes,
+        peak_reserved_bytes: p.peak_reserved_bytes,
+        requested_bytes: p.requested_bytes,
+    }
 }
 
 /// The module tree at the peak: each node's bytes include its children.
@@ -878,14 +955,39 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         bail!("estimate takes one --seq; `vramscope plan` sweeps several");
     }
     args.workload.check(&config)?;
-    let w = args.workload.workload(&config, args.batch);
+    let mut w = args.workload.workload(&config, args.batch);
     let record = args.snapshot.is_some() || args.html.is_some();
-    let (limited, unlimited) = run_estimate(&config, &w, &args.workload, &args.gpu, record)?;
+    // every group of ranks with the same shards, the fullest first
+    let mut per_rank: Vec<(Vec<i64>, Workload, Estimate, Option<Estimate>)> = Vec::new();
+    let classes = match args.parallel.fsdp {
+        Some(world) => {
+            args.parallel.parallel(0)?;
+            vramscope_models::parallel::fsdp::rank_classes(&config, w.task, world)?
+        }
+        None => vec![vec![0]],
+    };
+    for ranks in classes {
+        let mut wr = w.clone();
+        wr.parallel = args.parallel.parallel(ranks[0])?;
+        let (l, u) = run_estimate(&config, &wr, &args.workload, &args.gpu, record)?;
+        per_rank.push((ranks, wr, l, u));
+    }
+    let key = |e: &(Vec<i64>, Workload, Estimate, Option<Estimate>)| {
+        let est = e.3.as_ref().unwrap_or(&e.2);
+        (est.peak_reserved_bytes, est.peak_allocated_bytes)
+    };
+    let fullest = (0..per_rank.len())
+        .max_by(|&a, &b| key(&per_rank[a]).cmp(&key(&per_rank[b])).then(b.cmp(&a)))
+        .unwrap_or(0);
+    let (rank, wf, limited, unlimited) = &per_rank[fullest];
+    w = wf.clone();
+    let (limited, unlimited) = (limited, unlimited);
     if record {
-        write_predicted(args, &config, &w, &limited)?;
+        write_predicted(args, &config, &w, limited)?;
     }
     // the figures: the whole workload (without a limit when it ran out)
-    let est = unlimited.as_ref().unwrap_or(&limited);
+    let est = unlimited.as_ref().unwrap_or(limited);
+    let fullest_rank = rank[0];
     // less what the driver takes over the whole workload
     let capacity = args
         .gpu
@@ -921,6 +1023,16 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 steps: w.steps,
                 alloc_conf: &args.workload.alloc_conf,
                 grad: w.grad.name(),
+                parallel: match &w.parallel {
+                    Some(Parallel::Fsdp(c)) => Some(ParallelJson {
+                        kind: "fsdp",
+                        world: c.world,
+                        param_dtype: c.param_dtype.map(dtype_name),
+                        reshard_after_forward: c.reshard_after_forward,
+                        rank: fullest_rank,
+                    }),
+                    None => None,
+                },
             },
             gpu: profile.name,
             gpu_key: profile.key,
@@ -930,18 +1042,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             peak_allocated_bytes: est.peak_allocated_bytes,
             peak_reserved_bytes: est.peak_reserved_bytes,
             peak_phase: &est.peak_phase,
-            phases: est
-                .phases
-                .iter()
-                .map(|p| PhaseJson {
-                    name: &p.name,
-                    allocated_bytes: p.allocated_bytes,
-                    peak_allocated_bytes: p.peak_allocated_bytes,
-                    reserved_bytes: p.reserved_bytes,
-                    peak_reserved_bytes: p.peak_reserved_bytes,
-                    requested_bytes: p.requested_bytes,
-                })
-                .collect(),
+            phases: est.phases.iter().map(phase_json).collect(),
             breakdown_at_peak: est
                 .breakdown_at_peak
                 .iter()
@@ -960,6 +1061,21 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 module: &o.module,
                 tried_to_allocate_bytes: o.bytes,
                 message: &o.message,
+            }),
+            ranks: w.parallel.is_some().then(|| {
+                per_rank
+                    .iter()
+                    .map(|(ranks, _, l, u)| {
+                        let e = u.as_ref().unwrap_or(l);
+                        RanksJson {
+                            ranks: ranks.clone(),
+                            peak_allocated_bytes: e.peak_allocated_bytes,
+                            peak_reserved_bytes: e.peak_reserved_bytes,
+                            peak_phase: &e.peak_phase,
+                            phases: e.phases.iter().map(phase_json).collect(),
+                        }
+                    })
+                    .collect()
             }),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
@@ -988,6 +1104,27 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{what}")?;
         for n in config_notes(&args.workload, &config) {
             writeln!(out, "{n}")?;
+        }
+        if let Some(Parallel::Fsdp(c)) = &w.parallel {
+            writeln!(
+                out,
+                "FSDP2 over {} GPUs{}{}, batch per rank; the figures are rank {}'s (the fullest){}",
+                c.world,
+                c.param_dtype
+                    .map(|d| format!(", param_dtype {} (reduce fp32)", dtype_name(d)))
+                    .unwrap_or_default(),
+                if c.reshard_after_forward {
+                    ""
+                } else {
+                    ", no reshard after forward"
+                },
+                fullest_rank,
+                if per_rank.len() > 1 {
+                    "; ranks differ, see below"
+                } else {
+                    "; every rank the same"
+                },
+            )?;
         }
         if fits {
             writeln!(
@@ -1039,6 +1176,25 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 sz(p.peak_allocated_bytes),
                 sz(p.peak_reserved_bytes)
             )?;
+        }
+        if per_rank.len() > 1 {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "{:<12} {:>12} {:>12}",
+                "ranks", "peak alloc", "peak resv"
+            )?;
+            for (ranks, _, l, u) in &per_rank {
+                let e = u.as_ref().unwrap_or(l);
+                let names: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+                writeln!(
+                    out,
+                    "{:<12} {:>12} {:>12}",
+                    names.join(","),
+                    sz(e.peak_allocated_bytes),
+                    sz(e.peak_reserved_bytes)
+                )?;
+            }
         }
         writeln!(out)?;
         writeln!(out, "live at the peak, by category:")?;

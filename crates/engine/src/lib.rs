@@ -52,7 +52,7 @@ mod sink;
 mod tensor;
 
 pub use autocast::{AutocastConfig, CastPolicy};
-pub use autograd::{BackwardOptions, Node, Packed, SavedTensorHooks};
+pub use autograd::{BackwardOptions, GradHook, Node, Packed, SavedTensorHooks};
 pub use dims::{Dims, MAX_DIMS};
 pub use dtype::{DType, Device};
 pub use error::{EngineError, Result};

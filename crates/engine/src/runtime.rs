@@ -287,6 +287,8 @@ pub(crate) struct State {
     pub(crate) inference_mode: bool,
     pub(crate) thread: Thread,
     pub(crate) stream: StreamId,
+    /// [`Runtime::set_parameters_on_device_unallocated`]
+    unallocated_params: Option<DType>,
     /// `at::sequence_number` is thread-local.
     seq: [u64; 2],
     /// the workspaces' live slots, by (thread, stream)
@@ -424,6 +426,7 @@ impl Runtime {
             inference_mode: false,
             thread: Thread::Main,
             stream: 0,
+            unallocated_params: None,
             seq: [0, 0],
             cublas_ws: Vec::new(),
             blas_handles: Vec::new(),
@@ -573,6 +576,34 @@ impl Runtime {
         });
         self.st.borrow_mut().stream = saved;
         r
+    }
+
+    /// `with torch.cuda.stream(s):` around `f`: its allocations come from
+    /// `stream`'s pools.
+    pub fn with_stream<T>(&self, stream: StreamId, f: impl FnOnce() -> T) -> T {
+        let saved = std::mem::replace(&mut self.st.borrow_mut().stream, stream);
+        let r = f();
+        self.st.borrow_mut().stream = saved;
+        r
+    }
+
+    /// `Variable._execution_engine.queue_callback(f)` from inside a backward
+    /// pass: `f` runs when the pass has run its last node.
+    pub fn queue_callback(&self, f: crate::autograd::GradHook) {
+        self.st.borrow_mut().saved_hooks.final_callbacks.push(f);
+    }
+
+    /// Parameters built from now on (`nn::parameter`) are placed on the
+    /// device in `dtype` with an empty storage (`Some`), or on the CPU as
+    /// `from_config` builds them (`None`): FSDP2's unsharded parameters, whose
+    /// storage an all-gather fills and a reshard empties.
+    pub fn set_parameters_on_device_unallocated(&self, dtype: Option<DType>) {
+        self.st.borrow_mut().unallocated_params = dtype;
+    }
+
+    /// What [`Runtime::set_parameters_on_device_unallocated`] set.
+    pub fn parameters_on_device_unallocated(&self) -> Option<DType> {
+        self.st.borrow().unallocated_params
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats()`.

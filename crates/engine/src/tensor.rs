@@ -25,10 +25,11 @@ const MAX_TENSOR_BYTES: u64 = 1 << 50;
 /// The bytes behind one or more tensors (`c10::StorageImpl`).
 pub(crate) struct Storage {
     pub(crate) rt: Runtime,
-    pub(crate) addr: Option<Addr>,
-    pub(crate) nbytes: u64,
+    /// (cells: `untyped_storage().resize_()` frees and reallocates in place)
+    pub(crate) addr: Cell<Option<Addr>>,
+    pub(crate) nbytes: Cell<u64>,
     /// the runtime's live slot of the allocation (with `addr`)
-    pub(crate) slot: u32,
+    pub(crate) slot: Cell<u32>,
     /// a CPU storage that glibc mapped on its own: the mapping's address
     /// and length ([`Runtime::host_malloc`])
     pub(crate) host: Option<(u64, u64)>,
@@ -37,7 +38,7 @@ pub(crate) struct Storage {
 impl Storage {
     /// The live slot of the allocation, if there is one.
     pub(crate) fn live_slot(&self) -> Option<u32> {
-        self.addr.map(|_| self.slot)
+        self.addr.get().map(|_| self.slot.get())
     }
 }
 
@@ -172,11 +173,11 @@ impl Tensor {
     }
     /// Bytes of the storage underneath (what the allocator was asked for).
     pub fn storage_nbytes(&self) -> u64 {
-        self.0.storage.nbytes
+        self.0.storage.nbytes.get()
     }
     /// The simulated device address of the storage (`None` on the CPU or when empty).
     pub fn data_ptr(&self) -> Option<Addr> {
-        self.0.storage.addr
+        self.0.storage.addr.get()
     }
     /// `tensor.is_contiguous()`
     pub fn is_contiguous(&self) -> bool {
@@ -283,6 +284,44 @@ impl Tensor {
         }
     }
 
+    /// `tensor.untyped_storage().resize_(0)` (FSDP2's `free_storage`): the
+    /// storage gives its bytes back to the allocator and stays, empty, under
+    /// every tensor that views it.
+    pub fn free_storage(&self) {
+        let s = &self.0.storage;
+        if let Some(slot) = s.live_slot() {
+            s.rt.free(slot);
+        }
+        s.addr.set(None);
+        s.nbytes.set(0);
+    }
+
+    /// `tensor.untyped_storage().resize_(nbytes)` of an empty storage
+    /// (FSDP2's `alloc_storage`): `resize_bytes_cuda` allocates the new bytes
+    /// on the current stream. A storage already `nbytes` long is left alone,
+    /// as `alloc_storage` checks.
+    pub fn resize_storage(&self, nbytes: u64, op: &'static str, category: Category) -> Result<()> {
+        let s = &self.0.storage;
+        if s.nbytes.get() == nbytes {
+            return Ok(());
+        }
+        if s.addr.get().is_some() {
+            return Err(crate::error::EngineError::Unsupported {
+                what: format!(
+                    "resizing a storage of {} bytes to {nbytes} (only an empty storage is refilled)",
+                    s.nbytes.get()
+                ),
+            });
+        }
+        if self.device() == Device::Cuda && nbytes > 0 {
+            let (addr, slot) = s.rt.malloc(nbytes, op, category)?;
+            s.addr.set(Some(addr));
+            s.slot.set(slot);
+        }
+        s.nbytes.set(nbytes);
+        Ok(())
+    }
+
     // ---- construction --------------------------------------------------------------
 
     #[allow(clippy::too_many_arguments)]
@@ -349,7 +388,7 @@ impl Runtime {
         op: &'static str,
     ) -> Result<Rc<Storage>> {
         let s = self.storage(nbytes, Device::Cuda, op, Category::Workspace)?;
-        if let Some(addr) = s.addr {
+        if let Some(addr) = s.addr.get() {
             self.note_scratch_rule(addr, rule);
         }
         Ok(s)
@@ -376,11 +415,36 @@ impl Runtime {
         };
         Ok(Rc::new(Storage {
             rt: self.clone(),
-            addr,
-            nbytes,
-            slot,
+            addr: Cell::new(addr),
+            nbytes: Cell::new(nbytes),
+            slot: Cell::new(slot),
             host,
         }))
+    }
+
+    /// A contiguous device tensor of `shape` whose storage holds no bytes
+    /// yet (a storage `resize_(0)`d; [`Tensor::alloc_storage`] fills it).
+    pub fn device_unallocated(&self, shape: &[i64], dtype: DType) -> Result<Tensor> {
+        crate::dims::check_shape("empty", shape)?;
+        let sizes = Dims::new(shape);
+        let strides = contiguous_strides(&sizes);
+        let storage = Rc::new(Storage {
+            rt: self.clone(),
+            addr: Cell::new(None),
+            nbytes: Cell::new(0),
+            slot: Cell::new(0),
+            host: None,
+        });
+        Ok(Tensor::from_parts(
+            storage,
+            sizes,
+            strides,
+            0,
+            dtype,
+            Device::Cuda,
+            Rc::new(Cell::new(0)),
+            false,
+        ))
     }
 
     /// `at::empty_strided(sizes, strides)` for `op`.

@@ -42,11 +42,14 @@ pub enum Category {
     Workspace,
     /// data the program created as input
     Input,
+    /// a collective's buffer: FSDP's all-gather and reduce-scatter buffers,
+    /// DDP's gradient buckets
+    Communication,
 }
 
 impl Category {
     /// Every category, in report order.
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 10] = [
         Category::Parameter,
         Category::Buffer,
         Category::Gradient,
@@ -56,6 +59,7 @@ impl Category {
         Category::Temporary,
         Category::Workspace,
         Category::Input,
+        Category::Communication,
     ];
 
     /// The name reports and the JSON schema use (`optimizer_state`, ...).
@@ -70,6 +74,7 @@ impl Category {
             Category::Temporary => "temporary",
             Category::Workspace => "workspace",
             Category::Input => "input",
+            Category::Communication => "communication",
         }
     }
 }

@@ -16,6 +16,7 @@ use vramscope_engine::{
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::{self, HfModel, Inputs};
+use crate::parallel::Parallel;
 use crate::workload::{GradMode, Mode, Task, Workload};
 
 /// How to run an estimate.
@@ -158,6 +159,12 @@ pub fn estimate(
     options: &EstimateOptions,
 ) -> Result<Estimate> {
     check(config, workload)?;
+    // (the repetition's replay serves one stream; a wrapper's collectives use others)
+    if workload.parallel.is_some() {
+        let est = estimate_every_step(config, workload, options)?;
+        beyond_unlimited(&est, options)?;
+        return Ok(est);
+    }
     let est = match by_repetition(config, workload, options)? {
         Some(e) => e,
         None => estimate_every_step(config, workload, options)?,
@@ -858,13 +865,23 @@ impl Run {
 fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)) -> Result<()> {
     let rt = run.rt.clone();
     run.begin("load".into());
-    let mut model: Box<dyn HfModel> = families::build(&rt, config, w.task, w.weights)?;
-    model.cuda()?;
-    let ps = model.parameters();
+    let (mut model, ps, _fsdp) = match &w.parallel {
+        None => {
+            let mut model: Box<dyn HfModel> = families::build(&rt, config, w.task, w.weights)?;
+            model.cuda()?;
+            let ps = model.parameters();
+            (model, ps, None)
+        }
+        Some(Parallel::Fsdp(c)) => fsdp_load(&rt, config, w, c)?,
+    };
     *params = (
         ps.iter().map(|p| p.numel() as u64).sum(),
-        ps.iter().map(|p| p.nbytes()).sum(),
+        ps.iter().map(|p| p.numel() as u64 * w.weights.size()).sum(),
     );
+    let ps = match &_fsdp {
+        Some(f) => f.borrow().sharded_parameters(&ps),
+        None => ps,
+    };
     let mut opt = Optimizer::new(w.optimizer_config(), ps)?;
     let inputs = make_inputs(&rt, config, w)?;
     // the process's first kernels (`driver_va.rs`, rule 6): on the GPU the
@@ -940,6 +957,66 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
     run.finish();
     drop(opt);
     Ok(())
+}
+
+/// The model under FSDP2 (`crate::parallel::fsdp`): built with its
+/// parameters on the device and empty (the unsharded parameters), each
+/// layer and then the model sharded, and the hooks registered. Returns the
+/// model, its (unsharded) parameters and the FSDP state.
+#[allow(clippy::type_complexity)]
+fn fsdp_load(
+    rt: &Runtime,
+    config: &HfConfig,
+    w: &Workload,
+    c: &crate::parallel::FsdpConfig,
+) -> Result<(
+    Box<dyn HfModel>,
+    Vec<Tensor>,
+    Option<std::rc::Rc<std::cell::RefCell<crate::parallel::fsdp::Fsdp>>>,
+)> {
+    if w.mode != Mode::Train || w.accumulation > 1 || w.autocast.is_some() {
+        return Err(ModelError::Unsupported(
+            "FSDP for inference, gradient accumulation or autocast (training steps only)".into(),
+        ));
+    }
+    // (what the GPUs checked: the optimizer's foreach ops over the shards)
+    if !matches!(
+        w.optimizer,
+        vramscope_engine::optim::OptimizerKind::AdamW
+            | vramscope_engine::optim::OptimizerKind::Adam
+    ) || w.optimizer_impl != vramscope_engine::optim::Implementation::Foreach
+    {
+        return Err(ModelError::Unsupported(format!(
+            "FSDP with {:?} ({:?}): AdamW and Adam in their foreach form are modelled",
+            w.optimizer, w.optimizer_impl
+        )));
+    }
+    // the unsharded parameters, in the dtype they are all-gathered in
+    let unsharded = c.param_dtype.unwrap_or(w.weights);
+    rt.set_parameters_on_device_unallocated(Some(unsharded));
+    let built = families::build(rt, config, w.task, w.weights);
+    rt.set_parameters_on_device_unallocated(None);
+    let mut model = built?;
+    let Some(layers) = model.layer_parameters() else {
+        return Err(ModelError::Unsupported(format!(
+            "FSDP of model_type `{}` (llama, mistral, qwen2, qwen3 and gpt2 are modelled)",
+            config.model_type
+        )));
+    };
+    let all = model.parameters();
+    let root: Vec<Tensor> = all
+        .iter()
+        .filter(|p| !layers.iter().flatten().any(|q| q.same(p)))
+        .cloned()
+        .collect();
+    let fsdp = {
+        let m = &mut model;
+        crate::parallel::fsdp::Fsdp::shard(rt, c, w.weights, layers, root, &mut || m.cuda())?
+    };
+    model.set_module_hooks(std::rc::Rc::new(crate::parallel::fsdp::FsdpHooks(
+        fsdp.clone(),
+    )))?;
+    Ok((model, all, Some(fsdp)))
 }
 
 /// `loss = model(**inputs, labels=labels).loss`: the output object is a

@@ -196,6 +196,7 @@ fn case(c: &Value) -> Result<Case> {
             Some(g) => GradMode::from_name(g)
                 .ok_or_else(|| ModelError::Unsupported(format!("grad {g}")))?,
         },
+        parallel: None,
     };
     let alloc_conf = c
         .get("alloc_conf")

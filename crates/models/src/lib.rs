@@ -19,6 +19,7 @@ mod error;
 pub mod estimate;
 pub mod families;
 pub mod fixture;
+pub mod parallel;
 pub mod predicted;
 pub mod presets;
 pub mod requests;
@@ -31,7 +32,8 @@ pub use estimate::{
     estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
     Estimate, EstimateOptions, Oom, PhaseFigures, RecordedRun,
 };
-pub use families::{HfModel, Inputs, ModelOutput};
+pub use families::{HfModel, Inputs, ModelOutput, ModuleHooks};
+pub use parallel::{FsdpConfig, Parallel};
 pub use summary::{group_repeated, ModuleGroup};
 pub use vramscope_engine::optim::{Implementation, OptimizerConfig, OptimizerKind};
 pub use workload::{Checkpointing, GradMode, Mode, Task, Workload};

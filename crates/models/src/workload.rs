@@ -126,6 +126,8 @@ pub struct Workload {
     pub accumulation: usize,
     /// the autograd context of inference passes (infer)
     pub grad: GradMode,
+    /// data parallelism (`None`: one GPU); the figures are one rank's
+    pub parallel: Option<crate::parallel::Parallel>,
 }
 
 impl Workload {
@@ -146,6 +148,7 @@ impl Workload {
             steps: 3,
             accumulation: 1,
             grad: GradMode::NoGrad,
+            parallel: None,
         }
     }
 

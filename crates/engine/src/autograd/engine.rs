@@ -293,6 +293,21 @@ fn key(n: &Rc<Node>) -> *const Node {
 }
 
 impl Tensor {
+    /// `tensor.register_hook(fn)` on a tensor with a `grad_fn`: `fn` runs
+    /// when the engine is about to call that node (its gradient complete);
+    /// the gradient passes on unchanged. A leaf has no node: refused.
+    pub fn register_grad_hook(&self, hook: crate::autograd::GradHook) -> Result<()> {
+        match &self.meta().grad_fn {
+            Some(node) => {
+                node.pre_hooks.borrow_mut().push(hook);
+                Ok(())
+            }
+            None => Err(EngineError::Unsupported {
+                what: "a gradient hook on a tensor without grad_fn".into(),
+            }),
+        }
+    }
+
     /// `tensor.backward()` on a scalar (the gradient is `torch.ones_like`).
     pub fn backward(&self) -> Result<()> {
         self.backward_with(None, BackwardOptions::default())
@@ -321,7 +336,15 @@ impl Tensor {
         let caller_autocast = rt.autocast_tls();
         let prev_autocast = rt.swap_autocast_tls(Thread::Autograd, caller_autocast);
         let (prev_task, depth) = rt.enter_graph_task();
-        let r = rt.on_thread(Thread::Autograd, || run(root, grad.clone(), opts, depth));
+        let r = rt.on_thread(Thread::Autograd, || {
+            run(root, grad.clone(), opts, depth)?;
+            // exec_post_processing: the callbacks queued during the pass
+            let callbacks = std::mem::take(&mut rt.st.borrow_mut().saved_hooks.final_callbacks);
+            for c in callbacks {
+                c()?;
+            }
+            Ok(())
+        });
         rt.exit_graph_task(prev_task);
         rt.swap_autocast_tls(Thread::Autograd, prev_autocast);
         rt.set_grad_enabled(prev_grad_mode);
@@ -352,6 +375,11 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions, pass: u32) -> Result<()>
                 accumulate_grad(variable, g)?;
             }
             continue;
+        }
+        // call_tensor_pre_hooks (the gradient passed on unchanged)
+        let hooks: Vec<_> = node.pre_hooks.borrow().clone();
+        for h in hooks {
+            h()?;
         }
         // call_function: the inputs live until it returns (after validate_outputs);
         // apply unpacks every saved variable first (a checkpointed region is
@@ -428,6 +456,7 @@ mod tests {
                 input_meta: crate::autograd::InputMetas::Many(Box::new([])),
                 pass: Default::default(),
                 deps: Default::default(),
+                pre_hooks: Default::default(),
             })
         };
         let mut q = ReadyQueue { v: vec![] };

@@ -197,7 +197,14 @@ pub struct Node {
     /// for every edge)
     pub(crate) pass: Cell<u32>,
     pub(crate) deps: Cell<u32>,
+    /// tensor pre-hooks (`tensor.register_hook` on an output of this node),
+    /// run when the engine is about to call it (`call_tensor_pre_hooks`)
+    pub(crate) pre_hooks: RefCell<Vec<GradHook>>,
 }
+
+/// A hook the backward engine calls (a tensor hook that passes the gradient
+/// on unchanged, or a callback queued for the end of the backward pass).
+pub type GradHook = Rc<dyn Fn() -> Result<()>>;
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -364,6 +371,7 @@ pub(crate) fn gradient_edge(t: &Tensor) -> Option<Edge> {
         edges: Vec::new(),
         pass: Cell::new(0),
         deps: Cell::new(0),
+        pre_hooks: RefCell::new(Vec::new()),
         input_meta: InputMetas::One(InputMeta::of(t)),
     });
     t.0.autograd.borrow_mut().grad_acc = Rc::downgrade(&node);
@@ -427,6 +435,7 @@ impl Pending {
             input_meta,
             pass: Cell::new(0),
             deps: Cell::new(0),
+            pre_hooks: RefCell::new(Vec::new()),
         });
         for (i, t) in outputs.iter().enumerate() {
             let mut m = t.0.autograd.borrow_mut();
@@ -470,6 +479,9 @@ pub(crate) struct HooksState {
     /// backward passes running (nested in one another)
     depth: u32,
     next_id: u64,
+    /// `Variable._execution_engine.queue_callback`: run when the backward
+    /// pass ends
+    pub(crate) final_callbacks: Vec<GradHook>,
 }
 
 impl HooksState {

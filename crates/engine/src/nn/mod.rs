@@ -56,7 +56,10 @@ pub trait Module {
 
 /// A new parameter on the CPU (`nn.Parameter(torch.empty(shape))`).
 pub fn parameter(rt: &Runtime, shape: &[i64], dtype: DType) -> Result<Tensor> {
-    let t = rt.empty(shape, dtype, Device::Cpu)?;
+    let t = match rt.parameters_on_device_unallocated() {
+        Some(dt) => rt.device_unallocated(shape, dt)?,
+        None => rt.empty(shape, dtype, Device::Cpu)?,
+    };
     t.requires_grad_(true)?;
     Ok(t)
 }

@@ -1330,16 +1330,27 @@ where
         let mask = mask(l);
         let name = format!("layers.{i}");
         let out = rt.in_module(&name, || -> Result<Tensor> {
-            if flags.checkpointed(i) && flags.training && rt.is_grad_enabled() {
+            // the module's forward hooks (FSDP's pre-forward may wrap the input)
+            let wrapped = match &flags.hooks {
+                Some(h) => h.0.pre_forward(1 + i, Some(&hidden))?,
+                None => None,
+            };
+            let input = wrapped.as_ref().unwrap_or(&hidden);
+            let out = if flags.checkpointed(i) && flags.training && rt.is_grad_enabled() {
                 let layer = l.clone();
                 let args = args.clone();
                 let mask = mask.cloned();
-                checkpointed(&rt, &hidden, move |x| {
+                checkpointed(&rt, input, move |x| {
                     forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
                 })
             } else {
-                forward(l, &hidden, args, mask, cache)
+                forward(l, input, args, mask, cache)
+            }?;
+            drop(wrapped);
+            if let Some(h) = &flags.hooks {
+                h.0.post_forward(1 + i, &[&out])?;
             }
+            Ok(out)
         })?;
         hidden = out;
     }
@@ -1357,6 +1368,18 @@ pub(crate) struct Flags {
     /// `self.gradient_checkpointing` and the layers it applies to (each
     /// `GradientCheckpointingLayer`'s `layer_index % every_n_layers == 0`)
     pub(crate) checkpointing: Option<Checkpointing>,
+    /// forward hooks on the model and its layers
+    pub(crate) hooks: Option<Hooks>,
+}
+
+/// Registered forward hooks ([`super::ModuleHooks`]).
+#[derive(Clone)]
+pub(crate) struct Hooks(pub(crate) std::rc::Rc<dyn super::ModuleHooks>);
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooks")
+    }
 }
 
 impl Flags {
@@ -1384,6 +1407,11 @@ pub(crate) trait Decoder {
     fn cuda(&mut self) -> Result<()>;
     /// Its parameters, in registration order, appended to `out`.
     fn parameters(&self, out: &mut Vec<Tensor>);
+    /// Each decoder layer's parameters, in registration order (`None`
+    /// where the family does not list them).
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        None
+    }
     /// `forward(input_ids)`: the final hidden states and the cache (when
     /// `use_cache`).
     fn forward(
@@ -1431,6 +1459,7 @@ impl<D: Decoder> CausalLm<D> {
             flags: Flags {
                 training: true,
                 checkpointing: None,
+                hooks: None,
             },
         })
     }
@@ -1471,8 +1500,25 @@ impl<D: Decoder> HfModel for CausalLm<D> {
         Ok(())
     }
 
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        self.model.layer_parameters()
+    }
+
+    fn set_module_hooks(&mut self, hooks: std::rc::Rc<dyn super::ModuleHooks>) -> Result<()> {
+        if self.model.layer_parameters().is_none() {
+            return Err(ModelError::Unsupported(
+                "forward hooks on this family's layers (FSDP)".into(),
+            ));
+        }
+        self.flags.hooks = Some(Hooks(hooks));
+        Ok(())
+    }
+
     fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {
         let rt = self.rt.clone();
+        if let Some(h) = &self.flags.hooks {
+            h.0.pre_forward(0, None)?;
+        }
         let ids = inputs
             .input_ids
             .as_ref()
@@ -1513,6 +1559,11 @@ impl<D: Decoder> HfModel for CausalLm<D> {
         let retained = cache
             .map(|c| c.into_inner().into_retained())
             .unwrap_or_default();
+        if let Some(h) = &self.flags.hooks {
+            // the output's tensors, flattened (`loss`, then `logits`)
+            let outs: Vec<&Tensor> = loss.iter().chain(std::iter::once(&logits)).collect();
+            h.0.post_forward(0, &outs)?;
+        }
         Ok(ModelOutput {
             loss,
             logits: Some(logits),

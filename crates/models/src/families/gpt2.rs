@@ -425,6 +425,8 @@ struct Gpt2LMHeadModel {
     /// `GPT2Model.gradient_checkpointing` (set by `_set_gradient_checkpointing`
     /// whatever `every_n_layers`)
     gradient_checkpointing: bool,
+    /// forward hooks on the model and its blocks
+    hooks: Option<Rc<dyn super::ModuleHooks>>,
 }
 
 impl Gpt2LMHeadModel {
@@ -460,6 +462,7 @@ impl Gpt2LMHeadModel {
             cfg: Rc::new(cfg),
             training: false,
             gradient_checkpointing: false,
+            hooks: None,
         })
     }
 
@@ -520,7 +523,18 @@ impl Gpt2LMHeadModel {
             // past_key_values if not (self.gradient_checkpointing and self.training) else None
             let c = cache.as_mut().map(|c| (c, i));
             hidden = rt.in_module(&self.h[i].name, || {
-                self.block(i, &hidden, causal_mask.as_ref(), ctx, c)
+                // the block's forward hooks (FSDP's pre-forward may wrap the input)
+                let wrapped = match &self.hooks {
+                    Some(h) => h.pre_forward(1 + i, Some(&hidden))?,
+                    None => None,
+                };
+                let input = wrapped.as_ref().unwrap_or(&hidden);
+                let out = self.block(i, input, causal_mask.as_ref(), ctx, c)?;
+                drop(wrapped);
+                if let Some(h) = &self.hooks {
+                    h.post_forward(1 + i, &[&out])?;
+                }
+                Ok::<Tensor, ModelError>(out)
             })?;
         }
         hidden = rt.in_module("ln_f", || self.ln_f.forward(&hidden))?;
@@ -596,6 +610,32 @@ impl HfModel for Gpt2LMHeadModel {
         self.training = training;
     }
 
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        Some(
+            self.h
+                .iter()
+                .map(|b| {
+                    let mut v: Vec<Tensor> = b.ln_1.params().map(Tensor::clone).to_vec();
+                    for c in [&b.c_attn, &b.attn_c_proj] {
+                        v.push(c.weight.clone());
+                        v.push(c.bias.clone());
+                    }
+                    v.extend(b.ln_2.params().map(Tensor::clone));
+                    for c in [&b.c_fc, &b.mlp_c_proj] {
+                        v.push(c.weight.clone());
+                        v.push(c.bias.clone());
+                    }
+                    v
+                })
+                .collect(),
+        )
+    }
+
+    fn set_module_hooks(&mut self, hooks: Rc<dyn super::ModuleHooks>) -> Result<()> {
+        self.hooks = Some(hooks);
+        Ok(())
+    }
+
     /// `_set_gradient_checkpointing(every_n_layers=k)`: `GPT2Model`'s flag is
     /// set; the `GPT2Block`s (the `GradientCheckpointingLayer`s) are counted
     /// in order. (`enable_input_require_grads` only hooks `wte`'s output,
@@ -629,6 +669,9 @@ impl HfModel for Gpt2LMHeadModel {
             training: self.training,
         };
         let rt = &self.rt;
+        if let Some(h) = &self.hooks {
+            h.pre_forward(0, None)?;
+        }
         let (hidden, cache) = rt.in_module("transformer", || self.transformer(ids, ctx))?;
         // logits = self.lm_head(hidden_states[:, slice(-0, None), :]): the full
         // slice is an alias (THPVariable_getitem)
@@ -641,6 +684,11 @@ impl HfModel for Gpt2LMHeadModel {
         };
         // locals die: transformer_outputs, hidden_states
         drop(hidden);
+        if let Some(h) = &self.hooks {
+            // the output's tensors, flattened (`loss`, then `logits`)
+            let outs: Vec<&Tensor> = loss.iter().chain(std::iter::once(&logits)).collect();
+            h.post_forward(0, &outs)?;
+        }
         Ok(ModelOutput {
             loss,
             logits: Some(logits),

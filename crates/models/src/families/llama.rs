@@ -381,6 +381,22 @@ impl Decoder for Model {
         v.push(self.norm.weight.clone());
     }
 
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        Some(
+            self.layers
+                .iter()
+                .map(|l| {
+                    let mut v = Vec::new();
+                    l.self_attn.params(&mut v);
+                    l.mlp.params(&mut v);
+                    v.push(l.input_layernorm.weight.clone());
+                    v.push(l.post_attention_layernorm.weight.clone());
+                    v
+                })
+                .collect(),
+        )
+    }
+
     /// `LlamaModel.forward` (and the others').
     fn forward(
         &self,

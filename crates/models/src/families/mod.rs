@@ -44,6 +44,17 @@ pub struct ModelOutput {
     pub retained: Vec<Tensor>,
 }
 
+/// Forward hooks a wrapper registers on the model's units (FSDP2's
+/// `fully_shard`): unit 0 is the model, unit `1 + i` decoder layer `i`.
+pub trait ModuleHooks {
+    /// Before the unit's forward, with its input that may need a gradient
+    /// (`None` for the model, whose inputs are ids): the tensor to run it on
+    /// instead, if any.
+    fn pre_forward(&self, unit: usize, input: Option<&Tensor>) -> Result<Option<Tensor>>;
+    /// After the unit's forward, with its outputs.
+    fn post_forward(&self, unit: usize, outputs: &[&Tensor]) -> Result<()>;
+}
+
 /// A model built from a config, as transformers builds it on the CPU.
 pub trait HfModel {
     /// `model.cuda()`: parameters and buffers moved in `Module._apply` order
@@ -59,6 +70,17 @@ pub trait HfModel {
     fn enable_gradient_checkpointing(&mut self, which: &Checkpointing) -> Result<()>;
     /// `model(**inputs)` (with `labels` when set).
     fn forward(&self, inputs: &Inputs) -> Result<ModelOutput>;
+    /// Each decoder layer's parameters, in registration order (`None`: a
+    /// family whose layers the wrappers do not reach yet).
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        None
+    }
+    /// Register forward hooks on the model and its layers.
+    fn set_module_hooks(&mut self, _hooks: std::rc::Rc<dyn ModuleHooks>) -> Result<()> {
+        Err(ModelError::Unsupported(
+            "forward hooks on this family's layers (FSDP)".into(),
+        ))
+    }
 }
 
 /// Build the model for `config` and `task` on the CPU, with weights in

@@ -1,0 +1,637 @@
+//! FSDP2 as one rank runs it (`torch/distributed/fsdp/_fully_shard/`,
+//! PyTorch 2.11): `fully_shard` on every decoder layer, then on the model
+//! (the root), and the hooks it registers, each allocation on the stream
+//! PyTorch makes it on.
+//!
+//! - `fully_shard(module)` (`_fsdp_init._move_states_to_device`, then
+//!   `FSDPParam._init_sharded_param`): every parameter of the unit is copied
+//!   to the GPU, then each gets its padded shard (`new_zeros` of
+//!   `chunks[0].size()`, dim-0 chunks as `torch.chunk` cuts them), then the
+//!   full copies go when `fully_shard` returns;
+//! - forward (`FSDPParamGroup.pre_forward` → `unshard` + `wait_for_unshard`):
+//!   on the all-gather copy-in stream, the bf16 copy of the shards under a
+//!   `param_dtype` (`_get_param_all_gather_inputs`) and the all-gather output
+//!   (`foreach_all_gather`); on the current stream, each parameter's
+//!   unsharded storage (`alloc_storage` of `all_gather_outputs`) and
+//!   `split_with_sizes_copy`'s packed metadata (`pack_vecs`,
+//!   `aten/src/ATen/native/cuda/TensorShape.cu`). In forward the output
+//!   is kept until the next unit's copy-out (`comm_ctx.all_gather_state`)
+//!   and the root's post-forward; `post_forward` frees the unsharded
+//!   storages (`free_storage`) unless `reshard_after_forward` is off (the
+//!   root's default);
+//! - backward: a hook on each unit's outputs (`pre_backward`) unshards it and
+//!   prefetches the unit that ran before it in forward; the
+//!   `RegisterPostBackwardFunction` on its inputs (`post_backward`) reshards
+//!   it and reduce-scatters its gradients (`foreach_reduce`): the padded
+//!   input on the current stream (`chunk_cat`, with its packed metadata),
+//!   the unsharded gradients freed, the output on the reduce-scatter stream,
+//!   whose views become the sharded `.grad`s; the previous unit's input is
+//!   freed first (`comm_ctx.reduce_scatter_state`). The root, whose inputs
+//!   need no gradient, reduces in the final callback, which also drops the
+//!   last reduce-scatter input.
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+use vramscope_engine::{Category, DType, Device, Runtime, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::families::ModuleHooks;
+
+/// `fully_shard(module, mesh=init_device_mesh("cuda", (world,)), ...)` on
+/// every decoder layer and then on the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FsdpConfig {
+    /// ranks (the mesh's size), at least 2
+    pub world: i64,
+    /// the rank whose memory the twin runs
+    pub rank: i64,
+    /// `MixedPrecisionPolicy(param_dtype=..., reduce_dtype=torch.float32)`
+    /// (`None`: no policy)
+    pub param_dtype: Option<DType>,
+    /// `reshard_after_forward=None` (FSDP2's default: `True` for the layers,
+    /// `False` for the root); `false`: `reshard_after_forward=False` on
+    /// every unit
+    pub reshard_after_forward: bool,
+}
+
+/// `FSDPCommContext.lazy_init`'s streams (allocator pools are per stream);
+/// the current stream is 0.
+const COPY_IN_STREAM: u64 = 1;
+const REDUCE_SCATTER_STREAM: u64 = 3;
+
+/// `TensorShape.cu`: `BLOCK_SIZE * BYTES_PER_THREAD`.
+const TILE_SIZE: i64 = 128 * 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Training {
+    Idle,
+    Forward,
+    PreBackward,
+    PostBackward,
+}
+
+/// One `FSDPParam`.
+struct Param {
+    /// the module's parameter: its storage is the all-gather output
+    /// (`all_gather_outputs[0]`), empty while sharded
+    unsharded: Tensor,
+    shape: Vec<i64>,
+    /// elements per dim-0 row
+    rest: i64,
+    /// `chunks[0].size(0)`: the padded shard's rows
+    padded_rows: i64,
+    /// this rank's rows
+    rows: i64,
+    /// `_sharded_param_data` (the padded shard; its storage)
+    _data: Tensor,
+    /// `sharded_param`: the rank's rows of it, what the optimizer steps
+    sharded: Tensor,
+}
+
+impl Param {
+    fn padded_numel(&self) -> i64 {
+        self.padded_rows * self.rest
+    }
+    fn sharded_shape(&self) -> Vec<i64> {
+        let mut s = self.shape.clone();
+        s[0] = self.rows;
+        s
+    }
+}
+
+/// One `FSDPParamGroup` (a unit: the root or a decoder layer).
+struct Group {
+    params: Vec<Param>,
+    reshard_after_forward: bool,
+    unsharded: bool,
+    /// a pending all-gather's output (`_all_gather_result`)
+    all_gather: Option<Tensor>,
+    training: Training,
+    post_forward_indices: Vec<usize>,
+}
+
+/// The FSDP state of one rank: its units (0 the root, 1 + i layer i) and
+/// what the communication context holds between them.
+pub struct Fsdp {
+    rt: Runtime,
+    cfg: FsdpConfig,
+    orig: DType,
+    groups: Vec<Group>,
+    /// `comm_ctx.all_gather_state`: the last forward all-gather's output
+    all_gather_state: Option<Tensor>,
+    /// `comm_ctx.reduce_scatter_state`: the last reduce-scatter's input
+    reduce_scatter_state: Option<Tensor>,
+    post_forward_order: Vec<usize>,
+    callback_queued: bool,
+    me: Weak<RefCell<Fsdp>>,
+}
+
+/// `torch.chunk(dim0 rows, world)` as `_chunk_with_empty` pads it: the rows
+/// of every chunk (`ceil(dim0 / world)`) and those of `rank`'s.
+fn chunk_rows(dim0: i64, world: i64, rank: i64) -> (i64, i64) {
+    let c = (dim0 + world - 1) / world;
+    (c, (dim0 - rank * c).clamp(0, c))
+}
+
+fn div_up(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+impl Fsdp {
+    /// `fully_shard(layer)` for each of `layers` (their parameters, in
+    /// registration order), then `fully_shard(model)` over `root` (the
+    /// parameters in no layer), `move_buffers` moving the model's buffers
+    /// to the GPU after its parameters as `_move_states_to_device` does.
+    /// The parameters are the unsharded ones, on the device with empty
+    /// storages; `orig` is the dtype the model was built in.
+    pub fn shard(
+        rt: &Runtime,
+        cfg: &FsdpConfig,
+        orig: DType,
+        layers: Vec<Vec<Tensor>>,
+        root: Vec<Tensor>,
+        move_buffers: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Rc<RefCell<Fsdp>>> {
+        if cfg.world < 2 || cfg.rank < 0 || cfg.rank >= cfg.world {
+            return Err(ModelError::Unsupported(format!(
+                "FSDP over {} ranks as rank {} (at least 2 ranks, rank in 0..world)",
+                cfg.world, cfg.rank
+            )));
+        }
+        let mut groups: Vec<Option<Group>> = (0..=layers.len()).map(|_| None).collect();
+        for (i, ps) in layers.into_iter().enumerate() {
+            groups[1 + i] = Some(fully_shard(rt, cfg, orig, ps, true, &mut || Ok(()))?);
+        }
+        // the root keeps its parameters unsharded after forward under the
+        // default (`_lazy_init`: `post_forward_mesh_info = None` when auto)
+        groups[0] = Some(fully_shard(rt, cfg, orig, root, false, move_buffers)?);
+        let groups = groups.into_iter().flatten().collect();
+        let me = Rc::new(RefCell::new(Fsdp {
+            rt: rt.clone(),
+            cfg: cfg.clone(),
+            orig,
+            groups,
+            all_gather_state: None,
+            reduce_scatter_state: None,
+            post_forward_order: Vec::new(),
+            callback_queued: false,
+            me: Weak::new(),
+        }));
+        me.borrow_mut().me = Rc::downgrade(&me);
+        Ok(me)
+    }
+
+    /// The sharded parameter of each of `params` (the model's, unsharded), in
+    /// that order: what `model.parameters()` gives the optimizer.
+    pub fn sharded_parameters(&self, params: &[Tensor]) -> Vec<Tensor> {
+        params
+            .iter()
+            .filter_map(|p| {
+                self.groups
+                    .iter()
+                    .flat_map(|g| &g.params)
+                    .find(|q| q.unsharded.same(p))
+                    .map(|q| q.sharded.clone())
+            })
+            .collect()
+    }
+
+    /// The dtype the parameters are all-gathered in (`param_dtype` unless
+    /// it is the parameters' own: `init_dtype_attrs` clears it then).
+    fn param_dtype(&self) -> Option<DType> {
+        self.cfg.param_dtype.filter(|&d| d != self.orig)
+    }
+
+    /// `reduce_dtype`: float32 under a policy, cleared when it equals the
+    /// parameter dtype (`init_dtype_attrs`).
+    fn reduce_dtype(&self) -> Option<DType> {
+        self.cfg
+            .param_dtype
+            .map(|_| DType::F32)
+            .filter(|&r| Some(r) != self.cfg.param_dtype)
+    }
+
+    fn unshard(&mut self, gi: usize) -> Result<()> {
+        let g = &self.groups[gi];
+        if g.all_gather.is_some() || g.unsharded {
+            return Ok(());
+        }
+        let rt = self.rt.clone();
+        let total: i64 = g.params.iter().map(Param::padded_numel).sum();
+        let pd = self.param_dtype();
+        let dtype = pd.unwrap_or(self.orig);
+        let world = self.cfg.world;
+        // in forward and pre-backward, on the copy-in stream (`get_all_gather_streams`)
+        let out = rt.with_stream(COPY_IN_STREAM, || -> Result<Tensor> {
+            rt.with_category(Category::Communication, || {
+                // `_get_param_all_gather_inputs`: one flat `param_dtype` copy
+                let flat = match pd {
+                    Some(d) => Some(rt.empty(&[total], d, Device::Cuda)?),
+                    None => None,
+                };
+                let out = rt.empty(&[total * world], dtype, Device::Cuda)?;
+                drop(flat);
+                Ok(out)
+            })
+        })?;
+        self.groups[gi].all_gather = Some(out);
+        Ok(())
+    }
+
+    fn wait_for_unshard(&mut self, gi: usize) -> Result<()> {
+        let Some(out) = self.groups[gi].all_gather.take() else {
+            return Ok(());
+        };
+        let forward = self.groups[gi].training == Training::Forward;
+        if forward {
+            // the previous unit's all-gather output goes after this one's copy-in
+            self.all_gather_state = None;
+        }
+        let dtype = out.dtype();
+        let world = self.cfg.world;
+        let rt = self.rt.clone();
+        let g = &self.groups[gi];
+        for p in &g.params {
+            let bytes = (p.padded_numel() * world) as u64 * dtype.size();
+            p.unsharded
+                .resize_storage(bytes, "all_gather_copy_out", Category::Parameter)?;
+        }
+        // split_with_sizes_copy's packed metadata (`pack_vecs`)
+        let splits: Vec<i64> = g.params.iter().map(Param::padded_numel).collect();
+        let elems = split_copy_pack_elems(&splits, dtype.size() as i64, world, &rt);
+        rt.with_category(Category::Workspace, || {
+            rt.empty(&[elems], DType::I64, Device::Cuda).map(drop)
+        })?;
+        self.groups[gi].unsharded = true;
+        if forward {
+            self.all_gather_state = Some(out);
+        } else {
+            drop(out);
+        }
+        Ok(())
+    }
+
+    fn reshard(&mut self, gi: usize) {
+        let g = &mut self.groups[gi];
+        if g.unsharded {
+            for p in &g.params {
+                p.unsharded.free_storage();
+            }
+            g.unsharded = false;
+        }
+    }
+
+    /// `FSDPState._pre_forward` of unit `gi`: all-gather it, and wrap the
+    /// input that needs a gradient in `RegisterPostBackwardFunction`.
+    fn pre_forward(&mut self, gi: usize, input: Option<&Tensor>) -> Result<Option<Tensor>> {
+        self.groups[gi].training = Training::Forward;
+        self.unshard(gi)?;
+        self.wait_for_unshard(gi)?;
+        let Some(x) = input else { return Ok(None) };
+        if !(self.rt.is_grad_enabled() && x.requires_grad()) {
+            return Ok(None);
+        }
+        let me = self.me.clone();
+        let out = vramscope_engine::function::apply(
+            &self.rt,
+            "RegisterPostBackwardFunctionBackward",
+            &[x],
+            |_, xs| Ok(xs[0].alias()),
+            move |_, grads| {
+                if let Some(m) = me.upgrade() {
+                    m.borrow_mut().post_backward(gi)?;
+                }
+                Ok(grads.to_vec())
+            },
+        )?;
+        Ok(Some(out))
+    }
+
+    /// `FSDPState._post_forward`: reshard, record the order, hook the
+    /// outputs for the pre-backward; the root drops the last all-gather.
+    fn post_forward(&mut self, gi: usize, outputs: &[&Tensor]) -> Result<()> {
+        if self.groups[gi].reshard_after_forward {
+            self.reshard(gi);
+        }
+        let idx = self.post_forward_order.len();
+        self.post_forward_order.push(gi);
+        self.groups[gi].post_forward_indices.push(idx);
+        self.groups[gi].training = Training::Idle;
+        if self.rt.is_grad_enabled() {
+            for o in outputs {
+                if o.requires_grad() && o.grad_fn_name().is_some() {
+                    let me = self.me.clone();
+                    o.register_grad_hook(Rc::new(move || match me.upgrade() {
+                        Some(m) => m.borrow_mut().pre_backward(gi),
+                        None => Ok(()),
+                    }))
+                    .map_err(ModelError::Engine)?;
+                }
+            }
+        }
+        if gi == 0 {
+            self.all_gather_state = None;
+        }
+        Ok(())
+    }
+
+    /// `FSDPState._pre_backward` → `FSDPParamGroup.pre_backward`.
+    fn pre_backward(&mut self, gi: usize) -> vramscope_engine::Result<()> {
+        if !self.callback_queued {
+            self.callback_queued = true;
+            let me = self.me.clone();
+            self.rt.queue_callback(Rc::new(move || match me.upgrade() {
+                Some(m) => m.borrow_mut().final_callback(),
+                None => Ok(()),
+            }));
+        }
+        if self.groups[gi].training == Training::PreBackward {
+            return Ok(());
+        }
+        self.groups[gi].training = Training::PreBackward;
+        self.unshard(gi).map_err(to_engine)?;
+        self.wait_for_unshard(gi).map_err(to_engine)?;
+        // _backward_prefetch: the unit that ran before this one in forward
+        if let Some(idx) = self.groups[gi].post_forward_indices.pop() {
+            if idx >= 1 {
+                let target = self.post_forward_order[idx - 1];
+                let old = self.groups[target].training;
+                self.groups[target].training = Training::PreBackward;
+                let r = self.unshard(target);
+                self.groups[target].training = old;
+                r.map_err(to_engine)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `FSDPParamGroup.post_backward` → `foreach_reduce`.
+    fn post_backward(&mut self, gi: usize) -> vramscope_engine::Result<()> {
+        self.groups[gi].training = Training::PostBackward;
+        let mut with_grad: Vec<usize> = Vec::new();
+        let mut grads: Vec<Tensor> = Vec::new();
+        for (k, p) in self.groups[gi].params.iter().enumerate() {
+            if let Some(g) = p.unsharded.grad() {
+                with_grad.push(k);
+                grads.push(g);
+                p.unsharded.set_grad(None);
+            }
+        }
+        // reshard_after_backward
+        self.reshard(gi);
+        if grads.is_empty() {
+            return Ok(());
+        }
+        self.reduce_scatter_state = None;
+        let rt = self.rt.clone();
+        let world = self.cfg.world;
+        let grad_dtype = grads[0].dtype();
+        let reduce = self.reduce_dtype().unwrap_or(grad_dtype);
+        let g = &self.groups[gi];
+        let padded: Vec<i64> = with_grad
+            .iter()
+            .map(|&k| g.params[k].padded_numel() * world)
+            .collect();
+        let total: i64 = padded.iter().sum();
+        let input = rt.with_category(Category::Communication, || {
+            rt.empty(&[total], reduce, Device::Cuda)
+        })?;
+        // chunk_cat: the CUDA kernel (its packed metadata) for the same
+        // dtype or bf16 -> fp32; else `_chunk_cat_out`'s composite path: a
+        // padded copy of each gradient whose rows do not divide
+        // (`_pad_chunk`'s `new_zeros`), `cat_out` into the input, the copies
+        // freed after it
+        let padded_copies =
+            if grad_dtype == reduce || (grad_dtype == DType::BF16 && reduce == DType::F32) {
+                let elems = chunk_cat_pack_elems(&padded, world, reduce.size() as i64);
+                rt.with_category(Category::Workspace, || {
+                    rt.empty(&[elems], DType::I64, Device::Cuda).map(drop)
+                })?;
+                Vec::new()
+            } else {
+                let mut v = Vec::new();
+                for (&k, gr) in with_grad.iter().zip(&grads) {
+                    let p = &g.params[k];
+                    if p.shape[0] % world != 0 {
+                        v.push(rt.with_category(Category::Temporary, || {
+                            rt.zeros(&[p.padded_numel() * world], gr.dtype(), Device::Cuda)
+                        })?);
+                    }
+                }
+                v
+            };
+        drop(padded_copies);
+        drop(grads);
+        let orig = self.orig;
+        let out = rt.with_stream(
+            REDUCE_SCATTER_STREAM,
+            || -> vramscope_engine::Result<Tensor> {
+                let out = rt.with_category(Category::Gradient, || {
+                    rt.empty(&[total / world], reduce, Device::Cuda)
+                })?;
+                if reduce != orig {
+                    let c = rt.with_category(Category::Gradient, || out.to_dtype(orig))?;
+                    drop(out);
+                    return Ok(c);
+                }
+                Ok(out)
+            },
+        )?;
+        let mut off = 0;
+        for &k in &with_grad {
+            let p = &g.params[k];
+            let n = p.rows * p.rest;
+            let view = out.narrow(0, off, n).view(&p.sharded_shape())?;
+            match p.sharded.grad() {
+                Some(acc) => acc.add_(&view, 1.0)?,
+                None => p.sharded.set_grad(Some(view)),
+            }
+            off += p.padded_numel();
+        }
+        drop(out);
+        self.reduce_scatter_state = Some(input);
+        Ok(())
+    }
+
+    /// `FSDPState._root_post_backward_final_callback`.
+    fn final_callback(&mut self) -> vramscope_engine::Result<()> {
+        for gi in 0..self.groups.len() {
+            if self.groups[gi].training != Training::PostBackward {
+                self.post_backward(gi)?;
+            }
+            let g = &mut self.groups[gi];
+            g.training = Training::Idle;
+            g.all_gather = None;
+            g.post_forward_indices.clear();
+        }
+        self.post_forward_order.clear();
+        self.reduce_scatter_state = None;
+        self.callback_queued = false;
+        Ok(())
+    }
+}
+
+fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
+    match e {
+        ModelError::Engine(e) => e,
+        other => vramscope_engine::EngineError::Unsupported {
+            what: other.to_string(),
+        },
+    }
+}
+
+/// `fully_shard` over one unit's parameters.
+fn fully_shard(
+    rt: &Runtime,
+    cfg: &FsdpConfig,
+    orig: DType,
+    params: Vec<Tensor>,
+    layer: bool,
+    move_buffers: &mut dyn FnMut() -> Result<()>,
+) -> Result<Group> {
+    // _move_states_to_device: `tensor.data = tensor.to(device)`, parameters
+    // first, then buffers
+    let full: Vec<Tensor> = params
+        .iter()
+        .map(|p| {
+            rt.with_category(Category::Parameter, || {
+                rt.empty(p.sizes(), orig, Device::Cuda)
+            })
+        })
+        .collect::<vramscope_engine::Result<_>>()?;
+    move_buffers()?;
+    let mut out = Vec::with_capacity(params.len());
+    for p in params {
+        let shape = p.sizes().to_vec();
+        if shape.is_empty() {
+            return Err(ModelError::Unsupported("FSDP of a 0-dim parameter".into()));
+        }
+        let rest: i64 = shape[1..].iter().product();
+        let (padded_rows, rows) = chunk_rows(shape[0], cfg.world, cfg.rank);
+        // padded_sharded_param = param_data.new_zeros(padded_sharded_size)
+        let data = rt.with_category(Category::Parameter, || {
+            rt.zeros(&[padded_rows * rest], orig, Device::Cuda)
+        })?;
+        let mut sshape = shape.clone();
+        sshape[0] = rows;
+        let sharded = data.narrow(0, 0, rows * rest).view(&sshape)?.detach();
+        sharded.requires_grad_(true)?;
+        out.push(Param {
+            unsharded: p,
+            shape,
+            rest,
+            padded_rows,
+            rows,
+            _data: data,
+            sharded,
+        });
+    }
+    // the full copies go when `fully_shard` returns (the `params` list,
+    // freed last item first)
+    for f in full.into_iter().rev() {
+        drop(f);
+    }
+    Ok(Group {
+        params: out,
+        reshard_after_forward: layer && cfg.reshard_after_forward,
+        unsharded: false,
+        all_gather: None,
+        training: Training::Idle,
+        post_forward_indices: Vec::new(),
+    })
+}
+
+/// The int64s `split_with_sizes_copy_out_cuda_contiguous_no_cast` packs to
+/// the device for splits of `splits` elements of `elem` bytes out of a
+/// `(world, sum)` all-gather output: dst and src addresses, chunk sizes,
+/// one entry per block and the blocks' cumulative sums (`TensorShape.cu`,
+/// its grid from the device's SM count and threads per SM).
+fn split_copy_pack_elems(splits: &[i64], elem: i64, world: i64, rt: &Runtime) -> i64 {
+    let prof = rt.profile();
+    let chunk: Vec<i64> = splits.iter().map(|s| s * elem).collect();
+    let num_blocks: i64 = chunk.iter().map(|&c| div_up(c, TILE_SIZE)).sum();
+    // num_sms * max_threads_per_sm / BLOCK_SIZE * 2.0
+    let max_blocks = (prof.sm_count as i64 * prof.max_threads_per_sm as i64 / 128) * 2;
+    let iter_factor = div_up(num_blocks * world, max_blocks);
+    let chunks_per_block = ((iter_factor as f64).sqrt().ceil() as i64).min(world);
+    let iters_per_chunk = div_up(iter_factor, chunks_per_block);
+    let blocks: i64 = chunk
+        .iter()
+        .map(|&c| div_up(c, TILE_SIZE * iters_per_chunk))
+        .sum();
+    let n = splits.len() as i64;
+    3 * n + blocks + (n + 1)
+}
+
+/// The int64s `get_chunk_cat_metadata` packs for tensors whose padded sizes
+/// are `padded` elements, cut into `world` chunks of `dst_elem`-byte
+/// elements: sources, one entry per block, the start offsets and block
+/// indices (`n + 1` each), the actual and padded sizes and block counts.
+fn chunk_cat_pack_elems(padded: &[i64], world: i64, dst_elem: i64) -> i64 {
+    let blocks: i64 = padded
+        .iter()
+        .map(|&p| div_up(p * dst_elem / world, TILE_SIZE))
+        .sum();
+    let n = padded.len() as i64;
+    n + blocks + 2 * (n + 1) + 3 * n
+}
+
+/// The hooks `fully_shard` registers, as the families call them.
+pub struct FsdpHooks(pub Rc<RefCell<Fsdp>>);
+
+impl ModuleHooks for FsdpHooks {
+    fn pre_forward(&self, unit: usize, input: Option<&Tensor>) -> Result<Option<Tensor>> {
+        self.0.borrow_mut().pre_forward(unit, input)
+    }
+    fn post_forward(&self, unit: usize, outputs: &[&Tensor]) -> Result<()> {
+        self.0.borrow_mut().post_forward(unit, outputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_pad_as_torch_chunk_cuts() {
+        // 5 rows over 4 ranks: chunks of 2, 2, 1 and an empty one
+        assert_eq!(chunk_rows(5, 4, 0), (2, 2));
+        assert_eq!(chunk_rows(5, 4, 2), (2, 1));
+        assert_eq!(chunk_rows(5, 4, 3), (2, 0));
+        assert_eq!(chunk_rows(50257, 2, 1), (25129, 25128));
+    }
+
+    #[test]
+    fn chunk_cat_packs_one_entry_per_block() {
+        // one 512x512 fp32 gradient over 2 ranks: 512 KiB per chunk, 256 blocks
+        assert_eq!(chunk_cat_pack_elems(&[512 * 512], 2, 4), 1 + 256 + 4 + 3);
+    }
+}
+
+/// The ranks whose shards have the same rows in every parameter, grouped
+/// (rank 0's group first): their memory is the same, so the twin runs one
+/// rank of each group. Builds the model with empty parameters only.
+pub fn rank_classes(
+    config: &crate::HfConfig,
+    task: crate::Task,
+    world: i64,
+) -> Result<Vec<Vec<i64>>> {
+    let rt = Runtime::default();
+    rt.set_parameters_on_device_unallocated(Some(DType::F32));
+    let model = crate::families::build(&rt, config, task, DType::F32)?;
+    let dims: Vec<i64> = model
+        .parameters()
+        .iter()
+        .map(|p| p.sizes().first().copied().unwrap_or(1))
+        .collect();
+    let mut classes: Vec<(Vec<i64>, Vec<i64>)> = Vec::new();
+    for r in 0..world.max(1) {
+        let rows: Vec<i64> = dims.iter().map(|&d| chunk_rows(d, world, r).1).collect();
+        match classes.iter_mut().find(|c| c.0 == rows) {
+            Some(c) => c.1.push(r),
+            None => classes.push((rows, vec![r])),
+        }
+    }
+    Ok(classes.into_iter().map(|c| c.1).collect())
+}

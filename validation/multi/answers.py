@@ -1,0 +1,67 @@
+"""The twin's answers for validation/multi/multi_cases.json, one JSON line per rank per phase, in
+the format multi_cases.py records (written before the GPU runs them: a blind set).
+
+    python3 validation/multi/answers.py VRAMSCOPE_BINARY N OUT.jsonl [--gpu h200]
+
+Runs `vramscope estimate --config ... --fsdp N ... --json` for every case (its `ranks` give every
+rank's phases); a case the twin does not model gets one line {case, world, unsupported: message}.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    binary, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    gpu = sys.argv[sys.argv.index("--gpu") + 1] if "--gpu" in sys.argv else "h200"
+    here = os.path.dirname(os.path.abspath(__file__))
+    cases = json.load(open(os.path.join(here, "multi_cases.json")))
+    lines = []
+    for c in cases:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(c["config"], f)
+        args = [binary, "estimate", "--config", f.name, "--mode", "train", "--batch", str(c["batch"]),
+                "--seq", str(c["seq"]), "--weights", c.get("weights", "fp32"), "--gpu", gpu,
+                "--steps", str(c.get("steps", 3)), "--json"]
+        if c.get("checkpointing"):
+            args.append("--checkpointing")
+        if c["parallel"] == "fsdp":
+            args += ["--fsdp", str(n)]
+            if c.get("param_dtype"):
+                args += ["--fsdp-param-dtype", c["param_dtype"]]
+            if not c.get("reshard", True):
+                args.append("--fsdp-no-reshard")
+            if c.get("cpu_offload"):
+                args.append("--fsdp-cpu-offload")
+        else:
+            args += ["--ddp", str(n)]
+            if "bucket_mb" in c:
+                args += ["--ddp-bucket-mb", str(c["bucket_mb"])]
+            if c.get("grad_as_bucket_view"):
+                args.append("--ddp-grad-as-bucket-view")
+        p = subprocess.run(args, capture_output=True, text=True)
+        os.unlink(f.name)
+        if p.returncode not in (0, 1):
+            msg = (p.stderr.strip().splitlines() or ["?"])[-1]
+            lines.append(dict(case=c["name"], world=n, unsupported=msg))
+            continue
+        d = json.loads(p.stdout)
+        for group in d["ranks"]:
+            for r in group["ranks"]:
+                for ph in group["phases"]:
+                    lines.append(dict(case=c["name"], rank=r, world=n, phase=ph["name"],
+                                      allocated_bytes=ph["allocated_bytes"],
+                                      peak_allocated_bytes=ph["peak_allocated_bytes"],
+                                      reserved_bytes=ph["reserved_bytes"],
+                                      peak_reserved_bytes=ph["peak_reserved_bytes"],
+                                      requested_bytes=ph["requested_bytes"]))
+    with open(out, "w") as f:
+        for l in lines:
+            f.write(json.dumps(l) + "\n")
+    print(f"{len(lines)} lines, {sum('unsupported' in l for l in lines)} cases unsupported", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

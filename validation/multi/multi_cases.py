@@ -1,0 +1,164 @@
+"""Record the memory of every rank of an FSDP2 or DDP training run, one JSON line per rank per phase.
+
+    torchrun --standalone --nproc_per_node N multi_cases.py CASES.json NAME OUTDIR
+
+Works for any N (one process per GPU). CASES.json (multi_cases.json) lists workloads: the fields of
+validation/hf_cases.json (`config`, `batch` per rank, `seq`, `weights`, `checkpointing`, `steps`;
+AdamW) plus `parallel`: "fsdp" or "ddp", and for FSDP `param_dtype` (null | bf16 | fp16, with
+`reduce_dtype=float32`), `reshard` (default true: `reshard_after_forward=None`, FSDP2's default,
+True for the layers and False for the root; false: `reshard_after_forward=False` everywhere),
+`cpu_offload` (CPUOffloadPolicy()); for DDP `bucket_mb` (default 25) and `grad_as_bucket_view`.
+
+Each rank runs, in one fresh process (torchrun):
+- `init`: `torch.cuda.set_device(local_rank)`, `torch.cuda.init()`, then
+  `dist.init_process_group("nccl", device_id=...)` (NCCL's communicator made at once);
+- `load`: `AutoModelForCausalLM.from_config(config, dtype=W, attn_implementation="sdpa")` on the
+  CPU; FSDP: `fully_shard(layer)` for every decoder layer, then `fully_shard(model)` (as the FSDP2
+  tutorial and torchtitan do), each moving its parameters to the GPU and sharding them; DDP:
+  `.cuda()` then `DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=...,
+  gradient_as_bucket_view=...)`; `torch.optim.AdamW(model.parameters())`; the inputs
+  `input_ids` (batch, seq) from `torch.randint` (each rank its own seed) and `labels = input_ids.clone()`;
+- per step i: `forward{i}` (`loss = model(input_ids=..., labels=...).loss`), `backward{i}`
+  (`loss.backward(); del loss`), `step{i}` (`opt.step()`), `zero_grad{i}`
+  (`opt.zero_grad(set_to_none=True)`).
+Each phase starts with `torch.cuda.reset_peak_memory_stats()` and ends with a synchronize; its line
+holds memory_allocated, max_memory_allocated, memory_reserved, the reserved peak, requested bytes
+and `device_used_bytes` = total - free of `cudaMemGetInfo` (this process is alone on its GPU, so this
+is its CUDA context, NCCL's buffers and the allocator's segments). The `init` lines hold
+`device_used_bytes` after `torch.cuda.init()` (`context_bytes`) and after the process group
+(`nccl_init_bytes`).
+
+Writes OUTDIR/NAME.rank{R}.jsonl (one line per phase) and OUTDIR/NAME.rank{R}.trace.json, the
+allocator trace from the start of `load` ([action, addr, size, stream, innermost frames] per entry).
+"""
+import json
+import os
+import sys
+
+
+def main():
+    cases_path, name, outdir = sys.argv[1:4]
+    with open(cases_path) as f:
+        case = next(c for c in json.load(f) if c["name"] == name)
+    import torch
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    context_bytes = total - free
+    import torch.distributed as dist
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    nccl_init_bytes = total - free
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    torch.manual_seed(rank)
+
+    os.makedirs(outdir, exist_ok=True)
+    out = open(os.path.join(outdir, f"{name}.rank{rank}.jsonl"), "w")
+    v = torch.cuda.nccl.version()
+    env = dict(torch=torch.__version__, transformers=transformers.__version__, cuda=torch.version.cuda,
+               gpu=torch.cuda.get_device_name(), total=total,
+               nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v))
+
+    def line(phase, **kw):
+        out.write(json.dumps(dict(case=name, rank=rank, world=world, phase=phase, **kw)) + "\n")
+        out.flush()
+
+    line("init", context_bytes=context_bytes, nccl_init_bytes=nccl_init_bytes, env=env)
+
+    def stats():
+        s = torch.cuda.memory_stats()
+        free, total = torch.cuda.mem_get_info()
+        return dict(allocated_bytes=s.get("allocated_bytes.all.current", 0),
+                    peak_allocated_bytes=s.get("allocated_bytes.all.peak", 0),
+                    reserved_bytes=s.get("reserved_bytes.all.current", 0),
+                    peak_reserved_bytes=s.get("reserved_bytes.all.peak", 0),
+                    requested_bytes=s.get("requested_bytes.all.current", 0),
+                    device_used_bytes=total - free)
+
+    cur = [None]
+
+    def begin(phase):
+        cur[0] = phase
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def end():
+        torch.cuda.synchronize()
+        line(cur[0], **stats())
+
+    # the allocator trace (every rank), for finding a missing rule without another GPU run
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python", context="alloc")
+    cfg = dict(case["config"])
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    dt = dict(fp32=torch.float32, bf16=torch.bfloat16, fp16=torch.float16)
+    wdt = dt[case.get("weights", "fp32")]
+    b, seq = case["batch"], case["seq"]
+    try:
+        begin("load")
+        model = AutoModelForCausalLM.from_config(config, dtype=wdt, attn_implementation="sdpa")
+        if case["parallel"] == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+            mesh = init_device_mesh("cuda", (world,))
+            kw = dict(mesh=mesh)
+            if case.get("param_dtype"):
+                kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dt[case["param_dtype"]],
+                                                       reduce_dtype=torch.float32)
+            if not case.get("reshard", True):
+                kw["reshard_after_forward"] = False
+            if case.get("cpu_offload"):
+                kw["offload_policy"] = CPUOffloadPolicy()
+            layers = model.transformer.h if config.model_type == "gpt2" else model.model.layers
+            for layer in layers:
+                fully_shard(layer, **kw)
+            fully_shard(model, **kw)
+            wrapped = model
+        else:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = model.cuda()
+            wrapped = DDP(model, device_ids=[local_rank], bucket_cap_mb=case.get("bucket_mb", 25),
+                          gradient_as_bucket_view=case.get("grad_as_bucket_view", False))
+        opt = torch.optim.AdamW(model.parameters(), lr=case.get("lr", 1e-4))
+        input_ids = torch.randint(0, config.vocab_size, (b, seq), device="cuda")
+        labels = input_ids.clone()
+        end()
+        if case.get("checkpointing"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        wrapped.train()
+        for i in range(case.get("steps", 3)):
+            begin(f"forward{i}")
+            loss = wrapped(input_ids=input_ids, labels=labels).loss
+            end()
+            begin(f"backward{i}")
+            loss.backward()
+            del loss
+            end()
+            begin(f"step{i}")
+            opt.step()
+            end()
+            begin(f"zero_grad{i}")
+            opt.zero_grad(set_to_none=True)
+            end()
+    except torch.OutOfMemoryError as e:
+        line("error", kind="oom", at=cur[0], message=str(e).splitlines()[0], **stats())
+    out.close()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    trace = []
+    for e in snap["device_traces"][local_rank]:
+        fr = [f"{os.path.basename(f['filename'])}:{f['line']}:{f['name']}" for f in e.get("frames", [])
+              if "/torch/" not in f["filename"] or "/fsdp/" in f["filename"] or "/parallel/" in f["filename"]
+              or "/torch/optim/" in f["filename"] or "/torch/utils/checkpoint" in f["filename"]][:4]
+        trace.append([e["action"], e.get("addr", e.get("device_free", 0)), e["size"], e.get("stream", 0), fr])
+    with open(os.path.join(outdir, f"{name}.rank{rank}.trace.json"), "w") as f:
+        json.dump(trace, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
