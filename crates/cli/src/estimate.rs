@@ -579,6 +579,9 @@ pub struct ParallelArgs {
     /// keep their all-gathered parameters from forward to backward).
     #[arg(long, requires = "fsdp")]
     pub fsdp_no_reshard: bool,
+    /// With --fsdp: only this rank (0..N), e.g. for its --snapshot.
+    #[arg(long, value_name = "R", requires = "fsdp")]
+    pub fsdp_rank: Option<i64>,
 }
 
 impl ParallelArgs {
@@ -962,7 +965,11 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let classes = match args.parallel.fsdp {
         Some(world) => {
             args.parallel.parallel(0)?;
-            vramscope_models::parallel::fsdp::rank_classes(&config, w.task, world)?
+            match args.parallel.fsdp_rank {
+                Some(r) if (0..world).contains(&r) => vec![vec![r]],
+                Some(r) => bail!("--fsdp-rank {r}: expected a rank from 0 to {}", world - 1),
+                None => vramscope_models::parallel::fsdp::rank_classes(&config, w.task, world)?,
+            }
         }
         None => vec![vec![0]],
     };

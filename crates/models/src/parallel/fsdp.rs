@@ -244,10 +244,15 @@ impl Fsdp {
             return Ok(());
         };
         let forward = self.groups[gi].training == Training::Forward;
-        if forward {
-            // the previous unit's all-gather output goes after this one's copy-in
-            self.all_gather_state = None;
-        }
+        // the previous unit's all-gather output: `comm_ctx.all_gather_state`
+        // is cleared now, but the local `prev_all_gather_state` holds it
+        // until `wait_for_unshard` returns (the GPU's traces free it after
+        // the copy-out)
+        let prev = if forward {
+            self.all_gather_state.take()
+        } else {
+            None
+        };
         let dtype = out.dtype();
         let world = self.cfg.world;
         let rt = self.rt.clone();
@@ -269,6 +274,7 @@ impl Fsdp {
         } else {
             drop(out);
         }
+        drop(prev);
         Ok(())
     }
 
@@ -422,7 +428,13 @@ impl Fsdp {
                 v
             };
         drop(padded_copies);
-        drop(grads);
+        // `unsharded_grads.clear()` frees them last first (`list.clear`),
+        // but the loop over `zip(fsdp_params, unsharded_grads)` leaves its
+        // variable bound to the last one until `foreach_reduce` returns
+        let last = grads.pop();
+        while let Some(gr) = grads.pop() {
+            drop(gr);
+        }
         let orig = self.orig;
         let out = rt.with_stream(
             REDUCE_SCATTER_STREAM,
@@ -450,6 +462,7 @@ impl Fsdp {
             off += p.padded_numel();
         }
         drop(out);
+        drop(last);
         self.reduce_scatter_state = Some(input);
         Ok(())
     }
@@ -527,11 +540,9 @@ fn fully_shard(
             sharded,
         });
     }
-    // the full copies go when `fully_shard` returns (the `params` list,
-    // freed last item first)
-    for f in full.into_iter().rev() {
-        drop(f);
-    }
+    // the full copies go when `fully_shard` returns, first to last (the
+    // GPU's traces: `validation/multi/trace_diff.py`)
+    drop(full);
     Ok(Group {
         params: out,
         reshard_after_forward: layer && cfg.reshard_after_forward,
