@@ -1020,6 +1020,19 @@ impl Runtime {
     /// The driver takes `bytes` for this thread's cuBLAS or cuDNN use, noted
     /// in the event log; out of memory when the device has less free, with
     /// the error the library raises (`op` names the cuDNN ones).
+    /// Device memory a library takes through the driver, outside the
+    /// caching allocator (NCCL's buffers), for `op`: counted against the
+    /// device as the cuBLAS handles are, and noted in the event log.
+    pub fn driver_outside(&self, op: &'static str, bytes: u64) -> Result<()> {
+        self.driver_take(op, bytes)
+    }
+
+    /// Note a size the twin takes without a measurement behind it (the
+    /// estimate's `unmeasured`).
+    pub fn note_unmeasured_size(&self, what: String) {
+        self.note_unmeasured(what);
+    }
+
     fn driver_take(&self, op: &'static str, bytes: u64) -> Result<()> {
         let mut st = self.st.borrow_mut();
         if !st.alloc.device_mut().driver_alloc(bytes) {
@@ -1028,7 +1041,14 @@ impl Runtime {
             return Err(EngineError::OutOfMemory {
                 op,
                 bytes,
-                detail: if op.starts_with("cudnn_") {
+                detail: if op.starts_with("nccl") {
+                    format!(
+                        "NCCL error: unhandled cuda error (out of memory): NCCL needs {} for \
+                         its buffers and {} is free (the caching allocator keeps its cache)",
+                        vramscope_alloc::format_size(bytes),
+                        vramscope_alloc::format_size(free)
+                    )
+                } else if op.starts_with("cudnn_") {
                     // as the GPU failed at ViT's batch 3724 on the whole card
                     // (`fixtures/plan/wholecard_vit_plan_h100.jsonl`)
                     format!(

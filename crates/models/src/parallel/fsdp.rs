@@ -60,6 +60,20 @@ pub struct FsdpConfig {
 const COPY_IN_STREAM: u64 = 1;
 const REDUCE_SCATTER_STREAM: u64 = 3;
 
+/// NCCL's memory outside the allocator, measured with `cudaMemGetInfo` on
+/// 2 H200s (NCCL 2.28.9, PyTorch 2.11; `fixtures/multi/README.md`), the
+/// same on both ranks of every case: after `init_process_group(device_id=...)`
+/// 984.875 MiB are used, 456.0625 MiB over the context the twin takes
+/// (528.8125 MiB, `DeviceProfile::h100_torch_2_11`; the process read
+/// 526.875 before its first kernel); FSDP's first forward 382 MiB beyond
+/// cuBLAS's first handle (its first collectives); its first backward 2 MiB
+/// beyond the autograd thread's handle, 4 where the matmuls run in 16 bits.
+const NCCL_INIT: u64 = (456 << 20) + (1 << 16);
+const NCCL_FIRST_FORWARD: u64 = 382 << 20;
+const NCCL_FIRST_BACKWARD: (u64, u64) = (2 << 20, 4 << 20);
+/// The world size those were measured at.
+const NCCL_MEASURED_WORLD: i64 = 2;
+
 /// `TensorShape.cu`: `BLOCK_SIZE * BYTES_PER_THREAD`.
 const TILE_SIZE: i64 = 128 * 16;
 
@@ -124,6 +138,8 @@ pub struct Fsdp {
     reduce_scatter_state: Option<Tensor>,
     post_forward_order: Vec<usize>,
     callback_queued: bool,
+    /// NCCL's first forward and first backward shares taken
+    nccl_taken: (bool, bool),
     me: Weak<RefCell<Fsdp>>,
 }
 
@@ -159,6 +175,18 @@ impl Fsdp {
                 cfg.world, cfg.rank
             )));
         }
+        // init_process_group ran before: NCCL's communicator
+        rt.driver_outside("nccl_init", NCCL_INIT)?;
+        if cfg.world != NCCL_MEASURED_WORLD {
+            rt.note_unmeasured_size(format!(
+                "NCCL's memory outside the allocator over {} ranks: taken as measured over {} \
+                 ({} MiB at init, {} MiB more by the first backward)",
+                cfg.world,
+                NCCL_MEASURED_WORLD,
+                NCCL_INIT >> 20,
+                (NCCL_FIRST_FORWARD + NCCL_FIRST_BACKWARD.1) >> 20
+            ));
+        }
         let mut groups: Vec<Option<Group>> = (0..=layers.len()).map(|_| None).collect();
         for (i, ps) in layers.into_iter().enumerate() {
             groups[1 + i] = Some(fully_shard(rt, cfg, orig, ps, true, &mut || Ok(()))?);
@@ -176,6 +204,7 @@ impl Fsdp {
             reduce_scatter_state: None,
             post_forward_order: Vec::new(),
             callback_queued: false,
+            nccl_taken: (false, false),
             me: Weak::new(),
         }));
         me.borrow_mut().me = Rc::downgrade(&me);
@@ -236,6 +265,10 @@ impl Fsdp {
             })
         })?;
         self.groups[gi].all_gather = Some(out);
+        if !self.nccl_taken.0 {
+            self.nccl_taken.0 = true;
+            rt.driver_outside("nccl_all_gather", NCCL_FIRST_FORWARD)?;
+        }
         Ok(())
     }
 
@@ -464,6 +497,16 @@ impl Fsdp {
         drop(out);
         drop(last);
         self.reduce_scatter_state = Some(input);
+        if !self.nccl_taken.1 {
+            self.nccl_taken.1 = true;
+            let bits16 = self.param_dtype().unwrap_or(self.orig) != DType::F32;
+            let b = if bits16 {
+                NCCL_FIRST_BACKWARD.1
+            } else {
+                NCCL_FIRST_BACKWARD.0
+            };
+            rt.driver_outside("nccl_reduce_scatter", b)?;
+        }
         Ok(())
     }
 
