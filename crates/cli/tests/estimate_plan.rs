@@ -685,3 +685,57 @@ fn plan_reports_a_boundary_that_is_not_monotone() {
     );
     assert!(t.lines().nth(2).unwrap().contains(" / "), "{t}");
 }
+
+/// `estimate --fsdp 2 --json` (issue #33): the figures of the GPUs' rank 0
+/// of `fixtures/multi/multi_h200_n2.jsonl` at the top level, every rank in
+/// `ranks` (GPT-2's 50257-row vocabulary shards unevenly: two groups).
+#[test]
+fn fsdp_gives_every_ranks_phases_and_the_fullest_at_the_top() {
+    let gpt2 = write_config(
+        "fsdp_gpt2",
+        r#"{"model_type": "gpt2", "n_embd": 512, "n_layer": 4, "n_head": 8, "vocab_size": 50257, "n_positions": 1024}"#,
+    );
+    let out = vramscope(
+        "estimate",
+        &gpt2,
+        "--mode train --batch 4 --seq 512 --gpu h200 --fsdp 2 --json",
+        0,
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["workload"]["parallel"]["kind"], "fsdp");
+    assert_eq!(j["workload"]["parallel"]["world"], 2);
+    let ranks = j["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    assert_eq!(ranks[0]["ranks"], serde_json::json!([0]));
+    assert_eq!(ranks[1]["ranks"], serde_json::json!([1]));
+    let recorded: Vec<Value> =
+        std::fs::read_to_string(repo().join("fixtures/multi/multi_h200_n2.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l: &Value| l["case"] == "fsdp_gpt2_fp32" && l["phase"] != "init")
+            .collect();
+    for (r, group) in ranks.iter().enumerate() {
+        let gpu: Vec<&Value> = recorded.iter().filter(|l| l["rank"] == r).collect();
+        let phases = group["phases"].as_array().unwrap();
+        assert_eq!(phases.len(), gpu.len());
+        for (p, g) in phases.iter().zip(gpu) {
+            assert_eq!(
+                p["peak_allocated_bytes"], g["peak_allocated_bytes"],
+                "rank {r}"
+            );
+            assert_eq!(
+                p["peak_reserved_bytes"], g["peak_reserved_bytes"],
+                "rank {r}"
+            );
+        }
+    }
+    // a world of one, or a rank outside it, is refused
+    vramscope("estimate", &gpt2, "--mode train --batch 4 --fsdp 1", 2);
+    vramscope(
+        "estimate",
+        &gpt2,
+        "--mode train --batch 4 --fsdp 2 --fsdp-rank 2",
+        2,
+    );
+}

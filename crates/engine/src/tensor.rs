@@ -574,3 +574,31 @@ impl Runtime {
         self.empty_op(&[], dtype, device, "scalar_tensor", Category::Output)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_storage_resized_to_zero_gives_its_bytes_back_under_its_views_and_refills() {
+        let rt = Runtime::default();
+        let t = rt.device_unallocated(&[256, 256], DType::F32).unwrap();
+        assert_eq!((rt.memory_allocated(), t.storage_nbytes()), (0, 0));
+        t.resize_storage(256 * 256 * 4, "alloc_storage", Category::Parameter)
+            .unwrap();
+        assert_eq!(rt.memory_allocated(), 256 * 256 * 4);
+        // a view (what autograd saves) keeps the storage, not its bytes
+        let v = t.t();
+        t.free_storage();
+        assert_eq!((rt.memory_allocated(), v.storage_nbytes()), (0, 0));
+        // refilled to a padded size, seen through the view too
+        t.resize_storage(257 * 256 * 4, "alloc_storage", Category::Parameter)
+            .unwrap();
+        assert_eq!(v.storage_nbytes(), 257 * 256 * 4);
+        assert!(t
+            .resize_storage(4, "alloc_storage", Category::Parameter)
+            .is_err());
+        drop((t, v));
+        assert_eq!(rt.memory_allocated(), 0);
+    }
+}

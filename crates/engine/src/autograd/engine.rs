@@ -467,3 +467,36 @@ mod tests {
         assert_eq!(order, vec![9, 7, 5, 3, 1]);
     }
 }
+
+#[cfg(test)]
+mod hook_tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use crate::{DType, Device, Runtime};
+
+    #[test]
+    fn a_tensor_hook_runs_before_its_node_and_a_queued_callback_after_the_pass() {
+        let rt = Runtime::default();
+        let x = rt.empty(&[1024], DType::F32, Device::Cuda).unwrap();
+        x.requires_grad_(true).unwrap();
+        let y = x.mul_scalar(2.0.into()).unwrap();
+        let z = y.sum().unwrap();
+        let seen: Rc<RefCell<Vec<(&str, bool)>>> = Rc::default();
+        let (s, xc, rc) = (seen.clone(), x.clone(), rt.clone());
+        y.register_grad_hook(Rc::new(move || {
+            s.borrow_mut().push(("hook", xc.grad().is_some()));
+            let (s, xc) = (s.clone(), xc.clone());
+            rc.queue_callback(Rc::new(move || {
+                s.borrow_mut().push(("callback", xc.grad().is_some()));
+                Ok(())
+            }));
+            Ok(())
+        }))
+        .unwrap();
+        // a leaf has no node to hook
+        assert!(x.register_grad_hook(Rc::new(|| Ok(()))).is_err());
+        z.backward().unwrap();
+        assert_eq!(*seen.borrow(), [("hook", false), ("callback", true)]);
+    }
+}
