@@ -1030,16 +1030,15 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 steps: w.steps,
                 alloc_conf: &args.workload.alloc_conf,
                 grad: w.grad.name(),
-                parallel: match &w.parallel {
-                    Some(Parallel::Fsdp(c)) => Some(ParallelJson {
+                parallel: w.parallel.as_ref().map(|p| match p {
+                    Parallel::Fsdp(c) => ParallelJson {
                         kind: "fsdp",
                         world: c.world,
                         param_dtype: c.param_dtype.map(dtype_name),
                         reshard_after_forward: c.reshard_after_forward,
                         rank: fullest_rank,
-                    }),
-                    None => None,
-                },
+                    },
+                }),
             },
             gpu: profile.name,
             gpu_key: profile.key,

@@ -480,7 +480,7 @@ mod hook_tests {
         let rt = Runtime::default();
         let x = rt.empty(&[1024], DType::F32, Device::Cuda).unwrap();
         x.requires_grad_(true).unwrap();
-        let y = x.mul_scalar(2.0.into()).unwrap();
+        let y = x.mul_scalar(2.0).unwrap();
         let z = y.sum().unwrap();
         let seen: Rc<RefCell<Vec<(&str, bool)>>> = Rc::default();
         let (s, xc, rc) = (seen.clone(), x.clone(), rt.clone());

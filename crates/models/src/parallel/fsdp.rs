@@ -643,26 +643,6 @@ impl ModuleHooks for FsdpHooks {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunks_pad_as_torch_chunk_cuts() {
-        // 5 rows over 4 ranks: chunks of 2, 2, 1 and an empty one
-        assert_eq!(chunk_rows(5, 4, 0), (2, 2));
-        assert_eq!(chunk_rows(5, 4, 2), (2, 1));
-        assert_eq!(chunk_rows(5, 4, 3), (2, 0));
-        assert_eq!(chunk_rows(50257, 2, 1), (25129, 25128));
-    }
-
-    #[test]
-    fn chunk_cat_packs_one_entry_per_block() {
-        // one 512x512 fp32 gradient over 2 ranks: 512 KiB per chunk, 256 blocks
-        assert_eq!(chunk_cat_pack_elems(&[512 * 512], 2, 4), 1 + 256 + 4 + 3);
-    }
-}
-
 /// The ranks whose shards have the same rows in every parameter, grouped
 /// (rank 0's group first): their memory is the same, so the twin runs one
 /// rank of each group. Builds the model with empty parameters only.
@@ -688,4 +668,24 @@ pub fn rank_classes(
         }
     }
     Ok(classes.into_iter().map(|c| c.1).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_pad_as_torch_chunk_cuts() {
+        // 5 rows over 4 ranks: chunks of 2, 2, 1 and an empty one
+        assert_eq!(chunk_rows(5, 4, 0), (2, 2));
+        assert_eq!(chunk_rows(5, 4, 2), (2, 1));
+        assert_eq!(chunk_rows(5, 4, 3), (2, 0));
+        assert_eq!(chunk_rows(50257, 2, 1), (25129, 25128));
+    }
+
+    #[test]
+    fn chunk_cat_packs_one_entry_per_block() {
+        // one 512x512 fp32 gradient over 2 ranks: 512 KiB per chunk, 256 blocks
+        assert_eq!(chunk_cat_pack_elems(&[512 * 512], 2, 4), 1 + 256 + 4 + 3);
+    }
 }
