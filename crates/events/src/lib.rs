@@ -244,7 +244,7 @@ mod tests {
         let e = "weights".parse::<Category>().unwrap_err();
         let msg = e.to_string();
         assert!(msg.starts_with("unknown category \"weights\"; expected one of parameter, "));
-        assert!(msg.ends_with("workspace, input"));
+        assert!(msg.ends_with("workspace, input, communication"));
     }
 
     #[test]
