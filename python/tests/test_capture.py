@@ -166,3 +166,17 @@ def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
         # (2M elements reduce across blocks) and the 0-d result; the histogram
         assert after - before == 1 + 2 * 3 + 1
     assert any("bincount" in w for w in cap.warned)
+
+
+def test_a_host_copy_into_a_non_contiguous_layout_stages_on_the_device():
+    # copy_kernel_cuda: a channels-last 3x3 weight needs a contiguous device buffer for the memcpy
+    # (blind2/b01's per-op truth on an H200: every 3x3 and 7x7 weight of resnet50 took one); a 1x1
+    # weight is contiguous in either layout and takes none
+    with vramscope.capture():
+        w3, w1 = torch.empty(64, 64, 3, 3), torch.empty(64, 64, 1, 1)
+        counts = []
+        for w in (w3, w1):
+            before = torch.cuda.memory_stats()["allocation.all.allocated"]
+            w.to("cuda", memory_format=torch.channels_last)
+            counts.append(torch.cuda.memory_stats()["allocation.all.allocated"] - before)
+        assert counts == [2, 1]

@@ -223,6 +223,19 @@ def _local_scalar_dense(cap, func, args, kwargs):
 DISPATCH[aten._local_scalar_dense.default] = _local_scalar_dense
 
 
+def _h2d_staging(cap, dst, src, non_blocking: bool, op: str) -> None:
+    """`copy_kernel_cuda` (cuda/Copy.cu) between host and device: the memcpy needs a contiguous
+    destination, so a `dst` that is not contiguous (a 3x3 weight sent as channels-last) gets a
+    contiguous device buffer first, copied into `dst` on the device and freed; with `non_blocking`
+    the dtype conversion happens on the GPU, so a dtype change takes one too (in `src`'s dtype)."""
+    same_type = dst.dtype == src.dtype
+    if dst.numel() == 0 or (dst.is_contiguous() and (same_type or not non_blocking)):
+        return
+    elem = src.element_size() if non_blocking else dst.element_size()
+    staging = cap.malloc(dst.numel() * elem, op, "temporary")
+    del staging
+
+
 def _to_copy(cap, func, args, kwargs):
     """Copies between the host and the simulated device."""
     src = args[0]
@@ -239,6 +252,7 @@ def _to_copy(cap, func, args, kwargs):
         out = aten._to_copy.default(src, **dict(kwargs, device=torch.device("meta")))
         cap.ops += 1
         cap.track(out, "aten::_to_copy", "input")
+        _h2d_staging(cap, out, src, bool(kwargs.get("non_blocking", False)), "aten::_to_copy")
         if src.numel() <= 1 << 16:
             set_value(out, aten._to_copy.default(src, **dict(kwargs, device=torch.device("cpu"))))
         return out
@@ -252,6 +266,8 @@ def _copy_(cap, func, args, kwargs):
     dst, src = args[0], args[1]
     if registered(dst) and isinstance(src, torch.Tensor) and src.device.type == "cpu":
         aten.copy_.default(dst, src.to("meta"), *args[2:])
+        non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        _h2d_staging(cap, dst, src, non_blocking, "aten::copy_")
         v = value(dst)
         if v is not None:
             v.copy_(src)
