@@ -739,3 +739,85 @@ fn fsdp_gives_every_ranks_phases_and_the_fullest_at_the_top() {
         2,
     );
 }
+
+/// The golden files of whole outputs (`tests/golden`).
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+
+/// Compare `got` with the golden file `name`, printing the first
+/// difference; with `VRAMSCOPE_BLESS=1`, write it instead (then review the
+/// diff).
+fn assert_golden(name: &str, got: &str) {
+    let path = Path::new(GOLDEN).join(name);
+    if std::env::var_os("VRAMSCOPE_BLESS").is_some() {
+        std::fs::create_dir_all(GOLDEN).unwrap();
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with VRAMSCOPE_BLESS=1)", path.display()));
+    if want == got {
+        return;
+    }
+    let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
+    let i = w
+        .iter()
+        .zip(&g)
+        .position(|(a, b)| a != b)
+        .unwrap_or(w.len().min(g.len()));
+    panic!(
+        "{name} differs from its golden file at line {}:\n  golden: {:?}\n  now:    {:?}\n({} vs {} lines; VRAMSCOPE_BLESS=1 rewrites it)",
+        i + 1,
+        w.get(i),
+        g.get(i),
+        w.len(),
+        g.len()
+    );
+}
+
+/// Whole outputs of `estimate` and `plan`, text and JSON, as a user sees
+/// them: a fit, an out-of-memory on an estimated GPU, a plan whose
+/// boundary is not monotone, a sweep grid.
+#[test]
+fn whole_outputs_match_their_golden_files() {
+    let cases: &[(&str, &str, i32)] = &[
+        (
+            "estimate_gpt2_train_bf16.txt",
+            "estimate --model gpt2 --mode train --batch 2 --seq 128 --weights bf16",
+            0,
+        ),
+        (
+            "estimate_gpt2_train_bf16.json",
+            "estimate --model gpt2 --mode train --batch 2 --seq 128 --weights bf16 --json",
+            0,
+        ),
+        (
+            "estimate_llama1b_a100_40gb_oom.txt",
+            "estimate --model llama-3.2-1b --mode train --batch 8 --seq 2048 --gpu a100-40gb",
+            1,
+        ),
+        (
+            "plan_llama8b_seq512.txt",
+            "plan --model llama-3.1-8b --mode train --seq 512 --weights bf16 --no-levers",
+            0,
+        ),
+        (
+            "plan_llama8b_seq512.json",
+            "plan --model llama-3.1-8b --mode train --seq 512 --weights bf16 --no-levers --json",
+            0,
+        ),
+        (
+            "plan_gpt2_levers.txt",
+            "plan --model gpt2 --mode train --seq 256 --memory-limit 3GiB --target-batch 40",
+            0,
+        ),
+        (
+            "sweep_gpt2_infer.txt",
+            "plan --model gpt2 --mode infer --batch 1,2,4 --seq 64,128 --memory-limit 1GiB",
+            0,
+        ),
+    ];
+    for (name, args, code) in cases {
+        let out = run(bin().args(args.split_whitespace()), *code);
+        assert_golden(name, &String::from_utf8_lossy(&out.stdout));
+    }
+}
