@@ -155,9 +155,13 @@ fn boundary_lines(out: &mut Vec<u8>, bd: &Boundary, capacity: u64) -> std::io::R
         )?;
     }
     if bd.recommended > 0 {
+        // where the scan stopped short of the largest batch, the
+        // recommendation is a lower bound too
+        let bound = bd.recommended == bd.checked_up_to && bd.checked_up_to < bd.largest;
         writeln!(
             out,
-            "Recommended: batch {} (it and every smaller batch fit with {:.0}% of the limit to spare, under {})",
+            "Recommended: {}batch {} (it and every smaller batch fit with {:.0}% of the limit to spare, under {})",
+            if bound { "at least " } else { "" },
             bd.recommended,
             SPARE * 100.0,
             format_size((capacity as f64 * (1.0 - SPARE)) as u64)

@@ -15,7 +15,7 @@ use crate::sweep::sweep;
 
 /// Every batch up to this many is run; above it the boundary is the
 /// search's and [`Boundary::checked_up_to`] says so.
-pub const SCAN_LIMIT: i64 = 1024;
+pub const SCAN_LIMIT: i64 = 256;
 
 /// Failing batches below the largest whose out-of-memory is looked up (a
 /// full run each); the rest are listed without it.
