@@ -158,6 +158,26 @@ impl Device {
         self.p.runtime().profile().capability
     }
 
+    /// The GPU profile's `--gpu` key (`h100`, `a100-80gb`, ...).
+    #[getter]
+    fn key(&self) -> &'static str {
+        self.p.runtime().profile().key
+    }
+
+    /// The GPU's constants that were not measured on it (empty on the
+    /// H100 and H200), as a report names them ("CUDA context", ...).
+    #[getter]
+    fn estimated_constants(&self) -> Vec<&'static str> {
+        self.p.runtime().profile().grades.estimated()
+    }
+
+    /// Whether the cuDNN workspace tables measured on sm_90 hold for this
+    /// GPU (a table lookup on another GPU is an unmeasured size).
+    #[getter]
+    fn cudnn_tables(&self) -> bool {
+        self.p.runtime().profile().cudnn_tables
+    }
+
     /// `get_device_properties().multi_processor_count`.
     #[getter]
     fn multi_processor_count(&self) -> u32 {
