@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use vramscope_alloc::format_size;
 use vramscope_report::diff::{diff, render_text, Threshold};
 use vramscope_report::Options;
 
@@ -46,8 +47,16 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     };
     std::io::stdout().lock().write_all(s.as_bytes())?;
     let fail = args.fail_over.is_some_and(|t| d.exceeds(t));
-    if fail {
-        eprintln!("peak allocated grew by more than the --fail-over threshold");
+    if let (true, Some(t)) = (fail, args.fail_over) {
+        let limit = match t {
+            Threshold::Bytes(b) => format_size(b),
+            Threshold::Percent(p) => format!("{p}%"),
+        };
+        eprintln!(
+            "FAIL: peak allocated grew from {} to {}, more than --fail-over {limit}",
+            format_size(d.a_peak_allocated_bytes),
+            format_size(d.b_peak_allocated_bytes)
+        );
     }
     Ok(ExitCode::from(if fail { EXIT_DIFFERENT } else { EXIT_OK }))
 }
