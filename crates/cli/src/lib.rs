@@ -13,6 +13,7 @@ pub mod diff;
 pub mod estimate;
 pub mod inspect;
 pub mod plan;
+pub mod plan_parallel;
 pub mod replay;
 
 /// Exit code: the command ran and the answer is "yes" (exact, fits, ...).

@@ -35,6 +35,9 @@ pub struct PlanArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub parallel: crate::estimate::ParallelArgs,
     /// Sweep these batch sizes (`1..64`, `1,2,4,8`) over every --seq and
     /// print a grid of peak reserved and fits / doesn't, instead of
     /// searching the largest batch.
@@ -280,6 +283,10 @@ fn bar(len: Option<u64>, msg: &str) -> ProgressBar {
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let config = args.model.config()?;
     args.workload.check(&config)?;
+    if args.parallel.fsdp.is_some() {
+        // the largest batch per rank, the fewest GPUs, FSDP's levers
+        return crate::plan_parallel::run(args, &config);
+    }
     let base = args.workload.workload(&config, 1);
     let options = EstimateOptions {
         profile: args.gpu.profile()?,

@@ -821,3 +821,44 @@ fn whole_outputs_match_their_golden_files() {
         assert_golden(name, &String::from_utf8_lossy(&out.stdout));
     }
 }
+
+/// `plan --fsdp N` (issue #33): the largest batch per rank is the last
+/// `estimate --fsdp N` that fits under the limit, the fewest GPUs for a
+/// global batch the first N whose ranks fit `ceil(B / N)`, and the levers
+/// are each an estimate at the batch searched.
+#[test]
+fn plan_under_fsdp_finds_the_largest_batch_per_rank_and_the_fewest_gpus() {
+    let llama = write_config(
+        "fsdp_llama",
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+    );
+    let limit = "--gpu h200 --memory-limit 4GiB --seq 512";
+    let j = json(&vramscope(
+        "plan",
+        &llama,
+        &format!("--mode train {limit} --fsdp 2 --target-batch 64 --json"),
+        0,
+    ));
+    assert_eq!(j["schema"], "vramscope.plan_fsdp/1");
+    let max = j["max_batch_per_rank"].as_i64().unwrap();
+    assert!(max >= 1, "{j}");
+    assert_eq!(j["max_global_batch"].as_i64().unwrap(), 2 * max);
+    let est = |world: i64, b: i64, code: i32| {
+        vramscope(
+            "estimate",
+            &llama,
+            &format!("--mode train {limit} --fsdp {world} --batch {b}"),
+            code,
+        )
+    };
+    est(2, max, 0);
+    est(2, max + 1, 1);
+    let n = j["fewest_gpus"]["gpus"].as_i64().unwrap();
+    let per = j["fewest_gpus"]["batch_per_rank"].as_i64().unwrap();
+    assert_eq!(per, (64 + n - 1) / n);
+    est(n, per, 0);
+    est(n - 1, (64 + n - 2) / (n - 1), 1);
+    let levers = j["levers"].as_array().unwrap();
+    assert_eq!(levers[0]["name"], "as given");
+    assert!(levers.len() >= 4, "{j}");
+}

@@ -1,0 +1,320 @@
+//! `vramscope plan --fsdp N`: under FSDP2, the largest batch per rank on N
+//! GPUs, the fewest GPUs for a global batch (`--target-batch`), and FSDP's
+//! levers at the batch found, each from the twin's run of every rank that
+//! shards differently (the GPU's own out-of-memory path decides "fits").
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use serde::Serialize;
+use vramscope_alloc::format_size;
+use vramscope_engine::DType;
+use vramscope_models::parallel::fsdp::rank_classes;
+use vramscope_models::{
+    estimate, Checkpointing, EstimateOptions, FsdpConfig, HfConfig, Parallel, Workload,
+};
+
+use crate::estimate::emit;
+use crate::plan::PlanArgs;
+use crate::{EXIT_DIFFERENT, EXIT_OK};
+
+/// The most GPUs the fewest-GPUs search tries.
+const MAX_GPUS: i64 = 64;
+/// The largest batch per rank the search tries.
+const MAX_BATCH: i64 = 1 << 16;
+
+/// What one workload gives on every rank: whether all fit, and the fullest
+/// rank's peak reserved (without a limit where one ran out).
+struct Outcome {
+    fits: bool,
+    peak_reserved: i64,
+}
+
+fn run_ranks(
+    config: &HfConfig,
+    base: &Workload,
+    fsdp: &FsdpConfig,
+    options: &EstimateOptions,
+) -> anyhow::Result<Outcome> {
+    let mut out = Outcome {
+        fits: true,
+        peak_reserved: 0,
+    };
+    for ranks in rank_classes(config, base.task, fsdp.world)? {
+        let w = Workload {
+            parallel: Some(Parallel::Fsdp(FsdpConfig {
+                rank: ranks[0],
+                ..fsdp.clone()
+            })),
+            ..base.clone()
+        };
+        let mut e = estimate(config, &w, options)?;
+        if e.oom.is_some() {
+            out.fits = false;
+            e = estimate(config, &w, &options.without_limit())?;
+        }
+        out.peak_reserved = out.peak_reserved.max(e.peak_reserved_bytes);
+    }
+    Ok(out)
+}
+
+/// The largest batch per rank that fits (0: not even 1).
+fn largest_batch(
+    config: &HfConfig,
+    base: &Workload,
+    fsdp: &FsdpConfig,
+    options: &EstimateOptions,
+) -> anyhow::Result<i64> {
+    let fits = |b: i64| -> anyhow::Result<bool> {
+        let w = Workload {
+            batch: b,
+            ..base.clone()
+        };
+        Ok(run_ranks(config, &w, fsdp, options)?.fits)
+    };
+    if !fits(1)? {
+        return Ok(0);
+    }
+    // doubling, then bisection between the last fit and the first failure
+    let (mut lo, mut hi) = (1, 2);
+    while hi <= MAX_BATCH && fits(hi)? {
+        lo = hi;
+        hi *= 2;
+    }
+    if hi > MAX_BATCH {
+        return Ok(lo);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+#[derive(Serialize)]
+struct LeverJson {
+    name: String,
+    peak_reserved_bytes: i64,
+    fits: bool,
+}
+
+#[derive(Serialize)]
+struct FewestJson {
+    target_batch: i64,
+    /// `None` (null) when not even `MAX_GPUS` GPUs fit it
+    gpus: Option<i64>,
+    batch_per_rank: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct PlanFsdpJson<'a> {
+    schema: &'static str,
+    model_type: &'a str,
+    gpu: &'a str,
+    world: i64,
+    seq: i64,
+    max_batch_per_rank: i64,
+    max_global_batch: i64,
+    peak_reserved_bytes: i64,
+    fewest_gpus: Option<FewestJson>,
+    levers: Vec<LeverJson>,
+}
+
+/// Run `vramscope plan --fsdp N`.
+pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
+    if args.batch.is_some() {
+        bail!("plan --fsdp searches the batch; a --batch sweep is not modelled under FSDP yet");
+    }
+    if args.workload.seqs().len() > 1 {
+        bail!("plan --fsdp takes one --seq");
+    }
+    let profile = args.gpu.profile()?;
+    let options = EstimateOptions {
+        profile: profile.clone(),
+        allocator: args.workload.allocator()?,
+        memory_fraction: args.gpu.fraction()?,
+        unlimited: false,
+        record_trace: false,
+    };
+    let base = args.workload.workload(config, 1);
+    let Some(Parallel::Fsdp(fsdp)) = args.parallel.parallel(0)? else {
+        bail!("plan --fsdp needs --fsdp N");
+    };
+    let max = largest_batch(config, &base, &fsdp, &options)?;
+    let at = args
+        .target_batch
+        .map_or(max.max(1), |t| div_up(t, fsdp.world));
+    let given = Workload {
+        batch: at,
+        ..base.clone()
+    };
+    let here = run_ranks(config, &given, &fsdp, &options)?;
+    // the fewest GPUs for a global batch: each rank runs ceil(B / n)
+    let fewest = match args.target_batch {
+        Some(t) => {
+            let mut found = None;
+            for n in 2..=MAX_GPUS {
+                let per = div_up(t, n);
+                let w = Workload {
+                    batch: per,
+                    ..base.clone()
+                };
+                let f = FsdpConfig {
+                    world: n,
+                    ..fsdp.clone()
+                };
+                if run_ranks(config, &w, &f, &options)?.fits {
+                    found = Some((n, per));
+                    break;
+                }
+            }
+            Some(FewestJson {
+                target_batch: t,
+                gpus: found.map(|f| f.0),
+                batch_per_rank: found.map(|f| f.1),
+            })
+        }
+        None => None,
+    };
+    // FSDP's levers, each at the same batch per rank
+    let mut variants: Vec<(String, Workload, FsdpConfig)> = Vec::new();
+    if fsdp.param_dtype.is_none() && base.weights == DType::F32 {
+        variants.push((
+            "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)".into(),
+            given.clone(),
+            FsdpConfig {
+                param_dtype: Some(DType::BF16),
+                ..fsdp.clone()
+            },
+        ));
+    }
+    variants.push((
+        format!(
+            "reshard_after_forward={}",
+            if fsdp.reshard_after_forward {
+                "False"
+            } else {
+                "None (the default)"
+            }
+        ),
+        given.clone(),
+        FsdpConfig {
+            reshard_after_forward: !fsdp.reshard_after_forward,
+            ..fsdp.clone()
+        },
+    ));
+    if given.checkpointing.is_none() {
+        variants.push((
+            "gradient checkpointing of every layer".into(),
+            Workload {
+                checkpointing: Some(Checkpointing::Every(1)),
+                ..given.clone()
+            },
+            fsdp.clone(),
+        ));
+    }
+    // twice the GPUs: the same global batch (the target's), or the same
+    // batch per rank
+    let per = args.target_batch.map_or(at, |t| div_up(t, fsdp.world * 2));
+    variants.push((
+        format!("{} GPUs, batch {per} per rank", fsdp.world * 2),
+        Workload {
+            batch: per,
+            ..given.clone()
+        },
+        FsdpConfig {
+            world: fsdp.world * 2,
+            ..fsdp.clone()
+        },
+    ));
+    let mut levers = vec![LeverJson {
+        name: "as given".into(),
+        peak_reserved_bytes: here.peak_reserved,
+        fits: here.fits,
+    }];
+    for (name, w, f) in variants {
+        let o = run_ranks(config, &w, &f, &options)?;
+        levers.push(LeverJson {
+            name,
+            peak_reserved_bytes: o.peak_reserved,
+            fits: o.fits,
+        });
+    }
+    let mut out: Vec<u8> = Vec::new();
+    if args.json {
+        let j = PlanFsdpJson {
+            schema: "vramscope.plan_fsdp/1",
+            model_type: &config.model_type,
+            gpu: profile.name,
+            world: fsdp.world,
+            seq: base.seq,
+            max_batch_per_rank: max,
+            max_global_batch: max * fsdp.world,
+            peak_reserved_bytes: here.peak_reserved,
+            fewest_gpus: fewest,
+            levers,
+        };
+        serde_json::to_writer_pretty(&mut out, &j)?;
+        writeln!(out)?;
+    } else {
+        if max == 0 {
+            writeln!(
+                out,
+                "FSDP2 over {} GPUs ({}): not even batch 1 per rank fits",
+                fsdp.world, profile.name
+            )?;
+        } else {
+            writeln!(
+                out,
+                "FSDP2 over {} GPUs ({}): largest batch per rank {max} (global {}), seq {}",
+                fsdp.world,
+                profile.name,
+                max * fsdp.world,
+                base.seq
+            )?;
+        }
+        if let Some(f) = &fewest {
+            match (f.gpus, f.batch_per_rank) {
+                (Some(n), Some(b)) => writeln!(
+                    out,
+                    "global batch {}: fewest GPUs {n} (batch {b} per rank)",
+                    f.target_batch
+                )?,
+                _ => writeln!(
+                    out,
+                    "global batch {}: does not fit on {MAX_GPUS} GPUs",
+                    f.target_batch
+                )?,
+            }
+        }
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<60} {:>12}  fits",
+            format!("levers at batch {at} per rank (the fullest rank)"),
+            "peak reserved"
+        )?;
+        for l in &levers {
+            writeln!(
+                out,
+                "  {:<58} {:>12}  {}",
+                l.name,
+                format_size(l.peak_reserved_bytes.max(0) as u64),
+                if l.fits { "yes" } else { "no" }
+            )?;
+        }
+    }
+    emit(
+        &out,
+        ExitCode::from(if max > 0 { EXIT_OK } else { EXIT_DIFFERENT }),
+    )
+}
+
+fn div_up(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
