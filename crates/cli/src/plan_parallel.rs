@@ -37,6 +37,18 @@ fn run_ranks(
     fsdp: &FsdpConfig,
     options: &EstimateOptions,
 ) -> anyhow::Result<Outcome> {
+    run_ranks_for(config, base, fsdp, options, true)
+}
+
+/// [`run_ranks`]; without `figures`, whether all fit only (no run without
+/// a limit after an out-of-memory, and the first rank that runs out ends it).
+fn run_ranks_for(
+    config: &HfConfig,
+    base: &Workload,
+    fsdp: &FsdpConfig,
+    options: &EstimateOptions,
+    figures: bool,
+) -> anyhow::Result<Outcome> {
     let mut out = Outcome {
         fits: true,
         peak_reserved: 0,
@@ -52,6 +64,9 @@ fn run_ranks(
         let mut e = estimate(config, &w, options)?;
         if e.oom.is_some() {
             out.fits = false;
+            if !figures {
+                return Ok(out);
+            }
             e = estimate(config, &w, &options.without_limit())?;
         }
         out.peak_reserved = out.peak_reserved.max(e.peak_reserved_bytes);
@@ -71,7 +86,7 @@ fn largest_batch(
             batch: b,
             ..base.clone()
         };
-        Ok(run_ranks(config, &w, fsdp, options)?.fits)
+        Ok(run_ranks_for(config, &w, fsdp, options, false)?.fits)
     };
     if !fits(1)? {
         return Ok(0);
@@ -154,25 +169,36 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         ..base.clone()
     };
     let here = run_ranks(config, &given, &fsdp, &options)?;
-    // the fewest GPUs for a global batch: each rank runs ceil(B / n)
+    // the fewest GPUs for a global batch: each rank runs ceil(B / n). A
+    // rank's memory falls as n grows (smaller shards, smaller batch), so the
+    // largest n is tried first and then the boundary is bisected
     let fewest = match args.target_batch {
         Some(t) => {
-            let mut found = None;
-            for n in 2..=MAX_GPUS {
-                let per = div_up(t, n);
+            let fits_on = |n: i64| -> anyhow::Result<bool> {
                 let w = Workload {
-                    batch: per,
+                    batch: div_up(t, n),
                     ..base.clone()
                 };
                 let f = FsdpConfig {
                     world: n,
                     ..fsdp.clone()
                 };
-                if run_ranks(config, &w, &f, &options)?.fits {
-                    found = Some((n, per));
-                    break;
+                Ok(run_ranks_for(config, &w, &f, &options, false)?.fits)
+            };
+            let found = if fits_on(MAX_GPUS)? {
+                let (mut lo, mut hi) = (1, MAX_GPUS);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    if mid >= 2 && fits_on(mid)? {
+                        hi = mid;
+                    } else {
+                        lo = mid;
+                    }
                 }
-            }
+                Some((hi, div_up(t, hi)))
+            } else {
+                None
+            };
             Some(FewestJson {
                 target_batch: t,
                 gpus: found.map(|f| f.0),
