@@ -11,6 +11,13 @@ optimizer, momentum, lr, checkpointing, steps, alloc_conf) with, for `mode: trai
   PyTorch's default on CUDA), for-loop (`foreach=False`) or fused (`fused=True`).
 The phases are hf_cases.py's: `load` (from_config(dtype, attn_implementation="sdpa").cuda(), the
 optimizer, the inputs), then per step `forward{i}`, `backward{i}`, `step{i}`, `zero_grad{i}`.
+
+For `mode: generate` (`new_tokens` N, `cache` dynamic): `load` (the model, `model.eval()`, then
+`input_ids` only), then `out = model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
+do_sample=False)` under no context of ours (generate's own `torch.no_grad()`), split by a forward
+hook on the model at the end of its first call: `prefill` (from the call to that hook: the
+prompt's forward, its logits and cache alive) and `decode` (from there until generate returns,
+`out` alive).
 """
 import json
 import os
@@ -92,8 +99,11 @@ def main():
         model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa").cuda()
         if case["mode"] == "train":
             opt = make_optimizer(torch, case, model.parameters())
+        if case["mode"] == "generate":
+            model.eval()
         input_ids = torch.randint(0, config.vocab_size, (b, case["seq"]), device="cuda")
-        labels = input_ids.clone()
+        if case["mode"] != "generate":
+            labels = input_ids.clone()
         end()
         if case["mode"] == "train":
             if case.get("checkpointing"):
@@ -118,6 +128,25 @@ def main():
                 begin(f"zero_grad{i}")
                 opt.zero_grad(set_to_none=True)
                 end()
+        elif case["mode"] == "generate":
+            calls = [0]
+
+            def hook(module, args, output):
+                if calls[0] == 0:
+                    end()
+                    begin("decode")
+                calls[0] += 1
+
+            handle = model.register_forward_hook(hook)
+            kw = dict(max_new_tokens=case["new_tokens"], min_new_tokens=case["new_tokens"], do_sample=False)
+            if case.get("cache", "dynamic") == "static":
+                kw["cache_implementation"] = "static"
+            begin("prefill")
+            seqs = model.generate(input_ids, **kw)
+            end()
+            handle.remove()
+            emit(dict(case=name, forwards=calls[0], sequences=list(seqs.shape)))
+            del seqs
         else:
             raise SystemExit(f"mode {case['mode']!r}")
     except torch.OutOfMemoryError as e:

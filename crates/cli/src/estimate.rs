@@ -13,8 +13,8 @@ use vramscope_alloc::{format_size, AllocatorConfig};
 use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
-    estimate, presets, Checkpointing, Estimate, EstimateOptions, FsdpConfig, GradMode, HfConfig,
-    Implementation, Mode, OptimizerKind, Parallel, Task, Workload,
+    estimate, presets, CacheKind, Checkpointing, Estimate, EstimateOptions, FsdpConfig, GradMode,
+    HfConfig, Implementation, Mode, OptimizerKind, Parallel, Task, Workload,
 };
 use vramscope_snapshot::write::WriteOptions;
 
@@ -38,6 +38,19 @@ pub enum ModeArg {
     Train,
     /// model.eval() and forward passes under torch.no_grad()
     Infer,
+    /// model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
+    /// do_sample=False): a prefill (the last position's logits), then N - 1
+    /// decode steps with a KV cache
+    Generate,
+}
+
+/// `--cache`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CacheArg {
+    /// DynamicCache: each layer's keys and values grow by torch.cat
+    Dynamic,
+    /// StaticCache (cache_implementation="static"): allocated once
+    Static,
 }
 
 /// A floating-point dtype.
@@ -263,6 +276,13 @@ pub struct WorkloadArgs {
     /// backward would need until the logits are deleted.
     #[arg(long, value_enum, default_value = "no-grad")]
     pub grad: GradArg,
+    /// Generate: the tokens generated after the --seq prompt
+    /// (max_new_tokens = min_new_tokens).
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub new_tokens: i64,
+    /// Generate: the KV cache.
+    #[arg(long, value_enum, default_value = "dynamic")]
+    pub cache: CacheArg,
 }
 
 /// `--grad`.
@@ -357,6 +377,7 @@ impl WorkloadArgs {
         let mode = match self.mode {
             ModeArg::Train => Mode::Train,
             ModeArg::Infer => Mode::Infer,
+            ModeArg::Generate => Mode::Generate,
         };
         Workload {
             task,
@@ -378,8 +399,14 @@ impl WorkloadArgs {
             steps: self.steps.unwrap_or(match mode {
                 Mode::Train => 3,
                 Mode::Infer => 2,
+                Mode::Generate => 1,
             }),
             accumulation: self.accumulation.max(1),
+            new_tokens: self.new_tokens,
+            cache: match self.cache {
+                CacheArg::Dynamic => CacheKind::Dynamic,
+                CacheArg::Static => CacheKind::Static,
+            },
             grad: match self.grad {
                 GradArg::NoGrad => GradMode::NoGrad,
                 GradArg::InferenceMode => GradMode::InferenceMode,
@@ -718,6 +745,10 @@ struct WorkloadJson<'a> {
     steps: usize,
     alloc_conf: &'a str,
     grad: &'static str,
+    /// generate: the new tokens (null otherwise)
+    new_tokens: Option<i64>,
+    /// generate: the KV cache, `dynamic` or `static` (null otherwise)
+    cache: Option<&'static str>,
     /// `None` (null) on one GPU
     parallel: Option<ParallelJson>,
 }
@@ -1013,11 +1044,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             parameter_bytes: est.parameter_bytes,
             workload: WorkloadJson {
                 task: task_name(w.task),
-                mode: if w.mode == Mode::Train {
-                    "train"
-                } else {
-                    "infer"
-                },
+                mode: w.mode.name(),
                 batch: w.batch,
                 seq: (w.task != Task::Image).then_some(w.seq),
                 weights: dtype_name(w.weights),
@@ -1030,6 +1057,8 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 steps: w.steps,
                 alloc_conf: &args.workload.alloc_conf,
                 grad: w.grad.name(),
+                new_tokens: (w.mode == Mode::Generate).then_some(w.new_tokens),
+                cache: (w.mode == Mode::Generate).then_some(w.cache.name()),
                 parallel: w.parallel.as_ref().map(|p| match p {
                     Parallel::Fsdp(c) => ParallelJson {
                         kind: "fsdp",
@@ -1300,11 +1329,7 @@ fn write_predicted(
 /// "train batch B{seq}" / "infer batch B{seq}": `seq` is how the sequence
 /// length is introduced (none for images).
 fn shape_label(w: &Workload, seq: &str) -> String {
-    let mode = if w.mode == Mode::Train {
-        "train"
-    } else {
-        "infer"
-    };
+    let mode = w.mode.name();
     if w.task == Task::Image {
         format!("{mode} batch {}", w.batch)
     } else {

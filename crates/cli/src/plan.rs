@@ -383,11 +383,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         let j = PlanJson {
             schema: "vramscope.plan/1",
             model_type: config.model_type.clone(),
-            mode: if base.mode == Mode::Train {
-                "train"
-            } else {
-                "infer"
-            },
+            mode: base.mode.name(),
             seq: (base.task != Task::Image).then_some(base.seq),
             gpu: options.profile.name,
             gpu_key: options.profile.key,
@@ -443,11 +439,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             out,
             "{} {}{}, {}, limit {}",
             config.model_type,
-            if base.mode == Mode::Train {
-                "train"
-            } else {
-                "infer"
-            },
+            base.mode.name(),
             // (an image model's inputs have no sequence length)
             if base.task == Task::Image {
                 String::new()

@@ -720,6 +720,19 @@ fn check(config: &HfConfig, w: &Workload) -> Result<()> {
     if w.mode == Mode::Train {
         w.optimizer_config().check()?;
     }
+    if w.mode == Mode::Generate {
+        if w.task != Task::Causal {
+            return Err(ModelError::Unsupported(
+                "generate() needs a causal LM (--task causal)".into(),
+            ));
+        }
+        if w.new_tokens < 1 {
+            return Err(ModelError::Unsupported(format!(
+                "{} new tokens (expected at least 1)",
+                w.new_tokens
+            )));
+        }
+    }
     if w.steps == 0 {
         return Err(ModelError::Unsupported("0 steps".into()));
     }
@@ -882,7 +895,11 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         Some(f) => f.borrow().sharded_parameters(&ps),
         None => ps,
     };
-    let mut opt = Optimizer::new(w.optimizer_config(), ps)?;
+    // (`generate` builds no optimizer)
+    let mut opt = match w.mode {
+        Mode::Train | Mode::Infer => Some(Optimizer::new(w.optimizer_config(), ps)?),
+        Mode::Generate => None,
+    };
     let inputs = make_inputs(&rt, config, w)?;
     // the process's first kernels (`driver_va.rs`, rule 6): on the GPU the
     // context's range goes at the launch of `forward0`'s first op, after its
@@ -921,6 +938,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
                     drop(loss);
                     run.end_phase();
                 }
+                let opt = opt.as_mut().expect("built for training");
                 run.begin(format!("step{i}"));
                 opt.step()?;
                 run.end_phase();
@@ -952,6 +970,26 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
                 }
                 run.end_phase();
             }
+        }
+        Mode::Generate => {
+            model.set_training(false);
+            let ids = inputs
+                .input_ids
+                .clone()
+                .ok_or_else(|| ModelError::Unsupported("generate() needs input_ids".into()))?;
+            let spec = crate::families::generate::GenerateSpec {
+                new_tokens: w.new_tokens,
+                cache: w.cache,
+            };
+            run.begin("prefill".into());
+            let mut prefill_done = || -> Result<()> {
+                run.end_phase();
+                run.begin("decode".into());
+                Ok(())
+            };
+            let out = model.generate(&ids, &spec, &mut prefill_done)?;
+            run.end_phase();
+            drop(out);
         }
     }
     run.finish();
@@ -1077,12 +1115,16 @@ fn make_inputs(rt: &Runtime, config: &HfConfig, w: &Workload) -> Result<Inputs> 
             })
         } else {
             // input_ids = torch.randint(0, vocab, (b, s), device="cuda"); labels = input_ids.clone()
+            // (generate: no labels)
             let ids = rt.empty(&[w.batch, w.seq], DType::I64, Device::Cuda)?;
-            let labels = ids.clone_tensor()?;
+            let labels = match w.mode {
+                Mode::Train | Mode::Infer => Some(ids.clone_tensor()?),
+                Mode::Generate => None,
+            };
             Ok(Inputs {
                 input_ids: Some(ids),
                 pixel_values: None,
-                labels: Some(labels),
+                labels,
             })
         }
     })

@@ -11,7 +11,7 @@ use vramscope_engine::DType;
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::estimate::{Estimate, PhaseFigures};
-use crate::workload::{Checkpointing, GradMode, Mode, Task, Workload};
+use crate::workload::{CacheKind, Checkpointing, GradMode, Mode, Task, Workload};
 use vramscope_engine::optim::{Implementation, OptimizerKind};
 
 /// One case of `validation/hf_cases.json`.
@@ -135,6 +135,7 @@ fn case(c: &Value) -> Result<Case> {
     };
     let mode = match s("mode")?.as_str() {
         "train" => Mode::Train,
+        "generate" => Mode::Generate,
         _ => Mode::Infer,
     };
     let name = c
@@ -189,8 +190,17 @@ fn case(c: &Value) -> Result<Case> {
             .unwrap_or(match mode {
                 Mode::Train => 3,
                 Mode::Infer => 2,
+                Mode::Generate => 1,
             }) as usize,
         accumulation: 1,
+        new_tokens: c.get("new_tokens").and_then(Value::as_i64).unwrap_or(0),
+        cache: match c.get("cache").and_then(Value::as_str) {
+            None => CacheKind::Dynamic,
+            Some(k) => CacheKind::from_name(k).ok_or_else(|| ModelError::Field {
+                field: "cache".into(),
+                detail: format!("{k:?}; expected dynamic or static"),
+            })?,
+        },
         grad: match c.get("grad").and_then(Value::as_str) {
             None => GradMode::NoGrad,
             Some(g) => GradMode::from_name(g)

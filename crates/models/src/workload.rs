@@ -38,6 +38,48 @@ pub enum Mode {
     Train,
     /// forward passes under `torch.no_grad()`
     Infer,
+    /// `model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
+    /// do_sample=False)`: a prefill, then `N - 1` decode steps
+    Generate,
+}
+
+impl Mode {
+    /// The name in the CLI, case lists and JSON (`train`, `infer`, `generate`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Train => "train",
+            Mode::Infer => "infer",
+            Mode::Generate => "generate",
+        }
+    }
+}
+
+/// The KV cache `generate()` builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheKind {
+    /// `DynamicCache`: each layer's keys and values grow by concatenation
+    #[default]
+    Dynamic,
+    /// `StaticCache` (`cache_implementation="static"`): allocated once for
+    /// prompt + new tokens
+    Static,
+}
+
+impl CacheKind {
+    /// The name in the CLI, case lists and JSON (`dynamic`, `static`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheKind::Dynamic => "dynamic",
+            CacheKind::Static => "static",
+        }
+    }
+
+    /// The cache of [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [CacheKind::Dynamic, CacheKind::Static]
+            .into_iter()
+            .find(|c| c.name() == name)
+    }
 }
 
 /// The autograd context of inference passes.
@@ -128,6 +170,10 @@ pub struct Workload {
     pub grad: GradMode,
     /// data parallelism (`None`: one GPU); the figures are one rank's
     pub parallel: Option<crate::parallel::Parallel>,
+    /// generate: the tokens generated after the prompt (`seq`)
+    pub new_tokens: i64,
+    /// generate: the KV cache
+    pub cache: CacheKind,
 }
 
 impl Workload {
@@ -149,6 +195,8 @@ impl Workload {
             accumulation: 1,
             grad: GradMode::NoGrad,
             parallel: None,
+            new_tokens: 0,
+            cache: CacheKind::Dynamic,
         }
     }
 
@@ -167,6 +215,17 @@ impl Workload {
             kind: self.optimizer,
             implementation: self.optimizer_impl,
             momentum: self.momentum,
+        }
+    }
+
+    /// A generation workload: a prompt of `seq` tokens and `new_tokens`
+    /// generated (fp32 weights, a `DynamicCache`).
+    pub fn generate(task: Task, batch: i64, seq: i64, new_tokens: i64) -> Self {
+        Workload {
+            mode: Mode::Generate,
+            steps: 1,
+            new_tokens,
+            ..Workload::train(task, batch, seq)
         }
     }
 
@@ -189,6 +248,10 @@ impl Workload {
                     v.push(format!("zero_grad{i}"));
                 }
                 Mode::Infer => v.push(format!("forward{i}")),
+                Mode::Generate => {
+                    v.push("prefill".into());
+                    v.push("decode".into());
+                }
             }
         }
         v

@@ -6,7 +6,7 @@
 use crate::autograd::{Backward, Pending};
 use crate::dims::Dims;
 use crate::dtype::{DType, Device};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::runtime::{Category, DeviceProfile, Runtime};
 use crate::tensor::Tensor;
 
@@ -280,6 +280,7 @@ fn split_32bit(dims: Vec<RDim>, elem: i64) -> Vec<Vec<RDim>> {
 }
 
 /// The scratch each launch of a reduction of `t` over `reduced` would allocate.
+#[cfg(test)]
 pub(crate) fn reduce_scratch(
     rt: &Runtime,
     t: &Tensor,
@@ -297,7 +298,7 @@ pub(crate) fn reduce_scratch(
     )
 }
 
-/// [`reduce_scratch`] from the input's sizes and strides (elements),
+/// The scratch each launch of a reduction would allocate, from the input's sizes and strides (elements),
 /// element and accumulator bytes.
 pub(crate) fn reduce_scratch_of(
     sizes: &[i64],
@@ -324,14 +325,35 @@ pub(crate) fn alloc_reduce_scratch(
     acc: DType,
     op: &'static str,
 ) -> Result<()> {
-    for (index, sc) in reduce_scratch(rt, t, reduced, acc).iter().enumerate() {
+    alloc_reduce_scratch_sized(rt, t, reduced, acc.size() as i64, op)
+}
+
+/// [`alloc_reduce_scratch`] for an accumulator of `acc` bytes (argmax's
+/// `thrust::pair<acc_t, int64_t>`).
+fn alloc_reduce_scratch_sized(
+    rt: &Runtime,
+    t: &Tensor,
+    reduced: &[bool],
+    acc: i64,
+    op: &'static str,
+) -> Result<()> {
+    let profile = rt.st.borrow().profile.clone();
+    let scratch = reduce_scratch_of(
+        t.sizes(),
+        t.strides(),
+        reduced,
+        t.dtype().size() as i64,
+        acc,
+        &profile,
+    );
+    for (index, sc) in scratch.iter().enumerate() {
         if sc.buffer > 0 {
             let rule = |semaphores| crate::scratch::ScratchRule::Reduce {
                 sizes: t.sizes().to_vec(),
                 strides: t.strides().to_vec(),
                 reduced: reduced.to_vec(),
                 elem: t.dtype().size() as i64,
-                acc: acc.size() as i64,
+                acc,
                 index,
                 semaphores,
             };
@@ -390,6 +412,46 @@ impl Tensor {
             );
         }
         Ok(out)
+    }
+
+    /// A reduction with an output of `out` dtype whose accumulator takes
+    /// `acc` bytes (`Reduce.cuh`'s staging and semaphores when it splits an
+    /// output across blocks).
+    fn reduce_as(&self, op: &'static str, dims: &[i64], out: DType, acc: i64) -> Result<Tensor> {
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            return Err(EngineError::Unsupported {
+                what: format!("{op} with autograd"),
+            });
+        }
+        let mut reduced = vec![dims.is_empty(); self.dim()];
+        for &d in dims {
+            let d = self.try_wrap_dim(op, d)?;
+            if let Some(r) = reduced.get_mut(d) {
+                *r = true;
+            }
+        }
+        let shape: Vec<i64> = (0..self.dim())
+            .filter(|&i| !reduced[i])
+            .map(|i| self.sizes()[i])
+            .collect();
+        let rt = self.rt().clone();
+        let o = rt.empty_op(&shape, out, self.device(), op, Category::Output)?;
+        if self.device() == Device::Cuda && self.numel() > 0 {
+            alloc_reduce_scratch_sized(&rt, self, &reduced, acc, op)?;
+        }
+        Ok(o)
+    }
+
+    /// `t.argmax(dim)`: int64 indices; the kernel reduces
+    /// `thrust::pair<acc_t, int64_t>` (`ReduceArgMaxKernel.cu`).
+    pub fn argmax_dim(&self, dim: i64) -> Result<Tensor> {
+        let acc = self.dtype().acc_type().size() as i64;
+        self.reduce_as("argmax", &[dim], DType::I64, acc.max(8) + 8)
+    }
+
+    /// `t.any()` / `t.any(dim)`: bool (`or_kernel_cuda` reduces bools).
+    pub fn any_dims(&self, dims: &[i64]) -> Result<Tensor> {
+        self.reduce_as("any", dims, DType::Bool, 1)
     }
 
     /// `t.sum()`

@@ -217,6 +217,27 @@ impl Tensor {
         iter_output("logical_not", &[self], DType::Bool, Category::Output)
     }
 
+    /// `torch.isin(t, test)`: a bool like `t` (`isin_default_kernel_gpu`
+    /// for the few test elements generation asks about: a TensorIterator
+    /// output, the operands already of one dtype).
+    pub fn isin(&self, test: &Tensor) -> Result<Tensor> {
+        let _ = test;
+        iter_output("isin", &[self], DType::Bool, Category::Output)
+    }
+
+    /// `t.masked_fill(mask, v)` (out of place): a contiguous clone of the
+    /// broadcast `t`, filled in place (`masked_fill` in TensorAdvancedIndexing.cpp).
+    pub fn masked_fill(&self, mask: &Tensor) -> Result<Tensor> {
+        let _ = mask;
+        self.rt().empty_op(
+            self.sizes(),
+            self.dtype(),
+            self.device(),
+            "masked_fill",
+            Category::Output,
+        )
+    }
+
     /// `t.new_ones(sizes, dtype=)` / `new_zeros` / `new_full`: a fresh
     /// contiguous tensor on `t`'s device.
     pub fn new_full(&self, sizes: &[i64], dtype: DType) -> Result<Tensor> {

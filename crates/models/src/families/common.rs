@@ -969,6 +969,55 @@ pub(crate) fn create_sliding_window_causal_mask(
     .map(Some)
 }
 
+/// `create_causal_mask` / `create_sliding_window_causal_mask` for `sdpa`
+/// with the 2-D padding mask `generate` passes (all ones):
+/// `_preprocess_mask_arguments` casts it (`attention_mask.to(bool)`), and
+/// `_ignore_causal_mask_sdpa` skips the mask when `q_len == 1` or
+/// `kv_len == q_len` and `fast_all(padding_mask)` (`sum() == numel()`);
+/// the bool copy dies at return. A sliding layer whose keys reach the
+/// window would materialise the mask with the padding folded in, which the
+/// twin does not model (an error).
+pub(crate) fn generation_mask(
+    inputs_embeds: &Tensor,
+    cache: &DynamicCache,
+    attention_mask: &Tensor,
+    sliding_window: Option<i64>,
+) -> Result<Option<Tensor>> {
+    let q_len = inputs_embeds.size(1);
+    let (_, kv_len, _) = mask_sizes(Some(cache), q_len, sliding_window.is_some());
+    let padding_mask = attention_mask.to_dtype(DType::Bool)?;
+    if let Some(w) = sliding_window {
+        if kv_len >= w {
+            return Err(ModelError::Unsupported(format!(
+                "generation past the sliding window ({kv_len} keys, window {w}): the padded \
+                 sliding-window mask is not modelled"
+            )));
+        }
+    }
+    if q_len == 1 || kv_len == q_len {
+        let sum = padding_mask.sum()?;
+        let all = sum.eq_scalar(0.0)?;
+        drop(sum);
+        drop(all);
+        drop(padding_mask);
+        return Ok(None);
+    }
+    Err(ModelError::Unsupported(format!(
+        "a generation step of {q_len} queries over {kv_len} keys (chunked prefill)"
+    )))
+}
+
+/// What one forward of `generate()` passes besides `input_ids`: the 2-D
+/// attention mask, the position ids and the cache, all owned by the loop.
+pub(crate) struct GenStep<'a> {
+    /// `attention_mask` (batch, length) int64, all ones
+    pub(crate) attention_mask: &'a Tensor,
+    /// `position_ids` (batch, queries) int64
+    pub(crate) position_ids: &'a Tensor,
+    /// `past_key_values`
+    pub(crate) cache: &'a RefCell<DynamicCache>,
+}
+
 /// `position_ids.expand(batch_size, -1)` when the batch differs (a view).
 fn expand_position_ids(position_ids: &Tensor, b: i64) -> Result<Tensor> {
     if position_ids.size(0) != b {
@@ -1419,6 +1468,20 @@ pub(crate) trait Decoder {
         ids: &Tensor,
         flags: &Flags,
     ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)>;
+    /// One forward of `generate()` (the mask, positions and cache given):
+    /// the final hidden states. `None` where the family does not model it.
+    fn forward_generate(
+        &self,
+        _ids: &Tensor,
+        _flags: &Flags,
+        _step: &GenStep,
+    ) -> Option<Result<Tensor>> {
+        None
+    }
+    /// `DynamicCache(config=config)`'s layers (`Some(window)`: sliding).
+    fn cache_layers(&self) -> Vec<Option<i64>> {
+        Vec::new()
+    }
 }
 
 /// `…ForCausalLM`: `model` (a [`Decoder`]), then `lm_head`, and
@@ -1432,6 +1495,8 @@ pub(crate) struct CausalLm<D> {
     /// Gemma2's `final_logit_softcapping`
     softcap: Option<f64>,
     flags: Flags,
+    /// the generation config's special tokens
+    tokens: crate::families::generate::Tokens,
 }
 
 impl<D: Decoder> CausalLm<D> {
@@ -1461,7 +1526,14 @@ impl<D: Decoder> CausalLm<D> {
                 checkpointing: None,
                 hooks: None,
             },
+            tokens: Default::default(),
         })
+    }
+
+    /// With the special tokens `generate()` reads from the config.
+    pub(crate) fn with_tokens(mut self, tokens: crate::families::generate::Tokens) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// With `final_logit_softcapping` (Gemma2): `logits / cap`, `tanh`, `* cap`
@@ -1512,6 +1584,51 @@ impl<D: Decoder> HfModel for CausalLm<D> {
         }
         self.flags.hooks = Some(Hooks(hooks));
         Ok(())
+    }
+
+    fn generate(
+        &self,
+        input_ids: &Tensor,
+        spec: &crate::families::generate::GenerateSpec,
+        prefill_done: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Tensor> {
+        let layers = self.model.cache_layers();
+        let forward = |ids: &Tensor, step: &GenStep| -> Result<Tensor> {
+            let hidden = self.rt.in_module("model", || {
+                self.model
+                    .forward_generate(ids, &self.flags, step)
+                    .unwrap_or_else(|| {
+                        Err(ModelError::Unsupported("generate() for this family".into()))
+                    })
+            })?;
+            // logits = self.lm_head(hidden_states[:, slice(-1, None), :])
+            let sl = hidden.slice(1, Some(-1), None);
+            let logits =
+                match &self.lm_head {
+                    Some(h) => h.forward("lm_head", &sl),
+                    None => self.rt.in_module("lm_head", || {
+                        Ok(sl.linear(self.model.embed_weight(), None)?)
+                    }),
+                };
+            drop(sl);
+            drop(hidden);
+            logits
+        };
+        if layers.is_empty() {
+            return Err(ModelError::Unsupported(
+                "generate() is modelled for llama, mistral, qwen2 and qwen3".into(),
+            ));
+        }
+        crate::families::generate::generate(
+            &self.rt,
+            input_ids,
+            spec,
+            self.vocab,
+            &layers,
+            &self.tokens,
+            &forward,
+            prefill_done,
+        )
     }
 
     fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {

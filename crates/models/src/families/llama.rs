@@ -24,7 +24,7 @@ use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
     create_sliding_window_causal_mask, head_dim_of, to_cuda, Act, Attention, CausalLm, Decoder,
-    DynamicCache, Embedding, Flags, GatedMlp, LayerArgs, Linear, RmsNorm, RopeType,
+    DynamicCache, Embedding, Flags, GatedMlp, GenStep, LayerArgs, Linear, RmsNorm, RopeType,
     RotaryEmbedding, Sdpa,
 };
 use crate::families::{unsupported_task, HfModel};
@@ -341,6 +341,7 @@ pub(crate) fn build(
     let norm = RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
     let rotary_emb = RotaryEmbedding::new(rt, cfg.head_dim, cfg.rope)?;
     let (hidden, vocab, tie) = (cfg.hidden, cfg.vocab, cfg.tie);
+    let tokens = generation_tokens(config, cfg.family)?;
     let model = Model {
         cfg,
         rt: rt.clone(),
@@ -349,7 +350,34 @@ pub(crate) fn build(
         norm,
         rotary_emb,
     };
-    Ok(Box::new(CausalLm::new(rt, model, hidden, vocab, tie, w)?))
+    Ok(Box::new(
+        CausalLm::new(rt, model, hidden, vocab, tie, w)?.with_tokens(tokens),
+    ))
+}
+
+/// The special tokens `generate()` reads (`GenerationConfig.from_model_config`):
+/// the config's, else the class defaults (`LlamaConfig`, `MistralConfig`:
+/// bos 1, eos 2; `Qwen2Config`, `Qwen3Config`: none); no pad token.
+fn generation_tokens(c: &HfConfig, family: Family) -> Result<crate::families::generate::Tokens> {
+    let (bos_default, eos_default) = match family {
+        Family::Llama | Family::Mistral => (true, true),
+        Family::Qwen2 | Family::Qwen3 => (false, false),
+    };
+    let present = |key: &str, default: bool| match c.get(key) {
+        None => default,
+        Some(v) => !v.is_null(),
+    };
+    let eos = match c.get("eos_token_id") {
+        None => eos_default.then_some(1),
+        Some(v) if v.is_null() => None,
+        Some(serde_json::Value::Array(a)) => Some(a.len() as i64),
+        Some(_) => Some(1),
+    };
+    Ok(crate::families::generate::Tokens {
+        bos: present("bos_token_id", bos_default),
+        eos,
+        pad: present("pad_token_id", false),
+    })
 }
 
 impl Decoder for Model {
@@ -403,38 +431,81 @@ impl Decoder for Model {
         ids: &Tensor,
         flags: &Flags,
     ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
+        self.run(ids, flags, None)
+    }
+
+    /// A forward of `generate()`: the positions, the 2-D mask and the
+    /// cache come from the loop.
+    fn forward_generate(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+        step: &GenStep,
+    ) -> Option<Result<Tensor>> {
+        Some(self.run(ids, flags, Some(step)).map(|(h, _)| h))
+    }
+
+    fn cache_layers(&self) -> Vec<Option<i64>> {
+        self.cfg.cache_layers()
+    }
+}
+
+impl Model {
+    /// The forward, with `generate()`'s inputs when `step` is given (then
+    /// no cache is created and none is returned).
+    fn run(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+        step: Option<&GenStep>,
+    ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
-        let cache = if flags.use_cache(cfg.use_cache) {
+        let cache = if step.is_none() && flags.use_cache(cfg.use_cache) {
             Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
         } else {
             None
         };
+        let cache_ref = step.map(|g| g.cache).or(cache.as_ref());
         let seq = inputs_embeds.size(1);
-        let position_ids = common::position_ids(&rt, seq, 0)?;
+        let position_ids = match step {
+            Some(g) => g.position_ids.clone(),
+            None => common::position_ids(&rt, seq, 0)?,
+        };
         // the masks each layer type gets
         let (full_mask, sliding_mask) = {
-            let c = cache.as_ref().map(|c| c.borrow());
+            let c = cache_ref.map(|c| c.borrow());
             let c = c.as_deref();
+            let full = |c: Option<&DynamicCache>| -> Result<Option<Tensor>> {
+                match (step, c) {
+                    (Some(g), Some(c)) => {
+                        common::generation_mask(&inputs_embeds, c, g.attention_mask, None)
+                    }
+                    _ => create_causal_mask(&inputs_embeds, c, &position_ids),
+                }
+            };
+            let sliding = |c: Option<&DynamicCache>, w: i64| -> Result<Option<Tensor>> {
+                match (step, c) {
+                    (Some(g), Some(c)) => {
+                        common::generation_mask(&inputs_embeds, c, g.attention_mask, Some(w))
+                    }
+                    _ => create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w),
+                }
+            };
             match cfg.family {
-                Family::Llama => (create_causal_mask(&inputs_embeds, c, &position_ids)?, None),
+                Family::Llama => (full(c)?, None),
                 Family::Mistral => match cfg.sliding_window {
-                    None => (create_causal_mask(&inputs_embeds, c, &position_ids)?, None),
-                    Some(w) => (
-                        None,
-                        create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?,
-                    ),
+                    None => (full(c)?, None),
+                    Some(w) => (None, sliding(c, w)?),
                 },
                 Family::Qwen2 | Family::Qwen3 => {
-                    let full = create_causal_mask(&inputs_embeds, c, &position_ids)?;
-                    let sliding = match (cfg.layer_sliding.iter().any(|&s| s), cfg.sliding_window) {
-                        (true, Some(w)) => {
-                            create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?
-                        }
+                    let f = full(c)?;
+                    let sl = match (cfg.layer_sliding.iter().any(|&s| s), cfg.sliding_window) {
+                        (true, Some(w)) => sliding(c, w)?,
                         _ => None,
                     };
-                    (full, sliding)
+                    (f, sl)
                 }
             }
         };
@@ -459,7 +530,7 @@ impl Decoder for Model {
                     full_mask.as_ref()
                 }
             },
-            cache.as_ref(),
+            cache_ref,
             layer_forward,
         )?;
         let out = self.norm.forward("norm", &hidden)?;

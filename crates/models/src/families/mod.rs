@@ -11,6 +11,7 @@ mod bert;
 // shared decoder blocks: RMSNorm, RoPE, masks, DynamicCache, ForCausalLMLoss (llama engineer)
 pub(crate) mod common;
 mod gemma2;
+pub(crate) mod generate;
 mod gpt2;
 mod llama;
 mod phi3;
@@ -79,6 +80,19 @@ pub trait HfModel {
     fn set_module_hooks(&mut self, _hooks: std::rc::Rc<dyn ModuleHooks>) -> Result<()> {
         Err(ModelError::Unsupported(
             "forward hooks on this family's layers (FSDP)".into(),
+        ))
+    }
+    /// `model.generate(input_ids, ...)` under its own `torch.no_grad()`:
+    /// the returned sequences. `prefill_done` runs when the prefill's
+    /// forward returns (a forward hook's view).
+    fn generate(
+        &self,
+        _input_ids: &Tensor,
+        _spec: &generate::GenerateSpec,
+        _prefill_done: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Tensor> {
+        Err(ModelError::Unsupported(
+            "generate() is modelled for llama, mistral, qwen2 and qwen3".into(),
         ))
     }
 }

@@ -1,0 +1,417 @@
+//! `GenerationMixin.generate` of transformers 5.x for a decoder-only model
+//! with greedy search: `model.generate(input_ids, max_new_tokens=N,
+//! min_new_tokens=N, do_sample=False)` (`generation/utils.py`: `generate`,
+//! `_prepare_special_tokens`, `_prepare_attention_mask_for_generation`,
+//! `_prepare_position_ids_for_generation`, `_sample`, `_prefill`,
+//! `prepare_inputs_for_generation`, `_update_model_kwargs_for_generation`;
+//! `logits_process.py`'s `MinLengthLogitsProcessor` and
+//! `MinNewTokensLengthLogitsProcessor`; `stopping_criteria.py`'s
+//! `MaxLengthCriteria` and `EosTokenCriteria`), every tensor it makes on the
+//! device, created and released where CPython creates and releases it.
+
+use std::cell::RefCell;
+
+use vramscope_engine::{DType, Device, Runtime, Tensor};
+
+use super::common::{DynamicCache, GenStep};
+use crate::error::Result;
+use crate::workload::CacheKind;
+
+/// The special tokens of the model's generation config
+/// (`GenerationConfig.from_model_config`: the config's `bos_token_id`,
+/// `eos_token_id`, `pad_token_id`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// `bos_token_id` is set
+    pub bos: bool,
+    /// `eos_token_id`: how many ids (an int is one)
+    pub eos: Option<i64>,
+    /// `pad_token_id` is set
+    pub pad: bool,
+}
+
+/// What `generate()` is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerateSpec {
+    /// `max_new_tokens` = `min_new_tokens`
+    pub new_tokens: i64,
+    /// the cache
+    pub cache: CacheKind,
+}
+
+/// `torch.tensor(v, device="cuda")` of `n` int64 elements (`None`: a 0-dim
+/// tensor): a copy of a CPU tensor.
+fn device_ids(rt: &Runtime, n: Option<i64>) -> Result<Tensor> {
+    match n {
+        None => Ok(rt.empty(&[], DType::I64, Device::Cuda)?),
+        Some(n) => Ok(rt.empty(&[n], DType::I64, Device::Cuda)?),
+    }
+}
+
+/// A forward of the model on `(input_ids, step)`: the logits of the last
+/// position, `(batch, 1, vocab)`.
+pub(crate) type StepForward<'a> = dyn Fn(&Tensor, &GenStep) -> Result<Tensor> + 'a;
+
+/// `model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
+/// do_sample=False)` under `torch.no_grad()`, for a model whose cache has
+/// `cache_layers` (`Some(window)`: a sliding layer) and whose vocabulary is
+/// `vocab`; `prefill_done` runs when the prefill's forward returns. Returns
+/// the sequences `(batch, prompt + N)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn generate(
+    rt: &Runtime,
+    input_ids: &Tensor,
+    spec: &GenerateSpec,
+    vocab: i64,
+    cache_layers: &[Option<i64>],
+    tokens: &Tokens,
+    forward: &StepForward,
+    prefill_done: &mut dyn FnMut() -> Result<()>,
+) -> Result<Tensor> {
+    if spec.cache != CacheKind::Dynamic {
+        return Err(crate::error::ModelError::Unsupported(
+            "generate() with a StaticCache".into(),
+        ));
+    }
+    if spec.new_tokens < 1 {
+        return Err(crate::error::ModelError::Unsupported(format!(
+            "{} new tokens (expected at least 1)",
+            spec.new_tokens
+        )));
+    }
+    rt.no_grad(|| {
+        run(
+            rt,
+            input_ids,
+            spec,
+            vocab,
+            cache_layers,
+            tokens,
+            forward,
+            prefill_done,
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    rt: &Runtime,
+    input_ids: &Tensor,
+    spec: &GenerateSpec,
+    vocab: i64,
+    cache_layers: &[Option<i64>],
+    tokens: &Tokens,
+    forward: &StepForward,
+    prefill_done: &mut dyn FnMut() -> Result<()>,
+) -> Result<Tensor> {
+    let (b, s) = (input_ids.size(0), input_ids.size(1));
+    // _prepare_special_tokens: bos, eos (0-dim ids unsqueezed), pad tensors;
+    // without a pad token the pad is the first eos (a view)
+    let bos_t = if tokens.bos {
+        Some(device_ids(rt, None)?)
+    } else {
+        None
+    };
+    let eos_t = match tokens.eos {
+        Some(1) => Some(device_ids(rt, None)?.unsqueeze(0)?),
+        Some(n) => Some(device_ids(rt, Some(n))?),
+        None => None,
+    };
+    let pad_t = if tokens.pad {
+        Some(device_ids(rt, None)?)
+    } else {
+        eos_t.as_ref().map(|e| e.select(0, 0))
+    };
+    if let (Some(e), Some(p)) = (&eos_t, &pad_t) {
+        // torch.isin(eos_token_tensor, pad_token_tensor).any()
+        let i = e.isin(p)?;
+        let a = i.any_dims(&[])?;
+        drop(i);
+        drop(a);
+    }
+    if let Some(e) = &eos_t {
+        // (eos_token_tensor < 0).any()
+        let l = e.lt_scalar(0.0)?;
+        let a = l.any_dims(&[])?;
+        drop(l);
+        drop(a);
+    }
+    // has_right_padding = torch.sum(inputs_tensor[:, -1] == pad) > 0: a
+    // local of `generate`, alive until it returns
+    let has_right_padding = match &pad_t {
+        Some(p) if b > 1 => {
+            let eq = input_ids.select(1, -1).eq_tensor(p)?;
+            let sum = eq.sum()?;
+            drop(eq);
+            let gt = sum.gt_scalar(0.0)?;
+            drop(sum);
+            Some(gt)
+        }
+        _ => None,
+    };
+    let attention_mask =
+        attention_mask_for_generation(rt, input_ids, eos_t.as_ref(), pad_t.as_ref())?;
+    // position_ids = attention_mask.long().cumsum(-1) - 1; .masked_fill(attention_mask == 0, 0)
+    let position_ids = {
+        let cs = attention_mask.cumsum(-1)?;
+        let sub = cs.sub_scalar(1.0)?;
+        drop(cs);
+        let eq = attention_mask.eq_scalar(0.0)?;
+        let p = sub.masked_fill(&eq)?;
+        drop(eq);
+        drop(sub);
+        p
+    };
+    let cache = RefCell::new(DynamicCache::new(cache_layers));
+    // _sample
+    let max_length = s + spec.new_tokens;
+    let mut unfinished = rt.ones(&[b], DType::I64, Device::Cuda)?;
+    // _prefill: prepare_inputs_for_generation clones input_ids
+    let mut outputs = {
+        let ids = input_ids.clone_tensor()?;
+        let logits = forward(
+            &ids,
+            &GenStep {
+                attention_mask: &attention_mask,
+                position_ids: &position_ids,
+                cache: &cache,
+            },
+        )?;
+        prefill_done()?;
+        drop(ids);
+        Some(logits)
+    };
+    // `generate`'s model_kwargs keep the first mask and positions; `_sample`'s rebind
+    let mut cur_ids = input_ids.clone();
+    let mut cur_mask = attention_mask.clone();
+    let mut cur_pos = position_ids.clone();
+    let mut model_inputs: Option<(Tensor, Tensor, Tensor)> = None;
+    // `_sample`'s locals, rebound each step (the old value dies then)
+    let mut next_token_logits: Tensor;
+    let mut next_token_scores: Tensor;
+    let mut next_tokens: Tensor;
+    loop {
+        if outputs.is_none() {
+            // prepare_inputs_for_generation(input_ids, next_sequence_length=1):
+            // input_ids[:, -1:].clone(), position_ids[..., -1:].clone(); the
+            // previous dict dies when `model_inputs` is rebound
+            let ids = cur_ids.slice(1, Some(-1), None).clone_tensor()?;
+            let pos = cur_pos.slice(1, Some(-1), None).clone_tensor()?;
+            model_inputs = Some((ids, pos, cur_mask.clone()));
+            let (ids, pos, mask) = model_inputs.as_ref().expect("set above");
+            outputs = Some(forward(
+                ids,
+                &GenStep {
+                    attention_mask: mask,
+                    position_ids: pos,
+                    cache: &cache,
+                },
+            )?);
+        }
+        // _update_model_kwargs_for_generation: the position ids and the mask
+        // grow by one; the old ones die with its locals
+        {
+            let old_pos = cur_pos.clone();
+            let next = {
+                let ar = rt.arange(1, DType::I64, Device::Cuda)?;
+                let a = ar.add(&old_pos.slice(1, Some(-1), None))?;
+                drop(ar);
+                let n = a.add_scalar(1.0)?;
+                drop(a);
+                n
+            };
+            let np = Tensor::cat(&[&old_pos, &next], -1)?;
+            drop(next);
+            cur_pos = np;
+            let old_mask = cur_mask.clone();
+            let np = {
+                let ones = old_mask.new_full(&[b, 1], DType::I64)?;
+                let c = Tensor::cat(&[&old_mask, &ones], -1)?;
+                drop(ones);
+                c
+            };
+            cur_mask = np;
+            drop(old_pos);
+            drop(old_mask);
+        }
+        let logits = outputs.as_ref().expect("set above");
+        // outputs.logits[:, -1].to(copy=True, dtype=torch.float32)
+        let last = logits.select(1, -1);
+        let ntl = if last.dtype() == DType::F32 {
+            last.clone_tensor()?
+        } else {
+            last.to_dtype(DType::F32)?
+        };
+        drop(last);
+        next_token_logits = ntl;
+        let ntl = &next_token_logits;
+        let scores = match &eos_t {
+            Some(eos) => {
+                let cur_len = cur_ids.size(1);
+                // MinLengthLogitsProcessor(min_length = prompt + N)
+                let p1 = {
+                    let vocab_t = rt.arange(vocab, DType::I64, Device::Cuda)?;
+                    let mask = vocab_t.isin(eos)?;
+                    let mut sp = ntl.clone_tensor()?;
+                    if cur_len < max_length {
+                        sp = where_neg_inf(rt, &mask, ntl)?;
+                    }
+                    drop(vocab_t);
+                    drop(mask);
+                    sp
+                };
+                // MinNewTokensLengthLogitsProcessor(prompt, N)
+                let p2 = {
+                    let mut sp = p1.clone_tensor()?;
+                    let vocab_t = rt.arange(vocab, DType::I64, Device::Cuda)?;
+                    let mask = vocab_t.isin(eos)?;
+                    if cur_len - s < spec.new_tokens {
+                        sp = where_neg_inf(rt, &mask, &p1)?;
+                    }
+                    drop(vocab_t);
+                    drop(mask);
+                    sp
+                };
+                drop(p1);
+                p2
+            }
+            None => ntl.clone(),
+        };
+        next_token_scores = scores;
+        next_tokens = next_token_scores.argmax_dim(-1)?;
+        if let (Some(_), Some(pad)) = (&eos_t, &pad_t) {
+            // next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
+            let a = next_tokens.mul(&unfinished)?;
+            let r = unfinished.rsub_scalar(1.0)?;
+            let pm = pad.mul(&r)?;
+            drop(r);
+            let n = a.add(&pm)?;
+            drop(a);
+            drop(pm);
+            next_tokens = n;
+        }
+        cur_ids = Tensor::cat(&[&cur_ids, &next_tokens.unsqueeze(1)?], -1)?;
+        // unfinished_sequences & ~stopping_criteria(input_ids, scores)
+        let is_done = {
+            let d0 = rt.empty(&[b], DType::Bool, Device::Cuda)?;
+            let m = rt.empty(&[b], DType::Bool, Device::Cuda)?;
+            let d1 = d0.bitwise_or(&m)?;
+            drop(m);
+            drop(d0);
+            match &eos_t {
+                Some(eos) => {
+                    let e = {
+                        let i = cur_ids.slice(1, Some(-1), None).isin(eos)?;
+                        let a = i.any_dims(&[-1])?;
+                        drop(i);
+                        a
+                    };
+                    let d2 = d1.bitwise_or(&e)?;
+                    drop(e);
+                    drop(d1);
+                    d2
+                }
+                None => d1,
+            }
+        };
+        let not_done = is_done.logical_not()?;
+        drop(is_done);
+        let nu = unfinished.bitwise_and(&not_done)?;
+        drop(not_done);
+        unfinished = nu;
+        // StopCheck: bool(unfinished_sequences.max() == 0)
+        {
+            let m = unfinished.max_all()?;
+            let e = m.eq_scalar(0.0)?;
+            drop(m);
+            drop(e);
+        }
+        // del outputs
+        outputs = None;
+        if cur_ids.size(1) >= max_length {
+            break;
+        }
+    }
+    drop(model_inputs);
+    drop(next_token_logits);
+    drop(next_token_scores);
+    drop(next_tokens);
+    drop(unfinished);
+    drop(cache);
+    drop(attention_mask);
+    drop(position_ids);
+    drop(has_right_padding);
+    drop(bos_t);
+    drop(pad_t);
+    drop(eos_t);
+    Ok(cur_ids)
+}
+
+/// `torch.where(eos_token_mask, -math.inf, scores)` (`where.ScalarSelf`):
+/// the scalar becomes a 0-dim device tensor of the scores' options
+/// (`at::scalar_tensor`) for the call.
+fn where_neg_inf(rt: &Runtime, mask: &Tensor, scores: &Tensor) -> Result<Tensor> {
+    let sc = rt.scalar_tensor(scores.dtype(), Device::Cuda)?;
+    let out = Tensor::where_(&mask.unsqueeze(0)?, &sc, scores)?;
+    drop(sc);
+    Ok(out)
+}
+
+/// `_prepare_attention_mask_for_generation`: `torch.ones` of the inputs'
+/// shape when there is no pad token; otherwise the padding inference
+/// (`isin(...).any()`, `~`, `*`, `ne(...).long()`), whose operands die when
+/// it returns.
+fn attention_mask_for_generation(
+    rt: &Runtime,
+    input_ids: &Tensor,
+    eos: Option<&Tensor>,
+    pad: Option<&Tensor>,
+) -> Result<Tensor> {
+    let default = rt.ones(input_ids.sizes(), DType::I64, Device::Cuda)?;
+    let Some(pad) = pad else {
+        return Ok(default);
+    };
+    let in_inputs = {
+        let i = input_ids.isin(pad)?;
+        let a = i.any_dims(&[])?;
+        drop(i);
+        a
+    };
+    let not_eq = match eos {
+        Some(e) => {
+            let i = e.isin(pad)?;
+            let a = i.any_dims(&[])?;
+            drop(i);
+            let n = a.logical_not()?;
+            drop(a);
+            Some(n)
+        }
+        None => None,
+    };
+    let can_infer = match &not_eq {
+        Some(n) => in_inputs.mul(n)?,
+        None => in_inputs.mul_scalar(1.0)?,
+    };
+    let from_padding = {
+        let ne = input_ids.ne_tensor(pad)?;
+        let l = ne.to_dtype(DType::I64)?;
+        drop(ne);
+        l
+    };
+    let mask = {
+        let a = from_padding.mul(&can_infer)?;
+        let nc = can_infer.logical_not()?;
+        let b = default.mul(&nc)?;
+        drop(nc);
+        let m = a.add(&b)?;
+        drop(a);
+        drop(b);
+        m
+    };
+    drop(default);
+    drop(in_inputs);
+    drop(not_eq);
+    drop(can_infer);
+    drop(from_padding);
+    Ok(mask)
+}
