@@ -25,6 +25,12 @@ def args_of(case):
             a += ["--checkpointing", "--checkpoint-every", str(case.get("checkpointing_every", 1))]
     if case["mode"] == "generate":
         a += ["--new-tokens", str(case["new_tokens"]), "--cache", case.get("cache", "dynamic")]
+    if case.get("lora"):
+        lc = case["lora"]
+        a += ["--lora", str(lc["r"]), "--lora-alpha", str(lc.get("alpha", 8)),
+              "--lora-dropout", str(lc.get("dropout", 0.0))]
+        if lc.get("targets"):
+            a += ["--lora-targets", ",".join(lc["targets"])]
     if case.get("alloc_conf"):
         a += ["--alloc-conf", case["alloc_conf"]]
     return a

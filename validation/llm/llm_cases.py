@@ -12,6 +12,11 @@ optimizer, momentum, lr, checkpointing, steps, alloc_conf) with, for `mode: trai
 The phases are hf_cases.py's: `load` (from_config(dtype, attn_implementation="sdpa").cuda(), the
 optimizer, the inputs), then per step `forward{i}`, `backward{i}`, `step{i}`, `zero_grad{i}`.
 
+With `lora` ({r, alpha, targets, dropout}): `model = get_peft_model(model, LoraConfig(r=r,
+lora_alpha=alpha, target_modules=targets or None, lora_dropout=dropout, task_type="CAUSAL_LM"))`
+right after `.cuda()`, the optimizer over the parameters that require grad, and with
+checkpointing also `model.enable_input_require_grads()`.
+
 For `mode: generate` (`new_tokens` N, `cache` dynamic): `load` (the model, `model.eval()`, then
 `input_ids` only), then `out = model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
 do_sample=False)` under no context of ours (generate's own `torch.no_grad()`), split by a forward
@@ -97,8 +102,14 @@ def main():
         begin("load")
         auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM)[case["task"]]
         model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa").cuda()
+        if case.get("lora"):
+            from peft import LoraConfig, get_peft_model
+            lc = case["lora"]
+            model = get_peft_model(model, LoraConfig(r=lc["r"], lora_alpha=lc.get("alpha", 8),
+                                                     target_modules=lc.get("targets") or None,
+                                                     lora_dropout=lc.get("dropout", 0.0), task_type="CAUSAL_LM"))
         if case["mode"] == "train":
-            opt = make_optimizer(torch, case, model.parameters())
+            opt = make_optimizer(torch, case, [p for p in model.parameters() if p.requires_grad])
         if case["mode"] == "generate":
             model.eval()
         input_ids = torch.randint(0, config.vocab_size, (b, case["seq"]), device="cuda")
@@ -109,6 +120,8 @@ def main():
             if case.get("checkpointing"):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
                                                     every_n_layers=case.get("checkpointing_every", 1))
+                if case.get("lora"):
+                    model.enable_input_require_grads()
             model.train()
             for i in range(case.get("steps", 3)):
                 begin(f"forward{i}")

@@ -14,7 +14,7 @@ use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
     estimate, presets, CacheKind, Checkpointing, Estimate, EstimateOptions, FsdpConfig, GradMode,
-    HfConfig, Implementation, Mode, OptimizerKind, Parallel, Task, Workload,
+    HfConfig, Implementation, LoraSpec, Mode, OptimizerKind, Parallel, Task, Workload,
 };
 use vramscope_snapshot::write::WriteOptions;
 
@@ -283,6 +283,22 @@ pub struct WorkloadArgs {
     /// Generate: the KV cache.
     #[arg(long, value_enum, default_value = "dynamic")]
     pub cache: CacheArg,
+    /// LoRA of rank R: peft's get_peft_model(model, LoraConfig(r=R, ...))
+    /// after .cuda(): the base frozen (no gradients, no optimizer state),
+    /// float32 adapters on the targets; with --checkpointing also
+    /// model.enable_input_require_grads().
+    #[arg(long, value_name = "R")]
+    pub lora: Option<i64>,
+    /// LoRA: lora_alpha (changes no memory).
+    #[arg(long, value_name = "A", default_value_t = 8.0, requires = "lora")]
+    pub lora_alpha: f64,
+    /// LoRA: target_modules, comma-separated (default: peft's for the
+    /// family, q_proj,v_proj).
+    #[arg(long, value_name = "NAMES", requires = "lora", value_delimiter = ',')]
+    pub lora_targets: Vec<String>,
+    /// LoRA: lora_dropout (> 0: nn.Dropout on the adapters' input).
+    #[arg(long, value_name = "P", default_value_t = 0.0, requires = "lora")]
+    pub lora_dropout: f64,
 }
 
 /// `--grad`.
@@ -403,6 +419,12 @@ impl WorkloadArgs {
             }),
             accumulation: self.accumulation.max(1),
             new_tokens: self.new_tokens,
+            lora: self.lora.map(|r| LoraSpec {
+                r,
+                alpha: self.lora_alpha,
+                targets: self.lora_targets.clone(),
+                dropout: self.lora_dropout,
+            }),
             cache: match self.cache {
                 CacheArg::Dynamic => CacheKind::Dynamic,
                 CacheArg::Static => CacheKind::Static,
@@ -749,6 +771,10 @@ struct WorkloadJson<'a> {
     new_tokens: Option<i64>,
     /// generate: the KV cache, `dynamic` or `static` (null otherwise)
     cache: Option<&'static str>,
+    /// LoRA's rank (null without LoRA)
+    lora_r: Option<i64>,
+    /// LoRA's target modules (null without LoRA; empty: the default)
+    lora_targets: Option<Vec<String>>,
     /// `None` (null) on one GPU
     parallel: Option<ParallelJson>,
 }
@@ -1059,6 +1085,8 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 grad: w.grad.name(),
                 new_tokens: (w.mode == Mode::Generate).then_some(w.new_tokens),
                 cache: (w.mode == Mode::Generate).then_some(w.cache.name()),
+                lora_r: w.lora.as_ref().map(|l| l.r),
+                lora_targets: w.lora.as_ref().map(|l| l.targets.clone()),
                 parallel: w.parallel.as_ref().map(|p| match p {
                     Parallel::Fsdp(c) => ParallelJson {
                         kind: "fsdp",

@@ -882,8 +882,15 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         None => {
             let mut model: Box<dyn HfModel> = families::build(&rt, config, w.task, w.weights)?;
             model.cuda()?;
+            if let Some(lora) = &w.lora {
+                // model = get_peft_model(model, LoraConfig(...))
+                model.apply_lora(lora, w.mode == Mode::Train)?;
+            }
             let ps = model.parameters();
             (model, ps, None)
+        }
+        Some(Parallel::Fsdp(_)) if w.lora.is_some() => {
+            return Err(ModelError::Unsupported("LoRA under FSDP".into()));
         }
         Some(Parallel::Fsdp(c)) => fsdp_load(&rt, config, w, c)?,
     };
@@ -895,6 +902,9 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         Some(f) => f.borrow().sharded_parameters(&ps),
         None => ps,
     };
+    // the optimizer gets the parameters that require grad (all but the
+    // frozen base of a LoRA model)
+    let ps: Vec<Tensor> = ps.into_iter().filter(|p| p.requires_grad()).collect();
     // (`generate` builds no optimizer)
     let mut opt = match w.mode {
         Mode::Train | Mode::Infer => Some(Optimizer::new(w.optimizer_config(), ps)?),
@@ -911,6 +921,10 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         Mode::Train => {
             if let Some(which) = &w.checkpointing {
                 model.enable_gradient_checkpointing(which)?;
+                if w.lora.is_some() {
+                    // as peft and the HF Trainer set it up
+                    model.enable_input_require_grads();
+                }
             }
             model.set_training(true);
             for i in 0..w.steps {

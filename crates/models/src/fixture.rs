@@ -11,7 +11,7 @@ use vramscope_engine::DType;
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::estimate::{Estimate, PhaseFigures};
-use crate::workload::{CacheKind, Checkpointing, GradMode, Mode, Task, Workload};
+use crate::workload::{CacheKind, Checkpointing, GradMode, LoraSpec, Mode, Task, Workload};
 use vramscope_engine::optim::{Implementation, OptimizerKind};
 
 /// One case of `validation/hf_cases.json`.
@@ -194,6 +194,23 @@ fn case(c: &Value) -> Result<Case> {
             }) as usize,
         accumulation: 1,
         new_tokens: c.get("new_tokens").and_then(Value::as_i64).unwrap_or(0),
+        lora: match c.get("lora") {
+            None | Some(Value::Null) => None,
+            Some(l) => Some(LoraSpec {
+                r: field(l, "r")?.as_i64().unwrap_or(0),
+                alpha: l.get("alpha").and_then(Value::as_f64).unwrap_or(8.0),
+                targets: l
+                    .get("targets")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| t.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                dropout: l.get("dropout").and_then(Value::as_f64).unwrap_or(0.0),
+            }),
+        },
         cache: match c.get("cache").and_then(Value::as_str) {
             None => CacheKind::Dynamic,
             Some(k) => CacheKind::from_name(k).ok_or_else(|| ModelError::Field {

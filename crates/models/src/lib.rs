@@ -36,4 +36,4 @@ pub use families::{HfModel, Inputs, ModelOutput, ModuleHooks};
 pub use parallel::{FsdpConfig, Parallel};
 pub use summary::{group_repeated, ModuleGroup};
 pub use vramscope_engine::optim::{Implementation, OptimizerConfig, OptimizerKind};
-pub use workload::{CacheKind, Checkpointing, GradMode, Mode, Task, Workload};
+pub use workload::{CacheKind, Checkpointing, GradMode, LoraSpec, Mode, Task, Workload};

@@ -54,6 +54,20 @@ impl Mode {
     }
 }
 
+/// peft's `LoraConfig(r, lora_alpha, target_modules, lora_dropout)`
+/// applied with `get_peft_model`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraSpec {
+    /// `r`
+    pub r: i64,
+    /// `lora_alpha` (scaling `alpha / r`: no memory)
+    pub alpha: f64,
+    /// `target_modules` (empty: peft's default for the family)
+    pub targets: Vec<String>,
+    /// `lora_dropout`
+    pub dropout: f64,
+}
+
 /// The KV cache `generate()` builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheKind {
@@ -174,6 +188,9 @@ pub struct Workload {
     pub new_tokens: i64,
     /// generate: the KV cache
     pub cache: CacheKind,
+    /// LoRA (`get_peft_model` after `.cuda()`; with checkpointing also
+    /// `enable_input_require_grads()`)
+    pub lora: Option<LoraSpec>,
 }
 
 impl Workload {
@@ -197,6 +214,7 @@ impl Workload {
             parallel: None,
             new_tokens: 0,
             cache: CacheKind::Dynamic,
+            lora: None,
         }
     }
 

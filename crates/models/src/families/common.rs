@@ -163,13 +163,29 @@ pub(crate) fn to_cuda(t: &mut Tensor, category: Category) -> Result<()> {
 
 // ---- nn.Linear / nn.Embedding -------------------------------------------------------
 
-/// `nn.Linear(in, out, bias)`: `F.linear(x, weight, bias)`.
+/// `nn.Linear(in, out, bias)`: `F.linear(x, weight, bias)`, with peft's
+/// LoRA adapter when [`inject_lora`] wrapped it.
 #[derive(Clone)]
 pub(crate) struct Linear {
     /// `(out, in)`
     pub(crate) weight: Tensor,
     /// `(out,)`
     pub(crate) bias: Option<Tensor>,
+    /// peft's `lora.Linear` around it
+    pub(crate) lora: Option<Lora>,
+}
+
+/// The adapter of peft's `lora.Linear` (`tuners/lora/layer.py`): `lora_A`
+/// `(r, in)` and `lora_B` `(out, r)` (float32 once `cast_adapter_dtype`
+/// upcast them), `scaling = lora_alpha / r`, `lora_dropout`.
+#[derive(Clone)]
+pub(crate) struct Lora {
+    /// `lora_A.default.weight`
+    pub(crate) a: Tensor,
+    /// `lora_B.default.weight`
+    pub(crate) b: Tensor,
+    /// `lora_dropout` when it drops (training with p > 0); 0 is `nn.Identity`
+    pub(crate) dropout: f64,
 }
 
 impl Linear {
@@ -182,12 +198,60 @@ impl Linear {
             } else {
                 None
             },
+            lora: None,
         })
     }
-    /// `self(x)`, attributed to module `name`.
+    /// `self(x)`, attributed to module `name`. With LoRA, peft's
+    /// `lora.Linear.forward`:
+    ///
+    /// ```python
+    /// result = self.base_layer(x); torch_result_dtype = result.dtype
+    /// x = self._cast_input_dtype(x, lora_A.weight.dtype)     # a float32 copy of bf16/fp16 inputs
+    /// result = result + lora_B(lora_A(dropout(x))) * scaling  # promoted to float32
+    /// result = result.to(torch_result_dtype)
+    /// ```
     pub(crate) fn forward(&self, name: &str, x: &Tensor) -> Result<Tensor> {
         let rt = x.runtime().clone();
-        Ok(rt.in_module(name, || x.linear(&self.weight, self.bias.as_ref()))?)
+        rt.in_module(name, || -> Result<Tensor> {
+            let result = x.linear(&self.weight, self.bias.as_ref())?;
+            let Some(l) = &self.lora else {
+                return Ok(result);
+            };
+            let dtype = result.dtype();
+            let xf = if x.dtype() == l.a.dtype() {
+                x.clone()
+            } else {
+                x.to_dtype(l.a.dtype())?
+            };
+            let delta = {
+                let dropped = if l.dropout > 0.0 {
+                    Some(rt.in_module("lora_dropout.default", || xf.dropout(l.dropout, true))?)
+                } else {
+                    None
+                };
+                let a = rt.in_module("lora_A.default", || {
+                    dropped.as_ref().unwrap_or(&xf).linear(&l.a, None)
+                })?;
+                drop(dropped);
+                let b = rt.in_module("lora_B.default", || a.linear(&l.b, None))?;
+                drop(a);
+                let scaled = b.mul_scalar(1.0)?;
+                drop(b);
+                scaled
+            };
+            let sum = result.add(&delta)?;
+            drop(delta);
+            drop(result);
+            let out = if sum.dtype() == dtype {
+                sum
+            } else {
+                let o = sum.to_dtype(dtype)?;
+                drop(sum);
+                o
+            };
+            drop(xf);
+            Ok(out)
+        })
     }
     /// `_apply`: weight, then bias.
     pub(crate) fn cuda(&mut self) -> Result<()> {
@@ -197,11 +261,75 @@ impl Linear {
         }
         Ok(())
     }
-    /// `parameters()`: weight, then bias.
+    /// `parameters()`: weight, then bias (peft's `base_layer`), then the
+    /// adapter's A and B.
     pub(crate) fn params(&self, out: &mut Vec<Tensor>) {
         out.push(self.weight.clone());
         out.extend(self.bias.clone());
+        if let Some(l) = &self.lora {
+            out.push(l.a.clone());
+            out.push(l.b.clone());
+        }
     }
+}
+
+/// `get_peft_model(model, LoraConfig(r, lora_alpha, target_modules,
+/// lora_dropout))` over `linears` (every `nn.Linear` with its module name,
+/// in `named_modules()` order): each target (its name, or its name's last
+/// component, in `targets`) gets `lora_A` and `lora_B`, moved to the
+/// device in the base weight's dtype (`_move_adapter_to_device_of_base_layer`);
+/// then `cast_adapter_dtype` upcasts bf16/fp16 adapters to float32 module
+/// by module (A, then B: a float32 copy, the old one freed); then
+/// `_mark_only_adapters_as_trainable` freezes everything else. Returns how
+/// many layers it wrapped.
+pub(crate) fn inject_lora(
+    rt: &Runtime,
+    linears: Vec<(String, &mut Linear)>,
+    frozen: &[Tensor],
+    r: i64,
+    targets: &[String],
+    dropout: f64,
+) -> Result<usize> {
+    let matches = |name: &str| {
+        targets
+            .iter()
+            .any(|t| name == t || name.ends_with(&format!(".{t}")))
+    };
+    let mut wrapped: Vec<&mut Linear> = linears
+        .into_iter()
+        .filter(|(n, _)| matches(n))
+        .map(|(_, l)| l)
+        .collect();
+    rt.no_grad(|| -> Result<()> {
+        rt.with_category(Category::Parameter, || -> Result<()> {
+            for l in wrapped.iter_mut() {
+                let (out, inp) = (l.weight.size(0), l.weight.size(1));
+                let dt = l.weight.dtype();
+                let a = rt.empty(&[r, inp], dt, Device::Cuda)?;
+                let b = rt.empty(&[out, r], dt, Device::Cuda)?;
+                l.lora = Some(Lora { a, b, dropout });
+            }
+            for l in wrapped.iter_mut() {
+                let lora = l.lora.as_mut().expect("set above");
+                for t in [&mut lora.a, &mut lora.b] {
+                    if matches!(t.dtype(), DType::BF16 | DType::F16) {
+                        let up = t.to_dtype(DType::F32)?;
+                        *t = up;
+                    }
+                }
+            }
+            Ok(())
+        })
+    })?;
+    for p in frozen {
+        p.requires_grad_(false)?;
+    }
+    for l in &wrapped {
+        let lora = l.lora.as_ref().expect("set above");
+        lora.a.requires_grad_(true)?;
+        lora.b.requires_grad_(true)?;
+    }
+    Ok(wrapped.len())
 }
 
 /// `nn.Embedding(num, dim, padding_idx)`: `F.embedding(ids, weight)` (the
@@ -270,9 +398,9 @@ impl Act {
 /// `LlamaMLP` (and `Gemma2MLP`, ...): `down_proj(act_fn(gate_proj(x)) * up_proj(x))`.
 #[derive(Clone)]
 pub(crate) struct GatedMlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    pub(crate) gate_proj: Linear,
+    pub(crate) up_proj: Linear,
+    pub(crate) down_proj: Linear,
     act: Act,
 }
 
@@ -1417,6 +1545,9 @@ pub(crate) struct Flags {
     /// `self.gradient_checkpointing` and the layers it applies to (each
     /// `GradientCheckpointingLayer`'s `layer_index % every_n_layers == 0`)
     pub(crate) checkpointing: Option<Checkpointing>,
+    /// `enable_input_require_grads()`: a forward hook makes the input
+    /// embeddings' output require grad
+    pub(crate) input_requires_grad: bool,
     /// forward hooks on the model and its layers
     pub(crate) hooks: Option<Hooks>,
 }
@@ -1482,6 +1613,16 @@ pub(crate) trait Decoder {
     fn cache_layers(&self) -> Vec<Option<i64>> {
         Vec::new()
     }
+    /// Its `nn.Linear`s with their names under `model.` (`layers.0.self_attn.q_proj`),
+    /// in `named_modules()` order; empty where LoRA is not modelled.
+    fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        Vec::new()
+    }
+    /// peft's default `target_modules` for the family
+    /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`).
+    fn default_lora_targets(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// `…ForCausalLM`: `model` (a [`Decoder`]), then `lm_head`, and
@@ -1525,6 +1666,7 @@ impl<D: Decoder> CausalLm<D> {
                 training: true,
                 checkpointing: None,
                 hooks: None,
+                input_requires_grad: false,
             },
             tokens: Default::default(),
         })
@@ -1584,6 +1726,45 @@ impl<D: Decoder> HfModel for CausalLm<D> {
         }
         self.flags.hooks = Some(Hooks(hooks));
         Ok(())
+    }
+
+    fn apply_lora(&mut self, spec: &crate::workload::LoraSpec, training: bool) -> Result<usize> {
+        let frozen = self.parameters();
+        let targets: Vec<String> = if spec.targets.is_empty() {
+            self.model
+                .default_lora_targets()
+                .iter()
+                .map(|t| t.to_string())
+                .collect()
+        } else {
+            spec.targets.clone()
+        };
+        let mut linears: Vec<(String, &mut Linear)> = self
+            .model
+            .linears_mut()
+            .into_iter()
+            .map(|(n, l)| (format!("model.{n}"), l))
+            .collect();
+        if linears.is_empty() {
+            return Err(ModelError::Unsupported(
+                "LoRA is modelled for llama, mistral, qwen2 and qwen3".into(),
+            ));
+        }
+        if let Some(h) = &mut self.lm_head {
+            linears.push(("lm_head".into(), h));
+        }
+        let dropout = if training { spec.dropout } else { 0.0 };
+        let n = inject_lora(&self.rt, linears, &frozen, spec.r, &targets, dropout)?;
+        if n == 0 {
+            return Err(ModelError::Unsupported(format!(
+                "no module matches the LoRA targets {targets:?}"
+            )));
+        }
+        Ok(n)
+    }
+
+    fn enable_input_require_grads(&mut self) {
+        self.flags.input_requires_grad = true;
     }
 
     fn generate(

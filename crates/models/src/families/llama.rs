@@ -448,6 +448,26 @@ impl Decoder for Model {
     fn cache_layers(&self) -> Vec<Option<i64>> {
         self.cfg.cache_layers()
     }
+
+    fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let mut v = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let a = &mut l.self_attn;
+            v.push((format!("layers.{i}.self_attn.q_proj"), &mut a.q_proj));
+            v.push((format!("layers.{i}.self_attn.k_proj"), &mut a.k_proj));
+            v.push((format!("layers.{i}.self_attn.v_proj"), &mut a.v_proj));
+            v.push((format!("layers.{i}.self_attn.o_proj"), &mut a.o_proj));
+            let m = &mut l.mlp;
+            v.push((format!("layers.{i}.mlp.gate_proj"), &mut m.gate_proj));
+            v.push((format!("layers.{i}.mlp.up_proj"), &mut m.up_proj));
+            v.push((format!("layers.{i}.mlp.down_proj"), &mut m.down_proj));
+        }
+        v
+    }
+
+    fn default_lora_targets(&self) -> &'static [&'static str] {
+        &["q_proj", "v_proj"]
+    }
 }
 
 impl Model {
@@ -462,6 +482,10 @@ impl Model {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
+        if flags.input_requires_grad && !inputs_embeds.requires_grad() {
+            // enable_input_require_grads: output.requires_grad_(True)
+            inputs_embeds.requires_grad_(true)?;
+        }
         let cache = if step.is_none() && flags.use_cache(cfg.use_cache) {
             Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
         } else {

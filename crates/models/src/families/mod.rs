@@ -82,6 +82,15 @@ pub trait HfModel {
             "forward hooks on this family's layers (FSDP)".into(),
         ))
     }
+    /// `get_peft_model(model, LoraConfig(...))` (`training`: its dropout
+    /// is active): how many layers it wrapped.
+    fn apply_lora(&mut self, _spec: &crate::workload::LoraSpec, _training: bool) -> Result<usize> {
+        Err(ModelError::Unsupported(
+            "LoRA is modelled for llama, mistral, qwen2 and qwen3".into(),
+        ))
+    }
+    /// `model.enable_input_require_grads()`.
+    fn enable_input_require_grads(&mut self) {}
     /// `model.generate(input_ids, ...)` under its own `torch.no_grad()`:
     /// the returned sequences. `prefill_done` runs when the prefill's
     /// forward returns (a forward hook's view).
