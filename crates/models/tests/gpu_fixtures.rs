@@ -510,10 +510,20 @@ fn repeated_runs_against_the_gpus_most_frequent_outcome() {
 /// the GPU ran them): (case list, the GPU's phase lines). Every phase
 /// within the tolerance, and every phase exact unless listed in the set's
 /// README.
-const LLM_SETS: [(&str, &str); 1] = [(
-    "validation/llm/optim_cases.json",
-    "fixtures/llm/optim/gpu_h200.jsonl",
-)];
+const LLM_SETS: [(&str, &str); 3] = [
+    (
+        "validation/llm/optim_cases.json",
+        "fixtures/llm/optim/gpu_h200.jsonl",
+    ),
+    (
+        "validation/llm/generate_cases.json",
+        "fixtures/llm/generate/gpu_h200.jsonl",
+    ),
+    (
+        "validation/llm/lora_cases.json",
+        "fixtures/llm/lora/gpu_h200.jsonl",
+    ),
+];
 
 /// Run every case of an LLM set on the twin's H200; (exact phases, all
 /// phases), panicking on one outside the tolerance.
@@ -564,4 +574,19 @@ fn check_llm_set(list: &str, recorded: &str) -> (usize, usize) {
 fn llm_optimizers() {
     let (list, recorded) = LLM_SETS[0];
     assert_eq!(check_llm_set(list, recorded), (182, 182));
+}
+
+/// `model.generate()` with a DynamicCache (`fixtures/llm/generate`): 30 of
+/// 30 phases exact.
+#[test]
+fn llm_generate() {
+    let (list, recorded) = LLM_SETS[1];
+    assert_eq!(check_llm_set(list, recorded), (30, 30));
+}
+
+/// peft LoRA training (`fixtures/llm/lora`): 91 of 91 phases exact.
+#[test]
+fn llm_lora() {
+    let (list, recorded) = LLM_SETS[2];
+    assert_eq!(check_llm_set(list, recorded), (91, 91));
 }

@@ -415,3 +415,64 @@ fn attention_mask_for_generation(
     drop(from_padding);
     Ok(mask)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{estimate, CacheKind, EstimateOptions, HfConfig, LoraSpec, Task, Workload};
+
+    fn llama() -> HfConfig {
+        HfConfig::parse(
+            r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100}"#,
+        )
+        .unwrap()
+    }
+
+    fn err(config: &HfConfig, w: &Workload) -> String {
+        match estimate(config, w, &EstimateOptions::default()) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn generate_grows_the_sequences_and_frees_the_rest() {
+        let w = Workload::generate(Task::Causal, 2, 8, 3);
+        let est = estimate(&llama(), &w, &EstimateOptions::default()).unwrap();
+        let names: Vec<&str> = est.phases.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["load", "prefill", "decode"]);
+        // after generate returns: the load's tensors, the cuBLAS workspace of
+        // the first matmul (32 MiB on an H100) and the (2, 11) int64 sequences
+        let grown = est.phases[2].allocated_bytes - est.phases[0].allocated_bytes;
+        assert_eq!(grown, (32 << 20) + 512);
+    }
+
+    #[test]
+    fn what_is_not_modelled_is_refused_by_name() {
+        let gpt2 =
+            HfConfig::parse(r#"{"model_type":"gpt2","n_embd":64,"n_layer":1,"n_head":2}"#).unwrap();
+        let w = Workload::generate(Task::Causal, 1, 8, 2);
+        assert!(err(&gpt2, &w).contains("generate() is modelled for llama"));
+        let st = Workload {
+            cache: CacheKind::Static,
+            ..w.clone()
+        };
+        assert!(err(&llama(), &st).contains("StaticCache"));
+        let none = Workload {
+            new_tokens: 0,
+            ..w.clone()
+        };
+        assert!(err(&llama(), &none).contains("0 new tokens"));
+        let lora = |targets: &[&str]| Workload {
+            lora: Some(LoraSpec {
+                r: 4,
+                alpha: 8.0,
+                targets: targets.iter().map(|t| t.to_string()).collect(),
+                dropout: 0.0,
+            }),
+            ..Workload::train(Task::Causal, 1, 8)
+        };
+        assert!(err(&llama(), &lora(&["qkv"])).contains("no module matches"));
+        assert!(err(&gpt2, &lora(&[])).contains("LoRA is modelled for"));
+    }
+}
