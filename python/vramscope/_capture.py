@@ -161,8 +161,16 @@ class _DispatchMode(TorchDispatchMode):
         self.cap = cap
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(t.__torch_dispatch__ is not _PLAIN and not issubclass(t, _FakeTensor) for t in types):
+            # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
+            # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
+            return NotImplemented
         with _KERNELS:
             return self.cap.dispatch(func, args, kwargs or {})
+
+
+_PLAIN = torch._C._disabled_torch_dispatch_impl
+_FakeTensor = torch._subclasses.fake_tensor.FakeTensor
 
 
 _KERNELS = _tensor.kernels()
@@ -641,6 +649,8 @@ class Capture:
         return {
             "schema": "vramscope.run/1",
             "gpu": self.device.name,
+            "gpu_key": self.device.key,
+            "gpu_estimated_constants": list(self.device.estimated_constants),
             "total_memory": self.device.total_memory,
             "cuda_used": self.cuda_used,
             "ops": self.ops,

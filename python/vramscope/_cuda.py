@@ -288,8 +288,74 @@ def patch(cap) -> _Patch:
     for name in ("_has_foreach_support", "_device_has_foreach_support"):
         p.set(clip_grad, name, _kernels.foreach_support(getattr(clip_grad, name)))
     patch_tensor(p)
+    _patch_accelerator(p)
+    p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
     p.set(cuda.memory, "is_initialized", lambda: True)
     return p
+
+
+def _patch_accelerator(p: _Patch) -> None:
+    """`torch.accelerator` (the device-generic API transformers and FSDP2's default mesh use) reads
+    the C++ accelerator, which is the CPU on a machine without a GPU: while capturing it is the
+    simulated CUDA device, and its memory functions are `torch.cuda`'s (answered by the twin)."""
+    import torch.accelerator as acc
+    from torch.accelerator import memory as acc_memory
+
+    cuda = torch.device("cuda")
+    p.set(torch._C, "_get_accelerator", lambda: cuda)
+    p.set(torch._C, "_accelerator_getAccelerator", lambda: cuda)
+    simple = {
+        "current_accelerator": lambda check_available=False: cuda,
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device_index": lambda: 0,
+        "current_device_idx": lambda: 0,
+        "set_device_index": lambda device: None,
+        "set_device_idx": lambda device: None,
+        "synchronize": lambda device=None: None,
+        "current_stream": lambda device=None: torch.cuda.current_stream(),
+    }
+    for name, fn in simple.items():
+        if hasattr(acc, name):
+            p.set(acc, name, fn)
+    memory = {
+        "memory_stats": lambda device_index=None, /: torch.cuda.memory_stats(),
+        "memory_allocated": lambda device_index=None, /: torch.cuda.memory_allocated(),
+        "max_memory_allocated": lambda device_index=None, /: torch.cuda.max_memory_allocated(),
+        "memory_reserved": lambda device_index=None, /: torch.cuda.memory_reserved(),
+        "max_memory_reserved": lambda device_index=None, /: torch.cuda.max_memory_reserved(),
+        "reset_peak_memory_stats": lambda device_index=None, /: torch.cuda.reset_peak_memory_stats(),
+        "reset_accumulated_memory_stats": lambda device_index=None, /: (
+            torch.cuda.reset_accumulated_memory_stats()
+        ),
+        "empty_cache": lambda: torch.cuda.empty_cache(),
+        "get_memory_info": lambda device_index=None, /: torch.cuda.mem_get_info(),
+    }
+    for name, fn in memory.items():
+        for mod in (acc, acc_memory):
+            if hasattr(mod, name):
+                p.set(mod, name, fn)
+
+
+def _storage_resize(original, cap):
+    """`UntypedStorage.resize_` of a simulated storage (FSDP2's `free_storage` / `alloc_storage`
+    of the unsharded parameters and gradients): the caching allocator frees the storage's block
+    and, for a new size, allocates another (`resize_bytes_cuda`)."""
+
+    def resize_(self, size):
+        entry = cap.storages.get(self._cdata)
+        out = original(self, size)
+        if entry is None or not cap.active:
+            return out
+        handle, ref = entry
+        # the new block first (the old bytes are copied into it), then the old one freed
+        new = cap._malloc_handle(int(size), "aten::resize_", "output") if size else None
+        if handle is not None:
+            cap.free(handle)
+        cap.storages[self._cdata] = (new, ref)
+        return out
+
+    return resize_

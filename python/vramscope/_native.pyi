@@ -20,13 +20,17 @@ class Device:
     """One simulated GPU of one fresh process (torch.cuda.init() done, nothing allocated)."""
 
     def __init__(self, gpu: str = "h100", alloc_conf: str | None = None) -> None:
-        """gpu: "h100" or "h200"; alloc_conf: PYTORCH_CUDA_ALLOC_CONF's text (None: defaults).
+        """gpu: a key of gpus() ("h100", "h200", "a100-80gb", ...); alloc_conf:
+        PYTORCH_CUDA_ALLOC_CONF's text (None: defaults).
 
         Raises ValueError naming the bad gpu or setting."""
     name: str  # get_device_name()
     total_memory: int  # get_device_properties().total_memory
     capability: tuple[int, int]
     multi_processor_count: int
+    key: str  # the profile's --gpu key
+    estimated_constants: list[str]  # the constants not measured on this GPU (empty: all measured)
+    cudnn_tables: bool  # whether the sm_90 cuDNN workspace tables hold for this GPU
     def malloc(self, nbytes: int, stream: int, category: str, op: str, module: str) -> int:
         """Allocate through the caching allocator; returns a handle for free().
 
@@ -101,3 +105,6 @@ def autocast_policies() -> list[tuple[str, str]]:
     """Every ATen op (`name` or `name.overload`) with an AutocastCUDA kernel and
     its policy: lower_precision_fp, fp32, fp32_set_opt_dtype, fp32_append_dtype,
     promote or banned (vramscope_engine::autocast::CUDA_POLICIES)."""
+
+def gpus() -> list[tuple[str, str, int, tuple[int, int], bool]]:
+    """The GPUs Device(gpu=...) takes: (key, name, total_memory, capability, measured)."""

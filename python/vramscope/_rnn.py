@@ -351,7 +351,8 @@ class _Problem:
             self.batch_sizes,
             self.train,
         )
-        entry = _problems().get(key)
+        # the table holds sm_90's picks: on another GPU every problem is unmeasured
+        entry = _problems().get(key) if cap.device.cudnn_tables else None
         if entry is None:
             lengths = f"packed batch sizes {list(self.batch_sizes)}" if self.packed else f"length {self.seq}"
             cap.note_unmeasured(

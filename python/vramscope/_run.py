@@ -40,6 +40,8 @@ def format_size(n: int) -> str:
 def render_text(report: dict) -> str:
     """The terminal report."""
     lines = [f"vramscope: {report['gpu']} ({format_size(report['total_memory'])})"]
+    if report.get("gpu_estimated_constants"):
+        lines.append("estimated for this GPU (not measured): " + ", ".join(report["gpu_estimated_constants"]))
     if not report["cuda_used"]:
         lines.append("the script never allocated CUDA memory")
         return "\n".join(lines) + "\n"
@@ -73,7 +75,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--gpu", default="h100", help="the GPU to simulate: h100 (default) or h200")
+    ap.add_argument(
+        "--gpu",
+        default="h100",
+        help="the GPU to simulate: h100 (default), h200 (measured), or a100-40gb, a100-80gb, l40s, l4, "
+        "a10g, rtx4090, rtx3090, t4, v100, b200 (constants partly estimated; the report names them)",
+    )
     ap.add_argument(
         "--json",
         metavar="FILE",
@@ -93,6 +100,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--alloc-conf",
         metavar="S",
         help="PYTORCH_CUDA_ALLOC_CONF (default: the environment's)",
+    )
+    ap.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run a torchrun-style script as one rank of N (torch.distributed gets a process group "
+        "whose collectives move no data; RANK, WORLD_SIZE, LOCAL_RANK are set as torchrun sets them)",
+    )
+    ap.add_argument(
+        "--rank", type=int, default=0, metavar="R", help="the rank to run with --nproc (default 0)"
     )
     ap.add_argument("--quiet", action="store_true", help="no report on the terminal")
     ap.add_argument(
@@ -130,6 +148,16 @@ def main(argv: list[str]) -> int:
         return 2
     if ns.snapshot or ns.html:
         cap.record_history(True)
+    if ns.nproc is not None:
+        if ns.nproc < 1 or not 0 <= ns.rank < ns.nproc:
+            print(
+                f"vramscope run: --rank {ns.rank} of --nproc {ns.nproc}: expected 0 <= rank < nproc",
+                file=sys.stderr,
+            )
+            return 2
+        from . import _dist
+
+        _dist.setup(cap, ns.nproc, ns.rank)
     status = 0
     saved_argv = sys.argv
     sys.argv = [ns.script, *ns.args]

@@ -1,0 +1,53 @@
+"""`vramscope run --nproc 2` on validation/multi's unmodified torchrun script, rank 0, held to what
+rank 0 of 2 H200s recorded (fixtures/multi/multi_h200_n2.jsonl): every phase of an FSDP2 and a DDP
+training run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES, ROOT, run_script
+
+KEYS = ("allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved_bytes")
+
+
+def _gpu(case: str, rank: int) -> dict:
+    rows = (
+        json.loads(line) for line in (FIXTURES / "multi" / "multi_h200_n2.jsonl").read_text().splitlines()
+    )
+    return {r["phase"]: r for r in rows if r["case"] == case and r["rank"] == rank and "allocated_bytes" in r}
+
+
+@pytest.mark.parametrize(
+    ("case", "exact_phases"),
+    [
+        # measured here: every phase byte-exact (fsdp), all but the two later optimizer steps' peaks (ddp)
+        ("fsdp_llama_fp32", 13),
+        ("ddp_llama_fp32", 11),
+    ],
+)
+def test_rank0_of_two(case, exact_phases, tmp_path):
+    script = ROOT / "validation" / "multi" / "multi_cases.py"
+    cases = ROOT / "validation" / "multi" / "multi_cases.json"
+    status, _lines, _report, err = run_script(
+        script, str(cases), case, str(tmp_path), extra=("--gpu", "h200", "--nproc", "2", "--rank", "0")
+    )
+    assert status == 0, err[-3000:]
+    twin = [json.loads(line) for line in (tmp_path / f"{case}.rank0.jsonl").read_text().splitlines()]
+    gpu = _gpu(case, 0)
+    phases = [t for t in twin if t["phase"] in gpu]
+    assert len(phases) == len(gpu) == 13  # load, then forward, backward, step, zero_grad of 3 steps
+    exact = 0
+    for t in phases:
+        g = gpu[t["phase"]]
+        assert abs(t["peak_allocated_bytes"] - g["peak_allocated_bytes"]) <= 0.005 * g["peak_allocated_bytes"]
+        assert abs(t["peak_reserved_bytes"] - g["peak_reserved_bytes"]) <= 0.02 * g["peak_reserved_bytes"]
+        exact += all(t[k] == g[k] for k in KEYS)
+    assert exact >= exact_phases
+
+
+def test_rank_outside_the_world_is_refused(tmp_script):
+    script = tmp_script("print('never')\n")
+    status, lines, _report, err = run_script(script, extra=("--nproc", "2", "--rank", "2"))
+    assert status == 2 and "expected 0 <= rank < nproc" in err and not lines

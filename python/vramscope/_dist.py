@@ -1,0 +1,149 @@
+"""`vramscope run --nproc N`: a torchrun-style script as one rank of N, on one simulated GPU.
+
+The environment is torchrun's (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT), and
+`torch.distributed.init_process_group` makes PyTorch's fake process group (`FakeProcessGroup`,
+`torch.testing._internal.distributed.fake_pg`): every collective completes at once and moves no data,
+so each rank's tensors are allocated as the real program allocates them, on the streams it uses.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def setup(cap, world: int, rank: int) -> None:
+    """Set torchrun's environment and route `init_process_group` to the fake backend."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        GROUP_RANK="0",
+        MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        MASTER_PORT=os.environ.get("MASTER_PORT", "29500"),
+    )
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    original = dist.init_process_group
+
+    def init_process_group(backend=None, init_method=None, *args, **kwargs):
+        kwargs.pop("store", None)
+        kwargs.pop("device_id", None)
+        kwargs["rank"], kwargs["world_size"] = rank, world
+        return original("fake", *args, store=FakeStore(), **kwargs)
+
+    dist.init_process_group = init_process_group
+    patch_ddp(world)
+    patch_fsdp()
+    patch_dtensor()
+    cap.world = (world, rank)
+
+
+def _allreduce_hook(world: int):
+    """DDP's built-in allreduce (reducer.cpp: the bucket divided by the world size in place, then
+    all-reduced in place) as a comm hook: the fake group's works carry no tensor for the reducer."""
+
+    def hook(state, bucket):
+        buf = bucket.buffer()
+        buf.div_(world)
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+    return hook
+
+
+def patch_ddp(world: int) -> None:
+    """Give every DistributedDataParallel whose script registers no comm hook of its own the
+    built-in allreduce as a Python hook, at its first forward."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    register, forward = DDP.register_comm_hook, DDP.forward
+
+    def register_comm_hook(self, state, hook):
+        self._vramscope_hooked = True
+        return register(self, state, hook)
+
+    def register_builtin(self, comm_hook_type):
+        raise RuntimeError("vramscope run --nproc: DDP's built-in C++ comm hooks are not simulated")
+
+    def ddp_forward(self, *args, **kwargs):
+        if not getattr(self, "_vramscope_hooked", False):
+            register_comm_hook(self, None, _allreduce_hook(world))
+        return forward(self, *args, **kwargs)
+
+    DDP.register_comm_hook = register_comm_hook
+    DDP._register_builtin_comm_hook = register_builtin
+    DDP.forward = ddp_forward
+
+
+def patch_fsdp() -> None:
+    """`fully_shard` moves a module's CPU parameters with `param.data = param.to(device)`, which
+    cannot hold between a host tensor and a simulated one: here each is replaced by its device
+    copy in the module that holds it (as `nn.Module._apply` does when the types differ), and in
+    the lists FSDP goes on with."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_init
+    from torch.distributed.tensor import DTensor
+
+    managed: list = []
+    get_states, move = _fsdp_init._get_managed_states, _fsdp_init._move_states_to_device
+
+    def get_managed_states(modules, *args, **kwargs):
+        managed.append(list(modules))
+        return get_states(modules, *args, **kwargs)
+
+    def move_states_to_device(params, buffers, device):
+        modules = managed.pop() if managed else []
+        new: dict[int, torch.Tensor] = {}
+        for t in (*params, *buffers):
+            if t.device == device or t.device.type == "meta" or isinstance(t, DTensor) or id(t) in new:
+                continue
+            with torch.no_grad():
+                moved = t.to(device)
+            new[id(t)] = (
+                torch.nn.Parameter(moved, t.requires_grad) if isinstance(t, torch.nn.Parameter) else moved
+            )
+        for seq in (params, buffers):
+            seq[:] = [new.get(id(t), t) for t in seq]
+        for mod in modules:
+            for table in (mod._parameters, mod._buffers):
+                for k, v in table.items():
+                    if v is not None and id(v) in new:
+                        table[k] = new[id(v)]
+        move(params, buffers, device)
+
+    _fsdp_init._get_managed_states = get_managed_states
+    _fsdp_init._move_states_to_device = move_states_to_device
+
+
+def patch_dtensor() -> None:
+    """A DTensor takes its device from its local tensor in C++ (`_dtensor__new__`), where a
+    simulated tensor is a meta one: a DTensor over a simulated local tensor is made here as the
+    same wrapper on `cuda:0`."""
+    from torch.distributed.tensor import DTensor
+
+    from ._tensor import registered
+
+    original = DTensor.__new__
+
+    def new(cls, local_tensor, spec, *, requires_grad):
+        if not registered(local_tensor):
+            return original(cls, local_tensor, spec, requires_grad=requires_grad)
+        meta = spec.tensor_meta
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            meta.shape,
+            strides=meta.stride,
+            dtype=local_tensor.dtype,
+            device=torch.device("cuda", 0),
+            layout=local_tensor.layout,
+            requires_grad=requires_grad,
+        )
+        r._spec = spec
+        r._local_tensor = local_tensor
+        return r
+
+    DTensor.__new__ = new
