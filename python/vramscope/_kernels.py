@@ -288,6 +288,27 @@ def _record_stream(cap, func, args, kwargs):
 DISPATCH[aten.record_stream.default] = _record_stream
 
 
+def _pin_memory(cap, func, args, kwargs):
+    """`pin_memory()`: page-locked host memory from CUDA's host allocator, not the device's; on a
+    machine without a driver the twin keeps an ordinary host copy."""
+    t = args[0]
+    if registered(t) or t.device.type != "cpu":
+        return NotImplemented
+    return t.clone()
+
+
+def _is_pinned(cap, func, args, kwargs):
+    """`is_pinned()`: no host memory is page-locked without a driver."""
+    t = args[0]
+    if registered(t) or t.device.type != "cpu":
+        return NotImplemented
+    return False
+
+
+DISPATCH[aten._pin_memory.default] = _pin_memory
+DISPATCH[aten.is_pinned.default] = _is_pinned
+
+
 # ---- ops whose CUDA kernels allocate only their outputs --------------------------------
 
 NO_VALUES.update(
