@@ -175,6 +175,7 @@ def patch(cap) -> _Patch:
     """Point torch.cuda at `cap`'s twin; returns what restores it."""
     props = _Properties(cap.device)
     p = _Patch()
+    world, rank = getattr(cap, "world", (1, 0))  # `vramscope run --nproc` sets it
     C = torch._C
     cuda = torch.cuda
     default_stream = _DefaultStream()
@@ -188,7 +189,7 @@ def patch(cap) -> _Patch:
     p.set(cuda, "is_initialized", lambda: True)
     p.set(cuda, "_lazy_init", lambda *a, **k: None)
     p.set(cuda, "init", lambda *a, **k: None)
-    p.set(cuda, "device_count", lambda: 1)
+    p.set(cuda, "device_count", lambda: world)  # under --nproc, the node's GPUs
     p.set(cuda, "current_device", lambda: 0)
     p.set(cuda, "set_device", lambda *a, **k: None)
     # `with torch.cuda.device(i)` (`device_of`, RNNBase.flatten_parameters): the one device stays current
@@ -241,7 +242,13 @@ def patch(cap) -> _Patch:
         cap.record_history(bool(enabled) and enabled != "None")
 
     def memory_snapshot(*args, **kwargs):
-        return pickle.loads(cap.device.snapshot_pickle())
+        snap = pickle.loads(cap.device.snapshot_pickle())
+        if rank:
+            # under --nproc, the process's GPU is the one its local rank selects; the others are empty
+            snap["device_traces"] = [[] for _ in range(rank)] + list(snap["device_traces"])
+            for seg in snap.get("segments", []):
+                seg["device"] = rank
+        return snap
 
     p.set(C, "_cuda_memoryStats", memory_stats_nested)
     p.set(C, "_cuda_resetPeakMemoryStats", reset_peak)
@@ -288,7 +295,7 @@ def patch(cap) -> _Patch:
     for name in ("_has_foreach_support", "_device_has_foreach_support"):
         p.set(clip_grad, name, _kernels.foreach_support(getattr(clip_grad, name)))
     patch_tensor(p)
-    _patch_accelerator(p)
+    _patch_accelerator(p, world)
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
@@ -297,7 +304,7 @@ def patch(cap) -> _Patch:
     return p
 
 
-def _patch_accelerator(p: _Patch) -> None:
+def _patch_accelerator(p: _Patch, world: int) -> None:
     """`torch.accelerator` (the device-generic API transformers and FSDP2's default mesh use) reads
     the C++ accelerator, which is the CPU on a machine without a GPU: while capturing it is the
     simulated CUDA device, and its memory functions are `torch.cuda`'s (answered by the twin)."""
@@ -310,7 +317,7 @@ def _patch_accelerator(p: _Patch) -> None:
     simple = {
         "current_accelerator": lambda check_available=False: cuda,
         "is_available": lambda: True,
-        "device_count": lambda: 1,
+        "device_count": lambda: world,
         "current_device_index": lambda: 0,
         "current_device_idx": lambda: 0,
         "set_device_index": lambda device: None,
