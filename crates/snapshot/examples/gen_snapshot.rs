@@ -5,7 +5,8 @@
 //! ```text
 //! cargo run --release -p vramscope-snapshot --example gen_snapshot -- \
 //!     --entries 1000000 --out /tmp/synthetic.pickle [--seed 1] [--devices 1] \
-//!     [--no-frames] [--conf expandable_segments:True]
+//!     [--no-frames] [--conf expandable_segments:True] \
+//!     [--max-entries N] [--streams S]      # a wrapped ring buffer; side streams
 //! cargo run --release -p vramscope-snapshot --example gen_snapshot -- \
 //!     --rewrite real.pickle --out copy.pickle      # read a snapshot and write it back
 //! ```
@@ -31,10 +32,14 @@ fn run() -> Result<(), String> {
             "--seed" => opts.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--devices" => opts.devices = val()?.parse().map_err(|e| format!("--devices: {e}"))?,
             "--conf" => opts.conf = val()?,
+            "--max-entries" => {
+                opts.max_entries = Some(val()?.parse().map_err(|e| format!("--max-entries: {e}"))?)
+            }
+            "--streams" => opts.streams = val()?.parse().map_err(|e| format!("--streams: {e}"))?,
             "--rewrite" => rewrite = Some(val()?),
             "--no-frames" => opts.frames = false,
             "-h" | "--help" => {
-                println!("gen_snapshot --entries N --out FILE [--seed S] [--devices D] [--no-frames] [--conf PYTORCH_CUDA_ALLOC_CONF]\ngen_snapshot --rewrite IN --out FILE");
+                println!("gen_snapshot --entries N --out FILE [--seed S] [--devices D] [--no-frames] [--conf PYTORCH_CUDA_ALLOC_CONF] [--max-entries N] [--streams S]\ngen_snapshot --rewrite IN --out FILE");
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other}")),

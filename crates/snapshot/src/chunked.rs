@@ -1,4 +1,4 @@
-//! A vector stored in chunks of 1 Mi items, for the arrays that grow with
+//! A vector stored in chunks of 64 Ki items, for the arrays that grow with
 //! the number of trace entries (millions of items).
 //!
 //! A `Vec` doubles its buffer as it grows; whether the old buffer is copied
@@ -10,7 +10,7 @@
 
 use std::ops::{Index, IndexMut};
 
-const BITS: u32 = 20;
+const BITS: u32 = 16;
 const CHUNK: usize = 1 << BITS;
 const MASK: usize = CHUNK - 1;
 

@@ -45,6 +45,14 @@ pub struct Options {
     pub frames: bool,
     /// `PYTORCH_CUDA_ALLOC_CONF` of the run (e.g. `expandable_segments:True`).
     pub conf: String,
+    /// `_record_memory_history(max_entries=N)`: each device's trace keeps
+    /// only its last N entries (a wrapped ring buffer, so the trace starts
+    /// in the middle of the run); `None` keeps them all.
+    pub max_entries: Option<usize>,
+    /// CUDA streams used (at least 1): with 2, the next batch is prefetched
+    /// on a side stream; with 3 or more, gradients are also bucketed on a
+    /// communication stream during backward, as DDP does.
+    pub streams: usize,
 }
 
 impl Default for Options {
@@ -55,6 +63,8 @@ impl Default for Options {
             seed: 1,
             frames: true,
             conf: String::new(),
+            max_entries: None,
+            streams: 1,
         }
     }
 }
@@ -86,6 +96,9 @@ pub fn generate(opts: &Options) -> Result<Synthetic, String> {
             opts.frames,
             time,
         );
+        g.streams = (0..opts.streams.max(1) as u64)
+            .map(|i| if i == 0 { 0 } else { SIDE_STREAM + i * 0x3a0 })
+            .collect();
         let model = Model::pick(&mut g.rng);
         g.run(&model, opts.entries / devices, dev as i64);
         time = g.time;
@@ -95,7 +108,12 @@ pub fn generate(opts: &Options) -> Result<Synthetic, String> {
             st.active_bytes().all().peak as u64,
             st.reserved_bytes.all().peak as u64,
         ));
-        let (trace, segments) = g.finish(dev as i64);
+        let (mut trace, segments) = g.finish(dev as i64);
+        if let Some(max) = opts.max_entries {
+            // The ring buffer keeps the newest `max` entries, oldest first
+            // (CUDACachingAllocator.cpp's RingBuffer::getEntries).
+            trace.drop_front(trace.len().saturating_sub(max));
+        }
         snap.segments.extend(segments);
         snap.device_traces.push(trace);
     }
@@ -105,6 +123,10 @@ pub fn generate(opts: &Options) -> Result<Synthetic, String> {
         peaks,
     })
 }
+
+/// A side stream's `cudaStream_t` as a snapshot prints it (a host
+/// pointer; the default stream is 0).
+const SIDE_STREAM: u64 = 0x55d4_8e3f_1a40;
 
 /// SplitMix64.
 struct Rng(u64);
@@ -246,6 +268,8 @@ struct Gen<'s> {
     na: Sym,
     empty: Sym,
     annotations: Vec<Annotation>,
+    /// The streams in use; the first is the default stream.
+    streams: Vec<u64>,
 }
 
 impl<'s> Gen<'s> {
@@ -273,6 +297,7 @@ impl<'s> Gen<'s> {
             na,
             empty,
             annotations: Vec::new(),
+            streams: vec![0],
         }
     }
 
@@ -322,9 +347,17 @@ impl<'s> Gen<'s> {
 
     #[track_caller]
     fn malloc(&mut self, bytes: u64, phase: Phase) -> u64 {
+        self.malloc_on(bytes, phase, 0)
+    }
+
+    /// `malloc` on the `stream`-th stream (the default one when there are
+    /// not that many).
+    #[track_caller]
+    fn malloc_on(&mut self, bytes: u64, phase: Phase, stream: usize) -> u64 {
         let stack = self.stack(phase, false, std::panic::Location::caller().line());
+        let stream = self.streams.get(stream).copied().unwrap_or(0);
         // The device never runs out, so malloc cannot fail.
-        let addr = self.alloc.malloc(bytes.max(1), 0).unwrap_or(0);
+        let addr = self.alloc.malloc(bytes.max(1), stream).unwrap_or(0);
         self.flush(stack);
         self.live.insert(addr, stack);
         addr
@@ -395,6 +428,16 @@ impl<'s> Gen<'s> {
         let tok = m.batch * seq;
         let h = m.hidden;
         let act = tok * h * 4;
+        // The next batch's inputs and targets (int64), copied on a side
+        // stream while this step runs.
+        let batch: Vec<u64> = if self.streams.len() > 1 {
+            vec![
+                self.malloc_on(tok * 8, Phase::Load, 1),
+                self.malloc_on(tok * 8, Phase::Load, 1),
+            ]
+        } else {
+            Vec::new()
+        };
         // Forward: (layer, saved tensors).
         let mut saved: Vec<Vec<(u64, Phase)>> = Vec::new();
         let emb = self.malloc(act, Phase::Forward(0, 5));
@@ -490,6 +533,18 @@ impl<'s> Gen<'s> {
             g = tmp3;
         }
         self.free(g, Phase::Backward(0, 5));
+        // DDP-like gradient buckets (25 MiB) reduced on a communication stream.
+        if self.streams.len() > 2 {
+            let buckets: Vec<u64> = (0..2)
+                .map(|_| self.malloc_on(25 << 20, Phase::Grad, 2))
+                .collect();
+            for b in buckets {
+                self.free(b, Phase::Grad);
+            }
+        }
+        for b in batch {
+            self.free(b, Phase::Loss);
+        }
 
         // optimizer.step()
         self.annotate("START", dev);

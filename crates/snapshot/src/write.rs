@@ -30,6 +30,14 @@ pub struct WriteOptions {
     /// matching `free_requested` (same address and stack), as PyTorch does
     /// because both share one captured traceback. Default `true`.
     pub share_free_stacks: bool,
+    /// Share a frames list wherever PyTorch's snapshot shares one captured
+    /// traceback (`py_symbolize` turns each `CapturedTraceback` into one
+    /// list object): the entries one allocator call records (a
+    /// `segment_alloc`/`segment_map` and the `alloc` that follows it, the
+    /// `segment_free`s of one `empty_cache`), and a live block's `frames`
+    /// with the trace's `alloc` of that block (`context_when_allocated`).
+    /// Needs `share_free_stacks`. Default `true`.
+    pub share_contexts: bool,
 }
 
 impl Default for WriteOptions {
@@ -37,6 +45,7 @@ impl Default for WriteOptions {
         WriteOptions {
             framing: true,
             share_free_stacks: true,
+            share_contexts: true,
         }
     }
 }
@@ -378,6 +387,8 @@ enum F<'a> {
     B(bool),
     Fl(f64),
     Stack(StackId, Option<u64>),
+    /// A frames list already written: its memo index.
+    Memo(u32),
     Pair(u64, u64),
     V(&'a Value),
     Blocks(&'a [Block]),
@@ -392,6 +403,17 @@ struct SnapWriter<'s, W: Write> {
     /// addr → (stack, memo index of its list) of the last free_requested
     free_lists: HashMap<u64, (StackId, u32)>,
     share: bool,
+    contexts: bool,
+    /// (device, address) → (stack, memo index of its list) of live blocks.
+    block_lists: HashMap<(i64, u64), (StackId, u32)>,
+    /// The device whose segment is being written.
+    seg_device: i64,
+    /// Index in the device's trace → the live block's list its `alloc` shares.
+    alloc_shares: HashMap<usize, (StackId, u32)>,
+    /// The previous trace entry's action, stack and list.
+    prev: Option<(Option<TraceAction>, StackId, u32)>,
+    /// The memo index of the last frames list written.
+    last_list: u32,
 }
 
 impl<W: Write> SnapWriter<'_, W> {
@@ -403,6 +425,10 @@ impl<W: Write> SnapWriter<'_, W> {
             F::B(b) => self.w.bool(b),
             F::Fl(x) => self.w.float(x),
             F::Stack(id, share_key) => self.stack(id, share_key),
+            F::Memo(m) => {
+                self.w.get(m);
+                self.last_list = m;
+            }
             F::Pair(a, b) => {
                 self.w.int(a as i64);
                 self.w.int(b as i64);
@@ -488,12 +514,14 @@ impl<W: Write> SnapWriter<'_, W> {
                 if let Some(&(sid, memo)) = self.free_lists.get(&addr) {
                     if sid == id {
                         self.w.get(memo);
+                        self.last_list = memo;
                         return;
                     }
                 }
             }
         }
         let memo = self.w.empty_list();
+        self.last_list = memo;
         if let Some(k) = free_key {
             if k & 1 == 0 {
                 self.free_lists.insert(k >> 1, (id, memo));
@@ -551,7 +579,22 @@ impl<W: Write> SnapWriter<'_, W> {
         if let Some(h) = &b.history {
             f.push(("history", F::History(h)));
         }
-        self.dict(&f);
+        // `dict`, remembering the frames list (history lists follow it).
+        self.w.empty_dict();
+        self.w.mark();
+        let mut memo = None;
+        for (k, v) in &f {
+            self.w.str(k);
+            self.field(v);
+            if *k == "frames" {
+                memo = Some(self.last_list);
+            }
+        }
+        self.w.raw(b"u");
+        let live = matches!(b.state, BlockState::ActiveAllocated);
+        if let (true, true, Some(a), Some(m)) = (self.contexts, live, b.address, memo) {
+            self.block_lists.insert((self.seg_device, a), (b.frames, m));
+        }
     }
 
     fn segment(&mut self, g: &Segment) {
@@ -560,6 +603,7 @@ impl<W: Write> SnapWriter<'_, W> {
             SegmentType::Small => "small",
             SegmentType::Other(s) => s.as_str(),
         };
+        self.seg_device = g.device;
         self.dict(&[
             ("device", F::I(g.device)),
             ("address", F::U(g.address)),
@@ -579,7 +623,56 @@ impl<W: Write> SnapWriter<'_, W> {
         ]);
     }
 
-    fn entry(&mut self, e: &TraceEntry) {
+    /// Before device `dev`'s trace `t` is written: which `alloc` entries
+    /// share a live block's list (the last `alloc` at the block's address,
+    /// with its stack).
+    fn start_trace(&mut self, dev: i64, t: &crate::trace::Trace) {
+        self.free_lists.clear();
+        self.prev = None;
+        self.alloc_shares.clear();
+        if !self.contexts || self.block_lists.is_empty() {
+            return;
+        }
+        let mut last: HashMap<u64, (usize, StackId)> = HashMap::new();
+        for (i, e) in t.iter().enumerate() {
+            if e.action == Some(TraceAction::Alloc) && self.block_lists.contains_key(&(dev, e.addr))
+            {
+                last.insert(e.addr, (i, e.frames));
+            }
+        }
+        for (addr, (i, frames)) in last {
+            if let Some(&(sid, m)) = self.block_lists.get(&(dev, addr)) {
+                if sid == frames {
+                    self.alloc_shares.insert(i, (sid, m));
+                }
+            }
+        }
+    }
+
+    /// The list entry `i` shares with what was written before, if any.
+    fn shared_list(&self, i: usize, e: &TraceEntry) -> Option<u32> {
+        if !self.contexts || e.frames == StackId::EMPTY {
+            return None;
+        }
+        if let Some(&(_, m)) = self.alloc_shares.get(&i) {
+            return Some(m);
+        }
+        use TraceAction::*;
+        let (pa, ps, pm) = self.prev?;
+        // One allocator call, one context: a segment action and what the
+        // same call records next (CUDACachingAllocator.cpp's record_trace
+        // calls pass the call's `context`).
+        let same_call = matches!(
+            pa,
+            Some(SegmentAlloc | SegmentMap | SegmentFree | SegmentUnmap)
+        ) && matches!(
+            e.action,
+            Some(Alloc | SegmentAlloc | SegmentMap | SegmentFree | SegmentUnmap)
+        );
+        (same_call && ps == e.frames).then_some(pm)
+    }
+
+    fn entry(&mut self, i: usize, e: &TraceEntry) {
         let s = self.s;
         let mut f: Vec<(&str, F<'_>)> = Vec::with_capacity(9);
         f.push(("action", F::S(s.action_name(e))));
@@ -609,8 +702,12 @@ impl<W: Write> SnapWriter<'_, W> {
             Some(TraceAction::FreeCompleted) => Some(e.addr << 1 | 1),
             _ => None,
         };
-        f.push(("frames", F::Stack(e.frames, key)));
+        match self.shared_list(i, e) {
+            Some(m) => f.push(("frames", F::Memo(m))),
+            None => f.push(("frames", F::Stack(e.frames, key))),
+        }
         self.dict(&f);
+        self.prev = Some((e.action, e.frames, self.last_list));
     }
 
     fn settings(&mut self, a: &AllocatorSettings) {
@@ -697,15 +794,23 @@ pub fn write_snapshot<W: Write>(s: &Snapshot, out: W, opts: &WriteOptions) -> io
         frames: HashMap::new(),
         free_lists: HashMap::new(),
         share: opts.share_free_stacks,
+        contexts: opts.share_free_stacks && opts.share_contexts,
+        block_lists: HashMap::new(),
+        seg_device: 0,
+        alloc_shares: HashMap::new(),
+        prev: None,
+        last_list: 0,
     };
     sw.w.empty_dict();
     sw.w.mark();
     sw.w.str("segments");
     sw.list_of(&s.segments, |sw, g| sw.segment(g));
     sw.w.str("device_traces");
+    let mut dev = 0;
     sw.list_of(&s.device_traces, |sw, t| {
-        sw.free_lists.clear();
-        sw.list_iter(t.iter(), |sw, e| sw.entry(&e));
+        sw.start_trace(dev, t);
+        dev += 1;
+        sw.list_iter(t.iter().enumerate(), |sw, (i, e)| sw.entry(i, &e));
     });
     if let Some(a) = &s.allocator_settings {
         sw.w.str("allocator_settings");

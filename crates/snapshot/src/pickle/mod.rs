@@ -309,13 +309,21 @@ impl<'a> ValueRef<'a> {
 
     /// Copy the value out into an owned [`Value`]. Shared sub-objects are
     /// copied once per reference; nesting deeper than 128 levels (including
-    /// self-references) or expansions beyond the size limit fail with
-    /// [`Error::LimitExceeded`].
+    /// self-references) or a copy of more than [`EXPANSION_PER_BYTE`]
+    /// values per byte of the pickle fail with [`Error::LimitExceeded`].
     pub fn to_value(self) -> Result<Value, Error> {
-        let mut budget = (self.st.seq_pool.len() + self.st.dict_vals.len()) as u64 * 4 + (1 << 22);
+        let items = (self.st.seq_pool.len() + self.st.dict_vals.len()) as u64;
+        let mut budget = (items * 4).max(self.st.input_len * EXPANSION_PER_BYTE) + 64;
         to_value(self, 0, &mut budget)
     }
 }
+
+/// How many values [`ValueRef::to_value`] may copy out per byte of the
+/// pickle: a shared frame dict fetched by a 2-byte `BINGET` is 7 values,
+/// a whole shared frames list a few hundred for 5 bytes, so real snapshots
+/// stay far below it, while 60 nested lists that each hold the previous one
+/// twice (2^60 values from 2 KB) are refused after a few kilobytes' work.
+pub const EXPANSION_PER_BYTE: u64 = 16;
 
 /// Deepest nesting [`ValueRef::to_value`] copies (snapshots are ~5 deep).
 const MAX_DEPTH: u32 = 128;

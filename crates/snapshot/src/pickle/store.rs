@@ -203,6 +203,8 @@ pub(crate) struct Store {
     pub(crate) shapes: Vec<Span>,
     pub(crate) shape_pool: Vec<Val>,
     pub(crate) dict_vals: Vec<Val>,
+    /// Bytes of pickle decoded (what bounds the work of copying values out).
+    pub(crate) input_len: u64,
 }
 
 /// An integer read out of the store.

@@ -358,7 +358,10 @@ impl<I: Input, A: Absorb> Vm<I, A> {
     /// Decode; also hands back the hook and the input.
     pub(crate) fn run(mut self) -> (R<Pickle>, A, I) {
         let r = self.run_inner();
-        let Core { st, proto, ab, .. } = self.c;
+        let Core {
+            mut st, proto, ab, ..
+        } = self.c;
+        st.input_len = self.inp.pos() as u64;
         (r.map(|root| Pickle { st, root, proto }), ab, self.inp)
     }
 
