@@ -56,7 +56,11 @@ fn run() -> Result<(), String> {
             (s.snapshot, s.peaks)
         }
     };
-    write_snapshot_file(&snap, &out, &WriteOptions::default()).map_err(|e| e.to_string())?;
+    let wopts = WriteOptions {
+        share_contexts: true,
+        ..WriteOptions::default()
+    };
+    write_snapshot_file(&snap, &out, &wopts).map_err(|e| e.to_string())?;
     let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     eprintln!(
         "wrote {out}: {len} bytes, {} segments, {} trace entries, {} distinct stacks, {} distinct frames",

@@ -36,7 +36,8 @@ pub struct WriteOptions {
     /// `segment_alloc`/`segment_map` and the `alloc` that follows it, the
     /// `segment_free`s of one `empty_cache`), and a live block's `frames`
     /// with the trace's `alloc` of that block (`context_when_allocated`).
-    /// Needs `share_free_stacks`. Default `true`.
+    /// Needs `share_free_stacks`. Default `false` (the bytes of the
+    /// checked-in predicted snapshots stay as they are).
     pub share_contexts: bool,
 }
 
@@ -45,7 +46,7 @@ impl Default for WriteOptions {
         WriteOptions {
             framing: true,
             share_free_stacks: true,
-            share_contexts: true,
+            share_contexts: false,
         }
     }
 }
