@@ -360,8 +360,9 @@ def _mha_sdp_path(mha, query, key, value, key_padding_mask, need_weights, attn_m
     return which in ("flash", "efficient")
 
 
-def mha_forward(original, cap):
-    """`MultiheadAttention.forward` that lets the fast-path check pass where the twin models it."""
+def _fast_path_forward(original, cap, modelled):
+    """`original` (a module's `forward`) run with the fast-path flag set where `modelled(self, args)`
+    says the twin models the fused path the GPU takes (the flag lets `has_torch_function` pass)."""
     import inspect
 
     sig = inspect.signature(original)
@@ -370,18 +371,25 @@ def mha_forward(original, cap):
     def forward(self, *args, **kwargs):
         a = sig.bind(self, *args, **kwargs)
         a.apply_defaults()
-        p = a.arguments
-        ok = _mha_sdp_path(
-            self, p["query"], p["key"], p["value"], p["key_padding_mask"], p["need_weights"], p["attn_mask"]
-        )
         prev = getattr(_FAST, "on", False)
-        _FAST.on = ok
+        _FAST.on = modelled(self, a.arguments)
         try:
             return original(self, *args, **kwargs)
         finally:
             _FAST.on = prev
 
     return forward
+
+
+def mha_forward(original, cap):
+    """`MultiheadAttention.forward` that lets the fast-path check pass where the twin models it."""
+    return _fast_path_forward(
+        original,
+        cap,
+        lambda self, p: _mha_sdp_path(
+            self, p["query"], p["key"], p["value"], p["key_padding_mask"], p["need_weights"], p["attn_mask"]
+        ),
+    )
 
 
 def has_torch_function(original):
@@ -403,29 +411,15 @@ def has_torch_function(original):
 def encoder_layer_forward(original, cap):
     """`TransformerEncoderLayer.forward` that lets its fast-path check pass where the twin models
     `_transformer_encoder_layer_fwd`: no mask, and the attention's SDPA branch (see `_mha_sdp_path`)."""
-    import inspect
-
-    sig = inspect.signature(original)
-    _FAST.capability = cap.device.capability
-
-    def forward(self, *args, **kwargs):
-        a = sig.bind(self, *args, **kwargs)
-        a.apply_defaults()
-        p = a.arguments
-        src = p["src"]
-        ok = (
+    return _fast_path_forward(
+        original,
+        cap,
+        lambda self, p: (
             p.get("src_mask") is None
             and p.get("src_key_padding_mask") is None
-            and _mha_sdp_path(self.self_attn, src, src, src, None, False, None)
-        )
-        prev = getattr(_FAST, "on", False)
-        _FAST.on = ok
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _FAST.on = prev
-
-    return forward
+            and _mha_sdp_path(self.self_attn, p["src"], p["src"], p["src"], None, False, None)
+        ),
+    )
 
 
 def encoder_layer_fwd(cap, func, args, kwargs):
