@@ -180,3 +180,16 @@ def test_a_host_copy_into_a_non_contiguous_layout_stages_on_the_device():
             w.to("cuda", memory_format=torch.channels_last)
             counts.append(torch.cuda.memory_stats()["allocation.all.allocated"] - before)
         assert counts == [2, 1]
+
+
+def test_torch_compile_runs_eagerly_and_says_so():
+    # dynamo skips frames under a torch dispatch mode: the compiled model's ops are eager PyTorch's
+    with vramscope.capture() as cap:
+        model = torch.nn.Linear(1024, 1024, bias=False).cuda()  # 4 MiB
+        compiled = torch.compile(model)
+        x = torch.empty(256, 1024, device="cuda")  # 1 MiB
+        y = compiled(x)
+        # weight, input, output, and the first matmul's cuBLAS workspace (32 MiB on sm_90)
+        assert y.shape == (256, 1024) and torch.cuda.memory_allocated() == (6 + 32) * MIB
+    report = cap.report()
+    assert any(u.startswith("torch.compile") for u in report["unmeasured"])
