@@ -179,7 +179,7 @@ fn buffer_add(buf: &mut [Option<Tensor>], pos: usize, var: Tensor) -> Result<()>
     match buf[pos].take() {
         None => buf[pos] = Some(var),
         Some(old) => {
-            // attention (SDPA) engineer: input_buffer.cpp `accumulate` (2.x)
+            // input_buffer.cpp `accumulate` (2.x)
             // repurposes only `old_var` for dense gradients (the `var.add_`
             // branch is for a sparse `old_var`); enc_pre on the H100 shows the
             // out-of-place sum when only the incoming gradient is unshared.

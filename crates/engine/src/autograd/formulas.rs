@@ -128,7 +128,7 @@ pub(crate) enum Backward {
         indices: usize,
         num_weights: i64,
     },
-    // attention (SDPA) engineer: ScaledDotProduct{Cudnn,Flash,Efficient}AttentionBackward0
+    // ScaledDotProduct{Cudnn,Flash,Efficient}AttentionBackward0
     FusedAttention(crate::ops::attention::FusedAttention),
     ToCopy {
         device: Device,
@@ -139,7 +139,6 @@ pub(crate) enum Backward {
         backward: CustomBackward,
         num_saved: usize,
     },
-    // ---- gpt2/bert engineer ----
     /// `SplitBackward0`: one node for every output of `split`; keeps the
     /// input's sizes and each output's length along `dim`.
     Split {
@@ -147,16 +146,12 @@ pub(crate) enum Backward {
         sizes: Dims,
         lengths: Vec<i64>,
     },
-    // ---- end gpt2/bert engineer ----
-    // ---- vit engineer: convolution (ops/conv.rs) ----
     /// `ConvolutionBackward0`: saves input and weight (`derivatives.yaml`)
     Convolution {
         input: usize,
         weight: usize,
         args: crate::ops::conv::Conv2dArgs,
     },
-    // ---- end vit engineer ----
-    // ---- llama engineer: ops/shape.rs and rsqrt/cos/sin (elementwise.rs) ----
     /// `RsqrtBackward0`: saves result (`self: -0.5 * grad * result.pow(3).conj()`)
     Rsqrt {
         result: usize,
@@ -185,7 +180,6 @@ pub(crate) enum Backward {
     ConstantPad {
         pad: Vec<i64>,
     },
-    // ---- end llama engineer ----
 }
 
 impl fmt::Debug for Backward {
@@ -271,11 +265,8 @@ impl Backward {
             Backward::FusedAttention(a) => a.name(),
             Backward::ToCopy { .. } => "ToCopyBackward0",
             Backward::Custom { name, .. } => name,
-            // gpt2/bert engineer
             Backward::Split { .. } => "SplitBackward0",
-            // vit engineer
             Backward::Convolution { .. } => "ConvolutionBackward0",
-            // llama engineer
             Backward::Rsqrt { .. } => "RsqrtBackward0",
             Backward::Cos { .. } => "CosBackward0",
             Backward::Sin { .. } => "SinBackward0",
@@ -324,7 +315,7 @@ impl Node {
     pub(crate) fn apply(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
         let n = self.edges.len();
         let mut out: Vec<Option<Tensor>> = vec![None; n];
-        // gpt2/bert engineer: SplitBackward0 takes every output's gradient,
+        // SplitBackward0 takes every output's gradient,
         // any of which may be undefined (not only the first)
         if let Backward::Split { .. } = &self.kind {
             return self.apply_split(grads);
@@ -390,7 +381,7 @@ impl Node {
                 }
                 BinOp::Mul => {
                     // self: mul_tensor_backward(grad, other), other: mul_tensor_backward(grad, self)
-                    // attention (SDPA) engineer: sorted(defn.keys()) puts `other` first
+                    // sorted(defn.keys()) puts `other` first
                     // (see the Mm arm)
                     if needs(1) {
                         out[1] = Some(g.mul(&self.saved(self_.unwrap_or(0))?)?);
@@ -401,7 +392,7 @@ impl Node {
                 }
                 BinOp::Div => {
                     let o = self.saved(other.unwrap_or(0))?;
-                    // attention (SDPA) engineer: `other` before `self` (sorted keys)
+                    // `other` before `self` (sorted keys)
                     if needs(1) {
                         // -grad * ((self / other) / other).conj()
                         let s = self.saved(self_.unwrap_or(0))?;
@@ -547,7 +538,7 @@ impl Node {
                 self_meta,
                 mat2_meta,
             } => {
-                // attention (SDPA) engineer: codegen order. load_derivatives.py walks
+                // codegen order. load_derivatives.py walks
                 // `sorted(defn.keys())`, so the formula blocks run alphabetically
                 // (mat2 before self; other before self); the H100 shows it in
                 // mha_w/mha_now backward (bmm and mm: the mat2 gradient first).
@@ -591,7 +582,7 @@ impl Node {
                 }
             }
             Backward::Bmm { self_, mat2 } => {
-                // attention (SDPA) engineer: codegen order. load_derivatives.py walks
+                // codegen order. load_derivatives.py walks
                 // `sorted(defn.keys())`, so the formula blocks run alphabetically
                 // (mat2 before self; other before self); the H100 shows it in
                 // mha_w/mha_now backward (bmm and mm: the mat2 gradient first).
@@ -639,7 +630,7 @@ impl Node {
                         Category::Gradient,
                     )?);
                 }
-                // attention (SDPA) engineer: LayerNormBackwardKernelImpl passes
+                // LayerNormBackwardKernelImpl passes
                 // `dY.contiguous()` to the kernel after dX/dgamma/dbeta exist
                 // (layer_norm_kernel.cu); enc_pre on the H100: the copy of the
                 // transposed in-projection gradient comes after the three.
@@ -673,7 +664,7 @@ impl Node {
                         op,
                         Category::Gradient,
                     )?);
-                    // attention (SDPA) engineer: softmax_backward_cuda_out computes
+                    // softmax_backward_cuda_out computes
                     // `Tensor tmp = grad * output;` after the structured output
                     // (SoftMax.cu; log_softmax has no such temporary). mha_w on the
                     // H100: a second (B*H, L, S) tensor allocated and freed at once.
@@ -731,7 +722,7 @@ impl Node {
                 }
             }
             Backward::FusedAttention(a) => {
-                // attention (SDPA) engineer: ops/attention.rs
+                // ops/attention.rs
                 return crate::ops::attention::fused_backward(self, a, &g);
             }
             Backward::ToCopy { device, dtype } => {
@@ -748,12 +739,11 @@ impl Node {
                 drop(g);
                 return self.apply_custom(grads);
             }
-            // gpt2/bert engineer (handled before the match)
+            // (handled before the match: `apply_split`)
             Backward::Split { .. } => {
                 drop(g);
                 return self.apply_split(grads);
             }
-            // ---- vit engineer: convolution ----
             Backward::Convolution {
                 input,
                 weight,
@@ -771,8 +761,6 @@ impl Node {
                 out[1] = gw;
                 out[2] = gb;
             }
-            // ---- end vit engineer ----
-            // ---- llama engineer: ops/shape.rs and rsqrt/cos/sin ----
             Backward::Rsqrt { result } => {
                 if needs(0) {
                     // -0.5 * grad * result.pow(3).conj(): GCC evaluates the
@@ -831,12 +819,11 @@ impl Node {
                 if needs(0) {
                     out[0] = Some(crate::ops::shape::constant_pad_backward(&g, pad)?);
                 }
-            } // ---- end llama engineer ----
+            }
         }
         Ok(out)
     }
 
-    // ---- gpt2/bert engineer ----
     /// `split_backward` → `split_with_sizes_backward` (FunctionsManual.cpp):
     /// every undefined gradient becomes `at::zeros` of its piece, then
     /// `at::cat(grads, dim)` allocates the input's gradient (contiguous:
@@ -873,7 +860,6 @@ impl Node {
         out[0] = Some(g);
         Ok(out)
     }
-    // ---- end gpt2/bert engineer ----
 
     fn apply_custom(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
         let Backward::Custom {

@@ -363,7 +363,7 @@ impl Tensor {
     }
 }
 
-// ---- gpt2/bert engineer: split (SplitBackward0), gather ----
+// ---- split (SplitBackward0), gather ----
 mod split_gather {
     use crate::autograd::{Backward, Pending};
     use crate::error::{EngineError, Result};
@@ -533,9 +533,7 @@ mod split_gather {
     }
 }
 
-// ---- end gpt2/bert engineer ----
-
-// ---- llama engineer: rsqrt, cos, sin (RMSNorm and the rotary embedding) ----
+// ---- rsqrt, cos, sin (RMSNorm and the rotary embedding) ----
 impl Tensor {
     /// `torch.rsqrt(x)`: one TensorIterator output; `RsqrtBackward0` saves
     /// the result (`self: -0.5 * grad * result.pow(3).conj()`).
@@ -576,9 +574,8 @@ impl Tensor {
         Ok(out)
     }
 }
-// ---- end llama engineer ----
 
-// ---- phi3/gemma2 engineer: torch.max(t), torch.pow(scalar, t) (phi3's longrope update) ----
+// ---- torch.max(t), torch.pow(scalar, t) (Phi-3's longrope update) ----
 impl Tensor {
     /// `torch.max(t)` (all elements; `max_unary_out`): a 0-dim output of
     /// `t`'s dtype, then `max_all_kernel_impl`'s `gpu_reduce_kernel` over
@@ -628,4 +625,3 @@ impl Tensor {
         iter_output("pow", &[self], dt, Category::Output)
     }
 }
-// ---- end phi3/gemma2 engineer ----

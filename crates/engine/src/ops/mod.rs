@@ -4,7 +4,7 @@
 
 // attention (SDPA): F.scaled_dot_product_attention and its backends
 pub(crate) mod attention;
-// conv2d through cuDNN (vit engineer)
+// conv2d through cuDNN
 pub(crate) mod conv;
 // CUB temporary storage (sort, unique, scan) of CUB_WRAPPER calls
 pub(crate) mod cub;
@@ -12,7 +12,7 @@ pub(crate) mod elementwise;
 pub(crate) mod linalg;
 pub(crate) mod nn;
 pub(crate) mod reduce;
-// cat, arange, comparisons, masks, where, cumsum, pad (llama engineer)
+// cat, arange, comparisons, masks, where, cumsum, pad
 pub(crate) mod shape;
 pub(crate) mod view;
 

@@ -86,7 +86,7 @@ impl Tensor {
                 &[&y],
             );
         }
-        // attention (SDPA) engineer: the op's (out, mean, rstd) tuple dies in
+        // the op's (out, mean, rstd) tuple dies in
         // element order, mean before rstd (enc_fast on the H100)
         drop(mean);
         drop(rstd);

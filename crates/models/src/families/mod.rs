@@ -8,7 +8,7 @@ use crate::error::{ModelError, Result};
 use crate::workload::{Checkpointing, Task};
 
 mod bert;
-// shared decoder blocks: RMSNorm, RoPE, masks, DynamicCache, ForCausalLMLoss (llama engineer)
+// shared decoder blocks: RMSNorm, RoPE, masks, DynamicCache, ForCausalLMLoss
 pub(crate) mod common;
 mod gemma2;
 pub(crate) mod generate;
