@@ -1,10 +1,10 @@
 """What `va_maps.py VA_MAPS_OPS=1` runs show of the address space of `forward0`, offline.
 
-    python3 validation/va_check.py rule fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
-    python3 validation/va_check.py footprints fixtures/va_maps/maps.tgz fixtures/va_maps/ops2.tgz
-    python3 validation/va_check.py gemms fixtures/va_maps/kernels.tgz
-    python3 validation/va_check.py mlog fixtures/va_maps/mlog.tgz
-    python3 validation/va_check.py firstuse fixtures/va_maps/mlog.tgz
+    python3 validation/va_check.py rule fixtures/va_maps/maps.tar.xz fixtures/va_maps/ops2.tar.xz
+    python3 validation/va_check.py footprints fixtures/va_maps/maps.tar.xz fixtures/va_maps/ops2.tar.xz
+    python3 validation/va_check.py gemms fixtures/va_maps/kernels.tar.xz
+    python3 validation/va_check.py mlog fixtures/va_maps/mlog.tar.xz
+    python3 validation/va_check.py firstuse fixtures/va_maps/mlog.tar.xz
 
 Reads the op-by-op runs (`ops/NAME.maps.json` and `ops/NAME.segments.json` in each archive) from
 the end of `load` to the end of `forward0`. Offsets are MiB from the anchor B (the 20 MiB segment
@@ -57,7 +57,7 @@ CEILING = 1024 * MIB
 
 
 def runs(archive, suffix=".maps.json"):
-    """(name, {file suffix: parsed json}) of each run in a .tgz or directory."""
+    """(name, {file suffix: parsed json}) of each run in a .tar.xz (any tar) or directory."""
     files = {}
     if os.path.isdir(archive):
         for root, _, names in os.walk(archive):
@@ -248,7 +248,7 @@ def gemms(all_runs):
 
 
 def mlogs(archive):
-    """{name: text} of each `NAME.mlog` (`validation/malloc_log.c`) in a .tgz."""
+    """{name: text} of each `NAME.mlog` (`validation/malloc_log.c`) in a .tar.xz."""
     logs = {}
     with tarfile.open(archive) as t:
         for m in t.getmembers():

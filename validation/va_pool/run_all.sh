@@ -1,6 +1,6 @@
 #!/bin/bash
 # The first kernels' driver mappings and forward0's segments among them, over the 25 op-by-op runs of
-# fixtures/va_maps (mlog.tgz 8, ops2.tgz 12, maps.tgz's ops/ 5):
+# fixtures/va_maps (mlog.tar.xz 8, ops2.tar.xz 12, maps.tar.xz's ops/ 5):
 #   bash validation/va_pool/run_all.sh [OUTDIR]     (default /tmp/va_pool_out)
 # unpacks the archives into $VA_POOL_DATA (default /tmp/va_pool_data) and writes each script's
 # report to OUTDIR (README.md says what each shows).
@@ -10,7 +10,7 @@ root="$(cd "$here/../.." && pwd)"
 out="${1:-/tmp/va_pool_out}"
 export VA_POOL_DATA="${VA_POOL_DATA:-/tmp/va_pool_data}"
 mkdir -p "$out"
-for a in mlog ops2 maps; do mkdir -p "$VA_POOL_DATA/$a" && tar xzf "$root/fixtures/va_maps/$a.tgz" -C "$VA_POOL_DATA/$a"; done
+for a in mlog ops2 maps; do mkdir -p "$VA_POOL_DATA/$a" && tar xJf "$root/fixtures/va_maps/$a.tar.xz" -C "$VA_POOL_DATA/$a"; done
 cd "$here"
 python3 firstop.py > "$out/firstop.txt"        # the first op's mlog M/U lines and maps changes, every run
 python3 q1.py       > "$out/q1_pool.txt"        # the 512 MiB pool
