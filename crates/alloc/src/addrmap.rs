@@ -9,9 +9,8 @@
 //! touches next anyway. Open addressing, linear probing, at most 1/8 full:
 //! a lookup is a multiply, a shift and almost always one probe, and a removal
 //! almost never has a run to shift back (backward-shift deletion, no
-//! tombstones). Measured with `cargo bench -p vramscope-alloc`: faster than
-//! `HashMap<u64, u32>` with a multiplicative hasher, whose probing and
-//! removal cost more instructions and more mispredicted branches.
+//! tombstones). Faster than `HashMap<u64, u32>` with a multiplicative hasher
+//! (`cargo bench -p vramscope-alloc`, `docs/performance.md`).
 
 /// An empty slot (block ids never reach it: it is the allocator's NIL).
 const EMPTY: u32 = u32::MAX;

@@ -311,10 +311,8 @@ impl<D: Device> CachingAllocator<D> {
     /// ([`Self::record_stream`] fails), the one case where the active
     /// statistics would be kept apart, from the allocation count. For a
     /// caller that reads the figures alone (a sweep's replays), to whom the
-    /// rest is pure cost: measured with `cargo bench -p vramscope-planner`,
-    /// one cell's replay of a training step of llama-3.1-8b (batch 32, seq
-    /// 2048, 24,903 requests) went from about 0.72 to 0.65 ms. Call it on a
-    /// fresh allocator.
+    /// rest is pure cost (`docs/performance.md`). Call it on a fresh
+    /// allocator.
     pub fn figures_only(self) -> Self {
         let mut a = self.without_address_index();
         a.figures_only = true;
@@ -588,9 +586,8 @@ impl<D: Device> CachingAllocator<D> {
         let from_pool = found.is_some();
         if found.is_none() {
             // (PyTorch computes it before the search; a function of the
-            // size alone, it is needed only when the pool has no block:
-            // computed here, callgrind's branch model counted 1.9 M fewer
-            // mispredicted branches over the sweep bench, 32.2 M to 30.3 M)
+            // size alone, it is needed only when the pool has no block, so
+            // computed here: fewer mispredicted branches)
             let alloc_size = get_allocation_size(size, self.config.large_segment_size);
             if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
                 self.garbage_collect_cached_blocks();

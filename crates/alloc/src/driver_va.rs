@@ -1,204 +1,53 @@
 //! Where the CUDA driver puts the segments `cudaMalloc` returns: the virtual
-//! address rule read off the H100 (and one H200) traces, driver 580.159.
+//! address rules read off the H100 and H200 traces (driver 580.159). The
+//! evidence for each rule, what it leaves out and how to regenerate it are in
+//! `docs/driver-placement.md`.
 //!
 //! The caching allocator breaks ties between equal-size free blocks by
 //! address (`BlockComparatorSize`: size, stream, pointer), so which of two
 //! segments is lower decides which block is reused. The driver does not hand
-//! out increasing addresses:
+//! out increasing addresses. B is the context's anchor (64 MiB aligned).
 //!
-//! 1. **VA chunks, 32 MiB granular, top-down.** A `cudaMalloc` that fits in
-//!    no free hole gets a new chunk of `size` rounded up to 32 MiB, placed
-//!    directly below the lowest chunk; the segment is at the chunk's start
-//!    and the rest of the chunk is a hole. (Every kernel-free trace:
-//!    `fixtures/alloc` default, max_split, non_split_rounding, roundup,
-//!    roundup_intervals, empty_cache, gc, oom_retry, oom_retry_max_split,
-//!    streams; `validation/segment_placement.py seq`: a 252 MiB segment at
-//!    B-672 is followed by a 60 MiB one at B-736, a 300 at the next chunk
-//!    below, and so on.)
+//! The address space:
+//! 1. **New chunks, 32 MiB granular, top-down.** A `cudaMalloc` that fits in
+//!    no hole gets a new chunk of its size rounded up to 32 MiB, at the
+//!    highest 32 MiB aligned address directly below the lowest chunk or
+//!    mapping; the segment is at the chunk's start, the rest is a hole.
 //! 2. **Holes: newest chunk first, best fit inside it.** A `cudaMalloc` that
 //!    fits in a hole goes to the most recently created chunk that has one,
-//!    and there to the smallest hole that fits, at its low end (2 MiB blocks
-//!    probed after `seq` filled the chunks' tails newest first;
-//!    `fixtures/alloc/empty_cache`: a 2 MiB segment went to the 6 MiB hole
-//!    at +186 of a chunk rather than its 184 MiB hole at +0).
+//!    and there to the smallest hole that fits (the lowest of equal ones), at
+//!    its low end.
 //! 3. **Released chunks.** A chunk whose segments are all freed is released;
-//!    a later chunk goes to the top of the highest released range that is at
-//!    least 32 MiB larger than it, else below the lowest chunk
-//!    (`segment_placement.py seq`: 120 MiB re-placed at the top of a freed
-//!    384 MiB range, then a 256 MiB chunk not put in the 256 MiB left there;
-//!    `empty_cache`: a 160 MiB chunk put in a 192 MiB range, a 192 not;
-//!    oom_retry: 700 MiB at the top of the freed range).
-//! 4. **The context.** In a fresh process (after `torch.cuda.init()`) the
-//!    CUDA context's own range has two holes a `cudaMalloc` can use: 2 MiB
-//!    at B-2 and 24 MiB at B+72..B+96 MiB, and the first chunk goes below
-//!    B-416 (`segment_placement.py` init probe; the first segments of every
-//!    `fixtures/alloc` case: 2 MiB at B-2, 20 MiB at B+72, 252 MiB at
-//!    B-672).
+//!    a new chunk goes to the highest 32 MiB aligned address with room in
+//!    the highest released range at least [`GAP_SLACK`] larger than it, else
+//!    by rule 1.
 //!
-//! With these rules, simulated from a fresh context, 301 of the 302 segment
-//! addresses of the ten kernel-free `fixtures/alloc` traces and the `seq`
-//! experiment come out exactly (offsets from the anchor; gc, oom_retry,
-//! oom_retry_max_split and streams have no anchor and are compared up to one
-//! offset). The one miss: `streams` creates streams first, and one 20 MiB
-//! segment lands in a context hole the model does not know. Traces that
-//! launch kernels are not predicted (`training` 2/16, the encoder snapshot
-//! 5/22, the 35 `fixtures/estimate` traces 280/1237): the first cuBLAS use
-//! and the first kernels with a larger stack change the context's range
-//! (`segment_placement.py events`: it frees about 414 MiB at B-416..B-2 and
-//! the driver takes about 0.5 GiB below the chunks, then 64 MiB at B-416 and
-//! 160 MiB more after a backward), and those driver allocations depend on
-//! which kernels run, which the allocator does not see.
+//! The process around it:
+//! 4. **The context** ([`DriverVa::new`]). A fresh process's context holds
+//!    B-416..B+96 MiB but for two holes, 2 MiB at B-2 and 24 MiB at B+72.
 //! 5. **After the first cuBLAS call** ([`DriverVa::after_cublas`], the state
-//!    [`crate::SimDevice::new`] starts in). The probe after one matmul finds
-//!    the context's range B-416..B-2 free, 414 MiB in one hole
-//!    (`segment_placement.py events` and `matmul`: `-416+207` in 2 MiB
-//!    blocks), so with the 2 MiB hole at B-2 the whole of B-416..B is one
-//!    hole, taken by rule 2 like any other. [`crate::SimDevice::new`] (the
-//!    engine's default runtime) starts in that state; the estimate starts
-//!    fresh and follows rule 6.
-//!    What that leaves out: `load` copies the parameters in before the
-//!    first matmul, while the range is still the context's; the autograd
-//!    thread's own cuBLAS handle takes back about 96 MiB of it in the first
-//!    backward (`backward: probe -320+159`); lazily loaded kernel modules
-//!    take VA of their own. Over the 63 workloads of `fixtures/estimate*`
-//!    (`gpu_fixtures`) the estimates' figures are exact in 490 of 629
-//!    phases from this state, in 457 from the fresh context of rule 4, and
-//!    in 398 with increasing addresses (the simulated device's placement
-//!    before).
-//! 6. **The first kernels** ([`DriverVa::release_context`], what the
-//!    estimate's device does: it starts fresh, rule 4, and
-//!    `vramscope_models` calls this after `load`'s inputs). The context
-//!    holds B-416..B-2 through `load` (`/proc/PID/maps`: its 518 MiB
-//!    reservation is intact until the first op of `forward0`) and gives it
-//!    back then. Where a segment lies at B-2 (the Llama's, the ViT's) the
-//!    range becomes a hole of the context's chunk as in rule 5, filled from
-//!    its low end; else (the GPT-2's, the Gemma-2's) the whole of B-416..B
-//!    is released and chunks come into it from its top, by rule 3. A
-//!    helper read the two cases off the traces (every one of the 112
-//!    without expandable segments then recorded falls in the one its B-2
-//!    says). Tested blind on `fixtures/estimate_unseen11` (both twins'
-//!    answers committed first): every phase of the 12 workloads exact,
-//!    where rule 5 from the start gave 10; over the 144 then recorded, 1291
-//!    exact phases of 1447 against 1141; on `fixtures/estimate_unseen12`,
-//!    written after it landed, 13 of 14 (rule 5: 12, one of them outside
-//!    issue #5's tolerance). The range goes at the first op's launch,
-//!    after that op's allocation: the runtime
-//!    (`vramscope_engine::Runtime::first_kernels`) releases the whole range
-//!    after the next allocation (the Mistral's `malloc_log.c` log maps the
-//!    first output's chunk before it unmaps B-416..B, and ViT's convolution
-//!    output at batch 187 lies below the input: `fixtures/va_maps`), and at
-//!    once where B-2 holds a segment (the Llama's trace has its first
-//!    output inside the range). With the release the driver takes 2 MiB of
-//!    its own by rule 2, which no mapping shows: `validation/va_pool` finds
-//!    the pinned buffer mapped then where rule 2 puts it in 25 of 25 runs
-//!    with it, 8 without.
-//! 8. **The first cuBLAS handle** ([`DriverVa::first_cublas`]): the driver
-//!    reserves 64 MiB placed as a segment is (rules 2, 1, 3: 23 of 23
-//!    reservations, `validation/va_pool` variant F, `sim_F.txt`; `q4.py`
-//!    finds one in 23 of the 25 runs and no segment ever in it; 16 of 16 by
-//!    `va_check.py rule`), then takes 2 MiB more by rule 2 (variant F).
-//!    Address space only: neither takes device memory here (what the handle
-//!    takes is `SimDevice::driver_alloc`'s, by measurement).
+//!    [`crate::SimDevice::new`] starts in): B-416..B is one hole of the
+//!    context's chunk.
+//! 6. **The first kernels** ([`DriverVa::release_context`]). The context gives
+//!    B-416..B-2 back: the driver first takes 2 MiB by rule 2; where a
+//!    segment lies at B-2 the range becomes a hole of the context's chunk
+//!    (as in rule 5), else all of B-416..B is released (rule 3).
+//! 7. **CPU tensors** ([`DriverVa::host_map`]). glibc maps a CPU tensor above
+//!    its threshold (`crate::HostHeap`) on its own, as Linux's top-down
+//!    `mmap` places it: at the top of the highest free range it fits in, else
+//!    directly below the lowest chunk or mapping, unaligned. Unmapping
+//!    releases the range as rule 3 does.
+//! 8. **The first cuBLAS handle** ([`DriverVa::first_cublas`]). The driver
+//!    reserves [`CUBLAS_RESERVATION`] placed as a segment is (rules 2, 1, 3),
+//!    then takes 2 MiB by rule 2. Address space only.
+//! 9. **cuDNN's libraries** ([`DriverVa::library`]). glibc 2.35's loader
+//!    (`_dl_map_segment`) maps a library whose segments are 2 MiB aligned as
+//!    `mmap(span + 2 MiB - 4 KiB)`, top-down as in rule 7, and keeps the
+//!    2 MiB aligned span. Never unmapped.
 //!
-//! Rules 6 (the release after the first allocation) and 8 were tested
-//! blind: on `fixtures/estimate_unseen15`, twenty workloads where four
-//! versions of the twin did not all agree (fifteen where these rules
-//! change the answer), 153 of 240 phases exact against 123 without them
-//! (answers committed first, `answers.txt`). What `forward0` maps besides
-//! is not laid out: the driver's 512 MiB pool below the chunks (its top 8
-//! MiB a chunk with a hole, by variant F) and 8.25 MiB of pinned memory
-//! (`validation/va_pool`) gave 160 of 240 there, but put
-//! `u8_bert_ckpt_train_bf16_b8_s384` outside issue #5's tolerance (1.90%
-//! allocated), so they wait for the host images of the first kernels,
-//! which take the same address space (`fixtures/va_maps/README.md`).
-//! 7. **The CPU tensors** ([`DriverVa::host_map`]). glibc serves a CPU
-//!    tensor from the threshold up (`crate::HostHeap`) with a mapping of
-//!    its own, placed as Linux places host memory: at the top of the
-//!    highest free range it fits in, else directly below the lowest chunk
-//!    or mapping, unaligned. `from_config` maps them in construction order
-//!    below the context's held range, and `.cuda()` unmaps each after its
-//!    copy, which releases its range as a chunk's; a new chunk goes to the
-//!    highest 32 MiB aligned address with room in the highest released
-//!    range at least 32 MiB larger than it, else below the lowest chunk or
-//!    mapping, aligned (rules 1 and 3, whose ends were all aligned before).
-//!    `validation/malloc_log.c` logged every host allocation of eight
-//!    workloads with their op marks (`fixtures/va_maps/mlog.tgz`): given
-//!    the mappings of its run, `gpt2_train_fp32`'s tensors and two chunks
-//!    lie where this puts them (the unit test
-//!    `cpu_tensors_mapped_below_the_context_move_the_chunks`; that run's
-//!    first mapping below the context is a 7.34 MiB Python buffer, which
-//!    the twin does not map: it lay there in two of the eight runs, above
-//!    the context in six), and over the recorded workloads without
-//!    expandable segments
-//!    more `load` segments lie where the GPU put them than without this
-//!    rule (`gpu_traces`: `load_segments_lie_where_the_gpu_put_them`). Not
-//!    laid out: a gap above the context, 0.5 to 38 MiB by process, that
-//!    takes the first tensors that fit in it, and Python's own mappings.
-//!
-//! 9. **cuDNN's libraries** ([`DriverVa::library`]). The process's first
-//!    `scaled_dot_product_attention` loads `libcudnn_graph.so.9` (the
-//!    backend choice asks cuDNN), and its first cuDNN attention
-//!    `libcudnn_engines_precompiled.so.9`, `libcudnn_heuristic.so.9` and
-//!    `libcudnn_engines_runtime_compiled.so.9`, in that order, before the
-//!    kernel's workspace (the runtime's `load_cudnn`). glibc 2.35's loader
-//!    maps a library whose segments are 2 MiB aligned as `mmap(span + 2
-//!    MiB - 4 KiB)`, top-down like any mapping, and keeps the 2 MiB aligned
-//!    part (`_dl_map_segment`): so at the top of the highest free range that
-//!    holds that much, else below the lowest chunk or mapping, its start
-//!    rounded up to 2 MiB. The spans (6549504, 251686912, 67117056 and
-//!    35680256 bytes) are the same in every one of the 25 op-by-op runs of
-//!    `fixtures/va_maps` that loads them. Given the GPU's other mappings,
-//!    that order and rule put the libraries where five of six runs checked
-//!    by hand show them (`fixtures/va_maps/README.md`). The twin does not lay out the kernels'
-//!    host images, which take the released range first on the GPU, so its
-//!    libraries land elsewhere (a helper's scratch comparison found none of
-//!    the 17 op-by-op runs where they land as on the GPU;
-//!    `gpt2_train_bf16_sgd`: B-104, -346, -412, -580 against the GPU's
-//!    B-192, -1330, -258, -294). What it gets right
-//!    is coarser: the engines (338 MiB in all) leave the released range
-//!    without room for later chunks in the small 16-bit models, whose
-//!    `forward0` segments then go below every mapping, as on the GPU.
-//!    Other cuDNN users (the convolution of ViT's patch embedding) may load
-//!    the libraries earlier; not measured, not modelled. Over the 204
-//!    workloads recorded before it
-//!    (`gpu_fixtures`), 2003 of 2147 phases exact where 1862 were, and no
-//!    workload outside issue #5's tolerance where three were; tested blind
-//!    on `fixtures/estimate_unseen16` (both answers committed first): 159
-//!    of 201 phases exact against 69. Two workloads lost exact phases,
-//!    inside the tolerance: `u8_qwen2_train_bf16_rpd_steps4_b2_s512` (17 to
-//!    5 of 17) and `u15_mistral_20b6f110_train_fp32_ac_adam_ckpt_b2_s512`
-//!    (7 to 1 of 13, 1.842% reserved).
-//!
-//! **What the rules stand for** (measured with `validation/va_maps.py`,
-//! `fixtures/va_maps/README.md`). A chunk is a `PROT_NONE` mapping of the
-//! process, placed top-down by Linux's mmap among the process's other
-//! mappings. Rules 1 to 3 are that allocator seen from the segments alone:
-//! checked op by op over `forward0` of 17 workloads
-//! (`validation/va_check.py rule`), a new chunk goes into the highest free
-//! gap of at least its length + 32 MiB ([`GAP_SLACK`]: the driver maps that
-//! much and keeps an aligned part), at the highest 32 MiB aligned address
-//! with room, and host memory to the top of the highest gap it fits in:
-//! 527 of 527 chunks, the first cuBLAS call's 64 MiB reservation (16 of
-//! 16) and 76 of 76 host mappings of 8 MiB or more lie where that puts
-//! them, given the rest.
-//! What it does not see takes the same address space:
-//! - the model's CPU tensors, mapped by glibc below the context and freed by
-//!   `.cuda()` one by one, move `load`'s chunks;
-//! - the driver's reservations at the first op of `forward0` (504 MiB below
-//!   the chunks, pinned host memory inside a chunk's hole) and the host
-//!   images of lazily loaded kernels, mapped into the released context range
-//!   between `forward0`'s chunks, move those. Each op's first use takes
-//!   nearly the same host memory in every workload measured (`pow` 59.3
-//!   MiB, the first 16-bit cuBLAS GEMM 89.4 to 91.3; the first cuDNN
-//!   attention loads cuDNN's libraries), but glibc serves it partly from
-//!   its heap and partly from new mappings, in a split that changes by
-//!   workload (`fixtures/va_maps/README.md`);
-//! - the autograd thread's stack and malloc arena.
-//!
-//! Of these, cuDNN's libraries are laid out (rule 9). The one workload
-//! outside issue #5's tolerance differs from the GPU in placement alone
-//! (`crates/models/tests/gpu_traces.rs`): a small bf16 Llama whose
-//! `forward0` segments lie, on the GPU, under the kernels' host images.
+//! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
+//! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,
+//! `fixtures/va_maps`).
 
 use crate::inthash::FastMap;
 
@@ -209,9 +58,8 @@ const CHUNK: u64 = 32 * MIB;
 const GAP_SLACK: u64 = 32 * MIB;
 /// Physical page granularity of `cudaMalloc`.
 const PAGE: u64 = 2 * MIB;
-/// The address space the first `cublasCreate` reserves (rule 8): measured,
-/// `validation/va_pool/q4.py` (23 of 23 runs) and `va_check.py rule` (16
-/// of 16).
+/// The address space the first `cublasCreate` reserves (rule 8): measured
+/// (`validation/va_pool`, `validation/va_check.py rule`).
 const CUBLAS_RESERVATION: u64 = 64 * MIB;
 /// The x86-64 page: the loader's `mmap` is this much short of the span plus
 /// the alignment (rule 9).
@@ -355,8 +203,7 @@ impl DriverVa {
             return false;
         };
         // the driver's own 2 MiB at the first op's launch (no mapping shows
-        // it; `validation/va_pool`: with it, the pinned buffer mapped then
-        // lies where rule 2 puts it in 25 of 25 runs, without it in 8)
+        // it; inferred from where the pinned buffer lies, `validation/va_pool`)
         let _ = self.malloc(PAGE);
         let lo = anchor - 416 * MIB;
         // the context's chunk is the first (`push_context` on an empty space)
@@ -861,7 +708,7 @@ mod tests {
     }
 
     /// Rule 7, `gpt2_train_fp32` as `validation/malloc_log.c` logged it
-    /// (`fixtures/va_maps/mlog.tgz`), given that run's mappings: a 7.34 MiB
+    /// (`fixtures/va_maps/mlog.tar.xz`), given that run's mappings: a 7.34 MiB
     /// Python buffer (which the twin does not map), then `from_config`'s
     /// `wte`, eight 4 MiB MLP weights and the tied head's own weight (freed when tied) below the held context; `.cuda()` then
     /// puts `wte`'s 100 MiB segment in a chunk at B-704 (below the lowest
@@ -894,8 +741,7 @@ mod tests {
     }
 
     /// A chunk aligned down below an unaligned host mapping leaves the
-    /// space between free: host memory and chunks that fit go there
-    /// (a helper's review found it lost).
+    /// space between free: host memory and chunks that fit go there.
     #[test]
     fn the_space_a_chunk_leaves_below_a_mapping_stays_free() {
         let mut va = DriverVa::new(B);

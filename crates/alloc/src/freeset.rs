@@ -3,9 +3,9 @@
 //!
 //! Layout, and why: a pool holds few free blocks (a training step's working
 //! set: tens to hundreds), and every malloc/free does one to three finds,
-//! inserts or removes. A sorted vector per stream (an earlier layout) paid
-//! for each of them a binary search with unpredictable branches plus a
-//! `memmove` of half the vector. Here each stream's blocks are segregated by
+//! inserts or removes. A sorted vector per stream would pay for each of them
+//! a binary search with unpredictable branches plus a `memmove` of half the
+//! vector. Here each stream's blocks are segregated by
 //! size class into small buckets (TLSF-style: each power of two split in
 //! four), with a bitmap of the non-empty ones:
 //!
@@ -29,30 +29,12 @@
 //!   in the size's own bucket, or the least of the next non-empty bucket,
 //!   found with one `trailing_zeros` on the bitmap.
 //!
-//! Measured with `cargo bench -p vramscope-alloc` (default config, a random
-//! training mix): about 10 M ops/s with one sorted vector per stream
-//! (itself about 3x a `BTreeSet`), 21.4 M ops/s with *unsorted* buckets
-//! scanned on lookup, 20.4 M ops/s with these sorted ones. Real training
-//! steps free many blocks of one size (every layer's gradient of a weight
-//! of one shape), and a lookup among them scanned a whole bucket: replaying
-//! the requests of a training step of llama-3.1-8b (batch 32, seq 2048),
-//! the median replay went from about 760 to 492 µs.
-//!
-//! The sweep of that model (`cargo bench -p vramscope-planner`, training,
-//! 256 cells) spends about half its time here and in the allocator around
-//! it, and there in dependent loads and mispredicted branches rather than
-//! in instructions: `perf annotate` put insert's samples on the loads of
-//! its bucket's header and entries, and `callgrind --branch-sim=yes`
-//! counted about one mispredicted branch per insert in its walk. Hence
-//! the buckets inline in their stream's set and the default stream's set
-//! inline here (a bucket's header at a fixed offset, no pointer to
-//! follow), the one-comparison test for the least on insert and removal,
-//! and the loops over slices. Together (with the allocator's own changes
-//! of the same pass), on a 2-core AMD EPYC, alternating the two builds:
-//! one cell's replay of the step above from about 0.67 to 0.62 ms, the
-//! sweep from about 960 to 1,040 cells/s (8 of 8 pairs faster; README's speed
-//! table has a second series, 5 pairs); the
-//! bench's instructions (callgrind, `BENCH_RUNS=1`) from 4.19 G to 3.87 G.
+//! The buckets are inline in their stream's set and the default stream's
+//! set inline here (a bucket's header at a fixed offset, no pointer to
+//! follow), and insert and removal test the least entry with one
+//! comparison: the sweep spends its time in dependent loads and
+//! mispredicted branches here. The measurements behind this layout are in
+//! `docs/performance.md`.
 
 /// A free block's key: (size, address, block id); the stream is the set it
 /// lives in.

@@ -14,12 +14,9 @@
 //! `DEFAULT_MMAP_THRESHOLD_MAX` (32 MiB on 64-bit): glibc's dynamic
 //! threshold.
 //!
-//! Measured (`validation/malloc_log.c`, `fixtures/va_maps/mlog.tgz`): in
-//! every one of eight workloads the threshold is 3846144 bytes when
-//! `from_config` starts making parameters (Python frees a mapped chunk of
-//! that size first), and the rule gives glibc's choice, heap or mapping,
-//! for every parameter and buffer of 64 KiB or more that `from_config`
-//! makes.
+//! The threshold when `from_config` starts is measured
+//! ([`FROM_CONFIG_THRESHOLD`]; `validation/malloc_log.c`, evidence in
+//! `docs/driver-placement.md`).
 
 // glibc `malloc/malloc.c` (the four below and `THRESHOLD_MAX`), `c10`'s
 // `alloc_cpu.cpp` (`TENSOR_ALIGNMENT`).
@@ -39,9 +36,8 @@ const MEMALIGN_SHIFT: u64 = 48;
 const PAGE: u64 = 4096;
 /// `DEFAULT_MMAP_THRESHOLD_MAX` on 64-bit.
 const THRESHOLD_MAX: u64 = 32 * 1024 * 1024;
-/// The threshold when `from_config` makes the model's tensors: measured in
-/// all eight workloads of `fixtures/va_maps/mlog.tgz` (PyTorch 2.11,
-/// transformers 5.17, the GPU machine's Python).
+/// The threshold when `from_config` makes the model's tensors (Python frees
+/// a mapped chunk of this size first): measured, `fixtures/va_maps/mlog`.
 pub const FROM_CONFIG_THRESHOLD: u64 = 3_846_144;
 
 /// `request2size`.

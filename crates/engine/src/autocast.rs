@@ -271,15 +271,12 @@ pub(crate) struct AutocastState {
 /// the default `fibonacci_hash_policy` puts a key in slot
 /// `(11400714819323198485 * address) >> (64 - log2(slots))`, and `clear()`
 /// destroys the entries slot by slot (the table never shrinks). So the
-/// order follows the CPU heap addresses of the weights' `TensorImpl`s. Those
-/// change from one process to the next, with ASLR off too: nine H100 runs
-/// of `gpt2_train_autocast_ckpt` freed the 32 casts of its first forward in
-/// nine different orders, and in the seven that recorded the weights'
-/// `Tensor._cdata` each order is the one this rule gives. The twin cannot
-/// know those addresses, and need not: the cache's frees come one after the
-/// other, and the caching allocator ends in the same state (and the same
-/// figures) whatever the order of frees with no allocation between them.
-/// Only the order of the trace's entries differs.
+/// order follows the CPU heap addresses of the weights' `TensorImpl`s, which
+/// change from one process to the next (measured: `docs/accuracy.md`). The
+/// twin cannot know those addresses, and need not: the cache's frees come
+/// one after the other, and the caching allocator ends in the same state
+/// (and the same figures) whatever the order of frees with no allocation
+/// between them. Only the order of the trace's entries differs.
 #[derive(Default)]
 struct CastCache {
     index: HashMap<usize, usize>,

@@ -373,17 +373,10 @@ impl GpuSpec {
     }
 }
 
-/// The CUDA context measured on the H100 and the H200: `total - free -
-/// reserved` from cudaMemGetInfo is 528.8125 MiB after `load` in every run
-/// (validation/plan_bisect.py on the whole card, DEVICE_USED=1,
-/// fixtures/plan/wholecard_plan_h100.jsonl, 47 runs of 4 workloads; the
-/// seven workloads of validation/driver_share_cases.json on the H200).
-/// After the first forward 694.8125 MiB in the bf16 models and 686.8125
-/// MiB in the fp32 ones; from the first backward on 766.8125 and 750.8125
-/// MiB: 158 and 64 MiB per cuBLAS handle, and 8 more on each thread that
-/// runs bf16 matmuls (those are [`GpuSpec::blas_handle_bytes`] and
-/// [`GpuSpec::blas_16bit_bytes`]). (truth/README.md's "about 520 MiB"
-/// after `torch.cuda.init()` is an nvidia-smi reading.)
+/// The CUDA context and the driver's share per cuBLAS handle and for
+/// 16-bit kernels, measured on the H100 and the H200 as `total - free -
+/// reserved` (`cudaMemGetInfo`) phase by phase: `fixtures/plan`
+/// (`wholecard_plan_h100.jsonl`) and `fixtures/driver_share/README.md`.
 const HOPPER_CONTEXT: u64 = 554_500_096;
 const HOPPER_HANDLES: (u64, u64) = (158 * 1024 * 1024, 64 * 1024 * 1024);
 const HOPPER_16BIT: u64 = 8 * 1024 * 1024;
@@ -423,12 +416,8 @@ pub const H100: GpuSpec = GpuSpec {
 };
 
 /// NVIDIA H200 (sm_90, 132 SMs, as the H100) with PyTorch 2.11.0+cu130,
-/// measured on 2026-11-22 (`fixtures/h200/README.md`): `cudaMemGetInfo`'s
-/// total is 150,109,880,320 bytes; the seven workloads of
-/// `validation/driver_share_cases.json` read the H100's bytes outside the
-/// allocator in every phase, gave the H100's allocator figures in every
-/// phase, and cuDNN's 45,216 measured convolution workspaces came out the
-/// H100's. Everything but the total is the H100's.
+/// measured (`fixtures/h200/README.md`): everything but the total memory is
+/// the H100's.
 pub const H200: GpuSpec = GpuSpec {
     key: "h200",
     name: "NVIDIA H200",

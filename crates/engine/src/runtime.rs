@@ -272,9 +272,8 @@ pub(crate) enum CudnnLibraries {
 /// The spans the dynamic loader maps for cuDNN's libraries, in load order:
 /// `libcudnn_graph`, `libcudnn_engines_precompiled`, `libcudnn_heuristic`,
 /// `libcudnn_engines_runtime_compiled` (`.so.9` of the PyTorch 2.11+cu130
-/// wheels), each from its first mapping to the end of its `.bss`. Measured:
-/// the same bytes in all 25 op-by-op runs of `fixtures/va_maps` that load
-/// them (`/proc/PID/maps`).
+/// wheels), each from its first mapping to the end of its `.bss`: measured
+/// (`/proc/PID/maps`, `fixtures/va_maps`; `docs/driver-placement.md`).
 const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_680_256];
 
 pub(crate) struct State {
@@ -996,13 +995,8 @@ impl Runtime {
     /// The share of a thread's 16-bit kernels
     /// ([`DeviceProfile::blas_16bit_bytes`]), taken once per thread: at its
     /// first 16-bit matmul, or at its first cuDNN convolution whatever the
-    /// dtype. The second is a fit to measurements, not the mechanism (kernel
-    /// modules loaded lazily, `fixtures/driver_share/README.md`): ViT, whose
-    /// patch embedding is a convolution, reads 238 MiB over the context
-    /// from its first backward on in fp32 and bf16 alike (158 + 64 + 8 + 8;
-    /// the other models, 222 in fp32), and 166 after its first forward at
-    /// batch 2048 and above in fp32 (164 at batch 16 and 7, in every dtype
-    /// measured: 2 MiB under this).
+    /// dtype. The second is a fit to measurements of ViT, not the mechanism
+    /// (lazily loaded kernel modules; `fixtures/driver_share/README.md`).
     pub(crate) fn kernels16(&self, op: &'static str) -> Result<()> {
         let bytes = {
             let st = self.st.borrow();
@@ -1080,13 +1074,10 @@ impl Runtime {
     /// the address range it held (`vramscope_alloc`'s `driver_va.rs`, rule
     /// 6), noted in the event log for replays. Where the whole range goes
     /// back, it goes at the first op's launch, after that op's allocation:
-    /// so after the next [`Runtime::malloc`] (in the logs of
-    /// `fixtures/va_maps/mistral.tgz` and `mlog.tgz`, the chunk of
-    /// `forward0`'s first output is mapped before the range is unmapped,
-    /// and ViT's lies below its input: `fixtures/va_maps/README.md`). Where
-    /// it becomes a hole of the context's chunk (a segment at B-2), the
-    /// first output lies in it already (the Llama's trace): at once. A
-    /// no-op but for a [`RuntimeConfig::fresh_process`] runtime, once.
+    /// so after the next [`Runtime::malloc`]; where it becomes a hole of the
+    /// context's chunk (a segment at B-2), at once (measured:
+    /// `docs/driver-placement.md`). A no-op but for a
+    /// [`RuntimeConfig::fresh_process`] runtime, once.
     pub fn first_kernels(&self) {
         let mut st = self.st.borrow_mut();
         if st.alloc.device().releases_whole() {

@@ -628,10 +628,9 @@ fn run_model(
         Vec::new()
     };
     // a few categories; modules keyed by the records' own names (copied
-    // once each), the top level apart: most records have an empty name, and
-    // comparing two empty strings calls `memcmp` on dangling pointers, which
-    // glibc's AVX-512 `memcmp` reads with a masked load that the CPU serves
-    // through a slow assist (~150 ns each, measured here)
+    // once each), the top level (an empty name, most records) summed apart
+    // so that it never reaches the hash map: hashing and comparing empty
+    // strings there was measurably slow (`docs/performance.md`)
     let mut breakdown: Vec<(Category, u64)> = Vec::new();
     let mut top: Option<u64> = None;
     let mut by_mod: HashMap<&str, u64> = HashMap::new();

@@ -23,14 +23,13 @@
 //! the simulated segments (a hash map by address, each segment's blocks
 //! linked in address order), the peaks, a downsampled curve and 16 bytes per
 //! allocation ([`Life`]); the per-entry counters are never materialised. A
-//! second, partial pass up to the peak gives the free-space layout there.
-//! On the 3.5 M-entry trace of `validation/bench_inspect.sh` both passes
-//! take 0.085 s.
+//! second, partial pass up to the peak gives the free-space layout there
+//! (timed in `docs/performance.md`).
 //!
-//! The timeline is exactly what the first implementation computed (one
-//! ordered map of all blocks, the counters after every entry): the test
-//! `tests/timeline_oracle.rs` keeps that implementation and compares the two
-//! on every fixture, truncated copies and randomly damaged traces.
+//! The test `tests/timeline_oracle.rs` keeps a plain implementation (one
+//! ordered map of all blocks, the counters after every entry) and checks
+//! that this one computes the same on every fixture, truncated copies and
+//! randomly damaged traces.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};

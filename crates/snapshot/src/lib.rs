@@ -38,11 +38,9 @@
 //! that are never reallocated; a device's list of entries keeps only which
 //! entries it holds; a frames list already seen (the same bytes: the same
 //! memo gets of the same frame dicts) is not decoded again; each trace entry
-//! is 24 bytes in the [`Trace`]. On the 514 MB synthetic snapshot of
-//! `validation/bench_inspect.sh` (3.5 M entries, 30–50 frames each) reading
-//! takes about 0.75 s and `vramscope inspect --json` peaks at 0.40× the
-//! file's size, against about 13 s and 4.4× for Python's `pickle.load`; a
-//! snapshot without stacks (534 MB, 7 M entries) peaks at 0.72×.
+//! is 24 bytes in the [`Trace`]. Time and peak memory against Python's
+//! `pickle.load` are measured in `docs/inspect-speed.md` and
+//! `docs/performance.md`.
 //!
 //! Stacks are interned: every `frames` field is a [`StackId`] into the
 //! snapshot's [`StackTable`] (a million entries with 40 frames each would

@@ -7,7 +7,7 @@
 //! fields that rarely change (action, stream, `device_free`,
 //! `compile_context`, `user_metadata`, which optional fields are present).
 //! A training trace has a handful of kinds, so a million entries cost 32 MB
-//! instead of the 88 MB a plain struct per entry took.
+//! (a plain struct per entry: 88 MB).
 //!
 //! [`Trace::get`] and [`Trace::iter`] hand out whole [`TraceEntry`] values.
 
