@@ -77,3 +77,23 @@ def test_eval_encoder_layer_takes_the_fused_layer_path():
             layer(x)
             out, counts = _counts(lambda: layer(x))
         assert counts == (11, 604241920) and out.shape == x.shape
+
+
+def test_the_backend_follows_the_gpus_capability():
+    # sdp_utils.cpp's hardware checks, as the twin's GPU profiles hold them (SdpaSupport)
+    from vramscope import _attention
+
+    def picked(gpu, dtype, d=64, grad=False, dropout=0.0):
+        with vramscope.capture(gpu=gpu) as cap:
+            q = torch.empty(2, 8, 256, d, device="cuda", dtype=dtype, requires_grad=grad)
+            dev = cap.device
+            return _attention.backend(q, q, q, None, dropout, False, False, dev.capability, dev.sdpa)
+
+    assert picked("h100", torch.bfloat16) == "cudnn"  # sm90 prefers cuDNN
+    assert picked("a100-80gb", torch.bfloat16) == "flash"  # sm80: flash first
+    assert picked("v100", torch.float16) == "efficient"  # sm70: no flash, no cuDNN
+    assert picked("v100", torch.bfloat16) == "math"  # the efficient kernel takes bf16 from sm80
+    assert picked("t4", torch.float32) == "efficient"
+    # sm89 does not train flash with head dims in (192, 224]
+    assert picked("rtx4090", torch.float16, d=200) == "flash"
+    assert picked("rtx4090", torch.float16, d=200, grad=True) == "efficient"

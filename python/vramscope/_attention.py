@@ -51,8 +51,9 @@ def _mask_shape_ok(q, k, mask) -> bool:
     return mask.dim() == 4 and mask.shape[0] in (1, b) and mask.shape[1] in (1, h)
 
 
-def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
-    """`select_sdp_backend`: cudnn, flash, efficient or math."""
+def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support) -> str:
+    """`select_sdp_backend`: cudnn, flash, efficient or math; `support` is the GPU's
+    hardware checks (`Device.sdpa`, the twin's `SdpaSupport`)."""
     if not all(registered(t) for t in (q, k, v)):
         return "math"
     four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
@@ -60,7 +61,7 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
     nonzero = q.shape[-2] != 0 and k.shape[-2] != 0
 
     def cudnn():
-        if not (four and same and q.dtype in HALF and nonzero):
+        if not (support["cudnn"] and four and same and q.dtype in HALF and nonzero):
             return False
         if not (_mask_shape_ok(q, k, mask) and _last_stride_ok(q, k, v, mask, True)):
             return False
@@ -69,7 +70,12 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
         if q.shape[0] > 65535 or q.shape[1] > 65535:
             return False
         d_qk, d_v = q.shape[3], v.shape[3]
-        limit = 256 if capability == (9, 0) else 128
+        if support["cudnn_hopper_head_dim"]:
+            limit = 256
+        elif capability[0] == 10 and d_qk == 192 and d_v == 128:
+            limit = 192
+        else:
+            limit = 128
         if d_qk > limit or d_v > limit or d_qk % 8 or d_v % 8:
             return False
         if k.shape[2] == 1:
@@ -78,8 +84,13 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
 
     def flash():
         d = q.shape[-1]
+        if support["flash_head_dim_192_limit"] and any(t.requires_grad for t in (q, k, v)):
+            # `check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120`
+            if 192 < d <= 224 or (d > 224 and dropout_p > 0.0):
+                return False
         return (
-            four
+            support["flash"]
+            and four
             and mask is None
             and d == k.shape[-1] == v.shape[-1]
             and d <= 256
@@ -95,8 +106,14 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
         align = 8 if q.dtype in HALF else 4
         dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]
         nbytes = align * q.element_size()
+        dtypes = (
+            (torch.float16, torch.float32, torch.bfloat16)
+            if support["bf16"]
+            else (torch.float16, torch.float32)
+        )
         return (
-            four
+            support["efficient"]
+            and four
             and dq == dk
             and dq % align == 0
             and dq > 0
@@ -109,11 +126,10 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability) -> str:
             and _last_stride_ok(q, k, v, mask, False)
             and _heads_ok(q, k, v, gqa, False)
             and same
-            and q.dtype in (torch.float16, torch.float32, torch.bfloat16)
+            and q.dtype in dtypes
         )
 
-    prefers_cudnn = capability[0] in (9, 10) and capability[1] in (0, 3)
-    order = ("cudnn", "flash", "efficient") if prefers_cudnn else ("flash", "efficient")
+    order = ("cudnn", "flash", "efficient") if support["prefers_cudnn"] else ("flash", "efficient")
     checks = {"cudnn": cudnn, "flash": flash, "efficient": efficient}
     for name in order:
         if checks[name]():
@@ -142,7 +158,7 @@ def sdpa(cap, args, kwargs):
     is_causal = bool(a.get("is_causal", False))
     scale = a.get("scale")
     gqa = bool(a.get("enable_gqa", False))
-    which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability)
+    which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability, cap.device.sdpa)
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
     if which == "math" and not all(registered(t) for t in (q, k, v)):
         return NotImplemented
@@ -356,7 +372,7 @@ def _mha_sdp_path(mha, query, key, value, key_padding_mask, need_weights, attn_m
     b = query.shape[0]
     with torch._C.DisableTorchFunction():
         view = query.view(b, -1, heads, dph).transpose(1, 2)
-        which = backend(view, view, view, None, 0.0, False, False, _FAST.capability)
+        which = backend(view, view, view, None, 0.0, False, False, _FAST.capability, _FAST.sdpa)
     return which in ("flash", "efficient")
 
 
@@ -367,6 +383,7 @@ def _fast_path_forward(original, cap, modelled):
 
     sig = inspect.signature(original)
     _FAST.capability = cap.device.capability
+    _FAST.sdpa = cap.device.sdpa
 
     def forward(self, *args, **kwargs):
         a = sig.bind(self, *args, **kwargs)

@@ -31,6 +31,7 @@ class Device:
     key: str  # the profile's --gpu key
     estimated_constants: list[str]  # the constants not measured on this GPU (empty: all measured)
     cudnn_tables: bool  # whether the sm_90 cuDNN workspace tables hold for this GPU
+    sdpa: dict[str, bool]  # SDPA backends the capability allows: flash, efficient, cudnn, prefers_cudnn, ...
     def malloc(self, nbytes: int, stream: int, category: str, op: str, module: str) -> int:
         """Allocate through the caching allocator; returns a handle for free().
 

@@ -178,6 +178,22 @@ impl Device {
         self.p.runtime().profile().cudnn_tables
     }
 
+    /// Which SDPA backends this GPU's capability allows (`sdp_utils.cpp`'s
+    /// hardware checks, as [`vramscope_engine::SdpaSupport`] holds them).
+    #[getter]
+    fn sdpa(&self) -> std::collections::BTreeMap<&'static str, bool> {
+        let s = self.p.runtime().profile().sdpa;
+        std::collections::BTreeMap::from([
+            ("flash", s.flash),
+            ("efficient", s.efficient),
+            ("cudnn", s.cudnn),
+            ("prefers_cudnn", s.prefers_cudnn),
+            ("cudnn_hopper_head_dim", s.cudnn_hopper_head_dim),
+            ("bf16", s.bf16),
+            ("flash_head_dim_192_limit", s.flash_head_dim_192_limit),
+        ])
+    }
+
     /// `get_device_properties().multi_processor_count`.
     #[getter]
     fn multi_processor_count(&self) -> u32 {
