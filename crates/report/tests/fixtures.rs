@@ -105,3 +105,48 @@ fn truncated_trace_is_flagged() {
     assert_eq!(r.final_allocated_bytes, full.final_allocated_bytes);
     assert!(r.peak_allocated_bytes <= full.peak_allocated_bytes);
 }
+
+/// The real nanoGPT snapshots recorded on an H200 (`fixtures/snapshot_real`,
+/// issue 36): the trace's facts as Python's `pickle` reads them, and the
+/// report ends with the reserved bytes of the final segments.
+#[test]
+fn real_nanogpt_snapshots_h200() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/snapshot_real");
+    // (file, entries, streams, expandable, segments' total size, OOM entry)
+    let cases = [
+        (
+            "nanogpt_2streams_oom_h200.pickle",
+            13_340,
+            2,
+            false,
+            5_731_516_416,
+            5740,
+        ),
+        (
+            "nanogpt_wrapped_3streams_expandable_oom_h200.pickle",
+            17_654,
+            3,
+            true,
+            5_783_945_216,
+            2556,
+        ),
+    ];
+    for (file, entries, streams, expandable, reserved, oom_at) in cases {
+        let snap = vramscope_snapshot::read_snapshot_file(dir.join(file)).expect("readable");
+        let t = &snap.device_traces[0];
+        assert_eq!(t.len(), entries, "{file}");
+        let s: std::collections::HashSet<u64> = t.iter().map(|e| e.stream).collect();
+        assert_eq!(s.len(), streams, "{file}");
+        assert!(
+            snap.segments.iter().all(|g| g.is_expandable == expandable),
+            "{file}"
+        );
+        let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
+        let r = analyze(&snap, &cfg, &Options::default());
+        assert_eq!(r.final_reserved_bytes, reserved, "{file}");
+        assert!(!r.trace_complete, "{file}: the trace starts mid-run");
+        assert_eq!(r.ooms.len(), 1, "{file}");
+        assert_eq!(r.ooms[0].trace_index, oom_at, "{file}");
+        assert_eq!(r.ooms[0].requested_bytes, 402_653_184, "{file}");
+    }
+}
