@@ -193,3 +193,16 @@ def test_torch_compile_runs_eagerly_and_says_so():
         assert y.shape == (256, 1024) and torch.cuda.memory_allocated() == (6 + 32) * MIB
     report = cap.report()
     assert any(u.startswith("torch.compile") for u in report["unmeasured"])
+
+
+def test_record_stream_takes_the_twins_streams():
+    # the prefetcher idiom: copy on a side stream, then mark the tensor used by the main stream
+    with vramscope.capture():
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            x = torch.empty(1 << 20, device="cuda")  # 4 MiB, on the side stream's pool
+        torch.cuda.current_stream().wait_stream(side)
+        x.record_stream(torch.cuda.current_stream())
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        del x
+        assert torch.cuda.memory_allocated() == 0
