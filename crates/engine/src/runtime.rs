@@ -82,8 +82,8 @@ pub struct EventLog {
     /// events before: the driver reserves address space there
     /// (`vramscope_alloc`'s `driver_va.rs`, rule 8)
     pub first_cublas: Option<usize>,
-    /// CPU tensors glibc mapped and unmapped ([`Runtime::host_malloc`]) and
-    /// libraries the loader mapped ([`Runtime::load_cudnn`]), in order, each
+    /// CPU tensors glibc mapped and unmapped (`Runtime::host_malloc`) and
+    /// libraries the loader mapped (`Runtime::load_cudnn`), in order, each
     /// with the number of events before it: a replay maps them there, as
     /// they move the segments
     pub host: Vec<(usize, HostEvent)>,
@@ -256,7 +256,7 @@ impl State {
     }
 }
 
-/// How much of cuDNN a process has loaded ([`Runtime::load_cudnn`]): its
+/// How much of cuDNN a process has loaded (`Runtime::load_cudnn`): its
 /// libraries in the order the first attention loads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum CudnnLibraries {
@@ -279,7 +279,7 @@ const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_68
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
     /// glibc's choice for CPU tensors: heap or a mapping of their own, in
-    /// the address space the segments share ([`Runtime::host_malloc`])
+    /// the address space the segments share (`Runtime::host_malloc`)
     pub(crate) host: HostHeap,
     pub(crate) profile: DeviceProfile,
     pub(crate) grad_enabled: bool,
@@ -297,7 +297,7 @@ pub(crate) struct State {
     blas_handles: Vec<Thread>,
     /// the threads that have run a 16-bit matmul
     blas_16bit: Vec<Thread>,
-    /// cuDNN's libraries the process has loaded ([`Runtime::load_cudnn`])
+    /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`)
     cudnn_loaded: CudnnLibraries,
     lt_ws: Vec<((Thread, StreamId), u32)>,
     live: LiveSet,
@@ -1074,7 +1074,7 @@ impl Runtime {
     /// the address range it held (`vramscope_alloc`'s `driver_va.rs`, rule
     /// 6), noted in the event log for replays. Where the whole range goes
     /// back, it goes at the first op's launch, after that op's allocation:
-    /// so after the next [`Runtime::malloc`]; where it becomes a hole of the
+    /// so after the next `Runtime::malloc`; where it becomes a hole of the
     /// context's chunk (a segment at B-2), at once (measured:
     /// `docs/driver-placement.md`). A no-op but for a
     /// [`RuntimeConfig::fresh_process`] runtime, once.

@@ -423,7 +423,7 @@ impl Runtime {
     }
 
     /// A contiguous device tensor of `shape` whose storage holds no bytes
-    /// yet (a storage `resize_(0)`d; [`Tensor::alloc_storage`] fills it).
+    /// yet (a storage `resize_(0)`d; [`Tensor::resize_storage`] fills it).
     pub fn device_unallocated(&self, shape: &[i64], dtype: DType) -> Result<Tensor> {
         crate::dims::check_shape("empty", shape)?;
         let sizes = Dims::new(shape);

@@ -354,7 +354,7 @@ fn later_steps(
 /// them on a fresh allocator gives them ([`crate::requests::replay`]); but
 /// where the model ran two steps and the rest repeat, the figures of those
 /// two come from the model's own allocator, which served the same requests,
-/// and the later ones from [`later_steps`]. `None` if it ran out of memory.
+/// and the later ones from `later_steps`. `None` if it ran out of memory.
 /// The figures are without a limit whatever `options` say.
 pub fn workload_run(
     config: &HfConfig,

@@ -799,7 +799,7 @@ pub fn verdict_from_planned(
 ///
 /// A step that starts as the one before it started and makes the same
 /// requests is not replayed: the allocator is deterministic, so it does what
-/// the step before did ([`Steady`]).
+/// the step before did (`Steady`).
 pub fn replay(requests: &Requests, alloc: &mut CachingAllocator) -> Replayed {
     replay_planned(requests, None, alloc)
 }
@@ -953,7 +953,7 @@ impl Mark {
     }
 }
 
-/// What [`Steady`] learns of a run's steps from its requests before a
+/// What `Steady` learns of a run's steps from its requests before a
 /// replay: where each step from step 1 on is, the mallocs before it,
 /// whether each step makes the requests of the step before it, and whether
 /// it frees only what it allocates. All but the sizes' part of the third

@@ -39,7 +39,7 @@ fn folded(path: &str) -> String {
         .join(".")
 }
 
-/// `by_module` (path, bytes) folded by [`folded`] path, the heaviest first
+/// `by_module` (path, bytes) folded by `folded` path, the heaviest first
 /// (equal ones by path).
 pub fn group_repeated(by_module: &[(String, u64)]) -> Vec<ModuleGroup> {
     let mut groups: HashMap<String, ModuleGroup> = HashMap::new();

@@ -29,7 +29,7 @@ pub struct Boundary {
     /// the largest batch below which every batch fits too
     pub all_smaller_fit: i64,
     /// the batches below `largest` that do not fit, smallest first; the
-    /// first [`DETAILED_FAILURES`] with the out-of-memory that stops them
+    /// first `DETAILED_FAILURES` with the out-of-memory that stops them
     pub failing_below: Vec<Try>,
     /// every batch from 1 to this one was run ([`SCAN_LIMIT`] at most)
     pub checked_up_to: i64,

@@ -284,7 +284,7 @@ impl Tensor {
     /// copy if it is not). When its numel is the scanned dim's size (a 1-D
     /// tensor, a batch of one) that takes CUB's temporary storage for the
     /// call (`cuda::cub::inclusive_scan`,
-    /// [`crate::ops::cub::inclusive_scan_bytes`]); where that size was not
+    /// `ops::cub::inclusive_scan_bytes`); where that size was not
     /// measured (other element sizes, other GPUs, more than 2^30 items,
     /// which PyTorch scans in chunks) it is taken as 0 bytes and noted
     /// (`EventLog::unmeasured`). Other shapes scan in a kernel of PyTorch's
