@@ -422,10 +422,7 @@ impl<D: Device> CachingAllocator<D> {
         let Some((fits, other_rule)) = self.fits.take() else {
             return false;
         };
-        let c = &self.config;
-        let best_fit_alone = c.max_split_size == u64::MAX
-            && !c.expandable_segments
-            && c.garbage_collection_threshold == 0.0
+        let best_fit_alone = self.config.allows(crate::Shortcut::RepeatedFits)
             && !other_rule
             && self.stats.num_device_free == device_frees_at_start;
         let repeats = best_fit_alone && crate::fits::repeats_with_its_segments(&fits);

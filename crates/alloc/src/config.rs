@@ -297,6 +297,77 @@ impl AllocatorConfig {
     }
 }
 
+/// A shortcut a caller of the allocator may take instead of replaying every
+/// request; [`AllocatorConfig::allows`] says whether its settings keep it
+/// exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortcut {
+    /// A run whose reserved memory stayed under a limit is the same run
+    /// under that limit (the limit is met only when a malloc would go over
+    /// it). `memory_fraction`: the limit is `set_memory_fraction`'s.
+    UnmetLimit {
+        /// the limit comes from `set_memory_fraction`
+        memory_fraction: bool,
+    },
+    /// A step that starts as the step before it started and makes the same
+    /// requests ends as that step ended (no setting releases cached blocks
+    /// by their age).
+    MirroredSteps,
+    /// Mallocs made again in the same order from the same free blocks plus
+    /// the segments they created take the same blocks
+    /// ([`crate::CachingAllocator::repeats_with_its_segments`]): best fit and
+    /// segment creation alone decide which block a malloc takes.
+    RepeatedFits,
+}
+
+impl AllocatorConfig {
+    /// Whether `shortcut` gives what replaying every request gives under
+    /// these settings.
+    ///
+    /// Every setting answers here: the struct is destructured without `..`,
+    /// so a new setting does not compile until it says which shortcuts stay
+    /// exact with it.
+    pub fn allows(&self, shortcut: Shortcut) -> bool {
+        let AllocatorConfig {
+            // Oversize blocks are never split and a malloc over the limit
+            // frees cached oversize blocks (`get_free_block`,
+            // `release_available_cached_blocks`): best fit no longer decides
+            // alone.
+            max_split_size,
+            // Frees old cached blocks at a fraction's threshold before the
+            // limit (`garbage_collect_cached_blocks`), by an age that counts
+            // calls: when blocks are released depends on the history.
+            garbage_collection_threshold,
+            // Segments grow page by page; a fraction's check counts the
+            // whole rounded request (`alloc_block`), and best fit is by the
+            // size a block can expand to (`get_free_block`).
+            expandable_segments,
+            // Sizes only (the segment and the rounding of a request): they
+            // change how much is asked for, never when a cached block is
+            // released or which free block a malloc takes.
+            large_segment_size: _,
+            max_non_split_rounding_size: _,
+            roundup_power2_divisions: _,
+            // No effect on device memory (the lock; the host allocator; the
+            // twin models the `native` backend only; the string as given).
+            release_lock_on_cudamalloc: _,
+            pinned_use_cuda_host_register: _,
+            pinned_num_register_threads: _,
+            pinned_use_background_threads: _,
+            backend_malloc_async: _,
+            settings: _,
+        } = self;
+        let gc = *garbage_collection_threshold != 0.0;
+        match shortcut {
+            Shortcut::UnmetLimit { memory_fraction } => {
+                !(memory_fraction && (gc || *expandable_segments))
+            }
+            Shortcut::MirroredSteps => !gc,
+            Shortcut::RepeatedFits => *max_split_size == u64::MAX && !expandable_segments && !gc,
+        }
+    }
+}
+
 /// `AllocatorConfig::parseRoundUpPower2Divisions`, both the single-number
 /// and the per-interval `[64:8,256:4,>:1]` form. Returns the last index used.
 fn parse_roundup(
@@ -373,6 +444,82 @@ fn parse_roundup(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each setting alone, as `PYTORCH_CUDA_ALLOC_CONF` gives it.
+    fn alone(setting: &str) -> AllocatorConfig {
+        AllocatorConfig::parse(setting).unwrap()
+    }
+
+    const SHORTCUTS: [Shortcut; 4] = [
+        Shortcut::UnmetLimit {
+            memory_fraction: false,
+        },
+        Shortcut::UnmetLimit {
+            memory_fraction: true,
+        },
+        Shortcut::MirroredSteps,
+        Shortcut::RepeatedFits,
+    ];
+
+    #[test]
+    fn defaults_allow_every_shortcut() {
+        for s in SHORTCUTS {
+            assert!(AllocatorConfig::default().allows(s), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn garbage_collection_allows_no_shortcut_that_a_fraction_arms() {
+        // It releases cached blocks before the limit, by their age.
+        let c = alone("garbage_collection_threshold:0.6");
+        assert!(!c.allows(Shortcut::UnmetLimit {
+            memory_fraction: true
+        }));
+        assert!(!c.allows(Shortcut::MirroredSteps));
+        assert!(!c.allows(Shortcut::RepeatedFits));
+        // without a fraction it never runs
+        assert!(c.allows(Shortcut::UnmetLimit {
+            memory_fraction: false
+        }));
+    }
+
+    #[test]
+    fn expandable_segments_meet_a_fraction_early_and_fit_by_expansion() {
+        let c = alone("expandable_segments:True");
+        assert!(!c.allows(Shortcut::UnmetLimit {
+            memory_fraction: true
+        }));
+        assert!(!c.allows(Shortcut::RepeatedFits));
+        assert!(c.allows(Shortcut::MirroredSteps));
+    }
+
+    #[test]
+    fn max_split_size_leaves_best_fit_not_alone() {
+        let c = alone("max_split_size_mb:40");
+        assert!(!c.allows(Shortcut::RepeatedFits));
+        assert!(c.allows(Shortcut::MirroredSteps));
+        assert!(c.allows(Shortcut::UnmetLimit {
+            memory_fraction: true
+        }));
+    }
+
+    #[test]
+    fn sizes_only_settings_allow_every_shortcut() {
+        for setting in [
+            "large_segment_size_mb:40",
+            "max_non_split_rounding_mb:40",
+            "roundup_power2_divisions:4",
+            "release_lock_on_cudamalloc:True",
+            "pinned_use_cuda_host_register:True",
+            "pinned_num_register_threads:8",
+            "pinned_use_background_threads:True",
+            "backend:cudaMallocAsync",
+        ] {
+            for s in SHORTCUTS {
+                assert!(alone(setting).allows(s), "{setting} {s:?}");
+            }
+        }
+    }
 
     #[test]
     fn empty_is_default() {

@@ -33,7 +33,7 @@ pub use allocator::{
     get_allocation_size, roundup_power2_next_division, BlockInfo, CachingAllocator, EventPolicy,
     Handle, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
 };
-pub use config::{AllocatorConfig, ConfigError, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
+pub use config::{AllocatorConfig, ConfigError, Shortcut, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 pub use device::{Device, SimDevice, UNLIMITED_BYTES};
 pub use error::{AllocError, OutOfMemory};
 pub use fits::Fit;

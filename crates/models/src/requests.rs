@@ -28,7 +28,9 @@
 
 use std::collections::BTreeMap;
 use vramscope_alloc::inthash::FastMap;
-use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, SimDevice, UNLIMITED_BYTES};
+use vramscope_alloc::{
+    AllocatorConfig, CachingAllocator, Handle, Shortcut, SimDevice, UNLIMITED_BYTES,
+};
 
 use vramscope_engine::{DeviceProfile, HostEvent, MemEvent, PathSwitch, ScratchRule};
 
@@ -721,11 +723,8 @@ pub struct Verdict {
 /// - a run whose reserved memory never went over the limit never met it
 ///   (the device's capacity once the driver has taken its share, or
 ///   PyTorch's `allowed_memory_maximum` under a fraction): the run under it
-///   is the same run. Not so with garbage
-///   collection, which a fraction arms before the limit, nor with
-///   expandable segments, whose check under a fraction counts the whole
-///   rounded request although only the missing pages get mapped
-///   (`alloc_block`);
+///   is the same run, when the allocator's settings allow it
+///   ([`Shortcut::UnmetLimit`]);
 /// - a run that once asked for more bytes than the limit (before rounding)
 ///   cannot fit under it, whatever the cache does.
 pub fn verdict(requests: &Requests, options: &EstimateOptions) -> Verdict {
@@ -767,9 +766,10 @@ pub fn verdict_from_planned(
     // it ever has)
     let driver: u64 = requests.driver.iter().map(|d| d.1).sum();
     let least = allowed.min(profile.usable_memory.saturating_sub(driver)) as i64;
-    let early = memory_fraction.is_some()
-        && (config.garbage_collection_threshold > 0.0 || config.expandable_segments);
-    if whole.peak_reserved_bytes <= least && !early {
+    let unmet = config.allows(Shortcut::UnmetLimit {
+        memory_fraction: memory_fraction.is_some(),
+    });
+    if whole.peak_reserved_bytes <= least && unmet {
         return Verdict {
             fits: true,
             figures: whole,
@@ -1050,7 +1050,7 @@ impl<'a> Steady<'a> {
             Some(p) => std::borrow::Cow::Borrowed(p),
             None => std::borrow::Cow::Owned(StepPlan::of(requests)),
         };
-        let enabled = plan.contiguous && alloc.config().garbage_collection_threshold == 0.0;
+        let enabled = plan.contiguous && alloc.config().allows(Shortcut::MirroredSteps);
         Steady {
             enabled,
             requests,
