@@ -133,6 +133,41 @@ pub struct Estimate {
     pub unmeasured: Vec<String>,
 }
 
+/// A phase's span of a sequence (allocator trace entries or requests): it
+/// ran the items `start..end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseSpan {
+    /// the phase's name (`load`, `forward1`, ...)
+    pub name: String,
+    /// the index of its first item
+    pub start: usize,
+    /// one past the index of its last item
+    pub end: usize,
+}
+
+impl PhaseSpan {
+    /// The phase `name` over `start..end`.
+    pub fn new(name: impl Into<String>, start: usize, end: usize) -> PhaseSpan {
+        PhaseSpan {
+            name: name.into(),
+            start,
+            end,
+        }
+    }
+    /// How many items it ran.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+    /// It ran none.
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+    /// The same phase over a span moved `by` items down.
+    pub fn shifted_down(&self, by: usize) -> PhaseSpan {
+        PhaseSpan::new(self.name.clone(), self.start - by, self.end - by)
+    }
+}
+
 /// The allocator's view of an estimate recorded with
 /// [`EstimateOptions::record_trace`]: what `_record_memory_history()` and a
 /// `_dump_snapshot()` at the end of the workload (or, on an out-of-memory,
@@ -142,8 +177,8 @@ pub struct RecordedRun {
     /// the allocator trace up to the end of the last phase (or the `oom`
     /// entry); the teardown after it is left out
     pub trace: Vec<vramscope_alloc::TraceEntry>,
-    /// each phase: (name, first trace index, end trace index)
-    pub phases: Vec<(String, usize, usize)>,
+    /// each phase's span of `trace`
+    pub phases: Vec<PhaseSpan>,
     /// the segments and blocks at the end of the trace
     pub segments: Vec<vramscope_alloc::SegmentInfo>,
 }
@@ -203,14 +238,14 @@ pub fn workload_requests(
             steps: 2,
             ..workload.clone()
         };
-        let (est, _) = run_model(config, &short, options, false, false)?;
+        let (est, _) = run_model(config, &short, options, Keep::FIGURES)?;
         if let Some(r) =
             crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps))
         {
             return Ok(Some(r));
         }
     }
-    let (est, _) = run_model(config, workload, options, false, false)?;
+    let (est, _) = run_model(config, workload, options, Keep::FIGURES)?;
     Ok(crate::requests::Requests::of(&est))
 }
 
@@ -244,7 +279,15 @@ fn by_repetition(
         steps: 2,
         ..workload.clone()
     };
-    let (mut est, kept) = run_model(config, &short, options, true, true)?;
+    let (mut est, kept) = run_model(
+        config,
+        &short,
+        options,
+        Keep {
+            allocator: true,
+            at_peak: true,
+        },
+    )?;
     if est.oom.is_some() {
         // the full run stops at the same place
         return Ok(Some(est));
@@ -263,11 +306,11 @@ fn by_repetition(
     if let Some(o) = &r.oom {
         // the request that failed is the same one of the second step
         let request = o.request;
-        let first = reqs.phases.iter().position(|p| p.0.ends_with('1'));
+        let first = reqs.phases.iter().position(|p| p.name.ends_with('1'));
         let per_step = reqs.repeated_step_len();
         let (op, module) = match (first, per_step) {
             (Some(f), Some(len)) if len > 0 => {
-                let start = reqs.phases[f].1;
+                let start = reqs.phases[f].start;
                 let i = start + (request - start) % len;
                 let malloc = reqs.requests[..i]
                     .iter()
@@ -327,7 +370,7 @@ fn later_steps(
             .phases
             .iter()
             .enumerate()
-            .map(|(j, (name, ..))| PhaseFigures {
+            .map(|(j, PhaseSpan { name, .. })| PhaseFigures {
                 name: name.clone(),
                 reserved_bytes: reserved,
                 peak_reserved_bytes: reserved,
@@ -368,7 +411,7 @@ pub fn workload_run(
             steps: 2,
             ..workload.clone()
         };
-        let (est, kept) = run_model(config, &short, &free, true, false)?;
+        let (est, kept) = run_model(config, &short, &free, Keep::ALLOCATOR)?;
         let reqs = crate::requests::Requests::of(&est).and_then(|r| r.repeat_steps(workload.steps));
         if let (Some(reqs), Some(kept)) = (reqs, kept) {
             let peak_requested = kept.peak_requested;
@@ -417,7 +460,7 @@ pub fn workload_run_deriving_step1(
         steps: 1,
         ..workload.clone()
     };
-    let (est, kept) = run_model(config, &short, &free, true, false)?;
+    let (est, kept) = run_model(config, &short, &free, Keep::ALLOCATOR)?;
     let reqs = crate::requests::Requests::of(&est)
         .and_then(|r| r.with_derived_second_step())
         .and_then(|r| r.repeat_steps(workload.steps));
@@ -455,12 +498,12 @@ fn later_phases(
     use crate::requests::Request;
     let mut at = 0;
     for p in &reqs.phases {
-        if p.1 != at {
+        if p.start != at {
             return None;
         }
-        at = p.2;
+        at = p.end;
     }
-    let start = reqs.phases.get(n)?.1;
+    let start = reqs.phases.get(n)?.start;
     let before = reqs.requests[..start]
         .iter()
         .filter(|q| q.malloc_bytes().is_some())
@@ -477,7 +520,7 @@ fn later_phases(
         requests,
         phases: reqs.phases[n..]
             .iter()
-            .map(|(name, s, e)| (name.clone(), s - start, e - start))
+            .map(|p| p.shifted_down(start))
             .collect(),
         rules: reqs
             .rules
@@ -526,22 +569,21 @@ pub fn estimate_every_step(
     workload: &Workload,
     options: &EstimateOptions,
 ) -> Result<Estimate> {
-    run_model(config, workload, options, false, true).map(|(est, _)| est)
+    run_model(config, workload, options, Keep::AT_PEAK).map(|(est, _)| est)
 }
 
-/// [`estimate_every_step`], and with `keep_allocator` a copy of the
+/// [`estimate_every_step`], and with `keep.allocator` a copy of the
 /// allocator twin as the last phase left it (`None` after an
 /// out-of-memory, or if it served requests between phases).
 ///
-/// Without `at_peak`, the live tensors at the peak (`live_at_peak`,
+/// Without `keep.at_peak`, the live tensors at the peak (`live_at_peak`,
 /// `breakdown_at_peak`, `by_module_at_peak`) are left empty: a run for its
 /// requests alone does not need them (about 4% of a model run).
 fn run_model(
     config: &HfConfig,
     workload: &Workload,
     options: &EstimateOptions,
-    keep_allocator: bool,
-    at_peak: bool,
+    keep: Keep,
 ) -> Result<(Estimate, Option<Continuation>)> {
     check(config, workload)?;
     let mut profile = options.profile.clone();
@@ -571,13 +613,13 @@ fn run_model(
         marks: Vec::new(),
         end: None,
         requests: Vec::new(),
-        keep_allocator,
+        keep_allocator: keep.allocator,
         allocator: None,
         fits_from: None,
         peak_requested: 0,
         peak_requested_step1: 0,
     };
-    let mut params = (0u64, 0u64);
+    let mut params = ParamCount::default();
     let outcome = drive(config, workload, &mut run, &mut params);
     let oom = match outcome {
         Ok(()) => None,
@@ -613,7 +655,7 @@ fn run_model(
         let phases = run
             .marks
             .iter()
-            .map(|(n, s, e)| (n.clone(), (*s).min(end), (*e).min(end)))
+            .map(|m| PhaseSpan::new(m.name.clone(), m.start.min(end), m.end.min(end)))
             .collect();
         RecordedRun {
             trace,
@@ -622,7 +664,7 @@ fn run_model(
         }
     });
     let log = rt.take_event_log().unwrap_or_default();
-    let live = if at_peak {
+    let live = if keep.at_peak {
         log.live_at_peak()
     } else {
         Vec::new()
@@ -685,8 +727,8 @@ fn run_model(
         breakdown_at_peak: breakdown,
         by_module_at_peak: by_module,
         live_at_peak: live,
-        parameter_count: params.0,
-        parameter_bytes: params.1,
+        parameter_count: params.numel,
+        parameter_bytes: params.bytes,
         oom,
         ops_simulated: rt.ops_simulated(),
         unmeasured: log.unmeasured.clone(),
@@ -768,14 +810,50 @@ const MAX_LAYERS: i64 = 10_000;
 /// ([`check`]).
 const MAX_STEPS: usize = 1_000;
 
+/// The model's parameters as loaded: how many elements, and their bytes in
+/// the weights' dtype.
+#[derive(Debug, Clone, Copy, Default)]
+struct ParamCount {
+    numel: u64,
+    bytes: u64,
+}
+
+/// What a model run keeps beyond its phases' figures ([`run_model`]).
+#[derive(Debug, Clone, Copy)]
+struct Keep {
+    /// a copy of the allocator twin as the last phase left it
+    allocator: bool,
+    /// the live tensors at the peak (`live_at_peak`, `breakdown_at_peak`,
+    /// `by_module_at_peak`)
+    at_peak: bool,
+}
+
+impl Keep {
+    /// the figures alone (a run for its requests)
+    const FIGURES: Keep = Keep {
+        allocator: false,
+        at_peak: false,
+    };
+    /// and the allocator (a run whose later steps it serves)
+    const ALLOCATOR: Keep = Keep {
+        allocator: true,
+        at_peak: false,
+    };
+    /// and the live tensors at the peak (a whole estimate)
+    const AT_PEAK: Keep = Keep {
+        allocator: false,
+        at_peak: true,
+    };
+}
+
 struct Run {
     rt: Runtime,
     phases: Vec<PhaseFigures>,
     current: String,
     /// recording the allocator trace
     record: bool,
-    /// (phase, first trace index, end trace index) while recording
-    marks: Vec<(String, usize, usize)>,
+    /// each phase's span of the allocator trace, while recording
+    marks: Vec<PhaseSpan>,
     /// the trace length and the segments when the workload ended
     end: Option<(usize, Vec<vramscope_alloc::SegmentInfo>)>,
     /// each phase's span of allocator requests
@@ -817,7 +895,7 @@ impl Run {
         self.requests.push((at, at));
         if self.record {
             let at = self.rt.trace_len();
-            self.marks.push((name.clone(), at, at));
+            self.marks.push(PhaseSpan::new(name.clone(), at, at));
         }
         self.current = name;
     }
@@ -859,7 +937,7 @@ impl Run {
         if self.record {
             let at = self.rt.trace_len();
             if let Some(m) = self.marks.last_mut() {
-                m.2 = at;
+                m.end = at;
             }
         }
         let f = figures.unwrap_or_else(|| self.rt.figures());
@@ -874,7 +952,7 @@ impl Run {
     }
 }
 
-fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)) -> Result<()> {
+fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount) -> Result<()> {
     let rt = run.rt.clone();
     run.begin("load".into());
     let (mut model, ps, _fsdp) = match &w.parallel {
@@ -893,10 +971,10 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut (u64, u64)
         }
         Some(Parallel::Fsdp(c)) => fsdp_load(&rt, config, w, c)?,
     };
-    *params = (
-        ps.iter().map(|p| p.numel() as u64).sum(),
-        ps.iter().map(|p| p.numel() as u64 * w.weights.size()).sum(),
-    );
+    *params = ParamCount {
+        numel: ps.iter().map(|p| p.numel() as u64).sum(),
+        bytes: ps.iter().map(|p| p.numel() as u64 * w.weights.size()).sum(),
+    };
     let ps = match &_fsdp {
         Some(f) => f.borrow().sharded_parameters(&ps),
         None => ps,

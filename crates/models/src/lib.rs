@@ -30,7 +30,7 @@ pub use config::HfConfig;
 pub use error::{ModelError, Result};
 pub use estimate::{
     estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
-    Estimate, EstimateOptions, Oom, PhaseFigures, RecordedRun,
+    Estimate, EstimateOptions, Oom, PhaseFigures, PhaseSpan, RecordedRun,
 };
 pub use families::{HfModel, Inputs, ModelOutput, ModuleHooks};
 pub use parallel::{FsdpConfig, Parallel};

@@ -212,10 +212,10 @@ pub fn predicted_snapshot(
     let mut phase_ix = 0usize;
     let mut pending: Vec<TraceEntry> = Vec::new();
     for (i, e) in rec.trace.iter().enumerate() {
-        while phase_ix + 1 < rec.phases.len() && rec.phases[phase_ix + 1].1 <= i {
+        while phase_ix + 1 < rec.phases.len() && rec.phases[phase_ix + 1].start <= i {
             phase_ix += 1;
         }
-        let phase = rec.phases.get(phase_ix).map_or("load", |p| p.0.as_str());
+        let phase = rec.phases.get(phase_ix).map_or("load", |p| p.name.as_str());
         let stack = match e.action {
             TraceAction::Alloc => {
                 let r = allocs.next();
@@ -283,7 +283,7 @@ pub fn predicted_snapshot(
         trace.push(p);
     }
     if w.mode == Mode::Train {
-        for (name, start, end) in &rec.phases {
+        for crate::PhaseSpan { name, start, end } in &rec.phases {
             if PhaseKind::of(name) == PhaseKind::Step {
                 for (stage, at) in [("START", *start), ("END", *end)] {
                     annotations.push(Annotation {

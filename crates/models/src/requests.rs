@@ -34,7 +34,7 @@ use vramscope_alloc::{
 
 use vramscope_engine::{DeviceProfile, HostEvent, MemEvent, PathSwitch, ScratchRule};
 
-use crate::estimate::{Estimate, EstimateOptions, PhaseFigures};
+use crate::estimate::{Estimate, EstimateOptions, PhaseFigures, PhaseSpan};
 
 /// One allocator request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +75,8 @@ impl Request {
 pub struct Requests {
     /// every request, in order
     pub requests: Vec<Request>,
-    /// each phase: its name and its span of `requests`
-    pub phases: Vec<(String, usize, usize)>,
+    /// each phase's span of `requests`
+    pub phases: Vec<PhaseSpan>,
     /// how the eager twin sized each [`Request::Scratch`], by its index in
     /// `requests`
     pub rules: BTreeMap<usize, ScratchRule>,
@@ -242,15 +242,15 @@ impl Requests {
         if est.events.first_cublas.is_some() && first_cublas.is_none() {
             first_cublas = Some(requests.len());
         }
-        let phases: Vec<(String, usize, usize)> = est
+        let phases: Vec<PhaseSpan> = est
             .phases
             .iter()
             .zip(&est.phase_requests)
-            .map(|(p, r)| (p.name.clone(), r.0, r.1))
+            .map(|(p, r)| PhaseSpan::new(p.name.clone(), r.0, r.1))
             .collect();
         // what follows the last phase is the teardown (the model and the
         // optimizer dropped), not part of the workload
-        let end = phases.last().map_or(0, |p| p.2);
+        let end = phases.last().map_or(0, |p| p.end);
         requests.truncate(end);
         rules.retain(|i, _| *i < end);
         switches.retain(|(i, _)| *i <= end);
@@ -281,13 +281,13 @@ impl Requests {
     /// run of phases).
     fn step_span(&self, step: usize) -> Option<(usize, usize, usize)> {
         let idx: Vec<usize> = (0..self.phases.len())
-            .filter(|&i| Self::step_of(&self.phases[i].0) == Some(step))
+            .filter(|&i| Self::step_of(&self.phases[i].name) == Some(step))
             .collect();
         let (&a, &b) = (idx.first()?, idx.last()?);
         if b - a + 1 != idx.len() {
             return None;
         }
-        Some((a, self.phases[a].1, self.phases[b].2))
+        Some((a, self.phases[a].start, self.phases[b].end))
     }
 
     /// Whether the step spanning `b` (`(first phase, start, end)`) makes
@@ -312,11 +312,11 @@ impl Requests {
     ) -> bool {
         let (ra, rb) = (&self.requests[a.1..a.2], &self.requests[b.1..b.2]);
         let phases_of = |first: usize| {
-            let k = Self::step_of(&self.phases[first].0);
+            let k = Self::step_of(&self.phases[first].name);
             self.phases[first..]
                 .iter()
-                .take_while(move |p| Self::step_of(&p.0) == k)
-                .map(|p| p.2 - p.1)
+                .take_while(move |p| Self::step_of(&p.name) == k)
+                .map(PhaseSpan::len)
         };
         if ra.len() != rb.len() || !phases_of(a.0).eq(phases_of(b.0)) {
             return false;
@@ -385,7 +385,7 @@ impl Requests {
         let (first, ..) = self.step_span(step)?;
         let len = self.phases[first..]
             .iter()
-            .take_while(|p| Self::step_of(&p.0) == Some(step))
+            .take_while(|p| Self::step_of(&p.name) == Some(step))
             .count();
         Some(first..first + len)
     }
@@ -403,8 +403,8 @@ impl Requests {
         let (first_phase, start, end) = self.step_span(1)?;
         if !self.phases[first_phase..]
             .iter()
-            .all(|p| Self::step_of(&p.0) == Some(1))
-            || self.phases.last()?.2 != self.requests.len()
+            .all(|p| Self::step_of(&p.name) == Some(1))
+            || self.phases.last()?.end != self.requests.len()
             || end != self.requests.len()
         {
             return None;
@@ -432,14 +432,15 @@ impl Requests {
                 Request::Free(n) => Request::Free(n + shift),
                 m => m,
             }));
-            for (name, s, e) in &self.phases[first_phase..] {
+            for p in &self.phases[first_phase..] {
+                let name = &p.name;
                 let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
                 let rest = &name[prefix.len()..];
                 let sub = rest.split_once('.').map(|(_, m)| format!(".{m}"));
-                out.phases.push((
+                out.phases.push(PhaseSpan::new(
                     format!("{prefix}{k}{}", sub.unwrap_or_default()),
-                    s - start + at,
-                    e - start + at,
+                    p.start - start + at,
+                    p.end - start + at,
                 ));
             }
         }
@@ -491,9 +492,9 @@ impl Requests {
     pub fn with_derived_second_step(&self) -> Option<Requests> {
         let (first_phase, start, end) = self.step_span(0)?;
         if first_phase != 1
-            || self.phases.first()?.0 != "load"
+            || self.phases.first()?.name != "load"
             || self.phases.len() < 2
-            || self.phases.last()?.2 != self.requests.len()
+            || self.phases.last()?.end != self.requests.len()
             || end != self.requests.len()
             || self.step_span(1).is_some()
             // (a switch after the last request: of step 0's end, or of the
@@ -550,9 +551,12 @@ impl Requests {
                 .filter(|(i, _)| (start..end).contains(i))
                 .map(|(i, w)| (at[i - start], *w)),
         );
-        for (name, s, e) in &self.phases[first_phase..] {
-            out.phases
-                .push((Self::phase_of_step(name, 1), at[s - start], at[e - start]));
+        for p in &self.phases[first_phase..] {
+            out.phases.push(PhaseSpan::new(
+                Self::phase_of_step(&p.name, 1),
+                at[p.start - start],
+                at[p.end - start],
+            ));
         }
         Some(out)
     }
@@ -602,10 +606,10 @@ impl Requests {
         let Some(p2) = self.step_phases(1).map(|r| r.end) else {
             return false;
         };
-        if p1 == 0 || self.phases[p1 - 1].2 != self.phases[p1].1 {
+        if p1 == 0 || self.phases[p1 - 1].end != self.phases[p1].start {
             return false;
         }
-        let end0 = self.phases[p1].1;
+        let end0 = self.phases[p1].start;
         let (first, two) = (self.prefix(p1, end0), self.prefix(p2, end1));
         first.with_derived_second_step().as_ref() == Some(&two)
     }
@@ -837,11 +841,12 @@ pub fn replay_planned(
         .collect();
     marks.sort_by_key(|m| m.0);
     let mut marks = marks.into_iter().peekable();
-    'phases: for (p, (name, start, end)) in requests.phases.iter().enumerate() {
+    'phases: for (p, span) in requests.phases.iter().enumerate() {
+        let (name, start, end) = (&span.name, &span.start, &span.end);
         if let Some((from, reserved)) = steady.at_phase(p, alloc) {
             // this step and every later one repeat the phases from `from`
             // (at the reserved memory it ends with, when it grew the cache)
-            for (i, (name, ..)) in requests.phases.iter().enumerate().skip(p) {
+            for (i, PhaseSpan { name, .. }) in requests.phases.iter().enumerate().skip(p) {
                 let mut f = phases[from + i - p].clone();
                 f.name.clone_from(name);
                 if let Some(r) = reserved {
@@ -990,7 +995,8 @@ impl StepPlan {
         }
         let contiguous = steps.windows(2).all(|w| w[0].2 == w[1].1)
             && steps.last().is_some_and(|l| {
-                l.2 == requests.requests.len() && requests.phases.last().is_some_and(|p| p.2 == l.2)
+                l.2 == requests.requests.len()
+                    && requests.phases.last().is_some_and(|p| p.end == l.2)
             });
         let firsts = if contiguous {
             requests.mallocs_before(&steps.iter().map(|s| s.1).collect::<Vec<_>>())
@@ -1029,15 +1035,32 @@ struct Steady<'a> {
     /// step before: computed when first asked (a pass over the requests
     /// that a run whose steps keep growing the cache never needs)
     mirrors_from: Option<Vec<bool>>,
-    /// at the start of the previous step: its index in `steps`, the
-    /// allocator's segments and its device calls (allocations, frees)
-    last: Option<(usize, Vec<vramscope_alloc::SegmentInfo>, (i64, i64))>,
+    /// the allocator at the start of the previous step
+    last: Option<StepStart>,
     /// the device calls at the start of the previous step, and its index
-    calls_at: Option<(usize, (i64, i64))>,
+    calls_at: Option<(usize, DeviceCalls)>,
     /// the step whose fits the allocator records, and the device frees at
     /// its start
     watch: Option<(usize, i64)>,
     enabled: bool,
+}
+
+/// The allocator's device calls so far (`num_device_alloc`,
+/// `num_device_free`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DeviceCalls {
+    allocs: i64,
+    frees: i64,
+}
+
+/// The allocator at the start of a step ([`Steady`]).
+struct StepStart {
+    /// the step's index in the plan's steps
+    step: usize,
+    /// the allocator's segments
+    segments: Vec<vramscope_alloc::SegmentInfo>,
+    /// its device calls
+    calls: DeviceCalls,
 }
 
 impl<'a> Steady<'a> {
@@ -1113,20 +1136,32 @@ impl<'a> Steady<'a> {
             self.watch = Some((i, alloc.stats().num_device_free));
         }
         let stats = alloc.stats();
-        let calls = (stats.num_device_alloc, stats.num_device_free);
+        let calls = DeviceCalls {
+            allocs: stats.num_device_alloc,
+            frees: stats.num_device_free,
+        };
         let candidate = match &self.last {
-            Some((j, _, c)) if *j + 1 == i && *c == calls => Some(*j),
+            Some(l) if l.step + 1 == i && l.calls == calls => Some(l.step),
             _ => None,
         };
         if let Some(j) = candidate {
-            if self.mirrors_from(i) && self.last.as_ref().is_some_and(|l| l.1 == alloc.snapshot()) {
+            if self.mirrors_from(i)
+                && self
+                    .last
+                    .as_ref()
+                    .is_some_and(|l| l.segments == alloc.snapshot())
+            {
                 return Some((self.plan.steps[j].0, None));
             }
         }
         // a state worth keeping: the step before made no device calls (a
         // step that still grows the cache cannot be repeated by the next)
         let settled = self.calls_at.is_some_and(|(j, c)| j + 1 == i && c == calls);
-        self.last = (settled && self.mirrors_from(i + 1)).then(|| (i, alloc.snapshot(), calls));
+        self.last = (settled && self.mirrors_from(i + 1)).then(|| StepStart {
+            step: i,
+            segments: alloc.snapshot(),
+            calls,
+        });
         self.calls_at = Some((i, calls));
         None
     }
@@ -1656,7 +1691,7 @@ mod tests {
         let mut requests: Vec<Request> = sizes.iter().map(|&s| Request::Malloc(s)).collect();
         requests.push(Request::Free(0));
         Requests {
-            phases: vec![("p".into(), 0, requests.len())],
+            phases: vec![PhaseSpan::new("p", 0, requests.len())],
             requests,
             rules: BTreeMap::new(),
             measured_sizes: false,
@@ -1673,14 +1708,14 @@ mod tests {
     /// phase `forward` then `step`; a free names a malloc by its index.
     fn run_of(steps: &[(&[u64], &[u32])]) -> Requests {
         let mut requests = vec![Request::Malloc(4096)];
-        let mut phases = vec![("load".to_string(), 0, 1)];
+        let mut phases = vec![PhaseSpan::new("load", 0, 1)];
         for (i, (mallocs, frees)) in steps.iter().enumerate() {
             let s = requests.len();
             requests.extend(mallocs.iter().map(|&b| Request::Malloc(b)));
             let m = requests.len();
             requests.extend(frees.iter().map(|&n| Request::Free(n)));
-            phases.push((format!("forward{i}"), s, m));
-            phases.push((format!("step{i}"), m, requests.len()));
+            phases.push(PhaseSpan::new(format!("forward{i}"), s, m));
+            phases.push(PhaseSpan::new(format!("step{i}"), m, requests.len()));
         }
         Requests {
             requests,
@@ -1787,7 +1822,7 @@ mod tests {
             let bytes = sort(n).bytes(&h100).unwrap();
             Requests {
                 requests: vec![Request::Malloc(n as u64 * 8), Request::Scratch(bytes)],
-                phases: vec![("p".into(), 0, 2)],
+                phases: vec![PhaseSpan::new("p", 0, 2)],
                 rules: if rule {
                     BTreeMap::from([(1, sort(n))])
                 } else {
@@ -1837,9 +1872,9 @@ mod tests {
                 Free(3),
             ],
             phases: vec![
-                ("load".into(), 0, 1),
-                ("step0".into(), 1, 4),
-                ("step1".into(), 4, 6),
+                PhaseSpan::new("load", 0, 1),
+                PhaseSpan::new("step0", 1, 4),
+                PhaseSpan::new("step1", 4, 6),
             ],
             rules: BTreeMap::new(),
             measured_sizes: false,
@@ -1852,9 +1887,9 @@ mod tests {
         };
         let four = two.repeat_steps(4).unwrap();
         assert_eq!(four.requests[6..], [Malloc(4), Free(4), Malloc(4), Free(5)]);
-        let names: Vec<&str> = four.phases.iter().map(|p| p.0.as_str()).collect();
+        let names: Vec<&str> = four.phases.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["load", "step0", "step1", "step2", "step3"]);
-        assert_eq!(four.phases[4], ("step3".into(), 8, 10));
+        assert_eq!(four.phases[4], PhaseSpan::new("step3", 8, 10));
         // step 1 frees what step 0 made: not repeatable
         let mut open = two.clone();
         open.requests[5] = Free(1);
@@ -1892,7 +1927,7 @@ mod tests {
                 requests.push(Request::Malloc(b as u64 * 1024));
             }
             Requests {
-                phases: vec![("p".into(), 0, requests.len())],
+                phases: vec![PhaseSpan::new("p", 0, requests.len())],
                 requests,
                 rules: BTreeMap::new(),
                 measured_sizes: false,

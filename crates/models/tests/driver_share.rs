@@ -57,7 +57,9 @@ fn the_driver_share_is_the_gpus_at_every_phase() {
         let context = (opts.profile.total_memory - opts.profile.usable_memory) as i64;
         let known = KNOWN.iter().find(|k| k.0 == case.name);
         let mut backward = false;
-        for (i, ((name, _, end), p)) in reqs.phases.iter().zip(&est.phases).enumerate() {
+        for (i, (vramscope_models::PhaseSpan { name, end, .. }, p)) in
+            reqs.phases.iter().zip(&est.phases).enumerate()
+        {
             let gpu = &raw["phases"][i];
             assert_eq!(gpu["name"], name.as_str(), "{}", case.name);
             let used = gpu["device_used_bytes"].as_i64().unwrap();

@@ -287,7 +287,7 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
         // the twin's trace replayed request by request, phase by phase
         let mut addr_of: HashMap<u64, u64> = HashMap::new();
         let mut figures = Vec::new();
-        for (name, start, end) in &recorded.phases {
+        for vramscope_models::PhaseSpan { name, start, end } in &recorded.phases {
             a.reset_peak_stats();
             for e in &recorded.trace[*start..*end] {
                 match e.action.as_str() {
@@ -340,7 +340,7 @@ fn load_segments_lie_where_the_gpu_put_them() {
         }
         n += 1;
         let rec = est.recorded.as_ref().unwrap();
-        let load_end = rec.phases[0].2;
+        let load_end = rec.phases[0].end;
         let twin: Vec<u64> = rec.trace[..load_end]
             .iter()
             .filter(|e| e.action.as_str() == "segment_alloc")

@@ -214,7 +214,13 @@ fn nccl_and_the_context_outside_the_allocator_are_the_gpus() {
                 .iter()
                 .filter(|l| l["case"] == name && l["rank"] == rank && l["phase"] != "init")
                 .collect();
-            for ((phase, _, end), g) in reqs.phases.iter().zip(&gpu) {
+            for (
+                vramscope_models::PhaseSpan {
+                    name: phase, end, ..
+                },
+                g,
+            ) in reqs.phases.iter().zip(&gpu)
+            {
                 let outside = g["device_used_bytes"].as_i64().unwrap()
                     - g["reserved_bytes"].as_i64().unwrap();
                 let driver: u64 = reqs.driver.iter().filter(|d| d.0 < *end).map(|d| d.1).sum();

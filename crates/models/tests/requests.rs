@@ -141,7 +141,7 @@ fn a_step_repeats_at_the_reserved_memory_it_grew_to() {
         let reqs = requests(&config, &case.workload, &opts);
         let mut plain = reqs.clone();
         for p in &mut plain.phases {
-            p.0.push_str("-plain");
+            p.name.push_str("-plain");
         }
         let whole = replay(
             &plain,
