@@ -179,6 +179,7 @@ _KERNELS = _tensor.kernels()
 #: fresh results of meta kernels by the op and its arguments' metadata (`_meta_cached`)
 _META_CACHE: dict = {}
 _FRESH: dict = {}
+_INPLACE: dict = {}
 
 
 def _fresh(func) -> bool:
@@ -207,12 +208,49 @@ def _key(x):
     return x
 
 
+def _in_place(func) -> bool:
+    """Whether `func` writes its first argument and returns it (`add_`, `normal_`, `fill_`, ...)."""
+    inplace = _INPLACE.get(func)
+    if inplace is None:
+        schema = func._schema
+        args, rets = schema.arguments, schema.returns
+        inplace = (
+            len(rets) == 1
+            and bool(args)
+            and rets[0].alias_info is not None
+            and args[0].alias_info is not None
+            and rets[0].alias_info.is_write
+            and rets[0].alias_info.before_set == args[0].alias_info.before_set
+            and schema.name not in ("aten::set_", "aten::resize_", "aten::resize_as_")
+        )
+        _INPLACE[func] = inplace
+    return inplace
+
+
+def _layout(t: torch.Tensor):
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.untyped_storage()._cdata)
+
+
 def _meta_cached(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors; an op returning only fresh tensors runs its meta
     kernel (Python decompositions, slow) once per argument metadata, then gets tensors of the same
-    sizes, strides and dtypes (a model's repeated layers call the same ops with the same shapes)."""
+    sizes, strides and dtypes (a model's repeated layers call the same ops with the same shapes).
+    An in-place op whose meta kernel left its tensor as it was (a shape check only) is not run
+    again for the same argument metadata."""
     if not _fresh(func):
-        return func(*args, **kwargs)
+        if not (args and isinstance(args[0], torch.Tensor) and _in_place(func)):
+            return func(*args, **kwargs)
+        try:
+            key = (func, _key(args), _key(kwargs))
+        except TypeError:
+            return func(*args, **kwargs)
+        if key in _META_CACHE:
+            return args[0]
+        before = _layout(args[0])
+        out = func(*args, **kwargs)
+        if out is args[0] and _layout(out) == before:
+            _META_CACHE[key] = None
+        return out
     try:
         key = (func, _key(args), _key(kwargs))
     except TypeError:
@@ -239,16 +277,20 @@ def _meta_cached(func, args, kwargs):
     return out
 
 
-def _tensors(tree):
-    """The tensors among an op's arguments (lists, tuples and dicts of them)."""
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, (list, tuple)):
-        for x in tree:
-            yield from _tensors(x)
-    elif isinstance(tree, dict):
-        for x in tree.values():
-            yield from _tensors(x)
+def _tensors(tree) -> list:
+    """The tensors among an op's arguments (lists, tuples and dicts of them), in order."""
+    found = []
+    stack = [tree]
+    tensor = torch.Tensor
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(x.values()))
+    return found
 
 
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
