@@ -1,6 +1,6 @@
 """Score a blind set's answers against what the GPU recorded.
 
-    python3 validation/blind_compare.py fixtures/estimate_unseenN
+    python3 validation/blind_compare.py fixtures/unseen/SET
 
 Reads `answers.txt` (one line per version and workload: VERSION NAME then
 PHASE:allocated:peak_allocated:reserved:peak_reserved) and each workload's recorded

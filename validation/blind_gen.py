@@ -1,5 +1,5 @@
 """How the generated blind sets were chosen: validation/unseenN_cases.json for N = 15, 16
-(fixtures/estimate_unseenN/README.md).
+(fixtures/unseen/SET/README.md).
 
     python3 validation/blind_gen.py N gen CANDIDATES.json
         workloads from the configs of the sets before N (seed N), named uN_...

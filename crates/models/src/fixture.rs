@@ -55,62 +55,82 @@ fn dtype(s: &str) -> Result<DType> {
 /// The recorded sets, as paths from the repository's root: (case list,
 /// fixture directory with each case's `NAME.json` and a `traces.tgz`). The
 /// first is the set the twin was built against; the others were chosen and
-/// recorded afterwards, each described in its directory's README with what
-/// the twin as it then was gave (`unseen`, where a first run on an H200
-/// gave the same figures; `unseen2`: presets of real models and paths the
-/// first sets left out; `unseen3` and `unseen5`: presets at full size;
-/// `unseen4`: the workloads of a fourth set of bisections; `unseen6`: head
-/// dim 256, recorded to test the rule `unseen5` pointed at, so compared
-/// with the twin after it; `unseen7`: config fields and values the other
-/// sets left out, at odd sizes; `unseen8`: combinations of settings no
-/// set had put together, sequence length 1, 4 training and 3 inference
-/// steps).
+/// recorded afterwards, each named by what it covers
+/// (`fixtures/unseen/README.md`) and described in its directory's README
+/// with what the twin as it then was gave.
 pub const SETS: [(&str, &str); 20] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
-    ("validation/unseen_cases.json", "fixtures/estimate_unseen"),
-    ("validation/unseen2_cases.json", "fixtures/estimate_unseen2"),
-    ("validation/unseen3_cases.json", "fixtures/estimate_unseen3"),
-    ("validation/unseen4_cases.json", "fixtures/estimate_unseen4"),
-    ("validation/unseen5_cases.json", "fixtures/estimate_unseen5"),
-    ("validation/unseen6_cases.json", "fixtures/estimate_unseen6"),
-    ("validation/unseen7_cases.json", "fixtures/estimate_unseen7"),
-    ("validation/unseen8_cases.json", "fixtures/estimate_unseen8"),
-    ("validation/unseen9_cases.json", "fixtures/estimate_unseen9"),
+    (
+        "validation/unseen_cases.json",
+        "fixtures/unseen/shapes_and_settings",
+    ),
+    (
+        "validation/unseen2_cases.json",
+        "fixtures/unseen/presets_odd_lengths",
+    ),
+    (
+        "validation/unseen3_cases.json",
+        "fixtures/unseen/presets_full_size",
+    ),
+    (
+        "validation/unseen4_cases.json",
+        "fixtures/unseen/largest_batch_bisections",
+    ),
+    (
+        "validation/unseen5_cases.json",
+        "fixtures/unseen/presets_full_size_rest",
+    ),
+    (
+        "validation/unseen6_cases.json",
+        "fixtures/unseen/head_dim_256",
+    ),
+    (
+        "validation/unseen7_cases.json",
+        "fixtures/unseen/config_code_paths",
+    ),
+    (
+        "validation/unseen8_cases.json",
+        "fixtures/unseen/settings_combined",
+    ),
+    (
+        "validation/unseen9_cases.json",
+        "fixtures/unseen/extreme_fields_and_shapes",
+    ),
     (
         "validation/unseen10_cases.json",
-        "fixtures/estimate_unseen10",
+        "fixtures/unseen/hub_config_files",
     ),
     (
         "validation/unseen11_cases.json",
-        "fixtures/estimate_unseen11",
+        "fixtures/unseen/small_training_placement",
     ),
     (
         "validation/unseen12_cases.json",
-        "fixtures/estimate_unseen12",
+        "fixtures/unseen/blind_driver_rule6",
     ),
     (
         "validation/unseen13_cases.json",
-        "fixtures/estimate_unseen13",
+        "fixtures/unseen/presets_least_used_options",
     ),
     (
         "validation/unseen14_cases.json",
-        "fixtures/estimate_unseen14",
+        "fixtures/unseen/driver_rule7",
     ),
     (
         "validation/unseen15_cases.json",
-        "fixtures/estimate_unseen15",
+        "fixtures/unseen/blind_forward0_mappings",
     ),
     (
         "validation/unseen16_cases.json",
-        "fixtures/estimate_unseen16",
+        "fixtures/unseen/blind_cudnn_libraries",
     ),
     (
         "validation/unseen17_cases.json",
-        "fixtures/estimate_unseen17",
+        "fixtures/unseen/blind_new_configs",
     ),
     (
         "validation/unseen18_cases.json",
-        "fixtures/estimate_unseen18",
+        "fixtures/unseen/blind_new_configs_2",
     ),
     ("validation/grad_cases.json", "fixtures/estimate_grad"),
 ];

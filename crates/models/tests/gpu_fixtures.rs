@@ -27,7 +27,7 @@ use common::{refused, ROOT};
 ///   its 3.67 MiB threshold up, top-down into the context's released
 ///   range), which the simulated driver does not lay out
 ///   (`fixtures/va_maps/README.md`); the twin puts them at B-128 and below
-///   every mapping. Found by the blind set `fixtures/estimate_unseen16`,
+///   every mapping. Found by the blind set `fixtures/unseen/blind_cudnn_libraries`,
 ///   outside in both versions tested there, with the same reserved error
 ///   (0.275% allocated without rule 9). The GPU does not repeat it: of ten
 ///   more runs (`repeat_h100.jsonl`), two gave the fixture's figures, seven
@@ -50,7 +50,7 @@ const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[(
 
 /// Cases where the twin takes a size it has no measurement for, and says
 /// so (`Estimate::unmeasured`); every other case must have none.
-/// The two ViTs of `fixtures/estimate_unseen18`, whose patch embeddings
+/// The two ViTs of `fixtures/unseen/blind_new_configs_2`, whose patch embeddings
 /// (K 384 at P 16 / 192 px, K 2048 at P 32 / 448 px) the table does not
 /// hold: the twin takes no workspace there and says so; their figures are
 /// exact nonetheless.
@@ -81,7 +81,7 @@ fn all_cases() -> Vec<(Case, &'static str)> {
 }
 
 /// Workloads PyTorch refused to build must be refused by the twin too, for
-/// the same field: the two Phi-3s of `fixtures/estimate_unseen17` whose
+/// the same field: the two Phi-3s of `fixtures/unseen/blind_new_configs` whose
 /// vocabulary (8192, 32000) does not hold the class's default
 /// `pad_token_id` (32000), where `nn.Embedding` raised "Padding_idx must be
 /// within num_embeddings".
@@ -312,7 +312,7 @@ fn unseen12() {
 
 /// The presets' real shapes, with the options the other sets had least of
 /// (`validation/unseen13_cases.json`), recorded after the twin's peaks were
-/// committed (see `fixtures/estimate_unseen13/README.md`).
+/// committed (see `fixtures/unseen/presets_least_used_options/README.md`).
 #[test]
 fn unseen13() {
     check(&["u13_"]);
@@ -329,7 +329,7 @@ fn unseen14() {
 /// A blind test of `forward0`'s driver mappings
 /// (`validation/unseen15_cases.json`): twenty workloads on which the twin
 /// and three candidates did not all agree, all four answers committed first
-/// (`fixtures/estimate_unseen15/answers.txt`, 06f4033).
+/// (`fixtures/unseen/blind_forward0_mappings/answers.txt`, 06f4033).
 #[test]
 fn unseen15() {
     check(&["u15_"]);
@@ -338,7 +338,7 @@ fn unseen15() {
 /// A blind test of cuDNN's libraries in the address space
 /// (`validation/unseen16_cases.json`): seventeen workloads on which the twin
 /// with and without them disagree, both answers committed first
-/// (`fixtures/estimate_unseen16/answers.txt`, 0340c0a).
+/// (`fixtures/unseen/blind_cudnn_libraries/answers.txt`, 0340c0a).
 #[test]
 fn unseen16() {
     check(&["u16_"]);

@@ -324,9 +324,9 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
 /// the twin's `load` segments are compared with the GPU's first as many,
 /// up to one offset (the one most of them share): 3934 of 5769 lie where
 /// the GPU put them, all of them in 59 of 198 workloads (with the 17 of
-/// `fixtures/estimate_unseen16`: 4082 of 6025, 64 of 215; with the 22 of
-/// `fixtures/estimate_unseen17`: 4227 of 6199, 77 of 237; with the 24 of
-/// `fixtures/estimate_unseen18`: 4370 of 6419, 85 of 261; when 168 were
+/// `fixtures/unseen/blind_cudnn_libraries`: 4082 of 6025, 64 of 215; with the 22 of
+/// `fixtures/unseen/blind_new_configs`: 4227 of 6199, 77 of 237; with the 24 of
+/// `fixtures/unseen/blind_new_configs_2`: 4370 of 6419, 85 of 261; when 168 were
 /// recorded: 3586 of 5346 and 48; without rule 7, e818d23: 2642 and 5). The rest is what the twin does not lay out: the
 /// gap above the context, 0.5 to 38 MiB by process, that takes the first
 /// tensors that fit (`fixtures/va_maps/README.md`), and Python's own

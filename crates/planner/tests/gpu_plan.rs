@@ -110,16 +110,18 @@ fn largest_batch_equals_the_gpu() {
 /// run on an H200 found the same three numbers).
 #[test]
 fn largest_batch_equals_the_gpu_on_unseen_workloads() {
-    check_set("", 3);
+    check_set("", "shapes_and_settings", 3);
 }
 
-/// [`check`] on the unseen set named by `suffix` (`""`, `"2"`), which has
-/// `count` bisected workloads.
-fn check_set(suffix: &str, count: usize) {
+/// [`check`] on the unseen set `fixtures/unseen/{set}`, whose case list
+/// and bisections are named by `suffix` (`""`, `"2"`: the order the sets
+/// were recorded in, `fixtures/unseen/README.md`), which has `count`
+/// bisected workloads.
+fn check_set(suffix: &str, set: &str, count: usize) {
     check_all(
         &format!("validation/unseen{suffix}_cases.json"),
         &format!("fixtures/plan/unseen{suffix}_plan_h100.jsonl"),
-        &format!("fixtures/estimate_unseen{suffix}"),
+        &format!("fixtures/unseen/{set}"),
         count,
     );
 }
@@ -139,7 +141,7 @@ fn check_all(list: &str, plan: &str, dir: &str, count: usize) {
 /// ViT on 384-pixel images in 32-pixel patches.
 #[test]
 fn largest_batch_equals_the_gpu_on_a_second_unseen_set() {
-    check_set("2", 4);
+    check_set("2", "presets_odd_lengths", 4);
 }
 
 /// A fourth set, bisected after the simulated device took the driver's
@@ -149,7 +151,7 @@ fn largest_batch_equals_the_gpu_on_a_second_unseen_set() {
 /// in fp32.
 #[test]
 fn largest_batch_equals_the_gpu_on_a_fourth_unseen_set() {
-    check_set("4", 4);
+    check_set("4", "largest_batch_bisections", 4);
 }
 
 /// A seventh set, bisected on the H100 after the twin's numbers were
@@ -160,7 +162,7 @@ fn largest_batch_equals_the_gpu_on_a_fourth_unseen_set() {
 /// projection biases.
 #[test]
 fn largest_batch_equals_the_gpu_on_a_seventh_unseen_set() {
-    check_set("7", 4);
+    check_set("7", "config_code_paths", 4);
 }
 
 /// An eighth set, bisected on the H100 after the twin's numbers were
@@ -171,7 +173,7 @@ fn largest_batch_equals_the_gpu_on_a_seventh_unseen_set() {
 /// fp16 autocast.
 #[test]
 fn largest_batch_equals_the_gpu_on_an_eighth_unseen_set() {
-    check_set("8", 4);
+    check_set("8", "settings_combined", 4);
 }
 
 /// A ninth set, bisected on the H100 after the twin's numbers were written
@@ -181,7 +183,7 @@ fn largest_batch_equals_the_gpu_on_an_eighth_unseen_set() {
 /// 3 GiB (12), RoBERTa under bf16 autocast with checkpointing at 4 GiB (21).
 #[test]
 fn largest_batch_equals_the_gpu_on_a_ninth_unseen_set() {
-    check_set("9", 4);
+    check_set("9", "extreme_fields_and_shapes", 4);
 }
 
 /// Published configs (`validation/unseen10_plan_cases.json`), bisected after
@@ -190,7 +192,7 @@ fn largest_batch_equals_the_gpu_on_a_ninth_unseen_set() {
 /// bf16 at 6 GiB (8), ViT-large in bf16 at 6 GiB (25).
 #[test]
 fn largest_batch_equals_the_gpu_on_published_configs() {
-    check_set("10", 4);
+    check_set("10", "hub_config_files", 4);
 }
 
 /// The whole card (`vramscope plan --gpu h100`, no fraction set):

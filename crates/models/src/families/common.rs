@@ -70,7 +70,7 @@ pub(crate) fn head_dim_of(hidden: i64, heads: i64) -> Result<i64> {
 /// asserts that it indexes the table (`torch/nn/modules/sparse.py`:
 /// "Padding_idx must be within num_embeddings"), so `from_config` fails
 /// where it does not: Phi-3's default 32000 with a vocabulary of 32000 or
-/// less, as the GPU showed (`fixtures/estimate_unseen17/README.md`).
+/// less, as the GPU showed (`fixtures/unseen/blind_new_configs/README.md`).
 pub(crate) fn check_padding_idx(c: &HfConfig, default: Option<i64>, vocab: i64) -> Result<()> {
     let pad = match c.raw().get("pad_token_id") {
         None => default,
