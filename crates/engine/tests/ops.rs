@@ -5,7 +5,7 @@
 //! `TransformerEncoderLayer`, their eval fast paths) every allocator event
 //! of the GPU's trace too (`tests/data/ops_traces`).
 
-mod common;
+use crate::common;
 
 use common::{case_tests, Fixture, Step};
 use vramscope_engine::cases;
@@ -45,7 +45,7 @@ fn every_fixture_case_is_a_twin_case() {
     assert_eq!(OPS.cases(), cases::cases());
 }
 
-/// `cargo test -p vramscope-engine --test ops summary -- --nocapture`
+/// `cargo test -p vramscope-engine --test integration ops::summary -- --nocapture`
 #[test]
 fn summary() {
     OPS.summary(&cases::cases());

@@ -1,7 +1,7 @@
 //! The seed experiments measured on an H100 (`fixtures/seeds/seeds_h100.jsonl`)
 //! against the twin: every figure of every step must be equal.
 
-mod common;
+use crate::common;
 
 use common::{case_tests, Fixture, Step};
 use vramscope_engine::demo;

@@ -4,13 +4,13 @@
 //! phase: peak allocated within 0.5%, peak reserved within 2%.
 //!
 //! One test per family, so a family's state is visible at a glance;
-//! `cargo test -p vramscope-models --test gpu_fixtures -- --nocapture` prints
+//! `cargo test -p vramscope-models --test integration gpu_fixtures:: -- --nocapture` prints
 //! each case's differences.
 
 use vramscope_models::fixture::{self, Case, SETS};
 use vramscope_models::{estimate, EstimateOptions, PhaseFigures};
 
-mod common;
+use crate::common;
 use common::{refused, ROOT};
 
 /// Cases outside issue #5's tolerance, with bounds on their worst phase's

@@ -24,7 +24,7 @@ use vramscope_alloc::{CachingAllocator, Device};
 use vramscope_models::fixture::{self, Case, Recorded, SETS};
 use vramscope_models::{estimate, Estimate, EstimateOptions};
 
-mod common;
+use crate::common;
 use common::{refused, ROOT};
 
 /// Cases whose recorded trace differs from the twin's. None differs in its

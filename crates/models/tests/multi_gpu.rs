@@ -5,7 +5,7 @@
 //! reserved in every phase of every rank, and exact in all four figures
 //! except where [`INEXACT`] says why not.
 //!
-//! `cargo test -p vramscope-models --test multi_gpu -- --nocapture` prints
+//! `cargo test -p vramscope-models --test integration multi_gpu:: -- --nocapture` prints
 //! each case's worst phase.
 
 use serde_json::Value;

@@ -1,0 +1,10 @@
+//! The integration tests of `models`, one binary (ripgrep's `tests/` layout):
+//! each module is one area, `common` what they share.
+
+mod common;
+mod driver_share;
+mod gpu_fixtures;
+mod gpu_traces;
+mod multi_gpu;
+mod predicted;
+mod requests;
