@@ -27,6 +27,17 @@ pub enum Error {
         /// What was being read (an opcode name, or `"opcode"`).
         reading: &'static str,
     },
+    /// The file is shorter than its own protocol-4 frames say: a frame
+    /// header declares more bytes than are left (found before decoding,
+    /// by following the frame headers alone).
+    Truncated {
+        /// Where the `FRAME` opcode that runs past the end starts.
+        frame_offset: u64,
+        /// The bytes its header declares.
+        declared: u64,
+        /// The file's length.
+        len: u64,
+    },
     /// A byte that is not a pickle opcode.
     UnknownOpcode {
         /// Offset of the byte.
@@ -157,6 +168,15 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "unexpected end of file at byte {offset} while reading {reading} (opcode at byte {opcode_offset})"
+            ),
+            Error::Truncated {
+                frame_offset,
+                declared,
+                len,
+            } => write!(
+                f,
+                "the file is truncated: the pickle frame at byte {frame_offset} declares {declared} bytes, but the file ends at byte {len} ({} bytes missing; was the dump cut short?)",
+                (frame_offset + 9 + declared).saturating_sub(*len)
             ),
             Error::UnknownOpcode { offset, opcode } => {
                 write!(f, "unknown pickle opcode 0x{opcode:02x} at byte {offset}")

@@ -61,6 +61,7 @@
 mod chunked;
 mod convert;
 mod error;
+mod frames;
 mod hash;
 mod intern;
 pub mod model;
@@ -189,6 +190,7 @@ pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let mut head = [0u8; 256];
     let n = std::io::Read::read(&mut file, &mut head).map_err(io_err)?;
     let head = &head[..n];
+    frames::check(&file, len)?;
     let (file, len) = open()?;
     let (r, state) = pickle::parse_file_with(file, len, convert::State::new(true));
     if let Some(result) = fast_path(r, state) {

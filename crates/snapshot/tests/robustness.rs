@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use vramscope_snapshot::pickle;
-use vramscope_snapshot::{read_snapshot, Error};
+use vramscope_snapshot::{read_snapshot, read_snapshot_file, Error};
 
 const REAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -206,4 +206,28 @@ fn adversarial_inputs_stay_linear() {
             Err(Error::UnexpectedEof { .. })
         ));
     }
+}
+
+/// A file cut short is named truncated from its frame headers alone, with
+/// the frame that runs past the end (issue 36: a multi-GB file fails at
+/// once instead of after decoding everything before the cut).
+#[test]
+fn truncated_file_is_found_from_its_frames() {
+    let real = std::fs::read(REAL).unwrap();
+    let path = std::env::temp_dir().join(format!("vramscope-cut-{}.pickle", std::process::id()));
+    for cut in [real.len() / 3, real.len() - 1] {
+        std::fs::write(&path, &real[..cut]).unwrap();
+        let e = read_snapshot_file(&path).unwrap_err();
+        match e {
+            Error::Truncated {
+                frame_offset, len, ..
+            } => {
+                assert_eq!(len, cut as u64);
+                assert!(frame_offset < len);
+                assert!(e.to_string().contains("the file is truncated"), "{e}");
+            }
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+    let _ = std::fs::remove_file(&path);
 }
