@@ -30,16 +30,114 @@ pub struct InspectArgs {
     /// Which device's trace.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// Report on part of the trace only: its peaks, what is live at the
+    /// peak, the curve and the out-of-memory events within trace entries
+    /// `T0..T1` (`1000..5000`, `200000..`), or within seconds from the
+    /// trace's first entry (`2.5s..4s`). The allocator's state inside the
+    /// range is still followed from the first entry.
+    #[arg(long, value_name = "T0..T1")]
+    pub range: Option<String>,
+}
+
+/// One end of `--range`: a trace entry or seconds from the first entry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    Entry(usize),
+    Seconds(f64),
+}
+
+/// Parse `--range`'s `T0..T1` (either end may be left out).
+fn parse_range(s: &str) -> anyhow::Result<(Option<End>, Option<End>)> {
+    let bad = || {
+        anyhow::anyhow!(
+            "--range {s:?}: expected T0..T1, trace entries (1000..5000) or seconds from the first entry (2.5s..4s)"
+        )
+    };
+    let (a, b) = s.split_once("..").ok_or_else(bad)?;
+    let end = |t: &str| -> anyhow::Result<Option<End>> {
+        let t = t.trim();
+        if t.is_empty() {
+            return Ok(None);
+        }
+        if let Some(x) = t.strip_suffix('s') {
+            let v: f64 = x.trim().parse().map_err(|_| bad())?;
+            if !v.is_finite() || v < 0.0 {
+                return Err(bad());
+            }
+            return Ok(Some(End::Seconds(v)));
+        }
+        Ok(Some(End::Entry(t.parse().map_err(|_| bad())?)))
+    };
+    Ok((end(a)?, end(b)?))
+}
+
+/// `--range` as trace entries of `trace`: seconds are counted from the
+/// first entry's `time_us` (entries are in time order).
+pub fn resolve_range(
+    spec: &str,
+    trace: &vramscope_snapshot::Trace,
+) -> anyhow::Result<std::ops::Range<usize>> {
+    let (a, b) = parse_range(spec)?;
+    let n = trace.len();
+    let t0 = trace.time_us(0);
+    let at = |e: Option<End>, default: usize| -> anyhow::Result<usize> {
+        Ok(match e {
+            None => default,
+            Some(End::Entry(i)) => i.min(n),
+            Some(End::Seconds(s)) => {
+                let t0 = t0.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--range {spec:?}: the trace records no times; give trace entries instead"
+                    )
+                })?;
+                let t = t0.saturating_add((s * 1e6).round() as i64);
+                partition_point(n, |i| trace.time_us(i).is_some_and(|x| x < t))
+            }
+        })
+    };
+    let (from, to) = (at(a, 0)?, at(b, n)?);
+    if from >= to {
+        anyhow::bail!(
+            "--range {spec:?} selects no trace entries (from {from} to {to}; the trace has {n})"
+        );
+    }
+    Ok(from..to)
+}
+
+/// The first `i` in `0..n` where `below(i)` is false (`below` true then
+/// false along the trace).
+fn partition_point(n: usize, below: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// Read and analyse a snapshot file.
 pub fn load(path: &Path, opts: &Options) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report)> {
-    let snap = vramscope_snapshot::read_snapshot_file(path).with_context(|| {
-        format!(
-            "{} is not a readable PyTorch memory snapshot",
-            path.display()
-        )
-    })?;
+    load_range(path, opts, None)
+}
+
+/// Read and analyse a snapshot file, over `--range` when given.
+pub fn load_range(
+    path: &Path,
+    opts: &Options,
+    range: Option<&str>,
+) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report)> {
+    let snap = read(path)?;
+    let mut opts = opts.clone();
+    if let Some(spec) = range {
+        let empty = vramscope_snapshot::Trace::new();
+        let trace = snap.device_traces.get(opts.device).unwrap_or(&empty);
+        opts.range = Some(resolve_range(spec, trace)?);
+    }
+    let opts = &opts;
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
     let mut r = analyze(&snap, &cfg, opts);
     r.snapshot = path.display().to_string();
@@ -54,7 +152,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         device: args.device,
         ..Options::default()
     };
-    let (snap, report) = load(&args.snapshot, &opts)?;
+    let (snap, report) = load_range(&args.snapshot, &opts, args.range.as_deref())?;
     if let Some(out) = &args.html {
         let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
         let page = html::render_snapshot(&snap, &cfg, &report);
@@ -67,4 +165,41 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     };
     std::io::stdout().lock().write_all(s.as_bytes())?;
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// Read a snapshot file, saying which file could not be read.
+pub fn read(path: &Path) -> anyhow::Result<vramscope_snapshot::Snapshot> {
+    vramscope_snapshot::read_snapshot_file(path).with_context(|| {
+        format!(
+            "{} is not a readable PyTorch memory snapshot",
+            path.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_syntax() {
+        assert_eq!(
+            parse_range("10..20").unwrap(),
+            (Some(End::Entry(10)), Some(End::Entry(20)))
+        );
+        assert_eq!(
+            parse_range("2.5s..").unwrap(),
+            (Some(End::Seconds(2.5)), None)
+        );
+        assert_eq!(
+            parse_range("..4s").unwrap(),
+            (None, Some(End::Seconds(4.0)))
+        );
+        for bad in ["10", "a..b", "-1s..2s", "1..2..3"] {
+            let e = parse_range(bad).unwrap_err().to_string();
+            assert!(e.contains("expected T0..T1"), "{bad}: {e}");
+        }
+        assert_eq!(partition_point(10, |i| i < 7), 7);
+        assert_eq!(partition_point(0, |_| true), 0);
+    }
 }

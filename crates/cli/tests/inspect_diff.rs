@@ -125,3 +125,29 @@ fn replaying_a_prediction_does_not_claim_the_gpu() {
     assert_eq!(rc, 0);
     assert!(out.contains("match the GPU."), "{out}");
 }
+
+/// `inspect --range` (issue 36): the peak of a part of the trace, by trace
+/// entries or seconds; a range that selects nothing says so.
+#[test]
+fn inspect_range() {
+    let f = format!("{FIX}/training.pickle");
+    let (rc, out) = vramscope(&["inspect", "--json", &f]);
+    assert_eq!(rc, 0);
+    let all: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(all.get("range").is_none());
+    let pk = all["peak_trace_index"].as_u64().unwrap();
+    let after = format!("{}..", pk + 1);
+    let (rc, out) = vramscope(&["inspect", "--json", "--range", &after, &f]);
+    assert_eq!(rc, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["range"]["from"], pk + 1);
+    assert_eq!(v["range"]["to"], all["trace_entries"]);
+    assert!(v["peak_trace_index"].as_u64().unwrap() > pk);
+    assert!(v["peak_allocated_bytes"].as_u64() <= all["peak_allocated_bytes"].as_u64());
+    let (rc, out) = vramscope(&["inspect", "--json", "--range", "0s..", &f]);
+    assert_eq!(rc, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["peak_allocated_bytes"], all["peak_allocated_bytes"]);
+    let (rc, _) = vramscope(&["inspect", "--range", "9..3", &f]);
+    assert_eq!(rc, 2);
+}

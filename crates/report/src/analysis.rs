@@ -8,7 +8,8 @@ use vramscope_alloc::AllocatorConfig;
 use vramscope_snapshot::{Frame, Snapshot, StackId, Trace};
 
 use crate::schema::{
-    Category, Fragmentation, LayoutJson, LiveAtPeak, Oom, Point, Report, Site, SiteCategory, Tensor,
+    Category, Fragmentation, LayoutJson, LiveAtPeak, Oom, Point, Report, Site, SiteCategory,
+    Tensor, TraceRange,
 };
 use crate::timeline::{self, Allocation, Timeline};
 
@@ -23,6 +24,9 @@ pub struct Options {
     pub device: usize,
     /// Most timeline points to keep.
     pub timeline_points: usize,
+    /// Trace entries to report on (peaks, live at the peak, curve, OOMs);
+    /// the whole trace when `None`.
+    pub range: Option<std::ops::Range<usize>>,
 }
 
 impl Default for Options {
@@ -32,6 +36,7 @@ impl Default for Options {
             stacks: false,
             device: 0,
             timeline_points: 1000,
+            range: None,
         }
     }
 }
@@ -497,7 +502,13 @@ fn time_at(trace: Option<&Trace>, i: Option<usize>) -> Option<i64> {
 
 /// Build the timeline and analyse it.
 pub fn analyze(snap: &Snapshot, cfg: &AllocatorConfig, opts: &Options) -> Report {
-    let tl = timeline::build(snap, opts.device, cfg, opts.timeline_points);
+    let tl = timeline::build_window(
+        snap,
+        opts.device,
+        cfg,
+        opts.timeline_points,
+        opts.range.clone(),
+    );
     analyze_timeline(snap, &tl, opts)
 }
 
@@ -697,5 +708,9 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         fragmentation,
         ooms,
         timeline,
+        range: opts.range.as_ref().map(|r| TraceRange {
+            from: r.start.min(n),
+            to: r.end.min(n),
+        }),
     }
 }

@@ -24,7 +24,14 @@ pub const MAX_BANDS: usize = 600;
 
 /// Build the page for `snap` (analysed as `report`).
 pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) -> String {
-    let tl = timeline::build(snap, report.device, cfg, report.timeline.len().max(1));
+    let window = report.range.map(|r| r.from..r.to);
+    let tl = timeline::build_window(
+        snap,
+        report.device,
+        cfg,
+        report.timeline.len().max(1),
+        window,
+    );
     let n = tl.entries;
     let steps = Intervals::from_snapshot(snap, report.device);
     let empty = Trace::new();
@@ -32,10 +39,15 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     let tr = trace.unwrap_or(&empty);
     // The largest allocations (by bytes x lifetime, then bytes) get bands.
     let lives: Vec<(u64, Option<usize>, Option<usize>)> = tl.lifetimes().collect();
+    // (within the window: an allocation outside it weighs nothing)
+    let (w0, w1) = report.range.map_or((0, n), |r| (r.from, r.to));
     let life = |&(_, start, end): &(u64, Option<usize>, Option<usize>)| {
-        end.unwrap_or(n).saturating_sub(start.unwrap_or(0)).max(1) as u128
+        end.unwrap_or(n)
+            .min(w1)
+            .saturating_sub(start.unwrap_or(0).max(w0)) as u128
     };
-    let weight = |k: usize| lives[k].0 as u128 * life(&lives[k]).min(n as u128 / 20 + 1);
+    let weight =
+        |k: usize| lives[k].0 as u128 * life(&lives[k]).min((w1 - w0.min(w1)) as u128 / 20 + 1);
     let mut order: Vec<usize> = (0..lives.len()).collect();
     let by_weight = |x: &usize, y: &usize| weight(*y).cmp(&weight(*x)).then(x.cmp(y));
     if order.len() > MAX_BANDS {
@@ -113,9 +125,11 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
         .iter()
         .map(|p| json!([p.trace_index, p.allocated_bytes, p.reserved_bytes]))
         .collect();
+    let span = report.range.map_or(n, |r| r.to.saturating_sub(r.from));
     let data = json!({
         "n": n, "report": report, "bands": bands, "stacks": stacks,
-        "total": total, "segments": segments,
+        "total": total, "segments": segments, "nalloc": lives.len(),
+        "bucket": span.div_ceil(report.timeline.len().max(1)).max(1),
     });
     let data = data.to_string().replace("</", "<\\/");
     TEMPLATE

@@ -51,6 +51,19 @@ pub struct Report {
     pub ooms: Vec<Oom>,
     /// Downsampled timeline (per bucket: the maximum of each counter).
     pub timeline: Vec<Point>,
+    /// The trace entries the peaks, the curve and the out-of-memory events
+    /// are taken over (`inspect --range`); absent for the whole trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<TraceRange>,
+}
+
+/// Trace entries `from..to` (`to` excluded).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TraceRange {
+    /// First entry.
+    pub from: usize,
+    /// One past the last entry.
+    pub to: usize,
 }
 
 /// Allocations live at the peak.

@@ -61,6 +61,13 @@ pub fn render(r: &Report, stacks: bool) -> String {
         "{} (device {}, {} trace entries)",
         r.snapshot, r.device, r.trace_entries
     );
+    if let Some(w) = r.range {
+        let _ = writeln!(
+            o,
+            "range: trace entries {} to {} only (the peaks, live memory and OOMs below are of these)",
+            w.from, w.to
+        );
+    }
     let _ = writeln!(
         o,
         "peak allocated  {:>12}  at {}",

@@ -793,7 +793,13 @@ fn ix(i: usize) -> u32 {
 
 /// Follow the trace through the simulated segments. With `stop`, only the
 /// blocks are followed, up to entry `stop`, and the sim is returned there.
-fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>, bucket: usize) -> Pass {
+fn run(
+    trace: &Trace,
+    cfg: &AllocatorConfig,
+    stop: Option<usize>,
+    bucket: usize,
+    window: &std::ops::Range<usize>,
+) -> Pass {
     let record = stop.is_none();
     // One `Life` per `alloc` (and per `free_requested` of memory allocated
     // before the trace, rare): reserve them at once (growing a big Vec can
@@ -984,7 +990,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>, bucket: usize)
                 dr -= e.size as i64;
             }
             Some(TraceAction::Oom) => {
-                if record {
+                if record && window.contains(&i) {
                     p.ooms.push((i, e.size, e.device_free, e.frames, p.cum));
                 }
             }
@@ -1001,7 +1007,12 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>, bucket: usize)
         c.ac += dac;
         c.r += dr;
         let c = *c;
-        if i == 0 {
+        // peaks and the curve are of the window only; the blocks are
+        // followed from the start
+        if !window.contains(&i) {
+            continue;
+        }
+        if i == window.start {
             p.first = c;
         }
         if c.a > p.max_a.v {
@@ -1010,7 +1021,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>, bucket: usize)
         }
         p.max_ac.see(i, c.ac);
         p.max_r.see(i, c.r);
-        if i % bucket == 0 {
+        if (i - window.start).is_multiple_of(bucket) {
             p.buckets.push(Bucket {
                 start: i,
                 a: Max { at: i, v: c.a },
@@ -1035,11 +1046,27 @@ fn bytes(base: i64, rel: i64) -> u64 {
 /// Build the timeline of `device`'s trace, downsampled to at most
 /// `points` samples.
 pub fn build(snap: &Snapshot, device: usize, cfg: &AllocatorConfig, points: usize) -> Timeline {
+    build_window(snap, device, cfg, points, None)
+}
+
+/// [`build`], with the peaks, the curve and the out-of-memory events taken
+/// over trace entries `window` only (clamped to the trace; the whole trace
+/// when `None`). The blocks are still followed from the first entry, so the
+/// counters inside the window are those of the whole run.
+pub fn build_window(
+    snap: &Snapshot,
+    device: usize,
+    cfg: &AllocatorConfig,
+    points: usize,
+    window: Option<std::ops::Range<usize>>,
+) -> Timeline {
     let empty = Trace::new();
     let trace = snap.device_traces.get(device).unwrap_or(&empty);
     let n = trace.len();
-    let bucket = n.div_ceil(points.max(1)).max(1);
-    let mut p = run(trace, cfg, None, bucket);
+    let window = window.map_or(0..n, |w| w.start.min(n)..w.end.min(n));
+    let span = window.len();
+    let bucket = span.div_ceil(points.max(1)).max(1);
+    let mut p = run(trace, cfg, None, bucket, &window);
     let sim = &mut p.sim;
 
     // Allocations alive at the end that the trace never allocated.
@@ -1104,7 +1131,7 @@ pub fn build(snap: &Snapshot, device: usize, cfg: &AllocatorConfig, points: usiz
     // The first maximum of max(0, base + x) is the first maximum of x,
     // unless every value clamps to zero: then it is the first entry.
     let peak = |m: Max, base: i64| -> Peak {
-        if n == 0 {
+        if span == 0 {
             return Peak {
                 index: None,
                 bytes: base as u64,
@@ -1112,13 +1139,17 @@ pub fn build(snap: &Snapshot, device: usize, cfg: &AllocatorConfig, points: usiz
         }
         let v = bytes(base, m.v);
         Peak {
-            index: Some(if v > 0 { m.at } else { 0 }),
-            bytes: v.max(base as u64),
+            index: Some(if v > 0 { m.at } else { window.start }),
+            bytes: if window.start == 0 {
+                v.max(base as u64)
+            } else {
+                v
+            },
         }
     };
     let peak_allocated = peak(p.max_a, base.0);
     let at_peak = match peak_allocated.index {
-        Some(0) if bytes(base.0, p.max_a.v) == 0 => {
+        Some(i) if i == window.start && bytes(base.0, p.max_a.v) == 0 => {
             (bytes(base.0, p.first.a), bytes(base.2, p.first.r))
         }
         Some(_) => (bytes(base.0, p.max_a.v), bytes(base.2, p.r_at_max_a)),
@@ -1173,7 +1204,7 @@ pub fn build(snap: &Snapshot, device: usize, cfg: &AllocatorConfig, points: usiz
     };
     // Second pass, up to the peak, for the layout there.
     if let Some(i) = t.peak_allocated.index {
-        let q = run(trace, cfg, Some(i), bucket);
+        let q = run(trace, cfg, Some(i), bucket, &window);
         t.layout_at_peak = q.sim.truncated.is_none().then(|| q.sim.layout());
     }
     t

@@ -52,6 +52,51 @@ fn check(snap: &Snapshot, what: &str) {
         let ctx = format!("{what}, device {device}");
         let n = old.allocated.len();
         assert_eq!(new.entries, n, "{ctx}");
+        // `inspect --range`: the peaks of a window are the oracle's first
+        // maxima inside it; its OOMs are those inside it
+        for w in [0..n, n / 3..2 * n / 3, n / 2..n, n.saturating_sub(1)..n] {
+            if w.is_empty() {
+                continue;
+            }
+            let win = timeline::build_window(snap, device, &cfg, points, Some(w.clone()));
+            let first_max = |v: &Vec<u64>| {
+                w.clone()
+                    .max_by_key(|&k| (v[k], usize::MAX - k))
+                    .map(|k| (k, v[k]))
+            };
+            let (k, v) = first_max(&old.allocated).unwrap();
+            let want = if v == 0 { w.start } else { k };
+            let v = if w.start == 0 {
+                v.max(old.baseline.0)
+            } else {
+                v
+            };
+            assert_eq!(
+                (win.peak_allocated.index, win.peak_allocated.bytes),
+                (Some(want), v),
+                "{ctx}: window {w:?}"
+            );
+            let (k, v) = first_max(&old.reserved).unwrap();
+            let want = if v == 0 { w.start } else { k };
+            let v = if w.start == 0 {
+                v.max(old.baseline.2)
+            } else {
+                v
+            };
+            assert_eq!(
+                (win.peak_reserved.index, win.peak_reserved.bytes),
+                (Some(want), v),
+                "{ctx}: window {w:?} reserved"
+            );
+            let ooms: Vec<_> = old
+                .ooms
+                .iter()
+                .filter(|o| w.contains(&o.trace_index))
+                .cloned()
+                .collect();
+            assert_eq!(win.ooms, ooms, "{ctx}: window {w:?} ooms");
+            assert!(win.samples.len() <= points, "{ctx}");
+        }
         {
             let tr = snap.device_traces.get(device).cloned().unwrap_or_default();
             for (k, a) in old.allocations.iter().enumerate() {
