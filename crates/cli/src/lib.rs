@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod plan;
 pub mod plan_parallel;
 pub mod replay;
+pub mod view;
 
 /// Exit code: the command ran and the answer is "yes" (exact, fits, ...).
 pub const EXIT_OK: u8 = 0;
@@ -73,6 +74,16 @@ pub enum Command {
     ///
     /// Exit 0, or 2 when the file cannot be read.
     Inspect(inspect::InspectArgs),
+    /// Explore a memory snapshot in the browser, served by this process on
+    /// 127.0.0.1: the active memory timeline (zoom to any range with full
+    /// detail, pan, the stack of each allocation on hover with your own
+    /// frames first), what is live at any entry by category and site,
+    /// search by site or module, the out-of-memory events one click away,
+    /// and the segments at the end.
+    ///
+    /// Runs until interrupted (Ctrl-C); exit 2 when the file cannot be read
+    /// or the port cannot be opened.
+    View(view::ViewArgs),
     /// Compare two snapshots: how the peaks changed and which sites grew.
     ///
     /// Exit 1 when peak allocated grew by more than --fail-over.
@@ -149,6 +160,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(args) => replay::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Inspect(args) => inspect::run(&args),
+        Command::View(args) => view::run(&args),
         Command::Diff(args) => diff::run(&args),
         Command::Estimate(args) if args.model.is_list() => Ok(list_presets()),
         Command::Plan(args) if args.model.is_list() => Ok(list_presets()),

@@ -517,13 +517,120 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
     let d = opts.device;
     let n = tl.entries;
     let pa = tl.peak_allocated.index;
-    let steps = Intervals::from_snapshot(snap, d);
     let trace = snap.device_traces.get(d);
+    let mut cache = StackCache::default();
+
+    let (live_at_peak, categories) = live_at(snap, tl, pa, opts);
+
+    // Fragmentation.
+    let end_layout = timeline::final_layout(snap, d);
+    let (a_pk, r_pk) = tl.at_peak;
+    let fragmentation = Fragmentation {
+        reserved_minus_allocated_at_peak_bytes: pa.map_or(0, |_| r_pk - a_pk.min(r_pk)),
+        at_peak: tl.layout_at_peak.as_ref().map(layout_json),
+        at_end: layout_json(&end_layout),
+        empty_cache_would_release_bytes: end_layout.releasable_bytes,
+    };
+
+    let ooms = tl
+        .ooms
+        .iter()
+        .map(|o| Oom {
+            trace_index: o.trace_index,
+            requested_bytes: o.requested,
+            device_free_bytes: o.device_free,
+            allocated_before_bytes: o.allocated,
+            reserved_before_bytes: o.reserved,
+            site: cache.get(snap, o.stack).site.clone(),
+            stack: if opts.stacks {
+                stack_lines(snap, o.stack)
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+
+    let timeline = tl
+        .samples
+        .iter()
+        .map(|s| Point {
+            trace_index: s.trace_index,
+            time_us: time_at(trace, Some(s.trace_index)),
+            allocated_bytes: s.allocated,
+            active_bytes: s.active,
+            reserved_bytes: s.reserved,
+        })
+        .collect();
+
+    let mut unknown = Vec::new();
+    if let Some(why) = &tl.truncated {
+        unknown.push(format!(
+            "the trace does not start at the first allocation ({why}): \
+             peaks before the first entry are unknown; the counters start from a baseline \
+             reconstructed from the final segments ({} allocated, {} reserved)",
+            tl.baseline.0, tl.baseline.2
+        ));
+    }
+    if tl.estimated_sizes > 0 {
+        unknown.push(format!(
+            "{} allocation(s) have sizes estimated with round_size (their blocks were not followed)",
+            tl.estimated_sizes
+        ));
+    }
+    let (fa, _, fr) = timeline::final_counters(snap, d);
+    if tl.truncated.is_none() && n > 0 && (tl.last.0 != fa || tl.last.2 != fr) {
+        unknown.push(format!(
+            "the trace's end ({} allocated, {} reserved) differs from the final segments ({fa}, {fr})",
+            tl.last.0, tl.last.2
+        ));
+    }
+
+    Report {
+        schema_version: crate::schema::SCHEMA_VERSION,
+        snapshot: String::new(),
+        device: d,
+        trace_entries: n,
+        trace_complete: tl.truncated.is_none(),
+        unknown,
+        peak_allocated_bytes: tl.peak_allocated.bytes,
+        peak_trace_index: pa,
+        peak_time_us: time_at(trace, pa),
+        peak_active_bytes: tl.peak_active.bytes,
+        peak_active_trace_index: tl.peak_active.index,
+        peak_reserved_bytes: tl.peak_reserved.bytes,
+        peak_reserved_trace_index: tl.peak_reserved.index,
+        peak_reserved_time_us: time_at(trace, tl.peak_reserved.index),
+        final_allocated_bytes: fa,
+        final_reserved_bytes: fr,
+        live_at_peak,
+        categories,
+        fragmentation,
+        ooms,
+        timeline,
+        range: opts.range.as_ref().map(|r| TraceRange {
+            from: r.start.min(n),
+            to: r.end.min(n),
+        }),
+    }
+}
+
+/// What is live right after trace entry `point` (all that was allocated
+/// before the trace and never freed when `None`), classified and grouped by
+/// site, the heaviest first (`opts.top` of each list), with the bytes of
+/// each category.
+pub fn live_at(
+    snap: &Snapshot,
+    tl: &Timeline,
+    point: Option<usize>,
+    opts: &Options,
+) -> (LiveAtPeak, Vec<Category>) {
+    let pa = point;
+    let steps = Intervals::from_snapshot(snap, opts.device);
+    let trace = snap.device_traces.get(opts.device);
     let empty = Trace::new();
     let tr = trace.unwrap_or(&empty);
     let mut cache = StackCache::default();
-
-    // Live at the peak, classified.
+    // Live there, classified.
     let live: Vec<(Allocation, Kind, String)> = tl
         .live_after(pa)
         .into_iter()
@@ -616,88 +723,8 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
         })
         .collect();
     sites.truncate(opts.top);
-
-    // Fragmentation.
-    let end_layout = timeline::final_layout(snap, d);
-    let (a_pk, r_pk) = tl.at_peak;
-    let fragmentation = Fragmentation {
-        reserved_minus_allocated_at_peak_bytes: pa.map_or(0, |_| r_pk - a_pk.min(r_pk)),
-        at_peak: tl.layout_at_peak.as_ref().map(layout_json),
-        at_end: layout_json(&end_layout),
-        empty_cache_would_release_bytes: end_layout.releasable_bytes,
-    };
-
-    let ooms = tl
-        .ooms
-        .iter()
-        .map(|o| Oom {
-            trace_index: o.trace_index,
-            requested_bytes: o.requested,
-            device_free_bytes: o.device_free,
-            allocated_before_bytes: o.allocated,
-            reserved_before_bytes: o.reserved,
-            site: cache.get(snap, o.stack).site.clone(),
-            stack: if opts.stacks {
-                stack_lines(snap, o.stack)
-            } else {
-                Vec::new()
-            },
-        })
-        .collect();
-
-    let timeline = tl
-        .samples
-        .iter()
-        .map(|s| Point {
-            trace_index: s.trace_index,
-            time_us: time_at(trace, Some(s.trace_index)),
-            allocated_bytes: s.allocated,
-            active_bytes: s.active,
-            reserved_bytes: s.reserved,
-        })
-        .collect();
-
-    let mut unknown = Vec::new();
-    if let Some(why) = &tl.truncated {
-        unknown.push(format!(
-            "the trace does not start at the first allocation ({why}): \
-             peaks before the first entry are unknown; the counters start from a baseline \
-             reconstructed from the final segments ({} allocated, {} reserved)",
-            tl.baseline.0, tl.baseline.2
-        ));
-    }
-    if tl.estimated_sizes > 0 {
-        unknown.push(format!(
-            "{} allocation(s) have sizes estimated with round_size (their blocks were not followed)",
-            tl.estimated_sizes
-        ));
-    }
-    let (fa, _, fr) = timeline::final_counters(snap, d);
-    if tl.truncated.is_none() && n > 0 && (tl.last.0 != fa || tl.last.2 != fr) {
-        unknown.push(format!(
-            "the trace's end ({} allocated, {} reserved) differs from the final segments ({fa}, {fr})",
-            tl.last.0, tl.last.2
-        ));
-    }
-
-    Report {
-        schema_version: crate::schema::SCHEMA_VERSION,
-        snapshot: String::new(),
-        device: d,
-        trace_entries: n,
-        trace_complete: tl.truncated.is_none(),
-        unknown,
-        peak_allocated_bytes: tl.peak_allocated.bytes,
-        peak_trace_index: pa,
-        peak_time_us: time_at(trace, pa),
-        peak_active_bytes: tl.peak_active.bytes,
-        peak_active_trace_index: tl.peak_active.index,
-        peak_reserved_bytes: tl.peak_reserved.bytes,
-        peak_reserved_trace_index: tl.peak_reserved.index,
-        peak_reserved_time_us: time_at(trace, tl.peak_reserved.index),
-        final_allocated_bytes: fa,
-        final_reserved_bytes: fr,
-        live_at_peak: LiveAtPeak {
+    (
+        LiveAtPeak {
             bytes: live_bytes,
             count: live.len(),
             site_count,
@@ -705,12 +732,5 @@ pub fn analyze_timeline(snap: &Snapshot, tl: &Timeline, opts: &Options) -> Repor
             top_tensors,
         },
         categories,
-        fragmentation,
-        ooms,
-        timeline,
-        range: opts.range.as_ref().map(|r| TraceRange {
-            from: r.start.min(n),
-            to: r.end.min(n),
-        }),
-    }
+    )
 }

@@ -33,14 +33,48 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
         window,
     );
     let n = tl.entries;
-    let steps = Intervals::from_snapshot(snap, report.device);
-    let empty = Trace::new();
-    let trace = snap.device_traces.get(report.device);
-    let tr = trace.unwrap_or(&empty);
-    // The largest allocations (by bytes x lifetime, then bytes) get bands.
-    let lives: Vec<(u64, Option<usize>, Option<usize>)> = tl.lifetimes().collect();
-    // (within the window: an allocation outside it weighs nothing)
     let (w0, w1) = report.range.map_or((0, n), |r| (r.from, r.to));
+    let (bands, stacks) = band_data(snap, &tl, report.device, w0..w1, MAX_BANDS);
+    let total: Vec<Value> = report
+        .timeline
+        .iter()
+        .map(|p| json!([p.trace_index, p.allocated_bytes, p.reserved_bytes]))
+        .collect();
+    let span = w1.saturating_sub(w0);
+    let data = json!({
+        "n": n, "report": report, "bands": bands, "stacks": stacks,
+        "total": total, "segments": segments_json(snap, report.device),
+        "nalloc": tl.num_allocations(),
+        "bucket": span.div_ceil(report.timeline.len().max(1)).max(1),
+    });
+    let data = data.to_string().replace("</", "<\\/");
+    TEMPLATE
+        .replace("__TITLE__", &escape(&report.snapshot))
+        .replace("__DATA__", &data)
+}
+
+/// The largest allocations alive in trace entries `window` (by bytes times
+/// their lifetime inside it, at most `max`) as bands stacked the way
+/// memory_viz stacks them (each on those allocated before it, sliding
+/// down when one below is freed), with their stacks (`st` indexes the
+/// second list, each stack once): `{s, e, sz, p: [[entry, offset]...],
+/// site, cat, ev, st}`.
+pub(crate) fn band_data(
+    snap: &Snapshot,
+    tl: &timeline::Timeline,
+    device: usize,
+    window: std::ops::Range<usize>,
+    max: usize,
+) -> (Vec<Value>, Vec<Value>) {
+    let n = tl.entries;
+    let steps = Intervals::from_snapshot(snap, device);
+    let empty = Trace::new();
+    let trace = snap.device_traces.get(device);
+    let tr = trace.unwrap_or(&empty);
+    // The largest allocations (by bytes x lifetime, then bytes) get bands
+    // (within the window: an allocation outside it weighs nothing).
+    let (w0, w1) = (window.start.min(n), window.end.min(n));
+    let lives: Vec<(u64, Option<usize>, Option<usize>)> = tl.lifetimes().collect();
     let life = |&(_, start, end): &(u64, Option<usize>, Option<usize>)| {
         end.unwrap_or(n)
             .min(w1)
@@ -48,11 +82,13 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     };
     let weight =
         |k: usize| lives[k].0 as u128 * life(&lives[k]).min((w1 - w0.min(w1)) as u128 / 20 + 1);
-    let mut order: Vec<usize> = (0..lives.len()).collect();
+    let mut order: Vec<usize> = (0..lives.len())
+        .filter(|&k| life(&lives[k]) > 0 || n == 0)
+        .collect();
     let by_weight = |x: &usize, y: &usize| weight(*y).cmp(&weight(*x)).then(x.cmp(y));
-    if order.len() > MAX_BANDS {
-        order.select_nth_unstable_by(MAX_BANDS, by_weight);
-        order.truncate(MAX_BANDS);
+    if order.len() > max {
+        order.select_nth_unstable_by(max, by_weight);
+        order.truncate(max);
     }
     order.sort_unstable();
     let allocs: Vec<Allocation> = order.iter().filter_map(|&k| tl.allocation(tr, k)).collect();
@@ -100,10 +136,15 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
             "site": info.site, "cat": kind.name(), "ev": evidence, "st": si,
         }));
     }
-    let segments: Vec<Value> = snap
-        .segments
+    (bands, stacks)
+}
+
+/// The device's segments at the end: `{addr, size, blocks: [[size, state]]}`
+/// (state `a` allocated, `i` inactive, `p` pending free).
+pub(crate) fn segments_json(snap: &Snapshot, device: usize) -> Vec<Value> {
+    snap.segments
         .iter()
-        .filter(|s| s.device == report.device as i64)
+        .filter(|s| s.device == device as i64)
         .map(|s| {
             let blocks: Vec<Value> = s
                 .blocks
@@ -119,22 +160,7 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
                 .collect();
             json!({"addr": format!("{:#x}", s.address), "size": s.total_size, "blocks": blocks})
         })
-        .collect();
-    let total: Vec<Value> = report
-        .timeline
-        .iter()
-        .map(|p| json!([p.trace_index, p.allocated_bytes, p.reserved_bytes]))
-        .collect();
-    let span = report.range.map_or(n, |r| r.to.saturating_sub(r.from));
-    let data = json!({
-        "n": n, "report": report, "bands": bands, "stacks": stacks,
-        "total": total, "segments": segments, "nalloc": lives.len(),
-        "bucket": span.div_ceil(report.timeline.len().max(1)).max(1),
-    });
-    let data = data.to_string().replace("</", "<\\/");
-    TEMPLATE
-        .replace("__TITLE__", &escape(&report.snapshot))
-        .replace("__DATA__", &data)
+        .collect()
 }
 
 /// C++ frames of the allocator and the stack capture itself: the same in

@@ -13,6 +13,7 @@
 
 pub mod analysis;
 pub mod diff;
+pub mod explore;
 pub mod html;
 pub mod json;
 pub mod schema;
