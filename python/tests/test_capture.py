@@ -205,4 +205,28 @@ def test_record_stream_takes_the_twins_streams():
         x.record_stream(torch.cuda.current_stream())
         assert torch.cuda.memory_allocated() == 4 * MIB
         del x
-        assert torch.cuda.memory_allocated() == 0
+        # CUDACachingAllocator::free: allocated drops at once; the block waits for the recorded
+        # stream's work (insert_events), and its requested bytes leave at the next malloc
+        # (process_events -> free_block), as blind6/f09's H200 recording shows
+        stats = torch.cuda.memory_stats()
+        assert stats["allocated_bytes.all.current"] == 0
+        assert stats["requested_bytes.all.current"] == 4 * MIB
+        y = torch.empty(128, device="cuda")
+        assert torch.cuda.memory_stats()["requested_bytes.all.current"] == y.nbytes == 512
+
+
+def test_bce_with_logits_allocates_what_the_gpu_counted():
+    # blind6/f04's H200 per-op record of F.binary_cross_entropy_with_logits(x, t, reduction="sum"),
+    # (768, 3, 128, 128) fp32: log_sigmoid(x) and (1 - t) at full size, the 0-dim sum, and the
+    # reduction's 2,112-byte buffer and 4-byte semaphore: 5 allocations, 301,992,008 bytes requested
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(768, 3, 128, 128, device="cuda")
+        t = torch.empty(768, 3, 128, 128, device="cuda")
+        before = torch.cuda.memory_stats()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(x, t, reduction="sum")
+        after = torch.cuda.memory_stats()
+        counts = tuple(
+            after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+        )
+        assert counts == (5, 301_992_008)
+        assert loss.shape == () and torch.cuda.memory_allocated() == 2 * 150_994_944 + 512

@@ -280,6 +280,7 @@ def patch(cap) -> _Patch:
     p.set(F, "dropout", _kernels.dropout(F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     p.set(torch, "compile", _compiled_eagerly(torch.compile, cap))
+    p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
     mha = torch.nn.MultiheadAttention
     p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
     layer = torch.nn.TransformerEncoderLayer
@@ -303,6 +304,21 @@ def patch(cap) -> _Patch:
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
     p.set(cuda.memory, "is_initialized", lambda: True)
     return p
+
+
+def _record_stream(original, cap):
+    """`Tensor.record_stream(stream)`: the C++ binding takes only a `torch.Stream`, not the twin's
+    stand-in, so the twin's allocator is told here (`recordStream`: freed, the block waits for the
+    stream's work, and its requested and active bytes stay counted until then)."""
+
+    def record_stream(self, stream):
+        handle = cap.handle_of(self) if is_ours(self) else None
+        if handle is None:
+            return original(self, stream)
+        cap.device.record_stream(handle, getattr(stream, "stream_id", 0))
+        return None
+
+    return record_stream
 
 
 def _compiled_eagerly(original, cap):

@@ -40,6 +40,8 @@ class Device:
         Raises OutOfMemory with PyTorch's message."""
     def free(self, handle: int) -> None: ...
     def set_category(self, handle: int, category: str) -> None: ...
+    def record_stream(self, handle: int, stream: int) -> None:
+        """`Tensor.record_stream(stream)`: the allocation is used on `stream` too."""
     def blas(self, op: str, thread: str, stream: int, dtype: str, lt: bool) -> None:
         """A cuBLAS call on (thread, stream): thread "main" or "autograd";
         dtype "float32", "bfloat16", "float16", ... The first call per thread

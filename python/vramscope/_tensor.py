@@ -160,18 +160,3 @@ def patch_tensor(p) -> None:
     p.set(torch.Tensor, "is_meta", property(_is_meta))
     p.set(torch.Tensor, "get_device", _get_device)
     p.set(torch.Tensor, "__repr__", _repr)
-    p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream))
-
-
-def _record_stream(original):
-    """`Tensor.record_stream(stream)`: the C++ binding takes only a `torch.Stream`, not the twin's
-    stand-in. The caching allocator then holds the block at free until the stream's work is done
-    (`insert_events`); the twin's streams finish their work at once, so the block is free at the
-    next allocation, as on a GPU that has caught up. Nothing to record."""
-
-    def record_stream(self, stream):
-        if registered(self):
-            return None
-        return original(self, stream)
-
-    return record_stream

@@ -685,6 +685,27 @@ impl<D: Device> CachingAllocator<D> {
             .allocated
             .get(addr, |id| blocks[id as usize].addr)
             .ok_or(AllocError::InvalidPointer(addr))?;
+        self.record_stream_of(id, stream);
+        Ok(())
+    }
+
+    /// [`Self::record_stream`] of the block `malloc_handle` returned `h` for
+    /// (an allocator without the address index takes it too; one of
+    /// figures only does not, as [`Self::figures_only`] says).
+    pub fn record_stream_handle(&mut self, h: Handle, stream: StreamId) -> Result<(), AllocError> {
+        let live = self
+            .blocks
+            .get(h.id as usize)
+            .is_some_and(|b| b.allocated && b.size > 0 && b.addr == h.addr);
+        if !live || self.figures_only {
+            return Err(AllocError::InvalidPointer(h.addr));
+        }
+        self.record_stream_of(h.id, stream);
+        Ok(())
+    }
+
+    /// The rest of `recordStream`, once the block is found.
+    fn record_stream_of(&mut self, id: Id, stream: StreamId) {
         // Uses on the allocation stream need no synchronization.
         if stream != self.b(id).stream {
             if let Some((_, other_rule)) = self.fits.as_mut() {
@@ -697,7 +718,6 @@ impl<D: Device> CachingAllocator<D> {
             }
             self.bm(id).has_stream_uses = true;
         }
-        Ok(())
     }
 
     /// Complete the outstanding events of the freed block at `addr` (used with

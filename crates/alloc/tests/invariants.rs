@@ -263,6 +263,7 @@ fn an_allocator_of_figures_only_stays_one() {
     for round in 0..2 {
         let h = a.malloc_handle(3 * MIB, 0).unwrap();
         assert!(a.record_stream(h.addr(), 1).is_err(), "round {round}");
+        assert!(a.record_stream_handle(h, 1).is_err(), "round {round}");
         assert!(a.free(h.addr()).is_err(), "round {round}");
         assert_eq!(a.stats().allocation.all().allocated, 0, "round {round}");
         assert_eq!(a.stats().allocated_bytes.all().current, 3 << 20);
@@ -270,4 +271,23 @@ fn an_allocator_of_figures_only_stays_one() {
         a.check_invariants().unwrap();
         a.renew(SimDevice::new(2048 * MIB, 1024 * MIB));
     }
+}
+
+/// `recordStream` through a handle, on an allocator without the address
+/// index (the eager twin's): freed, the block's allocated bytes leave at
+/// once, its requested and active bytes at the next `malloc`
+/// (`insert_events`, then `process_events` -> `free_block`).
+#[test]
+fn a_block_used_on_another_stream_is_released_at_the_next_malloc() {
+    let mut a = allocator("", None, 1024).without_address_index();
+    let h = a.malloc_handle(4 * MIB, 7).unwrap();
+    a.record_stream_handle(h, 0).unwrap();
+    a.free_handle(h).unwrap();
+    assert_eq!(a.stats().allocated_bytes.all().current, 0);
+    assert_eq!(a.stats().requested_bytes.all().current, 4 << 20);
+    assert_eq!(a.stats().active_bytes().all().current, 4 << 20);
+    let small = a.malloc_handle(512, 0).unwrap();
+    assert_eq!(a.stats().requested_bytes.all().current, 512);
+    a.free_handle(small).unwrap();
+    a.check_invariants().unwrap();
 }

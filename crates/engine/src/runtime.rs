@@ -549,6 +549,18 @@ impl Runtime {
         self.free(slot);
     }
 
+    /// `Tensor.record_stream(stream)` on the live slot `slot`: freed, its
+    /// block waits for `stream`'s work (`recordStream`; the twin's streams
+    /// have finished it by the next allocation).
+    pub fn record_stream(&self, slot: u32, stream: StreamId) {
+        let mut st = self.st.borrow_mut();
+        let Some(&(handle, _)) = st.live.get(slot) else {
+            return;
+        };
+        // a live block of this allocator: recording a stream cannot fail
+        let _ = st.alloc.record_stream_handle(handle, stream);
+    }
+
     /// File a slot [`Runtime::malloc_on`] returned under `category`.
     pub fn recategorize(&self, slot: u32, category: Category) {
         self.set_category(slot, category);

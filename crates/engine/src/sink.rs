@@ -107,6 +107,11 @@ impl Sink for RuntimeSink {
                     self.rt.recategorize(slot, *category);
                 }
             }
+            Event::RecordStream { id, stream } => {
+                if let Some(&slot) = self.slots.get(id) {
+                    self.rt.record_stream(slot, *stream);
+                }
+            }
             Event::Blas {
                 thread,
                 stream,

@@ -192,6 +192,15 @@ pub enum Event {
         /// the op that called it
         op: String,
     },
+    /// `Tensor.record_stream(stream)`: the allocation `id` is used on
+    /// `stream` too, so when freed its block waits for that stream's work
+    /// (`CUDACachingAllocator::recordStream`)
+    RecordStream {
+        /// the [`Event::Alloc`]'s id
+        id: u64,
+        /// the stream that uses it
+        stream: StreamId,
+    },
     /// a phase of the workload ends here (`reset_peak_memory_stats()`, a
     /// named marker)
     Phase {

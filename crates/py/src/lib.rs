@@ -230,6 +230,12 @@ impl Device {
         self.send(&Event::Free { id: handle })
     }
 
+    /// `Tensor.record_stream(stream)`: the allocation is used on `stream`
+    /// too (its block, freed, waits for that stream's work).
+    fn record_stream(&mut self, handle: u64, stream: u64) -> PyResult<()> {
+        self.send(&Event::RecordStream { id: handle, stream })
+    }
+
     /// File an allocation under another category.
     fn set_category(&mut self, handle: u64, category: &str) -> PyResult<()> {
         let category = category_of(category)?;
