@@ -3,3 +3,11 @@
 
 mod invariants;
 mod repeats;
+
+#[test]
+fn every_test_file_is_a_module() {
+    vramscope_testkit::assert_every_test_file_is_a_module(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
+        include_str!("integration.rs"),
+    );
+}

@@ -5,3 +5,11 @@ mod cli;
 mod estimate_plan;
 mod inspect_diff;
 mod predicted;
+
+#[test]
+fn every_test_file_is_a_module() {
+    vramscope_testkit::assert_every_test_file_is_a_module(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
+        include_str!("integration.rs"),
+    );
+}

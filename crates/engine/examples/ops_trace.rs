@@ -3,7 +3,7 @@
 //! `cargo run -q -p vramscope-engine --example ops_trace -- mha_w:fp32`.
 fn main() {
     let c = std::env::args().nth(1).expect("case");
-    let (steps, trace) = vramscope_engine::cases::run_traced(&c).expect("case runs");
+    let (steps, trace) = vramscope_testkit::ops::run_traced(&c).expect("case runs");
     for (a, s) in trace {
         println!("{a} {s}");
     }

@@ -32,7 +32,6 @@
 
 pub mod autocast;
 pub mod autograd;
-pub mod cases;
 pub mod checkpoint;
 pub mod demo;
 mod dims;

@@ -9,3 +9,11 @@ mod ops;
 mod sdpa_traces;
 mod seeds;
 mod trace;
+
+#[test]
+fn every_test_file_is_a_module() {
+    vramscope_testkit::assert_every_test_file_is_a_module(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
+        include_str!("integration.rs"),
+    );
+}

@@ -1,6 +1,6 @@
 //! Single ops and modules measured on an H100 (`fixtures/ops/ops_h100.jsonl`,
 //! recorded by `validation/ops_cases.sh`) against the twin
-//! (`vramscope_engine::cases`): every figure of every step must be equal,
+//! (`vramscope_testkit::ops`): every figure of every step must be equal,
 //! and for the attention modules (`MultiheadAttention`,
 //! `TransformerEncoderLayer`, their eval fast paths) every allocator event
 //! of the GPU's trace too (`tests/data/ops_traces`).
@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::{case_tests, Fixture, Step};
-use vramscope_engine::cases;
+use vramscope_testkit::ops as cases;
 
 const OPS: Fixture = Fixture {
     path: concat!(

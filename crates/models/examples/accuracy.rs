@@ -7,8 +7,8 @@
 
 use std::fmt::Write;
 
-use vramscope_models::fixture::{self, SETS};
 use vramscope_models::{estimate, EstimateOptions};
+use vramscope_testkit::fixture::{self, SETS};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 

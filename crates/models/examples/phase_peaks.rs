@@ -1,7 +1,8 @@
 //! Print the twin's per-phase figures of a case of `validation/hf_cases.json`
 //! at other batch sizes (unlimited device):
 //! `cargo run -q --release -p vramscope-models --example phase_peaks -- CASE B1 [B2 ...]`
-use vramscope_models::{estimate, fixture, EstimateOptions, Workload};
+use vramscope_models::{estimate, EstimateOptions, Workload};
+use vramscope_testkit::fixture;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -12,8 +12,8 @@
 
 use serde_json::Value;
 use vramscope_engine::MemEvent;
-use vramscope_models::fixture;
 use vramscope_models::{estimate, EstimateOptions};
+use vramscope_testkit::fixture;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -18,7 +18,6 @@ pub mod config;
 mod error;
 pub mod estimate;
 pub mod families;
-pub mod fixture;
 pub mod parallel;
 pub mod predicted;
 pub mod presets;

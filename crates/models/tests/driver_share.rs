@@ -16,9 +16,9 @@
 //! and 7 the GPU reads 2 MiB less (listed, so that the test fails when it
 //! changes).
 
-use vramscope_models::fixture;
 use vramscope_models::requests::Requests;
 use vramscope_models::{estimate_every_step, EstimateOptions};
+use vramscope_testkit::fixture;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const MIB: i64 = 1 << 20;

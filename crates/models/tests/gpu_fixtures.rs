@@ -7,8 +7,8 @@
 //! `cargo test -p vramscope-models --test integration gpu_fixtures:: -- --nocapture` prints
 //! each case's differences.
 
-use vramscope_models::fixture::{self, Case, SETS};
 use vramscope_models::{estimate, EstimateOptions, PhaseFigures};
+use vramscope_testkit::fixture::{self, Case, SETS};
 
 use crate::common;
 use common::{refused, ROOT};

@@ -21,8 +21,8 @@ use std::process::Command;
 
 use serde_json::Value;
 use vramscope_alloc::{CachingAllocator, Device};
-use vramscope_models::fixture::{self, Case, Recorded, SETS};
 use vramscope_models::{estimate, Estimate, EstimateOptions};
+use vramscope_testkit::fixture::{self, Case, Recorded, SETS};
 
 use crate::common;
 use common::{refused, ROOT};

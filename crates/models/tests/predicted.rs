@@ -4,11 +4,11 @@
 //! and the eager twin's categories.
 
 use vramscope_alloc::AllocatorConfig;
-use vramscope_models::fixture::{self, Case};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{estimate, Estimate, EstimateOptions};
 use vramscope_snapshot::write::{snapshot_to_bytes, WriteOptions};
 use vramscope_snapshot::{read_snapshot, Snapshot};
+use vramscope_testkit::fixture::{self, Case};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 

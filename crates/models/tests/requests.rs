@@ -3,7 +3,6 @@
 //! sizes (2 and up: at batch 1 some views are contiguous and their copies
 //! vanish) gives the requests the model itself makes at the others.
 
-use vramscope_models::fixture::{self, Case};
 use vramscope_models::requests::{
     batch_column, fresh_allocator, replay, replay_planned, verdict, BatchTemplate, Requests,
     Verdict,
@@ -12,6 +11,7 @@ use vramscope_models::{
     estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
     EstimateOptions, HfConfig, Workload,
 };
+use vramscope_testkit::fixture::{self, Case};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 

@@ -6,9 +6,9 @@
 
 use serde_json::Value;
 use vramscope_engine::DeviceProfile;
-use vramscope_models::fixture;
 use vramscope_models::EstimateOptions;
 use vramscope_planner::max_batch;
+use vramscope_testkit::fixture;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 

@@ -6,3 +6,11 @@ mod golden;
 mod html_chromium;
 mod synthetic;
 mod timeline_oracle;
+
+#[test]
+fn every_test_file_is_a_module() {
+    vramscope_testkit::assert_every_test_file_is_a_module(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
+        include_str!("integration.rs"),
+    );
+}

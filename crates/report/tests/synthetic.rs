@@ -1,4 +1,4 @@
-//! Synthetic snapshots (`vramscope_snapshot::synth`, the generator behind
+//! Synthetic snapshots (`vramscope_testkit::synth`, the generator behind
 //! `validation/bench_inspect.sh`) are what PyTorch would have written: their
 //! traces replay exactly through the allocator twin, and `inspect` finds the
 //! twin's own `memory_stats()` peaks in them, under several allocator
@@ -6,7 +6,7 @@
 
 use vramscope_replay::{from_snapshot, replay, ReplayOptions};
 use vramscope_report::{analyze, Options};
-use vramscope_snapshot::synth::{generate, Options as Synth};
+use vramscope_testkit::synth::{generate, Options as Synth};
 
 #[test]
 fn inspect_finds_the_twins_peaks_in_synthetic_snapshots() {

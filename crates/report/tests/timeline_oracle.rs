@@ -209,7 +209,7 @@ fn fixtures() -> Vec<(String, Snapshot)> {
     v.sort_by(|a, b| a.0.cmp(&b.0));
     assert!(v.len() >= 14);
     for conf in ["", "expandable_segments:True"] {
-        let s = vramscope_snapshot::synth::generate(&vramscope_snapshot::synth::Options {
+        let s = vramscope_testkit::synth::generate(&vramscope_testkit::synth::Options {
             entries: 6_000,
             conf: conf.into(),
             seed: 3,
@@ -226,7 +226,7 @@ fn equals_the_first_timeline_on_every_fixture() {
     for (name, snap) in fixtures() {
         check(&snap, &name);
     }
-    let synth = vramscope_snapshot::synth::generate(&vramscope_snapshot::synth::Options {
+    let synth = vramscope_testkit::synth::generate(&vramscope_testkit::synth::Options {
         entries: 30_000,
         devices: 2,
         ..Default::default()

@@ -1,5 +1,5 @@
 //! Write a synthetic but realistic `torch.cuda.memory._dump_snapshot` pickle
-//! (see `vramscope_snapshot::synth`: a transformer trained through the
+//! (see `vramscope_testkit::synth`: a transformer trained through the
 //! allocator twin, so the trace is self-consistent and replays exactly).
 //!
 //! ```text
@@ -16,9 +16,9 @@
 
 use std::process::ExitCode;
 
-use vramscope_snapshot::synth::{generate, Options};
 use vramscope_snapshot::write::{write_snapshot_file, WriteOptions};
 use vramscope_snapshot::*;
+use vramscope_testkit::synth::{generate, Options};
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);

@@ -10,8 +10,8 @@
 //!   [`TraceEntry`]; actions are the allocator twin's [`TraceAction`].
 //! * [`write`](mod@write): a protocol-4 pickle writer that serialises a [`Snapshot`]
 //!   back into the dict layout PyTorch produces.
-//! * [`synth`]: synthetic but realistic snapshots of any size (a transformer
-//!   trained through the allocator twin), for tests and benchmarks.
+//!
+//! Synthetic snapshots for tests and benchmarks are `vramscope_testkit::synth`.
 //!
 //! The only I/O is [`read_snapshot_file`] and [`write::write_snapshot_file`];
 //! everything else works on byte slices. No `unsafe`; the only dependency is
@@ -66,7 +66,6 @@ mod hash;
 mod intern;
 pub mod model;
 pub mod pickle;
-pub mod synth;
 pub mod trace;
 pub mod write;
 

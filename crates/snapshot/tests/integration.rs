@@ -4,3 +4,11 @@
 mod handmade;
 mod real_snapshot;
 mod robustness;
+
+#[test]
+fn every_test_file_is_a_module() {
+    vramscope_testkit::assert_every_test_file_is_a_module(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
+        include_str!("integration.rs"),
+    );
+}

@@ -7,14 +7,13 @@
 //! forward; `forward`; `out.backward(grad)` (or `loss.backward()`);
 //! `backward`. The no-grad fast-path cases stop after `forward`.
 
-use crate::dtype::{DType, Device};
-use crate::error::{EngineError, Result};
-use crate::nn::{
+use vramscope_engine::nn::{
     Activation, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, MSELoss, Module,
     MultiheadAttention, Sequential, TransformerEncoderLayer,
 };
-use crate::runtime::{Category, MemoryFigures, Runtime};
-use crate::tensor::Tensor;
+use vramscope_engine::{
+    Category, DType, Device, EngineError, MemoryFigures, Result, Runtime, Tensor,
+};
 
 const B: i64 = 4;
 const S: i64 = 128;

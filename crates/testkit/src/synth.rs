@@ -28,8 +28,8 @@ use std::collections::HashMap;
 
 use vramscope_alloc::{AllocatorConfig, CachingAllocator, TraceAction};
 
-use crate::model::*;
-use crate::trace::{Trace, TraceEntry};
+use vramscope_snapshot::model::*;
+use vramscope_snapshot::{Trace, TraceEntry};
 
 /// What to generate.
 #[derive(Debug, Clone)]

@@ -8,11 +8,11 @@ use serde_json::Value;
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::DType;
 
-use crate::config::HfConfig;
-use crate::error::{ModelError, Result};
-use crate::estimate::{Estimate, PhaseFigures};
-use crate::workload::{CacheKind, Checkpointing, GradMode, LoraSpec, Mode, Task, Workload};
 use vramscope_engine::optim::{Implementation, OptimizerKind};
+use vramscope_models::{
+    CacheKind, Checkpointing, Estimate, GradMode, HfConfig, LoraSpec, Mode, ModelError,
+    PhaseFigures, Result, Task, Workload,
+};
 
 /// One case of `validation/hf_cases.json`.
 #[derive(Debug, Clone)]
