@@ -6,10 +6,9 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
-use vramscope_alloc::format_size;
 use vramscope_engine::demo;
 
-use crate::EXIT_OK;
+use crate::{signed_size, EXIT_OK};
 
 /// Arguments of `vramscope demo`.
 #[derive(Debug, Args)]
@@ -68,14 +67,13 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_writer(&mut out, &j)?;
             writeln!(out)?;
         } else {
-            let sz = |b: i64| format_size(b.max(0) as u64);
             writeln!(
                 out,
                 "{:<16} allocated {:>11}  peak {:>11}  reserved {:>11}",
                 s.step,
-                sz(s.allocated),
-                sz(s.peak),
-                sz(s.reserved)
+                signed_size(s.allocated),
+                signed_size(s.peak),
+                signed_size(s.reserved)
             )?;
             writeln!(out, "    {}", s.explanation)?;
         }

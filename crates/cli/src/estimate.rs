@@ -18,7 +18,7 @@ use vramscope_models::{
 };
 use vramscope_snapshot::write::WriteOptions;
 
-use crate::{EXIT_DIFFERENT, EXIT_OK};
+use crate::{signed_size, EXIT_DIFFERENT, EXIT_OK};
 
 /// `--task`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -930,14 +930,6 @@ fn dtype_name(d: DType) -> String {
     }
 }
 
-fn sz(b: i64) -> String {
-    if b < 0 {
-        format!("-{}", format_size(b.unsigned_abs()))
-    } else {
-        format_size(b as u64)
-    }
-}
-
 /// The line a report prints when some of the GPU's constants were not
 /// measured on it ("context size estimated for this GPU"); `None` on a
 /// measured GPU.
@@ -1194,9 +1186,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 out,
                 "FITS on {}: peak reserved {} of {} ({} headroom)",
                 profile.name,
-                sz(est.peak_reserved_bytes),
+                signed_size(est.peak_reserved_bytes),
                 format_size(capacity),
-                sz(capacity as i64 - est.peak_reserved_bytes)
+                signed_size(capacity as i64 - est.peak_reserved_bytes)
             )?;
         } else if let Some(o) = oom {
             writeln!(
@@ -1207,7 +1199,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 o.op,
                 if o.module.is_empty() { String::new() } else { format!(" in {}", o.module) },
                 format_size(o.bytes),
-                sz(est.peak_reserved_bytes),
+                signed_size(est.peak_reserved_bytes),
                 format_size(capacity)
             )?;
         }
@@ -1217,9 +1209,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "peak allocated {} in {}, peak reserved {}",
-            sz(est.peak_allocated_bytes),
+            signed_size(est.peak_allocated_bytes),
             est.peak_phase,
-            sz(est.peak_reserved_bytes)
+            signed_size(est.peak_reserved_bytes)
         )?;
         for u in &est.unmeasured {
             writeln!(out, "warning: {u}")?;
@@ -1235,9 +1227,9 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 out,
                 "{:<12} {:>12} {:>12} {:>12}",
                 p.name,
-                sz(p.allocated_bytes),
-                sz(p.peak_allocated_bytes),
-                sz(p.peak_reserved_bytes)
+                signed_size(p.allocated_bytes),
+                signed_size(p.peak_allocated_bytes),
+                signed_size(p.peak_reserved_bytes)
             )?;
         }
         if per_rank.len() > 1 {
@@ -1254,8 +1246,8 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                     out,
                     "{:<12} {:>12} {:>12}",
                     names.join(","),
-                    sz(e.peak_allocated_bytes),
-                    sz(e.peak_reserved_bytes)
+                    signed_size(e.peak_allocated_bytes),
+                    signed_size(e.peak_reserved_bytes)
                 )?;
             }
         }

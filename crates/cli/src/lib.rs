@@ -214,3 +214,14 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
         }
     }
 }
+
+/// A signed byte count as PyTorch prints sizes (`format_size`), with a
+/// minus sign when negative (a difference).
+pub(crate) fn signed_size(bytes: i64) -> String {
+    let size = vramscope_alloc::format_size(bytes.unsigned_abs());
+    if bytes < 0 {
+        format!("-{size}")
+    } else {
+        size
+    }
+}

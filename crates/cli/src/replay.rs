@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
-use vramscope_alloc::{format_size, memory_summary};
+use vramscope_alloc::memory_summary;
 use vramscope_replay::{from_snapshot, replay, ReplayOptions};
 
-use crate::{EXIT_DIFFERENT, EXIT_OK};
+use crate::{signed_size, EXIT_DIFFERENT, EXIT_OK};
 
 /// The built-in snapshot: 3 AdamW steps of TransformerEncoderLayer(512, 8)
 /// plus a linear head, recorded on an H100 with PyTorch 2.11
@@ -182,10 +182,6 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     }))
 }
 
-fn size(b: i64) -> String {
-    format_size(b.max(0) as u64)
-}
-
 fn write_text(out: &mut impl Write, j: &ReplayJson) -> std::io::Result<()> {
     let predicted = j.predicted;
     let conf = if j.allocator_conf.is_empty() {
@@ -204,13 +200,21 @@ fn write_text(out: &mut impl Write, j: &ReplayJson) -> std::io::Result<()> {
         "  segment actions    {}/{} reproduced",
         j.segment_events_matched, j.segment_events_total
     )?;
-    writeln!(out, "  peak allocated     {}", size(j.peak_allocated_bytes))?;
-    writeln!(out, "  peak reserved      {}", size(j.peak_reserved_bytes))?;
+    writeln!(
+        out,
+        "  peak allocated     {}",
+        signed_size(j.peak_allocated_bytes)
+    )?;
+    writeln!(
+        out,
+        "  peak reserved      {}",
+        signed_size(j.peak_reserved_bytes)
+    )?;
     writeln!(
         out,
         "  final allocated    {}  reserved {}",
-        size(j.final_allocated_bytes),
-        size(j.final_reserved_bytes)
+        signed_size(j.final_allocated_bytes),
+        signed_size(j.final_reserved_bytes)
     )?;
     writeln!(
         out,

@@ -28,22 +28,15 @@ use vramscope_engine::{Category, DType, Device, EngineError, Runtime, SdpaArgs, 
 
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
-use crate::families::common::{check_padding_idx, checkpointed, parameter, to_cuda};
-use crate::families::gpt2::{Act, LayerNorm};
-use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
-use crate::workload::{Checkpointing, Task};
+use crate::families::common::{
+    check_padding_idx, checkpointed, parameter, to_cuda, Act, LayerNorm,
+};
+use crate::families::{HfModel, Inputs, ModelOutput};
+use crate::workload::Checkpointing;
 
 /// Build `BertForMaskedLM` / `RobertaForMaskedLM` `.from_config(config,
 /// dtype=weights)` on the CPU.
-pub(crate) fn build(
-    rt: &Runtime,
-    config: &HfConfig,
-    task: Task,
-    weights: DType,
-) -> Result<Box<dyn HfModel>> {
-    if task != Task::Mlm {
-        return Err(unsupported_task(config, task));
-    }
+pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<Box<dyn HfModel>> {
     let cfg = BertConfig::from_hf(config)?;
     Ok(Box::new(BertForMaskedLM::new(rt, cfg, weights)?))
 }
@@ -752,6 +745,7 @@ impl BertConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::Task;
 
     fn cfg(model_type: &str, extra: &str) -> HfConfig {
         HfConfig::parse(&format!(
@@ -789,13 +783,13 @@ mod tests {
         }
         assert!(BertConfig::from_hf(&cfg("roberta", r#", "pad_token_id": 99"#)).is_err());
         let rt = Runtime::default();
-        assert!(build(&rt, &cfg("bert", ""), Task::Causal, DType::F32).is_err());
+        assert!(crate::families::build(&rt, &cfg("bert", ""), Task::Causal, DType::F32).is_err());
     }
 
     #[test]
     fn load_moves_buffers_after_the_embedding_parameters_and_tied_weights_once() {
         let rt = Runtime::default();
-        let mut m = build(&rt, &cfg("bert", ""), Task::Mlm, DType::F32).unwrap();
+        let mut m = crate::families::build(&rt, &cfg("bert", ""), Task::Mlm, DType::F32).unwrap();
         m.cuda().unwrap();
         let sizes: Vec<u64> = rt.live_allocations().iter().map(|r| r.bytes).collect();
         // word, position, token_type, LayerNorm w/b, then the two int64 buffers
@@ -823,7 +817,8 @@ mod tests {
         assert_eq!(ps[ps.len() - 5].sizes(), &[100]);
 
         let rt = Runtime::default();
-        let mut r = build(&rt, &cfg("roberta", ""), Task::Mlm, DType::BF16).unwrap();
+        let mut r =
+            crate::families::build(&rt, &cfg("roberta", ""), Task::Mlm, DType::BF16).unwrap();
         r.cuda().unwrap();
         let sizes: Vec<u64> = rt.live_allocations().iter().map(|r| r.bytes).collect();
         assert_eq!(
@@ -862,7 +857,8 @@ mod tests {
     fn training_step_runs_and_checkpointing_lowers_the_peak() {
         let peak = |ckpt: bool| -> i64 {
             let rt = Runtime::default();
-            let mut m = build(&rt, &cfg("bert", ""), Task::Mlm, DType::F32).unwrap();
+            let mut m =
+                crate::families::build(&rt, &cfg("bert", ""), Task::Mlm, DType::F32).unwrap();
             m.cuda().unwrap();
             if ckpt {
                 m.enable_gradient_checkpointing(&Checkpointing::Every(1))

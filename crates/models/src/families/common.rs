@@ -354,44 +354,156 @@ impl Embedding {
     }
 }
 
+/// `nn.LayerNorm(hidden)`: weight and bias.
+pub(crate) struct LayerNorm {
+    pub(crate) weight: Tensor,
+    pub(crate) bias: Tensor,
+}
+
+impl LayerNorm {
+    pub(crate) fn new(rt: &Runtime, n: i64, dtype: DType) -> Result<Self> {
+        Ok(LayerNorm {
+            weight: parameter(rt, &[n], dtype)?,
+            bias: parameter(rt, &[n], dtype)?,
+        })
+    }
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.layer_norm(
+            &[*self.weight.sizes().last().unwrap_or(&1)],
+            Some(&self.weight),
+            Some(&self.bias),
+        )?)
+    }
+    pub(crate) fn params_mut(&mut self) -> [&mut Tensor; 2] {
+        [&mut self.weight, &mut self.bias]
+    }
+    pub(crate) fn params(&self) -> [&Tensor; 2] {
+        [&self.weight, &self.bias]
+    }
+}
+
 // ---- activations, the gated MLP -----------------------------------------------------
 
-/// `ACT2FN[name]` for the activations whose memory is modelled.
+/// The `ACT2FN` entries vramscope models (`activations.py`), each with the
+/// ops it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Act {
-    /// `silu` (`SiLUActivation`: `F.silu`) and `swish` (`nn.SiLU`): saves its input
-    Silu,
-    /// `gelu` (`GELUActivation`: `F.gelu`): saves its input
+    /// `gelu_new`: `NewGELUActivation`, a composite of pointwise ops
+    GeluNew,
+    /// `gelu`: `GELUActivation` → `F.gelu` (saves its input)
     Gelu,
-    /// `gelu_pytorch_tanh` (`GELUTanh`: `F.gelu(approximate="tanh")`):
-    /// the same kernel allocations as `gelu`, saves its input
+    /// `gelu_pytorch_tanh`: `GELUTanh` → `F.gelu(approximate="tanh")` (saves its input)
     GeluTanh,
-    /// `relu` (`nn.ReLU`): saves its result
+    /// `gelu_fast`: `FastGELUActivation`, a composite
+    GeluFast,
+    /// `quick_gelu`: `QuickGELUActivation`: `input * torch.sigmoid(1.702 * input)`
+    QuickGelu,
+    /// `relu`: `nn.ReLU` (saves its result)
     Relu,
+    /// `silu` (`SiLUActivation`) / `swish` (`nn.SiLU`): `F.silu` (saves its input)
+    Silu,
+    /// `tanh`: `nn.Tanh` (saves its result)
+    Tanh,
 }
 
 impl Act {
-    /// The activation named by config field `field`.
+    /// The activation named `name` in config field `field`.
     pub(crate) fn parse(field: &str, name: &str) -> Result<Act> {
+        Ok(match name {
+            "gelu_new" => Act::GeluNew,
+            "gelu" => Act::Gelu,
+            "gelu_pytorch_tanh" => Act::GeluTanh,
+            "gelu_fast" => Act::GeluFast,
+            "quick_gelu" => Act::QuickGelu,
+            "relu" => Act::Relu,
+            "silu" | "swish" => Act::Silu,
+            "tanh" => Act::Tanh,
+            other => {
+                return Err(ModelError::Unsupported(format!(
+                    "config field `{field}` = \"{other}\" (modelled: gelu_new, gelu, \
+                     gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu, swish, tanh)"
+                )))
+            }
+        })
+    }
+
+    /// `ACT2FN[name](x)`.
+    pub(crate) fn forward(self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Act::GeluNew => new_gelu(x),
+            Act::Gelu | Act::GeluTanh => Ok(x.gelu()?),
+            Act::GeluFast => fast_gelu(x),
+            Act::QuickGelu => {
+                // input * torch.sigmoid(1.702 * input)
+                let m = x.mul_scalar(1.702)?;
+                let s = m.sigmoid()?;
+                drop(m);
+                Ok(x.mul(&s)?)
+            }
+            Act::Relu => Ok(x.relu()?),
+            Act::Silu => Ok(x.silu()?),
+            Act::Tanh => Ok(x.tanh()?),
+        }
+    }
+}
+
+/// `NewGELUActivation.forward`: `0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0
+/// / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))`, evaluated as
+/// CPython does (left operand first; a temporary dies as soon as the op that
+/// consumes it returns, unless its autograd node saved it).
+pub(crate) fn new_gelu(x: &Tensor) -> Result<Tensor> {
+    let half = x.mul_scalar(0.5)?;
+    let cube = x.pow_scalar(3.0)?; // PowBackward0 saves `input`
+    let scaled = cube.mul_scalar(0.044715)?;
+    drop(cube);
+    let inner = x.add(&scaled)?;
+    drop(scaled);
+    let arg = inner.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?;
+    drop(inner);
+    let t = arg.tanh()?; // TanhBackward0 saves its result
+    drop(arg);
+    let one_plus = t.add_scalar(1.0)?;
+    drop(t);
+    let out = half.mul(&one_plus)?; // MulBackward0 saves both operands
+    drop(half);
+    drop(one_plus);
+    Ok(out)
+}
+
+/// `FastGELUActivation.forward`: `0.5 * input * (1.0 + torch.tanh(input *
+/// 0.7978845608 * (1.0 + 0.044715 * input * input)))`.
+fn fast_gelu(x: &Tensor) -> Result<Tensor> {
+    let half = x.mul_scalar(0.5)?;
+    let a = x.mul_scalar(0.797_884_560_8)?;
+    let b = x.mul_scalar(0.044715)?;
+    let bb = b.mul(x)?;
+    drop(b);
+    let c = bb.add_scalar(1.0)?;
+    drop(bb);
+    let arg = a.mul(&c)?;
+    drop(a);
+    drop(c);
+    let t = arg.tanh()?;
+    drop(arg);
+    let one_plus = t.add_scalar(1.0)?;
+    drop(t);
+    let out = half.mul(&one_plus)?;
+    drop(half);
+    drop(one_plus);
+    Ok(out)
+}
+
+impl Act {
+    /// [`Act::parse`] for a gated MLP (`LlamaMLP`, `Gemma2MLP`): the
+    /// activations modelled there.
+    pub(crate) fn parse_gated(field: &str, name: &str) -> Result<Act> {
         match name {
-            "silu" | "swish" => Ok(Act::Silu),
-            "gelu" => Ok(Act::Gelu),
-            "gelu_pytorch_tanh" => Ok(Act::GeluTanh),
-            "relu" => Ok(Act::Relu),
+            "silu" | "swish" | "gelu" | "gelu_pytorch_tanh" | "relu" => Act::parse(field, name),
             other => Err(ModelError::Unsupported(format!(
                 "config field `{field}` = {other:?} (modelled: silu, swish, gelu, \
                  gelu_pytorch_tanh, relu)"
             ))),
         }
-    }
-
-    /// `act(x)`.
-    pub(crate) fn apply(self, x: &Tensor) -> Result<Tensor> {
-        Ok(match self {
-            Act::Silu => x.silu()?,
-            Act::Gelu | Act::GeluTanh => x.gelu()?,
-            Act::Relu => x.relu()?,
-        })
     }
 }
 
@@ -428,7 +540,7 @@ impl GatedMlp {
         let rt = x.runtime().clone();
         let act = {
             let g = self.gate_proj.forward("gate_proj", x)?;
-            rt.in_module("act_fn", || self.act.apply(&g))?
+            rt.in_module("act_fn", || self.act.forward(&g))?
         };
         let up = self.up_proj.forward("up_proj", x)?;
         let p = act.mul(&up)?;

@@ -41,8 +41,7 @@ use crate::families::common::{
     Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, LayerArgs, Linear,
     RopeType, RotaryEmbedding, Sdpa,
 };
-use crate::families::{unsupported_task, HfModel};
-use crate::workload::Task;
+use crate::families::HfModel;
 
 // ---- config --------------------------------------------------------------------------
 
@@ -90,7 +89,7 @@ impl Config {
         // validate_architecture: hidden_size a multiple of num_attention_heads
         head_dim_of(hidden, heads)?;
         let head_dim = c.size("head_dim", 256)?;
-        let act = Act::parse(
+        let act = Act::parse_gated(
             "hidden_activation",
             c.string("hidden_activation")?
                 .unwrap_or("gelu_pytorch_tanh"),
@@ -356,15 +355,7 @@ struct Model {
 }
 
 /// Build `Gemma2ForCausalLM` on the CPU in `weights`.
-pub(crate) fn build(
-    rt: &Runtime,
-    config: &HfConfig,
-    task: Task,
-    weights: DType,
-) -> Result<Box<dyn HfModel>> {
-    if task != Task::Causal {
-        return Err(unsupported_task(config, task));
-    }
+pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<Box<dyn HfModel>> {
     let cfg = Config::parse(config)?;
     let w = weights;
     let embed_tokens = Embedding::new(rt, cfg.vocab, cfg.hidden, w)?;
@@ -547,6 +538,7 @@ mod tests {
     use super::*;
     use crate::families::common::tests::alloc_sizes;
     use crate::families::Inputs;
+    use crate::workload::Task;
     use vramscope_engine::Device;
 
     /// The device bytes of `embed_scale` for weights in `dtype` (what
@@ -558,7 +550,7 @@ mod tests {
                 "num_hidden_layers":1,"num_attention_heads":1,"num_key_value_heads":1,"head_dim":8}"#,
         )
         .unwrap();
-        let mut m = build(&rt, &config, Task::Causal, dtype).unwrap();
+        let mut m = crate::families::build(&rt, &config, Task::Causal, dtype).unwrap();
         let a = alloc_sizes(&rt, || m.cuda().unwrap());
         // embed_tokens.weight, then its embed_scale buffer
         assert_eq!(a[0], 10 * 8 * dtype.size());
@@ -691,7 +683,7 @@ mod tests {
                 "sliding_window":16,"query_pre_attn_scalar":32}"#,
         )
         .unwrap();
-        let mut m = build(&rt, &config, Task::Causal, DType::F32).unwrap();
+        let mut m = crate::families::build(&rt, &config, Task::Causal, DType::F32).unwrap();
         m.cuda().unwrap();
         m.set_training(false);
         let ids = rt.empty(&[2, 32], DType::I64, Device::Cuda).unwrap();

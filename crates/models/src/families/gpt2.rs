@@ -27,21 +27,13 @@ use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
     checkpointed, create_causal_mask, for_causal_lm_loss, parameter, position_ids,
-    sdpa_attention_forward, to_cuda, DynamicCache,
+    sdpa_attention_forward, to_cuda, Act, DynamicCache, LayerNorm,
 };
-use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
-use crate::workload::{Checkpointing, Task};
+use crate::families::{HfModel, Inputs, ModelOutput};
+use crate::workload::Checkpointing;
 
 /// Build `GPT2LMHeadModel.from_config(config, dtype=weights)` on the CPU.
-pub(crate) fn build(
-    rt: &Runtime,
-    config: &HfConfig,
-    task: Task,
-    weights: DType,
-) -> Result<Box<dyn HfModel>> {
-    if task != Task::Causal {
-        return Err(unsupported_task(config, task));
-    }
+pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<Box<dyn HfModel>> {
     let cfg = Gpt2Config::from_hf(config)?;
     Ok(Box::new(Gpt2LMHeadModel::new(rt, cfg, weights)?))
 }
@@ -138,146 +130,7 @@ impl Gpt2Config {
     }
 }
 
-// ---- activations (activations.py) -----------------------------------------------
-
-/// The `ACT2FN` entries vramscope models (`activations.py`), each with the
-/// ops it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Act {
-    /// `gelu_new`: `NewGELUActivation`, a composite of pointwise ops
-    GeluNew,
-    /// `gelu`: `GELUActivation` → `F.gelu` (saves its input)
-    Gelu,
-    /// `gelu_pytorch_tanh`: `GELUTanh` → `F.gelu(approximate="tanh")` (saves its input)
-    GeluTanh,
-    /// `gelu_fast`: `FastGELUActivation`, a composite
-    GeluFast,
-    /// `quick_gelu`: `QuickGELUActivation`: `input * torch.sigmoid(1.702 * input)`
-    QuickGelu,
-    /// `relu`: `nn.ReLU` (saves its result)
-    Relu,
-    /// `silu` (`SiLUActivation`) / `swish` (`nn.SiLU`): `F.silu` (saves its input)
-    Silu,
-    /// `tanh`: `nn.Tanh` (saves its result)
-    Tanh,
-}
-
-impl Act {
-    /// The activation named `name` in config field `field`.
-    pub(crate) fn parse(field: &str, name: &str) -> Result<Act> {
-        Ok(match name {
-            "gelu_new" => Act::GeluNew,
-            "gelu" => Act::Gelu,
-            "gelu_pytorch_tanh" => Act::GeluTanh,
-            "gelu_fast" => Act::GeluFast,
-            "quick_gelu" => Act::QuickGelu,
-            "relu" => Act::Relu,
-            "silu" | "swish" => Act::Silu,
-            "tanh" => Act::Tanh,
-            other => {
-                return Err(ModelError::Unsupported(format!(
-                    "config field `{field}` = \"{other}\" (modelled: gelu_new, gelu, \
-                     gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu, swish, tanh)"
-                )))
-            }
-        })
-    }
-
-    /// `ACT2FN[name](x)`.
-    pub(crate) fn forward(self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Act::GeluNew => new_gelu(x),
-            Act::Gelu | Act::GeluTanh => Ok(x.gelu()?),
-            Act::GeluFast => fast_gelu(x),
-            Act::QuickGelu => {
-                // input * torch.sigmoid(1.702 * input)
-                let m = x.mul_scalar(1.702)?;
-                let s = m.sigmoid()?;
-                drop(m);
-                Ok(x.mul(&s)?)
-            }
-            Act::Relu => Ok(x.relu()?),
-            Act::Silu => Ok(x.silu()?),
-            Act::Tanh => Ok(x.tanh()?),
-        }
-    }
-}
-
-/// `NewGELUActivation.forward`: `0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0
-/// / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))`, evaluated as
-/// CPython does (left operand first; a temporary dies as soon as the op that
-/// consumes it returns, unless its autograd node saved it).
-pub(crate) fn new_gelu(x: &Tensor) -> Result<Tensor> {
-    let half = x.mul_scalar(0.5)?;
-    let cube = x.pow_scalar(3.0)?; // PowBackward0 saves `input`
-    let scaled = cube.mul_scalar(0.044715)?;
-    drop(cube);
-    let inner = x.add(&scaled)?;
-    drop(scaled);
-    let arg = inner.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?;
-    drop(inner);
-    let t = arg.tanh()?; // TanhBackward0 saves its result
-    drop(arg);
-    let one_plus = t.add_scalar(1.0)?;
-    drop(t);
-    let out = half.mul(&one_plus)?; // MulBackward0 saves both operands
-    drop(half);
-    drop(one_plus);
-    Ok(out)
-}
-
-/// `FastGELUActivation.forward`: `0.5 * input * (1.0 + torch.tanh(input *
-/// 0.7978845608 * (1.0 + 0.044715 * input * input)))`.
-fn fast_gelu(x: &Tensor) -> Result<Tensor> {
-    let half = x.mul_scalar(0.5)?;
-    let a = x.mul_scalar(0.797_884_560_8)?;
-    let b = x.mul_scalar(0.044715)?;
-    let bb = b.mul(x)?;
-    drop(b);
-    let c = bb.add_scalar(1.0)?;
-    drop(bb);
-    let arg = a.mul(&c)?;
-    drop(a);
-    drop(c);
-    let t = arg.tanh()?;
-    drop(arg);
-    let one_plus = t.add_scalar(1.0)?;
-    drop(t);
-    let out = half.mul(&one_plus)?;
-    drop(half);
-    drop(one_plus);
-    Ok(out)
-}
-
 // ---- modules ----------------------------------------------------------------------
-
-/// `nn.LayerNorm(hidden)`: weight and bias.
-pub(crate) struct LayerNorm {
-    pub(crate) weight: Tensor,
-    pub(crate) bias: Tensor,
-}
-
-impl LayerNorm {
-    pub(crate) fn new(rt: &Runtime, n: i64, dtype: DType) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: parameter(rt, &[n], dtype)?,
-            bias: parameter(rt, &[n], dtype)?,
-        })
-    }
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.layer_norm(
-            &[*self.weight.sizes().last().unwrap_or(&1)],
-            Some(&self.weight),
-            Some(&self.bias),
-        )?)
-    }
-    pub(crate) fn params_mut(&mut self) -> [&mut Tensor; 2] {
-        [&mut self.weight, &mut self.bias]
-    }
-    pub(crate) fn params(&self) -> [&Tensor; 2] {
-        [&self.weight, &self.bias]
-    }
-}
 
 /// `Conv1D(nf, nx)` (`pytorch_utils.py`): weight `(nx, nf)`, then bias `(nf,)`.
 struct Conv1D {
@@ -700,6 +553,8 @@ impl HfModel for Gpt2LMHeadModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::families::common::new_gelu;
+    use crate::workload::Task;
     use vramscope_engine::Device;
 
     fn cfg(extra: &str) -> HfConfig {
@@ -742,7 +597,7 @@ mod tests {
     #[test]
     fn load_moves_each_parameter_once_in_apply_order() {
         let rt = Runtime::default();
-        let mut m = build(&rt, &cfg(""), Task::Causal, DType::F32).unwrap();
+        let mut m = crate::families::build(&rt, &cfg(""), Task::Causal, DType::F32).unwrap();
         assert_eq!(rt.memory_allocated(), 0, "built on the CPU");
         m.cuda().unwrap();
         let ps = m.parameters();
@@ -755,7 +610,7 @@ mod tests {
         // c_attn weight is (nx, nf)
         assert_eq!(ps[4].sizes(), &[64, 192]);
         assert!(rt.memory_allocated() >= bytes);
-        let untied = build(
+        let untied = crate::families::build(
             &rt,
             &cfg(r#", "tie_word_embeddings": false"#),
             Task::Causal,
@@ -789,11 +644,11 @@ mod tests {
     #[test]
     fn checkpointing_every_block_lowers_the_forward_peak() {
         let rt = Runtime::default();
-        let mut m = build(&rt, &cfg(""), Task::Causal, DType::F32).unwrap();
+        let mut m = crate::families::build(&rt, &cfg(""), Task::Causal, DType::F32).unwrap();
         m.cuda().unwrap();
         let plain = train_peak(&rt, &mut m);
         let rt2 = Runtime::default();
-        let mut c = build(&rt2, &cfg(""), Task::Causal, DType::F32).unwrap();
+        let mut c = crate::families::build(&rt2, &cfg(""), Task::Causal, DType::F32).unwrap();
         c.cuda().unwrap();
         c.enable_gradient_checkpointing(&Checkpointing::Every(1))
             .unwrap();
@@ -804,7 +659,7 @@ mod tests {
     #[test]
     fn mlm_is_not_a_gpt2_task() {
         let rt = Runtime::default();
-        assert!(build(&rt, &cfg(""), Task::Mlm, DType::F32).is_err());
+        assert!(crate::families::build(&rt, &cfg(""), Task::Mlm, DType::F32).is_err());
     }
 
     #[test]

@@ -27,8 +27,7 @@ use crate::families::common::{
     DynamicCache, Embedding, Flags, GatedMlp, GenStep, LayerArgs, Linear, RmsNorm, RopeType,
     RotaryEmbedding, Sdpa,
 };
-use crate::families::{unsupported_task, HfModel};
-use crate::workload::Task;
+use crate::families::HfModel;
 
 /// Which modeling file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,15 +290,7 @@ struct Model {
 
 /// Build `LlamaForCausalLM` (and the other families' `…ForCausalLM`) on
 /// the CPU in `weights`.
-pub(crate) fn build(
-    rt: &Runtime,
-    config: &HfConfig,
-    task: Task,
-    weights: DType,
-) -> Result<Box<dyn HfModel>> {
-    if task != Task::Causal {
-        return Err(unsupported_task(config, task));
-    }
+pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<Box<dyn HfModel>> {
     let cfg = Config::parse(config)?;
     let w = weights;
     let embed_tokens = Embedding::new(rt, cfg.vocab, cfg.hidden, w)?;
@@ -590,6 +581,7 @@ impl Model {
 mod tests {
     use super::*;
     use crate::families::common::tests::alloc_sizes;
+    use crate::workload::Task;
 
     fn cfg(json: &str) -> Result<Config> {
         Config::parse(&HfConfig::parse(json).unwrap())
@@ -625,7 +617,7 @@ mod tests {
         )
         .unwrap();
         let rt = Runtime::default();
-        let mut m = build(&rt, &c, Task::Causal, DType::BF16).unwrap();
+        let mut m = crate::families::build(&rt, &c, Task::Causal, DType::BF16).unwrap();
         let sizes = alloc_sizes(&rt, || m.cuda().unwrap());
         let bf = |n: u64| n * 2;
         assert_eq!(
@@ -651,7 +643,7 @@ mod tests {
         let ps = m.parameters();
         assert_eq!(ps.len(), 13, "the tied lm_head is not a second parameter");
         assert!(matches!(
-            build(&rt, &c, Task::Mlm, DType::BF16),
+            crate::families::build(&rt, &c, Task::Mlm, DType::BF16),
             Err(ModelError::Unsupported(_))
         ));
     }

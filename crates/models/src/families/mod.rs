@@ -115,19 +115,28 @@ pub fn build(
     task: Task,
     weights: DType,
 ) -> Result<Box<dyn HfModel>> {
-    match config.model_type.as_str() {
-        "llama" | "mistral" | "qwen2" | "qwen3" => llama::build(rt, config, task, weights),
-        "phi3" => phi3::build(rt, config, task, weights),
-        "gemma2" => gemma2::build(rt, config, task, weights),
-        "gpt2" => gpt2::build(rt, config, task, weights),
-        "bert" | "roberta" => bert::build(rt, config, task, weights),
-        "vit" => vit::build(rt, config, task, weights),
-        other => Err(ModelError::UnsupportedModel(other.to_string())),
+    // each family: the one task its head serves, and its builder
+    let (head, build): (Task, Build) = match config.model_type.as_str() {
+        "llama" | "mistral" | "qwen2" | "qwen3" => (Task::Causal, llama::build),
+        "phi3" => (Task::Causal, phi3::build),
+        "gemma2" => (Task::Causal, gemma2::build),
+        "gpt2" => (Task::Causal, gpt2::build),
+        "bert" | "roberta" => (Task::Mlm, bert::build),
+        "vit" => (Task::Image, vit::build),
+        other => return Err(ModelError::UnsupportedModel(other.to_string())),
+    };
+    if task != head {
+        return Err(unsupported_task(config, task));
     }
+    build(rt, config, weights)
 }
 
+/// A family's builder: the model for `config` on the CPU, weights in the
+/// given dtype (the task already checked by [`build`]).
+type Build = fn(&Runtime, &HfConfig, DType) -> Result<Box<dyn HfModel>>;
+
 /// The head a family offers for a task, or a clear error.
-pub(crate) fn unsupported_task(config: &HfConfig, task: Task) -> ModelError {
+fn unsupported_task(config: &HfConfig, task: Task) -> ModelError {
     ModelError::Unsupported(format!(
         "task {task:?} for model_type `{}`",
         config.model_type

@@ -38,8 +38,7 @@ use crate::families::common::{
     create_sliding_window_causal_mask, head_dim_of, rotate_half, to_cuda, Act, CausalLm, Decoder,
     DynamicCache, Embedding, Flags, LayerArgs, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
-use crate::families::{unsupported_task, HfModel};
-use crate::workload::Task;
+use crate::families::HfModel;
 
 /// Python's `x[..., start:stop]` on the last dim: a view; the whole range
 /// gives `self` back from `applySlice`, which `THPVariable_getitem` turns
@@ -245,7 +244,7 @@ impl Config {
                 }
             }
         }
-        let act = Act::parse("hidden_act", c.string("hidden_act")?.unwrap_or("silu"))?;
+        let act = Act::parse_gated("hidden_act", c.string("hidden_act")?.unwrap_or("silu"))?;
         c.reject_present("quantization_config", "quantized weights are not modelled")?;
         let prob = |key: &str| -> Result<f64> {
             let p = c.float(key, 0.0)?;
@@ -427,7 +426,7 @@ fn mlp_forward(m: &Mlp, x: &Tensor) -> Result<Tensor> {
     };
     drop(fused);
     let prod = {
-        let act = rt.in_module("activation_fn", || m.act.apply(&gate))?;
+        let act = rt.in_module("activation_fn", || m.act.forward(&gate))?;
         up.mul(&act)?
     };
     drop(up);
@@ -495,15 +494,7 @@ struct Model {
 }
 
 /// Build `Phi3ForCausalLM` on the CPU in `weights`.
-pub(crate) fn build(
-    rt: &Runtime,
-    config: &HfConfig,
-    task: Task,
-    weights: DType,
-) -> Result<Box<dyn HfModel>> {
-    if task != Task::Causal {
-        return Err(unsupported_task(config, task));
-    }
+pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<Box<dyn HfModel>> {
     let cfg = Config::parse(config)?;
     let w = weights;
     let embed_tokens = Embedding::new(rt, cfg.vocab, cfg.hidden, w)?;
@@ -749,6 +740,7 @@ mod tests {
     use super::*;
     use crate::families::common::tests::alloc_sizes;
     use crate::families::Inputs;
+    use crate::workload::Task;
     use vramscope_engine::Device;
 
     fn cfg(json: &str) -> Result<Config> {
@@ -851,7 +843,7 @@ mod tests {
     fn longrope_update_allocs(json: &str, seq: i64) -> (Vec<Vec<u64>>, Vec<i64>) {
         let rt = Runtime::default();
         let config = HfConfig::parse(json).unwrap();
-        let mut m = build(&rt, &config, Task::Causal, DType::F32).unwrap();
+        let mut m = crate::families::build(&rt, &config, Task::Causal, DType::F32).unwrap();
         m.cuda().unwrap();
         m.set_training(false);
         let ids = rt.empty(&[1, seq], DType::I64, Device::Cuda).unwrap();

@@ -27,8 +27,8 @@ use vramscope_engine::{Category, DType, Runtime, SdpaArgs, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{checkpointed, parameter, to_cuda, Linear};
-use crate::families::{unsupported_task, HfModel, Inputs, ModelOutput};
-use crate::workload::{Checkpointing, Task};
+use crate::families::{HfModel, Inputs, ModelOutput};
+use crate::workload::Checkpointing;
 
 /// The activation `ACT2FN[hidden_act]` applies (those with the memory of one
 /// pointwise op).
@@ -387,15 +387,7 @@ struct ViT {
 }
 
 /// Build the model (`ViTForImageClassification.from_config(config, dtype=weights)`).
-pub(crate) fn build(
-    rt: &Runtime,
-    config: &HfConfig,
-    task: Task,
-    weights: DType,
-) -> Result<Box<dyn HfModel>> {
-    if task != Task::Image {
-        return Err(unsupported_task(config, task));
-    }
+pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<Box<dyn HfModel>> {
     let cfg = ViTConfig::from_hf(config)?;
     let dt = weights;
     let h = cfg.hidden;
@@ -656,6 +648,7 @@ impl ViT {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::Task;
 
     fn cfg(extra: &str) -> HfConfig {
         HfConfig::parse(&format!(
@@ -694,7 +687,7 @@ mod tests {
     #[test]
     fn load_moves_parameters_in_module_apply_order() {
         let rt = Runtime::default();
-        let mut m = build(&rt, &cfg(""), Task::Image, DType::F32).unwrap();
+        let mut m = crate::families::build(&rt, &cfg(""), Task::Image, DType::F32).unwrap();
         rt.record_memory_history(true);
         m.cuda().unwrap();
         let sizes: Vec<u64> = rt
