@@ -230,3 +230,29 @@ def test_bce_with_logits_allocates_what_the_gpu_counted():
         )
         assert counts == (5, 301_992_008)
         assert loss.shape == () and torch.cuda.memory_allocated() == 2 * 150_994_944 + 512
+
+
+def _counted(fn):
+    keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+    before = torch.cuda.memory_stats()
+    out = fn()
+    after = torch.cuda.memory_stats()
+    return out, tuple(after[k] - before[k] for k in keys)
+
+
+def test_reductions_and_indexing_copy_what_cuda_copies():
+    # blind6/f01's H200 per-op records (BART's padding-mask construction)
+    with vramscope.capture(gpu="h200"):
+        mask = torch.empty(24, 192, device="cuda", dtype=torch.bool)
+        # a bool sum reduces an int64 copy of its input (make_reduction_from_out_ty)
+        total, counts = _counted(lambda: mask.sum())
+        assert total.dtype == torch.int64 and counts == (2, 8 + 24 * 192 * 8)
+        # two broadcast index tensors of different strides are made contiguous (AdvancedIndex)
+        src = torch.empty(24, 1024, device="cuda", dtype=torch.bool)
+        rows = torch.empty(24, 1, 1, 1, device="cuda", dtype=torch.int64)
+        cols = torch.empty(1, 1, 1, 1024, device="cuda", dtype=torch.int64)
+        picked, counts = _counted(lambda: src[rows, cols])
+        assert picked.shape == (24, 1, 1, 1024) and counts == (3, 24 * 1024 + 2 * 196_608)
+        # the same indices at one shape need no copies
+        _, counts = _counted(lambda: src[rows.expand(24, 1, 1, 1024), rows.expand(24, 1, 1, 1024)])
+        assert counts == (1, 24 * 1024)

@@ -195,19 +195,52 @@ def _sum_mean(cap, func, call, outs):
         reduced = [False] * x.dim()
         for d in dims:
             reduced[d % max(x.dim(), 1)] = True
-    reduce_scratch(
-        cap,
-        list(x.shape),
-        list(x.stride()),
-        reduced,
-        x.element_size(),
-        _acc_bytes(x.dtype),
-        func._schema.name,
-    )
+    out_dtype = outs[0].dtype
+    elem, acc, converted = x.element_size(), _acc_bytes(x.dtype), None
+    if out_dtype != x.dtype and not (
+        x.dtype in (torch.float16, torch.bfloat16) and out_dtype == torch.float32
+    ):
+        # `make_reduction_from_out_ty` (ReduceOps.cpp): on CUDA only half/bf16 -> float reduces
+        # from the input's own dtype; otherwise the input is first converted (`self.to(dtype)`,
+        # a bool or int32 `sum` makes an int64 copy: blind6/f01's H200 record)
+        converted = cap.malloc(x.numel() * out_dtype.itemsize, func._schema.name, "temporary")
+        elem, acc = out_dtype.itemsize, _acc_bytes(out_dtype)
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, elem, acc, func._schema.name)
+    del converted
 
 
 for _f in (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim):
     AFTER[_f] = _sum_mean
+
+
+def _index(cap, func, args, kwargs):
+    """`AdvancedIndex` (TensorAdvancedIndexing.cpp): on CUDA, two or more index tensors whose
+    strides differ once broadcast are each made contiguous at the broadcast shape before the
+    output is allocated, and die with the kernel (blind6/f01's H200 record of HF's padding-mask
+    construction)."""
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    defined = [i for i in (indices or ()) if i is not None]
+    if len(defined) < 2 or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
+        return NotImplemented
+    if not registered(args[0]) or not all(registered(i) for i in defined):
+        return NotImplemented
+    shape = torch.broadcast_shapes(*(i.shape for i in defined))
+
+    def expanded_strides(t):
+        pad = len(shape) - t.dim()
+        sizes, strides = [1] * pad + list(t.shape), [0] * pad + list(t.stride())
+        return tuple(0 if sz == 1 else st for sz, st, n in zip(sizes, strides, shape, strict=True) if n > 1)
+
+    if len({expanded_strides(i) for i in defined}) == 1:
+        return NotImplemented
+    numel = math.prod(shape)
+    copies = [cap.malloc(numel * i.element_size(), "aten::index", "temporary") for i in defined]
+    out = cap.run(func, args, kwargs, [args[0], *defined])
+    del copies
+    return out
+
+
+DISPATCH[aten.index.Tensor] = _index
 
 
 # ---- values read by the program ------------------------------------------------------
