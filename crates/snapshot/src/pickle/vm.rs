@@ -315,6 +315,10 @@ pub(crate) struct Core<A> {
     ab: A,
     /// Scratch for dict values.
     scratch: Vec<Val>,
+    /// Short strings decoded lately, by their bytes: PyTorch writes a
+    /// fresh `'N/A'` (`compile_context`) into every trace entry, so most
+    /// short strings need neither UTF-8 checking nor hashing again.
+    short: [ShortStr; SHORT_SLOTS],
     /// Offset of the opcode being executed.
     at: usize,
     /// The opcode being executed.
@@ -337,6 +341,28 @@ pub(crate) struct Core<A> {
     last_shape: Option<u32>,
     kc: KeyCx,
     proto: u8,
+}
+
+/// Longest string kept in [`Core`]'s cache of short strings.
+const SHORT_LEN: usize = 15;
+/// Slots of that cache (direct-mapped by length and first byte).
+const SHORT_SLOTS: usize = 16;
+
+/// One short string's bytes and the interned value they decoded to.
+#[derive(Clone, Copy)]
+struct ShortStr {
+    /// Its length; `u8::MAX` for an empty slot.
+    len: u8,
+    bytes: [u8; SHORT_LEN],
+    val: Val,
+}
+
+impl ShortStr {
+    const EMPTY: ShortStr = ShortStr {
+        len: u8::MAX,
+        bytes: [0; SHORT_LEN],
+        val: Val::NONE,
+    };
 }
 
 fn u32_of(n: usize, at: usize) -> R<u32> {
@@ -905,6 +931,7 @@ impl<A: Absorb> Core<A> {
         Core {
             ab,
             scratch: Vec::new(),
+            short: [ShortStr::EMPTY; SHORT_SLOTS],
             at: 0,
             cur: 0,
             reading_opcode: false,
@@ -1077,6 +1104,26 @@ impl<A: Absorb> Core<A> {
     }
 
     fn utf8(&mut self, b: &[u8]) -> R<Val> {
+        if b.len() <= SHORT_LEN {
+            let slot = (b.len() + usize::from(b.first().copied().unwrap_or(0))) % SHORT_SLOTS;
+            let e = &self.short[slot];
+            if usize::from(e.len) == b.len() && &e.bytes[..b.len()] == b {
+                return Ok(e.val);
+            }
+            let val = self.utf8_slow(b)?;
+            let mut bytes = [0u8; SHORT_LEN];
+            bytes[..b.len()].copy_from_slice(b);
+            self.short[slot] = ShortStr {
+                len: b.len() as u8,
+                bytes,
+                val,
+            };
+            return Ok(val);
+        }
+        self.utf8_slow(b)
+    }
+
+    fn utf8_slow(&mut self, b: &[u8]) -> R<Val> {
         match std::str::from_utf8(b) {
             Ok(s) => self.str(s),
             // Python accepts lone surrogates ('surrogatepass'); a Rust
