@@ -8,8 +8,8 @@ for `vramscope inspect` at scale (issue #36).
 `--target-mb` sizes the run: after a few warm-up steps the script dumps an
 in-memory snapshot to learn the entries per step and the pickle's bytes per
 entry, then trains for as many steps as the target asks. With `--wrap` the
-ring buffer holds the target's entries and the run makes twice as many, so
-the trace starts in the middle of the run. `--streams 2` copies each batch
+ring buffer holds the target's entries and the run makes twice as many
+(`--wrap-ratio`), so the trace starts in the middle of the run. `--streams 2` copies each batch
 on a side stream (record_stream), `--streams 3` also flattens gradients into
 25 MiB buckets on a third stream, as DDP's reducer does. `--oom-at F` runs a
 forward at 256 times the batch at that fraction of the run, which runs out of memory (the
@@ -35,6 +35,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--target-mb", type=float, required=True)
 p.add_argument("--wrap", action="store_true")
+p.add_argument("--wrap-ratio", type=float, default=2.0, help="with --wrap: the run's entries over the ring buffer's")
 p.add_argument("--streams", type=int, default=1)
 p.add_argument("--oom-at", type=float, default=-1, help="fraction of the run (0..1) at which to OOM")
 p.add_argument("--stacks", default="all", choices=["all", "python"])
@@ -175,7 +176,7 @@ torch.cuda.memory._record_memory_history(enabled=None)
 
 target_entries = int(a.target_mb * 1e6 / per_entry)
 max_entries = target_entries if a.wrap else sys.maxsize
-run_entries = 2 * target_entries if a.wrap else target_entries
+run_entries = int(a.wrap_ratio * target_entries) if a.wrap else target_entries
 steps = max(1, math.ceil(run_entries / per_step))
 oom_step = int(a.oom_at * steps) if a.oom_at >= 0 else -1
 
