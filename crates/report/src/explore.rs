@@ -20,10 +20,13 @@ pub const MAX_HITS: usize = 2000;
 /// A snapshot with its timeline and report, ready for queries.
 pub struct Explorer {
     snap: Snapshot,
-    cfg: AllocatorConfig,
     opts: Options,
     tl: Timeline,
     report: Report,
+    /// Allocated and reserved bytes right after each trace entry (16 bytes
+    /// an entry), so that any range is answered by one scan of it.
+    allocated: Vec<u64>,
+    reserved: Vec<u64>,
     /// Site and module path of each stack, computed on first use.
     sites: HashMap<u32, (String, Option<String>)>,
 }
@@ -35,12 +38,17 @@ impl Explorer {
         let tl = timeline::build(&snap, opts.device, &cfg, opts.timeline_points);
         let mut report = analyze_timeline(&snap, &tl, &opts);
         report.snapshot = name.to_owned();
+        // one sample per entry: the counters after each
+        let each = timeline::build_window(&snap, opts.device, &cfg, tl.entries.max(1), None);
+        let allocated = each.samples.iter().map(|s| s.allocated).collect();
+        let reserved = each.samples.iter().map(|s| s.reserved).collect();
         Explorer {
             snap,
-            cfg,
             opts,
             tl,
             report,
+            allocated,
+            reserved,
             sites: HashMap::new(),
         }
     }
@@ -66,28 +74,42 @@ impl Explorer {
     /// allocations alive there as bands (every one, when the range holds
     /// at most [`MAX_BANDS`]).
     pub fn range_json(&self, from: usize, to: usize, points: usize) -> Value {
-        let n = self.tl.entries;
+        let n = self.allocated.len();
         let (from, to) = (from.min(n), to.min(n).max(from.min(n)));
         let points = points.clamp(1, 20_000);
-        let w = timeline::build_window(
-            &self.snap,
-            self.opts.device,
-            &self.cfg,
-            points,
-            Some(from..to),
-        );
-        let total: Vec<Value> = w
-            .samples
-            .iter()
-            .map(|p| json!([p.trace_index, p.allocated, p.reserved]))
-            .collect();
+        let bucket = (to - from).div_ceil(points).max(1);
+        // per bucket, the first maximum of each counter (as timeline::build)
+        let mut total = Vec::new();
+        let mut peak: Option<(usize, u64)> = None;
+        let mut peak_r: Option<(usize, u64)> = None;
+        for start in (from..to).step_by(bucket) {
+            let end = (start + bucket).min(to);
+            let (mut a, mut r) = (
+                (start, self.allocated[start]),
+                (start, self.reserved[start]),
+            );
+            for i in start + 1..end {
+                if self.allocated[i] > a.1 {
+                    a = (i, self.allocated[i]);
+                }
+                if self.reserved[i] > r.1 {
+                    r = (i, self.reserved[i]);
+                }
+            }
+            total.push(json!([a.0, a.1, r.1]));
+            if peak.is_none_or(|p| a.1 > p.1) {
+                peak = Some(a);
+            }
+            if peak_r.is_none_or(|p| r.1 > p.1) {
+                peak_r = Some(r);
+            }
+        }
         let (bands, stacks) =
             band_data(&self.snap, &self.tl, self.opts.device, from..to, MAX_BANDS);
+        let peak_json = |p: Option<(usize, u64)>| json!({"index": p.map(|p| p.0), "bytes": p.map_or(0, |p| p.1)});
         json!({
             "from": from, "to": to, "total": total, "bands": bands, "stacks": stacks,
-            "bucket": (to - from).div_ceil(points).max(1),
-            "peak": {"index": w.peak_allocated.index, "bytes": w.peak_allocated.bytes},
-            "peak_reserved": {"index": w.peak_reserved.index, "bytes": w.peak_reserved.bytes},
+            "bucket": bucket, "peak": peak_json(peak), "peak_reserved": peak_json(peak_r),
         })
     }
 
@@ -99,7 +121,6 @@ impl Explorer {
             return json!({"index": null});
         }
         let i = i.min(n - 1);
-        let w = timeline::build_window(&self.snap, self.opts.device, &self.cfg, 1, Some(i..i + 1));
         let (live, categories) = live_at(&self.snap, &self.tl, Some(i), &self.opts);
         let time = self
             .snap
@@ -108,7 +129,7 @@ impl Explorer {
             .and_then(|t| t.time_us(i));
         json!({
             "index": i, "time_us": time,
-            "allocated_bytes": w.peak_allocated.bytes, "reserved_bytes": w.peak_reserved.bytes,
+            "allocated_bytes": self.allocated.get(i), "reserved_bytes": self.reserved.get(i),
             "live": live, "categories": categories,
         })
     }
@@ -173,6 +194,12 @@ impl Explorer {
 mod tests {
     use super::*;
 
+    impl Explorer {
+        fn cfg_for_tests(&self) -> AllocatorConfig {
+            vramscope_replay::from_snapshot::config(&self.snap).0
+        }
+    }
+
     fn explorer() -> Explorer {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -205,6 +232,24 @@ mod tests {
                 .count(),
             r.live_at_peak.count
         );
+    }
+
+    /// The curve of a range is the timeline's own over that window.
+    #[test]
+    fn a_range_is_the_timelines_window() {
+        let x = explorer();
+        let n = x.allocated.len();
+        for (a, b, points) in [(n / 3, 2 * n / 3, 37), (0, n, 1000), (5, 9, 50)] {
+            let w = timeline::build_window(&x.snap, 0, &x.cfg_for_tests(), points, Some(a..b));
+            let want: Vec<Value> = w
+                .samples
+                .iter()
+                .map(|p| json!([p.trace_index, p.allocated, p.reserved]))
+                .collect();
+            let got = x.range_json(a, b, points);
+            assert_eq!(got["total"], json!(want), "{a}..{b}");
+            assert_eq!(got["peak"]["index"], json!(w.peak_allocated.index));
+        }
     }
 
     #[test]
