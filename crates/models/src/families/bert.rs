@@ -29,7 +29,7 @@ use vramscope_engine::{Category, DType, Device, EngineError, Runtime, SdpaArgs, 
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    check_padding_idx, checkpointed, parameter, to_cuda, Act, LayerNorm,
+    check_padding_idx, checkpointed, parameter, to_cuda, Act, LayerNorm, Linear,
 };
 use crate::families::{HfModel, Inputs, ModelOutput};
 use crate::workload::Checkpointing;
@@ -158,24 +158,6 @@ impl BertConfig {
 
 // ---- modules ----------------------------------------------------------------------
 
-/// `nn.Linear(in, out)`: weight `(out, in)`, then bias.
-struct Linear {
-    weight: Tensor,
-    bias: Tensor,
-}
-
-impl Linear {
-    fn new(rt: &Runtime, inp: i64, out: i64, dtype: DType) -> Result<Self> {
-        Ok(Linear {
-            weight: parameter(rt, &[out, inp], dtype)?,
-            bias: parameter(rt, &[out], dtype)?,
-        })
-    }
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.linear(&self.weight, Some(&self.bias))?)
-    }
-}
-
 /// `BertSelfOutput` / `BertOutput`: dense, dropout, `LayerNorm(x + input)`.
 struct DenseNorm {
     dense: Linear,
@@ -239,13 +221,12 @@ fn embedding(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
 impl Layer {
     /// `BertSelfAttention.forward` with `sdpa_attention_forward`.
     fn self_attention(&self, cfg: &BertConfig, hidden: &Tensor, training: bool) -> Result<Tensor> {
-        let rt = hidden.runtime().clone();
         let (b, s) = (hidden.size(0), hidden.size(1));
         let hd = cfg.head_dim();
         let shape = [b, s, -1, hd];
         // query_layer = self.query(hidden_states).view(*hidden_shape).transpose(1, 2), same for key, value
         let proj = |name: &str, lin: &Linear| -> Result<Tensor> {
-            let y = rt.in_module(name, || lin.forward(hidden))?;
+            let y = lin.forward(name, hidden)?;
             Ok(y.view(&shape)?.transpose(1, 2))
         };
         let q = proj("query", &self.query)?;
@@ -292,7 +273,7 @@ impl Layer {
         training: bool,
     ) -> Result<Tensor> {
         let rt = hidden.runtime().clone();
-        let mut h = rt.in_module("dense", || m.dense.forward(hidden))?;
+        let mut h = m.dense.forward("dense", hidden)?;
         h = rt.in_module("dropout", || {
             Ok::<_, ModelError>(h.dropout(cfg.hidden_dropout_prob, training)?)
         })?;
@@ -319,7 +300,7 @@ impl Layer {
         })?;
         // feed_forward_chunk
         let intermediate = rt.in_module("intermediate", || -> Result<Tensor> {
-            let mut x = rt.in_module("dense", || self.intermediate.forward(&attention_output))?;
+            let mut x = self.intermediate.forward("dense", &attention_output)?;
             x = rt.in_module("intermediate_act_fn", || cfg.act.forward(&x))?;
             Ok(x)
         })?;
@@ -359,16 +340,16 @@ impl BertForMaskedLM {
         for i in 0..cfg.num_hidden_layers {
             layers.push(Rc::new(Layer {
                 name: format!("layer.{i}"),
-                query: Linear::new(rt, h, h, w)?,
-                key: Linear::new(rt, h, h, w)?,
-                value: Linear::new(rt, h, h, w)?,
+                query: Linear::new(rt, h, h, true, w)?,
+                key: Linear::new(rt, h, h, true, w)?,
+                value: Linear::new(rt, h, h, true, w)?,
                 attention_output: DenseNorm {
-                    dense: Linear::new(rt, h, h, w)?,
+                    dense: Linear::new(rt, h, h, true, w)?,
                     layer_norm: LayerNorm::new(rt, h, w)?,
                 },
-                intermediate: Linear::new(rt, h, inter, w)?,
+                intermediate: Linear::new(rt, h, inter, true, w)?,
                 output: DenseNorm {
-                    dense: Linear::new(rt, inter, h, w)?,
+                    dense: Linear::new(rt, inter, h, true, w)?,
                     layer_norm: LayerNorm::new(rt, h, w)?,
                 },
             }));
@@ -383,11 +364,11 @@ impl BertForMaskedLM {
             token_type_ids,
             checkpointed: vec![false; layers.len()],
             layers,
-            head_dense: Linear::new(rt, h, h, w)?,
+            head_dense: Linear::new(rt, h, h, true, w)?,
             head_layer_norm: LayerNorm::new(rt, h, w)?,
             // tied, the decoder's own weight is made and freed when
             // `post_init` ties it, as the causal models' heads
-            decoder: Some(Linear::new(rt, h, cfg.vocab_size, w)?)
+            decoder: Some(Linear::new(rt, h, cfg.vocab_size, true, w)?)
                 .filter(|_| !cfg.tie_word_embeddings),
             bias: parameter(rt, &[cfg.vocab_size], w)?,
             cfg: Rc::new(cfg),
@@ -434,32 +415,26 @@ impl BertForMaskedLM {
                 ModelError::Unsupported("model.cuda() while a checkpointed forward is alive".into())
             })?;
             for lin in [&mut l.query, &mut l.key, &mut l.value] {
-                v.push((&mut lin.weight, p));
-                v.push((&mut lin.bias, p));
+                v.extend(lin.params_mut().map(|t| (t, p)));
             }
-            v.push((&mut l.attention_output.dense.weight, p));
-            v.push((&mut l.attention_output.dense.bias, p));
+            v.extend(l.attention_output.dense.params_mut().map(|t| (t, p)));
             for t in l.attention_output.layer_norm.params_mut() {
                 v.push((t, p));
             }
-            v.push((&mut l.intermediate.weight, p));
-            v.push((&mut l.intermediate.bias, p));
-            v.push((&mut l.output.dense.weight, p));
-            v.push((&mut l.output.dense.bias, p));
+            v.extend(l.intermediate.params_mut().map(|t| (t, p)));
+            v.extend(l.output.dense.params_mut().map(|t| (t, p)));
             for t in l.output.layer_norm.params_mut() {
                 v.push((t, p));
             }
         }
-        v.push((&mut self.head_dense.weight, p));
-        v.push((&mut self.head_dense.bias, p));
+        v.extend(self.head_dense.params_mut().map(|t| (t, p)));
         for t in self.head_layer_norm.params_mut() {
             v.push((t, p));
         }
         // decoder: its weight (tied: already moved with the word embeddings)
         // and bias (tied: the head's `bias`, moved here), then the head's own bias
         if let Some(d) = &mut self.decoder {
-            v.push((&mut d.weight, p));
-            v.push((&mut d.bias, p));
+            v.extend(d.params_mut().map(|t| (t, p)));
         }
         v.push((&mut self.bias, p));
         Ok(v)
@@ -473,7 +448,10 @@ impl BertForMaskedLM {
     }
 
     fn decoder_bias(&self) -> &Tensor {
-        self.decoder.as_ref().map(|d| &d.bias).unwrap_or(&self.bias)
+        self.decoder
+            .as_ref()
+            .and_then(|d| d.bias.as_ref())
+            .unwrap_or(&self.bias)
     }
 
     /// `RobertaEmbeddings.create_position_ids_from_input_ids(input_ids,
@@ -599,7 +577,7 @@ impl BertForMaskedLM {
             Flavor::Roberta => ("dense", "gelu", "layer_norm"),
         };
         let transform = || -> Result<Tensor> {
-            let mut x = rt.in_module(dense, || self.head_dense.forward(seq))?;
+            let mut x = self.head_dense.forward(dense, seq)?;
             x = rt.in_module(act_name, || act.forward(&x))?;
             x = rt.in_module(ln, || self.head_layer_norm.forward(&x))?;
             Ok(x)
@@ -644,22 +622,22 @@ impl HfModel for BertForMaskedLM {
         for l in &self.layers {
             for lin in [&l.query, &l.key, &l.value, &l.attention_output.dense] {
                 v.push(lin.weight.clone());
-                v.push(lin.bias.clone());
+                v.extend(lin.bias.clone());
             }
             v.extend(l.attention_output.layer_norm.params().map(Tensor::clone));
             for lin in [&l.intermediate, &l.output.dense] {
                 v.push(lin.weight.clone());
-                v.push(lin.bias.clone());
+                v.extend(lin.bias.clone());
             }
             v.extend(l.output.layer_norm.params().map(Tensor::clone));
         }
         v.push(self.bias.clone());
         v.push(self.head_dense.weight.clone());
-        v.push(self.head_dense.bias.clone());
+        v.extend(self.head_dense.bias.clone());
         v.extend(self.head_layer_norm.params().map(Tensor::clone));
         if let Some(d) = &self.decoder {
             v.push(d.weight.clone());
-            v.push(d.bias.clone());
+            v.extend(d.bias.clone());
         }
         v
     }

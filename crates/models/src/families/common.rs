@@ -261,6 +261,10 @@ impl Linear {
         }
         Ok(())
     }
+    /// Its own parameters, to move: weight, then bias.
+    pub(crate) fn params_mut(&mut self) -> impl Iterator<Item = &mut Tensor> {
+        std::iter::once(&mut self.weight).chain(self.bias.as_mut())
+    }
     /// `parameters()`: weight, then bias (peft's `base_layer`), then the
     /// adapter's A and B.
     pub(crate) fn params(&self, out: &mut Vec<Tensor>) {
