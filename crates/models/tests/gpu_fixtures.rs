@@ -243,47 +243,47 @@ fn vit() {
 }
 
 #[test]
-fn unseen() {
+fn unseen_shapes_and_settings() {
     check(&["u_"]);
 }
 
 #[test]
-fn unseen2() {
+fn unseen_presets_odd_lengths() {
     check(&["u2_"]);
 }
 
 #[test]
-fn unseen3() {
+fn unseen_presets_full_size() {
     check(&["u3_"]);
 }
 
 #[test]
-fn unseen4() {
+fn unseen_largest_batch_bisections() {
     check(&["u4_"]);
 }
 
 #[test]
-fn unseen5() {
+fn unseen_presets_full_size_rest() {
     check(&["u5_"]);
 }
 
 #[test]
-fn unseen6() {
+fn unseen_head_dim_256() {
     check(&["u6_"]);
 }
 
 #[test]
-fn unseen7() {
+fn unseen_config_code_paths() {
     check(&["u7_"]);
 }
 
 #[test]
-fn unseen8() {
+fn unseen_settings_combined() {
     check(&["u8_"]);
 }
 
 #[test]
-fn unseen9() {
+fn unseen_extreme_fields_and_shapes() {
     check(&["u9_"]);
 }
 
@@ -291,7 +291,7 @@ fn unseen9() {
 /// SmolLM2-135M to Gemma-2-2B, BERT-large, ViT-large), recorded after the
 /// twin's peaks were committed (5cf82c8).
 #[test]
-fn unseen10() {
+fn unseen_hub_config_files() {
     check(&["u10_"]);
 }
 
@@ -299,14 +299,14 @@ fn unseen10() {
 /// (`validation/unseen11_cases.json`), recorded after the twin's peaks were
 /// committed (dd6659e).
 #[test]
-fn unseen11() {
+fn unseen_small_training_placement() {
     check(&["u11_"]);
 }
 
 /// Small models in training again, recorded after the twin's peaks under
 /// `driver_va.rs`'s rule 6 were committed (b8be506).
 #[test]
-fn unseen12() {
+fn unseen_blind_driver_rule6() {
     check(&["u12_"]);
 }
 
@@ -314,7 +314,7 @@ fn unseen12() {
 /// (`validation/unseen13_cases.json`), recorded after the twin's peaks were
 /// committed (see `fixtures/unseen/presets_least_used_options/README.md`).
 #[test]
-fn unseen13() {
+fn unseen_presets_least_used_options() {
     check(&["u13_"]);
 }
 
@@ -322,7 +322,7 @@ fn unseen13() {
 /// (`validation/unseen14_cases.json`), both answers committed first
 /// (d024949).
 #[test]
-fn unseen14() {
+fn unseen_driver_rule7() {
     check(&["u14_"]);
 }
 
@@ -331,7 +331,7 @@ fn unseen14() {
 /// and three candidates did not all agree, all four answers committed first
 /// (`fixtures/unseen/blind_forward0_mappings/answers.txt`, 06f4033).
 #[test]
-fn unseen15() {
+fn unseen_blind_forward0_mappings() {
     check(&["u15_"]);
 }
 
@@ -340,21 +340,21 @@ fn unseen15() {
 /// with and without them disagree, both answers committed first
 /// (`fixtures/unseen/blind_cudnn_libraries/answers.txt`, 0340c0a).
 #[test]
-fn unseen16() {
+fn unseen_blind_cudnn_libraries() {
     check(&["u16_"]);
 }
 
 /// A blind set on configs no set had before (new sizes for every family),
 /// the twin's answers committed first (`answers.txt`).
 #[test]
-fn unseen17() {
+fn unseen_blind_new_configs() {
     check(&["u17_"]);
 }
 
 /// A second blind set on new sizes, answered (`answers.txt`) after the
 /// seventeenth's fixes.
 #[test]
-fn unseen18() {
+fn unseen_blind_new_configs_2() {
     check(&["u18_"]);
 }
 
