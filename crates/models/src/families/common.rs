@@ -381,6 +381,11 @@ impl LayerNorm {
     pub(crate) fn params_mut(&mut self) -> [&mut Tensor; 2] {
         [&mut self.weight, &mut self.bias]
     }
+    /// `_apply`: weight, then bias.
+    pub(crate) fn cuda(&mut self) -> Result<()> {
+        to_cuda(&mut self.weight, Category::Parameter)?;
+        to_cuda(&mut self.bias, Category::Parameter)
+    }
     pub(crate) fn params(&self) -> [&Tensor; 2] {
         [&self.weight, &self.bias]
     }

@@ -26,7 +26,7 @@ use vramscope_engine::{Category, DType, Runtime, SdpaArgs, Tensor};
 
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
-use crate::families::common::{checkpointed, parameter, to_cuda, Linear};
+use crate::families::common::{checkpointed, parameter, to_cuda, LayerNorm, Linear};
 use crate::families::{HfModel, Inputs, ModelOutput};
 use crate::workload::Checkpointing;
 
@@ -188,33 +188,6 @@ impl ViTConfig {
     }
 }
 
-/// An `nn.LayerNorm(hidden)` (affine).
-struct LayerNorm {
-    weight: Tensor,
-    bias: Tensor,
-}
-
-impl LayerNorm {
-    fn new(rt: &Runtime, n: i64, dt: DType) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: parameter(rt, &[n], dt)?,
-            bias: parameter(rt, &[n], dt)?,
-        })
-    }
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let n = self.weight.sizes()[0];
-        Ok(x.layer_norm(&[n], Some(&self.weight), Some(&self.bias))?)
-    }
-    fn cuda(&mut self) -> Result<()> {
-        to_cuda(&mut self.weight, Category::Parameter)?;
-        to_cuda(&mut self.bias, Category::Parameter)
-    }
-    fn params(&self, v: &mut Vec<Tensor>) {
-        v.push(self.weight.clone());
-        v.push(self.bias.clone());
-    }
-}
-
 /// `ViTLayer`
 struct Layer {
     q_proj: Linear,
@@ -263,8 +236,8 @@ impl Layer {
         for l in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
             l.params(v);
         }
-        self.layernorm_before.params(v);
-        self.layernorm_after.params(v);
+        v.extend(self.layernorm_before.params().map(Tensor::clone));
+        v.extend(self.layernorm_after.params().map(Tensor::clone));
         self.fc1.params(v);
         self.fc2.params(v);
     }
@@ -567,7 +540,7 @@ impl HfModel for ViT {
         for l in &self.layers {
             l.params(&mut v);
         }
-        self.layernorm.params(&mut v);
+        v.extend(self.layernorm.params().map(Tensor::clone));
         if let Some(c) = &self.classifier {
             c.params(&mut v);
         }
