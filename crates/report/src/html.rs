@@ -9,7 +9,8 @@
 //! small one. Open `page.html#selftest` to run the page's self-test (used by
 //! the test suite in headless Chromium).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use serde_json::{json, Value};
 use vramscope_alloc::AllocatorConfig;
@@ -71,25 +72,29 @@ pub(crate) fn band_data(
     let empty = Trace::new();
     let trace = snap.device_traces.get(device);
     let tr = trace.unwrap_or(&empty);
-    // The largest allocations (by bytes x lifetime, then bytes) get bands
+    // The largest allocations (by bytes x lifetime, then the earlier) get bands
     // (within the window: an allocation outside it weighs nothing).
     let (w0, w1) = (window.start.min(n), window.end.min(n));
-    let lives: Vec<(u64, Option<usize>, Option<usize>)> = tl.lifetimes().collect();
-    let life = |&(_, start, end): &(u64, Option<usize>, Option<usize>)| {
+    let life = |start: Option<usize>, end: Option<usize>| {
         end.unwrap_or(n)
             .min(w1)
             .saturating_sub(start.unwrap_or(0).max(w0)) as u128
     };
-    let weight =
-        |k: usize| lives[k].0 as u128 * life(&lives[k]).min((w1 - w0.min(w1)) as u128 / 20 + 1);
-    let mut order: Vec<usize> = (0..lives.len())
-        .filter(|&k| life(&lives[k]) > 0 || n == 0)
-        .collect();
-    let by_weight = |x: &usize, y: &usize| weight(*y).cmp(&weight(*x)).then(x.cmp(y));
-    if order.len() > max {
-        order.select_nth_unstable_by(max, by_weight);
-        order.truncate(max);
+    let cap = (w1 - w0.min(w1)) as u128 / 20 + 1;
+    // the `max` heaviest, ties to the earlier allocation, kept in a heap of
+    // `max` (no per-allocation list: a trace of millions stays small)
+    let mut heap: BinaryHeap<Reverse<(u128, Reverse<usize>)>> = BinaryHeap::new();
+    for (k, (size, start, end)) in tl.lifetimes().enumerate() {
+        let l = life(start, end);
+        if l == 0 && n > 0 {
+            continue;
+        }
+        heap.push(Reverse((size as u128 * l.min(cap), Reverse(k))));
+        if heap.len() > max {
+            heap.pop();
+        }
     }
+    let mut order: Vec<usize> = heap.into_iter().map(|Reverse((_, Reverse(k)))| k).collect();
     order.sort_unstable();
     let allocs: Vec<Allocation> = order.iter().filter_map(|&k| tl.allocation(tr, k)).collect();
     // Stack the bands: events (index, is_free, band).
