@@ -26,20 +26,9 @@ use vramscope_engine::{Category, DType, Runtime, SdpaArgs, Tensor};
 
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
-use crate::families::common::{checkpointed, parameter, to_cuda, LayerNorm, Linear};
+use crate::families::common::{checkpointed, parameter, to_cuda, Act, LayerNorm, Linear};
 use crate::families::{HfModel, Inputs, ModelOutput};
 use crate::workload::Checkpointing;
-
-/// The activation `ACT2FN[hidden_act]` applies (those with the memory of one
-/// pointwise op).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Act {
-    /// `gelu` (`GELUActivation` → `F.gelu`) and `gelu_pytorch_tanh`
-    /// (`F.gelu(approximate="tanh")`): `GeluBackward0` saves the input
-    Gelu,
-    /// `relu` (`nn.ReLU`): saves the result
-    Relu,
-}
 
 /// `ViTConfig` with transformers 5.17's class defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,8 +101,8 @@ impl ViTConfig {
             }
         };
         let act = match c.string("hidden_act")?.unwrap_or("gelu") {
-            "gelu" | "gelu_pytorch_tanh" => Act::Gelu,
-            "relu" => Act::Relu,
+            // those with the memory of one pointwise op
+            name @ ("gelu" | "gelu_pytorch_tanh" | "relu") => Act::parse("hidden_act", name)?,
             other => {
                 return Err(ModelError::Unsupported(format!(
                     "config field `hidden_act` = \"{other}\" (activations other than gelu, \
@@ -292,10 +281,7 @@ impl Layer {
         let rt = x.runtime().clone();
         let h = self.fc1.forward("fc1", x)?;
         let h = {
-            let a = rt.in_module("activation_fn", || match c.act {
-                Act::Gelu => h.gelu(),
-                Act::Relu => h.relu(),
-            })?;
+            let a = rt.in_module("activation_fn", || c.act.forward(&h))?;
             drop(h);
             a
         };
