@@ -125,8 +125,8 @@ pub struct Estimate {
     /// the allocator trace, with [`EstimateOptions::record_trace`]
     pub recorded: Option<RecordedRun>,
     /// each phase's span of allocator requests (mallocs and frees, counted
-    /// from the start): `phases[i]` ran requests `phase_requests[i].0..1`
-    pub phase_requests: Vec<(usize, usize)>,
+    /// from the start): `phases[i]` ran requests `phase_requests[i]`
+    pub phase_requests: Vec<std::ops::Range<usize>>,
     /// sizes the twin took without a measurement behind them
     /// ([`vramscope_engine::EventLog::unmeasured`]): the figures may be off
     /// by them
@@ -857,7 +857,7 @@ struct Run {
     /// the trace length and the segments when the workload ended
     end: Option<(usize, Vec<vramscope_alloc::SegmentInfo>)>,
     /// each phase's span of allocator requests
-    requests: Vec<(usize, usize)>,
+    requests: Vec<std::ops::Range<usize>>,
     /// keep a copy of the allocator when the workload ends
     keep_allocator: bool,
     /// the allocator as the last phase left it
@@ -892,7 +892,7 @@ impl Run {
     fn begin(&mut self, name: String) {
         self.rt.reset_peak_memory_stats();
         let at = requests_so_far(&self.rt);
-        self.requests.push((at, at));
+        self.requests.push(at..at);
         if self.record {
             let at = self.rt.trace_len();
             self.marks.push(PhaseSpan::new(name.clone(), at, at));
@@ -906,7 +906,7 @@ impl Run {
         }
         // (only if nothing reached the allocator since the last phase ended)
         let at = requests_so_far(&self.rt);
-        if self.keep_allocator && self.requests.last().is_some_and(|r| r.1 == at) {
+        if self.keep_allocator && self.requests.last().is_some_and(|r| r.end == at) {
             self.allocator = Some(Continuation {
                 alloc: self.rt.allocator(),
                 fits_from: self.fits_from,
@@ -924,7 +924,7 @@ impl Run {
             // ends at the failed request)
             let at = requests_so_far(&self.rt);
             if let Some(r) = self.requests.last_mut() {
-                r.1 = at;
+                r.end = at;
             }
             if self.keep_allocator {
                 let peak = self.rt.stats().requested_bytes.all().peak;

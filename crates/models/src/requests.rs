@@ -246,7 +246,7 @@ impl Requests {
             .phases
             .iter()
             .zip(&est.phase_requests)
-            .map(|(p, r)| PhaseSpan::new(p.name.clone(), r.0, r.1))
+            .map(|(p, r)| PhaseSpan::new(p.name.clone(), r.start, r.end))
             .collect();
         // what follows the last phase is the teardown (the model and the
         // optimizer dropped), not part of the workload
