@@ -8,6 +8,7 @@ use crate::runtime::Runtime;
 use crate::tensor::Tensor;
 
 /// `nn.Linear(in, out, bias)`: `F.linear(x, weight, bias)`.
+#[derive(Clone)]
 pub struct Linear {
     /// `(out, in)`
     pub weight: Tensor,
@@ -18,10 +19,20 @@ pub struct Linear {
 impl Linear {
     /// A CPU-initialised `nn.Linear`.
     pub fn new(rt: &Runtime, in_features: i64, out_features: i64, bias: bool) -> Result<Self> {
+        Self::new_in(rt, in_features, out_features, bias, DType::F32)
+    }
+    /// A CPU-initialised `nn.Linear(..., dtype=dtype)`: weight, then bias.
+    pub fn new_in(
+        rt: &Runtime,
+        in_features: i64,
+        out_features: i64,
+        bias: bool,
+        dtype: DType,
+    ) -> Result<Self> {
         Ok(Linear {
-            weight: parameter(rt, &[out_features, in_features], DType::F32)?,
+            weight: parameter(rt, &[out_features, in_features], dtype)?,
             bias: if bias {
-                Some(parameter(rt, &[out_features], DType::F32)?)
+                Some(parameter(rt, &[out_features], dtype)?)
             } else {
                 None
             },

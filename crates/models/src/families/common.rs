@@ -163,16 +163,28 @@ pub(crate) fn to_cuda(t: &mut Tensor, category: Category) -> Result<()> {
 
 // ---- nn.Linear / nn.Embedding -------------------------------------------------------
 
-/// `nn.Linear(in, out, bias)`: `F.linear(x, weight, bias)`, with peft's
-/// LoRA adapter when [`inject_lora`] wrapped it.
+/// The engine's `nn.Linear` (its weight and bias through `Deref`), with
+/// peft's LoRA adapter around it when [`inject_lora`] wrapped it
+/// (`lora.Linear`'s `base_layer`).
 #[derive(Clone)]
 pub(crate) struct Linear {
-    /// `(out, in)`
-    pub(crate) weight: Tensor,
-    /// `(out,)`
-    pub(crate) bias: Option<Tensor>,
+    /// `base_layer`: the `nn.Linear`
+    pub(crate) base: vramscope_engine::nn::Linear,
     /// peft's `lora.Linear` around it
     pub(crate) lora: Option<Lora>,
+}
+
+impl std::ops::Deref for Linear {
+    type Target = vramscope_engine::nn::Linear;
+    fn deref(&self) -> &Self::Target {
+        &self.base
+    }
+}
+
+impl std::ops::DerefMut for Linear {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.base
+    }
 }
 
 /// The adapter of peft's `lora.Linear` (`tuners/lora/layer.py`): `lora_A`
@@ -192,12 +204,7 @@ impl Linear {
     /// Built on the CPU in `dtype`.
     pub(crate) fn new(rt: &Runtime, inp: i64, out: i64, bias: bool, dtype: DType) -> Result<Self> {
         Ok(Linear {
-            weight: parameter(rt, &[out, inp], dtype)?,
-            bias: if bias {
-                Some(parameter(rt, &[out], dtype)?)
-            } else {
-                None
-            },
+            base: vramscope_engine::nn::Linear::new_in(rt, inp, out, bias, dtype)?,
             lora: None,
         })
     }
@@ -263,7 +270,8 @@ impl Linear {
     }
     /// Its own parameters, to move: weight, then bias.
     pub(crate) fn params_mut(&mut self) -> impl Iterator<Item = &mut Tensor> {
-        std::iter::once(&mut self.weight).chain(self.bias.as_mut())
+        let base = &mut self.base;
+        std::iter::once(&mut base.weight).chain(base.bias.as_mut())
     }
     /// `parameters()`: weight, then bias (peft's `base_layer`), then the
     /// adapter's A and B.
