@@ -857,6 +857,22 @@ impl Runtime {
         self.st.borrow().alloc.clone()
     }
 
+    /// A copy of the allocator twin, with the [`Handle`] of each live
+    /// allocation by address: what a caller needs to go on serving requests
+    /// on the copy, frees of the blocks live now included.
+    pub fn allocator_with_live(&self) -> (CachingAllocator<SimDevice>, Vec<(Addr, Handle)>) {
+        let st = self.st.borrow();
+        let live = st.live.iter().map(|(h, _)| (h.addr(), *h)).collect();
+        (st.alloc.clone(), live)
+    }
+
+    /// The event log's highest `memory_allocated()` so far and the number
+    /// of events that led to it ([`EventLog::peak_index`]).
+    pub fn event_log_peak(&self) -> Option<(i64, usize)> {
+        let st = self.st.borrow();
+        st.log.as_ref().map(|l| (l.peak_allocated, l.peak_index))
+    }
+
     /// Start recording the allocator twin's best fits
     /// ([`CachingAllocator::record_fits`]); a copy of the allocator
     /// ([`Self::allocator`]) carries them.

@@ -1,7 +1,8 @@
 //! How fast an estimate runs (issue #5: a training step of a Llama-3.1-70B
 //! sized config, 80 layers, batch 1, seq 4096, in at most 50 ms for the whole
 //! process; issue #6: at least 1,000 estimates per second of a 7B-class
-//! config for sweeps).
+//! config for sweeps; issue #32: a generate estimate of Llama-3.1-70B at
+//! batch 8, prompt 4,096 and 4,096 new tokens in at most 100 ms).
 //!
 //! `cargo bench -p vramscope-models` (BENCH_RUNS=N to change the repetitions).
 //! Each figure is the median and the minimum of N single-threaded runs of
@@ -42,7 +43,7 @@ fn main() {
         unlimited: true,
         ..EstimateOptions::default()
     };
-    let cases: [(&str, &str, Workload); 4] = [
+    let cases: [(&str, &str, Workload); 5] = [
         (
             "llama-3.1-70b train fp32 AdamW b1 s4096 (3 steps)",
             "llama-3.1-70b",
@@ -70,6 +71,15 @@ fn main() {
             Workload {
                 weights: DType::BF16,
                 ..Workload::infer(Task::Causal, 8, 2048)
+            },
+        ),
+        // issue #32: at most 100 ms for the whole process
+        (
+            "llama-3.1-70b generate bf16 b8 s4096 +4096 tokens",
+            "llama-3.1-70b",
+            Workload {
+                weights: DType::BF16,
+                ..Workload::generate(Task::Causal, 8, 4096, 4096)
             },
         ),
     ];

@@ -79,6 +79,37 @@ pub struct PhaseFigures {
     pub requested_bytes: i64,
 }
 
+/// One decode step's figures (bytes) in `--mode generate`: the step's
+/// span as `reset_peak_memory_stats()` at its start and `memory_stats()` at
+/// its end would show it. Step 0 is the rest of the prefill's iteration
+/// (from the prefill's forward returning to the next forward), step `k` the
+/// `k`-th decode forward and what follows it up to the stopping check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepFigures {
+    /// `memory_allocated()` at the end
+    pub allocated_bytes: i64,
+    /// `max_memory_allocated()` within the step
+    pub peak_allocated_bytes: i64,
+    /// `memory_reserved()` at the end
+    pub reserved_bytes: i64,
+    /// `max_memory_reserved()` within the step
+    pub peak_reserved_bytes: i64,
+    /// `requested_bytes.all.current` at the end
+    pub requested_bytes: i64,
+}
+
+impl StepFigures {
+    pub(crate) fn of(s: &vramscope_alloc::DeviceStats) -> StepFigures {
+        StepFigures {
+            allocated_bytes: s.allocated_bytes.all().current,
+            peak_allocated_bytes: s.allocated_bytes.all().peak,
+            reserved_bytes: s.reserved_bytes.all().current,
+            peak_reserved_bytes: s.reserved_bytes.all().peak,
+            requested_bytes: s.requested_bytes.all().current,
+        }
+    }
+}
+
 /// An out-of-memory, as PyTorch would raise it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Oom {
@@ -131,6 +162,9 @@ pub struct Estimate {
     /// ([`vramscope_engine::EventLog::unmeasured`]): the figures may be off
     /// by them
     pub unmeasured: Vec<String>,
+    /// `--mode generate`: each decode step's figures, step 0 first (empty
+    /// otherwise, and up to the out-of-memory)
+    pub decode_steps: Vec<StepFigures>,
 }
 
 /// A phase's span of a sequence (allocator trace entries or requests): it
@@ -202,7 +236,10 @@ pub fn estimate(
     }
     let est = match by_repetition(config, workload, options)? {
         Some(e) => e,
-        None => estimate_every_step(config, workload, options)?,
+        None => match by_decode_template(config, workload, options)? {
+            Some(e) => e,
+            None => estimate_every_step(config, workload, options)?,
+        },
     };
     beyond_unlimited(&est, options)?;
     Ok(est)
@@ -585,6 +622,23 @@ fn run_model(
     options: &EstimateOptions,
     keep: Keep,
 ) -> Result<(Estimate, Option<Continuation>)> {
+    run_model_with(config, workload, options, keep, None).map(|(est, kept, _)| (est, kept))
+}
+
+/// [`run_model`], and with `decode_from` (`--mode generate`) the allocator
+/// and the live blocks at the start of that decode step
+/// ([`crate::decode::DecodeStart`]).
+fn run_model_with(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+    keep: Keep,
+    decode_from: Option<i64>,
+) -> Result<(
+    Estimate,
+    Option<Continuation>,
+    Option<crate::decode::DecodeStart>,
+)> {
     check(config, workload)?;
     let mut profile = options.profile.clone();
     if options.unlimited {
@@ -618,6 +672,12 @@ fn run_model(
         fits_from: None,
         peak_requested: 0,
         peak_requested_step1: 0,
+        steps: Vec::new(),
+        step_starts: Vec::new(),
+        loop_done: None,
+        earlier_peaks: (0, 0),
+        decode_from,
+        decode_start: None,
     };
     let mut params = ParamCount::default();
     let outcome = drive(config, workload, &mut run, &mut params);
@@ -669,33 +729,7 @@ fn run_model(
     } else {
         Vec::new()
     };
-    // a few categories; modules keyed by the records' own names (copied
-    // once each), the top level (an empty name, most records) summed apart
-    // so that it never reaches the hash map: hashing and comparing empty
-    // strings there was measurably slow (`docs/performance.md`)
-    let mut breakdown: Vec<(Category, u64)> = Vec::new();
-    let mut top: Option<u64> = None;
-    let mut by_mod: HashMap<&str, u64> = HashMap::new();
-    for r in &live {
-        match breakdown.iter_mut().find(|(c, _)| *c == r.category) {
-            Some(b) => b.1 += r.bytes,
-            None => breakdown.push((r.category, r.bytes)),
-        }
-        if r.module.is_empty() {
-            *top.get_or_insert(0) += r.bytes;
-        } else {
-            *by_mod.entry(&*r.module).or_default() += r.bytes;
-        }
-    }
-    // the largest first; equal sizes by category name
-    breakdown.sort_by_cached_key(|(c, _)| c.to_string());
-    breakdown.sort_by_key(|b| std::cmp::Reverse(b.1));
-    let mut by_module: Vec<(String, u64)> = top
-        .map(|b| (String::new(), b))
-        .into_iter()
-        .chain(by_mod.into_iter().map(|(m, b)| (m.to_owned(), b)))
-        .collect();
-    by_module.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let (breakdown, by_module) = summarize(&live);
     let peak_allocated = run
         .phases
         .iter()
@@ -735,8 +769,117 @@ fn run_model(
         events: log,
         recorded,
         phase_requests: run.requests,
+        decode_steps: std::mem::take(&mut run.steps),
     };
-    Ok((est, allocator))
+    let decode = run.decode_start.take().map(|mut d| {
+        d.step_starts = std::mem::take(&mut run.step_starts);
+        d.loop_done = run.loop_done;
+        d
+    });
+    Ok((est, allocator, decode))
+}
+
+/// What is live, by category and by module path, the largest first.
+#[allow(clippy::type_complexity)]
+fn summarize(live: &[AllocRecord]) -> (Vec<(Category, u64)>, Vec<(String, u64)>) {
+    // a few categories; modules keyed by the records' own names (copied
+    // once each), the top level (an empty name, most records) summed apart
+    // so that it never reaches the hash map: hashing and comparing empty
+    // strings there was measurably slow (`docs/performance.md`)
+    let mut breakdown: Vec<(Category, u64)> = Vec::new();
+    let mut top: Option<u64> = None;
+    let mut by_mod: HashMap<&str, u64> = HashMap::new();
+    for r in live {
+        match breakdown.iter_mut().find(|(c, _)| *c == r.category) {
+            Some(b) => b.1 += r.bytes,
+            None => breakdown.push((r.category, r.bytes)),
+        }
+        if r.module.is_empty() {
+            *top.get_or_insert(0) += r.bytes;
+        } else {
+            *by_mod.entry(&*r.module).or_default() += r.bytes;
+        }
+    }
+    // the largest first; equal sizes by category name
+    breakdown.sort_by_cached_key(|(c, _)| c.to_string());
+    breakdown.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let mut by_module: Vec<(String, u64)> = top
+        .map(|b| (String::new(), b))
+        .into_iter()
+        .chain(by_mod.into_iter().map(|(m, b)| (m.to_owned(), b)))
+        .collect();
+    by_module.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    (breakdown, by_module)
+}
+
+/// `--mode generate` of more than [`crate::decode::MODEL_NEW_TOKENS`]
+/// tokens: the model runs that many, and the allocator serves the later
+/// decode steps from a template of its requests ([`crate::decode`]).
+/// `None` where their requests do not repeat so (then the model runs every
+/// step). The event log and `ops_simulated` are those of the model's run.
+fn by_decode_template(
+    config: &HfConfig,
+    workload: &Workload,
+    options: &EstimateOptions,
+) -> Result<Option<Estimate>> {
+    use crate::decode::{FROM, MODEL_NEW_TOKENS};
+    if workload.mode != Mode::Generate
+        || options.record_trace
+        || workload.new_tokens <= MODEL_NEW_TOKENS
+    {
+        return Ok(None);
+    }
+    let short = Workload {
+        new_tokens: MODEL_NEW_TOKENS,
+        ..workload.clone()
+    };
+    let (mut est, _, start) = run_model_with(config, &short, options, Keep::FIGURES, Some(FROM))?;
+    if est.oom.is_some() {
+        // the full run stops at the same place
+        est.live_at_peak = est.events.live_at_peak();
+        (est.breakdown_at_peak, est.by_module_at_peak) = summarize(&est.live_at_peak);
+        return Ok(Some(est));
+    }
+    let Some(served) =
+        start.and_then(|s| crate::decode::serve(&est, s, workload.new_tokens, &options.profile))
+    else {
+        return Ok(None);
+    };
+    let d = served.decode;
+    est.phases[2] = PhaseFigures {
+        name: est.phases[2].name.clone(),
+        allocated_bytes: d.allocated_bytes,
+        peak_allocated_bytes: d.peak_allocated_bytes,
+        reserved_bytes: d.reserved_bytes,
+        peak_reserved_bytes: d.peak_reserved_bytes,
+        requested_bytes: d.requested_bytes,
+    };
+    est.decode_steps.truncate(FROM as usize);
+    est.decode_steps.extend(served.steps);
+    est.oom = served.oom;
+    est.peak_allocated_bytes = est
+        .phases
+        .iter()
+        .map(|p| p.peak_allocated_bytes)
+        .max()
+        .unwrap_or(0);
+    est.peak_reserved_bytes = est
+        .phases
+        .iter()
+        .map(|p| p.peak_reserved_bytes)
+        .max()
+        .unwrap_or(0);
+    est.peak_phase = est
+        .phases
+        .iter()
+        .find(|p| p.peak_allocated_bytes == est.peak_allocated_bytes)
+        .map(|p| p.name.clone())
+        .unwrap_or_default();
+    (est.breakdown_at_peak, est.by_module_at_peak) = summarize(&served.live_at_peak);
+    est.live_at_peak = served.live_at_peak;
+    // (its requests are the model's run's, not the workload's)
+    est.phase_requests = Vec::new();
+    Ok(Some(est))
 }
 
 /// Workload options that no family can honour.
@@ -868,6 +1011,17 @@ struct Run {
     /// over those since `fits_from`
     peak_requested: i64,
     peak_requested_step1: i64,
+    /// decode: each step's figures
+    steps: Vec<StepFigures>,
+    /// decode: the requests before each step `k >= 1` and before the loop's end
+    step_starts: Vec<usize>,
+    loop_done: Option<usize>,
+    /// the highest allocated and reserved peaks of the phase's spans before
+    /// its last peak reset (a step's end)
+    earlier_peaks: (i64, i64),
+    /// take the allocator at the start of this decode step
+    decode_from: Option<i64>,
+    decode_start: Option<crate::decode::DecodeStart>,
 }
 
 /// The allocator twin as a run's last phase left it, to serve the requests
@@ -891,6 +1045,7 @@ fn requests_so_far(rt: &Runtime) -> usize {
 impl Run {
     fn begin(&mut self, name: String) {
         self.rt.reset_peak_memory_stats();
+        self.earlier_peaks = (0, 0);
         let at = requests_so_far(&self.rt);
         self.requests.push(at..at);
         if self.record {
@@ -944,11 +1099,52 @@ impl Run {
         self.phases.push(PhaseFigures {
             name: self.current.clone(),
             allocated_bytes: f.allocated,
-            peak_allocated_bytes: f.peak,
+            peak_allocated_bytes: f.peak.max(self.earlier_peaks.0),
             reserved_bytes: f.reserved,
-            peak_reserved_bytes: f.peak_reserved,
+            peak_reserved_bytes: f.peak_reserved.max(self.earlier_peaks.1),
             requested_bytes: f.requested,
         });
+    }
+    /// A decode step ends: its figures, and the peaks start again (the
+    /// phase's keep the highest).
+    fn end_step(&mut self) {
+        let f = StepFigures::of(&self.rt.stats());
+        self.earlier_peaks = (
+            self.earlier_peaks.0.max(f.peak_allocated_bytes),
+            self.earlier_peaks.1.max(f.peak_reserved_bytes),
+        );
+        self.steps.push(f);
+        self.rt.reset_peak_memory_stats();
+    }
+    /// What `generate()` says: the phases and the steps it marks.
+    fn generate_event(&mut self, e: crate::families::generate::GenerateEvent) -> Result<()> {
+        use crate::families::generate::GenerateEvent;
+        match e {
+            GenerateEvent::PrefillDone => {
+                self.end_phase();
+                self.begin("decode".into());
+            }
+            GenerateEvent::Step(k) => {
+                self.end_step();
+                self.step_starts.push(requests_so_far(&self.rt));
+                if self.decode_from == Some(k) {
+                    let (alloc, live) = self.rt.allocator_with_live();
+                    self.decode_start = Some(crate::decode::DecodeStart {
+                        alloc,
+                        live,
+                        log_peak: self.rt.event_log_peak().unwrap_or_default(),
+                        earlier_peaks: self.earlier_peaks,
+                        step_starts: Vec::new(),
+                        loop_done: None,
+                    });
+                }
+            }
+            GenerateEvent::LoopDone => {
+                self.end_step();
+                self.loop_done = Some(requests_so_far(&self.rt));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1073,12 +1269,8 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
                 cache: w.cache,
             };
             run.begin("prefill".into());
-            let mut prefill_done = || -> Result<()> {
-                run.end_phase();
-                run.begin("decode".into());
-                Ok(())
-            };
-            let out = model.generate(&ids, &spec, &mut prefill_done)?;
+            let mut on = |e| run.generate_event(e);
+            let out = model.generate(&ids, &spec, &mut on)?;
             run.end_phase();
             drop(out);
         }

@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod decode;
 mod error;
 pub mod estimate;
 pub mod families;

@@ -1900,7 +1900,7 @@ impl<D: Decoder> HfModel for CausalLm<D> {
         &self,
         input_ids: &Tensor,
         spec: &crate::families::generate::GenerateSpec,
-        prefill_done: &mut dyn FnMut() -> Result<()>,
+        on: &mut dyn FnMut(crate::families::generate::GenerateEvent) -> Result<()>,
     ) -> Result<Tensor> {
         let layers = self.model.cache_layers();
         let forward = |ids: &Tensor, step: &GenStep| -> Result<Tensor> {
@@ -1937,7 +1937,7 @@ impl<D: Decoder> HfModel for CausalLm<D> {
             &layers,
             &self.tokens,
             &forward,
-            prefill_done,
+            on,
         )
     }
 

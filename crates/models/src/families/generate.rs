@@ -48,6 +48,19 @@ fn device_ids(rt: &Runtime, n: Option<i64>) -> Result<Tensor> {
     }
 }
 
+/// Where `generate()` is, for a caller that marks its phases and steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenerateEvent {
+    /// the prefill's forward returned (a forward hook's view)
+    PrefillDone,
+    /// decode step `k` (1, 2, ...) begins: `prepare_inputs_for_generation`
+    /// of its forward (step 0 is the rest of the prefill's iteration)
+    Step(i64),
+    /// the loop ended (its last step's stopping check returned); the locals
+    /// of `generate` die next
+    LoopDone,
+}
+
 /// A forward of the model on `(input_ids, step)`: the logits of the last
 /// position, `(batch, 1, vocab)`.
 pub(crate) type StepForward<'a> = dyn Fn(&Tensor, &GenStep) -> Result<Tensor> + 'a;
@@ -55,8 +68,8 @@ pub(crate) type StepForward<'a> = dyn Fn(&Tensor, &GenStep) -> Result<Tensor> + 
 /// `model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
 /// do_sample=False)` under `torch.no_grad()`, for a model whose cache has
 /// `cache_layers` (`Some(window)`: a sliding layer) and whose vocabulary is
-/// `vocab`; `prefill_done` runs when the prefill's forward returns. Returns
-/// the sequences `(batch, prompt + N)`.
+/// `vocab`; `on` hears where it is ([`GenerateEvent`]). Returns the
+/// sequences `(batch, prompt + N)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn generate(
     rt: &Runtime,
@@ -66,7 +79,7 @@ pub(crate) fn generate(
     cache_layers: &[Option<i64>],
     tokens: &Tokens,
     forward: &StepForward,
-    prefill_done: &mut dyn FnMut() -> Result<()>,
+    on: &mut dyn FnMut(GenerateEvent) -> Result<()>,
 ) -> Result<Tensor> {
     if spec.cache != CacheKind::Dynamic {
         return Err(crate::error::ModelError::Unsupported(
@@ -88,7 +101,7 @@ pub(crate) fn generate(
             cache_layers,
             tokens,
             forward,
-            prefill_done,
+            on,
         )
     })
 }
@@ -102,7 +115,7 @@ fn run(
     cache_layers: &[Option<i64>],
     tokens: &Tokens,
     forward: &StepForward,
-    prefill_done: &mut dyn FnMut() -> Result<()>,
+    on: &mut dyn FnMut(GenerateEvent) -> Result<()>,
 ) -> Result<Tensor> {
     let (b, s) = (input_ids.size(0), input_ids.size(1));
     // _prepare_special_tokens: bos, eos (0-dim ids unsqueezed), pad tensors;
@@ -177,7 +190,7 @@ fn run(
                 cache: &cache,
             },
         )?;
-        prefill_done()?;
+        on(GenerateEvent::PrefillDone)?;
         drop(ids);
         Some(logits)
     };
@@ -190,8 +203,11 @@ fn run(
     let mut next_token_logits: Tensor;
     let mut next_token_scores: Tensor;
     let mut next_tokens: Tensor;
+    let mut step = 0;
     loop {
         if outputs.is_none() {
+            step += 1;
+            on(GenerateEvent::Step(step))?;
             // prepare_inputs_for_generation(input_ids, next_sequence_length=1):
             // input_ids[:, -1:].clone(), position_ids[..., -1:].clone(); the
             // previous dict dies when `model_inputs` is rebound
@@ -332,6 +348,7 @@ fn run(
             break;
         }
     }
+    on(GenerateEvent::LoopDone)?;
     drop(model_inputs);
     drop(next_token_logits);
     drop(next_token_scores);

@@ -92,13 +92,13 @@ pub trait HfModel {
     /// `model.enable_input_require_grads()`.
     fn enable_input_require_grads(&mut self) {}
     /// `model.generate(input_ids, ...)` under its own `torch.no_grad()`:
-    /// the returned sequences. `prefill_done` runs when the prefill's
-    /// forward returns (a forward hook's view).
+    /// the returned sequences. `on` hears where it is
+    /// ([`generate::GenerateEvent`]).
     fn generate(
         &self,
         _input_ids: &Tensor,
         _spec: &generate::GenerateSpec,
-        _prefill_done: &mut dyn FnMut() -> Result<()>,
+        _on: &mut dyn FnMut(generate::GenerateEvent) -> Result<()>,
     ) -> Result<Tensor> {
         Err(ModelError::Unsupported(
             "generate() is modelled for llama, mistral, qwen2 and qwen3".into(),

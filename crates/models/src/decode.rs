@@ -1,0 +1,651 @@
+//! The decode steps of `--mode generate` after the first few, served on the
+//! allocator twin without running the model.
+//!
+//! Every decode step of `generate()` runs the same ops on tensors of the
+//! same shapes but a few: the cache's keys and values, the ids, the mask
+//! and the positions are one token longer each step. So each step asks the
+//! allocator for the same sequence of mallocs and frees, each malloc's size
+//! an affine function of the step. The model runs [`MODEL_NEW_TOKENS`]
+//! tokens; its requests are checked to be such a sequence on its last three
+//! steps (the same kinds and frees, sizes integer-affine through the first
+//! two and landing exactly on the third, scratch sized by equal rules, no
+//! count-dependent kernel path, nothing the driver or the loader maps); the
+//! allocator as the model left it at the start of step [`FROM`] then serves
+//! the model's own requests up to its last step, the template's for the
+//! later steps, and `generate()`'s frees after its loop. Each request is
+//! served by the allocator twin, so the figures are those of a run of every
+//! step (the tests below compare the two); only the model's ops are not
+//! simulated again.
+
+use vramscope_alloc::{Addr, CachingAllocator, Handle};
+use vramscope_engine::{AllocRecord, DeviceProfile, ScratchRule};
+
+use crate::estimate::{Estimate, Oom, StepFigures};
+use crate::requests::{Request, Requests};
+
+/// The new tokens the model generates itself (its steps 0 to 5).
+pub(crate) const MODEL_NEW_TOKENS: i64 = 6;
+
+/// The step at whose start the allocator is taken (step 1 frees the
+/// prefill's cache, so it is no template).
+pub(crate) const FROM: i64 = 2;
+
+/// The allocator and its live blocks at the start of step [`FROM`] of the
+/// model's run, and the marks of its steps.
+pub(crate) struct DecodeStart {
+    /// the allocator twin then
+    pub alloc: CachingAllocator,
+    /// the handle of each live block, by address
+    pub live: Vec<(Addr, Handle)>,
+    /// the event log's peak allocated then, and the events that led to it
+    pub log_peak: (i64, usize),
+    /// the decode phase's highest allocated and reserved peaks before then
+    pub earlier_peaks: (i64, i64),
+    /// the requests before each step `k >= 1` (`step_starts[k - 1]`)
+    pub step_starts: Vec<usize>,
+    /// the requests before the loop's end
+    pub loop_done: Option<usize>,
+}
+
+/// One request of the template step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// a malloc: its size at the template step and its change per step
+    Malloc { size: u64, slope: i64 },
+    /// a library's scratch: its rule at the template step and the change
+    /// of its inputs per step (`rules[i]`), sized by the rule
+    Scratch { rule: usize },
+    /// a free of malloc `r` of the step `back` steps before
+    Free { back: usize, r: usize },
+}
+
+/// Where a malloc of the model's run was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    /// malloc `r` of step `k >= 1`
+    InStep { k: usize, r: usize },
+    /// before step 1 (the load, the prefill, the rest of its iteration):
+    /// its index among the mallocs
+    Before(usize),
+}
+
+/// What the model's run of [`MODEL_NEW_TOKENS`] tokens gives the later steps.
+struct Model<'a> {
+    reqs: Requests,
+    /// each step's span of requests, step 1 first
+    spans: Vec<(usize, usize)>,
+    /// the mallocs before each request
+    mallocs_before: Vec<usize>,
+    /// the end of `generate`'s loop and of the decode phase
+    loop_done: usize,
+    end: usize,
+    /// the allocation records in malloc order
+    records: Vec<&'a AllocRecord>,
+    /// the run's event log
+    log: &'a vramscope_engine::EventLog,
+}
+
+impl Model<'_> {
+    fn made(&self, k: usize) -> Made {
+        // the step whose mallocs hold index k
+        let step = self
+            .spans
+            .partition_point(|s| self.mallocs_before[s.0] <= k);
+        if step == 0 {
+            return Made::Before(k);
+        }
+        let first = self.mallocs_before[self.spans[step - 1].0];
+        if step == self.spans.len() && k >= self.mallocs_before[self.spans[step - 1].1] {
+            return Made::Before(k);
+        }
+        Made::InStep {
+            k: step,
+            r: k - first,
+        }
+    }
+}
+
+/// The template step, read from the model's last three steps; `None` when
+/// they do not repeat as the module says.
+#[allow(clippy::type_complexity)]
+fn template(
+    m: &Model,
+    profile: &DeviceProfile,
+) -> Option<(Vec<Step>, usize, Vec<(ScratchRule, Vec<i64>)>)> {
+    let n = m.spans.len();
+    if n < 3 {
+        return None;
+    }
+    let three = [n - 2, n - 1, n]; // step numbers (1-based)
+    let len = m.spans[n - 1].1 - m.spans[n - 1].0;
+    if three
+        .iter()
+        .any(|&k| m.spans[k - 1].1 - m.spans[k - 1].0 != len)
+    {
+        return None;
+    }
+    let mut out = Vec::with_capacity(len);
+    let mut rules = Vec::new();
+    let mut maxback = 0;
+    for q in 0..len {
+        let at = three.map(|k| m.spans[k - 1].0 + q);
+        let rq = at.map(|i| m.reqs.requests[i]);
+        let step = match rq {
+            [Request::Malloc(a), Request::Malloc(b), Request::Malloc(c)] => {
+                let slope = b as i64 - a as i64;
+                if c as i64 - b as i64 != slope {
+                    return None;
+                }
+                Step::Malloc { size: c, slope }
+            }
+            [Request::Scratch(_), Request::Scratch(_), Request::Scratch(c)] => {
+                // the same rule, its inputs affine in the step
+                let [Some(ra), Some(rb), Some(rc)] = at.map(|i| m.reqs.rules.get(&i)) else {
+                    return None;
+                };
+                if !ra.same_rule(rb) || !rb.same_rule(rc) {
+                    return None;
+                }
+                let (ia, ib, ic) = (ra.inputs(), rb.inputs(), rc.inputs());
+                if ia.len() != ib.len() || ib.len() != ic.len() {
+                    return None;
+                }
+                let per: Vec<i64> = ia.iter().zip(&ib).map(|(a, b)| b - a).collect();
+                if ib.iter().zip(&ic).zip(&per).any(|((b, c), p)| c - b != *p) {
+                    return None;
+                }
+                // (the rule gives the model's size)
+                if rc.bytes(profile) != Some(c) {
+                    return None;
+                }
+                rules.push((rc.clone(), per));
+                Step::Scratch {
+                    rule: rules.len() - 1,
+                }
+            }
+            [Request::Free(a), Request::Free(b), Request::Free(c)] => {
+                let made = [a, b, c].map(|k| m.made(k as usize));
+                let mut back = None;
+                for (j, w) in made.iter().enumerate() {
+                    let Made::InStep { k, r } = *w else {
+                        return None;
+                    };
+                    let b = (three[j] - k, r);
+                    if back.is_some_and(|x| x != b) {
+                        return None;
+                    }
+                    back = Some(b);
+                }
+                let (back, r) = back?;
+                maxback = maxback.max(back);
+                Step::Free { back, r }
+            }
+            _ => return None,
+        };
+        out.push(step);
+    }
+    // every malloc of a step is freed by a later one (none piles up, so
+    // what is live at a point of a late step is what is live at the same
+    // point of the template step)
+    let mallocs = out
+        .iter()
+        .filter(|s| !matches!(s, Step::Free { .. }))
+        .count();
+    let mut freed = vec![false; mallocs];
+    for s in &out {
+        if let Step::Free { r, .. } = *s {
+            *freed.get_mut(r)? = true;
+        }
+    }
+    if freed.iter().any(|f| !f) {
+        return None;
+    }
+    // the later steps free only what steps since `FROM` made
+    if n.checked_sub(maxback)? < FROM as usize {
+        return None;
+    }
+    Some((out, maxback, rules))
+}
+
+/// What serving the later steps found.
+pub(crate) struct Served {
+    /// the decode phase's figures (its name is the caller's)
+    pub decode: StepFigures,
+    /// each step's figures, step 0 first (those that ended before an
+    /// out-of-memory)
+    pub steps: Vec<StepFigures>,
+    /// the out-of-memory, with the template record of its malloc
+    pub oom: Option<Oom>,
+    /// the allocations live at the run's highest allocated
+    pub live_at_peak: Vec<AllocRecord>,
+}
+
+/// Serve `generate()`'s decode steps up to `new_tokens` tokens from the
+/// model's run of [`MODEL_NEW_TOKENS`] (`est`, its phases `load`, `prefill`,
+/// `decode`) and the allocator it left at the start of step [`FROM`];
+/// `None` where the steps do not repeat as the module says (then the
+/// caller runs the model for every step).
+pub(crate) fn serve(
+    est: &Estimate,
+    start: DecodeStart,
+    new_tokens: i64,
+    profile: &DeviceProfile,
+) -> Option<Served> {
+    if est.oom.is_some() || new_tokens <= MODEL_NEW_TOKENS || est.phases.len() != 3 {
+        return None;
+    }
+    let reqs = Requests::of(est)?;
+    let end = reqs.phases.last()?.end;
+    let loop_done = start.loop_done?;
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(start.step_starts.len());
+    for (i, &s) in start.step_starts.iter().enumerate() {
+        let e = start.step_starts.get(i + 1).copied().unwrap_or(loop_done);
+        spans.push((s, e));
+    }
+    if spans.len() != MODEL_NEW_TOKENS as usize - 1 {
+        return None;
+    }
+    let from = spans[FROM as usize - 1].0;
+    // nothing but the allocator's requests from there on: no driver memory,
+    // no host mapping, no count-dependent path, no first kernels
+    if reqs.driver.iter().any(|d| d.0 >= from)
+        || reqs.host.iter().any(|h| h.0 >= from)
+        || reqs.switches.iter().any(|s| s.0 >= from)
+        || reqs.first_kernels.is_some_and(|k| k > from)
+        || reqs.first_cublas.is_some_and(|k| k > from)
+    {
+        return None;
+    }
+    let mut mallocs_before = Vec::with_capacity(end + 1);
+    let mut n = 0;
+    for q in &reqs.requests[..end] {
+        mallocs_before.push(n);
+        n += usize::from(q.malloc_bytes().is_some());
+    }
+    mallocs_before.push(n);
+    let records: Vec<&AllocRecord> = est
+        .events
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            vramscope_engine::MemEvent::Alloc(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    let m = Model {
+        reqs,
+        spans,
+        mallocs_before,
+        loop_done,
+        end,
+        records,
+        log: &est.events,
+    };
+    let (tpl, maxback, rules) = template(&m, profile)?;
+    let mut s = Serving::new(&m, start, &tpl, maxback)?;
+    s.rules = rules;
+    s.profile = Some(profile);
+    s.run(new_tokens)
+}
+
+/// The allocator going on from step [`FROM`], and what it has served.
+struct Serving<'a> {
+    m: &'a Model<'a>,
+    tpl: &'a [Step],
+    alloc: CachingAllocator,
+    /// the handles of the mallocs made before step `FROM`, by index
+    before: std::collections::HashMap<usize, Handle>,
+    /// the handles of the last `maxback + 1` steps' mallocs, by step modulo
+    /// (with the step they are of)
+    ring: Vec<(usize, Vec<Handle>)>,
+    steps: Vec<StepFigures>,
+    earlier_peaks: (i64, i64),
+    /// the highest allocated since step `FROM`, and where: (step, request
+    /// within it)
+    best: (i64, Option<(usize, usize)>),
+    log_peak: (i64, usize),
+    /// the template's scratch rules, and the GPU they are sized for
+    rules: Vec<(ScratchRule, Vec<i64>)>,
+    profile: Option<&'a DeviceProfile>,
+}
+
+impl<'a> Serving<'a> {
+    fn new(
+        m: &'a Model<'a>,
+        start: DecodeStart,
+        tpl: &'a [Step],
+        maxback: usize,
+    ) -> Option<Serving<'a>> {
+        let by_addr: std::collections::HashMap<Addr, Handle> = start.live.into_iter().collect();
+        let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
+        // the blocks made before and freed after: live now
+        let mut before = std::collections::HashMap::new();
+        for q in &m.reqs.requests[m.spans[FROM as usize - 1].0..m.end] {
+            if let Request::Free(k) = *q {
+                let k = k as usize;
+                if k < first {
+                    before.insert(k, *by_addr.get(&m.records.get(k)?.addr)?);
+                }
+            }
+        }
+        Some(Serving {
+            m,
+            tpl,
+            alloc: start.alloc,
+            before,
+            ring: vec![(0, Vec::new()); maxback + 1],
+            steps: Vec::new(),
+            earlier_peaks: start.earlier_peaks,
+            best: (0, None),
+            log_peak: start.log_peak,
+            rules: Vec::new(),
+            profile: None,
+        })
+    }
+
+    fn malloc(&mut self, bytes: u64, step: usize, q: usize) -> Result<Handle, String> {
+        let h = self
+            .alloc
+            .malloc_handle(bytes, 0)
+            .map_err(|e| e.to_string())?;
+        let cur = self.alloc.stats().allocated_bytes.all().current;
+        if cur > self.best.0 {
+            self.best = (cur, Some((step, q)));
+        }
+        let n = self.ring.len();
+        self.ring[step % n].1.push(h);
+        Ok(h)
+    }
+
+    /// The handle of malloc `r` of step `k`, if the ring still holds it.
+    fn made_in(&self, k: usize, r: usize) -> Option<Handle> {
+        let (step, hs) = &self.ring[k % self.ring.len()];
+        if *step != k {
+            return None;
+        }
+        hs.get(r).copied()
+    }
+
+    fn free(&mut self, h: Handle) -> Option<()> {
+        self.alloc.free_handle(h).ok()
+    }
+
+    fn end_step(&mut self) {
+        let f = StepFigures::of(self.alloc.stats());
+        self.earlier_peaks = (
+            self.earlier_peaks.0.max(f.peak_allocated_bytes),
+            self.earlier_peaks.1.max(f.peak_reserved_bytes),
+        );
+        self.steps.push(f);
+        self.alloc.reset_peak_stats();
+    }
+
+    fn run(mut self, new_tokens: i64) -> Option<Served> {
+        let m = self.m;
+        let last_model = m.spans.len(); // the model's last step
+        let last = (new_tokens - 1) as usize;
+        let mut oom = None;
+        'steps: for k in FROM as usize..=last {
+            let n = self.ring.len();
+            self.ring[k % n].0 = k;
+            self.ring[k % n].1.clear();
+            if k <= last_model {
+                // the model's own requests
+                let (s, e) = m.spans[k - 1];
+                let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
+                for i in s..e {
+                    match m.reqs.requests[i] {
+                        Request::Malloc(b) | Request::Scratch(b) => {
+                            if let Err(msg) = self.malloc(b, k, i - s) {
+                                oom = Some((k, i - s, b, msg));
+                                break 'steps;
+                            }
+                        }
+                        Request::Free(j) => {
+                            let h = match m.made(j as usize) {
+                                Made::InStep { k: kk, r } if j as usize >= first => {
+                                    self.made_in(kk, r)?
+                                }
+                                _ => *self.before.get(&(j as usize))?,
+                            };
+                            self.free(h)?;
+                        }
+                    }
+                }
+            } else {
+                let ahead = (k - last_model) as i128;
+                for (q, s) in self.tpl.iter().enumerate() {
+                    match *s {
+                        Step::Malloc { size, slope } => {
+                            let b = size as i128 + slope as i128 * ahead;
+                            let b = u64::try_from(b).ok()?;
+                            if let Err(msg) = self.malloc(b, k, q) {
+                                oom = Some((k, q, b, msg));
+                                break 'steps;
+                            }
+                        }
+                        Step::Scratch { rule } => {
+                            let (r, per) = &self.rules[rule];
+                            let inputs: Vec<i64> = r
+                                .inputs()
+                                .iter()
+                                .zip(per)
+                                .map(|(v, p)| v + p * ahead as i64)
+                                .collect();
+                            let b = r.with_inputs(&inputs)?.bytes(self.profile?)?;
+                            if let Err(msg) = self.malloc(b, k, q) {
+                                oom = Some((k, q, b, msg));
+                                break 'steps;
+                            }
+                        }
+                        Step::Free { back, r } => {
+                            let h = self.made_in(k.checked_sub(back)?, r)?;
+                            self.free(h)?;
+                        }
+                    }
+                }
+            }
+            self.end_step();
+        }
+        if oom.is_none() {
+            // `generate()`'s frees after its loop, of the last steps' blocks
+            // and of what it made before
+            let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
+            for i in m.loop_done..m.end {
+                let Request::Free(j) = m.reqs.requests[i] else {
+                    return None;
+                };
+                let h = match m.made(j as usize) {
+                    Made::InStep { k, r } if j as usize >= first => {
+                        let back = last_model.checked_sub(k)?;
+                        self.made_in(last.checked_sub(back)?, r)?
+                    }
+                    _ => *self.before.get(&(j as usize))?,
+                };
+                self.free(h)?;
+            }
+        }
+        let f = StepFigures::of(self.alloc.stats());
+        let decode = StepFigures {
+            peak_allocated_bytes: f.peak_allocated_bytes.max(self.earlier_peaks.0),
+            peak_reserved_bytes: f.peak_reserved_bytes.max(self.earlier_peaks.1),
+            ..f
+        };
+        let oom = oom.map(|(k, q, bytes, message)| {
+            let r = self.record_of(k, q);
+            Oom {
+                phase: "decode".into(),
+                op: r.map(|r| r.op.to_string()).unwrap_or_default(),
+                module: r.map(|r| r.module.to_string()).unwrap_or_default(),
+                bytes,
+                message,
+            }
+        });
+        let live_at_peak = self.live_at_peak()?;
+        Some(Served {
+            decode,
+            steps: self.steps,
+            oom,
+            live_at_peak,
+        })
+    }
+
+    /// The model's record of the malloc at request `q` of step `k` (the
+    /// template step's, for a later step).
+    fn record_of(&self, k: usize, q: usize) -> Option<&'a AllocRecord> {
+        let m = self.m;
+        let k = k.min(m.spans.len());
+        let i = m.spans[k - 1].0 + q;
+        m.records.get(m.mallocs_before[i]).copied()
+    }
+
+    /// What is live at the run's highest allocated: the model's own live
+    /// set where the model's run reached it, or, in a later step, the live
+    /// set at the same point of the model's last step with each block made
+    /// in a step grown to the later step's size.
+    fn live_at_peak(&self) -> Option<Vec<AllocRecord>> {
+        let m = self.m;
+        let Some((k, q)) = self.best.1.filter(|_| self.best.0 > self.log_peak.0) else {
+            // the peak came before step `FROM` (or in the prefill)
+            return Some(m.log.live_after(self.log_peak.1));
+        };
+        let last_model = m.spans.len();
+        let req = m.spans[k.min(last_model) - 1].0 + q + 1;
+        // the events up to that request (allocations, frees, changes of role)
+        let mut ev = 0;
+        let mut seen = 0;
+        for e in &m.log.events {
+            if seen == req {
+                break;
+            }
+            ev += 1;
+            if !matches!(e, vramscope_engine::MemEvent::Recategorize(..)) {
+                seen += 1;
+            }
+        }
+        let mut live = m.log.live_after(ev);
+        if k > last_model {
+            let ahead = (k - last_model) as i64;
+            let first_seq = m
+                .records
+                .get(m.mallocs_before[m.spans[FROM as usize - 1].0])?
+                .seq;
+            for r in &mut live {
+                if r.seq < first_seq {
+                    continue;
+                }
+                let idx = m.records.partition_point(|x| x.seq < r.seq);
+                if let Made::InStep { r: j, .. } = m.made(idx) {
+                    match self
+                        .tpl
+                        .iter()
+                        .filter(|s| !matches!(s, Step::Free { .. }))
+                        .nth(j)
+                    {
+                        Some(Step::Malloc { slope, .. }) => {
+                            r.bytes = u64::try_from(r.bytes as i64 + slope * ahead).ok()?;
+                        }
+                        Some(Step::Scratch { rule }) => {
+                            let (rule, per) = &self.rules[*rule];
+                            let inputs: Vec<i64> = rule
+                                .inputs()
+                                .iter()
+                                .zip(per)
+                                .map(|(v, p)| v + p * ahead)
+                                .collect();
+                            r.bytes = rule.with_inputs(&inputs)?.bytes(self.profile?)?;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Some(live)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::estimate::estimate_every_step;
+    use crate::{estimate, EstimateOptions, HfConfig, Task, Workload};
+    use vramscope_engine::DType;
+
+    /// The figures, the steps, the peak's live set and the out-of-memory of
+    /// `estimate` (the template for the later steps) and of a run of every
+    /// step are the same.
+    fn same(config: &str, w: &Workload, o: &EstimateOptions) -> crate::Estimate {
+        let c = HfConfig::parse(config).unwrap();
+        let fast = estimate(&c, w, o).unwrap();
+        let full = estimate_every_step(&c, w, o).unwrap();
+        assert_eq!(fast.phases, full.phases);
+        assert_eq!(fast.decode_steps, full.decode_steps);
+        assert_eq!(fast.oom, full.oom);
+        assert_eq!(fast.breakdown_at_peak, full.breakdown_at_peak);
+        assert_eq!(fast.by_module_at_peak, full.by_module_at_peak);
+        let live = |e: &crate::Estimate| -> Vec<(u64, &str, String)> {
+            e.live_at_peak
+                .iter()
+                .map(|r| (r.bytes, r.op, r.module.to_string()))
+                .collect()
+        };
+        assert_eq!(live(&fast), live(&full));
+        // (the template served them: the model ran fewer ops)
+        assert!(fast.ops_simulated < full.ops_simulated);
+        fast
+    }
+
+    const LLAMA: &str = r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,
+        "num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000,
+        "eos_token_id":2,"bos_token_id":1}"#;
+
+    #[test]
+    fn later_steps_served_by_the_template_are_the_steps_run() {
+        let unlimited = EstimateOptions {
+            unlimited: true,
+            ..EstimateOptions::default()
+        };
+        let w = Workload {
+            weights: DType::BF16,
+            ..Workload::generate(Task::Causal, 3, 40, 150)
+        };
+        let est = same(LLAMA, &w, &unlimited);
+        assert_eq!(est.decode_steps.len(), 150);
+        // a sliding window, another family, fp32, batch 1
+        let mistral = r#"{"model_type":"mistral","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,
+            "vocab_size":500,"sliding_window":512}"#;
+        same(
+            mistral,
+            &Workload::generate(Task::Causal, 1, 100, 60),
+            &unlimited,
+        );
+        let qwen3 = r#"{"model_type":"qwen3","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+            "head_dim":32,"vocab_size":3000}"#;
+        same(
+            qwen3,
+            &Workload::generate(Task::Causal, 5, 7, 40),
+            &unlimited,
+        );
+    }
+
+    #[test]
+    fn an_out_of_memory_in_a_later_step_is_the_one_of_the_run() {
+        // a limit the prefill fits in and the growing cache outgrows
+        let big = r#"{"model_type":"llama","hidden_size":256,"intermediate_size":512,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":4,
+            "vocab_size":32000,"eos_token_id":2}"#;
+        let w = Workload::generate(Task::Causal, 64, 64, 400);
+        let limited = EstimateOptions {
+            memory_fraction: Some(LIMIT),
+            ..EstimateOptions::default()
+        };
+        let est = same(big, &w, &limited);
+        let oom = est.oom.expect("runs out");
+        assert_eq!(oom.phase, "decode");
+        assert!(est.decode_steps.len() > super::MODEL_NEW_TOKENS as usize);
+    }
+    /// 255 MB of the H100: the prefill peaks at 195 MB reserved, the decode
+    /// steps at 278 MB allocated
+    const LIMIT: f64 = 0.003;
+}
