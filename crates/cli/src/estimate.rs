@@ -727,6 +727,17 @@ struct PhaseJson<'a> {
     requested_bytes: i64,
 }
 
+/// One decode step's figures (`--mode generate`).
+#[derive(Serialize)]
+struct StepJson {
+    step: usize,
+    allocated_bytes: i64,
+    peak_allocated_bytes: i64,
+    reserved_bytes: i64,
+    peak_reserved_bytes: i64,
+    requested_bytes: i64,
+}
+
 #[derive(Serialize)]
 struct ModuleJson {
     name: String,
@@ -822,6 +833,9 @@ struct EstimateJson<'a> {
     /// with several ranks: each group of ranks with the same figures
     #[serde(skip_serializing_if = "Option::is_none")]
     ranks: Option<Vec<RanksJson<'a>>>,
+    /// generate: each decode step's figures
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_steps: Option<Vec<StepJson>>,
 }
 
 fn phase_json(p: &vramscope_models::PhaseFigures) -> PhaseJson<'_> {
@@ -1116,6 +1130,20 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 module: &o.module,
                 tried_to_allocate_bytes: o.bytes,
                 message: &o.message,
+            }),
+            decode_steps: (w.mode == Mode::Generate).then(|| {
+                est.decode_steps
+                    .iter()
+                    .enumerate()
+                    .map(|(step, f)| StepJson {
+                        step,
+                        allocated_bytes: f.allocated_bytes,
+                        peak_allocated_bytes: f.peak_allocated_bytes,
+                        reserved_bytes: f.reserved_bytes,
+                        peak_reserved_bytes: f.peak_reserved_bytes,
+                        requested_bytes: f.requested_bytes,
+                    })
+                    .collect()
             }),
             ranks: w.parallel.is_some().then(|| {
                 per_rank

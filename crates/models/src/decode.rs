@@ -41,8 +41,10 @@ pub(crate) struct DecodeStart {
     pub log_peak: (i64, usize),
     /// the decode phase's highest allocated and reserved peaks before then
     pub earlier_peaks: (i64, i64),
-    /// the requests before each step `k >= 1` (`step_starts[k - 1]`)
+    /// the requests before each iteration `k >= 1` (`step_starts[k - 1]`)
     pub step_starts: Vec<usize>,
+    /// the requests before each decode forward's return
+    pub forward_ends: Vec<usize>,
     /// the requests before the loop's end
     pub loop_done: Option<usize>,
 }
@@ -211,8 +213,8 @@ fn template(
 pub(crate) struct Served {
     /// the decode phase's figures (its name is the caller's)
     pub decode: StepFigures,
-    /// each step's figures, step 0 first (those that ended before an
-    /// out-of-memory)
+    /// the figures of each step from the one the allocator was taken in
+    /// (those that ended before an out-of-memory)
     pub steps: Vec<StepFigures>,
     /// the out-of-memory, with the template record of its malloc
     pub oom: Option<Oom>,
@@ -242,7 +244,18 @@ pub(crate) fn serve(
         let e = start.step_starts.get(i + 1).copied().unwrap_or(loop_done);
         spans.push((s, e));
     }
-    if spans.len() != MODEL_NEW_TOKENS as usize - 1 {
+    if spans.len() != MODEL_NEW_TOKENS as usize - 1 || start.forward_ends.len() != spans.len() {
+        return None;
+    }
+    // where each iteration's forward returns: the same request of each
+    // from `FROM` on (the first also frees the prefill's cache)
+    let k0 = FROM as usize - 1;
+    let forward_end = start.forward_ends[k0].checked_sub(spans[k0].0)?;
+    if spans[k0..]
+        .iter()
+        .zip(&start.forward_ends[k0..])
+        .any(|(s, &f)| f.checked_sub(s.0) != Some(forward_end))
+    {
         return None;
     }
     let from = spans[FROM as usize - 1].0;
@@ -283,6 +296,7 @@ pub(crate) fn serve(
     };
     let (tpl, maxback, rules) = template(&m, profile)?;
     let mut s = Serving::new(&m, start, &tpl, maxback)?;
+    s.forward_end = forward_end;
     s.rules = rules;
     s.profile = Some(profile);
     s.run(new_tokens)
@@ -307,6 +321,9 @@ struct Serving<'a> {
     /// the template's scratch rules, and the GPU they are sized for
     rules: Vec<(ScratchRule, Vec<i64>)>,
     profile: Option<&'a DeviceProfile>,
+    /// the request of an iteration before which its forward returns (a
+    /// step's figures end there)
+    forward_end: usize,
 }
 
 impl<'a> Serving<'a> {
@@ -340,6 +357,7 @@ impl<'a> Serving<'a> {
             log_peak: start.log_peak,
             rules: Vec::new(),
             profile: None,
+            forward_end: 0,
         })
     }
 
@@ -394,6 +412,9 @@ impl<'a> Serving<'a> {
                 let (s, e) = m.spans[k - 1];
                 let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
                 for i in s..e {
+                    if i - s == self.forward_end {
+                        self.end_step();
+                    }
                     match m.reqs.requests[i] {
                         Request::Malloc(b) | Request::Scratch(b) => {
                             if let Err(msg) = self.malloc(b, k, i - s) {
@@ -415,6 +436,9 @@ impl<'a> Serving<'a> {
             } else {
                 let ahead = (k - last_model) as i128;
                 for (q, s) in self.tpl.iter().enumerate() {
+                    if q == self.forward_end {
+                        self.end_step();
+                    }
                     match *s {
                         Step::Malloc { size, slope } => {
                             let b = size as i128 + slope as i128 * ahead;
@@ -445,7 +469,6 @@ impl<'a> Serving<'a> {
                     }
                 }
             }
-            self.end_step();
         }
         if oom.is_none() {
             // `generate()`'s frees after its loop, of the last steps' blocks
@@ -466,6 +489,10 @@ impl<'a> Serving<'a> {
             }
         }
         let f = StepFigures::of(self.alloc.stats());
+        if oom.is_none() {
+            // the last step ends with `generate()`
+            self.steps.push(f);
+        }
         let decode = StepFigures {
             peak_allocated_bytes: f.peak_allocated_bytes.max(self.earlier_peaks.0),
             peak_reserved_bytes: f.peak_reserved_bytes.max(self.earlier_peaks.1),

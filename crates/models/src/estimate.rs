@@ -81,9 +81,11 @@ pub struct PhaseFigures {
 
 /// One decode step's figures (bytes) in `--mode generate`: the step's
 /// span as `reset_peak_memory_stats()` at its start and `memory_stats()` at
-/// its end would show it. Step 0 is the rest of the prefill's iteration
-/// (from the prefill's forward returning to the next forward), step `k` the
-/// `k`-th decode forward and what follows it up to the stopping check.
+/// its end would show it, the spans cut where the model's forwards return
+/// (a forward hook's view). Step `k` runs from the return of forward `k`
+/// (forward 0 is the prefill's) to the return of forward `k + 1`: token
+/// `k`'s logits processing, argmax and stopping check, and the next
+/// forward; the last step runs to the end of `generate()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepFigures {
     /// `memory_allocated()` at the end
@@ -674,6 +676,7 @@ fn run_model_with(
         peak_requested_step1: 0,
         steps: Vec::new(),
         step_starts: Vec::new(),
+        forward_ends: Vec::new(),
         loop_done: None,
         earlier_peaks: (0, 0),
         decode_from,
@@ -773,6 +776,7 @@ fn run_model_with(
     };
     let decode = run.decode_start.take().map(|mut d| {
         d.step_starts = std::mem::take(&mut run.step_starts);
+        d.forward_ends = std::mem::take(&mut run.forward_ends);
         d.loop_done = run.loop_done;
         d
     });
@@ -854,7 +858,8 @@ fn by_decode_template(
         peak_reserved_bytes: d.peak_reserved_bytes,
         requested_bytes: d.requested_bytes,
     };
-    est.decode_steps.truncate(FROM as usize);
+    // (the steps that ended before the step `FROM` began)
+    est.decode_steps.truncate(FROM as usize - 1);
     est.decode_steps.extend(served.steps);
     est.oom = served.oom;
     est.peak_allocated_bytes = est
@@ -1013,8 +1018,11 @@ struct Run {
     peak_requested_step1: i64,
     /// decode: each step's figures
     steps: Vec<StepFigures>,
-    /// decode: the requests before each step `k >= 1` and before the loop's end
+    /// decode: the requests before each iteration `k >= 1` of the loop and
+    /// before its end
     step_starts: Vec<usize>,
+    /// decode: the requests before each decode forward's return
+    forward_ends: Vec<usize>,
     loop_done: Option<usize>,
     /// the highest allocated and reserved peaks of the phase's spans before
     /// its last peak reset (a step's end)
@@ -1124,8 +1132,11 @@ impl Run {
                 self.end_phase();
                 self.begin("decode".into());
             }
-            GenerateEvent::Step(k) => {
+            GenerateEvent::ForwardDone => {
                 self.end_step();
+                self.forward_ends.push(requests_so_far(&self.rt));
+            }
+            GenerateEvent::Step(k) => {
                 self.step_starts.push(requests_so_far(&self.rt));
                 if self.decode_from == Some(k) {
                     let (alloc, live) = self.rt.allocator_with_live();
@@ -1135,12 +1146,12 @@ impl Run {
                         log_peak: self.rt.event_log_peak().unwrap_or_default(),
                         earlier_peaks: self.earlier_peaks,
                         step_starts: Vec::new(),
+                        forward_ends: Vec::new(),
                         loop_done: None,
                     });
                 }
             }
             GenerateEvent::LoopDone => {
-                self.end_step();
                 self.loop_done = Some(requests_so_far(&self.rt));
             }
         }
@@ -1271,6 +1282,8 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
             run.begin("prefill".into());
             let mut on = |e| run.generate_event(e);
             let out = model.generate(&ids, &spec, &mut on)?;
+            // (the last step ends with `generate()`)
+            run.end_step();
             run.end_phase();
             drop(out);
         }

@@ -53,9 +53,12 @@ fn device_ids(rt: &Runtime, n: Option<i64>) -> Result<Tensor> {
 pub enum GenerateEvent {
     /// the prefill's forward returned (a forward hook's view)
     PrefillDone,
-    /// decode step `k` (1, 2, ...) begins: `prepare_inputs_for_generation`
-    /// of its forward (step 0 is the rest of the prefill's iteration)
+    /// the loop's iteration `k` (1, 2, ...) begins:
+    /// `prepare_inputs_for_generation` of its forward (iteration 0 is the
+    /// prefill's)
     Step(i64),
+    /// a decode forward returned (a forward hook's view)
+    ForwardDone,
     /// the loop ended (its last step's stopping check returned); the locals
     /// of `generate` die next
     LoopDone,
@@ -223,6 +226,7 @@ fn run(
                     cache: &cache,
                 },
             )?);
+            on(GenerateEvent::ForwardDone)?;
         }
         // _update_model_kwargs_for_generation: the position ids and the mask
         // grow by one; the old ones die with its locals
