@@ -639,11 +639,7 @@ impl<D: Device> CachingAllocator<D> {
     /// [`Self::free`] of the block `malloc_handle` returned `h` for.
     #[inline]
     pub fn free_handle(&mut self, h: Handle) -> Result<(), AllocError> {
-        let live = self
-            .blocks
-            .get(h.id as usize)
-            .is_some_and(|b| b.allocated && b.size > 0 && b.addr == h.addr);
-        if !live {
+        if !self.handed_out(h) {
             return Err(AllocError::InvalidPointer(h.addr));
         }
         if self.index_addresses {
@@ -652,6 +648,13 @@ impl<D: Device> CachingAllocator<D> {
         }
         self.free_allocated(h.id);
         Ok(())
+    }
+
+    /// Whether `h` names a block this allocator handed out and has not had back.
+    fn handed_out(&self, h: Handle) -> bool {
+        self.blocks
+            .get(h.id as usize)
+            .is_some_and(|b| b.allocated && b.size > 0 && b.addr == h.addr)
     }
 
     /// The rest of `free`, once the block is out of `allocated_blocks`.
@@ -693,11 +696,7 @@ impl<D: Device> CachingAllocator<D> {
     /// (an allocator without the address index takes it too; one of
     /// figures only does not, as [`Self::figures_only`] says).
     pub fn record_stream_handle(&mut self, h: Handle, stream: StreamId) -> Result<(), AllocError> {
-        let live = self
-            .blocks
-            .get(h.id as usize)
-            .is_some_and(|b| b.allocated && b.size > 0 && b.addr == h.addr);
-        if !live || self.figures_only {
+        if !self.handed_out(h) || self.figures_only {
             return Err(AllocError::InvalidPointer(h.addr));
         }
         self.record_stream_of(h.id, stream);
