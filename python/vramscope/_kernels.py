@@ -469,8 +469,7 @@ def _bce_with_logits(cap, func, args, kwargs):
     (its CUDA buffer is empty), with a `pos_weight` the broadcast `(pos_weight - 1).mul(target)`
     (`add_(1)` in place) multiplied into it, then `(1 - target).mul_(input).sub_(...)` as the
     unreduced loss, `weight` multiplied in place, and `mean`/`sum` into a new 0-dim tensor with
-    the reduction's scratch; the locals die at the return (blind6/f04's H200 record: the two
-    full-size temporaries, the output, 2,112 + 4 bytes of scratch)."""
+    the reduction's scratch; the locals die at the return (as blind6/f04's H200 record shows)."""
     names = ("input", "target", "weight", "pos_weight", "reduction")
     a = dict(zip(names, args, strict=False)) | kwargs
     x, target, pos_weight = a["input"], a["target"], a.get("pos_weight")
