@@ -12,20 +12,7 @@ const REAL: &str = concat!(
     "/../../fixtures/seeds/snapshot_encoder_adamw_h100.pickle"
 );
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use vramscope_testkit::synth::Rng;
 
 /// Decode both ways; any outcome but a panic is fine.
 fn exercise(bytes: &[u8]) {
@@ -54,16 +41,16 @@ fn random_bytes_never_panic() {
     // bias towards valid opcodes so the VM gets deep
     const OPS: &[u8] = b"(.0123FIJKLMNRSTUVXabcdeghijlopqrstu}])GBC\x80\x81\x85\x86\x87\x88\x89\x8a\x8b\x8c\x8d\x8e\x8f\x90\x91\x92\x93\x94\x95\x96";
     for i in 0..20_000 {
-        let len = rng.below(64);
+        let len = rng.index(64);
         let mut b = Vec::with_capacity(len + 2);
         if i % 2 == 0 {
             b.extend([0x80, 4]);
         }
         for _ in 0..len {
-            b.push(if rng.below(4) == 0 {
-                rng.next() as u8
+            b.push(if rng.index(4) == 0 {
+                rng.next_u64() as u8
             } else {
-                OPS[rng.below(OPS.len())]
+                OPS[rng.index(OPS.len())]
             });
         }
         exercise(&b);
@@ -76,14 +63,14 @@ fn mutated_fixtures_never_panic() {
     for base in fixtures() {
         for _ in 0..400 {
             let mut b = base.clone();
-            for _ in 0..1 + rng.below(4) {
-                let i = rng.below(b.len());
-                match rng.below(3) {
-                    0 => b[i] = rng.next() as u8,
+            for _ in 0..1 + rng.index(4) {
+                let i = rng.index(b.len());
+                match rng.index(3) {
+                    0 => b[i] = rng.next_u64() as u8,
                     1 => {
                         b.remove(i);
                     }
-                    _ => b.insert(i, rng.next() as u8),
+                    _ => b.insert(i, rng.next_u64() as u8),
                 }
             }
             exercise(&b);
@@ -98,12 +85,12 @@ fn mutated_and_truncated_real_snapshot_never_panics() {
     let iters = if cfg!(debug_assertions) { 60 } else { 2000 };
     for _ in 0..iters {
         let mut b = real.clone();
-        for _ in 0..1 + rng.below(8) {
-            let i = rng.below(b.len());
-            b[i] = rng.next() as u8;
+        for _ in 0..1 + rng.index(8) {
+            let i = rng.index(b.len());
+            b[i] = rng.next_u64() as u8;
         }
         exercise(&b);
-        let cut = rng.below(real.len());
+        let cut = rng.index(real.len());
         match read_snapshot(&real[..cut]) {
             Err(Error::UnexpectedEof { offset, .. }) => assert_eq!(offset, cut),
             other => panic!("cut at {cut}: {other:?}"),
@@ -250,13 +237,13 @@ fn damaged_frame_headers_never_panic() {
     let mut rng = Rng(7);
     for _ in 0..if cfg!(debug_assertions) { 20 } else { 200 } {
         let mut b = real.clone();
-        let h = heads[rng.below(heads.len())];
-        let i = h + rng.below(9);
-        b[i] = rng.next() as u8;
-        let cut = if rng.below(2) == 0 {
+        let h = heads[rng.index(heads.len())];
+        let i = h + rng.index(9);
+        b[i] = rng.next_u64() as u8;
+        let cut = if rng.index(2) == 0 {
             b.len()
         } else {
-            rng.below(b.len())
+            rng.index(b.len())
         };
         let b = &b[..cut];
         std::fs::write(&path, b).unwrap();

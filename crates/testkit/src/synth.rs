@@ -128,19 +128,27 @@ pub fn generate(opts: &Options) -> Result<Synthetic, String> {
 /// pointer; the default stream is 0).
 const SIDE_STREAM: u64 = 0x55d4_8e3f_1a40;
 
-/// SplitMix64.
-struct Rng(u64);
+/// SplitMix64, seeded by its field: the synthetic snapshots' and the
+/// reader's fuzz-style tests' deterministic randomness.
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// An index below `n` (0 when `n` is 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
     }
 }
 
