@@ -123,6 +123,31 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _hide_real_gpus() -> None:
+    """Fix this process's CUDA device count at 0 before anything asks for it.
+
+    The twin answers every CUDA question; a real GPU would only be touched by
+    accident: the autograd engine starts a thread that sets each visible device
+    (`Engine::start_device_threads`, torch/csrc/autograd/engine.cpp), creating a
+    CUDA context on every GPU of the machine. The CUDA runtime reads
+    CUDA_VISIBLE_DEVICES once, at its first call; the script then sees its own value.
+    """
+    import torch
+
+    count = getattr(torch._C, "_cuda_getDeviceCount", None)
+    if count is None:  # a CPU-only build of torch
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        count()
+    finally:
+        if saved is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
 def main(argv: list[str]) -> int:
     """Run the script; returns the exit status."""
     ns = parse(argv)
@@ -136,7 +161,7 @@ def main(argv: list[str]) -> int:
     if not os.path.isfile(ns.script):
         print(f"vramscope run: no such script: {ns.script}", file=sys.stderr)
         return 2
-    import torch  # noqa: F401  (before the capture: importing torch allocates nothing)
+    _hide_real_gpus()
 
     from . import _native
     from ._capture import Capture
