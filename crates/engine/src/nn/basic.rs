@@ -38,6 +38,10 @@ impl Linear {
             },
         })
     }
+    /// Its parameters as `_apply` visits them: weight, then bias.
+    pub fn params_mut(&mut self) -> impl Iterator<Item = &mut Tensor> {
+        std::iter::once(&mut self.weight).chain(self.bias.as_mut())
+    }
 }
 
 impl Module for Linear {
@@ -140,19 +144,30 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// A CPU-initialised `nn.LayerNorm`.
     pub fn new(rt: &Runtime, normalized: &[i64]) -> Result<Self> {
+        Self::new_in(rt, normalized, DType::F32)
+    }
+    /// A CPU-initialised `nn.LayerNorm(..., dtype=dtype)`: weight, then bias.
+    pub fn new_in(rt: &Runtime, normalized: &[i64], dtype: DType) -> Result<Self> {
         Ok(LayerNorm {
             normalized: normalized.to_vec(),
-            weight: parameter(rt, normalized, DType::F32)?,
-            bias: parameter(rt, normalized, DType::F32)?,
+            weight: parameter(rt, normalized, dtype)?,
+            bias: parameter(rt, normalized, dtype)?,
         })
+    }
+    /// `F.layer_norm(x, normalized_shape, weight, bias)`: the forward, in
+    /// the caller's module scope.
+    pub fn layer_norm(&self, x: &Tensor) -> Result<Tensor> {
+        x.layer_norm(&self.normalized, Some(&self.weight), Some(&self.bias))
+    }
+    /// Its parameters as `_apply` visits them: weight, then bias.
+    pub fn params_mut(&mut self) -> [&mut Tensor; 2] {
+        [&mut self.weight, &mut self.bias]
     }
 }
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.runtime().in_module("LayerNorm", || {
-            x.layer_norm(&self.normalized, Some(&self.weight), Some(&self.bias))
-        })
+        x.runtime().in_module("LayerNorm", || self.layer_norm(x))
     }
     fn parameters(&self) -> Vec<Tensor> {
         vec![self.weight.clone(), self.bias.clone()]

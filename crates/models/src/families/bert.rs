@@ -24,6 +24,7 @@
 
 use std::rc::Rc;
 
+use vramscope_engine::nn::Module as _;
 use vramscope_engine::{Category, DType, Device, EngineError, Runtime, SdpaArgs, Tensor};
 
 use crate::config::HfConfig;
@@ -278,7 +279,7 @@ impl Layer {
             Ok::<_, ModelError>(h.dropout(cfg.hidden_dropout_prob, training)?)
         })?;
         let sum = h.add(input)?;
-        let out = rt.in_module("LayerNorm", || m.layer_norm.forward(&sum))?;
+        let out = rt.in_module("LayerNorm", || m.layer_norm.layer_norm(&sum))?;
         // the argument dies when the call returns, then the rebinding frees h
         drop(sum);
         drop(h);
@@ -329,7 +330,7 @@ impl BertForMaskedLM {
         let max_pos = cfg.max_position_embeddings;
         let position_embeddings = parameter(rt, &[max_pos, h], w)?;
         let token_type_embeddings = parameter(rt, &[cfg.type_vocab_size, h], w)?;
-        let emb_layer_norm = LayerNorm::new(rt, h, w)?;
+        let emb_layer_norm = LayerNorm::new_in(rt, &[h], w)?;
         // torch.arange(max_pos).expand((1, -1)): a (1, max_pos) view of
         // max_pos int64 (stride 0 on the new dim), built on the CPU
         let position_ids = rt
@@ -345,12 +346,12 @@ impl BertForMaskedLM {
                 value: Linear::new(rt, h, h, true, w)?,
                 attention_output: DenseNorm {
                     dense: Linear::new(rt, h, h, true, w)?,
-                    layer_norm: LayerNorm::new(rt, h, w)?,
+                    layer_norm: LayerNorm::new_in(rt, &[h], w)?,
                 },
                 intermediate: Linear::new(rt, h, inter, true, w)?,
                 output: DenseNorm {
                     dense: Linear::new(rt, inter, h, true, w)?,
-                    layer_norm: LayerNorm::new(rt, h, w)?,
+                    layer_norm: LayerNorm::new_in(rt, &[h], w)?,
                 },
             }));
         }
@@ -365,7 +366,7 @@ impl BertForMaskedLM {
             checkpointed: vec![false; layers.len()],
             layers,
             head_dense: Linear::new(rt, h, h, true, w)?,
-            head_layer_norm: LayerNorm::new(rt, h, w)?,
+            head_layer_norm: LayerNorm::new_in(rt, &[h], w)?,
             // tied, the decoder's own weight is made and freed when
             // `post_init` ties it, as the causal models' heads
             decoder: Some(Linear::new(rt, h, cfg.vocab_size, true, w)?)
@@ -509,7 +510,7 @@ impl BertForMaskedLM {
             embedding(&self.position_embeddings, &position_ids)
         })?;
         embeddings = embeddings.add(&position_embeddings)?;
-        embeddings = rt.in_module("LayerNorm", || self.emb_layer_norm.forward(&embeddings))?;
+        embeddings = rt.in_module("LayerNorm", || self.emb_layer_norm.layer_norm(&embeddings))?;
         embeddings = rt.in_module("dropout", || {
             Ok::<_, ModelError>(embeddings.dropout(self.cfg.hidden_dropout_prob, training)?)
         })?;
@@ -579,7 +580,7 @@ impl BertForMaskedLM {
         let transform = || -> Result<Tensor> {
             let mut x = self.head_dense.forward(dense, seq)?;
             x = rt.in_module(act_name, || act.forward(&x))?;
-            x = rt.in_module(ln, || self.head_layer_norm.forward(&x))?;
+            x = rt.in_module(ln, || self.head_layer_norm.layer_norm(&x))?;
             Ok(x)
         };
         let x = match self.cfg.flavor {
@@ -611,11 +612,11 @@ impl HfModel for BertForMaskedLM {
             Flavor::Bert => {
                 v.push(self.position_embeddings.clone());
                 v.push(self.token_type_embeddings.clone());
-                v.extend(self.emb_layer_norm.params().map(Tensor::clone));
+                v.extend(self.emb_layer_norm.parameters());
             }
             Flavor::Roberta => {
                 v.push(self.token_type_embeddings.clone());
-                v.extend(self.emb_layer_norm.params().map(Tensor::clone));
+                v.extend(self.emb_layer_norm.parameters());
                 v.push(self.position_embeddings.clone());
             }
         }
@@ -624,17 +625,17 @@ impl HfModel for BertForMaskedLM {
                 v.push(lin.weight.clone());
                 v.extend(lin.bias.clone());
             }
-            v.extend(l.attention_output.layer_norm.params().map(Tensor::clone));
+            v.extend(l.attention_output.layer_norm.parameters());
             for lin in [&l.intermediate, &l.output.dense] {
                 v.push(lin.weight.clone());
                 v.extend(lin.bias.clone());
             }
-            v.extend(l.output.layer_norm.params().map(Tensor::clone));
+            v.extend(l.output.layer_norm.parameters());
         }
         v.push(self.bias.clone());
         v.push(self.head_dense.weight.clone());
         v.extend(self.head_dense.bias.clone());
-        v.extend(self.head_layer_norm.params().map(Tensor::clone));
+        v.extend(self.head_layer_norm.parameters());
         if let Some(d) = &self.decoder {
             v.push(d.weight.clone());
             v.extend(d.bias.clone());

@@ -268,11 +268,6 @@ impl Linear {
         }
         Ok(())
     }
-    /// Its own parameters, to move: weight, then bias.
-    pub(crate) fn params_mut(&mut self) -> impl Iterator<Item = &mut Tensor> {
-        let base = &mut self.base;
-        std::iter::once(&mut base.weight).chain(base.bias.as_mut())
-    }
     /// `parameters()`: weight, then bias (peft's `base_layer`), then the
     /// adapter's A and B.
     pub(crate) fn params(&self, out: &mut Vec<Tensor>) {
@@ -366,38 +361,8 @@ impl Embedding {
     }
 }
 
-/// `nn.LayerNorm(hidden)`: weight and bias.
-pub(crate) struct LayerNorm {
-    pub(crate) weight: Tensor,
-    pub(crate) bias: Tensor,
-}
-
-impl LayerNorm {
-    pub(crate) fn new(rt: &Runtime, n: i64, dtype: DType) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: parameter(rt, &[n], dtype)?,
-            bias: parameter(rt, &[n], dtype)?,
-        })
-    }
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.layer_norm(
-            &[*self.weight.sizes().last().unwrap_or(&1)],
-            Some(&self.weight),
-            Some(&self.bias),
-        )?)
-    }
-    pub(crate) fn params_mut(&mut self) -> [&mut Tensor; 2] {
-        [&mut self.weight, &mut self.bias]
-    }
-    /// `_apply`: weight, then bias.
-    pub(crate) fn cuda(&mut self) -> Result<()> {
-        to_cuda(&mut self.weight, Category::Parameter)?;
-        to_cuda(&mut self.bias, Category::Parameter)
-    }
-    pub(crate) fn params(&self) -> [&Tensor; 2] {
-        [&self.weight, &self.bias]
-    }
-}
+/// `nn.LayerNorm`: the engine's (weight, then bias).
+pub(crate) use vramscope_engine::nn::LayerNorm;
 
 // ---- activations, the gated MLP -----------------------------------------------------
 

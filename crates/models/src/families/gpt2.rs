@@ -21,6 +21,7 @@
 
 use std::rc::Rc;
 
+use vramscope_engine::nn::Module as _;
 use vramscope_engine::{Category, DType, EngineError, Runtime, Tensor};
 
 use crate::config::HfConfig;
@@ -243,13 +244,13 @@ impl Block {
     ) -> Result<Tensor> {
         let rt = input.runtime().clone();
         let mut residual = input.clone();
-        let mut hidden = rt.in_module("ln_1", || self.ln_1.forward(input))?;
+        let mut hidden = rt.in_module("ln_1", || self.ln_1.layer_norm(input))?;
         let attn_output =
             rt.in_module("attn", || self.attention(cfg, &hidden, mask, ctx, cache))?;
         // hidden_states = attn_output + residual
         hidden = attn_output.add(&residual)?;
         residual = hidden.clone();
-        hidden = rt.in_module("ln_2", || self.ln_2.forward(&hidden))?;
+        hidden = rt.in_module("ln_2", || self.ln_2.layer_norm(&hidden))?;
         let ff = rt.in_module("mlp", || self.mlp(cfg, &hidden, ctx))?;
         // hidden_states = residual + feed_forward_hidden_states
         hidden = residual.add(&ff)?;
@@ -293,10 +294,10 @@ impl Gpt2LMHeadModel {
         for i in 0..cfg.n_layer {
             h.push(Rc::new(Block {
                 name: format!("h.{i}"),
-                ln_1: LayerNorm::new(rt, e, w)?,
+                ln_1: LayerNorm::new_in(rt, &[e], w)?,
                 c_attn: Conv1D::new(rt, 3 * e, e, w)?,
                 attn_c_proj: Conv1D::new(rt, e, e, w)?,
-                ln_2: LayerNorm::new(rt, e, w)?,
+                ln_2: LayerNorm::new_in(rt, &[e], w)?,
                 c_fc: Conv1D::new(rt, cfg.n_inner, e, w)?,
                 mlp_c_proj: Conv1D::new(rt, e, cfg.n_inner, w)?,
             }));
@@ -307,7 +308,7 @@ impl Gpt2LMHeadModel {
             wpe,
             checkpointed: vec![false; h.len()],
             h,
-            ln_f: LayerNorm::new(rt, e, w)?,
+            ln_f: LayerNorm::new_in(rt, &[e], w)?,
             // tied, the head's own weight is made and freed when
             // `post_init` ties it (`validation/malloc_log.c`'s GPT-2 logs)
             lm_head: Some(parameter(rt, &[cfg.vocab_size, e], w)?)
@@ -390,7 +391,7 @@ impl Gpt2LMHeadModel {
                 Ok::<Tensor, ModelError>(out)
             })?;
         }
-        hidden = rt.in_module("ln_f", || self.ln_f.forward(&hidden))?;
+        hidden = rt.in_module("ln_f", || self.ln_f.layer_norm(&hidden))?;
         // hidden_states = hidden_states.view(output_shape)
         hidden = hidden.view(&[b, s, self.cfg.n_embd])?;
         // locals die in co_varnames order: input_ids (a view), position_ids,
@@ -443,18 +444,18 @@ impl HfModel for Gpt2LMHeadModel {
     fn parameters(&self) -> Vec<Tensor> {
         let mut v = vec![self.wte.clone(), self.wpe.clone()];
         for b in &self.h {
-            v.extend(b.ln_1.params().map(Tensor::clone));
+            v.extend(b.ln_1.parameters());
             for c in [&b.c_attn, &b.attn_c_proj] {
                 v.push(c.weight.clone());
                 v.push(c.bias.clone());
             }
-            v.extend(b.ln_2.params().map(Tensor::clone));
+            v.extend(b.ln_2.parameters());
             for c in [&b.c_fc, &b.mlp_c_proj] {
                 v.push(c.weight.clone());
                 v.push(c.bias.clone());
             }
         }
-        v.extend(self.ln_f.params().map(Tensor::clone));
+        v.extend(self.ln_f.parameters());
         v.extend(self.lm_head.clone());
         v
     }
@@ -468,12 +469,12 @@ impl HfModel for Gpt2LMHeadModel {
             self.h
                 .iter()
                 .map(|b| {
-                    let mut v: Vec<Tensor> = b.ln_1.params().map(Tensor::clone).to_vec();
+                    let mut v: Vec<Tensor> = b.ln_1.parameters();
                     for c in [&b.c_attn, &b.attn_c_proj] {
                         v.push(c.weight.clone());
                         v.push(c.bias.clone());
                     }
-                    v.extend(b.ln_2.params().map(Tensor::clone));
+                    v.extend(b.ln_2.parameters());
                     for c in [&b.c_fc, &b.mlp_c_proj] {
                         v.push(c.weight.clone());
                         v.push(c.bias.clone());

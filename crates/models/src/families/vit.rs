@@ -22,6 +22,7 @@
 use std::rc::Rc;
 
 use serde_json::Value;
+use vramscope_engine::nn::Module as _;
 use vramscope_engine::{Category, DType, Runtime, SdpaArgs, Tensor};
 
 use crate::config::HfConfig;
@@ -197,8 +198,8 @@ impl Layer {
             k_proj: Linear::new(rt, c.hidden, qkv, c.qkv_bias, dt)?,
             v_proj: Linear::new(rt, c.hidden, qkv, c.qkv_bias, dt)?,
             o_proj: Linear::new(rt, qkv, c.hidden, true, dt)?,
-            layernorm_before: LayerNorm::new(rt, c.hidden, dt)?,
-            layernorm_after: LayerNorm::new(rt, c.hidden, dt)?,
+            layernorm_before: LayerNorm::new_in(rt, &[c.hidden], dt)?,
+            layernorm_after: LayerNorm::new_in(rt, &[c.hidden], dt)?,
             fc1: Linear::new(rt, c.hidden, c.intermediate, true, dt)?,
             fc2: Linear::new(rt, c.intermediate, c.hidden, true, dt)?,
         })
@@ -225,8 +226,8 @@ impl Layer {
         for l in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
             l.params(v);
         }
-        v.extend(self.layernorm_before.params().map(Tensor::clone));
-        v.extend(self.layernorm_after.params().map(Tensor::clone));
+        v.extend(self.layernorm_before.parameters());
+        v.extend(self.layernorm_after.parameters());
         self.fc1.params(v);
         self.fc2.params(v);
     }
@@ -296,7 +297,7 @@ impl Layer {
         let p = c.hidden_dropout;
         // residual = hidden_states
         let h = rt.in_module("layernorm_before", || {
-            self.layernorm_before.forward(hidden_states)
+            self.layernorm_before.layer_norm(hidden_states)
         })?;
         let a = rt.in_module("attention", || self.attention(c, training, &h))?;
         drop(h);
@@ -310,7 +311,7 @@ impl Layer {
         drop(a);
         // residual = hidden_states
         let residual = h.clone();
-        let n = rt.in_module("layernorm_after", || self.layernorm_after.forward(&h))?;
+        let n = rt.in_module("layernorm_after", || self.layernorm_after.layer_norm(&h))?;
         drop(h);
         let m = rt.in_module("mlp", || self.mlp(c, &n))?;
         drop(n);
@@ -368,7 +369,7 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
         position_embeddings,
         checkpointed: vec![false; layers.len()],
         layers,
-        layernorm: LayerNorm::new(rt, h, dt)?,
+        layernorm: LayerNorm::new_in(rt, &[h], dt)?,
         classifier: if cfg.num_labels > 0 {
             Some(Linear::new(rt, h, cfg.num_labels, true, dt)?)
         } else {
@@ -480,7 +481,7 @@ impl ViT {
             hidden_states = out;
         }
         let sequence_output =
-            rt.in_module("layernorm", || self.layernorm.forward(&hidden_states))?;
+            rt.in_module("layernorm", || self.layernorm.layer_norm(&hidden_states))?;
         // embedding_output, hidden_states and px are locals until the return
         drop(hidden_states);
         drop(embedding_output);
@@ -526,7 +527,7 @@ impl HfModel for ViT {
         for l in &self.layers {
             l.params(&mut v);
         }
-        v.extend(self.layernorm.params().map(Tensor::clone));
+        v.extend(self.layernorm.parameters());
         if let Some(c) = &self.classifier {
             c.params(&mut v);
         }
