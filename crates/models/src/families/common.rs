@@ -105,10 +105,20 @@ pub(crate) struct LayerArgs {
 }
 
 impl LayerArgs {
+    /// The layers' arguments: the position embeddings `(cos, sin)`, a
+    /// reference to `position_ids` and `self.training`.
+    pub(crate) fn new((cos, sin): (Tensor, Tensor), position_ids: &Tensor, training: bool) -> Self {
+        LayerArgs {
+            cos,
+            sin,
+            position_ids: position_ids.clone(),
+            training,
+        }
+    }
     /// The model's own reference goes where its locals die: the args'
     /// `position_ids` now (the model's `position_ids` local holds it on),
     /// the position embeddings `(cos, sin)` to the caller.
-    pub(crate) fn release(self) -> (Tensor, Tensor) {
+    fn release(self) -> (Tensor, Tensor) {
         let LayerArgs {
             cos,
             sin,
@@ -1571,34 +1581,103 @@ fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
     }
 }
 
-/// A decoder layer's `forward(hidden_states, args, mask, cache)` (without
-/// the checkpointing wrapper).
-pub(crate) type LayerForward<L, A> =
-    fn(&L, &Tensor, &A, Option<&Tensor>, Option<&RefCell<DynamicCache>>) -> Result<Tensor>;
+/// A `…DecoderLayer` (a `GradientCheckpointingLayer`).
+pub(crate) trait Layer: Clone + 'static {
+    /// `forward(hidden_states, position_embeddings, mask, cache)`, without
+    /// the checkpointing wrapper.
+    fn forward(
+        &self,
+        x: &Tensor,
+        args: &LayerArgs,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+    ) -> Result<Tensor>;
+    /// A `"sliding_attention"` layer: it gets the sliding-window mask.
+    fn sliding(&self) -> bool;
+}
 
-/// `for decoder_layer in self.layers: hidden_states = decoder_layer(hidden_states, ...)`
-/// from `inputs_embeds`, each layer `layers.{i}` with the mask `mask` picks
-/// for it. A `GradientCheckpointingLayer` whose flag is set runs under
-/// [`checkpointed`] in training with grad enabled (there is no cache then:
-/// `use_cache` is off), capturing its own copy of the layer, the args and
-/// the mask as the `partial` does.
-pub(crate) fn decoder_layers<'m, L, A>(
+/// The masks of `causal_mask_mapping` (`"full_attention"`, then
+/// `"sliding_attention"`), each `None` where SDPA's `is_causal` does; they
+/// die in that order (the dict's insertion order).
+pub(crate) struct Masks {
+    full: Option<Tensor>,
+    sliding: Option<Tensor>,
+}
+
+impl Masks {
+    /// `create_causal_mask` when `full`, then
+    /// `create_sliding_window_causal_mask` when `sliding` gives the window;
+    /// in a forward of `generate()` ([`GenStep`]), each from its 2-D
+    /// attention mask ([`generation_mask`]).
+    pub(crate) fn new(
+        inputs_embeds: &Tensor,
+        position_ids: &Tensor,
+        cache: Option<&RefCell<DynamicCache>>,
+        step: Option<&GenStep>,
+        full: bool,
+        sliding: Option<i64>,
+    ) -> Result<Self> {
+        let c = cache.map(|c| c.borrow());
+        let c = c.as_deref();
+        let mask = |window: Option<i64>| match (step, c, window) {
+            (Some(g), Some(c), _) => generation_mask(inputs_embeds, c, g.attention_mask, window),
+            (_, _, None) => create_causal_mask(inputs_embeds, c, position_ids),
+            (_, _, Some(w)) => create_sliding_window_causal_mask(inputs_embeds, c, position_ids, w),
+        };
+        let full = if full { mask(None)? } else { None };
+        let sliding = match sliding {
+            Some(w) => mask(Some(w))?,
+            None => None,
+        };
+        Ok(Masks { full, sliding })
+    }
+
+    /// The mask a layer gets.
+    fn for_layer(&self, sliding: bool) -> Option<&Tensor> {
+        if sliding {
+            self.sliding.as_ref()
+        } else {
+            self.full.as_ref()
+        }
+    }
+}
+
+/// The `position_embeddings` tuple `(cos, sin)` once the layers are done;
+/// dropping it releases its items last to first, as `tupledealloc` does
+/// (its fields are declared in that order).
+pub(crate) struct PositionEmbeddings {
+    _sin: Tensor,
+    _cos: Tensor,
+}
+
+/// The decoder's body from `inputs_embeds`, once its masks and position
+/// embeddings are made:
+///
+/// ```python
+/// for decoder_layer in self.layers:
+///     hidden_states = decoder_layer(hidden_states, attention_mask=causal_mask_mapping[decoder_layer.attention_type], ...)
+/// hidden_states = self.norm(hidden_states)
+/// ```
+///
+/// Each layer runs as `layers.{i}`; a `GradientCheckpointingLayer` whose
+/// flag is set runs under [`checkpointed`] in training with grad enabled
+/// (there is no cache then: `use_cache` is off), capturing its own copy of
+/// the layer, the args and the mask as the `partial` does. Returns the
+/// normed output and the position embeddings, for the caller to drop where
+/// its locals die (the args' own `position_ids` reference goes now).
+pub(crate) fn decoder_stack<L: Layer>(
     layers: &[L],
     inputs_embeds: &Tensor,
-    args: &A,
+    args: LayerArgs,
+    masks: &Masks,
     flags: &Flags,
-    mask: impl Fn(&L) -> Option<&'m Tensor>,
     cache: Option<&RefCell<DynamicCache>>,
-    forward: LayerForward<L, A>,
-) -> Result<Tensor>
-where
-    L: Clone + 'static,
-    A: Clone + 'static,
-{
+    norm: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<(Tensor, PositionEmbeddings)> {
     let rt = inputs_embeds.runtime().clone();
     let mut hidden = inputs_embeds.clone();
     for (i, l) in layers.iter().enumerate() {
-        let mask = mask(l);
+        let mask = masks.for_layer(l.sliding());
         let name = format!("layers.{i}");
         let out = rt.in_module(&name, || -> Result<Tensor> {
             // the module's forward hooks (FSDP's pre-forward may wrap the input)
@@ -1612,10 +1691,12 @@ where
                 let args = args.clone();
                 let mask = mask.cloned();
                 checkpointed(&rt, input, move |x| {
-                    forward(&layer, x, &args, mask.as_ref(), None).map_err(to_engine)
+                    layer
+                        .forward(x, &args, mask.as_ref(), None)
+                        .map_err(to_engine)
                 })
             } else {
-                forward(l, input, args, mask, cache)
+                l.forward(input, &args, mask, cache)
             }?;
             drop(wrapped);
             if let Some(h) = &flags.hooks {
@@ -1625,7 +1706,16 @@ where
         })?;
         hidden = out;
     }
-    Ok(hidden)
+    let out = norm(&hidden)?;
+    drop(hidden);
+    let (cos, sin) = args.release();
+    Ok((
+        out,
+        PositionEmbeddings {
+            _sin: sin,
+            _cos: cos,
+        },
+    ))
 }
 
 // ---- …ForCausalLM --------------------------------------------------------------------
@@ -1668,6 +1758,18 @@ impl Flags {
     /// checkpointing in training.
     pub(crate) fn use_cache(&self, config_use_cache: bool) -> bool {
         config_use_cache && !(self.checkpointing.is_some() && self.training)
+    }
+
+    /// `past_key_values = DynamicCache(config=self.config)` when the
+    /// forward uses a cache ([`Flags::use_cache`]), with each layer's
+    /// sliding window (`None`: a full layer).
+    pub(crate) fn new_cache(
+        &self,
+        config_use_cache: bool,
+        layers: &[Option<i64>],
+    ) -> Option<RefCell<DynamicCache>> {
+        self.use_cache(config_use_cache)
+            .then(|| RefCell::new(DynamicCache::new(layers)))
     }
 }
 

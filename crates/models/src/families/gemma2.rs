@@ -36,10 +36,9 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, cpu_buffer,
-    create_causal_mask, create_sliding_window_causal_mask, head_dim_of, parameter, to_cuda, Act,
-    Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, LayerArgs, Linear,
-    RopeType, RotaryEmbedding, Sdpa,
+    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, cpu_buffer, head_dim_of,
+    parameter, to_cuda, Act, Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags,
+    GatedMlp, Layer, LayerArgs, Linear, Masks, RopeType, RotaryEmbedding, Sdpa,
 };
 use crate::families::HfModel;
 
@@ -301,44 +300,51 @@ struct DecoderLayer {
     sliding: bool,
 }
 
-/// `Gemma2DecoderLayer.forward` (without the checkpointing wrapper).
-fn layer_forward(
-    l: &DecoderLayer,
-    x: &Tensor,
-    args: &LayerArgs,
-    mask: Option<&Tensor>,
-    cache: Option<&RefCell<DynamicCache>>,
-) -> Result<Tensor> {
-    let rt = x.runtime().clone();
-    let residual = x.clone();
-    let h = l.input_layernorm.forward("input_layernorm", x)?;
-    let a = rt.in_module("self_attn", || {
-        l.self_attn
-            .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
-    })?;
-    drop(h);
-    let n = l
-        .post_attention_layernorm
-        .forward("post_attention_layernorm", &a)?;
-    drop(a);
-    let h = residual.add(&n)?;
-    drop(n);
-    drop(residual);
-    let residual = h.clone();
-    let n = l
-        .pre_feedforward_layernorm
-        .forward("pre_feedforward_layernorm", &h)?;
-    drop(h);
-    let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
-    drop(n);
-    let n = l
-        .post_feedforward_layernorm
-        .forward("post_feedforward_layernorm", &m)?;
-    drop(m);
-    let out = residual.add(&n)?;
-    drop(n);
-    drop(residual);
-    Ok(out)
+impl Layer for DecoderLayer {
+    /// `Gemma2DecoderLayer.forward`.
+    fn forward(
+        &self,
+        x: &Tensor,
+        args: &LayerArgs,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+    ) -> Result<Tensor> {
+        let l = self;
+        let rt = x.runtime().clone();
+        let residual = x.clone();
+        let h = l.input_layernorm.forward("input_layernorm", x)?;
+        let a = rt.in_module("self_attn", || {
+            l.self_attn
+                .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
+        })?;
+        drop(h);
+        let n = l
+            .post_attention_layernorm
+            .forward("post_attention_layernorm", &a)?;
+        drop(a);
+        let h = residual.add(&n)?;
+        drop(n);
+        drop(residual);
+        let residual = h.clone();
+        let n = l
+            .pre_feedforward_layernorm
+            .forward("pre_feedforward_layernorm", &h)?;
+        drop(h);
+        let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
+        drop(n);
+        let n = l
+            .post_feedforward_layernorm
+            .forward("post_feedforward_layernorm", &m)?;
+        drop(m);
+        let out = residual.add(&n)?;
+        drop(n);
+        drop(residual);
+        Ok(out)
+    }
+
+    fn sliding(&self) -> bool {
+        self.sliding
+    }
 }
 
 /// `Gemma2Model`.
@@ -456,61 +462,39 @@ impl Decoder for Model {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed(ids)?;
-        let cache = if flags.use_cache(cfg.use_cache) {
-            Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
-        } else {
-            None
-        };
+        let cache = flags.new_cache(cfg.use_cache, &cfg.cache_layers());
         let position_ids = common::position_ids(&rt, inputs_embeds.size(1), 0)?;
         // causal_mask_mapping = {"full_attention": create_causal_mask(**mask_kwargs),
         //                        "sliding_attention": create_sliding_window_causal_mask(**mask_kwargs)}
-        let (full_mask, sliding_mask) = {
-            let c = cache.as_ref().map(|c| c.borrow());
-            let c = c.as_deref();
-            let window = cfg.sliding_window.unwrap_or(i64::MAX);
-            let full = create_causal_mask(&inputs_embeds, c, &position_ids)?;
-            let sliding =
-                create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, window)?;
-            (full, sliding)
-        };
-        let (cos, sin) = self
+        let window = cfg.sliding_window.unwrap_or(i64::MAX);
+        let masks = Masks::new(
+            &inputs_embeds,
+            &position_ids,
+            cache.as_ref(),
+            None,
+            true,
+            Some(window),
+        )?;
+        let cos_sin = self
             .rotary_emb
             .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs {
-            cos,
-            sin,
-            position_ids: position_ids.clone(),
-            training: flags.training,
-        };
-        let hidden = common::decoder_layers(
+        let args = LayerArgs::new(cos_sin, &position_ids, flags.training);
+        let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
-            &args,
+            args,
+            &masks,
             flags,
-            |l| {
-                if l.sliding {
-                    sliding_mask.as_ref()
-                } else {
-                    full_mask.as_ref()
-                }
-            },
             cache.as_ref(),
-            layer_forward,
+            |h| self.norm.forward("norm", h),
         )?;
-        let out = self.norm.forward("norm", &hidden)?;
-        drop(hidden);
-        let (cos, sin) = args.release();
         // locals die in co_varnames order: position_ids and inputs_embeds are
         // also held by `mask_kwargs`, so they go with it, after
-        // `causal_mask_mapping` (full, then sliding mask); then the position
-        // embeddings
-        drop(full_mask);
-        drop(sliding_mask);
+        // `causal_mask_mapping`; then the position embeddings
+        drop(masks);
         drop(inputs_embeds);
         drop(position_ids);
-        // the (cos, sin) tuple: tupledealloc releases its items last to first
-        drop(sin);
-        drop(cos);
+        drop(position_embeddings);
         Ok((out, cache))
     }
 }

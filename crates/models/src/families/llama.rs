@@ -22,10 +22,9 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
-    create_sliding_window_causal_mask, head_dim_of, to_cuda, Act, Attention, CausalLm, Decoder,
-    DynamicCache, Embedding, Flags, GatedMlp, GenStep, LayerArgs, Linear, RmsNorm, RopeType,
-    RotaryEmbedding, Sdpa,
+    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, head_dim_of, to_cuda, Act,
+    Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, GenStep, Layer,
+    LayerArgs, Linear, Masks, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
 use crate::families::HfModel;
 
@@ -247,35 +246,42 @@ struct DecoderLayer {
     sliding: bool,
 }
 
-/// `LlamaDecoderLayer.forward` (without the checkpointing wrapper).
-fn layer_forward(
-    l: &DecoderLayer,
-    x: &Tensor,
-    args: &LayerArgs,
-    mask: Option<&Tensor>,
-    cache: Option<&RefCell<DynamicCache>>,
-) -> Result<Tensor> {
-    let rt = x.runtime().clone();
-    let residual = x.clone();
-    let h = l.input_layernorm.forward("input_layernorm", x)?;
-    let a = rt.in_module("self_attn", || {
-        l.self_attn
-            .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
-    })?;
-    drop(h);
-    let h = residual.add(&a)?;
-    drop(a);
-    let residual = h.clone();
-    let n = l
-        .post_attention_layernorm
-        .forward("post_attention_layernorm", &h)?;
-    drop(h);
-    let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
-    drop(n);
-    let out = residual.add(&m)?;
-    drop(m);
-    drop(residual);
-    Ok(out)
+impl Layer for DecoderLayer {
+    /// `LlamaDecoderLayer.forward`.
+    fn forward(
+        &self,
+        x: &Tensor,
+        args: &LayerArgs,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+    ) -> Result<Tensor> {
+        let l = self;
+        let rt = x.runtime().clone();
+        let residual = x.clone();
+        let h = l.input_layernorm.forward("input_layernorm", x)?;
+        let a = rt.in_module("self_attn", || {
+            l.self_attn
+                .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
+        })?;
+        drop(h);
+        let h = residual.add(&a)?;
+        drop(a);
+        let residual = h.clone();
+        let n = l
+            .post_attention_layernorm
+            .forward("post_attention_layernorm", &h)?;
+        drop(h);
+        let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
+        drop(n);
+        let out = residual.add(&m)?;
+        drop(m);
+        drop(residual);
+        Ok(out)
+    }
+
+    fn sliding(&self) -> bool {
+        self.sliding
+    }
 }
 
 /// `LlamaModel` (and the other families' `…Model`).
@@ -477,10 +483,9 @@ impl Model {
             // enable_input_require_grads: output.requires_grad_(True)
             inputs_embeds.requires_grad_(true)?;
         }
-        let cache = if step.is_none() && flags.use_cache(cfg.use_cache) {
-            Some(RefCell::new(DynamicCache::new(&cfg.cache_layers())))
-        } else {
-            None
+        let cache = match step {
+            None => flags.new_cache(cfg.use_cache, &cfg.cache_layers()),
+            Some(_) => None,
         };
         let cache_ref = step.map(|g| g.cache).or(cache.as_ref());
         let seq = inputs_embeds.size(1);
@@ -489,90 +494,52 @@ impl Model {
             None => common::position_ids(&rt, seq, 0)?,
         };
         // the masks each layer type gets
-        let (full_mask, sliding_mask) = {
-            let c = cache_ref.map(|c| c.borrow());
-            let c = c.as_deref();
-            let full = |c: Option<&DynamicCache>| -> Result<Option<Tensor>> {
-                match (step, c) {
-                    (Some(g), Some(c)) => {
-                        common::generation_mask(&inputs_embeds, c, g.attention_mask, None)
-                    }
-                    _ => create_causal_mask(&inputs_embeds, c, &position_ids),
-                }
-            };
-            let sliding = |c: Option<&DynamicCache>, w: i64| -> Result<Option<Tensor>> {
-                match (step, c) {
-                    (Some(g), Some(c)) => {
-                        common::generation_mask(&inputs_embeds, c, g.attention_mask, Some(w))
-                    }
-                    _ => create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w),
-                }
-            };
-            match cfg.family {
-                Family::Llama => (full(c)?, None),
-                Family::Mistral => match cfg.sliding_window {
-                    None => (full(c)?, None),
-                    Some(w) => (None, sliding(c, w)?),
-                },
-                Family::Qwen2 | Family::Qwen3 => {
-                    let f = full(c)?;
-                    let sl = match (cfg.layer_sliding.iter().any(|&s| s), cfg.sliding_window) {
-                        (true, Some(w)) => sliding(c, w)?,
-                        _ => None,
-                    };
-                    (f, sl)
-                }
+        let (full, sliding) = match cfg.family {
+            Family::Llama => (true, None),
+            Family::Mistral => (cfg.sliding_window.is_none(), cfg.sliding_window),
+            Family::Qwen2 | Family::Qwen3 => {
+                let any_sliding = cfg.layer_sliding.iter().any(|&s| s);
+                (true, cfg.sliding_window.filter(|_| any_sliding))
             }
         };
-        let (cos, sin) = self
+        let masks = Masks::new(
+            &inputs_embeds,
+            &position_ids,
+            cache_ref,
+            step,
+            full,
+            sliding,
+        )?;
+        let cos_sin = self
             .rotary_emb
             .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs {
-            cos,
-            sin,
-            position_ids: position_ids.clone(),
-            training: flags.training,
-        };
-        let hidden = common::decoder_layers(
+        let args = LayerArgs::new(cos_sin, &position_ids, flags.training);
+        let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
-            &args,
+            args,
+            &masks,
             flags,
-            |l| {
-                if l.sliding {
-                    sliding_mask.as_ref()
-                } else {
-                    full_mask.as_ref()
-                }
-            },
             cache_ref,
-            layer_forward,
+            |h| self.norm.forward("norm", h),
         )?;
-        let out = self.norm.forward("norm", &hidden)?;
-        drop(hidden);
         // locals die in `co_varnames` order
-        let (cos, sin) = args.release();
         match cfg.family {
             Family::Llama | Family::Mistral => {
                 // position_ids, inputs_embeds, causal_mask, ...
                 drop(position_ids);
                 drop(inputs_embeds);
-                drop(full_mask);
-                drop(sliding_mask);
+                drop(masks);
             }
             Family::Qwen2 | Family::Qwen3 => {
                 // position_ids and inputs_embeds are still held by `mask_kwargs`;
-                // `causal_mask_mapping` (full, then sliding) dies before it,
-                // and its entries die in insertion order
-                drop(full_mask);
-                drop(sliding_mask);
+                // `causal_mask_mapping` dies before it
+                drop(masks);
                 drop(inputs_embeds);
                 drop(position_ids);
             }
         }
-        // the position_embeddings tuple dies last to first (tupledealloc)
-        drop(sin);
-        drop(cos);
+        drop(position_embeddings);
         Ok((out, cache))
     }
 }

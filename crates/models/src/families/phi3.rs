@@ -34,9 +34,9 @@ use vramscope_engine::{Category, DType, Runtime, Tensor};
 use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
-    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, create_causal_mask,
-    create_sliding_window_causal_mask, head_dim_of, rotate_half, to_cuda, Act, CausalLm, Decoder,
-    DynamicCache, Embedding, Flags, LayerArgs, Linear, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
+    self, bad, check_kv_heads, check_padding_idx, check_sliding_window, head_dim_of, rotate_half,
+    to_cuda, Act, CausalLm, Decoder, DynamicCache, Embedding, Flags, Layer, LayerArgs, Linear,
+    Masks, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
 };
 use crate::families::HfModel;
 
@@ -307,6 +307,8 @@ struct DecoderLayer {
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
     resid_pdrop: f64,
+    /// every layer is sliding when the config sets `sliding_window`
+    sliding: bool,
 }
 
 /// Phi3's `apply_rotary_pos_emb(q, k, cos, sin)`:
@@ -441,42 +443,49 @@ fn dropout(rt: &Runtime, name: &str, x: &Tensor, p: f64, training: bool) -> Resu
     Ok(rt.in_module(name, || x.dropout(p, training))?)
 }
 
-/// `Phi3DecoderLayer.forward` (without the checkpointing wrapper).
-fn layer_forward(
-    l: &DecoderLayer,
-    x: &Tensor,
-    args: &LayerArgs,
-    mask: Option<&Tensor>,
-    cache: Option<&RefCell<DynamicCache>>,
-) -> Result<Tensor> {
-    let rt = x.runtime().clone();
-    let residual = x.clone();
-    let h = l.input_layernorm.forward("input_layernorm", x)?;
-    let a = rt.in_module("self_attn", || {
-        attention_forward(&l.self_attn, &h, args, mask, cache)
-    })?;
-    drop(h);
-    // hidden_states = residual + self.resid_attn_dropout(hidden_states)
-    let h = {
-        let d = dropout(&rt, "resid_attn_dropout", &a, l.resid_pdrop, args.training)?;
-        residual.add(&d)?
-    };
-    drop(a);
-    drop(residual);
-    let residual = h.clone();
-    let n = l
-        .post_attention_layernorm
-        .forward("post_attention_layernorm", &h)?;
-    drop(h);
-    let m = rt.in_module("mlp", || mlp_forward(&l.mlp, &n))?;
-    drop(n);
-    let out = {
-        let d = dropout(&rt, "resid_mlp_dropout", &m, l.resid_pdrop, args.training)?;
-        residual.add(&d)?
-    };
-    drop(m);
-    drop(residual);
-    Ok(out)
+impl Layer for DecoderLayer {
+    /// `Phi3DecoderLayer.forward`.
+    fn forward(
+        &self,
+        x: &Tensor,
+        args: &LayerArgs,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+    ) -> Result<Tensor> {
+        let l = self;
+        let rt = x.runtime().clone();
+        let residual = x.clone();
+        let h = l.input_layernorm.forward("input_layernorm", x)?;
+        let a = rt.in_module("self_attn", || {
+            attention_forward(&l.self_attn, &h, args, mask, cache)
+        })?;
+        drop(h);
+        // hidden_states = residual + self.resid_attn_dropout(hidden_states)
+        let h = {
+            let d = dropout(&rt, "resid_attn_dropout", &a, l.resid_pdrop, args.training)?;
+            residual.add(&d)?
+        };
+        drop(a);
+        drop(residual);
+        let residual = h.clone();
+        let n = l
+            .post_attention_layernorm
+            .forward("post_attention_layernorm", &h)?;
+        drop(h);
+        let m = rt.in_module("mlp", || mlp_forward(&l.mlp, &n))?;
+        drop(n);
+        let out = {
+            let d = dropout(&rt, "resid_mlp_dropout", &m, l.resid_pdrop, args.training)?;
+            residual.add(&d)?
+        };
+        drop(m);
+        drop(residual);
+        Ok(out)
+    }
+
+    fn sliding(&self) -> bool {
+        self.sliding
+    }
 }
 
 /// `Phi3Model`.
@@ -527,6 +536,7 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
             input_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
             post_attention_layernorm: RmsNorm::new(rt, h, cfg.eps, w)?,
             resid_pdrop: cfg.resid_pdrop,
+            sliding: cfg.sliding_window.is_some(),
         });
     }
     let norm = RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
@@ -586,27 +596,20 @@ impl Decoder for Model {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed_tokens.forward("embed_tokens", ids)?;
-        let use_cache = flags.use_cache(cfg.use_cache);
         // DynamicCache(config): no layer_types on Phi3Config, so every layer is
         // sliding when sliding_window is set (get_layer_types_and_kwargs)
-        let cache = if use_cache {
-            Some(RefCell::new(DynamicCache::new(&vec![
-                cfg.sliding_window;
-                cfg.layers
-            ])))
-        } else {
-            None
-        };
+        let cache = flags.new_cache(cfg.use_cache, &vec![cfg.sliding_window; cfg.layers]);
         let position_ids = common::position_ids(&rt, inputs_embeds.size(1), 0)?;
         // mask_function = create_causal_mask if sliding_window is None else create_sliding_window_causal_mask
-        let causal_mask = {
-            let c = cache.as_ref().map(|c| c.borrow());
-            let c = c.as_deref();
-            match cfg.sliding_window {
-                None => create_causal_mask(&inputs_embeds, c, &position_ids)?,
-                Some(w) => create_sliding_window_causal_mask(&inputs_embeds, c, &position_ids, w)?,
-            }
-        };
+        let (full, sliding) = (cfg.sliding_window.is_none(), cfg.sliding_window);
+        let masks = Masks::new(
+            &inputs_embeds,
+            &position_ids,
+            cache.as_ref(),
+            None,
+            full,
+            sliding,
+        )?;
         // self.rotary_emb(hidden_states, position_ids): under @torch.no_grad(),
         // @dynamic_rope_update first (longrope only)
         if let Some(lr) = &cfg.longrope {
@@ -616,36 +619,26 @@ impl Decoder for Model {
                 })
             })?;
         }
-        let (cos, sin) =
+        let cos_sin =
             self.rotary_emb
                 .borrow()
                 .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs {
-            cos,
-            sin,
-            position_ids: position_ids.clone(),
-            training: flags.training,
-        };
-        let hidden = common::decoder_layers(
+        let args = LayerArgs::new(cos_sin, &position_ids, flags.training);
+        let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
-            &args,
+            args,
+            &masks,
             flags,
-            |_| causal_mask.as_ref(),
             cache.as_ref(),
-            layer_forward,
+            |h| self.norm.forward("norm", h),
         )?;
-        let out = self.norm.forward("norm", &hidden)?;
-        drop(hidden);
-        let (cos, sin) = args.release();
         // locals die in co_varnames order: position_ids, inputs_embeds,
         // causal_mask, position_embeddings
         drop(position_ids);
         drop(inputs_embeds);
-        drop(causal_mask);
-        // the (cos, sin) tuple: tupledealloc releases its items last to first
-        drop(sin);
-        drop(cos);
+        drop(masks);
+        drop(position_embeddings);
         Ok((out, cache))
     }
 }
