@@ -57,6 +57,12 @@ class Device:
         (global buffer bytes, semaphore bytes) of each launch, for an
         input of sizes/strides (elements) reduced over the dims marked in
         reduced, elem and acc bytes per element. Allocates nothing."""
+    def cub_scratch(
+        self, kind: str, n: int, t_bytes: int, value_bytes: int = 8, end_bit: int | None = None
+    ) -> int | None:
+        """CUB's temporary storage: kind "scan" (inclusive_scan over n items of
+        t_bytes) or "sort" (radix_sort_pairs of n keys of t_bytes on end_bit bits,
+        values of value_bytes); None where not measured. Allocates nothing."""
     def efficient_attention_backward_workspace(
         self, dtype: str, b: int, h: int, m: int, n: int, k: int, kv: int
     ) -> int:

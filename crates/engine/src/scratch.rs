@@ -45,6 +45,8 @@ pub enum ScratchRule {
         key_bytes: u64,
         /// value bytes
         value_bytes: u64,
+        /// the bits sorted on (`end_bit`; `8 * key_bytes` for a full sort)
+        end_bit: u64,
     },
     /// `cub::DeviceScan::InclusiveScan` over `n` items of `t_bytes`
     InclusiveScan {
@@ -121,9 +123,14 @@ impl ScratchRule {
                 n,
                 key_bytes,
                 value_bytes,
-            } => {
-                cub::radix_sort_pairs_bytes(cap, u64::try_from(*n).ok()?, *key_bytes, *value_bytes)
-            }
+                end_bit,
+            } => cub::radix_sort_pairs_bytes(
+                cap,
+                u64::try_from(*n).ok()?,
+                *key_bytes,
+                *value_bytes,
+                *end_bit,
+            ),
             ScratchRule::UniqueByKey { n, key_bytes } => {
                 cub::unique_by_key_bytes(cap, u64::try_from(*n).ok()?, *key_bytes)
             }
@@ -245,14 +252,16 @@ impl ScratchRule {
                 ScratchRule::RadixSortPairs {
                     key_bytes: a,
                     value_bytes: b,
+                    end_bit: e,
                     ..
                 },
                 ScratchRule::RadixSortPairs {
                     key_bytes: c,
                     value_bytes: d,
+                    end_bit: f,
                     ..
                 },
-            ) => a == c && b == d,
+            ) => a == c && b == d && e == f,
             (
                 ScratchRule::UniqueByKey { key_bytes: a, .. },
                 ScratchRule::UniqueByKey { key_bytes: b, .. },

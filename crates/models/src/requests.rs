@@ -1817,6 +1817,7 @@ mod tests {
             n,
             key_bytes: 8,
             value_bytes: 8,
+            end_bit: 64,
         };
         let run = |n: i64, rule: bool| {
             let bytes = sort(n).bytes(&h100).unwrap();

@@ -295,6 +295,37 @@ impl Device {
             .collect()
     }
 
+    /// CUB's temporary storage (`ops::cub`) for `cuda::cub::inclusive_scan`
+    /// over `n` items of `t_bytes` (`kind` "scan"), or for
+    /// `cuda::cub::radix_sort_pairs` of `n` keys of `t_bytes` sorted on
+    /// `end_bit` bits with values of `value_bytes` (`kind` "sort"); None where
+    /// it was not measured (other GPUs, other element sizes).
+    #[pyo3(signature = (kind, n, t_bytes, value_bytes=8, end_bit=None))]
+    fn cub_scratch(
+        &self,
+        kind: &str,
+        n: i64,
+        t_bytes: u64,
+        value_bytes: u64,
+        end_bit: Option<u64>,
+    ) -> PyResult<Option<u64>> {
+        let rule = match kind {
+            "scan" => ScratchRule::InclusiveScan { n, t_bytes },
+            "sort" => ScratchRule::RadixSortPairs {
+                n,
+                key_bytes: t_bytes,
+                value_bytes,
+                end_bit: end_bit.unwrap_or(8 * t_bytes),
+            },
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "cub_scratch: kind {other:?}, expected \"scan\" or \"sort\""
+                )))
+            }
+        };
+        Ok(rule.bytes(&self.p.runtime().profile()))
+    }
+
     /// The workspace cuDNN's plan takes for a convolution (`op`: "forward",
     /// "dgrad" or "wgrad") as `convolution` received it, from the eager twin's
     /// measured tables (`ops/conv.rs`); None where the problem was not measured.

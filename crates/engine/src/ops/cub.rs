@@ -22,18 +22,21 @@ pub(crate) fn alias_temporaries(sizes: &[u64]) -> u64 {
     sizes.iter().map(|s| s.div_ceil(ALIGN) * ALIGN).sum::<u64>() + ALIGN - 1
 }
 
-/// `ScanTileState<T, true>::AllocationSize(num_tiles)`
-/// (`cub/agent/single_pass_scan_operators.cuh`) for a primitive `T` of
-/// `t_bytes`: `detail::tile_state_allocation_size` of `warp_threads (32) +
+/// `ScanTileState<T>::AllocationSize(num_tiles)`
+/// (`cub/agent/single_pass_scan_operators.cuh`), itself aliased, for `T` of
+/// `t_bytes`: a primitive `T` (4 or 8 bytes) keeps `warp_threads (32) +
 /// num_tiles` descriptors of `sizeof(TxnWord)` (16 bytes for an 8-byte `T`,
-/// 8 for 4, else 4) and no payload, itself aliased.
+/// 8 for 4); a class type (`c10::Half`, `c10::BFloat16`: the 2-byte `T` that
+/// reach CUB) keeps three arrays of that length: 4-byte status words, partial
+/// and inclusive values (the 2-byte layout fits every bf16 `cumsum` of the
+/// H200 sweep, `fixtures/run/sweeps/scratch_sweep_h200.jsonl`).
 fn scan_tile_state_bytes(num_tiles: u64, t_bytes: u64) -> u64 {
-    let txn = match t_bytes {
-        8 => 16,
-        4 => 8,
-        _ => 4,
-    };
-    alias_temporaries(&[(32 + num_tiles) * txn, 0, 0])
+    let len = 32 + num_tiles;
+    match t_bytes {
+        8 => alias_temporaries(&[len * 16, 0, 0]),
+        4 => alias_temporaries(&[len * 8, 0, 0]),
+        _ => alias_temporaries(&[len * 4, len * t_bytes, len * t_bytes]),
+    }
 }
 
 /// `RegBoundScaling<threads, items, T>` (`cub/util_arch.cuh`): items per
@@ -75,28 +78,42 @@ fn int_bytes(what: &str, bytes: u64) -> Result<()> {
     }
 }
 
-/// `cuda::cub::radix_sort_pairs(keys, ..., values, ..., n)` with the full key
-/// width (`begin_bit = 0, end_bit = 8 * sizeof(key)`) and an `int64_t` item
-/// count (so CUB's `OffsetT` is 64-bit): `DispatchRadixSort::Invoke`. Up to
-/// the single-tile policy's tile (`256 x 19` nominal, `RegBoundScaling` on
-/// the larger of key and value) CUB needs no storage but asks for 1 byte;
-/// beyond, `InvokeOnesweep` (sm_90 always uses onesweep): the bins
-/// (`portions * passes * 256` offsets), the lookback (`blocks * 256` ints),
-/// the alternate key and value buffers and the counters
-/// (`portions * passes` ints), aliased. The onesweep tile is `384 x 24`
-/// (`OnesweepPolicyKey64`, 8-byte values) or `384 x 30` (smaller values) for
-/// 8-byte keys, `384 x 29` or `384 x 17` (`OnesweepPolicyKey32`, 64-bit
-/// offsets) for 4-byte keys (`tuning_radix_sort.cuh`,
-/// `OnesweepSmallKeyTunedPolicy`).
+/// `cuda::cub::radix_sort_pairs(keys, ..., values, ..., n, descending,
+/// begin_bit = 0, end_bit)` (`value_bytes` 0: `radix_sort_keys`) with an `int64_t` item count (so CUB's `OffsetT`
+/// is 64-bit): `DispatchRadixSort::Invoke`. Up to the single-tile policy's
+/// tile (`256 x 19` nominal, `RegBoundScaling` on the larger of key and
+/// value) CUB needs no storage but asks for 1 byte; beyond, `InvokeOnesweep`
+/// (sm_90 always uses onesweep): the bins (`portions * passes * 256`
+/// offsets, a pass per 8 bits up to `end_bit`), the lookback (`blocks * 256`
+/// ints), the alternate key and value buffers (more than one pass) and the
+/// counters (`portions * passes` ints), aliased. The onesweep tile
+/// (`tuning_radix_sort.cuh`): `384 x 24` (`OnesweepPolicyKey64`, 8-byte
+/// values) or `384 x 30` (smaller values) for 8-byte keys, `384 x 29` or
+/// `384 x 17` (`OnesweepPolicyKey32`, 64-bit offsets) for 4-byte keys, and
+/// `sm90_small_key_tuning<key, value, 8>` for 1- and 2-byte keys.
+/// `value_bytes` 0 is `radix_sort_keys` (no values).
 pub(crate) fn radix_sort_pairs_bytes(
     capability: (u32, u32),
     n: u64,
     key_bytes: u64,
     value_bytes: u64,
+    end_bit: u64,
 ) -> Result<u64> {
     sm90_only(capability, "radix_sort_pairs")?;
-    int_bytes("radix_sort_pairs", key_bytes)?;
-    int_bytes("radix_sort_pairs", value_bytes)?;
+    if !matches!(key_bytes, 1 | 2 | 4 | 8) || end_bit > 8 * key_bytes {
+        return Err(EngineError::Unsupported {
+            what: format!(
+                "CUB temporary storage of radix_sort_pairs for {key_bytes}-byte keys sorted on {end_bit} bits"
+            ),
+        });
+    }
+    if !matches!(value_bytes, 0 | 4 | 8) {
+        return Err(EngineError::Unsupported {
+            what: format!(
+                "CUB temporary storage of radix_sort_pairs for {value_bytes}-byte values"
+            ),
+        });
+    }
     if n == 0 {
         return Ok(1);
     }
@@ -104,15 +121,21 @@ pub(crate) fn radix_sort_pairs_bytes(
     if n <= reg_bound_tile(256, 19, dominant) {
         return Ok(1);
     }
-    let nominal_items = match (key_bytes, value_bytes) {
-        (8, 8) => 24,
-        (8, _) => 30,
-        (_, 8) => 29,
-        _ => 17,
+    let (threads, nominal_items) = match (key_bytes, value_bytes) {
+        (8, 8) => (384, 24),
+        (8, _) => (384, 30),
+        (4, 8) => (384, 29),
+        (4, _) => (384, 17),
+        // sm90_small_key_tuning<1|2, 0|4|8, 8>
+        (1 | 2, 0) => (512, 19),
+        (1, 8) => (384, 18),
+        (1, _) => (512, 14),
+        (_, 8) => (512, 23),
+        _ => (512, 12),
     };
-    let tile = reg_bound_tile(384, nominal_items, dominant);
+    let tile = reg_bound_tile(threads, nominal_items, dominant);
     let portion = ((1u64 << 28) - 1) / tile * tile;
-    let passes = (8 * key_bytes).div_ceil(8);
+    let passes = end_bit.div_ceil(8);
     let portions = n.div_ceil(portion);
     let blocks = n.min(portion).div_ceil(tile);
     let (alt_keys, alt_values) = if passes > 1 {
@@ -142,20 +165,16 @@ pub(crate) fn unique_by_key_bytes(capability: (u32, u32), n: u64, key_bytes: u64
     Ok(alias_temporaries(&[scan_tile_state_bytes(tiles, 8), 0]))
 }
 
-/// `cuda::cub::exclusive_sum(in, out, n)` over integers of `t_bytes` (a
-/// primitive `::cuda::std::plus`): `DispatchScan` allocates the
-/// `ScanTileState<AccumT>` of its tiles. The sm_90 tile
-/// (`tuning_scan.cuh`, `sm90_tuning` with `MemBoundScaling`): `224 x 24`
-/// nominal for 8-byte, `128 x 24` for 4-byte accumulators.
+/// `cuda::cub::exclusive_sum(in, out, n)` over integers of `t_bytes`:
+/// `DispatchScan` allocates the `ScanTileState<AccumT>` of its tiles, with
+/// the default policy's tile as [`inclusive_scan_bytes`] (the sm_90 tunings
+/// do not take PyTorch's functor): the H200 sweep's
+/// `embedding_dense_backward` scans `min(indices, rows)` items, 24,576 to
+/// 50,265, in 896-item tiles (`fixtures/run/sweeps/scratch_sweep_h200.jsonl`).
 pub(crate) fn exclusive_sum_bytes(capability: (u32, u32), n: u64, t_bytes: u64) -> Result<u64> {
     sm90_only(capability, "exclusive_sum")?;
     int_bytes("exclusive_sum", t_bytes)?;
-    let tile = if t_bytes == 8 {
-        mem_bound_tile(224, 24, 8)
-    } else {
-        mem_bound_tile(128, 24, 4)
-    };
-    let tiles = n.div_ceil(tile);
+    let tiles = n.div_ceil(mem_bound_tile(128, 15, t_bytes));
     Ok(alias_temporaries(&[scan_tile_state_bytes(tiles, t_bytes)]))
 }
 
@@ -168,14 +187,16 @@ pub(crate) fn exclusive_sum_bytes(capability: (u32, u32), n: u64, t_bytes: u64) 
 /// policy's (`tuning_scan.cuh`: `Policy900` falls back to `DefaultPolicy`,
 /// `AgentScanPolicy<128, 15, AccumT, ...>`, whose items scale by
 /// `MemBoundScaling`): 7 x 128 = 896 for 8-byte `T`, 15 x 128 = 1920 for
-/// 4-byte. Measured on the H100
-/// (`validation/cub_scan.py`, `fixtures/ops/cub_scan_h100.jsonl`): 1,279 bytes
-/// up to 12,288 int64 items, 300,799 at 16,777,216; the test below checks
-/// every measured size. Floating `T` of other sizes (bf16, fp16) were not
-/// measured: an error.
+/// 4-byte, 30 x 128 = 3840 for the 2-byte floating types. Measured on the
+/// H100 (`validation/cub_scan.py`, `fixtures/ops/cub_scan_h100.jsonl`) and
+/// the H200 (`validation/run/sweeps/scratch_sweep.py`).
 pub(crate) fn inclusive_scan_bytes(capability: (u32, u32), n: u64, t_bytes: u64) -> Result<u64> {
     sm90_only(capability, "inclusive_scan")?;
-    int_bytes("inclusive_scan", t_bytes)?;
+    if !matches!(t_bytes, 2 | 4 | 8) {
+        return Err(EngineError::Unsupported {
+            what: format!("CUB temporary storage of inclusive_scan for {t_bytes}-byte elements"),
+        });
+    }
     let tiles = n.div_ceil(mem_bound_tile(128, 15, t_bytes));
     Ok(alias_temporaries(&[scan_tile_state_bytes(tiles, t_bytes)]))
 }
@@ -224,10 +245,75 @@ mod tests {
         assert_eq!(checked, 3 * 122);
     }
 
+    /// Every CUB buffer of the H200 sweep (`validation/run/sweeps/scratch_sweep.py`):
+    /// `cumsum` scans, 1-D `sort` and `index_put_(accumulate=True)` radix sorts,
+    /// and `embedding_dense_backward`'s sort, unique-by-key and exclusive sum.
+    #[test]
+    fn the_h200_sweep() {
+        const H200: (u32, u32) = (9, 0);
+        let text = include_str!("../../../../fixtures/run/sweeps/scratch_sweep_h200.jsonl");
+        let bytes_of = |dt: &str| match dt {
+            "int64" | "int32" | "bool" => 8,
+            "float32" => 4,
+            "bfloat16" => 2,
+            other => panic!("{other}"),
+        };
+        let mut checked = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let case: Vec<&str> = v["case"].as_str().unwrap().split(' ').collect();
+            let sizes: Vec<u64> = v["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            let num = |s: &str| s.parse::<u64>().unwrap();
+            let (got, want) = match case.as_slice() {
+                ["cumsum", dt, n] => (
+                    *sizes.last().unwrap(),
+                    inclusive_scan_bytes(H200, num(n), bytes_of(dt)).unwrap(),
+                ),
+                ["sort", dt, n] | ["sort", "stable", dt, n] if num(n) > 4096 => {
+                    let key = if *dt == "int32" { 4 } else { bytes_of(dt) };
+                    (
+                        *sizes.last().unwrap(),
+                        radix_sort_pairs_bytes(H200, num(n), key, 8, 8 * key).unwrap(),
+                    )
+                }
+                // 65,536 rows: `get_num_bits(65535)` = 16 bits
+                ["index_put_", "acc", n, _] => (
+                    *sizes.last().unwrap(),
+                    radix_sort_pairs_bytes(H200, num(n), 8, 8, 16).unwrap(),
+                ),
+                ["embedding_dense_backward", n, vocab, _] => {
+                    let (n, vocab) = (num(n), num(vocab));
+                    assert_eq!(
+                        sizes[3],
+                        radix_sort_pairs_bytes(H200, n, 8, 8, 64).unwrap(),
+                        "{line}"
+                    );
+                    assert_eq!(sizes[8], unique_by_key_bytes(H200, n, 8).unwrap(), "{line}");
+                    (
+                        sizes[11],
+                        exclusive_sum_bytes(H200, n.min(vocab), 8).unwrap(),
+                    )
+                }
+                _ => continue,
+            };
+            assert_eq!(got, want, "{line}");
+            checked += 1;
+        }
+        assert_eq!(checked, 70 + 72 + 10 + 24);
+    }
+
     #[test]
     fn measured_on_the_h100() {
         // llama_train_bf16_ckpt: embedding_dense_backward of 4096 int64 indices
-        assert_eq!(radix_sort_pairs_bytes(H100, 4096, 8, 8).unwrap(), 83_455);
+        assert_eq!(
+            radix_sort_pairs_bytes(H100, 4096, 8, 8, 64).unwrap(),
+            83_455
+        );
         assert_eq!(unique_by_key_bytes(H100, 4096, 8).unwrap(), 1_279);
         assert_eq!(exclusive_sum_bytes(H100, 4096, 8).unwrap(), 1_279);
     }
@@ -239,20 +325,20 @@ mod tests {
         // the single-tile policy: 9 x 256 for 8-byte keys, 19 x 256 for 4-byte
         assert_eq!(reg_bound_tile(256, 19, 8), 2304);
         assert_eq!(reg_bound_tile(256, 19, 4), 4864);
-        assert_eq!(radix_sort_pairs_bytes(H100, 2304, 8, 8).unwrap(), 1);
+        assert_eq!(radix_sort_pairs_bytes(H100, 2304, 8, 8, 64).unwrap(), 1);
         // scan, 8-byte accumulators: 12 x 224
         assert_eq!(mem_bound_tile(224, 24, 8), 2688);
         // a second lookback block past one onesweep tile
         assert_eq!(
-            radix_sort_pairs_bytes(H100, 4609, 8, 8).unwrap()
-                - radix_sort_pairs_bytes(H100, 4608, 8, 8).unwrap(),
+            radix_sort_pairs_bytes(H100, 4609, 8, 8, 64).unwrap()
+                - radix_sort_pairs_bytes(H100, 4608, 8, 8, 64).unwrap(),
             1024 + 2 * (4609 * 8u64).div_ceil(256) * 256 - 2 * 4608 * 8
         );
     }
 
     #[test]
     fn other_devices_are_not_guessed() {
-        assert!(radix_sort_pairs_bytes((8, 0), 4096, 8, 8).is_err());
+        assert!(radix_sort_pairs_bytes((8, 0), 4096, 8, 8, 64).is_err());
         assert!(exclusive_sum_bytes(H100, 4096, 2).is_err());
     }
 }

@@ -353,11 +353,13 @@ pub(crate) fn embedding_dense_backward(
                 n as u64,
                 idt.size(),
                 idt.size(),
+                8 * idt.size(),
             )?;
             let rule = crate::scratch::ScratchRule::RadixSortPairs {
                 n,
                 key_bytes: idt.size(),
                 value_bytes: idt.size(),
+                end_bit: 8 * idt.size(),
             };
             let cub = rt.scratch(bytes, rule, op)?;
             drop(cub);
