@@ -243,6 +243,183 @@ def _index(cap, func, args, kwargs):
 DISPATCH[aten.index.Tensor] = _index
 
 
+# ---- scans, sorts and sort-based kernels (CUB) ----------------------------------------
+
+
+def _cub(cap, kind: str, n: int, t_bytes: int, op: str, what: str, **kw) -> None:
+    """CUB's temporary storage, allocated and freed inside `CUB_WRAPPER` (ATen cuda/cub.cuh);
+    named as unmeasured where the twin has no size for it."""
+    nbytes = cap.device.cub_scratch(kind, n, t_bytes, **kw) if n < 2**30 else None
+    if nbytes is None:
+        cap.note_unmeasured(f"CUB's storage for the {what} of {n} items ({op})")
+        return
+    tmp = cap.malloc(nbytes, op, "workspace")
+    del tmp
+
+
+def _scan(cap, func, call, outs):
+    """`cumsum`/`cumprod` (ReduceOps.cpp `impl_func_cum_ops`, cuda/ScanUtils.cuh `scan_dim`): the
+    input cast to the result's dtype when it differs (`self.to(result.scalar_type())`), else made
+    contiguous; when its numel is the scanned dim's size, `cuda::cub::inclusive_scan` over it.
+    Other shapes scan in PyTorch's own kernels, with no scratch."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.dim() == 0 or x.numel() == 0:
+        return
+    out = outs[0] if isinstance(outs, (list, tuple)) else outs
+    dim = (args[1] if len(args) > 1 else kw["dim"]) % x.dim()
+    op = func._schema.name
+    copy = None
+    if out.dtype != x.dtype or not x.is_contiguous():
+        copy = cap.malloc(x.numel() * out.element_size(), op, "temporary")
+    if x.numel() == x.shape[dim]:
+        _cub(cap, "scan", x.numel(), out.element_size(), op, "scan")
+    del copy
+
+
+for _f in (aten.cumsum.default, aten.cumprod.default, aten.cumsum_.default, aten.cumprod_.default):
+    AFTER[_f] = _scan
+
+
+#: `should_use_small_sort` (cuda/Sort.cpp): rows up to this length sort in place in one kernel
+SMALL_SORT = 4096
+
+
+def _sort(cap, func, call, outs):
+    """`sort` (cuda/Sort.cpp `sort_stable_kernel`, cuda/SortStable.cu) of a contiguous input along
+    its last dim into fresh outputs. Rows of up to 4096 sort in place, with an int64 index row
+    beside them. Longer rows: one segment goes to `cuda::cub::radix_sort_pairs` of its keys with an
+    int64 `arange` as values, on every key bit; 2 to 127 segments to
+    `segmented_sort_pairs_by_full_sort`: two `int2` (index, segment) buffers, a pair sort of all
+    keys with them as values (its keys out in a temporary), then a keys-only sort of the pairs on
+    the segment bits. Measured on the H200 (`validation/run/sweeps/scratch_sweep.py`); 128
+    segments or more, rows of a million or more in several segments, and other layouts are not
+    modelled."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0:
+        return
+    op = func._schema.name
+    dim = kw.get("dim", -1)
+    for a in args[1:]:
+        if isinstance(a, int) and not isinstance(a, bool):
+            dim = a
+            break
+    n = x.shape[dim % x.dim()] if x.dim() else 1
+    if n <= SMALL_SORT:
+        row = cap.malloc(n * 8, op, "temporary")
+        del row
+        return
+    segments = x.numel() // n
+    last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
+    if not x.is_contiguous() or not last or segments >= 128 or (segments > 1 and n >= 1_000_000):
+        cap.note_unmeasured(f"the sort of {tuple(x.shape)} along {dim} ({op})")
+        return
+    key = x.element_size()
+    if segments == 1:
+        rng = cap.malloc(n * 8, op, "temporary")
+        _cub(cap, "sort", n, key, op, "radix sort")
+        del rng
+        return
+    total = x.numel()
+    index_segment = cap.malloc(total * 8, op, "temporary")
+    index_segment2 = cap.malloc(total * 8, op, "temporary")
+    keys_out = cap.malloc(total * key, op, "temporary")
+    _cub(cap, "sort", total, key, op, "radix sort")
+    del keys_out
+    segment_bits = max(1, math.ceil(math.log2(segments)))
+    _cub(cap, "sort", total, 8, op, "radix sort", value_bytes=0, end_bit=segment_bits)
+    del index_segment2, index_segment
+
+
+for _f in (aten.sort.default, aten.sort.stable):
+    AFTER[_f] = _sort
+
+
+def _num_bits(max_key: int) -> int:
+    """`cuda::cub::get_num_bits` (ATen cuda/cub.cuh)."""
+    return max(1, max_key.bit_length())
+
+
+def _index_put_sorted(cap, func, call, outs):
+    """`index_put_(accumulate=True)` on CUDA goes through `index_put_with_sort_kernel`
+    (cuda/Indexing.cu): `wrapIndexOnce` checks the range unless `unsafe` (`max()`, a bool, `min()`,
+    a bool), takes `index.remainder(size)` and multiplies it by the stride (the linear index), then
+    sorts it (`sorted_indices`, `orig_indices`, an `arange`) with `cuda::cub::radix_sort_pairs` on
+    the bits of the largest slice index. Modelled for one int64 index into a contiguous tensor with a
+    value already of the indexed shape (out of place, `index_put` does it to its fresh copy); the
+    allocations as the H200 sweep lists them."""
+    (args, kw) = call
+    self_ = args[0]
+    indices = args[1]
+    accumulate = args[3] if len(args) > 3 else kw.get("accumulate", False)
+    unsafe = args[4] if len(args) > 4 else kw.get("unsafe", False)
+    if not accumulate or not registered(self_):
+        return
+    op = func._schema.name
+    defined = [(d, i) for d, i in enumerate(indices) if i is not None]
+    values = args[2]
+    if (
+        len(defined) != 1
+        or defined[0][1].dtype != torch.int64
+        or not self_.is_contiguous()
+        or not values.is_contiguous()
+    ):
+        cap.note_unmeasured(f"index_put_(accumulate=True) of this indexing ({op})")
+        return
+    d, index = defined[0]
+    n = index.numel()
+    if n == 0:
+        return
+    slice_size = math.prod(self_.shape[d + 1 :])
+    if values.numel() != n * math.prod(self_.shape[:d]) * slice_size or slice_size == 0:
+        cap.note_unmeasured(f"index_put_(accumulate=True) with a broadcast value ({op})")
+        return
+    checks = []
+    if not unsafe:
+        for _ in range(2):  # max, then min
+            checks.append(cap.malloc(8, op, "temporary"))
+            reduce_scratch(cap, list(index.shape), None, [True] * index.dim(), 8, 8, op)
+            flag = cap.malloc(1, op, "temporary")
+            del flag
+    wrapped = cap.malloc(n * 8, op, "temporary")
+    linear = cap.malloc(n * 8, op, "temporary")
+    del wrapped, checks
+    sorted_ = cap.malloc(n * 8, op, "temporary")
+    orig = cap.malloc(n * 8, op, "temporary")
+    rng = cap.malloc(n * 8, op, "temporary")
+    largest = sum((sz - 1) * st for sz, st in zip(self_.shape, self_.stride(), strict=True))
+    _cub(cap, "sort", n, 8, op, "radix sort", end_bit=_num_bits(largest // slice_size))
+    del rng, orig, sorted_, linear
+
+
+for _f in (aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default):
+    AFTER[_f] = _index_put_sorted
+
+
+def _grouped_mm(cap, func, call, outs):
+    """`_grouped_mm` (cuda/GroupMM.cu, CUTLASS): after the output, a byte buffer of the groups'
+    arguments (60 bytes a group) and the kernel's workspace, 512 bytes an SM; both measured on
+    the H200 for 2 to 64 groups (`validation/run/sweeps/scratch_sweep.py`)."""
+    (args, kw) = call
+    offs = kw.get("offs", args[2] if len(args) > 2 else None)
+    a, b = args[0], args[1]
+    if offs is not None:
+        groups = offs.shape[0]
+    elif a.dim() == 3:
+        groups = a.shape[0]
+    else:
+        groups = b.shape[0]
+    op = func._schema.name
+    arguments = cap.malloc(60 * groups, op, "workspace")
+    workspace = cap.malloc(512 * cap.device.multi_processor_count, op, "workspace")
+    del workspace, arguments
+
+
+AFTER[aten._grouped_mm.default] = _grouped_mm
+for _name in ("aten::sort", "aten::cumsum", "aten::index_put_", "aten::_index_put_impl_"):
+    SCRATCH_UNMODELLED.discard(_name)
+
 # ---- values read by the program ------------------------------------------------------
 
 
@@ -682,9 +859,10 @@ def _convolution_backward(cap, func, args, kwargs):
     cap.ops += 1
     gi, gw, gb = func(*args)
     gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
-    # `convolution_backward` (Convolution.cpp) makes the gradient contiguous in the backend's layout
-    # first, for every output (the bias's sum reads the copy too), and the input for cuDNN's
-    x_c = _copy_unless_in(cap, x, cl) if mask[0] or mask[1] else None
+    # `convolution_backward` (Convolution.cpp) passes the input made contiguous for cuDNN's wgrad;
+    # `cudnn_convolution_backward` (ConvShared.cpp) copies the gradient to the input's layout first,
+    # whatever the mask, and drops it on return, before the argument
+    x_c = _copy_unless_in(cap, x, cl) if mask[1] else None
     g_c = _copy_unless_in(cap, grad, cl)
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")
@@ -696,26 +874,20 @@ def _convolution_backward(cap, func, args, kwargs):
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
             _conv_workspace(cap, "wgrad", conv)
-    del x_c
+    del g_c, x_c
     if mask[2] and gb is not None:
-        # backend_grad_bias = grad_output.sum(all dims but 1)
+        # backend_grad_bias = grad_output.sum(all dims but 1), over the gradient as it came
         cap.track(gb, "aten::sum")
         if grad.numel() > 0:
-            src = (
-                grad
-                if g_c is None
-                else grad.contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
-            )
             reduce_scratch(
                 cap,
-                list(src.shape),
-                list(src.stride()),
-                [d != 1 for d in range(src.dim())],
-                src.element_size(),
-                _acc_bytes(src.dtype),
+                list(grad.shape),
+                list(grad.stride()),
+                [d != 1 for d in range(grad.dim())],
+                grad.element_size(),
+                _acc_bytes(grad.dtype),
                 "aten::sum",
             )
-    del g_c
     return gi, gw, gb
 
 
