@@ -916,6 +916,21 @@ pub(crate) struct Sdpa {
 }
 
 impl Sdpa {
+    /// Layer `layer_idx`'s: `num_key_value_groups = heads // kv_heads`.
+    pub(crate) fn new(
+        layer_idx: usize,
+        heads: i64,
+        kv_heads: i64,
+        scaling: f64,
+        dropout: f64,
+    ) -> Self {
+        Sdpa {
+            layer_idx,
+            n_kv_groups: heads / kv_heads,
+            scaling,
+            dropout,
+        }
+    }
     /// The attention of the projected `(b, heads, s, head_dim)` states, up
     /// to `o_proj`:
     ///
@@ -977,7 +992,50 @@ pub(crate) struct Attention {
     pub(crate) sdpa: Sdpa,
 }
 
+/// What an [`Attention`] is built from (its config's fields).
+pub(crate) struct AttentionConfig {
+    pub(crate) hidden: i64,
+    pub(crate) heads: i64,
+    pub(crate) kv_heads: i64,
+    pub(crate) head_dim: i64,
+    /// `attention_bias` of q, k and v
+    pub(crate) qkv_bias: bool,
+    /// `o_proj`'s bias
+    pub(crate) o_bias: bool,
+    pub(crate) scaling: f64,
+    pub(crate) dropout: f64,
+    /// Qwen3's `q_norm`/`k_norm` (their `rms_norm_eps`)
+    pub(crate) qk_norm_eps: Option<f64>,
+}
+
 impl Attention {
+    /// Layer `layer_idx`'s attention, built on the CPU in `dtype` in
+    /// registration order: `q_proj`, `k_proj`, `v_proj`, `o_proj`, then
+    /// Qwen3's `q_norm` and `k_norm`.
+    pub(crate) fn new(
+        rt: &Runtime,
+        layer_idx: usize,
+        c: &AttentionConfig,
+        dtype: DType,
+    ) -> Result<Self> {
+        let (h, hd) = (c.hidden, c.head_dim);
+        let norm = || -> Result<Option<RmsNorm>> {
+            c.qk_norm_eps
+                .map(|eps| RmsNorm::new(rt, hd, eps, dtype))
+                .transpose()
+        };
+        Ok(Attention {
+            q_proj: Linear::new(rt, h, c.heads * hd, c.qkv_bias, dtype)?,
+            k_proj: Linear::new(rt, h, c.kv_heads * hd, c.qkv_bias, dtype)?,
+            v_proj: Linear::new(rt, h, c.kv_heads * hd, c.qkv_bias, dtype)?,
+            o_proj: Linear::new(rt, c.heads * hd, h, c.o_bias, dtype)?,
+            q_norm: norm()?,
+            k_norm: norm()?,
+            head_dim: hd,
+            sdpa: Sdpa::new(layer_idx, c.heads, c.kv_heads, c.scaling, c.dropout),
+        })
+    }
+
     /// The forward of `x` with the position embeddings `(cos, sin)`:
     /// `self.q_proj(hidden_states).view(hidden_shape)` (Qwen3: its `q_norm`),
     /// `.transpose(1, 2)`, the same for k and v, RoPE, [`Sdpa::attend`],

@@ -37,8 +37,8 @@ use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, cpu_buffer, head_dim_of,
-    parameter, to_cuda, Act, Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags,
-    GatedMlp, Layer, LayerArgs, Linear, Masks, RopeType, RotaryEmbedding, Sdpa,
+    parameter, to_cuda, Act, Attention, AttentionConfig, CausalLm, Decoder, DynamicCache,
+    Embedding, Flags, GatedMlp, Layer, LayerArgs, Masks, RopeType, RotaryEmbedding,
 };
 use crate::families::HfModel;
 
@@ -369,22 +369,19 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
     let embed_scale = cpu_buffer(rt, &[], w)?;
     let mut layers = Vec::with_capacity(cfg.layers);
     for i in 0..cfg.layers {
-        let (h, hd, bias) = (cfg.hidden, cfg.head_dim, cfg.attention_bias);
-        let self_attn = Attention {
-            q_proj: Linear::new(rt, h, cfg.heads * hd, bias, w)?,
-            k_proj: Linear::new(rt, h, cfg.kv_heads * hd, bias, w)?,
-            v_proj: Linear::new(rt, h, cfg.kv_heads * hd, bias, w)?,
-            o_proj: Linear::new(rt, cfg.heads * hd, h, bias, w)?,
-            q_norm: None,
-            k_norm: None,
-            head_dim: hd,
-            sdpa: Sdpa {
-                layer_idx: i,
-                n_kv_groups: cfg.heads / cfg.kv_heads,
-                scaling: cfg.scaling,
-                dropout: cfg.attention_dropout,
-            },
+        let h = cfg.hidden;
+        let attention = AttentionConfig {
+            hidden: h,
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            head_dim: cfg.head_dim,
+            qkv_bias: cfg.attention_bias,
+            o_bias: cfg.attention_bias,
+            scaling: cfg.scaling,
+            dropout: cfg.attention_dropout,
+            qk_norm_eps: None,
         };
+        let self_attn = Attention::new(rt, i, &attention, w)?;
         let mlp = GatedMlp::new(rt, h, cfg.intermediate, false, cfg.act, w)?;
         let norm = || Gemma2RmsNorm::new(rt, h, cfg.eps, w);
         layers.push(DecoderLayer {

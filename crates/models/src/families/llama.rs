@@ -23,8 +23,8 @@ use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, head_dim_of, to_cuda, Act,
-    Attention, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp, GenStep, Layer,
-    LayerArgs, Linear, Masks, RmsNorm, RopeType, RotaryEmbedding, Sdpa,
+    Attention, AttentionConfig, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp,
+    GenStep, Layer, LayerArgs, Linear, Masks, RmsNorm, RopeType, RotaryEmbedding,
 };
 use crate::families::HfModel;
 
@@ -302,30 +302,19 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
     let embed_tokens = Embedding::new(rt, cfg.vocab, cfg.hidden, w)?;
     let mut layers = Vec::with_capacity(cfg.layers);
     for i in 0..cfg.layers {
-        let (h, hd) = (cfg.hidden, cfg.head_dim);
-        let self_attn = Attention {
-            q_proj: Linear::new(rt, h, cfg.heads * hd, cfg.qkv_bias, w)?,
-            k_proj: Linear::new(rt, h, cfg.kv_heads * hd, cfg.qkv_bias, w)?,
-            v_proj: Linear::new(rt, h, cfg.kv_heads * hd, cfg.qkv_bias, w)?,
-            o_proj: Linear::new(rt, cfg.heads * hd, h, cfg.o_bias, w)?,
-            q_norm: if cfg.qk_norm {
-                Some(RmsNorm::new(rt, hd, cfg.eps, w)?)
-            } else {
-                None
-            },
-            k_norm: if cfg.qk_norm {
-                Some(RmsNorm::new(rt, hd, cfg.eps, w)?)
-            } else {
-                None
-            },
-            head_dim: hd,
-            sdpa: Sdpa {
-                layer_idx: i,
-                n_kv_groups: cfg.heads / cfg.kv_heads,
-                scaling: (hd as f64).powf(-0.5),
-                dropout: cfg.attention_dropout,
-            },
+        let h = cfg.hidden;
+        let attention = AttentionConfig {
+            hidden: h,
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            head_dim: cfg.head_dim,
+            qkv_bias: cfg.qkv_bias,
+            o_bias: cfg.o_bias,
+            scaling: (cfg.head_dim as f64).powf(-0.5),
+            dropout: cfg.attention_dropout,
+            qk_norm_eps: cfg.qk_norm.then_some(cfg.eps),
         };
+        let self_attn = Attention::new(rt, i, &attention, w)?;
         let mlp = GatedMlp::new(rt, h, cfg.intermediate, cfg.mlp_bias, Act::Silu, w)?;
         layers.push(DecoderLayer {
             self_attn,

@@ -518,12 +518,13 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
             heads: cfg.heads,
             kv_heads: cfg.kv_heads,
             head_dim: hd,
-            sdpa: Sdpa {
-                layer_idx: i,
-                n_kv_groups: cfg.heads / cfg.kv_heads,
-                scaling: (hd as f64).powf(-0.5),
-                dropout: cfg.attention_dropout,
-            },
+            sdpa: Sdpa::new(
+                i,
+                cfg.heads,
+                cfg.kv_heads,
+                (hd as f64).powf(-0.5),
+                cfg.attention_dropout,
+            ),
         };
         let mlp = Mlp {
             gate_up_proj: Linear::new(rt, h, 2 * cfg.intermediate, false, w)?,
