@@ -277,9 +277,9 @@ impl Requests {
         digits.split('.').next()?.parse().ok()
     }
 
-    /// The span of requests of step 1 (`None` unless it is one contiguous
-    /// run of phases).
-    fn step_span(&self, step: usize) -> Option<(usize, usize, usize)> {
+    /// Where step `step` is (`None` unless it is one contiguous run of
+    /// phases).
+    fn step_span(&self, step: usize) -> Option<StepSpan> {
         let idx: Vec<usize> = (0..self.phases.len())
             .filter(|&i| Self::step_of(&self.phases[i].name) == Some(step))
             .collect();
@@ -287,30 +287,31 @@ impl Requests {
         if b - a + 1 != idx.len() {
             return None;
         }
-        Some((a, self.phases[a].start, self.phases[b].end))
+        Some(StepSpan {
+            first_phase: a,
+            start: self.phases[a].start,
+            end: self.phases[b].end,
+        })
     }
 
-    /// Whether the step spanning `b` (`(first phase, start, end)`) makes
-    /// the requests of the step spanning `a` right before it: phases of the
-    /// same lengths, the same sizes, each freeing only what it allocates,
-    /// in the same order. `first_a` and `first_b`: the mallocs before each.
-    fn mirrors(
-        &self,
-        (a, first_a): ((usize, usize, usize), u32),
-        (b, first_b): ((usize, usize, usize), u32),
-    ) -> bool {
-        self.mirrors_by((a, first_a), (b, first_b), |_, _, x, y| x == y)
+    /// Whether step `b` makes the requests of step `a` right before it:
+    /// phases of the same lengths, the same sizes, each freeing only what
+    /// it allocates, in the same order.
+    fn mirrors(&self, a: StepAt, b: StepAt) -> bool {
+        self.mirrors_by(a, b, |_, _, x, y| x == y)
     }
 
     /// [`Self::mirrors`], with `same(i, j, x, y)` deciding whether the
     /// mallocs `x` (request `i`) and `y` (request `j`) match.
     fn mirrors_by(
         &self,
-        (a, first_a): ((usize, usize, usize), u32),
-        (b, first_b): ((usize, usize, usize), u32),
+        a: StepAt,
+        b: StepAt,
         mut same: impl FnMut(usize, usize, Request, Request) -> bool,
     ) -> bool {
-        let (ra, rb) = (&self.requests[a.1..a.2], &self.requests[b.1..b.2]);
+        let (first_a, first_b) = (a.mallocs_before, b.mallocs_before);
+        let (a, b) = (a.span, b.span);
+        let (ra, rb) = (&self.requests[a.range()], &self.requests[b.range()]);
         let phases_of = |first: usize| {
             let k = Self::step_of(&self.phases[first].name);
             self.phases[first..]
@@ -318,7 +319,7 @@ impl Requests {
                 .take_while(move |p| Self::step_of(&p.name) == k)
                 .map(PhaseSpan::len)
         };
-        if ra.len() != rb.len() || !phases_of(a.0).eq(phases_of(b.0)) {
+        if ra.len() != rb.len() || !phases_of(a.first_phase).eq(phases_of(b.first_phase)) {
             return false;
         }
         ra.iter()
@@ -329,7 +330,7 @@ impl Requests {
                     m >= first_a && n >= first_b && m - first_a == n - first_b
                 }
                 (Request::Free(_), _) | (_, Request::Free(_)) => false,
-                (x, y) => same(a.1 + k, b.1 + k, x, y),
+                (x, y) => same(a.start + k, b.start + k, x, y),
             })
     }
 
@@ -349,11 +350,11 @@ impl Requests {
         out
     }
 
-    /// Whether the step spanning `s` (`(first phase, start, end)`), after
-    /// `first` mallocs, frees every block it allocates, and only those.
-    fn balanced(&self, s: (usize, usize, usize), first: u32) -> bool {
+    /// Whether step `s` frees every block it allocates, and only those.
+    fn balanced(&self, s: StepAt) -> bool {
+        let first = s.mallocs_before;
         let (mut mallocs, mut frees) = (0u32, 0u32);
-        for r in &self.requests[s.1..s.2] {
+        for r in &self.requests[s.span.range()] {
             match *r {
                 Request::Free(n) if n < first => return false,
                 Request::Free(_) => frees += 1,
@@ -382,7 +383,7 @@ impl Requests {
     /// The phases of step `step` (by their names' digits), if they are one
     /// contiguous run.
     pub fn step_phases(&self, step: usize) -> Option<std::ops::Range<usize>> {
-        let (first, ..) = self.step_span(step)?;
+        let first = self.step_span(step)?.first_phase;
         let len = self.phases[first..]
             .iter()
             .take_while(|p| Self::step_of(&p.name) == Some(step))
@@ -392,7 +393,7 @@ impl Requests {
 
     /// How many requests the second step (step 1) makes.
     pub fn repeated_step_len(&self) -> Option<usize> {
-        self.step_span(1).map(|(_, s, e)| e - s)
+        self.step_span(1).map(|s| s.end - s.start)
     }
 
     /// The requests of the same workload run for `steps` steps, from those
@@ -400,7 +401,11 @@ impl Requests {
     /// repeated. `None` unless step 1 frees only what it allocated and
     /// frees all of it, so that every later step starts as it did.
     pub fn repeat_steps(&self, steps: usize) -> Option<Requests> {
-        let (first_phase, start, end) = self.step_span(1)?;
+        let StepSpan {
+            first_phase,
+            start,
+            end,
+        } = self.step_span(1)?;
         if !self.phases[first_phase..]
             .iter()
             .all(|p| Self::step_of(&p.name) == Some(1))
@@ -490,7 +495,11 @@ impl Requests {
     /// trusts it for others of the same workload at other batch sizes (the
     /// first step's state does not depend on the batch).
     pub fn with_derived_second_step(&self) -> Option<Requests> {
-        let (first_phase, start, end) = self.step_span(0)?;
+        let StepSpan {
+            first_phase,
+            start,
+            end,
+        } = self.step_span(0)?;
         if first_phase != 1
             || self.phases.first()?.name != "load"
             || self.phases.len() < 2
@@ -600,9 +609,10 @@ impl Requests {
     /// two steps or more) are `load` and step 0 with the step 1 that
     /// [`Requests::with_derived_second_step`] derives from them.
     pub fn second_step_derives(&self) -> bool {
-        let (Some(_), Some((p1, _, end1))) = (self.step_span(0), self.step_span(1)) else {
+        let (Some(_), Some(step1)) = (self.step_span(0), self.step_span(1)) else {
             return false;
         };
+        let (p1, end1) = (step1.first_phase, step1.end);
         let Some(p2) = self.step_phases(1).map(|r| r.end) else {
             return false;
         };
@@ -843,7 +853,7 @@ pub fn replay_planned(
     let mut marks = marks.into_iter().peekable();
     'phases: for (p, span) in requests.phases.iter().enumerate() {
         let (name, start, end) = (&span.name, &span.start, &span.end);
-        if let Some((from, reserved)) = steady.at_phase(p, alloc) {
+        if let Some(Repeat { from, reserved }) = steady.at_phase(p, alloc) {
             // this step and every later one repeat the phases from `from`
             // (at the reserved memory it ends with, when it grew the cache)
             for (i, PhaseSpan { name, .. }) in requests.phases.iter().enumerate().skip(p) {
@@ -958,6 +968,28 @@ impl Mark {
     }
 }
 
+/// Where a step is: its first phase and its span of requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StepSpan {
+    first_phase: usize,
+    start: usize,
+    end: usize,
+}
+
+impl StepSpan {
+    fn range(self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+}
+
+/// A step and the mallocs before it (frees name blocks by their malloc's
+/// order).
+#[derive(Debug, Clone, Copy)]
+struct StepAt {
+    span: StepSpan,
+    mallocs_before: u32,
+}
+
 /// What `Steady` learns of a run's steps from its requests before a
 /// replay: where each step from step 1 on is, the mallocs before it,
 /// whether each step makes the requests of the step before it, and whether
@@ -967,9 +999,8 @@ impl Mark {
 /// each replay computed it again (three passes over the requests).
 #[derive(Debug, Clone)]
 pub struct StepPlan {
-    /// the first phase of each step from step 1 on, with its step's span
-    /// of requests
-    steps: Vec<(usize, usize, usize)>,
+    /// each step from step 1 on
+    steps: Vec<StepSpan>,
     /// each step's phases follow the previous step's to the end
     contiguous: bool,
     /// the mallocs before each of `steps` (when `contiguous`)
@@ -984,22 +1015,31 @@ pub struct StepPlan {
 }
 
 impl StepPlan {
+    /// The `i`-th of its steps, with the mallocs before it (when
+    /// `contiguous`).
+    fn step(&self, i: usize) -> StepAt {
+        StepAt {
+            span: self.steps[i],
+            mallocs_before: self.firsts[i],
+        }
+    }
+
     /// The plan of `requests`, to be completed by the replay (what it does
     /// not ask, it never computes).
     pub fn of(requests: &Requests) -> StepPlan {
         let mut steps = Vec::new();
         let mut k = 1;
-        while let Some((first, s, e)) = requests.step_span(k) {
-            steps.push((first, s, e));
+        while let Some(span) = requests.step_span(k) {
+            steps.push(span);
             k += 1;
         }
-        let contiguous = steps.windows(2).all(|w| w[0].2 == w[1].1)
+        let contiguous = steps.windows(2).all(|w| w[0].end == w[1].start)
             && steps.last().is_some_and(|l| {
-                l.2 == requests.requests.len()
-                    && requests.phases.last().is_some_and(|p| p.end == l.2)
+                l.end == requests.requests.len()
+                    && requests.phases.last().is_some_and(|p| p.end == l.end)
             });
         let firsts = if contiguous {
-            requests.mallocs_before(&steps.iter().map(|s| s.1).collect::<Vec<_>>())
+            requests.mallocs_before(&steps.iter().map(|s| s.start).collect::<Vec<_>>())
         } else {
             Vec::new()
         };
@@ -1043,6 +1083,14 @@ struct Steady<'a> {
     /// its start
     watch: Option<(usize, i64)>,
     enabled: bool,
+}
+
+/// What [`Steady`] found at a phase's start: this step and every later
+/// one repeat the phases from `from` on, at `reserved` bytes reserved when
+/// given (when the step before grew the cache).
+struct Repeat {
+    from: usize,
+    reserved: Option<i64>,
 }
 
 /// The allocator's device calls so far (`num_device_alloc`,
@@ -1089,15 +1137,13 @@ impl<'a> Steady<'a> {
     /// step before (only asked when `enabled`: the steps are contiguous).
     fn mirrors_from(&mut self, i: usize) -> bool {
         let (requests, plan) = (self.requests, &self.plan);
-        let (steps, firsts) = (&plan.steps, &plan.firsts);
         let m = self.mirrors_from.get_or_insert_with(|| {
-            let mut m = vec![false; steps.len()];
+            let mut m = vec![false; plan.steps.len()];
             let mut ok = true;
-            for i in (1..steps.len()).rev() {
+            for i in (1..plan.steps.len()).rev() {
                 ok = ok
-                    && plan.mirrors[i].unwrap_or_else(|| {
-                        requests.mirrors((steps[i - 1], firsts[i - 1]), (steps[i], firsts[i]))
-                    });
+                    && plan.mirrors[i]
+                        .unwrap_or_else(|| requests.mirrors(plan.step(i - 1), plan.step(i)));
                 m[i] = ok;
             }
             m
@@ -1108,27 +1154,33 @@ impl<'a> Steady<'a> {
     /// Whether the `i`-th step of the plan frees only what it allocates.
     fn balanced(&self, i: usize) -> bool {
         let plan = &self.plan;
-        plan.balanced[i].unwrap_or_else(|| self.requests.balanced(plan.steps[i], plan.firsts[i]))
+        plan.balanced[i].unwrap_or_else(|| self.requests.balanced(plan.step(i)))
     }
 
     /// How many steps start at phase `p` or later.
     fn steps_from(&self, p: usize) -> usize {
-        self.plan.steps.iter().filter(|s| s.0 >= p).count()
+        self.plan
+            .steps
+            .iter()
+            .filter(|s| s.first_phase >= p)
+            .count()
     }
 
-    /// At the start of phase `p`: `Some((q, reserved))` when `p` starts a
-    /// step that, with every later one, repeats the phases from `q` on (at
-    /// `reserved` bytes reserved, when given).
-    fn at_phase(&mut self, p: usize, alloc: &mut CachingAllocator) -> Option<(usize, Option<i64>)> {
+    /// At the start of phase `p`: `Some` when `p` starts a step that, with
+    /// every later one, repeats earlier phases.
+    fn at_phase(&mut self, p: usize, alloc: &mut CachingAllocator) -> Option<Repeat> {
         if !self.enabled {
             return None;
         }
-        let i = self.plan.steps.iter().position(|s| s.0 == p)?;
+        let i = self.plan.steps.iter().position(|s| s.first_phase == p)?;
         if let Some((j, frees)) = self.watch.take() {
             let repeats = alloc.repeats_with_its_segments(frees);
             if repeats && j + 1 == i && self.mirrors_from(i) {
                 let reserved = alloc.stats().reserved_bytes.all().current;
-                return Some((self.plan.steps[j].0, Some(reserved)));
+                return Some(Repeat {
+                    from: self.plan.steps[j].first_phase,
+                    reserved: Some(reserved),
+                });
             }
         }
         if self.mirrors_from(i + 1) && self.balanced(i) {
@@ -1151,7 +1203,10 @@ impl<'a> Steady<'a> {
                     .as_ref()
                     .is_some_and(|l| l.segments == alloc.snapshot())
             {
-                return Some((self.plan.steps[j].0, None));
+                return Some(Repeat {
+                    from: self.plan.steps[j].first_phase,
+                    reserved: None,
+                });
             }
         }
         // a state worth keeping: the step before made no device calls (a
@@ -1192,15 +1247,12 @@ pub struct BatchTemplate {
     b0: i64,
     /// per malloc, in order: its index in `base.requests` and its size
     sizes: Vec<(u32, Size)>,
-    /// the distinct rules of `sizes` (every layer repeats its own), each
-    /// with its inputs affine like sizes
-    rules: Vec<(ScratchRule, Vec<(i64, i64)>)>,
+    /// the distinct rules of `sizes` (every layer repeats its own)
+    rules: Vec<RuleTemplate>,
     /// the GPU the scratch rules are evaluated for
     profile: DeviceProfile,
-    /// each path switch: where it is in the requests, its threshold, its
-    /// count affine like sizes, and the side of the threshold the three
-    /// runs were on
-    switches: Vec<(usize, i64, (i64, i64), bool)>,
+    /// each path switch
+    switches: Vec<SwitchTemplate>,
     /// the plan of its steps, when first asked ([`Self::step_plan`])
     plan: std::cell::OnceCell<StepPlan>,
 }
@@ -1214,15 +1266,47 @@ enum Size {
     Rule(usize),
 }
 
-/// `(value at b0, slope)` when `v0, v1, v2` at `b0, b1, b2` lie on an
-/// integer-sloped line.
-fn affine(b: [i64; 3], v: [i64; 3]) -> Option<(i64, i64)> {
+/// A scratch rule whose inputs are affine in the batch, like sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RuleTemplate {
+    rule: ScratchRule,
+    inputs: Vec<Affine>,
+}
+
+/// A path switch of a [`BatchTemplate`]: where it is in the requests, its
+/// threshold, its count, and the side of the threshold the three runs were
+/// on.
+#[derive(Debug, Clone, Copy)]
+struct SwitchTemplate {
+    at: usize,
+    threshold: i64,
+    count: Affine,
+    above: bool,
+}
+
+/// A value integer-affine in the batch: `at_b0 + per * (batch - b0)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Affine {
+    at_b0: i64,
+    per: i64,
+}
+
+impl Affine {
+    /// Its value `db` batch elements past `b0`.
+    fn at(self, db: i64) -> i64 {
+        self.at_b0 + self.per * db
+    }
+}
+
+/// The line through `v0, v1, v2` at `b0, b1, b2`, when its slope is an
+/// integer.
+fn affine(b: [i64; 3], v: [i64; 3]) -> Option<Affine> {
     let d = v[1] - v[0];
     if d % (b[1] - b[0]) != 0 {
         return None;
     }
     let per = d / (b[1] - b[0]);
-    (v[0] + per * (b[2] - b[0]) == v[2]).then_some((v[0], per))
+    (v[0] + per * (b[2] - b[0]) == v[2]).then_some(Affine { at_b0: v[0], per })
 }
 
 impl BatchTemplate {
@@ -1263,7 +1347,12 @@ impl BatchTemplate {
                     && x.above() == y.above()
                     && x.above() == z.above();
                 let count = affine(bs, [x.count, y.count, z.count])?;
-                same.then_some((at, x.threshold, count, x.above()))
+                same.then_some(SwitchTemplate {
+                    at,
+                    threshold: x.threshold,
+                    count,
+                    above: x.above(),
+                })
             })
             .collect::<Option<Vec<_>>>()?;
         let mut sizes = Vec::new();
@@ -1290,7 +1379,10 @@ impl BatchTemplate {
                             let inputs = (0..ix.len())
                                 .map(|k| affine(bs, [ix[k], iy[k], iz[k]]))
                                 .collect::<Option<Vec<_>>>()?;
-                            let rule = (x.clone(), inputs);
+                            let rule = RuleTemplate {
+                                rule: x.clone(),
+                                inputs,
+                            };
                             let k = match distinct.get(&rule) {
                                 Some(&k) => k,
                                 None => {
@@ -1309,8 +1401,8 @@ impl BatchTemplate {
                     }
                 }
                 (Request::Malloc(s0), Request::Malloc(s1), Request::Malloc(s2)) => {
-                    let (v, per) = affine(bs, [*s0 as i64, *s1 as i64, *s2 as i64])?;
-                    sizes.push((at, Size::Affine(v as u64, per)));
+                    let a = affine(bs, [*s0 as i64, *s1 as i64, *s2 as i64])?;
+                    sizes.push((at, Size::Affine(a.at_b0 as u64, a.per)));
                 }
                 _ => {}
             }
@@ -1345,9 +1437,8 @@ impl BatchTemplate {
             for &(at, size) in &self.sizes {
                 size_of[at as usize] = Some(size);
             }
-            let (steps, firsts) = (&plan.steps, &plan.firsts);
-            for i in 1..steps.len() {
-                let (a, b) = ((steps[i - 1], firsts[i - 1]), (steps[i], firsts[i]));
+            for i in 1..plan.steps.len() {
+                let (a, b) = (plan.step(i - 1), plan.step(i));
                 let same_kind = |_, _, x: Request, y: Request| x.same_kind(&y);
                 plan.mirrors[i] = if !r.mirrors_by(a, b, same_kind) {
                     Some(false)
@@ -1359,8 +1450,8 @@ impl BatchTemplate {
                     None
                 };
             }
-            for i in 0..steps.len() {
-                plan.balanced[i] = Some(r.balanced(steps[i], firsts[i]));
+            for i in 0..plan.steps.len() {
+                plan.balanced[i] = Some(r.balanced(plan.step(i)));
             }
             plan
         })
@@ -1402,21 +1493,21 @@ impl BatchTemplate {
         let switches = self
             .switches
             .iter()
-            .map(|&(at, threshold, (c0, per), above)| {
+            .map(|t| {
                 let w = PathSwitch {
-                    count: c0 + per * db,
-                    threshold,
+                    count: t.count.at(db),
+                    threshold: t.threshold,
                 };
-                (w.above() == above).then_some((at, w))
+                (w.above() == t.above).then_some((t.at, w))
             })
             .collect::<Option<Vec<_>>>();
         // each distinct rule evaluated once
         let evaluated: Option<Vec<(ScratchRule, i64)>> = self
             .rules
             .iter()
-            .map(|(rule, inputs)| {
-                let v: Vec<i64> = inputs.iter().map(|(v0, per)| v0 + per * db).collect();
-                let rule = rule.with_inputs(&v)?;
+            .map(|t| {
+                let v: Vec<i64> = t.inputs.iter().map(|a| a.at(db)).collect();
+                let rule = t.rule.with_inputs(&v)?;
                 let b = rule.bytes(&self.profile)? as i64;
                 Some((rule, b))
             })
