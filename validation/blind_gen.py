@@ -1,8 +1,9 @@
-"""How the generated blind sets were chosen: validation/unseenN_cases.json for N = 15, 16
-(fixtures/unseen/SET/README.md).
+"""How the generated blind sets were chosen: N is a set's place in the order the sets were
+recorded (`SETS`; fixtures/unseen/README.md): 15 is validation/unseen/blind_forward0_mappings.json,
+16 blind_cudnn_libraries, 17 blind_new_configs, 18 blind_new_configs_2 (fixtures/unseen/SET/README.md).
 
     python3 validation/blind_gen.py N gen CANDIDATES.json
-        workloads from the configs of the sets before N (seed N), named uN_...
+        workloads from the configs of the sets before N (seed N)
     python3 validation/blind_gen.py N new OUT.json [COUNT]
         COUNT (default 24) workloads on configs no set had before: for each, a family at random
         (each family twice first), one of its configs before set N as a template, and new sizes
@@ -24,14 +25,32 @@ import glob, hashlib, json, os, random, re, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# validation/unseen/SET.json, in the order the sets were recorded (N = 1, 2, ...)
+SETS = ["shapes_and_settings", "presets_odd_lengths", "presets_full_size",
+        "largest_batch_bisections", "presets_full_size_rest", "head_dim_256", "config_code_paths",
+        "settings_combined", "extreme_fields_and_shapes", "hub_config_files",
+        "small_training_placement", "blind_driver_rule6", "presets_least_used_options",
+        "driver_rule7", "blind_forward0_mappings", "blind_cudnn_libraries", "blind_new_configs",
+        "blind_new_configs_2"]
+
+
+def case_lists():
+    """Every case list, in the order the sets drew from them: by the file names they had when
+    the sets were drawn (an unseen set's was `unseenN_cases.json`, the first set's
+    `unseen_cases.json`), with each unseen set's number (None for the others)."""
+    lists = [(os.path.basename(f), f, None) for f in glob.glob(f"{HERE}/*cases.json")]
+    for n, name in enumerate(SETS, 1):
+        was = f"unseen{'' if n == 1 else n}_cases.json"
+        lists.append((was, f"{HERE}/unseen/{name}.json", n))
+    return [(f, n) for _, f, n in sorted(lists)]
+
 
 def configs_before(set_no):
     """{md5 key: (case, config)} of the sets before set_no (small enough to run quickly), and
     the names used."""
     seen_cfg, names = {}, set()
-    for f in sorted(glob.glob(f"{HERE}/*cases.json")):
-        m = re.fullmatch(r"unseen(\d+)_cases\.json", os.path.basename(f))
-        if m and int(m.group(1)) >= set_no:
+    for f, n in case_lists():
+        if n is not None and n != 1 and n >= set_no:
             continue  # (written after)
         try:
             cs = json.load(open(f))
@@ -72,7 +91,7 @@ def workload(set_no, k, c, cfg):
         maxp = cfg.get("max_position_embeddings", cfg.get("n_positions", 2048)) or 2048
         n["seq"] = min(maxp, random.choice([128, 200, 256, 384, 512, 640, 768, 1024]))
     fam = cfg.get("model_type")
-    n["name"] = (f"u{set_no}_{fam}_{k}_{mode}_{weights}{'_ac' if autocast else ''}_{opt}"
+    n["name"] = (f"{fam}_{k}_{mode}_{weights}{'_ac' if autocast else ''}_{opt}"
                  f"{'m' if mom else ''}{'_ckpt' if ck else ''}_b{n['batch']}"
                  + (f"_s{n['seq']}" if "seq" in n else ""))
     if "alloc_conf" in c:
@@ -82,7 +101,8 @@ def workload(set_no, k, c, cfg):
 
 def gen(set_no, out_path):
     random.seed(set_no)
-    seen_cfg, names = configs_before(set_no)
+    seen_cfg, _ = configs_before(set_no)
+    names = set()  # (the set's own: its names once had its prefix, no other set's)
     out, keys = [], sorted(seen_cfg)
     for _ in range(500):
         k = random.choice(keys)

@@ -2,7 +2,7 @@
 # Record every estimate workload (validation/hf_cases.json) and every plan bisection
 # (validation/plan_cases.json) on a real GPU, one fresh process per case or try:
 #   bash validation/hf_cases.sh OUTDIR [estimate|plan|all]
-#   CASES=validation/unseen_cases.json PLAN_CASES=validation/unseen_plan_cases.json \
+#   CASES=validation/unseen/shapes_and_settings.json PLAN_CASES=validation/unseen/shapes_and_settings_plan.json \
 #     bash validation/hf_cases.sh OUTDIR all        # other case lists (workloads never fitted to)
 #   -> OUTDIR/hf_h100.tgz (NAME.json + NAME.trace.json per case), OUTDIR/plan_h100.jsonl
 #      (+ OUTDIR/plan/NAME.plan.json and NAME.err per bisection)

@@ -29,7 +29,7 @@ const MIB: i64 = 1 << 20;
 /// twin 166 (the GPU's reading at batch 2048 and above,
 /// `fixtures/plan/wholecard_vit_plan_h100.jsonl`).
 const KNOWN: &[(&str, i64, i64)] = &[
-    ("u8_vit_infer_fp16_b7", -2, 0),
+    ("vit_infer_fp16_b7", -2, 0),
     ("vit_train_bf16_ckpt_sgdm", -2, 0),
     ("vit_train_bf16_wc", -2, 0),
     ("vit_train_fp32", -2, 0),
@@ -146,7 +146,7 @@ fn the_h200_reads_what_the_h100_does() {
         }
     }
     assert_eq!(phases, 13 * 6 + 3);
-    assert_eq!(other, ["u8_gpt2_fp16_sgdm_b6_s320 forward0 -2"]);
+    assert_eq!(other, ["gpt2_fp16_sgdm_b6_s320 forward0 -2"]);
     let (h100, h200) = (
         vramscope_engine::DeviceProfile::h100_torch_2_11(),
         vramscope_engine::DeviceProfile::h200_torch_2_11(),

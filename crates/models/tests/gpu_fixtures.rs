@@ -17,7 +17,7 @@ use common::{refused, ROOT};
 /// allocated and reserved errors, and why. The test fails if one comes back
 /// inside (so the list cannot go stale) or goes past a bound.
 ///
-/// - `u16_llama_527725e0_train_bf16_adamw_b3_s512` (13.277% reserved,
+/// - `blind_cudnn_libraries/llama_527725e0_train_bf16_adamw_b3_s512` (13.277% reserved,
 ///   `forward1`, over: one 188 MiB segment the GPU does not make; 0.127%
 ///   allocated): segment placement alone, as `gpu_traces` shows (its
 ///   requests equal the GPU's, and on the GPU's own segment addresses every
@@ -37,16 +37,13 @@ use common::{refused, ROOT};
 ///
 /// Three small bf16 models were outside until cuDNN's libraries were
 /// mapped at the first attention (`driver_va.rs`, rule 9):
-/// `u6_gemma2_hd256_train_bf16_b2_s512` (0.983% allocated),
-/// `u7_gemma2_nocap_hd96_train_bf16_b2_s512` (0.647%) and
-/// `u7_gpt2_upcastflags_train_bf16_b4_s256` (0.736%); all three are now exact
+/// `head_dim_256/gemma2_hd256_train_bf16_b2_s512` (0.983% allocated),
+/// `config_code_paths/gemma2_nocap_hd96_train_bf16_b2_s512` (0.647%) and
+/// `config_code_paths/gpt2_upcastflags_train_bf16_b4_s256` (0.736%); all three are now exact
 /// in every phase.
 ///
-const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[(
-    "u16_llama_527725e0_train_bf16_adamw_b3_s512",
-    0.0013,
-    0.1328,
-)];
+const KNOWN_OUTSIDE: &[(&str, f64, f64)] =
+    &[("llama_527725e0_train_bf16_adamw_b3_s512", 0.0013, 0.1328)];
 
 /// Cases where the twin takes a size it has no measurement for, and says
 /// so (`Estimate::unmeasured`); every other case must have none.
@@ -55,8 +52,8 @@ const KNOWN_OUTSIDE: &[(&str, f64, f64)] = &[(
 /// hold: the twin takes no workspace there and says so; their figures are
 /// exact nonetheless.
 const UNMEASURED: &[&str] = &[
-    "u18_vit_8f8ecd8c_infer_bf16_adamw_b16",
-    "u18_vit_cdd9b0d3_train_bf16_sgdm_b24",
+    "vit_8f8ecd8c_infer_bf16_adamw_b16",
+    "vit_cdd9b0d3_train_bf16_sgdm_b24",
 ];
 
 /// Every recorded case with its fixtures' directory, but those PyTorch
@@ -121,13 +118,13 @@ fn list_of(dir: &str) -> &'static str {
     SETS.iter().find(|(_, d)| *d == dir).unwrap().0
 }
 
-/// Run every case whose name starts with one of `prefixes`; panic listing
-/// those outside the tolerance.
-fn check(prefixes: &[&str]) {
+/// Run every case of the set in `set` (its fixture directory) whose name
+/// starts with `prefix`; panic listing those outside the tolerance.
+fn check(set: &str, prefix: &str) {
     let mut bad = Vec::new();
     let mut n = 0;
     for (case, dir) in cases() {
-        if !prefixes.iter().any(|p| case.name.starts_with(p)) {
+        if dir != set || !case.name.starts_with(prefix) {
             continue;
         }
         n += 1;
@@ -188,174 +185,174 @@ fn check(prefixes: &[&str]) {
             }
         }
     }
-    assert!(n > 0, "no case matches {prefixes:?}");
+    assert!(n > 0, "no case of {set} matches {prefix:?}");
     assert!(bad.is_empty(), "outside the tolerance:\n{}", bad.join("\n"));
 }
 
 #[test]
 fn llama() {
-    check(&["llama_"]);
+    check("fixtures/estimate", "llama_");
 }
 
 #[test]
 fn mistral() {
-    check(&["mistral_"]);
+    check("fixtures/estimate", "mistral_");
 }
 
 #[test]
 fn qwen2() {
-    check(&["qwen2_"]);
+    check("fixtures/estimate", "qwen2_");
 }
 
 #[test]
 fn qwen3() {
-    check(&["qwen3_"]);
+    check("fixtures/estimate", "qwen3_");
 }
 
 #[test]
 fn phi3() {
-    check(&["phi3_"]);
+    check("fixtures/estimate", "phi3_");
 }
 
 #[test]
 fn gemma2() {
-    check(&["gemma2_"]);
+    check("fixtures/estimate", "gemma2_");
 }
 
 #[test]
 fn gpt2() {
-    check(&["gpt2_"]);
+    check("fixtures/estimate", "gpt2_");
 }
 
 #[test]
 fn bert() {
-    check(&["bert_"]);
+    check("fixtures/estimate", "bert_");
 }
 
 #[test]
 fn roberta() {
-    check(&["roberta_"]);
+    check("fixtures/estimate", "roberta_");
 }
 
 #[test]
 fn vit() {
-    check(&["vit_"]);
+    check("fixtures/estimate", "vit_");
 }
 
 #[test]
 fn unseen_shapes_and_settings() {
-    check(&["u_"]);
+    check("fixtures/unseen/shapes_and_settings", "");
 }
 
 #[test]
 fn unseen_presets_odd_lengths() {
-    check(&["u2_"]);
+    check("fixtures/unseen/presets_odd_lengths", "");
 }
 
 #[test]
 fn unseen_presets_full_size() {
-    check(&["u3_"]);
+    check("fixtures/unseen/presets_full_size", "");
 }
 
 #[test]
 fn unseen_largest_batch_bisections() {
-    check(&["u4_"]);
+    check("fixtures/unseen/largest_batch_bisections", "");
 }
 
 #[test]
 fn unseen_presets_full_size_rest() {
-    check(&["u5_"]);
+    check("fixtures/unseen/presets_full_size_rest", "");
 }
 
 #[test]
 fn unseen_head_dim_256() {
-    check(&["u6_"]);
+    check("fixtures/unseen/head_dim_256", "");
 }
 
 #[test]
 fn unseen_config_code_paths() {
-    check(&["u7_"]);
+    check("fixtures/unseen/config_code_paths", "");
 }
 
 #[test]
 fn unseen_settings_combined() {
-    check(&["u8_"]);
+    check("fixtures/unseen/settings_combined", "");
 }
 
 #[test]
 fn unseen_extreme_fields_and_shapes() {
-    check(&["u9_"]);
+    check("fixtures/unseen/extreme_fields_and_shapes", "");
 }
 
-/// Published config.json files, every field (`validation/unseen10_cases.json`:
+/// Published config.json files, every field (`validation/unseen/hub_config_files.json`:
 /// SmolLM2-135M to Gemma-2-2B, BERT-large, ViT-large), recorded after the
 /// twin's peaks were committed (5cf82c8).
 #[test]
 fn unseen_hub_config_files() {
-    check(&["u10_"]);
+    check("fixtures/unseen/hub_config_files", "");
 }
 
 /// Small models in training, where placement can decide
-/// (`validation/unseen11_cases.json`), recorded after the twin's peaks were
+/// (`validation/unseen/small_training_placement.json`), recorded after the twin's peaks were
 /// committed (dd6659e).
 #[test]
 fn unseen_small_training_placement() {
-    check(&["u11_"]);
+    check("fixtures/unseen/small_training_placement", "");
 }
 
 /// Small models in training again, recorded after the twin's peaks under
 /// `driver_va.rs`'s rule 6 were committed (b8be506).
 #[test]
 fn unseen_blind_driver_rule6() {
-    check(&["u12_"]);
+    check("fixtures/unseen/blind_driver_rule6", "");
 }
 
 /// The presets' real shapes, with the options the other sets had least of
-/// (`validation/unseen13_cases.json`), recorded after the twin's peaks were
+/// (`validation/unseen/presets_least_used_options.json`), recorded after the twin's peaks were
 /// committed (see `fixtures/unseen/presets_least_used_options/README.md`).
 #[test]
 fn unseen_presets_least_used_options() {
-    check(&["u13_"]);
+    check("fixtures/unseen/presets_least_used_options", "");
 }
 
 /// Where `driver_va.rs`'s rule 7 changes the answer
-/// (`validation/unseen14_cases.json`), both answers committed first
+/// (`validation/unseen/driver_rule7.json`), both answers committed first
 /// (d024949).
 #[test]
 fn unseen_driver_rule7() {
-    check(&["u14_"]);
+    check("fixtures/unseen/driver_rule7", "");
 }
 
 /// A blind test of `forward0`'s driver mappings
-/// (`validation/unseen15_cases.json`): twenty workloads on which the twin
+/// (`validation/unseen/blind_forward0_mappings.json`): twenty workloads on which the twin
 /// and three candidates did not all agree, all four answers committed first
 /// (`fixtures/unseen/blind_forward0_mappings/answers.txt`, 06f4033).
 #[test]
 fn unseen_blind_forward0_mappings() {
-    check(&["u15_"]);
+    check("fixtures/unseen/blind_forward0_mappings", "");
 }
 
 /// A blind test of cuDNN's libraries in the address space
-/// (`validation/unseen16_cases.json`): seventeen workloads on which the twin
+/// (`validation/unseen/blind_cudnn_libraries.json`): seventeen workloads on which the twin
 /// with and without them disagree, both answers committed first
 /// (`fixtures/unseen/blind_cudnn_libraries/answers.txt`, 0340c0a).
 #[test]
 fn unseen_blind_cudnn_libraries() {
-    check(&["u16_"]);
+    check("fixtures/unseen/blind_cudnn_libraries", "");
 }
 
 /// A blind set on configs no set had before (new sizes for every family),
 /// the twin's answers committed first (`answers.txt`).
 #[test]
 fn unseen_blind_new_configs() {
-    check(&["u17_"]);
+    check("fixtures/unseen/blind_new_configs", "");
 }
 
 /// A second blind set on new sizes, answered (`answers.txt`) after the
 /// seventeenth's fixes.
 #[test]
 fn unseen_blind_new_configs_2() {
-    check(&["u18_"]);
+    check("fixtures/unseen/blind_new_configs_2", "");
 }
 
 /// Inference under `torch.inference_mode()` and with grad enabled
@@ -363,7 +360,7 @@ fn unseen_blind_new_configs_2() {
 /// committed (347a65a).
 #[test]
 fn grad_modes() {
-    check(&["g_"]);
+    check("fixtures/estimate_grad", "g_");
 }
 
 /// The workloads whose recorded figures differ from the GPU's own runs: in
@@ -376,10 +373,10 @@ fn grad_modes() {
 /// 20 workloads that were not exact in every phase: this many show the
 /// fixture to be one draw among several.
 const GPU_VARIES: &[(&str, usize, usize)] = &[
-    ("u16_llama_527725e0_train_bf16_adamw_b3_s512", 2, 10),
-    ("u15_gemma2_f48b44d9_train_fp32_sgd_b2_s384", 1, 3),
-    ("u16_mistral_15513d0a_train_bf16_sgd_ckpt_b8_s128", 0, 3),
-    ("u16_roberta_3c4c75b3_train_fp32_ac_adam_b4_s512", 2, 3),
+    ("llama_527725e0_train_bf16_adamw_b3_s512", 2, 10),
+    ("gemma2_f48b44d9_train_fp32_sgd_b2_s384", 1, 3),
+    ("mistral_15513d0a_train_bf16_sgd_ckpt_b8_s128", 0, 3),
+    ("roberta_3c4c75b3_train_fp32_ac_adam_b4_s512", 2, 3),
 ];
 
 /// A phase's four figures as `repeat_h100.jsonl` holds them.

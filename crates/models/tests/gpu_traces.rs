@@ -56,7 +56,7 @@ const KNOWN_DIFFERENT: [&str; 4] = [
 /// the measured table lacks; the twin takes none and reports it unmeasured
 /// (`gpu_fixtures`' `UNMEASURED`). The one before, a patch embedding of the
 /// same kind, has its workspaces measured since.
-const REQUESTS_DIFFER: [&str; 1] = ["u18_vit_cdd9b0d3_train_bf16_sgdm_b24"];
+const REQUESTS_DIFFER: [&str; 1] = ["vit_cdd9b0d3_train_bf16_sgdm_b24"];
 
 /// `dir/traces.tgz` unpacked in a directory of this test's own (`tag`):
 /// the tests of this file run at once in one process.

@@ -14,7 +14,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 /// Workloads where the twin is known to differ, and why. Each must still
 /// differ (so the list cannot go stale silently) and be within a bound.
-/// None now: the last, `u2_vit_train_fp32_sgdm_img384_p32_b24` (twin 88,
+/// None now: the last, `presets_odd_lengths/vit_train_fp32_sgdm_img384_p32_b24` (twin 88,
 /// GPU 89), lacked its patch embedding's cuDNN workspaces in the measured
 /// table (width 512, 32-pixel patches, 384-pixel images), measured since.
 /// A workload that takes unmeasured sizes must be one of these.
@@ -106,21 +106,21 @@ fn largest_batch_equals_the_gpu() {
 }
 
 /// Workloads chosen and bisected after the planner was written, without
-/// changing it (`validation/unseen_plan_cases.json`, on the H100; a first
+/// changing it (`validation/unseen/shapes_and_settings_plan.json`, on the H100; a first
 /// run on an H200 found the same three numbers).
 #[test]
-fn largest_batch_equals_the_gpu_on_unseen_workloads() {
-    check_set("", "shapes_and_settings", 3);
+fn largest_batch_equals_the_gpu_on_unseen_shapes_and_settings() {
+    check_set("shapes_and_settings", 3);
 }
 
-/// [`check`] on the unseen set `fixtures/unseen/{set}`, whose case list
-/// and bisections are named by `suffix` (`""`, `"2"`: the order the sets
-/// were recorded in, `fixtures/unseen/README.md`), which has `count`
-/// bisected workloads.
-fn check_set(suffix: &str, set: &str, count: usize) {
+/// [`check`] on the unseen set `fixtures/unseen/{set}` (case list
+/// `validation/unseen/{set}.json`, bisections
+/// `fixtures/plan/unseen_{set}_h100.jsonl`), which has `count` bisected
+/// workloads.
+fn check_set(set: &str, count: usize) {
     check_all(
-        &format!("validation/unseen{suffix}_cases.json"),
-        &format!("fixtures/plan/unseen{suffix}_plan_h100.jsonl"),
+        &format!("validation/unseen/{set}.json"),
+        &format!("fixtures/plan/unseen_{set}_h100.jsonl"),
         &format!("fixtures/unseen/{set}"),
         count,
     );
@@ -135,64 +135,64 @@ fn check_all(list: &str, plan: &str, dir: &str, count: usize) {
 }
 
 /// A second set chosen and bisected after the first, again without changing
-/// the planner (`validation/unseen2_plan_cases.json`, on the H100): Qwen3-0.6B
+/// the planner (`validation/unseen/presets_odd_lengths_plan.json`, on the H100): Qwen3-0.6B
 /// in fp32 with checkpointing at sequence length 333, RoBERTa-base with bf16
 /// autocast, a Gemma-2 with a 128-token sliding window under autocast, and a
 /// ViT on 384-pixel images in 32-pixel patches.
 #[test]
-fn largest_batch_equals_the_gpu_on_a_second_unseen_set() {
-    check_set("2", "presets_odd_lengths", 4);
+fn largest_batch_equals_the_gpu_on_unseen_presets_odd_lengths() {
+    check_set("presets_odd_lengths", 4);
 }
 
 /// A fourth set, bisected after the simulated device took the driver's
-/// placement (`validation/unseen4_plan_cases.json`, on the H100): Qwen3-0.6B
+/// placement (`validation/unseen/largest_batch_bisections_plan.json`, on the H100): Qwen3-0.6B
 /// in bf16 at sequence length 1024, Llama-3.2-1B in bf16 with SGD momentum
 /// and checkpointing at 2048, GPT-2 in fp32 with fp16 autocast, BERT-base
 /// in fp32.
 #[test]
-fn largest_batch_equals_the_gpu_on_a_fourth_unseen_set() {
-    check_set("4", "largest_batch_bisections", 4);
+fn largest_batch_equals_the_gpu_on_unseen_largest_batch_bisections() {
+    check_set("largest_batch_bisections", 4);
 }
 
 /// A seventh set, bisected on the H100 after the twin's numbers were
-/// written down (`validation/unseen7_plan_cases.json`, workloads of the
+/// written down (`validation/unseen/config_code_paths_plan.json`, workloads of the
 /// seventh unseen estimate set): Qwen2 with sliding layers from
 /// `max_window_layers` on, Phi-3 with `longrope` under bf16 autocast,
 /// Mistral with a non-square `head_dim` and checkpointing, Llama with
 /// projection biases.
 #[test]
-fn largest_batch_equals_the_gpu_on_a_seventh_unseen_set() {
-    check_set("7", "config_code_paths", 4);
+fn largest_batch_equals_the_gpu_on_unseen_config_code_paths() {
+    check_set("config_code_paths", 4);
 }
 
 /// An eighth set, bisected on the H100 after the twin's numbers were
-/// written down (`validation/unseen8_plan_cases.json`, workloads of the
+/// written down (`validation/unseen/settings_combined_plan.json`, workloads of the
 /// eighth unseen estimate set): Llama in fp32 under bf16 autocast with
 /// checkpointing and expandable segments, GPT-2 in fp16 with SGD momentum,
 /// Mistral with checkpointing and `max_split_size_mb:128`, RoBERTa under
 /// fp16 autocast.
 #[test]
-fn largest_batch_equals_the_gpu_on_an_eighth_unseen_set() {
-    check_set("8", "settings_combined", 4);
+fn largest_batch_equals_the_gpu_on_unseen_settings_combined() {
+    check_set("settings_combined", 4);
 }
 
 /// A ninth set, bisected on the H100 after the twin's numbers were written
-/// down (e19fbc1; `validation/unseen9_plan_cases.json`): Llama with one KV
+/// down (e19fbc1; `validation/unseen/extreme_fields_and_shapes_plan.json`): Llama with one KV
 /// head in bf16 at 6 GiB (6), Qwen3 in fp32 with plain SGD on expandable
 /// segments at 8 GiB (7), Gemma-2 with fp16 weights and SGD momentum at
 /// 3 GiB (12), RoBERTa under bf16 autocast with checkpointing at 4 GiB (21).
 #[test]
-fn largest_batch_equals_the_gpu_on_a_ninth_unseen_set() {
-    check_set("9", "extreme_fields_and_shapes", 4);
+fn largest_batch_equals_the_gpu_on_unseen_extreme_fields_and_shapes() {
+    check_set("extreme_fields_and_shapes", 4);
 }
 
-/// Published configs (`validation/unseen10_plan_cases.json`), bisected after
+/// Published configs (`validation/unseen/hub_config_files_plan.json`), bisected after
 /// the twin's answers were written down (5cf82c8): SmolLM2-135M in bf16 at
 /// 8 GiB (4), DistilGPT2 under fp16 autocast at 4 GiB (5), BERT-large in
 /// bf16 at 6 GiB (8), ViT-large in bf16 at 6 GiB (25).
 #[test]
-fn largest_batch_equals_the_gpu_on_published_configs() {
-    check_set("10", "hub_config_files", 4);
+fn largest_batch_equals_the_gpu_on_unseen_hub_config_files() {
+    check_set("hub_config_files", 4);
 }
 
 /// The whole card (`vramscope plan --gpu h100`, no fraction set):

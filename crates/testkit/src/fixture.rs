@@ -61,75 +61,75 @@ fn dtype(s: &str) -> Result<DType> {
 pub const SETS: [(&str, &str); 20] = [
     ("validation/hf_cases.json", "fixtures/estimate"),
     (
-        "validation/unseen_cases.json",
+        "validation/unseen/shapes_and_settings.json",
         "fixtures/unseen/shapes_and_settings",
     ),
     (
-        "validation/unseen2_cases.json",
+        "validation/unseen/presets_odd_lengths.json",
         "fixtures/unseen/presets_odd_lengths",
     ),
     (
-        "validation/unseen3_cases.json",
+        "validation/unseen/presets_full_size.json",
         "fixtures/unseen/presets_full_size",
     ),
     (
-        "validation/unseen4_cases.json",
+        "validation/unseen/largest_batch_bisections.json",
         "fixtures/unseen/largest_batch_bisections",
     ),
     (
-        "validation/unseen5_cases.json",
+        "validation/unseen/presets_full_size_rest.json",
         "fixtures/unseen/presets_full_size_rest",
     ),
     (
-        "validation/unseen6_cases.json",
+        "validation/unseen/head_dim_256.json",
         "fixtures/unseen/head_dim_256",
     ),
     (
-        "validation/unseen7_cases.json",
+        "validation/unseen/config_code_paths.json",
         "fixtures/unseen/config_code_paths",
     ),
     (
-        "validation/unseen8_cases.json",
+        "validation/unseen/settings_combined.json",
         "fixtures/unseen/settings_combined",
     ),
     (
-        "validation/unseen9_cases.json",
+        "validation/unseen/extreme_fields_and_shapes.json",
         "fixtures/unseen/extreme_fields_and_shapes",
     ),
     (
-        "validation/unseen10_cases.json",
+        "validation/unseen/hub_config_files.json",
         "fixtures/unseen/hub_config_files",
     ),
     (
-        "validation/unseen11_cases.json",
+        "validation/unseen/small_training_placement.json",
         "fixtures/unseen/small_training_placement",
     ),
     (
-        "validation/unseen12_cases.json",
+        "validation/unseen/blind_driver_rule6.json",
         "fixtures/unseen/blind_driver_rule6",
     ),
     (
-        "validation/unseen13_cases.json",
+        "validation/unseen/presets_least_used_options.json",
         "fixtures/unseen/presets_least_used_options",
     ),
     (
-        "validation/unseen14_cases.json",
+        "validation/unseen/driver_rule7.json",
         "fixtures/unseen/driver_rule7",
     ),
     (
-        "validation/unseen15_cases.json",
+        "validation/unseen/blind_forward0_mappings.json",
         "fixtures/unseen/blind_forward0_mappings",
     ),
     (
-        "validation/unseen16_cases.json",
+        "validation/unseen/blind_cudnn_libraries.json",
         "fixtures/unseen/blind_cudnn_libraries",
     ),
     (
-        "validation/unseen17_cases.json",
+        "validation/unseen/blind_new_configs.json",
         "fixtures/unseen/blind_new_configs",
     ),
     (
-        "validation/unseen18_cases.json",
+        "validation/unseen/blind_new_configs_2.json",
         "fixtures/unseen/blind_new_configs_2",
     ),
     ("validation/grad_cases.json", "fixtures/estimate_grad"),

@@ -73,7 +73,7 @@ const OP: &str = "scaled_dot_product_attention";
 /// `run_cudnn_SDP_fprop`): 256 bytes on the H100 with torch 2.11+cu130 in
 /// every traced configuration (training and inference, masks, dropout,
 /// grouped-query attention, head dims 32..256: up to 128 in
-/// `fixtures/estimate`, 256 in `u5_gemma2_9b_infer_bf16_b1_s1024` and the
+/// `fixtures/estimate`, 256 in `presets_full_size_rest/gemma2_9b_infer_bf16_b1_s1024` and the
 /// `u6_` set) — a GPU measurement, since cuDNN's plan is opaque.
 pub const CUDNN_FWD_WORKSPACE: u64 = 256;
 
@@ -86,8 +86,8 @@ pub const CUDNN_FWD_WORKSPACE: u64 = 256;
 /// `bert_train_bf16_sgdm` (dropout 0.1, 4,260,096 B), `mistral_train_bf16_sw`
 /// (a mask, 4,260,096 B), `llama_gqa_train_bf16` (12,681,472 B) and
 /// `gemma2_train_bf16` (4,227,328 B); at head dim 256,
-/// `u6_gemma2_hd256_train_bf16_b2_s512` (grouped, 16,810,240 B) and
-/// `u6_gemma2_hd256_train_fp32_autocast_sw256_b2_s512` (its masked layers,
+/// `head_dim_256/gemma2_hd256_train_bf16_b2_s512` (grouped, 16,810,240 B) and
+/// `head_dim_256/gemma2_hd256_train_fp32_autocast_sw256_b2_s512` (its masked layers,
 /// whose key and value transformers repeats to every head: 8,421,632 B).
 pub(crate) fn cudnn_bwd_workspace(b: i64, h: i64, h_k: i64, s_q: i64, s_kv: i64, d_qk: i64) -> u64 {
     let mut n = b * h * s_q * d_qk * 4 + b * h * s_q * 4 + 256;
@@ -222,7 +222,7 @@ fn check_batch_size_and_num_heads(p: &Params<'_>, supports_gqa: bool) -> bool {
 /// with cuDNN >= 9.10.0") and to 192 for (192, 128) on sm 10.x (cuDNN >=
 /// 9.11); multiples of 8; no key/value sequence of length 1, no dropout
 /// with a query of length 1. The H100 confirms the Hopper rule:
-/// `u5_gemma2_9b_infer_bf16_b1_s1024` (head dim 256) runs cuDNN's kernel
+/// `presets_full_size_rest/gemma2_9b_infer_bf16_b1_s1024` (head dim 256) runs cuDNN's kernel
 /// (two 8-byte philox tensors, the output, the 256-byte workspace).
 fn check_cudnn_tensor_shapes(p: &Params<'_>, capability: (u32, u32), sdpa: &SdpaSupport) -> bool {
     const MAX: i64 = 65535;

@@ -94,7 +94,8 @@ pub(crate) fn check_padding_idx(c: &HfConfig, default: Option<i64>, vocab: i64) 
 /// to each layer. `position_ids=position_ids` is among them, so a
 /// checkpointed layer's `partial` holds it until that layer's backward (the
 /// GPU's traces of the first checkpointed Phi-3 and Gemma-2 recorded,
-/// `u16_phi3_a4dc9738...` and `u17_gemma2_20a18480...`, free it in
+/// `blind_cudnn_libraries/phi3_a4dc9738...` and
+/// `blind_new_configs/gemma2_20a18480...`, free it in
 /// `backward0`).
 #[derive(Clone)]
 pub(crate) struct LayerArgs {

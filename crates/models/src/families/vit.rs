@@ -572,7 +572,7 @@ impl HfModel for ViT {
         // after the loss (the output only returns the logits and the loss):
         // under autocast the classifier saves its bf16 copy of the CLS
         // rows, not a view of them, so this is where the last hidden state
-        // is freed (the H100 trace of `u_vit_train_autocast`)
+        // is freed (the H100 trace of `shapes_and_settings/vit_train_autocast`)
         drop(sequence_output);
         Ok(ModelOutput {
             loss,
