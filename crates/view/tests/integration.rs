@@ -1,0 +1,12 @@
+//! The integration tests of `view`, one binary (ripgrep's `tests/` layout):
+//! each module is one area.
+
+mod chromium;
+
+#[test]
+fn every_test_file_is_a_module() {
+    vramscope_testkit::assert_every_test_file_is_a_module(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
+        include_str!("integration.rs"),
+    );
+}
