@@ -21,7 +21,7 @@
 //!   weight-cast cache) and saved-tensor hooks with non-reentrant activation
 //!   checkpointing ([`checkpoint`]: holders, recomputation, early stop);
 //! - reference modules ([`nn`]) and optimizers ([`optim`]);
-//! - the seed experiments, byte for byte ([`demo`]).
+//! - the seed experiments, byte for byte (`demo`, under the `demo` feature).
 //! - the consumer side of the memory-event seam ([`RuntimeSink`]): a
 //!   front door outside the eager twin (a captured PyTorch program) drives
 //!   the same process through [`vramscope_events::Event`]s.
@@ -33,6 +33,7 @@
 pub mod autocast;
 pub mod autograd;
 pub mod checkpoint;
+#[cfg(feature = "demo")]
 pub mod demo;
 mod dims;
 mod dtype;
