@@ -27,21 +27,9 @@ use common::{refused, ROOT};
 ///   its 3.67 MiB threshold up, top-down into the context's released
 ///   range), which the simulated driver does not lay out
 ///   (`fixtures/va_maps/README.md`); the twin puts them at B-128 and below
-///   every mapping. Found by the blind set `fixtures/unseen/blind_cudnn_libraries`,
-///   outside in both versions tested there, with the same reserved error
-///   (0.275% allocated without rule 9). The GPU does not repeat it: of ten
-///   more runs (`repeat_h100.jsonl`), two gave the fixture's figures, seven
-///   others within the tolerance of the twin's (0.157% allocated, reserved
-///   exact), and one the twin's in every phase
+///   every mapping. The GPU does not repeat it: of ten more runs
+///   (`repeat_h100.jsonl`), two gave the fixture's figures
 ///   (`repeated_runs_against_the_gpus_most_frequent_outcome`).
-///
-/// Three small bf16 models were outside until cuDNN's libraries were
-/// mapped at the first attention (`driver_va.rs`, rule 9):
-/// `head_dim_256/gemma2_hd256_train_bf16_b2_s512` (0.983% allocated),
-/// `config_code_paths/gemma2_nocap_hd96_train_bf16_b2_s512` (0.647%) and
-/// `config_code_paths/gpt2_upcastflags_train_bf16_b4_s256` (0.736%); all three are now exact
-/// in every phase.
-///
 const KNOWN_OUTSIDE: &[(&str, f64, f64)] =
     &[("llama_527725e0_train_bf16_adamw_b3_s512", 0.0013, 0.1328)];
 
@@ -239,125 +227,137 @@ fn vit() {
     check("fixtures/estimate", "vit_");
 }
 
+/// `fixtures/unseen/shapes_and_settings`: new widths, depths, head counts and
+/// dims; batch 2-32, sequence 128-2048; Qwen2 fp32, plain SGD, Adam on bf16,
+/// checkpointing every 2nd layer, `expandable_segments`, `max_split_size_mb`.
 #[test]
 fn unseen_shapes_and_settings() {
     check("fixtures/unseen/shapes_and_settings", "");
 }
 
+/// `fixtures/unseen/presets_odd_lengths`: the presets of real models, sequence
+/// lengths not multiples of 64, fp16 weights and autocast, head dim 96, sliding
+/// windows shorter than the sequence, ViT at 384 px.
 #[test]
 fn unseen_presets_odd_lengths() {
     check("fixtures/unseen/presets_odd_lengths", "");
 }
 
+/// `fixtures/unseen/presets_full_size`: presets at their real size
+/// (Llama-3.1-8B, GPT2-XL, ...).
 #[test]
 fn unseen_presets_full_size() {
     check("fixtures/unseen/presets_full_size", "");
 }
 
+/// `fixtures/unseen/largest_batch_bisections`: training workloads bisected for
+/// their largest batch after the driver placement (`vramscope plan`).
 #[test]
 fn unseen_largest_batch_bisections() {
     check("fixtures/unseen/largest_batch_bisections", "");
 }
 
+/// `fixtures/unseen/presets_full_size_rest`: the presets the third set could
+/// not record, at real size.
 #[test]
 fn unseen_presets_full_size_rest() {
     check("fixtures/unseen/presets_full_size_rest", "");
 }
 
+/// `fixtures/unseen/head_dim_256`: attention heads 256 wide (cuDNN attention on
+/// sm 9.0).
 #[test]
 fn unseen_head_dim_256() {
     check("fixtures/unseen/head_dim_256", "");
 }
 
+/// `fixtures/unseen/config_code_paths`: config fields that change the model's
+/// code path (projection biases, sliding windows, upcast flags, ...).
 #[test]
 fn unseen_config_code_paths() {
     check("fixtures/unseen/config_code_paths", "");
 }
 
+/// `fixtures/unseen/settings_combined`: workload settings used only apart
+/// before, put together; sequence length 1; 3-4 steps.
 #[test]
 fn unseen_settings_combined() {
     check("fixtures/unseen/settings_combined", "");
 }
 
+/// `fixtures/unseen/extreme_fields_and_shapes`: one KV head, sequence
+/// 4096-8192, `n_inner` and relu, fp16 Gemma-2, batch 100 ViT.
 #[test]
 fn unseen_extreme_fields_and_shapes() {
     check("fixtures/unseen/extreme_fields_and_shapes", "");
 }
 
-/// Published config.json files, every field (`validation/unseen/hub_config_files.json`:
-/// SmolLM2-135M to Gemma-2-2B, BERT-large, ViT-large), recorded after the
-/// twin's peaks were committed (5cf82c8).
+/// `fixtures/unseen/hub_config_files`: config.json files as the Hub publishes
+/// them, every field included.
 #[test]
 fn unseen_hub_config_files() {
     check("fixtures/unseen/hub_config_files", "");
 }
 
-/// Small models in training, where placement can decide
-/// (`validation/unseen/small_training_placement.json`), recorded after the twin's peaks were
-/// committed (dd6659e).
+/// `fixtures/unseen/small_training_placement`: small models in training, where
+/// segment placement decides.
 #[test]
 fn unseen_small_training_placement() {
     check("fixtures/unseen/small_training_placement", "");
 }
 
-/// Small models in training again, recorded after the twin's peaks under
-/// `driver_va.rs`'s rule 6 were committed (b8be506).
+/// `fixtures/unseen/blind_driver_rule6`: a blind test of the driver placement's
+/// rule 6.
 #[test]
 fn unseen_blind_driver_rule6() {
     check("fixtures/unseen/blind_driver_rule6", "");
 }
 
-/// The presets' real shapes, with the options the other sets had least of
-/// (`validation/unseen/presets_least_used_options.json`), recorded after the twin's peaks were
-/// committed (see `fixtures/unseen/presets_least_used_options/README.md`).
+/// `fixtures/unseen/presets_least_used_options`: the presets' real shapes with
+/// the options least used (fp16, fp16 autocast, 7-9B presets cut to 2-4
+/// layers).
 #[test]
 fn unseen_presets_least_used_options() {
     check("fixtures/unseen/presets_least_used_options", "");
 }
 
-/// Where `driver_va.rs`'s rule 7 changes the answer
-/// (`validation/unseen/driver_rule7.json`), both answers committed first
-/// (d024949).
+/// `fixtures/unseen/driver_rule7`: Qwen2-7B cut to 2-4 layers, where the driver
+/// placement's rule 7 changes the answer.
 #[test]
 fn unseen_driver_rule7() {
     check("fixtures/unseen/driver_rule7", "");
 }
 
-/// A blind test of `forward0`'s driver mappings
-/// (`validation/unseen/blind_forward0_mappings.json`): twenty workloads on which the twin
-/// and three candidates did not all agree, all four answers committed first
-/// (`fixtures/unseen/blind_forward0_mappings/answers.txt`, 06f4033).
+/// `fixtures/unseen/blind_forward0_mappings`: a blind test of `forward0`'s
+/// driver mappings, two workloads per family (`answers.txt`).
 #[test]
 fn unseen_blind_forward0_mappings() {
     check("fixtures/unseen/blind_forward0_mappings", "");
 }
 
-/// A blind test of cuDNN's libraries in the address space
-/// (`validation/unseen/blind_cudnn_libraries.json`): seventeen workloads on which the twin
-/// with and without them disagree, both answers committed first
-/// (`fixtures/unseen/blind_cudnn_libraries/answers.txt`, 0340c0a).
+/// `fixtures/unseen/blind_cudnn_libraries`: a blind test of cuDNN's libraries
+/// in the address space (`answers.txt`).
 #[test]
 fn unseen_blind_cudnn_libraries() {
     check("fixtures/unseen/blind_cudnn_libraries", "");
 }
 
-/// A blind set on configs no set had before (new sizes for every family),
-/// the twin's answers committed first (`answers.txt`).
+/// `fixtures/unseen/blind_new_configs`: a blind test on configs no set had
+/// (`validation/blind_gen.py 17 new`, `answers.txt`).
 #[test]
 fn unseen_blind_new_configs() {
     check("fixtures/unseen/blind_new_configs", "");
 }
 
-/// A second blind set on new sizes, answered (`answers.txt`) after the
-/// seventeenth's fixes.
+/// `fixtures/unseen/blind_new_configs_2`: a second blind test on configs no set
+/// had (`validation/blind_gen.py 18 new`, `answers.txt`).
 #[test]
 fn unseen_blind_new_configs_2() {
     check("fixtures/unseen/blind_new_configs_2", "");
 }
 
 /// Inference under `torch.inference_mode()` and with grad enabled
-/// (`validation/grad_cases.json`), recorded after the twin's figures were
-/// committed (347a65a).
+/// (`validation/grad_cases.json`, `fixtures/estimate_grad`).
 #[test]
 fn grad_modes() {
     check("fixtures/estimate_grad", "g_");
@@ -367,11 +367,8 @@ fn grad_modes() {
 /// `fixtures/estimate/repeat_h100.jsonl` (`validation/estimate_repeat.py`,
 /// each run a fresh process as `hf_cases.sh` records), the name, how many
 /// runs gave the recorded figures in every phase, and how many runs there
-/// are. Every other workload there gave its recorded figures in every run.
-/// The first 56 runs are eight workloads that hung on segment placement
-/// (ASLR on and off); the last 67 (2026-11-23, H100, driver 580.159.04) are the twin's
-/// 20 workloads that were not exact in every phase: this many show the
-/// fixture to be one draw among several.
+/// are. Every other workload there gave its recorded figures in every run
+/// (`fixtures/estimate/README.md` says which runs were made and why).
 const GPU_VARIES: &[(&str, usize, usize)] = &[
     ("llama_527725e0_train_bf16_adamw_b3_s512", 2, 10),
     ("gemma2_f48b44d9_train_fp32_sgd_b2_s384", 1, 3),

@@ -322,12 +322,10 @@ fn on_the_gpus_segment_addresses_the_figures_are_exact() {
 /// parameters' segments come below them and into their freed ranges
 /// (`driver_va.rs`, rule 7). Per workload without expandable segments,
 /// the twin's `load` segments are compared with the GPU's first as many,
-/// up to one offset (the one most of them share): 3934 of 5769 lie where
-/// the GPU put them, all of them in 59 of 198 workloads (with the 17 of
-/// `fixtures/unseen/blind_cudnn_libraries`: 4082 of 6025, 64 of 215; with the 22 of
-/// `fixtures/unseen/blind_new_configs`: 4227 of 6199, 77 of 237; with the 24 of
-/// `fixtures/unseen/blind_new_configs_2`: 4370 of 6419, 85 of 261; when 168 were
-/// recorded: 3586 of 5346 and 48; without rule 7, e818d23: 2642 and 5). The rest is what the twin does not lay out: the
+/// up to one offset (the one most of them share); the test pins how many
+/// lie where the GPU put them and in how many workloads all of them do
+/// (`docs/driver-placement.md` keeps how these counts grew). The rest is
+/// what the twin does not lay out: the
 /// gap above the context, 0.5 to 38 MiB by process, that takes the first
 /// tensors that fit (`fixtures/va_maps/README.md`), and Python's own
 /// mappings. Pinned both ways: a change of the rule changes these counts.

