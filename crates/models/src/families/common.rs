@@ -1655,6 +1655,24 @@ pub(crate) trait Layer: Clone + 'static {
     fn sliding(&self) -> bool;
 }
 
+/// One pre-norm sublayer of a decoder layer:
+/// `residual = hidden_states; hidden_states = norm(hidden_states);
+/// hidden_states = module(hidden_states)`, `module` run as `name` (the
+/// normed states die after it). Returns the residual and the module's
+/// output, for the layer to add as its family does.
+pub(crate) fn pre_norm_sublayer(
+    x: &Tensor,
+    norm: impl FnOnce(&Tensor) -> Result<Tensor>,
+    name: &str,
+    module: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let residual = x.clone();
+    let h = norm(x)?;
+    let out = x.runtime().in_module(name, || module(&h))?;
+    drop(h);
+    Ok((residual, out))
+}
+
 /// The masks of `causal_mask_mapping` (`"full_attention"`, then
 /// `"sliding_attention"`), each `None` where SDPA's `is_causal` does; they
 /// die in that order (the dict's insertion order).

@@ -310,14 +310,15 @@ impl Layer for DecoderLayer {
         cache: Option<&RefCell<DynamicCache>>,
     ) -> Result<Tensor> {
         let l = self;
-        let rt = x.runtime().clone();
-        let residual = x.clone();
-        let h = l.input_layernorm.forward("input_layernorm", x)?;
-        let a = rt.in_module("self_attn", || {
-            l.self_attn
-                .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
-        })?;
-        drop(h);
+        let (residual, a) = common::pre_norm_sublayer(
+            x,
+            |x| l.input_layernorm.forward("input_layernorm", x),
+            "self_attn",
+            |h| {
+                l.self_attn
+                    .forward(h, (&args.cos, &args.sin), args.training, mask, cache)
+            },
+        )?;
         let n = l
             .post_attention_layernorm
             .forward("post_attention_layernorm", &a)?;
@@ -325,13 +326,16 @@ impl Layer for DecoderLayer {
         let h = residual.add(&n)?;
         drop(n);
         drop(residual);
-        let residual = h.clone();
-        let n = l
-            .pre_feedforward_layernorm
-            .forward("pre_feedforward_layernorm", &h)?;
+        let (residual, m) = common::pre_norm_sublayer(
+            &h,
+            |h| {
+                l.pre_feedforward_layernorm
+                    .forward("pre_feedforward_layernorm", h)
+            },
+            "mlp",
+            |n| l.mlp.forward(n),
+        )?;
         drop(h);
-        let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
-        drop(n);
         let n = l
             .post_feedforward_layernorm
             .forward("post_feedforward_layernorm", &m)?;

@@ -255,24 +255,27 @@ impl Layer for DecoderLayer {
         mask: Option<&Tensor>,
         cache: Option<&RefCell<DynamicCache>>,
     ) -> Result<Tensor> {
-        let l = self;
-        let rt = x.runtime().clone();
-        let residual = x.clone();
-        let h = l.input_layernorm.forward("input_layernorm", x)?;
-        let a = rt.in_module("self_attn", || {
-            l.self_attn
-                .forward(&h, (&args.cos, &args.sin), args.training, mask, cache)
-        })?;
-        drop(h);
+        let (residual, a) = common::pre_norm_sublayer(
+            x,
+            |x| self.input_layernorm.forward("input_layernorm", x),
+            "self_attn",
+            |h| {
+                self.self_attn
+                    .forward(h, (&args.cos, &args.sin), args.training, mask, cache)
+            },
+        )?;
         let h = residual.add(&a)?;
         drop(a);
-        let residual = h.clone();
-        let n = l
-            .post_attention_layernorm
-            .forward("post_attention_layernorm", &h)?;
+        let (residual, m) = common::pre_norm_sublayer(
+            &h,
+            |h| {
+                self.post_attention_layernorm
+                    .forward("post_attention_layernorm", h)
+            },
+            "mlp",
+            |n| self.mlp.forward(n),
+        )?;
         drop(h);
-        let m = rt.in_module("mlp", || l.mlp.forward(&n))?;
-        drop(n);
         let out = residual.add(&m)?;
         drop(m);
         drop(residual);

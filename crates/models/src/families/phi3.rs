@@ -454,12 +454,12 @@ impl Layer for DecoderLayer {
     ) -> Result<Tensor> {
         let l = self;
         let rt = x.runtime().clone();
-        let residual = x.clone();
-        let h = l.input_layernorm.forward("input_layernorm", x)?;
-        let a = rt.in_module("self_attn", || {
-            attention_forward(&l.self_attn, &h, args, mask, cache)
-        })?;
-        drop(h);
+        let (residual, a) = common::pre_norm_sublayer(
+            x,
+            |x| l.input_layernorm.forward("input_layernorm", x),
+            "self_attn",
+            |h| attention_forward(&l.self_attn, h, args, mask, cache),
+        )?;
         // hidden_states = residual + self.resid_attn_dropout(hidden_states)
         let h = {
             let d = dropout(&rt, "resid_attn_dropout", &a, l.resid_pdrop, args.training)?;
@@ -467,13 +467,16 @@ impl Layer for DecoderLayer {
         };
         drop(a);
         drop(residual);
-        let residual = h.clone();
-        let n = l
-            .post_attention_layernorm
-            .forward("post_attention_layernorm", &h)?;
+        let (residual, m) = common::pre_norm_sublayer(
+            &h,
+            |h| {
+                l.post_attention_layernorm
+                    .forward("post_attention_layernorm", h)
+            },
+            "mlp",
+            |n| mlp_forward(&l.mlp, n),
+        )?;
         drop(h);
-        let m = rt.in_module("mlp", || mlp_forward(&l.mlp, &n))?;
-        drop(n);
         let out = {
             let d = dropout(&rt, "resid_mlp_dropout", &m, l.resid_pdrop, args.training)?;
             residual.add(&d)?
