@@ -200,6 +200,15 @@ impl Handle {
 /// `stream_uses` is keyed by block id.
 type IdMap<V> = crate::inthash::FastMap<u64, V>;
 
+/// Free cached blocks per pool ([`CachingAllocator::free_block_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreeBlocks {
+    /// in the small pool (blocks of 1 MiB segments)
+    pub small: usize,
+    /// in the large pool
+    pub large: usize,
+}
+
 /// The caching allocator of one device (`DeviceCachingAllocator`).
 #[derive(Debug, Clone)]
 pub struct CachingAllocator<D: Device = SimDevice> {
@@ -617,7 +626,10 @@ impl<D: Device> CachingAllocator<D> {
                 stream,
                 small,
                 size,
-                block: (b.size, b.addr),
+                block: crate::fits::BlockKey {
+                    size: b.size,
+                    address: b.addr,
+                },
                 new_segment: !from_pool,
             });
         }
@@ -797,9 +809,12 @@ impl<D: Device> CachingAllocator<D> {
         out
     }
 
-    /// Number of free cached blocks in the (small, large) pools.
-    pub fn free_block_counts(&self) -> (usize, usize) {
-        (self.pools[0].blocks.len(), self.pools[1].blocks.len())
+    /// Number of free cached blocks in each pool.
+    pub fn free_block_counts(&self) -> FreeBlocks {
+        FreeBlocks {
+            small: self.pools[0].blocks.len(),
+            large: self.pools[1].blocks.len(),
+        }
     }
 
     /// `cacheInfo`: the largest free cached block.

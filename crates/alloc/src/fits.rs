@@ -14,6 +14,25 @@
 //! segment: its figures are this step's at this step's final reserved
 //! memory, and it ends in the state it started in.
 
+/// A block as `BlockComparatorSize` orders it within a stream and pool:
+/// by size, then address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BlockKey {
+    /// its size
+    pub size: u64,
+    /// its address
+    pub address: u64,
+}
+
+/// A created segment as [`repeats_with_its_segments`] orders them: by
+/// stream, pool, then [`BlockKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct SegmentKey {
+    stream: u64,
+    small: bool,
+    block: BlockKey,
+}
+
 /// One malloc's best fit, as [`crate::CachingAllocator::record_fits`]
 /// keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +43,8 @@ pub struct Fit {
     pub small: bool,
     /// the rounded size asked for
     pub size: u64,
-    /// the block it took, before any split: (size, address), the order of
-    /// `BlockComparatorSize` within a stream
-    pub block: (u64, u64),
+    /// the block it took, before any split
+    pub block: BlockKey,
     /// the block is a segment created for this malloc
     pub new_segment: bool,
 }
@@ -46,18 +64,27 @@ pub struct Fit {
 /// the least at or above the fit's size, and it wins if it is below the
 /// block the fit took.
 pub fn repeats_with_its_segments(fits: &[Fit]) -> bool {
-    // (stream, pool, size, address) of the segments created later
-    let mut later: Vec<(u64, bool, u64, u64)> = Vec::new();
+    // the segments created later, in order
+    let mut later: Vec<SegmentKey> = Vec::new();
     for f in fits.iter().rev() {
+        let key = |block| SegmentKey {
+            stream: f.stream,
+            small: f.small,
+            block,
+        };
         if !later.is_empty() {
-            let at = later.partition_point(|k| *k < (f.stream, f.small, f.size, 0));
-            let taken = (f.stream, f.small, f.block.0, f.block.1);
+            let least = key(BlockKey {
+                size: f.size,
+                address: 0,
+            });
+            let at = later.partition_point(|k| *k < least);
+            let taken = key(f.block);
             if later.get(at).is_some_and(|k| *k < taken) {
                 return false;
             }
         }
         if f.new_segment {
-            let k = (f.stream, f.small, f.block.0, f.block.1);
+            let k = key(f.block);
             let at = later.partition_point(|x| *x < k);
             later.insert(at, k);
         }
@@ -69,12 +96,15 @@ pub fn repeats_with_its_segments(fits: &[Fit]) -> bool {
 mod tests {
     use super::*;
 
-    fn fit(size: u64, block: (u64, u64), new_segment: bool) -> Fit {
+    fn fit(size: u64, (size_taken, address): (u64, u64), new_segment: bool) -> Fit {
         Fit {
             stream: 0,
             small: false,
             size,
-            block,
+            block: BlockKey {
+                size: size_taken,
+                address,
+            },
             new_segment,
         }
     }
@@ -134,7 +164,7 @@ mod tests {
             .all(|(t, seg)| {
                 fits[..t].iter().all(|f| {
                     let competes =
-                        f.stream == seg.stream && f.small == seg.small && seg.block.0 >= f.size;
+                        f.stream == seg.stream && f.small == seg.small && seg.block.size >= f.size;
                     !(competes && seg.block < f.block)
                 })
             })
@@ -158,7 +188,10 @@ mod tests {
                         stream: next(2),
                         small: next(3) == 0,
                         size,
-                        block: (size + (next(4) << 20), next(16) << 24),
+                        block: BlockKey {
+                            size: size + (next(4) << 20),
+                            address: next(16) << 24,
+                        },
                         new_segment: next(4) == 0,
                     }
                 })

@@ -31,12 +31,13 @@ mod trace;
 
 pub use allocator::{
     get_allocation_size, roundup_power2_next_division, BlockInfo, CachingAllocator, EventPolicy,
-    Handle, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
+    FreeBlocks, Handle, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,
+    SMALL_SIZE,
 };
 pub use config::{AllocatorConfig, ConfigError, Shortcut, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 pub use device::{Device, SimDevice, UNLIMITED_BYTES};
 pub use error::{AllocError, OutOfMemory};
-pub use fits::Fit;
+pub use fits::{BlockKey, Fit};
 pub use format::{format_size, parse_size};
 pub use host::{HostHeap, FROM_CONFIG_THRESHOLD};
 pub use stats::{DeviceStats, Stat, StatArray, StatType};

@@ -195,7 +195,7 @@ impl SdpaSupport {
 ///   allocates its own 1 MiB per (handle, stream) through the caching allocator
 ///   (seen as the 1,048,576-byte allocation under `getCUDABlasLtWorkspace` in the
 ///   H100 snapshot, right after the first `addmm` output).
-pub fn blas_workspace_sizes(capability: (u32, u32), torch: &str) -> (u64, u64) {
+pub fn blas_workspace_sizes(capability: (u32, u32), torch: &str) -> BlasWorkspaces {
     let mut it = torch.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let version = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     // 2.11 is verified against the H100 truth; the release that introduced
@@ -206,7 +206,29 @@ pub fn blas_workspace_sizes(capability: (u32, u32), torch: &str) -> (u64, u64) {
     } else {
         4096 * 1024 * 2 + 16 * 1024 * 8
     };
-    (cublas, 1024 * 1024)
+    BlasWorkspaces {
+        cublas,
+        cublas_lt: 1024 * 1024,
+    }
+}
+
+/// The workspace sizes of [`blas_workspace_sizes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlasWorkspaces {
+    /// per (handle, stream): `getChosenWorkspaceSize()`
+    pub cublas: u64,
+    /// per (handle, stream): `getCUDABlasLtWorkspaceSize()`
+    pub cublas_lt: u64,
+}
+
+/// Device memory the CUDA driver takes outside the allocator when the
+/// process creates a cuBLAS handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlasHandleBytes {
+    /// at the process's first handle
+    pub first: u64,
+    /// at each later one (the autograd thread's)
+    pub later: u64,
 }
 
 /// The GPU and library versions whose constants the twin uses: what
@@ -234,7 +256,7 @@ pub struct DeviceProfile {
     /// process creates its first cuBLAS handle, and when it creates each
     /// later one (the autograd thread's): the handles' state, the local
     /// memory of the kernels they launch, the modules loaded
-    pub blas_handle_bytes: (u64, u64),
+    pub blas_handle_bytes: BlasHandleBytes,
     /// what the driver takes more at a thread's first 16-bit matmul (bf16
     /// measured, fp16 taken alike): the 16-bit kernels
     pub blas_16bit_bytes: u64,
@@ -290,7 +312,7 @@ pub struct GpuSpec {
     /// `total - free - reserved` after loading a model: the CUDA context
     pub context_bytes: Sourced<u64>,
     /// the driver's memory at the first cuBLAS handle and at each later one
-    pub blas_handle_bytes: Sourced<(u64, u64)>,
+    pub blas_handle_bytes: Sourced<BlasHandleBytes>,
     /// the driver's memory at a thread's first 16-bit matmul
     pub blas_16bit_bytes: Sourced<u64>,
     /// the measured cuDNN tables hold for it
@@ -306,7 +328,7 @@ impl GpuSpec {
     /// The profile the runtime uses.
     pub fn profile(&self) -> DeviceProfile {
         const TORCH: &str = "2.11.0";
-        let (cublas, lt) = blas_workspace_sizes(self.capability, TORCH);
+        let workspaces = blas_workspace_sizes(self.capability, TORCH);
         let source = |s| Provenance {
             grade: Grade::PyTorchSource,
             source: s,
@@ -325,8 +347,8 @@ impl GpuSpec {
                 .saturating_sub(self.context_bytes.value),
             blas_handle_bytes: self.blas_handle_bytes.value,
             blas_16bit_bytes: self.blas_16bit_bytes.value,
-            cublas_workspace: cublas,
-            cublaslt_workspace: lt,
+            cublas_workspace: workspaces.cublas,
+            cublaslt_workspace: workspaces.cublas_lt,
             sdpa: SdpaSupport::of(self.capability),
             cudnn_tables: self.cudnn_tables.value,
             cub_policies: self.cub_policies.value,
@@ -378,7 +400,10 @@ impl GpuSpec {
 /// reserved` (`cudaMemGetInfo`) phase by phase: `fixtures/plan`
 /// (`wholecard_plan_h100.jsonl`) and `fixtures/driver_share/README.md`.
 const HOPPER_CONTEXT: u64 = 554_500_096;
-const HOPPER_HANDLES: (u64, u64) = (158 * 1024 * 1024, 64 * 1024 * 1024);
+const HOPPER_HANDLES: BlasHandleBytes = BlasHandleBytes {
+    first: 158 * 1024 * 1024,
+    later: 64 * 1024 * 1024,
+};
 const HOPPER_16BIT: u64 = 8 * 1024 * 1024;
 
 /// The estimate for a GPU the driver-share constants were not measured on.
@@ -595,7 +620,13 @@ mod tests {
         assert_eq!(h.usable_memory, 85_017_493_504 - 554_500_096);
         assert_eq!(h.cublas_workspace, 32 << 20);
         assert_eq!(h.cublaslt_workspace, 1 << 20);
-        assert_eq!(h.blas_handle_bytes, (158 << 20, 64 << 20));
+        assert_eq!(
+            h.blas_handle_bytes,
+            BlasHandleBytes {
+                first: 158 << 20,
+                later: 64 << 20
+            }
+        );
         assert!(h.cudnn_tables && h.sdpa.prefers_cudnn && h.sdpa.cudnn_hopper_head_dim);
         assert!(h.grades.estimated().is_empty());
         let h2 = DeviceProfile::h200_torch_2_11();

@@ -226,7 +226,7 @@ impl LiveSet {
 /// logs about 50,000). Past it, the `Vec` grows as usual.
 const EVENT_LOG_RESERVE: usize = 1 << 20;
 
-pub use crate::gpus::{blas_workspace_sizes, DeviceProfile};
+pub use crate::gpus::{blas_workspace_sizes, BlasHandleBytes, BlasWorkspaces, DeviceProfile};
 
 /// Which host thread runs an op: the Python thread or the autograd engine's
 /// device thread (which has its own cuBLAS handle, hence its own workspace).
@@ -991,7 +991,7 @@ impl Runtime {
     fn blas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {
         let handle = {
             let st = self.st.borrow();
-            let (first, later) = st.profile.blas_handle_bytes;
+            let BlasHandleBytes { first, later } = st.profile.blas_handle_bytes;
             (!st.blas_handles.contains(&st.thread)).then_some(if st.blas_handles.is_empty() {
                 first
             } else {
