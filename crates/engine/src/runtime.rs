@@ -226,6 +226,24 @@ impl LiveSet {
 /// logs about 50,000). Past it, the `Vec` grows as usual.
 const EVENT_LOG_RESERVE: usize = 1 << 20;
 
+/// A copy of the allocator twin and the handle of each live allocation
+/// ([`Runtime::allocator_with_live`]).
+pub struct AllocatorCopy {
+    /// the allocator, as it is now
+    pub allocator: CachingAllocator<SimDevice>,
+    /// the handle of each live allocation, by address
+    pub live: std::collections::HashMap<Addr, Handle>,
+}
+
+/// The event log's highest `memory_allocated()` ([`Runtime::event_log_peak`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogPeak {
+    /// the bytes allocated then
+    pub allocated: i64,
+    /// the events that led to it ([`EventLog::peak_index`])
+    pub events: usize,
+}
+
 pub use crate::gpus::{blas_workspace_sizes, BlasHandleBytes, BlasWorkspaces, DeviceProfile};
 
 /// Which host thread runs an op: the Python thread or the autograd engine's
@@ -860,17 +878,21 @@ impl Runtime {
     /// A copy of the allocator twin, with the [`Handle`] of each live
     /// allocation by address: what a caller needs to go on serving requests
     /// on the copy, frees of the blocks live now included.
-    pub fn allocator_with_live(&self) -> (CachingAllocator<SimDevice>, Vec<(Addr, Handle)>) {
+    pub fn allocator_with_live(&self) -> AllocatorCopy {
         let st = self.st.borrow();
-        let live = st.live.iter().map(|(h, _)| (h.addr(), *h)).collect();
-        (st.alloc.clone(), live)
+        AllocatorCopy {
+            allocator: st.alloc.clone(),
+            live: st.live.iter().map(|(h, _)| (h.addr(), *h)).collect(),
+        }
     }
 
-    /// The event log's highest `memory_allocated()` so far and the number
-    /// of events that led to it ([`EventLog::peak_index`]).
-    pub fn event_log_peak(&self) -> Option<(i64, usize)> {
+    /// The event log's highest `memory_allocated()` so far and where.
+    pub fn event_log_peak(&self) -> Option<LogPeak> {
         let st = self.st.borrow();
-        st.log.as_ref().map(|l| (l.peak_allocated, l.peak_index))
+        st.log.as_ref().map(|l| LogPeak {
+            allocated: l.peak_allocated,
+            events: l.peak_index,
+        })
     }
 
     /// Start recording the allocator twin's best fits

@@ -17,8 +17,11 @@
 //! step (the tests below compare the two); only the model's ops are not
 //! simulated again.
 
+use std::collections::HashMap;
+use std::ops::Range;
+
 use vramscope_alloc::{Addr, CachingAllocator, Handle};
-use vramscope_engine::{AllocRecord, DeviceProfile, ScratchRule};
+use vramscope_engine::{AllocRecord, DeviceProfile, LogPeak, ScratchRule};
 
 use crate::estimate::{Estimate, Oom, StepFigures};
 use crate::requests::{Request, Requests};
@@ -36,17 +39,87 @@ pub(crate) struct DecodeStart {
     /// the allocator twin then
     pub alloc: CachingAllocator,
     /// the handle of each live block, by address
-    pub live: Vec<(Addr, Handle)>,
-    /// the event log's peak allocated then, and the events that led to it
-    pub log_peak: (i64, usize),
-    /// the decode phase's highest allocated and reserved peaks before then
-    pub earlier_peaks: (i64, i64),
+    pub live: HashMap<Addr, Handle>,
+    /// the event log's peak allocated then
+    pub log_peak: LogPeak,
+    /// the decode phase's highest peaks before then
+    pub earlier_peaks: Peaks,
     /// the requests before each iteration `k >= 1` (`step_starts[k - 1]`)
     pub step_starts: Vec<usize>,
     /// the requests before each decode forward's return
     pub forward_ends: Vec<usize>,
     /// the requests before the loop's end
     pub loop_done: Option<usize>,
+}
+
+/// The highest peaks of a run of steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Peaks {
+    /// `max_memory_allocated()`
+    pub allocated: i64,
+    /// `max_memory_reserved()`
+    pub reserved: i64,
+}
+
+impl Peaks {
+    /// With a step's peaks.
+    pub(crate) fn with(self, f: &StepFigures) -> Peaks {
+        Peaks {
+            allocated: self.allocated.max(f.peak_allocated_bytes),
+            reserved: self.reserved.max(f.peak_reserved_bytes),
+        }
+    }
+}
+
+/// A request of a step: the step, and the request's place within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StepRequest {
+    step: usize,
+    request: usize,
+}
+
+/// The template step read from the model's last steps ([`template`]).
+struct Template {
+    steps: Vec<Step>,
+    /// how many steps back its frees reach
+    max_back: usize,
+    /// its scratch rules
+    rules: Vec<StepRule>,
+}
+
+/// A scratch rule of the template step, with the change of its inputs per
+/// step.
+struct StepRule {
+    rule: ScratchRule,
+    per_step: Vec<i64>,
+}
+
+impl StepRule {
+    /// Its bytes `ahead` steps after the template step.
+    fn bytes_at(&self, ahead: i64, profile: &DeviceProfile) -> Option<u64> {
+        let inputs: Vec<i64> = self
+            .rule
+            .inputs()
+            .iter()
+            .zip(&self.per_step)
+            .map(|(v, p)| v + p * ahead)
+            .collect();
+        self.rule.with_inputs(&inputs)?.bytes(profile)
+    }
+}
+
+/// The handles of one step's mallocs, in order.
+#[derive(Clone)]
+struct StepMallocs {
+    step: usize,
+    handles: Vec<Handle>,
+}
+
+/// A malloc the allocator refused.
+struct Refused {
+    at: StepRequest,
+    bytes: u64,
+    message: String,
 }
 
 /// One request of the template step.
@@ -75,7 +148,7 @@ enum Made {
 struct Model<'a> {
     reqs: Requests,
     /// each step's span of requests, step 1 first
-    spans: Vec<(usize, usize)>,
+    spans: Vec<Range<usize>>,
     /// the mallocs before each request
     mallocs_before: Vec<usize>,
     /// the end of `generate`'s loop and of the decode phase
@@ -92,12 +165,12 @@ impl Model<'_> {
         // the step whose mallocs hold index k
         let step = self
             .spans
-            .partition_point(|s| self.mallocs_before[s.0] <= k);
+            .partition_point(|s| self.mallocs_before[s.start] <= k);
         if step == 0 {
             return Made::Before(k);
         }
-        let first = self.mallocs_before[self.spans[step - 1].0];
-        if step == self.spans.len() && k >= self.mallocs_before[self.spans[step - 1].1] {
+        let first = self.mallocs_before[self.spans[step - 1].start];
+        if step == self.spans.len() && k >= self.mallocs_before[self.spans[step - 1].end] {
             return Made::Before(k);
         }
         Made::InStep {
@@ -109,28 +182,21 @@ impl Model<'_> {
 
 /// The template step, read from the model's last three steps; `None` when
 /// they do not repeat as the module says.
-#[allow(clippy::type_complexity)]
-fn template(
-    m: &Model,
-    profile: &DeviceProfile,
-) -> Option<(Vec<Step>, usize, Vec<(ScratchRule, Vec<i64>)>)> {
+fn template(m: &Model, profile: &DeviceProfile) -> Option<Template> {
     let n = m.spans.len();
     if n < 3 {
         return None;
     }
     let three = [n - 2, n - 1, n]; // step numbers (1-based)
-    let len = m.spans[n - 1].1 - m.spans[n - 1].0;
-    if three
-        .iter()
-        .any(|&k| m.spans[k - 1].1 - m.spans[k - 1].0 != len)
-    {
+    let len = m.spans[n - 1].len();
+    if three.iter().any(|&k| m.spans[k - 1].len() != len) {
         return None;
     }
     let mut out = Vec::with_capacity(len);
     let mut rules = Vec::new();
     let mut maxback = 0;
     for q in 0..len {
-        let at = three.map(|k| m.spans[k - 1].0 + q);
+        let at = three.map(|k| m.spans[k - 1].start + q);
         let rq = at.map(|i| m.reqs.requests[i]);
         let step = match rq {
             [Request::Malloc(a), Request::Malloc(b), Request::Malloc(c)] => {
@@ -160,7 +226,10 @@ fn template(
                 if rc.bytes(profile) != Some(c) {
                     return None;
                 }
-                rules.push((rc.clone(), per));
+                rules.push(StepRule {
+                    rule: rc.clone(),
+                    per_step: per,
+                });
                 Step::Scratch {
                     rule: rules.len() - 1,
                 }
@@ -206,7 +275,11 @@ fn template(
     if n.checked_sub(maxback)? < FROM as usize {
         return None;
     }
-    Some((out, maxback, rules))
+    Some(Template {
+        steps: out,
+        max_back: maxback,
+        rules,
+    })
 }
 
 /// What serving the later steps found.
@@ -239,10 +312,10 @@ pub(crate) fn serve(
     let reqs = Requests::of(est)?;
     let end = reqs.phases.last()?.end;
     let loop_done = start.loop_done?;
-    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(start.step_starts.len());
+    let mut spans: Vec<Range<usize>> = Vec::with_capacity(start.step_starts.len());
     for (i, &s) in start.step_starts.iter().enumerate() {
         let e = start.step_starts.get(i + 1).copied().unwrap_or(loop_done);
-        spans.push((s, e));
+        spans.push(s..e);
     }
     if spans.len() != MODEL_NEW_TOKENS as usize - 1 || start.forward_ends.len() != spans.len() {
         return None;
@@ -250,15 +323,15 @@ pub(crate) fn serve(
     // where each iteration's forward returns: the same request of each
     // from `FROM` on (the first also frees the prefill's cache)
     let k0 = FROM as usize - 1;
-    let forward_end = start.forward_ends[k0].checked_sub(spans[k0].0)?;
+    let forward_end = start.forward_ends[k0].checked_sub(spans[k0].start)?;
     if spans[k0..]
         .iter()
         .zip(&start.forward_ends[k0..])
-        .any(|(s, &f)| f.checked_sub(s.0) != Some(forward_end))
+        .any(|(s, &f)| f.checked_sub(s.start) != Some(forward_end))
     {
         return None;
     }
-    let from = spans[FROM as usize - 1].0;
+    let from = spans[FROM as usize - 1].start;
     // nothing but the allocator's requests from there on: no driver memory,
     // no host mapping, no count-dependent path, no first kernels
     if reqs.driver.iter().any(|d| d.0 >= from)
@@ -294,8 +367,12 @@ pub(crate) fn serve(
         records,
         log: &est.events,
     };
-    let (tpl, maxback, rules) = template(&m, profile)?;
-    let mut s = Serving::new(&m, start, &tpl, maxback)?;
+    let Template {
+        steps: tpl,
+        max_back,
+        rules,
+    } = template(&m, profile)?;
+    let mut s = Serving::new(&m, start, &tpl, max_back)?;
     s.forward_end = forward_end;
     s.rules = rules;
     s.profile = Some(profile);
@@ -310,16 +387,16 @@ struct Serving<'a> {
     /// the handles of the mallocs made before step `FROM`, by index
     before: std::collections::HashMap<usize, Handle>,
     /// the handles of the last `maxback + 1` steps' mallocs, by step modulo
-    /// (with the step they are of)
-    ring: Vec<(usize, Vec<Handle>)>,
+    ring: Vec<StepMallocs>,
     steps: Vec<StepFigures>,
-    earlier_peaks: (i64, i64),
-    /// the highest allocated since step `FROM`, and where: (step, request
-    /// within it)
-    best: (i64, Option<(usize, usize)>),
-    log_peak: (i64, usize),
+    earlier_peaks: Peaks,
+    /// the highest allocated since step `FROM`
+    best_allocated: i64,
+    /// where it was reached
+    best_at: Option<StepRequest>,
+    log_peak: LogPeak,
     /// the template's scratch rules, and the GPU they are sized for
-    rules: Vec<(ScratchRule, Vec<i64>)>,
+    rules: Vec<StepRule>,
     profile: Option<&'a DeviceProfile>,
     /// the request of an iteration before which its forward returns (a
     /// step's figures end there)
@@ -333,11 +410,11 @@ impl<'a> Serving<'a> {
         tpl: &'a [Step],
         maxback: usize,
     ) -> Option<Serving<'a>> {
-        let by_addr: std::collections::HashMap<Addr, Handle> = start.live.into_iter().collect();
-        let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
+        let by_addr = &start.live;
+        let first = m.mallocs_before[m.spans[FROM as usize - 1].start];
         // the blocks made before and freed after: live now
-        let mut before = std::collections::HashMap::new();
-        for q in &m.reqs.requests[m.spans[FROM as usize - 1].0..m.end] {
+        let mut before = HashMap::new();
+        for q in &m.reqs.requests[m.spans[FROM as usize - 1].start..m.end] {
             if let Request::Free(k) = *q {
                 let k = k as usize;
                 if k < first {
@@ -350,10 +427,17 @@ impl<'a> Serving<'a> {
             tpl,
             alloc: start.alloc,
             before,
-            ring: vec![(0, Vec::new()); maxback + 1],
+            ring: vec![
+                StepMallocs {
+                    step: 0,
+                    handles: Vec::new(),
+                };
+                maxback + 1
+            ],
             steps: Vec::new(),
             earlier_peaks: start.earlier_peaks,
-            best: (0, None),
+            best_allocated: 0,
+            best_at: None,
             log_peak: start.log_peak,
             rules: Vec::new(),
             profile: None,
@@ -367,21 +451,22 @@ impl<'a> Serving<'a> {
             .malloc_handle(bytes, 0)
             .map_err(|e| e.to_string())?;
         let cur = self.alloc.stats().allocated_bytes.all().current;
-        if cur > self.best.0 {
-            self.best = (cur, Some((step, q)));
+        if cur > self.best_allocated {
+            self.best_allocated = cur;
+            self.best_at = Some(StepRequest { step, request: q });
         }
         let n = self.ring.len();
-        self.ring[step % n].1.push(h);
+        self.ring[step % n].handles.push(h);
         Ok(h)
     }
 
     /// The handle of malloc `r` of step `k`, if the ring still holds it.
     fn made_in(&self, k: usize, r: usize) -> Option<Handle> {
-        let (step, hs) = &self.ring[k % self.ring.len()];
-        if *step != k {
+        let s = &self.ring[k % self.ring.len()];
+        if s.step != k {
             return None;
         }
-        hs.get(r).copied()
+        s.handles.get(r).copied()
     }
 
     fn free(&mut self, h: Handle) -> Option<()> {
@@ -390,10 +475,7 @@ impl<'a> Serving<'a> {
 
     fn end_step(&mut self) {
         let f = StepFigures::of(self.alloc.stats());
-        self.earlier_peaks = (
-            self.earlier_peaks.0.max(f.peak_allocated_bytes),
-            self.earlier_peaks.1.max(f.peak_reserved_bytes),
-        );
+        self.earlier_peaks = self.earlier_peaks.with(&f);
         self.steps.push(f);
         self.alloc.reset_peak_stats();
     }
@@ -405,20 +487,28 @@ impl<'a> Serving<'a> {
         let mut oom = None;
         'steps: for k in FROM as usize..=last {
             let n = self.ring.len();
-            self.ring[k % n].0 = k;
-            self.ring[k % n].1.clear();
+            self.ring[k % n].step = k;
+            self.ring[k % n].handles.clear();
             if k <= last_model {
                 // the model's own requests
-                let (s, e) = m.spans[k - 1];
-                let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
+                let Range { start: s, end: e } = m.spans[k - 1].clone();
+                let first = m.mallocs_before[m.spans[FROM as usize - 1].start];
                 for i in s..e {
                     if i - s == self.forward_end {
                         self.end_step();
                     }
                     match m.reqs.requests[i] {
                         Request::Malloc(b) | Request::Scratch(b) => {
-                            if let Err(msg) = self.malloc(b, k, i - s) {
-                                oom = Some((k, i - s, b, msg));
+                            if let Err(message) = self.malloc(b, k, i - s) {
+                                let at = StepRequest {
+                                    step: k,
+                                    request: i - s,
+                                };
+                                oom = Some(Refused {
+                                    at,
+                                    bytes: b,
+                                    message,
+                                });
                                 break 'steps;
                             }
                         }
@@ -443,22 +533,31 @@ impl<'a> Serving<'a> {
                         Step::Malloc { size, slope } => {
                             let b = size as i128 + slope as i128 * ahead;
                             let b = u64::try_from(b).ok()?;
-                            if let Err(msg) = self.malloc(b, k, q) {
-                                oom = Some((k, q, b, msg));
+                            if let Err(message) = self.malloc(b, k, q) {
+                                let at = StepRequest {
+                                    step: k,
+                                    request: q,
+                                };
+                                oom = Some(Refused {
+                                    at,
+                                    bytes: b,
+                                    message,
+                                });
                                 break 'steps;
                             }
                         }
                         Step::Scratch { rule } => {
-                            let (r, per) = &self.rules[rule];
-                            let inputs: Vec<i64> = r
-                                .inputs()
-                                .iter()
-                                .zip(per)
-                                .map(|(v, p)| v + p * ahead as i64)
-                                .collect();
-                            let b = r.with_inputs(&inputs)?.bytes(self.profile?)?;
-                            if let Err(msg) = self.malloc(b, k, q) {
-                                oom = Some((k, q, b, msg));
+                            let b = self.rules[rule].bytes_at(ahead as i64, self.profile?)?;
+                            if let Err(message) = self.malloc(b, k, q) {
+                                let at = StepRequest {
+                                    step: k,
+                                    request: q,
+                                };
+                                oom = Some(Refused {
+                                    at,
+                                    bytes: b,
+                                    message,
+                                });
                                 break 'steps;
                             }
                         }
@@ -473,7 +572,7 @@ impl<'a> Serving<'a> {
         if oom.is_none() {
             // `generate()`'s frees after its loop, of the last steps' blocks
             // and of what it made before
-            let first = m.mallocs_before[m.spans[FROM as usize - 1].0];
+            let first = m.mallocs_before[m.spans[FROM as usize - 1].start];
             for i in m.loop_done..m.end {
                 let Request::Free(j) = m.reqs.requests[i] else {
                     return None;
@@ -494,12 +593,13 @@ impl<'a> Serving<'a> {
             self.steps.push(f);
         }
         let decode = StepFigures {
-            peak_allocated_bytes: f.peak_allocated_bytes.max(self.earlier_peaks.0),
-            peak_reserved_bytes: f.peak_reserved_bytes.max(self.earlier_peaks.1),
+            peak_allocated_bytes: f.peak_allocated_bytes.max(self.earlier_peaks.allocated),
+            peak_reserved_bytes: f.peak_reserved_bytes.max(self.earlier_peaks.reserved),
             ..f
         };
-        let oom = oom.map(|(k, q, bytes, message)| {
-            let r = self.record_of(k, q);
+        let oom = oom.map(|o| {
+            let Refused { at, bytes, message } = o;
+            let r = self.record_of(at);
             Oom {
                 phase: "decode".into(),
                 op: r.map(|r| r.op.to_string()).unwrap_or_default(),
@@ -519,10 +619,10 @@ impl<'a> Serving<'a> {
 
     /// The model's record of the malloc at request `q` of step `k` (the
     /// template step's, for a later step).
-    fn record_of(&self, k: usize, q: usize) -> Option<&'a AllocRecord> {
+    fn record_of(&self, at: StepRequest) -> Option<&'a AllocRecord> {
         let m = self.m;
-        let k = k.min(m.spans.len());
-        let i = m.spans[k - 1].0 + q;
+        let k = at.step.min(m.spans.len());
+        let i = m.spans[k - 1].start + at.request;
         m.records.get(m.mallocs_before[i]).copied()
     }
 
@@ -532,12 +632,18 @@ impl<'a> Serving<'a> {
     /// in a step grown to the later step's size.
     fn live_at_peak(&self) -> Option<Vec<AllocRecord>> {
         let m = self.m;
-        let Some((k, q)) = self.best.1.filter(|_| self.best.0 > self.log_peak.0) else {
+        let Some(StepRequest {
+            step: k,
+            request: q,
+        }) = self
+            .best_at
+            .filter(|_| self.best_allocated > self.log_peak.allocated)
+        else {
             // the peak came before step `FROM` (or in the prefill)
-            return Some(m.log.live_after(self.log_peak.1));
+            return Some(m.log.live_after(self.log_peak.events));
         };
         let last_model = m.spans.len();
-        let req = m.spans[k.min(last_model) - 1].0 + q + 1;
+        let req = m.spans[k.min(last_model) - 1].start + q + 1;
         // the events up to that request (allocations, frees, changes of role)
         let mut ev = 0;
         let mut seen = 0;
@@ -555,7 +661,7 @@ impl<'a> Serving<'a> {
             let ahead = (k - last_model) as i64;
             let first_seq = m
                 .records
-                .get(m.mallocs_before[m.spans[FROM as usize - 1].0])?
+                .get(m.mallocs_before[m.spans[FROM as usize - 1].start])?
                 .seq;
             for r in &mut live {
                 if r.seq < first_seq {
@@ -573,14 +679,7 @@ impl<'a> Serving<'a> {
                             r.bytes = u64::try_from(r.bytes as i64 + slope * ahead).ok()?;
                         }
                         Some(Step::Scratch { rule }) => {
-                            let (rule, per) = &self.rules[*rule];
-                            let inputs: Vec<i64> = rule
-                                .inputs()
-                                .iter()
-                                .zip(per)
-                                .map(|(v, p)| v + p * ahead)
-                                .collect();
-                            r.bytes = rule.with_inputs(&inputs)?.bytes(self.profile?)?;
+                            r.bytes = self.rules[*rule].bytes_at(ahead, self.profile?)?;
                         }
                         _ => {}
                     }

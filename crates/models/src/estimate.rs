@@ -678,7 +678,7 @@ fn run_model_with(
         step_starts: Vec::new(),
         forward_ends: Vec::new(),
         loop_done: None,
-        earlier_peaks: (0, 0),
+        earlier_peaks: crate::decode::Peaks::default(),
         decode_from,
         decode_start: None,
     };
@@ -1026,7 +1026,7 @@ struct Run {
     loop_done: Option<usize>,
     /// the highest allocated and reserved peaks of the phase's spans before
     /// its last peak reset (a step's end)
-    earlier_peaks: (i64, i64),
+    earlier_peaks: crate::decode::Peaks,
     /// take the allocator at the start of this decode step
     decode_from: Option<i64>,
     decode_start: Option<crate::decode::DecodeStart>,
@@ -1053,7 +1053,7 @@ fn requests_so_far(rt: &Runtime) -> usize {
 impl Run {
     fn begin(&mut self, name: String) {
         self.rt.reset_peak_memory_stats();
-        self.earlier_peaks = (0, 0);
+        self.earlier_peaks = crate::decode::Peaks::default();
         let at = requests_so_far(&self.rt);
         self.requests.push(at..at);
         if self.record {
@@ -1107,9 +1107,9 @@ impl Run {
         self.phases.push(PhaseFigures {
             name: self.current.clone(),
             allocated_bytes: f.allocated,
-            peak_allocated_bytes: f.peak.max(self.earlier_peaks.0),
+            peak_allocated_bytes: f.peak.max(self.earlier_peaks.allocated),
             reserved_bytes: f.reserved,
-            peak_reserved_bytes: f.peak_reserved.max(self.earlier_peaks.1),
+            peak_reserved_bytes: f.peak_reserved.max(self.earlier_peaks.reserved),
             requested_bytes: f.requested,
         });
     }
@@ -1117,10 +1117,7 @@ impl Run {
     /// phase's keep the highest).
     fn end_step(&mut self) {
         let f = StepFigures::of(&self.rt.stats());
-        self.earlier_peaks = (
-            self.earlier_peaks.0.max(f.peak_allocated_bytes),
-            self.earlier_peaks.1.max(f.peak_reserved_bytes),
-        );
+        self.earlier_peaks = self.earlier_peaks.with(&f);
         self.steps.push(f);
         self.rt.reset_peak_memory_stats();
     }
@@ -1139,10 +1136,10 @@ impl Run {
             GenerateEvent::Step(k) => {
                 self.step_starts.push(requests_so_far(&self.rt));
                 if self.decode_from == Some(k) {
-                    let (alloc, live) = self.rt.allocator_with_live();
+                    let copy = self.rt.allocator_with_live();
                     self.decode_start = Some(crate::decode::DecodeStart {
-                        alloc,
-                        live,
+                        alloc: copy.allocator,
+                        live: copy.live,
                         log_peak: self.rt.event_log_peak().unwrap_or_default(),
                         earlier_peaks: self.earlier_peaks,
                         step_starts: Vec::new(),
