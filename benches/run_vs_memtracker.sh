@@ -20,6 +20,7 @@ fi
 for i in $(seq "${ROUNDS:-3}"); do
     echo "import alone: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama' >/dev/null 2>&1; } 2>&1 ) s"
     echo "import with torch._dynamo: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama, torch._dynamo' >/dev/null 2>&1; } 2>&1 ) s"
+    echo "the script's imports (its Llama classes, torch._dynamo): $( { time taskset -c 0 "$PY" -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' >/dev/null 2>&1; } 2>&1 ) s"
     echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
 done
 [ -n "${NO_MEMTRACKER:-}" ] || for i in 1 2; do

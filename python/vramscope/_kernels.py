@@ -345,10 +345,10 @@ def _index_put_sorted(cap, func, call, outs):
     """`index_put_(accumulate=True)` on CUDA goes through `index_put_with_sort_kernel`
     (cuda/Indexing.cu): `wrapIndexOnce` checks the range unless `unsafe` (`max()`, a bool, `min()`,
     a bool), takes `index.remainder(size)` and multiplies it by the stride (the linear index), then
-    sorts it (`sorted_indices`, `orig_indices`, an `arange`) with `cuda::cub::radix_sort_pairs` on
-    the bits of the largest slice index. Modelled for one int64 index into a contiguous tensor with a
-    value already of the indexed shape (out of place, `index_put` does it to its fresh copy); the
-    allocations as the H200 sweep lists them."""
+    makes the value contiguous, then sorts the index (`sorted_indices`, `orig_indices`, an `arange`)
+    with `cuda::cub::radix_sort_pairs` on the bits of the largest slice index. Modelled for one int64
+    index into a contiguous tensor with a value of the indexed shape (out of place, `index_put` does it
+    to its fresh copy); the allocations as the H200 sweep and blind7/g05 list them."""
     (args, kw) = call
     self_ = args[0]
     indices = args[1]
@@ -359,12 +359,7 @@ def _index_put_sorted(cap, func, call, outs):
     op = func._schema.name
     defined = [(d, i) for d, i in enumerate(indices) if i is not None]
     values = args[2]
-    if (
-        len(defined) != 1
-        or defined[0][1].dtype != torch.int64
-        or not self_.is_contiguous()
-        or not values.is_contiguous()
-    ):
+    if len(defined) != 1 or defined[0][1].dtype != torch.int64 or not self_.is_contiguous():
         cap.note_unmeasured(f"index_put_(accumulate=True) of this indexing ({op})")
         return
     d, index = defined[0]
@@ -385,12 +380,18 @@ def _index_put_sorted(cap, func, call, outs):
     wrapped = cap.malloc(n * 8, op, "temporary")
     linear = cap.malloc(n * 8, op, "temporary")
     del wrapped, checks
+    # `expandedValue.expand(vals_shape).contiguous()`
+    value_copy = (
+        None
+        if values.is_contiguous()
+        else cap.malloc(values.numel() * values.element_size(), op, "temporary")
+    )
     sorted_ = cap.malloc(n * 8, op, "temporary")
     orig = cap.malloc(n * 8, op, "temporary")
     rng = cap.malloc(n * 8, op, "temporary")
     largest = sum((sz - 1) * st for sz, st in zip(self_.shape, self_.stride(), strict=True))
     _cub(cap, "sort", n, 8, op, "radix sort", end_bit=_num_bits(largest // slice_size))
-    del rng, orig, sorted_, linear
+    del rng, orig, sorted_, value_copy, linear
 
 
 for _f in (aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default):
@@ -680,6 +681,62 @@ def _bce_with_logits(cap, func, args, kwargs):
 
 
 DISPATCH[aten.binary_cross_entropy_with_logits.default] = _bce_with_logits
+
+
+#: autograd nodes whose backward (torch/csrc/autograd/FunctionsManual.cpp) runs out of place on a
+#: tensor subclass (the twin's tensors are one) and in place on plain tensors with grad mode off,
+#: and whose out-of-place ops there all act on a temporary of the node's own: those ops, in place
+_INPLACE_IN_NODE = {
+    # binary_cross_entropy_with_logits_backward: `input.sigmoid().sub_(target)`, `mul_(grad)`, ...
+    "BinaryCrossEntropyWithLogitsBackward0": {
+        aten.sub.Tensor: aten.sub_.Tensor,
+        aten.mul.Tensor: aten.mul_.Tensor,
+        aten.div.Scalar: aten.div_.Scalar,
+        aten.div.Tensor: aten.div_.Tensor,
+    },
+    # index_backward: `at::_index_put_impl_(zeros_like_self, indices, grad, true, /*unsafe=*/true)`
+    "IndexBackward0": {aten.index_put.default: aten._index_put_impl_.default},
+    # gather_backward (TensorAdvancedIndexing.cpp): `grad.new_zeros(...)`, `scatter_add_`
+    "GatherBackward0": {aten.scatter_add.default: aten.scatter_add_.default},
+    # index_select_backward: `grad.new_zeros(...).index_add_(dim, index, grad)`
+    "IndexSelectBackward0": {aten.index_add.default: aten.index_add_.default},
+}
+
+
+def _in_place_in_node(cap, func, args, kwargs):
+    """An op of `_INPLACE_IN_NODE` inside its node's backward, run in place as the GPU runs it."""
+    if torch.is_grad_enabled():
+        return NotImplemented
+    node = torch._C._current_autograd_node()
+    inplace = _INPLACE_IN_NODE.get(node.name(), {}).get(func) if node is not None else None
+    a = args[0] if args else None
+    if inplace is None or not isinstance(a, torch.Tensor) or not registered(a):
+        return NotImplemented
+    if inplace is aten._index_put_impl_.default:
+        args = (*args[:3], True, True)  # accumulate, unsafe
+        return cap.run(inplace, args, {}, [t for t in _tensors(args) if registered(t)])
+    other = args[1] if len(args) > 1 else None
+    shape = torch.broadcast_shapes(a.shape, other.shape) if isinstance(other, torch.Tensor) else a.shape
+    dtype = torch.result_type(a, other) if other is not None else a.dtype
+    if tuple(shape) != tuple(a.shape) or dtype != a.dtype:
+        return NotImplemented
+    return cap.run(inplace, args, kwargs, [t for t in _tensors(args) if registered(t)])
+
+
+def _tensors(args):
+    """The tensors among `args`, index lists included."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(_tensors(a))
+    return out
+
+
+for _table in _INPLACE_IN_NODE.values():
+    for _f in _table:
+        DISPATCH[_f] = _in_place_in_node
 
 
 def _to(cap, func, args, kwargs):
