@@ -1,0 +1,28 @@
+"""The scratch sweeps of validation/run/sweeps/, unmodified, under `vramscope run --gpu h200`:
+every case's allocations as the H200 listed them (fixtures/run/sweeps/)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES, ROOT, run_script
+
+
+@pytest.mark.parametrize(
+    "script, fixture",
+    [
+        ("scratch_sweep", "scratch_sweep_h200.jsonl"),
+        ("backward_inplace", "backward_inplace_h200.jsonl"),
+    ],
+)
+def test_sweep_matches_the_h200(script, fixture):
+    status, lines, _report, err = run_script(
+        ROOT / "validation" / "run" / "sweeps" / f"{script}.py", extra=("--gpu", "h200")
+    )
+    assert status == 0, err
+    got = {r["case"]: r for r in map(json.loads, (line for line in lines if line.startswith("{")))}
+    want = [json.loads(line) for line in (FIXTURES / "run" / "sweeps" / fixture).read_text().splitlines()]
+    assert len(got) == len(want)
+    for w in want:
+        assert got[w["case"]] == w, w["case"]
