@@ -1061,7 +1061,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     // less what the driver takes over the whole workload
     let capacity = args
         .gpu
-        .capacity(est.events.driver.iter().map(|d| d.1).sum())?;
+        .capacity(est.events.driver.iter().map(|d| d.what).sum())?;
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
     let profile = args.gpu.profile()?;

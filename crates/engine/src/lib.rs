@@ -65,9 +65,9 @@ pub use ops::nn::{SegmentBuffer, SegmentProblem};
 pub use ops::reduce::ReduceScratch;
 pub use ops::Scalar;
 pub use runtime::{
-    blas_workspace_sizes, AllocRecord, AllocatorCopy, BlasHandleBytes, BlasWorkspaces, Category,
-    DeviceProfile, EventLog, HostEvent, LogPeak, MemEvent, MemoryFigures, Runtime, RuntimeConfig,
-    Thread,
+    blas_workspace_sizes, AllocRecord, AllocatorCopy, At, BlasHandleBytes, BlasWorkspaces,
+    Category, DeviceProfile, EventLog, HostEvent, LogPeak, MemEvent, MemoryFigures, Runtime,
+    RuntimeConfig, Thread,
 };
 pub use scratch::{PathSwitch, ScratchRule};
 pub use sink::{intern, RuntimeSink};

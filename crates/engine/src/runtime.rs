@@ -60,6 +60,16 @@ pub enum HostEvent {
     Library(u64, u64),
 }
 
+/// `what`, placed in a stream of events or requests: `at` of them come
+/// before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct At<T> {
+    /// how many come before it
+    pub at: usize,
+    /// what happens there
+    pub what: T,
+}
+
 /// What happened to device memory while the log ran
 /// ([`Runtime::start_event_log`]).
 #[derive(Debug, Clone, Default)]
@@ -73,7 +83,7 @@ pub struct EventLog {
     /// device memory the driver took outside the allocator (a new cuBLAS
     /// handle), in order, each with the number of events before it
     /// ([`DeviceProfile::blas_handle_bytes`])
-    pub driver: Vec<(usize, u64)>,
+    pub driver: Vec<At<u64>>,
     /// where the process's first kernels ran ([`Runtime::first_kernels`]),
     /// as the number of events before: a replay gives back the context's
     /// range there (a log started after that point has none)
@@ -86,7 +96,7 @@ pub struct EventLog {
     /// libraries the loader mapped (`Runtime::load_cudnn`), in order, each
     /// with the number of events before it: a replay maps them there, as
     /// they move the segments
-    pub host: Vec<(usize, HostEvent)>,
+    pub host: Vec<At<HostEvent>>,
     /// events `[..peak_index]` lead to that peak
     pub peak_index: usize,
     /// the rule of each library scratch allocation that has one, by the
@@ -94,7 +104,7 @@ pub struct EventLog {
     pub scratch_rules: Vec<(u64, crate::ScratchRule)>,
     /// every count-dependent path a kernel took, in order, each with the
     /// number of events before it ([`crate::PathSwitch`])
-    pub switches: Vec<(usize, crate::PathSwitch)>,
+    pub switches: Vec<At<crate::PathSwitch>>,
     /// a size was read from a table of measured shapes (cuDNN convolution
     /// workspaces) that holds the same problem at another batch size: at
     /// other shapes it follows no rule
@@ -673,7 +683,10 @@ impl Runtime {
         let addr = st.alloc.device_mut().host_map(len)?;
         if let Some(log) = st.log.as_mut() {
             let at = log.events.len();
-            log.host.push((at, HostEvent::Map(addr, len)));
+            log.host.push(At {
+                at,
+                what: HostEvent::Map(addr, len),
+            });
         }
         Some((addr, len))
     }
@@ -697,7 +710,10 @@ impl Runtime {
             };
             if let Some(log) = st.log.as_mut() {
                 let at = log.events.len();
-                log.host.push((at, HostEvent::Library(addr, span)));
+                log.host.push(At {
+                    at,
+                    what: HostEvent::Library(addr, span),
+                });
             }
         }
     }
@@ -710,7 +726,10 @@ impl Runtime {
         st.alloc.device_mut().host_unmap(addr);
         if let Some(log) = st.log.as_mut() {
             let at = log.events.len();
-            log.host.push((at, HostEvent::Unmap(addr)));
+            log.host.push(At {
+                at,
+                what: HostEvent::Unmap(addr),
+            });
         }
     }
 
@@ -799,8 +818,10 @@ impl Runtime {
     pub(crate) fn note_switch(&self, count: i64, threshold: i64) {
         if let Some(log) = self.st.borrow_mut().log.as_mut() {
             let at = log.events.len();
-            log.switches
-                .push((at, crate::PathSwitch { count, threshold }));
+            log.switches.push(At {
+                at,
+                what: crate::PathSwitch { count, threshold },
+            });
         }
     }
 
@@ -1115,7 +1136,7 @@ impl Runtime {
         }
         if let Some(log) = st.log.as_mut() {
             let at = log.events.len();
-            log.driver.push((at, bytes));
+            log.driver.push(At { at, what: bytes });
         }
         Ok(())
     }
@@ -1251,7 +1272,7 @@ mod tests {
             let log = rt.take_event_log().unwrap();
             log.host
                 .iter()
-                .map(|(_, e)| match *e {
+                .map(|e| match e.what {
                     HostEvent::Library(_, span) => span,
                     _ => 0,
                 })

@@ -334,9 +334,9 @@ pub(crate) fn serve(
     let from = spans[FROM as usize - 1].start;
     // nothing but the allocator's requests from there on: no driver memory,
     // no host mapping, no count-dependent path, no first kernels
-    if reqs.driver.iter().any(|d| d.0 >= from)
-        || reqs.host.iter().any(|h| h.0 >= from)
-        || reqs.switches.iter().any(|s| s.0 >= from)
+    if reqs.driver.iter().any(|d| d.at >= from)
+        || reqs.host.iter().any(|h| h.at >= from)
+        || reqs.switches.iter().any(|s| s.at >= from)
         || reqs.first_kernels.is_some_and(|k| k > from)
         || reqs.first_cublas.is_some_and(|k| k > from)
     {

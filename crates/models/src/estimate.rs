@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use vramscope_alloc::{AllocatorConfig, CachingAllocator};
 use vramscope_engine::optim::Optimizer;
 use vramscope_engine::{
-    AllocRecord, Category, DType, Device, DeviceProfile, EngineError, EventLog, Runtime,
+    AllocRecord, At, Category, DType, Device, DeviceProfile, EngineError, EventLog, Runtime,
     RuntimeConfig, Tensor,
 };
 
@@ -580,13 +580,13 @@ fn later_phases(
         // loaded there
         host: from_request(&reqs.host, start)
             .into_iter()
-            .filter(|(i, _)| *i > 0)
+            .filter(|h| h.at > 0)
             .collect(),
     };
     if later
         .host
         .iter()
-        .any(|h| !matches!(h.1, crate::requests::HostRequest::Library(_)))
+        .any(|h| !matches!(h.what, crate::requests::HostRequest::Library(_)))
     {
         return None;
     }
@@ -595,10 +595,13 @@ fn later_phases(
 
 /// The entries of a list keyed by request index (`Requests::switches`,
 /// `Requests::driver`) at or after `start`, counted from it.
-fn from_request<T: Copy>(list: &[(usize, T)], start: usize) -> Vec<(usize, T)> {
+fn from_request<T: Copy>(list: &[At<T>], start: usize) -> Vec<At<T>> {
     list.iter()
-        .filter(|(i, _)| *i >= start)
-        .map(|&(i, x)| (i - start, x))
+        .filter(|x| x.at >= start)
+        .map(|x| At {
+            at: x.at - start,
+            ..*x
+        })
         .collect()
 }
 

@@ -32,7 +32,7 @@ use vramscope_alloc::{
     AllocatorConfig, CachingAllocator, Handle, Shortcut, SimDevice, UNLIMITED_BYTES,
 };
 
-use vramscope_engine::{DeviceProfile, HostEvent, MemEvent, PathSwitch, ScratchRule};
+use vramscope_engine::{At, DeviceProfile, HostEvent, MemEvent, PathSwitch, ScratchRule};
 
 use crate::estimate::{Estimate, EstimateOptions, PhaseFigures, PhaseSpan};
 
@@ -84,7 +84,7 @@ pub struct Requests {
     pub measured_sizes: bool,
     /// the count-dependent paths the kernels took, in order, each with the
     /// number of requests before it ([`PathSwitch`])
-    pub switches: Vec<(usize, PathSwitch)>,
+    pub switches: Vec<At<PathSwitch>>,
     /// sizes the run took without a measurement
     /// ([`crate::Estimate::unmeasured`]; a run with any has no template:
     /// its notes name its own shapes, and what it took for them is no
@@ -95,7 +95,7 @@ pub struct Requests {
     /// takes it from the device there
     /// ([`vramscope_alloc::SimDevice::driver_alloc`]). Made once per
     /// process, so never copied into repeated or derived steps.
-    pub driver: Vec<(usize, u64)>,
+    pub driver: Vec<At<u64>>,
     /// where the process's first kernels ran, as the number of requests
     /// before: a replay gives back the CUDA context's range there, inside a
     /// phase too ([`vramscope_alloc::SimDevice::first_kernels`]; the
@@ -114,7 +114,7 @@ pub struct Requests {
     /// [`vramscope_alloc::SimDevice::load_library`]), each with the number
     /// of requests before it: a replay maps them there. Made once per
     /// process, as [`Requests::driver`].
-    pub host: Vec<(usize, HostRequest)>,
+    pub host: Vec<At<HostRequest>>,
 }
 
 /// A host mapping in [`Requests::host`]: a CPU tensor's own, or a library's.
@@ -187,15 +187,24 @@ impl Requests {
                 HostEvent::Map(addr, len) => {
                     mapped.insert(addr, maps);
                     maps += 1;
-                    (at, HostRequest::Map(len))
+                    At {
+                        at,
+                        what: HostRequest::Map(len),
+                    }
                 }
                 HostEvent::Unmap(addr) => {
                     let k = mapped.remove(&addr);
                     // (a mapping made before the log started: no replay)
                     debug_assert!(k.is_some(), "an unmap of a mapping the log never saw");
-                    (at, HostRequest::Unmap(k?))
+                    At {
+                        at,
+                        what: HostRequest::Unmap(k?),
+                    }
                 }
-                HostEvent::Library(_, span) => (at, HostRequest::Library(span)),
+                HostEvent::Library(_, span) => At {
+                    at,
+                    what: HostRequest::Library(span),
+                },
             });
             Some(())
         };
@@ -206,14 +215,15 @@ impl Requests {
             if est.events.first_cublas == Some(k) {
                 first_cublas = Some(requests.len());
             }
-            while let Some((_, w)) = pending.next_if(|(at, _)| *at <= k) {
-                switches.push((requests.len(), *w));
+            let here = requests.len();
+            while let Some(w) = pending.next_if(|w| w.at <= k) {
+                switches.push(At { at: here, ..*w });
             }
-            while let Some((_, b)) = pending_driver.next_if(|(at, _)| *at <= k) {
-                driver.push((requests.len(), *b));
+            while let Some(d) = pending_driver.next_if(|d| d.at <= k) {
+                driver.push(At { at: here, ..*d });
             }
-            while let Some((_, h)) = pending_host.next_if(|(at, _)| *at <= k) {
-                host_event(requests.len(), h)?;
+            while let Some(h) = pending_host.next_if(|h| h.at <= k) {
+                host_event(here, &h.what)?;
             }
             match e {
                 MemEvent::Alloc(r) => {
@@ -231,10 +241,11 @@ impl Requests {
                 MemEvent::Recategorize(..) => {}
             }
         }
-        switches.extend(pending.map(|(_, w)| (requests.len(), *w)));
-        driver.extend(pending_driver.map(|(_, b)| (requests.len(), *b)));
-        for (_, h) in pending_host {
-            host_event(requests.len(), h)?;
+        let here = requests.len();
+        switches.extend(pending.map(|w| At { at: here, ..*w }));
+        driver.extend(pending_driver.map(|d| At { at: here, ..*d }));
+        for h in pending_host {
+            host_event(here, &h.what)?;
         }
         if est.events.first_kernels.is_some() && first_kernels.is_none() {
             first_kernels = Some(requests.len());
@@ -253,9 +264,9 @@ impl Requests {
         let end = phases.last().map_or(0, |p| p.end);
         requests.truncate(end);
         rules.retain(|i, _| *i < end);
-        switches.retain(|(i, _)| *i <= end);
-        driver.retain(|(i, _)| *i < end);
-        host.retain(|(i, _)| *i <= end);
+        switches.retain(|w| w.at <= end);
+        driver.retain(|d| d.at < end);
+        host.retain(|h| h.at <= end);
         Some(Requests {
             requests,
             phases,
@@ -430,8 +441,11 @@ impl Requests {
             out.switches.extend(
                 self.switches
                     .iter()
-                    .filter(|(i, _)| (start..end).contains(i))
-                    .map(|(i, w)| (i - start + at, *w)),
+                    .filter(|w| (start..end).contains(&w.at))
+                    .map(|w| At {
+                        at: w.at - start + at,
+                        ..*w
+                    }),
             );
             out.requests.extend(step.iter().map(|r| match *r {
                 Request::Free(n) => Request::Free(n + shift),
@@ -508,14 +522,14 @@ impl Requests {
             || self.step_span(1).is_some()
             // (a switch after the last request: of step 0's end, or of the
             // next step's start?)
-            || self.switches.iter().any(|(i, _)| *i >= end)
+            || self.switches.iter().any(|w| w.at >= end)
             // (the CPU tensors are mapped in `load`: one in step 0 would
             // not repeat in step 1; a library is loaded once per process,
             // as the first cuBLAS handle is made)
             || self
                 .host
                 .iter()
-                .any(|(i, h)| *i >= start && !matches!(h, HostRequest::Library(_)))
+                .any(|h| h.at >= start && !matches!(h.what, HostRequest::Library(_)))
         {
             return None;
         }
@@ -557,8 +571,11 @@ impl Requests {
         out.switches.extend(
             self.switches
                 .iter()
-                .filter(|(i, _)| (start..end).contains(i))
-                .map(|(i, w)| (at[i - start], *w)),
+                .filter(|w| (start..end).contains(&w.at))
+                .map(|w| At {
+                    at: at[w.at - start],
+                    ..*w
+                }),
         );
         for p in &self.phases[first_phase..] {
             out.phases.push(PhaseSpan::new(
@@ -585,23 +602,13 @@ impl Requests {
             switches: self
                 .switches
                 .iter()
-                .filter(|(i, _)| *i < end)
+                .filter(|w| w.at < end)
                 .copied()
                 .collect(),
-            driver: self
-                .driver
-                .iter()
-                .filter(|(i, _)| *i < end)
-                .copied()
-                .collect(),
+            driver: self.driver.iter().filter(|d| d.at < end).copied().collect(),
             first_kernels: self.first_kernels.filter(|&i| i <= end),
             first_cublas: self.first_cublas.filter(|&i| i <= end),
-            host: self
-                .host
-                .iter()
-                .filter(|(i, _)| *i <= end)
-                .copied()
-                .collect(),
+            host: self.host.iter().filter(|h| h.at <= end).copied().collect(),
         }
     }
 
@@ -778,7 +785,7 @@ pub fn verdict_from_planned(
     let limit = allowed.min(profile.usable_memory) as i64;
     // the device's room once the driver has taken all it takes (the least
     // it ever has)
-    let driver: u64 = requests.driver.iter().map(|d| d.1).sum();
+    let driver: u64 = requests.driver.iter().map(|d| d.what).sum();
     let least = allowed.min(profile.usable_memory.saturating_sub(driver)) as i64;
     let unmet = config.allows(Shortcut::UnmetLimit {
         memory_fraction: memory_fraction.is_some(),
@@ -843,13 +850,12 @@ pub fn replay_planned(
     // kernels and first cuBLAS handle (`driver_va.rs`, rules 6 and 8), by
     // position: inside a phase where the run did it there (the context's
     // range goes after `forward0`'s first allocation)
-    let mut marks: Vec<(usize, Mark)> = requests
-        .first_kernels
-        .map(|k| (k, Mark::FirstKernels))
+    let mark = |at: Option<usize>, what| at.map(|at| At { at, what });
+    let mut marks: Vec<At<Mark>> = mark(requests.first_kernels, Mark::FirstKernels)
         .into_iter()
-        .chain(requests.first_cublas.map(|k| (k, Mark::FirstCublas)))
+        .chain(mark(requests.first_cublas, Mark::FirstCublas))
         .collect();
-    marks.sort_by_key(|m| m.0);
+    marks.sort_by_key(|m| m.at);
     let mut marks = marks.into_iter().peekable();
     'phases: for (p, span) in requests.phases.iter().enumerate() {
         let (name, start, end) = (&span.name, &span.start, &span.end);
@@ -869,18 +875,18 @@ pub fn replay_planned(
             break;
         }
         // the driver's address-space marks due by the phase's start
-        while let Some((_, m)) = marks.next_if(|m| m.0 <= *start) {
-            m.apply(alloc.device_mut());
+        while let Some(m) = marks.next_if(|m| m.at <= *start) {
+            m.what.apply(alloc.device_mut());
         }
         alloc.reset_peak_stats();
-        let mut next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
+        let mut next_driver = driver.peek().map_or(usize::MAX, |d| d.at);
         // the phase's requests in stretches between the driver's
         // allocations (a run has two of them, in step 0)
         let mut at = *start;
         while at < *end {
             // the driver's allocations due before request `at`
             while next_driver <= at {
-                if let Some(&(_, bytes)) = driver.next() {
+                if let Some(&At { what: bytes, .. }) = driver.next() {
                     if !alloc.device_mut().driver_alloc(bytes) {
                         // `cublasCreate` or cuDNN fails (the runtime's
                         // `driver_take`; the requests keep no op names)
@@ -896,11 +902,11 @@ pub fn replay_planned(
                         break 'phases;
                     }
                 }
-                next_driver = driver.peek().map_or(usize::MAX, |d| d.0);
+                next_driver = driver.peek().map_or(usize::MAX, |d| d.at);
             }
             // the CPU tensors mapped and unmapped before request `at`
-            while let Some(&(_, h)) = host.next_if(|h| h.0 <= at) {
-                match h {
+            while let Some(h) = host.next_if(|h| h.at <= at) {
+                match h.what {
                     HostRequest::Map(len) => host_addrs.push(alloc.device_mut().host_map(len)),
                     HostRequest::Library(span) => {
                         let _ = alloc.device_mut().load_library(span);
@@ -913,11 +919,11 @@ pub fn replay_planned(
                 }
             }
             // and the driver's address-space marks
-            while let Some((_, m)) = marks.next_if(|m| m.0 <= at) {
-                m.apply(alloc.device_mut());
+            while let Some(m) = marks.next_if(|m| m.at <= at) {
+                m.what.apply(alloc.device_mut());
             }
-            let next_host = host.peek().map_or(usize::MAX, |h| h.0);
-            let next_mark = marks.peek().map_or(usize::MAX, |m| m.0);
+            let next_host = host.peek().map_or(usize::MAX, |h| h.at);
+            let next_mark = marks.peek().map_or(usize::MAX, |m| m.at);
             let upto = next_driver.min(next_host).min(next_mark).min(*end);
             for (i, r) in requests.requests[at..upto].iter().enumerate() {
                 match *r {
@@ -1338,10 +1344,10 @@ impl BatchTemplate {
         }
         let switches = (0..w0.len())
             .map(|k| {
-                let (at, x) = w0[k];
-                let (y, z) = (w1[k].1, w2[k].1);
-                let same = at == w1[k].0
-                    && at == w2[k].0
+                let At { at, what: x } = w0[k];
+                let (y, z) = (w1[k].what, w2[k].what);
+                let same = at == w1[k].at
+                    && at == w2[k].at
                     && x.threshold == y.threshold
                     && x.threshold == z.threshold
                     && x.above() == y.above()
@@ -1498,7 +1504,7 @@ impl BatchTemplate {
                     count: t.count.at(db),
                     threshold: t.threshold,
                 };
-                (w.above() == t.above).then_some((t.at, w))
+                (w.above() == t.above).then_some(At { at: t.at, what: w })
             })
             .collect::<Option<Vec<_>>>();
         // each distinct rule evaluated once
@@ -1622,7 +1628,7 @@ fn switch_cuts(sorted: &[i64], lo: usize, hi: usize, a: &Requests, b: &Requests)
         .switches
         .iter()
         .zip(&b.switches)
-        .map(|((_, x), (_, y))| (x, y))
+        .map(|(x, y)| (x.what, y.what))
         .filter(|(x, y)| x.threshold == y.threshold && x.above() != y.above())
         .filter_map(|(x, y)| {
             let d = y.count - x.count;
@@ -2028,13 +2034,13 @@ mod tests {
                 first_kernels: None,
                 first_cublas: None,
                 host: Vec::new(),
-                switches: vec![(
-                    0,
-                    PathSwitch {
+                switches: vec![At {
+                    at: 0,
+                    what: PathSwitch {
                         count: 4 * b,
                         threshold,
                     },
-                )],
+                }],
             }
         };
         let h100 = DeviceProfile::h100_torch_2_11();

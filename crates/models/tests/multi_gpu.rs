@@ -223,7 +223,12 @@ fn nccl_and_the_context_outside_the_allocator_are_the_gpus() {
             {
                 let outside = g["device_used_bytes"].as_i64().unwrap()
                     - g["reserved_bytes"].as_i64().unwrap();
-                let driver: u64 = reqs.driver.iter().filter(|d| d.0 < *end).map(|d| d.1).sum();
+                let driver: u64 = reqs
+                    .driver
+                    .iter()
+                    .filter(|d| d.at < *end)
+                    .map(|d| d.what)
+                    .sum();
                 let twin = context + driver as i64;
                 let want = OUTSIDE_KNOWN
                     .iter()
