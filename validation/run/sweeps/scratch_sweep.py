@@ -120,3 +120,19 @@ for groups in (2, 4, 8, 16, 64):
             ),
             lambda a, b, offs: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs),
         )
+
+for shape, k, dt in (
+    ((1_000_000,), 100, torch.float32),
+    ((8, 50257), 50, torch.float32),
+    ((4, 128256), 50, torch.bfloat16),
+    ((64, 32000), 10, torch.float32),
+    ((1000, 1000), 5, torch.float32),
+    ((512, 1000), 5, torch.float32),
+    ((1, 20000), 1, torch.float32),
+    ((16_000_000,), 1000, torch.float32),
+):
+    case(
+        f"topk {str(dt)[6:]} {shape} {k}",
+        (torch.randn(shape, device=dev).to(dt),),
+        lambda x, k=k: torch.topk(x, k),
+    )
