@@ -256,3 +256,16 @@ def test_reductions_and_indexing_copy_what_cuda_copies():
         # the same indices at one shape need no copies
         _, counts = _counted(lambda: src[rows.expand(24, 1, 1, 1024), rows.expand(24, 1, 1, 1024)])
         assert counts == (1, 24 * 1024)
+
+
+def test_the_script_sees_its_own_cuda_visible_devices(tmp_script):
+    # `vramscope run` fixes the process's CUDA device count at 0 through CUDA_VISIBLE_DEVICES,
+    # then puts the variable back as the script was given it
+    script = tmp_script(
+        "import os, torch\nprint(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), torch.cuda.device_count())\n"
+    )
+    for given, shown in (("3", "'3'"), (None, "None")):
+        env = {} if given is None else {"CUDA_VISIBLE_DEVICES": given}
+        status, lines, _report, err = run_script(script, env=env)
+        assert status == 0, err
+        assert lines[-1] == f"{shown} 1"
