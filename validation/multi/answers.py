@@ -1,7 +1,7 @@
 """The twin's answers for validation/multi/multi_cases.json, one JSON line per rank per phase, in
 the format multi_cases.py records (written before the GPU runs them: a blind set).
 
-    python3 validation/multi/answers.py VRAMSCOPE_BINARY N OUT.jsonl [--gpu h200]
+    python3 validation/multi/answers.py VRAMSCOPE_BINARY N OUT.jsonl [--gpu h200] [--cases CASES.json]
 
 Runs `vramscope estimate --config ... --fsdp N ... --json` for every case (its `ranks` give every
 rank's phases); a case the twin does not model gets one line {case, world, unsupported: message}.
@@ -17,7 +17,8 @@ def main():
     binary, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     gpu = sys.argv[sys.argv.index("--gpu") + 1] if "--gpu" in sys.argv else "h200"
     here = os.path.dirname(os.path.abspath(__file__))
-    cases = json.load(open(os.path.join(here, "multi_cases.json")))
+    path = sys.argv[sys.argv.index("--cases") + 1] if "--cases" in sys.argv else os.path.join(here, "multi_cases.json")
+    cases = json.load(open(path))
     lines = []
     for c in cases:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -37,8 +38,10 @@ def main():
                 args.append("--fsdp-cpu-offload")
         else:
             args += ["--ddp", str(n)]
-            if "bucket_mb" in c:
-                args += ["--ddp-bucket-mb", str(c["bucket_mb"])]
+            # multi_cases.py passes bucket_cap_mb=case.get("bucket_mb", 25): null is DDP's default
+            mb = c.get("bucket_mb", 25)
+            if mb is not None:
+                args += ["--ddp-bucket-mb", str(mb)]
             if c.get("grad_as_bucket_view"):
                 args.append("--ddp-grad-as-bucket-view")
         p = subprocess.run(args, capture_output=True, text=True)

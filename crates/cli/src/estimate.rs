@@ -13,8 +13,8 @@ use vramscope_alloc::{format_size, AllocatorConfig};
 use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::predicted::predicted_snapshot;
 use vramscope_models::{
-    estimate, presets, CacheKind, Checkpointing, Estimate, EstimateOptions, FsdpConfig, GradMode,
-    HfConfig, Implementation, LoraSpec, Mode, OptimizerKind, Parallel, Task, Workload,
+    estimate, presets, CacheKind, Checkpointing, DdpConfig, Estimate, EstimateOptions, FsdpConfig,
+    GradMode, HfConfig, Implementation, LoraSpec, Mode, OptimizerKind, Parallel, Task, Workload,
 };
 use vramscope_snapshot::write::WriteOptions;
 
@@ -628,14 +628,46 @@ pub struct ParallelArgs {
     /// keep their all-gathered parameters from forward to backward).
     #[arg(long, requires = "fsdp")]
     pub fsdp_no_reshard: bool,
+    /// With --fsdp: offload_policy=CPUOffloadPolicy() (the shards, their
+    /// gradients and the optimizer's states in pinned CPU memory; the
+    /// optimizer steps on the CPU).
+    #[arg(long, requires = "fsdp")]
+    pub fsdp_cpu_offload: bool,
     /// With --fsdp: only this rank (0..N), e.g. for its --snapshot.
     #[arg(long, value_name = "R", requires = "fsdp")]
     pub fsdp_rank: Option<i64>,
+    /// DistributedDataParallel over N GPUs (every rank holds the whole
+    /// model, its gradients and the reducer's buckets; every rank the same).
+    #[arg(long, value_name = "N", conflicts_with = "fsdp")]
+    pub ddp: Option<i64>,
+    /// With --ddp: bucket_cap_mb (DDP's default: 25 MiB buckets, the first
+    /// one 1 MiB once they are rebuilt after the first iteration).
+    #[arg(long, value_name = "MIB", requires = "ddp")]
+    pub ddp_bucket_mb: Option<f64>,
+    /// With --ddp: gradient_as_bucket_view=True (the .grads are views of the
+    /// buckets: one copy of the gradients less).
+    #[arg(long, requires = "ddp")]
+    pub ddp_grad_as_bucket_view: bool,
 }
 
 impl ParallelArgs {
     /// The parallelism for `rank`, if any.
     pub fn parallel(&self, rank: i64) -> anyhow::Result<Option<Parallel>> {
+        if let Some(world) = self.ddp {
+            if !(2..=4096).contains(&world) {
+                bail!("--ddp {world}: expected a number of GPUs from 2 to 4096");
+            }
+            if let Some(mb) = self.ddp_bucket_mb {
+                if !(mb.is_finite() && mb > 0.0) {
+                    bail!("--ddp-bucket-mb {mb}: expected a positive number of MiB");
+                }
+            }
+            return Ok(Some(Parallel::Ddp(DdpConfig {
+                world,
+                bucket_cap_mb: self.ddp_bucket_mb,
+                gradient_as_bucket_view: self.ddp_grad_as_bucket_view,
+            })));
+        }
         let Some(world) = self.fsdp else {
             return Ok(None);
         };
@@ -647,6 +679,7 @@ impl ParallelArgs {
             rank,
             param_dtype: self.fsdp_param_dtype.map(DTypeArg::dtype),
             reshard_after_forward: !self.fsdp_no_reshard,
+            cpu_offload: self.fsdp_cpu_offload,
         })))
     }
 }
@@ -795,9 +828,16 @@ struct ParallelJson {
     kind: &'static str,
     world: i64,
     param_dtype: Option<String>,
+    /// (false under DDP: nothing is sharded)
     reshard_after_forward: bool,
     /// the rank the top-level figures are of (the fullest)
     rank: i64,
+    /// DDP's `bucket_cap_mb` (null: its default; null under FSDP)
+    bucket_cap_mb: Option<f64>,
+    /// DDP's `gradient_as_bucket_view` (null under FSDP)
+    gradient_as_bucket_view: Option<bool>,
+    /// FSDP's `CPUOffloadPolicy()` (false under DDP)
+    cpu_offload: bool,
 }
 
 #[derive(Serialize)]
@@ -1034,7 +1074,14 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 None => vramscope_models::parallel::fsdp::rank_classes(&config, w.task, world)?,
             }
         }
-        None => vec![vec![0]],
+        // DDP: every rank the same
+        None => match args.parallel.ddp {
+            Some(world) => {
+                args.parallel.parallel(0)?;
+                vec![(0..world).collect()]
+            }
+            None => vec![vec![0]],
+        },
     };
     for ranks in classes {
         let mut wr = w.clone();
@@ -1100,6 +1147,19 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                         param_dtype: c.param_dtype.map(dtype_name),
                         reshard_after_forward: c.reshard_after_forward,
                         rank: fullest_rank,
+                        bucket_cap_mb: None,
+                        gradient_as_bucket_view: None,
+                        cpu_offload: c.cpu_offload,
+                    },
+                    Parallel::Ddp(c) => ParallelJson {
+                        kind: "ddp",
+                        world: c.world,
+                        param_dtype: None,
+                        reshard_after_forward: false,
+                        rank: fullest_rank,
+                        bucket_cap_mb: c.bucket_cap_mb,
+                        gradient_as_bucket_view: Some(c.gradient_as_bucket_view),
+                        cpu_offload: false,
                     },
                 }),
             },
@@ -1188,10 +1248,23 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         for n in config_notes(&args.workload, &config) {
             writeln!(out, "{n}")?;
         }
+        if let Some(Parallel::Ddp(c)) = &w.parallel {
+            writeln!(
+                out,
+                "DDP over {} GPUs, buckets of {} MiB{}, batch per rank; every rank the same",
+                c.world,
+                c.bucket_cap_mb.unwrap_or(25.0),
+                if c.gradient_as_bucket_view {
+                    ", gradients as bucket views"
+                } else {
+                    ""
+                },
+            )?;
+        }
         if let Some(Parallel::Fsdp(c)) = &w.parallel {
             writeln!(
                 out,
-                "FSDP2 over {} GPUs{}{}, batch per rank; the figures are rank {}'s (the fullest){}",
+                "FSDP2 over {} GPUs{}{}{}, batch per rank; the figures are rank {}'s (the fullest){}",
                 c.world,
                 c.param_dtype
                     .map(|d| format!(", param_dtype {} (reduce fp32)", dtype_name(d)))
@@ -1201,6 +1274,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                 } else {
                     ", no reshard after forward"
                 },
+                if c.cpu_offload { ", CPU offload" } else { "" },
                 fullest_rank,
                 if per_rank.len() > 1 {
                     "; ranks differ, see below"

@@ -323,6 +323,9 @@ pub(crate) struct State {
     /// the threads that have created their cuBLAS handle (handles outlive
     /// their workspaces: `_cuda_clearCublasWorkspaces` keeps them)
     blas_handles: Vec<Thread>,
+    /// bytes of the first handle's share already taken
+    /// ([`Runtime::driver_outside_ahead_of_blas`])
+    blas_prepaid: u64,
     /// the threads that have run a 16-bit matmul
     blas_16bit: Vec<Thread>,
     /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`)
@@ -457,6 +460,7 @@ impl Runtime {
             seq: [0, 0],
             cublas_ws: Vec::new(),
             blas_handles: Vec::new(),
+            blas_prepaid: 0,
             blas_16bit: Vec::new(),
             cudnn_loaded: CudnnLibraries::None,
             lt_ws: Vec::new(),
@@ -1036,7 +1040,7 @@ impl Runtime {
             let st = self.st.borrow();
             let BlasHandleBytes { first, later } = st.profile.blas_handle_bytes;
             (!st.blas_handles.contains(&st.thread)).then_some(if st.blas_handles.is_empty() {
-                first
+                first.saturating_sub(st.blas_prepaid)
             } else {
                 later
             })
@@ -1090,6 +1094,15 @@ impl Runtime {
     /// device as the cuBLAS handles are, and noted in the event log.
     pub fn driver_outside(&self, op: &'static str, bytes: u64) -> Result<()> {
         self.driver_take(op, bytes)
+    }
+
+    /// Device memory taken outside the allocator for `op` that the
+    /// process's first cuBLAS handle would otherwise take (kernel modules
+    /// both load): that handle takes `bytes` less when it comes.
+    pub fn driver_outside_ahead_of_blas(&self, op: &'static str, bytes: u64) -> Result<()> {
+        self.driver_take(op, bytes)?;
+        self.st.borrow_mut().blas_prepaid += bytes;
+        Ok(())
     }
 
     /// Note a size the twin takes without a measurement behind it (the

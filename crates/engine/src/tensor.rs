@@ -61,6 +61,8 @@ pub(crate) struct AutogradMeta {
     pub(crate) grad: Option<Tensor>,
     pub(crate) grad_acc: Weak<Node>,
     pub(crate) retains_grad: bool,
+    /// `register_post_accumulate_grad_hook`s, run after `AccumulateGrad`
+    pub(crate) post_accumulate: Vec<crate::autograd::GradHook>,
 }
 
 pub(crate) struct TensorImpl {

@@ -1162,6 +1162,7 @@ impl Run {
 fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount) -> Result<()> {
     let rt = run.rt.clone();
     run.begin("load".into());
+    let mut ddp = None;
     let (mut model, ps, _fsdp) = match &w.parallel {
         None => {
             let mut model: Box<dyn HfModel> = families::build(&rt, config, w.task, w.weights)?;
@@ -1177,6 +1178,14 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
             return Err(ModelError::Unsupported("LoRA under FSDP".into()));
         }
         Some(Parallel::Fsdp(c)) => fsdp_load(&rt, config, w, c)?,
+        Some(Parallel::Ddp(_)) if w.lora.is_some() => {
+            return Err(ModelError::Unsupported("LoRA under DDP".into()));
+        }
+        Some(Parallel::Ddp(c)) => {
+            let (model, ps, d) = ddp_load(&rt, config, w, c)?;
+            ddp = Some(d);
+            (model, ps, None)
+        }
     };
     *params = ParamCount {
         numel: ps.iter().map(|p| p.numel() as u64).sum(),
@@ -1225,6 +1234,10 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
                         // can repeat step 1 without a replay
                         run.fits_from = Some(rt.stats().num_device_free);
                         rt.record_fits();
+                    }
+                    if let Some(d) = &ddp {
+                        // DistributedDataParallel.forward
+                        d.borrow_mut().pre_forward()?;
                     }
                     let loss = forward(&rt, model.as_ref(), &inputs, w.autocast)?;
                     let Some(loss) = loss else {
@@ -1351,6 +1364,37 @@ fn fsdp_load(
         fsdp.clone(),
     )))?;
     Ok((model, all, Some(fsdp)))
+}
+
+/// The model under DDP (`crate::parallel::ddp`): built, moved to the GPU,
+/// then wrapped. Returns the model, its parameters and the reducer.
+#[allow(clippy::type_complexity)]
+fn ddp_load(
+    rt: &Runtime,
+    config: &HfConfig,
+    w: &Workload,
+    c: &crate::parallel::DdpConfig,
+) -> Result<(
+    Box<dyn HfModel>,
+    Vec<Tensor>,
+    std::rc::Rc<std::cell::RefCell<crate::parallel::ddp::Ddp>>,
+)> {
+    if w.mode != Mode::Train || w.accumulation > 1 || w.autocast.is_some() {
+        return Err(ModelError::Unsupported(
+            "DDP for inference, gradient accumulation or autocast (training steps only)".into(),
+        ));
+    }
+    let mut model: Box<dyn HfModel> = families::build(rt, config, w.task, w.weights)?;
+    model.cuda()?;
+    let Some(buffers) = model.buffers() else {
+        return Err(ModelError::Unsupported(format!(
+            "DDP of model_type `{}` (llama, mistral, qwen2, qwen3 and gpt2 are modelled)",
+            config.model_type
+        )));
+    };
+    let ps = model.parameters();
+    let ddp = crate::parallel::ddp::Ddp::wrap(rt, c, ps.clone(), buffers)?;
+    Ok((model, ps, ddp))
 }
 
 /// `loss = model(**inputs, labels=labels).loss`: the output object is a

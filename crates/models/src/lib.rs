@@ -33,7 +33,7 @@ pub use estimate::{
     Estimate, EstimateOptions, Oom, PhaseFigures, PhaseSpan, RecordedRun,
 };
 pub use families::{HfModel, Inputs, ModelOutput, ModuleHooks};
-pub use parallel::{FsdpConfig, Parallel};
+pub use parallel::{DdpConfig, FsdpConfig, Parallel};
 pub use summary::{group_repeated, ModuleGroup};
 pub use vramscope_engine::optim::{Implementation, OptimizerConfig, OptimizerKind};
 pub use workload::{CacheKind, Checkpointing, GradMode, LoraSpec, Mode, Task, Workload};

@@ -1,4 +1,4 @@
-//! Every rank under FSDP2 against the GPUs (issue #33): each FSDP case of
+//! Every rank under FSDP2 and DDP against the GPUs (issue #33): each case of
 //! `validation/multi/multi_cases.json`, recorded on 2 H200s by
 //! `validation/multi/record.sh` (`fixtures/multi/multi_h200_n2.jsonl`, one
 //! line per rank per phase), must be within 0.5% peak allocated and 2% peak
@@ -11,7 +11,8 @@
 use serde_json::Value;
 use vramscope_engine::{DType, DeviceProfile};
 use vramscope_models::{
-    estimate, Checkpointing, EstimateOptions, FsdpConfig, HfConfig, Parallel, Task, Workload,
+    estimate, Checkpointing, DdpConfig, EstimateOptions, FsdpConfig, HfConfig, Parallel, Task,
+    Workload,
 };
 
 /// The repository's root, where `validation/` and `fixtures/` lie.
@@ -29,6 +30,25 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const INEXACT: &[(&str, f64)] = &[
     ("fsdp_llama_mp_ckpt", 0.0021),
     ("fsdp_llama_fp32_ckpt_noreshard", 0.0013),
+    // the same requests in the same order as the GPU's trace: a block is
+    // placed where the remainder is left unsplit
+    ("ddp_gpt2_fp32", 0.0032),
+    ("ddp_llama_fp32", 0.0009),
+];
+
+/// DDP runs whose first-iteration bucket the GPU freed after the bucket
+/// rebuild rather than in it (case, rank). ProcessGroupNCCL keeps a
+/// collective's tensors on a shelf until its watchdog thread, which polls,
+/// has seen the collective complete and the next collective clears the
+/// shelf; the twin frees the bucket where the reducer drops it
+/// (`initialize_buckets`), as 8 of the 12 recorded runs do. In these runs
+/// the phases up to `zero_grad0` are held exact, and from `forward1` the
+/// allocated bytes the twin's or the twin's plus that bucket, within 0.5%.
+const WATCHDOG_LATE: &[(&str, i64)] = &[
+    ("ddp_llama_fp32", 1),
+    ("ddp_llama_bf16", 1),
+    ("ddp_llama_fp32_bucket5", 0),
+    ("ddp_llama_fp32_bucket5", 1),
 ];
 
 const FIGURES: [&str; 4] = [
@@ -55,17 +75,27 @@ fn workload(case: &Value, world: i64, rank: i64) -> Workload {
     if case["checkpointing"].as_bool().unwrap_or(false) {
         w.checkpointing = Some(Checkpointing::Every(1));
     }
-    w.parallel = Some(Parallel::Fsdp(FsdpConfig {
-        world,
-        rank,
-        param_dtype: case["param_dtype"].as_str().map(dtype),
-        reshard_after_forward: case["reshard"].as_bool().unwrap_or(true),
-    }));
+    w.parallel = Some(if case["parallel"] == "ddp" {
+        // multi_cases.py passes bucket_cap_mb always (25 unless given)
+        Parallel::Ddp(DdpConfig {
+            world,
+            bucket_cap_mb: Some(case["bucket_mb"].as_f64().unwrap_or(25.0)),
+            gradient_as_bucket_view: case["grad_as_bucket_view"].as_bool().unwrap_or(false),
+        })
+    } else {
+        Parallel::Fsdp(FsdpConfig {
+            world,
+            rank,
+            param_dtype: case["param_dtype"].as_str().map(dtype),
+            reshard_after_forward: case["reshard"].as_bool().unwrap_or(true),
+            cpu_offload: case["cpu_offload"].as_bool().unwrap_or(false),
+        })
+    });
     w
 }
 
 #[test]
-fn every_rank_of_every_fsdp_case_against_two_h200s() {
+fn every_rank_of_every_fsdp_and_ddp_case_against_two_h200s() {
     let cases: Vec<Value> = serde_json::from_str(
         &std::fs::read_to_string(format!("{ROOT}/validation/multi/multi_cases.json")).unwrap(),
     )
@@ -84,10 +114,6 @@ fn every_rank_of_every_fsdp_case_against_two_h200s() {
     let mut checked = 0;
     for case in &cases {
         let name = case["name"].as_str().unwrap();
-        // (DDP and CPU offload are recorded, not modelled yet)
-        if case["parallel"] != "fsdp" || case["cpu_offload"].as_bool().unwrap_or(false) {
-            continue;
-        }
         let config = HfConfig::parse(&case["config"].to_string()).unwrap();
         let mut worst = (0.0f64, 0.0f64, String::new());
         let mut exact = true;
@@ -98,7 +124,8 @@ fn every_rank_of_every_fsdp_case_against_two_h200s() {
                 .filter(|l| l["case"] == name && l["rank"] == rank && l["phase"] != "init")
                 .collect();
             assert_eq!(gpu.len(), est.phases.len(), "{name} rank {rank}: phases");
-            for (g, p) in gpu.iter().zip(&est.phases) {
+            let late = WATCHDOG_LATE.contains(&(name, rank));
+            for (k, (g, p)) in gpu.iter().zip(&est.phases).enumerate() {
                 assert_eq!(g["phase"].as_str().unwrap(), p.name);
                 let twin = [
                     p.allocated_bytes,
@@ -107,6 +134,22 @@ fn every_rank_of_every_fsdp_case_against_two_h200s() {
                     p.peak_reserved_bytes,
                 ];
                 let at = |k: &str| g[k].as_i64().unwrap();
+                if late && k >= 5 {
+                    // from forward1 (phase 5) the GPU holds the first bucket
+                    // (every parameter's bytes) until it frees it, or not
+                    let bucket = est.parameter_bytes as i64;
+                    for (f, t) in [
+                        ("allocated_bytes", p.allocated_bytes),
+                        ("peak_allocated_bytes", p.peak_allocated_bytes),
+                    ] {
+                        let d = at(f) - t;
+                        if d.abs().min((d - bucket).abs()) as f64 > 0.005 * at(f) as f64 {
+                            failures.push(format!("{name} rank {rank} {}: {f} {d:+}", p.name));
+                        }
+                    }
+                    checked += 1;
+                    continue;
+                }
                 exact &= FIGURES.iter().zip(twin).all(|(k, t)| at(k) == t);
                 let ea = (p.peak_allocated_bytes - at("peak_allocated_bytes")) as f64
                     / at("peak_allocated_bytes") as f64;
@@ -148,7 +191,7 @@ fn every_rank_of_every_fsdp_case_against_two_h200s() {
             None => {}
         }
     }
-    assert!(checked >= 11 * 2 * 13, "only {checked} rank-phases checked");
+    assert!(checked >= 18 * 2 * 13, "only {checked} rank-phases checked");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -203,9 +246,6 @@ fn nccl_and_the_context_outside_the_allocator_are_the_gpus() {
     let mut phases = 0;
     for case in &cases {
         let name = case["name"].as_str().unwrap();
-        if case["parallel"] != "fsdp" || case["cpu_offload"].as_bool().unwrap_or(false) {
-            continue;
-        }
         let config = HfConfig::parse(&case["config"].to_string()).unwrap();
         for rank in 0..2 {
             let est = estimate(&config, &workload(case, 2, rank), &opts).unwrap();
@@ -245,5 +285,5 @@ fn nccl_and_the_context_outside_the_allocator_are_the_gpus() {
             }
         }
     }
-    assert_eq!(phases, 11 * 2 * 13);
+    assert_eq!(phases, 18 * 2 * 13);
 }

@@ -308,6 +308,12 @@ impl Tensor {
         }
     }
 
+    /// `tensor.register_post_accumulate_grad_hook(fn)` on a leaf: `fn` runs
+    /// each time its `AccumulateGrad` has run (its `.grad` updated).
+    pub fn register_post_accumulate_grad_hook(&self, hook: crate::autograd::GradHook) {
+        self.0.autograd.borrow_mut().post_accumulate.push(hook);
+    }
+
     /// `tensor.backward()` on a scalar (the gradient is `torch.ones_like`).
     pub fn backward(&self) -> Result<()> {
         self.backward_with(None, BackwardOptions::default())
@@ -373,6 +379,12 @@ fn run(root: Edge, grad: Tensor, opts: BackwardOptions, pass: u32) -> Result<()>
             drop(inputs);
             if let Some(g) = g {
                 accumulate_grad(variable, g)?;
+            }
+            // the accumulator's post hooks (DDP's reducer registers one per
+            // parameter: `grad_accumulator->add_post_hook`)
+            let hooks = variable.meta().post_accumulate.clone();
+            for h in hooks {
+                h()?;
             }
             continue;
         }

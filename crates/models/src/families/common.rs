@@ -1865,6 +1865,11 @@ pub(crate) trait Decoder {
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
         None
     }
+    /// `named_buffers()`, in registration order (`None` where the family
+    /// does not list them).
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        None
+    }
     /// `forward(input_ids)`: the final hidden states and the cache (when
     /// `use_cache`).
     fn forward(
@@ -1989,6 +1994,10 @@ impl<D: Decoder> HfModel for CausalLm<D> {
 
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
         self.model.layer_parameters()
+    }
+
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        self.model.buffers()
     }
 
     fn set_module_hooks(&mut self, hooks: std::rc::Rc<dyn super::ModuleHooks>) -> Result<()> {

@@ -464,6 +464,12 @@ impl HfModel for Gpt2LMHeadModel {
         self.training = training;
     }
 
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        // GPT2Model registers none (transformers 5 builds the causal mask
+        // in the forward)
+        Some(Vec::new())
+    }
+
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
         Some(
             self.h

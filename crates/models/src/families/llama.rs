@@ -398,6 +398,14 @@ impl Decoder for Model {
         v.push(self.norm.weight.clone());
     }
 
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        // LlamaRotaryEmbedding's `inv_freq` and `original_inv_freq`
+        Some(vec![
+            self.rotary_emb.inv_freq.clone(),
+            self.rotary_emb.original_inv_freq.clone(),
+        ])
+    }
+
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
         Some(
             self.layers

@@ -76,6 +76,11 @@ pub trait HfModel {
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
         None
     }
+    /// `model.buffers()`, in registration order, on the device after
+    /// [`HfModel::cuda`] (`None`: a family that does not list them yet).
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        None
+    }
     /// Register forward hooks on the model and its layers.
     fn set_module_hooks(&mut self, _hooks: std::rc::Rc<dyn ModuleHooks>) -> Result<()> {
         Err(ModelError::Unsupported(

@@ -53,26 +53,15 @@ pub struct FsdpConfig {
     /// `False` for the root); `false`: `reshard_after_forward=False` on
     /// every unit
     pub reshard_after_forward: bool,
+    /// `offload_policy=CPUOffloadPolicy()`: the shards, their gradients and
+    /// the optimizer on the CPU (pinned)
+    pub cpu_offload: bool,
 }
 
 /// `FSDPCommContext.lazy_init`'s streams (allocator pools are per stream);
 /// the current stream is 0.
 const COPY_IN_STREAM: u64 = 1;
 const REDUCE_SCATTER_STREAM: u64 = 3;
-
-/// NCCL's memory outside the allocator, measured with `cudaMemGetInfo` on
-/// 2 H200s (NCCL 2.28.9, PyTorch 2.11; `fixtures/multi/README.md`), the
-/// same on both ranks of every case: after `init_process_group(device_id=...)`
-/// 984.875 MiB are used, 456.0625 MiB over the context the twin takes
-/// (528.8125 MiB, `DeviceProfile::h100_torch_2_11`; the process read
-/// 526.875 before its first kernel); FSDP's first forward 382 MiB beyond
-/// cuBLAS's first handle (its first collectives); its first backward 2 MiB
-/// beyond the autograd thread's handle, 4 where the matmuls run in 16 bits.
-const NCCL_INIT: u64 = (456 << 20) + (1 << 16);
-const NCCL_FIRST_FORWARD: u64 = 382 << 20;
-const NCCL_FIRST_BACKWARD: (u64, u64) = (2 << 20, 4 << 20);
-/// The world size those were measured at.
-const NCCL_MEASURED_WORLD: i64 = 2;
 
 /// `TensorShape.cu`: `BLOCK_SIZE * BYTES_PER_THREAD`.
 const TILE_SIZE: i64 = 128 * 16;
@@ -176,17 +165,7 @@ impl Fsdp {
             )));
         }
         // init_process_group ran before: NCCL's communicator
-        rt.driver_outside("nccl_init", NCCL_INIT)?;
-        if cfg.world != NCCL_MEASURED_WORLD {
-            rt.note_unmeasured_size(format!(
-                "NCCL's memory outside the allocator over {} ranks: taken as measured over {} \
-                 ({} MiB at init, {} MiB more by the first backward)",
-                cfg.world,
-                NCCL_MEASURED_WORLD,
-                NCCL_INIT >> 20,
-                (NCCL_FIRST_FORWARD + NCCL_FIRST_BACKWARD.1) >> 20
-            ));
-        }
+        super::nccl::init_process_group(rt, cfg.world)?;
         let mut groups: Vec<Option<Group>> = (0..=layers.len()).map(|_| None).collect();
         for (i, ps) in layers.into_iter().enumerate() {
             groups[1 + i] = Some(fully_shard(rt, cfg, orig, ps, true, &mut || Ok(()))?);
@@ -252,8 +231,34 @@ impl Fsdp {
         let dtype = pd.unwrap_or(self.orig);
         let world = self.cfg.world;
         // in forward and pre-backward, on the copy-in stream (`get_all_gather_streams`)
+        let offload = self.cfg.cpu_offload;
+        let orig = self.orig;
+        let shards: Vec<i64> = g.params.iter().map(Param::padded_numel).collect();
         let out = rt.with_stream(COPY_IN_STREAM, || -> Result<Tensor> {
             rt.with_category(Category::Communication, || {
+                if offload {
+                    // `FSDPParam.all_gather_inputs` per parameter (no foreach
+                    // fast path): the shard copied to the GPU, then cast to
+                    // `param_dtype` (the copy freed); the inputs go last first
+                    // once the output is allocated
+                    let mut inputs = Vec::with_capacity(shards.len());
+                    for &n in &shards {
+                        let copy = rt.empty(&[n], orig, Device::Cuda)?;
+                        inputs.push(match pd {
+                            Some(d) => {
+                                let c = rt.empty(&[n], d, Device::Cuda)?;
+                                drop(copy);
+                                c
+                            }
+                            None => copy,
+                        });
+                    }
+                    let out = rt.empty(&[total * world], dtype, Device::Cuda)?;
+                    while let Some(i) = inputs.pop() {
+                        drop(i);
+                    }
+                    return Ok(out);
+                }
                 // `_get_param_all_gather_inputs`: one flat `param_dtype` copy
                 let flat = match pd {
                     Some(d) => Some(rt.empty(&[total], d, Device::Cuda)?),
@@ -267,7 +272,7 @@ impl Fsdp {
         self.groups[gi].all_gather = Some(out);
         if !self.nccl_taken.0 {
             self.nccl_taken.0 = true;
-            rt.driver_outside("nccl_all_gather", NCCL_FIRST_FORWARD)?;
+            super::nccl::fsdp_first_all_gather(&rt)?;
         }
         Ok(())
     }
@@ -487,25 +492,26 @@ impl Fsdp {
         for &k in &with_grad {
             let p = &g.params[k];
             let n = p.rows * p.rest;
-            let view = out.narrow(0, off, n).view(&p.sharded_shape())?;
+            let mut view = out.narrow(0, off, n).view(&p.sharded_shape())?;
+            if self.cfg.cpu_offload {
+                // `new_sharded_grad.to("cpu")` (pinned)
+                view = rt.empty(&p.sharded_shape(), view.dtype(), Device::Cpu)?;
+            }
             match p.sharded.grad() {
                 Some(acc) => acc.add_(&view, 1.0)?,
                 None => p.sharded.set_grad(Some(view)),
             }
             off += p.padded_numel();
         }
-        drop(out);
+        // under offload the output goes with `foreach_reduce`'s locals,
+        // after the last unsharded gradient (the GPU's traces)
         drop(last);
+        drop(out);
         self.reduce_scatter_state = Some(input);
         if !self.nccl_taken.1 {
             self.nccl_taken.1 = true;
             let bits16 = self.param_dtype().unwrap_or(self.orig) != DType::F32;
-            let b = if bits16 {
-                NCCL_FIRST_BACKWARD.1
-            } else {
-                NCCL_FIRST_BACKWARD.0
-            };
-            rt.driver_outside("nccl_reduce_scatter", b)?;
+            super::nccl::first_backward(&rt, bits16).map_err(to_engine)?;
         }
         Ok(())
     }
@@ -566,9 +572,14 @@ fn fully_shard(
         let rest: i64 = shape[1..].iter().product();
         let (padded_rows, rows) = chunk_rows(shape[0], cfg.world, cfg.rank);
         // padded_sharded_param = param_data.new_zeros(padded_sharded_size)
-        let data = rt.with_category(Category::Parameter, || {
+        let mut data = rt.with_category(Category::Parameter, || {
             rt.zeros(&[padded_rows * rest], orig, Device::Cuda)
         })?;
+        if cfg.cpu_offload {
+            // `padded_sharded_param.cpu().pin_memory()`: the GPU copy freed
+            let host = rt.empty(&[padded_rows * rest], orig, Device::Cpu)?;
+            drop(std::mem::replace(&mut data, host));
+        }
         let mut sshape = shape.clone();
         sshape[0] = rows;
         let sharded = data.narrow(0, 0, rows * rest).view(&sshape)?.detach();

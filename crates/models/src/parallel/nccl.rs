@@ -1,0 +1,62 @@
+//! NCCL's device memory outside the caching allocator (its communicator's
+//! buffers, its collectives' first use), taken through the driver as the
+//! cuBLAS handles are. Measured with `cudaMemGetInfo` on H200s (NCCL 2.28.9,
+//! PyTorch 2.11; `fixtures/multi/README.md`) as `total - free - reserved`
+//! phase by phase, the same on every rank.
+
+use vramscope_engine::Runtime;
+
+use crate::error::Result;
+
+/// After `init_process_group(device_id=...)`: 456.0625 MiB over the
+/// context the twin takes.
+const INIT: u64 = (456 << 20) + (1 << 16);
+/// FSDP's first forward: 382 MiB beyond cuBLAS's first handle (its first
+/// all-gathers).
+const FSDP_FIRST_FORWARD: u64 = 382 << 20;
+/// DDP's construction (its first all-gather and broadcasts): 478 MiB, of
+/// which 92 the first cuBLAS handle does not take again (its first forward
+/// adds 66 MiB where FSDP's adds 158 + 382).
+const DDP_CONSTRUCTION: u64 = 386 << 20;
+const DDP_AHEAD_OF_BLAS: u64 = 92 << 20;
+/// The first reduce-scatter or all-reduce: 2 MiB beyond the autograd
+/// thread's handle, 4 where the gradients are 16-bit.
+const FIRST_BACKWARD: (u64, u64) = (2 << 20, 4 << 20);
+/// The world size those were measured at.
+const MEASURED_WORLD: i64 = 2;
+
+/// `init_process_group`: the communicator; at a world size not measured,
+/// the twin takes the measured bytes and names them.
+pub(crate) fn init_process_group(rt: &Runtime, world: i64) -> Result<()> {
+    rt.driver_outside("nccl_init", INIT)?;
+    if world != MEASURED_WORLD {
+        rt.note_unmeasured_size(format!(
+            "NCCL's memory outside the allocator over {world} ranks: taken as measured over \
+             {MEASURED_WORLD} ({} MiB at init, {} MiB more by the first backward)",
+            INIT >> 20,
+            (FSDP_FIRST_FORWARD + FIRST_BACKWARD.1) >> 20
+        ));
+    }
+    Ok(())
+}
+
+/// FSDP's first all-gather.
+pub(crate) fn fsdp_first_all_gather(rt: &Runtime) -> Result<()> {
+    Ok(rt.driver_outside("nccl_all_gather", FSDP_FIRST_FORWARD)?)
+}
+
+/// DDP's first collectives, in its constructor.
+pub(crate) fn ddp_construction(rt: &Runtime) -> Result<()> {
+    rt.driver_outside("nccl_ddp_init", DDP_CONSTRUCTION)?;
+    Ok(rt.driver_outside_ahead_of_blas("nccl_ddp_init", DDP_AHEAD_OF_BLAS)?)
+}
+
+/// The first reduce-scatter (FSDP) or all-reduce (DDP) in backward.
+pub(crate) fn first_backward(rt: &Runtime, bits16: bool) -> Result<()> {
+    let b = if bits16 {
+        FIRST_BACKWARD.1
+    } else {
+        FIRST_BACKWARD.0
+    };
+    Ok(rt.driver_outside("nccl_reduce_scatter", b)?)
+}
