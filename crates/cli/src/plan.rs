@@ -304,7 +304,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         ..base.clone()
     };
     let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?
-        .map_or(0, |r| r.driver.iter().map(|d| d.what).sum());
+        .map_or(0, |r| r.driver_bytes_before(usize::MAX));
     let capacity = args.gpu.capacity(driver)?;
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);

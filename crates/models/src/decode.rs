@@ -445,15 +445,17 @@ impl<'a> Serving<'a> {
         })
     }
 
-    fn malloc(&mut self, bytes: u64, step: usize, q: usize) -> Result<Handle, String> {
-        let h = self
-            .alloc
-            .malloc_handle(bytes, 0)
-            .map_err(|e| e.to_string())?;
+    fn malloc(&mut self, bytes: u64, step: usize, q: usize) -> Result<Handle, Refused> {
+        let at = StepRequest { step, request: q };
+        let h = self.alloc.malloc_handle(bytes, 0).map_err(|e| Refused {
+            at,
+            bytes,
+            message: e.to_string(),
+        })?;
         let cur = self.alloc.stats().allocated_bytes.all().current;
         if cur > self.best_allocated {
             self.best_allocated = cur;
-            self.best_at = Some(StepRequest { step, request: q });
+            self.best_at = Some(at);
         }
         let n = self.ring.len();
         self.ring[step % n].handles.push(h);
@@ -499,16 +501,8 @@ impl<'a> Serving<'a> {
                     }
                     match m.reqs.requests[i] {
                         Request::Malloc(b) | Request::Scratch(b) => {
-                            if let Err(message) = self.malloc(b, k, i - s) {
-                                let at = StepRequest {
-                                    step: k,
-                                    request: i - s,
-                                };
-                                oom = Some(Refused {
-                                    at,
-                                    bytes: b,
-                                    message,
-                                });
+                            if let Err(refused) = self.malloc(b, k, i - s) {
+                                oom = Some(refused);
                                 break 'steps;
                             }
                         }
@@ -533,31 +527,15 @@ impl<'a> Serving<'a> {
                         Step::Malloc { size, slope } => {
                             let b = size as i128 + slope as i128 * ahead;
                             let b = u64::try_from(b).ok()?;
-                            if let Err(message) = self.malloc(b, k, q) {
-                                let at = StepRequest {
-                                    step: k,
-                                    request: q,
-                                };
-                                oom = Some(Refused {
-                                    at,
-                                    bytes: b,
-                                    message,
-                                });
+                            if let Err(refused) = self.malloc(b, k, q) {
+                                oom = Some(refused);
                                 break 'steps;
                             }
                         }
                         Step::Scratch { rule } => {
                             let b = self.rules[rule].bytes_at(ahead as i64, self.profile?)?;
-                            if let Err(message) = self.malloc(b, k, q) {
-                                let at = StepRequest {
-                                    step: k,
-                                    request: q,
-                                };
-                                oom = Some(Refused {
-                                    at,
-                                    bytes: b,
-                                    message,
-                                });
+                            if let Err(refused) = self.malloc(b, k, q) {
+                                oom = Some(refused);
                                 break 'steps;
                             }
                         }

@@ -391,6 +391,16 @@ impl Requests {
                 .all(|(a, b)| a.same_kind(b))
     }
 
+    /// The device memory the driver takes outside the allocator before
+    /// request `end` ([`Requests::driver`]).
+    pub fn driver_bytes_before(&self, end: usize) -> u64 {
+        self.driver
+            .iter()
+            .filter(|d| d.at < end)
+            .map(|d| d.what)
+            .sum()
+    }
+
     /// The phases of step `step` (by their names' digits), if they are one
     /// contiguous run.
     pub fn step_phases(&self, step: usize) -> Option<std::ops::Range<usize>> {
@@ -785,7 +795,7 @@ pub fn verdict_from_planned(
     let limit = allowed.min(profile.usable_memory) as i64;
     // the device's room once the driver has taken all it takes (the least
     // it ever has)
-    let driver: u64 = requests.driver.iter().map(|d| d.what).sum();
+    let driver = requests.driver_bytes_before(usize::MAX);
     let least = allowed.min(profile.usable_memory.saturating_sub(driver)) as i64;
     let unmet = config.allows(Shortcut::UnmetLimit {
         memory_fraction: memory_fraction.is_some(),

@@ -66,12 +66,7 @@ fn the_driver_share_is_the_gpus_at_every_phase() {
             let outside = used - gpu["reserved_bytes"].as_i64().unwrap();
             // the driver's takes before the phase's last request (each
             // comes before the op's own mallocs)
-            let driver: u64 = reqs
-                .driver
-                .iter()
-                .filter(|d| d.at < *end)
-                .map(|d| d.what)
-                .sum();
+            let driver = reqs.driver_bytes_before(*end);
             let twin = context + driver as i64;
             assert_eq!(
                 p.reserved_bytes, rec.phases[i].reserved_bytes,

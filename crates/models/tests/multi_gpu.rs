@@ -339,12 +339,7 @@ fn outside(cases: &str, fixture: &str, world: i64) -> usize {
                 let outside = g["device_used_bytes"].as_i64().unwrap()
                     - g["reserved_bytes"].as_i64().unwrap()
                     - host;
-                let driver: u64 = reqs
-                    .driver
-                    .iter()
-                    .filter(|d| d.at < *end)
-                    .map(|d| d.what)
-                    .sum();
+                let driver = reqs.driver_bytes_before(*end);
                 let twin = context + driver as i64;
                 let want = OUTSIDE_KNOWN
                     .iter()

@@ -500,7 +500,7 @@ fn on_a_whole_card_the_replay_meets_the_drivers_share_where_the_model_does() {
     for (case, config) in cases().into_iter().step_by(3) {
         let full = options(&case);
         let reqs = requests(&config, &case.workload, &full);
-        let driver: u64 = reqs.driver.iter().map(|d| d.what).sum();
+        let driver = reqs.driver_bytes_before(usize::MAX);
         assert!(
             !reqs.driver.is_empty() && driver > 0,
             "{}: no cuBLAS handle",
