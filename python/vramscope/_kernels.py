@@ -398,14 +398,23 @@ def _num_bits(max_key: int) -> int:
     return max(1, max_key.bit_length())
 
 
+def _expanded_strides(t, shape) -> list:
+    """`t.expand(shape).stride()`, without running the op."""
+    pad = len(shape) - t.dim()
+    sizes, strides = [1] * pad + list(t.shape), [0] * pad + list(t.stride())
+    return [0 if sz == 1 and n != 1 else st for sz, st, n in zip(sizes, strides, shape, strict=True)]
+
+
 def _index_put_sorted(cap, func, call, outs):
     """`index_put_(accumulate=True)` on CUDA goes through `index_put_with_sort_kernel`
-    (cuda/Indexing.cu): `wrapIndexOnce` checks the range unless `unsafe` (`max()`, a bool, `min()`,
-    a bool), takes `index.remainder(size)` and multiplies it by the stride (the linear index), then
-    makes the value contiguous, then sorts the index (`sorted_indices`, `orig_indices`, an `arange`)
-    with `cuda::cub::radix_sort_pairs` on the bits of the largest slice index. Modelled for one int64
-    index into a contiguous tensor with a value of the indexed shape (out of place, `index_put` does it
-    to its fresh copy); the allocations as the H200 sweep and blind7/g05 list them."""
+    (cuda/Indexing.cu). `computeLinearIndex` takes each index tensor, broadcast: `wrapIndexOnce`
+    checks the range unless `unsafe` (`max()`, a bool, `min()`, a bool), takes `remainder(size)`
+    and multiplies it by the dim's stride; the first product is the linear index, later ones are
+    added to it in place. Then the value is made contiguous and the index sorted (`sorted_indices`,
+    `orig_indices`, an `arange`) with `cuda::cub::radix_sort_pairs` on the bits of the largest slice
+    index. Modelled for int64 indices on adjacent dims of a contiguous tensor and a value of the
+    indexed shape (out of place, `index_put` does it to its fresh copy); the allocations as the H200
+    sweep and blind7/g05 list them."""
     (args, kw) = call
     self_ = args[0]
     indices = args[1]
@@ -415,28 +424,39 @@ def _index_put_sorted(cap, func, call, outs):
         return
     op = func._schema.name
     defined = [(d, i) for d, i in enumerate(indices) if i is not None]
+    dims = [d for d, _ in defined]
     values = args[2]
-    if len(defined) != 1 or defined[0][1].dtype != torch.int64 or not self_.is_contiguous():
+    if (
+        not defined
+        or any(i.dtype != torch.int64 for _, i in defined)
+        or dims != list(range(dims[0], dims[0] + len(dims)))
+        or not self_.is_contiguous()
+    ):
         cap.note_unmeasured(f"index_put_(accumulate=True) of this indexing ({op})")
         return
-    d, index = defined[0]
-    n = index.numel()
+    shape = list(torch.broadcast_shapes(*(i.shape for _, i in defined)))
+    n = math.prod(shape)
     if n == 0:
         return
-    slice_size = math.prod(self_.shape[d + 1 :])
-    if values.numel() != n * math.prod(self_.shape[:d]) * slice_size or slice_size == 0:
+    slice_size = math.prod(self_.shape[dims[-1] + 1 :])
+    if values.numel() != n * math.prod(self_.shape[: dims[0]]) * slice_size or slice_size == 0:
         cap.note_unmeasured(f"index_put_(accumulate=True) with a broadcast value ({op})")
         return
-    checks = []
-    if not unsafe:
-        for _ in range(2):  # max, then min
-            checks.append(cap.malloc(8, op, "temporary"))
-            reduce_scratch(cap, list(index.shape), None, [True] * index.dim(), 8, 8, op)
-            flag = cap.malloc(1, op, "temporary")
-            del flag
-    wrapped = cap.malloc(n * 8, op, "temporary")
-    linear = cap.malloc(n * 8, op, "temporary")
-    del wrapped, checks
+    linear = None
+    for _d, index in defined:
+        checks = []
+        if not unsafe:
+            for _ in range(2):  # max, then min
+                checks.append(cap.malloc(8, op, "temporary"))
+                reduce_scratch(cap, shape, _expanded_strides(index, shape), [True] * len(shape), 8, 8, op)
+                flag = cap.malloc(1, op, "temporary")
+                del flag
+        wrapped = cap.malloc(n * 8, op, "temporary")
+        product = cap.malloc(n * 8, op, "temporary")
+        del wrapped, checks
+        if linear is None:
+            linear = product
+        del product  # `linearIndex += index`
     # `expandedValue.expand(vals_shape).contiguous()`
     value_copy = (
         None
