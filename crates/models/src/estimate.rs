@@ -1326,13 +1326,14 @@ fn fsdp_load(
             "FSDP for inference, gradient accumulation or autocast (training steps only)".into(),
         ));
     }
-    // (what the GPUs checked: the optimizer's foreach ops over the shards)
-    if !matches!(
-        w.optimizer,
-        vramscope_engine::optim::OptimizerKind::AdamW
-            | vramscope_engine::optim::OptimizerKind::Adam
-    ) || w.optimizer_impl != vramscope_engine::optim::Implementation::Foreach
-    {
+    // (what the GPUs checked: the optimizer's foreach ops over the shards;
+    // each new optimizer decides here)
+    use vramscope_engine::optim::{Implementation, OptimizerKind};
+    let sharded = match w.optimizer {
+        OptimizerKind::AdamW | OptimizerKind::Adam => true,
+        OptimizerKind::Sgd | OptimizerKind::Adagrad | OptimizerKind::RmsProp => false,
+    };
+    if !sharded || w.optimizer_impl != Implementation::Foreach {
         return Err(ModelError::Unsupported(format!(
             "FSDP with {:?} ({:?}): AdamW and Adam in their foreach form are modelled",
             w.optimizer, w.optimizer_impl

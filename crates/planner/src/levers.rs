@@ -98,7 +98,13 @@ pub fn lever_list(config: &HfConfig, base: &Workload, alloc: &AllocatorConfig) -
                 );
             }
         }
-        if matches!(base.optimizer, OptimizerKind::AdamW | OptimizerKind::Adam) {
+        // a lever for the optimizers that keep two moments per parameter
+        // (each new optimizer decides here)
+        let two_moments = match base.optimizer {
+            OptimizerKind::AdamW | OptimizerKind::Adam => true,
+            OptimizerKind::Sgd | OptimizerKind::Adagrad | OptimizerKind::RmsProp => false,
+        };
+        if two_moments {
             push(
                 "optimizer -> SGD momentum 0.9",
                 Workload {
