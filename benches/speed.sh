@@ -61,6 +61,16 @@ whole "estimate llama-3.1-8b train bf16 b4 s2048" \
     "$bin" estimate --model llama-3.1-8b --mode train --batch 4 --seq 2048 --weights bf16 --json
 whole "plan llama-3.1-8b train bf16 seq 512 (largest batch, boundary scan)" \
     "$bin" plan --model llama-3.1-8b --mode train --seq 512 --weights bf16 --no-levers --json
+# issue #33: FSDP and DDP (every rank group an estimate; the plan's searches)
+whole "estimate llama-3.1-70b train bf16 b1 s4096 --fsdp 8 --checkpointing" \
+    "$bin" estimate --model llama-3.1-70b --mode train --batch 1 --seq 4096 --weights bf16 \
+    --gpu h200 --fsdp 8 --checkpointing --json
+whole "plan llama-3.1-70b train bf16 s4096 --fsdp 8 --checkpointing --target-batch 64" \
+    "$bin" plan --model llama-3.1-70b --mode train --seq 4096 --weights bf16 --gpu h200 \
+    --fsdp 8 --checkpointing --target-batch 64 --json
+whole "plan llama-3.1-8b train bf16 s4096 --ddp 8 --checkpointing --target-batch 64" \
+    "$bin" plan --model llama-3.1-8b --mode train --seq 4096 --weights bf16 --gpu h200 \
+    --ddp 8 --checkpointing --target-batch 64 --json
 for mode in train infer; do
     "$bin" plan --model llama-3.1-8b --mode $mode --weights bf16 --batch 1..64 \
         --seq 512,1024,2048,4096 --csv > /tmp/speed_sweep.$$ || true

@@ -283,8 +283,8 @@ fn bar(len: Option<u64>, msg: &str) -> ProgressBar {
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let config = args.model.config()?;
     args.workload.check(&config)?;
-    if args.parallel.fsdp.is_some() {
-        // the largest batch per rank, the fewest GPUs, FSDP's levers
+    if args.parallel.fsdp.is_some() || args.parallel.ddp.is_some() {
+        // the largest batch per rank, the fewest GPUs, the levers
         return crate::plan_parallel::run(args, &config);
     }
     let base = args.workload.workload(&config, 1);

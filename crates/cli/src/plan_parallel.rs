@@ -1,7 +1,9 @@
-//! `vramscope plan --fsdp N`: under FSDP2, the largest batch per rank on N
-//! GPUs, the fewest GPUs for a global batch (`--target-batch`), and FSDP's
-//! levers at the batch found, each from the twin's run of every rank that
-//! shards differently (the GPU's own out-of-memory path decides "fits").
+//! `vramscope plan --fsdp N` / `--ddp N`: under FSDP2 or DDP, the largest
+//! batch per rank on N GPUs, the fewest GPUs for a global batch
+//! (`--target-batch`), and the levers at the batch found (FSDP against DDP,
+//! resharding, mixed precision, checkpointing, CPU offload, more GPUs),
+//! each from the twin's run of every rank that differs (the GPU's own
+//! out-of-memory path decides "fits").
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -12,7 +14,7 @@ use vramscope_alloc::format_size;
 use vramscope_engine::DType;
 use vramscope_models::parallel::fsdp::rank_classes;
 use vramscope_models::{
-    estimate, Checkpointing, EstimateOptions, FsdpConfig, HfConfig, Parallel, Workload,
+    estimate, Checkpointing, DdpConfig, EstimateOptions, FsdpConfig, HfConfig, Parallel, Workload,
 };
 
 use crate::estimate::emit;
@@ -31,13 +33,48 @@ struct Outcome {
     peak_reserved: i64,
 }
 
+/// `par` over `n` ranks.
+fn with_world(par: &Parallel, n: i64) -> Parallel {
+    match par {
+        Parallel::Fsdp(f) => Parallel::Fsdp(FsdpConfig {
+            world: n,
+            ..f.clone()
+        }),
+        Parallel::Ddp(d) => Parallel::Ddp(DdpConfig {
+            world: n,
+            ..d.clone()
+        }),
+    }
+}
+
+/// One rank of each group whose memory is the same: FSDP's ranks that
+/// shard alike; under DDP every rank is the same.
+fn representatives(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+) -> anyhow::Result<Vec<Parallel>> {
+    Ok(match par {
+        Parallel::Fsdp(f) => rank_classes(config, base.task, f.world)?
+            .into_iter()
+            .map(|ranks| {
+                Parallel::Fsdp(FsdpConfig {
+                    rank: ranks[0],
+                    ..f.clone()
+                })
+            })
+            .collect(),
+        Parallel::Ddp(_) => vec![par.clone()],
+    })
+}
+
 fn run_ranks(
     config: &HfConfig,
     base: &Workload,
-    fsdp: &FsdpConfig,
+    par: &Parallel,
     options: &EstimateOptions,
 ) -> anyhow::Result<Outcome> {
-    run_ranks_for(config, base, fsdp, options, true)
+    run_ranks_for(config, base, par, options, true)
 }
 
 /// [`run_ranks`]; without `figures`, whether all fit only (no run without
@@ -45,7 +82,7 @@ fn run_ranks(
 fn run_ranks_for(
     config: &HfConfig,
     base: &Workload,
-    fsdp: &FsdpConfig,
+    par: &Parallel,
     options: &EstimateOptions,
     figures: bool,
 ) -> anyhow::Result<Outcome> {
@@ -53,12 +90,9 @@ fn run_ranks_for(
         fits: true,
         peak_reserved: 0,
     };
-    for ranks in rank_classes(config, base.task, fsdp.world)? {
+    for p in representatives(config, base, par)? {
         let w = Workload {
-            parallel: Some(Parallel::Fsdp(FsdpConfig {
-                rank: ranks[0],
-                ..fsdp.clone()
-            })),
+            parallel: Some(p),
             ..base.clone()
         };
         let mut e = estimate(config, &w, options)?;
@@ -78,7 +112,7 @@ fn run_ranks_for(
 fn largest_batch(
     config: &HfConfig,
     base: &Workload,
-    fsdp: &FsdpConfig,
+    par: &Parallel,
     options: &EstimateOptions,
 ) -> anyhow::Result<i64> {
     let fits = |b: i64| -> anyhow::Result<bool> {
@@ -86,7 +120,7 @@ fn largest_batch(
             batch: b,
             ..base.clone()
         };
-        Ok(run_ranks_for(config, &w, fsdp, options, false)?.fits)
+        Ok(run_ranks_for(config, &w, par, options, false)?.fits)
     };
     if !fits(1)? {
         return Ok(0);
@@ -129,6 +163,8 @@ struct FewestJson {
 #[derive(Serialize)]
 struct PlanFsdpJson<'a> {
     schema: &'static str,
+    /// `fsdp` or `ddp`
+    parallel: &'static str,
     model_type: &'a str,
     gpu: &'a str,
     world: i64,
@@ -140,13 +176,13 @@ struct PlanFsdpJson<'a> {
     levers: Vec<LeverJson>,
 }
 
-/// Run `vramscope plan --fsdp N`.
+/// Run `vramscope plan --fsdp N` or `--ddp N`.
 pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
     if args.batch.is_some() {
-        bail!("plan --fsdp searches the batch; a --batch sweep is not modelled under FSDP yet");
+        bail!("plan --fsdp/--ddp searches the batch; a --batch sweep is not modelled there yet");
     }
     if args.workload.seqs().len() > 1 {
-        bail!("plan --fsdp takes one --seq");
+        bail!("plan --fsdp/--ddp takes one --seq");
     }
     let profile = args.gpu.profile()?;
     let options = EstimateOptions {
@@ -157,18 +193,17 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         record_trace: false,
     };
     let base = args.workload.workload(config, 1);
-    let Some(Parallel::Fsdp(fsdp)) = args.parallel.parallel(0)? else {
-        bail!("plan --fsdp needs --fsdp N");
+    let Some(par) = args.parallel.parallel(0)? else {
+        bail!("plan --fsdp/--ddp needs --fsdp N or --ddp N");
     };
-    let max = largest_batch(config, &base, &fsdp, &options)?;
-    let at = args
-        .target_batch
-        .map_or(max.max(1), |t| div_up(t, fsdp.world));
+    let world = par.world();
+    let max = largest_batch(config, &base, &par, &options)?;
+    let at = args.target_batch.map_or(max.max(1), |t| div_up(t, world));
     let given = Workload {
         batch: at,
         ..base.clone()
     };
-    let here = run_ranks(config, &given, &fsdp, &options)?;
+    let here = run_ranks(config, &given, &par, &options)?;
     // the fewest GPUs for a global batch: each rank runs ceil(B / n). A
     // rank's memory falls as n grows (smaller shards, smaller batch), so the
     // largest n is tried first and then the boundary is bisected
@@ -179,11 +214,7 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
                     batch: div_up(t, n),
                     ..base.clone()
                 };
-                let f = FsdpConfig {
-                    world: n,
-                    ..fsdp.clone()
-                };
-                Ok(run_ranks_for(config, &w, &f, &options, false)?.fits)
+                Ok(run_ranks_for(config, &w, &with_world(&par, n), &options, false)?.fits)
             };
             let found = if fits_on(MAX_GPUS)? {
                 let (mut lo, mut hi) = (1, MAX_GPUS);
@@ -207,80 +238,52 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    // FSDP's levers, each at the same batch per rank
-    let mut variants: Vec<(String, Workload, FsdpConfig)> = Vec::new();
-    if fsdp.param_dtype.is_none() && base.weights == DType::F32 {
-        variants.push((
-            "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)".into(),
-            given.clone(),
-            FsdpConfig {
-                param_dtype: Some(DType::BF16),
-                ..fsdp.clone()
-            },
-        ));
-    }
-    variants.push((
-        format!(
-            "reshard_after_forward={}",
-            if fsdp.reshard_after_forward {
-                "False"
-            } else {
-                "None (the default)"
-            }
-        ),
-        given.clone(),
-        FsdpConfig {
-            reshard_after_forward: !fsdp.reshard_after_forward,
-            ..fsdp.clone()
-        },
-    ));
-    if given.checkpointing.is_none() {
-        variants.push((
-            "gradient checkpointing of every layer".into(),
-            Workload {
-                checkpointing: Some(Checkpointing::Every(1)),
-                ..given.clone()
-            },
-            fsdp.clone(),
-        ));
-    }
-    // twice the GPUs: the same global batch (the target's), or the same
-    // batch per rank
-    let per = args.target_batch.map_or(at, |t| div_up(t, fsdp.world * 2));
-    variants.push((
-        format!("{} GPUs, batch {per} per rank", fsdp.world * 2),
-        Workload {
-            batch: per,
-            ..given.clone()
-        },
-        FsdpConfig {
-            world: fsdp.world * 2,
-            ..fsdp.clone()
-        },
-    ));
+    let levers_at = levers(&par, &given, base.weights);
     let mut levers = vec![LeverJson {
         name: "as given".into(),
         peak_reserved_bytes: here.peak_reserved,
         fits: here.fits,
     }];
-    for (name, w, f) in variants {
-        let o = run_ranks(config, &w, &f, &options)?;
+    for (name, w, p) in levers_at {
+        let o = run_ranks(config, &w, &p, &options)?;
         levers.push(LeverJson {
             name,
             peak_reserved_bytes: o.peak_reserved,
             fits: o.fits,
         });
     }
+    // twice the GPUs: the same global batch (the target's), or the same
+    // batch per rank
+    let per = args.target_batch.map_or(at, |t| div_up(t, world * 2));
+    let w = Workload {
+        batch: per,
+        ..given.clone()
+    };
+    let o = run_ranks(config, &w, &with_world(&par, world * 2), &options)?;
+    levers.push(LeverJson {
+        name: format!("{} GPUs, batch {per} per rank", world * 2),
+        peak_reserved_bytes: o.peak_reserved,
+        fits: o.fits,
+    });
+    let (kind, title) = match par {
+        Parallel::Fsdp(_) => ("fsdp", "FSDP2"),
+        Parallel::Ddp(_) => ("ddp", "DDP"),
+    };
     let mut out: Vec<u8> = Vec::new();
     if args.json {
         let j = PlanFsdpJson {
-            schema: "vramscope.plan_fsdp/1",
+            schema: if kind == "fsdp" {
+                "vramscope.plan_fsdp/1"
+            } else {
+                "vramscope.plan_ddp/1"
+            },
+            parallel: kind,
             model_type: &config.model_type,
             gpu: profile.name,
-            world: fsdp.world,
+            world,
             seq: base.seq,
             max_batch_per_rank: max,
-            max_global_batch: max * fsdp.world,
+            max_global_batch: max * world,
             peak_reserved_bytes: here.peak_reserved,
             fewest_gpus: fewest,
             levers,
@@ -291,16 +294,16 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         if max == 0 {
             writeln!(
                 out,
-                "FSDP2 over {} GPUs ({}): not even batch 1 per rank fits",
-                fsdp.world, profile.name
+                "{title} over {} GPUs ({}): not even batch 1 per rank fits",
+                world, profile.name
             )?;
         } else {
             writeln!(
                 out,
-                "FSDP2 over {} GPUs ({}): largest batch per rank {max} (global {}), seq {}",
-                fsdp.world,
+                "{title} over {} GPUs ({}): largest batch per rank {max} (global {}), seq {}",
+                world,
                 profile.name,
-                max * fsdp.world,
+                max * world,
                 base.seq
             )?;
         }
@@ -339,6 +342,108 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         &out,
         ExitCode::from(if max > 0 { EXIT_OK } else { EXIT_DIFFERENT }),
     )
+}
+
+/// The levers at the same batch per rank and world size, each named, with
+/// its workload and parallelism: FSDP's mixed precision, resharding, CPU
+/// offload and DDP instead; DDP's gradients as bucket views and FSDP
+/// instead (with bf16 mixed precision too, for fp32 weights); checkpointing.
+fn levers(par: &Parallel, given: &Workload, weights: DType) -> Vec<(String, Workload, Parallel)> {
+    let mut v: Vec<(String, Workload, Parallel)> = Vec::new();
+    let fsdp_default = FsdpConfig {
+        world: par.world(),
+        rank: 0,
+        param_dtype: None,
+        reshard_after_forward: true,
+        cpu_offload: false,
+    };
+    let mp = "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)";
+    match par {
+        Parallel::Fsdp(f) => {
+            if f.param_dtype.is_none() && weights == DType::F32 {
+                let p = FsdpConfig {
+                    param_dtype: Some(DType::BF16),
+                    ..f.clone()
+                };
+                v.push((mp.into(), given.clone(), Parallel::Fsdp(p)));
+            }
+            let flipped = if f.reshard_after_forward {
+                "False"
+            } else {
+                "None (the default)"
+            };
+            let p = FsdpConfig {
+                reshard_after_forward: !f.reshard_after_forward,
+                ..f.clone()
+            };
+            v.push((
+                format!("reshard_after_forward={flipped}"),
+                given.clone(),
+                Parallel::Fsdp(p),
+            ));
+            if !f.cpu_offload {
+                let p = FsdpConfig {
+                    cpu_offload: true,
+                    ..f.clone()
+                };
+                v.push((
+                    "CPUOffloadPolicy()".into(),
+                    given.clone(),
+                    Parallel::Fsdp(p),
+                ));
+            }
+            let d = DdpConfig {
+                world: f.world,
+                bucket_cap_mb: None,
+                gradient_as_bucket_view: false,
+            };
+            v.push((
+                "DDP instead (its defaults)".into(),
+                given.clone(),
+                Parallel::Ddp(d),
+            ));
+        }
+        Parallel::Ddp(d) => {
+            if !d.gradient_as_bucket_view {
+                let p = DdpConfig {
+                    gradient_as_bucket_view: true,
+                    ..d.clone()
+                };
+                v.push((
+                    "gradient_as_bucket_view=True".into(),
+                    given.clone(),
+                    Parallel::Ddp(p),
+                ));
+            }
+            v.push((
+                "FSDP2 instead (fully_shard per layer)".into(),
+                given.clone(),
+                Parallel::Fsdp(fsdp_default.clone()),
+            ));
+            if weights == DType::F32 {
+                let p = FsdpConfig {
+                    param_dtype: Some(DType::BF16),
+                    ..fsdp_default
+                };
+                v.push((
+                    "FSDP2 instead, MixedPrecisionPolicy(param_dtype=bf16)".to_string(),
+                    given.clone(),
+                    Parallel::Fsdp(p),
+                ));
+            }
+        }
+    }
+    if given.checkpointing.is_none() {
+        v.push((
+            "gradient checkpointing of every layer".into(),
+            Workload {
+                checkpointing: Some(Checkpointing::Every(1)),
+                ..given.clone()
+            },
+            par.clone(),
+        ));
+    }
+    v
 }
 
 fn div_up(a: i64, b: i64) -> i64 {

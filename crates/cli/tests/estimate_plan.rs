@@ -862,3 +862,89 @@ fn plan_under_fsdp_finds_the_largest_batch_per_rank_and_the_fewest_gpus() {
     assert_eq!(levers[0]["name"], "as given");
     assert!(levers.len() >= 4, "{j}");
 }
+
+/// `estimate --ddp 2 --json` (issue #33): one group of every rank, the
+/// figures of `ddp_llama_fp32_view` on 2 H200s (`fixtures/multi`), and
+/// `--ddp` with `--fsdp` refused.
+#[test]
+fn ddp_gives_one_group_of_every_rank_with_the_gpus_figures() {
+    let llama = write_config(
+        "ddp_llama",
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+    );
+    let j = json(&vramscope(
+        "estimate",
+        &llama,
+        "--mode train --batch 4 --seq 512 --gpu h200 --ddp 2 --ddp-bucket-mb 25 --ddp-grad-as-bucket-view --json",
+        0,
+    ));
+    assert_eq!(j["workload"]["parallel"]["kind"], "ddp");
+    assert_eq!(j["workload"]["parallel"]["gradient_as_bucket_view"], true);
+    let ranks = j["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 1);
+    assert_eq!(ranks[0]["ranks"], serde_json::json!([0, 1]));
+    let gpu: Vec<Value> =
+        std::fs::read_to_string(repo().join("fixtures/multi/multi_h200_n2.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l: &Value| {
+                l["case"] == "ddp_llama_fp32_view" && l["rank"] == 0 && l["phase"] != "init"
+            })
+            .collect();
+    let phases = j["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), gpu.len());
+    for (p, g) in phases.iter().zip(&gpu) {
+        assert_eq!(p["peak_allocated_bytes"], g["peak_allocated_bytes"]);
+        assert_eq!(p["peak_reserved_bytes"], g["peak_reserved_bytes"]);
+    }
+    vramscope(
+        "estimate",
+        &llama,
+        "--mode train --batch 4 --ddp 2 --fsdp 2",
+        2,
+    );
+    vramscope(
+        "estimate",
+        &llama,
+        "--mode train --batch 4 --ddp 2 --ddp-bucket-mb 0",
+        2,
+    );
+}
+
+/// `plan --ddp N`: the largest batch per rank is the last `estimate --ddp
+/// N` that fits, and FSDP is among the levers.
+#[test]
+fn plan_under_ddp_finds_the_largest_batch_per_rank() {
+    let llama = write_config(
+        "ddp_plan_llama",
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+    );
+    let limit = "--gpu h200 --memory-limit 4GiB --seq 512";
+    let j = json(&vramscope(
+        "plan",
+        &llama,
+        &format!("--mode train {limit} --ddp 2 --target-batch 64 --json"),
+        0,
+    ));
+    assert_eq!(j["schema"], "vramscope.plan_ddp/1");
+    let max = j["max_batch_per_rank"].as_i64().unwrap();
+    assert!(max >= 1, "{j}");
+    let est = |b: i64, code: i32| {
+        vramscope(
+            "estimate",
+            &llama,
+            &format!("--mode train {limit} --ddp 2 --batch {b}"),
+            code,
+        )
+    };
+    est(max, 0);
+    est(max + 1, 1);
+    let levers = j["levers"].as_array().unwrap();
+    assert!(
+        levers
+            .iter()
+            .any(|l| l["name"].as_str().unwrap().starts_with("FSDP2 instead")),
+        "{j}"
+    );
+}
