@@ -130,6 +130,9 @@ for shape, k, dt in (
     ((512, 1000), 5, torch.float32),
     ((1, 20000), 1, torch.float32),
     ((16_000_000,), 1000, torch.float32),
+    ((4096, 1024), 16, torch.float32),
+    ((8192, 512), 8, torch.float32),
+    ((2000, 50000), 4, torch.bfloat16),
 ):
     case(
         f"topk {str(dt)[6:]} {shape} {k}",
