@@ -59,6 +59,9 @@ def main():
                                           **{k: p[k] for k in ("allocated_bytes", "peak_allocated_bytes",
                                                                "reserved_bytes", "peak_reserved_bytes",
                                                                "requested_bytes")})) + "\n")
+            if case.get("per_step"):
+                for st in est.get("decode_steps") or []:
+                    out.write(json.dumps(dict(case=case["name"], phase="decode", **st)) + "\n")
             if est.get("oom"):
                 out.write(json.dumps(dict(case=case["name"], error="oom", oom=est["oom"])) + "\n")
 

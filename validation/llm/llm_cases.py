@@ -22,7 +22,9 @@ For `mode: generate` (`new_tokens` N, `cache` dynamic): `load` (the model, `mode
 do_sample=False)` under no context of ours (generate's own `torch.no_grad()`), split by a forward
 hook on the model at the end of its first call: `prefill` (from the call to that hook: the
 prompt's forward, its logits and cache alive) and `decode` (from there until generate returns,
-`out` alive).
+`out` alive). With `per_step: true`, the hook also ends a step at each later call (one line with
+`step` k: memory_stats() there, then reset_peak_memory_stats(); the last step ends when generate
+returns), the twin's `decode_steps` cut; the decode phase's peaks are then the steps' highest.
 """
 import json
 import os
@@ -143,11 +145,23 @@ def main():
                 end()
         elif case["mode"] == "generate":
             calls = [0]
+            step_peaks = [0, 0]
+
+            def step_end():
+                # per_step: step k ends where forward k+1 returns (the last at generate's end)
+                torch.cuda.synchronize()
+                st = stats(torch)
+                emit(dict(case=name, phase="decode", step=calls[0] - 1, **st))
+                step_peaks[0] = max(step_peaks[0], st["peak_allocated_bytes"])
+                step_peaks[1] = max(step_peaks[1], st["peak_reserved_bytes"])
+                torch.cuda.reset_peak_memory_stats()
 
             def hook(module, args, output):
                 if calls[0] == 0:
                     end()
                     begin("decode")
+                elif case.get("per_step"):
+                    step_end()
                 calls[0] += 1
 
             handle = model.register_forward_hook(hook)
@@ -156,7 +170,13 @@ def main():
                 kw["cache_implementation"] = "static"
             begin("prefill")
             seqs = model.generate(input_ids, **kw)
-            end()
+            if case.get("per_step"):
+                step_end()
+                st = stats(torch)
+                st["peak_allocated_bytes"], st["peak_reserved_bytes"] = step_peaks
+                emit(dict(case=name, phase=cur[0], **st))
+            else:
+                end()
             handle.remove()
             emit(dict(case=name, forwards=calls[0], sequences=list(seqs.shape)))
             del seqs

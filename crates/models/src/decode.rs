@@ -50,6 +50,21 @@ pub(crate) struct DecodeStart {
     pub forward_ends: Vec<usize>,
     /// the requests before the loop's end
     pub loop_done: Option<usize>,
+    /// the cache's sliding windows
+    pub windows: Vec<i64>,
+}
+
+impl DecodeStart {
+    /// Whether every step from [`FROM`] to the last of `new_tokens` is on
+    /// the same side of each sliding window for a prompt of `prompt`
+    /// tokens: iteration `k`'s keys reach a window `w` (the sliding layer
+    /// stops growing and its mask is materialised,
+    /// `DynamicSlidingWindowLayer.get_mask_sizes`) once `prompt + k >= w`.
+    pub(crate) fn one_regime(&self, prompt: i64, new_tokens: i64) -> bool {
+        self.windows
+            .iter()
+            .all(|&w| prompt + FROM >= w || prompt + new_tokens - 1 < w)
+    }
 }
 
 /// The highest peaks of a run of steps.
@@ -723,6 +738,21 @@ mod tests {
             &Workload::generate(Task::Causal, 1, 100, 60),
             &unlimited,
         );
+        // every served step past the window (prompt 100, window 90): the
+        // cut and materialised masks repeat too
+        let past = mistral.replace("512", "90");
+        same(
+            &past,
+            &Workload::generate(Task::Causal, 2, 100, 30),
+            &unlimited,
+        );
+        // a step reaching the window after the template's: every step runs
+        let c = HfConfig::parse(&mistral.replace("512", "120")).unwrap();
+        let w = Workload::generate(Task::Causal, 2, 100, 30);
+        let fast = estimate(&c, &w, &unlimited).unwrap();
+        let full = estimate_every_step(&c, &w, &unlimited).unwrap();
+        assert_eq!(fast.ops_simulated, full.ops_simulated);
+        assert_eq!(fast.phases, full.phases);
         let qwen3 = r#"{"model_type":"qwen3","hidden_size":64,"intermediate_size":128,
             "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
             "head_dim":32,"vocab_size":3000}"#;

@@ -684,6 +684,7 @@ fn run_model_with(
         earlier_peaks: crate::decode::Peaks::default(),
         decode_from,
         decode_start: None,
+        windows: Vec::new(),
     };
     let mut params = ParamCount::default();
     let outcome = drive(config, workload, &mut run, &mut params);
@@ -847,6 +848,8 @@ fn by_decode_template(
         (est.breakdown_at_peak, est.by_module_at_peak) = summarize(&est.live_at_peak);
         return Ok(Some(est));
     }
+    // (a step reaching a sliding window changes what later steps allocate)
+    let start = start.filter(|s| s.one_regime(workload.seq, workload.new_tokens));
     let Some(served) =
         start.and_then(|s| crate::decode::serve(&est, s, workload.new_tokens, &options.profile))
     else {
@@ -1033,6 +1036,8 @@ struct Run {
     /// take the allocator at the start of this decode step
     decode_from: Option<i64>,
     decode_start: Option<crate::decode::DecodeStart>,
+    /// the cache's sliding windows ([`GenerateEvent::Window`])
+    windows: Vec<i64>,
 }
 
 /// The allocator twin as a run's last phase left it, to serve the requests
@@ -1148,12 +1153,14 @@ impl Run {
                         step_starts: Vec::new(),
                         forward_ends: Vec::new(),
                         loop_done: None,
+                        windows: self.windows.clone(),
                     });
                 }
             }
             GenerateEvent::LoopDone => {
                 self.loop_done = Some(requests_so_far(&self.rt));
             }
+            GenerateEvent::Window(w) => self.windows.push(w),
         }
         Ok(())
     }

@@ -225,6 +225,112 @@ impl Tensor {
         iter_output("isin", &[self], DType::Bool, Category::Output)
     }
 
+    /// `t[indices]` with int64 index tensors (`index.Tensor`,
+    /// `AdvancedIndex` in TensorAdvancedIndexing.cpp): the indices broadcast
+    /// to one shape, which replaces the indexed dims where they are adjacent
+    /// (else it leads). On CUDA, two or more indices whose strides differ
+    /// once broadcast are each made contiguous at that shape before the
+    /// output is allocated, and die with the kernel (a GPU record of HF's
+    /// padding-mask construction, as `python/vramscope/_kernels.py`'s
+    /// `_index`). Not differentiable here (no node).
+    pub fn index(&self, indices: &[Option<&Tensor>]) -> Result<Tensor> {
+        if indices.len() > self.dim() {
+            return Err(shape_err(
+                "index",
+                format!(
+                    "too many indices for tensor of dimension {} (got {})",
+                    self.dim(),
+                    indices.len()
+                ),
+            ));
+        }
+        let defined: Vec<(usize, &Tensor)> = indices
+            .iter()
+            .enumerate()
+            .filter_map(|(d, i)| i.map(|t| (d, t)))
+            .collect();
+        let Some(&(first, _)) = defined.first() else {
+            return Ok(self.clone());
+        };
+        let mut shape = Dims::new(&[]);
+        for (_, t) in &defined {
+            if t.dtype() != DType::I64 {
+                return Err(EngineError::Unsupported {
+                    what: format!("indexing with a {} tensor (int64 is modelled)", t.dtype()),
+                });
+            }
+            shape = crate::dims::broadcast_shapes(&shape, t.sizes()).ok_or_else(|| {
+                shape_err(
+                    "index",
+                    format!(
+                        "shape mismatch: indexing tensors could not be broadcast together ({:?}, {:?})",
+                        shape,
+                        t.sizes()
+                    ),
+                )
+            })?;
+        }
+        let last = defined.last().map(|&(d, _)| d).unwrap_or(first);
+        let adjacent = defined.len() == last - first + 1;
+        let rest = |range: std::ops::Range<usize>| -> Vec<i64> {
+            range
+                .filter(|d| indices.get(*d).is_none_or(|i| i.is_none()))
+                .map(|d| self.sizes()[d])
+                .collect()
+        };
+        let out_sizes: Vec<i64> = if adjacent {
+            let mut v = self.sizes()[..first].to_vec();
+            v.extend_from_slice(&shape);
+            v.extend_from_slice(&self.sizes()[last + 1..]);
+            v
+        } else {
+            let mut v = shape.to_vec();
+            v.extend(rest(0..self.dim()));
+            v
+        };
+        // strides of each index broadcast to `shape`, over the dims of size > 1
+        let expanded = |t: &Tensor| -> Vec<i64> {
+            let pad = shape.len() - t.dim();
+            (0..shape.len())
+                .filter(|&k| shape[k] > 1)
+                .map(|k| {
+                    if k < pad || t.sizes()[k - pad] == 1 {
+                        0
+                    } else {
+                        t.strides()[k - pad]
+                    }
+                })
+                .collect()
+        };
+        let first_strides = expanded(defined[0].1);
+        let copies =
+            if defined.len() > 1 && defined.iter().any(|(_, t)| expanded(t) != first_strides) {
+                let n: i64 = shape.iter().product();
+                let mut v = Vec::with_capacity(defined.len());
+                for _ in &defined {
+                    v.push(self.rt().empty_op(
+                        &[n],
+                        DType::I64,
+                        self.device(),
+                        "index",
+                        Category::Temporary,
+                    )?);
+                }
+                v
+            } else {
+                Vec::new()
+            };
+        let out = self.rt().empty_op(
+            &out_sizes,
+            self.dtype(),
+            self.device(),
+            "index",
+            Category::Output,
+        )?;
+        drop(copies);
+        Ok(out)
+    }
+
     /// `t.masked_fill(mask, v)` (out of place): a contiguous clone of the
     /// broadcast `t`, filled in place (`masked_fill` in TensorAdvancedIndexing.cpp).
     pub fn masked_fill(&self, mask: &Tensor) -> Result<Tensor> {
@@ -463,6 +569,43 @@ pub(crate) fn constant_pad_backward(grad: &Tensor, pad: &[i64]) -> Result<Tensor
 #[cfg(test)]
 mod tests {
     use crate::{DType, Device, Runtime};
+
+    /// `t[:, idx]` allocates its output only; `t[b_idx, kv_idx]` with
+    /// indices of different broadcast strides first makes each index
+    /// contiguous at the broadcast shape (int64), freed after the output.
+    #[test]
+    fn index_gathers_and_copies_indices_of_different_strides() {
+        let rt = Runtime::default();
+        let pm = rt.empty(&[3, 40], DType::Bool, Device::Cuda).unwrap();
+        let idx = rt.arange(16, DType::I64, Device::Cuda).unwrap();
+        let before = rt.memory_allocated();
+        let cut = pm.index(&[None, Some(&idx)]).unwrap();
+        assert_eq!(cut.sizes(), &[3, 16]);
+        assert_eq!(rt.memory_allocated() - before, 512);
+        let b = rt.arange(3, DType::I64, Device::Cuda).unwrap();
+        let b = b
+            .unsqueeze(1)
+            .unwrap()
+            .unsqueeze(1)
+            .unwrap()
+            .unsqueeze(1)
+            .unwrap();
+        let kv = idx
+            .unsqueeze(0)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        rt.reset_peak_memory_stats();
+        let base = rt.memory_allocated();
+        let out = cut.index(&[Some(&b), Some(&kv)]).unwrap();
+        assert_eq!(out.sizes(), &[3, 1, 1, 16]);
+        assert_eq!(rt.memory_allocated() - base, 512);
+        // two int64 copies of 48 elements (512 bytes each) and the output
+        assert_eq!(rt.max_memory_allocated() - base, 3 * 512);
+        assert!(pm.index(&[Some(&pm)]).is_err());
+    }
 
     /// `cumsum` of a bool mask as `cumsum_out` runs it: the int64 output,
     /// the int64 copy of the input, and, for a batch of one, CUB's 1,279

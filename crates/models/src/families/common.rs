@@ -1215,7 +1215,7 @@ pub(crate) fn create_causal_mask(
     position_ids: &Tensor,
 ) -> Result<Option<Tensor>> {
     let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
-    let (q_offset, kv_len, kv_offset) = mask_sizes(cache, q_len, false);
+    let (q_offset, kv_len, _) = mask_sizes(cache, q_len, false);
     if cache.is_none() {
         let p = expand_position_ids(position_ids, b)?;
         find_packed_sequence_indices(&p)?;
@@ -1224,7 +1224,7 @@ pub(crate) fn create_causal_mask(
     if q_len == 1 || kv_len == q_len || q_offset == 0 {
         return Ok(None);
     }
-    sdpa_mask(inputs_embeds, b, q_len, kv_len, q_offset, kv_offset, None).map(Some)
+    sdpa_mask(inputs_embeds, b, q_len, kv_len, None, None).map(Some)
 }
 
 /// `create_sliding_window_causal_mask(...)` for `sdpa`: as
@@ -1240,7 +1240,7 @@ pub(crate) fn create_sliding_window_causal_mask(
     sliding_window: i64,
 ) -> Result<Option<Tensor>> {
     let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
-    let (q_offset, kv_len, kv_offset) = mask_sizes(cache, q_len, true);
+    let (q_offset, kv_len, _) = mask_sizes(cache, q_len, true);
     if cache.is_none() {
         let p = expand_position_ids(position_ids, b)?;
         find_packed_sequence_indices(&p)?;
@@ -1248,54 +1248,73 @@ pub(crate) fn create_sliding_window_causal_mask(
     if kv_len < sliding_window && (q_len == 1 || kv_len == q_len || q_offset == 0) {
         return Ok(None);
     }
-    sdpa_mask(
-        inputs_embeds,
-        b,
-        q_len,
-        kv_len,
-        q_offset,
-        kv_offset,
-        Some(sliding_window),
-    )
-    .map(Some)
+    sdpa_mask(inputs_embeds, b, q_len, kv_len, Some(sliding_window), None).map(Some)
 }
 
 /// `create_causal_mask` / `create_sliding_window_causal_mask` for `sdpa`
 /// with the 2-D padding mask `generate` passes (all ones):
-/// `_preprocess_mask_arguments` casts it (`attention_mask.to(bool)`), and
-/// `_ignore_causal_mask_sdpa` skips the mask when `q_len == 1` or
-/// `kv_len == q_len` and `fast_all(padding_mask)` (`sum() == numel()`);
-/// the bool copy dies at return. A sliding layer whose keys reach the
-/// window would materialise the mask with the padding folded in, which the
-/// twin does not model (an error).
+/// `_preprocess_mask_arguments` casts it (`attention_mask.to(bool)`, alive
+/// until the mask is made). `_ignore_causal_mask_sdpa` first cuts a mask
+/// longer than the keys (`padding_mask[:, arange(kv_length) + kv_offset]`,
+/// a sliding layer past its window), then never skips a sliding layer whose
+/// keys reach the window (`local_attention_size`); otherwise it skips when
+/// `q_len == 1` or `kv_len == q_len` and `fast_all(padding_mask)`
+/// (`sum() == numel()`). A mask not skipped is [`sdpa_mask`]'s with the
+/// padding folded in (`and_masks(mask_function, padding_mask_function)`).
 pub(crate) fn generation_mask(
     inputs_embeds: &Tensor,
     cache: &DynamicCache,
     attention_mask: &Tensor,
     sliding_window: Option<i64>,
 ) -> Result<Option<Tensor>> {
-    let q_len = inputs_embeds.size(1);
-    let (_, kv_len, _) = mask_sizes(Some(cache), q_len, sliding_window.is_some());
+    let rt = inputs_embeds.runtime().clone();
+    let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
+    let (_, kv_len, kv_offset) = mask_sizes(Some(cache), q_len, sliding_window.is_some());
     let padding_mask = attention_mask.to_dtype(DType::Bool)?;
-    if let Some(w) = sliding_window {
-        if kv_len >= w {
+    // _ignore_causal_mask_sdpa(padding_mask, ...)
+    let skip = {
+        let cut = if padding_mask.size(-1) > kv_len {
+            let ar = rt.arange(kv_len, DType::I64, Device::Cuda)?;
+            let mask_indices = ar.add_scalar(kv_offset as f64)?;
+            drop(ar);
+            let cut = padding_mask.index(&[None, Some(&mask_indices)])?;
+            Some((cut, mask_indices))
+        } else {
+            None
+        };
+        let pm = cut.as_ref().map(|c| &c.0).unwrap_or(&padding_mask);
+        let past_window = sliding_window.is_some_and(|w| kv_len >= w);
+        let skip = if past_window {
+            false
+        } else if q_len == 1 || kv_len == q_len {
+            let sum = pm.sum()?;
+            let all = sum.eq_scalar(0.0)?;
+            drop(sum);
+            drop(all);
+            true
+        } else {
             return Err(ModelError::Unsupported(format!(
-                "generation past the sliding window ({kv_len} keys, window {w}): the padded \
-                 sliding-window mask is not modelled"
+                "a generation step of {q_len} queries over {kv_len} keys (chunked prefill)"
             )));
-        }
-    }
-    if q_len == 1 || kv_len == q_len {
-        let sum = padding_mask.sum()?;
-        let all = sum.eq_scalar(0.0)?;
-        drop(sum);
-        drop(all);
-        drop(padding_mask);
-        return Ok(None);
-    }
-    Err(ModelError::Unsupported(format!(
-        "a generation step of {q_len} queries over {kv_len} keys (chunked prefill)"
-    )))
+        };
+        // the function's locals die in order: the cut mask, then the indices
+        drop(cut);
+        skip
+    };
+    let mask = if skip {
+        None
+    } else {
+        Some(sdpa_mask(
+            inputs_embeds,
+            b,
+            q_len,
+            kv_len,
+            sliding_window,
+            Some(&padding_mask),
+        )?)
+    };
+    drop(padding_mask);
+    Ok(mask)
 }
 
 /// What one forward of `generate()` passes besides `input_ids`: the 2-D
@@ -1331,15 +1350,15 @@ fn expand_position_ids(position_ids: &Tensor, b: i64) -> Result<Tensor> {
 /// `causal_mask_function` is `kv_idx <= q_idx` (bool `(1,1,q,kv)`); the
 /// sliding one is `and_masks(...)`: `result = q_idx.new_ones((), bool)`, then
 /// per function `result = result & f(...)` (the function's mask dies, then
-/// the old result).
+/// the old result). A 2-D `padding` mask wraps that in one more `and_masks`
+/// whose second function is `padding_mask[batch_idx, kv_idx]`.
 fn sdpa_mask(
     like: &Tensor,
     b: i64,
     q_len: i64,
     kv_len: i64,
-    _q_offset: i64,
-    _kv_offset: i64,
     sliding_window: Option<i64>,
+    padding: Option<&Tensor>,
 ) -> Result<Tensor> {
     let rt = like.runtime().clone();
     let batch_arange = rt.arange(b, DType::I64, Device::Cuda)?;
@@ -1354,24 +1373,38 @@ fn sdpa_mask(
     };
     let q_idx = q_arange.unsqueeze(0)?.unsqueeze(0)?.unsqueeze(-1)?;
     let kv_idx = kv_arange.unsqueeze(0)?.unsqueeze(0)?.unsqueeze(0)?;
-    let mask = match sliding_window {
-        None => kv_idx.le(&q_idx)?,
-        Some(sw) => {
-            let mut result = q_idx.new_full(&[], DType::Bool)?;
-            // sliding_window_overlay: kv_idx > q_idx - sliding_window
-            let overlay = {
-                let t = q_idx.sub_scalar(sw as f64)?;
-                kv_idx.gt(&t)?
-            };
-            let r = result.bitwise_and(&overlay)?;
-            drop(overlay);
-            result = r;
-            // causal_mask_function: kv_idx <= q_idx
-            let causal = kv_idx.le(&q_idx)?;
-            let r = result.bitwise_and(&causal)?;
-            drop(causal);
-            result = r;
-            result
+    let and = |result: Tensor, m: Tensor| -> Result<Tensor> {
+        let r = result.bitwise_and(&m)?;
+        drop(m);
+        drop(result);
+        Ok(r)
+    };
+    let pattern = || -> Result<Tensor> {
+        match sliding_window {
+            None => Ok(kv_idx.le(&q_idx)?),
+            Some(sw) => {
+                let result = q_idx.new_full(&[], DType::Bool)?;
+                // sliding_window_overlay: kv_idx > q_idx - sliding_window
+                let overlay = {
+                    let t = q_idx.sub_scalar(sw as f64)?;
+                    kv_idx.gt(&t)?
+                };
+                let result = and(result, overlay)?;
+                // causal_mask_function: kv_idx <= q_idx
+                and(result, kv_idx.le(&q_idx)?)
+            }
+        }
+    };
+    let mask = match padding {
+        None => pattern()?,
+        Some(pm) => {
+            let result = q_idx.new_full(&[], DType::Bool)?;
+            let result = and(result, pattern()?)?;
+            // padding_mask_function: padding_mask[batch_idx, kv_idx]
+            let batch_idx = batch_arange.unsqueeze(1)?.unsqueeze(1)?.unsqueeze(1)?;
+            let p = pm.index(&[Some(&batch_idx), Some(&kv_idx)])?;
+            drop(batch_idx);
+            and(result, p)?
         }
     };
     drop(q_idx);
@@ -2082,16 +2115,14 @@ impl<D: Decoder> HfModel for CausalLm<D> {
                 "generate() is modelled for llama, mistral, qwen2 and qwen3".into(),
             ));
         }
-        crate::families::generate::generate(
-            &self.rt,
-            input_ids,
-            spec,
-            self.vocab,
-            &layers,
-            &self.tokens,
-            &forward,
-            on,
-        )
+        let model = crate::families::generate::Generator {
+            rt: &self.rt,
+            vocab: self.vocab,
+            cache_layers: &layers,
+            tokens: &self.tokens,
+            forward: &forward,
+        };
+        crate::families::generate::generate(&model, input_ids, spec, on)
     }
 
     fn forward(&self, inputs: &Inputs) -> Result<ModelOutput> {

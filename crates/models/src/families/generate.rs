@@ -62,26 +62,35 @@ pub enum GenerateEvent {
     /// the loop ended (its last step's stopping check returned); the locals
     /// of `generate` die next
     LoopDone,
+    /// before anything runs: a sliding window of the cache (once per
+    /// distinct window); a step whose keys reach it changes what the step
+    /// allocates
+    Window(i64),
 }
 
 /// A forward of the model on `(input_ids, step)`: the logits of the last
 /// position, `(batch, 1, vocab)`.
 pub(crate) type StepForward<'a> = dyn Fn(&Tensor, &GenStep) -> Result<Tensor> + 'a;
 
+/// The model `generate()` drives: its cache's layers (`Some(window)`: a
+/// sliding layer), its vocabulary, its special tokens and its forward.
+pub(crate) struct Generator<'a> {
+    pub(crate) rt: &'a Runtime,
+    /// `config.vocab_size` (the logits' last dim)
+    pub(crate) vocab: i64,
+    /// one entry per cache layer; `Some(window)` for a sliding one
+    pub(crate) cache_layers: &'a [Option<i64>],
+    pub(crate) tokens: &'a Tokens,
+    pub(crate) forward: &'a StepForward<'a>,
+}
+
 /// `model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
-/// do_sample=False)` under `torch.no_grad()`, for a model whose cache has
-/// `cache_layers` (`Some(window)`: a sliding layer) and whose vocabulary is
-/// `vocab`; `on` hears where it is ([`GenerateEvent`]). Returns the
-/// sequences `(batch, prompt + N)`.
-#[allow(clippy::too_many_arguments)]
+/// do_sample=False)` under `torch.no_grad()` for `model`; `on` hears where
+/// it is ([`GenerateEvent`]). Returns the sequences `(batch, prompt + N)`.
 pub(crate) fn generate(
-    rt: &Runtime,
+    model: &Generator,
     input_ids: &Tensor,
     spec: &GenerateSpec,
-    vocab: i64,
-    cache_layers: &[Option<i64>],
-    tokens: &Tokens,
-    forward: &StepForward,
     on: &mut dyn FnMut(GenerateEvent) -> Result<()>,
 ) -> Result<Tensor> {
     if spec.cache != CacheKind::Dynamic {
@@ -95,31 +104,28 @@ pub(crate) fn generate(
             spec.new_tokens
         )));
     }
-    rt.no_grad(|| {
-        run(
-            rt,
-            input_ids,
-            spec,
-            vocab,
-            cache_layers,
-            tokens,
-            forward,
-            on,
-        )
-    })
+    let mut windows: Vec<i64> = model.cache_layers.iter().flatten().copied().collect();
+    windows.sort_unstable();
+    windows.dedup();
+    for w in windows {
+        on(GenerateEvent::Window(w))?;
+    }
+    model.rt.no_grad(|| run(model, input_ids, spec, on))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run(
-    rt: &Runtime,
+    model: &Generator,
     input_ids: &Tensor,
     spec: &GenerateSpec,
-    vocab: i64,
-    cache_layers: &[Option<i64>],
-    tokens: &Tokens,
-    forward: &StepForward,
     on: &mut dyn FnMut(GenerateEvent) -> Result<()>,
 ) -> Result<Tensor> {
+    let Generator {
+        rt,
+        vocab,
+        cache_layers,
+        tokens,
+        forward,
+    } = *model;
     let (b, s) = (input_ids.size(0), input_ids.size(1));
     // _prepare_special_tokens: bos, eos (0-dim ids unsqueezed), pad tensors;
     // without a pad token the pad is the first eos (a view)
@@ -466,6 +472,27 @@ mod tests {
         // the first matmul (32 MiB on an H100) and the (2, 11) int64 sequences
         let grown = est.phases[2].allocated_bytes - est.phases[0].allocated_bytes;
         assert_eq!(grown, (32 << 20) + 512);
+    }
+
+    #[test]
+    fn sliding_layers_past_the_window_cut_and_materialise_the_mask() {
+        let mistral = |window: i64| {
+            HfConfig::parse(&format!(
+                r#"{{"model_type":"mistral","hidden_size":64,"intermediate_size":128,
+                "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+                "vocab_size":100,"sliding_window":{window}}}"#
+            ))
+            .unwrap()
+        };
+        let w = Workload::generate(Task::Causal, 2, 8, 12);
+        let o = EstimateOptions::default();
+        // past the window (8 + 12 > 10) the decode forwards make more
+        let past = estimate(&mistral(10), &w, &o).unwrap();
+        let within = estimate(&mistral(100), &w, &o).unwrap();
+        assert!(past.ops_simulated > within.ops_simulated);
+        // and the prompt's forward reaches it at once (a prompt of 12, window 10)
+        let long = Workload::generate(Task::Causal, 2, 12, 2);
+        assert!(estimate(&mistral(10), &long, &o).is_ok());
     }
 
     #[test]
