@@ -504,7 +504,7 @@ fn repeated_runs_against_the_gpus_most_frequent_outcome() {
 /// the GPU ran them): (case list, the GPU's phase lines). Every phase
 /// within the tolerance, and every phase exact unless listed in the set's
 /// README.
-const LLM_SETS: [(&str, &str); 3] = [
+const LLM_SETS: [(&str, &str); 4] = [
     (
         "validation/llm/optim_cases.json",
         "fixtures/llm/optim/gpu_h200.jsonl",
@@ -516,6 +516,10 @@ const LLM_SETS: [(&str, &str); 3] = [
     (
         "validation/llm/lora_cases.json",
         "fixtures/llm/lora/gpu_h200.jsonl",
+    ),
+    (
+        "validation/llm/window_cases.json",
+        "fixtures/llm/window/gpu_h200.jsonl",
     ),
 ];
 
@@ -583,4 +587,55 @@ fn llm_generate() {
 fn llm_lora() {
     let (list, recorded) = LLM_SETS[2];
     assert_eq!(check_llm_set(list, recorded), (91, 91));
+}
+
+/// Sliding windows past the window and per-step figures
+/// (`fixtures/llm/window`): 15 of 18 phases exact (the three others off in
+/// the decode peak allocated only, bf16 masked decode attention), and 189
+/// of the 262 decode steps exact in all five figures (every step of the
+/// llama, qwen3 and fp32 mistral workloads, and every step before the
+/// window).
+#[test]
+fn llm_window() {
+    let (list, recorded) = LLM_SETS[3];
+    assert_eq!(check_llm_set(list, recorded), (15, 18));
+    let cases_text = std::fs::read_to_string(format!("{ROOT}/{list}")).unwrap();
+    let raw: Vec<serde_json::Value> = serde_json::from_str(&cases_text).unwrap();
+    let gpu = std::fs::read_to_string(format!("{ROOT}/{recorded}")).unwrap();
+    let steps: Vec<serde_json::Value> = gpu
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("step").is_some())
+        .collect();
+    let opts = EstimateOptions {
+        profile: vramscope_engine::DeviceProfile::h200_torch_2_11(),
+        ..EstimateOptions::default()
+    };
+    let (mut exact, mut all) = (0, 0);
+    for case in fixture::cases(&cases_text).unwrap() {
+        let config = raw
+            .iter()
+            .find(|c| c["name"] == case.name.as_str())
+            .unwrap()["config"]
+            .clone();
+        let config = vramscope_models::HfConfig::from_value(config).unwrap();
+        let est = estimate(&config, &case.workload, &opts).unwrap();
+        for g in steps.iter().filter(|v| v["case"] == case.name.as_str()) {
+            let t = est.decode_steps[g["step"].as_u64().unwrap() as usize];
+            let n = |k: &str| g[k].as_i64().unwrap();
+            all += 1;
+            if (t.allocated_bytes, t.peak_allocated_bytes, t.reserved_bytes)
+                == (
+                    n("allocated_bytes"),
+                    n("peak_allocated_bytes"),
+                    n("reserved_bytes"),
+                )
+                && (t.peak_reserved_bytes, t.requested_bytes)
+                    == (n("peak_reserved_bytes"), n("requested_bytes"))
+            {
+                exact += 1;
+            }
+        }
+    }
+    assert_eq!((exact, all), (189, 262));
 }

@@ -292,6 +292,10 @@ pub fn phase_lines(text: &str) -> Result<Vec<(String, Vec<PhaseFigures>)>> {
         let Some(phase) = p.get("phase").and_then(Value::as_str) else {
             continue;
         };
+        if p.get("step").is_some() {
+            // a decode step's line (`per_step`), not a phase
+            continue;
+        }
         let case = field(&p, "case")?.as_str().unwrap_or_default();
         let n = |k: &str| p.get(k).and_then(Value::as_i64).unwrap_or(-1);
         let figures = PhaseFigures {
