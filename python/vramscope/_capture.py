@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _attention, _autocast, _kernels, _native, _norm, _tensor  # noqa: F401  (_attention, _norm register rules)
 from ._tensor import Storage, is_ours, registered, set_value, value
+from ._tensor import tensors_in as _tensors
 
 #: Tensors of at most this many elements also carry their values.
 VALUE_LIMIT = 1 << 16
@@ -275,22 +276,6 @@ def _meta_cached(func, args, kwargs):
         ):
             _META_CACHE[key] = shapes
     return out
-
-
-def _tensors(tree) -> list:
-    """The tensors among an op's arguments (lists, tuples and dicts of them), in order."""
-    found = []
-    stack = [tree]
-    tensor = torch.Tensor
-    while stack:
-        x = stack.pop()
-        if isinstance(x, tensor):
-            found.append(x)
-        elif isinstance(x, (list, tuple)):
-            stack.extend(reversed(x))
-        elif isinstance(x, dict):
-            stack.extend(reversed(x.values()))
-    return found
 
 
 #: ops known to have (or not) a CompositeImplicitAutograd kernel

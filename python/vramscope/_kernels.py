@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ._tensor import registered, set_value, value
+from ._tensor import registered, set_value, tensors_in, value
 
 aten = torch.ops.aten
 
@@ -796,24 +796,13 @@ def _in_place_in_node(cap, func, args, kwargs):
         return NotImplemented
     if inplace is aten._index_put_impl_.default:
         args = (*args[:3], True, True)  # accumulate, unsafe
-        return cap.run(inplace, args, {}, [t for t in _tensors(args) if registered(t)])
+        return cap.run(inplace, args, {}, [t for t in tensors_in(args) if registered(t)])
     other = args[1] if len(args) > 1 else None
     shape = torch.broadcast_shapes(a.shape, other.shape) if isinstance(other, torch.Tensor) else a.shape
     dtype = torch.result_type(a, other) if other is not None else a.dtype
     if tuple(shape) != tuple(a.shape) or dtype != a.dtype:
         return NotImplemented
-    return cap.run(inplace, args, kwargs, [t for t in _tensors(args) if registered(t)])
-
-
-def _tensors(args):
-    """The tensors among `args`, index lists included."""
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(_tensors(a))
-    return out
+    return cap.run(inplace, args, kwargs, [t for t in tensors_in(args) if registered(t)])
 
 
 for _table in _INPLACE_IN_NODE.values():

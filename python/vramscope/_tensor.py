@@ -160,3 +160,19 @@ def patch_tensor(p) -> None:
     p.set(torch.Tensor, "is_meta", property(_is_meta))
     p.set(torch.Tensor, "get_device", _get_device)
     p.set(torch.Tensor, "__repr__", _repr)
+
+
+def tensors_in(tree) -> list:
+    """The tensors among an op's arguments (lists, tuples and dicts of them), in order."""
+    found = []
+    stack = [tree]
+    tensor = torch.Tensor
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(x.values()))
+    return found
