@@ -70,12 +70,19 @@ pub struct SdpaArgs<'a> {
 const OP: &str = "scaled_dot_product_attention";
 
 /// The cuDNN forward's workspace (`mha_graph->get_workspace_size()` in
-/// `run_cudnn_SDP_fprop`): 256 bytes on the H100 with torch 2.11+cu130 in
-/// every traced configuration (training and inference, masks, dropout,
-/// grouped-query attention, head dims 32..256: up to 128 in
-/// `fixtures/estimate`, 256 in `presets_full_size_rest/gemma2_9b_infer_bf16_b1_s1024` and the
-/// `u6_` set) — a GPU measurement, since cuDNN's plan is opaque.
-pub const CUDNN_FWD_WORKSPACE: u64 = 256;
+/// `run_cudnn_SDP_fprop`) for `s_q` query positions: 256 bytes on the H100
+/// and H200 with torch 2.11+cu130 in every traced multi-token configuration
+/// (training and inference, masks, dropout, grouped-query attention, head
+/// dims 32..256), none for one query position (the 752 decode steps of
+/// `fixtures/run/truth_blind8_h200.tar.xz`, h06) — GPU measurements, since
+/// cuDNN's plan is opaque.
+pub const fn cudnn_fwd_workspace(s_q: i64) -> u64 {
+    if s_q == 1 {
+        0
+    } else {
+        256
+    }
+}
 
 /// The cuDNN backward's workspace (`run_cudnn_SDP_bprop`), measured on the
 /// H100 (torch 2.11+cu130): an fp32 dQ accumulator `(b, h, s_q, d_qk)`, the
@@ -745,7 +752,12 @@ fn cudnn_forward(
     };
     // the plan is built before its workspace is known: the engines load
     rt.load_cudnn(CudnnLibraries::Engines);
-    let ws = rt.storage(CUDNN_FWD_WORKSPACE, q.device(), op, Category::Workspace)?;
+    let ws = rt.storage(
+        cudnn_fwd_workspace(s_q),
+        q.device(),
+        op,
+        Category::Workspace,
+    )?;
     drop(ws);
     if let (Some(p), Some(inputs), Some(lse)) = (pending, inputs, lse.as_ref()) {
         let philox = Some((&offset, &seed));
