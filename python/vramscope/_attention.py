@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-from . import _kernels
+from . import _autocast, _kernels
 from ._tensor import registered
 
 aten = torch.ops.aten
@@ -152,6 +152,19 @@ def sdpa(cap, args, kwargs):
     )
     a = dict(zip(names, args, strict=False))
     a.update(kwargs)
+    if torch.is_autocast_enabled("cuda"):
+        # autocast_mode.cpp: `scaled_dot_product_attention` is lower_precision_fp; its tensors are
+        # cast (right to left), then the op and everything inside it run with autocast excluded
+        dtype = torch.get_autocast_dtype("cuda")
+        for name in ("attn_mask", "value", "key", "query"):
+            if isinstance(a.get(name), torch.Tensor):
+                a[name] = _autocast._cast(a[name], dtype)
+        with torch._C._ExcludeDispatchKeyGuard(_autocast._EXCLUDE):
+            return _sdpa(cap, a)
+    return _sdpa(cap, a)
+
+
+def _sdpa(cap, a):
     q, k, v = a["query"], a["key"], a["value"]
     mask = a.get("attn_mask")
     dropout_p = float(a.get("dropout_p", 0.0) or 0.0)
@@ -228,7 +241,12 @@ def math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa):
     attn = aten._safe_softmax(attn, -1)
     if dropout_p > 0.0:
         attn = torch.native_dropout(attn, dropout_p, True)[0]
-    return torch.matmul(attn, v).to(origin)
+    # `make_tuple(matmul(attn, v).to(origin), attn.to(origin))`: its arguments evaluated right to
+    # left, so the weights' cast back comes first; the caller keeps only the output
+    weights = attn.to(origin)
+    out = torch.matmul(attn, v).to(origin)
+    del weights
+    return out
 
 
 # ---- what the fused kernels allocate ----------------------------------------------------

@@ -23,7 +23,7 @@ import weakref
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _attention, _autocast, _kernels, _native, _norm, _tensor  # noqa: F401  (_attention, _norm register rules)
 from ._tensor import Storage, is_ours, registered, set_value, value
@@ -502,8 +502,11 @@ class Capture:
         """The op's meta kernel, then the twin's allocations for its outputs."""
         self.ops += 1
         before = {a.untyped_storage()._cdata for a in ours}
-        out = _meta_cached(func, args, kwargs)
         op = func._schema.name
+        try:
+            out = _meta_cached(func, args, kwargs)
+        except NotImplementedError as e:
+            out = self.sizes_from_cpu(func, args, kwargs, e)
         outs = [out] if isinstance(out, torch.Tensor) else tree_flatten(out)[0]
         small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
             value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
@@ -531,8 +534,28 @@ class Capture:
             _kernels.check_known(self, func)
         return out
 
-    def cpu_values(self, func, flat, spec):
-        """The op run on the CPU values of its inputs (None if it cannot)."""
+    def sizes_from_cpu(self, func, args, kwargs, error):
+        """Outputs for an op without a meta kernel: run on the CPU over its inputs' values (zeros
+        where none are carried), then made meta tensors of the same sizes and strides. Named
+        unmeasured; an op that cannot run so stops the program with what went wrong."""
+        name = func._schema.name
+        result = None if func._schema.is_mutable else self.cpu_result(func, *tree_flatten((args, kwargs)))
+        if result is None:
+            raise NotImplementedError(
+                f"vramscope: {name} has no meta kernel and cannot run on the CPU either, so the twin "
+                f"cannot know its outputs' sizes ({error})"
+            ) from None
+        self.note_unmeasured(f"{name} (no meta kernel: sizes from a CPU run)")
+
+        def meta(x):
+            if isinstance(x, torch.Tensor):
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            return x
+
+        return tree_map(meta, result)
+
+    def cpu_result(self, func, flat, spec):
+        """The op run on the CPU values of its inputs, as it returns it (None if it cannot)."""
         cpu = []
         for a in flat:
             if isinstance(a, torch.Tensor) and _tensor.BASE_IS_META(a):
@@ -556,7 +579,12 @@ class Capture:
         finally:
             if rng is not None:
                 torch.set_rng_state(rng)
-        return tree_flatten(r)[0]
+        return r
+
+    def cpu_values(self, func, flat, spec):
+        """The op run on the CPU values of its inputs, flattened (None if it cannot)."""
+        r = self.cpu_result(func, flat, spec)
+        return None if r is None else tree_flatten(r)[0]
 
     # ---- modules, parameters and optimizers ------------------------------------------
 

@@ -270,16 +270,19 @@ class _FusedRMSNorm(torch.autograd.Function):
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         y, rstd = _rms_results(cap, x, op, (x.shape, x.dtype), (stat, acc))
         del copy
-        ctx.cap, ctx.rstd, ctx.normalized_shape = cap, rstd, normalized_shape
-        ctx.save_for_backward(x, weight)
+        # saved as autograd saves `_fused_rms_norm`'s result1: released after the backward
+        ctx.cap, ctx.normalized_shape = cap, normalized_shape
+        ctx.save_for_backward(x, weight, rstd)
         return y
 
     @staticmethod
     def backward(ctx, gy):
-        x, weight = ctx.saved_tensors
+        x, weight, _rstd = ctx.saved_tensors
         op = "aten::_fused_rms_norm_backward"
         cap = ctx.cap
-        copies = [_copy_unless_contiguous(cap, t, op) for t in (gy, x)]
+        # as layer norm's backward: X expected contiguous, dX, dgamma, then `dY.contiguous()` at the
+        # kernel's call (the H200's order in fixtures/run/sweeps/op_rules_h200.jsonl)
+        x_copy = _copy_unless_contiguous(cap, x, op)
         want_w = weight is not None and ctx.needs_input_grad[2]
         gx, gw = _rms_results(
             cap,
@@ -288,7 +291,8 @@ class _FusedRMSNorm(torch.autograd.Function):
             (x.shape, x.dtype) if ctx.needs_input_grad[1] else (None, None),
             (weight.shape, weight.dtype) if want_w else (None, None),
         )
-        del copies
+        gy_copy = _copy_unless_contiguous(cap, gy, op)
+        del gy_copy, x_copy
         return None, gx, gw, None, None
 
 

@@ -248,7 +248,12 @@ impl Device {
     /// A cuBLAS call on (`thread`, `stream`).
     fn blas(&mut self, op: &str, thread: &str, stream: u64, dtype: &str, lt: bool) -> PyResult<()> {
         let thread: HostThread = thread.parse().map_err(PyValueError::new_err)?;
-        let half = dtype_of(dtype)? != DType::F32;
+        // complex64 runs `cublasCgemm` (32-bit parts), complex128 `cublasZgemm` as float64 does
+        let half = match dtype {
+            "complex64" | "cfloat" => false,
+            "complex128" | "cdouble" => true,
+            _ => dtype_of(dtype)? != DType::F32,
+        };
         self.send(&Event::Blas {
             thread,
             stream,
@@ -431,7 +436,7 @@ impl Device {
             d_qk,
         };
         let backward = rule.bytes(&self.p.runtime().profile()).unwrap_or(0);
-        (vramscope_engine::CUDNN_FWD_WORKSPACE, backward)
+        (vramscope_engine::cudnn_fwd_workspace(s_q), backward)
     }
 
     /// The workspace of `_efficient_attention_backward` (cutlass kernels of

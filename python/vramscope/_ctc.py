@@ -1,0 +1,135 @@
+"""The connectionist temporal classification loss as PyTorch 2.11 runs it on CUDA.
+
+`F.ctc_loss` is a composite (aten/src/ATen/native/LossCTC.cpp) whose CUDA path calls `_ctc_loss`,
+and autograd `_ctc_loss_backward` (aten/src/ATen/native/cuda/LossCTC.cu). Neither has a meta kernel,
+so the rules below give their outputs and allocate what LossCTC.cu allocates, in its order:
+
+- `_ctc_loss`: the target and input lengths and the per-sample target offsets as three int64 device
+  tensors of the batch's size, then `log_alpha` (batch, time, 2 * longest target + 1) and the
+  negative log likelihood (batch); the three die at the return;
+- `_ctc_loss_backward`: the same three, `log_beta` (as `log_alpha`), the gradient (as `log_probs`);
+  on a "large" problem (`2*T + 24*B/10 + 2*C/10 > 450`) the blanks' term: the sum of two strided
+  halves of `log_alpha` and `log_beta`, reduced by `logsumexp` (`amax`, `abs() == inf`, `(self -
+  maxes).exp_()`, the sum), and with `zero_infinity` the gradient replaced by `at::where`'s.
+
+The longest target is data: the lengths' values where the twin carries them (small tensors and
+lists do), else the targets' width (2-D) or count (1-D), the largest it can be.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _kernels
+from ._tensor import registered, value
+
+aten = torch.ops.aten
+
+_FORWARD = ("log_probs", "targets", "input_lengths", "target_lengths", "blank", "zero_infinity")
+_BACKWARD = (
+    "grad",
+    "log_probs",
+    "targets",
+    "input_lengths",
+    "target_lengths",
+    "neg_log_likelihood",
+    "log_alpha",
+    "blank",
+    "zero_infinity",
+)
+
+
+def _lengths(x) -> list | None:
+    """A lengths argument's values: an int list, or a tensor's carried values (None: unknown)."""
+    if isinstance(x, torch.Tensor):
+        v = value(x) if registered(x) else (x if x.device.type == "cpu" else None)
+        return None if v is None else [int(n) for n in v.reshape(-1).tolist()]
+    return [int(n) for n in x]
+
+
+def _longest_target(cap, targets, target_lengths, op: str) -> int:
+    """`max_target_length` of LossCTC.cu: the largest target length."""
+    lengths = _lengths(target_lengths)
+    if lengths is not None:
+        return max(lengths, default=0)
+    cap.warn_once(
+        "ctc-lengths",
+        f"{op}: the target lengths carry no values; the longest target is taken as the targets' "
+        "width, the largest it can be",
+    )
+    return targets.shape[1] if targets.dim() == 2 else targets.numel()
+
+
+def _meta(shape, dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _ctc_loss(cap, func, args, kwargs):
+    a = dict(zip(_FORWARD, args, strict=False)) | kwargs
+    lp, targets = a["log_probs"], a["targets"]
+    if not registered(lp) or lp.dim() != 3:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_ctc_loss"
+    steps, batch = lp.shape[0], lp.shape[1]
+    longest = _longest_target(cap, targets, a["target_lengths"], op)
+    target_lengths_t = cap.malloc(8 * batch, op, "temporary")
+    input_lengths_t = cap.malloc(8 * batch, op, "temporary")
+    batch_offsets = cap.malloc(8 * batch, op, "temporary")
+    log_alpha = cap.track(_meta((batch, steps, 2 * longest + 1), lp.dtype), op)
+    nll = cap.track(_meta((batch,), lp.dtype), op)
+    del input_lengths_t, target_lengths_t, batch_offsets
+    return nll, log_alpha
+
+
+def _ctc_loss_backward(cap, func, args, kwargs):
+    a = dict(zip(_BACKWARD, args, strict=False)) | kwargs
+    lp, targets, log_alpha = a["log_probs"], a["targets"], a["log_alpha"]
+    if not (registered(lp) and registered(log_alpha)) or lp.dim() != 3:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_ctc_loss_backward"
+    steps, batch, labels = lp.shape
+    if targets.dim() == 1:
+        longest = _longest_target(cap, targets, a["target_lengths"], op)
+    else:
+        longest = log_alpha.shape[2] // 2
+    elem = lp.element_size()
+    target_lengths_t = cap.malloc(8 * batch, op, "temporary")
+    input_lengths_t = cap.malloc(8 * batch, op, "temporary")
+    batch_offsets = cap.malloc(8 * batch, op, "temporary")
+    log_beta = cap.malloc(log_alpha.numel() * log_alpha.element_size(), op, "temporary")
+    large = (2 * steps + (24 * batch) // 10 + (2 * labels) // 10) > 450
+    replaced = large and bool(a.get("zero_infinity", False))
+    if replaced:
+        first = cap.malloc(lp.numel() * elem, op, "temporary")
+    else:
+        grad = cap.track(_meta(lp.shape, lp.dtype), op)
+    if large:
+        rows = batch * steps
+        halves = cap.malloc(rows * (longest + 1) * elem, op, "temporary")
+        sizes, reduced, acc = [batch, steps, longest + 1], [False, False, True], _kernels._acc_bytes(lp.dtype)
+        maxes = cap.malloc(rows * elem, "aten::logsumexp", "temporary")
+        _kernels.reduce_scratch(cap, sizes, None, reduced, elem, acc, "aten::logsumexp")
+        magnitude = cap.malloc(rows * elem, "aten::logsumexp", "temporary")
+        infinite = cap.malloc(rows, "aten::logsumexp", "temporary")
+        del infinite, magnitude
+        shifted = cap.malloc(rows * (longest + 1) * elem, "aten::logsumexp", "temporary")
+        summed = cap.malloc(rows * elem, "aten::logsumexp", "temporary")
+        _kernels.reduce_scratch(cap, sizes, None, reduced, elem, acc, "aten::logsumexp")
+        del shifted, maxes
+        del summed, halves
+        if replaced:
+            # at::where's arguments, evaluated right to left: `zeros({})`, then the comparison
+            zero = cap.malloc(elem, "aten::where", "temporary")
+            infinite = cap.malloc(batch, "aten::where", "temporary")
+            grad = cap.track(_meta(lp.shape, lp.dtype), op)
+            del first, infinite, zero
+    del log_beta, input_lengths_t, target_lengths_t, batch_offsets
+    return grad
+
+
+for _f in (aten._ctc_loss.default, aten._ctc_loss.Tensor):
+    _kernels.DISPATCH[_f] = _ctc_loss
+for _f in (aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor):
+    _kernels.DISPATCH[_f] = _ctc_loss_backward
