@@ -269,3 +269,28 @@ def test_the_script_sees_its_own_cuda_visible_devices(tmp_script):
         status, lines, _report, err = run_script(script, env=env)
         assert status == 0, err
         assert lines[-1] == f"{shown} 1"
+
+
+def test_an_op_without_a_meta_kernel_gets_its_sizes_from_a_cpu_run():
+    # `_standard_gamma_grad` has CPU and CUDA kernels but no meta one: its output's sizes come from
+    # a CPU run over zeros (the input is too large to carry values)
+    with vramscope.capture(gpu="h100") as cap:
+        x = torch.rand(4096, 32, device="cuda")  # 512 KiB
+        y = torch.ops.aten._standard_gamma_grad(x, x)
+        assert y.shape == (4096, 32) and y.is_cuda
+        assert torch.cuda.memory_allocated() == 2 * 524288
+    report = cap.report()
+    assert "aten::_standard_gamma_grad (no meta kernel: sizes from a CPU run)" in report["unmeasured"]
+
+
+def test_an_op_that_runs_nowhere_stops_the_script_with_what_it_is():
+    # `_thnn_fused_gru_cell` has only a CUDA kernel: the twin cannot learn its outputs' sizes
+    with vramscope.capture(gpu="h100"):
+        g = torch.randn(8, 96, device="cuda")
+        h = torch.randn(8, 32, device="cuda")
+        try:
+            torch.ops.aten._thnn_fused_gru_cell(g, g, h)
+        except NotImplementedError as e:
+            assert "aten::_thnn_fused_gru_cell has no meta kernel" in str(e)
+        else:
+            raise AssertionError("expected NotImplementedError")

@@ -14,6 +14,7 @@ from conftest import FIXTURES, ROOT, run_script
     [
         ("scratch_sweep", "scratch_sweep_h200.jsonl"),
         ("backward_inplace", "backward_inplace_h200.jsonl"),
+        ("op_rules", "op_rules_h200.jsonl"),
     ],
 )
 def test_sweep_matches_the_h200(script, fixture):
