@@ -10,12 +10,16 @@ use vramscope_alloc::AllocatorConfig;
 use vramscope_snapshot::Snapshot;
 
 use crate::analysis::{analyze_timeline, live_at, module_path, site_of, Options};
-use crate::html::{band_data, segments_json, MAX_BANDS};
+use crate::html::{band_data, segments_json, Describer, MAX_BANDS};
 use crate::schema::Report;
+use crate::state::History;
 use crate::timeline::{self, Timeline};
 
 /// Most allocations a search lists.
 pub const MAX_HITS: usize = 2000;
+
+/// Most blocks the allocator state lists (the largest; the rest counted).
+pub const MAX_STATE_BLOCKS: usize = 20_000;
 
 /// A snapshot with its timeline and report, ready for queries.
 pub struct Explorer {
@@ -27,6 +31,8 @@ pub struct Explorer {
     /// an entry), so that any range is answered by one scan of it.
     allocated: Vec<u64>,
     reserved: Vec<u64>,
+    /// Segments' and allocations' lifetimes, for the state at any entry.
+    history: History,
     /// Site and module path of each stack, computed on first use.
     sites: HashMap<u32, (String, Option<String>)>,
 }
@@ -35,13 +41,35 @@ impl Explorer {
     /// Analyse `snap` (named `name` in the report) for the device and list
     /// lengths of `opts`.
     pub fn new(snap: Snapshot, cfg: AllocatorConfig, opts: Options, name: &str) -> Explorer {
-        let tl = timeline::build(&snap, opts.device, &cfg, opts.timeline_points);
+        // one pass, one sample per entry: the counters after each; the
+        // report's curve is their bucket maxima, as `timeline::build` takes
+        // them (the first maximum of allocated bytes, the maximum of the
+        // others)
+        let n = snap.device_traces.get(opts.device).map_or(0, |t| t.len());
+        let mut tl = timeline::build_window(&snap, opts.device, &cfg, n.max(1), None);
+        let allocated: Vec<u64> = tl.samples.iter().map(|s| s.allocated).collect();
+        let reserved: Vec<u64> = tl.samples.iter().map(|s| s.reserved).collect();
+        let bucket = n.div_ceil(opts.timeline_points.max(1)).max(1);
+        tl.samples = tl
+            .samples
+            .chunks(bucket)
+            .map(|c| {
+                let mut s = c[0];
+                for x in &c[1..] {
+                    if x.allocated > s.allocated {
+                        s.allocated = x.allocated;
+                        s.trace_index = x.trace_index;
+                    }
+                    s.active = s.active.max(x.active);
+                    s.reserved = s.reserved.max(x.reserved);
+                }
+                s
+            })
+            .collect();
+        tl.samples.shrink_to_fit();
         let mut report = analyze_timeline(&snap, &tl, &opts);
         report.snapshot = name.to_owned();
-        // one sample per entry: the counters after each
-        let each = timeline::build_window(&snap, opts.device, &cfg, tl.entries.max(1), None);
-        let allocated = each.samples.iter().map(|s| s.allocated).collect();
-        let reserved = each.samples.iter().map(|s| s.reserved).collect();
+        let history = History::new(&snap, &tl, opts.device);
         Explorer {
             snap,
             opts,
@@ -49,6 +77,7 @@ impl Explorer {
             report,
             allocated,
             reserved,
+            history,
             sites: HashMap::new(),
         }
     }
@@ -96,7 +125,7 @@ impl Explorer {
                     r = (i, self.reserved[i]);
                 }
             }
-            total.push(json!([a.0, a.1, r.1]));
+            total.push(json!([a.0, a.1, r.1, self.time(a.0)]));
             if peak.is_none_or(|p| a.1 > p.1) {
                 peak = Some(a);
             }
@@ -107,9 +136,133 @@ impl Explorer {
         let (bands, stacks) =
             band_data(&self.snap, &self.tl, self.opts.device, from..to, MAX_BANDS);
         let peak_json = |p: Option<(usize, u64)>| json!({"index": p.map(|p| p.0), "bytes": p.map_or(0, |p| p.1)});
+        let (step, ticks) = self.ticks(from, to, 8);
         json!({
             "from": from, "to": to, "total": total, "bands": bands, "stacks": stacks,
             "bucket": bucket, "peak": peak_json(peak), "peak_reserved": peak_json(peak_r),
+            "t0": self.time(0), "tick_us": step, "ticks": ticks,
+        })
+    }
+
+    /// The time of trace entry `i`, when recorded.
+    fn time(&self, i: usize) -> Option<i64> {
+        self.snap.device_traces.get(self.opts.device)?.time_us(i)
+    }
+
+    /// A time axis for entries `from..to`: a round step in microseconds
+    /// (1, 2 or 5 times a power of ten) giving about `want` ticks, and for
+    /// each tick `[entry, µs]`, the first entry at or after that time
+    /// (entries are recorded in time order). Empty without times.
+    fn ticks(&self, from: usize, to: usize, want: i64) -> (i64, Vec<Value>) {
+        let (Some(a), Some(b)) = (self.time(from), self.time(to.saturating_sub(1))) else {
+            return (0, Vec::new());
+        };
+        if to <= from || b <= a {
+            return (0, Vec::new());
+        }
+        let raw = ((b - a) / want).max(1);
+        let mut step = 1i64;
+        while step * 10 <= raw {
+            step *= 10;
+        }
+        step *= if raw >= 5 * step {
+            5
+        } else if raw >= 2 * step {
+            2
+        } else {
+            1
+        };
+        let mut ticks = Vec::new();
+        let mut t = a.div_euclid(step) * step;
+        if t < a {
+            t += step;
+        }
+        let mut lo = from;
+        while t <= b && ticks.len() < 100 {
+            // first entry in lo..to with a time at or after t
+            let (mut l, mut h) = (lo, to);
+            while l < h {
+                let m = l + (h - l) / 2;
+                if self.time(m).is_some_and(|x| x < t) {
+                    l = m + 1;
+                } else {
+                    h = m;
+                }
+            }
+            ticks.push(json!([l, t]));
+            lo = l;
+            t += step;
+        }
+        (step, ticks)
+    }
+
+    /// The allocator's state right after trace entry `i` (clamped to the
+    /// trace), as memory_viz's "Allocator State History" shows it: every
+    /// segment (`a` its address, `size`, `stream`, `exp` expandable) and
+    /// its active blocks `{o: offset in the segment, sz, rq: requested,
+    /// pf: pending free, s, e: alloc and free entries, site, cat, ev, st:
+    /// stack index}` (at most [`MAX_STATE_BLOCKS`], the largest), with the
+    /// allocated, active and reserved bytes they add up to.
+    pub fn state_json(&self, i: usize) -> Value {
+        let n = self.tl.entries;
+        if n == 0 {
+            return json!({"index": null, "segments": [], "stacks": []});
+        }
+        let i = i.min(n - 1);
+        let dev = self.opts.device;
+        let st = self.history.at(&self.snap, &self.tl, dev, i);
+        let empty = vramscope_snapshot::Trace::new();
+        let trace = self.snap.device_traces.get(dev).unwrap_or(&empty);
+        let all: usize = st.segments.iter().map(|s| s.blocks.len()).sum();
+        // the size below which blocks are left out, when there are too many
+        let mut sizes: Vec<u64> = st
+            .segments
+            .iter()
+            .flat_map(|s| s.blocks.iter().map(|b| b.size))
+            .collect();
+        let cut = if all > MAX_STATE_BLOCKS {
+            sizes.sort_unstable_by(|a, b| b.cmp(a));
+            sizes[MAX_STATE_BLOCKS - 1]
+        } else {
+            0
+        };
+        let mut d = Describer::new(&self.snap, dev);
+        let (mut allocated, mut active, mut reserved, mut listed) = (0u64, 0u64, 0u64, 0usize);
+        let segments: Vec<Value> = st
+            .segments
+            .iter()
+            .map(|s| {
+                reserved += s.size;
+                let mut blocks = Vec::new();
+                for b in &s.blocks {
+                    active += b.size;
+                    if !b.pending_free {
+                        allocated += b.size;
+                    }
+                    if b.size < cut || listed >= MAX_STATE_BLOCKS {
+                        continue;
+                    }
+                    let Some(a) = self.tl.allocation(trace, b.allocation) else {
+                        continue;
+                    };
+                    listed += 1;
+                    let (site, cat, ev, si) = d.describe(&a);
+                    blocks.push(json!({
+                        "o": b.addr - s.addr, "sz": b.size, "rq": a.requested, "pf": b.pending_free,
+                        "s": a.start, "e": a.end, "site": site, "cat": cat, "ev": ev, "st": si,
+                    }));
+                }
+                json!({
+                    "a": format!("{:#x}", s.addr), "size": s.size, "stream": s.stream,
+                    "exp": s.expandable, "blocks": blocks,
+                })
+            })
+            .collect();
+        json!({
+            "index": i, "time_us": self.time(i), "t0": self.time(0),
+            "allocated_bytes": allocated, "active_bytes": active, "reserved_bytes": reserved,
+            "blocks": all, "blocks_listed": listed, "unplaced": st.unplaced, "stale": st.stale,
+            "segments": segments, "stacks": d.stacks,
         })
     }
 
@@ -244,11 +397,65 @@ mod tests {
             let want: Vec<Value> = w
                 .samples
                 .iter()
-                .map(|p| json!([p.trace_index, p.allocated, p.reserved]))
+                .map(|p| {
+                    json!([
+                        p.trace_index,
+                        p.allocated,
+                        p.reserved,
+                        x.time(p.trace_index)
+                    ])
+                })
                 .collect();
             let got = x.range_json(a, b, points);
             assert_eq!(got["total"], json!(want), "{a}..{b}");
             assert_eq!(got["peak"]["index"], json!(w.peak_allocated.index));
+        }
+    }
+
+    /// The report of the explorer's single pass is `inspect`'s.
+    #[test]
+    fn the_report_is_inspects() {
+        let x = explorer();
+        let mut want = crate::analyze(&x.snap, &x.cfg_for_tests(), &Options::default());
+        want.snapshot = "training.pickle".into();
+        assert_eq!(x.report(), &want);
+    }
+
+    /// The state at the peak adds up to the peak's counters; at the end,
+    /// to the final segments'; the time axis has round ticks in order.
+    #[test]
+    fn the_state_adds_up_and_the_ticks_are_round() {
+        let x = explorer();
+        let r = x.report().clone();
+        let st = x.state_json(r.peak_trace_index.unwrap());
+        assert_eq!(st["allocated_bytes"], r.peak_allocated_bytes);
+        assert_eq!(
+            st["reserved_bytes"],
+            x.reserved[r.peak_trace_index.unwrap()]
+        );
+        let end = x.state_json(usize::MAX);
+        assert_eq!(end["allocated_bytes"], r.final_allocated_bytes);
+        assert_eq!(end["reserved_bytes"], r.final_reserved_bytes);
+        let blocks = end["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["blocks"].as_array().unwrap());
+        assert!(blocks.clone().count() > 0);
+        assert!(blocks
+            .clone()
+            .all(|b| b["st"].as_u64().unwrap() < end["stacks"].as_array().unwrap().len() as u64));
+        let all = x.range_json(0, usize::MAX, 100);
+        let step = all["tick_us"].as_i64().unwrap();
+        let ticks = all["ticks"].as_array().unwrap();
+        assert!(step > 0 && ticks.len() >= 4 && ticks.len() <= 20, "{all}");
+        let mut prev = 0;
+        for t in ticks {
+            let (e, us) = (t[0].as_u64().unwrap() as usize, t[1].as_i64().unwrap());
+            assert_eq!(us % step, 0);
+            assert!(e >= prev && x.time(e).unwrap() >= us);
+            assert!(e == 0 || x.time(e - 1).unwrap() < us);
+            prev = e;
         }
     }
 

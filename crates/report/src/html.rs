@@ -68,7 +68,6 @@ pub(crate) fn band_data(
     max: usize,
 ) -> (Vec<Value>, Vec<Value>) {
     let n = tl.entries;
-    let steps = Intervals::from_snapshot(snap, device);
     let empty = Trace::new();
     let trace = snap.device_traces.get(device);
     let tr = trace.unwrap_or(&empty);
@@ -124,24 +123,55 @@ pub(crate) fn band_data(
             pts[b].push((x, off[b]));
         }
     }
-    let mut stack_ix: HashMap<u32, usize> = HashMap::new();
-    let mut stacks: Vec<Value> = Vec::new();
+    let mut d = Describer::new(snap, device);
     let mut bands = Vec::new();
-    let mut cache = StackCache::default();
     for (b, a) in allocs.iter().enumerate() {
-        let si = *stack_ix.entry(a.stack.0).or_insert_with(|| {
-            stacks.push(json!(display_stack(snap, a.stack)));
-            stacks.len() - 1
-        });
-        let info = cache.get(snap, a.stack);
-        let (kind, evidence) = classify_with(&info.facts, a, &steps, free_time(trace, a));
+        let (site, cat, ev, si) = d.describe(a);
         bands.push(json!({
             "s": a.start.unwrap_or(0), "e": a.end.unwrap_or(n), "sz": a.size,
             "p": pts[b].iter().map(|&(x, o)| json!([x, o])).collect::<Vec<_>>(),
-            "site": info.site, "cat": kind.name(), "ev": evidence, "st": si,
+            "site": site, "cat": cat, "ev": ev, "st": si,
         }));
     }
-    (bands, stacks)
+    (bands, d.stacks)
+}
+
+/// What the pages say of an allocation: its site, category and evidence,
+/// and its stack as an index into [`Describer::stacks`] (each stack once,
+/// as the hover shows it: [`display_stack`]).
+pub(crate) struct Describer<'a> {
+    snap: &'a Snapshot,
+    trace: Option<&'a Trace>,
+    steps: Intervals,
+    cache: StackCache,
+    stack_ix: HashMap<u32, usize>,
+    /// The stacks described so far.
+    pub stacks: Vec<Value>,
+}
+
+impl<'a> Describer<'a> {
+    pub(crate) fn new(snap: &'a Snapshot, device: usize) -> Describer<'a> {
+        Describer {
+            snap,
+            trace: snap.device_traces.get(device),
+            steps: Intervals::from_snapshot(snap, device),
+            cache: StackCache::default(),
+            stack_ix: HashMap::new(),
+            stacks: Vec::new(),
+        }
+    }
+
+    /// (site, category, evidence, stack index) of `a`.
+    pub(crate) fn describe(&mut self, a: &Allocation) -> (String, &'static str, String, usize) {
+        let (snap, stacks) = (self.snap, &mut self.stacks);
+        let si = *self.stack_ix.entry(a.stack.0).or_insert_with(|| {
+            stacks.push(json!(display_stack(snap, a.stack)));
+            stacks.len() - 1
+        });
+        let info = self.cache.get(snap, a.stack);
+        let (kind, ev) = classify_with(&info.facts, a, &self.steps, free_time(self.trace, a));
+        (info.site.clone(), kind.name(), ev, si)
+    }
 }
 
 /// The device's segments at the end: `{addr, size, blocks: [[size, state]]}`

@@ -17,6 +17,7 @@ pub mod explore;
 pub mod html;
 pub mod json;
 pub mod schema;
+pub mod state;
 pub mod sweep;
 pub mod text;
 pub mod timeline;
