@@ -93,7 +93,7 @@ impl Explorer {
         json!({
             "report": self.report, "n": self.tl.entries,
             "nalloc": self.tl.num_allocations(),
-            "segments": segments_json(&self.snap, self.opts.device),
+            "segments": segments_json(&self.snap, self.opts.device, usize::MAX).0,
         })
     }
 

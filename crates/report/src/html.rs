@@ -23,6 +23,9 @@ use crate::timeline::{self, Allocation};
 /// Most allocations drawn as their own band.
 pub const MAX_BANDS: usize = 600;
 
+/// Most out-of-memory events the static page lists.
+pub const MAX_OOMS: usize = 100;
+
 /// Build the page for `snap` (analysed as `report`).
 pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) -> String {
     let window = report.range.map(|r| r.from..r.to);
@@ -42,16 +45,55 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
         .map(|p| json!([p.trace_index, p.allocated_bytes, p.reserved_bytes]))
         .collect();
     let span = w1.saturating_sub(w0);
+    let (segments, nseg) = segments_json(snap, report.device, MAX_SEGMENTS);
+    // the page lists the first out-of-memory events only
+    let mut report = report.clone();
+    let nooms = report.ooms.len();
+    report.ooms.truncate(MAX_OOMS);
     let data = json!({
-        "n": n, "report": report, "bands": bands, "stacks": stacks,
-        "total": total, "segments": segments_json(snap, report.device),
+        "n": n, "report": report, "bands": bands, "stacks": stacks, "nooms": nooms,
+        "total": total, "segments": segments, "nseg": nseg,
         "nalloc": tl.num_allocations(),
         "bucket": span.div_ceil(report.timeline.len().max(1)).max(1),
     });
     let data = data.to_string().replace("</", "<\\/");
-    TEMPLATE
-        .replace("__TITLE__", &escape(&report.snapshot))
-        .replace("__DATA__", &data)
+    fill(
+        TEMPLATE,
+        &[
+            ("/*__STYLE__*/", STYLE),
+            ("/*__COMMON__*/", COMMON_JS),
+            ("__TITLE__", &escape(&report.snapshot)),
+            ("__DATA__", &data),
+        ],
+    )
+}
+
+/// The stylesheet both pages share (this report and `vramscope view`'s).
+pub const STYLE: &str = include_str!("page.css");
+
+/// The script both pages share: sizes and times as text, the category
+/// colours, the bands' paths and hit test.
+pub const COMMON_JS: &str = include_str!("page.js");
+
+/// `template` with each placeholder replaced by its value, in one pass (a
+/// value that holds a placeholder's name stays as it is).
+pub fn fill(template: &str, subs: &[(&str, &str)]) -> String {
+    let mut out =
+        String::with_capacity(template.len() + subs.iter().map(|s| s.1.len()).sum::<usize>());
+    let mut rest = template;
+    loop {
+        let next = subs
+            .iter()
+            .filter_map(|&(k, v)| rest.find(k).map(|at| (at, k, v)))
+            .min_by_key(|x| x.0);
+        let Some((at, k, v)) = next else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..at]);
+        out.push_str(v);
+        rest = &rest[at + k.len()..];
+    }
 }
 
 /// The largest allocations alive in trace entries `window` (by bytes times
@@ -174,28 +216,87 @@ impl<'a> Describer<'a> {
     }
 }
 
-/// The device's segments at the end: `{addr, size, blocks: [[size, state]]}`
-/// (state `a` allocated, `i` inactive, `p` pending free).
-pub(crate) fn segments_json(snap: &Snapshot, device: usize) -> Vec<Value> {
-    snap.segments
+/// Most segments the static page lists (it draws as many, the largest).
+pub const MAX_SEGMENTS: usize = 20;
+
+/// Most blocks listed in one segment of the static page: past it, the
+/// segment is drawn in this many equal slices, each in the state holding
+/// most of its bytes.
+pub const MAX_SEGMENT_BLOCKS: usize = 2000;
+
+/// The device's segments at the end, the `max` largest (ties: the lower
+/// address): `{addr, size, blocks: [[size, state]]}` (state `a` allocated,
+/// `i` inactive, `p` pending free; neighbours in one state joined; past
+/// [`MAX_SEGMENT_BLOCKS`], slices of the segment), and how many there are.
+pub(crate) fn segments_json(snap: &Snapshot, device: usize, max: usize) -> (Vec<Value>, usize) {
+    let mut segs: Vec<&vramscope_snapshot::Segment> = snap
+        .segments
         .iter()
         .filter(|s| s.device == device as i64)
+        .collect();
+    let count = segs.len();
+    segs.sort_by(|a, b| {
+        b.total_size
+            .cmp(&a.total_size)
+            .then(a.address.cmp(&b.address))
+    });
+    segs.truncate(max);
+    let list = segs
+        .into_iter()
         .map(|s| {
-            let blocks: Vec<Value> = s
-                .blocks
+            let mut runs: Vec<(u64, char)> = Vec::new();
+            for b in &s.blocks {
+                let st = match b.state {
+                    BlockState::ActiveAllocated => 'a',
+                    BlockState::Inactive => 'i',
+                    _ => 'p',
+                };
+                match runs.last_mut() {
+                    Some(r) if r.1 == st => r.0 += b.size,
+                    _ => runs.push((b.size, st)),
+                }
+            }
+            if runs.len() > MAX_SEGMENT_BLOCKS {
+                runs = slices(&runs, s.total_size, MAX_SEGMENT_BLOCKS);
+            }
+            let blocks: Vec<Value> = runs
                 .iter()
-                .map(|b| {
-                    let st = match b.state {
-                        BlockState::ActiveAllocated => "a",
-                        BlockState::Inactive => "i",
-                        _ => "p",
-                    };
-                    json!([b.size, st])
-                })
+                .map(|&(sz, st)| json!([sz, st.to_string()]))
                 .collect();
             json!({"addr": format!("{:#x}", s.address), "size": s.total_size, "blocks": blocks})
         })
-        .collect()
+        .collect();
+    (list, count)
+}
+
+/// `runs` (sizes and states, in address order, adding up to `total`) cut
+/// into `k` slices of equal size, each in the state with most bytes in it.
+fn slices(runs: &[(u64, char)], total: u64, k: usize) -> Vec<(u64, char)> {
+    let mut out: Vec<(u64, char)> = Vec::with_capacity(k);
+    let (mut r, mut used) = (0usize, 0u64);
+    for j in 0..k as u64 {
+        let (lo, hi) = (total * j / k as u64, total * (j + 1) / k as u64);
+        let mut by: [(u64, char); 3] = [(0, 'a'), (0, 'i'), (0, 'p')];
+        let mut at = lo;
+        while at < hi && r < runs.len() {
+            let end = (used + runs[r].0).min(hi);
+            let take = end.saturating_sub(at);
+            if let Some(e) = by.iter_mut().find(|e| e.1 == runs[r].1) {
+                e.0 += take;
+            }
+            at = end;
+            if end == used + runs[r].0 {
+                used += runs[r].0;
+                r += 1;
+            }
+        }
+        let best = by.iter().max_by_key(|e| e.0).map_or('i', |e| e.1);
+        match out.last_mut() {
+            Some(o) if o.1 == best => o.0 += hi - lo,
+            _ => out.push((hi - lo, best)),
+        }
+    }
+    out
 }
 
 /// C++ frames of the allocator and the stack capture itself: the same in
@@ -307,7 +408,31 @@ const TEMPLATE: &str = include_str!("report.html");
 
 #[cfg(test)]
 mod tests {
-    use super::short_cpp_name;
+    use super::{fill, short_cpp_name, slices};
+
+    #[test]
+    fn a_segment_of_many_blocks_is_cut_into_slices() {
+        // 10,000 alternating blocks of 1 KiB allocated, 3 KiB free
+        let runs: Vec<(u64, char)> = (0..10_000)
+            .map(|k| if k % 2 == 0 { (1024, 'a') } else { (3072, 'i') })
+            .collect();
+        let total: u64 = runs.iter().map(|r| r.0).sum();
+        let s = slices(&runs, total, 2000);
+        assert!(s.len() <= 2000);
+        assert_eq!(s.iter().map(|r| r.0).sum::<u64>(), total);
+        // a slice of 10 KiB holds 2.5 KiB allocated, 7.5 KiB free
+        assert_eq!(s, vec![(total, 'i')]);
+        let half = [(1000, 'a'), (1000, 'i')];
+        assert_eq!(slices(&half, 2000, 4), vec![(1000, 'a'), (1000, 'i')]);
+    }
+
+    #[test]
+    fn placeholders_are_filled_once() {
+        assert_eq!(
+            fill("<t>__T__</t>__D__", &[("__T__", "__D__"), ("__D__", "x")]),
+            "<t>__D__</t>x"
+        );
+    }
 
     #[test]
     fn cpp_names_lose_their_arguments() {
