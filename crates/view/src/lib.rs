@@ -12,6 +12,7 @@
 //! | `/api/report` | the report, trace length, allocations, segments |
 //! | `/api/range?from=A&to=B&points=P` | entries `A..B`: curve and bands |
 //! | `/api/at?i=I` | live after entry `I`, by category and site |
+//! | `/api/state?i=I` | the allocator's segments and blocks after entry `I` |
 //! | `/api/search?q=TEXT` | allocations whose site or module contains `TEXT` |
 #![deny(missing_docs)]
 
@@ -23,14 +24,21 @@ use std::time::Duration;
 use tiny_http::{Header, Request, Response, Server};
 use vramscope_report::explore::Explorer;
 
-/// The page.
-const PAGE: &str = include_str!("view.html");
+/// The page, its stylesheet and common script those of `inspect --html`.
+fn page() -> String {
+    use vramscope_report::html::{fill, COMMON_JS, STYLE};
+    fill(
+        include_str!("view.html"),
+        &[("/*__STYLE__*/", STYLE), ("/*__COMMON__*/", COMMON_JS)],
+    )
+}
 
 /// A bound viewer: the server and the snapshot it answers for.
 pub struct Viewer {
     server: Server,
     explorer: Explorer,
     port: u16,
+    page: String,
 }
 
 impl Viewer {
@@ -42,6 +50,7 @@ impl Viewer {
             server,
             explorer,
             port,
+            page: page(),
         })
     }
 
@@ -77,7 +86,7 @@ impl Viewer {
             param(query, k).and_then(|v| v.parse().ok()).unwrap_or(d)
         };
         let (status, kind, body) = match path {
-            "/" | "/index.html" => (200, "text/html; charset=utf-8", PAGE.to_owned()),
+            "/" | "/index.html" => (200, "text/html; charset=utf-8", self.page.clone()),
             "/api/report" => (200, JSON, self.explorer.report_json().to_string()),
             "/api/range" => {
                 let v = self.explorer.range_json(
@@ -88,6 +97,7 @@ impl Viewer {
                 (200, JSON, v.to_string())
             }
             "/api/at" => (200, JSON, self.explorer.at_json(num("i", 0)).to_string()),
+            "/api/state" => (200, JSON, self.explorer.state_json(num("i", 0)).to_string()),
             "/api/search" => {
                 let q = param(query, "q").unwrap_or_default();
                 (200, JSON, self.explorer.search_json(&q).to_string())

@@ -2,8 +2,10 @@
 //! served by the Rust process with `#selftest`; the page drags across the
 //! peak to zoom (a range fetched in full detail), hovers the largest
 //! allocation there, pans, zooms out with the wheel, asks what is live at
-//! the peak, searches a site and jumps to the OOM, then writes what it saw
-//! (and any JS error) into `<div id="selftest">`.
+//! the peak, clicks the peak for the allocator's state there, hovers its
+//! largest block and steps one entry on, searches a site and jumps to the
+//! OOM, then writes what it saw (time axis included, and any JS error)
+//! into `<div id="selftest">`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -118,6 +120,25 @@ fn the_viewer_zooms_hovers_pans_searches_and_jumps_to_the_oom() {
     let at = &line[line.find("at peak:").unwrap()..];
     assert_eq!(number_after(at, "at peak:"), r.peak_allocated_bytes, "{at}");
     assert_eq!(number_after(at, "live"), r.live_at_peak.bytes, "{at}");
+    // the time axis has round times in seconds
+    let axis = &line[line.find("time axis:").unwrap()..];
+    assert!(number_after(axis, "time axis:") >= 3, "{axis}");
+    assert!(axis.contains(" s | "), "{axis}");
+    // a click at the peak shows the allocator's state there: its blocks
+    // add up to the peak's allocated bytes, its segments to the reserved
+    let st = &line[line.find("state: entry").unwrap()..];
+    assert_eq!(number_after(st, "state: entry"), pk, "{st}");
+    assert_eq!(number_after(st, ", "), r.peak_allocated_bytes, "{st}");
+    assert_eq!(
+        number_after(st, "allocated, "),
+        r.peak_allocated_bytes + r.fragmentation.reserved_minus_allocated_at_peak_bytes,
+        "{st}"
+    );
+    // hovering its largest block shows the block and its stack
+    let sh = &line[line.find("state hover:").unwrap()..];
+    assert!(sh.contains("block (") && sh.contains("your code:"), "{sh}");
+    let step = &line[line.find("state step:").unwrap()..];
+    assert_eq!(number_after(step, " to "), pk + 1, "{step}");
     assert!(number_after(line, "search:") > 0, "{line}");
     assert!(line.contains("(true)"), "the OOM was not shown: {line}");
 }
