@@ -10,7 +10,7 @@ use vramscope_alloc::AllocatorConfig;
 use vramscope_snapshot::Snapshot;
 
 use crate::analysis::{analyze_timeline, live_at, module_path, site_of, Options};
-use crate::html::{band_data, segments_json, Describer, MAX_BANDS};
+use crate::html::{band_data, Describer, MAX_BANDS};
 use crate::schema::Report;
 use crate::state::History;
 use crate::timeline::{self, Timeline};
@@ -87,13 +87,11 @@ impl Explorer {
         &self.report
     }
 
-    /// The report, the trace's length, the allocations' count and the
-    /// segments at the end.
+    /// The report, the trace's length and the allocations' count.
     pub fn report_json(&self) -> Value {
         json!({
             "report": self.report, "n": self.tl.entries,
             "nalloc": self.tl.num_allocations(),
-            "segments": segments_json(&self.snap, self.opts.device, usize::MAX).0,
         })
     }
 
@@ -304,28 +302,38 @@ impl Explorer {
         let mut sites: Vec<(String, Option<String>, usize, u64)> = Vec::new();
         let mut hits = Vec::new();
         let mut matched = 0usize;
+        // per stack: the index of its site among the matches, if it matches
+        let mut by_stack: HashMap<u32, Option<usize>> = HashMap::new();
         if !q.is_empty() {
             for k in 0..self.tl.num_allocations() {
                 let Some(a) = self.tl.allocation(trace, k) else {
                     continue;
                 };
                 let snap = &self.snap;
-                let (site, module) = self
-                    .sites
-                    .entry(a.stack.0)
-                    .or_insert_with(|| (site_of(snap, a.stack), module_path(snap, a.stack)));
-                let hit = site.to_lowercase().contains(&q)
-                    || module
-                        .as_ref()
-                        .is_some_and(|m| m.to_lowercase().contains(&q));
-                if !hit {
+                let s = match by_stack.get(&a.stack.0) {
+                    Some(&s) => s,
+                    None => {
+                        let (site, module) = self.sites.entry(a.stack.0).or_insert_with(|| {
+                            (site_of(snap, a.stack), module_path(snap, a.stack))
+                        });
+                        let hit = site.to_lowercase().contains(&q)
+                            || module
+                                .as_ref()
+                                .is_some_and(|m| m.to_lowercase().contains(&q));
+                        let s = hit.then(|| {
+                            *site_ix.entry(site.clone()).or_insert_with(|| {
+                                sites.push((site.clone(), module.clone(), 0, 0));
+                                sites.len() - 1
+                            })
+                        });
+                        by_stack.insert(a.stack.0, s);
+                        s
+                    }
+                };
+                let Some(s) = s else {
                     continue;
-                }
+                };
                 matched += 1;
-                let s = *site_ix.entry(site.clone()).or_insert_with(|| {
-                    sites.push((site.clone(), module.clone(), 0, 0));
-                    sites.len() - 1
-                });
                 sites[s].2 += 1;
                 sites[s].3 += a.size;
                 if hits.len() < MAX_HITS {

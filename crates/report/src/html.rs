@@ -130,7 +130,12 @@ pub(crate) fn band_data(
         if l == 0 && n > 0 {
             continue;
         }
-        heap.push(Reverse((size as u128 * l.min(cap), Reverse(k))));
+        let key = (size as u128 * l.min(cap), Reverse(k));
+        // (a full heap's lightest stays when the new one is no heavier)
+        if heap.len() >= max && heap.peek().is_none_or(|m| key <= m.0) {
+            continue;
+        }
+        heap.push(Reverse(key));
         if heap.len() > max {
             heap.pop();
         }

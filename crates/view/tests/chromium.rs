@@ -141,4 +141,7 @@ fn the_viewer_zooms_hovers_pans_searches_and_jumps_to_the_oom() {
     assert_eq!(number_after(step, " to "), pk + 1, "{step}");
     assert!(number_after(line, "search:") > 0, "{line}");
     assert!(line.contains("(true)"), "the OOM was not shown: {line}");
+    // with the state just before it
+    let oom = r.ooms[0].trace_index as u64;
+    assert_eq!(number_after(line, "state after entry"), oom - 1, "{line}");
 }
