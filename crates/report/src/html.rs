@@ -23,6 +23,9 @@ use crate::timeline::{self, Allocation};
 /// Most allocations drawn as their own band.
 pub const MAX_BANDS: usize = 600;
 
+/// Most band offsets (`p`) the static page holds, all bands together.
+pub const MAX_BAND_POINTS: usize = 100_000;
+
 /// Most out-of-memory events the static page lists.
 pub const MAX_OOMS: usize = 100;
 
@@ -38,7 +41,20 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     );
     let n = tl.entries;
     let (w0, w1) = report.range.map_or((0, n), |r| (r.from, r.to));
-    let (bands, stacks) = band_data(snap, &tl, report.device, w0..w1, MAX_BANDS);
+    // as many bands as the points budget allows (each band's offsets
+    // change as those below it are freed: 600 bands can hold 720,000)
+    let mut max = MAX_BANDS;
+    let (bands, stacks) = loop {
+        let (b, st) = band_data(snap, &tl, report.device, w0..w1, max);
+        let points: usize = b
+            .iter()
+            .map(|v| v["p"].as_array().map_or(0, Vec::len))
+            .sum();
+        if points <= MAX_BAND_POINTS || max <= 50 {
+            break (b, st);
+        }
+        max /= 2;
+    };
     let total: Vec<Value> = report
         .timeline
         .iter()

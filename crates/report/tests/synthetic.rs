@@ -89,3 +89,41 @@ fn synthetic_snapshots_replay_exactly() {
     assert_eq!(report.segment_events_matched, report.segment_events_total);
     assert!(report.segment_events_total > 10);
 }
+
+/// The static `--html` page stays bounded as the trace grows: ten times
+/// the entries, the page no larger than a constant (the bands, their
+/// offsets, the segments and the OOMs it lists are capped), and it says how
+/// to see the full detail.
+#[test]
+fn the_static_page_is_bounded() {
+    use vramscope_report::html::{MAX_BANDS, MAX_BAND_POINTS};
+    let page = |entries: usize| {
+        let s = generate(&Synth {
+            entries,
+            seed: 7,
+            streams: 3,
+            ..Default::default()
+        })
+        .unwrap();
+        let (cfg, _) = from_snapshot::config(&s.snapshot);
+        let mut r = vramscope_report::analyze(&s.snapshot, &cfg, &Default::default());
+        r.snapshot = "big.pickle".into();
+        vramscope_report::html::render_snapshot(&s.snapshot, &cfg, &r)
+    };
+    let (small, big) = (page(20_000), page(200_000));
+    let data = |p: &str| -> serde_json::Value {
+        let a = p.find("application/json\">").unwrap() + "application/json\">".len();
+        serde_json::from_str(&p[a..a + p[a..].find("</script>").unwrap()].replace("<\\/", "</"))
+            .unwrap()
+    };
+    for p in [&small, &big] {
+        let d = data(p);
+        let bands = d["bands"].as_array().unwrap();
+        let points: usize = bands.iter().map(|b| b["p"].as_array().unwrap().len()).sum();
+        assert!(bands.len() <= MAX_BANDS && points <= MAX_BAND_POINTS);
+        assert!(d["total"].as_array().unwrap().len() <= 1000);
+        assert!(p.contains("vramscope view "));
+    }
+    assert!(big.len() < 3_000_000, "{} bytes", big.len());
+    eprintln!("pages: {} and {} bytes", small.len(), big.len());
+}
