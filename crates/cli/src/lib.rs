@@ -79,7 +79,8 @@ pub enum Command {
     /// detail, pan, the stack of each allocation on hover with your own
     /// frames first), what is live at any entry by category and site,
     /// search by site or module, the out-of-memory events one click away,
-    /// and the segments at the end.
+    /// the allocator's segments and blocks after any entry (memory_viz's
+    /// allocator state history), and a time axis in seconds.
     ///
     /// Runs until interrupted (Ctrl-C); exit 2 when the file cannot be read
     /// or the port cannot be opened.

@@ -77,8 +77,13 @@ fn main() {
         format!("/api/range?from=0&to={n}&points=1270"),
         format!(
             "/api/range?from={}&to={}&points=1270",
-            pk.saturating_sub(50_000),
-            pk + 50_000
+            n / 2 - 50_000,
+            n / 2 + 50_000
+        ),
+        format!(
+            "/api/range?from={}&to={}&points=1270",
+            n / 2 - 50,
+            n / 2 + 50
         ),
         format!(
             "/api/range?from={}&to={}&points=1270",
@@ -86,8 +91,9 @@ fn main() {
             pk + 50
         ),
         format!("/api/at?i={pk}"),
+        format!("/api/at?i={}", n / 2),
         format!("/api/state?i={pk}"),
-        format!("/api/state?i={}", n / 3),
+        format!("/api/state?i={}", n / 2),
         format!("/api/search?q={q}"),
     ];
     println!("| request | fastest | slowest | answer |\n|---|---|---|---|");
