@@ -280,6 +280,7 @@ def patch(cap) -> _Patch:
     p.set(F, "dropout", _kernels.dropout(F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     p.set(torch, "compile", _compiled_eagerly(torch.compile, cap))
+    p.set(torch, "Generator", _generator(torch.Generator))
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
     mha = torch.nn.MultiheadAttention
     p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
@@ -319,6 +320,31 @@ def _record_stream(original, cap):
         return None
 
     return record_stream
+
+
+def _generator(original):
+    """`torch.Generator(device="cuda")`: a host generator (the twin draws random values on the host)
+    that reads as the simulated device's; every generator, made before or after, is still an
+    instance of the patched class."""
+
+    class _Meta(type(original)):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, original)
+
+    class Generator(original, metaclass=_Meta):
+        def __new__(cls, device="cpu"):
+            kind = "cuda" if isinstance(device, int) else torch.device(device).type
+            g = super().__new__(cls, device="cpu" if kind == "cuda" else device)
+            g._simulated = kind == "cuda"
+            return g
+
+        @property
+        def device(self):
+            return torch.device("cuda", 0) if self._simulated else super().device
+
+    Generator.__name__ = Generator.__qualname__ = "Generator"
+    Generator.__module__ = "torch"
+    return Generator
 
 
 def _compiled_eagerly(original, cap):

@@ -327,9 +327,9 @@ def _sort(cap, func, call, outs):
     int64 `arange` as values, on every key bit; 2 to 127 segments to
     `segmented_sort_pairs_by_full_sort`: two `int2` (index, segment) buffers, a pair sort of all
     keys with them as values (its keys out in a temporary), then a keys-only sort of the pairs on
-    the segment bits. Measured on the H200 (`validation/run/sweeps/scratch_sweep.py`); 128
-    segments or more, rows of a million or more in several segments, and other layouts are not
-    modelled."""
+    the segment bits; 128 segments or more to `segmented_sort_pairs`. Measured on the H200
+    (`validation/run/sweeps/scratch_sweep.py`, blind9/i06); rows of a million or more in several
+    segments and other layouts are not modelled."""
     (args, kw) = call
     x = args[0]
     if not registered(x) or x.numel() == 0:
@@ -347,10 +347,20 @@ def _sort(cap, func, call, outs):
         return
     segments = x.numel() // n
     last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
-    if not x.is_contiguous() or not last or segments >= 128 or (segments > 1 and n >= 1_000_000):
+    if not x.is_contiguous() or not last or (segments > 1 and n >= 1_000_000):
         cap.note_unmeasured(f"the sort of {tuple(x.shape)} along {dim} ({op})")
         return
     key = x.element_size()
+    if segments >= 128:
+        # `segmented_sort_pairs`: the int64 reverse indices, then CUB's DeviceSegmentedRadixSort
+        # storage: alternate keys and int64 values, each 256-aligned, and 255 bytes of alignment
+        # slack (`AliasTemporaries`); blind9/i06's H200 record: 5 x 256 MiB + 255 bytes at 8192 x 8192
+        total = x.numel()
+        reverse = cap.malloc(total * 8, op, "temporary")
+        align = lambda b: (b + 255) // 256 * 256  # noqa: E731
+        storage = cap.malloc(align(total * key) + align(total * 8) + 255, op, "workspace")
+        del storage, reverse
+        return
     if segments == 1:
         rng = cap.malloc(n * 8, op, "temporary")
         _cub(cap, "sort", n, key, op, "radix sort")
@@ -1395,6 +1405,68 @@ def _vector_norm(cap, func, call, outs):
 
 
 AFTER[aten.linalg_vector_norm.default] = _vector_norm
+
+
+def _any_all(cap, func, call, outs):
+    """`any`/`all` (cuda/ReduceLogicKernel.cu): one `gpu_reduce_kernel` with a bool accumulator over
+    the input as it is; its global buffer and semaphores where the rule splits the reduction
+    (blind9/i02's H200 record: 384 + 4 bytes for a (8, 512, 768) bool `any()`)."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0 or x.dtype != torch.bool:
+        return
+    dims = args[1] if len(args) > 1 else kw.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        reduced = [True] * x.dim()
+    else:
+        dims = [dims] if isinstance(dims, int) else dims
+        reduced = [False] * x.dim()
+        for d in dims:
+            reduced[d % max(x.dim(), 1)] = True
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, 1, 1, func._schema.name)
+
+
+for _name in ("any", "all"):
+    for _o in ("default", "dim", "dims"):
+        _f = getattr(getattr(aten, _name), _o, None)
+        if _f is not None:
+            AFTER[_f] = _any_all
+
+
+def _nll_loss_target_copy(cap, func, call, outs):
+    """`nll_loss_forward_out_cuda_template` / its backward (cuda/Loss.cu): `target.contiguous()`
+    (and the weight's) after the structured outputs, freed at the return (blind9/i01: a column
+    slice of the targets, 512 bytes)."""
+    (args, _kw) = call
+    target = args[1] if func._schema.name == "aten::nll_loss_forward" else args[2]
+    weight = args[2] if func._schema.name == "aten::nll_loss_forward" else args[3]
+    held = [
+        _temp(cap, t, func._schema.name)
+        for t in (target, weight)
+        if isinstance(t, torch.Tensor) and registered(t) and not t.is_contiguous()
+    ]
+    del held
+
+
+for _f in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
+    AFTER[_f] = _nll_loss_target_copy
+
+
+def _isinf(cap, func, args, kwargs):
+    """`isinf` (TensorCompare.cpp) of a floating tensor: `self.abs() == inf`, so the absolute
+    values are a temporary of the input's size before the bool result (blind9/i02)."""
+    x = args[0]
+    if kwargs or not registered(x) or not x.is_floating_point() or x.numel() == 0:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::isinf"
+    magnitude = cap.malloc(x.numel() * x.element_size(), "aten::abs", "temporary")
+    out = cap.track(func(*args), op)
+    del magnitude
+    return out
+
+
+DISPATCH[aten.isinf.default] = _isinf
 DISPATCH[aten._softmax_backward_data.default] = _softmax_backward_data
 
 from . import _ctc, _rnn  # noqa: E402, F401  (CTC and cuDNN RNNs register their rules)

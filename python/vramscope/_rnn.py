@@ -480,11 +480,87 @@ def _pack_padded_sequence(cap, func, args, kwargs):
     return data, batch_sizes
 
 
+def _cell(name: str):
+    """`lstm_cell` / `gru_cell` (RNN.cpp `LSTMCell`/`GRUCell`) on a CUDA input: the gates as
+    `matmul(input, w_ih.t())` and `matmul(hx, w_hh.t())`, then the fused kernel with the biases
+    (`_thnn_fused_lstm_cell`, `_thnn_fused_gru_cell`), whose workspace autograd keeps. On meta
+    tensors the composite would take the CPU's unfused path."""
+    fused = aten._thnn_fused_lstm_cell.default if name == "lstm_cell" else aten._thnn_fused_gru_cell.default
+
+    def run(cap, func, args, kwargs):
+        names = ("input", "hx", "w_ih", "w_hh", "b_ih", "b_hh")
+        a = dict(zip(names, args, strict=False)) | kwargs
+        x, hx = a["input"], a["hx"]
+        if not registered(x) or set(a) - set(names):
+            return NotImplemented
+        h = hx[0] if name == "lstm_cell" else hx
+        igates = torch.matmul(x, a["w_ih"].t())
+        hgates = torch.matmul(h, a["w_hh"].t())
+        if name == "lstm_cell":
+            hy, cy, _workspace = fused(igates, hgates, hx[1], a.get("b_ih"), a.get("b_hh"))
+            return hy, cy
+        hy, _workspace = fused(igates, hgates, hx, a.get("b_ih"), a.get("b_hh"))
+        return hy
+
+    return run
+
+
+def _fused_lstm_cell(cap, func, args, kwargs):
+    """`_thnn_fused_lstm_cell_cuda` (cuda/RNN.cu): the workspace (as the input gates), then hy and
+    cy (as cx); recalled from RNN.cu, the sizes are its meta kernel's."""
+    if not registered(args[0]):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_thnn_fused_lstm_cell"
+    hy, cy, workspace = func(*args, **kwargs)
+    for t in (workspace, hy, cy):
+        cap.track(t, op)
+    return hy, cy, workspace
+
+
+def _fused_gru_cell(cap, func, args, kwargs):
+    """`_thnn_fused_gru_cell_cuda` (cuda/RNN.cu; no meta kernel): the workspace (batch, 5 *
+    hidden), then hy (as hx); recalled from RNN.cu."""
+    igates, hx = args[0], args[2]
+    if not registered(igates):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_thnn_fused_gru_cell"
+    workspace = cap.track(_empty([hx.shape[0], hx.shape[1] * 5], hx.dtype), op)
+    hy = cap.track(_empty(list(hx.shape), hx.dtype), op)
+    return hy, workspace
+
+
+def _fused_gru_cell_backward(cap, func, args, kwargs):
+    """`_thnn_fused_gru_cell_backward_cuda` (cuda/RNN.cu; no meta kernel): the input and hidden
+    gates' gradients (batch, 3 * hidden) and hx's, then with biases each gate gradient's `sum(0)`."""
+    grad_hy, workspace = args[0], args[1]
+    has_bias = args[2] if len(args) > 2 else kwargs.get("has_bias", False)
+    if not registered(workspace):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_thnn_fused_gru_cell_backward"
+    batch, hidden = workspace.shape[0], workspace.shape[1] // 5
+    gig = cap.track(_empty([batch, 3 * hidden], workspace.dtype), op)
+    ghg = cap.track(_empty([batch, 3 * hidden], workspace.dtype), op)
+    ghx = cap.track(_empty(list(grad_hy.shape), grad_hy.dtype), op)
+    gib = ghb = None
+    if has_bias:
+        gib = cap.track(_empty([3 * hidden], workspace.dtype), "aten::sum")
+        ghb = cap.track(_empty([3 * hidden], workspace.dtype), "aten::sum")
+    return gig, ghg, ghx, gib, ghb
+
+
 def install() -> None:
     """Register the rules."""
     for name in MODES:
         _kernels.FUNCTIONS[getattr(torch, name)] = _rnn(name)
     _kernels.FUNCTIONS[torch._C.TensorBase.data_ptr] = _data_ptr
+    for name in ("lstm_cell", "gru_cell"):
+        _kernels.FUNCTIONS[getattr(torch, name)] = _cell(name)
+    _kernels.DISPATCH[aten._thnn_fused_lstm_cell.default] = _fused_lstm_cell
+    _kernels.DISPATCH[aten._thnn_fused_gru_cell.default] = _fused_gru_cell
+    _kernels.DISPATCH[aten._thnn_fused_gru_cell_backward.default] = _fused_gru_cell_backward
     _kernels.DISPATCH[aten._cudnn_rnn_flatten_weight.default] = _flatten_weight
     _kernels.DISPATCH[aten._cudnn_init_dropout_state.default] = _init_dropout_state
     _kernels.DISPATCH[aten._cudnn_rnn.default] = _cudnn_rnn

@@ -174,3 +174,34 @@ def rms_step(x, w):
 
 
 case("rms_norm forward and backward, output kept", rms_step, x, w)
+
+# ---- blind set 9's rules ------------------------------------------------------------------------
+# the fused LSTM and GRU cells, forward and backward
+for cls in (torch.nn.LSTMCell, torch.nn.GRUCell):
+    cell = cls(256, 512).to(dev)
+    inp = torch.randn(64, 256, device=dev, requires_grad=True)
+
+    def cell_step(c, x):
+        out = c(x)
+        (out[0] if isinstance(out, tuple) else out).sum().backward()
+        return out
+
+    case(f"{cls.__name__} forward and backward", cell_step, cell, inp)
+    del cell, inp
+
+# sorts of 128 segments or more: `segmented_sort_pairs`
+for shape in ((256, 8192), (2048, 6000)):
+    case(
+        f"sort of {shape} along -1",
+        lambda t: torch.sort(t, dim=-1, descending=True),
+        torch.randn(shape, device=dev),
+    )
+
+# isinf's absolute values, any's reduction scratch, nll_loss of a sliced target
+half = torch.randn(8, 512, 768, device=dev, dtype=torch.float16)
+case("isinf fp16 (8, 512, 768)", torch.isinf, half)
+case("any bool (8, 512, 768)", lambda t: t.any(), half > 0)
+del half
+logits = torch.randn(64, 16000, device=dev).log_softmax(-1)
+targets = torch.randint(0, 16000, (64, 49), device=dev)
+case("nll_loss of a target column", F.nll_loss, logits, targets[:, 3])
