@@ -140,6 +140,10 @@ fn the_viewer_zooms_hovers_pans_searches_and_jumps_to_the_oom() {
     let step = &line[line.find("state step:").unwrap()..];
     assert_eq!(number_after(step, " to "), pk + 1, "{step}");
     assert!(number_after(line, "search:") > 0, "{line}");
+    let sz = &line[line.find("search zoom:").unwrap()..];
+    assert!(sz.contains("(true)"), "{sz}");
+    let kp = &line[line.find("key pan:").unwrap()..];
+    assert!(number_after(kp, " to ") > number_after(kp, "from"), "{kp}");
     assert!(line.contains("(true)"), "the OOM was not shown: {line}");
     // with the state just before it
     let oom = r.ooms[0].trace_index as u64;
