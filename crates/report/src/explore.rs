@@ -149,8 +149,9 @@ impl Explorer {
 
     /// A time axis for entries `from..to`: a round step in microseconds
     /// (1, 2 or 5 times a power of ten) giving about `want` ticks, and for
-    /// each tick `[entry, µs]`, the first entry at or after that time
-    /// (entries are recorded in time order). Empty without times.
+    /// each tick `[entry, µs]` (µs a multiple of the step after the first
+    /// entry's time), the first entry at or after that time (entries are
+    /// recorded in time order). Empty without times.
     fn ticks(&self, from: usize, to: usize, want: i64) -> (i64, Vec<Value>) {
         let (Some(a), Some(b)) = (self.time(from), self.time(to.saturating_sub(1))) else {
             return (0, Vec::new());
@@ -171,7 +172,9 @@ impl Explorer {
             1
         };
         let mut ticks = Vec::new();
-        let mut t = a.div_euclid(step) * step;
+        // round in seconds since the first entry
+        let t0 = self.time(0).unwrap_or(0);
+        let mut t = t0 + (a - t0).div_euclid(step) * step;
         if t < a {
             t += step;
         }
@@ -460,7 +463,7 @@ mod tests {
         let mut prev = 0;
         for t in ticks {
             let (e, us) = (t[0].as_u64().unwrap() as usize, t[1].as_i64().unwrap());
-            assert_eq!(us % step, 0);
+            assert_eq!((us - x.time(0).unwrap()) % step, 0);
             assert!(e >= prev && x.time(e).unwrap() >= us);
             assert!(e == 0 || x.time(e - 1).unwrap() < us);
             prev = e;

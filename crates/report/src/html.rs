@@ -58,7 +58,14 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     let total: Vec<Value> = report
         .timeline
         .iter()
-        .map(|p| json!([p.trace_index, p.allocated_bytes, p.reserved_bytes]))
+        .map(|p| {
+            json!([
+                p.trace_index,
+                p.allocated_bytes,
+                p.reserved_bytes,
+                p.time_us
+            ])
+        })
         .collect();
     let span = w1.saturating_sub(w0);
     let (segments, nseg) = segments_json(snap, report.device, MAX_SEGMENTS);
@@ -68,6 +75,7 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
     report.ooms.truncate(MAX_OOMS);
     let data = json!({
         "n": n, "report": report, "bands": bands, "stacks": stacks, "nooms": nooms,
+        "t0": snap.device_traces.get(report.device).and_then(|t| t.time_us(0)),
         "total": total, "segments": segments, "nseg": nseg,
         "nalloc": tl.num_allocations(),
         "bucket": span.div_ceil(report.timeline.len().max(1)).max(1),

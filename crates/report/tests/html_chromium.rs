@@ -219,6 +219,12 @@ fn html_report_draws_and_hovers_in_chromium() {
             result.contains("segment labels: 21, overlapping: 0"),
             "{result}"
         );
+        // a time axis in seconds (most of this run's time passes between
+        // two entries: the ticks there share one label)
+        assert!(
+            result.contains("time axis: 2 ticks, 0.0 s | 6.0 s;"),
+            "{result}"
+        );
     }
 }
 
@@ -237,6 +243,9 @@ fn predicted_report_draws_and_hovers_in_chromium() {
             result.contains("hover stack: 148.00 MiB (parameters: predicted by vramscope estimate"),
             "{result}"
         );
+        let axis = &result[result.find("time axis: ").unwrap() + 11..];
+        let ticks: usize = axis.split(' ').next().unwrap().parse().unwrap();
+        assert!(ticks >= 3 && axis.contains(" s | "), "{result}");
     }
 }
 
