@@ -336,6 +336,10 @@ struct Sim {
     seg_at: BTreeMap<u64, u32>,
     /// Every block by start, once the trace showed an inconsistency.
     ordered: Option<BTreeMap<u64, u32>>,
+    /// Allocations of the trace whose block another block replaced, by
+    /// address (a trace that does not start at the first allocation):
+    /// their `free_requested` still ends them.
+    lost: AddrMap<u32>,
     truncated: Option<String>,
 }
 
@@ -351,6 +355,7 @@ impl Sim {
             segs: Vec::new(),
             seg_at: BTreeMap::new(),
             ordered: None,
+            lost: AddrMap::default(),
             truncated: None,
         }
     }
@@ -512,6 +517,13 @@ impl Sim {
     /// Add a block, replacing any block that starts at the same address.
     fn put(&mut self, addr: u64, size: u64, st: St, seg: u32) -> u32 {
         if let Some(&old) = self.at.get(&addr) {
+            if let St::Alloc(k) = self.node(old).st {
+                if st != St::Alloc(k) {
+                    // another block took its place (blocks followed by
+                    // address only overlap): its free still ends it
+                    self.lost.insert(addr, k);
+                }
+            }
             self.remove(old);
         }
         let n = self.alloc_node(Node {
@@ -880,6 +892,10 @@ fn run(
                     sim.put(e.addr, r, St::Alloc(k), seg);
                     r
                 };
+                // a new block at the address: no lost one waits there
+                if !sim.lost.is_empty() {
+                    sim.lost.remove(&e.addr);
+                }
                 if record {
                     if !exact {
                         p.inexact.push(k);
@@ -906,6 +922,19 @@ fn run(
                         }
                         da -= size as i64;
                         sim.node_mut(n.unwrap_or(NONE)).st = St::Pending(k);
+                    }
+                    _ if sim.lost.contains_key(&e.addr) => {
+                        // allocated in the trace, its block lost by the sim
+                        let k = sim.lost.remove(&e.addr).unwrap_or(NONE);
+                        let size = match p.lives.get_mut(k as usize) {
+                            Some(l) => {
+                                l.end = ix(i);
+                                l.size
+                            }
+                            None => sim.rounder.round_size(e.size),
+                        };
+                        pre_pending.insert(e.addr, size);
+                        da -= size as i64;
                     }
                     _ => {
                         sim.mark_truncated(i, || {

@@ -343,6 +343,7 @@ struct Sim {
     expandable: bool,
     blocks: BTreeMap<u64, Blk>,
     seg_expandable: Vec<bool>,
+    lost: std::collections::HashMap<u64, usize>,
     truncated: Option<String>,
 }
 
@@ -354,7 +355,20 @@ impl Sim {
             rounder: CachingAllocator::new(cfg),
             blocks: BTreeMap::new(),
             seg_expandable: Vec::new(),
+            lost: std::collections::HashMap::new(),
             truncated: None,
+        }
+    }
+
+    /// Put a block at `addr`; an allocation whose block it replaces (but
+    /// for its own change of state) is lost: its free still ends it.
+    fn set(&mut self, addr: u64, b: Blk) {
+        if let Some(old) = self.blocks.insert(addr, b) {
+            if let St::Alloc(k) = old.st {
+                if b.st != St::Alloc(k) && b.st != St::Pending(k) {
+                    self.lost.insert(addr, k);
+                }
+            }
         }
     }
 
@@ -392,7 +406,7 @@ impl Sim {
                 b.size += nb.size;
             }
         }
-        self.blocks.insert(addr, b);
+        self.set(addr, b);
     }
 
     /// Remove `[addr, addr + size)` (segment free / unmap); returns whether
@@ -403,7 +417,7 @@ impl Sim {
         if let Some((a, b)) = self.containing(addr) {
             if a < addr {
                 // Trim a block that starts before the range.
-                self.blocks.insert(
+                self.set(
                     a,
                     Blk {
                         size: addr - a,
@@ -411,7 +425,7 @@ impl Sim {
                     },
                 );
                 if a + b.size > end {
-                    self.blocks.insert(
+                    self.set(
                         end,
                         Blk {
                             size: a + b.size - end,
@@ -427,7 +441,7 @@ impl Sim {
             found = true;
             if let Some(b) = self.blocks.remove(&a) {
                 if a + b.size > end {
-                    self.blocks.insert(
+                    self.set(
                         end,
                         Blk {
                             size: a + b.size - end,
@@ -500,7 +514,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         };
                         let size = if split { r } else { b.size };
                         if split {
-                            sim.blocks.insert(
+                            sim.set(
                                 a + r,
                                 Blk {
                                     size: rem,
@@ -509,7 +523,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                                 },
                             );
                         }
-                        sim.blocks.insert(
+                        sim.set(
                             a,
                             Blk {
                                 size,
@@ -549,7 +563,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         Some((_, b)) => b.seg,
                         None => sim.new_seg(false),
                     };
-                    sim.blocks.insert(
+                    sim.set(
                         e.addr,
                         Blk {
                             size,
@@ -558,6 +572,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         },
                     );
                 }
+                sim.lost.remove(&e.addr);
                 da += size as i64;
                 dac += size as i64;
             }
@@ -569,7 +584,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                 }) => {
                     allocs[k].end = Some(i);
                     da -= size as i64;
-                    sim.blocks.insert(
+                    sim.set(
                         e.addr,
                         Blk {
                             size,
@@ -577,6 +592,12 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                             seg,
                         },
                     );
+                }
+                _ if sim.lost.contains_key(&e.addr) => {
+                    let k = sim.lost.remove(&e.addr).unwrap();
+                    allocs[k].end = Some(i);
+                    pre_pending.insert(e.addr, allocs[k].size);
+                    da -= allocs[k].size as i64;
                 }
                 _ => {
                     sim.mark_truncated(i, || {
@@ -605,7 +626,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                     seg,
                 }) => {
                     dac -= size as i64;
-                    sim.blocks.insert(
+                    sim.set(
                         e.addr,
                         Blk {
                             size,
@@ -627,7 +648,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                     Some((&a, b)) if expandable && a + b.size == e.addr => b.seg,
                     _ => sim.new_seg(expandable),
                 };
-                sim.blocks.insert(
+                sim.set(
                     e.addr,
                     Blk {
                         size: e.size,
