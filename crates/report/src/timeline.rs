@@ -336,10 +336,6 @@ struct Sim {
     seg_at: BTreeMap<u64, u32>,
     /// Every block by start, once the trace showed an inconsistency.
     ordered: Option<BTreeMap<u64, u32>>,
-    /// Allocations of the trace whose block another block replaced, by
-    /// address (a trace that does not start at the first allocation):
-    /// their `free_requested` still ends them.
-    lost: AddrMap<u32>,
     truncated: Option<String>,
 }
 
@@ -355,7 +351,6 @@ impl Sim {
             segs: Vec::new(),
             seg_at: BTreeMap::new(),
             ordered: None,
-            lost: AddrMap::default(),
             truncated: None,
         }
     }
@@ -517,13 +512,6 @@ impl Sim {
     /// Add a block, replacing any block that starts at the same address.
     fn put(&mut self, addr: u64, size: u64, st: St, seg: u32) -> u32 {
         if let Some(&old) = self.at.get(&addr) {
-            if let St::Alloc(k) = self.node(old).st {
-                if st != St::Alloc(k) {
-                    // another block took its place (blocks followed by
-                    // address only overlap): its free still ends it
-                    self.lost.insert(addr, k);
-                }
-            }
             self.remove(old);
         }
         let n = self.alloc_node(Node {
@@ -840,6 +828,8 @@ fn run(
     let sim = &mut p.sim;
     // Pending frees of blocks allocated before the trace: addr -> size.
     let mut pre_pending: AddrMap<u64> = AddrMap::default();
+    // The trace's allocations not yet freed, by address (recorded passes).
+    let mut open: AddrMap<u32> = AddrMap::default();
     let bucket = bucket.max(1);
     for (i, e) in trace.iter().enumerate() {
         let (mut da, mut dac, mut dr) = (0i64, 0i64, 0i64);
@@ -892,11 +882,8 @@ fn run(
                     sim.put(e.addr, r, St::Alloc(k), seg);
                     r
                 };
-                // a new block at the address: no lost one waits there
-                if !sim.lost.is_empty() {
-                    sim.lost.remove(&e.addr);
-                }
                 if record {
+                    open.insert(e.addr, k);
                     if !exact {
                         p.inexact.push(k);
                     }
@@ -920,12 +907,17 @@ fn run(
                         if let Some(l) = p.lives.get_mut(k as usize) {
                             l.end = ix(i);
                         }
+                        if record {
+                            open.remove(&e.addr);
+                        }
                         da -= size as i64;
                         sim.node_mut(n.unwrap_or(NONE)).st = St::Pending(k);
                     }
-                    _ if sim.lost.contains_key(&e.addr) => {
+                    _ if open.contains_key(&e.addr) => {
                         // allocated in the trace, its block lost by the sim
-                        let k = sim.lost.remove(&e.addr).unwrap_or(NONE);
+                        // (blocks followed by address only overlap): the
+                        // free at its address still ends it
+                        let k = open.remove(&e.addr).unwrap_or(NONE);
                         let size = match p.lives.get_mut(k as usize) {
                             Some(l) => {
                                 l.end = ix(i);

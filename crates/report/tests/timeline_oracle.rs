@@ -343,7 +343,8 @@ struct Sim {
     expandable: bool,
     blocks: BTreeMap<u64, Blk>,
     seg_expandable: Vec<bool>,
-    lost: std::collections::HashMap<u64, usize>,
+    /// The trace's allocations not yet freed, by address.
+    open: std::collections::HashMap<u64, usize>,
     truncated: Option<String>,
 }
 
@@ -355,20 +356,8 @@ impl Sim {
             rounder: CachingAllocator::new(cfg),
             blocks: BTreeMap::new(),
             seg_expandable: Vec::new(),
-            lost: std::collections::HashMap::new(),
+            open: std::collections::HashMap::new(),
             truncated: None,
-        }
-    }
-
-    /// Put a block at `addr`; an allocation whose block it replaces (but
-    /// for its own change of state) is lost: its free still ends it.
-    fn set(&mut self, addr: u64, b: Blk) {
-        if let Some(old) = self.blocks.insert(addr, b) {
-            if let St::Alloc(k) = old.st {
-                if b.st != St::Alloc(k) && b.st != St::Pending(k) {
-                    self.lost.insert(addr, k);
-                }
-            }
         }
     }
 
@@ -406,7 +395,7 @@ impl Sim {
                 b.size += nb.size;
             }
         }
-        self.set(addr, b);
+        self.blocks.insert(addr, b);
     }
 
     /// Remove `[addr, addr + size)` (segment free / unmap); returns whether
@@ -417,7 +406,7 @@ impl Sim {
         if let Some((a, b)) = self.containing(addr) {
             if a < addr {
                 // Trim a block that starts before the range.
-                self.set(
+                self.blocks.insert(
                     a,
                     Blk {
                         size: addr - a,
@@ -425,7 +414,7 @@ impl Sim {
                     },
                 );
                 if a + b.size > end {
-                    self.set(
+                    self.blocks.insert(
                         end,
                         Blk {
                             size: a + b.size - end,
@@ -441,7 +430,7 @@ impl Sim {
             found = true;
             if let Some(b) = self.blocks.remove(&a) {
                 if a + b.size > end {
-                    self.set(
+                    self.blocks.insert(
                         end,
                         Blk {
                             size: a + b.size - end,
@@ -514,7 +503,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         };
                         let size = if split { r } else { b.size };
                         if split {
-                            sim.set(
+                            sim.blocks.insert(
                                 a + r,
                                 Blk {
                                     size: rem,
@@ -523,7 +512,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                                 },
                             );
                         }
-                        sim.set(
+                        sim.blocks.insert(
                             a,
                             Blk {
                                 size,
@@ -563,7 +552,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         Some((_, b)) => b.seg,
                         None => sim.new_seg(false),
                     };
-                    sim.set(
+                    sim.blocks.insert(
                         e.addr,
                         Blk {
                             size,
@@ -572,7 +561,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         },
                     );
                 }
-                sim.lost.remove(&e.addr);
+                sim.open.insert(e.addr, allocs.len() - 1);
                 da += size as i64;
                 dac += size as i64;
             }
@@ -583,8 +572,9 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                     seg,
                 }) => {
                     allocs[k].end = Some(i);
+                    sim.open.remove(&e.addr);
                     da -= size as i64;
-                    sim.set(
+                    sim.blocks.insert(
                         e.addr,
                         Blk {
                             size,
@@ -593,8 +583,8 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                         },
                     );
                 }
-                _ if sim.lost.contains_key(&e.addr) => {
-                    let k = sim.lost.remove(&e.addr).unwrap();
+                _ if sim.open.contains_key(&e.addr) => {
+                    let k = sim.open.remove(&e.addr).unwrap();
                     allocs[k].end = Some(i);
                     pre_pending.insert(e.addr, allocs[k].size);
                     da -= allocs[k].size as i64;
@@ -626,7 +616,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                     seg,
                 }) => {
                     dac -= size as i64;
-                    sim.set(
+                    sim.blocks.insert(
                         e.addr,
                         Blk {
                             size,
@@ -648,7 +638,7 @@ fn run(trace: &Trace, cfg: &AllocatorConfig, stop: Option<usize>) -> RunOut {
                     Some((&a, b)) if expandable && a + b.size == e.addr => b.seg,
                     _ => sim.new_seg(expandable),
                 };
-                sim.set(
+                sim.blocks.insert(
                     e.addr,
                     Blk {
                         size: e.size,
