@@ -87,11 +87,22 @@ impl Explorer {
         &self.report
     }
 
-    /// The report, the trace's length and the allocations' count.
+    /// The report (its first [`crate::html::MAX_OOMS`] OOMs), the trace's
+    /// length, the allocations' count and every OOM's entry and bytes.
     pub fn report_json(&self) -> Value {
+        // every OOM as [trace entry, requested bytes]; in full, the first
+        // hundred (a trace can hold thousands)
+        let ooms: Vec<Value> = self
+            .report
+            .ooms
+            .iter()
+            .map(|o| json!([o.trace_index, o.requested_bytes]))
+            .collect();
+        let mut report = self.report.clone();
+        report.ooms.truncate(crate::html::MAX_OOMS);
         json!({
-            "report": self.report, "n": self.tl.entries,
-            "nalloc": self.tl.num_allocations(),
+            "report": report, "n": self.tl.entries,
+            "nalloc": self.tl.num_allocations(), "ooms": ooms,
         })
     }
 
