@@ -153,6 +153,14 @@ struct LeverJson {
 }
 
 #[derive(Serialize)]
+struct SweepRowJson {
+    batch_per_rank: i64,
+    global_batch: i64,
+    peak_reserved_bytes: i64,
+    fits: bool,
+}
+
+#[derive(Serialize)]
 struct FewestJson {
     target_batch: i64,
     /// `None` (null) when not even `MAX_GPUS` GPUs fit it
@@ -174,12 +182,17 @@ struct PlanFsdpJson<'a> {
     peak_reserved_bytes: i64,
     fewest_gpus: Option<FewestJson>,
     levers: Vec<LeverJson>,
+    /// with `--batch`: one row per batch per rank
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sweep: Option<Vec<SweepRowJson>>,
 }
 
 /// Run `vramscope plan --fsdp N` or `--ddp N`.
 pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
-    if args.batch.is_some() {
-        bail!("plan --fsdp/--ddp searches the batch; a --batch sweep is not modelled there yet");
+    if args.csv || args.html.is_some() {
+        bail!(
+            "plan --fsdp/--ddp prints text or --json; --csv and --html are for the one-GPU sweep"
+        );
     }
     if args.workload.seqs().len() > 1 {
         bail!("plan --fsdp/--ddp takes one --seq");
@@ -205,31 +218,22 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
     };
     let here = run_ranks(config, &given, &par, &options)?;
     // the fewest GPUs for a global batch: each rank runs ceil(B / n). A
-    // rank's memory falls as n grows (smaller shards, smaller batch), so the
-    // largest n is tried first and then the boundary is bisected
+    // rank's memory need not fall as n grows (FSDP pads uneven shards, and
+    // ceil(B / n) stays put over runs of n), so every n from 2 up is checked
+    // in order and the first that fits is the fewest
     let fewest = match args.target_batch {
         Some(t) => {
-            let fits_on = |n: i64| -> anyhow::Result<bool> {
+            let mut found = None;
+            for n in 2..=MAX_GPUS {
                 let w = Workload {
                     batch: div_up(t, n),
                     ..base.clone()
                 };
-                Ok(run_ranks_for(config, &w, &with_world(&par, n), &options, false)?.fits)
-            };
-            let found = if fits_on(MAX_GPUS)? {
-                let (mut lo, mut hi) = (1, MAX_GPUS);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
-                    if mid >= 2 && fits_on(mid)? {
-                        hi = mid;
-                    } else {
-                        lo = mid;
-                    }
+                if run_ranks_for(config, &w, &with_world(&par, n), &options, false)?.fits {
+                    found = Some((n, div_up(t, n)));
+                    break;
                 }
-                Some((hi, div_up(t, hi)))
-            } else {
-                None
-            };
+            }
             Some(FewestJson {
                 target_batch: t,
                 gpus: found.map(|f| f.0),
@@ -238,7 +242,32 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let levers_at = levers(&par, &given, base.weights);
+    // `--batch`: each batch per rank run on every rank that differs
+    let sweep = match &args.batch {
+        Some(list) => {
+            let mut rows = Vec::new();
+            for &b in &list.0 {
+                let w = Workload {
+                    batch: b,
+                    ..base.clone()
+                };
+                let o = run_ranks(config, &w, &par, &options)?;
+                rows.push(SweepRowJson {
+                    batch_per_rank: b,
+                    global_batch: b * world,
+                    peak_reserved_bytes: o.peak_reserved,
+                    fits: o.fits,
+                });
+            }
+            Some(rows)
+        }
+        None => None,
+    };
+    let levers_at = if args.no_levers {
+        Vec::new()
+    } else {
+        levers(&par, &given, base.weights)
+    };
     let mut levers = vec![LeverJson {
         name: "as given".into(),
         peak_reserved_bytes: here.peak_reserved,
@@ -254,17 +283,19 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
     }
     // twice the GPUs: the same global batch (the target's), or the same
     // batch per rank
-    let per = args.target_batch.map_or(at, |t| div_up(t, world * 2));
-    let w = Workload {
-        batch: per,
-        ..given.clone()
-    };
-    let o = run_ranks(config, &w, &with_world(&par, world * 2), &options)?;
-    levers.push(LeverJson {
-        name: format!("{} GPUs, batch {per} per rank", world * 2),
-        peak_reserved_bytes: o.peak_reserved,
-        fits: o.fits,
-    });
+    if !args.no_levers {
+        let per = args.target_batch.map_or(at, |t| div_up(t, world * 2));
+        let w = Workload {
+            batch: per,
+            ..given.clone()
+        };
+        let o = run_ranks(config, &w, &with_world(&par, world * 2), &options)?;
+        levers.push(LeverJson {
+            name: format!("{} GPUs, batch {per} per rank", world * 2),
+            peak_reserved_bytes: o.peak_reserved,
+            fits: o.fits,
+        });
+    }
     let (kind, title) = match par {
         Parallel::Fsdp(_) => ("fsdp", "FSDP2"),
         Parallel::Ddp(_) => ("ddp", "DDP"),
@@ -287,6 +318,7 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
             peak_reserved_bytes: here.peak_reserved,
             fewest_gpus: fewest,
             levers,
+            sweep,
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -316,9 +348,27 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
                 )?,
                 _ => writeln!(
                     out,
-                    "global batch {}: does not fit on {MAX_GPUS} GPUs",
+                    "global batch {}: does not fit on any of 2 to {MAX_GPUS} GPUs",
                     f.target_batch
                 )?,
+            }
+        }
+        if let Some(rows) = &sweep {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "{:>15} {:>13} {:>14}  fits",
+                "batch per rank", "global batch", "peak reserved"
+            )?;
+            for r in rows {
+                writeln!(
+                    out,
+                    "{:>15} {:>13} {:>14}  {}",
+                    r.batch_per_rank,
+                    r.global_batch,
+                    format_size(r.peak_reserved_bytes.max(0) as u64),
+                    if r.fits { "yes" } else { "no" }
+                )?;
             }
         }
         writeln!(out)?;

@@ -857,10 +857,45 @@ fn plan_under_fsdp_finds_the_largest_batch_per_rank_and_the_fewest_gpus() {
     let per = j["fewest_gpus"]["batch_per_rank"].as_i64().unwrap();
     assert_eq!(per, (64 + n - 1) / n);
     est(n, per, 0);
-    est(n - 1, (64 + n - 2) / (n - 1), 1);
+    // every count below the fewest is run and fails (none assumed)
+    for m in 2..n {
+        est(m, (64 + m - 1) / m, 1);
+    }
     let levers = j["levers"].as_array().unwrap();
     assert_eq!(levers[0]["name"], "as given");
     assert!(levers.len() >= 4, "{j}");
+}
+
+/// `plan --fsdp N --batch LIST` (issue #33): one row per batch per rank,
+/// each the fullest rank's `estimate --fsdp N` at that batch.
+#[test]
+fn plan_under_fsdp_sweeps_the_batch_per_rank() {
+    let llama = write_config(
+        "fsdp_llama_sweep",
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+    );
+    let limit = "--gpu h200 --memory-limit 4GiB --seq 512";
+    let j = json(&vramscope(
+        "plan",
+        &llama,
+        &format!("--mode train {limit} --fsdp 2 --batch 1,64 --no-levers --json"),
+        0,
+    ));
+    let rows = j["sweep"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{j}");
+    assert!(j["levers"].as_array().unwrap().len() == 1, "{j}");
+    for (row, fits) in rows.iter().zip([true, false]) {
+        let b = row["batch_per_rank"].as_i64().unwrap();
+        assert_eq!(row["global_batch"].as_i64().unwrap(), 2 * b);
+        assert_eq!(row["fits"], fits, "{row}");
+        let e = json(&vramscope(
+            "estimate",
+            &llama,
+            &format!("--mode train --gpu h200 --seq 512 --fsdp 2 --batch {b} --json"),
+            0,
+        ));
+        assert_eq!(row["peak_reserved_bytes"], e["peak_reserved_bytes"], "{e}");
+    }
 }
 
 /// `estimate --ddp 2 --json` (issue #33): one group of every rank, the
