@@ -983,3 +983,35 @@ fn plan_under_ddp_finds_the_largest_batch_per_rank() {
         "{j}"
     );
 }
+
+/// `--fsdp`/`--ddp` with what is not modelled under them (issue #33): each
+/// refused with an error naming the one knob given, not a list of three.
+#[test]
+fn parallel_refusals_name_what_is_not_modelled() {
+    let llama = write_config(
+        "refuse_llama",
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+    );
+    for (args, says) in [
+        ("--mode infer --fsdp 2", "FSDP with --mode infer"),
+        ("--mode generate --ddp 2", "DDP with --mode generate"),
+        (
+            "--mode train --accumulation 2 --fsdp 2",
+            "set_requires_gradient_sync(False)",
+        ),
+        ("--mode train --accumulation 2 --ddp 2", "no_sync()"),
+        (
+            "--mode train --autocast bf16 --ddp 2",
+            "DDP under torch.autocast",
+        ),
+    ] {
+        let out = vramscope(
+            "estimate",
+            &llama,
+            &format!("{args} --batch 1 --seq 128 --gpu h200"),
+            2,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args}: {err}");
+    }
+}

@@ -1313,6 +1313,44 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
     Ok(())
 }
 
+/// What FSDP2 and DDP are modelled for: training steps, one micro-batch
+/// each, without autocast; anything else is refused by name.
+fn parallel_modelled(kind: &str, w: &Workload) -> Result<()> {
+    let what = if w.mode != Mode::Train {
+        format!(
+            "{kind} with --mode {} ({} not modelled; training steps only)",
+            w.mode.name(),
+            if kind == "FSDP" {
+                "the forward's all-gathers and reshard without a backward are"
+            } else {
+                "a forward without a backward is"
+            }
+        )
+    } else if w.accumulation > 1 {
+        format!(
+            "{kind} with gradient accumulation over {} micro-batches ({} is not modelled; one micro-batch per step only)",
+            w.accumulation,
+            if kind == "DDP" {
+                "no_sync()"
+            } else {
+                "set_requires_gradient_sync(False)"
+            }
+        )
+    } else if let Some(a) = w.autocast {
+        format!(
+            "{kind} under torch.autocast to {a:?} (not modelled{})",
+            if kind == "FSDP" {
+                "; FSDP2's own MixedPrecisionPolicy (--fsdp-param-dtype) is"
+            } else {
+                ""
+            }
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ModelError::Unsupported(what))
+}
+
 /// The model under FSDP2 (`crate::parallel::fsdp`): built with its
 /// parameters on the device and empty (the unsharded parameters), each
 /// layer and then the model sharded, and the hooks registered. Returns the
@@ -1328,11 +1366,7 @@ fn fsdp_load(
     Vec<Tensor>,
     Option<std::rc::Rc<std::cell::RefCell<crate::parallel::fsdp::Fsdp>>>,
 )> {
-    if w.mode != Mode::Train || w.accumulation > 1 || w.autocast.is_some() {
-        return Err(ModelError::Unsupported(
-            "FSDP for inference, gradient accumulation or autocast (training steps only)".into(),
-        ));
-    }
+    parallel_modelled("FSDP", w)?;
     // (what the GPUs checked: the optimizer's foreach ops over the shards;
     // each new optimizer decides here)
     use vramscope_engine::optim::{Implementation, OptimizerKind};
@@ -1387,11 +1421,7 @@ fn ddp_load(
     Vec<Tensor>,
     std::rc::Rc<std::cell::RefCell<crate::parallel::ddp::Ddp>>,
 )> {
-    if w.mode != Mode::Train || w.accumulation > 1 || w.autocast.is_some() {
-        return Err(ModelError::Unsupported(
-            "DDP for inference, gradient accumulation or autocast (training steps only)".into(),
-        ));
-    }
+    parallel_modelled("DDP", w)?;
     let mut model: Box<dyn HfModel> = families::build(rt, config, w.task, w.weights)?;
     model.cuda()?;
     let Some(buffers) = model.buffers() else {
