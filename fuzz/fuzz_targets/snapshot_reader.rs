@@ -10,7 +10,11 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = vramscope_snapshot::read_snapshot(data);
+    let fast = vramscope_snapshot::read_snapshot(data);
+    // the generic fallback decoder on its own: never a panic, and it agrees
+    // with the fast path on success/failure
+    let generic = vramscope_snapshot::read_snapshot_generic(data);
+    assert_eq!(fast.is_ok(), generic.is_ok());
     if let Ok(p) = vramscope_snapshot::pickle::parse(data) {
         let _ = p.root().to_value();
         let _ = format!("{:?}", p.root());

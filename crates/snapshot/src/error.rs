@@ -131,6 +131,17 @@ pub enum Error {
         /// Which limit.
         what: &'static str,
     },
+    /// Copying a value out of the pickle (expanding every shared reference
+    /// once per use) would make more values than the file's size allows:
+    /// a few kilobytes of memo gets can stand for 2^60 values.
+    ExpansionLimit {
+        /// Values copied when the copy was refused (the work done).
+        copied: u64,
+        /// The budget those values were drawn from.
+        budget: u64,
+        /// The pickle's length in bytes, which sets the budget.
+        file_len: u64,
+    },
     /// The bytes are not a pickle at all (a zip archive, a text file):
     /// what they look like instead.
     NotAPickle {
@@ -226,6 +237,17 @@ impl fmt::Display for Error {
                 Some(o) => write!(f, "limit exceeded at byte {o}: {what}"),
                 None => write!(f, "limit exceeded: {what}"),
             },
+            Error::ExpansionLimit {
+                copied,
+                budget,
+                file_len,
+            } => write!(
+                f,
+                "limit exceeded: expanding shared references copied {copied} values, the budget \
+                 for a {file_len}-byte pickle ({budget}, about {} values a byte); the file \
+                 repeats references far more than a memory snapshot does",
+                crate::pickle::EXPANSION_PER_BYTE
+            ),
             Error::NotASnapshot { reason } => write!(f, "not a memory snapshot: {reason}"),
             Error::Schema { path, message } => write!(f, "bad snapshot field {path}: {message}"),
         }

@@ -92,6 +92,14 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
     if let Some(result) = fast_path(r, state) {
         return result.map_err(|e| explain(bytes, e));
     }
+    read_snapshot_generic(bytes)
+}
+
+/// [`read_snapshot`]'s fallback alone: the whole pickle decoded generically,
+/// then converted (what the fast path retries with when it gives up). For
+/// fuzzing and tests, which hold both paths to the same answer.
+#[doc(hidden)]
+pub fn read_snapshot_generic(bytes: &[u8]) -> Result<Snapshot, Error> {
     let doc = pickle::parse(bytes).map_err(|e| explain(bytes, e))?;
     convert::snapshot_from_pickle(doc, convert::State::new(false))
 }

@@ -20,7 +20,10 @@ fn exercise(bytes: &[u8]) {
         let _ = format!("{:?}", p.root());
         let _ = p.root().to_value();
     }
-    let _ = read_snapshot(bytes);
+    let fast = read_snapshot(bytes);
+    // the generic fallback alone agrees with the fast path on success
+    let generic = vramscope_snapshot::read_snapshot_generic(bytes);
+    assert_eq!(fast.is_ok(), generic.is_ok(), "{fast:?} / {generic:?}");
 }
 
 fn fixtures() -> Vec<Vec<u8>> {
@@ -256,4 +259,56 @@ fn damaged_frame_headers_never_panic() {
         }
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// The issue-36 file: a 2 KB snapshot whose extra key holds 60 nested
+/// lists, each holding the previous one twice (2^60 values once expanded).
+/// Reading it is refused with the budget named, after work bounded by the
+/// file's size (the `copied` counter), not after hundreds of megabytes.
+#[test]
+fn nested_shared_lists_are_refused_after_work_bounded_by_the_file() {
+    let key = |b: &mut Vec<u8>, s: &str| {
+        b.push(0x8c); // SHORT_BINUNICODE
+        b.push(s.len() as u8);
+        b.extend(s.as_bytes());
+    };
+    let mut b = b"\x80\x04}(".to_vec(); // PROTO 4, EMPTY_DICT, MARK
+    key(&mut b, "segments");
+    b.push(b']');
+    key(&mut b, "device_traces");
+    b.extend(b"]]a");
+    key(&mut b, "extra");
+    b.extend(b"]\x940"); // memo 0 = [], popped
+    for k in 1..=60u8 {
+        // memo k = [memo k-1, memo k-1]
+        b.extend([b']', 0x94, b'(', b'h', k - 1, b'h', k - 1, b'e']);
+        if k < 60 {
+            b.push(b'0');
+        }
+    }
+    key(&mut b, "pad");
+    b.push(b'X'); // BINUNICODE
+    let pad = 2048 - b.len() - 6; // length, then `u.` after it
+    b.extend((pad as u32).to_le_bytes());
+    b.extend(std::iter::repeat_n(b'p', pad));
+    b.extend(b"u.");
+    assert_eq!(b.len(), 2048);
+
+    let e = vramscope_snapshot::read_snapshot(&b).unwrap_err();
+    let Error::ExpansionLimit {
+        copied,
+        budget,
+        file_len,
+    } = e
+    else {
+        panic!("expected the expansion limit, got {e}");
+    };
+    assert_eq!(file_len, 2048);
+    assert!(budget <= 16 * 2048 + 64, "budget {budget}");
+    assert!(copied <= budget, "copied {copied} of {budget}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("expanding shared references") && msg.contains("2048-byte pickle"),
+        "{msg}"
+    );
 }

@@ -309,12 +309,21 @@ impl<'a> ValueRef<'a> {
 
     /// Copy the value out into an owned [`Value`]. Shared sub-objects are
     /// copied once per reference; nesting deeper than 128 levels (including
-    /// self-references) or a copy of more than [`EXPANSION_PER_BYTE`]
-    /// values per byte of the pickle fail with [`Error::LimitExceeded`].
+    /// self-references) fails with [`Error::LimitExceeded`]; a copy of
+    /// more than [`EXPANSION_PER_BYTE`] values per byte of the pickle with
+    /// [`Error::ExpansionLimit`], after at most that much work.
     pub fn to_value(self) -> Result<Value, Error> {
         let items = (self.st.seq_pool.len() + self.st.dict_vals.len()) as u64;
-        let mut budget = (items * 4).max(self.st.input_len * EXPANSION_PER_BYTE) + 64;
-        to_value(self, 0, &mut budget)
+        let total = (items * 4).max(self.st.input_len * EXPANSION_PER_BYTE) + 64;
+        let mut budget = total;
+        to_value(self, 0, &mut budget).map_err(|e| match e {
+            Error::LimitExceeded { what, .. } if what == EXPANSION => Error::ExpansionLimit {
+                copied: total - budget,
+                budget: total,
+                file_len: self.st.input_len,
+            },
+            e => e,
+        })
     }
 }
 
@@ -324,6 +333,10 @@ impl<'a> ValueRef<'a> {
 /// stay far below it, while 60 nested lists that each hold the previous one
 /// twice (2^60 values from 2 KB) are refused after a few kilobytes' work.
 pub const EXPANSION_PER_BYTE: u64 = 16;
+
+/// The internal marker of an exhausted copy budget (reported as
+/// [`Error::ExpansionLimit`]).
+const EXPANSION: &str = "expanding shared references into an owned tree";
 
 /// Deepest nesting [`ValueRef::to_value`] copies (snapshots are ~5 deep).
 const MAX_DEPTH: u32 = 128;
@@ -338,7 +351,7 @@ fn to_value(r: ValueRef<'_>, depth: u32, budget: &mut u64) -> Result<Value, Erro
     if *budget == 0 {
         return Err(Error::LimitExceeded {
             offset: None,
-            what: "expanding shared references into an owned tree",
+            what: EXPANSION,
         });
     }
     *budget -= 1;
