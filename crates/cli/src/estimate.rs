@@ -666,6 +666,7 @@ impl ParallelArgs {
                 world,
                 bucket_cap_mb: self.ddp_bucket_mb,
                 gradient_as_bucket_view: self.ddp_grad_as_bucket_view,
+                first_buckets_held: false,
             })));
         }
         let Some(world) = self.fsdp else {
@@ -838,6 +839,16 @@ struct ParallelJson {
     gradient_as_bucket_view: Option<bool>,
     /// FSDP's `CPUOffloadPolicy()` (false under DDP)
     cpu_offload: bool,
+    /// DDP: the figures if ProcessGroupNCCL frees the first iteration's
+    /// buckets late, held to the end (the upper bound; null under FSDP)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_buckets_held: Option<PeaksJson>,
+}
+
+#[derive(Serialize)]
+struct PeaksJson {
+    peak_allocated_bytes: i64,
+    peak_reserved_bytes: i64,
 }
 
 #[derive(Serialize)]
@@ -1112,6 +1123,20 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
     let profile = args.gpu.profile()?;
+    // DDP: the same workload with the first iteration's buckets never freed
+    // (ProcessGroupNCCL's late free, pytorch/pytorch#150079, at its longest)
+    let held = match &w.parallel {
+        Some(Parallel::Ddp(c)) => {
+            let mut wh = w.clone();
+            wh.parallel = Some(Parallel::Ddp(DdpConfig {
+                first_buckets_held: true,
+                ..c.clone()
+            }));
+            let (l, u) = run_estimate(&config, &wh, &args.workload, &args.gpu, false)?;
+            Some(u.unwrap_or(l))
+        }
+        _ => None,
+    };
     // written whole at the end ([`emit`]): stdout is line-buffered, and the
     // module tree of a large model is thousands of lines
     let mut out: Vec<u8> = Vec::new();
@@ -1150,6 +1175,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                         bucket_cap_mb: None,
                         gradient_as_bucket_view: None,
                         cpu_offload: c.cpu_offload,
+                        first_buckets_held: None,
                     },
                     Parallel::Ddp(c) => ParallelJson {
                         kind: "ddp",
@@ -1160,6 +1186,10 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                         bucket_cap_mb: c.bucket_cap_mb,
                         gradient_as_bucket_view: Some(c.gradient_as_bucket_view),
                         cpu_offload: false,
+                        first_buckets_held: held.as_ref().map(|h| PeaksJson {
+                            peak_allocated_bytes: h.peak_allocated_bytes,
+                            peak_reserved_bytes: h.peak_reserved_bytes,
+                        }),
                     },
                 }),
             },
@@ -1260,6 +1290,14 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                     ""
                 },
             )?;
+            if let Some(h) = &held {
+                writeln!(
+                    out,
+                    "note: if NCCL's watchdog frees the first iteration's buckets late (pytorch/pytorch#150079, a race; the figures below free them at the rebuild), up to peak allocated {}, peak reserved {}",
+                    format_size(h.peak_allocated_bytes.max(0) as u64),
+                    format_size(h.peak_reserved_bytes.max(0) as u64),
+                )?;
+            }
         }
         if let Some(Parallel::Fsdp(c)) = &w.parallel {
             writeln!(

@@ -446,6 +446,7 @@ fn levers(par: &Parallel, given: &Workload, weights: DType) -> Vec<(String, Work
                 world: f.world,
                 bucket_cap_mb: None,
                 gradient_as_bucket_view: false,
+                first_buckets_held: false,
             };
             v.push((
                 "DDP instead (its defaults)".into(),

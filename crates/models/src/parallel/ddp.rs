@@ -43,6 +43,10 @@ pub struct DdpConfig {
     pub bucket_cap_mb: Option<f64>,
     /// `gradient_as_bucket_view`
     pub gradient_as_bucket_view: bool,
+    /// the first iteration's buckets kept to the end instead of freed at
+    /// the rebuild: ProcessGroupNCCL's shelf freeing them late
+    /// (pytorch/pytorch#150079) for as long as it can, the upper bound
+    pub first_buckets_held: bool,
 }
 
 impl DdpConfig {
@@ -155,6 +159,8 @@ pub struct Ddp {
     params: Vec<Tensor>,
     buffers: Vec<Tensor>,
     buckets: Vec<Bucket>,
+    /// the first buckets under [`DdpConfig::first_buckets_held`]
+    shelf: Vec<Bucket>,
     /// each parameter's bucket and element offset in it (`variable_locators_`)
     locators: Vec<(usize, i64)>,
     /// `rebuilt_param_indices_`: the order the first backward's gradients
@@ -206,6 +212,7 @@ impl Ddp {
             params,
             buffers,
             buckets: Vec::new(),
+            shelf: Vec::new(),
             locators: Vec::new(),
             rebuilt: Vec::new(),
             has_rebuilt: false,
@@ -244,7 +251,12 @@ impl Ddp {
     /// flat `gradients` allocated in order (a `.grad` that exists becomes
     /// its view under `gradient_as_bucket_view`).
     fn initialize_buckets(&mut self, assignment: Vec<Vec<usize>>) -> Result<()> {
-        self.buckets.clear();
+        let old = std::mem::take(&mut self.buckets);
+        if self.cfg.first_buckets_held {
+            self.shelf.extend(old);
+        } else {
+            drop(old);
+        }
         self.locators = vec![(0, 0); self.params.len()];
         for (b, vars) in assignment.into_iter().enumerate() {
             let numel: i64 = vars.iter().map(|&i| self.params[i].numel()).sum();
