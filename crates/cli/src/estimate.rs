@@ -1293,9 +1293,14 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             if let Some(h) = &held {
                 writeln!(
                     out,
-                    "note: if NCCL's watchdog frees the first iteration's buckets late (pytorch/pytorch#150079, a race; the figures below free them at the rebuild), up to peak allocated {}, peak reserved {}",
+                    "note: if NCCL's watchdog frees the first iteration's buckets late (pytorch/pytorch#150079, a race; the figures below free them at the rebuild), up to peak allocated {}, peak reserved {}{}",
                     format_size(h.peak_allocated_bytes.max(0) as u64),
                     format_size(h.peak_reserved_bytes.max(0) as u64),
+                    if fits && h.peak_reserved_bytes > capacity as i64 {
+                        ": over the limit, so such a run would run out of memory"
+                    } else {
+                        ""
+                    },
                 )?;
             }
         }
