@@ -1377,6 +1377,16 @@ for _f in (aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar):
     AFTER[_f] = _isin
 
 
+def _reduced_mask(x, dims) -> list:
+    """Which of `x`'s dims a reduction over `dims` (an int, a list, or none/empty: all) reduces."""
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return [True] * x.dim()
+    reduced = [False] * x.dim()
+    for d in [dims] if isinstance(dims, int) else dims:
+        reduced[d % max(x.dim(), 1)] = True
+    return reduced
+
+
 def _vector_norm(cap, func, call, outs):
     """`linalg_vector_norm` on CUDA: one `gpu_reduce_kernel` launch over the input as it is, with
     the accumulation type's global buffer and semaphores where the rule splits the reduction
@@ -1385,14 +1395,7 @@ def _vector_norm(cap, func, call, outs):
     x = args[0]
     if not registered(x) or x.numel() == 0:
         return
-    dims = args[2] if len(args) > 2 else kw.get("dim")
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        reduced = [True] * x.dim()
-    else:
-        dims = [dims] if isinstance(dims, int) else dims
-        reduced = [False] * x.dim()
-        for d in dims:
-            reduced[d % max(x.dim(), 1)] = True
+    reduced = _reduced_mask(x, args[2] if len(args) > 2 else kw.get("dim"))
     reduce_scratch(
         cap,
         list(x.shape),
@@ -1415,14 +1418,7 @@ def _any_all(cap, func, call, outs):
     x = args[0]
     if not registered(x) or x.numel() == 0 or x.dtype != torch.bool:
         return
-    dims = args[1] if len(args) > 1 else kw.get("dim")
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        reduced = [True] * x.dim()
-    else:
-        dims = [dims] if isinstance(dims, int) else dims
-        reduced = [False] * x.dim()
-        for d in dims:
-            reduced[d % max(x.dim(), 1)] = True
+    reduced = _reduced_mask(x, args[1] if len(args) > 1 else kw.get("dim"))
     reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, 1, 1, func._schema.name)
 
 
