@@ -23,6 +23,8 @@ def args_of(case):
               "--momentum", str(case.get("momentum", 0.0)), "--steps", str(case.get("steps", 3))]
         if case.get("checkpointing"):
             a += ["--checkpointing", "--checkpoint-every", str(case.get("checkpointing_every", 1))]
+    if case["mode"] == "infer":
+        a += ["--steps", str(case.get("steps", 2))]
     if case["mode"] == "generate":
         a += ["--new-tokens", str(case["new_tokens"]), "--cache", case.get("cache", "dynamic")]
     if case.get("lora"):

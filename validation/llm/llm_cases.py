@@ -17,6 +17,11 @@ lora_alpha=alpha, target_modules=targets or None, lora_dropout=dropout, task_typ
 right after `.cuda()`, the optimizer over the parameters that require grad, and with
 checkpointing also `model.enable_input_require_grads()`.
 
+For `mode: infer`: hf_cases.py's (`model.eval()`, then per pass `forward{i}`: under
+`torch.no_grad()`, `logits = model(input_ids=input_ids).logits; del logits`; `steps` passes,
+default 2). With TRACE=1 in the environment, the allocator's history is recorded from the start
+and dumped to OUTDIR/NAME.pickle (`torch.cuda.memory._dump_snapshot`).
+
 For `mode: generate` (`new_tokens` N, `cache` dynamic): `load` (the model, `model.eval()`, then
 `input_ids` only), then `out = model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
 do_sample=False)` under no context of ours (generate's own `torch.no_grad()`), split by a forward
@@ -100,6 +105,9 @@ def main():
         torch.cuda.synchronize()
         emit(dict(case=name, phase=cur[0], **stats(torch)))
 
+    if os.environ.get("TRACE"):
+        # the allocator's history, for reading back where the twin differs (host-side only)
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     try:
         begin("load")
         auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM)[case["task"]]
@@ -180,10 +188,21 @@ def main():
             handle.remove()
             emit(dict(case=name, forwards=calls[0], sequences=list(seqs.shape)))
             del seqs
+        elif case["mode"] == "infer":
+            # hf_cases.py's inference: per pass, under torch.no_grad()
+            model.eval()
+            for i in range(case.get("steps", 2)):
+                begin(f"forward{i}")
+                with torch.no_grad():
+                    logits = model(input_ids=input_ids).logits
+                    del logits
+                end()
         else:
             raise SystemExit(f"mode {case['mode']!r}")
     except torch.OutOfMemoryError as e:
         emit(dict(case=name, phase=cur[0], error="oom", message=str(e).splitlines()[0], **stats(torch)))
+    if os.environ.get("TRACE"):
+        torch.cuda.memory._dump_snapshot(os.path.join(outdir, name + ".pickle"))
     out.close()
 
 

@@ -81,6 +81,17 @@ const PRESETS: &[(&str, &str)] = &[
         "gemma-2-9b",
         r#"{"architectures": ["Gemma2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 16, "num_hidden_layers": 42, "num_key_value_heads": 8, "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096, "sliding_window_size": 4096, "torch_dtype": "bfloat16", "transformers_version": "4.42.0.dev0", "use_cache": true, "vocab_size": 256000}"#,
     ),
+    // google/gemma-3-12b-it config.json's `text_config` (what Gemma3ForCausalLM is
+    // built from), verbatim as quoted "Source: google/gemma-3-12b-it config.json" in a
+    // public LTX-2.3 text-encoder module; the Hub file leaves every other field to
+    // Gemma3TextConfig's defaults (vocabulary 262,208, head_dim 256, sliding_window_pattern
+    // 6, max_position_embeddings 131,072), which a second public copy
+    // (a `_HF_CONFIG_CACHE["google/gemma-3-12b"]` of a model-lens library) spells out
+    // with the same values.
+    (
+        "gemma-3-12b",
+        r#"{"hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text", "num_attention_heads": 16, "num_hidden_layers": 48, "num_key_value_heads": 8, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}"#,
+    ),
     // openai-community/gpt2 config.json, as copied in github.com/mlc-ai/mlc-llm
     // python/mlc_llm/model/model_preset.py ("gpt2").
     (
@@ -175,6 +186,7 @@ mod tests {
             ("qwen3-0.6b", 1024, 28, 16, 8, 3072, 151936),
             ("phi-3-mini", 3072, 32, 32, 32, 8192, 32064),
             ("gemma-2-9b", 3584, 42, 16, 8, 14336, 256000),
+            ("gemma-3-12b", 3840, 48, 16, 8, 15360, 0),
             ("gpt2", 768, 12, 12, 0, 0, 50257),
             ("gpt2-xl", 1600, 48, 25, 0, 0, 50257),
             ("bert-base-uncased", 768, 12, 12, 0, 3072, 30522),

@@ -101,6 +101,9 @@ pub(crate) fn check_padding_idx(c: &HfConfig, default: Option<i64>, vocab: i64) 
 pub(crate) struct LayerArgs {
     pub(crate) cos: Tensor,
     pub(crate) sin: Tensor,
+    /// Gemma-3's second `(cos, sin)`, for its `"sliding_attention"` layers
+    /// (`position_embeddings[layer_type]`); `None` where one pair serves all
+    pub(crate) local: Option<(Tensor, Tensor)>,
     pub(crate) position_ids: Tensor,
     pub(crate) training: bool,
 }
@@ -112,22 +115,47 @@ impl LayerArgs {
         LayerArgs {
             cos,
             sin,
+            local: None,
             position_ids: position_ids.clone(),
             training,
+        }
+    }
+    /// With the sliding layers' own position embeddings (Gemma-3).
+    pub(crate) fn with_local(mut self, local: Option<(Tensor, Tensor)>) -> Self {
+        self.local = local;
+        self
+    }
+    /// The position embeddings a layer gets: the local pair for a sliding
+    /// layer where there is one.
+    pub(crate) fn cos_sin(&self, sliding: bool) -> (&Tensor, &Tensor) {
+        match (&self.local, sliding) {
+            (Some((c, s)), true) => (c, s),
+            _ => (&self.cos, &self.sin),
         }
     }
     /// The model's own reference goes where its locals die: the args'
     /// `position_ids` now (the model's `position_ids` local holds it on),
     /// the position embeddings `(cos, sin)` to the caller.
-    fn release(self) -> (Tensor, Tensor) {
+    fn release(self) -> PositionEmbeddings {
         let LayerArgs {
             cos,
             sin,
+            local,
             position_ids,
             ..
         } = self;
         drop(position_ids);
-        (cos, sin)
+        PositionEmbeddings {
+            _sin: sin,
+            _cos: cos,
+            _local: local.map(|(cos, sin)| {
+                Box::new(PositionEmbeddings {
+                    _sin: sin,
+                    _cos: cos,
+                    _local: None,
+                })
+            }),
+        }
     }
 }
 
@@ -1754,10 +1782,12 @@ impl Masks {
 
 /// The `position_embeddings` tuple `(cos, sin)` once the layers are done;
 /// dropping it releases its items last to first, as `tupledealloc` does
-/// (its fields are declared in that order).
+/// (its fields are declared in that order), then Gemma-3's second pair
+/// (the dict's next value).
 pub(crate) struct PositionEmbeddings {
     _sin: Tensor,
     _cos: Tensor,
+    _local: Option<Box<PositionEmbeddings>>,
 }
 
 /// The decoder's body from `inputs_embeds`, once its masks and position
@@ -1818,14 +1848,7 @@ pub(crate) fn decoder_stack<L: Layer>(
     }
     let out = norm(&hidden)?;
     drop(hidden);
-    let (cos, sin) = args.release();
-    Ok((
-        out,
-        PositionEmbeddings {
-            _sin: sin,
-            _cos: cos,
-        },
-    ))
+    Ok((out, args.release()))
 }
 
 // ---- …ForCausalLM --------------------------------------------------------------------

@@ -1,4 +1,15 @@
-//! `modeling_gemma2.py` (transformers 5.17): `Gemma2ForCausalLM`.
+//! `modeling_gemma2.py` (transformers 5.17): `Gemma2ForCausalLM`, and
+//! `modeling_gemma3.py`'s `Gemma3ForCausalLM` (`gemma3_text`), which differs
+//! from it only in:
+//!
+//! - `q_norm`/`k_norm` (`Gemma3RMSNorm` over `head_dim`, the Gemma-2 norm)
+//!   applied after all three projections are viewed and transposed;
+//! - one rotary embedding per layer type (`sorted(set(layer_types))`: each
+//!   type's `inv_freq` and `original_inv_freq` buffers), and the forward's
+//!   `position_embeddings` dict holding each type's `(cos, sin)` until it
+//!   returns;
+//! - class defaults: vocabulary 262,208, no `final_logit_softcapping`,
+//!   `layer_types` from `sliding_window_pattern` (6: every sixth layer full).
 //!
 //! What differs from Llama, each taken from `modeling_gemma2.py` /
 //! `configuration_gemma2.py`:
@@ -44,9 +55,19 @@ use crate::families::HfModel;
 
 // ---- config --------------------------------------------------------------------------
 
-/// `Gemma2Config`, normalised with its class defaults (`configuration_gemma2.py`).
+/// Which modeling file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Gemma2,
+    /// `gemma3_text`
+    Gemma3,
+}
+
+/// `Gemma2Config` / `Gemma3TextConfig`, normalised with its class defaults
+/// (`configuration_gemma2.py`, `configuration_gemma3.py`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Config {
+    family: Family,
     vocab: i64,
     hidden: i64,
     intermediate: i64,
@@ -71,11 +92,21 @@ pub(crate) struct Config {
 
 impl Config {
     pub(crate) fn parse(c: &HfConfig) -> Result<Self> {
-        if c.model_type != "gemma2" {
-            return Err(ModelError::UnsupportedModel(c.model_type.clone()));
-        }
-        // class defaults of Gemma2Config (5.17)
-        let vocab = c.size("vocab_size", 256000)?;
+        let family = match c.model_type.as_str() {
+            "gemma2" => Family::Gemma2,
+            "gemma3_text" => Family::Gemma3,
+            other => return Err(ModelError::UnsupportedModel(other.into())),
+        };
+        // class defaults of Gemma2Config and Gemma3TextConfig (5.17): the
+        // same but for the vocabulary, the logit softcapping and the pattern
+        let vocab = c.size(
+            "vocab_size",
+            if family == Family::Gemma3 {
+                262_208
+            } else {
+                256_000
+            },
+        )?;
         // `pad_token_id: int | None = 0`
         check_padding_idx(c, Some(0), vocab)?;
         let hidden = c.size("hidden_size", 2304)?;
@@ -101,7 +132,10 @@ impl Config {
                     .into(),
             ));
         }
-        let rope = common::rope_type(c)?;
+        let rope = match family {
+            Family::Gemma2 => common::rope_type(c)?,
+            Family::Gemma3 => gemma3_rope(c)?,
+        };
         if rope != RopeType::Default {
             // the non-default init functions read partial_rotary_factor
             let prf = c
@@ -111,7 +145,7 @@ impl Config {
                 .or(c.opt_float("partial_rotary_factor")?);
             if prf.is_some_and(|f| f != 1.0) {
                 return Err(ModelError::Unsupported(
-                    "partial_rotary_factor with a non-default RoPE in gemma2".into(),
+                    "partial_rotary_factor with a non-default RoPE in gemma2/gemma3_text".into(),
                 ));
             }
         }
@@ -122,7 +156,13 @@ impl Config {
             Some(4096)
         };
         check_sliding_window(sliding_window)?;
-        // __post_init__: sliding for even i ((i + 1) % 2), full for odd i
+        // __post_init__: "sliding_attention" if bool((i + 1) % pattern), with
+        // pattern 2 in Gemma2Config and `sliding_window_pattern` (default 6)
+        // in Gemma3TextConfig
+        let pattern = match family {
+            Family::Gemma2 => 2,
+            Family::Gemma3 => c.size("sliding_window_pattern", 6)?,
+        };
         let layer_sliding: Vec<bool> = match c.get("layer_types") {
             Some(v) => {
                 let arr = v
@@ -144,7 +184,7 @@ impl Config {
                     })
                     .collect::<Result<_>>()?
             }
-            None => (0..layers).map(|i| (i + 1) % 2 == 1).collect(),
+            None => (0..layers).map(|i| (i as i64 + 1) % pattern != 0).collect(),
         };
         // Gemma2Model.forward always builds the sliding mask, which raises
         // without a window; so does the cache of a sliding layer
@@ -169,11 +209,12 @@ impl Config {
                 format!("must be positive, found {qpas}"),
             ));
         }
-        // `final_logit_softcapping: float | None = 30.0`: absent means 30, null means none
+        // `final_logit_softcapping: float | None = 30.0` (Gemma3: `= None`):
+        // absent means the default, null means none
         let final_logit_softcapping = if c.raw().contains_key("final_logit_softcapping") {
             c.opt_float("final_logit_softcapping")?
         } else {
-            Some(30.0)
+            (family == Family::Gemma2).then_some(30.0)
         };
         if let Some(cap) = final_logit_softcapping {
             if cap == 0.0 {
@@ -183,6 +224,7 @@ impl Config {
         // `attn_logit_softcapping` only reaches the eager attention: validated, no memory
         c.opt_float("attn_logit_softcapping")?;
         Ok(Config {
+            family,
             vocab,
             hidden,
             intermediate,
@@ -212,6 +254,51 @@ impl Config {
             .map(|&s| if s { self.sliding_window } else { None })
             .collect()
     }
+
+    /// Gemma-3's rotary embeddings, one per layer type in
+    /// `sorted(set(layer_types))` order: (`"full_attention"` present,
+    /// `"sliding_attention"` present); Gemma-2 has one for all layers.
+    fn rotary_types(&self) -> (bool, bool) {
+        let sliding = self.layer_sliding.iter().any(|&s| s);
+        let full = self.layer_sliding.iter().any(|&s| !s);
+        (full, sliding)
+    }
+}
+
+/// Gemma-3's RoPE: `rope_parameters` per layer type (or the legacy
+/// `rope_scaling`, which `convert_rope_params_to_dict` applies to
+/// `"full_attention"`); every type's must be one whose memory is the
+/// default's. The memory is the same for all of them.
+fn gemma3_rope(c: &HfConfig) -> Result<RopeType> {
+    let kind = |v: Option<&serde_json::Value>, field: &str| -> Result<RopeType> {
+        let t = v
+            .and_then(|v| v.get("rope_type").or_else(|| v.get("type")))
+            .and_then(|t| t.as_str());
+        match t {
+            None | Some("default") => Ok(RopeType::Default),
+            Some("linear") => Ok(RopeType::Linear),
+            Some("llama3") => Ok(RopeType::Llama3),
+            Some("yarn") => Ok(RopeType::Yarn),
+            Some(other) => Err(ModelError::Unsupported(format!(
+                "config field `{field}` rope_type `{other}` (only default, linear, llama3 and \
+                 yarn RoPE are modelled: dynamic and longrope recompute inv_freq during the forward)"
+            ))),
+        }
+    };
+    let params = c.get("rope_parameters");
+    let full = kind(
+        params.and_then(|p| p.get("full_attention")),
+        "rope_parameters.full_attention",
+    )?;
+    let sliding = kind(
+        params.and_then(|p| p.get("sliding_attention")),
+        "rope_parameters.sliding_attention",
+    )?;
+    let legacy = kind(c.get("rope_scaling"), "rope_scaling")?;
+    Ok([full, sliding, legacy]
+        .into_iter()
+        .find(|&k| k != RopeType::Default)
+        .unwrap_or(RopeType::Default))
 }
 
 // ---- modules --------------------------------------------------------------------------
@@ -291,6 +378,8 @@ impl Gemma2RmsNorm {
 #[derive(Clone)]
 struct DecoderLayer {
     self_attn: Attention,
+    /// Gemma-3's `self_attn.q_norm` and `self_attn.k_norm`
+    qk_norm: Option<(Gemma2RmsNorm, Gemma2RmsNorm)>,
     /// `Gemma2MLP`
     mlp: GatedMlp,
     input_layernorm: Gemma2RmsNorm,
@@ -301,7 +390,7 @@ struct DecoderLayer {
 }
 
 impl Layer for DecoderLayer {
-    /// `Gemma2DecoderLayer.forward`.
+    /// `Gemma2DecoderLayer.forward` (and `Gemma3DecoderLayer`'s).
     fn forward(
         &self,
         x: &Tensor,
@@ -310,13 +399,14 @@ impl Layer for DecoderLayer {
         cache: Option<&RefCell<DynamicCache>>,
     ) -> Result<Tensor> {
         let l = self;
+        let cos_sin = args.cos_sin(l.sliding);
         let (residual, a) = common::pre_norm_sublayer(
             x,
             |x| l.input_layernorm.forward("input_layernorm", x),
             "self_attn",
-            |h| {
-                l.self_attn
-                    .forward(h, (&args.cos, &args.sin), args.training, mask, cache)
+            |h| match &l.qk_norm {
+                None => l.self_attn.forward(h, cos_sin, args.training, mask, cache),
+                Some(norms) => l.gemma3_attention(h, norms, cos_sin, args.training, mask, cache),
             },
         )?;
         let n = l
@@ -351,7 +441,55 @@ impl Layer for DecoderLayer {
     }
 }
 
-/// `Gemma2Model`.
+impl DecoderLayer {
+    /// `Gemma3Attention.forward`: the three projections viewed and
+    /// transposed, then `q_norm` and `k_norm` (the raw states die at the
+    /// rebinding unless a norm saved them), RoPE, [`common::Sdpa::attend`],
+    /// `o_proj`; then the locals die: query_states, key_states, value_states.
+    fn gemma3_attention(
+        &self,
+        x: &Tensor,
+        (q_norm, k_norm): &(Gemma2RmsNorm, Gemma2RmsNorm),
+        (cos, sin): (&Tensor, &Tensor),
+        training: bool,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<DynamicCache>>,
+    ) -> Result<Tensor> {
+        let a = &self.self_attn;
+        let (b, s) = (x.size(0), x.size(1));
+        let hidden_shape = [b, s, -1, a.head_dim];
+        let project = |lin: &common::Linear, name: &str| -> Result<Tensor> {
+            let p = lin.forward(name, x)?;
+            let v = p.view(&hidden_shape)?;
+            drop(p);
+            Ok(v.transpose(1, 2))
+        };
+        let mut query_states = project(&a.q_proj, "q_proj")?;
+        let mut key_states = project(&a.k_proj, "k_proj")?;
+        let mut value_states = project(&a.v_proj, "v_proj")?;
+        query_states = q_norm.forward("q_norm", &query_states)?;
+        key_states = k_norm.forward("k_norm", &key_states)?;
+        let (qe, ke) = common::apply_rotary_pos_emb(&query_states, &key_states, cos, sin)?;
+        query_states = qe;
+        key_states = ke;
+        let attn = a.sdpa.attend(
+            &query_states,
+            &mut key_states,
+            &mut value_states,
+            mask,
+            cache,
+            training,
+        )?;
+        let out = a.o_proj.forward("o_proj", &attn)?;
+        drop(attn);
+        drop(query_states);
+        drop(key_states);
+        drop(value_states);
+        Ok(out)
+    }
+}
+
+/// `Gemma2Model` (and `Gemma3TextModel`).
 struct Model {
     cfg: Config,
     rt: Runtime,
@@ -361,7 +499,11 @@ struct Model {
     embed_scale: Tensor,
     layers: Vec<DecoderLayer>,
     norm: Gemma2RmsNorm,
+    /// the one rotary embedding (Gemma-3: the first layer type's)
     rotary_emb: RotaryEmbedding,
+    /// Gemma-3's `"sliding_attention"` rotary embedding where there are
+    /// both layer types
+    rotary_local: Option<RotaryEmbedding>,
 }
 
 /// Build `Gemma2ForCausalLM` on the CPU in `weights`.
@@ -386,10 +528,19 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
             qk_norm_eps: None,
         };
         let self_attn = Attention::new(rt, i, &attention, w)?;
+        // Gemma3Attention registers q_norm and k_norm after o_proj
+        let qk_norm = match cfg.family {
+            Family::Gemma2 => None,
+            Family::Gemma3 => Some((
+                Gemma2RmsNorm::new(rt, cfg.head_dim, cfg.eps, w)?,
+                Gemma2RmsNorm::new(rt, cfg.head_dim, cfg.eps, w)?,
+            )),
+        };
         let mlp = GatedMlp::new(rt, h, cfg.intermediate, false, cfg.act, w)?;
         let norm = || Gemma2RmsNorm::new(rt, h, cfg.eps, w);
         layers.push(DecoderLayer {
             self_attn,
+            qk_norm,
             mlp,
             input_layernorm: norm()?,
             post_attention_layernorm: norm()?,
@@ -400,6 +551,10 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
     }
     let norm = Gemma2RmsNorm::new(rt, cfg.hidden, cfg.eps, w)?;
     let rotary_emb = RotaryEmbedding::new(rt, cfg.head_dim, cfg.rope)?;
+    let rotary_local = match (cfg.family, cfg.rotary_types()) {
+        (Family::Gemma3, (true, true)) => Some(RotaryEmbedding::new(rt, cfg.head_dim, cfg.rope)?),
+        _ => None,
+    };
     let (hidden, vocab, tie) = (cfg.hidden, cfg.vocab, cfg.tie);
     let softcap = cfg.final_logit_softcapping;
     let model = Model {
@@ -410,6 +565,7 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
         layers,
         norm,
         rotary_emb,
+        rotary_local,
     };
     let lm = CausalLm::new(rt, model, hidden, vocab, tie, w)?;
     Ok(Box::new(lm.with_softcap(softcap)))
@@ -427,6 +583,10 @@ impl Decoder for Model {
         to_cuda(&mut self.embed_scale, Category::Buffer)?;
         for l in &mut self.layers {
             l.self_attn.cuda()?;
+            if let Some((q, k)) = &mut l.qk_norm {
+                to_cuda(&mut q.weight, Category::Parameter)?;
+                to_cuda(&mut k.weight, Category::Parameter)?;
+            }
             l.mlp.cuda()?;
             for n in [
                 &mut l.input_layernorm,
@@ -438,13 +598,21 @@ impl Decoder for Model {
             }
         }
         to_cuda(&mut self.norm.weight, Category::Parameter)?;
-        self.rotary_emb.cuda()
+        self.rotary_emb.cuda()?;
+        match &mut self.rotary_local {
+            Some(r) => r.cuda(),
+            None => Ok(()),
+        }
     }
 
     fn parameters(&self, v: &mut Vec<Tensor>) {
         v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
             l.self_attn.params(v);
+            if let Some((q, k)) = &l.qk_norm {
+                v.push(q.weight.clone());
+                v.push(k.weight.clone());
+            }
             l.mlp.params(v);
             v.push(l.input_layernorm.weight.clone());
             v.push(l.post_attention_layernorm.weight.clone());
@@ -454,7 +622,7 @@ impl Decoder for Model {
         v.push(self.norm.weight.clone());
     }
 
-    /// `Gemma2Model.forward`.
+    /// `Gemma2Model.forward` (and `Gemma3TextModel.forward`).
     fn forward(
         &self,
         ids: &Tensor,
@@ -476,10 +644,16 @@ impl Decoder for Model {
             true,
             Some(window),
         )?;
+        // Gemma3: `for layer_type in set(self.config.layer_types)`: a pair per
+        // type (the set's order varies by process; both pairs are alike)
         let cos_sin = self
             .rotary_emb
             .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs::new(cos_sin, &position_ids, flags.training);
+        let local = match &self.rotary_local {
+            Some(r) => Some(r.forward("rotary_emb", &inputs_embeds, &position_ids)?),
+            None => None,
+        };
+        let args = LayerArgs::new(cos_sin, &position_ids, flags.training).with_local(local);
         let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
@@ -591,6 +765,53 @@ mod tests {
             (c.sliding_window, c.tie, c.act),
             (Some(4096), true, Act::GeluTanh)
         );
+    }
+
+    #[test]
+    fn gemma3_text_defaults_and_its_layer_pattern() {
+        let c = cfg(r#"{"model_type":"gemma3_text","num_hidden_layers":12}"#).unwrap();
+        assert_eq!(
+            (c.family, c.vocab, c.head_dim),
+            (Family::Gemma3, 262_208, 256)
+        );
+        assert_eq!(c.final_logit_softcapping, None);
+        // sliding_window_pattern 6: layers 5 and 11 full
+        let full: Vec<usize> = (0..12).filter(|&i| !c.layer_sliding[i]).collect();
+        assert_eq!(full, vec![5, 11]);
+        assert_eq!(c.rotary_types(), (true, true));
+        let c =
+            cfg(r#"{"model_type":"gemma3_text","num_hidden_layers":4,"sliding_window_pattern":2}"#)
+                .unwrap();
+        assert_eq!(c.layer_sliding, vec![true, false, true, false]);
+        // fewer layers than the pattern: all sliding, one rotary embedding
+        let c = cfg(r#"{"model_type":"gemma3_text","num_hidden_layers":3}"#).unwrap();
+        assert_eq!(c.rotary_types(), (false, true));
+        assert!(cfg(r#"{"model_type":"gemma3_text","rope_parameters":{"full_attention":{"rope_type":"dynamic"}}}"#).is_err());
+        let c = Config::parse(&crate::presets::get("gemma-3-12b").unwrap()).unwrap();
+        assert_eq!(
+            (c.hidden, c.layers, c.heads, c.kv_heads, c.head_dim, c.rope),
+            (3840, 48, 16, 8, 256, RopeType::Linear)
+        );
+        assert_eq!(c.sliding_window, Some(1024));
+    }
+
+    #[test]
+    fn gemma3_moves_its_qk_norms_and_both_rotary_embeddings() {
+        let rt = Runtime::default();
+        let config = HfConfig::parse(
+            r#"{"model_type":"gemma3_text","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+                "num_hidden_layers":2,"num_attention_heads":1,"num_key_value_heads":1,"head_dim":8,
+                "sliding_window_pattern":2}"#,
+        )
+        .unwrap();
+        let mut m = crate::families::build(&rt, &config, Task::Causal, DType::F32).unwrap();
+        let a = alloc_sizes(&rt, || m.cuda().unwrap());
+        // embed, embed_scale, 2 x (q, k, v, o, q_norm, k_norm, gate, up, down, 4 norms),
+        // norm, then two rotary embeddings' two buffers
+        assert_eq!(a.len(), 2 + 2 * 13 + 1 + 4);
+        assert_eq!(&a[6..8], &[32, 32]);
+        assert_eq!(&a[a.len() - 4..], &[16; 4]);
+        assert_eq!(m.parameters().len(), 1 + 2 * 13 + 1);
     }
 
     #[test]

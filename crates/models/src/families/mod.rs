@@ -18,8 +18,18 @@ mod phi3;
 mod vit;
 
 /// The `model_type`s vramscope models.
-pub const SUPPORTED: [&str; 10] = [
-    "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "bert", "roberta", "vit",
+pub const SUPPORTED: [&str; 11] = [
+    "gpt2",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "gemma2",
+    "gemma3_text",
+    "bert",
+    "roberta",
+    "vit",
 ];
 
 /// What the model is called with (`model(**inputs)`).
@@ -124,7 +134,7 @@ pub fn build(
     let (head, build): (Task, Build) = match config.model_type.as_str() {
         "llama" | "mistral" | "qwen2" | "qwen3" => (Task::Causal, llama::build),
         "phi3" => (Task::Causal, phi3::build),
-        "gemma2" => (Task::Causal, gemma2::build),
+        "gemma2" | "gemma3_text" => (Task::Causal, gemma2::build),
         "gpt2" => (Task::Causal, gpt2::build),
         "bert" | "roberta" => (Task::Mlm, bert::build),
         "vit" => (Task::Image, vit::build),
