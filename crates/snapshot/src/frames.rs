@@ -15,20 +15,23 @@ const FRAME: u8 = 0x95;
 const STOP: u8 = b'.';
 
 /// Follow `file`'s frame headers from the start: [`Error::Truncated`] when
-/// one declares more bytes than the file has left. Anything else (no
-/// frames, a pickle that ends, a large argument written between frames, an
-/// I/O error) ends the walk quietly: decoding then says what it finds.
-pub(crate) fn check(file: &File, len: u64) -> Result<(), Error> {
+/// one declares more bytes than the file has left; otherwise the offsets of
+/// the frames found (each an opcode's start). Anything else (no frames, a
+/// pickle that ends, a large argument written between frames, an I/O
+/// error) ends the walk quietly: decoding then says what it finds.
+pub(crate) fn check(file: &dyn At, len: u64) -> Result<Vec<u64>, Error> {
+    let mut starts = Vec::new();
     let mut head = [0u8; 9];
-    if read_at(file, &mut head[..2], 0) < 2 || head[0] != 0x80 || head[1] < 4 {
-        return Ok(());
+    if file.read_at(&mut head[..2], 0) < 2 || head[0] != 0x80 || head[1] < 4 {
+        return Ok(starts);
     }
     let mut pos = 2u64;
     let mut last = 0u8;
     while pos < len {
-        if read_at(file, &mut head, pos) < 9 || head[0] != FRAME {
-            return Ok(());
+        if file.read_at(&mut head, pos) < 9 || head[0] != FRAME {
+            return Ok(starts);
         }
+        starts.push(pos);
         let declared = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes"));
         let end = pos.saturating_add(9).saturating_add(declared);
         // a frame after one that ends with STOP may be data after the
@@ -41,36 +44,57 @@ pub(crate) fn check(file: &File, len: u64) -> Result<(), Error> {
             });
         }
         if end > len || declared == 0 {
-            return Ok(());
+            return Ok(starts);
         }
         let mut b = [0u8; 1];
-        if read_at(file, &mut b, end - 1) < 1 {
-            return Ok(());
+        if file.read_at(&mut b, end - 1) < 1 {
+            return Ok(starts);
         }
         last = b[0];
         pos = end;
     }
-    Ok(())
+    Ok(starts)
 }
 
-/// Read into `buf` at `offset`; the bytes read (0 on error).
+/// Bytes read at an offset: a file, by positioned reads, or bytes in memory.
+pub(crate) trait At: Sync {
+    /// Read into `buf` at `offset`; the bytes read (fewer at the end, 0 on
+    /// an error).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> usize;
+}
+
 #[cfg(unix)]
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> usize {
-    use std::os::unix::fs::FileExt;
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], offset + n as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
+impl At for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> usize {
+        use std::os::unix::fs::FileExt;
+        let mut n = 0;
+        while n < buf.len() {
+            match FileExt::read_at(self, &mut buf[n..], offset + n as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
         }
+        n
     }
-    n
 }
 
-/// Without positioned reads the walk is skipped.
+/// Without positioned reads the walk and the lex are skipped.
 #[cfg(not(unix))]
-fn read_at(_: &File, _: &mut [u8], _: u64) -> usize {
-    0
+impl At for File {
+    fn read_at(&self, _: &mut [u8], _: u64) -> usize {
+        0
+    }
+}
+
+impl At for &[u8] {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> usize {
+        let Some(from) = usize::try_from(offset).ok().filter(|&o| o <= self.len()) else {
+            return 0;
+        };
+        let n = buf.len().min(self.len() - from);
+        buf[..n].copy_from_slice(&self[from..from + n]);
+        n
+    }
 }
 
 #[cfg(test)]

@@ -64,12 +64,15 @@ mod error;
 mod frames;
 mod hash;
 mod intern;
+mod lex;
 pub mod model;
 pub mod pickle;
 pub mod trace;
 pub mod write;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 pub use error::Error;
 pub use model::{
@@ -173,6 +176,12 @@ fn fast_path(
 /// the decoder runs; it is never held whole. Trace entries are converted as
 /// they are decoded, so peak memory is about the typed model plus the compact
 /// decoded form of everything else (below the file size for typical traces).
+///
+/// Before decoding, the frame headers are followed (a truncated file fails
+/// at once, [`Error::Truncated`]); while decoding, the other cores lex every
+/// opcode ahead of the decoder, so a byte that is no opcode deep in a large
+/// file fails as soon as the lex reaches it, not when decoding does. When
+/// both find errors, the lex's is reported (it depends on the file alone).
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let path = path.as_ref();
     let io_err = |source| Error::Io {
@@ -184,10 +193,6 @@ pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
         let len = file.metadata().map_err(io_err)?.len();
         Ok((file, len))
     };
-    let with_path = |e| match e {
-        Error::Io { source, .. } => io_err(source),
-        e => e,
-    };
     let (mut file, len) = open()?;
     if len == 0 {
         return Err(Error::NotAPickle {
@@ -197,13 +202,105 @@ pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let mut head = [0u8; 256];
     let n = std::io::Read::read(&mut file, &mut head).map_err(io_err)?;
     let head = &head[..n];
-    frames::check(&file, len)?;
+    let starts = frames::check(&file, len)?;
+    // the lex takes the cores the decoder leaves
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1));
+    let found = Arc::new(AtomicBool::new(false));
+    let cancel = AtomicBool::new(false);
+    let (decoded, lexed) = std::thread::scope(|s| {
+        let lexer =
+            s.spawn(|| lex::check(&file, len, &starts, lex::PIECE, threads, &found, &cancel));
+        let decoded = decode_file(path, head, &open, &found);
+        if decoded.is_ok() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+        (decoded, lexer.join())
+    });
+    match (decoded, lexed) {
+        (Ok(snap), _) => Ok(snap),
+        (Err(_), Ok(Err(lex_error))) => Err(lex_error),
+        // stopped for an error the lex then placed after the end, or in
+        // bytes it entered mid-opcode: decode again, unstopped
+        (Err(_), _) if found.load(Ordering::Relaxed) => {
+            decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)))
+        }
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// [`read_snapshot_file`]'s decoding (the fast path, then the generic one
+/// when it gave up), reading through a file that fails once `stop` is set.
+fn decode_file(
+    path: &Path,
+    head: &[u8],
+    open: &dyn Fn() -> Result<(std::fs::File, u64), Error>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Snapshot, Error> {
+    let with_path = |e| match e {
+        Error::Io { source, .. } => Error::Io {
+            path: path.to_owned(),
+            source,
+        },
+        e => e,
+    };
     let (file, len) = open()?;
+    let file = Stoppable(file, stop.clone());
     let (r, state) = pickle::parse_file_with(file, len, convert::State::new(true));
     if let Some(result) = fast_path(r, state) {
         return result.map_err(|e| explain(head, with_path(e)));
     }
     let (file, len) = open()?;
+    let file = Stoppable(file, stop.clone());
     let (r, state) = pickle::parse_file_with(file, len, convert::State::new(false));
     convert::snapshot_from_pickle(r.map_err(|e| explain(head, with_path(e)))?, state)
+}
+
+/// A file whose reads fail once its flag is set (the lex found an error
+/// ahead of the decoder).
+struct Stoppable(std::fs::File, Arc<AtomicBool>);
+
+impl std::io::Read for Stoppable {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.1.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "stopped: the lex found an error ahead",
+            ));
+        }
+        self.0.read(buf)
+    }
+}
+
+/// The checks [`read_snapshot_file`] makes before and while decoding,
+/// alone, on a pickle's bytes: the frame headers followed (a truncated
+/// file) and every opcode lexed on all cores (a byte that is no opcode, a
+/// memo get before its put), the bytes cut into pieces at frame starts about
+/// `piece` bytes apart (`None`: the reader's own size). For timing
+/// (`examples/lex_file.rs`), tests and fuzzing: an error here is an error of
+/// [`read_snapshot`] too.
+#[doc(hidden)]
+pub fn check_bytes(bytes: &[u8], piece: Option<u64>) -> Result<(), Error> {
+    check_at(&bytes, bytes.len() as u64, piece)
+}
+
+/// [`check_bytes`] on a file, read by positioned reads a megabyte at a time
+/// per thread.
+#[doc(hidden)]
+pub fn check_file(path: impl AsRef<Path>, piece: Option<u64>) -> Result<(), Error> {
+    let path = path.as_ref();
+    let io_err = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    let len = file.metadata().map_err(io_err)?.len();
+    check_at(&file, len, piece)
+}
+
+/// [`check_bytes`] on bytes read at offsets.
+fn check_at(src: &dyn frames::At, len: u64, piece: Option<u64>) -> Result<(), Error> {
+    let starts = frames::check(src, len)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (found, never) = (AtomicBool::new(false), AtomicBool::new(false));
+    let piece = piece.unwrap_or(lex::PIECE);
+    lex::check(src, len, &starts, piece, threads, &found, &never)
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use vramscope_snapshot::pickle;
-use vramscope_snapshot::{read_snapshot, read_snapshot_file, Error};
+use vramscope_snapshot::{check_bytes, check_file, read_snapshot, read_snapshot_file, Error};
 
 const REAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -24,6 +24,10 @@ fn exercise(bytes: &[u8]) {
     // the generic fallback alone agrees with the fast path on success
     let generic = vramscope_snapshot::read_snapshot_generic(bytes);
     assert_eq!(fast.is_ok(), generic.is_ok(), "{fast:?} / {generic:?}");
+    // the lex made before decoding refuses nothing decoding accepts
+    if let Err(e) = check_bytes(bytes, Some(1)) {
+        assert!(fast.is_err(), "the lex refused what decoding accepts: {e}");
+    }
 }
 
 fn fixtures() -> Vec<Vec<u8>> {
@@ -259,6 +263,54 @@ fn damaged_frame_headers_never_panic() {
         }
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// A byte damaged anywhere in a real framed snapshot: the lex made before
+/// decoding (here with a piece per frame, so the pieces are chained) never
+/// refuses what decoding accepts, names every byte that is no opcode where
+/// decoding does, and is what `read_snapshot_file` reports.
+#[test]
+fn damaged_bytes_are_named_by_the_lex_as_decoding_names_them() {
+    let real = std::fs::read(REAL).unwrap();
+    let path = std::env::temp_dir().join(format!("vramscope-lex-{}.pickle", std::process::id()));
+    std::fs::write(&path, &real).unwrap();
+    assert!(check_bytes(&real, Some(1)).is_ok());
+    assert!(check_file(&path, None).is_ok());
+    let mut rng = Rng(36);
+    let (mut named, mut unknown) = (0, 0);
+    let n = if cfg!(debug_assertions) { 40 } else { 400 };
+    for _ in 0..n {
+        let mut b = real.clone();
+        let i = 2 + rng.index(b.len() - 2);
+        b[i] = rng.next_u64() as u8;
+        let lexed = check_bytes(&b, Some(1));
+        let decoded = read_snapshot(&b);
+        if let (Err(e), Ok(_)) = (&lexed, &decoded) {
+            panic!("byte {i}: the lex refused what decoding accepts: {e}");
+        }
+        if let Err(Error::UnknownOpcode { offset, .. }) = decoded {
+            unknown += 1;
+            match &lexed {
+                Err(Error::UnknownOpcode { offset: o, .. }) => assert_eq!(*o, offset),
+                other => panic!("byte {i}: decoding found 0x.. at {offset}, the lex {other:?}"),
+            }
+        }
+        if let Err(e) = lexed {
+            named += 1;
+            std::fs::write(&path, &b).unwrap();
+            assert_eq!(
+                check_file(&path, Some(1)).unwrap_err().to_string(),
+                e.to_string()
+            );
+            let from_file = read_snapshot_file(&path).unwrap_err();
+            assert_eq!(from_file.to_string(), e.to_string());
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    eprintln!(
+        "{named} of {n} damaged files refused by the lex, {unknown} with a byte that is no opcode"
+    );
+    assert!(named > n / 10 && unknown > 0, "{named} {unknown}");
 }
 
 /// The issue-36 file: a 2 KB snapshot whose extra key holds 60 nested

@@ -43,7 +43,7 @@ use std::fmt;
 use crate::Error;
 pub(crate) use store::{le_to_i64, le_to_u64, IntRef, Store};
 pub(crate) use val::{Tag, Val};
-pub(crate) use vm::{Absorb, BAIL};
+pub(crate) use vm::{op_name, Absorb, BAIL};
 
 /// Decode a pickle. The bytes are not borrowed by the result.
 ///
@@ -78,9 +78,10 @@ pub fn parse_reader(reader: impl std::io::Read, len_hint: Option<u64>) -> Result
     }
 }
 
-/// Decode a file with a hook, reading it on a helper thread while decoding.
+/// Decode a file (`len` bytes) with a hook, reading it on a helper thread
+/// while decoding.
 pub(crate) fn parse_file_with<A: Absorb>(
-    file: std::fs::File,
+    file: impl std::io::Read + Send + 'static,
     len: u64,
     ab: A,
 ) -> (Result<Pickle, Error>, A) {

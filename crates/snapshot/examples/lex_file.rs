@@ -1,0 +1,29 @@
+//! Time the checks made before decoding (frame headers, then every opcode
+//! lexed on all cores), alone:
+//!
+//! ```text
+//! cargo run --release -p vramscope-snapshot --example lex_file -- FILE
+//! ```
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!("usage: lex_file FILE");
+        return ExitCode::FAILURE;
+    };
+    let t = Instant::now();
+    let r = vramscope_snapshot::check_file(&path, None);
+    let s = t.elapsed().as_secs_f64();
+    match r {
+        Ok(()) => {
+            println!("{path}: no error found before decoding, in {s:.3} s");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{path}: {e} (found in {s:.3} s)");
+            ExitCode::FAILURE
+        }
+    }
+}
