@@ -35,8 +35,16 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
         top: usize::MAX,
         ..Options::default()
     };
-    let (_, a) = crate::inspect::load(&args.a, &opts)?;
-    let (_, b) = crate::inspect::load(&args.b, &opts)?;
+    // the two files are read and analysed at once, on two threads
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| crate::inspect::load(&args.a, &opts).map(|(_, r)| r));
+        let b = crate::inspect::load(&args.b, &opts).map(|(_, r)| r);
+        let a = a
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("reading {} failed", args.a.display())));
+        (a, b)
+    });
+    let (a, b) = (a?, b?);
     let d = diff(&a, &b);
     let s = if args.json {
         let mut s = serde_json::to_string_pretty(&d)?;
