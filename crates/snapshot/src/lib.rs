@@ -178,12 +178,36 @@ fn fast_path(
 /// decoded form of everything else (below the file size for typical traces).
 ///
 /// Before decoding, the frame headers are followed (a truncated file fails
-/// at once, [`Error::Truncated`]); while decoding, the other cores lex every
-/// opcode ahead of the decoder, so a byte that is no opcode deep in a large
-/// file fails as soon as the lex reaches it, not when decoding does. When
-/// both find errors, the lex's is reported (it depends on the file alone).
+/// at once, [`Error::Truncated`]). A file of [`LEX_MIN_BYTES`] or more, on
+/// a machine of [`LEX_MIN_CORES`] cores or more, is also lexed while it is
+/// decoded, on the cores the decoder leaves, so a byte that is no opcode
+/// deep in it fails as soon as the lex reaches it, not when decoding does
+/// (smaller files are decoded in well under a second; on fewer cores the
+/// lex would slow decoding). When both find errors, the lex's is reported
+/// (it depends on the file alone).
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
-    let path = path.as_ref();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    read_file(path.as_ref(), |len| {
+        len >= LEX_MIN_BYTES && cores >= LEX_MIN_CORES
+    })
+}
+
+/// Files this large are lexed while they are decoded (see
+/// [`read_snapshot_file`]): the decoder takes about a second for them.
+pub const LEX_MIN_BYTES: u64 = 256 << 20;
+/// Machines with this many cores lex large files while decoding them.
+pub const LEX_MIN_CORES: usize = 4;
+
+/// [`read_snapshot_file`], lexing the file while decoding it whatever its
+/// size or the machine's cores (for tests).
+#[doc(hidden)]
+pub fn read_snapshot_file_lexed(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
+    read_file(path.as_ref(), |_| true)
+}
+
+/// Read and decode the file at `path`, lexing it meanwhile when
+/// `lex(its length)`.
+fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> {
     let io_err = |source| Error::Io {
         path: path.to_owned(),
         source,
@@ -203,6 +227,9 @@ pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let n = std::io::Read::read(&mut file, &mut head).map_err(io_err)?;
     let head = &head[..n];
     let starts = frames::check(&file, len)?;
+    if !lex(len) {
+        return decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)));
+    }
     // the lex takes the cores the decoder leaves
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1));
     let found = Arc::new(AtomicBool::new(false));

@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use vramscope_snapshot::pickle;
-use vramscope_snapshot::{check_bytes, check_file, read_snapshot, read_snapshot_file, Error};
+use vramscope_snapshot::{
+    check_bytes, check_file, read_snapshot, read_snapshot_file, read_snapshot_file_lexed, Error,
+};
 
 const REAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -276,6 +278,8 @@ fn damaged_bytes_are_named_by_the_lex_as_decoding_names_them() {
     std::fs::write(&path, &real).unwrap();
     assert!(check_bytes(&real, Some(1)).is_ok());
     assert!(check_file(&path, None).is_ok());
+    let whole = read_snapshot_file_lexed(&path).unwrap();
+    assert_eq!(whole.trace_len(), read_snapshot(&real).unwrap().trace_len());
     let mut rng = Rng(36);
     let (mut named, mut unknown) = (0, 0);
     let n = if cfg!(debug_assertions) { 40 } else { 400 };
@@ -302,8 +306,9 @@ fn damaged_bytes_are_named_by_the_lex_as_decoding_names_them() {
                 check_file(&path, Some(1)).unwrap_err().to_string(),
                 e.to_string()
             );
-            let from_file = read_snapshot_file(&path).unwrap_err();
+            let from_file = read_snapshot_file_lexed(&path).unwrap_err();
             assert_eq!(from_file.to_string(), e.to_string());
+            assert!(read_snapshot_file(&path).is_err());
         }
     }
     let _ = std::fs::remove_file(&path);
