@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use vramscope_report::{analyze, html, json, text, Options, Report};
+use vramscope_report::analysis::analyze_timeline;
+use vramscope_report::timeline::{self, Timeline};
+use vramscope_report::{html, json, text, Options, Report};
 
 use crate::EXIT_OK;
 
@@ -130,6 +132,15 @@ pub fn load_range(
     opts: &Options,
     range: Option<&str>,
 ) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report)> {
+    load_timeline(path, opts, range).map(|(snap, r, _)| (snap, r))
+}
+
+/// [`load_range`], keeping the timeline the report was made from.
+fn load_timeline(
+    path: &Path,
+    opts: &Options,
+    range: Option<&str>,
+) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report, Timeline)> {
     let snap = read(path)?;
     let mut opts = opts.clone();
     if let Some(spec) = range {
@@ -137,11 +148,17 @@ pub fn load_range(
         let trace = snap.device_traces.get(opts.device).unwrap_or(&empty);
         opts.range = Some(resolve_range(spec, trace)?);
     }
-    let opts = &opts;
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
-    let mut r = analyze(&snap, &cfg, opts);
+    let tl = timeline::build_window(
+        &snap,
+        opts.device,
+        &cfg,
+        opts.timeline_points,
+        opts.range.clone(),
+    );
+    let mut r = analyze_timeline(&snap, &tl, &opts);
     r.snapshot = path.display().to_string();
-    Ok((snap, r))
+    Ok((snap, r, tl))
 }
 
 /// Run `vramscope inspect`.
@@ -152,10 +169,10 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         device: args.device,
         ..Options::default()
     };
-    let (snap, report) = load_range(&args.snapshot, &opts, args.range.as_deref())?;
+    let (snap, report, tl) = load_timeline(&args.snapshot, &opts, args.range.as_deref())?;
     if let Some(out) = &args.html {
-        let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
-        let page = html::render_snapshot(&snap, &cfg, &report);
+        // the page's bands come from the report's own timeline
+        let page = html::render_snapshot_timeline(&snap, &tl, &report);
         std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))?;
     }
     let s = if args.json {

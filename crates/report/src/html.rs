@@ -18,7 +18,7 @@ use vramscope_snapshot::{BlockState, Snapshot, Trace};
 
 use crate::analysis::{classify_with, free_time, is_library, is_python, Intervals, StackCache};
 use crate::schema::Report;
-use crate::timeline::{self, Allocation};
+use crate::timeline::{self, Allocation, Timeline};
 
 /// Most allocations drawn as their own band.
 pub const MAX_BANDS: usize = 600;
@@ -39,13 +39,20 @@ pub fn render_snapshot(snap: &Snapshot, cfg: &AllocatorConfig, report: &Report) 
         report.timeline.len().max(1),
         window,
     );
+    render_snapshot_timeline(snap, &tl, report)
+}
+
+/// [`render_snapshot`] with the report's own timeline (the one
+/// [`crate::analysis::analyze_timeline`] made it from: same device and
+/// window), so that the trace is followed once.
+pub fn render_snapshot_timeline(snap: &Snapshot, tl: &Timeline, report: &Report) -> String {
     let n = tl.entries;
     let (w0, w1) = report.range.map_or((0, n), |r| (r.from, r.to));
     // as many bands as the points budget allows (each band's offsets
     // change as those below it are freed: 600 bands can hold 720,000)
     let mut max = MAX_BANDS;
     let (bands, stacks) = loop {
-        let (b, st) = band_data(snap, &tl, report.device, w0..w1, max);
+        let (b, st) = band_data(snap, tl, report.device, w0..w1, max);
         let points: usize = b
             .iter()
             .map(|v| v["p"].as_array().map_or(0, Vec::len))
