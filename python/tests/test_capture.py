@@ -3,6 +3,8 @@ from PyTorch's rules (sizes rounded to 512 bytes, 2 MiB small-pool segments)."""
 
 from __future__ import annotations
 
+import pickle
+
 import torch
 import vramscope
 from conftest import run_script
@@ -293,3 +295,65 @@ def test_an_op_that_runs_nowhere_stops_the_script_with_what_it_is():
             assert "aten::batch_norm_stats has no meta kernel" in str(e)
         else:
             raise AssertionError("expected NotImplementedError")
+
+
+def test_bce_keeps_its_input_sized_storage_under_the_0_dim_loss():
+    # blind10/j08's H200 per-op record of F.binary_cross_entropy(x, t, reduction="sum"), (128, 3,
+    # 128, 128) fp32: `empty_like(input)` resized to the 0-dim sum keeps its 25,165,824 bytes; the
+    # sum's 4-byte result and the reduction's buffer and semaphore come and go: 4 allocations
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(128, 3, 128, 128, device="cuda")
+        t = torch.empty(128, 3, 128, 128, device="cuda")
+        loss, counts = _counted(lambda: torch.nn.functional.binary_cross_entropy(x, t, reduction="sum"))
+        assert loss.shape == () and counts == (4, 25_167_944)
+        assert torch.cuda.memory_allocated() == 3 * 25_165_824
+
+
+def test_roll_over_two_dims_rolls_through_an_intermediate():
+    # blind10/j02's H200 per-op record of Swin's shifted windows: torch.roll over dims (1, 2) of a
+    # (48, 28, 28, 192) bf16 tensor makes two tensors of its size, the first gone on return
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(48, 28, 28, 192, device="cuda", dtype=torch.bfloat16)
+        y, counts = _counted(lambda: torch.roll(x, shifts=(3, 3), dims=(1, 2)))
+        assert counts == (2, 2 * 14_450_688) and y.shape == x.shape
+        # x and y, each a whole 14 MiB segment (the remainder is under 1 MiB: not split)
+        assert torch.cuda.memory_allocated() == 2 * 14 * MIB
+        _, counts = _counted(lambda: torch.roll(x, shifts=3, dims=1))
+        assert counts == (1, 14_450_688)
+
+
+def test_the_first_kernel_gives_the_context_range_back(tmp_script, tmp_path):
+    # blind10/j02's H200 trace (docs/driver-placement.md, rule 6): segments made before the first
+    # kernel (parameter copies are memcpys) go below the context's range B-416..B; at the first
+    # kernel the range becomes a hole of the context's chunk, which a later segment takes
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+a = torch.empty(1000, device="cuda")           # 2 MiB at B-2
+w = torch.empty(5 << 20, device="cuda")        # 20 MiB in the context's hole at B+72
+v = torch.empty(5 << 20, device="cuda")        # 20 MiB: a new 32 MiB chunk at B-448
+x = torch.randn(10, device="cuda")             # the first kernel
+y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, from its low end
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    assert where == [(-448, 20), (-416, 14), (-2, 2), (72, 20)]
+
+
+def test_boolean_mask_indexing_bounds_an_unknown_mask():
+    # blind10/j07's H200 trace of out[train]: mask.nonzero()'s count and (n, 1) int64 positions,
+    # then the (n, 40) result; with the mask's values unknown, n is every element (the bound)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(200_000, 40, device="cuda")
+        mask = torch.rand(200_000, device="cuda") < 0.6
+        picked, counts = _counted(lambda: x[mask])
+        assert picked.shape == (200_000, 40)
+        assert counts == (3, 4 + 200_000 * 8 + 200_000 * 40 * 4)
+        known = torch.tensor([True, False, True], device="cuda")
+        assert torch.empty(3, 5, device="cuda")[known].shape == (2, 5)

@@ -112,3 +112,26 @@ def test_rms_norm_backward_saves_input_and_rstd_only():
         assert torch.cuda.max_memory_allocated() - base == 25165824 + 32768
         y.sum().backward()
         assert x.grad.shape == x.shape and m.weight.grad.shape == (768,)
+
+
+def test_layer_norm_backward_over_many_rows_sums_partial_blocks():
+    # blind10/j02's H200 per-op record (Swin's first stage): (48, 3136, 96) fp32, M = 150,528 rows
+    # of N = 96: dgamma/dbeta as first allocated, 4,704 x 96 partial sums of each, their `sum(0)`s
+    # with the reduction's buffer and semaphore: 8 allocations, 5,432,080 bytes beyond the outputs
+    def setup():
+        x = torch.empty(48, 3136, 96, device="cuda")
+        mean = torch.empty(48, 3136, 1, device="cuda")
+        w = torch.ones(96, device="cuda")
+        return torch.empty_like(x), x, mean, w
+
+    def run(g, x, mean, w):
+        return torch.ops.aten.native_layer_norm_backward(g, x, [96], mean, mean, w, w, [True] * 3)
+
+    assert _extra(setup, run) == (8, 5_432_080)
+    # below 64Ki rows the gamma/beta kernel writes the outputs directly
+    assert (
+        _norm._gamma_beta_blocks(
+            type("C", (), {"device": type("D", (), {"multi_processor_count": 132})})(), 65536, 96
+        )
+        == 0
+    )

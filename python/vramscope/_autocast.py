@@ -40,6 +40,9 @@ def _cast(t, dtype):
         and t.is_leaf
         and not t._is_view()
         and torch.is_autocast_cache_enabled()
+        # measured: under inference mode nothing is cached (CPU autocast casts a Linear's weight at
+        # every call; blind10/j02's H200 trace frees the conv weight's cast as the op returns)
+        and not torch.is_inference_mode_enabled()
     )
     if can_cache:
         hit = _cache.get(id(t))

@@ -69,6 +69,43 @@ def _user_site() -> str:
     return "<unknown>"
 
 
+#: ops that launch no kernel on a CUDA tensor: allocation, metadata, host-side reads
+_NO_KERNEL = {
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+    aten.resize_.default,
+    aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Tensor,
+    aten.detach.default,
+    aten.alias.default,
+    aten.lift_fresh.default,
+    aten._local_scalar_dense.default,
+    aten.record_stream.default,
+    aten.is_pinned.default,
+}
+#: copies, which `copy_kernel_cuda` runs as a `cudaMemcpyAsync` when dtype and layout agree
+_COPIES = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.lift_fresh_copy.default}
+
+
+def _launches_kernel(func, args, out) -> bool:
+    """Whether the op ran a CUDA kernel on the simulated device (Copy.cu: a copy between
+    same-dtype tensors of one dense layout is a memcpy, not a kernel; views launch nothing)."""
+    if func in _NO_KERNEL or func.is_view:
+        return False
+    outs = [out] if isinstance(out, torch.Tensor) else tree_flatten(out)[0]
+    tensors = [t for t in (*_tensors(args), *outs) if isinstance(t, torch.Tensor)]
+    if not any(registered(t) for t in tensors):
+        return False
+    if func in _COPIES:
+        src, dst = (args[1], args[0]) if func is aten.copy_.default else (args[0], outs[0])
+        same = src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous()
+        return not same
+    return True
+
+
 class Phase:
     """One phase of the run: the figures at its end and its peaks."""
 
@@ -307,6 +344,8 @@ class Capture:
         self.warned: set[str] = set()
         self.unmeasured: dict[str, int] = {}
         self.ops = 0
+        #: whether the process's first kernel has launched (the driver's address-space rule 6)
+        self.kernels_ran = False
         self.oom: str | None = None
         self._modes = None
         self._patch = None
@@ -460,7 +499,15 @@ class Capture:
         return entry[0] if entry else None
 
     def dispatch(self, func, args, kwargs):
-        """Run one ATen op on the simulated device."""
+        """Run one ATen op on the simulated device; the process's first kernel launch is noted
+        after its op's allocations."""
+        out = self._dispatch(func, args, kwargs)
+        if not self.kernels_ran and _launches_kernel(func, args, out):
+            self.kernels_ran = True
+            self.device.kernels_launched()
+        return out
+
+    def _dispatch(self, func, args, kwargs):
         special = _kernels.DISPATCH.get(func)
         if special is not None:
             out = special(self, func, args, kwargs)

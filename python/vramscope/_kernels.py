@@ -10,6 +10,7 @@ copies cuBLAS needs of operands it cannot address, the values code reads
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -255,6 +256,8 @@ def _index(cap, func, args, kwargs):
     construction)."""
     indices = args[1] if len(args) > 1 else kwargs.get("indices")
     defined = [i for i in (indices or ()) if i is not None]
+    if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8):
+        return _index_mask(cap, args[0], list(indices), defined[0])
     if len(defined) < 2 or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
         return NotImplemented
     if not registered(args[0]) or not all(registered(i) for i in defined):
@@ -276,6 +279,28 @@ def _index(cap, func, args, kwargs):
 
 
 DISPATCH[aten.index.Tensor] = _index
+
+
+def _index_mask(cap, x, indices, mask):
+    """`x[mask]` (`expandTensors`, TensorAdvancedIndexing.cpp): the mask becomes `mask.nonzero()`
+    (its 4-byte count, CUB's storage, the (n, mask.dim()) int64 result), whose columns index `x`;
+    the result is allocated before the nonzero result dies (blind10/j07's H200 trace). n is the
+    mask's count where it carries values, else every element (`Capture.nonzero_count`)."""
+    if not (registered(x) and registered(mask)) or value(mask) is not None:
+        return NotImplemented
+    k = next(i for i, t in enumerate(indices) if t is mask)
+    if x.dim() < k + mask.dim():
+        return NotImplemented
+    cap.ops += 1
+    n = cap.nonzero_count(mask, "boolean-mask indexing (x[mask])")
+    count = cap.malloc(4, "aten::nonzero", "temporary")
+    cap.note_unmeasured("aten::nonzero (CUB's storage)")
+    positions = cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
+    del count
+    shape = [*x.shape[:k], n, *x.shape[k + mask.dim() :]]
+    out = cap.track(torch.empty(shape, dtype=x.dtype, device="meta"), "aten::index")
+    del positions
+    return out
 
 
 # ---- scans, sorts and sort-based kernels (CUB) ----------------------------------------
@@ -714,6 +739,12 @@ def _native_dropout(cap, func, args, kwargs):
 DISPATCH[aten.native_dropout.default] = _native_dropout
 
 
+#: `sys.getrefcount` of a gradient only the engine's buffer holds, seen from `_accumulate`: the
+#: dispatcher's argument tuple, the local name, getrefcount's argument and the engine's tensor
+#: (measured: 4 for plain and non-reentrant checkpointed backwards, 10 under a reentrant checkpoint)
+_ACCUMULATE_REFS = 4
+
+
 def _accumulate(cap, func, args, kwargs):
     """`InputBuffer::accumulate` (`torch/csrc/autograd/input_buffer.cpp`):
     backward sums two gradients of one input in place, into the buffer's
@@ -731,6 +762,10 @@ def _accumulate(cap, func, args, kwargs):
         return NotImplemented
     # the buffer's tensor and this call's: nothing else holds the storage
     if torch._C._storage_Use_Count(old.untyped_storage()._cdata) != 2:
+        return NotImplemented
+    # nor the tensor (`adjusted_use_count(v) == 1`): a Python reference beyond this call's (the
+    # gradient a reentrant checkpoint's backward holds in its `args`) keeps it (blind10/j06)
+    if sys.getrefcount(old) > _ACCUMULATE_REFS:
         return NotImplemented
     cap.ops += 1
     return aten.add_.Tensor(old, var)
@@ -803,6 +838,29 @@ def _bce_with_logits(cap, func, args, kwargs):
 
 
 DISPATCH[aten.binary_cross_entropy_with_logits.default] = _bce_with_logits
+
+
+def _bce(cap, func, args, kwargs):
+    """`binary_cross_entropy` on CUDA (`aten/src/ATen/native/cuda/Loss.cu`): the loss is
+    `empty_like(input)`; with a reduction, `loss.sum()`/`mean()` makes a new 0-dim tensor (and the
+    reduction's scratch) which is copied back after `loss.resize_as_(...)`, so the 0-dim result
+    keeps the input-sized storage (blind10/j08's H200 record)."""
+    names = ("input", "target", "weight", "reduction")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["input"]
+    if not registered(x) or a.get("reduction", 1) == 0:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::binary_cross_entropy"
+    out = cap.track(func(*args, **kwargs), op, nbytes=x.numel() * x.element_size())
+    reduced = cap.malloc(x.element_size(), op, "temporary")
+    if x.numel() > 0:
+        reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), x.element_size(), _acc_bytes(x.dtype), op)
+    del reduced
+    return out
+
+
+DISPATCH[aten.binary_cross_entropy.default] = _bce
 
 
 #: autograd nodes whose backward (torch/csrc/autograd/FunctionsManual.cpp) runs out of place on a
@@ -948,10 +1006,12 @@ def _copy_unless_in(cap, t, channels_last: bool):
 
 def _in_layout(t, channels_last: bool):
     """A result as cuDNN's path allocates it: `at::empty(sizes, options.memory_format(layout))`
-    (the meta kernel may pick the other layout, e.g. for depthwise convolutions)."""
-    if t is None or not channels_last or t.dim() != 4 or t.is_contiguous(memory_format=torch.channels_last):
+    (the meta kernel may pick the other layout: for depthwise convolutions, or a channels-last
+    weight gradient from a channels-last gradient where the input is not, blind10/j02)."""
+    if t is None or t.dim() != 4:
         return t
-    return t.contiguous(memory_format=torch.channels_last)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    return t if t.is_contiguous(memory_format=layout) else t.contiguous(memory_format=layout)
 
 
 def _conv_workspace(cap, op, conv) -> None:
@@ -1446,6 +1506,33 @@ def _nll_loss_target_copy(cap, func, call, outs):
 
 for _f in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
     AFTER[_f] = _nll_loss_target_copy
+
+
+def _roll(cap, func, args, kwargs):
+    """`roll_cuda` (TensorTransformations.cu): a non-contiguous input made contiguous, then the
+    output; over k dims `roll_common` rolls the first dim into a new tensor and recurses on the rest,
+    so k - 1 input-sized intermediates live until the output exists (blind10/j02's H200 record)."""
+    names = ("input", "shifts", "dims")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["input"]
+    if not registered(x) or x.numel() == 0:
+        return NotImplemented
+    dims = a.get("dims") or []
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    cap.ops += 1
+    op = "aten::roll"
+    nbytes = x.numel() * x.element_size()
+    contiguous = None if x.is_contiguous() else cap.malloc(nbytes, "aten::contiguous", "temporary")
+    rolled = []
+    for _ in range(len(dims) - 1):
+        rolled.append(cap.malloc(nbytes, op, "temporary"))
+        contiguous = None  # the first dim's roll returned: its contiguous copy is gone
+    out = cap.track(func(*args, **kwargs), op)
+    del contiguous, rolled
+    return out
+
+
+DISPATCH[aten.roll.default] = _roll
 
 
 def _isinf(cap, func, args, kwargs):

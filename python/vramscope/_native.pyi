@@ -50,6 +50,9 @@ class Device:
         cuBLASLt workspace (gemm_and_bias: addmm with a bias). Raises OutOfMemory."""
     def first_kernels(self) -> None:
         """The process's first kernel launch is next (driver address-space rule)."""
+    def kernels_launched(self) -> None:
+        """The process's first kernel has just launched, after its op's allocations: the CUDA
+        context gives back its address range (driver address-space rule)."""
     def reduce_scratch(
         self, sizes: Sequence[int], strides: Sequence[int], reduced: Sequence[bool], elem: int, acc: int
     ) -> list[tuple[int, int]]:

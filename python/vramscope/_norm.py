@@ -11,9 +11,11 @@ kernels allocate them, and the scratch each takes beyond its outputs.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes
+from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
 from ._tensor import registered
 
 aten = torch.ops.aten
@@ -209,9 +211,20 @@ def _native_layer_norm(cap, func, args, kwargs):
     return out
 
 
+def _gamma_beta_blocks(cap, m: int, n: int) -> int:
+    """Rows of `LaunchGammaBetaBackwardCUDAKernel`'s partial sums (layer_norm_kernel.cu): 0 unless
+    M > 64Ki and N / 32 < SMs / 2, then min(ceil(M / 32), (64Ki / 2) / ceil(N / 32))."""
+    if not (m > 64 * 1024 and n // 32 < cap.device.multi_processor_count // 2):
+        return 0
+    blocks_x = -(-n // 32)
+    return min(-(-m // 32), (64 * 1024 // 2) // blocks_x)
+
+
 def _native_layer_norm_backward(cap, func, args, kwargs):
     """`layer_norm_backward_cuda`: the gradient and input made contiguous, then dX, dgamma, dbeta.
-    The gamma/beta reduction over many rows takes scratch this rule does not count yet."""
+    Over many rows of few columns the gamma/beta kernel writes per-block partial sums, then
+    `*dgamma = dgamma_blocks.sum(0)` (and dbeta's) replaces the outputs allocated first, the
+    partial sums dying at the kernel's return (layer_norm_kernel.cu; blind10/j02's H200 record)."""
     if kwargs or len(args) != 8:
         return NotImplemented
     dy, x = args[0], args[1]
@@ -221,10 +234,28 @@ def _native_layer_norm_backward(cap, func, args, kwargs):
     op = "aten::native_layer_norm_backward"
     copies = [_copy_unless_contiguous(cap, t, op) for t in (dy, x, *args[5:7])]
     out = func(*args)
-    for t in out:
-        if t is not None:
-            cap.track(t, op)
-    del copies
+    n = math.prod(args[2])
+    m = x.numel() // n if n else 0
+    rows = _gamma_beta_blocks(cap, m, n) if m and n else 0
+    if rows == 0:
+        for t in out:
+            if t is not None:
+                cap.track(t, op)
+        del copies
+        return out
+    dx, dgamma, dbeta = out
+    if dx is not None:
+        cap.track(dx, op)
+    grads = [t for t in (dgamma, dbeta) if t is not None]
+    # dgamma and dbeta as first allocated (`at::native::empty_like`), each freed when its sum replaces it
+    first = [cap.malloc(t.numel() * t.element_size(), op, "temporary") for t in grads]
+    blocks = [cap.malloc(rows * n * t.element_size(), op, "temporary") for t in grads]
+    for i, t in enumerate(grads):
+        cap.track(t, "aten::sum")
+        elem = t.element_size()
+        reduce_scratch(cap, [rows, n], None, [True, False], elem, _acc_bytes(t.dtype), "aten::sum")
+        first[i] = None
+    del blocks, first, copies
     return out
 
 

@@ -1175,6 +1175,21 @@ impl Runtime {
         }
     }
 
+    /// The process's first kernel has just launched, after its op's own
+    /// allocations: the CUDA context gives back the range it held now
+    /// (`driver_va.rs`, rule 6), whether whole or as a hole of its chunk.
+    /// For a front door that sees each op's allocations before noting its
+    /// launch (a captured program); a no-op after the first time.
+    pub fn kernels_launched(&self) {
+        let mut st = self.st.borrow_mut();
+        st.first_kernels_pending = false;
+        if st.alloc.device_mut().first_kernels() {
+            if let Some(log) = st.log.as_mut() {
+                log.first_kernels = Some(log.events.len());
+            }
+        }
+    }
+
     /// `getCUDABlasLtWorkspace()` as `gemm_and_bias` calls it: the handle
     /// first (which may allocate the cuBLAS workspace), then the separate
     /// cuBLASLt workspace on first use per (thread, stream).

@@ -268,6 +268,12 @@ impl Device {
         self.p.runtime().first_kernels();
     }
 
+    /// The process's first kernel has just launched, after its op's
+    /// allocations (driver address-space rule 6).
+    fn kernels_launched(&self) {
+        self.p.runtime().kernels_launched();
+    }
+
     /// The scratch each 32-bit launch of a CUDA reduction allocates
     /// (`gpu_reduce_kernel`: global buffer, semaphores), for an input of
     /// `sizes`/`strides` (elements) reduced over the dims marked in
