@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            println!("{path}: {e} (found in {s:.3} s)");
+            eprintln!("{path}: {e} (found in {s:.3} s)");
             ExitCode::FAILURE
         }
     }
