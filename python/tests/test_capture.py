@@ -357,3 +357,13 @@ def test_boolean_mask_indexing_bounds_an_unknown_mask():
         assert counts == (3, 4 + 200_000 * 8 + 200_000 * 40 * 4)
         known = torch.tensor([True, False, True], device="cuda")
         assert torch.empty(3, 5, device="cuda")[known].shape == (2, 5)
+
+
+def test_cdist_runs_the_euclidean_decomposition():
+    # blind11/k07's H200 per-op record of torch.cdist over 256 x 128 fp32 (more than 25 rows: the
+    # matmul path): both squared norms, both ones, -2 * x1, both cats and the result
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(256, 128, device="cuda")
+        _ = x @ x.T  # the cuBLAS handle and workspace first
+        d, counts = _counted(lambda: torch.cdist(x, x))
+        assert d.shape == (256, 256) and counts == (10, 925_696)

@@ -1535,6 +1535,32 @@ def _roll(cap, func, args, kwargs):
 DISPATCH[aten.roll.default] = _roll
 
 
+def _euclidean_dist(cap, func, args, kwargs):
+    """`_euclidean_dist` (Distance.cpp; `cdist` of more than 25 rows takes it): squared norms
+    (`pow(2).sum(-1, true)`) and ones padded onto `-2 * x1` and `x2` by `cat`, one matmul, then
+    `clamp_min_(0).sqrt_()` in place; its parts run on the twin as the GPU runs them (blind11/k07)."""
+    x1, x2 = args
+    if kwargs or not (registered(x1) and registered(x2)):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        x1_norm = x1.pow(2).sum(-1, True)
+        x1_pad = torch.ones_like(x1_norm)
+        x2_norm = x2.pow(2).sum(-1, True)
+        x2_pad = torch.ones_like(x2_norm)
+        x1_ = torch.cat([x1.mul(-2), x1_norm, x1_pad], -1)
+        del x1_norm, x1_pad
+        x2_ = torch.cat([x2, x2_pad, x2_norm], -1)
+        del x2_norm, x2_pad
+        result = x1_.matmul(x2_.mT)
+        del x1_, x2_
+        result.clamp_min_(0).sqrt_()
+    return result
+
+
+DISPATCH[aten._euclidean_dist.default] = _euclidean_dist
+
+
 def _isinf(cap, func, args, kwargs):
     """`isinf` (TensorCompare.cpp) of a floating tensor: `self.abs() == inf`, so the absolute
     values are a temporary of the input's size before the bool result (blind9/i02)."""
