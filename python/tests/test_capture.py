@@ -367,3 +367,16 @@ def test_cdist_runs_the_euclidean_decomposition():
         _ = x @ x.T  # the cuBLAS handle and workspace first
         d, counts = _counted(lambda: torch.cdist(x, x))
         assert d.shape == (256, 256) and counts == (10, 925_696)
+
+
+def test_distribution_checks_pass_and_small_cpu_runs_see_dense_zeros():
+    # blind12/l01: Categorical's argument validation reads `_is_all_true` of values the twin does
+    # not carry; blind12/l04: `_weight_norm`'s CPU kernel crashed on zero-stride zeros
+    from torch.nn.utils.parametrizations import weight_norm
+
+    with vramscope.capture(gpu="h200"):
+        logits = torch.empty(64, 18, device="cuda")
+        dist = torch.distributions.Categorical(logits=logits)
+        assert dist.sample().shape == (64,)
+        conv = weight_norm(torch.nn.Conv1d(8, 16, 1)).cuda()
+        assert conv(torch.empty(2, 8, 32, device="cuda")).shape == (2, 16, 32)

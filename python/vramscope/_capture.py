@@ -607,7 +607,16 @@ class Capture:
         for a in flat:
             if isinstance(a, torch.Tensor) and _tensor.BASE_IS_META(a):
                 v = value(a)
-                cpu.append(v if v is not None else torch.zeros((), dtype=a.dtype).expand(a.shape))
+                if v is None:
+                    # dense zeros where small: some CPU kernels (`_weight_norm`) crash on a
+                    # zero-stride expanded input (blind12/l04)
+                    zero = torch.zeros((), dtype=a.dtype)
+                    v = (
+                        torch.zeros(a.shape, dtype=a.dtype)
+                        if a.numel() <= VALUE_LIMIT
+                        else zero.expand(a.shape)
+                    )
+                cpu.append(v)
             elif isinstance(a, torch.device) and a.type == "meta":
                 cpu.append(torch.device("cpu"))
             else:

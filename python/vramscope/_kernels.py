@@ -1561,6 +1561,21 @@ def _euclidean_dist(cap, func, args, kwargs):
 DISPATCH[aten._euclidean_dist.default] = _euclidean_dist
 
 
+def _is_all_true(cap, func, args, kwargs):
+    """`torch._is_all_true`, the check behind `torch.distributions`' argument validation and
+    `torch._assert`: where the twin does not carry the checked values it answers True, so a
+    program that passes its checks on the GPU passes them here (documented in docs/run.md)."""
+    x = args[0]
+    if kwargs or not registered(x) or value(x) is not None:
+        return NotImplemented
+    out = cap.run(func, args, kwargs, [x])
+    set_value(out, torch.tensor(True))
+    return out
+
+
+DISPATCH[aten._is_all_true.default] = _is_all_true
+
+
 def _isinf(cap, func, args, kwargs):
     """`isinf` (TensorCompare.cpp) of a floating tensor: `self.abs() == inf`, so the absolute
     values are a temporary of the input's size before the bool result (blind9/i02)."""
