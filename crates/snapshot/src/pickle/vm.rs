@@ -11,7 +11,7 @@ use super::text;
 use super::val::{type_name, Tag, Val};
 use super::Pickle;
 use crate::chunked::ChunkedVec;
-use crate::hash::{hash_bytes, hash_words, random_seed, IdBuild};
+use crate::hash::{hash_words, mix, random_seed, IdBuild};
 use crate::Error;
 
 type R<T> = Result<T, Error>;
@@ -445,7 +445,10 @@ impl<I: Input, A: Absorb> Vm<I, A> {
                         let w = inp.window();
                         let mut p = 0;
                         loop {
-                            let (v, len) = match w.get(p..) {
+                            // 10 bytes hold any of these opcodes (LONG1 of
+                            // 8 bytes); the window's last few are left to
+                            // the general path
+                            let (v, len) = match w.get(p..p + 10) {
                                 Some(&[b'h', x, ..]) => match c.memo.get(u64::from(x)) {
                                     Some(v) => (v, 2),
                                     None => break,
@@ -1506,22 +1509,38 @@ impl<A: Absorb> Core<A> {
         if !self.seqb[b as usize].items.is_empty() {
             return None;
         }
+        // Scan the gets, hashing each (opcode, index) as it is read: the
+        // hash chain runs beside the scan's, so the body is read once.
         let mut p = 1;
-        let mut count = 0;
+        let mut count = 0u64;
+        let mut h = self.kc.seed ^ 0x4745_5453;
         loop {
-            match *w.get(p)? {
-                b'h' => p += 2,
-                b'j' => p += 5,
+            let word = match *w.get(p)? {
+                b'h' => {
+                    let x = *w.get(p + 1)?;
+                    p += 2;
+                    1 << 40 | u64::from(x)
+                }
+                b'j' => {
+                    let &[a, b, c, d] = w.get(p + 1..p + 5)? else {
+                        return None;
+                    };
+                    p += 5;
+                    2 << 40 | u64::from(u32::from_le_bytes([a, b, c, d]))
+                }
                 b'e' => break,
                 _ => return None,
-            }
+            };
+            h = (h ^ word)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(29);
             count += 1;
         }
-        if !(2..=DEDUP_MAX_LIST).contains(&count) {
+        if !(2..=DEDUP_MAX_LIST as u64).contains(&count) {
             return None;
         }
         let body = &w[1..p];
-        let h = hash_bytes(self.kc.seed ^ 0x4745_5453, body);
+        let h = mix(h ^ count);
         if let Some((bytes, sp)) = self.gets_lists.get(&h) {
             if **bytes == *body {
                 let sp = *sp;
