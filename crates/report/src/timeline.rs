@@ -803,12 +803,10 @@ fn run(
     let record = stop.is_none();
     // One `Life` per `alloc` (and per `free_requested` of memory allocated
     // before the trace, rare): reserve them at once (growing a big Vec can
-    // briefly need twice its size).
+    // briefly need twice its size). One per entry bounds them without a
+    // pass to count; the pages never written are never touched.
     let lives = if record {
-        let n = (0..trace.len())
-            .filter(|&i| trace.action(i) == Some(TraceAction::Alloc))
-            .count();
-        Vec::with_capacity(n)
+        Vec::with_capacity(trace.len())
     } else {
         Vec::new()
     };
