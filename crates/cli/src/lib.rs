@@ -13,6 +13,7 @@ pub mod diff;
 pub mod estimate;
 pub mod inspect;
 pub mod plan;
+pub mod plan_context;
 pub mod plan_parallel;
 pub mod replay;
 pub mod view;

@@ -48,6 +48,12 @@ pub struct PlanArgs {
     #[arg(long, value_name = "B", allow_negative_numbers = true,
           value_parser = crate::estimate::parse_positive)]
     pub target_batch: Option<i64>,
+    /// With --mode generate: instead of the largest batch, the longest
+    /// generation at --target-batch (default 1): `new-tokens`, the most new
+    /// tokens for the --seq prompt, up to --new-tokens; `prompt`, the
+    /// longest prompt that still generates --new-tokens tokens.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub longest: Option<crate::plan_context::LongestArg>,
     /// Skip the table of levers (only the largest batch).
     #[arg(long)]
     pub no_levers: bool,
@@ -306,6 +312,19 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?
         .map_or(0, |r| r.driver_bytes_before(usize::MAX));
     let capacity = args.gpu.capacity(driver)?;
+    if let Some(longest) = args.longest {
+        if base.mode != Mode::Generate {
+            bail!("--longest searches a generation: it needs --mode generate");
+        }
+        if args.batch.is_some() || args.workload.seqs().len() > 1 {
+            bail!("--longest searches one batch (--target-batch) and one --seq, not a sweep");
+        }
+        let w = Workload {
+            batch: args.target_batch.unwrap_or(1),
+            ..base.clone()
+        };
+        return crate::plan_context::run(&config, &w, &options, capacity, longest, args.json);
+    }
     if let Some(batches) = &args.batch {
         return run_sweep(args, &config, &base, &batches.0, &options, capacity);
     }

@@ -6,18 +6,21 @@
 //! allocator twin's real out-of-memory path (free the cache, retry, fail);
 //! what each lever (dtype, autocast, optimizer, checkpointing, allocator
 //! settings, gradient accumulation, inference modes) does to the peak and to
-//! the largest batch; and sweeps over batch and sequence length.
+//! the largest batch; the longest generation at a batch (new tokens or
+//! prompt); and sweeps over batch and sequence length.
 //!
 //! Every answer is a run of the twin, never a rule of thumb. It does no I/O.
 
 #![deny(missing_docs)]
 
 mod boundary;
+mod context;
 mod levers;
 mod search;
 mod sweep;
 
 pub use boundary::{boundary, Boundary, SCAN_LIMIT};
+pub use context::{longest_prompt, most_new_tokens, MostNewTokens};
 pub use levers::{
     checkpoint_for_batch, lever_list, levers, num_layers, Lever, LeverOutcome, MinimalCheckpointing,
 };

@@ -107,9 +107,34 @@ pub fn max_batch(
     options: &EstimateOptions,
     progress: &mut dyn FnMut(&Try),
 ) -> Result<MaxBatch> {
+    search_by(
+        &mut |b| {
+            let w = Workload {
+                batch: b,
+                ..workload.clone()
+            };
+            estimate(config, &w, options)
+        },
+        progress,
+    )
+}
+
+/// The search of [`max_batch`] over any size `run` takes (1, 2, 4, ...,
+/// then bisection): the largest for which its run completes.
+pub(crate) fn search_by(
+    run_at: &mut dyn FnMut(i64) -> Result<Estimate>,
+    progress: &mut dyn FnMut(&Try),
+) -> Result<MaxBatch> {
     let mut tries: Vec<Try> = Vec::new();
     let mut run = |b: i64, tries: &mut Vec<Try>| -> Result<bool> {
-        let (t, _) = try_batch(config, workload, b, options)?;
+        let est = run_at(b)?;
+        let t = Try {
+            batch: b,
+            fits: est.oom.is_none(),
+            peak_reserved_bytes: est.peak_reserved_bytes,
+            oom: est.oom.clone(),
+            unmeasured: est.unmeasured.clone(),
+        };
         progress(&t);
         let fits = t.fits;
         tries.push(t);
@@ -159,11 +184,7 @@ pub fn max_batch(
         .filter(|t| !t.fits && t.batch > lo)
         .min_by_key(|t| t.batch)
         .cloned();
-    let at_max = if lo > 0 {
-        Some(try_batch(config, workload, lo, options)?.1)
-    } else {
-        None
-    };
+    let at_max = if lo > 0 { Some(run_at(lo)?) } else { None };
     Ok(MaxBatch {
         max_batch: lo,
         tries,
