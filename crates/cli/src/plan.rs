@@ -307,6 +307,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     // of it in the first step (`Requests::driver`), so one step is run
     let one_step = Workload {
         steps: 1,
+        // (a generation's driver is all in its prefill: one new token, not
+        // a run of every step of a long generation)
+        new_tokens: base.new_tokens.min(1),
         ..base.clone()
     };
     let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use serde::Serialize;
 use vramscope_alloc::format_size;
-use vramscope_models::{Estimate, EstimateOptions, HfConfig, Oom, Workload};
+use vramscope_models::{max_positions, Estimate, EstimateOptions, HfConfig, Oom, Workload};
 use vramscope_planner::{longest_prompt, most_new_tokens};
 
 use crate::estimate::emit;
@@ -36,8 +36,14 @@ struct ContextJson {
     seq: i64,
     /// the new tokens: the answer for `new-tokens`, the ones given for `prompt`
     new_tokens: i64,
-    /// `new-tokens`: the bound searched (--new-tokens)
+    /// `new-tokens`: the bound searched (--new-tokens, cut to
+    /// `max_position_embeddings` - seq)
     up_to: Option<i64>,
+    /// the model's positions, which bound prompt + new tokens (`None`: the
+    /// family declares none)
+    max_position_embeddings: Option<i64>,
+    /// the answer is the bound the positions set, not an out-of-memory
+    at_positions_bound: bool,
     peak_reserved_bytes: Option<i64>,
     peak_allocated_bytes: Option<i64>,
     /// the out-of-memory one token (or one prompt length) more meets
@@ -73,6 +79,8 @@ pub fn run(
     longest: LongestArg,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    let positions = max_positions(config)?;
+    let at_bound;
     let (seq, new_tokens, up_to, at, next): (i64, i64, Option<i64>, Option<Estimate>, _) =
         match longest {
             LongestArg::NewTokens => {
@@ -83,6 +91,7 @@ pub fn run(
                     .oom
                     .as_ref()
                     .map(|o| next_oom(o, Some(m.long_run.decode_steps.len() as i64)));
+                at_bound = m.positions_cap.is_some() && m.new_tokens == m.up_to;
                 (base.seq, m.new_tokens, Some(m.up_to), m.at_most, next)
             }
             LongestArg::Prompt => {
@@ -91,6 +100,7 @@ pub fn run(
                     .first_failure
                     .as_ref()
                     .and_then(|t| t.oom.as_ref().map(|o| next_oom(o, None)));
+                at_bound = positions.is_some_and(|p| mb.max_batch + base.new_tokens == p);
                 (mb.max_batch, base.new_tokens, None, mb.at_max, next)
             }
         };
@@ -114,6 +124,8 @@ pub fn run(
             seq,
             new_tokens,
             up_to,
+            max_position_embeddings: positions,
+            at_positions_bound: at_bound,
             peak_reserved_bytes: at.as_ref().map(|e| e.peak_reserved_bytes),
             peak_allocated_bytes: at.as_ref().map(|e| e.peak_allocated_bytes),
             next_oom: next,
@@ -139,11 +151,19 @@ pub fn run(
                 )
             })
             .unwrap_or_default();
+        let bound = match (at_bound, positions) {
+            (true, Some(p)) => {
+                format!(" (the model's max_position_embeddings, {p}, allows no more)")
+            }
+            _ => String::new(),
+        };
         match longest {
             LongestArg::NewTokens => writeln!(
                 out,
                 "Most new tokens for a prompt of {seq}: {new_tokens}{}{peaks}",
-                if Some(new_tokens) == up_to {
+                if at_bound {
+                    bound
+                } else if Some(new_tokens) == up_to {
                     format!(" (all {new_tokens} asked for fit)")
                 } else {
                     String::new()
@@ -151,7 +171,7 @@ pub fn run(
             )?,
             LongestArg::Prompt => writeln!(
                 out,
-                "Longest prompt that generates {new_tokens} new tokens: {seq}{peaks}"
+                "Longest prompt that generates {new_tokens} new tokens: {seq}{bound}{peaks}"
             )?,
         }
         if let Some(o) = &next {

@@ -782,4 +782,22 @@ mod tests {
     /// 255 MB of the H100: the prefill peaks at 195 MB reserved, the decode
     /// steps at 278 MB allocated
     const LIMIT: f64 = 0.003;
+
+    #[test]
+    fn a_long_generation_the_template_cannot_serve_is_refused() {
+        // a window the steps cross: every step would run, keeping each one
+        let c = HfConfig::parse(
+            r#"{"model_type":"mistral","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,
+            "vocab_size":500,"sliding_window":120}"#,
+        )
+        .unwrap();
+        let o = EstimateOptions::default();
+        let w = Workload::generate(Task::Causal, 1, 100, 9_000);
+        let e = estimate(&c, &w, &o).unwrap_err().to_string();
+        assert!(e.contains("9000 new tokens run one by one"), "{e}");
+        // the template serves the same length without a window
+        let c = HfConfig::parse(LLAMA).unwrap();
+        assert_eq!(estimate(&c, &w, &o).unwrap().decode_steps.len(), 9_000);
+    }
 }

@@ -645,6 +645,19 @@ fn run_model_with(
     Option<crate::decode::DecodeStart>,
 )> {
     check(config, workload)?;
+    // a run of every decode step keeps each step's requests and events
+    // (some 400 KB a step for a 7B model, measured), so a long generation
+    // the decode template cannot serve is refused rather than exhausting
+    // the host's memory
+    if workload.mode == Mode::Generate && workload.new_tokens > MAX_TOKENS_ONE_BY_ONE {
+        return Err(ModelError::Unsupported(format!(
+            "{} new tokens run one by one: the decode template cannot serve this \
+             generation (a step crosses a sliding window, a trace is recorded for \
+             --snapshot/--html, or a sweep replays its requests), and a run of every \
+             step keeps each step's record, so it runs at most {MAX_TOKENS_ONE_BY_ONE}",
+            workload.new_tokens
+        )));
+    }
     let mut profile = options.profile.clone();
     if options.unlimited {
         profile.total_memory = vramscope_alloc::UNLIMITED_BYTES;
@@ -963,6 +976,10 @@ const MAX_LAYERS: i64 = 10_000;
 /// The most steps (training) or passes (inference) a workload may ask for
 /// ([`check`]).
 const MAX_STEPS: usize = 1_000;
+
+/// The most new tokens a generation runs step by step, keeping every
+/// step's record ([`run_model_with`]).
+const MAX_TOKENS_ONE_BY_ONE: i64 = 8_192;
 
 /// The model's parameters as loaded: how many elements, and their bytes in
 /// the weights' dtype.

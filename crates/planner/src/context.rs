@@ -9,8 +9,14 @@
 //! more run decides whether that step's own token still fits (the step ran
 //! out in the next forward) or not. The prompt has no such prefix: it is
 //! searched as the batch is (doubling, then bisection).
+//!
+//! Both are bounded by the positions the model declares
+//! ([`vramscope_models::max_positions`]): prompt + new tokens never pass them.
 
-use vramscope_models::{estimate, Estimate, EstimateOptions, HfConfig, Mode, Result, Workload};
+use vramscope_models::{
+    estimate, max_positions, Estimate, EstimateOptions, HfConfig, Mode, ModelError, Result,
+    Workload,
+};
 
 use crate::search::{MaxBatch, Try};
 
@@ -22,8 +28,10 @@ pub struct MostNewTokens {
     /// the run of `up_to` new tokens, which ran out after `new_tokens`
     /// (or fitted: then `new_tokens == up_to`)
     pub long_run: Estimate,
-    /// the bound searched
+    /// the bound searched: the one asked for, cut to the model's positions
     pub up_to: i64,
+    /// the model's positions, when they cut the bound asked for
+    pub positions_cap: Option<i64>,
     /// the run at `new_tokens` (`None` for 0)
     pub at_most: Option<Estimate>,
 }
@@ -37,6 +45,18 @@ pub fn most_new_tokens(
     up_to: i64,
 ) -> Result<MostNewTokens> {
     check_generate(workload)?;
+    let positions = max_positions(config)?;
+    let (up_to, positions_cap) = match positions {
+        Some(p) if workload.seq >= p => {
+            return Err(ModelError::Unsupported(format!(
+                "a prompt of {} tokens leaves no new token under the model's \
+                 max_position_embeddings ({p})",
+                workload.seq
+            )))
+        }
+        Some(p) if workload.seq + up_to > p => (p - workload.seq, Some(p)),
+        _ => (up_to, None),
+    };
     let with = |n: i64| Workload {
         new_tokens: n,
         ..workload.clone()
@@ -48,6 +68,7 @@ pub fn most_new_tokens(
             at_most: Some(long_run.clone()),
             long_run,
             up_to,
+            positions_cap,
         });
     }
     // an out-of-memory before the decode: not one token
@@ -56,6 +77,7 @@ pub fn most_new_tokens(
             new_tokens: 0,
             long_run,
             up_to,
+            positions_cap,
             at_most: None,
         });
     }
@@ -74,6 +96,7 @@ pub fn most_new_tokens(
         new_tokens: n,
         long_run,
         up_to,
+        positions_cap,
         at_most: at,
     })
 }
@@ -88,13 +111,26 @@ pub fn longest_prompt(
     progress: &mut dyn FnMut(&Try),
 ) -> Result<MaxBatch> {
     check_generate(workload)?;
+    // the prompt and its new tokens within the model's positions
+    let cap = match max_positions(config)? {
+        Some(p) if workload.new_tokens >= p => {
+            return Err(ModelError::Unsupported(format!(
+                "{} new tokens leave no prompt under the model's \
+                 max_position_embeddings ({p})",
+                workload.new_tokens
+            )))
+        }
+        // (the prompt + new tokens within the positions)
+        Some(p) => p - workload.new_tokens,
+        None => crate::MAX_BATCH_CAP,
+    };
     // the batch search over a workload whose "batch" is the prompt length
     let search = PromptSearch {
         config,
         workload,
         options,
     };
-    search.run(progress)
+    search.run(cap, progress)
 }
 
 struct PromptSearch<'a> {
@@ -104,7 +140,7 @@ struct PromptSearch<'a> {
 }
 
 impl PromptSearch<'_> {
-    fn run(&self, progress: &mut dyn FnMut(&Try)) -> Result<MaxBatch> {
+    fn run(&self, cap: i64, progress: &mut dyn FnMut(&Try)) -> Result<MaxBatch> {
         crate::search::search_by(
             &mut |seq| {
                 let w = Workload {
@@ -113,6 +149,8 @@ impl PromptSearch<'_> {
                 };
                 estimate(self.config, &w, self.options)
             },
+            "prompt",
+            cap,
             progress,
         )
     }
@@ -179,5 +217,44 @@ mod tests {
         assert!(!fits(&c, &o, s + 1, 8));
         let train = Workload::train(Task::Causal, 1, 8);
         assert!(most_new_tokens(&c, &train, &o, 8).is_err());
+    }
+
+    #[test]
+    fn the_model_s_positions_bound_both_searches() {
+        let c = HfConfig::parse(
+            r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":1,"num_attention_heads":4,"vocab_size":1000,
+            "max_position_embeddings":100}"#,
+        )
+        .unwrap();
+        let o = EstimateOptions::default();
+        let m =
+            most_new_tokens(&c, &Workload::generate(Task::Causal, 2, 30, 500), &o, 500).unwrap();
+        assert_eq!(
+            (m.new_tokens, m.up_to, m.positions_cap),
+            (70, 70, Some(100))
+        );
+        let mb = longest_prompt(
+            &c,
+            &Workload::generate(Task::Causal, 2, 1, 8),
+            &o,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(mb.max_batch, 92);
+        // a prompt (or new tokens) that fill the positions: refused
+        let full = Workload::generate(Task::Causal, 2, 100, 5);
+        let e = most_new_tokens(&c, &full, &o, 5).unwrap_err().to_string();
+        assert!(e.contains("max_position_embeddings (100)"), "{e}");
+        assert!(longest_prompt(
+            &c,
+            &Workload::generate(Task::Causal, 2, 1, 100),
+            &o,
+            &mut |_| {}
+        )
+        .is_err());
+        // llama's class default when the config has none
+        let d = HfConfig::parse(r#"{"model_type":"llama"}"#).unwrap();
+        assert_eq!(max_positions(&d).unwrap(), Some(2048));
     }
 }

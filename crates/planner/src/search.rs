@@ -115,14 +115,19 @@ pub fn max_batch(
             };
             estimate(config, &w, options)
         },
+        "batch",
+        MAX_BATCH_CAP,
         progress,
     )
 }
 
 /// The search of [`max_batch`] over any size `run` takes (1, 2, 4, ...,
-/// then bisection): the largest for which its run completes.
+/// `cap`, then bisection): the largest up to `cap` for which its run
+/// completes.
 pub(crate) fn search_by(
     run_at: &mut dyn FnMut(i64) -> Result<Estimate>,
+    what: &str,
+    cap: i64,
     progress: &mut dyn FnMut(&Try),
 ) -> Result<MaxBatch> {
     let mut tries: Vec<Try> = Vec::new();
@@ -144,10 +149,11 @@ pub(crate) fn search_by(
     let mut capped = None;
     let mut b = 1;
     loop {
-        if b > MAX_BATCH_CAP {
-            capped = Some(format!(
-                "batch {b} is past the search's bound ({MAX_BATCH_CAP})"
-            ));
+        if b > cap && lo < cap {
+            // (the bound itself is tried before the search stops at it)
+            b = cap;
+        } else if b > cap {
+            capped = Some(format!("{what} {b} is past the search's bound ({cap})"));
             break;
         }
         match run(b, &mut tries) {

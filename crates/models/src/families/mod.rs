@@ -146,6 +146,25 @@ pub fn build(
     build(rt, config, weights)
 }
 
+/// The most positions the model's config declares: `max_position_embeddings`
+/// (GPT-2: `n_positions`), else its config class's default in transformers
+/// 5.17 (`configuration_<family>.py`); `None` for a family without one (ViT).
+pub fn max_positions(config: &HfConfig) -> Result<Option<i64>> {
+    let default = match config.model_type.as_str() {
+        "llama" => 2048,
+        "mistral" => 4096 * 32,
+        "qwen2" | "qwen3" => 32768,
+        "phi3" => 4096,
+        "gemma2" => 8192,
+        "bert" => 512,
+        "roberta" => 514,
+        "gpt2" if config.has("n_positions") => return config.size("n_positions", 1024).map(Some),
+        "gpt2" => 1024,
+        _ => return Ok(None),
+    };
+    config.size("max_position_embeddings", default).map(Some)
+}
+
 /// A family's builder: the model for `config` on the CPU, weights in the
 /// given dtype (the task already checked by [`build`]).
 type Build = fn(&Runtime, &HfConfig, DType) -> Result<Box<dyn HfModel>>;
