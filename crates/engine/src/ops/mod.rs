@@ -14,6 +14,8 @@ pub(crate) mod nn;
 pub(crate) mod reduce;
 // cat, arange, comparisons, masks, where, cumsum, pad
 pub(crate) mod shape;
+// topk, sort, histc, index_put_, _grouped_mm: a mixture-of-experts layer's routing
+pub(crate) mod sorting;
 pub(crate) mod view;
 
 pub use elementwise::Scalar;

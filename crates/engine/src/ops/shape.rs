@@ -397,6 +397,12 @@ impl Tensor {
     /// own, with no scratch. Not modelled under autograd (an error if a
     /// gradient would be recorded).
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
+        self.cumsum_dtype(dim, None)
+    }
+
+    /// `torch.cumsum(t, dim, dtype=dtype)`: as [`Tensor::cumsum`], the
+    /// result (and the input's cast, where it differs) in `dtype`.
+    pub fn cumsum_dtype(&self, dim: i64, dtype: Option<DType>) -> Result<Tensor> {
         const OP: &str = "cumsum";
         let d = self.try_wrap_dim(OP, dim)?;
         if self.rt().is_grad_enabled() && self.requires_grad() {
@@ -404,10 +410,10 @@ impl Tensor {
                 what: "cumsum with autograd".into(),
             });
         }
-        let dt = if self.dtype().is_floating() {
-            self.dtype()
-        } else {
-            DType::I64
+        let dt = match dtype {
+            Some(dt) => dt,
+            None if self.dtype().is_floating() => self.dtype(),
+            None => DType::I64,
         };
         let rt = self.rt();
         let out = rt.empty_op(self.sizes(), dt, self.device(), OP, Category::Output)?;

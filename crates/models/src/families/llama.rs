@@ -9,7 +9,13 @@
 //!   `max_window_layers` on) pick each layer's mask and cache layer;
 //! - `qwen3` (`modeling_qwen3.py`): `q_norm`/`k_norm` (RMSNorm over
 //!   `head_dim`, applied before the transpose), `head_dim` default 128,
-//!   `attention_bias` on all four projections, `layer_types` as qwen2.
+//!   `attention_bias` on all four projections, `layer_types` as qwen2;
+//! - `mixtral` (`modeling_mixtral.py`): Mistral's attention and masks with a
+//!   [`SparseMoe`] block for the MLP (`sliding_window` defaults to none);
+//! - `qwen3_moe` (`modeling_qwen3_moe.py`): Qwen3's attention, Mistral's
+//!   single mask and cache (sliding only with `use_sliding_window`), a
+//!   [`SparseMoe`] block where `decoder_sparse_step` and `mlp_only_layers`
+//!   put one, else a dense `Qwen3MoeMLP`.
 //!
 //! The task is `…ForCausalLM` with `ForCausalLMLoss`. Every op follows the
 //! Python source with CPython's lifetimes; the shared pieces are in
@@ -26,6 +32,7 @@ use crate::families::common::{
     Attention, AttentionConfig, CausalLm, Decoder, DynamicCache, Embedding, Flags, GatedMlp,
     GenStep, Layer, LayerArgs, Linear, Masks, RmsNorm, RopeType, RotaryEmbedding,
 };
+use crate::families::moe::{Mlp, MoeConfig, Router, SparseMoe};
 use crate::families::HfModel;
 
 /// Which modeling file.
@@ -35,6 +42,8 @@ enum Family {
     Mistral,
     Qwen2,
     Qwen3,
+    Mixtral,
+    Qwen3Moe,
 }
 
 /// The config, normalised with each family's class defaults
@@ -64,6 +73,8 @@ struct Config {
     use_cache: bool,
     attention_dropout: f64,
     rope: RopeType,
+    /// the sparse block's sizes, and per layer whether it has one
+    moe: Option<(MoeConfig, Vec<bool>)>,
 }
 
 impl Config {
@@ -73,20 +84,28 @@ impl Config {
             "mistral" => Family::Mistral,
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
+            "mixtral" => Family::Mixtral,
+            "qwen3_moe" => Family::Qwen3Moe,
             other => return Err(ModelError::UnsupportedModel(other.into())),
         };
         // class defaults: configuration_llama / _mistral / _qwen2 / _qwen3 (5.17)
+        // (and _mixtral / _qwen3_moe)
         let (d_vocab, d_inter, d_kv): (i64, i64, Option<i64>) = match family {
             Family::Llama => (32000, 11008, None),
-            Family::Mistral => (32000, 14336, Some(8)),
+            Family::Mistral | Family::Mixtral => (32000, 14336, Some(8)),
             Family::Qwen2 | Family::Qwen3 => (151936, 22016, Some(32)),
+            Family::Qwen3Moe => (151936, 6144, Some(4)),
+        };
+        let (d_hidden, d_layers) = match family {
+            Family::Qwen3Moe => (2048, 24),
+            _ => (4096, 32),
         };
         let vocab = c.size("vocab_size", d_vocab)?;
-        // `pad_token_id: int | None = None` in all four
+        // `pad_token_id: int | None = None` in all six
         check_padding_idx(c, None, vocab)?;
-        let hidden = c.size("hidden_size", 4096)?;
+        let hidden = c.size("hidden_size", d_hidden)?;
         let intermediate = c.size("intermediate_size", d_inter)?;
-        let layers = c.size("num_hidden_layers", 32)? as usize;
+        let layers = c.size("num_hidden_layers", d_layers)? as usize;
         let heads = c.size("num_attention_heads", 32)?;
         let kv_heads = c.size("num_key_value_heads", d_kv.unwrap_or(heads))?;
         check_kv_heads(heads, kv_heads)?;
@@ -120,9 +139,9 @@ impl Config {
                 attention_bias,
                 c.boolean("mlp_bias", false)?,
             ),
-            Family::Mistral => (false, false, false),
+            Family::Mistral | Family::Mixtral => (false, false, false),
             Family::Qwen2 => (true, false, false),
-            Family::Qwen3 => (attention_bias, attention_bias, false),
+            Family::Qwen3 | Family::Qwen3Moe => (attention_bias, attention_bias, false),
         };
         // sliding windows: what `config.sliding_window` and `config.layer_types` are
         let n_layers = layers;
@@ -132,16 +151,37 @@ impl Config {
                 c.reject_present("layer_types", "llama has one attention type")?;
                 (None, vec![false; n_layers])
             }
-            Family::Mistral => {
+            Family::Mistral | Family::Mixtral => {
                 c.reject_present(
                     "layer_types",
                     "Mistral with layer_types (alternating attention) is not modelled",
                 )?;
-                // `sliding_window: int | None = 4096`: absent means 4096, null means none
+                // `sliding_window: int | None = 4096` (Mixtral: `= None`):
+                // absent means the default, null means none
                 let sw = if c.raw().contains_key("sliding_window") {
                     c.opt_int("sliding_window")?
-                } else {
+                } else if family == Family::Mistral {
                     Some(4096)
+                } else {
+                    None
+                };
+                let all = sw.is_some();
+                (sw, vec![all; n_layers])
+            }
+            Family::Qwen3Moe => {
+                c.reject_present(
+                    "layer_types",
+                    "qwen3_moe with layer_types (its config has none) is not modelled",
+                )?;
+                // __post_init__: `sliding_window if use_sliding_window else None`
+                let sw = if c.boolean("use_sliding_window", false)? {
+                    if c.raw().contains_key("sliding_window") {
+                        c.opt_int("sliding_window")?
+                    } else {
+                        Some(4096)
+                    }
+                } else {
+                    None
                 };
                 let all = sw.is_some();
                 (sw, vec![all; n_layers])
@@ -195,6 +235,7 @@ impl Config {
             }
         };
         check_sliding_window(sliding_window)?;
+        let moe = moe_config(c, family, n_layers, intermediate)?;
         Ok(Config {
             family,
             vocab,
@@ -209,12 +250,13 @@ impl Config {
             qkv_bias,
             o_bias,
             mlp_bias,
-            qk_norm: family == Family::Qwen3,
+            qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe),
             sliding_window,
             layer_sliding,
             use_cache: c.boolean("use_cache", true)?,
             attention_dropout: c.float("attention_dropout", 0.0)?,
             rope: common::rope_type(c)?,
+            moe,
         })
     }
 
@@ -228,7 +270,9 @@ impl Config {
                 .iter()
                 .map(|&s| if s { self.sliding_window } else { None })
                 .collect(),
-            Family::Llama | Family::Mistral => vec![self.sliding_window; self.layers],
+            Family::Llama | Family::Mistral | Family::Mixtral | Family::Qwen3Moe => {
+                vec![self.sliding_window; self.layers]
+            }
         }
     }
 }
@@ -239,8 +283,8 @@ impl Config {
 #[derive(Clone)]
 struct DecoderLayer {
     self_attn: Attention,
-    /// `LlamaMLP` (silu)
-    mlp: GatedMlp,
+    /// `LlamaMLP` (silu), or the MoE families' sparse block
+    mlp: Mlp,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
     sliding: bool,
@@ -318,7 +362,17 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
             qk_norm_eps: cfg.qk_norm.then_some(cfg.eps),
         };
         let self_attn = Attention::new(rt, i, &attention, w)?;
-        let mlp = GatedMlp::new(rt, h, cfg.intermediate, cfg.mlp_bias, Act::Silu, w)?;
+        let mlp = match &cfg.moe {
+            Some((m, sparse)) if sparse[i] => Mlp::Sparse(SparseMoe::new(rt, h, *m, w)?),
+            _ => Mlp::Dense(GatedMlp::new(
+                rt,
+                h,
+                cfg.intermediate,
+                cfg.mlp_bias,
+                Act::Silu,
+                w,
+            )?),
+        };
         layers.push(DecoderLayer {
             self_attn,
             mlp,
@@ -349,8 +403,8 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
 /// bos 1, eos 2; `Qwen2Config`, `Qwen3Config`: none); no pad token.
 fn generation_tokens(c: &HfConfig, family: Family) -> Result<crate::families::generate::Tokens> {
     let (bos_default, eos_default) = match family {
-        Family::Llama | Family::Mistral => (true, true),
-        Family::Qwen2 | Family::Qwen3 => (false, false),
+        Family::Llama | Family::Mistral | Family::Mixtral => (true, true),
+        Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => (false, false),
     };
     let present = |key: &str, default: bool| match c.get(key) {
         None => default,
@@ -367,6 +421,79 @@ fn generation_tokens(c: &HfConfig, family: Family) -> Result<crate::families::ge
         eos,
         pad: present("pad_token_id", false),
     })
+}
+
+/// The sparse blocks of `mixtral` (`num_local_experts`, every layer) and
+/// `qwen3_moe` (`num_experts`, the layers `decoder_sparse_step` picks outside
+/// `mlp_only_layers`), from `configuration_mixtral.py` /
+/// `configuration_qwen3_moe.py`; `None` for the dense families.
+fn moe_config(
+    c: &HfConfig,
+    family: Family,
+    layers: usize,
+    intermediate: i64,
+) -> Result<Option<(MoeConfig, Vec<bool>)>> {
+    if !matches!(family, Family::Mixtral | Family::Qwen3Moe) {
+        return Ok(None);
+    }
+    if c.boolean("output_router_logits", false)? {
+        return Err(ModelError::Unsupported(
+            "config field `output_router_logits` = true (the router logits kept and the \
+             load-balancing loss are not modelled)"
+                .into(),
+        ));
+    }
+    let (experts, top_k, moe_inter, router, sparse) = match family {
+        Family::Mixtral => {
+            let experts = c.size("num_local_experts", 8)?;
+            (
+                experts,
+                c.size("num_experts_per_tok", 2)?,
+                intermediate,
+                Router::Mixtral,
+                vec![true; layers],
+            )
+        }
+        _ => {
+            let experts = c.int("num_experts", 128)?;
+            let step = c.size("decoder_sparse_step", 1)?;
+            let dense_only: Vec<i64> = match c.get("mlp_only_layers") {
+                None => Vec::new(),
+                Some(v) if v.is_null() => Vec::new(),
+                Some(v) => v
+                    .as_array()
+                    .and_then(|a| a.iter().map(|x| x.as_i64()).collect::<Option<Vec<_>>>())
+                    .ok_or_else(|| bad("mlp_only_layers", "expected a list of layer indices"))?,
+            };
+            let sparse = (0..layers as i64)
+                .map(|i| !dense_only.contains(&i) && experts > 0 && (i + 1) % step == 0)
+                .collect();
+            (
+                experts,
+                c.size("num_experts_per_tok", 8)?,
+                c.size("moe_intermediate_size", 768)?,
+                Router::Qwen3 {
+                    norm_topk_prob: c.boolean("norm_topk_prob", false)?,
+                },
+                sparse,
+            )
+        }
+    };
+    if experts <= 0 || top_k > experts {
+        return Err(bad(
+            "num_experts_per_tok",
+            format!("{top_k} of {experts} experts"),
+        ));
+    }
+    Ok(Some((
+        MoeConfig {
+            experts,
+            top_k,
+            intermediate: moe_inter,
+            router,
+        },
+        sparse,
+    )))
 }
 
 impl Decoder for Model {
@@ -454,10 +581,12 @@ impl Decoder for Model {
             v.push((format!("layers.{i}.self_attn.k_proj"), &mut a.k_proj));
             v.push((format!("layers.{i}.self_attn.v_proj"), &mut a.v_proj));
             v.push((format!("layers.{i}.self_attn.o_proj"), &mut a.o_proj));
-            let m = &mut l.mlp;
-            v.push((format!("layers.{i}.mlp.gate_proj"), &mut m.gate_proj));
-            v.push((format!("layers.{i}.mlp.up_proj"), &mut m.up_proj));
-            v.push((format!("layers.{i}.mlp.down_proj"), &mut m.down_proj));
+            // a sparse block's experts are 3-D parameters, not Linear modules
+            if let Mlp::Dense(m) = &mut l.mlp {
+                v.push((format!("layers.{i}.mlp.gate_proj"), &mut m.gate_proj));
+                v.push((format!("layers.{i}.mlp.up_proj"), &mut m.up_proj));
+                v.push((format!("layers.{i}.mlp.down_proj"), &mut m.down_proj));
+            }
         }
         v
     }
@@ -496,7 +625,9 @@ impl Model {
         // the masks each layer type gets
         let (full, sliding) = match cfg.family {
             Family::Llama => (true, None),
-            Family::Mistral => (cfg.sliding_window.is_none(), cfg.sliding_window),
+            Family::Mistral | Family::Mixtral | Family::Qwen3Moe => {
+                (cfg.sliding_window.is_none(), cfg.sliding_window)
+            }
             Family::Qwen2 | Family::Qwen3 => {
                 let any_sliding = cfg.layer_sliding.iter().any(|&s| s);
                 (true, cfg.sliding_window.filter(|_| any_sliding))
@@ -525,7 +656,7 @@ impl Model {
         )?;
         // locals die in `co_varnames` order
         match cfg.family {
-            Family::Llama | Family::Mistral => {
+            Family::Llama | Family::Mistral | Family::Mixtral | Family::Qwen3Moe => {
                 // position_ids, inputs_embeds, causal_mask, ...
                 drop(position_ids);
                 drop(inputs_embeds);

@@ -14,16 +14,20 @@ mod gemma2;
 pub(crate) mod generate;
 mod gpt2;
 mod llama;
+// the sparse mixture-of-experts block of mixtral and qwen3_moe
+pub(crate) mod moe;
 mod phi3;
 mod vit;
 
 /// The `model_type`s vramscope models.
-pub const SUPPORTED: [&str; 11] = [
+pub const SUPPORTED: [&str; 13] = [
     "gpt2",
     "llama",
     "mistral",
     "qwen2",
     "qwen3",
+    "mixtral",
+    "qwen3_moe",
     "phi3",
     "gemma2",
     "gemma3_text",
@@ -132,7 +136,9 @@ pub fn build(
 ) -> Result<Box<dyn HfModel>> {
     // each family: the one task its head serves, and its builder
     let (head, build): (Task, Build) = match config.model_type.as_str() {
-        "llama" | "mistral" | "qwen2" | "qwen3" => (Task::Causal, llama::build),
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen3_moe" => {
+            (Task::Causal, llama::build)
+        }
         "phi3" => (Task::Causal, phi3::build),
         "gemma2" | "gemma3_text" => (Task::Causal, gemma2::build),
         "gpt2" => (Task::Causal, gpt2::build),
