@@ -168,6 +168,13 @@ impl Tensor {
         crate::ops::iter_output("floor_divide", &[self], self.dtype(), Category::Output)
     }
 
+    /// `t.clamp(min, max)` of an integer tensor: a TensorIterator output of
+    /// `t`'s dtype.
+    pub fn clamp_scalars(&self) -> Result<Tensor> {
+        no_autograd("clamp", self)?;
+        crate::ops::iter_output("clamp", &[self], self.dtype(), Category::Output)
+    }
+
     /// `t[idx] = src` (`index_put_`, accumulate false) with one int64 index
     /// on dim 0: the kernel runs in place through TensorIterator, allocating
     /// nothing (one index needs no broadcast copies).

@@ -106,6 +106,8 @@ pub(crate) struct LayerArgs {
     pub(crate) local: Option<(Tensor, Tensor)>,
     pub(crate) position_ids: Tensor,
     pub(crate) training: bool,
+    /// a decode forward of `generate()` ([`GenStep::decode`])
+    pub(crate) decode: bool,
 }
 
 impl LayerArgs {
@@ -118,7 +120,13 @@ impl LayerArgs {
             local: None,
             position_ids: position_ids.clone(),
             training,
+            decode: false,
         }
+    }
+    /// In a decode forward of `generate()` (`step.decode`).
+    pub(crate) fn with_decode(mut self, step: Option<&GenStep>) -> Self {
+        self.decode = step.is_some_and(|g| g.decode);
+        self
     }
     /// With the sliding layers' own position embeddings (Gemma-3).
     pub(crate) fn with_local(mut self, local: Option<(Tensor, Tensor)>) -> Self {
@@ -1354,6 +1362,10 @@ pub(crate) struct GenStep<'a> {
     pub(crate) position_ids: &'a Tensor,
     /// `past_key_values`
     pub(crate) cache: &'a RefCell<DynamicCache>,
+    /// a decode forward: `_sample` runs them under
+    /// `_optimize_model_for_decode`, which switches the experts of a
+    /// mixture-of-experts model from `grouped_mm` to `batched_mm` on CUDA
+    pub(crate) decode: bool,
 }
 
 /// `position_ids.expand(batch_size, -1)` when the batch differs (a view).

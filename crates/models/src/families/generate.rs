@@ -197,6 +197,7 @@ fn run(
                 attention_mask: &attention_mask,
                 position_ids: &position_ids,
                 cache: &cache,
+                decode: false,
             },
         )?;
         on(GenerateEvent::PrefillDone)?;
@@ -230,6 +231,7 @@ fn run(
                     attention_mask: mask,
                     position_ids: pos,
                     cache: &cache,
+                    decode: true,
                 },
             )?);
             on(GenerateEvent::ForwardDone)?;

@@ -317,7 +317,7 @@ impl Layer for DecoderLayer {
                     .forward("post_attention_layernorm", h)
             },
             "mlp",
-            |n| self.mlp.forward(n),
+            |n| self.mlp.forward(n, args.decode),
         )?;
         drop(h);
         let out = residual.add(&m)?;
@@ -644,7 +644,7 @@ impl Model {
         let cos_sin = self
             .rotary_emb
             .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs::new(cos_sin, &position_ids, flags.training);
+        let args = LayerArgs::new(cos_sin, &position_ids, flags.training).with_decode(step);
         let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,

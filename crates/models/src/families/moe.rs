@@ -10,7 +10,12 @@
 //! (how many tokens each expert gets) changes only the groups' offsets,
 //! which no allocation depends on. The figures are the same for every
 //! routing, the one a random-initialised model makes of random inputs
-//! included.
+//! included. `generate()` runs its decode forwards under
+//! `_optimize_model_for_decode`, which on CUDA switches the experts to
+//! `batched_mm_experts_forward`: each (token, expert) pair gathers its
+//! expert's weights (`gate_up_proj[expert_ids]`, `(tokens x top_k, 2 x
+//! intermediate, hidden)`) and multiplies them by `bmm`; again no size
+//! depends on the routing.
 
 use vramscope_engine::{DType, Runtime, Tensor};
 
@@ -97,7 +102,8 @@ impl SparseMoe {
 
     /// The block's forward on `(b, s, hidden)`, under `torch.no_grad()`
     /// (the routing kernels record no autograd node: training is refused).
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `decode`: a decode forward of `generate()` (the `batched_mm` experts).
+    pub(crate) fn forward(&self, x: &Tensor, decode: bool) -> Result<Tensor> {
         let rt = x.runtime().clone();
         if rt.is_grad_enabled() {
             return Err(ModelError::Unsupported(
@@ -112,7 +118,13 @@ impl SparseMoe {
         // `_, top_k_weights, top_k_index = self.gate(hidden_states)`: `_`
         // (the router logits) is a local until the block returns
         let (router_logits, weights, index) = rt.in_module("gate", || self.router(&flat))?;
-        let out = rt.in_module("experts", || self.experts(&flat, &index, &weights))?;
+        let out = rt.in_module("experts", || {
+            if decode {
+                self.experts_batched(&flat, &index, &weights)
+            } else {
+                self.experts(&flat, &index, &weights)
+            }
+        })?;
         drop(flat);
         let out = out.reshape(&[b, s, h])?;
         // locals die: `_`, the weights, the indices
@@ -218,6 +230,60 @@ impl SparseMoe {
     }
 }
 
+impl SparseMoe {
+    /// `batched_mm_experts_forward(self, hidden_states, top_k_index,
+    /// top_k_weights)`: every pair's input row and expert weights gathered,
+    /// two `bmm`s; the locals die at return in `co_varnames` order.
+    fn experts_batched(
+        &self,
+        hidden: &Tensor,
+        top_k_index: &Tensor,
+        top_k_weights: &Tensor,
+    ) -> Result<Tensor> {
+        let rt = hidden.runtime().clone();
+        let (k, t, h) = (self.cfg.top_k, hidden.size(0), hidden.size(1));
+        // `hidden_states.repeat_interleave(num_top_k, dim=0)`: unsqueeze,
+        // expand, a contiguous clone, flatten
+        let selected_hidden_states = hidden
+            .unsqueeze(1)?
+            .expand(&[t, k, h])?
+            .contiguous()?
+            .view(&[-1, h])?;
+        let sample_weights = top_k_weights.reshape(&[-1])?;
+        // `top_k_index.reshape(-1).clamp(0, num_experts - 1)`: out of place
+        let expert_ids = top_k_index.reshape(&[-1])?.clamp_scalars()?;
+        let mut selected_weights = self.gate_up_proj.index(&[Some(&expert_ids)])?;
+        let mut proj_out = batched_linear(&selected_hidden_states, &selected_weights)?;
+        proj_out = rt.in_module("act_fn", || apply_gate(&proj_out))?;
+        selected_weights = self.down_proj.index(&[Some(&expert_ids)])?;
+        proj_out = batched_linear(&proj_out, &selected_weights)?;
+        let weighted_out = proj_out.mul(&sample_weights.unsqueeze(-1)?)?;
+        let final_hidden_states = weighted_out.view(&[t, k, h])?.sum_dims(&[1], false)?;
+        let out = final_hidden_states.to_dtype(hidden.dtype())?;
+        for dead in [
+            selected_hidden_states,
+            sample_weights,
+            expert_ids,
+            selected_weights,
+            proj_out,
+            weighted_out,
+            final_hidden_states,
+        ] {
+            drop(dead);
+        }
+        Ok(out)
+    }
+}
+
+/// `_batched_linear(input, weight)` (not transposed, no bias):
+/// `torch.bmm(weight, input.unsqueeze(-1)).squeeze(-1)`.
+fn batched_linear(input: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let x = input.unsqueeze(-1)?;
+    let out = weight.bmm(&x)?;
+    drop(x);
+    Ok(out.squeeze_dim(-1))
+}
+
 /// `_grouped_linear(input, weight, offs)` (not transposed, no bias):
 /// `_grouped_mm(input.to(weight.dtype), weight.transpose(-2, -1), offs)`.
 fn grouped_linear(input: &Tensor, weight: &Tensor, offs: &Tensor) -> Result<Tensor> {
@@ -245,10 +311,11 @@ pub(crate) enum Mlp {
 }
 
 impl Mlp {
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `decode`: a decode forward of `generate()`.
+    pub(crate) fn forward(&self, x: &Tensor, decode: bool) -> Result<Tensor> {
         match self {
             Mlp::Dense(m) => m.forward(x),
-            Mlp::Sparse(m) => m.forward(x),
+            Mlp::Sparse(m) => m.forward(x, decode),
         }
     }
     pub(crate) fn cuda(&mut self) -> Result<()> {
