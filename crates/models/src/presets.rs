@@ -64,6 +64,26 @@ const PRESETS: &[(&str, &str)] = &[
         "qwen3-0.6b",
         r#"{"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936}"#,
     ),
+    // mistralai/Mixtral-8x7B-v0.1 config.json (transformers_version 4.36.0.dev0,
+    // router_aux_loss_coef 0.02), as copied in github.com/scaleapi/llm-engine
+    // model-engine/tests/unit/domain/test_llm_use_cases.py (the `model_config` of
+    // "mixtral-8x7b"). That copy leaves out the Hub file's `output_router_logits: false`,
+    // `sliding_window: null`, `tie_word_embeddings: false` and `use_cache: true`, all
+    // MixtralConfig's defaults.
+    (
+        "mixtral-8x7b",
+        r#"{"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "vocab_size": 32000}"#,
+    ),
+    // Qwen/Qwen3-30B-A3B config.json, verbatim in a public notes file listing the Qwen3
+    // configs (found by its content in the code index, beside Qwen3-14B's and
+    // Qwen3-32B's); its shape fields agree with vllm-project/vllm-ascend's
+    // QWEN3_30B_A3B_CONFIG (hidden 2048, moe_intermediate_size 768, 128 experts,
+    // 48 layers) and with a quantisation study's EXPECTED dict for
+    // Qwen/Qwen3-30B-A3B-Base (32 heads, 4 key/value heads, head_dim 128, top-8).
+    (
+        "qwen3-30b-a3b",
+        r#"{"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936}"#,
+    ),
     // microsoft/Phi-3-mini-4k-instruct config.json (current revision, with
     // attention_bias), verbatim in github.com/NVIDIA/TensorRT-LLM
     // tests/unittest/_torch/modeling/test_modeling_phi3.py (PHI3_MINI_4K_CONFIG).
@@ -184,6 +204,8 @@ mod tests {
             ("qwen2-7b", 3584, 28, 28, 4, 18944, 152064),
             ("qwen3-8b", 4096, 36, 32, 8, 12288, 151936),
             ("qwen3-0.6b", 1024, 28, 16, 8, 3072, 151936),
+            ("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000),
+            ("qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936),
             ("phi-3-mini", 3072, 32, 32, 32, 8192, 32064),
             ("gemma-2-9b", 3584, 42, 16, 8, 14336, 256000),
             ("gemma-3-12b", 3840, 48, 16, 8, 15360, 0),

@@ -557,7 +557,8 @@ fn check_llm_set(list: &str, recorded: &str) -> (usize, usize) {
         if LLM_REFUSED.contains(&case.name.as_str()) {
             let e = estimate(&config, &case.workload, &opts).map(|_| ());
             assert!(
-                e.as_ref().is_err_and(|e| e.to_string().contains("not supported")),
+                e.as_ref()
+                    .is_err_and(|e| e.to_string().contains("not supported")),
                 "{}: {e:?}",
                 case.name
             );

@@ -293,3 +293,89 @@ fn grouped_mm_out(a: &Tensor, groups: i64, out_sizes: &[i64]) -> Result<Tensor> 
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Runtime};
+
+    /// `topk` of a (tokens, experts) router output: values and int64
+    /// indices, nothing else; the multi-block sizes are refused.
+    #[test]
+    fn topk_allocates_its_two_outputs() {
+        let rt = Runtime::default();
+        let p = rt.empty(&[1000, 8], DType::F32, Device::Cuda).unwrap();
+        let base = rt.memory_allocated();
+        rt.reset_peak_memory_stats();
+        let (v, i) = p.topk(2).unwrap();
+        assert_eq!((v.sizes(), i.dtype()), (&[1000, 2][..], DType::I64));
+        // 8,000 and 16,000 bytes, each rounded up to 512
+        assert_eq!(rt.max_memory_allocated() - base, 8192 + 16384);
+        let wide = rt.empty(&[5000, 512], DType::F32, Device::Cuda).unwrap();
+        assert!(wide.topk(8).is_err());
+    }
+
+    /// `sort` of n int64 keys: the two outputs, an int64 row beside them, and
+    /// past 4,096 items CUB's radix-sort storage while the row is live.
+    #[test]
+    fn sort_allocates_outputs_a_row_and_cub_storage_past_4096() {
+        let rt = Runtime::new(crate::RuntimeConfig {
+            profile: crate::DeviceProfile::h200_torch_2_11(),
+            ..Default::default()
+        });
+        for (n, cub) in [(4096_i64, false), (16384, true)] {
+            let ids = rt.empty(&[n], DType::I64, Device::Cuda).unwrap();
+            let base = rt.memory_allocated();
+            rt.reset_peak_memory_stats();
+            let (_v, _p) = ids.sort().unwrap();
+            let out = 2 * n * 8;
+            assert_eq!(rt.memory_allocated() - base, out);
+            let peak = rt.max_memory_allocated() - base;
+            assert_eq!(peak > out + n * 8, cub, "{n} items: peak {peak}");
+        }
+    }
+
+    /// `histc` of 128 bins keeps a `(ceil(n / 512), 128)` partial histogram
+    /// for the call; under 100 bins nothing but the output.
+    #[test]
+    fn histc_partial_histogram_from_100_bins() {
+        let rt = Runtime::default();
+        let x = rt.empty(&[8192], DType::I32, Device::Cuda).unwrap();
+        let base = rt.memory_allocated();
+        rt.reset_peak_memory_stats();
+        let h = x.histc(128).unwrap();
+        assert_eq!(h.sizes(), &[128]);
+        assert_eq!(rt.memory_allocated() - base, 512);
+        assert_eq!(rt.max_memory_allocated() - base, 512 + 16 * 128 * 4);
+        drop(h);
+        rt.reset_peak_memory_stats();
+        let base = rt.memory_allocated();
+        let _h = x.histc(8).unwrap();
+        assert_eq!(rt.max_memory_allocated() - base, 512);
+    }
+
+    /// `_grouped_mm` on the H200: bf16 allocates the groups' arguments and
+    /// the CUTLASS workspace (132 SMs x 512 bytes) after the output; fp32
+    /// runs the per-group fallback (no more than the output once cuBLAS is
+    /// set up); unpadded widths only.
+    #[test]
+    fn grouped_mm_output_and_cutlass_buffers() {
+        let rt = Runtime::new(crate::RuntimeConfig {
+            profile: crate::DeviceProfile::h200_torch_2_11(),
+            ..Default::default()
+        });
+        let offs = rt.empty(&[8], DType::I32, Device::Cuda).unwrap();
+        let a = rt.empty(&[256, 64], DType::BF16, Device::Cuda).unwrap();
+        let w = rt.empty(&[8, 128, 64], DType::BF16, Device::Cuda).unwrap();
+        let base = rt.memory_allocated();
+        rt.reset_peak_memory_stats();
+        let out = a.grouped_mm(&w.transpose(-2, -1), &offs).unwrap();
+        assert_eq!(out.sizes(), &[256, 128]);
+        assert_eq!(rt.memory_allocated() - base, 256 * 128 * 2);
+        assert_eq!(
+            rt.max_memory_allocated() - base,
+            256 * 128 * 2 + 512 + 132 * 512
+        );
+        let odd = rt.empty(&[8, 60, 64], DType::BF16, Device::Cuda).unwrap();
+        assert!(a.grouped_mm(&odd.transpose(-2, -1), &offs).is_err());
+    }
+}

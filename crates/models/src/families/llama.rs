@@ -747,6 +747,65 @@ mod tests {
     }
 
     #[test]
+    fn moe_blocks_follow_decoder_sparse_step_and_mlp_only_layers() {
+        let c = cfg(
+            r#"{"model_type":"qwen3_moe","num_hidden_layers":6,"decoder_sparse_step":2,
+                        "mlp_only_layers":[3]}"#,
+        )
+        .unwrap();
+        let (m, sparse) = c.moe.unwrap();
+        // layers 1 and 5 ((i + 1) % 2 == 0, not 3)
+        assert_eq!(sparse, vec![false, true, false, false, false, true]);
+        assert_eq!((m.experts, m.top_k, m.intermediate), (128, 8, 768));
+        assert_eq!(
+            (c.hidden, c.kv_heads, c.head_dim, c.sliding_window),
+            (2048, 4, 64, None)
+        );
+        let c = cfg(r#"{"model_type":"mixtral","num_hidden_layers":2}"#).unwrap();
+        let (m, sparse) = c.moe.unwrap();
+        assert_eq!((m.experts, m.top_k, m.intermediate), (8, 2, 14336));
+        assert_eq!((sparse, c.sliding_window), (vec![true, true], None));
+        assert!(cfg(r#"{"model_type":"mixtral","output_router_logits":true}"#).is_err());
+        assert!(cfg(r#"{"model_type":"mixtral","num_experts_per_tok":9}"#).is_err());
+    }
+
+    #[test]
+    fn moe_parameters_in_registration_order_and_training_refused() {
+        let rt = Runtime::default();
+        let json = |t: &str| {
+            HfConfig::parse(&format!(
+                r#"{{"model_type":"{t}","hidden_size":64,"intermediate_size":96,"moe_intermediate_size":32,
+                    "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+                    "vocab_size":100,"num_local_experts":4,"num_experts":4,"num_experts_per_tok":2}}"#
+            ))
+            .unwrap()
+        };
+        // mixtral: gate (4, 64), then gate_up_proj (4, 192, 64), down_proj (4, 64, 96)
+        let mut m =
+            crate::families::build(&rt, &json("mixtral"), Task::Causal, DType::BF16).unwrap();
+        let sizes = alloc_sizes(&rt, || m.cuda().unwrap());
+        assert_eq!(&sizes[5..8], &[512, 4 * 192 * 64 * 2, 4 * 64 * 96 * 2]);
+        // qwen3_moe registers the experts first: gate_up (4, 64, 64), down (4, 64, 32), gate
+        let mut q =
+            crate::families::build(&rt, &json("qwen3_moe"), Task::Causal, DType::BF16).unwrap();
+        let sizes = alloc_sizes(&rt, || q.cuda().unwrap());
+        assert_eq!(&sizes[7..10], &[4 * 64 * 64 * 2, 4 * 64 * 32 * 2, 512]);
+        q.set_training(true);
+        let ids = rt
+            .empty(&[1, 8], DType::I64, vramscope_engine::Device::Cuda)
+            .unwrap();
+        let inputs = crate::families::Inputs {
+            input_ids: Some(ids.clone()),
+            labels: Some(ids),
+            ..Default::default()
+        };
+        assert!(matches!(
+            q.forward(&inputs),
+            Err(ModelError::Unsupported(_))
+        ));
+    }
+
+    #[test]
     fn unmodelled_fields_are_refused() {
         assert!(cfg(r#"{"model_type":"llama","hidden_act":"gelu"}"#).is_err());
         assert!(
