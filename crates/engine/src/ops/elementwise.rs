@@ -343,6 +343,44 @@ impl Tensor {
             other: None,
         })
     }
+    /// `a.div_(b)`: for autograd, `original_self = self.clone()` before the
+    /// op (the formula of `other` reads the old `self`), then
+    /// `DivBackward0` saves it and `other`.
+    pub fn div_(&self, other: &Tensor) -> Result<()> {
+        let rt = self.rt().clone();
+        let original = if rt.is_grad_enabled() && (self.requires_grad() || other.requires_grad()) {
+            Some(rt.no_grad(|| self.clone_contiguous())?)
+        } else {
+            None
+        };
+        self.inplace("div_", &[other], |p| {
+            let self_ = original.as_ref().map(|o| p.save(o));
+            let other_ = Some(p.save(other));
+            Backward::Binary {
+                op: BinOp::Div,
+                self_,
+                other: other_,
+            }
+        })
+    }
+    /// `a.masked_fill_(mask, v)`: in place; `MaskedFillBackward0` saves the
+    /// mask (`grad.masked_fill(mask, 0)`).
+    pub fn masked_fill_(&self, mask: &Tensor) -> Result<()> {
+        let m = mask.clone();
+        self.inplace("masked_fill_", &[], |p| {
+            p.save(&m);
+            Backward::Custom {
+                name: "MaskedFillBackward0",
+                backward: std::rc::Rc::new(|saved: &[Tensor], grads: &[Option<Tensor>]| {
+                    let Some(g) = grads.first().cloned().flatten() else {
+                        return Ok(vec![None]);
+                    };
+                    Ok(vec![Some(g.masked_fill(&saved[0])?)])
+                }),
+                num_saved: 1,
+            }
+        })
+    }
     /// An in-place op with only Python numbers (`mul_(s)`, `add_(s)`, `zero_()`, `fill_`, ...).
     pub fn scalar_(&self, op: &'static str) -> Result<()> {
         if self.rt().is_grad_enabled() && self.requires_grad() {

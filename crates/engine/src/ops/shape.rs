@@ -232,8 +232,34 @@ impl Tensor {
     /// once broadcast are each made contiguous at that shape before the
     /// output is allocated, and die with the kernel (a GPU record of HF's
     /// padding-mask construction, as `python/vramscope/_kernels.py`'s
-    /// `_index`). Not differentiable here (no node).
+    /// `_index`). One int64 index on dim 0 of a tensor that needs a gradient
+    /// records `IndexBackward0` ([`index_backward`]); other indexings record
+    /// no node.
     pub fn index(&self, indices: &[Option<&Tensor>]) -> Result<Tensor> {
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            let [Some(idx)] = indices else {
+                return Err(EngineError::Unsupported {
+                    what: "indexing with autograd other than one index on dim 0".into(),
+                });
+            };
+            let sizes = self.sizes().to_vec();
+            let rt = self.rt().clone();
+            return crate::function::apply(
+                &rt,
+                "IndexBackward0",
+                &[self],
+                |ctx, x| {
+                    ctx.save_for_backward(&[idx]);
+                    x[0].index(&[Some(idx)])
+                },
+                move |saved, grads| {
+                    let Some(g) = grads.first().cloned().flatten() else {
+                        return Ok(vec![None]);
+                    };
+                    Ok(vec![Some(index_backward(&g, &saved[0], &sizes)?)])
+                },
+            );
+        }
         if indices.len() > self.dim() {
             return Err(shape_err(
                 "index",
@@ -334,7 +360,25 @@ impl Tensor {
     /// `t.masked_fill(mask, v)` (out of place): a contiguous clone of the
     /// broadcast `t`, filled in place (`masked_fill` in TensorAdvancedIndexing.cpp).
     pub fn masked_fill(&self, mask: &Tensor) -> Result<Tensor> {
-        let _ = mask;
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            // `MaskedFillBackward0` saves the mask: `grad.masked_fill(mask, 0)`
+            let rt = self.rt().clone();
+            return crate::function::apply(
+                &rt,
+                "MaskedFillBackward0",
+                &[self],
+                |ctx, x| {
+                    ctx.save_for_backward(&[mask]);
+                    x[0].masked_fill(mask)
+                },
+                |saved, grads| {
+                    let Some(g) = grads.first().cloned().flatten() else {
+                        return Ok(vec![None]);
+                    };
+                    Ok(vec![Some(g.masked_fill(&saved[0])?)])
+                },
+            );
+        }
         self.rt().empty_op(
             self.sizes(),
             self.dtype(),
@@ -570,6 +614,70 @@ pub(crate) fn constant_pad_backward(grad: &Tensor, pad: &[i64]) -> Result<Tensor
         "constant_pad_nd",
         Category::Gradient,
     )
+}
+
+/// `index_backward(grad.new_zeros(self_sizes), indices, grad)` for one int64
+/// index on dim 0: `_index_put_impl_(zeros, indices, grad, accumulate=True,
+/// unsafe=True)` through `index_put_with_sort_kernel` (cuda/Indexing.cu):
+/// the linear index (`wrapIndexOnce`'s remainder, then the product by the
+/// stride, the first kept), the gradient made contiguous, then
+/// `sorted_indices`, `orig_indices` and an `arange` beside
+/// `cuda::cub::radix_sort_pairs` on the bits of the largest slice index. As
+/// the Python capture's `_index_put_sorted` (the H200 sweep, blind7/g05).
+pub(crate) fn index_backward(grad: &Tensor, index: &Tensor, self_sizes: &[i64]) -> Result<Tensor> {
+    const OP: &str = "index_put_";
+    let rt = grad.rt().clone();
+    let zeros = rt.empty_op(
+        self_sizes,
+        grad.dtype(),
+        grad.device(),
+        "zeros",
+        Category::Gradient,
+    )?;
+    let n = index.numel();
+    if n == 0 || grad.device() != Device::Cuda {
+        return Ok(zeros);
+    }
+    let tmp = |len: i64| rt.empty_op(&[len], DType::I64, grad.device(), OP, Category::Temporary);
+    let wrapped = tmp(n)?;
+    let linear = tmp(n)?;
+    drop(wrapped);
+    let value_copy = if grad.is_contiguous() {
+        None
+    } else {
+        Some(rt.empty_op(
+            grad.sizes(),
+            grad.dtype(),
+            grad.device(),
+            OP,
+            Category::Temporary,
+        )?)
+    };
+    let sorted = tmp(n)?;
+    let orig = tmp(n)?;
+    let range = tmp(n)?;
+    let rows = self_sizes.first().copied().unwrap_or(1);
+    // the largest slice index: (rows - 1), on at least one bit (`get_num_bits`)
+    let end_bit = (64 - ((rows - 1).max(0) as u64).leading_zeros()).max(1) as u64;
+    let rule = crate::scratch::ScratchRule::RadixSortPairs {
+        n,
+        key_bytes: 8,
+        value_bytes: 8,
+        end_bit,
+    };
+    match rule.bytes(&rt.profile()) {
+        Some(bytes) => drop(rt.scratch(bytes, rule, OP)?),
+        None => rt.note_unmeasured(format!(
+            "CUB's storage for the radix sort of {n} indices is not measured for {}: taken as 0 bytes",
+            rt.profile().name
+        )),
+    }
+    drop(range);
+    drop(orig);
+    drop(sorted);
+    drop(value_copy);
+    drop(linear);
+    Ok(zeros)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Routing kernels of a mixture-of-experts layer: `topk`, `sort`, `histc`
 //! and the grouped product `_grouped_mm`, each allocating what its ATen CUDA
-//! kernel allocates. Forward only: none records an autograd node, so each
-//! refuses an input that needs a gradient while grad mode is on.
+//! kernel allocates. `topk` and `_grouped_mm` record their autograd nodes
+//! (`TopkBackward0`, `GroupedMmBackward0`, as `derivatives.yaml` and
+//! `FunctionsManual.cpp` write them); the integer kernels have none.
 
 use crate::dtype::{DType, Device};
 use crate::error::{EngineError, Result};
@@ -45,7 +46,40 @@ impl Tensor {
     /// refused (its buffers are modelled in the Python capture only).
     pub fn topk(&self, k: i64) -> Result<(Tensor, Tensor)> {
         const OP: &str = "topk";
-        no_autograd(OP, self)?;
+        let rt = self.rt().clone();
+        if rt.is_grad_enabled() && self.requires_grad() {
+            // `TopkBackward0` saves the indices (and the input's sizes):
+            // `value_selecting_reduction_backward_symint` makes
+            // `zeros(sizes)` and `scatter_`s the gradient into it
+            let indices = std::cell::RefCell::new(None);
+            let sizes = self.sizes().to_vec();
+            let values = crate::function::apply(
+                &rt,
+                "TopkBackward0",
+                &[self],
+                |ctx, x| {
+                    let (v, i) = x[0].topk(k)?;
+                    ctx.save_for_backward(&[&i]);
+                    *indices.borrow_mut() = Some(i);
+                    Ok(v)
+                },
+                move |_saved, grads| {
+                    let Some(g) = grads.first().cloned().flatten() else {
+                        return Ok(vec![None]);
+                    };
+                    let zeros = g.rt().empty_op(
+                        &sizes,
+                        g.dtype(),
+                        g.device(),
+                        "zeros",
+                        Category::Gradient,
+                    )?;
+                    Ok(vec![Some(zeros)])
+                },
+            )?;
+            let i = indices.into_inner().expect("set by the forward");
+            return Ok((values, i));
+        }
         let n = if self.dim() == 0 { 1 } else { self.size(-1) };
         if k < 0 || k > n {
             return Err(crate::error::shape_err(
@@ -66,7 +100,6 @@ impl Tensor {
         if let Some(last) = sizes.last_mut() {
             *last = k;
         }
-        let rt = self.rt();
         let values = rt.empty_op(&sizes, self.dtype(), self.device(), OP, Category::Output)?;
         let indices = rt.empty_op(&sizes, DType::I64, self.device(), OP, Category::Output)?;
         Ok((values, indices))
@@ -205,8 +238,43 @@ impl Tensor {
     /// `mm_out` per group into slices of the output (no allocation).
     pub fn grouped_mm(&self, b: &Tensor, offs: &Tensor) -> Result<Tensor> {
         const OP: &str = "_grouped_mm";
-        no_autograd(OP, self)?;
-        no_autograd(OP, b)?;
+        let rt = self.rt().clone();
+        if rt.is_grad_enabled() && (self.requires_grad() || b.requires_grad()) {
+            // `GroupedMmBackward0` saves self, mat2 and offs;
+            // `_grouped_mm_mat1_backward`: `_grouped_mm(grad, mat2.transpose(-2, -1), offs)`
+            // (self row-major); `_grouped_mm_mat2_backward` for a column-major
+            // mat2 (a transposed weight): `_grouped_mm(grad.transpose(-2, -1),
+            // self, offs).transpose(-2, -1)`
+            return crate::function::apply(
+                &rt,
+                "GroupedMmBackward0",
+                &[self, b, offs],
+                |ctx, x| {
+                    ctx.save_for_backward(&[x[0], x[1], x[2]]);
+                    x[0].grouped_mm(x[1], x[2])
+                },
+                |saved, grads| {
+                    let Some(g) = grads.first().cloned().flatten() else {
+                        return Ok(vec![None, None, None]);
+                    };
+                    let (a, b, offs) = (&saved[0], &saved[1], &saved[2]);
+                    let column_major = b.strides()[1] == 1 && b.strides()[2] == b.size(1);
+                    if !column_major || a.strides()[0] == 1 {
+                        return Err(EngineError::Unsupported {
+                            what: "_grouped_mm backward of a row-major mat2 or a column-major self"
+                                .into(),
+                        });
+                    }
+                    // the generated node computes its inputs' gradients in
+                    // sorted name order: mat2, then self
+                    let gt = g.transpose(-2, -1);
+                    let grad_b = gt.grouped_mm_2d(a, offs)?.transpose(-2, -1);
+                    drop(gt);
+                    let grad_a = g.grouped_mm(&b.transpose(-2, -1), offs)?;
+                    Ok(vec![Some(grad_a), Some(grad_b), None])
+                },
+            );
+        }
         if self.dim() != 2 || b.dim() != 3 || offs.dim() != 1 || offs.size(0) != b.size(0) {
             return Err(crate::error::shape_err(
                 OP,

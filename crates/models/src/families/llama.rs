@@ -445,6 +445,14 @@ fn moe_config(
     }
     let (experts, top_k, moe_inter, router, sparse) = match family {
         Family::Mixtral => {
+            // `if self.training and self.jitter_noise > 0: hidden_states *= ...uniform_(...)`
+            if c.float("router_jitter_noise", 0.0)? != 0.0 {
+                return Err(ModelError::Unsupported(
+                    "config field `router_jitter_noise` other than 0 (the jitter's \
+                     uniform_ noise multiplied in place in training is not modelled)"
+                        .into(),
+                ));
+            }
             let experts = c.size("num_local_experts", 8)?;
             (
                 experts,

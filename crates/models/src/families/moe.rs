@@ -19,7 +19,7 @@
 
 use vramscope_engine::{DType, Runtime, Tensor};
 
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::families::common::{parameter, to_cuda, Act, GatedMlp, Linear};
 use vramscope_engine::Category;
 
@@ -100,19 +100,10 @@ impl SparseMoe {
         Ok(())
     }
 
-    /// The block's forward on `(b, s, hidden)`, under `torch.no_grad()`
-    /// (the routing kernels record no autograd node: training is refused).
-    /// `decode`: a decode forward of `generate()` (the `batched_mm` experts).
+    /// The block's forward on `(b, s, hidden)`; `decode`: a decode forward
+    /// of `generate()` (the `batched_mm` experts).
     pub(crate) fn forward(&self, x: &Tensor, decode: bool) -> Result<Tensor> {
         let rt = x.runtime().clone();
-        if rt.is_grad_enabled() {
-            return Err(ModelError::Unsupported(
-                "training a mixture-of-experts model (mixtral, qwen3_moe): the routing's \
-                 backward (topk, sort, index, _grouped_mm) is not modelled; inference and \
-                 generation are"
-                    .into(),
-            ));
-        }
         let (b, s, h) = (x.size(0), x.size(1), self.hidden);
         let flat = x.view(&[-1, h])?;
         // `_, top_k_weights, top_k_index = self.gate(hidden_states)`: `_`
@@ -157,6 +148,7 @@ impl SparseMoe {
             // `router_top_value /= router_top_value.sum(dim=-1, keepdim=True)`:
             // in place; the sum dies after it
             let sum = top_value.sum_dims(&[-1], true)?;
+            top_value.div_(&sum)?;
             drop(sum);
         }
         if let Router::Qwen3 { .. } = self.cfg.router {
@@ -191,8 +183,9 @@ impl SparseMoe {
         let tokens_per_expert = histc_input.histc(e)?;
         let offsets = tokens_per_expert.cumsum_dtype(0, Some(DType::I32))?;
         let sentinel_mask = expert_ids_g.ge_scalar(e as f64)?.unsqueeze(-1)?;
-        // `expert_ids_g.clamp_(max=...)` and
-        // `selected_hidden_states_g.masked_fill_(sentinel_mask, 0.0)`: in place
+        // `expert_ids_g.clamp_(max=...)` (in place, no node), then
+        // `selected_hidden_states_g.masked_fill_(sentinel_mask, 0.0)`
+        selected_hidden_states_g.masked_fill_(&sentinel_mask)?;
         let mut proj_out = grouped_linear(&selected_hidden_states_g, &self.gate_up_proj, &offsets)?;
         proj_out = proj_out.masked_fill(&sentinel_mask)?;
         proj_out = rt.in_module("act_fn", || apply_gate(&proj_out))?;
