@@ -504,7 +504,7 @@ fn repeated_runs_against_the_gpus_most_frequent_outcome() {
 /// the GPU ran them): (case list, the GPU's phase lines). Every phase
 /// within the tolerance, and every phase exact unless listed in the set's
 /// README.
-const LLM_SETS: [(&str, &str); 5] = [
+const LLM_SETS: [(&str, &str); 6] = [
     (
         "validation/llm/optim_cases.json",
         "fixtures/llm/optim/gpu_h200.jsonl",
@@ -525,11 +525,15 @@ const LLM_SETS: [(&str, &str); 5] = [
         "validation/llm/moe_cases.json",
         "fixtures/llm/moe/gpu_h200.jsonl",
     ),
+    (
+        "validation/llm/moe_train_cases.json",
+        "fixtures/llm/moe_train/gpu_h200.jsonl",
+    ),
 ];
 
 /// Workloads of the LLM sets that the twin refuses by name (recorded on the
 /// GPU for when it models them): the estimate must fail as unsupported.
-const LLM_REFUSED: &[&str] = &["mx_train_bf16_b2_s256", "q3m_train_bf16_b2_s256"];
+const LLM_REFUSED: &[&str] = &[];
 
 /// Run every case of an LLM set on the twin's H200; (exact phases, all
 /// phases), panicking on one outside the tolerance.
@@ -608,11 +612,20 @@ fn llm_lora() {
 }
 
 /// `gemma3_text` training and inference, `mixtral` and `qwen3_moe`
-/// inference and generation (`fixtures/llm/moe`): 42 of 42 phases exact
-/// (the two MoE trainings are refused).
+/// training, inference and generation (`fixtures/llm/moe`): 60 of 60
+/// phases exact.
 #[test]
 fn llm_moe() {
     let (list, recorded) = LLM_SETS[4];
+    assert_eq!(check_llm_set(list, recorded), (60, 60));
+}
+
+/// `mixtral` and `qwen3_moe` training (bf16, fp32, checkpointing), 256
+/// experts, fp32 generation (`fixtures/llm/moe_train`): 42 of 42 phases
+/// exact, as answered blind.
+#[test]
+fn llm_moe_train() {
+    let (list, recorded) = LLM_SETS[5];
     assert_eq!(check_llm_set(list, recorded), (42, 42));
 }
 
