@@ -773,6 +773,15 @@ mod tests {
         let (m, sparse) = c.moe.unwrap();
         assert_eq!((m.experts, m.top_k, m.intermediate), (8, 2, 14336));
         assert_eq!((sparse, c.sliding_window), (vec![true, true], None));
+        // the class defaults of max_position_embeddings (configuration_*.py, 5.17)
+        for (t, n) in [
+            ("mixtral", 131_072),
+            ("qwen3_moe", 32768),
+            ("gemma3_text", 131_072),
+        ] {
+            let c = HfConfig::parse(&format!(r#"{{"model_type":"{t}"}}"#)).unwrap();
+            assert_eq!(crate::families::max_positions(&c).unwrap(), Some(n), "{t}");
+        }
         assert!(cfg(r#"{"model_type":"mixtral","output_router_logits":true}"#).is_err());
         assert!(cfg(r#"{"model_type":"mixtral","num_experts_per_tok":9}"#).is_err());
     }

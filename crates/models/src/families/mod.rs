@@ -158,10 +158,11 @@ pub fn build(
 pub fn max_positions(config: &HfConfig) -> Result<Option<i64>> {
     let default = match config.model_type.as_str() {
         "llama" => 2048,
-        "mistral" => 4096 * 32,
-        "qwen2" | "qwen3" => 32768,
+        "mistral" | "mixtral" => 4096 * 32,
+        "qwen2" | "qwen3" | "qwen3_moe" => 32768,
         "phi3" => 4096,
         "gemma2" => 8192,
+        "gemma3_text" => 131_072,
         "bert" => 512,
         "roberta" => 514,
         "gpt2" if config.has("n_positions") => return config.size("n_positions", 1024).map(Some),
