@@ -22,7 +22,9 @@ For `mode: infer`: hf_cases.py's (`model.eval()`, then per pass `forward{i}`: un
 default 2). With TRACE=1 in the environment, the allocator's history is recorded from the start
 and dumped to OUTDIR/NAME.pickle (`torch.cuda.memory._dump_snapshot`).
 
-For `mode: generate` (`new_tokens` N, `cache` dynamic): `load` (the model, `model.eval()`, then
+For `mode: generate` (`new_tokens` N, `cache` dynamic or static: `cache_implementation="static"`
+with `disable_compile=True`, and for a config with `layer_types` a line with the order of
+`set(layer_types)`, in which `create_masks_for_generate` makes its masks): `load` (the model, `model.eval()`, then
 `input_ids` only), then `out = model.generate(input_ids, max_new_tokens=N, min_new_tokens=N,
 do_sample=False)` under no context of ours (generate's own `torch.no_grad()`), split by a forward
 hook on the model at the end of its first call: `prefill` (from the call to that hook: the
@@ -175,7 +177,12 @@ def main():
             handle = model.register_forward_hook(hook)
             kw = dict(max_new_tokens=case["new_tokens"], min_new_tokens=case["new_tokens"], do_sample=False)
             if case.get("cache", "dynamic") == "static":
+                # eager, as the twin runs it (a static cache would otherwise compile the decode forward)
                 kw["cache_implementation"] = "static"
+                kw["disable_compile"] = True
+                if hasattr(config, "layer_types"):
+                    # create_masks_for_generate iterates set(layer_types): its order varies with the hash seed
+                    emit(dict(case=name, mask_order=list(set(config.layer_types))))
             begin("prefill")
             seqs = model.generate(input_ids, **kw)
             if case.get("per_step"):

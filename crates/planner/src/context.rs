@@ -10,12 +10,15 @@
 //! out in the next forward) or not. The prompt has no such prefix: it is
 //! searched as the batch is (doubling, then bisection).
 //!
+//! A `StaticCache` has no such prefix either: it is sized for prompt + N - 1
+//! tokens at the prefill, so the new tokens are searched the same way.
+//!
 //! Both are bounded by the positions the model declares
 //! ([`vramscope_models::max_positions`]): prompt + new tokens never pass them.
 
 use vramscope_models::{
-    estimate, max_positions, Estimate, EstimateOptions, HfConfig, Mode, ModelError, Result,
-    Workload,
+    estimate, max_positions, CacheKind, Estimate, EstimateOptions, HfConfig, Mode, ModelError,
+    Result, Workload,
 };
 
 use crate::search::{MaxBatch, Try};
@@ -69,6 +72,22 @@ pub fn most_new_tokens(
             long_run,
             up_to,
             positions_cap,
+        });
+    }
+    if workload.cache == CacheKind::Static {
+        // (a shorter static run is no prefix of this one)
+        let found = crate::search::search_by(
+            &mut |n| estimate(config, &with(n), options),
+            "new tokens",
+            up_to,
+            &mut |_| {},
+        )?;
+        return Ok(MostNewTokens {
+            new_tokens: found.max_batch,
+            long_run,
+            up_to,
+            positions_cap,
+            at_most: found.at_max,
         });
     }
     // an out-of-memory before the decode: not one token
@@ -190,6 +209,26 @@ mod tests {
     fn fits(c: &HfConfig, o: &EstimateOptions, seq: i64, n: i64) -> bool {
         let w = Workload::generate(Task::Causal, 64, seq, n);
         estimate(c, &w, o).unwrap().oom.is_none()
+    }
+
+    #[test]
+    fn a_static_cache_s_most_new_tokens_fit_and_one_more_does_not() {
+        let (c, o) = setup();
+        let w = Workload {
+            cache: vramscope_models::CacheKind::Static,
+            ..Workload::generate(Task::Causal, 64, 64, 400)
+        };
+        let m = most_new_tokens(&c, &w, &o, 400).unwrap();
+        let n = m.new_tokens;
+        assert!(n > 6 && n < 400, "{n}");
+        let fits = |n| {
+            let w = Workload {
+                new_tokens: n,
+                ..w.clone()
+            };
+            estimate(&c, &w, &o).unwrap().oom.is_none()
+        };
+        assert!(fits(n) && !fits(n + 1));
     }
 
     #[test]

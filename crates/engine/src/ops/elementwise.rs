@@ -399,6 +399,56 @@ impl Tensor {
         }
         self.inplace("copy_", &[src], |_| Backward::Clone)
     }
+    /// `t.index_copy_(dim, index, source)` (`index_copy_out`: a
+    /// TensorIterator over restrided views of `t`, `index` and `source`,
+    /// no memory); `index` int64. Not modelled under autograd.
+    pub fn index_copy_(&self, dim: i64, index: &Tensor, source: &Tensor) -> Result<()> {
+        const OP: &str = "index_copy_";
+        self.try_wrap_dim(OP, dim)?;
+        if index.dtype() != crate::dtype::DType::I64 {
+            return Err(EngineError::Unsupported {
+                what: format!(
+                    "index_copy_ with a {} index (int64 is modelled)",
+                    index.dtype()
+                ),
+            });
+        }
+        if self.rt().is_grad_enabled() && (self.requires_grad() || source.requires_grad()) {
+            return Err(EngineError::Unsupported {
+                what: "index_copy_ with autograd".into(),
+            });
+        }
+        self.inplace(OP, &[index, source], |_| Backward::Clone)
+    }
+    /// `t[..., index, ...] = values` with int64 tensor indices
+    /// (`index_put_`, `accumulate=False`, not deterministic: `index_put_stub`
+    /// over restrided views, no memory). Not modelled under autograd.
+    pub fn index_put_at_(&self, indices: &[Option<&Tensor>], values: &Tensor) -> Result<()> {
+        const OP: &str = "index_put_";
+        if indices.len() > self.dim() {
+            return Err(EngineError::Unsupported {
+                what: format!(
+                    "index_put_ with {} indices into a tensor of dimension {}",
+                    indices.len(),
+                    self.dim()
+                ),
+            });
+        }
+        let idx: Vec<&Tensor> = indices.iter().flatten().copied().collect();
+        if idx.iter().any(|t| t.dtype() != crate::dtype::DType::I64) {
+            return Err(EngineError::Unsupported {
+                what: "index_put_ with a non-int64 index (int64 is modelled)".into(),
+            });
+        }
+        if self.rt().is_grad_enabled() && (self.requires_grad() || values.requires_grad()) {
+            return Err(EngineError::Unsupported {
+                what: "index_put_ with autograd".into(),
+            });
+        }
+        let mut others = idx;
+        others.push(values);
+        self.inplace(OP, &others, |_| Backward::Clone)
+    }
 }
 
 // ---- split (SplitBackward0), gather ----

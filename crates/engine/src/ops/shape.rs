@@ -510,6 +510,36 @@ impl Tensor {
             .empty_op(&[], DType::Bool, self.device(), "all", Category::Output)
     }
 
+    /// `t.roll(shift, dims=dim)` (`roll_cuda`, one dim): a contiguous copy
+    /// first when `t` is not contiguous, then `empty_like` of it
+    /// (`LEGACY_CONTIGUOUS_MEMORY_FORMAT`) for the rolled output; the copy
+    /// dies at return. Not modelled under autograd.
+    pub fn roll(&self, _shift: i64, dim: i64) -> Result<Tensor> {
+        const OP: &str = "roll";
+        self.try_wrap_dim(OP, dim)?;
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            return Err(EngineError::Unsupported {
+                what: "roll with autograd".into(),
+            });
+        }
+        let copy = if self.is_contiguous() {
+            None
+        } else {
+            Some(self.contiguous()?)
+        };
+        let input = copy.as_ref().unwrap_or(self);
+        let out = self.rt().empty_op(
+            input.sizes(),
+            input.dtype(),
+            input.device(),
+            OP,
+            Category::Output,
+        )?;
+        drop(copy);
+        self.rt().count_op();
+        Ok(out)
+    }
+
     /// `F.pad(t, pad, value=v)` (`constant_pad_nd`): a fresh output of the
     /// padded shape (`empty` + `fill_` + a copy into its interior), laid out
     /// contiguously. `pad` is `(last_lo, last_hi, prev_lo, prev_hi, ...)`.

@@ -12,7 +12,7 @@
 //! | [`apply_rotary_pos_emb`] | `apply_rotary_pos_emb`, `rotate_half` | `q*cos`, `-x2`, `cat`, `*sin`, `+` (same for k) |
 //! | [`repeat_kv`], [`sdpa_attention_forward`] | `integrations/sdpa_attention.py` | `expand().reshape()` copies only when GQA cannot go to SDPA |
 //! | [`create_causal_mask`], [`create_sliding_window_causal_mask`] | `masking_utils.py` (`sdpa_mask`) | `None` (SDPA's `is_causal`) or a bool `(1,1,q,kv)` mask expanded to `(b,1,q,kv)` |
-//! | [`DynamicCache`] | `cache_utils.DynamicCache` / `DynamicLayer` / `DynamicSlidingWindowLayer` | `cat([empty, k])` copies (k and v), 8 bytes for a sliding layer's window |
+//! | [`KvCache`] (`super::cache`) | `cache_utils.DynamicCache` / `StaticCache` and their layers | see the module |
 //! | [`for_causal_lm_loss`] | `loss_utils.ForCausalLMLoss` | `float()`, `pad`, `contiguous`, `log_softmax`, `nll_loss` |
 //!
 //! Parameters are created on the CPU in the weight dtype (`from_config(dtype=W)`
@@ -34,6 +34,8 @@ use crate::config::HfConfig;
 use crate::error::{ModelError, Result};
 use crate::families::{HfModel, Inputs, ModelOutput};
 use crate::workload::Checkpointing;
+
+pub(crate) use super::cache::{DynamicCache, KvCache};
 
 /// A config field that is absent, mistyped or not modelled.
 pub(crate) fn bad(field: &str, detail: impl Into<String>) -> ModelError {
@@ -988,7 +990,7 @@ impl Sdpa {
         key: &mut Tensor,
         value: &mut Tensor,
         mask: Option<&Tensor>,
-        cache: Option<&RefCell<DynamicCache>>,
+        cache: Option<&RefCell<KvCache>>,
         training: bool,
     ) -> Result<Tensor> {
         let (b, s) = (query.size(0), query.size(2));
@@ -1083,7 +1085,7 @@ impl Attention {
         (cos, sin): (&Tensor, &Tensor),
         training: bool,
         mask: Option<&Tensor>,
-        cache: Option<&RefCell<DynamicCache>>,
+        cache: Option<&RefCell<KvCache>>,
     ) -> Result<Tensor> {
         let (b, s) = (x.size(0), x.size(1));
         let hidden_shape = [b, s, -1, self.head_dim];
@@ -1221,7 +1223,7 @@ pub(crate) fn find_packed_sequence_indices(position_ids: &Tensor) -> Result<()> 
 
 /// What the mask functions need to know about the cache for the layer the
 /// mask is built for (`_preprocess_mask_arguments`).
-fn mask_sizes(cache: Option<&DynamicCache>, q_len: i64, sliding: bool) -> (i64, i64, i64) {
+fn mask_sizes(cache: Option<&KvCache>, q_len: i64, sliding: bool) -> (i64, i64, i64) {
     match cache {
         Some(c) => {
             // create_causal_mask: the first full layer; sliding: the first sliding one
@@ -1247,7 +1249,7 @@ fn mask_sizes(cache: Option<&DynamicCache>, q_len: i64, sliding: bool) -> (i64, 
 /// materialises it.
 pub(crate) fn create_causal_mask(
     inputs_embeds: &Tensor,
-    cache: Option<&DynamicCache>,
+    cache: Option<&KvCache>,
     position_ids: &Tensor,
 ) -> Result<Option<Tensor>> {
     let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
@@ -1271,7 +1273,7 @@ pub(crate) fn create_causal_mask(
 /// causal_mask_function)`) is materialised.
 pub(crate) fn create_sliding_window_causal_mask(
     inputs_embeds: &Tensor,
-    cache: Option<&DynamicCache>,
+    cache: Option<&KvCache>,
     position_ids: &Tensor,
     sliding_window: i64,
 ) -> Result<Option<Tensor>> {
@@ -1290,53 +1292,40 @@ pub(crate) fn create_sliding_window_causal_mask(
 /// `create_causal_mask` / `create_sliding_window_causal_mask` for `sdpa`
 /// with the 2-D padding mask `generate` passes (all ones):
 /// `_preprocess_mask_arguments` casts it (`attention_mask.to(bool)`, alive
-/// until the mask is made). `_ignore_causal_mask_sdpa` first cuts a mask
-/// longer than the keys (`padding_mask[:, arange(kv_length) + kv_offset]`,
-/// a sliding layer past its window), then never skips a sliding layer whose
-/// keys reach the window (`local_attention_size`); otherwise it skips when
-/// `q_len == 1` or `kv_len == q_len` and `fast_all(padding_mask)`
-/// (`sum() == numel()`). A mask not skipped is [`sdpa_mask`]'s with the
-/// padding folded in (`and_masks(mask_function, padding_mask_function)`).
+/// until the mask is made); a compileable (static) cache never skips the
+/// mask at one query (`allow_is_causal_skip`); `sdpa_mask` pads it with
+/// `False` to `kv_length + kv_offset` (`prepare_padding_mask`, a static
+/// cache's keys being longer than the tokens seen) and asks
+/// [`ignore_causal_mask_sdpa`] whether to skip. A mask not skipped is
+/// [`sdpa_mask`]'s with the padding folded in (`and_masks(mask_function,
+/// padding_mask_function)`).
 pub(crate) fn generation_mask(
     inputs_embeds: &Tensor,
-    cache: &DynamicCache,
+    cache: &KvCache,
     attention_mask: &Tensor,
     sliding_window: Option<i64>,
 ) -> Result<Option<Tensor>> {
-    let rt = inputs_embeds.runtime().clone();
     let (b, q_len) = (inputs_embeds.size(0), inputs_embeds.size(1));
-    let (_, kv_len, kv_offset) = mask_sizes(Some(cache), q_len, sliding_window.is_some());
-    let padding_mask = attention_mask.to_dtype(DType::Bool)?;
-    // _ignore_causal_mask_sdpa(padding_mask, ...)
-    let skip = {
-        let cut = if padding_mask.size(-1) > kv_len {
-            let ar = rt.arange(kv_len, DType::I64, Device::Cuda)?;
-            let mask_indices = ar.add_scalar(kv_offset as f64)?;
-            drop(ar);
-            let cut = padding_mask.index(&[None, Some(&mask_indices)])?;
-            Some((cut, mask_indices))
-        } else {
-            None
-        };
-        let pm = cut.as_ref().map(|c| &c.0).unwrap_or(&padding_mask);
-        let past_window = sliding_window.is_some_and(|w| kv_len >= w);
-        let skip = if past_window {
-            false
-        } else if q_len == 1 || kv_len == q_len {
-            let sum = pm.sum()?;
-            let all = sum.eq_scalar(0.0)?;
-            drop(sum);
-            drop(all);
-            true
-        } else {
-            return Err(ModelError::Unsupported(format!(
-                "a generation step of {q_len} queries over {kv_len} keys (chunked prefill)"
-            )));
-        };
-        // the function's locals die in order: the cut mask, then the indices
-        drop(cut);
-        skip
+    let (q_offset, kv_len, kv_offset) = mask_sizes(Some(cache), q_len, sliding_window.is_some());
+    let attention_mask = attention_mask.to_dtype(DType::Bool)?;
+    let allow_skip = !(cache.is_compileable() && q_len == 1);
+    // prepare_padding_mask: F.pad(attention_mask, (0, padding_length))
+    let pad = kv_len + kv_offset - attention_mask.size(-1);
+    let padded = if pad > 0 {
+        Some(attention_mask.constant_pad(&[0, pad])?)
+    } else {
+        None
     };
+    let padding_mask = padded.as_ref().unwrap_or(&attention_mask);
+    let skip = allow_skip
+        && ignore_causal_mask_sdpa(
+            padding_mask,
+            q_len,
+            kv_len,
+            q_offset,
+            kv_offset,
+            sliding_window,
+        )?;
     let mask = if skip {
         None
     } else {
@@ -1346,11 +1335,70 @@ pub(crate) fn generation_mask(
             q_len,
             kv_len,
             sliding_window,
-            Some(&padding_mask),
+            Some(padding_mask),
         )?)
     };
-    drop(padding_mask);
+    // sdpa_mask's padded mask dies at its return, the cast one at the caller's
+    drop(padded);
+    drop(attention_mask);
     Ok(mask)
+}
+
+/// `_ignore_causal_mask_sdpa(padding_mask, q_length, kv_length, q_offset,
+/// kv_offset, local_attention_size)` for an all-ones padding mask (padded
+/// with `False` past the tokens seen): a mask longer than the keys is cut
+/// first (`padding_mask[:, arange(kv_length) + kv_offset]`, a sliding layer
+/// past its window); a sliding layer whose keys reach the window is never
+/// skipped; otherwise the mask is skipped when `q_len == 1` or `kv_len ==
+/// q_len` (after `fast_all(padding_mask)`: `sum() == numel()`), or when the
+/// cache is empty (`q_offset == 0`: a static cache's prefill) after
+/// `fast_all(padding_mask[:, :q_length])` and `fast_all(~padding_mask[:,
+/// q_length:])`. Its locals die at return: the cut mask, then the indices.
+fn ignore_causal_mask_sdpa(
+    padding_mask: &Tensor,
+    q_len: i64,
+    kv_len: i64,
+    q_offset: i64,
+    kv_offset: i64,
+    local_attention_size: Option<i64>,
+) -> Result<bool> {
+    let rt = padding_mask.runtime().clone();
+    let cut = if padding_mask.size(-1) > kv_len {
+        let ar = rt.arange(kv_len, DType::I64, Device::Cuda)?;
+        let mask_indices = ar.add_scalar(kv_offset as f64)?;
+        drop(ar);
+        let cut = padding_mask.index(&[None, Some(&mask_indices)])?;
+        Some((cut, mask_indices))
+    } else {
+        None
+    };
+    let pm = cut.as_ref().map(|c| &c.0).unwrap_or(padding_mask);
+    // fast_all(t): `t.sum() == t.numel()`, read by `bool()` and dropped
+    let fast_all = |t: &Tensor| -> Result<()> {
+        let sum = t.sum()?;
+        let all = sum.eq_scalar(0.0)?;
+        drop(sum);
+        drop(all);
+        Ok(())
+    };
+    let skip = if local_attention_size.is_some_and(|w| kv_len >= w) {
+        false
+    } else if q_len == 1 || kv_len == q_len {
+        fast_all(pm)?;
+        true
+    } else if q_offset == 0 {
+        fast_all(&pm.slice(1, None, Some(q_len)))?;
+        let inverted = pm.slice(1, Some(q_len), None).logical_not()?;
+        fast_all(&inverted)?;
+        drop(inverted);
+        true
+    } else {
+        return Err(ModelError::Unsupported(format!(
+            "a generation step of {q_len} queries over {kv_len} keys (chunked prefill)"
+        )));
+    };
+    drop(cut);
+    Ok(skip)
 }
 
 /// What one forward of `generate()` passes besides `input_ids`: the 2-D
@@ -1361,7 +1409,11 @@ pub(crate) struct GenStep<'a> {
     /// `position_ids` (batch, queries) int64
     pub(crate) position_ids: &'a Tensor,
     /// `past_key_values`
-    pub(crate) cache: &'a RefCell<DynamicCache>,
+    pub(crate) cache: &'a RefCell<KvCache>,
+    /// the masks `prepare_inputs_for_generation` made for a compileable
+    /// (static) cache (`create_masks_for_generate`), which the forward
+    /// takes as they are
+    pub(crate) prepared: Option<&'a Masks>,
     /// a decode forward: `_sample` runs them under
     /// `_optimize_model_for_decode`, which switches the experts of a
     /// mixture-of-experts model from `grouped_mm` to `batched_mm` on CUDA
@@ -1458,203 +1510,6 @@ fn sdpa_mask(
     Ok(expanded)
 }
 
-// ---- DynamicCache -------------------------------------------------------------------
-
-/// One layer of a [`DynamicCache`].
-pub(crate) enum CacheLayer {
-    /// `DynamicLayer`: `keys = torch.cat([keys, key_states], dim=-2)` (the
-    /// first update concatenates onto `torch.tensor([])`, which takes no
-    /// memory: a full copy of `key_states`), same for values.
-    Full {
-        /// `self.keys`
-        keys: Option<Tensor>,
-        /// `self.values`
-        values: Option<Tensor>,
-        /// `self.dtype` (the first key states' dtype)
-        dtype: Option<DType>,
-    },
-    /// `DynamicSlidingWindowLayer(sliding_window)`: its lazy initialisation
-    /// moves `_sliding_window_tensor` (an int64 scalar) to the device (8
-    /// bytes); `update` concatenates, keeps the last `sliding_window - 1`
-    /// tokens (a view) and returns the full states.
-    Sliding {
-        /// `self.sliding_window`
-        window: i64,
-        /// `self.cumulative_length`
-        cumulative: i64,
-        /// `self.keys`
-        keys: Option<Tensor>,
-        /// `self.values`
-        values: Option<Tensor>,
-        /// `self._sliding_window_tensor` once on the device
-        window_tensor: Option<Tensor>,
-        /// `self.dtype` (the first key states' dtype)
-        dtype: Option<DType>,
-    },
-}
-
-impl CacheLayer {
-    fn is_sliding(&self) -> bool {
-        matches!(self, CacheLayer::Sliding { .. })
-    }
-}
-
-/// `DynamicCache(config=config)`: one layer per `layer_types` entry
-/// (`get_layer_types_and_kwargs`: `layer_types`, else all sliding when
-/// `sliding_window` is set, else all full).
-pub(crate) struct DynamicCache {
-    pub(crate) layers: Vec<CacheLayer>,
-}
-
-impl DynamicCache {
-    /// `sliding[i]`: `Some(window)` for a sliding layer.
-    pub(crate) fn new(sliding: &[Option<i64>]) -> Self {
-        DynamicCache {
-            layers: sliding
-                .iter()
-                .map(|s| match s {
-                    None => CacheLayer::Full {
-                        keys: None,
-                        values: None,
-                        dtype: None,
-                    },
-                    Some(w) => CacheLayer::Sliding {
-                        window: *w,
-                        cumulative: 0,
-                        keys: None,
-                        values: None,
-                        window_tensor: None,
-                        dtype: None,
-                    },
-                })
-                .collect(),
-        }
-    }
-
-    /// `get_seq_length(layer_idx)`.
-    pub(crate) fn get_seq_length(&self, idx: usize) -> i64 {
-        match self.layers.get(idx) {
-            Some(CacheLayer::Full { keys: Some(k), .. }) if k.numel() > 0 => k.size(-2),
-            Some(CacheLayer::Sliding { cumulative, .. }) => *cumulative,
-            _ => 0,
-        }
-    }
-
-    /// `get_mask_sizes(query_length, layer_idx)` → `(kv_length, kv_offset)`.
-    pub(crate) fn get_mask_sizes(&self, q_len: i64, idx: usize) -> (i64, i64) {
-        match self.layers.get(idx) {
-            Some(CacheLayer::Sliding {
-                window, cumulative, ..
-            }) => {
-                let kv_offset = (cumulative - window + 1).max(0);
-                if *cumulative >= *window {
-                    (window - 1 + q_len, kv_offset)
-                } else {
-                    (cumulative + q_len, kv_offset)
-                }
-            }
-            Some(_) => (self.get_seq_length(idx) + q_len, 0),
-            None => (q_len, 0),
-        }
-    }
-
-    /// `past_key_values.update(key_states, value_states, layer_idx)` →
-    /// the keys and values attention uses.
-    pub(crate) fn update(
-        &mut self,
-        k: &Tensor,
-        v: &Tensor,
-        idx: usize,
-    ) -> Result<(Tensor, Tensor)> {
-        let layer = self
-            .layers
-            .get_mut(idx)
-            .ok_or_else(|| ModelError::Unsupported(format!("cache layer {idx}")))?;
-        match layer {
-            CacheLayer::Full {
-                keys,
-                values,
-                dtype,
-            } => {
-                // lazy_initialization: `self.dtype = key_states.dtype`; both
-                // empty tensors take it, so the first `cat` of the values
-                // promotes them to the keys' dtype (fp32 keys after RoPE under
-                // autocast: fp32 value states too)
-                let dt = *dtype.get_or_insert(k.dtype());
-                let nk = cat_onto(keys.as_ref(), k, dt)?;
-                *keys = Some(nk.clone());
-                let nv = cat_onto(values.as_ref(), v, dt)?;
-                *values = Some(nv.clone());
-                Ok((nk, nv))
-            }
-            CacheLayer::Sliding {
-                window,
-                cumulative,
-                keys,
-                values,
-                window_tensor,
-                dtype,
-            } => {
-                let dt = *dtype.get_or_insert(k.dtype());
-                if window_tensor.is_none() {
-                    // lazy_initialization: self._sliding_window_tensor.to(self.device)
-                    let rt = k.runtime();
-                    *window_tensor = Some(rt.scalar_tensor(DType::I64, Device::Cuda)?);
-                }
-                *cumulative += k.size(-2);
-                let fk = cat_onto(keys.as_ref(), k, dt)?;
-                let fv = cat_onto(values.as_ref(), v, dt)?;
-                // full_key_states[:, :, -self.sliding_window + 1:, :]
-                *keys = Some(fk.slice(2, Some(-*window + 1), None));
-                *values = Some(fv.slice(2, Some(-*window + 1), None));
-                Ok((fk, fv))
-            }
-        }
-    }
-
-    /// The cache's tensors in the order they are released when the cache
-    /// dies (`list_dealloc` releases the layers last to first; each layer's
-    /// `__dict__` releases `keys`, `values`, then a sliding layer's
-    /// `_sliding_window_tensor`).
-    pub(crate) fn into_retained(self) -> Vec<Tensor> {
-        let mut v = Vec::new();
-        for layer in self.layers.into_iter().rev() {
-            match layer {
-                CacheLayer::Full { keys, values, .. } => {
-                    v.extend(keys);
-                    v.extend(values);
-                }
-                CacheLayer::Sliding {
-                    keys,
-                    values,
-                    window_tensor,
-                    ..
-                } => {
-                    v.extend(keys);
-                    v.extend(values);
-                    v.extend(window_tensor);
-                }
-            }
-        }
-        v
-    }
-}
-
-/// `torch.cat([self.keys, key_states], dim=-2)`, where the first update's
-/// `self.keys` is `torch.tensor([], dtype=self.dtype, device)` (no memory,
-/// skipped by `cat` for the shapes but not for the type promotion).
-fn cat_onto(prev: Option<&Tensor>, new: &Tensor, dtype: DType) -> Result<Tensor> {
-    let empty;
-    let p = match prev {
-        Some(p) => p,
-        None => {
-            empty = new.runtime().empty(&[0], dtype, new.device())?;
-            &empty
-        }
-    };
-    Ok(Tensor::cat(&[p, new], -2)?)
-}
-
 // ---- loss ---------------------------------------------------------------------------
 
 /// `loss_utils.ForCausalLMLoss(logits, labels, vocab_size)` with
@@ -1722,7 +1577,7 @@ pub(crate) trait Layer: Clone + 'static {
         x: &Tensor,
         args: &LayerArgs,
         mask: Option<&Tensor>,
-        cache: Option<&RefCell<DynamicCache>>,
+        cache: Option<&RefCell<KvCache>>,
     ) -> Result<Tensor>;
     /// A `"sliding_attention"` layer: it gets the sliding-window mask.
     fn sliding(&self) -> bool;
@@ -1749,6 +1604,7 @@ pub(crate) fn pre_norm_sublayer(
 /// The masks of `causal_mask_mapping` (`"full_attention"`, then
 /// `"sliding_attention"`), each `None` where SDPA's `is_causal` does; they
 /// die in that order (the dict's insertion order).
+#[derive(Clone)]
 pub(crate) struct Masks {
     full: Option<Tensor>,
     sliding: Option<Tensor>,
@@ -1758,15 +1614,20 @@ impl Masks {
     /// `create_causal_mask` when `full`, then
     /// `create_sliding_window_causal_mask` when `sliding` gives the window;
     /// in a forward of `generate()` ([`GenStep`]), each from its 2-D
-    /// attention mask ([`generation_mask`]).
+    /// attention mask ([`generation_mask`]), or the step's prepared ones
+    /// as they are (a 4-D mask returns early; a skipped one, made again
+    /// from no 2-D mask, is skipped again with no tensor).
     pub(crate) fn new(
         inputs_embeds: &Tensor,
         position_ids: &Tensor,
-        cache: Option<&RefCell<DynamicCache>>,
+        cache: Option<&RefCell<KvCache>>,
         step: Option<&GenStep>,
         full: bool,
         sliding: Option<i64>,
     ) -> Result<Self> {
+        if let Some(p) = step.and_then(|g| g.prepared) {
+            return Ok(p.clone());
+        }
         let c = cache.map(|c| c.borrow());
         let c = c.as_deref();
         let mask = |window: Option<i64>| match (step, c, window) {
@@ -1777,6 +1638,34 @@ impl Masks {
         let full = if full { mask(None)? } else { None };
         let sliding = match sliding {
             Some(w) => mask(Some(w))?,
+            None => None,
+        };
+        Ok(Masks { full, sliding })
+    }
+
+    /// `create_masks_for_generate` for the cache's layer types (`None`: a
+    /// full layer, `Some(window)`: a sliding one) on the `(batch, q_len)`
+    /// inputs of a forward of `generate()`: the full layers' mask, then the
+    /// sliding layers' (a hybrid config's `layer_types` go through a
+    /// Python `set`, whose order of the two strings varies with the
+    /// process's hash seed: full first is taken), each from the 2-D
+    /// `attention_mask` ([`generation_mask`]). `inputs_embeds` is
+    /// `torch.empty((b, q_len, 0))`: no memory.
+    pub(crate) fn for_generate(
+        rt: &Runtime,
+        layers: &[Option<i64>],
+        (b, q_len): (i64, i64),
+        attention_mask: &Tensor,
+        cache: &KvCache,
+    ) -> Result<Self> {
+        let embeds = rt.empty(&[b, q_len, 0], DType::F32, Device::Cuda)?;
+        let full = if layers.iter().any(Option::is_none) {
+            generation_mask(&embeds, cache, attention_mask, None)?
+        } else {
+            None
+        };
+        let sliding = match layers.iter().flatten().next() {
+            Some(&w) => generation_mask(&embeds, cache, attention_mask, Some(w))?,
             None => None,
         };
         Ok(Masks { full, sliding })
@@ -1823,7 +1712,7 @@ pub(crate) fn decoder_stack<L: Layer>(
     args: LayerArgs,
     masks: &Masks,
     flags: &Flags,
-    cache: Option<&RefCell<DynamicCache>>,
+    cache: Option<&RefCell<KvCache>>,
     norm: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> Result<(Tensor, PositionEmbeddings)> {
     let rt = inputs_embeds.runtime().clone();

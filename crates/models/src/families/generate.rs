@@ -13,7 +13,7 @@ use std::cell::RefCell;
 
 use vramscope_engine::{DType, Device, Runtime, Tensor};
 
-use super::common::{DynamicCache, GenStep};
+use super::common::{GenStep, KvCache, Masks};
 use crate::error::Result;
 use crate::workload::CacheKind;
 
@@ -93,18 +93,26 @@ pub(crate) fn generate(
     spec: &GenerateSpec,
     on: &mut dyn FnMut(GenerateEvent) -> Result<()>,
 ) -> Result<Tensor> {
-    if spec.cache != CacheKind::Dynamic {
-        return Err(crate::error::ModelError::Unsupported(
-            "generate() with a StaticCache".into(),
-        ));
-    }
     if spec.new_tokens < 1 {
         return Err(crate::error::ModelError::Unsupported(format!(
             "{} new tokens (expected at least 1)",
             spec.new_tokens
         )));
     }
-    let mut windows: Vec<i64> = model.cache_layers.iter().flatten().copied().collect();
+    // a dynamic sliding layer's keys reach its window at iteration k once
+    // prompt + k >= window; a static one (of min(window, max_cache_len)
+    // tokens, max_cache_len = prompt + N - 1) is full, and rolls, once the
+    // prompt + k - 1 tokens before the update reach it
+    let s = input_ids.size(1);
+    let mut windows: Vec<i64> = match spec.cache {
+        CacheKind::Dynamic => model.cache_layers.iter().flatten().copied().collect(),
+        CacheKind::Static => model
+            .cache_layers
+            .iter()
+            .flatten()
+            .map(|w| (*w).min(s + spec.new_tokens - 1) + 1)
+            .collect(),
+    };
     windows.sort_unstable();
     windows.dedup();
     for w in windows {
@@ -184,13 +192,28 @@ fn run(
         drop(sub);
         p
     };
-    let cache = RefCell::new(DynamicCache::new(cache_layers));
+    // _prepare_cache_for_generation: a StaticCache of max_length - 1 tokens
+    let cache = RefCell::new(match spec.cache {
+        CacheKind::Dynamic => KvCache::new(cache_layers),
+        CacheKind::Static => KvCache::new_static(cache_layers, s + spec.new_tokens - 1),
+    });
+    // prepare_inputs_for_generation: a compileable cache's masks are made
+    // there (after the ids and positions), before the forward
+    let prepare_masks = |q_len: i64, mask: &Tensor| -> Result<Option<Masks>> {
+        match spec.cache {
+            CacheKind::Dynamic => Ok(None),
+            CacheKind::Static => {
+                Masks::for_generate(rt, cache_layers, (b, q_len), mask, &cache.borrow()).map(Some)
+            }
+        }
+    };
     // _sample
     let max_length = s + spec.new_tokens;
     let mut unfinished = rt.ones(&[b], DType::I64, Device::Cuda)?;
     // _prefill: prepare_inputs_for_generation clones input_ids
     let mut outputs = {
         let ids = input_ids.clone_tensor()?;
+        let prepared = prepare_masks(s, &attention_mask)?;
         let logits = forward(
             &ids,
             &GenStep {
@@ -198,17 +221,21 @@ fn run(
                 position_ids: &position_ids,
                 cache: &cache,
                 decode: false,
+                prepared: prepared.as_ref(),
             },
         )?;
         on(GenerateEvent::PrefillDone)?;
+        // `_prefill`'s model_inputs die in insertion order
         drop(ids);
+        drop(prepared);
         Some(logits)
     };
     // `generate`'s model_kwargs keep the first mask and positions; `_sample`'s rebind
     let mut cur_ids = input_ids.clone();
     let mut cur_mask = attention_mask.clone();
     let mut cur_pos = position_ids.clone();
-    let mut model_inputs: Option<(Tensor, Tensor, Tensor)> = None;
+    // (input_ids, position_ids, the 2-D mask or a static cache's masks)
+    let mut model_inputs: Option<(Tensor, Tensor, Tensor, Option<Masks>)> = None;
     // `_sample`'s locals, rebound each step (the old value dies then)
     let mut next_token_logits: Tensor;
     let mut next_token_scores: Tensor;
@@ -223,8 +250,9 @@ fn run(
             // previous dict dies when `model_inputs` is rebound
             let ids = cur_ids.slice(1, Some(-1), None).clone_tensor()?;
             let pos = cur_pos.slice(1, Some(-1), None).clone_tensor()?;
-            model_inputs = Some((ids, pos, cur_mask.clone()));
-            let (ids, pos, mask) = model_inputs.as_ref().expect("set above");
+            let prepared = prepare_masks(1, &cur_mask)?;
+            model_inputs = Some((ids, pos, cur_mask.clone(), prepared));
+            let (ids, pos, mask, prepared) = model_inputs.as_ref().expect("set above");
             outputs = Some(forward(
                 ids,
                 &GenStep {
@@ -232,6 +260,7 @@ fn run(
                     position_ids: pos,
                     cache: &cache,
                     decode: true,
+                    prepared: prepared.as_ref(),
                 },
             )?);
             on(GenerateEvent::ForwardDone)?;
@@ -498,16 +527,33 @@ mod tests {
     }
 
     #[test]
+    fn a_static_cache_is_allocated_once_for_prompt_plus_n_minus_one_tokens() {
+        let o = EstimateOptions::default();
+        let st = |n| Workload {
+            cache: CacheKind::Static,
+            ..Workload::generate(Task::Causal, 2, 8, n)
+        };
+        let (a, b) = (
+            estimate(&llama(), &st(3), &o).unwrap(),
+            estimate(&llama(), &st(5), &o).unwrap(),
+        );
+        // at the prefill's end: 2 layers' keys and values of (2, 2, 8 + N - 1, 16)
+        // fp32, 256 bytes a token each: two more tokens are 4 x 512 bytes
+        let prefill = |e: &crate::Estimate| e.phases[1].allocated_bytes;
+        assert_eq!(prefill(&b) - prefill(&a), 4 * 512);
+        // a dynamic cache holds the prompt then: less
+        let dy = estimate(&llama(), &Workload::generate(Task::Causal, 2, 8, 3), &o).unwrap();
+        assert!(prefill(&dy) < prefill(&a));
+        // the cache dies with generate(), as the dynamic one does
+        assert_eq!(a.phases[2].allocated_bytes, dy.phases[2].allocated_bytes);
+    }
+
+    #[test]
     fn what_is_not_modelled_is_refused_by_name() {
         let gpt2 =
             HfConfig::parse(r#"{"model_type":"gpt2","n_embd":64,"n_layer":1,"n_head":2}"#).unwrap();
         let w = Workload::generate(Task::Causal, 1, 8, 2);
         assert!(err(&gpt2, &w).contains("generate() is modelled for llama"));
-        let st = Workload {
-            cache: CacheKind::Static,
-            ..w.clone()
-        };
-        assert!(err(&llama(), &st).contains("StaticCache"));
         let none = Workload {
             new_tokens: 0,
             ..w.clone()

@@ -8,6 +8,8 @@ use crate::error::{ModelError, Result};
 use crate::workload::{Checkpointing, Task};
 
 mod bert;
+// the key/value cache: DynamicCache and StaticCache
+pub(crate) mod cache;
 // shared decoder blocks: RMSNorm, RoPE, masks, DynamicCache, ForCausalLMLoss
 pub(crate) mod common;
 mod gemma2;
