@@ -652,8 +652,8 @@ fn run_model_with(
     if workload.mode == Mode::Generate && workload.new_tokens > MAX_TOKENS_ONE_BY_ONE {
         return Err(ModelError::Unsupported(format!(
             "{} new tokens run one by one: the decode template cannot serve this \
-             generation (a step crosses a sliding window, a trace is recorded for \
-             --snapshot/--html, or a sweep replays its requests), and a run of every \
+             generation (a static cache, a step crosses a sliding window, a trace is \
+             recorded for --snapshot/--html, or a sweep replays its requests), and a run of every \
              step keeps each step's record, so it runs at most {MAX_TOKENS_ONE_BY_ONE}",
             workload.new_tokens
         )));
@@ -844,7 +844,11 @@ fn by_decode_template(
     options: &EstimateOptions,
 ) -> Result<Option<Estimate>> {
     use crate::decode::{FROM, MODEL_NEW_TOKENS};
+    // a static cache is sized for the whole generation (a shorter run's
+    // is smaller), and its last step's 2-D mask needs no padding: no run
+    // of fewer tokens gives its steps
     if workload.mode != Mode::Generate
+        || workload.cache == crate::CacheKind::Static
         || options.record_trace
         || workload.new_tokens <= MODEL_NEW_TOKENS
     {

@@ -491,14 +491,12 @@ impl Tensor {
             Some(m) => Some(m.clone()),
             None => None,
         };
-        let mask = converted.as_ref();
         let out = match backend {
-            SdpaBackend::Cudnn => cudnn_forward(q, k, v, mask, args)?,
+            SdpaBackend::Cudnn => cudnn_forward(q, k, v, converted.as_ref(), args)?,
             SdpaBackend::Flash => flash_sdpa(q, k, v, args)?,
-            SdpaBackend::Efficient => efficient_sdpa(q, k, v, mask, args)?,
-            SdpaBackend::Math => math_forward(q, k, v, mask, args)?,
+            SdpaBackend::Efficient => efficient_sdpa(q, k, v, converted, args)?,
+            SdpaBackend::Math => math_forward(q, k, v, converted.as_ref(), args)?,
         };
-        drop(converted);
         Ok(out)
     }
 
@@ -1124,15 +1122,19 @@ fn preprocess_mask(m: &Tensor, q: &Tensor, k: &Tensor) -> Result<Tensor> {
 /// types with a value head dim above 128 (the `32x128_gmem` kernel) an fp32
 /// output accumulator for the launch. Philox seed and offset are CPU
 /// scalars (no GPU memory outside graph capture).
+///
+/// `attn_mask.value() = preprocess_mask(...)` replaces the (converted)
+/// mask: a padded bias is all the kernel keeps, the converted mask dying
+/// before it runs (`scaled_dot_product_attention`, attention.cpp).
 fn efficient_sdpa(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: Option<&Tensor>,
+    mask: Option<Tensor>,
     a: &SdpaArgs<'_>,
 ) -> Result<Tensor> {
     let bias = match mask {
-        Some(m) => Some(preprocess_mask(m, q, k)?),
+        Some(m) => Some(preprocess_mask(&m, q, k)?),
         None => None,
     };
     let out = efficient_forward(q, k, v, bias.as_ref(), a)?;

@@ -234,8 +234,9 @@ fn run(
     let mut cur_ids = input_ids.clone();
     let mut cur_mask = attention_mask.clone();
     let mut cur_pos = position_ids.clone();
-    // (input_ids, position_ids, the 2-D mask or a static cache's masks)
-    let mut model_inputs: Option<(Tensor, Tensor, Tensor, Option<Masks>)> = None;
+    // (input_ids, position_ids, then the 2-D mask, or a static cache's masks
+    // in its place: the 2-D mask is then model_kwargs' alone)
+    let mut model_inputs: Option<(Tensor, Tensor, Option<Tensor>, Option<Masks>)> = None;
     // `_sample`'s locals, rebound each step (the old value dies then)
     let mut next_token_logits: Tensor;
     let mut next_token_scores: Tensor;
@@ -251,12 +252,13 @@ fn run(
             let ids = cur_ids.slice(1, Some(-1), None).clone_tensor()?;
             let pos = cur_pos.slice(1, Some(-1), None).clone_tensor()?;
             let prepared = prepare_masks(1, &cur_mask)?;
-            model_inputs = Some((ids, pos, cur_mask.clone(), prepared));
-            let (ids, pos, mask, prepared) = model_inputs.as_ref().expect("set above");
+            let mask = prepared.is_none().then(|| cur_mask.clone());
+            model_inputs = Some((ids, pos, mask, prepared));
+            let (ids, pos, _, prepared) = model_inputs.as_ref().expect("set above");
             outputs = Some(forward(
                 ids,
                 &GenStep {
-                    attention_mask: mask,
+                    attention_mask: &cur_mask,
                     position_ids: pos,
                     cache: &cache,
                     decode: true,
