@@ -86,6 +86,15 @@ _NO_KERNEL = {
     aten.record_stream.default,
     aten.is_pinned.default,
 }
+#: factories whose memory is uninitialised: their CPU values are zeros (deterministic, as the
+#: values the twin does not carry read)
+_EMPTIES = {
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+}
 #: copies, which `copy_kernel_cuda` runs as a `cudaMemcpyAsync` when dtype and layout agree
 _COPIES = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.lift_fresh_copy.default}
 
@@ -635,6 +644,8 @@ class Capture:
         finally:
             if rng is not None:
                 torch.set_rng_state(rng)
+        if func in _EMPTIES:
+            r.zero_()
         return r
 
     def cpu_values(self, func, flat, spec):
