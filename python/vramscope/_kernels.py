@@ -1018,6 +1018,8 @@ def _conv_workspace(cap, op, conv) -> None:
     """`run_conv_plan`'s workspace, allocated and freed inside the op."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
     name = str(x.dtype).removeprefix("torch.")
+    # the plan is built before its workspace is known: cuDNN's engines load
+    cap.device.cudnn_plan()
     nbytes = cap.device.conv_workspace(
         op,
         name,

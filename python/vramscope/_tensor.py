@@ -64,7 +64,14 @@ def registered(t) -> bool:
     if _registry is None or not isinstance(t, torch.Tensor):
         return False
     with _NO_TF():
-        return _IS_META(t) and t.untyped_storage()._cdata in _registry
+        if not _IS_META(t):
+            return False
+        try:
+            return t.untyped_storage()._cdata in _registry
+        except NotImplementedError:
+            # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
+            # tensor it wraps reach the capture unwrapped
+            return False
 
 
 def is_ours(t) -> bool:

@@ -722,6 +722,13 @@ impl Runtime {
         }
     }
 
+    /// A cuDNN graph-API plan (a convolution's) is built next: the process
+    /// loads cuDNN's graph and engine libraries if it has not (measured at
+    /// a first convolution: `fixtures/va_maps/first_conv_h200.json`).
+    pub fn cudnn_plan(&self) {
+        self.load_cudnn(CudnnLibraries::Engines);
+    }
+
     /// A CPU tensor [`Runtime::host_malloc`] mapped is freed: glibc unmaps
     /// it (and may raise its threshold).
     pub(crate) fn host_free(&self, addr: u64, len: u64) {

@@ -268,6 +268,12 @@ impl Device {
         self.p.runtime().first_kernels();
     }
 
+    /// A cuDNN convolution builds its plan next: cuDNN's libraries load
+    /// where they have not (driver address-space rule 9).
+    fn cudnn_plan(&self) {
+        self.p.runtime().cudnn_plan();
+    }
+
     /// The process's first kernel has just launched, after its op's
     /// allocations (driver address-space rule 6).
     fn kernels_launched(&self) {

@@ -359,6 +359,8 @@ fn workspace(
     weight: &[i64],
     args: &Conv2dArgs,
 ) -> Result<()> {
+    // the plan is built before its workspace is known: the engines load
+    rt.cudnn_plan();
     let profile = rt.st.borrow().profile.clone();
     let measured = cudnn_conv_workspace(&profile, op, dtype, input, weight, args);
     if measured.is_none() {
