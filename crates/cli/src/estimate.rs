@@ -617,7 +617,8 @@ pub struct ParallelArgs {
     /// FSDP2 over N GPUs: `fully_shard(layer)` on every decoder layer, then
     /// `fully_shard(model)` (torch.distributed.fsdp, as the FSDP2 tutorial
     /// and torchtitan apply it), AdamW over the shards. The figures are every
-    /// rank's (the fullest first).
+    /// rank's (the fullest first). With --accumulation M the first M - 1
+    /// micro-batches run after model.set_requires_gradient_sync(False).
     #[arg(long, value_name = "N")]
     pub fsdp: Option<i64>,
     /// With --fsdp: MixedPrecisionPolicy(param_dtype=..., reduce_dtype=torch.float32):
@@ -638,6 +639,8 @@ pub struct ParallelArgs {
     pub fsdp_rank: Option<i64>,
     /// DistributedDataParallel over N GPUs (every rank holds the whole
     /// model, its gradients and the reducer's buckets; every rank the same).
+    /// With --accumulation M the first M - 1 micro-batches run under
+    /// ddp.no_sync().
     #[arg(long, value_name = "N", conflicts_with = "fsdp")]
     pub ddp: Option<i64>,
     /// With --ddp: bucket_cap_mb (DDP's default: 25 MiB buckets, the first
@@ -1124,9 +1127,10 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let fits = oom.is_none();
     let profile = args.gpu.profile()?;
     // DDP: the same workload with the first iteration's buckets never freed
-    // (ProcessGroupNCCL's late free, pytorch/pytorch#150079, at its longest)
+    // (ProcessGroupNCCL's late free, pytorch/pytorch#150079, at its longest;
+    // buckets are rebuilt in training only)
     let held = match &w.parallel {
-        Some(Parallel::Ddp(c)) => {
+        Some(Parallel::Ddp(c)) if w.mode == Mode::Train => {
             let mut wh = w.clone();
             wh.parallel = Some(Parallel::Ddp(DdpConfig {
                 first_buckets_held: true,

@@ -992,26 +992,111 @@ fn parallel_refusals_name_what_is_not_modelled() {
         "refuse_llama",
         r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
     );
-    for (args, says) in [
-        ("--mode infer --fsdp 2", "FSDP with --mode infer"),
-        ("--mode generate --ddp 2", "DDP with --mode generate"),
+    let vit = write_config(
+        "refuse_vit",
+        r#"{"model_type": "vit", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16, "num_labels": 10}"#,
+    );
+    for (config, args, says) in [
         (
-            "--mode train --accumulation 2 --fsdp 2",
-            "set_requires_gradient_sync(False)",
+            &llama,
+            "--mode infer --grad inference-mode --fsdp 2 --seq 128",
+            "FSDP under torch.inference_mode()",
         ),
-        ("--mode train --accumulation 2 --ddp 2", "no_sync()"),
         (
-            "--mode train --autocast bf16 --ddp 2",
-            "DDP under torch.autocast",
+            &llama,
+            "--mode generate --ddp 2 --seq 128",
+            "DDP with --mode generate",
+        ),
+        (
+            &llama,
+            "--mode generate --fsdp 2 --seq 128",
+            "FSDP with --mode generate",
+        ),
+        (
+            &llama,
+            "--mode train --autocast fp16 --fsdp 2 --fsdp-param-dtype bf16 --seq 128",
+            "cast_forward_inputs",
+        ),
+        (
+            &vit,
+            "--mode train --fsdp 2 --fsdp-param-dtype bf16",
+            "cast_forward_inputs of pixel_values",
         ),
     ] {
         let out = vramscope(
             "estimate",
-            &llama,
-            &format!("{args} --batch 1 --seq 128 --gpu h200"),
+            config,
+            &format!("{args} --batch 1 --gpu h200"),
             2,
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args}: {err}");
+    }
+}
+
+/// What issue #33 refused by name before and models now: inference passes,
+/// gradient accumulation (`set_requires_gradient_sync(False)`, `no_sync()`),
+/// autocast, and the phi3, gemma2, bert, roberta and vit families, under
+/// both wrappers.
+#[test]
+fn parallel_runs_inference_accumulation_autocast_and_every_family() {
+    let llama = write_config(
+        "par_llama",
+        r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 512}"#,
+    );
+    for par in ["--fsdp 2", "--ddp 2"] {
+        for args in [
+            "--mode infer",
+            "--mode infer --grad enabled",
+            "--mode train --accumulation 2",
+            "--mode train --autocast bf16",
+        ] {
+            vramscope(
+                "estimate",
+                &llama,
+                &format!("{args} {par} --batch 1 --seq 64 --gpu h200"),
+                0,
+            );
+        }
+    }
+    let families = [
+        (
+            "phi3",
+            r#"{"model_type": "phi3", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 32064, "max_position_embeddings": 512}"#,
+            "--seq 64",
+        ),
+        (
+            "gemma2",
+            r#"{"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000, "max_position_embeddings": 512}"#,
+            "--seq 64",
+        ),
+        (
+            "bert",
+            r#"{"model_type": "bert", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, "max_position_embeddings": 128}"#,
+            "--seq 64",
+        ),
+        (
+            "roberta",
+            r#"{"model_type": "roberta", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, "max_position_embeddings": 130, "pad_token_id": 1, "type_vocab_size": 1}"#,
+            "--seq 64",
+        ),
+        (
+            "vit",
+            r#"{"model_type": "vit", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16, "num_labels": 10}"#,
+            "",
+        ),
+    ];
+    for (name, json, seq) in families {
+        let config = write_config(&format!("par_{name}"), json);
+        for par in ["--fsdp 2", "--ddp 2"] {
+            let out = vramscope(
+                "estimate",
+                &config,
+                &format!("--mode train {par} --batch 2 {seq} --gpu h200 --json"),
+                0,
+            );
+            let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(j["workload"]["parallel"]["world"], 2, "{name} {par}");
+        }
     }
 }

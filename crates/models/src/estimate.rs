@@ -1191,7 +1191,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
     let rt = run.rt.clone();
     run.begin("load".into());
     let mut ddp = None;
-    let (mut model, ps, _fsdp) = match &w.parallel {
+    let (mut model, ps, fsdp) = match &w.parallel {
         None => {
             let mut model: Box<dyn HfModel> = families::build(&rt, config, w.task, w.weights)?;
             model.cuda()?;
@@ -1219,7 +1219,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
         numel: ps.iter().map(|p| p.numel() as u64).sum(),
         bytes: ps.iter().map(|p| p.numel() as u64 * w.weights.size()).sum(),
     };
-    let ps = match &_fsdp {
+    let ps = match &fsdp {
         Some(f) => f.borrow().sharded_parameters(&ps),
         None => ps,
     };
@@ -1263,9 +1263,18 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
                         run.fits_from = Some(rt.stats().num_device_free);
                         rt.record_fits();
                     }
+                    // the last micro-batch syncs the gradients: the others
+                    // run under `ddp.no_sync()` or after
+                    // `model.set_requires_gradient_sync(False)`
+                    let sync = m + 1 == accumulation;
+                    if let Some(f) = &fsdp {
+                        if accumulation > 1 && (m == 0 || sync) {
+                            f.borrow_mut().set_requires_gradient_sync(sync);
+                        }
+                    }
                     if let Some(d) = &ddp {
                         // DistributedDataParallel.forward
-                        d.borrow_mut().pre_forward()?;
+                        d.borrow_mut().forward(sync)?;
                     }
                     let loss = forward(&rt, model.as_ref(), &inputs, w.autocast)?;
                     let Some(loss) = loss else {
@@ -1295,6 +1304,10 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
             for i in 0..w.steps {
                 run.begin(format!("forward{i}"));
                 let pass = || -> Result<()> {
+                    if let Some(d) = &ddp {
+                        // DistributedDataParallel.forward, in the pass's context
+                        d.borrow_mut().forward(true)?;
+                    }
                     let out = with_autocast(&rt, w.autocast, || model.forward(&no_labels))?;
                     let logits = out.logits;
                     drop(out.retained);
@@ -1334,37 +1347,33 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
     Ok(())
 }
 
-/// What FSDP2 and DDP are modelled for: training steps, one micro-batch
-/// each, without autocast; anything else is refused by name.
-fn parallel_modelled(kind: &str, w: &Workload) -> Result<()> {
-    let what = if w.mode != Mode::Train {
+/// What FSDP2 and DDP are not modelled for, refused by name: `generate`,
+/// FSDP under `torch.inference_mode()` (its all-gather outputs would be
+/// inference tensors), autocast to a dtype other than FSDP2's own
+/// `param_dtype`, and FSDP2's `cast_forward_inputs` of pixel values to a
+/// `param_dtype` other than theirs.
+fn parallel_modelled(kind: &str, config: &HfConfig, w: &Workload) -> Result<()> {
+    let fsdp_param_dtype = match &w.parallel {
+        Some(Parallel::Fsdp(c)) => c.param_dtype,
+        _ => None,
+    };
+    let what = if w.mode == Mode::Generate {
+        format!("{kind} with --mode generate (generate() under {kind} is not modelled)")
+    } else if kind == "FSDP" && w.mode == Mode::Infer && w.grad == GradMode::InferenceMode {
+        "FSDP under torch.inference_mode() (not modelled; --grad no-grad and enabled are)".into()
+    } else if let (Some(a), Some(p)) = (w.autocast, fsdp_param_dtype.filter(|_| kind == "FSDP")) {
+        if a == p {
+            return Ok(());
+        }
         format!(
-            "{kind} with --mode {} ({} not modelled; training steps only)",
-            w.mode.name(),
-            if kind == "FSDP" {
-                "the forward's all-gathers and reshard without a backward are"
-            } else {
-                "a forward without a backward is"
-            }
+            "FSDP under torch.autocast to {a:?} with --fsdp-param-dtype {p:?} (the layers' \
+             inputs cast by cast_forward_inputs are not modelled; the same dtype is)"
         )
-    } else if w.accumulation > 1 {
+    } else if let Some(p) = fsdp_param_dtype.filter(|&p| w.task == Task::Image && p != w.weights) {
         format!(
-            "{kind} with gradient accumulation over {} micro-batches ({} is not modelled; one micro-batch per step only)",
-            w.accumulation,
-            if kind == "DDP" {
-                "no_sync()"
-            } else {
-                "set_requires_gradient_sync(False)"
-            }
-        )
-    } else if let Some(a) = w.autocast {
-        format!(
-            "{kind} under torch.autocast to {a:?} (not modelled{})",
-            if kind == "FSDP" {
-                "; FSDP2's own MixedPrecisionPolicy (--fsdp-param-dtype) is"
-            } else {
-                ""
-            }
+            "FSDP of {} with --fsdp-param-dtype {p:?} over {:?} weights (cast_forward_inputs \
+             of pixel_values is not modelled)",
+            config.model_type, w.weights
         )
     } else {
         return Ok(());
@@ -1387,7 +1396,7 @@ fn fsdp_load(
     Vec<Tensor>,
     Option<std::rc::Rc<std::cell::RefCell<crate::parallel::fsdp::Fsdp>>>,
 )> {
-    parallel_modelled("FSDP", w)?;
+    parallel_modelled("FSDP", config, w)?;
     // (what the GPUs checked: the optimizer's foreach ops over the shards;
     // each new optimizer decides here)
     use vramscope_engine::optim::{Implementation, OptimizerKind};
@@ -1409,7 +1418,7 @@ fn fsdp_load(
     let mut model = built?;
     let Some(layers) = model.layer_parameters() else {
         return Err(ModelError::Unsupported(format!(
-            "FSDP of model_type `{}` (llama, mistral, qwen2, qwen3 and gpt2 are modelled)",
+            "FSDP of model_type `{}` (its layers are not listed for fully_shard)",
             config.model_type
         )));
     };
@@ -1442,12 +1451,12 @@ fn ddp_load(
     Vec<Tensor>,
     std::rc::Rc<std::cell::RefCell<crate::parallel::ddp::Ddp>>,
 )> {
-    parallel_modelled("DDP", w)?;
+    parallel_modelled("DDP", config, w)?;
     let mut model: Box<dyn HfModel> = families::build(rt, config, w.task, w.weights)?;
     model.cuda()?;
     let Some(buffers) = model.buffers() else {
         return Err(ModelError::Unsupported(format!(
-            "DDP of model_type `{}` (llama, mistral, qwen2, qwen3 and gpt2 are modelled)",
+            "DDP of model_type `{}` (its buffers are not listed)",
             config.model_type
         )));
     };

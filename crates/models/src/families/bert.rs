@@ -201,6 +201,8 @@ struct BertForMaskedLM {
     /// the head's `bias` (`decoder.bias` when tied)
     bias: Tensor,
     training: bool,
+    /// forward hooks on the model and its layers (FSDP)
+    hooks: Option<Rc<dyn super::ModuleHooks>>,
 }
 
 /// `F.embedding(indices, weight)` as ATen's `embedding` runs it for
@@ -374,6 +376,7 @@ impl BertForMaskedLM {
             bias: parameter(rt, &[cfg.vocab_size], w)?,
             cfg: Rc::new(cfg),
             training: false,
+            hooks: None,
         })
     }
 
@@ -556,7 +559,19 @@ impl BertForMaskedLM {
         let mut hidden = embedding_output.clone();
         rt.in_module("encoder", || -> Result<()> {
             for (i, l) in self.layers.iter().enumerate() {
-                hidden = rt.in_module(&l.name, || self.layer(i, &hidden, training))?;
+                hidden = rt.in_module(&l.name, || {
+                    // the layer's forward hooks (FSDP's pre-forward may wrap the input)
+                    let wrapped = match &self.hooks {
+                        Some(h) => h.pre_forward(1 + i, Some(&hidden))?,
+                        None => None,
+                    };
+                    let out = self.layer(i, wrapped.as_ref().unwrap_or(&hidden), training)?;
+                    drop(wrapped);
+                    if let Some(h) = &self.hooks {
+                        h.post_forward(1 + i, &[&out])?;
+                    }
+                    Ok::<Tensor, ModelError>(out)
+                })?;
             }
             Ok(())
         })?;
@@ -647,6 +662,39 @@ impl HfModel for BertForMaskedLM {
         self.training = training;
     }
 
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        // the embeddings' `position_ids` and `token_type_ids`
+        Some(vec![self.position_ids.clone(), self.token_type_ids.clone()])
+    }
+
+    /// Each `encoder.layer.{i}`'s parameters (`named_parameters()` order).
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        Some(
+            self.layers
+                .iter()
+                .map(|l| {
+                    let mut v = Vec::new();
+                    for lin in [&l.query, &l.key, &l.value, &l.attention_output.dense] {
+                        v.push(lin.weight.clone());
+                        v.extend(lin.bias.clone());
+                    }
+                    v.extend(l.attention_output.layer_norm.parameters());
+                    for lin in [&l.intermediate, &l.output.dense] {
+                        v.push(lin.weight.clone());
+                        v.extend(lin.bias.clone());
+                    }
+                    v.extend(l.output.layer_norm.parameters());
+                    v
+                })
+                .collect(),
+        )
+    }
+
+    fn set_module_hooks(&mut self, hooks: Rc<dyn super::ModuleHooks>) -> Result<()> {
+        self.hooks = Some(hooks);
+        Ok(())
+    }
+
     /// `_set_gradient_checkpointing(every_n_layers=k)`: the `BertLayer`s are
     /// the `GradientCheckpointingLayer`s, counted in order (`use_cache` is
     /// already False for an encoder; `enable_input_require_grads` hooks the
@@ -685,6 +733,9 @@ impl HfModel for BertForMaskedLM {
         }
         let rt = &self.rt;
         let training = self.training;
+        if let Some(h) = &self.hooks {
+            h.pre_forward(0, None)?;
+        }
         let sequence_output = rt.in_module(self.base_name(), || self.base(ids, training))?;
         let head_name = match self.cfg.flavor {
             Flavor::Bert => "cls.predictions",
@@ -704,6 +755,14 @@ impl HfModel for BertForMaskedLM {
         };
         // outputs and sequence_output die at the return
         drop(sequence_output);
+        if let Some(h) = &self.hooks {
+            // the output's tensors, flattened (`loss`, then `logits`)
+            let outs: Vec<&Tensor> = loss
+                .iter()
+                .chain(std::iter::once(&prediction_scores))
+                .collect();
+            h.post_forward(0, &outs)?;
+        }
         Ok(ModelOutput {
             loss,
             logits: Some(prediction_scores),

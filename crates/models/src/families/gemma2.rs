@@ -622,6 +622,39 @@ impl Decoder for Model {
         v.push(self.norm.weight.clone());
     }
 
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        // `embed_tokens.embed_scale`, then each rotary embedding's
+        // `inv_freq` and `original_inv_freq` (registration order)
+        let mut v = vec![self.embed_scale.clone()];
+        for r in std::iter::once(&self.rotary_emb).chain(&self.rotary_local) {
+            v.push(r.inv_freq.clone());
+            v.push(r.original_inv_freq.clone());
+        }
+        Some(v)
+    }
+
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        Some(
+            self.layers
+                .iter()
+                .map(|l| {
+                    let mut v = Vec::new();
+                    l.self_attn.params(&mut v);
+                    if let Some((q, k)) = &l.qk_norm {
+                        v.push(q.weight.clone());
+                        v.push(k.weight.clone());
+                    }
+                    l.mlp.params(&mut v);
+                    v.push(l.input_layernorm.weight.clone());
+                    v.push(l.post_attention_layernorm.weight.clone());
+                    v.push(l.pre_feedforward_layernorm.weight.clone());
+                    v.push(l.post_feedforward_layernorm.weight.clone());
+                    v
+                })
+                .collect(),
+        )
+    }
+
     /// `Gemma2Model.forward` (and `Gemma3TextModel.forward`).
     fn forward(
         &self,

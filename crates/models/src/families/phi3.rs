@@ -591,6 +591,31 @@ impl Decoder for Model {
         v.push(self.norm.weight.clone());
     }
 
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        // Phi3RotaryEmbedding's `inv_freq` and `original_inv_freq` (as
+        // registered now: longrope re-registers `inv_freq` in a forward)
+        let r = self.rotary_emb.borrow();
+        Some(vec![r.inv_freq.clone(), r.original_inv_freq.clone()])
+    }
+
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        Some(
+            self.layers
+                .iter()
+                .map(|l| {
+                    let mut v = Vec::new();
+                    l.self_attn.o_proj.params(&mut v);
+                    l.self_attn.qkv_proj.params(&mut v);
+                    l.mlp.gate_up_proj.params(&mut v);
+                    l.mlp.down_proj.params(&mut v);
+                    v.push(l.input_layernorm.weight.clone());
+                    v.push(l.post_attention_layernorm.weight.clone());
+                    v
+                })
+                .collect(),
+        )
+    }
+
     /// `Phi3Model.forward`.
     fn forward(
         &self,

@@ -344,6 +344,8 @@ struct ViT {
     training: bool,
     /// per layer: `gradient_checkpointing` set by `_set_gradient_checkpointing`
     checkpointed: Vec<bool>,
+    /// forward hooks on the model and its layers (FSDP)
+    hooks: Option<Rc<dyn super::ModuleHooks>>,
 }
 
 /// Build the model (`ViTForImageClassification.from_config(config, dtype=weights)`).
@@ -377,6 +379,7 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
         },
         training: true,
         cfg: Rc::new(cfg),
+        hooks: None,
     }))
 }
 
@@ -476,7 +479,19 @@ impl ViT {
         let mut hidden_states = embedding_output.clone();
         for i in 0..self.layers.len() {
             let out = rt.in_module("layers", || {
-                rt.in_module(&i.to_string(), || self.layer(i, &hidden_states))
+                rt.in_module(&i.to_string(), || {
+                    // the layer's forward hooks (FSDP's pre-forward may wrap the input)
+                    let wrapped = match &self.hooks {
+                        Some(h) => h.pre_forward(1 + i, Some(&hidden_states))?,
+                        None => None,
+                    };
+                    let out = self.layer(i, wrapped.as_ref().unwrap_or(&hidden_states))?;
+                    drop(wrapped);
+                    if let Some(h) = &self.hooks {
+                        h.post_forward(1 + i, &[&out])?;
+                    }
+                    Ok::<Tensor, ModelError>(out)
+                })
             })?;
             hidden_states = out;
         }
@@ -538,6 +553,29 @@ impl HfModel for ViT {
         self.training = training;
     }
 
+    fn buffers(&self) -> Option<Vec<Tensor>> {
+        // ViTForImageClassification registers none
+        Some(Vec::new())
+    }
+
+    fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
+        Some(
+            self.layers
+                .iter()
+                .map(|l| {
+                    let mut v = Vec::new();
+                    l.params(&mut v);
+                    v
+                })
+                .collect(),
+        )
+    }
+
+    fn set_module_hooks(&mut self, hooks: Rc<dyn super::ModuleHooks>) -> Result<()> {
+        self.hooks = Some(hooks);
+        Ok(())
+    }
+
     /// `_set_gradient_checkpointing(every_n_layers=k)`: the `ViTLayer`s are
     /// the only `GradientCheckpointingLayer`s, counted in order. (ViT's
     /// `main_input_name` is `pixel_values`: no `enable_input_require_grads`.)
@@ -556,6 +594,9 @@ impl HfModel for ViT {
                 "vit needs pixel_values (an image task)".into(),
             ));
         };
+        if let Some(h) = &self.hooks {
+            h.pre_forward(0, None)?;
+        }
         let sequence_output = rt.in_module("vit", || self.vit(px))?;
         // pooled_output = sequence_output[:, 0, :]
         let pooled_output = sequence_output.select(1, 0);
@@ -574,6 +615,11 @@ impl HfModel for ViT {
         // rows, not a view of them, so this is where the last hidden state
         // is freed (the H100 trace of `shapes_and_settings/vit_train_autocast`)
         drop(sequence_output);
+        if let Some(h) = &self.hooks {
+            // the output's tensors, flattened (`loss`, then `logits`)
+            let outs: Vec<&Tensor> = loss.iter().chain(std::iter::once(&logits)).collect();
+            h.post_forward(0, &outs)?;
+        }
         Ok(ModelOutput {
             loss,
             logits: Some(logits),

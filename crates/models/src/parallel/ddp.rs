@@ -22,7 +22,14 @@
 //!   else every bucket at `bucket_cap_mb`), its indices broadcast
 //!   (`sync_bucket_indices`: two int32 temporaries), the old buckets
 //!   cleared, then the new ones allocated (`initialize_buckets`); every
-//!   forward broadcasts the buffers (`_sync_buffers`).
+//!   forward broadcasts the buffers (`_sync_buffers`) while
+//!   `require_forward_param_sync` holds: set by a forward with grad enabled
+//!   outside `no_sync()`, cleared by any other (a `no_sync()` micro-batch,
+//!   an inference pass), and true at construction;
+//! - `no_sync()` (gradient accumulation): a forward under it does not
+//!   `prepare_for_backward`, so the reducer's hooks return at once
+//!   (`expect_autograd_hooks_` false): the gradients accumulate in `.grad`
+//!   and neither the rebuild order nor the buckets see them.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -169,6 +176,10 @@ pub struct Ddp {
     has_rebuilt: bool,
     /// NCCL's first all-reduce share taken
     nccl_allreduce: bool,
+    /// `require_forward_param_sync`: the next forward broadcasts the buffers
+    require_forward_param_sync: bool,
+    /// `expect_autograd_hooks_`: the last forward prepared for a backward
+    expect_autograd_hooks: bool,
     me: Weak<RefCell<Ddp>>,
 }
 
@@ -217,6 +228,8 @@ impl Ddp {
             rebuilt: Vec::new(),
             has_rebuilt: false,
             nccl_allreduce: false,
+            require_forward_param_sync: true,
+            expect_autograd_hooks: false,
             me: Weak::new(),
         }));
         {
@@ -298,6 +311,10 @@ impl Ddp {
 
     /// `Reducer::autograd_hook` → `mark_variable_ready`.
     fn autograd_hook(&mut self, i: usize) -> vramscope_engine::Result<()> {
+        if !self.expect_autograd_hooks {
+            // a backward the forward did not prepare (`no_sync()`)
+            return Ok(());
+        }
         if !self.has_rebuilt {
             self.rebuilt.push(i);
         }
@@ -321,10 +338,21 @@ impl Ddp {
         Ok(())
     }
 
-    /// `DistributedDataParallel._pre_forward` with grad enabled: the
-    /// buckets rebuilt once after the first backward, then the buffers
-    /// broadcast.
-    pub fn pre_forward(&mut self) -> Result<()> {
+    /// `DistributedDataParallel.forward` around the module's forward, with
+    /// `require_backward_grad_sync` false inside `no_sync()`: with grad
+    /// enabled the buckets rebuilt once after the first synced backward;
+    /// the buffers broadcast while `require_forward_param_sync`; then what
+    /// the forward's end sets (`prepare_for_backward` when grad is enabled
+    /// and the gradients sync; nothing the module's forward reads).
+    pub fn forward(&mut self, require_backward_grad_sync: bool) -> Result<()> {
+        self.pre_forward()?;
+        let prepare = self.rt.is_grad_enabled() && require_backward_grad_sync;
+        self.require_forward_param_sync = prepare;
+        self.expect_autograd_hooks = prepare;
+        Ok(())
+    }
+
+    fn pre_forward(&mut self) -> Result<()> {
         let rt = self.rt.clone();
         if rt.is_grad_enabled() && !self.has_rebuilt && !self.rebuilt.is_empty() {
             let (cap, first) = self.cfg.caps();
@@ -342,7 +370,7 @@ impl Ddp {
             self.has_rebuilt = true;
             self.initialize_buckets(assignment)?;
         }
-        if !self.buffers.is_empty() {
+        if self.require_forward_param_sync && !self.buffers.is_empty() {
             broadcast_coalesced(&rt, &self.buffers)?;
         }
         Ok(())
@@ -389,6 +417,79 @@ mod tests {
         // no order: sorted by the smallest index
         let b = bucket_assignment(&t, &[u64::MAX], None);
         assert_eq!(b, vec![vec![0, 1, 2, 3]]);
+    }
+
+    fn wrapped() -> (Runtime, Rc<RefCell<Ddp>>) {
+        let rt = Runtime::default();
+        let params = (0..2)
+            .map(|_| {
+                let p = rt.empty(&[512, 512], DType::F32, Device::Cuda).unwrap();
+                p.requires_grad_(true).unwrap();
+                p
+            })
+            .collect();
+        let buffers = vec![
+            rt.empty(&[32], DType::F32, Device::Cuda).unwrap(),
+            rt.empty(&[32], DType::F32, Device::Cuda).unwrap(),
+        ];
+        let cfg = DdpConfig {
+            world: 2,
+            bucket_cap_mb: None,
+            gradient_as_bucket_view: false,
+            first_buckets_held: false,
+        };
+        let d = Ddp::wrap(&rt, &cfg, params, buffers).unwrap();
+        (rt, d)
+    }
+
+    /// The bytes `f` requests, allocation by allocation.
+    fn allocs(rt: &Runtime, f: impl FnOnce()) -> Vec<u64> {
+        rt.start_event_log();
+        f();
+        let log = rt.take_event_log().unwrap();
+        log.events
+            .iter()
+            .filter_map(|e| match e {
+                vramscope_engine::MemEvent::Alloc(r) => Some(r.bytes),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_sync_backwards_neither_order_nor_reduce_and_buffers_sync_after_a_synced_forward() {
+        let (rt, d) = wrapped();
+        // require_forward_param_sync starts true: the first forward
+        // broadcasts the two buffers through one flat copy (64 floats)
+        let first = allocs(&rt, || d.borrow_mut().forward(false).unwrap());
+        assert_eq!(first, vec![256]);
+        // under no_sync the hooks return at once
+        d.borrow_mut().autograd_hook(1).unwrap();
+        d.borrow_mut().autograd_hook(0).unwrap();
+        assert!(d.borrow().rebuilt.is_empty());
+        assert_eq!(d.borrow().buckets[0].ready, 0);
+        // the no_sync forward cleared require_forward_param_sync: no broadcast
+        let second = allocs(&rt, || d.borrow_mut().forward(true).unwrap());
+        assert!(second.is_empty(), "{second:?}");
+        d.borrow_mut().autograd_hook(1).unwrap();
+        d.borrow_mut().autograd_hook(0).unwrap();
+        assert_eq!(d.borrow().rebuilt, vec![1, 0]);
+        // the next forward rebuilds (1 MiB first bucket: one each) and
+        // broadcasts again
+        let third = allocs(&rt, || d.borrow_mut().forward(false).unwrap());
+        assert_eq!(d.borrow().buckets.len(), 2);
+        assert!(
+            third.contains(&256) && third.contains(&(512 * 512 * 4)),
+            "{third:?}"
+        );
+    }
+
+    #[test]
+    fn an_inference_forward_neither_rebuilds_nor_prepares_hooks() {
+        let (rt, d) = wrapped();
+        rt.no_grad(|| d.borrow_mut().forward(true)).unwrap();
+        assert!(!d.borrow().expect_autograd_hooks);
+        assert!(!d.borrow().require_forward_param_sync);
     }
 
     #[test]

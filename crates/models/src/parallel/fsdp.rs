@@ -29,6 +29,12 @@
 //!   freed first (`comm_ctx.reduce_scatter_state`). The root, whose inputs
 //!   need no gradient, reduces in the final callback, which also drops the
 //!   last reduce-scatter input.
+//! - `set_requires_gradient_sync(False)` (gradient accumulation): a unit's
+//!   `post_backward` reshards and keeps its unsharded gradients, each cast
+//!   to `reduce_dtype` where it differs (`to_accumulated_grad_if_needed`)
+//!   and the next micro-batch's added into it
+//!   (`accumulate_unsharded_grad_if_needed`); the backward that syncs
+//!   reduce-scatters what was accumulated.
 
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
@@ -90,6 +96,9 @@ struct Param {
     _data: Tensor,
     /// `sharded_param`: the rank's rows of it, what the optimizer steps
     sharded: Tensor,
+    /// `unsharded_accumulated_grad`: the micro-batches' unsharded gradient
+    /// in `reduce_dtype`, kept while gradients are not synced
+    accumulated: Option<Tensor>,
 }
 
 impl Param {
@@ -129,6 +138,8 @@ pub struct Fsdp {
     callback_queued: bool,
     /// NCCL's first forward and first backward shares taken
     nccl_taken: (bool, bool),
+    /// every unit's `reduce_grads` (`set_requires_gradient_sync`)
+    reduce_grads: bool,
     me: Weak<RefCell<Fsdp>>,
 }
 
@@ -184,6 +195,7 @@ impl Fsdp {
             post_forward_order: Vec::new(),
             callback_queued: false,
             nccl_taken: (false, false),
+            reduce_grads: true,
             me: Weak::new(),
         }));
         me.borrow_mut().me = Rc::downgrade(&me);
@@ -203,6 +215,12 @@ impl Fsdp {
                     .map(|q| q.sharded.clone())
             })
             .collect()
+    }
+
+    /// `model.set_requires_gradient_sync(sync)` (recursing into every
+    /// unit): whether the next backwards reduce-scatter.
+    pub fn set_requires_gradient_sync(&mut self, sync: bool) {
+        self.reduce_grads = sync;
     }
 
     /// The dtype the parameters are all-gathered in (`param_dtype` unless
@@ -413,10 +431,37 @@ impl Fsdp {
     /// `FSDPParamGroup.post_backward` → `foreach_reduce`.
     fn post_backward(&mut self, gi: usize) -> vramscope_engine::Result<()> {
         self.groups[gi].training = Training::PostBackward;
+        // accumulate_unsharded_grad_if_needed: in place, the gradient freed
+        for p in &self.groups[gi].params {
+            if let (Some(acc), Some(g)) = (&p.accumulated, p.unsharded.grad()) {
+                acc.add_(&g, 1.0)?;
+                p.unsharded.set_grad(None);
+            }
+        }
+        if !self.reduce_grads {
+            // reshard_after_backward, then to_accumulated_grad_if_needed:
+            // `grad.to(reduce_dtype)`, the gradient freed when it returns
+            self.reshard(gi);
+            let reduce = self.reduce_dtype();
+            let rt = self.rt.clone();
+            for p in &mut self.groups[gi].params {
+                let Some(r) = reduce else { break };
+                let Some(g) = p.unsharded.grad().filter(|g| g.dtype() != r) else {
+                    continue;
+                };
+                p.unsharded.set_grad(None);
+                p.accumulated = Some(rt.with_category(Category::Gradient, || g.to_dtype(r))?);
+            }
+            return Ok(());
+        }
         let mut with_grad: Vec<usize> = Vec::new();
         let mut grads: Vec<Tensor> = Vec::new();
-        for (k, p) in self.groups[gi].params.iter().enumerate() {
-            if let Some(g) = p.unsharded.grad() {
+        for (k, p) in self.groups[gi].params.iter_mut().enumerate() {
+            // an accumulated gradient of the reduce dtype first
+            if let Some(a) = p.accumulated.take() {
+                with_grad.push(k);
+                grads.push(a);
+            } else if let Some(g) = p.unsharded.grad() {
                 with_grad.push(k);
                 grads.push(g);
                 p.unsharded.set_grad(None);
@@ -592,6 +637,7 @@ fn fully_shard(
             rows,
             _data: data,
             sharded,
+            accumulated: None,
         });
     }
     // the full copies go when `fully_shard` returns, first to last (the
@@ -692,6 +738,85 @@ mod tests {
         assert_eq!(chunk_rows(5, 4, 2), (2, 1));
         assert_eq!(chunk_rows(5, 4, 3), (2, 0));
         assert_eq!(chunk_rows(50257, 2, 1), (25129, 25128));
+    }
+
+    /// One layer of one `(5, 4)` parameter under a bf16 `param_dtype` over
+    /// 2 ranks, unsharded as a forward would, with a bf16 gradient set as
+    /// autograd's `AccumulateGrad` sets it.
+    fn one_layer(param_dtype: Option<DType>) -> (Runtime, Rc<RefCell<Fsdp>>, Tensor) {
+        let rt = Runtime::default();
+        let cfg = FsdpConfig {
+            world: 2,
+            rank: 0,
+            param_dtype,
+            reshard_after_forward: true,
+            cpu_offload: false,
+        };
+        rt.set_parameters_on_device_unallocated(Some(param_dtype.unwrap_or(DType::F32)));
+        let w = vramscope_engine::nn::parameter(&rt, &[5, 4], DType::F32).unwrap();
+        rt.set_parameters_on_device_unallocated(None);
+        let f = Fsdp::shard(
+            &rt,
+            &cfg,
+            DType::F32,
+            vec![vec![w.clone()]],
+            vec![],
+            &mut || Ok(()),
+        )
+        .unwrap();
+        f.borrow_mut().pre_forward(1, None).unwrap();
+        (rt, f, w)
+    }
+
+    fn backward(rt: &Runtime, f: &Rc<RefCell<Fsdp>>, w: &Tensor) {
+        let g = rt.empty(&[5, 4], w.dtype(), Device::Cuda).unwrap();
+        match w.grad() {
+            Some(acc) => acc.add_(&g, 1.0).unwrap(),
+            None => w.set_grad(Some(g)),
+        }
+        f.borrow_mut().groups[1].training = Training::PreBackward;
+        f.borrow_mut().post_backward(1).unwrap();
+    }
+
+    #[test]
+    fn without_gradient_sync_the_unsharded_gradient_is_kept_in_reduce_dtype() {
+        let (rt, f, w) = one_layer(Some(DType::BF16));
+        f.borrow_mut().set_requires_gradient_sync(false);
+        backward(&rt, &f, &w);
+        // to_accumulated_grad_if_needed: the bf16 gradient cast to fp32,
+        // the parameter resharded, nothing reduce-scattered
+        assert!(w.grad().is_none());
+        let acc = f.borrow().groups[1].params[0].accumulated.clone().unwrap();
+        assert_eq!(
+            (acc.dtype(), acc.sizes().to_vec()),
+            (DType::F32, vec![5, 4])
+        );
+        assert!(!f.borrow().groups[1].unsharded);
+        assert!(f.borrow().groups[1].params[0].sharded.grad().is_none());
+        // the next micro-batch is added into it (the same tensor)
+        f.borrow_mut().pre_forward(1, None).unwrap();
+        backward(&rt, &f, &w);
+        let again = f.borrow().groups[1].params[0].accumulated.clone().unwrap();
+        assert!(again.same(&acc) && w.grad().is_none());
+        drop((acc, again));
+        // the syncing backward reduce-scatters what was accumulated: rank 0's
+        // 3 padded rows of fp32
+        f.borrow_mut().set_requires_gradient_sync(true);
+        f.borrow_mut().pre_forward(1, None).unwrap();
+        backward(&rt, &f, &w);
+        let p = &f.borrow().groups[1].params[0];
+        assert!(p.accumulated.is_none() && w.grad().is_none());
+        let g = p.sharded.grad().unwrap();
+        assert_eq!((g.dtype(), g.sizes().to_vec()), (DType::F32, vec![3, 4]));
+    }
+
+    #[test]
+    fn without_a_reduce_dtype_the_gradient_stays_on_the_parameter() {
+        let (rt, f, w) = one_layer(None);
+        f.borrow_mut().set_requires_gradient_sync(false);
+        backward(&rt, &f, &w);
+        assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+        assert!(f.borrow().groups[1].params[0].accumulated.is_none());
     }
 
     #[test]
