@@ -23,11 +23,22 @@ def main():
     for c in cases:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(c["config"], f)
-        args = [binary, "estimate", "--config", f.name, "--mode", "train", "--batch", str(c["batch"]),
-                "--seq", str(c["seq"]), "--weights", c.get("weights", "fp32"), "--gpu", gpu,
-                "--steps", str(c.get("steps", 3)), "--json"]
+        mode = c.get("mode", "train")
+        args = [binary, "estimate", "--config", f.name, "--mode", mode, "--batch", str(c["batch"]),
+                "--weights", c.get("weights", "fp32"), "--gpu", gpu,
+                "--steps", str(c.get("steps", 3 if mode == "train" else 2)), "--json"]
+        if c.get("seq") is not None:
+            args += ["--seq", str(c["seq"])]
+        if c.get("task"):
+            args += ["--task", c["task"]]
         if c.get("checkpointing"):
             args.append("--checkpointing")
+        if c.get("accumulation", 1) > 1:
+            args += ["--accumulation", str(c["accumulation"])]
+        if c.get("autocast"):
+            args += ["--autocast", c["autocast"]]
+        if mode == "infer":
+            args += ["--grad", c.get("grad", "no_grad").replace("_", "-")]
         if c["parallel"] == "fsdp":
             args += ["--fsdp", str(n)]
             if c.get("param_dtype"):

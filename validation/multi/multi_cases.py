@@ -7,7 +7,10 @@ validation/hf_cases.json (`config`, `batch` per rank, `seq`, `weights`, `checkpo
 AdamW) plus `parallel`: "fsdp" or "ddp", and for FSDP `param_dtype` (null | bf16 | fp16, with
 `reduce_dtype=float32`), `reshard` (default true: `reshard_after_forward=None`, FSDP2's default,
 True for the layers and False for the root; false: `reshard_after_forward=False` everywhere),
-`cpu_offload` (CPUOffloadPolicy()); for DDP `bucket_mb` (default 25) and `grad_as_bucket_view`.
+`cpu_offload` (CPUOffloadPolicy()); for DDP `bucket_mb` (default 25) and `grad_as_bucket_view`;
+and for either `task` (causal, the default | mlm | image, as validation/hf_cases.py), `mode` (train,
+the default | infer), `grad` (infer: no_grad, the default | enabled), `accumulation` (K
+micro-batches per step, default 1) and `autocast` (null | bf16 | fp16).
 
 Each rank runs, in one fresh process (torchrun):
 - `init`: `torch.cuda.set_device(local_rank)`, `torch.cuda.init()`, then
@@ -20,7 +23,14 @@ Each rank runs, in one fresh process (torchrun):
   `input_ids` (batch, seq) from `torch.randint` (each rank its own seed) and `labels = input_ids.clone()`;
 - per step i: `forward{i}` (`loss = model(input_ids=..., labels=...).loss`), `backward{i}`
   (`loss.backward(); del loss`), `step{i}` (`opt.step()`), `zero_grad{i}`
-  (`opt.zero_grad(set_to_none=True)`).
+  (`opt.zero_grad(set_to_none=True)`). With `accumulation` K: `forward{i}.{m}` and
+  `backward{i}.{m}` for m < K, the first K - 1 not syncing gradients (FSDP:
+  `model.set_requires_gradient_sync(m == K - 1)` before the forward; DDP: forward and backward
+  inside `with wrapped.no_sync():`), then `step{i}` and `zero_grad{i}`. With `autocast`, the
+  forward under `torch.autocast("cuda", dtype=...)`. The layers FSDP shards: `model.model.layers`
+  (GPT-2: `model.transformer.h`), else every transformers `GradientCheckpointingLayer`;
+- infer: `wrapped.eval()`, then per pass `forward{i}` (`steps`, default 2) under the `grad`
+  context: `logits = wrapped(**inputs).logits; del logits` (no labels).
 Each phase starts with `torch.cuda.reset_peak_memory_stats()` and ends with a synchronize; its line
 holds memory_allocated, max_memory_allocated, memory_reserved, the reserved peak, requested bytes
 and `device_used_bytes` = total - free of `cudaMemGetInfo` (this process is alone on its GPU, so this
@@ -31,6 +41,7 @@ is its CUDA context, NCCL's buffers and the allocator's segments). The `init` li
 Writes OUTDIR/NAME.rank{R}.jsonl (one line per phase) and OUTDIR/NAME.rank{R}.trace.json, the
 allocator trace from the start of `load` ([action, addr, size, stream, innermost frames] per entry).
 """
+import contextlib
 import json
 import os
 import sys
@@ -54,7 +65,8 @@ def main():
     free, total = torch.cuda.mem_get_info()
     nccl_init_bytes = total - free
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageClassification,
+                              AutoModelForMaskedLM)
     torch.manual_seed(rank)
 
     os.makedirs(outdir, exist_ok=True)
@@ -97,10 +109,15 @@ def main():
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     dt = dict(fp32=torch.float32, bf16=torch.bfloat16, fp16=torch.float16)
     wdt = dt[case.get("weights", "fp32")]
-    b, seq = case["batch"], case["seq"]
+    b, seq = case["batch"], case.get("seq")
+    task, mode = case.get("task", "causal"), case.get("mode", "train")
+    adt = dt[case["autocast"]] if case.get("autocast") else None
+    k = case.get("accumulation", 1)
     try:
         begin("load")
-        model = AutoModelForCausalLM.from_config(config, dtype=wdt, attn_implementation="sdpa")
+        auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM,
+                    image=AutoModelForImageClassification)[task]
+        model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa")
         if case["parallel"] == "fsdp":
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -113,7 +130,14 @@ def main():
                 kw["reshard_after_forward"] = False
             if case.get("cpu_offload"):
                 kw["offload_policy"] = CPUOffloadPolicy()
-            layers = model.transformer.h if config.model_type == "gpt2" else model.model.layers
+            if config.model_type == "gpt2":
+                layers = model.transformer.h
+            elif hasattr(model, "model") and hasattr(model.model, "layers"):
+                layers = model.model.layers
+            else:
+                from transformers.modeling_layers import GradientCheckpointingLayer
+                layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+            assert len(layers) == config.num_hidden_layers, len(layers)
             for layer in layers:
                 fully_shard(layer, **kw)
             fully_shard(model, **kw)
@@ -124,26 +148,60 @@ def main():
             wrapped = DDP(model, device_ids=[local_rank], bucket_cap_mb=case.get("bucket_mb", 25),
                           gradient_as_bucket_view=case.get("grad_as_bucket_view", False))
         opt = torch.optim.AdamW(model.parameters(), lr=case.get("lr", 1e-4))
-        input_ids = torch.randint(0, config.vocab_size, (b, seq), device="cuda")
-        labels = input_ids.clone()
+        if task == "image":
+            size = config.image_size
+            pixel_values = torch.randn(b, config.num_channels, size, size, device="cuda", dtype=wdt)
+            labels = torch.randint(0, config.num_labels, (b,), device="cuda")
+            inputs = dict(pixel_values=pixel_values)
+        else:
+            input_ids = torch.randint(0, config.vocab_size, (b, seq), device="cuda")
+            labels = input_ids.clone()
+            inputs = dict(input_ids=input_ids)
         end()
+
+        def autocast():
+            return torch.autocast("cuda", dtype=adt) if adt is not None else contextlib.nullcontext()
+
+        if mode == "infer":
+            wrapped.eval()
+            ctx = dict(no_grad=torch.no_grad, enabled=contextlib.nullcontext)[case.get("grad", "no_grad")]
+            for i in range(case.get("steps", 2)):
+                begin(f"forward{i}")
+                with ctx(), autocast():
+                    logits = wrapped(**inputs).logits
+                    del logits
+                end()
+            raise StopIteration
         if case.get("checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         wrapped.train()
         for i in range(case.get("steps", 3)):
-            begin(f"forward{i}")
-            loss = wrapped(input_ids=input_ids, labels=labels).loss
-            end()
-            begin(f"backward{i}")
-            loss.backward()
-            del loss
-            end()
+            for m in range(k):
+                sub = f".{m}" if k > 1 else ""
+                sync = m == k - 1
+                if case["parallel"] == "fsdp":
+                    if k > 1:
+                        model.set_requires_gradient_sync(sync)
+                    no_sync = contextlib.nullcontext()
+                else:
+                    no_sync = contextlib.nullcontext() if sync else wrapped.no_sync()
+                with no_sync:
+                    begin(f"forward{i}{sub}")
+                    with autocast():
+                        loss = wrapped(**inputs, labels=labels).loss
+                    end()
+                    begin(f"backward{i}{sub}")
+                    loss.backward()
+                    del loss
+                    end()
             begin(f"step{i}")
             opt.step()
             end()
             begin(f"zero_grad{i}")
             opt.zero_grad(set_to_none=True)
             end()
+    except StopIteration:  # the inference passes are done
+        pass
     except torch.OutOfMemoryError as e:
         line("error", kind="oom", at=cur[0], message=str(e).splitlines()[0], **stats())
     out.close()
