@@ -222,6 +222,25 @@ fn embedding(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
 }
 
 impl Layer {
+    /// Its parameters (`named_parameters()` order).
+    fn params(&self, v: &mut Vec<Tensor>) {
+        for lin in [
+            &self.query,
+            &self.key,
+            &self.value,
+            &self.attention_output.dense,
+        ] {
+            v.push(lin.weight.clone());
+            v.extend(lin.bias.clone());
+        }
+        v.extend(self.attention_output.layer_norm.parameters());
+        for lin in [&self.intermediate, &self.output.dense] {
+            v.push(lin.weight.clone());
+            v.extend(lin.bias.clone());
+        }
+        v.extend(self.output.layer_norm.parameters());
+    }
+
     /// `BertSelfAttention.forward` with `sdpa_attention_forward`.
     fn self_attention(&self, cfg: &BertConfig, hidden: &Tensor, training: bool) -> Result<Tensor> {
         let (b, s) = (hidden.size(0), hidden.size(1));
@@ -636,16 +655,7 @@ impl HfModel for BertForMaskedLM {
             }
         }
         for l in &self.layers {
-            for lin in [&l.query, &l.key, &l.value, &l.attention_output.dense] {
-                v.push(lin.weight.clone());
-                v.extend(lin.bias.clone());
-            }
-            v.extend(l.attention_output.layer_norm.parameters());
-            for lin in [&l.intermediate, &l.output.dense] {
-                v.push(lin.weight.clone());
-                v.extend(lin.bias.clone());
-            }
-            v.extend(l.output.layer_norm.parameters());
+            l.params(&mut v);
         }
         v.push(self.bias.clone());
         v.push(self.head_dense.weight.clone());
@@ -669,25 +679,7 @@ impl HfModel for BertForMaskedLM {
 
     /// Each `encoder.layer.{i}`'s parameters (`named_parameters()` order).
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
-        Some(
-            self.layers
-                .iter()
-                .map(|l| {
-                    let mut v = Vec::new();
-                    for lin in [&l.query, &l.key, &l.value, &l.attention_output.dense] {
-                        v.push(lin.weight.clone());
-                        v.extend(lin.bias.clone());
-                    }
-                    v.extend(l.attention_output.layer_norm.parameters());
-                    for lin in [&l.intermediate, &l.output.dense] {
-                        v.push(lin.weight.clone());
-                        v.extend(lin.bias.clone());
-                    }
-                    v.extend(l.output.layer_norm.parameters());
-                    v
-                })
-                .collect(),
-        )
+        crate::families::common::per_layer(&self.layers, |l, v| l.params(v))
     }
 
     fn set_module_hooks(&mut self, hooks: Rc<dyn super::ModuleHooks>) -> Result<()> {

@@ -188,6 +188,24 @@ pub(crate) fn parameter(rt: &Runtime, shape: &[i64], dtype: DType) -> Result<Ten
     Ok(vramscope_engine::nn::parameter(rt, shape, dtype)?)
 }
 
+/// Each layer's parameters, appended by `params` in its registration order
+/// (what `fully_shard(layer)` takes).
+pub(crate) fn per_layer<L>(
+    layers: &[L],
+    params: impl Fn(&L, &mut Vec<Tensor>),
+) -> Option<Vec<Vec<Tensor>>> {
+    Some(
+        layers
+            .iter()
+            .map(|l| {
+                let mut v = Vec::new();
+                params(l, &mut v);
+                v
+            })
+            .collect(),
+    )
+}
+
 /// A CPU buffer (`nn.Buffer(t)` / `register_buffer`), not requiring grad.
 pub(crate) fn cpu_buffer(rt: &Runtime, shape: &[i64], dtype: DType) -> Result<Tensor> {
     Ok(rt.empty(shape, dtype, Device::Cpu)?)

@@ -389,6 +389,23 @@ struct DecoderLayer {
     sliding: bool,
 }
 
+impl DecoderLayer {
+    /// Its parameters, in registration order (Gemma-3's `q_norm` and
+    /// `k_norm` after the attention's projections).
+    fn params(&self, v: &mut Vec<Tensor>) {
+        self.self_attn.params(v);
+        if let Some((q, k)) = &self.qk_norm {
+            v.push(q.weight.clone());
+            v.push(k.weight.clone());
+        }
+        self.mlp.params(v);
+        v.push(self.input_layernorm.weight.clone());
+        v.push(self.post_attention_layernorm.weight.clone());
+        v.push(self.pre_feedforward_layernorm.weight.clone());
+        v.push(self.post_feedforward_layernorm.weight.clone());
+    }
+}
+
 impl Layer for DecoderLayer {
     /// `Gemma2DecoderLayer.forward` (and `Gemma3DecoderLayer`'s).
     fn forward(
@@ -608,16 +625,7 @@ impl Decoder for Model {
     fn parameters(&self, v: &mut Vec<Tensor>) {
         v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
-            l.self_attn.params(v);
-            if let Some((q, k)) = &l.qk_norm {
-                v.push(q.weight.clone());
-                v.push(k.weight.clone());
-            }
-            l.mlp.params(v);
-            v.push(l.input_layernorm.weight.clone());
-            v.push(l.post_attention_layernorm.weight.clone());
-            v.push(l.pre_feedforward_layernorm.weight.clone());
-            v.push(l.post_feedforward_layernorm.weight.clone());
+            l.params(v);
         }
         v.push(self.norm.weight.clone());
     }
@@ -634,25 +642,7 @@ impl Decoder for Model {
     }
 
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
-        Some(
-            self.layers
-                .iter()
-                .map(|l| {
-                    let mut v = Vec::new();
-                    l.self_attn.params(&mut v);
-                    if let Some((q, k)) = &l.qk_norm {
-                        v.push(q.weight.clone());
-                        v.push(k.weight.clone());
-                    }
-                    l.mlp.params(&mut v);
-                    v.push(l.input_layernorm.weight.clone());
-                    v.push(l.post_attention_layernorm.weight.clone());
-                    v.push(l.pre_feedforward_layernorm.weight.clone());
-                    v.push(l.post_feedforward_layernorm.weight.clone());
-                    v
-                })
-                .collect(),
-        )
+        common::per_layer(&self.layers, DecoderLayer::params)
     }
 
     /// `Gemma2Model.forward` (and `Gemma3TextModel.forward`).

@@ -290,6 +290,16 @@ struct DecoderLayer {
     sliding: bool,
 }
 
+impl DecoderLayer {
+    /// Its parameters, in registration order.
+    fn params(&self, v: &mut Vec<Tensor>) {
+        self.self_attn.params(v);
+        self.mlp.params(v);
+        v.push(self.input_layernorm.weight.clone());
+        v.push(self.post_attention_layernorm.weight.clone());
+    }
+}
+
 impl Layer for DecoderLayer {
     /// `LlamaDecoderLayer.forward`.
     fn forward(
@@ -525,10 +535,7 @@ impl Decoder for Model {
     fn parameters(&self, v: &mut Vec<Tensor>) {
         v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
-            l.self_attn.params(v);
-            l.mlp.params(v);
-            v.push(l.input_layernorm.weight.clone());
-            v.push(l.post_attention_layernorm.weight.clone());
+            l.params(v);
         }
         v.push(self.norm.weight.clone());
     }
@@ -542,19 +549,7 @@ impl Decoder for Model {
     }
 
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
-        Some(
-            self.layers
-                .iter()
-                .map(|l| {
-                    let mut v = Vec::new();
-                    l.self_attn.params(&mut v);
-                    l.mlp.params(&mut v);
-                    v.push(l.input_layernorm.weight.clone());
-                    v.push(l.post_attention_layernorm.weight.clone());
-                    v
-                })
-                .collect(),
-        )
+        common::per_layer(&self.layers, DecoderLayer::params)
     }
 
     /// `LlamaModel.forward` (and the others').

@@ -311,6 +311,18 @@ struct DecoderLayer {
     sliding: bool,
 }
 
+impl DecoderLayer {
+    /// Its parameters, in registration order (`o_proj` first).
+    fn params(&self, v: &mut Vec<Tensor>) {
+        self.self_attn.o_proj.params(v);
+        self.self_attn.qkv_proj.params(v);
+        self.mlp.gate_up_proj.params(v);
+        self.mlp.down_proj.params(v);
+        v.push(self.input_layernorm.weight.clone());
+        v.push(self.post_attention_layernorm.weight.clone());
+    }
+}
+
 /// Phi3's `apply_rotary_pos_emb(q, k, cos, sin)`:
 ///
 /// ```python
@@ -581,12 +593,7 @@ impl Decoder for Model {
     fn parameters(&self, v: &mut Vec<Tensor>) {
         v.push(self.embed_tokens.weight.clone());
         for l in &self.layers {
-            l.self_attn.o_proj.params(v);
-            l.self_attn.qkv_proj.params(v);
-            l.mlp.gate_up_proj.params(v);
-            l.mlp.down_proj.params(v);
-            v.push(l.input_layernorm.weight.clone());
-            v.push(l.post_attention_layernorm.weight.clone());
+            l.params(v);
         }
         v.push(self.norm.weight.clone());
     }
@@ -599,21 +606,7 @@ impl Decoder for Model {
     }
 
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
-        Some(
-            self.layers
-                .iter()
-                .map(|l| {
-                    let mut v = Vec::new();
-                    l.self_attn.o_proj.params(&mut v);
-                    l.self_attn.qkv_proj.params(&mut v);
-                    l.mlp.gate_up_proj.params(&mut v);
-                    l.mlp.down_proj.params(&mut v);
-                    v.push(l.input_layernorm.weight.clone());
-                    v.push(l.post_attention_layernorm.weight.clone());
-                    v
-                })
-                .collect(),
-        )
+        common::per_layer(&self.layers, DecoderLayer::params)
     }
 
     /// `Phi3Model.forward`.

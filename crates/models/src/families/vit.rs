@@ -559,16 +559,7 @@ impl HfModel for ViT {
     }
 
     fn layer_parameters(&self) -> Option<Vec<Vec<Tensor>>> {
-        Some(
-            self.layers
-                .iter()
-                .map(|l| {
-                    let mut v = Vec::new();
-                    l.params(&mut v);
-                    v
-                })
-                .collect(),
-        )
+        crate::families::common::per_layer(&self.layers, |l, v| l.params(v))
     }
 
     fn set_module_hooks(&mut self, hooks: Rc<dyn super::ModuleHooks>) -> Result<()> {

@@ -442,19 +442,7 @@ mod tests {
         (rt, d)
     }
 
-    /// The bytes `f` requests, allocation by allocation.
-    fn allocs(rt: &Runtime, f: impl FnOnce()) -> Vec<u64> {
-        rt.start_event_log();
-        f();
-        let log = rt.take_event_log().unwrap();
-        log.events
-            .iter()
-            .filter_map(|e| match e {
-                vramscope_engine::MemEvent::Alloc(r) => Some(r.bytes),
-                _ => None,
-            })
-            .collect()
-    }
+    use crate::families::common::tests::alloc_sizes as allocs;
 
     #[test]
     fn no_sync_backwards_neither_order_nor_reduce_and_buffers_sync_after_a_synced_forward() {
