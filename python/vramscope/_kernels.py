@@ -863,6 +863,25 @@ def _bce(cap, func, args, kwargs):
 DISPATCH[aten.binary_cross_entropy.default] = _bce
 
 
+def _abs_complex(cap, func, args, kwargs):
+    """`abs` of a complex tensor (`unary_op_impl_with_complex_to_float_out`, UnaryOps.cpp): the real
+    result is allocated, then the kernel runs complex to complex into `at::empty({0})` resized to
+    the input's shape, whose real part is copied over; that complex buffer dies at the return
+    (blind13/m04's H200 per-op truth: each `abs` of an STFT requests three times its output)."""
+    x = args[0]
+    if kwargs or not registered(x) or not x.is_complex():
+        return NotImplemented
+    cap.ops += 1
+    out = cap.track(func(*args), "aten::abs")
+    if x.numel() > 0:
+        tmp = cap.malloc(x.numel() * x.element_size(), "aten::abs", "temporary")
+        del tmp
+    return out
+
+
+DISPATCH[aten.abs.default] = _abs_complex
+
+
 #: autograd nodes whose backward (torch/csrc/autograd/FunctionsManual.cpp) runs out of place on a
 #: tensor subclass (the twin's tensors are one) and in place on plain tensors with grad mode off,
 #: and whose out-of-place ops there all act on a temporary of the node's own: those ops, in place
@@ -1050,8 +1069,12 @@ def _conv(x, w, args):
     groups, channels_last) of a cuDNN convolution, or None for what the rules
     do not cover."""
     stride, padding, dilation, transposed, out_pad, groups = args
-    if x.dim() not in (3, 4) or not (registered(x) and registered(w)) or isinstance(padding, str):
+    if x.dim() not in (3, 4, 5) or not (registered(x) and registered(w)) or isinstance(padding, str):
         return None
+    if x.dim() == 5 and any(
+        t.is_contiguous(memory_format=torch.channels_last_3d) and not t.is_contiguous() for t in (x, w)
+    ):
+        return None  # a channels-last 3-D convolution: no rule for its layout
     return (
         x,
         w,

@@ -135,8 +135,9 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
 
 
 def _native_group_norm(cap, func, args, kwargs):
-    """`native_group_norm`: Y, mean, rstd, then (H*W > 1) the kernel's fused parameters `a` and `b`,
-    (N, C) accumulators each."""
+    """`native_group_norm`: Y, mean, rstd, then (H*W > 1, with a weight or a bias) the kernel's
+    fused parameters `a` and `b`, (N, C) accumulators each (`GroupNormKernelImplInternal`: without
+    either, Y is one TensorIterator pass over mean and rstd; functorch's batching rule calls it so)."""
     x = args[0]
     if kwargs or not registered(x):
         return NotImplemented
@@ -149,7 +150,7 @@ def _native_group_norm(cap, func, args, kwargs):
     if x.numel() > 0:
         if hxw == 1:
             cap.note_unmeasured("aten::native_group_norm with H*W == 1")
-        else:
+        elif args[1] is not None or args[2] is not None:
             a = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
             b = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
             del a, b
