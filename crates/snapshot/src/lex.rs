@@ -172,26 +172,10 @@ pub(crate) const PIECE: u64 = 8 << 20;
 /// before the first `STOP`, is the error; everything else, including what
 /// the lex cannot follow, is left to decoding. `found` is set as soon as
 /// any piece meets such an opcode (before the pieces are chained: the
-/// error may yet lie after a `STOP` or in a piece entered mid-opcode);
-/// once `cancel` is set, the lex stops early with `Ok`.
+/// error may yet lie after a `STOP` or in a piece entered mid-opcode),
+/// and when the lex ends in an error; once `cancel` is set, the lex stops
+/// early with `Ok`.
 pub(crate) fn check(
-    file: &dyn At,
-    len: u64,
-    starts: &[u64],
-    piece: u64,
-    threads: usize,
-    found: &AtomicBool,
-    cancel: &AtomicBool,
-) -> Result<(), Error> {
-    let r = check_pieces(file, len, starts, piece, threads, found, cancel);
-    if r.is_err() {
-        found.store(true, Ordering::Relaxed);
-    }
-    r
-}
-
-/// [`check`]'s work.
-fn check_pieces(
     file: &dyn At,
     len: u64,
     starts: &[u64],
@@ -243,8 +227,22 @@ fn check_pieces(
     for (i, e) in done {
         ends[i] = Some(e);
     }
-    // Chain the pieces: piece i's result holds when its lex began where
-    // the previous one's ended; otherwise lex again from there.
+    chain(file, len, &cuts, ends, buf_len, cancel)
+        .inspect_err(|_| found.store(true, Ordering::Relaxed))
+}
+
+/// [`check`]'s pieces, cut at `cuts`, chained in file order: piece i's
+/// lex (`ends[i]`) holds when it began where the previous one's ended;
+/// otherwise the piece is lexed again from there.
+fn chain(
+    file: &dyn At,
+    len: u64,
+    cuts: &[u64],
+    mut ends: Vec<Option<(End, Memo)>>,
+    buf_len: usize,
+    cancel: &AtomicBool,
+) -> Result<(), Error> {
+    let pieces = cuts.len() - 1;
     let mut buf = vec![0u8; buf_len];
     let mut pos = 0u64;
     let mut i = 0;
