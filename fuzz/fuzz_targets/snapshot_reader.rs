@@ -17,8 +17,16 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(fast.is_ok(), generic.is_ok());
     // the lex made before decoding (pieces of one frame each) refuses
     // nothing decoding accepts
-    if vramscope_snapshot::check_bytes(data, Some(1)).is_err() {
+    let lexed = vramscope_snapshot::check_bytes(data, Some(1));
+    if lexed.is_err() {
         assert!(fast.is_err());
+    }
+    // an error naming a byte names one within the input, in its message
+    for e in [fast.err(), generic.err(), lexed.err()].iter().flatten() {
+        if let Some(o) = e.offset() {
+            assert!(o <= data.len() as u64);
+            assert!(e.to_string().contains(&format!("byte {o}")));
+        }
     }
     if let Ok(p) = vramscope_snapshot::pickle::parse(data) {
         let _ = p.root().to_value();

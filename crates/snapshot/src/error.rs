@@ -254,6 +254,35 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The byte of the input the error names: where decoding stopped (the
+    /// opcode's offset; for a truncated file, the frame that runs past the
+    /// end), or `None` for errors about the whole input (its type, a
+    /// schema field, a copy budget, I/O).
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            Error::UnexpectedEof { offset, .. }
+            | Error::UnknownOpcode { offset, .. }
+            | Error::UnsupportedOpcode { offset, .. }
+            | Error::UnsupportedProtocol { offset, .. }
+            | Error::ForbiddenGlobal { offset, .. }
+            | Error::StackUnderflow { offset, .. }
+            | Error::MarkMissing { offset, .. }
+            | Error::MemoMissing { offset, .. }
+            | Error::InvalidArgument { offset, .. }
+            | Error::WrongType { offset, .. }
+            | Error::Unhashable { offset, .. } => Some(*offset as u64),
+            Error::LimitExceeded { offset, .. } => offset.map(|o| o as u64),
+            Error::Truncated { frame_offset, .. } => Some(*frame_offset),
+            Error::Io { .. }
+            | Error::ExpansionLimit { .. }
+            | Error::NotAPickle { .. }
+            | Error::NotASnapshot { .. }
+            | Error::Schema { .. } => None,
+        }
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
