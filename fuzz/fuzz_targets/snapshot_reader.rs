@@ -28,9 +28,16 @@ fuzz_target!(|data: &[u8]| {
             assert!(e.to_string().contains(&format!("byte {o}")));
         }
     }
-    if let Ok(p) = vramscope_snapshot::pickle::parse(data) {
+    let parsed = vramscope_snapshot::pickle::parse(data);
+    // a trace entry decoded in one step is what its opcodes one by one make
+    let stepwise = vramscope_snapshot::pickle::parse_stepwise(data);
+    match (&parsed, &stepwise) {
+        (Ok(p), Ok(q)) => assert_eq!(format!("{:?}", p.root()), format!("{:?}", q.root())),
+        (Err(e), Err(f)) => assert_eq!(e.to_string(), f.to_string()),
+        _ => panic!("one step and one by one disagree"),
+    }
+    if let Ok(p) = parsed {
         let _ = p.root().to_value();
-        let _ = format!("{:?}", p.root());
     }
     // the streaming path must agree with the slice path on success/failure
     let a = vramscope_snapshot::pickle::parse(data).is_ok();

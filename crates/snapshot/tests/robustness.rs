@@ -18,8 +18,15 @@ use vramscope_testkit::synth::Rng;
 
 /// Decode both ways; any outcome but a panic is fine.
 fn exercise(bytes: &[u8]) {
-    if let Ok(p) = pickle::parse(bytes) {
-        let _ = format!("{:?}", p.root());
+    let parsed = pickle::parse(bytes);
+    // a trace entry decoded in one step is what its opcodes one by one make
+    let stepwise = pickle::parse_stepwise(bytes);
+    match (&parsed, &stepwise) {
+        (Ok(p), Ok(q)) => assert_eq!(format!("{:?}", p.root()), format!("{:?}", q.root())),
+        (Err(e), Err(f)) => assert_eq!(e.to_string(), f.to_string()),
+        _ => panic!("one step {parsed:?}, one by one {stepwise:?}"),
+    }
+    if let Ok(p) = parsed {
         let _ = p.root().to_value();
     }
     let fast = read_snapshot(bytes);

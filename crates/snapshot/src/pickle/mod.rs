@@ -55,6 +55,16 @@ pub fn parse(bytes: &[u8]) -> Result<Pickle, Error> {
         .0
 }
 
+/// [`parse`], every opcode executed one by one (never a trace entry's dict
+/// in one step): for tests and fuzzing, which hold both to the same result.
+#[doc(hidden)]
+pub fn parse_stepwise(bytes: &[u8]) -> Result<Pickle, Error> {
+    vm::Vm::new(input::SliceInput::new(bytes), Some(bytes.len() as u64), ())
+        .stepwise()
+        .run()
+        .0
+}
+
 /// Decode with a hook, from a slice.
 pub(crate) fn parse_slice_with<A: Absorb>(bytes: &[u8], ab: A) -> (Result<Pickle, Error>, A) {
     let (r, ab, _) = vm::Vm::new(input::SliceInput::new(bytes), Some(bytes.len() as u64), ab).run();

@@ -338,9 +338,42 @@ pub(crate) struct Core<A> {
     /// they made; see [`Core::list_of_gets`].
     gets_lists: HashMap<u64, (Box<[u8]>, Span), IdBuild>,
     shape_map: HashMap<u64, u32, IdBuild>,
+    /// The shape of the dict frozen last (hash-consing looks there first).
     last_shape: Option<u32>,
+    /// The one before it, when they differ: dicts of two shapes alternate
+    /// (a trace's entries and the frame dicts first met inside them).
+    other_shape: Option<u32>,
+    /// Whether a trace entry's dict is decoded in one step
+    /// ([`Core::trace_entry`]); off only to test it against the opcodes
+    /// one by one.
+    whole_entries: bool,
+    /// Trace entries decoded in one step so far.
+    whole: u64,
+    /// The shape of the last of them and its keys' memo indices.
+    entry_keys: (u32, [u32; MAX_KEYS]),
     kc: KeyCx,
     proto: u8,
+}
+
+/// Most keys of a trace entry decoded in one step (an entry has 7 to 9).
+const MAX_KEYS: usize = 12;
+
+/// A value of a trace entry's dict, checked but not yet stored
+/// ([`Core::trace_entry`]).
+#[derive(Clone, Copy)]
+enum Part {
+    /// A value as it is.
+    Val(Val),
+    /// `SHORT_BINUNICODE` at `w[at]`, its bytes `w[from..from + len]`,
+    /// then a MEMOIZE or not.
+    Str {
+        at: usize,
+        from: usize,
+        len: usize,
+        memo: bool,
+    },
+    /// A fresh frames list: its items.
+    List(Span),
 }
 
 /// Longest string kept in [`Core`]'s cache of short strings.
@@ -379,6 +412,13 @@ impl<I: Input, A: Absorb> Vm<I, A> {
             inp,
             c: Core::new(len_hint, ab),
         }
+    }
+
+    /// Decode every opcode one by one, never a trace entry in one step
+    /// (for tests that hold the two to the same result).
+    pub(crate) fn stepwise(mut self) -> Self {
+        self.c.whole_entries = false;
+        self
     }
 
     /// Decode; also hands back the hook and the input.
@@ -506,6 +546,12 @@ impl<I: Input, A: Absorb> Vm<I, A> {
                         }
                         if p > 0 {
                             inp.skip(p);
+                            continue;
+                        }
+                    }
+                    b'}' => {
+                        if let Some(n) = c.trace_entry(inp.window())? {
+                            inp.skip(n);
                             continue;
                         }
                     }
@@ -950,6 +996,10 @@ impl<A: Absorb> Core<A> {
             gets_lists: HashMap::default(),
             shape_map: HashMap::default(),
             last_shape: None,
+            other_shape: None,
+            whole_entries: true,
+            whole: 0,
+            entry_keys: (u32::MAX, [0; MAX_KEYS]),
             kc: KeyCx {
                 seed,
                 tup_hash: Vec::new(),
@@ -1220,15 +1270,22 @@ impl<A: Absorb> Core<A> {
 
     fn intern_shape(&mut self, keys: &[Val]) -> R<u32> {
         if let Some(id) = self.last_shape {
-            let sp = self.st.shapes[id as usize];
-            let a = sp.start as usize;
-            if self.st.shape_pool.get(a..a + sp.len as usize) == Some(keys) {
+            if self.shape_keys(id) == keys {
                 return Ok(id);
             }
         }
         let id = self.intern_shape_slow(keys)?;
+        self.other_shape = self.last_shape;
         self.last_shape = Some(id);
         Ok(id)
+    }
+
+    /// The keys of dict shape `id`.
+    #[inline]
+    fn shape_keys(&self, id: u32) -> &[Val] {
+        let sp = self.st.shapes[id as usize];
+        let a = sp.start as usize;
+        &self.st.shape_pool[a..a + sp.len as usize]
     }
 
     fn intern_shape_slow(&mut self, keys: &[Val]) -> R<u32> {
@@ -1509,45 +1566,12 @@ impl<A: Absorb> Core<A> {
         if !self.seqb[b as usize].items.is_empty() {
             return None;
         }
-        // Scan the gets, hashing each (opcode, index) as it is read: the
-        // hash chain runs beside the scan's, so the body is read once.
-        let mut p = 1;
-        let mut count = 0u64;
-        let mut h = self.kc.seed ^ 0x4745_5453;
-        loop {
-            let word = match *w.get(p)? {
-                b'h' => {
-                    let x = *w.get(p + 1)?;
-                    p += 2;
-                    1 << 40 | u64::from(x)
-                }
-                b'j' => {
-                    let &[a, b, c, d] = w.get(p + 1..p + 5)? else {
-                        return None;
-                    };
-                    p += 5;
-                    2 << 40 | u64::from(u32::from_le_bytes([a, b, c, d]))
-                }
-                b'e' => break,
-                _ => return None,
-            };
-            h = (h ^ word)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .rotate_left(29);
-            count += 1;
-        }
-        if !(2..=DEDUP_MAX_LIST as u64).contains(&count) {
-            return None;
-        }
+        let (p, h) = self.gets_body(w)?;
         let body = &w[1..p];
-        let h = mix(h ^ count);
-        if let Some((bytes, sp)) = self.gets_lists.get(&h) {
-            if **bytes == *body {
-                let sp = *sp;
-                self.st.slots.set(target.idx(), Slot::Seq(sp));
-                self.seq_free.push(b);
-                return Some(p + 1);
-            }
+        if let Some(sp) = self.known_gets(h, body) {
+            self.st.slots.set(target.idx(), Slot::Seq(sp));
+            self.seq_free.push(b);
+            return Some(p + 1);
         }
         // First time: decode the gets as the general path would.
         let from = self.stack.len();
@@ -1585,6 +1609,286 @@ impl<A: Absorb> Core<A> {
             self.gets_lists.insert(h, (body.into(), sp));
         }
         Some(p + 1)
+    }
+
+    /// The body of `MARK (BINGET | LONG_BINGET)* APPENDS` in `w` (which
+    /// starts at the MARK), of 2 to [`DEDUP_MAX_LIST`] gets: the offset of
+    /// its APPENDS and the hash of its gets, each (opcode, index) hashed
+    /// as it is read (the hash chain runs beside the scan's, so the body is
+    /// read once).
+    #[inline]
+    fn gets_body(&self, w: &[u8]) -> Option<(usize, u64)> {
+        let mut p = 1;
+        let mut count = 0u64;
+        let mut h = self.kc.seed ^ 0x4745_5453;
+        loop {
+            let word = match *w.get(p)? {
+                b'h' => {
+                    let x = *w.get(p + 1)?;
+                    p += 2;
+                    1 << 40 | u64::from(x)
+                }
+                b'j' => {
+                    let &[a, b, c, d] = w.get(p + 1..p + 5)? else {
+                        return None;
+                    };
+                    p += 5;
+                    2 << 40 | u64::from(u32::from_le_bytes([a, b, c, d]))
+                }
+                b'e' => break,
+                _ => return None,
+            };
+            h = (h ^ word)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(29);
+            count += 1;
+        }
+        if !(2..=DEDUP_MAX_LIST as u64).contains(&count) {
+            return None;
+        }
+        Some((p, mix(h ^ count)))
+    }
+
+    /// The frozen list a gets body (`h`: its hash) made before, if any.
+    #[inline]
+    fn known_gets(&self, h: u64, body: &[u8]) -> Option<Span> {
+        match self.gets_lists.get(&h) {
+            Some((bytes, sp)) if **bytes == *body => Some(*sp),
+            _ => None,
+        }
+    }
+
+    /// [`Core::trace_entry`]'s check of `w` against shape `sid`: its
+    /// values and the offset of its SETITEMS.
+    /// Its keys' memo indices are written to `keys`.
+    fn entry_parts(
+        &self,
+        w: &[u8],
+        sid: u32,
+        parts: &mut [Part; MAX_KEYS],
+        keys: &mut [u32; MAX_KEYS],
+    ) -> Option<usize> {
+        // a get's value, when it is stored before this dict (never one of
+        // the dict's own MEMOIZEs)
+        let count = self.memo.count;
+        let get = |i: u64| self.memo.get(i).filter(|_| i < count);
+        let sp = self.st.shapes[sid as usize];
+        let n = sp.len as usize;
+        if n > MAX_KEYS {
+            return None;
+        }
+        let a = sp.start as usize;
+        let mut p = 3;
+        for (k, part) in parts.iter_mut().enumerate().take(n) {
+            let i = match w.get(p..p + 5) {
+                Some(&[b'h', x, ..]) => {
+                    p += 2;
+                    u32::from(x)
+                }
+                Some(&[b'j', x0, x1, x2, x3]) => {
+                    p += 5;
+                    u32::from_le_bytes([x0, x1, x2, x3])
+                }
+                _ => return None,
+            };
+            // (the memo index of the last entry's key: the same str, as
+            // no memo index is stored twice)
+            if !(self.entry_keys.0 == sid && self.entry_keys.1[k] == i)
+                && get(u64::from(i)) != Some(self.st.shape_pool[a + k])
+            {
+                return None;
+            }
+            keys[k] = i;
+            let Some(&[op, x0, x1, x2, x3, ..]) = w.get(p..p + 10) else {
+                return None;
+            };
+            let v = match op {
+                b'h' | b'j' => {
+                    let (i, len) = if op == b'h' {
+                        (u32::from(x0), 2)
+                    } else {
+                        (u32::from_le_bytes([x0, x1, x2, x3]), 5)
+                    };
+                    p += len;
+                    match get(u64::from(i)) {
+                        Some(v) if !v.is_container() => v,
+                        // a frozen list (a frames list shared with the
+                        // entry before)
+                        Some(v)
+                            if v.tag() == Tag::List
+                                && matches!(self.st.slots.get(v.idx()), Some(Slot::Seq(_))) =>
+                        {
+                            v
+                        }
+                        _ => return None,
+                    }
+                }
+                b'K' => {
+                    p += 2;
+                    Val::new(Tag::Int, u32::from(x0))
+                }
+                b'M' => {
+                    p += 3;
+                    Val::new(Tag::Int, u32::from(u16::from_le_bytes([x0, x1])))
+                }
+                b'J' => match Val::small_int(i64::from(i32::from_le_bytes([x0, x1, x2, x3]))) {
+                    Some(v) => {
+                        p += 5;
+                        v
+                    }
+                    None => return None,
+                },
+                0x8a if x0 <= 8 => {
+                    let len = usize::from(x0);
+                    let bytes = w.get(p + 2..p + 2 + len)?;
+                    let i = if len == 0 {
+                        0
+                    } else {
+                        let mut x = [if bytes[len - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
+                        x[..len].copy_from_slice(bytes);
+                        i64::from_le_bytes(x)
+                    };
+                    match Val::small_int(i) {
+                        Some(v) => {
+                            p += 2 + len;
+                            v
+                        }
+                        None => return None,
+                    }
+                }
+                b'N' => {
+                    p += 1;
+                    Val::NONE
+                }
+                0x88 | 0x89 => {
+                    p += 1;
+                    Val::boolean(op == 0x88)
+                }
+                0x8c => {
+                    let (at, from, len) = (p, p + 2, usize::from(x0));
+                    p = from + len;
+                    let memo = w.get(p) == Some(&0x94);
+                    p += usize::from(memo);
+                    if p > w.len() {
+                        return None;
+                    }
+                    *part = Part::Str {
+                        at,
+                        from,
+                        len,
+                        memo,
+                    };
+                    continue;
+                }
+                b']' if x0 == 0x94 => {
+                    p += 2;
+                    if x1 != b'(' {
+                        // `[]` (frozen when the dict is)
+                        *part = Part::List(Span { start: 0, len: 0 });
+                        continue;
+                    }
+                    let (e, h) = self.gets_body(w.get(p..)?)?;
+                    let sp = self.known_gets(h, &w[p + 1..p + e])?;
+                    p += e + 1;
+                    *part = Part::List(sp);
+                    continue;
+                }
+                _ => return None,
+            };
+            *part = Part::Val(v);
+        }
+        (w.get(p) == Some(&b'u')).then_some(p)
+    }
+
+    /// A trace entry's whole dict in one step: `EMPTY_DICT MEMOIZE MARK
+    /// (key value)* SETITEMS` in `w` (which starts at the EMPTY_DICT),
+    /// whose keys are the memo gets of one of the last two shapes' keys in
+    /// order (what [`Core::set_items`]' fast path takes) and whose values
+    /// are memo gets of strs, ints, `None`, bools and frozen lists, small
+    /// ints, short strs (memoized or not) and frames lists (`EMPTY_LIST
+    /// MEMOIZE`, then nothing or a body of gets seen before, see
+    /// [`Core::list_of_gets`]). The bytes are checked first, changing
+    /// nothing; then the memo, the slots and the hook are given what the
+    /// opcodes one by one would give them. Returns the bytes consumed, or
+    /// `None` to leave them to the general path.
+    fn trace_entry(&mut self, w: &[u8]) -> R<Option<usize>> {
+        if self.memo.overwritten || !self.whole_entries {
+            return Ok(None);
+        }
+        if w.get(..3) != Some(&[b'}', 0x94, b'(']) {
+            return Ok(None);
+        }
+        let mut parts = [Part::Val(Val::NONE); MAX_KEYS];
+        let mut keys = self.entry_keys.1;
+        let parsed = match (self.last_shape, self.other_shape) {
+            (Some(last), other) => match self.entry_parts(w, last, &mut parts, &mut keys) {
+                Some(p) => Some((last, p)),
+                None => {
+                    let other = other
+                        .and_then(|o| Some((o, self.entry_parts(w, o, &mut parts, &mut keys)?)));
+                    if other.is_some() {
+                        // the most recent first
+                        (self.last_shape, self.other_shape) = (self.other_shape, self.last_shape);
+                    }
+                    other
+                }
+            },
+            (None, _) => None,
+        };
+        let Some((sid, p)) = parsed else {
+            return Ok(None);
+        };
+        self.entry_keys = (sid, keys);
+        let n = self.shape_keys(sid).len();
+        // Every opcode checked: now what they do, in their order.
+        let at = self.at;
+        let id = u32_of(self.st.slots.len(), at)?;
+        let dict = Val::new(Tag::Dict, id);
+        self.st.slots.push(Slot::Seq(Span { start: 0, len: 0 }));
+        self.memo.put(self.memo.count, dict);
+        let mut vals = std::mem::take(&mut self.scratch);
+        vals.clear();
+        for part in &parts[..n] {
+            let v = match *part {
+                Part::Val(v) => v,
+                Part::Str {
+                    at: o,
+                    from,
+                    len,
+                    memo,
+                } => {
+                    self.at = at + o;
+                    let v = self.utf8(&w[from..from + len]);
+                    self.at = at;
+                    let v = v?;
+                    if memo {
+                        self.memo.put(self.memo.count, v);
+                    }
+                    v
+                }
+                Part::List(sp) => {
+                    let v = Val::new(Tag::List, u32_of(self.st.slots.len(), at)?);
+                    self.st.slots.push(Slot::Seq(sp));
+                    self.memo.put(self.memo.count, v);
+                    v
+                }
+            };
+            vals.push(v);
+        }
+        let slot = match self.ab.dict(&self.st, id, sid, &vals) {
+            Some(native) => Slot::Native(native),
+            None => {
+                let start = u32_of(self.st.dict_vals.len(), at)?;
+                u32_of(self.st.dict_vals.len() + n, at)?;
+                self.st.dict_vals.extend_from_slice(&vals);
+                Slot::Rec { shape: sid, start }
+            }
+        };
+        self.scratch = vals;
+        self.st.slots.set(id as usize, slot);
+        self.stack.push(dict);
+        self.whole += 1;
+        Ok(Some(p + 1))
     }
 
     /// If the stack from `from` holds dicts the hook took over as
@@ -1628,22 +1932,29 @@ impl<A: Absorb> Core<A> {
         }
         self.seal_all(from)?;
         let b = self.thaw(target)? as usize;
-        // Fast path: an empty dict receiving exactly the keys of the last
-        // frozen dict shape, in order (a trace's millions of entry dicts).
-        if let Some(sid) = self.last_shape {
-            let d = &mut self.dictb[b];
-            let sp = self.st.shapes[sid as usize];
-            let a = sp.start as usize;
-            let keys = &self.st.shape_pool[a..a + sp.len as usize];
-            let items = &self.stack[from..];
-            if d.keys.is_empty()
-                && d.index.is_none()
-                && items.len() == 2 * keys.len()
+        // Fast path: an empty dict receiving exactly the keys of one of the
+        // last two frozen dict shapes, in order (a trace's millions of
+        // entry dicts, between frame dicts met for the first time).
+        let mut recent = [self.last_shape, self.other_shape].into_iter().flatten();
+        let matching = recent.find(|&sid| {
+            let (keys, items) = (self.shape_keys(sid), &self.stack[from..]);
+            items.len() == 2 * keys.len()
                 && keys
                     .iter()
                     .zip(items.chunks_exact(2))
                     .all(|(k, kv)| *k == kv[0])
-            {
+        });
+        if let Some(sid) = matching {
+            if self.last_shape != Some(sid) {
+                // the most recent first
+                (self.last_shape, self.other_shape) = (self.other_shape, self.last_shape);
+            }
+            let sp = self.st.shapes[sid as usize];
+            let a = sp.start as usize;
+            let keys = &self.st.shape_pool[a..a + sp.len as usize];
+            let items = &self.stack[from..];
+            let d = &mut self.dictb[b];
+            if d.keys.is_empty() && d.index.is_none() {
                 if let Slot::Building {
                     volatile: false, ..
                 } = self.st.slots.at(target.idx())
@@ -1675,6 +1986,15 @@ impl<A: Absorb> Core<A> {
                 return Ok(());
             }
         }
+        let d = &self.dictb[b];
+        let fresh = d.keys.is_empty()
+            && matches!(
+                self.st.slots.at(target.idx()),
+                Slot::Building {
+                    volatile: false,
+                    ..
+                }
+            );
         let mut i = from;
         while i < self.stack.len() {
             let (k, v) = (self.stack[i], self.stack[i + 1]);
@@ -1682,6 +2002,12 @@ impl<A: Absorb> Core<A> {
             i += 2;
         }
         self.stack.truncate(from);
+        if fresh {
+            // A dict filled by one SETITEMS is frozen (and offered to the
+            // hook) now, as the fast path above does, so the hook sees
+            // trace entries in their order whatever their shapes.
+            self.freeze(target.idx(), b as u32, true)?;
+        }
         Ok(())
     }
 
@@ -2077,4 +2403,38 @@ fn find_key(
         p = ix.prev[i];
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pickle::input::SliceInput;
+
+    /// A real wrapped snapshot (3 streams, an OOM): nearly every trace
+    /// entry is decoded in one step, and the pickle is the one its opcodes
+    /// one by one make.
+    #[test]
+    fn trace_entries_decoded_whole_are_what_their_opcodes_make() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let len = Some(bytes.len() as u64);
+        let mut vm = Vm::new(SliceInput::new(&bytes), len, ());
+        vm.exec().unwrap();
+        // 17,654 entries
+        eprintln!("{} of 17,654 entries decoded whole", vm.c.whole);
+        assert!(vm.c.whole > 17_000, "{} entries decoded whole", vm.c.whole);
+        let whole = Vm::new(SliceInput::new(&bytes), len, ()).run().0.unwrap();
+        let stepwise = Vm::new(SliceInput::new(&bytes), len, ())
+            .stepwise()
+            .run()
+            .0
+            .unwrap();
+        assert_eq!(
+            whole.root().to_value().unwrap(),
+            stepwise.root().to_value().unwrap()
+        );
+    }
 }
