@@ -283,24 +283,54 @@ DISPATCH[aten.index.Tensor] = _index
 
 def _index_mask(cap, x, indices, mask):
     """`x[mask]` (`expandTensors`, TensorAdvancedIndexing.cpp): the mask becomes `mask.nonzero()`
-    (its 4-byte count, CUB's storage, the (n, mask.dim()) int64 result), whose columns index `x`;
+    (`_nonzero_scratch`: the (n, mask.dim()) int64 result), whose columns index `x`;
     the result is allocated before the nonzero result dies (blind10/j07's H200 trace). n is the
     mask's count where it carries values, else every element (`Capture.nonzero_count`)."""
-    if not (registered(x) and registered(mask)) or value(mask) is not None:
+    if not (registered(x) and registered(mask)):
         return NotImplemented
     k = next(i for i, t in enumerate(indices) if t is mask)
     if x.dim() < k + mask.dim():
         return NotImplemented
     cap.ops += 1
     n = cap.nonzero_count(mask, "boolean-mask indexing (x[mask])")
-    count = cap.malloc(4, "aten::nonzero", "temporary")
-    cap.note_unmeasured("aten::nonzero (CUB's storage)")
-    positions = cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
-    del count
+    positions = _nonzero_scratch(
+        cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
+    )
     shape = [*x.shape[:k], n, *x.shape[k + mask.dim() :]]
     out = cap.track(torch.empty(shape, dtype=x.dtype, device="meta"), "aten::index")
+    vx, vm = value(x), value(mask)
+    if vx is not None and vm is not None:
+        set_value(out, vx[(slice(None),) * k + (vm,)])
     del positions
     return out
+
+
+def _masked_select(cap, func, args, kwargs):
+    """`masked_select_out_cuda_impl` (`cuda/IndexKernel.cu`): `index_out` of the input and mask
+    expanded to their broadcast shape, so the broadcast mask is made contiguous for `nonzero`
+    (`_nonzero_scratch`), then the 1-D result; n as in `_index_mask` (the H200's selection sweep)."""
+    x, mask = args[0], args[1]
+    if kwargs or not (registered(x) and registered(mask)) or mask.dtype != torch.bool:
+        return NotImplemented
+    cap.ops += 1
+    shape = list(torch.broadcast_shapes(x.shape, mask.shape)) or [1]
+    vm = value(mask)
+    if vm is not None:
+        n = int(torch.count_nonzero(vm.expand(shape)))
+    else:
+        n = cap.nonzero_count(mask, "masked_select") * (math.prod(shape) // max(mask.numel(), 1))
+    positions = _nonzero_scratch(
+        cap, mask, lambda: cap.malloc(n * len(shape) * 8, "aten::nonzero", "temporary"), shape=shape
+    )
+    out = cap.track(torch.empty((n,), dtype=x.dtype, device="meta"), "aten::masked_select")
+    vx = value(x)
+    if vx is not None and vm is not None:
+        set_value(out, torch.masked_select(vx, vm))
+    del positions
+    return out
+
+
+DISPATCH[aten.masked_select.default] = _masked_select
 
 
 # ---- scans, sorts and sort-based kernels (CUB) ----------------------------------------
@@ -1265,6 +1295,31 @@ def _embedding(cap, func, args, kwargs):
 DISPATCH[aten.embedding.default] = _embedding
 
 
+def _nonzero_scratch(cap, x, positions, shape=None):
+    """`nonzero_cuda_out_impl` (`cuda/Nonzero.cu`) around its result: the input made contiguous
+    (`x` broadcast to `shape` where given), the 4-byte count, CUB's `DeviceReduce::Sum` storage
+    (freed), the positions (`positions()` allocates them), CUB's `DeviceSelect::Flagged` storage
+    (freed), then the count and copy die at the return (the H200's selection sweep,
+    `fixtures/run/sweeps/select_sweep_h200.jsonl`). Returns what `positions()` returned."""
+    op = "aten::nonzero"
+    numel, dim = (x.numel(), x.dim()) if shape is None else (math.prod(shape), len(shape))
+    dense = x.is_contiguous() and (shape is None or tuple(shape) == tuple(x.shape))
+    copy = None if dense else cap.malloc(numel * x.element_size(), op, "temporary")
+    count = cap.malloc(4, op, "temporary")
+    sizes = [cap.device.cub_scratch(k, numel, 8) if numel < 2**30 else None for k in ("count", "select")]
+    if None in sizes:
+        cap.note_unmeasured(f"CUB's storage inside nonzero of {numel} items")
+    if sizes[0]:
+        tmp = cap.malloc(sizes[0], op, "workspace")
+        del tmp
+    out = positions()
+    if sizes[1] and dim > 0:
+        tmp = cap.malloc(sizes[1], op, "workspace")
+        del tmp
+    del count, copy
+    return out
+
+
 def _nonzero(cap, func, args, kwargs):
     """`nonzero` (`cuda/Nonzero.cu`): an (n, dim) int64 result whose n the GPU reads back from the
     device; the twin knows n where the input carries its values (`Capture.nonzero_count`)."""
@@ -1274,7 +1329,7 @@ def _nonzero(cap, func, args, kwargs):
     cap.ops += 1
     n = cap.nonzero_count(x, "nonzero (torch.where(mask), argwhere)")
     out = torch.empty((n, x.dim()), dtype=torch.long, device="meta")
-    cap.track(out, "aten::nonzero")
+    _nonzero_scratch(cap, x, lambda: cap.track(out, "aten::nonzero"))
     v = value(x)
     set_value(out, v.nonzero() if v is not None else None)
     return out

@@ -55,6 +55,16 @@ pub enum ScratchRule {
         /// element bytes
         t_bytes: u64,
     },
+    /// `cub::DeviceReduce::Sum` counting `n` items (`nonzero`)
+    ReduceCount {
+        /// items
+        n: i64,
+    },
+    /// `cub::DeviceSelect::Flagged` over `n` items (`nonzero`)
+    SelectFlagged {
+        /// items
+        n: i64,
+    },
     /// `cub::DeviceSelect::UniqueByKey` over `n` items
     UniqueByKey {
         /// items
@@ -134,6 +144,12 @@ impl ScratchRule {
             ScratchRule::UniqueByKey { n, key_bytes } => {
                 cub::unique_by_key_bytes(cap, u64::try_from(*n).ok()?, *key_bytes)
             }
+            ScratchRule::ReduceCount { n } => {
+                cub::reduce_count_bytes(cap, profile.sm_count, u64::try_from(*n).ok()?)
+            }
+            ScratchRule::SelectFlagged { n } => {
+                cub::select_flagged_bytes(cap, u64::try_from(*n).ok()?)
+            }
             ScratchRule::InclusiveScan { n, t_bytes } => {
                 cub::inclusive_scan_bytes(cap, u64::try_from(*n).ok()?, *t_bytes)
             }
@@ -183,6 +199,8 @@ impl ScratchRule {
         match self {
             ScratchRule::RadixSortPairs { n, .. }
             | ScratchRule::UniqueByKey { n, .. }
+            | ScratchRule::ReduceCount { n }
+            | ScratchRule::SelectFlagged { n }
             | ScratchRule::InclusiveScan { n, .. } => vec![*n],
             ScratchRule::CudnnAttentionBackward {
                 b,
@@ -209,6 +227,8 @@ impl ScratchRule {
         match &mut r {
             ScratchRule::RadixSortPairs { n, .. }
             | ScratchRule::UniqueByKey { n, .. }
+            | ScratchRule::ReduceCount { n }
+            | ScratchRule::SelectFlagged { n }
             | ScratchRule::InclusiveScan { n, .. } => {
                 let [v] = inputs else { return None };
                 *n = *v;
@@ -273,7 +293,9 @@ impl ScratchRule {
             (
                 ScratchRule::CudnnAttentionBackward { .. },
                 ScratchRule::CudnnAttentionBackward { .. },
-            ) => true,
+            )
+            | (ScratchRule::ReduceCount { .. }, ScratchRule::ReduceCount { .. })
+            | (ScratchRule::SelectFlagged { .. }, ScratchRule::SelectFlagged { .. }) => true,
             (
                 ScratchRule::EfficientAttentionBackward { dtype: a, .. },
                 ScratchRule::EfficientAttentionBackward { dtype: b, .. },

@@ -315,7 +315,9 @@ impl Device {
     /// CUB's temporary storage (`ops::cub`) for `cuda::cub::inclusive_scan`
     /// over `n` items of `t_bytes` (`kind` "scan"), or for
     /// `cuda::cub::radix_sort_pairs` of `n` keys of `t_bytes` sorted on
-    /// `end_bit` bits with values of `value_bytes` (`kind` "sort"); None where
+    /// `end_bit` bits with values of `value_bytes` (`kind` "sort"), or for
+    /// `nonzero`'s count and selection of `n` items (`kind` "count",
+    /// "select"); None where
     /// it was not measured (other GPUs, other element sizes).
     #[pyo3(signature = (kind, n, t_bytes, value_bytes=8, end_bit=None))]
     fn cub_scratch(
@@ -328,17 +330,17 @@ impl Device {
     ) -> PyResult<Option<u64>> {
         let rule = match kind {
             "scan" => ScratchRule::InclusiveScan { n, t_bytes },
+            "count" => ScratchRule::ReduceCount { n },
+            "select" => ScratchRule::SelectFlagged { n },
             "sort" => ScratchRule::RadixSortPairs {
                 n,
                 key_bytes: t_bytes,
                 value_bytes,
                 end_bit: end_bit.unwrap_or(8 * t_bytes),
             },
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "cub_scratch: kind {other:?}, expected \"scan\" or \"sort\""
-                )))
-            }
+            other => return Err(PyValueError::new_err(format!(
+                "cub_scratch: kind {other:?}, expected \"scan\", \"sort\", \"count\" or \"select\""
+            ))),
         };
         Ok(rule.bytes(&self.p.runtime().profile()))
     }

@@ -201,6 +201,37 @@ pub(crate) fn inclusive_scan_bytes(capability: (u32, u32), n: u64, t_bytes: u64)
     Ok(alias_temporaries(&[scan_tile_state_bytes(tiles, t_bytes)]))
 }
 
+/// `cub::DeviceReduce::Sum` of `n` items into an `int` (`nonzero`'s count,
+/// `cuda/Nonzero.cu`): up to the single-tile policy's tile (256 x 16) CUB asks
+/// for 1 byte; beyond, `InvokePasses` keeps one `int` per block of its
+/// even-share grid, `sm_occupancy * sm_count * CUB_SUBSCRIPTION_FACTOR (5)`
+/// blocks, aliased (`dispatch_reduce.cuh`). The reduce kernel's occupancy,
+/// 8 blocks per SM, is measured: 21,503 bytes on the 132-SM H200 for every
+/// `n` past 4,096 (`fixtures/run/sweeps/select_sweep_h200.jsonl`).
+pub(crate) fn reduce_count_bytes(capability: (u32, u32), sm_count: u32, n: u64) -> Result<u64> {
+    sm90_only(capability, "DeviceReduce::Sum")?;
+    const OCCUPANCY: u64 = 8;
+    if n <= 256 * 16 {
+        return Ok(1);
+    }
+    Ok(alias_temporaries(&[OCCUPANCY
+        * u64::from(sm_count)
+        * 5
+        * 4]))
+}
+
+/// `cub::DeviceSelect::Flagged` of `n` items (`nonzero`'s positions,
+/// `cuda/Nonzero.cu`): the `ScanTileState` of its tiles' 8-byte offsets,
+/// aliased once. The tile, 8,448 items, is measured: it is the only size
+/// that gives the H200's bytes at every `n` of the sweep, 1 to 16,777,216
+/// (`fixtures/run/sweeps/select_sweep_h200.jsonl`).
+pub(crate) fn select_flagged_bytes(capability: (u32, u32), n: u64) -> Result<u64> {
+    sm90_only(capability, "DeviceSelect::Flagged")?;
+    const TILE: u64 = 8448;
+    let tiles = n.div_ceil(TILE).max(1);
+    Ok(alias_temporaries(&[(32 + tiles) * 16]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +274,46 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, 3 * 122);
+    }
+
+    /// Every `nonzero` of the H200's selection sweep: its count (4 bytes),
+    /// the reduce's storage, the positions, the select's storage.
+    #[test]
+    fn nonzero_as_measured() {
+        const H200: (u32, u32) = (9, 0);
+        let text = include_str!("../../../../fixtures/run/sweeps/select_sweep_h200.jsonl");
+        let mut checked = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let case = v["case"].as_str().unwrap();
+            if !case.starts_with("nonzero ") {
+                continue;
+            }
+            let sizes: Vec<u64> = v["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            // "nonzero DTYPE N" or "nonzero DTYPE (A, B, ...)": the input's elements
+            let shape = case.splitn(3, ' ').nth(2).unwrap();
+            let dims: Vec<u64> = shape
+                .trim_matches(|c| c == '(' || c == ')')
+                .split(',')
+                .map(|d| d.trim().parse().unwrap())
+                .collect();
+            let n: u64 = dims.iter().product();
+            assert_eq!(sizes.len(), 4, "{line}");
+            assert_eq!(sizes[0], 4, "{line}");
+            assert_eq!(
+                reduce_count_bytes(H200, 132, n).unwrap(),
+                sizes[1],
+                "{line}"
+            );
+            assert_eq!(select_flagged_bytes(H200, n).unwrap(), sizes[3], "{line}");
+            checked += 1;
+        }
+        assert_eq!(checked, 4 * 11 + 3);
     }
 
     /// Every CUB buffer of the H200 sweep (`validation/run/sweeps/scratch_sweep.py`):
