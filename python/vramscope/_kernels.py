@@ -1118,10 +1118,20 @@ def _conv(x, w, args):
     )
 
 
+def _conv_unruled(cap, x) -> None:
+    """A convolution of the simulated device that no rule here covers (a channels-last 3-D one,
+    string padding): its outputs come from the meta kernel, its workspace is named unmeasured."""
+    if registered(x):
+        cap.note_unmeasured(
+            f"aten::convolution of a {x.dim()}-D input outside the cuDNN rules (its workspace)"
+        )
+
+
 def _convolution(cap, func, args, kwargs):
     x, w = args[0], args[1]
     conv = _conv(x, w, args[3:9])
     if conv is None or kwargs:
+        _conv_unruled(cap, x)
         return NotImplemented
     cl = conv[-1]
     cap.ops += 1
@@ -1141,6 +1151,7 @@ def _convolution_backward(cap, func, args, kwargs):
     grad, x, w = args[0], args[1], args[2]
     conv = _conv(x, w, args[4:10])
     if conv is None or kwargs or not registered(grad):
+        _conv_unruled(cap, x)
         return NotImplemented
     cl = conv[-1]
     mask = list(args[10])
