@@ -333,6 +333,120 @@ def _masked_select(cap, func, args, kwargs):
 DISPATCH[aten.masked_select.default] = _masked_select
 
 
+def _unique_cub(cap, x, consecutive: bool, inverse: bool, counts: bool, op: str):
+    """`unique_cuda_template` / `UniqueCub` (`cuda/UniqueCub.cu`) for a non-bool input: the input
+    made contiguous, the sorted copy and CUB's radix sort (with the `arange` and sorted indices for
+    an inverse; nothing for `unique_consecutive`), then `compute_unique`: the inverse (its int64
+    scan of an int buffer), `data_out` of every item (resized, not reallocated, to the unique
+    count), the 8-byte length, counts of every item with `run_length_encode`, else
+    `cuda::cub::unique`; the locals die in that order (the H200's selection sweep). The unique
+    count comes from the values where the twin carries them, else every item is taken as unique
+    (the largest result), with a warning."""
+    n, es = x.numel(), x.element_size()
+    v = value(x)
+    if v is not None:
+        if consecutive:
+            res = torch.unique_consecutive(v, return_inverse=True, return_counts=True)
+        else:
+            res = torch.unique(v, sorted=True, return_inverse=True, return_counts=True)
+        n_out = res[0].numel()
+    else:
+        from ._capture import _user_site
+
+        res = None
+        n_out = n
+        site = _user_site()
+        cap.warn_once(
+            "unique:" + site,
+            f"{site}: {op} of a CUDA tensor of {tuple(x.shape)} needs its values, which the twin does not "
+            "compute: it takes every item as unique (the largest result; its buffers are the same)",
+        )
+    scratch = lambda kind, **kw: cap.device.cub_scratch(kind, n, es, **kw)  # noqa: E731
+
+    def cub(nbytes, what):
+        if nbytes is None:
+            cap.note_unmeasured(f"CUB's storage for the {what} of {n} items ({op})")
+        elif nbytes:
+            tmp = cap.malloc(nbytes, op, "workspace")
+            del tmp
+
+    copy = None if x.is_contiguous() else cap.malloc(n * es, op, "temporary")
+    sorted_ = sorted_indices = None
+    if not consecutive:
+        sorted_ = cap.malloc(n * es, op, "temporary")
+        if not inverse:
+            cub(scratch("sort", value_bytes=0), "radix sort")
+        else:
+            rng = cap.malloc(n * 8, "aten::arange", "temporary")
+            sorted_indices = cap.malloc(n * 8, op, "temporary")
+            cub(scratch("sort", value_bytes=8), "radix sort")
+            del rng
+    inv_out = None
+    if inverse:
+        inv_out = cap.track(torch.empty(x.shape, dtype=torch.long, device="meta"), op)
+        loc = cap.malloc(n * (4 if consecutive else 8), op, "temporary")
+        cap.note_unmeasured(f"CUB's storage for inclusive_sum_truncating in {op}")
+        del loc
+    else:
+        inv_out = cap.track(torch.empty((0,), dtype=torch.long, device="meta"), op)
+    # resized to the unique count, keeping the storage of every item
+    data_out = cap.track(torch.empty((n,), dtype=x.dtype, device="meta").resize_((n_out,)), op)
+    length = cap.malloc(8, op, "temporary")
+    if counts:
+        counts_out = cap.track(torch.empty((n,), dtype=torch.long, device="meta").resize_((n_out,)), op)
+        cub(cap.device.cub_scratch("encode", n, es), "run-length encoding")
+    else:
+        counts_out = cap.track(torch.empty((0,), dtype=torch.long, device="meta"), op)
+        cub(cap.device.cub_scratch("unique", n, es), "unique selection")
+    del length, sorted_indices, sorted_, copy
+    if res is not None:
+        set_value(data_out, res[0])
+        if inverse:
+            set_value(inv_out, res[1])
+        if counts:
+            set_value(counts_out, res[2])
+    return data_out, inv_out, counts_out
+
+
+def _unique2(cap, func, args, kwargs):
+    names = ("self", "sorted", "return_inverse", "return_counts")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["self"]
+    if not registered(x) or x.dtype == torch.bool or x.numel() == 0 or x.numel() > 2**31 - 1:
+        return NotImplemented
+    cap.ops += 1
+    return _unique_cub(
+        cap, x, False, a.get("return_inverse", False), a.get("return_counts", False), "aten::_unique2"
+    )
+
+
+def _unique_consecutive(cap, func, args, kwargs):
+    names = ("self", "return_inverse", "return_counts", "dim")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["self"]
+    if (
+        not registered(x)
+        or a.get("dim") is not None
+        or x.dtype == torch.bool
+        or x.numel() == 0
+        or x.numel() > 2**31 - 1
+    ):
+        return NotImplemented
+    cap.ops += 1
+    return _unique_cub(
+        cap,
+        x,
+        True,
+        a.get("return_inverse", False),
+        a.get("return_counts", False),
+        "aten::unique_consecutive",
+    )
+
+
+DISPATCH[aten._unique2.default] = _unique2
+DISPATCH[aten.unique_consecutive.default] = _unique_consecutive
+
+
 # ---- scans, sorts and sort-based kernels (CUB) ----------------------------------------
 
 

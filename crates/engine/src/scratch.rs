@@ -65,6 +65,12 @@ pub enum ScratchRule {
         /// items
         n: i64,
     },
+    /// `cub::DeviceRunLengthEncode::Encode` over `n` items (`unique` with
+    /// counts)
+    RunLengthEncode {
+        /// items
+        n: i64,
+    },
     /// `cub::DeviceSelect::UniqueByKey` over `n` items
     UniqueByKey {
         /// items
@@ -150,6 +156,9 @@ impl ScratchRule {
             ScratchRule::SelectFlagged { n } => {
                 cub::select_flagged_bytes(cap, u64::try_from(*n).ok()?)
             }
+            ScratchRule::RunLengthEncode { n } => {
+                cub::run_length_encode_bytes(cap, u64::try_from(*n).ok()?)
+            }
             ScratchRule::InclusiveScan { n, t_bytes } => {
                 cub::inclusive_scan_bytes(cap, u64::try_from(*n).ok()?, *t_bytes)
             }
@@ -201,6 +210,7 @@ impl ScratchRule {
             | ScratchRule::UniqueByKey { n, .. }
             | ScratchRule::ReduceCount { n }
             | ScratchRule::SelectFlagged { n }
+            | ScratchRule::RunLengthEncode { n }
             | ScratchRule::InclusiveScan { n, .. } => vec![*n],
             ScratchRule::CudnnAttentionBackward {
                 b,
@@ -229,6 +239,7 @@ impl ScratchRule {
             | ScratchRule::UniqueByKey { n, .. }
             | ScratchRule::ReduceCount { n }
             | ScratchRule::SelectFlagged { n }
+            | ScratchRule::RunLengthEncode { n }
             | ScratchRule::InclusiveScan { n, .. } => {
                 let [v] = inputs else { return None };
                 *n = *v;
@@ -295,7 +306,8 @@ impl ScratchRule {
                 ScratchRule::CudnnAttentionBackward { .. },
             )
             | (ScratchRule::ReduceCount { .. }, ScratchRule::ReduceCount { .. })
-            | (ScratchRule::SelectFlagged { .. }, ScratchRule::SelectFlagged { .. }) => true,
+            | (ScratchRule::SelectFlagged { .. }, ScratchRule::SelectFlagged { .. })
+            | (ScratchRule::RunLengthEncode { .. }, ScratchRule::RunLengthEncode { .. }) => true,
             (
                 ScratchRule::EfficientAttentionBackward { dtype: a, .. },
                 ScratchRule::EfficientAttentionBackward { dtype: b, .. },

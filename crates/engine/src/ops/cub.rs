@@ -232,6 +232,19 @@ pub(crate) fn select_flagged_bytes(capability: (u32, u32), n: u64) -> Result<u64
     Ok(alias_temporaries(&[(32 + tiles) * 16]))
 }
 
+/// `cub::DeviceRunLengthEncode::Encode` of `n` items (`unique` with
+/// counts, `cuda/UniqueCub.cu`): the `ScanTileState` of its tiles'
+/// 16-byte (offset, length) descriptors, aliased once, over 768-item
+/// tiles. Measured: the only tile that gives the H200's bytes at the
+/// sweep's three sizes, 1,000, 65,536 and 1,048,576
+/// (`fixtures/run/sweeps/select_sweep_h200.jsonl`).
+pub(crate) fn run_length_encode_bytes(capability: (u32, u32), n: u64) -> Result<u64> {
+    sm90_only(capability, "DeviceRunLengthEncode::Encode")?;
+    const TILE: u64 = 768;
+    let tiles = n.div_ceil(TILE).max(1);
+    Ok(alias_temporaries(&[(32 + tiles) * 16]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +327,48 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, 4 * 11 + 3);
+    }
+
+    /// `unique(return_counts=True)`'s run-length encoding and `unique`'s
+    /// selection in the H200's selection sweep (int64 inputs).
+    #[test]
+    fn unique_as_measured() {
+        const H200: (u32, u32) = (9, 0);
+        let text = include_str!("../../../../fixtures/run/sweeps/select_sweep_h200.jsonl");
+        let mut checked = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let case = v["case"].as_str().unwrap();
+            let sizes: Vec<u64> = v["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            let n: u64 = case.rsplit(' ').next().unwrap().parse().unwrap_or(0);
+            if case.starts_with("unique inverse counts") {
+                assert_eq!(
+                    run_length_encode_bytes(H200, n).unwrap(),
+                    sizes[10],
+                    "{line}"
+                );
+                assert_eq!(
+                    radix_sort_pairs_bytes(H200, n, 8, 8, 64).unwrap(),
+                    sizes[3],
+                    "{line}"
+                );
+                checked += 1;
+            } else if case.starts_with("unique sorted") {
+                assert_eq!(select_flagged_bytes(H200, n).unwrap(), sizes[4], "{line}");
+                assert_eq!(
+                    radix_sort_pairs_bytes(H200, n, 8, 0, 64).unwrap(),
+                    sizes[1],
+                    "{line}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 6);
     }
 
     /// Every CUB buffer of the H200 sweep (`validation/run/sweeps/scratch_sweep.py`):
