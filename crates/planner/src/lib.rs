@@ -7,7 +7,9 @@
 //! what each lever (dtype, autocast, optimizer, checkpointing, allocator
 //! settings, gradient accumulation, inference modes) does to the peak and to
 //! the largest batch; the longest generation at a batch (new tokens or
-//! prompt); and sweeps over batch and sequence length.
+//! prompt); sweeps over batch and sequence length; and, under FSDP2 or DDP,
+//! the largest batch per rank, the fewest GPUs for a global batch and the
+//! levers there.
 //!
 //! Every answer is a run of the twin, never a rule of thumb. It does no I/O.
 
@@ -16,6 +18,7 @@
 mod boundary;
 mod context;
 mod levers;
+mod parallel;
 mod search;
 mod sweep;
 
@@ -23,6 +26,10 @@ pub use boundary::{boundary, Boundary, SCAN_LIMIT};
 pub use context::{longest_prompt, most_new_tokens, MostNewTokens};
 pub use levers::{
     checkpoint_for_batch, lever_list, levers, num_layers, Lever, LeverOutcome, MinimalCheckpointing,
+};
+pub use parallel::{
+    fewest_gpus, largest_batch_per_rank, plan_parallel, run_ranks, with_world, Fewest, ParallelAsk,
+    ParallelLever, ParallelPlan, RanksOutcome, MAX_BATCH_PER_RANK, MAX_GPUS,
 };
 pub use search::{max_batch, try_batch, MaxBatch, Try, MAX_BATCH_CAP};
 pub use sweep::{sweep, SweepCell};

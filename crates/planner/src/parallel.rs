@@ -1,0 +1,622 @@
+//! What fits over several GPUs (`vramscope plan --fsdp N` / `--ddp N`): the
+//! largest batch per rank, the fewest GPUs for a global batch, a sweep of
+//! batches per rank and the levers (FSDP against DDP, resharding, mixed
+//! precision, CPU offload, checkpointing, more GPUs), each from the twin's
+//! run of every rank whose memory differs, the GPU's own out-of-memory path
+//! deciding "fits".
+//!
+//! The two searches (each a chain of runs) and the runs that depend on
+//! nothing (the levers, the sweep's rows) are taken in turn by threads of
+//! this process; each run is the twin's alone, so the answers are those of
+//! running them one after another.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+
+use vramscope_engine::DType;
+use vramscope_models::parallel::fsdp::rank_classes;
+use vramscope_models::{
+    estimate, Checkpointing, DdpConfig, EstimateOptions, FsdpConfig, HfConfig, Parallel, Result,
+    Workload,
+};
+
+/// The most GPUs the fewest-GPUs search tries.
+pub const MAX_GPUS: i64 = 64;
+/// The largest batch per rank the search tries.
+pub const MAX_BATCH_PER_RANK: i64 = 1 << 16;
+
+/// What one workload gives on every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RanksOutcome {
+    /// every rank completes every step under the limit
+    pub fits: bool,
+    /// the fullest rank's peak reserved bytes (of the run without a limit
+    /// where one ran out)
+    pub peak_reserved_bytes: i64,
+}
+
+/// One lever's outcome at the batch per rank the plan looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelLever {
+    /// what changes (`reshard_after_forward=False`, `DDP instead`, ...)
+    pub name: String,
+    /// its outcome on every rank
+    pub outcome: RanksOutcome,
+}
+
+/// The fewest GPUs for a global batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fewest {
+    /// the global batch asked for
+    pub target_batch: i64,
+    /// the fewest GPUs and the batch per rank there (`ceil(target / n)`);
+    /// `None` when no count up to [`MAX_GPUS`] fits
+    pub found: Option<(i64, i64)>,
+}
+
+/// What [`plan_parallel`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelPlan {
+    /// the largest batch per rank that fits (0: not even 1)
+    pub max_batch_per_rank: i64,
+    /// the batch per rank the levers are run at: the target's share, else
+    /// the largest that fits (at least 1)
+    pub at: i64,
+    /// the workload as given at `at`
+    pub here: RanksOutcome,
+    /// with a target batch: the fewest GPUs
+    pub fewest: Option<Fewest>,
+    /// each batch per rank asked for, with its outcome
+    pub sweep: Vec<(i64, RanksOutcome)>,
+    /// the levers at `at` (none when asked for none)
+    pub levers: Vec<ParallelLever>,
+}
+
+/// `par` over `n` ranks.
+pub fn with_world(par: &Parallel, n: i64) -> Parallel {
+    match par {
+        Parallel::Fsdp(f) => Parallel::Fsdp(FsdpConfig {
+            world: n,
+            ..f.clone()
+        }),
+        Parallel::Ddp(d) => Parallel::Ddp(DdpConfig {
+            world: n,
+            ..d.clone()
+        }),
+    }
+}
+
+/// One rank of each group whose memory is the same: FSDP's ranks that
+/// shard alike; under DDP every rank is the same.
+fn representatives(config: &HfConfig, base: &Workload, par: &Parallel) -> Result<Vec<Parallel>> {
+    Ok(match par {
+        Parallel::Fsdp(f) => rank_classes(config, base.task, f.world)?
+            .into_iter()
+            .map(|ranks| {
+                Parallel::Fsdp(FsdpConfig {
+                    rank: ranks[0],
+                    ..f.clone()
+                })
+            })
+            .collect(),
+        Parallel::Ddp(_) => vec![par.clone()],
+    })
+}
+
+/// `base` under `par` on every rank that differs. Without `figures`,
+/// whether all fit only: the first rank out of memory ends it, and no run
+/// without the limit follows.
+pub fn run_ranks(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+    options: &EstimateOptions,
+    figures: bool,
+) -> Result<RanksOutcome> {
+    let mut out = RanksOutcome {
+        fits: true,
+        peak_reserved_bytes: 0,
+    };
+    for p in representatives(config, base, par)? {
+        let w = Workload {
+            parallel: Some(p),
+            ..base.clone()
+        };
+        let mut e = estimate(config, &w, options)?;
+        if e.oom.is_some() {
+            out.fits = false;
+            if !figures {
+                return Ok(out);
+            }
+            e = estimate(config, &w, &options.without_limit())?;
+        }
+        out.peak_reserved_bytes = out.peak_reserved_bytes.max(e.peak_reserved_bytes);
+    }
+    Ok(out)
+}
+
+/// The largest batch per rank that fits (0: not even 1): doubling from 1,
+/// then bisection between the last that fits and the first that does not.
+pub fn largest_batch_per_rank(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+    options: &EstimateOptions,
+) -> Result<i64> {
+    let fits = |b: i64| fits_at(config, base, par, options, b, par.world());
+    largest_by(&fits, 1)
+}
+
+/// Whether `base` at batch `batch` per rank fits on every rank of `par`
+/// over `world` ranks.
+fn fits_at(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+    options: &EstimateOptions,
+    batch: i64,
+    world: i64,
+) -> Result<bool> {
+    let w = Workload {
+        batch,
+        ..base.clone()
+    };
+    Ok(run_ranks(config, &w, &with_world(par, world), options, false)?.fits)
+}
+
+/// The largest batch for which `fits` holds (0: not even 1), from `start`:
+/// doubling while it fits, else halving until it does, then bisection
+/// between the last that fits and the first that does not (from 1, the
+/// probes are 1, 2, 4, ...).
+fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<i64> {
+    let start = start.clamp(1, MAX_BATCH_PER_RANK);
+    let (mut lo, mut hi);
+    if fits(start)? {
+        (lo, hi) = (start, start * 2);
+        loop {
+            if hi > MAX_BATCH_PER_RANK {
+                // the cap itself is the last probe
+                if lo == MAX_BATCH_PER_RANK || fits(MAX_BATCH_PER_RANK)? {
+                    return Ok(MAX_BATCH_PER_RANK);
+                }
+                hi = MAX_BATCH_PER_RANK;
+                break;
+            }
+            if !fits(hi)? {
+                break;
+            }
+            lo = hi;
+            hi *= 2;
+        }
+    } else {
+        hi = start;
+        lo = start / 2;
+        while lo >= 1 && !fits(lo)? {
+            hi = lo;
+            lo /= 2;
+        }
+        if lo == 0 {
+            return Ok(0);
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// The fewest GPUs (2 to [`MAX_GPUS`]) on which `target` fits, each rank
+/// running `ceil(target / n)`. A rank's memory need not fall as `n` grows
+/// (FSDP pads uneven shards, and `ceil(target / n)` stays put over runs of
+/// `n`), so no count is inferred from another: the counts run in order and
+/// the first that fits is the answer.
+pub fn fewest_gpus(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+    target: i64,
+    options: &EstimateOptions,
+) -> Result<Fewest> {
+    let fits = |b: i64, n: i64| fits_at(config, base, par, options, b, n);
+    fewest_by(&fits, target)
+}
+
+/// [`fewest_gpus`] over any `fits(batch per rank, ranks)`.
+fn fewest_by(fits: &dyn Fn(i64, i64) -> Result<bool>, target: i64) -> Result<Fewest> {
+    for n in 2..=MAX_GPUS {
+        let per = div_up(target, n);
+        if fits(per, n)? {
+            return Ok(Fewest {
+                target_batch: target,
+                found: Some((n, per)),
+            });
+        }
+    }
+    Ok(Fewest {
+        target_batch: target,
+        found: None,
+    })
+}
+
+/// What [`plan_parallel`] is asked.
+#[derive(Debug, Clone)]
+pub struct ParallelAsk {
+    /// the global batch whose fewest GPUs to find (its share per rank is
+    /// where the levers run)
+    pub target_batch: Option<i64>,
+    /// batches per rank to sweep
+    pub sweep: Vec<i64>,
+    /// the levers too
+    pub levers: bool,
+    /// threads to run independent runs on (1: one after another)
+    pub threads: usize,
+}
+
+/// The whole plan over `par`: the largest batch per rank, the fewest GPUs
+/// for the target, the sweep and the levers. The searches (each a chain of
+/// runs) and the independent runs are taken in turn by `ask.threads`
+/// threads.
+pub fn plan_parallel(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+    ask: &ParallelAsk,
+    options: &EstimateOptions,
+) -> Result<ParallelPlan> {
+    let world = par.world();
+    // whether a batch per rank fits over a number of ranks, each asked once
+    // (the searches meet: the fewest GPUs at `world`, the largest batch at
+    // the target's share, which is also where the levers run)
+    let memo: Mutex<HashMap<(i64, i64), bool>> = Mutex::new(HashMap::new());
+    let fits = |b: i64, n: i64| -> Result<bool> {
+        let known = memo
+            .lock()
+            .expect("a planning thread panicked")
+            .get(&(b, n))
+            .copied();
+        if let Some(f) = known {
+            return Ok(f);
+        }
+        let f = fits_at(config, base, par, options, b, n)?;
+        memo.lock()
+            .expect("a planning thread panicked")
+            .insert((b, n), f);
+        Ok(f)
+    };
+    let largest = |start: i64| largest_by(&|b| fits(b, world), start);
+    // without a target the levers run at the largest batch: its search
+    // comes first; with one, beside the rest, from the target's share
+    let (searched, at) = match ask.target_batch {
+        Some(t) => (None, div_up(t, world)),
+        None => {
+            let max = largest(1)?;
+            (Some(max), max.max(1))
+        }
+    };
+    let given = Workload {
+        batch: at,
+        ..base.clone()
+    };
+    // the independent runs: the workload as given, each sweep row, each lever
+    let mut runs: Vec<(String, Workload, Parallel)> =
+        vec![("as given".into(), given.clone(), par.clone())];
+    for &b in &ask.sweep {
+        let w = Workload {
+            batch: b,
+            ..base.clone()
+        };
+        runs.push((String::new(), w, par.clone()));
+    }
+    if ask.levers {
+        runs.extend(parallel_levers(par, &given, base.weights));
+        // twice the GPUs: the same global batch (the target's), or the same
+        // batch per rank
+        let per = ask.target_batch.map_or(at, |t| div_up(t, world * 2));
+        runs.push((
+            format!("{} GPUs, batch {per} per rank", world * 2),
+            Workload {
+                batch: per,
+                ..given.clone()
+            },
+            with_world(par, world * 2),
+        ));
+    }
+    let mut tasks: Vec<Task> = Vec::new();
+    if searched.is_none() {
+        tasks.push(Task::Largest);
+    }
+    if let Some(t) = ask.target_batch {
+        tasks.push(Task::Fewest(t));
+    }
+    tasks.extend((0..runs.len()).map(Task::Run));
+    let answers = on_threads(ask.threads, &tasks, |task| {
+        Ok(match *task {
+            Task::Largest => Answer::Largest(largest(at)?),
+            Task::Fewest(t) => Answer::Fewest(fewest_by(&fits, t)?),
+            Task::Run(i) => {
+                let (_, w, p) = &runs[i];
+                Answer::Run(run_ranks(config, w, p, options, true)?)
+            }
+        })
+    })?;
+    let mut max = searched.unwrap_or(0);
+    let mut fewest = None;
+    let mut outcomes = Vec::with_capacity(runs.len());
+    for a in answers {
+        match a {
+            Answer::Largest(m) => max = m,
+            Answer::Fewest(f) => fewest = Some(f),
+            Answer::Run(o) => outcomes.push(o),
+        }
+    }
+    let sweep = ask
+        .sweep
+        .iter()
+        .copied()
+        .zip(outcomes[1..].iter().copied())
+        .collect();
+    let levers = runs
+        .iter()
+        .zip(&outcomes)
+        .skip(1 + ask.sweep.len())
+        .map(|((name, _, _), &outcome)| ParallelLever {
+            name: name.clone(),
+            outcome,
+        })
+        .collect();
+    Ok(ParallelPlan {
+        max_batch_per_rank: max,
+        at,
+        here: outcomes[0],
+        fewest,
+        sweep,
+        levers,
+    })
+}
+
+/// One piece of [`plan_parallel`]'s work: a search or one run.
+enum Task {
+    Largest,
+    Fewest(i64),
+    Run(usize),
+}
+
+enum Answer {
+    Largest(i64),
+    Fewest(Fewest),
+    Run(RanksOutcome),
+}
+
+/// The levers at the same batch per rank and world size, each named, with
+/// its workload and parallelism: FSDP's mixed precision, resharding, CPU
+/// offload and DDP instead; DDP's gradients as bucket views and FSDP
+/// instead (with bf16 mixed precision too, for fp32 weights); checkpointing.
+fn parallel_levers(
+    par: &Parallel,
+    given: &Workload,
+    weights: DType,
+) -> Vec<(String, Workload, Parallel)> {
+    let mut v: Vec<(String, Workload, Parallel)> = Vec::new();
+    let fsdp_default = FsdpConfig {
+        world: par.world(),
+        rank: 0,
+        param_dtype: None,
+        reshard_after_forward: true,
+        cpu_offload: false,
+    };
+    let mp = "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)";
+    match par {
+        Parallel::Fsdp(f) => {
+            if f.param_dtype.is_none() && weights == DType::F32 {
+                let p = FsdpConfig {
+                    param_dtype: Some(DType::BF16),
+                    ..f.clone()
+                };
+                v.push((mp.into(), given.clone(), Parallel::Fsdp(p)));
+            }
+            let flipped = if f.reshard_after_forward {
+                "False"
+            } else {
+                "None (the default)"
+            };
+            let p = FsdpConfig {
+                reshard_after_forward: !f.reshard_after_forward,
+                ..f.clone()
+            };
+            v.push((
+                format!("reshard_after_forward={flipped}"),
+                given.clone(),
+                Parallel::Fsdp(p),
+            ));
+            if !f.cpu_offload {
+                let p = FsdpConfig {
+                    cpu_offload: true,
+                    ..f.clone()
+                };
+                v.push((
+                    "CPUOffloadPolicy()".into(),
+                    given.clone(),
+                    Parallel::Fsdp(p),
+                ));
+            }
+            let d = DdpConfig {
+                world: f.world,
+                bucket_cap_mb: None,
+                gradient_as_bucket_view: false,
+                first_buckets_held: false,
+            };
+            v.push((
+                "DDP instead (its defaults)".into(),
+                given.clone(),
+                Parallel::Ddp(d),
+            ));
+        }
+        Parallel::Ddp(d) => {
+            if !d.gradient_as_bucket_view {
+                let p = DdpConfig {
+                    gradient_as_bucket_view: true,
+                    ..d.clone()
+                };
+                v.push((
+                    "gradient_as_bucket_view=True".into(),
+                    given.clone(),
+                    Parallel::Ddp(p),
+                ));
+            }
+            v.push((
+                "FSDP2 instead (fully_shard per layer)".into(),
+                given.clone(),
+                Parallel::Fsdp(fsdp_default.clone()),
+            ));
+            if weights == DType::F32 {
+                let p = FsdpConfig {
+                    param_dtype: Some(DType::BF16),
+                    ..fsdp_default
+                };
+                v.push((
+                    "FSDP2 instead, MixedPrecisionPolicy(param_dtype=bf16)".to_string(),
+                    given.clone(),
+                    Parallel::Fsdp(p),
+                ));
+            }
+        }
+    }
+    if given.checkpointing.is_none() {
+        v.push((
+            "gradient checkpointing of every layer".into(),
+            Workload {
+                checkpointing: Some(Checkpointing::Every(1)),
+                ..given.clone()
+            },
+            par.clone(),
+        ));
+    }
+    v
+}
+
+/// `f` of each item, on up to `threads` threads taking the next item as
+/// they finish, the answers in the items' order (the first error wins).
+fn on_threads<T: Sync, R: Send>(
+    threads: usize,
+    items: &[T],
+    f: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    if threads <= 1 || items.len() <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<R>>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    thread::scope(|s| {
+        for _ in 0..threads.min(items.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                *slots[i].lock().expect("a planning thread panicked") = Some(r);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .expect("a planning thread panicked")
+                .expect("every item ran")
+        })
+        .collect()
+}
+
+fn div_up(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use vramscope_models::Task;
+
+    fn llama() -> HfConfig {
+        HfConfig::parse(
+            r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024,
+                "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 32000,
+                "max_position_embeddings": 2048}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_largest_batch_is_the_same_from_any_start() {
+        for k in [0, 1, 5, 6, 7, 8, 100, MAX_BATCH_PER_RANK] {
+            for start in [1, 2, 6, 8, 64, MAX_BATCH_PER_RANK] {
+                let fits = |b: i64| Ok(b <= k);
+                assert_eq!(largest_by(&fits, start).unwrap(), k, "k {k} from {start}");
+            }
+        }
+        // from 1 the probes are 1, 2, 4, ..., then the bisection
+        let probes = RefCell::new(Vec::new());
+        let fits = |b: i64| {
+            probes.borrow_mut().push(b);
+            Ok(b <= 6)
+        };
+        largest_by(&fits, 1).unwrap();
+        assert_eq!(probes.into_inner(), vec![1, 2, 4, 8, 6, 7]);
+    }
+
+    #[test]
+    fn threads_give_the_answers_of_one_thread_and_fewest_is_the_first_count_that_fits() {
+        let config = llama();
+        let base = Workload::train(Task::Causal, 1, 1024);
+        let par = Parallel::Fsdp(FsdpConfig {
+            world: 2,
+            rank: 0,
+            param_dtype: None,
+            reshard_after_forward: true,
+            cpu_offload: false,
+        });
+        // an H200 cut to 2 GiB (memory_fraction): a few sequences per rank fit
+        let options = EstimateOptions {
+            profile: vramscope_engine::gpu("h200").unwrap().profile(),
+            memory_fraction: Some(2.0 / 139.0),
+            ..EstimateOptions::default()
+        };
+        let ask = |threads| ParallelAsk {
+            target_batch: Some(48),
+            sweep: vec![1, 2],
+            levers: true,
+            threads,
+        };
+        let one = plan_parallel(&config, &base, &par, &ask(1), &options).unwrap();
+        let three = plan_parallel(&config, &base, &par, &ask(3), &options).unwrap();
+        assert_eq!(one, three);
+        let (n, per) = one.fewest.unwrap().found.unwrap();
+        assert!(n > 2, "{one:?}");
+        for k in 2..n {
+            let w = Workload {
+                batch: div_up(48, k),
+                ..base.clone()
+            };
+            assert!(
+                !run_ranks(&config, &w, &with_world(&par, k), &options, false)
+                    .unwrap()
+                    .fits
+            );
+        }
+        let w = Workload {
+            batch: per,
+            ..base.clone()
+        };
+        assert!(
+            run_ranks(&config, &w, &with_world(&par, n), &options, false)
+                .unwrap()
+                .fits
+        );
+    }
+}
