@@ -7,6 +7,8 @@
 # byte near its end set to 0xff (the lex names it before decoding does).
 #
 #   bash bench.sh OUTDIR DIR_WITH_BINARIES_AND_XZ ENTRIES
+#   SMALL_ONLY=1 bash bench.sh OUTDIR DIR   # a short call (session 6):
+#       pickle.load and inspect only, on the three real snapshots
 #
 # DIR holds vramscope-old, vramscope-new, gen_snapshot, lex_file and
 # {c50,w50,p50}.pickle.xz; one JSON line per measurement (measure.py).
@@ -26,6 +28,7 @@ for n in $small; do
         for _ in 1 2; do
             $M "$n pickle.load" python3 -c 'import pickle, sys; pickle.load(open(sys.argv[1], "rb"))' "$f"
         done
+        [ -n "${SMALL_ONLY:-}" ] && continue
         timeout 100 $M "$n memory_viz" python3 -m torch.cuda._memory_viz trace_plot "$f" -o "$OUT/$n.viz.html"
         rm -f "$OUT/$n.viz.html"
     ) >"$OUT/$n.py.times" &
@@ -41,6 +44,7 @@ for n in $small; do
         done
     done
 done
+[ -n "${SMALL_ONLY:-}" ] && exit 0
 for _ in 1 2; do
     for b in old new; do
         $M "w50 c50 $b diff --json" "$BIN/vramscope-$b" diff --json "$OUT/w50.pickle" "$OUT/c50.pickle"

@@ -40,6 +40,22 @@ fn time(label: &str, runs: usize, bytes: usize, entries: usize, mut f: impl FnMu
     );
 }
 
+/// `read_snapshot`, `pickle::parse` and `pickle::parse_stepwise` of
+/// `bytes` (a snapshot of `entries` entries).
+fn decoders(name: &str, runs: usize, bytes: &[u8], entries: usize) {
+    let n = bytes.len();
+    time(&format!("{name} read_snapshot"), runs, n, entries, || {
+        black_box(read_snapshot(bytes).expect("it reads"));
+    });
+    time(&format!("{name} pickle::parse"), runs, n, entries, || {
+        black_box(pickle::parse(bytes).expect("it decodes"));
+    });
+    let label = format!("{name} pickle::parse_stepwise");
+    time(&label, runs, n, entries, || {
+        black_box(pickle::parse_stepwise(bytes).expect("it decodes"));
+    });
+}
+
 fn main() {
     let runs: usize = std::env::var("BENCH_RUNS")
         .ok()
@@ -65,21 +81,7 @@ fn main() {
         let bytes = snapshot_to_bytes(&snap, &opts);
         let (n, e) = (bytes.len(), snap.trace_len());
         println!("synthetic {name}: {:.1} MB, {e} entries", n as f64 / 1e6);
-        time(&format!("{name} read_snapshot"), runs, n, e, || {
-            black_box(read_snapshot(&bytes).expect("it reads"));
-        });
-        time(&format!("{name} pickle::parse"), runs, n, e, || {
-            black_box(pickle::parse(&bytes).expect("it decodes"));
-        });
-        time(
-            &format!("{name} pickle::parse_stepwise"),
-            runs,
-            n,
-            e,
-            || {
-                black_box(pickle::parse_stepwise(&bytes).expect("it decodes"));
-            },
-        );
+        decoders(name, runs, &bytes, e);
     }
     let files = std::env::var("BENCH_SNAPSHOTS").unwrap_or_default();
     for path in files.split_whitespace() {
@@ -102,20 +104,6 @@ fn main() {
         time(&format!("{name} read_snapshot_file"), runs, n, e, || {
             black_box(read_snapshot_file(path).expect("it reads"));
         });
-        time(&format!("{name} read_snapshot"), runs, n, e, || {
-            black_box(read_snapshot(&bytes).expect("it reads"));
-        });
-        time(&format!("{name} pickle::parse"), runs, n, e, || {
-            black_box(pickle::parse(&bytes).expect("it decodes"));
-        });
-        time(
-            &format!("{name} pickle::parse_stepwise"),
-            runs,
-            n,
-            e,
-            || {
-                black_box(pickle::parse_stepwise(&bytes).expect("it decodes"));
-            },
-        );
+        decoders(&name, runs, &bytes, e);
     }
 }
