@@ -572,6 +572,8 @@ class Capture:
         vals = None
         if small and func not in _kernels.NO_VALUES:
             vals = self.cpu_values(func, *tree_flatten((args, kwargs)))
+        # values computed over zeros standing in for an input's unknown values
+        guessed = vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
         category = "input" if factory else "output"
         for i, o in enumerate(outs):
             if not isinstance(o, torch.Tensor) or not _tensor.BASE_IS_META(o):
@@ -579,7 +581,7 @@ class Capture:
             if o.untyped_storage()._cdata not in before:
                 self.track(o, op, category)
             v = vals[i] if vals is not None and i < len(vals) else None
-            set_value(o, v if isinstance(v, torch.Tensor) else None)
+            set_value(o, v if isinstance(v, torch.Tensor) else None, guessed)
         if vals is None and func._schema.is_mutable:
             for a in ours:
                 set_value(a, None)

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from ._tensor import registered, set_value, tensors_in, value
+from ._tensor import assumed, registered, set_value, tensors_in, value
 
 aten = torch.ops.aten
 
@@ -1768,10 +1768,11 @@ DISPATCH[aten._euclidean_dist.default] = _euclidean_dist
 
 def _is_all_true(cap, func, args, kwargs):
     """`torch._is_all_true`, the check behind `torch.distributions`' argument validation and
-    `torch._assert`: where the twin does not carry the checked values it answers True, so a
+    `torch._assert`: where the twin does not carry the checked values (or computed them over zeros
+    standing in for unknown ones) it answers True, so a
     program that passes its checks on the GPU passes them here (documented in docs/run.md)."""
     x = args[0]
-    if kwargs or not registered(x) or value(x) is not None:
+    if kwargs or not registered(x) or (value(x) is not None and not assumed(x)):
         return NotImplemented
     out = cap.run(func, args, kwargs, [x])
     set_value(out, torch.tensor(True))

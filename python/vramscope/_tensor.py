@@ -85,13 +85,22 @@ def value(t):
     return getattr(t, "_vs_val", None)
 
 
-def set_value(t, v) -> None:
-    """Attach CPU values to `t` (None: forget them)."""
+def set_value(t, v, assumed: bool = False) -> None:
+    """Attach CPU values to `t` (None: forget them); `assumed`: they were computed over zeros
+    standing in for values the twin does not carry."""
     if v is None:
         if getattr(t, "_vs_val", None) is not None:
             t._vs_val = None
+            t._vs_assumed = False
     else:
         t._vs_val = v
+        if assumed or getattr(t, "_vs_assumed", False):
+            t._vs_assumed = assumed
+
+
+def assumed(t) -> bool:
+    """Whether `t`'s values were computed over zeros standing in for unknown values."""
+    return getattr(t, "_vs_assumed", False)
 
 
 class Storage:
