@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use serde::Serialize;
 use vramscope_alloc::format_size;
-use vramscope_models::{EstimateOptions, HfConfig, Parallel};
+use vramscope_models::{EstimateOptions, HfConfig, Parallel, Task};
 use vramscope_planner::{plan_parallel, ParallelAsk, MAX_GPUS};
 
 use crate::estimate::emit;
@@ -52,6 +52,9 @@ struct PlanFsdpJson<'a> {
     world: i64,
     seq: i64,
     max_batch_per_rank: i64,
+    /// why the search stopped with no batch running out (then
+    /// `max_batch_per_rank` is a lower bound)
+    max_batch_capped_by: Option<String>,
     max_global_batch: i64,
     peak_reserved_bytes: i64,
     fewest_gpus: Option<FewestJson>,
@@ -141,6 +144,7 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
             world,
             seq: base.seq,
             max_batch_per_rank: max,
+            max_batch_capped_by: plan.capped.clone(),
             max_global_batch: max * world,
             peak_reserved_bytes: plan.here.peak_reserved_bytes,
             fewest_gpus: fewest,
@@ -159,11 +163,24 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
         } else {
             writeln!(
                 out,
-                "{title} over {} GPUs ({}): largest batch per rank {max} (global {}), seq {}",
+                "{title} over {} GPUs ({}): largest batch per rank {}{max} (global {}){}{}",
                 world,
                 profile.name,
+                if plan.capped.is_some() {
+                    "at least "
+                } else {
+                    ""
+                },
                 max * world,
-                base.seq
+                if base.task == Task::Image {
+                    String::new()
+                } else {
+                    format!(", seq {}", base.seq)
+                },
+                plan.capped
+                    .as_ref()
+                    .map(|c| format!("; the search stopped: {c}"))
+                    .unwrap_or_default()
             )?;
         }
         if let Some(f) = &fewest {

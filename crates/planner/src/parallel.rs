@@ -18,9 +18,11 @@ use std::thread;
 use vramscope_engine::DType;
 use vramscope_models::parallel::fsdp::rank_classes;
 use vramscope_models::{
-    estimate, Checkpointing, DdpConfig, EstimateOptions, FsdpConfig, HfConfig, Parallel, Result,
-    Workload,
+    estimate, Checkpointing, DdpConfig, EstimateOptions, FsdpConfig, HfConfig, Mode, Parallel,
+    Result, Workload,
 };
+
+use crate::search::not_modelled;
 
 /// The most GPUs the fewest-GPUs search tries.
 pub const MAX_GPUS: i64 = 64;
@@ -61,6 +63,10 @@ pub struct Fewest {
 pub struct ParallelPlan {
     /// the largest batch per rank that fits (0: not even 1)
     pub max_batch_per_rank: i64,
+    /// why the search for it stopped with no batch running out, when it
+    /// did (a batch past the search's bound, or one that takes something
+    /// the twin does not model): `max_batch_per_rank` is a lower bound
+    pub capped: Option<String>,
     /// the batch per rank the levers are run at: the target's share, else
     /// the largest that fits (at least 1)
     pub at: i64,
@@ -138,13 +144,15 @@ pub fn run_ranks(
 }
 
 /// The largest batch per rank that fits (0: not even 1): doubling from 1,
-/// then bisection between the last that fits and the first that does not.
+/// then bisection between the last that fits and the first that does not;
+/// with why the search stopped where no batch ran out
+/// ([`ParallelPlan::capped`]).
 pub fn largest_batch_per_rank(
     config: &HfConfig,
     base: &Workload,
     par: &Parallel,
     options: &EstimateOptions,
-) -> Result<i64> {
+) -> Result<(i64, Option<String>)> {
     let fits = |b: i64| fits_at(config, base, par, options, b, par.world());
     largest_by(&fits, 1)
 }
@@ -169,36 +177,57 @@ fn fits_at(
 /// The largest batch for which `fits` holds (0: not even 1), from `start`:
 /// doubling while it fits, else halving until it does, then bisection
 /// between the last that fits and the first that does not (from 1, the
-/// probes are 1, 2, 4, ...).
-fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<i64> {
+/// probes are 1, 2, 4, ...). A batch past [`MAX_BATCH_PER_RANK`], or one
+/// that takes what the twin does not model while doubling, stops it with
+/// the last that fitted, and says why.
+fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Option<String>)> {
     let start = start.clamp(1, MAX_BATCH_PER_RANK);
     let (mut lo, mut hi);
-    if fits(start)? {
-        (lo, hi) = (start, start * 2);
-        loop {
-            if hi > MAX_BATCH_PER_RANK {
-                // the cap itself is the last probe
-                if lo == MAX_BATCH_PER_RANK || fits(MAX_BATCH_PER_RANK)? {
-                    return Ok(MAX_BATCH_PER_RANK);
+    let try_fits = |b: i64| -> Result<std::result::Result<bool, String>> {
+        match fits(b) {
+            Ok(f) => Ok(Ok(f)),
+            // a batch past what the twin models (e.g. a convolution over
+            // more than 2^31 elements, which PyTorch splits)
+            Err(e) if b > 1 && not_modelled(&e) => Ok(Err(format!("batch {b} per rank: {e}"))),
+            Err(e) => Err(e),
+        }
+    };
+    match try_fits(start)? {
+        Ok(true) => {
+            (lo, hi) = (start, start * 2);
+            loop {
+                if hi > MAX_BATCH_PER_RANK {
+                    // the cap itself is the last probe
+                    if lo == MAX_BATCH_PER_RANK || fits(MAX_BATCH_PER_RANK)? {
+                        let why = format!(
+                            "batch {} per rank is past the search's bound ({MAX_BATCH_PER_RANK})",
+                            MAX_BATCH_PER_RANK * 2
+                        );
+                        return Ok((MAX_BATCH_PER_RANK, Some(why)));
+                    }
+                    hi = MAX_BATCH_PER_RANK;
+                    break;
                 }
-                hi = MAX_BATCH_PER_RANK;
-                break;
+                match try_fits(hi)? {
+                    Ok(true) => {
+                        lo = hi;
+                        hi *= 2;
+                    }
+                    Ok(false) => break,
+                    Err(why) => return Ok((lo, Some(why))),
+                }
             }
-            if !fits(hi)? {
-                break;
+        }
+        Ok(false) | Err(_) => {
+            hi = start;
+            lo = start / 2;
+            while lo >= 1 && !fits(lo)? {
+                hi = lo;
+                lo /= 2;
             }
-            lo = hi;
-            hi *= 2;
-        }
-    } else {
-        hi = start;
-        lo = start / 2;
-        while lo >= 1 && !fits(lo)? {
-            hi = lo;
-            lo /= 2;
-        }
-        if lo == 0 {
-            return Ok(0);
+            if lo == 0 {
+                return Ok((0, None));
+            }
         }
     }
     while hi - lo > 1 {
@@ -209,7 +238,7 @@ fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<i64> {
             hi = mid;
         }
     }
-    Ok(lo)
+    Ok((lo, None))
 }
 
 /// The fewest GPUs (2 to [`MAX_GPUS`]) on which `target` fits, each rank
@@ -297,7 +326,8 @@ pub fn plan_parallel(
         Some(t) => (None, div_up(t, world)),
         None => {
             let max = largest(1)?;
-            (Some(max), max.max(1))
+            let at = max.0.max(1);
+            (Some(max), at)
         }
     };
     let given = Workload {
@@ -346,12 +376,12 @@ pub fn plan_parallel(
             }
         })
     })?;
-    let mut max = searched.unwrap_or(0);
+    let (mut max, mut capped) = searched.unwrap_or((0, None));
     let mut fewest = None;
     let mut outcomes = Vec::with_capacity(runs.len());
     for a in answers {
         match a {
-            Answer::Largest(m) => max = m,
+            Answer::Largest(m) => (max, capped) = m,
             Answer::Fewest(f) => fewest = Some(f),
             Answer::Run(o) => outcomes.push(o),
         }
@@ -373,6 +403,7 @@ pub fn plan_parallel(
         .collect();
     Ok(ParallelPlan {
         max_batch_per_rank: max,
+        capped,
         at,
         here: outcomes[0],
         fewest,
@@ -389,7 +420,7 @@ enum Task {
 }
 
 enum Answer {
-    Largest(i64),
+    Largest((i64, Option<String>)),
     Fewest(Fewest),
     Run(RanksOutcome),
 }
@@ -488,7 +519,7 @@ fn parallel_levers(
             }
         }
     }
-    if given.checkpointing.is_none() {
+    if given.checkpointing.is_none() && given.mode == Mode::Train {
         v.push((
             "gradient checkpointing of every layer".into(),
             Workload {
@@ -557,7 +588,7 @@ mod tests {
         for k in [0, 1, 5, 6, 7, 8, 100, MAX_BATCH_PER_RANK] {
             for start in [1, 2, 6, 8, 64, MAX_BATCH_PER_RANK] {
                 let fits = |b: i64| Ok(b <= k);
-                assert_eq!(largest_by(&fits, start).unwrap(), k, "k {k} from {start}");
+                assert_eq!(largest_by(&fits, start).unwrap().0, k, "k {k} from {start}");
             }
         }
         // from 1 the probes are 1, 2, 4, ..., then the bisection
@@ -568,6 +599,22 @@ mod tests {
         };
         largest_by(&fits, 1).unwrap();
         assert_eq!(probes.into_inner(), vec![1, 2, 4, 8, 6, 7]);
+    }
+
+    #[test]
+    fn a_batch_the_twin_does_not_model_stops_the_doubling_with_a_lower_bound() {
+        let fits = |b: i64| {
+            if b >= 32 {
+                Err(vramscope_models::ModelError::Unsupported(
+                    "conv2d on tensors of more than 2^31 elements".into(),
+                ))
+            } else {
+                Ok(true)
+            }
+        };
+        let (max, why) = largest_by(&fits, 1).unwrap();
+        assert_eq!(max, 16);
+        assert!(why.unwrap().starts_with("batch 32 per rank: "));
     }
 
     #[test]
