@@ -374,6 +374,9 @@ enum Part {
     },
     /// A fresh frames list: its items.
     List(Span),
+    /// `LONG1` at `w[at]` of an int too wide to be inline (stored when
+    /// the dict is).
+    Int { at: usize, i: i64 },
 }
 
 /// Longest string kept in [`Core`]'s cache of short strings.
@@ -1748,12 +1751,14 @@ impl<A: Absorb> Core<A> {
                         x[..len].copy_from_slice(bytes);
                         i64::from_le_bytes(x)
                     };
+                    let at = p;
+                    p += 2 + len;
                     match Val::small_int(i) {
-                        Some(v) => {
-                            p += 2 + len;
-                            v
+                        Some(v) => v,
+                        None => {
+                            *part = Part::Int { at, i };
+                            continue;
                         }
-                        None => return None,
                     }
                 }
                 b'N' => {
@@ -1804,8 +1809,9 @@ impl<A: Absorb> Core<A> {
     /// (key value)* SETITEMS` in `w` (which starts at the EMPTY_DICT),
     /// whose keys are the memo gets of one of the last two shapes' keys in
     /// order (what [`Core::set_items`]' fast path takes) and whose values
-    /// are memo gets of strs, ints, `None`, bools and frozen lists, small
-    /// ints, short strs (memoized or not) and frames lists (`EMPTY_LIST
+    /// are memo gets of strs, ints, `None`, bools and frozen lists, ints
+    /// (`LONG1` of any width), short strs (memoized or not) and frames
+    /// lists (`EMPTY_LIST
     /// MEMOIZE`, then nothing or a body of gets seen before, see
     /// [`Core::list_of_gets`]). The bytes are checked first, changing
     /// nothing; then the memo, the slots and the hook are given what the
@@ -1865,6 +1871,12 @@ impl<A: Absorb> Core<A> {
                         self.memo.put(self.memo.count, v);
                     }
                     v
+                }
+                Part::Int { at: o, i } => {
+                    self.at = at + o;
+                    let v = self.int(i);
+                    self.at = at;
+                    v?
                 }
                 Part::List(sp) => {
                     let v = Val::new(Tag::List, u32_of(self.st.slots.len(), at)?);
