@@ -6,14 +6,15 @@ start): what `vramscope estimate` answers for the same case.
 
 A case is `validation/hf_cases.py`'s (name, config, task, mode, batch, seq, weights, autocast,
 optimizer, momentum, lr, checkpointing, steps, alloc_conf) with, for `mode: train`:
-- `optimizer`: adamw | adam | sgd | adagrad | rmsprop (`torch.optim.AdamW`, ..., `RMSprop`), built
-  as `OPT(model.parameters(), lr=lr[, momentum=m])` plus `optimizer_impl`: foreach (no argument:
-  PyTorch's default on CUDA), for-loop (`foreach=False`) or fused (`fused=True`).
+- `optimizer`: adamw | adam | sgd | adagrad | rmsprop | adafactor (`torch.optim.AdamW`, ...,
+  `RMSprop`, `Adafactor`), built as `OPT(model.parameters(), lr=lr[, momentum=m])` plus
+  `optimizer_impl`: foreach (no argument: PyTorch's default on CUDA; Adafactor: `foreach=True`,
+  its default being the for-loop), for-loop (`foreach=False`) or fused (`fused=True`).
 The phases are hf_cases.py's: `load` (from_config(dtype, attn_implementation="sdpa").cuda(), the
 optimizer, the inputs), then per step `forward{i}`, `backward{i}`, `step{i}`, `zero_grad{i}`.
 
 With `lora` ({r, alpha, targets, dropout}): `model = get_peft_model(model, LoraConfig(r=r,
-lora_alpha=alpha, target_modules=targets or None, lora_dropout=dropout, task_type="CAUSAL_LM"))`
+lora_alpha=alpha, target_modules=targets or None (`["all-linear"]`: "all-linear"), lora_dropout=dropout, task_type="CAUSAL_LM"))`
 right after `.cuda()`, the optimizer over the parameters that require grad, and with
 checkpointing also `model.enable_input_require_grads()`.
 
@@ -47,15 +48,24 @@ def stats(torch):
                 requested_bytes=s.get("requested_bytes.all.current", 0))
 
 
+def _targets(t):
+    # ["all-linear"] is peft's string form
+    return "all-linear" if t == ["all-linear"] else (t or None)
+
+
 def make_optimizer(torch, case, params):
     name = case.get("optimizer", "adamw")
     impl = case.get("optimizer_impl", "foreach")
     cls = dict(adamw=torch.optim.AdamW, adam=torch.optim.Adam, sgd=torch.optim.SGD,
-               adagrad=torch.optim.Adagrad, rmsprop=torch.optim.RMSprop)[name]
+               adagrad=torch.optim.Adagrad, rmsprop=torch.optim.RMSprop,
+               adafactor=torch.optim.Adafactor)[name]
     kw = dict(lr=case.get("lr", 1e-4))
     if name in ("sgd", "rmsprop"):
         kw["momentum"] = case.get("momentum", 0.0)
-    if impl == "fused":
+    if name == "adafactor" and impl in ("foreach", "for-loop"):
+        # (Adafactor's foreach=None runs the for-loop: say which one)
+        kw["foreach"] = impl == "foreach"
+    elif impl == "fused":
         kw["fused"] = True
     elif impl == "for-loop":
         kw["foreach"] = False
@@ -118,7 +128,7 @@ def main():
             from peft import LoraConfig, get_peft_model
             lc = case["lora"]
             model = get_peft_model(model, LoraConfig(r=lc["r"], lora_alpha=lc.get("alpha", 8),
-                                                     target_modules=lc.get("targets") or None,
+                                                     target_modules=_targets(lc.get("targets")),
                                                      lora_dropout=lc.get("dropout", 0.0), task_type="CAUSAL_LM"))
         if case["mode"] == "train":
             opt = make_optimizer(torch, case, [p for p in model.parameters() if p.requires_grad])

@@ -228,15 +228,19 @@ pub struct WorkloadArgs {
     /// The optimizer (train): torch.optim.AdamW (two states like each
     /// parameter), Adam (the same), SGD (a momentum buffer per parameter
     /// when --momentum > 0), Adagrad (one state, made by the constructor),
-    /// RMSprop (one state, two with --momentum > 0).
+    /// RMSprop (one state, two with --momentum > 0), Adafactor (PyTorch's
+    /// torch.optim.Adafactor, not transformers': a row and a column factor
+    /// per matrix, a full variance per vector).
     #[arg(long, default_value = "adamw", value_parser = optimizer_parser())]
     pub optimizer: OptimizerKind,
-    /// How the optimizer's step runs: foreach (PyTorch's default on CUDA:
-    /// the step's temporaries are a list as large as the parameters),
-    /// for-loop (foreach=False: one parameter's temporaries at a time) or
-    /// fused (fused=True: none; AdamW, Adam and SGD only).
-    #[arg(long, default_value = "foreach", value_parser = implementation_parser())]
-    pub optimizer_impl: Implementation,
+    /// How the optimizer's step runs: foreach (foreach=True: the step's
+    /// temporaries are a list as large as the parameters), for-loop
+    /// (foreach=False: one parameter's temporaries at a time) or fused
+    /// (fused=True: none; AdamW, Adam and SGD only). Absent: what PyTorch
+    /// runs without the argument, foreach on CUDA, but for-loop for
+    /// Adafactor.
+    #[arg(long, value_parser = implementation_parser())]
+    pub optimizer_impl: Option<Implementation>,
     /// SGD and RMSprop momentum (a momentum buffer per parameter when > 0).
     #[arg(long, default_value_t = 0.0)]
     pub momentum: f64,
@@ -293,7 +297,8 @@ pub struct WorkloadArgs {
     #[arg(long, value_name = "A", default_value_t = 8.0, requires = "lora")]
     pub lora_alpha: f64,
     /// LoRA: target_modules, comma-separated (default: peft's for the
-    /// family, q_proj,v_proj).
+    /// family, q_proj,v_proj; all-linear: every linear layer but the
+    /// output head, as peft's target_modules="all-linear").
     #[arg(long, value_name = "NAMES", requires = "lora", value_delimiter = ',')]
     pub lora_targets: Vec<String>,
     /// LoRA: lora_dropout (> 0: nn.Dropout on the adapters' input).
@@ -406,7 +411,9 @@ impl WorkloadArgs {
                 AutocastArg::Fp16 => DType::F16,
             }),
             optimizer: self.optimizer,
-            optimizer_impl: self.optimizer_impl,
+            optimizer_impl: self
+                .optimizer_impl
+                .unwrap_or_else(|| self.optimizer.default_implementation()),
             momentum: self.momentum,
             lr: self.lr,
             checkpointing: self

@@ -5,7 +5,7 @@
 //! exhaustively, so a new optimizer is a new variant here and nowhere else
 //! (its name, its implementations, its state and its step).
 //!
-//! Sources: `torch/optim/{adam,adamw,sgd,adagrad,rmsprop}.py` (`_init_group`,
+//! Sources: `torch/optim/{adam,adamw,sgd,adagrad,rmsprop,_adafactor}.py` (`_init_group`,
 //! `_single_tensor_*`, `_multi_tensor_*`, `_fused_*`) and the ATen kernels
 //! they call: `_foreach_*` out-of-place ops allocate one `empty_like` output
 //! per tensor in list order (`ForeachUnaryOp.cu`, `ForeachBinaryOpScalarList.cu`);
@@ -34,16 +34,20 @@ pub enum OptimizerKind {
     Adagrad,
     /// `torch.optim.RMSprop` (a momentum buffer per parameter when `momentum > 0`)
     RmsProp,
+    /// `torch.optim.Adafactor` (PyTorch's, not transformers'): a row and a
+    /// column factor per matrix, a full variance per vector
+    Adafactor,
 }
 
 impl OptimizerKind {
     /// Every optimizer the twin models.
-    pub const ALL: [OptimizerKind; 5] = [
+    pub const ALL: [OptimizerKind; 6] = [
         OptimizerKind::AdamW,
         OptimizerKind::Adam,
         OptimizerKind::Sgd,
         OptimizerKind::Adagrad,
         OptimizerKind::RmsProp,
+        OptimizerKind::Adafactor,
     ];
 
     /// The name in the CLI, case lists and JSON (`adamw`, `sgd`, ...).
@@ -54,6 +58,7 @@ impl OptimizerKind {
             OptimizerKind::Sgd => "sgd",
             OptimizerKind::Adagrad => "adagrad",
             OptimizerKind::RmsProp => "rmsprop",
+            OptimizerKind::Adafactor => "adafactor",
         }
     }
 
@@ -65,6 +70,7 @@ impl OptimizerKind {
             OptimizerKind::Sgd => "SGD",
             OptimizerKind::Adagrad => "Adagrad",
             OptimizerKind::RmsProp => "RMSprop",
+            OptimizerKind::Adafactor => "Adafactor",
         }
     }
 
@@ -81,6 +87,7 @@ impl OptimizerKind {
             OptimizerKind::Sgd => "optim/sgd.py",
             OptimizerKind::Adagrad => "optim/adagrad.py",
             OptimizerKind::RmsProp => "optim/rmsprop.py",
+            OptimizerKind::Adafactor => "optim/_adafactor.py",
         }
     }
 
@@ -89,16 +96,33 @@ impl OptimizerKind {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// The implementations PyTorch runs on CUDA parameters: RMSprop has no
-    /// `fused` argument, and Adagrad's fused kernel is CPU-only
-    /// (`_device_dtype_check_for_fused(p, cuda_unsupported=True)`).
+    /// The implementations PyTorch runs on CUDA parameters: RMSprop and
+    /// Adafactor have no `fused` argument, and Adagrad's fused kernel is
+    /// CPU-only (`_device_dtype_check_for_fused(p, cuda_unsupported=True)`).
     pub fn implementations(self) -> &'static [Implementation] {
         use Implementation::*;
         match self {
             OptimizerKind::AdamW | OptimizerKind::Adam | OptimizerKind::Sgd => {
                 &[ForLoop, Foreach, Fused]
             }
-            OptimizerKind::Adagrad | OptimizerKind::RmsProp => &[ForLoop, Foreach],
+            OptimizerKind::Adagrad | OptimizerKind::RmsProp | OptimizerKind::Adafactor => {
+                &[ForLoop, Foreach]
+            }
+        }
+    }
+
+    /// The implementation the class runs without `foreach`/`fused`
+    /// arguments on CUDA: foreach (`_default_to_fused_or_foreach`), but
+    /// Adafactor's for-loop (`adafactor()` takes `foreach=None` as false:
+    /// `if foreach: _multi_tensor_adafactor else _single_tensor_adafactor`).
+    pub fn default_implementation(self) -> Implementation {
+        match self {
+            OptimizerKind::Adafactor => Implementation::ForLoop,
+            OptimizerKind::AdamW
+            | OptimizerKind::Adam
+            | OptimizerKind::Sgd
+            | OptimizerKind::Adagrad
+            | OptimizerKind::RmsProp => Implementation::Foreach,
         }
     }
 }
@@ -208,7 +232,8 @@ impl OptimizerConfig {
             OptimizerKind::Adam
             | OptimizerKind::Sgd
             | OptimizerKind::Adagrad
-            | OptimizerKind::RmsProp => 0.0,
+            | OptimizerKind::RmsProp
+            | OptimizerKind::Adafactor => 0.0,
         }
     }
 }
@@ -253,7 +278,8 @@ impl Optimizer {
             OptimizerKind::AdamW
             | OptimizerKind::Adam
             | OptimizerKind::Sgd
-            | OptimizerKind::RmsProp => {}
+            | OptimizerKind::RmsProp
+            | OptimizerKind::Adafactor => {}
         }
         Ok(opt)
     }
@@ -326,6 +352,7 @@ impl Optimizer {
                 OptimizerKind::Sgd => self.sgd_step(&idx),
                 OptimizerKind::Adagrad => self.adagrad(&idx),
                 OptimizerKind::RmsProp => self.rmsprop(&idx),
+                OptimizerKind::Adafactor => self.adafactor(&idx),
             }
         })
     }
@@ -594,6 +621,190 @@ impl Optimizer {
     }
 }
 
+impl Optimizer {
+    /// `Adafactor.step` at its defaults (`weight_decay=0`, `maximize=False`):
+    /// `_init_group` makes each parameter's state, then
+    /// `_single_tensor_adafactor` or `_multi_tensor_adafactor`. Every norm
+    /// (`p.norm(2).item()`, `torch.norm(grad, dim=...)`) is a
+    /// `linalg_vector_norm` with its reduction scratch; the matrices'
+    /// variance estimate `row_var @ col_var` is as large as the parameter.
+    fn adafactor(&mut self, idx: &[usize]) -> Result<()> {
+        self.init_adafactor(idx)?;
+        let rt = self.params[idx[0]].runtime().clone();
+        rt.with_category(Category::Temporary, || match self.config.implementation {
+            Implementation::ForLoop => self.adafactor_for_loop(idx),
+            Implementation::Foreach => self.adafactor_foreach(idx),
+            Implementation::Fused => unreachable!("refused by OptimizerConfig::check"),
+        })
+    }
+
+    /// `Adafactor._init_group`: `step` (a CPU scalar), then for a gradient
+    /// of more than one dim `row_var = grad.new_zeros(shape[-1] = 1)` and
+    /// `col_var = grad.new_zeros(shape[-2] = 1)`, else `variance =
+    /// torch.zeros_like(grad)`.
+    fn init_adafactor(&mut self, idx: &[usize]) -> Result<()> {
+        for &i in idx {
+            if self.state[i].is_some() {
+                continue;
+            }
+            let p = &self.params[i];
+            let grad = p.grad().expect("has a grad");
+            let rt = p.runtime().clone();
+            let st = rt.with_category(Category::OptimizerState, || -> Result<State> {
+                let step = rt.scalar_tensor(p.dtype(), Device::Cpu)?;
+                let mut bufs = Vec::with_capacity(2);
+                if grad.dim() > 1 {
+                    let n = grad.dim();
+                    for last in [n - 1, n - 2] {
+                        let mut shape = grad.sizes().to_vec();
+                        shape[last] = 1;
+                        bufs.push(rt.empty_op(
+                            &shape,
+                            grad.dtype(),
+                            Device::Cuda,
+                            "new_zeros",
+                            Category::OptimizerState,
+                        )?);
+                    }
+                } else {
+                    bufs.push(empty_like(
+                        &grad,
+                        grad.dtype(),
+                        "zeros_like",
+                        Category::OptimizerState,
+                    )?);
+                }
+                Ok(State {
+                    _step: Some(step),
+                    buffers: bufs,
+                })
+            })?;
+            self.state[i] = Some(st);
+        }
+        Ok(())
+    }
+
+    /// `_single_tensor_adafactor`: per parameter `param.norm(2).item()`,
+    /// then a matrix's `row_mean` and `col_mean` (norms over the last and
+    /// second-to-last dims), `var_estimate = row_var @ col_var` and the
+    /// temporary `row_var.mean(dim=-2)`, or a vector's `grad_squared =
+    /// grad * grad` and `var_estimate = variance.clone()`; `update` is
+    /// `var_estimate` (in-place ops), and `update.norm(2).item()`. Each
+    /// local is freed when the next parameter rebinds it (the previous
+    /// `var_estimate` lives on in `update` until `update` is rebound), the
+    /// rest with the frame in `co_varnames` order (`row_mean`, `col_mean`,
+    /// `var_estimate`, `grad_squared`, `update`).
+    fn adafactor_for_loop(&self, idx: &[usize]) -> Result<()> {
+        let mut row_mean: Option<Tensor> = None;
+        let mut col_mean: Option<Tensor> = None;
+        let mut var_estimate: Option<Tensor> = None;
+        let mut grad_squared: Option<Tensor> = None;
+        let mut update: Option<Tensor> = None;
+        for &i in idx {
+            let p = &self.params[i];
+            let grad = p.grad().expect("has a grad");
+            drop(p.vector_norm(&[], false)?);
+            if grad.dim() > 1 {
+                let (row_var, col_var) = (self.buffer(i, 0), self.buffer(i, 1));
+                row_mean = Some(grad.vector_norm(&[-1], true)?);
+                col_mean = Some(grad.vector_norm(&[-2], true)?);
+                var_estimate = Some(row_var.matmul(col_var)?);
+                drop(row_var.mean_dims(&[-2], true)?);
+            } else {
+                grad_squared = Some(grad.mul(&grad)?);
+                var_estimate = Some(self.buffer(i, 0).clone_tensor()?);
+            }
+            update = var_estimate.clone();
+            drop(
+                update
+                    .as_ref()
+                    .expect("set above")
+                    .vector_norm(&[], false)?,
+            );
+        }
+        drop(row_mean);
+        drop(col_mean);
+        drop(var_estimate);
+        drop(grad_squared);
+        drop(update);
+        Ok(())
+    }
+
+    /// `_multi_tensor_adafactor`: the parameters grouped by
+    /// `_group_tensors_by_device_dtype_and_is_multidim` (matrices and
+    /// vectors, each group where its first parameter is), and per group
+    /// the norms of the alphas, then for matrices the lists `row_means`,
+    /// `col_means` (each deleted after its `_foreach_lerp_`),
+    /// `var_estimates = [row_var @ col_var ...]` and `row_var_means`
+    /// (deleted), for vectors `grads_squared = torch._foreach_mul(grads,
+    /// grads)` (deleted) and `var_estimates = [v.clone() ...]`; the updates'
+    /// norms; the previous group's list dies when `updates` is rebound,
+    /// the last with the frame.
+    fn adafactor_foreach(&self, idx: &[usize]) -> Result<()> {
+        let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
+        for &i in idx {
+            let multidim = self.params[i].grad().expect("has a grad").dim() > 1;
+            match groups.iter_mut().find(|g| g.0 == multidim) {
+                Some(g) => g.1.push(i),
+                None => groups.push((multidim, vec![i])),
+            }
+        }
+        let mut var_estimates: Vec<Tensor> = Vec::new();
+        let mut updates: Vec<Tensor> = Vec::new();
+        for (multidim, group) in &groups {
+            let grads: Vec<Tensor> = group
+                .iter()
+                .map(|&i| self.params[i].grad().expect("has a grad"))
+                .collect();
+            for &i in group {
+                drop(self.params[i].vector_norm(&[], false)?);
+            }
+            let new = if *multidim {
+                for dim in [-1, -2] {
+                    let means = grads
+                        .iter()
+                        .map(|g| g.vector_norm(&[dim], true))
+                        .collect::<Result<Vec<_>>>()?;
+                    free_list(means);
+                }
+                let ve = group
+                    .iter()
+                    .map(|&i| self.buffer(i, 0).matmul(self.buffer(i, 1)))
+                    .collect::<Result<Vec<_>>>()?;
+                let rvm = group
+                    .iter()
+                    .map(|&i| self.buffer(i, 0).mean_dims(&[-2], true))
+                    .collect::<Result<Vec<_>>>()?;
+                free_list(rvm);
+                ve
+            } else {
+                let mut sq = Vec::with_capacity(grads.len());
+                for g in &grads {
+                    sq.push(empty_like(
+                        g,
+                        g.dtype(),
+                        "_foreach_mul",
+                        Category::Temporary,
+                    )?);
+                }
+                free_list(sq);
+                group
+                    .iter()
+                    .map(|&i| self.buffer(i, 0).clone_tensor())
+                    .collect::<Result<Vec<_>>>()?
+            };
+            var_estimates = new;
+            for u in &var_estimates {
+                drop(u.vector_norm(&[], false)?);
+            }
+            free_list(std::mem::replace(&mut updates, var_estimates.clone()));
+        }
+        drop(var_estimates);
+        free_list(updates);
+        Ok(())
+    }
+}
+
 /// A list of tensors dying with its frame: CPython frees its items last to
 /// first (`list_dealloc`).
 fn free_list(mut v: Vec<Tensor>) {
@@ -649,6 +860,9 @@ mod tests {
         let rt = Runtime::default();
         let ps = params(&rt, 4);
         let mut opt = Optimizer::new(config, ps).unwrap();
+        // (the cuBLAS workspace exists, as after a training forward)
+        let a = rt.empty(&[8, 8], DType::F32, Device::Cuda).unwrap();
+        drop(a.mm(&a).unwrap());
         let before = rt.figures().allocated;
         rt.reset_peak_memory_stats();
         opt.step().unwrap();
@@ -680,5 +894,48 @@ mod tests {
             ..cfg(OptimizerKind::Sgd, Fused)
         };
         assert_eq!(step_figures(sgd), (16, 16));
+        // Adafactor: a 4 KiB row and column factor per matrix; foreach's
+        // variance estimates are a full list; the for-loop's peak is the
+        // previous parameter's estimate (alive in `update`) and the column
+        // norm's split-reduction buffer (8 MiB), then the next estimate
+        assert_eq!(
+            step_figures(cfg(OptimizerKind::Adafactor, Foreach)),
+            (16, 0)
+        );
+        assert_eq!(
+            step_figures(cfg(OptimizerKind::Adafactor, ForLoop)),
+            (12, 0)
+        );
+    }
+
+    #[test]
+    fn adafactor_factors_matrices_and_keeps_a_vector_s_variance() {
+        let rt = Runtime::default();
+        let m = rt.empty(&[256, 512], DType::BF16, Device::Cuda).unwrap();
+        let v = rt.empty(&[4096], DType::F32, Device::Cuda).unwrap();
+        for p in [&m, &v] {
+            p.requires_grad_(true).unwrap();
+            p.set_grad(Some(p.empty_like().unwrap()));
+        }
+        let mut opt = Optimizer::new(
+            OptimizerConfig::new(OptimizerKind::Adafactor),
+            vec![m.clone(), v.clone()],
+        )
+        .unwrap();
+        assert_eq!(
+            OptimizerKind::Adafactor.default_implementation(),
+            Implementation::ForLoop
+        );
+        opt.step().unwrap();
+        let sizes: Vec<Vec<i64>> = (0..2)
+            .flat_map(|i| opt.state_buffers(i).iter().map(|b| b.sizes().to_vec()))
+            .collect();
+        assert_eq!(sizes, [vec![256, 1], vec![1, 512], vec![4096]]);
+        assert_eq!(opt.state_buffers(0)[0].dtype(), DType::BF16);
+        let fused = OptimizerConfig {
+            implementation: Implementation::Fused,
+            ..OptimizerConfig::new(OptimizerKind::Adafactor)
+        };
+        assert!(fused.check().is_err());
     }
 }

@@ -1402,7 +1402,10 @@ fn fsdp_load(
     use vramscope_engine::optim::{Implementation, OptimizerKind};
     let sharded = match w.optimizer {
         OptimizerKind::AdamW | OptimizerKind::Adam => true,
-        OptimizerKind::Sgd | OptimizerKind::Adagrad | OptimizerKind::RmsProp => false,
+        OptimizerKind::Sgd
+        | OptimizerKind::Adagrad
+        | OptimizerKind::RmsProp
+        | OptimizerKind::Adafactor => false,
     };
     if !sharded || w.optimizer_impl != Implementation::Foreach {
         return Err(ModelError::Unsupported(format!(

@@ -32,7 +32,7 @@ pub use estimate::{
     estimate, estimate_every_step, workload_requests, workload_run, workload_run_deriving_step1,
     Estimate, EstimateOptions, Oom, PhaseFigures, PhaseSpan, RecordedRun,
 };
-pub use families::{max_positions, HfModel, Inputs, ModelOutput, ModuleHooks};
+pub use families::{max_positions, peft_lora_targets, HfModel, Inputs, ModelOutput, ModuleHooks};
 pub use parallel::{DdpConfig, FsdpConfig, Parallel};
 pub use summary::{group_repeated, ModuleGroup};
 pub use vramscope_engine::optim::{Implementation, OptimizerConfig, OptimizerKind};

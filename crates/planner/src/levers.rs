@@ -5,8 +5,8 @@
 use vramscope_alloc::AllocatorConfig;
 use vramscope_engine::DType;
 use vramscope_models::{
-    estimate, Checkpointing, EstimateOptions, GradMode, HfConfig, Mode, OptimizerKind, Result,
-    Workload,
+    estimate, peft_lora_targets, Checkpointing, EstimateOptions, GradMode, HfConfig, LoraSpec,
+    Mode, OptimizerKind, Result, Workload,
 };
 
 use crate::search::{max_batch, try_batch, Try};
@@ -102,9 +102,22 @@ pub fn lever_list(config: &HfConfig, base: &Workload, alloc: &AllocatorConfig) -
         // (each new optimizer decides here)
         let two_moments = match base.optimizer {
             OptimizerKind::AdamW | OptimizerKind::Adam => true,
-            OptimizerKind::Sgd | OptimizerKind::Adagrad | OptimizerKind::RmsProp => false,
+            OptimizerKind::Sgd
+            | OptimizerKind::Adagrad
+            | OptimizerKind::RmsProp
+            | OptimizerKind::Adafactor => false,
         };
         if two_moments {
+            // factored second moments: a row and a column per matrix
+            push(
+                "optimizer -> Adafactor",
+                Workload {
+                    optimizer: OptimizerKind::Adafactor,
+                    optimizer_impl: OptimizerKind::Adafactor.default_implementation(),
+                    ..base.clone()
+                },
+                None,
+            );
             push(
                 "optimizer -> SGD momentum 0.9",
                 Workload {
@@ -125,6 +138,64 @@ pub fn lever_list(config: &HfConfig, base: &Workload, alloc: &AllocatorConfig) -
                 },
                 None,
             );
+        }
+        // LoRA (peft): on a full fine-tune, peft's default adapters; on a
+        // LoRA run, half the rank and the other target set
+        match &base.lora {
+            None => {
+                if peft_lora_targets(&config.model_type).is_some() {
+                    push(
+                        "LoRA r=8 (peft's default targets)",
+                        Workload {
+                            lora: Some(LoraSpec {
+                                r: 8,
+                                alpha: 8.0,
+                                targets: Vec::new(),
+                                dropout: 0.0,
+                            }),
+                            ..base.clone()
+                        },
+                        None,
+                    );
+                }
+            }
+            Some(l) => {
+                if l.r >= 2 {
+                    push(
+                        &format!("LoRA rank {} -> {}", l.r, l.r / 2),
+                        Workload {
+                            lora: Some(LoraSpec {
+                                r: l.r / 2,
+                                ..l.clone()
+                            }),
+                            ..base.clone()
+                        },
+                        None,
+                    );
+                }
+                let (name, targets) = if l.targets == ["all-linear"] {
+                    match peft_lora_targets(&config.model_type) {
+                        Some(_) => ("LoRA targets -> peft's default", Vec::new()),
+                        None => (
+                            "LoRA targets -> q_proj,v_proj",
+                            vec!["q_proj".into(), "v_proj".into()],
+                        ),
+                    }
+                } else {
+                    ("LoRA targets -> all-linear", vec!["all-linear".to_string()])
+                };
+                push(
+                    name,
+                    Workload {
+                        lora: Some(LoraSpec {
+                            targets,
+                            ..l.clone()
+                        }),
+                        ..base.clone()
+                    },
+                    None,
+                );
+            }
         }
         if base.checkpointing.is_none() {
             let layers = num_layers(config);

@@ -449,6 +449,41 @@ impl Tensor {
         self.reduce_as("argmax", &[dim], DType::I64, acc.max(8) + 8)
     }
 
+    /// `torch.linalg.vector_norm(t, 2, dims, keepdim)` (what `t.norm(2)` and
+    /// `torch.norm(t, dim=d, keepdim=k)` call): an output of `t`'s dtype and
+    /// the reduction's scratch with a float accumulator (`norm_kernel_cuda`);
+    /// over dims of size 1 only, `abs` into the output (`linalg_vector_norm_out`'s
+    /// `is_reduce_over_1D_vector`). No autograd.
+    pub fn vector_norm(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        const OP: &str = "linalg_vector_norm";
+        let mut reduced = vec![dims.is_empty(); self.dim()];
+        for &d in dims {
+            let d = self.try_wrap_dim(OP, d)?;
+            if let Some(r) = reduced.get_mut(d) {
+                *r = true;
+            }
+        }
+        if self.rt().is_grad_enabled() && self.requires_grad() {
+            return Err(EngineError::Unsupported {
+                what: format!("{OP} with autograd"),
+            });
+        }
+        let shape: Vec<i64> = (0..self.dim())
+            .filter_map(|i| match (reduced[i], keepdim) {
+                (false, _) => Some(self.sizes()[i]),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let rt = self.rt().clone();
+        let o = rt.empty_op(&shape, self.dtype(), self.device(), OP, Category::Output)?;
+        let over_ones = (0..self.dim()).all(|i| !reduced[i] || self.sizes()[i] == 1);
+        if self.device() == Device::Cuda && self.numel() > 0 && !over_ones {
+            alloc_reduce_scratch(&rt, self, &reduced, self.dtype().acc_type(), OP)?;
+        }
+        Ok(o)
+    }
+
     /// `t.any()` / `t.any(dim)`: bool (`or_kernel_cuda` reduces bools).
     pub fn any_dims(&self, dims: &[i64]) -> Result<Tensor> {
         self.reduce_as("any", dims, DType::Bool, 1)

@@ -2004,12 +2004,30 @@ impl<D: Decoder> HfModel for CausalLm<D> {
             .collect();
         if linears.is_empty() {
             return Err(ModelError::Unsupported(
-                "LoRA is modelled for llama, mistral, qwen2 and qwen3".into(),
+                "LoRA is modelled for llama, mistral, qwen2, qwen3, mixtral and qwen3_moe".into(),
+            ));
+        }
+        if targets.is_empty() {
+            return Err(ModelError::Unsupported(
+                "LoRA without --lora-targets on a family peft has no default target_modules for \
+                 (expected --lora-targets, e.g. q_proj,v_proj or all-linear)"
+                    .into(),
             ));
         }
         if let Some(h) = &mut self.lm_head {
             linears.push(("lm_head".into(), h));
         }
+        // peft's `target_modules="all-linear"` (`_maybe_include_all_linear_layers`):
+        // every `nn.Linear` by its full name but the output embeddings
+        let targets = if targets == ["all-linear"] {
+            linears
+                .iter()
+                .map(|(n, _)| n.clone())
+                .filter(|n| n != "lm_head")
+                .collect()
+        } else {
+            targets
+        };
         let dropout = if training { spec.dropout } else { 0.0 };
         let n = inject_lora(&self.rt, linears, &frozen, spec.r, &targets, dropout)?;
         if n == 0 {

@@ -595,7 +595,15 @@ impl Decoder for Model {
     }
 
     fn default_lora_targets(&self) -> &'static [&'static str] {
-        &["q_proj", "v_proj"]
+        let name = match self.cfg.family {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Mixtral => "mixtral",
+            Family::Qwen3Moe => "qwen3_moe",
+        };
+        super::peft_lora_targets(name).unwrap_or(&[])
     }
 }
 

@@ -154,6 +154,17 @@ pub fn build(
     build(rt, config, weights)
 }
 
+/// peft's default `target_modules` for a `model_type` whose LoRA the twin
+/// models (peft 0.21's `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`);
+/// `None` where peft has none (`qwen3_moe`: `target_modules` must be given)
+/// or LoRA is not modelled.
+pub fn peft_lora_targets(model_type: &str) -> Option<&'static [&'static str]> {
+    match model_type {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" => Some(&["q_proj", "v_proj"]),
+        _ => None,
+    }
+}
+
 /// The most positions the model's config declares: `max_position_embeddings`
 /// (GPT-2: `n_positions`), else its config class's default in transformers
 /// 5.17 (`configuration_<family>.py`); `None` for a family without one (ViT).
