@@ -156,11 +156,14 @@ pub fn build(
 
 /// peft's default `target_modules` for a `model_type` whose LoRA the twin
 /// models (peft 0.21's `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`);
-/// `None` where peft has none (`qwen3_moe`: `target_modules` must be given)
-/// or LoRA is not modelled.
+/// `None` where `get_peft_model` without `target_modules` fails: `qwen3_moe`
+/// has no entry, and for `mixtral` under transformers 5
+/// `convert_peft_config_for_transformers` turns the missing targets into an
+/// empty set before the default applies (`NoMatchingPeftModuleError`, on the
+/// H200 too: `fixtures/llm/adafactor`).
 pub fn peft_lora_targets(model_type: &str) -> Option<&'static [&'static str]> {
     match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" => Some(&["q_proj", "v_proj"]),
+        "llama" | "mistral" | "qwen2" | "qwen3" => Some(&["q_proj", "v_proj"]),
         _ => None,
     }
 }
