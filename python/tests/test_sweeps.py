@@ -32,8 +32,7 @@ def test_sweep_matches_the_h200(script, fixture):
 def test_selections_match_the_h200_where_the_values_are_known():
     # nonzero's count, CUB's storage, positions and order, and unique's buffers (the H200's
     # selection sweep); larger inputs carry no values in the twin (the documented largest
-    # selection), unique's inverse lacks its scan's storage and isin has no rule yet, so only the
-    # cases the twin knows are held
+    # selection) and isin has no rule yet, so only the cases the twin knows are held
     status, lines, _report, err = run_script(
         ROOT / "validation" / "run" / "sweeps" / "select_sweep.py", extra=("--gpu", "h200")
     )
@@ -48,8 +47,8 @@ def test_selections_match_the_h200_where_the_values_are_known():
         for w in want
         if (w["case"].startswith("nonzero") and "(" not in w["case"] and int(w["case"].split()[-1]) <= 65536)
         or w["case"] in ("nonzero bool (16384, 2)", "where bool (16384, 2)", "index mask 10000x64")
-        or w["case"].startswith(("unique sorted", "unique_consecutive"))
+        or w["case"].startswith("unique")
     ]
-    assert len(known) == 4 * 7 + 3 + 6
+    assert len(known) == 4 * 7 + 3 + 9
     for w in known:
         assert got[w["case"]] == w, w["case"]

@@ -385,7 +385,7 @@ def _unique_cub(cap, x, consecutive: bool, inverse: bool, counts: bool, op: str)
     if inverse:
         inv_out = cap.track(torch.empty(x.shape, dtype=torch.long, device="meta"), op)
         loc = cap.malloc(n * (4 if consecutive else 8), op, "temporary")
-        cap.note_unmeasured(f"CUB's storage for inclusive_sum_truncating in {op}")
+        cub(cap.device.cub_scratch("sumscan", n, 4), "inverse's scan")
         del loc
     else:
         inv_out = cap.track(torch.empty((0,), dtype=torch.long, device="meta"), op)

@@ -60,8 +60,17 @@ pub enum ScratchRule {
         /// items
         n: i64,
     },
-    /// `cub::DeviceSelect::Flagged` over `n` items (`nonzero`)
-    SelectFlagged {
+    /// `cub::DeviceSelect::Flagged` (`nonzero`) or `Unique` (`unique`)
+    /// over `n` items
+    Select {
+        /// items
+        n: i64,
+        /// item bytes (8 for `nonzero`'s positions)
+        key_bytes: u64,
+    },
+    /// `cuda::cub::inclusive_sum_truncating` of `n` ints (`unique`'s
+    /// inverse)
+    SumTruncating {
         /// items
         n: i64,
     },
@@ -153,8 +162,11 @@ impl ScratchRule {
             ScratchRule::ReduceCount { n } => {
                 cub::reduce_count_bytes(cap, profile.sm_count, u64::try_from(*n).ok()?)
             }
-            ScratchRule::SelectFlagged { n } => {
-                cub::select_flagged_bytes(cap, u64::try_from(*n).ok()?)
+            ScratchRule::Select { n, key_bytes } => {
+                cub::select_bytes(cap, u64::try_from(*n).ok()?, *key_bytes)
+            }
+            ScratchRule::SumTruncating { n } => {
+                cub::inclusive_sum_truncating_bytes(cap, u64::try_from(*n).ok()?)
             }
             ScratchRule::RunLengthEncode { n } => {
                 cub::run_length_encode_bytes(cap, u64::try_from(*n).ok()?)
@@ -209,7 +221,8 @@ impl ScratchRule {
             ScratchRule::RadixSortPairs { n, .. }
             | ScratchRule::UniqueByKey { n, .. }
             | ScratchRule::ReduceCount { n }
-            | ScratchRule::SelectFlagged { n }
+            | ScratchRule::Select { n, .. }
+            | ScratchRule::SumTruncating { n }
             | ScratchRule::RunLengthEncode { n }
             | ScratchRule::InclusiveScan { n, .. } => vec![*n],
             ScratchRule::CudnnAttentionBackward {
@@ -238,7 +251,8 @@ impl ScratchRule {
             ScratchRule::RadixSortPairs { n, .. }
             | ScratchRule::UniqueByKey { n, .. }
             | ScratchRule::ReduceCount { n }
-            | ScratchRule::SelectFlagged { n }
+            | ScratchRule::Select { n, .. }
+            | ScratchRule::SumTruncating { n }
             | ScratchRule::RunLengthEncode { n }
             | ScratchRule::InclusiveScan { n, .. } => {
                 let [v] = inputs else { return None };
@@ -306,8 +320,12 @@ impl ScratchRule {
                 ScratchRule::CudnnAttentionBackward { .. },
             )
             | (ScratchRule::ReduceCount { .. }, ScratchRule::ReduceCount { .. })
-            | (ScratchRule::SelectFlagged { .. }, ScratchRule::SelectFlagged { .. })
+            | (ScratchRule::SumTruncating { .. }, ScratchRule::SumTruncating { .. })
             | (ScratchRule::RunLengthEncode { .. }, ScratchRule::RunLengthEncode { .. }) => true,
+            (
+                ScratchRule::Select { key_bytes: a, .. },
+                ScratchRule::Select { key_bytes: b, .. },
+            ) => a == b,
             (
                 ScratchRule::EfficientAttentionBackward { dtype: a, .. },
                 ScratchRule::EfficientAttentionBackward { dtype: b, .. },

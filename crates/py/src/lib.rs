@@ -317,8 +317,8 @@ impl Device {
     /// `cuda::cub::radix_sort_pairs` of `n` keys of `t_bytes` sorted on
     /// `end_bit` bits with values of `value_bytes` (`kind` "sort"), or for
     /// `nonzero`'s count and selection of `n` items (`kind` "count",
-    /// "select"), `unique`'s selection and run-length encoding ("unique",
-    /// "encode"); None where
+    /// "select"), `unique`'s selection of `t_bytes` keys, inverse scan and
+    /// run-length encoding ("unique", "sumscan", "encode"); None where
     /// it was not measured (other GPUs, other element sizes).
     #[pyo3(signature = (kind, n, t_bytes, value_bytes=8, end_bit=None))]
     fn cub_scratch(
@@ -332,8 +332,12 @@ impl Device {
         let rule = match kind {
             "scan" => ScratchRule::InclusiveScan { n, t_bytes },
             "count" => ScratchRule::ReduceCount { n },
-            // DeviceSelect::Unique runs DeviceSelect's dispatch: the same tile state
-            "select" | "unique" => ScratchRule::SelectFlagged { n },
+            "select" => ScratchRule::Select { n, key_bytes: 8 },
+            "unique" => ScratchRule::Select {
+                n,
+                key_bytes: t_bytes,
+            },
+            "sumscan" => ScratchRule::SumTruncating { n },
             "encode" => ScratchRule::RunLengthEncode { n },
             "sort" => ScratchRule::RadixSortPairs {
                 n,
@@ -342,7 +346,7 @@ impl Device {
                 end_bit: end_bit.unwrap_or(8 * t_bytes),
             },
             other => return Err(PyValueError::new_err(format!(
-                "cub_scratch: kind {other:?}, expected \"scan\", \"sort\", \"count\", \"select\", \"unique\" or \"encode\""
+                "cub_scratch: kind {other:?}, expected \"scan\", \"sort\", \"count\", \"select\", \"unique\", \"sumscan\" or \"encode\""
             ))),
         };
         Ok(rule.bytes(&self.p.runtime().profile()))

@@ -211,23 +211,37 @@ pub(crate) fn inclusive_scan_bytes(capability: (u32, u32), n: u64, t_bytes: u64)
 pub(crate) fn reduce_count_bytes(capability: (u32, u32), sm_count: u32, n: u64) -> Result<u64> {
     sm90_only(capability, "DeviceReduce::Sum")?;
     const OCCUPANCY: u64 = 8;
+    const SUBSCRIPTION: u64 = 5;
     if n <= 256 * 16 {
         return Ok(1);
     }
-    Ok(alias_temporaries(&[OCCUPANCY
-        * u64::from(sm_count)
-        * 5
-        * 4]))
+    let blocks = OCCUPANCY * u64::from(sm_count) * SUBSCRIPTION;
+    Ok(alias_temporaries(&[blocks * 4]))
 }
 
-/// `cub::DeviceSelect::Flagged` of `n` items (`nonzero`'s positions,
-/// `cuda/Nonzero.cu`): the `ScanTileState` of its tiles' 8-byte offsets,
-/// aliased once. The tile, 8,448 items, is measured: it is the only size
-/// that gives the H200's bytes at every `n` of the sweep, 1 to 16,777,216
-/// (`fixtures/run/sweeps/select_sweep_h200.jsonl`).
-pub(crate) fn select_flagged_bytes(capability: (u32, u32), n: u64) -> Result<u64> {
-    sm90_only(capability, "DeviceSelect::Flagged")?;
-    const TILE: u64 = 8448;
+/// `cub::DeviceSelect::Flagged` of `n` items selected by position
+/// (`nonzero`, `cuda/Nonzero.cu`) or `cub::DeviceSelect::Unique` of `n`
+/// keys of `key_bytes` (`unique`, `cuda/UniqueCub.cu`): the `ScanTileState`
+/// of its tiles' 8-byte offsets, aliased once. The tile, 384 threads of 22
+/// items for 8-byte items and 34 for 4-byte ones, is measured: the only
+/// one that gives the H200's bytes at every size swept, 1 to 16,777,216
+/// (`fixtures/run/sweeps/select_sweep_h200.jsonl`, `unique_probe_h200.jsonl`).
+pub(crate) fn select_bytes(capability: (u32, u32), n: u64, key_bytes: u64) -> Result<u64> {
+    sm90_only(capability, "DeviceSelect")?;
+    int_bytes("DeviceSelect", key_bytes)?;
+    let tile = 384 * if key_bytes == 8 { 22 } else { 34 };
+    let tiles = n.div_ceil(tile).max(1);
+    Ok(alias_temporaries(&[(32 + tiles) * 16]))
+}
+
+/// `cuda::cub::inclusive_sum_truncating` of `n` ints into int64
+/// (`unique`'s inverse, `cuda/UniqueCub.cu`): the `ScanTileState` of its
+/// tiles' 8-byte sums, aliased once, over 6,144-item tiles. Measured: the
+/// only tile that gives the H200's bytes at all 15 sizes of
+/// `fixtures/run/sweeps/unique_probe_h200.jsonl`.
+pub(crate) fn inclusive_sum_truncating_bytes(capability: (u32, u32), n: u64) -> Result<u64> {
+    sm90_only(capability, "inclusive_sum_truncating")?;
+    const TILE: u64 = 6144;
     let tiles = n.div_ceil(TILE).max(1);
     Ok(alias_temporaries(&[(32 + tiles) * 16]))
 }
@@ -323,7 +337,7 @@ mod tests {
                 sizes[1],
                 "{line}"
             );
-            assert_eq!(select_flagged_bytes(H200, n).unwrap(), sizes[3], "{line}");
+            assert_eq!(select_bytes(H200, n, 8).unwrap(), sizes[3], "{line}");
             checked += 1;
         }
         assert_eq!(checked, 4 * 11 + 3);
@@ -359,7 +373,7 @@ mod tests {
                 );
                 checked += 1;
             } else if case.starts_with("unique sorted") {
-                assert_eq!(select_flagged_bytes(H200, n).unwrap(), sizes[4], "{line}");
+                assert_eq!(select_bytes(H200, n, 8).unwrap(), sizes[4], "{line}");
                 assert_eq!(
                     radix_sort_pairs_bytes(H200, n, 8, 0, 64).unwrap(),
                     sizes[1],
@@ -369,6 +383,41 @@ mod tests {
             }
         }
         assert_eq!(checked, 6);
+    }
+
+    /// `unique(return_inverse=True)` of int64 and int32 inputs at 15 sizes:
+    /// the radix sort of keys and indices, the inverse's scan, the
+    /// selection.
+    #[test]
+    fn unique_inverse_as_measured() {
+        const H200: (u32, u32) = (9, 0);
+        let text = include_str!("../../../../fixtures/run/sweeps/unique_probe_h200.jsonl");
+        let mut checked = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let case = v["case"].as_str().unwrap();
+            let sizes: Vec<u64> = v["sizes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_u64().unwrap())
+                .collect();
+            let n: u64 = case.rsplit(' ').next().unwrap().parse().unwrap();
+            let key = if case.contains("int64") { 8 } else { 4 };
+            assert_eq!(
+                radix_sort_pairs_bytes(H200, n, key, 8, 8 * key).unwrap(),
+                sizes[3],
+                "{line}"
+            );
+            assert_eq!(
+                inclusive_sum_truncating_bytes(H200, n).unwrap(),
+                sizes[6],
+                "{line}"
+            );
+            assert_eq!(select_bytes(H200, n, key).unwrap(), sizes[9], "{line}");
+            checked += 1;
+        }
+        assert_eq!(checked, 30);
     }
 
     /// Every CUB buffer of the H200 sweep (`validation/run/sweeps/scratch_sweep.py`):
