@@ -1105,33 +1105,61 @@ impl Attention {
         mask: Option<&Tensor>,
         cache: Option<&RefCell<KvCache>>,
     ) -> Result<Tensor> {
-        let (b, s) = (x.size(0), x.size(1));
-        let hidden_shape = [b, s, -1, self.head_dim];
-        let project =
-            |lin: &Linear, name: &str, norm: Option<(&RmsNorm, &str)>| -> Result<Tensor> {
-                let p = lin.forward(name, x)?;
-                let v = p.view(&hidden_shape)?;
-                drop(p);
-                match norm {
-                    Some((n, nname)) => {
-                        let o = n.forward(nname, &v)?;
-                        drop(v);
-                        Ok(o.transpose(1, 2))
-                    }
-                    None => Ok(v.transpose(1, 2)),
-                }
-            };
-        let mut query_states = project(
+        let query_states = self.project(
+            x,
             &self.q_proj,
             "q_proj",
             self.q_norm.as_ref().map(|n| (n, "q_norm")),
         )?;
-        let mut key_states = project(
+        let key_states = self.project(
+            x,
             &self.k_proj,
             "k_proj",
             self.k_norm.as_ref().map(|n| (n, "k_norm")),
         )?;
-        let mut value_states = project(&self.v_proj, "v_proj", None)?;
+        let value_states = self.project(x, &self.v_proj, "v_proj", None)?;
+        self.rotate_attend(
+            (query_states, key_states, value_states),
+            (cos, sin),
+            training,
+            mask,
+            cache,
+        )
+    }
+
+    /// `lin(x).view(b, s, -1, head_dim)` (the projection dies at the
+    /// rebinding), Qwen3's `norm` (the view dies), `.transpose(1, 2)`.
+    pub(crate) fn project(
+        &self,
+        x: &Tensor,
+        lin: &Linear,
+        name: &str,
+        norm: Option<(&RmsNorm, &str)>,
+    ) -> Result<Tensor> {
+        let p = lin.forward(name, x)?;
+        let v = p.view(&[x.size(0), x.size(1), -1, self.head_dim])?;
+        drop(p);
+        match norm {
+            Some((n, nname)) => {
+                let o = n.forward(nname, &v)?;
+                drop(v);
+                Ok(o.transpose(1, 2))
+            }
+            None => Ok(v.transpose(1, 2)),
+        }
+    }
+
+    /// The forward from the projected states on: RoPE (the states before it
+    /// die at the rebinding unless saved), [`Sdpa::attend`], `o_proj`; then
+    /// the locals die: query_states, key_states, value_states.
+    pub(crate) fn rotate_attend(
+        &self,
+        (mut query_states, mut key_states, mut value_states): (Tensor, Tensor, Tensor),
+        (cos, sin): (&Tensor, &Tensor),
+        training: bool,
+        mask: Option<&Tensor>,
+        cache: Option<&RefCell<KvCache>>,
+    ) -> Result<Tensor> {
         let (qe, ke) = apply_rotary_pos_emb(&query_states, &key_states, cos, sin)?;
         query_states = qe;
         key_states = ke;

@@ -460,9 +460,10 @@ impl Layer for DecoderLayer {
 
 impl DecoderLayer {
     /// `Gemma3Attention.forward`: the three projections viewed and
-    /// transposed, then `q_norm` and `k_norm` (the raw states die at the
-    /// rebinding unless a norm saved them), RoPE, [`common::Sdpa::attend`],
-    /// `o_proj`; then the locals die: query_states, key_states, value_states.
+    /// transposed ([`common::Attention::project`]), then `q_norm` and
+    /// `k_norm` (the raw states die at the rebinding unless a norm saved
+    /// them), then RoPE, attention and `o_proj` as every family's
+    /// ([`common::Attention::rotate_attend`]).
     fn gemma3_attention(
         &self,
         x: &Tensor,
@@ -473,36 +474,18 @@ impl DecoderLayer {
         cache: Option<&RefCell<DynamicCache>>,
     ) -> Result<Tensor> {
         let a = &self.self_attn;
-        let (b, s) = (x.size(0), x.size(1));
-        let hidden_shape = [b, s, -1, a.head_dim];
-        let project = |lin: &common::Linear, name: &str| -> Result<Tensor> {
-            let p = lin.forward(name, x)?;
-            let v = p.view(&hidden_shape)?;
-            drop(p);
-            Ok(v.transpose(1, 2))
-        };
-        let mut query_states = project(&a.q_proj, "q_proj")?;
-        let mut key_states = project(&a.k_proj, "k_proj")?;
-        let mut value_states = project(&a.v_proj, "v_proj")?;
+        let mut query_states = a.project(x, &a.q_proj, "q_proj", None)?;
+        let mut key_states = a.project(x, &a.k_proj, "k_proj", None)?;
+        let value_states = a.project(x, &a.v_proj, "v_proj", None)?;
         query_states = q_norm.forward("q_norm", &query_states)?;
         key_states = k_norm.forward("k_norm", &key_states)?;
-        let (qe, ke) = common::apply_rotary_pos_emb(&query_states, &key_states, cos, sin)?;
-        query_states = qe;
-        key_states = ke;
-        let attn = a.sdpa.attend(
-            &query_states,
-            &mut key_states,
-            &mut value_states,
+        a.rotate_attend(
+            (query_states, key_states, value_states),
+            (cos, sin),
+            training,
             mask,
             cache,
-            training,
-        )?;
-        let out = a.o_proj.forward("o_proj", &attn)?;
-        drop(attn);
-        drop(query_states);
-        drop(key_states);
-        drop(value_states);
-        Ok(out)
+        )
     }
 }
 

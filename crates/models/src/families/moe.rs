@@ -198,9 +198,7 @@ impl SparseMoe {
             inv_perm.index_put_(&perm, &arange)?;
         }
         weighted_out = weighted_out.index(&[Some(&inv_perm)])?;
-        let (t, h) = (hidden.size(0), hidden.size(1));
-        let final_hidden_states = weighted_out.view(&[t, k, h])?.sum_dims(&[1], false)?;
-        let out = final_hidden_states.to_dtype(hidden.dtype())?;
+        let (final_hidden_states, out) = sum_over_top_k(&weighted_out, hidden, k)?;
         for dead in [
             sample_weights,
             expert_ids,
@@ -251,8 +249,7 @@ impl SparseMoe {
         selected_weights = self.down_proj.index(&[Some(&expert_ids)])?;
         proj_out = batched_linear(&proj_out, &selected_weights)?;
         let weighted_out = proj_out.mul(&sample_weights.unsqueeze(-1)?)?;
-        let final_hidden_states = weighted_out.view(&[t, k, h])?.sum_dims(&[1], false)?;
-        let out = final_hidden_states.to_dtype(hidden.dtype())?;
+        let (final_hidden_states, out) = sum_over_top_k(&weighted_out, hidden, k)?;
         for dead in [
             selected_hidden_states,
             sample_weights,
@@ -266,6 +263,17 @@ impl SparseMoe {
         }
         Ok(out)
     }
+}
+
+/// Both expert forwards' tail: `final_hidden_states =
+/// weighted_out.view(num_tokens, num_top_k, hidden_dim).sum(dim=1)` (a local
+/// of the caller's, dying with its frame) and its
+/// `.to(hidden_states.dtype)`, returned.
+fn sum_over_top_k(weighted_out: &Tensor, hidden: &Tensor, k: i64) -> Result<(Tensor, Tensor)> {
+    let (t, h) = (hidden.size(0), hidden.size(1));
+    let final_hidden_states = weighted_out.view(&[t, k, h])?.sum_dims(&[1], false)?;
+    let out = final_hidden_states.to_dtype(hidden.dtype())?;
+    Ok((final_hidden_states, out))
 }
 
 /// `_batched_linear(input, weight)` (not transposed, no bias):
