@@ -738,6 +738,17 @@ def _h2d_staging(cap, dst, src, non_blocking: bool, op: str) -> None:
     del staging
 
 
+#: the most elements of a boolean or integer host tensor whose values its copy to the simulated
+#: device carries: masks and indices decide the results of `nonzero`, `unique` and indexing, and
+#: their values cost one host copy
+HOST_INDEX_LIMIT = 1 << 26
+
+
+def _host_indices(src) -> bool:
+    """Whether `src` is a boolean or integer tensor of at most HOST_INDEX_LIMIT elements."""
+    return not (src.is_floating_point() or src.is_complex()) and src.numel() <= HOST_INDEX_LIMIT
+
+
 def _to_copy(cap, func, args, kwargs):
     """Copies between the host and the simulated device."""
     src = args[0]
@@ -755,7 +766,7 @@ def _to_copy(cap, func, args, kwargs):
         cap.ops += 1
         cap.track(out, "aten::_to_copy", "input")
         _h2d_staging(cap, out, src, bool(kwargs.get("non_blocking", False)), "aten::_to_copy")
-        if src.numel() <= 1 << 16:
+        if src.numel() <= 1 << 16 or _host_indices(src):
             set_value(out, aten._to_copy.default(src, **dict(kwargs, device=torch.device("cpu"))))
         return out
     return NotImplemented
@@ -1692,6 +1703,40 @@ for _name in ("any", "all"):
         _f = getattr(getattr(aten, _name), _o, None)
         if _f is not None:
             AFTER[_f] = _any_all
+# `_is_all_true` is `self.all()` (TensorCompare.cpp)
+AFTER[aten._is_all_true.default] = _any_all
+
+
+def _logsumexp(cap, func, args, kwargs):
+    """`logsumexp` of a floating tensor (`logsumexp_out_impl`, ReduceOps.cpp): `maxes = amax(self,
+    dims, true)`, `maxes.masked_fill_(maxes.abs() == INFINITY, 0)` (the abs and the comparison are
+    temporaries), `sum_out(result, (self - maxes).exp_(), dims, keepdim)`, `log_`, `add_`; each
+    reduction with its scratch (blind14/n04's H200 per-op truth: five allocations)."""
+    names = ("self", "dim", "keepdim")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["self"]
+    if not registered(x) or not x.is_floating_point() or x.numel() == 0:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::logsumexp"
+    dims = a.get("dim")
+    reduced = _reduced_mask(x, dims)
+    kept = [1 if r else s for s, r in zip(x.shape, reduced, strict=True)]
+    acc = _acc_bytes(x.dtype)
+    n_kept, es = math.prod(kept), x.element_size()
+    maxes = cap.malloc(n_kept * es, "aten::amax", "temporary")
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, es, acc, "aten::amax")
+    absolute = cap.malloc(n_kept * es, "aten::abs", "temporary")
+    infinite = cap.malloc(n_kept, "aten::eq", "temporary")
+    del infinite, absolute
+    shifted = cap.malloc(x.numel() * es, "aten::sub", "temporary")
+    out = cap.track(func(*args, **kwargs), op)
+    reduce_scratch(cap, list(x.shape), None, reduced, es, acc, "aten::sum")
+    del shifted, maxes
+    return out
+
+
+DISPATCH[aten.logsumexp.default] = _logsumexp
 
 
 def _nll_loss_target_copy(cap, func, call, outs):
