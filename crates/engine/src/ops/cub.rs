@@ -303,6 +303,18 @@ mod tests {
         assert_eq!(checked, 3 * 122);
     }
 
+    /// A sweep line's case name and the sizes its memory history listed.
+    fn case_and_sizes(line: &str) -> (String, Vec<u64>) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let sizes = v["sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_u64().unwrap())
+            .collect();
+        (v["case"].as_str().unwrap().to_owned(), sizes)
+    }
+
     /// Every `nonzero` of the H200's selection sweep: its count (4 bytes),
     /// the reduce's storage, the positions, the select's storage.
     #[test]
@@ -351,14 +363,8 @@ mod tests {
         let text = include_str!("../../../../fixtures/run/sweeps/select_sweep_h200.jsonl");
         let mut checked = 0;
         for line in text.lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let case = v["case"].as_str().unwrap();
-            let sizes: Vec<u64> = v["sizes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_u64().unwrap())
-                .collect();
+            let (case, sizes) = case_and_sizes(line);
+            let case = case.as_str();
             let n: u64 = case.rsplit(' ').next().unwrap().parse().unwrap_or(0);
             if case.starts_with("unique inverse counts") {
                 assert_eq!(
@@ -394,14 +400,8 @@ mod tests {
         let text = include_str!("../../../../fixtures/run/sweeps/unique_probe_h200.jsonl");
         let mut checked = 0;
         for line in text.lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let case = v["case"].as_str().unwrap();
-            let sizes: Vec<u64> = v["sizes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_u64().unwrap())
-                .collect();
+            let (case, sizes) = case_and_sizes(line);
+            let case = case.as_str();
             let n: u64 = case.rsplit(' ').next().unwrap().parse().unwrap();
             let key = if case.contains("int64") { 8 } else { 4 };
             assert_eq!(
