@@ -737,9 +737,9 @@ impl Optimizer {
     /// `col_means` (each deleted after its `_foreach_lerp_`),
     /// `var_estimates = [row_var @ col_var ...]` and `row_var_means`
     /// (deleted), for vectors `grads_squared = torch._foreach_mul(grads,
-    /// grads)` (deleted) and `var_estimates = [v.clone() ...]`; the updates'
-    /// norms; the previous group's list dies when `updates` is rebound,
-    /// the last with the frame.
+    /// grads)` (deleted) and `var_estimates = [v.clone() ...]`; the previous
+    /// group's list dies when `updates` is rebound to it, before the
+    /// updates' norms; the last with the frame.
     fn adafactor_foreach(&self, idx: &[usize]) -> Result<()> {
         let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
         for &i in idx {
@@ -794,10 +794,12 @@ impl Optimizer {
                     .collect::<Result<Vec<_>>>()?
             };
             var_estimates = new;
-            for u in &var_estimates {
+            // `updates = var_estimates` (the previous group's list dies),
+            // then the updates' norms
+            free_list(std::mem::replace(&mut updates, var_estimates.clone()));
+            for u in &updates {
                 drop(u.vector_norm(&[], false)?);
             }
-            free_list(std::mem::replace(&mut updates, var_estimates.clone()));
         }
         drop(var_estimates);
         free_list(updates);
