@@ -10,37 +10,10 @@ block sizes, in order), and the requested bytes of everything the op allocated b
 (`extra_requested`), from `requested_bytes.all.allocated` around the call.
 """
 
-import json
-
 import torch
+from sweep_case import case
 
 dev = "cuda"
-
-
-def requested():
-    return torch.cuda.memory_stats()["requested_bytes.all.allocated"]
-
-
-def case(name, args, op):
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(max_entries=100000)
-    before = requested()
-    out = op(*args)
-    after = requested()
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(None)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    out_bytes = sum(t.untyped_storage().nbytes() for t in outs if isinstance(t, torch.Tensor) and t.is_cuda)
-    trace = snap["device_traces"][0]
-    sizes = [e["size"] for e in trace if e["action"] == "alloc"]
-    print(
-        json.dumps(
-            {"case": name, "sizes": sizes, "extra_requested": after - before - out_bytes},
-            sort_keys=True,
-        ),
-        flush=True,
-    )
-    del out, outs, args
 
 
 NS = [1, 8, 1000, 2048, 4096, 16384, 24576, 49152, 65536, 98304, 262144, 1 << 20, 1 << 22, 1 << 24]

@@ -11,38 +11,14 @@ block sizes; `frees`, the sizes freed in order), and the requested bytes of ever
 beyond its outputs (`extra_requested`).
 """
 
-import json
-
+import sweep_case
 import torch
 
 dev = "cuda"
 
 
-def requested():
-    return torch.cuda.memory_stats()["requested_bytes.all.allocated"]
-
-
 def case(name, args, op):
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(max_entries=100000)
-    before = requested()
-    out = op(*args)
-    after = requested()
-    snap = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(None)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    out_bytes = sum(t.untyped_storage().nbytes() for t in outs if isinstance(t, torch.Tensor) and t.is_cuda)
-    trace = snap["device_traces"][0]
-    sizes = [e["size"] for e in trace if e["action"] == "alloc"]
-    frees = [e["size"] for e in trace if e["action"] in ("free_requested", "free")]
-    print(
-        json.dumps(
-            {"case": name, "sizes": sizes, "frees": frees, "extra_requested": after - before - out_bytes},
-            sort_keys=True,
-        ),
-        flush=True,
-    )
-    del out, outs, args
+    sweep_case.case(name, args, op, frees=True)
 
 
 def half_set(shape, dt):
@@ -66,6 +42,8 @@ for n in (10000, 1 << 20):
 for n in (1000, 65536, 1 << 20):
     v = (torch.arange(n, device=dev) * 7919) % (n // 4 + 1)
     case(f"unique sorted {n}", (v,), lambda v: torch.unique(v))
-    case(f"unique inverse counts {n}", (v,), lambda v: torch.unique(v, return_inverse=True, return_counts=True))
+    case(
+        f"unique inverse counts {n}", (v,), lambda v: torch.unique(v, return_inverse=True, return_counts=True)
+    )
     case(f"unique_consecutive {n}", (v.sort().values,), lambda v: torch.unique_consecutive(v))
     case(f"isin {n}", (v, torch.arange(0, n, 3, device=dev)), lambda a, b: torch.isin(a, b))
