@@ -185,7 +185,14 @@ def _sdpa(cap, a):
         )
         return out[0]
     if which == "flash":
-        return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+        # attention.cpp: head dims padded to a multiple of 8 (`pad_last_dim<8, false>`), the scale
+        # taken from the unpadded size, the output sliced back (`post_process_flash_output`)
+        d = q.shape[-1]
+        if d % 8:
+            scale = scale if scale is not None else 1.0 / math.sqrt(d)
+            q, k, v = (torch.nn.functional.pad(t, (0, 8 - d % 8)) for t in (q, k, v))
+        out = aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+        return out[..., :d] if d % 8 else out
     if mask is not None:
         mask = _preprocess_mask(mask, q, k)
     return aten._scaled_dot_product_efficient_attention(
@@ -366,6 +373,36 @@ def efficient_backward(cap, func, args, kwargs):
     return tuple(w)
 
 
+def flash_backward(cap, func, args, kwargs):
+    """`_flash_attention_backward` (attention_backward.cu) on `(B, S, H, D)` views, then `mha_bwd`
+    (flash_api.cpp): `grad_out.contiguous()` and `out.contiguous()` (copies where the views are not
+    contiguous), dq, dk, dv, `softmax_d` (B, H, S_q rounded to 128) and `dq_accum` (B, S_q rounded,
+    H, D rounded to 32, or 256 past 192) in fp32; freed in reverse. As blind15/o03's memory history
+    lists them on the H200."""
+    grad, q, k, out_ = args[0], args[1], args[2], args[4]
+    if torch.are_deterministic_algorithms_enabled() or k.shape[1] != q.shape[1]:
+        cap.note_unmeasured("flash attention's backward with GQA heads or deterministic algorithms")
+        return NotImplemented
+    cap.ops += 1
+    out = func(*args, **kwargs)
+    op = "aten::_scaled_dot_product_flash_attention_backward"
+    copies = [
+        cap.malloc(t.numel() * t.element_size(), op, "temporary")
+        for t in (grad, out_)
+        if not t.transpose(1, 2).is_contiguous()
+    ]
+    w = _alloc_in_order(cap, out, (0, 1, 2), op)
+    b, h, s_q, d = q.shape
+    s_q_rounded = -(-s_q // 128) * 128
+    d_rounded = -(-d // 32) * 32 if d <= 192 else 256
+    softmax_d = cap.malloc(b * h * s_q_rounded * 4, op, "temporary")
+    dq_accum = cap.malloc(b * s_q_rounded * h * d_rounded * 4, op, "temporary")
+    del dq_accum, softmax_d
+    while copies:
+        copies.pop()
+    return tuple(w)
+
+
 # ---- nn.MultiheadAttention's fast path ---------------------------------------------------------
 # In eval without a gradient, `MultiheadAttention.forward` calls `torch._native_multi_head_attention`
 # unless `torch.overrides.has_torch_function(tensor_args)`, which the capture's torch-function mode
@@ -532,7 +569,7 @@ def install() -> None:
     _kernels.DISPATCH[aten._scaled_dot_product_flash_attention.default] = flash_forward
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention.default] = efficient_forward
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention_backward.default] = efficient_backward
-    _kernels.SCRATCH_UNMODELLED.add("aten::_scaled_dot_product_flash_attention_backward")
+    _kernels.DISPATCH[aten._scaled_dot_product_flash_attention_backward.default] = flash_backward
     _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
     _kernels.FUNCTIONS[torch._transformer_encoder_layer_fwd] = encoder_layer_fwd
 
