@@ -56,12 +56,14 @@ def _cast(t, dtype):
 
 def _map_right_to_left(args, fn):
     """Apply `fn` to every tensor (and tensor in a list) of `args`, the
-    last argument first, as the C++ argument list is evaluated."""
+    last argument first, as the C++ argument list is evaluated; a list's
+    tensors first to last (`cached_cast` of a `TensorList` loops over it:
+    blind15/o06's `einsum` casts its left operand first)."""
     out = list(args)
     for i in range(len(out) - 1, -1, -1):
         a = out[i]
         if isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
-            out[i] = type(a)(fn(x) if isinstance(x, torch.Tensor) else x for x in reversed(a))[::-1]
+            out[i] = [fn(x) if isinstance(x, torch.Tensor) else x for x in a]
         elif isinstance(a, torch.Tensor):
             out[i] = fn(a)
     return out
@@ -102,8 +104,11 @@ def _kernel(op, policy: str):
                 args = _map_right_to_left(args, lambda t: _cast(t, widest))
         with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
             out = op(*args, **kwargs)
-        # the uncached casts die left to right when the op returns
+        # the uncached casts die left to right when the op returns (a list's vector first to last)
         for i in range(len(args)):
+            if isinstance(args[i], list):
+                for j in range(len(args[i])):
+                    args[i][j] = None
             args[i] = None
         return out
 

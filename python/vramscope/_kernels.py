@@ -443,7 +443,22 @@ def _unique_consecutive(cap, func, args, kwargs):
     )
 
 
+def _unique(cap, func, args, kwargs):
+    """`_unique` (cuda/Unique.cu `_unique_cuda`): `unique_cuda_template` without counts."""
+    names = ("self", "sorted", "return_inverse")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["self"]
+    if not registered(x) or x.dtype == torch.bool or x.numel() == 0 or x.numel() > 2**31 - 1:
+        return NotImplemented
+    cap.ops += 1
+    data, inverse, _counts = _unique_cub(
+        cap, x, False, a.get("return_inverse", False), False, "aten::_unique"
+    )
+    return data, inverse
+
+
 DISPATCH[aten._unique2.default] = _unique2
+DISPATCH[aten._unique.default] = _unique
 DISPATCH[aten.unique_consecutive.default] = _unique_consecutive
 
 
@@ -567,10 +582,12 @@ def _topk(cap, func, call, outs):
     """`topk` (cuda/TensorTopK.cu) into its fresh outputs: a non-contiguous input copied; slices
     that `should_use_multiblock` picks go to `mbtopk::launch`, whose buffers (k-th values, k to find,
     desired bits, per-block digit counts, digit sums, within-k and k-th counts) live through two
-    `cuda::cub::inclusive_sum_by_key` calls; its blocks follow `get_items_per_thread` (40 registers
-    a thread, 256 threads a block). A single block a slice allocates nothing; `sorted` results of up
-    to 4096 sort in place. The scan-by-key storage is 1,279 bytes as the H200 sweep measured it (20
-    to 8,192 blocks); more blocks, and sorted results longer than 4096, are named as unmeasured."""
+    `cuda::cub::inclusive_sum_by_key` calls over the blocks; its blocks follow
+    `get_items_per_thread` (40 registers a thread, 256 threads a block). A single block a slice
+    allocates nothing. `sorted` results of up to 4096 sort in place; longer ones
+    (TensorTopK.cpp) are sorted by `values.sort(dim, largest)` into new indices and values, then
+    `indices.gather(dim, sortedIndices)`, all freed at the return. As the H200's sweep lists them
+    (`validation/run/sweeps/topk_isin_sweep.py`)."""
     (args, kw) = call
     x = args[0]
     if not registered(x) or x.numel() == 0:
@@ -578,6 +595,7 @@ def _topk(cap, func, call, outs):
     op = func._schema.name
     k = args[1] if len(args) > 1 else kw["k"]
     dim = args[2] if len(args) > 2 else kw.get("dim", -1)
+    largest = args[3] if len(args) > 3 else kw.get("largest", True)
     is_sorted = args[4] if len(args) > 4 else kw.get("sorted", True)
     n = x.shape[dim % x.dim()] if x.dim() else 1
     slices = x.numel() // n
@@ -590,16 +608,17 @@ def _topk(cap, func, call, outs):
         sizes = [slices * x.element_size(), 2 * slices * 4, 2 * slices * radix, blocks * 256 * 2]
         sizes += [slices * 256 * 4, blocks * 4, blocks * 4]
         buffers = [cap.malloc(b, op, "workspace") for b in sizes]
-        if blocks <= 8192:
-            for _ in range(2):
-                tmp = cap.malloc(1279, op, "workspace")
-                del tmp
-        else:
-            cap.note_unmeasured(f"CUB's storage for the scan by key of {blocks} topk blocks ({op})")
+        for _ in range(2):
+            _cub(cap, "scanbykey", blocks, 4, op, "scan by key")
         while buffers:
             buffers.pop()
-    if is_sorted and k > 4096:
-        cap.note_unmeasured(f"the sort of {k} topk results ({op})")
+    values = outs[0]
+    if is_sorted and k > SMALL_SORT and registered(values):
+        sorted_indices = cap.malloc(values.numel() * 8, op, "temporary")
+        sorted_values = cap.malloc(values.numel() * values.element_size(), op, "temporary")
+        _sort(cap, aten.sort.default, ((values, dim, largest), {}), None)
+        gathered = cap.malloc(values.numel() * 8, "aten::gather", "temporary")
+        del gathered, sorted_values, sorted_indices
     del copy
 
 
@@ -658,16 +677,15 @@ def _index_put_sorted(cap, func, call, outs):
         return
     linear = None
     for _d, index in defined:
-        checks = []
         if not unsafe:
-            for _ in range(2):  # max, then min
-                checks.append(cap.malloc(8, op, "temporary"))
+            for _ in range(2):  # max, then min: each result dies after its `item()`
+                check = cap.malloc(8, op, "temporary")
                 reduce_scratch(cap, shape, _expanded_strides(index, shape), [True] * len(shape), 8, 8, op)
                 flag = cap.malloc(1, op, "temporary")
-                del flag
+                del flag, check
         wrapped = cap.malloc(n * 8, op, "temporary")
         product = cap.malloc(n * 8, op, "temporary")
-        del wrapped, checks
+        del wrapped
         if linear is None:
             linear = product
         del product  # `linearIndex += index`
@@ -1632,16 +1650,15 @@ SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
 def _isin(cap, func, call, outs):
     """`isin_default_kernel_gpu` (cuda/TensorCompare.cu): `elements.unsqueeze(-1).eq(test.view(...))`
     (elements x tests bools) reduced by `any(-1)` (or `ne`/`all` inverted) into a temporary, then
-    copied into the result; both temporaries die at the return (blind8/h06's H200 record). The
-    sorting path, for many test elements (`numel < 10 * elements ** 0.145` fails), is not modelled."""
+    copied into the result; both temporaries die at the return (blind8/h06's H200 record). Many
+    test elements (`numel < 10 * elements ** 0.145` fails) take `_isin_sorting`."""
     (args, _kw) = call
     elements, test = args[0], args[1]
     if not (isinstance(elements, torch.Tensor) and registered(elements)) or outs[0].numel() == 0:
         return
     n_test = test.numel() if isinstance(test, torch.Tensor) else 1
     if n_test >= 10.0 * float(elements.numel()) ** 0.145:
-        cap.note_unmeasured("aten::isin with many test elements (its sorting path)")
-        return
+        return  # the sorting path, `_isin_sorting`
     n = elements.numel()
     compared = cap.malloc(n * n_test, "aten::eq", "temporary")
     reduce_scratch(cap, [n, n_test], None, [False, True], 1, 1, "aten::any")
@@ -1651,6 +1668,50 @@ def _isin(cap, func, call, outs):
 
 for _f in (aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar):
     AFTER[_f] = _isin
+
+
+def _isin_sorting(cap, func, args, kwargs):
+    """`isin_sorting` (TensorCompare.cpp), the CUDA path for many test elements, run as its parts
+    on the simulated GPU: the result, `_unique(elements, sorted=False, return_inverse=True)` and
+    `_unique(test_elements)` (or both raveled with `assume_unique`), `cat`, a stable `sort`, the
+    duplicate mask (`empty_like`, `eq`/`ne` of the shifted halves, `copy_`), `index_copy_` into a
+    second mask, `index` by the unique order, `copy_` into the result; the locals die in reverse
+    order of their declaration (the H200's sweep, `validation/run/sweeps/topk_isin_sweep.py`)."""
+    names = ("elements", "test_elements", "assume_unique", "invert")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    elements, test = a.get("elements"), a.get("test_elements")
+    if not (registered(elements) and registered(test)) or elements.numel() == 0 or set(a) - set(names):
+        return NotImplemented
+    if test.numel() < 10.0 * float(elements.numel()) ** 0.145:
+        return NotImplemented  # the default path: the op and `_isin`'s temporaries
+    invert = bool(a.get("invert", False))
+    cap.ops += 1
+    with cap._modes[1]:
+        out = elements.new_empty(elements.shape, dtype=torch.bool)
+        if a.get("assume_unique", False):
+            flat, test_flat, order = elements.ravel(), test.ravel(), None
+        else:
+            flat, order = torch._unique(elements, sorted=False, return_inverse=True)
+            test_flat, _ = torch._unique(test, sorted=False)
+        everything = torch.cat([flat, test_flat])
+        del test_flat, flat  # the moved operands die after `cat`, the last first
+        sorted_, sorted_order = everything.sort(stable=True, dim=0)
+        duplicate = torch.empty_like(sorted_, dtype=torch.bool)
+        first, last = sorted_[1:], sorted_[:-1]
+        same = first.ne(last) if invert else first.eq(last)
+        duplicate[:-1].copy_(same)
+        del same
+        duplicate.select(0, -1).fill_(invert)  # `index_put_({-1}, invert)`: a host scalar, no buffer
+        mask = torch.empty_like(duplicate)
+        mask.index_copy_(0, sorted_order, duplicate)
+        found = mask[: elements.numel()] if order is None else mask[order]
+        out.copy_(found.view_as(out))
+        # `auto [sorted_elements, sorted_order]`: the tuple frees its values before its indices
+        del found, mask, last, first, duplicate, sorted_, sorted_order, everything, order
+    return out
+
+
+DISPATCH[aten.isin.Tensor_Tensor] = _isin_sorting
 
 
 def _reduced_mask(x, dims) -> list:
@@ -1843,5 +1904,24 @@ def _isinf(cap, func, args, kwargs):
 
 DISPATCH[aten.isinf.default] = _isinf
 DISPATCH[aten._softmax_backward_data.default] = _softmax_backward_data
+
+
+def _one_hot(cap, func, args, kwargs):
+    """`F.one_hot` of a simulated tensor as CUDA runs it (native/Onehot.cpp): `max().item()` when
+    `num_classes` is -1, then `zeros(shape + [num_classes])` and `scatter_(-1, self.unsqueeze(-1), 1)`.
+    A tensor with the Python key would take the functional path (`arange`, `eq`, `to(long)`)
+    instead, which the GPU does not run (blind15/o06)."""
+    a = dict(zip(("input", "num_classes"), args, strict=False)) | kwargs
+    x, n = a.get("input"), a.get("num_classes", -1)
+    if not registered(x) or x.dtype != torch.int64 or x.numel() == 0 or set(a) - {"input", "num_classes"}:
+        return NotImplemented
+    if n == -1:
+        n = int(x.max().item()) + 1
+    out = x.new_zeros((*x.shape, n))
+    out.scatter_(-1, x.unsqueeze(-1), 1)
+    return out
+
+
+FUNCTIONS[torch.nn.functional.one_hot] = _one_hot
 
 from . import _ctc, _rnn  # noqa: E402, F401  (CTC and cuDNN RNNs register their rules)
