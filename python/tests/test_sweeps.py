@@ -52,3 +52,30 @@ def test_selections_match_the_h200_where_the_values_are_known():
     assert len(known) == 4 * 7 + 3 + 9
     for w in known:
         assert got[w["case"]] == w, w["case"]
+
+
+def test_topk_isin_and_index_put_match_the_h200():
+    # topk's multi-block buffers, scans by key and long sorted results, index_put_(accumulate=True)
+    # and isin with assume_unique depend on shapes only: every allocation and free as the H200's
+    # sweep lists them. isin's other cases take the unique counts of values the twin does not know
+    # (random device integers): their allocations and frees follow the same steps, in the same
+    # number; multinomial has no rule yet.
+    status, lines, _report, err = run_script(
+        ROOT / "validation" / "run" / "sweeps" / "topk_isin_sweep.py", extra=("--gpu", "h200")
+    )
+    assert status == 0, err
+    got = {r["case"]: r for r in map(json.loads, (line for line in lines if line.startswith("{")))}
+    want = [
+        json.loads(line)
+        for line in (FIXTURES / "run" / "sweeps" / "topk_isin_h200.jsonl").read_text().splitlines()
+    ]
+    exact = [w for w in want if w["case"].startswith(("topk", "index_put")) or "assume_unique" in w["case"]]
+    assert len(exact) == 27 + 9 + 8
+    for w in exact:
+        assert got[w["case"]] == w, w["case"]
+    steps = [w for w in want if w["case"].startswith("isin") and "assume_unique" not in w["case"]]
+    assert len(steps) == 16
+    for w in steps:
+        g = got[w["case"]]
+        assert (len(g["sizes"]), len(g["frees"])) == (len(w["sizes"]), len(w["frees"])), w["case"]
+        assert g["sizes"][:16] == w["sizes"][:16], w["case"]

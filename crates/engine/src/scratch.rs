@@ -74,6 +74,12 @@ pub enum ScratchRule {
         /// items
         n: i64,
     },
+    /// `cuda::cub::inclusive_sum_by_key` of `n` 4-byte counts keyed by 4-byte
+    /// slice indices (`topk`'s block offsets)
+    ScanByKey {
+        /// items
+        n: i64,
+    },
     /// `cub::DeviceRunLengthEncode::Encode` over `n` items (`unique` with
     /// counts)
     RunLengthEncode {
@@ -171,6 +177,7 @@ impl ScratchRule {
             ScratchRule::RunLengthEncode { n } => {
                 cub::run_length_encode_bytes(cap, u64::try_from(*n).ok()?)
             }
+            ScratchRule::ScanByKey { n } => cub::scan_by_key_bytes(cap, u64::try_from(*n).ok()?),
             ScratchRule::InclusiveScan { n, t_bytes } => {
                 cub::inclusive_scan_bytes(cap, u64::try_from(*n).ok()?, *t_bytes)
             }
@@ -224,6 +231,7 @@ impl ScratchRule {
             | ScratchRule::Select { n, .. }
             | ScratchRule::SumTruncating { n }
             | ScratchRule::RunLengthEncode { n }
+            | ScratchRule::ScanByKey { n }
             | ScratchRule::InclusiveScan { n, .. } => vec![*n],
             ScratchRule::CudnnAttentionBackward {
                 b,
@@ -254,6 +262,7 @@ impl ScratchRule {
             | ScratchRule::Select { n, .. }
             | ScratchRule::SumTruncating { n }
             | ScratchRule::RunLengthEncode { n }
+            | ScratchRule::ScanByKey { n }
             | ScratchRule::InclusiveScan { n, .. } => {
                 let [v] = inputs else { return None };
                 *n = *v;
@@ -321,7 +330,8 @@ impl ScratchRule {
             )
             | (ScratchRule::ReduceCount { .. }, ScratchRule::ReduceCount { .. })
             | (ScratchRule::SumTruncating { .. }, ScratchRule::SumTruncating { .. })
-            | (ScratchRule::RunLengthEncode { .. }, ScratchRule::RunLengthEncode { .. }) => true,
+            | (ScratchRule::RunLengthEncode { .. }, ScratchRule::RunLengthEncode { .. })
+            | (ScratchRule::ScanByKey { .. }, ScratchRule::ScanByKey { .. }) => true,
             (
                 ScratchRule::Select { key_bytes: a, .. },
                 ScratchRule::Select { key_bytes: b, .. },

@@ -318,7 +318,8 @@ impl Device {
     /// `end_bit` bits with values of `value_bytes` (`kind` "sort"), or for
     /// `nonzero`'s count and selection of `n` items (`kind` "count",
     /// "select"), `unique`'s selection of `t_bytes` keys, inverse scan and
-    /// run-length encoding ("unique", "sumscan", "encode"); None where
+    /// run-length encoding ("unique", "sumscan", "encode"), `topk`'s
+    /// scan by key ("scanbykey"); None where
     /// it was not measured (other GPUs, other element sizes).
     #[pyo3(signature = (kind, n, t_bytes, value_bytes=8, end_bit=None))]
     fn cub_scratch(
@@ -339,6 +340,7 @@ impl Device {
             },
             "sumscan" => ScratchRule::SumTruncating { n },
             "encode" => ScratchRule::RunLengthEncode { n },
+            "scanbykey" => ScratchRule::ScanByKey { n },
             "sort" => ScratchRule::RadixSortPairs {
                 n,
                 key_bytes: t_bytes,
@@ -346,7 +348,7 @@ impl Device {
                 end_bit: end_bit.unwrap_or(8 * t_bytes),
             },
             other => return Err(PyValueError::new_err(format!(
-                "cub_scratch: kind {other:?}, expected \"scan\", \"sort\", \"count\", \"select\", \"unique\", \"sumscan\" or \"encode\""
+                "cub_scratch: kind {other:?}, expected \"scan\", \"sort\", \"count\", \"select\", \"unique\", \"sumscan\", \"encode\" or \"scanbykey\""
             ))),
         };
         Ok(rule.bytes(&self.p.runtime().profile()))

@@ -259,6 +259,21 @@ pub(crate) fn run_length_encode_bytes(capability: (u32, u32), n: u64) -> Result<
     Ok(alias_temporaries(&[(32 + tiles) * 16]))
 }
 
+/// `cuda::cub::inclusive_sum_by_key` of `n` `uint32` counts keyed by
+/// `uint32` slice indices (`topk`'s two scans, `cuda/TensorTopK.cu`):
+/// `DispatchScanByKey` aliases the `ReduceByKeyScanTileState` of its tiles
+/// (16-byte descriptors) and the `num_tiles + 1` keys that end them
+/// (`dispatch_scan_by_key.cuh`); the tile is `sm90_tuning` for 4-byte keys
+/// and values, 288 threads of 14 items (`tuning_scan_by_key.cuh`). Every
+/// size of the H200 sweep, 20 to 1,048,576 items, agrees
+/// (`fixtures/run/sweeps/topk_isin_h200.jsonl`).
+pub(crate) fn scan_by_key_bytes(capability: (u32, u32), n: u64) -> Result<u64> {
+    sm90_only(capability, "inclusive_sum_by_key")?;
+    const TILE: u64 = 288 * 14;
+    let tiles = n.div_ceil(TILE).max(1);
+    Ok(alias_temporaries(&[(32 + tiles) * 16, 4 * (tiles + 1)]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,6 +495,25 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, 70 + 72 + 10 + 24);
+    }
+
+    /// `topk`'s multi-block path: the within-k counts (4 bytes a block) are
+    /// the eighth allocation, then the two scans by key over the blocks.
+    #[test]
+    fn topk_scans_as_measured() {
+        const H200: (u32, u32) = (9, 0);
+        let text = include_str!("../../../../fixtures/run/sweeps/topk_isin_h200.jsonl");
+        let mut checked = 0;
+        for line in text.lines().filter(|l| l.contains("\"topk ")) {
+            let (_, sizes) = case_and_sizes(line);
+            let blocks = sizes[7] / 4;
+            assert_eq!(sizes[9], sizes[10], "{line}");
+            assert_eq!(sizes[9], scan_by_key_bytes(H200, blocks).unwrap(), "{line}");
+            checked += 1;
+        }
+        assert_eq!(checked, 27);
+        assert_eq!(scan_by_key_bytes(H200, 64_512).unwrap(), 1279);
+        assert_eq!(scan_by_key_bytes(H200, 64_513).unwrap(), 1535);
     }
 
     #[test]
