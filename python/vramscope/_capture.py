@@ -541,6 +541,10 @@ class Capture:
         ours = [a for a in _tensors((args, kwargs)) if registered(a)]
         factory = False
         if not ours:
+            if kwargs.get("pin_memory"):
+                # page-locked host memory (`save_on_cpu(pin_memory=True)`, a DataLoader's buffers)
+                # comes from CUDA's host allocator, not the device's: plain host memory here
+                kwargs = dict(kwargs, pin_memory=False)
             dev = kwargs.get("device")
             if dev is None:
                 return func(*args, **kwargs)
