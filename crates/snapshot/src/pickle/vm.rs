@@ -401,6 +401,19 @@ impl ShortStr {
     };
 }
 
+/// The int `LONG1` of `n` bytes (at most 8) encodes, its bytes the first
+/// `n` of `raw` (little-endian two's complement, as `pickle.encode_long`
+/// writes them): one 8-byte load and a sign-extending shift instead of a
+/// copy of `n` bytes, whose store the load then waits on.
+#[inline]
+fn long1(raw: [u8; 8], n: u8) -> i64 {
+    if n == 0 {
+        return 0;
+    }
+    let shift = 64 - 8 * u32::from(n);
+    (i64::from_le_bytes(raw) << shift) >> shift
+}
+
 fn u32_of(n: usize, at: usize) -> R<u32> {
     u32::try_from(n).map_err(|_| Error::LimitExceeded {
         offset: Some(at),
@@ -515,19 +528,10 @@ impl<I: Input, A: Absorb> Vm<I, A> {
                                         None => break,
                                     }
                                 }
-                                Some(&[0x8a, n, ref rest @ ..]) if n <= 8 => {
-                                    let n = usize::from(n);
-                                    let Some(bytes) = rest.get(..n) else { break };
-                                    let i = if n == 0 {
-                                        0
-                                    } else {
-                                        let mut x =
-                                            [if bytes[n - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
-                                        x[..n].copy_from_slice(bytes);
-                                        i64::from_le_bytes(x)
-                                    };
+                                Some(&[0x8a, n, r0, r1, r2, r3, r4, r5, r6, r7]) if n <= 8 => {
+                                    let i = long1([r0, r1, r2, r3, r4, r5, r6, r7], n);
                                     match Val::small_int(i) {
-                                        Some(v) => (v, 2 + n),
+                                        Some(v) => (v, 2 + usize::from(n)),
                                         None => break,
                                     }
                                 }
@@ -1743,14 +1747,10 @@ impl<A: Absorb> Core<A> {
                 },
                 0x8a if x0 <= 8 => {
                     let len = usize::from(x0);
-                    let bytes = w.get(p + 2..p + 2 + len)?;
-                    let i = if len == 0 {
-                        0
-                    } else {
-                        let mut x = [if bytes[len - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
-                        x[..len].copy_from_slice(bytes);
-                        i64::from_le_bytes(x)
+                    let &[r0, r1, r2, r3, r4, r5, r6, r7] = w.get(p + 2..p + 10)? else {
+                        return None;
                     };
+                    let i = long1([r0, r1, r2, r3, r4, r5, r6, r7], x0);
                     let at = p;
                     p += 2 + len;
                     match Val::small_int(i) {
@@ -2421,6 +2421,32 @@ fn find_key(
 mod tests {
     use super::*;
     use crate::pickle::input::SliceInput;
+
+    /// `long1` is the int `LONG1`'s bytes encode, for every width and
+    /// sign (as Python's `int.from_bytes(b, "little", signed=True)`).
+    #[test]
+    fn long1_reads_every_width() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let raw = x.to_le_bytes();
+            for n in 0..=8u8 {
+                let want = if n == 0 {
+                    0
+                } else {
+                    let k = usize::from(n);
+                    let mut b = [if raw[k - 1] & 0x80 != 0 { 0xff } else { 0 }; 8];
+                    b[..k].copy_from_slice(&raw[..k]);
+                    i64::from_le_bytes(b)
+                };
+                assert_eq!(long1(raw, n), want, "{raw:?} {n}");
+            }
+        }
+        assert_eq!(long1([0xff, 0, 0, 0, 0, 0, 0, 0x55], 1), -1);
+        assert_eq!(long1([0xff, 0x00, 0, 0, 0, 0, 0, 0x55], 2), 255);
+    }
 
     /// A real wrapped snapshot (3 streams, an OOM): nearly every trace
     /// entry is decoded in one step, and the pickle is the one its opcodes
