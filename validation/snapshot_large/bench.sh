@@ -9,6 +9,10 @@
 #   bash bench.sh OUTDIR DIR_WITH_BINARIES_AND_XZ ENTRIES
 #   SMALL_ONLY=1 bash bench.sh OUTDIR DIR   # a short call (session 6):
 #       pickle.load and inspect only, on the three real snapshots
+#   SMALL_ONLY=1 VIZ=1 REPS=3 bash bench.sh OUTDIR DIR   # session 7: also
+#       memory_viz trace_plot, each vramscope command REPS times, and
+#       (when DIR holds them) read_snapshot (the reader alone, new) and
+#       lex_file (the parallel lex alone, all cores)
 #
 # DIR holds vramscope-old, vramscope-new, gen_snapshot, lex_file and
 # {c50,w50,p50}.pickle.xz; one JSON line per measurement (measure.py).
@@ -28,20 +32,30 @@ for n in $small; do
         for _ in 1 2; do
             $M "$n pickle.load" python3 -c 'import pickle, sys; pickle.load(open(sys.argv[1], "rb"))' "$f"
         done
-        [ -n "${SMALL_ONLY:-}" ] && continue
-        timeout 100 $M "$n memory_viz" python3 -m torch.cuda._memory_viz trace_plot "$f" -o "$OUT/$n.viz.html"
-        rm -f "$OUT/$n.viz.html"
+        # (a `continue` here, in the subshell, skipped nothing: session 6's
+        # SMALL_ONLY ran memory_viz too)
+        if [ -z "${SMALL_ONLY:-}" ] || [ -n "${VIZ:-}" ]; then
+            timeout 100 $M "$n memory_viz" python3 -m torch.cuda._memory_viz trace_plot "$f" -o "$OUT/$n.viz.html"
+            rm -f "$OUT/$n.viz.html"
+        fi
     ) >"$OUT/$n.py.times" &
 done
 wait
 cat "$OUT"/*.py.times
 # vramscope alone on the machine, before and after, alternating
 for n in $small; do
-    for _ in 1 2; do
+    for _ in $(seq "${REPS:-2}"); do
         for b in old new; do
             $M "$n $b inspect --json" "$BIN/vramscope-$b" inspect --json "$OUT/$n.pickle"
             $M "$n $b inspect --html" "$BIN/vramscope-$b" inspect --json --html "$OUT/r.html" "$OUT/$n.pickle"
         done
+    done
+done
+for n in $small; do
+    for _ in $(seq "${REPS:-2}"); do
+        [ -x "$BIN/read_snapshot" ] && $M "$n new read_snapshot" "$BIN/read_snapshot" "$OUT/$n.pickle"
+        [ -x "$BIN/lex_file" ] && $M "$n lex_file" "$BIN/lex_file" "$OUT/$n.pickle" &&
+            $M "$n lex_file 1 MiB pieces" "$BIN/lex_file" "$OUT/$n.pickle" 1048576
     done
 done
 [ -n "${SMALL_ONLY:-}" ] && exit 0

@@ -2,8 +2,10 @@
 //! lexed on all cores), alone:
 //!
 //! ```text
-//! cargo run --release -p vramscope-snapshot --example lex_file -- FILE
+//! cargo run --release -p vramscope-snapshot --example lex_file -- FILE [PIECE_BYTES]
 //! ```
+//!
+//! PIECE_BYTES: the pieces the file is cut into (default: the reader's).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -13,8 +15,9 @@ fn main() -> ExitCode {
         eprintln!("usage: lex_file FILE");
         return ExitCode::FAILURE;
     };
+    let piece = std::env::args().nth(2).and_then(|p| p.parse().ok());
     let t = Instant::now();
-    let r = vramscope_snapshot::check_file(&path, None);
+    let r = vramscope_snapshot::check_file(&path, piece);
     let s = t.elapsed().as_secs_f64();
     match r {
         Ok(()) => {
