@@ -17,7 +17,8 @@ def main():
     binary, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     gpu = sys.argv[sys.argv.index("--gpu") + 1] if "--gpu" in sys.argv else "h200"
     here = os.path.dirname(os.path.abspath(__file__))
-    path = sys.argv[sys.argv.index("--cases") + 1] if "--cases" in sys.argv else os.path.join(here, "multi_cases.json")
+    path = (sys.argv[sys.argv.index("--cases") + 1] if "--cases" in sys.argv
+            else os.path.join(here, "multi_cases.json"))
     cases = json.load(open(path))
     lines = []
     for c in cases:
@@ -25,8 +26,21 @@ def main():
             json.dump(c["config"], f)
         mode = c.get("mode", "train")
         args = [binary, "estimate", "--config", f.name, "--mode", mode, "--batch", str(c["batch"]),
-                "--weights", c.get("weights", "fp32"), "--gpu", gpu,
-                "--steps", str(c.get("steps", 3 if mode == "train" else 2)), "--json"]
+                "--weights", c.get("weights", "fp32"), "--gpu", gpu, "--json"]
+        if mode == "generate":
+            args += ["--new-tokens", str(c["new_tokens"])]
+        else:
+            args += ["--steps", str(c.get("steps", 3 if mode == "train" else 2))]
+        if mode == "train":
+            args += ["--optimizer", c.get("optimizer", "adamw"),
+                     "--optimizer-impl", c.get("optimizer_impl", "foreach"),
+                     "--momentum", str(c.get("momentum", 0.0))]
+        if c.get("lora"):
+            lc = c["lora"]
+            args += ["--lora", str(lc["r"]), "--lora-alpha", str(lc.get("alpha", 8)),
+                     "--lora-dropout", str(lc.get("dropout", 0.0))]
+            if lc.get("targets"):
+                args += ["--lora-targets", ",".join(lc["targets"])]
         if c.get("seq") is not None:
             args += ["--seq", str(c["seq"])]
         if c.get("task"):
@@ -55,6 +69,8 @@ def main():
                 args += ["--ddp-bucket-mb", str(mb)]
             if c.get("grad_as_bucket_view"):
                 args.append("--ddp-grad-as-bucket-view")
+            if c.get("find_unused"):
+                args.append("--ddp-find-unused-parameters")
         p = subprocess.run(args, capture_output=True, text=True)
         os.unlink(f.name)
         if p.returncode not in (0, 1):
@@ -72,9 +88,9 @@ def main():
                                       peak_reserved_bytes=ph["peak_reserved_bytes"],
                                       requested_bytes=ph["requested_bytes"]))
     with open(out, "w") as f:
-        for l in lines:
-            f.write(json.dumps(l) + "\n")
-    print(f"{len(lines)} lines, {sum('unsupported' in l for l in lines)} cases unsupported", file=sys.stderr)
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    print(f"{len(lines)} lines, {sum('unsupported' in x for x in lines)} cases unsupported", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ K = ["allocated_bytes", "peak_allocated_bytes", "reserved_bytes", "peak_reserved
 
 
 def main():
-    gpu = [json.loads(l) for l in open(sys.argv[1])]
-    ans = [json.loads(l) for l in open(sys.argv[2])]
+    gpu = [json.loads(x) for x in open(sys.argv[1])]
+    ans = [json.loads(x) for x in open(sys.argv[2])]
     A = {(a["case"], a["rank"], a["phase"]): a for a in ans if "phase" in a}
     unsupported = {a["case"]: a["unsupported"] for a in ans if "unsupported" in a}
     res = defaultdict(list)

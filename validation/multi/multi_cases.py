@@ -9,8 +9,15 @@ AdamW) plus `parallel`: "fsdp" or "ddp", and for FSDP `param_dtype` (null | bf16
 True for the layers and False for the root; false: `reshard_after_forward=False` everywhere),
 `cpu_offload` (CPUOffloadPolicy()); for DDP `bucket_mb` (default 25) and `grad_as_bucket_view`;
 and for either `task` (causal, the default | mlm | image, as validation/hf_cases.py), `mode` (train,
-the default | infer), `grad` (infer: no_grad, the default | enabled), `accumulation` (K
-micro-batches per step, default 1) and `autocast` (null | bf16 | fp16).
+the default | infer | generate), `grad` (infer: no_grad, the default | enabled), `accumulation` (K
+micro-batches per step, default 1) and `autocast` (null | bf16 | fp16); `optimizer`, `optimizer_impl`
+and `momentum` (validation/llm/llm_cases.py's `make_optimizer`: adamw, the default | adam | sgd |
+adagrad | rmsprop | adafactor, over the parameters that require grad); `lora` ({r, alpha, targets,
+dropout}, llm_cases.py's `get_peft_model(model, LoraConfig(...))`: FSDP on the CPU model before
+`fully_shard`, DDP right after `.cuda()`; with checkpointing also `model.enable_input_require_grads()`);
+for DDP `find_unused` (`find_unused_parameters=True`); `new_tokens` for `mode: generate` (DDP:
+`wrapped.module.generate(input_ids, max_new_tokens=N, min_new_tokens=N, do_sample=False)` after
+`model.eval()`, split as llm_cases.py splits it by a forward hook on the model: `prefill`, `decode`).
 
 Each rank runs, in one fresh process (torchrun):
 - `init`: `torch.cuda.set_device(local_rank)`, `torch.cuda.init()`, then
@@ -29,6 +36,7 @@ Each rank runs, in one fresh process (torchrun):
   inside `with wrapped.no_sync():`), then `step{i}` and `zero_grad{i}`. With `autocast`, the
   forward under `torch.autocast("cuda", dtype=...)`. The layers FSDP shards: `model.model.layers`
   (GPT-2: `model.transformer.h`), else every transformers `GradientCheckpointingLayer`;
+- generate: `load` (the inputs are `input_ids` only), `prefill`, `decode` (above);
 - infer: `wrapped.eval()`, then per pass `forward{i}` (`steps`, default 2) under the `grad`
   context: `logits = wrapped(**inputs).logits; del logits` (no labels).
 Each phase starts with `torch.cuda.reset_peak_memory_stats()` and ends with a synchronize; its line
@@ -49,6 +57,8 @@ import sys
 
 def main():
     cases_path, name, outdir = sys.argv[1:4]
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "llm"))
+    from llm_cases import _targets, make_optimizer
     with open(cases_path) as f:
         case = next(c for c in json.load(f) if c["name"] == name)
     import torch
@@ -65,8 +75,12 @@ def main():
     free, total = torch.cuda.mem_get_info()
     nccl_init_bytes = total - free
     import transformers
-    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageClassification,
-                              AutoModelForMaskedLM)
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageClassification,
+        AutoModelForMaskedLM,
+    )
     torch.manual_seed(rank)
 
     os.makedirs(outdir, exist_ok=True)
@@ -118,7 +132,18 @@ def main():
         auto = dict(causal=AutoModelForCausalLM, mlm=AutoModelForMaskedLM,
                     image=AutoModelForImageClassification)[task]
         model = auto.from_config(config, dtype=wdt, attn_implementation="sdpa")
+        lc = case.get("lora")
+
+        def peft(m):
+            from peft import LoraConfig, get_peft_model
+            return get_peft_model(m, LoraConfig(r=lc["r"], lora_alpha=lc.get("alpha", 8),
+                                                target_modules=_targets(lc.get("targets")),
+                                                lora_dropout=lc.get("dropout", 0.0), task_type="CAUSAL_LM"))
+
         if case["parallel"] == "fsdp":
+            if lc:
+                model = peft(model)
+            base = model.get_base_model() if lc else model
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
             mesh = init_device_mesh("cuda", (world,))
@@ -131,12 +156,12 @@ def main():
             if case.get("cpu_offload"):
                 kw["offload_policy"] = CPUOffloadPolicy()
             if config.model_type == "gpt2":
-                layers = model.transformer.h
-            elif hasattr(model, "model") and hasattr(model.model, "layers"):
-                layers = model.model.layers
+                layers = base.transformer.h
+            elif hasattr(base, "model") and hasattr(base.model, "layers"):
+                layers = base.model.layers
             else:
                 from transformers.modeling_layers import GradientCheckpointingLayer
-                layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+                layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)]
             assert len(layers) == config.num_hidden_layers, len(layers)
             for layer in layers:
                 fully_shard(layer, **kw)
@@ -145,9 +170,13 @@ def main():
         else:
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = model.cuda()
+            if lc:
+                model = peft(model)
             wrapped = DDP(model, device_ids=[local_rank], bucket_cap_mb=case.get("bucket_mb", 25),
-                          gradient_as_bucket_view=case.get("grad_as_bucket_view", False))
-        opt = torch.optim.AdamW(model.parameters(), lr=case.get("lr", 1e-4))
+                          gradient_as_bucket_view=case.get("grad_as_bucket_view", False),
+                          find_unused_parameters=case.get("find_unused", False))
+        if mode != "generate":
+            opt = make_optimizer(torch, case, [p for p in model.parameters() if p.requires_grad])
         if task == "image":
             size = config.image_size
             pixel_values = torch.randn(b, config.num_channels, size, size, device="cuda", dtype=wdt)
@@ -155,13 +184,32 @@ def main():
             inputs = dict(pixel_values=pixel_values)
         else:
             input_ids = torch.randint(0, config.vocab_size, (b, seq), device="cuda")
-            labels = input_ids.clone()
+            if mode != "generate":
+                labels = input_ids.clone()
             inputs = dict(input_ids=input_ids)
         end()
 
         def autocast():
             return torch.autocast("cuda", dtype=adt) if adt is not None else contextlib.nullcontext()
 
+        if mode == "generate":
+            model.eval()
+            calls = [0]
+
+            def hook(module, args, output):
+                if calls[0] == 0:
+                    end()
+                    begin("decode")
+                calls[0] += 1
+
+            handle = model.register_forward_hook(hook)
+            begin("prefill")
+            seqs = wrapped.module.generate(input_ids, max_new_tokens=case["new_tokens"],
+                                           min_new_tokens=case["new_tokens"], do_sample=False)
+            end()
+            handle.remove()
+            del seqs
+            raise StopIteration
         if mode == "infer":
             wrapped.eval()
             ctx = dict(no_grad=torch.no_grad, enabled=contextlib.nullcontext)[case.get("grad", "no_grad")]
@@ -174,6 +222,8 @@ def main():
             raise StopIteration
         if case.get("checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if lc:
+                model.enable_input_require_grads()
         wrapped.train()
         for i in range(case.get("steps", 3)):
             for m in range(k):

@@ -39,7 +39,7 @@ def main():
           if e[0] in ("alloc", "free_requested")]
     print(f"twin {len(tw)} entries, GPU {len(gp)}")
     streams = {}  # the GPU's stream ids, in the twin's numbering (by first use)
-    for i, (a, g) in enumerate(zip(tw, gp)):
+    for i, (a, g) in enumerate(zip(tw, gp, strict=False)):
         same_stream = streams.setdefault(g[3], a[2]) == a[2]
         if a[:2] != (g[0], g[2]) or not same_stream:
             for j in range(max(0, i - 6), min(i + 10, len(gp))):

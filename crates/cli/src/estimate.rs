@@ -658,6 +658,11 @@ pub struct ParallelArgs {
     /// buckets: one copy of the gradients less).
     #[arg(long, requires = "ddp")]
     pub ddp_grad_as_bucket_view: bool,
+    /// With --ddp: find_unused_parameters=True (buckets cut at the caps from
+    /// the start and never rebuilt, one int32 per parameter on the GPU, and
+    /// the outputs that have a grad_fn cloned by _DDPSink each forward).
+    #[arg(long, requires = "ddp")]
+    pub ddp_find_unused_parameters: bool,
 }
 
 impl ParallelArgs {
@@ -677,6 +682,7 @@ impl ParallelArgs {
                 bucket_cap_mb: self.ddp_bucket_mb,
                 gradient_as_bucket_view: self.ddp_grad_as_bucket_view,
                 first_buckets_held: false,
+                find_unused_parameters: self.ddp_find_unused_parameters,
             })));
         }
         let Some(world) = self.fsdp else {
@@ -849,6 +855,8 @@ struct ParallelJson {
     gradient_as_bucket_view: Option<bool>,
     /// FSDP's `CPUOffloadPolicy()` (false under DDP)
     cpu_offload: bool,
+    /// DDP's `find_unused_parameters` (null under FSDP)
+    find_unused_parameters: Option<bool>,
     /// DDP: the figures if ProcessGroupNCCL frees the first iteration's
     /// buckets late, held to the end (the upper bound; null under FSDP)
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1092,7 +1100,12 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
             match args.parallel.fsdp_rank {
                 Some(r) if (0..world).contains(&r) => vec![vec![r]],
                 Some(r) => bail!("--fsdp-rank {r}: expected a rank from 0 to {}", world - 1),
-                None => vramscope_models::parallel::fsdp::rank_classes(&config, w.task, world)?,
+                None => vramscope_models::parallel::fsdp::rank_classes(
+                    &config,
+                    w.task,
+                    world,
+                    w.lora.as_ref(),
+                )?,
             }
         }
         // DDP: every rank the same
@@ -1135,9 +1148,10 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let profile = args.gpu.profile()?;
     // DDP: the same workload with the first iteration's buckets never freed
     // (ProcessGroupNCCL's late free, pytorch/pytorch#150079, at its longest;
-    // buckets are rebuilt in training only)
+    // buckets are rebuilt in training only, and never when finding unused
+    // parameters)
     let held = match &w.parallel {
-        Some(Parallel::Ddp(c)) if w.mode == Mode::Train => {
+        Some(Parallel::Ddp(c)) if w.mode == Mode::Train && !c.find_unused_parameters => {
             let mut wh = w.clone();
             wh.parallel = Some(Parallel::Ddp(DdpConfig {
                 first_buckets_held: true,
@@ -1186,6 +1200,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                         bucket_cap_mb: None,
                         gradient_as_bucket_view: None,
                         cpu_offload: c.cpu_offload,
+                        find_unused_parameters: None,
                         first_buckets_held: None,
                     },
                     Parallel::Ddp(c) => ParallelJson {
@@ -1197,6 +1212,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
                         bucket_cap_mb: c.bucket_cap_mb,
                         gradient_as_bucket_view: Some(c.gradient_as_bucket_view),
                         cpu_offload: false,
+                        find_unused_parameters: Some(c.find_unused_parameters),
                         first_buckets_held: held.as_ref().map(|h| PeaksJson {
                             peak_allocated_bytes: h.peak_allocated_bytes,
                             peak_reserved_bytes: h.peak_reserved_bytes,

@@ -1004,8 +1004,8 @@ fn parallel_refusals_name_what_is_not_modelled() {
         ),
         (
             &llama,
-            "--mode generate --ddp 2 --seq 128",
-            "DDP with --mode generate",
+            "--mode train --optimizer adafactor --fsdp 2 --seq 128",
+            "FSDP with Adafactor",
         ),
         (
             &llama,
@@ -1099,4 +1099,55 @@ fn parallel_runs_inference_accumulation_autocast_and_every_family() {
             assert_eq!(j["workload"]["parallel"]["world"], 2, "{name} {par}");
         }
     }
+}
+
+/// What issue #33 refused by name before and models now (session 7): LoRA
+/// under both wrappers, every element-wise optimizer under FSDP2, DDP's
+/// `find_unused_parameters`, `generate` on a DDP-wrapped model, and a
+/// mixture of experts under DDP.
+#[test]
+fn parallel_runs_lora_optimizers_unused_parameters_and_generate() {
+    let llama = write_config(
+        "par7_llama",
+        r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 512}"#,
+    );
+    for args in [
+        "--fsdp 2 --lora 8",
+        "--fsdp 2 --lora 8 --weights bf16",
+        "--fsdp 2 --lora 8 --fsdp-param-dtype bf16 --checkpointing",
+        "--ddp 2 --lora 8 --weights bf16",
+        "--ddp 2 --ddp-find-unused-parameters",
+        "--ddp 2 --ddp-find-unused-parameters --lora 8",
+        "--fsdp 2 --optimizer sgd --momentum 0.9",
+        "--fsdp 2 --optimizer adagrad",
+        "--fsdp 2 --optimizer rmsprop",
+        "--fsdp 2 --optimizer adamw --optimizer-impl for-loop",
+        "--fsdp 2 --optimizer adamw --optimizer-impl fused",
+        "--ddp 2 --optimizer adafactor",
+    ] {
+        vramscope(
+            "estimate",
+            &llama,
+            &format!("--mode train {args} --batch 1 --seq 64 --gpu h200"),
+            0,
+        );
+    }
+    vramscope(
+        "estimate",
+        &llama,
+        "--mode generate --ddp 2 --batch 1 --seq 64 --new-tokens 4 --gpu h200",
+        0,
+    );
+    let mixtral = write_config(
+        "par7_mixtral",
+        r#"{"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512, "num_local_experts": 4, "num_experts_per_tok": 2}"#,
+    );
+    // (its experts are two 3-D parameters, so each gets a gradient every
+    // step whatever the routing: no unused parameter for DDP to raise on)
+    vramscope(
+        "estimate",
+        &mixtral,
+        "--mode train --ddp 2 --batch 1 --seq 64 --gpu h200",
+        0,
+    );
 }

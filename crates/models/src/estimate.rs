@@ -1202,13 +1202,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
             let ps = model.parameters();
             (model, ps, None)
         }
-        Some(Parallel::Fsdp(_)) if w.lora.is_some() => {
-            return Err(ModelError::Unsupported("LoRA under FSDP".into()));
-        }
         Some(Parallel::Fsdp(c)) => fsdp_load(&rt, config, w, c)?,
-        Some(Parallel::Ddp(_)) if w.lora.is_some() => {
-            return Err(ModelError::Unsupported("LoRA under DDP".into()));
-        }
         Some(Parallel::Ddp(c)) => {
             let (model, ps, d) = ddp_load(&rt, config, w, c)?;
             ddp = Some(d);
@@ -1276,7 +1270,8 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
                         // DistributedDataParallel.forward
                         d.borrow_mut().forward(sync)?;
                     }
-                    let loss = forward(&rt, model.as_ref(), &inputs, w.autocast)?;
+                    let sink = ddp.as_ref().is_some_and(|d| d.borrow().sinks_outputs());
+                    let loss = forward(&rt, model.as_ref(), &inputs, w.autocast, sink)?;
                     let Some(loss) = loss else {
                         return Err(ModelError::Unsupported("the model returned no loss".into()));
                     };
@@ -1308,7 +1303,10 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
                         // DistributedDataParallel.forward, in the pass's context
                         d.borrow_mut().forward(true)?;
                     }
-                    let out = with_autocast(&rt, w.autocast, || model.forward(&no_labels))?;
+                    let sink = ddp.as_ref().is_some_and(|d| d.borrow().sinks_outputs());
+                    let out = with_autocast(&rt, w.autocast, || {
+                        ddp_sink(&rt, model.forward(&no_labels)?, sink)
+                    })?;
                     let logits = out.logits;
                     drop(out.retained);
                     drop(out.loss);
@@ -1347,8 +1345,9 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
     Ok(())
 }
 
-/// What FSDP2 and DDP are not modelled for, refused by name: `generate`,
-/// FSDP under `torch.inference_mode()` (its all-gather outputs would be
+/// What FSDP2 and DDP are not modelled for, refused by name: `generate`
+/// under FSDP (under DDP it is `ddp.module.generate(...)`, the wrapper's
+/// forward not called), FSDP under `torch.inference_mode()` (its all-gather outputs would be
 /// inference tensors), autocast to a dtype other than FSDP2's own
 /// `param_dtype`, and FSDP2's `cast_forward_inputs` of pixel values to a
 /// `param_dtype` other than theirs.
@@ -1357,7 +1356,7 @@ fn parallel_modelled(kind: &str, config: &HfConfig, w: &Workload) -> Result<()> 
         Some(Parallel::Fsdp(c)) => c.param_dtype,
         _ => None,
     };
-    let what = if w.mode == Mode::Generate {
+    let what = if w.mode == Mode::Generate && kind == "FSDP" {
         format!("{kind} with --mode generate (generate() under {kind} is not modelled)")
     } else if kind == "FSDP" && w.mode == Mode::Infer && w.grad == GradMode::InferenceMode {
         "FSDP under torch.inference_mode() (not modelled; --grad no-grad and enabled are)".into()
@@ -1397,28 +1396,53 @@ fn fsdp_load(
     Option<std::rc::Rc<std::cell::RefCell<crate::parallel::fsdp::Fsdp>>>,
 )> {
     parallel_modelled("FSDP", config, w)?;
-    // (what the GPUs checked: the optimizer's foreach ops over the shards;
-    // each new optimizer decides here)
-    use vramscope_engine::optim::{Implementation, OptimizerKind};
-    let sharded = match w.optimizer {
-        OptimizerKind::AdamW | OptimizerKind::Adam => true,
-        OptimizerKind::Sgd
+    // `torch.optim` over the sharded DTensors: DTensor is one of
+    // `_foreach_supported_types` (`torch/distributed/tensor/__init__.py`), so
+    // the defaults are those of plain tensors, and every op of the
+    // element-wise optimizers (foreach, for-loop or fused) runs on the local
+    // shards, all of one placement (`Shard(0)`), with no redistribution.
+    // Adafactor's factored second moments do not stay local: `new_zeros` of
+    // the row/column shapes gives replicated states (`new_factory_strategy`)
+    // and the column norm reduces over the sharded dim; refused by name.
+    use vramscope_engine::optim::OptimizerKind;
+    match w.optimizer {
+        OptimizerKind::AdamW
+        | OptimizerKind::Adam
+        | OptimizerKind::Sgd
         | OptimizerKind::Adagrad
-        | OptimizerKind::RmsProp
-        | OptimizerKind::Adafactor => false,
-    };
-    if !sharded || w.optimizer_impl != Implementation::Foreach {
-        return Err(ModelError::Unsupported(format!(
-            "FSDP with {:?} ({:?}): AdamW and Adam in their foreach form are modelled",
-            w.optimizer, w.optimizer_impl
-        )));
+        | OptimizerKind::RmsProp => {}
+        OptimizerKind::Adafactor => {
+            return Err(ModelError::Unsupported(
+                "FSDP with Adafactor (its row and column states are replicated DTensors and its \
+                 column norm reduces over the sharded dim: the redistributions are not \
+                 modelled; adamw, adam, sgd, adagrad and rmsprop are)"
+                    .into(),
+            ));
+        }
     }
     // the unsharded parameters, in the dtype they are all-gathered in
     let unsharded = c.param_dtype.unwrap_or(w.weights);
     rt.set_parameters_on_device_unallocated(Some(unsharded));
-    let built = families::build(rt, config, w.task, w.weights);
+    let built = families::build(rt, config, w.task, w.weights).and_then(|mut m| {
+        if let Some(lora) = &w.lora {
+            // get_peft_model on the CPU model, then fully_shard: the
+            // adapters gathered in `param_dtype`, else in their own dtype
+            rt.set_parameters_on_device_unallocated(Some(
+                c.param_dtype.unwrap_or(lora_adapter_dtype(w.weights)),
+            ));
+            let base = m.parameters();
+            m.apply_lora(lora, w.mode == Mode::Train)?;
+            return Ok((m, Some(base)));
+        }
+        Ok((m, None))
+    });
     rt.set_parameters_on_device_unallocated(None);
-    let mut model = built?;
+    let (mut model, base) = built?;
+    // each parameter's dtype before any cast: the weights', or an adapter's
+    let orig = |t: &Tensor| match &base {
+        Some(b) if !b.iter().any(|p| p.same(t)) => lora_adapter_dtype(w.weights),
+        _ => w.weights,
+    };
     let Some(layers) = model.layer_parameters() else {
         return Err(ModelError::Unsupported(format!(
             "FSDP of model_type `{}` (its layers are not listed for fully_shard)",
@@ -1433,12 +1457,22 @@ fn fsdp_load(
         .collect();
     let fsdp = {
         let m = &mut model;
-        crate::parallel::fsdp::Fsdp::shard(rt, c, w.weights, layers, root, &mut || m.cuda())?
+        crate::parallel::fsdp::Fsdp::shard(rt, c, &orig, layers, root, &mut || m.cuda())?
     };
     model.set_module_hooks(std::rc::Rc::new(crate::parallel::fsdp::FsdpHooks(
         fsdp.clone(),
     )))?;
     Ok((model, all, Some(fsdp)))
+}
+
+/// A LoRA adapter's dtype over weights of `weights`: peft's
+/// `cast_adapter_dtype` (`autocast_adapter_dtype=True`) upcasts bf16 and
+/// fp16 adapters to float32.
+fn lora_adapter_dtype(weights: DType) -> DType {
+    match weights {
+        DType::BF16 | DType::F16 => DType::F32,
+        other => other,
+    }
 }
 
 /// The model under DDP (`crate::parallel::ddp`): built, moved to the GPU,
@@ -1457,6 +1491,11 @@ fn ddp_load(
     parallel_modelled("DDP", config, w)?;
     let mut model: Box<dyn HfModel> = families::build(rt, config, w.task, w.weights)?;
     model.cuda()?;
+    if let Some(lora) = &w.lora {
+        // get_peft_model(model, LoraConfig(...)), then DDP(model): the
+        // reducer takes the adapters only
+        model.apply_lora(lora, w.mode == Mode::Train)?;
+    }
     let Some(buffers) = model.buffers() else {
         return Err(ModelError::Unsupported(format!(
             "DDP of model_type `{}` (its buffers are not listed)",
@@ -1469,19 +1508,40 @@ fn ddp_load(
 }
 
 /// `loss = model(**inputs, labels=labels).loss`: the output object is a
-/// temporary, so everything but the loss is released when the statement ends.
+/// temporary, so everything but the loss is released when the statement ends
+/// (`sink`: DDP's `_DDPSink` over the outputs first).
 fn forward(
     rt: &Runtime,
     model: &dyn HfModel,
     inputs: &Inputs,
     autocast: Option<DType>,
+    sink: bool,
 ) -> Result<Option<Tensor>> {
     with_autocast(rt, autocast, || {
-        let out = model.forward(inputs)?;
+        let out = ddp_sink(rt, model.forward(inputs)?, sink)?;
         let loss = out.loss;
         drop(out.logits);
         drop(out.retained);
         Ok(loss)
+    })
+}
+
+/// With `sink`, DDP's `_post_forward` under `find_unused_parameters`: the
+/// output's loss and logits (its tensors, flattened in field order; the
+/// cache object is no tensor) through `_DDPSink` (`parallel::ddp::sink`).
+fn ddp_sink(
+    rt: &Runtime,
+    out: crate::families::ModelOutput,
+    sink: bool,
+) -> Result<crate::families::ModelOutput> {
+    if !sink {
+        return Ok(out);
+    }
+    let mut v = crate::parallel::ddp::sink(rt, vec![out.loss, out.logits])?.into_iter();
+    Ok(crate::families::ModelOutput {
+        loss: v.next().flatten(),
+        logits: v.next().flatten(),
+        retained: out.retained,
     })
 }
 

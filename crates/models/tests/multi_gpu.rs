@@ -99,6 +99,7 @@ fn workload(case: &Value, world: i64, rank: i64) -> Workload {
             bucket_cap_mb: Some(case["bucket_mb"].as_f64().unwrap_or(25.0)),
             gradient_as_bucket_view: case["grad_as_bucket_view"].as_bool().unwrap_or(false),
             first_buckets_held: false,
+            find_unused_parameters: false,
         })
     } else {
         Parallel::Fsdp(FsdpConfig {
@@ -255,14 +256,16 @@ fn ranks_with_uneven_shards_are_told_apart() {
         r#"{"model_type": "gpt2", "n_embd": 512, "n_layer": 4, "n_head": 8, "vocab_size": 50257}"#,
     )
     .unwrap();
-    let classes = vramscope_models::parallel::fsdp::rank_classes(&gpt2, Task::Causal, 2).unwrap();
+    let classes =
+        vramscope_models::parallel::fsdp::rank_classes(&gpt2, Task::Causal, 2, None).unwrap();
     assert_eq!(classes, vec![vec![0], vec![1]]);
     let llama = HfConfig::parse(
         r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408,
             "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 32000}"#,
     )
     .unwrap();
-    let classes = vramscope_models::parallel::fsdp::rank_classes(&llama, Task::Causal, 8).unwrap();
+    let classes =
+        vramscope_models::parallel::fsdp::rank_classes(&llama, Task::Causal, 8, None).unwrap();
     assert_eq!(classes, vec![(0..8).collect::<Vec<i64>>()]);
 }
 

@@ -42,6 +42,7 @@ fn main() {
         bucket_cap_mb: None,
         gradient_as_bucket_view: false,
         first_buckets_held: false,
+        find_unused_parameters: false,
     });
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (model, par) in [("llama-3.1-70b", fsdp), ("llama-3.1-8b", ddp)] {

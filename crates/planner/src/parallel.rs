@@ -98,7 +98,7 @@ pub fn with_world(par: &Parallel, n: i64) -> Parallel {
 /// shard alike; under DDP every rank is the same.
 fn representatives(config: &HfConfig, base: &Workload, par: &Parallel) -> Result<Vec<Parallel>> {
     Ok(match par {
-        Parallel::Fsdp(f) => rank_classes(config, base.task, f.world)?
+        Parallel::Fsdp(f) => rank_classes(config, base.task, f.world, base.lora.as_ref())?
             .into_iter()
             .map(|ranks| {
                 Parallel::Fsdp(FsdpConfig {
@@ -482,6 +482,7 @@ fn parallel_levers(
                 bucket_cap_mb: None,
                 gradient_as_bucket_view: false,
                 first_buckets_held: false,
+                find_unused_parameters: false,
             };
             v.push((
                 "DDP instead (its defaults)".into(),

@@ -354,8 +354,10 @@ impl Linear {
 /// device in the base weight's dtype (`_move_adapter_to_device_of_base_layer`);
 /// then `cast_adapter_dtype` upcasts bf16/fp16 adapters to float32 module
 /// by module (A, then B: a float32 copy, the old one freed); then
-/// `_mark_only_adapters_as_trainable` freezes everything else. Returns how
-/// many layers it wrapped.
+/// `_mark_only_adapters_as_trainable` freezes everything else. Under
+/// [`Runtime::parameters_on_device_unallocated`] (peft on the CPU model
+/// before FSDP2 shards it) the adapters take that dtype, storage-less.
+/// Returns how many layers it wrapped.
 pub(crate) fn inject_lora(
     rt: &Runtime,
     linears: Vec<(String, &mut Linear)>,
@@ -374,14 +376,27 @@ pub(crate) fn inject_lora(
         .filter(|(n, _)| matches(n))
         .map(|(_, l)| l)
         .collect();
+    // before `fully_shard` (FSDP2's unsharded parameters): the adapters on
+    // the device with empty storages, in the dtype the caller set
+    if let Some(dt) = rt.parameters_on_device_unallocated() {
+        for l in wrapped.iter_mut() {
+            let (out, inp) = (l.weight.size(0), l.weight.size(1));
+            let a = rt.device_unallocated(&[r, inp], dt)?;
+            let b = rt.device_unallocated(&[out, r], dt)?;
+            l.lora = Some(Lora { a, b, dropout });
+        }
+    }
     rt.no_grad(|| -> Result<()> {
         rt.with_category(Category::Parameter, || -> Result<()> {
-            for l in wrapped.iter_mut() {
+            for l in wrapped.iter_mut().filter(|l| l.lora.is_none()) {
                 let (out, inp) = (l.weight.size(0), l.weight.size(1));
                 let dt = l.weight.dtype();
                 let a = rt.empty(&[r, inp], dt, Device::Cuda)?;
                 let b = rt.empty(&[out, r], dt, Device::Cuda)?;
                 l.lora = Some(Lora { a, b, dropout });
+            }
+            if rt.parameters_on_device_unallocated().is_some() {
+                return Ok(());
             }
             for l in wrapped.iter_mut() {
                 let lora = l.lora.as_mut().expect("set above");

@@ -29,7 +29,22 @@
 //! - `no_sync()` (gradient accumulation): a forward under it does not
 //!   `prepare_for_backward`, so the reducer's hooks return at once
 //!   (`expect_autograd_hooks_` false): the gradients accumulate in `.grad`
-//!   and neither the rebuild order nor the buckets see them.
+//!   and neither the rebuild order nor the buckets see them;
+//! - `find_unused_parameters=True`: the first buckets are cut at the caps
+//!   (`_ddp_init_helper`'s `bucket_size_limits`) and never rebuilt
+//!   (`should_rebuild_buckets` is false), the reducer holds
+//!   `local_used_map_dev_` (an int32 per parameter, `initialize_local_used_map`;
+//!   its host copies are pinned, outside the device's pools), and
+//!   `_post_forward` passes the outputs through `_DDPSink`, which clones
+//!   each that has a `grad_fn` ([`sink`]);
+//! - a mixture of experts (mixtral, qwen3_moe in transformers 5.17) holds
+//!   its experts as two 3-D parameters whose `_grouped_mm` backward gives
+//!   the whole parameter a gradient whatever the routing, so no parameter
+//!   goes unused and the reducer's "expected to have finished reduction"
+//!   check cannot fire without `find_unused_parameters`;
+//! - frozen parameters (a LoRA base): only those that require grad are the
+//!   reducer's (`_build_params_for_reducer`), but `_sync_module_states`
+//!   broadcasts every parameter.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -54,6 +69,8 @@ pub struct DdpConfig {
     /// the rebuild: ProcessGroupNCCL's shelf freeing them late
     /// (pytorch/pytorch#150079) for as long as it can, the upper bound
     pub first_buckets_held: bool,
+    /// `find_unused_parameters=True`
+    pub find_unused_parameters: bool,
 }
 
 impl DdpConfig {
@@ -180,12 +197,15 @@ pub struct Ddp {
     require_forward_param_sync: bool,
     /// `expect_autograd_hooks_`: the last forward prepared for a backward
     expect_autograd_hooks: bool,
+    /// `local_used_map_dev_` (with `find_unused_parameters`)
+    local_used_map_dev: Option<Tensor>,
     me: Weak<RefCell<Ddp>>,
 }
 
 impl Ddp {
     /// `DistributedDataParallel(model, ...)` over the model's `params`
-    /// (registration order, on the device) and `buffers`.
+    /// (registration order, on the device; the reducer takes those that
+    /// require grad) and `buffers`.
     pub fn wrap(
         rt: &Runtime,
         cfg: &DdpConfig,
@@ -211,12 +231,26 @@ impl Ddp {
             ));
         }
         nccl::init_process_group(rt, cfg.world)?;
-        let params: Vec<Tensor> = params.into_iter().filter(|p| p.requires_grad()).collect();
+        // `_module_parameters` then `_build_params_for_reducer`
+        let mut states = params;
+        let params: Vec<Tensor> = states
+            .iter()
+            .filter(|p| p.requires_grad())
+            .cloned()
+            .collect();
+        if params.is_empty() {
+            return Err(ModelError::Unsupported(
+                "DDP of a model without a parameter that requires grad (PyTorch raises: \
+                 DistributedDataParallel is not needed)"
+                    .into(),
+            ));
+        }
         rt.with_category(Category::Communication, || verify_params(rt, cfg, &params))?;
         nccl::ddp_construction(rt)?;
-        let mut states = params.clone();
+        // `_sync_module_states`: every parameter, then the buffers
         states.extend(buffers.iter().cloned());
         broadcast_coalesced(rt, &states)?;
+        drop(states);
         let me = Rc::new(RefCell::new(Ddp {
             rt: rt.clone(),
             cfg: cfg.clone(),
@@ -230,16 +264,35 @@ impl Ddp {
             nccl_allreduce: false,
             require_forward_param_sync: true,
             expect_autograd_hooks: false,
+            local_used_map_dev: None,
             me: Weak::new(),
         }));
         {
             let mut d = me.borrow_mut();
             d.me = Rc::downgrade(&me);
-            // `_ddp_init_helper`: one bucket per dtype, the buckets reversed
+            // `_ddp_init_helper`: one bucket per dtype (at the caps when
+            // finding unused parameters), the buckets reversed
             let sizes = d.sizes();
-            let mut first = bucket_assignment(&sizes, &[u64::MAX], None);
+            let limits = if cfg.find_unused_parameters {
+                let (cap, first) = cfg.caps();
+                if cfg.bucket_cap_mb.is_none() {
+                    vec![first, cap]
+                } else {
+                    vec![cap]
+                }
+            } else {
+                vec![u64::MAX]
+            };
+            let mut first = bucket_assignment(&sizes, &limits, None);
             first.reverse();
             d.initialize_buckets(first)?;
+            if cfg.find_unused_parameters {
+                // the Reducer's constructor: `initialize_local_used_map`
+                let n = d.params.len() as i64;
+                d.local_used_map_dev = Some(rt.with_category(Category::Communication, || {
+                    rt.empty(&[n], DType::I32, Device::Cuda)
+                })?);
+            }
             for i in 0..d.params.len() {
                 let w = d.me.clone();
                 d.params[i].register_post_accumulate_grad_hook(Rc::new(move || {
@@ -315,7 +368,7 @@ impl Ddp {
             // a backward the forward did not prepare (`no_sync()`)
             return Ok(());
         }
-        if !self.has_rebuilt {
+        if self.should_rebuild_buckets() {
             self.rebuilt.push(i);
         }
         if self.cfg.gradient_as_bucket_view && self.params[i].grad().is_some() {
@@ -352,9 +405,20 @@ impl Ddp {
         Ok(())
     }
 
+    /// `should_rebuild_buckets`: once, and never when finding unused
+    /// parameters (`static_graph` is not modelled).
+    fn should_rebuild_buckets(&self) -> bool {
+        !self.cfg.find_unused_parameters && !self.has_rebuilt
+    }
+
+    /// Whether `_post_forward` passes the outputs through `_DDPSink`.
+    pub fn sinks_outputs(&self) -> bool {
+        self.cfg.find_unused_parameters
+    }
+
     fn pre_forward(&mut self) -> Result<()> {
         let rt = self.rt.clone();
-        if rt.is_grad_enabled() && !self.has_rebuilt && !self.rebuilt.is_empty() {
+        if rt.is_grad_enabled() && self.should_rebuild_buckets() && !self.rebuilt.is_empty() {
             let (cap, first) = self.cfg.caps();
             let sizes = self.sizes();
             let order = std::mem::take(&mut self.rebuilt);
@@ -375,6 +439,32 @@ impl Ddp {
         }
         Ok(())
     }
+}
+
+/// `_DDPSink.apply(weakref.ref(self), *output_tensor_list)` over the
+/// flattened outputs (a `ModelOutput` flattens to its fields in order): each
+/// output with a `grad_fn` cloned (`_ddp_sink_clone` is true), its gradient
+/// passed through; the others (`None`, no `grad_fn`) kept as they are.
+pub fn sink(rt: &Runtime, outputs: Vec<Option<Tensor>>) -> Result<Vec<Option<Tensor>>> {
+    let mut out = Vec::with_capacity(outputs.len());
+    for o in &outputs {
+        out.push(match o {
+            Some(t) if t.grad_fn_name().is_some() => Some(vramscope_engine::function::apply(
+                rt,
+                "_DDPSinkBackward",
+                &[t],
+                |_, xs| xs[0].clone_tensor(),
+                |_, grads| Ok(grads.to_vec()),
+            )?),
+            other => other.clone(),
+        });
+    }
+    // the original output object dies when `DistributedDataParallel.forward`
+    // returns, its fields in order
+    for o in outputs {
+        drop(o);
+    }
+    Ok(out)
 }
 
 /// `_verify_param_shape_across_processes` (`verify_params_across_processes`):
@@ -420,6 +510,10 @@ mod tests {
     }
 
     fn wrapped() -> (Runtime, Rc<RefCell<Ddp>>) {
+        wrapped_with(false)
+    }
+
+    fn wrapped_with(find_unused_parameters: bool) -> (Runtime, Rc<RefCell<Ddp>>) {
         let rt = Runtime::default();
         let params = (0..2)
             .map(|_| {
@@ -437,6 +531,7 @@ mod tests {
             bucket_cap_mb: None,
             gradient_as_bucket_view: false,
             first_buckets_held: false,
+            find_unused_parameters,
         };
         let d = Ddp::wrap(&rt, &cfg, params, buffers).unwrap();
         (rt, d)
@@ -485,5 +580,49 @@ mod tests {
         let t = [(8, DType::BF16), (256, DType::F32), (8, DType::BF16)];
         let b = bucket_assignment(&t, &[1000], None);
         assert_eq!(b, vec![vec![0, 2], vec![1]]);
+    }
+
+    #[test]
+    fn finding_unused_parameters_cuts_buckets_at_once_and_never_rebuilds() {
+        // two 1 MiB parameters: the 1 MiB first cap closes a bucket on each
+        let (rt, d) = wrapped_with(true);
+        assert_eq!(d.borrow().buckets.len(), 2);
+        // local_used_map_dev_: an int32 per parameter
+        assert_eq!(
+            d.borrow()
+                .local_used_map_dev
+                .as_ref()
+                .map(|t| t.sizes().to_vec()),
+            Some(vec![2])
+        );
+        d.borrow_mut().forward(true).unwrap();
+        d.borrow_mut().autograd_hook(1).unwrap();
+        d.borrow_mut().autograd_hook(0).unwrap();
+        assert!(d.borrow().rebuilt.is_empty());
+        // the next forward allocates no bucket (only the buffers' broadcast)
+        let next = allocs(&rt, || d.borrow_mut().forward(true).unwrap());
+        assert_eq!(next, vec![256]);
+    }
+
+    #[test]
+    fn without_finding_unused_parameters_one_bucket_and_no_used_map() {
+        let (_rt, d) = wrapped();
+        assert_eq!(d.borrow().buckets.len(), 1);
+        assert!(d.borrow().local_used_map_dev.is_none());
+    }
+
+    #[test]
+    fn the_sink_clones_only_outputs_with_a_grad_fn() {
+        let rt = Runtime::default();
+        let w = rt.empty(&[4, 4], DType::F32, Device::Cuda).unwrap();
+        w.requires_grad_(true).unwrap();
+        let y = w.mul_scalar(2.0).unwrap();
+        let plain = rt.empty(&[4], DType::F32, Device::Cuda).unwrap();
+        let (ys, ps) = (y.clone(), plain.clone());
+        let out = sink(&rt, vec![Some(y), Some(plain), None]).unwrap();
+        assert!(!out[0].as_ref().unwrap().same(&ys));
+        assert!(out[0].as_ref().unwrap().grad_fn_name().is_some());
+        assert!(out[1].as_ref().unwrap().same(&ps));
+        assert!(out[2].is_none());
     }
 }

@@ -83,8 +83,11 @@ enum Training {
 /// One `FSDPParam`.
 struct Param {
     /// the module's parameter: its storage is the all-gather output
-    /// (`all_gather_outputs[0]`), empty while sharded
+    /// (`all_gather_outputs[0]`), empty while sharded; its dtype is the one
+    /// it is all-gathered in
     unsharded: Tensor,
+    /// `orig_dtype`: the shard's dtype
+    orig: DType,
     shape: Vec<i64>,
     /// elements per dim-0 row
     rest: i64,
@@ -104,6 +107,15 @@ struct Param {
 impl Param {
     fn padded_numel(&self) -> i64 {
         self.padded_rows * self.rest
+    }
+    /// The dtype it is all-gathered in.
+    fn gather(&self) -> DType {
+        self.unsharded.dtype()
+    }
+    /// `param_dtype` after `init_dtype_attrs`: `None` where it is the
+    /// parameter's own dtype.
+    fn param_dtype(&self) -> Option<DType> {
+        Some(self.gather()).filter(|&d| d != self.orig)
     }
     fn sharded_shape(&self) -> Vec<i64> {
         let mut s = self.shape.clone();
@@ -128,7 +140,6 @@ struct Group {
 pub struct Fsdp {
     rt: Runtime,
     cfg: FsdpConfig,
-    orig: DType,
     groups: Vec<Group>,
     /// `comm_ctx.all_gather_state`: the last forward all-gather's output
     all_gather_state: Option<Tensor>,
@@ -160,11 +171,12 @@ impl Fsdp {
     /// parameters in no layer), `move_buffers` moving the model's buffers
     /// to the GPU after its parameters as `_move_states_to_device` does.
     /// The parameters are the unsharded ones, on the device with empty
-    /// storages; `orig` is the dtype the model was built in.
+    /// storages in the dtype they are all-gathered in; `orig` gives each
+    /// one's dtype before any cast (the model's, or a LoRA adapter's).
     pub fn shard(
         rt: &Runtime,
         cfg: &FsdpConfig,
-        orig: DType,
+        orig: &dyn Fn(&Tensor) -> DType,
         layers: Vec<Vec<Tensor>>,
         root: Vec<Tensor>,
         move_buffers: &mut dyn FnMut() -> Result<()>,
@@ -188,7 +200,6 @@ impl Fsdp {
         let me = Rc::new(RefCell::new(Fsdp {
             rt: rt.clone(),
             cfg: cfg.clone(),
-            orig,
             groups,
             all_gather_state: None,
             reduce_scatter_state: None,
@@ -223,12 +234,6 @@ impl Fsdp {
         self.reduce_grads = sync;
     }
 
-    /// The dtype the parameters are all-gathered in (`param_dtype` unless
-    /// it is the parameters' own: `init_dtype_attrs` clears it then).
-    fn param_dtype(&self) -> Option<DType> {
-        self.cfg.param_dtype.filter(|&d| d != self.orig)
-    }
-
     /// `reduce_dtype`: float32 under a policy, cleared when it equals the
     /// parameter dtype (`init_dtype_attrs`).
     fn reduce_dtype(&self) -> Option<DType> {
@@ -244,14 +249,16 @@ impl Fsdp {
             return Ok(());
         }
         let rt = self.rt.clone();
-        let total: i64 = g.params.iter().map(Param::padded_numel).sum();
-        let pd = self.param_dtype();
-        let dtype = pd.unwrap_or(self.orig);
+        let (out_dtype, total) = all_gather_input(&g.params);
         let world = self.cfg.world;
         // in forward and pre-backward, on the copy-in stream (`get_all_gather_streams`)
         let offload = self.cfg.cpu_offload;
-        let orig = self.orig;
-        let shards: Vec<i64> = g.params.iter().map(Param::padded_numel).collect();
+        // (padded shard numel, orig dtype, param_dtype) per parameter
+        let shards: Vec<(i64, DType, Option<DType>)> = g
+            .params
+            .iter()
+            .map(|p| (p.padded_numel(), p.orig, p.param_dtype()))
+            .collect();
         let out = rt.with_stream(COPY_IN_STREAM, || -> Result<Tensor> {
             rt.with_category(Category::Communication, || {
                 if offload {
@@ -260,7 +267,7 @@ impl Fsdp {
                     // `param_dtype` (the copy freed); the inputs go last first
                     // once the output is allocated
                     let mut inputs = Vec::with_capacity(shards.len());
-                    for &n in &shards {
+                    for &(n, orig, pd) in &shards {
                         let copy = rt.empty(&[n], orig, Device::Cuda)?;
                         inputs.push(match pd {
                             Some(d) => {
@@ -271,18 +278,26 @@ impl Fsdp {
                             None => copy,
                         });
                     }
-                    let out = rt.empty(&[total * world], dtype, Device::Cuda)?;
+                    let out = rt.empty(&[total * world], out_dtype, Device::Cuda)?;
                     while let Some(i) = inputs.pop() {
                         drop(i);
                     }
                     return Ok(out);
                 }
-                // `_get_param_all_gather_inputs`: one flat `param_dtype` copy
-                let flat = match pd {
-                    Some(d) => Some(rt.empty(&[total], d, Device::Cuda)?),
+                // `_get_param_all_gather_inputs`: one flat copy of the shards
+                // that have a `param_dtype`, in the first one's
+                let cast: Vec<(i64, DType)> = shards
+                    .iter()
+                    .filter_map(|&(n, _, pd)| pd.map(|d| (n, d)))
+                    .collect();
+                let flat = match cast.first() {
+                    Some(&(_, d)) => {
+                        let n: i64 = cast.iter().map(|c| c.0).sum();
+                        Some(rt.empty(&[n], d, Device::Cuda)?)
+                    }
                     None => None,
                 };
-                let out = rt.empty(&[total * world], dtype, Device::Cuda)?;
+                let out = rt.empty(&[total * world], out_dtype, Device::Cuda)?;
                 drop(flat);
                 Ok(out)
             })
@@ -313,13 +328,19 @@ impl Fsdp {
         let world = self.cfg.world;
         let rt = self.rt.clone();
         let g = &self.groups[gi];
+        // `init_all_gather_outputs`: each in the dtype it was gathered in
         for p in &g.params {
-            let bytes = (p.padded_numel() * world) as u64 * dtype.size();
+            let bytes = (p.padded_numel() * world) as u64 * p.gather().size();
             p.unsharded
                 .resize_storage(bytes, "all_gather_copy_out", Category::Parameter)?;
         }
-        // split_with_sizes_copy's packed metadata (`pack_vecs`)
-        let splits: Vec<i64> = g.params.iter().map(Param::padded_numel).collect();
+        // split_with_sizes_copy's packed metadata (`pack_vecs`): of bytes
+        // when the output is uint8
+        let splits: Vec<i64> = g
+            .params
+            .iter()
+            .map(|p| p.padded_numel() * (p.gather().size() / dtype.size()) as i64)
+            .collect();
         let elems = split_copy_pack_elems(&splits, dtype.size() as i64, world, &rt);
         rt.with_category(Category::Workspace, || {
             rt.empty(&[elems], DType::I64, Device::Cuda).map(drop)
@@ -518,7 +539,8 @@ impl Fsdp {
         while let Some(gr) = grads.pop() {
             drop(gr);
         }
-        let orig = self.orig;
+        // the group's `_orig_dtype`: its trainable parameters' (uniform)
+        let orig = g.params[with_grad[0]].orig;
         let out = rt.with_stream(
             REDUCE_SCATTER_STREAM,
             || -> vramscope_engine::Result<Tensor> {
@@ -555,7 +577,7 @@ impl Fsdp {
         self.reduce_scatter_state = Some(input);
         if !self.nccl_taken.1 {
             self.nccl_taken.1 = true;
-            let bits16 = self.param_dtype().unwrap_or(self.orig) != DType::F32;
+            let bits16 = self.groups[gi].params[0].gather() != DType::F32;
             super::nccl::first_backward(&rt, bits16).map_err(to_engine)?;
         }
         Ok(())
@@ -592,7 +614,7 @@ fn to_engine(e: ModelError) -> vramscope_engine::EngineError {
 fn fully_shard(
     rt: &Runtime,
     cfg: &FsdpConfig,
-    orig: DType,
+    orig: &dyn Fn(&Tensor) -> DType,
     params: Vec<Tensor>,
     layer: bool,
     move_buffers: &mut dyn FnMut() -> Result<()>,
@@ -603,7 +625,7 @@ fn fully_shard(
         .iter()
         .map(|p| {
             rt.with_category(Category::Parameter, || {
-                rt.empty(p.sizes(), orig, Device::Cuda)
+                rt.empty(p.sizes(), orig(p), Device::Cuda)
             })
         })
         .collect::<vramscope_engine::Result<_>>()?;
@@ -616,6 +638,7 @@ fn fully_shard(
         }
         let rest: i64 = shape[1..].iter().product();
         let (padded_rows, rows) = chunk_rows(shape[0], cfg.world, cfg.rank);
+        let orig = orig(&p);
         // padded_sharded_param = param_data.new_zeros(padded_sharded_size)
         let mut data = rt.with_category(Category::Parameter, || {
             rt.zeros(&[padded_rows * rest], orig, Device::Cuda)
@@ -628,8 +651,10 @@ fn fully_shard(
         let mut sshape = shape.clone();
         sshape[0] = rows;
         let sharded = data.narrow(0, 0, rows * rest).view(&sshape)?.detach();
-        sharded.requires_grad_(true)?;
+        // `self.sharded_param.requires_grad_(param.requires_grad)`
+        sharded.requires_grad_(p.requires_grad())?;
         out.push(Param {
+            orig,
             unsharded: p,
             shape,
             rest,
@@ -651,6 +676,21 @@ fn fully_shard(
         training: Training::Idle,
         post_forward_indices: Vec::new(),
     })
+}
+
+/// `_get_all_gather_input_metadatas`: the all-gather's dtype (the inputs',
+/// or uint8 where they differ) and its input's elements (bytes then).
+fn all_gather_input(params: &[Param]) -> (DType, i64) {
+    let first = params.first().map(Param::gather).unwrap_or(DType::F32);
+    if params.iter().all(|p| p.gather() == first) {
+        (first, params.iter().map(Param::padded_numel).sum())
+    } else {
+        let bytes = params
+            .iter()
+            .map(|p| p.padded_numel() * p.gather().size() as i64)
+            .sum();
+        (DType::U8, bytes)
+    }
 }
 
 /// The int64s `split_with_sizes_copy_out_cuda_contiguous_no_cast` packs to
@@ -702,15 +742,20 @@ impl ModuleHooks for FsdpHooks {
 
 /// The ranks whose shards have the same rows in every parameter, grouped
 /// (rank 0's group first): their memory is the same, so the twin runs one
-/// rank of each group. Builds the model with empty parameters only.
+/// rank of each group. Builds the model (with its LoRA adapters) with empty
+/// parameters only.
 pub fn rank_classes(
     config: &crate::HfConfig,
     task: crate::Task,
     world: i64,
+    lora: Option<&crate::workload::LoraSpec>,
 ) -> Result<Vec<Vec<i64>>> {
     let rt = Runtime::default();
     rt.set_parameters_on_device_unallocated(Some(DType::F32));
-    let model = crate::families::build(&rt, config, task, DType::F32)?;
+    let mut model = crate::families::build(&rt, config, task, DType::F32)?;
+    if let Some(l) = lora {
+        model.apply_lora(l, true)?;
+    }
     let dims: Vec<i64> = model
         .parameters()
         .iter()
@@ -758,7 +803,7 @@ mod tests {
         let f = Fsdp::shard(
             &rt,
             &cfg,
-            DType::F32,
+            &|_| DType::F32,
             vec![vec![w.clone()]],
             vec![],
             &mut || Ok(()),
@@ -823,5 +868,48 @@ mod tests {
     fn chunk_cat_packs_one_entry_per_block() {
         // one 512x512 fp32 gradient over 2 ranks: 512 KiB per chunk, 256 blocks
         assert_eq!(chunk_cat_pack_elems(&[512 * 512], 2, 4), 1 + 256 + 4 + 3);
+    }
+
+    #[test]
+    fn a_frozen_bf16_base_with_fp32_adapters_gathers_bytes_and_reduces_the_adapters() {
+        // peft's layer without a policy: a frozen bf16 (6, 4) weight and a
+        // float32 (2, 4) adapter, over 2 ranks
+        let rt = Runtime::default();
+        let cfg = FsdpConfig {
+            world: 2,
+            rank: 0,
+            param_dtype: None,
+            reshard_after_forward: true,
+            cpu_offload: false,
+        };
+        let base = rt.device_unallocated(&[6, 4], DType::BF16).unwrap();
+        let lora = rt.device_unallocated(&[2, 4], DType::F32).unwrap();
+        lora.requires_grad_(true).unwrap();
+        let (b, l) = (base.clone(), lora.clone());
+        let orig = move |t: &Tensor| t.dtype();
+        let f = Fsdp::shard(&rt, &cfg, &orig, vec![vec![b, l]], vec![], &mut || Ok(())).unwrap();
+        // _get_all_gather_input_metadatas: uint8, 3 x 4 x 2 + 1 x 4 x 4 bytes
+        assert_eq!(
+            all_gather_input(&f.borrow().groups[1].params),
+            (DType::U8, 24 + 16)
+        );
+        f.borrow_mut().pre_forward(1, None).unwrap();
+        // each unsharded storage in its own dtype
+        assert_eq!(
+            (base.storage_nbytes(), lora.storage_nbytes()),
+            (6 * 4 * 2, 2 * 4 * 4)
+        );
+        // only the adapter's shard requires grad, and only it is reduced
+        {
+            let g = &f.borrow().groups[1];
+            assert!(!g.params[0].sharded.requires_grad() && g.params[1].sharded.requires_grad());
+        }
+        lora.set_grad(Some(rt.empty(&[2, 4], DType::F32, Device::Cuda).unwrap()));
+        f.borrow_mut().groups[1].training = Training::PreBackward;
+        f.borrow_mut().post_backward(1).unwrap();
+        let g = &f.borrow().groups[1];
+        assert!(g.params[0].sharded.grad().is_none());
+        let sg = g.params[1].sharded.grad().unwrap();
+        assert_eq!((sg.dtype(), sg.sizes().to_vec()), (DType::F32, vec![1, 4]));
     }
 }
