@@ -55,6 +55,9 @@ struct PlanFsdpJson<'a> {
     /// why the search stopped with no batch running out (then
     /// `max_batch_per_rank` is a lower bound)
     max_batch_capped_by: Option<String>,
+    /// every batch per rank above `max_batch_per_rank` up to this one was
+    /// run and does not fit (whether a batch fits is not monotone in it)
+    max_batch_checked_up_to: i64,
     max_global_batch: i64,
     peak_reserved_bytes: i64,
     fewest_gpus: Option<FewestJson>,
@@ -145,6 +148,7 @@ pub fn run(args: &PlanArgs, config: &HfConfig) -> anyhow::Result<ExitCode> {
             seq: base.seq,
             max_batch_per_rank: max,
             max_batch_capped_by: plan.capped.clone(),
+            max_batch_checked_up_to: plan.checked_up_to,
             max_global_batch: max * world,
             peak_reserved_bytes: plan.here.peak_reserved_bytes,
             fewest_gpus: fewest,

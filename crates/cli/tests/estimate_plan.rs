@@ -843,6 +843,10 @@ fn plan_under_fsdp_finds_the_largest_batch_per_rank_and_the_fewest_gpus() {
     let max = j["max_batch_per_rank"].as_i64().unwrap();
     assert!(max >= 1, "{j}");
     assert_eq!(j["max_global_batch"].as_i64().unwrap(), 2 * max);
+    // every batch above the largest up to the doubling's first failure
+    // was run: the largest is exact up to there, fits monotone or not
+    let checked = j["max_batch_checked_up_to"].as_i64().unwrap();
+    assert!(checked > max, "{j}");
     let est = |world: i64, b: i64, code: i32| {
         vramscope(
             "estimate",

@@ -28,8 +28,8 @@ pub use levers::{
     checkpoint_for_batch, lever_list, levers, num_layers, Lever, LeverOutcome, MinimalCheckpointing,
 };
 pub use parallel::{
-    fewest_gpus, largest_batch_per_rank, plan_parallel, run_ranks, with_world, Fewest, ParallelAsk,
-    ParallelLever, ParallelPlan, RanksOutcome, MAX_BATCH_PER_RANK, MAX_GPUS,
+    fewest_gpus, largest_batch_per_rank, plan_parallel, run_ranks, with_world, Fewest, Largest,
+    ParallelAsk, ParallelLever, ParallelPlan, RanksOutcome, MAX_BATCH_PER_RANK, MAX_GPUS,
 };
 pub use search::{max_batch, try_batch, MaxBatch, Try, MAX_BATCH_CAP};
 pub use sweep::{sweep, SweepCell};

@@ -61,8 +61,11 @@ pub struct Fewest {
 /// What [`plan_parallel`] answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParallelPlan {
-    /// the largest batch per rank that fits (0: not even 1)
+    /// the largest batch per rank that fits (0: not even 1; [`Largest`])
     pub max_batch_per_rank: i64,
+    /// every batch per rank above the largest up to this one was run and
+    /// does not fit ([`Largest::checked_up_to`])
+    pub checked_up_to: i64,
     /// why the search for it stopped with no batch running out, when it
     /// did (a batch past the search's bound, or one that takes something
     /// the twin does not model): `max_batch_per_rank` is a lower bound
@@ -143,16 +146,14 @@ pub fn run_ranks(
     Ok(out)
 }
 
-/// The largest batch per rank that fits (0: not even 1): doubling from 1,
-/// then bisection between the last that fits and the first that does not;
-/// with why the search stopped where no batch ran out
-/// ([`ParallelPlan::capped`]).
+/// The largest batch per rank that fits (0: not even 1), searched from 1
+/// and made exact up to the search's first failure ([`largest_by`]).
 pub fn largest_batch_per_rank(
     config: &HfConfig,
     base: &Workload,
     par: &Parallel,
     options: &EstimateOptions,
-) -> Result<(i64, Option<String>)> {
+) -> Result<Largest> {
     let fits = |b: i64| fits_at(config, base, par, options, b, par.world());
     largest_by(&fits, 1)
 }
@@ -174,13 +175,84 @@ fn fits_at(
     Ok(run_ranks(config, &w, &with_world(par, world), options, false)?.fits)
 }
 
+/// The most batches per rank [`largest_by`]'s scan runs above the
+/// bisection's answer.
+pub const SCAN_LIMIT: i64 = 64;
+
+/// What [`largest_by`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Largest {
+    /// the largest batch per rank that fits (0: not even 1): no batch
+    /// above it up to `checked_up_to` fits
+    pub max: i64,
+    /// every batch above `max` up to this one was run and does not fit
+    /// (the doubling's first failure, unless the scan's bound or a batch
+    /// the twin does not model stopped it first)
+    pub checked_up_to: i64,
+    /// why the doubling stopped with no batch running out, when it did
+    /// (a batch past the search's bound, or one the twin does not model):
+    /// `max` is then a lower bound
+    pub capped: Option<String>,
+}
+
 /// The largest batch for which `fits` holds (0: not even 1), from `start`:
 /// doubling while it fits, else halving until it does, then bisection
 /// between the last that fits and the first that does not (from 1, the
 /// probes are 1, 2, 4, ...). A batch past [`MAX_BATCH_PER_RANK`], or one
 /// that takes what the twin does not model while doubling, stops it with
 /// the last that fitted, and says why.
-fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Option<String>)> {
+///
+/// Whether a batch fits is not monotone in the batch (the allocator's
+/// rounding and block splitting: `crate::boundary` has a GPU case), so the
+/// bisection's answer need not be the largest below the failure that
+/// bounds it: every batch between the two (at most [`SCAN_LIMIT`]) is run
+/// too, and the largest that fits is the answer. Batches below it are not
+/// all run (some may not fit), nor those past that failure.
+pub(crate) fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<Largest> {
+    let known: std::cell::RefCell<HashMap<i64, bool>> = Default::default();
+    let fits = |b: i64| -> Result<bool> {
+        if let Some(&f) = known.borrow().get(&b) {
+            return Ok(f);
+        }
+        let f = fits(b)?;
+        known.borrow_mut().insert(b, f);
+        Ok(f)
+    };
+    let (lo, capped, failed) = search(&fits, start)?;
+    let mut out = Largest {
+        max: lo,
+        checked_up_to: lo,
+        capped,
+    };
+    // the scan: from the answer up to the doubling's first failure
+    let Some(failed) = failed else {
+        return Ok(out);
+    };
+    let mut b = lo + 1;
+    while b < failed && b <= lo + SCAN_LIMIT {
+        match fits(b) {
+            Ok(true) => out.max = b,
+            Ok(false) => {}
+            Err(e) if not_modelled(&e) => return Ok(out),
+            Err(e) => return Err(e),
+        }
+        out.checked_up_to = b;
+        b += 1;
+    }
+    if b == failed {
+        out.checked_up_to = failed;
+    }
+    Ok(out)
+}
+
+/// The doubling (or halving) and bisection of [`largest_by`]: the batch it
+/// ends on, why the doubling stopped without a failure, and the failure
+/// that bounds the bisection (the doubling's first, or the halving's last).
+#[allow(clippy::type_complexity)]
+fn search(
+    fits: &dyn Fn(i64) -> Result<bool>,
+    start: i64,
+) -> Result<(i64, Option<String>, Option<i64>)> {
     let start = start.clamp(1, MAX_BATCH_PER_RANK);
     let (mut lo, mut hi);
     let try_fits = |b: i64| -> Result<std::result::Result<bool, String>> {
@@ -192,7 +264,8 @@ fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Op
             Err(e) => Err(e),
         }
     };
-    match try_fits(start)? {
+    // the doubling's first failure (when halving, the last that failed)
+    let failed = match try_fits(start)? {
         Ok(true) => {
             (lo, hi) = (start, start * 2);
             loop {
@@ -203,7 +276,7 @@ fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Op
                             "batch {} per rank is past the search's bound ({MAX_BATCH_PER_RANK})",
                             MAX_BATCH_PER_RANK * 2
                         );
-                        return Ok((MAX_BATCH_PER_RANK, Some(why)));
+                        return Ok((MAX_BATCH_PER_RANK, Some(why), None));
                     }
                     hi = MAX_BATCH_PER_RANK;
                     break;
@@ -214,9 +287,10 @@ fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Op
                         hi *= 2;
                     }
                     Ok(false) => break,
-                    Err(why) => return Ok((lo, Some(why))),
+                    Err(why) => return Ok((lo, Some(why), None)),
                 }
             }
+            hi
         }
         Ok(false) | Err(_) => {
             hi = start;
@@ -226,10 +300,11 @@ fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Op
                 lo /= 2;
             }
             if lo == 0 {
-                return Ok((0, None));
+                return Ok((0, None, Some(1)));
             }
+            hi
         }
-    }
+    };
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid)? {
@@ -238,7 +313,7 @@ fn largest_by(fits: &dyn Fn(i64) -> Result<bool>, start: i64) -> Result<(i64, Op
             hi = mid;
         }
     }
-    Ok((lo, None))
+    Ok((lo, None, Some(failed)))
 }
 
 /// The fewest GPUs (2 to [`MAX_GPUS`]) on which `target` fits, each rank
@@ -326,7 +401,7 @@ pub fn plan_parallel(
         Some(t) => (None, div_up(t, world)),
         None => {
             let max = largest(1)?;
-            let at = max.0.max(1);
+            let at = max.max.max(1);
             (Some(max), at)
         }
     };
@@ -376,12 +451,16 @@ pub fn plan_parallel(
             }
         })
     })?;
-    let (mut max, mut capped) = searched.unwrap_or((0, None));
+    let mut largest = searched.unwrap_or(Largest {
+        max: 0,
+        checked_up_to: 0,
+        capped: None,
+    });
     let mut fewest = None;
     let mut outcomes = Vec::with_capacity(runs.len());
     for a in answers {
         match a {
-            Answer::Largest(m) => (max, capped) = m,
+            Answer::Largest(m) => largest = m,
             Answer::Fewest(f) => fewest = Some(f),
             Answer::Run(o) => outcomes.push(o),
         }
@@ -402,8 +481,9 @@ pub fn plan_parallel(
         })
         .collect();
     Ok(ParallelPlan {
-        max_batch_per_rank: max,
-        capped,
+        max_batch_per_rank: largest.max,
+        checked_up_to: largest.checked_up_to,
+        capped: largest.capped,
         at,
         here: outcomes[0],
         fewest,
@@ -420,7 +500,7 @@ enum Task {
 }
 
 enum Answer {
-    Largest((i64, Option<String>)),
+    Largest(Largest),
     Fewest(Fewest),
     Run(RanksOutcome),
 }
@@ -589,7 +669,11 @@ mod tests {
         for k in [0, 1, 5, 6, 7, 8, 100, MAX_BATCH_PER_RANK] {
             for start in [1, 2, 6, 8, 64, MAX_BATCH_PER_RANK] {
                 let fits = |b: i64| Ok(b <= k);
-                assert_eq!(largest_by(&fits, start).unwrap().0, k, "k {k} from {start}");
+                assert_eq!(
+                    largest_by(&fits, start).unwrap().max,
+                    k,
+                    "k {k} from {start}"
+                );
             }
         }
         // from 1 the probes are 1, 2, 4, ..., then the bisection
@@ -599,7 +683,25 @@ mod tests {
             Ok(b <= 6)
         };
         largest_by(&fits, 1).unwrap();
+        // (nothing left to scan between 6 and 8)
         assert_eq!(probes.into_inner(), vec![1, 2, 4, 8, 6, 7]);
+    }
+
+    #[test]
+    fn where_fits_is_not_monotone_the_scan_finds_the_largest() {
+        // 6 runs out, 7 fits (the allocator's rounding), 8 runs out: the
+        // bisection ends on 5, the scan finds 7; from 4 the doubling's
+        // failure is 8 too
+        let fits = |b: i64| Ok(b <= 5 || b == 7);
+        for start in [1, 4] {
+            let l = largest_by(&fits, start).unwrap();
+            assert_eq!((l.max, l.checked_up_to), (7, 8), "from {start}");
+        }
+        // 9 and 11 fit, 10 and 12 do not: from 1 the doubling fails at 16,
+        // the bisection ends on 9 (12, 10 fail), the scan finds 11
+        let fits = |b: i64| Ok(b <= 9 || b == 11);
+        let l = largest_by(&fits, 1).unwrap();
+        assert_eq!((l.max, l.checked_up_to), (11, 16));
     }
 
     #[test]
@@ -613,9 +715,9 @@ mod tests {
                 Ok(true)
             }
         };
-        let (max, why) = largest_by(&fits, 1).unwrap();
-        assert_eq!(max, 16);
-        assert!(why.unwrap().starts_with("batch 32 per rank: "));
+        let l = largest_by(&fits, 1).unwrap();
+        assert_eq!((l.max, l.checked_up_to), (16, 16));
+        assert!(l.capped.unwrap().starts_with("batch 32 per rank: "));
     }
 
     #[test]
