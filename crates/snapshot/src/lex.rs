@@ -128,12 +128,24 @@ struct Memo {
     /// A memo put with an index of its own (`PUT`, `BINPUT`,
     /// `LONG_BINPUT`) or a text `GET`: the check ends here.
     unknown: bool,
+    /// The offset of each of the piece's `MEMOIZE`s, in order, when asked
+    /// for (see [`memo_table`]).
+    offsets: Option<Vec<u64>>,
 }
 
 /// Gets kept per piece for the memo check.
 const STAIR: usize = 64;
 
 impl Memo {
+    /// A `MEMOIZE` at offset `at`.
+    #[inline]
+    fn put(&mut self, at: u64) {
+        self.count += 1;
+        if let Some(v) = &mut self.offsets {
+            v.push(at);
+        }
+    }
+
     #[inline]
     fn get(&mut self, index: u64, at: u64) {
         let d = index as i64 - self.count as i64;
@@ -184,6 +196,40 @@ pub(crate) fn check(
     found: &AtomicBool,
     cancel: &AtomicBool,
 ) -> Result<(), Error> {
+    let lexed = pieces(file, len, starts, piece, threads, found, cancel, false);
+    lexed.map(|_| ())
+}
+
+/// [`check`], also giving the memo table: the offset of every `MEMOIZE`
+/// before the first `STOP`, in memo index order (a `MEMOIZE` stores at the
+/// memo's size, `Lib/pickle.py`'s `load_memoize`). `None` when the pickle
+/// stores with indices of its own (`PUT`, `BINPUT`, `LONG_BINPUT`) or uses a
+/// text `GET`, or the lex cannot follow it to its `STOP`: then decoding
+/// alone knows what the memo holds.
+pub(crate) fn memo_table(
+    file: &dyn At,
+    len: u64,
+    starts: &[u64],
+    piece: u64,
+    threads: usize,
+) -> Result<Option<Vec<u64>>, Error> {
+    let (found, never) = (AtomicBool::new(false), AtomicBool::new(false));
+    pieces(file, len, starts, piece, threads, &found, &never, true)
+}
+
+/// [`check`] and [`memo_table`]: `record`, whether the `MEMOIZE`s' offsets
+/// are kept.
+#[allow(clippy::too_many_arguments)]
+fn pieces(
+    file: &dyn At,
+    len: u64,
+    starts: &[u64],
+    piece: u64,
+    threads: usize,
+    found: &AtomicBool,
+    cancel: &AtomicBool,
+    record: bool,
+) -> Result<Option<Vec<u64>>, Error> {
     // Piece boundaries: frame starts about PIECE apart.
     let mut cuts = vec![0u64];
     for &s in starts {
@@ -206,7 +252,7 @@ pub(crate) fn check(
             if i >= pieces || cancel.load(Ordering::Relaxed) {
                 return done;
             }
-            let (end, memo) = lex(file, len, cuts[i], cuts[i + 1], &mut buf);
+            let (end, memo) = lex(file, len, cuts[i], cuts[i + 1], &mut buf, record);
             if matches!(end, End::Refused(_)) {
                 found.store(true, Ordering::Relaxed);
             }
@@ -227,13 +273,14 @@ pub(crate) fn check(
     for (i, e) in done {
         ends[i] = Some(e);
     }
-    chain(file, len, &cuts, ends, buf_len, cancel)
+    chain(file, len, &cuts, ends, buf_len, cancel, record)
         .inspect_err(|_| found.store(true, Ordering::Relaxed))
 }
 
 /// [`check`]'s pieces, cut at `cuts`, chained in file order: piece i's
 /// lex (`ends[i]`) holds when it began where the previous one's ended;
-/// otherwise the piece is lexed again from there.
+/// otherwise the piece is lexed again from there. With `record`, the
+/// pieces' `MEMOIZE` offsets joined (see [`memo_table`]).
 fn chain(
     file: &dyn At,
     len: u64,
@@ -241,22 +288,24 @@ fn chain(
     mut ends: Vec<Option<(End, Memo)>>,
     buf_len: usize,
     cancel: &AtomicBool,
-) -> Result<(), Error> {
+    record: bool,
+) -> Result<Option<Vec<u64>>, Error> {
     let pieces = cuts.len() - 1;
     let mut buf = vec![0u8; buf_len];
     let mut pos = 0u64;
     let mut i = 0;
     // the memo's size before the piece, while it is known
     let mut memo_size = Some(0u64);
+    let mut table = record.then(Vec::new);
     while i < pieces {
         if cancel.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(None);
         }
         let end = if pos == cuts[i] { ends[i].take() } else { None };
         let (end, memo) = match end {
             Some(e) => e,
             // a thread that panicked, or a piece entered mid-opcode
-            None => lex(file, len, pos, cuts[i + 1], &mut buf),
+            None => lex(file, len, pos, cuts[i + 1], &mut buf, record),
         };
         if let Some(size) = memo_size {
             let bad = memo.stair.iter().find(|&&(d, ..)| d >= size as i64);
@@ -268,6 +317,10 @@ fn chain(
             }
             memo_size = (!memo.unknown).then_some(size + memo.count);
         }
+        match (&mut table, memo.offsets) {
+            (Some(t), Some(o)) if memo_size.is_some() => t.extend_from_slice(&o),
+            _ => table = None,
+        }
         match end {
             End::At(p) => {
                 pos = p;
@@ -275,18 +328,29 @@ fn chain(
                     i += 1;
                 }
             }
-            End::Stop | End::Lost => return Ok(()),
+            End::Stop => return Ok(table),
+            End::Lost => return Ok(None),
             End::Refused(e) => return Err(e),
         }
     }
-    Ok(())
+    // the pieces ended with no STOP: decoding says what is missing
+    Ok(None)
 }
 
 /// Lex from `from` (an opcode's start) until an opcode starts at or past
-/// `until`, reading `file` through `buf`.
-fn lex(file: &dyn At, len: u64, from: u64, until: u64, buf: &mut [u8]) -> (End, Memo) {
+/// `until`, reading `file` through `buf`; `record`: keep the `MEMOIZE`s'
+/// offsets.
+fn lex(
+    file: &dyn At,
+    len: u64,
+    from: u64,
+    until: u64,
+    buf: &mut [u8],
+    record: bool,
+) -> (End, Memo) {
     let mut memo = Memo {
         high: i64::MIN,
+        offsets: record.then(Vec::new),
         ..Memo::default()
     };
     let end = lex_into(file, len, from, until, buf, &mut memo);
@@ -329,7 +393,7 @@ fn lex_into(
                     0 => break,
                     SHORT => 2 + usize::from(w[i + 1]),
                     MEMOIZE => {
-                        memo.count += 1;
+                        memo.put(pos + i as u64);
                         1
                     }
                     GET1 => {
@@ -382,7 +446,7 @@ enum Step {
 fn step(w: &[u8], i: usize, at: u64, memo: &mut Memo) -> Step {
     let op = w[i];
     match op {
-        0x94 => memo.count += 1,
+        0x94 => memo.put(at),
         b'h' | b'j' => {
             let k = if op == b'h' { 1 } else { 4 };
             let Some(b) = w.get(i + 1..i + 1 + k) else {
@@ -494,6 +558,33 @@ mod tests {
         assert!(run("put", &p, &[]).0.is_ok());
         p[6] = 0;
         assert!(run("put-0", &p, &[]).0.is_ok());
+    }
+
+    /// The memo table with a piece per frame and with one piece.
+    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<u64>>, Error>; 2] {
+        let len = bytes.len() as u64;
+        [1, len + 1].map(|piece| memo_table(&bytes, len, starts, piece, 2))
+    }
+
+    #[test]
+    fn the_memo_table_holds_every_memoize_offset_across_pieces() {
+        // frame 1: EMPTY_LIST MEMOIZE; frame 2: SHORT_BINUNICODE "ab"
+        // MEMOIZE APPEND BINGET 0 STOP, then a MEMOIZE after the STOP
+        let mut b = vec![0x80, 4, 0x95, 2, 0, 0, 0, 0, 0, 0, 0, b']', 0x94];
+        b.extend_from_slice(&[0x95, 9, 0, 0, 0, 0, 0, 0, 0]);
+        b.extend_from_slice(&[0x8c, 2, b'a', b'b', 0x94, b'a', b'h', 0, b'.', 0x94]);
+        for t in tables(&b, &[2, 13]) {
+            assert_eq!(t.unwrap(), Some(vec![12, 26]));
+        }
+        // a BINPUT: the pickle's own indices, no table
+        let p = [0x80, 4, b']', 0x94, b']', b'q', 7, b'0', b'.'];
+        for t in tables(&p, &[]) {
+            assert_eq!(t.unwrap(), None);
+        }
+        // no STOP: decoding says what is missing
+        for t in tables(&b[..b.len() - 2], &[2, 13]) {
+            assert_eq!(t.unwrap(), None);
+        }
     }
 
     #[test]

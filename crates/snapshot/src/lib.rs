@@ -323,6 +323,18 @@ pub fn check_file(path: impl AsRef<Path>, piece: Option<u64>) -> Result<(), Erro
     check_at(&file, len, piece)
 }
 
+/// [`check_bytes`], also giving the memo table: the byte offset of every
+/// `MEMOIZE` before the pickle's `STOP`, in memo index order; `None` when
+/// the pickle stores with indices of its own or the lex cannot follow it.
+/// The table a parallel decoder resolves memo gets across pieces with.
+#[doc(hidden)]
+pub fn memo_table_bytes(bytes: &[u8], piece: Option<u64>) -> Result<Option<Vec<u64>>, Error> {
+    let len = bytes.len() as u64;
+    let starts = frames::check(&bytes, len)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    lex::memo_table(&bytes, len, &starts, piece.unwrap_or(lex::PIECE), threads)
+}
+
 /// [`check_bytes`] on bytes read at offsets.
 fn check_at(src: &dyn frames::At, len: u64, piece: Option<u64>) -> Result<(), Error> {
     let starts = frames::check(src, len)?;

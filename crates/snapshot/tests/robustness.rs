@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use vramscope_snapshot::pickle;
 use vramscope_snapshot::{
-    check_bytes, check_file, read_snapshot, read_snapshot_file, read_snapshot_file_lexed, Error,
+    check_bytes, check_file, memo_table_bytes, read_snapshot, read_snapshot_file,
+    read_snapshot_file_lexed, Error,
 };
 
 const REAL: &str = concat!(
@@ -387,6 +388,82 @@ fn damaged_bytes_are_named_by_the_lex_as_decoding_names_them() {
         "{named} of {n} damaged files refused by the lex, {unknown} with a byte that is no opcode"
     );
     assert!(named > n / 10 && unknown > 0, "{named} {unknown}");
+}
+
+/// The memo table (every `MEMOIZE`'s offset, in memo index order) of the
+/// real snapshot is what Python's `pickletools.genops` lists (4061
+/// `MEMOIZE`s, no other put; their offsets' sum), and so are the two real
+/// nanoGPT snapshots', whatever the pieces; on
+/// damaged and truncated copies, pieces of one frame give what one piece
+/// gives (the same table or the same error), and a table names only
+/// `MEMOIZE` bytes, in increasing order.
+#[test]
+fn the_memo_table_is_pickletools_and_does_not_depend_on_the_pieces() {
+    let real = std::fs::read(REAL).unwrap();
+    let whole = Some(real.len() as u64 + 1);
+    let t = memo_table_bytes(&real, Some(1)).unwrap().unwrap();
+    assert_eq!(t.len(), 4061);
+    assert_eq!(
+        (&t[..3], &t[t.len() - 3..]),
+        (&[12, 24, 26][..], &[268060, 268067, 268105][..])
+    );
+    assert_eq!(t.iter().sum::<u64>(), 579_054_553);
+    assert_eq!(memo_table_bytes(&real, whole).unwrap().unwrap(), t);
+    assert_eq!(memo_table_bytes(&real, None).unwrap().unwrap(), t);
+    // the two real nanoGPT snapshots (H200): (MEMOIZEs, their offsets' sum)
+    // from pickletools, no other put
+    for (name, count, sum) in [
+        ("nanogpt_2streams_oom_h200", 38150, 45_209_828_394u64),
+        (
+            "nanogpt_wrapped_3streams_expandable_oom_h200",
+            49636,
+            73_799_575_205,
+        ),
+    ] {
+        let path = format!(
+            "{}/../../fixtures/snapshot_real/{name}.pickle",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let b = std::fs::read(&path).unwrap();
+        let t = memo_table_bytes(&b, Some(1 << 16)).unwrap().unwrap();
+        assert_eq!((t.len(), t.iter().sum::<u64>()), (count, sum), "{name}");
+        assert_eq!(
+            memo_table_bytes(&b, Some(b.len() as u64 + 1))
+                .unwrap()
+                .unwrap(),
+            t
+        );
+    }
+    let mut rng = Rng(3636);
+    let n = if cfg!(debug_assertions) { 40 } else { 300 };
+    let (mut tabled, mut refused) = (0, 0);
+    for k in 0..n {
+        let mut b = real.clone();
+        if k % 3 == 0 {
+            b.truncate(2 + rng.index(b.len() - 2));
+        } else {
+            let i = 2 + rng.index(b.len() - 2);
+            b[i] = rng.next_u64() as u8;
+        }
+        let framed = memo_table_bytes(&b, Some(1));
+        let one = memo_table_bytes(&b, Some(b.len() as u64 + 1));
+        match (&framed, &one) {
+            (Ok(x), Ok(y)) => assert_eq!(x, y, "case {k}"),
+            (Err(e), Err(f)) => assert_eq!(e.to_string(), f.to_string(), "case {k}"),
+            _ => panic!("case {k}: per frame {framed:?}, one piece {one:?}"),
+        }
+        match framed {
+            Ok(Some(t)) => {
+                tabled += 1;
+                assert!(t.iter().all(|&o| b[o as usize] == 0x94), "case {k}");
+                assert!(t.windows(2).all(|w| w[0] < w[1]), "case {k}");
+            }
+            Ok(None) => {}
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!("{tabled} of {n} damaged copies tabled, {refused} refused");
+    assert!(tabled > 0 && refused > 0, "{tabled} {refused}");
 }
 
 /// The issue-36 file: a 2 KB snapshot whose extra key holds 60 nested
