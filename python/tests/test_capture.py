@@ -127,6 +127,13 @@ def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tm
     assert cats["workspace"] == 2 * 32 * MIB + MIB
     text = html.read_text()
     assert text.startswith("<!DOCTYPE html>") and "http://" not in text.split("<body", 1)[0]
+    # the program's lines that hold the peak: line 2 the weight and bias, line 3 the input, line 4
+    # the backward's workspaces (the main thread's from the forward's matmul, on the same line)
+    lines = {k.rsplit("/", 1)[-1]: v for k, v in report["at_peak"]["by_source"].items()}
+    name = script.name
+    assert lines[f"{name}:2 in <module>"] == 1024 * 1024 * 4 + 1024 * 4
+    assert lines[f"{name}:3 in <module>"] == 256 * 1024 * 4
+    assert lines[f"{name}:4 in <module>"] >= 2 * 32 * MIB + MIB
 
 
 def test_served_meta_results_keep_views_and_fresh_tensors_apart():

@@ -56,17 +56,32 @@ def _is_cuda(device) -> bool:
     return False
 
 
-def _user_site() -> str:
-    """file:line of the innermost frame outside torch and vramscope."""
-    f = sys._getframe(1)
-    torch_dir = os.path.dirname(torch.__file__)
-    here = os.path.dirname(__file__)
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_HERE = os.path.dirname(__file__)
+
+
+def _user_frame():
+    """The innermost frame outside torch and vramscope (None if there is none)."""
+    f = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(torch_dir) and not fn.startswith(here) and not fn.startswith("<frozen"):
-            return f"{fn}:{f.f_lineno}"
+        if not fn.startswith(_TORCH_DIR) and not fn.startswith(_HERE) and not fn.startswith("<frozen"):
+            return f
         f = f.f_back
-    return "<unknown>"
+    return None
+
+
+def _user_site() -> str:
+    """file:line of the innermost frame outside torch and vramscope."""
+    f = _user_frame()
+    return "<unknown>" if f is None else f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+def _source_line() -> str:
+    """`file:line in function` of the innermost frame outside torch and vramscope: the program's
+    (or a model library's) line that made an allocation; "" where there is none."""
+    f = _user_frame()
+    return "" if f is None else f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
 
 
 #: ops that launch no kernel on a CUDA tensor: allocation, metadata, host-side reads
@@ -399,7 +414,7 @@ class Capture:
                 category = "gradient"
         module = self.module_stack[-1] if self.module_stack else ""
         try:
-            return self.device.malloc(nbytes, self.stream, category, op, module)
+            return self.device.malloc(nbytes, self.stream, category, op, module, _source_line())
         except _native.OutOfMemory as e:
             self.oom = str(e)
             raise torch.OutOfMemoryError(str(e)) from None
@@ -425,7 +440,9 @@ class Capture:
         if not self.started:
             self.start()
         try:
-            self.device.blas(op, self.thread(), self.stream, str(dtype).removeprefix("torch."), lt)
+            self.device.blas(
+                op, self.thread(), self.stream, str(dtype).removeprefix("torch."), lt, _source_line()
+            )
         except _native.OutOfMemory as e:
             self.oom = str(e)
             raise torch.OutOfMemoryError(str(e)) from None
@@ -756,17 +773,21 @@ class Capture:
         self.storages.clear()
 
     def at_peak(self) -> dict:
-        """What is live at the run's peak: bytes by category and the modules
-        holding the most."""
+        """What is live at the run's peak: bytes by category, and the modules and
+        source lines holding the most."""
         by_category: dict[str, int] = {}
         by_module: dict[str, int] = {}
-        for nbytes, category, _op, module in self.device.live_at_peak():
+        by_source: dict[str, int] = {}
+        for nbytes, category, _op, module, source in self.device.live_at_peak():
             by_category[category] = by_category.get(category, 0) + nbytes
             by_module[module or "(top level)"] = by_module.get(module or "(top level)", 0) + nbytes
+            by_source[source or "(unknown)"] = by_source.get(source or "(unknown)", 0) + nbytes
         top = sorted(by_module.items(), key=lambda kv: -kv[1])[:10]
+        lines = sorted(by_source.items(), key=lambda kv: -kv[1])[:10]
         return {
             "by_category": dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
             "by_module": dict(top),
+            "by_source": dict(lines),
         }
 
     def report(self) -> dict:

@@ -61,11 +61,25 @@ def render_text(report: dict) -> str:
     if at.get("by_category"):
         parts = ", ".join(f"{k} {format_size(v)}" for k, v in at["by_category"].items())
         lines.append(f"live at the peak: {parts}")
+    for source, nbytes in list((at.get("by_source") or {}).items())[:5]:
+        lines.append(f"  {format_size(nbytes):>12}  {_short(source)}")
     if report["oom"]:
         lines.append("out of memory: " + report["oom"].splitlines()[0])
     if report["unmeasured"]:
         lines.append("not modelled (outputs counted, scratch not): " + ", ".join(report["unmeasured"]))
     return "\n".join(lines) + "\n"
+
+
+def _short(source: str) -> str:
+    """A source line with its file relative to the working directory where it lies below it."""
+    path, sep, rest = source.partition(":")
+    if sep and os.path.isabs(path):
+        rel = os.path.relpath(path)
+        if not rel.startswith(".."):
+            return f"{rel}:{rest}"
+        if "site-packages" in path:
+            return f"{path.split('site-packages' + os.sep, 1)[1]}:{rest}"
+    return source
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

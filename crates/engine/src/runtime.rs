@@ -33,6 +33,9 @@ pub struct AllocRecord {
     /// every other record of that module (a record per malloc would
     /// otherwise copy it)
     pub module: Rc<str>,
+    /// the program's source line that made it (`file.py:123 in forward`;
+    /// `""` where the front door does not know it), shared likewise
+    pub source: Rc<str>,
     /// allocation order
     pub seq: u64,
 }
@@ -166,6 +169,7 @@ struct LiveRec {
     category: Category,
     op: &'static str,
     module: Rc<str>,
+    source: Rc<str>,
     seq: u64,
 }
 
@@ -177,6 +181,7 @@ impl LiveRec {
             category: self.category,
             op: self.op,
             module: self.module.clone(),
+            source: self.source.clone(),
             seq: self.seq,
         }
     }
@@ -334,6 +339,8 @@ pub(crate) struct State {
     live: LiveSet,
     /// the module paths entered, innermost last
     modules: Vec<Rc<str>>,
+    /// the source line of a front door's allocation ([`Runtime::malloc_on`])
+    source: Option<Rc<str>>,
     /// `""`, the module path at top level
     top_module: Rc<str>,
     pub(crate) category: Option<Category>,
@@ -466,6 +473,7 @@ impl Runtime {
             lt_ws: Vec::new(),
             live: LiveSet::default(),
             modules: Vec::new(),
+            source: None,
             top_module: Rc::from(""),
             category: None,
             alloc_seq: 0,
@@ -521,6 +529,7 @@ impl Runtime {
             st.category.unwrap_or(category)
         };
         let module = st.modules.last().unwrap_or(&st.top_module).clone();
+        let source = st.source.as_ref().unwrap_or(&st.top_module).clone();
         st.alloc_seq += 1;
         let seq = st.alloc_seq;
         let rec = LiveRec {
@@ -528,6 +537,7 @@ impl Runtime {
             category,
             op,
             module,
+            source,
             seq,
         };
         let st = &mut *st;
@@ -553,9 +563,9 @@ impl Runtime {
     }
 
     /// Allocate `bytes` on `stream` for a front door outside the eager twin
-    /// (a captured program): `op` and `module` say who asked. Returns the
-    /// live slot [`Runtime::free_slot`] takes; out of memory as the GPU
-    /// would be.
+    /// (a captured program): `op`, `module` and `source` say who asked.
+    /// Returns the live slot [`Runtime::free_slot`] takes; out of memory as
+    /// the GPU would be.
     pub fn malloc_on(
         &self,
         bytes: u64,
@@ -563,17 +573,27 @@ impl Runtime {
         category: Category,
         op: &'static str,
         module: Rc<str>,
+        source: Rc<str>,
     ) -> Result<u32> {
         let saved = {
             let mut st = self.st.borrow_mut();
             st.modules.push(module);
             std::mem::replace(&mut st.stream, stream)
         };
-        let r = self.malloc(bytes, op, category);
+        let r = self.with_source(source, || self.malloc(bytes, op, category));
         let mut st = self.st.borrow_mut();
         st.stream = saved;
         st.modules.pop();
         r.map(|(_, slot)| slot)
+    }
+
+    /// Run `f` with every allocation it makes filed under the program's
+    /// line `source` (a library's workspace made inside a front door's call).
+    pub fn with_source<T>(&self, source: Rc<str>, f: impl FnOnce() -> T) -> T {
+        let saved = self.st.borrow_mut().source.replace(source);
+        let out = f();
+        self.st.borrow_mut().source = saved;
+        out
     }
 
     /// Free a slot [`Runtime::malloc_on`] returned.

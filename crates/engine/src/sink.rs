@@ -62,7 +62,8 @@ impl RuntimeSink {
         self.slots.contains_key(&id)
     }
 
-    fn module(&mut self, path: &str) -> Rc<str> {
+    /// One shared string per distinct module path or source line.
+    fn shared(&mut self, path: &str) -> Rc<str> {
         if let Some(m) = self.modules.get(path) {
             return m.clone();
         }
@@ -89,10 +90,16 @@ impl Sink for RuntimeSink {
                 category,
                 site,
             } => {
-                let module = self.module(&site.module);
-                let slot =
-                    self.rt
-                        .malloc_on(*bytes, *stream, *category, intern(&site.op), module)?;
+                let module = self.shared(&site.module);
+                let source = self.shared(&site.source);
+                let slot = self.rt.malloc_on(
+                    *bytes,
+                    *stream,
+                    *category,
+                    intern(&site.op),
+                    module,
+                    source,
+                )?;
                 // an id reused while live leaves the earlier allocation
                 // allocated, as a leaked pointer stays on the GPU
                 self.slots.insert(*id, slot);
@@ -118,6 +125,7 @@ impl Sink for RuntimeSink {
                 half,
                 lt,
                 op,
+                source,
             } => {
                 let thread = match thread {
                     HostThread::Main => Thread::Main,
@@ -125,7 +133,10 @@ impl Sink for RuntimeSink {
                 };
                 // the driver's rule tells only 16-bit from 32-bit kernels
                 let dtype = if *half { DType::BF16 } else { DType::F32 };
-                self.rt.blas_call(thread, *stream, dtype, *lt, intern(op))?;
+                let source = self.shared(source);
+                self.rt.with_source(source, || {
+                    self.rt.blas_call(thread, *stream, dtype, *lt, intern(op))
+                })?;
             }
             Event::Phase { .. } => {}
         }
@@ -157,6 +168,7 @@ mod tests {
             site: Site {
                 op: "aten::empty".into(),
                 module: "model.fc".into(),
+                source: "train.py:12 in step".into(),
             },
         }
     }
@@ -210,6 +222,7 @@ mod tests {
             half: false,
             lt,
             op: "aten::mm".into(),
+            source: String::new(),
         };
         p.event(&blas(HostThread::Main, 0, false)).unwrap();
         assert_eq!(p.runtime().memory_allocated(), 32 << 20);

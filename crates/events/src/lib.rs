@@ -123,6 +123,9 @@ pub struct Site {
     pub op: String,
     /// `model.layers.3.self_attn`
     pub module: String,
+    /// `file.py:123 in forward`: the innermost frame of Python code outside
+    /// torch that made it (`""` where none is known)
+    pub source: String,
 }
 
 /// The host thread a library call runs on: cuBLAS keeps one handle (and
@@ -191,6 +194,9 @@ pub enum Event {
         lt: bool,
         /// the op that called it
         op: String,
+        /// the program's line that called it (`file.py:12 in step`; `""`
+        /// where unknown): a workspace made here is filed under it
+        source: String,
     },
     /// `Tensor.record_stream(stream)`: the allocation `id` is used on
     /// `stream` too, so when freed its block waits for that stream's work

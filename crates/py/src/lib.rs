@@ -201,6 +201,8 @@ impl Device {
     }
 
     /// Allocate through the caching allocator; returns a handle for `free`.
+    /// `source` is the program's line that asked (`file.py:12 in step`).
+    #[pyo3(signature = (nbytes, stream, category, op, module, source=""))]
     fn malloc(
         &mut self,
         nbytes: u64,
@@ -208,6 +210,7 @@ impl Device {
         category: &str,
         op: &str,
         module: &str,
+        source: &str,
     ) -> PyResult<u64> {
         let category = category_of(category)?;
         self.next_id += 1;
@@ -220,6 +223,7 @@ impl Device {
             site: Site {
                 op: op.to_owned(),
                 module: module.to_owned(),
+                source: source.to_owned(),
             },
         })?;
         Ok(id)
@@ -246,7 +250,16 @@ impl Device {
     }
 
     /// A cuBLAS call on (`thread`, `stream`).
-    fn blas(&mut self, op: &str, thread: &str, stream: u64, dtype: &str, lt: bool) -> PyResult<()> {
+    #[pyo3(signature = (op, thread, stream, dtype, lt, source=""))]
+    fn blas(
+        &mut self,
+        op: &str,
+        thread: &str,
+        stream: u64,
+        dtype: &str,
+        lt: bool,
+        source: &str,
+    ) -> PyResult<()> {
         let thread: HostThread = thread.parse().map_err(PyValueError::new_err)?;
         // complex64 runs `cublasCgemm` (32-bit parts), complex128 `cublasZgemm` as float64 does
         let half = match dtype {
@@ -260,6 +273,7 @@ impl Device {
             half,
             lt,
             op: op.to_owned(),
+            source: source.to_owned(),
         })
     }
 
@@ -484,14 +498,23 @@ impl Device {
     }
 
     /// What is live at the run's highest `memory_allocated()`: one
-    /// `(bytes, category, op, module)` per allocation, oldest first.
-    fn live_at_peak(&self) -> Vec<(u64, String, &'static str, String)> {
+    /// `(bytes, category, op, module, source)` per allocation, oldest first.
+    #[allow(clippy::type_complexity)]
+    fn live_at_peak(&self) -> Vec<(u64, String, &'static str, String, String)> {
         self.p
             .runtime()
             .with_event_log(|log| {
                 log.live_at_peak()
                     .into_iter()
-                    .map(|r| (r.bytes, r.category.to_string(), r.op, r.module.to_string()))
+                    .map(|r| {
+                        (
+                            r.bytes,
+                            r.category.to_string(),
+                            r.op,
+                            r.module.to_string(),
+                            r.source.to_string(),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -719,6 +742,7 @@ mod tests {
                 half: false,
                 lt: false,
                 op: "aten::mm".into(),
+                source: String::new(),
             })
             .unwrap_err();
         let msg = oom_message(p.runtime(), e);

@@ -11,8 +11,9 @@ use vramscope_snapshot::model::{AllocatorSettings, Segment, Snapshot, StackId};
 use vramscope_snapshot::trace::{Trace, TraceEntry};
 use vramscope_snapshot::write::{write_snapshot, WriteOptions};
 
-/// The frames of one allocation: the allocator, the op, its category and
-/// the module that ran it.
+/// The frames of one allocation, innermost first as PyTorch lists them:
+/// the allocator, the op, its category, the program's line that asked
+/// (`file.py:12 in step`) and the module that ran it.
 fn frames(snap: &mut Snapshot, r: Option<&AllocRecord>) -> StackId {
     let Some(r) = r else {
         return StackId::EMPTY;
@@ -30,6 +31,12 @@ fn frames(snap: &mut Snapshot, r: Option<&AllocRecord>) -> StackId {
             0,
         ),
     ];
+    if let Some((at, function)) = r.source.rsplit_once(" in ") {
+        if let Some((file, line)) = at.rsplit_once(':') {
+            let line = line.parse().unwrap_or(0);
+            ids.push(snap.stacks.intern_frame(function, file, line));
+        }
+    }
     if !r.module.is_empty() {
         ids.push(
             snap.stacks
