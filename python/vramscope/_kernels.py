@@ -249,6 +249,37 @@ for _f in (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.
     AFTER[_f] = _sum_mean
 
 
+def _min_max_all(cap, func, call, outs):
+    """`max()` / `min()` of a whole float32 tensor (`max_all_kernel` in ReduceMaxValuesKernel.cu):
+    `gpu_reduce_kernel` accumulating in the input's own type; its global buffer and semaphores
+    as the H200's multinomial sweep lists them. Other dtypes accumulate in other types: unmeasured."""
+    x = call[0][0]
+    if not registered(x) or x.numel() == 0:
+        return
+    if x.dtype != torch.float32:
+        cap.note_unmeasured(f"the reduce scratch of {func._schema.name} over {x.dtype}")
+        return
+    reduce_scratch(cap, list(x.shape), list(x.stride()), [True] * x.dim(), 4, 4, func._schema.name)
+
+
+def _arg_min_max(cap, func, call, outs):
+    """`argmax` / `argmin` (ReduceArgMaxKernel.cu): `gpu_reduce_kernel` accumulating
+    `(value, int64 index)` pairs, 16 bytes; a whole-tensor reduce when `dim` is None."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0:
+        return
+    dim = args[1] if len(args) > 1 else kw.get("dim")
+    reduced = [True] * x.dim() if dim is None else [i == dim % max(x.dim(), 1) for i in range(x.dim())]
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, x.element_size(), 16, func._schema.name)
+
+
+for _f in (aten.max.default, aten.min.default):
+    AFTER[_f] = _min_max_all
+for _f in (aten.argmax.default, aten.argmax.out, aten.argmin.default, aten.argmin.out):
+    AFTER[_f] = _arg_min_max
+
+
 def _index(cap, func, args, kwargs):
     """`AdvancedIndex` (TensorAdvancedIndexing.cpp): on CUDA, two or more index tensors whose
     strides differ once broadcast are each made contiguous at the broadcast shape before the
@@ -1712,6 +1743,61 @@ def _isin_sorting(cap, func, args, kwargs):
 
 
 DISPATCH[aten.isin.Tensor_Tensor] = _isin_sorting
+
+
+def _multinomial(cap, func, args, kwargs):
+    """`multinomial` (native/Distributions.cpp) run as its parts on the simulated GPU: the int64
+    result; without replacement or for one sample, the asynchronous checks (`max() < inf`,
+    `min() >= 0`, their `&` kept to the end; `sum(1) == 0` reduced by `any()`, its
+    `logical_not()`), then `q = empty_like(self).exponential_()`, `div_out(q, self, q)` and
+    `argmax` (one sample) or `topk` into a values buffer; with replacement, three buffers of
+    the input's size (cuda/MultinomialKernel.cu). As the H200's sweep lists them
+    (`validation/run/sweeps/topk_isin_sweep.py`)."""
+    names = ("self", "num_samples", "replacement", "generator")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, n = a.get("self"), a.get("num_samples")
+    if not registered(x) or x.numel() == 0 or x.dim() not in (1, 2) or not x.is_floating_point():
+        return NotImplemented
+    cap.ops += 1
+    shape = (n,) if x.dim() == 1 else (x.shape[0], n)
+    with cap._modes[1]:
+        result = x.new_empty(shape, dtype=torch.long)
+        if a.get("replacement", False) and n != 1:
+            buffers = [x.new_empty(x.shape) for _ in range(3)]
+            del buffers
+            return result
+        # C++ temporaries live to the end of their full expression
+        largest = x.max()
+        finite = largest < math.inf
+        smallest = x.min()
+        positive = smallest >= 0
+        is_valid = finite & positive
+        del positive, smallest, finite, largest
+        if x.dim() == 1:
+            total = x.sum()
+            zero = total == 0
+            del total
+        else:
+            rows = x.sum(1)
+            empty_rows = rows == 0
+            zero = empty_rows.any()
+            del empty_rows, rows
+        nonzero = zero.logical_not()
+        del nonzero
+        q = torch.empty_like(x).exponential_(1)
+        torch.div(x, q, out=q)
+        if n == 1:
+            torch.argmax(q, dim=-1, keepdim=True, out=result)
+        else:
+            values = x.new_empty(shape)
+            torch.topk(q, n, out=(values, result))
+            del values
+        del q, zero, is_valid
+    return result
+
+
+DISPATCH[aten.multinomial.default] = _multinomial
+SCRATCH_UNMODELLED.discard("aten::multinomial")
 
 
 def _reduced_mask(x, dims) -> list:
