@@ -15,6 +15,7 @@ from conftest import FIXTURES, ROOT, run_script
         ("scratch_sweep", "scratch_sweep_h200.jsonl"),
         ("backward_inplace", "backward_inplace_h200.jsonl"),
         ("op_rules", "op_rules_h200.jsonl"),
+        ("flash_backward_probe", "flash_backward_h200.jsonl"),
     ],
 )
 def test_sweep_matches_the_h200(script, fixture):
@@ -55,11 +56,11 @@ def test_selections_match_the_h200_where_the_values_are_known():
 
 
 def test_topk_isin_and_index_put_match_the_h200():
-    # topk's multi-block buffers, scans by key and long sorted results, index_put_(accumulate=True)
-    # and isin with assume_unique depend on shapes only: every allocation and free as the H200's
-    # sweep lists them. isin's other cases take the unique counts of values the twin does not know
-    # (random device integers): their allocations and frees follow the same steps, in the same
-    # number; multinomial has no rule yet.
+    # topk's multi-block buffers, scans by key and long sorted results, index_put_(accumulate=True),
+    # multinomial and isin with assume_unique depend on shapes only: every allocation and free as
+    # the H200's sweep lists them. isin's other cases take the unique counts of values the twin does
+    # not know (random device integers): their allocations and frees follow the same steps, in the
+    # same number.
     status, lines, _report, err = run_script(
         ROOT / "validation" / "run" / "sweeps" / "topk_isin_sweep.py", extra=("--gpu", "h200")
     )
@@ -69,8 +70,12 @@ def test_topk_isin_and_index_put_match_the_h200():
         json.loads(line)
         for line in (FIXTURES / "run" / "sweeps" / "topk_isin_h200.jsonl").read_text().splitlines()
     ]
-    exact = [w for w in want if w["case"].startswith(("topk", "index_put")) or "assume_unique" in w["case"]]
-    assert len(exact) == 27 + 9 + 8
+    exact = [
+        w
+        for w in want
+        if w["case"].startswith(("topk", "index_put", "multinomial")) or "assume_unique" in w["case"]
+    ]
+    assert len(exact) == 27 + 9 + 6 + 8
     for w in exact:
         assert got[w["case"]] == w, w["case"]
     steps = [w for w in want if w["case"].startswith("isin") and "assume_unique" not in w["case"]]

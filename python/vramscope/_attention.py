@@ -131,8 +131,15 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support) -> st
 
     order = ("cudnn", "flash", "efficient") if support["prefers_cudnn"] else ("flash", "efficient")
     checks = {"cudnn": cudnn, "flash": flash, "efficient": efficient}
+    # `sdp::select_sdp_backend` skips the backends the context (`sdpa_kernel`, torch.backends.cuda's
+    # `enable_*_sdp`) turned off
+    enabled = {
+        "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+        "flash": torch.backends.cuda.flash_sdp_enabled(),
+        "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+    }
     for name in order:
-        if checks[name]():
+        if enabled[name] and checks[name]():
             return name
     return "math"
 
@@ -310,13 +317,62 @@ def cudnn_backward(cap, func, args, kwargs):
     return tuple(w)
 
 
+def _flash_head_rounded(d: int) -> int:
+    """`head_size_rounded` of flash_api.cpp: the head dim rounded to 32 up to 128, else to 64."""
+    step = 32 if d <= 128 else 64
+    return -(-d // step) * step
+
+
+def _flash_splits(b: int, h: int, s_q: int, s_k: int, d: int, sms: int) -> int:
+    """`num_splits_heuristic` as `set_params_splitkv` (flash_api.cpp) calls it: the split-KV
+    count that keeps the most of two waves of blocks busy, for the forward's blocks of keys
+    (256 up to a head dim of 64, 128 up to 128, else 64) and 64-row blocks of queries."""
+    block_n = 256 if d <= 64 else (128 if d <= 128 else 64)
+    n_blocks = -(-s_k // block_n)
+    work = b * h * -(-s_q // 64)
+    slots = 2 * sms
+    if work >= 0.8 * slots:
+        return 1
+    most = min(128, slots, n_blocks)
+
+    def eligible(n):
+        return n == 1 or -(-n_blocks // n) != -(-n_blocks // (n - 1))
+
+    eff = []
+    for n in range(1, most + 1):
+        waves = work * n / slots
+        eff.append(waves / math.ceil(waves) if eligible(n) else 0.0)
+    best = max(eff)
+    for n in range(1, most + 1):
+        if eligible(n) and eff[n - 1] >= 0.85 * best:
+            return n
+    return 1
+
+
 def flash_forward(cap, func, args, kwargs):
-    """`_flash_attention_forward`: the output, the logsumexp, `rng_state`
-    and the 8-byte `_unused` philox offset (flash_api.cpp `mha_fwd`)."""
+    """`_flash_attention_forward`: the output, the logsumexp, the split-KV accumulators where
+    `set_params_splitkv` splits (fp32 `(splits, B, H, S_q)` and `(splits, B, H, S_q, D rounded)`,
+    freed as the forward returns, the first first; none with dropout), `rng_state` and the 8-byte
+    `_unused` philox offset (flash_api.cpp `mha_fwd`; the H200's flash_backward_probe.py)."""
     cap.ops += 1
+    q, k = args[0], args[1]
+    dropout = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
     out = func(*args, **kwargs)
-    cap.note_unmeasured("flash attention's split-KV accumulators")
-    w = _alloc_in_order(cap, out, (0, 1, 6, 7, 8), "aten::_scaled_dot_product_flash_attention")
+    op = "aten::_scaled_dot_product_flash_attention"
+    w = _alloc_in_order(cap, out, (0, 1), op)
+    accums = []
+    b, h, s_q, d = q.shape
+    if not dropout:
+        if k.shape[1] != h:
+            cap.note_unmeasured("flash attention's split-KV accumulators with GQA heads")
+        else:
+            splits = _flash_splits(b, h, s_q, k.shape[2], d, cap.device.multi_processor_count)
+            if splits > 1:
+                accums.append(cap.malloc(splits * b * h * s_q * 4, op, "temporary"))
+                accums.append(cap.malloc(splits * b * h * s_q * _flash_head_rounded(d) * 4, op, "temporary"))
+    w = _alloc_in_order(cap, w, (6, 7, 8), op)
+    while accums:
+        accums.pop(0)
     return tuple(w)
 
 
@@ -377,8 +433,8 @@ def flash_backward(cap, func, args, kwargs):
     """`_flash_attention_backward` (attention_backward.cu) on `(B, S, H, D)` views, then `mha_bwd`
     (flash_api.cpp): `grad_out.contiguous()` and `out.contiguous()` (copies where the views are not
     contiguous), dq, dk, dv, `softmax_d` (B, H, S_q rounded to 128) and `dq_accum` (B, S_q rounded,
-    H, D rounded to 32, or 256 past 192) in fp32; freed in reverse. As blind15/o03's memory history
-    lists them on the H200."""
+    H, D rounded as `_flash_head_rounded`) in fp32; freed in reverse. As blind15/o03's memory
+    history and the H200's flash_backward_probe.py list them."""
     grad, q, k, out_ = args[0], args[1], args[2], args[4]
     if torch.are_deterministic_algorithms_enabled() or k.shape[1] != q.shape[1]:
         cap.note_unmeasured("flash attention's backward with GQA heads or deterministic algorithms")
@@ -394,7 +450,7 @@ def flash_backward(cap, func, args, kwargs):
     w = _alloc_in_order(cap, out, (0, 1, 2), op)
     b, h, s_q, d = q.shape
     s_q_rounded = -(-s_q // 128) * 128
-    d_rounded = -(-d // 32) * 32 if d <= 192 else 256
+    d_rounded = _flash_head_rounded(d)
     softmax_d = cap.malloc(b * h * s_q_rounded * 4, op, "temporary")
     dq_accum = cap.malloc(b * s_q_rounded * h * d_rounded * 4, op, "temporary")
     del dq_accum, softmax_d
