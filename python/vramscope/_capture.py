@@ -58,14 +58,20 @@ def _is_cuda(device) -> bool:
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(__file__)
+_EXAMPLES = os.path.join(_HERE, "examples")
 
 
 def _user_frame():
-    """The innermost frame outside torch and vramscope (None if there is none)."""
+    """The innermost frame outside torch and vramscope (its examples are programs; None if
+    there is none)."""
     f = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_TORCH_DIR) and not fn.startswith(_HERE) and not fn.startswith("<frozen"):
+        if (
+            not fn.startswith(_TORCH_DIR)
+            and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
+            and not fn.startswith("<frozen")
+        ):
             return f
         f = f.f_back
     return None

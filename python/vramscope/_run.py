@@ -61,7 +61,7 @@ def render_text(report: dict) -> str:
     if at.get("by_category"):
         parts = ", ".join(f"{k} {format_size(v)}" for k, v in at["by_category"].items())
         lines.append(f"live at the peak: {parts}")
-    for source, nbytes in list((at.get("by_source") or {}).items())[:5]:
+    for source, nbytes in list((at.get("by_source") or {}).items())[:3]:
         lines.append(f"  {format_size(nbytes):>12}  {_short(source)}")
     if report["oom"]:
         lines.append("out of memory: " + report["oom"].splitlines()[0])
@@ -79,6 +79,9 @@ def _short(source: str) -> str:
             return f"{rel}:{rest}"
         if "site-packages" in path:
             return f"{path.split('site-packages' + os.sep, 1)[1]}:{rest}"
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if path.startswith(package + os.sep):
+            return f"{os.path.relpath(path, package)}:{rest}"
     return source
 
 
