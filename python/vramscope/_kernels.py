@@ -1678,6 +1678,27 @@ for _f in (aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.def
 SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
 
 
+def _upsample_bilinear2d_backward(cap, func, call, outs):
+    """`upsample_bilinear2d_backward` (cuda/UpSampleBilinear2d.cu) of a float32 gradient: made
+    contiguous in its suggested memory format when it is not (its NHWC kernel's
+    `contiguous(ChannelsLast)`, else `contiguous()`), after the result, freed at the return
+    (blind16/p02's H200 record: Segformer's channel slices of a `cat`)."""
+    src = call[0][0]
+    if not registered(src) or outs[0].numel() == 0:
+        return
+    if src.dtype != torch.float32:
+        cap.note_unmeasured(f"aten::upsample_bilinear2d_backward of {src.dtype}")
+        return
+    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
+    if not src.is_contiguous(memory_format=fmt):
+        copy = _temp(cap, src, func._schema.name)
+        del copy
+
+
+AFTER[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear2d_backward
+SCRATCH_UNMODELLED.discard("aten::upsample_bilinear2d_backward")
+
+
 def _isin(cap, func, call, outs):
     """`isin_default_kernel_gpu` (cuda/TensorCompare.cu): `elements.unsqueeze(-1).eq(test.view(...))`
     (elements x tests bools) reduced by `any(-1)` (or `ne`/`all` inverted) into a temporary, then
