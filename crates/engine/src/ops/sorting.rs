@@ -240,38 +240,61 @@ impl Tensor {
         const OP: &str = "_grouped_mm";
         let rt = self.rt().clone();
         if rt.is_grad_enabled() && (self.requires_grad() || b.requires_grad()) {
-            // `GroupedMmBackward0` saves self, mat2 and offs;
+            // `GroupedMmBackward0` (derivatives.yaml: `self` only in mat2's
+            // formula, `mat2` only in self's) saves self when mat2 needs a
+            // gradient, mat2 when self does (`guard_for`'s
+            // `should_compute_output`), offs always;
             // `_grouped_mm_mat1_backward`: `_grouped_mm(grad, mat2.transpose(-2, -1), offs)`
             // (self row-major); `_grouped_mm_mat2_backward` for a column-major
             // mat2 (a transposed weight): `_grouped_mm(grad.transpose(-2, -1),
             // self, offs).transpose(-2, -1)`
+            let (save_a, save_b) = (b.requires_grad(), self.requires_grad());
+            // (the layouts the two formulas below are written for)
+            let layouts =
+                b.strides()[1] == 1 && b.strides()[2] == b.size(1) && self.strides()[0] != 1;
             return crate::function::apply(
                 &rt,
                 "GroupedMmBackward0",
                 &[self, b, offs],
                 |ctx, x| {
-                    ctx.save_for_backward(&[x[0], x[1], x[2]]);
+                    let kept: Vec<&Tensor> = [(save_a, x[0]), (save_b, x[1]), (true, x[2])]
+                        .into_iter()
+                        .filter_map(|(keep, t)| keep.then_some(t))
+                        .collect();
+                    ctx.save_for_backward(&kept);
                     x[0].grouped_mm(x[1], x[2])
                 },
-                |saved, grads| {
+                move |saved, grads| {
                     let Some(g) = grads.first().cloned().flatten() else {
                         return Ok(vec![None, None, None]);
                     };
-                    let (a, b, offs) = (&saved[0], &saved[1], &saved[2]);
-                    let column_major = b.strides()[1] == 1 && b.strides()[2] == b.size(1);
-                    if !column_major || a.strides()[0] == 1 {
-                        return Err(EngineError::Unsupported {
-                            what: "_grouped_mm backward of a row-major mat2 or a column-major self"
-                                .into(),
-                        });
-                    }
+                    let mut it = saved.iter();
+                    let a = if save_a { it.next() } else { None };
+                    let b = if save_b { it.next() } else { None };
+                    let offs = it.next().expect("offs is always saved");
+                    let unsupported = || EngineError::Unsupported {
+                        what: "_grouped_mm backward of a row-major mat2 or a column-major self"
+                            .into(),
+                    };
                     // the generated node computes its inputs' gradients in
                     // sorted name order: mat2, then self
-                    let gt = g.transpose(-2, -1);
-                    let grad_b = gt.grouped_mm_2d(a, offs)?.transpose(-2, -1);
-                    drop(gt);
-                    let grad_a = g.grouped_mm(&b.transpose(-2, -1), offs)?;
-                    Ok(vec![Some(grad_a), Some(grad_b), None])
+                    if !layouts {
+                        return Err(unsupported());
+                    }
+                    let grad_b = match a {
+                        Some(a) => {
+                            let gt = g.transpose(-2, -1);
+                            let gb = gt.grouped_mm_2d(a, offs)?.transpose(-2, -1);
+                            drop(gt);
+                            Some(gb)
+                        }
+                        None => None,
+                    };
+                    let grad_a = match b {
+                        Some(b) => Some(g.grouped_mm(&b.transpose(-2, -1), offs)?),
+                        None => None,
+                    };
+                    Ok(vec![grad_a, grad_b, None])
                 },
             );
         }
