@@ -33,6 +33,8 @@ prompt's forward, its logits and cache alive) and `decode` (from there until gen
 `out` alive). With `per_step: true`, the hook also ends a step at each later call (one line with
 `step` k: memory_stats() there, then reset_peak_memory_stats(); the last step ends when generate
 returns), the twin's `decode_steps` cut; the decode phase's peaks are then the steps' highest.
+A config with a pad token (gemma2, gemma3_text) gets a prompt without it, as the twin assumes
+(generate would infer a padding mask from it).
 """
 import json
 import os
@@ -134,7 +136,14 @@ def main():
             opt = make_optimizer(torch, case, [p for p in model.parameters() if p.requires_grad])
         if case["mode"] == "generate":
             model.eval()
-        input_ids = torch.randint(0, config.vocab_size, (b, case["seq"]), device="cuda")
+        pad = getattr(config, "pad_token_id", None)
+        if case["mode"] == "generate" and pad is not None:
+            # a prompt without the pad token (else generate infers a padding mask from it)
+            # (drawn on the CPU: the device gets the one tensor, as randint on it makes)
+            ids = torch.randint(0, config.vocab_size - 1, (b, case["seq"]))
+            input_ids = (ids + (ids >= pad).long()).to("cuda")
+        else:
+            input_ids = torch.randint(0, config.vocab_size, (b, case["seq"]), device="cuda")
         if case["mode"] != "generate":
             labels = input_ids.clone()
         end()

@@ -761,6 +761,24 @@ mod tests {
             &Workload::generate(Task::Causal, 5, 7, 40),
             &unlimited,
         );
+        // gemma2 past its window (sliding and full layers, the logits
+        // softcapped, a pad token), gemma3 inside its window
+        let gemma2 = r#"{"model_type":"gemma2","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+            "head_dim":16,"vocab_size":500,"sliding_window":32}"#;
+        same(
+            gemma2,
+            &Workload::generate(Task::Causal, 2, 40, 30),
+            &unlimited,
+        );
+        let gemma3 = r#"{"model_type":"gemma3_text","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":1,
+            "head_dim":16,"vocab_size":700,"sliding_window":512,"sliding_window_pattern":3}"#;
+        same(
+            gemma3,
+            &Workload::generate(Task::Causal, 3, 20, 25),
+            &unlimited,
+        );
     }
 
     #[test]

@@ -1921,6 +1921,11 @@ pub(crate) trait Decoder {
     }
 }
 
+/// What `generate()` is refused with on a family that does not model it.
+const GENERATE_FAMILIES: &str =
+    "generate() is modelled for llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2 and \
+     gemma3_text";
+
 /// `…ForCausalLM`: `model` (a [`Decoder`]), then `lm_head`, and
 /// `ForCausalLMLoss` when there are labels.
 pub(crate) struct CausalLm<D> {
@@ -1979,6 +1984,18 @@ impl<D: Decoder> CausalLm<D> {
     pub(crate) fn with_softcap(mut self, cap: Option<f64>) -> Self {
         self.softcap = cap;
         self
+    }
+
+    /// The logits after `final_logit_softcapping` where it is set: `logits
+    /// / cap`, `torch.tanh`, `* cap`, each a new tensor (the one before
+    /// dies at the rebinding unless autograd saved it).
+    fn softcapped(&self, mut logits: Tensor) -> Result<Tensor> {
+        if let Some(cap) = self.softcap {
+            logits = logits.div_scalar(cap)?;
+            logits = logits.tanh()?;
+            logits = logits.mul_scalar(cap)?;
+        }
+        Ok(logits)
     }
 }
 
@@ -2110,13 +2127,13 @@ impl<D: Decoder> HfModel for CausalLm<D> {
                     }),
                 };
             drop(sl);
+            // (the hidden states, `outputs`, live until the forward returns)
+            let logits = self.softcapped(logits?);
             drop(hidden);
             logits
         };
         if layers.is_empty() {
-            return Err(ModelError::Unsupported(
-                "generate() is modelled for llama, mistral, qwen2 and qwen3".into(),
-            ));
+            return Err(ModelError::Unsupported(GENERATE_FAMILIES.into()));
         }
         let model = crate::families::generate::Generator {
             rt: &self.rt,
@@ -2158,12 +2175,7 @@ impl<D: Decoder> HfModel for CausalLm<D> {
             drop(sl);
             r?
         };
-        if let Some(cap) = self.softcap {
-            // logits = logits / cap; logits = torch.tanh(logits); logits = logits * cap
-            logits = logits.div_scalar(cap)?;
-            logits = logits.tanh()?;
-            logits = logits.mul_scalar(cap)?;
-        }
+        logits = self.softcapped(logits)?;
         let loss = match &inputs.labels {
             Some(labels) => Some(for_causal_lm_loss(&logits, labels, self.vocab)?),
             None => None,

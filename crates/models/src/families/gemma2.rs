@@ -49,7 +49,7 @@ use crate::error::{ModelError, Result};
 use crate::families::common::{
     self, bad, check_kv_heads, check_padding_idx, check_sliding_window, cpu_buffer, head_dim_of,
     parameter, to_cuda, Act, Attention, AttentionConfig, CausalLm, Decoder, DynamicCache,
-    Embedding, Flags, GatedMlp, Layer, LayerArgs, Masks, RopeType, RotaryEmbedding,
+    Embedding, Flags, GatedMlp, GenStep, Layer, LayerArgs, Masks, RopeType, RotaryEmbedding,
 };
 use crate::families::HfModel;
 
@@ -567,8 +567,17 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
         rotary_emb,
         rotary_local,
     };
+    // `pad_token_id = 0`, `eos_token_id = 1`, `bos_token_id = 2` (both config classes)
+    let tokens = crate::families::generate::Tokens::of_config(
+        config,
+        crate::families::generate::Tokens {
+            bos: true,
+            eos: Some(1),
+            pad: true,
+        },
+    )?;
     let lm = CausalLm::new(rt, model, hidden, vocab, tie, w)?;
-    Ok(Box::new(lm.with_softcap(softcap)))
+    Ok(Box::new(lm.with_softcap(softcap).with_tokens(tokens)))
 }
 
 impl Decoder for Model {
@@ -634,19 +643,54 @@ impl Decoder for Model {
         ids: &Tensor,
         flags: &Flags,
     ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
+        self.run(ids, flags, None)
+    }
+
+    fn forward_generate(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+        step: &GenStep,
+    ) -> Option<Result<Tensor>> {
+        Some(self.run(ids, flags, Some(step)).map(|(h, _)| h))
+    }
+
+    fn cache_layers(&self) -> Vec<Option<i64>> {
+        self.cfg.cache_layers()
+    }
+}
+
+impl Model {
+    /// The forward, with `generate()`'s inputs when `step` is given (its
+    /// position ids, 2-D mask and cache: no cache is created and none is
+    /// returned).
+    fn run(
+        &self,
+        ids: &Tensor,
+        flags: &Flags,
+        step: Option<&GenStep>,
+    ) -> Result<(Tensor, Option<RefCell<DynamicCache>>)> {
         let rt = self.rt.clone();
         let cfg = &self.cfg;
         let inputs_embeds = self.embed(ids)?;
-        let cache = flags.new_cache(cfg.use_cache, &cfg.cache_layers());
-        let position_ids = common::position_ids(&rt, inputs_embeds.size(1), 0)?;
+        let cache = match step {
+            None => flags.new_cache(cfg.use_cache, &cfg.cache_layers()),
+            Some(_) => None,
+        };
+        let cache_ref = step.map(|g| g.cache).or(cache.as_ref());
+        let position_ids = match step {
+            Some(g) => g.position_ids.clone(),
+            None => common::position_ids(&rt, inputs_embeds.size(1), 0)?,
+        };
         // causal_mask_mapping = {"full_attention": create_causal_mask(**mask_kwargs),
         //                        "sliding_attention": create_sliding_window_causal_mask(**mask_kwargs)}
+        // (or generate's prepared dict of a static cache, as it is)
         let window = cfg.sliding_window.unwrap_or(i64::MAX);
         let masks = Masks::new(
             &inputs_embeds,
             &position_ids,
-            cache.as_ref(),
-            None,
+            cache_ref,
+            step,
             true,
             Some(window),
         )?;
@@ -659,14 +703,16 @@ impl Decoder for Model {
             Some(r) => Some(r.forward("rotary_emb", &inputs_embeds, &position_ids)?),
             None => None,
         };
-        let args = LayerArgs::new(cos_sin, &position_ids, flags.training).with_local(local);
+        let args = LayerArgs::new(cos_sin, &position_ids, flags.training)
+            .with_local(local)
+            .with_decode(step);
         let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
             args,
             &masks,
             flags,
-            cache.as_ref(),
+            cache_ref,
             |h| self.norm.forward("norm", h),
         )?;
         // locals die in co_varnames order: position_ids and inputs_embeds are
@@ -678,9 +724,7 @@ impl Decoder for Model {
         drop(position_embeddings);
         Ok((out, cache))
     }
-}
 
-impl Model {
     /// `Gemma2TextScaledWordEmbedding.forward`:
     /// `super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)`.
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {

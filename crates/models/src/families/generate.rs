@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use vramscope_engine::{DType, Device, Runtime, Tensor};
 
 use super::common::{GenStep, KvCache, Masks};
+use crate::config::HfConfig;
 use crate::error::Result;
 use crate::workload::CacheKind;
 
@@ -28,6 +29,29 @@ pub struct Tokens {
     pub eos: Option<i64>,
     /// `pad_token_id` is set
     pub pad: bool,
+}
+
+impl Tokens {
+    /// The tokens of the config (`GenerationConfig.from_model_config`:
+    /// `bos_token_id`, `eos_token_id` (an int or a list), `pad_token_id`;
+    /// `null` is none), `defaults` (the config class's) where absent.
+    pub(crate) fn of_config(c: &HfConfig, defaults: Tokens) -> Result<Tokens> {
+        let present = |key: &str, default: bool| match c.get(key) {
+            None => default,
+            Some(v) => !v.is_null(),
+        };
+        let eos = match c.get("eos_token_id") {
+            None => defaults.eos,
+            Some(v) if v.is_null() => None,
+            Some(serde_json::Value::Array(a)) => Some(a.len() as i64),
+            Some(_) => Some(1),
+        };
+        Ok(Tokens {
+            bos: present("bos_token_id", defaults.bos),
+            eos,
+            pad: present("pad_token_id", defaults.pad),
+        })
+    }
 }
 
 /// What `generate()` is asked for.
@@ -478,6 +502,7 @@ fn attention_mask_for_generation(
 
 #[cfg(test)]
 mod tests {
+    use super::Tokens;
     use crate::{estimate, CacheKind, EstimateOptions, HfConfig, LoraSpec, Task, Workload};
 
     fn llama() -> HfConfig {
@@ -505,6 +530,47 @@ mod tests {
         // the first matmul (32 MiB on an H100) and the (2, 11) int64 sequences
         let grown = est.phases[2].allocated_bytes - est.phases[0].allocated_bytes;
         assert_eq!(grown, (32 << 20) + 512);
+    }
+
+    #[test]
+    fn gemma2_generates_with_its_logits_softcapped_and_its_pad_token() {
+        let gemma2 = |cap: &str| {
+            HfConfig::parse(&format!(
+                r#"{{"model_type":"gemma2","hidden_size":64,"intermediate_size":128,
+                "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+                "head_dim":16,"vocab_size":5000,"sliding_window":16{cap}}}"#
+            ))
+            .unwrap()
+        };
+        let w = Workload::generate(Task::Causal, 2, 8, 12);
+        let o = EstimateOptions::default();
+        let capped = estimate(&gemma2(""), &w, &o).unwrap();
+        let plain = estimate(&gemma2(r#","final_logit_softcapping":null"#), &w, &o).unwrap();
+        // `logits / cap`, `tanh`, `* cap` on each forward's (2, 1, 5000) logits
+        assert!(capped.ops_simulated > plain.ops_simulated);
+        assert_eq!(
+            capped.phases[1].peak_allocated_bytes - plain.phases[1].peak_allocated_bytes,
+            // (one fp32 (2, 1, 5000) more at the prefill's peak: 40,000 bytes rounded)
+            40_448
+        );
+        // the pad token (gemma's 0) and bos/eos as the config class sets them
+        let tokens = Tokens::of_config(
+            &gemma2(r#","pad_token_id":null,"eos_token_id":[1,106]"#),
+            Tokens {
+                bos: true,
+                eos: Some(1),
+                pad: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            tokens,
+            Tokens {
+                bos: true,
+                eos: Some(2),
+                pad: false
+            }
+        );
     }
 
     #[test]

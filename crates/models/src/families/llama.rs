@@ -408,29 +408,22 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
     ))
 }
 
-/// The special tokens `generate()` reads (`GenerationConfig.from_model_config`):
-/// the config's, else the class defaults (`LlamaConfig`, `MistralConfig`:
-/// bos 1, eos 2; `Qwen2Config`, `Qwen3Config`: none); no pad token.
+/// The special tokens `generate()` reads: the config's, else the class
+/// defaults (`LlamaConfig`, `MistralConfig`, `MixtralConfig`: bos 1, eos 2;
+/// `Qwen2Config`, `Qwen3Config`, `Qwen3MoeConfig`: none); no pad token.
 fn generation_tokens(c: &HfConfig, family: Family) -> Result<crate::families::generate::Tokens> {
-    let (bos_default, eos_default) = match family {
-        Family::Llama | Family::Mistral | Family::Mixtral => (true, true),
-        Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => (false, false),
+    let bos_eos = match family {
+        Family::Llama | Family::Mistral | Family::Mixtral => true,
+        Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => false,
     };
-    let present = |key: &str, default: bool| match c.get(key) {
-        None => default,
-        Some(v) => !v.is_null(),
-    };
-    let eos = match c.get("eos_token_id") {
-        None => eos_default.then_some(1),
-        Some(v) if v.is_null() => None,
-        Some(serde_json::Value::Array(a)) => Some(a.len() as i64),
-        Some(_) => Some(1),
-    };
-    Ok(crate::families::generate::Tokens {
-        bos: present("bos_token_id", bos_default),
-        eos,
-        pad: present("pad_token_id", false),
-    })
+    crate::families::generate::Tokens::of_config(
+        c,
+        crate::families::generate::Tokens {
+            bos: bos_eos,
+            eos: bos_eos.then_some(1),
+            pad: false,
+        },
+    )
 }
 
 /// The sparse blocks of `mixtral` (`num_local_experts`, every layer) and

@@ -122,7 +122,9 @@ pub trait HfModel {
         _on: &mut dyn FnMut(generate::GenerateEvent) -> Result<()>,
     ) -> Result<Tensor> {
         Err(ModelError::Unsupported(
-            "generate() is modelled for llama, mistral, qwen2 and qwen3".into(),
+            "generate() is modelled for llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma2 and \
+             gemma3_text"
+                .into(),
         ))
     }
 }
