@@ -16,6 +16,13 @@
 //! served by the allocator twin, so the figures are those of a run of every
 //! step (the tests below compare the two); only the model's ops are not
 //! simulated again.
+//!
+//! A static cache is sized for the whole generation, so the model's short
+//! run is given the long run's cache; its steps differ then only in the
+//! growing ids, mask and positions, as a dynamic cache's do. Its last step
+//! alone pads no 2-D mask to the cache's length: it comes from a second
+//! short run whose prompt ends where the long run's last step begins
+//! ([`LastStepRun`]).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -32,6 +39,16 @@ pub(crate) const MODEL_NEW_TOKENS: i64 = 6;
 /// The step at whose start the allocator is taken (step 1 frees the
 /// prefill's cache, so it is no template).
 pub(crate) const FROM: i64 = 2;
+
+/// What a model's run for the decode template keeps and how it differs
+/// from the workload's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DecodeRun {
+    /// take the allocator at the start of this step ([`FROM`])
+    pub from: i64,
+    /// a static cache's `max_cache_len` (the long run's, for a short one)
+    pub max_cache_len: Option<i64>,
+}
 
 /// The allocator and its live blocks at the start of step [`FROM`] of the
 /// model's run, and the marks of its steps.
@@ -164,6 +181,9 @@ struct Model<'a> {
     reqs: Requests,
     /// each step's span of requests, step 1 first
     spans: Vec<Range<usize>>,
+    /// the request of each step before which its forward returns, counted
+    /// from the step's start
+    forward_ends: Vec<usize>,
     /// the mallocs before each request
     mallocs_before: Vec<usize>,
     /// the end of `generate`'s loop and of the decode phase
@@ -173,6 +193,106 @@ struct Model<'a> {
     records: Vec<&'a AllocRecord>,
     /// the run's event log
     log: &'a vramscope_engine::EventLog,
+}
+
+impl<'a> Model<'a> {
+    /// The model's run `est` and the marks `start` holds; `None` where
+    /// something but the allocator's requests comes from step [`FROM`] on
+    /// (driver memory, a host mapping, a count-dependent path, the first
+    /// kernels).
+    fn of(est: &'a Estimate, start: &DecodeStart) -> Option<Model<'a>> {
+        let reqs = Requests::of(est)?;
+        let end = reqs.phases.last()?.end;
+        let loop_done = start.loop_done?;
+        let mut spans: Vec<Range<usize>> = Vec::with_capacity(start.step_starts.len());
+        for (i, &s) in start.step_starts.iter().enumerate() {
+            let e = start.step_starts.get(i + 1).copied().unwrap_or(loop_done);
+            spans.push(s..e);
+        }
+        if spans.len() != MODEL_NEW_TOKENS as usize - 1 || start.forward_ends.len() != spans.len() {
+            return None;
+        }
+        let forward_ends = spans
+            .iter()
+            .zip(&start.forward_ends)
+            .map(|(s, &f)| f.checked_sub(s.start))
+            .collect::<Option<Vec<usize>>>()?;
+        let from = spans[FROM as usize - 1].start;
+        if reqs.driver.iter().any(|d| d.at >= from)
+            || reqs.host.iter().any(|h| h.at >= from)
+            || reqs.switches.iter().any(|s| s.at >= from)
+            || reqs.first_kernels.is_some_and(|k| k > from)
+            || reqs.first_cublas.is_some_and(|k| k > from)
+        {
+            return None;
+        }
+        let mut mallocs_before = Vec::with_capacity(end + 1);
+        let mut n = 0;
+        for q in &reqs.requests[..end] {
+            mallocs_before.push(n);
+            n += usize::from(q.malloc_bytes().is_some());
+        }
+        mallocs_before.push(n);
+        let records: Vec<&AllocRecord> = est
+            .events
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                vramscope_engine::MemEvent::Alloc(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        Some(Model {
+            reqs,
+            spans,
+            forward_ends,
+            mallocs_before,
+            loop_done,
+            end,
+            records,
+            log: &est.events,
+        })
+    }
+
+    /// The mallocs before step [`FROM`]: the blocks made before it are
+    /// served by handle ([`Serving::before`]).
+    fn first(&self) -> usize {
+        self.mallocs_before[self.spans[FROM as usize - 1].start]
+    }
+
+    /// What the free of malloc `j` frees, seen from the model's step `at`:
+    /// malloc `r` of the step `back` steps before, or a block made before
+    /// step [`FROM`] (`None` from a step before it).
+    fn freed(&self, j: usize, at: usize) -> Option<Freed> {
+        match self.made(j) {
+            Made::InStep { k, r } if j >= self.first() => Some(Freed::InStep {
+                back: at.checked_sub(k)?,
+                r,
+            }),
+            _ => Some(Freed::Before(j)),
+        }
+    }
+
+    /// `generate()`'s frees after its loop, seen from its last step.
+    fn end_frees(&self) -> Option<Vec<Freed>> {
+        let last = self.spans.len();
+        self.reqs.requests[self.loop_done..self.end]
+            .iter()
+            .map(|q| match *q {
+                Request::Free(j) => self.freed(j as usize, last),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A block a free releases, seen from the step it is freed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Freed {
+    /// malloc `r` of the step `back` steps before
+    InStep { back: usize, r: usize },
+    /// malloc `j` of the model's run, made before step [`FROM`]
+    Before(usize),
 }
 
 impl Model<'_> {
@@ -310,87 +430,176 @@ pub(crate) struct Served {
     pub live_at_peak: Vec<AllocRecord>,
 }
 
+/// A static cache's last decode step: the one step whose 2-D mask is not
+/// padded (`prepare_padding_mask` pads it to the cache's length before), so
+/// no template gives it. A run of [`MODEL_NEW_TOKENS`] tokens with the
+/// prompt `prompt + N - MODEL_NEW_TOKENS` and the same cache (`est`, and the
+/// marks `start` holds) makes it as its own last step: the same ids, mask,
+/// positions and cache as the long run's.
+pub(crate) struct LastStepRun<'a> {
+    pub est: &'a Estimate,
+    pub start: &'a DecodeStart,
+}
+
+/// The last step read from a [`LastStepRun`].
+struct Last<'a> {
+    /// its requests: a malloc of its size, or a free of malloc `r` of the
+    /// step `back` steps before (the template's mallocs)
+    reqs: Vec<LastRequest>,
+    /// the request before which its forward returns
+    forward_end: usize,
+    /// `generate()`'s frees after its loop
+    end: Vec<Freed>,
+    /// the record of each request's malloc (`None` for a free)
+    records: Vec<Option<&'a AllocRecord>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastRequest {
+    Malloc(u64),
+    Free { back: usize, r: usize },
+}
+
+/// Request `q` of a step in the template's terms: `None` for a malloc, the
+/// `(back, r)` of a free.
+fn shape_of(step: &Step) -> Option<(usize, usize)> {
+    match *step {
+        Step::Free { back, r } => Some((back, r)),
+        _ => None,
+    }
+}
+
+/// The last step of `b` ([`LastStepRun`]) for a long run served from `a`'s
+/// template `tpl`; `None` unless the steps of `b` its frees reach are the
+/// template's in shape (the same requests, the same frees) and it and the
+/// frees after the loop release nothing `a` made otherwise.
+fn last_step<'b>(a: &Model, b: &Model<'b>, tpl: &[Step]) -> Option<Last<'b>> {
+    let n = b.spans.len();
+    let span = b.spans[n - 1].clone();
+    let mut reqs = Vec::with_capacity(span.len());
+    let mut records = Vec::with_capacity(span.len());
+    let mut reach = 0;
+    for i in span.clone() {
+        match b.reqs.requests[i] {
+            Request::Malloc(x) | Request::Scratch(x) => {
+                reqs.push(LastRequest::Malloc(x));
+                records.push(b.records.get(b.mallocs_before[i]).copied());
+            }
+            Request::Free(j) => {
+                let Freed::InStep { back, r } = b.freed(j as usize, n)? else {
+                    return None;
+                };
+                reach = reach.max(back);
+                reqs.push(LastRequest::Free { back, r });
+                records.push(None);
+            }
+        }
+    }
+    // the steps it reaches are the template's (their mallocs in the same
+    // order), and so are the long run's steps there
+    let shape: Vec<Option<(usize, usize)>> = tpl.iter().map(shape_of).collect();
+    for k in n.checked_sub(reach)?.max(FROM as usize)..n {
+        let mut got = Vec::with_capacity(shape.len());
+        for i in b.spans[k - 1].clone() {
+            got.push(match b.reqs.requests[i] {
+                Request::Free(j) => match b.freed(j as usize, k)? {
+                    Freed::InStep { back, r } => Some((back, r)),
+                    Freed::Before(_) => return None,
+                },
+                _ => None,
+            });
+        }
+        if got != shape {
+            return None;
+        }
+    }
+    if n.checked_sub(reach)? < a.spans.len() - 2 {
+        return None;
+    }
+    // generate's frees after the loop: `b`'s for the steps' blocks, `a`'s
+    // for the blocks made before (their sizes are the long run's)
+    let (ea, eb) = (a.end_frees()?, b.end_frees()?);
+    if ea.len() != eb.len() {
+        return None;
+    }
+    let end = ea
+        .into_iter()
+        .zip(eb)
+        .map(|pair| match pair {
+            (Freed::InStep { .. }, x @ Freed::InStep { .. }) => Some(x),
+            (x @ Freed::Before(_), Freed::Before(_)) => Some(x),
+            _ => None,
+        })
+        .collect::<Option<Vec<Freed>>>()?;
+    Some(Last {
+        reqs,
+        forward_end: b.forward_ends[n - 1],
+        end,
+        records,
+    })
+}
+
 /// Serve `generate()`'s decode steps up to `new_tokens` tokens from the
 /// model's run of [`MODEL_NEW_TOKENS`] (`est`, its phases `load`, `prefill`,
-/// `decode`) and the allocator it left at the start of step [`FROM`];
-/// `None` where the steps do not repeat as the module says (then the
-/// caller runs the model for every step).
+/// `decode`) and the allocator it left at the start of step [`FROM`], and
+/// with `last` a static cache's last step from another run; `None` where
+/// the steps do not repeat as the module says (then the caller runs the
+/// model for every step).
 pub(crate) fn serve(
     est: &Estimate,
     start: DecodeStart,
     new_tokens: i64,
     profile: &DeviceProfile,
+    last: Option<LastStepRun>,
 ) -> Option<Served> {
     if est.oom.is_some() || new_tokens <= MODEL_NEW_TOKENS || est.phases.len() != 3 {
         return None;
     }
-    let reqs = Requests::of(est)?;
-    let end = reqs.phases.last()?.end;
-    let loop_done = start.loop_done?;
-    let mut spans: Vec<Range<usize>> = Vec::with_capacity(start.step_starts.len());
-    for (i, &s) in start.step_starts.iter().enumerate() {
-        let e = start.step_starts.get(i + 1).copied().unwrap_or(loop_done);
-        spans.push(s..e);
-    }
-    if spans.len() != MODEL_NEW_TOKENS as usize - 1 || start.forward_ends.len() != spans.len() {
-        return None;
-    }
+    let m = Model::of(est, &start)?;
     // where each iteration's forward returns: the same request of each
     // from `FROM` on (the first also frees the prefill's cache)
-    let k0 = FROM as usize - 1;
-    let forward_end = start.forward_ends[k0].checked_sub(spans[k0].start)?;
-    if spans[k0..]
+    let forward_end = m.forward_ends[FROM as usize - 1];
+    if m.forward_ends[FROM as usize - 1..]
         .iter()
-        .zip(&start.forward_ends[k0..])
-        .any(|(s, &f)| f.checked_sub(s.start) != Some(forward_end))
+        .any(|&f| f != forward_end)
     {
         return None;
     }
-    let from = spans[FROM as usize - 1].start;
-    // nothing but the allocator's requests from there on: no driver memory,
-    // no host mapping, no count-dependent path, no first kernels
-    if reqs.driver.iter().any(|d| d.at >= from)
-        || reqs.host.iter().any(|h| h.at >= from)
-        || reqs.switches.iter().any(|s| s.at >= from)
-        || reqs.first_kernels.is_some_and(|k| k > from)
-        || reqs.first_cublas.is_some_and(|k| k > from)
-    {
-        return None;
-    }
-    let mut mallocs_before = Vec::with_capacity(end + 1);
-    let mut n = 0;
-    for q in &reqs.requests[..end] {
-        mallocs_before.push(n);
-        n += usize::from(q.malloc_bytes().is_some());
-    }
-    mallocs_before.push(n);
-    let records: Vec<&AllocRecord> = est
-        .events
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            vramscope_engine::MemEvent::Alloc(r) => Some(r),
-            _ => None,
-        })
-        .collect();
-    let m = Model {
-        reqs,
-        spans,
-        mallocs_before,
-        loop_done,
-        end,
-        records,
-        log: &est.events,
-    };
     let Template {
         steps: tpl,
         max_back,
         rules,
     } = template(&m, profile)?;
-    let mut s = Serving::new(&m, start, &tpl, max_back)?;
+    let b = match &last {
+        Some(l) if l.est.oom.is_none() && l.est.phases.len() == 3 => {
+            Some(Model::of(l.est, l.start)?)
+        }
+        Some(_) => return None,
+        None => None,
+    };
+    let (last, end) = match &b {
+        Some(b) => {
+            let l = last_step(&m, b, &tpl)?;
+            let end = l.end.clone();
+            (Some(l), end)
+        }
+        None => (None, m.end_frees()?),
+    };
+    let reach = last
+        .iter()
+        .flat_map(|l| &l.reqs)
+        .filter_map(|q| match *q {
+            LastRequest::Free { back, .. } => Some(back),
+            LastRequest::Malloc(_) => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut s = Serving::new(&m, start, &tpl, max_back.max(reach))?;
     s.forward_end = forward_end;
     s.rules = rules;
     s.profile = Some(profile);
+    s.last = last;
+    s.end = end;
     s.run(new_tokens)
 }
 
@@ -416,6 +625,12 @@ struct Serving<'a> {
     /// the request of an iteration before which its forward returns (a
     /// step's figures end there)
     forward_end: usize,
+    /// a static cache's last step, from its own run
+    last: Option<Last<'a>>,
+    /// `generate()`'s frees after its loop
+    end: Vec<Freed>,
+    /// the last step
+    last_k: usize,
 }
 
 impl<'a> Serving<'a> {
@@ -457,6 +672,9 @@ impl<'a> Serving<'a> {
             rules: Vec::new(),
             profile: None,
             forward_end: 0,
+            last: None,
+            end: Vec::new(),
+            last_k: 0,
         })
     }
 
@@ -501,6 +719,7 @@ impl<'a> Serving<'a> {
         let m = self.m;
         let last_model = m.spans.len(); // the model's last step
         let last = (new_tokens - 1) as usize;
+        self.last_k = last;
         let mut oom = None;
         'steps: for k in FROM as usize..=last {
             let n = self.ring.len();
@@ -528,6 +747,26 @@ impl<'a> Serving<'a> {
                                 }
                                 _ => *self.before.get(&(j as usize))?,
                             };
+                            self.free(h)?;
+                        }
+                    }
+                }
+            } else if let Some(l) = self.last.as_ref().filter(|_| k == last) {
+                // a static cache's last step, from its own run
+                let (reqs, forward_end) = (l.reqs.clone(), l.forward_end);
+                for (q, r) in reqs.into_iter().enumerate() {
+                    if q == forward_end {
+                        self.end_step();
+                    }
+                    match r {
+                        LastRequest::Malloc(b) => {
+                            if let Err(refused) = self.malloc(b, k, q) {
+                                oom = Some(refused);
+                                break 'steps;
+                            }
+                        }
+                        LastRequest::Free { back, r } => {
+                            let h = self.made_in(k.checked_sub(back)?, r)?;
                             self.free(h)?;
                         }
                     }
@@ -565,17 +804,10 @@ impl<'a> Serving<'a> {
         if oom.is_none() {
             // `generate()`'s frees after its loop, of the last steps' blocks
             // and of what it made before
-            let first = m.mallocs_before[m.spans[FROM as usize - 1].start];
-            for i in m.loop_done..m.end {
-                let Request::Free(j) = m.reqs.requests[i] else {
-                    return None;
-                };
-                let h = match m.made(j as usize) {
-                    Made::InStep { k, r } if j as usize >= first => {
-                        let back = last_model.checked_sub(k)?;
-                        self.made_in(last.checked_sub(back)?, r)?
-                    }
-                    _ => *self.before.get(&(j as usize))?,
+            for e in std::mem::take(&mut self.end) {
+                let h = match e {
+                    Freed::InStep { back, r } => self.made_in(last.checked_sub(back)?, r)?,
+                    Freed::Before(j) => *self.before.get(&j)?,
                 };
                 self.free(h)?;
             }
@@ -614,6 +846,9 @@ impl<'a> Serving<'a> {
     /// template step's, for a later step).
     fn record_of(&self, at: StepRequest) -> Option<&'a AllocRecord> {
         let m = self.m;
+        if let Some(l) = self.last.as_ref().filter(|_| at.step == self.last_k) {
+            return l.records.get(at.request).copied().flatten();
+        }
         let k = at.step.min(m.spans.len());
         let i = m.spans[k - 1].start + at.request;
         m.records.get(m.mallocs_before[i]).copied()
@@ -635,6 +870,11 @@ impl<'a> Serving<'a> {
             // the peak came before step `FROM` (or in the prefill)
             return Some(m.log.live_after(self.log_peak.events));
         };
+        if self.last.is_some() && k == self.last_k {
+            // (a static cache's last step: its run's blocks made before
+            // are not the long run's; the caller runs every step)
+            return None;
+        }
         let last_model = m.spans.len();
         let req = m.spans[k.min(last_model) - 1].start + q + 1;
         // the events up to that request (allocations, frees, changes of role)
@@ -782,20 +1022,33 @@ mod tests {
     }
 
     #[test]
-    fn a_static_cache_runs_every_step() {
-        // (its cache is sized for all the new tokens, and its last step's
-        // mask is not padded: a shorter run is no template)
-        let w = Workload {
+    fn a_static_cache_is_served_by_the_template_and_its_own_last_step() {
+        let st = |b, s, n| Workload {
             cache: crate::CacheKind::Static,
-            ..Workload::generate(Task::Causal, 3, 40, 20)
+            ..Workload::generate(Task::Causal, b, s, n)
         };
-        let c = HfConfig::parse(LLAMA).unwrap();
         let o = EstimateOptions::default();
-        let fast = estimate(&c, &w, &o).unwrap();
-        let full = estimate_every_step(&c, &w, &o).unwrap();
+        let est = same(LLAMA, &st(3, 40, 20), &o);
+        assert_eq!(est.decode_steps.len(), 20);
+        // the shortest the template serves: one template step, then the last
+        same(LLAMA, &st(2, 8, 7), &o);
+        same(LLAMA, &st(2, 8, 8), &o);
+        // every step's window full and rolling (prompt 40, window 30)
+        let mistral = r#"{"model_type":"mistral","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,
+            "vocab_size":500,"sliding_window":30}"#;
+        same(mistral, &st(2, 40, 25), &o);
+        // gemma2: sliding and full static layers, a pad token
+        let gemma2 = r#"{"model_type":"gemma2","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+            "head_dim":16,"vocab_size":500,"sliding_window":32}"#;
+        same(gemma2, &st(2, 40, 30), &o);
+        // a window the steps fill: every step runs
+        let c = HfConfig::parse(&mistral.replace("30", "50")).unwrap();
+        let fast = estimate(&c, &st(2, 40, 30), &o).unwrap();
+        let full = estimate_every_step(&c, &st(2, 40, 30), &o).unwrap();
         assert_eq!(fast.ops_simulated, full.ops_simulated);
         assert_eq!(fast.phases, full.phases);
-        assert_eq!(fast.decode_steps.len(), 20);
     }
 
     #[test]

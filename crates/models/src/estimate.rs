@@ -630,15 +630,15 @@ fn run_model(
     run_model_with(config, workload, options, keep, None).map(|(est, kept, _)| (est, kept))
 }
 
-/// [`run_model`], and with `decode_from` (`--mode generate`) the allocator
-/// and the live blocks at the start of that decode step
-/// ([`crate::decode::DecodeStart`]).
+/// [`run_model`], and with `decode` (`--mode generate`) the allocator
+/// and the live blocks at the start of its decode step
+/// ([`crate::decode::DecodeStart`]), a static cache sized as it says.
 fn run_model_with(
     config: &HfConfig,
     workload: &Workload,
     options: &EstimateOptions,
     keep: Keep,
-    decode_from: Option<i64>,
+    decode: Option<crate::decode::DecodeRun>,
 ) -> Result<(
     Estimate,
     Option<Continuation>,
@@ -652,8 +652,8 @@ fn run_model_with(
     if workload.mode == Mode::Generate && workload.new_tokens > MAX_TOKENS_ONE_BY_ONE {
         return Err(ModelError::Unsupported(format!(
             "{} new tokens run one by one: the decode template cannot serve this \
-             generation (a static cache, a step crosses a sliding window, a trace is \
-             recorded for --snapshot/--html, or a sweep replays its requests), and a run of every \
+             generation (a step crosses a sliding window, a trace is recorded for \
+             --snapshot/--html, or a sweep replays its requests), and a run of every \
              step keeps each step's record, so it runs at most {MAX_TOKENS_ONE_BY_ONE}",
             workload.new_tokens
         )));
@@ -695,7 +695,8 @@ fn run_model_with(
         forward_ends: Vec::new(),
         loop_done: None,
         earlier_peaks: crate::decode::Peaks::default(),
-        decode_from,
+        decode_from: decode.map(|d| d.from),
+        max_cache_len: decode.and_then(|d| d.max_cache_len),
         decode_start: None,
         windows: Vec::new(),
     };
@@ -843,12 +844,8 @@ fn by_decode_template(
     workload: &Workload,
     options: &EstimateOptions,
 ) -> Result<Option<Estimate>> {
-    use crate::decode::{FROM, MODEL_NEW_TOKENS};
-    // a static cache is sized for the whole generation (a shorter run's
-    // is smaller), and its last step's 2-D mask needs no padding: no run
-    // of fewer tokens gives its steps
+    use crate::decode::{DecodeRun, LastStepRun, FROM, MODEL_NEW_TOKENS};
     if workload.mode != Mode::Generate
-        || workload.cache == crate::CacheKind::Static
         || options.record_trace
         || workload.new_tokens <= MODEL_NEW_TOKENS
     {
@@ -858,7 +855,15 @@ fn by_decode_template(
         new_tokens: MODEL_NEW_TOKENS,
         ..workload.clone()
     };
-    let (mut est, _, start) = run_model_with(config, &short, options, Keep::FIGURES, Some(FROM))?;
+    // a static cache is sized for the whole generation (prompt + N - 1): the
+    // short run's is sized so too
+    let static_len = (workload.cache == crate::CacheKind::Static)
+        .then(|| workload.seq + workload.new_tokens - 1);
+    let decode = DecodeRun {
+        from: FROM,
+        max_cache_len: static_len,
+    };
+    let (mut est, _, start) = run_model_with(config, &short, options, Keep::FIGURES, Some(decode))?;
     if est.oom.is_some() {
         // the full run stops at the same place
         est.live_at_peak = est.events.live_at_peak();
@@ -867,9 +872,31 @@ fn by_decode_template(
     }
     // (a step reaching a sliding window changes what later steps allocate)
     let start = start.filter(|s| s.one_regime(workload.seq, workload.new_tokens));
-    let Some(served) =
-        start.and_then(|s| crate::decode::serve(&est, s, workload.new_tokens, &options.profile))
-    else {
+    // a static cache's last step pads no mask: it is the last step of a run
+    // whose prompt ends where the long run's last step begins
+    let last = match static_len {
+        Some(len) => {
+            let tail = Workload {
+                seq: workload.seq + workload.new_tokens - MODEL_NEW_TOKENS,
+                new_tokens: MODEL_NEW_TOKENS,
+                ..workload.clone()
+            };
+            let decode = DecodeRun {
+                from: FROM,
+                max_cache_len: Some(len),
+            };
+            let (e, _, s) = run_model_with(config, &tail, options, Keep::FIGURES, Some(decode))?;
+            match s {
+                Some(s) => Some((e, s)),
+                None => return Ok(None),
+            }
+        }
+        None => None,
+    };
+    let Some(served) = start.and_then(|s| {
+        let last = last.as_ref().map(|(est, start)| LastStepRun { est, start });
+        crate::decode::serve(&est, s, workload.new_tokens, &options.profile, last)
+    }) else {
         return Ok(None);
     };
     let d = served.decode;
@@ -1056,6 +1083,8 @@ struct Run {
     earlier_peaks: crate::decode::Peaks,
     /// take the allocator at the start of this decode step
     decode_from: Option<i64>,
+    /// a static cache's `max_cache_len` ([`crate::decode::DecodeRun`])
+    max_cache_len: Option<i64>,
     decode_start: Option<crate::decode::DecodeStart>,
     /// the cache's sliding windows ([`GenerateEvent::Window`])
     windows: Vec<i64>,
@@ -1330,6 +1359,7 @@ fn drive(config: &HfConfig, w: &Workload, run: &mut Run, params: &mut ParamCount
             let spec = crate::families::generate::GenerateSpec {
                 new_tokens: w.new_tokens,
                 cache: w.cache,
+                max_cache_len: run.max_cache_len,
             };
             run.begin("prefill".into());
             let mut on = |e| run.generate_event(e);

@@ -61,6 +61,17 @@ pub struct GenerateSpec {
     pub new_tokens: i64,
     /// the cache
     pub cache: CacheKind,
+    /// a static cache's `max_cache_len` where it is not `generate()`'s
+    /// `max_length - 1` (prompt + N - 1): a shorter run standing in for the
+    /// first steps of a longer one
+    pub max_cache_len: Option<i64>,
+}
+
+impl GenerateSpec {
+    /// A static cache's `max_cache_len` for a prompt of `prompt` tokens.
+    fn static_len(&self, prompt: i64) -> i64 {
+        self.max_cache_len.unwrap_or(prompt + self.new_tokens - 1)
+    }
 }
 
 /// `torch.tensor(v, device="cuda")` of `n` int64 elements (`None`: a 0-dim
@@ -134,7 +145,7 @@ pub(crate) fn generate(
             .cache_layers
             .iter()
             .flatten()
-            .map(|w| (*w).min(s + spec.new_tokens - 1) + 1)
+            .map(|w| (*w).min(spec.static_len(s)) + 1)
             .collect(),
     };
     windows.sort_unstable();
@@ -219,7 +230,7 @@ fn run(
     // _prepare_cache_for_generation: a StaticCache of max_length - 1 tokens
     let cache = RefCell::new(match spec.cache {
         CacheKind::Dynamic => KvCache::new(cache_layers),
-        CacheKind::Static => KvCache::new_static(cache_layers, s + spec.new_tokens - 1),
+        CacheKind::Static => KvCache::new_static(cache_layers, spec.static_len(s)),
     });
     // prepare_inputs_for_generation: a compileable cache's masks are made
     // there (after the ids and positions), before the forward
