@@ -82,6 +82,15 @@ fn main() {
                 ..Workload::generate(Task::Causal, 8, 4096, 4096)
             },
         ),
+        (
+            "llama-3.1-70b generate bf16 b8 s4096 +4096 tokens static",
+            "llama-3.1-70b",
+            Workload {
+                weights: DType::BF16,
+                cache: vramscope_models::CacheKind::Static,
+                ..Workload::generate(Task::Causal, 8, 4096, 4096)
+            },
+        ),
     ];
     for (label, preset, w) in cases {
         let config = presets::get(preset).expect("preset");

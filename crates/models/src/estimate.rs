@@ -885,7 +885,14 @@ fn by_decode_template(
                 from: FROM,
                 max_cache_len: Some(len),
             };
-            let (e, _, s) = run_model_with(config, &tail, options, Keep::FIGURES, Some(decode))?;
+            // (its longer prompt may need more memory than the long run:
+            // run without a limit, its requests are the same)
+            let unlimited = EstimateOptions {
+                unlimited: true,
+                memory_fraction: None,
+                ..options.clone()
+            };
+            let (e, _, s) = run_model_with(config, &tail, &unlimited, Keep::FIGURES, Some(decode))?;
             match s {
                 Some(s) => Some((e, s)),
                 None => return Ok(None),

@@ -36,11 +36,12 @@ impl Tokens {
     /// `bos_token_id`, `eos_token_id` (an int or a list), `pad_token_id`;
     /// `null` is none), `defaults` (the config class's) where absent.
     pub(crate) fn of_config(c: &HfConfig, defaults: Tokens) -> Result<Tokens> {
-        let present = |key: &str, default: bool| match c.get(key) {
+        // (`raw`: an explicit `null` is none, where `get` reads it as absent)
+        let present = |key: &str, default: bool| match c.raw().get(key) {
             None => default,
             Some(v) => !v.is_null(),
         };
-        let eos = match c.get("eos_token_id") {
+        let eos = match c.raw().get("eos_token_id") {
             None => defaults.eos,
             Some(v) if v.is_null() => None,
             Some(serde_json::Value::Array(a)) => Some(a.len() as i64),
