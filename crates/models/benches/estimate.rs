@@ -43,7 +43,7 @@ fn main() {
         unlimited: true,
         ..EstimateOptions::default()
     };
-    let cases: [(&str, &str, Workload); 5] = [
+    let cases: [(&str, &str, Workload); 6] = [
         (
             "llama-3.1-70b train fp32 AdamW b1 s4096 (3 steps)",
             "llama-3.1-70b",
