@@ -128,10 +128,16 @@ struct Memo {
     /// A memo put with an index of its own (`PUT`, `BINPUT`,
     /// `LONG_BINPUT`) or a text `GET`: the check ends here.
     unknown: bool,
-    /// The offset of each of the piece's `MEMOIZE`s, in order, when asked
-    /// for (see [`memo_table`]).
-    offsets: Option<Vec<u64>>,
+    /// Each of the piece's `MEMOIZE`s, in order, when asked for (see
+    /// [`memo_table`]): `[start of the opcode before it, its offset]`
+    /// ([`NONE`] for the first: the opcode before lies in the piece before).
+    offsets: Option<Vec<[u64; 2]>>,
+    /// The start of the last opcode lexed ([`NONE`] before the first).
+    last: u64,
 }
+
+/// No offset.
+const NONE: u64 = u64::MAX;
 
 /// Gets kept per piece for the memo check.
 const STAIR: usize = 64;
@@ -142,7 +148,7 @@ impl Memo {
     fn put(&mut self, at: u64) {
         self.count += 1;
         if let Some(v) = &mut self.offsets {
-            v.push(at);
+            v.push([self.last, at]);
         }
     }
 
@@ -200,9 +206,13 @@ pub(crate) fn check(
     lexed.map(|_| ())
 }
 
-/// [`check`], also giving the memo table: the offset of every `MEMOIZE`
-/// before the first `STOP`, in memo index order (a `MEMOIZE` stores at the
-/// memo's size, `Lib/pickle.py`'s `load_memoize`). `None` when the pickle
+/// [`check`], also giving the memo table: for every `MEMOIZE` before the
+/// first `STOP`, in memo index order (a `MEMOIZE` stores at the memo's
+/// size, `Lib/pickle.py`'s `load_memoize`), `[start of the opcode before
+/// it, its offset]`: the object it stores is the one that opcode left on
+/// the stack (unless that opcode is a `FRAME` header, which Python's
+/// picklers never write between an object and its `MEMOIZE`: they commit
+/// frames at the start of a `save`). `None` when the pickle
 /// stores with indices of its own (`PUT`, `BINPUT`, `LONG_BINPUT`) or uses a
 /// text `GET`, or the lex cannot follow it to its `STOP`: then decoding
 /// alone knows what the memo holds.
@@ -212,7 +222,7 @@ pub(crate) fn memo_table(
     starts: &[u64],
     piece: u64,
     threads: usize,
-) -> Result<Option<Vec<u64>>, Error> {
+) -> Result<Option<Vec<[u64; 2]>>, Error> {
     let (found, never) = (AtomicBool::new(false), AtomicBool::new(false));
     pieces(file, len, starts, piece, threads, &found, &never, true)
 }
@@ -229,7 +239,7 @@ fn pieces(
     found: &AtomicBool,
     cancel: &AtomicBool,
     record: bool,
-) -> Result<Option<Vec<u64>>, Error> {
+) -> Result<Option<Vec<[u64; 2]>>, Error> {
     // Piece boundaries: frame starts about PIECE apart.
     let mut cuts = vec![0u64];
     for &s in starts {
@@ -289,7 +299,7 @@ fn chain(
     buf_len: usize,
     cancel: &AtomicBool,
     record: bool,
-) -> Result<Option<Vec<u64>>, Error> {
+) -> Result<Option<Vec<[u64; 2]>>, Error> {
     let pieces = cuts.len() - 1;
     let mut buf = vec![0u8; buf_len];
     let mut pos = 0u64;
@@ -297,6 +307,8 @@ fn chain(
     // the memo's size before the piece, while it is known
     let mut memo_size = Some(0u64);
     let mut table = record.then(Vec::new);
+    // the start of the last opcode of the pieces chained so far
+    let mut last = NONE;
     while i < pieces {
         if cancel.load(Ordering::Relaxed) {
             return Ok(None);
@@ -318,8 +330,22 @@ fn chain(
             memo_size = (!memo.unknown).then_some(size + memo.count);
         }
         match (&mut table, memo.offsets) {
-            (Some(t), Some(o)) if memo_size.is_some() => t.extend_from_slice(&o),
+            (Some(t), Some(mut o)) if memo_size.is_some() => {
+                // a MEMOIZE first in its piece stores the previous piece's
+                // last opcode (Python's framer may end a frame between them)
+                if let Some(first) = o.first_mut().filter(|f| f[0] == NONE) {
+                    first[0] = last;
+                }
+                if o.first().is_some_and(|f| f[0] == NONE) {
+                    table = None;
+                } else {
+                    t.extend_from_slice(&o);
+                }
+            }
             _ => table = None,
+        }
+        if memo.last != NONE {
+            last = memo.last;
         }
         match end {
             End::At(p) => {
@@ -351,6 +377,7 @@ fn lex(
     let mut memo = Memo {
         high: i64::MIN,
         offsets: record.then(Vec::new),
+        last: NONE,
         ..Memo::default()
     };
     let end = lex_into(file, len, from, until, buf, &mut memo);
@@ -389,6 +416,7 @@ fn lex_into(
             while i + 9 <= n && i < stop {
                 let op = w[i];
                 let f = HOT[usize::from(op)];
+                let at = pos + i as u64;
                 i += match f {
                     0 => break,
                     SHORT => 2 + usize::from(w[i + 1]),
@@ -407,6 +435,7 @@ fn lex_into(
                     }
                     f => usize::from(f),
                 };
+                memo.last = at;
             }
             if i >= n {
                 break;
@@ -417,6 +446,7 @@ fn lex_into(
             let at = pos + i as u64;
             match step(w, i, at, memo) {
                 Step::Next(x) => {
+                    memo.last = at;
                     i = x;
                     if pos + i as u64 >= until {
                         return End::At(pos + i as u64);
@@ -561,7 +591,7 @@ mod tests {
     }
 
     /// The memo table with a piece per frame and with one piece.
-    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<u64>>, Error>; 2] {
+    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<[u64; 2]>>, Error>; 2] {
         let len = bytes.len() as u64;
         [1, len + 1].map(|piece| memo_table(&bytes, len, starts, piece, 2))
     }
@@ -574,7 +604,12 @@ mod tests {
         b.extend_from_slice(&[0x95, 9, 0, 0, 0, 0, 0, 0, 0]);
         b.extend_from_slice(&[0x8c, 2, b'a', b'b', 0x94, b'a', b'h', 0, b'.', 0x94]);
         for t in tables(&b, &[2, 13]) {
-            assert_eq!(t.unwrap(), Some(vec![12, 26]));
+            assert_eq!(t.unwrap(), Some(vec![[11, 12], [22, 26]]));
+        }
+        // a piece that starts at a MEMOIZE: the object is the previous
+        // piece's last opcode's
+        for t in tables(&[0x80, 4, b']', 0x94, b'.'], &[3]) {
+            assert_eq!(t.unwrap(), Some(vec![[2, 3]]));
         }
         // a BINPUT: the pickle's own indices, no table
         let p = [0x80, 4, b']', 0x94, b']', b'q', 7, b'0', b'.'];

@@ -323,12 +323,13 @@ pub fn check_file(path: impl AsRef<Path>, piece: Option<u64>) -> Result<(), Erro
     check_at(&file, len, piece)
 }
 
-/// [`check_bytes`], also giving the memo table: the byte offset of every
-/// `MEMOIZE` before the pickle's `STOP`, in memo index order; `None` when
+/// [`check_bytes`], also giving the memo table: for every `MEMOIZE` before
+/// the pickle's `STOP`, in memo index order, `[start of the opcode that
+/// made the object it stores, its own offset]`; `None` when
 /// the pickle stores with indices of its own or the lex cannot follow it.
 /// The table a parallel decoder resolves memo gets across pieces with.
 #[doc(hidden)]
-pub fn memo_table_bytes(bytes: &[u8], piece: Option<u64>) -> Result<Option<Vec<u64>>, Error> {
+pub fn memo_table_bytes(bytes: &[u8], piece: Option<u64>) -> Result<Option<Vec<[u64; 2]>>, Error> {
     let len = bytes.len() as u64;
     let starts = frames::check(&bytes, len)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

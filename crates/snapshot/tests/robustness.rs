@@ -392,32 +392,45 @@ fn damaged_bytes_are_named_by_the_lex_as_decoding_names_them() {
 
 /// The memo table (every `MEMOIZE`'s offset, in memo index order) of the
 /// real snapshot is what Python's `pickletools.genops` lists (4061
-/// `MEMOIZE`s, no other put; their offsets' sum), and so are the two real
+/// `MEMOIZE`s, no other put; their offsets' sum and the previous opcodes'),
+/// and so are the two real
 /// nanoGPT snapshots', whatever the pieces; on
 /// damaged and truncated copies, pieces of one frame give what one piece
 /// gives (the same table or the same error), and a table names only
-/// `MEMOIZE` bytes, in increasing order.
+/// `MEMOIZE` bytes, in increasing order, each after its object's opcode.
 #[test]
 fn the_memo_table_is_pickletools_and_does_not_depend_on_the_pieces() {
     let real = std::fs::read(REAL).unwrap();
     let whole = Some(real.len() as u64 + 1);
-    let t = memo_table_bytes(&real, Some(1)).unwrap().unwrap();
+    let full = memo_table_bytes(&real, Some(1)).unwrap();
+    let t = full.clone().unwrap();
     assert_eq!(t.len(), 4061);
+    // the opcode before each MEMOIZE: pickletools' previous op
+    assert_eq!(
+        &t[..3].iter().map(|e| e[0]).collect::<Vec<_>>(),
+        &[11, 14, 25]
+    );
+    assert_eq!(t.iter().map(|e| e[0]).sum::<u64>(), 578_928_971);
+    let t: Vec<u64> = t.iter().map(|e| e[1]).collect();
     assert_eq!(
         (&t[..3], &t[t.len() - 3..]),
         (&[12, 24, 26][..], &[268060, 268067, 268105][..])
     );
     assert_eq!(t.iter().sum::<u64>(), 579_054_553);
-    assert_eq!(memo_table_bytes(&real, whole).unwrap().unwrap(), t);
-    assert_eq!(memo_table_bytes(&real, None).unwrap().unwrap(), t);
+    assert_eq!(memo_table_bytes(&real, whole).unwrap(), full);
+    assert_eq!(memo_table_bytes(&real, None).unwrap(), full);
     // the two real nanoGPT snapshots (H200): (MEMOIZEs, their offsets' sum)
     // from pickletools, no other put
-    for (name, count, sum) in [
-        ("nanogpt_2streams_oom_h200", 38150, 45_209_828_394u64),
+    for (name, count, sums) in [
+        (
+            "nanogpt_2streams_oom_h200",
+            38150,
+            [45_209_599_651u64, 45_209_828_394],
+        ),
         (
             "nanogpt_wrapped_3streams_expandable_oom_h200",
             49636,
-            73_799_575_205,
+            [73_799_315_200, 73_799_575_205],
         ),
     ] {
         let path = format!(
@@ -426,7 +439,8 @@ fn the_memo_table_is_pickletools_and_does_not_depend_on_the_pieces() {
         );
         let b = std::fs::read(&path).unwrap();
         let t = memo_table_bytes(&b, Some(1 << 16)).unwrap().unwrap();
-        assert_eq!((t.len(), t.iter().sum::<u64>()), (count, sum), "{name}");
+        let sum = |k: usize| t.iter().map(|e| e[k]).sum::<u64>();
+        assert_eq!((t.len(), [sum(0), sum(1)]), (count, sums), "{name}");
         assert_eq!(
             memo_table_bytes(&b, Some(b.len() as u64 + 1))
                 .unwrap()
@@ -455,8 +469,9 @@ fn the_memo_table_is_pickletools_and_does_not_depend_on_the_pieces() {
         match framed {
             Ok(Some(t)) => {
                 tabled += 1;
-                assert!(t.iter().all(|&o| b[o as usize] == 0x94), "case {k}");
-                assert!(t.windows(2).all(|w| w[0] < w[1]), "case {k}");
+                let ok = t.iter().all(|&[o, m]| o < m && b[m as usize] == 0x94);
+                assert!(ok, "case {k}");
+                assert!(t.windows(2).all(|w| w[0][1] <= w[1][0]), "case {k}");
             }
             Ok(None) => {}
             Err(_) => refused += 1,
