@@ -250,16 +250,14 @@ for _f in (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.
 
 
 def _min_max_all(cap, func, call, outs):
-    """`max()` / `min()` of a whole float32 tensor (`max_all_kernel` in ReduceMaxValuesKernel.cu):
-    `gpu_reduce_kernel` accumulating in the input's own type; its global buffer and semaphores
-    as the H200's multinomial sweep lists them. Other dtypes accumulate in other types: unmeasured."""
+    """`max()` / `min()` of a whole tensor (`max_all_kernel_impl` in ReduceMaxValuesKernel.cu):
+    `gpu_reduce_kernel<scalar_t, scalar_t>`, accumulating in the input's own type; its global buffer
+    and semaphores as the H200's multinomial sweep lists them for float32."""
     x = call[0][0]
     if not registered(x) or x.numel() == 0:
         return
-    if x.dtype != torch.float32:
-        cap.note_unmeasured(f"the reduce scratch of {func._schema.name} over {x.dtype}")
-        return
-    reduce_scratch(cap, list(x.shape), list(x.stride()), [True] * x.dim(), 4, 4, func._schema.name)
+    size = x.element_size()
+    reduce_scratch(cap, list(x.shape), list(x.stride()), [True] * x.dim(), size, size, func._schema.name)
 
 
 def _arg_min_max(cap, func, call, outs):
