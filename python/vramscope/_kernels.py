@@ -1677,20 +1677,14 @@ SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
 
 
 def _upsample_bilinear2d_backward(cap, func, call, outs):
-    """`upsample_bilinear2d_backward` (cuda/UpSampleBilinear2d.cu) of a float32 gradient: made
-    contiguous in its suggested memory format when it is not (its NHWC kernel's
-    `contiguous(ChannelsLast)`, else `contiguous()`), after the result, freed at the return
-    (blind16/p02's H200 record: Segformer's channel slices of a `cat`)."""
+    """`upsample_bilinear2d_backward` (cuda/UpSampleBilinear2d.cu) of a float32 gradient: the
+    same copy as `_upsample_nearest2d` (its NHWC kernel's `contiguous(ChannelsLast)`, else
+    `contiguous()`; blind16/p02's H200 record: Segformer's channel slices of a `cat`)."""
     src = call[0][0]
-    if not registered(src) or outs[0].numel() == 0:
-        return
-    if src.dtype != torch.float32:
+    if registered(src) and src.dtype != torch.float32:
         cap.note_unmeasured(f"aten::upsample_bilinear2d_backward of {src.dtype}")
         return
-    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
-    if not src.is_contiguous(memory_format=fmt):
-        copy = _temp(cap, src, func._schema.name)
-        del copy
+    _upsample_nearest2d(cap, func, call, outs)
 
 
 AFTER[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear2d_backward
