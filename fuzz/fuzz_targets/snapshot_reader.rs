@@ -28,6 +28,17 @@ fuzz_target!(|data: &[u8]| {
             assert!(e.to_string().contains(&format!("byte {o}")));
         }
     }
+    // the trace decoded in pieces on three threads, where it does not give
+    // up, is what the sequential reader reads
+    if let Some(par) = vramscope_snapshot::read_parallel(data, 3) {
+        let seq = vramscope_snapshot::read_snapshot_sequential(data).expect("parallel read it");
+        assert_eq!(par.segments, seq.segments);
+        assert_eq!(par.device_traces, seq.device_traces);
+        let (s, t) = (&par.stacks, &seq.stacks);
+        assert_eq!(s.num_strs(), t.num_strs());
+        assert_eq!(s.num_frames(), t.num_frames());
+        assert_eq!(s.num_stacks(), t.num_stacks());
+    }
     let parsed = vramscope_snapshot::pickle::parse(data);
     // a trace entry decoded in one step is what its opcodes one by one make
     let stepwise = vramscope_snapshot::pickle::parse_stepwise(data);

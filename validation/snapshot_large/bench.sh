@@ -13,6 +13,11 @@
 #       memory_viz trace_plot, each vramscope command REPS times, and
 #       (when DIR holds them) read_snapshot (the reader alone, new) and
 #       lex_file (the parallel lex alone, all cores)
+#   RECORD=1 SMALL_ONLY=1 VIZ=1 REPS=3 bash bench.sh OUTDIR DIR   # session 8:
+#       the three snapshots recorded there first (validation/snapshot_real/
+#       record.py, all three on GPU 0 at once, w50 with expandable
+#       segments) instead of brought as xz files; also read_snapshot-old
+#       (the reader alone, old) when DIR holds it
 #
 # DIR holds vramscope-old, vramscope-new, gen_snapshot, lex_file and
 # {c50,w50,p50}.pickle.xz; one JSON line per measurement (measure.py).
@@ -23,8 +28,20 @@ M="python3 $here/../snapshot_real/measure.py"
 mkdir -p "$OUT"
 echo "{\"host\": \"$(nproc) CPUs,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)\", \"torch\": \"$(python3 -c 'import torch; print(torch.__version__)')\"}"
 small="c50 w50 p50"
-for n in $small; do xz -dc "$BIN/$n.pickle.xz" >"$OUT/$n.pickle" & done
-wait
+if [ -n "${RECORD:-}" ]; then
+    R="python3 $here/../snapshot_real/record.py"
+    CUDA_VISIBLE_DEVICES=0 $R --out "$OUT/c50.pickle" --target-mb 50 >"$OUT/c50.record" 2>"$OUT/c50.record.err" &
+    CUDA_VISIBLE_DEVICES=0 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $R --out "$OUT/w50.pickle" \
+        --target-mb 50 --wrap --streams 3 --oom-at 0.7 >"$OUT/w50.record" 2>"$OUT/w50.record.err" &
+    CUDA_VISIBLE_DEVICES=0 $R --out "$OUT/p50.pickle" --target-mb 50 --stacks python >"$OUT/p50.record" 2>"$OUT/p50.record.err" &
+    wait
+    cat "$OUT"/*.record
+    tail -n 2 "$OUT"/*.record.err
+    for n in $small; do echo "{\"label\": \"$n bytes\", \"bytes\": $(stat -c %s "$OUT/$n.pickle")}"; done
+else
+    for n in $small; do xz -dc "$BIN/$n.pickle.xz" >"$OUT/$n.pickle" & done
+    wait
+fi
 # Python's tools, each snapshot's chain beside the others'
 for n in $small; do
     (
@@ -54,6 +71,7 @@ done
 for n in $small; do
     for _ in $(seq "${REPS:-2}"); do
         [ -x "$BIN/read_snapshot" ] && $M "$n new read_snapshot" "$BIN/read_snapshot" "$OUT/$n.pickle"
+        [ -x "$BIN/read_snapshot-old" ] && $M "$n old read_snapshot" "$BIN/read_snapshot-old" "$OUT/$n.pickle"
         [ -x "$BIN/lex_file" ] && $M "$n lex_file" "$BIN/lex_file" "$OUT/$n.pickle" &&
             $M "$n lex_file 1 MiB pieces" "$BIN/lex_file" "$OUT/$n.pickle" 1048576
     done

@@ -9,7 +9,7 @@ use std::cell::Cell;
 use vramscope_alloc::TraceAction;
 
 use crate::pickle::{
-    le_to_i64, le_to_u64, Absorb, IntRef, Pickle, Store, Tag, Val, Value, ValueRef, BAIL,
+    le_to_i64, le_to_u64, Absorb, IntRef, Pickle, Splice, Store, Tag, Val, Value, ValueRef, BAIL,
 };
 use crate::Error;
 
@@ -116,6 +116,8 @@ pub(crate) struct State {
     bailed: Cell<bool>,
     /// Whether to take over trace entries while decoding.
     absorbing: bool,
+    /// A device's trace decoded in pieces, spliced in where it starts.
+    pending: Option<crate::par::Decoded>,
 }
 
 /// The symbol used for a missing frame name or filename (resolves to "").
@@ -171,7 +173,21 @@ impl State {
             observed: Vec::new(),
             bailed: Cell::new(false),
             absorbing,
+            pending: None,
         }
+    }
+
+    /// [`State::new`]`(true)` that takes over the trace `d` (decoded in
+    /// pieces) where it starts.
+    pub(crate) fn with_trace(d: crate::par::Decoded) -> Self {
+        let mut s = Self::new(true);
+        s.pending = Some(d);
+        s
+    }
+
+    /// Whether a trace decoded in pieces was given but never spliced in.
+    pub(crate) fn trace_unused(&self) -> bool {
+        self.pending.is_some()
     }
 
     pub(crate) fn bailed(&self) -> bool {
@@ -216,6 +232,141 @@ impl Absorb for State {
     fn bail(&self) {
         self.bailed.set(true);
     }
+
+    fn jump_at(&self) -> usize {
+        self.pending
+            .as_ref()
+            .and_then(|d| usize::try_from(d.at).ok())
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The pieces' strings, frames and stacks interned in piece order (each
+    /// piece's in the order it met them: the order the sequential reader
+    /// meets them in), their entries pushed with the global ids.
+    fn splice(&mut self, st: &mut Store, memo: &dyn Fn(u64) -> Option<Val>) -> Option<Splice> {
+        let d = self.pending.take()?;
+        if !self.absorbing || self.bailed.get() {
+            return None;
+        }
+        // what the trace names before it is what its bytes hold, frozen
+        for (i, named) in &d.before {
+            if !named_matches(st, memo(*i)?, named) {
+                return None;
+            }
+        }
+        let first = u32::try_from(self.entries.len()).ok()?;
+        let mut syms = Vec::new();
+        let mut fids = Vec::new();
+        let mut sids = Vec::new();
+        let crate::par::Decoded {
+            pieces,
+            later,
+            to,
+            memo_from,
+            memo_to,
+            ..
+        } = d;
+        // each piece dropped once taken in
+        for p in pieces {
+            syms.clear();
+            for i in 0..p.strs.len() {
+                syms.push(st.strs.intern(p.strs.get(i as u32))?);
+            }
+            let sym = |s: u32| -> Option<u32> {
+                if s == crate::par::NO_SYM {
+                    Some(NO_SYM)
+                } else {
+                    syms.get(s as usize).copied()
+                }
+            };
+            fids.clear();
+            for &(name, file, line) in &p.frames {
+                fids.push(
+                    self.table
+                        .intern_frame_syms(Sym(sym(name)?), Sym(sym(file)?), line),
+                );
+            }
+            sids.clear();
+            for &(a, n) in &p.stacks {
+                self.scratch.clear();
+                for &f in p.pool.get(a as usize..(a + n) as usize)? {
+                    self.scratch.push(*fids.get(f as usize)?);
+                }
+                sids.push(self.table.intern_stack(&self.scratch));
+            }
+            let opt = |s: Option<Sym>| -> Option<Option<Sym>> {
+                match s {
+                    None => Some(None),
+                    Some(Sym(s)) => Some(Some(Sym(sym(s)?))),
+                }
+            };
+            for mut e in p.entries.iter() {
+                e.frames = *sids.get(e.frames.0 as usize)?;
+                e.other_action = opt(e.other_action)?;
+                e.compile_context = opt(e.compile_context)?;
+                e.user_metadata = opt(e.user_metadata)?;
+                if self.entries.len() >= MAX_TRACE {
+                    return None;
+                }
+                self.entries.push(e);
+            }
+        }
+        let len = u32::try_from(self.entries.len()).ok()? - first;
+        let mut strs = Vec::with_capacity(later.len());
+        for (i, s) in &later {
+            strs.push((*i, st.strs.lookup(s)?));
+        }
+        strs.sort_unstable();
+        Some(Splice {
+            first,
+            len,
+            to: usize::try_from(to).ok()?,
+            memo_from,
+            memo_to,
+            strs,
+        })
+    }
+}
+
+/// Whether `v` is what [`crate::par`] decoded from its bytes: the same
+/// text, or frozen frame dicts (and a frozen list of them) whose fields, as
+/// `Cx::frame` converts them, are the same.
+fn named_matches(st: &Store, v: Val, named: &crate::par::Named) -> bool {
+    use crate::par::Named;
+    let frame = |v: Val, want: &crate::par::FrameText| -> bool {
+        let Some((_, keys, vals)) = st.dict_parts(v) else {
+            return false;
+        };
+        let (mut name, mut file, mut line) = (None, None, 0i64);
+        for (&k, &x) in keys.iter().zip(vals) {
+            match st.str(k) {
+                Some("name") => match st.str(x) {
+                    Some(t) => name = Some(t),
+                    None => return false,
+                },
+                Some("filename") => match st.str(x) {
+                    Some(t) => file = Some(t),
+                    None => return false,
+                },
+                Some("line") => match st.int(x) {
+                    Some(IntRef::Small(i)) => line = i,
+                    _ => return false,
+                },
+                _ => return false,
+            }
+        }
+        name == want.0.as_deref() && file == want.1.as_deref() && line == want.2
+    };
+    match named {
+        Named::Str(t) => st.str(v) == Some(t.as_str()),
+        Named::Frame(f) => frame(v, f),
+        Named::List(fs) => {
+            v.tag() == Tag::List
+                && st.seq_items(v).is_some_and(|items| {
+                    items.len() == fs.len() && items.iter().zip(fs).all(|(&x, f)| frame(x, f))
+                })
+        }
+    }
 }
 
 struct Cx<'a> {
@@ -241,14 +392,15 @@ pub(crate) fn snapshot_from_pickle(p: Pickle, mut state: State) -> Result<Snapsh
         return Err(bail_err());
     }
     let Pickle { mut st, root, .. } = p;
-    let mut snap = Cx {
+    let snap = Cx {
         st: &st,
         s: &mut state,
     }
-    .snapshot(root)?;
+    .snapshot(root);
     if state.bailed() {
         return Err(bail_err());
     }
+    let mut snap = snap?;
     snap.stacks = std::mem::take(&mut state.table);
     // Frames and symbols refer to the pickle's interned strings: move them over.
     snap.stacks.strings = std::mem::take(&mut st.strs);
@@ -416,7 +568,12 @@ impl<'a> Cx<'a> {
             return Ok(id);
         }
         self.s.observe(v.idx());
-        let [name, filename, line] = self.s.f_frame.pick(self.st, v).unwrap_or([Val::EMPTY; 3]);
+        let Some([name, filename, line]) = self.s.f_frame.pick(self.st, v) else {
+            // a frame dict filled again after it was stored (a memo get
+            // then SETITEMS) is still being built: decode generically
+            self.s.bailed.set(true);
+            return Err("internal: a frame dict still being built".to_owned());
+        };
         let name = if name == Val::EMPTY {
             NO_SYM
         } else {

@@ -40,6 +40,11 @@ impl Interner {
         self.text.get(start..end).unwrap_or("")
     }
 
+    /// How many strings are interned (ids `0..len`).
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
     /// Id of `s` if it was interned.
     pub(crate) fn lookup(&self, s: &str) -> Option<u32> {
         let h = self.state.hash_one(s);

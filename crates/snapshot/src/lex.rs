@@ -129,9 +129,9 @@ struct Memo {
     /// `LONG_BINPUT`) or a text `GET`: the check ends here.
     unknown: bool,
     /// Each of the piece's `MEMOIZE`s, in order, when asked for (see
-    /// [`memo_table`]): `[start of the opcode before it, its offset]`
-    /// ([`NONE`] for the first: the opcode before lies in the piece before).
-    offsets: Option<Vec<[u64; 2]>>,
+    /// [`memo_table`]): the start of the opcode before it ([`NONE`] for
+    /// the first: the opcode before lies in the piece before).
+    offsets: Option<Vec<u64>>,
     /// The start of the last opcode lexed ([`NONE`] before the first).
     last: u64,
 }
@@ -146,9 +146,10 @@ impl Memo {
     /// A `MEMOIZE` at offset `at`.
     #[inline]
     fn put(&mut self, at: u64) {
+        let _ = at;
         self.count += 1;
         if let Some(v) = &mut self.offsets {
-            v.push([self.last, at]);
+            v.push(self.last);
         }
     }
 
@@ -208,9 +209,10 @@ pub(crate) fn check(
 
 /// [`check`], also giving the memo table: for every `MEMOIZE` before the
 /// first `STOP`, in memo index order (a `MEMOIZE` stores at the memo's
-/// size, `Lib/pickle.py`'s `load_memoize`), `[start of the opcode before
-/// it, its offset]`: the object it stores is the one that opcode left on
-/// the stack (unless that opcode is a `FRAME` header, which Python's
+/// size, `Lib/pickle.py`'s `load_memoize`), the start of the opcode
+/// before it (the `MEMOIZE` follows that opcode: its offset is that start
+/// plus the opcode's length): the object it stores is the one that opcode
+/// left on the stack (unless that opcode is a `FRAME` header, which Python's
 /// picklers never write between an object and its `MEMOIZE`: they commit
 /// frames at the start of a `save`). `None` when the pickle
 /// stores with indices of its own (`PUT`, `BINPUT`, `LONG_BINPUT`) or uses a
@@ -222,7 +224,7 @@ pub(crate) fn memo_table(
     starts: &[u64],
     piece: u64,
     threads: usize,
-) -> Result<Option<Vec<[u64; 2]>>, Error> {
+) -> Result<Option<Vec<u64>>, Error> {
     let (found, never) = (AtomicBool::new(false), AtomicBool::new(false));
     pieces(file, len, starts, piece, threads, &found, &never, true)
 }
@@ -239,7 +241,7 @@ fn pieces(
     found: &AtomicBool,
     cancel: &AtomicBool,
     record: bool,
-) -> Result<Option<Vec<[u64; 2]>>, Error> {
+) -> Result<Option<Vec<u64>>, Error> {
     // Piece boundaries: frame starts about PIECE apart.
     let mut cuts = vec![0u64];
     for &s in starts {
@@ -253,7 +255,10 @@ fn pieces(
     let next = AtomicUsize::new(0);
     let mut ends: Vec<Option<(End, Memo)>> = (0..pieces).map(|_| None).collect();
     // a buffer no larger than the file (small pickles are lexed often)
-    let buf_len = usize::try_from(len).map_or(BUF, |n| n.clamp(16, BUF));
+    // (a quarter of it for the memo table, made on every core before the
+    // parallel decoder: each thread's buffer stays in the process's peak)
+    let most = if record { BUF / 4 } else { BUF };
+    let buf_len = usize::try_from(len).map_or(most, |n| n.clamp(16, most));
     let work = || {
         let mut buf = vec![0u8; buf_len];
         let mut done = Vec::new();
@@ -299,14 +304,19 @@ fn chain(
     buf_len: usize,
     cancel: &AtomicBool,
     record: bool,
-) -> Result<Option<Vec<[u64; 2]>>, Error> {
+) -> Result<Option<Vec<u64>>, Error> {
     let pieces = cuts.len() - 1;
     let mut buf = vec![0u8; buf_len];
     let mut pos = 0u64;
     let mut i = 0;
     // the memo's size before the piece, while it is known
     let mut memo_size = Some(0u64);
-    let mut table = record.then(Vec::new);
+    let total: usize = ends
+        .iter()
+        .flatten()
+        .map(|(_, m)| m.offsets.as_ref().map_or(0, Vec::len))
+        .sum();
+    let mut table = record.then(|| Vec::with_capacity(total));
     // the start of the last opcode of the pieces chained so far
     let mut last = NONE;
     while i < pieces {
@@ -333,10 +343,10 @@ fn chain(
             (Some(t), Some(mut o)) if memo_size.is_some() => {
                 // a MEMOIZE first in its piece stores the previous piece's
                 // last opcode (Python's framer may end a frame between them)
-                if let Some(first) = o.first_mut().filter(|f| f[0] == NONE) {
-                    first[0] = last;
+                if let Some(first) = o.first_mut().filter(|f| **f == NONE) {
+                    *first = last;
                 }
-                if o.first().is_some_and(|f| f[0] == NONE) {
+                if o.first().is_some_and(|&f| f == NONE) {
                     table = None;
                 } else {
                     t.extend_from_slice(&o);
@@ -535,6 +545,31 @@ fn step(w: &[u8], i: usize, at: u64, memo: &mut Memo) -> Step {
     Step::Next(next)
 }
 
+/// The length of the opcode at `w[0]` with its argument, when it is one
+/// decoding may accept and it ends inside `w` (`None` for `STOP`, a byte
+/// that is no opcode, a refused one, or one that runs past `w`). For the
+/// parallel trace decoder's walks (`crate::par`).
+pub(crate) fn op_len(w: &[u8]) -> Option<usize> {
+    let op = *w.first()?;
+    let n = match ARGS[usize::from(op)] {
+        Arg::Fixed(k) => 1 + usize::from(k),
+        Arg::Counted { w: k, signed } => {
+            let k = usize::from(k);
+            let b = w.get(1..1 + k)?;
+            let mut x = [0u8; 8];
+            x[..k].copy_from_slice(b);
+            let n = u64::from_le_bytes(x);
+            if signed && n >= 1 << 31 {
+                return None;
+            }
+            (1 + k).checked_add(usize::try_from(n).ok()?)?
+        }
+        Arg::Lines(k) => lines(w, 1, k)?,
+        Arg::Stop | Arg::Refused(_) | Arg::Unknown => return None,
+    };
+    (n <= w.len()).then_some(n)
+}
+
 /// The end of `k` lines starting at `i` in `w`, if they end in it.
 fn lines(w: &[u8], mut i: usize, k: u8) -> Option<usize> {
     for _ in 0..k {
@@ -591,7 +626,7 @@ mod tests {
     }
 
     /// The memo table with a piece per frame and with one piece.
-    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<[u64; 2]>>, Error>; 2] {
+    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<u64>>, Error>; 2] {
         let len = bytes.len() as u64;
         [1, len + 1].map(|piece| memo_table(&bytes, len, starts, piece, 2))
     }
@@ -604,12 +639,12 @@ mod tests {
         b.extend_from_slice(&[0x95, 9, 0, 0, 0, 0, 0, 0, 0]);
         b.extend_from_slice(&[0x8c, 2, b'a', b'b', 0x94, b'a', b'h', 0, b'.', 0x94]);
         for t in tables(&b, &[2, 13]) {
-            assert_eq!(t.unwrap(), Some(vec![[11, 12], [22, 26]]));
+            assert_eq!(t.unwrap(), Some(vec![11, 22]));
         }
         // a piece that starts at a MEMOIZE: the object is the previous
         // piece's last opcode's
         for t in tables(&[0x80, 4, b']', 0x94, b'.'], &[3]) {
-            assert_eq!(t.unwrap(), Some(vec![[2, 3]]));
+            assert_eq!(t.unwrap(), Some(vec![2]));
         }
         // a BINPUT: the pickle's own indices, no table
         let p = [0x80, 4, b']', 0x94, b']', b'q', 7, b'0', b'.'];

@@ -33,6 +33,13 @@
 //! file is decoded again generically, so the result always equals what
 //! `pickle.load` would see.
 //!
+//! A file of [`PAR_MIN_BYTES`] or more, on [`PAR_MIN_CORES`] cores or more,
+//! is first lexed on all cores for its memo table (where each memo index's
+//! object starts); its first device trace is then decoded in pieces on all
+//! cores, and the VM decodes the rest, jumping over the trace and taking
+//! the pieces' entries in (ids mapped to the ones it would have given them).
+//! Any pickle that does not fit (see `par.rs`) is decoded as above instead.
+//!
 //! # Cost
 //! The decoder keeps 8 bytes per container and 4 per memo entry, in chunks
 //! that are never reallocated; a device's list of entries keeps only which
@@ -66,6 +73,7 @@ mod hash;
 mod intern;
 mod lex;
 pub mod model;
+mod par;
 pub mod pickle;
 pub mod trace;
 pub mod write;
@@ -91,6 +99,92 @@ pub use vramscope_alloc::TraceAction;
 /// something else, [`Error::Schema`] when a snapshot field has a wrong type,
 /// and with a decoding error (carrying the byte offset) otherwise.
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if bytes.len() as u64 >= PAR_MIN_BYTES && threads >= PAR_MIN_CORES {
+        if let Some(snap) = read_parallel(bytes, threads) {
+            return Ok(snap);
+        }
+    }
+    read_snapshot_sequential(bytes)
+}
+
+/// Files this large are decoded in parallel on machines of
+/// [`PAR_MIN_CORES`] cores or more (see [`read_snapshot_file`]).
+pub const PAR_MIN_BYTES: u64 = 4 << 20;
+/// Machines with this many cores decode large files in parallel (the lex
+/// and the pieces take about three times the sequential decoder's CPU
+/// time: on the 2 cores of the development machine, shared, `inspect` of
+/// a 44 MB file took twice as long).
+pub const PAR_MIN_CORES: usize = 8;
+
+/// [`read_snapshot`]'s parallel decoding alone on `threads` threads, or
+/// `None` where it gives up (then [`read_snapshot_sequential`] decides);
+/// for tests, which hold the two to the same snapshot.
+#[doc(hidden)]
+pub fn read_parallel(bytes: &[u8], threads: usize) -> Option<Snapshot> {
+    let len = bytes.len() as u64;
+    let starts = frames::check(&bytes, len).ok()?;
+    let d = decode_trace(par::Input::Slice(bytes), len, &starts, threads)?;
+    let (r, state) = pickle::parse_slice_with(bytes, convert::State::with_trace(d));
+    if state.trace_unused() {
+        // decoding never reached the trace: it was decoded twice
+        return None;
+    }
+    fast_path(r, state)?.ok()
+}
+
+/// [`read_snapshot_file`]'s parallel decoding alone on `threads`
+/// threads, or `None` where it gives up; for tests.
+#[doc(hidden)]
+pub fn read_file_parallel(path: impl AsRef<Path>, threads: usize) -> Option<Snapshot> {
+    let path = path.as_ref();
+    let file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let starts = frames::check(&file, len).ok()?;
+    parallel_file(path, &file, len, &starts, threads)
+}
+
+/// The file at `path` (open as `file`, `len` bytes, frames starting at
+/// `starts`): its first device trace decoded in pieces on `threads`
+/// threads, read by positioned reads, the rest decoded through a buffer
+/// that jumps over the trace. `None` where it gives up.
+fn parallel_file(
+    path: &Path,
+    file: &std::fs::File,
+    len: u64,
+    starts: &[u64],
+    threads: usize,
+) -> Option<Snapshot> {
+    let d = decode_trace(par::Input::At(file, len), len, starts, threads)?;
+    let again = std::fs::File::open(path).ok()?;
+    let (r, state) = pickle::parse_file_jumping_with(again, len, convert::State::with_trace(d));
+    if state.trace_unused() {
+        return None;
+    }
+    fast_path(r, state)?.ok()
+}
+
+/// The memo table (the lex, on `threads` threads) and the first device
+/// trace decoded in pieces with it; `None` where either gives up.
+fn decode_trace(
+    input: par::Input<'_>,
+    len: u64,
+    starts: &[u64],
+    threads: usize,
+) -> Option<par::Decoded> {
+    let src: &dyn frames::At = match &input {
+        par::Input::Slice(b) => b,
+        par::Input::At(f, _) => *f,
+    };
+    let piece = (len / (threads as u64 * 4).max(1)).clamp(1 << 20, lex::PIECE);
+    let table = lex::memo_table(src, len, starts, piece, threads).ok()??;
+    par::decode_trace(input, &table, starts, threads)
+}
+
+/// [`read_snapshot`] without the parallel decoding: the fast path on one
+/// thread, then the generic one where it gives up.
+#[doc(hidden)]
+pub fn read_snapshot_sequential(bytes: &[u8]) -> Result<Snapshot, Error> {
     let (r, state) = pickle::parse_slice_with(bytes, convert::State::new(true));
     if let Some(result) = fast_path(r, state) {
         return result.map_err(|e| explain(bytes, e));
@@ -185,6 +279,11 @@ fn fast_path(
 /// (smaller files are decoded in well under a second; on fewer cores the
 /// lex would slow decoding). When both find errors, the lex's is reported
 /// (it depends on the file alone).
+///
+/// Before all that, a file of [`PAR_MIN_BYTES`] or more on [`PAR_MIN_CORES`]
+/// cores or more has its trace decoded in parallel (see the crate's doc),
+/// by positioned reads a window at a time per thread; where that gives up,
+/// for whatever reason, the file is read as above.
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     read_file(path.as_ref(), |len| {
@@ -227,6 +326,12 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
     let n = std::io::Read::read(&mut file, &mut head).map_err(io_err)?;
     let head = &head[..n];
     let starts = frames::check(&file, len)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if len >= PAR_MIN_BYTES && cores >= PAR_MIN_CORES {
+        if let Some(snap) = parallel_file(path, &file, len, &starts, cores) {
+            return Ok(snap);
+        }
+    }
     if !lex(len) {
         return decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)));
     }
@@ -333,7 +438,19 @@ pub fn memo_table_bytes(bytes: &[u8], piece: Option<u64>) -> Result<Option<Vec<[
     let len = bytes.len() as u64;
     let starts = frames::check(&bytes, len)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    lex::memo_table(&bytes, len, &starts, piece.unwrap_or(lex::PIECE), threads)
+    let table = lex::memo_table(&bytes, len, &starts, piece.unwrap_or(lex::PIECE), threads)?;
+    // each MEMOIZE follows the opcode the table gives
+    Ok(table.map(|t| {
+        t.into_iter()
+            .map(|s| {
+                let w = usize::try_from(s)
+                    .ok()
+                    .and_then(|s| bytes.get(s..))
+                    .unwrap_or(&[]);
+                [s, s + lex::op_len(w).unwrap_or(0) as u64]
+            })
+            .collect()
+    }))
 }
 
 /// [`check_bytes`] on bytes read at offsets.

@@ -201,6 +201,11 @@ impl StackTable {
         })
     }
 
+    /// Number of interned strings (their [`Sym`]s are `0..num_strs()`).
+    pub fn num_strs(&self) -> usize {
+        self.strings.len()
+    }
+
     /// Number of distinct frames.
     pub fn num_frames(&self) -> usize {
         self.frames.len()

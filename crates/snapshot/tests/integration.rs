@@ -2,6 +2,7 @@
 //! each module is one area, `common` what they share.
 
 mod handmade;
+mod parallel;
 mod real_snapshot;
 mod robustness;
 

@@ -23,6 +23,12 @@ pub(crate) trait Input {
     fn window(&self) -> &[u8];
     /// Consume `n <= window().len()` bytes.
     fn skip(&mut self, n: usize);
+    /// Go on at offset `to` (past the current one); `false` when this
+    /// input cannot.
+    fn jump(&mut self, to: usize) -> bool {
+        let _ = to;
+        false
+    }
 }
 
 pub(crate) struct SliceInput<'a> {
@@ -92,6 +98,14 @@ impl Input for SliceInput<'_> {
     fn skip(&mut self, n: usize) {
         self.pos += n;
     }
+
+    fn jump(&mut self, to: usize) -> bool {
+        if to < self.pos || to > self.data.len() {
+            return false;
+        }
+        self.pos = to;
+        true
+    }
 }
 
 const CAP: usize = 1 << 20;
@@ -109,11 +123,22 @@ pub(crate) struct ReadInput<R: Read> {
     pub(crate) err: Option<io::Error>,
     /// Total length, when known (file size).
     total: Option<u64>,
+    /// Moves the reader to an offset, for [`Input::jump`].
+    seek: Option<fn(&mut R, u64) -> bool>,
 }
 
 impl<R: Read> ReadInput<R> {
+    /// [`ReadInput::new`] for a reader `seek` can move (its input can
+    /// then [`Input::jump`]).
+    pub(crate) fn seekable(r: R, total: Option<u64>, seek: fn(&mut R, u64) -> bool) -> Self {
+        let mut i = Self::new(r, total);
+        i.seek = Some(seek);
+        i
+    }
+
     pub(crate) fn new(r: R, total: Option<u64>) -> Self {
         ReadInput {
+            seek: None,
             r,
             buf: vec![0; CAP],
             lo: 0,
@@ -267,6 +292,27 @@ impl<R: Read> Input for ReadInput<R> {
     #[inline]
     fn skip(&mut self, n: usize) {
         self.lo += n;
+    }
+
+    fn jump(&mut self, to: usize) -> bool {
+        let Some(seek) = self.seek else {
+            return false;
+        };
+        if to < self.pos() || self.total.is_some_and(|t| to as u64 > t) {
+            return false;
+        }
+        if to <= self.end() {
+            self.lo += to - self.pos();
+            return true;
+        }
+        if !seek(&mut self.r, to as u64) {
+            return false;
+        }
+        self.base = to;
+        self.lo = 0;
+        self.hi = 0;
+        self.eof = false;
+        true
     }
 }
 

@@ -43,7 +43,7 @@ use std::fmt;
 use crate::Error;
 pub(crate) use store::{le_to_i64, le_to_u64, IntRef, Store};
 pub(crate) use val::{Tag, Val};
-pub(crate) use vm::{op_name, Absorb, BAIL};
+pub(crate) use vm::{op_name, Absorb, Splice, BAIL};
 
 /// Decode a pickle. The bytes are not borrowed by the result.
 ///
@@ -106,6 +106,30 @@ pub(crate) fn parse_file_with<A: Absorb>(
     let (r, ab, mut inp) = vm::Vm::new(inp, Some(len), ab).run();
     match (r, inp.err.take()) {
         (Err(_), Some(source)) => (Err(io(source)), ab),
+        (r, _) => (r, ab),
+    }
+}
+
+/// Decode a file (`len` bytes) with a hook, read through a buffer on
+/// this thread (a file the hook may have decoding jump through: see
+/// [`Absorb::splice`]).
+pub(crate) fn parse_file_jumping_with<A: Absorb>(
+    file: std::fs::File,
+    len: u64,
+    ab: A,
+) -> (Result<Pickle, Error>, A) {
+    use std::io::{Seek, SeekFrom};
+    let inp =
+        input::ReadInput::seekable(file, Some(len), |f, to| f.seek(SeekFrom::Start(to)).is_ok());
+    let (r, ab, mut inp) = vm::Vm::new(inp, Some(len), ab).run();
+    match (r, inp.err.take()) {
+        (Err(_), Some(source)) => (
+            Err(Error::Io {
+                path: Default::default(),
+                source,
+            }),
+            ab,
+        ),
         (r, _) => (r, ab),
     }
 }

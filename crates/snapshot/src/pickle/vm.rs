@@ -290,6 +290,32 @@ pub(crate) trait Absorb {
     fn observed(&self, id: usize) -> bool;
     /// Give up: the result must not be used.
     fn bail(&self);
+    /// The offset of an `EMPTY_DICT` where the hook takes over a list's
+    /// items ([`Absorb::splice`]); `usize::MAX` for none.
+    fn jump_at(&self) -> usize {
+        usize::MAX
+    }
+    /// Take over the list whose items start at [`Absorb::jump_at`]: the
+    /// hook interns what they hold into `st` and says which of its items
+    /// they are and where decoding goes on; `None` to give up.
+    /// `memo` gives what a memo index holds now.
+    fn splice(&mut self, st: &mut Store, memo: &dyn Fn(u64) -> Option<Val>) -> Option<Splice> {
+        let _ = (st, memo);
+        None
+    }
+}
+
+/// What [`Absorb::splice`] took over: the hook's items `first..first + len`
+/// are the list's, decoding goes on at offset `to`, and the memo indices
+/// `memo_from..memo_to` were stored meanwhile (`strs`: those named later,
+/// each a str id in the store; the rest are never named).
+pub(crate) struct Splice {
+    pub(crate) first: u32,
+    pub(crate) len: u32,
+    pub(crate) to: usize,
+    pub(crate) memo_from: u64,
+    pub(crate) memo_to: u64,
+    pub(crate) strs: Vec<(u64, u32)>,
 }
 
 /// No hook (generic decoding).
@@ -353,6 +379,13 @@ pub(crate) struct Core<A> {
     entry_keys: (u32, [u32; MAX_KEYS]),
     kc: KeyCx,
     proto: u8,
+    /// [`Absorb::jump_at`], until the jump.
+    jump_at: usize,
+    /// Whether the hook took a list over ([`Core::splice`]).
+    jumped: bool,
+    /// Whether a frozen container was made mutable again ([`Core::thaw`]):
+    /// then a list taken over may have named it as it was before.
+    thawed: bool,
 }
 
 /// Most keys of a trace entry decoded in one step (an entry has 7 to 9).
@@ -450,6 +483,13 @@ impl<I: Input, A: Absorb> Vm<I, A> {
     fn run_inner(&mut self) -> R<Val> {
         let root = self.exec()?;
         let c = &mut self.c;
+        if c.jumped && c.thawed {
+            c.ab.bail();
+            return Err(Error::LimitExceeded {
+                offset: None,
+                what: BAIL,
+            });
+        }
         // freeze whatever is still being built
         for id in 0..c.st.slots.len() {
             if let Slot::Building { b, dict, .. } = c.st.slots.at(id) {
@@ -557,6 +597,10 @@ impl<I: Input, A: Absorb> Vm<I, A> {
                         }
                     }
                     b'}' => {
+                        if c.at == c.jump_at {
+                            c.splice(inp)?;
+                            continue;
+                        }
                         if let Some(n) = c.trace_entry(inp.window())? {
                             inp.skip(n);
                             continue;
@@ -756,6 +800,10 @@ impl<I: Input, A: Absorb> Vm<I, A> {
                 b']' => {
                     let (_, v) = c.new_list()?;
                     c.stack.push(v);
+                }
+                b'}' if c.at == c.jump_at => {
+                    // (the opcode is read: the splice goes on from its start)
+                    c.splice(inp)?;
                 }
                 b'}' => {
                     let (_, v) = c.new_dict()?;
@@ -984,6 +1032,7 @@ impl<I: Input, A: Absorb> Vm<I, A> {
 impl<A: Absorb> Core<A> {
     fn new(len_hint: Option<u64>, ab: A) -> Self {
         let seed = random_seed();
+        let jump_at = ab.jump_at();
         Core {
             ab,
             scratch: Vec::new(),
@@ -1016,7 +1065,68 @@ impl<A: Absorb> Core<A> {
                     .saturating_add(1 << 24),
             },
             proto: 0,
+            jump_at,
+            jumped: false,
+            thawed: false,
         }
+    }
+
+    /// The hook takes over the list being filled (its `MARK` just set,
+    /// the item at `inp` its first), then decoding goes on where the hook
+    /// says, past the list's last `APPENDS` (see [`Absorb::splice`]).
+    fn splice(&mut self, inp: &mut impl Input) -> R<()> {
+        self.jump_at = usize::MAX;
+        let bail = |at| Error::LimitExceeded {
+            offset: Some(at),
+            what: BAIL,
+        };
+        let list = match self.stack.last() {
+            Some(&v) if v.tag() == Tag::List && self.marks.last() == Some(&self.stack.len()) => v,
+            _ => return Err(bail(self.at)),
+        };
+        let b = match self.st.slots.at(list.idx()) {
+            Slot::Building {
+                b, volatile: false, ..
+            } if self.seqb[b as usize].items.is_empty() => b,
+            _ => return Err(bail(self.at)),
+        };
+        let memo = &self.memo;
+        let Some(sp) = self.ab.splice(&mut self.st, &|i| memo.get(i)) else {
+            return Err(bail(self.at));
+        };
+        if self.memo.count != sp.memo_from
+            || self.memo.dense.len() as u64 != sp.memo_from
+            || !self.memo.sparse.is_empty()
+            || sp.memo_to < sp.memo_from
+            || sp.to < self.at
+        {
+            return Err(bail(self.at));
+        }
+        self.st.slots.set(
+            list.idx(),
+            Slot::NativeRun {
+                first: sp.first,
+                len: sp.len,
+            },
+        );
+        self.seq_free.push(b);
+        self.marks.pop();
+        let mut named = sp.strs.iter().peekable();
+        for i in sp.memo_from..sp.memo_to {
+            let v = match named.peek() {
+                Some(&&(k, id)) if k == i => {
+                    named.next();
+                    Val::new(Tag::Str, id)
+                }
+                _ => Val::NONE,
+            };
+            self.memo.put(i, v);
+        }
+        if named.next().is_some() || !inp.jump(sp.to) {
+            return Err(bail(self.at));
+        }
+        self.jumped = true;
+        Ok(())
     }
 
     // ----- errors -----------------------------------------------------------
@@ -1422,6 +1532,7 @@ impl<A: Absorb> Core<A> {
         if let Slot::Building { b, .. } = self.st.slots.at(id) {
             return Ok(b);
         }
+        self.thawed = true;
         if self.ab.observed(id) || matches!(self.st.slots.at(id), Slot::Native(_)) {
             self.ab.bail();
             return Err(Error::LimitExceeded {

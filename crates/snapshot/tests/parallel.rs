@@ -1,0 +1,256 @@
+//! The parallel decoder of the trace (`read_parallel`) against the
+//! sequential reader: the same snapshot, ids included, on the real
+//! nanoGPT snapshots and on synthetic ones; and the same error, or a
+//! fallback, on damaged and truncated copies.
+
+use vramscope_snapshot::write::{snapshot_to_bytes, WriteOptions};
+use vramscope_snapshot::*;
+use vramscope_testkit::synth::{generate, Options, Rng};
+
+const REAL: [&str; 3] = [
+    "fixtures/snapshot_real/nanogpt_2streams_oom_h200.pickle",
+    "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle",
+    "fixtures/seeds/snapshot_encoder_adamw_h100.pickle",
+];
+
+fn read(rel: &str) -> Vec<u8> {
+    let p = format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {p}: {e}"))
+}
+
+/// The two snapshots are the same, every id included.
+fn assert_same(a: &Snapshot, b: &Snapshot) {
+    assert_eq!(a.segments, b.segments);
+    assert_eq!(a.device_traces.len(), b.device_traces.len());
+    for (s, t) in a.device_traces.iter().zip(&b.device_traces) {
+        assert_eq!(s.len(), t.len());
+        for (i, (x, y)) in s.iter().zip(t.iter()).enumerate() {
+            assert_eq!(x, y, "entry {i}");
+        }
+    }
+    assert_eq!(
+        format!("{:?}", a.allocator_settings),
+        format!("{:?}", b.allocator_settings)
+    );
+    assert_eq!(a.external_annotations, b.external_annotations);
+    assert_eq!(a.host_segments, b.host_segments);
+    assert_eq!(a.host_traces, b.host_traces);
+    assert_eq!(a.other, b.other);
+    let (s, t) = (&a.stacks, &b.stacks);
+    assert_eq!(s.num_strs(), t.num_strs());
+    for i in 0..s.num_strs() as u32 {
+        assert_eq!(s.str(Sym(i)), t.str(Sym(i)), "str {i}");
+    }
+    assert_eq!(s.num_frames(), t.num_frames());
+    for i in 0..s.num_frames() as u32 {
+        assert_eq!(s.frame(FrameId(i)), t.frame(FrameId(i)), "frame {i}");
+    }
+    assert_eq!(s.num_stacks(), t.num_stacks());
+    for i in 0..s.num_stacks() as u32 {
+        assert_eq!(
+            s.stack_frame_ids(StackId(i)),
+            t.stack_frame_ids(StackId(i)),
+            "stack {i}"
+        );
+    }
+}
+
+/// Parallel on `threads` threads, when it does not give up, equals
+/// sequential; returns whether it did not give up.
+fn check(bytes: &[u8], threads: usize) -> bool {
+    let seq = read_snapshot_sequential(bytes);
+    match read_parallel(bytes, threads) {
+        Some(par) => {
+            let seq = seq.unwrap_or_else(|e| panic!("parallel read what sequential refused: {e}"));
+            assert_same(&par, &seq);
+            true
+        }
+        None => false,
+    }
+}
+
+#[test]
+fn real_snapshots_decode_in_parallel_as_sequentially() {
+    for rel in REAL {
+        let b = read(rel);
+        for threads in [1, 3, 8] {
+            assert!(check(&b, threads), "{rel} fell back on {threads} threads");
+        }
+        // the reader's own choice gives the same snapshot too
+        let seq = read_snapshot_sequential(&b).unwrap();
+        assert_same(&read_snapshot(&b).unwrap(), &seq);
+        // and a file read in parallel by positioned reads
+        let p = format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"));
+        let par = read_file_parallel(&p, 3).unwrap_or_else(|| panic!("{rel}: file fell back"));
+        assert_same(&par, &seq);
+    }
+}
+
+fn synthetic(entries: usize, max: Option<usize>, streams: usize, conf: &str, seed: u64) -> Vec<u8> {
+    let s = generate(&Options {
+        entries,
+        max_entries: max,
+        streams,
+        conf: conf.into(),
+        seed,
+        ..Options::default()
+    })
+    .unwrap();
+    snapshot_to_bytes(&s.snapshot, &WriteOptions::default())
+}
+
+#[test]
+fn synthetic_snapshots_decode_in_parallel_as_sequentially() {
+    let n = if cfg!(debug_assertions) {
+        20_000
+    } else {
+        200_000
+    };
+    for (max, streams, conf) in [(None, 1, ""), (Some(n / 2), 3, "expandable_segments:True")] {
+        let b = synthetic(n, max, streams, conf, 7);
+        assert!(check(&b, 4), "synthetic {max:?} {streams} fell back");
+    }
+}
+
+#[test]
+fn damaged_real_snapshots_give_the_sequential_answer() {
+    let b = read(REAL[1]);
+    let mut rng = Rng(36);
+    let iters = if cfg!(debug_assertions) { 30 } else { 300 };
+    let (mut fell_back, mut decoded) = (0, 0);
+    for k in 0..iters {
+        let mut d = b.clone();
+        if k % 3 == 0 {
+            d.truncate(rng.index(b.len()));
+        } else {
+            for _ in 0..1 + rng.index(3) {
+                let i = rng.index(d.len());
+                d[i] = rng.below(256) as u8;
+            }
+        }
+        if check(&d, 3) {
+            decoded += 1;
+        } else {
+            fell_back += 1;
+        }
+        // and read_snapshot's answer is the sequential one
+        let (r, s) = (read_snapshot(&d), read_snapshot_sequential(&d));
+        match (r, s) {
+            (Ok(x), Ok(y)) => assert_same(&x, &y),
+            (Err(e), Err(f)) => assert_eq!(e.to_string(), f.to_string()),
+            (x, y) => panic!("{:?} / {:?}", x.err(), y.err()),
+        }
+    }
+    assert!(
+        decoded > 0 && fell_back > 0,
+        "{decoded} decoded, {fell_back} fell back"
+    );
+}
+
+/// A protocol-4 pickle written by hand, every object memoized as
+/// Python's pickler does (`MEMOIZE`), its memo indices counted.
+#[derive(Default)]
+struct P {
+    b: Vec<u8>,
+    memo: u32,
+}
+
+impl P {
+    fn op(&mut self, b: &[u8]) -> &mut Self {
+        self.b.extend_from_slice(b);
+        self
+    }
+    /// MEMOIZE: the index it stores at.
+    fn m(&mut self) -> u32 {
+        self.b.push(0x94);
+        self.memo += 1;
+        self.memo - 1
+    }
+    fn s(&mut self, t: &str) -> u32 {
+        self.b.push(0x8c);
+        self.b.push(t.len() as u8);
+        self.b.extend_from_slice(t.as_bytes());
+        self.m()
+    }
+    fn get(&mut self, i: u32) -> &mut Self {
+        self.op(b"j").op(&i.to_le_bytes())
+    }
+    /// A trace entry whose frames list is the one frame dict `frame`.
+    fn entry(&mut self, addr: u8, frame: u32) {
+        self.op(b"}");
+        self.m();
+        self.op(b"(");
+        self.s("action");
+        self.s("alloc");
+        for (k, v) in [("addr", addr), ("size", 32), ("stream", 0)] {
+            self.s(k);
+            self.op(&[b'K', v]);
+        }
+        self.s("frames");
+        self.op(b"]");
+        self.m();
+        self.get(frame).op(b"a");
+        self.op(b"u");
+    }
+}
+
+/// A snapshot whose trace names a frame dict made before it (in the root
+/// dict under `'x'`); `mutate` fills that dict again through a memo get
+/// (`line` set to 7) before the trace.
+fn hand_snapshot(mutate: bool) -> Vec<u8> {
+    let mut p = P::default();
+    p.op(b"\x80\x04}");
+    p.m();
+    p.op(b"(");
+    p.s("segments");
+    p.op(b"]");
+    p.m();
+    p.s("x");
+    p.op(b"}");
+    let frame = p.m();
+    p.op(b"(");
+    p.s("name");
+    p.s("f");
+    p.s("filename");
+    p.s("a.py");
+    let line = p.s("line");
+    p.op(b"K\x01u");
+    if mutate {
+        p.get(frame).op(b"(").get(line).op(b"K\x07u0");
+    }
+    p.s("device_traces");
+    p.op(b"]");
+    p.m();
+    p.op(b"]");
+    p.m();
+    p.op(b"(");
+    for a in 0..5 {
+        p.entry(a * 16, frame);
+    }
+    p.op(b"ea");
+    p.op(b"u.");
+    p.b
+}
+
+#[test]
+fn a_frame_dict_filled_again_before_the_trace_sends_it_to_the_sequential_reader() {
+    let plain = hand_snapshot(false);
+    let par = read_parallel(&plain, 2).expect("the plain one is decoded in parallel");
+    assert_same(&par, &read_snapshot_sequential(&plain).unwrap());
+    let mutated = hand_snapshot(true);
+    assert!(read_parallel(&mutated, 2).is_none());
+    let s = read_snapshot(&mutated).unwrap();
+    let t = &s.device_traces[0];
+    assert_eq!(t.len(), 5);
+    assert_eq!(s.frames(t.get(0).unwrap().frames).next().unwrap().line, 7);
+}
+
+#[test]
+fn a_pickle_with_memo_puts_of_its_own_index_is_read_sequentially() {
+    // BINPUT instead of the first MEMOIZE: no memo table
+    let mut b = hand_snapshot(false);
+    let i = b.iter().position(|&x| x == 0x94).unwrap();
+    b.splice(i..=i, [b'q', 0]);
+    assert!(read_parallel(&b, 2).is_none());
+    assert_eq!(read_snapshot(&b).unwrap().device_traces[0].len(), 5);
+}
