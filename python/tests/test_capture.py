@@ -109,6 +109,28 @@ def test_exit_status_and_missing_script(tmp_script):
     assert run_script("no_such_script.py")[0] == 2
 
 
+def test_the_scripts_objects_are_finalized_at_exit(tmp_script, tmp_path):
+    # the script's globals die with a cycle through its function; `vramscope run` spares the
+    # interpreter's teardown its collections only after collecting them, so `__del__` runs as
+    # under plain python
+    script = tmp_script(
+        "import sys\n"
+        "class Note:\n"
+        "    def __init__(self, path):\n"
+        "        self.path = path\n"
+        "    def __del__(self):\n"
+        "        with open(self.path, 'w') as f:\n"
+        "            f.write('finalized')\n"
+        "note = Note(sys.argv[1])\n"
+        "def keep():\n"
+        "    return note\n"
+    )
+    out = tmp_path / "note.txt"
+    status, _lines, _report, err = run_script(script, str(out))
+    assert status == 0, err
+    assert out.read_text() == "finalized"
+
+
 def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tmp_path):
     script = tmp_script(
         "import torch\n"
