@@ -3,6 +3,8 @@
 # benches/llama8b_train_step.py, and PyTorch's MemTracker over FakeTensorMode on the same script
 # (validation/run/memtracker.py), so both tools' times come from one machine.
 #   bash benches/run_vs_memtracker.sh > OUT.txt        (NO_MEMTRACKER=1: the first two only)
+# BASE=DIR also times, in each round, `vramscope run` with the package under DIR first on PYTHONPATH
+# (another build of vramscope, side by side with the one the environment imports).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-python3}"
@@ -15,6 +17,7 @@ if [ -z "${NO_PYCACHE:-}" ]; then
     export PYTHONPYCACHEPREFIX="${PYCACHE:-/tmp/vramscope-bench-pyc}"
     echo "bytecode cache: $PYTHONPYCACHEPREFIX (warming)"
     "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1
+    [ -z "${BASE:-}" ] || PYTHONPATH="$BASE" "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1
     [ -n "${NO_MEMTRACKER:-}" ] || "$PY" validation/run/memtracker.py benches/llama8b_train_step.py >/dev/null 2>&1
 fi
 for i in $(seq "${ROUNDS:-3}"); do
@@ -22,6 +25,7 @@ for i in $(seq "${ROUNDS:-3}"); do
     echo "import with torch._dynamo: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama, torch._dynamo' >/dev/null 2>&1; } 2>&1 ) s"
     echo "the script's imports (its Llama classes, torch._dynamo): $( { time taskset -c 0 "$PY" -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' >/dev/null 2>&1; } 2>&1 ) s"
     echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
+    [ -z "${BASE:-}" ] || echo "vramscope run (BASE=$BASE): $( { time PYTHONPATH="$BASE" taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
 done
 [ -n "${NO_MEMTRACKER:-}" ] || for i in 1 2; do
     echo "memtracker: $( { time taskset -c 0 "$PY" validation/run/memtracker.py benches/llama8b_train_step.py > /tmp/mt.json 2>/dev/null; } 2>&1 ) s $(cat /tmp/mt.json)"
