@@ -189,8 +189,9 @@ def _sdpa(cap, a):
     if which == "cudnn":
         out = aten._scaled_dot_product_cudnn_attention(
             q, k, v, mask, needs_grad, dropout_p, is_causal, False, scale=scale
-        )
-        return out[0]
+        )[0]
+        # the op's other results die with its tuple, before the converted mask (a local of sdpa)
+        return out
     if which == "flash":
         # attention.cpp: head dims padded to a multiple of 8 (`pad_last_dim<8, false>`), the scale
         # taken from the unpadded size, the output sliced back (`post_process_flash_output`)
@@ -219,10 +220,15 @@ def _preprocess_mask(mask, q, k):
 
 
 def _bool_mask_to_float(mask, dtype):
-    """`convert_boolean_attn_mask` (attention.cpp): where(mask.logical_not(), -inf, 0)."""
+    """`convert_boolean_attn_mask` (attention.cpp): `where(mask, 0.0, scalar_tensor(-inf))`, whose
+    Scalar overload makes the 0.0 a device scalar of the other's options: two 0-dim device tensors,
+    -inf first, then the additive mask; the scalars die as it returns (the H200's allocations in
+    fixtures/run/sweeps/cudnn_decode_h200.jsonl)."""
     if mask is None or mask.dtype != torch.bool:
         return mask
-    return torch.where(mask.logical_not(), -math.inf, torch.zeros((), dtype=dtype, device=mask.device))
+    neg_inf = torch.full((), -math.inf, dtype=dtype, device=mask.device)
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(mask, zero, neg_inf)
 
 
 def math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa):

@@ -57,7 +57,7 @@ pub use dims::{Dims, MAX_DIMS};
 pub use dtype::{DType, Device};
 pub use error::{EngineError, Result};
 pub use gpus::{gpu, GpuSpec, Grade, Grades, Provenance, SdpaSupport, GPUS};
-pub use ops::attention::{cudnn_fwd_workspace, SdpaArgs, SdpaBackend};
+pub use ops::attention::{cudnn_fwd_workspace, CudnnFwdShape, SdpaArgs, SdpaBackend};
 pub use ops::conv::{
     cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs, ConvOp, ConvProblem,
 };

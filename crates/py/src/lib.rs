@@ -473,7 +473,16 @@ impl Device {
             d_qk,
         };
         let backward = rule.bytes(&self.p.runtime().profile()).unwrap_or(0);
-        (vramscope_engine::cudnn_fwd_workspace(s_q), backward)
+        let shape = vramscope_engine::CudnnFwdShape {
+            b,
+            h,
+            h_k,
+            s_q,
+            s_kv,
+            d: d_qk,
+        };
+        let sms = self.p.runtime().profile().sm_count;
+        (vramscope_engine::cudnn_fwd_workspace(shape, sms), backward)
     }
 
     /// The workspace of `_efficient_attention_backward` (cutlass kernels of

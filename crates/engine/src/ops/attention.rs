@@ -70,18 +70,66 @@ pub struct SdpaArgs<'a> {
 const OP: &str = "scaled_dot_product_attention";
 
 /// The cuDNN forward's workspace (`mha_graph->get_workspace_size()` in
-/// `run_cudnn_SDP_fprop`) for `s_q` query positions: 256 bytes on the H100
-/// and H200 with torch 2.11+cu130 in every traced multi-token configuration
-/// (training and inference, masks, dropout, grouped-query attention, head
-/// dims 32..256), none for one query position (the 752 decode steps of
-/// `fixtures/run/truth_blind8_h200.tar.xz`, h06) — GPU measurements, since
-/// cuDNN's plan is opaque.
-pub const fn cudnn_fwd_workspace(s_q: i64) -> u64 {
-    if s_q == 1 {
-        0
-    } else {
-        256
+/// `run_cudnn_SDP_fprop`), measured on the H200 (torch 2.11+cu130, cuDNN
+/// 9.19), since cuDNN's plan is opaque. Several query positions: 256 bytes in
+/// every traced configuration (training and inference, masks, dropout,
+/// grouped-query attention, head dims 32..256). One query position (a decode
+/// step): a split-KV plan when there is little parallelism, else nothing.
+/// The plan splits the keys into `S` chunks when the key length holds at
+/// least four 128-key blocks and `b × h_k` (key/value heads over the batch)
+/// is at most half the SMs; `S` is the largest power of two not above the
+/// number of 128-key blocks, not above 64, and keeping `S × b × h_k` below
+/// twice the SMs. Its workspace is fp32 partial outputs `(b, h, S, d)` and
+/// two fp32 statistics `(b, h, S)`, each rounded up to 128 bytes, and 128
+/// bytes (`fixtures/run/sweeps/cudnn_decode_h200.jsonl` and
+/// `cudnn_decode_splits_h200.jsonl`: 480 + 336 cases, masks and dtypes make
+/// no difference).
+pub fn cudnn_fwd_workspace(shape: CudnnFwdShape, sm_count: u32) -> u64 {
+    let CudnnFwdShape {
+        b,
+        h,
+        h_k,
+        s_q,
+        s_kv,
+        d,
+    } = shape;
+    if s_q != 1 {
+        return 256;
     }
+    let rows = (b * h_k).max(1) as u64;
+    let blocks = (s_kv / 128).max(0) as u64;
+    let sms = u64::from(sm_count);
+    if blocks < 4 || 2 * rows > sms {
+        return 0;
+    }
+    let mut splits = 1u64;
+    while splits * 2 <= blocks && splits * 2 <= 64 && splits * 2 * rows < 2 * sms {
+        splits *= 2;
+    }
+    if splits < 2 {
+        return 0;
+    }
+    let align = |n: u64| n.div_ceil(128) * 128;
+    let parts = (b * h) as u64 * splits;
+    align(parts * d as u64 * 4) + 2 * align(parts * 4) + 128
+}
+
+/// The shape [`cudnn_fwd_workspace`] reads: batch, query heads, key/value
+/// heads, query and key lengths, head dim.
+#[derive(Debug, Clone, Copy)]
+pub struct CudnnFwdShape {
+    /// batch
+    pub b: i64,
+    /// query heads
+    pub h: i64,
+    /// key/value heads
+    pub h_k: i64,
+    /// query positions
+    pub s_q: i64,
+    /// key positions
+    pub s_kv: i64,
+    /// head dim of the queries and keys
+    pub d: i64,
 }
 
 /// The cuDNN backward's workspace (`run_cudnn_SDP_bprop`), measured on the
@@ -750,8 +798,16 @@ fn cudnn_forward(
     };
     // the plan is built before its workspace is known: the engines load
     rt.load_cudnn(CudnnLibraries::Engines);
+    let shape = CudnnFwdShape {
+        b,
+        h,
+        h_k: k.size(1),
+        s_q,
+        s_kv: k.size(2),
+        d: q.size(3),
+    };
     let ws = rt.storage(
-        cudnn_fwd_workspace(s_q),
+        cudnn_fwd_workspace(shape, rt.profile().sm_count),
         q.device(),
         op,
         Category::Workspace,
@@ -1563,6 +1619,39 @@ mod tests {
     const H: i64 = 8;
     const S: i64 = 512;
     const D: i64 = 64;
+
+    /// The H200's decode workspaces (fixtures/run/sweeps/cudnn_decode*_h200.jsonl): split plans
+    /// for little parallelism, none past half the SMs or under four 128-key blocks, 256 bytes for
+    /// several query positions.
+    #[test]
+    fn cudnn_forward_workspace_matches_the_h200_sweeps() {
+        let ws = |b, h, h_k, s_q, s_kv, d| {
+            cudnn_fwd_workspace(
+                CudnnFwdShape {
+                    b,
+                    h,
+                    h_k,
+                    s_q,
+                    s_kv,
+                    d,
+                },
+                132,
+            )
+        };
+        assert_eq!(ws(1, 16, 16, 1, 513, 64), 17_024);
+        assert_eq!(ws(8, 16, 4, 1, 513, 64), 135_296);
+        assert_eq!(ws(8, 16, 4, 1, 2049, 64), 270_464);
+        assert_eq!(ws(16, 32, 4, 1, 2049, 256), 2_113_664);
+        assert_eq!(ws(1, 4, 1, 1, 640, 64), 4_480);
+        assert_eq!(ws(3, 4, 1, 1, 640, 64), 12_928);
+        assert_eq!(ws(66, 4, 1, 1, 640, 64), 139_648);
+        assert_eq!(ws(1, 4, 1, 1, 16384, 64), 64 * 4 * (256 + 8) + 128);
+        assert_eq!(ws(8, 16, 16, 1, 2049, 64), 0);
+        assert_eq!(ws(80, 4, 1, 1, 4096, 64), 0);
+        assert_eq!(ws(1, 4, 1, 1, 385, 64), 0);
+        assert_eq!(ws(1, 16, 16, 2, 513, 64), 256);
+        assert_eq!(ws(8, 16, 4, 7, 513, 128), 256);
+    }
 
     /// (B, H, S, D) views of a contiguous (B, S, H*D) projection, as the
     /// HF models make them; `grad` makes them non-leaf outputs of a node.
