@@ -16,6 +16,8 @@ from conftest import FIXTURES, ROOT, run_script
         ("backward_inplace", "backward_inplace_h200.jsonl"),
         ("op_rules", "op_rules_h200.jsonl"),
         ("flash_backward_probe", "flash_backward_h200.jsonl"),
+        ("cudnn_decode_sweep", "cudnn_decode_h200.jsonl"),
+        ("cudnn_decode_splits", "cudnn_decode_splits_h200.jsonl"),
     ],
 )
 def test_sweep_matches_the_h200(script, fixture):
@@ -84,3 +86,27 @@ def test_topk_isin_and_index_put_match_the_h200():
         g = got[w["case"]]
         assert (len(g["sizes"]), len(g["frees"])) == (len(w["sizes"]), len(w["frees"])), w["case"]
         assert g["sizes"][:16] == w["sizes"][:16], w["case"]
+
+
+def test_setitem_matches_the_h200():
+    # `x[index] = value`: a Python number is a host scalar (no device memory) except where
+    # index_put_ copies it to the device, lists become device index tensors, a bool mask with a
+    # device value goes through nonzero. The GPU stopped at its bf16 "bool mask tensor" case (a
+    # float32 value into bfloat16): the twin stops there with PyTorch's error. The two mask cases
+    # with device values count random mask elements the twin does not know: same steps, other sizes.
+    status, lines, _report, err = run_script(
+        ROOT / "validation" / "run" / "sweeps" / "setitem_probe.py", extra=("--gpu", "h200")
+    )
+    assert status != 0 and "Index put requires the source and destination dtypes match" in err
+    got = {r["case"]: r for r in map(json.loads, (line for line in lines if line.startswith("{")))}
+    want = [
+        json.loads(line)
+        for line in (FIXTURES / "run" / "sweeps" / "setitem_h200.jsonl").read_text().splitlines()
+    ]
+    assert len(got) == len(want) == 62
+    for w in want:
+        g = got[w["case"]]
+        if w["case"] in ("float32 bool mask tensor", "float32 row mask tensor"):
+            assert len(g["sizes"]) == len(w["sizes"]) and len(g["frees"]) == len(w["frees"]), w["case"]
+        else:
+            assert g == w, w["case"]

@@ -366,6 +366,8 @@ class Capture:
         self.history = False
         self.active = False
         self.genuine_meta = 0
+        #: a `Tensor.__setitem__` of a Python number on a simulated tensor is running (`_kernels._setitem`)
+        self.setitem_number = False
         self.stream = 0
         self.phases: list[Phase] = []
         self.phase_names: list[str] = []

@@ -13,6 +13,7 @@ import math
 import sys
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false as _non_overlapping_and_dense
 
 from ._tensor import assumed, registered, set_value, tensors_in, value
 
@@ -888,15 +889,29 @@ NO_VALUES.update(
 def linear(original):
     """`at::native::linear` (`aten/src/ATen/native/Linear.cpp`) as it runs for
     CUDA tensors: addmm for 2-D inputs, the flattened addmm for contiguous
-    inputs, else matmul and an in-place `add_` of the bias."""
+    inputs, else matmul and an in-place `add_` of the bias. Under autocast
+    `linear` is the op autocast wraps (`autocast_mode.cpp`): its three
+    arguments are cast first, right to left, and the matmul and `add_` run
+    with autocast excluded, on the casts."""
 
     def run(input, weight, bias=None):
         if not registered_user(input) or bias is None:
             return original(input, weight, bias)
         if input.dim() == 2 or (input.is_contiguous() and (input.dim() == 3 or bias.dim() == 1)):
             return original(input, weight, bias)
-        output = torch.matmul(input, weight.t())
-        output.add_(bias)
+        if not torch.is_autocast_enabled("cuda"):
+            output = torch.matmul(input, weight.t())
+            output.add_(bias)
+            return output
+        from . import _autocast
+
+        dtype = torch.get_autocast_dtype("cuda")
+        args = _autocast._map_right_to_left([input, weight, bias], lambda t: _autocast._cast(t, dtype))
+        with torch._C._ExcludeDispatchKeyGuard(_autocast._EXCLUDE):
+            output = torch.matmul(args[0], args[1].t())
+            output.add_(args[2])
+        # the uncached casts die left to right as the op returns
+        args[0] = args[1] = args[2] = None
         return output
 
     return run
@@ -951,8 +966,9 @@ def _accumulate(cap, func, args, kwargs):
     """`InputBuffer::accumulate` (`torch/csrc/autograd/input_buffer.cpp`):
     backward sums two gradients of one input in place, into the buffer's
     tensor, when it holds the only reference to it and its storage and it
-    is dense (`can_accumulate_inplace`); meta tensors count as subclass-like
-    there and always take the out-of-place `old + var`, which allocates."""
+    is non-overlapping and dense in any layout, channels-last included
+    (`can_accumulate_inplace`); meta tensors count as subclass-like there and
+    always take the out-of-place `old + var`, which allocates."""
     if torch._C._current_graph_task_id() == -1 or torch.is_grad_enabled() or len(args) != 2:
         return NotImplemented
     if kwargs.get("alpha", 1) != 1:
@@ -960,7 +976,7 @@ def _accumulate(cap, func, args, kwargs):
     old, var = args
     if not (registered(old) and registered(var)) or old.shape != var.shape or old.dtype != var.dtype:
         return NotImplemented
-    if old._is_view() or not old.is_contiguous():
+    if old._is_view() or not _non_overlapping_and_dense(old):
         return NotImplemented
     # the buffer's tensor and this call's: nothing else holds the storage
     if torch._C._storage_Use_Count(old.untyped_storage()._cdata) != 2:
@@ -1434,21 +1450,23 @@ FOREACH_CHUNK = 65536
 
 
 def _foreach_norm(cap, func, args, kwargs):
-    """`foreach_tensor_norm_cuda` (ForeachReduceOp.cu), fast route: a 0-dim result per tensor, then
-    `output_per_tensor`, zeros of ntensors x the longest tensor's chunks in the op-math type."""
+    """`foreach_tensor_norm_cuda_internal` (ForeachReduceOp.cu), fast route (`can_use_fast_route`:
+    one dtype, every tensor non-overlapping and dense, channels-last included): `output_per_tensor`,
+    zeros of ntensors x the longest tensor's chunks in the op-math type, then a 0-dim result per
+    tensor; the scratch is freed when the op returns."""
     tensors = args[0]
     ord_ = args[1] if len(args) > 1 else kwargs.get("ord", 2)
     if not tensors or not all(registered(t) for t in tensors) or float(ord_) not in (1.0, 2.0, math.inf):
         return NotImplemented
-    if len({t.dtype for t in tensors}) != 1 or not all(t.is_contiguous() for t in tensors):
+    if len({t.dtype for t in tensors}) != 1 or not all(_non_overlapping_and_dense(t) for t in tensors):
         return NotImplemented
     cap.ops += 1
     op = "aten::_foreach_norm"
+    chunks = max(-(-t.numel() // FOREACH_CHUNK) for t in tensors)
+    scratch = cap.malloc(len(tensors) * chunks * _acc_bytes(tensors[0].dtype), op, "temporary")
     out = func(*args, **kwargs)
     for t in out:
         cap.track(t, op)
-    chunks = max(-(-t.numel() // FOREACH_CHUNK) for t in tensors)
-    scratch = cap.malloc(len(tensors) * chunks * _acc_bytes(tensors[0].dtype), op, "temporary")
     del scratch
     return out
 
@@ -1633,6 +1651,26 @@ def _softmax_backward_data(cap, func, args, kwargs):
 
 
 DISPATCH[aten._safe_softmax.default] = _safe_softmax
+
+
+def _softmax_forward(cap, func, args, kwargs):
+    """`softmax_cuda_out` / `log_softmax_cuda_out` (cuda/SoftMax.cu `host_softmax`): the structured
+    output first (contiguous), then `input_.contiguous()`, a copy of a non-contiguous input (a
+    channels-last upsample's logits) that dies at the return (blind16/p02's H200 history: the
+    output, then `clone` from `host_softmax`, freed before the loss)."""
+    x = args[0]
+    if kwargs or not registered(x) or x.is_contiguous():
+        return NotImplemented
+    cap.ops += 1
+    op = func.name()
+    out = cap.track(func(*args), op)
+    copy = cap.malloc(x.numel() * x.element_size(), "aten::clone", "temporary")
+    del copy
+    return out
+
+
+DISPATCH[aten._softmax.default] = _softmax_forward
+DISPATCH[aten._log_softmax.default] = _softmax_forward
 
 
 def _fft_c2r(cap, func, args, kwargs):
@@ -2022,5 +2060,140 @@ def _one_hot(cap, func, args, kwargs):
 
 
 FUNCTIONS[torch.nn.functional.one_hot] = _one_hot
+
+
+def _treat_as_tuple(index) -> bool:
+    """`treatSequenceAsTuple` (python_variable_indexing.cpp): NumPy's rule for a list index."""
+    if isinstance(index, tuple):
+        return True
+    if not isinstance(index, list) or len(index) >= 32:
+        return False
+    return any(isinstance(x, (torch.Tensor, list, tuple, slice)) or x is Ellipsis or x is None for x in index)
+
+
+def _index_tensor(seq):
+    """`sequenceToVariable` → `indexing_tensor_from_data`: a list in an index becomes an int64 (bool,
+    uint8: kept) tensor on the indexed tensor's device, made on the host and copied there."""
+    host = torch.tensor(seq)
+    if host.dtype not in (torch.bool, torch.uint8):
+        host = host.to(torch.int64)
+    return torch.Tensor.to(host, "meta")
+
+
+def _lists_to_tensors(index):
+    """The index with its lists made device tensors, as `THPVariable_getitem`/`setitem` make them
+    (a list that reads as a tuple is one); None where it holds no list."""
+    if isinstance(index, list) and not _treat_as_tuple(index):
+        return _index_tensor(index)
+    if isinstance(index, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in index):
+        return tuple(_index_tensor(x) if isinstance(x, (list, tuple)) else x for x in index)
+    return None
+
+
+def _getitem(cap, func, args, kwargs):
+    """`x[list]` on a CUDA tensor: the list's index tensor is made on the device before the op and
+    dies as it returns (the H200's allocations in fixtures/run/sweeps/setitem_h200.jsonl); PyTorch
+    makes it below the dispatcher's Python key, where the twin would not see it."""
+    if len(args) == 2 and registered_user(args[0]):
+        index = _lists_to_tensors(args[1])
+        if index is not None:
+            return func(args[0], index, **kwargs)
+    return NotImplemented
+
+
+def _setitem(cap, func, args, kwargs):
+    """`x[index] = value` on a CUDA tensor: an index's lists as in `_getitem`; a Python number is
+    made a CPU scalar when `self` is on CUDA (`valueToTensor(..., at::Device(kCPU))`,
+    `scalar_tensor_static`), so it takes no device memory: `copy_to` fills a slice with it and
+    `index_put_` sends a bool mask to `masked_fill_` (`canDispatchToMaskedFill`) or copies it to
+    the device (`_index_put_value`). A simulated tensor is meta, which would make the value on the
+    meta device: the call is marked, and `_scalar_tensor` makes its value on the host (the H200's
+    allocations in fixtures/run/sweeps/setitem_h200.jsonl)."""
+    if len(args) != 3 or not registered_user(args[0]):
+        return NotImplemented
+    index = _lists_to_tensors(args[1])
+    if index is not None:
+        args = (args[0], index, args[2])
+    if not isinstance(args[2], (bool, int, float, complex)):
+        return func(*args, **kwargs) if index is not None else NotImplemented
+    outer, cap.setitem_number = cap.setitem_number, True
+    try:
+        return func(*args, **kwargs)
+    finally:
+        cap.setitem_number = outer
+
+
+def _scalar_tensor(cap, func, args, kwargs):
+    """The value `_setitem` marked: a host scalar, as the GPU makes it (the first `scalar_tensor` of
+    the call; any other runs as a factory)."""
+    if (
+        cap.setitem_number
+        and kwargs.get("device") is not None
+        and torch.device(kwargs["device"]).type == "meta"
+    ):
+        cap.setitem_number = False
+        return func(*args, **dict(kwargs, device=torch.device("cpu")))
+    return NotImplemented
+
+
+#: c10's ScalarType names, as PyTorch's messages print them
+_SCALAR_NAMES = {
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.int64: "Long",
+    torch.int32: "Int",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+}
+
+
+def _index_put_value(cap, func, args, kwargs):
+    """`_index_put_impl_` (TensorAdvancedIndexing.cpp), accumulate off, on a CUDA tensor: with a
+    one-element CPU value, a single bool (uint8) mask on the device goes to `masked_fill_`
+    (`canDispatchToMaskedFill`, no memory) and any other index copies the value to the device
+    (`value.to(self.device())`, dead as the op returns); with a device value, a single mask becomes
+    `mask.nonzero()` (`expandTensors`: `_nonzero_scratch`), whose positions die as the op returns
+    (the H200's allocations in fixtures/run/sweeps/setitem_h200.jsonl)."""
+    self_, indices, value = args[0], args[1], args[2]
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    if accumulate or not registered(self_) or not isinstance(value, torch.Tensor):
+        return NotImplemented
+    defined = [i for i in indices if i is not None]
+    mask = defined[0] if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8) else None
+    host_value = value.numel() == 1 and value.device.type == "cpu" and not registered(value)
+    if mask is not None and registered(mask):
+        if host_value:
+            return NotImplemented
+        cap.ops += 1
+        n = cap.nonzero_count(mask, "boolean-mask assignment (x[mask] = values)")
+        positions = _nonzero_scratch(
+            cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
+        )
+        if value.dtype != self_.dtype:
+            # `make_index_put_iterator`'s check, after the mask's nonzero (the meta kernel has none)
+            raise RuntimeError(
+                "Index put requires the source and destination dtypes match, got "
+                f"{_SCALAR_NAMES.get(self_.dtype, self_.dtype)} for the destination and "
+                f"{_SCALAR_NAMES.get(value.dtype, value.dtype)} for the source."
+            )
+        out = func(*args, **kwargs)
+        del positions
+        return out
+    if not host_value or value.dim() != 0:
+        return NotImplemented
+    copy = cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
+    out = func(*args, **kwargs)
+    del copy
+    return out
+
+
+FUNCTIONS[torch.Tensor.__getitem__] = _getitem
+FUNCTIONS[torch.Tensor.__setitem__] = _setitem
+DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
+DISPATCH[aten.index_put_.default] = _index_put_value
 
 from . import _ctc, _rnn  # noqa: E402, F401  (CTC and cuDNN RNNs register their rules)
