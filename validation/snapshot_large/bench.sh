@@ -72,6 +72,7 @@ for n in $small; do
     for _ in $(seq "${REPS:-2}"); do
         [ -x "$BIN/read_snapshot" ] && $M "$n new read_snapshot" "$BIN/read_snapshot" "$OUT/$n.pickle"
         [ -x "$BIN/read_snapshot-old" ] && $M "$n old read_snapshot" "$BIN/read_snapshot-old" "$OUT/$n.pickle"
+        [ -n "${RECORD:-}" ] && "$BIN/read_snapshot" "$OUT/$n.pickle" --split
         [ -x "$BIN/lex_file" ] && $M "$n lex_file" "$BIN/lex_file" "$OUT/$n.pickle" &&
             $M "$n lex_file 1 MiB pieces" "$BIN/lex_file" "$OUT/$n.pickle" 1048576
     done

@@ -2,7 +2,12 @@
 //!
 //! ```text
 //! cargo run --release -p vramscope-snapshot --example read_snapshot -- FILE
+//! cargo run --release -p vramscope-snapshot --example read_snapshot -- FILE --split
 //! ```
+//!
+//! `--split`: one JSON line, the parallel decoder alone on all cores
+//! (`read_file_parallel`: seconds, and whether it gave up) and then the
+//! sequential reader alone on the file's bytes (`read_snapshot_sequential`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -12,6 +17,28 @@ fn main() -> ExitCode {
         eprintln!("usage: read_snapshot FILE");
         return ExitCode::FAILURE;
     };
+    if std::env::args().nth(2).as_deref() == Some("--split") {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let t = Instant::now();
+        let par = vramscope_snapshot::read_file_parallel(&path, threads);
+        let par_s = t.elapsed().as_secs_f64();
+        let Ok(bytes) = std::fs::read(&path) else {
+            eprintln!("cannot read {path}");
+            return ExitCode::FAILURE;
+        };
+        let t = Instant::now();
+        let seq = vramscope_snapshot::read_snapshot_sequential(&bytes);
+        let seq_s = t.elapsed().as_secs_f64();
+        println!(
+            "{{\"label\": \"split {path}\", \"threads\": {threads}, \"parallel_s\": {par_s:.4}, \"parallel_gave_up\": {}, \"sequential_in_memory_s\": {seq_s:.4}, \"same_entries\": {}}}",
+            par.is_none(),
+            match (&par, &seq) {
+                (Some(p), Ok(s)) => p.device_traces == s.device_traces,
+                _ => false,
+            }
+        );
+        return ExitCode::SUCCESS;
+    }
     let t = Instant::now();
     match vramscope_snapshot::read_snapshot_file(&path) {
         Ok(s) => {

@@ -294,22 +294,10 @@ impl Absorb for State {
                 }
                 sids.push(self.table.intern_stack(&self.scratch));
             }
-            let opt = |s: Option<Sym>| -> Option<Option<Sym>> {
-                match s {
-                    None => Some(None),
-                    Some(Sym(s)) => Some(Some(Sym(sym(s)?))),
-                }
-            };
-            for mut e in p.entries.iter() {
-                e.frames = *sids.get(e.frames.0 as usize)?;
-                e.other_action = opt(e.other_action)?;
-                e.compile_context = opt(e.compile_context)?;
-                e.user_metadata = opt(e.user_metadata)?;
-                if self.entries.len() >= MAX_TRACE {
-                    return None;
-                }
-                self.entries.push(e);
+            if self.entries.len() + p.entries.len() > MAX_TRACE {
+                return None;
             }
+            self.entries.append_mapped(&p.entries, &sids, &sym)?;
         }
         let len = u32::try_from(self.entries.len()).ok()? - first;
         let mut strs = Vec::with_capacity(later.len());

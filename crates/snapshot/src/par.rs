@@ -413,7 +413,8 @@ impl<'t, 'a> Dec<'t, 'a> {
             }
             Input::At(file, len) => {
                 let mut v = None;
-                for size in [4u64 << 10, 1 << 20] {
+                // (most are a few hundred bytes: a str, a frame dict)
+                for size in [512u64, 64 << 10, 1 << 20] {
                     let n = usize::try_from(size.min(len.saturating_sub(start))).ok()?;
                     let mut buf = vec![0u8; n];
                     if file.read_at(&mut buf, start) != n {

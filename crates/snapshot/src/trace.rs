@@ -361,6 +361,50 @@ impl Trace {
         id
     }
 
+    /// Append `other`'s entries, their stacks mapped by `stacks` (indexed
+    /// by `other`'s stack ids) and their strings by `sym`: what pushing
+    /// each with the ids mapped makes, row by row (`None`, nothing
+    /// appended, for an id neither maps). For the parallel decoder's pieces.
+    pub(crate) fn append_mapped(
+        &mut self,
+        other: &Trace,
+        stacks: &[StackId],
+        sym: &dyn Fn(u32) -> Option<u32>,
+    ) -> Option<()> {
+        let map = |s: u32| if s == NIL { Some(NIL) } else { sym(s) };
+        let mut kinds = Vec::with_capacity(other.kinds.len());
+        for k in &other.kinds {
+            kinds.push(Kind {
+                other_action: map(k.other_action)?,
+                compile_context: map(k.compile_context)?,
+                user_metadata: map(k.user_metadata)?,
+                ..*k
+            });
+        }
+        if other
+            .rows
+            .iter()
+            .any(|r| stacks.get(other.fields(r).frames as usize).is_none())
+        {
+            return None;
+        }
+        // the kinds in the order `other` met them: the order pushing its
+        // entries one by one meets them
+        let ids: Vec<u32> = kinds.into_iter().map(|k| self.kind_id(k)).collect();
+        for r in other.rows.iter() {
+            let f = other.fields(r);
+            let has_time = other.kinds[f.kind as usize].has_time;
+            let g = Fields {
+                frames: stacks[f.frames as usize].0,
+                kind: ids[f.kind as usize],
+                ..f
+            };
+            let row = self.pack(r.addr, g, has_time);
+            self.rows.push(row);
+        }
+        Some(())
+    }
+
     /// Keep the first `n` entries.
     pub fn truncate(&mut self, n: usize) {
         self.rows.truncate(n);
