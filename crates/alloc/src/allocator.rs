@@ -10,6 +10,7 @@ use crate::device::{Device, SimDevice};
 use crate::error::{AllocError, OutOfMemory};
 use crate::fits::Fit;
 use crate::freeset::FreeSet;
+use crate::smallpool::SmallPool;
 use crate::stats::DeviceStats;
 use crate::trace::{TraceAction, TraceEntry};
 use crate::{Addr, StreamId};
@@ -588,7 +589,20 @@ impl<D: Device> CachingAllocator<D> {
 
         // First, try to get a block from the existing pool (no free-memory
         // callbacks free anything outside CUDA IPC, so the retry is moot).
-        let mut found = self.get_free_block(small, stream, size);
+        let found = self.get_free_block(small, stream, size);
+        self.malloc_after_search(found, orig_size, size, small, stream)
+    }
+
+    /// The rest of `malloc` once `get_free_block` has answered `found`.
+    #[inline]
+    fn malloc_after_search(
+        &mut self,
+        mut found: Option<Id>,
+        orig_size: u64,
+        size: u64,
+        small: bool,
+        stream: StreamId,
+    ) -> Result<Handle, OutOfMemory> {
         let from_pool = found.is_some();
         if found.is_none() {
             // (PyTorch computes it before the search; a function of the
@@ -635,6 +649,67 @@ impl<D: Device> CachingAllocator<D> {
         }
         let split = self.should_split(id, size);
         Ok(self.alloc_found_block(id, size, orig_size, stream, split))
+    }
+
+    /// [`Self::malloc_handle`] of a small request when the caller knows that
+    /// no free block of the small pool fits it (it keeps the pool apart,
+    /// [`Self::small_pool`]): the rest of `malloc` after `get_free_block`
+    /// found nothing (garbage collection, a new segment, the frees and
+    /// retries of an allocation that fails). This allocator's own small
+    /// pool is left as it was, but for the new segment.
+    pub fn malloc_in_new_segment(
+        &mut self,
+        orig_size: u64,
+        stream: StreamId,
+    ) -> Result<Handle, OutOfMemory> {
+        self.process_events();
+        let size = self.round_size(orig_size);
+        let small = size <= SMALL_SIZE;
+        if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
+            // (`get_free_block`'s count of its calls)
+            self.pools[pool_index(small)].get_free_blocks_call_count += 1;
+        }
+        self.malloc_after_search(None, orig_size, size, small, stream)
+    }
+
+    /// The small pool of `stream` apart ([`SmallPool`]), or `None` where it
+    /// is not plain: expandable segments, a block of another stream, events
+    /// outstanding or a block used on another stream.
+    pub fn small_pool(&self, stream: StreamId) -> Option<SmallPool> {
+        if self.config.expandable_segments
+            || self.config.max_split_size <= SMALL_BUFFER
+            || !self.events.is_empty()
+            || !self.stream_uses.is_empty()
+        {
+            return None;
+        }
+        let mut segments = Vec::new();
+        let mut free = Vec::new();
+        for (i, h) in self.blocks.iter().enumerate() {
+            if h.size == 0 || !h.small || h.prev != NIL {
+                continue;
+            }
+            // a segment's first block: walk it
+            let seg = segments.len() as u32;
+            let (mut cur, mut total) = (i as Id, 0);
+            while cur != NIL {
+                let b = self.b(cur);
+                if b.stream != stream || b.seg != NIL || b.event_count > 0 || b.has_stream_uses {
+                    return None;
+                }
+                if !b.allocated {
+                    free.push(crate::smallpool::FreeBlock {
+                        size: b.size,
+                        addr: b.addr,
+                        segment: seg,
+                    });
+                }
+                total += b.size;
+                cur = b.next;
+            }
+            segments.push((h.addr, total));
+        }
+        SmallPool::new(&segments, free)
     }
 
     /// `DeviceCachingAllocator::free`.

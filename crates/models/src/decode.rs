@@ -15,7 +15,9 @@
 //! later steps, and `generate()`'s frees after its loop. Each request is
 //! served by the allocator twin, so the figures are those of a run of every
 //! step (the tests below compare the two); only the model's ops are not
-//! simulated again.
+//! simulated again. From the first template step on, the small pool is
+//! served apart and its chunks memoised ([`apart`]); where that gives up,
+//! every request goes to the twin.
 //!
 //! A static cache is sized for the whole generation, so the model's short
 //! run is given the long run's cache; its steps differ then only in the
@@ -32,6 +34,9 @@ use vramscope_engine::{AllocRecord, DeviceProfile, LogPeak, ScratchRule};
 
 use crate::estimate::{Estimate, Oom, StepFigures};
 use crate::requests::{Request, Requests};
+
+mod apart;
+use apart::{Aborted, Apart, ApartCounts};
 
 /// The new tokens the model generates itself (its steps 0 to 5).
 pub(crate) const MODEL_NEW_TOKENS: i64 = 6;
@@ -428,6 +433,9 @@ pub(crate) struct Served {
     pub oom: Option<Oom>,
     /// the allocations live at the run's highest allocated
     pub live_at_peak: Vec<AllocRecord>,
+    /// with the small pool apart ([`apart`]): its chunks reused and served
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub apart: Option<ApartCounts>,
 }
 
 /// A static cache's last decode step: the one step whose 2-D mask is not
@@ -442,6 +450,7 @@ pub(crate) struct LastStepRun<'a> {
 }
 
 /// The last step read from a [`LastStepRun`].
+#[derive(Clone)]
 struct Last<'a> {
     /// its requests: a malloc of its size, or a free of malloc `r` of the
     /// step `back` steps before (the template's mallocs)
@@ -594,13 +603,48 @@ pub(crate) fn serve(
         })
         .max()
         .unwrap_or(0);
-    let mut s = Serving::new(&m, start, &tpl, max_back.max(reach))?;
-    s.forward_end = forward_end;
-    s.rules = rules;
-    s.profile = Some(profile);
-    s.last = last;
-    s.end = end;
-    s.run(new_tokens)
+    let malloc_q: Vec<usize> = tpl
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Step::Free { .. }))
+        .map(|(q, _)| q)
+        .collect();
+    let back = max_back.max(reach);
+    // (for a run of every request on the twin, should the small pool apart
+    // give up)
+    let again = (start.alloc.clone(), start.live.clone());
+    let serving = |start: DecodeStart, apart: bool| -> Option<Serving> {
+        let mut s = Serving::new(&m, start, &tpl, back)?;
+        s.forward_end = forward_end;
+        s.rules = &rules;
+        s.profile = Some(profile);
+        s.last = last.clone();
+        s.end = end.clone();
+        s.malloc_q = malloc_q.clone();
+        s.apart_allowed = apart;
+        Some(s)
+    };
+    let (log_peak, earlier_peaks) = (start.log_peak, start.earlier_peaks);
+    let mut aborted = false;
+    let served = serving(start, true)?.run(new_tokens, &mut aborted);
+    #[cfg(test)]
+    tests::APART.set((served.as_ref().and_then(|s| s.apart), aborted));
+    match aborted {
+        false => served,
+        true => {
+            let start = DecodeStart {
+                alloc: again.0,
+                live: again.1,
+                log_peak,
+                earlier_peaks,
+                step_starts: Vec::new(),
+                forward_ends: Vec::new(),
+                loop_done: None,
+                windows: Vec::new(),
+            };
+            serving(start, false)?.run(new_tokens, &mut aborted)
+        }
+    }
 }
 
 /// The allocator going on from step [`FROM`], and what it has served.
@@ -620,7 +664,7 @@ struct Serving<'a> {
     best_at: Option<StepRequest>,
     log_peak: LogPeak,
     /// the template's scratch rules, and the GPU they are sized for
-    rules: Vec<StepRule>,
+    rules: &'a [StepRule],
     profile: Option<&'a DeviceProfile>,
     /// the request of an iteration before which its forward returns (a
     /// step's figures end there)
@@ -631,6 +675,10 @@ struct Serving<'a> {
     end: Vec<Freed>,
     /// the last step
     last_k: usize,
+    /// the template's position of each of its mallocs
+    malloc_q: Vec<usize>,
+    /// whether the small pool may be served apart ([`apart`])
+    apart_allowed: bool,
 }
 
 impl<'a> Serving<'a> {
@@ -669,8 +717,10 @@ impl<'a> Serving<'a> {
             best_allocated: 0,
             best_at: None,
             log_peak: start.log_peak,
-            rules: Vec::new(),
+            rules: &[],
             profile: None,
+            malloc_q: Vec::new(),
+            apart_allowed: false,
             forward_end: 0,
             last: None,
             end: Vec::new(),
@@ -715,13 +765,36 @@ impl<'a> Serving<'a> {
         self.alloc.reset_peak_stats();
     }
 
-    fn run(mut self, new_tokens: i64) -> Option<Served> {
+    /// Serve the steps up to `new_tokens`; `aborted` is set where the small
+    /// pool apart gave up ([`apart`]; then `None`).
+    fn run(mut self, new_tokens: i64, aborted: &mut bool) -> Option<Served> {
         let m = self.m;
         let last_model = m.spans.len(); // the model's last step
         let last = (new_tokens - 1) as usize;
         self.last_k = last;
         let mut oom = None;
+        let mut apart: Option<Box<Apart>> = None;
         'steps: for k in FROM as usize..=last {
+            if k > last_model && (apart.is_some() || self.apart_allowed) {
+                if apart.is_none() {
+                    self.apart_allowed = false;
+                    apart = Apart::start(&self, k).map(Box::new);
+                }
+                if let Some(ap) = apart.as_mut() {
+                    let r = match self.last.as_ref().filter(|_| k == last) {
+                        Some(l) => {
+                            let (reqs, fe) = (l.reqs.clone(), l.forward_end);
+                            ap.last_step(&mut self, k, &reqs, fe)
+                        }
+                        None => ap.template_step(&mut self, k, (k - last_model) as i64),
+                    };
+                    if r.is_err() {
+                        *aborted = true;
+                        return None;
+                    }
+                    continue;
+                }
+            }
             let n = self.ring.len();
             self.ring[k % n].step = k;
             self.ring[k % n].handles.clear();
@@ -801,7 +874,34 @@ impl<'a> Serving<'a> {
                 }
             }
         }
+        let mut counts = None;
+        let f = if let Some(mut ap) = apart {
+            let end = std::mem::take(&mut self.end);
+            match ap.end(&mut self, last, &end) {
+                Ok(f) => {
+                    counts = Some(ap.counts);
+                    f
+                }
+                Err(Aborted) => {
+                    *aborted = true;
+                    return None;
+                }
+            }
+        } else {
+            self.end_frees(oom.is_none(), last)?;
+            StepFigures::of(self.alloc.stats())
+        };
         if oom.is_none() {
+            // the last step ends with `generate()`
+            self.steps.push(f);
+        }
+        self.served(f, oom, counts)
+    }
+
+    /// `generate()`'s frees after its loop whose last step is `last` (where
+    /// no out-of-memory ended it first: `ran`).
+    fn end_frees(&mut self, ran: bool, last: usize) -> Option<()> {
+        if ran {
             // `generate()`'s frees after its loop, of the last steps' blocks
             // and of what it made before
             for e in std::mem::take(&mut self.end) {
@@ -812,11 +912,16 @@ impl<'a> Serving<'a> {
                 self.free(h)?;
             }
         }
-        let f = StepFigures::of(self.alloc.stats());
-        if oom.is_none() {
-            // the last step ends with `generate()`
-            self.steps.push(f);
-        }
+        Some(())
+    }
+
+    /// What was served, its figures at the end `f`.
+    fn served(
+        self,
+        f: StepFigures,
+        oom: Option<Refused>,
+        apart: Option<ApartCounts>,
+    ) -> Option<Served> {
         let decode = StepFigures {
             peak_allocated_bytes: f.peak_allocated_bytes.max(self.earlier_peaks.allocated),
             peak_reserved_bytes: f.peak_reserved_bytes.max(self.earlier_peaks.reserved),
@@ -839,6 +944,7 @@ impl<'a> Serving<'a> {
             steps: self.steps,
             oom,
             live_at_peak,
+            apart,
         })
     }
 
@@ -925,7 +1031,20 @@ impl<'a> Serving<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::ApartCounts;
     use crate::estimate::estimate_every_step;
+
+    thread_local! {
+        /// The last serve's counts with the small pool apart on this
+        /// thread, and whether it gave up.
+        pub(super) static APART: std::cell::Cell<(Option<ApartCounts>, bool)> =
+            const { std::cell::Cell::new((None, false)) };
+    }
+
+    /// The small pool apart's counts of the last estimate on this thread.
+    fn apart() -> (Option<ApartCounts>, bool) {
+        APART.get()
+    }
     use crate::{estimate, EstimateOptions, HfConfig, Task, Workload};
     use vramscope_engine::DType;
 
@@ -1087,5 +1206,92 @@ mod tests {
         // the template serves the same length without a window
         let c = HfConfig::parse(LLAMA).unwrap();
         assert_eq!(estimate(&c, &w, &o).unwrap().decode_steps.len(), 9_000);
+    }
+
+    /// A llama whose caches are large-pool blocks (8 heads of 64 at
+    /// batch 8 and more than 128 tokens) and whose activations are small:
+    /// the small pool apart serves its steps ([`super::apart`]).
+    const WIDE: &str = r#"{"model_type":"llama","hidden_size":512,"intermediate_size":1024,
+        "num_hidden_layers":6,"num_attention_heads":8,"num_key_value_heads":8,"vocab_size":1000}"#;
+
+    /// [`same`], served with the small pool apart, some of its chunks taken
+    /// from earlier ones; its counts.
+    fn same_apart(config: &str, w: &Workload, o: &EstimateOptions) -> ApartCounts {
+        same(config, w, o);
+        let (counts, aborted) = apart();
+        assert!(!aborted);
+        let counts = counts.expect("served with the small pool apart");
+        assert!(counts.reused > 0 && counts.served > 0, "{counts:?}");
+        counts
+    }
+
+    #[test]
+    fn the_small_pool_apart_gives_the_figures_of_every_step() {
+        let o = EstimateOptions::default();
+        let bf16 = |b, s, n| Workload {
+            weights: DType::BF16,
+            ..Workload::generate(Task::Causal, b, s, n)
+        };
+        same_apart(WIDE, &bf16(8, 200, 40), &o);
+        // fp32, another batch and prompt; a static cache
+        same_apart(WIDE, &Workload::generate(Task::Causal, 4, 300, 30), &o);
+        let st = Workload {
+            cache: crate::CacheKind::Static,
+            ..bf16(8, 200, 30)
+        };
+        same_apart(WIDE, &st, &o);
+        // qwen3 (its q and k norms), gemma2 (sliding and full layers past
+        // the window, softcapped logits)
+        let qwen = r#"{"model_type":"qwen3","hidden_size":256,"intermediate_size":512,
+            "num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":4,
+            "head_dim":128,"vocab_size":3000}"#;
+        same_apart(qwen, &bf16(16, 100, 40), &o);
+        let gemma2 = r#"{"model_type":"gemma2","hidden_size":512,"intermediate_size":1024,
+            "num_hidden_layers":10,"num_attention_heads":8,"num_key_value_heads":8,
+            "head_dim":64,"vocab_size":500,"sliding_window":150}"#;
+        same_apart(gemma2, &bf16(8, 200, 30), &o);
+        // sizes rounded to powers of two by divisions
+        let pow2 = EstimateOptions {
+            allocator: vramscope_alloc::AllocatorConfig::parse("roundup_power2_divisions:4")
+                .unwrap(),
+            ..EstimateOptions::default()
+        };
+        same_apart(WIDE, &bf16(8, 200, 40), &pow2);
+        // the growing ids outgrow the small pool's free blocks: a new small
+        // segment in the served steps, made by the twin in its turn
+        let c = same_apart(WIDE, &bf16(64, 500, 300), &o);
+        assert_eq!(c.segments, 1);
+    }
+
+    #[test]
+    fn what_the_small_pool_apart_cannot_serve_runs_on_the_twin() {
+        // expandable segments: not apart
+        let exp = EstimateOptions {
+            allocator: vramscope_alloc::AllocatorConfig::parse("expandable_segments:True").unwrap(),
+            ..EstimateOptions::default()
+        };
+        let w = Workload {
+            weights: DType::BF16,
+            ..Workload::generate(Task::Causal, 8, 200, 30)
+        };
+        let c = HfConfig::parse(WIDE).unwrap();
+        let fast = estimate(&c, &w, &exp).unwrap();
+        let full = estimate_every_step(&c, &w, &exp).unwrap();
+        assert_eq!(fast.phases, full.phases);
+        assert_eq!(fast.decode_steps, full.decode_steps);
+        assert_eq!(apart(), (None, false));
+        // an out-of-memory mid-decode (a limit the prefill fits in): given
+        // up, and every request served on the twin from step `FROM`
+        let limited = EstimateOptions {
+            memory_fraction: Some(0.002),
+            ..EstimateOptions::default()
+        };
+        let w = Workload {
+            weights: DType::BF16,
+            ..Workload::generate(Task::Causal, 32, 100, 300)
+        };
+        let est = same(WIDE, &w, &limited);
+        assert_eq!(est.oom.expect("runs out").phase, "decode");
+        assert_eq!(apart(), (None, true));
     }
 }

@@ -1,0 +1,236 @@
+//! The small pool of a [`crate::CachingAllocator`] on its own: its free
+//! blocks as a plain sorted list that can be read back and set, for a caller
+//! that serves a long run of small requests many of which start from a pool
+//! it has seen before ([`crate::CachingAllocator::small_pool`]).
+//!
+//! The rules are those of `CUDACachingAllocator.cpp` for the small pool of
+//! one stream with no events, no stream uses and no expandable segments:
+//! `get_free_block` takes the least free block by (size, address) at or above
+//! the size; `should_split` splits it when 512 bytes or more remain
+//! (`kMinBlockSize`), the allocated block first (`alloc_found_block`);
+//! `free_block` merges the block with its free neighbours of the same
+//! segment (`try_merge_blocks`). No block of the small pool can be "oversize"
+//! (`max_split_size` is above 20 MiB), so the oversize checks never apply. A
+//! request no free block fits is the caller's to serve with
+//! [`crate::CachingAllocator::malloc_in_new_segment`], whose new segment it
+//! then adds here ([`SmallPool::add_segment`]).
+
+use crate::Addr;
+
+/// A free block of the small pool: its size, address and segment (an index
+/// into the pool's segments, in the order they were added).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FreeBlock {
+    /// bytes
+    pub size: u64,
+    /// device address
+    pub addr: Addr,
+    /// the segment it lies in
+    pub segment: u32,
+}
+
+/// The small pool: its segments and its free blocks.
+#[derive(Debug, Clone, Default)]
+pub struct SmallPool {
+    /// (address, size, index) of each segment, by address
+    segments: Vec<(Addr, u64, u32)>,
+    /// the free blocks in `BlockComparatorSize` order: (size, address)
+    free: Vec<FreeBlock>,
+}
+
+impl SmallPool {
+    /// A pool of `segments` ((address, size), in the order they were made)
+    /// and the free blocks `free` (in any order), or `None` where a free
+    /// block lies outside its segment.
+    pub(crate) fn new(segments: &[(Addr, u64)], free: Vec<FreeBlock>) -> Option<SmallPool> {
+        let mut p = SmallPool::default();
+        for &(a, s) in segments {
+            p.push_segment(a, s);
+        }
+        for f in &free {
+            let &(a, s, _) = p.segments.iter().find(|x| x.2 == f.segment)?;
+            if f.addr < a || f.addr + f.size > a + s {
+                return None;
+            }
+        }
+        p.free = free;
+        p.free.sort_unstable_by_key(|f| (f.size, f.addr));
+        Some(p)
+    }
+
+    fn push_segment(&mut self, addr: Addr, size: u64) -> u32 {
+        let id = self.segments.len() as u32;
+        let at = self.segments.partition_point(|s| s.0 < addr);
+        self.segments.insert(at, (addr, size, id));
+        id
+    }
+
+    /// The free blocks, by (size, address): with the segments, the whole
+    /// state the pool's future placements depend on.
+    pub fn free_blocks(&self) -> &[FreeBlock] {
+        &self.free
+    }
+
+    /// Set the free blocks to `free`, a list [`Self::free_blocks`] returned
+    /// for this pool (its segments are only ever added to).
+    pub fn set_free_blocks(&mut self, free: &[FreeBlock]) {
+        self.free.clear();
+        self.free.extend_from_slice(free);
+    }
+
+    /// `malloc` of `size` bytes, already rounded (`round_size`, at most
+    /// 1 MiB): the address and size of the block best fit takes, split as
+    /// `should_split` says; `None` when no free block fits.
+    #[inline]
+    pub fn malloc(&mut self, size: u64) -> Option<(Addr, u64)> {
+        let i = self.free.partition_point(|f| f.size < size);
+        let f = *self.free.get(i)?;
+        self.free.remove(i);
+        let rest = f.size - size;
+        if rest >= crate::MIN_BLOCK_SIZE {
+            self.insert(FreeBlock {
+                size: rest,
+                addr: f.addr + size,
+                segment: f.segment,
+            });
+            Some((f.addr, size))
+        } else {
+            Some((f.addr, f.size))
+        }
+    }
+
+    /// `free` of the allocated block at `addr` of `size` bytes: merged with
+    /// its free neighbours in its segment.
+    #[inline]
+    pub fn free(&mut self, addr: Addr, size: u64) {
+        let seg = self.segment_of(addr);
+        let (mut start, mut end) = (addr, addr + size);
+        let mut i = 0;
+        while i < self.free.len() {
+            let f = self.free[i];
+            if f.segment == seg && (f.addr + f.size == start || f.addr == end) {
+                start = start.min(f.addr);
+                end = end.max(f.addr + f.size);
+                self.free.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        self.insert(FreeBlock {
+            size: end - start,
+            addr: start,
+            segment: seg,
+        });
+    }
+
+    /// Add a new segment of `size` bytes at `addr` whose first `first`
+    /// bytes the request that made it holds (`alloc_block`, then
+    /// `alloc_found_block` on the whole segment).
+    pub fn add_segment(&mut self, addr: Addr, size: u64, first: u64) {
+        let seg = self.push_segment(addr, size);
+        if size - first >= crate::MIN_BLOCK_SIZE {
+            self.insert(FreeBlock {
+                size: size - first,
+                addr: addr + first,
+                segment: seg,
+            });
+        }
+    }
+
+    /// The number of segments.
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn segment_of(&self, addr: Addr) -> u32 {
+        let i = self.segments.partition_point(|s| s.0 <= addr);
+        self.segments[i.saturating_sub(1)].2
+    }
+
+    fn insert(&mut self, f: FreeBlock) {
+        let at = self
+            .free
+            .partition_point(|g| (g.size, g.addr) < (f.size, f.addr));
+        self.free.insert(at, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AllocatorConfig, CachingAllocator, MIN_BLOCK_SIZE, SMALL_SIZE};
+
+    /// A pseudo-random sequence (xorshift), the same on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Random small mallocs and frees served by the allocator twin, and by
+    /// the small pool apart (new segments from a second twin): the same
+    /// addresses, the same segments, the same free blocks at the end.
+    #[test]
+    fn the_small_pool_apart_places_as_the_allocator_does() {
+        for seed in 1..=40u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut a = CachingAllocator::new(AllocatorConfig::default());
+            // (a large block first: the pools are apart)
+            a.malloc(30 << 20, 0).unwrap();
+            let mut live = Vec::new();
+            for _ in 0..rng.next() % 30 {
+                let size = 1 + rng.next() % SMALL_SIZE;
+                live.push((a.malloc(size, 0).unwrap(), a.round_size(size)));
+            }
+            let mut b = a.clone();
+            let mut pool = b.small_pool(0).expect("a plain small pool");
+            for _ in 0..600 {
+                if live.is_empty() || rng.next() % 100 < 52 {
+                    // mostly small sizes, some near the 1 MiB limit
+                    let size = match rng.next() % 4 {
+                        0 => SMALL_SIZE - rng.next() % (64 << 10),
+                        _ => 1 + rng.next() % (200 << 10),
+                    };
+                    let got = a.malloc(size, 0).unwrap();
+                    let rounded = a.round_size(size);
+                    let (addr, bytes) = match pool.malloc(rounded) {
+                        Some(x) => x,
+                        None => {
+                            let h = b.malloc_in_new_segment(size, 0).unwrap();
+                            pool.add_segment(h.addr(), crate::SMALL_BUFFER, rounded);
+                            (h.addr(), rounded)
+                        }
+                    };
+                    assert_eq!((addr, bytes), (got, rounded), "seed {seed}");
+                    live.push((got, rounded));
+                } else {
+                    let (addr, size) = live.swap_remove((rng.next() % live.len() as u64) as usize);
+                    a.free(addr).unwrap();
+                    pool.free(addr, size);
+                }
+            }
+            assert_eq!(
+                a.stats().reserved_bytes.all().current,
+                b.stats().reserved_bytes.all().current
+            );
+            let mut free: Vec<(u64, u64)> = a
+                .snapshot()
+                .iter()
+                .filter(|s| !s.is_large)
+                .flat_map(|s| s.blocks.iter().filter(|b| !b.allocated))
+                .map(|b| (b.size, b.address))
+                .collect();
+            free.sort_unstable();
+            let ours: Vec<(u64, u64)> = pool
+                .free_blocks()
+                .iter()
+                .map(|f| (f.size, f.addr))
+                .collect();
+            assert_eq!(free, ours, "seed {seed}");
+            assert!(ours.iter().all(|f| f.0 % MIN_BLOCK_SIZE == 0));
+        }
+    }
+}

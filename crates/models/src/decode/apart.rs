@@ -1,0 +1,899 @@
+//! The template's steps served with the small pool apart.
+//!
+//! A decode step of a large model makes thousands of small-pool requests
+//! (norms, projections of one token, masks) and a few hundred large ones
+//! (the cache's `cat`s, the logits). The two pools share nothing but the
+//! device: a small request that finds a free block touches no large block,
+//! and the reverse. So from the first template step on, the large requests
+//! go to the allocator twin and the small ones to its small pool apart
+//! ([`vramscope_alloc::SmallPool`], the same rules on a plain list of free
+//! blocks), and the small pool's work is memoised: each step is cut into
+//! chunks (one per layer where the template repeats with a period, the
+//! layers' requests being the same), and a chunk's small requests, started
+//! from a small pool whose free blocks are those of a start seen before and
+//! freeing blocks at the same addresses, place every block as they did then
+//! and leave the same free blocks (the placements are a function of these
+//! alone). Such a chunk is not served again: its blocks' addresses and the
+//! pool it leaves are taken from the first time, and only its large
+//! requests go to the allocator. Allocated bytes of the small pool are its
+//! blocks' rounded sizes (a small block is split whenever 512 bytes or more
+//! remain, and every small size is a multiple of 512), so the peaks within
+//! a chunk are sums over its requests, computed once per chunk.
+//!
+//! A chunk that needs a new small segment is served request by request,
+//! its segment made by the allocator twin ([`CachingAllocator::malloc_in_new_segment`])
+//! in the order of the run, and is not memoised. Anything that would make
+//! the allocator look at the small pool it no longer holds (an allocation
+//! that fails and frees cached blocks, garbage collection, an
+//! out-of-memory) abandons the whole attempt, and the caller serves every
+//! request on the allocator twin from the start ([`Aborted`]).
+
+use std::collections::HashMap;
+
+type Map<K, V> = FastMap<K, V>;
+use std::ops::Range;
+
+use vramscope_alloc::{
+    inthash::FastMap, CachingAllocator, FreeBlock, Handle, SmallPool, StatType, SMALL_BUFFER,
+    SMALL_SIZE,
+};
+
+use super::{Freed, LastRequest, Serving, Step, StepRequest, StepRule};
+use crate::estimate::StepFigures;
+
+/// The attempt to serve with the small pool apart was given up; the caller
+/// serves every request on the allocator twin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Aborted;
+
+/// How many chunks were taken from an earlier one and how many were served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ApartCounts {
+    pub reused: usize,
+    pub served: usize,
+    /// small segments made
+    pub segments: usize,
+}
+
+/// A block made since step `FROM`: held by the allocator twin, or in the
+/// small pool apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Blk {
+    Twin(Handle),
+    Apart {
+        addr: u64,
+        size: u64,
+        orig: u64,
+    },
+    /// (not made, or freed within its chunk)
+    None,
+}
+
+/// The most blocks made before a chunk that it frees, for the chunk to be
+/// memoised.
+const MAX_IN: usize = 6;
+
+/// A chunk's content, the pool's state at its start and the addresses of
+/// the blocks it frees that were made before it.
+type MemoKey = (u32, u32, [u64; MAX_IN]);
+
+/// A small-pool request of a chunk, or a large one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    /// a small malloc of this rounded size
+    Malloc { size: u64 },
+    /// a free of the chunk's input `i`, a small block of `size`
+    FreeIn { i: u32, size: u64 },
+    /// a free of the chunk's small malloc `local`
+    FreeLocal { local: u32 },
+    /// the template's request at this offset in the chunk, a large one
+    Large { off: u32, malloc: bool },
+}
+
+/// A large request of a chunk and the small pool's bytes before it.
+#[derive(Debug, Clone, Copy)]
+struct LargeAt {
+    off: u32,
+    malloc: bool,
+    /// the most small bytes (from the chunk's start) after a small malloc
+    /// since the previous large request, and the offset of the first such
+    /// malloc (`i64::MIN`: none)
+    gap_max: i64,
+    gap_at: u32,
+    /// the small bytes at this request
+    small: i64,
+}
+
+/// A chunk's requests in its own terms, and what they do to the figures.
+struct Content {
+    ops: Vec<Op>,
+    /// its small mallocs that outlive it, by local index
+    outputs: Vec<u32>,
+    /// the small allocated bytes it adds
+    delta: i64,
+    larges: Vec<LargeAt>,
+    /// as `LargeAt` for the small mallocs after its last large request
+    tail_max: i64,
+    tail_at: u32,
+    /// its inputs' sizes
+    in_sizes: Vec<u64>,
+}
+
+impl Content {
+    fn of(ops: Vec<Op>) -> Content {
+        let mut sizes: Vec<u64> = Vec::new();
+        let mut freed: Vec<bool> = Vec::new();
+        let mut in_sizes = Vec::new();
+        let mut larges = Vec::new();
+        let (mut cur, mut gap_max, mut gap_at) = (0i64, i64::MIN, 0u32);
+        for (at, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Malloc { size } => {
+                    sizes.push(size);
+                    freed.push(false);
+                    cur += size as i64;
+                    if cur > gap_max {
+                        gap_max = cur;
+                        gap_at = at as u32;
+                    }
+                }
+                Op::FreeIn { i, size } => {
+                    if in_sizes.len() <= i as usize {
+                        in_sizes.resize(i as usize + 1, 0);
+                    }
+                    in_sizes[i as usize] = size;
+                    cur -= size as i64;
+                }
+                Op::FreeLocal { local } => {
+                    freed[local as usize] = true;
+                    cur -= sizes[local as usize] as i64;
+                }
+                Op::Large { off, malloc } => {
+                    larges.push(LargeAt {
+                        off,
+                        malloc,
+                        gap_max,
+                        gap_at,
+                        small: cur,
+                    });
+                    gap_max = i64::MIN;
+                }
+            }
+        }
+        let outputs = (0..sizes.len() as u32)
+            .filter(|&l| !freed[l as usize])
+            .collect();
+        Content {
+            outputs,
+            delta: cur,
+            larges,
+            tail_max: gap_max,
+            tail_at: gap_at,
+            in_sizes,
+            ops,
+        }
+    }
+}
+
+/// A chunk at one step: its content, the blocks made before it that it
+/// frees (the step back and the template malloc), the template mallocs of
+/// its outputs (with their sizes), and the requested bytes it adds to the
+/// small pool.
+#[derive(Clone)]
+struct Inst {
+    content: u32,
+    inputs: Vec<(usize, usize, u64)>,
+    outputs: Vec<(usize, u64, u64)>,
+    /// for each op, its offset in the chunk
+    offsets: Vec<u32>,
+    req_delta: i64,
+}
+
+/// A cut of the template step.
+struct Chunk {
+    range: Range<usize>,
+    /// its instance when no size in it changes with the step
+    fixed: Option<Inst>,
+}
+
+/// The chunks of the template step.
+struct Plan {
+    chunks: Vec<Chunk>,
+    /// each template request's malloc index (for mallocs)
+    malloc_of: Vec<usize>,
+    mallocs: usize,
+}
+
+/// The small pool apart, its memo, and the figures the twin no longer keeps.
+pub(super) struct Apart {
+    pool: SmallPool,
+    /// the states of the pool seen at chunk starts, and their ids
+    states: Vec<Vec<FreeBlock>>,
+    state_ids: Map<Vec<FreeBlock>, u32>,
+    /// the state the run is in (`None`: the pool has changed since), and the
+    /// one `pool` holds
+    state: Option<u32>,
+    loaded: Option<u32>,
+    contents: Vec<Content>,
+    content_ids: Map<Vec<Op>, u32>,
+    /// (content, state, input addresses) -> (state after, outputs' addresses)
+    memo: FastMap<MemoKey, (u32, Range<u32>)>,
+    memo_out: Vec<u64>,
+    plan: Plan,
+    /// the blocks of the last steps, by step modulo
+    ring: Vec<(usize, Vec<Blk>)>,
+    before: HashMap<usize, Blk>,
+    /// the small pool's allocated and requested bytes
+    small: i64,
+    small_req: i64,
+    /// the highest allocated since the last reset of the peaks
+    peak: i64,
+    /// the twin's counts of retries, out-of-memory errors and frees of
+    /// segments when the attempt began
+    marks: (i64, i64, i64),
+    pub counts: ApartCounts,
+}
+
+fn marks(a: &CachingAllocator) -> (i64, i64, i64) {
+    let s = a.stats();
+    (s.num_alloc_retries, s.num_ooms, s.num_device_free)
+}
+
+/// The period of the template's layers: `(offset, period)` where request
+/// `q` and `q + period` are the same for every `q` in the repeating stretch
+/// that starts at `offset`.
+fn period(tpl: &[Step], malloc_of: &[usize]) -> Option<(usize, usize)> {
+    // each request, its frees by distance in mallocs
+    let sig: Vec<(u8, u64, i64)> = tpl
+        .iter()
+        .enumerate()
+        .map(|(q, s)| match *s {
+            Step::Malloc { size, slope } => (0, size, slope),
+            Step::Scratch { rule } => (1, rule as u64, 0),
+            Step::Free { back, r } => (2, back as u64, malloc_of[q] as i64 - r as i64),
+        })
+        .collect();
+    let n = sig.len();
+    let same = |a: usize, b: usize| sig[a] == sig[b];
+    // the longest stretch of three periods or more through the middle
+    let mut best: Option<(usize, usize, usize)> = None; // (run, offset, period)
+    for q0 in [n / 2, n / 3] {
+        for p in 8..=n / 3 {
+            if q0 + p >= n || !same(q0, q0 + p) {
+                continue;
+            }
+            let mut a = q0;
+            while a > 0 && same(a - 1, a - 1 + p) {
+                a -= 1;
+            }
+            let mut b = q0;
+            while b + p < n && same(b, b + p) {
+                b += 1;
+            }
+            let run = b - a;
+            if run >= 2 * p && best.is_none_or(|x| run > x.0) {
+                best = Some((run, a, p));
+            }
+        }
+    }
+    best.map(|(_, a, p)| (a, p))
+}
+
+impl Apart {
+    /// The small pool apart from the twin `s` holds at the start of step
+    /// `k`, and the template's chunks; `None` where the small pool is not
+    /// plain ([`CachingAllocator::small_pool`]) or a block is not found.
+    pub(super) fn start(s: &Serving, k: usize) -> Option<Apart> {
+        let pool = s.alloc.small_pool(0)?;
+        // the small blocks now live, by address: (size, requested)
+        let mut small_blocks: HashMap<u64, (u64, u64)> = HashMap::new();
+        for seg in s.alloc.snapshot().iter().filter(|g| !g.is_large) {
+            for b in seg.blocks.iter().filter(|b| b.allocated) {
+                small_blocks.insert(b.address, (b.size, b.requested_size));
+            }
+        }
+        let blk = |h: Handle| match small_blocks.get(&h.addr()) {
+            Some(&(size, orig)) => Blk::Apart {
+                addr: h.addr(),
+                size,
+                orig,
+            },
+            None => Blk::Twin(h),
+        };
+        let ring = s
+            .ring
+            .iter()
+            .map(|m| (m.step, m.handles.iter().map(|&h| blk(h)).collect()))
+            .collect();
+        let before = s.before.iter().map(|(&j, &h)| (j, blk(h))).collect();
+        let st = s.alloc.stats();
+        let plan = Plan::of(s)?;
+        let mut a = Apart {
+            pool,
+            states: Vec::new(),
+            state_ids: Map::default(),
+            state: None,
+            loaded: None,
+            contents: Vec::new(),
+            content_ids: Map::default(),
+            memo: FastMap::default(),
+            memo_out: Vec::new(),
+            plan,
+            ring,
+            before,
+            small: st.allocated_bytes.get(StatType::SmallPool).current,
+            small_req: st.requested_bytes.get(StatType::SmallPool).current,
+            peak: st.allocated_bytes.all().peak,
+            marks: marks(&s.alloc),
+            counts: ApartCounts::default(),
+        };
+        // the chunks whose sizes do not change with the step
+        let last_model = s.m.spans.len();
+        for c in 0..a.plan.chunks.len() {
+            let ahead = (k - last_model) as i64;
+            if a.fixed(s, c, ahead) {
+                let inst = a.instance(s, c, ahead)?;
+                a.plan.chunks[c].fixed = Some(inst);
+            }
+        }
+        Some(a)
+    }
+
+    /// Whether chunk `c`'s small requests and sizes are those of every step
+    /// from `ahead` on: no small size changes with the step, and no size
+    /// that grows is small at `ahead` (a large one stays large).
+    fn fixed(&self, s: &Serving, c: usize, ahead: i64) -> bool {
+        let fixed = |r: usize, ahead: i64| match s.malloc_q.get(r).map(|&q| s.tpl[q]) {
+            Some(Step::Malloc { slope: 0, .. }) => true,
+            Some(Step::Malloc { slope, .. }) if slope > 0 => s
+                .bytes_of(r, ahead)
+                .is_some_and(|b| s.alloc.round_size(b) > SMALL_SIZE),
+            _ => false,
+        };
+        self.plan.chunks[c].range.clone().all(|q| match s.tpl[q] {
+            Step::Free { back, r } => fixed(r, ahead - back as i64),
+            _ => fixed(self.plan.malloc_of[q], ahead),
+        })
+    }
+
+    /// Chunk `c` at `ahead` steps after the model's last.
+    fn instance(&mut self, s: &Serving, c: usize, ahead: i64) -> Option<Inst> {
+        let range = self.plan.chunks[c].range.clone();
+        let mut ops = Vec::with_capacity(range.len());
+        let mut offsets = Vec::with_capacity(range.len());
+        let mut inputs = Vec::new();
+        let mut locals: Vec<(usize, u64, u64)> = Vec::new(); // (r, size, orig)
+        let mut local_of: Map<usize, u32> = Map::default();
+        let mut req = 0i64;
+        for q in range.clone() {
+            let off = (q - range.start) as u32;
+            let op = match s.tpl[q] {
+                Step::Malloc { .. } | Step::Scratch { .. } => {
+                    let r = self.plan.malloc_of[q];
+                    let bytes = s.bytes_of(r, ahead)?;
+                    let size = s.alloc.round_size(bytes);
+                    if size <= SMALL_SIZE {
+                        local_of.insert(r, locals.len() as u32);
+                        locals.push((r, size, bytes));
+                        req += bytes as i64;
+                        Op::Malloc { size }
+                    } else {
+                        Op::Large { off, malloc: true }
+                    }
+                }
+                Step::Free { back, r } => {
+                    let bytes = s.bytes_of(r, ahead - back as i64)?;
+                    let size = s.alloc.round_size(bytes);
+                    match local_of.get(&r).filter(|_| back == 0) {
+                        Some(&l) => {
+                            req -= locals[l as usize].2 as i64;
+                            Op::FreeLocal { local: l }
+                        }
+                        None if size <= SMALL_SIZE => {
+                            inputs.push((back, r, bytes));
+                            req -= bytes as i64;
+                            Op::FreeIn {
+                                i: inputs.len() as u32 - 1,
+                                size,
+                            }
+                        }
+                        None => Op::Large { off, malloc: false },
+                    }
+                }
+            };
+            ops.push(op);
+            offsets.push(off);
+        }
+        let id = match self.content_ids.get(&ops) {
+            Some(&id) => id,
+            None => {
+                let id = self.contents.len() as u32;
+                self.content_ids.insert(ops.clone(), id);
+                self.contents.push(Content::of(ops));
+                id
+            }
+        };
+        let outputs = self.contents[id as usize]
+            .outputs
+            .iter()
+            .map(|&l| locals[l as usize])
+            .collect();
+        Some(Inst {
+            content: id,
+            inputs,
+            outputs,
+            offsets,
+            req_delta: req,
+        })
+    }
+
+    fn slot(&mut self, k: usize) -> &mut Vec<Blk> {
+        let n = self.ring.len();
+        &mut self.ring[k % n].1
+    }
+
+    fn made_in(&self, k: usize, r: usize) -> Option<Blk> {
+        let (step, v) = &self.ring[k % self.ring.len()];
+        if *step != k {
+            return None;
+        }
+        v.get(r).copied()
+    }
+
+    /// The pool in the state the run is in.
+    fn pool(&mut self) -> &mut SmallPool {
+        if self.state != self.loaded {
+            if let Some(s) = self.state {
+                self.pool.set_free_blocks(&self.states[s as usize]);
+            }
+            self.loaded = self.state;
+        }
+        self.state = None;
+        self.loaded = None;
+        &mut self.pool
+    }
+
+    /// The id of the state the pool is in.
+    fn settle(&mut self) -> u32 {
+        if let Some(s) = self.state {
+            return s;
+        }
+        let f = self.pool.free_blocks();
+        let id = match self.state_ids.get(f) {
+            Some(&id) => id,
+            None => {
+                let id = self.states.len() as u32;
+                self.states.push(f.to_vec());
+                self.state_ids.insert(f.to_vec(), id);
+                id
+            }
+        };
+        self.state = Some(id);
+        self.loaded = Some(id);
+        id
+    }
+
+    /// Note the allocated bytes after a malloc at `at`.
+    fn note(&mut self, s: &mut Serving, total: i64, at: StepRequest) {
+        if total > s.best_allocated {
+            s.best_allocated = total;
+            s.best_at = Some(at);
+        }
+        self.peak = self.peak.max(total);
+    }
+
+    fn large_now(s: &Serving) -> i64 {
+        s.alloc
+            .stats()
+            .allocated_bytes
+            .get(StatType::LargePool)
+            .current
+    }
+
+    /// A malloc of `bytes` at `at`, in the pool it belongs to; `Ok(true)` when
+    /// it made a small segment.
+    fn malloc(
+        &mut self,
+        s: &mut Serving,
+        bytes: u64,
+        at: StepRequest,
+    ) -> Result<(Blk, bool), Aborted> {
+        let size = s.alloc.round_size(bytes);
+        let mut made = false;
+        let b = if size <= SMALL_SIZE {
+            let (addr, got) = match self.pool().malloc(size) {
+                Some(x) => x,
+                None => {
+                    let h = s
+                        .alloc
+                        .malloc_in_new_segment(bytes, 0)
+                        .map_err(|_| Aborted)?;
+                    self.pool.add_segment(h.addr(), SMALL_BUFFER, size);
+                    self.counts.segments += 1;
+                    made = true;
+                    (h.addr(), size)
+                }
+            };
+            if got != size {
+                return Err(Aborted);
+            }
+            self.small += size as i64;
+            self.small_req += bytes as i64;
+            Blk::Apart {
+                addr,
+                size,
+                orig: bytes,
+            }
+        } else {
+            Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?)
+        };
+        let total = self.small + Self::large_now(s);
+        self.note(s, total, at);
+        Ok((b, made))
+    }
+
+    fn free(&mut self, s: &mut Serving, b: Blk) -> Result<(), Aborted> {
+        match b {
+            Blk::Twin(h) => s.alloc.free_handle(h).map_err(|_| Aborted),
+            Blk::Apart { addr, size, orig } => {
+                self.pool().free(addr, size);
+                self.small -= size as i64;
+                self.small_req -= orig as i64;
+                Ok(())
+            }
+            Blk::None => Err(Aborted),
+        }
+    }
+
+    fn figures(&self, s: &Serving) -> StepFigures {
+        let st = s.alloc.stats();
+        let reserved = st.reserved_bytes.all();
+        StepFigures {
+            allocated_bytes: self.small + Self::large_now(s),
+            peak_allocated_bytes: self.peak,
+            reserved_bytes: reserved.current,
+            peak_reserved_bytes: reserved.peak,
+            requested_bytes: self.small_req + st.requested_bytes.get(StatType::LargePool).current,
+        }
+    }
+
+    fn end_step(&mut self, s: &mut Serving) {
+        let f = self.figures(s);
+        s.earlier_peaks = s.earlier_peaks.with(&f);
+        s.steps.push(f);
+        s.alloc.reset_peak_stats();
+        self.peak = f.allocated_bytes;
+    }
+
+    /// Whether the twin has done nothing that looks at the small pool it no
+    /// longer holds.
+    fn check(&self, s: &Serving) -> Result<(), Aborted> {
+        if marks(&s.alloc) == self.marks {
+            Ok(())
+        } else {
+            Err(Aborted)
+        }
+    }
+
+    /// Step `k`, `ahead` steps after the model's last, from the template.
+    pub(super) fn template_step(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+    ) -> Result<(), Aborted> {
+        let n = self.ring.len();
+        self.ring[k % n].0 = k;
+        let mallocs = self.plan.mallocs;
+        let v = self.slot(k);
+        v.clear();
+        v.resize(mallocs, Blk::None);
+        for c in 0..self.plan.chunks.len() {
+            let start = self.plan.chunks[c].range.start;
+            if start == s.forward_end {
+                self.end_step(s);
+            }
+            let (inst, fixed) = match self.plan.chunks[c].fixed.take() {
+                Some(i) => (i, true),
+                None => (self.instance(s, c, ahead).ok_or(Aborted)?, false),
+            };
+            let r = self.chunk(s, k, ahead, start, &inst);
+            if fixed {
+                self.plan.chunks[c].fixed = Some(inst);
+            }
+            r?;
+        }
+        self.check(s)
+    }
+
+    /// One chunk of step `k` starting at template request `start`.
+    fn chunk(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+        start: usize,
+        inst: &Inst,
+    ) -> Result<(), Aborted> {
+        let cid = inst.content as usize;
+        let mut ins = [u64::MAX; MAX_IN];
+        for (i, &(back, r, bytes)) in inst.inputs.iter().enumerate() {
+            let b = self
+                .made_in(k.checked_sub(back).ok_or(Aborted)?, r)
+                .ok_or(Aborted)?;
+            match b {
+                Blk::Apart { addr, size, orig }
+                    if size == self.contents[cid].in_sizes[i] && orig == bytes =>
+                {
+                    if i < MAX_IN {
+                        ins[i] = addr;
+                    }
+                }
+                _ => return Err(Aborted),
+            }
+        }
+        let state = self.settle();
+        let key = (inst.content, state, ins);
+        if inst.inputs.len() <= MAX_IN {
+            if let Some((after, out)) = self.memo.get(&key).cloned() {
+                self.counts.reused += 1;
+                return self.reuse(s, k, ahead, start, inst, after, out);
+            }
+        }
+        self.counts.served += 1;
+        // served request by request
+        let in_blks = inst
+            .inputs
+            .iter()
+            .map(|&(back, r, _)| self.made_in(k - back, r).unwrap_or(Blk::None))
+            .collect::<Vec<Blk>>();
+        let ops = self.contents[cid].ops.clone();
+        let mut locals: Vec<Blk> = Vec::new();
+        let mut made = false;
+        for (op, &off) in ops.iter().zip(&inst.offsets) {
+            let q = start + off as usize;
+            let at = StepRequest {
+                step: k,
+                request: q,
+            };
+            match *op {
+                Op::Malloc { .. } => {
+                    let bytes = s.bytes_of(self.plan.malloc_of[q], ahead).ok_or(Aborted)?;
+                    let (b, m) = self.malloc(s, bytes, at)?;
+                    made |= m;
+                    locals.push(b);
+                }
+                Op::FreeIn { i, .. } => self.free(s, in_blks[i as usize])?,
+                Op::FreeLocal { local } => {
+                    let b = std::mem::replace(&mut locals[local as usize], Blk::None);
+                    self.free(s, b)?;
+                }
+                Op::Large { malloc, .. } => {
+                    self.large(s, k, ahead, q)?;
+                    if malloc {
+                        let total = self.small + Self::large_now(s);
+                        self.note(s, total, at);
+                    }
+                }
+            }
+        }
+        // the outputs into the ring
+        let outputs = std::mem::take(&mut self.contents[cid].outputs);
+        let mut out = Vec::with_capacity(outputs.len());
+        for (&l, o) in outputs.iter().zip(&inst.outputs) {
+            let b = locals[l as usize];
+            if let Blk::Apart { addr, .. } = b {
+                out.push(addr);
+            }
+            let v = self.slot(k);
+            v[o.0] = b;
+        }
+        self.contents[cid].outputs = outputs;
+        let after = self.settle();
+        if !made && inst.inputs.len() <= MAX_IN && out.len() == inst.outputs.len() {
+            let from = self.memo_out.len() as u32;
+            self.memo_out.extend_from_slice(&out);
+            self.memo
+                .insert(key, (after, from..self.memo_out.len() as u32));
+        }
+        Ok(())
+    }
+
+    /// A chunk whose small requests were served before from the same state.
+    #[allow(clippy::too_many_arguments)]
+    fn reuse(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+        start: usize,
+        inst: &Inst,
+        after: u32,
+        out: Range<u32>,
+    ) -> Result<(), Aborted> {
+        let cid = inst.content as usize;
+        let s0 = self.small;
+        let n = self.contents[cid].larges.len();
+        for j in 0..n {
+            let la = self.contents[cid].larges[j];
+            if la.gap_max != i64::MIN {
+                let total = s0 + la.gap_max + Self::large_now(s);
+                let at = StepRequest {
+                    step: k,
+                    request: start + la.gap_at as usize,
+                };
+                self.note(s, total, at);
+            }
+            let q = start + la.off as usize;
+            self.large(s, k, ahead, q)?;
+            if la.malloc {
+                let total = s0 + la.small + Self::large_now(s);
+                self.note(
+                    s,
+                    total,
+                    StepRequest {
+                        step: k,
+                        request: q,
+                    },
+                );
+            }
+        }
+        let content = &self.contents[cid];
+        let (tail_max, tail_at, delta) = (content.tail_max, content.tail_at, content.delta);
+        if tail_max != i64::MIN {
+            let total = s0 + tail_max + Self::large_now(s);
+            let at = StepRequest {
+                step: k,
+                request: start + tail_at as usize,
+            };
+            self.note(s, total, at);
+        }
+        for (i, o) in inst.outputs.iter().enumerate() {
+            let addr = self.memo_out[out.start as usize + i];
+            let v = self.slot(k);
+            v[o.0] = Blk::Apart {
+                addr,
+                size: o.1,
+                orig: o.2,
+            };
+        }
+        self.small = s0 + delta;
+        self.small_req += inst.req_delta;
+        self.state = Some(after);
+        Ok(())
+    }
+
+    /// The template's large request `q` of step `k`.
+    fn large(&mut self, s: &mut Serving, k: usize, ahead: i64, q: usize) -> Result<(), Aborted> {
+        match s.tpl[q] {
+            Step::Malloc { .. } | Step::Scratch { .. } => {
+                let r = self.plan.malloc_of[q];
+                let bytes = s.bytes_of(r, ahead).ok_or(Aborted)?;
+                let h = s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?;
+                self.slot(k)[r] = Blk::Twin(h);
+                Ok(())
+            }
+            Step::Free { back, r } => match self.made_in(k.checked_sub(back).ok_or(Aborted)?, r) {
+                Some(b @ Blk::Twin(_)) => self.free(s, b),
+                _ => Err(Aborted),
+            },
+        }
+    }
+
+    /// A static cache's last step `k`, request by request.
+    pub(super) fn last_step(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        reqs: &[LastRequest],
+        forward_end: usize,
+    ) -> Result<(), Aborted> {
+        let n = self.ring.len();
+        self.ring[k % n].0 = k;
+        self.slot(k).clear();
+        for (q, r) in reqs.iter().enumerate() {
+            if q == forward_end {
+                self.end_step(s);
+            }
+            match *r {
+                LastRequest::Malloc(bytes) => {
+                    let (b, _) = self.malloc(
+                        s,
+                        bytes,
+                        StepRequest {
+                            step: k,
+                            request: q,
+                        },
+                    )?;
+                    self.slot(k).push(b);
+                }
+                LastRequest::Free { back, r } => {
+                    let b = self
+                        .made_in(k.checked_sub(back).ok_or(Aborted)?, r)
+                        .ok_or(Aborted)?;
+                    self.free(s, b)?;
+                }
+            }
+        }
+        self.check(s)
+    }
+
+    /// `generate()`'s frees after its loop, whose last step is `last`, and
+    /// the figures then.
+    pub(super) fn end(
+        &mut self,
+        s: &mut Serving,
+        last: usize,
+        end: &[Freed],
+    ) -> Result<StepFigures, Aborted> {
+        for e in end {
+            let b = match *e {
+                Freed::InStep { back, r } => {
+                    self.made_in(last.checked_sub(back).ok_or(Aborted)?, r)
+                }
+                Freed::Before(j) => self.before.get(&j).copied(),
+            };
+            self.free(s, b.ok_or(Aborted)?)?;
+        }
+        self.check(s)?;
+        Ok(self.figures(s))
+    }
+}
+
+impl Plan {
+    /// The template's chunks: one per period of its repeating stretch (a
+    /// layer), the same length before and after it, and a cut where each
+    /// iteration's forward returns.
+    fn of(s: &Serving) -> Option<Plan> {
+        let tpl = s.tpl;
+        let mut malloc_of = Vec::with_capacity(tpl.len());
+        let mut mallocs = 0;
+        for t in tpl {
+            malloc_of.push(match *t {
+                Step::Free { .. } => mallocs,
+                _ => {
+                    mallocs += 1;
+                    mallocs - 1
+                }
+            });
+        }
+        let n = tpl.len();
+        let (a, p) = period(tpl, &malloc_of).unwrap_or((0, 64));
+        let mut cuts: Vec<usize> = (0..=n)
+            .filter(|&q| q >= a && (q - a) % p == 0 || q < a && (a - q) % p == 0)
+            .collect();
+        cuts.extend([0, n, s.forward_end.min(n)]);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let chunks = cuts
+            .windows(2)
+            .map(|w| Chunk {
+                range: w[0]..w[1],
+                fixed: None,
+            })
+            .collect();
+        Some(Plan {
+            chunks,
+            malloc_of,
+            mallocs,
+        })
+    }
+}
+
+impl Serving<'_> {
+    /// The bytes of template malloc `r` at `ahead` steps after the model's
+    /// last.
+    pub(super) fn bytes_of(&self, r: usize, ahead: i64) -> Option<u64> {
+        let q = self.malloc_q.get(r).copied()?;
+        match self.tpl[q] {
+            Step::Malloc { size, slope } => {
+                u64::try_from(size as i128 + slope as i128 * ahead as i128).ok()
+            }
+            Step::Scratch { rule } => {
+                let rule: &StepRule = self.rules.get(rule)?;
+                rule.bytes_at(ahead, self.profile?)
+            }
+            Step::Free { .. } => None,
+        }
+    }
+}
