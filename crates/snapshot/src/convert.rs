@@ -248,10 +248,18 @@ impl Absorb for State {
         if !self.absorbing || self.bailed.get() {
             return None;
         }
-        // what the trace names before it is what its bytes hold, frozen
+        // what the trace names before it is what its bytes hold, frozen;
+        // and once observed, never changed after (a thaw gives up)
         for (i, named) in &d.before {
-            if !named_matches(st, memo(*i)?, named) {
+            let v = memo(*i)?;
+            if !named_matches(st, v, named) {
                 return None;
+            }
+            if v.is_container() {
+                self.observe(v.idx());
+                for &x in st.seq_items(v).unwrap_or(&[]) {
+                    self.observe(x.idx());
+                }
             }
         }
         let first = u32::try_from(self.entries.len()).ok()?;

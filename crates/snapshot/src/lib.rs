@@ -33,8 +33,9 @@
 //! file is decoded again generically, so the result always equals what
 //! `pickle.load` would see.
 //!
-//! A file of [`PAR_MIN_BYTES`] or more, on [`PAR_MIN_CORES`] cores or more,
-//! is first lexed on all cores for its memo table (where each memo index's
+//! A parallel decoder is built but off ([`PAR_MIN_CORES`]): with it, a
+//! file of [`PAR_MIN_BYTES`] or more is first lexed on all cores for its
+//! memo table (where each memo index's
 //! object starts); its first device trace is then decoded in pieces on all
 //! cores, and the VM decodes the rest, jumping over the trace and taking
 //! the pieces' entries in (ids mapped to the ones it would have given them).
@@ -100,7 +101,7 @@ pub use vramscope_alloc::TraceAction;
 /// and with a decoding error (carrying the byte offset) otherwise.
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if bytes.len() as u64 >= PAR_MIN_BYTES && threads >= PAR_MIN_CORES {
+    if bytes.len() as u64 >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| threads >= n) {
         if let Some(snap) = read_parallel(bytes, threads) {
             return Ok(snap);
         }
@@ -111,11 +112,14 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
 /// Files this large are decoded in parallel on machines of
 /// [`PAR_MIN_CORES`] cores or more (see [`read_snapshot_file`]).
 pub const PAR_MIN_BYTES: u64 = 4 << 20;
-/// Machines with this many cores decode large files in parallel (the lex
-/// and the pieces take about three times the sequential decoder's CPU
-/// time: on the 2 cores of the development machine, shared, `inspect` of
-/// a 44 MB file took twice as long).
-pub const PAR_MIN_CORES: usize = 8;
+/// Machines with this many cores decode large files in parallel: `None`,
+/// none yet. On the GPU machine's 16 cores the parallel decoder read a real
+/// 45 MB snapshot in 53-60 ms against the sequential reader's 63-70 ms,
+/// for four times its CPU time and 2.4 times its peak memory (more than
+/// the file); on 2 cores it takes three times as long
+/// (`docs/inspect-speed.md`, "Session 8"). [`read_parallel`] and
+/// [`read_file_parallel`] run it for tests and measurements.
+pub const PAR_MIN_CORES: Option<usize> = None;
 
 /// [`read_snapshot`]'s parallel decoding alone on `threads` threads, or
 /// `None` where it gives up (then [`read_snapshot_sequential`] decides);
@@ -280,8 +284,9 @@ fn fast_path(
 /// lex would slow decoding). When both find errors, the lex's is reported
 /// (it depends on the file alone).
 ///
-/// Before all that, a file of [`PAR_MIN_BYTES`] or more on [`PAR_MIN_CORES`]
-/// cores or more has its trace decoded in parallel (see the crate's doc),
+/// Before all that, where [`PAR_MIN_CORES`] allows (nowhere yet), a file
+/// of [`PAR_MIN_BYTES`] or more has its trace decoded in parallel (see the
+/// crate's doc),
 /// by positioned reads a window at a time per thread; where that gives up,
 /// for whatever reason, the file is read as above.
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
@@ -327,7 +332,7 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
     let head = &head[..n];
     let starts = frames::check(&file, len)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if len >= PAR_MIN_BYTES && cores >= PAR_MIN_CORES {
+    if len >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
         if let Some(snap) = parallel_file(path, &file, len, &starts, cores) {
             return Ok(snap);
         }

@@ -196,8 +196,12 @@ impl P {
 
 /// A snapshot whose trace names a frame dict made before it (in the root
 /// dict under `'x'`); `mutate` fills that dict again through a memo get
-/// (`line` set to 7) before the trace.
+/// (`line` set to 7) before the trace, `after` after it.
 fn hand_snapshot(mutate: bool) -> Vec<u8> {
+    hand_snapshot_with(mutate, false)
+}
+
+fn hand_snapshot_with(mutate: bool, after: bool) -> Vec<u8> {
     let mut p = P::default();
     p.op(b"\x80\x04}");
     p.m();
@@ -228,6 +232,10 @@ fn hand_snapshot(mutate: bool) -> Vec<u8> {
         p.entry(a * 16, frame);
     }
     p.op(b"ea");
+    if after {
+        p.s("y");
+        p.get(frame).op(b"(").get(line).op(b"K\x07u");
+    }
     p.op(b"u.");
     p.b
 }
@@ -243,6 +251,15 @@ fn a_frame_dict_filled_again_before_the_trace_sends_it_to_the_sequential_reader(
     let t = &s.device_traces[0];
     assert_eq!(t.len(), 5);
     assert_eq!(s.frames(t.get(0).unwrap().frames).next().unwrap().line, 7);
+}
+
+#[test]
+fn a_frame_dict_filled_again_after_the_trace_sends_it_to_the_sequential_reader() {
+    let mutated = hand_snapshot_with(false, true);
+    assert!(read_parallel(&mutated, 2).is_none());
+    let s = read_snapshot(&mutated).unwrap();
+    let t = &s.device_traces[0];
+    assert_eq!(s.frames(t.get(4).unwrap().frames).next().unwrap().line, 7);
 }
 
 #[test]

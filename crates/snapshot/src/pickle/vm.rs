@@ -381,11 +381,6 @@ pub(crate) struct Core<A> {
     proto: u8,
     /// [`Absorb::jump_at`], until the jump.
     jump_at: usize,
-    /// Whether the hook took a list over ([`Core::splice`]).
-    jumped: bool,
-    /// Whether a frozen container was made mutable again ([`Core::thaw`]):
-    /// then a list taken over may have named it as it was before.
-    thawed: bool,
 }
 
 /// Most keys of a trace entry decoded in one step (an entry has 7 to 9).
@@ -483,13 +478,7 @@ impl<I: Input, A: Absorb> Vm<I, A> {
     fn run_inner(&mut self) -> R<Val> {
         let root = self.exec()?;
         let c = &mut self.c;
-        if c.jumped && c.thawed {
-            c.ab.bail();
-            return Err(Error::LimitExceeded {
-                offset: None,
-                what: BAIL,
-            });
-        }
+
         // freeze whatever is still being built
         for id in 0..c.st.slots.len() {
             if let Slot::Building { b, dict, .. } = c.st.slots.at(id) {
@@ -1066,8 +1055,6 @@ impl<A: Absorb> Core<A> {
             },
             proto: 0,
             jump_at,
-            jumped: false,
-            thawed: false,
         }
     }
 
@@ -1125,7 +1112,6 @@ impl<A: Absorb> Core<A> {
         if named.next().is_some() || !inp.jump(sp.to) {
             return Err(bail(self.at));
         }
-        self.jumped = true;
         Ok(())
     }
 
@@ -1532,7 +1518,6 @@ impl<A: Absorb> Core<A> {
         if let Slot::Building { b, .. } = self.st.slots.at(id) {
             return Ok(b);
         }
-        self.thawed = true;
         if self.ab.observed(id) || matches!(self.st.slots.at(id), Slot::Native(_)) {
             self.ab.bail();
             return Err(Error::LimitExceeded {
