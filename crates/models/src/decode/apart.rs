@@ -75,7 +75,33 @@ const MAX_IN: usize = 6;
 
 /// A chunk's content, the pool's state at its start and the addresses of
 /// the blocks it frees that were made before it.
-type MemoKey = (u32, u32, [u64; MAX_IN]);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MemoKey {
+    content: u32,
+    state: u32,
+    ins: [u64; MAX_IN],
+}
+
+impl std::hash::Hash for MemoKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // (one word at a time: a slice of integers is hashed as bytes)
+        h.write_u64((u64::from(self.content) << 32) | u64::from(self.state));
+        for &a in &self.ins {
+            h.write_u64(a);
+        }
+    }
+}
+
+/// A hash of a pool's free blocks, word by word.
+fn state_hash(f: &[FreeBlock]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = vramscope_alloc::inthash::IntHasher::default();
+    for b in f {
+        h.write_u64(b.size);
+        h.write_u64(b.addr ^ (u64::from(b.segment) << 56));
+    }
+    h.finish()
+}
 
 /// A small-pool request of a chunk, or a large one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -201,7 +227,6 @@ struct Plan {
     chunks: Vec<Chunk>,
     /// each template request's malloc index (for mallocs)
     malloc_of: Vec<usize>,
-    mallocs: usize,
 }
 
 /// The small pool apart, its memo, and the figures the twin no longer keeps.
@@ -209,7 +234,8 @@ pub(super) struct Apart {
     pool: SmallPool,
     /// the states of the pool seen at chunk starts, and their ids
     states: Vec<Vec<FreeBlock>>,
-    state_ids: Map<Vec<FreeBlock>, u32>,
+    /// the ids of the states by [`state_hash`]
+    state_ids: Map<u64, Vec<u32>>,
     /// the state the run is in (`None`: the pool has changed since), and the
     /// one `pool` holds
     state: Option<u32>,
@@ -220,8 +246,8 @@ pub(super) struct Apart {
     memo: FastMap<MemoKey, (u32, Range<u32>)>,
     memo_out: Vec<u64>,
     plan: Plan,
-    /// the blocks of the last steps, by step modulo
-    ring: Vec<(usize, Vec<Blk>)>,
+    /// the blocks of the last steps by step modulo, each with its step
+    ring: Vec<Vec<(usize, Blk)>>,
     before: HashMap<usize, Blk>,
     /// the small pool's allocated and requested bytes
     small: i64,
@@ -303,7 +329,7 @@ impl Apart {
         let ring = s
             .ring
             .iter()
-            .map(|m| (m.step, m.handles.iter().map(|&h| blk(h)).collect()))
+            .map(|m| m.handles.iter().map(|&h| (m.step, blk(h))).collect())
             .collect();
         let before = s.before.iter().map(|(&j, &h)| (j, blk(h))).collect();
         let st = s.alloc.stats();
@@ -427,17 +453,22 @@ impl Apart {
         })
     }
 
-    fn slot(&mut self, k: usize) -> &mut Vec<Blk> {
+    /// Malloc `r` of step `k` made `b`.
+    fn put(&mut self, k: usize, r: usize, b: Blk) {
         let n = self.ring.len();
-        &mut self.ring[k % n].1
+        let v = &mut self.ring[k % n];
+        if v.len() <= r {
+            v.resize(r + 1, (usize::MAX, Blk::None));
+        }
+        v[r] = (k, b);
     }
 
+    /// What malloc `r` of step `k` made, if the ring still holds it.
     fn made_in(&self, k: usize, r: usize) -> Option<Blk> {
-        let (step, v) = &self.ring[k % self.ring.len()];
-        if *step != k {
-            return None;
-        }
-        v.get(r).copied()
+        self.ring[k % self.ring.len()]
+            .get(r)
+            .filter(|e| e.0 == k)
+            .map(|e| e.1)
     }
 
     /// The pool in the state the run is in.
@@ -459,12 +490,13 @@ impl Apart {
             return s;
         }
         let f = self.pool.free_blocks();
-        let id = match self.state_ids.get(f) {
+        let ids = self.state_ids.entry(state_hash(f)).or_default();
+        let id = match ids.iter().find(|&&i| self.states[i as usize] == f) {
             Some(&id) => id,
             None => {
                 let id = self.states.len() as u32;
                 self.states.push(f.to_vec());
-                self.state_ids.insert(f.to_vec(), id);
+                ids.push(id);
                 id
             }
         };
@@ -582,12 +614,6 @@ impl Apart {
         k: usize,
         ahead: i64,
     ) -> Result<(), Aborted> {
-        let n = self.ring.len();
-        self.ring[k % n].0 = k;
-        let mallocs = self.plan.mallocs;
-        let v = self.slot(k);
-        v.clear();
-        v.resize(mallocs, Blk::None);
         for c in 0..self.plan.chunks.len() {
             let start = self.plan.chunks[c].range.start;
             if start == s.forward_end {
@@ -633,7 +659,11 @@ impl Apart {
             }
         }
         let state = self.settle();
-        let key = (inst.content, state, ins);
+        let key = MemoKey {
+            content: inst.content,
+            state,
+            ins,
+        };
         if inst.inputs.len() <= MAX_IN {
             if let Some((after, out)) = self.memo.get(&key).cloned() {
                 self.counts.reused += 1;
@@ -641,62 +671,125 @@ impl Apart {
             }
         }
         self.counts.served += 1;
-        // served request by request
-        let in_blks = inst
-            .inputs
-            .iter()
-            .map(|&(back, r, _)| self.made_in(k - back, r).unwrap_or(Blk::None))
-            .collect::<Vec<Blk>>();
-        let ops = self.contents[cid].ops.clone();
-        let mut locals: Vec<Blk> = Vec::new();
-        let mut made = false;
-        for (op, &off) in ops.iter().zip(&inst.offsets) {
-            let q = start + off as usize;
-            let at = StepRequest {
-                step: k,
-                request: q,
-            };
-            match *op {
-                Op::Malloc { .. } => {
-                    let bytes = s.bytes_of(self.plan.malloc_of[q], ahead).ok_or(Aborted)?;
-                    let (b, m) = self.malloc(s, bytes, at)?;
-                    made |= m;
-                    locals.push(b);
-                }
-                Op::FreeIn { i, .. } => self.free(s, in_blks[i as usize])?,
-                Op::FreeLocal { local } => {
-                    let b = std::mem::replace(&mut locals[local as usize], Blk::None);
-                    self.free(s, b)?;
-                }
-                Op::Large { malloc, .. } => {
-                    self.large(s, k, ahead, q)?;
-                    if malloc {
-                        let total = self.small + Self::large_now(s);
-                        self.note(s, total, at);
-                    }
-                }
-            }
-        }
+        let ops = std::mem::take(&mut self.contents[cid].ops);
+        let served = self.serve(s, k, ahead, start, inst, &ops);
+        self.contents[cid].ops = ops;
+        let (locals, made) = served?;
         // the outputs into the ring
         let outputs = std::mem::take(&mut self.contents[cid].outputs);
         let mut out = Vec::with_capacity(outputs.len());
         for (&l, o) in outputs.iter().zip(&inst.outputs) {
-            let b = locals[l as usize];
-            if let Blk::Apart { addr, .. } = b {
-                out.push(addr);
-            }
-            let v = self.slot(k);
-            v[o.0] = b;
+            let (addr, size) = locals[l as usize];
+            out.push(addr);
+            self.put(
+                k,
+                o.0,
+                Blk::Apart {
+                    addr,
+                    size,
+                    orig: o.2,
+                },
+            );
         }
         self.contents[cid].outputs = outputs;
         let after = self.settle();
-        if !made && inst.inputs.len() <= MAX_IN && out.len() == inst.outputs.len() {
+        if !made && inst.inputs.len() <= MAX_IN {
             let from = self.memo_out.len() as u32;
             self.memo_out.extend_from_slice(&out);
             self.memo
                 .insert(key, (after, from..self.memo_out.len() as u32));
         }
         Ok(())
+    }
+
+    /// A chunk's requests `ops` served one by one: the small ones on the
+    /// pool apart (their sizes are the content's, their requested bytes the
+    /// instance's), the large ones on the twin. The address and size of each
+    /// small malloc, and whether a small segment was made.
+    #[allow(clippy::too_many_arguments)]
+    fn serve(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+        start: usize,
+        inst: &Inst,
+        ops: &[Op],
+    ) -> Result<(Vec<(u64, u64)>, bool), Aborted> {
+        let ins: Vec<u64> = inst
+            .inputs
+            .iter()
+            .map(|&(back, r, _)| match self.made_in(k - back, r) {
+                Some(Blk::Apart { addr, .. }) => Ok(addr),
+                _ => Err(Aborted),
+            })
+            .collect::<Result<_, _>>()?;
+        let mut locals: Vec<(u64, u64)> = Vec::with_capacity(ops.len());
+        let mut made = false;
+        let mut large = Self::large_now(s);
+        self.pool();
+        for (op, &off) in ops.iter().zip(&inst.offsets) {
+            match *op {
+                Op::Malloc { size } => {
+                    let q = start + off as usize;
+                    let addr = match self.pool.malloc(size) {
+                        Some((addr, got)) if got == size => addr,
+                        Some(_) => return Err(Aborted),
+                        None => {
+                            let bytes = s.bytes_of(self.plan.malloc_of[q], ahead).ok_or(Aborted)?;
+                            let h = s
+                                .alloc
+                                .malloc_in_new_segment(bytes, 0)
+                                .map_err(|_| Aborted)?;
+                            self.pool.add_segment(h.addr(), SMALL_BUFFER, size);
+                            self.counts.segments += 1;
+                            made = true;
+                            h.addr()
+                        }
+                    };
+                    self.small += size as i64;
+                    locals.push((addr, size));
+                    let total = self.small + large;
+                    if total > self.peak || total > s.best_allocated {
+                        self.note(
+                            s,
+                            total,
+                            StepRequest {
+                                step: k,
+                                request: q,
+                            },
+                        );
+                    }
+                }
+                Op::FreeIn { i, size } => {
+                    self.pool.free(ins[i as usize], size);
+                    self.small -= size as i64;
+                }
+                Op::FreeLocal { local } => {
+                    let (addr, size) = locals[local as usize];
+                    self.pool.free(addr, size);
+                    self.small -= size as i64;
+                }
+                Op::Large { malloc, .. } => {
+                    let q = start + off as usize;
+                    self.large(s, k, ahead, q)?;
+                    large = Self::large_now(s);
+                    if malloc {
+                        let total = self.small + large;
+                        self.note(
+                            s,
+                            total,
+                            StepRequest {
+                                step: k,
+                                request: q,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        self.small_req += inst.req_delta;
+        Ok((locals, made))
     }
 
     /// A chunk whose small requests were served before from the same state.
@@ -750,12 +843,15 @@ impl Apart {
         }
         for (i, o) in inst.outputs.iter().enumerate() {
             let addr = self.memo_out[out.start as usize + i];
-            let v = self.slot(k);
-            v[o.0] = Blk::Apart {
-                addr,
-                size: o.1,
-                orig: o.2,
-            };
+            self.put(
+                k,
+                o.0,
+                Blk::Apart {
+                    addr,
+                    size: o.1,
+                    orig: o.2,
+                },
+            );
         }
         self.small = s0 + delta;
         self.small_req += inst.req_delta;
@@ -770,7 +866,7 @@ impl Apart {
                 let r = self.plan.malloc_of[q];
                 let bytes = s.bytes_of(r, ahead).ok_or(Aborted)?;
                 let h = s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?;
-                self.slot(k)[r] = Blk::Twin(h);
+                self.put(k, r, Blk::Twin(h));
                 Ok(())
             }
             Step::Free { back, r } => match self.made_in(k.checked_sub(back).ok_or(Aborted)?, r) {
@@ -788,9 +884,7 @@ impl Apart {
         reqs: &[LastRequest],
         forward_end: usize,
     ) -> Result<(), Aborted> {
-        let n = self.ring.len();
-        self.ring[k % n].0 = k;
-        self.slot(k).clear();
+        let mut made = 0;
         for (q, r) in reqs.iter().enumerate() {
             if q == forward_end {
                 self.end_step(s);
@@ -805,7 +899,8 @@ impl Apart {
                             request: q,
                         },
                     )?;
-                    self.slot(k).push(b);
+                    self.put(k, made, b);
+                    made += 1;
                 }
                 LastRequest::Free { back, r } => {
                     let b = self
@@ -872,11 +967,7 @@ impl Plan {
                 fixed: None,
             })
             .collect();
-        Some(Plan {
-            chunks,
-            malloc_of,
-            mallocs,
-        })
+        Some(Plan { chunks, malloc_of })
     }
 }
 
