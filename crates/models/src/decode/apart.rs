@@ -326,11 +326,12 @@ impl Apart {
             },
             None => Blk::Twin(h),
         };
-        let ring = s
-            .ring
-            .iter()
-            .map(|m| m.handles.iter().map(|&h| (m.step, blk(h))).collect())
-            .collect();
+        // (a power of two long: a step's slot by a mask, not a division)
+        let slots = s.ring.len().next_power_of_two();
+        let mut ring = vec![Vec::new(); slots];
+        for m in &s.ring {
+            ring[m.step & (slots - 1)] = m.handles.iter().map(|&h| (m.step, blk(h))).collect();
+        }
         let before = s.before.iter().map(|(&j, &h)| (j, blk(h))).collect();
         let st = s.alloc.stats();
         let plan = Plan::of(s)?;
@@ -456,7 +457,7 @@ impl Apart {
     /// Malloc `r` of step `k` made `b`.
     fn put(&mut self, k: usize, r: usize, b: Blk) {
         let n = self.ring.len();
-        let v = &mut self.ring[k % n];
+        let v = &mut self.ring[k & (n - 1)];
         if v.len() <= r {
             v.resize(r + 1, (usize::MAX, Blk::None));
         }
@@ -465,7 +466,7 @@ impl Apart {
 
     /// What malloc `r` of step `k` made, if the ring still holds it.
     fn made_in(&self, k: usize, r: usize) -> Option<Blk> {
-        self.ring[k % self.ring.len()]
+        self.ring[k & (self.ring.len() - 1)]
             .get(r)
             .filter(|e| e.0 == k)
             .map(|e| e.1)
