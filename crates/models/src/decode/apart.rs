@@ -299,6 +299,10 @@ fn period(tpl: &[Step], malloc_of: &[usize]) -> Option<(usize, usize)> {
             let run = b - a;
             if run >= 2 * p && best.is_none_or(|x| run > x.0) {
                 best = Some((run, a, p));
+                if 2 * run >= n {
+                    // (its multiples repeat over less: the period found)
+                    break;
+                }
             }
         }
     }
