@@ -75,14 +75,14 @@ const OP: &str = "scaled_dot_product_attention";
 /// every traced configuration (training and inference, masks, dropout,
 /// grouped-query attention, head dims 32..256). One query position (a decode
 /// step): a split-KV plan when there is little parallelism, else nothing.
-/// The plan splits the keys into `S` chunks when the key length holds at
-/// least four 128-key blocks and `b × h_k` (key/value heads over the batch)
-/// is at most half the SMs; `S` is the largest power of two not above the
-/// number of 128-key blocks, not above 64, and keeping `S × b × h_k` below
+/// The keys can be split into `S` chunks, a power of two up to 64, while a
+/// chunk (`ceil(s_kv / S)`) holds at least 128 keys; the plan splits when
+/// that allows four chunks or more and `b × h_k` (key/value heads over the
+/// batch) is at most half the SMs, halving `S` until `S × b × h_k` is below
 /// twice the SMs. Its workspace is fp32 partial outputs `(b, h, S, d)` and
 /// two fp32 statistics `(b, h, S)`, each rounded up to 128 bytes, and 128
 /// bytes (`fixtures/run/sweeps/cudnn_decode_h200.jsonl` and
-/// `cudnn_decode_splits_h200.jsonl`: 480 + 336 cases, masks and dtypes make
+/// `cudnn_decode_splits_h200.jsonl`: 816 cases, and blind19/s01; masks and dtypes make
 /// no difference).
 pub fn cudnn_fwd_workspace(shape: CudnnFwdShape, sm_count: u32) -> u64 {
     let CudnnFwdShape {
@@ -97,14 +97,17 @@ pub fn cudnn_fwd_workspace(shape: CudnnFwdShape, sm_count: u32) -> u64 {
         return 256;
     }
     let rows = (b * h_k).max(1) as u64;
-    let blocks = (s_kv / 128).max(0) as u64;
+    let keys = s_kv.max(0) as u64;
     let sms = u64::from(sm_count);
-    if blocks < 4 || 2 * rows > sms {
+    let mut splits = 1u64;
+    while splits < 64 && keys.div_ceil(splits * 2) >= 128 {
+        splits *= 2;
+    }
+    if splits < 4 || 2 * rows > sms {
         return 0;
     }
-    let mut splits = 1u64;
-    while splits * 2 <= blocks && splits * 2 <= 64 && splits * 2 * rows < 2 * sms {
-        splits *= 2;
+    while splits * rows >= 2 * sms {
+        splits /= 2;
     }
     if splits < 2 {
         return 0;
@@ -1649,6 +1652,9 @@ mod tests {
         assert_eq!(ws(8, 16, 16, 1, 2049, 64), 0);
         assert_eq!(ws(80, 4, 1, 1, 4096, 64), 0);
         assert_eq!(ws(1, 4, 1, 1, 385, 64), 0);
+        // blind19/s01's decode steps: four splits up to 1,016 keys, eight from 1,017
+        assert_eq!(ws(1, 32, 8, 1, 1016, 64), 33_920);
+        assert_eq!(ws(1, 32, 8, 1, 1017, 64), 67_712);
         assert_eq!(ws(1, 16, 16, 2, 513, 64), 256);
         assert_eq!(ws(8, 16, 4, 7, 513, 128), 256);
     }
