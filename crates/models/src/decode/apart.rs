@@ -333,7 +333,7 @@ impl Apart {
         // (a power of two long: a step's slot by a mask, not a division)
         let slots = s.ring.len().next_power_of_two();
         let mut ring = vec![Vec::new(); slots];
-        for m in &s.ring {
+        for m in s.ring.iter().filter(|m| !m.handles.is_empty()) {
             ring[m.step & (slots - 1)] = m.handles.iter().map(|&h| (m.step, blk(h))).collect();
         }
         let before = s.before.iter().map(|(&j, &h)| (j, blk(h))).collect();
