@@ -85,7 +85,7 @@ impl SmallPool {
     pub fn malloc(&mut self, size: u64) -> Option<(Addr, u64)> {
         let i = self.free.partition_point(|f| f.size < size);
         let f = *self.free.get(i)?;
-        self.free.remove(i);
+        self.remove(i);
         let rest = f.size - size;
         if rest >= crate::MIN_BLOCK_SIZE {
             self.insert(FreeBlock {
@@ -111,7 +111,7 @@ impl SmallPool {
             if f.segment == seg && (f.addr + f.size == start || f.addr == end) {
                 start = start.min(f.addr);
                 end = end.max(f.addr + f.size);
-                self.free.remove(i);
+                self.remove(i);
             } else {
                 i += 1;
             }
@@ -148,10 +148,23 @@ impl SmallPool {
     }
 
     fn insert(&mut self, f: FreeBlock) {
-        let at = self
-            .free
-            .partition_point(|g| (g.size, g.addr) < (f.size, f.addr));
-        self.free.insert(at, f);
+        // (from the end, one by one: the list is short, and a `memmove`
+        // call costs more than the moves)
+        self.free.push(f);
+        let mut i = self.free.len() - 1;
+        while i > 0 && (self.free[i - 1].size, self.free[i - 1].addr) > (f.size, f.addr) {
+            self.free[i] = self.free[i - 1];
+            i -= 1;
+        }
+        self.free[i] = f;
+    }
+
+    /// Remove free block `i`, moving the later ones one by one.
+    fn remove(&mut self, i: usize) {
+        for j in i..self.free.len() - 1 {
+            self.free[j] = self.free[j + 1];
+        }
+        self.free.pop();
     }
 }
 
