@@ -629,13 +629,13 @@ fn llm_generate() {
     assert_eq!(check_llm_set(list, recorded), (30, 30));
 }
 
-/// `model.generate()` with a StaticCache (`fixtures/llm/static`): 20 of 21
-/// phases exact (the other off in the decode peak allocated only: the
-/// cuDNN workspace of a one-query attention, not modelled).
+/// `model.generate()` with a StaticCache (`fixtures/llm/static`): 21 of 21
+/// phases exact (the last one since the split-KV workspace of cuDNN's
+/// one-query attention).
 #[test]
 fn llm_static_cache() {
     let (list, recorded) = LLM_SETS[6];
-    assert_eq!(check_llm_set(list, recorded), (20, 21));
+    assert_eq!(check_llm_set(list, recorded), (21, 21));
 }
 
 /// peft LoRA training (`fixtures/llm/lora`): 91 of 91 phases exact.
@@ -664,16 +664,14 @@ fn llm_moe_train() {
 }
 
 /// Sliding windows past the window and per-step figures
-/// (`fixtures/llm/window`): 17 of 18 phases exact (the other off in the
-/// decode peak allocated only, bf16 masked decode attention), and 222 of
-/// the 262 decode steps exact in all five figures (every step of the
-/// llama, qwen3 and fp32 mistral workloads, and every step before the
-/// window).
+/// (`fixtures/llm/window`): 18 of 18 phases exact (the last one since the
+/// split-KV workspace of cuDNN's one-query attention), and 262 of 262
+/// decode steps exact in all five figures.
 #[test]
 fn llm_window() {
     let (list, recorded) = LLM_SETS[3];
-    assert_eq!(check_llm_set(list, recorded), (17, 18));
-    assert_eq!(check_llm_steps(list, recorded), (222, 262));
+    assert_eq!(check_llm_set(list, recorded), (18, 18));
+    assert_eq!(check_llm_steps(list, recorded), (262, 262));
 }
 
 /// `model.generate()` on gemma2 and gemma3_text (dynamic and static caches,
