@@ -51,3 +51,26 @@ def test_rank_outside_the_world_is_refused(tmp_script):
     script = tmp_script("print('never')\n")
     status, lines, _report, err = run_script(script, extra=("--nproc", "2", "--rank", "2"))
     assert status == 2 and "expected 0 <= rank < nproc" in err and not lines
+
+
+def test_fused_adamw_under_fsdp_runs_and_agrees_with_estimate(tmp_path):
+    # AdamW(fused=True) over FSDP2's DTensors: its `step` tensors are plain device tensors, grouped
+    # with the DTensors as on a GPU; every phase of rank 0 as `estimate --fsdp 2` answers it
+    # (fixtures/multi/answers_s7_h200_n2.jsonl; no 2-GPU machine has run this case yet)
+    case = "fsdp_llama_bf16_adamw_fused"
+    script = ROOT / "validation" / "multi" / "multi_cases.py"
+    cases = ROOT / "validation" / "multi" / "multi_cases_s7.json"
+    status, _lines, _report, err = run_script(
+        script, str(cases), case, str(tmp_path), extra=("--gpu", "h200", "--nproc", "2", "--rank", "0")
+    )
+    assert status == 0, err[-3000:]
+    twin = {
+        r["phase"]: r
+        for r in map(json.loads, (tmp_path / f"{case}.rank0.jsonl").read_text().splitlines())
+        if "allocated_bytes" in r
+    }
+    rows = map(json.loads, (FIXTURES / "multi" / "answers_s7_h200_n2.jsonl").read_text().splitlines())
+    est = [r for r in rows if r["case"] == case and r["rank"] == 0 and "allocated_bytes" in r]
+    assert len(est) == 13
+    for e in est:
+        assert all(twin[e["phase"]][k] == e[k] for k in KEYS), e["phase"]

@@ -280,6 +280,9 @@ def patch(cap) -> _Patch:
     p.set(F, "dropout", _kernels.dropout(F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     p.set(torch, "compile", _compiled_eagerly(torch.compile, cap))
+    p.set(
+        torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
+    )
     p.set(torch, "Generator", _generator(torch.Generator))
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
     mha = torch.nn.MultiheadAttention
@@ -345,6 +348,33 @@ def _generator(original):
     Generator.__name__ = Generator.__qualname__ = "Generator"
     Generator.__module__ = "torch"
     return Generator
+
+
+def _grouped(original):
+    """`_group_tensors_by_device_and_dtype` (ForeachUtils.h) where one index mixes DTensors (FSDP2's
+    parameters, gradients and states: wrappers on `cuda`) with plain simulated tensors (a fused
+    optimizer's `step`, made on `p.device`: a meta tensor underneath). On a GPU both are `cuda:0`
+    and group together; the C++ check sees cuda and meta. Grouped as the C++ code groups: by the
+    first list's (device, dtype), every list's tensors at the same indices (empty lists stay empty)."""
+
+    def group(tensorlistlist, with_indices=False):
+        try:
+            return original(tensorlistlist, with_indices)
+        except RuntimeError:
+            tensors = [t for tl in tensorlistlist for t in tl if t is not None]
+            if not tensors or any(t.device.type != "cuda" for t in tensors):
+                raise
+        groups: dict = {}
+        for i, t in enumerate(tensorlistlist[0]):
+            lists, indices = groups.setdefault((t.device, t.dtype), ([[] for _ in tensorlistlist], []))
+            for j, tl in enumerate(tensorlistlist):
+                if tl:
+                    lists[j].append(tl[i])
+            if with_indices:
+                indices.append(i)
+        return groups
+
+    return group
 
 
 def _compiled_eagerly(original, cap):
