@@ -2165,10 +2165,10 @@ def _index_put_value(cap, func, args, kwargs):
     defined = [i for i in indices if i is not None]
     mask = defined[0] if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8) else None
     host_value = value.numel() == 1 and value.device.type == "cpu" and not registered(value)
+    ours = [t for t in (self_, value, *defined) if registered(t)]
     if mask is not None and registered(mask):
         if host_value:
             return NotImplemented
-        cap.ops += 1
         n = cap.nonzero_count(mask, "boolean-mask assignment (x[mask] = values)")
         positions = _nonzero_scratch(
             cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
@@ -2180,13 +2180,13 @@ def _index_put_value(cap, func, args, kwargs):
                 f"{_SCALAR_NAMES.get(self_.dtype, self_.dtype)} for the destination and "
                 f"{_SCALAR_NAMES.get(value.dtype, value.dtype)} for the source."
             )
-        out = func(*args, **kwargs)
+        out = cap.run(func, args, kwargs, ours)
         del positions
         return out
     if not host_value or value.dim() != 0:
         return NotImplemented
     copy = cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
-    out = func(*args, **kwargs)
+    out = cap.run(func, args, kwargs, ours)
     del copy
     return out
 
