@@ -3,11 +3,14 @@
 //! ```text
 //! cargo run --release -p vramscope-snapshot --example read_snapshot -- FILE
 //! cargo run --release -p vramscope-snapshot --example read_snapshot -- FILE --split
+//! cargo run --release -p vramscope-snapshot --example read_snapshot -- FILE --par
 //! ```
 //!
 //! `--split`: one JSON line, the parallel decoder alone on all cores
 //! (`read_file_parallel`: seconds, and whether it gave up) and then the
 //! sequential reader alone on the file's bytes (`read_snapshot_sequential`).
+//! `--par`: the parallel decoder alone on all cores, nothing else (for
+//! its peak RSS); fails where it gives up.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -17,6 +20,20 @@ fn main() -> ExitCode {
         eprintln!("usage: read_snapshot FILE");
         return ExitCode::FAILURE;
     };
+    if std::env::args().nth(2).as_deref() == Some("--par") {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let t = Instant::now();
+        let Some(s) = vramscope_snapshot::read_file_parallel(&path, threads) else {
+            eprintln!("{path}: the parallel decoder gave up");
+            return ExitCode::FAILURE;
+        };
+        println!(
+            "{} trace entries, parallel on {threads} threads in {:.4} s",
+            s.trace_len(),
+            t.elapsed().as_secs_f64()
+        );
+        return ExitCode::SUCCESS;
+    }
     if std::env::args().nth(2).as_deref() == Some("--split") {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let t = Instant::now();

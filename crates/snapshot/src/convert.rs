@@ -265,17 +265,20 @@ impl Absorb for State {
         let first = u32::try_from(self.entries.len()).ok()?;
         let mut syms = Vec::new();
         let mut fids = Vec::new();
-        let mut sids = Vec::new();
         let crate::par::Decoded {
-            pieces,
+            mut pieces,
             later,
             to,
             memo_from,
             memo_to,
+            threads,
             ..
         } = d;
-        // each piece dropped once taken in
-        for p in pieces {
+        // each piece's strings, frames, stacks and kinds interned in piece
+        // order
+        let mut maps = Vec::with_capacity(pieces.len());
+        let mut total = self.entries.len();
+        for p in &pieces {
             syms.clear();
             for i in 0..p.strs.len() {
                 syms.push(st.strs.intern(p.strs.get(i as u32))?);
@@ -294,7 +297,7 @@ impl Absorb for State {
                         .intern_frame_syms(Sym(sym(name)?), Sym(sym(file)?), line),
                 );
             }
-            sids.clear();
+            let mut sids = Vec::with_capacity(p.stacks.len());
             for &(a, n) in &p.stacks {
                 self.scratch.clear();
                 for &f in p.pool.get(a as usize..(a + n) as usize)? {
@@ -302,10 +305,51 @@ impl Absorb for State {
                 }
                 sids.push(self.table.intern_stack(&self.scratch));
             }
-            if self.entries.len() + p.entries.len() > MAX_TRACE {
+            let kinds = self.entries.map_kinds(&p.entries, &sym)?;
+            maps.push((sids, kinds, total));
+            total += p.entries.len();
+            if total > MAX_TRACE {
                 return None;
             }
-            self.entries.append_mapped(&p.entries, &sids, &sym)?;
+        }
+        // the time base: the trace's, or the first time the pieces hold
+        let before = self.entries.base();
+        let (timed_from, base) = match before {
+            Some(b) => (0, Some(b)),
+            None => pieces
+                .iter()
+                .zip(&maps)
+                .find_map(|(p, m)| p.entries.first_timed().map(|(i, t)| (m.2 + i, Some(t))))
+                .unwrap_or((usize::MAX, None)),
+        };
+        // the rows mapped on the threads, each a run of pieces
+        let mut wides: Vec<Option<Vec<crate::trace::Fields>>> = vec![None; pieces.len()];
+        let per = pieces.len().div_ceil(threads.max(1)).max(1);
+        let map = |ps: &mut [crate::par::Piece],
+                   ms: &[(Vec<StackId>, Vec<u32>, usize)],
+                   ws: &mut [Option<Vec<crate::trace::Fields>>]| {
+            for ((p, m), w) in ps.iter_mut().zip(ms).zip(ws) {
+                *w = p
+                    .entries
+                    .map_rows(&m.0, &m.1, m.2, timed_from, before, base);
+            }
+        };
+        if pieces.len() <= per {
+            map(&mut pieces, &maps, &mut wides);
+        } else {
+            std::thread::scope(|s| {
+                for ((ps, ms), ws) in pieces
+                    .chunks_mut(per)
+                    .zip(maps.chunks(per))
+                    .zip(wides.chunks_mut(per))
+                {
+                    s.spawn(move || map(ps, ms, ws));
+                }
+            });
+        }
+        // each piece dropped once taken in
+        for (p, w) in pieces.into_iter().zip(wides) {
+            self.entries.append_rows(p.entries, w?, base);
         }
         let len = u32::try_from(self.entries.len()).ok()? - first;
         let mut strs = Vec::with_capacity(later.len());

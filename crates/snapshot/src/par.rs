@@ -97,6 +97,9 @@ pub(crate) struct Decoded {
     /// hold: decoding must find them the same and never change them (a
     /// container filled again through a memo get).
     pub(crate) before: Vec<(u64, Named)>,
+    /// Threads the pieces were decoded on (their rows are mapped on as
+    /// many).
+    pub(crate) threads: usize,
 }
 
 /// An object before the trace that it names, as its bytes hold it.
@@ -1159,6 +1162,7 @@ pub(crate) fn decode_trace(
         before.push((i, d.named(i)?));
     }
     Some(Decoded {
+        threads,
         before,
         at,
         to,

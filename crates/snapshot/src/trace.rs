@@ -157,7 +157,7 @@ struct Row {
 
 /// An entry's varying fields, unpacked.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Fields {
+pub(crate) struct Fields {
     size: u64,
     time_us: i64,
     frames: u32,
@@ -200,6 +200,43 @@ impl Default for Trace {
             last: NIL,
             by_action: [NIL; ACTIONS.len() + 1],
         }
+    }
+}
+
+/// A row's varying fields packed against the time base `base` (after
+/// this row's time, where it has one, set it), or the fields themselves
+/// where they do not fit (kept whole in `Trace::wide`).
+fn pack_row(base: Option<i64>, addr: u64, mut f: Fields, has_time: bool) -> Result<Row, Fields> {
+    let base = if has_time {
+        base.unwrap_or(f.time_us)
+    } else {
+        f.time_us = base.unwrap_or(0);
+        f.time_us
+    };
+    let off = f.time_us.wrapping_sub(base);
+    let lim = 1i64 << (TIME_BITS - 1);
+    let fits = f.size < 1 << SIZE_BITS
+        && u64::from(f.kind) < WIDE
+        && f.frames < 1 << (64 - TIME_BITS)
+        && (-lim..lim).contains(&off)
+        && f.time_us.checked_sub(base) == Some(off);
+    if fits {
+        Ok(Row {
+            addr,
+            sk: f.size | u64::from(f.kind) << SIZE_BITS,
+            tf: (off as u64 & ((1 << TIME_BITS) - 1)) | u64::from(f.frames) << TIME_BITS,
+        })
+    } else {
+        Err(f)
+    }
+}
+
+/// The row of an entry whose fields are `wide[i]`.
+fn wide_row(addr: u64, i: usize) -> Row {
+    Row {
+        addr,
+        sk: WIDE << SIZE_BITS,
+        tf: i as u64,
     }
 }
 
@@ -270,32 +307,15 @@ impl Trace {
 
     /// Pack a row's varying fields (`has_time`: whether its time is real;
     /// an absent time is stored as the base, its kind says it is absent).
-    fn pack(&mut self, addr: u64, mut f: Fields, has_time: bool) -> Row {
-        let base = if has_time {
-            *self.base.get_or_insert(f.time_us)
-        } else {
-            f.time_us = self.base.unwrap_or(0);
-            f.time_us
-        };
-        let off = f.time_us.wrapping_sub(base);
-        let lim = 1i64 << (TIME_BITS - 1);
-        let fits = f.size < 1 << SIZE_BITS
-            && u64::from(f.kind) < WIDE
-            && f.frames < 1 << (64 - TIME_BITS)
-            && (-lim..lim).contains(&off)
-            && f.time_us.checked_sub(base) == Some(off);
-        if fits {
-            Row {
-                addr,
-                sk: f.size | u64::from(f.kind) << SIZE_BITS,
-                tf: (off as u64 & ((1 << TIME_BITS) - 1)) | u64::from(f.frames) << TIME_BITS,
-            }
-        } else {
-            self.wide.push(f);
-            Row {
-                addr,
-                sk: WIDE << SIZE_BITS,
-                tf: (self.wide.len() - 1) as u64,
+    fn pack(&mut self, addr: u64, f: Fields, has_time: bool) -> Row {
+        if has_time {
+            self.base.get_or_insert(f.time_us);
+        }
+        match pack_row(self.base, addr, f, has_time) {
+            Ok(row) => row,
+            Err(f) => {
+                self.wide.push(f);
+                wide_row(addr, self.wide.len() - 1)
             }
         }
     }
@@ -361,48 +381,96 @@ impl Trace {
         id
     }
 
-    /// Append `other`'s entries, their stacks mapped by `stacks` (indexed
-    /// by `other`'s stack ids) and their strings by `sym`: what pushing
-    /// each with the ids mapped makes, row by row (`None`, nothing
-    /// appended, for an id neither maps). For the parallel decoder's pieces.
-    pub(crate) fn append_mapped(
+    /// The ids `other`'s kinds get in `self`, their strings mapped by
+    /// `sym` (`None` for an id it does not map): interned in the order
+    /// `other` met them, the order pushing its entries one by one meets
+    /// them. For the parallel decoder's pieces ([`Trace::map_rows`]).
+    pub(crate) fn map_kinds(
         &mut self,
         other: &Trace,
-        stacks: &[StackId],
         sym: &dyn Fn(u32) -> Option<u32>,
-    ) -> Option<()> {
+    ) -> Option<Vec<u32>> {
         let map = |s: u32| if s == NIL { Some(NIL) } else { sym(s) };
-        let mut kinds = Vec::with_capacity(other.kinds.len());
+        let mut ids = Vec::with_capacity(other.kinds.len());
         for k in &other.kinds {
-            kinds.push(Kind {
+            let k = Kind {
                 other_action: map(k.other_action)?,
                 compile_context: map(k.compile_context)?,
                 user_metadata: map(k.user_metadata)?,
                 ..*k
-            });
+            };
+            ids.push(self.kind_id(k));
         }
-        if other
-            .rows
-            .iter()
-            .any(|r| stacks.get(other.fields(r).frames as usize).is_none())
-        {
-            return None;
-        }
-        // the kinds in the order `other` met them: the order pushing its
-        // entries one by one meets them
-        let ids: Vec<u32> = kinds.into_iter().map(|k| self.kind_id(k)).collect();
-        for r in other.rows.iter() {
-            let f = other.fields(r);
-            let has_time = other.kinds[f.kind as usize].has_time;
+        Some(ids)
+    }
+
+    /// The index and time of the first entry with a time.
+    pub(crate) fn first_timed(&self) -> Option<(usize, i64)> {
+        self.rows.iter().enumerate().find_map(|(i, r)| {
+            let f = self.fields(r);
+            self.kinds[f.kind as usize]
+                .has_time
+                .then_some((i, f.time_us))
+        })
+    }
+
+    /// The time base (the first time pushed).
+    pub(crate) fn base(&self) -> Option<i64> {
+        self.base
+    }
+
+    /// Rewrite the rows in place as rows of another trace (`into`) whose
+    /// entries they will follow from its row `at` on: stacks mapped by
+    /// `stacks` (by this trace's stack ids), kinds by `kinds` (from
+    /// [`Trace::map_kinds`]), times from `into`'s base, which is `before`
+    /// for its rows before `timed_from` and `base` from there. What
+    /// pushing each entry with the ids mapped would store, except that a
+    /// row too wide to pack holds its index in the returned fields (made
+    /// global by [`Trace::append_rows`]). `None` for an id neither maps.
+    /// Runs on the pieces at once, each on a thread.
+    pub(crate) fn map_rows(
+        &mut self,
+        stacks: &[StackId],
+        kinds: &[u32],
+        at: usize,
+        timed_from: usize,
+        before: Option<i64>,
+        base: Option<i64>,
+    ) -> Option<Vec<Fields>> {
+        let mut wide = Vec::new();
+        for i in 0..self.rows.len() {
+            let r = self.rows[i];
+            let f = self.fields(&r);
+            let has_time = self.kinds.get(f.kind as usize)?.has_time;
             let g = Fields {
-                frames: stacks[f.frames as usize].0,
-                kind: ids[f.kind as usize],
+                frames: stacks.get(f.frames as usize)?.0,
+                kind: *kinds.get(f.kind as usize)?,
                 ..f
             };
-            let row = self.pack(r.addr, g, has_time);
-            self.rows.push(row);
+            let b = if at + i < timed_from { before } else { base };
+            self.rows[i] = match pack_row(b, r.addr, g, has_time) {
+                Ok(row) => row,
+                Err(f) => {
+                    wide.push(f);
+                    wide_row(r.addr, wide.len() - 1)
+                }
+            };
         }
-        Some(())
+        Some(wide)
+    }
+
+    /// Append rows [`Trace::map_rows`] rewrote for `self` (and the wide
+    /// fields it returned); `base` is `self`'s time base after them.
+    pub(crate) fn append_rows(&mut self, other: Trace, wide: Vec<Fields>, base: Option<i64>) {
+        let off = self.wide.len() as u64;
+        self.wide.extend(wide);
+        for mut r in other.rows.iter().copied() {
+            if r.sk >> SIZE_BITS == WIDE {
+                r.tf += off;
+            }
+            self.rows.push(r);
+        }
+        self.base = base;
     }
 
     /// Keep the first `n` entries.
