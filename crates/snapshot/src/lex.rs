@@ -131,13 +131,15 @@ struct Memo {
     /// Each of the piece's `MEMOIZE`s, in order, when asked for (see
     /// [`memo_table`]): the start of the opcode before it ([`NONE`] for
     /// the first: the opcode before lies in the piece before).
-    offsets: Option<Vec<u64>>,
+    offsets: Option<Vec<u32>>,
     /// The start of the last opcode lexed ([`NONE`] before the first).
     last: u64,
 }
 
 /// No offset.
 const NONE: u64 = u64::MAX;
+/// No offset, in the memo table (whose files are under 4 GiB).
+const NONE32: u32 = u32::MAX;
 
 /// Gets kept per piece for the memo check.
 const STAIR: usize = 64;
@@ -149,7 +151,8 @@ impl Memo {
         let _ = at;
         self.count += 1;
         if let Some(v) = &mut self.offsets {
-            v.push(self.last);
+            // (below 4 GiB, where a table is kept: see `memo_table`)
+            v.push(u32::try_from(self.last).unwrap_or(NONE32));
         }
     }
 
@@ -224,7 +227,12 @@ pub(crate) fn memo_table(
     starts: &[u64],
     piece: u64,
     threads: usize,
-) -> Result<Option<Vec<u64>>, Error> {
+) -> Result<Option<Vec<u32>>, Error> {
+    // offsets as u32: half the memory (a table is 13% of these files' size
+    // in u64s); a larger file is decoded sequentially
+    if len >= u64::from(NONE32) {
+        return Ok(None);
+    }
     let (found, never) = (AtomicBool::new(false), AtomicBool::new(false));
     pieces(file, len, starts, piece, threads, &found, &never, true)
 }
@@ -241,7 +249,7 @@ fn pieces(
     found: &AtomicBool,
     cancel: &AtomicBool,
     record: bool,
-) -> Result<Option<Vec<u64>>, Error> {
+) -> Result<Option<Vec<u32>>, Error> {
     // Piece boundaries: frame starts about PIECE apart.
     let mut cuts = vec![0u64];
     for &s in starts {
@@ -304,7 +312,7 @@ fn chain(
     buf_len: usize,
     cancel: &AtomicBool,
     record: bool,
-) -> Result<Option<Vec<u64>>, Error> {
+) -> Result<Option<Vec<u32>>, Error> {
     let pieces = cuts.len() - 1;
     let mut buf = vec![0u8; buf_len];
     let mut pos = 0u64;
@@ -343,10 +351,10 @@ fn chain(
             (Some(t), Some(mut o)) if memo_size.is_some() => {
                 // a MEMOIZE first in its piece stores the previous piece's
                 // last opcode (Python's framer may end a frame between them)
-                if let Some(first) = o.first_mut().filter(|f| **f == NONE) {
-                    *first = last;
+                if let Some(first) = o.first_mut().filter(|f| **f == NONE32) {
+                    *first = u32::try_from(last).unwrap_or(NONE32);
                 }
-                if o.first().is_some_and(|&f| f == NONE) {
+                if o.first().is_some_and(|&f| f == NONE32) {
                     table = None;
                 } else {
                     t.extend_from_slice(&o);
@@ -626,9 +634,20 @@ mod tests {
     }
 
     /// The memo table with a piece per frame and with one piece.
-    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<u64>>, Error>; 2] {
+    fn tables(bytes: &[u8], starts: &[u64]) -> [Result<Option<Vec<u32>>, Error>; 2] {
         let len = bytes.len() as u64;
         [1, len + 1].map(|piece| memo_table(&bytes, len, starts, piece, 2))
+    }
+
+    #[test]
+    fn no_memo_table_for_files_of_4_gib_or_more() {
+        // (refused before reading: its offsets would not fit a u32)
+        let b: &[u8] = &[0x80, 4, b'.'];
+        assert!(memo_table(&b, 1 << 32, &[], 1, 1).unwrap().is_none());
+        assert!(memo_table(&b, u64::from(u32::MAX), &[], 1, 1)
+            .unwrap()
+            .is_none());
+        assert_eq!(memo_table(&b, 3, &[], 1, 1).unwrap(), Some(vec![]));
     }
 
     #[test]

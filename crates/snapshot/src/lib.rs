@@ -447,6 +447,7 @@ pub fn memo_table_bytes(bytes: &[u8], piece: Option<u64>) -> Result<Option<Vec<[
     // each MEMOIZE follows the opcode the table gives
     Ok(table.map(|t| {
         t.into_iter()
+            .map(u64::from)
             .map(|s| {
                 let w = usize::try_from(s)
                     .ok()

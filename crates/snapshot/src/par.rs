@@ -265,7 +265,7 @@ const WIN: usize = 64 << 10;
 /// One piece's decoder state.
 struct Dec<'t, 'a> {
     input: Input<'a>,
-    table: &'t [u64],
+    table: &'t [u32],
     strs: Interner,
     /// Local str id → which key it is (index in `TRACE_KEYS`, or 16 +
     /// index in `FRAME_KEYS`), [`NO_KEY`], or [`UNKNOWN`] not yet looked.
@@ -305,7 +305,7 @@ struct Dec<'t, 'a> {
 type O<T> = Option<T>;
 
 impl<'t, 'a> Dec<'t, 'a> {
-    fn new(input: Input<'a>, table: &'t [u64]) -> Self {
+    fn new(input: Input<'a>, table: &'t [u32]) -> Self {
         let mut d = Dec {
             input,
             table,
@@ -355,7 +355,9 @@ impl<'t, 'a> Dec<'t, 'a> {
     fn memoize(&self, cx: &mut Ctx, w: W<'_>, p: &mut usize, v: L) -> O<()> {
         let i = usize::try_from(cx.base + cx.memo.len() as u64).ok()?;
         let at = w.off + *p as u64;
-        if *self.table.get(i)? >= at || self.table.get(i + 1).is_some_and(|&n| n <= at) {
+        if u64::from(*self.table.get(i)?) >= at
+            || self.table.get(i + 1).is_some_and(|&n| u64::from(n) <= at)
+        {
             return None;
         }
         cx.memo.push(v);
@@ -404,7 +406,7 @@ impl<'t, 'a> Dec<'t, 'a> {
         if self.depth > 4 {
             return None;
         }
-        let start = *self.table.get(usize::try_from(i).ok()?)?;
+        let start = u64::from(*self.table.get(usize::try_from(i).ok()?)?);
         self.depth += 1;
         let v = match self.input {
             Input::Slice(b) => {
@@ -881,7 +883,11 @@ impl<'t, 'a> Dec<'t, 'a> {
             Some([b'j', a, b, c, d, ..]) => u64::from(u32::from_le_bytes([*a, *b, *c, *d])),
             _ => return false,
         };
-        let Some(&start) = usize::try_from(i).ok().and_then(|i| self.table.get(i)) else {
+        let Some(start) = usize::try_from(i)
+            .ok()
+            .and_then(|i| self.table.get(i))
+            .map(|&s| u64::from(s))
+        else {
             return false;
         };
         let mut head = [0u8; 9];
@@ -937,10 +943,10 @@ fn gets_body(b: &[u8], p: usize) -> Option<(usize, usize, u64)> {
 }
 
 /// The first memo index whose `MEMOIZE` is at or after `pos`.
-fn memo_index_at(table: &[u64], pos: u64) -> u64 {
+fn memo_index_at(table: &[u32], pos: u64) -> u64 {
     // (objects and MEMOIZEs alternate: the first object starting at or
     // after `pos` is the first whose MEMOIZE is)
-    table.partition_point(|&s| s < pos) as u64
+    table.partition_point(|&s| u64::from(s) < pos) as u64
 }
 
 /// Decode entries from the one at `start` until one starts at or past
@@ -948,7 +954,7 @@ fn memo_index_at(table: &[u64], pos: u64) -> u64 {
 fn decode(
     main: &mut Src<'_>,
     input: Input<'_>,
-    table: &[u64],
+    table: &[u32],
     start: u64,
     until: u64,
     before_below: u64,
@@ -1027,7 +1033,7 @@ fn decode(
 fn first_entry(
     main: &mut Src<'_>,
     input: Input<'_>,
-    table: &[u64],
+    table: &[u32],
     from: u64,
     until: u64,
 ) -> O<u64> {
@@ -1072,7 +1078,7 @@ fn region_start(src: &mut Src<'_>) -> O<u64> {
 /// threads. `None` when the pickle does not fit (see the module's doc).
 pub(crate) fn decode_trace(
     input: Input<'_>,
-    table: &[u64],
+    table: &[u32],
     starts: &[u64],
     threads: usize,
 ) -> O<Decoded> {
@@ -1178,7 +1184,7 @@ pub(crate) fn decode_trace(
 /// else, or opcodes the walk cannot follow).
 fn named_later(
     src: &mut Src<'_>,
-    table: &[u64],
+    table: &[u32],
     mut pos: u64,
     from: u64,
     to: u64,
@@ -1198,7 +1204,7 @@ fn named_later(
         if out.iter().any(|(k, _)| *k == i) {
             continue;
         }
-        let start = *table.get(usize::try_from(i).ok()?)?;
+        let start = u64::from(*table.get(usize::try_from(i).ok()?)?);
         let h = src.win(start, 5);
         let (hl, n) = match *h.first()? {
             0x8c => (2u64, u64::from(*h.get(1)?)),
