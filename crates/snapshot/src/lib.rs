@@ -113,12 +113,13 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
 /// [`PAR_MIN_CORES`] cores or more (see [`read_snapshot_file`]).
 pub const PAR_MIN_BYTES: u64 = 4 << 20;
 /// Machines with this many cores decode large files in parallel: `None`,
-/// none yet. On the GPU machine's 16 cores the parallel decoder read a real
-/// 45 MB snapshot in 53-60 ms against the sequential reader's 63-70 ms,
-/// for four times its CPU time and 2.4 times its peak memory (more than
-/// the file); on 2 cores it takes three times as long
-/// (`docs/inspect-speed.md`, "Session 8"). [`read_parallel`] and
-/// [`read_file_parallel`] run it for tests and measurements.
+/// none yet. On the GPU machine's 16 cores `inspect --json` of the real
+/// 45-48 MB snapshots took 91-125 ms with it against 105-193 ms without,
+/// for 2.5-4 times the CPU time and 1.8-2.1 times the file in peak memory
+/// (without: 0.6-0.9); on 2 cores it takes three times as long
+/// (`docs/inspect-speed.md`, "Session 8" and its second pass).
+/// [`read_parallel`] and [`read_file_parallel`] run it for tests and
+/// measurements.
 pub const PAR_MIN_CORES: Option<usize> = None;
 
 /// [`read_snapshot`]'s parallel decoding alone on `threads` threads, or
