@@ -120,9 +120,12 @@ _EMPTIES = {
 _COPIES = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.lift_fresh_copy.default}
 
 
-def _launches_kernel(func, args, out) -> bool:
-    """Whether the op ran a CUDA kernel on the simulated device (Copy.cu: a copy between
-    same-dtype tensors of one dense layout is a memcpy, not a kernel; views launch nothing)."""
+def _launches_kernel(func, args, kwargs, out) -> bool:
+    """Whether the op ran a CUDA kernel on the simulated device (`copy_kernel_cuda`, Copy.cu): a
+    copy on the device between same-dtype tensors of one dense layout is a memcpy; between host
+    and device the dtype is converted on the host for a blocking copy (on the device for a
+    non-blocking one), so a kernel runs only to convert on the device, to make a device source
+    contiguous, or to scatter into a non-contiguous device destination. Views launch nothing."""
     if func in _NO_KERNEL or func.is_view:
         return False
     outs = [out] if isinstance(out, torch.Tensor) else tree_flatten(out)[0]
@@ -130,9 +133,20 @@ def _launches_kernel(func, args, out) -> bool:
     if not any(registered(t) for t in tensors):
         return False
     if func in _COPIES:
-        src, dst = (args[1], args[0]) if func is aten.copy_.default else (args[0], outs[0])
-        same = src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous()
-        return not same
+        if func is aten.copy_.default:
+            src, dst = args[1], args[0]
+            non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        else:
+            src, dst = args[0], outs[0]
+            non_blocking = kwargs.get("non_blocking", False)
+        same_dtype = src.dtype == dst.dtype
+        on_device = registered(src), registered(dst)
+        if on_device == (True, True):
+            return not (same_dtype and src.is_contiguous() and dst.is_contiguous())
+        if on_device == (False, True):  # host to device
+            return not dst.is_contiguous() or (bool(non_blocking) and not same_dtype)
+        # device to host
+        return not src.is_contiguous() or (bool(non_blocking) and not same_dtype)
     return True
 
 
@@ -536,7 +550,7 @@ class Capture:
         """Run one ATen op on the simulated device; the process's first kernel launch is noted
         after its op's allocations."""
         out = self._dispatch(func, args, kwargs)
-        if not self.kernels_ran and _launches_kernel(func, args, out):
+        if not self.kernels_ran and _launches_kernel(func, args, kwargs, out):
             self.kernels_ran = True
             self.device.kernels_launched()
         return out
