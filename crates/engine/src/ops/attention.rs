@@ -81,8 +81,8 @@ const OP: &str = "scaled_dot_product_attention";
 /// batch) is at most half the SMs, halving `S` until `S × b × h_k` is below
 /// twice the SMs. Its workspace is fp32 partial outputs `(b, h, S, d)` and
 /// two fp32 statistics `(b, h, S)`, each rounded up to 128 bytes, and 128
-/// bytes (`fixtures/run/sweeps/cudnn_decode_h200.jsonl` and
-/// `cudnn_decode_splits_h200.jsonl`: 816 cases, and blind19/s01; masks and dtypes make
+/// bytes (`fixtures/run/sweeps/cudnn_decode_h200.jsonl`,
+/// `cudnn_decode_splits_h200.jsonl` and blind19/s01; masks and dtypes make
 /// no difference).
 pub fn cudnn_fwd_workspace(shape: CudnnFwdShape, sm_count: u32) -> u64 {
     let CudnnFwdShape {
