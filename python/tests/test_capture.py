@@ -413,3 +413,12 @@ def test_distribution_checks_pass_and_small_cpu_runs_see_dense_zeros():
         assert dist.sample().shape == (64,)
         conv = weight_norm(torch.nn.Conv1d(8, 16, 1)).cuda()
         assert conv(torch.empty(2, 8, 32, device="cuda")).shape == (2, 16, 32)
+
+
+def test_a_like_factory_given_the_cuda_device_makes_a_simulated_tensor():
+    # torchvision's roi poolers: `torch.full_like(b[:, :1], i, dtype=..., device=b.device)`
+    with vramscope.capture(gpu="h200"):
+        boxes = torch.empty(1000, 4, device="cuda")
+        ids = torch.full_like(boxes[:, :1], 3, dtype=boxes.dtype, layout=torch.strided, device=boxes.device)
+        assert ids.device.type == "cuda" and ids.shape == (1000, 1)
+        assert torch.cuda.memory_allocated() == 16_384 + 4_096

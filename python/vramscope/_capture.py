@@ -579,6 +579,9 @@ class Capture:
             _NOT_COMPOSITE.add(func)
         ours = [a for a in _tensors((args, kwargs)) if registered(a)]
         factory = False
+        if ours and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
+            # `full_like(t, v, device=t.device)` (torchvision's roi poolers): the simulated device is meta
+            kwargs = dict(kwargs, device=torch.device("meta"))
         if not ours:
             if kwargs.get("pin_memory"):
                 # page-locked host memory (`save_on_cpu(pin_memory=True)`, a DataLoader's buffers)
