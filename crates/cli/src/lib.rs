@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod plan;
 pub mod plan_context;
 pub mod plan_parallel;
+mod plan_sharding;
 pub mod replay;
 pub mod view;
 
@@ -120,7 +121,15 @@ pub enum Command {
     /// (512,1024,2048) it sweeps the grid instead and prints peak reserved
     /// and fits / doesn't (--csv or --json for plotting).
     ///
-    /// Exit 0 when batch 1 fits, 1 when not even batch 1 fits, 2 on bad input.
+    /// With --fsdp N or --ddp N: the largest batch per rank over N GPUs, the
+    /// fewest GPUs for --target-batch (a global batch) and the levers there.
+    /// On one GPU, where not even batch 1 fits (or --target-batch does not),
+    /// it also gives the fewest GPUs (2 to 64) under FSDP2 and under DDP with
+    /// their defaults, and the `plan --fsdp N` command to run next.
+    ///
+    /// Exit 0 when batch 1 fits, 1 when not even batch 1 fits (on this one
+    /// GPU, whatever more GPUs would do; per rank under --fsdp/--ddp), 2 on
+    /// bad input.
     #[command(after_long_help = PLAN_EXAMPLES)]
     Plan(plan::PlanArgs),
 }
@@ -139,7 +148,8 @@ const PLAN_EXAMPLES: &str = "\
 Examples:
   vramscope plan --model llama-3.2-1b --mode train --seq 2048 --weights bf16 --gpu h100
   vramscope plan --model gpt2 --mode train --batch 1..16 --seq 512,1024 --csv
-  vramscope plan --model mistral-7b --mode train --seq 4096 --weights bf16 --target-batch 8";
+  vramscope plan --model mistral-7b --mode train --seq 4096 --weights bf16 --target-batch 8
+  vramscope plan --model llama-3.1-8b --mode train --seq 4096 --fsdp 8 --target-batch 64";
 
 /// `estimate --model list` (or `plan`'s): print the presets, exit 0.
 pub fn list_presets() -> ExitCode {
@@ -176,7 +186,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// pipe is not an error. `main.rs` and the Python package's `vramscope`
 /// both call it.
 pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(&args) {
+    let mut cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         // `--model list` alone: clap asks for --mode and --batch first
         Err(e)
@@ -193,6 +203,14 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
+    if let Command::Plan(plan) = &mut cli.command {
+        // (the commands a plan suggests repeat its arguments)
+        plan.argv = args
+            .iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -68,6 +68,10 @@ pub struct PlanArgs {
     /// file.
     #[arg(long, value_name = "FILE", requires = "batch")]
     pub html: Option<std::path::PathBuf>,
+    /// The command line's arguments from `plan` on (set by
+    /// [`crate::main_with`]): the commands the answer suggests repeat them.
+    #[arg(skip)]
+    pub argv: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -244,6 +248,7 @@ struct PlanJson {
     levers: Vec<LeverJson>,
     checkpointing_for_target: Option<CheckpointJson>,
     accumulation_for_target: Option<AccumulationJson>,
+    sharding: Option<crate::plan_sharding::ShardingJson>,
     unmeasured: Vec<String>,
 }
 
@@ -399,6 +404,21 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // past one GPU: where not even batch 1 fits, or the target does not,
+    // the fewest GPUs under FSDP2 and DDP (a lower bound by the search's
+    // own bound is no failure)
+    let sharding = if mb.capped.is_some() {
+        None
+    } else if mb.max_batch == 0 {
+        crate::plan_sharding::sharding(&config, &base, &options, args.target_batch, &args.argv)?
+    } else {
+        match args.target_batch {
+            Some(t) if t > mb.max_batch => {
+                crate::plan_sharding::sharding(&config, &base, &options, Some(t), &args.argv)?
+            }
+            _ => None,
+        }
+    };
     let mut out: Vec<u8> = Vec::new();
     let at = mb.at_max.as_ref();
     if args.json {
@@ -452,6 +472,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 extra_step_fraction: c.extra_step_fraction,
             }),
             accumulation_for_target: accum,
+            sharding,
             unmeasured: mb.unmeasured(),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
@@ -561,6 +582,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                     " — still does not fit"
                 }
             )?;
+        }
+        if let Some(s) = &sharding {
+            crate::plan_sharding::lines(&mut out, s)?;
         }
     }
     emit(

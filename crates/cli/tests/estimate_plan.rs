@@ -988,6 +988,109 @@ fn plan_under_ddp_finds_the_largest_batch_per_rank() {
     );
 }
 
+/// `plan` on one GPU where not even batch 1 fits, or the target does not
+/// (issue #33): the fewest GPUs under FSDP2 and DDP are what `plan --fsdp N`
+/// / `--ddp N` say at that N (the same peak), one GPU fewer does not fit,
+/// and the command it prints runs.
+#[test]
+fn plan_on_one_gpu_points_past_it_with_what_plan_fsdp_n_says() {
+    let llama = write_config(
+        "sharding_llama",
+        r#"{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}"#,
+    );
+    // `plan ARGS --json` on the config
+    let plan =
+        |args: &str, code: i32| json(&vramscope("plan", &llama, &format!("{args} --json"), code));
+    // the way's answer against `plan --KIND N --target-batch B` at N and at N - 1
+    let check = |given: &str, way: &Value, target: Option<i64>| {
+        let n = way["gpus"].as_i64().unwrap();
+        let kind = way["parallel"].as_str().unwrap();
+        let ckpt = if way["adds_checkpointing"] == true {
+            " --checkpointing"
+        } else {
+            ""
+        };
+        let b = target.unwrap_or(n);
+        let at = |m: i64| {
+            plan(
+                &format!("{given}{ckpt} --{kind} {m} --target-batch {b}"),
+                if target.is_some() || m == n { 0 } else { 1 },
+            )
+        };
+        let there = at(n);
+        // the batch per rank it was asked at fits there, with the same peak
+        assert_eq!(there["levers"][0]["fits"], true, "{there}");
+        assert_eq!(
+            there["peak_reserved_bytes"], way["peak_reserved_bytes"],
+            "{there}"
+        );
+        assert_eq!(way["batch_per_rank"].as_i64().unwrap(), (b + n - 1) / n);
+        if target.is_some() {
+            assert_eq!(there["fewest_gpus"]["gpus"], n, "{there}");
+        } else {
+            assert!(
+                there["max_batch_per_rank"].as_i64().unwrap() >= 1,
+                "{there}"
+            );
+        }
+        if n > 2 {
+            let fewer = at(n - 1);
+            assert_eq!(fewer["levers"][0]["fits"], false, "{fewer}");
+        }
+        // the command printed is that plan, and it runs
+        let cmd = way["command"].as_str().unwrap().to_string();
+        assert!(cmd.ends_with(&format!("{ckpt} --{kind} {n}")), "{cmd}");
+        let words: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+        let out = run(bin().args(&words), 0);
+        assert_eq!(json(&out)["world"], n);
+    };
+    let given = "--mode train --gpu h200 --seq 512 --no-levers";
+    // 800 MiB: FSDP2 fits batch 1 per rank on a few GPUs, DDP on none
+    let j = plan(&format!("{given} --memory-limit 800MiB"), 1);
+    assert_eq!(j["max_batch"], 0);
+    let s = &j["sharding"];
+    assert_eq!(s["target_batch"], Value::Null);
+    assert_eq!(s["max_gpus"], 64);
+    let ways = s["ways"].as_array().unwrap();
+    assert_eq!(ways.len(), 2, "{s}");
+    assert_eq!(
+        (&ways[0]["parallel"], &ways[0]["adds_checkpointing"]),
+        (&"fsdp".into(), &false.into())
+    );
+    check(&format!("{given} --memory-limit 800MiB"), &ways[0], None);
+    // DDP replicates: on none of 2 to 64, and its peak is that of 64 ranks
+    assert_eq!(ways[1]["parallel"], "ddp");
+    assert_eq!(ways[1]["gpus"], Value::Null);
+    assert_eq!(ways[1]["command"], Value::Null);
+    let ddp64 = plan(
+        &format!("{given} --memory-limit 800MiB --ddp 64 --target-batch 64"),
+        1,
+    );
+    assert_eq!(ddp64["fewest_gpus"]["gpus"], Value::Null);
+    assert_eq!(ddp64["peak_reserved_bytes"], ways[1]["peak_reserved_bytes"]);
+    // 600 MiB: FSDP2 fits on none, FSDP2 with checkpointing on some
+    let j = plan(&format!("{given} --memory-limit 600MiB"), 1);
+    let ways = j["sharding"]["ways"].as_array().unwrap();
+    assert_eq!(ways.len(), 3, "{j}");
+    assert_eq!(ways[0]["gpus"], Value::Null);
+    assert_eq!(ways[1]["adds_checkpointing"], true);
+    check(&format!("{given} --memory-limit 600MiB"), &ways[1], None);
+    // 1500 MiB: batch 2 fits on one GPU, the target 64 on more: both ways
+    let given = format!("{given} --memory-limit 1500MiB");
+    let j = plan(&format!("{given} --target-batch 64"), 0);
+    assert!(j["max_batch"].as_i64().unwrap() >= 1, "{j}");
+    let s = &j["sharding"];
+    assert_eq!(s["target_batch"], 64);
+    let ways = s["ways"].as_array().unwrap();
+    assert_eq!(ways.len(), 2, "{s}");
+    for way in ways {
+        check(&given, way, Some(64));
+    }
+    // a target that fits on one GPU: no answer past it
+    let j = plan(&format!("{given} --target-batch 1"), 0);
+    assert_eq!(j["sharding"], Value::Null);
+}
+
 /// `--fsdp`/`--ddp` with what is not modelled under them (issue #33): each
 /// refused with an error naming the one knob given, not a list of three.
 #[test]

@@ -28,8 +28,9 @@ pub use levers::{
     checkpoint_for_batch, lever_list, levers, num_layers, Lever, LeverOutcome, MinimalCheckpointing,
 };
 pub use parallel::{
-    fewest_gpus, largest_batch_per_rank, plan_parallel, run_ranks, with_world, Fewest, Largest,
-    ParallelAsk, ParallelLever, ParallelPlan, RanksOutcome, MAX_BATCH_PER_RANK, MAX_GPUS,
+    fewest_gpus, fewest_gpus_and_peak, largest_batch_per_rank, plan_parallel, run_ranks,
+    with_world, Fewest, FewestAndPeak, Largest, ParallelAsk, ParallelLever, ParallelPlan,
+    RanksOutcome, MAX_BATCH_PER_RANK, MAX_GPUS,
 };
-pub use search::{max_batch, try_batch, MaxBatch, Try, MAX_BATCH_CAP};
+pub use search::{max_batch, not_modelled, try_batch, MaxBatch, Try, MAX_BATCH_CAP};
 pub use sweep::{sweep, SweepCell};

@@ -332,6 +332,42 @@ pub fn fewest_gpus(
     fewest_by(&fits, target)
 }
 
+/// [`fewest_gpus`]' answer and the fullest rank there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FewestAndPeak {
+    /// the fewest GPUs for the target
+    pub fewest: Fewest,
+    /// the GPUs and the batch per rank `outcome` is of: the answer, else
+    /// [`MAX_GPUS`] and `ceil(target / MAX_GPUS)`
+    pub at: (i64, i64),
+    /// every rank there ([`run_ranks`] with its figures: without the limit
+    /// where a rank runs out)
+    pub outcome: RanksOutcome,
+}
+
+/// [`fewest_gpus`], then the fullest rank's peak at its answer, or at
+/// [`MAX_GPUS`] when no count fits (what the most GPUs searched would need).
+pub fn fewest_gpus_and_peak(
+    config: &HfConfig,
+    base: &Workload,
+    par: &Parallel,
+    target: i64,
+    options: &EstimateOptions,
+) -> Result<FewestAndPeak> {
+    let fewest = fewest_gpus(config, base, par, target, options)?;
+    let at = fewest.found.unwrap_or((MAX_GPUS, div_up(target, MAX_GPUS)));
+    let w = Workload {
+        batch: at.1,
+        ..base.clone()
+    };
+    let outcome = run_ranks(config, &w, &with_world(par, at.0), options, true)?;
+    Ok(FewestAndPeak {
+        fewest,
+        at,
+        outcome,
+    })
+}
+
 /// [`fewest_gpus`] over any `fits(batch per rank, ranks)`.
 fn fewest_by(fits: &dyn Fn(i64, i64) -> Result<bool>, target: i64) -> Result<Fewest> {
     for n in 2..=MAX_GPUS {
@@ -718,6 +754,45 @@ mod tests {
         let l = largest_by(&fits, 1).unwrap();
         assert_eq!((l.max, l.checked_up_to), (16, 16));
         assert!(l.capped.unwrap().starts_with("batch 32 per rank: "));
+    }
+
+    #[test]
+    fn the_peak_is_that_of_the_fewest_gpus_or_of_the_most_searched() {
+        let config = llama();
+        let base = Workload::train(Task::Causal, 1, 1024);
+        let par = Parallel::Fsdp(FsdpConfig {
+            world: 2,
+            rank: 0,
+            param_dtype: None,
+            reshard_after_forward: true,
+            cpu_offload: false,
+        });
+        let cut = |gib: f64| EstimateOptions {
+            profile: vramscope_engine::gpu("h200").unwrap().profile(),
+            memory_fraction: Some(gib / 139.0),
+            ..EstimateOptions::default()
+        };
+        // 2 GiB: some count fits 48 sequences; 0.05 GiB: none does
+        for (gib, found) in [(2.0, true), (0.05, false)] {
+            let options = cut(gib);
+            let f = fewest_gpus_and_peak(&config, &base, &par, 48, &options).unwrap();
+            assert_eq!(
+                f.fewest,
+                fewest_gpus(&config, &base, &par, 48, &options).unwrap()
+            );
+            assert_eq!(f.fewest.found.is_some(), found, "{f:?}");
+            assert_eq!(f.outcome.fits, found, "{f:?}");
+            let (n, per) = f.at;
+            if !found {
+                assert_eq!((n, per), (MAX_GPUS, 1));
+            }
+            let w = Workload {
+                batch: per,
+                ..base.clone()
+            };
+            let there = run_ranks(&config, &w, &with_world(&par, n), &options, true).unwrap();
+            assert_eq!(f.outcome, there);
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub fn try_batch(
 
 /// An error that says the workload takes something the twin does not model
 /// (rather than a bad config or option).
-pub(crate) fn not_modelled(e: &ModelError) -> bool {
+pub fn not_modelled(e: &ModelError) -> bool {
     matches!(
         e,
         ModelError::Unsupported(_) | ModelError::Engine(EngineError::Unsupported { .. })
