@@ -340,13 +340,14 @@ pub struct FewestAndPeak {
     /// the GPUs and the batch per rank `outcome` is of: the answer, else
     /// [`MAX_GPUS`] and `ceil(target / MAX_GPUS)`
     pub at: (i64, i64),
-    /// every rank there ([`run_ranks`] with its figures: without the limit
-    /// where a rank runs out)
+    /// every rank there (under the limit at the answer; without it at
+    /// [`MAX_GPUS`], where `fits` is false)
     pub outcome: RanksOutcome,
 }
 
-/// [`fewest_gpus`], then the fullest rank's peak at its answer, or at
-/// [`MAX_GPUS`] when no count fits (what the most GPUs searched would need).
+/// [`fewest_gpus`] with the fullest rank's peak at its answer (that of the
+/// search's own run there), or, when no count fits, at [`MAX_GPUS`]
+/// without the limit (what the most GPUs searched would need).
 pub fn fewest_gpus_and_peak(
     config: &HfConfig,
     base: &Workload,
@@ -354,13 +355,31 @@ pub fn fewest_gpus_and_peak(
     target: i64,
     options: &EstimateOptions,
 ) -> Result<FewestAndPeak> {
-    let fewest = fewest_gpus(config, base, par, target, options)?;
-    let at = fewest.found.unwrap_or((MAX_GPUS, div_up(target, MAX_GPUS)));
-    let w = Workload {
-        batch: at.1,
-        ..base.clone()
+    let run = |b: i64, n: i64, options: &EstimateOptions| {
+        let w = Workload {
+            batch: b,
+            ..base.clone()
+        };
+        run_ranks(config, &w, &with_world(par, n), options, false)
     };
-    let outcome = run_ranks(config, &w, &with_world(par, at.0), options, true)?;
+    // the search of `fewest_gpus`, keeping the run that fits
+    let fitted: std::cell::Cell<Option<RanksOutcome>> = Default::default();
+    let fits = |b: i64, n: i64| -> Result<bool> {
+        let o = run(b, n, options)?;
+        if o.fits {
+            fitted.set(Some(o));
+        }
+        Ok(o.fits)
+    };
+    let fewest = fewest_by(&fits, target)?;
+    let (at, outcome) = match (fewest.found, fitted.get()) {
+        (Some(found), Some(o)) => (found, o),
+        _ => {
+            let at = (MAX_GPUS, div_up(target, MAX_GPUS));
+            let o = run(at.1, at.0, &options.without_limit())?;
+            (at, RanksOutcome { fits: false, ..o })
+        }
+    };
     Ok(FewestAndPeak {
         fewest,
         at,
@@ -790,7 +809,13 @@ mod tests {
                 batch: per,
                 ..base.clone()
             };
-            let there = run_ranks(&config, &w, &with_world(&par, n), &options, true).unwrap();
+            let there = if found {
+                run_ranks(&config, &w, &with_world(&par, n), &options, true).unwrap()
+            } else {
+                let free = options.without_limit();
+                let o = run_ranks(&config, &w, &with_world(&par, n), &free, true).unwrap();
+                RanksOutcome { fits: false, ..o }
+            };
             assert_eq!(f.outcome, there);
         }
     }
