@@ -557,6 +557,8 @@ class Capture:
 
     def _dispatch(self, func, args, kwargs):
         special = _kernels.DISPATCH.get(func)
+        if special is None and func.namespace != "aten":
+            special = _kernels.NAMED_DISPATCH.get(func._schema.name)
         if special is not None:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:

@@ -23,6 +23,8 @@ aten = torch.ops.aten
 FUNCTIONS: dict = {}
 #: dispatch-mode handlers that replace the generic path
 DISPATCH: dict = {}
+#: the same for ops outside ATen, by schema name (their libraries load only if the program imports them)
+NAMED_DISPATCH: dict = {}
 #: rules run after the op's outputs are allocated: handler(cap, func, (args, kwargs), outputs)
 AFTER: dict = {}
 #: ops whose values are never computed on the CPU (random or huge side effects)
@@ -1537,6 +1539,47 @@ def _nonzero(cap, func, args, kwargs):
 
 
 DISPATCH[aten.nonzero.default] = _nonzero
+
+
+#: torchvision's `threadsPerBlock` in csrc/ops/cuda/nms_kernel.cu: one 64-bit mask word per 64 boxes
+NMS_BLOCK = 64
+
+
+def _nms(cap, func, args, kwargs):
+    """torchvision's `nms_kernel` (csrc/ops/cuda/nms_kernel.cu): the scores sorted descending (the
+    sorted values die at once, the order is kept), the boxes gathered in that order, an int64 mask
+    of n x ceil(n / 64) words, a bool `keep` of n filled on the device (`gather_keep_from_mask`),
+    then `order.masked_select(keep)`; `keep`, the mask, the gathered boxes and the order die at the
+    return (blind21/u03's H200 memory history). How many boxes survive depends on their values:
+    where the twin does not carry them, `masked_select` keeps all (the largest result)."""
+    names = ("dets", "scores", "iou_threshold")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    dets, scores, threshold = a["dets"], a["scores"], a["iou_threshold"]
+    if not (registered(dets) and registered(scores)) or dets.dim() != 2 or scores.dim() != 1:
+        return NotImplemented
+    cap.ops += 1
+    op = "torchvision::nms"
+    n = dets.shape[0]
+    if dets.numel() == 0:
+        return cap.track(torch.empty(0, dtype=torch.long, device="meta"), op)
+    order = cap.dispatch(aten.sort.stable, (scores,), {"stable": False, "dim": 0, "descending": True})[1]
+    ordered = cap.dispatch(aten.index_select.default, (dets, 0, order), {})
+    mask = cap.malloc(n * -(-n // NMS_BLOCK) * 8, op, "temporary")
+    keep = cap.track(torch.empty(n, dtype=torch.bool, device="meta"), op, "temporary")
+    vd, vs = value(dets), value(scores)
+    if vd is not None and vs is not None and not (assumed(dets) or assumed(scores)):
+        import torchvision  # the program itself runs torchvision's op
+
+        kept = torchvision.ops.nms(vd.float(), vs.float(), float(threshold))
+        flags = torch.zeros(n, dtype=torch.bool)
+        flags[torch.argsort(torch.argsort(vs.float(), descending=True))[kept]] = True
+        set_value(keep, flags)
+    out = cap.dispatch(aten.masked_select.default, (order, keep), {})
+    del keep, mask, ordered, order
+    return out
+
+
+NAMED_DISPATCH["torchvision::nms"] = _nms
 
 
 def _left_aligned(cap, func, args, kwargs):
