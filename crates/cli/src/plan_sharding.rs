@@ -103,7 +103,8 @@ pub(crate) fn sharding(
     // batch 1 per rank: the global batch 1, whose share is 1 on any count
     let want = target.unwrap_or(1);
     let mut ways: Vec<WayJson> = Vec::new();
-    let mut way = |ddp: bool, ckpt: bool| -> anyhow::Result<bool> {
+    // whether it was modelled, and found a count
+    let mut way = |ddp: bool, ckpt: bool| -> anyhow::Result<(bool, bool)> {
         let w = Workload {
             checkpointing: if ckpt {
                 Some(Checkpointing::Every(1))
@@ -137,12 +138,15 @@ pub(crate) fn sharding(
             Err(e) if not_modelled(&e) => j.not_modelled = Some(e.to_string()),
             Err(e) => return Err(e.into()),
         }
-        let found = j.gpus.is_some();
+        let answer = (j.not_modelled.is_none(), j.gpus.is_some());
         ways.push(j);
-        Ok(found)
+        Ok(answer)
     };
-    let fsdp = way(false, false)?;
-    if !fsdp && base.mode == Mode::Train && base.checkpointing.is_none() {
+    // (checkpointing does not make modelled what FSDP2 alone is not)
+    if way(false, false)? == (true, false)
+        && base.mode == Mode::Train
+        && base.checkpointing.is_none()
+    {
         way(false, true)?;
     }
     way(true, false)?;

@@ -1086,6 +1086,21 @@ fn plan_on_one_gpu_points_past_it_with_what_plan_fsdp_n_says() {
     for way in ways {
         check(&given, way, Some(64));
     }
+    // what FSDP2 does not model is said, and not tried again with checkpointing
+    let j = plan(
+        "--mode train --gpu h200 --seq 512 --no-levers --memory-limit 300MiB --optimizer adafactor",
+        1,
+    );
+    let ways = j["sharding"]["ways"].as_array().unwrap();
+    assert_eq!(ways.len(), 2, "{j}");
+    assert!(
+        ways[0]["not_modelled"]
+            .as_str()
+            .unwrap()
+            .contains("Adafactor"),
+        "{j}"
+    );
+    assert_eq!(ways[1]["parallel"], "ddp");
     // a target that fits on one GPU: no answer past it
     let j = plan(&format!("{given} --target-batch 1"), 0);
     assert_eq!(j["sharding"], Value::Null);
