@@ -410,12 +410,22 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let sharding = if mb.capped.is_some() {
         None
     } else if mb.max_batch == 0 {
-        crate::plan_sharding::sharding(&config, &base, &options, args.target_batch, &args.argv)?
+        Some(crate::plan_sharding::sharding(
+            &config,
+            &base,
+            &options,
+            args.target_batch,
+            &args.argv,
+        )?)
     } else {
         match args.target_batch {
-            Some(t) if t > mb.max_batch => {
-                crate::plan_sharding::sharding(&config, &base, &options, Some(t), &args.argv)?
-            }
+            Some(t) if t > mb.max_batch => Some(crate::plan_sharding::sharding(
+                &config,
+                &base,
+                &options,
+                Some(t),
+                &args.argv,
+            )?),
             _ => None,
         }
     };

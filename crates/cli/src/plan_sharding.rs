@@ -89,17 +89,13 @@ fn command(argv: &[String], extra: &str) -> Option<String> {
 /// The fewest GPUs for `target` (`None`: batch 1 per rank) under FSDP2 and
 /// under DDP, each with its defaults; where FSDP2 fits on none, in training
 /// without checkpointing, FSDP2 with checkpointing of every layer too.
-/// `None` for a generation (not modelled under either).
 pub(crate) fn sharding(
     config: &HfConfig,
     base: &Workload,
     options: &EstimateOptions,
     target: Option<i64>,
     argv: &[String],
-) -> anyhow::Result<Option<ShardingJson>> {
-    if base.mode == Mode::Generate {
-        return Ok(None);
-    }
+) -> anyhow::Result<ShardingJson> {
     // batch 1 per rank: the global batch 1, whose share is 1 on any count
     let want = target.unwrap_or(1);
     let mut ways: Vec<WayJson> = Vec::new();
@@ -150,11 +146,11 @@ pub(crate) fn sharding(
         way(false, true)?;
     }
     way(true, false)?;
-    Ok(Some(ShardingJson {
+    Ok(ShardingJson {
         target_batch: target,
         max_gpus: MAX_GPUS,
         ways,
-    }))
+    })
 }
 
 /// The text lines of `s`.
