@@ -135,3 +135,22 @@ def test_layer_norm_backward_over_many_rows_sums_partial_blocks():
         )
         == 0
     )
+
+
+def test_batch_norm_in_evaluation_takes_cudnn_and_makes_its_output_only():
+    # blind21/u06's H200 memory history: eval-mode BatchNorm2d of a float32 batch went to
+    # cudnn_batch_norm, whose save_mean and save_var are empty; bf16 stays on the native kernel
+    with vramscope.capture(gpu="h200"):
+        bn = torch.nn.BatchNorm2d(64).cuda().eval()
+        x = torch.empty(8, 64, 32, 32, device="cuda")
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        with torch.no_grad():
+            y = bn(x)
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 1
+        assert y.shape == x.shape
+        bn16 = bn.to(torch.bfloat16)
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        with torch.no_grad():
+            bn16(x.to(torch.bfloat16))
+        # the cast input, the output, save_mean and save_invstd
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 4

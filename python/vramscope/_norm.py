@@ -74,10 +74,31 @@ def _grid_scratch(cap, t, per_channel: int, op: str) -> None:
         del staging, semaphores
 
 
+def _cudnn_inference(x, weight, bias, running_mean, running_var, eps) -> bool:
+    """`_select_batch_norm_backend` (Normalization.cpp) choosing cuDNN for an evaluation-mode batch
+    norm: not bf16, half input only with float weights, affine, running statistics, 3-D or more, at
+    most 65,535 samples, fewer than 2^31 elements (cuDNN's minimum epsilon is 0)."""
+    return (
+        x.dtype != torch.bfloat16
+        and weight is not None
+        and bias is not None
+        and weight.dtype != torch.bfloat16
+        and (x.dtype != torch.float16 or weight.dtype == torch.float32)
+        and running_mean is not None
+        and running_var is not None
+        and x.dim() >= 3
+        and x.shape[0] <= 65535
+        and eps >= 0
+        and x.numel() < 2**31 - 1
+    )
+
+
 def _native_batch_norm(cap, func, args, kwargs):
     """`batch_norm_cuda`: output, save_mean, save_invstd; in training, the statistics of a
     channels-last input (`batch_norm_choose_impl`) take `batch_norm_stats_channels_last_cuda_template`'s
-    staging (4 accumulators per channel and grid row) and semaphores."""
+    staging (4 accumulators per channel and grid row) and semaphores. In evaluation, where
+    `_batch_norm_impl_index` picks cuDNN, `cudnn_batch_norm` makes the output only (its save_mean
+    and save_var are empty: cudnn/BatchNorm.cpp; blind21/u06's H200 memory history)."""
     x = args[0]
     training = args[5] if len(args) > 5 else kwargs.get("training")
     if kwargs or not registered(x):
@@ -85,6 +106,11 @@ def _native_batch_norm(cap, func, args, kwargs):
     cap.ops += 1
     op = "aten::native_batch_norm"
     out = func(*args)
+    if not training and _cudnn_inference(*args[:5], args[7]):
+        if not (x.is_contiguous() or _channels_last_kernels(x)):
+            cap.note_unmeasured("cuDNN's batch norm of a non-dense input (its contiguous copy)")
+        empty = (cap.track(torch.empty(0, dtype=t.dtype, device="meta"), op) for t in out[1:])
+        return (cap.track(out[0], "aten::cudnn_batch_norm"), *empty)
     for t in out:
         cap.track(t, op)
     if training and x.numel() > 0:
