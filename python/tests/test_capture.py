@@ -443,3 +443,20 @@ def test_torchvision_nms_allocates_what_the_gpu_counted():
         big = torch.randn(many, 4, device="cuda")
         assert torchvision.ops.nms(big, torch.randn(many, device="cuda"), 0.5).shape == (many,)
     assert any("nonzero" in w for w in cap.warned)
+
+
+def test_an_assignment_through_a_mask_keeps_the_masks_values_for_backward():
+    # HF Wav2Vec2's SpecAugment (blind21/u02): `h[mask] = embed` with a mask made on the host; its
+    # backward indexes the gradient with the same mask, whose count the twin still knows
+    with vramscope.capture(gpu="h200") as cap:
+        rows = torch.zeros(4, 199, dtype=torch.bool)
+        rows[:, :10] = True
+        x = torch.empty(4, 199, 512, device="cuda", requires_grad=True)
+        embed = torch.nn.Parameter(torch.empty(512, device="cuda"))
+        h = x * 1
+        mask = rows.cuda()
+        h[mask] = embed
+        del mask
+        h.sum().backward()
+        assert embed.grad.shape == (512,)
+    assert not any("nonzero" in w for w in cap.warned)

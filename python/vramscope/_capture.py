@@ -313,6 +313,26 @@ def _layout(t: torch.Tensor):
     return (tuple(t.shape), t.stride(), t.storage_offset(), t.untyped_storage()._cdata)
 
 
+_WRITES: dict = {}
+
+
+def _written(func, args, kwargs) -> list:
+    """The tensors an op writes (its schema's `Tensor(a!)` arguments): their values go stale; the
+    others it only reads keep theirs (the bool mask of `x[mask] = v`, which backward reads again)."""
+    where = _WRITES.get(func)
+    if where is None:
+        where = _WRITES[func] = [
+            (i, a.name)
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        ]
+    out = []
+    for i, name in where:
+        a = args[i] if i < len(args) else kwargs.get(name)
+        out.extend(t for t in (a if isinstance(a, (list, tuple)) else [a]) if isinstance(t, torch.Tensor))
+    return out
+
+
 def _meta_cached(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors; an op returning only fresh tensors runs its meta
     kernel (Python decompositions, slow) once per argument metadata, then gets tensors of the same
@@ -631,7 +651,7 @@ class Capture:
             v = vals[i] if vals is not None and i < len(vals) else None
             set_value(o, v if isinstance(v, torch.Tensor) else None, guessed)
         if vals is None and func._schema.is_mutable:
-            for a in ours:
+            for a in _written(func, args, kwargs):
                 set_value(a, None)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
