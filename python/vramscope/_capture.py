@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _attention, _autocast, _kernels, _native, _norm, _tensor  # noqa: F401  (_attention, _norm register rules)
+from . import _attention, _autocast, _kernels, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _norm register rules)
 from ._tensor import Storage, is_ours, registered, set_value, value
 from ._tensor import tensors_in as _tensors
 
@@ -576,6 +576,9 @@ class Capture:
         return out
 
     def _dispatch(self, func, args, kwargs):
+        sparse = _sparse.dispatch(self, func, args, kwargs)
+        if sparse is not NotImplemented:
+            return sparse
         special = _kernels.DISPATCH.get(func)
         if special is None and func.namespace != "aten":
             special = _kernels.NAMED_DISPATCH.get(func._schema.name)
@@ -600,6 +603,8 @@ class Capture:
         elif torch.is_inference_mode_enabled():
             _NOT_COMPOSITE.add(func)
         ours = [a for a in _tensors((args, kwargs)) if registered(a)]
+        if any(a.layout is torch.sparse_coo for a in ours):
+            return _sparse.fallback(self, func, args, kwargs)
         factory = False
         if ours and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
             # `full_like(t, v, device=t.device)` (torchvision's roi poolers): the simulated device is meta
@@ -765,6 +770,9 @@ class Capture:
     def _categorize(self, tensors, category: str) -> None:
         for t in tensors:
             if t is None or not registered(t):
+                continue
+            if t.layout is torch.sparse_coo:
+                self._categorize(_sparse.parts(t), category)
                 continue
             h = self.handle_of(t)
             if h is None or (h, category) in self.categorized:

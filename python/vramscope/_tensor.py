@@ -26,6 +26,8 @@ _NO_TF = torch._C.DisableTorchFunction
 _IS_META = _BASE.is_meta.__get__
 _DEVICE = _BASE.device.__get__
 _IS_CUDA = _BASE.is_cuda.__get__
+_COO = torch.sparse_coo
+_NO_DISPATCH = torch._C._DisableTorchDispatch
 
 
 def BASE_IS_META(t) -> bool:
@@ -69,6 +71,10 @@ def registered(t) -> bool:
         try:
             return t.untyped_storage()._cdata in _registry
         except NotImplementedError:
+            if t.layout is _COO:
+                # a sparse COO tensor (`_sparse`): simulated where its values are
+                with _NO_DISPATCH():
+                    return t._values().untyped_storage()._cdata in _registry
             # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
             # tensor it wraps reach the capture unwrapped
             return False

@@ -1,0 +1,101 @@
+"""Sparse COO tensors on the simulated device, against the H200's memory histories
+(fixtures/run/sparse/sparse_probe_h200.json)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import vramscope
+from conftest import FIXTURES
+from vramscope import _sparse
+
+PROBE = json.loads((FIXTURES / "run" / "sparse" / "sparse_probe_h200.json").read_text())
+R, D = 1_000_000, 128
+
+
+def _cases(name):
+    return [c for c in PROBE["cases"] if c["name"] == name]
+
+
+def _allocs(case):
+    return [e["size"] for e in case["events"] if e["a"] == "alloc"]
+
+
+def _sequence(case):
+    return [(e["a"], e["size"]) for e in case["events"] if e["a"] in ("alloc", "free_requested")]
+
+
+def test_thrust_scratch_in_coalesce_is_cubs():
+    cases = _cases("coalesce") + _cases("coalesce_2d")
+    assert len(cases) == 6
+    for c in cases:
+        n = c["n"]
+        allocs = _allocs(c)
+        assert allocs[:3] == [8 * n] * 3
+        assert allocs[3] == _sparse.merge_sort_pairs_bytes(n), n
+        assert allocs[4] == _sparse.unique_by_key_bytes(n), n
+
+
+def _history(fn):
+    """The twin's allocator events of `fn` (alloc and free, sizes as requested)."""
+    torch.cuda.memory._record_memory_history(max_entries=10_000)
+    before = len(torch.cuda.memory._snapshot()["device_traces"][0])
+    out = fn()
+    trace = torch.cuda.memory._snapshot()["device_traces"][0][before:]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    return out, [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_requested")]
+
+
+@pytest.mark.parametrize("n", [100, 4097, 65536])
+def test_sparse_ops_allocate_in_the_h200s_order(n):
+    gpu = {c["name"]: c for c in PROBE["cases"] if c["n"] == n}
+    nnz = gpu["sparse_mask_coalesced"]["nnz"]
+    # indices with the GPU's count of distinct rows, copied from the host (so the twin knows them)
+    host = torch.cat([torch.arange(nnz), torch.zeros(n - nnz, dtype=torch.long)]) * 7
+    with vramscope.capture(gpu="h200"):
+        idx = host.reshape(1, n).cuda()
+        s = torch.sparse_coo_tensor(idx, torch.empty(n, D, device="cuda"), (R, D))
+        c, got = _history(s.coalesce)
+        assert c.is_sparse and c.is_cuda and c._nnz() == nnz and c.is_coalesced()
+        assert got == _sequence(gpu["coalesce"])
+        dense = torch.zeros(R, D, device="cuda")
+        m, got = _history(lambda: dense.sparse_mask(c))
+        assert m._values().shape == (nnz, D)
+        assert got == _sequence(gpu["sparse_mask_coalesced"])
+        del m
+        m, got = _history(lambda: dense.sparse_mask(s))
+        assert got == _sequence(gpu["sparse_mask_uncoalesced"])
+        del m
+        for case, other in (("add_dense_sparse_uncoalesced", s), ("add_dense_sparse_coalesced", c)):
+            _, got = _history(lambda other=other: dense.add_(other))
+            assert got == _sequence(gpu[case]) == []
+        _cl, got = _history(s.clone)
+        assert got == _sequence(gpu["clone_sparse"])
+        ss, got = _history(lambda: s + s)
+        assert got == _sequence(gpu["add_sparse_sparse"])
+        assert ss._nnz() == 2 * n
+
+
+def test_embedding_backward_keeps_the_index_storage_and_sparse_adam_steps():
+    # the H200: the first sparse gradient aliases the indices and the incoming gradient (no clone);
+    # a second backward concatenates; SparseAdam coalesces, masks and adds as the GPU's step did
+    first = _cases("embedding_sparse_backward_first")[0]
+    again = _cases("embedding_sparse_backward_accumulate")[0]
+    with vramscope.capture(gpu="h200"):
+        emb = torch.nn.Embedding(R, D, sparse=True).to("cuda")
+        ids = torch.randint(0, R, (2048, 256), device="cuda")
+        bwd = lambda: emb(ids).mean(1).sum().backward()  # noqa: E731
+        _, got = _history(bwd)
+        assert [a for a in got if a[0] == "alloc"] == [a for a in _sequence(first) if a[0] == "alloc"]
+        grad = emb.weight.grad
+        assert grad.is_sparse and grad.device == torch.device("cuda", 0)
+        assert grad._indices().untyped_storage()._cdata == ids.untyped_storage()._cdata
+        _, got = _history(bwd)
+        assert [a for a in got if a[0] == "alloc"] == [a for a in _sequence(again) if a[0] == "alloc"]
+        assert emb.weight.grad._nnz() == 2 * ids.numel()
+        opt = torch.optim.SparseAdam([emb.weight], lr=1e-3)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        assert len(opt.state[emb.weight]) == 3

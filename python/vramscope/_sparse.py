@@ -1,0 +1,418 @@
+"""Sparse COO tensors on the simulated device.
+
+A simulated sparse COO tensor is PyTorch's own `SparseMeta` tensor whose indices and values are
+simulated dense tensors (`_tensor.registered` reads it as simulated where its values are). Its
+constructor and metadata (`_indices`, `_values`, `_nnz`, ...) allocate nothing, as on the GPU. The
+ops with CUDA kernels of their own (`aten/src/ATen/native/sparse/cuda/*`) have no meta kernel, so
+each is reproduced here with what it allocates on CUDA, in order: `_coalesce`
+(`_coalesce_sparse_cuda` with Thrust's merge sort and unique-by-key), `sparse_mask` of a dense
+tensor, dense + sparse and sparse + sparse `add`, `clone`, and the autograd engine's
+`AccumulateGrad` of a sparse gradient (`nn.Embedding(sparse=True)`, `torch.optim.SparseAdam`).
+Checked against the H200's memory histories of `validation/run/blind16/p04` and of each op at
+five sizes (`fixtures/run/sparse/`). Any other op on a sparse tensor runs its `SparseMeta` kernel
+where PyTorch has one (named unmeasured) and stops the program with a clear error where not.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _kernels
+from ._tensor import registered, set_value, tensors_in, value
+
+aten = torch.ops.aten
+
+_NO_DISPATCH = torch._C._DisableTorchDispatch
+_COO = torch.sparse_coo
+
+#: op -> handler(cap, func, args, kwargs), or NotImplemented to take the dense path
+OPS: dict = {}
+
+
+def _sparse(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout is _COO
+
+
+def parts(t):
+    """A sparse COO tensor's indices and values (outside the capture's dispatch)."""
+    with _NO_DISPATCH():
+        return t._indices(), t._values()
+
+
+def index_values(t):
+    """The CPU values of a sparse tensor's indices, where the twin knows them (its indices are
+    aliases made anew by each `_indices()`, so the sparse tensor keeps them)."""
+    return getattr(t, "_vs_indices", None)
+
+
+def _set_index_values(t, v) -> None:
+    if v is not None:
+        t._vs_indices = v
+
+
+def _meta_kwargs(kwargs: dict) -> dict:
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type == "cuda":
+        return dict(kwargs, device=torch.device("meta"))
+    return kwargs
+
+
+def _make(t_like, indices, values, coalesced: bool, index_vals=None):
+    """A `SparseMeta` tensor over simulated `indices` and `values`, as `alias_into_sparse` makes
+    one (no copy): `_sparse_coo_tensor_with_dims_and_tensors`; `index_vals`: the indices' values."""
+    size = list(t_like.shape)
+    with _NO_DISPATCH():
+        out = aten._sparse_coo_tensor_with_dims_and_tensors(
+            indices.shape[0],
+            values.dim() - 1,
+            size,
+            indices,
+            values,
+            dtype=values.dtype,
+            layout=_COO,
+            device=torch.device("meta"),
+            is_coalesced=coalesced,
+        )
+    _set_index_values(out, index_vals)
+    return out
+
+
+def _empty(cap, shape, dtype, op: str):
+    """A new simulated dense tensor (contiguous), allocated in the twin."""
+    return cap.track(torch.empty(shape, dtype=dtype, device="meta"), op)
+
+
+def dispatch(cap, func, args, kwargs):
+    """The op, where it has a rule here and involves a simulated sparse tensor; NotImplemented
+    otherwise (an op without a rule whose operands include one goes to `fallback`)."""
+    handler = OPS.get(func)
+    if handler is None:
+        return NotImplemented
+    return handler(cap, func, args, kwargs)
+
+
+def fallback(cap, func, args, kwargs):
+    """An op on a sparse tensor without a rule: its `SparseMeta` kernel, where PyTorch has one
+    (new storages allocated at their sizes, named unmeasured); else a clear error."""
+    name = func._schema.name
+    try:
+        with _NO_DISPATCH():
+            out = func(*args, **_meta_kwargs(kwargs))
+    except (NotImplementedError, RuntimeError) as e:
+        raise NotImplementedError(
+            f"vramscope: {name} of a sparse COO CUDA tensor has no rule in the twin and no meta "
+            f"kernel in PyTorch ({str(e).splitlines()[0]})"
+        ) from None
+    cap.ops += 1
+    for o in tensors_in(out):
+        _adopt(cap, o, name)
+    cap.note_unmeasured(f"{name} (sparse COO)")
+    return out
+
+
+def _adopt(cap, t, op: str) -> None:
+    """Allocate the storages of a meta result the twin has not seen (a sparse tensor's parts)."""
+    if not _tensor_is_meta(t):
+        return
+    for p in parts(t) if _sparse(t) else (t,):
+        cap.track(p, op)
+        set_value(p, None)
+
+
+def _tensor_is_meta(t) -> bool:
+    from ._tensor import BASE_IS_META
+
+    return isinstance(t, torch.Tensor) and BASE_IS_META(t)
+
+
+# ---- construction and metadata: no allocation -------------------------------------------------
+
+
+def _construct(cap, func, args, kwargs):
+    """`_sparse_coo_tensor_with_dims_and_tensors` (`new_with_dims_and_tensor_sparse`,
+    SparseTensor.cpp): the tensor aliases its indices and values."""
+    if not any(registered(t) for t in tensors_in(args)):
+        return NotImplemented
+    cap.ops += 1
+    with _NO_DISPATCH():
+        out = func(*args, **_meta_kwargs(kwargs))
+    _set_index_values(out, value(args[3]))
+    return out
+
+
+OPS[aten._sparse_coo_tensor_with_dims_and_tensors.default] = _construct
+
+
+def _metadata(cap, func, args, kwargs):
+    """Metadata and aliases of a sparse tensor (`_indices`, `_values`, `_nnz`, `detach`, ...)."""
+    t = args[0] if args else None
+    if not (_sparse(t) and registered(t)):
+        return NotImplemented
+    with _NO_DISPATCH():
+        out = func(*args, **kwargs)
+    if func in _INDICES:
+        set_value(out, index_values(t))
+    elif func in _ALIASES:
+        _set_index_values(out, index_values(t))
+    return out
+
+
+_INDICES = {aten._indices.default, aten.indices.default}
+_ALIASES = {aten.detach.default, aten.alias.default, aten._coalesced_.default}
+
+
+for _f in (
+    aten._indices.default,
+    aten._values.default,
+    aten.indices.default,
+    aten.values.default,
+    aten.is_coalesced.default,
+    aten._nnz.default,
+    aten.sparse_dim.default,
+    aten.dense_dim.default,
+    aten._dimI.default,
+    aten._dimV.default,
+    aten._coalesced_.default,
+    aten.detach.default,
+    aten.alias.default,
+):
+    OPS[_f] = _metadata
+
+
+# ---- clone and AccumulateGrad ----------------------------------------------------------------
+
+
+def _clone(cap, func, args, kwargs):
+    """`clone_sparse` (SparseTensor.cpp): `copy_into_sparse` copies values, then indices (the
+    H200's order); the result keeps the coalesced flag.
+
+    Inside `AccumulateGrad` (torch/csrc/autograd/functions/accumulate_grad.h) a first sparse
+    gradient with contiguous indices and values is not cloned but wrapped
+    (`_sparse_coo_tensor_unsafe(new_grad._indices(), new_grad._values(), ...)`) when grad mode is
+    off and nothing else holds the gradient's parts: on the GPU the engine's reference is the only
+    one, while under the capture's dispatch mode Python holds more, and the engine would clone.
+    The H200 keeps `nn.Embedding(sparse=True)`'s gradient on the program's index storage
+    (fixtures/run/sparse)."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)):
+        return NotImplemented
+    cap.ops += 1
+    indices, values = parts(t)
+    node = torch._C._current_autograd_node()
+    if (
+        node is not None
+        and node.name() == "torch::autograd::AccumulateGrad"
+        and not torch.is_grad_enabled()
+        and indices.is_contiguous()
+        and values.is_contiguous()
+    ):
+        return _make(t, indices, values, False, index_values(t))
+    new_values = _empty(cap, values.shape, values.dtype, "aten::clone")
+    new_indices = _empty(cap, indices.shape, indices.dtype, "aten::clone")
+    return _make(t, new_indices, new_values, t.is_coalesced(), index_values(t))
+
+
+OPS[aten.clone.default] = _clone
+
+
+# ---- coalesce -----------------------------------------------------------------------------------
+
+
+def _alias_temporaries(sizes) -> int:
+    """CUB's `AliasTemporaries` (`cub/util_temporary_storage.cuh`): each part rounded up to 256
+    bytes, plus 255 bytes to align the blob (as `vramscope_engine::ops::cub`)."""
+    return sum(-(-s // 256) * 256 for s in sizes) + 255
+
+
+def merge_sort_pairs_bytes(n: int, key_bytes: int = 8, value_bytes: int = 8) -> int:
+    """`thrust::sort_by_key` with a comparator of its own (`LTOp`): CUB's `DispatchMergeSort`
+    (CCCL 3.0, `Policy600`: 256 threads of `Nominal4BItemsToItems<int64>(17)` = 8 items, so
+    2,048-item tiles) with 32-bit offsets (Thrust's dispatch below 2^31 items): the merge
+    partitions, the key and value buffers. The H200 gives these bytes at seven sizes from 100 to
+    2,000,000 (fixtures/run/sparse)."""
+    tiles = -(-n // 2048)
+    return _alias_temporaries([(tiles + 1) * 4, n * key_bytes, n * value_bytes, 0])
+
+
+def unique_by_key_bytes(n: int) -> int:
+    """`thrust::unique_by_key` of int64 keys and values: Thrust's storage aliases CUB's
+    (`DispatchUniqueByKey`: the `ScanTileState` of its tiles, 32 + tiles 8-byte words for 32-bit
+    offsets, itself aliased) with the 8-byte count it copies to the host; the sm_90 tile for
+    8-byte keys and values is 448 threads of 11 (`tuning_unique_by_key.cuh`). The H200 gives these
+    bytes at seven sizes (fixtures/run/sparse)."""
+    tiles = -(-n // (448 * 11))
+    state = _alias_temporaries([(32 + tiles) * 8, 0, 0])
+    return _alias_temporaries([_alias_temporaries([state]), 8])
+
+
+def _distinct(cap, t, n: int):
+    """The distinct index tuples of sparse `t`'s `n` entries, sorted (None where the twin does
+    not carry the indices' values), and their count: where the values are not carried every
+    entry is taken as distinct (the largest result, as for `unique` and `nonzero`), with a
+    warning."""
+    v = index_values(t)
+    if v is not None:
+        distinct = torch.unique(v, dim=1)
+        return distinct, distinct.shape[1]
+    from ._capture import _user_site
+
+    site = _user_site()
+    cap.warn_once(
+        "coalesce:" + site,
+        f"{site}: coalescing a sparse CUDA tensor of {n} entries needs its indices' values, which "
+        "the twin does not compute: it takes every index as distinct (the largest result; memory "
+        "after it is an upper bound)",
+    )
+    return None, n
+
+
+def _coalesce(cap, func, args, kwargs):
+    """`_coalesce_sparse_cuda` (sparse/cuda/SparseCUDATensor.cu): under 2 entries a clone;
+    else the flattened indices (`flatten_indices(..., force_clone=true)`: n int64), the original
+    positions and unique offsets (n int64 each), Thrust's merge sort and unique-by-key scratch
+    (allocated and freed in turn), the new values of the distinct count; one sparse dimension
+    keeps the flattened indices' storage (resized, not reallocated), more get new indices; the
+    offsets and positions die, then the flattened indices where not kept (the H200's order)."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)):
+        return NotImplemented
+    indices, values = parts(t)
+    n = values.shape[0]
+    if n < 2:
+        out = _clone(cap, aten.clone.default, (t,), {})
+        with _NO_DISPATCH():
+            out._coalesced_(True)
+        return out
+    cap.ops += 1
+    op = "aten::_coalesce"
+    sd = indices.shape[0]
+    flat = _empty(cap, (n,), torch.long, op)
+    orig = cap.malloc(n * 8, op, "temporary")
+    offsets = cap.malloc(n * 8, op, "temporary")
+    del_ = cap.malloc(merge_sort_pairs_bytes(n), op, "workspace")
+    del del_
+    uniq = cap.malloc(unique_by_key_bytes(n), op, "workspace")
+    del uniq
+    distinct, nnz = _distinct(cap, t, n)
+    new_values = _empty(cap, (nnz, *values.shape[1:]), values.dtype, op)
+    copy = (
+        None
+        if values.is_contiguous()
+        else cap.malloc(values.numel() * values.element_size(), op, "temporary")
+    )
+    if sd == 1:
+        with _NO_DISPATCH():
+            new_indices = flat.resize_((1, nnz))
+    else:
+        new_indices = _empty(cap, (sd, nnz), torch.long, op)
+    del copy, offsets, orig, flat
+    return _make(t, new_indices, new_values, True, distinct)
+
+
+OPS[aten._coalesce.default] = _coalesce
+
+
+# ---- sparse_mask ------------------------------------------------------------------------------
+
+
+def _sparse_mask(cap, func, args, kwargs):
+    """`sparse_mask(dense, mask)` (sparse/SparseTensor.cpp): `mask_template` over `ones({1})`
+    expanded to the mask's values, then `t.mul(mask_template)`, which `_mul_dense_sparse_out`'s
+    `intersection_binary_op_sparse_dense_out` (SparseTensorMath.cpp) runs as the rows of `t` at
+    the mask's indices (`d.index(...)`), a clone of the mask's indices and the product of the rows
+    and the ones; the rows die, then the ones (the H200's order). The result takes the mask's
+    coalesced flag."""
+    t, mask = args[0], args[1]
+    if not (_sparse(mask) and registered(mask)) or _sparse(t) or not registered(t):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::sparse_mask"
+    indices, values = parts(mask)
+    nnz, sd = values.shape[0], indices.shape[0]
+    if nnz == 0 or mask.numel() == 0:
+        return _clone(cap, aten.clone.default, (mask,), {})
+    ones = cap.malloc(values.element_size(), "aten::ones", "temporary")
+    dense_shape = tuple(t.shape[sd:])
+    rows = cap.malloc(nnz * math.prod(dense_shape) * t.element_size(), "aten::index", "temporary")
+    new_indices = _empty(cap, indices.shape, indices.dtype, op)
+    new_values = _empty(cap, (nnz, *dense_shape), torch.promote_types(t.dtype, values.dtype), op)
+    del rows, ones
+    if new_values.dtype != t.dtype:
+        new_values = _empty(cap, new_values.shape, t.dtype, op)
+    return _make(mask, new_indices, new_values, mask.is_coalesced(), index_values(mask))
+
+
+OPS[aten.sparse_mask.default] = _sparse_mask
+
+
+# ---- add and sub --------------------------------------------------------------------------------
+
+
+def _add(cap, func, args, kwargs):
+    """`add`/`sub` with a sparse operand (sparse/cuda/SparseCUDATensorMath.cu):
+
+    - dense + sparse (`add_out_dense_sparse_cuda`): the sparse values are added into the result
+      in place (`sparseElementwiseKernel` where coalesced, else `index_add_` over the flattened
+      indices), with no allocation in either case on the H200; out of place the result is a new
+      dense tensor, a copy of the dense operand;
+    - sparse + sparse (`add_out_sparse_cuda`): the values scaled by `alpha` where it is not 1,
+      then the concatenated indices and the concatenated values; in place the tensor takes
+      them."""
+    self_, other = args[0], args[1]
+    if not (_sparse(other) and registered(other)) or not registered(self_):
+        return NotImplemented
+    name = func._schema.name
+    in_place = name.endswith("_")
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    cap.ops += 1
+    if not _sparse(self_):
+        set_value(self_, None)
+        if in_place:
+            return self_
+        return _empty(
+            cap, self_.shape, torch.promote_types(self_.dtype, other.dtype), "aten::" + name.split("::")[1]
+        )
+    op = "aten::add"
+    t_indices, t_values = parts(self_)
+    s_indices, s_values = parts(other)
+    scaled = None
+    if (alpha != 1 and alpha is not None) or name.startswith("aten::sub"):
+        scaled = cap.malloc(s_values.numel() * s_values.element_size(), "aten::mul", "temporary")
+    new_indices = _empty(cap, (t_indices.shape[0], t_indices.shape[1] + s_indices.shape[1]), torch.long, op)
+    new_values = _empty(cap, (t_values.shape[0] + s_values.shape[0], *t_values.shape[1:]), t_values.dtype, op)
+    del scaled
+    a, b = index_values(self_), index_values(other)
+    cat = torch.cat([a, b], 1) if a is not None and b is not None else None
+    if not in_place:
+        return _make(self_, new_indices, new_values, False, cat)
+    # `alias_into_sparse(r_, ...)`: the tensor takes the new parts (`set_data` keeps its identity)
+    new = _make(self_, new_indices, new_values, False, cat)
+    with _NO_DISPATCH(), torch._C.DisableTorchFunction():
+        self_.data = new
+    self_._vs_indices = cat
+    return self_
+
+
+for _f in (aten.add.Tensor, aten.add_.Tensor, aten.sub.Tensor, aten.sub_.Tensor):
+    OPS[_f] = _add
+
+
+# ---- Tensor.new of a sparse tensor (SparseAdam's make_sparse) -------------------------------
+
+
+def _tensor_new(cap, func, args, kwargs):
+    """`grad.new(indices, values, size)` (`legacy_sparse_tensor_generic_ctor_new`): a sparse tensor
+    over the given indices and values, no copy; PyTorch's binding knows no `SparseMeta` type."""
+    self_ = args[0] if args else None
+    rest = args[1:]
+    if not (_sparse(self_) and registered(self_)) or kwargs or len(rest) != 3:
+        return NotImplemented
+    indices, values, size = rest
+    if not (isinstance(indices, torch.Tensor) and isinstance(values, torch.Tensor)):
+        return NotImplemented
+    return aten._sparse_coo_tensor_unsafe.default(indices, values, list(size))
+
+
+_kernels.FUNCTIONS[torch.Tensor.new] = _tensor_new
