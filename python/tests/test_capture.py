@@ -460,3 +460,16 @@ def test_an_assignment_through_a_mask_keeps_the_masks_values_for_backward():
         h.sum().backward()
         assert embed.grad.shape == (512,)
     assert not any("nonzero" in w for w in cap.warned)
+
+
+def test_a_convolution_backward_for_the_input_alone_copies_a_strided_input():
+    # blind21/u02's H200 per-op record (Wav2Vec2's grouped positional convolution over a transposed
+    # input): the input's contiguous copy, the input gradient, cuDNN's dgrad workspace
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, 199, 512, device="cuda").transpose(1, 2)
+        w = torch.empty(512, 32, 128, device="cuda")
+        grad = torch.empty(4, 512, 200, device="cuda")
+        aten = torch.ops.aten
+        call = (grad, x, w, [512], [1], [64], [1], False, [0], 16, [True, False, False])
+        (gi, _, _), counts = _counted(lambda: aten.convolution_backward(*call))
+        assert gi.shape == (4, 512, 199) and counts == (3, 9_089_152)

@@ -1348,10 +1348,11 @@ def _convolution_backward(cap, func, args, kwargs):
     cap.ops += 1
     gi, gw, gb = func(*args)
     gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
-    # `convolution_backward` (Convolution.cpp) passes the input made contiguous for cuDNN's wgrad;
+    # `convolution_backward` (Convolution.cpp) passes `input.contiguous(backend_memory_format)`
+    # whatever the mask (a dgrad alone copies a strided input too: blind21/u02's per-op truth);
     # `cudnn_convolution_backward` (ConvShared.cpp) copies the gradient to the input's layout first,
     # whatever the mask, and drops it on return, before the argument
-    x_c = _copy_unless_in(cap, x, cl) if mask[1] else None
+    x_c = _copy_unless_in(cap, x, cl)
     g_c = _copy_unless_in(cap, grad, cl)
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")

@@ -120,8 +120,9 @@ def main():
             else:
                 extra_count = g["count"] - len(g["new"])
                 extra = g["requested"] - sum(g["new"])
-                # forward reads x and w, dgrad grad and w, wgrad grad and x
-                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": (grad, w), "wgrad": (grad, x)}[
+                # forward reads x and w, dgrad grad and w, wgrad grad and x; convolution_backward
+                # makes the input contiguous whatever the mask (Convolution.cpp)
+                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": (grad, w, x), "wgrad": (grad, x)}[
                     OPS[name]
                 ]
                 copies = [copy_bytes(t, layout) for t in used]
