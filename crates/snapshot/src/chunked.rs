@@ -60,6 +60,13 @@ impl<T> ChunkedVec<T> {
         }
     }
 
+    /// Room for `n` more items in the first chunk (at most a chunk's).
+    pub(crate) fn reserve_first(&mut self, n: usize) {
+        if self.start + self.len < CHUNK {
+            self.first.reserve(n.min(CHUNK - self.start - self.len));
+        }
+    }
+
     #[inline]
     pub(crate) fn push(&mut self, x: T) {
         let j = self.start + self.len;

@@ -272,6 +272,7 @@ impl Absorb for State {
             memo_from,
             memo_to,
             threads,
+            texts,
             ..
         } = d;
         // each piece's strings, frames, stacks and kinds interned in piece
@@ -279,15 +280,18 @@ impl Absorb for State {
         let mut maps = Vec::with_capacity(pieces.len());
         let mut total = self.entries.len();
         for p in &pieces {
+            // (its thread's str ids; those it met, in the order it met them)
+            let text = texts.get(p.texts)?;
             syms.clear();
-            for i in 0..p.strs.len() {
-                syms.push(st.strs.intern(p.strs.get(i as u32))?);
+            syms.resize(text.len(), NO_SYM);
+            for &s in &p.order {
+                *syms.get_mut(s as usize)? = st.strs.intern(text.get(s))?;
             }
             let sym = |s: u32| -> Option<u32> {
                 if s == crate::par::NO_SYM {
                     Some(NO_SYM)
                 } else {
-                    syms.get(s as usize).copied()
+                    syms.get(s as usize).copied().filter(|&g| g != NO_SYM)
                 }
             };
             fids.clear();

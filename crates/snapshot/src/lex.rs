@@ -558,6 +558,12 @@ fn step(w: &[u8], i: usize, at: u64, memo: &mut Memo) -> Step {
 /// that is no opcode, a refused one, or one that runs past `w`). For the
 /// parallel trace decoder's walks (`crate::par`).
 pub(crate) fn op_len(w: &[u8]) -> Option<usize> {
+    declared_len(w).filter(|&n| n <= w.len())
+}
+
+/// [`op_len`], but an argument of a given length (counted, or fixed) need
+/// not end inside `w`: only its header must (lines must end in `w`).
+pub(crate) fn declared_len(w: &[u8]) -> Option<usize> {
     let op = *w.first()?;
     let n = match ARGS[usize::from(op)] {
         Arg::Fixed(k) => 1 + usize::from(k),
@@ -575,7 +581,7 @@ pub(crate) fn op_len(w: &[u8]) -> Option<usize> {
         Arg::Lines(k) => lines(w, 1, k)?,
         Arg::Stop | Arg::Refused(_) | Arg::Unknown => return None,
     };
-    (n <= w.len()).then_some(n)
+    Some(n)
 }
 
 /// The end of `k` lines starting at `i` in `w`, if they end in it.

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::frames::At;
 use crate::hash::{hash_words, IdBuild};
 use crate::intern::Interner;
-use crate::lex::op_len;
+use crate::lex::{declared_len, op_len};
 use crate::model::{StackId, Sym};
 use crate::trace::{Trace, TraceEntry};
 use vramscope_alloc::TraceAction;
@@ -48,11 +48,14 @@ const APPENDS: u8 = b'e';
 const APPEND: u8 = b'a';
 const FRAME: u8 = 0x95;
 
-/// What one piece decoded, with ids of its own.
+/// What one piece decoded, with ids of its own (strs: ids of its
+/// thread's [`Strs`]).
 pub(crate) struct Piece {
-    /// The piece's strs, in the order it met them.
-    pub(crate) strs: Interner,
-    /// Frames: `(name, filename, line)`, names as local str ids
+    /// Which of [`Decoded::texts`] its str ids name.
+    pub(crate) texts: usize,
+    /// The strs it met, in the order it met them.
+    pub(crate) order: Vec<u32>,
+    /// Frames: `(name, filename, line)`, names as str ids
     /// ([`NO_SYM`] when absent), in the order the entries use them.
     pub(crate) frames: Vec<(u32, u32, i64)>,
     /// Stacks as `(start, len)` in `pool` (local frame ids); stack 0 is
@@ -100,6 +103,23 @@ pub(crate) struct Decoded {
     /// Threads the pieces were decoded on (their rows are mapped on as
     /// many).
     pub(crate) threads: usize,
+    /// The strs of each thread's pieces (and of those decoded again while
+    /// chaining, last).
+    pub(crate) texts: Vec<Interner>,
+}
+
+/// The strs a thread decoded, shared by its pieces (each holding its own
+/// copies, 64 pieces of a 46 MB file held 10 MB of text).
+#[derive(Default)]
+struct Strs {
+    text: Interner,
+    /// Str id → which key it is (index in `TRACE_KEYS`, or 16 + index in
+    /// `FRAME_KEYS`), [`NO_KEY`], or [`UNKNOWN`] not yet looked.
+    key_of: Vec<u8>,
+    /// Str id → the number of the last piece that met it.
+    met: Vec<u32>,
+    /// The number of the piece being decoded (from 1).
+    piece: u32,
 }
 
 /// An object before the trace that it names, as its bytes hold it.
@@ -168,11 +188,22 @@ impl Src<'_> {
     }
 
     /// The length of the opcode at `pos` with its argument ([`op_len`]).
+    /// A long argument is not read: its header gives its length (a window
+    /// of its size would stay in each thread's memory).
     fn op_len(&mut self, pos: u64) -> O<usize> {
-        if let Some(n) = op_len(self.win(pos, 64)) {
-            return Some(n);
+        let len = self.len();
+        if let Some(n) = declared_len(self.win(pos, 64)) {
+            return (pos.checked_add(n as u64)? <= len).then_some(n);
         }
+        // (a text opcode's lines longer than the window)
         op_len(self.win(pos, 1 << 20))
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Src::Slice(b) => b.len() as u64,
+            Src::At { len, .. } => *len,
+        }
     }
 
     fn new(file: Input<'_>, chunk: usize) -> Src<'_> {
@@ -263,13 +294,12 @@ struct W<'w> {
 const WIN: usize = 64 << 10;
 
 /// One piece's decoder state.
-struct Dec<'t, 'a> {
+struct Dec<'t, 'a, 's> {
     input: Input<'a>,
     table: &'t [u32],
-    strs: Interner,
-    /// Local str id → which key it is (index in `TRACE_KEYS`, or 16 +
-    /// index in `FRAME_KEYS`), [`NO_KEY`], or [`UNKNOWN`] not yet looked.
-    key_of: Vec<u8>,
+    strs: &'s mut Strs,
+    /// The strs the piece met, in order.
+    order: Vec<u32>,
     /// `(name, filename, line)` of each frame dict met.
     fdicts: Vec<(u32, u32, i64)>,
     fdict_frame: Vec<u32>,
@@ -290,9 +320,13 @@ struct Dec<'t, 'a> {
     /// (index, value) in front of the map.
     hot: Vec<(u64, L)>,
     foreign: HashMap<u64, L, IdBuild>,
-    /// Gets bodies of frames lists decoded (their bytes), by hash:
-    /// `(start in bodies, len, list)`.
-    body_map: HashMap<u64, Vec<(usize, usize, u32)>, IdBuild>,
+    /// Gets bodies of frames lists decoded, `(start, end)` of their bytes
+    /// in `bodies` and the list, by hash: the newest body with that hash
+    /// (index in `body_of`); `body_prev` chains the older ones (a `Vec`
+    /// per hash took 5 MB in a 6 MB piece).
+    body_map: HashMap<u64, u32, IdBuild>,
+    body_of: Vec<(u32, u32, u32)>,
+    body_prev: Vec<u32>,
     bodies: Vec<u8>,
     entries: Trace,
     /// Nesting of foreign decodes (bounded by the grammar; checked).
@@ -304,13 +338,14 @@ struct Dec<'t, 'a> {
 
 type O<T> = Option<T>;
 
-impl<'t, 'a> Dec<'t, 'a> {
-    fn new(input: Input<'a>, table: &'t [u32]) -> Self {
+impl<'t, 'a, 's> Dec<'t, 'a, 's> {
+    fn new(input: Input<'a>, table: &'t [u32], strs: &'s mut Strs) -> Self {
+        strs.piece += 1;
         let mut d = Dec {
             input,
             table,
-            strs: Interner::default(),
-            key_of: Vec::new(),
+            strs,
+            order: Vec::new(),
             fdicts: Vec::new(),
             fdict_frame: Vec::new(),
             lists: Vec::new(),
@@ -326,6 +361,8 @@ impl<'t, 'a> Dec<'t, 'a> {
             hot: vec![(u64::MAX, L::None); HOT],
             foreign: HashMap::default(),
             body_map: HashMap::default(),
+            body_of: Vec::new(),
+            body_prev: Vec::new(),
             bodies: Vec::new(),
             entries: Trace::new(),
             depth: 0,
@@ -479,7 +516,16 @@ impl<'t, 'a> Dec<'t, 'a> {
         let a = *p + hl;
         let b = w.b.get(a..a.checked_add(n)?)?;
         let s = std::str::from_utf8(b).ok()?;
-        let id = self.strs.intern(s)?;
+        let id = self.strs.text.intern(s)?;
+        let i = id as usize;
+        let met = &mut self.strs.met;
+        if i >= met.len() {
+            met.resize(i + 1, 0);
+        }
+        if met[i] != self.strs.piece {
+            met[i] = self.strs.piece;
+            self.order.push(id);
+        }
         *p = a + n;
         Some(id)
     }
@@ -550,23 +596,24 @@ impl<'t, 'a> Dec<'t, 'a> {
     #[inline]
     fn key(&mut self, s: u32) -> u8 {
         let i = s as usize;
-        if let Some(&k) = self.key_of.get(i) {
+        let strs = &mut *self.strs;
+        if let Some(&k) = strs.key_of.get(i) {
             if k != UNKNOWN {
                 return k;
             }
         }
-        if i >= self.key_of.len() {
-            self.key_of.resize(i + 1, UNKNOWN);
+        if i >= strs.key_of.len() {
+            strs.key_of.resize(i + 1, UNKNOWN);
         }
-        let t = self.strs.get(s);
-        self.key_of[i] = if let Some(k) = TRACE_KEYS.iter().position(|&n| n == t) {
+        let t = strs.text.get(s);
+        strs.key_of[i] = if let Some(k) = TRACE_KEYS.iter().position(|&n| n == t) {
             k as u8
         } else if let Some(k) = FRAME_KEYS.iter().position(|&n| n == t) {
             16 + k as u8
         } else {
             NO_KEY
         };
-        self.key_of[i]
+        strs.key_of[i]
     }
 
     /// A key at `p`: a str or a memo get of one.
@@ -645,9 +692,13 @@ impl<'t, 'a> Dec<'t, 'a> {
         }
         let id = self.list_slow(cx, w, p)?;
         if let Some((a, e, h)) = body {
-            let start = self.bodies.len();
+            let start = u32::try_from(self.bodies.len()).ok()?;
             self.bodies.extend_from_slice(&w.b[a..e]);
-            self.body_map.entry(h).or_default().push((start, e - a, id));
+            let end = u32::try_from(self.bodies.len()).ok()?;
+            let i = self.body_of.len();
+            self.body_of.push((start, end, id));
+            let prev = self.body_map.insert(h, u32::try_from(i).ok()?);
+            self.body_prev.push(prev.unwrap_or(NIL));
         }
         Some(id)
     }
@@ -655,11 +706,15 @@ impl<'t, 'a> Dec<'t, 'a> {
     /// The list a gets body `b` (hashed `h`) made before.
     #[inline]
     fn known_list(&self, h: u64, b: &[u8]) -> Option<u32> {
-        self.body_map
-            .get(&h)?
-            .iter()
-            .find(|&&(s, n, _)| self.bodies.get(s..s + n) == Some(b))
-            .map(|&(_, _, id)| id)
+        let mut i = *self.body_map.get(&h)?;
+        while i != NIL {
+            let (s, e, id) = *self.body_of.get(i as usize)?;
+            if self.bodies.get(s as usize..e as usize) == Some(b) {
+                return Some(id);
+            }
+            i = *self.body_prev.get(i as usize)?;
+        }
+        None
     }
 
     fn list_slow(&mut self, cx: &mut Ctx, w: W<'_>, p: &mut usize) -> O<u32> {
@@ -801,7 +856,7 @@ impl<'t, 'a> Dec<'t, 'a> {
             _ => None,
         };
         let (action, other_action) = match f[0] {
-            L::Str(s) if has(0) => match TraceAction::parse(self.strs.get(s)) {
+            L::Str(s) if has(0) => match TraceAction::parse(self.strs.text.get(s)) {
                 Some(a) => (Some(a), None),
                 None => (None, Some(Sym(s))),
             },
@@ -849,14 +904,14 @@ impl<'t, 'a> Dec<'t, 'a> {
     /// A frame dict's fields as text.
     fn frame_text(&self, f: u32) -> O<FrameText> {
         let &(n, file, line) = self.fdicts.get(f as usize)?;
-        let t = |s: u32| (s != NO_SYM).then(|| self.strs.get(s).to_owned());
+        let t = |s: u32| (s != NO_SYM).then(|| self.strs.text.get(s).to_owned());
         Some((t(n), t(file), line))
     }
 
     /// What memo index `i` (before the trace) holds, as text.
     fn named(&mut self, i: u64) -> O<Named> {
         Some(match self.get_cold(i)? {
-            L::Str(s) => Named::Str(self.strs.get(s).to_owned()),
+            L::Str(s) => Named::Str(self.strs.text.get(s).to_owned()),
             L::FDict(f) => Named::Frame(self.frame_text(f)?),
             L::List(l) => {
                 let (a, n) = *self.lists.get(l as usize)?;
@@ -951,6 +1006,7 @@ fn memo_index_at(table: &[u32], pos: u64) -> u64 {
 
 /// Decode entries from the one at `start` until one starts at or past
 /// `until`, or the list ends.
+#[allow(clippy::too_many_arguments)]
 fn decode(
     main: &mut Src<'_>,
     input: Input<'_>,
@@ -958,9 +1014,13 @@ fn decode(
     start: u64,
     until: u64,
     before_below: u64,
+    strs: &mut Strs,
+    texts: usize,
 ) -> O<Piece> {
-    let mut d = Dec::new(input, table);
+    let mut d = Dec::new(input, table, strs);
     d.before_below = before_below;
+    d.entries
+        .reserve_rows(usize::try_from((until - start) / 64).unwrap_or(usize::MAX));
     let mut cx = Ctx {
         base: memo_index_at(table, start),
         memo: Vec::new(),
@@ -1008,7 +1068,7 @@ fn decode(
         pos += p as u64;
     };
     let Dec {
-        strs,
+        order,
         frames,
         stacks,
         pool,
@@ -1017,7 +1077,8 @@ fn decode(
         ..
     } = d;
     Some(Piece {
-        strs,
+        texts,
+        order,
         frames,
         stacks,
         pool,
@@ -1037,7 +1098,8 @@ fn first_entry(
     from: u64,
     until: u64,
 ) -> O<u64> {
-    let mut d = Dec::new(input, table);
+    let mut strs = Strs::default();
+    let mut d = Dec::new(input, table, &mut strs);
     let mut pos = from;
     while pos < until {
         let w = W {
@@ -1098,40 +1160,62 @@ pub(crate) fn decode_trace(
     cuts.push(len);
     let n = cuts.len() - 1;
     let next = AtomicUsize::new(0);
-    let work = || {
+    // each thread's pieces name the strs it keeps, `texts[k]`
+    let work = |k: usize| {
         let mut main = Src::new(input, 2 * WIN);
+        let mut strs = Strs::default();
         let mut done = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= n {
-                return done;
+                return (done, strs.text);
             }
             let start = if i == 0 {
                 Some(at)
             } else {
                 first_entry(&mut main, input, table, cuts[i], cuts[i + 1])
             };
-            let p = start.and_then(|s| decode(&mut main, input, table, s, cuts[i + 1], memo_from));
+            let p = start.and_then(|s| {
+                decode(
+                    &mut main,
+                    input,
+                    table,
+                    s,
+                    cuts[i + 1],
+                    memo_from,
+                    &mut strs,
+                    k,
+                )
+            });
             done.push((i, p));
         }
     };
     let threads = threads.clamp(1, n.max(1));
     let mut results: Vec<Option<Piece>> = (0..n).map(|_| None).collect();
-    let done: Vec<_> = if threads == 1 {
-        work()
+    let mut texts = Vec::with_capacity(threads + 1);
+    let mut done = Vec::new();
+    if threads == 1 {
+        let (d, t) = work(0);
+        done = d;
+        texts.push(t);
     } else {
         std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
-            hs.into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        })
-    };
+            let hs: Vec<_> = (0..threads).map(|k| s.spawn(move || work(k))).collect();
+            for h in hs {
+                // (a thread that panicked: its pieces are decoded again)
+                let (d, t) = h.join().unwrap_or_default();
+                done.extend(d);
+                texts.push(t);
+            }
+        });
+    }
     for (i, p) in done {
         results[i] = p;
     }
     // chain them in file order
     let mut main = Src::new(input, 2 * WIN);
+    let mut strs = Strs::default();
+    let again = texts.len();
     let mut pieces = Vec::new();
     let mut cur = at;
     let mut to = None;
@@ -1141,7 +1225,16 @@ pub(crate) fn decode_trace(
         }
         let p = match r {
             Some(p) if p.start == cur => p,
-            _ => decode(&mut main, input, table, cur, cuts[i + 1], memo_from)?,
+            _ => decode(
+                &mut main,
+                input,
+                table,
+                cur,
+                cuts[i + 1],
+                memo_from,
+                &mut strs,
+                again,
+            )?,
         };
         let end = p.end;
         pieces.push(p);
@@ -1162,12 +1255,15 @@ pub(crate) fn decode_trace(
         .collect();
     idx.sort_unstable();
     idx.dedup();
-    let mut d = Dec::new(input, table);
+    texts.push(strs.text);
+    let mut strs = Strs::default();
+    let mut d = Dec::new(input, table, &mut strs);
     let mut before = Vec::with_capacity(idx.len());
     for i in idx {
         before.push((i, d.named(i)?));
     }
     Some(Decoded {
+        texts,
         threads,
         before,
         at,

@@ -253,6 +253,12 @@ impl Trace {
         Self::default()
     }
 
+    /// Room for `n` more entries in the first chunk, which otherwise grows
+    /// as a `Vec` does.
+    pub(crate) fn reserve_rows(&mut self, n: usize) {
+        self.rows.reserve_first(n);
+    }
+
     /// Number of entries.
     #[inline]
     pub fn len(&self) -> usize {
