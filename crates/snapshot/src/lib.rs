@@ -33,11 +33,11 @@
 //! file is decoded again generically, so the result always equals what
 //! `pickle.load` would see.
 //!
-//! A parallel decoder is built but off ([`PAR_MIN_CORES`]): with it, a
-//! file of [`PAR_MIN_BYTES`] or more is first lexed on all cores for its
-//! memo table (where each memo index's
-//! object starts); its first device trace is then decoded in pieces on all
-//! cores, and the VM decodes the rest, jumping over the trace and taking
+//! On machines of [`PAR_MIN_CORES`] cores or more, a file of
+//! [`PAR_MIN_BYTES`] or more is first lexed on all cores (at most
+//! [`PAR_MAX_THREADS`]) for its memo table (where each memo index's
+//! object starts); its first device trace is then decoded in pieces on as
+//! many, and the VM decodes the rest, jumping over the trace and taking
 //! the pieces' entries in (ids mapped to the ones it would have given them).
 //! Any pickle that does not fit (see `par.rs`) is decoded as above instead.
 //!
@@ -100,9 +100,9 @@ pub use vramscope_alloc::TraceAction;
 /// something else, [`Error::Schema`] when a snapshot field has a wrong type,
 /// and with a decoding error (carrying the byte offset) otherwise.
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if bytes.len() as u64 >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| threads >= n) {
-        if let Some(snap) = read_parallel(bytes, threads) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if bytes.len() as u64 >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
+        if let Some(snap) = read_parallel(bytes, cores.min(PAR_MAX_THREADS)) {
             return Ok(snap);
         }
     }
@@ -112,15 +112,18 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
 /// Files this large are decoded in parallel on machines of
 /// [`PAR_MIN_CORES`] cores or more (see [`read_snapshot_file`]).
 pub const PAR_MIN_BYTES: u64 = 4 << 20;
-/// Machines with this many cores decode large files in parallel: `None`,
-/// none yet. On the GPU machine's 16 cores `inspect --json` of the real
-/// 45-48 MB snapshots took 91-125 ms with it against 105-193 ms without,
-/// for 2.5-4 times the CPU time and 1.8-2.1 times the file in peak memory
-/// (without: 0.6-0.9); on 2 cores it takes three times as long
-/// (`docs/inspect-speed.md`, "Session 8" and its second pass).
-/// [`read_parallel`] and [`read_file_parallel`] run it for tests and
+/// Machines with this many cores decode large files in parallel. On the
+/// GPU machine (16 cores), `inspect --json` of the real 45-48 MB
+/// snapshots took 88-113 ms with it on 16 threads, 88-142 ms on 8,
+/// 105-178 ms on 4 (slower than without on one of the three), 112-273 ms
+/// without; on the development machine's 2 cores it takes three times
+/// as long (`docs/inspect-speed.md`, "Session 9"). [`read_parallel`] and
+/// [`read_file_parallel`] run it on any machine, for tests and
 /// measurements.
-pub const PAR_MIN_CORES: Option<usize> = None;
+pub const PAR_MIN_CORES: Option<usize> = Some(8);
+/// At most this many threads decode in parallel: each holds buffers and
+/// tables of its own, and more than 16 were never measured.
+pub const PAR_MAX_THREADS: usize = 16;
 
 /// [`read_snapshot`]'s parallel decoding alone on `threads` threads, or
 /// `None` where it gives up (then [`read_snapshot_sequential`] decides);
@@ -285,7 +288,7 @@ fn fast_path(
 /// lex would slow decoding). When both find errors, the lex's is reported
 /// (it depends on the file alone).
 ///
-/// Before all that, where [`PAR_MIN_CORES`] allows (nowhere yet), a file
+/// Before all that, where [`PAR_MIN_CORES`] allows, a file
 /// of [`PAR_MIN_BYTES`] or more has its trace decoded in parallel (see the
 /// crate's doc),
 /// by positioned reads a window at a time per thread; where that gives up,
@@ -334,7 +337,8 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
     let starts = frames::check(&file, len)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if len >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
-        if let Some(snap) = parallel_file(path, &file, len, &starts, cores) {
+        let threads = cores.min(PAR_MAX_THREADS);
+        if let Some(snap) = parallel_file(path, &file, len, &starts, threads) {
             return Ok(snap);
         }
     }
