@@ -379,6 +379,32 @@ def _meta_cached(func, args, kwargs):
     return out
 
 
+#: random integer draws, whose values decide data-dependent sizes (distinct indices, `nonzero`)
+_RANDOM_INDICES = {
+    aten.randint.default,
+    aten.randint.low,
+    aten.randint.generator,
+    aten.randint.low_generator,
+    aten.randint_like.default,
+    aten.randint_like.low_dtype,
+}
+
+
+def _values_at_any_size(func, outs, ours) -> bool:
+    """Whether an op's results carry values although they are large: a view of tensors that
+    carry theirs (a view of the values, no copy), and a random integer draw of at most
+    `_kernels.HOST_INDEX_LIMIT` elements, as an index tensor copied from the host does (the draw
+    is the host's: the GPU's distribution, not its values)."""
+    if func.is_view:
+        return bool(ours) and all(value(a) is not None for a in ours)
+    return func in _RANDOM_INDICES and all(
+        isinstance(o, torch.Tensor)
+        and not (o.is_floating_point() or o.is_complex())
+        and o.numel() <= _kernels.HOST_INDEX_LIMIT
+        for o in outs
+    )
+
+
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
 _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
@@ -642,6 +668,8 @@ class Capture:
         )
         if small and func._schema.is_mutable:
             small = all(value(a) is not None for a in ours)
+        elif not small:
+            small = _values_at_any_size(func, outs, ours)
         vals = None
         if small and func not in _kernels.NO_VALUES:
             vals = self.cpu_values(func, *tree_flatten((args, kwargs)))
