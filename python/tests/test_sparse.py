@@ -117,3 +117,23 @@ def test_blind16_p04_sparse_adam_matches_the_h200():
     for p, g in zip(report["phases"], gpu, strict=True):
         for k in ("allocated", "peak_allocated", "reserved", "peak_reserved", "requested"):
             assert p[k] == g[k], (g["phase"], k)
+
+
+def test_a_zeroed_sparse_gradient_accumulates_the_next_one():
+    # zero_grad(set_to_none=False): `zero_sparse_` empties the gradient in place (no allocation);
+    # the next backward's sum concatenates onto it; SGD adds the sparse gradient into the weight
+    with vramscope.capture(gpu="h200") as cap:
+        emb = torch.nn.Embedding(1000, 16, sparse=True).cuda()
+        opt = torch.optim.SparseAdam(list(emb.parameters()))
+        ids = torch.randint(0, 1000, (32, 20), device="cuda")
+        emb(ids).sum().backward()
+        opt.step()
+        before = torch.cuda.memory_allocated()
+        opt.zero_grad(set_to_none=False)
+        grad = emb.weight.grad
+        assert grad.is_sparse and grad._nnz() == 0
+        assert torch.cuda.memory_allocated() < before
+        emb(ids).sum().backward()
+        assert emb.weight.grad is grad and grad._nnz() == ids.numel()
+        torch.optim.SGD(emb.parameters(), lr=0.1).step()
+    assert not cap.unmeasured

@@ -108,6 +108,8 @@ def fallback(cap, func, args, kwargs):
     cap.ops += 1
     for o in tensors_in(out):
         _adopt(cap, o, name)
+        if _sparse(o):
+            o._vs_indices = None  # not known past an op without a rule
     cap.note_unmeasured(f"{name} (sparse COO)")
     return out
 
@@ -179,6 +181,25 @@ for _f in (
     aten.alias.default,
 ):
     OPS[_f] = _metadata
+
+
+def _zero(cap, func, args, kwargs):
+    """`zero_sparse_` (SparseTensor.cpp): `sparse_resize_and_clear_` gives the tensor empty indices
+    and values (no allocation; the old ones are released), marked coalesced."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)):
+        return NotImplemented
+    cap.ops += 1
+    with _NO_DISPATCH():
+        t.zero_()
+    indices, values = parts(t)
+    cap.track(indices, "aten::zero_")
+    cap.track(values, "aten::zero_")
+    t._vs_indices = torch.empty(indices.shape, dtype=torch.long)
+    return t
+
+
+OPS[aten.zero_.default] = _zero
 
 
 # ---- clone and AccumulateGrad ----------------------------------------------------------------
