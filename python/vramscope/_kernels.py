@@ -789,8 +789,9 @@ def _h2d_staging(cap, dst, src, non_blocking: bool, op: str) -> None:
 
 
 #: the most elements of a boolean or integer host tensor whose values its copy to the simulated
-#: device carries: masks and indices decide the results of `nonzero`, `unique` and indexing, and
-#: their values cost one host copy
+#: device carries (and of a `randint` drawn on it, `_capture._values_at_any_size`): masks and
+#: indices decide the results of `nonzero`, `unique`, `coalesce` and indexing, and their values
+#: cost one host copy
 HOST_INDEX_LIMIT = 1 << 26
 
 
