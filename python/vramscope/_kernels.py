@@ -783,6 +783,10 @@ def _h2d_staging(cap, dst, src, non_blocking: bool, op: str) -> None:
     same_type = dst.dtype == src.dtype
     if dst.numel() == 0 or (dst.is_contiguous() and (same_type or not non_blocking)):
         return
+    if same_type and dst.stride() == src.stride() and _non_overlapping_and_dense(dst):
+        # `copy_requires_temporaries`: the iterator orders both alike, so it is contiguous (a
+        # transposed parameter's `.to("cuda")`: blind21/u04's H200 history has no staging)
+        return
     elem = src.element_size() if non_blocking else dst.element_size()
     staging = cap.malloc(dst.numel() * elem, op, "temporary")
     del staging
@@ -980,6 +984,11 @@ def _accumulate(cap, func, args, kwargs):
     if not (registered(old) and registered(var)) or old.shape != var.shape or old.dtype != var.dtype:
         return NotImplemented
     if old._is_view() or not _non_overlapping_and_dense(old):
+        return NotImplemented
+    node = torch._C._current_autograd_node()
+    if node is not None and node.name() == "LinalgCholeskyExBackward0" and var._is_view():
+        # cholesky_backward's own `gA + gA.tril(-1).mH()` (FunctionsManual.cpp), out of place on
+        # the GPU too (blind21/u04's H200 history); the node's gradient itself is no view
         return NotImplemented
     # the buffer's tensor and this call's: nothing else holds the storage
     if torch._C._storage_Use_Count(old.untyped_storage()._cdata) != 2:
@@ -2242,3 +2251,21 @@ DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
 DISPATCH[aten.index_put_.default] = _index_put_value
 
 from . import _ctc, _rnn  # noqa: E402, F401  (CTC and cuDNN RNNs register their rules)
+
+
+def _pow_scalar_base(cap, func, call, outs):
+    """`pow(Scalar base, Tensor exponent)` (`pow_Scalar_out`, Pow.cpp): unless the base is 1,
+    `pow_out(out, wrapped_scalar_tensor(base, exp.device()), exp)`: the base becomes a 0-dim
+    tensor on the GPU (int64, double, complex double or bool, as the scalar is), after the output
+    and freed at the return (blind21/u04's H200 history: `pow(2, -s)`, 8 bytes)."""
+    (args, kw) = call
+    base = args[0] if args else kw.get("self")
+    exponent = args[1] if len(args) > 1 else kw.get("exponent")
+    if not registered(exponent) or base == 1:
+        return
+    size = 16 if isinstance(base, complex) else 1 if isinstance(base, bool) else 8
+    wrapped = cap.malloc(size, func._schema.name, "temporary")
+    del wrapped
+
+
+AFTER[aten.pow.Scalar] = _pow_scalar_base
