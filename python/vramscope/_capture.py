@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _attention, _autocast, _kernels, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _norm register rules)
+from . import _attention, _autocast, _kernels, _linalg, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
 from ._tensor import Storage, is_ours, registered, set_value, value
 from ._tensor import tensors_in as _tensors
 

@@ -1,0 +1,476 @@
+"""`torch.linalg` as PyTorch 2.11's CUDA kernels run it: outputs in the order the kernels allocate
+them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads, and
+`linalg_matrix_exp`'s Taylor approximations as its composite code allocates them.
+
+- `_linalg_eigh`: `TORCH_META_FUNC(_linalg_eigh)` (vectors, then values), `_linalg_eigh_out`
+  (`at::zeros` infos, `linalg_eigh_stub`, `_linalg_check_errors`), `linalg_eigh_cusolver` in
+  `cuda/linalg/BatchLinearAlgebraLib.cpp` (syevj for float32 of 32 to 512 rows, one workspace per
+  matrix, allocated and freed in its loop; syevjBatched for batches of at most 32 rows; else syevd).
+- `linalg_cholesky_ex`: `linalg_cholesky_ex_out` (L, info; `cholesky_helper_cusolver`'s potrf
+  workspace), then `_linalg_check_errors` where asked.
+- `_linalg_check_errors`: `infos.any().item<bool>()` (BatchLinearAlgebra.cpp); `any` of one
+  element is `self.to(kBool)` copied into the result (`allany_impl`, ReduceOps.cpp).
+- `linalg_matrix_exp`: `mexp`/`mexp_impl` and `compute_T1` ... `compute_T18_scale_square`
+  (`aten/src/ATen/native/LinearAlgebra.cpp`), run op by op through the capture.
+
+cuSOLVER's workspace sizes come from `cusolverDn*_bufferSize` at run time: they are the measured
+figures of `WORKSPACE` where the twin has them, and named unmeasured elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._kernels import DISPATCH, reduce_scratch
+from ._tensor import assumed, registered, set_value, tensors_in, value
+
+aten = torch.ops.aten
+
+#: cuSOLVER device workspaces in bytes by (routine, n, dtype) for one matrix, measured on an H200
+#: (blind21/u04's memory history: `apply_syevj<float>` of 512 x 512, 1,124,416 bytes;
+#: `cholesky_helper_cusolver`'s potrf of 512 x 512 float32, 1,152 bytes)
+WORKSPACE = {
+    ("syevj", 512, torch.float32): 1124416,
+    ("potrf", 512, torch.float32): 1152,
+}
+
+
+def _workspace(cap, routine: str, n: int, dtype, op: str):
+    """cuSOLVER's device workspace for one matrix (None where it is not measured: named so)."""
+    nbytes = WORKSPACE.get((routine, n, dtype))
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER {routine} workspace ({n} x {n}, {dtype})")
+        return None
+    return cap.malloc(nbytes, op, "temporary")
+
+
+def check_errors(cap, info, op: str) -> None:
+    """`_linalg_check_errors`: `infos.any()` (one bool) and its `.item()`; `any` of a single info
+    is its `to(kBool)` copy, of several a `gpu_reduce_kernel` over the int32 infos (`allany_impl`:
+    CUDA reduces from the input's own type). blind21/u04's H200 history: 1 + 1 byte per call."""
+    if info.numel() == 0:
+        return
+    result = cap.malloc(1, op, "temporary")
+    if info.numel() == 1:
+        as_bool = cap.malloc(1, op, "temporary")
+        del as_bool
+    else:
+        reduce_scratch(cap, list(info.shape), list(info.stride()), [True] * info.dim(), 4, 1, op)
+    del result
+
+
+def _check_errors(cap, func, args, kwargs):
+    info = args[0]
+    if not registered(info):
+        return NotImplemented
+    cap.ops += 1
+    check_errors(cap, info, "aten::_linalg_check_errors")
+    return None
+
+
+DISPATCH[aten._linalg_check_errors.default] = _check_errors
+
+
+def _eigh_routine(vectors) -> str:
+    """`linalg_eigh_cusolver`'s choice (`use_cusolver_syevj_batched_` is on in CUDA builds)."""
+    n = vectors.size(-1)
+    batch = math.prod(vectors.shape[:-2])
+    if batch > 1 and n <= 32:
+        return "syevjBatched"
+    if vectors.dtype == torch.float32 and 32 <= n <= 512:
+        return "syevj"
+    return "syevd"
+
+
+def _linalg_eigh(cap, func, args, kwargs):
+    """`_linalg_eigh` on CUDA: the eigenvectors (or, without them, a column-major clone of A)
+    and the eigenvalues, the int32 infos, cuSOLVER's workspace (per matrix, freed in the loop,
+    except syevjBatched's one for the batch), then `_linalg_check_errors`; the infos die last."""
+    a = args[0]
+    if not registered(a):
+        return NotImplemented
+    names = ("A", "UPLO", "compute_v")
+    p = dict(zip(names, args, strict=False)) | kwargs
+    compute_v = p.get("compute_v", True)
+    cap.ops += 1
+    op = "aten::_linalg_eigh"
+    values, vectors = func(*args, **kwargs)
+    cap.track(vectors, op)
+    cap.track(values, op)
+    if a.numel() == 0:
+        return values, vectors
+    working = None if compute_v else cap.malloc(a.numel() * a.element_size(), op, "temporary")
+    batch = math.prod(a.shape[:-2])
+    info = cap.malloc(4 * batch, op, "temporary")
+    n = a.size(-1)
+    routine = _eigh_routine(a)
+    if routine == "syevjBatched":
+        work = _workspace(cap, routine, n, a.dtype, op)
+        del work
+    else:
+        for _ in range(batch):
+            work = _workspace(cap, routine, n, a.dtype, op)
+            del work
+    info_t = torch.empty(a.shape[:-2], dtype=torch.int32, device="meta")
+    check_errors(cap, info_t, op)
+    del info, working
+    return values, vectors
+
+
+DISPATCH[aten._linalg_eigh.default] = _linalg_eigh
+
+
+def _linalg_cholesky_ex(cap, func, args, kwargs):
+    """`linalg_cholesky_ex` on CUDA: L and info (its meta function's order), `L.copy_(A)`, then
+    `cholesky_helper_cusolver`: potrf's workspace for a single matrix (potrfBatched for a batch
+    takes none: not modelled here, named), and `_linalg_check_errors` when `check_errors`."""
+    a = args[0]
+    if not registered(a):
+        return NotImplemented
+    names = ("self", "upper", "check_errors")
+    p = dict(zip(names, args, strict=False)) | kwargs
+    cap.ops += 1
+    op = "aten::linalg_cholesky_ex"
+    L, info = func(*args, **kwargs)
+    cap.track(L, op)
+    cap.track(info, op)
+    if L.numel() == 0:
+        return L, info
+    if math.prod(a.shape[:-2]) == 1:
+        work = _workspace(cap, "potrf", a.size(-1), a.dtype, op)
+        del work
+    else:
+        cap.note_unmeasured("aten::linalg_cholesky_ex of a batch (cuSOLVER potrfBatched)")
+    if p.get("check_errors", False):
+        check_errors(cap, info, op)
+    return L, info
+
+
+DISPATCH[aten.linalg_cholesky_ex.default] = _linalg_cholesky_ex
+
+
+# ---- linalg_matrix_exp ----------------------------------------------------------------
+
+# `mexp`'s thetas (LinearAlgebra.cpp): the largest 1-norm each Taylor degree 1, 2, 4, 8, 12, 18
+# approximates to the dtype's precision
+_THETAS_FLOAT = (
+    1.192092800768788e-07,
+    5.978858893805233e-04,
+    5.116619363445086e-02,
+    5.800524627688768e-01,
+    1.461661507209034e00,
+    3.010066362817634e00,
+)
+_THETAS_DOUBLE = (
+    2.220446049250313e-16,
+    2.580956802971767e-08,
+    3.397168839976962e-04,
+    4.991228871115323e-02,
+    2.996158913811580e-01,
+    1.090863719290036e00,
+)
+
+
+class _Mexp:
+    """`mexp` op by op on simulated tensors (run inside the capture's dispatch mode). Constants
+    are only carried as their sizes: the coefficient blobs' values do not change memory."""
+
+    def __init__(self, cap, a):
+        self.cap = cap
+        self.dev = a.device  # meta, inside the kernels
+        self.real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(a.dtype, a.dtype)
+
+    def to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """`_move_memory_if_cuda_input`: a host tensor copied to the device."""
+        return aten._to_copy.default(host, device=self.dev)
+
+    def blob(self, k: int, rows: int = 1) -> torch.Tensor:
+        """`_blob_to_Tensor` / `from_blob(b)` moved to the device: k coefficients (per row)."""
+        return self.to_device(torch.zeros(rows, k, dtype=self.real))
+
+    @staticmethod
+    def combination(t, coefficients):
+        """`_compute_linear_combination(t, coefficients)`: its output, `at::zeros` of
+        [coefficients.size(0), *t.shape[1:]], is all it allocates (LinearAlgebra.cpp)."""
+        return t.new_zeros((coefficients.size(0), *t.shape[1:]))
+
+    def lincomb(self, t, k: int):
+        """`_linear_combination`: `_compute_linear_combination(t, blob).squeeze(0)`; the blob dies
+        at the end of its statement."""
+        b = self.blob(k)
+        out = self.combination(t, b).squeeze(0)
+        del b
+        return out
+
+    @staticmethod
+    def matmul_into(out, x, y) -> None:
+        """`_matmul_impl(out, x, y)` of 3-D operands: `bmm_out` into the view."""
+        aten.bmm.out(x, y, out=out)
+
+    def buffer(self, a, n_copies: int):
+        """`_allocate_buffer`: [n_copies, *a.shape] contiguous, uninitialized."""
+        return a.new_empty((n_copies, *a.shape))
+
+    def fill_powers(self, buf, a, k: int) -> None:
+        """`_fill_matrix_powers`: I (from `diag_embed(ones({1}).expand(...))`), A, A^2, A^3, A^6."""
+        ones = buf.new_ones((1,))
+        eye = torch.diag_embed(ones.expand(a.shape[:-1]))
+        buf.select(0, 0).copy_(eye)
+        del eye, ones
+        buf.select(0, 1).copy_(a)
+        if k > 2:
+            self.matmul_into(buf.select(0, 2), buf.select(0, 1), buf.select(0, 1))
+        if k > 3:
+            self.matmul_into(buf.select(0, 3), buf.select(0, 1), buf.select(0, 2))
+        if k > 4:
+            self.matmul_into(buf.select(0, 4), buf.select(0, 3), buf.select(0, 3))
+
+    def t1(self, a):
+        As = self.buffer(a, 2)
+        self.fill_powers(As, a, 2)
+        return As.sum(0)
+
+    def t2(self, a):
+        As = self.buffer(a, 3)
+        self.fill_powers(As, a, 3)
+        As.select(0, 2).div_(2.0)
+        return As.sum(0)
+
+    def t4(self, a):
+        As = self.buffer(a, 4)
+        self.fill_powers(As, a, 3)
+        right = self.lincomb(As.narrow(0, 0, 3), 3)
+        self.matmul_into(As.select(0, 3), As.select(0, 2), right)
+        del right
+        return self.lincomb(As, 4)
+
+    def t8(self, a):
+        As = self.buffer(a, 5)
+        self.fill_powers(As, a, 3)
+        right = self.lincomb(As.narrow(0, 1, 2), 2)
+        self.matmul_into(As.select(0, 3), As.select(0, 2), right)
+        del right
+        # the arguments of the A8 product are evaluated right to left (the H200's history: the
+        # four-coefficient combination first) and die in the reverse order
+        right = self.lincomb(As.narrow(0, 0, 4), 4)
+        left = self.lincomb(As.narrow(0, 2, 2), 2)
+        self.matmul_into(As.select(0, 4), left, right)
+        del left, right
+        return self.lincomb(As, 5)
+
+    def t12_t18(self, a, num_prods: int):
+        """`compute_T12` / `compute_T18`: coefficients `bs`, the powers, `Bs`, two products into
+        `As.select(0, 0)`; the result is a view of `Bs`; As, then bs, die at the return."""
+        bs = self.blob(num_prods, num_prods)
+        As = self.buffer(a, num_prods)
+        self.fill_powers(As, a, num_prods)
+        Bs = self.combination(As, bs)
+        view_out = As.select(0, 0)
+        if num_prods == 4:
+            self.matmul_into(view_out, Bs.select(0, 3), Bs.select(0, 3))
+            Bs.select(0, 2).add_(view_out)
+            self.matmul_into(view_out, Bs.select(0, 1).add_(Bs.select(0, 2)), Bs.select(0, 2))
+            out = Bs.select(0, 0).add_(view_out)
+        else:
+            self.matmul_into(view_out, Bs.select(0, 0), Bs.select(0, 4))
+            Bs.select(0, 3).add_(view_out)
+            self.matmul_into(view_out, Bs.select(0, 2).add_(Bs.select(0, 3)), Bs.select(0, 3))
+            out = Bs.select(0, 1).add_(view_out)
+        del view_out, Bs, As, bs
+        return out
+
+    def t12(self, a):
+        return self.t12_t18(a, 4)
+
+    def scale_square(self, a, norm, theta: float):
+        """`compute_T18_scale_square`: s = ceil(log2(norm / theta)).clamp(0), `a * 2^-s`, T18, then
+        sort, `unique_consecutive`, `cumsum` and `diff` of s decide the squarings, read on the host;
+        one `empty_like` per squaring; `cat` of the pieces and `index_select` by `argsort`."""
+        d = norm / theta
+        lg = torch.log2(d)
+        c = torch.ceil(lg)
+        s = c.clamp(min=0)
+        del c, lg, d
+        neg = -s
+        pow2s = torch.pow(2, neg)
+        del neg
+        a_scaled = a * pow2s.view(-1, 1, 1)
+        mexp_scaled = self.t12_t18(a_scaled, 5)
+        sorted_s, sorted_s_inds = torch.sort(s, dim=0)
+        sorted_s = sorted_s.to(torch.int64)
+        split_counts = torch.unique_consecutive(sorted_s, return_inverse=True, return_counts=True)[2]
+        csum = torch.cumsum(split_counts, dim=0)
+        split_edges = csum - 1
+        del csum
+        picked = sorted_s.index_select(0, split_edges)
+        unique_s = picked.clamp(min=0)
+        del picked
+        # `at::diff(unique_s, 1, -1, prepend)`: `cat(prepend, self)`, then `diff_helper`'s
+        # `narrow(1, n - 1) - narrow(0, n - 1)`
+        zeros = unique_s.new_zeros((1,))
+        joined = torch.cat([zeros, unique_s], 0)
+        k = joined.size(0) - 1
+        mul_times = joined.narrow(0, 1, k) - joined.narrow(0, 0, k)
+        del joined, zeros
+        both = torch.cat([split_counts, mul_times], 0)
+        known = value(both)
+        # the host copy of the sections (`to(kCPU)`); one squaring of all where unknown
+        section = known.tolist() if known is not None else [a.size(0), 1]
+        del both
+        half = len(section) // 2
+        scs, pts = section[:half], section[half:]
+        pieces = []
+        acc = mexp_scaled.index_select(0, sorted_s_inds)
+        for i in range(half):
+            for _ in range(int(pts[i])):
+                acc_out = torch.empty_like(acc)
+                self.matmul_into(acc_out, acc, acc)
+                acc = acc_out
+                del acc_out
+            pieces.append(acc.narrow(0, 0, int(scs[i])))
+            acc = acc.narrow(0, int(scs[i]), acc.size(0) - int(scs[i]))
+        output = torch.cat(pieces, 0)
+        # `at::argsort`: the indices of `at::sort`, its values dropped
+        dropped, order = torch.sort(sorted_s_inds, dim=-1)
+        del dropped
+        result = output.index_select(0, order)
+        del order, output, acc, pieces, mul_times, unique_s, split_edges, split_counts
+        del sorted_s, sorted_s_inds, mexp_scaled, a_scaled, pow2s, s
+        return result
+
+
+def _assume_norm(cap, norm, thetas) -> None:
+    """The 1-norm decides the degree on the host (`norm.to(kCPU)`). Where the twin does not carry
+    the matrix's values (or computed them over zeros standing in for unknown ones) it takes twice
+    degree 18's theta: the scaled and squared degree 18 with one squaring, the path that holds the
+    most at once (each further squaring frees what it replaces), so the memory is an upper bound;
+    with a warning naming the line."""
+    site = cap_site()
+    cap.warn_once(
+        "matrix_exp:" + site,
+        f"{site}: torch.linalg.matrix_exp chooses its Taylor degree by the matrix's norm, which the "
+        "twin does not compute: it takes the scaled and squared degree 18 with one squaring "
+        "(the path holding the most memory; an upper bound)",
+    )
+    set_value(norm, torch.full(norm.shape, 2 * thetas[5], dtype=norm.dtype), assumed=True)
+
+
+def cap_site() -> str:
+    from ._capture import _user_site
+
+    return _user_site()
+
+
+def _linalg_matrix_exp(cap, func, args, kwargs):
+    """`linalg_matrix_exp` of n >= 2 on CUDA: `mexp` as LinearAlgebra.cpp runs it, op by op through
+    the capture (each op with its own rules): the 1-norm (`abs().sum(-2).max(-1)`), the NaN-filled
+    result, per norm interval the index moved to the device, `index_select`, the degree's Taylor
+    polynomial and `index_put_`; a batch takes the scaled and squared degree 18 for all. blind21/u04's
+    H200 history: degrees 1, 4 and 8 (512 x 512) and 8 and 18 with one to five squarings (the
+    backward's 1024 x 1024 block matrix), 11 to 56 allocations each."""
+    a = args[0]
+    if not registered(a) or kwargs or a.dim() < 2 or a.size(-1) < 2 or a.numel() == 0:
+        return NotImplemented
+    n = a.size(-1)
+    thetas = _THETAS_FLOAT if a.dtype in (torch.float32, torch.complex64) else _THETAS_DOUBLE
+    _IN_MEXP[0] += 1
+    try:
+        with cap._modes[1]:
+            return _mexp(cap, a, n, thetas)
+    finally:
+        _IN_MEXP[0] -= 1
+
+
+#: inside `_linalg_matrix_exp` (its own `cat`s are plain ones)
+_IN_MEXP = [0]
+
+
+def _mexp(cap, a, n: int, thetas):
+    """`mexp` (see `_linalg_matrix_exp`), inside the capture's dispatch mode."""
+    a3 = a.reshape(-1, n, n)
+    m = _Mexp(cap, a3)
+    absa = a3.abs()
+    colsum = absa.sum(-2)
+    norm, ind = colsum.max(-1)
+    del ind, colsum, absa
+    if value(norm) is None or assumed(norm):
+        _assume_norm(cap, norm, thetas)
+    if a3.size(0) > 1:
+        res = m.scale_square(a3, norm, thetas[5])
+        del norm
+        return res.view(a.shape)
+    res = torch.full_like(a3, math.nan, memory_format=torch.contiguous_format)
+    nv = float(cap.value_of(norm, "torch.linalg.matrix_exp's norm").reshape(-1)[0])
+    steps = (m.t1, m.t2, m.t4, m.t8, m.t12)
+    for i, step in enumerate(steps):
+        lower = -1.0 if i == 0 else thetas[i - 1]
+        if lower < nv <= thetas[i]:
+            idx = m.to_device(torch.zeros(1, dtype=torch.int64))
+            sub_a = torch.index_select(a3, 0, idx)
+            t = step(sub_a)
+            res.index_put_((idx,), t)
+            del t, sub_a, idx
+    if nv >= thetas[4]:
+        idx = m.to_device(torch.zeros(1, dtype=torch.int64))
+        a_large = torch.index_select(a3, 0, idx)
+        large_norm = torch.index_select(norm, 0, idx)
+        out = m.scale_square(a_large, large_norm, thetas[5])
+        moved = m.to_device(torch.zeros(1, dtype=torch.int64))  # the host index, moved by index_put_
+        res.index_put_((moved,), out)
+        del moved, out, large_norm, a_large, idx
+    del norm
+    return res.view(a.shape)
+
+
+DISPATCH[aten.linalg_matrix_exp.default] = _linalg_matrix_exp
+
+
+def _matrix_exp_meta_grad(cap, func, args, kwargs):
+    """`differential_analytic_matrix_function` (FunctionsManual.cpp), the backward of
+    `linalg_matrix_exp`: on CUDA tensors `meta_grad = at::zeros(2n x 2n)` and three copies into its
+    blocks; the twin's tensors count as subclass-like there and take `cat({cat({A, grad}, -1),
+    cat({zeros_like(A), A}, -1)}, -2)`. Inside that node the inner `cat`s and `zeros_like` allocate
+    nothing and the outer `cat` is the zeros (blind21/u04's H200 history: one 4 MiB block per call)."""
+    node = torch._C._current_autograd_node()
+    if node is None or node.name() != "LinalgMatrixExpBackward0" or torch.is_grad_enabled() or _IN_MEXP[0]:
+        return NotImplemented
+    if not any(registered(t) for t in tensors_in((args, kwargs))) and func is not aten.cat.default:
+        return NotImplemented
+    out = func(*args, **kwargs)
+    if func is aten.cat.default:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        if dim % out.dim() == out.dim() - 2:
+            cap.ops += 1
+            cap.track(out, "aten::zeros")
+    return out
+
+
+for _f in (aten.cat.default, aten.zeros_like.default):
+    _previous = DISPATCH.get(_f)
+    assert _previous is None, f"{_f} has a rule already"
+    DISPATCH[_f] = _matrix_exp_meta_grad
+
+
+def _eigh_backward_diagonal(cap, func, args, kwargs):
+    """`linalg_eig_backward` (FunctionsManual.cpp) writes gL onto the diagonal of its temporary
+    `ret` with `ret.diagonal(0, -2, -1).copy_(gL)` on CUDA tensors; `diagonal_scatter` (a new
+    matrix) is its subclass-like path, which the twin's tensors would take (blind21/u04's H200
+    history: no allocation there)."""
+    node = torch._C._current_autograd_node()
+    if (
+        torch.is_grad_enabled()
+        or node is None
+        or node.name() not in ("LinalgEighBackward0", "LinalgEigBackward0")
+    ):
+        return NotImplemented
+    a, src = args[0], args[1]
+    if not registered(a) or kwargs or tuple(args[2:]) != (0, -2, -1):
+        return NotImplemented
+    cap.ops += 1
+    a.diagonal(0, -2, -1).copy_(src)
+    return a
+
+
+DISPATCH[aten.diagonal_scatter.default] = _eigh_backward_diagonal
