@@ -263,7 +263,6 @@ impl Absorb for State {
             }
         }
         let first = u32::try_from(self.entries.len()).ok()?;
-        let mut syms = Vec::new();
         let mut fids = Vec::new();
         let crate::par::Decoded {
             mut pieces,
@@ -279,14 +278,21 @@ impl Absorb for State {
         // order
         let mut maps = Vec::with_capacity(pieces.len());
         let mut total = self.entries.len();
+        // each thread's str ids → the global ones, as its pieces name them
+        let mut globals: Vec<Vec<u32>> = vec![Vec::new(); texts.len()];
         for p in &pieces {
-            // (its thread's str ids; those it met, in the order it met them)
+            // (those it met, in the order it met them; a str an earlier
+            // piece of its thread met is interned already)
             let text = texts.get(p.texts)?;
-            syms.clear();
+            let syms = globals.get_mut(p.texts)?;
             syms.resize(text.len(), NO_SYM);
             for &s in &p.order {
-                *syms.get_mut(s as usize)? = st.strs.intern(text.get(s))?;
+                let g = syms.get_mut(s as usize)?;
+                if *g == NO_SYM {
+                    *g = st.strs.intern(text.get(s))?;
+                }
             }
+            let syms = &*syms;
             let sym = |s: u32| -> Option<u32> {
                 if s == crate::par::NO_SYM {
                     Some(NO_SYM)
