@@ -111,3 +111,14 @@ def test_a_transposed_host_tensor_copies_without_staging():
         host = torch.zeros(256, 512).t()
         moved, counts = _counted(lambda: host.to("cuda"))
         assert moved.stride() == host.stride() and counts == (1, 512 * 256 * 4)
+
+
+def test_linalg_ops_without_a_rule_are_named():
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(64, 64, device="cuda")
+        torch.linalg.qr(a)
+        torch.linalg.solve_triangular(a, a, upper=False)
+        assert set(cap.unmeasured) == {"aten::linalg_qr"}
+        b = torch.empty(4, 64, 64, device="cuda")
+        torch.linalg.solve_triangular(b, b, upper=False)
+        assert "aten::linalg_solve_triangular of a batch (cuBLAS trsmBatched)" in cap.unmeasured

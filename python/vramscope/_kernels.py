@@ -59,6 +59,28 @@ SCRATCH_UNMODELLED = {
     "aten::upsample_bilinear2d_backward",
     "aten::upsample_nearest2d_backward",
     "aten::multinomial",
+    # cuSOLVER / cuBLAS / MAGMA workspaces and pointer arrays (cuda/linalg/BatchLinearAlgebra*.cpp)
+    "aten::_linalg_det",
+    "aten::_linalg_slogdet",
+    "aten::_linalg_solve_ex",
+    "aten::_linalg_svd",
+    "aten::_cholesky_solve_helper",
+    "aten::cholesky_solve",
+    "aten::cholesky_inverse",
+    "aten::geqrf",
+    "aten::ormqr",
+    "aten::linalg_eig",
+    "aten::linalg_householder_product",
+    "aten::linalg_inv_ex",
+    "aten::linalg_ldl_factor_ex",
+    "aten::linalg_ldl_solve",
+    "aten::linalg_lstsq",
+    "aten::linalg_lu",
+    "aten::linalg_lu_factor_ex",
+    "aten::linalg_lu_solve",
+    "aten::linalg_pinv",
+    "aten::linalg_qr",
+    "aten::triangular_solve",
 }
 
 

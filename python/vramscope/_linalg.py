@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ._kernels import DISPATCH, reduce_scratch
+from ._kernels import AFTER, DISPATCH, reduce_scratch
 from ._tensor import assumed, registered, set_value, tensors_in, value
 
 aten = torch.ops.aten
@@ -124,8 +124,8 @@ DISPATCH[aten._linalg_eigh.default] = _linalg_eigh
 
 def _linalg_cholesky_ex(cap, func, args, kwargs):
     """`linalg_cholesky_ex` on CUDA: L and info (its meta function's order), `L.copy_(A)`, then
-    `cholesky_helper_cusolver`: potrf's workspace for a single matrix (potrfBatched for a batch
-    takes none: not modelled here, named), and `_linalg_check_errors` when `check_errors`."""
+    `cholesky_helper_cusolver`: potrf's workspace for a single matrix (a batch's potrfBatched is
+    named unmeasured), and `_linalg_check_errors` when `check_errors`."""
     a = args[0]
     if not registered(a):
         return NotImplemented
@@ -149,6 +149,18 @@ def _linalg_cholesky_ex(cap, func, args, kwargs):
 
 
 DISPATCH[aten.linalg_cholesky_ex.default] = _linalg_cholesky_ex
+
+
+def _solve_triangular(cap, func, call, outs):
+    """`linalg_solve_triangular` of one matrix is cuBLAS' trsm in place on its result (blind21/u04's
+    H200 history: its outputs only); a batch may take trsmBatched, whose device arrays of pointers
+    are not modelled: named."""
+    (args, _kw) = call
+    if math.prod(args[0].shape[:-2]) > 1 or math.prod(args[1].shape[:-2]) > 1:
+        cap.note_unmeasured("aten::linalg_solve_triangular of a batch (cuBLAS trsmBatched)")
+
+
+AFTER[aten.linalg_solve_triangular.default] = _solve_triangular
 
 
 # ---- linalg_matrix_exp ----------------------------------------------------------------
