@@ -936,6 +936,40 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// The bytes of the block `malloc_handle(orig_size, stream)` would hand
+    /// out where a free block of its pool fits it and the allocation would
+    /// do nothing else (no events outstanding, no expandable segments, no
+    /// oversize limit, no garbage collection, whose searches are counted,
+    /// no history or fits recorded); `None` otherwise. Such a malloc
+    /// followed by the free of its block, with no other request of its pool
+    /// between, leaves the pool as it was (but the requested bytes a free
+    /// block keeps from its last allocation, which decide nothing): the
+    /// block it takes is split at most once (`alloc_found_block`), and the
+    /// free merges the two parts back (`free_block`: a free block has no
+    /// free neighbour, so the taken block's others are allocated).
+    pub fn fit_for_a_moment(&self, orig_size: u64, stream: StreamId) -> Option<u64> {
+        if !self.events.is_empty()
+            || self.config.expandable_segments
+            || self.config.max_split_size != u64::MAX
+            || self.config.garbage_collection_threshold > 0.0
+            || self.trace.is_some()
+            || self.fits.is_some()
+        {
+            return None;
+        }
+        let size = self.round_size(orig_size);
+        let pool = &self.pools[pool_index(size <= SMALL_SIZE)].blocks;
+        let (bytes, _, id) = pool.get(pool.lower_bound(stream, size)?);
+        if self.b(id).seg != NIL {
+            return None;
+        }
+        Some(if self.should_split(id, size) {
+            size
+        } else {
+            bytes
+        })
+    }
+
     /// `get_free_block`: best fit by (stream, size, address).
     fn get_free_block(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
         let p = pool_index(small);

@@ -2,6 +2,7 @@
 //! each module is one area, `common` what they share.
 
 mod invariants;
+mod moment;
 mod repeats;
 
 #[test]

@@ -1240,6 +1240,12 @@ mod tests {
             ..bf16(8, 200, 30)
         };
         same_apart(WIDE, &st, &o);
+        // grouped keys and values repeated for a static cache's mask (large
+        // blocks, one made and freed between the other's malloc and free:
+        // made for a moment)
+        let gqa = WIDE.replace(r#""num_key_value_heads":8"#, r#""num_key_value_heads":2"#);
+        let c = same_apart(&gqa, &st, &o);
+        assert!(c.moments > 0, "{c:?}");
         // qwen3 (its q and k norms), gemma2 (sliding and full layers past
         // the window, softcapped logits)
         let qwen = r#"{"model_type":"qwen3","hidden_size":256,"intermediate_size":512,

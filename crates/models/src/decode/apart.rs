@@ -20,6 +20,12 @@
 //! remain, and every small size is a multiple of 512), so the peaks within
 //! a chunk are sums over its requests, computed once per chunk.
 //!
+//! A large malloc whose block the chunk's next large request frees (a
+//! static cache's repeated keys and values, an attention's scratch) is not
+//! made on the twin where a free block fits it: such a pair leaves the large
+//! pool as it was ([`CachingAllocator::fit_for_a_moment`]), so only the
+//! block's bytes, allocated until its free, count.
+//!
 //! A chunk that needs a new small segment is served request by request,
 //! its segment made by the allocator twin ([`CachingAllocator::malloc_in_new_segment`])
 //! in the order of the run, and is not memoised. Anything that would make
@@ -53,6 +59,8 @@ pub(crate) struct ApartCounts {
     pub served: usize,
     /// small segments made
     pub segments: usize,
+    /// large blocks made for a moment, not on the twin
+    pub moments: usize,
 }
 
 /// A block made since step `FROM`: held by the allocator twin, or in the
@@ -65,6 +73,9 @@ pub(super) enum Blk {
         size: u64,
         orig: u64,
     },
+    /// a large block made and freed at once, not on the twin
+    /// ([`CachingAllocator::fit_for_a_moment`]): its bytes
+    Moment(u64),
     /// (not made, or freed within its chunk)
     None,
 }
@@ -112,8 +123,10 @@ enum Op {
     FreeIn { i: u32, size: u64 },
     /// a free of the chunk's small malloc `local`
     FreeLocal { local: u32 },
-    /// the template's request at this offset in the chunk, a large one
-    Large { off: u32, malloc: bool },
+    /// the template's request at this offset in the chunk, a large one;
+    /// `pair`: a malloc whose block the chunk's next large request frees,
+    /// or that free
+    Large { off: u32, malloc: bool, pair: bool },
 }
 
 /// A large request of a chunk and the small pool's bytes before it.
@@ -121,6 +134,7 @@ enum Op {
 struct LargeAt {
     off: u32,
     malloc: bool,
+    pair: bool,
     /// the most small bytes (from the chunk's start) after a small malloc
     /// since the previous large request, and the offset of the first such
     /// malloc (`i64::MIN`: none)
@@ -174,10 +188,11 @@ impl Content {
                     freed[local as usize] = true;
                     cur -= sizes[local as usize] as i64;
                 }
-                Op::Large { off, malloc } => {
+                Op::Large { off, malloc, pair } => {
                     larges.push(LargeAt {
                         off,
                         malloc,
+                        pair,
                         gap_max,
                         gap_at,
                         small: cur,
@@ -220,6 +235,8 @@ struct Chunk {
     range: Range<usize>,
     /// its instance when no size in it changes with the step
     fixed: Option<Inst>,
+    /// the content of its last instance
+    last: Option<u32>,
 }
 
 /// The chunks of the template step.
@@ -254,6 +271,8 @@ pub(super) struct Apart {
     small_req: i64,
     /// the highest allocated since the last reset of the peaks
     peak: i64,
+    /// the bytes of the large block made for a moment, not on the twin
+    moment: i64,
     /// the twin's counts of retries, out-of-memory errors and frees of
     /// segments when the attempt began
     marks: (i64, i64, i64),
@@ -355,6 +374,7 @@ impl Apart {
             small: st.allocated_bytes.get(StatType::SmallPool).current,
             small_req: st.requested_bytes.get(StatType::SmallPool).current,
             peak: st.allocated_bytes.all().peak,
+            moment: 0,
             marks: marks(&s.alloc),
             counts: ApartCounts::default(),
         };
@@ -394,7 +414,12 @@ impl Apart {
         let mut offsets = Vec::with_capacity(range.len());
         let mut inputs = Vec::new();
         let mut locals: Vec<(usize, u64, u64)> = Vec::new(); // (r, size, orig)
-        let mut local_of: Map<usize, u32> = Map::default();
+                                                             // (the chunk's mallocs are template mallocs `r0..`: by `r - r0`)
+        let r0 = range
+            .clone()
+            .find(|&q| !matches!(s.tpl[q], Step::Free { .. }))
+            .map_or(0, |q| self.plan.malloc_of[q]);
+        let mut local_of: Vec<u32> = Vec::new();
         let mut req = 0i64;
         for q in range.clone() {
             let off = (q - range.start) as u32;
@@ -404,18 +429,29 @@ impl Apart {
                     let bytes = s.bytes_of(r, ahead)?;
                     let size = s.alloc.round_size(bytes);
                     if size <= SMALL_SIZE {
-                        local_of.insert(r, locals.len() as u32);
+                        if local_of.len() <= r - r0 {
+                            local_of.resize(r - r0 + 1, u32::MAX);
+                        }
+                        local_of[r - r0] = locals.len() as u32;
                         locals.push((r, size, bytes));
                         req += bytes as i64;
                         Op::Malloc { size }
                     } else {
-                        Op::Large { off, malloc: true }
+                        Op::Large {
+                            off,
+                            malloc: true,
+                            pair: false,
+                        }
                     }
                 }
                 Step::Free { back, r } => {
                     let bytes = s.bytes_of(r, ahead - back as i64)?;
                     let size = s.alloc.round_size(bytes);
-                    match local_of.get(&r).filter(|_| back == 0) {
+                    let local = r
+                        .checked_sub(r0)
+                        .and_then(|i| local_of.get(i))
+                        .filter(|&&l| back == 0 && l != u32::MAX);
+                    match local {
                         Some(&l) => {
                             req -= locals[l as usize].2 as i64;
                             Op::FreeLocal { local: l }
@@ -428,22 +464,47 @@ impl Apart {
                                 size,
                             }
                         }
-                        None => Op::Large { off, malloc: false },
+                        None => {
+                            // (the free of the chunk's last large request)
+                            let last = ops.iter().rposition(|o| matches!(o, Op::Large { .. }));
+                            let pair = back == 0
+                                && last.is_some_and(|i| {
+                                    matches!(ops[i], Op::Large { malloc: true, .. })
+                                        && self.plan.malloc_of[range.start + offsets[i] as usize]
+                                            == r
+                                });
+                            if pair {
+                                if let Some(Op::Large { pair: p, .. }) = last.map(|i| &mut ops[i]) {
+                                    *p = true;
+                                }
+                            }
+                            Op::Large {
+                                off,
+                                malloc: false,
+                                pair,
+                            }
+                        }
                     }
                 }
             };
             ops.push(op);
             offsets.push(off);
         }
-        let id = match self.content_ids.get(&ops) {
-            Some(&id) => id,
-            None => {
-                let id = self.contents.len() as u32;
-                self.content_ids.insert(ops.clone(), id);
-                self.contents.push(Content::of(ops));
-                id
-            }
+        // (most often its last content: compared, not hashed)
+        let last = self.plan.chunks[c].last;
+        let id = match last.filter(|&l| self.contents[l as usize].ops == ops) {
+            Some(id) => id,
+            None => match self.content_ids.get(&ops) {
+                Some(&id) => id,
+                None => {
+                    let id = self.contents.len() as u32;
+                    self.content_ids.insert(ops.clone(), id);
+                    self.contents.push(Content::of(ops));
+                    id
+                }
+            },
         };
+        self.plan.chunks[c].last = Some(id);
         let outputs = self.contents[id as usize]
             .outputs
             .iter()
@@ -519,12 +580,14 @@ impl Apart {
         self.peak = self.peak.max(total);
     }
 
-    fn large_now(s: &Serving) -> i64 {
+    /// The large pool's allocated bytes (with a block made for a moment).
+    fn large_now(&self, s: &Serving) -> i64 {
         s.alloc
             .stats()
             .allocated_bytes
             .get(StatType::LargePool)
             .current
+            + self.moment
     }
 
     /// A malloc of `bytes` at `at`, in the pool it belongs to; `Ok(true)` when
@@ -564,7 +627,7 @@ impl Apart {
         } else {
             Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?)
         };
-        let total = self.small + Self::large_now(s);
+        let total = self.small + self.large_now(s);
         self.note(s, total, at);
         Ok((b, made))
     }
@@ -578,7 +641,7 @@ impl Apart {
                 self.small_req -= orig as i64;
                 Ok(())
             }
-            Blk::None => Err(Aborted),
+            Blk::Moment(_) | Blk::None => Err(Aborted),
         }
     }
 
@@ -586,7 +649,7 @@ impl Apart {
         let st = s.alloc.stats();
         let reserved = st.reserved_bytes.all();
         StepFigures {
-            allocated_bytes: self.small + Self::large_now(s),
+            allocated_bytes: self.small + self.large_now(s),
             peak_allocated_bytes: self.peak,
             reserved_bytes: reserved.current,
             peak_reserved_bytes: reserved.peak,
@@ -731,7 +794,7 @@ impl Apart {
             .collect::<Result<_, _>>()?;
         let mut locals: Vec<(u64, u64)> = Vec::with_capacity(ops.len());
         let mut made = false;
-        let mut large = Self::large_now(s);
+        let mut large = self.large_now(s);
         self.pool();
         for (op, &off) in ops.iter().zip(&inst.offsets) {
             match *op {
@@ -775,10 +838,10 @@ impl Apart {
                     self.pool.free(addr, size);
                     self.small -= size as i64;
                 }
-                Op::Large { malloc, .. } => {
+                Op::Large { malloc, pair, .. } => {
                     let q = start + off as usize;
-                    self.large(s, k, ahead, q)?;
-                    large = Self::large_now(s);
+                    self.large(s, k, ahead, q, pair)?;
+                    large = self.large_now(s);
                     if malloc {
                         let total = self.small + large;
                         self.note(
@@ -815,7 +878,7 @@ impl Apart {
         for j in 0..n {
             let la = self.contents[cid].larges[j];
             if la.gap_max != i64::MIN {
-                let total = s0 + la.gap_max + Self::large_now(s);
+                let total = s0 + la.gap_max + self.large_now(s);
                 let at = StepRequest {
                     step: k,
                     request: start + la.gap_at as usize,
@@ -823,9 +886,9 @@ impl Apart {
                 self.note(s, total, at);
             }
             let q = start + la.off as usize;
-            self.large(s, k, ahead, q)?;
+            self.large(s, k, ahead, q, la.pair)?;
             if la.malloc {
-                let total = s0 + la.small + Self::large_now(s);
+                let total = s0 + la.small + self.large_now(s);
                 self.note(
                     s,
                     total,
@@ -839,7 +902,7 @@ impl Apart {
         let content = &self.contents[cid];
         let (tail_max, tail_at, delta) = (content.tail_max, content.tail_at, content.delta);
         if tail_max != i64::MIN {
-            let total = s0 + tail_max + Self::large_now(s);
+            let total = s0 + tail_max + self.large_now(s);
             let at = StepRequest {
                 step: k,
                 request: start + tail_at as usize,
@@ -864,17 +927,39 @@ impl Apart {
         Ok(())
     }
 
-    /// The template's large request `q` of step `k`.
-    fn large(&mut self, s: &mut Serving, k: usize, ahead: i64, q: usize) -> Result<(), Aborted> {
+    /// The template's large request `q` of step `k`; `pair`: a malloc whose
+    /// block the next large request frees, or that free (then the block is
+    /// made for a moment, not on the twin, where
+    /// [`CachingAllocator::fit_for_a_moment`] finds it a block).
+    fn large(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+        q: usize,
+        pair: bool,
+    ) -> Result<(), Aborted> {
         match s.tpl[q] {
             Step::Malloc { .. } | Step::Scratch { .. } => {
                 let r = self.plan.malloc_of[q];
                 let bytes = s.bytes_of(r, ahead).ok_or(Aborted)?;
-                let h = s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?;
-                self.put(k, r, Blk::Twin(h));
+                let moment = pair.then(|| s.alloc.fit_for_a_moment(bytes, 0)).flatten();
+                let b = match moment {
+                    Some(m) => {
+                        self.moment = m as i64;
+                        self.counts.moments += 1;
+                        Blk::Moment(m)
+                    }
+                    None => Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?),
+                };
+                self.put(k, r, b);
                 Ok(())
             }
             Step::Free { back, r } => match self.made_in(k.checked_sub(back).ok_or(Aborted)?, r) {
+                Some(Blk::Moment(_)) if pair => {
+                    self.moment = 0;
+                    Ok(())
+                }
                 Some(b @ Blk::Twin(_)) => self.free(s, b),
                 _ => Err(Aborted),
             },
@@ -970,6 +1055,7 @@ impl Plan {
             .map(|w| Chunk {
                 range: w[0]..w[1],
                 fixed: None,
+                last: None,
             })
             .collect();
         Some(Plan { chunks, malloc_of })
