@@ -60,6 +60,30 @@ impl<T> ChunkedVec<T> {
         }
     }
 
+    /// Append `n` copies of `x` (a chunk at a time).
+    pub(crate) fn extend_fill(&mut self, n: usize, x: T)
+    where
+        T: Copy,
+    {
+        let mut left = n;
+        while left > 0 {
+            let j = self.start + self.len;
+            let k = left.min(CHUNK - (j & MASK));
+            if j < CHUNK {
+                self.first.resize(self.first.len() + k, x);
+            } else {
+                let c = (j >> BITS) - 1;
+                if c == self.rest.len() {
+                    self.rest.push(Vec::with_capacity(CHUNK));
+                }
+                let v = &mut self.rest[c];
+                v.resize(v.len() + k, x);
+            }
+            self.len += k;
+            left -= k;
+        }
+    }
+
     /// Room for `n` more items in the first chunk (at most a chunk's).
     pub(crate) fn reserve_first(&mut self, n: usize) {
         if self.start + self.len < CHUNK {
@@ -246,6 +270,26 @@ impl<T> FromIterator<T> for ChunkedVec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extend_fill_is_pushes_across_chunks() {
+        let mut c: ChunkedVec<u32> = ChunkedVec::default();
+        let mut v: Vec<u32> = Vec::new();
+        for (k, n) in [
+            (1u32, 5usize),
+            (2, CHUNK - 3),
+            (3, 2 * CHUNK + 1),
+            (4, 0),
+            (5, 7),
+        ] {
+            c.extend_fill(n, k);
+            v.extend(std::iter::repeat_n(k, n));
+            c.push(9);
+            v.push(9);
+        }
+        assert_eq!(c.len(), v.len());
+        assert!(c.iter().eq(v.iter()));
+    }
 
     #[test]
     fn behaves_like_a_vec_across_chunks() {

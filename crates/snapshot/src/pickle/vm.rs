@@ -96,6 +96,15 @@ impl Cells {
         }
     }
 
+    /// Append `n` cells holding `v`.
+    fn push_n(&mut self, n: usize, v: Val) {
+        match (&mut *self, v.pack()) {
+            (Cells::Narrow(c), Some(x)) => c.extend_fill(n, x),
+            (Cells::Wide(c), _) => c.extend_fill(n, v),
+            (Cells::Narrow(_), None) => self.widen().extend_fill(n, v),
+        }
+    }
+
     /// Set cell `i < len`.
     #[inline]
     fn set(&mut self, i: usize, v: Val) {
@@ -1098,18 +1107,23 @@ impl<A: Absorb> Core<A> {
         );
         self.seq_free.push(b);
         self.marks.pop();
-        let mut named = sp.strs.iter().peekable();
-        for i in sp.memo_from..sp.memo_to {
-            let v = match named.peek() {
-                Some(&&(k, id)) if k == i => {
-                    named.next();
-                    Val::new(Tag::Str, id)
-                }
-                _ => Val::NONE,
-            };
-            self.memo.put(i, v);
+        // the trace's memo indices: `None` (nothing after the trace names
+        // them) but the strs named after it, in increasing index order
+        let named = &sp.strs;
+        if named
+            .iter()
+            .any(|&(k, _)| !(sp.memo_from..sp.memo_to).contains(&k))
+            || named.windows(2).any(|w| w[0].0 >= w[1].0)
+        {
+            return Err(bail(self.at));
         }
-        if named.next().is_some() || !inp.jump(sp.to) {
+        let n = usize::try_from(sp.memo_to - sp.memo_from).map_err(|_| bail(self.at))?;
+        self.memo.dense.push_n(n, Val::NONE);
+        self.memo.count += n as u64;
+        for &(k, id) in named {
+            self.memo.dense.set(k as usize, Val::new(Tag::Str, id));
+        }
+        if !inp.jump(sp.to) {
             return Err(bail(self.at));
         }
         Ok(())
