@@ -475,3 +475,15 @@ def test_a_convolution_backward_for_the_input_alone_copies_a_strided_input():
         call = (grad, x, w, [512], [1], [64], [1], False, [0], 16, [True, False, False])
         (gi, _, _), counts = _counted(lambda: aten.convolution_backward(*call))
         assert gi.shape == (4, 512, 199) and counts == (3, 9_089_152)
+
+
+def test_cudnn_benchmark_mode_is_named_unmeasured():
+    with vramscope.capture(gpu="h200") as cap:
+        conv = torch.nn.Conv2d(3, 8, 3).cuda()
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            conv(torch.empty(2, 3, 16, 16, device="cuda"))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    assert any("benchmark" in k for k in cap.report()["unmeasured"])

@@ -1289,6 +1289,9 @@ def _conv_workspace(cap, op, conv) -> None:
     """`run_conv_plan`'s workspace, allocated and freed inside the op."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
     name = str(x.dtype).removeprefix("torch.")
+    if torch.backends.cudnn.benchmark:
+        # benchmark mode empties the cache and times cuDNN's algorithms (Conv_v8.cpp): not modelled
+        cap.note_unmeasured("cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True)")
     # the plan is built before its workspace is known: cuDNN's engines load
     cap.device.cudnn_plan()
     nbytes = cap.device.conv_workspace(
