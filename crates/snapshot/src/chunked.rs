@@ -84,6 +84,35 @@ impl<T> ChunkedVec<T> {
         }
     }
 
+    /// Append copies of `xs` (a chunk at a time).
+    pub(crate) fn extend_from_slice(&mut self, mut xs: &[T])
+    where
+        T: Copy,
+    {
+        while !xs.is_empty() {
+            let j = self.start + self.len;
+            let (a, b) = xs.split_at(xs.len().min(CHUNK - (j & MASK)));
+            if j < CHUNK {
+                self.first.extend_from_slice(a);
+            } else {
+                let c = (j >> BITS) - 1;
+                if c == self.rest.len() {
+                    self.rest.push(Vec::with_capacity(CHUNK));
+                }
+                self.rest[c].extend_from_slice(a);
+            }
+            self.len += a.len();
+            xs = b;
+        }
+    }
+
+    /// The items, as slices in order.
+    pub(crate) fn slices(&self) -> impl Iterator<Item = &[T]> {
+        std::iter::once(&self.first[..])
+            .chain(self.rest.iter().map(|c| &c[..]))
+            .filter(|c| !c.is_empty())
+    }
+
     /// Room for `n` more items in the first chunk (at most a chunk's).
     pub(crate) fn reserve_first(&mut self, n: usize) {
         if self.start + self.len < CHUNK {
@@ -270,6 +299,24 @@ impl<T> FromIterator<T> for ChunkedVec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extend_from_slice_is_pushes_and_slices_are_the_items() {
+        let mut c: ChunkedVec<u32> = ChunkedVec::default();
+        let mut v: Vec<u32> = Vec::new();
+        for n in [3usize, CHUNK - 1, 2 * CHUNK + 5, 0, 9] {
+            let xs: Vec<u32> = (0..n as u32).map(|i| i ^ n as u32).collect();
+            c.extend_from_slice(&xs);
+            v.extend_from_slice(&xs);
+        }
+        assert_eq!(c.len(), v.len());
+        assert!(c.iter().eq(v.iter()));
+        assert!(c.slices().flatten().eq(v.iter()));
+        let mut d = c.clone();
+        let front = d.split_front(CHUNK + 3);
+        assert!(front.slices().flatten().eq(v[..CHUNK + 3].iter()));
+        assert!(d.slices().flatten().eq(v[CHUNK + 3..].iter()));
+    }
 
     #[test]
     fn extend_fill_is_pushes_across_chunks() {

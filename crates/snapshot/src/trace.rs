@@ -470,11 +470,17 @@ impl Trace {
     pub(crate) fn append_rows(&mut self, other: Trace, wide: Vec<Fields>, base: Option<i64>) {
         let off = self.wide.len() as u64;
         self.wide.extend(wide);
-        for mut r in other.rows.iter().copied() {
-            if r.sk >> SIZE_BITS == WIDE {
-                r.tf += off;
+        let from = self.rows.len();
+        for s in other.rows.slices() {
+            self.rows.extend_from_slice(s);
+        }
+        if off > 0 {
+            for i in from..self.rows.len() {
+                let r = &mut self.rows[i];
+                if r.sk >> SIZE_BITS == WIDE {
+                    r.tf += off;
+                }
             }
-            self.rows.push(r);
         }
         self.base = base;
     }
