@@ -182,6 +182,21 @@ pub struct SegmentInfo {
     pub blocks: Vec<BlockInfo>,
 }
 
+/// A block [`CachingAllocator::fit_for_a_moment`] found: the bytes the
+/// malloc hands out, the free block it takes (size, address) and the part of
+/// it left free (size, address) where it is split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moment {
+    /// the block's bytes
+    pub bytes: u64,
+    /// the free block taken
+    pub took: (u64, Addr),
+    /// the part left free
+    pub rest: Option<(u64, Addr)>,
+    /// of the small pool (else the large one)
+    pub small: bool,
+}
+
 /// A block handed out by [`CachingAllocator::malloc_handle`]: its address
 /// and the allocator's name for it, so that
 /// [`CachingAllocator::free_handle`] finds it without a lookup by address.
@@ -936,18 +951,25 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// The bytes of the block `malloc_handle(orig_size, stream)` would hand
-    /// out where a free block of its pool fits it and the allocation would
-    /// do nothing else (no events outstanding, no expandable segments, no
-    /// oversize limit, no garbage collection, whose searches are counted,
-    /// no history or fits recorded); `None` otherwise. Such a malloc
-    /// followed by the free of its block, with no other request of its pool
-    /// between, leaves the pool as it was (but the requested bytes a free
-    /// block keeps from its last allocation, which decide nothing): the
-    /// block it takes is split at most once (`alloc_found_block`), and the
-    /// free merges the two parts back (`free_block`: a free block has no
-    /// free neighbour, so the taken block's others are allocated).
-    pub fn fit_for_a_moment(&self, orig_size: u64, stream: StreamId) -> Option<u64> {
+    /// The block `malloc_handle(orig_size, stream)` would hand out where a
+    /// free block of its pool fits it and the allocation would do nothing
+    /// else (no events outstanding, no expandable segments, no oversize
+    /// limit, no garbage collection, whose searches are counted, no history
+    /// or fits recorded), the blocks of `open` having been handed out
+    /// before it the same way and not freed; `None` otherwise. Mallocs so
+    /// made and the frees of their blocks in the reverse order, with no
+    /// other request of their pool between, leave the pool as it was (but
+    /// the requested bytes a free block keeps from its last allocation,
+    /// which decide nothing): each takes a free block and splits it at most
+    /// once (`alloc_found_block`), and its free merges the two parts back
+    /// (`free_block`: a free block has no free neighbour, so the taken
+    /// block's others are allocated, or the open blocks' parts).
+    pub fn fit_for_a_moment(
+        &self,
+        orig_size: u64,
+        stream: StreamId,
+        open: &[Moment],
+    ) -> Option<Moment> {
         if !self.events.is_empty()
             || self.config.expandable_segments
             || self.config.max_split_size != u64::MAX
@@ -958,15 +980,46 @@ impl<D: Device> CachingAllocator<D> {
             return None;
         }
         let size = self.round_size(orig_size);
-        let pool = &self.pools[pool_index(size <= SMALL_SIZE)].blocks;
-        let (bytes, _, id) = pool.get(pool.lower_bound(stream, size)?);
-        if self.b(id).seg != NIL {
-            return None;
+        let small = size <= SMALL_SIZE;
+        let pool = &self.pools[pool_index(small)].blocks;
+        // (the open blocks of this pool)
+        let taken = |k: (u64, Addr)| open.iter().any(|m| m.small == small && m.took == k);
+        // the least free block of the pool at or above the size that no open
+        // block took, and the least of the parts they left
+        let mut c = pool.lower_bound(stream, size);
+        let mut found = None;
+        while let Some(at) = c {
+            let (bytes, addr, id) = pool.get(at);
+            if self.b(id).seg != NIL {
+                return None;
+            }
+            if !taken((bytes, addr)) {
+                found = Some((bytes, addr));
+                break;
+            }
+            c = pool.next(at);
         }
-        Some(if self.should_split(id, size) {
-            size
+        for rest in open
+            .iter()
+            .filter(|m| m.small == small)
+            .filter_map(|m| m.rest)
+        {
+            if rest.0 >= size && !taken(rest) && found.is_none_or(|f| rest < f) {
+                found = Some(rest);
+            }
+        }
+        let (bytes, addr) = found?;
+        let remaining = bytes - size;
+        let split = if small {
+            remaining >= MIN_BLOCK_SIZE
         } else {
-            bytes
+            remaining > SMALL_SIZE
+        };
+        Some(Moment {
+            bytes: if split { size } else { bytes },
+            took: (bytes, addr),
+            rest: split.then_some((remaining, addr + size)),
+            small,
         })
     }
 

@@ -32,8 +32,8 @@ mod trace;
 
 pub use allocator::{
     get_allocation_size, roundup_power2_next_division, BlockInfo, CachingAllocator, EventPolicy,
-    FreeBlocks, Handle, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,
-    SMALL_SIZE,
+    FreeBlocks, Handle, Moment, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
+    SMALL_BUFFER, SMALL_SIZE,
 };
 pub use config::{AllocatorConfig, ConfigError, Shortcut, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 pub use device::{Device, SimDevice, UNLIMITED_BYTES};

@@ -1,12 +1,13 @@
-//! `fit_for_a_moment`: where it answers, a malloc of that size followed at
-//! once by the free of its block hands out a block of the bytes it said,
-//! creates no segment and leaves every segment and block as it was (but the
-//! requested bytes a free block keeps from its last allocation); where
-//! it does not, the block it would miss is not in the pool (the malloc makes
-//! a segment). Random states of both pools from a fixed seed; the test also
-//! fails if either answer never comes.
+//! `fit_for_a_moment`: where it answers for a nest of mallocs (each with the
+//! earlier ones open), the same mallocs hand out the blocks it said (address
+//! and bytes) and create no segment, and the frees of their blocks in the
+//! reverse order leave every segment and block as it was (but the requested
+//! bytes a free block keeps from its last allocation); where it does not,
+//! no block fits (the malloc makes a segment). Random states of both pools
+//! from a fixed seed; the test also fails if an answer, or a nested one,
+//! never comes.
 
-use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, MIB};
+use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, Moment, MIB};
 
 /// A pseudo-random sequence (xorshift), the same on every run.
 struct Rng(u64);
@@ -43,8 +44,8 @@ fn shape(a: &CachingAllocator) -> Vec<vramscope_alloc::SegmentInfo> {
 }
 
 #[test]
-fn a_block_for_a_moment_leaves_the_pool_as_it_was() {
-    let (mut some, mut none) = (0, 0);
+fn blocks_for_a_moment_leave_the_pool_as_it_was() {
+    let (mut some, mut none, mut nested) = (0, 0, 0);
     for seed in 1..=30u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let mut a = CachingAllocator::new(AllocatorConfig::default());
@@ -56,34 +57,55 @@ fn a_block_for_a_moment_leaves_the_pool_as_it_was() {
                 let h = live.swap_remove((rng.next() % live.len() as u64) as usize);
                 a.free_handle(h).unwrap();
             }
-            let size = rng.size();
-            let said = a.fit_for_a_moment(size, 0);
+            // a nest of one to three mallocs, each made for a moment with
+            // the earlier ones open, and the same mallocs made on a copy
             let mut b = a.clone();
             let reserved = b.stats().reserved_bytes.all().current;
-            let h = b.malloc_handle(size, 0).unwrap();
-            let bytes = b
-                .snapshot()
-                .iter()
-                .flat_map(|s| &s.blocks)
-                .find(|x| x.allocated && x.address == h.addr())
-                .map(|x| x.size);
-            let made = b.stats().reserved_bytes.all().current != reserved;
-            b.free_handle(h).unwrap();
-            match said {
-                Some(n) => {
-                    some += 1;
-                    assert_eq!(Some(n), bytes, "seed {seed}");
-                    assert!(!made, "seed {seed}");
-                    assert_eq!(shape(&a), shape(&b), "seed {seed}");
+            let mut open: Vec<Moment> = Vec::new();
+            let mut handles = Vec::new();
+            for depth in 0..1 + rng.next() % 3 {
+                let size = rng.size();
+                let said = a.fit_for_a_moment(size, 0, &open);
+                let h = b.malloc_handle(size, 0).unwrap();
+                handles.push(h);
+                let made = b.stats().reserved_bytes.all().current != reserved;
+                match said {
+                    Some(m) => {
+                        some += 1;
+                        nested += usize::from(depth > 0);
+                        assert!(!made, "seed {seed} depth {depth}");
+                        assert_eq!(h.addr(), m.took.1, "seed {seed}");
+                        assert_eq!(Some(m.bytes), bytes_of(&b, h), "seed {seed}");
+                        open.push(m);
+                    }
+                    None => {
+                        none += 1;
+                        assert!(made, "seed {seed}: a block fitted");
+                        break;
+                    }
                 }
-                None => {
-                    none += 1;
-                    assert!(made, "seed {seed}: a block fitted");
-                }
+            }
+            for h in handles.into_iter().rev() {
+                b.free_handle(h).unwrap();
+            }
+            if b.stats().reserved_bytes.all().current == reserved {
+                assert_eq!(shape(&a), shape(&b), "seed {seed}");
             }
         }
     }
-    assert!(some > 100 && none > 100, "{some} answers, {none} none");
+    assert!(
+        some > 100 && none > 100 && nested > 100,
+        "{some} answers ({nested} nested), {none} none"
+    );
+}
+
+/// The bytes of the block `h` names.
+fn bytes_of(a: &CachingAllocator, h: Handle) -> Option<u64> {
+    a.snapshot()
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .find(|x| x.allocated && x.address == h.addr())
+        .map(|x| x.size)
 }
 
 #[test]
@@ -95,9 +117,12 @@ fn no_moment_under_rules_that_look_further() {
     let mut a = CachingAllocator::new(c);
     let h = a.malloc_handle(30 * MIB, 0).unwrap();
     a.free_handle(h).unwrap();
-    assert_eq!(a.fit_for_a_moment(30 * MIB, 0), None);
+    assert_eq!(a.fit_for_a_moment(30 * MIB, 0, &[]), None);
     let mut a = CachingAllocator::new(AllocatorConfig::default());
     let h = a.malloc_handle(30 * MIB, 0).unwrap();
     a.free_handle(h).unwrap();
-    assert_eq!(a.fit_for_a_moment(30 * MIB, 0), Some(30 * MIB));
+    assert_eq!(
+        a.fit_for_a_moment(30 * MIB, 0, &[]).map(|m| m.bytes),
+        Some(30 * MIB)
+    );
 }

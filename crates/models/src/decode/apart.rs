@@ -20,11 +20,15 @@
 //! remain, and every small size is a multiple of 512), so the peaks within
 //! a chunk are sums over its requests, computed once per chunk.
 //!
-//! A large malloc whose block the chunk's next large request frees (a
-//! static cache's repeated keys and values, an attention's scratch) is not
-//! made on the twin where a free block fits it: such a pair leaves the large
-//! pool as it was ([`CachingAllocator::fit_for_a_moment`]), so only the
-//! block's bytes, allocated until its free, count.
+//! Large mallocs of a chunk whose blocks its later large requests free in
+//! the reverse order, with no other large request between (a static
+//! cache's repeated keys and values, an attention's scratch), are not made
+//! on the twin where free blocks fit them: such a nest leaves the large pool
+//! as it was ([`CachingAllocator::fit_for_a_moment`]), so only the blocks'
+//! bytes, allocated until their frees, count. Where one does not fit, the
+//! open ones are made on the twin then, in their order: the twin has served
+//! nothing of the large pool since the first of them, so they take the
+//! blocks they would have taken in their turn.
 //!
 //! A chunk that needs a new small segment is served request by request,
 //! its segment made by the allocator twin ([`CachingAllocator::malloc_in_new_segment`])
@@ -40,8 +44,8 @@ type Map<K, V> = FastMap<K, V>;
 use std::ops::Range;
 
 use vramscope_alloc::{
-    inthash::FastMap, CachingAllocator, FreeBlock, Handle, SmallPool, StatType, SMALL_BUFFER,
-    SMALL_SIZE,
+    inthash::FastMap, CachingAllocator, FreeBlock, Handle, Moment, SmallPool, StatType,
+    SMALL_BUFFER, SMALL_SIZE,
 };
 
 use super::{Freed, LastRequest, Serving, Step, StepRequest, StepRule};
@@ -124,9 +128,10 @@ enum Op {
     /// a free of the chunk's small malloc `local`
     FreeLocal { local: u32 },
     /// the template's request at this offset in the chunk, a large one;
-    /// `pair`: a malloc whose block the chunk's next large request frees,
-    /// or that free
-    Large { off: u32, malloc: bool, pair: bool },
+    /// `nest`: a malloc whose block the chunk frees with no other large
+    /// request between but mallocs whose blocks are freed before it (in the
+    /// reverse order), or that free
+    Large { off: u32, malloc: bool, nest: bool },
 }
 
 /// A large request of a chunk and the small pool's bytes before it.
@@ -134,7 +139,7 @@ enum Op {
 struct LargeAt {
     off: u32,
     malloc: bool,
-    pair: bool,
+    nest: bool,
     /// the most small bytes (from the chunk's start) after a small malloc
     /// since the previous large request, and the offset of the first such
     /// malloc (`i64::MIN`: none)
@@ -188,11 +193,11 @@ impl Content {
                     freed[local as usize] = true;
                     cur -= sizes[local as usize] as i64;
                 }
-                Op::Large { off, malloc, pair } => {
+                Op::Large { off, malloc, nest } => {
                     larges.push(LargeAt {
                         off,
                         malloc,
-                        pair,
+                        nest,
                         gap_max,
                         gap_at,
                         small: cur,
@@ -271,8 +276,12 @@ pub(super) struct Apart {
     small_req: i64,
     /// the highest allocated since the last reset of the peaks
     peak: i64,
-    /// the bytes of the large block made for a moment, not on the twin
+    /// the bytes of the large blocks made for a moment, not on the twin,
+    /// and not freed yet; each one's (step, template malloc, requested
+    /// bytes), and the block found
     moment: i64,
+    open: Vec<(usize, usize, u64)>,
+    fits: Vec<Moment>,
     /// the twin's counts of retries, out-of-memory errors and frees of
     /// segments when the attempt began
     marks: (i64, i64, i64),
@@ -375,6 +384,8 @@ impl Apart {
             small_req: st.requested_bytes.get(StatType::SmallPool).current,
             peak: st.allocated_bytes.all().peak,
             moment: 0,
+            open: Vec::new(),
+            fits: Vec::new(),
             marks: marks(&s.alloc),
             counts: ApartCounts::default(),
         };
@@ -414,7 +425,9 @@ impl Apart {
         let mut offsets = Vec::with_capacity(range.len());
         let mut inputs = Vec::new();
         let mut locals: Vec<(usize, u64, u64)> = Vec::new(); // (r, size, orig)
-                                                             // (the chunk's mallocs are template mallocs `r0..`: by `r - r0`)
+                                                             // the large mallocs not freed yet: (op, template malloc)
+        let mut nest: Vec<(usize, usize)> = Vec::new();
+        // (the chunk's mallocs are template mallocs `r0..`: by `r - r0`)
         let r0 = range
             .clone()
             .find(|&q| !matches!(s.tpl[q], Step::Free { .. }))
@@ -437,10 +450,11 @@ impl Apart {
                         req += bytes as i64;
                         Op::Malloc { size }
                     } else {
+                        nest.push((ops.len(), r));
                         Op::Large {
                             off,
                             malloc: true,
-                            pair: false,
+                            nest: false,
                         }
                     }
                 }
@@ -465,23 +479,22 @@ impl Apart {
                             }
                         }
                         None => {
-                            // (the free of the chunk's last large request)
-                            let last = ops.iter().rposition(|o| matches!(o, Op::Large { .. }));
-                            let pair = back == 0
-                                && last.is_some_and(|i| {
-                                    matches!(ops[i], Op::Large { malloc: true, .. })
-                                        && self.plan.malloc_of[range.start + offsets[i] as usize]
-                                            == r
-                                });
-                            if pair {
-                                if let Some(Op::Large { pair: p, .. }) = last.map(|i| &mut ops[i]) {
-                                    *p = true;
+                            // (the free of the last open malloc closes it;
+                            // another free leaves the open ones out)
+                            let closes = back == 0 && nest.last().is_some_and(|&(_, t)| t == r);
+                            if closes {
+                                if let Some((i, _)) = nest.pop() {
+                                    if let Op::Large { nest: n, .. } = &mut ops[i] {
+                                        *n = true;
+                                    }
                                 }
+                            } else {
+                                nest.clear();
                             }
                             Op::Large {
                                 off,
                                 malloc: false,
-                                pair,
+                                nest: closes,
                             }
                         }
                     }
@@ -838,9 +851,9 @@ impl Apart {
                     self.pool.free(addr, size);
                     self.small -= size as i64;
                 }
-                Op::Large { malloc, pair, .. } => {
+                Op::Large { malloc, nest, .. } => {
                     let q = start + off as usize;
-                    self.large(s, k, ahead, q, pair)?;
+                    self.large(s, k, ahead, q, nest)?;
                     large = self.large_now(s);
                     if malloc {
                         let total = self.small + large;
@@ -886,7 +899,7 @@ impl Apart {
                 self.note(s, total, at);
             }
             let q = start + la.off as usize;
-            self.large(s, k, ahead, q, la.pair)?;
+            self.large(s, k, ahead, q, la.nest)?;
             if la.malloc {
                 let total = s0 + la.small + self.large_now(s);
                 self.note(
@@ -927,9 +940,8 @@ impl Apart {
         Ok(())
     }
 
-    /// The template's large request `q` of step `k`; `pair`: a malloc whose
-    /// block the next large request frees, or that free (then the block is
-    /// made for a moment, not on the twin, where
+    /// The template's large request `q` of step `k`; `nest`: one of a nest
+    /// (then a malloc is made for a moment, not on the twin, where
     /// [`CachingAllocator::fit_for_a_moment`] finds it a block).
     fn large(
         &mut self,
@@ -937,33 +949,67 @@ impl Apart {
         k: usize,
         ahead: i64,
         q: usize,
-        pair: bool,
+        nest: bool,
     ) -> Result<(), Aborted> {
         match s.tpl[q] {
             Step::Malloc { .. } | Step::Scratch { .. } => {
                 let r = self.plan.malloc_of[q];
                 let bytes = s.bytes_of(r, ahead).ok_or(Aborted)?;
-                let moment = pair.then(|| s.alloc.fit_for_a_moment(bytes, 0)).flatten();
+                let moment = match nest {
+                    true => s.alloc.fit_for_a_moment(bytes, 0, &self.fits),
+                    false => None,
+                };
                 let b = match moment {
                     Some(m) => {
-                        self.moment = m as i64;
+                        self.moment += m.bytes as i64;
                         self.counts.moments += 1;
-                        Blk::Moment(m)
+                        self.open.push((k, r, bytes));
+                        self.fits.push(m);
+                        Blk::Moment(m.bytes)
                     }
-                    None => Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?),
+                    None => {
+                        self.make_open(s)?;
+                        Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?)
+                    }
                 };
                 self.put(k, r, b);
                 Ok(())
             }
-            Step::Free { back, r } => match self.made_in(k.checked_sub(back).ok_or(Aborted)?, r) {
-                Some(Blk::Moment(_)) if pair => {
-                    self.moment = 0;
-                    Ok(())
+            Step::Free { back, r } => {
+                let k0 = k.checked_sub(back).ok_or(Aborted)?;
+                match self.made_in(k0, r) {
+                    // (the last open one)
+                    Some(Blk::Moment(m))
+                        if nest && self.open.last().is_some_and(|o| (o.0, o.1) == (k0, r)) =>
+                    {
+                        self.open.pop();
+                        self.fits.pop();
+                        self.moment -= m as i64;
+                        Ok(())
+                    }
+                    Some(b @ Blk::Twin(_)) => {
+                        self.make_open(s)?;
+                        self.free(s, b)
+                    }
+                    _ => Err(Aborted),
                 }
-                Some(b @ Blk::Twin(_)) => self.free(s, b),
-                _ => Err(Aborted),
-            },
+            }
         }
+    }
+
+    /// Make the blocks made for a moment and not freed yet on the twin, in
+    /// their order (each takes the block it was found).
+    fn make_open(&mut self, s: &mut Serving) -> Result<(), Aborted> {
+        for (i, (k, r, bytes)) in std::mem::take(&mut self.open).into_iter().enumerate() {
+            let h = s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?;
+            if h.addr() != self.fits[i].took.1 {
+                return Err(Aborted);
+            }
+            self.put(k, r, Blk::Twin(h));
+        }
+        self.fits.clear();
+        self.moment = 0;
+        Ok(())
     }
 
     /// A static cache's last step `k`, request by request.
