@@ -40,3 +40,14 @@ def tmp_script(tmp_path):
         return path
 
     return write
+
+
+def counted(fn):
+    """`fn()` and what it changed in the twin's allocation count and requested bytes."""
+    import torch
+
+    keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+    before = torch.cuda.memory_stats()
+    out = fn()
+    after = torch.cuda.memory_stats()
+    return out, tuple(after[k] - before[k] for k in keys)

@@ -7,7 +7,7 @@ import pickle
 
 import torch
 import vramscope
-from conftest import run_script
+from conftest import counted, run_script
 
 MIB = 1 << 20
 
@@ -248,7 +248,7 @@ def test_record_stream_takes_the_twins_streams():
         assert torch.cuda.memory_stats()["requested_bytes.all.current"] == y.nbytes == 512
 
 
-def test_bce_with_logits_allocates_what_the_gpu_counted():
+def test_bce_with_logits_allocates_what_the_gpucounted():
     # blind6/f04's H200 per-op record of F.binary_cross_entropy_with_logits(x, t, reduction="sum"),
     # (768, 3, 128, 128) fp32: log_sigmoid(x) and (1 - t) at full size, the 0-dim sum, and the
     # reduction's 2,112-byte buffer and 4-byte semaphore: 5 allocations, 301,992,008 bytes requested
@@ -265,29 +265,21 @@ def test_bce_with_logits_allocates_what_the_gpu_counted():
         assert loss.shape == () and torch.cuda.memory_allocated() == 2 * 150_994_944 + 512
 
 
-def _counted(fn):
-    keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
-    before = torch.cuda.memory_stats()
-    out = fn()
-    after = torch.cuda.memory_stats()
-    return out, tuple(after[k] - before[k] for k in keys)
-
-
 def test_reductions_and_indexing_copy_what_cuda_copies():
     # blind6/f01's H200 per-op records (BART's padding-mask construction)
     with vramscope.capture(gpu="h200"):
         mask = torch.empty(24, 192, device="cuda", dtype=torch.bool)
         # a bool sum reduces an int64 copy of its input (make_reduction_from_out_ty)
-        total, counts = _counted(lambda: mask.sum())
+        total, counts = counted(lambda: mask.sum())
         assert total.dtype == torch.int64 and counts == (2, 8 + 24 * 192 * 8)
         # two broadcast index tensors of different strides are made contiguous (AdvancedIndex)
         src = torch.empty(24, 1024, device="cuda", dtype=torch.bool)
         rows = torch.empty(24, 1, 1, 1, device="cuda", dtype=torch.int64)
         cols = torch.empty(1, 1, 1, 1024, device="cuda", dtype=torch.int64)
-        picked, counts = _counted(lambda: src[rows, cols])
+        picked, counts = counted(lambda: src[rows, cols])
         assert picked.shape == (24, 1, 1, 1024) and counts == (3, 24 * 1024 + 2 * 196_608)
         # the same indices at one shape need no copies
-        _, counts = _counted(lambda: src[rows.expand(24, 1, 1, 1024), rows.expand(24, 1, 1, 1024)])
+        _, counts = counted(lambda: src[rows.expand(24, 1, 1, 1024), rows.expand(24, 1, 1, 1024)])
         assert counts == (1, 24 * 1024)
 
 
@@ -335,7 +327,7 @@ def test_bce_keeps_its_input_sized_storage_under_the_0_dim_loss():
     with vramscope.capture(gpu="h200"):
         x = torch.empty(128, 3, 128, 128, device="cuda")
         t = torch.empty(128, 3, 128, 128, device="cuda")
-        loss, counts = _counted(lambda: torch.nn.functional.binary_cross_entropy(x, t, reduction="sum"))
+        loss, counts = counted(lambda: torch.nn.functional.binary_cross_entropy(x, t, reduction="sum"))
         assert loss.shape == () and counts == (4, 25_167_944)
         assert torch.cuda.memory_allocated() == 3 * 25_165_824
 
@@ -345,11 +337,11 @@ def test_roll_over_two_dims_rolls_through_an_intermediate():
     # (48, 28, 28, 192) bf16 tensor makes two tensors of its size, the first gone on return
     with vramscope.capture(gpu="h200"):
         x = torch.empty(48, 28, 28, 192, device="cuda", dtype=torch.bfloat16)
-        y, counts = _counted(lambda: torch.roll(x, shifts=(3, 3), dims=(1, 2)))
+        y, counts = counted(lambda: torch.roll(x, shifts=(3, 3), dims=(1, 2)))
         assert counts == (2, 2 * 14_450_688) and y.shape == x.shape
         # x and y, each a whole 14 MiB segment (the remainder is under 1 MiB: not split)
         assert torch.cuda.memory_allocated() == 2 * 14 * MIB
-        _, counts = _counted(lambda: torch.roll(x, shifts=3, dims=1))
+        _, counts = counted(lambda: torch.roll(x, shifts=3, dims=1))
         assert counts == (1, 14_450_688)
 
 
@@ -385,7 +377,7 @@ def test_boolean_mask_indexing_bounds_an_unknown_mask():
     with vramscope.capture(gpu="h200"):
         x = torch.empty(200_000, 40, device="cuda")
         mask = torch.rand(200_000, device="cuda") < 0.6
-        picked, counts = _counted(lambda: x[mask])
+        picked, counts = counted(lambda: x[mask])
         assert picked.shape == (200_000, 40)
         assert counts == (5, 4 + 21_503 + 200_000 * 8 + 1_279 + 200_000 * 40 * 4)
         known = torch.tensor([True, False, True], device="cuda")
@@ -398,7 +390,7 @@ def test_cdist_runs_the_euclidean_decomposition():
     with vramscope.capture(gpu="h200"):
         x = torch.empty(256, 128, device="cuda")
         _ = x @ x.T  # the cuBLAS handle and workspace first
-        d, counts = _counted(lambda: torch.cdist(x, x))
+        d, counts = counted(lambda: torch.cdist(x, x))
         assert d.shape == (256, 256) and counts == (10, 925_696)
 
 
@@ -426,7 +418,7 @@ def test_a_like_factory_given_the_cuda_device_makes_a_simulated_tensor():
         assert torch.cuda.memory_allocated() == 16_384 + 4_096
 
 
-def test_torchvision_nms_allocates_what_the_gpu_counted():
+def test_torchvision_nms_allocates_what_the_gpucounted():
     torchvision = __import__("pytest").importorskip("torchvision")
     # blind21/u03's H200 per-op record: nms of 3000 boxes keeping 2671 made 11 allocations of
     # 1,282,764 bytes in all (sort, gather, the 3000 x 47 mask words, keep flags, masked_select)
@@ -437,7 +429,7 @@ def test_torchvision_nms_allocates_what_the_gpu_counted():
     scores = torch.arange(n, 0, -1, dtype=torch.float32)
     with vramscope.capture(gpu="h200") as cap:
         b, s = boxes.cuda(), scores.cuda()
-        keep, counts = _counted(lambda: torchvision.ops.nms(b, s, 0.7))
+        keep, counts = counted(lambda: torchvision.ops.nms(b, s, 0.7))
         assert keep.shape == (kept,) and counts == (11, 1_282_764)
         assert keep.tolist() == list(range(kept))
         # values the twin does not carry: every box survives, with a warning
@@ -473,7 +465,7 @@ def test_a_convolution_backward_for_the_input_alone_copies_a_strided_input():
         grad = torch.empty(4, 512, 200, device="cuda")
         aten = torch.ops.aten
         call = (grad, x, w, [512], [1], [64], [1], False, [0], 16, [True, False, False])
-        (gi, _, _), counts = _counted(lambda: aten.convolution_backward(*call))
+        (gi, _, _), counts = counted(lambda: aten.convolution_backward(*call))
         assert gi.shape == (4, 512, 199) and counts == (3, 9_089_152)
 
 

@@ -1,21 +1,14 @@
 """torch.linalg under the capture: what each CUDA kernel allocates, against blind21/u04's H200 per-op
-truth (fixtures in /work/notes/data/u04_ops_truth.jsonl: allocations and requested bytes per op)."""
+truth (fixtures/run/truth_blind21_h200.tar.xz: allocations and requested bytes per op)."""
 
 import pytest
 import torch
 import vramscope
+from conftest import counted
 from vramscope import _linalg
 from vramscope._tensor import set_value
 
 F = _linalg._THETAS_FLOAT[5]
-
-
-def _counted(fn):
-    keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
-    before = torch.cuda.memory_stats()
-    out = fn()
-    after = torch.cuda.memory_stats()
-    return out, tuple(after[k] - before[k] for k in keys)
 
 
 @pytest.fixture
@@ -30,21 +23,21 @@ def norms(monkeypatch):
     return given
 
 
-def test_eigh_cholesky_and_their_checks_allocate_what_the_h200_counted():
+def test_eigh_cholesky_and_their_checks_allocate_what_the_h200counted():
     with vramscope.capture(gpu="h200"):
         a = torch.empty(512, 512, device="cuda")
         # vectors, values, infos, syevj's workspace, check_errors' any() and its bool copy
-        (_values, vectors), counts = _counted(lambda: torch.linalg.eigh(a))
+        (_values, vectors), counts = counted(lambda: torch.linalg.eigh(a))
         assert vectors.shape == (512, 512) and counts == (6, 2175046)
         assert torch.cuda.memory_allocated() == 1048576 + 1048576 + 2048
         # L, info, potrf's workspace; then `_linalg_check_errors` of the info
-        (_L, info), counts = _counted(lambda: torch.linalg.cholesky_ex(a))
+        (_L, info), counts = counted(lambda: torch.linalg.cholesky_ex(a))
         assert counts == (3, 1049732)
-        _, counts = _counted(lambda: torch._linalg_check_errors(info, "linalg.cholesky", is_matrix=True))
+        _, counts = counted(lambda: torch._linalg_check_errors(info, "linalg.cholesky", is_matrix=True))
         assert counts == (2, 2)
         # a size without a measured workspace: outputs, infos and checks only, named unmeasured
         b = torch.empty(100, 100, device="cuda")
-        _, counts = _counted(lambda: torch.linalg.eigh(b))
+        _, counts = counted(lambda: torch.linalg.eigh(b))
         assert counts == (5, 40000 + 400 + 4 + 2)
 
 
@@ -55,11 +48,11 @@ def test_matrix_exp_takes_the_degree_the_norm_picks(norms):
         a = torch.empty(512, 512, device="cuda")
         torch.mm(a, a)  # the cuBLAS handle and workspace, before any count
         for want in ((11, 7342104), (14, 10487860), (18, 13633612)):
-            out, counts = _counted(lambda: torch.linalg.matrix_exp(a))
+            out, counts = counted(lambda: torch.linalg.matrix_exp(a))
             assert out.shape == (512, 512) and counts == want
         b = torch.empty(1024, 1024, device="cuda")
         for want in ((20, 62918764), (51, 88088173), (55, 104865389), (54, 100671085)):
-            _, counts = _counted(lambda: torch.linalg.matrix_exp(b))
+            _, counts = counted(lambda: torch.linalg.matrix_exp(b))
             assert counts == want
 
 
@@ -68,7 +61,7 @@ def test_matrix_exp_of_an_unknown_norm_is_the_largest_path():
     with vramscope.capture(gpu="h200"):
         b = torch.empty(1024, 1024, device="cuda")
         torch.mm(b, b)
-        _, counts = _counted(lambda: torch.linalg.matrix_exp(b))
+        _, counts = counted(lambda: torch.linalg.matrix_exp(b))
         assert counts == (51, 88088173)
 
 
@@ -77,11 +70,11 @@ def test_matrix_exp_of_carried_values_is_exact():
         zero = torch.zeros(4, 4).cuda()
         torch.mm(zero, zero)
         # norm 0: degree 1 (abs, sum, max, the result, index, select, buffer, ones, diag, sum)
-        _, counts = _counted(lambda: torch.linalg.matrix_exp(zero))
+        _, counts = counted(lambda: torch.linalg.matrix_exp(zero))
         assert counts == (11, 64 + 16 + 4 + 8 + 64 + 8 + 64 + 128 + 4 + 64 + 64)
         # norm 0.05: degree 4 (a 4-matrix buffer, two combinations and their coefficients)
         small = (0.05 * torch.eye(4)).cuda()
-        _, counts = _counted(lambda: torch.linalg.matrix_exp(small))
+        _, counts = counted(lambda: torch.linalg.matrix_exp(small))
         assert counts == (14, 64 + 16 + 4 + 8 + 64 + 8 + 64 + 256 + 4 + 64 + 12 + 64 + 16 + 64)
 
 
@@ -91,7 +84,7 @@ def test_matrix_exp_backward_builds_one_block_matrix(norms):
     with vramscope.capture(gpu="h200"):
         a = torch.zeros(512, 512, device="cuda", requires_grad=True)
         loss = torch.linalg.matrix_exp(a).sum()
-        _, counts = _counted(loss.backward)
+        _, counts = counted(loss.backward)
     # the seed's ones, the block matrix, degree 8 of 1024 (the H200's 20 allocations, 62,918,764
     # bytes), the backward thread's cuBLAS workspace, AccumulateGrad's copy of the narrowed gradient
     assert counts == (1 + 1 + 20 + 1 + 1, 4 + 4194304 + 62918764 + 33554432 + 1048576)
@@ -100,16 +93,16 @@ def test_matrix_exp_backward_builds_one_block_matrix(norms):
 def test_pow_of_a_scalar_base_puts_the_base_on_the_gpu():
     with vramscope.capture(gpu="h200"):
         s = torch.empty(1, device="cuda")
-        _, counts = _counted(lambda: torch.pow(2, s))
+        _, counts = counted(lambda: torch.pow(2, s))
         assert counts == (2, 4 + 8)
-        _, counts = _counted(lambda: torch.pow(1, s))
+        _, counts = counted(lambda: torch.pow(1, s))
         assert counts == (1, 4)
 
 
 def test_a_transposed_host_tensor_copies_without_staging():
     with vramscope.capture(gpu="h200"):
         host = torch.zeros(256, 512).t()
-        moved, counts = _counted(lambda: host.to("cuda"))
+        moved, counts = counted(lambda: host.to("cuda"))
         assert moved.stride() == host.stride() and counts == (1, 512 * 256 * 4)
 
 
