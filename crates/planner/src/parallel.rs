@@ -775,17 +775,22 @@ mod tests {
         assert!(l.capped.unwrap().starts_with("batch 32 per rank: "));
     }
 
-    #[test]
-    fn the_peak_is_that_of_the_fewest_gpus_or_of_the_most_searched() {
-        let config = llama();
-        let base = Workload::train(Task::Causal, 1, 1024);
-        let par = Parallel::Fsdp(FsdpConfig {
+    /// FSDP2 with its defaults over 2 GPUs, rank 0.
+    fn fsdp_on_two() -> Parallel {
+        Parallel::Fsdp(FsdpConfig {
             world: 2,
             rank: 0,
             param_dtype: None,
             reshard_after_forward: true,
             cpu_offload: false,
-        });
+        })
+    }
+
+    #[test]
+    fn the_peak_is_that_of_the_fewest_gpus_or_of_the_most_searched() {
+        let config = llama();
+        let base = Workload::train(Task::Causal, 1, 1024);
+        let par = fsdp_on_two();
         let cut = |gib: f64| EstimateOptions {
             profile: vramscope_engine::gpu("h200").unwrap().profile(),
             memory_fraction: Some(gib / 139.0),
@@ -824,13 +829,7 @@ mod tests {
     fn threads_give_the_answers_of_one_thread_and_fewest_is_the_first_count_that_fits() {
         let config = llama();
         let base = Workload::train(Task::Causal, 1, 1024);
-        let par = Parallel::Fsdp(FsdpConfig {
-            world: 2,
-            rank: 0,
-            param_dtype: None,
-            reshard_after_forward: true,
-            cpu_offload: false,
-        });
+        let par = fsdp_on_two();
         // an H200 cut to 2 GiB (memory_fraction): a few sequences per rank fit
         let options = EstimateOptions {
             profile: vramscope_engine::gpu("h200").unwrap().profile(),
