@@ -479,3 +479,15 @@ def test_cudnn_benchmark_mode_is_named_unmeasured():
         finally:
             torch.backends.cudnn.benchmark = old
     assert any("benchmark" in k for k in cap.report()["unmeasured"])
+
+
+def test_a_cuda_graph_capture_runs_its_region_once_and_is_named_unmeasured():
+    with vramscope.capture(gpu="h200") as cap:
+        model = torch.nn.Linear(64, 64).cuda()
+        x = torch.empty(8, 64, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = model(x)
+        g.replay()
+        assert y.shape == (8, 64) and y.device.type == "cuda"
+    assert any("CUDA graphs" in k for k in cap.report()["unmeasured"])

@@ -210,6 +210,40 @@ def patch(cap) -> _Patch:
     p.set(cuda, "set_stream", lambda s: setattr(cap, "stream", s.stream_id))
     p.set(cuda, "is_current_stream_capturing", lambda: False)
     p.set(cuda.graphs, "is_current_stream_capturing", lambda: False)
+
+    class CUDAGraph:
+        """`torch.cuda.CUDAGraph` on the simulated device: a captured region runs once, eagerly, on
+        the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); the graph's
+        private memory pool and its replays are not modelled (named unmeasured)."""
+
+        def __init__(self, *args, **kwargs):
+            cap.note_unmeasured("CUDA graphs (capture runs once eagerly; the graph's private pool)")
+
+        def capture_begin(self, *args, **kwargs):
+            pass
+
+        def capture_end(self):
+            pass
+
+        def replay(self):
+            pass
+
+        def reset(self):
+            pass
+
+        def pool(self):
+            return (0, 0)
+
+        def enable_debug_mode(self):
+            pass
+
+        def debug_dump(self, *args, **kwargs):
+            pass
+
+    p.set(cuda, "CUDAGraph", CUDAGraph)
+    p.set(cuda.graphs, "CUDAGraph", CUDAGraph)
+    p.set(cuda, "graph_pool_handle", lambda: (0, 0))
+    p.set(cuda.graphs, "graph_pool_handle", lambda: (0, 0))
     p.set(cuda, "manual_seed", lambda *a, **k: None)
     p.set(cuda, "manual_seed_all", lambda *a, **k: None)
     p.set(cuda, "seed", lambda *a, **k: None)
