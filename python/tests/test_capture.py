@@ -332,6 +332,17 @@ def test_bce_keeps_its_input_sized_storage_under_the_0_dim_loss():
         assert torch.cuda.memory_allocated() == 3 * 25_165_824
 
 
+def test_smooth_l1_keeps_its_broadcast_sized_storage_under_the_0_dim_loss():
+    # blind26/z03's H200 per-op record of F.smooth_l1_loss on (512, 84) fp32: the structured
+    # kernel's output (172,032 bytes, resized to 0-dim) and its unreduced temporary, 2 allocations
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(512, 84, device="cuda")
+        t = torch.empty(512, 84, device="cuda")
+        loss, counts = counted(lambda: torch.nn.functional.smooth_l1_loss(x, t))
+        assert loss.shape == () and counts == (2, 344_064)
+        assert torch.cuda.memory_allocated() == 3 * 172_032
+
+
 def test_roll_over_two_dims_rolls_through_an_intermediate():
     # blind10/j02's H200 per-op record of Swin's shifted windows: torch.roll over dims (1, 2) of a
     # (48, 28, 28, 192) bf16 tensor makes two tensors of its size, the first gone on return

@@ -1027,28 +1027,36 @@ DISPATCH[aten.add.Tensor] = _accumulate
 
 
 def _mse_loss(cap, func, args, kwargs):
-    """`mse_loss` with a reduction (`aten/src/ATen/native/Loss.cpp`): the
-    structured kernel's TensorIterator output is allocated at the input's
-    full size, then `resize_({})`d, so the 0-dim result keeps that storage;
-    the unreduced loss is a temporary reduced into it (as the eager twin's
-    `mse_loss` in `ops/nn.rs`)."""
-    x = args[0]
+    """`mse_loss` and `smooth_l1_loss` with a reduction (`aten/src/ATen/native/Loss.cpp`): the
+    structured kernel's meta function builds its TensorIterator output at the inputs' broadcast
+    size, then `resize_({})`s it, so the 0-dim result keeps that storage; the unreduced loss is a
+    temporary reduced into it (as the eager twin's `mse_loss` in `ops/nn.rs`; smooth_l1_loss's
+    pair of full-size blocks is in blind26/z03's H200 history). `smooth_l1_loss` with `beta=0`
+    takes `l1_loss` instead."""
+    x, target = args[0], args[1]
     reduction = args[2] if len(args) > 2 else kwargs.get("reduction", 1)
     if not registered(x) or reduction == 0:
         return NotImplemented
+    if func is aten.smooth_l1_loss.default and (args[3] if len(args) > 3 else kwargs.get("beta", 1.0)) == 0:
+        return NotImplemented
     cap.ops += 1
     out = func(*args, **kwargs)
-    op = "aten::mse_loss"
-    full = x.numel() * x.element_size()
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    shape = list(torch.broadcast_shapes(x.shape, target.shape))
+    numel = 1
+    for s in shape:
+        numel *= s
+    full = numel * x.element_size()
     cap.track(out, op, nbytes=full)
     loss = cap.malloc(full, op, "temporary")
-    if x.numel() > 0:
-        reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), x.element_size(), _acc_bytes(x.dtype), op)
+    if numel > 0:
+        reduce_scratch(cap, shape, None, [True] * len(shape), x.element_size(), _acc_bytes(x.dtype), op)
     del loss
     return out
 
 
 DISPATCH[aten.mse_loss.default] = _mse_loss
+DISPATCH[aten.smooth_l1_loss.default] = _mse_loss
 
 
 def _bce_with_logits(cap, func, args, kwargs):
