@@ -137,6 +137,30 @@ def test_layer_norm_backward_over_many_rows_sums_partial_blocks():
     )
 
 
+def test_layer_norm_backward_gives_a_contiguous_dx_and_copies_a_strided_gradient_last():
+    # blind27/aa07's H200 history (swin_v2_t's last norm, before its permute): dX, dgamma, dbeta,
+    # then dY.contiguous() (6,291,456 bytes) freed at the kernel's return; dX contiguous, so the
+    # gradient it hands on is not copied again
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(32, 8, 8, 768, device="cuda")
+        g = torch.empty(32, 768, 8, 8, device="cuda").permute(0, 2, 3, 1)
+        mean = torch.empty(32, 8, 8, 1, device="cuda")
+        w = torch.ones(768, device="cuda")
+        before = torch.cuda.memory_stats()
+        out = torch.ops.aten.native_layer_norm_backward(g, x, [768], mean, mean, w, w, [True] * 3)
+        after = torch.cuda.memory_stats()
+        assert out[0].is_contiguous()
+        assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 4
+        assert (
+            after["allocated_bytes.all.current"] - before["allocated_bytes.all.current"]
+            == 6_291_456 + 2 * 3072
+        )
+        assert (
+            after["allocated_bytes.all.peak"] - before["allocated_bytes.all.current"]
+            == 2 * 6_291_456 + 2 * 3072
+        )
+
+
 def test_batch_norm_in_evaluation_takes_cudnn_and_makes_its_output_only():
     # blind21/u06's H200 memory history: eval-mode BatchNorm2d of a float32 batch went to
     # cudnn_batch_norm, whose save_mean and save_var are empty; bf16 stays on the native kernel

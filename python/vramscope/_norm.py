@@ -248,10 +248,12 @@ def _gamma_beta_blocks(cap, m: int, n: int) -> int:
 
 
 def _native_layer_norm_backward(cap, func, args, kwargs):
-    """`layer_norm_backward_cuda`: the gradient and input made contiguous, then dX, dgamma, dbeta.
-    Over many rows of few columns the gamma/beta kernel writes per-block partial sums, then
-    `*dgamma = dgamma_blocks.sum(0)` (and dbeta's) replaces the outputs allocated first, the
-    partial sums dying at the kernel's return (layer_norm_kernel.cu; blind10/j02's H200 record)."""
+    """`layer_norm_backward_cuda`: the input, weight and bias made contiguous, then dX (contiguous),
+    dgamma, dbeta, then `LayerNormBackwardKernelImpl(dY.contiguous(), ...)` (layer_norm_kernel.cu), whose
+    copy of a strided gradient dies at the kernel's return, before the input's copy (blind27/aa07's
+    H200 history). Over many rows of few columns the gamma/beta kernel writes per-block partial
+    sums, then `*dgamma = dgamma_blocks.sum(0)` (and dbeta's) replaces the outputs allocated
+    first, the partial sums dying at the kernel's return (blind10/j02's H200 record)."""
     if kwargs or len(args) != 8:
         return NotImplemented
     dy, x = args[0], args[1]
@@ -259,8 +261,10 @@ def _native_layer_norm_backward(cap, func, args, kwargs):
         return NotImplemented
     cap.ops += 1
     op = "aten::native_layer_norm_backward"
-    copies = [_copy_unless_contiguous(cap, t, op) for t in (dy, x, *args[5:7])]
-    out = func(*args)
+    copies = [_copy_unless_contiguous(cap, t, op) for t in (x, *args[5:7])]
+    # dX is `empty_like(*X, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`: contiguous, where the meta kernel
+    # would give it dY's strides
+    out = func(dy.contiguous(), x.contiguous(), *args[2:])
     n = math.prod(args[2])
     m = x.numel() // n if n else 0
     rows = _gamma_beta_blocks(cap, m, n) if m and n else 0
@@ -268,7 +272,8 @@ def _native_layer_norm_backward(cap, func, args, kwargs):
         for t in out:
             if t is not None:
                 cap.track(t, op)
-        del copies
+        dy_copy = _copy_unless_contiguous(cap, dy, op) if m and n else None
+        del dy_copy, copies
         return out
     dx, dgamma, dbeta = out
     if dx is not None:
@@ -276,13 +281,16 @@ def _native_layer_norm_backward(cap, func, args, kwargs):
     grads = [t for t in (dgamma, dbeta) if t is not None]
     # dgamma and dbeta as first allocated (`at::native::empty_like`), each freed when its sum replaces it
     first = [cap.malloc(t.numel() * t.element_size(), op, "temporary") for t in grads]
+    dy_copy = _copy_unless_contiguous(cap, dy, op)
     blocks = [cap.malloc(rows * n * t.element_size(), op, "temporary") for t in grads]
     for i, t in enumerate(grads):
         cap.track(t, "aten::sum")
         elem = t.element_size()
         reduce_scratch(cap, [rows, n], None, [True, False], elem, _acc_bytes(t.dtype), "aten::sum")
         first[i] = None
-    del blocks, first, copies
+    del blocks, first
+    del dy_copy
+    del copies
     return out
 
 
