@@ -94,3 +94,64 @@ def test_an_unmeasured_rnn_problem_is_named():
         gru(torch.empty(10, 3, 8, device="cuda"))
     (name,) = cap.report()["unmeasured"]
     assert name.startswith("cuDNN's training workspace and reserve of gru (input 8, hidden 16")
+
+
+def test_a_packed_bidirectional_gru_outside_the_table_takes_the_fitted_sizes():
+    # blind26/z06's GRU (fp32, 256 inputs, 512 hidden, 2 layers, bidirectional) on new lengths. GPU
+    # (fixtures/run/rnn_sweep_h200.jsonl, batch 8 of up to 50 steps, 281 steps in all): training
+    # workspace 67948800 (= backward's), reserve 14962944
+    with vramscope.capture(gpu="h200") as cap:
+        gru = nn.GRU(256, 512, num_layers=2, bidirectional=True).cuda()
+        lengths = torch.tensor([50, 49, 48, 36, 33, 32, 22, 11])
+        assert int(lengths.sum()) == 281
+        x = torch.empty(50, 8, 256, device="cuda", requires_grad=True)
+        packed = pack_padded_sequence(x, lengths)
+        # _cudnn_rnn: output (281 x 1024), hy (4 x 8 x 512), the workspace and the reserve
+        _, count, req = _counted(lambda: gru(packed))
+        hx = 4 * 8 * 512 * 4
+        assert (count, req) == (1 + 4, hx + 281 * 1024 * 4 + hx + 67948800 + 14962944)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
+    from vramscope import _rnn
+
+    # the table's packed GRU problems (blind13/m03, 13_gru_train.py with dropout 0.1): measured per op
+    for p in _rnn._problems().values():
+        if p["batch_sizes"] is None:
+            continue
+        fitted = _rnn._fitted(
+            _rnn.MODES[p["mode"]],
+            getattr(torch, p["dtype"]),
+            p["input_size"],
+            p["hidden_size"],
+            p["proj_size"],
+            p["num_layers"],
+            p["bidirectional"],
+            0.1 if p["input_size"] == 80 else 0.0,
+            p["train"],
+            p["batch"],
+            p["seq_length"],
+            sum(p["batch_sizes"]),
+        )
+        assert fitted == {k: p[k] for k in ("workspace", "reserve", "backward_workspace")}
+
+
+def test_the_fitted_sizes_hold_only_in_their_domain():
+    from vramscope import _rnn
+
+    lstm, gru, tanh = _rnn.MODES["lstm"], _rnn.MODES["gru"], _rnn.MODES["rnn_tanh"]
+    args = (512, 0, 2, True, 0.0, True, 8, 50, 281)
+    assert _rnn._fitted(gru, torch.float32, 256, *args) is not None
+    # GPU: bfloat16 cuDNN RNNs fail (CUDNN_STATUS_BAD_PARAM); unidirectional and projected problems
+    # and inputs wider than the gates fall outside what the sweep's held-out problems confirmed
+    assert _rnn._fitted(gru, torch.bfloat16, 256, *args) is None
+    assert _rnn._fitted(gru, torch.float32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 281) is None
+    assert _rnn._fitted(lstm, torch.float32, 256, 512, 128, 2, True, 0.0, True, 8, 50, 281) is None
+    assert _rnn._fitted(gru, torch.float32, 800, *args) is None
+    # RNN_TANH: one layer, and inference, differ from the fitted form
+    assert _rnn._fitted(tanh, torch.float32, 256, 512, 0, 1, True, 0.0, True, 8, 50, 281) is None
+    assert _rnn._fitted(tanh, torch.float32, 256, 512, 0, 2, True, 0.0, False, 8, 50, 281) is None
+    # GPU (rnn_sweep_h200.jsonl): fp16 LSTM, 256 inputs, 512 hidden, 2 layers, batch 8, 281 steps
+    f = _rnn._fitted(lstm, torch.float16, 256, *args)
+    assert f is not None and f["reserve"] == 256 + 2 * 281 * (4 * 5 * 512 + 2 * 512)

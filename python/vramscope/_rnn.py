@@ -17,9 +17,11 @@ path, and the dispatch rules allocate what RNN.cpp's kernels allocate, in its or
 - `_pack_padded_sequence` (aten/src/ATen/native/PackedSequence.cpp): each block of steps of one
   batch size copied contiguous, then their `cat`.
 
-cuDNN's workspace and reserve sizes come from no formula: they are a table measured per whole
-problem (`cudnn_rnn_h200.json`, made by validation/run/rnn_table.py); a problem not in it is named
-unmeasured and gets neither.
+cuDNN's workspace and reserve sizes (`cudnnGetRNNTempSpaceSizes`, closed source) come from GPU
+measurements: first a table measured per whole problem (`cudnn_rnn_h200.json`, made by
+validation/run/rnn_table.py), then, for packed bidirectional problems, the formula `_fitted` fitted to
+a sweep (validation/run/rnn_sweep.py, fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md); any other
+problem is named unmeasured and gets neither.
 """
 
 from __future__ import annotations
@@ -305,12 +307,59 @@ def _copy_unless_contiguous(cap, t, op: str):
     return cap.malloc(t.numel() * t.element_size(), op, "temporary")
 
 
+_ELEMENT_BYTES = {torch.float32: 4, torch.float16: 2}
+_MIB = 1 << 20
+
+
+def _fitted(mode, dtype, input_size, hidden, proj, layers, bidir, dropout, train, batch, seq, tokens):
+    """cuDNN 9.19's workspace and reserve on sm_90 for a packed input (PyTorch always picks
+    CUDNN_RNN_ALGO_STANDARD for packed inputs, RNN.cpp `get_algo`), fitted to GPU measurements
+    (validation/run/rnn_sweep.py, fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md). With E the
+    element size, G the gates, W the weight matrices' elements (biases excluded):
+
+    - workspace = 256 + E*W + 8 MiB * layers * dirs + E * (batch * cb + tokens * ct), where
+      cb = layers * 2 * (G*h + 2h [LSTM: + 2h]) and ct = 4h + 2 * max(max(G, 2) * h, 2 * input);
+      the same for the backward's two workspaces and, for LSTM and GRU, for inference;
+    - reserve = 256 + E * tokens * (layers * dirs * k*h + (layers - 1) * dirs * h), k = 1 (RNN),
+      5 (LSTM), 6 (GRU), plus with dropout in training batch * seq * (layers - 1) * dirs * dirs * h / 8.
+
+    Domain (None outside it): packed input, float32 or float16 (bfloat16 fails on the GPU with
+    CUDNN_STATUS_BAD_PARAM), bidirectional, no projection; LSTM and GRU with hidden >= 256 and
+    2 * input <= G * hidden; RNN_TANH/RELU with 2 to 4 layers (inference: LSTM and GRU only). On the
+    sweep's held-out problems in it the workspace is exact or under by at most 112 bytes and the
+    reserve by at most 180 (an alignment padding this leaves out)."""
+    es = _ELEMENT_BYTES.get(dtype)
+    if es is None or proj or not bidir or layers < 1 or layers > 4:
+        return None
+    gates = _GATES[mode]
+    rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
+    if rnn and (layers < 2 or not train):
+        return None
+    if not rnn and (hidden < 256 or 2 * input_size > gates * hidden):
+        return None
+    h, dirs = hidden, 2
+    n, layout = weight_layout(mode, input_size, hidden, proj, layers, bidir)
+    matrices = n - len(layout) * 2 * gates * hidden
+    cb = layers * dirs * (gates * h + 2 * h + (2 * h if mode == MODES["lstm"] else 0))
+    ct = 4 * h + dirs * max(max(gates, 2) * h, 2 * input_size)
+    workspace = 256 + es * matrices + 8 * _MIB * layers * dirs + es * (batch * cb + tokens * ct)
+    if not train:
+        return {"workspace": workspace}
+    k = {MODES["rnn_relu"]: 1, MODES["rnn_tanh"]: 1, MODES["lstm"]: 5, MODES["gru"]: 6}[mode]
+    reserve = 256 + es * tokens * (layers * dirs * k * h + (layers - 1) * dirs * h)
+    if dropout > 0:
+        reserve += batch * seq * (layers - 1) * dirs * dirs * h // 8
+    return {"workspace": workspace, "reserve": reserve, "backward_workspace": workspace}
+
+
 class _Problem:
     """`RNNParams` of one call: the descriptors' sizes and the measured workspace and reserve."""
 
-    def __init__(self, x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes):
+    def __init__(self, x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes, dropout=0.0):
         self.mode, self.hidden, self.proj, self.layers = mode, hidden, proj, layers
         self.train, self.bidir = bool(train), bool(bidir)
+        # RNN.cpp's DropoutDescriptorParams: dropout only in training
+        self.dropout = float(dropout) if self.train else 0.0
         self.packed = len(batch_sizes) > 0
         self.batch_first = bool(batch_first) and not self.packed
         self.dirs = 2 if bidir else 1
@@ -337,7 +386,8 @@ class _Problem:
         return t.transpose(0, 1) if self.batch_first else t
 
     def measured(self, cap):
-        """The table's entry, or None (named unmeasured)."""
+        """The table's entry, else the fitted formula's sizes where it holds, or None (named
+        unmeasured)."""
         key = (
             _MODE_NAMES[self.mode],
             _dtype_name(self.dtype),
@@ -353,6 +403,21 @@ class _Problem:
         )
         # the table holds sm_90's picks: on another GPU every problem is unmeasured
         entry = _problems().get(key) if cap.device.cudnn_tables else None
+        if entry is None and cap.device.cudnn_tables and self.packed:
+            entry = _fitted(
+                self.mode,
+                self.dtype,
+                self.input_size,
+                self.hidden,
+                self.proj,
+                self.layers,
+                self.bidir,
+                self.dropout,
+                self.train,
+                self.batch,
+                self.seq,
+                sum(self.batch_sizes),
+            )
         if entry is None:
             lengths = f"packed batch sizes {list(self.batch_sizes)}" if self.packed else f"length {self.seq}"
             cap.note_unmeasured(
@@ -367,12 +432,12 @@ class _Problem:
 def _cudnn_rnn(cap, func, args, kwargs):
     """`_cudnn_rnn` (cudnn/RNN.cpp), training or inference."""
     x, _weight, _stride0, weight_buf, hx, cx = args[:6]
-    mode, hidden, proj, layers, batch_first, _dropout, train, bidir, batch_sizes, _state = args[6:16]
+    mode, hidden, proj, layers, batch_first, dropout, train, bidir, batch_sizes, _state = args[6:16]
     if kwargs or not registered(x):
         return NotImplemented
     cap.ops += 1
     op = "aten::_cudnn_rnn"
-    p = _Problem(x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes)
+    p = _Problem(x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes, dropout)
     x_c = _copy_unless_contiguous(cap, p.time_major(x), op)
     output = cap.track(_empty(p.output_shape, x.dtype, p.batch_first), op)
     hy = cap.track(_empty(p.hidden_shape, hx.dtype), op)
@@ -394,7 +459,7 @@ def _cudnn_rnn_backward(cap, func, args, kwargs):
     """`_cudnn_rnn_backward`: `_cudnn_rnn_backward_input`, then `_cudnn_rnn_backward_weight`."""
     x, weight, weight_stride0, weight_buf, hx, cx, output = args[:7]
     grad_output, grad_hy, grad_cy = args[7:10]
-    mode, hidden, proj, layers, batch_first, _dropout, train, bidir, batch_sizes = args[10:19]
+    mode, hidden, proj, layers, batch_first, dropout, train, bidir, batch_sizes = args[10:19]
     output_mask = list(args[21])
     if kwargs or not registered(x):
         return NotImplemented
@@ -403,7 +468,7 @@ def _cudnn_rnn_backward(cap, func, args, kwargs):
     if grad_output is None and grad_hy is None and grad_cy is None:
         return None, None, None, [None] * len(weight)
     op = "aten::_cudnn_rnn_backward"
-    p = _Problem(x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes)
+    p = _Problem(x, mode, hidden, proj, layers, batch_first, train, bidir, batch_sizes, dropout)
     # undefined gradients: at::zeros_like(..., LEGACY_CONTIGUOUS_MEMORY_FORMAT)
     zeros = []
     if grad_output is None:
