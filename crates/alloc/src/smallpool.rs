@@ -30,11 +30,17 @@ pub struct FreeBlock {
 }
 
 /// The small pool: its segments and its free blocks.
+///
+/// The free blocks are kept in address order: a split leaves the rest of a
+/// block where the block was, and a free finds its neighbours next to its
+/// place, so most requests change one entry in place; best fit is one pass
+/// over the few free blocks (the first of the least size at or above the
+/// request is the least by (size, address)).
 #[derive(Debug, Clone, Default)]
 pub struct SmallPool {
     /// (address, size, index) of each segment, by address
     segments: Vec<(Addr, u64, u32)>,
-    /// the free blocks in `BlockComparatorSize` order: (size, address)
+    /// the free blocks, by address
     free: Vec<FreeBlock>,
 }
 
@@ -54,7 +60,7 @@ impl SmallPool {
             }
         }
         p.free = free;
-        p.free.sort_unstable_by_key(|f| (f.size, f.addr));
+        p.free.sort_unstable_by_key(|f| f.addr);
         Some(p)
     }
 
@@ -65,8 +71,8 @@ impl SmallPool {
         id
     }
 
-    /// The free blocks, by (size, address): with the segments, the whole
-    /// state the pool's future placements depend on.
+    /// The free blocks, by address: with the segments, the whole state the
+    /// pool's future placements depend on.
     pub fn free_blocks(&self) -> &[FreeBlock] {
         &self.free
     }
@@ -83,20 +89,23 @@ impl SmallPool {
     /// `should_split` says; `None` when no free block fits.
     #[inline]
     pub fn malloc(&mut self, size: u64) -> Option<(Addr, u64)> {
-        // (counted without a branch: a binary search over a few blocks
-        // mispredicts)
-        let i = self.free.iter().map(|f| usize::from(f.size < size)).sum();
-        let f = *self.free.get(i)?;
-        self.remove(i);
+        // the first (lowest address) of the least size at or above `size`
+        let (mut best, mut best_size) = (usize::MAX, u64::MAX);
+        for (i, f) in self.free.iter().enumerate() {
+            let better = f.size >= size && f.size < best_size;
+            best = if better { i } else { best };
+            best_size = if better { f.size } else { best_size };
+        }
+        let f = *self.free.get(best)?;
         let rest = f.size - size;
         if rest >= crate::MIN_BLOCK_SIZE {
-            self.insert(FreeBlock {
-                size: rest,
-                addr: f.addr + size,
-                segment: f.segment,
-            });
+            // (the rest stays where the block was in address order)
+            let r = &mut self.free[best];
+            r.addr += size;
+            r.size = rest;
             Some((f.addr, size))
         } else {
+            self.remove(best);
             Some((f.addr, f.size))
         }
     }
@@ -106,35 +115,38 @@ impl SmallPool {
     #[inline]
     pub fn free(&mut self, addr: Addr, size: u64) {
         let seg = self.segment_of(addr);
-        let (mut start, mut end) = (addr, addr + size);
-        // its free neighbours in one pass, then removed (the later first)
-        let (mut before, mut after) = (usize::MAX, usize::MAX);
-        for (i, f) in self.free.iter().enumerate() {
-            if f.segment == seg {
-                if f.addr + f.size == addr {
-                    before = i;
-                } else if f.addr == end {
-                    after = i;
-                }
-            }
-        }
-        if before != usize::MAX {
-            start = self.free[before].addr;
-        }
-        if after != usize::MAX {
-            let f = self.free[after];
-            end = f.addr + f.size;
-        }
-        for i in [before.max(after), before.min(after)] {
-            if i != usize::MAX {
+        let end = addr + size;
+        // its place in address order: the free blocks before it
+        let i: usize = self.free.iter().map(|f| usize::from(f.addr < addr)).sum();
+        let before = i > 0 && {
+            let p = &self.free[i - 1];
+            p.segment == seg && p.addr + p.size == addr
+        };
+        let after = self
+            .free
+            .get(i)
+            .is_some_and(|n| n.segment == seg && n.addr == end);
+        match (before, after) {
+            (true, true) => {
+                let n = self.free[i].size;
+                self.free[i - 1].size += size + n;
                 self.remove(i);
             }
+            (true, false) => self.free[i - 1].size += size,
+            (false, true) => {
+                let n = &mut self.free[i];
+                n.addr = addr;
+                n.size += size;
+            }
+            (false, false) => self.insert_at(
+                i,
+                FreeBlock {
+                    size,
+                    addr,
+                    segment: seg,
+                },
+            ),
         }
-        self.insert(FreeBlock {
-            size: end - start,
-            addr: start,
-            segment: seg,
-        });
     }
 
     /// Add a new segment of `size` bytes at `addr` whose first `first`
@@ -143,11 +155,16 @@ impl SmallPool {
     pub fn add_segment(&mut self, addr: Addr, size: u64, first: u64) {
         let seg = self.push_segment(addr, size);
         if size - first >= crate::MIN_BLOCK_SIZE {
-            self.insert(FreeBlock {
-                size: size - first,
-                addr: addr + first,
-                segment: seg,
-            });
+            let at = addr + first;
+            let i = self.free.partition_point(|f| f.addr < at);
+            self.insert_at(
+                i,
+                FreeBlock {
+                    size: size - first,
+                    addr: at,
+                    segment: seg,
+                },
+            );
         }
     }
 
@@ -161,14 +178,14 @@ impl SmallPool {
         self.segments[i.saturating_sub(1)].2
     }
 
-    fn insert(&mut self, f: FreeBlock) {
-        // (from the end, one by one: the list is short, and a `memmove`
-        // call costs more than the moves)
+    /// Insert `f` at `i`, moving the later ones one by one (the list is
+    /// short, and a `memmove` call costs more than the moves).
+    fn insert_at(&mut self, i: usize, f: FreeBlock) {
         self.free.push(f);
-        let mut i = self.free.len() - 1;
-        while i > 0 && (self.free[i - 1].size, self.free[i - 1].addr) > (f.size, f.addr) {
-            self.free[i] = self.free[i - 1];
-            i -= 1;
+        let mut j = self.free.len() - 1;
+        while j > i {
+            self.free[j] = self.free[j - 1];
+            j -= 1;
         }
         self.free[i] = f;
     }
@@ -251,11 +268,13 @@ mod tests {
                 .map(|b| (b.size, b.address))
                 .collect();
             free.sort_unstable();
-            let ours: Vec<(u64, u64)> = pool
+            let mut ours: Vec<(u64, u64)> = pool
                 .free_blocks()
                 .iter()
                 .map(|f| (f.size, f.addr))
                 .collect();
+            assert!(pool.free_blocks().windows(2).all(|w| w[0].addr < w[1].addr));
+            ours.sort_unstable();
             assert_eq!(free, ours, "seed {seed}");
             assert!(ours.iter().all(|f| f.0 % MIN_BLOCK_SIZE == 0));
         }
