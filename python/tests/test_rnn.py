@@ -116,10 +116,13 @@ def test_a_packed_bidirectional_gru_outside_the_table_takes_the_fitted_sizes():
 def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     from vramscope import _rnn
 
-    # the table's packed GRU problems (blind13/m03, 13_gru_train.py with dropout 0.1): measured per op
+    # the table's problems measured per op on real scripts (blind13/m03, blind26/z06's first
+    # lengths, 13_gru_train.py and blind8/h05 with dropout 0.1)
+    checked = 0
     for p in _rnn._problems().values():
-        if p["batch_sizes"] is None:
-            continue
+        packed = p["batch_sizes"] is not None
+        tokens = sum(p["batch_sizes"]) if packed else p["batch"] * p["seq_length"]
+        dropout = 0.1 if (p["mode"], p["input_size"]) in (("gru", 80), ("lstm", 256)) else 0.0
         fitted = _rnn._fitted(
             _rnn.MODES[p["mode"]],
             getattr(torch, p["dtype"]),
@@ -128,13 +131,17 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
             p["proj_size"],
             p["num_layers"],
             p["bidirectional"],
-            0.1 if p["input_size"] == 80 else 0.0,
+            dropout,
             p["train"],
             p["batch"],
             p["seq_length"],
-            sum(p["batch_sizes"]),
+            tokens,
+            packed,
         )
-        assert fitted == {k: p[k] for k in ("workspace", "reserve", "backward_workspace")}
+        if fitted is not None:
+            assert fitted == {k: p[k] for k in ("workspace", "reserve", "backward_workspace")}
+            checked += 1
+    assert checked == 8
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -155,3 +162,39 @@ def test_the_fitted_sizes_hold_only_in_their_domain():
     # GPU (rnn_sweep_h200.jsonl): fp16 LSTM, 256 inputs, 512 hidden, 2 layers, batch 8, 281 steps
     f = _rnn._fitted(lstm, torch.float16, 256, *args)
     assert f is not None and f["reserve"] == 256 + 2 * 281 * (4 * 5 * 512 + 2 * 512)
+
+
+def test_an_unpacked_bidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
+    # GPU (fixtures/run/rnn_sweep_h200.jsonl): fp32 LSTM, 256 inputs, 512 hidden, 2 layers,
+    # bidirectional, batch 8 of 50 steps: training workspace 83968320, reserve 18022656
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(256, 512, num_layers=2, bidirectional=True).cuda()
+        x = torch.empty(50, 8, 256, device="cuda", requires_grad=True)
+        # LSTM.forward's zero h0 and c0, then output, hy, cy, the workspace and the reserve
+        _, count, req = _counted(lambda: lstm(x))
+        state = 4 * 8 * 512 * 4
+        assert (count, req) == (2 + 5, 4 * state + 50 * 8 * 1024 * 4 + 83968320 + 18022656)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_the_fitted_sizes_match_a_held_out_problem():
+    from vramscope import _rnn
+
+    # GPU, a held-out problem of the sweep: fp32 LSTM, 352 inputs, 1092 hidden, 4 layers,
+    # bidirectional, unpacked batch 99 of 120 steps
+    f = _rnn._fitted(
+        _rnn.MODES["lstm"], torch.float32, 352, 1092, 0, 4, True, 0.0, True, 99, 120, 99 * 120, False
+    )
+    assert f == {"workspace": 1245724960, "reserve": 2387024896, "backward_workspace": 1245724960}
+    # unpacked: one step, inputs wider than the hidden size and RNN_TANH's small-hidden algorithm
+    # fall outside
+    assert (
+        _rnn._fitted(_rnn.MODES["lstm"], torch.float32, 352, 1092, 0, 4, True, 0.0, True, 99, 1, 99, False)
+        is None
+    )
+    assert (
+        _rnn._fitted(_rnn.MODES["lstm"], torch.float32, 1200, 1092, 0, 4, True, 0.0, True, 9, 12, 108, False)
+        is None
+    )
+    tanh = _rnn.MODES["rnn_tanh"]
+    assert _rnn._fitted(tanh, torch.float32, 256, 384, 0, 2, True, 0.0, True, 9, 12, 108, False) is None

@@ -19,7 +19,7 @@ path, and the dispatch rules allocate what RNN.cpp's kernels allocate, in its or
 
 cuDNN's workspace and reserve sizes (`cudnnGetRNNTempSpaceSizes`, closed source) come from GPU
 measurements: first a table measured per whole problem (`cudnn_rnn_h200.json`, made by
-validation/run/rnn_table.py), then, for packed bidirectional problems, the formula `_fitted` fitted to
+validation/run/rnn_table.py), then, for bidirectional problems, the formula `_fitted` fitted to
 a sweep (validation/run/rnn_sweep.py, fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md); any other
 problem is named unmeasured and gets neither.
 """
@@ -311,38 +311,58 @@ _ELEMENT_BYTES = {torch.float32: 4, torch.float16: 2}
 _MIB = 1 << 20
 
 
-def _fitted(mode, dtype, input_size, hidden, proj, layers, bidir, dropout, train, batch, seq, tokens):
-    """cuDNN 9.19's workspace and reserve on sm_90 for a packed input (PyTorch always picks
-    CUDNN_RNN_ALGO_STANDARD for packed inputs, RNN.cpp `get_algo`), fitted to GPU measurements
-    (validation/run/rnn_sweep.py, fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md). With E the
-    element size, G the gates, W the weight matrices' elements (biases excluded):
+def _fitted(
+    mode, dtype, input_size, hidden, proj, layers, bidir, dropout, train, batch, seq, tokens, packed=True
+):
+    """cuDNN 9.19's workspace and reserve on sm_90 for CUDNN_RNN_ALGO_STANDARD (RNN.cpp `get_algo`:
+    always for packed inputs), fitted to GPU measurements (validation/run/rnn_sweep.py,
+    fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md). With E the element size, G the gates, W the
+    weight matrices' elements (biases excluded), B the batch, T the steps of all sequences, S the
+    longest, c0 = 256 + E*W + 8 MiB * layers * dirs:
 
-    - workspace = 256 + E*W + 8 MiB * layers * dirs + E * (batch * cb + tokens * ct), where
-      cb = layers * 2 * (G*h + 2h [LSTM: + 2h]) and ct = 4h + 2 * max(max(G, 2) * h, 2 * input);
-      the same for the backward's two workspaces and, for LSTM and GRU, for inference;
-    - reserve = 256 + E * tokens * (layers * dirs * k*h + (layers - 1) * dirs * h), k = 1 (RNN),
-      5 (LSTM), 6 (GRU), plus with dropout in training batch * seq * (layers - 1) * dirs * dirs * h / 8.
+    - packed workspace = c0 + E * (B * layers * 2 * (G*h + 2h [LSTM: + 2h]) + T * ct),
+      ct = 4h + 2 * max(max(G, 2) * h, 2 * input);
+    - unpacked workspace = c0 + roundup(8B, 32) + E * B * (S * ut + layers * ub), ut = 14h + input,
+      ub = 24h (LSTM); ut = 12h + 2 * input (inference: + input), ub = 14h (GRU, RNN);
+    - the backward's two workspaces are the training forward's; for LSTM and GRU inference takes
+      the same forms;
+    - reserve = 256 + E * T * (layers * dirs * k*h + (layers - 1) * dirs * h), k = 1 (RNN), 5 (LSTM),
+      6 (GRU), plus with dropout in training B * S * (layers - 1) * dirs * dirs * h / 8.
 
-    Domain (None outside it): packed input, float32 or float16 (bfloat16 fails on the GPU with
-    CUDNN_STATUS_BAD_PARAM), bidirectional, no projection; LSTM and GRU with hidden >= 256 and
-    2 * input <= G * hidden; RNN_TANH/RELU with 2 to 4 layers (inference: LSTM and GRU only). On the
-    sweep's held-out problems in it the workspace is exact or under by at most 112 bytes and the
-    reserve by at most 180 (an alignment padding this leaves out)."""
+    Domain (None outside it): float32 or float16 (bfloat16 fails on the GPU with
+    CUDNN_STATUS_BAD_PARAM), bidirectional, no projection, 1 to 4 layers; packed: LSTM and GRU with
+    hidden >= 256 and 2 * input <= G * hidden, RNN_TANH/RELU with 2 or more layers; unpacked: at
+    least 2 steps, input <= hidden, LSTM with hidden >= 256, GRU with hidden >= 256 and 2 or more
+    layers, RNN_TANH/RELU with hidden > 384 (the standard algorithm) and 2 or more layers. RNN
+    inference is outside. On the sweep's held-out problems in it the sizes are exact or under by at
+    most 180 bytes (an alignment padding this leaves out)."""
     es = _ELEMENT_BYTES.get(dtype)
     if es is None or proj or not bidir or layers < 1 or layers > 4:
         return None
     gates = _GATES[mode]
+    lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
     if rnn and (layers < 2 or not train):
         return None
-    if not rnn and (hidden < 256 or 2 * input_size > gates * hidden):
-        return None
     h, dirs = hidden, 2
+    if packed:
+        if not rnn and (hidden < 256 or 2 * input_size > gates * hidden):
+            return None
+    elif seq < 2 or input_size > hidden or hidden < (385 if rnn else 256) or (layers < 2 and not lstm):
+        return None
     n, layout = weight_layout(mode, input_size, hidden, proj, layers, bidir)
     matrices = n - len(layout) * 2 * gates * hidden
-    cb = layers * dirs * (gates * h + 2 * h + (2 * h if mode == MODES["lstm"] else 0))
-    ct = 4 * h + dirs * max(max(gates, 2) * h, 2 * input_size)
-    workspace = 256 + es * matrices + 8 * _MIB * layers * dirs + es * (batch * cb + tokens * ct)
+    c0 = 256 + es * matrices + 8 * _MIB * layers * dirs
+    if packed:
+        cb = layers * dirs * (gates * h + 2 * h + (2 * h if lstm else 0))
+        ct = 4 * h + dirs * max(max(gates, 2) * h, 2 * input_size)
+        workspace = c0 + es * (batch * cb + tokens * ct)
+    else:
+        if lstm:
+            ut, ub = 14 * h + input_size, 24 * h
+        else:
+            ut, ub = 12 * h + (2 if train else 1) * input_size, 14 * h
+        workspace = c0 + -(-8 * batch // 32) * 32 + es * batch * (seq * ut + layers * ub)
     if not train:
         return {"workspace": workspace}
     k = {MODES["rnn_relu"]: 1, MODES["rnn_tanh"]: 1, MODES["lstm"]: 5, MODES["gru"]: 6}[mode]
@@ -403,7 +423,7 @@ class _Problem:
         )
         # the table holds sm_90's picks: on another GPU every problem is unmeasured
         entry = _problems().get(key) if cap.device.cudnn_tables else None
-        if entry is None and cap.device.cudnn_tables and self.packed:
+        if entry is None and cap.device.cudnn_tables:
             entry = _fitted(
                 self.mode,
                 self.dtype,
@@ -416,7 +436,8 @@ class _Problem:
                 self.train,
                 self.batch,
                 self.seq,
-                sum(self.batch_sizes),
+                sum(self.batch_sizes) if self.packed else self.batch * self.seq,
+                self.packed,
             )
         if entry is None:
             lengths = f"packed batch sizes {list(self.batch_sizes)}" if self.packed else f"length {self.seq}"
