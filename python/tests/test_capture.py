@@ -25,6 +25,20 @@ def test_storage_lives_as_long_as_its_last_view():
     assert cap.report()["peak_allocated"] == 4 * MIB
 
 
+def test_non_overlapping_and_dense_is_c10s_flag():
+    # c10 sorts the dimensions of size < 2 last (`_compute_non_overlapping_and_dense`), which
+    # torch._prims_common's Python rule does not: a size-1 dimension of stride 0 between two others
+    from vramscope._tensor import non_overlapping_and_dense as dense
+
+    with vramscope.capture():
+        x = torch.empty(4, 6, device="cuda")
+        assert dense(x) and dense(x.t()) and dense(x.unsqueeze(1).expand(4, 1, 6))
+        assert not dense(x[:, :3]) and not dense(x.expand(2, 4, 6))
+        assert dense(torch.empty_strided((2, 1, 2), (1, 0, 2), device="cuda"))
+        assert not dense(torch.empty_strided((2, 3, 2), (1, 0, 2), device="cuda"))
+    assert not dense(torch.sparse_coo_tensor([[0]], [1.0], (2,)))
+
+
 def test_tensors_read_cuda_and_torch_cuda_is_answered():
     with vramscope.capture(gpu="h200"):
         x = torch.ones(3, device="cuda")

@@ -13,9 +13,9 @@ import math
 import sys
 
 import torch
-from torch._prims_common import is_non_overlapping_and_dense_or_false as _non_overlapping_and_dense
 
 from ._tensor import assumed, registered, set_value, tensors_in, value
+from ._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 
 aten = torch.ops.aten
 

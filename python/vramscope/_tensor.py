@@ -30,6 +30,21 @@ _COO = torch.sparse_coo
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 
 
+_DENSE = torch.ops.aten.is_non_overlapping_and_dense.default
+
+
+def non_overlapping_and_dense(t) -> bool:
+    """`TensorImpl::is_non_overlapping_and_dense()`, the flag that the CUDA code reads: c10
+    computes it from the sizes and strides (`_compute_non_overlapping_and_dense`,
+    c10/core/Contiguity.h: some order of the dimensions of size 2 or more is contiguous), read
+    here through its ATen op. False for a sparse COO tensor."""
+    with _NO_TF():
+        if t.layout is _COO:
+            return False
+        with _NO_DISPATCH():
+            return _DENSE(t)
+
+
 def BASE_IS_META(t) -> bool:
     """Whether a tensor is a meta tensor, whatever the patches say (the C
     getters route through torch-function modes, ours included)."""
