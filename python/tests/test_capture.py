@@ -527,3 +527,25 @@ def test_a_cuda_graph_capture_runs_its_region_once_and_is_named_unmeasured():
         g.replay()
         assert y.shape == (8, 64) and y.device.type == "cuda"
     assert any("CUDA graphs" in k for k in cap.report()["unmeasured"])
+
+
+def test_leaves_and_map_leaves_are_pytrees():
+    from collections import OrderedDict, namedtuple
+
+    from torch.utils._pytree import tree_flatten, tree_map
+    from vramscope._tensor import leaves, map_leaves
+
+    pair = namedtuple("pair", "a b")
+    t = torch.ones(2)
+    trees = [
+        t,
+        None,
+        ((t, None, 1.5), {"dim": [0, 1], "out": t}),
+        ([t, [t, (2, {"b": 3, "a": t})]], {}),
+        (torch.Size([2, 3]), [pair(t, 4)], OrderedDict(z=t, y=5)),
+    ]
+    for tree in trees:
+        ours, theirs = leaves(tree), tree_flatten(tree)[0]
+        assert len(ours) == len(theirs) and all(a is b for a, b in zip(ours, theirs, strict=True))
+        mapped, expected = map_leaves(repr, tree), tree_map(repr, tree)
+        assert mapped == expected and type(mapped) is type(expected)

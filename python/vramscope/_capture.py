@@ -23,10 +23,9 @@ import weakref
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _attention, _autocast, _kernels, _linalg, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
-from ._tensor import Storage, is_ours, registered, set_value, value
+from ._tensor import Storage, is_ours, leaves, map_leaves, registered, set_value, value
 from ._tensor import tensors_in as _tensors
 
 #: Tensors of at most this many elements also carry their values.
@@ -128,7 +127,7 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
     contiguous, or to scatter into a non-contiguous device destination. Views launch nothing."""
     if func in _NO_KERNEL or func.is_view:
         return False
-    outs = [out] if isinstance(out, torch.Tensor) else tree_flatten(out)[0]
+    outs = [out] if isinstance(out, torch.Tensor) else leaves(out)
     tensors = [t for t in (*_tensors(args), *outs) if isinstance(t, torch.Tensor)]
     if not any(registered(t) for t in tensors):
         return False
@@ -405,6 +404,23 @@ def _values_at_any_size(func, outs, ours) -> bool:
     )
 
 
+def _on_cpu(a):
+    """An op's argument as its CPU run takes it: a simulated tensor's values (zeros where it
+    carries none), the CPU for the meta device."""
+    if isinstance(a, torch.Tensor) and _tensor.BASE_IS_META(a):
+        v = value(a)
+        if v is not None:
+            return v
+        # dense zeros where small: some CPU kernels (`_weight_norm`) crash on a zero-stride
+        # expanded input (blind12/l04)
+        if a.numel() <= VALUE_LIMIT:
+            return torch.zeros(a.shape, dtype=a.dtype)
+        return torch.zeros((), dtype=a.dtype).expand(a.shape)
+    if isinstance(a, torch.device) and a.type == "meta":
+        return torch.device("cpu")
+    return a
+
+
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
 _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
@@ -662,7 +678,7 @@ class Capture:
             out = _meta_cached(func, args, kwargs)
         except NotImplementedError as e:
             out = self.sizes_from_cpu(func, args, kwargs, e)
-        outs = [out] if isinstance(out, torch.Tensor) else tree_flatten(out)[0]
+        outs = [out] if isinstance(out, torch.Tensor) else leaves(out)
         small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
             value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
         )
@@ -672,7 +688,7 @@ class Capture:
             small = _values_at_any_size(func, outs, ours)
         vals = None
         if small and func not in _kernels.NO_VALUES:
-            vals = self.cpu_values(func, *tree_flatten((args, kwargs)))
+            vals = self.cpu_values(func, args, kwargs)
         # values computed over zeros standing in for an input's unknown values
         guessed = vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
         category = "input" if factory else "output"
@@ -698,7 +714,7 @@ class Capture:
         where none are carried), then made meta tensors of the same sizes and strides. Named
         unmeasured; an op that cannot run so stops the program with what went wrong."""
         name = func._schema.name
-        result = None if func._schema.is_mutable else self.cpu_result(func, *tree_flatten((args, kwargs)))
+        result = None if func._schema.is_mutable else self.cpu_result(func, args, kwargs)
         if result is None:
             raise NotImplementedError(
                 f"vramscope: {name} has no meta kernel and cannot run on the CPU either, so the twin "
@@ -711,29 +727,11 @@ class Capture:
                 return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
             return x
 
-        return tree_map(meta, result)
+        return map_leaves(meta, result)
 
-    def cpu_result(self, func, flat, spec):
+    def cpu_result(self, func, args, kwargs):
         """The op run on the CPU values of its inputs, as it returns it (None if it cannot)."""
-        cpu = []
-        for a in flat:
-            if isinstance(a, torch.Tensor) and _tensor.BASE_IS_META(a):
-                v = value(a)
-                if v is None:
-                    # dense zeros where small: some CPU kernels (`_weight_norm`) crash on a
-                    # zero-stride expanded input (blind12/l04)
-                    zero = torch.zeros((), dtype=a.dtype)
-                    v = (
-                        torch.zeros(a.shape, dtype=a.dtype)
-                        if a.numel() <= VALUE_LIMIT
-                        else zero.expand(a.shape)
-                    )
-                cpu.append(v)
-            elif isinstance(a, torch.device) and a.type == "meta":
-                cpu.append(torch.device("cpu"))
-            else:
-                cpu.append(a)
-        cargs, ckwargs = tree_unflatten(cpu, spec)
+        cargs, ckwargs = map_leaves(_on_cpu, (args, kwargs))
         if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
         # a CUDA op draws from the GPU's generator: the host's stays as the program left it
@@ -751,10 +749,10 @@ class Capture:
             r.zero_()
         return r
 
-    def cpu_values(self, func, flat, spec):
+    def cpu_values(self, func, args, kwargs):
         """The op run on the CPU values of its inputs, flattened (None if it cannot)."""
-        r = self.cpu_result(func, flat, spec)
-        return None if r is None else tree_flatten(r)[0]
+        r = self.cpu_result(func, args, kwargs)
+        return None if r is None else leaves(r)
 
     # ---- modules, parameters and optimizers ------------------------------------------
 

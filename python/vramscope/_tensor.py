@@ -19,6 +19,7 @@ values reads as zeros.
 from __future__ import annotations
 
 import torch
+from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
 CUDA0 = torch.device("cuda", 0)
 _BASE = torch._C.TensorBase
@@ -213,3 +214,39 @@ def tensors_in(tree) -> list:
         elif isinstance(x, dict):
             stack.extend(reversed(x.values()))
     return found
+
+
+def leaves(tree) -> list:
+    """`torch.utils._pytree.tree_flatten(tree)[0]`: depth first, a dict's values in its order;
+    walked here for the plain lists, tuples and dicts that an op's arguments and results come
+    in, by pytree itself where the tree holds another of its node types (`torch.Size`, a named
+    tuple, an `OrderedDict`)."""
+    found = []
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is list or t is tuple:
+            stack.extend(reversed(x))
+        elif t is dict:
+            stack.extend(reversed(list(x.values())))
+        elif t in SUPPORTED_NODES or isinstance(x, tuple):
+            return tree_flatten(tree)[0]
+        else:
+            found.append(x)
+    return found
+
+
+def map_leaves(fn, tree):
+    """`torch.utils._pytree.tree_map(fn, tree)`, walked here for plain lists, tuples and dicts
+    (as `leaves`)."""
+    t = type(tree)
+    if t is list:
+        return [map_leaves(fn, x) for x in tree]
+    if t is tuple:
+        return tuple([map_leaves(fn, x) for x in tree])
+    if t is dict:
+        return {k: map_leaves(fn, v) for k, v in tree.items()}
+    if t in SUPPORTED_NODES or isinstance(tree, tuple):
+        return tree_map(fn, tree)
+    return fn(tree)
