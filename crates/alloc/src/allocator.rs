@@ -57,6 +57,8 @@ struct Pool {
     blocks: FreeSet,
     unmapped: BTreeSet<(u64, u64, Id)>,
     get_free_blocks_call_count: u64,
+    /// how many times `blocks` has changed ([`CachingAllocator::free_set_changes`])
+    changes: u64,
 }
 
 /// `ExpandableSegment`: a reserved virtual range mapped page by page.
@@ -371,10 +373,12 @@ impl<D: Device> CachingAllocator<D> {
             pools: [
                 Pool {
                     blocks: std::mem::take(&mut pools[0].blocks),
+                    changes: pools[0].changes + 1,
                     ..Pool::default()
                 },
                 Pool {
                     blocks: std::mem::take(&mut pools[1].blocks),
+                    changes: pools[1].changes + 1,
                     ..Pool::default()
                 },
             ],
@@ -546,12 +550,13 @@ impl<D: Device> CachingAllocator<D> {
         self.bm(id).gc_count_base = base;
         let b = &self.blocks[id as usize];
         self.pools[p].blocks.insert(b.stream, b.size, b.addr, id);
+        self.pools[p].changes += 1;
     }
     fn remove_from_blocks(&mut self, id: Id) {
         let b = &self.blocks[id as usize];
-        self.pools[pool_index(b.small)]
-            .blocks
-            .remove(b.stream, b.size, b.addr, id);
+        let pool = &mut self.pools[pool_index(b.small)];
+        pool.blocks.remove(b.stream, b.size, b.addr, id);
+        pool.changes += 1;
     }
     fn gc_count(&self, id: Id) -> u64 {
         let b = self.b(id);
@@ -951,6 +956,16 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// A count that changes whenever the free blocks of the small pool
+    /// (`small`) or the large pool change (every stream's, from this
+    /// allocator's creation, over renewals): while it stays the same, and so
+    /// do the events outstanding and the recording of history and fits,
+    /// [`Self::fit_for_a_moment`] of a request and open blocks gives the
+    /// same answer.
+    pub fn free_set_changes(&self, small: bool) -> u64 {
+        self.pools[pool_index(small)].changes
+    }
+
     /// The block `malloc_handle(orig_size, stream)` would hand out where a
     /// free block of its pool fits it and the allocation would do nothing
     /// else (no events outstanding, no expandable segments, no oversize
@@ -1078,6 +1093,7 @@ impl<D: Device> CachingAllocator<D> {
             return None;
         }
         self.pools[p].blocks.remove_at(c);
+        self.pools[p].changes += 1;
         Some(cur.2)
     }
 

@@ -5,7 +5,8 @@
 //! bytes a free block keeps from its last allocation); where it does not,
 //! no block fits (the malloc makes a segment). Random states of both pools
 //! from a fixed seed; the test also fails if an answer, or a nested one,
-//! never comes.
+//! never comes. And `free_set_changes` changes whenever a pool's free
+//! blocks do.
 
 use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, Moment, MIB};
 
@@ -51,11 +52,19 @@ fn blocks_for_a_moment_leave_the_pool_as_it_was() {
         let mut a = CachingAllocator::new(AllocatorConfig::default());
         let mut live: Vec<Handle> = Vec::new();
         for _ in 0..300 {
+            let before =
+                [false, true].map(|small| (free_blocks(&a, small), a.free_set_changes(small)));
             if live.is_empty() || rng.next() % 100 < 55 {
                 live.push(a.malloc_handle(rng.size(), 0).unwrap());
             } else {
                 let h = live.swap_remove((rng.next() % live.len() as u64) as usize);
                 a.free_handle(h).unwrap();
+            }
+            // (a pool whose free blocks changed says so)
+            for (small, (free, changes)) in [false, true].into_iter().zip(before) {
+                if free_blocks(&a, small) != free {
+                    assert_ne!(a.free_set_changes(small), changes, "seed {seed}");
+                }
             }
             // a nest of one to three mallocs, each made for a moment with
             // the earlier ones open, and the same mallocs made on a copy
@@ -97,6 +106,17 @@ fn blocks_for_a_moment_leave_the_pool_as_it_was() {
         some > 100 && none > 100 && nested > 100,
         "{some} answers ({nested} nested), {none} none"
     );
+}
+
+/// The free blocks (size, address) of the small pool or the large one.
+fn free_blocks(a: &CachingAllocator, small: bool) -> Vec<(u64, u64)> {
+    a.snapshot()
+        .iter()
+        .filter(|s| s.is_large != small)
+        .flat_map(|s| &s.blocks)
+        .filter(|b| !b.allocated)
+        .map(|b| (b.size, b.address))
+        .collect()
 }
 
 /// The bytes of the block `h` names.

@@ -282,6 +282,10 @@ pub(super) struct Apart {
     moment: i64,
     open: Vec<(usize, usize, u64)>,
     fits: Vec<Moment>,
+    /// the answers of [`Self::fit`] since the twin's free blocks last
+    /// changed: (bytes, open blocks, answer)
+    fit_memo: Vec<(u64, Vec<Moment>, Option<Moment>)>,
+    fit_changes: [u64; 2],
     /// the twin's counts of retries, out-of-memory errors and frees of
     /// segments when the attempt began
     marks: (i64, i64, i64),
@@ -386,6 +390,8 @@ impl Apart {
             moment: 0,
             open: Vec::new(),
             fits: Vec::new(),
+            fit_memo: Vec::new(),
+            fit_changes: [u64::MAX; 2],
             marks: marks(&s.alloc),
             counts: ApartCounts::default(),
         };
@@ -956,7 +962,7 @@ impl Apart {
                 let r = self.plan.malloc_of[q];
                 let bytes = s.bytes_of(r, ahead).ok_or(Aborted)?;
                 let moment = match nest {
-                    true => s.alloc.fit_for_a_moment(bytes, 0, &self.fits),
+                    true => self.fit(s, bytes),
                     false => None,
                 };
                 let b = match moment {
@@ -995,6 +1001,32 @@ impl Apart {
                 }
             }
         }
+    }
+
+    /// [`CachingAllocator::fit_for_a_moment`] of `bytes` with the open
+    /// blocks, remembered while the twin's free blocks stay the same
+    /// ([`CachingAllocator::free_set_changes`]; its events, history and
+    /// fits recording do not change while it serves): a static cache's
+    /// repeated keys and values ask the same of every layer.
+    fn fit(&mut self, s: &Serving, bytes: u64) -> Option<Moment> {
+        let now = [false, true].map(|small| s.alloc.free_set_changes(small));
+        if now != self.fit_changes {
+            self.fit_memo.clear();
+            self.fit_changes = now;
+        }
+        if let Some(e) = self
+            .fit_memo
+            .iter()
+            .find(|e| e.0 == bytes && e.1 == self.fits)
+        {
+            return e.2;
+        }
+        let m = s.alloc.fit_for_a_moment(bytes, 0, &self.fits);
+        if self.fit_memo.len() == 8 {
+            self.fit_memo.clear();
+        }
+        self.fit_memo.push((bytes, self.fits.clone(), m));
+        m
     }
 
     /// Make the blocks made for a moment and not freed yet on the twin, in
