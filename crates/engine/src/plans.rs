@@ -55,7 +55,7 @@ fn plan<T>(
                 steps.push(PlanStep::Alloc {
                     id: next,
                     bytes: r.bytes,
-                    output: Some(r.addr) == out_addr,
+                    output: false,
                 });
                 next += 1;
             }
@@ -66,6 +66,18 @@ fn plan<T>(
                 }
             }
             MemEvent::Recategorize(..) => {}
+        }
+    }
+    // the output is the allocation still live at its address, not a freed
+    // temporary the allocator had put there before
+    let out_id = ids
+        .iter()
+        .rev()
+        .find(|(addr, _)| Some(*addr) == out_addr)
+        .map(|&(_, id)| id);
+    for step in &mut steps {
+        if let PlanStep::Alloc { id, output, .. } = step {
+            *output = Some(*id) == out_id;
         }
     }
     drop(out);
@@ -174,5 +186,40 @@ mod tests {
             })
             .collect();
         assert_eq!(outputs, vec![32000 * 64 * 2]);
+    }
+
+    #[test]
+    fn a_temporary_freed_where_the_gradient_then_goes_is_not_the_output() {
+        // blind29/ac04's relation embedding (1000 x 200 fp32, 16,384 indices): the
+        // gradient reuses the address the freed `arange` had
+        let p = DeviceProfile::h100_torch_2_11();
+        let steps = embedding_dense_backward_plan(
+            &p,
+            &[16384, 200],
+            DType::F32,
+            true,
+            16384,
+            DType::I64,
+            true,
+            1000,
+        )
+        .unwrap();
+        let outputs: Vec<(u32, u64)> = steps
+            .iter()
+            .filter_map(|s| match s {
+                PlanStep::Alloc {
+                    id,
+                    bytes,
+                    output: true,
+                } => Some((*id, *bytes)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(outputs.len(), 1);
+        assert_eq!(outputs[0].1, 1000 * 200 * 4);
+        // and it is never freed inside the op
+        assert!(!steps
+            .iter()
+            .any(|s| matches!(s, PlanStep::Free { id } if *id == outputs[0].0)));
     }
 }
