@@ -1,6 +1,6 @@
 """Measure cuDNN's RNN workspace and training reserve over a sweep of problems, on a GPU.
 
-    python rnn_sweep.py OUT.jsonl [SECONDS]
+    python rnn_sweep.py OUT.jsonl [SECONDS] [uni]
 
 For each problem it calls `torch._cudnn_rnn` (training, then inference) and `aten._cudnn_rnn_backward`
 directly with contiguous inputs and the flat weight buffer of a module made on the GPU, reading the
@@ -13,7 +13,9 @@ uint8 tensor's size.
 
 Problems come in two sets, written in one interleaved order: "fit" (a grid around base problems, one
 factor at a time, each with eighteen batch/length shapes, packed and unpacked) and "holdout" (random
-problems over the same domain, for checking formulas fitted on the fit set only). The sweep stops at
+problems over the same domain, for checking formulas fitted on the fit set only). With `uni` both sets
+are unidirectional: the fit set varies layers, hidden and input sizes around base problems, each on a
+grid of batches by lengths (unpacked) and of batches by length spreads (packed). The sweep stops at
 SECONDS (default 90) of measuring. A first line names the GPU and versions ("set": "meta"), then one JSON
 line per problem:
 
@@ -247,11 +249,77 @@ def problems(seed=31):
     return out + hold[h:]
 
 
+def uni_shapes(rng):
+    """(batch, seq, lengths) of the unidirectional fit set: batches by lengths, unpacked, then packed
+    batches with lengths spread from all equal to 1..S"""
+    out = [(b, s, None) for b in (1, 3, 8, 32, 64, 128) for s in (2, 7, 50, 200)]
+    out += [(1, 1, None), (32, 1, None)]
+    for b, s in ((1, 30), (4, 40), (8, 50), (16, 30), (32, 50), (64, 20), (100, 7), (128, 60)):
+        lo = rng.choice([1, max(1, s // 2), s])
+        out.append((b, s, lengths_of(rng, b, s, lo)))
+    for b, s, lo in ((32, 50, 1), (32, 50, 45), (64, 100, 90), (3, 200, 1), (64, 13, 13), (50, 120, 1)):
+        out.append((b, s, lengths_of(rng, b, s, lo)))
+    return out
+
+
+def uni_configs(mode, dtype):
+    base = dict(mode=mode, dtype=dtype, input_size=256, hidden_size=512, proj_size=0, num_layers=2)
+    base.update(bidirectional=False, dropout=0.0)
+    full = dtype == "float32"
+    rnn = mode.startswith("rnn")
+    out = [{**base, "num_layers": n} for n in (1, 2, 3, 4)]
+    hiddens = [64, 128, 256, 300, 640, 1024] if full and not rnn else [256, 1024]
+    inputs = [40, 1000, 2000] if full and not rnn else [1000]
+    for n in (1, 2) if full and not rnn else (2,):
+        out += [{**base, "num_layers": n, "hidden_size": h} for h in hiddens]
+        out += [{**base, "num_layers": n, "input_size": i} for i in inputs]
+    if full:
+        out += [{**base, "dropout": 0.25}, {**base, "num_layers": 3, "dropout": 0.25, "input_size": 100}]
+    if mode == "lstm" and full:
+        out += [{**base, "proj_size": 128}, {**base, "num_layers": 1, "proj_size": 200}]
+    return out
+
+
+def uni_holdout(rng):
+    mode = rng.choice(["lstm", "lstm", "gru", "gru", "rnn_tanh", "rnn_relu"])
+    dtype = rng.choice(["float32", "float32", "float16"])
+    hidden = rng.randint(16, 1100)
+    p = dict(mode=mode, dtype=dtype, input_size=rng.randint(1, 1100), hidden_size=hidden, proj_size=0)
+    p.update(num_layers=rng.randint(1, 4), bidirectional=False)
+    p["dropout"] = 0.3 if p["num_layers"] > 1 and rng.random() < 0.3 else 0.0
+    if mode == "lstm" and rng.random() < 0.15 and hidden > 1:
+        p["proj_size"] = rng.randint(1, hidden - 1)
+    b, s = rng.randint(1, 128), rng.randint(1, 300)
+    p.update(batch=b, seq_length=s, lengths=None)
+    if rng.random() < 0.5:
+        p["lengths"] = lengths_of(rng, b, s, rng.randint(1, s))
+    return p
+
+
+def uni_problems(seed=32):
+    rng = random.Random(seed)
+    grid = []
+    order = [(m, "float32") for m in ("lstm", "gru", "rnn_tanh")]
+    order += [(m, "float16") for m in ("lstm", "gru", "rnn_tanh")]
+    for mode, dtype in order:
+        for c in uni_configs(mode, dtype):
+            for b, s, ls in uni_shapes(rng):
+                grid.append({"set": "fit", **c, "batch": b, "seq_length": s, "lengths": ls})
+    hold = [{"set": "holdout", **uni_holdout(rng)} for _ in range(len(grid) // 5)]
+    out, h = [], 0
+    for i, p in enumerate(grid):
+        out.append(p)
+        if i % 5 == 4 and h < len(hold):
+            out.append(hold[h])
+            h += 1
+    return out + hold[h:]
+
+
 def main():
     path = sys.argv[1]
     budget = float(sys.argv[2]) if len(sys.argv) > 2 else 90.0
     torch.cuda.init()
-    todo = problems()
+    todo = uni_problems() if sys.argv[3:] == ["uni"] else problems()
     print(
         f"{len(todo)} problems; torch {torch.__version__} cudnn {torch.backends.cudnn.version()}", flush=True
     )
