@@ -19,9 +19,9 @@ path, and the dispatch rules allocate what RNN.cpp's kernels allocate, in its or
 
 cuDNN's workspace and reserve sizes (`cudnnGetRNNTempSpaceSizes`, closed source) come from GPU
 measurements: first a table measured per whole problem (`cudnn_rnn_h200.json`, made by
-validation/run/rnn_table.py), then, for bidirectional problems, the formula `_fitted` fitted to
-a sweep (validation/run/rnn_sweep.py, fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md); any other
-problem is named unmeasured and gets neither.
+validation/run/rnn_table.py), then the formula `_fitted` fitted to two sweeps (validation/run/rnn_sweep.py,
+fixtures/run/rnn_sweep_h200.jsonl for bidirectional problems, rnn_sweep_uni_h200.jsonl for
+unidirectional ones; docs/cudnn-rnn.md); any other problem is named unmeasured and gets neither.
 """
 
 from __future__ import annotations
@@ -330,15 +330,18 @@ def _fitted(
       6 (GRU), plus with dropout in training B * S * (layers - 1) * dirs * dirs * h / 8.
 
     Domain (None outside it): float32 or float16 (bfloat16 fails on the GPU with
-    CUDNN_STATUS_BAD_PARAM), bidirectional, no projection, 1 to 4 layers; packed: LSTM and GRU with
+    CUDNN_STATUS_BAD_PARAM), no projection, 1 to 4 layers; unidirectional problems take
+    `_fitted_uni`; bidirectional ones: packed: LSTM and GRU with
     hidden >= 256 and 2 * input <= G * hidden, RNN_TANH/RELU with 2 or more layers; unpacked: at
     least 2 steps, input <= hidden, LSTM with hidden >= 256, GRU with hidden >= 256 and 2 or more
     layers, RNN_TANH/RELU with hidden > 384 (the standard algorithm) and 2 or more layers. RNN
     inference is outside. On the sweep's held-out problems in it the sizes are exact or under by at
     most 180 bytes (an alignment padding this leaves out)."""
     es = _ELEMENT_BYTES.get(dtype)
-    if es is None or proj or not bidir or layers < 1 or layers > 4:
+    if es is None or proj or layers < 1 or layers > 4:
         return None
+    if not bidir:
+        return _fitted_uni(mode, dtype, input_size, hidden, layers, dropout, train, batch, seq, tokens, packed)
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
@@ -369,6 +372,101 @@ def _fitted(
     reserve = 256 + es * tokens * (layers * dirs * k * h + (layers - 1) * dirs * h)
     if dropout > 0:
         reserve += batch * seq * (layers - 1) * dirs * dirs * h // 8
+    return {"workspace": workspace, "reserve": reserve, "backward_workspace": workspace}
+
+
+#: cuDNN's per-sequence workspace elements per layer and hidden unit of unidirectional problems, by
+#: gates (RNN 1, GRU 3, LSTM 4): packed, unpacked (GPU measurements, fixtures/run/rnn_sweep_uni_h200.jsonl)
+_UNI_PACKED_B = {1: 1, 3: 3, 4: 6}
+_UNI_UNPACKED_B = {1: 3, 3: 5, 4: 10}
+
+
+def _persistent(mode, dtype, input_size, hidden, layers, batch) -> bool:
+    """RNN.cpp `get_algo` on sm_90 (132 SMs) for an unpacked unidirectional problem without
+    projection: a persistent algorithm, forward or backward (`use_rnn_persist_small_h`: hidden <= 384
+    for RNN_TANH/RELU, <= 192 for LSTM/GRU in the forward, less in the backward), or for float16
+    `use_persist_common_heuristics` and `use_persist_device_heuristics` (one layer, hidden <= 1024,
+    hidden and input multiples of 128, batch a multiple of 8 up to 128; not GRU; RNN_TANH/RELU
+    only with batch < 96 or hidden < 896)."""
+    rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
+    if hidden <= (384 if rnn else 192):
+        return True
+    if dtype != torch.float16 or mode == MODES["gru"]:
+        return False
+    common = layers == 1 and hidden <= 1024 and hidden % 128 == 0 and input_size % 128 == 0
+    device = batch % 8 == 0 and batch <= 128 and (mode == MODES["lstm"] or batch < 96 or hidden < 896)
+    return common and device
+
+
+def _fitted_uni(mode, dtype, input_size, hidden, layers, dropout, train, batch, seq, tokens, packed):
+    """`_fitted` for unidirectional problems: cuDNN 9.19's workspace and reserve on sm_90 for
+    CUDNN_RNN_ALGO_STANDARD, fitted to GPU measurements (validation/run/rnn_sweep.py `uni`,
+    fixtures/run/rnn_sweep_uni_h200.jsonl; docs/cudnn-rnn.md). With E, G, W, B, T, S as in
+    `_fitted`, h hidden, i input, L layers, c0 = 256 + E*W + 8 MiB * L and Tc = min(T, 256 * B)
+    (the gates' buffer holds at most 256 steps):
+
+    - packed inference workspace = c0 + E * (B * L * pb*h + Tc * G*h), pb = 1, 3, 6 (RNN, GRU, LSTM);
+    - unpacked inference workspace = c0 + roundup(8B, 32) + E * (B * L * ub*h + Tc * G*h + T * (h + i)),
+      ub = 3, 5, 10;
+    - training: a = inference + E * T * h with dropout (and always for packed RNNs), then
+      packed LSTM/GRU, one layer: max(a, c0 + E * (B * h [LSTM: 3h] + T * (i + h))); more layers: a;
+      unpacked, f = c0 + roundup(8B, 32) + E * (B * L * fb*h + T * (3h + 2i + max(h, i))), fb = 5
+      (LSTM 11): one layer max(a, f); LSTM with more layers a where f <= a;
+    - the backward's two workspaces are the training forward's;
+    - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
+      dropout B * S * (L - 1) * h / 8.
+
+    Domain (None outside it): at most 400 steps, dropout only with 2 or more layers; unpacked: the
+    standard algorithm (`_persistent`); training: packed LSTM/GRU with more layers only where i + h
+    <= G*h; packed RNN_TANH/RELU with i <= h and one layer or dropout; unpacked LSTM with more
+    layers only where i <= h and f <= a, GRU with more layers only with dropout and i <= h, RNN with
+    one layer only. Elsewhere the training workspace is not linear in B and T (a cuDNN heuristic the
+    sweep does not resolve). On held-out problems in the domain the sizes are exact or under by at
+    most 310 bytes (alignment padding left out)."""
+    es = _ELEMENT_BYTES[dtype]
+    if seq > 400 or (dropout > 0 and layers < 2):
+        return None
+    if not packed and _persistent(mode, dtype, input_size, hidden, layers, batch):
+        return None
+    gates = _GATES[mode]
+    lstm = mode == MODES["lstm"]
+    rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
+    h, i, b, t = hidden, input_size, batch, tokens
+    capped = min(t, 256 * b)
+    n, layout = weight_layout(mode, i, h, 0, layers, False)
+    matrices = n - len(layout) * 2 * gates * h
+    c0 = 256 + es * matrices + 8 * _MIB * layers
+    rows = 0 if packed else -(-8 * b // 32) * 32
+    if packed:
+        infer = c0 + es * (b * layers * _UNI_PACKED_B[gates] * h + capped * gates * h)
+    else:
+        infer = c0 + rows + es * (b * layers * _UNI_UNPACKED_B[gates] * h + capped * gates * h + t * (h + i))
+    if not train:
+        return {"workspace": infer}
+    a = infer + (es * t * h if dropout > 0 or (rnn and packed) else 0)
+    if packed and rnn:
+        workspace = a if i <= h and (layers == 1 or dropout > 0) else None
+    elif packed:
+        if layers == 1:
+            workspace = max(a, c0 + es * (b * h * (3 if lstm else 1) + t * (i + h)))
+        else:
+            workspace = a if i + h <= gates * h else None
+    else:
+        f = c0 + rows + es * (b * layers * (11 if lstm else 5) * h + t * (3 * h + 2 * i + max(h, i)))
+        if layers == 1:
+            workspace = max(a, f)
+        elif lstm:
+            workspace = a if i <= h and f <= a else None
+        elif not rnn:
+            workspace = a if dropout > 0 and i <= h else None
+        else:
+            workspace = None
+    if workspace is None:
+        return None
+    k = {MODES["rnn_relu"]: 1, MODES["rnn_tanh"]: 1, MODES["lstm"]: 5, MODES["gru"]: 6}[mode]
+    reserve = 256 + es * t * (layers * k * h + (layers - 1) * h)
+    if dropout > 0:
+        reserve += b * seq * (layers - 1) * h // 8
     return {"workspace": workspace, "reserve": reserve, "backward_workspace": workspace}
 
 
