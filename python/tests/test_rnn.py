@@ -141,7 +141,8 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
         if fitted is not None:
             assert fitted == {k: p[k] for k in ("workspace", "reserve", "backward_workspace")}
             checked += 1
-    assert checked == 8
+    # eight bidirectional problems and 12_lstm_train.py's unidirectional two-layer LSTM
+    assert checked == 9
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -150,10 +151,9 @@ def test_the_fitted_sizes_hold_only_in_their_domain():
     lstm, gru, tanh = _rnn.MODES["lstm"], _rnn.MODES["gru"], _rnn.MODES["rnn_tanh"]
     args = (512, 0, 2, True, 0.0, True, 8, 50, 281)
     assert _rnn._fitted(gru, torch.float32, 256, *args) is not None
-    # GPU: bfloat16 cuDNN RNNs fail (CUDNN_STATUS_BAD_PARAM); unidirectional and projected problems
-    # and inputs wider than the gates fall outside what the sweep's held-out problems confirmed
+    # GPU: bfloat16 cuDNN RNNs fail (CUDNN_STATUS_BAD_PARAM); projected problems and inputs wider
+    # than the gates fall outside what the sweep's held-out problems confirmed
     assert _rnn._fitted(gru, torch.bfloat16, 256, *args) is None
-    assert _rnn._fitted(gru, torch.float32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 281) is None
     assert _rnn._fitted(lstm, torch.float32, 256, 512, 128, 2, True, 0.0, True, 8, 50, 281) is None
     assert _rnn._fitted(gru, torch.float32, 800, *args) is None
     # RNN_TANH: one layer, and inference, differ from the fitted form
@@ -198,3 +198,64 @@ def test_the_fitted_sizes_match_a_held_out_problem():
     )
     tanh = _rnn.MODES["rnn_tanh"]
     assert _rnn._fitted(tanh, torch.float32, 256, 384, 0, 2, True, 0.0, True, 9, 12, 108, False) is None
+
+
+def test_a_unidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
+    # GPU (fixtures/run/rnn_sweep_uni_h200.jsonl): fp32 LSTM, 256 inputs, 512 hidden, one layer,
+    # batch 8 of 50 steps: training workspace 19349824 (= inference's and backward's), reserve 4096256
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(256, 512).cuda()
+        x = torch.empty(50, 8, 256, device="cuda", requires_grad=True)
+        # LSTM.forward's zero h0 and c0, then output, hy, cy, the workspace and the reserve
+        _, count, req = _counted(lambda: lstm(x))
+        state = 8 * 512 * 4
+        assert (count, req) == (2 + 5, 4 * state + 50 * 8 * 512 * 4 + 19349824 + 4096256)
+        # eval: cuDNN's inference workspace, no reserve
+        lstm.eval()
+        with torch.no_grad():
+            _, count, req = _counted(lambda: lstm(x))
+        assert (count, req) == (2 + 4, 4 * state + 50 * 8 * 512 * 4 + 19349824)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_the_unidirectional_fitted_sizes_match_the_sweep():
+    from vramscope import _rnn
+
+    gru, lstm = _rnn.MODES["gru"], _rnn.MODES["lstm"]
+    # GPU, fit set: fp32 GRU, 256 inputs, 512 hidden, 2 layers, packed lengths 50, 41, 36, 34, 32, 31,
+    # 29, 27 (280 steps): every workspace 29606144, reserve 7454976
+    f = _rnn._fitted(gru, torch.float32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 280, True)
+    assert f == {"workspace": 29606144, "reserve": 7454976, "backward_workspace": 29606144}
+    # GPU, held out, longest sequences past 256 steps (the gates' buffer stops at 256 * batch rows):
+    # fp32 LSTM, 725 inputs, 454 hidden, 4 layers, packed batch 96 of 279 steps, 26052 in all
+    f = _rnn._fitted(lstm, torch.float32, 725, 454, 0, 4, False, 0.0, True, 96, 279, 26052, True)
+    assert f == {"workspace": 244610208, "reserve": 1088140192, "backward_workspace": 244610208}
+    # fp16 GRU, 730 inputs, 864 hidden, one layer, unpacked batch 59 of 288 steps
+    f = _rnn._fitted(gru, torch.float16, 730, 864, 0, 1, False, 0.0, True, 59, 288, 59 * 288, False)
+    assert f == {"workspace": 184227744, "reserve": 176173312, "backward_workspace": 184227744}
+    f = _rnn._fitted(gru, torch.float16, 730, 864, 0, 1, False, 0.0, False, 59, 288, 59 * 288, False)
+    assert f == {"workspace": 149632032}
+
+
+def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
+    from vramscope import _rnn
+
+    gru, lstm, tanh = _rnn.MODES["gru"], _rnn.MODES["lstm"], _rnn.MODES["rnn_tanh"]
+    f32 = torch.float32
+    # unpacked multi-layer GRU training without dropout and packed multi-layer RNN_TANH training
+    # without dropout are not linear in batch and steps on the GPU; their inference is
+    assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.0, False, 8, 50, 400, False) is not None
+    assert _rnn._fitted(gru, f32, 256, 512, 0, 2, False, 0.25, True, 8, 50, 400, False) is not None
+    assert _rnn._fitted(tanh, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 281, True) is None
+    # unpacked multi-layer LSTM: inputs wider than the hidden size, and steps so few that the
+    # second form exceeds the first (GPU: there it is neither)
+    assert _rnn._fitted(lstm, f32, 1000, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 256, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is not None
+    # RNN.cpp's persistent algorithms: small hidden sizes, and float16 one-layer LSTMs of batch 8k
+    assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
+    # longer than the sweeps measured
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is None

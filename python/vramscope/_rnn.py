@@ -341,7 +341,9 @@ def _fitted(
     if es is None or proj or layers < 1 or layers > 4:
         return None
     if not bidir:
-        return _fitted_uni(mode, dtype, input_size, hidden, layers, dropout, train, batch, seq, tokens, packed)
+        return _fitted_uni(
+            mode, dtype, input_size, hidden, layers, dropout, train, batch, seq, tokens, packed
+        )
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
