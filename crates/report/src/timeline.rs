@@ -22,9 +22,10 @@
 //! [`build`] streams over the trace once, keeping only the blocks alive in
 //! the simulated segments (a hash map by address, each segment's blocks
 //! linked in address order), the peaks, a downsampled curve and 16 bytes per
-//! allocation ([`Life`]); the per-entry counters are never materialised. A
-//! second, partial pass up to the peak gives the free-space layout there
-//! (timed in `docs/performance.md`).
+//! allocation ([`Life`]); the per-entry counters are never materialised.
+//! The free-space layout at the peak comes from a copy of the sim kept at
+//! a maximum shortly before it, followed on to the peak (timed in
+//! `docs/performance.md` and `docs/inspect-speed.md`).
 //!
 //! The test `tests/timeline_oracle.rs` keeps a plain implementation (one
 //! ordered map of all blocks, the counters after every entry) and checks
@@ -302,6 +303,9 @@ struct Node {
     /// Neighbours in the segment, in address order.
     prev: u32,
     next: u32,
+    /// Neighbours among all blocks, in address order (once `ordered`).
+    gprev: u32,
+    gnext: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -323,9 +327,12 @@ struct Seg {
 /// few pointer updates. At the first sign of a truncated or inconsistent
 /// trace (a block followed by address only, a segment over known blocks, a
 /// release of memory the trace never mapped) the sim also keeps every
-/// block in one ordered map and answers from it from then on.
+/// block in one list in address order ([`Ordered`]) and answers from it
+/// from then on.
+#[derive(Clone)]
 struct Sim {
-    rounder: CachingAllocator,
+    /// For `round_size` (shared by the copies a [`Checkpoint`] keeps).
+    rounder: std::rc::Rc<CachingAllocator>,
     max_split: u64,
     expandable: bool,
     nodes: Vec<Node>,
@@ -334,9 +341,45 @@ struct Sim {
     segs: Vec<Seg>,
     /// First block's address → segment (while not `ordered`).
     seg_at: BTreeMap<u64, u32>,
-    /// Every block by start, once the trace showed an inconsistency.
-    ordered: Option<BTreeMap<u64, u32>>,
+    /// Every block in address order, once the trace showed an inconsistency.
+    ordered: Option<Ordered>,
+    /// Whether [`Ordered`] keeps the ordered map from the start (the tests
+    /// compare the two ways).
+    ordered_map: bool,
     truncated: Option<String>,
+}
+
+/// Every block of the sim in address order: the blocks linked through
+/// `gprev`/`gnext`, so that the block before a known block (what merging
+/// asks) and the place of a block split off (right after its block) cost
+/// a step. The block before any other address is found from a sorted copy
+/// of the list: a binary search gives the last block copied before the
+/// address that is still there, the list is walked on from it; the copy is
+/// made again when that takes more than [`Ordered::WALK`] steps. Where the
+/// copies and walks cost more than [`Ordered::WORK_PER_OP`] steps per
+/// change or search, an ordered map is kept in step instead.
+#[derive(Clone)]
+struct Ordered {
+    /// The first block.
+    head: u32,
+    /// (start, block) of every block at the last copy, in order.
+    index: Vec<(u64, u32)>,
+    /// Blocks copied and steps walked, and blocks linked, unlinked and
+    /// searched for, so far.
+    work: u64,
+    ops: u64,
+    /// Every block by start, once the copies cost too much.
+    tree: Option<BTreeMap<u64, u32>>,
+}
+
+impl Ordered {
+    /// Steps a search may walk before the copy is made again.
+    const WALK: u64 = 32;
+    /// Steps allowed per operation, and beyond, before the ordered map
+    /// takes over (bounds on the work, not tuned figures: a step copies or
+    /// reads one block, an ordered map's operation costs tens).
+    const WORK_PER_OP: u64 = 32;
+    const FREE_WORK: u64 = 1 << 16;
 }
 
 impl Sim {
@@ -344,13 +387,14 @@ impl Sim {
         Sim {
             max_split: cfg.max_split_size,
             expandable: cfg.expandable_segments,
-            rounder: CachingAllocator::new(cfg),
+            rounder: std::rc::Rc::new(CachingAllocator::new(cfg)),
             nodes: Vec::new(),
             spare: Vec::new(),
             at: AddrMap::default(),
             segs: Vec::new(),
             seg_at: BTreeMap::new(),
             ordered: None,
+            ordered_map: false,
             truncated: None,
         }
     }
@@ -361,11 +405,151 @@ impl Sim {
         }
     }
 
-    /// From now on, keep every block in one ordered map.
+    /// From now on, keep every block in one list in address order.
     fn degrade(&mut self) {
+        if self.ordered.is_some() {
+            return;
+        }
+        let mut index: Vec<(u64, u32)> = self.at.iter().map(|(&a, &n)| (a, n)).collect();
+        index.sort_unstable();
+        let mut prev = NONE;
+        for &(_, n) in &index {
+            let b = self.node_mut(n);
+            b.gprev = prev;
+            b.gnext = NONE;
+            if prev != NONE {
+                self.node_mut(prev).gnext = n;
+            }
+            prev = n;
+        }
+        self.ordered = Some(Ordered {
+            head: index.first().map_or(NONE, |&(_, n)| n),
+            work: index.len() as u64,
+            tree: self.ordered_map.then(|| index.iter().copied().collect()),
+            index,
+            ops: 0,
+        });
+        self.seg_at.clear();
+    }
+
+    /// The block with the greatest start below `addr`, once `ordered`.
+    fn ord_before(&mut self, addr: u64) -> Option<u32> {
+        let (nodes, at) = (&self.nodes, &self.at);
+        let o = self.ordered.as_mut()?;
+        o.ops += 1;
+        loop {
+            if let Some(t) = &o.tree {
+                return t.range(..addr).next_back().map(|(_, &n)| n);
+            }
+            // the last block copied before `addr` that is still there
+            let mut i = o.index.partition_point(|&(a, _)| a < addr);
+            let mut steps = 0;
+            let mut p = NONE;
+            while i > 0 && steps <= Ordered::WALK {
+                i -= 1;
+                let (a, n) = o.index[i];
+                if at.get(&a) == Some(&n) {
+                    p = n;
+                    break;
+                }
+                steps += 1;
+            }
+            if p == NONE && i == 0 && steps <= Ordered::WALK {
+                // none: from the first block, if it lies before
+                p = o.head;
+                if p == NONE || nodes[p as usize].addr >= addr {
+                    o.work += steps;
+                    return None;
+                }
+            }
+            // walk on to the last block before `addr`
+            while p != NONE && steps <= Ordered::WALK {
+                let q = nodes[p as usize].gnext;
+                if q == NONE || nodes[q as usize].addr >= addr {
+                    o.work += steps;
+                    return Some(p);
+                }
+                p = q;
+                steps += 1;
+            }
+            // too far: copy the list again (then the search takes no step)
+            o.index.clear();
+            let mut n = o.head;
+            while n != NONE {
+                let b = &nodes[n as usize];
+                o.index.push((b.addr, n));
+                n = b.gnext;
+            }
+            o.work += steps + o.index.len() as u64;
+            if o.work
+                > o.ops
+                    .saturating_mul(Ordered::WORK_PER_OP)
+                    .saturating_add(Ordered::FREE_WORK)
+            {
+                o.tree = Some(o.index.iter().copied().collect());
+                o.index = Vec::new();
+            }
+        }
+    }
+
+    /// Link block `n` into the address-ordered list, once `ordered`;
+    /// `hint`, when not `NONE`, is a block of the list before it.
+    fn ord_link(&mut self, n: u32, hint: u32) {
         if self.ordered.is_none() {
-            self.ordered = Some(self.at.iter().map(|(&a, &n)| (a, n)).collect());
-            self.seg_at.clear();
+            return;
+        }
+        let addr = self.node(n).addr;
+        // walk on from the hint a few blocks, else search
+        let mut p = hint;
+        let mut steps = 0;
+        while p != NONE {
+            let q = self.node(p).gnext;
+            if q == NONE || self.node(q).addr >= addr {
+                break;
+            }
+            steps += 1;
+            p = if steps > Ordered::WALK { NONE } else { q };
+        }
+        if p == NONE {
+            p = self.ord_before(addr).unwrap_or(NONE);
+        }
+        let Some(o) = self.ordered.as_mut() else {
+            return;
+        };
+        let next = if p == NONE {
+            std::mem::replace(&mut o.head, n)
+        } else {
+            std::mem::replace(&mut self.nodes[p as usize].gnext, n)
+        };
+        if next != NONE {
+            self.nodes[next as usize].gprev = n;
+        }
+        o.ops += 1;
+        if let Some(t) = &mut o.tree {
+            t.insert(addr, n);
+        }
+        let b = &mut self.nodes[n as usize];
+        b.gprev = p;
+        b.gnext = next;
+    }
+
+    /// Unlink block `n` from the address-ordered list, once `ordered`.
+    fn ord_unlink(&mut self, n: u32) {
+        let Some(o) = self.ordered.as_mut() else {
+            return;
+        };
+        let b = self.nodes[n as usize];
+        if b.gprev == NONE {
+            o.head = b.gnext;
+        } else {
+            self.nodes[b.gprev as usize].gnext = b.gnext;
+        }
+        if b.gnext != NONE {
+            self.nodes[b.gnext as usize].gprev = b.gprev;
+        }
+        o.ops += 1;
+        if let Some(t) = &mut o.tree {
+            t.remove(&b.addr);
         }
     }
 
@@ -390,14 +574,16 @@ impl Sim {
 
     /// The block with the greatest start at or below `addr` (below it
     /// when `strict`).
-    fn pred(&self, addr: u64, strict: bool) -> Option<u32> {
-        if let Some(o) = &self.ordered {
-            let r = if strict {
-                o.range(..addr).next_back()
-            } else {
-                o.range(..=addr).next_back()
+    fn pred(&mut self, addr: u64, strict: bool) -> Option<u32> {
+        if self.ordered.is_some() {
+            return match self.at.get(&addr) {
+                Some(&n) if strict => {
+                    let p = self.node(n).gprev;
+                    (p != NONE).then_some(p)
+                }
+                Some(&n) => Some(n),
+                None => self.ord_before(addr),
             };
-            return r.map(|(_, &n)| n);
         }
         // Segments are disjoint: the block is in the last segment starting
         // at or below `addr`.
@@ -419,7 +605,7 @@ impl Sim {
 
     /// The block containing `addr` (the one before it, if it reaches it).
     #[inline]
-    fn containing(&self, addr: u64) -> Option<u32> {
+    fn containing(&mut self, addr: u64) -> Option<u32> {
         let n = match self.at.get(&addr) {
             Some(&n) => n,
             None => self.pred(addr, false)?,
@@ -474,9 +660,6 @@ impl Sim {
             self.node_mut(next).prev = n;
         }
         self.at.insert(b.addr, n);
-        if let Some(o) = &mut self.ordered {
-            o.insert(b.addr, n);
-        }
     }
 
     /// Unlink block `n` from its segment and forget it.
@@ -484,9 +667,7 @@ impl Sim {
         let b = *self.node(n);
         if self.at.get(&b.addr) == Some(&n) {
             self.at.remove(&b.addr);
-            if let Some(o) = &mut self.ordered {
-                o.remove(&b.addr);
-            }
+            self.ord_unlink(n);
         }
         let s = b.seg as usize;
         if b.prev != NONE {
@@ -511,6 +692,11 @@ impl Sim {
 
     /// Add a block, replacing any block that starts at the same address.
     fn put(&mut self, addr: u64, size: u64, st: St, seg: u32) -> u32 {
+        self.put_after(addr, size, st, seg, NONE)
+    }
+
+    /// [`Sim::put`], `hint` (when not `NONE`) a block starting before it.
+    fn put_after(&mut self, addr: u64, size: u64, st: St, seg: u32, hint: u32) -> u32 {
         if let Some(&old) = self.at.get(&addr) {
             self.remove(old);
         }
@@ -521,12 +707,15 @@ impl Sim {
             seg,
             prev: NONE,
             next: NONE,
+            gprev: NONE,
+            gnext: NONE,
         });
         let mut after = self.segs[seg as usize].tail;
         while after != NONE && self.node(after).addr > addr {
             after = self.node(after).prev;
         }
         self.link_after(n, after);
+        self.ord_link(n, hint);
         n
     }
 
@@ -542,7 +731,7 @@ impl Sim {
             || (b.next != NONE && self.node(b.next).addr < rest_addr)
         {
             // Blocks followed by address may overlap: the general path.
-            self.put(rest_addr, b.size - r, St::Free, b.seg);
+            self.put_after(rest_addr, b.size - r, St::Free, b.seg, n);
             return;
         }
         let m = self.alloc_node(Node {
@@ -552,6 +741,8 @@ impl Sim {
             seg: b.seg,
             prev: NONE,
             next: NONE,
+            gprev: NONE,
+            gnext: NONE,
         });
         self.link_after(m, n);
     }
@@ -604,7 +795,18 @@ impl Sim {
         }
         // The blocks starting inside the range, in address order.
         let inside: Vec<(u64, u32)> = match &self.ordered {
-            Some(o) => o.range(addr..end).map(|(&a, &n)| (a, n)).collect(),
+            Some(_) => {
+                let mut v = Vec::new();
+                let mut n = match self.ord_before(addr) {
+                    Some(p) => self.node(p).gnext,
+                    None => self.ordered.as_ref().map_or(NONE, |o| o.head),
+                };
+                while n != NONE && self.node(n).addr < end {
+                    v.push((self.node(n).addr, n));
+                    n = self.node(n).gnext;
+                }
+                v
+            }
             None => {
                 let mut v = Vec::new();
                 let segs: Vec<u32> = self
@@ -767,11 +969,37 @@ struct Bucket {
     r: i64,
 }
 
-/// What the full pass gathers.
-struct Pass {
+/// The state a pass follows the trace with: the sim and, when recording,
+/// the allocations.
+struct Walk {
     sim: Sim,
+    /// Whether the allocations are recorded (the full pass).
+    record: bool,
     lives: Vec<Life>,
     inexact: Vec<u32>,
+    /// Pending frees of blocks allocated before the trace: addr -> size.
+    pre_pending: AddrMap<u64>,
+    /// The trace's allocations not yet freed, by address (recorded passes).
+    open: AddrMap<u32>,
+    /// Whether a pass that does not record would have found the trace
+    /// truncated by now (it takes a free of a block the sim lost for one of
+    /// memory allocated before the trace).
+    unrecorded_truncated: bool,
+}
+
+/// The sim right after one entry, kept to follow the blocks again from
+/// there ([`layout_at`]).
+struct Checkpoint {
+    index: usize,
+    sim: Sim,
+    /// Whether a pass that does not record would have found the trace
+    /// truncated by then.
+    truncated: bool,
+}
+
+/// What the full pass gathers.
+struct Pass {
+    walk: Walk,
     /// (index, requested, device_free, stack, counters before).
     ooms: Vec<(usize, u64, Option<u64>, StackId, Cum)>,
     cum: Cum,
@@ -782,6 +1010,9 @@ struct Pass {
     /// Relative reserved at the first maximum of allocated.
     r_at_max_a: i64,
     buckets: Vec<Bucket>,
+    /// The sim at a maximum of allocated bytes at most [`Checkpoint`]'s
+    /// spacing before the first maximum (see [`run`]).
+    checkpoint: Option<Checkpoint>,
 }
 
 /// Convert a trace index to the `u32` a [`Life`] stores (traces hold fewer
@@ -791,50 +1022,38 @@ fn ix(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(NONE - 1)
 }
 
-/// Follow the trace through the simulated segments. With `stop`, only the
-/// blocks are followed, up to entry `stop`, and the sim is returned there.
-fn run(
-    trace: &Trace,
-    cfg: &AllocatorConfig,
-    stop: Option<usize>,
-    bucket: usize,
-    window: &std::ops::Range<usize>,
-) -> Pass {
-    let record = stop.is_none();
-    // One `Life` per `alloc` (and per `free_requested` of memory allocated
-    // before the trace, rare): reserve them at once (growing a big Vec can
-    // briefly need twice its size). One per entry bounds them without a
-    // pass to count; the pages never written are never touched.
-    let lives = if record {
-        Vec::with_capacity(trace.len())
-    } else {
-        Vec::new()
-    };
-    let mut p = Pass {
-        sim: Sim::new(cfg.clone()),
-        lives,
-        inexact: Vec::new(),
-        ooms: Vec::new(),
-        cum: Cum::default(),
-        first: Cum::default(),
-        max_a: Max::NONE,
-        max_ac: Max::NONE,
-        max_r: Max::NONE,
-        r_at_max_a: 0,
-        buckets: Vec::new(),
-    };
-    let sim = &mut p.sim;
-    // Pending frees of blocks allocated before the trace: addr -> size.
-    let mut pre_pending: AddrMap<u64> = AddrMap::default();
-    // The trace's allocations not yet freed, by address (recorded passes).
-    let mut open: AddrMap<u32> = AddrMap::default();
-    let bucket = bucket.max(1);
-    for (i, e) in trace.iter().enumerate() {
+impl Walk {
+    fn new(sim: Sim, record: bool, capacity: usize) -> Walk {
+        Walk {
+            sim,
+            record,
+            lives: Vec::with_capacity(capacity),
+            inexact: Vec::new(),
+            pre_pending: AddrMap::default(),
+            open: AddrMap::default(),
+            unrecorded_truncated: false,
+        }
+    }
+
+    /// Follow entry `i`; returns the change of (allocated, active,
+    /// reserved) bytes.
+    #[inline(always)]
+    fn step(&mut self, i: usize, e: &vramscope_snapshot::TraceEntry) -> (i64, i64, i64) {
+        let Walk {
+            sim,
+            record,
+            lives,
+            inexact,
+            pre_pending,
+            open,
+            unrecorded_truncated,
+        } = self;
+        let record = *record;
         let (mut da, mut dac, mut dr) = (0i64, 0i64, 0i64);
         match e.action {
             Some(TraceAction::Alloc) => {
                 let r = sim.rounder.round_size(e.size);
-                let k = p.lives.len() as u32;
+                let k = lives.len() as u32;
                 let found = sim.containing(e.addr);
                 let exact = match found {
                     Some(n) => {
@@ -883,9 +1102,9 @@ fn run(
                 if record {
                     open.insert(e.addr, k);
                     if !exact {
-                        p.inexact.push(k);
+                        inexact.push(k);
                     }
-                    p.lives.push(Life {
+                    lives.push(Life {
                         size,
                         start: ix(i),
                         end: NONE,
@@ -902,7 +1121,7 @@ fn run(
                         size,
                         ..
                     }) => {
-                        if let Some(l) = p.lives.get_mut(k as usize) {
+                        if let Some(l) = lives.get_mut(k as usize) {
                             l.end = ix(i);
                         }
                         if record {
@@ -915,8 +1134,9 @@ fn run(
                         // allocated in the trace, its block lost by the sim
                         // (blocks followed by address only overlap): the
                         // free at its address still ends it
+                        *unrecorded_truncated = true;
                         let k = open.remove(&e.addr).unwrap_or(NONE);
-                        let size = match p.lives.get_mut(k as usize) {
+                        let size = match lives.get_mut(k as usize) {
                             Some(l) => {
                                 l.end = ix(i);
                                 l.size
@@ -932,8 +1152,8 @@ fn run(
                         });
                         let size = sim.rounder.round_size(e.size);
                         if record {
-                            p.inexact.push(p.lives.len() as u32);
-                            p.lives.push(Life {
+                            inexact.push(lives.len() as u32);
+                            lives.push(Life {
                                 size,
                                 start: NONE,
                                 end: ix(i),
@@ -1008,18 +1228,55 @@ fn run(
                 }
                 dr -= e.size as i64;
             }
-            Some(TraceAction::Oom) => {
-                if record && window.contains(&i) {
-                    p.ooms.push((i, e.size, e.device_free, e.frames, p.cum));
-                }
-            }
-            Some(TraceAction::Snapshot) | None => {}
+            Some(TraceAction::Oom | TraceAction::Snapshot) | None => {}
         }
-        if !record {
-            if stop == Some(i) {
-                return p;
-            }
-            continue;
+        (da, dac, dr)
+    }
+}
+
+/// Entries between checkpoints, at least (see [`run`]).
+const CHECKPOINT_SPACING: usize = 1 << 12;
+
+/// The recording pass: follow the trace through the simulated segments,
+/// gathering the allocations, the counters' peaks and curve over `window`,
+/// and the out-of-memory events there.
+///
+/// At a new maximum of allocated bytes, the sim is kept (a
+/// [`Checkpoint`]) when the last one is [`CHECKPOINT_SPACING`] entries or
+/// eight times the sim's blocks old: the peak (the last new maximum) then
+/// lies within that many entries of the last checkpoint, which
+/// [`layout_at`] follows the blocks on from, and the copies cost at most
+/// about an eighth of a step per entry.
+fn run(trace: &Trace, sim: Sim, bucket: usize, window: &std::ops::Range<usize>) -> Pass {
+    // One `Life` per `alloc` (and per `free_requested` of memory allocated
+    // before the trace, rare): reserve them at once (growing a big Vec can
+    // briefly need twice its size). One per entry bounds them without a
+    // pass to count; the pages never written are never touched.
+    let mut p = Pass {
+        walk: Walk::new(sim, true, trace.len()),
+        ooms: Vec::new(),
+        cum: Cum::default(),
+        first: Cum::default(),
+        max_a: Max::NONE,
+        max_ac: Max::NONE,
+        max_r: Max::NONE,
+        r_at_max_a: 0,
+        buckets: Vec::new(),
+        checkpoint: None,
+    };
+    let bucket = bucket.max(1);
+    // entries left in the current bucket
+    let mut left = 0usize;
+    // a counter, not `enumerate`: the release build left `Enumerate`'s
+    // `next` out of line, a call per entry
+    let mut next = 0usize;
+    #[allow(clippy::explicit_counter_loop)]
+    for e in trace.iter() {
+        let i = next;
+        next += 1;
+        let (da, dac, dr) = p.walk.step(i, &e);
+        if e.action == Some(TraceAction::Oom) && window.contains(&i) {
+            p.ooms.push((i, e.size, e.device_free, e.frames, p.cum));
         }
         let c = &mut p.cum;
         c.a += da;
@@ -1037,10 +1294,23 @@ fn run(
         if c.a > p.max_a.v {
             p.max_a = Max { at: i, v: c.a };
             p.r_at_max_a = c.r;
+            let sim = &p.walk.sim;
+            let due = p
+                .checkpoint
+                .as_ref()
+                .is_none_or(|k| i - k.index >= CHECKPOINT_SPACING.max(8 * sim.nodes.len()));
+            if due {
+                p.checkpoint = Some(Checkpoint {
+                    index: i,
+                    sim: sim.clone(),
+                    truncated: sim.truncated.is_some() || p.walk.unrecorded_truncated,
+                });
+            }
         }
         p.max_ac.see(i, c.ac);
         p.max_r.see(i, c.r);
-        if (i - window.start).is_multiple_of(bucket) {
+        if left == 0 {
+            left = bucket;
             p.buckets.push(Bucket {
                 start: i,
                 a: Max { at: i, v: c.a },
@@ -1052,8 +1322,31 @@ fn run(
             b.ac = b.ac.max(c.ac);
             b.r = b.r.max(c.r);
         }
+        left -= 1;
     }
     p
+}
+
+/// The free-space layout right after entry `stop`, following the blocks
+/// only (not recording), from the checkpoint when it lies at or before
+/// `stop`, else from the first entry; `None` when a pass that does not
+/// record finds the trace truncated by then.
+fn layout_at(
+    trace: &Trace,
+    cfg: &AllocatorConfig,
+    checkpoint: Option<Checkpoint>,
+    stop: usize,
+) -> Option<Layout> {
+    let (from, sim, truncated) = match checkpoint {
+        Some(k) if k.index <= stop => (k.index + 1, k.sim, k.truncated),
+        _ => (0, Sim::new(cfg.clone()), false),
+    };
+    let mut w = Walk::new(sim, false, 0);
+    for i in from..=stop {
+        let e = trace.get(i)?;
+        w.step(i, &e);
+    }
+    (!truncated && w.sim.truncated.is_none()).then(|| w.sim.layout())
 }
 
 /// Clamp a relative counter plus its baseline at zero, as bytes.
@@ -1085,8 +1378,8 @@ pub fn build_window(
     let window = window.map_or(0..n, |w| w.start.min(n)..w.end.min(n));
     let span = window.len();
     let bucket = span.div_ceil(points.max(1)).max(1);
-    let mut p = run(trace, cfg, None, bucket, &window);
-    let sim = &mut p.sim;
+    let mut p = run(trace, Sim::new(cfg.clone()), bucket, &window);
+    let sim = &mut p.walk.sim;
 
     // Allocations alive at the end that the trace never allocated.
     let mut pre: Vec<Allocation> = Vec::new();
@@ -1215,16 +1508,92 @@ pub fn build_window(
         samples,
         ooms,
         truncated,
-        estimated_sizes: p.inexact.len(),
+        estimated_sizes: p.walk.inexact.len(),
         layout_at_peak: None,
         pre,
-        lives: p.lives,
-        inexact: p.inexact,
+        lives: std::mem::take(&mut p.walk.lives),
+        inexact: std::mem::take(&mut p.walk.inexact),
     };
-    // Second pass, up to the peak, for the layout there.
+    // The blocks followed again up to the peak, for the layout there.
     if let Some(i) = t.peak_allocated.index {
-        let q = run(trace, cfg, Some(i), bucket, &window);
-        t.layout_at_peak = q.sim.truncated.is_none().then(|| q.sim.layout());
+        t.layout_at_peak = layout_at(trace, cfg, p.checkpoint, i);
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wrapped real snapshot: its trace frees blocks allocated before
+    /// it, so the sim keeps its blocks in address order.
+    fn wrapped() -> Snapshot {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle"
+        );
+        vramscope_snapshot::read_snapshot_file(path).unwrap()
+    }
+
+    /// What a pass found, to compare two passes.
+    fn outcome(p: &Pass) -> (Vec<Life>, Vec<u32>, usize, i64, i64, Option<String>, Layout) {
+        (
+            p.walk.lives.clone(),
+            p.walk.inexact.clone(),
+            p.max_a.at,
+            p.max_a.v,
+            p.cum.r,
+            p.walk.sim.truncated.clone(),
+            p.walk.sim.layout(),
+        )
+    }
+
+    #[test]
+    fn the_ordered_map_answers_as_the_sorted_copies_do() {
+        let snap = wrapped();
+        let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
+        for cut in [0, 3_000, 9_000] {
+            let mut trace = snap.device_traces[0].clone();
+            trace.drop_front(cut);
+            let window = 0..trace.len();
+            let copies = run(&trace, Sim::new(cfg.clone()), 64, &window);
+            let mut sim = Sim::new(cfg.clone());
+            sim.ordered_map = true;
+            let map = run(&trace, sim, 64, &window);
+            let o = |p: &Pass| p.walk.sim.ordered.as_ref().map(|o| o.tree.is_some());
+            assert_eq!(
+                o(&copies),
+                Some(false),
+                "cut {cut}: sorted copies throughout"
+            );
+            assert_eq!(o(&map), Some(true), "cut {cut}: the ordered map took over");
+            assert_eq!(outcome(&copies), outcome(&map), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn the_layout_at_the_peak_is_the_same_from_a_checkpoint() {
+        // a complete trace (the layout is known)
+        let snap = vramscope_testkit::synth::generate(&vramscope_testkit::synth::Options {
+            entries: 40_000,
+            ..Default::default()
+        })
+        .unwrap()
+        .snapshot;
+        let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
+        let trace = &snap.device_traces[0];
+        // peaks over a window from the middle: the checkpoint lies in it
+        let window = trace.len() / 3..trace.len();
+        let p = run(trace, Sim::new(cfg.clone()), 64, &window);
+        let peak = p.max_a.at;
+        let k = p.checkpoint.unwrap();
+        assert!(
+            k.index >= window.start && k.index <= peak,
+            "checkpoint {} peak {peak}",
+            k.index
+        );
+        let from_start = layout_at(trace, &cfg, None, peak);
+        assert!(from_start.is_some());
+        assert_eq!(layout_at(trace, &cfg, Some(k), peak), from_start);
+    }
 }
