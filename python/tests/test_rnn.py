@@ -259,3 +259,20 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
     # longer than the sweeps measured
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is None
+
+
+def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace_only():
+    from vramscope import _rnn
+
+    lstm = _rnn.MODES["lstm"]
+    # GPU, held out: fp16 LSTM, 888 inputs, 176 hidden projected to 144, 2 layers, unpacked batch
+    # 100 of 263 steps (RNN.cpp: projections always take the standard algorithm, whatever the
+    # hidden size; the gates' buffer stops at 256 steps): inference workspace 119002208
+    args = (888, 176, 144, 2, False, 0.0)
+    f = _rnn._fitted(lstm, torch.float16, *args, False, 100, 263, 100 * 263, False)
+    assert f == {"workspace": 119002208}
+    # fp32, 990 inputs, 1032 hidden projected to 754, 4 layers, unpacked batch 79 of 204 steps
+    f = _rnn._fitted(lstm, torch.float32, 990, 1032, 754, 4, False, 0.0, False, 79, 204, 79 * 204, False)
+    assert f == {"workspace": 606903744}
+    # training: its workspace exceeds inference's on held-out problems by a form not fitted
+    assert _rnn._fitted(lstm, torch.float16, *args, True, 100, 263, 100 * 263, False) is None

@@ -338,12 +338,14 @@ def _fitted(
     inference is outside. On the sweep's held-out problems in it the sizes are exact or under by at
     most 180 bytes (an alignment padding this leaves out)."""
     es = _ELEMENT_BYTES.get(dtype)
-    if es is None or proj or layers < 1 or layers > 4:
+    if es is None or layers < 1 or layers > 4:
         return None
     if not bidir:
         return _fitted_uni(
-            mode, dtype, input_size, hidden, layers, dropout, train, batch, seq, tokens, packed
+            mode, dtype, input_size, hidden, proj, layers, dropout, train, batch, seq, tokens, packed
         )
+    if proj:
+        return None
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
@@ -400,7 +402,7 @@ def _persistent(mode, dtype, input_size, hidden, layers, batch) -> bool:
     return common and device
 
 
-def _fitted_uni(mode, dtype, input_size, hidden, layers, dropout, train, batch, seq, tokens, packed):
+def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, batch, seq, tokens, packed):
     """`_fitted` for unidirectional problems: cuDNN 9.19's workspace and reserve on sm_90 for
     CUDNN_RNN_ALGO_STANDARD, fitted to GPU measurements (validation/run/rnn_sweep.py `uni`,
     fixtures/run/rnn_sweep_uni_h200.jsonl; docs/cudnn-rnn.md). With E, G, W, B, T, S as in
@@ -416,29 +418,39 @@ def _fitted_uni(mode, dtype, input_size, hidden, layers, dropout, train, batch, 
       (LSTM 11): one layer max(a, f); LSTM with more layers a where f <= a;
     - the backward's two workspaces are the training forward's;
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
-      dropout B * S * (L - 1) * h / 8.
+      dropout B * S * (L - 1) * h / 8;
+    - projected LSTMs (p the projection, W with its matrices; RNN.cpp always picks the standard
+      algorithm), inference only: packed c0 + E * (B * L * 6h + Tc * 4h + T * h), unpacked
+      c0 + roundup(8B, 32) + E * (B * L * (8h + 2p) + Tc * 4h + T * (h + i + p)).
 
     Domain (None outside it): at most 400 steps, dropout only with 2 or more layers; unpacked: the
-    standard algorithm (`_persistent`); training: packed LSTM/GRU with more layers only where i + h
-    <= G*h; packed RNN_TANH/RELU with i <= h and one layer or dropout; unpacked LSTM with more
-    layers only where i <= h and f <= a, GRU with more layers only with dropout and i <= h, RNN with
-    one layer only. Elsewhere the training workspace is not linear in B and T (a cuDNN heuristic the
-    sweep does not resolve). On held-out problems in the domain the sizes are exact or under by at
-    most 310 bytes (alignment padding left out)."""
+    standard algorithm (`_persistent`); projected LSTMs in inference only; training: packed LSTM/GRU
+    with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h and one layer or
+    dropout; unpacked LSTM with more layers only where i <= h and f <= a, GRU with more layers only
+    with dropout and i <= h, RNN with one layer only. Elsewhere the training workspace is not
+    linear in B and T (a cuDNN heuristic the sweep does not resolve). On held-out problems in the
+    domain the sizes are exact or under by at most 310 bytes (alignment padding left out)."""
     es = _ELEMENT_BYTES[dtype]
     if seq > 400 or (dropout > 0 and layers < 2):
         return None
-    if not packed and _persistent(mode, dtype, input_size, hidden, layers, batch):
+    if proj and (train or mode != MODES["lstm"]):
+        return None
+    if not proj and not packed and _persistent(mode, dtype, input_size, hidden, layers, batch):
         return None
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
     h, i, b, t = hidden, input_size, batch, tokens
     capped = min(t, 256 * b)
-    n, layout = weight_layout(mode, i, h, 0, layers, False)
+    n, layout = weight_layout(mode, i, h, proj, layers, False)
     matrices = n - len(layout) * 2 * gates * h
     c0 = 256 + es * matrices + 8 * _MIB * layers
     rows = 0 if packed else -(-8 * b // 32) * 32
+    if proj and packed:
+        return {"workspace": c0 + es * (b * layers * 6 * h + capped * 4 * h + t * h)}
+    if proj:
+        per_batch = b * layers * (8 * h + 2 * proj)
+        return {"workspace": c0 + rows + es * (per_batch + capped * 4 * h + t * (h + i + proj))}
     if packed:
         infer = c0 + es * (b * layers * _UNI_PACKED_B[gates] * h + capped * gates * h)
     else:
