@@ -368,6 +368,14 @@ def test_embedding_bag_backward_sorts_its_indices_as_embedding_backward_does():
         assert counts == (16, 363_081_637 + 4096 * 256 * 4)
 
 
+def test_a_parameter_made_from_a_tensor_keeps_its_values():
+    # nn.Parameter(t) goes through Tensor._make_subclass, a new tensor over t's storage
+    with vramscope.capture(gpu="h200"):
+        p = torch.nn.Parameter(torch.ones(4, device="cuda"))
+        assert p.sum().item() == 4.0
+        assert torch.nn.LayerNorm(8, device="cuda").weight.sum().item() == 8.0
+
+
 def test_roll_over_two_dims_rolls_through_an_intermediate():
     # blind10/j02's H200 per-op record of Swin's shifted windows: torch.roll over dims (1, 2) of a
     # (48, 28, 28, 192) bf16 tensor makes two tensors of its size, the first gone on return

@@ -180,6 +180,19 @@ _FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
 _READS = {"tolist", "numpy", "__array__"}
 
 
+_MAKE_SUBCLASS = torch.Tensor._make_subclass
+
+
+def _make_subclass(cls, data, *args, **kwargs):
+    """`Tensor._make_subclass` (`nn.Parameter(t)`, `nn.Buffer(t)`): the new tensor aliases `data`,
+    so it carries `data`'s CPU values too."""
+    out = _MAKE_SUBCLASS(cls, data, *args, **kwargs)
+    v = _tensor.value(data)
+    if v is not None and _tensor.value(out) is None:
+        _tensor.set_value(out, v, _tensor.assumed(data))
+    return out
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -825,6 +838,7 @@ class Capture:
         self._patch = _cuda.patch(self)
         self._autocast = _autocast.Autocast(_native.autocast_policies())
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
+        self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._hooks = self._install_hooks()
         self._modes = (_FunctionMode(self), _DispatchMode(self))
         for m in self._modes:
