@@ -276,3 +276,15 @@ def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace_on
     assert f == {"workspace": 606903744}
     # training: its workspace exceeds inference's on held-out problems by a form not fitted
     assert _rnn._fitted(lstm, torch.float16, *args, True, 100, 263, 100 * 263, False) is None
+
+
+def test_a_short_multi_layer_unidirectional_gru_takes_the_second_form():
+    from vramscope import _rnn
+
+    gru = _rnn.MODES["gru"]
+    # GPU, held out: fp32 GRU, 88 inputs, 592 hidden, 3 layers, no dropout, unpacked batch 109 of
+    # 2 steps: training workspace 52910016 (= backward's), reserve 10324736; at 7 steps or fewer the
+    # training workspace is max(a, f) with more layers too, beyond it not linear
+    f = _rnn._fitted(gru, torch.float32, 88, 592, 0, 3, False, 0.0, True, 109, 2, 218, False)
+    assert f == {"workspace": 52910016, "reserve": 10324736, "backward_workspace": 52910016}
+    assert _rnn._fitted(gru, torch.float32, 88, 592, 0, 3, False, 0.0, True, 109, 8, 872, False) is None

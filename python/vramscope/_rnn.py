@@ -415,7 +415,7 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
     - training: a = inference + E * T * h with dropout (and always for packed RNNs), then
       packed LSTM/GRU, one layer: max(a, c0 + E * (B * h [LSTM: 3h] + T * (i + h))); more layers: a;
       unpacked, f = c0 + roundup(8B, 32) + E * (B * L * fb*h + T * (3h + 2i + max(h, i))), fb = 5
-      (LSTM 11): one layer max(a, f); LSTM with more layers a where f <= a;
+      (LSTM 11): one layer, or at most 7 steps, max(a, f); LSTM with more layers a where f <= a;
     - the backward's two workspaces are the training forward's;
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
       dropout B * S * (L - 1) * h / 8;
@@ -426,8 +426,8 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
     Domain (None outside it): at most 400 steps, dropout only with 2 or more layers; unpacked: the
     standard algorithm (`_persistent`); projected LSTMs in inference only; training: packed LSTM/GRU
     with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h and one layer or
-    dropout; unpacked LSTM with more layers only where i <= h and f <= a, GRU with more layers only
-    with dropout and i <= h, RNN with one layer only. Elsewhere the training workspace is not
+    dropout; unpacked with more layers and over 7 steps: LSTM only where i <= h and f <= a, GRU
+    only with dropout and i <= h, RNN not at all. Elsewhere the training workspace is not
     linear in B and T (a cuDNN heuristic the sweep does not resolve). On held-out problems in the
     domain the sizes are exact or under by at most 310 bytes (alignment padding left out)."""
     es = _ELEMENT_BYTES[dtype]
@@ -467,7 +467,7 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
             workspace = a if i + h <= gates * h else None
     else:
         f = c0 + rows + es * (b * layers * (11 if lstm else 5) * h + t * (3 * h + 2 * i + max(h, i)))
-        if layers == 1:
+        if layers == 1 or seq <= 7:
             workspace = max(a, f)
         elif lstm:
             workspace = a if i <= h and f <= a else None
