@@ -1433,6 +1433,23 @@ SCRATCH_UNMODELLED.discard("aten::convolution_backward")
 # ---- ops whose kernels the eager twin plans ---------------------------------------------
 
 
+def _replay_plan(cap, out, steps, op: str):
+    """A kernel's plan from the eager twin (`vramscope_engine::plans`) replayed into the capture:
+    scratch allocated and freed in the plan's order, `out` tracked as the gradient at its step."""
+    live = {}
+    for kind, sid, nbytes, is_output in steps:
+        if kind == "alloc":
+            if is_output:
+                cap.track(out, op, "gradient", nbytes=nbytes)
+            else:
+                live[sid] = cap.malloc(nbytes, op, "temporary")
+        else:
+            live.pop(sid, None)
+    live.clear()
+    cap.track(out, op, "gradient")
+    return out
+
+
 def _embedding_dense_backward(cap, func, args, kwargs):
     """`embedding_dense_backward` (`EmbeddingBackwardKernel.cu`): the eager
     twin's plan of the kernel (`vramscope_engine::plans`), replayed: the
@@ -1451,19 +1468,7 @@ def _embedding_dense_backward(cap, func, args, kwargs):
         indices.is_contiguous(),
         num_weights,
     )
-    op = "aten::embedding_dense_backward"
-    live = {}
-    for kind, sid, nbytes, is_output in steps:
-        if kind == "alloc":
-            if is_output:
-                cap.track(out, op, "gradient", nbytes=nbytes)
-            else:
-                live[sid] = cap.malloc(nbytes, op, "temporary")
-        else:
-            live.pop(sid, None)
-    live.clear()
-    cap.track(out, op, "gradient")
-    return out
+    return _replay_plan(cap, out, steps, "aten::embedding_dense_backward")
 
 
 DISPATCH[aten.embedding_dense_backward.default] = _embedding_dense_backward
@@ -1500,19 +1505,7 @@ def _embedding_bag_backward(cap, func, args, kwargs):
         indices.is_contiguous(),
         num_weights,
     )
-    op = "aten::_embedding_bag_backward"
-    live = {}
-    for kind, sid, nbytes, is_output in steps:
-        if kind == "alloc":
-            if is_output:
-                cap.track(out, op, "gradient", nbytes=nbytes)
-            else:
-                live[sid] = cap.malloc(nbytes, op, "temporary")
-        else:
-            live.pop(sid, None)
-    live.clear()
-    cap.track(out, op, "gradient")
-    return out
+    return _replay_plan(cap, out, steps, "aten::_embedding_bag_backward")
 
 
 DISPATCH[aten._embedding_bag_backward.default] = _embedding_bag_backward
