@@ -1032,13 +1032,20 @@ impl Apart {
     /// Make the blocks made for a moment and not freed yet on the twin, in
     /// their order (each takes the block it was found).
     fn make_open(&mut self, s: &mut Serving) -> Result<(), Aborted> {
-        for (i, (k, r, bytes)) in std::mem::take(&mut self.open).into_iter().enumerate() {
+        if self.open.is_empty() {
+            return Ok(());
+        }
+        // (taken and given back: its buffer serves the next nest)
+        let mut open = std::mem::take(&mut self.open);
+        for (i, &(k, r, bytes)) in open.iter().enumerate() {
             let h = s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?;
             if h.addr() != self.fits[i].took.1 {
                 return Err(Aborted);
             }
             self.put(k, r, Blk::Twin(h));
         }
+        open.clear();
+        self.open = open;
         self.fits.clear();
         self.moment = 0;
         Ok(())
