@@ -665,9 +665,13 @@ impl Sim {
     /// Unlink block `n` from its segment and forget it.
     fn remove(&mut self, n: u32) {
         let b = *self.node(n);
-        if self.at.get(&b.addr) == Some(&n) {
-            self.at.remove(&b.addr);
-            self.ord_unlink(n);
+        // (one lookup: the address is put back where another block has it)
+        match self.at.remove(&b.addr) {
+            Some(m) if m == n => self.ord_unlink(n),
+            Some(m) => {
+                self.at.insert(b.addr, m);
+            }
+            None => {}
         }
         let s = b.seg as usize;
         if b.prev != NONE {
@@ -753,9 +757,12 @@ impl Sim {
     fn merge(&mut self, mut n: u32) {
         let b = *self.node(n);
         // The block before it: its predecessor in the segment, which is
-        // the block before it in memory while segments are disjoint.
+        // the block before it in memory while segments are disjoint (once
+        // `ordered`, its predecessor among all blocks: `n` is the block at
+        // its address, as both callers found or put it there).
+        debug_assert_eq!(self.at.get(&b.addr), Some(&n));
         let prev = if self.ordered.is_some() {
-            self.pred(b.addr, true)
+            (b.gprev != NONE).then_some(b.gprev)
         } else {
             (b.prev != NONE).then_some(b.prev)
         };
