@@ -306,6 +306,9 @@ struct Node {
     /// Neighbours among all blocks, in address order (once `ordered`).
     gprev: u32,
     gnext: u32,
+    /// Whether its `Alloc` state comes from an `alloc` at its address (not
+    /// from a block trimmed by a segment's release).
+    own: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -343,6 +346,10 @@ struct Sim {
     seg_at: BTreeMap<u64, u32>,
     /// Every block in address order, once the trace showed an inconsistency.
     ordered: Option<Ordered>,
+    /// The allocations whose block the sim removed before their free, by
+    /// the address they were allocated at: with the blocks in `Alloc` state
+    /// at their own address, the trace's allocations not yet freed.
+    lost: AddrMap<u32>,
     /// Whether [`Ordered`] keeps the ordered map from the start (the tests
     /// compare the two ways).
     ordered_map: bool,
@@ -394,6 +401,7 @@ impl Sim {
             segs: Vec::new(),
             seg_at: BTreeMap::new(),
             ordered: None,
+            lost: AddrMap::default(),
             ordered_map: false,
             truncated: None,
         }
@@ -667,7 +675,12 @@ impl Sim {
         let b = *self.node(n);
         // (one lookup: the address is put back where another block has it)
         match self.at.remove(&b.addr) {
-            Some(m) if m == n => self.ord_unlink(n),
+            Some(m) if m == n => {
+                self.ord_unlink(n);
+                if let (true, St::Alloc(k)) = (b.own, b.st) {
+                    self.lost.insert(b.addr, k);
+                }
+            }
             Some(m) => {
                 self.at.insert(b.addr, m);
             }
@@ -713,6 +726,7 @@ impl Sim {
             next: NONE,
             gprev: NONE,
             gnext: NONE,
+            own: false,
         });
         let mut after = self.segs[seg as usize].tail;
         while after != NONE && self.node(after).addr > addr {
@@ -747,6 +761,7 @@ impl Sim {
             next: NONE,
             gprev: NONE,
             gnext: NONE,
+            own: false,
         });
         self.link_after(m, n);
     }
@@ -986,8 +1001,6 @@ struct Walk {
     inexact: Vec<u32>,
     /// Pending frees of blocks allocated before the trace: addr -> size.
     pre_pending: AddrMap<u64>,
-    /// The trace's allocations not yet freed, by address (recorded passes).
-    open: AddrMap<u32>,
     /// Whether a pass that does not record would have found the trace
     /// truncated by now (it takes a free of a block the sim lost for one of
     /// memory allocated before the trace).
@@ -1037,7 +1050,6 @@ impl Walk {
             lives: Vec::with_capacity(capacity),
             inexact: Vec::new(),
             pre_pending: AddrMap::default(),
-            open: AddrMap::default(),
             unrecorded_truncated: false,
         }
     }
@@ -1052,7 +1064,6 @@ impl Walk {
             lives,
             inexact,
             pre_pending,
-            open,
             unrecorded_truncated,
         } = self;
         let record = *record;
@@ -1082,7 +1093,9 @@ impl Walk {
                     if split {
                         sim.split(n, r);
                     }
-                    sim.node_mut(n).st = St::Alloc(k);
+                    let m = sim.node_mut(n);
+                    m.st = St::Alloc(k);
+                    m.own = true;
                     if split {
                         r
                     } else {
@@ -1103,11 +1116,14 @@ impl Walk {
                         Some(n) => sim.node(n).seg,
                         None => sim.new_seg(false),
                     };
-                    sim.put(e.addr, r, St::Alloc(k), seg);
+                    let n = sim.put(e.addr, r, St::Alloc(k), seg);
+                    sim.node_mut(n).own = true;
                     r
                 };
+                if !sim.lost.is_empty() {
+                    sim.lost.remove(&e.addr);
+                }
                 if record {
-                    open.insert(e.addr, k);
                     if !exact {
                         inexact.push(k);
                     }
@@ -1131,18 +1147,18 @@ impl Walk {
                         if let Some(l) = lives.get_mut(k as usize) {
                             l.end = ix(i);
                         }
-                        if record {
-                            open.remove(&e.addr);
+                        if !sim.lost.is_empty() {
+                            sim.lost.remove(&e.addr);
                         }
                         da -= size as i64;
                         sim.node_mut(n.unwrap_or(NONE)).st = St::Pending(k);
                     }
-                    _ if open.contains_key(&e.addr) => {
+                    _ if record && sim.lost.contains_key(&e.addr) => {
                         // allocated in the trace, its block lost by the sim
                         // (blocks followed by address only overlap): the
                         // free at its address still ends it
                         *unrecorded_truncated = true;
-                        let k = open.remove(&e.addr).unwrap_or(NONE);
+                        let k = sim.lost.remove(&e.addr).unwrap_or(NONE);
                         let size = match lives.get_mut(k as usize) {
                             Some(l) => {
                                 l.end = ix(i);
