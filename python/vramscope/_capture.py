@@ -467,6 +467,8 @@ class Capture:
         self.ops = 0
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
+        #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
+        self.cudnn_benchmarked: set = set()
         self.oom: str | None = None
         self._modes = None
         self._patch = None

@@ -1293,13 +1293,47 @@ def _in_layout(t, channels_last: bool):
     return t if t.is_contiguous(memory_format=layout) else t.contiguous(memory_format=layout)
 
 
+def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
+    """`run_single_conv` under `torch.backends.cudnn.benchmark` (cudnn/Conv_v8.cpp): the first call
+    of a problem times cuDNN's plans in a workspace as large as the largest plan's
+    (`generate_and_filter_plans`), then empties the allocator's cache
+    (`_cudnn_get_conv_benchmark_empty_cache`, on by default) before running the fastest plan; later
+    calls find the plan in the benchmark cache. The search's workspace and the timed choice are
+    the GPU's own: named unmeasured, the heuristics' workspace stands in for the choice."""
+    x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
+    cap.note_unmeasured(
+        "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the search's workspace and "
+        "the timed plan's"
+    )
+    key = (
+        op,
+        dtype,
+        tuple(x.shape),
+        tuple(w.shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        tuple(out_pad),
+        groups,
+        transposed,
+        cl,
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.allow_tf32,
+    )
+    seen = cap.cudnn_benchmarked
+    if key in seen:
+        return
+    seen.add(key)
+    if getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", lambda: True)():
+        cap.device.empty_cache()
+
+
 def _conv_workspace(cap, op, conv) -> None:
     """`run_conv_plan`'s workspace, allocated and freed inside the op."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
     name = str(x.dtype).removeprefix("torch.")
     if torch.backends.cudnn.benchmark:
-        # benchmark mode empties the cache and times cuDNN's algorithms (Conv_v8.cpp): not modelled
-        cap.note_unmeasured("cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True)")
+        _benchmark_first_call(cap, op, name, conv)
     # the plan is built before its workspace is known: cuDNN's engines load
     cap.device.cudnn_plan()
     nbytes = cap.device.conv_workspace(
