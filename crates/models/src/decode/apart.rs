@@ -65,6 +65,8 @@ pub(crate) struct ApartCounts {
     pub segments: usize,
     /// large blocks made for a moment, not on the twin
     pub moments: usize,
+    /// instances of a changing chunk taken from its last one ([`Apart::patched`])
+    pub patched: usize,
 }
 
 /// A block made since step `FROM`: held by the allocator twin, or in the
@@ -233,6 +235,32 @@ struct Inst {
     /// for each op, its offset in the chunk
     offsets: Vec<u32>,
     req_delta: i64,
+    /// its requests whose bytes change with the step
+    varying: Vec<Varying>,
+}
+
+/// A request of a chunk whose bytes change with the step: malloc `r` of
+/// the step `back` steps before, its bytes and rounded size in an
+/// instance, and what they enter there.
+#[derive(Clone, Copy)]
+struct Varying {
+    back: usize,
+    r: usize,
+    bytes: u64,
+    size: u64,
+    role: Role,
+}
+
+#[derive(Clone, Copy)]
+enum Role {
+    /// a small malloc, output `out` of the chunk (`u32::MAX`: none)
+    Malloc { out: u32 },
+    /// the free of a small malloc of the chunk
+    FreeLocal,
+    /// the free of the chunk's input `i`
+    FreeIn { i: u32 },
+    /// a large request
+    Large,
 }
 
 /// A cut of the template step.
@@ -242,6 +270,8 @@ struct Chunk {
     fixed: Option<Inst>,
     /// the content of its last instance
     last: Option<u32>,
+    /// its last instance, when its sizes change with the step
+    prev: Option<Inst>,
 }
 
 /// The chunks of the template step.
@@ -440,6 +470,13 @@ impl Apart {
             .map_or(0, |q| self.plan.malloc_of[q]);
         let mut local_of: Vec<u32> = Vec::new();
         let mut req = 0i64;
+        let mut varying = Vec::new();
+        let varies = |r: usize| {
+            !matches!(
+                s.malloc_q.get(r).map(|&q| s.tpl[q]),
+                Some(Step::Malloc { slope: 0, .. })
+            )
+        };
         for q in range.clone() {
             let off = (q - range.start) as u32;
             let op = match s.tpl[q] {
@@ -447,6 +484,21 @@ impl Apart {
                     let r = self.plan.malloc_of[q];
                     let bytes = s.bytes_of(r, ahead)?;
                     let size = s.alloc.round_size(bytes);
+                    if varies(r) {
+                        let role = match size <= SMALL_SIZE {
+                            true => Role::Malloc {
+                                out: locals.len() as u32,
+                            },
+                            false => Role::Large,
+                        };
+                        varying.push(Varying {
+                            back: 0,
+                            r,
+                            bytes,
+                            size,
+                            role,
+                        });
+                    }
                     if size <= SMALL_SIZE {
                         if local_of.len() <= r - r0 {
                             local_of.resize(r - r0 + 1, u32::MAX);
@@ -471,6 +523,22 @@ impl Apart {
                         .checked_sub(r0)
                         .and_then(|i| local_of.get(i))
                         .filter(|&&l| back == 0 && l != u32::MAX);
+                    if varies(r) {
+                        let role = match local {
+                            Some(_) => Role::FreeLocal,
+                            None if size <= SMALL_SIZE => Role::FreeIn {
+                                i: inputs.len() as u32,
+                            },
+                            None => Role::Large,
+                        };
+                        varying.push(Varying {
+                            back,
+                            r,
+                            bytes,
+                            size,
+                            role,
+                        });
+                    }
                     match local {
                         Some(&l) => {
                             req -= locals[l as usize].2 as i64;
@@ -524,18 +592,55 @@ impl Apart {
             },
         };
         self.plan.chunks[c].last = Some(id);
-        let outputs = self.contents[id as usize]
-            .outputs
-            .iter()
-            .map(|&l| locals[l as usize])
-            .collect();
+        let outs = &self.contents[id as usize].outputs;
+        let outputs = outs.iter().map(|&l| locals[l as usize]).collect();
+        // (a malloc's local index to its output's)
+        for v in &mut varying {
+            if let Role::Malloc { out } = &mut v.role {
+                *out = outs
+                    .iter()
+                    .position(|&l| l == *out)
+                    .map_or(u32::MAX, |j| j as u32);
+            }
+        }
         Some(Inst {
             content: id,
             inputs,
             outputs,
             offsets,
             req_delta: req,
+            varying,
         })
+    }
+
+    /// Chunk `c`'s instance `inst` of an earlier step at `ahead` steps
+    /// after the model's last, where none of its changing sizes rounds
+    /// otherwise (then its content is the same: only the requested bytes
+    /// change); `None` where one does.
+    fn patched(&self, s: &Serving, mut inst: Inst, ahead: i64) -> Option<Inst> {
+        for v in &mut inst.varying {
+            let bytes = s.bytes_of(v.r, ahead - v.back as i64)?;
+            if s.alloc.round_size(bytes) != v.size {
+                return None;
+            }
+            let d = bytes as i64 - v.bytes as i64;
+            v.bytes = bytes;
+            match v.role {
+                Role::Malloc { out } => {
+                    inst.req_delta += d;
+                    if let Some(o) = inst.outputs.get_mut(out as usize) {
+                        o.2 = bytes;
+                    }
+                }
+                Role::FreeLocal => inst.req_delta -= d,
+                Role::FreeIn { i } => {
+                    inst.req_delta -= d;
+                    inst.inputs[i as usize].2 = bytes;
+                }
+                Role::Large => {}
+            }
+        }
+        Some(inst)
     }
 
     /// Malloc `r` of step `k` made `b`.
@@ -708,11 +813,22 @@ impl Apart {
             }
             let (inst, fixed) = match self.plan.chunks[c].fixed.take() {
                 Some(i) => (i, true),
-                None => (self.instance(s, c, ahead).ok_or(Aborted)?, false),
+                None => {
+                    let prev = self.plan.chunks[c].prev.take();
+                    let inst = match prev.and_then(|p| self.patched(s, p, ahead)) {
+                        Some(i) => {
+                            self.counts.patched += 1;
+                            i
+                        }
+                        None => self.instance(s, c, ahead).ok_or(Aborted)?,
+                    };
+                    (inst, false)
+                }
             };
             let r = self.chunk(s, k, ahead, start, &inst);
-            if fixed {
-                self.plan.chunks[c].fixed = Some(inst);
+            match fixed {
+                true => self.plan.chunks[c].fixed = Some(inst),
+                false => self.plan.chunks[c].prev = Some(inst),
             }
             r?;
         }
@@ -1141,6 +1257,7 @@ impl Plan {
                 range: w[0]..w[1],
                 fixed: None,
                 last: None,
+                prev: None,
             })
             .collect();
         Some(Plan { chunks, malloc_of })
