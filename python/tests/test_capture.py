@@ -390,9 +390,10 @@ def test_roll_over_two_dims_rolls_through_an_intermediate():
 
 
 def test_the_first_kernel_gives_the_context_range_back(tmp_script, tmp_path):
-    # blind10/j02's H200 trace (docs/driver-placement.md, rule 6): segments made before the first
-    # kernel (parameter copies are memcpys) go below the context's range B-416..B; at the first
-    # kernel the range becomes a hole of the context's chunk, which a later segment takes
+    # blind10/j02's H200 trace and the op-by-op maps of blind21/u06 and blind25/y04
+    # (docs/driver-placement.md, rule 6): segments made before the first kernel (parameter copies
+    # are memcpys) go below the context's range B-416..B; a random-number kernel keeps it; the first
+    # kernel of PyTorch's own makes it a hole of the context's chunk, which a later segment takes
     snap = tmp_path / "snap.pickle"
     script = tmp_script(
         f"""
@@ -400,7 +401,9 @@ import torch
 a = torch.empty(1000, device="cuda")           # 2 MiB at B-2
 w = torch.empty(5 << 20, device="cuda")        # 20 MiB in the context's hole at B+72
 v = torch.empty(5 << 20, device="cuda")        # 20 MiB: a new 32 MiB chunk at B-448
-x = torch.randn(10, device="cuda")             # the first kernel
+x = torch.randn(10, device="cuda")             # the first kernel: random numbers keep the range
+u = torch.empty(5 << 20, device="cuda")        # 20 MiB: a new chunk at B-480
+z = x * 2                                      # a kernel of PyTorch's own: the range goes back
 y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, from its low end
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
@@ -410,7 +413,30 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     segs = pickle.loads(snap.read_bytes())["segments"]
     base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
     where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
-    assert where == [(-448, 20), (-416, 14), (-2, 2), (72, 20)]
+    assert where == [(-480, 20), (-448, 20), (-416, 14), (-2, 2), (72, 20)]
+
+
+def test_the_first_optimizer_maps_libtriton_below_the_context(tmp_script, tmp_path):
+    # blind21/u06 and blind25/y04 on the H200 (docs/driver-placement.md, rule 10): an optimizer's
+    # construction imports torch._dynamo, which maps libtriton.so (141.28 MiB) below the context
+    # when it exists: the next new chunk goes below the library (before the first kernel)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+torch.manual_seed(0)                           # no import of torch._dynamo in a process
+p = torch.nn.Parameter(torch.empty(1000, device="cuda"))   # 2 MiB at B-2
+opt = torch.optim.Adam([p])                    # libtriton.so at B-557.28..B-416
+y = torch.empty(16 << 20, device="cuda")       # 64 MiB: a chunk at B-640
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    assert where == [(-640, 64), (-2, 2)]
 
 
 def test_boolean_mask_indexing_bounds_an_unknown_mask():

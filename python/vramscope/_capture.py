@@ -13,6 +13,7 @@ Two PyTorch modes do the work:
 
 from __future__ import annotations
 
+import builtins
 import linecache
 import os
 import sys
@@ -97,6 +98,7 @@ _NO_KERNEL = {
     aten.new_empty.default,
     aten.new_empty_strided.default,
     aten.resize_.default,
+    aten.set_.source_Storage,
     aten.set_.source_Storage_storage_offset,
     aten.set_.source_Tensor,
     aten.detach.default,
@@ -147,6 +149,31 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
         # device to host
         return not src.is_contiguous() or (bool(non_blocking) and not same_dtype)
     return True
+
+
+#: Philox random-number kernels, after which the CUDA context still holds its range (the driver's
+#: address-space rule 6: measured op by op on the H200, `validation/va_run_maps.py`)
+_RANDOM_KERNELS = {aten.randn.default, aten.randint.low, aten.randint.default, aten.normal_.default}
+
+
+def _keeps_context(func, args, kwargs) -> bool:
+    """Whether the op's kernels leave the CUDA context holding its range (the driver's
+    address-space rule 6, `docs/driver-placement.md`): measured for Philox random numbers, a cuDNN
+    convolution without bias (a bias is added by PyTorch's own kernel) and an `addmm` on
+    cuBLASLt's `gemm_and_bias` path; every other kernel gives the range back."""
+    if func in _RANDOM_KERNELS:
+        return True
+    if func is aten.convolution.default:
+        x, w, bias = args[0], args[1], args[2]
+        groups = args[8] if len(args) > 8 else 1
+        return bias is None and groups == 1 and x.is_contiguous() and w.is_contiguous()
+    if func is aten.addmm.default:
+        return (
+            _kernels.addmm_uses_lt(args, kwargs)
+            and not _kernels._matrix_needs_copy(args[1])
+            and not _kernels._matrix_needs_copy(args[2])
+        )
+    return False
 
 
 class Phase:
@@ -628,8 +655,12 @@ class Capture:
         after its op's allocations."""
         out = self._dispatch(func, args, kwargs)
         if not self.kernels_ran and _launches_kernel(func, args, kwargs, out):
-            self.kernels_ran = True
-            self.device.kernels_launched()
+            # the driver's own 2 MiB at the first launch; the context's range goes back at the
+            # first kernel that does not keep it (rule 6)
+            self.device.first_launch()
+            if not _keeps_context(func, args, kwargs):
+                self.kernels_ran = True
+                self.device.kernels_launched()
         return out
 
     def _dispatch(self, func, args, kwargs):
@@ -842,10 +873,35 @@ class Capture:
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._hooks = self._install_hooks()
+        self._patch.set(builtins, "__import__", self._import_hook(builtins.__import__))
         self._modes = (_FunctionMode(self), _DispatchMode(self))
         for m in self._modes:
             m.__enter__()
         return self
+
+    def _import_hook(self, real_import):
+        """`__import__` that notes the program's first import of `torch._dynamo` (an optimizer's
+        first `_disable_dynamo` call makes one), which loads `libtriton.so` in a process: among the
+        segments once the CUDA context exists (the driver's address-space rule 10), above it before.
+        The twin's own process imported it already, so the statement is what shows; but not that
+        of a `_disable_dynamo` wrapper of `torch.manual_seed` (which only that import wraps,
+        `torch/_dynamo/__init__.py`) or of the twin's own modes."""
+
+        def hook(name, globals=None, locals=None, fromlist=(), level=0):
+            if level == 0 and (
+                name == "torch._dynamo"
+                or name.startswith("torch._dynamo.")
+                or (name == "torch" and fromlist and "_dynamo" in fromlist)
+            ):
+                fn = sys._getframe(1).f_locals.get("fn")
+                if fn is torch.random.manual_seed or getattr(fn, "__module__", "").startswith("vramscope"):
+                    return real_import(name, globals, locals, fromlist, level)
+                builtins.__import__ = real_import
+                if self.started:
+                    self.device.triton_loaded()
+            return real_import(name, globals, locals, fromlist, level)
+
+        return hook
 
     def __exit__(self, *exc):
         for m in reversed(self._modes):

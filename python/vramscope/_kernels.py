@@ -137,14 +137,14 @@ def _mm(cap, func, call, outs):
         _gemm_2d(cap, "mm", mat1, mat2, False)
 
 
-def _addmm(cap, func, call, outs):
-    (args, kw) = call
+def addmm_uses_lt(args, kw) -> bool:
+    """`isInputCompliesAddmmCudaLt` (Blas.cpp): `addmm` takes the `gemm_and_bias` path, whose
+    epilogue adds the bias (no copy of it into the output first)."""
     bias, mat1, mat2 = args[0], args[1], args[2]
     beta = kw.get("beta", args[3] if len(args) > 3 else 1)
     m, n = mat1.shape[0], mat2.shape[1]
     squeezed_1d = sum(1 for s in bias.shape if s != 1) <= 1
-    # isInputCompliesAddmmCudaLt (Blas.cpp): the gemm_and_bias path
-    use_lt = (
+    return (
         beta == 1
         and bias.is_contiguous()
         and (bias.dim() == 1 or squeezed_1d)
@@ -155,8 +155,13 @@ def _addmm(cap, func, call, outs):
         and mat2.shape[0] > 1
         and n > 1
     )
+
+
+def _addmm(cap, func, call, outs):
+    (args, kw) = call
+    mat1, mat2 = args[1], args[2]
     if outs[0].numel() > 0 and mat1.shape[1] > 0:
-        _gemm_2d(cap, "addmm", mat1, mat2, use_lt)
+        _gemm_2d(cap, "addmm", mat1, mat2, addmm_uses_lt(args, kw))
 
 
 def _bmm(cap, func, call, outs):

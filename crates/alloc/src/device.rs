@@ -128,6 +128,13 @@ impl SimDevice {
     pub fn first_kernels(&mut self) -> bool {
         self.driver.release_context()
     }
+    /// The process launches its first kernel: the driver takes 2 MiB of
+    /// its own (`driver_va.rs`, rule 6), whether or not the context gives
+    /// its range back then ([`SimDevice::first_kernels`]). A no-op on a
+    /// device that started after it ([`SimDevice::new`]) or once done.
+    pub fn first_launch(&mut self) {
+        self.driver.first_launch();
+    }
     /// The process creates its first cuBLAS handle: the driver reserves
     /// address space among the segments (`driver_va.rs`, rule 8). A no-op
     /// on a device that started after it ([`SimDevice::new`]) or has done
@@ -157,6 +164,17 @@ impl SimDevice {
             return None;
         }
         self.driver.library(span)
+    }
+    /// The dynamic loader maps a library of `span` bytes whose segments are
+    /// page aligned (`libtriton.so`) among the segments, for good: one
+    /// `mmap` of its span, placed as host memory is (`driver_va.rs`, rule
+    /// 10). `None` on a device that started after the process's first
+    /// kernels ([`SimDevice::new`]) or when the address space is exhausted.
+    pub fn map_library(&mut self, span: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.host_map(span)
     }
     /// A device that starts as this one did ([`Self::new`] or
     /// [`Self::with_driver_placement`]) with `total` and `capacity`, keeping

@@ -129,6 +129,9 @@ pub(crate) struct DriverVa {
     /// The process has not created its first cuBLAS handle yet (a fresh
     /// process); see [`Self::first_cublas`].
     cublas_pending: bool,
+    /// The process has not launched its first kernel yet (a fresh process);
+    /// see [`Self::first_launch`].
+    launch_pending: bool,
 }
 
 impl DriverVa {
@@ -168,6 +171,7 @@ impl DriverVa {
             spare_map: None,
             held: None,
             cublas_pending: false,
+            launch_pending: false,
         }
     }
 
@@ -199,12 +203,10 @@ impl DriverVa {
     /// A no-op once released, or after [`Self::after_cublas`]; `true` when
     /// it gave the range back.
     pub(crate) fn release_context(&mut self) -> bool {
+        self.first_launch();
         let Some(anchor) = self.held.take() else {
             return false;
         };
-        // the driver's own 2 MiB at the first op's launch (no mapping shows
-        // it; inferred from where the pinned buffer lies, `validation/va_pool`)
-        let _ = self.malloc(PAGE);
         let lo = anchor - 416 * MIB;
         // the context's chunk is the first (`push_context` on an empty space)
         let context = &mut self.chunks[0];
@@ -225,6 +227,17 @@ impl DriverVa {
         }
         self.update(0);
         true
+    }
+
+    /// Rule 6: the process's first kernel launches; the driver takes 2 MiB
+    /// of its own by rule 2 (no mapping shows it; inferred from where the
+    /// pinned buffer lies, `validation/va_pool`). A no-op once done, or
+    /// after [`Self::after_cublas`]; [`Self::release_context`] does it first
+    /// where it has not been done.
+    pub(crate) fn first_launch(&mut self) {
+        if std::mem::take(&mut self.launch_pending) {
+            let _ = self.malloc(PAGE);
+        }
     }
 
     /// Whether [`Self::release_context`] would give back the whole range
@@ -252,6 +265,7 @@ impl DriverVa {
     fn push_context(&mut self, anchor: u64, fresh: bool) {
         self.held = fresh.then_some(anchor);
         self.cublas_pending = fresh;
+        self.launch_pending = fresh;
         let lo = anchor - 416 * MIB;
         // What the context holds: all of B-416..B+96 but the two holes of a
         // fresh process, or all of B..B+96 but the upper one after cuBLAS.
@@ -790,6 +804,60 @@ mod tests {
         assert_eq!(va.host_map(MIB).unwrap(), B - 545 * MIB);
         // a chunk of 64 MiB goes below the library, 32 MiB aligned
         assert_eq!(off(va.malloc(40 * MIB).unwrap()), -640);
+    }
+
+    /// The span of `libtriton.so` (`vramscope_engine`'s `LIBTRITON_SPAN`).
+    const LIBTRITON: u64 = 148_140_032;
+
+    /// Rules 6 and 10, blind21/u06 on the H200 (`validation/va_run_maps.py`,
+    /// its memory history; three processes agree): the model's segments in
+    /// the context's holes, `libtriton.so` mapped below the context at the
+    /// optimizer's construction, the driver's 2 MiB at the first kernel (a
+    /// random one, which keeps the range), the first convolution's output
+    /// below the library, then the range given back at the first kernel of
+    /// PyTorch's own and filled from its low end.
+    #[test]
+    fn blind21_u06_first_kernels_and_libtriton() {
+        let mut va = DriverVa::new(B);
+        let mut got: Vec<i64> = [2, 20, 2]
+            .iter()
+            .map(|&m| off(va.malloc(m * MIB).unwrap()))
+            .collect();
+        let lib = va.host_map(LIBTRITON).unwrap();
+        assert_eq!(lib, B - 416 * MIB - LIBTRITON);
+        va.first_launch();
+        got.push(off(va.malloc(64 * MIB).unwrap()));
+        assert!(va.release_context());
+        got.extend(
+            [64, 64, 130, 66, 66]
+                .iter()
+                .map(|&m| off(va.malloc(m * MIB).unwrap())),
+        );
+        // the GPU's addresses, less the first segment's + 2 MiB
+        assert_eq!(got, vec![-2, 72, 92, -640, -416, -352, -288, -158, -92]);
+        // the driver's 2 MiB took the last of the upper hole, B+94: the next
+        // 2 MiB goes to what is left of the range
+        assert_eq!(va.malloc(2 * MIB).map(off), Some(-26));
+    }
+
+    /// Rules 6, 8 and 10, blind25/y04 on the H200: the first kernels are
+    /// random ones (the driver's 2 MiB, B+74), the first cuBLAS handle's
+    /// reservation goes below `libtriton.so` (the range is still held), the
+    /// cuBLAS workspace below it, the cuBLASLt workspace's 2 MiB in the
+    /// context's upper hole.
+    #[test]
+    fn blind25_y04_cublas_before_the_range_goes_back() {
+        let mut va = DriverVa::new(B);
+        let mut got: Vec<i64> = [2, 2]
+            .iter()
+            .map(|&m| off(va.malloc(m * MIB).unwrap()))
+            .collect();
+        va.host_map(LIBTRITON).unwrap();
+        va.first_launch();
+        va.first_launch();
+        assert!(va.first_cublas());
+        got.extend([32, 2].iter().map(|&m| off(va.malloc(m * MIB).unwrap())));
+        assert_eq!(got, vec![-2, 72, -672, 78]);
     }
 
     /// Rule 5: after the first cuBLAS call the context's range below the

@@ -309,6 +309,12 @@ pub(crate) enum CudnnLibraries {
 /// (`/proc/PID/maps`, `fixtures/va_maps`; `docs/driver-placement.md`).
 const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_680_256];
 
+/// The span of triton 3.6.0's `libtriton.so` (its LOAD segments, `readelf
+/// -l`, to the page): the loader maps it whole, page aligned. The H200's
+/// `/proc/self/maps` shows these segments, 141.28 MiB
+/// (`validation/va_run_maps.py`, `docs/driver-placement.md` rule 10).
+const LIBTRITON_SPAN: u64 = 148_140_032;
+
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
     /// glibc's choice for CPU tensors: heap or a mapping of their own, in
@@ -335,6 +341,8 @@ pub(crate) struct State {
     blas_16bit: Vec<Thread>,
     /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`)
     cudnn_loaded: CudnnLibraries,
+    /// `libtriton.so` is mapped (`Runtime::triton_loaded`)
+    triton_loaded: bool,
     lt_ws: Vec<((Thread, StreamId), u32)>,
     live: LiveSet,
     /// the module paths entered, innermost last
@@ -470,6 +478,7 @@ impl Runtime {
             blas_prepaid: 0,
             blas_16bit: Vec::new(),
             cudnn_loaded: CudnnLibraries::None,
+            triton_loaded: false,
             lt_ws: Vec::new(),
             live: LiveSet::default(),
             modules: Vec::new(),
@@ -740,6 +749,36 @@ impl Runtime {
                 });
             }
         }
+    }
+
+    /// The process imports `torch._dynamo`, which loads triton's
+    /// `libtriton.so` (`vramscope_alloc`'s `driver_va.rs`, rule 10): it
+    /// takes address space among the segments, noted in the event log as a
+    /// mapping never unmapped. Once; a no-op on a device started after the
+    /// first kernels ([`SimDevice::map_library`]).
+    pub fn triton_loaded(&self) {
+        let mut st = self.st.borrow_mut();
+        if std::mem::replace(&mut st.triton_loaded, true) {
+            return;
+        }
+        let Some(addr) = st.alloc.device_mut().map_library(LIBTRITON_SPAN) else {
+            return;
+        };
+        if let Some(log) = st.log.as_mut() {
+            let at = log.events.len();
+            log.host.push(At {
+                at,
+                what: HostEvent::Map(addr, LIBTRITON_SPAN),
+            });
+        }
+    }
+
+    /// The process launches its first kernel: the driver takes 2 MiB of its
+    /// own (`driver_va.rs`, rule 6). The context's range goes back later,
+    /// at [`Runtime::kernels_launched`], where the kernel is not one that
+    /// keeps it. A no-op after the first time.
+    pub fn first_launch(&self) {
+        self.st.borrow_mut().alloc.device_mut().first_launch();
     }
 
     /// A cuDNN graph-API plan (a convolution's) is built next: the process

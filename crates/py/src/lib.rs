@@ -289,7 +289,19 @@ impl Device {
     }
 
     /// The process's first kernel has just launched, after its op's
-    /// allocations (driver address-space rule 6).
+    /// allocations: the driver takes 2 MiB (driver address-space rule 6).
+    fn first_launch(&self) {
+        self.p.runtime().first_launch();
+    }
+
+    /// The process imports `torch._dynamo`, which maps `libtriton.so`
+    /// (driver address-space rule 10).
+    fn triton_loaded(&self) {
+        self.p.runtime().triton_loaded();
+    }
+
+    /// A kernel that gives the context's range back has just launched,
+    /// after its op's allocations (driver address-space rule 6).
     fn kernels_launched(&self) {
         self.p.runtime().kernels_launched();
     }
