@@ -28,9 +28,11 @@
 //! 5. **After the first cuBLAS call** ([`DriverVa::after_cublas`], the state
 //!    [`crate::SimDevice::new`] starts in): B-416..B is one hole of the
 //!    context's chunk.
-//! 6. **The first kernels** ([`DriverVa::release_context`]). The context gives
-//!    B-416..B-2 back: the driver first takes 2 MiB by rule 2; where a
-//!    segment lies at B-2 the range becomes a hole of the context's chunk
+//! 6. **The first kernels** ([`DriverVa::first_launch`],
+//!    [`DriverVa::release_context`]). At the first kernel the driver takes
+//!    2 MiB by rule 2. The context gives B-416..B-2 back at the first kernel
+//!    that is not a random-number, cuDNN or cuBLASLt one (measured): where
+//!    a segment lies at B-2 the range becomes a hole of the context's chunk
 //!    (as in rule 5), else all of B-416..B is released (rule 3).
 //! 7. **CPU tensors** ([`DriverVa::host_map`]). glibc maps a CPU tensor above
 //!    its threshold (`crate::HostHeap`) on its own, as Linux's top-down
@@ -44,6 +46,10 @@
 //!    (`_dl_map_segment`) maps a library whose segments are 2 MiB aligned as
 //!    `mmap(span + 2 MiB - 4 KiB)`, top-down as in rule 7, and keeps the
 //!    2 MiB aligned span. Never unmapped.
+//! 10. **`libtriton.so`** (`SimDevice::map_library`). The first import of
+//!    `torch._dynamo` (an optimizer's construction makes one) loads it:
+//!    page aligned, one mapping of its span placed as rule 7 places host
+//!    memory. Never unmapped.
 //!
 //! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
 //! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,
