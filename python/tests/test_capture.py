@@ -389,6 +389,16 @@ def test_roll_over_two_dims_rolls_through_an_intermediate():
         assert counts == (1, 14_450_688)
 
 
+def _segments_from_the_anchor(script, snap):
+    """Run `script`, which dumps a snapshot to `snap`; its segments as (MiB from the anchor B, MiB),
+    B being the first 2 MiB segment's address + 2 MiB (docs/driver-placement.md)."""
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
+    return sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+
+
 def test_the_first_kernel_gives_the_context_range_back(tmp_script, tmp_path):
     # blind10/j02's H200 trace and the op-by-op maps of blind21/u06 and blind25/y04
     # (docs/driver-placement.md, rule 6): segments made before the first kernel (parameter copies
@@ -408,11 +418,7 @@ y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, fr
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    where = _segments_from_the_anchor(script, snap)
     assert where == [(-480, 20), (-448, 20), (-416, 14), (-2, 2), (72, 20)]
 
 
@@ -431,11 +437,7 @@ y = torch.empty(16 << 20, device="cuda")       # 64 MiB: a chunk at B-640
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
-    assert status == 0, err
-    segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 2 << 20) + (2 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    where = _segments_from_the_anchor(script, snap)
     assert where == [(-640, 64), (-2, 2)]
 
 

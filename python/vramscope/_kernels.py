@@ -1472,6 +1472,20 @@ SCRATCH_UNMODELLED.discard("aten::convolution_backward")
 # ---- ops whose kernels the eager twin plans ---------------------------------------------
 
 
+def _embedding_plan(cap, grad_sizes, grad, contiguous: bool, indices, num_weights: int):
+    """The eager twin's plan of `embedding_dense_backward`'s kernel for a gradient of `grad_sizes`
+    (`grad`'s dtype) over `indices` into `num_weights` rows."""
+    return cap.device.embedding_dense_backward_plan(
+        grad_sizes,
+        str(grad.dtype).removeprefix("torch."),
+        contiguous,
+        indices.numel(),
+        str(indices.dtype).removeprefix("torch."),
+        indices.is_contiguous(),
+        num_weights,
+    )
+
+
 def _replay_plan(cap, out, steps, op: str):
     """A kernel's plan from the eager twin (`vramscope_engine::plans`) replayed into the capture:
     scratch allocated and freed in the plan's order, `out` tracked as the gradient at its step."""
@@ -1498,15 +1512,7 @@ def _embedding_dense_backward(cap, func, args, kwargs):
         return NotImplemented
     cap.ops += 1
     out = func(*args)
-    steps = cap.device.embedding_dense_backward_plan(
-        list(grad.shape),
-        str(grad.dtype).removeprefix("torch."),
-        grad.is_contiguous(),
-        indices.numel(),
-        str(indices.dtype).removeprefix("torch."),
-        indices.is_contiguous(),
-        num_weights,
-    )
+    steps = _embedding_plan(cap, list(grad.shape), grad, grad.is_contiguous(), indices, num_weights)
     return _replay_plan(cap, out, steps, "aten::embedding_dense_backward")
 
 
@@ -1535,15 +1541,7 @@ def _embedding_bag_backward(cap, func, args, kwargs):
         return NotImplemented
     cap.ops += 1
     out = func(*args)
-    steps = cap.device.embedding_dense_backward_plan(
-        [indices.numel(), grad.shape[1]],
-        str(grad.dtype).removeprefix("torch."),
-        True,
-        indices.numel(),
-        str(indices.dtype).removeprefix("torch."),
-        indices.is_contiguous(),
-        num_weights,
-    )
+    steps = _embedding_plan(cap, [indices.numel(), grad.shape[1]], grad, True, indices, num_weights)
     return _replay_plan(cap, out, steps, "aten::_embedding_bag_backward")
 
 
