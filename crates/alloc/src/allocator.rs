@@ -10,6 +10,7 @@ use crate::device::{Device, SimDevice};
 use crate::error::{AllocError, OutOfMemory};
 use crate::fits::Fit;
 use crate::freeset::FreeSet;
+use crate::largepool::LargePool;
 use crate::smallpool::SmallPool;
 use crate::stats::DeviceStats;
 use crate::trace::{TraceAction, TraceEntry};
@@ -730,6 +731,46 @@ impl<D: Device> CachingAllocator<D> {
             segments.push((h.addr, total));
         }
         SmallPool::new(&segments, free)
+    }
+
+    /// The large pool of `stream` apart ([`LargePool`]), or `None` where it
+    /// is not plain: expandable segments, an oversize limit, garbage
+    /// collection, events outstanding, a block used on another stream or of
+    /// another stream, history or fits recorded.
+    pub fn large_pool(&self, stream: StreamId) -> Option<LargePool> {
+        if self.config.expandable_segments
+            || self.config.max_split_size != u64::MAX
+            || self.config.garbage_collection_threshold > 0.0
+            || !self.events.is_empty()
+            || !self.stream_uses.is_empty()
+            || self.trace.is_some()
+            || self.fits.is_some()
+        {
+            return None;
+        }
+        let mut segments = Vec::new();
+        for h in &self.blocks {
+            if h.size == 0 || h.small || h.prev != NIL {
+                continue;
+            }
+            // a segment's first block: walk it
+            let mut seg = Vec::new();
+            let mut cur = h.next;
+            let mut b = h;
+            loop {
+                if b.stream != stream || b.seg != NIL || b.event_count > 0 || b.has_stream_uses {
+                    return None;
+                }
+                seg.push((b.addr, b.size, b.allocated, b.requested_size));
+                if cur == NIL {
+                    break;
+                }
+                b = self.b(cur);
+                cur = b.next;
+            }
+            segments.push(seg);
+        }
+        LargePool::new(&segments)
     }
 
     /// `DeviceCachingAllocator::free`.

@@ -1,13 +1,17 @@
-//! The template's steps served with the small pool apart.
+//! The template's steps served with the small and large pools apart.
 //!
 //! A decode step of a large model makes thousands of small-pool requests
 //! (norms, projections of one token, masks) and a few hundred large ones
 //! (the cache's `cat`s, the logits). The two pools share nothing but the
 //! device: a small request that finds a free block touches no large block,
 //! and the reverse. So from the first template step on, the large requests
-//! go to the allocator twin and the small ones to its small pool apart
-//! ([`vramscope_alloc::SmallPool`], the same rules on a plain list of free
-//! blocks), and the small pool's work is memoised: each step is cut into
+//! go to the twin's large pool apart ([`vramscope_alloc::LargePool`]: the
+//! same rules on the blocks of its segments and a short sorted list of free
+//! ones, without the twin's statistics, history and address index) and the
+//! small ones to its small pool apart ([`vramscope_alloc::SmallPool`], the
+//! same rules on a plain list of free blocks); the large pool's allocated
+//! and requested bytes are summed here. The small pool's work is memoised:
+//! each step is cut into
 //! chunks (one per layer where the template repeats with a period, the
 //! layers' requests being the same), and a chunk's small requests, started
 //! from a small pool whose free blocks are those of a start seen before and
@@ -15,7 +19,7 @@
 //! and leave the same free blocks (the placements are a function of these
 //! alone). Such a chunk is not served again: its blocks' addresses and the
 //! pool it leaves are taken from the first time, and only its large
-//! requests go to the allocator. Allocated bytes of the small pool are its
+//! requests are served. Allocated bytes of the small pool are its
 //! blocks' rounded sizes (a small block is split whenever 512 bytes or more
 //! remain, and every small size is a multiple of 512), so the peaks within
 //! a chunk are sums over its requests, computed once per chunk.
@@ -23,17 +27,19 @@
 //! Large mallocs of a chunk whose blocks its later large requests free in
 //! the reverse order, with no other large request between (a static
 //! cache's repeated keys and values, an attention's scratch), are not made
-//! on the twin where free blocks fit them: such a nest leaves the large pool
-//! as it was ([`CachingAllocator::fit_for_a_moment`]), so only the blocks'
-//! bytes, allocated until their frees, count. Where one does not fit, the
-//! open ones are made on the twin then, in their order: the twin has served
-//! nothing of the large pool since the first of them, so they take the
-//! blocks they would have taken in their turn.
+//! where free blocks fit them: such a nest leaves the large pool as it was
+//! ([`CachingAllocator::fit_for_a_moment`], [`LargePool::fit_for_a_moment`]),
+//! so only the blocks' bytes, allocated until their frees, count. Where one
+//! does not fit, the open ones are made then, in their order: the large
+//! pool has served nothing since the first of them, so they take the blocks
+//! they would have taken in their turn.
 //!
-//! A chunk that needs a new small segment is served request by request,
-//! its segment made by the allocator twin ([`CachingAllocator::malloc_in_new_segment`])
-//! in the order of the run, and is not memoised. Anything that would make
-//! the allocator look at the small pool it no longer holds (an allocation
+//! A request that needs a new segment gets it from the allocator twin in
+//! its turn ([`CachingAllocator::malloc_in_new_segment`]: the driver's
+//! placement and the limits are the twin's), and the pool apart adds it; a
+//! chunk that makes a small segment is served request by request and is not
+//! memoised. Anything that would make the allocator look at the pools it
+//! no longer holds (an allocation
 //! that fails and frees cached blocks, garbage collection, an
 //! out-of-memory) abandons the whole attempt, and the caller serves every
 //! request on the allocator twin from the start ([`Aborted`]).
@@ -44,8 +50,8 @@ type Map<K, V> = FastMap<K, V>;
 use std::ops::Range;
 
 use vramscope_alloc::{
-    inthash::FastMap, CachingAllocator, FreeBlock, Handle, Moment, SmallPool, StatType,
-    SMALL_BUFFER, SMALL_SIZE,
+    get_allocation_size, inthash::FastMap, CachingAllocator, FreeBlock, Handle, LargeBlock,
+    LargePool, Moment, SmallPool, StatType, SMALL_BUFFER, SMALL_SIZE,
 };
 
 use super::{Freed, LastRequest, Serving, Step, StepRequest, StepRule};
@@ -69,11 +75,11 @@ pub(crate) struct ApartCounts {
     pub patched: usize,
 }
 
-/// A block made since step `FROM`: held by the allocator twin, or in the
-/// small pool apart.
+/// A block made since step `FROM`: in the large pool apart (its name
+/// there), or in the small pool apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Blk {
-    Twin(Handle),
+    Large(u32),
     Apart {
         addr: u64,
         size: u64,
@@ -284,6 +290,10 @@ struct Plan {
 /// The small pool apart, its memo, and the figures the twin no longer keeps.
 pub(super) struct Apart {
     pool: SmallPool,
+    /// the large pool apart, and its allocated and requested bytes
+    large: LargePool,
+    large_bytes: i64,
+    large_req: i64,
     /// the states of the pool seen at chunk starts, and their ids
     states: Vec<Vec<FreeBlock>>,
     /// the ids of the states by [`state_hash`]
@@ -312,10 +322,10 @@ pub(super) struct Apart {
     moment: i64,
     open: Vec<(usize, usize, u64)>,
     fits: Vec<Moment>,
-    /// the answers of [`Self::fit`] since the twin's free blocks last
+    /// the answers of [`Self::fit`] since the large pool's free blocks last
     /// changed: (bytes, open blocks, answer)
     fit_memo: Vec<(u64, Vec<Moment>, Option<Moment>)>,
-    fit_changes: [u64; 2],
+    fit_changes: u64,
     /// the twin's counts of retries, out-of-memory errors and frees of
     /// segments when the attempt began
     marks: (i64, i64, i64),
@@ -377,6 +387,8 @@ impl Apart {
     /// plain ([`CachingAllocator::small_pool`]) or a block is not found.
     pub(super) fn start(s: &Serving, k: usize) -> Option<Apart> {
         let pool = s.alloc.small_pool(0)?;
+        let large = s.alloc.large_pool(0)?;
+        let large_ids: HashMap<u64, u32> = large.allocated_blocks().collect();
         // the small blocks now live, by address: (size, requested)
         let mut small_blocks: HashMap<u64, (u64, u64)> = HashMap::new();
         for seg in s.alloc.snapshot().iter().filter(|g| !g.is_large) {
@@ -390,7 +402,10 @@ impl Apart {
                 size,
                 orig,
             },
-            None => Blk::Twin(h),
+            None => match large_ids.get(&h.addr()) {
+                Some(&id) => Blk::Large(id),
+                None => Blk::None,
+            },
         };
         // (a power of two long: a step's slot by a mask, not a division)
         let slots = s.ring.len().next_power_of_two();
@@ -403,6 +418,9 @@ impl Apart {
         let plan = Plan::of(s)?;
         let mut a = Apart {
             pool,
+            large,
+            large_bytes: st.allocated_bytes.get(StatType::LargePool).current,
+            large_req: st.requested_bytes.get(StatType::LargePool).current,
             states: Vec::new(),
             state_ids: Map::default(),
             state: None,
@@ -421,7 +439,7 @@ impl Apart {
             open: Vec::new(),
             fits: Vec::new(),
             fit_memo: Vec::new(),
-            fit_changes: [u64::MAX; 2],
+            fit_changes: u64::MAX,
             marks: marks(&s.alloc),
             counts: ApartCounts::default(),
         };
@@ -705,13 +723,31 @@ impl Apart {
     }
 
     /// The large pool's allocated bytes (with a block made for a moment).
-    fn large_now(&self, s: &Serving) -> i64 {
-        s.alloc
-            .stats()
-            .allocated_bytes
-            .get(StatType::LargePool)
-            .current
-            + self.moment
+    fn large_now(&self) -> i64 {
+        self.large_bytes + self.moment
+    }
+
+    /// A large malloc of `bytes` on the large pool apart, or in a new
+    /// segment the twin makes in its turn
+    /// ([`CachingAllocator::malloc_in_new_segment`]).
+    fn large_malloc(&mut self, s: &mut Serving, bytes: u64) -> Result<LargeBlock, Aborted> {
+        let size = s.alloc.round_size(bytes);
+        let b = match self.large.malloc(size, bytes) {
+            Some(b) => b,
+            None => {
+                let h = s
+                    .alloc
+                    .malloc_in_new_segment(bytes, 0)
+                    .map_err(|_| Aborted)?;
+                let seg = get_allocation_size(size, s.alloc.config().large_segment_size);
+                self.large
+                    .add_segment(h.addr(), seg, size, bytes)
+                    .ok_or(Aborted)?
+            }
+        };
+        self.large_bytes += b.bytes as i64;
+        self.large_req += bytes as i64;
+        Ok(b)
     }
 
     /// A malloc of `bytes` at `at`, in the pool it belongs to; `Ok(true)` when
@@ -749,16 +785,21 @@ impl Apart {
                 orig: bytes,
             }
         } else {
-            Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?)
+            Blk::Large(self.large_malloc(s, bytes)?.id)
         };
-        let total = self.small + self.large_now(s);
+        let total = self.small + self.large_now();
         self.note(s, total, at);
         Ok((b, made))
     }
 
-    fn free(&mut self, s: &mut Serving, b: Blk) -> Result<(), Aborted> {
+    fn free(&mut self, b: Blk) -> Result<(), Aborted> {
         match b {
-            Blk::Twin(h) => s.alloc.free_handle(h).map_err(|_| Aborted),
+            Blk::Large(id) => {
+                let (bytes, req) = self.large.free(id).ok_or(Aborted)?;
+                self.large_bytes -= bytes as i64;
+                self.large_req -= req as i64;
+                Ok(())
+            }
             Blk::Apart { addr, size, orig } => {
                 self.pool().free(addr, size);
                 self.small -= size as i64;
@@ -773,11 +814,11 @@ impl Apart {
         let st = s.alloc.stats();
         let reserved = st.reserved_bytes.all();
         StepFigures {
-            allocated_bytes: self.small + self.large_now(s),
+            allocated_bytes: self.small + self.large_now(),
             peak_allocated_bytes: self.peak,
             reserved_bytes: reserved.current,
             peak_reserved_bytes: reserved.peak,
-            requested_bytes: self.small_req + st.requested_bytes.get(StatType::LargePool).current,
+            requested_bytes: self.small_req + self.large_req,
         }
     }
 
@@ -929,7 +970,7 @@ impl Apart {
             .collect::<Result<_, _>>()?;
         let mut locals: Vec<(u64, u64)> = Vec::with_capacity(ops.len());
         let mut made = false;
-        let mut large = self.large_now(s);
+        let mut large = self.large_now();
         self.pool();
         for (op, &off) in ops.iter().zip(&inst.offsets) {
             match *op {
@@ -976,7 +1017,7 @@ impl Apart {
                 Op::Large { malloc, nest, .. } => {
                     let q = start + off as usize;
                     self.large(s, k, ahead, q, nest)?;
-                    large = self.large_now(s);
+                    large = self.large_now();
                     if malloc {
                         let total = self.small + large;
                         self.note(
@@ -1013,7 +1054,7 @@ impl Apart {
         for j in 0..n {
             let la = self.contents[cid].larges[j];
             if la.gap_max != i64::MIN {
-                let total = s0 + la.gap_max + self.large_now(s);
+                let total = s0 + la.gap_max + self.large_now();
                 let at = StepRequest {
                     step: k,
                     request: start + la.gap_at as usize,
@@ -1023,7 +1064,7 @@ impl Apart {
             let q = start + la.off as usize;
             self.large(s, k, ahead, q, la.nest)?;
             if la.malloc {
-                let total = s0 + la.small + self.large_now(s);
+                let total = s0 + la.small + self.large_now();
                 self.note(
                     s,
                     total,
@@ -1037,7 +1078,7 @@ impl Apart {
         let content = &self.contents[cid];
         let (tail_max, tail_at, delta) = (content.tail_max, content.tail_at, content.delta);
         if tail_max != i64::MIN {
-            let total = s0 + tail_max + self.large_now(s);
+            let total = s0 + tail_max + self.large_now();
             let at = StepRequest {
                 step: k,
                 request: start + tail_at as usize,
@@ -1091,7 +1132,7 @@ impl Apart {
                     }
                     None => {
                         self.make_open(s)?;
-                        Blk::Twin(s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?)
+                        Blk::Large(self.large_malloc(s, bytes)?.id)
                     }
                 };
                 self.put(k, r, b);
@@ -1109,9 +1150,9 @@ impl Apart {
                         self.moment -= m as i64;
                         Ok(())
                     }
-                    Some(b @ Blk::Twin(_)) => {
+                    Some(b @ Blk::Large(_)) => {
                         self.make_open(s)?;
-                        self.free(s, b)
+                        self.free(b)
                     }
                     _ => Err(Aborted),
                 }
@@ -1119,13 +1160,12 @@ impl Apart {
         }
     }
 
-    /// [`CachingAllocator::fit_for_a_moment`] of `bytes` with the open
-    /// blocks, remembered while the twin's free blocks stay the same
-    /// ([`CachingAllocator::free_set_changes`]; its events, history and
-    /// fits recording do not change while it serves): a static cache's
-    /// repeated keys and values ask the same of every layer.
+    /// [`LargePool::fit_for_a_moment`] of `bytes` with the open blocks,
+    /// remembered while the large pool's free blocks stay the same
+    /// ([`LargePool::changes`]): a static cache's repeated keys and values
+    /// ask the same of every layer.
     fn fit(&mut self, s: &Serving, bytes: u64) -> Option<Moment> {
-        let now = [false, true].map(|small| s.alloc.free_set_changes(small));
+        let now = self.large.changes();
         if now != self.fit_changes {
             self.fit_memo.clear();
             self.fit_changes = now;
@@ -1137,7 +1177,9 @@ impl Apart {
         {
             return e.2;
         }
-        let m = s.alloc.fit_for_a_moment(bytes, 0, &self.fits);
+        let m = self
+            .large
+            .fit_for_a_moment(s.alloc.round_size(bytes), &self.fits);
         if self.fit_memo.len() == 8 {
             self.fit_memo.clear();
         }
@@ -1154,11 +1196,11 @@ impl Apart {
         // (taken and given back: its buffer serves the next nest)
         let mut open = std::mem::take(&mut self.open);
         for (i, &(k, r, bytes)) in open.iter().enumerate() {
-            let h = s.alloc.malloc_handle(bytes, 0).map_err(|_| Aborted)?;
-            if h.addr() != self.fits[i].took.1 {
+            let b = self.large_malloc(s, bytes)?;
+            if b.addr != self.fits[i].took.1 {
                 return Err(Aborted);
             }
-            self.put(k, r, Blk::Twin(h));
+            self.put(k, r, Blk::Large(b.id));
         }
         open.clear();
         self.open = open;
@@ -1197,7 +1239,7 @@ impl Apart {
                     let b = self
                         .made_in(k.checked_sub(back).ok_or(Aborted)?, r)
                         .ok_or(Aborted)?;
-                    self.free(s, b)?;
+                    self.free(b)?;
                 }
             }
         }
@@ -1219,7 +1261,7 @@ impl Apart {
                 }
                 Freed::Before(j) => self.before.get(&j).copied(),
             };
-            self.free(s, b.ok_or(Aborted)?)?;
+            self.free(b.ok_or(Aborted)?)?;
         }
         self.check(s)?;
         Ok(self.figures(s))

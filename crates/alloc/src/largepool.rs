@@ -1,0 +1,514 @@
+//! The large pool of a [`crate::CachingAllocator`] on its own, for a caller
+//! that serves a long run of large requests with nothing else of the
+//! allocator's in between ([`crate::CachingAllocator::large_pool`]).
+//!
+//! The rules are those of `CUDACachingAllocator.cpp` for the large pool of
+//! one stream with no events, no stream uses, no expandable segments, no
+//! oversize limit (`max_split_size` unlimited) and no garbage collection:
+//! `get_free_block` takes the least free block by (size, address) at or above
+//! the size; `should_split` splits it when more than 1 MiB remains
+//! (`kSmallSize`), the allocated block first (`alloc_found_block`);
+//! `free_block` merges the block with its free neighbours of the same
+//! segment (`try_merge_blocks`). A request no free block fits is the
+//! caller's to serve with [`crate::CachingAllocator::malloc_in_new_segment`],
+//! whose new segment it then adds here ([`LargePool::add_segment`]).
+
+use crate::allocator::Moment;
+use crate::{Addr, SMALL_SIZE};
+
+const NIL: u32 = u32::MAX;
+
+/// A block of the pool apart: its bytes, address, neighbours in its segment
+/// and the bytes last requested of it.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    addr: Addr,
+    size: u64,
+    requested: u64,
+    prev: u32,
+    next: u32,
+    allocated: bool,
+}
+
+/// A free block's place in the best-fit order: its size, address and name
+/// in one number, in that order of significance (sizes and addresses below
+/// 2^48, [`key`]).
+type Free = u128;
+
+/// The bits of a [`Free`] below the size.
+const SIZE_SHIFT: u32 = 80;
+/// The most a size or an address may be (2^48, 256 TiB).
+const LIMIT: u64 = 1 << 48;
+
+/// A free block's [`Free`] entry.
+#[inline]
+fn key(size: u64, addr: Addr, id: u32) -> Free {
+    debug_assert!(size < LIMIT && addr < LIMIT);
+    (u128::from(size) << SIZE_SHIFT) | (u128::from(addr) << 32) | u128::from(id)
+}
+
+/// The size, address and name of a [`Free`] entry.
+#[inline]
+fn unkey(f: Free) -> (u64, Addr, u32) {
+    (
+        (f >> SIZE_SHIFT) as u64,
+        ((f >> 32) as u64) & (LIMIT - 1),
+        f as u32,
+    )
+}
+
+/// The number of entries of `free` below `k` (branch-free: the entries
+/// compared are unpredictable).
+#[inline]
+fn lower_bound(free: &[Free], k: Free) -> usize {
+    let mut base = 0;
+    let mut n = free.len();
+    if n == 0 {
+        return 0;
+    }
+    while n > 1 {
+        let half = n / 2;
+        base = if free[base + half - 1] < k {
+            base + half
+        } else {
+            base
+        };
+        n -= half;
+    }
+    base + usize::from(free[base] < k)
+}
+
+/// A block the pool handed out: its name here, its address and its bytes
+/// (the request's rounded size, or the whole free block where the rest is
+/// not split off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeBlock {
+    /// the pool's name for it ([`LargePool::free`])
+    pub id: u32,
+    /// device address
+    pub addr: Addr,
+    /// bytes
+    pub bytes: u64,
+}
+
+/// The large pool: its blocks (linked within their segments, as the
+/// allocator's are) and its free blocks by (size, address).
+#[derive(Debug, Clone, Default)]
+pub struct LargePool {
+    blocks: Vec<Block>,
+    /// blocks deleted by merges, for reuse
+    spare: Vec<u32>,
+    /// the free blocks in best-fit order
+    free: Vec<Free>,
+    /// a count bumped whenever the free blocks change
+    changes: u64,
+}
+
+impl LargePool {
+    /// The pool of `segments`, each the (address, size, allocated, bytes
+    /// requested) of its blocks in address order; `None` where a segment's
+    /// blocks are not contiguous or two free blocks neighbour.
+    pub(crate) fn new(segments: &[Vec<(Addr, u64, bool, u64)>]) -> Option<LargePool> {
+        let mut p = LargePool::default();
+        for seg in segments {
+            let mut prev = NIL;
+            for &(addr, size, allocated, requested) in seg {
+                let id = p.blocks.len() as u32;
+                if addr >= LIMIT || size >= LIMIT {
+                    return None;
+                }
+                if prev != NIL {
+                    let b = p.blocks[prev as usize];
+                    if b.addr + b.size != addr || (!b.allocated && !allocated) {
+                        return None;
+                    }
+                    p.blocks[prev as usize].next = id;
+                }
+                p.blocks.push(Block {
+                    addr,
+                    size,
+                    requested,
+                    prev,
+                    next: NIL,
+                    allocated,
+                });
+                if !allocated {
+                    p.free.push(key(size, addr, id));
+                }
+                prev = id;
+            }
+        }
+        p.free.sort_unstable();
+        Some(p)
+    }
+
+    /// The allocated blocks: (address, name). (A block a merge deleted is
+    /// free.)
+    pub fn allocated_blocks(&self) -> impl Iterator<Item = (Addr, u32)> + '_ {
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.allocated)
+            .map(|(i, b)| (b.addr, i as u32))
+    }
+
+    /// The free blocks as (size, address), in best-fit order.
+    pub fn free_blocks(&self) -> impl Iterator<Item = (u64, Addr)> + '_ {
+        self.free.iter().map(|&f| {
+            let (size, addr, _) = unkey(f);
+            (size, addr)
+        })
+    }
+
+    /// A count that changes whenever the free blocks change.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// `malloc` of `size` bytes (rounded, above 1 MiB) of which `requested`
+    /// were asked for: the block best fit takes, split as `should_split`
+    /// says; `None` when no free block fits.
+    #[inline]
+    pub fn malloc(&mut self, size: u64, requested: u64) -> Option<LargeBlock> {
+        if size >= LIMIT {
+            return None;
+        }
+        let i = lower_bound(&self.free, key(size, 0, 0));
+        let (fsize, faddr, fid) = unkey(*self.free.get(i)?);
+        self.changes += 1;
+        let remaining = fsize - size;
+        if remaining > SMALL_SIZE {
+            // the allocated block first, the rest keeps the free block's name
+            let prev = self.blocks[fid as usize].prev;
+            let id = self.new_block(Block {
+                addr: faddr,
+                size,
+                requested,
+                prev,
+                next: fid,
+                allocated: true,
+            });
+            if prev != NIL {
+                self.blocks[prev as usize].next = id;
+            }
+            let r = &mut self.blocks[fid as usize];
+            r.prev = id;
+            r.addr += size;
+            r.size = remaining;
+            // (smaller than it was: its place is at or before `i`)
+            let rest = key(remaining, faddr + size, fid);
+            let j = lower_bound(&self.free[..i], rest);
+            let mut m = i;
+            while m > j {
+                self.free[m] = self.free[m - 1];
+                m -= 1;
+            }
+            self.free[j] = rest;
+            Some(LargeBlock {
+                id,
+                addr: faddr,
+                bytes: size,
+            })
+        } else {
+            self.remove_at(i);
+            let b = &mut self.blocks[fid as usize];
+            b.allocated = true;
+            b.requested = requested;
+            Some(LargeBlock {
+                id: fid,
+                addr: faddr,
+                bytes: fsize,
+            })
+        }
+    }
+
+    /// `free` of block `id`: merged with its free neighbours; its bytes and
+    /// the bytes requested of it, or `None` where it is not allocated.
+    #[inline]
+    pub fn free(&mut self, id: u32) -> Option<(u64, u64)> {
+        let b = *self.blocks.get(id as usize).filter(|b| b.allocated)?;
+        self.changes += 1;
+        let (mut addr, mut size, mut prev, mut next) = (b.addr, b.size, b.prev, b.next);
+        if prev != NIL && !self.blocks[prev as usize].allocated {
+            let p = self.blocks[prev as usize];
+            self.remove_free(p.size, p.addr, prev);
+            self.spare.push(prev);
+            addr = p.addr;
+            size += p.size;
+            prev = p.prev;
+            if prev != NIL {
+                self.blocks[prev as usize].next = id;
+            }
+        }
+        if next != NIL && !self.blocks[next as usize].allocated {
+            let n = self.blocks[next as usize];
+            self.remove_free(n.size, n.addr, next);
+            self.spare.push(next);
+            size += n.size;
+            next = n.next;
+            if next != NIL {
+                self.blocks[next as usize].prev = id;
+            }
+        }
+        let m = &mut self.blocks[id as usize];
+        *m = Block {
+            addr,
+            size,
+            requested: b.requested,
+            prev,
+            next,
+            allocated: false,
+        };
+        self.insert(key(size, addr, id));
+        Some((b.size, b.requested))
+    }
+
+    /// Add a new segment of `size` bytes at `addr` whose first `first` bytes
+    /// (rounded) the request that made it holds, `requested` of them asked
+    /// for (`alloc_block`, then `alloc_found_block` on the whole segment):
+    /// that block.
+    pub fn add_segment(
+        &mut self,
+        addr: Addr,
+        size: u64,
+        first: u64,
+        requested: u64,
+    ) -> Option<LargeBlock> {
+        if addr.checked_add(size)? >= LIMIT {
+            return None;
+        }
+        let split = size - first > SMALL_SIZE;
+        let bytes = if split { first } else { size };
+        let id = self.new_block(Block {
+            addr,
+            size: bytes,
+            requested,
+            prev: NIL,
+            next: NIL,
+            allocated: true,
+        });
+        if split {
+            let rest = self.new_block(Block {
+                addr: addr + first,
+                size: size - first,
+                requested: 0,
+                prev: id,
+                next: NIL,
+                allocated: false,
+            });
+            self.blocks[id as usize].next = rest;
+            self.insert(key(size - first, addr + first, rest));
+            self.changes += 1;
+        }
+        Some(LargeBlock { id, addr, bytes })
+    }
+
+    /// [`crate::CachingAllocator::fit_for_a_moment`] of a large request of
+    /// `size` bytes (rounded) in this pool, the large blocks of `open`
+    /// handed out before it the same way and not freed.
+    pub fn fit_for_a_moment(&self, size: u64, open: &[Moment]) -> Option<Moment> {
+        let taken = |k: (u64, Addr)| open.iter().any(|m| !m.small && m.took == k);
+        if size >= LIMIT {
+            return None;
+        }
+        let mut found = self.free[lower_bound(&self.free, key(size, 0, 0))..]
+            .iter()
+            .map(|&f| {
+                let (size, addr, _) = unkey(f);
+                (size, addr)
+            })
+            .find(|&k| !taken(k));
+        for rest in open.iter().filter(|m| !m.small).filter_map(|m| m.rest) {
+            if rest.0 >= size && !taken(rest) && found.is_none_or(|f| rest < f) {
+                found = Some(rest);
+            }
+        }
+        let (bytes, addr) = found?;
+        let remaining = bytes - size;
+        let split = remaining > SMALL_SIZE;
+        Some(Moment {
+            bytes: if split { size } else { bytes },
+            took: (bytes, addr),
+            rest: split.then_some((remaining, addr + size)),
+            small: false,
+        })
+    }
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.spare.pop() {
+            Some(id) => {
+                self.blocks[id as usize] = b;
+                id
+            }
+            None => {
+                self.blocks.push(b);
+                self.blocks.len() as u32 - 1
+            }
+        }
+    }
+
+    fn remove_free(&mut self, size: u64, addr: Addr, id: u32) {
+        let f = key(size, addr, id);
+        let at = lower_bound(&self.free, f);
+        debug_assert_eq!(self.free.get(at), Some(&f));
+        self.remove_at(at);
+    }
+
+    /// Remove entry `i`, moving the later ones one by one (the list is short,
+    /// and a `memmove` call costs more than the moves).
+    #[inline]
+    fn remove_at(&mut self, i: usize) {
+        for j in i..self.free.len() - 1 {
+            self.free[j] = self.free[j + 1];
+        }
+        self.free.pop();
+    }
+
+    /// Insert `f` in its place, moving the later ones one by one.
+    #[inline]
+    fn insert(&mut self, f: Free) {
+        let i = lower_bound(&self.free, f);
+        self.free.push(f);
+        let mut j = self.free.len() - 1;
+        while j > i {
+            self.free[j] = self.free[j - 1];
+            j -= 1;
+        }
+        self.free[i] = f;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{get_allocation_size, AllocatorConfig, CachingAllocator, Moment};
+
+    /// A pseudo-random sequence (xorshift), the same on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// A large request: sizes between 1 and 10 MiB (20 MiB segments), near
+    /// a growing size (a cache's `cat`s), or at most 1 MiB above one.
+    fn size(rng: &mut Rng, grow: u64) -> u64 {
+        match rng.next() % 4 {
+            0 => (1 << 20) + 1 + rng.next() % (9 << 20),
+            1 => (1 << 20) + 1 + rng.next() % (1 << 20),
+            _ => grow + rng.next() % (2 << 20),
+        }
+    }
+
+    /// The free large blocks of `a`, as (size, address) in order.
+    fn twin_free(a: &CachingAllocator) -> Vec<(u64, u64)> {
+        let mut free: Vec<(u64, u64)> = a
+            .snapshot()
+            .iter()
+            .filter(|s| s.is_large)
+            .flat_map(|s| s.blocks.iter().filter(|b| !b.allocated))
+            .map(|b| (b.size, b.address))
+            .collect();
+        free.sort_unstable();
+        free
+    }
+
+    /// Random large mallocs and frees served by the allocator twin, and by
+    /// the large pool apart (new segments from a second twin): the same
+    /// addresses and bytes, the same free blocks after each request, the
+    /// same answers of `fit_for_a_moment` (with up to three open blocks).
+    #[test]
+    fn the_large_pool_apart_places_as_the_allocator_does() {
+        for seed in 1..=40u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut a = CachingAllocator::new(AllocatorConfig::default());
+            let mut grow = (12 << 20) + (rng.next() % 64) * 512;
+            // some blocks before (a small one too: the pools are apart)
+            a.malloc(4096, 0).unwrap();
+            let mut live = Vec::new();
+            for _ in 0..rng.next() % 20 {
+                let s = size(&mut rng, grow);
+                live.push(a.malloc(s, 0).unwrap());
+            }
+            for _ in 0..rng.next() % 8 {
+                let at = (rng.next() % live.len().max(1) as u64) as usize;
+                if at < live.len() {
+                    a.free(live.swap_remove(at)).unwrap();
+                }
+            }
+            let mut b = a.clone();
+            let mut pool = b.large_pool(0).expect("a plain large pool");
+            let ids: std::collections::HashMap<u64, u32> = pool.allocated_blocks().collect();
+            let mut live: Vec<(u64, u32)> = live.into_iter().map(|x| (x, ids[&x])).collect();
+            assert_eq!(pool.free_blocks().collect::<Vec<_>>(), twin_free(&a));
+            for _ in 0..500 {
+                if live.is_empty() || rng.next() % 100 < 50 {
+                    grow += 16 << 10;
+                    let s = size(&mut rng, grow);
+                    let rounded = a.round_size(s);
+                    // what a moment would take, with open blocks before it
+                    let mut open: Vec<Moment> = Vec::new();
+                    for _ in 0..rng.next() % 4 {
+                        let t = a.round_size(size(&mut rng, grow));
+                        let (Some(m), mt) = (
+                            pool.fit_for_a_moment(t, &open),
+                            a.fit_for_a_moment(t, 0, &open),
+                        ) else {
+                            assert_eq!(a.fit_for_a_moment(t, 0, &open), None, "seed {seed}");
+                            break;
+                        };
+                        assert_eq!(Some(m), mt, "seed {seed}");
+                        open.push(m);
+                    }
+                    let h = a.malloc_handle(s, 0).unwrap();
+                    let got = match pool.malloc(rounded, s) {
+                        Some(x) => x,
+                        None => {
+                            let h = b.malloc_in_new_segment(s, 0).unwrap();
+                            let seg = get_allocation_size(rounded, b.config().large_segment_size);
+                            pool.add_segment(h.addr(), seg, rounded, s).unwrap()
+                        }
+                    };
+                    let twin_bytes = a
+                        .snapshot()
+                        .iter()
+                        .flat_map(|g| g.blocks.clone())
+                        .find(|x| x.address == h.addr())
+                        .unwrap()
+                        .size;
+                    assert_eq!((got.addr, got.bytes), (h.addr(), twin_bytes), "seed {seed}");
+                    live.push((h.addr(), got.id));
+                } else {
+                    let (addr, id) = live.swap_remove((rng.next() % live.len() as u64) as usize);
+                    a.free(addr).unwrap();
+                    assert!(pool.free(id).is_some());
+                    assert!(pool.free(id).is_none(), "freed twice");
+                }
+                assert_eq!(
+                    pool.free_blocks().collect::<Vec<_>>(),
+                    twin_free(&a),
+                    "seed {seed}"
+                );
+            }
+            assert_eq!(
+                a.stats().reserved_bytes.all().current,
+                b.stats().reserved_bytes.all().current
+            );
+        }
+    }
+
+    /// Not apart where the pool is not plain.
+    #[test]
+    fn a_pool_with_an_oversize_limit_is_not_apart() {
+        let a = CachingAllocator::new(AllocatorConfig::parse("max_split_size_mb:100").unwrap());
+        assert!(a.large_pool(0).is_none());
+        let a = CachingAllocator::new(AllocatorConfig::parse("expandable_segments:True").unwrap());
+        assert!(a.large_pool(0).is_none());
+        assert!(CachingAllocator::new(AllocatorConfig::default())
+            .large_pool(0)
+            .is_some());
+    }
+}
