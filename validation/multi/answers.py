@@ -13,6 +13,58 @@ import sys
 import tempfile
 
 
+def case_args(binary, c, n, gpu, config_path):
+    """`vramscope estimate` arguments for case `c` of a multi_cases*.json over `n` GPUs."""
+    mode = c.get("mode", "train")
+    args = [binary, "estimate", "--config", config_path, "--mode", mode, "--batch", str(c["batch"]),
+            "--weights", c.get("weights", "fp32"), "--gpu", gpu]
+    if mode == "generate":
+        args += ["--new-tokens", str(c["new_tokens"])]
+    else:
+        args += ["--steps", str(c.get("steps", 3 if mode == "train" else 2))]
+    if mode == "train":
+        args += ["--optimizer", c.get("optimizer", "adamw"),
+                 "--optimizer-impl", c.get("optimizer_impl", "foreach"),
+                 "--momentum", str(c.get("momentum", 0.0))]
+    if c.get("lora"):
+        lc = c["lora"]
+        args += ["--lora", str(lc["r"]), "--lora-alpha", str(lc.get("alpha", 8)),
+                 "--lora-dropout", str(lc.get("dropout", 0.0))]
+        if lc.get("targets"):
+            args += ["--lora-targets", ",".join(lc["targets"])]
+    if c.get("seq") is not None:
+        args += ["--seq", str(c["seq"])]
+    if c.get("task"):
+        args += ["--task", c["task"]]
+    if c.get("checkpointing"):
+        args.append("--checkpointing")
+    if c.get("accumulation", 1) > 1:
+        args += ["--accumulation", str(c["accumulation"])]
+    if c.get("autocast"):
+        args += ["--autocast", c["autocast"]]
+    if mode == "infer":
+        args += ["--grad", c.get("grad", "no_grad").replace("_", "-")]
+    if c["parallel"] == "fsdp":
+        args += ["--fsdp", str(n)]
+        if c.get("param_dtype"):
+            args += ["--fsdp-param-dtype", c["param_dtype"]]
+        if not c.get("reshard", True):
+            args.append("--fsdp-no-reshard")
+        if c.get("cpu_offload"):
+            args.append("--fsdp-cpu-offload")
+    else:
+        args += ["--ddp", str(n)]
+        # multi_cases.py passes bucket_cap_mb=case.get("bucket_mb", 25): null is DDP's default
+        mb = c.get("bucket_mb", 25)
+        if mb is not None:
+            args += ["--ddp-bucket-mb", str(mb)]
+        if c.get("grad_as_bucket_view"):
+            args.append("--ddp-grad-as-bucket-view")
+        if c.get("find_unused"):
+            args.append("--ddp-find-unused-parameters")
+    return args
+
+
 def main():
     binary, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     gpu = sys.argv[sys.argv.index("--gpu") + 1] if "--gpu" in sys.argv else "h200"
@@ -24,53 +76,7 @@ def main():
     for c in cases:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(c["config"], f)
-        mode = c.get("mode", "train")
-        args = [binary, "estimate", "--config", f.name, "--mode", mode, "--batch", str(c["batch"]),
-                "--weights", c.get("weights", "fp32"), "--gpu", gpu, "--json"]
-        if mode == "generate":
-            args += ["--new-tokens", str(c["new_tokens"])]
-        else:
-            args += ["--steps", str(c.get("steps", 3 if mode == "train" else 2))]
-        if mode == "train":
-            args += ["--optimizer", c.get("optimizer", "adamw"),
-                     "--optimizer-impl", c.get("optimizer_impl", "foreach"),
-                     "--momentum", str(c.get("momentum", 0.0))]
-        if c.get("lora"):
-            lc = c["lora"]
-            args += ["--lora", str(lc["r"]), "--lora-alpha", str(lc.get("alpha", 8)),
-                     "--lora-dropout", str(lc.get("dropout", 0.0))]
-            if lc.get("targets"):
-                args += ["--lora-targets", ",".join(lc["targets"])]
-        if c.get("seq") is not None:
-            args += ["--seq", str(c["seq"])]
-        if c.get("task"):
-            args += ["--task", c["task"]]
-        if c.get("checkpointing"):
-            args.append("--checkpointing")
-        if c.get("accumulation", 1) > 1:
-            args += ["--accumulation", str(c["accumulation"])]
-        if c.get("autocast"):
-            args += ["--autocast", c["autocast"]]
-        if mode == "infer":
-            args += ["--grad", c.get("grad", "no_grad").replace("_", "-")]
-        if c["parallel"] == "fsdp":
-            args += ["--fsdp", str(n)]
-            if c.get("param_dtype"):
-                args += ["--fsdp-param-dtype", c["param_dtype"]]
-            if not c.get("reshard", True):
-                args.append("--fsdp-no-reshard")
-            if c.get("cpu_offload"):
-                args.append("--fsdp-cpu-offload")
-        else:
-            args += ["--ddp", str(n)]
-            # multi_cases.py passes bucket_cap_mb=case.get("bucket_mb", 25): null is DDP's default
-            mb = c.get("bucket_mb", 25)
-            if mb is not None:
-                args += ["--ddp-bucket-mb", str(mb)]
-            if c.get("grad_as_bucket_view"):
-                args.append("--ddp-grad-as-bucket-view")
-            if c.get("find_unused"):
-                args.append("--ddp-find-unused-parameters")
+        args = case_args(binary, c, n, gpu, f.name) + ["--json"]
         p = subprocess.run(args, capture_output=True, text=True)
         os.unlink(f.name)
         if p.returncode not in (0, 1):

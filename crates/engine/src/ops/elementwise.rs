@@ -354,8 +354,9 @@ impl Tensor {
             None
         };
         self.inplace("div_", &[other], |p| {
-            let self_ = original.as_ref().map(|o| p.save(o));
+            // saved in `DivBackward0::release_variables()` order: other_, self_
             let other_ = Some(p.save(other));
+            let self_ = original.as_ref().map(|o| p.save(o));
             Backward::Binary {
                 op: BinOp::Div,
                 self_,
@@ -602,6 +603,40 @@ mod split_gather {
             assert!(g.is_contiguous());
             assert!(x.split(0, 2).is_err());
             assert!(x.split(3, 5).is_err());
+        }
+
+        /// `div_` under autograd: `DivBackward0::release_variables()` frees
+        /// `other_` before `self_` (the clone of the original self), as the
+        /// H200's trace of Mixtral's router renormalisation does.
+        #[test]
+        fn inplace_div_node_releases_other_before_the_original_self() {
+            let rt = Runtime::default();
+            rt.record_memory_history(true);
+            let p = rt.randn(&[64, 4], DType::F32, Device::Cuda).unwrap();
+            p.requires_grad_(true).unwrap();
+            let top = p.mul(&p).unwrap();
+            let sum = top.sum_dims(&[-1], true).unwrap();
+            let before = rt.trace_len();
+            top.div_(&sum).unwrap();
+            // the clone of `top` before the op: the one allocation of div_
+            let clone_at = rt.trace()[before..]
+                .iter()
+                .find(|e| e.action.as_str() == "alloc")
+                .unwrap()
+                .addr;
+            let sum_at = sum.data_ptr().unwrap();
+            drop(sum);
+            let s = top.sum().unwrap();
+            drop(top);
+            let from = rt.trace_len();
+            s.backward().unwrap();
+            let freed: Vec<u64> = rt.trace()[from..]
+                .iter()
+                .filter(|e| e.action.as_str() == "free_requested")
+                .map(|e| e.addr)
+                .collect();
+            let at = |a: u64| freed.iter().position(|&f| f == a).unwrap();
+            assert!(at(sum_at) < at(clone_at), "other must be freed before self");
         }
 
         #[test]

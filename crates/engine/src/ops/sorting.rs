@@ -257,7 +257,10 @@ impl Tensor {
                 "GroupedMmBackward0",
                 &[self, b, offs],
                 |ctx, x| {
-                    let kept: Vec<&Tensor> = [(save_a, x[0]), (save_b, x[1]), (true, x[2])]
+                    // in the generated node's `release_variables()` order
+                    // (torch/csrc/autograd/generated/Functions.h): mat2_,
+                    // offs_, self_
+                    let kept: Vec<&Tensor> = [(save_b, x[1]), (true, x[2]), (save_a, x[0])]
                         .into_iter()
                         .filter_map(|(keep, t)| keep.then_some(t))
                         .collect();
@@ -269,9 +272,9 @@ impl Tensor {
                         return Ok(vec![None, None, None]);
                     };
                     let mut it = saved.iter();
-                    let a = if save_a { it.next() } else { None };
                     let b = if save_b { it.next() } else { None };
                     let offs = it.next().expect("offs is always saved");
+                    let a = if save_a { it.next() } else { None };
                     let unsupported = || EngineError::Unsupported {
                         what: "_grouped_mm backward of a row-major mat2 or a column-major self"
                             .into(),
@@ -468,5 +471,39 @@ mod tests {
         );
         let odd = rt.empty(&[8, 60, 64], DType::BF16, Device::Cuda).unwrap();
         assert!(a.grouped_mm(&odd.transpose(-2, -1), &offs).is_err());
+    }
+
+    /// `GroupedMmBackward0::release_variables()` frees `offs_` before
+    /// `self_` (the generated order: mat2_, offs_, self_), as the H200's
+    /// trace of `ddp_mixtral_bf16` frees a layer's expert offsets before its
+    /// gathered hidden states.
+    #[test]
+    fn grouped_mm_node_releases_offs_before_self() {
+        let rt = Runtime::new(crate::RuntimeConfig {
+            profile: crate::DeviceProfile::h200_torch_2_11(),
+            ..Default::default()
+        });
+        rt.record_memory_history(true);
+        let p = rt.empty(&[96, 64], DType::BF16, Device::Cuda).unwrap();
+        p.requires_grad_(true).unwrap();
+        let w = rt.empty(&[2, 32, 64], DType::BF16, Device::Cuda).unwrap();
+        w.requires_grad_(true).unwrap();
+        // a non-leaf self and an offsets tensor only the node holds
+        let x = p.mul(&p).unwrap();
+        let offs = rt.empty(&[2], DType::I32, Device::Cuda).unwrap();
+        let (x_at, offs_at) = (x.data_ptr().unwrap(), offs.data_ptr().unwrap());
+        let y = x.grouped_mm(&w.transpose(-2, -1), &offs).unwrap();
+        drop((x, offs));
+        let s = y.sum().unwrap();
+        drop(y);
+        let from = rt.trace_len();
+        s.backward().unwrap();
+        let freed: Vec<u64> = rt.trace()[from..]
+            .iter()
+            .filter(|e| e.action.as_str() == "free_requested")
+            .map(|e| e.addr)
+            .collect();
+        let at = |a: u64| freed.iter().position(|&f| f == a).unwrap();
+        assert!(at(offs_at) < at(x_at), "offs must be freed before self");
     }
 }
