@@ -195,15 +195,15 @@ impl LargePool {
             r.prev = id;
             r.addr += size;
             r.size = remaining;
-            // (smaller than it was: its place is at or before `i`)
+            // (smaller than it was: its place is at or before `i`, found
+            // by moving the entries above it one by one)
             let rest = key(remaining, faddr + size, fid);
-            let j = lower_bound(&self.free[..i], rest);
             let mut m = i;
-            while m > j {
+            while m > 0 && self.free[m - 1] > rest {
                 self.free[m] = self.free[m - 1];
                 m -= 1;
             }
-            self.free[j] = rest;
+            self.free[m] = rest;
             Some(LargeBlock {
                 id,
                 addr: faddr,
@@ -229,9 +229,11 @@ impl LargePool {
         let b = *self.blocks.get(id as usize).filter(|b| b.allocated)?;
         self.changes += 1;
         let (mut addr, mut size, mut prev, mut next) = (b.addr, b.size, b.prev, b.next);
+        // the entry of a free neighbour the merged block takes over
+        let mut replaced = None;
         if prev != NIL && !self.blocks[prev as usize].allocated {
             let p = self.blocks[prev as usize];
-            self.remove_free(p.size, p.addr, prev);
+            replaced = Some(key(p.size, p.addr, prev));
             self.spare.push(prev);
             addr = p.addr;
             size += p.size;
@@ -242,7 +244,11 @@ impl LargePool {
         }
         if next != NIL && !self.blocks[next as usize].allocated {
             let n = self.blocks[next as usize];
-            self.remove_free(n.size, n.addr, next);
+            let k = key(n.size, n.addr, next);
+            match replaced {
+                Some(_) => self.remove_free(k),
+                None => replaced = Some(k),
+            }
             self.spare.push(next);
             size += n.size;
             next = n.next;
@@ -259,7 +265,11 @@ impl LargePool {
             next,
             allocated: false,
         };
-        self.insert(key(size, addr, id));
+        let f = key(size, addr, id);
+        match replaced {
+            Some(old) => self.replace(old, f),
+            None => self.insert(f),
+        }
         Some((b.size, b.requested))
     }
 
@@ -347,11 +357,24 @@ impl LargePool {
         }
     }
 
-    fn remove_free(&mut self, size: u64, addr: Addr, id: u32) {
-        let f = key(size, addr, id);
+    fn remove_free(&mut self, f: Free) {
         let at = lower_bound(&self.free, f);
         debug_assert_eq!(self.free.get(at), Some(&f));
         self.remove_at(at);
+    }
+
+    /// Replace entry `old` with `new`, a larger one (a merge grows a free
+    /// block), moving the entries between them one by one.
+    #[inline]
+    fn replace(&mut self, old: Free, new: Free) {
+        debug_assert!(new > old);
+        let mut i = lower_bound(&self.free, old);
+        debug_assert_eq!(self.free.get(i), Some(&old));
+        while i + 1 < self.free.len() && self.free[i + 1] < new {
+            self.free[i] = self.free[i + 1];
+            i += 1;
+        }
+        self.free[i] = new;
     }
 
     /// Remove entry `i`, moving the later ones one by one (the list is short,
@@ -364,17 +387,17 @@ impl LargePool {
         self.free.pop();
     }
 
-    /// Insert `f` in its place, moving the later ones one by one.
+    /// Insert `f` in its place, moving the later ones one by one (a freed
+    /// block is most often among the largest: few are later).
     #[inline]
     fn insert(&mut self, f: Free) {
-        let i = lower_bound(&self.free, f);
         self.free.push(f);
         let mut j = self.free.len() - 1;
-        while j > i {
+        while j > 0 && self.free[j - 1] > f {
             self.free[j] = self.free[j - 1];
             j -= 1;
         }
-        self.free[i] = f;
+        self.free[j] = f;
     }
 }
 
