@@ -1,6 +1,6 @@
 """Measure cuDNN's RNN workspace and training reserve over a sweep of problems, on a GPU.
 
-    python rnn_sweep.py OUT.jsonl [SECONDS] [uni]
+    python rnn_sweep.py OUT.jsonl [SECONDS] [uni|proj]
 
 For each problem it calls `torch._cudnn_rnn` (training, then inference) and `aten._cudnn_rnn_backward`
 directly with contiguous inputs and the flat weight buffer of a module made on the GPU, reading the
@@ -15,7 +15,9 @@ Problems come in two sets, written in one interleaved order: "fit" (a grid aroun
 factor at a time, each with eighteen batch/length shapes, packed and unpacked) and "holdout" (random
 problems over the same domain, for checking formulas fitted on the fit set only). With `uni` both sets
 are unidirectional: the fit set varies layers, hidden and input sizes around base problems, each on a
-grid of batches by lengths (unpacked) and of batches by length spreads (packed). The sweep stops at
+grid of batches by lengths (unpacked) and of batches by length spreads (packed). With `proj` every
+problem is an LSTM with projections (uni- and bidirectional, float32 and float16), fit and holdout
+problems shuffled together. The sweep stops at
 SECONDS (default 90) of measuring. A first line names the GPU and versions ("set": "meta"), then one JSON
 line per problem:
 
@@ -70,7 +72,8 @@ def module(p):
     key = (p["mode"], p["dtype"], p["input_size"], p["hidden_size"], p["proj_size"], p["num_layers"])
     key = (*key, p["bidirectional"])
     if key not in _modules:
-        _modules.clear()
+        if len(_modules) >= 400:  # the proj sweep's shuffled order comes back to its configurations
+            _modules.clear()
         kw = dict(num_layers=p["num_layers"], bidirectional=p["bidirectional"], device="cuda")
         kw["dtype"] = DTYPES[p["dtype"]]
         if p["mode"] == "lstm":
@@ -315,11 +318,72 @@ def uni_problems(seed=32):
     return out + hold[h:]
 
 
+def proj_configs(dtype):
+    """projected LSTMs: base (input 256, hidden 512, proj 128, 2 layers) varied one factor at a time,
+    unidirectional and bidirectional"""
+    base = dict(mode="lstm", dtype=dtype, input_size=256, hidden_size=512, proj_size=128, num_layers=2)
+    base.update(bidirectional=False, dropout=0.0)
+    out = []
+    for bi in (False, True):
+        b = {**base, "bidirectional": bi}
+        if dtype == "float16":
+            out += [b, {**b, "num_layers": 1}, {**b, "input_size": 1000}, {**b, "dropout": 0.25}]
+            continue
+        out += [{**b, "num_layers": n} for n in (1, 2, 3)] + ([{**b, "num_layers": 4}] if not bi else [])
+        for n in (1, 2):
+            out += [{**b, "num_layers": n, "proj_size": p} for p in (32, 256, 511)]
+            out += [{**b, "num_layers": n, "input_size": i} for i in (40, 700, 1000, 2000)]
+        out += [{**b, "hidden_size": 1024, "proj_size": 256, "input_size": 512}, {**b, "hidden_size": 256}]
+        out += [{**b, "hidden_size": 128, "proj_size": 64}, {**b, "num_layers": 1, "hidden_size": 300}]
+        out += [{**b, "dropout": 0.25}, {**b, "num_layers": 3, "dropout": 0.25, "input_size": 100}]
+    return out
+
+
+def proj_shapes(rng):
+    """(batch, seq, lengths): batches by lengths unpacked, a one-step batch, then packed spreads"""
+    out = [(b, s, None) for b in (1, 8, 32, 128) for s in (2, 7, 50, 200)]
+    out += [(32, 1, None), (3, 50, None), (8, 300, None)]
+    for b, s in ((1, 30), (8, 50), (32, 50), (100, 7)):
+        out.append((b, s, lengths_of(rng, b, s, rng.choice([1, max(1, s // 2), s]))))
+    for b, s, lo in ((32, 50, 1), (64, 100, 90), (3, 200, 1), (50, 120, 1)):
+        out.append((b, s, lengths_of(rng, b, s, lo)))
+    return out
+
+
+def proj_holdout(rng):
+    dtype = rng.choice(["float32", "float32", "float16"])
+    hidden = rng.randint(16, 1100)
+    p = dict(mode="lstm", dtype=dtype, input_size=rng.randint(1, 1500), hidden_size=hidden)
+    p.update(proj_size=rng.randint(1, hidden - 1), num_layers=rng.randint(1, 4))
+    p["bidirectional"] = rng.random() < 0.35
+    p["dropout"] = 0.3 if p["num_layers"] > 1 and rng.random() < 0.3 else 0.0
+    b, s = rng.randint(1, 128), rng.randint(1, 300)
+    p.update(batch=b, seq_length=s, lengths=None)
+    if rng.random() < 0.5:
+        p["lengths"] = lengths_of(rng, b, s, rng.randint(1, s))
+    return p
+
+
+def proj_problems(seed=33):
+    rng = random.Random(seed)
+    grid = []
+    for dtype in ("float32", "float16"):
+        for c in proj_configs(dtype):
+            for b, s, ls in proj_shapes(rng):
+                grid.append({"set": "fit", **c, "batch": b, "seq_length": s, "lengths": ls})
+    hold = [{"set": "holdout", **proj_holdout(rng)} for _ in range(len(grid) // 4)]
+    # interleaved at random so that a sweep stopped early still covers every configuration
+    out = grid + hold
+    rng.shuffle(out)
+    return out
+
+
 def main():
     path = sys.argv[1]
     budget = float(sys.argv[2]) if len(sys.argv) > 2 else 90.0
     torch.cuda.init()
-    todo = uni_problems() if sys.argv[3:] == ["uni"] else problems()
+    kind = sys.argv[3] if len(sys.argv) > 3 else "bi"
+    todo = {"uni": uni_problems, "proj": proj_problems}.get(kind, problems)()
     print(
         f"{len(todo)} problems; torch {torch.__version__} cudnn {torch.backends.cudnn.version()}", flush=True
     )
