@@ -151,10 +151,10 @@ def test_the_fitted_sizes_hold_only_in_their_domain():
     lstm, gru, tanh = _rnn.MODES["lstm"], _rnn.MODES["gru"], _rnn.MODES["rnn_tanh"]
     args = (512, 0, 2, True, 0.0, True, 8, 50, 281)
     assert _rnn._fitted(gru, torch.float32, 256, *args) is not None
-    # GPU: bfloat16 cuDNN RNNs fail (CUDNN_STATUS_BAD_PARAM); projected problems and inputs wider
-    # than the gates fall outside what the sweep's held-out problems confirmed
+    # GPU: bfloat16 cuDNN RNNs fail (CUDNN_STATUS_BAD_PARAM); projected training with inputs wider
+    # than the hidden size and inputs wider than the gates fall outside what the sweeps confirmed
     assert _rnn._fitted(gru, torch.bfloat16, 256, *args) is None
-    assert _rnn._fitted(lstm, torch.float32, 256, 512, 128, 2, True, 0.0, True, 8, 50, 281) is None
+    assert _rnn._fitted(lstm, torch.float32, 1000, 512, 128, 2, True, 0.0, True, 8, 50, 281) is None
     assert _rnn._fitted(gru, torch.float32, 800, *args) is None
     # RNN_TANH: one layer, and inference, differ from the fitted form
     assert _rnn._fitted(tanh, torch.float32, 256, 512, 0, 1, True, 0.0, True, 8, 50, 281) is None
@@ -261,7 +261,7 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is None
 
 
-def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace_only():
+def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace():
     from vramscope import _rnn
 
     lstm = _rnn.MODES["lstm"]
@@ -274,8 +274,73 @@ def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace_on
     # fp32, 990 inputs, 1032 hidden projected to 754, 4 layers, unpacked batch 79 of 204 steps
     f = _rnn._fitted(lstm, torch.float32, 990, 1032, 754, 4, False, 0.0, False, 79, 204, 79 * 204, False)
     assert f == {"workspace": 606903744}
-    # training: its workspace exceeds inference's on held-out problems by a form not fitted
+    # training with inputs wider than the hidden size: its workspace exceeds inference's by a form
+    # not fitted (GPU: fixtures/run/rnn_sweep_proj_h200.jsonl)
     assert _rnn._fitted(lstm, torch.float16, *args, True, 100, 263, 100 * 263, False) is None
+
+
+def test_a_projected_lstm_language_model_runs_cudnn_with_the_fitted_workspace_and_reserve():
+    # blind32/af05's LSTM; GPU (per-op truth, fixtures/run/truth_blind32_h200.tar.xz):
+    # _cudnn_rnn_flatten_weight one zeroed buffer of 23134208 bytes, the w_hr matrices after each
+    # layer's w_ih and w_hh, the biases after every matrix; _cudnn_rnn 6 allocations, 713491200 bytes
+    # (x copy, output, hy 65536, cy 262144, workspace 235012608, reserve 452985088);
+    # _cudnn_rnn_backward 11, 552535040 bytes
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(512, 1024, num_layers=2, batch_first=True, proj_size=256).cuda()
+        assert torch.cuda.memory_allocated() == 23134208
+        offsets = [p.storage_offset() for p in lstm._flat_weights]
+        layer0 = [0, 2097152, 5767168, 5771264, 3145728]
+        assert offsets == [*layer0, 3407872, 4456448, 5775360, 5779456, 5505024]
+        x = torch.empty(32, 256, 512, device="cuda", requires_grad=True)
+        h = (torch.zeros(2, 32, 256, device="cuda"), torch.zeros(2, 32, 1024, device="cuda"))
+        (out, (hy, cy)), count, req = _counted(lambda: lstm(x, h))
+        assert (count, req) == (6, 713491200)
+        assert (out.shape, hy.shape, cy.shape) == ((32, 256, 256), (2, 32, 256), (2, 32, 1024))
+        # the head's gradient: contiguous batch-first, copied time-major; then AccumulateGrad copies
+        # dx (batch-first, time-major strides) into x's layout
+        g = torch.empty(32, 256, 256, device="cuda")
+        _, count, req = _counted(lambda: out.backward(g))
+        assert (count, req) == (11 + 1, 552535040 + 16777216)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_the_projected_fitted_sizes_match_the_sweep():
+    from vramscope import _rnn
+
+    lstm, f32, f16 = _rnn.MODES["lstm"], torch.float32, torch.float16
+    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl), held out: fp32, 657 inputs, 816 hidden projected
+    # to 372, one layer, bidirectional, unpacked batch 16 of 83 steps
+    f = _rnn._fitted(lstm, f32, 657, 816, 372, 1, True, 0.0, True, 16, 83, 16 * 83, False)
+    assert f == {"workspace": 115341376, "reserve": 55967488, "backward_workspace": 115341376}
+    # fp16, 46 inputs, 162 hidden projected to 117, 4 layers, bidirectional, batch 46 of 76 steps
+    f = _rnn._fitted(lstm, f16, 46, 162, 117, 4, True, 0.0, True, 46, 76, 46 * 76, False)
+    assert f == {"workspace": 89744800, "reserve": 67710784, "backward_workspace": 89744800}
+    # fp32, 502 inputs, 738 hidden projected to 512, 4 layers, dropout 0.3, batch 116 of 130 steps:
+    # the inference workspace 384452448, training's E * T * h more
+    args = (502, 738, 512, 4, False, 0.3)
+    f = _rnn._fitted(lstm, f32, *args, True, 116, 130, 116 * 130, False)
+    assert f == {"workspace": 428968608, "reserve": 1328367296, "backward_workspace": 428968608}
+    assert _rnn._fitted(lstm, f32, *args, False, 116, 130, 116 * 130, False) == {"workspace": 384452448}
+    # fit set: fp32, 256 inputs, 512 hidden projected to 128, 2 layers, bidirectional, dropout 0.25,
+    # packed lengths 200, 88, 2
+    f = _rnn._fitted(lstm, f32, 256, 512, 128, 2, True, 0.25, True, 3, 200, 290, True)
+    assert f == {"workspace": 55697664, "reserve": 16074496, "backward_workspace": 55697664}
+
+
+def test_the_projected_fitted_sizes_hold_only_in_their_domain():
+    from vramscope import _rnn
+
+    lstm, f32 = _rnn.MODES["lstm"], torch.float32
+    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl): a projection of nearly the hidden size, unpacked,
+    # trains with more workspace than inference at 1 or 2 steps and past 256 (512 hidden, 511
+    # projected); within 3 to 256 steps, and at half the hidden size or less, it does not
+    assert _rnn._fitted(lstm, f32, 256, 512, 511, 2, False, 0.0, True, 32, 2, 64, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 511, 2, False, 0.0, True, 8, 300, 2400, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 511, 2, False, 0.0, True, 8, 50, 400, False) is not None
+    assert _rnn._fitted(lstm, f32, 256, 512, 256, 2, False, 0.0, True, 32, 2, 64, False) is not None
+    # inputs wider than the hidden size: training not fitted, inference is
+    assert _rnn._fitted(lstm, f32, 700, 512, 128, 1, False, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 700, 512, 128, 1, False, 0.0, False, 8, 50, 400, False) is not None
 
 
 def test_a_short_multi_layer_unidirectional_gru_takes_the_second_form():

@@ -19,9 +19,10 @@ path, and the dispatch rules allocate what RNN.cpp's kernels allocate, in its or
 
 cuDNN's workspace and reserve sizes (`cudnnGetRNNTempSpaceSizes`, closed source) come from GPU
 measurements: first a table measured per whole problem (`cudnn_rnn_h200.json`, made by
-validation/run/rnn_table.py), then the formula `_fitted` fitted to two sweeps (validation/run/rnn_sweep.py,
+validation/run/rnn_table.py), then the formula `_fitted` fitted to three sweeps (validation/run/rnn_sweep.py,
 fixtures/run/rnn_sweep_h200.jsonl for bidirectional problems, rnn_sweep_uni_h200.jsonl for
-unidirectional ones; docs/cudnn-rnn.md); any other problem is named unmeasured and gets neither.
+unidirectional ones, rnn_sweep_proj_h200.jsonl for LSTMs with projections; docs/cudnn-rnn.md); any
+other problem is named unmeasured and gets neither.
 """
 
 from __future__ import annotations
@@ -330,8 +331,8 @@ def _fitted(
       6 (GRU), plus with dropout in training B * S * (layers - 1) * dirs * dirs * h / 8.
 
     Domain (None outside it): float32 or float16 (bfloat16 fails on the GPU with
-    CUDNN_STATUS_BAD_PARAM), no projection, 1 to 4 layers; unidirectional problems take
-    `_fitted_uni`; bidirectional ones: packed: LSTM and GRU with
+    CUDNN_STATUS_BAD_PARAM), 1 to 4 layers; projected LSTMs take `_fitted_proj`, other
+    unidirectional problems `_fitted_uni`; bidirectional ones: packed: LSTM and GRU with
     hidden >= 256 and 2 * input <= G * hidden, RNN_TANH/RELU with 2 or more layers; unpacked: at
     least 2 steps, input <= hidden, LSTM with hidden >= 256, GRU with hidden >= 256 and 2 or more
     layers, RNN_TANH/RELU with hidden > 384 (the standard algorithm) and 2 or more layers. RNN
@@ -340,12 +341,14 @@ def _fitted(
     es = _ELEMENT_BYTES.get(dtype)
     if es is None or layers < 1 or layers > 4:
         return None
+    if proj:
+        return _fitted_proj(
+            mode, dtype, input_size, hidden, proj, layers, bidir, dropout, train, batch, seq, tokens, packed
+        )
     if not bidir:
         return _fitted_uni(
             mode, dtype, input_size, hidden, proj, layers, dropout, train, batch, seq, tokens, packed
         )
-    if proj:
-        return None
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
@@ -418,13 +421,10 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
       (LSTM 11): one layer, or at most 7 steps, max(a, f); LSTM with more layers a where f <= a;
     - the backward's two workspaces are the training forward's;
     - reserve = 256 + E * T * (L * k*h + (L - 1) * h), k = 1, 6, 5 (RNN, GRU, LSTM), plus with
-      dropout B * S * (L - 1) * h / 8;
-    - projected LSTMs (p the projection, W with its matrices; RNN.cpp always picks the standard
-      algorithm), inference only: packed c0 + E * (B * L * 6h + Tc * 4h + T * h), unpacked
-      c0 + roundup(8B, 32) + E * (B * L * (8h + 2p) + Tc * 4h + T * (h + i + p)).
+      dropout B * S * (L - 1) * h / 8.
 
     Domain (None outside it): at most 400 steps, dropout only with 2 or more layers; unpacked: the
-    standard algorithm (`_persistent`); projected LSTMs in inference only; training: packed LSTM/GRU
+    standard algorithm (`_persistent`); training: packed LSTM/GRU
     with more layers only where i + h <= G*h; packed RNN_TANH/RELU with i <= h and one layer or
     dropout; unpacked with more layers and over 7 steps: LSTM only where i <= h and f <= a, GRU
     only with dropout and i <= h, RNN not at all. Elsewhere the training workspace is not
@@ -433,9 +433,7 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
     es = _ELEMENT_BYTES[dtype]
     if seq > 400 or (dropout > 0 and layers < 2):
         return None
-    if proj and (train or mode != MODES["lstm"]):
-        return None
-    if not proj and not packed and _persistent(mode, dtype, input_size, hidden, layers, batch):
+    if not packed and _persistent(mode, dtype, input_size, hidden, layers, batch):
         return None
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
@@ -446,11 +444,6 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
     matrices = n - len(layout) * 2 * gates * h
     c0 = 256 + es * matrices + 8 * _MIB * layers
     rows = 0 if packed else -(-8 * b // 32) * 32
-    if proj and packed:
-        return {"workspace": c0 + es * (b * layers * 6 * h + capped * 4 * h + t * h)}
-    if proj:
-        per_batch = b * layers * (8 * h + 2 * proj)
-        return {"workspace": c0 + rows + es * (per_batch + capped * 4 * h + t * (h + i + proj))}
     if packed:
         infer = c0 + es * (b * layers * _UNI_PACKED_B[gates] * h + capped * gates * h)
     else:
@@ -481,6 +474,58 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
     reserve = 256 + es * t * (layers * k * h + (layers - 1) * h)
     if dropout > 0:
         reserve += b * seq * (layers - 1) * h // 8
+    return {"workspace": workspace, "reserve": reserve, "backward_workspace": workspace}
+
+
+def _fitted_proj(
+    mode, dtype, input_size, hidden, proj, layers, bidir, dropout, train, batch, seq, tokens, packed
+):
+    """`_fitted` for LSTMs with projections (RNN.cpp `get_algo`: always CUDNN_RNN_ALGO_STANDARD):
+    cuDNN 9.19's workspace and reserve on sm_90, fitted to GPU measurements (validation/run/rnn_sweep.py
+    `proj`, fixtures/run/rnn_sweep_proj_h200.jsonl; docs/cudnn-rnn.md). With E, B, T, S, h, i, L as in
+    `_fitted_uni`, p the projection, W the weight matrices' elements (w_hr included), D the
+    directions, c0 = 256 + E*W + 8 MiB * L * D and Tc = min(T, 256 * B):
+
+    - inference workspace, unidirectional: packed c0 + E * (B * L * 6h + Tc * 4h + T * h), unpacked
+      c0 + roundup(8B, 32) + E * (B * L * (8h + 2p) + Tc * 4h + T * (h + i + p));
+      bidirectional: packed c0 + E * (B * L * 16h + T * 14h), unpacked
+      c0 + roundup(8B, 32) + E * (B * L * (20h + 4p) + T * (14h + 2p + i));
+    - training workspace = inference (unidirectional with dropout: + E * T * h); the backward's two
+      workspaces are the training forward's;
+    - reserve = 256 + E * T * (L * D * (6h + p) + (L - 1) * D * h), plus with dropout
+      B * S * (L - 1) * D * D * p / 8.
+
+    Domain (None outside it): LSTM, at most 400 steps, dropout only with 2 or more layers; training
+    only where i <= h, and unpacked where 2p > h only for 3 to 256 steps (elsewhere the training
+    workspace exceeds the inference one by a form the sweep does not resolve). On held-out problems
+    in the domain (all three sweeps) the sizes are exact or under by at most 242 bytes (alignment
+    padding left out)."""
+    if mode != MODES["lstm"] or seq > 400 or (dropout > 0 and layers < 2):
+        return None
+    es = _ELEMENT_BYTES[dtype]
+    h, i, p, b, t = hidden, input_size, proj, batch, tokens
+    dirs = 2 if bidir else 1
+    n, layout = weight_layout(mode, i, h, p, layers, bidir)
+    matrices = n - len(layout) * 8 * h
+    c0 = 256 + es * matrices + 8 * _MIB * layers * dirs
+    rows = 0 if packed else -(-8 * b // 32) * 32
+    capped = min(t, 256 * b)
+    if bidir and packed:
+        infer = c0 + es * (b * layers * 16 * h + t * 14 * h)
+    elif bidir:
+        infer = c0 + rows + es * (b * layers * (20 * h + 4 * p) + t * (14 * h + 2 * p + i))
+    elif packed:
+        infer = c0 + es * (b * layers * 6 * h + capped * 4 * h + t * h)
+    else:
+        infer = c0 + rows + es * (b * layers * (8 * h + 2 * p) + capped * 4 * h + t * (h + i + p))
+    if not train:
+        return {"workspace": infer}
+    if i > h or (not packed and 2 * p > h and not 3 <= seq <= 256):
+        return None
+    workspace = infer + (es * t * h if dropout > 0 and not bidir else 0)
+    reserve = 256 + es * t * (layers * dirs * (6 * h + p) + (layers - 1) * dirs * h)
+    if dropout > 0:
+        reserve += b * seq * (layers - 1) * dirs * dirs * p // 8
     return {"workspace": workspace, "reserve": reserve, "backward_workspace": workspace}
 
 

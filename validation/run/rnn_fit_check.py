@@ -1,10 +1,12 @@
 """Residuals of `vramscope._rnn._fitted` against a sweep's GPU measurements (validation/run/rnn_sweep.py).
 
-    PYTHONPATH=python python validation/run/rnn_fit_check.py fixtures/run/rnn_sweep_uni_h200.jsonl [uni|bi]
+    PYTHONPATH=python python validation/run/rnn_fit_check.py fixtures/run/rnn_sweep_uni_h200.jsonl [uni|bi|proj]
 
 For every problem the formula answers (its domain), measured minus formula of the training workspace
 (also the backward's), the reserve and the inference workspace, grouped by set, mode, packed or not,
 one or more layers and dropout: how many are exact, and the least and largest residual in bytes.
+`uni` and `bi` take the problems of one direction without projection, `proj` the LSTMs with
+projections of both directions.
 """
 
 import collections
@@ -43,9 +45,15 @@ def main():
     groups = collections.defaultdict(lambda: collections.defaultdict(list))
     for line in open(path):
         r = json.loads(line)
-        if r["set"] == "meta" or r.get("error") or r["bidirectional"] != (which == "bi"):
+        if r["set"] == "meta" or r.get("error"):
+            continue
+        if which == "proj" and not r["proj_size"]:
+            continue
+        if which != "proj" and (r["proj_size"] or r["bidirectional"] != (which == "bi")):
             continue
         mode = "rnn" if r["mode"].startswith("rnn") else r["mode"]
+        if which == "proj":
+            mode = "bi" if r["bidirectional"] else "uni"
         key = (
             r["set"],
             mode,
