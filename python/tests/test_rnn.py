@@ -338,9 +338,28 @@ def test_the_projected_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 256, 512, 511, 2, False, 0.0, True, 8, 300, 2400, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 511, 2, False, 0.0, True, 8, 50, 400, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 512, 256, 2, False, 0.0, True, 32, 2, 64, False) is not None
-    # inputs wider than the hidden size: training not fitted, inference is
-    assert _rnn._fitted(lstm, f32, 700, 512, 128, 1, False, 0.0, True, 8, 50, 400, False) is None
-    assert _rnn._fitted(lstm, f32, 700, 512, 128, 1, False, 0.0, False, 8, 50, 400, False) is not None
+    # inputs wider than the hidden size: training fitted for one unidirectional layer only
+    assert _rnn._fitted(lstm, f32, 700, 512, 128, 2, False, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 700, 512, 128, 1, True, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 700, 512, 128, 1, False, 0.0, True, 8, 50, 400, False) is not None
+    assert _rnn._fitted(lstm, f32, 700, 512, 128, 2, False, 0.0, False, 8, 50, 400, False) is not None
+
+
+def test_a_projected_one_layer_lstm_with_wide_inputs_trains_with_the_second_form():
+    from vramscope import _rnn
+
+    lstm, f32 = _rnn.MODES["lstm"], torch.float32
+    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl), fit set: fp32, 2000 inputs, 512 hidden projected
+    # to 128, one layer, unpacked batch 32 of 50 steps: inference workspace 56644096, training and
+    # backward 73200128, reserve 20480256
+    f = _rnn._fitted(lstm, f32, 2000, 512, 128, 1, False, 0.0, True, 32, 50, 1600, False)
+    assert f == {"workspace": 73200128, "reserve": 20480256, "backward_workspace": 73200128}
+    assert _rnn._fitted(lstm, f32, 2000, 512, 128, 1, False, 0.0, False, 32, 50, 1600, False) == {
+        "workspace": 56644096
+    }
+    # packed lengths 200, 104, 12: training workspace 29924352, inference 29356288
+    f = _rnn._fitted(lstm, f32, 2000, 512, 128, 1, False, 0.0, True, 3, 200, 316, True)
+    assert f == {"workspace": 29924352, "reserve": 4045056, "backward_workspace": 29924352}
 
 
 def test_a_short_multi_layer_unidirectional_gru_takes_the_second_form():

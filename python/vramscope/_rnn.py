@@ -490,16 +490,18 @@ def _fitted_proj(
       c0 + roundup(8B, 32) + E * (B * L * (8h + 2p) + Tc * 4h + T * (h + i + p));
       bidirectional: packed c0 + E * (B * L * 16h + T * 14h), unpacked
       c0 + roundup(8B, 32) + E * (B * L * (20h + 4p) + T * (14h + 2p + i));
-    - training workspace = inference (unidirectional with dropout: + E * T * h); the backward's two
+    - training workspace: one unidirectional layer max(inference, f), f = c0 + E * (B * 3h +
+      T * (i + 2h)) packed, c0 + roundup(8B, 32) + E * (B * (7h + 4p) + T * (3i + 2h + 2p))
+      unpacked; otherwise inference (unidirectional with dropout: + E * T * h); the backward's two
       workspaces are the training forward's;
     - reserve = 256 + E * T * (L * D * (6h + p) + (L - 1) * D * h), plus with dropout
       B * S * (L - 1) * D * D * p / 8.
 
     Domain (None outside it): LSTM, at most 400 steps, dropout only with 2 or more layers; training
-    only where i <= h, and unpacked where 2p > h only for 3 to 256 steps (elsewhere the training
-    workspace exceeds the inference one by a form the sweep does not resolve). On held-out problems
-    in the domain (all three sweeps) the sizes are exact or under by at most 242 bytes (alignment
-    padding left out)."""
+    with more layers or directions only where i <= h, and unpacked where 2p > h only for 3 to 256
+    steps (elsewhere the training workspace exceeds these forms by one the sweep does not resolve).
+    On held-out problems in the domain (all three sweeps) the sizes are exact or under by at most
+    316 bytes (alignment padding left out)."""
     if mode != MODES["lstm"] or seq > 400 or (dropout > 0 and layers < 2):
         return None
     es = _ELEMENT_BYTES[dtype]
@@ -520,9 +522,18 @@ def _fitted_proj(
         infer = c0 + rows + es * (b * layers * (8 * h + 2 * p) + capped * 4 * h + t * (h + i + p))
     if not train:
         return {"workspace": infer}
-    if i > h or (not packed and 2 * p > h and not 3 <= seq <= 256):
+    if not packed and 2 * p > h and not 3 <= seq <= 256:
         return None
-    workspace = infer + (es * t * h if dropout > 0 and not bidir else 0)
+    if not bidir and layers == 1:
+        if packed:
+            f = c0 + es * (b * 3 * h + t * (i + 2 * h))
+        else:
+            f = c0 + rows + es * (b * (7 * h + 4 * p) + t * (3 * i + 2 * h + 2 * p))
+        workspace = max(infer, f)
+    elif i > h:
+        return None
+    else:
+        workspace = infer + (es * t * h if dropout > 0 and not bidir else 0)
     reserve = 256 + es * t * (layers * dirs * (6 * h + p) + (layers - 1) * dirs * h)
     if dropout > 0:
         reserve += b * seq * (layers - 1) * dirs * dirs * p // 8
