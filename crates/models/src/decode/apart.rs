@@ -662,6 +662,7 @@ impl Apart {
     }
 
     /// Malloc `r` of step `k` made `b`.
+    #[inline]
     fn put(&mut self, k: usize, r: usize, b: Blk) {
         let n = self.ring.len();
         let v = &mut self.ring[k & (n - 1)];
@@ -672,6 +673,7 @@ impl Apart {
     }
 
     /// What malloc `r` of step `k` made, if the ring still holds it.
+    #[inline]
     fn made_in(&self, k: usize, r: usize) -> Option<Blk> {
         self.ring[k & (self.ring.len() - 1)]
             .get(r)
@@ -1187,12 +1189,19 @@ impl Apart {
         m
     }
 
-    /// Make the blocks made for a moment and not freed yet on the twin, in
-    /// their order (each takes the block it was found).
+    /// Make the blocks made for a moment and not freed yet on the large
+    /// pool, in their order (each takes the block it was found).
+    #[inline]
     fn make_open(&mut self, s: &mut Serving) -> Result<(), Aborted> {
-        if self.open.is_empty() {
-            return Ok(());
+        match self.open.is_empty() {
+            true => Ok(()),
+            false => self.make_open_now(s),
         }
+    }
+
+    /// [`Self::make_open`] where blocks are open.
+    #[inline(never)]
+    fn make_open_now(&mut self, s: &mut Serving) -> Result<(), Aborted> {
         // (taken and given back: its buffer serves the next nest)
         let mut open = std::mem::take(&mut self.open);
         for (i, &(k, r, bytes)) in open.iter().enumerate() {
