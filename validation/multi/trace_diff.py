@@ -1,13 +1,18 @@
 """Compare the twin's allocator trace of one rank with the GPU's, entry by entry.
 
     python3 validation/multi/trace_diff.py VRAMSCOPE CASE RANK TRACE_DIR [N] [--cases CASES.json]
-        [--from K] [--all]
+        [--from K] [--all] [--full] [--blocks]
 
 TRACE_DIR holds CASE.rank{RANK}.trace.json (one of fixtures/multi/traces_*.tgz unpacked). Runs
 `vramscope estimate ... --snapshot` for the case of CASES.json (validation/multi/multi_cases.json
 unless given; FSDP and DDP alike) and prints the first entry (action, size, stream) where the two
 differ, with the GPU's Python frames around it. `--from K` starts the comparison at entry K of
-both; `--all` prints every differing entry (one line each) instead of stopping at the first.
+both; `--all` prints every differing entry (one line each) instead of stopping at the first;
+`--full` compares the frees' completions and the segments' allocations too. `--blocks` prints the
+first allocation whose block differs in size (its remainder left unsplit in one trace and not in
+the other: the caching allocator's best fit took another block), each trace's blocks rebuilt from
+its own addresses; where the traces are equal in every entry (`--full`) and differ in blocks, the
+segments' address order is what differs.
 """
 import json
 import os
@@ -28,8 +33,8 @@ def main():
             i = argv.index(flag)
             opts[flag] = argv[i + 1]
             del argv[i:i + 2]
-    every = "--all" in argv
-    argv = [a for a in argv if a != "--all"]
+    every, full, blocks = ("--all" in argv), ("--full" in argv), ("--blocks" in argv)
+    argv = [a for a in argv if a not in ("--all", "--full", "--blocks")]
     binary, name, rank, tdir = argv[0], argv[1], int(argv[2]), argv[3]
     n = int(argv[4]) if len(argv) > 4 else 2
     here = os.path.dirname(os.path.abspath(__file__))
@@ -45,10 +50,15 @@ def main():
     if not os.path.exists(os.path.join(tmp, "twin.pickle")):
         sys.exit(f"vramscope estimate failed: {p.stderr.strip()}")
     snap = pickle.load(open(os.path.join(tmp, "twin.pickle"), "rb"))
+    raw_gp = json.load(open(os.path.join(tdir, f"{name}.rank{rank}.trace.json")))
+    if blocks:
+        raw_tw = [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]]
+        first_block_difference(raw_tw, raw_gp)
+        return
+    kept = ("alloc", "free_requested") + (("free_completed", "segment_alloc", "segment_free") if full else ())
     tw = [(e["action"], e["size"], e.get("stream", 0)) for e in snap["device_traces"][0]
-          if e["action"] in ("alloc", "free_requested")]
-    gp = [e for e in json.load(open(os.path.join(tdir, f"{name}.rank{rank}.trace.json")))
-          if e[0] in ("alloc", "free_requested")]
+          if e["action"] in kept]
+    gp = [e for e in raw_gp if e[0] in kept]
     print(f"twin {len(tw)} entries, GPU {len(gp)}")
     start = int(opts.get("--from", 0))
     streams = {}  # the GPU's stream ids, in the twin's numbering (by first use)
@@ -67,6 +77,43 @@ def main():
             return
     if not found:
         print("the same actions, sizes and streams")
+
+
+def block_sizes(trace):
+    """(block size, rounded request, entry) per allocation of a trace ([action, addr, size, ...]
+    entries), the blocks rebuilt from the addresses: an allocation takes the start of a free block
+    (the gap up to the next live block of its segment) and splits off the remainder only where
+    `CUDACachingAllocator.cpp`'s `shouldSplit` does (small pool: at least 512 bytes; large pool:
+    more than 1 MiB)."""
+    segs, out = {}, []
+    for k, e in enumerate(trace):
+        action, addr, size = e[0], e[1], e[2]
+        if action == "segment_alloc":
+            segs[addr] = (size, {})
+        elif action == "segment_free":
+            segs.pop(addr, None)
+        elif action in ("alloc", "free_completed"):
+            base = next(a for a, (n, _) in segs.items() if a <= addr < a + n)
+            n, live = segs[base]
+            if action == "free_completed":
+                live.pop(addr, None)
+                continue
+            r = 512 if size < 512 else (size + 511) // 512 * 512
+            rest = min([a for a in live if a > addr] + [base + n]) - addr - r
+            split = rest >= 512 if r <= 1 << 20 else rest > 1 << 20
+            live[addr] = r if split else r + rest
+            out.append((live[addr], r, k))
+    return out
+
+
+def first_block_difference(tw, gp):
+    bt, bg = block_sizes(tw), block_sizes(gp)
+    for i, (a, b) in enumerate(zip(bt, bg)):
+        if a[0] != b[0]:
+            print(f"allocation {i} ({a[1]} bytes): the twin's block {a[0]}, the GPU's {b[0]};"
+                  f" GPU entry {b[2]}, frames {gp[b[2]][4][:2]}")
+            return
+    print(f"the same blocks in all {min(len(bt), len(bg))} allocations")
 
 
 if __name__ == "__main__":
