@@ -76,7 +76,7 @@ def main():
     for c in cases:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(c["config"], f)
-        args = case_args(binary, c, n, gpu, f.name) + ["--json"]
+        args = [*case_args(binary, c, n, gpu, f.name), "--json"]
         p = subprocess.run(args, capture_output=True, text=True)
         os.unlink(f.name)
         if p.returncode not in (0, 1):

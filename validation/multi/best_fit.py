@@ -8,6 +8,7 @@ allocation that did not take the smallest, then lowest, free block of its stream
 (`BlockComparatorSize` in CUDACachingAllocator.cpp), and every new segment made while a free block
 fitted. None in a trace means its placement follows from its segments' addresses alone.
 """
+
 import json
 import sys
 
@@ -22,11 +23,16 @@ def check(t, label, show=5):
     for k, e in enumerate(t):
         a, addr, size, stream = e[0], e[1], e[2], e[3]
         if a == "segment_alloc":
-            nx = next(x for x in t[k + 1:] if x[0] == "alloc")
+            nx = next(x for x in t[k + 1 :] if x[0] == "alloc")
             r = rnd(nx[2])
             small = r <= 1 << 20
-            fits = [(bs, ba) for (_, st, sm, bl) in segs.values() if st == nx[3] and sm == small
-                    for ba, (bs, used) in bl.items() if not used and bs >= r]
+            fits = [
+                (bs, ba)
+                for (_, st, sm, bl) in segs.values()
+                if st == nx[3] and sm == small
+                for ba, (bs, used) in bl.items()
+                if not used and bs >= r
+            ]
             if fits:
                 bad += 1
                 if bad <= show:
@@ -38,8 +44,16 @@ def check(t, label, show=5):
         elif a == "alloc":
             r = rnd(size)
             small = r <= 1 << 20
-            best = min(((bs, ba) for (_, st, sm, bl) in segs.values() if st == stream and sm == small
-                        for ba, (bs, used) in bl.items() if not used and bs >= r), default=None)
+            best = min(
+                (
+                    (bs, ba)
+                    for (_, st, sm, bl) in segs.values()
+                    if st == stream and sm == small
+                    for ba, (bs, used) in bl.items()
+                    if not used and bs >= r
+                ),
+                default=None,
+            )
             base = next(s for s in segs if s <= addr < s + segs[s][0])
             bl = segs[base][3]
             if addr not in bl or bl[addr][1]:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from answers import case_args  # noqa: E402
+from answers import case_args
 
 
 def main():
@@ -108,7 +108,7 @@ def block_sizes(trace):
 
 def first_block_difference(tw, gp):
     bt, bg = block_sizes(tw), block_sizes(gp)
-    for i, (a, b) in enumerate(zip(bt, bg)):
+    for i, (a, b) in enumerate(zip(bt, bg, strict=False)):
         if a[0] != b[0]:
             print(f"allocation {i} ({a[1]} bytes): the twin's block {a[0]}, the GPU's {b[0]};"
                   f" GPU entry {b[2]}, frames {gp[b[2]][4][:2]}")
