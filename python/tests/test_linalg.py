@@ -115,3 +115,58 @@ def test_linalg_ops_without_a_rule_are_named():
         b = torch.empty(4, 64, 64, device="cuda")
         torch.linalg.solve_triangular(b, b, upper=False)
         assert "aten::linalg_solve_triangular of a batch (cuBLAS trsmBatched)" in cap.unmeasured
+
+
+def test_potrf_workspace_follows_the_h200_sweep():
+    # fixtures/run/linalg_sparse: the same bytes in every dtype; a few of the 37 sizes
+    for n, want in (
+        (1, 160),
+        (64, 160),
+        (65, 192),
+        (257, 480),
+        (300, 544),
+        (512, 1152),
+        (4096, 65664),
+        (4097, 66720),
+        (6000, 141504),
+        (8192, 262272),
+    ):
+        assert _linalg.potrf_workspace_bytes(n) == want
+
+
+def test_cholesky_of_one_matrix_and_of_a_batch():
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(4096, 4096, device="cuda", dtype=torch.float64)
+        # L, info and potrf's workspace (blind32/af04's H200 history: 65,664 bytes)
+        _, counts = counted(lambda: torch.linalg.cholesky_ex(a))
+        assert counts == (3, 4096 * 4096 * 8 + 4 + 65664)
+        b = torch.empty(5, 64, 64, device="cuda")
+        # L, the infos, potrfBatched's array of 5 pointers
+        _, counts = counted(lambda: torch.linalg.cholesky_ex(b))
+        assert counts == (3, 5 * 64 * 64 * 4 + 20 + 40)
+
+
+def test_cholesky_solve_clones_both_operands():
+    with vramscope.capture(gpu="h200") as cap:
+        L = torch.empty(4096, 4096, device="cuda", dtype=torch.float64)
+        y = torch.empty(4096, 1, device="cuda", dtype=torch.float64)
+        before = torch.cuda.memory_allocated()
+        # infos, the result (B's column-major copy), L's copy (blind32/af04's H200 history)
+        x, counts = counted(lambda: torch.cholesky_solve(y, L))
+        assert counts == (3, 4 + 32768 + 4096 * 4096 * 8)
+        assert x.stride() == (1, 4096) and torch.cuda.memory_allocated() - before == 32768
+        # a batch goes to MAGMA: the two copies, L broadcast to the batch (fixtures/run/linalg_sparse)
+        L = torch.empty(256, 256, device="cuda", dtype=torch.float64)
+        b = torch.empty(4, 256, 8, device="cuda", dtype=torch.float64)
+        _, counts = counted(lambda: torch.cholesky_solve(b, L))
+        assert counts == (2, 65536 + 2097152)
+        assert not any("cholesky_solve" in k for k in cap.unmeasured)
+
+
+def test_cdist_takes_the_cublas_workspace_of_its_product():
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4096, 8, device="cuda", dtype=torch.float64)
+        d = torch.cdist(x, x)
+        assert d.shape == (4096, 4096)
+        # blind32/af04's H200 history: the product's 32 MiB workspace stays with the handle
+        assert torch.cuda.memory_allocated() == 262144 + 4096 * 4096 * 8 + 32 * 1024 * 1024

@@ -65,7 +65,6 @@ SCRATCH_UNMODELLED = {
     "aten::_linalg_solve_ex",
     "aten::_linalg_svd",
     "aten::_cholesky_solve_helper",
-    "aten::cholesky_solve",
     "aten::cholesky_inverse",
     "aten::geqrf",
     "aten::ormqr",
@@ -2152,7 +2151,8 @@ DISPATCH[aten.roll.default] = _roll
 def _euclidean_dist(cap, func, args, kwargs):
     """`_euclidean_dist` (Distance.cpp; `cdist` of more than 25 rows takes it): squared norms
     (`pow(2).sum(-1, true)`) and ones padded onto `-2 * x1` and `x2` by `cat`, one matmul, then
-    `clamp_min_(0).sqrt_()` in place; its parts run on the twin as the GPU runs them (blind11/k07)."""
+    `clamp_min_(0).sqrt_()` in place; its parts run on the twin as the GPU runs them (blind11/k07;
+    blind32/af04: the product's cuBLAS workspace on first use)."""
     x1, x2 = args
     if kwargs or not (registered(x1) and registered(x2)):
         return NotImplemented
@@ -2166,7 +2166,9 @@ def _euclidean_dist(cap, func, args, kwargs):
         del x1_norm, x1_pad
         x2_ = torch.cat([x2, x2_pad, x2_norm], -1)
         del x2_norm, x2_pad
-        result = x1_.matmul(x2_.mT)
+        # `x1_.matmul(x2_.mT())` is `mm` of two matrices and `bmm` of two equal batches
+        # (`_matmul_impl`); called here `matmul` would reach the mode itself and miss their rules
+        result = (torch.mm if x1_.dim() == 2 else torch.bmm)(x1_, x2_.mT)
         del x1_, x2_
         result.clamp_min_(0).sqrt_()
     return result

@@ -29,16 +29,30 @@ from ._tensor import assumed, registered, set_value, tensors_in, value
 aten = torch.ops.aten
 
 #: cuSOLVER device workspaces in bytes by (routine, n, dtype) for one matrix, measured on an H200
-#: (blind21/u04's memory history: `apply_syevj<float>` of 512 x 512, 1,124,416 bytes;
-#: `cholesky_helper_cusolver`'s potrf of 512 x 512 float32, 1,152 bytes)
+#: (blind21/u04's memory history: `apply_syevj<float>` of 512 x 512, 1,124,416 bytes)
 WORKSPACE = {
     ("syevj", 512, torch.float32): 1124416,
-    ("potrf", 512, torch.float32): 1152,
 }
+
+
+def potrf_workspace_bytes(n: int) -> int:
+    """`cusolverDnXpotrf_bufferSize`'s device bytes for an n x n matrix, as
+    `apply_cholesky_cusolver_potrf_looped` allocates them: 128 + 4 ceil(n/32)^2 rounded up to 32,
+    the same for float32, float64, complex64 and complex128 (an H200's sweep of 37 sizes from 1 to
+    8,192 in each real type and three in each complex one: fixtures/run/linalg_sparse)."""
+    tiles = -(-max(n, 1) // 32)
+    return 128 + -(-4 * tiles * tiles // 32) * 32
+
+
+def _backend() -> str:
+    """`torch.backends.cuda.preferred_linalg_library()`: "default", "cusolver" or "magma"."""
+    return str(torch._C._get_linalg_preferred_backend()).rsplit(".", 1)[-1].lower()
 
 
 def _workspace(cap, routine: str, n: int, dtype, op: str):
     """cuSOLVER's device workspace for one matrix (None where it is not measured: named so)."""
+    if routine == "potrf":
+        return cap.malloc(potrf_workspace_bytes(n), op, "workspace")
     nbytes = WORKSPACE.get((routine, n, dtype))
     if nbytes is None:
         cap.note_unmeasured(f"{op}'s cuSOLVER {routine} workspace ({n} x {n}, {dtype})")
@@ -124,8 +138,10 @@ DISPATCH[aten._linalg_eigh.default] = _linalg_eigh
 
 def _linalg_cholesky_ex(cap, func, args, kwargs):
     """`linalg_cholesky_ex` on CUDA: L and info (its meta function's order), `L.copy_(A)`, then
-    `cholesky_helper_cusolver`: potrf's workspace for a single matrix (a batch's potrfBatched is
-    named unmeasured), and `_linalg_check_errors` when `check_errors`."""
+    `cholesky_helper_cusolver`: one matrix takes potrf and its workspace (`potrf_workspace_bytes`),
+    a batch potrfBatched over `get_device_pointers`' array (an int64 `arange`, 8 bytes a matrix),
+    freed in the helper (the H200's histories: fixtures/run/linalg_sparse); `_linalg_check_errors`
+    when `check_errors`. A MAGMA preference is named unmeasured."""
     a = args[0]
     if not registered(a):
         return NotImplemented
@@ -138,17 +154,56 @@ def _linalg_cholesky_ex(cap, func, args, kwargs):
     cap.track(info, op)
     if L.numel() == 0:
         return L, info
-    if math.prod(a.shape[:-2]) == 1:
+    batch = math.prod(a.shape[:-2])
+    if _backend() == "magma":
+        cap.note_unmeasured("aten::linalg_cholesky_ex under MAGMA (preferred_linalg_library)")
+    elif batch == 1:
         work = _workspace(cap, "potrf", a.size(-1), a.dtype, op)
         del work
     else:
-        cap.note_unmeasured("aten::linalg_cholesky_ex of a batch (cuSOLVER potrfBatched)")
+        pointers = cap.malloc(8 * batch, op, "temporary")
+        del pointers
     if p.get("check_errors", False):
         check_errors(cap, info, op)
     return L, info
 
 
 DISPATCH[aten.linalg_cholesky_ex.default] = _linalg_cholesky_ex
+
+
+def _cholesky_solve(cap, func, args, kwargs):
+    """`cholesky_solve(B, L)` on CUDA (BatchLinearAlgebra.cpp): both operands broadcast to their
+    common batch (views), then `_cholesky_solve_helper_cuda`. A single system (or the cuSOLVER
+    preference) takes `_cholesky_solve_helper_cuda_cusolver`: `zeros({1})` int32 infos,
+    `cloneBatchedColumnMajor` of B (the result) and of L, potrs in place (no workspace), or for a
+    batch with one right-hand side potrsBatched over two `get_device_pointers` arrays (8 bytes a
+    matrix each, B's first); the L copy dies, then the infos. A batch otherwise takes MAGMA
+    (`use_magma_`): the two copies only, MAGMA's pointer arrays being pinned host memory. The H200's
+    histories: fixtures/run/linalg_sparse (one system, a batch, broadcast L and B) and af04."""
+    b, a = args[0], args[1]
+    if not (registered(b) and registered(a)) or b.dim() < 2 or a.dim() < 2:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::cholesky_solve"
+    out = func(*args, **kwargs)
+    if out.numel() == 0:
+        return cap.track(out, op)
+    batch = math.prod(out.shape[:-2])
+    a_numel = batch * a.size(-1) * a.size(-2)
+    backend = _backend()
+    cusolver = backend == "cusolver" or (backend == "default" and batch == 1)
+    infos = cap.malloc(4, op, "temporary") if cusolver else None
+    cap.track(out, op)
+    a_copy = cap.malloc(a_numel * a.element_size(), op, "temporary")
+    if cusolver and batch > 1 and out.size(-1) == 1:
+        b_pointers = cap.malloc(8 * batch, op, "temporary")
+        a_pointers = cap.malloc(8 * batch, op, "temporary")
+        del a_pointers, b_pointers
+    del a_copy, infos
+    return out
+
+
+DISPATCH[aten.cholesky_solve.default] = _cholesky_solve
 
 
 def _solve_triangular(cap, func, call, outs):
