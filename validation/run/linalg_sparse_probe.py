@@ -102,19 +102,19 @@ NS = [
 for dtype in (torch.float32, torch.float64):
     for n in NS:
         a = spd(n, dtype)
-        record("potrf", lambda: torch.linalg.cholesky_ex(a), n=n, dtype=str(dtype))
+        record("potrf", lambda a=a: torch.linalg.cholesky_ex(a), n=n, dtype=str(dtype))
         del a
 for dtype in (torch.complex64, torch.complex128):
     for n in (64, 512, 4096):
         a = spd(n, dtype)
-        record("potrf", lambda: torch.linalg.cholesky_ex(a), n=n, dtype=str(dtype))
+        record("potrf", lambda a=a: torch.linalg.cholesky_ex(a), n=n, dtype=str(dtype))
         del a
 
 # ---- potrf of a batch ----------------------------------------------------------------------------
 for dtype in (torch.float32, torch.float64):
     for b, n in ((2, 8), (5, 64), (3, 512), (64, 32), (2, 2048)):
         a = spd(n, dtype, (b,))
-        record("potrf_batch", lambda: torch.linalg.cholesky_ex(a), n=n, batch=b, dtype=str(dtype))
+        record("potrf_batch", lambda a=a: torch.linalg.cholesky_ex(a), n=n, batch=b, dtype=str(dtype))
         del a
 
 # ---- cholesky_solve -------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ for n, k, ba, bb, dtype in (
     B = torch.randn(*bb, n, k, device=dev, dtype=dtype)
     record(
         "cholesky_solve",
-        lambda: torch.cholesky_solve(B, L),
+        lambda B=B, L=L: torch.cholesky_solve(B, L),
         n=n,
         k=k,
         batch_a=list(ba),
@@ -143,7 +143,9 @@ for n, k, ba, bb, dtype in (
 # cholesky_solve forward and backward (both operands require grad)
 L = torch.linalg.cholesky(spd(512, torch.float32)).requires_grad_()
 B = torch.randn(512, 4, device=dev, requires_grad=True)
-x = record("cholesky_solve_forward", lambda: torch.cholesky_solve(B, L), n=512, k=4, dtype="torch.float32")
+x = record(
+    "cholesky_solve_forward", lambda B=B, L=L: torch.cholesky_solve(B, L), n=512, k=4, dtype="torch.float32"
+)
 record("cholesky_solve_backward", lambda: x.sum().backward(), n=512, k=4, dtype="torch.float32")
 del L, B, x
 
@@ -194,7 +196,7 @@ for m, k, nnz, n, dtype, layout, coal in (
         d = torch.randn(k, 2 * n, device=dev, dtype=dtype)[:, :n]
     record(
         "sparse_mm",
-        lambda: torch.sparse.mm(s, d),
+        lambda s=s, d=d: torch.sparse.mm(s, d),
         m=m,
         k=k,
         nnz=s._nnz(),
