@@ -137,3 +137,96 @@ def test_a_zeroed_sparse_gradient_accumulates_the_next_one():
         assert emb.weight.grad is grad and grad._nnz() == ids.numel()
         torch.optim.SGD(emb.parameters(), lr=0.1).step()
     assert not cap.unmeasured
+
+
+SPMM = json.loads((FIXTURES / "run" / "linalg_sparse" / "linalg_sparse_probe_h200.json").read_text())
+
+
+def _spmm_sequence(case):
+    return [({"a": "alloc", "f": "free_requested"}[e["a"]], e["size"]) for e in case["events"]]
+
+
+def _distinct_pairs(nnz, m, duplicates=0):
+    """nnz index pairs of an m-row matrix, `duplicates` of them repeated (host values the twin carries)."""
+    lin = torch.arange(nnz - duplicates)
+    lin = torch.cat([lin, lin[:duplicates]])
+    return torch.stack([lin % m, lin // m])
+
+
+def test_spmm_buffer_follows_the_h200_sweep():
+    cases = [c for c in SPMM["cases"] if c["name"].startswith("sparse_mm")]
+    assert len(cases) == 24
+    for c in cases:
+        got = [e["size"] for e in c["events"] if e["a"] == "a" and any("csrmm2" in f for f in e["f"])]
+        want = _sparse.spmm_buffer_bytes(c["nnz"], c["n"])
+        assert got == ([want] if c["n"] >= 2 else [107]), c
+
+
+@pytest.mark.parametrize("index", [0, 1, 6, 16, 18, 20, 21])
+def test_sparse_mm_allocates_in_the_h200s_order(index):
+    gpu = [c for c in SPMM["cases"] if c["name"] == "sparse_mm"][index]
+    m, k, n, nnz = gpu["m"], gpu["k"], gpu["n"], gpu["nnz"]
+    dtype = getattr(torch, gpu["dtype"].removeprefix("torch."))
+    coalesced = gpu["coalesced"]
+    # the uncoalesced case: 100,000 entries of which the GPU's coalesce kept 99,948
+    idx = _distinct_pairs(100_000, m, 52) if not coalesced else _distinct_pairs(nnz, m)
+    with vramscope.capture(gpu="h200") as cap:
+        s = torch.sparse_coo_tensor(idx.cuda(), torch.empty(idx.shape[1], device="cuda", dtype=dtype), (m, k))
+        if coalesced:
+            s = s.coalesce()
+        if gpu["layout"] == "row":
+            d = torch.empty(k, n, device="cuda", dtype=dtype)
+        elif gpu["layout"] == "col":
+            d = torch.empty(n, k, device="cuda", dtype=dtype).t()
+        else:
+            d = torch.empty(k, 2 * n, device="cuda", dtype=dtype)[:, :n]
+        out, got = _history(lambda: torch.sparse.mm(s, d))
+        assert out.shape == (m, n) and not out.is_sparse
+        assert got == _spmm_sequence(gpu)
+        assert not cap.unmeasured
+
+
+def test_sparse_mm_backward_transposes_and_coalesces_the_matrix():
+    fwd, bwd = (
+        next(c for c in SPMM["cases"] if c["name"] == name)
+        for name in ("sparse_mm_forward", "sparse_mm_backward")
+    )
+    m, nnz, n = fwd["m"], fwd["nnz"], fwd["n"]
+    with vramscope.capture(gpu="h200"):
+        adj = torch.sparse_coo_tensor(_distinct_pairs(nnz, m).cuda(), torch.empty(nnz, device="cuda"), (m, m))
+        adj = adj.coalesce()
+        x = torch.empty(m, 32, device="cuda")
+        lin = torch.nn.Linear(32, n).to("cuda")
+        lin(x).sum().backward()  # the handles and workspaces of both threads first
+        lin.zero_grad(set_to_none=True)
+        y, got = _history(lambda: torch.sparse.mm(adj, lin(x)))
+        # the GPU's forward less the Linear's cuBLASLt workspace (made earlier here)
+        assert got == [s for s in _spmm_sequence(fwd) if s[1] != 1048576]
+        _, got = _history(lambda: y.sum().backward())
+        # the backward: sum's scratch, the ones, S.t() (clone, swap row), the product with the
+        # transposed S coalesced, then the Linear's gradients
+        assert got == _spmm_sequence(bwd)
+
+
+def test_sparse_transpose_swaps_the_known_indices():
+    with vramscope.capture(gpu="h200"):
+        idx = torch.tensor([[0, 1, 2], [5, 3, 4]])
+        s = torch.sparse_coo_tensor(idx.cuda(), torch.empty(3, device="cuda"), (3, 6)).coalesce()
+        t, got = _history(lambda: s.t())
+        # the clone (values, indices), the transpose's swap row (freed)
+        assert got == [("alloc", 12), ("alloc", 48), ("alloc", 24), ("free_requested", 24)]
+        assert t.shape == (6, 3) and not t.is_coalesced()
+        c = t.coalesce()
+        assert c._nnz() == 3 and c._indices().cpu().tolist() == [[3, 4, 5], [1, 2, 0]]
+
+
+def test_a_one_column_product_names_its_buffer_unmeasured():
+    with vramscope.capture(gpu="h200") as cap:
+        s = torch.sparse_coo_tensor(
+            _distinct_pairs(1000, 100).cuda(), torch.empty(1000, device="cuda"), (100, 100)
+        )
+        out = torch.sparse.mm(s.coalesce(), torch.empty(100, 1, device="cuda"))
+        assert out.shape == (100, 1)
+        assert any(
+            k.startswith("cuSPARSE SpMM's buffer (100 x 100, 1000 entries, 1 columns") for k in cap.unmeasured
+        )

@@ -6,10 +6,12 @@ constructor and metadata (`_indices`, `_values`, `_nnz`, ...) allocate nothing, 
 ops with CUDA kernels of their own (`aten/src/ATen/native/sparse/cuda/*`) have no meta kernel, so
 each is reproduced here with what it allocates on CUDA, in order: `_coalesce`
 (`_coalesce_sparse_cuda` with Thrust's merge sort and unique-by-key), `sparse_mask` of a dense
-tensor, dense + sparse and sparse + sparse `add`, `clone`, and the autograd engine's
-`AccumulateGrad` of a sparse gradient (`nn.Embedding(sparse=True)`, `torch.optim.SparseAdam`).
-Checked against the H200's memory histories of `validation/run/blind16/p04` and of each op at
-five sizes (`fixtures/run/sparse/`). Any other op on a sparse tensor runs its `SparseMeta` kernel
+tensor, dense + sparse and sparse + sparse `add`, `clone`, `transpose`, the sparse x dense product
+(`torch.sparse.mm`, `_sparse_addmm`: CSR conversion and cuSPARSE SpMM) and its backward, and the
+autograd engine's `AccumulateGrad` of a sparse gradient (`nn.Embedding(sparse=True)`,
+`torch.optim.SparseAdam`). Checked against the H200's memory histories of `validation/run/blind16/
+p04`, `blind32/af06` and of each op at several sizes (`fixtures/run/sparse/`,
+`fixtures/run/linalg_sparse/`). Any other op on a sparse tensor runs its `SparseMeta` kernel
 where PyTorch has one (named unmeasured) and stops the program with a clear error where not.
 """
 
@@ -447,3 +449,156 @@ def _tensor_new(cap, func, args, kwargs):
 
 
 _kernels.FUNCTIONS[torch.Tensor.new] = _tensor_new
+
+
+# ---- sparse x dense products (torch.sparse.mm, the backward's S.t() @ grad) ----------------------
+
+
+def spmm_buffer_bytes(nnz: int, n: int) -> int | None:
+    """`cusparseSpMM_bufferSize` (CSR, `CUSPARSE_CSRMM_ALG1`) as `_csrmm2` allocates it: an H200's
+    22 cases (fixtures/run/linalg_sparse) give 4 (ceil(nnz / 256) + 2) - 1 bytes for n >= 2 dense
+    columns, whatever the rows, columns, real dtype or layout; one case of n = 1 gave 107 bytes at
+    99,948 entries, too few to rule on (None)."""
+    if n < 2:
+        return None
+    return 4 * (-(-nnz // 256) + 2) - 1
+
+
+def _transpose(cap, func, args, kwargs):
+    """`transpose` / `t` of a sparse COO tensor over two sparse dimensions (TensorShape.cpp): a
+    clone (`clone_sparse`: values, then indices), then `sparse_transpose_`, which swaps the two
+    index rows through a `zeros_like` row (nnz int64, freed) and marks the result uncoalesced."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)):
+        return NotImplemented
+    if func is aten.t.default:
+        d0, d1 = 0, 1
+    else:
+        p = dict(zip(("self", "dim0", "dim1"), args, strict=False)) | kwargs
+        d0, d1 = p["dim0"], p["dim1"]
+    sd = t.sparse_dim()
+    d0, d1 = d0 % max(t.dim(), 1), d1 % max(t.dim(), 1)
+    if t.dim() < 2 or d0 >= sd or d1 >= sd:
+        return NotImplemented
+    out = _clone(cap, aten.clone.default, (t,), {})
+    if d0 == d1:
+        return out
+    indices, values = parts(out)
+    row = cap.malloc(indices.shape[1] * 8, "aten::zeros_like", "temporary")
+    del row
+    size = list(t.shape)
+    size[d0], size[d1] = size[d1], size[d0]
+    known = index_values(t)
+    if known is not None:
+        known = known.clone()
+        known[[d0, d1]] = known[[d1, d0]]
+    with _NO_DISPATCH():
+        result = aten._sparse_coo_tensor_with_dims_and_tensors(
+            sd,
+            t.dense_dim(),
+            size,
+            indices,
+            values,
+            dtype=values.dtype,
+            layout=_COO,
+            device=torch.device("meta"),
+            is_coalesced=False,
+        )
+    _set_index_values(result, known)
+    return result
+
+
+OPS[aten.t.default] = _transpose
+OPS[aten.transpose.int] = _transpose
+
+
+def _addmm_core(cap, t, sparse, dense):
+    """`s_addmm_out_sparse_dense_cuda` (SparseCUDATensorMath.cu) into a new result, and its
+    workers (SparseBlasLegacy.cpp, SparseCUDABlas.cpp): the result (`resize_` to m x n), the
+    sparse operand coalesced where it is not, then (nnz > 0) `_to_csr_int`'s row offsets
+    ((m + 1) int32) and row indices (nnz int32, freed), the column indices (nnz int32), the result's
+    column-major copy unless it is one already, the dense operand's contiguous copy where neither
+    of cuSPARSE's layouts fits, `cusparseSpMM_bufferSize`'s buffer (allocated and freed); the copies
+    die, then the index arrays, then the coalesced operand (values, indices); `beta` scales or zeroes
+    the result in place. nnz = 0: the result is `t * beta` over a one-element `scalar_tensor`. The
+    H200's order (fixtures/run/linalg_sparse)."""
+    op = "aten::_sparse_addmm"
+    m, k = sparse.shape[0], sparse.shape[1]
+    n = dense.shape[1]
+    r = _empty(cap, (m, n), t.dtype, op)
+    set_value(r, None)
+    coalesced = None
+    if not sparse.is_coalesced():
+        coalesced = _coalesce(cap, aten._coalesce.default, (sparse,), {})
+        sparse = coalesced
+    indices, values = parts(sparse)
+    nnz = values.shape[0]
+    if nnz == 0:
+        scalar = cap.malloc(r.element_size(), "aten::scalar_tensor", "temporary")
+        del scalar
+    else:
+        esize = r.element_size()
+        csr = cap.malloc((m + 1) * 4, op, "temporary")
+        rows = cap.malloc(nnz * 4, op, "temporary")
+        del rows
+        cols = cap.malloc(nnz * 4, op, "temporary")
+        column_major = r.stride(0) == 1 and r.stride(1) == r.size(0)
+        r_copy = None if column_major else cap.malloc(m * n * esize, op, "temporary")
+        ds, dz = dense.stride(), dense.shape
+        fits = (ds[0] == 1 and ds[1] == dz[0]) or (ds[1] == 1 and ds[0] == dz[1]) or dense.is_contiguous()
+        d_copy = None if fits else cap.malloc(dense.numel() * dense.element_size(), op, "temporary")
+        nbytes = spmm_buffer_bytes(nnz, n)
+        if nbytes is None or values.dtype.is_complex:
+            cap.note_unmeasured(
+                f"cuSPARSE SpMM's buffer ({m} x {k}, {nnz} entries, {n} columns, {values.dtype})"
+            )
+        else:
+            buffer = cap.malloc(nbytes, op, "workspace")
+            del buffer
+        del d_copy, r_copy, cols, csr
+    del indices, values, sparse
+    if coalesced is not None:
+        c_indices, c_values = parts(coalesced)
+        del coalesced
+        del c_values, c_indices
+    return r
+
+
+def _dense_operand(x) -> bool:
+    return isinstance(x, torch.Tensor) and not _sparse(x) and x.dim() == 2 and registered(x)
+
+
+def _sparse_operand(x) -> bool:
+    return _sparse(x) and registered(x) and x.sparse_dim() == 2 and x.dense_dim() == 0
+
+
+def _sparse_addmm(cap, func, args, kwargs):
+    """`_sparse_addmm(t, S, D, beta, alpha)` (`torch.sparse.mm`'s `_sparse_mm` and `torch.sparse.
+    addmm`): `addmm_sparse_dense_cuda`, see `_addmm_core`."""
+    names = ("self", "mat1", "mat2", "beta", "alpha")
+    p = dict(zip(names, args, strict=False)) | kwargs
+    t, s, d = p["self"], p["mat1"], p["mat2"]
+    if not (_sparse_operand(s) and _dense_operand(d) and registered(t)) or _sparse(t):
+        return NotImplemented
+    cap.ops += 1
+    return _addmm_core(cap, t, s, d)
+
+
+OPS[aten._sparse_addmm.default] = _sparse_addmm
+
+
+def _mm(cap, func, args, kwargs):
+    """`mm(S, D)` of a sparse COO matrix (`_sparse_mm`, SparseTensorMath.cpp): `zeros` of the
+    result's shape (m x n in D's dtype), `_sparse_addmm` into a new result, then the zeros die. The
+    backward of `torch.sparse.mm` takes it for D's gradient (`mm_mat2_backward`: `S.t().mm(grad)`)."""
+    s, d = args[0], args[1]
+    if not (_sparse_operand(s) and _dense_operand(d)):
+        return NotImplemented
+    cap.ops += 1
+    t = _empty(cap, (s.shape[0], d.shape[1]), d.dtype, "aten::zeros")
+    out = _addmm_core(cap, t, s, d)
+    del t
+    return out
+
+
+OPS[aten.mm.default] = _mm
