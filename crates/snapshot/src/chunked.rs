@@ -85,6 +85,7 @@ impl<T> ChunkedVec<T> {
     }
 
     /// Append copies of `xs` (a chunk at a time).
+    #[cfg(test)]
     pub(crate) fn extend_from_slice(&mut self, mut xs: &[T])
     where
         T: Copy,
@@ -103,6 +104,99 @@ impl<T> ChunkedVec<T> {
             }
             self.len += a.len();
             xs = b;
+        }
+    }
+
+    /// Append the items of `parts`, in order, on up to `threads` threads:
+    /// the chunk being filled is filled here, each later chunk is made
+    /// whole on a thread (which touches its memory first). `fix(k, xs)`
+    /// is called on the items `xs` just copied from part `k`, in place.
+    pub(crate) fn extend_par(
+        &mut self,
+        parts: &[&ChunkedVec<T>],
+        threads: usize,
+        fix: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) where
+        T: Copy + Send + Sync,
+    {
+        // the source slices, each with its part and where it starts among
+        // the items appended
+        let mut srcs: Vec<(usize, usize, &[T])> = Vec::new();
+        let mut total = 0usize;
+        for (k, p) in parts.iter().enumerate() {
+            for sl in p.slices() {
+                srcs.push((k, total, sl));
+                total += sl.len();
+            }
+        }
+        // items `from..to` of those appended, copied onto the end of `v`
+        let copy = |v: &mut Vec<T>, from: usize, to: usize| {
+            let i = srcs.partition_point(|&(_, at, sl)| at + sl.len() <= from);
+            for &(k, at, sl) in &srcs[i..] {
+                if at >= to {
+                    break;
+                }
+                let a = from.max(at) - at;
+                let b = to.min(at + sl.len()) - at;
+                let n = v.len();
+                v.extend_from_slice(&sl[a..b]);
+                fix(k, &mut v[n..]);
+            }
+        };
+        if self.len == 0 {
+            *self = Self::default();
+        }
+        // the chunk being filled, here
+        let j = self.start + self.len;
+        let head = if j & MASK == 0 {
+            0
+        } else {
+            (CHUNK - (j & MASK)).min(total)
+        };
+        if head > 0 {
+            if j < CHUNK {
+                copy(&mut self.first, 0, head);
+            } else {
+                let c = (j >> BITS) - 1;
+                if c == self.rest.len() {
+                    self.rest.push(Vec::with_capacity(CHUNK));
+                }
+                copy(&mut self.rest[c], 0, head);
+            }
+            self.len += head;
+        }
+        // the later chunks, whole, on the threads
+        let n = (total - head).div_ceil(CHUNK);
+        let mut chunks: Vec<Vec<T>> = (0..n).map(|_| Vec::new()).collect();
+        let make = |q: usize, v: &mut Vec<T>| {
+            let from = head + q * CHUNK;
+            *v = Vec::with_capacity(CHUNK);
+            copy(v, from, (from + CHUNK).min(total));
+        };
+        let per = n.div_ceil(threads.max(1)).max(1);
+        if n <= per {
+            for (q, v) in chunks.iter_mut().enumerate() {
+                make(q, v);
+            }
+        } else {
+            std::thread::scope(|s| {
+                for (t, vs) in chunks.chunks_mut(per).enumerate() {
+                    let make = &make;
+                    s.spawn(move || {
+                        for (q, v) in vs.iter_mut().enumerate() {
+                            make(t * per + q, v);
+                        }
+                    });
+                }
+            });
+        }
+        for v in chunks {
+            self.len += v.len();
+            if j == 0 && self.first.is_empty() {
+                self.first = v;
+            } else {
+                self.rest.push(v);
+            }
         }
     }
 
@@ -316,6 +410,48 @@ mod tests {
         let front = d.split_front(CHUNK + 3);
         assert!(front.slices().flatten().eq(v[..CHUNK + 3].iter()));
         assert!(d.slices().flatten().eq(v[CHUNK + 3..].iter()));
+    }
+
+    #[test]
+    fn extend_par_is_extend_from_slice_with_the_fix() {
+        // parts of several chunks and none, onto empty, partial and split
+        // vectors, on 1 and 3 threads
+        let sizes = [5usize, 0, CHUNK + 7, 2 * CHUNK, 3, CHUNK - 1];
+        let parts: Vec<ChunkedVec<u32>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                let mut c = ChunkedVec::default();
+                c.extend_fill(n, k as u32 * 10);
+                c
+            })
+            .collect();
+        let refs: Vec<&ChunkedVec<u32>> = parts.iter().collect();
+        for before in [0usize, 9, CHUNK, CHUNK + 2] {
+            for split in [0usize, 4] {
+                for threads in [1, 3] {
+                    let mut c: ChunkedVec<u32> = ChunkedVec::default();
+                    c.extend_fill(before + split, 1);
+                    let _ = c.split_front(split);
+                    let mut v: Vec<u32> = c.iter().copied().collect();
+                    c.extend_par(&refs, threads, &|k, xs| {
+                        for x in xs {
+                            *x += k as u32;
+                        }
+                    });
+                    for (k, p) in parts.iter().enumerate() {
+                        v.extend(p.iter().map(|x| x + k as u32));
+                    }
+                    assert_eq!(c.len(), v.len());
+                    assert!(c.iter().eq(v.iter()), "{before} {split} {threads}");
+                    for i in [0, v.len() / 2, v.len() - 1] {
+                        assert_eq!(c.get(i), v.get(i));
+                    }
+                    c.push(77);
+                    assert_eq!(c.get(v.len()), Some(&77));
+                }
+            }
+        }
     }
 
     #[test]

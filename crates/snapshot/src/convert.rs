@@ -357,10 +357,11 @@ impl Absorb for State {
                 }
             });
         }
-        // each piece dropped once taken in
-        for (p, w) in pieces.into_iter().zip(wides) {
-            self.entries.append_rows(p.entries, w?, base);
-        }
+        // each thread copies whole chunks of rows (touching their pages)
+        let wides = wides.into_iter().collect::<Option<Vec<_>>>()?;
+        let rows: Vec<Trace> = pieces.into_iter().map(|p| p.entries).collect();
+        self.entries.append_all_rows(&rows, wides, base, threads);
+        drop(rows);
         let len = u32::try_from(self.entries.len()).ok()? - first;
         let mut strs = Vec::with_capacity(later.len());
         for (i, s) in &later {

@@ -432,7 +432,7 @@ impl Trace {
     /// for its rows before `timed_from` and `base` from there. What
     /// pushing each entry with the ids mapped would store, except that a
     /// row too wide to pack holds its index in the returned fields (made
-    /// global by [`Trace::append_rows`]). `None` for an id neither maps.
+    /// global by [`Trace::append_all_rows`]). `None` for an id neither maps.
     /// Runs on the pieces at once, each on a thread.
     pub(crate) fn map_rows(
         &mut self,
@@ -465,23 +465,32 @@ impl Trace {
         Some(wide)
     }
 
-    /// Append rows [`Trace::map_rows`] rewrote for `self` (and the wide
-    /// fields it returned); `base` is `self`'s time base after them.
-    pub(crate) fn append_rows(&mut self, other: Trace, wide: Vec<Fields>, base: Option<i64>) {
-        let off = self.wide.len() as u64;
-        self.wide.extend(wide);
-        let from = self.rows.len();
-        for s in other.rows.slices() {
-            self.rows.extend_from_slice(s);
+    /// Append the rows [`Trace::map_rows`] rewrote for `self` in each of
+    /// `others` in turn (and the wide fields it returned for each), on up
+    /// to `threads` threads; `base` is `self`'s time base after them.
+    pub(crate) fn append_all_rows(
+        &mut self,
+        others: &[Trace],
+        wides: Vec<Vec<Fields>>,
+        base: Option<i64>,
+        threads: usize,
+    ) {
+        let mut offs = Vec::with_capacity(wides.len());
+        for w in wides {
+            offs.push(self.wide.len() as u64);
+            self.wide.extend(w);
         }
-        if off > 0 {
-            for i in from..self.rows.len() {
-                let r = &mut self.rows[i];
-                if r.sk >> SIZE_BITS == WIDE {
-                    r.tf += off;
+        let parts: Vec<&ChunkedVec<Row>> = others.iter().map(|o| &o.rows).collect();
+        self.rows.extend_par(&parts, threads, &|k, rows| {
+            let off = offs.get(k).copied().unwrap_or(0);
+            if off > 0 {
+                for r in rows {
+                    if r.sk >> SIZE_BITS == WIDE {
+                        r.tf += off;
+                    }
                 }
             }
-        }
+        });
         self.base = base;
     }
 
