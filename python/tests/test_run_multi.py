@@ -74,3 +74,27 @@ def test_fused_adamw_under_fsdp_runs_and_agrees_with_estimate(tmp_path):
     assert len(est) == 13
     for e in est:
         assert all(twin[e["phase"]][k] == e[k] for k in KEYS), e["phase"]
+
+
+def test_fully_shard_frees_the_full_parameter_copies_first_to_last(tmp_script):
+    # the moved Parameters are the module's own (as `param.data = param.to(device)` keeps them on a
+    # GPU), so `contract`'s OrderedDict of them is their last holder and frees them in order, as every
+    # rank of every FSDP2 trace in fixtures/multi/traces_*.tgz does (a list would free them last first)
+    script = tmp_script(
+        "import torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "torch.cuda.set_device(0)\n"
+        "dist.init_process_group('nccl')\n"
+        "mesh = init_device_mesh('cuda', (2,))\n"
+        "m = nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 1024))\n"
+        "torch.cuda.memory._record_memory_history(max_entries=100000)\n"
+        "fully_shard(m, mesh=mesh)\n"
+        "trace = torch.cuda.memory._snapshot()['device_traces'][0]\n"
+        "print('FREED', [e['size'] for e in trace if e['action'] == 'free_requested'])\n"
+    )
+    status, lines, _report, err = run_script(script, extra=("--gpu", "h200", "--nproc", "2", "--rank", "0"))
+    assert status == 0, err[-3000:]
+    freed = next(line for line in lines if line.startswith("FREED"))
+    # 0.weight, 0.bias, 1.weight, 1.bias (float32)
+    assert freed == "FREED [524288, 2048, 2097152, 4096]"

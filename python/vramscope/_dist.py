@@ -82,40 +82,29 @@ def patch_ddp(world: int) -> None:
 
 def patch_fsdp() -> None:
     """`fully_shard` moves a module's CPU parameters with `param.data = param.to(device)`, which
-    cannot hold between a host tensor and a simulated one: here each is replaced by its device
-    copy in the module that holds it (as `nn.Module._apply` does when the types differ), and in
-    the lists FSDP goes on with."""
+    cannot hold between a host tensor and a simulated one: here each is given its device copy by
+    `torch.utils.swap_tensors` (what `_move_states_to_device` does for wrapper subclasses), so the
+    same Parameter objects hold it, as on a GPU. `contract`'s check then holds them in its
+    `OrderedDict(module.named_parameters())` until `fully_shard` returns, and frees the full
+    copies first to last, as the GPUs' traces show."""
     from torch.distributed.fsdp._fully_shard import _fsdp_init
     from torch.distributed.tensor import DTensor
 
-    managed: list = []
-    get_states, move = _fsdp_init._get_managed_states, _fsdp_init._move_states_to_device
-
-    def get_managed_states(modules, *args, **kwargs):
-        managed.append(list(modules))
-        return get_states(modules, *args, **kwargs)
+    move = _fsdp_init._move_states_to_device
 
     def move_states_to_device(params, buffers, device):
-        modules = managed.pop() if managed else []
-        new: dict[int, torch.Tensor] = {}
+        seen: set[int] = set()
         for t in (*params, *buffers):
-            if t.device == device or t.device.type == "meta" or isinstance(t, DTensor) or id(t) in new:
+            if t.device == device or t.device.type == "meta" or isinstance(t, DTensor) or id(t) in seen:
                 continue
+            seen.add(id(t))
             with torch.no_grad():
                 moved = t.to(device)
-            new[id(t)] = (
-                torch.nn.Parameter(moved, t.requires_grad) if isinstance(t, torch.nn.Parameter) else moved
-            )
-        for seq in (params, buffers):
-            seq[:] = [new.get(id(t), t) for t in seq]
-        for mod in modules:
-            for table in (mod._parameters, mod._buffers):
-                for k, v in table.items():
-                    if v is not None and id(v) in new:
-                        table[k] = new[id(v)]
+            if isinstance(t, torch.nn.Parameter):
+                moved = torch.nn.Parameter(moved, t.requires_grad)
+            torch.utils.swap_tensors(t, moved)
         move(params, buffers, device)
 
-    _fsdp_init._get_managed_states = get_managed_states
     _fsdp_init._move_states_to_device = move_states_to_device
 
 
