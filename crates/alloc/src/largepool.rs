@@ -100,6 +100,8 @@ pub struct LargePool {
     spare: Vec<u32>,
     /// the free blocks in best-fit order
     free: Vec<Free>,
+    /// where the last malloc's search ended
+    hint: usize,
     /// a count bumped whenever the free blocks change
     changes: u64,
 }
@@ -173,7 +175,17 @@ impl LargePool {
         if size >= LIMIT {
             return None;
         }
-        let i = lower_bound(&self.free, key(size, 0, 0));
+        // (from the last malloc's place: a run of `cat`s of one size asks
+        // for about the same place each time)
+        let k = key(size, 0, 0);
+        let mut i = self.hint.min(self.free.len());
+        while i > 0 && self.free[i - 1] >= k {
+            i -= 1;
+        }
+        while i < self.free.len() && self.free[i] < k {
+            i += 1;
+        }
+        self.hint = i;
         let (fsize, faddr, fid) = unkey(*self.free.get(i)?);
         self.changes += 1;
         let remaining = fsize - size;
