@@ -102,6 +102,8 @@ pub struct LargePool {
     free: Vec<Free>,
     /// where the last malloc's search ended
     hint: usize,
+    /// where the last split's rest was put
+    rest_at: usize,
     /// a count bumped whenever the free blocks change
     changes: u64,
 }
@@ -216,6 +218,7 @@ impl LargePool {
                 m -= 1;
             }
             self.free[m] = rest;
+            self.rest_at = m;
             Some(LargeBlock {
                 id,
                 addr: faddr,
@@ -380,7 +383,11 @@ impl LargePool {
     #[inline]
     fn replace(&mut self, old: Free, new: Free) {
         debug_assert!(new > old);
-        let mut i = lower_bound(&self.free, old);
+        // (most often the rest of the last split)
+        let mut i = match self.free.get(self.rest_at) == Some(&old) {
+            true => self.rest_at,
+            false => lower_bound(&self.free, old),
+        };
         debug_assert_eq!(self.free.get(i), Some(&old));
         while i + 1 < self.free.len() && self.free[i + 1] < new {
             self.free[i] = self.free[i + 1];
