@@ -145,6 +145,68 @@ def test_the_scripts_objects_are_finalized_at_exit(tmp_script, tmp_path):
     assert out.read_text() == "finalized"
 
 
+def test_only_the_scripts_leading_imports_are_frozen(tmp_script):
+    # what the leading imports made is frozen (`_FreezeLeadingImports`: no longer among the
+    # collector's objects), what the script makes after them is collected as under plain python,
+    # a later import's modules included; the collector is on
+    script = tmp_script(
+        '"""doc"""\n'
+        "import colorsys\n"
+        "import gc\n"
+        "import weakref\n"
+        "import torch\n"
+        "def tracked(x):\n"
+        "    return any(o is x for o in gc.get_objects())\n"
+        "class Node:\n"
+        "    pass\n"
+        "a = Node()\n"
+        "a.me = a\n"
+        "a.t = torch.empty(1 << 20, device='cuda')\n"
+        "gone = weakref.ref(a)\n"
+        "import sched\n"
+        "del a\n"
+        "gc.collect()\n"
+        "print(gc.isenabled(), tracked(colorsys.rgb_to_hsv), tracked(sched.scheduler), gone() is None)\n"
+        "print(torch.cuda.memory_allocated())\n"
+    )
+    status, lines, _report, err = run_script(script)
+    assert status == 0, err
+    assert lines == ["True False True True", "0"]
+
+
+def test_the_leading_imports_end_at_the_first_other_statement(tmp_path):
+    import dis
+
+    from vramscope._run import _last_leading_import
+
+    def last(text):
+        path = tmp_path / "s.py"
+        path.write_text(text)
+        return _last_leading_import(str(path))
+
+    # a docstring and a constant's assignment run no code; a list does
+    text = '"""doc"""\nimport os\nfrom sys import path as p\nx = (1, 2)\nimport json\ny = []\nimport io\n'
+    code = compile(text, "s", "exec")
+    imports = [i.offset for i in dis.get_instructions(code) if i.opname == "IMPORT_NAME"]
+    assert last(text) == imports[2]
+    assert last("x = []\nimport os\n") is None
+    assert last("def f(:\n") is None
+
+
+def test_importing_vramscope_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, vramscope\n"
+        "print('torch' in sys.modules)\n"
+        "vramscope.Capture\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
+
+
 def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tmp_path):
     script = tmp_script(
         "import torch\n"
