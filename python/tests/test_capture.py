@@ -3,7 +3,10 @@ from PyTorch's rules (sizes rounded to 512 bytes, 2 MiB small-pool segments)."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 
 import torch
 import vramscope
@@ -143,6 +146,38 @@ def test_the_scripts_objects_are_finalized_at_exit(tmp_script, tmp_path):
     status, _lines, _report, err = run_script(script, str(out))
     assert status == 0, err
     assert out.read_text() == "finalized"
+
+
+def test_the_command_ends_as_python_ends_a_script(tmp_script, tmp_path):
+    # `_end_process` skips the interpreter's teardown only: the script's atexit handlers run, its
+    # log is written, Python's and C's buffered output is flushed (in plain python's order), and
+    # the status is the script's
+    script = tmp_script(
+        "import atexit, ctypes, logging, sys\n"
+        "logging.basicConfig(filename=sys.argv[1], level=logging.INFO)\n"
+        "def bye():\n"
+        "    print('handler', end='')\n"
+        "    ctypes.CDLL(None).printf(b' c-level')\n"
+        "atexit.register(bye)\n"
+        "print('python ', end='')\n"
+        "logging.info('logged')\n"
+        "sys.exit(4)\n"
+    )
+    log = tmp_path / "log.txt"
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # C's stdout too
+    plain = subprocess.run(
+        [sys.executable, str(script), str(log)], capture_output=True, text=True, env=buffered
+    )
+    assert plain.returncode == 4
+    ours = subprocess.run(
+        [sys.executable, "-m", "vramscope", "run", "--quiet", str(script), str(log)],
+        capture_output=True,
+        text=True,
+        env=buffered,
+    )
+    assert (ours.returncode, ours.stdout) == (4, plain.stdout)
+    assert all(part in plain.stdout for part in ("python", "c-level", "handler"))
+    assert log.read_text() == "INFO:root:logged\n" * 2
 
 
 def test_only_the_scripts_leading_imports_are_frozen(tmp_script):

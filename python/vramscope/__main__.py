@@ -7,11 +7,12 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vramscope` console script."""
+    process = argv is None  # the command itself, not a call from a program
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
         from ._run import main as run_main
 
-        return run_main(argv[1:])
+        return run_main(argv[1:], process=process)
     from . import _native
 
     return _native.main(argv)

@@ -290,9 +290,44 @@ class _FreezeLeadingImports:
             self.script = ""
 
 
-def main(argv: list[str]) -> int:
-    """Run the script; returns the exit status."""
+#: `main`'s exit status, where it runs as the process's program (`_end_process`)
+_EXIT_STATUS: list[int] = []
+
+
+def _end_process() -> None:
+    """The process's last atexit handler (registered before torch is imported, so run after
+    every other: the script's, its libraries', `_spare_final_collections`): flush Python's and
+    C's standard streams, as the interpreter's teardown does, then end the process with `main`'s
+    status (`os._exit`). What is left is the interpreter's teardown (`Py_FinalizeEx` clearing
+    every module torch, transformers and the script imported, then libtorch's static
+    destructors): 0.2 s of CPU after an 8B Llama step on the dev machine, for objects that
+    Python does not promise to finalize ("It is not guaranteed that __del__() methods are called
+    for objects that still exist when the interpreter exits", the data model's `__del__`); the
+    script's own objects were finalized before. Nothing where `main` did not return."""
+    if not _EXIT_STATUS:
+        return
+    status = _EXIT_STATUS[0]
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            status = status or 120  # `Py_FinalizeEx`'s status where flushing stdout fails
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)  # C's stdio buffers (a C++ library's output)
+    except Exception:
+        return  # no C library to flush: let the interpreter end as it does
+    os._exit(status)
+
+
+def main(argv: list[str], process: bool = False) -> int:
+    """Run the script; returns the exit status. `process`: this is the process's program (the
+    `vramscope` command), which ends without the interpreter's teardown (`_end_process`)."""
     ns = parse(argv)
+    if process:
+        atexit.register(_end_process)
     if ns.example:
         if ns.script:
             ns.args.insert(0, ns.script)
@@ -309,10 +344,13 @@ def main(argv: list[str]) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _run(ns, collecting)
+        status = _run(ns, collecting)
     finally:
         if collecting:
             gc.enable()
+    if process:
+        _EXIT_STATUS.append(status)
+    return status
 
 
 def _run(ns: argparse.Namespace, collecting: bool) -> int:
