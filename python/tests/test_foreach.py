@@ -3,6 +3,7 @@ validation/run/blind2/b05, fixtures/run/truth_blind2_h200.tar.xz)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import vramscope
 
@@ -53,3 +54,19 @@ def test_clip_grad_value_runs_on_simulated_tensors():
         p = torch.nn.Parameter(torch.empty(1000, device="cuda"))
         p.grad = torch.empty_like(p)
         torch.nn.utils.clip_grad_value_([p], clip_value=0.5)
+
+
+def test_an_in_place_foreach_op_still_checks_each_distinct_operand():
+    # `_foreach_checked` runs the meta kernel over one position per distinct operands' metadata:
+    # the one odd position is still checked, and unequal lists still say how long they are
+    with vramscope.capture():
+        a = [torch.empty(4, 4, device="cuda") for _ in range(5)]
+        b = [torch.empty(4, 4, device="cuda") for _ in range(4)] + [torch.empty(3, 4, device="cuda")]
+        torch._foreach_lerp_(a, a, 0.5)
+        torch._foreach_addcdiv_(a, a, a, [0.1] * 5)
+        with pytest.raises(RuntimeError, match="broadcast a dimension of length 3"):
+            torch._foreach_lerp_(a, b, 0.5)
+        with pytest.raises(RuntimeError, match="same number of tensors, got 5 and 4"):
+            torch._foreach_lerp_(a, b[:4], 0.5)
+        # ten tensors of 64 bytes (512 each, rounded): the in-place ops allocated nothing
+        assert torch.cuda.memory_allocated() == 10 * 512
