@@ -61,17 +61,25 @@ _HERE = os.path.dirname(__file__)
 _EXAMPLES = os.path.join(_HERE, "examples")
 
 
+#: whether a code object's file is outside torch and vramscope, by file name (`_user_frame`)
+_USER_FILES: dict = {}
+
+
 def _user_frame():
     """The innermost frame outside torch and vramscope (its examples are programs; None if
     there is none)."""
     f = sys._getframe(2)
+    user = _USER_FILES
     while f is not None:
         fn = f.f_code.co_filename
-        if (
-            not fn.startswith(_TORCH_DIR)
-            and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
-            and not fn.startswith("<frozen")
-        ):
+        outside = user.get(fn)
+        if outside is None:
+            outside = user[fn] = (
+                not fn.startswith(_TORCH_DIR)
+                and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
+                and not fn.startswith("<frozen")
+            )
+        if outside:
             return f
         f = f.f_back
     return None

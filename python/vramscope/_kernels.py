@@ -1024,7 +1024,10 @@ def _accumulate(cap, func, args, kwargs):
     if sys.getrefcount(old) > _ACCUMULATE_REFS:
         return NotImplemented
     cap.ops += 1
-    return aten.add_.Tensor(old, var)
+    # `add_`'s meta kernel (`meta_binop_inplace_alpha`, torch/_meta_registrations.py) returns
+    # `old` after checks that equal sizes and dtypes pass; not run (0.2 ms a call in Python on the
+    # loaded dev machine)
+    return old
 
 
 DISPATCH[aten.add.Tensor] = _accumulate
