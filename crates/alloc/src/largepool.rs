@@ -13,6 +13,8 @@
 //! caller's to serve with [`crate::CachingAllocator::malloc_in_new_segment`],
 //! whose new segment it then adds here ([`LargePool::add_segment`]).
 
+use std::cell::Cell;
+
 use crate::allocator::Moment;
 use crate::{Addr, SMALL_SIZE};
 
@@ -100,8 +102,9 @@ pub struct LargePool {
     spare: Vec<u32>,
     /// the free blocks in best-fit order
     free: Vec<Free>,
-    /// where the last malloc's search ended
-    hint: usize,
+    /// where the last malloc's search ended, and the last moment's
+    hint: Cell<usize>,
+    fit_hint: Cell<usize>,
     /// where the last split's rest was put
     rest_at: usize,
     /// a count bumped whenever the free blocks change
@@ -179,15 +182,7 @@ impl LargePool {
         }
         // (from the last malloc's place: a run of `cat`s of one size asks
         // for about the same place each time)
-        let k = key(size, 0, 0);
-        let mut i = self.hint.min(self.free.len());
-        while i > 0 && self.free[i - 1] >= k {
-            i -= 1;
-        }
-        while i < self.free.len() && self.free[i] < k {
-            i += 1;
-        }
-        self.hint = i;
+        let i = self.search_from(&self.hint, key(size, 0, 0));
         let (fsize, faddr, fid) = unkey(*self.free.get(i)?);
         self.changes += 1;
         let remaining = fsize - size;
@@ -336,7 +331,7 @@ impl LargePool {
         if size >= LIMIT {
             return None;
         }
-        let mut found = self.free[lower_bound(&self.free, key(size, 0, 0))..]
+        let mut found = self.free[self.search_from(&self.fit_hint, key(size, 0, 0))..]
             .iter()
             .map(|&f| {
                 let (size, addr, _) = unkey(f);
@@ -357,6 +352,21 @@ impl LargePool {
             rest: split.then_some((remaining, addr + size)),
             small: false,
         })
+    }
+
+    /// The number of free blocks below `k`, found by moving from where the
+    /// last search of `hint` ended (and left there).
+    #[inline]
+    fn search_from(&self, hint: &Cell<usize>, k: Free) -> usize {
+        let mut i = hint.get().min(self.free.len());
+        while i > 0 && self.free[i - 1] >= k {
+            i -= 1;
+        }
+        while i < self.free.len() && self.free[i] < k {
+            i += 1;
+        }
+        hint.set(i);
+        i
     }
 
     fn new_block(&mut self, b: Block) -> u32 {
