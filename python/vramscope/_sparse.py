@@ -61,10 +61,11 @@ def _meta_kwargs(kwargs: dict) -> dict:
     return kwargs
 
 
-def _make(t_like, indices, values, coalesced: bool, index_vals=None):
+def _make(t_like, indices, values, coalesced: bool, index_vals=None, size=None):
     """A `SparseMeta` tensor over simulated `indices` and `values`, as `alias_into_sparse` makes
-    one (no copy): `_sparse_coo_tensor_with_dims_and_tensors`; `index_vals`: the indices' values."""
-    size = list(t_like.shape)
+    one (no copy): `_sparse_coo_tensor_with_dims_and_tensors`; `index_vals`: the indices' values;
+    `size`: `t_like`'s unless given."""
+    size = list(t_like.shape) if size is None else size
     with _NO_DISPATCH():
         out = aten._sparse_coo_tensor_with_dims_and_tensors(
             indices.shape[0],
@@ -492,20 +493,7 @@ def _transpose(cap, func, args, kwargs):
     if known is not None:
         known = known.clone()
         known[[d0, d1]] = known[[d1, d0]]
-    with _NO_DISPATCH():
-        result = aten._sparse_coo_tensor_with_dims_and_tensors(
-            sd,
-            t.dense_dim(),
-            size,
-            indices,
-            values,
-            dtype=values.dtype,
-            layout=_COO,
-            device=torch.device("meta"),
-            is_coalesced=False,
-        )
-    _set_index_values(result, known)
-    return result
+    return _make(t, indices, values, False, known, size=size)
 
 
 OPS[aten.t.default] = _transpose
