@@ -630,11 +630,7 @@ mod split_gather {
             drop(top);
             let from = rt.trace_len();
             s.backward().unwrap();
-            let freed: Vec<u64> = rt.trace()[from..]
-                .iter()
-                .filter(|e| e.action.as_str() == "free_requested")
-                .map(|e| e.addr)
-                .collect();
+            let freed = crate::ops::freed_since(&rt, from);
             let at = |a: u64| freed.iter().position(|&f| f == a).unwrap();
             assert!(at(sum_at) < at(clone_at), "other must be freed before self");
         }

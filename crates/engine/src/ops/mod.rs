@@ -32,6 +32,17 @@ impl Tensor {
     }
 }
 
+/// The addresses whose frees `rt` requested from trace entry `from` on, in order (tests of the
+/// order in which backward nodes release their saved tensors).
+#[cfg(test)]
+pub(crate) fn freed_since(rt: &Runtime, from: usize) -> Vec<u64> {
+    rt.trace()[from..]
+        .iter()
+        .filter(|e| e.action.as_str() == "free_requested")
+        .map(|e| e.addr)
+        .collect()
+}
+
 /// `at::result_type` for two tensors (the cases the twin needs).
 pub(crate) fn promote(a: DType, b: DType) -> DType {
     use DType::*;

@@ -498,11 +498,7 @@ mod tests {
         drop(y);
         let from = rt.trace_len();
         s.backward().unwrap();
-        let freed: Vec<u64> = rt.trace()[from..]
-            .iter()
-            .filter(|e| e.action.as_str() == "free_requested")
-            .map(|e| e.addr)
-            .collect();
+        let freed = crate::ops::freed_since(&rt, from);
         let at = |a: u64| freed.iter().position(|&f| f == a).unwrap();
         assert!(at(offs_at) < at(x_at), "offs must be freed before self");
     }
