@@ -10,15 +10,7 @@ use std::time::Instant;
 
 use vramscope_alloc::{AllocatorConfig, CachingAllocator};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use vramscope_testkit::XorShift as Rng;
 
 enum Op {
     Malloc(u64),

@@ -434,16 +434,7 @@ impl LargePool {
 mod tests {
     use crate::{get_allocation_size, AllocatorConfig, CachingAllocator, Moment};
 
-    /// A pseudo-random sequence (xorshift), the same on every run.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use vramscope_testkit::XorShift as Rng;
 
     /// A large request: sizes between 1 and 10 MiB (20 MiB segments), near
     /// a growing size (a cache's `cat`s), or at most 1 MiB above one.

@@ -203,16 +203,7 @@ impl SmallPool {
 mod tests {
     use crate::{AllocatorConfig, CachingAllocator, MIN_BLOCK_SIZE, SMALL_SIZE};
 
-    /// A pseudo-random sequence (xorshift), the same on every run.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use vramscope_testkit::XorShift as Rng;
 
     /// Random small mallocs and frees served by the allocator twin, and by
     /// the small pool apart (new segments from a second twin): the same

@@ -10,25 +10,15 @@
 
 use vramscope_alloc::{AllocatorConfig, CachingAllocator, Handle, Moment, MIB};
 
-/// A pseudo-random sequence (xorshift), the same on every run.
-struct Rng(u64);
+use vramscope_testkit::XorShift as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A request: small, large, or the same few sizes again.
-    fn size(&mut self) -> u64 {
-        match self.next() % 5 {
-            0 => 1 + self.next() % (900 << 10),
-            1 => 24 * MIB,
-            2 => 3 * MIB + 512,
-            _ => 1 + self.next() % (60 * MIB),
-        }
+/// A request: small, large, or the same few sizes again.
+fn size(rng: &mut Rng) -> u64 {
+    match rng.next() % 5 {
+        0 => 1 + rng.next() % (900 << 10),
+        1 => 24 * MIB,
+        2 => 3 * MIB + 512,
+        _ => 1 + rng.next() % (60 * MIB),
     }
 }
 
@@ -55,7 +45,7 @@ fn blocks_for_a_moment_leave_the_pool_as_it_was() {
             let before =
                 [false, true].map(|small| (free_blocks(&a, small), a.free_set_changes(small)));
             if live.is_empty() || rng.next() % 100 < 55 {
-                live.push(a.malloc_handle(rng.size(), 0).unwrap());
+                live.push(a.malloc_handle(size(&mut rng), 0).unwrap());
             } else {
                 let h = live.swap_remove((rng.next() % live.len() as u64) as usize);
                 a.free_handle(h).unwrap();
@@ -73,7 +63,7 @@ fn blocks_for_a_moment_leave_the_pool_as_it_was() {
             let mut open: Vec<Moment> = Vec::new();
             let mut handles = Vec::new();
             for depth in 0..1 + rng.next() % 3 {
-                let size = rng.size();
+                let size = size(&mut rng);
                 let said = a.fit_for_a_moment(size, 0, &open);
                 let h = b.malloc_handle(size, 0).unwrap();
                 handles.push(h);

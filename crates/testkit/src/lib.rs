@@ -16,6 +16,21 @@ pub mod ops;
 #[cfg(feature = "synth")]
 pub mod synth;
 
+/// Xorshift64 (shifts 13, 7, 17), seeded by its field (not 0): the allocator
+/// tests' and benchmark's pseudo-random sequences, the same on every run.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// The next 64 bits of the sequence.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
 /// Panics unless every `.rs` file and folder module of the crate's `tests/`
 /// folder (`tests_dir`) is declared as a module (`mod NAME;`) in
 /// `integration` (the text of `tests/integration.rs`): with
