@@ -177,6 +177,16 @@ def lengths_of(rng, b, s, lo):
     return sorted(ls, reverse=True)
 
 
+def with_batch(rng, p, max_seq, packed_p):
+    """`p` with a random batch (1-128) and length (1-`max_seq`), packed with probability `packed_p`
+    (the held-out problems' common tail; the draws in the order the recorded sweeps made them)."""
+    b, s = rng.randint(1, 128), rng.randint(1, max_seq)
+    p.update(batch=b, seq_length=s, lengths=None)
+    if rng.random() < packed_p:
+        p["lengths"] = lengths_of(rng, b, s, rng.randint(1, s))
+    return p
+
+
 def shapes(rng):
     """(batch, seq, lengths) of the fit set"""
     out = [(32, 50, None), (8, 50, None), (32, 13, None), (1, 1, None), (64, 100, None), (5, 7, None)]
@@ -226,11 +236,7 @@ def holdout(rng):
     p["dropout"] = 0.3 if p["num_layers"] > 1 and rng.random() < 0.3 else 0.0
     if mode == "lstm" and rng.random() < 0.4 and hidden > 1:
         p["proj_size"] = rng.randint(1, hidden - 1)
-    b, s = rng.randint(1, 128), rng.randint(1, 400)
-    p.update(batch=b, seq_length=s, lengths=None)
-    if rng.random() < 0.6:
-        p["lengths"] = lengths_of(rng, b, s, rng.randint(1, s))
-    return p
+    return with_batch(rng, p, 400, 0.6)
 
 
 def problems(seed=31):
@@ -292,11 +298,7 @@ def uni_holdout(rng):
     p["dropout"] = 0.3 if p["num_layers"] > 1 and rng.random() < 0.3 else 0.0
     if mode == "lstm" and rng.random() < 0.15 and hidden > 1:
         p["proj_size"] = rng.randint(1, hidden - 1)
-    b, s = rng.randint(1, 128), rng.randint(1, 300)
-    p.update(batch=b, seq_length=s, lengths=None)
-    if rng.random() < 0.5:
-        p["lengths"] = lengths_of(rng, b, s, rng.randint(1, s))
-    return p
+    return with_batch(rng, p, 300, 0.5)
 
 
 def uni_problems(seed=32):
@@ -357,11 +359,7 @@ def proj_holdout(rng):
     p.update(proj_size=rng.randint(1, hidden - 1), num_layers=rng.randint(1, 4))
     p["bidirectional"] = rng.random() < 0.35
     p["dropout"] = 0.3 if p["num_layers"] > 1 and rng.random() < 0.3 else 0.0
-    b, s = rng.randint(1, 128), rng.randint(1, 300)
-    p.update(batch=b, seq_length=s, lengths=None)
-    if rng.random() < 0.5:
-        p["lengths"] = lengths_of(rng, b, s, rng.randint(1, s))
-    return p
+    return with_batch(rng, p, 300, 0.5)
 
 
 def proj_problems(seed=33):
