@@ -81,6 +81,50 @@ const INEXACT_S7: &[(&str, f64)] = &[
     ("ddp_llama_lora_bf16", 0.0003),
 ];
 
+/// The session-6 set on 4 H200s (`multi_s6_h200_n4.jsonl`, with every
+/// rank's trace): as [`INEXACT_S6`]. The traces explain `ddp_phi3_bf16`'s 1
+/// to 3.4 MiB (also on 2): ranks 0 and 2 equal the GPU's in every entry
+/// (`trace_diff.py --full`), and the first other block is a 6 MiB request
+/// the GPU serves from a 7 MiB free block (its segments made from DDP's
+/// first bucket on lie bottom-up in the order made, below the load's; the
+/// twin's otherwise); ranks 1 and 3 are the same but for the first bucket's
+/// free ([`WATCHDOG_LATE_S6_N4`]).
+const INEXACT_S6_N4: &[(&str, f64)] = &[
+    ("ddp_phi3_bf16", 0.0056),
+    ("ddp_vit_fp32", 0.0039),
+    ("fsdp_llama_mp_accum3", 0.0006),
+    ("ddp_llama_fp32_accum3", 0.0009),
+    ("ddp_gpt2_fp32_view_accum2", 0.0001),
+];
+
+/// The session-7 set on 4 H200s: `ddp_mixtral_bf16`'s trace equals the
+/// GPU's in every entry on every rank (placement, as on 2).
+const INEXACT_S7_N4: &[(&str, f64)] = &[("ddp_mixtral_bf16", 0.0022)];
+
+/// Watchdog-late runs of the two sets on 4 H200s: 13 of the 48 runs of the
+/// 12 DDP training cases without `find_unused_parameters`. On each, the
+/// twin's allocations and frees equal the GPU's in every entry once the
+/// first bucket's free is left out of both (the GPU frees it in the second
+/// iteration's backward, in `forward2` or `backward2`, or not before the run
+/// ends: ranks 0 to 2 of `ddp_llama_bf16_sgd`, rank 1 of `ddp_vit_fp32`).
+const WATCHDOG_LATE_S6_N4: &[(&str, i64)] = &[
+    ("ddp_phi3_bf16", 1),
+    ("ddp_phi3_bf16", 3),
+    ("ddp_roberta_bf16", 1),
+    ("ddp_vit_fp32", 0),
+    ("ddp_vit_fp32", 1),
+    ("ddp_llama_fp32_accum3", 0),
+    ("ddp_llama_fp32_accum3", 3),
+    ("ddp_gpt2_fp32_view_accum2", 0),
+    ("ddp_gpt2_fp32_view_accum2", 3),
+];
+const WATCHDOG_LATE_S7_N4: &[(&str, i64)] = &[
+    ("ddp_llama_bf16_sgd", 0),
+    ("ddp_llama_bf16_sgd", 1),
+    ("ddp_llama_bf16_sgd", 2),
+    ("ddp_llama_bf16_sgd", 3),
+];
+
 /// Watchdog-late runs of the session-6 and session-7 sets (the first bucket
 /// is every parameter's bytes in these).
 const WATCHDOG_LATE_S6: &[(&str, i64)] = &[
@@ -212,6 +256,29 @@ fn every_rank_of_the_session_6_and_7_sets_against_two_h200s() {
     assert_eq!(s7, 474, "rank-phases of the session-7 set");
 }
 
+/// The session-6 and session-7 sets on 4 H200s
+/// (`multi_s6_h200_n4.jsonl`, `multi_s7_h200_n4.jsonl`), answered blind in
+/// sessions 6 and 7.
+#[test]
+fn every_rank_of_the_session_6_and_7_sets_against_four_h200s() {
+    let s6 = against(
+        "multi_cases_s6.json",
+        "multi_s6_h200_n4.jsonl",
+        4,
+        INEXACT_S6_N4,
+        WATCHDOG_LATE_S6_N4,
+    );
+    assert_eq!(s6, 848, "rank-phases of the session-6 set");
+    let s7 = against(
+        "multi_cases_s7.json",
+        "multi_s7_h200_n4.jsonl",
+        4,
+        INEXACT_S7_N4,
+        WATCHDOG_LATE_S7_N4,
+    );
+    assert_eq!(s7, 948, "rank-phases of the session-7 set");
+}
+
 /// Each case of `validation/multi/CASES` on every rank of `world` against
 /// `fixtures/multi/FIXTURE`; returns the rank-phases checked.
 fn against(
@@ -241,8 +308,19 @@ fn against(
         let config = HfConfig::parse(&case["config"].to_string()).unwrap();
         let mut worst = (0.0f64, 0.0f64, String::new());
         let mut exact = true;
+        // DDP's ranks run the same program (the workload has no rank): one
+        // estimate serves them all
+        let ddp = (case["parallel"] == "ddp")
+            .then(|| estimate(&config, &workload(case, world, 0), &opts).unwrap());
         for rank in 0..world {
-            let est = estimate(&config, &workload(case, world, rank), &opts).unwrap();
+            let own;
+            let est = match &ddp {
+                Some(e) => e,
+                None => {
+                    own = estimate(&config, &workload(case, world, rank), &opts).unwrap();
+                    &own
+                }
+            };
             let gpu: Vec<&Value> = recorded
                 .iter()
                 .filter(|l| l["case"] == name && l["rank"] == rank && l["phase"] != "init")
@@ -446,11 +524,12 @@ fn outside(cases: &str, fixture: &str, world: i64) -> usize {
     phases
 }
 
-/// The watchdog-late DDP runs of both recordings against the twin with the
-/// first iteration's buckets never freed (`DdpConfig::first_buckets_held`,
-/// the upper bound `estimate --ddp` reports beside its figures): the whole
-/// run's peak reserved equal, and the peak allocated equal or at most 0.05%
-/// above (GPT-2's 1 MiB of placement).
+/// The watchdog-late DDP runs of every recording (25 runs) against the twin
+/// with the first iteration's buckets never freed
+/// (`DdpConfig::first_buckets_held`, the upper bound `estimate --ddp`
+/// reports beside its figures): the whole run's peak reserved equal, and the
+/// peak allocated equal or at most 0.05% above (GPT-2's 1 MiB of placement),
+/// below only by a case's placement (`ddp_phi3_bf16` on 4: 3.19 MiB).
 #[test]
 fn watchdog_late_runs_reach_the_held_bound() {
     let opts = EstimateOptions {
@@ -458,15 +537,58 @@ fn watchdog_late_runs_reach_the_held_bound() {
         ..EstimateOptions::default()
     };
     let mut checked = 0;
-    for (cases, fixture, world, late) in [
-        ("multi_cases.json", "multi_h200_n2.jsonl", 2, WATCHDOG_LATE),
+    type Set<'a> = (
+        &'a str,
+        &'a str,
+        i64,
+        &'a [(&'a str, i64)],
+        &'a [(&'a str, f64)],
+    );
+    let sets: [Set; 6] = [
+        (
+            "multi_cases.json",
+            "multi_h200_n2.jsonl",
+            2,
+            WATCHDOG_LATE,
+            INEXACT,
+        ),
         (
             "multi_cases_n4.json",
             "multi_h200_n4.jsonl",
             4,
             WATCHDOG_LATE_N4,
+            INEXACT_N4,
         ),
-    ] {
+        (
+            "multi_cases_s6.json",
+            "multi_s6_h200_n2.jsonl",
+            2,
+            WATCHDOG_LATE_S6,
+            INEXACT_S6,
+        ),
+        (
+            "multi_cases_s7.json",
+            "multi_s7_h200_n2.jsonl",
+            2,
+            WATCHDOG_LATE_S7,
+            INEXACT_S7,
+        ),
+        (
+            "multi_cases_s6.json",
+            "multi_s6_h200_n4.jsonl",
+            4,
+            WATCHDOG_LATE_S6_N4,
+            INEXACT_S6_N4,
+        ),
+        (
+            "multi_cases_s7.json",
+            "multi_s7_h200_n4.jsonl",
+            4,
+            WATCHDOG_LATE_S7_N4,
+            INEXACT_S7_N4,
+        ),
+    ];
+    for (cases, fixture, world, late, inexact) in sets {
         let cases: Vec<Value> = serde_json::from_str(
             &std::fs::read_to_string(format!("{ROOT}/validation/multi/{cases}")).unwrap(),
         )
@@ -499,13 +621,18 @@ fn watchdog_late_runs_reach_the_held_bound() {
                 peak("peak_reserved_bytes"),
                 "{name} rank {rank} of {world}"
             );
+            // below it only by a case's placement (its bound in `inexact`)
+            let below = inexact
+                .iter()
+                .find(|k| k.0 == name)
+                .map_or(0, |k| (k.1 * est.peak_allocated_bytes as f64) as i64);
             let d = est.peak_allocated_bytes - peak("peak_allocated_bytes");
             assert!(
-                (0..=est.peak_allocated_bytes / 2000).contains(&d),
+                (-below..=est.peak_allocated_bytes / 2000).contains(&d),
                 "{name} rank {rank} of {world}: held bound {d:+} B from the GPU's peak allocated"
             );
             checked += 1;
         }
     }
-    assert_eq!(checked, 9);
+    assert_eq!(checked, 25);
 }
