@@ -4,11 +4,15 @@
 # (validation/run/memtracker.py), so both tools' times come from one machine.
 #   bash benches/run_vs_memtracker.sh > OUT.txt        (NO_MEMTRACKER=1: the first two only)
 # BASE=DIR also times, in each round, `vramscope run` with the package under DIR first on PYTHONPATH
-# (another build of vramscope, side by side with the one the environment imports).
+# (another build of vramscope, side by side with the one the environment imports). MemTracker runs
+# in each round, after `vramscope run`, so that each ratio comes from neighbouring runs. Each
+# timing prints wall seconds (the figure compared), then the process's user and sys CPU; each
+# round starts with /proc/loadavg and /proc/stat's cpu line (its 8th figure is the steal), which
+# show whether the machine was quiet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-python3}"
-TIMEFORMAT=%R
+TIMEFORMAT='%R s (user %U, sys %S)'
 # Bytecode as any `pip install` leaves it: a machine that sets PYTHONDONTWRITEBYTECODE and ships
 # no __pycache__ (the GPU machine does) compiles every module from source in every process, which
 # costs both tools seconds that no user pays. Cache it once under PYCACHE, warmed by one run of each.
@@ -21,12 +25,11 @@ if [ -z "${NO_PYCACHE:-}" ]; then
     [ -n "${NO_MEMTRACKER:-}" ] || "$PY" validation/run/memtracker.py benches/llama8b_train_step.py >/dev/null 2>&1
 fi
 for i in $(seq "${ROUNDS:-3}"); do
-    echo "import alone: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama' >/dev/null 2>&1; } 2>&1 ) s"
-    echo "import with torch._dynamo: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama, torch._dynamo' >/dev/null 2>&1; } 2>&1 ) s"
-    echo "the script's imports (its Llama classes, torch._dynamo): $( { time taskset -c 0 "$PY" -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' >/dev/null 2>&1; } 2>&1 ) s"
-    echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
-    [ -z "${BASE:-}" ] || echo "vramscope run (BASE=$BASE): $( { time PYTHONPATH="$BASE" taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 ) s"
-done
-[ -n "${NO_MEMTRACKER:-}" ] || for i in 1 2; do
-    echo "memtracker: $( { time taskset -c 0 "$PY" validation/run/memtracker.py benches/llama8b_train_step.py > /tmp/mt.json 2>/dev/null; } 2>&1 ) s $(cat /tmp/mt.json)"
+    echo "round $i: load $(cut -d' ' -f1-3 /proc/loadavg); $(head -1 /proc/stat)"
+    echo "import alone: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama' >/dev/null 2>&1; } 2>&1 )"
+    echo "import with torch._dynamo: $( { time taskset -c 0 "$PY" -c 'import torch, transformers, transformers.models.llama, torch._dynamo' >/dev/null 2>&1; } 2>&1 )"
+    echo "the script's imports (its Llama classes, torch._dynamo): $( { time taskset -c 0 "$PY" -c 'import torch, torch._dynamo; from transformers import LlamaConfig, LlamaForCausalLM' >/dev/null 2>&1; } 2>&1 )"
+    echo "vramscope run: $( { time taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 )"
+    [ -z "${BASE:-}" ] || echo "vramscope run (BASE=$BASE): $( { time PYTHONPATH="$BASE" taskset -c 0 "$PY" -m vramscope run --quiet benches/llama8b_train_step.py >/dev/null 2>&1; } 2>&1 )"
+    [ -n "${NO_MEMTRACKER:-}" ] || echo "memtracker: $( { time taskset -c 0 "$PY" validation/run/memtracker.py benches/llama8b_train_step.py > /tmp/mt.json 2>/dev/null; } 2>&1 ) $(cat /tmp/mt.json)"
 done
