@@ -1,7 +1,7 @@
 """Compare the twin's allocator trace of one rank with the GPU's, entry by entry.
 
     python3 validation/multi/trace_diff.py VRAMSCOPE CASE RANK TRACE_DIR [N] [--cases CASES.json]
-        [--from K] [--all] [--full] [--blocks]
+        [--from K] [--all] [--full] [--blocks] [--late]
 
 TRACE_DIR holds CASE.rank{RANK}.trace.json (one of fixtures/multi/traces_*.tgz unpacked). Runs
 `vramscope estimate ... --snapshot` for the case of CASES.json (validation/multi/multi_cases.json
@@ -12,7 +12,10 @@ both; `--all` prints every differing entry (one line each) instead of stopping a
 first allocation whose block differs in size (its remainder left unsplit in one trace and not in
 the other: the caching allocator's best fit took another block), each trace's blocks rebuilt from
 its own addresses; where the traces are equal in every entry (`--full`) and differ in blocks, the
-segments' address order is what differs.
+segments' address order is what differs. `--late` (DDP) leaves the reducer's first bucket's free
+out of both traces (its allocation in `_ddp_init_helper`, the twin's at the same entry) and compares
+the allocations and frees (not the segments, which a bucket held longer moves): where they are then
+equal, the bucket's lifetime (the watchdog race of fixtures/multi/README.md) is the only difference.
 """
 import json
 import os
@@ -34,7 +37,8 @@ def main():
             opts[flag] = argv[i + 1]
             del argv[i:i + 2]
     every, full, blocks = ("--all" in argv), ("--full" in argv), ("--blocks" in argv)
-    argv = [a for a in argv if a not in ("--all", "--full", "--blocks")]
+    late = "--late" in argv
+    argv = [a for a in argv if a not in ("--all", "--full", "--blocks", "--late")]
     binary, name, rank, tdir = argv[0], argv[1], int(argv[2]), argv[3]
     n = int(argv[4]) if len(argv) > 4 else 2
     here = os.path.dirname(os.path.abspath(__file__))
@@ -55,9 +59,13 @@ def main():
         raw_tw = [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]]
         first_block_difference(raw_tw, raw_gp)
         return
-    kept = ("alloc", "free_requested") + (("free_completed", "segment_alloc", "segment_free") if full else ())
-    tw = [(e["action"], e["size"], e.get("stream", 0)) for e in snap["device_traces"][0]
-          if e["action"] in kept]
+    raw_tw = [(e["action"], e["addr"], e["size"], e.get("stream", 0)) for e in snap["device_traces"][0]]
+    if late:
+        raw_tw, raw_gp = without_first_bucket_free(raw_tw, raw_gp)
+        full = True
+    kept = ("alloc", "free_requested") + (("free_completed",) if full else ())
+    kept += ("segment_alloc", "segment_free") if full and not late else ()
+    tw = [(e[0], e[2], e[3]) for e in raw_tw if e[0] in kept]
     gp = [e for e in raw_gp if e[0] in kept]
     print(f"twin {len(tw)} entries, GPU {len(gp)}")
     start = int(opts.get("--from", 0))
@@ -104,6 +112,27 @@ def block_sizes(trace):
             live[addr] = r if split else r + rest
             out.append((live[addr], r, k))
     return out
+
+
+def without_first_bucket_free(tw, gp):
+    """Both traces without the free (request and completion) of DDP's first bucket: the GPU's last
+    allocation made in `_ddp_init_helper`, and the twin's allocation at the same entry."""
+    ks = [k for k, e in enumerate(gp) if e[0] == "alloc" and e[4][:1] and "_ddp_init_helper" in e[4][0]]
+    if not ks:
+        sys.exit("--late: no allocation in _ddp_init_helper in the GPU's trace (not DDP?)")
+    k = ks[-1]
+    if k >= len(tw) or tw[k][0] != "alloc" or tw[k][2] != gp[k][2]:
+        sys.exit(f"--late: the traces differ before the first bucket (GPU entry {k})")
+
+    def drop(t):
+        frees = [j for j in range(k + 1, len(t)) if t[j][1] == t[k][1]
+                 and t[j][0] in ("free_requested", "free_completed")][:2]
+        return [e for j, e in enumerate(t) if j not in frees], frees
+
+    (tw2, ft), (gp2, fg) = drop(tw), drop(gp)
+    print(f"first bucket ({gp[k][2]} bytes, entry {k}): the twin frees it at entries {ft}, "
+          f"the GPU at {fg or 'none (held to the end)'}")
+    return tw2, gp2
 
 
 def first_block_difference(tw, gp):
