@@ -359,6 +359,24 @@ def test_record_stream_takes_the_twins_streams():
         assert torch.cuda.memory_stats()["requested_bytes.all.current"] == y.nbytes == 512
 
 
+def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
+    # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
+    # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere
+    with vramscope.capture():
+        side = torch.Stream()
+        assert isinstance(side, torch.Stream) and side.stream_id != 0
+        assert isinstance(torch.Event(enable_timing=True), torch.Event)
+        with side:
+            x = torch.empty(1 << 20, device="cuda")
+        del x
+        # the freed block's 20 MiB segment (kLargeBuffer) belongs to the side stream's pool: the
+        # default stream's request takes a segment of its own
+        torch.empty(1 << 20, device="cuda")
+        assert torch.cuda.memory_reserved() == 2 * 20 * MIB
+        assert not isinstance(torch.Stream("cpu"), vramscope._cuda.Stream)
+    assert torch.Stream is torch._C.Stream
+
+
 def test_bce_with_logits_allocates_what_the_gpucounted():
     # blind6/f04's H200 per-op record of F.binary_cross_entropy_with_logits(x, t, reduction="sum"),
     # (768, 3, 128, 128) fp32: log_sigmoid(x) and (1 - t) at full size, the 0-dim sum, and the

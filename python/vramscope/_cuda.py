@@ -318,6 +318,8 @@ def patch(cap) -> _Patch:
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )
     p.set(torch, "Generator", _generator(torch.Generator))
+    p.set(torch, "Stream", _generic(torch.Stream, Stream))
+    p.set(torch, "Event", _generic(torch.Event, Event))
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
     mha = torch.nn.MultiheadAttention
     p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
@@ -382,6 +384,28 @@ def _generator(original):
     Generator.__name__ = Generator.__qualname__ = "Generator"
     Generator.__module__ = "torch"
     return Generator
+
+
+def _generic(original, stand_in):
+    """`torch.Stream()` / `torch.Event()`, the device-generic classes (transformers' offloaded
+    cache makes its prefetch stream so): on the current accelerator, the simulated CUDA device
+    while capturing, the twin's stand-in; on another device the real class. Both read as
+    instances of the patched class."""
+
+    class _Meta(type(original)):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, (original, stand_in))
+
+    class Generic(original, metaclass=_Meta):
+        def __new__(cls, device=None, *args, **kwargs):
+            kind = "cuda" if device is None or isinstance(device, int) else torch.device(device).type
+            if kind == "cuda":
+                return stand_in(*args, **kwargs)
+            return original(device, *args, **kwargs)
+
+    Generic.__name__ = Generic.__qualname__ = original.__name__
+    Generic.__module__ = "torch"
+    return Generic
 
 
 def _grouped(original):
