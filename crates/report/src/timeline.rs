@@ -744,6 +744,38 @@ impl Sim {
         let b = *self.node(n);
         let rest_addr = b.addr + r;
         self.node_mut(n).size = r;
+        if self.ordered.is_some() {
+            // `n` is the block at its address: when no block starts from
+            // it up to the rest, in its segment or among all, the rest
+            // goes right after it in both lists (where `put_after` puts it)
+            let g = b.gnext;
+            let clear = |x: u32| x == NONE || self.node(x).addr > rest_addr;
+            if r > 0 && clear(g) && clear(b.next) {
+                let m = self.alloc_node(Node {
+                    addr: rest_addr,
+                    size: b.size - r,
+                    st: St::Free,
+                    seg: b.seg,
+                    prev: NONE,
+                    next: NONE,
+                    gprev: n,
+                    gnext: g,
+                    own: false,
+                });
+                self.link_after(m, n);
+                self.node_mut(n).gnext = m;
+                if g != NONE {
+                    self.node_mut(g).gprev = m;
+                }
+                if let Some(o) = self.ordered.as_mut() {
+                    o.ops += 1;
+                    if let Some(t) = &mut o.tree {
+                        t.insert(rest_addr, m);
+                    }
+                }
+                return;
+            }
+        }
         if self.ordered.is_some()
             || self.at.contains_key(&rest_addr)
             || (b.next != NONE && self.node(b.next).addr < rest_addr)
@@ -790,13 +822,36 @@ impl Sim {
             }
         }
         let b = *self.node(n);
-        if let Some(&q) = self.at.get(&(b.addr + b.size)) {
+        if let Some(q) = self.at_end(&b) {
             let qb = *self.node(q);
             if qb.seg == b.seg && qb.st == St::Free {
                 self.remove(q);
                 self.node_mut(n).size += qb.size;
             }
         }
+    }
+
+    /// The block the address index has where block `b` (linked, the
+    /// block at its address) ends, when it may merge with `b`. Blocks are
+    /// linked in address order: none starts there in `b`'s segment when
+    /// the next one there starts past the end (one in another segment
+    /// never merges), nor at all, once `ordered`, when the next of all
+    /// blocks does.
+    #[inline]
+    fn at_end(&self, b: &Node) -> Option<u32> {
+        let end = b.addr + b.size;
+        let c = if self.ordered.is_some() {
+            b.gnext
+        } else {
+            b.next
+        };
+        if b.size > 0 && (c == NONE || self.node(c).addr > end) {
+            return None;
+        }
+        if b.size > 0 && self.ordered.is_some() && self.node(c).addr == end {
+            return Some(c);
+        }
+        self.at.get(&end).copied()
     }
 
     /// Remove `[addr, addr + size)` (segment free / unmap); returns whether
