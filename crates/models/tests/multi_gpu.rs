@@ -448,19 +448,40 @@ const N2_HOST_INIT: i64 = 1_032_716_288;
 #[test]
 fn nccl_and_the_context_outside_the_allocator_are_the_gpus() {
     assert_eq!(
-        outside("multi_cases.json", "multi_h200_n2.jsonl", 2),
+        outside("multi_cases.json", "multi_h200_n2.jsonl", 2, &[]),
         18 * 2 * 13
     );
     // NCCL's shares over 4 ranks are those over 2
     assert_eq!(
-        outside("multi_cases_n4.json", "multi_h200_n4.jsonl", 4),
+        outside("multi_cases_n4.json", "multi_h200_n4.jsonl", 4, &[]),
         15 * 4 * 13
     );
 }
 
+/// NCCL's first-backward share is the GPU's by the end of the first
+/// backward also where that backward reduces nothing: the first
+/// micro-batches of the session-6 set's accumulation cases
+/// (`set_requires_gradient_sync(False)`, `no_sync()`), on 2 and 4 H200s.
+#[test]
+fn nccls_first_backward_share_comes_without_a_collective() {
+    let accumulating = [
+        "fsdp_llama_mp_accum3",
+        "fsdp_qwen2_bf16_accum2_ckpt",
+        "ddp_llama_fp32_accum3",
+        "ddp_gpt2_fp32_view_accum2",
+    ];
+    for (fixture, world) in [("multi_s6_h200_n2.jsonl", 2), ("multi_s6_h200_n4.jsonl", 4)] {
+        assert_eq!(
+            outside("multi_cases_s6.json", fixture, world, &accumulating),
+            (17 + 13 + 17 + 13) * world as usize
+        );
+    }
+}
+
 /// [`nccl_and_the_context_outside_the_allocator_are_the_gpus`] for one
-/// recording: the rank-phases checked.
-fn outside(cases: &str, fixture: &str, world: i64) -> usize {
+/// recording (its cases named in `only`, or all where it is empty): the
+/// rank-phases checked.
+fn outside(cases: &str, fixture: &str, world: i64, only: &[&str]) -> usize {
     use vramscope_models::requests::Requests;
     let cases: Vec<Value> = serde_json::from_str(
         &std::fs::read_to_string(format!("{ROOT}/validation/multi/{cases}")).unwrap(),
@@ -479,6 +500,9 @@ fn outside(cases: &str, fixture: &str, world: i64) -> usize {
     let mut phases = 0;
     for case in &cases {
         let name = case["name"].as_str().unwrap();
+        if !only.is_empty() && !only.contains(&name) {
+            continue;
+        }
         let config = HfConfig::parse(&case["config"].to_string()).unwrap();
         for rank in 0..world {
             let est = estimate(&config, &workload(case, world, rank), &opts).unwrap();

@@ -191,8 +191,8 @@ pub struct Ddp {
     /// became ready
     rebuilt: Vec<usize>,
     has_rebuilt: bool,
-    /// NCCL's first all-reduce share taken
-    nccl_allreduce: bool,
+    /// NCCL's first-backward share taken
+    nccl_backward: bool,
     /// `require_forward_param_sync`: the next forward broadcasts the buffers
     require_forward_param_sync: bool,
     /// `expect_autograd_hooks_`: the last forward prepared for a backward
@@ -261,7 +261,7 @@ impl Ddp {
             locators: Vec::new(),
             rebuilt: Vec::new(),
             has_rebuilt: false,
-            nccl_allreduce: false,
+            nccl_backward: false,
             require_forward_param_sync: true,
             expect_autograd_hooks: false,
             local_used_map_dev: None,
@@ -364,6 +364,12 @@ impl Ddp {
 
     /// `Reducer::autograd_hook` → `mark_variable_ready`.
     fn autograd_hook(&mut self, i: usize) -> vramscope_engine::Result<()> {
+        if !self.nccl_backward {
+            // by the end of the first backward, all-reduce or not
+            self.nccl_backward = true;
+            let bits16 = self.params[i].dtype() != DType::F32;
+            nccl::first_backward(&self.rt, bits16).map_err(to_engine)?;
+        }
         if !self.expect_autograd_hooks {
             // a backward the forward did not prepare (`no_sync()`)
             return Ok(());
@@ -382,11 +388,6 @@ impl Ddp {
         if bucket.ready == bucket.vars.len() {
             bucket.ready = 0;
             // the bucket's all-reduce, in place
-            if !self.nccl_allreduce {
-                self.nccl_allreduce = true;
-                let bits16 = self.params[i].dtype() != DType::F32;
-                nccl::first_backward(&self.rt, bits16).map_err(to_engine)?;
-            }
         }
         Ok(())
     }

@@ -451,6 +451,12 @@ impl Fsdp {
 
     /// `FSDPParamGroup.post_backward` → `foreach_reduce`.
     fn post_backward(&mut self, gi: usize) -> vramscope_engine::Result<()> {
+        if !self.nccl_taken.1 {
+            // by the end of the first backward, reduce-scatter or not
+            self.nccl_taken.1 = true;
+            let bits16 = self.groups[gi].params[0].gather() != DType::F32;
+            super::nccl::first_backward(&self.rt, bits16).map_err(to_engine)?;
+        }
         self.groups[gi].training = Training::PostBackward;
         // accumulate_unsharded_grad_if_needed: in place, the gradient freed
         for p in &self.groups[gi].params {
@@ -575,11 +581,6 @@ impl Fsdp {
         drop(last);
         drop(out);
         self.reduce_scatter_state = Some(input);
-        if !self.nccl_taken.1 {
-            self.nccl_taken.1 = true;
-            let bits16 = self.groups[gi].params[0].gather() != DType::F32;
-            super::nccl::first_backward(&rt, bits16).map_err(to_engine)?;
-        }
         Ok(())
     }
 

@@ -19,8 +19,10 @@ const FSDP_FIRST_FORWARD: u64 = 382 << 20;
 /// adds 66 MiB where FSDP's adds 158 + 382).
 const DDP_CONSTRUCTION: u64 = 386 << 20;
 const DDP_AHEAD_OF_BLAS: u64 = 92 << 20;
-/// The first reduce-scatter or all-reduce: 2 MiB beyond the autograd
-/// thread's handle, 4 where the gradients are 16-bit.
+/// The first backward: 2 MiB beyond the autograd thread's handle, 4 where
+/// the gradients are 16-bit. Measured by the end of the first backward
+/// also where it reduces nothing (the first micro-batch under `no_sync()`
+/// or `set_requires_gradient_sync(False)`), so not the first collective's.
 const FIRST_BACKWARD: (u64, u64) = (2 << 20, 4 << 20);
 /// The world sizes those were measured at.
 const MEASURED_WORLDS: [i64; 2] = [2, 4];
@@ -51,7 +53,8 @@ pub(crate) fn ddp_construction(rt: &Runtime) -> Result<()> {
     Ok(rt.driver_outside_ahead_of_blas("nccl_ddp_init", DDP_AHEAD_OF_BLAS)?)
 }
 
-/// The first reduce-scatter (FSDP) or all-reduce (DDP) in backward.
+/// The first backward (FSDP's first `post_backward`, DDP's first gradient
+/// hook), whether it reduces or not.
 pub(crate) fn first_backward(rt: &Runtime, bits16: bool) -> Result<()> {
     let b = if bits16 {
         FIRST_BACKWARD.1
