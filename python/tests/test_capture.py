@@ -394,6 +394,26 @@ def test_bce_with_logits_allocates_what_the_gpucounted():
         assert loss.shape == () and torch.cuda.memory_allocated() == 2 * 150_994_944 + 512
 
 
+def test_unfold_and_fold_allocate_what_the_gpu_counted():
+    # blind36/aj06's H200 per-op records: im2col of (16, 3, 256, 256) fp32 by 8x8 patches, stride 4,
+    # allocates the input-sized empty_like, then the grown result, and frees the first; col2im of
+    # the transposed (16, 192, 3969) result takes an input-sized output and a contiguous copy, and
+    # keeps the input-sized storage after resizing the result down to (16, 3, 256, 256)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 3, 256, 256, device="cuda")
+        cols, counts = counted(lambda: F.unfold(x, 8, stride=4))
+        assert counts == (2, 61_353_984) and cols.shape == (16, 192, 3969)
+        folded, counts = counted(
+            lambda: F.fold(cols.transpose(1, 2).contiguous().transpose(1, 2), 256, 8, stride=4)
+        )
+        assert counts == (3, 146_313_216)
+        before = torch.cuda.memory_allocated()
+        del folded
+        assert before - torch.cuda.memory_allocated() == 48_771_072
+
+
 def test_reductions_and_indexing_copy_what_cuda_copies():
     # blind6/f01's H200 per-op records (BART's padding-mask construction)
     with vramscope.capture(gpu="h200"):

@@ -1130,6 +1130,35 @@ def _bce(cap, func, args, kwargs):
 DISPATCH[aten.binary_cross_entropy.default] = _bce
 
 
+def _im2col(cap, func, args, kwargs):
+    """`im2col` / `col2im` on CUDA (`native/cuda/Im2Col.cu`, `Col2Im.cu`; `F.unfold`, `F.fold` and
+    each other's backward): the output starts as `empty_like(input)`, the input is made contiguous,
+    then `output.resize_` to the result's size, which takes a new block (and frees the first) only
+    when it grows: col2im's result keeps the input-sized storage (blind36/aj06's H200 record)."""
+    x = args[0]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    out = func(*args, **kwargs)
+    first = x.numel() * x.element_size()
+    final = out.numel() * out.element_size()
+    if final <= first:
+        cap.track(out, op, nbytes=first)
+        contiguous = None if x.is_contiguous() else cap.malloc(first, op, "temporary")
+    else:
+        initial = cap.malloc(first, op, "temporary")
+        contiguous = None if x.is_contiguous() else cap.malloc(first, op, "temporary")
+        cap.track(out, op, nbytes=final)
+        del initial
+    del contiguous
+    return out
+
+
+DISPATCH[aten.im2col.default] = _im2col
+DISPATCH[aten.col2im.default] = _im2col
+
+
 def _abs_complex(cap, func, args, kwargs):
     """`abs` of a complex tensor (`unary_op_impl_with_complex_to_float_out`, UnaryOps.cpp): the real
     result is allocated, then the kernel runs complex to complex into `at::empty({0})` resized to
