@@ -286,6 +286,125 @@ impl Hasher for AddrHasher {
 
 type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
+/// The sim's blocks by start address: open addressing with linear
+/// probing (Fibonacci hashing, deletion by backward shift), at most half
+/// full. The few hundred blocks of a sim cost one or two probes a lookup,
+/// cheaper than a general hash map's for the lookups every entry makes.
+#[derive(Clone, Default)]
+struct AddrIndex {
+    /// (address, block), `NONE` for an empty slot; a power of two of them.
+    slots: Vec<(u64, u32)>,
+    len: usize,
+    /// 64 minus log2 of the slots.
+    shift: u32,
+}
+
+impl AddrIndex {
+    #[inline]
+    fn home(&self, a: u64) -> usize {
+        (a.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    /// The slot holding `a`, if any.
+    #[inline]
+    fn find(&self, a: u64) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(a);
+        loop {
+            let (k, v) = self.slots[i];
+            if v == NONE {
+                return None;
+            }
+            if k == a {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    #[inline]
+    fn get(&self, a: &u64) -> Option<&u32> {
+        self.find(*a).map(|i| &self.slots[i].1)
+    }
+
+    #[inline]
+    fn contains_key(&self, a: &u64) -> bool {
+        self.find(*a).is_some()
+    }
+
+    /// Map `a` to `n` (not `NONE`); the block it mapped to before.
+    #[inline]
+    fn insert(&mut self, a: u64, n: u32) -> Option<u32> {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(a);
+        loop {
+            let s = &mut self.slots[i];
+            if s.1 == NONE {
+                *s = (a, n);
+                self.len += 1;
+                return None;
+            }
+            if s.0 == a {
+                return Some(std::mem::replace(&mut s.1, n));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Forget `a`; the block it mapped to.
+    #[inline]
+    fn remove(&mut self, a: &u64) -> Option<u32> {
+        let i = self.find(*a)?;
+        let old = self.slots[i].1;
+        let mask = self.slots.len() - 1;
+        // the entries after it in its run move back into the hole unless
+        // their home lies between the hole and them
+        let mut hole = i;
+        let mut j = (i + 1) & mask;
+        loop {
+            let (k, v) = self.slots[j];
+            if v == NONE {
+                break;
+            }
+            let home = self.home(k);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = (k, v);
+                hole = j;
+            }
+            j = (j + 1) & mask;
+        }
+        self.slots[hole] = (0, NONE);
+        self.len -= 1;
+        Some(old)
+    }
+
+    fn grow(&mut self) {
+        let cap = (self.slots.len() * 2).max(16);
+        let old = std::mem::replace(&mut self.slots, vec![(0, NONE); cap]);
+        self.shift = 64 - cap.trailing_zeros();
+        self.len = 0;
+        for (k, v) in old {
+            if v != NONE {
+                self.insert(k, v);
+            }
+        }
+    }
+
+    /// Every (address, block), in no order.
+    fn iter(&self) -> impl Iterator<Item = (&u64, &u32)> {
+        self.slots
+            .iter()
+            .filter(|s| s.1 != NONE)
+            .map(|(k, v)| (k, v))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum St {
     Free,
@@ -340,7 +459,7 @@ struct Sim {
     expandable: bool,
     nodes: Vec<Node>,
     spare: Vec<u32>,
-    at: AddrMap<u32>,
+    at: AddrIndex,
     segs: Vec<Seg>,
     /// First block's address → segment (while not `ordered`).
     seg_at: BTreeMap<u64, u32>,
@@ -397,7 +516,7 @@ impl Sim {
             rounder: std::rc::Rc::new(CachingAllocator::new(cfg)),
             nodes: Vec::new(),
             spare: Vec::new(),
-            at: AddrMap::default(),
+            at: AddrIndex::default(),
             segs: Vec::new(),
             seg_at: BTreeMap::new(),
             ordered: None,
@@ -1602,6 +1721,34 @@ pub fn build_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_address_index_is_a_map() {
+        // addresses from a small range (runs of collisions, removals in
+        // the middle of runs) and 512-byte multiples, against a HashMap
+        let mut rng = vramscope_testkit::XorShift(0x5eed);
+        for spread in [64u64, 4096] {
+            let mut a = AddrIndex::default();
+            let mut m: HashMap<u64, u32> = HashMap::new();
+            for step in 0..20_000u32 {
+                let k = (rng.next() % spread) * 512;
+                match rng.next() % 3 {
+                    0 => assert_eq!(a.remove(&k), m.remove(&k), "{step}"),
+                    _ => assert_eq!(a.insert(k, step), m.insert(k, step), "{step}"),
+                }
+                assert_eq!(a.get(&k), m.get(&k));
+                assert_eq!(a.len, m.len());
+            }
+            for (k, v) in &m {
+                assert_eq!(a.get(k), Some(v));
+            }
+            let mut got: Vec<(u64, u32)> = a.iter().map(|(&k, &v)| (k, v)).collect();
+            let mut want: Vec<(u64, u32)> = m.into_iter().collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want);
+        }
+    }
 
     /// The wrapped real snapshot: its trace frees blocks allocated before
     /// it, so the sim keeps its blocks in address order.
