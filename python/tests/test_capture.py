@@ -698,6 +698,21 @@ def test_cudnn_benchmark_mode_empties_the_cache_at_a_problems_first_call():
     assert any("benchmark" in k for k in cap.report()["unmeasured"])
 
 
+def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_tensors():
+    # blind35/ai03's H200 snapshot: capture_begin first registers the graph with the default
+    # generator (two 1-element int64 tensors on the capture stream, in the ordinary pool), then
+    # the capture's allocations come from the graph's private pool, a small segment of its own
+    with vramscope.capture():
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = torch.empty(256, device="cuda")
+        assert g.pool() != (0, 0)
+        assert torch.cuda.memory_allocated() == 2 * 512 + 1024
+        assert torch.cuda.memory_reserved() == 2 * 2 * MIB
+        del g  # the last graph leaves the generator: its two tensors are freed
+        assert torch.cuda.memory_allocated() == y.nbytes == 1024
+
+
 def test_a_cuda_graph_capture_runs_its_region_once_and_is_named_unmeasured():
     with vramscope.capture(gpu="h200") as cap:
         model = torch.nn.Linear(64, 64).cuda()

@@ -544,6 +544,8 @@ class Capture:
         #: a `Tensor.__setitem__` of a Python number on a simulated tensor is running (`_kernels._setitem`)
         self.setitem_number = False
         self.stream = 0
+        # a stream capturing a CUDA graph -> the stream id its graph's private pool is kept under
+        self.pool_streams: dict[int, int] = {}
         self.phases: list[Phase] = []
         self.phase_names: list[str] = []
         self.next_phase = None
@@ -599,7 +601,8 @@ class Capture:
                 category = "gradient"
         module = self.module_stack[-1] if self.module_stack else ""
         try:
-            return self.device.malloc(nbytes, self.stream, category, op, module, _source_line())
+            stream = self.pool_streams.get(self.stream, self.stream)
+            return self.device.malloc(nbytes, stream, category, op, module, _source_line())
         except _native.OutOfMemory as e:
             self.oom = str(e)
             raise torch.OutOfMemoryError(str(e)) from None

@@ -44,6 +44,11 @@ class _Properties:
         )
 
 
+#: where the twin keeps a CUDA graph's private pool: a stream id of its own per (pool, capturing
+#: stream), since the caching allocator matches a private pool's blocks by stream too
+_PRIVATE_POOL_STREAMS = 0x7E00_0000_0000
+
+
 class Stream:
     """A stand-in for `torch.cuda.Stream`: an id the allocator keys its pools by."""
 
@@ -211,28 +216,56 @@ def patch(cap) -> _Patch:
     p.set(cuda, "is_current_stream_capturing", lambda: False)
     p.set(cuda.graphs, "is_current_stream_capturing", lambda: False)
 
+    # the default CUDA generator's graph-safe seed and offset: two 1-element int64 tensors made on
+    # the current stream when the first graph registers with it, freed when the last one leaves
+    # (CUDAGeneratorState::register_graph / unregister_graph, CUDAGeneratorImpl.cpp)
+    rng_graphs: dict = {"graphs": set(), "extragraph": None}
+    pools = [0]
+
+    def graph_pool_handle():
+        """A new private pool's id, `(0, n)` as `MemPool::graph_pool_handle` numbers them."""
+        pools[0] += 1
+        return (0, pools[0])
+
     class CUDAGraph:
         """`torch.cuda.CUDAGraph` on the simulated device: a captured region runs once, eagerly, on
-        the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); the graph's
-        private memory pool and its replays are not modelled (named unmeasured)."""
+        the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); `capture_begin`
+        registers the graph with the default generator (CUDAGraph.cpp). The graph's private memory
+        pool and its replays are not modelled (named unmeasured)."""
 
         def __init__(self, *args, **kwargs):
-            cap.note_unmeasured("CUDA graphs (capture runs once eagerly; the graph's private pool)")
+            cap.note_unmeasured("CUDA graphs (a live graph's private pool kept through empty_cache)")
 
-        def capture_begin(self, *args, **kwargs):
-            pass
+        def capture_begin(self, pool=None, capture_error_mode="global"):
+            if not rng_graphs["graphs"]:
+                op = "aten::empty"
+                rng_graphs["extragraph"] = (cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
+            rng_graphs["graphs"].add(id(self))
+            # beginAllocateToPool: what the capturing stream allocates comes from the graph's
+            # private pool (a new one, or the one `pool` names), apart from its ordinary blocks
+            self._pool = tuple(pool) if pool is not None and tuple(pool) != (0, 0) else graph_pool_handle()
+            self._stream = cap.stream
+            cap.pool_streams[cap.stream] = (
+                _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
+            )
 
         def capture_end(self):
-            pass
+            cap.pool_streams.pop(self._stream, None)
 
         def replay(self):
             pass
 
         def reset(self):
-            pass
+            rng_graphs["graphs"].discard(id(self))
+            if not rng_graphs["graphs"]:
+                rng_graphs["extragraph"] = None
+
+        def __del__(self):
+            if cap.active:
+                self.reset()
 
         def pool(self):
-            return (0, 0)
+            return getattr(self, "_pool", (0, 0))
 
         def enable_debug_mode(self):
             pass
@@ -242,8 +275,8 @@ def patch(cap) -> _Patch:
 
     p.set(cuda, "CUDAGraph", CUDAGraph)
     p.set(cuda.graphs, "CUDAGraph", CUDAGraph)
-    p.set(cuda, "graph_pool_handle", lambda: (0, 0))
-    p.set(cuda.graphs, "graph_pool_handle", lambda: (0, 0))
+    p.set(cuda, "graph_pool_handle", graph_pool_handle)
+    p.set(cuda.graphs, "graph_pool_handle", graph_pool_handle)
     p.set(cuda, "manual_seed", lambda *a, **k: None)
     p.set(cuda, "manual_seed_all", lambda *a, **k: None)
     p.set(cuda, "seed", lambda *a, **k: None)
