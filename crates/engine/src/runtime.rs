@@ -339,6 +339,9 @@ pub(crate) struct State {
     blas_prepaid: u64,
     /// the threads that have run a 16-bit matmul
     blas_16bit: Vec<Thread>,
+    /// driver bytes waiting for the autograd thread's 16-bit share
+    /// ([`Runtime::driver_outside_with_autograd_16bit`])
+    autograd_16bit_pending: Vec<(&'static str, u64)>,
     /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`)
     cudnn_loaded: CudnnLibraries,
     /// `libtriton.so` is mapped (`Runtime::triton_loaded`)
@@ -477,6 +480,7 @@ impl Runtime {
             blas_handles: Vec::new(),
             blas_prepaid: 0,
             blas_16bit: Vec::new(),
+            autograd_16bit_pending: Vec::new(),
             cudnn_loaded: CudnnLibraries::None,
             triton_loaded: false,
             lt_ws: Vec::new(),
@@ -1145,10 +1149,36 @@ impl Runtime {
         };
         if let Some(bytes) = bytes {
             self.driver_take(op, bytes)?;
-            let mut st = self.st.borrow_mut();
-            let thread = st.thread;
-            st.blas_16bit.push(thread);
+            let pending = {
+                let mut st = self.st.borrow_mut();
+                let thread = st.thread;
+                st.blas_16bit.push(thread);
+                if thread == Thread::Autograd {
+                    std::mem::take(&mut st.autograd_16bit_pending)
+                } else {
+                    Vec::new()
+                }
+            };
+            for (op, bytes) in pending {
+                self.driver_take(op, bytes)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Device memory outside the allocator for `op` that comes with the
+    /// autograd thread's 16-bit share ([`Self::kernels16`]): taken now if
+    /// that thread has taken its share, else when it does (never, if it
+    /// runs no 16-bit kernel).
+    pub fn driver_outside_with_autograd_16bit(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let now = self.st.borrow().blas_16bit.contains(&Thread::Autograd);
+        if now {
+            return self.driver_take(op, bytes);
+        }
+        self.st
+            .borrow_mut()
+            .autograd_16bit_pending
+            .push((op, bytes));
         Ok(())
     }
 

@@ -65,3 +65,49 @@ fn the_16bit_kernels_share_comes_with_the_first_16bit_matmul() {
     let _ = b.mm(&b).unwrap();
     assert_eq!(outside(&rt), 554_500_096 + 166 * MIB);
 }
+
+/// Bytes that come with the autograd thread's 16-bit share
+/// (`Runtime::driver_outside_with_autograd_16bit`, NCCL's under FSDP2 and
+/// DDP): waiting until that thread's first 16-bit matmul, not taken by a
+/// float32 backward nor by the main thread's 16-bit share, taken at once
+/// when the share is already there.
+#[test]
+fn bytes_with_the_autograd_threads_16bit_share_wait_for_it() {
+    let backward = |rt: &Runtime, dtype: DType| {
+        let w = rt.randn(&[8, 8], dtype, Device::Cuda).unwrap();
+        w.requires_grad_(true).unwrap();
+        let x = rt.randn(&[8, 8], dtype, Device::Cuda).unwrap();
+        let loss = x.mm(&w).unwrap().sum().unwrap();
+        loss.backward_with(None, BackwardOptions::default())
+            .unwrap();
+    };
+    let rt = Runtime::default();
+    rt.driver_outside_with_autograd_16bit("test", 2 * MIB)
+        .unwrap();
+    let b = rt.randn(&[8, 8], DType::BF16, Device::Cuda).unwrap();
+    let _ = b.mm(&b).unwrap();
+    assert_eq!(
+        outside(&rt),
+        554_500_096 + 166 * MIB,
+        "the main thread's share"
+    );
+    backward(&rt, DType::F32);
+    assert_eq!(
+        outside(&rt),
+        554_500_096 + (166 + 64) * MIB,
+        "a float32 backward"
+    );
+    backward(&rt, DType::BF16);
+    assert_eq!(
+        outside(&rt),
+        554_500_096 + (166 + 72 + 2) * MIB,
+        "the autograd thread's"
+    );
+    rt.driver_outside_with_autograd_16bit("test", 2 * MIB)
+        .unwrap();
+    assert_eq!(
+        outside(&rt),
+        554_500_096 + (166 + 72 + 4) * MIB,
+        "at once after it"
+    );
+}

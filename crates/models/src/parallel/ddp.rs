@@ -367,8 +367,7 @@ impl Ddp {
         if !self.nccl_backward {
             // by the end of the first backward, all-reduce or not
             self.nccl_backward = true;
-            let bits16 = self.params[i].dtype() != DType::F32;
-            nccl::first_backward(&self.rt, bits16).map_err(to_engine)?;
+            nccl::first_backward(&self.rt).map_err(to_engine)?;
         }
         if !self.expect_autograd_hooks {
             // a backward the forward did not prepare (`no_sync()`)

@@ -454,8 +454,7 @@ impl Fsdp {
         if !self.nccl_taken.1 {
             // by the end of the first backward, reduce-scatter or not
             self.nccl_taken.1 = true;
-            let bits16 = self.groups[gi].params[0].gather() != DType::F32;
-            super::nccl::first_backward(&self.rt, bits16).map_err(to_engine)?;
+            super::nccl::first_backward(&self.rt).map_err(to_engine)?;
         }
         self.groups[gi].training = Training::PostBackward;
         // accumulate_unsharded_grad_if_needed: in place, the gradient freed
