@@ -359,6 +359,19 @@ def test_record_stream_takes_the_twins_streams():
         assert torch.cuda.memory_stats()["requested_bytes.all.current"] == y.nbytes == 512
 
 
+def test_a_large_copy_to_the_host_of_unknown_values_is_a_writable_zero_tensor():
+    # the offloaded KV cache's `.to("cpu", non_blocking=True)` (blind35/ai04): zeros, as the twin
+    # reads values it does not compute, in the requested dtype, contiguous and writable
+    with vramscope.capture():
+        x = torch.empty(4, 8, 2048, 128, device="cuda", dtype=torch.bfloat16)
+        host = x.to("cpu", non_blocking=True)
+        assert host.device.type == "cpu" and host.dtype == torch.bfloat16 and host.is_contiguous()
+        assert host.shape == x.shape and not host.any()
+        host[0, 0, 0, 0] = 1.0
+        assert host.float().sum() == 1.0
+        assert x.float().cpu().dtype == torch.float32
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

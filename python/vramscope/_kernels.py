@@ -830,6 +830,19 @@ def _host_indices(src) -> bool:
     return not (src.is_floating_point() or src.is_complex()) and src.numel() <= HOST_INDEX_LIMIT
 
 
+def _host_zeros(shape, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous host tensor of zeros whose pages the kernel maps on first touch (numpy's
+    `zeros` takes calloc'd memory): a large copy to the host of a tensor without values (an
+    offloaded KV cache) costs no memset."""
+    try:
+        import numpy as np
+    except ImportError:
+        return torch.zeros(tuple(shape), dtype=dtype)
+    numel = math.prod(shape)
+    raw = torch.from_numpy(np.zeros(numel * dtype.itemsize, dtype=np.uint8))
+    return raw.view(dtype).view(tuple(shape))
+
+
 def _to_copy(cap, func, args, kwargs):
     """Copies between the host and the simulated device."""
     src = args[0]
@@ -840,7 +853,10 @@ def _to_copy(cap, func, args, kwargs):
         if dev is None or to_device:
             return NotImplemented
         # device to host: a CPU tensor holding the values the twin knows
-        return aten._to_copy.default(cap.value_of(src, "a copy to the host"), **kwargs)
+        known = cap.value_of(src, "a copy to the host")
+        if value(src) is None and not kwargs.get("pin_memory") and src.numel() > 1 << 16:
+            return _host_zeros(src.shape, kwargs.get("dtype") or src.dtype)
+        return aten._to_copy.default(known, **kwargs)
     if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
         # host to device: a new storage on the GPU
         out = aten._to_copy.default(src, **dict(kwargs, device=torch.device("meta")))
