@@ -854,7 +854,8 @@ def _to_copy(cap, func, args, kwargs):
             return NotImplemented
         # device to host: a CPU tensor holding the values the twin knows
         known = cap.value_of(src, "a copy to the host")
-        if value(src) is None and not kwargs.get("pin_memory") and src.numel() > 1 << 16:
+        plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
+        if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > 1 << 16:
             return _host_zeros(src.shape, kwargs.get("dtype") or src.dtype)
         return aten._to_copy.default(known, **kwargs)
     if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
