@@ -67,7 +67,11 @@ pub struct DdpConfig {
     pub gradient_as_bucket_view: bool,
     /// the first iteration's buckets kept to the end instead of freed at
     /// the rebuild: ProcessGroupNCCL's shelf freeing them late
-    /// (pytorch/pytorch#150079) for as long as it can, the upper bound
+    /// (pytorch/pytorch#150079) for as long as it can, the upper bound. A
+    /// finished all-reduce's tensors go at the main thread's next
+    /// collective once the watchdog, scanning every 100 ms, has seen it
+    /// done (`ProcessGroupNCCL.cpp`: `Watchdog::runLoop`,
+    /// `shelvesToUnstash_`); the reducer waits on the future, not the work.
     pub first_buckets_held: bool,
     /// `find_unused_parameters=True`
     pub find_unused_parameters: bool,
