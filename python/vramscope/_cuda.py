@@ -221,6 +221,7 @@ def patch(cap) -> _Patch:
     # (CUDAGeneratorState::register_graph / unregister_graph, CUDAGeneratorImpl.cpp)
     rng_graphs: dict = {"graphs": set(), "extragraph": None}
     pools = [0]
+    pool_users: dict[int, set] = {}
 
     def graph_pool_handle():
         """A new private pool's id, `(0, n)` as `MemPool::graph_pool_handle` numbers them."""
@@ -230,11 +231,13 @@ def patch(cap) -> _Patch:
     class CUDAGraph:
         """`torch.cuda.CUDAGraph` on the simulated device: a captured region runs once, eagerly, on
         the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); `capture_begin`
-        registers the graph with the default generator (CUDAGraph.cpp). The graph's private memory
-        pool and its replays are not modelled (named unmeasured)."""
+        registers the graph with the default generator, the capture allocates from the graph's
+        private pool, which empty_cache keeps while a graph holds it (CUDAGraph.cpp,
+        CUDACachingAllocator.cpp). Replays allocate nothing; streams joined into a capture are
+        not modelled (named unmeasured)."""
 
         def __init__(self, *args, **kwargs):
-            cap.note_unmeasured("CUDA graphs (a live graph's private pool kept through empty_cache)")
+            cap.note_unmeasured("CUDA graphs (streams joined into a capture)")
 
         def capture_begin(self, pool=None, capture_error_mode="global"):
             if not rng_graphs["graphs"]:
@@ -245,9 +248,11 @@ def patch(cap) -> _Patch:
             # private pool (a new one, or the one `pool` names), apart from its ordinary blocks
             self._pool = tuple(pool) if pool is not None and tuple(pool) != (0, 0) else graph_pool_handle()
             self._stream = cap.stream
-            cap.pool_streams[cap.stream] = (
-                _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
-            )
+            self._private = _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
+            cap.pool_streams[cap.stream] = self._private
+            # the pool's use_count: empty_cache keeps it while a graph holds it
+            pool_users.setdefault(self._private, set()).add(id(self))
+            cap.device.keep_through_empty_cache(self._private, True)
 
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
@@ -259,6 +264,13 @@ def patch(cap) -> _Patch:
             rng_graphs["graphs"].discard(id(self))
             if not rng_graphs["graphs"]:
                 rng_graphs["extragraph"] = None
+            private = getattr(self, "_private", None)
+            if private is not None:
+                users = pool_users.get(private, set())
+                users.discard(id(self))
+                if not users:
+                    cap.device.keep_through_empty_cache(private, False)
+                self._private = None
 
         def __del__(self):
             if cap.active:

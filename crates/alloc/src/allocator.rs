@@ -262,6 +262,10 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     fits: Option<(Vec<Fit>, bool)>,
     /// The buffer of the last recording, emptied, for the next one.
     fits_spare: Vec<Fit>,
+    /// Streams whose cached blocks `release_cached_blocks` leaves alone: the
+    /// streams a caller keeps a CUDA graph's private pool under while the
+    /// graph lives (`graph_pools` with `use_count > 0` are not released).
+    kept_streams: Vec<u64>,
 }
 
 fn pool_index(small: bool) -> usize {
@@ -311,6 +315,7 @@ impl<D: Device> CachingAllocator<D> {
             trace: None,
             fits: None,
             fits_spare: Vec::new(),
+            kept_streams: Vec::new(),
         }
     }
 
@@ -895,6 +900,17 @@ impl<D: Device> CachingAllocator<D> {
         self.release_cached_blocks();
     }
 
+    /// Whether `release_cached_blocks` (empty_cache, and malloc's retry
+    /// after an out-of-memory) leaves `stream`'s cached blocks alone: a CUDA
+    /// graph's private pool while its graph lives (`release_cached_blocks`
+    /// frees only the pools in `graph_pools_freeable`).
+    pub fn keep_through_empty_cache(&mut self, stream: u64, keep: bool) {
+        self.kept_streams.retain(|&s| s != stream);
+        if keep {
+            self.kept_streams.push(stream);
+        }
+    }
+
     /// `snapshot()`: segments and blocks as a memory snapshot reports them,
     /// sorted by address.
     pub fn snapshot(&self) -> Vec<SegmentInfo> {
@@ -1407,6 +1423,9 @@ impl<D: Device> CachingAllocator<D> {
         let ids: Vec<Id> = self.pools[p].blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
+            if self.kept_streams.contains(&self.b(id).stream) {
+                continue;
+            }
             if self.b(id).seg != NIL {
                 to_unmap.push(id);
             } else if !self.is_split(id) {
@@ -1793,5 +1812,26 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
         size
     } else {
         rounded + step
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_streams_cached_blocks_survive_empty_cache_until_released() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let kept = a.malloc(4 << 20, 7).unwrap();
+        let other = a.malloc(4 << 20, 0).unwrap();
+        a.free(kept).unwrap();
+        a.free(other).unwrap();
+        a.keep_through_empty_cache(7, true);
+        a.empty_cache();
+        // the kept stream's 20 MiB segment (kLargeBuffer) stays, the other goes
+        assert_eq!(a.stats().reserved_bytes.all().current, 20 << 20);
+        a.keep_through_empty_cache(7, false);
+        a.empty_cache();
+        assert_eq!(a.stats().reserved_bytes.all().current, 0);
     }
 }

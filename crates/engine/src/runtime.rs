@@ -1037,6 +1037,15 @@ impl Runtime {
         self.st.borrow_mut().alloc.empty_cache();
     }
 
+    /// Whether `empty_cache` leaves `stream`'s cached blocks alone (a live
+    /// CUDA graph's private pool).
+    pub fn keep_through_empty_cache(&self, stream: u64, keep: bool) {
+        self.st
+            .borrow_mut()
+            .alloc
+            .keep_through_empty_cache(stream, keep);
+    }
+
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_memory_stats(&self) {
         self.st.borrow_mut().alloc.reset_peak_stats();

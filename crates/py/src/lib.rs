@@ -587,6 +587,12 @@ impl Device {
         self.p.runtime().empty_cache();
     }
 
+    /// Whether `empty_cache` leaves `stream`'s cached blocks alone (a live
+    /// CUDA graph's private pool).
+    fn keep_through_empty_cache(&self, stream: u64, keep: bool) {
+        self.p.runtime().keep_through_empty_cache(stream, keep);
+    }
+
     /// `torch._C._cuda_clearCublasWorkspaces()`.
     fn clear_cublas_workspaces(&self) {
         self.p.runtime().clear_cublas_workspaces();
