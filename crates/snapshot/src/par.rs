@@ -177,7 +177,17 @@ impl Src<'_> {
                     if buf.len() < k {
                         buf.resize(k, 0);
                     }
-                    *n = file.read_at(&mut buf[..k], pos);
+                    // the bytes from `pos` the window holds already are
+                    // moved to its start, not read again
+                    let held = *base + *n as u64;
+                    let keep = if pos >= *base && pos < held {
+                        let o = (pos - *base) as usize;
+                        buf.copy_within(o..*n, 0);
+                        *n - o
+                    } else {
+                        0
+                    };
+                    *n = keep + file.read_at(&mut buf[keep..k], pos + keep as u64);
                     *base = pos;
                 }
                 let o = (pos - *base) as usize;
@@ -293,9 +303,18 @@ struct W<'w> {
 /// size; a longer one gives up). Small: each thread holds twice that.
 const WIN: usize = 64 << 10;
 
+/// The file's first bytes, which the pieces' decoders read objects of
+/// earlier bytes from without a read of their own: the strs and frame
+/// dicts a trace names again are mostly defined by its first entries
+/// (on 16 threads, 41,256 of c50's 41,277 such reads and 41,987 of w50's
+/// 42,009 fell in its first 512 KiB; `docs/inspect-speed.md`).
+const PREFIX: usize = 512 << 10;
+
 /// One piece's decoder state.
 struct Dec<'t, 'a, 's> {
     input: Input<'a>,
+    /// The file's first bytes, read once for all pieces ([`PREFIX`]).
+    prefix: &'a [u8],
     table: &'t [u32],
     strs: &'s mut Strs,
     /// The strs the piece met, in order.
@@ -343,6 +362,7 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
         strs.piece += 1;
         let mut d = Dec {
             input,
+            prefix: &[],
             table,
             strs,
             order: Vec::new(),
@@ -454,9 +474,18 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                 self.foreign_in(i, w)
             }
             Input::At(file, len) => {
-                let mut v = None;
-                // (most are a few hundred bytes: a str, a frame dict)
-                for size in [512u64, 64 << 10, 1 << 20] {
+                let prefix = self.prefix;
+                let mut v = usize::try_from(start)
+                    .ok()
+                    .and_then(|s| prefix.get(s..))
+                    .and_then(|b| self.foreign_in(i, W { b, off: start }));
+                if v.is_some() {
+                    self.depth -= 1;
+                    return v;
+                }
+                // (most are a few hundred bytes: a str, a frame dict; a
+                // frame dict with a long C++ name, a few kB)
+                for size in [512u64, 4 << 10, 64 << 10, 1 << 20] {
                     let n = usize::try_from(size.min(len.saturating_sub(start))).ok()?;
                     let mut buf = vec![0u8; n];
                     if file.read_at(&mut buf, start) != n {
@@ -1007,9 +1036,10 @@ fn memo_index_at(table: &[u32], pos: u64) -> u64 {
 /// Decode entries from the one at `start` until one starts at or past
 /// `until`, or the list ends.
 #[allow(clippy::too_many_arguments)]
-fn decode(
+fn decode<'a>(
     main: &mut Src<'_>,
-    input: Input<'_>,
+    input: Input<'a>,
+    prefix: &'a [u8],
     table: &[u32],
     start: u64,
     until: u64,
@@ -1018,6 +1048,7 @@ fn decode(
     texts: usize,
 ) -> O<Piece> {
     let mut d = Dec::new(input, table, strs);
+    d.prefix = prefix;
     d.before_below = before_below;
     d.entries
         .reserve_rows(usize::try_from((until - start) / 64).unwrap_or(usize::MAX));
@@ -1148,6 +1179,15 @@ pub(crate) fn decode_trace(
     let mut src = Src::new(input, 1 << 16);
     let at = region_start(&mut src)?;
     let memo_from = memo_index_at(table, at);
+    let prefix = match input {
+        Input::Slice(_) => Vec::new(),
+        Input::At(file, len) => {
+            let mut b = vec![0u8; usize::try_from(len).map_or(PREFIX, |n| n.min(PREFIX))];
+            let got = file.read_at(&mut b, 0);
+            b.truncate(got);
+            b
+        }
+    };
     // pieces: frame starts about `piece` apart
     let rest = len - at;
     let piece = (rest / (threads as u64 * 4).max(1)).clamp(256 << 10, 8 << 20);
@@ -1179,6 +1219,7 @@ pub(crate) fn decode_trace(
                 decode(
                     &mut main,
                     input,
+                    &prefix,
                     table,
                     s,
                     cuts[i + 1],
@@ -1228,6 +1269,7 @@ pub(crate) fn decode_trace(
             _ => decode(
                 &mut main,
                 input,
+                &prefix,
                 table,
                 cur,
                 cuts[i + 1],
@@ -1318,6 +1360,37 @@ fn named_later(
         out.push((i, std::str::from_utf8(&b[..n]).ok()?.to_owned()));
         if out.len() > 4096 {
             return None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_window_gives_the_bytes_a_slice_does() {
+        // windows forward with overlaps (what the held bytes serve), back,
+        // past the end and larger than the chunk
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let file: &[u8] = &bytes;
+        let mut src = Src::new(Input::At(&file, bytes.len() as u64), 1000);
+        let mut slice = Src::new(Input::Slice(&bytes), 1000);
+        for &(pos, want) in &[
+            (0u64, 600usize),
+            (300, 600),
+            (700, 600),
+            (1_100, 900),
+            (1_150, 2_500),
+            (50, 100),
+            (9_800, 600),
+            (9_999, 5),
+            (10_000, 5),
+            (4_000, 64),
+            (4_010, 1_500),
+        ] {
+            let a = src.win(pos, want).to_vec();
+            assert_eq!(a, slice.win(pos, want), "{pos} {want}");
         }
     }
 }
