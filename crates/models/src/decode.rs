@@ -1248,6 +1248,25 @@ mod tests {
         let gqa = WIDE.replace(r#""num_key_value_heads":8"#, r#""num_key_value_heads":2"#);
         let c = same_apart(&gqa, &st, &o);
         assert!(c.moments > 0, "{c:?}");
+        // (most layers' nests taken from the layer before: the large pool
+        // unchanged since; the peaks noted are those of the nests served)
+        assert!(c.nests_again > 0, "{c:?}");
+        let notes = |memo: bool| {
+            super::apart::tests::NO_NEST_MEMO.set(!memo);
+            super::apart::tests::NOTES.set(Some(Vec::new()));
+            let c = HfConfig::parse(&gqa).unwrap();
+            let e = estimate(&c, &st, &o).unwrap();
+            super::apart::tests::NO_NEST_MEMO.set(false);
+            (
+                e,
+                apart().0.unwrap(),
+                super::apart::tests::NOTES.take().unwrap(),
+            )
+        };
+        let ((a, ca, na), (b, cb, nb)) = (notes(true), notes(false));
+        assert_eq!((ca.nests_again > 0, cb.nests_again), (true, 0));
+        assert_eq!((ca.moments, a.decode_steps), (cb.moments, b.decode_steps));
+        assert!(na == nb && !na.is_empty());
         // qwen3 (its q and k norms), gemma2 (sliding and full layers past
         // the window, softcapped logits)
         let qwen = r#"{"model_type":"qwen3","hidden_size":256,"intermediate_size":512,

@@ -73,6 +73,21 @@ pub(crate) struct ApartCounts {
     pub moments: usize,
     /// instances of a changing chunk taken from its last one ([`Apart::patched`])
     pub patched: usize,
+    /// chunks whose large requests were all made for a moment, taken from
+    /// the last time ([`NestMemo`])
+    pub nests_again: usize,
+}
+
+/// The large requests of a chunk content with given bytes, all made for
+/// a moment the last time (so the large pool was left as it was): the
+/// count of the pool's changes then, and the bytes made for a moment after
+/// each request. [`LargePool::fit_for_a_moment`] is a function of the
+/// pool's free blocks, the size and the open blocks; with the pool
+/// unchanged since, no block open at the chunk's start and the same
+/// content and bytes, every request finds what it found then.
+struct NestMemo {
+    changes: u64,
+    moment_after: Vec<i64>,
 }
 
 /// A block made since step `FROM`: in the large pool apart (its name
@@ -278,6 +293,9 @@ struct Chunk {
     last: Option<u32>,
     /// its last instance, when its sizes change with the step
     prev: Option<Inst>,
+    /// with a fixed instance whose bytes do not change with the step: the
+    /// id of its content and its large mallocs' bytes ([`Apart::nests`])
+    nest_key: Option<u32>,
 }
 
 /// The chunks of the template step.
@@ -326,6 +344,11 @@ pub(super) struct Apart {
     /// changed: (bytes, open blocks, answer)
     fit_memo: Vec<(u64, Vec<Moment>, Option<Moment>)>,
     fit_changes: u64,
+    /// the ids of (content, large mallocs' bytes) of the fixed chunks whose
+    /// bytes do not change with the step, and each one's large requests the
+    /// last time
+    nest_keys: HashMap<(u32, Vec<u64>), u32>,
+    nests: Vec<Option<NestMemo>>,
     /// the twin's counts of retries, out-of-memory errors and frees of
     /// segments when the attempt began
     marks: (i64, i64, i64),
@@ -440,6 +463,8 @@ impl Apart {
             fits: Vec::new(),
             fit_memo: Vec::new(),
             fit_changes: u64::MAX,
+            nest_keys: HashMap::new(),
+            nests: Vec::new(),
             marks: marks(&s.alloc),
             counts: ApartCounts::default(),
         };
@@ -449,6 +474,20 @@ impl Apart {
             let ahead = (k - last_model) as i64;
             if a.fixed(s, c, ahead) {
                 let inst = a.instance(s, c, ahead)?;
+                let range = a.plan.chunks[c].range.clone();
+                if range_steady(s, range.clone()) {
+                    // (its large mallocs' bytes, in order)
+                    let bytes = a.contents[inst.content as usize]
+                        .larges
+                        .iter()
+                        .filter(|l| l.malloc)
+                        .map(|l| s.bytes_of(a.plan.malloc_of[range.start + l.off as usize], ahead))
+                        .collect::<Option<Vec<u64>>>()?;
+                    let n = a.nest_keys.len() as u32;
+                    let id = *a.nest_keys.entry((inst.content, bytes)).or_insert(n);
+                    a.nests.resize_with(a.nest_keys.len(), || None);
+                    a.plan.chunks[c].nest_key = Some(id);
+                }
                 a.plan.chunks[c].fixed = Some(inst);
             }
         }
@@ -717,6 +756,12 @@ impl Apart {
 
     /// Note the allocated bytes after a malloc at `at`.
     fn note(&mut self, s: &mut Serving, total: i64, at: StepRequest) {
+        #[cfg(test)]
+        tests::NOTES.with_borrow_mut(|n| {
+            if let Some(n) = n {
+                n.push((total, at.step, at.request));
+            }
+        });
         if total > s.best_allocated {
             s.best_allocated = total;
             s.best_at = Some(at);
@@ -868,7 +913,7 @@ impl Apart {
                     (inst, false)
                 }
             };
-            let r = self.chunk(s, k, ahead, start, &inst);
+            let r = self.chunk(s, k, ahead, (c, fixed), &inst);
             match fixed {
                 true => self.plan.chunks[c].fixed = Some(inst),
                 false => self.plan.chunks[c].prev = Some(inst),
@@ -878,15 +923,17 @@ impl Apart {
         self.check(s)
     }
 
-    /// One chunk of step `k` starting at template request `start`.
+    /// Chunk `c` of step `k` (`fixed`: its instance is the same every
+    /// step).
     fn chunk(
         &mut self,
         s: &mut Serving,
         k: usize,
         ahead: i64,
-        start: usize,
+        (c, fixed): (usize, bool),
         inst: &Inst,
     ) -> Result<(), Aborted> {
+        let start = self.plan.chunks[c].range.start;
         let cid = inst.content as usize;
         let mut ins = [u64::MAX; MAX_IN];
         for (i, &(back, r, bytes)) in inst.inputs.iter().enumerate() {
@@ -913,7 +960,8 @@ impl Apart {
         if inst.inputs.len() <= MAX_IN {
             if let Some((after, out)) = self.memo.get(&key).cloned() {
                 self.counts.reused += 1;
-                return self.reuse(s, k, ahead, start, inst, after, out);
+                let nests = self.plan.chunks[c].nest_key.filter(|_| fixed);
+                return self.reuse(s, k, ahead, (start, nests), inst, after, out);
             }
         }
         self.counts.served += 1;
@@ -1038,14 +1086,15 @@ impl Apart {
         Ok((locals, made))
     }
 
-    /// A chunk whose small requests were served before from the same state.
+    /// A chunk whose small requests were served before from the same state
+    /// (`nests`: its [`Chunk::nest_key`], where its instance is fixed).
     #[allow(clippy::too_many_arguments)]
     fn reuse(
         &mut self,
         s: &mut Serving,
         k: usize,
         ahead: i64,
-        start: usize,
+        (start, nests): (usize, Option<u32>),
         inst: &Inst,
         after: u32,
         out: Range<u32>,
@@ -1053,30 +1102,145 @@ impl Apart {
         let cid = inst.content as usize;
         let s0 = self.small;
         let n = self.contents[cid].larges.len();
+        // (a fixed chunk's large requests all made for a moment last time,
+        // the pool unchanged since and nothing open: the same again)
+        match nests.filter(|_| n > 0 && self.open.is_empty()) {
+            Some(key) => self.nests(s, k, ahead, (start, s0), cid, key)?,
+            None => {
+                for j in 0..n {
+                    self.reuse_large(s, k, ahead, (start, s0), cid, j)?;
+                }
+            }
+        }
+        self.reuse_tail(s, k, (start, s0), inst, after, out)
+    }
+
+    /// Large request `j` of a reused chunk of content `cid`, with the peaks
+    /// before and at it.
+    #[inline(always)]
+    fn reuse_large(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+        (start, s0): (usize, i64),
+        cid: usize,
+        j: usize,
+    ) -> Result<(), Aborted> {
+        let la = self.contents[cid].larges[j];
+        if la.gap_max != i64::MIN {
+            let total = s0 + la.gap_max + self.large_now();
+            let at = StepRequest {
+                step: k,
+                request: start + la.gap_at as usize,
+            };
+            self.note(s, total, at);
+        }
+        let q = start + la.off as usize;
+        self.large(s, k, ahead, q, la.nest)?;
+        if la.malloc {
+            let total = s0 + la.small + self.large_now();
+            self.note(
+                s,
+                total,
+                StepRequest {
+                    step: k,
+                    request: q,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The large requests of a reused chunk of content `cid` whose
+    /// [`Chunk::nest_key`] is `key`, nothing open: taken from the last time
+    /// where the large pool has not changed since ([`NestMemo`]), else
+    /// served and remembered where all were made for a moment.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn nests(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        ahead: i64,
+        (start, s0): (usize, i64),
+        cid: usize,
+        key: u32,
+    ) -> Result<(), Aborted> {
+        let changes = self.large.changes();
+        #[cfg(test)]
+        if tests::NO_NEST_MEMO.get() {
+            self.nests[key as usize] = None;
+        }
+        if let Some(memo) = self.nests[key as usize].take_if(|m| m.changes == changes) {
+            self.nests_again(s, k, (start, s0), cid, &memo.moment_after);
+            self.nests[key as usize] = Some(memo);
+            self.counts.nests_again += 1;
+            return Ok(());
+        }
+        let n = self.contents[cid].larges.len();
+        let mut moment_after = Vec::with_capacity(n);
         for j in 0..n {
+            self.reuse_large(s, k, ahead, (start, s0), cid, j)?;
+            moment_after.push(self.moment);
+        }
+        if self.large.changes() == changes && self.open.is_empty() {
+            self.nests[key as usize] = Some(NestMemo {
+                changes,
+                moment_after,
+            });
+        }
+        Ok(())
+    }
+
+    /// The large requests of chunk content `cid` of step `k` again, all
+    /// made for a moment as they were the last time (`moment_after`: the
+    /// bytes made for a moment after each): only the peaks are noted.
+    fn nests_again(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        (start, s0): (usize, i64),
+        cid: usize,
+        moment_after: &[i64],
+    ) {
+        let mut moment = 0;
+        for (j, &after) in moment_after.iter().enumerate() {
             let la = self.contents[cid].larges[j];
             if la.gap_max != i64::MIN {
-                let total = s0 + la.gap_max + self.large_now();
+                let total = s0 + la.gap_max + self.large_bytes + moment;
                 let at = StepRequest {
                     step: k,
                     request: start + la.gap_at as usize,
                 };
                 self.note(s, total, at);
             }
-            let q = start + la.off as usize;
-            self.large(s, k, ahead, q, la.nest)?;
+            moment = after;
             if la.malloc {
-                let total = s0 + la.small + self.large_now();
-                self.note(
-                    s,
-                    total,
-                    StepRequest {
-                        step: k,
-                        request: q,
-                    },
-                );
+                self.counts.moments += 1;
+                let total = s0 + la.small + self.large_bytes + moment;
+                let at = StepRequest {
+                    step: k,
+                    request: start + la.off as usize,
+                };
+                self.note(s, total, at);
             }
         }
+    }
+
+    /// The rest of [`Self::reuse`] after the large requests: the peak of
+    /// the small mallocs after the last, the outputs, the figures.
+    #[inline(always)]
+    fn reuse_tail(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        (start, s0): (usize, i64),
+        inst: &Inst,
+        after: u32,
+        out: Range<u32>,
+    ) -> Result<(), Aborted> {
+        let cid = inst.content as usize;
         let content = &self.contents[cid];
         let (tail_max, tail_at, delta) = (content.tail_max, content.tail_at, content.delta);
         if tail_max != i64::MIN {
@@ -1309,10 +1473,24 @@ impl Plan {
                 fixed: None,
                 last: None,
                 prev: None,
+                nest_key: None,
             })
             .collect();
         Some(Plan { chunks, malloc_of })
     }
+}
+
+/// Whether no malloc of the template's requests `range` changes its bytes
+/// with the step.
+fn range_steady(s: &Serving, range: Range<usize>) -> bool {
+    s.tpl[range].iter().all(|t| match *t {
+        Step::Malloc { slope, .. } => slope == 0,
+        Step::Scratch { rule } => s
+            .rules
+            .get(rule)
+            .is_some_and(|r| r.per_step.iter().all(|&p| p == 0)),
+        Step::Free { .. } => true,
+    })
 }
 
 impl Serving<'_> {
@@ -1330,5 +1508,17 @@ impl Serving<'_> {
             }
             Step::Free { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    thread_local! {
+        /// Where set, every allocated total noted on this thread: (bytes,
+        /// step, request).
+        pub static NOTES: std::cell::RefCell<Option<Vec<(i64, usize, usize)>>> =
+            const { std::cell::RefCell::new(None) };
+        /// Whether [`super::NestMemo`]s are never taken.
+        pub static NO_NEST_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 }
