@@ -711,6 +711,20 @@ def test_cudnn_benchmark_mode_empties_the_cache_at_a_problems_first_call():
     assert any("benchmark" in k for k in cap.report()["unmeasured"])
 
 
+def test_a_constraint_check_of_values_the_twin_lacks_passes():
+    # blind35/ai02: transformers' mean resizing of embeddings asks
+    # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and
+    # positive definite, so the check runs `cholesky_ex` and the sampling branch follows
+    from torch.distributions import constraints
+
+    with vramscope.capture(gpu="h200"):
+        cov = torch.empty(1024, 1024, device="cuda")
+        ok = constraints.positive_definite.check(cov)
+        assert ok.shape == () and bool(ok.all())
+        assert bool(constraints.positive.check(torch.empty(1 << 20, device="cuda")).all())
+        assert not constraints.positive.check(torch.zeros(8).cuda()).any()  # known values decide
+
+
 def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_tensors():
     # blind35/ai03's H200 snapshot: capture_begin first registers the graph with the default
     # generator (two 1-element int64 tensors on the capture stream, in the ordinary pool), then

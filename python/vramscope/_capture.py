@@ -546,6 +546,8 @@ class Capture:
         self.stream = 0
         # a stream capturing a CUDA graph -> the stream id its graph's private pool is kept under
         self.pool_streams: dict[int, int] = {}
+        # inside a `torch.distributions` constraint's check (`_cuda._passing_check`)
+        self.checks_pass = 0
         self.phases: list[Phase] = []
         self.phase_names: list[str] = []
         self.next_phase = None
@@ -657,8 +659,11 @@ class Capture:
     # ---- values -------------------------------------------------------------------
 
     def value_of(self, t: torch.Tensor, why: str) -> torch.Tensor:
-        """The CPU value of a simulated tensor (zeros where it carries none)."""
+        """The CPU value of a simulated tensor (zeros where it carries none; True for a bool
+        read inside a constraint's check, which passes)."""
         v = value(t)
+        if self.checks_pass and t.dtype == torch.bool and (v is None or _tensor.assumed(t)):
+            return torch.ones((), dtype=torch.bool).expand(t.shape)
         if v is not None:
             return v
         site = _user_site()

@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from ._tensor import CUDA0, is_ours, patch_tensor
+from ._tensor import assumed as _assumed
+from ._tensor import set_value as _set_value
+from ._tensor import value as _value
 
 
 class _Properties:
@@ -383,6 +386,7 @@ def patch(cap) -> _Patch:
         p.set(clip_grad, name, _kernels.foreach_support(getattr(clip_grad, name)))
     patch_tensor(p)
     _patch_accelerator(p, world)
+    _patch_constraint_checks(p, cap)
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
@@ -499,6 +503,35 @@ def _compiled_eagerly(original, cap):
         return original(model, *args, **kwargs)
 
     return compile
+
+
+def _patch_constraint_checks(p: _Patch, cap) -> None:
+    """`torch.distributions.constraints`' checks of values the twin does not compute pass, as
+    `torch._is_all_true` does (a program whose checks pass on the GPU passes them here;
+    docs/run.md): the check's ops run as on the GPU (their memory counts), the bools it reads
+    inside read True, and a result without values carries True (transformers'
+    `positive_definite.check(covariance).all()` when it resizes embeddings, blind35/ai02)."""
+    from torch.distributions import constraints
+
+    for cls in vars(constraints).values():
+        if isinstance(cls, type) and issubclass(cls, constraints.Constraint) and "check" in vars(cls):
+            p.set(cls, "check", _passing_check(vars(cls)["check"], cap))
+
+
+def _passing_check(original, cap):
+    def check(self, value):
+        if not is_ours(value) or (_value(value) is not None and not _assumed(value)):
+            return original(self, value)
+        cap.checks_pass += 1
+        try:
+            out = original(self, value)
+        finally:
+            cap.checks_pass -= 1
+        if is_ours(out) and out.dtype == torch.bool and (_value(out) is None or _assumed(out)):
+            _set_value(out, torch.ones(out.shape, dtype=torch.bool))
+        return out
+
+    return check
 
 
 def _patch_accelerator(p: _Patch, world: int) -> None:
