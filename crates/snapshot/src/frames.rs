@@ -27,8 +27,13 @@ pub(crate) fn check(file: &dyn At, len: u64) -> Result<Vec<u64>, Error> {
     }
     let mut pos = 2u64;
     let mut last = 0u8;
+    // the next frame's header, when read with the last byte before it
+    let mut ahead = false;
     while pos < len {
-        if file.read_at(&mut head, pos) < 9 || head[0] != FRAME {
+        if !std::mem::take(&mut ahead) && file.read_at(&mut head, pos) < 9 {
+            return Ok(starts);
+        }
+        if head[0] != FRAME {
             return Ok(starts);
         }
         starts.push(pos);
@@ -46,11 +51,17 @@ pub(crate) fn check(file: &dyn At, len: u64) -> Result<Vec<u64>, Error> {
         if end > len || declared == 0 {
             return Ok(starts);
         }
-        let mut b = [0u8; 1];
-        if file.read_at(&mut b, end - 1) < 1 {
+        // the frame's last byte and the next header, in one read
+        let mut b = [0u8; 10];
+        let got = file.read_at(&mut b, end - 1);
+        if got < 1 {
             return Ok(starts);
         }
         last = b[0];
+        if got == b.len() {
+            head.copy_from_slice(&b[1..]);
+            ahead = true;
+        }
         pos = end;
     }
     Ok(starts)
