@@ -40,6 +40,8 @@ pub struct FreeBlock {
 pub struct SmallPool {
     /// (address, size, index) of each segment, by address
     segments: Vec<(Addr, u64, u32)>,
+    /// the start and end of each segment, by index
+    bounds: Vec<(Addr, Addr)>,
     /// the free blocks, by address
     free: Vec<FreeBlock>,
 }
@@ -68,6 +70,7 @@ impl SmallPool {
         let id = self.segments.len() as u32;
         let at = self.segments.partition_point(|s| s.0 < addr);
         self.segments.insert(at, (addr, size, id));
+        self.bounds.push((addr, addr + size));
         id
     }
 
@@ -114,18 +117,20 @@ impl SmallPool {
     /// its free neighbours in its segment.
     #[inline]
     pub fn free(&mut self, addr: Addr, size: u64) {
-        let seg = self.segment_of(addr);
         let end = addr + size;
         // its place in address order: the free blocks before it
         let i: usize = self.free.iter().map(|f| usize::from(f.addr < addr)).sum();
+        // (a neighbour ending at `addr` is in its segment where that
+        // segment goes on past `addr`; one starting at `end`, where its
+        // segment starts at or below `addr`)
         let before = i > 0 && {
             let p = &self.free[i - 1];
-            p.segment == seg && p.addr + p.size == addr
+            p.addr + p.size == addr && addr < self.bounds[p.segment as usize].1
         };
         let after = self
             .free
             .get(i)
-            .is_some_and(|n| n.segment == seg && n.addr == end);
+            .is_some_and(|n| n.addr == end && self.bounds[n.segment as usize].0 <= addr);
         match (before, after) {
             (true, true) => {
                 let n = self.free[i].size;
@@ -138,14 +143,26 @@ impl SmallPool {
                 n.addr = addr;
                 n.size += size;
             }
-            (false, false) => self.insert_at(
-                i,
-                FreeBlock {
-                    size,
-                    addr,
-                    segment: seg,
-                },
-            ),
+            (false, false) => {
+                // (most often a neighbour's)
+                let near = |j: usize| {
+                    self.free.get(j).map(|f| f.segment).filter(|&g| {
+                        let (a, e) = self.bounds[g as usize];
+                        a <= addr && addr < e
+                    })
+                };
+                let segment = near(i.wrapping_sub(1))
+                    .or_else(|| near(i))
+                    .unwrap_or_else(|| self.segment_of(addr));
+                self.insert_at(
+                    i,
+                    FreeBlock {
+                        size,
+                        addr,
+                        segment,
+                    },
+                )
+            }
         }
     }
 
