@@ -1249,11 +1249,13 @@ mod tests {
         let c = same_apart(&gqa, &st, &o);
         assert!(c.moments > 0, "{c:?}");
         // (most layers' nests taken from the layer before: the large pool
-        // unchanged since; the peaks noted are those of the nests served)
+        // unchanged since; each chunk's most allocated, and where first, is
+        // that of the nests served)
         assert!(c.nests_again > 0, "{c:?}");
         let notes = |memo: bool| {
             super::apart::tests::NO_NEST_MEMO.set(!memo);
             super::apart::tests::NOTES.set(Some(Vec::new()));
+            super::apart::tests::CHUNK_MOST.set(None);
             let c = HfConfig::parse(&gqa).unwrap();
             let e = estimate(&c, &st, &o).unwrap();
             super::apart::tests::NO_NEST_MEMO.set(false);

@@ -80,14 +80,51 @@ pub(crate) struct ApartCounts {
 
 /// The large requests of a chunk content with given bytes, all made for
 /// a moment the last time (so the large pool was left as it was): the
-/// count of the pool's changes then, and the bytes made for a moment after
-/// each request. [`LargePool::fit_for_a_moment`] is a function of the
-/// pool's free blocks, the size and the open blocks; with the pool
-/// unchanged since, no block open at the chunk's start and the same
-/// content and bytes, every request finds what it found then.
+/// count of the pool's changes then, the most allocated bytes noted at
+/// them above the large pool's and the chunk's small bytes at its start
+/// (`i64::MIN`: none), the offset where first, and the mallocs.
+/// [`LargePool::fit_for_a_moment`] is a function of the pool's free
+/// blocks, the size and the open blocks; with the pool unchanged since, no
+/// block open at the chunk's start and the same content and bytes, every
+/// request finds what it found then. (Noting the most at its first place
+/// sets the highest allocated and where it was first reached as noting
+/// each does.)
 struct NestMemo {
     changes: u64,
-    moment_after: Vec<i64>,
+    most: i64,
+    at: u32,
+    mallocs: usize,
+}
+
+impl NestMemo {
+    /// From `larges`, all made for a moment, the bytes made for a moment
+    /// after each being `moment_after`.
+    fn of(changes: u64, larges: &[LargeAt], moment_after: &[i64]) -> NestMemo {
+        let mut m = NestMemo {
+            changes,
+            most: i64::MIN,
+            at: 0,
+            mallocs: 0,
+        };
+        let mut moment = 0;
+        let mut see = |bytes: i64, at: u32| {
+            if bytes > m.most {
+                m.most = bytes;
+                m.at = at;
+            }
+        };
+        for (la, &after) in larges.iter().zip(moment_after) {
+            if la.gap_max != i64::MIN {
+                see(la.gap_max + moment, la.gap_at);
+            }
+            moment = after;
+            if la.malloc {
+                see(la.small + moment, la.off);
+            }
+        }
+        m.mallocs = larges.iter().filter(|l| l.malloc).count();
+        m
+    }
 }
 
 /// A block made since step `FROM`: in the large pool apart (its name
@@ -757,11 +794,9 @@ impl Apart {
     /// Note the allocated bytes after a malloc at `at`.
     fn note(&mut self, s: &mut Serving, total: i64, at: StepRequest) {
         #[cfg(test)]
-        tests::NOTES.with_borrow_mut(|n| {
-            if let Some(n) = n {
-                n.push((total, at.step, at.request));
-            }
-        });
+        if tests::CHUNK_MOST.get().is_none_or(|m| total > m.0) {
+            tests::CHUNK_MOST.set(Some((total, at.step, at.request)));
+        }
         if total > s.best_allocated {
             s.best_allocated = total;
             s.best_at = Some(at);
@@ -914,6 +949,12 @@ impl Apart {
                 }
             };
             let r = self.chunk(s, k, ahead, (c, fixed), &inst);
+            #[cfg(test)]
+            tests::NOTES.with_borrow_mut(|n| {
+                if let Some(n) = n {
+                    n.push(tests::CHUNK_MOST.take());
+                }
+            });
             match fixed {
                 true => self.plan.chunks[c].fixed = Some(inst),
                 false => self.plan.chunks[c].prev = Some(inst),
@@ -1155,7 +1196,8 @@ impl Apart {
     /// The large requests of a reused chunk of content `cid` whose
     /// [`Chunk::nest_key`] is `key`, nothing open: taken from the last time
     /// where the large pool has not changed since ([`NestMemo`]), else
-    /// served and remembered where all were made for a moment.
+    /// served and remembered where all were made for a moment (then only
+    /// their most allocated is noted, once).
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn nests(
@@ -1172,9 +1214,20 @@ impl Apart {
         if tests::NO_NEST_MEMO.get() {
             self.nests[key as usize] = None;
         }
-        if let Some(memo) = self.nests[key as usize].take_if(|m| m.changes == changes) {
-            self.nests_again(s, k, (start, s0), cid, &memo.moment_after);
-            self.nests[key as usize] = Some(memo);
+        if let Some(m) = self.nests[key as usize]
+            .as_ref()
+            .filter(|m| m.changes == changes)
+        {
+            let (most, at, mallocs) = (m.most, m.at, m.mallocs);
+            if most != i64::MIN {
+                let total = s0 + most + self.large_bytes;
+                let at = StepRequest {
+                    step: k,
+                    request: start + at as usize,
+                };
+                self.note(s, total, at);
+            }
+            self.counts.moments += mallocs;
             self.counts.nests_again += 1;
             return Ok(());
         }
@@ -1185,47 +1238,10 @@ impl Apart {
             moment_after.push(self.moment);
         }
         if self.large.changes() == changes && self.open.is_empty() {
-            self.nests[key as usize] = Some(NestMemo {
-                changes,
-                moment_after,
-            });
+            let larges = &self.contents[cid].larges;
+            self.nests[key as usize] = Some(NestMemo::of(changes, larges, &moment_after));
         }
         Ok(())
-    }
-
-    /// The large requests of chunk content `cid` of step `k` again, all
-    /// made for a moment as they were the last time (`moment_after`: the
-    /// bytes made for a moment after each): only the peaks are noted.
-    fn nests_again(
-        &mut self,
-        s: &mut Serving,
-        k: usize,
-        (start, s0): (usize, i64),
-        cid: usize,
-        moment_after: &[i64],
-    ) {
-        let mut moment = 0;
-        for (j, &after) in moment_after.iter().enumerate() {
-            let la = self.contents[cid].larges[j];
-            if la.gap_max != i64::MIN {
-                let total = s0 + la.gap_max + self.large_bytes + moment;
-                let at = StepRequest {
-                    step: k,
-                    request: start + la.gap_at as usize,
-                };
-                self.note(s, total, at);
-            }
-            moment = after;
-            if la.malloc {
-                self.counts.moments += 1;
-                let total = s0 + la.small + self.large_bytes + moment;
-                let at = StepRequest {
-                    step: k,
-                    request: start + la.off as usize,
-                };
-                self.note(s, total, at);
-            }
-        }
     }
 
     /// The rest of [`Self::reuse`] after the large requests: the peak of
@@ -1513,12 +1529,72 @@ impl Serving<'_> {
 
 #[cfg(test)]
 pub(super) mod tests {
+    /// Allocated bytes noted, and where: (bytes, step, request).
+    pub type Most = (i64, usize, usize);
+
     thread_local! {
-        /// Where set, every allocated total noted on this thread: (bytes,
-        /// step, request).
-        pub static NOTES: std::cell::RefCell<Option<Vec<(i64, usize, usize)>>> =
+        /// The most allocated bytes noted on this thread since the last
+        /// chunk of a template step, and where first: (bytes, step, request).
+        pub static CHUNK_MOST: std::cell::Cell<Option<Most>> =
+            const { std::cell::Cell::new(None) };
+        /// Where set, each template step's chunk's [`CHUNK_MOST`] in turn.
+        pub static NOTES: std::cell::RefCell<Option<Vec<Option<Most>>>> =
             const { std::cell::RefCell::new(None) };
         /// Whether [`super::NestMemo`]s are never taken.
         pub static NO_NEST_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    use super::{LargeAt, NestMemo};
+
+    /// Noting a [`NestMemo`]'s most once at its place leaves the highest
+    /// allocated and where it was first reached as noting each request's
+    /// bytes in turn (before each, the small mallocs since the last; at each
+    /// malloc, with the bytes made for a moment after it) does.
+    #[test]
+    fn noting_a_nests_most_once_is_noting_each() {
+        let mut rng = vramscope_testkit::XorShift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..5000 {
+            let n = 1 + rng.next() % 6;
+            let (mut larges, mut after, mut moment) = (Vec::new(), Vec::new(), 0i64);
+            for j in 0..n as u32 {
+                let malloc = rng.next().is_multiple_of(2);
+                moment = match malloc {
+                    true => moment + (rng.next() % 4) as i64,
+                    false => (moment - (rng.next() % 3) as i64).max(0),
+                };
+                // (small values: ties)
+                let gap_max = match rng.next() % 3 {
+                    0 => i64::MIN,
+                    _ => (rng.next() % 8) as i64,
+                };
+                larges.push(LargeAt {
+                    off: 2 * j + 1,
+                    malloc,
+                    nest: true,
+                    gap_max,
+                    gap_at: 2 * j,
+                    small: (rng.next() % 8) as i64,
+                });
+                after.push(moment);
+            }
+            let best0 = (rng.next() % 12) as i64;
+            let (mut best, mut at, mut m) = (best0, u32::MAX, 0);
+            for (la, &a) in larges.iter().zip(&after) {
+                if la.gap_max != i64::MIN && la.gap_max + m > best {
+                    (best, at) = (la.gap_max + m, la.gap_at);
+                }
+                m = a;
+                if la.malloc && la.small + m > best {
+                    (best, at) = (la.small + m, la.off);
+                }
+            }
+            let memo = NestMemo::of(0, &larges, &after);
+            let once = match memo.most != i64::MIN && memo.most > best0 {
+                true => (memo.most, memo.at),
+                false => (best0, u32::MAX),
+            };
+            assert_eq!((best, at), once);
+            assert_eq!(memo.mallocs, larges.iter().filter(|l| l.malloc).count());
+        }
     }
 }
