@@ -430,6 +430,25 @@ struct Node {
     own: bool,
 }
 
+impl Node {
+    /// The free rest of a split block, not yet linked in its segment;
+    /// `gprev`/`gnext` its neighbours among all blocks where known.
+    #[inline]
+    fn free_rest(addr: u64, size: u64, seg: u32, gprev: u32, gnext: u32) -> Self {
+        Node {
+            addr,
+            size,
+            st: St::Free,
+            seg,
+            prev: NONE,
+            next: NONE,
+            gprev,
+            gnext,
+            own: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Seg {
     head: u32,
@@ -870,17 +889,7 @@ impl Sim {
             let g = b.gnext;
             let clear = |x: u32| x == NONE || self.node(x).addr > rest_addr;
             if r > 0 && clear(g) && clear(b.next) {
-                let m = self.alloc_node(Node {
-                    addr: rest_addr,
-                    size: b.size - r,
-                    st: St::Free,
-                    seg: b.seg,
-                    prev: NONE,
-                    next: NONE,
-                    gprev: n,
-                    gnext: g,
-                    own: false,
-                });
+                let m = self.alloc_node(Node::free_rest(rest_addr, b.size - r, b.seg, n, g));
                 self.link_after(m, n);
                 self.node_mut(n).gnext = m;
                 if g != NONE {
@@ -903,17 +912,7 @@ impl Sim {
             self.put_after(rest_addr, b.size - r, St::Free, b.seg, n);
             return;
         }
-        let m = self.alloc_node(Node {
-            addr: rest_addr,
-            size: b.size - r,
-            st: St::Free,
-            seg: b.seg,
-            prev: NONE,
-            next: NONE,
-            gprev: NONE,
-            gnext: NONE,
-            own: false,
-        });
+        let m = self.alloc_node(Node::free_rest(rest_addr, b.size - r, b.seg, NONE, NONE));
         self.link_after(m, n);
     }
 
