@@ -824,6 +824,11 @@ def _h2d_staging(cap, dst, src, non_blocking: bool, op: str) -> None:
 #: cost one host copy
 HOST_INDEX_LIMIT = 1 << 26
 
+#: the most elements of any host tensor whose values its copy to the simulated device carries (a
+#: cost bound of the twin, not a PyTorch constant); a larger copy back to the host of a tensor
+#: without values takes calloc'd zeros (`_host_zeros`)
+HOST_VALUE_LIMIT = 1 << 16
+
 
 def _host_indices(src) -> bool:
     """Whether `src` is a boolean or integer tensor of at most HOST_INDEX_LIMIT elements."""
@@ -855,7 +860,7 @@ def _to_copy(cap, func, args, kwargs):
         # device to host: a CPU tensor holding the values the twin knows
         known = cap.value_of(src, "a copy to the host")
         plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
-        if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > 1 << 16:
+        if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > HOST_VALUE_LIMIT:
             return _host_zeros(src.shape, kwargs.get("dtype") or src.dtype)
         return aten._to_copy.default(known, **kwargs)
     if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
@@ -864,7 +869,7 @@ def _to_copy(cap, func, args, kwargs):
         cap.ops += 1
         cap.track(out, "aten::_to_copy", "input")
         _h2d_staging(cap, out, src, bool(kwargs.get("non_blocking", False)), "aten::_to_copy")
-        if src.numel() <= 1 << 16 or _host_indices(src):
+        if src.numel() <= HOST_VALUE_LIMIT or _host_indices(src):
             set_value(out, aten._to_copy.default(src, **dict(kwargs, device=torch.device("cpu"))))
         return out
     return NotImplemented
