@@ -295,7 +295,7 @@ impl Trace {
     }
 
     /// Unpack a row's varying fields.
-    #[inline]
+    #[inline(always)]
     fn fields(&self, r: &Row) -> Fields {
         let kind = r.sk >> SIZE_BITS;
         if kind == WIDE {
@@ -530,7 +530,7 @@ impl Trace {
         self.rows.shrink_to_fit();
     }
 
-    #[inline]
+    #[inline(always)]
     fn entry(&self, r: &Row) -> TraceEntry {
         let f = self.fields(r);
         let k = &self.kinds[f.kind as usize];
@@ -580,7 +580,7 @@ pub struct Iter<'a> {
 
 impl Iterator for Iter<'_> {
     type Item = TraceEntry;
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<TraceEntry> {
         let r = self.rows.next()?;
         self.left -= 1;
