@@ -429,6 +429,11 @@ def _foreach_checked(func, args, kwargs):
     )
 
 
+#: pointwise ops whose result is `empty_like(self)` (memory format preserved: a dense input's strides
+#: exactly, TensorFactories.cpp), not a TensorIterator's output
+_PRESERVING = {aten.clone.default}
+
+
 def _meta_cached(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors; an op returning only fresh tensors runs its meta
     kernel (Python decompositions, slow) once per argument metadata, then gets tensors of the same
@@ -460,6 +465,8 @@ def _meta_cached(func, args, kwargs):
         outs = [torch.empty_strided(sz, st, dtype=dt, device="meta") for sz, st, dt in shapes]
         return outs[0] if len(outs) == 1 else tuple(outs)
     out = func(*args, **kwargs)
+    if isinstance(out, torch.Tensor) and torch.Tag.pointwise in func.tags and func not in _PRESERVING:
+        out = _tensor.fast_setup_layout(out, args)
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     held = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
     if any(isinstance(o, torch.Tensor) and o.untyped_storage()._cdata in held for o in outs):

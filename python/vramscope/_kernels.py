@@ -13,8 +13,9 @@ import math
 import sys
 
 import torch
+from torch._prims_common import suggest_memory_format
 
-from ._tensor import assumed, registered, set_value, tensors_in, value
+from ._tensor import assumed, fast_setup_layout, registered, set_value, tensors_in, value
 from ._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 
 aten = torch.ops.aten
@@ -1485,10 +1486,18 @@ def _convolution_backward(cap, func, args, kwargs):
     gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
     # `convolution_backward` (Convolution.cpp) passes `input.contiguous(backend_memory_format)`
     # whatever the mask (a dgrad alone copies a strided input too: blind21/u02's per-op truth);
-    # `cudnn_convolution_backward` (ConvShared.cpp) copies the gradient to the input's layout first,
-    # whatever the mask, and drops it on return, before the argument
+    # `cudnn_convolution_backward` (ConvShared.cpp) takes `grad_output_t.to(input.suggest_memory_format())`
+    # (a copy unless the gradient suggests the input's format, whatever the mask: blind37/ak02's
+    # (8, 240, 1, 1) gradients, contiguous and channels-last both, suggest NCHW), then
+    # `.contiguous(layout)` of that, and drops them on return, before the argument
     x_c = _copy_unless_in(cap, x, cl)
-    g_c = _copy_unless_in(cap, grad, cl)
+    g_to, grad_c = None, grad
+    if grad.dim() in (4, 5) and suggest_memory_format(grad) != suggest_memory_format(x):
+        g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")
+        grad_c = torch.empty(
+            grad.shape, dtype=grad.dtype, device="meta", memory_format=suggest_memory_format(x)
+        )
+    g_c = _copy_unless_in(cap, grad_c, cl)
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")
         w_c = _copy_unless_in(cap, w, cl)
@@ -1499,7 +1508,7 @@ def _convolution_backward(cap, func, args, kwargs):
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
             _conv_workspace(cap, "wgrad", conv)
-    del g_c, x_c
+    del g_c, g_to, x_c
     if mask[2] and gb is not None:
         # backend_grad_bias = grad_output.sum(all dims but 1), over the gradient as it came
         cap.track(gb, "aten::sum")
@@ -2262,6 +2271,69 @@ def _isinf(cap, func, args, kwargs):
 
 
 DISPATCH[aten.isinf.default] = _isinf
+
+
+def _grad_first_layout(self_at: int):
+    """A pointwise backward whose kernel is `TensorIterator::borrowing_binary_op(grad_input,
+    grad_output, self)` (Activation.cpp; elu's and softplus's structured meta functions build the
+    same): the result is laid out as the inputs in that order, the gradient first, where PyTorch's
+    Python meta kernels put `self` first (an NCHW gradient of a channels-last input gives NCHW on
+    the GPU; blind37/ak02's H200 per-op truth, MobileNetV3's hardswish)."""
+
+    def rule(cap, func, args, kwargs):
+        grad, x = args[0], (args[self_at] if len(args) > self_at else None)
+        if kwargs or not (registered(grad) and registered(x)):
+            return NotImplemented
+        cap.ops += 1
+        out = func(*args)
+        layout = fast_setup_layout(aten.mul.Tensor(grad, x), (grad, x))
+        if layout.shape == out.shape and layout.stride() != out.stride():
+            out = torch.empty_strided(out.shape, layout.stride(), dtype=out.dtype, device=out.device)
+        return cap.track(out, f"aten::{func._schema.name.split('::')[-1]}")
+
+    return rule
+
+
+for _f, _self_at in (
+    (aten.hardswish_backward.default, 1),
+    (aten.hardsigmoid_backward.default, 1),
+    (aten.softplus_backward.default, 1),
+    (aten.hardtanh_backward.default, 1),
+    (aten.logit_backward.default, 1),
+    (aten.elu_backward.default, 5),
+):
+    DISPATCH[_f] = _grad_first_layout(_self_at)
+
+
+def _finite_check(finite: bool):
+    """`isfinite` (True) or `isinf`/`isnan` (False) of a floating CUDA tensor whose values the twin
+    does not carry: the ops run as on the GPU (`isfinite` is `(self == self) * (self.abs() != inf)`,
+    TensorCompare.cpp), and the result carries the values of a program whose floats are finite, so
+    guards such as BART's `not torch.isfinite(h).all()` (modeling_bart.py) take the GPU's branch
+    (blind37/ak04's H200 record); one warning per site names the choice (docs/run.md)."""
+
+    def check(cap, func, args, kwargs):
+        x = args[0] if args else kwargs.get("input", kwargs.get("self"))
+        if not registered(x) or not x.is_floating_point() or (value(x) is not None and not assumed(x)):
+            return NotImplemented
+        out = func(*args, **kwargs)
+        from ._capture import _user_site
+
+        site = _user_site()
+        cap.warn_once(
+            "finite:" + site,
+            f"{site}: {func.__name__} of a CUDA tensor of {tuple(x.shape)} whose values the twin does "
+            f"not compute: it takes them as finite",
+        )
+        set_value(out, torch.full((), finite).expand(out.shape))
+        return out
+
+    return check
+
+
+for _name, _finite in (("isfinite", True), ("isinf", False), ("isnan", False)):
+    FUNCTIONS[getattr(torch, _name)] = _finite_check(_finite)
+    FUNCTIONS[getattr(torch.Tensor, _name)] = _finite_check(_finite)
 DISPATCH[aten._softmax_backward_data.default] = _softmax_backward_data
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
 from ._tensor import registered
@@ -71,7 +72,8 @@ def _grid_scratch(cap, t, per_channel: int, op: str) -> None:
     if grid_y > 1:
         staging = cap.malloc(per_channel * c * grid_y * _acc_bytes(t.dtype), op, "temporary")
         semaphores = cap.malloc(grid_x * 4, op, "temporary")
-        del staging, semaphores
+        # C++ destroys the locals in reverse: `semaphores` first (blind37/ak02's H200 history)
+        del semaphores, staging
 
 
 def _cudnn_inference(x, weight, bias, running_mean, running_var, eps) -> bool:
@@ -155,9 +157,38 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
         if cl and x.numel() > 0:
             _grid_scratch(cap, x, 2, op)
     if mask[0] and gi is not None:
+        gi = _unfused_grad_input(gi, grad, x, train)
         cap.track(gi, op)
     del held
     return gi, gw, gb
+
+
+def _bn_impl(t) -> str:
+    """`batch_norm_choose_impl` (Normalization.cu) of one tensor, 32-bit indexing assumed."""
+    if t.is_contiguous():
+        return "channels_last" if t.dim() >= 2 and t.stride(1) == 1 else "contiguous"
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    return "general"
+
+
+def _unfused_grad_input(gi, grad, x, train: bool):
+    """The layout `batch_norm_backward_cuda` gives the input's gradient outside its fused kernel
+    (Normalization.cu): in training, the elementwise kernel of the pair's common layout (the
+    input's, as `empty_like`) or, where the input and the gradient differ, `at::empty` in the
+    input's suggested memory format; in evaluation `at::empty(input.sizes())`, contiguous. The
+    Python meta kernel takes the gradient's layout (blind37/ak02's H200 per-op truth: an NCHW
+    gradient of a channels-last input gives a channels-last result)."""
+    if train:
+        a, b = _bn_impl(x), _bn_impl(grad)
+        if a == b and a != "general":
+            return gi
+        fmt = suggest_memory_format(x)
+    else:
+        fmt = torch.contiguous_format
+    if gi.is_contiguous(memory_format=fmt):
+        return gi
+    return torch.empty(gi.shape, dtype=gi.dtype, device=gi.device, memory_format=fmt)
 
 
 def _native_group_norm(cap, func, args, kwargs):

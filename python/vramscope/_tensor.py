@@ -120,6 +120,36 @@ def set_value(t, v, assumed: bool = False) -> None:
             t._vs_assumed = assumed
 
 
+def fast_setup_layout(out, operands):
+    """The layout TensorIterator's fast setup gives a pointwise result (`compute_fast_setup_type`,
+    TensorIterator.cpp): when every tensor operand has the result's sizes and all are contiguous,
+    a contiguous result, else when all are channels-last, a channels-last one; this holds where
+    size-1 dimensions make both layouts fit ("NC11 always treated as contiguous"), which the
+    Python meta kernels order by stride instead (blind37/ak02's H200 per-op truth: the (8, 240, 1,
+    1) gradients of MobileNetV3's squeeze-excitation blocks)."""
+    if out.dim() < 2 or 1 not in out.shape:
+        return out
+    ins = [a for a in operands if isinstance(a, torch.Tensor)]
+    if not ins or any(a.shape != out.shape for a in ins):
+        return out
+    if all(a.is_contiguous() for a in ins):
+        fmt = torch.contiguous_format
+    elif out.dim() == 4 and all(a.is_contiguous(memory_format=torch.channels_last) for a in ins):
+        fmt = torch.channels_last
+    elif out.dim() == 5 and all(a.is_contiguous(memory_format=torch.channels_last_3d) for a in ins):
+        fmt = torch.channels_last_3d
+    else:
+        return out
+    if out.stride() == _dense_strides(out.shape, fmt):
+        return out
+    return torch.empty(out.shape, dtype=out.dtype, device=out.device, memory_format=fmt)
+
+
+def _dense_strides(shape, fmt) -> tuple:
+    """The strides `torch.empty(shape, memory_format=fmt)` gives."""
+    return torch.empty(shape, device="meta", memory_format=fmt).stride()
+
+
 def assumed(t) -> bool:
     """Whether `t`'s values were computed over zeros standing in for unknown values."""
     return getattr(t, "_vs_assumed", False)

@@ -55,6 +55,47 @@ def channels_last(t):
     return is_channels_last(t) and not is_contiguous(t)
 
 
+def suggests_channels_last(t):
+    """`t.suggest_memory_format() == torch.channels_last` (c10's `is_channels_last_strides_2d`,
+    size-1 dimensions included), for a 4-D tensor."""
+    sizes, strides = t[0], t[1]
+    if len(sizes) != 4 or strides[1] == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < low:
+            return False
+        if d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
+
+
+def grad_copies(grad, x, layout):
+    """Bytes of the gradient's copies in `cudnn_convolution_backward` (ConvShared.cpp):
+    `grad_output_t.to(input.suggest_memory_format())`, then `.contiguous(layout)` of that."""
+    sizes = grad[0]
+    n = 1
+    for s in sizes:
+        n *= s
+    item = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[grad[2]]
+    out = []
+    if len(sizes) == 4 and suggests_channels_last(grad) != suggests_channels_last(x):
+        out.append(n * item)
+        cl = suggests_channels_last(x)
+        grad = (sizes, dense_strides(sizes, cl), grad[2])
+    c = copy_bytes(grad, layout)
+    if c:
+        out.append(c)
+    return out
+
+
+def dense_strides(sizes, channels_last):
+    """The strides `torch.empty(sizes, memory_format=...)` gives a 4-D tensor."""
+    _, c, h, w = sizes
+    return [c * h * w, 1, w * c, c] if channels_last else [c * h * w, h * w, w, 1]
+
+
 def problem(op, args):
     if op == "conv2d":
         # the composite as a dispatch mode sees it in inference mode; trailing defaults left out
@@ -122,10 +163,10 @@ def main():
                 extra = g["requested"] - sum(g["new"])
                 # forward reads x and w, dgrad grad and w, wgrad grad and x; convolution_backward
                 # makes the input contiguous whatever the mask (Convolution.cpp)
-                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": (grad, w, x), "wgrad": (grad, x)}[
-                    OPS[name]
-                ]
+                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": (w, x), "wgrad": (x,)}[OPS[name]]
                 copies = [copy_bytes(t, layout) for t in used]
+                if grad is not None:
+                    copies += grad_copies(grad, x, layout)
                 copy = [c for c in copies if c]
                 extra_count, extra = extra_count - len(copy), extra - sum(copy)
                 if (extra_count, extra > 0) not in ((0, False), (1, True)) or extra < 0:
