@@ -1293,6 +1293,39 @@ mod tests {
     }
 
     #[test]
+    fn chunks_whose_memo_entries_are_never_taken_stop_making_them() {
+        use super::apart::tests::{ALWAYS_MEMO, CHUNK_MOST, NOTES};
+        let o = EstimateOptions::default();
+        let dynamic = Workload {
+            weights: DType::BF16,
+            ..Workload::generate(Task::Causal, 8, 200, 100)
+        };
+        let st = Workload {
+            cache: crate::CacheKind::Static,
+            ..dynamic.clone()
+        };
+        for w in [dynamic, st] {
+            // (a step's first chunks start from a new state every step)
+            let c = same_apart(WIDE, &w, &o);
+            assert!(c.unmemoised > 0, "{c:?}");
+            // the same figures and notes as with every chunk memoised
+            let notes = |always: bool| {
+                ALWAYS_MEMO.set(always);
+                NOTES.set(Some(Vec::new()));
+                CHUNK_MOST.set(None);
+                let e = estimate(&HfConfig::parse(WIDE).unwrap(), &w, &o).unwrap();
+                ALWAYS_MEMO.set(false);
+                (e, apart().0.unwrap(), NOTES.take().unwrap())
+            };
+            let ((a, ca, na), (b, cb, nb)) = (notes(false), notes(true));
+            assert_eq!((ca.unmemoised > 0, cb.unmemoised), (true, 0));
+            assert_eq!(ca.reused + ca.served, cb.reused + cb.served);
+            assert_eq!((a.phases, a.decode_steps), (b.phases, b.decode_steps));
+            assert!(na == nb && !na.is_empty());
+        }
+    }
+
+    #[test]
     fn what_the_small_pool_apart_cannot_serve_runs_on_the_twin() {
         // expandable segments: not apart
         let exp = EstimateOptions {

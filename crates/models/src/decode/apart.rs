@@ -76,6 +76,8 @@ pub(crate) struct ApartCounts {
     /// chunks whose large requests were all made for a moment, taken from
     /// the last time ([`NestMemo`])
     pub nests_again: usize,
+    /// chunks served and not memoised ([`MEMO_TRIES`])
+    pub unmemoised: usize,
 }
 
 /// The large requests of a chunk content with given bytes, all made for
@@ -147,6 +149,13 @@ pub(super) enum Blk {
 /// The most blocks made before a chunk that it frees, for the chunk to be
 /// memoised.
 const MAX_IN: usize = 6;
+
+/// A chunk whose last this many memo entries were never taken makes no
+/// more (but one in this many times it is served): most starts of a step's
+/// first chunks come once, and keeping each one's state and entry costs
+/// memory (new pages). A chunk not memoised is served again, as it was the
+/// first time, so what is kept changes nothing but the work.
+const MEMO_TRIES: u32 = 32;
 
 /// A chunk's content, the pool's state at its start and the addresses of
 /// the blocks it frees that were made before it.
@@ -333,6 +342,10 @@ struct Chunk {
     /// with a fixed instance whose bytes do not change with the step: the
     /// id of its content and its large mallocs' bytes ([`Apart::nests`])
     nest_key: Option<u32>,
+    /// the memo entries it made since one of them was last taken, and the
+    /// times it was served ([`MEMO_TRIES`])
+    since_hit: u32,
+    served: u32,
 }
 
 /// The chunks of the template step.
@@ -359,8 +372,9 @@ pub(super) struct Apart {
     loaded: Option<u32>,
     contents: Vec<Content>,
     content_ids: Map<Vec<Op>, u32>,
-    /// (content, state, input addresses) -> (state after, outputs' addresses)
-    memo: FastMap<MemoKey, (u32, Range<u32>)>,
+    /// (content, state, input addresses) -> (state after, outputs' addresses,
+    /// the chunk that made it)
+    memo: FastMap<MemoKey, (u32, Range<u32>, u32)>,
     memo_out: Vec<u64>,
     plan: Plan,
     /// the blocks of the last steps by step modulo, each with its step
@@ -770,22 +784,33 @@ impl Apart {
         &mut self.pool
     }
 
-    /// The id of the state the pool is in.
-    fn settle(&mut self) -> u32 {
-        if let Some(s) = self.state {
-            return s;
+    /// The id of the state the run is in, where it was kept.
+    fn find_state(&mut self) -> Option<u32> {
+        if self.state.is_some() {
+            return self.state;
         }
         let f = self.pool.free_blocks();
-        let ids = self.state_ids.entry(state_hash(f)).or_default();
-        let id = match ids.iter().find(|&&i| self.states[i as usize] == f) {
-            Some(&id) => id,
-            None => {
-                let id = self.states.len() as u32;
-                self.states.push(f.to_vec());
-                ids.push(id);
-                id
-            }
-        };
+        let id = self
+            .state_ids
+            .get(&state_hash(f))
+            .and_then(|ids| ids.iter().find(|&&i| self.states[i as usize] == f))
+            .copied();
+        if id.is_some() {
+            self.state = id;
+            self.loaded = id;
+        }
+        id
+    }
+
+    /// The id of the state the pool is in, kept if it was not.
+    fn settle(&mut self) -> u32 {
+        if let Some(id) = self.find_state() {
+            return id;
+        }
+        let f = self.pool.free_blocks();
+        let id = self.states.len() as u32;
+        self.states.push(f.to_vec());
+        self.state_ids.entry(state_hash(f)).or_default().push(id);
         self.state = Some(id);
         self.loaded = Some(id);
         id
@@ -992,18 +1017,32 @@ impl Apart {
                 _ => return Err(Aborted),
             }
         }
-        let state = self.settle();
-        let key = MemoKey {
+        let state = self.find_state();
+        let mut key = MemoKey {
             content: inst.content,
-            state,
+            state: state.unwrap_or(u32::MAX),
             ins,
         };
-        if inst.inputs.len() <= MAX_IN {
-            if let Some((after, out)) = self.memo.get(&key).cloned() {
+        if inst.inputs.len() <= MAX_IN && state.is_some() {
+            if let Some((after, out, maker)) = self.memo.get(&key).cloned() {
+                self.plan.chunks[maker as usize].since_hit = 0;
                 self.counts.reused += 1;
                 let nests = self.plan.chunks[c].nest_key.filter(|_| fixed);
                 return self.reuse(s, k, ahead, (start, nests), inst, after, out);
             }
+        }
+        let ch = &mut self.plan.chunks[c];
+        ch.served += 1;
+        let memoable = inst.inputs.len() <= MAX_IN;
+        let memoise =
+            memoable && (ch.since_hit < MEMO_TRIES || ch.served.is_multiple_of(MEMO_TRIES));
+        #[cfg(test)]
+        let memoise = memoise || memoable && tests::ALWAYS_MEMO.get();
+        if memoise {
+            // (its start kept: the state before it is served)
+            key.state = self.settle();
+        } else if memoable {
+            self.counts.unmemoised += 1;
         }
         self.counts.served += 1;
         let ops = std::mem::take(&mut self.contents[cid].ops);
@@ -1027,12 +1066,13 @@ impl Apart {
             );
         }
         self.contents[cid].outputs = outputs;
-        let after = self.settle();
-        if !made && inst.inputs.len() <= MAX_IN {
+        if memoise && !made {
+            let after = self.settle();
             let from = self.memo_out.len() as u32;
             self.memo_out.extend_from_slice(&out);
             self.memo
-                .insert(key, (after, from..self.memo_out.len() as u32));
+                .insert(key, (after, from..self.memo_out.len() as u32, c as u32));
+            self.plan.chunks[c].since_hit += 1;
         }
         Ok(())
     }
@@ -1490,6 +1530,8 @@ impl Plan {
                 last: None,
                 prev: None,
                 nest_key: None,
+                since_hit: 0,
+                served: 0,
             })
             .collect();
         Some(Plan { chunks, malloc_of })
@@ -1540,6 +1582,8 @@ pub(super) mod tests {
         /// Where set, each template step's chunk's [`CHUNK_MOST`] in turn.
         pub static NOTES: std::cell::RefCell<Option<Vec<Option<Most>>>> =
             const { std::cell::RefCell::new(None) };
+        /// Whether every chunk served is memoised ([`super::MEMO_TRIES`]).
+        pub static ALWAYS_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         /// Whether [`super::NestMemo`]s are never taken.
         pub static NO_NEST_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
