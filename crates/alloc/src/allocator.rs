@@ -725,7 +725,7 @@ impl<D: Device> CachingAllocator<D> {
                 }
                 if !b.allocated {
                     free.push(crate::smallpool::FreeBlock {
-                        size: b.size,
+                        size: u32::try_from(b.size).ok()?,
                         addr: b.addr,
                         segment: seg,
                     });

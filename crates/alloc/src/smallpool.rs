@@ -17,14 +17,16 @@
 
 use crate::Addr;
 
-/// A free block of the small pool: its size, address and segment (an index
-/// into the pool's segments, in the order they were added).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A free block of the small pool: its address, size and segment (an index
+/// into the pool's segments, in the order they were added). Its size fits
+/// 32 bits: a small block lies in a segment of `kSmallBuffer` (2 MiB), and
+/// 16 bytes a block keep the list and its moves short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FreeBlock {
-    /// bytes
-    pub size: u64,
     /// device address
     pub addr: Addr,
+    /// bytes
+    pub size: u32,
     /// the segment it lies in
     pub segment: u32,
 }
@@ -57,7 +59,7 @@ impl SmallPool {
         }
         for f in &free {
             let &(a, s, _) = p.segments.iter().find(|x| x.2 == f.segment)?;
-            if f.addr < a || f.addr + f.size > a + s {
+            if f.addr < a || f.addr + u64::from(f.size) > a + s {
                 return None;
             }
         }
@@ -92,8 +94,9 @@ impl SmallPool {
     /// `should_split` says; `None` when no free block fits.
     #[inline]
     pub fn malloc(&mut self, size: u64) -> Option<(Addr, u64)> {
+        let size = u32::try_from(size).ok()?;
         // the first (lowest address) of the least size at or above `size`
-        let (mut best, mut best_size) = (usize::MAX, u64::MAX);
+        let (mut best, mut best_size) = (usize::MAX, u32::MAX);
         for (i, f) in self.free.iter().enumerate() {
             let better = f.size >= size && f.size < best_size;
             best = if better { i } else { best };
@@ -101,23 +104,24 @@ impl SmallPool {
         }
         let f = *self.free.get(best)?;
         let rest = f.size - size;
-        if rest >= crate::MIN_BLOCK_SIZE {
+        if u64::from(rest) >= crate::MIN_BLOCK_SIZE {
             // (the rest stays where the block was in address order)
             let r = &mut self.free[best];
-            r.addr += size;
+            r.addr += u64::from(size);
             r.size = rest;
-            Some((f.addr, size))
+            Some((f.addr, u64::from(size)))
         } else {
             self.remove(best);
-            Some((f.addr, f.size))
+            Some((f.addr, u64::from(f.size)))
         }
     }
 
-    /// `free` of the allocated block at `addr` of `size` bytes: merged with
-    /// its free neighbours in its segment.
+    /// `free` of the allocated block at `addr` of `size` bytes (one this
+    /// pool handed out): merged with its free neighbours in its segment.
     #[inline]
     pub fn free(&mut self, addr: Addr, size: u64) {
         let end = addr + size;
+        let size = size as u32;
         // its place in address order: the free blocks before it
         let i: usize = self.free.iter().map(|f| usize::from(f.addr < addr)).sum();
         // (a neighbour ending at `addr` is in its segment where that
@@ -125,7 +129,7 @@ impl SmallPool {
         // segment starts at or below `addr`)
         let before = i > 0 && {
             let p = &self.free[i - 1];
-            p.addr + p.size == addr && addr < self.bounds[p.segment as usize].1
+            p.addr + u64::from(p.size) == addr && addr < self.bounds[p.segment as usize].1
         };
         let after = self
             .free
@@ -166,23 +170,26 @@ impl SmallPool {
         }
     }
 
-    /// Add a new segment of `size` bytes at `addr` whose first `first`
-    /// bytes the request that made it holds (`alloc_block`, then
-    /// `alloc_found_block` on the whole segment).
-    pub fn add_segment(&mut self, addr: Addr, size: u64, first: u64) {
+    /// Add a new segment of `size` bytes (at most 4 GiB: a small segment is
+    /// 2 MiB) at `addr` whose first `first` bytes the request that made it
+    /// holds (`alloc_block`, then `alloc_found_block` on the whole
+    /// segment); `None` where it is larger.
+    pub fn add_segment(&mut self, addr: Addr, size: u64, first: u64) -> Option<()> {
+        let rest = u32::try_from(size.checked_sub(first)?).ok()?;
         let seg = self.push_segment(addr, size);
-        if size - first >= crate::MIN_BLOCK_SIZE {
+        if u64::from(rest) >= crate::MIN_BLOCK_SIZE {
             let at = addr + first;
             let i = self.free.partition_point(|f| f.addr < at);
             self.insert_at(
                 i,
                 FreeBlock {
-                    size: size - first,
+                    size: rest,
                     addr: at,
                     segment: seg,
                 },
             );
         }
+        Some(())
     }
 
     /// The number of segments.
@@ -252,7 +259,8 @@ mod tests {
                         Some(x) => x,
                         None => {
                             let h = b.malloc_in_new_segment(size, 0).unwrap();
-                            pool.add_segment(h.addr(), crate::SMALL_BUFFER, rounded);
+                            pool.add_segment(h.addr(), crate::SMALL_BUFFER, rounded)
+                                .unwrap();
                             (h.addr(), rounded)
                         }
                     };
@@ -279,12 +287,14 @@ mod tests {
             let mut ours: Vec<(u64, u64)> = pool
                 .free_blocks()
                 .iter()
-                .map(|f| (f.size, f.addr))
+                .map(|f| (u64::from(f.size), f.addr))
                 .collect();
             assert!(pool.free_blocks().windows(2).all(|w| w[0].addr < w[1].addr));
             ours.sort_unstable();
             assert_eq!(free, ours, "seed {seed}");
             assert!(ours.iter().all(|f| f.0 % MIN_BLOCK_SIZE == 0));
+            // (a segment whose rest does not fit a block's 32-bit size)
+            assert_eq!(pool.add_segment(1 << 45, 1 << 33, 512), None);
         }
     }
 }

@@ -181,8 +181,8 @@ fn state_hash(f: &[FreeBlock]) -> u64 {
     use std::hash::Hasher;
     let mut h = vramscope_alloc::inthash::IntHasher::default();
     for b in f {
-        h.write_u64(b.size);
-        h.write_u64(b.addr ^ (u64::from(b.segment) << 56));
+        h.write_u64((u64::from(b.size) << 32) | u64::from(b.segment));
+        h.write_u64(b.addr);
     }
     h.finish()
 }
@@ -875,7 +875,9 @@ impl Apart {
                         .alloc
                         .malloc_in_new_segment(bytes, 0)
                         .map_err(|_| Aborted)?;
-                    self.pool.add_segment(h.addr(), SMALL_BUFFER, size);
+                    self.pool
+                        .add_segment(h.addr(), SMALL_BUFFER, size)
+                        .ok_or(Aborted)?;
                     self.counts.segments += 1;
                     made = true;
                     (h.addr(), size)
@@ -1116,7 +1118,9 @@ impl Apart {
                                 .alloc
                                 .malloc_in_new_segment(bytes, 0)
                                 .map_err(|_| Aborted)?;
-                            self.pool.add_segment(h.addr(), SMALL_BUFFER, size);
+                            self.pool
+                                .add_segment(h.addr(), SMALL_BUFFER, size)
+                                .ok_or(Aborted)?;
                             self.counts.segments += 1;
                             made = true;
                             h.addr()
