@@ -61,6 +61,7 @@ impl<T> ChunkedVec<T> {
     }
 
     /// Append `n` copies of `x` (a chunk at a time).
+    #[cfg(test)]
     pub(crate) fn extend_fill(&mut self, n: usize, x: T)
     where
         T: Copy,

@@ -96,15 +96,6 @@ impl Cells {
         }
     }
 
-    /// Append `n` cells holding `v`.
-    fn push_n(&mut self, n: usize, v: Val) {
-        match (&mut *self, v.pack()) {
-            (Cells::Narrow(c), Some(x)) => c.extend_fill(n, x),
-            (Cells::Wide(c), _) => c.extend_fill(n, v),
-            (Cells::Narrow(_), None) => self.widen().extend_fill(n, v),
-        }
-    }
-
     /// Set cell `i < len`.
     #[inline]
     fn set(&mut self, i: usize, v: Val) {
@@ -116,7 +107,11 @@ impl Cells {
     }
 }
 
-/// The memo: dense for the usual 0,1,2,... indices, sparse for odd ones.
+/// The memo: dense for the usual 0,1,2,... indices, sparse for odd ones,
+/// and at most one hole: the indices a spliced trace memoized
+/// ([`Vm::splice`]), none of them stored, all `None` but the few named
+/// after the trace. Indices past the hole sit in `dense` moved down by its
+/// length.
 #[derive(Default)]
 struct Memo {
     /// (In chunks, 4 bytes a cell: a trace memoizes millions of objects.)
@@ -126,12 +121,39 @@ struct Memo {
     /// Whether an index was ever stored twice (Python's pickler never
     /// does): the same memo gets may then mean other objects.
     overwritten: bool,
+    /// The hole's indices `hole.0..hole.1` (empty when there is none).
+    hole: (u64, u64),
+    /// The hole's indices that hold something, in increasing order.
+    named: Vec<(u64, Val)>,
 }
 
 impl Memo {
+    /// Where index `i` lies in `dense` (`Err`: inside the hole).
+    #[inline]
+    fn cell(&self, i: u64) -> Result<u64, ()> {
+        let (from, to) = self.hole;
+        if i < from {
+            Ok(i)
+        } else if i < to {
+            Err(())
+        } else {
+            Ok(i - (to - from))
+        }
+    }
+
+    /// One past the last index `dense` holds.
+    #[inline]
+    fn end(&self) -> u64 {
+        self.dense.len() as u64 + (self.hole.1 - self.hole.0)
+    }
+
     #[inline]
     fn get(&self, i: u64) -> Option<Val> {
-        if let Some(v) = usize::try_from(i).ok().and_then(|i| self.dense.get(i)) {
+        let Ok(c) = self.cell(i) else {
+            let k = self.named.binary_search_by_key(&i, |&(k, _)| k);
+            return Some(k.map_or(Val::NONE, |k| self.named[k].1));
+        };
+        if let Some(v) = usize::try_from(c).ok().and_then(|c| self.dense.get(c)) {
             return (v != Val::EMPTY).then_some(v);
         }
         self.sparse.get(&i).copied()
@@ -139,24 +161,33 @@ impl Memo {
 
     #[inline]
     fn put(&mut self, i: u64, v: Val) {
-        let n = self.dense.len() as u64;
+        let n = self.end();
         if i == n && self.sparse.is_empty() {
             self.dense.push(v);
             self.count += 1;
             return;
         }
+        let Ok(c) = self.cell(i) else {
+            // the hole's indices all hold something already
+            self.overwritten = true;
+            match self.named.binary_search_by_key(&i, |&(k, _)| k) {
+                Ok(k) => self.named[k].1 = v,
+                Err(k) => self.named.insert(k, (i, v)),
+            }
+            return;
+        };
         if i < n {
-            if self.dense.get(i as usize) == Some(Val::EMPTY) {
+            if self.dense.get(c as usize) == Some(Val::EMPTY) {
                 self.count += 1;
             } else {
                 self.overwritten = true;
             }
-            self.dense.set(i as usize, v);
+            self.dense.set(c as usize, v);
             return;
         }
         // grow the dense part only while it stays at least ~half full
-        if i <= 2 * self.count + 64 && i < u64::from(u32::MAX) {
-            while (self.dense.len() as u64) <= i {
+        if i <= 2 * self.count + 64 && c < u64::from(u32::MAX) {
+            while (self.dense.len() as u64) <= c {
                 self.dense.push(Val::EMPTY);
             }
             if !self.sparse.is_empty() {
@@ -164,20 +195,44 @@ impl Memo {
                     self.sparse.range(n..=i).map(|(&k, &v)| (k, v)).collect();
                 for (k, val) in moved {
                     self.sparse.remove(&k);
-                    self.dense.set(k as usize, val);
+                    if let Ok(kc) = self.cell(k) {
+                        self.dense.set(kc as usize, val);
+                    }
                 }
             }
-            if self.dense.get(i as usize) == Some(Val::EMPTY) {
+            if self.dense.get(c as usize) == Some(Val::EMPTY) {
                 self.count += 1;
             } else {
                 self.overwritten = true;
             }
-            self.dense.set(i as usize, v);
+            self.dense.set(c as usize, v);
         } else if self.sparse.insert(i, v).is_none() {
             self.count += 1;
         } else {
             self.overwritten = true;
         }
+    }
+
+    /// Make `dense`'s end the start of a hole of `n` indices, holding
+    /// `named` (increasing, inside it) and `None` elsewhere; `false` where
+    /// the memo has a hole already, odd indices, or the names do not fit.
+    fn hole(&mut self, n: u64, named: Vec<(u64, Val)>) -> bool {
+        let from = self.dense.len() as u64;
+        let Some(to) = from.checked_add(n) else {
+            return false;
+        };
+        if self.hole.1 != 0
+            || !self.sparse.is_empty()
+            || self.count != from
+            || named.iter().any(|&(k, _)| !(from..to).contains(&k))
+            || named.windows(2).any(|w| w[0].0 >= w[1].0)
+        {
+            return false;
+        }
+        self.hole = (from, to);
+        self.named = named;
+        self.count = to;
+        true
     }
 }
 
@@ -1091,7 +1146,7 @@ impl<A: Absorb> Core<A> {
             return Err(bail(self.at));
         };
         if self.memo.count != sp.memo_from
-            || self.memo.dense.len() as u64 != sp.memo_from
+            || self.memo.end() != sp.memo_from
             || !self.memo.sparse.is_empty()
             || sp.memo_to < sp.memo_from
             || sp.to < self.at
@@ -1108,20 +1163,15 @@ impl<A: Absorb> Core<A> {
         self.seq_free.push(b);
         self.marks.pop();
         // the trace's memo indices: `None` (nothing after the trace names
-        // them) but the strs named after it, in increasing index order
-        let named = &sp.strs;
-        if named
+        // them) but the strs named after it, in increasing index order, a
+        // hole in the memo (not millions of cells written)
+        let named = sp
+            .strs
             .iter()
-            .any(|&(k, _)| !(sp.memo_from..sp.memo_to).contains(&k))
-            || named.windows(2).any(|w| w[0].0 >= w[1].0)
-        {
+            .map(|&(k, id)| (k, Val::new(Tag::Str, id)))
+            .collect();
+        if !self.memo.hole(sp.memo_to - sp.memo_from, named) {
             return Err(bail(self.at));
-        }
-        let n = usize::try_from(sp.memo_to - sp.memo_from).map_err(|_| bail(self.at))?;
-        self.memo.dense.push_n(n, Val::NONE);
-        self.memo.count += n as u64;
-        for &(k, id) in named {
-            self.memo.dense.set(k as usize, Val::new(Tag::Str, id));
         }
         if !inp.jump(sp.to) {
             return Err(bail(self.at));
@@ -2531,6 +2581,57 @@ fn find_key(
 mod tests {
     use super::*;
     use crate::pickle::input::SliceInput;
+
+    /// A memo with a hole answers, counts and notes overwrites as one
+    /// whose hole's cells were all stored (`None`, the named ones set),
+    /// through puts after it, into it, before it and far past it.
+    #[test]
+    fn a_memo_hole_is_the_cells_it_stands_for() {
+        let s = |k: u32| Val::new(Tag::Str, k);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..200 {
+            let (mut holed, mut filled) = (Memo::default(), Memo::default());
+            let before = round % 7;
+            for i in 0..before {
+                holed.put(i, s(i as u32));
+                filled.put(i, s(i as u32));
+            }
+            let n = (round % 5) * 3;
+            let named: Vec<(u64, Val)> = (0..n)
+                .filter(|k| k % 3 == round % 3)
+                .map(|k| (before + k, s(100 + k as u32)))
+                .collect();
+            assert!(holed.hole(n, named.clone()));
+            for k in 0..n {
+                filled.put(before + k, Val::NONE);
+            }
+            for &(k, v) in &named {
+                filled.dense.set(k as usize, v);
+            }
+            if n > 0 {
+                assert!(!holed.hole(1, Vec::new()), "a second hole");
+            }
+            for step in 0..40u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let end = holed.end();
+                let i = match x % 5 {
+                    0 | 1 => end,
+                    2 => x % (end + 1),
+                    3 => end + x % 9,
+                    _ => end + 1000 + x % 50,
+                };
+                holed.put(i, s(1000 + step));
+                filled.put(i, s(1000 + step));
+            }
+            assert_eq!(holed.count, filled.count, "round {round}");
+            assert_eq!(holed.overwritten, filled.overwritten, "round {round}");
+            for i in 0..filled.end() + 1100 {
+                assert_eq!(holed.get(i), filled.get(i), "round {round} index {i}");
+            }
+        }
+    }
 
     /// `long1` is the int `LONG1`'s bytes encode, for every width and
     /// sign (as Python's `int.from_bytes(b, "little", signed=True)`).
