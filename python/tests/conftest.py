@@ -51,3 +51,16 @@ def counted(fn):
     out = fn()
     after = torch.cuda.memory_stats()
     return out, tuple(after[k] - before[k] for k in keys)
+
+
+def extra_allocations(setup, op, gpu: str = "h100"):
+    """Allocations and requested bytes `op(*setup())` makes on a simulated `gpu` beyond the new
+    storages it returns."""
+    import vramscope
+
+    with vramscope.capture(gpu=gpu):
+        args = setup()
+        out, (count, req) = counted(lambda: op(*args))
+        outs = out if isinstance(out, tuple) else (out,)
+        new = [t.untyped_storage().nbytes() for t in outs if t is not None]
+    return count - len(new), req - sum(new)

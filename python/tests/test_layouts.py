@@ -7,22 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 import vramscope
+from conftest import extra_allocations
 
 aten = torch.ops.aten
 
 
-def _extra(op, *shapes_and_setup):
+def _extra(op, setup):
     """Allocations and requested bytes `op()` makes beyond the storages it returns, on an H200."""
-    with vramscope.capture(gpu="h200"):
-        args = shapes_and_setup[0]()
-        before = torch.cuda.memory_stats()
-        out = op(*args)
-        after = torch.cuda.memory_stats()
-        outs = out if isinstance(out, tuple) else (out,)
-        new = [t.untyped_storage().nbytes() for t in outs if t is not None]
-        count = after["allocation.all.allocated"] - before["allocation.all.allocated"] - len(new)
-        req = after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] - sum(new)
-    return count, req
+    return extra_allocations(setup, op, gpu="h200")
 
 
 # (8, 240, 1, 1) tensors fit both layouts: TensorIterator's fast setup keeps them contiguous

@@ -6,21 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 import vramscope
+from conftest import extra_allocations
 from vramscope import _norm
 
 
 def _extra(setup, op):
-    """Allocations and requested bytes made by `op(*setup())` beyond the new storages it returns."""
-    with vramscope.capture():
-        args = setup()
-        before = torch.cuda.memory_stats()
-        out = op(*args)
-        after = torch.cuda.memory_stats()
-        outs = out if isinstance(out, tuple) else (out,)
-        new = [t.untyped_storage().nbytes() for t in outs if t is not None]
-        count = after["allocation.all.allocated"] - before["allocation.all.allocated"] - len(new)
-        req = after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] - sum(new)
-    return count, req
+    return extra_allocations(setup, op)
 
 
 @pytest.mark.parametrize(
