@@ -156,19 +156,24 @@ pub(crate) fn band_data(
     // the `max` heaviest, ties to the earlier allocation, kept in a heap of
     // `max` (no per-allocation list: a trace of millions stays small)
     let mut heap: BinaryHeap<Reverse<(u128, Reverse<usize>)>> = BinaryHeap::new();
+    // a full heap's lightest weight: a later allocation no heavier stays
+    // out (it also loses the tie, coming later)
+    let mut least: Option<u128> = None;
     for (k, (size, start, end)) in tl.lifetimes().enumerate() {
         let l = life(start, end);
         if l == 0 && n > 0 {
             continue;
         }
-        let key = (size as u128 * l.min(cap), Reverse(k));
-        // (a full heap's lightest stays when the new one is no heavier)
-        if heap.len() >= max && heap.peek().is_none_or(|m| key <= m.0) {
+        let w = size as u128 * l.min(cap);
+        if least.is_some_and(|m| w <= m) {
             continue;
         }
-        heap.push(Reverse(key));
+        heap.push(Reverse((w, Reverse(k))));
         if heap.len() > max {
             heap.pop();
+        }
+        if heap.len() >= max {
+            least = heap.peek().map(|m| m.0 .0);
         }
     }
     let mut order: Vec<usize> = heap.into_iter().map(|Reverse((_, Reverse(k)))| k).collect();
