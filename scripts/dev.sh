@@ -21,10 +21,12 @@ setup() {
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
         "$VENV/bin/python" -m pip install --quiet "torch==2.11.0" "maturin>=1.8,<2" pytest pytest-xdist ruff numpy
     fi
-    # the libraries the validation scripts use (validation/run/)
-    if ! "$VENV/bin/python" -c "import torchvision, transformers, timm, peft" 2>/dev/null; then
+    # the libraries the validation scripts use (validation/run/); opt-einsum as on the GPU machine
+    # that recorded them: with it installed, torch.einsum of three or more operands contracts them
+    # in opt_einsum's order (torch/backends/opt_einsum), which decides its intermediates
+    if ! "$VENV/bin/python" -c "import torchvision, transformers, timm, peft, opt_einsum" 2>/dev/null; then
         "$VENV/bin/python" -m pip install --quiet "torchvision==0.26.0" "transformers==5.17.0" \
-            "timm==1.0.31" "peft==0.21.2"
+            "timm==1.0.31" "peft==0.21.2" "opt-einsum==3.4.0"
     fi
     # headless Chromium for the HTML report's browser test (Debian's package)
     if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
