@@ -371,7 +371,8 @@ pub(super) struct Apart {
     state: Option<u32>,
     loaded: Option<u32>,
     contents: Vec<Content>,
-    content_ids: Map<Vec<Op>, u32>,
+    /// the ids of the contents by the hash of their requests
+    content_ids: Map<u64, Vec<u32>>,
     /// (content, state, input addresses) -> (state after, outputs' addresses,
     /// the chunk that made it)
     memo: FastMap<MemoKey, (u32, Range<u32>, u32)>,
@@ -689,15 +690,21 @@ impl Apart {
         let last = self.plan.chunks[c].last;
         let id = match last.filter(|&l| self.contents[l as usize].ops == ops) {
             Some(id) => id,
-            None => match self.content_ids.get(&ops) {
-                Some(&id) => id,
-                None => {
-                    let id = self.contents.len() as u32;
-                    self.content_ids.insert(ops.clone(), id);
-                    self.contents.push(Content::of(ops));
-                    id
+            None => {
+                use std::hash::{BuildHasher, BuildHasherDefault};
+                let h = BuildHasherDefault::<vramscope_alloc::inthash::IntHasher>::default()
+                    .hash_one(&ops);
+                let ids = self.content_ids.entry(h).or_default();
+                match ids.iter().find(|&&i| self.contents[i as usize].ops == ops) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.contents.len() as u32;
+                        ids.push(id);
+                        self.contents.push(Content::of(ops));
+                        id
+                    }
                 }
-            },
+            }
         };
         self.plan.chunks[c].last = Some(id);
         let outs = &self.contents[id as usize].outputs;
