@@ -1293,8 +1293,8 @@ mod tests {
     }
 
     #[test]
-    fn chunks_whose_memo_entries_are_never_taken_stop_making_them() {
-        use super::apart::tests::{ALWAYS_MEMO, CHUNK_MOST, NOTES};
+    fn chunks_whose_memo_entries_are_never_taken_stop_making_them_and_old_ones_go() {
+        use super::apart::tests::{ALWAYS_MEMO, CHUNK_MOST, NOTES, SWEEP_EACH_CHUNK};
         let o = EstimateOptions::default();
         let dynamic = Workload {
             weights: DType::BF16,
@@ -1307,8 +1307,9 @@ mod tests {
         for w in [dynamic, st] {
             // (a step's first chunks start from a new state every step)
             let c = same_apart(WIDE, &w, &o);
-            assert!(c.unmemoised > 0, "{c:?}");
-            // the same figures and notes as with every chunk memoised
+            assert!(c.unmemoised > 0 && c.dropped > 0, "{c:?}");
+            // the same figures and notes as with every chunk memoised and
+            // every entry kept
             let notes = |always: bool| {
                 ALWAYS_MEMO.set(always);
                 NOTES.set(Some(Vec::new()));
@@ -1319,9 +1320,16 @@ mod tests {
             };
             let ((a, ca, na), (b, cb, nb)) = (notes(false), notes(true));
             assert_eq!((ca.unmemoised > 0, cb.unmemoised), (true, 0));
+            assert_eq!((ca.dropped > 0, cb.dropped), (true, 0));
             assert_eq!(ca.reused + ca.served, cb.reused + cb.served);
             assert_eq!((a.phases, a.decode_steps), (b.phases, b.decode_steps));
             assert!(na == nb && !na.is_empty());
+            // and with all but the step's entries, and their states after,
+            // dropped before each chunk: fewer taken, the same figures
+            SWEEP_EACH_CHUNK.set(true);
+            let cc = same_apart(WIDE, &w, &o);
+            SWEEP_EACH_CHUNK.set(false);
+            assert!(cc.dropped > ca.dropped && cc.reused < ca.reused, "{cc:?}");
         }
     }
 

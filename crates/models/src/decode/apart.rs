@@ -78,6 +78,8 @@ pub(crate) struct ApartCounts {
     pub nests_again: usize,
     /// chunks served and not memoised ([`MEMO_TRIES`])
     pub unmemoised: usize,
+    /// memo entries dropped ([`SWEEP`])
+    pub dropped: usize,
 }
 
 /// The large requests of a chunk content with given bytes, all made for
@@ -156,6 +158,24 @@ const MAX_IN: usize = 6;
 /// memory (new pages). A chunk not memoised is served again, as it was the
 /// first time, so what is kept changes nothing but the work.
 const MEMO_TRIES: u32 = 32;
+
+/// Every this many steps, the memo entries neither made nor taken in the
+/// last this many steps are dropped, and the states no entry names (but
+/// the run's): a step's first layers start from a new state every step and
+/// take their entries within it, and what is kept costs memory (new pages).
+/// A chunk whose entry was dropped is served as it was the first time.
+const SWEEP: usize = 32;
+
+/// What a memoised chunk did: the state after it, its outputs' addresses
+/// (in `memo_out`), the chunk that made it, and the last step it was made
+/// or taken.
+#[derive(Debug, Clone)]
+struct MemoEntry {
+    after: u32,
+    out: Range<u32>,
+    maker: u32,
+    last: usize,
+}
 
 /// A chunk's content, the pool's state at its start and the addresses of
 /// the blocks it frees that were made before it.
@@ -363,7 +383,7 @@ pub(super) struct Apart {
     large_bytes: i64,
     large_req: i64,
     /// the states of the pool seen at chunk starts, and their ids
-    states: Vec<Vec<FreeBlock>>,
+    states: Vec<Option<Vec<FreeBlock>>>,
     /// the ids of the states by [`state_hash`]
     state_ids: Map<u64, Vec<u32>>,
     /// the state the run is in (`None`: the pool has changed since), and the
@@ -373,9 +393,8 @@ pub(super) struct Apart {
     contents: Vec<Content>,
     /// the ids of the contents by the hash of their requests
     content_ids: Map<u64, Vec<u32>>,
-    /// (content, state, input addresses) -> (state after, outputs' addresses,
-    /// the chunk that made it)
-    memo: FastMap<MemoKey, (u32, Range<u32>, u32)>,
+    /// (content, state, input addresses) -> what the chunk did
+    memo: FastMap<MemoKey, MemoEntry>,
     memo_out: Vec<u64>,
     plan: Plan,
     /// the blocks of the last steps by step modulo, each with its step
@@ -782,13 +801,57 @@ impl Apart {
     fn pool(&mut self) -> &mut SmallPool {
         if self.state != self.loaded {
             if let Some(s) = self.state {
-                self.pool.set_free_blocks(&self.states[s as usize]);
+                // (kept: the run's state is never dropped, [`Self::sweep`])
+                if let Some(f) = &self.states[s as usize] {
+                    self.pool.set_free_blocks(f);
+                }
             }
             self.loaded = self.state;
         }
         self.state = None;
         self.loaded = None;
         &mut self.pool
+    }
+
+    /// Drop the memo entries neither made nor taken since `window` steps
+    /// before step `k`, and the states no kept entry names ([`SWEEP`]). The
+    /// run's state is loaded into the pool first, so the run names none; an
+    /// entry whose state after was dropped is not taken ([`Self::chunk`]).
+    #[inline(never)]
+    fn sweep(&mut self, k: usize, window: usize) {
+        #[cfg(test)]
+        if tests::ALWAYS_MEMO.get() {
+            return;
+        }
+        self.pool();
+        let n = self.memo.len();
+        self.memo.retain(|_, e| e.last + window >= k);
+        self.counts.dropped += n - self.memo.len();
+        let mut named = vec![false; self.states.len()];
+        for (key, e) in &self.memo {
+            named[key.state as usize] = true;
+            #[cfg(test)]
+            if window == 0 {
+                // (the entries' states after dropped too)
+                continue;
+            }
+            named[e.after as usize] = true;
+        }
+        for (id, named) in named.into_iter().enumerate() {
+            if named {
+                continue;
+            }
+            let Some(f) = self.states[id].take() else {
+                continue;
+            };
+            let h = state_hash(&f);
+            if let Some(ids) = self.state_ids.get_mut(&h) {
+                ids.retain(|&i| i as usize != id);
+                if ids.is_empty() {
+                    self.state_ids.remove(&h);
+                }
+            }
+        }
     }
 
     /// The id of the state the run is in, where it was kept.
@@ -800,7 +863,10 @@ impl Apart {
         let id = self
             .state_ids
             .get(&state_hash(f))
-            .and_then(|ids| ids.iter().find(|&&i| self.states[i as usize] == f))
+            .and_then(|ids| {
+                ids.iter()
+                    .find(|&&i| self.states[i as usize].as_deref() == Some(f))
+            })
             .copied();
         if id.is_some() {
             self.state = id;
@@ -816,7 +882,7 @@ impl Apart {
         }
         let f = self.pool.free_blocks();
         let id = self.states.len() as u32;
-        self.states.push(f.to_vec());
+        self.states.push(Some(f.to_vec()));
         self.state_ids.entry(state_hash(f)).or_default().push(id);
         self.state = Some(id);
         self.loaded = Some(id);
@@ -963,7 +1029,14 @@ impl Apart {
         k: usize,
         ahead: i64,
     ) -> Result<(), Aborted> {
+        if k.is_multiple_of(SWEEP) {
+            self.sweep(k, SWEEP);
+        }
         for c in 0..self.plan.chunks.len() {
+            #[cfg(test)]
+            if tests::SWEEP_EACH_CHUNK.get() {
+                self.sweep(k, 0);
+            }
             let start = self.plan.chunks[c].range.start;
             if start == s.forward_end {
                 self.end_step(s);
@@ -1033,7 +1106,14 @@ impl Apart {
             ins,
         };
         if inst.inputs.len() <= MAX_IN && state.is_some() {
-            if let Some((after, out, maker)) = self.memo.get(&key).cloned() {
+            // (not where its state after was dropped)
+            if let Some(e) = self
+                .memo
+                .get_mut(&key)
+                .filter(|e| self.states[e.after as usize].is_some())
+            {
+                e.last = k;
+                let (after, out, maker) = (e.after, e.out.clone(), e.maker);
                 self.plan.chunks[maker as usize].since_hit = 0;
                 self.counts.reused += 1;
                 let nests = self.plan.chunks[c].nest_key.filter(|_| fixed);
@@ -1079,8 +1159,13 @@ impl Apart {
             let after = self.settle();
             let from = self.memo_out.len() as u32;
             self.memo_out.extend_from_slice(&out);
-            self.memo
-                .insert(key, (after, from..self.memo_out.len() as u32, c as u32));
+            let e = MemoEntry {
+                after,
+                out: from..self.memo_out.len() as u32,
+                maker: c as u32,
+                last: k,
+            };
+            self.memo.insert(key, e);
             self.plan.chunks[c].since_hit += 1;
         }
         Ok(())
@@ -1593,8 +1678,12 @@ pub(super) mod tests {
         /// Where set, each template step's chunk's [`CHUNK_MOST`] in turn.
         pub static NOTES: std::cell::RefCell<Option<Vec<Option<Most>>>> =
             const { std::cell::RefCell::new(None) };
-        /// Whether every chunk served is memoised ([`super::MEMO_TRIES`]).
+        /// Whether every chunk served is memoised ([`super::MEMO_TRIES`])
+        /// and no entry dropped ([`super::SWEEP`]).
         pub static ALWAYS_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Whether the memo is swept before every chunk, of all but this
+        /// step's entries ([`super::SWEEP`]).
+        pub static SWEEP_EACH_CHUNK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         /// Whether [`super::NestMemo`]s are never taken.
         pub static NO_NEST_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
