@@ -384,6 +384,8 @@ pub(super) struct Apart {
     large_req: i64,
     /// the states of the pool seen at chunk starts, and their ids
     states: Vec<Option<Vec<FreeBlock>>>,
+    /// the ids of the states not dropped ([`Self::sweep`])
+    kept_states: Vec<u32>,
     /// the ids of the states by [`state_hash`]
     state_ids: Map<u64, Vec<u32>>,
     /// the state the run is in (`None`: the pool has changed since), and the
@@ -516,6 +518,7 @@ impl Apart {
             large_bytes: st.allocated_bytes.get(StatType::LargePool).current,
             large_req: st.requested_bytes.get(StatType::LargePool).current,
             states: Vec::new(),
+            kept_states: Vec::new(),
             state_ids: Map::default(),
             state: None,
             loaded: None,
@@ -837,21 +840,23 @@ impl Apart {
             }
             named[e.after as usize] = true;
         }
-        for (id, named) in named.into_iter().enumerate() {
-            if named {
-                continue;
+        let mut kept = std::mem::take(&mut self.kept_states);
+        kept.retain(|&id| {
+            if named[id as usize] {
+                return true;
             }
-            let Some(f) = self.states[id].take() else {
-                continue;
-            };
-            let h = state_hash(&f);
-            if let Some(ids) = self.state_ids.get_mut(&h) {
-                ids.retain(|&i| i as usize != id);
-                if ids.is_empty() {
-                    self.state_ids.remove(&h);
+            if let Some(f) = self.states[id as usize].take() {
+                let h = state_hash(&f);
+                if let Some(ids) = self.state_ids.get_mut(&h) {
+                    ids.retain(|&i| i != id);
+                    if ids.is_empty() {
+                        self.state_ids.remove(&h);
+                    }
                 }
             }
-        }
+            false
+        });
+        self.kept_states = kept;
     }
 
     /// The id of the state the run is in, where it was kept.
@@ -883,6 +888,7 @@ impl Apart {
         let f = self.pool.free_blocks();
         let id = self.states.len() as u32;
         self.states.push(Some(f.to_vec()));
+        self.kept_states.push(id);
         self.state_ids.entry(state_hash(f)).or_default().push(id);
         self.state = Some(id);
         self.loaded = Some(id);
