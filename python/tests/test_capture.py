@@ -589,6 +589,26 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-640, 64), (-2, 2)]
 
 
+def test_cpu_tensors_made_before_the_context_lie_above_it(tmp_script, tmp_path):
+    # blind33/ag02 on the H200 (docs/driver-placement.md, rule 7): glibc maps a CPU tensor made
+    # before the first CUDA call above the context; once `.to("cuda")` frees it, new chunks go to
+    # the aligned top of its range (B+96..B+224 and a page), above the context
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+w = torch.empty(32 << 20)                       # 128 MiB: glibc maps it on its own
+a = torch.empty(1000, device="cuda")            # 2 MiB at B-2
+w = w.to("cuda")                                # 128 MiB at B-544; the CPU tensor is freed
+v = torch.empty(5 << 20, device="cuda")         # 20 MiB at B+72, the context's hole
+u = torch.empty(5 << 20, device="cuda")         # 20 MiB: a chunk at B+192, the freed range's top
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    where = _segments_from_the_anchor(script, snap)
+    assert where == [(-544, 128), (-2, 2), (72, 20), (192, 20)]
+
+
 def test_boolean_mask_indexing_bounds_an_unknown_mask():
     # blind10/j07's H200 trace of out[train]: mask.nonzero()'s count, CUB's count storage, the
     # (n, 1) int64 positions, CUB's selection storage (the H200's selection sweep: 21,503 and, over

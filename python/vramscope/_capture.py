@@ -14,6 +14,7 @@ Two PyTorch modes do the work:
 from __future__ import annotations
 
 import builtins
+import gc
 import linecache
 import os
 import sys
@@ -594,6 +595,36 @@ class Capture:
             self.device_conf = conf
             if self.history:
                 self.device.record_memory_history(True)
+        self._map_host_tensors()
+
+    def _map_host_tensors(self) -> None:
+        """The CUDA context starts below the mappings glibc made for the CPU tensors alive then
+        (a model built on the host before `.to("cuda")`): lay out those with mappings of their own
+        above the context, lowest first (this process's glibc placed them top-down too), each
+        unmapped when its storage dies (the driver's address-space rule 7)."""
+        storages = {}
+        for o in gc.get_objects():
+            if not isinstance(o, torch.Tensor) or registered(o):
+                continue
+            try:
+                if o.device.type != "cpu" or o.is_sparse or o.is_mkldnn or o.is_quantized:
+                    continue
+                st = o.untyped_storage()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+            if st.nbytes() and st.data_ptr():
+                storages[st._cdata] = st
+        device, self.host_mappings = self.device, []
+        for st in sorted(storages.values(), key=lambda st: st.data_ptr()):
+            mapped = device.host_before_context(st.nbytes())
+            if mapped is None:
+                continue
+
+            def unmap(_ref, mapped=mapped, device=device):
+                if self.active:
+                    device.host_unmapped(*mapped)
+
+            self.host_mappings.append(weakref.ref(st, unmap))
 
     def record_history(self, enabled: bool) -> None:
         """`torch.cuda.memory._record_memory_history`: the allocator trace."""

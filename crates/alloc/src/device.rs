@@ -149,6 +149,18 @@ impl SimDevice {
     pub fn host_map(&mut self, len: u64) -> Option<u64> {
         self.driver.host_map(len)
     }
+    /// Host memory glibc mapped before the CUDA context existed (a CPU
+    /// tensor a program made before its first CUDA call), `len` bytes
+    /// directly above the context's range and those mapped so far this way,
+    /// lowest first (`driver_va.rs`, rule 7): the address, which
+    /// [`SimDevice::host_unmap`] takes back. `None` on a device that started
+    /// after the process's first kernels, or once a segment was placed.
+    pub fn host_map_above(&mut self, len: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.host_map_above(len)
+    }
     /// glibc unmaps the host memory [`SimDevice::host_map`] mapped at `addr`
     /// (the CPU tensor freed): its range is free for chunks again.
     pub fn host_unmap(&mut self, addr: u64) {

@@ -224,11 +224,13 @@ impl DriverVa {
         // hole, that is where it goes)
         if !context.segs.iter().any(|&(a, _)| a == anchor - PAGE) {
             context.lo = anchor;
-            // every other chunk lies below B-416 (no released range reaches
-            // the held one): the context's low end is the highest, and B
-            // keeps it so
-            debug_assert_eq!(self.los.first(), Some(&lo));
-            self.los[0] = anchor;
+            // every other chunk lies below B-416 or above B+96 (host
+            // memory mapped before the context): B keeps the order
+            let found = self.los.binary_search_by(|x| lo.cmp(x));
+            debug_assert!(found.is_ok(), "the context's low end not kept");
+            if let Ok(k) = found {
+                self.los[k] = anchor;
+            }
             self.add_released(lo, anchor);
         }
         self.update(0);
@@ -424,6 +426,34 @@ impl DriverVa {
         let mut segs = self.spare_segs.pop().unwrap_or_default();
         segs.push((lo, len));
         self.push_chunk(Chunk { lo, hi: top, segs });
+        Some(lo)
+    }
+
+    /// Rule 7 before the context: host memory glibc mapped before the
+    /// process's CUDA context existed lies above it, the context's range
+    /// having gone below the lowest mapping then. Maps `len` bytes directly
+    /// above the context's range and the mappings placed so far this way
+    /// (the caller gives them lowest first); the driver's own mappings
+    /// between them and the context are not laid out. Freed with
+    /// [`Self::free`], which releases the range as a chunk's. `None` once a
+    /// segment or the context's first kernel was placed (a process whose
+    /// context exists), or when `len` is 0.
+    pub(crate) fn host_map_above(&mut self, len: u64) -> Option<u64> {
+        let anchor = self.held?;
+        let top = anchor + Self::CONTEXT_ABOVE_ANCHOR;
+        // the context's chunk holds only its own two ranges, every other
+        // chunk is such a mapping
+        let untouched =
+            self.chunks.first()?.segs.len() == 2 && self.chunks[1..].iter().all(|c| c.lo >= top);
+        if len == 0 || !untouched || !self.launch_pending || !self.cublas_pending {
+            return None;
+        }
+        // the highest mapping's top, else the context's
+        let lo = self.chunks.iter().map(|c| c.hi).max()?.max(top);
+        let hi = lo.checked_add(len)?;
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        segs.push((lo, len));
+        self.push_chunk(Chunk { lo, hi, segs });
         Some(lo)
     }
 
@@ -880,5 +910,41 @@ mod tests {
             .map(|&m| off(va.malloc(m * MIB).unwrap()))
             .collect();
         assert_eq!(got, vec![-416, 72, 74, -116, -16, 94, -448, -428]);
+    }
+
+    /// Rule 7 before the context (blind33/ag02: XLM-R built on the host,
+    /// then moved): the CPU tensors lie above the context, the last made
+    /// lowest. The embedding's copy gets a chunk below the context; once
+    /// the embedding is freed, 20 MiB segments take chunks from the aligned
+    /// top of its range down, as on the GPU (there 192 MiB higher: the
+    /// driver's own mappings between are not laid out). The context's range
+    /// still goes back at the first kernel.
+    #[test]
+    fn cpu_tensors_made_before_the_context_lie_above_it() {
+        let mut va = DriverVa::new(B);
+        let layers: Vec<u64> = (0..12)
+            .map(|_| va.host_map_above(9 * MIB).unwrap())
+            .collect();
+        assert_eq!(off(layers[0]), 96);
+        assert_eq!(off(layers[11]), 96 + 99);
+        let embedding = va.host_map_above(733 * MIB).unwrap();
+        assert_eq!(off(embedding), 204);
+        assert_eq!(off(va.malloc(20 * MIB).unwrap()), 72);
+        assert_eq!(off(va.malloc(2 * MIB).unwrap()), -2);
+        // a process whose context exists maps no more of these
+        assert_eq!(va.host_map_above(9 * MIB), None);
+        assert_eq!(off(va.malloc(734 * MIB).unwrap()), -1152);
+        va.free(embedding);
+        let twenties: Vec<i64> = (0..3).map(|_| off(va.malloc(20 * MIB).unwrap())).collect();
+        assert_eq!(twenties, vec![896, 864, 832]);
+        // the first kernel: B-2 holds a segment, so B-416..B-2 is a hole of
+        // the context's chunk, filled from its low end (rule 6)
+        assert!(va.release_context());
+        assert_eq!(off(va.malloc(24 * MIB).unwrap()), -416);
+        // what is left of the embedding's range, B+204..B+832, takes a
+        // 416 MiB chunk at its top; a freed layer's 9 MiB takes none
+        va.free(layers[5]);
+        assert_eq!(off(va.malloc(400 * MIB).unwrap()), 416);
+        assert_eq!(off(va.malloc(500 * MIB).unwrap()), -1664);
     }
 }

@@ -728,6 +728,32 @@ impl Runtime {
         Some((addr, len))
     }
 
+    /// A CPU tensor of `nbytes` made before the process's CUDA context
+    /// (a model built on the host, then moved): where glibc's mapping of its
+    /// own lies, above the context ([`SimDevice::host_map_above`]; the
+    /// caller gives them lowest first), with its length; `None` when the
+    /// heap serves it ([`vramscope_alloc::HostHeap`]) or the context exists.
+    /// [`Runtime::host_unmapped`] frees it.
+    pub fn host_before_context(&self, nbytes: u64) -> Option<(u64, u64)> {
+        let mut st = self.st.borrow_mut();
+        let len = st.host.malloc(nbytes)?;
+        let addr = st.alloc.device_mut().host_map_above(len)?;
+        if let Some(log) = st.log.as_mut() {
+            let at = log.events.len();
+            log.host.push(At {
+                at,
+                what: HostEvent::Map(addr, len),
+            });
+        }
+        Some((addr, len))
+    }
+
+    /// glibc unmaps a CPU tensor's mapping ([`Runtime::host_before_context`]):
+    /// its range is free for chunks, and the dynamic threshold may rise.
+    pub fn host_unmapped(&self, addr: u64, len: u64) {
+        self.host_free(addr, len);
+    }
+
     /// The process loads cuDNN's libraries up to `upto`, those it has not
     /// loaded yet, in order (`vramscope_alloc`'s `driver_va.rs`, rule 9):
     /// they take address space among the segments, noted in the event log.

@@ -294,6 +294,18 @@ impl Device {
         self.p.runtime().first_launch();
     }
 
+    /// A CPU tensor of `nbytes` made before the CUDA context: its mapping
+    /// above the context, `(address, length)`, or None when glibc's heap
+    /// serves it (driver address-space rule 7). Call lowest first.
+    fn host_before_context(&self, nbytes: u64) -> Option<(u64, u64)> {
+        self.p.runtime().host_before_context(nbytes)
+    }
+
+    /// glibc unmaps a mapping `host_before_context` placed.
+    fn host_unmapped(&self, addr: u64, len: u64) {
+        self.p.runtime().host_unmapped(addr, len);
+    }
+
     /// The process imports `torch._dynamo`, which maps `libtriton.so`
     /// (driver address-space rule 10).
     fn triton_loaded(&self) {
