@@ -590,23 +590,29 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
 
 
 def test_cpu_tensors_made_before_the_context_lie_above_it(tmp_script, tmp_path):
-    # blind33/ag02 on the H200 (docs/driver-placement.md, rule 7): glibc maps a CPU tensor made
-    # before the first CUDA call above the context; once `.to("cuda")` frees it, new chunks go to
-    # the aligned top of its range (B+96..B+224 and a page), above the context
+    # an H200 process (fixtures/va_maps/host_built_h200.tar.xz, syn_big; docs/driver-placement.md,
+    # rule 11): glibc maps a CPU tensor made before the first CUDA call; the context goes below it,
+    # the tensor's mapping at B+246; once `.cuda()` has copied it and it is freed, new chunks go to
+    # the aligned top of its range and down
     snap = tmp_path / "snap.pickle"
     script = tmp_script(
         f"""
 import torch
-w = torch.empty(32 << 20)                       # 128 MiB: glibc maps it on its own
-a = torch.empty(1000, device="cuda")            # 2 MiB at B-2
-w = w.to("cuda")                                # 128 MiB at B-544; the CPU tensor is freed
-v = torch.empty(5 << 20, device="cuda")         # 20 MiB at B+72, the context's hole
-u = torch.empty(5 << 20, device="cuda")         # 20 MiB: a chunk at B+192, the freed range's top
+x = torch.empty(700 << 20, dtype=torch.uint8)   # glibc maps it on its own
+y = x.cuda()                                    # 700 MiB below the context, at B-1120
+del x
+keep = [torch.empty(20 << 20, dtype=torch.uint8, device="cuda") for _ in range(9)]
+keep += [torch.empty(64 << 20, dtype=torch.uint8, device="cuda") for _ in range(2)]
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    where = _segments_from_the_anchor(script, snap)
-    assert where == [(-544, 128), (-2, 2), (72, 20), (192, 20)]
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    # the lowest 20 MiB segment lies in the context's hole at B+72
+    base = min(s["address"] for s in segs if s["total_size"] == 20 << 20) - (72 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    assert where == [(-1120, 700), (72, 20), (544, 64), (608, 64)] + [(k, 20) for k in range(672, 897, 32)]
 
 
 def test_boolean_mask_indexing_bounds_an_unknown_mask():

@@ -730,9 +730,10 @@ impl Runtime {
 
     /// A CPU tensor of `nbytes` made before the process's CUDA context
     /// (a model built on the host, then moved): where glibc's mapping of its
-    /// own lies, above the context ([`SimDevice::host_map_above`]; the
-    /// caller gives them lowest first), with its length; `None` when the
-    /// heap serves it ([`vramscope_alloc::HostHeap`]) or the context exists.
+    /// own lies, above the context ([`SimDevice::host_map_above`], driver
+    /// address-space rule 11; the caller gives them lowest first), with its
+    /// length; `None` when the heap serves it ([`vramscope_alloc::HostHeap`])
+    /// or the context exists.
     /// [`Runtime::host_unmapped`] frees it.
     pub fn host_before_context(&self, nbytes: u64) -> Option<(u64, u64)> {
         let mut st = self.st.borrow_mut();

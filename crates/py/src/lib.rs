@@ -296,7 +296,7 @@ impl Device {
 
     /// A CPU tensor of `nbytes` made before the CUDA context: its mapping
     /// above the context, `(address, length)`, or None when glibc's heap
-    /// serves it (driver address-space rule 7). Call lowest first.
+    /// serves it (driver address-space rules 7 and 11). Call lowest first.
     fn host_before_context(&self, nbytes: u64) -> Option<(u64, u64)> {
         self.p.runtime().host_before_context(nbytes)
     }
