@@ -287,6 +287,18 @@ impl State {
         self.oom_figures = Some(figures_of(self.alloc.stats()));
         self.last_oom = None;
     }
+
+    /// A CPU tensor's mapping of its own at `addr`, `len` bytes, noted in
+    /// the event log (when recording) at the current event.
+    fn note_host_map(&mut self, addr: u64, len: u64) {
+        if let Some(log) = self.log.as_mut() {
+            let at = log.events.len();
+            log.host.push(At {
+                at,
+                what: HostEvent::Map(addr, len),
+            });
+        }
+    }
 }
 
 /// How much of cuDNN a process has loaded (`Runtime::load_cudnn`): its
@@ -718,13 +730,7 @@ impl Runtime {
         let mut st = self.st.borrow_mut();
         let len = st.host.malloc(nbytes)?;
         let addr = st.alloc.device_mut().host_map(len)?;
-        if let Some(log) = st.log.as_mut() {
-            let at = log.events.len();
-            log.host.push(At {
-                at,
-                what: HostEvent::Map(addr, len),
-            });
-        }
+        st.note_host_map(addr, len);
         Some((addr, len))
     }
 
@@ -739,13 +745,7 @@ impl Runtime {
         let mut st = self.st.borrow_mut();
         let len = st.host.malloc(nbytes)?;
         let addr = st.alloc.device_mut().host_map_above(len)?;
-        if let Some(log) = st.log.as_mut() {
-            let at = log.events.len();
-            log.host.push(At {
-                at,
-                what: HostEvent::Map(addr, len),
-            });
-        }
+        st.note_host_map(addr, len);
         Some((addr, len))
     }
 
