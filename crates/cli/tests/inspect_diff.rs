@@ -151,3 +151,20 @@ fn inspect_range() {
     let (rc, _) = vramscope(&["inspect", "--range", "9..3", &f]);
     assert_eq!(rc, 2);
 }
+
+#[test]
+fn inspect_html_over_a_longer_file_is_the_page_alone() {
+    let dir = std::env::temp_dir().join(format!("vramscope-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (fresh, over) = (dir.join("fresh.html"), dir.join("over.html"));
+    std::fs::write(&over, vec![b'x'; 4 << 20]).unwrap();
+    let snap = format!("{FIX}/training.pickle");
+    for p in [&fresh, &over] {
+        let (rc, _) = vramscope(&["inspect", "--html", p.to_str().unwrap(), &snap]);
+        assert_eq!(rc, 0);
+    }
+    let page = std::fs::read(&fresh).unwrap();
+    assert!(page.ends_with(b"</html>\n"));
+    assert!(std::fs::read(&over).unwrap() == page);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
