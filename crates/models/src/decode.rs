@@ -1293,6 +1293,28 @@ mod tests {
     }
 
     #[test]
+    fn a_moments_fit_is_kept_while_no_free_block_below_it_changes() {
+        use super::apart::tests::FIT_WHILE_SAME;
+        // a dynamic cache's attention scratch at a long prompt: a large block
+        // made for a moment each layer, between its `cat`s
+        let cfg = r#"{"model_type":"llama","hidden_size":8192,"intermediate_size":1024,
+            "num_hidden_layers":6,"num_attention_heads":64,"num_key_value_heads":8,
+            "vocab_size":1000}"#;
+        let w = Workload {
+            weights: DType::BF16,
+            ..Workload::generate(Task::Causal, 8, 4096, 40)
+        };
+        let o = EstimateOptions::default();
+        let a = same_apart(cfg, &w, &o);
+        FIT_WHILE_SAME.set(true);
+        let b = same_apart(cfg, &w, &o);
+        FIT_WHILE_SAME.set(false);
+        // (the `cat`s change the free blocks above it: the fit kept)
+        assert!(a.moments > 100 && a.fits_again + 1 == a.moments, "{a:?}");
+        assert_eq!((b.moments, b.fits_again), (a.moments, 0));
+    }
+
+    #[test]
     fn chunks_whose_memo_entries_are_never_taken_stop_making_them_and_old_ones_go() {
         use super::apart::tests::{ALWAYS_MEMO, CHUNK_MOST, NOTES, SWEEP_EACH_CHUNK};
         let o = EstimateOptions::default();

@@ -80,6 +80,8 @@ pub(crate) struct ApartCounts {
     pub unmemoised: usize,
     /// memo entries dropped ([`SWEEP`])
     pub dropped: usize,
+    /// blocks made for a moment whose fit was an earlier answer ([`Apart::fit`])
+    pub fits_again: usize,
 }
 
 /// The large requests of a chunk content with given bytes, all made for
@@ -413,10 +415,8 @@ pub(super) struct Apart {
     moment: i64,
     open: Vec<(usize, usize, u64)>,
     fits: Vec<Moment>,
-    /// the answers of [`Self::fit`] since the large pool's free blocks last
-    /// changed: (bytes, open blocks, answer)
+    /// the answers of [`Self::fit`] that hold: (bytes, open blocks, answer)
     fit_memo: Vec<(u64, Vec<Moment>, Option<Moment>)>,
-    fit_changes: u64,
     /// the ids of (content, large mallocs' bytes) of the fixed chunks whose
     /// bytes do not change with the step, and each one's large requests the
     /// last time
@@ -536,7 +536,6 @@ impl Apart {
             open: Vec::new(),
             fits: Vec::new(),
             fit_memo: Vec::new(),
-            fit_changes: u64::MAX,
             nest_keys: HashMap::new(),
             nests: Vec::new(),
             marks: marks(&s.alloc),
@@ -1485,20 +1484,26 @@ impl Apart {
     }
 
     /// [`LargePool::fit_for_a_moment`] of `bytes` with the open blocks,
-    /// remembered while the large pool's free blocks stay the same
-    /// ([`LargePool::changes`]): a static cache's repeated keys and values
-    /// ask the same of every layer.
+    /// remembered while no free block at or below the one it found came or
+    /// went ([`LargePool::take_low`]; none found: while the free blocks stay
+    /// the same): a static cache's repeated keys and values ask the same of
+    /// every layer, a dynamic cache's attention scratch a block below its
+    /// `cat`s'.
     fn fit(&mut self, s: &Serving, bytes: u64) -> Option<Moment> {
-        let now = self.large.changes();
-        if now != self.fit_changes {
-            self.fit_memo.clear();
-            self.fit_changes = now;
+        if let Some(low) = self.large.take_low() {
+            #[cfg(test)]
+            let low = match tests::FIT_WHILE_SAME.get() {
+                true => (0, 0),
+                false => low,
+            };
+            self.fit_memo.retain(|e| e.2.is_some_and(|m| m.took < low));
         }
         if let Some(e) = self
             .fit_memo
             .iter()
             .find(|e| e.0 == bytes && e.1 == self.fits)
         {
+            self.counts.fits_again += 1;
             return e.2;
         }
         let m = self
@@ -1690,6 +1695,9 @@ pub(super) mod tests {
         /// Whether the memo is swept before every chunk, of all but this
         /// step's entries ([`super::SWEEP`]).
         pub static SWEEP_EACH_CHUNK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Whether [`super::Apart::fit`]'s answers are kept only while the
+        /// free blocks stay the same.
+        pub static FIT_WHILE_SAME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         /// Whether [`super::NestMemo`]s are never taken.
         pub static NO_NEST_MEMO: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
