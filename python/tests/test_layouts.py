@@ -101,3 +101,99 @@ def test_masked_scatter_takes_the_measured_scratch():
         return x, mask, src
 
     assert _extra(aten.masked_scatter, setup) == (3, 37824767)
+
+
+def test_trilinear_runs_its_composite_as_the_gpu_does():
+    # blind44/ar06's nn.Bilinear(832, 1664, 256) at batch 8192 on the H200, after its first call (which
+    # also takes cuBLAS's workspace): the zeroed output, then two products per output feature (513
+    # allocations, 13,975,420,928 bytes requested in all)
+    def setup():
+        torch.bmm(torch.empty(2, 4, 4, device="cuda"), torch.empty(2, 4, 4, device="cuda"))
+        a = torch.empty(8192, 832, device="cuda")
+        w = torch.empty(256, 832, 1664, device="cuda")
+        b = torch.empty(8192, 1664, device="cuda")
+        return a, w, b
+
+    def run(a, w, b):
+        return aten._trilinear(a, w, b, [1, 3], [0], [1, 2], [2, 3])
+
+    assert _extra(run, setup) == (512, 13975420928 - 8388608)
+
+
+def test_max_mode_embedding_bag_backward_copies_a_strided_gradient():
+    # blind44/ar06 on the H200: a 2,097,152-byte copy of the (8192, 64) slice of the bags' gradient
+    def setup():
+        g = torch.empty(8192, 1664, device="cuda")[:, :64]
+        idx = torch.zeros(32768, dtype=torch.long, device="cuda")
+        offsets = torch.zeros(8192, dtype=torch.long, device="cuda")
+        max_idx = torch.zeros(8192, 64, dtype=torch.long, device="cuda")
+        return g, idx, offsets, max_idx
+
+    def run(g, idx, offsets, max_idx):
+        return aten._embedding_bag_backward(
+            g, idx, offsets, offsets, offsets, max_idx, 200000, False, 2, False, None
+        )
+
+    assert _extra(run, setup) == (1, 2097152)
+
+
+def test_unfold_backward_takes_its_iterators_index():
+    # blind44/ar03's torch.stft frames on the H200: an int64 arange of the 33,792 positions
+    def setup():
+        return (torch.empty(16, 129, 1024, device="cuda"),)
+
+    assert _extra(lambda g: aten.unfold_backward(g, [16, 33792], 1, 1024, 256), setup) == (1, 270336)
+
+
+def test_general_batch_norm_statistics_reduce_a_float_copy():
+    # blind44/ar02 on the H200: a bf16 channels_last_3d input's statistics come from var_mean over
+    # a float32 copy (169,869,312 bytes) with Welford accumulators (6,488,064 + 8 bytes)
+    def setup():
+        x = torch.empty(2, 24, 96, 96, 96, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(24, device="cuda")
+        return x.to(memory_format=torch.channels_last_3d), w
+
+    def run(x, w):
+        return aten.native_batch_norm(x, w, w, w.clone(), w.clone(), True, 0.1, 1e-5)
+
+    assert _extra(run, setup) == (3 + 2, 176357384 + 2 * 96)
+
+
+def test_softmax_backward_copies_a_channels_last_products():
+    # blind44/ar02 on the H200: `grad * output` follows the channels_last_3d gradient, then its
+    # contiguous copy: two temporaries of the gradient's size
+    def setup():
+        g = torch.empty(2, 4, 96, 96, 96, device="cuda").to(memory_format=torch.channels_last_3d)
+        return g, torch.empty(2, 4, 96, 96, 96, device="cuda")
+
+    assert _extra(lambda g, o: aten._softmax_backward_data(g, o, 1, torch.float32), setup) == (2, 56623104)
+
+
+def test_max_over_a_dimension_takes_the_reductions_buffer():
+    # blind44/ar04's F.gumbel_softmax(hard=True) on the H200: max(1) of a (32, 1024, 32, 32) softmax
+    def setup():
+        return (torch.empty(32, 1024, 32, 32, device="cuda"),)
+
+    assert _extra(lambda x: x.max(1, keepdim=True), setup) == (2, 603979776 + 1024)
+
+
+def test_dropout_out_of_training_is_its_input_under_inference_mode():
+    # Dropout.cpp returns the input; torch/_decomp's decomposition would clone it
+    with vramscope.capture(gpu="h200"), torch.inference_mode():
+        x = torch.empty(32, 309, 1024, device="cuda", dtype=torch.float16)
+        before = torch.cuda.memory_allocated()
+        y = torch.nn.functional.dropout(x, 0.1, training=False)
+        assert torch.cuda.memory_allocated() == before
+        assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_a_one_channel_volume_in_channels_last_3d_takes_the_channels_last_convolution():
+    # ConvUtils.h `cudnn_conv_suggest_memory_format` reads strides: blind44/ar02's first convolution
+    from vramscope._kernels import _channels_last
+
+    x = torch.empty(2, 1, 96, 96, 96, device="meta").to(memory_format=torch.channels_last_3d)
+    w = torch.empty(24, 1, 3, 3, 3, device="meta").to(memory_format=torch.channels_last_3d)
+    assert _channels_last(x, w)
+    assert not _channels_last(
+        torch.empty(2, 1, 96, 96, 96, device="meta"), torch.empty(24, 1, 3, 3, 3, device="meta")
+    )

@@ -533,6 +533,10 @@ def _on_cpu(a):
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
 _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
+#: composites whose Python decomposition allocates where the C++ kernel the GPU runs does not:
+#: `dropout` out of training is `input.clone()` in torch/_decomp but `input` itself in
+#: Dropout.cpp (blind44/ar01's H200 history: no allocation at BERT's dropouts in eval)
+_CPP_COMPOSITE = {torch.ops.aten.dropout.default}
 
 
 #: The context's own mappings from B+96 to B+128 MiB (the H200's process maps,
@@ -824,7 +828,10 @@ class Capture:
             # (inference mode): it runs as its parts, as on the GPU
             _COMPOSITE.add(func)
             with self._modes[1]:  # its parts come back to the mode
-                out = func.decompose(*args, **kwargs)
+                if func in _CPP_COMPOSITE:
+                    out = func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+                else:
+                    out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
         elif torch.is_inference_mode_enabled():

@@ -291,8 +291,11 @@ def _min_max_all(cap, func, call, outs):
 
 
 def _arg_min_max(cap, func, call, outs):
-    """`argmax` / `argmin` (ReduceArgMaxKernel.cu): `gpu_reduce_kernel` accumulating
-    `(value, int64 index)` pairs, 16 bytes; a whole-tensor reduce when `dim` is None."""
+    """`argmax` / `argmin` (ReduceArgMaxKernel.cu) and `max(dim)` / `min(dim)` (`max_launch_kernel` in
+    ReduceMaxValuesKernel.cu, values and indices): `gpu_reduce_kernel` accumulating `(value, int64
+    index)` pairs, 16 bytes; a whole-tensor reduce when `dim` is None (blind44/ar04's H200 history:
+    `max(1)` of a (32, 1024, 32, 32) float32 softmax, a 603,979,776-byte buffer and 1,024 bytes of
+    semaphores)."""
     (args, kw) = call
     x = args[0]
     if not registered(x) or x.numel() == 0:
@@ -304,7 +307,14 @@ def _arg_min_max(cap, func, call, outs):
 
 for _f in (aten.max.default, aten.min.default):
     AFTER[_f] = _min_max_all
-for _f in (aten.argmax.default, aten.argmax.out, aten.argmin.default, aten.argmin.out):
+for _f in (
+    aten.argmax.default,
+    aten.argmax.out,
+    aten.argmin.default,
+    aten.argmin.out,
+    aten.max.dim,
+    aten.min.dim,
+):
     AFTER[_f] = _arg_min_max
 
 
@@ -1391,20 +1401,32 @@ def module_apply(original):
 # from the eager twin's measured tables (`crates/engine/src/ops/conv.rs`).
 
 
+def _cl_format(t):
+    """The channels-last format of `t`'s rank: `channels_last` (4-D) or `channels_last_3d` (5-D)."""
+    return torch.channels_last_3d if t.dim() == 5 else torch.channels_last
+
+
 def _suggests_channels_last(t) -> bool:
-    """`t.suggest_memory_format() == channels_last` for a 4-D tensor."""
+    """`t.suggest_memory_format()` is channels-last: for a 4-D tensor laid out channels-last and not
+    contiguous; for a 5-D one by its strides as c10's `is_channels_last_strides_3d` reads them, size-1
+    channels included (blind44/ar02's H200 record: a one-channel volume and its (24, 1, 3, 3, 3)
+    weight converted to `channels_last_3d` run cuDNN's channels-last problem)."""
+    if t.dim() == 5:
+        return suggest_memory_format(t) == torch.channels_last_3d
     return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
 
 def _channels_last(x, w) -> bool:
-    """`cudnn_conv_suggest_memory_format` (`ConvUtils.h`): channels-last for a 2-D
-    convolution whose input or weight suggests it."""
-    return w.dim() == 4 and (_suggests_channels_last(x) or _suggests_channels_last(w))
+    """`cudnn_conv_suggest_memory_format` (`ConvUtils.h`): `ChannelsLast` for a 2-D convolution
+    and `ChannelsLast3d` for a 3-D one whose input or weight suggests it (float64 never)."""
+    if torch.float64 in (x.dtype, w.dtype):
+        return False
+    return w.dim() in (4, 5) and (_suggests_channels_last(x) or _suggests_channels_last(w))
 
 
 def _copy_unless_in(cap, t, channels_last: bool):
     """`t.contiguous(layout)`: a temporary copy when `t` is not laid out so."""
-    dense = t.is_contiguous(memory_format=torch.channels_last) if channels_last else t.is_contiguous()
+    dense = t.is_contiguous(memory_format=_cl_format(t)) if channels_last else t.is_contiguous()
     return None if dense else cap.malloc(t.numel() * t.element_size(), "aten::contiguous", "temporary")
 
 
@@ -1412,9 +1434,9 @@ def _in_layout(t, channels_last: bool):
     """A result as cuDNN's path allocates it: `at::empty(sizes, options.memory_format(layout))`
     (the meta kernel may pick the other layout: for depthwise convolutions, or a channels-last
     weight gradient from a channels-last gradient where the input is not, blind10/j02)."""
-    if t is None or t.dim() != 4:
+    if t is None or t.dim() not in (4, 5):
         return t
-    layout = torch.channels_last if channels_last else torch.contiguous_format
+    layout = _cl_format(t) if channels_last else torch.contiguous_format
     return t if t.is_contiguous(memory_format=layout) else t.contiguous(memory_format=layout)
 
 
@@ -1493,10 +1515,6 @@ def _conv(x, w, args):
     stride, padding, dilation, transposed, out_pad, groups = args
     if x.dim() not in (3, 4, 5) or not (registered(x) and registered(w)) or isinstance(padding, str):
         return None
-    if x.dim() == 5 and any(
-        t.is_contiguous(memory_format=torch.channels_last_3d) and not t.is_contiguous() for t in (x, w)
-    ):
-        return None  # a channels-last 3-D convolution: no rule for its layout
     return (
         x,
         w,
@@ -1511,8 +1529,8 @@ def _conv(x, w, args):
 
 
 def _conv_unruled(cap, x) -> None:
-    """A convolution of the simulated device that no rule here covers (a channels-last 3-D one,
-    string padding): its outputs come from the meta kernel, its workspace is named unmeasured."""
+    """A convolution of the simulated device that no rule here covers (string padding): its outputs
+    come from the meta kernel, its workspace is named unmeasured."""
     if registered(x):
         cap.note_unmeasured(
             f"aten::convolution of a {x.dim()}-D input outside the cuDNN rules (its workspace)"
@@ -1654,7 +1672,8 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     `radix_sort_pairs` and runs `embedding_backward_cuda_kernel`, as `embedding_dense_backward`
     does over the same indices (the plan above; blind28/ab05's H200 record: 15 allocations,
     363,081,637 bytes for 131,072 indices of rows of 256). `max` mode, `scale_grad_by_freq` and a
-    strided gradient are left to the meta kernel, named unmeasured."""
+    strided gradient in those modes are left to the meta kernel, named unmeasured; `max` mode is
+    `_embedding_bag_backward_max`."""
     if kwargs:
         return NotImplemented
     dense = func is aten._embedding_bag_dense_backward.default
@@ -1663,9 +1682,11 @@ def _embedding_bag_backward(cap, func, args, kwargs):
         sparse = False
     else:
         grad, indices, num_weights, scale, mode, sparse = args[0], args[1], args[6], args[7], args[8], args[9]
-    if not (registered(grad) and registered(indices)) or sparse or scale or mode not in (0, 1):
+    if not (registered(grad) and registered(indices)) or sparse or scale or grad.dim() != 2:
         return NotImplemented
-    if not grad.is_contiguous() or grad.dim() != 2 or indices.numel() == 0:
+    if mode == 2:
+        return _embedding_bag_backward_max(cap, func, args, grad)
+    if mode not in (0, 1) or not grad.is_contiguous() or indices.numel() == 0:
         return NotImplemented
     cap.ops += 1
     out = func(*args)
@@ -1673,8 +1694,40 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     return _replay_plan(cap, out, steps, "aten::_embedding_bag_backward")
 
 
+def _embedding_bag_backward_max(cap, func, args, grad):
+    """`max` mode: `_embedding_bag_dense_backward_cuda` (EmbeddingBag.cu) takes `grad_.contiguous()`,
+    then `embedding_bag_backward_cuda_max` allocates the zeroed gradient and scatters into it (no
+    sort). blind44/ar06's H200 record: a 2,097,152-byte copy of a strided (8192, 64) gradient, then
+    the 51,200,000-byte weight gradient."""
+    cap.ops += 1
+    op = "aten::_embedding_bag_backward"
+    copy = None if grad.is_contiguous() else cap.malloc(grad.numel() * grad.element_size(), op, "temporary")
+    out = func(*args)
+    cap.track(out, op, "gradient")
+    del copy
+    return out
+
+
 DISPATCH[aten._embedding_bag_backward.default] = _embedding_bag_backward
 DISPATCH[aten._embedding_bag_dense_backward.default] = _embedding_bag_backward
+
+
+# ---- composites the GPU runs as their parts ------------------------------------------------------
+
+
+def _as_composite(cap, func, args, kwargs):
+    """An op without a CUDA kernel of its own runs its CompositeExplicitAutogradNonFunctional code on
+    the GPU, while its meta kernel gives only the outputs: here that code runs op by op through the
+    capture. `_trilinear` (Linear.cpp, `nn.Bilinear` and its backward): the zeroed output, then per
+    index of the unrolled dimension two `sumproduct_pair`s (permute, reshape, bmm) and an `add_`
+    (blind44/ar06's H200 record: 513 allocations per call)."""
+    if not any(registered(t) for t in tensors_in((args, kwargs))):
+        return NotImplemented
+    with cap._modes[1]:  # the parts come back to the mode
+        return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional, *args, **kwargs)
+
+
+DISPATCH[aten._trilinear.default] = _as_composite
 
 
 # ---- foreach reductions -----------------------------------------------------------------------
@@ -1928,20 +1981,36 @@ def _safe_softmax(cap, func, args, kwargs):
 
 
 def _softmax_backward_data(cap, func, args, kwargs):
-    """`softmax_backward_cuda_out` (cuda/SoftMax.cu, recalled): the gradient, then `tmp = grad *
-    output`, which the backward kernel reduces; `tmp` dies at its return (one temporary of the
-    gradient's size in the GPU's counts, blind4/d02 and blind2/b06)."""
+    """`softmax_backward_cuda_out` / `log_softmax_backward_cuda_out` (cuda/SoftMax.cu): the gradient,
+    then for softmax `tmp = grad * output`, and `host_softmax_backward`'s `grad_.contiguous()` and
+    `output_.contiguous()`, copies of operands not contiguous; all die at the return (softmax: one
+    temporary of the gradient's size in the GPU's counts, blind4/d02 and blind2/b06; blind44/ar02's
+    H200 per-op truth: a `channels_last_3d` gradient's `tmp` copied contiguous, two temporaries)."""
     grad, output = args[0], args[1]
     if kwargs or not (registered(grad) and registered(output)):
         return NotImplemented
     cap.ops += 1
-    op = "aten::_softmax_backward_data"
+    op = func._schema.name
     out = func(*args)
     cap.track(out, op)
-    if grad.numel() > 0:
+    if grad.numel() == 0:
+        return out
+    tmp, first = None, grad
+    if func is aten._softmax_backward_data.default:
+        first = fast_setup_layout(torch.mul(grad, output), (grad, output))
         tmp = cap.malloc(grad.numel() * grad.element_size(), "aten::mul", "temporary")
-        del tmp
+    grad_c = (
+        None
+        if first.is_contiguous()
+        else cap.malloc(tmp.nbytes if tmp else _nbytes(grad), "aten::clone", "temporary")
+    )
+    out_c = None if output.is_contiguous() else cap.malloc(_nbytes(output), "aten::clone", "temporary")
+    del out_c, grad_c, tmp
     return out
+
+
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
 
 
 DISPATCH[aten._safe_softmax.default] = _safe_softmax
@@ -2401,6 +2470,7 @@ for _name, _finite in (("isfinite", True), ("isinf", False), ("isnan", False)):
     FUNCTIONS[getattr(torch, _name)] = _finite_check(_finite)
     FUNCTIONS[getattr(torch.Tensor, _name)] = _finite_check(_finite)
 DISPATCH[aten._softmax_backward_data.default] = _softmax_backward_data
+DISPATCH[aten._log_softmax_backward_data.default] = _softmax_backward_data
 
 
 def _one_hot(cap, func, args, kwargs):
@@ -2575,3 +2645,49 @@ def _pow_scalar_base(cap, func, call, outs):
 
 
 AFTER[aten.pow.Scalar] = _pow_scalar_base
+
+
+def _unfold_backward(cap, func, call, outs):
+    """`unfold_backward` on CUDA (UnfoldBackwardKernel.cu, `_make_unfold_backward_iter_over_grad_out`
+    in UnfoldBackward.h): after the zeroed result, an int64 `arange` of the positions iterated along
+    `dim`, min(input's size, (folds - 1) * step + size), freed with the iterator (blind44/ar03's H200
+    record: 270,336 bytes for `torch.stft`'s frames of 33,792 samples, 129 folds of 1,024 by 256)."""
+    (grad, input_sizes, dim, size, step), _ = call
+    if not registered(grad) or not input_sizes:
+        return
+    dim = dim % len(input_sizes)
+    folds = grad.shape[dim] if grad.dim() > dim else 1
+    n = min(input_sizes[dim], (folds - 1) * step + size)
+    idx = cap.malloc(8 * n, "aten::unfold_backward", "temporary")
+    del idx
+
+
+AFTER[aten.unfold_backward.default] = _unfold_backward
+
+
+def _equal(cap, func, args, kwargs):
+    """`torch.equal` on CUDA (`cuda_equal`, cuda/Equal.cpp): False for other sizes, True for no
+    elements or the same view, else `at::eq(self, src).all().item()` (blind44/ar03's H200 record:
+    two 1-byte results for 0-d operands)."""
+    a, b = args
+    if kwargs or not (registered(a) and registered(b)):
+        return NotImplemented
+    if a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    if (
+        a.untyped_storage()._cdata == b.untyped_storage()._cdata
+        and a.storage_offset() == b.storage_offset()
+        and a.dtype == b.dtype
+        and a.stride() == b.stride()
+        and a.is_neg() == b.is_neg()
+        and a.is_conj() == b.is_conj()
+    ):
+        return True
+    with cap._modes[1]:  # the parts come back to the mode
+        same = torch.eq(a, b).all()
+    return bool(cap.value_of(same, "torch.equal").item())
+
+
+DISPATCH[aten.equal.default] = _equal

@@ -98,7 +98,8 @@ def _cudnn_inference(x, weight, bias, running_mean, running_var, eps) -> bool:
 def _native_batch_norm(cap, func, args, kwargs):
     """`batch_norm_cuda`: output, save_mean, save_invstd; in training, the statistics of a
     channels-last input (`batch_norm_choose_impl`) take `batch_norm_stats_channels_last_cuda_template`'s
-    staging (4 accumulators per channel and grid row) and semaphores. In evaluation, where
+    staging (4 accumulators per channel and grid row) and semaphores, those of a general one
+    `_var_mean_stats`. In evaluation, where
     `_batch_norm_impl_index` picks cuDNN, `cudnn_batch_norm` makes the output only (its save_mean
     and save_var are empty: cudnn/BatchNorm.cpp; blind21/u06's H200 memory history)."""
     x = args[0]
@@ -116,11 +117,32 @@ def _native_batch_norm(cap, func, args, kwargs):
     for t in out:
         cap.track(t, op)
     if training and x.numel() > 0:
-        if _channels_last_kernels(x):
+        impl = _bn_impl(x)
+        if impl == "channels_last":
             _grid_scratch(cap, x, 4, op)
-        elif not x.is_contiguous():
-            cap.note_unmeasured("aten::native_batch_norm of a non-dense input (var_mean's reduction)")
+        elif impl == "general":
+            _var_mean_stats(cap, x, out[1].dtype, op)
     return out
+
+
+def _var_mean_stats(cap, x, stats_dtype, op: str) -> None:
+    """`batch_norm_mean_var`'s general path (Normalization.cu; a channels-last 3-D or strided input):
+    `var_mean_out` over every dimension but 1, whose `make_reduction` (ReduceOps.cpp) reduces
+    `self.to(stats dtype)` where the input's dtype differs, with `WelfordOps`' 16-byte float
+    accumulators (32 for double) in the reduction's global buffer (blind44/ar02's H200 per-op truth:
+    a float32 copy of each bf16 `channels_last_3d` input, then the buffer and semaphores)."""
+    copy = None
+    elem = x.element_size()
+    if x.dtype != stats_dtype:
+        elem = torch.empty((), dtype=stats_dtype).element_size()
+        copy = cap.malloc(x.numel() * elem, "aten::_to_copy", "temporary")
+    fmt = suggest_memory_format(x)
+    strides = (
+        list(torch.empty(x.shape, device="meta", memory_format=fmt).stride()) if copy else list(x.stride())
+    )
+    acc = 32 if stats_dtype == torch.float64 else 16
+    reduce_scratch(cap, list(x.shape), strides, [d != 1 for d in range(x.dim())], elem, acc, op)
+    del copy
 
 
 def _native_batch_norm_backward(cap, func, args, kwargs):
@@ -164,7 +186,8 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
 
 
 def _bn_impl(t) -> str:
-    """`batch_norm_choose_impl` (Normalization.cu) of one tensor, 32-bit indexing assumed."""
+    """`batch_norm_choose_impl` (Normalization.cu) of one tensor, 32-bit indexing assumed: channels-last
+    3-D inputs are "general" there (while `batch_norm_use_channels_last_kernels` takes them)."""
     if t.is_contiguous():
         return "channels_last" if t.dim() >= 2 and t.stride(1) == 1 else "contiguous"
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):

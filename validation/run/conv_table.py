@@ -9,8 +9,8 @@ workspace is what the op requested beyond its new outputs and beyond the contigu
 gradient, input and weight that cuDNN's path makes of those not in the convolution's layout; a problem
 whose counts admit no such reading is reported on stderr and left out.
 
-A line: op (forward, dgrad, wgrad), dtype, layout (nchw, nhwc), transposed (0, 1), input sizes, weight
-sizes, stride, padding, dilation, output_padding (comma-separated), groups, bytes.
+A line: op (forward, dgrad, wgrad), dtype, layout (nchw, nhwc: channels-last 2-D or 3-D), transposed (0, 1),
+input sizes, weight sizes, stride, padding, dilation, output_padding (comma-separated), groups, bytes.
 """
 
 import glob
@@ -26,19 +26,23 @@ OPS = {
 }
 
 
+def _cl_order(ndim):
+    """Dimensions from the fastest in a channels-last layout: c, the spatial ones from the last, n."""
+    return [1, *range(ndim - 1, 1, -1), 0]
+
+
 def is_channels_last(t):
-    """`t.is_contiguous(memory_format=torch.channels_last)`: c fastest, then w, h, n."""
+    """`t.is_contiguous(memory_format=channels_last)` (4-D) or `channels_last_3d` (5-D): c fastest,
+    then the spatial dimensions from the last, then n."""
     sizes, strides = t[0], t[1]
-    if len(sizes) != 4:
+    if len(sizes) not in (4, 5):
         return False
-    n, c, h, w = sizes
-    sn, sc, sh, sw = strides
-    return (
-        (c == 1 or sc == 1)
-        and (w == 1 or sw == c)
-        and (h == 1 or sh == w * c)
-        and (n == 1 or sn == h * w * c)
-    )
+    expect = 1
+    for d in _cl_order(len(sizes)):
+        if sizes[d] != 1 and strides[d] != expect:
+            return False
+        expect *= sizes[d]
+    return True
 
 
 def is_contiguous(t):
@@ -51,18 +55,21 @@ def is_contiguous(t):
 
 
 def channels_last(t):
-    """`t.suggest_memory_format() == torch.channels_last`, for the dense tensors here."""
+    """`t.suggest_memory_format()` is channels-last, for the dense tensors here (5-D: by the strides,
+    as the twin's `_suggests_channels_last` reads them)."""
+    if len(t[0]) == 5:
+        return suggests_channels_last(t)
     return is_channels_last(t) and not is_contiguous(t)
 
 
 def suggests_channels_last(t):
-    """`t.suggest_memory_format() == torch.channels_last` (c10's `is_channels_last_strides_2d`,
-    size-1 dimensions included), for a 4-D tensor."""
+    """`t.suggest_memory_format()` is channels-last (c10's `is_channels_last_strides_2d` /
+    `_3d`, size-1 dimensions included), for a 4-D or 5-D tensor."""
     sizes, strides = t[0], t[1]
-    if len(sizes) != 4 or strides[1] == 0:
+    if len(sizes) not in (4, 5) or strides[1] == 0:
         return False
     low = 0
-    for d in (1, 3, 2, 0):
+    for d in _cl_order(len(sizes)):
         if sizes[d] == 0 or strides[d] < low:
             return False
         if d == 0 and low == strides[1]:
@@ -80,7 +87,7 @@ def grad_copies(grad, x, layout):
         n *= s
     item = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[grad[2]]
     out = []
-    if len(sizes) == 4 and suggests_channels_last(grad) != suggests_channels_last(x):
+    if len(sizes) in (4, 5) and suggests_channels_last(grad) != suggests_channels_last(x):
         out.append(n * item)
         cl = suggests_channels_last(x)
         grad = (sizes, dense_strides(sizes, cl), grad[2])
@@ -91,9 +98,13 @@ def grad_copies(grad, x, layout):
 
 
 def dense_strides(sizes, channels_last):
-    """The strides `torch.empty(sizes, memory_format=...)` gives a 4-D tensor."""
-    _, c, h, w = sizes
-    return [c * h * w, 1, w * c, c] if channels_last else [c * h * w, h * w, w, 1]
+    """The strides `torch.empty(sizes, memory_format=...)` gives a 4-D or 5-D tensor."""
+    order = _cl_order(len(sizes)) if channels_last else list(range(len(sizes) - 1, -1, -1))
+    strides, expect = [0] * len(sizes), 1
+    for d in order:
+        strides[d] = expect
+        expect *= sizes[d]
+    return strides
 
 
 def problem(op, args):
@@ -126,7 +137,7 @@ def copy_bytes(t, layout):
     for s in sizes:
         n *= s
     item = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[t[2]]
-    dense = is_channels_last(t) if len(sizes) == 4 and layout == "nhwc" else is_contiguous(t)
+    dense = is_channels_last(t) if len(sizes) in (4, 5) and layout == "nhwc" else is_contiguous(t)
     return 0 if dense else n * item
 
 
