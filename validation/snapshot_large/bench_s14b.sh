@@ -6,7 +6,8 @@
 # outputs; `pickle.load` (the 450 MB files side by side, the 50 MB ones
 # alone); then s14's hooks build (measure_hooks_s14.patch: each phase's end
 # with the main thread's CPU time, VmHWM and the process's minor page
-# faults) on `--json` and `--html`. D holds vramscope-{m14,s14,s14-hooks}.xz
+# faults) on `--json` and `--html`; on the 450 MB files also s14 with
+# mimalloc's purge delay at its default (1000 ms). D holds vramscope-{m14,s14,s14-hooks}.xz
 # and NAME.pickle.xz; run from the repository root; FILES narrows it.
 set -u
 D=${D:-xfer/h36}; R=validation/snapshot_real; M="python3 $R/measure.py"; O=/tmp/b14b; mkdir -p $O
@@ -29,6 +30,9 @@ for n in $FILES; do
   for b in m14 s14; do $O/vramscope-$b inspect --json $f > $O/$b.json; done
   cmp $O/m14.json $O/s14.json && echo "{\"label\": \"$n --json same\"}" >> $L
   cmp $O/m14.html $O/s14.html && echo "{\"label\": \"$n --html same\"}" >> $L
+  case $n in *500) for r in 1 2 3; do
+    MIMALLOC_PURGE_DELAY=1000 $M "$n s14 --json purge1000" $O/vramscope-s14 inspect --json $f
+  done >> $L;; esac
   for r in 1 2 3; do
     VS_PT=1 $O/vramscope-s14-hooks inspect --json $f 2>&1 >/dev/null | sed "s/^{/{\"file\": \"$n\", \"bin\": \"s14 --json\", /"
     VS_PT=1 $O/vramscope-s14-hooks inspect --json --html $O/h.html $f 2>&1 >/dev/null | sed "s/^{/{\"file\": \"$n\", \"bin\": \"s14 --html\", /"
