@@ -803,3 +803,11 @@ def test_leaves_and_map_leaves_are_pytrees():
         assert len(ours) == len(theirs) and all(a is b for a, b in zip(ours, theirs, strict=True))
         mapped, expected = map_leaves(repr, tree), tree_map(repr, tree)
         assert mapped == expected and type(mapped) is type(expected)
+
+
+def test_a_lazy_module_moved_to_the_device_before_its_first_call():
+    # the host tensors laid out at the context's start skip a lazy parameter (no storage yet)
+    with vramscope.capture(gpu="h200"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LazyLinear(3)).to("cuda")
+        out = model(torch.zeros(2, 4, device="cuda"))
+        assert out.shape == (2, 3) and model[1].weight.shape == (3, 4)

@@ -635,6 +635,8 @@ class Capture:
         for o in gc.get_objects():
             if not isinstance(o, torch.Tensor) or registered(o):
                 continue
+            if isinstance(o, torch.nn.parameter.UninitializedTensorMixin):
+                continue  # a lazy module's parameter before its first call: no storage yet
             try:
                 if o.device.type != "cpu" or o.is_sparse or o.is_mkldnn or o.is_quantized:
                     continue
@@ -987,7 +989,7 @@ class Capture:
 
     def _categorize(self, tensors, category: str) -> None:
         for t in tensors:
-            if t is None or not registered(t):
+            if t is None or isinstance(t, torch.nn.parameter.UninitializedTensorMixin) or not registered(t):
                 continue
             if t.layout is torch.sparse_coo:
                 self._categorize(_sparse.parts(t), category)

@@ -1379,11 +1379,24 @@ def module_apply(original):
                 hit = memo[id(t)] = fn(t)
             return hit
 
+        lazy = [
+            (table, key, t)
+            for mod in (self.modules() if recurse else [self])
+            for table in (mod._parameters, mod._buffers)
+            for key, t in table.items()
+            if isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+        ]
         depth[0] += 1
         try:
             out = original(self, once, recurse)
         finally:
             depth[0] -= 1
+        for table, key, old in lazy:
+            new = table[key]
+            if new is not old and isinstance(new, torch.Tensor):
+                # on the GPU `param.data = ...` keeps a lazy module's parameter uninitialized, to be
+                # materialized on its new device at the first call
+                table[key] = type(old)(requires_grad=old.requires_grad, device=new.device, dtype=new.dtype)
         for places in owners.values():
             if len(places) > 1:
                 table, key = places[0]
