@@ -13,8 +13,6 @@
 //! caller's to serve with [`crate::CachingAllocator::malloc_in_new_segment`],
 //! whose new segment it then adds here ([`LargePool::add_segment`]).
 
-use std::cell::Cell;
-
 use crate::allocator::Moment;
 use crate::{Addr, SMALL_SIZE};
 
@@ -30,6 +28,8 @@ struct Block {
     prev: u32,
     next: u32,
     allocated: bool,
+    /// (free and loose) its entry's index in the loose list
+    at: u32,
 }
 
 /// A free block's place in the best-fit order: its size, address and name
@@ -94,24 +94,36 @@ pub struct LargeBlock {
 }
 
 /// The large pool: its blocks (linked within their segments, as the
-/// allocator's are) and its free blocks by (size, address).
+/// allocator's are) and its free blocks by (size, address), in two lists
+/// split at a size (`tier`): those at or above it in best-fit order, those
+/// below it in no order. A malloc of `tier` bytes or more (a decode step's
+/// `cat`s) looks at the first list only, and the free blocks too small for
+/// it (the rests of splits, the holes a freed cache block leaves) come and
+/// go from the second without moving the others.
 #[derive(Debug, Clone, Default)]
 pub struct LargePool {
     blocks: Vec<Block>,
     /// blocks deleted by merges, for reuse
     spare: Vec<u32>,
-    /// the free blocks in best-fit order
+    /// the free blocks of `tier` bytes or more, in best-fit order
     free: Vec<Free>,
-    /// where the last malloc's search ended, and the last moment's
-    hint: Cell<usize>,
-    fit_hint: Cell<usize>,
-    /// where the last split's rest was put
-    rest_at: usize,
+    /// the free blocks below `tier` bytes, each at its block's `at`
+    loose: Vec<Free>,
+    /// the size the lists are split at: the largest malloc's
+    tier: u64,
     /// a count bumped whenever the free blocks change
     changes: u64,
     /// the least free block put in or taken out since [`Self::take_low`]
     /// (`None` where none)
     low: Option<Free>,
+}
+
+/// Where a free block's entry is: in the ordered list at this index, or
+/// in the loose one.
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    Ordered(usize),
+    Loose(usize),
 }
 
 impl LargePool {
@@ -141,6 +153,7 @@ impl LargePool {
                     prev,
                     next: NIL,
                     allocated,
+                    at: 0,
                 });
                 if !allocated {
                     p.free.push(key(size, addr, id));
@@ -164,7 +177,9 @@ impl LargePool {
 
     /// The free blocks as (size, address), in best-fit order.
     pub fn free_blocks(&self) -> impl Iterator<Item = (u64, Addr)> + '_ {
-        self.free.iter().map(|&f| {
+        let mut all: Vec<Free> = self.loose.iter().chain(&self.free).copied().collect();
+        all.sort_unstable();
+        all.into_iter().map(|f| {
             let (size, addr, _) = unkey(f);
             (size, addr)
         })
@@ -202,10 +217,11 @@ impl LargePool {
         if size >= LIMIT {
             return None;
         }
-        // (from the last malloc's place: a run of `cat`s of one size asks
-        // for about the same place each time)
-        let i = self.search_from(&self.hint, key(size, 0, 0));
-        let (fsize, faddr, fid) = unkey(*self.free.get(i)?);
+        if size > self.tier {
+            self.raise(size);
+        }
+        let (at, f) = self.best(key(size, 0, 0), size)?;
+        let (fsize, faddr, fid) = unkey(f);
         self.changes += 1;
         let remaining = fsize - size;
         if remaining > SMALL_SIZE {
@@ -218,6 +234,7 @@ impl LargePool {
                 prev,
                 next: fid,
                 allocated: true,
+                at: 0,
             });
             if prev != NIL {
                 self.blocks[prev as usize].next = id;
@@ -226,16 +243,24 @@ impl LargePool {
             r.prev = id;
             r.addr += size;
             r.size = remaining;
-            // (smaller than it was: its place is at or before `i`, found
-            // by moving the entries above it one by one)
             let rest = key(remaining, faddr + size, fid);
-            let mut m = i;
-            while m > 0 && self.free[m - 1] > rest {
-                self.free[m] = self.free[m - 1];
-                m -= 1;
+            match at {
+                // (smaller than it was: its place is at or before `i`, found
+                // by moving the entries above it one by one)
+                Entry::Ordered(i) if remaining >= self.tier => {
+                    let mut m = i;
+                    while m > 0 && self.free[m - 1] > rest {
+                        self.free[m] = self.free[m - 1];
+                        m -= 1;
+                    }
+                    self.free[m] = rest;
+                }
+                Entry::Ordered(i) => {
+                    self.free.remove(i);
+                    self.put_loose(rest);
+                }
+                Entry::Loose(j) => self.loose[j] = rest,
             }
-            self.free[m] = rest;
-            self.rest_at = m;
             self.touched(rest);
             Some(LargeBlock {
                 id,
@@ -243,8 +268,8 @@ impl LargePool {
                 bytes: size,
             })
         } else {
-            self.touched(self.free[i]);
-            self.remove_at(i);
+            self.touched(f);
+            self.remove(at);
             let b = &mut self.blocks[fid as usize];
             b.allocated = true;
             b.requested = requested;
@@ -256,6 +281,76 @@ impl LargePool {
         }
     }
 
+    /// The least free block at or above `k` (a key of `size` bytes), and
+    /// where its entry is: the first of the ordered list from there, or
+    /// one of the loose blocks where they may fit.
+    #[inline]
+    fn best(&self, k: Free, size: u64) -> Option<(Entry, Free)> {
+        let i = lower_bound(&self.free, k);
+        let mut best = self.free.get(i).map(|&f| (Entry::Ordered(i), f));
+        if size < self.tier {
+            for (j, &f) in self.loose.iter().enumerate() {
+                if f >= k && best.is_none_or(|b| f < b.1) {
+                    best = Some((Entry::Loose(j), f));
+                }
+            }
+        }
+        best
+    }
+
+    /// Split the lists at `tier` bytes from now (above the last split):
+    /// the ordered blocks below it become loose.
+    #[inline(never)]
+    fn raise(&mut self, tier: u64) {
+        self.tier = tier;
+        let n = self.free.partition_point(|&f| unkey(f).0 < tier);
+        let below: Vec<Free> = self.free.drain(..n).collect();
+        for f in below {
+            self.put_loose(f);
+        }
+    }
+
+    /// Put `f` in the loose list.
+    #[inline]
+    fn put_loose(&mut self, f: Free) {
+        self.blocks[f as u32 as usize].at = self.loose.len() as u32;
+        self.loose.push(f);
+    }
+
+    /// Put `f` in its list.
+    #[inline]
+    fn put(&mut self, f: Free) {
+        match unkey(f).0 >= self.tier {
+            true => self.insert(f),
+            false => self.put_loose(f),
+        }
+    }
+
+    /// Take out the entry `at`.
+    #[inline]
+    fn remove(&mut self, at: Entry) {
+        match at {
+            Entry::Ordered(i) => {
+                self.free.remove(i);
+            }
+            Entry::Loose(j) => {
+                self.loose.swap_remove(j);
+                if let Some(&moved) = self.loose.get(j) {
+                    self.blocks[moved as u32 as usize].at = j as u32;
+                }
+            }
+        }
+    }
+
+    /// Where free block `id`'s entry `f` is.
+    #[inline]
+    fn entry_of(&self, id: u32, f: Free) -> Entry {
+        match unkey(f).0 >= self.tier {
+            true => Entry::Ordered(lower_bound(&self.free, f)),
+            false => Entry::Loose(self.blocks[id as usize].at as usize),
+        }
+    }
+
     /// `free` of block `id`: merged with its free neighbours; its bytes and
     /// the bytes requested of it, or `None` where it is not allocated.
     #[inline]
@@ -263,13 +358,13 @@ impl LargePool {
         let b = *self.blocks.get(id as usize).filter(|b| b.allocated)?;
         self.changes += 1;
         let (mut addr, mut size, mut prev, mut next) = (b.addr, b.size, b.prev, b.next);
-        // the entry of a free neighbour the merged block takes over (and the
-        // other's, removed)
-        let mut replaced = None;
-        let mut low_next = Free::MAX;
+        // the least entry of a free neighbour merged in
+        let mut low = Free::MAX;
         if prev != NIL && !self.blocks[prev as usize].allocated {
             let p = self.blocks[prev as usize];
-            replaced = Some(key(p.size, p.addr, prev));
+            let k = key(p.size, p.addr, prev);
+            self.remove(self.entry_of(prev, k));
+            low = k;
             self.spare.push(prev);
             addr = p.addr;
             size += p.size;
@@ -281,13 +376,8 @@ impl LargePool {
         if next != NIL && !self.blocks[next as usize].allocated {
             let n = self.blocks[next as usize];
             let k = key(n.size, n.addr, next);
-            match replaced {
-                Some(_) => {
-                    low_next = k;
-                    self.remove_free(k);
-                }
-                None => replaced = Some(k),
-            }
+            self.remove(self.entry_of(next, k));
+            low = low.min(k);
             self.spare.push(next);
             size += n.size;
             next = n.next;
@@ -303,19 +393,12 @@ impl LargePool {
             prev,
             next,
             allocated: false,
+            at: 0,
         };
-        let f = key(size, addr, id);
         // (the merged block is larger than either free neighbour it takes in)
-        match replaced {
-            Some(old) => {
-                self.touched(old.min(low_next));
-                self.replace(old, f);
-            }
-            None => {
-                self.touched(f);
-                self.insert(f);
-            }
-        }
+        let f = key(size, addr, id);
+        self.touched(low.min(f));
+        self.put(f);
         Some((b.size, b.requested))
     }
 
@@ -342,6 +425,7 @@ impl LargePool {
             prev: NIL,
             next: NIL,
             allocated: true,
+            at: 0,
         });
         if split {
             let rest = self.new_block(Block {
@@ -351,10 +435,12 @@ impl LargePool {
                 prev: id,
                 next: NIL,
                 allocated: false,
+                at: 0,
             });
             self.blocks[id as usize].next = rest;
-            self.insert(key(size - first, addr + first, rest));
-            self.touched(key(size - first, addr + first, rest));
+            let f = key(size - first, addr + first, rest);
+            self.put(f);
+            self.touched(f);
             self.changes += 1;
         }
         Some(LargeBlock { id, addr, bytes })
@@ -368,13 +454,22 @@ impl LargePool {
         if size >= LIMIT {
             return None;
         }
-        let mut found = self.free[self.search_from(&self.fit_hint, key(size, 0, 0))..]
+        let k0 = key(size, 0, 0);
+        let unk = |f: Free| {
+            let (size, addr, _) = unkey(f);
+            (size, addr)
+        };
+        let mut found = self.free[lower_bound(&self.free, k0)..]
             .iter()
-            .map(|&f| {
-                let (size, addr, _) = unkey(f);
-                (size, addr)
-            })
+            .map(|&f| unk(f))
             .find(|&k| !taken(k));
+        if size < self.tier {
+            for k in self.loose.iter().filter(|&&f| f >= k0).map(|&f| unk(f)) {
+                if !taken(k) && found.is_none_or(|f| k < f) {
+                    found = Some(k);
+                }
+            }
+        }
         for rest in open.iter().filter(|m| !m.small).filter_map(|m| m.rest) {
             if rest.0 >= size && !taken(rest) && found.is_none_or(|f| rest < f) {
                 found = Some(rest);
@@ -391,21 +486,6 @@ impl LargePool {
         })
     }
 
-    /// The number of free blocks below `k`, found by moving from where the
-    /// last search of `hint` ended (and left there).
-    #[inline]
-    fn search_from(&self, hint: &Cell<usize>, k: Free) -> usize {
-        let mut i = hint.get().min(self.free.len());
-        while i > 0 && self.free[i - 1] >= k {
-            i -= 1;
-        }
-        while i < self.free.len() && self.free[i] < k {
-            i += 1;
-        }
-        hint.set(i);
-        i
-    }
-
     fn new_block(&mut self, b: Block) -> u32 {
         match self.spare.pop() {
             Some(id) => {
@@ -419,42 +499,9 @@ impl LargePool {
         }
     }
 
-    fn remove_free(&mut self, f: Free) {
-        let at = lower_bound(&self.free, f);
-        debug_assert_eq!(self.free.get(at), Some(&f));
-        self.remove_at(at);
-    }
-
-    /// Replace entry `old` with `new`, a larger one (a merge grows a free
-    /// block), moving the entries between them one by one.
-    #[inline]
-    fn replace(&mut self, old: Free, new: Free) {
-        debug_assert!(new > old);
-        // (most often the rest of the last split)
-        let mut i = match self.free.get(self.rest_at) == Some(&old) {
-            true => self.rest_at,
-            false => lower_bound(&self.free, old),
-        };
-        debug_assert_eq!(self.free.get(i), Some(&old));
-        while i + 1 < self.free.len() && self.free[i + 1] < new {
-            self.free[i] = self.free[i + 1];
-            i += 1;
-        }
-        self.free[i] = new;
-    }
-
-    /// Remove entry `i`, moving the later ones one by one (the list is short,
-    /// and a `memmove` call costs more than the moves).
-    #[inline]
-    fn remove_at(&mut self, i: usize) {
-        for j in i..self.free.len() - 1 {
-            self.free[j] = self.free[j + 1];
-        }
-        self.free.pop();
-    }
-
-    /// Insert `f` in its place, moving the later ones one by one (a freed
-    /// block is most often among the largest: few are later).
+    /// Insert `f` in its place in the ordered list, moving the later ones
+    /// one by one (a freed block is most often among the largest: few are
+    /// later).
     #[inline]
     fn insert(&mut self, f: Free) {
         self.free.push(f);
