@@ -355,35 +355,79 @@ struct Dec<'t, 'a, 's> {
     before: Vec<u64>,
 }
 
+/// A thread's piece tables, kept from one piece to the next, emptied:
+/// dropped after each piece, their pages went back to the system at once
+/// (the binary runs with mimalloc's purge delay at 0) and the next piece
+/// faulted them in again (c500 on 2 threads: 94k minor faults while the
+/// pieces decode; `docs/inspect-speed.md`, session 14).
+#[derive(Default)]
+struct Scratch {
+    fdicts: Vec<(u32, u32, i64)>,
+    fdict_frame: Vec<u32>,
+    lists: Vec<(u32, u32)>,
+    list_stack: Vec<u32>,
+    items: Vec<u32>,
+    frame_map: HashMap<(u32, u32, i64), u32>,
+    stack_map: HashMap<u64, u32, IdBuild>,
+    stack_prev: Vec<u32>,
+    scratch: Vec<u32>,
+    hot: Vec<(u64, L)>,
+    foreign: HashMap<u64, L, IdBuild>,
+    body_map: HashMap<u64, u32, IdBuild>,
+    body_of: Vec<(u32, u32, u32)>,
+    body_prev: Vec<u32>,
+    bodies: Vec<u8>,
+    memo: Vec<L>,
+}
+
+/// `v` emptied, its memory kept.
+fn emptied<T>(v: &mut Vec<T>) -> Vec<T> {
+    let mut v = std::mem::take(v);
+    v.clear();
+    v
+}
+
+/// `m` emptied, its memory kept.
+fn emptied_map<K, V, S: Default>(m: &mut HashMap<K, V, S>) -> HashMap<K, V, S> {
+    let mut m = std::mem::take(m);
+    m.clear();
+    m
+}
+
 type O<T> = Option<T>;
 
 impl<'t, 'a, 's> Dec<'t, 'a, 's> {
-    fn new(input: Input<'a>, table: &'t [u32], strs: &'s mut Strs) -> Self {
+    /// A piece's decoder with `sc`'s tables, emptied.
+    fn new(input: Input<'a>, table: &'t [u32], strs: &'s mut Strs, sc: &mut Scratch) -> Self {
         strs.piece += 1;
+        let mut stack_prev = emptied(&mut sc.stack_prev);
+        stack_prev.push(NIL);
+        let mut hot = emptied(&mut sc.hot);
+        hot.resize(HOT, (u64::MAX, L::None));
         let mut d = Dec {
             input,
             prefix: &[],
             table,
             strs,
             order: Vec::new(),
-            fdicts: Vec::new(),
-            fdict_frame: Vec::new(),
-            lists: Vec::new(),
-            list_stack: Vec::new(),
-            items: Vec::new(),
+            fdicts: emptied(&mut sc.fdicts),
+            fdict_frame: emptied(&mut sc.fdict_frame),
+            lists: emptied(&mut sc.lists),
+            list_stack: emptied(&mut sc.list_stack),
+            items: emptied(&mut sc.items),
             frames: Vec::new(),
-            frame_map: HashMap::new(),
+            frame_map: emptied_map(&mut sc.frame_map),
             stacks: vec![(0, 0)],
             pool: Vec::new(),
-            stack_map: HashMap::default(),
-            stack_prev: vec![NIL],
-            scratch: Vec::new(),
-            hot: vec![(u64::MAX, L::None); HOT],
-            foreign: HashMap::default(),
-            body_map: HashMap::default(),
-            body_of: Vec::new(),
-            body_prev: Vec::new(),
-            bodies: Vec::new(),
+            stack_map: emptied_map(&mut sc.stack_map),
+            stack_prev,
+            scratch: emptied(&mut sc.scratch),
+            hot,
+            foreign: emptied_map(&mut sc.foreign),
+            body_map: emptied_map(&mut sc.body_map),
+            body_of: emptied(&mut sc.body_of),
+            body_prev: emptied(&mut sc.body_prev),
+            bodies: emptied(&mut sc.bodies),
             entries: Trace::new(),
             depth: 0,
             before_below: 0,
@@ -1046,15 +1090,16 @@ fn decode<'a>(
     before_below: u64,
     strs: &mut Strs,
     texts: usize,
+    sc: &mut Scratch,
 ) -> O<Piece> {
-    let mut d = Dec::new(input, table, strs);
+    let mut d = Dec::new(input, table, strs, sc);
     d.prefix = prefix;
     d.before_below = before_below;
     d.entries
         .reserve_rows(usize::try_from((until - start) / 64).unwrap_or(usize::MAX));
     let mut cx = Ctx {
         base: memo_index_at(table, start),
-        memo: Vec::new(),
+        memo: emptied(&mut sc.memo),
     };
     let mut pos = start;
     let end = 'out: loop {
@@ -1100,13 +1145,46 @@ fn decode<'a>(
     };
     let Dec {
         order,
+        fdicts,
+        fdict_frame,
+        lists,
+        list_stack,
+        items,
         frames,
+        frame_map,
         stacks,
         pool,
+        stack_map,
+        stack_prev,
+        scratch,
+        hot,
+        foreign,
+        body_map,
+        body_of,
+        body_prev,
+        bodies,
         entries,
         before,
         ..
     } = d;
+    *sc = Scratch {
+        fdicts,
+        fdict_frame,
+        lists,
+        list_stack,
+        items,
+        frame_map,
+        stack_map,
+        stack_prev,
+        scratch,
+        hot,
+        foreign,
+        body_map,
+        body_of,
+        body_prev,
+        bodies,
+        memo: cx.memo,
+    };
     Some(Piece {
         texts,
         order,
@@ -1130,7 +1208,7 @@ fn first_entry(
     until: u64,
 ) -> O<u64> {
     let mut strs = Strs::default();
-    let mut d = Dec::new(input, table, &mut strs);
+    let mut d = Dec::new(input, table, &mut strs, &mut Scratch::default());
     let mut pos = from;
     while pos < until {
         let w = W {
@@ -1204,6 +1282,7 @@ pub(crate) fn decode_trace(
     let work = |k: usize| {
         let mut main = Src::new(input, 2 * WIN);
         let mut strs = Strs::default();
+        let mut sc = Scratch::default();
         let mut done = Vec::new();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
@@ -1226,6 +1305,7 @@ pub(crate) fn decode_trace(
                     memo_from,
                     &mut strs,
                     k,
+                    &mut sc,
                 )
             });
             done.push((i, p));
@@ -1256,6 +1336,7 @@ pub(crate) fn decode_trace(
     // chain them in file order
     let mut main = Src::new(input, 2 * WIN);
     let mut strs = Strs::default();
+    let mut sc = Scratch::default();
     let again = texts.len();
     let mut pieces = Vec::new();
     let mut cur = at;
@@ -1276,6 +1357,7 @@ pub(crate) fn decode_trace(
                 memo_from,
                 &mut strs,
                 again,
+                &mut sc,
             )?,
         };
         let end = p.end;
@@ -1299,7 +1381,7 @@ pub(crate) fn decode_trace(
     idx.dedup();
     texts.push(strs.text);
     let mut strs = Strs::default();
-    let mut d = Dec::new(input, table, &mut strs);
+    let mut d = Dec::new(input, table, &mut strs, &mut Scratch::default());
     let mut before = Vec::with_capacity(idx.len());
     for i in idx {
         before.push((i, d.named(i)?));
