@@ -375,6 +375,20 @@ struct Plan {
     chunks: Vec<Chunk>,
     /// each template request's malloc index (for mallocs)
     malloc_of: Vec<usize>,
+    /// each template request, as [`Apart::large`] serves it
+    reqs: Vec<Req>,
+}
+
+/// A template request in one place, as [`Apart::large`] serves it: the
+/// template's step and malloc index (one read for each large request).
+#[derive(Debug, Clone, Copy)]
+enum Req {
+    /// malloc `r`, of `size + slope * ahead` bytes ([`Step::Malloc`])
+    Malloc { r: u32, size: u64, slope: i64 },
+    /// malloc `r`, a library's scratch ([`Serving::bytes_of`])
+    Scratch { r: u32 },
+    /// a free of malloc `r` of the step `back` steps before
+    Free { back: u32, r: u32 },
 }
 
 /// The small pool apart, its memo, and the figures the twin no longer keeps.
@@ -401,8 +415,11 @@ pub(super) struct Apart {
     memo: FastMap<MemoKey, MemoEntry>,
     memo_out: Vec<u64>,
     plan: Plan,
-    /// the blocks of the last steps by step modulo, each with its step
-    ring: Vec<Vec<(usize, Blk)>>,
+    /// the blocks of the last steps, each with its step: malloc `r` of step
+    /// `k` at `r * slots + k % slots` (a block's malloc and its free in the
+    /// next step side by side)
+    ring: Vec<(usize, Blk)>,
+    slots: usize,
     before: HashMap<usize, Blk>,
     /// the small pool's allocated and requested bytes
     small: i64,
@@ -505,9 +522,12 @@ impl Apart {
         };
         // (a power of two long: a step's slot by a mask, not a division)
         let slots = s.ring.len().next_power_of_two();
-        let mut ring = vec![Vec::new(); slots];
+        let mallocs = s.ring.iter().map(|m| m.handles.len()).max().unwrap_or(0);
+        let mut ring = vec![(usize::MAX, Blk::None); mallocs.max(s.malloc_q.len()) * slots];
         for m in s.ring.iter().filter(|m| !m.handles.is_empty()) {
-            ring[m.step & (slots - 1)] = m.handles.iter().map(|&h| (m.step, blk(h))).collect();
+            for (r, &h) in m.handles.iter().enumerate() {
+                ring[r * slots + (m.step & (slots - 1))] = (m.step, blk(h));
+            }
         }
         let before = s.before.iter().map(|(&j, &h)| (j, blk(h))).collect();
         let st = s.alloc.stats();
@@ -528,6 +548,7 @@ impl Apart {
             memo_out: Vec::new(),
             plan,
             ring,
+            slots,
             before,
             small: st.allocated_bytes.get(StatType::SmallPool).current,
             small_req: st.requested_bytes.get(StatType::SmallPool).current,
@@ -782,19 +803,19 @@ impl Apart {
     /// Malloc `r` of step `k` made `b`.
     #[inline]
     fn put(&mut self, k: usize, r: usize, b: Blk) {
-        let n = self.ring.len();
-        let v = &mut self.ring[k & (n - 1)];
-        if v.len() <= r {
-            v.resize(r + 1, (usize::MAX, Blk::None));
+        let i = r * self.slots + (k & (self.slots - 1));
+        if i >= self.ring.len() {
+            self.ring
+                .resize((r + 1) * self.slots, (usize::MAX, Blk::None));
         }
-        v[r] = (k, b);
+        self.ring[i] = (k, b);
     }
 
     /// What malloc `r` of step `k` made, if the ring still holds it.
     #[inline]
     fn made_in(&self, k: usize, r: usize) -> Option<Blk> {
-        self.ring[k & (self.ring.len() - 1)]
-            .get(r)
+        self.ring
+            .get(r * self.slots + (k & (self.slots - 1)))
             .filter(|e| e.0 == k)
             .map(|e| e.1)
     }
@@ -1437,49 +1458,64 @@ impl Apart {
         q: usize,
         nest: bool,
     ) -> Result<(), Aborted> {
-        match s.tpl[q] {
-            Step::Malloc { .. } | Step::Scratch { .. } => {
-                let r = self.plan.malloc_of[q];
-                let bytes = s.bytes_of(r, ahead).ok_or(Aborted)?;
-                let moment = match nest {
-                    true => self.fit(s, bytes),
-                    false => None,
-                };
-                let b = match moment {
-                    Some(m) => {
-                        self.moment += m.bytes as i64;
-                        self.counts.moments += 1;
-                        self.open.push((k, r, bytes));
-                        self.fits.push(m);
-                        Blk::Moment(m.bytes)
-                    }
-                    None => {
-                        self.make_open(s)?;
-                        Blk::Large(self.large_malloc(s, bytes)?.id)
-                    }
-                };
-                self.put(k, r, b);
+        let (r, bytes) = match self.plan.reqs[q] {
+            Req::Malloc { r, size, slope } => (
+                r as usize,
+                u64::try_from(size as i128 + slope as i128 * ahead as i128).ok(),
+            ),
+            Req::Scratch { r } => (r as usize, s.bytes_of(r as usize, ahead)),
+            Req::Free { back, r } => {
+                return self.large_free(s, k, (back as usize, r as usize), nest)
+            }
+        };
+        let bytes = bytes.ok_or(Aborted)?;
+        let moment = match nest {
+            true => self.fit(s, bytes),
+            false => None,
+        };
+        let b = match moment {
+            Some(m) => {
+                self.moment += m.bytes as i64;
+                self.counts.moments += 1;
+                self.open.push((k, r, bytes));
+                self.fits.push(m);
+                Blk::Moment(m.bytes)
+            }
+            None => {
+                self.make_open(s)?;
+                Blk::Large(self.large_malloc(s, bytes)?.id)
+            }
+        };
+        self.put(k, r, b);
+        Ok(())
+    }
+
+    /// The template's large free of malloc `r` of the step `back` steps
+    /// before step `k` ([`Self::large`]).
+    #[inline]
+    fn large_free(
+        &mut self,
+        s: &mut Serving,
+        k: usize,
+        (back, r): (usize, usize),
+        nest: bool,
+    ) -> Result<(), Aborted> {
+        let k0 = k.checked_sub(back).ok_or(Aborted)?;
+        match self.made_in(k0, r) {
+            // (the last open one)
+            Some(Blk::Moment(m))
+                if nest && self.open.last().is_some_and(|o| (o.0, o.1) == (k0, r)) =>
+            {
+                self.open.pop();
+                self.fits.pop();
+                self.moment -= m as i64;
                 Ok(())
             }
-            Step::Free { back, r } => {
-                let k0 = k.checked_sub(back).ok_or(Aborted)?;
-                match self.made_in(k0, r) {
-                    // (the last open one)
-                    Some(Blk::Moment(m))
-                        if nest && self.open.last().is_some_and(|o| (o.0, o.1) == (k0, r)) =>
-                    {
-                        self.open.pop();
-                        self.fits.pop();
-                        self.moment -= m as i64;
-                        Ok(())
-                    }
-                    Some(b @ Blk::Large(_)) => {
-                        self.make_open(s)?;
-                        self.free(b)
-                    }
-                    _ => Err(Aborted),
-                }
+            Some(b @ Blk::Large(_)) => {
+                self.make_open(s)?;
+                self.free(b)
             }
+            _ => Err(Aborted),
         }
     }
 
@@ -1621,6 +1657,25 @@ impl Plan {
                 }
             });
         }
+        let reqs = tpl
+            .iter()
+            .zip(&malloc_of)
+            .map(|(t, &r)| {
+                let r32 = u32::try_from(r).ok()?;
+                Some(match *t {
+                    Step::Malloc { size, slope } => Req::Malloc {
+                        r: r32,
+                        size,
+                        slope,
+                    },
+                    Step::Scratch { .. } => Req::Scratch { r: r32 },
+                    Step::Free { back, r } => Req::Free {
+                        back: u32::try_from(back).ok()?,
+                        r: u32::try_from(r).ok()?,
+                    },
+                })
+            })
+            .collect::<Option<Vec<Req>>>()?;
         let n = tpl.len();
         let (a, p) = period(tpl, &malloc_of).unwrap_or((0, 64));
         let mut cuts: Vec<usize> = (0..=n)
@@ -1641,7 +1696,11 @@ impl Plan {
                 served: 0,
             })
             .collect();
-        Some(Plan { chunks, malloc_of })
+        Some(Plan {
+            chunks,
+            malloc_of,
+            reqs,
+        })
     }
 }
 
