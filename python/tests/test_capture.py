@@ -615,6 +615,33 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-1120, 700), (72, 20), (544, 64), (608, 64)] + [(k, 20) for k in range(672, 897, 32)]
 
 
+def test_pow_s_kernel_module_takes_the_top_of_a_freed_host_range(tmp_script, tmp_path):
+    # blind4/d01 on the H200 (fixtures/va_maps/host_built_h200.tar.xz; docs/driver-placement.md,
+    # rule 12): the first pow kernel loads its module, whose two host buffers (38.53 MiB) glibc maps
+    # at the top of the host tensors' freed range; the next chunk goes below them
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+import torch._dynamo                            # libtriton.so before the context: above it
+x = torch.empty(700 << 20, dtype=torch.uint8)   # glibc maps it on its own: B+246 (rule 11)
+y = x.cuda()                                    # 700 MiB at B-1120
+del x                                           # B+246..B+946 free
+z = torch.ones(1 << 20, device="cuda")
+w = z.pow(2)                                    # pow's module at B+907.47..B+946
+big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    # without the module the 320 MiB chunk would lie at the range's aligned top, B+608
+    assert where == [(-1120, 700), (72, 20), (576, 300)]
+
+
 def test_boolean_mask_indexing_bounds_an_unknown_mask():
     # blind10/j07's H200 trace of out[train]: mask.nonzero()'s count, CUB's count storage, the
     # (n, 1) int64 positions, CUB's selection storage (the H200's selection sweep: 21,503 and, over

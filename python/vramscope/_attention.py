@@ -179,6 +179,9 @@ def _sdpa(cap, a):
     scale = a.get("scale")
     gqa = bool(a.get("enable_gqa", False))
     which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability, cap.device.sdpa)
+    if registered(q):
+        # the choice asks cuDNN: its graph library loads (the driver's address-space rule 9)
+        cap.device.sdpa_backend_choice()
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
     if which == "math" and not all(registered(t) for t in (q, k, v)):
         return NotImplemented
@@ -297,6 +300,8 @@ def cudnn_forward(cap, func, args, kwargs):
     fwd, _ = cap.device.cudnn_attention_workspaces(
         q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]
     )
+    # the plan is built before its workspace is known: cuDNN's engines load (rule 9)
+    cap.device.cudnn_plan()
     ws = cap.malloc(fwd, op, "workspace")
     del ws
     return tuple(w)

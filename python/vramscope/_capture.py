@@ -167,6 +167,17 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
 _RANDOM_KERNELS = {aten.randn.default, aten.randint.low, aten.randint.default, aten.normal_.default}
 
 
+#: ops whose first launch loads a kernel module whose host memory the twin lays out (the driver's
+#: address-space rule 12: `pow`'s, PowKernel.cu, every overload)
+_MODULE_OPS = {
+    aten.pow.Tensor_Scalar,
+    aten.pow.Tensor_Tensor,
+    aten.pow.Scalar,
+    aten.pow_.Scalar,
+    aten.pow_.Tensor,
+}
+
+
 def _keeps_context(func, args, kwargs) -> bool:
     """Whether the op's kernels leave the CUDA context holding its range (the driver's
     address-space rule 6, `docs/driver-placement.md`): measured for Philox random numbers, a cuDNN
@@ -591,6 +602,8 @@ class Capture:
         self.ops = 0
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
+        #: the kernel modules loaded (`_MODULE_OPS`, by op name)
+        self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
         self.cudnn_benchmarked: set = set()
         self.oom: str | None = None
@@ -806,6 +819,12 @@ class Capture:
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()
+        if func in _MODULE_OPS:
+            name = func._schema.name.split("::")[-1].rstrip("_")
+            if name not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
+                # the kernel module's lazy load, after the op's allocations (rule 12)
+                self.modules_loaded.add(name)
+                self.device.kernel_module(name)
         return out
 
     def _dispatch(self, func, args, kwargs):

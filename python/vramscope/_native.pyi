@@ -53,6 +53,16 @@ class Device:
     def kernels_launched(self) -> None:
         """The process's first kernel has just launched, after its op's allocations: the CUDA
         context gives back its address range (driver address-space rule)."""
+    def cudnn_plan(self) -> None:
+        """A cuDNN plan (convolution, cuDNN attention) is built next: cuDNN's graph and engine
+        libraries load where they have not (driver address-space rule 9)."""
+    def sdpa_backend_choice(self) -> None:
+        """scaled_dot_product_attention chooses its backend, asking cuDNN: its graph library loads
+        where it has not (driver address-space rule 9)."""
+    def kernel_module(self, op: str) -> None:
+        """The ATen op `op` (no overload, "pow") has launched its kernels for the first time: the
+        host memory its kernel module's lazy load maps, where the twin knows it (driver
+        address-space rule 12)."""
     def reduce_scratch(
         self, sizes: Sequence[int], strides: Sequence[int], reduced: Sequence[bool], elem: int, acc: int
     ) -> list[tuple[int, int]]:

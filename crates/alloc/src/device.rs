@@ -177,10 +177,10 @@ impl SimDevice {
         }
         self.driver.library(span)
     }
-    /// The dynamic loader maps a library of `span` bytes whose segments are
-    /// page aligned (`libtriton.so`) among the segments, for good: one
-    /// `mmap` of its span, placed as host memory is (`driver_va.rs`, rule
-    /// 10). `None` on a device that started after the process's first
+    /// The process maps `span` bytes among the segments for good: a
+    /// library whose segments are page aligned (`libtriton.so`, one `mmap`
+    /// of its span) or host memory never freed (a kernel module's image),
+    /// placed as host memory is (`driver_va.rs`, rules 10 and 12). `None` on a device that started after the process's first
     /// kernels ([`SimDevice::new`]) or when the address space is exhausted.
     pub fn map_library(&mut self, span: u64) -> Option<u64> {
         if !self.fresh {

@@ -55,6 +55,10 @@
 //!    exists; the context's creation then maps below the lowest of them, so
 //!    they lie above it, the lowest at B + [`HOST_ABOVE_ANCHOR`] (measured).
 //!    Freed, their ranges take chunks by rule 3.
+//! 12. **Kernel modules' host memory** (`SimDevice::map_library`). A kernel
+//!    module's lazy load `malloc`s host buffers libcuda never frees; those
+//!    glibc maps (`crate::HostHeap::malloc_plain`) are placed as rule 7
+//!    places host memory (the engine's `Runtime::kernel_module`).
 //!
 //! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
 //! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,

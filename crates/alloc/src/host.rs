@@ -76,6 +76,20 @@ impl HostHeap {
         (nb >= self.threshold).then(|| (nb + SIZE_SZ).next_multiple_of(PAGE))
     }
 
+    /// `malloc(nbytes)` (a library's own request, not a tensor's aligned
+    /// one): the length of the mapping glibc makes for it (`sysmalloc`:
+    /// the chunk's size plus `SIZE_SZ`, page-rounded), or `None` when the
+    /// heap serves it.
+    pub fn malloc_plain(&self, nbytes: u64) -> Option<u64> {
+        if nbytes == 0 {
+            return None;
+        }
+        // (a request near 2^64 fails in glibc too; no mapping)
+        nbytes.checked_add(SIZE_SZ + ALIGN_MASK + PAGE)?;
+        let nb = request2size(nbytes);
+        (nb >= self.threshold).then(|| (nb + SIZE_SZ).next_multiple_of(PAGE))
+    }
+
     /// `free` of a mapped chunk whose mapping is `len` bytes: the dynamic
     /// threshold rises to its size when larger and at most 32 MiB.
     pub fn free_mapped(&mut self, len: u64) {
@@ -106,6 +120,19 @@ mod tests {
         let at = FROM_CONFIG_THRESHOLD - 120;
         assert!(h.malloc(at).is_some());
         assert!(h.malloc(at - 16).is_none());
+    }
+
+    #[test]
+    fn a_plain_malloc_maps_its_chunk_and_header_page_rounded() {
+        let h = HostHeap::default();
+        // libcuda's two requests at the first `pow` kernel: mapped
+        // 20119552 and 20279296 bytes (`fixtures/va_maps/mlog`, 38.527 MiB
+        // together in `/proc/PID/maps`, `host_built_h200`)
+        assert_eq!(h.malloc_plain(20_116_904), Some(20_119_552));
+        assert_eq!(h.malloc_plain(20_278_247), Some(20_279_296));
+        // below the threshold the heap serves it (chunk 3716512 in the log)
+        assert_eq!(h.malloc_plain(3_716_504), None);
+        assert_eq!(h.malloc_plain(0), None);
     }
 
     #[test]

@@ -327,6 +327,16 @@ const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_68
 /// (`validation/va_run_maps.py`, `docs/driver-placement.md` rule 10).
 const LIBTRITON_SPAN: u64 = 148_140_032;
 
+/// The host memory libcuda `malloc`s when it loads a kernel module lazily
+/// (CUDA's default lazy loading), at the module's first kernel launch, and
+/// never frees: (an ATen op whose first use loads the module, the
+/// requests in order). `pow`'s kernels (`aten/src/ATen/native/cuda/
+/// PowKernel.cu`) are one module: two requests, the same in 8 of 8
+/// workloads measured (`validation/malloc_log.c`, `fixtures/va_maps/mlog`;
+/// driver 580.159, PyTorch 2.11.0+cu130). Other ops' modules are smaller and
+/// not laid out (`docs/driver-placement.md`).
+const MODULE_HOST_MALLOCS: [(&str, &[u64]); 1] = [("pow", &[20_116_904, 20_278_247])];
+
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
     /// glibc's choice for CPU tensors: heap or a mapping of their own, in
@@ -358,6 +368,8 @@ pub(crate) struct State {
     cudnn_loaded: CudnnLibraries,
     /// `libtriton.so` is mapped (`Runtime::triton_loaded`)
     triton_loaded: bool,
+    /// the kernel modules of [`MODULE_HOST_MALLOCS`] loaded, by index
+    modules_loaded: u32,
     lt_ws: Vec<((Thread, StreamId), u32)>,
     live: LiveSet,
     /// the module paths entered, innermost last
@@ -495,6 +507,7 @@ impl Runtime {
             autograd_16bit_pending: Vec::new(),
             cudnn_loaded: CudnnLibraries::None,
             triton_loaded: false,
+            modules_loaded: 0,
             lt_ws: Vec::new(),
             live: LiveSet::default(),
             modules: Vec::new(),
@@ -804,12 +817,44 @@ impl Runtime {
         }
     }
 
+    /// The ATen op `op` (its name without overload, `"pow"`) has just
+    /// launched its kernels for the first time in the process: where that
+    /// loads a kernel module ([`MODULE_HOST_MALLOCS`]), libcuda's requests
+    /// that glibc maps on their own ([`vramscope_alloc::HostHeap`]) take
+    /// address space among the segments for good (driver address-space rule
+    /// 12), noted in the event log. A no-op for another op, for a module
+    /// already loaded, and on a device started after the first kernels.
+    pub fn kernel_module(&self, op: &str) {
+        let Some(k) = MODULE_HOST_MALLOCS.iter().position(|&(name, _)| name == op) else {
+            return;
+        };
+        let mut st = self.st.borrow_mut();
+        if st.modules_loaded & (1 << k) != 0 {
+            return;
+        }
+        st.modules_loaded |= 1 << k;
+        for &nbytes in MODULE_HOST_MALLOCS[k].1 {
+            let Some(len) = st.host.malloc_plain(nbytes) else {
+                continue;
+            };
+            if let Some(addr) = st.alloc.device_mut().map_library(len) {
+                st.note_host_map(addr, len);
+            }
+        }
+    }
+
     /// The process launches its first kernel: the driver takes 2 MiB of its
     /// own (`driver_va.rs`, rule 6). The context's range goes back later,
     /// at [`Runtime::kernels_launched`], where the kernel is not one that
     /// keeps it. A no-op after the first time.
     pub fn first_launch(&self) {
         self.st.borrow_mut().alloc.device_mut().first_launch();
+    }
+
+    /// `scaled_dot_product_attention` chooses its backend, which asks cuDNN:
+    /// the process loads cuDNN's graph library if it has not (rule 9).
+    pub fn sdpa_backend_choice(&self) {
+        self.load_cudnn(CudnnLibraries::Graph);
     }
 
     /// A cuDNN graph-API plan (a convolution's) is built next: the process

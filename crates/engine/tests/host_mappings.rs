@@ -55,3 +55,33 @@ fn a_freed_cpu_tensor_gives_its_range_to_a_chunk_that_fits() {
     let next = rt.empty(&[100 * MIB], DType::U8, Device::Cuda).unwrap();
     assert!(next.data_ptr().unwrap() < low.data_ptr().unwrap());
 }
+
+/// The address, from the anchor B, of a 300 MiB segment made once a
+/// 700 MiB CPU tensor made before the context (driver rule 11) is freed,
+/// after the first `pow` launch when `pow` is set.
+fn segment_after_a_host_built_tensor(pow: bool) -> i64 {
+    let rt = fresh();
+    let (host, len) = rt.host_before_context(700 * MIB as u64).unwrap();
+    // its copy: a 704 MiB chunk below the context, at B-1120
+    let copy = rt.empty(&[700 * MIB], DType::U8, Device::Cuda).unwrap();
+    let anchor = copy.data_ptr().unwrap() as i64 + 1120 * MIB;
+    assert_eq!(host as i64 - anchor, 246 * MIB);
+    rt.host_unmapped(host, len);
+    if pow {
+        rt.kernel_module("pow");
+        // loaded once; an op the twin knows no module of maps nothing
+        rt.kernel_module("pow");
+        rt.kernel_module("exp");
+    }
+    let t = rt.empty(&[300 * MIB], DType::U8, Device::Cuda).unwrap();
+    (t.data_ptr().unwrap() as i64 - anchor) / MIB
+}
+
+#[test]
+fn pow_s_kernel_module_takes_the_top_of_the_freed_range() {
+    // the freed range B+246..B+946: a 320 MiB chunk at its aligned top
+    assert_eq!(segment_after_a_host_built_tensor(false), 608);
+    // pow's module (rule 12): 38.53 MiB mapped at the range's top
+    // (blind4/d01 on the H200, B+409.47..B+448), the chunk one lower
+    assert_eq!(segment_after_a_host_built_tensor(true), 576);
+}

@@ -282,10 +282,18 @@ impl Device {
         self.p.runtime().first_kernels();
     }
 
-    /// A cuDNN convolution builds its plan next: cuDNN's libraries load
-    /// where they have not (driver address-space rule 9).
+    /// A cuDNN plan (a convolution's, cuDNN attention's) is built next:
+    /// cuDNN's libraries load where they have not (driver address-space
+    /// rule 9).
     fn cudnn_plan(&self) {
         self.p.runtime().cudnn_plan();
+    }
+
+    /// `scaled_dot_product_attention` chooses its backend (asking cuDNN):
+    /// cuDNN's graph library loads where it has not (driver address-space
+    /// rule 9).
+    fn sdpa_backend_choice(&self) {
+        self.p.runtime().sdpa_backend_choice();
     }
 
     /// The process's first kernel has just launched, after its op's
@@ -304,6 +312,13 @@ impl Device {
     /// glibc unmaps a mapping `host_before_context` placed.
     fn host_unmapped(&self, addr: u64, len: u64) {
         self.p.runtime().host_unmapped(addr, len);
+    }
+
+    /// The ATen op `op` (no overload) has launched its kernels for the
+    /// first time: its kernel module's host memory, where the twin knows it
+    /// (driver address-space rule 12).
+    fn kernel_module(&self, op: &str) {
+        self.p.runtime().kernel_module(op);
     }
 
     /// The process imports `torch._dynamo`, which maps `libtriton.so`
