@@ -197,3 +197,26 @@ def test_a_one_channel_volume_in_channels_last_3d_takes_the_channels_last_convol
     assert not _channels_last(
         torch.empty(2, 1, 96, 96, 96, device="meta"), torch.empty(24, 1, 3, 3, 3, device="meta")
     )
+
+
+def test_a_batch_one_linear_with_a_bias_takes_cublaslt():
+    # blind45/as04's first nn.Linear on the H200 (batch 1): gemm_and_bias allocates cuBLAS's handle
+    # workspace, then cuBLASLt's 1 MiB one
+    def setup():
+        return (
+            torch.empty(1, 1600, device="cuda"),
+            torch.empty(5, 1600, device="cuda"),
+            torch.empty(5, device="cuda"),
+        )
+
+    assert _extra(torch.nn.functional.linear, setup) == (2, 33554432 + 1048576)
+
+
+def test_softmax_of_halves_to_float_is_one_kernel():
+    # SoftMax.cpp: on CUDA `softmax(half, dtype=float32)` is `_softmax(x, dim, half_to_float=True)`
+    # (blind45/as06's GPT-NeoX eager attention on the H200: no float copy of the scores)
+    def setup():
+        return (torch.empty(4, 16, 1024, 1024, device="cuda", dtype=torch.float16),)
+
+    for fn in (torch.nn.functional.softmax, torch.nn.functional.log_softmax):
+        assert _extra(lambda x, fn=fn: fn(x, dim=-1, dtype=torch.float32), setup) == (0, 0)

@@ -139,10 +139,12 @@ def _mm(cap, func, call, outs):
 
 def addmm_uses_lt(args, kw) -> bool:
     """`isInputCompliesAddmmCudaLt` (Blas.cpp): `addmm` takes the `gemm_and_bias` path, whose
-    epilogue adds the bias (no copy of it into the output first)."""
+    epilogue adds the bias (no copy of it into the output first). Only `mat2` must have more than one
+    row and column: a single-row `mat1` takes it too (blind45/as04's H200 history: a batch-1
+    `nn.Linear` allocates cuBLASLt's workspace under `gemm_and_bias`)."""
     bias, mat1, mat2 = args[0], args[1], args[2]
     beta = kw.get("beta", args[3] if len(args) > 3 else 1)
-    m, n = mat1.shape[0], mat2.shape[1]
+    n = mat2.shape[1]
     squeezed_1d = sum(1 for s in bias.shape if s != 1) <= 1
     return (
         beta == 1
@@ -150,8 +152,6 @@ def addmm_uses_lt(args, kw) -> bool:
         and (bias.dim() == 1 or squeezed_1d)
         and bias.shape[-1:] == (n,)
         and mat1.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-        and m > 1
-        and mat1.shape[1] > 1
         and mat2.shape[0] > 1
         and n > 1
     )
@@ -2704,3 +2704,32 @@ def _equal(cap, func, args, kwargs):
 
 
 DISPATCH[aten.equal.default] = _equal
+
+
+def _softmax_to_float(log: bool):
+    """`softmax` / `log_softmax` with `dtype=torch.float32` of a half CUDA tensor (SoftMax.cpp): the
+    kernel reads the halves and writes floats (`_softmax(input, dim, half_to_float=true)`), where a
+    tensor not on CUDA is first converted (`input_.toType(dtype)`, a float copy the GPU does not make:
+    blind45/as06's GPT-NeoX eager attention on the H200)."""
+    names = ("input", "dim", "_stacklevel", "dtype")
+
+    def run(cap, func, args, kwargs):
+        a = dict(zip(names if func in _F_SOFTMAX else ("input", "dim", "dtype"), args, strict=False)) | kwargs
+        x, dim, dtype = a.get("input", a.get("self")), a.get("dim"), a.get("dtype")
+        if (
+            not registered(x)
+            or x.dtype != torch.float16
+            or dtype != torch.float32
+            or not isinstance(dim, int)
+        ):
+            return NotImplemented
+        return (torch._log_softmax if log else torch._softmax)(x, dim, True)
+
+    return run
+
+
+_F_SOFTMAX = {torch.nn.functional.softmax, torch.nn.functional.log_softmax}
+for _f in (torch.nn.functional.softmax, torch.softmax, torch.Tensor.softmax):
+    FUNCTIONS[_f] = _softmax_to_float(False)
+for _f in (torch.nn.functional.log_softmax, torch.log_softmax, torch.Tensor.log_softmax):
+    FUNCTIONS[_f] = _softmax_to_float(True)

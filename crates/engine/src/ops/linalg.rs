@@ -181,8 +181,8 @@ impl Tensor {
                 mat1.dtype(),
                 DType::F32 | DType::F64 | DType::F16 | DType::BF16
             )
-            && m > 1
-            && mat1.sizes()[1] > 1
+            // `isInputCompliesAddmmCudaLt` (Blas.cpp, 2.11): only mat2 must have more than one row
+            // and column (a batch-1 linear takes cuBLASLt too: blind45/as04's H200 history)
             && mat2.sizes()[0] > 1
             && n > 1;
         if out.numel() > 0 && mat1.sizes()[1] > 0 && mat1.device() == crate::dtype::Device::Cuda {
