@@ -51,10 +51,11 @@ def _mask_shape_ok(q, k, mask) -> bool:
     return mask.dim() == 4 and mask.shape[0] in (1, b) and mask.shape[1] in (1, h)
 
 
-def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support) -> str:
+def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, traced=False) -> str:
     """`select_sdp_backend`: cudnn, flash, efficient or math; `support` is the GPU's
-    hardware checks (`Device.sdpa`, the twin's `SdpaSupport`)."""
-    if not all(registered(t) for t in (q, k, v)):
+    hardware checks (`Device.sdpa`, the twin's `SdpaSupport`); `traced`: the tensors are a
+    compiled graph's, traced for the simulated GPU (`_compile`)."""
+    if not traced and not all(registered(t) for t in (q, k, v)):
         return "math"
     four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
     same = q.dtype == k.dtype == v.dtype
@@ -144,9 +145,11 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support) -> st
     return "math"
 
 
-def sdpa(cap, args, kwargs):
+def sdpa(cap, args, kwargs, traced=False):
     """`F.scaled_dot_product_attention` on the simulated GPU, or
-    NotImplemented where PyTorch's own composite runs (the math path)."""
+    NotImplemented where PyTorch's own composite runs (the math path); `traced`: in a graph
+    that `torch.compile` traces for the simulated GPU (`_compile`), whose tensors are meta
+    tensors, for which PyTorch's own composite would take the math path."""
     names = (
         "query",
         "key",
@@ -167,23 +170,23 @@ def sdpa(cap, args, kwargs):
             if isinstance(a.get(name), torch.Tensor):
                 a[name] = _autocast._cast(a[name], dtype)
         with torch._C._ExcludeDispatchKeyGuard(_autocast._EXCLUDE):
-            return _sdpa(cap, a)
-    return _sdpa(cap, a)
+            return _sdpa(cap, a, traced)
+    return _sdpa(cap, a, traced)
 
 
-def _sdpa(cap, a):
+def _sdpa(cap, a, traced=False):
     q, k, v = a["query"], a["key"], a["value"]
     mask = a.get("attn_mask")
     dropout_p = float(a.get("dropout_p", 0.0) or 0.0)
     is_causal = bool(a.get("is_causal", False))
     scale = a.get("scale")
     gqa = bool(a.get("enable_gqa", False))
-    which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability, cap.device.sdpa)
+    which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability, cap.device.sdpa, traced)
     if registered(q):
         # the choice asks cuDNN: its graph library loads (the driver's address-space rule 9)
         cap.device.sdpa_backend_choice()
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
-    if which == "math" and not all(registered(t) for t in (q, k, v)):
+    if which == "math" and not traced and not all(registered(t) for t in (q, k, v)):
         return NotImplemented
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     mask = _bool_mask_to_float(mask, q.dtype)

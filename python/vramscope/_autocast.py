@@ -24,8 +24,14 @@ _EXCLUDE = torch._C.DispatchKeySet(KEY)
 _cache: dict[int, tuple] = {}
 
 
+#: while set, the tensors of a graph `torch.compile` traces for the simulated GPU (`_compile`) are
+#: the GPU's too: fake tensors on the host
+TRACING = [0]
+
+
 def _eligible(t) -> bool:
-    return registered(t) and t.is_floating_point() and t.dtype != torch.float64
+    on_device = registered(t) or (TRACING[0] and isinstance(t, torch.Tensor) and t.device.type == "cpu")
+    return on_device and t.is_floating_point() and t.dtype != torch.float64
 
 
 def _cast(t, dtype):
@@ -43,6 +49,8 @@ def _cast(t, dtype):
         # measured: under inference mode nothing is cached (CPU autocast casts a Linear's weight at
         # every call; blind10/j02's H200 trace frees the conv weight's cast as the op returns)
         and not torch.is_inference_mode_enabled()
+        # a traced graph's casts are its own nodes (AOTAutograd's CSE merges repeated ones)
+        and not TRACING[0]
     )
     if can_cache:
         hit = _cache.get(id(t))

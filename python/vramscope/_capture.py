@@ -66,6 +66,8 @@ _EXAMPLES = os.path.join(_HERE, "examples")
 
 #: whether a code object's file is outside torch and vramscope, by file name (`_user_frame`)
 _USER_FILES: dict = {}
+#: folders of generated code, which is not the program's (Inductor's wrappers: `_compile`)
+GENERATED: list[str] = []
 
 
 def _user_frame():
@@ -81,6 +83,7 @@ def _user_frame():
                 not fn.startswith(_TORCH_DIR)
                 and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
                 and not fn.startswith("<frozen")
+                and not any(fn.startswith(g) for g in GENERATED)
             )
         if outside:
             return f
@@ -302,6 +305,10 @@ class _DispatchMode(TorchDispatchMode):
     def __init__(self, cap: Capture):
         super().__init__()
         self.cap = cap
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(t.__torch_dispatch__ is not _PLAIN and not issubclass(t, _FakeTensor) for t in types):
@@ -611,6 +618,10 @@ class Capture:
         self._patch = None
         self.module_stack: list[str] = []
         self.sdpa_backends: dict[str, int] = {}
+        #: compiled regions entered (`_compile._region`), and what they see as PyTorch's own
+        #: functions (`_cuda.patch` fills it)
+        self.compiled_depth = 0
+        self.plain_functions: list[tuple] = []
         self.in_step = 0
         self.module_names: dict[int, str] = {}
         self.categorized: set[tuple] = set()
@@ -646,7 +657,11 @@ class Capture:
         and the twin's threshold (measured after the driver's start) says so too."""
         storages = {}
         for o in gc.get_objects():
-            if not isinstance(o, torch.Tensor) or registered(o):
+            try:
+                # (a dead weak proxy, as dynamo's guards keep, raises on any use)
+                if not isinstance(o, torch.Tensor) or registered(o):
+                    continue
+            except ReferenceError:
                 continue
             if isinstance(o, torch.nn.parameter.UninitializedTensorMixin):
                 continue  # a lazy module's parameter before its first call: no storage yet
@@ -654,10 +669,11 @@ class Capture:
                 if o.device.type != "cpu" or o.is_sparse or o.is_mkldnn or o.is_quantized:
                     continue
                 st = o.untyped_storage()
+                # (a fake tensor on the host, left by a compile (`_compile`), has no data)
+                if st.nbytes() and st.data_ptr():
+                    storages[st._cdata] = st
             except (RuntimeError, NotImplementedError, TypeError):
                 continue
-            if st.nbytes() and st.data_ptr():
-                storages[st._cdata] = st
         mapped = []
         for st in sorted(storages.values(), key=lambda st: st.data_ptr()):
             length = _glibc_mapping(st.data_ptr(), st.nbytes())
@@ -745,6 +761,13 @@ class Capture:
                 f"{what} has no rule in the twin: its outputs are counted, "
                 "any scratch memory inside it is not",
             )
+        self.unmeasured[what] += 1
+
+    def note_compile_unmeasured(self, what: str) -> None:
+        """A choice of `torch.compile` the twin does not model, named once."""
+        if what not in self.unmeasured:
+            self.unmeasured[what] = 0
+            self.warn_once("compile:" + what, f"torch.compile: {what} is not modelled")
         self.unmeasured[what] += 1
 
     # ---- values -------------------------------------------------------------------
@@ -1005,6 +1028,30 @@ class Capture:
             optim.register_optimizer_step_pre_hook(step_pre),
             optim.register_optimizer_step_post_hook(step_post),
         ]
+
+    def leave_for_compiled(self):
+        """Take the torch-function mode, the global hooks and the stand-ins for PyTorch's functions
+        away while a compiled region runs (dynamo would trace into them); returns what puts them
+        back."""
+        mode = self._modes[0]
+        n = torch._C._len_torch_function_stack()
+        popped = bool(n) and torch._C._get_function_stack_at(n - 1) is mode
+        if popped:
+            torch._C._pop_torch_function_stack()
+        for h in self._hooks:
+            h.remove()
+        ours = [(obj, name, getattr(obj, name)) for obj, name, _ in self.plain_functions]
+        for obj, name, fn in self.plain_functions:
+            setattr(obj, name, fn)
+
+        def undo():
+            for obj, name, fn in ours:
+                setattr(obj, name, fn)
+            self._hooks = self._install_hooks()
+            if popped:
+                torch._C._push_on_torch_function_stack(mode)
+
+        return undo
 
     def _categorize(self, tensors, category: str) -> None:
         for t in tensors:

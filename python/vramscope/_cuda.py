@@ -357,11 +357,17 @@ def patch(cap) -> _Patch:
                 return out
         return original_sdpa(*args, **kwargs)
 
+    # what a compiled region sees as PyTorch's own (`_compile._region`): (object, name, original)
+    plain = [(F, name, getattr(F, name)) for name in ("scaled_dot_product_attention", "linear", "dropout")]
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
     p.set(F, "linear", _kernels.linear(F.linear))
     p.set(F, "dropout", _kernels.dropout(F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
-    p.set(torch, "compile", _compiled_eagerly(torch.compile, cap))
+    from . import _compile
+
+    p.set(torch, "compile", _compile.compile_fn(torch.compile, cap))
+    _compile.patch(p, cap)
+    cap.plain_functions = plain
     p.set(
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )
@@ -370,8 +376,10 @@ def patch(cap) -> _Patch:
     p.set(torch, "Event", _generic(torch.Event, Event))
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
     mha = torch.nn.MultiheadAttention
-    p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
     layer = torch.nn.TransformerEncoderLayer
+    plain += [(mha, "forward", mha.forward), (layer, "forward", layer.forward)]
+    plain.append((torch.overrides, "has_torch_function", torch.overrides.has_torch_function))
+    p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
     p.set(layer, "forward", _attention.encoder_layer_forward(layer.forward, cap))
     p.set(
         torch.overrides,
@@ -482,27 +490,6 @@ def _grouped(original):
         return groups
 
     return group
-
-
-def _compiled_eagerly(original, cap):
-    """`torch.compile` while capturing: dynamo skips every frame while a torch dispatch mode is
-    on the stack (convert_frame.py, "non-infra torch dispatch mode present"), so the compiled
-    module or function runs op by op, as eager PyTorch on the GPU would; Inductor's fused
-    kernels, CUDA graphs' pools and autotuning buffers are not modelled. One warning and an
-    `unmeasured` entry say so."""
-
-    def compile(model=None, *args, **kwargs):
-        what = "torch.compile (the model ran eagerly: Inductor's fusions and CUDA graphs are not modelled)"
-        cap.unmeasured[what] = cap.unmeasured.get(what, 0) + 1
-        cap.warn_once(
-            "torch.compile",
-            "torch.compile runs eagerly under the twin: the figures are eager PyTorch's; "
-            "Inductor's fused kernels save fewer activations, "
-            "and mode='reduce-overhead' adds CUDA graph pools",
-        )
-        return original(model, *args, **kwargs)
-
-    return compile
 
 
 def _patch_constraint_checks(p: _Patch, cap) -> None:

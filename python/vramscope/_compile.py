@@ -1,0 +1,384 @@
+"""`torch.compile` for the simulated GPU: PyTorch's own dynamo, AOTAutograd and Inductor.
+
+Dynamo and AOTAutograd trace the program with fake tensors on the host (autograd on a fake CUDA
+tensor needs a CUDA stream, which a machine without a GPU cannot give, and on the meta device
+AOTAutograd's joint graph loses gradients). The joint graph is then relabelled `cuda:0` before
+Inductor's joint-graph passes and the min-cut partitioner, so that Inductor compiles every graph
+for the simulated GPU (its properties the twin's). The wrapper Inductor generates runs on the
+simulated tensors: `empty_strided_cuda` allocates from the twin, buffers are reused and deleted
+as the wrapper says, library kernels (`extern_kernels.mm`, fallbacks) run as ops, and Triton
+kernels launch nothing (their memory is their arguments').
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _attention, _autocast
+
+#: while set, a fake tensor made for `cuda` is made for the host (dynamo's and AOTAutograd's
+#: traces), and autocast casts the host's tensors as the GPU's
+TRACING = _autocast.TRACING
+#: the device dynamo and AOTAutograd trace on: the host's (on the meta device, AOTAutograd's joint
+#: graph loses the gradients of ops with Python meta kernels: `nll_loss_forward`, PyTorch 2.11)
+_HOST = torch.device("cpu")
+
+#: `torch.compile`'s modes whose options the twin does not model: CUDA graphs, and autotuning
+#: (timed on the GPU)
+_UNMODELLED_OPTIONS = {
+    "triton.cudagraphs": "CUDA graphs (mode='reduce-overhead' / 'max-autotune')",
+    "max_autotune": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
+    "max_autotune_gemm": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
+    "max_autotune_pointwise": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
+    "coordinate_descent_tuning": "autotuning (coordinate descent, timed on the GPU)",
+}
+
+
+def _fake_new(original):
+    """`FakeTensor.__new__` that puts a CUDA fake tensor on the host while tracing."""
+
+    def new(cls, fake_mode, elem, device, *args, **kwargs):
+        if TRACING[0] and torch.device(device).type == "cuda":
+            device = _HOST
+        return original(cls, fake_mode, elem, device, *args, **kwargs)
+
+    return staticmethod(new)
+
+
+def _to_cuda(fake_mode, t):
+    """A fake CUDA tensor with `t`'s sizes, strides, offset and dtype (`t` itself where it is not
+    a fake tensor on the host)."""
+    if not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device != _HOST:
+        return t
+    previous, TRACING[0] = TRACING[0], 0
+    try:
+        with fake_mode:
+            n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+            base = torch.empty_strided((n,), (1,), dtype=t.dtype, device="cuda")
+            return torch.as_strided(base, t.shape, t.stride(), t.storage_offset())
+    finally:
+        TRACING[0] = previous
+
+
+def _relabel_graph(gm, fake_mode=None) -> None:
+    """The values a graph's nodes carry and its factories' `device=` arguments, host to cuda."""
+    from torch._guards import detect_fake_mode
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    if fake_mode is None:
+        vals = tree_leaves([n.meta.get("val") for n in gm.graph.nodes])
+        fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    if fake_mode is None:
+        return
+    cuda = torch.device("cuda", 0)
+
+    def dev(x):
+        return cuda if isinstance(x, torch.device) and x == _HOST else x
+
+    to_cuda = functools.partial(_to_cuda, fake_mode)
+    for node in gm.graph.nodes:
+        node.args = tree_map(dev, node.args)
+        node.kwargs = tree_map(dev, node.kwargs)
+        for key in ("val", "example_value"):
+            if key in node.meta:
+                node.meta[key] = tree_map(to_cuda, node.meta[key])
+    gm.recompile()
+
+
+def _inner_compile(original):
+    """Inductor's `compile_fx_inner` for a graph AOTAutograd traced on the host: its example
+    inputs and values relabelled cuda."""
+
+    def compile_inner(gm, example_inputs, **kwargs):
+        from torch._guards import detect_fake_mode
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        previous, TRACING[0] = TRACING[0], 0
+        try:
+            with _disable_current_modes():
+                fake_mode = detect_fake_mode(example_inputs)
+                _relabel_graph(gm, fake_mode)
+                inputs = [_to_cuda(fake_mode, t) for t in example_inputs]
+                return original(gm, inputs, **kwargs)
+        finally:
+            TRACING[0] = previous
+
+    return compile_inner
+
+
+class _Kernel:
+    """A Triton kernel: launching it allocates nothing (its buffers are the wrapper's)."""
+
+    def __init__(self, name):
+        self.__name__ = name
+
+    def run(self, *args, **kwargs):
+        return None
+
+    def __getitem__(self, grid):
+        return self.run
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+
+def _sdpa_nodes(cap, gm) -> None:
+    """`F.scaled_dot_product_attention` in a dynamo graph: the kernel the simulated GPU picks
+    (`_attention.sdpa`, traced), where AOTAutograd on the host would take the CPU's."""
+    sdpa = torch._C._nn.scaled_dot_product_attention
+
+    def traced(*args, **kwargs):
+        return _attention.sdpa(cap, args, kwargs, traced=True)
+
+    traced.__name__ = "scaled_dot_product_attention"
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is sdpa:
+            node.target = traced
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def backend(cap, options: dict):
+    """The dynamo backend `torch.compile(..., backend="inductor")` gets under the twin: Inductor
+    (`compile_fx`) with `options`, compiling for the simulated GPU; a graph it cannot compile
+    runs as dynamo traced it (eager), named unmeasured."""
+
+    def compile(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+        _sdpa_nodes(cap, gm)
+        try:
+            return compile_fx(
+                gm,
+                example_inputs,
+                inner_compile=_inner_compile(compile_fx_inner),
+                config_patches=dict(options),
+            )
+        except Exception as e:  # any failure: the graph runs eagerly, named unmeasured
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            cap.note_compile_unmeasured(
+                f"a graph Inductor could not compile here (run eagerly: {first[:160]})"
+            )
+            return gm.forward
+
+    return compile
+
+
+def _region(cap, fn):
+    """`fn` (a compiled module's forward, a compiled function) run as a compiled region: dynamo
+    traces and runs it without the capture's torch-function mode, its global module hooks and
+    its stand-ins for `torch.nn.functional` (it would trace into them); the dispatch mode, which
+    ignores compile internals, sees the compiled code's ops."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if cap.compiled_depth:
+            return fn(*args, **kwargs)
+        cap.compiled_depth += 1
+        previous, TRACING[0] = TRACING[0], 1
+        undo = cap.leave_for_compiled()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            undo()
+            TRACING[0] = previous
+            cap.compiled_depth -= 1
+
+    return call
+
+
+def compile_fn(original, cap):
+    """`torch.compile` while capturing: Inductor compiles for the simulated GPU (`backend`); other
+    backends run through dynamo as they would (their graphs' ops reach the twin)."""
+
+    def compile(model=None, **kwargs):
+        if model is None:
+            return lambda m: compile(m, **kwargs)
+        chosen = kwargs.get("backend", "inductor")
+        if kwargs.get("disable"):
+            return original(model, **kwargs)
+        if chosen != "inductor":
+            cap.note_compile_unmeasured(f"backend {chosen!r} (its graphs run as traced, eagerly)")
+            compiled = original(model, **kwargs)
+        else:
+            options = _options(cap, kwargs.pop("mode", None), kwargs.pop("options", None))
+            compiled = original(model, **dict(kwargs, backend=backend(cap, options)))
+        if isinstance(compiled, torch.nn.Module):
+            # the capture's own global module hooks, which a GPU run does not have
+            warnings.filterwarnings(
+                "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks"
+            )
+            compiled.forward = _region(cap, compiled.forward)
+            return compiled
+        return _region(cap, compiled)
+
+    return compile
+
+
+def _options(cap, mode, options) -> dict:
+    """Inductor's settings for `mode` and `options` (`torch._inductor.list_mode_options`), less
+    those the twin does not model (named unmeasured)."""
+    from torch._inductor import list_mode_options
+
+    merged = dict(list_mode_options(mode) if mode else {})
+    merged.update(options or {})
+    for key, what in _UNMODELLED_OPTIONS.items():
+        if merged.get(key):
+            cap.note_compile_unmeasured(what)
+        merged[key] = False
+    # no worker processes: the twin compiles nothing (Triton kernels launch nothing); no caches
+    # (an artifact compiled elsewhere, or for another GPU, is not this one's)
+    merged["compile_threads"] = 1
+    merged["fx_graph_cache"] = False
+    merged["fx_graph_remote_cache"] = False
+    merged["autotune_local_cache"] = False
+    return merged
+
+
+def _cleanup_hook_call(original):
+    """dynamo's `CleanupHook`, which deletes a global it added to the compiled frame's globals
+    when the compiled code dies: `vramscope run`'s script globals (runpy's) were cleared before."""
+
+    def call(self, *args):
+        try:
+            return original(self, *args)
+        except KeyError:
+            return None
+
+    return call
+
+
+def patch(p, cap) -> None:
+    """Install what compiling for the simulated GPU needs, for the capture's life."""
+    import torch._functorch.config as functorch_config
+    import torch.utils._triton as triton_utils
+    from torch._dynamo import utils as dynamo_utils
+    from torch._dynamo.device_interface import CudaInterface
+    from torch._inductor import async_compile
+    from torch._inductor import compile_fx as compile_fx_module
+    from torch._inductor.fx_passes import joint_graph, pad_mm
+    from torch._subclasses import fake_tensor
+
+    # for the process's life: dynamo's compiled code outlives the capture
+    hook = dynamo_utils.CleanupHook
+    if not getattr(hook.__call__, "_vramscope", False):
+        hook.__call__ = _cleanup_hook_call(hook.__call__)
+        hook.__call__._vramscope = True
+
+    p.set(functorch_config, "enable_autograd_cache", False)
+    p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
+    p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
+    # `init_gpu_context` makes a real CUDA tensor for a fake one's first use
+    p.set(fake_tensor, "init_gpu_context", lambda device: None)
+
+    def empty_strided_cuda(size, stride, dtype):
+        """The wrapper's `empty_strided_cuda`: a buffer from the twin's allocator."""
+        with torch._C._DisableTorchDispatch():
+            t = torch.empty_strided(size, stride, dtype=dtype, device="meta")
+        return cap.track(t, "inductor::empty_strided_cuda")
+
+    p.set(torch._C._dynamo.guards, "_empty_strided_cuda", empty_strided_cuda)
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    from . import _capture
+
+    if cache_dir() not in _capture.GENERATED:
+        # the wrapper's allocations are the line's that called the compiled code
+        _capture.GENERATED.append(cache_dir())
+    p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
+    p.set(async_compile.AsyncCompile, "triton", lambda self, name, *a, **k: _Kernel(name))
+
+    init = joint_graph.lazy_init
+
+    def lazy_init(input_device=None):
+        # the pattern graphs are traced on real tensors of the inputs' device: the host's here
+        if input_device is None or torch.device(input_device).type != "cpu":
+            input_device = torch.device("cpu")
+        return init(input_device)
+
+    p.set(joint_graph, "lazy_init", lazy_init)
+    passes = compile_fx_module.joint_graph_passes
+
+    def joint_graph_passes(graph, input_device=None):
+        # the joint graph, traced on the host, becomes the GPU's before Inductor's passes and the
+        # partitioner
+        _relabel_graph(graph)
+        return passes(graph, input_device)
+
+    p.set(compile_fx_module, "joint_graph_passes", joint_graph_passes)
+    from torch._prims import TensorMeta
+
+    # `seeds[index]` in the prim's meta: Python indexing guards the tensor's device (a CUDA one,
+    # which needs a driver)
+    lookup = torch.ops.prims.inductor_lookup_seed.default
+    p.set(
+        lookup,
+        "prim_meta_impl",
+        lambda seeds, index: TensorMeta(torch.empty((), dtype=seeds.dtype, device=seeds.device)),
+    )
+    folder = joint_graph.UniformValueConstantFolder
+    deduce = folder._deduce_value
+
+    def deduce_value(self, node):
+        with _HostFactories():
+            return deduce(self, node)
+
+    p.set(folder, "_deduce_value", deduce_value)
+    p.set(triton_utils, "triton_backend", functools.cache(functools.partial(_triton_backend, cap)))
+
+    # dynamo's device interface took torch.cuda's functions when it was imported
+    cuda = torch.cuda
+    for name, fn in {
+        "current_device": cuda.current_device,
+        "set_device": cuda.set_device,
+        "device_count": cuda.device_count,
+        "stream": cuda.stream,
+        "current_stream": cuda.current_stream,
+        "set_stream": cuda.set_stream,
+        "synchronize": cuda.synchronize,
+        "get_device_properties": cuda.get_device_properties,
+        "exchange_device": cuda._exchange_device,
+        "maybe_exchange_device": cuda._maybe_exchange_device,
+        "memory_allocated": cuda.memory_allocated,
+        "is_bf16_supported": cuda.is_bf16_supported,
+        "get_raw_stream": lambda device=0: 0,
+    }.items():
+        p.set(CudaInterface, name, staticmethod(fn))
+    p.set(CudaInterface.Worker, "get_device_properties", staticmethod(cuda.get_device_properties))
+    p.set(CudaInterface.Worker, "current_device", staticmethod(lambda: 0))
+
+    def should_pad(match, mat1, mat2, op, input=None):
+        # pad_mm times the padded and the unpadded matmul on the GPU and keeps the faster
+        if pad_mm.can_pad(mat1, mat2, op, input):
+            cap.note_compile_unmeasured("Inductor's timed choice to pad a matmul (taken as not padded)")
+        return False
+
+    p.set(pad_mm, "should_pad", should_pad)
+
+
+class _HostFactories(TorchDispatchMode):
+    """Real tensors made for `cuda` made on the host instead (Inductor's constant folding runs
+    the graph's small constant ops on real tensors of their device)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cuda":
+            kwargs = dict(kwargs, device=torch.device("cpu"))
+        return func(*args, **kwargs)
+
+
+def _triton_backend(cap):
+    """Triton's compiler backend for the simulated GPU (`torch.utils._triton.triton_backend` asks
+    the driver for the target, which needs libcuda)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    major, minor = cap.device.capability
+    return make_backend(GPUTarget("cuda", major * 10 + minor, 32))

@@ -1,0 +1,30 @@
+"""torch.compile(model) of a GELU MLP (4 layers of 2048, fp32), cross-entropy over 1000 classes,
+AdamW (foreach), batch 1024, 3 steps; 4 phases (the model, then each step's forward+backward+step)."""
+
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SMALL = bool(os.environ.get("SMOKE"))
+torch.manual_seed(3101)
+D, L, B, C = (32, 2, 8, 10) if SMALL else (2048, 4, 1024, 1000)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Sequential(*[m for _ in range(L) for m in (nn.Linear(D, D), nn.GELU())], nn.Linear(D, C)).to(device)
+model = torch.compile(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+if device == "cuda":
+    print(f"model {torch.cuda.memory_allocated()}")
+    torch.cuda.reset_peak_memory_stats()
+for step in range(3):
+    x = torch.randn(B, D, device=device)
+    y = torch.randint(0, C, (B,), device=device)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    del x, y, loss
+    if device == "cuda":
+        print(f"step {step} peak {torch.cuda.max_memory_allocated()} reserved {torch.cuda.memory_reserved()}")
+        torch.cuda.reset_peak_memory_stats()
