@@ -340,6 +340,27 @@ def test_torch_compile_runs_inductors_wrapper_for_the_gpu():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_graph_break_runs_both_graphs():
+    # a graph break splits the function in two compiled graphs: the first's output (1 MiB) lives
+    # while the second fuses the product and exp into its own output; a tensor from Python data
+    # for cuda inside the region is made on the host and copied
+    with vramscope.capture() as cap:
+        x = torch.empty(256, 1024, device="cuda")  # 1 MiB
+
+        @torch.compile
+        def f(x):
+            y = x.sin().cos()
+            torch._dynamo.graph_break()
+            return (y * torch.tensor([2.0], device="cuda")).exp()
+
+        torch.cuda.reset_peak_memory_stats()
+        with torch.no_grad():
+            out = f(x)
+        assert out.device.type == "cuda" and torch.cuda.memory_allocated() == 2 * MIB
+        assert torch.cuda.max_memory_allocated() == 3 * MIB
+    assert cap.report()["unmeasured"] == []
+
+
 def test_torch_compile_trains_and_names_cuda_graphs():
     # mode="reduce-overhead" compiles with CUDA graphs, which the twin does not model (named)
     with vramscope.capture() as cap:

@@ -511,6 +511,9 @@ def _fast_path_forward(original, cap, modelled):
     _FAST.sdpa = cap.device.sdpa
 
     def forward(self, *args, **kwargs):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces a compiled region (`_compile`): PyTorch's own
+            return original(self, *args, **kwargs)
         a = sig.bind(self, *args, **kwargs)
         a.apply_defaults()
         prev = getattr(_FAST, "on", False)
@@ -539,6 +542,8 @@ def has_torch_function(original):
     capture's own mode is active."""
 
     def check(args):
+        if torch.compiler.is_dynamo_compiling():
+            return original(args)
         if (
             getattr(_FAST, "on", False)
             and torch._C._len_torch_function_stack() == 1

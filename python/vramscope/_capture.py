@@ -232,6 +232,7 @@ _FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
 _READS = {"tolist", "numpy", "__array__"}
 
 
+_HOST = torch.device("cpu")
 _MAKE_SUBCLASS = torch.Tensor._make_subclass
 
 
@@ -252,6 +253,20 @@ class _FunctionMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _autocast.TRACING[0] and (
+            torch.compiler.is_dynamo_compiling() or torch._guards.TracingContext.try_get() is not None
+        ):
+            # dynamo traces a compiled region, or runs its calls on fake tensors (`_compile`): the
+            # function as PyTorch has it, on the host its traces run on (a copy to `cuda` stays
+            # there: a fake CUDA tensor is made on the real device)
+            name = getattr(func, "__name__", "")
+            if name in ("to", "cuda") and args and isinstance(args[0], torch.Tensor):
+                if name == "cuda":
+                    return args[0]
+                args = [_HOST if isinstance(a, (str, torch.device)) and _is_cuda(a) else a for a in args]
+                if _is_cuda(kwargs.get("device")):
+                    kwargs = dict(kwargs, device=_HOST)
+            return func(*args, **kwargs)
         cap = self.cap
         handler = _kernels.FUNCTIONS.get(func)
         if handler is not None:
@@ -618,10 +633,8 @@ class Capture:
         self._patch = None
         self.module_stack: list[str] = []
         self.sdpa_backends: dict[str, int] = {}
-        #: compiled regions entered (`_compile._region`), and what they see as PyTorch's own
-        #: functions (`_cuda.patch` fills it)
+        #: compiled regions entered (`_compile._region`)
         self.compiled_depth = 0
-        self.plain_functions: list[tuple] = []
         self.in_step = 0
         self.module_names: dict[int, str] = {}
         self.categorized: set[tuple] = set()
@@ -997,6 +1010,8 @@ class Capture:
         from torch.optim import optimizer as optim
 
         def pre(mod, args):
+            if torch.compiler.is_dynamo_compiling():
+                return
             if not self.module_stack and id(mod) not in self.module_names:
                 for name, sub in mod.named_modules():
                     self.module_names.setdefault(id(sub), name or type(mod).__name__)
@@ -1005,16 +1020,22 @@ class Capture:
             self._categorize(mod._buffers.values(), "buffer")
 
         def post(mod, args, out):
+            if torch.compiler.is_dynamo_compiling():
+                return
             if self.module_stack:
                 self.module_stack.pop()
 
         def step_pre(opt, args, kwargs):
+            if torch.compiler.is_dynamo_compiling():
+                return
             self.in_step += 1
             for group in opt.param_groups:
                 self._categorize(group["params"], "parameter")
                 self._categorize((p.grad for p in group["params"]), "gradient")
 
         def step_post(opt, args, kwargs):
+            if torch.compiler.is_dynamo_compiling():
+                return
             self.in_step -= 1
             for state in opt.state.values():
                 self._categorize(
@@ -1028,30 +1049,6 @@ class Capture:
             optim.register_optimizer_step_pre_hook(step_pre),
             optim.register_optimizer_step_post_hook(step_post),
         ]
-
-    def leave_for_compiled(self):
-        """Take the torch-function mode, the global hooks and the stand-ins for PyTorch's functions
-        away while a compiled region runs (dynamo would trace into them); returns what puts them
-        back."""
-        mode = self._modes[0]
-        n = torch._C._len_torch_function_stack()
-        popped = bool(n) and torch._C._get_function_stack_at(n - 1) is mode
-        if popped:
-            torch._C._pop_torch_function_stack()
-        for h in self._hooks:
-            h.remove()
-        ours = [(obj, name, getattr(obj, name)) for obj, name, _ in self.plain_functions]
-        for obj, name, fn in self.plain_functions:
-            setattr(obj, name, fn)
-
-        def undo():
-            for obj, name, fn in ours:
-                setattr(obj, name, fn)
-            self._hooks = self._install_hooks()
-            if popped:
-                torch._C._push_on_torch_function_stack(mode)
-
-        return undo
 
     def _categorize(self, tensors, category: str) -> None:
         for t in tensors:

@@ -170,11 +170,25 @@ def backend(cap, options: dict):
     return compile
 
 
+def _from_data(original):
+    """`torch.tensor` / `torch.as_tensor` in a compiled region: a tensor for `cuda` is made on the
+    host, then copied (dynamo runs the call on fake tensors, and a fake CUDA tensor from Python
+    data is made on the real device)."""
+
+    def make(data, *args, device=None, **kwargs):
+        if device is not None and torch.device(device).type == "cuda":
+            return original(data, *args, **kwargs).to(device)
+        return original(data, *args, device=device, **kwargs)
+
+    make.__name__ = original.__name__
+    return make
+
+
 def _region(cap, fn):
     """`fn` (a compiled module's forward, a compiled function) run as a compiled region: dynamo
-    traces and runs it without the capture's torch-function mode, its global module hooks and
-    its stand-ins for `torch.nn.functional` (it would trace into them); the dispatch mode, which
-    ignores compile internals, sees the compiled code's ops."""
+    traces it on the host (`TRACING`; the capture's torch-function mode, hooks and stand-ins pass
+    its calls through) and the dispatch mode, which ignores compile internals, sees the compiled
+    code's ops and the code between its graphs."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -182,11 +196,14 @@ def _region(cap, fn):
             return fn(*args, **kwargs)
         cap.compiled_depth += 1
         previous, TRACING[0] = TRACING[0], 1
-        undo = cap.leave_for_compiled()
+        made = [(name, getattr(torch, name)) for name in ("tensor", "as_tensor")]
+        for name, original in made:
+            setattr(torch, name, _from_data(original))
         try:
             return fn(*args, **kwargs)
         finally:
-            undo()
+            for name, original in made:
+                setattr(torch, name, original)
             TRACING[0] = previous
             cap.compiled_depth -= 1
 

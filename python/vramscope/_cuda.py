@@ -351,14 +351,15 @@ def patch(cap) -> _Patch:
     original_sdpa = F.scaled_dot_product_attention
 
     def scaled_dot_product_attention(*args, **kwargs):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel)
+            return original_sdpa(*args, **kwargs)
         if is_ours(args[0] if args else kwargs.get("query")):
             out = _attention.sdpa(cap, args, kwargs)
             if out is not NotImplemented:
                 return out
         return original_sdpa(*args, **kwargs)
 
-    # what a compiled region sees as PyTorch's own (`_compile._region`): (object, name, original)
-    plain = [(F, name, getattr(F, name)) for name in ("scaled_dot_product_attention", "linear", "dropout")]
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
     p.set(F, "linear", _kernels.linear(F.linear))
     p.set(F, "dropout", _kernels.dropout(F.dropout))
@@ -367,7 +368,6 @@ def patch(cap) -> _Patch:
 
     p.set(torch, "compile", _compile.compile_fn(torch.compile, cap))
     _compile.patch(p, cap)
-    cap.plain_functions = plain
     p.set(
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )
@@ -377,8 +377,6 @@ def patch(cap) -> _Patch:
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
     mha = torch.nn.MultiheadAttention
     layer = torch.nn.TransformerEncoderLayer
-    plain += [(mha, "forward", mha.forward), (layer, "forward", layer.forward)]
-    plain.append((torch.overrides, "has_torch_function", torch.overrides.has_torch_function))
     p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
     p.set(layer, "forward", _attention.encoder_layer_forward(layer.forward, cap))
     p.set(
