@@ -361,8 +361,8 @@ def patch(cap) -> _Patch:
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
-    p.set(F, "linear", _kernels.linear(F.linear))
-    p.set(F, "dropout", _kernels.dropout(F.dropout))
+    p.set(F, "linear", _traced_as_pytorch(_kernels.linear(F.linear), F.linear))
+    p.set(F, "dropout", _traced_as_pytorch(_kernels.dropout(F.dropout), F.dropout))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     from . import _compile
 
@@ -399,6 +399,19 @@ def patch(cap) -> _Patch:
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
     p.set(cuda.memory, "is_initialized", lambda: True)
     return p
+
+
+def _traced_as_pytorch(stand_in, original):
+    """`stand_in` (the twin's `torch.nn.functional` function), or PyTorch's `original` while
+    dynamo traces a compiled region (`_compile`)."""
+
+    def run(*args, **kwargs):
+        if torch.compiler.is_dynamo_compiling():
+            return original(*args, **kwargs)
+        return stand_in(*args, **kwargs)
+
+    run.__name__ = original.__name__
+    return run
 
 
 def _record_stream(original, cap):

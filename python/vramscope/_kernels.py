@@ -1027,9 +1027,6 @@ def linear(original):
     with autocast excluded, on the casts."""
 
     def run(input, weight, bias=None):
-        if torch.compiler.is_dynamo_compiling():
-            # dynamo traces a compiled region (`_compile`): PyTorch's own
-            return original(input, weight, bias)
         if not registered_user(input) or bias is None:
             return original(input, weight, bias)
         if input.dim() == 2 or (input.is_contiguous() and (input.dim() == 3 or bias.dim() == 1)):
@@ -1065,9 +1062,6 @@ def dropout(original):
     (`is_fused_kernel_acceptable`), as the meta path would not take it."""
 
     def run(input, p=0.5, training=True, inplace=False):
-        if torch.compiler.is_dynamo_compiling():
-            # dynamo traces a compiled region (`_compile`): PyTorch's own
-            return original(input, p, training, inplace)
         if not registered_user(input) or not training or not 0 < p < 1 or input.numel() == 0:
             return original(input, p, training, inplace)
         if p < 0.0 or p > 1.0:
