@@ -84,6 +84,33 @@ def test_cudnn_backward_copies_a_gradient_whose_suggested_format_is_not_the_inpu
     assert _extra(run, setup) == (1, 3840)
 
 
+def test_a_dgrad_alone_copies_a_strided_input_only_in_one_d():
+    # Convolution.cpp: `output_mask[1] ? input.contiguous(...) : input`, after a 1-D input's own
+    # `contiguous()`. blind47/au06 (vmap's expanded dummy input, H200): the result and cuDNN's
+    # 19,341,459-byte workspace; a 1-D strided input (blind21/u02) is still copied.
+    def setup():
+        g = torch.empty(256, 64, 14, 14, device="cuda")
+        x = torch.empty(1, 1, 1, 1, device="cuda").expand(256, 32, 14, 14)
+        return g, x, torch.empty(64, 32, 3, 3, device="cuda")
+
+    def run(g, x, w):
+        return aten.convolution_backward(
+            g, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False]
+        )
+
+    assert _extra(run, setup) == (1, 19341459)
+
+    def setup_1d():
+        g = torch.empty(4, 64, 100, device="cuda")
+        x = torch.empty(4, 100, 32, device="cuda").transpose(1, 2)
+        return g, x, torch.empty(64, 32, 1, device="cuda")
+
+    def run_1d(g, x, w):
+        return aten.convolution_backward(g, x, w, None, [1], [0], [1], False, [0], 1, [True, False, False])
+
+    assert _extra(run_1d, setup_1d)[1] >= 4 * 100 * 32
+
+
 def test_finite_checks_of_values_the_twin_lacks_take_them_as_finite():
     with vramscope.capture(gpu="h200"):
         h = torch.empty(4, 512, 768, device="cuda", dtype=torch.float16)

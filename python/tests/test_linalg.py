@@ -117,6 +117,23 @@ def test_linalg_ops_without_a_rule_are_named():
         assert "aten::linalg_solve_triangular of a batch (cuBLAS trsmBatched)" in cap.unmeasured
 
 
+def test_svd_takes_gesvdj_of_a_column_major_clone():
+    # blind47/au02's H200 history of one 4096 x 4096 float32 `linalg.svd(g, full_matrices=False)`:
+    # U, Vh, S, infos, A's clone, gesvdj's workspace, check_errors' any() and its bool copy
+    with vramscope.capture(gpu="h200") as cap:
+        g = torch.empty(4096, 4096, device="cuda")
+        (u, s, vh), counts = counted(lambda: torch.linalg.svd(g, full_matrices=False))
+        assert u.shape == vh.shape == (4096, 4096) and s.shape == (4096,)
+        assert counts == (8, 336892422)
+        assert torch.cuda.memory_allocated() == 3 * 67108864 + 16384
+        assert "aten::_linalg_svd" not in cap.unmeasured
+        # a size without a measured workspace: the rest, and the workspace named unmeasured
+        b = torch.empty(300, 200, device="cuda")
+        _, counts = counted(lambda: torch.linalg.svd(b))
+        assert counts == (7, 4 * (300 * 300 + 200 * 200 + 200) + 4 + 4 * 300 * 200 + 2)
+        assert any("gesvdj workspace (300 x 200" in name for name in cap.unmeasured)
+
+
 def test_potrf_workspace_follows_the_h200_sweep():
     # fixtures/run/linalg_sparse: the same bytes in every dtype; a few of the 37 sizes
     for n, want in (

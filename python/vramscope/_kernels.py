@@ -1581,13 +1581,15 @@ def _convolution_backward(cap, func, args, kwargs):
     cap.ops += 1
     gi, gw, gb = func(*args)
     gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
-    # `convolution_backward` (Convolution.cpp) passes `input.contiguous(backend_memory_format)`
-    # whatever the mask (a dgrad alone copies a strided input too: blind21/u02's per-op truth);
+    # `convolution_backward` (Convolution.cpp) makes a 1-D convolution's input contiguous before
+    # viewing it as 2-D whatever the mask (blind21/u02's dgrad alone copies), and passes
+    # `input.contiguous(backend_memory_format)` only when the weight's gradient is asked for (a
+    # dgrad alone of blind47/au06's expanded input copies nothing);
     # `cudnn_convolution_backward` (ConvShared.cpp) takes `grad_output_t.to(input.suggest_memory_format())`
     # (a copy unless the gradient suggests the input's format, whatever the mask: blind37/ak02's
     # (8, 240, 1, 1) gradients, contiguous and channels-last both, suggest NCHW), then
     # `.contiguous(layout)` of that, and drops them on return, before the argument
-    x_c = _copy_unless_in(cap, x, cl)
+    x_c = _copy_unless_in(cap, x, cl) if mask[1] or x.dim() == 3 else None
     g_to, grad_c = None, grad
     if grad.dim() in (4, 5) and suggest_memory_format(grad) != suggest_memory_format(x):
         g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")

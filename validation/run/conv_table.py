@@ -173,8 +173,9 @@ def main():
                 extra_count = g["count"] - len(g["new"])
                 extra = g["requested"] - sum(g["new"])
                 # forward reads x and w, dgrad grad and w, wgrad grad and x; convolution_backward
-                # makes the input contiguous whatever the mask (Convolution.cpp)
-                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": (w, x), "wgrad": (x,)}[OPS[name]]
+                # makes the input contiguous for a dgrad alone only in 1-D (Convolution.cpp)
+                dgrad_x = (w, x) if len(x[0]) == 3 else (w,)
+                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": dgrad_x, "wgrad": (x,)}[OPS[name]]
                 copies = [copy_bytes(t, layout) for t in used]
                 if grad is not None:
                     copies += grad_copies(grad, x, layout)
