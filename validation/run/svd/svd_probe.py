@@ -71,6 +71,14 @@ for batch, m, n, full, how, dtype in CASES:
     record(f"{how} {list(batch)} {m}x{n} full={full} {dtype}", fn, m=m, n=n, batch=list(batch), full=full)
     del a
 
+
+def save():
+    os.makedirs(os.environ.get("OUT", "."), exist_ok=True)
+    with open(os.path.join(os.environ.get("OUT", "."), "svd_probe.json"), "w") as f:
+        json.dump(out, f)
+
+
+save()
 # gesvdj's lwork through ctypes, with the arguments PyTorch passes: lda = m (column-major clone),
 # ldu = m, ldv = n, tolerance = the dtype's epsilon, 400 sweeps (cusolver_gesvdj_max_sweeps)
 path = next(line.split()[-1] for line in open("/proc/self/maps") if "libcusolver.so" in line)
@@ -117,7 +125,5 @@ for t, eps in (("S", torch.finfo(torch.float32).eps), ("D", torch.finfo(torch.fl
                     out["lwork"].append([t, m, n, econ, jobz, rc, lwork.value])
     lib.cusolverDnDestroyGesvdjInfo(params)
 
-os.makedirs(os.environ.get("OUT", "."), exist_ok=True)
-with open(os.path.join(os.environ.get("OUT", "."), "svd_probe.json"), "w") as f:
-    json.dump(out, f)
+save()
 print(len(out["cases"]), "cases,", len(out["lwork"]), "lwork")
