@@ -3,7 +3,7 @@ dumped with torch.cuda.memory._dump_snapshot: real snapshots of a chosen size
 for `vramscope inspect` at scale (issue #36).
 
     python3 record.py --out run.pickle --target-mb 50 [--max-entries N | --wrap]
-        [--streams 1|2|3] [--oom-at STEP] [--stacks all|python]
+        [--streams 1|2|3] [--oom-at STEP] [--stacks all|python] [--depth N]
 
 `--target-mb` sizes the run: after a few warm-up steps the script dumps an
 in-memory snapshot to learn the entries per step and the pickle's bytes per
@@ -15,7 +15,10 @@ on a side stream (record_stream), `--streams 3` also flattens gradients into
 forward at 256 times the batch at that fraction of the run, which runs out of memory (the
 per-process fraction bounds the process) inside the trace, and training goes
 on. Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for expandable
-segments. Prints one JSON line of what it did.
+segments. `--depth N` runs each step under N more Python frames (N distinct
+functions, each calling the next), as a framework's deep call stack would:
+more bytes per entry, for files of several GB in the time of a GPU call.
+Prints one JSON line of what it did.
 """
 
 import argparse
@@ -47,6 +50,7 @@ p.add_argument("--vocab", type=int, default=4096)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--fraction", type=float, default=0.04)
 p.add_argument("--max-seconds", type=float, default=150.0)
+p.add_argument("--depth", type=int, default=0, help="Python frames added under each step")
 a = p.parse_args()
 
 torch.manual_seed(0)
@@ -153,9 +157,23 @@ def step(b=a.batch):
     opt.zero_grad(set_to_none=True)
 
 
+def nested(depth):
+    """f0(g, *x) calls f1 ... calls f{depth - 1}, which calls g(*x): `depth`
+    more Python frames, each its own function and line."""
+    src = "".join(f"def f{i}(g, *x):\n    return f{i + 1}(g, *x)\n" for i in range(depth - 1))
+    ns = {}
+    exec(compile(src + f"def f{depth - 1}(g, *x):\n    return g(*x)\n", "<nested>", "exec"), ns)
+    return ns["f0"]
+
+
+if a.depth:
+    sys.setrecursionlimit(a.depth + 1000)
+run_step = nested(a.depth) if a.depth else lambda g, *x: g(*x)
+
+
 if SMOKE:
     for _ in range(2):
-        step()
+        run_step(step)
     print("smoke ok")
     sys.exit(0)
 t0 = time.time()
@@ -163,7 +181,7 @@ t0 = time.time()
 torch.cuda.memory._record_memory_history(stacks=a.stacks)
 WARM = 5
 for _ in range(WARM):
-    step()
+    run_step(step)
 torch.cuda.synchronize()
 snap = torch.cuda.memory._snapshot()
 n0 = sum(len(t) for t in snap["device_traces"])
@@ -186,11 +204,11 @@ done, ooms = 0, 0
 for i in range(steps):
     if i == oom_step:
         try:
-            step(256 * a.batch)
+            run_step(step, 256 * a.batch)
         except torch.OutOfMemoryError:
             ooms += 1
         opt.zero_grad(set_to_none=True)
-    step()
+    run_step(step)
     done += 1
     if time.time() - t1 > a.max_seconds:
         break
