@@ -111,10 +111,13 @@ def test_linalg_ops_without_a_rule_are_named():
         a = torch.empty(64, 64, device="cuda")
         torch.linalg.qr(a)
         torch.linalg.solve_triangular(a, a, upper=False)
-        assert set(cap.unmeasured) == {"aten::linalg_qr"}
         b = torch.empty(4, 64, 64, device="cuda")
         torch.linalg.solve_triangular(b, b, upper=False)
-        assert "aten::linalg_solve_triangular of a batch (cuBLAS trsmBatched)" in cap.unmeasured
+        assert set(cap.unmeasured) == {"aten::linalg_qr"}
+        # more than 8 matrices of more than 512 rows: MAGMA's batched trsm
+        c = torch.empty(9, 600, 600, device="cuda")
+        torch.linalg.solve_triangular(c, c, upper=False)
+        assert any("MAGMA's batched trsm" in name for name in cap.unmeasured)
 
 
 def test_svd_takes_gesvdj_of_a_column_major_clone():
@@ -187,3 +190,64 @@ def test_cdist_takes_the_cublas_workspace_of_its_product():
         assert d.shape == (4096, 4096)
         # blind32/af04's H200 history: the product's 32 MiB workspace stays with the handle
         assert torch.cuda.memory_allocated() == 262144 + 4096 * 4096 * 8 + 32 * 1024 * 1024
+
+
+def test_slogdet_factors_and_reduces_as_the_h200_counted():
+    # blind48/av01's H200 history: sign, logabsdet, LU, pivots, info, getrf's workspace, the
+    # permutation's sign (arange, !=, its int64 sum and the copy it reduces), sgn, prod, abs
+    with vramscope.capture(gpu="h200") as cap:
+        for n, want in ((12, 1668), (48, 11720), (192, 156120)):
+            a = torch.empty(n, n, device="cuda").mT
+            before = torch.cuda.memory_allocated()
+            (sign, logabsdet), counts = counted(lambda a=a: torch.slogdet(a))
+            assert sign.shape == logabsdet.shape == () and counts == (13, want)
+            # LU and pivots die with the call where nothing keeps them for a backward
+            assert torch.cuda.memory_allocated() - before == 512 + 512
+            del sign, logabsdet
+        assert not any("slogdet" in name or "getrf" in name for name in cap.unmeasured)
+        # a size without a measured getrf workspace: the rest, and the workspace named unmeasured
+        b = torch.empty(100, 100, device="cuda")
+        _, counts = counted(lambda: torch.slogdet(b))
+        assert counts == (12, 4 + 4 + 40000 + 400 + 4 + 400 + 100 + 8 + 800 + 400 + 4 + 400)
+        assert any("getrf workspace (100 x 100" in name for name in cap.unmeasured)
+
+
+def test_lu_solve_takes_the_h200s_routes():
+    # blind48/av01's H200 history of `linalg_lu_solve(LU, pivots, B, adjoint=True)` with B square:
+    # 192 rows: the result, the int64 permutation, B's clone for the final scatter (the first trsm
+    # brings the cuBLAS handle's 32 MiB workspace); 48 rows: the same with two 8-byte pointer
+    # arrays per batched trsm; 12 rows: batched getrs, its two pointer arrays
+    with vramscope.capture(gpu="h200") as cap:
+        for n, wants in (
+            (192, ((4, 33850880), (3, 296448))),
+            (48, ((7, 18848),)),
+            (12, ((3, 592),)),
+        ):
+            lu = torch.empty(n, n, device="cuda").mT
+            pivots = torch.empty(n, dtype=torch.int32, device="cuda")
+            b = torch.empty(n, n, device="cuda").mT
+            for want in wants:
+                x, counts = counted(
+                    lambda lu=lu, p=pivots, b=b: torch.linalg.lu_solve(lu, p, b, adjoint=True)
+                )
+                assert x.shape == (n, n) and counts == want
+        assert not any("lu_solve" in name for name in cap.unmeasured)
+
+
+def test_solve_triangular_takes_looped_or_batched_trsm():
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(48, 48, device="cuda").mT
+        # under 64 rows: trsmBatched over two 8-byte pointer arrays (blind48/av01's H200 history),
+        # the first cuBLAS call bringing the handle's 32 MiB workspace
+        _, counts = counted(lambda: torch.linalg.solve_triangular(a, a, upper=False))
+        assert counts == (4, 9216 + 16 + 32 * 1024 * 1024)
+        _, counts = counted(lambda: torch.linalg.solve_triangular(a, a, upper=False))
+        assert counts == (3, 9216 + 16)
+        # 64 rows and more in a batch of at most 8: trsm in a loop, nothing more
+        b = torch.empty(8, 64, 64, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve_triangular(b, b, upper=False))
+        assert counts == (1, 8 * 64 * 64 * 4)
+        # more than 8 matrices: the batched path, 8 bytes a matrix in each array
+        c = torch.empty(9, 100, 100, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
+        assert counts == (3, 9 * 100 * 100 * 4 + 2 * 72)

@@ -263,16 +263,243 @@ def _cholesky_solve(cap, func, args, kwargs):
 DISPATCH[aten.cholesky_solve.default] = _cholesky_solve
 
 
+# ---- LU: slogdet, lu_factor_ex, lu_solve, solve_triangular -----------------------------
+
+#: `cusolverDn<t>getrf_bufferSize`'s lwork in bytes by (m, n, dtype) for one matrix, as
+#: `at::cuda::solver::getrf` allocates it (CUDASolver.cpp), measured on an H200 (blind48/av01's
+#: memory history: float32 of 12, 48 and 192 rows)
+GETRF_WORKSPACE = {
+    (12, 12, torch.float32): 768,
+    (48, 48, torch.float32): 1280,
+    (192, 192, torch.float32): 3840,
+}
+
+
+def _batch(t) -> int:
+    return math.prod(t.shape[:-2])
+
+
+def trsm(cap, batch: int, n: int, dtype, op: str) -> None:
+    """`triangular_solve_kernel` (cuda/linalg/BatchLinearAlgebra.cpp) for A of `batch` matrices of
+    n rows: at most 8 of at least 64 rows take `triangular_solve_cublas` (trsm in a loop on the
+    current cuBLAS handle), others of at most 512 rows `triangular_solve_batched_cublas`
+    (`get_device_pointers` of A, then of B: 8 bytes a matrix each, then the handle); larger ones
+    MAGMA's batched trsm, named unmeasured. The H200's history (blind48/av01): the handle's 32 MiB
+    workspace at the first trsm, two 8-byte arrays for one 48 x 48 matrix."""
+    if batch <= 8 and n >= 64:
+        cap.blas("trsm", dtype)
+    elif n <= 512:
+        a_pointers = cap.malloc(8 * batch, op, "temporary")
+        b_pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("trsmBatched", dtype)
+        del b_pointers, a_pointers
+    else:
+        cap.note_unmeasured(f"{op}: MAGMA's batched trsm (more than 512 rows, a batch or below 64)")
+
+
 def _solve_triangular(cap, func, call, outs):
-    """`linalg_solve_triangular` of one matrix is cuBLAS' trsm in place on its result (blind21/u04's
-    H200 history: its outputs only); a batch may take trsmBatched, whose device arrays of pointers
-    are not modelled: named."""
+    """`linalg_solve_triangular` after its outputs: `triangular_solve_kernel` (`trsm`) over A and B
+    broadcast to their common batch."""
     (args, _kw) = call
-    if math.prod(args[0].shape[:-2]) > 1 or math.prod(args[1].shape[:-2]) > 1:
-        cap.note_unmeasured("aten::linalg_solve_triangular of a batch (cuBLAS trsmBatched)")
+    a, b = args[0], args[1]
+    batch = math.prod(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    if batch > 0 and b.numel() > 0:
+        trsm(cap, batch, a.size(-1), a.dtype, "aten::linalg_solve_triangular")
 
 
 AFTER[aten.linalg_solve_triangular.default] = _solve_triangular
+
+
+def lu_factor(cap, lu, pivot: bool, op: str) -> None:
+    """`lu_factor` on CUDA (cuda/linalg/BatchLinearAlgebra.cpp) of the F-contiguous `lu`, the
+    default backend's one square matrix (or the cuSOLVER preference's rectangular, single or at
+    least 512-row ones): `lu_factor_looped_cusolver`, `getrf` with its workspace
+    (`GETRF_WORKSPACE`) allocated and freed per matrix; without pivoting the trivial pivots from an
+    int32 `arange`. Batched cuBLAS and MAGMA paths are named unmeasured."""
+    m, n = lu.size(-2), lu.size(-1)
+    batch = _batch(lu)
+    backend = _backend()
+    looped = (backend == "default" and batch == 1 and m == n) or (
+        backend == "cusolver" and (m != n or batch == 1 or m >= 512)
+    )
+    if not looped:
+        cap.note_unmeasured(f"{op}: LU factorization of {batch} x {m} x {n} (batched cuBLAS or MAGMA)")
+    else:
+        nbytes = GETRF_WORKSPACE.get((m, n, lu.dtype))
+        if nbytes is None:
+            cap.note_unmeasured(f"{op}'s cuSOLVER getrf workspace ({m} x {n}, {lu.dtype})")
+        else:
+            for _ in range(batch):
+                work = cap.malloc(nbytes, op, "temporary")
+                del work
+    if not pivot:
+        trivial = cap.malloc(4 * min(m, n), op, "temporary")
+        del trivial
+
+
+def _linalg_lu_factor_ex(cap, func, args, kwargs):
+    """`linalg_lu_factor_ex` on CUDA: LU (F-contiguous), pivots and info (its meta function's
+    order), `LU.copy_(A)`, `lu_factor`, then `_linalg_check_errors` where asked."""
+    a = args[0]
+    if not registered(a):
+        return NotImplemented
+    p = dict(zip(("A", "pivot", "check_errors"), args, strict=False)) | kwargs
+    cap.ops += 1
+    op = "aten::linalg_lu_factor_ex"
+    lu, pivots, info = func(*args, **kwargs)
+    for t in (lu, pivots, info):
+        cap.track(t, op)
+    if a.numel() == 0:
+        return lu, pivots, info
+    lu_factor(cap, lu, p.get("pivot", True), op)
+    if p.get("check_errors", False):
+        check_errors(cap, info, op)
+    return lu, pivots, info
+
+
+DISPATCH[aten.linalg_lu_factor_ex.default] = _linalg_lu_factor_ex
+
+
+def _reduce_last(cap, batch: int, n: int, elem: int, op: str) -> None:
+    """A reduction over the last dimension of a contiguous [batch, n] tensor: its scratch."""
+    reduce_scratch(cap, [batch, n], None, [False, True], elem, elem, op)
+
+
+def _linalg_slogdet(cap, func, args, kwargs):
+    """`_linalg_slogdet` on CUDA (`TORCH_IMPL_FUNC(_linalg_slogdet_out)`, BatchLinearAlgebra.cpp):
+    sign, logabsdet, LU (F-contiguous) and pivots (its meta function's order); the int32 info
+    `linalg_lu_factor_ex_out` resizes; `lu_factor`; `lu_det_P(pivots)` (the `mul_out`'s last
+    argument, evaluated first): an int32 `arange(1, n + 1)`, the bool `!=`, the int64 sum and the
+    bool input's int64 copy it reduces (`make_reduction`), freed by the iterator, then the `!=`
+    and the `arange`; `diag_U.sgn()` and its `prod`, freed after `mul_out` with the sign of P;
+    `diag_U.abs()` (logged in place) summed into logabsdet; the info dies last. The H200's history
+    (blind48/av01): 13 allocations per call of 12, 48 and 192 rows."""
+    a = args[0]
+    if not registered(a) or kwargs or a.dim() < 2:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_linalg_slogdet"
+    sign, logabsdet, lu, pivots = func(*args)
+    for t in (sign, logabsdet, lu, pivots):
+        cap.track(t, op)
+    if a.numel() == 0:
+        return sign, logabsdet, lu, pivots
+    batch, n = _batch(a), a.size(-1)
+    size, real = a.element_size(), logabsdet.element_size()
+    info = cap.malloc(4 * batch, op, "temporary")
+    lu_factor(cap, lu, True, op)
+    # lu_det_P
+    steps = cap.malloc(4 * n, op, "temporary")
+    moved = cap.malloc(batch * n, op, "temporary")
+    det_p = cap.malloc(8 * batch, op, "temporary")
+    as_long = cap.malloc(8 * batch * n, op, "temporary")
+    _reduce_last(cap, batch, n, 8, op)
+    del as_long, moved, steps
+    # sign = sgn(diag(U)).prod(-1) * det(P)
+    sgn = cap.malloc(size * batch * n, op, "temporary")
+    prod = cap.malloc(size * batch, op, "temporary")
+    _reduce_last(cap, batch, n, size, op)
+    del prod, sgn, det_p
+    # logabsdet = diag(U).abs().log_().sum(-1)
+    absolute = cap.malloc(real * batch * n, op, "temporary")
+    _reduce_last(cap, batch, n, real, op)
+    del absolute, info
+    return sign, logabsdet, lu, pivots
+
+
+DISPATCH[aten._linalg_slogdet.default] = _linalg_slogdet
+
+
+def _lu_solve_kernel(cap, lu, b, n: int, k: int, transpose: bool, op: str) -> None:
+    """`lu_solve_kernel` (cuda/linalg/BatchLinearAlgebra.cpp) on the result B of `batch` systems,
+    the default backend's heuristic: a square B of at most 16 rows, or (B not square) LU of at most
+    8 rows or few columns, takes `lu_solve_batched_cublas` (`get_device_pointers` of LU and of B,
+    8 bytes a matrix each, and the handle); larger ones `lu_solve_triangular`: `maybe_expand_lu` /
+    `maybe_expand_pivots` (copies where LU is not batched as B is), the int64 permutation
+    (`arange(n)` made contiguous over the batch), then without transposition the inverse
+    permutation (an `arange` and a `scatter`) and P^T B (a `scatter` of B) before two trsm, with it
+    two trsm and `B.clone()` for the final `scatter_`. looped cuSOLVER getrs and MAGMA are named
+    unmeasured. The H200's history (blind48/av01, adjoint): 12 rows batched cuBLAS; 48 and 192
+    rows the triangular solves (their `trsm`)."""
+    batch = _batch(b)
+    size = b.element_size()
+    expand = batch != _batch(lu)
+    if n == k:
+        route = "cublas" if n <= 16 else "triangular"
+    elif n <= 8:
+        magma = not transpose and 256 <= k <= 1024
+        route = "magma" if magma else "cublas"
+    elif n <= 64:
+        looped = batch <= 2 and (k <= 64 or transpose or n <= 32)
+        route = "cusolver" if looped else "cublas" if k <= 8 else "triangular"
+    elif n <= 128:
+        route = "cusolver" if batch <= 2 and k <= 2 else "cublas" if k <= 2 else "triangular"
+    else:
+        route = "triangular"
+    if route in ("cusolver", "magma"):
+        cap.note_unmeasured(
+            f"{op} of {batch} x {n} x {k} by {'looped cuSOLVER' if route == 'cusolver' else 'MAGMA'}"
+        )
+        return
+    lu_copy = cap.malloc(size * batch * n * n, op, "temporary") if expand else None
+    pivots_copy = cap.malloc(4 * batch * n, op, "temporary") if expand else None
+    if route == "cublas":
+        lu_pointers = cap.malloc(8 * batch, op, "temporary")
+        b_pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("getrsBatched", b.dtype)
+        del b_pointers, lu_pointers, pivots_copy, lu_copy
+        return
+    steps = cap.malloc(8 * n, op, "temporary") if batch > 1 else None
+    perm = cap.malloc(8 * batch * n, op, "temporary")
+    del steps
+    if not transpose:
+        ids = cap.malloc(8 * n, op, "temporary")
+        inverse = cap.malloc(8 * batch * n, op, "temporary")
+        permuted = cap.malloc(size * b.numel(), op, "temporary")
+        trsm(cap, batch, n, b.dtype, op)
+        trsm(cap, batch, n, b.dtype, op)
+        del permuted, inverse, ids
+    else:
+        trsm(cap, batch, n, b.dtype, op)
+        trsm(cap, batch, n, b.dtype, op)
+        clone = cap.malloc(size * b.numel(), op, "temporary")
+        del clone
+    del perm, pivots_copy, lu_copy
+
+
+def _linalg_lu_solve(cap, func, args, kwargs):
+    """`linalg_lu_solve` on CUDA (`TORCH_IMPL_FUNC(linalg_lu_solve_out)`, BatchLinearAlgebra.cpp):
+    the result (B broadcast, column-major), B copied into it, pivots made contiguous and LU
+    F-contiguous where they are not (copies), then `lu_solve_kernel` on the result (`left=False`
+    solves the adjoint system of B^H). Another backend preference is named unmeasured."""
+    lu, pivots, b = args[0], args[1], args[2]
+    if not registered(lu) or lu.dim() < 2 or b.dim() < 2:
+        return NotImplemented
+    p = dict(zip(("LU", "pivots", "B", "left", "adjoint"), args, strict=False)) | kwargs
+    left, adjoint = p.get("left", True), p.get("adjoint", False)
+    cap.ops += 1
+    op = "aten::linalg_lu_solve"
+    out = func(*args, **kwargs)
+    cap.track(out, op)
+    if out.numel() == 0:
+        return out
+    if not left:
+        adjoint = not adjoint
+    pivots_copy = None if pivots.is_contiguous() else cap.malloc(4 * pivots.numel(), op, "temporary")
+    f_contiguous = lu.mT.is_contiguous()
+    lu_copy = None if f_contiguous else cap.malloc(lu.numel() * lu.element_size(), op, "temporary")
+    if _backend() != "default":
+        cap.note_unmeasured(f"{op} under the {_backend()} preference (preferred_linalg_library)")
+    else:
+        result = out if left else out.mT
+        _lu_solve_kernel(cap, lu, result, lu.size(-2), result.size(-1), adjoint, op)
+    del lu_copy, pivots_copy
+    return out
+
+
+DISPATCH[aten.linalg_lu_solve.default] = _linalg_lu_solve
+for _name in ("aten::_linalg_slogdet", "aten::linalg_lu_factor_ex", "aten::linalg_lu_solve"):
+    SCRATCH_UNMODELLED.discard(_name)
 
 
 # ---- linalg_matrix_exp ----------------------------------------------------------------
