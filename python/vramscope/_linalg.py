@@ -11,11 +11,14 @@ them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads,
 - `_linalg_check_errors`: `infos.any().item<bool>()` (BatchLinearAlgebra.cpp); `any` of one
   element is `self.to(kBool)` copied into the result (`allany_impl`, ReduceOps.cpp).
 - `_linalg_svd`: `_linalg_svd_out` and `svd_cusolver` (gesvdj of a column-major clone).
+- `_linalg_slogdet`, `linalg_lu_factor_ex`, `linalg_lu_solve`, `linalg_solve_triangular`: LU by
+  cuSOLVER's getrf, `lu_det_P`, `lu_solve_kernel`'s routes and `triangular_solve_kernel`'s trsm.
 - `linalg_matrix_exp`: `mexp`/`mexp_impl` and `compute_T1` ... `compute_T18_scale_square`
   (`aten/src/ATen/native/LinearAlgebra.cpp`), run op by op through the capture.
 
 cuSOLVER's workspace sizes come from `cusolverDn*_bufferSize` at run time: they are the measured
-figures of `WORKSPACE` where the twin has them, and named unmeasured elsewhere.
+figures of `WORKSPACE`, `GESVDJ_WORKSPACE` and `GETRF_WORKSPACE` where the twin has them, and named
+unmeasured elsewhere.
 """
 
 from __future__ import annotations
@@ -276,6 +279,7 @@ GETRF_WORKSPACE = {
 
 
 def _batch(t) -> int:
+    """`batchCount`: the number of matrices in `t`."""
     return math.prod(t.shape[:-2])
 
 
@@ -294,7 +298,7 @@ def trsm(cap, batch: int, n: int, dtype, op: str) -> None:
         cap.blas("trsmBatched", dtype)
         del b_pointers, a_pointers
     else:
-        cap.note_unmeasured(f"{op}: MAGMA's batched trsm (more than 512 rows, a batch or below 64)")
+        cap.note_unmeasured(f"{op}: MAGMA's batched trsm (more than 8 matrices of more than 512 rows)")
 
 
 def _solve_triangular(cap, func, call, outs):
