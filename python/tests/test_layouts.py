@@ -239,6 +239,21 @@ def test_a_batch_one_linear_with_a_bias_takes_cublaslt():
     assert _extra(torch.nn.functional.linear, setup) == (2, 33554432 + 1048576)
 
 
+def test_scaled_mm_takes_the_cublaslt_workspaces():
+    # blind49/aw01's first FP8 product on the H200: the result, then the handle's 32 MiB and
+    # cuBLASLt's 1 MiB
+    def setup():
+        a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)
+        b = torch.empty(256, 128, device="cuda", dtype=torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        return a, b, one, one
+
+    def run(a, b, sa, sb):
+        return torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    assert _extra(run, setup) == (2, 33554432 + 1048576)
+
+
 def test_softmax_of_halves_to_float_is_one_kernel():
     # SoftMax.cpp: on CUDA `softmax(half, dtype=float32)` is `_softmax(x, dim, half_to_float=True)`
     # (blind45/as06's GPT-NeoX eager attention on the H200: no float copy of the scores)

@@ -211,6 +211,18 @@ def _dot(cap, func, call, outs):
         cap.blas(func._schema.name.removeprefix("aten::"), args[0].dtype, False)
 
 
+def _scaled_mm(cap, func, call, outs):
+    """`_scaled_mm_out_cuda` (Blas.cpp): the result (`resize_output`), then `scaled_gemm` through
+    cuBLASLt, whose `getCUDABlasLtWorkspace()` takes the handle's workspace and its own on first use
+    (blind49/aw01's H200 history: 939,524,096, then 33,554,432 and 1,048,576 bytes)."""
+    (args, _kw) = call
+    if args[0].numel() > 0 and args[1].numel() > 0:
+        out = outs[0] if isinstance(outs, (tuple, list)) else outs
+        cap.blas("scaled_mm", out.dtype, True)
+
+
+for _f in (aten._scaled_mm.default, aten._scaled_mm.out):
+    AFTER[_f] = _scaled_mm
 for _f in (aten.mv.default, aten.mv.out, aten.addmv.default, aten.addmv.out, aten.addmv_.default):
     AFTER[_f] = _gemv
 for _f in (aten.dot.default, aten.dot.out, aten.vdot.default, aten.vdot.out):
