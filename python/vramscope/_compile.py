@@ -111,12 +111,20 @@ def _inner_compile(original):
 
 
 class _Kernel:
-    """A Triton kernel: launching it allocates nothing (its buffers are the wrapper's)."""
+    """A Triton kernel: launching it allocates nothing (its buffers are the wrapper's), but its first
+    launch autotunes where Inductor's heuristics gave it more than one config (`_autotune`)."""
 
-    def __init__(self, name):
+    def __init__(self, name, autotuner=None):
         self.__name__ = name
+        self.autotuner = autotuner
+        self.tuned = False
 
-    def run(self, *args, **kwargs):
+    def run(self, *args, stream=None, **kwargs):
+        # `CachingAutotuner.run` (triton_heuristics.py): more than one launcher -> autotune_to_one_config
+        if not self.tuned:
+            self.tuned = True
+            if self.autotuner is not None and len(self.autotuner.configs) > 1:
+                _autotune(self.autotuner, args, kwargs)
         return None
 
     def __getitem__(self, grid):
@@ -124,6 +132,54 @@ class _Kernel:
 
     def __call__(self, *args, **kwargs):
         return None
+
+
+def _autotune(kernel, args, kwargs) -> None:
+    """The memory of `CachingAutotuner.autotune_to_one_config` (torch/_inductor/runtime/
+    triton_heuristics.py) on the simulated tensors: each config is benchmarked (`bench`) by
+    `InductorBenchmarker.benchmark_gpu` (runtime/benchmarking.py), whose launches each clone the
+    kernel's mutated arguments (`maybe_clone_args`, `clone_preserve_strides`) and free the clones,
+    once before and then while it holds an L2-flushing buffer of `L2_cache_size // 4` ints. A mutated
+    argument whose clone would exceed the peak's headroom (`max_memory_allocated -
+    memory_allocated`, taken per config) is copied to pinned host memory instead
+    (`copy_args_to_cpu_if_needed`, when the kernel's `optimize_mem`). Configs are taken as all
+    launching (none dropped for spilled registers: timing and registers are the GPU's)."""
+    from itertools import zip_longest
+
+    from torch._inductor.runtime.triton_heuristics import compute_required_storage_length
+    from torch._inductor.utils import clone_preserve_strides
+
+    names = list(kernel.fn.arg_names)
+    mutated = set(kernel.mutated_arg_names)
+    named = [*zip(names, args), *kwargs.items()]
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    for _ in kernel.configs:
+        on_host = set()
+        if kernel.optimize_mem:
+            budget = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+            for name, arg in named:
+                if name in mutated and isinstance(arg, torch.Tensor) and arg.is_cuda:
+                    n = compute_required_storage_length(arg.size(), arg.stride(), 0)
+                    size = n * arg.element_size()
+                    if size > budget:
+                        on_host.add(name)
+                    else:
+                        budget -= size
+
+        def launch():
+            clones = [
+                clone_preserve_strides(arg)
+                for name, arg in [*zip_longest(names[: len(args)], args), *kwargs.items()]
+                if name in mutated and name not in on_host
+            ]
+            # freed as a list is, the last first
+            while clones:
+                clones.pop()
+
+        launch()  # the warm-up launch
+        buffer = torch.empty(props.L2_cache_size // 4, dtype=torch.int, device="cuda")
+        launch()  # the timed launches: each clones and frees the same
+        del buffer
 
 
 def _sdpa_nodes(cap, gm) -> None:
@@ -280,6 +336,7 @@ def patch(p, cap) -> None:
     from torch._inductor import async_compile
     from torch._inductor import compile_fx as compile_fx_module
     from torch._inductor.fx_passes import joint_graph, pad_mm
+    from torch._inductor.runtime import triton_helpers
     from torch._subclasses import fake_tensor
 
     # for the process's life: dynamo's compiled code outlives the capture
@@ -309,7 +366,9 @@ def patch(p, cap) -> None:
         # the wrapper's allocations are the line's that called the compiled code
         _capture.GENERATED.append(cache_dir())
     p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
-    p.set(async_compile.AsyncCompile, "triton", lambda self, name, *a, **k: _Kernel(name))
+    p.set(async_compile.AsyncCompile, "triton", _triton)
+    # a kernel's module selects Triton's CUDA driver when loaded, which needs libcuda
+    p.set(triton_helpers, "set_driver_to_gpu", lambda: None)
 
     init = joint_graph.lazy_init
 
@@ -377,6 +436,18 @@ def patch(p, cap) -> None:
         return False
 
     p.set(pad_mm, "should_pad", should_pad)
+
+
+def _triton(self, kernel_name, source_code, device_str="cuda"):
+    """`AsyncCompile.triton`: the kernel's `CachingAutotuner` as its source makes it (Inductor's
+    heuristics pick its configs; nothing is compiled), launched by `_Kernel`."""
+    from torch._inductor.async_compile import _load_triton_kernel_from_source
+
+    try:
+        autotuner = _load_triton_kernel_from_source(kernel_name, source_code)
+    except Exception:  # its configs unknown: launched without autotuning
+        autotuner = None
+    return _Kernel(kernel_name, autotuner)
 
 
 class _HostFactories(TorchDispatchMode):
