@@ -144,42 +144,39 @@ def _autotune(kernel, args, kwargs) -> None:
     memory_allocated`, taken per config) is copied to pinned host memory instead
     (`copy_args_to_cpu_if_needed`, when the kernel's `optimize_mem`). Configs are taken as all
     launching (none dropped for spilled registers: timing and registers are the GPU's)."""
-    from itertools import zip_longest
-
     from torch._inductor.runtime.triton_heuristics import compute_required_storage_length
     from torch._inductor.utils import clone_preserve_strides
 
-    names = list(kernel.fn.arg_names)
-    mutated = set(kernel.mutated_arg_names)
-    named = [*zip(names, args), *kwargs.items()]
+    # the kernel's arguments by name (`self.fn.arg_names`), positional then keyword
+    named = [*zip(kernel.fn.arg_names, args, strict=False), *kwargs.items()]
+    mutated = [
+        (name, arg)
+        for name, arg in named
+        if name in kernel.mutated_arg_names and isinstance(arg, torch.Tensor) and arg.is_cuda
+    ]
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     for _ in kernel.configs:
-        on_host = set()
+        cloned = mutated
         if kernel.optimize_mem:
             budget = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
-            for name, arg in named:
-                if name in mutated and isinstance(arg, torch.Tensor) and arg.is_cuda:
-                    n = compute_required_storage_length(arg.size(), arg.stride(), 0)
-                    size = n * arg.element_size()
-                    if size > budget:
-                        on_host.add(name)
-                    else:
-                        budget -= size
-
-        def launch():
-            clones = [
-                clone_preserve_strides(arg)
-                for name, arg in [*zip_longest(names[: len(args)], args), *kwargs.items()]
-                if name in mutated and name not in on_host
-            ]
-            # freed as a list is, the last first
-            while clones:
-                clones.pop()
-
-        launch()  # the warm-up launch
+            cloned = []
+            for name, arg in mutated:
+                n = compute_required_storage_length(arg.size(), arg.stride(), 0)
+                if n * arg.element_size() <= budget:
+                    budget -= n * arg.element_size()
+                    cloned.append((name, arg))
+        _launch_on_clones(clone_preserve_strides, cloned)  # the warm-up launch
         buffer = torch.empty(props.L2_cache_size // 4, dtype=torch.int, device="cuda")
-        launch()  # the timed launches: each clones and frees the same
+        _launch_on_clones(clone_preserve_strides, cloned)  # each timed launch: the same
         del buffer
+
+
+def _launch_on_clones(clone, args) -> None:
+    """One benchmarked launch's clones (`kernel_call`): made in argument order, freed when the
+    launch returns, the last first (a list's order of release)."""
+    clones = [clone(arg) for _, arg in args]
+    while clones:
+        clones.pop()
 
 
 def _sdpa_nodes(cap, gm) -> None:

@@ -19,7 +19,6 @@ from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
 from ._tensor import value as _value
 
-
 #: `get_device_properties().L2_cache_size` by `--gpu` key (Inductor's benchmarker flushes that much
 #: between timed launches); another GPU's is taken as the H100's
 L2_CACHE_BYTES = {
