@@ -143,7 +143,9 @@ def _autotune(kernel, args, kwargs) -> None:
     argument whose clone would exceed the peak's headroom (`max_memory_allocated -
     memory_allocated`, taken per config) is copied to pinned host memory instead
     (`copy_args_to_cpu_if_needed`, when the kernel's `optimize_mem`). Configs are taken as all
-    launching (none dropped for spilled registers: timing and registers are the GPU's)."""
+    launching as the heuristics gave them (Triton drops one that fails to compile or spills too many
+    registers, and `_dynamic_scale_rblock` may add one: the compiled kernel's registers decide, which
+    only the GPU's compile knows)."""
     from torch._inductor.runtime.triton_heuristics import compute_required_storage_length
     from torch._inductor.utils import clone_preserve_strides
 
@@ -363,7 +365,7 @@ def patch(p, cap) -> None:
         # the wrapper's allocations are the line's that called the compiled code
         _capture.GENERATED.append(cache_dir())
     p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
-    p.set(async_compile.AsyncCompile, "triton", _triton)
+    p.set(async_compile.AsyncCompile, "triton", functools.partialmethod(_triton_for, cap))
     # a kernel's module selects Triton's CUDA driver when loaded, which needs libcuda
     p.set(triton_helpers, "set_driver_to_gpu", lambda: None)
 
@@ -435,14 +437,15 @@ def patch(p, cap) -> None:
     p.set(pad_mm, "should_pad", should_pad)
 
 
-def _triton(self, kernel_name, source_code, device_str="cuda"):
+def _triton_for(self, cap, kernel_name, source_code, device_str="cuda"):
     """`AsyncCompile.triton`: the kernel's `CachingAutotuner` as its source makes it (Inductor's
     heuristics pick its configs; nothing is compiled), launched by `_Kernel`."""
     from torch._inductor.async_compile import _load_triton_kernel_from_source
 
     try:
         autotuner = _load_triton_kernel_from_source(kernel_name, source_code)
-    except Exception:  # its configs unknown: launched without autotuning
+    except Exception:  # its configs unknown: launched without autotuning, named
+        cap.note_compile_unmeasured("a Triton kernel's autotuning (its configs could not be read)")
         autotuner = None
     return _Kernel(kernel_name, autotuner)
 
