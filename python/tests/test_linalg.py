@@ -1,11 +1,13 @@
 """torch.linalg under the capture: what each CUDA kernel allocates, against blind21/u04's H200 per-op
 truth (fixtures/run/truth_blind21_h200.tar.xz: allocations and requested bytes per op)."""
 
+import json
+
 import pytest
 import torch
 import vramscope
-from conftest import counted
-from vramscope import _linalg
+from conftest import FIXTURES, counted
+from vramscope import _gesvdj, _linalg
 from vramscope._tensor import set_value
 
 F = _linalg._THETAS_FLOAT[5]
@@ -131,10 +133,62 @@ def test_svd_takes_gesvdj_of_a_column_major_clone():
         assert torch.cuda.memory_allocated() == 3 * 67108864 + 16384
         assert "aten::_linalg_svd" not in cap.unmeasured
         # a size without a measured workspace: the rest, and the workspace named unmeasured
-        b = torch.empty(300, 200, device="cuda")
-        _, counts = counted(lambda: torch.linalg.svd(b))
-        assert counts == (7, 4 * (300 * 300 + 200 * 200 + 200) + 4 + 4 * 300 * 200 + 2)
-        assert any("gesvdj workspace (300 x 200" in name for name in cap.unmeasured)
+        b = torch.empty(300, 201, device="cuda")
+        _, counts = counted(lambda: torch.linalg.svd(b, full_matrices=True))
+        assert counts == (7, 4 * (300 * 300 + 201 * 201 + 201) + 4 + 4 * 300 * 201 + 2)
+        assert any("gesvdj workspace (300 x 201" in name for name in cap.unmeasured)
+
+
+PROBE = json.loads((FIXTURES / "run" / "svd" / "svd_probe_h200.json").read_text())
+
+
+def _history(fn):
+    """The twin's allocator events of `fn` (allocations and frees, sizes as requested)."""
+    torch.cuda.memory._record_memory_history(max_entries=10_000)
+    before = len(torch.cuda.memory._snapshot()["device_traces"][0])
+    fn()
+    trace = torch.cuda.memory._snapshot()["device_traces"][0][before:]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    return [(e["action"][0], e["size"]) for e in trace if e["action"] in ("alloc", "free_requested")]
+
+
+@pytest.mark.parametrize("case", PROBE["cases"], ids=lambda c: c["name"])
+def test_svd_allocates_and_frees_in_the_h200s_order(case):
+    # fixtures/run/svd: gesvdj (square, tall, wide, full_matrices both ways, float64, a batch,
+    # svdvals' scratch U and V) and gesvdjBatched (a batch of 16 x 16, 32 x 20's full U)
+    dtype = torch.float64 if "float64" in case["name"] else torch.float32
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(*case["batch"], case["m"], case["n"], device="cuda", dtype=dtype)
+        if case["name"].startswith("svdvals"):
+            got = _history(lambda: torch.linalg.svdvals(a))
+        else:
+            got = _history(lambda: torch.linalg.svd(a, full_matrices=case["full"]))
+        assert got == [(e["a"], e["size"]) for e in case["events"]]
+        assert not cap.unmeasured
+
+
+def test_gesvdj_lwork_is_the_h200s_over_the_whole_grid():
+    # every (type, m, n, econ, jobz) the probe called cusolverDn<t>gesvdj_bufferSize with
+    assert len(PROBE["lwork"]) == 3200
+    for _t, m, n, econ, _jobz, status, lwork in PROBE["lwork"]:
+        assert status == 0 and _gesvdj.gesvdj_lwork(m, n, bool(econ)) == lwork, (m, n, econ)
+    # sizes off the grid and outside the recorded calls are not measured
+    assert _gesvdj.gesvdj_lwork(4000, 4096, True) is None
+    assert _linalg.gesvdj_workspace_bytes(4096, 4096, False, torch.complex64) is None
+
+
+def test_svdvals_of_a_tensor_needing_a_gradient_computes_the_vectors():
+    # `linalg_svdvals`: compute_uv = `_requires_fw_or_bw_grad(A)`, so U and Vh come back for backward
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(64, 48, device="cuda", requires_grad=True)
+        _, counts = counted(lambda: torch.linalg.svdvals(a))
+        lwork = _gesvdj.gesvdj_lwork(64, 48, True)
+        # U, Vh, S, infos, the clone, the workspace, check_errors' two bytes
+        assert counts == (8, 4 * (64 * 48 + 48 * 48 + 48) + 4 + 4 * 64 * 48 + 4 * lwork + 2)
+        with torch.no_grad():
+            _, counts = counted(lambda: torch.linalg.svdvals(a))
+        # S, infos, the clone, scratch U and V, the workspace, check_errors' two bytes
+        assert counts == (8, 4 * 48 + 4 + 4 * 64 * 48 + 4 * (64 * 48 + 48 * 48) + 4 * lwork + 2)
 
 
 def test_potrf_workspace_follows_the_h200_sweep():

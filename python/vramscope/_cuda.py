@@ -355,7 +355,7 @@ def patch(cap) -> _Patch:
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
     p.set(C, "_cuda_clearCublasWorkspaces", lambda: cap.device.clear_cublas_workspaces())
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
-    from . import _attention, _kernels
+    from . import _attention, _kernels, _linalg
 
     original_sdpa = F.scaled_dot_product_attention
 
@@ -372,6 +372,11 @@ def patch(cap) -> _Patch:
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
     p.set(F, "linear", _traced_as_pytorch(_kernels.linear(F.linear), F.linear))
     p.set(F, "dropout", _traced_as_pytorch(_kernels.dropout(F.dropout), F.dropout))
+    p.set(
+        torch.linalg,
+        "svdvals",
+        _traced_as_pytorch(_linalg.svdvals(torch.linalg.svdvals), torch.linalg.svdvals),
+    )
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     from . import _compile
 

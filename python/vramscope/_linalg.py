@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from ._gesvdj import gesvdj_lwork
 from ._kernels import AFTER, DISPATCH, SCRATCH_UNMODELLED, reduce_scratch
 from ._tensor import assumed, registered, set_value, tensors_in, value
 
@@ -175,20 +176,70 @@ def _linalg_cholesky_ex(cap, func, args, kwargs):
 DISPATCH[aten.linalg_cholesky_ex.default] = _linalg_cholesky_ex
 
 
-#: `cusolverDn<t>gesvdj_bufferSize`'s lwork in bytes by (m, n, econ, compute_uv, dtype) for one
-#: matrix, measured on an H200 (blind47/au02's memory history: 4096 x 4096 float32, econ, vectors)
-GESVDJ_WORKSPACE = {
-    (4096, 4096, True, True, torch.float32): 135549440,
+#: `cusolverDn<t>gesvdjBatched_bufferSize`'s workspace in bytes by (m, n, batch, compute_uv, dtype),
+#: as `at::cuda::solver::gesvdjBatched` allocates it (CUDASolver.cpp), measured on an H200
+#: (fixtures/run/svd/svd_probe_h200.json: a batch of 8 of 16 x 16 and one 32 x 20, with vectors)
+GESVDJ_BATCHED_WORKSPACE = {
+    (16, 16, 8, True, torch.float32): 3968,
+    (32, 20, 1, True, torch.float32): 3968,
 }
+
+
+def gesvdj_workspace_bytes(m: int, n: int, full_matrices: bool, dtype) -> int | None:
+    """`apply_svd_cusolver_gesvdj`'s workspace: `sizeof(scalar_t) * lwork` for one matrix (the
+    measured lwork of `_gesvdj`, the same in elements for float32 and float64), or None where the
+    size or the type is not measured."""
+    if dtype not in (torch.float32, torch.float64):
+        return None
+    lwork = gesvdj_lwork(m, n, econ=not full_matrices)
+    return None if lwork is None else lwork * dtype.itemsize
+
+
+def _gesvdj(cap, a, m: int, n: int, full: bool, compute_uv: bool, op: str) -> None:
+    """`apply_svd_cusolver_gesvdj` on the clone: without vectors, scratch U (m x k) and V (n x k);
+    one workspace for the whole batch (the loop reuses it); all freed as it returns."""
+    k, size = min(m, n), a.element_size()
+    scratch_u = None if compute_uv else cap.malloc(m * k * size, op, "temporary")
+    scratch_v = None if compute_uv else cap.malloc(n * k * size, op, "temporary")
+    nbytes = gesvdj_workspace_bytes(m, n, full, a.dtype)
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER gesvdj workspace ({m} x {n}, {a.dtype})")
+        work = None
+    else:
+        work = cap.malloc(nbytes, op, "temporary")
+    del work, scratch_v, scratch_u
+
+
+def _gesvdj_batched(cap, a, m: int, n: int, full: bool, compute_uv: bool, op: str) -> None:
+    """`svd_cusolver_gesvdjBatched` on the clone: the kernel writes full U and V, so with vectors
+    and `full_matrices=False` a non-square matrix takes a full U (m > n) or V (m < n) of the batch,
+    copied back after; `apply_svd_cusolver_gesvdjBatched`, without vectors, scratch U (m x m) and V
+    (n x n) of the batch; `gesvdjBatched`'s workspace, freed at its return."""
+    batch, size = math.prod(a.shape[:-2]), a.element_size()
+    full_u = compute_uv and not full and m > n
+    full_v = compute_uv and not full and m < n
+    aux = (
+        cap.malloc(batch * (m * m if full_u else n * n) * size, op, "temporary") if full_u or full_v else None
+    )
+    scratch_u = None if compute_uv else cap.malloc(batch * m * m * size, op, "temporary")
+    scratch_v = None if compute_uv else cap.malloc(batch * n * n * size, op, "temporary")
+    nbytes = GESVDJ_BATCHED_WORKSPACE.get((m, n, batch, bool(compute_uv), a.dtype))
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER gesvdjBatched workspace ({batch} x {m} x {n}, {a.dtype})")
+    else:
+        work = cap.malloc(nbytes, op, "temporary")
+        del work
+    del scratch_v, scratch_u, aux
 
 
 def _linalg_svd(cap, func, args, kwargs):
     """`_linalg_svd` on CUDA (`TORCH_IMPL_FUNC(_linalg_svd_out)`, BatchLinearAlgebra.cpp): U and Vh,
     then S (its meta function's order), `at::zeros` int32 infos, `svd_cusolver`
-    (BatchLinearAlgebraLib.cpp): gesvdj of `cloneBatchedColumnMajor(A)` for matrices wider or
-    taller than 32 (without vectors, scratch U (m x k) and V (n x k) first), one workspace for the
-    batch (`GESVDJ_WORKSPACE`), freed, then the clone; `_linalg_check_errors`; the infos die last.
-    gesvdjBatched (both sides at most 32), an explicit driver and MAGMA are named unmeasured."""
+    (BatchLinearAlgebraLib.cpp) on `cloneBatchedColumnMajor(A)`: gesvdjBatched where both sides
+    are at most 32 (`_gesvdj_batched`), else gesvdj (`_gesvdj`); the clone dies, then
+    `_linalg_check_errors`; the infos die last. The H200's histories of eleven calls:
+    fixtures/run/svd. An explicit gesvd or gesvda driver, complex types' workspaces and MAGMA are
+    named unmeasured; so is gesvd's fallback for matrices gesvdj does not converge on."""
     a = args[0]
     if not registered(a) or a.dim() < 2:
         return NotImplemented
@@ -204,23 +255,15 @@ def _linalg_svd(cap, func, args, kwargs):
     if a.numel() == 0:
         return u, s, vh
     m, n = a.size(-2), a.size(-1)
-    k = min(m, n)
     batch = math.prod(a.shape[:-2])
     info = cap.malloc(4 * batch, op, "temporary")
-    if _backend() == "magma" or p.get("driver") is not None or (m <= 32 and n <= 32):
-        cap.note_unmeasured(f"{op} outside cuSOLVER's gesvdj of a matrix wider or taller than 32")
+    if _backend() == "magma" or p.get("driver") not in (None, "gesvdj"):
+        cap.note_unmeasured(f"{op} outside cuSOLVER's gesvdj (driver {p.get('driver')}, {_backend()})")
     else:
-        size = a.element_size()
-        clone = cap.malloc(a.numel() * size, op, "temporary")
-        scratch_u = None if compute_uv else cap.malloc(m * k * size, op, "temporary")
-        scratch_v = None if compute_uv else cap.malloc(n * k * size, op, "temporary")
-        nbytes = GESVDJ_WORKSPACE.get((m, n, not full, bool(compute_uv), a.dtype))
-        if nbytes is None:
-            cap.note_unmeasured(f"{op}'s cuSOLVER gesvdj workspace ({m} x {n}, {a.dtype})")
-            work = None
-        else:
-            work = cap.malloc(nbytes, op, "temporary")
-        del work, scratch_v, scratch_u, clone
+        clone = cap.malloc(a.numel() * a.element_size(), op, "temporary")
+        run = _gesvdj_batched if m <= 32 and n <= 32 else _gesvdj
+        run(cap, a, m, n, full, compute_uv, op)
+        del clone
     info_t = torch.empty(a.shape[:-2], dtype=torch.int32, device="meta")
     check_errors(cap, info_t, op)
     del info
@@ -229,6 +272,27 @@ def _linalg_svd(cap, func, args, kwargs):
 
 DISPATCH[aten._linalg_svd.default] = _linalg_svd
 SCRATCH_UNMODELLED.discard("aten::_linalg_svd")
+
+
+def svdvals(original):
+    """`linalg_svdvals` (BatchLinearAlgebra.cpp): `_linalg_svd(A, full_matrices=false, compute_uv)`'s
+    S, vectors computed only where A needs a gradient (`_requires_fw_or_bw_grad`); the twin's meta
+    tensors would count as subclass-like there (`isTensorSubclassLike`), which computes them."""
+
+    def run(A, *, driver=None, out=None):
+        if out is not None or not registered(A):
+            return original(A, driver=driver, out=out)
+        grad = (torch.is_grad_enabled() and A.requires_grad) or _has_forward_grad(A)
+        return aten._linalg_svd(A, False, grad, driver=driver)[1]
+
+    return run
+
+
+def _has_forward_grad(t) -> bool:
+    """`input._fw_grad(0).defined()`: a forward-mode tangent at level 0."""
+    import torch.autograd.forward_ad as fwad
+
+    return fwad._current_level >= 0 and fwad.unpack_dual(t).tangent is not None
 
 
 def _cholesky_solve(cap, func, args, kwargs):
