@@ -132,11 +132,11 @@ def test_svd_takes_gesvdj_of_a_column_major_clone():
         assert counts == (8, 336892422)
         assert torch.cuda.memory_allocated() == 3 * 67108864 + 16384
         assert "aten::_linalg_svd" not in cap.unmeasured
-        # a size without a measured workspace: the rest, and the workspace named unmeasured
-        b = torch.empty(300, 201, device="cuda")
+        # a type without a measured workspace: the rest, and the workspace named unmeasured
+        b = torch.empty(300, 200, device="cuda", dtype=torch.complex64)
         _, counts = counted(lambda: torch.linalg.svd(b, full_matrices=True))
-        assert counts == (7, 4 * (300 * 300 + 201 * 201 + 201) + 4 + 4 * 300 * 201 + 2)
-        assert any("gesvdj workspace (300 x 201" in name for name in cap.unmeasured)
+        assert counts == (7, 8 * (300 * 300 + 200 * 200) + 4 * 200 + 4 + 8 * 300 * 200 + 2)
+        assert any("gesvdj workspace (300 x 200, torch.complex64" in name for name in cap.unmeasured)
 
 
 PROBE = json.loads((FIXTURES / "run" / "svd" / "svd_probe_h200.json").read_text())
@@ -168,13 +168,31 @@ def test_svd_allocates_and_frees_in_the_h200s_order(case):
 
 
 def test_gesvdj_lwork_is_the_h200s_over_the_whole_grid():
-    # every (type, m, n, econ, jobz) the probe called cusolverDn<t>gesvdj_bufferSize with
+    # every (type, m, n, econ, jobz) the probe called cusolverDn<t>gesvdj_bufferSize with, in every
+    # form of the fit
     assert len(PROBE["lwork"]) == 3200
     for _t, m, n, econ, _jobz, status, lwork in PROBE["lwork"]:
         assert status == 0 and _gesvdj.gesvdj_lwork(m, n, bool(econ)) == lwork, (m, n, econ)
-    # sizes off the grid and outside the recorded calls are not measured
-    assert _gesvdj.gesvdj_lwork(4000, 4096, True) is None
+        assert {_gesvdj._lwork(m, n, bool(econ), *v) for v in _gesvdj._VARIANTS} == {lwork}
+    # off the grid: the recorded 300 x 200 call (3,146,752 bytes in float32, both ways)
+    assert _gesvdj.gesvdj_lwork(300, 200, True) == _gesvdj.gesvdj_lwork(300, 200, False) == 786688
+    # where the forms disagree: padding (at most 31 elements), or the floor's growth (k = 300)
+    lo, hi = _gesvdj.gesvdj_lwork_bounds(999, 998, True)
+    assert 0 < hi - lo <= 31 and _gesvdj.gesvdj_lwork(999, 998, True) is None
+    lo, hi = _gesvdj.gesvdj_lwork_bounds(400, 300, True)
+    assert (lo, hi) == (1024 * (512 + 300) + 320 + 32, 1024 * (512 + 384) + 320 + 32)
     assert _linalg.gesvdj_workspace_bytes(4096, 4096, False, torch.complex64) is None
+    with pytest.raises(ValueError):
+        _gesvdj.gesvdj_lwork(0, 4, True)
+
+
+def test_an_undetermined_gesvdj_workspace_takes_the_most_and_says_so(capsys):
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(400, 300, device="cuda")
+        _, counts = counted(lambda: torch.linalg.svd(a, full_matrices=False))
+        hi = _gesvdj.gesvdj_lwork_bounds(400, 300, True)[1]
+        assert counts == (8, 4 * (400 * 300 + 300 * 300 + 300) + 4 + 4 * 400 * 300 + 4 * hi + 2)
+    assert "gesvdj's workspace for 400 x 300" in capsys.readouterr().err
 
 
 def test_svdvals_of_a_tensor_needing_a_gradient_computes_the_vectors():

@@ -10,15 +10,16 @@ them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads,
   workspace), then `_linalg_check_errors` where asked.
 - `_linalg_check_errors`: `infos.any().item<bool>()` (BatchLinearAlgebra.cpp); `any` of one
   element is `self.to(kBool)` copied into the result (`allany_impl`, ReduceOps.cpp).
-- `_linalg_svd`: `_linalg_svd_out` and `svd_cusolver` (gesvdj of a column-major clone).
+- `_linalg_svd`: `_linalg_svd_out` and `svd_cusolver` (gesvdj or gesvdjBatched of a column-major
+  clone); `linalg_svdvals`' choice of vectors.
 - `_linalg_slogdet`, `linalg_lu_factor_ex`, `linalg_lu_solve`, `linalg_solve_triangular`: LU by
   cuSOLVER's getrf, `lu_det_P`, `lu_solve_kernel`'s routes and `triangular_solve_kernel`'s trsm.
 - `linalg_matrix_exp`: `mexp`/`mexp_impl` and `compute_T1` ... `compute_T18_scale_square`
   (`aten/src/ATen/native/LinearAlgebra.cpp`), run op by op through the capture.
 
 cuSOLVER's workspace sizes come from `cusolverDn*_bufferSize` at run time: they are the measured
-figures of `WORKSPACE`, `GESVDJ_WORKSPACE` and `GETRF_WORKSPACE` where the twin has them, and named
-unmeasured elsewhere.
+figures of `WORKSPACE` and `GETRF_WORKSPACE` where the twin has them (gesvdj's: `_gesvdj`'s closed
+form of an H200's grid), and named unmeasured elsewhere.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import math
 
 import torch
 
-from ._gesvdj import gesvdj_lwork
+from ._gesvdj import gesvdj_lwork_bounds
 from ._kernels import AFTER, DISPATCH, SCRATCH_UNMODELLED, reduce_scratch
 from ._tensor import assumed, registered, set_value, tensors_in, value
 
@@ -185,28 +186,37 @@ GESVDJ_BATCHED_WORKSPACE = {
 }
 
 
-def gesvdj_workspace_bytes(m: int, n: int, full_matrices: bool, dtype) -> int | None:
-    """`apply_svd_cusolver_gesvdj`'s workspace: `sizeof(scalar_t) * lwork` for one matrix (the
-    measured lwork of `_gesvdj`, the same in elements for float32 and float64), or None where the
-    size or the type is not measured."""
+def gesvdj_workspace_bytes(m: int, n: int, full_matrices: bool, dtype) -> tuple[int, int] | None:
+    """`apply_svd_cusolver_gesvdj`'s workspace, `sizeof(scalar_t) * lwork` for one matrix: the least
+    and the most bytes of `_gesvdj`'s fitted lwork (the same in elements for float32 and float64),
+    or None for the types not measured."""
     if dtype not in (torch.float32, torch.float64):
         return None
-    lwork = gesvdj_lwork(m, n, econ=not full_matrices)
-    return None if lwork is None else lwork * dtype.itemsize
+    lo, hi = gesvdj_lwork_bounds(m, n, econ=not full_matrices)
+    return lo * dtype.itemsize, hi * dtype.itemsize
 
 
 def _gesvdj(cap, a, m: int, n: int, full: bool, compute_uv: bool, op: str) -> None:
     """`apply_svd_cusolver_gesvdj` on the clone: without vectors, scratch U (m x k) and V (n x k);
-    one workspace for the whole batch (the loop reuses it); all freed as it returns."""
+    one workspace for the whole batch (the loop reuses it); all freed as it returns. Where the
+    fitted forms of lwork disagree on the size, the most, with a warning."""
     k, size = min(m, n), a.element_size()
     scratch_u = None if compute_uv else cap.malloc(m * k * size, op, "temporary")
     scratch_v = None if compute_uv else cap.malloc(n * k * size, op, "temporary")
-    nbytes = gesvdj_workspace_bytes(m, n, full, a.dtype)
-    if nbytes is None:
+    bounds = gesvdj_workspace_bytes(m, n, full, a.dtype)
+    if bounds is None:
         cap.note_unmeasured(f"{op}'s cuSOLVER gesvdj workspace ({m} x {n}, {a.dtype})")
         work = None
     else:
-        work = cap.malloc(nbytes, op, "temporary")
+        lo, hi = bounds
+        if lo != hi:
+            cap.warn_once(
+                f"gesvdj:{m}x{n}:{full}:{a.dtype}",
+                f"{op}: cuSOLVER gesvdj's workspace for {m} x {n} ({a.dtype}) lies between {lo:,} "
+                f"and {hi:,} bytes by the forms that fit the H200's measured grid: the twin takes "
+                f"{hi:,} (an upper bound)",
+            )
+        work = cap.malloc(hi, op, "temporary")
     del work, scratch_v, scratch_u
 
 
