@@ -323,3 +323,13 @@ def test_solve_triangular_takes_looped_or_batched_trsm():
         c = torch.empty(9, 100, 100, device="cuda")
         _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
         assert counts == (3, 9 * 100 * 100 * 4 + 2 * 72)
+
+
+def test_det_factors_as_slogdet_does():
+    # the pieces of slogdet's H200 history: det, LU, pivots, info, getrf's workspace (768 bytes at
+    # 12 rows), the diagonal's prod, then lu_det_P's arange, !=, int64 sum and int64 copy
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(12, 12, device="cuda").mT
+        d, counts = counted(lambda: torch.linalg.det(a))
+        assert d.shape == () and counts == (10, 4 + 576 + 48 + 4 + 768 + 4 + 48 + 12 + 8 + 96)
+        assert "aten::_linalg_det" not in cap.unmeasured

@@ -12,8 +12,9 @@ them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads,
   element is `self.to(kBool)` copied into the result (`allany_impl`, ReduceOps.cpp).
 - `_linalg_svd`: `_linalg_svd_out` and `svd_cusolver` (gesvdj or gesvdjBatched of a column-major
   clone); `linalg_svdvals`' choice of vectors.
-- `_linalg_slogdet`, `linalg_lu_factor_ex`, `linalg_lu_solve`, `linalg_solve_triangular`: LU by
-  cuSOLVER's getrf, `lu_det_P`, `lu_solve_kernel`'s routes and `triangular_solve_kernel`'s trsm.
+- `_linalg_det`, `_linalg_slogdet`, `linalg_lu_factor_ex`, `linalg_lu_solve`,
+  `linalg_solve_triangular`: LU by cuSOLVER's getrf, `lu_det_P`, `lu_solve_kernel`'s routes and
+  `triangular_solve_kernel`'s trsm.
 - `linalg_matrix_exp`: `mexp`/`mexp_impl` and `compute_T1` ... `compute_T18_scale_square`
   (`aten/src/ATen/native/LinearAlgebra.cpp`), run op by op through the capture.
 
@@ -443,13 +444,55 @@ def _reduce_last(cap, batch: int, n: int, elem: int, op: str) -> None:
     reduce_scratch(cap, [batch, n], None, [False, True], elem, elem, op)
 
 
+def _lu_det_p(cap, batch: int, n: int, op: str):
+    """`lu_det_P(pivots)` (BatchLinearAlgebra.cpp): an int32 `arange(1, n + 1)`, the bool `!=`, the
+    int64 sum (returned, alive) and the bool input's int64 copy it reduces (`make_reduction`),
+    freed by the iterator, then the `!=` and the `arange` (blind48/av01's H200 history)."""
+    steps = cap.malloc(4 * n, op, "temporary")
+    moved = cap.malloc(batch * n, op, "temporary")
+    det_p = cap.malloc(8 * batch, op, "temporary")
+    as_long = cap.malloc(8 * batch * n, op, "temporary")
+    _reduce_last(cap, batch, n, 8, op)
+    del as_long, moved, steps
+    return det_p
+
+
+def _linalg_det(cap, func, args, kwargs):
+    """`_linalg_det` on CUDA (`TORCH_IMPL_FUNC(_linalg_det_out)`, BatchLinearAlgebra.cpp): det, LU
+    (F-contiguous) and pivots (its meta function's order); the int32 info; `lu_factor`; then
+    `mul_out(det, lu_det_P(pivots), prod(diag(LU)))` with its arguments evaluated last first, as
+    slogdet's `mul_out` runs on the H200: the `prod` (reducing the strided diagonal), then
+    `lu_det_P`; both die after the product, the info last."""
+    a = args[0]
+    if not registered(a) or kwargs or a.dim() < 2:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_linalg_det"
+    det, lu, pivots = func(*args)
+    for t in (det, lu, pivots):
+        cap.track(t, op)
+    if a.numel() == 0:
+        return det, lu, pivots
+    batch, n = _batch(a), a.size(-1)
+    size = a.element_size()
+    info = cap.malloc(4 * batch, op, "temporary")
+    lu_factor(cap, lu, True, op)
+    prod = cap.malloc(size * batch, op, "temporary")
+    reduce_scratch(cap, [batch, n], [n * n, n + 1], [False, True], size, size, op)
+    det_p = _lu_det_p(cap, batch, n, op)
+    del det_p, prod, info
+    return det, lu, pivots
+
+
+DISPATCH[aten._linalg_det.default] = _linalg_det
+
+
 def _linalg_slogdet(cap, func, args, kwargs):
     """`_linalg_slogdet` on CUDA (`TORCH_IMPL_FUNC(_linalg_slogdet_out)`, BatchLinearAlgebra.cpp):
     sign, logabsdet, LU (F-contiguous) and pivots (its meta function's order); the int32 info
     `linalg_lu_factor_ex_out` resizes; `lu_factor`; `lu_det_P(pivots)` (the `mul_out`'s last
-    argument, evaluated first): an int32 `arange(1, n + 1)`, the bool `!=`, the int64 sum and the
-    bool input's int64 copy it reduces (`make_reduction`), freed by the iterator, then the `!=`
-    and the `arange`; `diag_U.sgn()` and its `prod`, freed after `mul_out` with the sign of P;
+    argument, evaluated first); `diag_U.sgn()` and its `prod`, freed after `mul_out` with the sign
+    of P;
     `diag_U.abs()` (logged in place) summed into logabsdet; the info dies last. The H200's history
     (blind48/av01): 13 allocations per call of 12, 48 and 192 rows."""
     a = args[0]
@@ -466,13 +509,7 @@ def _linalg_slogdet(cap, func, args, kwargs):
     size, real = a.element_size(), logabsdet.element_size()
     info = cap.malloc(4 * batch, op, "temporary")
     lu_factor(cap, lu, True, op)
-    # lu_det_P
-    steps = cap.malloc(4 * n, op, "temporary")
-    moved = cap.malloc(batch * n, op, "temporary")
-    det_p = cap.malloc(8 * batch, op, "temporary")
-    as_long = cap.malloc(8 * batch * n, op, "temporary")
-    _reduce_last(cap, batch, n, 8, op)
-    del as_long, moved, steps
+    det_p = _lu_det_p(cap, batch, n, op)
     # sign = sgn(diag(U)).prod(-1) * det(P)
     sgn = cap.malloc(size * batch * n, op, "temporary")
     prod = cap.malloc(size * batch, op, "temporary")
@@ -576,7 +613,12 @@ def _linalg_lu_solve(cap, func, args, kwargs):
 
 
 DISPATCH[aten.linalg_lu_solve.default] = _linalg_lu_solve
-for _name in ("aten::_linalg_slogdet", "aten::linalg_lu_factor_ex", "aten::linalg_lu_solve"):
+for _name in (
+    "aten::_linalg_det",
+    "aten::_linalg_slogdet",
+    "aten::linalg_lu_factor_ex",
+    "aten::linalg_lu_solve",
+):
     SCRATCH_UNMODELLED.discard(_name)
 
 
