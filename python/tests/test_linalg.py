@@ -333,3 +333,26 @@ def test_det_factors_as_slogdet_does():
         d, counts = counted(lambda: torch.linalg.det(a))
         assert d.shape == () and counts == (10, 4 + 576 + 48 + 4 + 768 + 4 + 48 + 12 + 8 + 96)
         assert "aten::_linalg_det" not in cap.unmeasured
+
+
+def test_solve_factors_then_solves_with_a_proxy_for_a_vector():
+    # av01's measured pieces (getrf's 3,840 bytes at 192 rows, the triangular route of lu_solve)
+    # composed as `_linalg_solve_ex_out` runs them: result, LU, pivots, info, getrf's workspace;
+    # a vector B's unsqueezed result is not column-major, so lu_solve_out's meta takes a proxy;
+    # the permutation, the first trsm's 32 MiB cuBLAS workspace, B's clone; then check_errors
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(192, 192, device="cuda")
+        b = torch.empty(192, device="cuda")
+        x, counts = counted(lambda: torch.linalg.solve(a, b))
+        want = 768 + 147456 + 768 + 4 + 3840 + 768 + 1536 + 32 * 1024 * 1024 + 768 + 2
+        assert x.shape == (192,) and counts == (11, want)
+        # a matrix B: no proxy (the handle is there now)
+        m = torch.empty(192, 192, device="cuda")
+        x, counts = counted(lambda: torch.linalg.solve(a, m))
+        assert x.stride() == (1, 192) and counts == (9, 3 * 147456 + 768 + 4 + 3840 + 1536 + 2)
+        # 48 rows, 4 columns: looped cuSOLVER getrs and its int32 info
+        c = torch.empty(48, 48, device="cuda")
+        d = torch.empty(48, 4, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve(c, d))
+        assert counts == (8, 768 + 9216 + 192 + 4 + 1280 + 4 + 2)
+        assert not any("solve" in name for name in cap.unmeasured)

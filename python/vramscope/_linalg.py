@@ -533,9 +533,10 @@ def _lu_solve_kernel(cap, lu, b, n: int, k: int, transpose: bool, op: str) -> No
     `maybe_expand_pivots` (copies where LU is not batched as B is), the int64 permutation
     (`arange(n)` made contiguous over the batch), then without transposition the inverse
     permutation (an `arange` and a `scatter`) and P^T B (a `scatter` of B) before two trsm, with it
-    two trsm and `B.clone()` for the final `scatter_`. looped cuSOLVER getrs and MAGMA are named
-    unmeasured. The H200's history (blind48/av01, adjoint): 12 rows batched cuBLAS; 48 and 192
-    rows the triangular solves (their `trsm`)."""
+    two trsm and `B.clone()` for the final `scatter_`; looped cuSOLVER getrs (few systems of up to
+    128 rows) only its int32 info (`at::zeros({1})`); MAGMA is named unmeasured. The H200's
+    history (blind48/av01, adjoint): 12 rows batched cuBLAS; 48 and 192 rows the triangular solves
+    (their `trsm`)."""
     batch = _batch(b)
     size = b.element_size()
     expand = batch != _batch(lu)
@@ -551,10 +552,13 @@ def _lu_solve_kernel(cap, lu, b, n: int, k: int, transpose: bool, op: str) -> No
         route = "cusolver" if batch <= 2 and k <= 2 else "cublas" if k <= 2 else "triangular"
     else:
         route = "triangular"
-    if route in ("cusolver", "magma"):
-        cap.note_unmeasured(
-            f"{op} of {batch} x {n} x {k} by {'looped cuSOLVER' if route == 'cusolver' else 'MAGMA'}"
-        )
+    if route == "magma":
+        cap.note_unmeasured(f"{op} of {batch} x {n} x {k} by MAGMA")
+        return
+    if route == "cusolver":
+        # `lu_solve_looped_cusolver` (BatchLinearAlgebraLib.cpp): getrs needs no workspace
+        info = cap.malloc(4, op, "temporary")
+        del info
         return
     lu_copy = cap.malloc(size * batch * n * n, op, "temporary") if expand else None
     pivots_copy = cap.malloc(4 * batch * n, op, "temporary") if expand else None
@@ -582,22 +586,13 @@ def _lu_solve_kernel(cap, lu, b, n: int, k: int, transpose: bool, op: str) -> No
     del perm, pivots_copy, lu_copy
 
 
-def _linalg_lu_solve(cap, func, args, kwargs):
-    """`linalg_lu_solve` on CUDA (`TORCH_IMPL_FUNC(linalg_lu_solve_out)`, BatchLinearAlgebra.cpp):
-    the result (B broadcast, column-major), B copied into it, pivots made contiguous and LU
-    F-contiguous where they are not (copies), then `lu_solve_kernel` on the result (`left=False`
-    solves the adjoint system of B^H). Another backend preference is named unmeasured."""
-    lu, pivots, b = args[0], args[1], args[2]
-    if not registered(lu) or lu.dim() < 2 or b.dim() < 2:
-        return NotImplemented
-    p = dict(zip(("LU", "pivots", "B", "left", "adjoint"), args, strict=False)) | kwargs
-    left, adjoint = p.get("left", True), p.get("adjoint", False)
-    cap.ops += 1
-    op = "aten::linalg_lu_solve"
-    out = func(*args, **kwargs)
-    cap.track(out, op)
-    if out.numel() == 0:
-        return out
+def lu_solve_out(cap, lu, pivots, result, left: bool, adjoint: bool, op: str) -> None:
+    """`TORCH_IMPL_FUNC(linalg_lu_solve_out)` (BatchLinearAlgebra.cpp) past its meta function: B
+    copied into the result, pivots made contiguous and LU F-contiguous where they are not (copies),
+    then `lu_solve_kernel` on the result (`left=False` solves the adjoint system of B^H). Another
+    backend preference is named unmeasured."""
+    if result.numel() == 0:
+        return
     if not left:
         adjoint = not adjoint
     pivots_copy = None if pivots.is_contiguous() else cap.malloc(4 * pivots.numel(), op, "temporary")
@@ -606,15 +601,78 @@ def _linalg_lu_solve(cap, func, args, kwargs):
     if _backend() != "default":
         cap.note_unmeasured(f"{op} under the {_backend()} preference (preferred_linalg_library)")
     else:
-        result = out if left else out.mT
-        _lu_solve_kernel(cap, lu, result, lu.size(-2), result.size(-1), adjoint, op)
+        b = result if left else result.mT
+        _lu_solve_kernel(cap, lu, b, lu.size(-2), b.size(-1), adjoint, op)
     del lu_copy, pivots_copy
+
+
+def _linalg_lu_solve(cap, func, args, kwargs):
+    """`linalg_lu_solve` on CUDA: the result (B broadcast, column-major), then `lu_solve_out`."""
+    lu, pivots, b = args[0], args[1], args[2]
+    if not registered(lu) or lu.dim() < 2 or b.dim() < 2:
+        return NotImplemented
+    p = dict(zip(("LU", "pivots", "B", "left", "adjoint"), args, strict=False)) | kwargs
+    cap.ops += 1
+    op = "aten::linalg_lu_solve"
+    out = func(*args, **kwargs)
+    cap.track(out, op)
+    lu_solve_out(cap, lu, pivots, out, p.get("left", True), p.get("adjoint", False), op)
     return out
 
 
+def _matrix_strides(sizes, column_major: bool) -> tuple:
+    """`batched_matrix_contiguous_strides` (LinearAlgebraUtils.h): C-contiguous batches of
+    F-contiguous matrices where asked."""
+    strides = [1] * len(sizes)
+    step = 1
+    for i in reversed(range(len(sizes))):
+        strides[i] = step
+        step *= max(sizes[i], 1)
+    if column_major and len(sizes) >= 2:
+        strides[-1], strides[-2] = max(sizes[-2], 1), 1
+    return tuple(strides)
+
+
+def _linalg_solve_ex(cap, func, args, kwargs):
+    """`_linalg_solve_ex` on CUDA (`TORCH_IMPL_FUNC(_linalg_solve_ex_out)`, BatchLinearAlgebra.cpp):
+    result, LU, pivots and info (its meta function's order); `linalg_lu_factor_ex_out` of A (of
+    A^T where A is contiguous and real: then the adjoint system is solved); `_linalg_check_errors`
+    where asked; `linalg_lu_solve_out` into the result (unsqueezed for a vector B), whose meta
+    function takes a proxy where the result's strides are not the column-major ones it sets
+    (`set_output_strided`; a vector B's result), copied back and freed after the solve."""
+    a, b = args[0], args[1]
+    if not registered(a) or a.dim() < 2:
+        return NotImplemented
+    p = dict(zip(("A", "B", "left", "check_errors"), args, strict=False)) | kwargs
+    left = p.get("left", True)
+    cap.ops += 1
+    op = "aten::_linalg_solve_ex"
+    result, lu, pivots, info = func(*args, **kwargs)
+    for t in (result, lu, pivots, info):
+        cap.track(t, op)
+    if a.numel() > 0:
+        lu_factor(cap, lu, True, op)
+    if p.get("check_errors", False):
+        check_errors(cap, info, op)
+    vector = b.dim() == 1 or (a.dim() - 1 == b.dim() and tuple(b.shape) == tuple(a.shape[:-1]))
+    result_ = result.unsqueeze(-1) if vector else result
+    if result_.numel() == 0:
+        return result, lu, pivots, info
+    wanted = _matrix_strides(list(result_.shape), left)
+    proxy = None
+    if tuple(result_.stride()) != wanted:
+        proxy = cap.malloc(result_.numel() * result_.element_size(), op, "temporary")
+    use_a_t = a.is_contiguous() and not a.is_complex()
+    lu_solve_out(cap, lu, pivots, result_, left, use_a_t, op)
+    del proxy
+    return result, lu, pivots, info
+
+
+DISPATCH[aten._linalg_solve_ex.default] = _linalg_solve_ex
 DISPATCH[aten.linalg_lu_solve.default] = _linalg_lu_solve
 for _name in (
     "aten::_linalg_det",
+    "aten::_linalg_solve_ex",
     "aten::_linalg_slogdet",
     "aten::linalg_lu_factor_ex",
     "aten::linalg_lu_solve",
