@@ -254,6 +254,23 @@ def test_scaled_mm_takes_the_cublaslt_workspaces():
     assert _extra(run, setup) == (2, 33554432 + 1048576)
 
 
+def test_cufft_copies_an_input_its_batch_dimensions_cannot_collapse():
+    # `_exec_fft`: batch dimensions in stride order, reshaped to one (blind50/ax04's H200 per-op
+    # truth: an FFT over the middle dimensions copies its input once more); the sweep's rfft2 and
+    # irfft2 over the last two dimensions take no copy but c2r's own clone
+    x = lambda *s: lambda: (torch.empty(*s, device="cuda"),)  # noqa: E731
+    z = lambda *s: lambda: (torch.empty(*s, device="cuda", dtype=torch.complex64),)  # noqa: E731
+    r2c = lambda t: torch.fft.rfft2(t, dim=(1, 2))  # noqa: E731
+    assert _extra(r2c, x(64, 14, 14, 384)) == (1, 19267584)
+    assert _extra(lambda t: torch.fft.irfft2(t, s=(14, 14), dim=(1, 2)), z(64, 14, 8, 384)) == (
+        2,
+        2 * 22020096,
+    )
+    assert _extra(lambda t: torch.fft.fft2(t, dim=(1, 2)), z(64, 14, 14, 384)) == (1, 38535168)
+    assert _extra(torch.fft.rfft2, x(16, 32, 64, 64)) == (0, 0)
+    assert _extra(torch.fft.irfft2, z(16, 32, 64, 33)) == (1, 8650752)
+
+
 def test_softmax_of_halves_to_float_is_one_kernel():
     # SoftMax.cpp: on CUDA `softmax(half, dtype=float32)` is `_softmax(x, dim, half_to_float=True)`
     # (blind45/as06's GPT-NeoX eager attention on the H200: no float copy of the scores)
