@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import sys
 
 import torch
 import torch.nn.functional as F
 
+from . import _importhook
 from ._tensor import CUDA0, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -176,9 +178,21 @@ class _Patch:
         self.saved.append((obj, name, own))
         setattr(obj, name, value)
 
+    def when_imported(self, name: str, fn) -> None:
+        """`fn(module)` on the module `name` now where it is imported, else once it is (while
+        this patch lasts): its `set`s are then restored with the others."""
+        module = sys.modules.get(name)
+        if module is not None:
+            fn(module)
+            return
+        _importhook.after_import(name, fn)
+        self.saved.append((name, fn, _HOOK))
+
     def restore(self):
         for obj, name, value in reversed(self.saved):
-            if value is _MISSING:
+            if value is _HOOK:
+                _importhook.cancel(obj, name)
+            elif value is _MISSING:
                 delattr(obj, name)
             else:
                 setattr(obj, name, value)
@@ -186,6 +200,8 @@ class _Patch:
 
 
 _MISSING = object()
+#: a `when_imported` hook, in `_Patch.saved`
+_HOOK = object()
 
 
 def patch(cap) -> _Patch:

@@ -358,8 +358,10 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
     _hide_real_gpus()
     atexit.register(_spare_final_collections)
 
-    from . import _native
+    from . import _hfimports, _native
     from ._capture import Capture
+
+    _hfimports.install()
 
     try:
         cap = Capture(gpu=ns.gpu, alloc_conf=ns.alloc_conf)

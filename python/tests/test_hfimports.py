@@ -1,0 +1,113 @@
+"""The disk cache of transformers' import structure (`vramscope._hfimports`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import run_script
+from vramscope import _hfimports
+
+#: `import_utils.py`'s stamp (size, modification and change times, inode), as `cached` takes it
+STAMP = (1, 0, 0, 1)
+OTHER = (2, 0, 0, 1)
+
+
+def _ordered(x):
+    """A value with its dicts' key order made visible (sets compare as sets)."""
+    if isinstance(x, dict):
+        return [(k, _ordered(v)) for k, v in x.items()]
+    return x
+
+
+@pytest.fixture
+def compute(monkeypatch, tmp_path):
+    """transformers' own computation, with the cache under a temporary folder."""
+    iu = pytest.importorskip("transformers.utils.import_utils")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def fresh(*args):
+        # transformers' own in-process cache of each folder would serve files as first read
+        iu.create_import_structure_from_path.cache_clear()
+        return iu.define_import_structure.__wrapped__(*args)
+
+    return fresh
+
+
+def test_the_models_folder_comes_back_as_computed(compute):
+    import transformers
+
+    models = os.path.join(os.path.dirname(transformers.__file__), "models")
+    want = compute(models, "models")
+    for _ in range(2):  # computed and stored, then read back
+        got = _hfimports.cached(compute, STAMP, models, "models")
+        assert got == want and _ordered(got) == _ordered(want)
+    assert len(os.listdir(_hfimports.cache_dir())) == 1
+
+
+def test_a_changed_file_or_code_stamp_is_computed_again(compute, tmp_path, monkeypatch):
+    # files just written count as settled (each write below changes the size, so the stamps
+    # differ even within one tick of the file system's clock)
+    monkeypatch.setattr(_hfimports, "SETTLED_NS", -(10**10))
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "modeling_a.py").write_text('__all__ = ["A"]\n')
+    init = str(pkg / "__init__.py")
+
+    def names():
+        return {
+            n for mods in _hfimports.cached(compute, STAMP, init).values() for v in mods.values() for n in v
+        }
+
+    assert names() == {"A"}
+    (pkg / "sub" / "modeling_a.py").write_text('__all__ = ["BB"]\n')
+    assert names() == {"BB"}
+    (pkg / "sub" / "modeling_c.py").write_text('__all__ = ["C"]\n')
+    assert names() == {"BB", "C"}
+    assert len(os.listdir(_hfimports.cache_dir())) == 1
+    # a cache file written by other code is not read: the stamp names the file
+    assert _hfimports.cached(lambda *_: "other", OTHER, init) == "other"
+
+
+def test_files_written_just_now_are_not_stored(compute, tmp_path):
+    # a file changed again within the same clock tick could keep its stamp
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "modeling_a.py").write_text('__all__ = ["A"]\n')
+    assert _hfimports.cached(compute, STAMP, str(pkg)) == compute(str(pkg))
+    assert not os.path.exists(_hfimports.cache_dir())
+
+
+def test_a_result_from_an_in_process_cache_is_not_stored(compute, tmp_path, monkeypatch):
+    monkeypatch.setattr(_hfimports, "SETTLED_NS", -(10**10))
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "modeling_a.py").write_text('__all__ = ["A"]\n')
+    count = iter(range(10))
+    assert _hfimports.cached(compute, STAMP, str(pkg), hits=lambda: next(count)) == compute(str(pkg))
+    assert not os.path.exists(_hfimports.cache_dir())
+
+
+def test_an_unwritable_cache_falls_back_to_the_computation(compute, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # not a folder
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "modeling_a.py").write_text('__all__ = ["A"]\n')
+    assert _hfimports.cached(compute, STAMP, str(pkg)) == compute(str(pkg))
+
+
+def test_vramscope_run_serves_transformers_from_the_cache(tmp_script, tmp_path):
+    pytest.importorskip("transformers")
+    script = tmp_script(
+        "import transformers\n"
+        "from transformers import LlamaConfig\n"
+        "import transformers.utils.import_utils as iu\n"
+        "print(type(iu.__loader__).__name__, LlamaConfig.__name__)\n"
+    )
+    cache = tmp_path / "cache"
+    status, lines, _report, err = run_script(script, env={"XDG_CACHE_HOME": str(cache)})
+    assert status == 0, err
+    assert lines == ["SourceFileLoader LlamaConfig"]
+    assert len(os.listdir(cache / "vramscope" / "transformers")) >= 2

@@ -1,0 +1,156 @@
+"""A disk cache for transformers' import structure, for `vramscope run`.
+
+`import transformers` and its first model class each call
+`transformers.utils.import_utils.define_import_structure` on the `models` folder, which reads
+every model's files for their `__all__` and `@requires` lines (transformers 5.x; 0.47 s a call
+on one core of the dev machine, and the two calls differ in their arguments, so its own
+`lru_cache` serves neither from the other). Its result is a function of the folder's files alone,
+so it is kept on disk, beside a listing of every file it could read (name, size, modification
+and change times, inode) and the stamp of the `import_utils.py` that computed it; a later run
+whose listing and stamp are equal reads the result back instead of reading the files. Python
+checks its bytecode cache against a source's size and modification time the same way. A file
+written in the same tick of the file system's clock as the listing could change again with an
+equal stamp (git's "racily clean" files), so a result is stored only where every file's change
+time, which only the kernel sets, is at least `SETTLED_NS` older than the listing. Any mismatch
+or error (no such function, an unreadable or unwritable cache, a result `marshal` cannot store)
+falls back to transformers' own computation.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import marshal
+import os
+import sys
+import time
+
+from . import _importhook
+
+#: the module whose function is cached, and the function
+_MODULE = "transformers.utils.import_utils"
+_FUNCTION = "define_import_structure"
+#: changes whenever what a cache file holds changes
+_FORMAT = 1
+#: how much older than the listing every file's change time must be for a result to be stored:
+#: file systems stamp times from a coarse clock (a kernel tick; FAT's 2 s), which may also lag
+#: `time.time_ns`
+SETTLED_NS = 5_000_000_000
+
+
+def cache_dir() -> str:
+    """Where the results are kept: `$XDG_CACHE_HOME/vramscope/transformers`, else under
+    `~/.cache`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vramscope", "transformers")
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What identifies a file's content without reading it: size, modification and change times
+    (the change time moves on any write, even one that sets the modification time back), inode."""
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _listing(directory: str, out: list) -> list:
+    """Every entry `create_import_structure_from_path` sees under `directory` (it skips
+    `__pycache__` and follows symbolic links), in its order: (path, stamp) for files, (path,
+    None) for folders, recursively."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name == "__pycache__":
+                continue
+            if entry.is_dir():
+                out.append((entry.path, None))
+                _listing(entry.path, out)
+            else:
+                out.append((entry.path, _stamp(entry.stat())))
+    return out
+
+
+def cached(compute, code_stamp: tuple, module_path, prefix=None, hits=lambda: 0):
+    """`compute(module_path, prefix)`, read from the cache where the folder's listing and
+    `code_stamp` are those it was computed with, else computed and stored. `hits()`: the hits
+    of an in-process cache below `compute` (transformers' `lru_cache` of
+    `create_import_structure_from_path`); a result that used one may predate the listing and
+    is not stored."""
+    try:
+        path = os.fspath(module_path)
+        directory = os.path.dirname(path) if os.path.isfile(path) else path
+        header = (_FORMAT, sys.version, code_stamp, os.path.abspath(directory), prefix)
+        now = time.time_ns()
+        listing = _listing(directory, [])
+        name = hashlib.sha256(repr(header).encode()).hexdigest()[:32] + ".marshal"
+        file = os.path.join(cache_dir(), name)
+    except Exception:
+        return compute(module_path, prefix)
+    try:
+        with open(file, "rb") as f:
+            stored = marshal.load(f)
+        if stored[0] == header and stored[1] == listing:
+            return stored[2]
+    except Exception:
+        pass
+    before = hits()
+    result = compute(module_path, prefix)
+    try:
+        if hits() != before:
+            return result
+        stamps = [code_stamp] + [stamp for _, stamp in listing if stamp is not None]
+        if any(stamp[2] > now - SETTLED_NS for stamp in stamps):
+            return result
+        data = marshal.dumps((header, listing, result))
+        if marshal.loads(data)[2] == result:  # stored as computed, or not at all
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+            tmp = f"{file}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, file)
+    except Exception:
+        pass
+    return result
+
+
+def _patch(module) -> None:
+    """Replace the module's `define_import_structure` (an `lru_cache` over the computation) with
+    one whose computation goes through `cached`; nothing where it is not such a function."""
+    original = getattr(module, _FUNCTION, None)
+    compute = getattr(original, "__wrapped__", None)
+    if compute is None or not hasattr(original, "cache_clear"):
+        return
+    below = getattr(getattr(module, "create_import_structure_from_path", None), "cache_info", None)
+    if below is None:
+        return
+
+    def hits() -> int:
+        return below().hits
+
+    try:
+        code_stamp = _stamp(os.stat(module.__file__))
+    except (OSError, TypeError):
+        return
+
+    @functools.lru_cache
+    def define_import_structure(module_path, prefix=None):
+        return cached(compute, code_stamp, module_path, prefix, hits)
+
+    functools.update_wrapper(define_import_structure, compute)
+    setattr(module, _FUNCTION, define_import_structure)
+
+
+def _patch_quietly(module) -> None:
+    try:
+        _patch(module)
+    except Exception:
+        pass
+
+
+def install() -> None:
+    """Cache the import structure of the transformers that this process imports from now on
+    (nothing where it is imported already)."""
+    if _MODULE not in sys.modules:
+        _importhook.after_import(_MODULE, _patch_quietly)
+
+
+def remove() -> None:
+    """Undo `install` where transformers was not imported since."""
+    _importhook.cancel(_MODULE, _patch_quietly)
