@@ -36,6 +36,8 @@ class _Loader:
         self.name = name
 
     def __getattr__(self, name):
+        if name == "loader":  # not set yet (a copy)
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
     def create_module(self, spec):
