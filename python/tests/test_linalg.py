@@ -195,6 +195,28 @@ def test_an_undetermined_gesvdj_workspace_takes_the_most_and_says_so(capsys):
     assert "gesvdj's workspace for 400 x 300" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: torch.svd(a, compute_uv=False),
+        lambda a: a.svd(True, False),
+        lambda a: torch.linalg.matrix_norm(a, 2),
+        lambda a: torch.linalg.norm(a, "nuc"),
+        lambda a: a.norm(p="nuc"),
+        lambda a: torch.nuclear_norm(a),
+        lambda a: torch.linalg.cond(a),
+    ],
+    ids=["svd", "Tensor.svd", "matrix_norm", "linalg.norm", "Tensor.norm", "nuclear_norm", "cond"],
+)
+def test_functions_taking_singular_values_only_run_svdvals_path(fn):
+    # their C++ code calls `linalg_svdvals`: the H200's svdvals history up to its error checks
+    case = next(c for c in PROBE["cases"] if c["name"].startswith("svdvals"))
+    want = [(e["a"], e["size"]) for e in case["events"]][:15]
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(case["m"], case["n"], device="cuda")
+        assert _history(lambda: fn(a))[:15] == want
+
+
 def test_svdvals_of_a_tensor_needing_a_gradient_computes_the_vectors():
     # `linalg_svdvals`: compute_uv = `_requires_fw_or_bw_grad(A)`, so U and Vh come back for backward
     with vramscope.capture(gpu="h200"):

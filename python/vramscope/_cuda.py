@@ -388,11 +388,21 @@ def patch(cap) -> _Patch:
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
     p.set(F, "linear", _traced_as_pytorch(_kernels.linear(F.linear), F.linear))
     p.set(F, "dropout", _traced_as_pytorch(_kernels.dropout(F.dropout), F.dropout))
-    p.set(
-        torch.linalg,
-        "svdvals",
-        _traced_as_pytorch(_linalg.svdvals(torch.linalg.svdvals), torch.linalg.svdvals),
-    )
+    for owner, name in (
+        (torch.linalg, "svdvals"),
+        (torch.linalg, "matrix_norm"),
+        (torch.linalg, "norm"),
+        (torch.linalg, "cond"),
+        (torch.linalg, "matrix_rank"),
+        (torch, "nuclear_norm"),
+        (torch, "norm"),
+    ):
+        original = getattr(owner, name)
+        p.set(owner, name, _traced_as_pytorch(_linalg.svdvals_only(original), original))
+    for owner in (torch, torch.Tensor):
+        original = owner.svd
+        only = _linalg.svdvals_only(original, _linalg.svd_without_vectors)
+        p.set(owner, "svd", _traced_as_pytorch(only, original))
     p.set(torch.nn.Module, "_apply", _kernels.module_apply(torch.nn.Module._apply))
     from . import _compile
 

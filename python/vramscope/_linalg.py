@@ -11,7 +11,7 @@ them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads,
 - `_linalg_check_errors`: `infos.any().item<bool>()` (BatchLinearAlgebra.cpp); `any` of one
   element is `self.to(kBool)` copied into the result (`allany_impl`, ReduceOps.cpp).
 - `_linalg_svd`: `_linalg_svd_out` and `svd_cusolver` (gesvdj or gesvdjBatched of a column-major
-  clone); `linalg_svdvals`' choice of vectors.
+  clone); `linalg_svdvals`' choice of vectors, also where C++ calls it (`svdvals_only`).
 - `_linalg_det`, `_linalg_slogdet`, `linalg_lu_factor_ex`, `linalg_lu_solve`,
   `linalg_solve_triangular`: LU by cuSOLVER's getrf, `lu_det_P`, `lu_solve_kernel`'s routes and
   `triangular_solve_kernel`'s trsm.
@@ -257,6 +257,10 @@ def _linalg_svd(cap, func, args, kwargs):
     names = ("A", "full_matrices", "compute_uv", "driver")
     p = dict(zip(names, args, strict=False)) | kwargs
     full, compute_uv = p.get("full_matrices", False), p.get("compute_uv", True)
+    if _SVDVALS and compute_uv and not full and not _SVDVALS[-1]:
+        # `linalg_svdvals` of a matrix that needs no gradient (`svdvals_only`)
+        compute_uv = False
+        args, kwargs = (a, False, False), {"driver": p.get("driver")}
     cap.ops += 1
     op = "aten::_linalg_svd"
     u, s, vh = func(*args, **kwargs)
@@ -285,18 +289,36 @@ DISPATCH[aten._linalg_svd.default] = _linalg_svd
 SCRATCH_UNMODELLED.discard("aten::_linalg_svd")
 
 
-def svdvals(original):
-    """`linalg_svdvals` (BatchLinearAlgebra.cpp): `_linalg_svd(A, full_matrices=false, compute_uv)`'s
-    S, vectors computed only where A needs a gradient (`_requires_fw_or_bw_grad`); the twin's meta
-    tensors would count as subclass-like there (`isTensorSubclassLike`), which computes them."""
+#: while a function whose C++ code takes singular values through `linalg_svdvals` runs: whether
+#: its matrix needs a gradient (innermost last)
+_SVDVALS = []
 
-    def run(A, *, driver=None, out=None):
-        if out is not None or not registered(A):
-            return original(A, driver=driver, out=out)
-        grad = (torch.is_grad_enabled() and A.requires_grad) or _has_forward_grad(A)
-        return aten._linalg_svd(A, False, grad, driver=driver)[1]
 
+def svdvals_only(original, when=None):
+    """`original` (`torch.linalg.svdvals`, or a function whose C++ code calls `linalg_svdvals`:
+    `matrix_norm` of 2, -2 or nuc, `cond`, `matrix_rank`, `nuclear_norm`, `svd` without vectors),
+    run so that its `_linalg_svd(A, full_matrices=false, compute_uv)` computes vectors only where A
+    needs a gradient (`_requires_fw_or_bw_grad`, BatchLinearAlgebra.cpp): the twin's meta tensors
+    count as subclass-like there (`isTensorSubclassLike`), which would compute them. `when(*args,
+    **kwargs)` says whether a call is such a one."""
+
+    def run(*args, **kwargs):
+        a = args[0] if args else next(iter(kwargs.values()), None)
+        if not registered(a) or (when is not None and not when(*args, **kwargs)):
+            return original(*args, **kwargs)
+        _SVDVALS.append((torch.is_grad_enabled() and a.requires_grad) or _has_forward_grad(a))
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _SVDVALS.pop()
+
+    run.__name__ = getattr(original, "__name__", "svdvals_only")
     return run
+
+
+def svd_without_vectors(*args, **kwargs) -> bool:
+    """`torch.svd(input, some, compute_uv)` / `Tensor.svd`: `compute_uv=False` takes `linalg_svdvals`."""
+    return not (args[2] if len(args) > 2 else kwargs.get("compute_uv", True))
 
 
 def _has_forward_grad(t) -> bool:
