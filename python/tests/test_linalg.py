@@ -378,3 +378,19 @@ def test_solve_factors_then_solves_with_a_proxy_for_a_vector():
         _, counts = counted(lambda: torch.linalg.solve(c, d))
         assert counts == (8, 768 + 9216 + 192 + 4 + 1280 + 4 + 2)
         assert not any("solve" in name for name in cap.unmeasured)
+
+
+def test_inv_solves_against_the_identity_in_place():
+    # result and info, then linalg_solve_ex_out's LU and pivots, getrf's workspace (av01's 3,840
+    # bytes at 192 rows), lu_solve in place on the result: the permutation, the first trsm's 32 MiB
+    # cuBLAS workspace, the clone of the final scatter; then linalg.inv's check_errors
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(192, 192, device="cuda")
+        x, counts = counted(lambda: torch.linalg.inv(a))
+        want = 3 * 147456 + 4 + 768 + 3840 + 1536 + 32 * 1024 * 1024 + 2
+        assert x.stride() == (1, 192) and counts == (10, want)
+        # 12 rows: batched getrs over two pointer arrays (av01's 768-byte getrf workspace)
+        b = torch.empty(12, 12, device="cuda")
+        _, counts = counted(lambda: torch.inverse(b))
+        assert counts == (9, 576 + 4 + 576 + 48 + 768 + 16 + 2)
+        assert "aten::linalg_inv_ex" not in cap.unmeasured

@@ -12,9 +12,9 @@ them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads,
   element is `self.to(kBool)` copied into the result (`allany_impl`, ReduceOps.cpp).
 - `_linalg_svd`: `_linalg_svd_out` and `svd_cusolver` (gesvdj or gesvdjBatched of a column-major
   clone); `linalg_svdvals`' choice of vectors, also where C++ calls it (`svdvals_only`).
-- `_linalg_det`, `_linalg_slogdet`, `linalg_lu_factor_ex`, `linalg_lu_solve`,
-  `linalg_solve_triangular`: LU by cuSOLVER's getrf, `lu_det_P`, `lu_solve_kernel`'s routes and
-  `triangular_solve_kernel`'s trsm.
+- `_linalg_det`, `_linalg_slogdet`, `_linalg_solve_ex`, `linalg_inv_ex`, `linalg_lu_factor_ex`,
+  `linalg_lu_solve`, `linalg_solve_triangular`: LU by cuSOLVER's getrf, `lu_det_P`,
+  `lu_solve_kernel`'s routes and `triangular_solve_kernel`'s trsm.
 - `linalg_matrix_exp`: `mexp`/`mexp_impl` and `compute_T1` ... `compute_T18_scale_square`
   (`aten/src/ATen/native/LinearAlgebra.cpp`), run op by op through the capture.
 
@@ -691,10 +691,45 @@ def _linalg_solve_ex(cap, func, args, kwargs):
 
 
 DISPATCH[aten._linalg_solve_ex.default] = _linalg_solve_ex
+
+
+def _linalg_inv_ex(cap, func, args, kwargs):
+    """`linalg_inv_ex` on CUDA (`TORCH_IMPL_FUNC(linalg_inv_ex_out)`, BatchLinearAlgebra.cpp): the
+    result (F-contiguous) and info, the identity written into the result, then
+    `linalg_solve_ex_out(result, info, A, result)`: LU and pivots (`new_empty({0})` resized by
+    `_linalg_solve_ex`'s meta function), `lu_factor`, `lu_solve_out` in place on the result
+    (no copy, no proxy), LU and pivots freed; `_linalg_check_errors` where asked."""
+    a = args[0]
+    if not registered(a) or a.dim() < 2:
+        return NotImplemented
+    p = dict(zip(("A", "check_errors"), args, strict=False)) | kwargs
+    cap.ops += 1
+    op = "aten::linalg_inv_ex"
+    result, info = func(*args, **kwargs)
+    cap.track(result, op)
+    cap.track(info, op)
+    if a.numel() > 0:
+        lu = cap.malloc(a.numel() * a.element_size(), op, "temporary")
+        pivots = cap.malloc(4 * _batch(a) * a.size(-1), op, "temporary")
+        lu_f = torch.empty_strided(
+            a.shape, _matrix_strides(list(a.shape), True), dtype=a.dtype, device="meta"
+        )
+        lu_factor(cap, lu_f, True, op)
+        pivots_t = torch.empty(a.shape[:-1], dtype=torch.int32, device="meta")
+        use_a_t = a.is_contiguous() and not a.is_complex()
+        lu_solve_out(cap, lu_f, pivots_t, result, True, use_a_t, op)
+        del pivots, lu
+    if p.get("check_errors", False):
+        check_errors(cap, info, op)
+    return result, info
+
+
+DISPATCH[aten.linalg_inv_ex.default] = _linalg_inv_ex
 DISPATCH[aten.linalg_lu_solve.default] = _linalg_lu_solve
 for _name in (
     "aten::_linalg_det",
     "aten::_linalg_solve_ex",
+    "aten::linalg_inv_ex",
     "aten::_linalg_slogdet",
     "aten::linalg_lu_factor_ex",
     "aten::linalg_lu_solve",
