@@ -895,3 +895,39 @@ def test_a_lazy_module_moved_to_the_device_before_its_first_call():
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LazyLinear(3)).to("cuda")
         out = model(torch.zeros(2, 4, device="cuda"))
         assert out.shape == (2, 3) and model[1].weight.shape == (3, 4)
+
+
+def test_a_scripted_module_compiles_its_calls_as_pytorchs_own():
+    # `torch.jit.script` resolves the twin's `torch.nn.functional` stand-ins to the builtins (or
+    # the Python functions) they stand for: blind51/ay03 stopped at scripting before
+    class Cell(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.dropout(torch.sigmoid(self.lin(x)), 0.1, self.training)
+
+    with vramscope.capture(gpu="h200"):
+        cell = torch.jit.script(Cell().cuda())
+        out = cell(torch.empty(32, 64, device="cuda"))
+        out.sum().backward()
+        assert out.shape == (32, 64) and cell.lin.weight.grad is not None
+
+
+def test_forward_ad_zero_tangents_keep_dense_values():
+    # `torch.func.jvp` makes `_efficientzerotensor` tangents; kept as ZeroTensors, later views of
+    # their values crashed the process (blind51/ay04's second step)
+    from torch.func import functional_call, jvp
+
+    with vramscope.capture(gpu="h200"):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 2)).cuda()
+        params = dict(model.named_parameters())
+        opt = torch.optim.AdamW(model.parameters())
+        for _ in range(2):
+            x = torch.randn(4, 8, device="cuda")
+            out, tangent = jvp(lambda i: functional_call(model, params, (i,)), (x,), (torch.randn_like(x),))
+            (out.sum() + tangent.pow(2).sum()).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        assert tangent.shape == (4, 2)

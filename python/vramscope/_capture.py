@@ -546,6 +546,13 @@ def _values_at_any_size(func, outs, ours) -> bool:
     )
 
 
+def _dense_zeros(t):
+    """A ZeroTensor CPU value as dense zeros (anything else as it is)."""
+    if isinstance(t, torch.Tensor) and t._is_zerotensor():
+        return torch.zeros(t.shape, dtype=t.dtype)
+    return t
+
+
 def _on_cpu(a):
     """An op's argument as its CPU run takes it: a simulated tensor's values (zeros where it
     carries none), the CPU for the meta device."""
@@ -996,7 +1003,9 @@ class Capture:
                 torch.set_rng_state(rng)
         if func in _EMPTIES:
             r.zero_()
-        return r
+        # forward AD's `_efficientzerotensor` tangents: a ZeroTensor has no storage for the
+        # views the twin later takes of a value, so it is kept as dense zeros
+        return map_leaves(_dense_zeros, r)
 
     def cpu_values(self, func, args, kwargs):
         """The op run on the CPU values of its inputs, flattened (None if it cannot)."""

@@ -451,7 +451,22 @@ def _traced_as_pytorch(stand_in, original):
         return stand_in(*args, **kwargs)
 
     run.__name__ = original.__name__
-    return run
+    return _scripted_as(run, original)
+
+
+def _scripted_as(wrapper, original):
+    """`torch.jit.script` compiles `original` where a scripted function calls `wrapper`: the same
+    builtin op (`torch.jit._builtins`), or `original`'s source (`_script_impl` follows
+    `__original_fn` of a `__script_if_tracing_wrapper`)."""
+    from torch.jit import _builtins
+
+    name = _builtins._find_builtin(original)
+    if name is not None:
+        _builtins._register_builtin(wrapper, name)
+    else:
+        setattr(wrapper, "__script_if_tracing_wrapper", True)
+        setattr(wrapper, "__original_fn", original)
+    return wrapper
 
 
 def _record_stream(original, cap):
