@@ -931,3 +931,7 @@ def test_forward_ad_zero_tangents_keep_dense_values():
             opt.step()
             opt.zero_grad(set_to_none=True)
         assert tangent.shape == (4, 2)
+        # a ZeroTensor's storage is empty on the GPU (blind51/ay04's per-op truth: no allocation)
+        before = torch.cuda.memory_allocated()
+        zeros = torch.ops.aten._efficientzerotensor([1024, 1024], device="cuda")
+        assert zeros._is_zerotensor() and torch.cuda.memory_allocated() == before

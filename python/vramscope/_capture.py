@@ -952,7 +952,9 @@ class Capture:
             if not isinstance(o, torch.Tensor) or not _tensor.BASE_IS_META(o):
                 continue
             if o.untyped_storage()._cdata not in before:
-                self.track(o, op, category)
+                # `_efficientzerotensor`'s ZeroTensor has an empty storage on the GPU (blind51/ay04's
+                # per-op truth: no allocation); the meta kernel gives it a full one
+                self.track(o, op, category, 0 if func is aten._efficientzerotensor.default else None)
             v = vals[i] if vals is not None and i < len(vals) else None
             set_value(o, v if isinstance(v, torch.Tensor) else None, guessed)
         if vals is None and func._schema.is_mutable:
