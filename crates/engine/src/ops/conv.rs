@@ -716,10 +716,19 @@ mod tests {
                 continue;
             }
             let (input, weight) = (v(4), v(5));
+            // a one-element list stands for both sides (`expand_param_if_needed`, Convolution.cpp)
+            let pair = |i: usize| -> [i64; 2] {
+                let x = v(i);
+                if x.len() == 1 {
+                    [x[0], x[0]]
+                } else {
+                    x.try_into().unwrap()
+                }
+            };
             let args = Conv2dArgs {
-                stride: v(6).try_into().unwrap(),
-                padding: v(7).try_into().unwrap(),
-                dilation: v(8).try_into().unwrap(),
+                stride: pair(6),
+                padding: pair(7),
+                dilation: pair(8),
                 groups: f[10].parse().unwrap(),
             };
             let op = match f[0] {
