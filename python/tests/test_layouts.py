@@ -271,6 +271,16 @@ def test_cufft_copies_an_input_its_batch_dimensions_cannot_collapse():
     assert _extra(torch.fft.irfft2, z(16, 32, 64, 33)) == (1, 8650752)
 
 
+def test_upsampling_under_inference_mode_runs_the_cpp_composite():
+    # `upsample_nearest2d.vec` calls `upsample_nearest2d` in UpSampleNearest2d.cpp: its output only
+    # (torch/_decomp's decomposition makes index tensors; blind51/ay05's H200 history: one output)
+    def run(x):
+        with torch.inference_mode():
+            return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+
+    assert _extra(run, lambda: (torch.empty(4, 8, 16, 16, device="cuda", dtype=torch.float16),)) == (0, 0)
+
+
 def test_softmax_of_halves_to_float_is_one_kernel():
     # SoftMax.cpp: on CUDA `softmax(half, dtype=float32)` is `_softmax(x, dim, half_to_float=True)`
     # (blind45/as06's GPT-NeoX eager attention on the H200: no float copy of the scores)

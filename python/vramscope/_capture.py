@@ -575,8 +575,26 @@ _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
 #: composites whose Python decomposition allocates where the C++ kernel the GPU runs does not:
 #: `dropout` out of training is `input.clone()` in torch/_decomp but `input` itself in
-#: Dropout.cpp (blind44/ar01's H200 history: no allocation at BERT's dropouts in eval)
-_CPP_COMPOSITE = {torch.ops.aten.dropout.default}
+#: Dropout.cpp (blind44/ar01's H200 history: no allocation at BERT's dropouts in eval); the
+#: upsampling `.vec` overloads call their `.default` kernel in UpSample*.cpp, where torch/_decomp
+#: indexes with index tensors (blind51/ay05's H200 history: one output under `inference_mode`)
+_CPP_COMPOSITE = {torch.ops.aten.dropout.default} | {
+    getattr(torch.ops.aten, name).vec
+    for name in (
+        "upsample_nearest1d",
+        "upsample_nearest2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d",
+        "_upsample_nearest_exact3d",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "upsample_trilinear3d",
+        "upsample_bicubic2d",
+        "_upsample_bilinear2d_aa",
+        "_upsample_bicubic2d_aa",
+    )
+}
 
 
 #: The context's own mappings from B+96 to B+128 MiB (the H200's process maps,
