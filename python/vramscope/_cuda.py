@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pickle
 import sys
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -462,7 +463,9 @@ def _scripted_as(wrapper, original):
 
     name = _builtins._find_builtin(original)
     if name is not None:
+        # keyed by id: the entry goes with the wrapper, before its id can be reused
         _builtins._register_builtin(wrapper, name)
+        weakref.finalize(wrapper, _builtins._get_builtin_table().pop, id(wrapper), None)
     else:
         setattr(wrapper, "__script_if_tracing_wrapper", True)
         setattr(wrapper, "__original_fn", original)
