@@ -699,6 +699,36 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-1120, 700), (72, 20), (576, 300)]
 
 
+def test_a_meta_kernel_s_dynamo_import_maps_no_libtriton(tmp_script, tmp_path):
+    # the twin computes logit's sizes with torch._refs' Python reference, which `_disable_dynamo`
+    # wraps: its `import torch._dynamo` is the twin's, not the program's (a GPU process runs
+    # logit's C++ kernel), so libtriton.so is not mapped there (rule 10); the program's own
+    # import maps it at the top of the host tensor's freed range (rule 7), and the chunk goes lower
+    def where(op):
+        snap = tmp_path / "snap.pickle"
+        script = tmp_script(
+            f"""
+import torch
+x = torch.empty(700 << 20, dtype=torch.uint8)   # B+246 (rule 11)
+y = x.cuda()
+del x                                           # B+246..B+946 free
+z = torch.ones(1 << 20, device="cuda")
+{op}
+big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+        )
+        status, _, _, err = run_script(script)
+        assert status == 0, err
+        segs = pickle.loads(snap.read_bytes())["segments"]
+        base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
+        return max((s["address"] - base) >> 20 for s in segs if s["total_size"] == 300 << 20)
+
+    assert where("pass") == 608
+    assert where("w = torch.logit(z)") == 608
+    assert where("import torch._dynamo") < 608
+
+
 def test_boolean_mask_indexing_bounds_an_unknown_mask():
     # blind10/j07's H200 trace of out[train]: mask.nonzero()'s count, CUB's count storage, the
     # (n, 1) int64 positions, CUB's selection storage (the H200's selection sweep: 21,503 and, over

@@ -470,6 +470,15 @@ def _foreach_checked(func, args, kwargs):
 _PRESERVING = {aten.clone.default}
 
 
+def _in_meta_kernel(frame) -> bool:
+    """Whether `frame` runs inside `_meta_cached` (the twin's shape computation)."""
+    while frame is not None:
+        if frame.f_code is _meta_cached.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _meta_cached(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors; an op returning only fresh tensors runs its meta
     kernel (Python decompositions, slow) once per argument metadata, then gets tensors of the same
@@ -1125,7 +1134,7 @@ class Capture:
         segments once the CUDA context exists (the driver's address-space rule 10), above it before.
         The twin's own process imported it already, so the statement is what shows; but not that
         of a `_disable_dynamo` wrapper of `torch.manual_seed` (which only that import wraps,
-        `torch/_dynamo/__init__.py`) or of the twin's own modes."""
+        `torch/_dynamo/__init__.py`), of the twin's own modes or of a meta kernel the twin runs."""
 
         def hook(name, globals=None, locals=None, fromlist=(), level=0):
             if level == 0 and (
@@ -1135,6 +1144,11 @@ class Capture:
             ):
                 fn = sys._getframe(1).f_locals.get("fn")
                 if fn is torch.random.manual_seed or getattr(fn, "__module__", "").startswith("vramscope"):
+                    return real_import(name, globals, locals, fromlist, level)
+                if _in_meta_kernel(sys._getframe(1)):
+                    # the twin's shape computation runs a Python meta kernel (a `torch._refs`
+                    # function under `_disable_dynamo`, `torch/_prims_common/wrappers.py`); the
+                    # GPU's process runs the op's C++ kernel and imports nothing
                     return real_import(name, globals, locals, fromlist, level)
                 builtins.__import__ = real_import
                 if self.started:
