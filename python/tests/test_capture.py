@@ -699,6 +699,35 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-1120, 700), (72, 20), (576, 300)]
 
 
+def test_kernel_modules_load_once_each(tmp_script, tmp_path):
+    # rule 12 with session 15's table (fixtures/va_maps/modules_h200.tar.xz): masked_fill's module
+    # (38,076,416 bytes mapped, blind31/ae01's 36.31 MiB) goes below pow's at the freed range's top;
+    # index_add_ launches a kernel of the same module (the same requests measured), which maps nothing
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+import torch._dynamo
+x = torch.empty(700 << 20, dtype=torch.uint8)
+y = x.cuda()
+del x                                           # B+246..B+946 free
+z = torch.ones(1 << 20, device="cuda")
+w = z.pow(2)                                    # pow's module at B+907.47..B+946
+m = z.masked_fill(z > 0, 0.0)                   # masked_fill's at B+871.16..B+907.47
+z.index_add_(0, torch.zeros(4, dtype=torch.long, device="cuda"), torch.ones(4, device="cuda"))
+big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    # pow's alone: the 320 MiB chunk at B+576; index_add_'s module loaded again would put it at B+512
+    assert where[-1] == (544, 300)
+
+
 def test_a_meta_kernel_s_dynamo_import_maps_no_libtriton(tmp_script, tmp_path):
     # the twin computes logit's sizes with torch._refs' Python reference, which `_disable_dynamo`
     # wraps: its `import torch._dynamo` is the twin's, not the program's (a GPU process runs

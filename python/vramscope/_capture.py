@@ -170,14 +170,25 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
 _RANDOM_KERNELS = {aten.randn.default, aten.randint.low, aten.randint.default, aten.normal_.default}
 
 
-#: ops whose first launch loads a kernel module whose host memory the twin lays out (the driver's
-#: address-space rule 12: `pow`'s, PowKernel.cu, every overload)
+#: the kernel module (`MODULE_HOST_MALLOCS` in crates/engine/src/runtime.rs) whose kernels an op
+#: launches, loaded at its first launch in the process (the driver's address-space rule 12).
+#: Measured on the H200, each op alone in a fresh process (`validation/va_modules.py`): ops that
+#: load the same requests share a module (`masked_fill`'s and `index_add`'s).
+_MODULE_OF = {
+    "pow": ("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "pow_.Scalar", "pow_.Tensor"),
+    "masked_fill": (
+        "masked_fill.Scalar",
+        "masked_fill_.Scalar",
+        "masked_fill.Tensor",
+        "masked_fill_.Tensor",
+        "index_add.default",
+        "index_add_.default",
+    ),
+}
 _MODULE_OPS = {
-    aten.pow.Tensor_Scalar,
-    aten.pow.Tensor_Tensor,
-    aten.pow.Scalar,
-    aten.pow_.Scalar,
-    aten.pow_.Tensor,
+    getattr(getattr(aten, op.split(".")[0]), op.split(".")[1]): module
+    for module, ops in _MODULE_OF.items()
+    for op in ops
 }
 
 
@@ -658,7 +669,7 @@ class Capture:
         self.ops = 0
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
-        #: the kernel modules loaded (`_MODULE_OPS`, by op name)
+        #: the kernel modules loaded (`_MODULE_OPS`)
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
         self.cudnn_benchmarked: set = set()
@@ -889,12 +900,11 @@ class Capture:
             if not _keeps_context(func, args, kwargs):
                 self.kernels_ran = True
                 self.device.kernels_launched()
-        if func in _MODULE_OPS:
-            name = func._schema.name.split("::")[-1].rstrip("_")
-            if name not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
-                # the kernel module's lazy load, after the op's allocations (rule 12)
-                self.modules_loaded.add(name)
-                self.device.kernel_module(name)
+        module = _MODULE_OPS.get(func)
+        if module and module not in self.modules_loaded and _launches_kernel(func, args, kwargs, out):
+            # the kernel module's lazy load, after the op's allocations (rule 12)
+            self.modules_loaded.add(module)
+            self.device.kernel_module(module)
         return out
 
     def _dispatch(self, func, args, kwargs):

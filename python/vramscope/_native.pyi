@@ -59,7 +59,7 @@ class Device:
     def sdpa_backend_choice(self) -> None:
         """scaled_dot_product_attention chooses its backend, asking cuDNN: its graph library loads
         where it has not (driver address-space rule 9)."""
-    def kernel_module(self, op: str) -> None:
+    def kernel_module(self, module: str) -> None:
         """The ATen op `op` (no overload, "pow") has launched its kernels for the first time: the
         host memory its kernel module's lazy load maps, where the twin knows it (driver
         address-space rule 12)."""

@@ -329,13 +329,18 @@ const LIBTRITON_SPAN: u64 = 148_140_032;
 
 /// The host memory libcuda `malloc`s when it loads a kernel module lazily
 /// (CUDA's default lazy loading), at the module's first kernel launch, and
-/// never frees: (an ATen op whose first use loads the module, the
-/// requests in order). `pow`'s kernels (`aten/src/ATen/native/cuda/
-/// PowKernel.cu`) are one module: two requests, the same in 8 of 8
-/// workloads measured (`validation/malloc_log.c`, `fixtures/va_maps/mlog`;
-/// driver 580.159, PyTorch 2.11.0+cu130). Other ops' modules are smaller and
-/// not laid out (`docs/driver-placement.md`).
-const MODULE_HOST_MALLOCS: [(&str, &[u64]); 1] = [("pow", &[20_116_904, 20_278_247])];
+/// never frees: (the module, named by the first op measured to load it; its
+/// requests in order). Measured on the H200 (driver 580.159, PyTorch
+/// 2.11.0+cu130) with `validation/malloc_log.c`, each op alone in a fresh
+/// process (`validation/va_modules.py`, `fixtures/va_maps/modules_h200.tar.xz`);
+/// `pow`'s (PowKernel.cu) also the same in 8 of 8 workloads of
+/// `fixtures/va_maps/mlog`. `masked_fill`'s is also `index_add`'s. The ops of
+/// each module are `_MODULE_OPS` in `python/vramscope/_capture.py`; the other
+/// modules measured are not laid out (`docs/driver-placement.md`).
+const MODULE_HOST_MALLOCS: [(&str, &[u64]); 2] = [
+    ("pow", &[20_116_904, 20_278_247]),
+    ("masked_fill", &[18_816_752, 19_257_087]),
+];
 
 pub(crate) struct State {
     pub(crate) alloc: CachingAllocator<SimDevice>,
@@ -817,15 +822,18 @@ impl Runtime {
         }
     }
 
-    /// The ATen op `op` (its name without overload, `"pow"`) has just
-    /// launched its kernels for the first time in the process: where that
-    /// loads a kernel module ([`MODULE_HOST_MALLOCS`]), libcuda's requests
-    /// that glibc maps on their own ([`vramscope_alloc::HostHeap`]) take
-    /// address space among the segments for good (driver address-space rule
-    /// 12), noted in the event log. A no-op for another op, for a module
-    /// already loaded, and on a device started after the first kernels.
-    pub fn kernel_module(&self, op: &str) {
-        let Some(k) = MODULE_HOST_MALLOCS.iter().position(|&(name, _)| name == op) else {
+    /// An op has just launched a kernel of the module `module` (a name of
+    /// [`MODULE_HOST_MALLOCS`], `"pow"`): the first time in the process, the
+    /// module loads, and libcuda's requests that glibc maps on their own
+    /// ([`vramscope_alloc::HostHeap`]) take address space among the segments
+    /// for good (driver address-space rule 12), noted in the event log. A
+    /// no-op for a module the twin does not know, for one already loaded,
+    /// and on a device started after the first kernels.
+    pub fn kernel_module(&self, module: &str) {
+        let Some(k) = MODULE_HOST_MALLOCS
+            .iter()
+            .position(|&(name, _)| name == module)
+        else {
             return;
         };
         let mut st = self.st.borrow_mut();

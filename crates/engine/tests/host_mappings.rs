@@ -60,6 +60,11 @@ fn a_freed_cpu_tensor_gives_its_range_to_a_chunk_that_fits() {
 /// 700 MiB CPU tensor made before the context (driver rule 11) is freed,
 /// after the first `pow` launch when `pow` is set.
 fn segment_after_a_host_built_tensor(pow: bool) -> i64 {
+    segment_after_modules(if pow { &["pow", "pow", "cos"] } else { &[] })
+}
+
+/// As [`segment_after_a_host_built_tensor`], after kernels of `modules`.
+fn segment_after_modules(modules: &[&str]) -> i64 {
     let rt = fresh();
     let (host, len) = rt.host_before_context(700 * MIB as u64).unwrap();
     // its copy: a 704 MiB chunk below the context, at B-1120
@@ -67,11 +72,9 @@ fn segment_after_a_host_built_tensor(pow: bool) -> i64 {
     let anchor = copy.data_ptr().unwrap() as i64 + 1120 * MIB;
     assert_eq!(host as i64 - anchor, 246 * MIB);
     rt.host_unmapped(host, len);
-    if pow {
-        rt.kernel_module("pow");
-        // loaded once; an op the twin knows no module of maps nothing
-        rt.kernel_module("pow");
-        rt.kernel_module("exp");
+    // a module loads once; one the twin does not know maps nothing
+    for m in modules {
+        rt.kernel_module(m);
     }
     let t = rt.empty(&[300 * MIB], DType::U8, Device::Cuda).unwrap();
     (t.data_ptr().unwrap() as i64 - anchor) / MIB
@@ -84,4 +87,14 @@ fn pow_s_kernel_module_takes_the_top_of_the_freed_range() {
     // pow's module (rule 12): 38.53 MiB mapped at the range's top
     // (blind4/d01 on the H200, B+409.47..B+448), the chunk one lower
     assert_eq!(segment_after_a_host_built_tensor(true), 576);
+}
+
+#[test]
+fn masked_fill_s_kernel_module_maps_below_pow_s() {
+    // masked_fill's module (rule 12): 38,076,416 bytes, blind31/ae01's 36.31
+    // MiB mapping; alone, the chunk as under pow's
+    assert_eq!(segment_after_modules(&["masked_fill"]), 576);
+    // both (blind34/ah05 maps the two): 74.84 MiB at the range's top, the
+    // 320 MiB chunk at the aligned address below them
+    assert_eq!(segment_after_modules(&["pow", "masked_fill"]), 544);
 }

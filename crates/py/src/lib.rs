@@ -314,11 +314,11 @@ impl Device {
         self.p.runtime().host_unmapped(addr, len);
     }
 
-    /// The ATen op `op` (no overload) has launched its kernels for the
-    /// first time: its kernel module's host memory, where the twin knows it
-    /// (driver address-space rule 12).
-    fn kernel_module(&self, op: &str) {
-        self.p.runtime().kernel_module(op);
+    /// An op has launched a kernel of the module `module`: the module's
+    /// host memory at its first load, where the twin knows it (driver
+    /// address-space rule 12).
+    fn kernel_module(&self, module: &str) {
+        self.p.runtime().kernel_module(module);
     }
 
     /// The process imports `torch._dynamo`, which maps `libtriton.so`
