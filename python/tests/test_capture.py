@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+import weakref
 
 import torch
 import vramscope
@@ -756,6 +757,29 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where("pass") == 608
     assert where("w = torch.logit(z)") == 608
     assert where("import torch._dynamo") < 608
+
+
+def test_a_tied_parameter_s_host_storage_dies_at_its_first_conversion():
+    # PyTorch's `_apply` moves a CPU parameter with `param.data = ...` (nn/modules/module.py), so a
+    # parameter two modules share takes its CUDA data in place and its CPU storage dies at the first
+    # module's conversion (blind3/c01's tied embedding: 256 MiB unmapped before the next layer's
+    # segments on the H200, fixtures/va_maps/host_built_s15_h200.tar.xz); the twin converts it once
+    emb, mid = torch.nn.Embedding(1000, 64), torch.nn.Linear(64, 64)
+    head = torch.nn.Linear(64, 1000, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.Sequential(emb, mid, head)
+    old = weakref.ref(emb.weight.untyped_storage())
+    gone = []
+
+    def move(t):
+        gone.append(old() is None)
+        return t.to("cuda")
+
+    with vramscope.capture(gpu="h200"):
+        model._apply(move)
+        # emb's weight, then mid's weight and bias; head's weight is emb's, converted once
+        assert gone == [False, True, True]
+        assert head.weight is emb.weight and emb.weight.is_cuda
 
 
 def test_boolean_mask_indexing_bounds_an_unknown_mask():

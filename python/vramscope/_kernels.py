@@ -1368,7 +1368,9 @@ def module_apply(original):
     CUDA tensors), so a parameter two modules share stays one; between CPU
     and meta tensors it does not hold, and `_apply` would make one copy per
     module. Here each shared tensor is converted once, and every module
-    that held it gets the same new parameter."""
+    that held it gets the same new parameter. On the GPU the old storage
+    dies at that first conversion: the other modules hold a stand-in
+    aliasing the result until their turn, not the old tensor."""
     depth = [0]
 
     def run(self, fn, recurse=True):
@@ -1381,14 +1383,30 @@ def module_apply(original):
                     if t is not None:
                         owners.setdefault(id(t), []).append((table, key))
         memo: dict[int, torch.Tensor] = {}
+        stand_ins = []  # kept alive while `_apply` runs, so that their ids stay theirs
 
         def once(t):
-            if len(owners.get(id(t), ())) < 2:
+            hit = memo.get(id(t))
+            if hit is not None:
+                return hit
+            places = owners.get(id(t), ())
+            if len(places) < 2:
                 # held by nothing here: its old storage dies when the module lets it go, as on the GPU
                 return fn(t)
-            hit = memo.get(id(t))
-            if hit is None:
-                hit = memo[id(t)] = fn(t)
+            hit = memo[id(t)] = fn(t)
+            if hit is not t:
+                # PyTorch's `param.data = ...` changes the one shared tensor: no module holds the old
+                # storage any more
+                for table, key in places:
+                    if table[key] is t:
+                        new = (
+                            torch.nn.Parameter(hit, t.requires_grad)
+                            if isinstance(t, torch.nn.Parameter)
+                            else hit
+                        )
+                        memo[id(new)] = hit
+                        stand_ins.append(new)
+                        table[key] = new
             return hit
 
         lazy = [
