@@ -50,6 +50,8 @@ def test_tensors_read_cuda_and_torch_cuda_is_answered():
         assert torch.cuda.is_available() and torch.cuda.device_count() == 1
         assert torch.cuda.get_device_name() == "NVIDIA H200"
         assert torch.cuda.get_device_capability() == (9, 0)
+        # the GPU profile's L2 (measured on the H200: 60 MiB)
+        assert torch.cuda.get_device_properties(0).L2_cache_size == 60 * MIB
         assert (x * 2).sum().item() == 6.0
         assert x.tolist() == [1.0, 1.0, 1.0]
         stats = torch.cuda.memory_stats()

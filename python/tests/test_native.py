@@ -119,6 +119,9 @@ def test_the_gpus_properties():
         (9, 0),
     )
     assert h100.multi_processor_count == 132
+    # L2_cache_size: the H100's 50 MB specification, the H200's 60 MiB measured
+    assert (h100.l2_cache_size, h200.l2_cache_size) == (52_428_800, 62_914_560)
+    assert n.Device("t4").l2_cache_size == 4 << 20
     assert h200.name == "NVIDIA H200" and h200.total_memory > h100.total_memory
     free, total = h100.mem_get_info()
     assert total == h100.total_memory and 0 < free < total

@@ -22,15 +22,6 @@ from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
 from ._tensor import value as _value
 
-#: `get_device_properties().L2_cache_size` by `--gpu` key (Inductor's benchmarker flushes that much
-#: between timed launches); another GPU's is taken as the H100's
-L2_CACHE_BYTES = {
-    # NVIDIA's H100 SXM5 specification: 50 MB of L2
-    "h100": 50 * 1024 * 1024,
-    # measured: benchmark_gpu's buffer of L2_cache_size // 4 ints was 62,914,560 bytes on the H200
-    "h200": 60 * 1024 * 1024,
-}
-
 
 class _Properties:
     """What `torch.cuda.get_device_properties(0)` reports."""
@@ -43,7 +34,8 @@ class _Properties:
         self.is_integrated = False
         self.is_multi_gpu_board = False
         self.gcnArchName = "NVIDIA"
-        self.L2_cache_size = L2_CACHE_BYTES.get(dev.key, L2_CACHE_BYTES["h100"])
+        # the GPU profile's (Inductor's benchmarker flushes that much between timed launches)
+        self.L2_cache_size = dev.l2_cache_size
         self.warp_size = 32
         self.max_threads_per_multi_processor = 2048
         self.uuid = "00000000-0000-0000-0000-000000000000"

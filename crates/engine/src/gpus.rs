@@ -247,6 +247,8 @@ pub struct DeviceProfile {
     pub sm_count: u32,
     /// `maxThreadsPerMultiProcessor`
     pub max_threads_per_sm: u32,
+    /// `l2CacheSize` (`get_device_properties().L2_cache_size`), bytes
+    pub l2_cache_bytes: u64,
     /// bytes `cudaMemGetInfo` reports as total
     pub total_memory: u64,
     /// bytes the allocator can obtain (total less what the process holds
@@ -307,6 +309,8 @@ pub struct GpuSpec {
     pub sm_count: Sourced<u32>,
     /// `maxThreadsPerMultiProcessor`
     pub max_threads_per_sm: Sourced<u32>,
+    /// `l2CacheSize` (`get_device_properties().L2_cache_size`), bytes
+    pub l2_cache_bytes: Sourced<u64>,
     /// `cudaMemGetInfo`'s total (`get_device_properties().total_memory`)
     pub total_memory: Sourced<u64>,
     /// `total - free - reserved` after loading a model: the CUDA context
@@ -340,6 +344,7 @@ impl GpuSpec {
             torch: TORCH,
             sm_count: self.sm_count.value,
             max_threads_per_sm: self.max_threads_per_sm.value,
+            l2_cache_bytes: self.l2_cache_bytes.value,
             total_memory: self.total_memory.value,
             usable_memory: self
                 .total_memory
@@ -378,6 +383,7 @@ impl GpuSpec {
             capability,
             sm_count: estimated(h.sm_count.value, guess),
             max_threads_per_sm: estimated(h.max_threads_per_sm.value, guess),
+            l2_cache_bytes: estimated(h.l2_cache_bytes.value, guess),
             total_memory: Sourced {
                 value: total_memory,
                 from: Provenance {
@@ -428,6 +434,7 @@ pub const H100: GpuSpec = GpuSpec {
     capability: (9, 0),
     sm_count: measured(132, "torch.cuda.get_device_properties on the H100"),
     max_threads_per_sm: specified(2048, SPEC_THREADS),
+    l2_cache_bytes: specified(50 * MIB, "NVIDIA's H100 SXM5 specification: 50 MB of L2"),
     total_memory: measured(85_017_493_504, "cudaMemGetInfo on the H100 (fixtures/plan)"),
     context_bytes: measured(HOPPER_CONTEXT, "fixtures/plan/wholecard_plan_h100.jsonl"),
     blas_handle_bytes: measured(HOPPER_HANDLES, "fixtures/plan/wholecard_plan_h100.jsonl"),
@@ -447,6 +454,10 @@ pub const H200: GpuSpec = GpuSpec {
     key: "h200",
     name: "NVIDIA H200",
     sm_count: measured(132, "torch.cuda.get_device_properties on the H200"),
+    l2_cache_bytes: measured(
+        60 * MIB,
+        "Inductor's benchmark buffer of L2_cache_size // 4 ints: 62,914,560 bytes on the H200 (fixtures/run)",
+    ),
     total_memory: measured(
         150_109_880_320,
         "cudaMemGetInfo on the H200 (fixtures/h200)",
@@ -471,6 +482,7 @@ const fn unmeasured(
     capability: (u32, u32),
     sm_count: u32,
     max_threads_per_sm: u32,
+    l2_cache_bytes: Sourced<u64>,
     total_memory: Sourced<u64>,
 ) -> GpuSpec {
     GpuSpec {
@@ -479,6 +491,7 @@ const fn unmeasured(
         capability,
         sm_count: specified(sm_count, SPEC_SM),
         max_threads_per_sm: specified(max_threads_per_sm, SPEC_THREADS),
+        l2_cache_bytes,
         total_memory,
         context_bytes: estimated(HOPPER_CONTEXT, CONTEXT_GUESS),
         blas_handle_bytes: estimated(HOPPER_HANDLES, HANDLES_GUESS),
@@ -495,6 +508,12 @@ const MIB: u64 = 1024 * 1024;
 const REPORTED: &str = "a public torch.cuda.get_device_properties() printout";
 /// `Total amount of global memory: ... bytes` of a public `deviceQuery`.
 const DEVICE_QUERY: &str = "a public deviceQuery printout (totalGlobalMem)";
+/// `L2 Cache Size: ... bytes` of a public `deviceQuery`.
+const DEVICE_QUERY_L2: &str = "a public deviceQuery printout (L2 Cache Size)";
+/// NVIDIA's L2 sizes (MB of 2^20 bytes, as the H100's 50 MB is 52,428,800
+/// bytes of `l2CacheSize`).
+const SPEC_L2_AMPERE: &str = "NVIDIA Ampere GA100/GA102 architecture whitepapers";
+const SPEC_L2_ADA: &str = "NVIDIA Ada GPU architecture whitepaper and datasheets";
 
 /// Every GPU `--gpu` takes, H100 first (the default).
 pub static GPUS: &[GpuSpec] = &[
@@ -506,6 +525,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 0),
         108,
         2048,
+        specified(40 * MIB, SPEC_L2_AMPERE),
         estimated(42_405_855_232, DEVICE_QUERY),
     ),
     unmeasured(
@@ -514,6 +534,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 0),
         108,
         2048,
+        specified(40 * MIB, SPEC_L2_AMPERE),
         estimated(
             85_017_493_504,
             "the H100 80GB's measured total (the same 80 GB of HBM)",
@@ -525,6 +546,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 9),
         142,
         1536,
+        specified(96 * MIB, SPEC_L2_ADA),
         estimated(45_589 * MIB, REPORTED),
     ),
     unmeasured(
@@ -533,6 +555,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 9),
         58,
         1536,
+        specified(48 * MIB, SPEC_L2_ADA),
         estimated(
             22_554 * MIB + MIB / 2,
             "nvidia-smi's 23,034 MiB less the H100's gap between nvidia-smi and cudaMemGetInfo (479.5 MiB)",
@@ -544,6 +567,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 6),
         80,
         1536,
+        specified(6 * MIB, SPEC_L2_AMPERE),
         estimated(22_587 * MIB, REPORTED),
     ),
     unmeasured(
@@ -552,6 +576,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 9),
         128,
         1536,
+        specified(72 * MIB, SPEC_L2_ADA),
         estimated(24_563 * MIB, REPORTED),
     ),
     unmeasured(
@@ -560,6 +585,7 @@ pub static GPUS: &[GpuSpec] = &[
         (8, 6),
         82,
         1536,
+        specified(6 * MIB, SPEC_L2_AMPERE),
         estimated(24_268 * MIB, REPORTED),
     ),
     unmeasured(
@@ -568,6 +594,7 @@ pub static GPUS: &[GpuSpec] = &[
         (7, 5),
         40,
         1024,
+        estimated(4 * MIB, DEVICE_QUERY_L2),
         estimated(15_843_721_216, DEVICE_QUERY),
     ),
     unmeasured(
@@ -576,6 +603,7 @@ pub static GPUS: &[GpuSpec] = &[
         (7, 0),
         80,
         2048,
+        specified(6 * MIB, "NVIDIA Tesla V100 GPU architecture whitepaper: 6144 KB of L2"),
         estimated(16_160 * MIB, REPORTED),
     ),
     unmeasured(
@@ -584,6 +612,7 @@ pub static GPUS: &[GpuSpec] = &[
         (10, 0),
         148,
         2048,
+        estimated(50 * MIB, "the H100's, for want of a source"),
         estimated(182_631 * MIB, REPORTED),
     ),
 ];
@@ -632,6 +661,28 @@ mod tests {
         let h2 = DeviceProfile::h200_torch_2_11();
         assert_eq!(h2.usable_memory, 150_109_880_320 - 554_500_096);
         assert_eq!((h2.sm_count, h2.capability), (132, (9, 0)));
+    }
+
+    /// `L2_cache_size`: the H100's 50 MB specification, the H200's 60 MiB
+    /// measured; every GPU has one, smaller than its memory.
+    #[test]
+    fn l2_cache_by_gpu() {
+        assert_eq!(DeviceProfile::h100_torch_2_11().l2_cache_bytes, 52_428_800);
+        assert_eq!(DeviceProfile::h200_torch_2_11().l2_cache_bytes, 62_914_560);
+        assert_eq!(H200.l2_cache_bytes.from.grade, Grade::Measured);
+        assert_eq!(gpu("t4").unwrap().profile().l2_cache_bytes, 4_194_304);
+        assert_eq!(gpu("a100-80gb").unwrap().profile().l2_cache_bytes, 40 << 20);
+        for g in GPUS {
+            let p = g.profile();
+            assert!(
+                p.l2_cache_bytes >= 4 << 20 && p.l2_cache_bytes < p.total_memory,
+                "{}",
+                g.key
+            );
+        }
+        let c = GpuSpec::custom(24 << 30, (8, 9));
+        assert_eq!(c.profile().l2_cache_bytes, 52_428_800);
+        assert_eq!(c.l2_cache_bytes.from.grade, Grade::Estimated);
     }
 
     /// Every GPU is found by its key and by its device name; keys are

@@ -200,6 +200,12 @@ impl Device {
         self.p.runtime().profile().sm_count
     }
 
+    /// `get_device_properties().L2_cache_size`, bytes.
+    #[getter]
+    fn l2_cache_size(&self) -> u64 {
+        self.p.runtime().profile().l2_cache_bytes
+    }
+
     /// Allocate through the caching allocator; returns a handle for `free`.
     /// `source` is the program's line that asked (`file.py:12 in step`).
     #[pyo3(signature = (nbytes, stream, category, op, module, source=""))]
