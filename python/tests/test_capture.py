@@ -854,6 +854,44 @@ def test_torchvision_nms_allocates_what_the_gpucounted():
     assert any("nonzero" in w for w in cap.warned)
 
 
+def test_torchvision_deform_conv2d_allocates_what_the_gpu_counted():
+    torchvision = __import__("pytest").importorskip("torchvision")
+    # blind52/az01's H200 per-op record, 16 images of 256 channels at 64 x 64, 3 x 3, with a mask:
+    # the forward's offset copy, zeroed output, out_buf and columns, and out + bias (5 allocations,
+    # 810,024,960 bytes); the backward's 12 (1,423,444,992 bytes) once both threads' cuBLAS
+    # workspaces exist
+    with vramscope.capture(gpu="h200"):
+        conv = torchvision.ops.DeformConv2d(256, 256, 3, padding=1).cuda()
+        x = torch.empty(16, 256, 64, 64, device="cuda", requires_grad=True)
+        om = torch.empty(16, 27, 64, 64, device="cuda", requires_grad=True)
+        offset, mask = om[:, :18], torch.sigmoid(om[:, 18:])
+        conv(x, offset, mask).sum().backward()  # the cuBLAS workspaces of both threads
+        y, counts = counted(lambda: conv(x, offset, mask))
+        assert y.shape == (16, 256, 64, 64) and counts == (5, 810_024_960)
+        grad = torch.empty_like(y)
+        call = (grad, x, conv.weight, offset, mask, conv.bias, 1, 1, 1, 1, 1, 1, 1, 1, True)
+        grads, counts = counted(lambda: torch.ops.torchvision._deform_conv2d_backward(*call))
+        assert counts == (12, 1_423_444_992)
+        assert [tuple(g.shape) for g in grads] == [
+            (16, 256, 64, 64),
+            (256, 256, 3, 3),
+            (16, 18, 64, 64),
+            (16, 9, 64, 64),
+            (256,),
+        ]
+
+
+def test_a_copy_to_the_meta_device_leaves_the_gpu():
+    # `copy.deepcopy(model).to("meta")` (torch.func's stack_module_state recipe, blind52/az02): the
+    # CUDA parameters are swapped for meta ones and freed, as on the GPU
+    with vramscope.capture(gpu="h200"):
+        m = torch.nn.Linear(1024, 1024).cuda()
+        w = m.weight.to("meta")
+        assert w.is_meta and not w.is_cuda and torch.cuda.memory_allocated() == 4_198_400
+        m.to("meta")
+        assert m.weight.is_meta and torch.cuda.memory_allocated() == 0
+
+
 def test_an_assignment_through_a_mask_keeps_the_masks_values_for_backward():
     # HF Wav2Vec2's SpecAugment (blind21/u02): `h[mask] = embed` with a mask made on the host; its
     # backward indexes the gradient with the same mask, whose count the twin still knows

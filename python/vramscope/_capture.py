@@ -285,9 +285,15 @@ class _FunctionMode(TorchFunctionMode):
             if out is not NotImplemented:
                 return out
         dev = kwargs.get("device")
+        if dev is None and getattr(func, "__name__", "") == "to":
+            # `t.to("meta")`, `module.to("meta")`: the device given by position
+            dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
         if dev is not None:
             if not _is_cuda(dev) and torch.device(dev).type == "meta":
                 # the program's own meta tensors stay plain meta tensors
+                if func is torch.Tensor.to and _tensor.registered(args[0]) and len(args) <= 4:
+                    # a simulated tensor is a meta tensor already: `to` would return it as it is
+                    kwargs = dict(kwargs, copy=True)
                 cap.genuine_meta += 1
                 try:
                     return func(*args, **kwargs)

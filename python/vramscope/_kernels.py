@@ -227,8 +227,14 @@ for _f in (aten.mv.default, aten.mv.out, aten.addmv.default, aten.addmv.out, ate
     AFTER[_f] = _gemv
 for _f in (aten.dot.default, aten.dot.out, aten.vdot.default, aten.vdot.out):
     AFTER[_f] = _dot
-for _f in (aten.addmm.default, aten.addmm.out, aten._addmm_activation.default, aten._addmm_activation.out):
-    AFTER[_f] = _addmm  # addmm_activation_out_cuda: addmm_out_cuda_impl with an epilogue
+for _f in (
+    aten.addmm.default,
+    aten.addmm.out,
+    aten.addmm_.default,
+    aten._addmm_activation.default,
+    aten._addmm_activation.out,
+):
+    AFTER[_f] = _addmm  # addmm_, addmm_activation_out_cuda: addmm_out_cuda_impl (in place; with an epilogue)
 for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.out):
     AFTER[_f] = _bmm
 
@@ -946,6 +952,9 @@ def _to_copy(cap, func, args, kwargs):
     if registered(src):
         if dev is None or to_device:
             return NotImplemented
+        if kind == "meta":
+            # the program's own copy to the meta device: a plain meta tensor, nothing on the GPU
+            return aten._to_copy.default(src, **kwargs)
         # device to host: a CPU tensor holding the values the twin knows
         known = cap.value_of(src, "a copy to the host")
         plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
@@ -2772,7 +2781,7 @@ FUNCTIONS[torch.Tensor.__setitem__] = _setitem
 DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
 DISPATCH[aten.index_put_.default] = _index_put_value
 
-from . import _ctc, _rnn  # noqa: E402, F401  (CTC and cuDNN RNNs register their rules)
+from . import _ctc, _rnn, _vision  # noqa: E402, F401  (CTC, cuDNN RNNs and torchvision ops register their rules)
 
 
 def _pow_scalar_base(cap, func, call, outs):

@@ -1,0 +1,145 @@
+"""torchvision's deformable convolution as its CUDA kernels run it: the host code of
+`deform_conv2d_forward_kernel` and `deform_conv2d_backward_kernel`
+(torchvision/csrc/ops/cuda/deform_conv2d_kernel.cu, the ATen build torchvision 0.26 ships), op by
+op through the capture, each ATen call with its own rules (cuBLAS's handle and workspace per
+thread included). The device kernels (`deformable_im2col`, `col2im`, `col2im_coord`) allocate
+nothing. Checked against blind52/az01's H200 per-op record: every forward and backward call's
+requested bytes and allocation count."""
+
+from __future__ import annotations
+
+import torch
+
+from ._kernels import NAMED_DISPATCH
+from ._tensor import registered
+
+#: `kMaxParallelImgs` in deform_conv2d_kernel.cu: images im2col'd together
+MAX_PARALLEL_IMGS = 32
+
+
+def parallel_imgs(batch: int) -> int:
+    """`get_greatest_divisor_below_bound(batch, kMaxParallelImgs)`."""
+    for k in range(MAX_PARALLEL_IMGS, 1, -1):
+        if batch % k == 0:
+            return k
+    return 1
+
+
+def _out_size(size: int, pad: int, dilation: int, kernel: int, stride: int) -> int:
+    return (size + 2 * pad - (dilation * (kernel - 1) + 1)) // stride + 1
+
+
+def _forward(inp, weight, offset, mask, bias, sh, sw, ph, pw, dh, dw, wgroups, ogroups, use_mask):
+    """`deform_conv2d_forward_kernel`: contiguous operands, a zeroed output and `out_buf`, one
+    zeroed `columns` of (C_in kh kw, n_par oh ow), an `addmm_` per block and weight group, the
+    transposed copy back and `out + bias`, before any of them dies."""
+    input_c, offset_c, weight_c = inp.contiguous(), offset.contiguous(), weight.contiguous()
+    mask_c, bias_c = mask.contiguous(), bias.contiguous()
+    batch, cin, h, w = input_c.shape
+    npar = parallel_imgs(batch)
+    cout, _, kh, kw = weight_c.shape
+    oh, ow = _out_size(h, ph, dh, kh, sh), _out_size(w, pw, dw, kw, sw)
+    out = input_c.new_zeros((batch, cout, oh, ow))
+    if batch == 0:
+        return out
+    blocks = batch // npar
+    out = out.view(blocks, npar, cout, oh, ow)
+    out_buf = out.new_zeros((blocks, cout, npar * oh, ow))
+    out_buf = out_buf.view(blocks, wgroups, cout // wgroups, npar * oh, ow)
+    weight_c = weight_c.view(wgroups, cout // wgroups, *weight_c.shape[1:])
+    columns = input_c.new_zeros((cin * kh * kw, npar * oh * ow))
+    for b in range(blocks):
+        columns = columns.view(wgroups, columns.size(0) // wgroups, columns.size(1))
+        for g in range(wgroups):
+            out_buf[b][g].flatten(1).addmm_(weight_c[g].flatten(1), columns[g])
+        columns = columns.view(columns.size(0) * columns.size(1), columns.size(2))
+    out_buf = out_buf.view(blocks, cout, npar, oh, ow)
+    out_buf.transpose_(1, 2)
+    out.copy_(out_buf)
+    out = out.view(batch, cout, oh, ow)
+    result = out + bias_c.view(1, cout, 1, 1)
+    del columns, out_buf, out, offset_c, mask_c  # the kernel's locals live to its return
+    return result
+
+
+def _grad_inputs(inp, weight, offset, mask, grad_out, wgroups, ogroups, npar, use_mask):
+    """`backward_gradient_inputs`: zeroed gradients of input, offset and mask, one `columns`
+    (`at::empty`), and per block and group `addmm_(weight_g^T, grad_out_g.flatten(1))`, whose
+    flattened slice of the permuted gradient is a copy that dies with its statement."""
+    batch, cin = inp.shape[:2]
+    npar = min(batch, npar)
+    cout, _, kh, kw = weight.shape
+    oh, ow = grad_out.shape[2], grad_out.shape[3]
+    grad_input, grad_offset, grad_mask = (
+        torch.zeros_like(inp),
+        torch.zeros_like(offset),
+        torch.zeros_like(mask),
+    )
+    if batch == 0:
+        return grad_input, grad_offset, grad_mask
+    blocks = batch // npar
+    columns = inp.new_empty((cin * kw * kh, npar * oh * ow))
+    grad_out = grad_out.reshape(blocks, npar, wgroups, cout // wgroups, oh, ow).permute(0, 2, 3, 1, 4, 5)
+    weight = weight.reshape(wgroups, cout // wgroups, *weight.shape[1:])
+    columns = columns.view(wgroups, columns.size(0) // wgroups, columns.size(1))
+    for elt in range(blocks):
+        columns.zero_()
+        for g in range(wgroups):
+            columns[g].addmm_(weight[g].flatten(1).transpose(0, 1), grad_out[elt][g].flatten(1))
+    del columns
+    grad_offset = grad_offset.view(batch, -1, oh, ow)
+    if use_mask:
+        grad_mask = grad_mask.view(batch, -1, oh, ow)
+    return grad_input, grad_offset, grad_mask
+
+
+def _grad_weight(inp, weight, grad_out, wgroups, npar):
+    """`backward_gradient_parameters`: a zeroed weight gradient, the permuted gradient made
+    contiguous (`grad_out_buf`), one `columns` (`at::empty`) and an `addmm_` per block and group."""
+    batch, cin, _, _ = inp.shape
+    npar = min(batch, npar)
+    cout, _, kh, kw = weight.shape
+    oh, ow = grad_out.shape[2], grad_out.shape[3]
+    grad_weight = torch.zeros_like(weight)
+    if batch == 0:
+        return grad_weight
+    blocks = batch // npar
+    grad_out_buf = grad_out.reshape(blocks, npar, wgroups, cout // wgroups, oh, ow).permute(0, 2, 3, 1, 4, 5)
+    grad_out_buf = grad_out_buf.contiguous()
+    grad_weight = grad_weight.view(wgroups, cout // wgroups, *weight.shape[1:])
+    columns = inp.new_empty((wgroups, cin * kw * kh // wgroups, npar * oh * ow))
+    for elt in range(blocks):
+        for g in range(wgroups):
+            grad_weight[g].flatten(1).addmm_(grad_out_buf[elt][g].flatten(1), columns[g].transpose(1, 0))
+    del columns, grad_out_buf
+    return grad_weight.view(-1, *weight.shape[1:])
+
+
+def _backward(grad, inp, weight, offset, mask, bias, sh, sw, ph, pw, dh, dw, wgroups, ogroups, use_mask):
+    """`deform_conv2d_backward_kernel`: contiguous operands, the input-side gradients, the weight's,
+    then the bias's as `ones_like(bias) * grad_out.sum({0, 2, 3})`."""
+    grad_c, input_c, weight_c = grad.contiguous(), inp.contiguous(), weight.contiguous()
+    offset_c, mask_c, bias_c = offset.contiguous(), mask.contiguous(), bias.contiguous()
+    npar = parallel_imgs(input_c.size(0))
+    gi, go, gm = _grad_inputs(input_c, weight_c, offset_c, mask_c, grad_c, wgroups, ogroups, npar, use_mask)
+    gw = _grad_weight(input_c, weight_c, grad_c, wgroups, npar)
+    value = grad_c.sum((0, 2, 3))
+    gb = torch.ones_like(bias_c) * value
+    return gi, gw, go, gm, gb
+
+
+def _rule(body, n_tensors: int):
+    def rule(cap, func, args, kwargs):
+        if kwargs or len(args) != n_tensors + 9 or not all(registered(t) for t in args[:n_tensors]):
+            return NotImplemented
+        if args[n_tensors - 5].dim() != 4 or args[n_tensors - 4].dim() != 4:
+            return NotImplemented
+        cap.ops += 1
+        with cap._modes[1]:
+            return body(*args)
+
+    return rule
+
+
+NAMED_DISPATCH["torchvision::deform_conv2d"] = _rule(_forward, 5)
+NAMED_DISPATCH["torchvision::_deform_conv2d_backward"] = _rule(_backward, 6)
