@@ -16,8 +16,16 @@ use crate::Error;
 type Msg = String;
 
 fn schema(path: String, message: Msg) -> Error {
-    Error::Schema { path, message }
+    Error::Schema {
+        path,
+        message,
+        offset: None,
+    }
 }
+
+/// Trace-entry dicts the hook could not convert whose offsets are kept
+/// (the conversion afterwards names the first bad entry only).
+const FAILED_KEPT: usize = 64;
 
 /// Resolves a fixed set of str keys in dicts, caching the positions per
 /// shape (resolved by name, so keys interned later are still found).
@@ -118,6 +126,11 @@ pub(crate) struct State {
     absorbing: bool,
     /// A device's trace decoded in pieces, spliced in where it starts.
     pending: Option<crate::par::Decoded>,
+    /// Trace-entry dicts (by container id) the hook could not convert, and
+    /// the offset of the opcode that completed each: the conversion
+    /// afterwards fails on one of them and names that byte. The first
+    /// [`FAILED_KEPT`].
+    failed: HashMap<u32, usize, IdBuild>,
 }
 
 /// The symbol used for a missing frame name or filename (resolves to "").
@@ -174,6 +187,7 @@ impl State {
             bailed: Cell::new(false),
             absorbing,
             pending: None,
+            failed: HashMap::default(),
         }
     }
 
@@ -204,7 +218,7 @@ impl State {
 }
 
 impl Absorb for State {
-    fn dict(&mut self, st: &Store, _id: u32, shape: u32, vals: &[Val]) -> Option<u32> {
+    fn dict(&mut self, st: &Store, id: u32, shape: u32, vals: &[Val], at: usize) -> Option<u32> {
         if !self.absorbing || self.bailed.get() {
             return None;
         }
@@ -218,9 +232,18 @@ impl Absorb for State {
             .ok()
             .filter(|&n| n != u32::MAX)?;
         let mut cx = Cx { st, s: self };
-        let e = cx.trace_fields(f).ok()?;
-        self.entries.push(e);
-        Some(n)
+        match cx.trace_fields(f) {
+            Ok(e) => {
+                self.entries.push(e);
+                Some(n)
+            }
+            Err(_) => {
+                if !self.bailed.get() && self.failed.len() < FAILED_KEPT {
+                    self.failed.insert(id, at);
+                }
+                None
+            }
+        }
     }
 
     fn observed(&self, id: usize) -> bool {
@@ -962,7 +985,14 @@ impl<'a> Cx<'a> {
                     Ok(t) => list.push(t),
                     Err((field, m)) => {
                         let sep = if field.is_empty() { "" } else { "." };
-                        return Err(schema(format!("device_traces[{d}][{i}]{sep}{field}"), m));
+                        return Err(Error::Schema {
+                            path: format!("device_traces[{d}][{i}]{sep}{field}"),
+                            message: m,
+                            offset: (e.tag() == Tag::Dict)
+                                .then(|| self.s.failed.get(&e.id()))
+                                .flatten()
+                                .map(|&o| o as u64),
+                        });
                     }
                 }
             }

@@ -160,6 +160,10 @@ pub enum Error {
         path: String,
         /// What is wrong.
         message: String,
+        /// For a trace entry: the offset of the opcode that completed its
+        /// dict while decoding (where the file's bytes for it end, or
+        /// start when the entry was decoded in one step), when known.
+        offset: Option<u64>,
     },
 }
 
@@ -249,7 +253,17 @@ impl fmt::Display for Error {
                 crate::pickle::EXPANSION_PER_BYTE
             ),
             Error::NotASnapshot { reason } => write!(f, "not a memory snapshot: {reason}"),
-            Error::Schema { path, message } => write!(f, "bad snapshot field {path}: {message}"),
+            Error::Schema {
+                path,
+                message,
+                offset,
+            } => {
+                write!(f, "bad snapshot field {path}: {message}")?;
+                match offset {
+                    Some(o) => write!(f, " (the trace entry's dict completed at byte {o})"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -257,8 +271,9 @@ impl fmt::Display for Error {
 impl Error {
     /// The byte of the input the error names: where decoding stopped (the
     /// opcode's offset; for a truncated file, the frame that runs past the
-    /// end), or `None` for errors about the whole input (its type, a
-    /// schema field, a copy budget, I/O).
+    /// end; for a bad trace entry, where its dict was completed), or `None`
+    /// for errors about the whole input (its type, a schema field outside
+    /// the trace, a copy budget, I/O).
     pub fn offset(&self) -> Option<u64> {
         match self {
             Error::UnexpectedEof { offset, .. }
@@ -273,12 +288,12 @@ impl Error {
             | Error::WrongType { offset, .. }
             | Error::Unhashable { offset, .. } => Some(*offset as u64),
             Error::LimitExceeded { offset, .. } => offset.map(|o| o as u64),
+            Error::Schema { offset, .. } => *offset,
             Error::Truncated { frame_offset, .. } => Some(*frame_offset),
             Error::Io { .. }
             | Error::ExpansionLimit { .. }
             | Error::NotAPickle { .. }
-            | Error::NotASnapshot { .. }
-            | Error::Schema { .. } => None,
+            | Error::NotASnapshot { .. } => None,
         }
     }
 }

@@ -378,7 +378,7 @@ fn long1_big_ints_and_u64_fields() {
         vec![5, 0, 0, 0, 0, 0, 0, 0, 1].into(),
     ))));
     match read_snapshot(&b) {
-        Err(Error::Schema { path, message }) => {
+        Err(Error::Schema { path, message, .. }) => {
             assert_eq!(path, "device_traces[0][0].addr");
             assert!(message.contains("does not fit in u64"), "{message}");
         }
@@ -387,12 +387,80 @@ fn long1_big_ints_and_u64_fields() {
     // negative addresses are refused
     let e = read_snapshot(&snapshot_with_entry(entry(Value::Int(-1)))).unwrap_err();
     assert!(e.to_string().contains("non-negative"), "{e}");
-    // and a wrong type names the field and the types
-    let e = read_snapshot(&snapshot_with_entry(entry(Value::Str("0x10".into())))).unwrap_err();
+    // and a wrong type names the field and the types, and the byte of the
+    // opcode that completed the entry's dict (EMPTY_DICT or SETITEMS)
+    let b = snapshot_with_entry(entry(Value::Str("0x10".into())));
+    let e = read_snapshot(&b).unwrap_err();
+    let o = e.offset().expect("a bad trace entry names its byte");
+    assert!(matches!(b[o as usize], b'}' | b'u'), "{e}");
     assert_eq!(
         e.to_string(),
-        "bad snapshot field device_traces[0][0].addr: expected int, found str"
+        format!("bad snapshot field device_traces[0][0].addr: expected int, found str (the trace entry's dict completed at byte {o})")
     );
+}
+
+/// A frames list holding a list where a frame dict belongs (what a memo
+/// index changed by one byte makes) deep in a long trace: the error names
+/// the entry and a byte within its bytes, from memory and from a file.
+#[test]
+fn a_bad_trace_entry_names_its_byte() {
+    let good = |a: i64| {
+        Value::Dict(vec![
+            (Value::Str("action".into()), Value::Str("alloc".into())),
+            (Value::Str("addr".into()), Value::Int(a)),
+            (Value::Str("size".into()), Value::Int(512)),
+            (Value::Str("stream".into()), Value::Int(0)),
+            (Value::Str("frames".into()), Value::List(vec![])),
+        ])
+    };
+    let mut entries: Vec<Value> = (0..3000).map(|i| good(4096 * i)).collect();
+    entries[2000] = Value::Dict(vec![
+        (Value::Str("action".into()), Value::Str("alloc".into())),
+        (Value::Str("addr".into()), Value::Int(1 << 40)),
+        (Value::Str("size".into()), Value::Int(512)),
+        (Value::Str("stream".into()), Value::Int(0)),
+        (
+            Value::Str("compile_context".into()),
+            Value::Str("MARKER-2000".into()),
+        ),
+        (
+            Value::Str("frames".into()),
+            Value::List(vec![Value::List(vec![])]),
+        ),
+    ]);
+    let v = Value::Dict(vec![
+        (Value::Str("segments".into()), Value::List(vec![])),
+        (
+            Value::Str("device_traces".into()),
+            Value::List(vec![Value::List(entries)]),
+        ),
+    ]);
+    let mut w = PickleWriter::new(Vec::new(), true);
+    w.value(&v);
+    let b = w.finish().unwrap();
+    let marker = b.windows(11).position(|x| x == b"MARKER-2000").unwrap() as u64;
+    let dir = std::env::temp_dir().join(format!("vramscope-bad-entry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.pickle");
+    std::fs::write(&path, &b).unwrap();
+    for e in [
+        read_snapshot(&b).unwrap_err(),
+        read_snapshot_sequential(&b).unwrap_err(),
+        read_snapshot_file(&path).unwrap_err(),
+        read_snapshot_file_lexed(&path).unwrap_err(),
+    ] {
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("bad snapshot field device_traces[0][2000].frames: frames[0]: expected a frame dict, found list"),
+            "{msg}"
+        );
+        let o = e.offset().expect("the byte is named");
+        assert!(msg.contains(&format!("byte {o}")), "{msg}");
+        // within the entry: its EMPTY_DICT before the marker, its SETITEMS after
+        assert!(o.abs_diff(marker) < 128, "{msg}: marker at byte {marker}");
+        assert!(matches!(b[o as usize], b'}' | b'u'), "{msg}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -348,8 +348,11 @@ pub(crate) fn op_name(op: u8) -> &'static str {
 /// it took over or looked into, it calls [`Absorb::bail`] and the caller
 /// redoes the work without the hook.
 pub(crate) trait Absorb {
-    /// Offered every dict at freeze time; `Some(n)` takes it over.
-    fn dict(&mut self, st: &Store, id: u32, shape: u32, vals: &[Val]) -> Option<u32>;
+    /// Offered every dict at freeze time; `Some(n)` takes it over. `at`:
+    /// the offset of the opcode that completes it (its `EMPTY_DICT` when a
+    /// trace entry is decoded in one step, else its `SETITEMS` or the first
+    /// opcode that uses it after).
+    fn dict(&mut self, st: &Store, id: u32, shape: u32, vals: &[Val], at: usize) -> Option<u32>;
     /// Whether the hook read container `id` (it must then never change).
     fn observed(&self, id: usize) -> bool;
     /// Give up: the result must not be used.
@@ -385,7 +388,7 @@ pub(crate) struct Splice {
 /// No hook (generic decoding).
 impl Absorb for () {
     #[inline]
-    fn dict(&mut self, _: &Store, _: u32, _: u32, _: &[Val]) -> Option<u32> {
+    fn dict(&mut self, _: &Store, _: u32, _: u32, _: &[Val], _: usize) -> Option<u32> {
         None
     }
     #[inline]
@@ -1535,7 +1538,7 @@ impl<A: Absorb> Core<A> {
             let mut vals = std::mem::take(&mut d.vals);
             d.index = None;
             let shape = self.intern_shape(&keys)?;
-            let native = self.ab.dict(&self.st, id as u32, shape, &vals);
+            let native = self.ab.dict(&self.st, id as u32, shape, &vals, self.at);
             let start = u32_of(self.st.dict_vals.len(), self.at)?;
             if native.is_none() {
                 u32_of(self.st.dict_vals.len() + vals.len(), self.at)?;
@@ -2047,7 +2050,7 @@ impl<A: Absorb> Core<A> {
             };
             vals.push(v);
         }
-        let slot = match self.ab.dict(&self.st, id, sid, &vals) {
+        let slot = match self.ab.dict(&self.st, id, sid, &vals, at) {
             Some(native) => Slot::Native(native),
             None => {
                 let start = u32_of(self.st.dict_vals.len(), at)?;
@@ -2137,7 +2140,7 @@ impl<A: Absorb> Core<A> {
                     vals.clear();
                     vals.extend(self.stack[from..].chunks_exact(2).map(|kv| kv[1]));
                     let id = target.id();
-                    let slot = match self.ab.dict(&self.st, id, sid, &vals) {
+                    let slot = match self.ab.dict(&self.st, id, sid, &vals, self.at) {
                         Some(native) => Slot::Native(native),
                         None => {
                             let start = u32_of(self.st.dict_vals.len(), self.at)?;
