@@ -881,6 +881,29 @@ def test_torchvision_deform_conv2d_allocates_what_the_gpu_counted():
         ]
 
 
+def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
+    # torch.library.custom_op: the GPU runs the Python implementation (blind53/ba02's H200 record);
+    # its fake kernel alone would give the output without the 4 MiB temporary inside
+    @torch.library.custom_op("vs_test::twice_plus", mutates_args=())
+    def twice_plus(x: torch.Tensor) -> torch.Tensor:
+        tmp = x * 2  # 4 MiB, dies inside
+        return tmp + 1
+
+    twice_plus.register_fake(lambda x: torch.empty_like(x))
+    lib = torch.library.Library("vs_test2", "DEF")  # an operator with a fake kernel only
+    lib.define("opaque(Tensor x) -> Tensor")
+    torch.library.register_fake("vs_test2::opaque", lambda x: torch.empty_like(x), lib=lib)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(1 << 20, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        y = twice_plus(x)
+        assert torch.cuda.max_memory_allocated() == 12 * MIB and torch.cuda.memory_allocated() == 8 * MIB
+        assert not cap.unmeasured
+        z = torch.ops.vs_test2.opaque(y)
+        assert z.shape == y.shape and torch.cuda.memory_allocated() == 12 * MIB
+    assert list(cap.unmeasured) == ["vs_test2::opaque (outside ATen: outputs from its fake kernel)"]
+
+
 def test_a_copy_to_the_meta_device_leaves_the_gpu():
     # `copy.deepcopy(model).to("meta")` (torch.func's stack_module_state recipe, blind52/az02): the
     # CUDA parameters are swapped for meta ones and freed, as on the GPU

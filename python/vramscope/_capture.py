@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _attention, _autocast, _kernels, _linalg, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
+from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, set_value, value
 from ._tensor import tensors_in as _tensors
 
@@ -924,6 +924,10 @@ class Capture:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
+        if func.namespace != "aten":
+            out = _custom.run(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
         if torch.is_inference_mode_enabled() and (
             func in _COMPOSITE
             or (
@@ -973,6 +977,8 @@ class Capture:
         self.ops += 1
         before = {a.untyped_storage()._cdata for a in ours}
         op = func._schema.name
+        if func.namespace != "aten":
+            _custom.note(self, func)
         try:
             out = _meta_cached(func, args, kwargs)
         except NotImplementedError as e:

@@ -1,0 +1,42 @@
+"""Operators defined outside ATen. A `torch.library.custom_op` runs its Python implementation on
+the GPU (its CUDA kernel, else its device-agnostic one, registered as `CompositeExplicitAutograd`:
+torch/_library/custom_ops.py), so the twin runs that implementation op by op through the capture;
+its fake kernel, which the meta tensors would reach, gives the outputs' sizes only. Any other
+operator outside ATen without a rule of the twin is named unmeasured."""
+
+from __future__ import annotations
+
+#: namespaces of operators that allocate nothing beyond their outputs or that the twin handles
+#: elsewhere (the fake process group's collectives, profiler markers, prims of decompositions)
+KNOWN_NAMESPACES = frozenset(
+    {"aten", "prims", "_c10d_functional", "_c10d_functional_autograd", "c10d", "profiler"}
+)
+
+
+def implementation(func):
+    """The Python function a GPU runs for `func`, a `torch.library.custom_op`, or None."""
+    try:
+        from torch._library.custom_ops import OPDEFS
+    except ImportError:
+        return None
+    opdef = OPDEFS.get(func._schema.name)
+    if opdef is None:
+        return None
+    fns = opdef._backend_fns
+    return fns.get("cuda") or fns.get(None) or (opdef._init_fn if not fns else None)
+
+
+def run(cap, func, args, kwargs):
+    """`func`'s custom-op implementation on the simulated tensors, or NotImplemented."""
+    fn = implementation(func)
+    if fn is None:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        return fn(*args, **kwargs)
+
+
+def note(cap, func) -> None:
+    """Name an operator outside ATen that ran as its fake (meta) kernel."""
+    if func.namespace not in KNOWN_NAMESPACES:
+        cap.note_unmeasured(f"{func._schema.name} (outside ATen: outputs from its fake kernel)")
