@@ -1081,3 +1081,30 @@ def test_forward_ad_zero_tangents_keep_dense_values():
         before = torch.cuda.memory_allocated()
         zeros = torch.ops.aten._efficientzerotensor([1024, 1024], device="cuda")
         assert zeros._is_zerotensor() and torch.cuda.memory_allocated() == before
+
+
+def test_zerotensor_operands_allocate_what_the_gpu_counted():
+    # blind51/ay04's H200 per-op records (forward AD of nn.Linear): every mm with a weight's
+    # ZeroTensor tangent takes ZeroTensorFallback.cpp's `zeros({}).expand`, which cuBLAS gets
+    # contiguous (2 allocations, 25,165,824 bytes requested for 1024x2048 @ 2048x2048 fp32), at
+    # each call, not only the first of its shapes; add's ZeroTensor kernel sizes its result on
+    # meta copies: only the result (8 MiB)
+    with vramscope.capture(gpu="h200"):
+        d = torch.empty(1024, 2048, device="cuda")
+        torch.mm(d, d.t())  # the cuBLAS workspace
+        for _ in range(2):
+            w = torch._efficientzerotensor((2048, 2048), device="cuda")
+            before = torch.cuda.memory_stats()
+            out = torch.mm(d, w)
+            after = torch.cuda.memory_stats()
+            counts = tuple(
+                after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+            )
+            assert counts[0] == 3 and counts[1] == 25_165_824 + 4  # and the 0-dim zeros
+            del out
+        b = torch._efficientzerotensor((2048,), device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = torch.add(b, d)
+        assert not out._is_zerotensor() and out.shape == (1024, 2048)
+        assert torch.cuda.max_memory_allocated() - base == 8 * MIB

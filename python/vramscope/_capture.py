@@ -381,7 +381,8 @@ def _fresh(func) -> bool:
 
 def _key(x):
     if isinstance(x, torch.Tensor):
-        return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type)
+        # a ZeroTensor (forward AD's `_efficientzerotensor`) dispatches otherwise than a dense tensor
+        return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type, x._is_zerotensor())
     if isinstance(x, (list, tuple)):
         return tuple(_key(y) for y in x)
     if isinstance(x, dict):
@@ -535,7 +536,12 @@ def _meta_cached(func, args, kwargs):
         # a view the schema does not annotate (`_unsafe_view`): never cached
         _FRESH[func] = False
         return out
-    if all(isinstance(o, torch.Tensor) and o.is_meta and o.storage_offset() == 0 for o in outs):
+    if all(
+        isinstance(o, torch.Tensor) and o.is_meta and o.storage_offset() == 0 and not o._is_zerotensor()
+        for o in outs
+    ):
+        # a ZeroTensor result is not remade as a dense one: PyTorch's ZeroTensor fallback
+        # (ZeroTensorFallback.cpp) materialises it in the ops that take it, a dense one not
         shapes = [(tuple(o.shape), o.stride(), o.dtype) for o in outs]
         remade = [torch.empty_strided(sz, st, dtype=dt, device="meta") for sz, st, dt in shapes]
         if all(
@@ -920,6 +926,8 @@ class Capture:
         special = _kernels.DISPATCH.get(func)
         if special is None and func.namespace != "aten":
             special = _kernels.NAMED_DISPATCH.get(func._schema.name)
+            if special is None and func.namespace == "prims":
+                special = _kernels.prims_on_meta
         if special is not None:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:

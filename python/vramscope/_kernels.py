@@ -1350,11 +1350,20 @@ for _table in _INPLACE_IN_NODE.values():
 
 def _to(cap, func, args, kwargs):
     """`Tensor.to` as it reaches the dispatcher (inference mode skips its
-    decomposition): a copy to the host reads the values the twin knows."""
+    decomposition): a copy to the host reads the values the twin knows; a
+    ZeroTensor's `.to(kMeta)` is a plain meta tensor (`meta_copy`)."""
     src = args[0]
     dev = kwargs.get("device")
     if dev is None and len(args) > 1 and isinstance(args[1], (torch.device, str)):
         dev = args[1]
+    if (
+        registered(src)
+        and src._is_zerotensor()
+        and dev is not None
+        and torch.device(dev).type == "meta"
+        and not cap.genuine_meta
+    ):
+        return meta_copy(src)
     if registered(src) and dev is not None and torch.device(dev).type == "cpu":
         dtype = (
             kwargs.get("dtype")
@@ -1367,6 +1376,32 @@ def _to(cap, func, args, kwargs):
 
 for _f in (aten.to.dtype_layout, aten.to.device):
     DISPATCH[_f] = _to
+
+
+def meta_copy(t):
+    """A plain meta tensor of `t`'s sizes, off the simulated device: what `.to(kMeta)` makes of a
+    CUDA tensor. The ZeroTensor kernels of add, sub, mul and div (BinaryOps.cpp `*_zerotensor`)
+    compute their result's sizes on such copies of their operands (a ZeroTensor's materialised by
+    ZeroTensorFallback.cpp's `zeros({}).expand` before the copy), no device memory on the GPU."""
+    if t._is_zerotensor():
+        return torch.empty(t.shape, dtype=t.dtype, device="meta")
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def prims_on_meta(cap, func, args, kwargs):
+    """A prim reaches the twin only from a Python meta kernel (torch/_refs) that a C++ kernel
+    redispatched to the Meta key: the ZeroTensor kernels' sizes, computed on `.to(kMeta)` copies
+    (`meta_copy`), which take no device memory on the GPU. Run on plain meta copies, untracked
+    (Inductor's own prims excepted)."""
+    if func._schema.name.startswith("prims::inductor_"):
+        return NotImplemented
+
+    def plain(x):
+        return meta_copy(x) if isinstance(x, torch.Tensor) and registered(x) else x
+
+    cargs = [[plain(y) for y in a] if isinstance(a, (list, tuple)) else plain(a) for a in args]
+    ckwargs = {k: plain(v) for k, v in kwargs.items()}
+    return func(*cargs, **ckwargs)
 
 
 def module_apply(original):
