@@ -191,7 +191,9 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "the file is truncated: the pickle frame at byte {frame_offset} declares {declared} bytes, but the file ends at byte {len} ({} bytes missing; was the dump cut short?)",
-                (frame_offset + 9 + declared).saturating_sub(*len)
+                // (u128: a corrupt header may declare up to 2^64 - 1 bytes)
+                (u128::from(*frame_offset) + 9 + u128::from(*declared))
+                    .saturating_sub(u128::from(*len))
             ),
             Error::UnknownOpcode { offset, opcode } => {
                 write!(f, "unknown pickle opcode 0x{opcode:02x} at byte {offset}")

@@ -156,6 +156,25 @@ mod tests {
         }
     }
 
+    /// A header declaring 2^64 - 1 bytes (found by the fuzz target: the
+    /// message's sum overflowed) says exactly how many are missing.
+    #[test]
+    fn a_frame_declaring_2_pow_64_bytes_is_told_exactly() {
+        let mut v = vec![0x80, 5, FRAME];
+        v.extend_from_slice(&u64::MAX.to_le_bytes());
+        v.extend_from_slice(b"N.");
+        let (f, n) = file(&v);
+        let e = check(&f, n).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the file is truncated: the pickle frame at byte 2 declares {} bytes, but the file ends at byte 13 ({} bytes missing; was the dump cut short?)",
+                u64::MAX,
+                u128::from(u64::MAX) - 2
+            )
+        );
+    }
+
     #[test]
     fn data_after_the_stop_and_unframed_pickles_are_left_to_decoding() {
         let mut v = framed(&[b"N."]);
