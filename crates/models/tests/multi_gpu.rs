@@ -134,6 +134,32 @@ const WATCHDOG_LATE_S6: &[(&str, i64)] = &[
 ];
 const WATCHDOG_LATE_S7: &[(&str, i64)] = &[("ddp_llama_bf16_sgd", 1)];
 
+/// The session-16 set (`multi_cases_s16.json`, answered blind, recorded
+/// on 2 H200s in session 16). Each has the same allocator trace as the
+/// GPU's on both ranks (`trace_diff.py --full`, or `--late` on a late rank)
+/// and differs in a block best fit took from another segment, as
+/// [`INEXACT_S6`]: the DDP Phi-3 with SGD's momentum (0.25 to 1.75 MiB from
+/// `backward0`) and the GQA Llama with 10 MiB buckets (0.5 to 3.2 MiB, its
+/// late rank's held bound 3.2 MiB under the GPU's peak); the Qwen3-MoE
+/// under FSDP2 reads one more 2 MiB small-pool segment from `backward0` to
+/// `zero_grad0`, its allocated bytes exact.
+const INEXACT_S16: &[(&str, f64)] = &[
+    ("ddp_phi3_fp32_sgdm_b2_s768", 0.0020),
+    ("ddp_llama_gqa_fp32_bucket10", 0.0030),
+    ("fsdp_qwen3moe_mp_bf16", 0.0),
+];
+
+/// Watchdog-late runs of the session-16 set: 7 of its 18 DDP runs.
+const WATCHDOG_LATE_S16: &[(&str, i64)] = &[
+    ("ddp_llama_gqa_fp32_bucket10", 0),
+    ("ddp_mistral_bf16_default_buckets_ckpt", 0),
+    ("ddp_mistral_bf16_default_buckets_ckpt", 1),
+    ("ddp_qwen2_lora_fp32_view", 0),
+    ("ddp_phi3_fp32_sgdm_b2_s768", 1),
+    ("ddp_gemma2_bf16_bucket50", 0),
+    ("ddp_gemma2_bf16_bucket50", 1),
+];
+
 /// DDP runs whose first-iteration bucket the GPU freed after the bucket
 /// rebuild rather than in it (case, rank). ProcessGroupNCCL keeps a
 /// collective's tensors on a shelf until its watchdog thread, which polls,
@@ -187,10 +213,14 @@ fn workload(case: &Value, world: i64, rank: i64) -> Workload {
         .workload;
     w.accumulation = case["accumulation"].as_u64().unwrap_or(1) as usize;
     w.parallel = Some(if case["parallel"] == "ddp" {
-        // multi_cases.py passes bucket_cap_mb always (25 unless given)
+        // multi_cases.py passes bucket_cap_mb always
         Parallel::Ddp(DdpConfig {
             world,
-            bucket_cap_mb: Some(case["bucket_mb"].as_f64().unwrap_or(25.0)),
+            // (25 unless given; `null` is DDP's default)
+            bucket_cap_mb: match case.get("bucket_mb") {
+                None => Some(25.0),
+                Some(v) => v.as_f64(),
+            },
             gradient_as_bucket_view: case["grad_as_bucket_view"].as_bool().unwrap_or(false),
             first_buckets_held: false,
             find_unused_parameters: case["find_unused"].as_bool().unwrap_or(false),
@@ -255,6 +285,20 @@ fn every_rank_of_the_session_6_and_7_sets_against_two_h200s() {
         WATCHDOG_LATE_S7,
     );
     assert_eq!(s7, 474, "rank-phases of the session-7 set");
+}
+
+/// The session-16 set on 2 H200s: Qwen3, Gemma3 and a Qwen3-MoE under
+/// FSDP2, other sizes, sequences, batches, optimizers, bucket sizes.
+#[test]
+fn every_rank_of_the_session_16_set_against_two_h200s() {
+    let s16 = against(
+        "multi_cases_s16.json",
+        "multi_s16_h200_n2.jsonl",
+        2,
+        INEXACT_S16,
+        WATCHDOG_LATE_S16,
+    );
+    assert_eq!(s16, 468, "rank-phases of the session-16 set");
 }
 
 /// The session-6 and session-7 sets on 4 H200s
@@ -449,6 +493,14 @@ const OUTSIDE_KNOWN: &[(&str, &str, i64)] = &[
     ("fsdp_vit_bf16", "backward0", -2),
     ("ddp_llama_bf16_generate", "prefill", 2),
     ("ddp_llama_bf16_generate", "decode", 4),
+    // the session-16 set: six of its 18 cases, both ranks, the same share
+    // a phase early
+    ("ddp_llama_gqa_fp32_bucket10", "forward0", 2),
+    ("fsdp_llama_fp32_b8_s256_adam", "forward0", 2),
+    ("ddp_qwen2_lora_fp32_view", "forward0", 2),
+    ("fsdp_qwen3moe_mp_bf16", "forward0", 2),
+    ("fsdp_phi3_fp32_rmsprop_ckpt", "forward0", 2),
+    ("ddp_llama_fp32_unused_view_s768", "forward0", 2),
 ];
 
 /// (recording, case) whose `init` line was not the process's alone:
@@ -484,6 +536,7 @@ fn nccl_and_the_context_outside_the_allocator_are_the_gpus() {
         ("multi_cases_s7.json", "multi_s7_h200_n2.jsonl", 2, 474),
         ("multi_cases_s6.json", "multi_s6_h200_n4.jsonl", 4, 848),
         ("multi_cases_s7.json", "multi_s7_h200_n4.jsonl", 4, 948),
+        ("multi_cases_s16.json", "multi_s16_h200_n2.jsonl", 2, 468),
     ] {
         assert_eq!(outside(cases, fixture, world), phases, "{fixture}");
     }
@@ -591,7 +644,7 @@ fn watchdog_late_runs_reach_the_held_bound() {
         &'a [(&'a str, i64)],
         &'a [(&'a str, f64)],
     );
-    let sets: [Set; 6] = [
+    let sets: [Set; 7] = [
         (
             "multi_cases.json",
             "multi_h200_n2.jsonl",
@@ -633,6 +686,13 @@ fn watchdog_late_runs_reach_the_held_bound() {
             4,
             WATCHDOG_LATE_S7_N4,
             INEXACT_S7_N4,
+        ),
+        (
+            "multi_cases_s16.json",
+            "multi_s16_h200_n2.jsonl",
+            2,
+            WATCHDOG_LATE_S16,
+            INEXACT_S16,
         ),
     ];
     for (cases, fixture, world, late, inexact) in sets {
@@ -681,5 +741,5 @@ fn watchdog_late_runs_reach_the_held_bound() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 25);
+    assert_eq!(checked, 32);
 }
