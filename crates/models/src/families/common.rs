@@ -98,15 +98,22 @@ pub(crate) fn check_padding_idx(c: &HfConfig, default: Option<i64>, vocab: i64) 
 /// GPU's traces of the first checkpointed Phi-3 and Gemma-2 recorded,
 /// `blind_cudnn_libraries/phi3_a4dc9738...` and
 /// `blind_new_configs/gemma2_20a18480...`, free it in
-/// `backward0`).
+/// `backward0`). The `partial`'s keywords dict releases its values in
+/// insertion order, so the fields drop in the order the model passes them.
 #[derive(Clone)]
 pub(crate) struct LayerArgs {
+    /// `position_ids` where the model passes `position_ids=` before
+    /// `position_embeddings=` (transformers 5.17's Mistral, Mixtral,
+    /// Qwen3-MoE and Phi-3 models)
+    ids_first: Option<Tensor>,
     pub(crate) cos: Tensor,
     pub(crate) sin: Tensor,
     /// Gemma-3's second `(cos, sin)`, for its `"sliding_attention"` layers
     /// (`position_embeddings[layer_type]`); `None` where one pair serves all
     pub(crate) local: Option<(Tensor, Tensor)>,
-    pub(crate) position_ids: Tensor,
+    /// `position_ids` where it comes after them (Llama, Qwen2, Qwen3,
+    /// Gemma-2 and Gemma-3)
+    ids_last: Option<Tensor>,
     pub(crate) training: bool,
     /// a decode forward of `generate()` ([`GenStep::decode`])
     pub(crate) decode: bool,
@@ -114,13 +121,22 @@ pub(crate) struct LayerArgs {
 
 impl LayerArgs {
     /// The layers' arguments: the position embeddings `(cos, sin)`, a
-    /// reference to `position_ids` and `self.training`.
-    pub(crate) fn new((cos, sin): (Tensor, Tensor), position_ids: &Tensor, training: bool) -> Self {
+    /// reference to `position_ids` (passed before the embeddings when
+    /// `ids_first`) and `self.training`.
+    pub(crate) fn new(
+        (cos, sin): (Tensor, Tensor),
+        position_ids: &Tensor,
+        ids_first: bool,
+        training: bool,
+    ) -> Self {
+        let ids = Some(position_ids.clone());
+        let (ids_first, ids_last) = if ids_first { (ids, None) } else { (None, ids) };
         LayerArgs {
+            ids_first,
             cos,
             sin,
             local: None,
-            position_ids: position_ids.clone(),
+            ids_last,
             training,
             decode: false,
         }
@@ -148,13 +164,14 @@ impl LayerArgs {
     /// the position embeddings `(cos, sin)` to the caller.
     fn release(self) -> PositionEmbeddings {
         let LayerArgs {
+            ids_first,
             cos,
             sin,
             local,
-            position_ids,
+            ids_last,
             ..
         } = self;
-        drop(position_ids);
+        drop((ids_first, ids_last));
         PositionEmbeddings {
             _sin: sin,
             _cos: cos,

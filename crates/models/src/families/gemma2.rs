@@ -703,7 +703,8 @@ impl Model {
             Some(r) => Some(r.forward("rotary_emb", &inputs_embeds, &position_ids)?),
             None => None,
         };
-        let args = LayerArgs::new(cos_sin, &position_ids, flags.training)
+        // `position_ids=` after `position_embeddings=` (modeling_gemma2/3)
+        let args = LayerArgs::new(cos_sin, &position_ids, false, flags.training)
             .with_local(local)
             .with_decode(step);
         let (out, position_embeddings) = common::decoder_stack(

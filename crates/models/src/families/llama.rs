@@ -648,7 +648,14 @@ impl Model {
         let cos_sin = self
             .rotary_emb
             .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs::new(cos_sin, &position_ids, flags.training).with_decode(step);
+        // Mistral, Mixtral and Qwen3-MoE pass `position_ids=` before
+        // `position_embeddings=` to each layer, Llama, Qwen2 and Qwen3 after
+        let ids_first = matches!(
+            cfg.family,
+            Family::Mistral | Family::Mixtral | Family::Qwen3Moe
+        );
+        let args =
+            LayerArgs::new(cos_sin, &position_ids, ids_first, flags.training).with_decode(step);
         let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
@@ -814,6 +821,66 @@ mod tests {
         };
         let out = q.forward(&inputs).unwrap();
         assert!(out.loss.is_some_and(|l| l.requires_grad()));
+    }
+
+    /// A checkpointed layer's `partial` keywords release `position_ids`
+    /// and `(cos, sin)` in the order the model passes them: Mistral's
+    /// `position_ids=` first (the GPU's traces of the session-16 multi-GPU
+    /// set free its storage before the embeddings at the end of every
+    /// backward), Llama's last.
+    #[test]
+    fn checkpointed_layers_release_position_ids_in_the_models_keyword_order() {
+        let order = |t: &str| -> Vec<&'static str> {
+            let rt = Runtime::default();
+            let c = HfConfig::parse(&format!(
+                r#"{{"model_type":"{t}","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,
+                    "num_attention_heads":4,"num_key_value_heads":4,"vocab_size":100}}"#
+            ))
+            .unwrap();
+            let mut m = crate::families::build(&rt, &c, Task::Causal, DType::F32).unwrap();
+            m.cuda().unwrap();
+            m.enable_gradient_checkpointing(&crate::workload::Checkpointing::Every(1))
+                .unwrap();
+            m.set_training(true);
+            let ids = rt
+                .empty(&[1, 24], DType::I64, vramscope_engine::Device::Cuda)
+                .unwrap();
+            let inputs = crate::families::Inputs {
+                input_ids: Some(ids.clone()),
+                labels: Some(ids),
+                ..Default::default()
+            };
+            rt.start_event_log();
+            let out = m.forward(&inputs).unwrap();
+            drop(out.logits);
+            out.loss.unwrap().backward().unwrap();
+            let log = rt.take_event_log().unwrap();
+            // position_ids: `arange(24) + 0` (192 bytes); cos and sin:
+            // `emb.cos() * 1.0`, `emb.sin() * 1.0` (1, 24, 16) float32
+            let mut named = std::collections::HashMap::new();
+            for e in &log.events {
+                if let vramscope_engine::MemEvent::Alloc(r) = e {
+                    let name = match (r.op, r.bytes) {
+                        ("add", 192) => "position_ids",
+                        ("mul", 1536) if !named.values().any(|n| *n == "cos") => "cos",
+                        ("mul", 1536) => "sin",
+                        _ => continue,
+                    };
+                    if !named.values().any(|n| *n == name) {
+                        named.insert(r.addr, name);
+                    }
+                }
+            }
+            log.events
+                .iter()
+                .filter_map(|e| match e {
+                    vramscope_engine::MemEvent::Free(a) => named.get(a).copied(),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(order("mistral"), ["position_ids", "cos", "sin"]);
+        assert_eq!(order("llama"), ["cos", "sin", "position_ids"]);
     }
 
     #[test]

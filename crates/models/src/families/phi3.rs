@@ -645,7 +645,8 @@ impl Decoder for Model {
             self.rotary_emb
                 .borrow()
                 .forward("rotary_emb", &inputs_embeds, &position_ids)?;
-        let args = LayerArgs::new(cos_sin, &position_ids, flags.training);
+        // `position_ids=` before `position_embeddings=` (modeling_phi3)
+        let args = LayerArgs::new(cos_sin, &position_ids, true, flags.training);
         let (out, position_embeddings) = common::decoder_stack(
             &self.layers,
             &inputs_embeds,
