@@ -904,6 +904,41 @@ def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
     assert list(cap.unmeasured) == ["vs_test2::opaque (outside ATen: outputs from its fake kernel)"]
 
 
+def test_aten_linear_under_inference_mode_folds_a_transposed_input_as_matmul_does():
+    # blind54/bb04 (a torch.export'ed MLP-Mixer): the graph calls aten.linear on a transposed
+    # input under inference_mode; the H200 copies the input contiguous (matmul's fold, taken because
+    # the weight requires grad), then the output and cuBLAS's workspace: three allocations, the
+    # copy's 77,070,336 bytes in a block of 77,594,624 (its 2 MiB segment's rest is not split off)
+    with vramscope.capture(gpu="h200"):
+        w = torch.nn.Parameter(torch.empty(384, 196, device="cuda", dtype=torch.float16))
+        b = torch.nn.Parameter(torch.empty(384, device="cuda", dtype=torch.float16))
+        x = torch.empty(256, 196, 768, device="cuda", dtype=torch.float16)
+        with torch.inference_mode():
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            y, counts = counted(lambda: torch.ops.aten.linear.default(x.transpose(1, 2), w, b))
+            assert counts[0] == 3 and y.shape == (256, 768, 384)
+            assert torch.cuda.max_memory_allocated() - base == 77_594_624 + 150_994_944 + 33_554_432
+
+
+def test_an_out_of_memory_error_leaves_nothing_of_the_failing_call_alive_in_the_handler():
+    # blind54/bb01's H200 history: the failing op's own allocations (autocast's casts here) die as
+    # C++ unwinds, before the program's `except` runs its `empty_cache()`; the twin's frames must
+    # not keep them alive through the exception's traceback or context
+    with vramscope.capture(gpu="h200"):
+        torch.cuda.set_per_process_memory_fraction(0.02)
+        head = torch.nn.Linear(1536, 32000, bias=False).cuda()
+        x = torch.empty(64, 1024, 1536, device="cuda")
+        base = torch.cuda.memory_allocated()
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                head(x)
+        except torch.OutOfMemoryError:
+            assert torch.cuda.memory_allocated() == base
+        else:
+            raise AssertionError("expected an out-of-memory error")
+
+
 def test_a_copy_to_the_meta_device_leaves_the_gpu():
     # `copy.deepcopy(model).to("meta")` (torch.func's stack_module_state recipe, blind52/az02): the
     # CUDA parameters are swapped for meta ones and freed, as on the GPU

@@ -263,7 +263,15 @@ class _FunctionMode(TorchFunctionMode):
         self.cap = cap
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        try:
+            return self._torch_function(func, types, args, kwargs or {})
+        except torch.OutOfMemoryError as e:
+            # the failing call's own tensors (autocast's casts, a composite's parts) die as C++
+            # unwinds on the GPU; here the twin's frames hold them: they leave the traceback
+            # (blind54/bb01's H200 history: an `empty_cache()` in the program's handler)
+            raise e.with_traceback(None) from None
+
+    def _torch_function(self, func, types, args, kwargs):
         if _autocast.TRACING[0] and (
             torch.compiler.is_dynamo_compiling() or torch._guards.TracingContext.try_get() is not None
         ):
@@ -348,7 +356,13 @@ class _DispatchMode(TorchDispatchMode):
             # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
             return NotImplemented
         with _KERNELS:
-            return self.cap.dispatch(func, args, kwargs or {})
+            try:
+                return self.cap.dispatch(func, args, kwargs or {})
+            except torch.OutOfMemoryError as e:
+                # on the GPU the failing op's own allocations die as C++ unwinds; here the twin's
+                # frames hold them: they leave the traceback, so the program's `except` sees them
+                # freed (blind54/bb01's H200 history: an `empty_cache()` in the handler)
+                raise e.with_traceback(None) from None
 
 
 _PLAIN = torch._C._disabled_torch_dispatch_impl
@@ -609,8 +623,15 @@ _NOT_COMPOSITE: set = set()
 #: `dropout` out of training is `input.clone()` in torch/_decomp but `input` itself in
 #: Dropout.cpp (blind44/ar01's H200 history: no allocation at BERT's dropouts in eval); the
 #: upsampling `.vec` overloads call their `.default` kernel in UpSample*.cpp, where torch/_decomp
-#: indexes with index tensors (blind51/ay05's H200 history: one output under `inference_mode`)
-_CPP_COMPOSITE = {torch.ops.aten.dropout.default} | {
+#: indexes with index tensors (blind51/ay05's H200 history: one output under `inference_mode`);
+#: `matmul`'s `_matmul_impl` folds a batched left operand into one `mm` through `reshape` (a copy
+#: where it is transposed), where torch/_decomp's broadcasts it into a `bmm` (blind54/bb04's H200
+#: history: an exported Mixer's token-mixing `linear` on a transposed input)
+_CPP_COMPOSITE = {
+    torch.ops.aten.dropout.default,
+    torch.ops.aten.matmul.default,
+    torch.ops.aten.matmul.out,
+} | {
     getattr(torch.ops.aten, name).vec
     for name in (
         "upsample_nearest1d",
@@ -784,7 +805,9 @@ class Capture:
             return self.device.malloc(nbytes, stream, category, op, module, _source_line())
         except _native.OutOfMemory as e:
             self.oom = str(e)
-            raise torch.OutOfMemoryError(str(e)) from None
+        # raised outside the handler: no `__context__` whose traceback would keep the twin's frames
+        # (and the tensors they hold) alive in the program's `except`
+        raise torch.OutOfMemoryError(self.oom)
 
     def malloc(self, nbytes: int, op: str, category: str = "output") -> Storage:
         """Scratch of `nbytes` for `op`, freed when the returned object dies."""
@@ -812,7 +835,9 @@ class Capture:
             )
         except _native.OutOfMemory as e:
             self.oom = str(e)
-            raise torch.OutOfMemoryError(str(e)) from None
+        else:
+            return
+        raise torch.OutOfMemoryError(self.oom)
 
     def warn_once(self, key: str, message: str) -> None:
         """One warning per distinct key."""

@@ -441,7 +441,11 @@ def _traced_as_pytorch(stand_in, original):
     def run(*args, **kwargs):
         if torch.compiler.is_dynamo_compiling():
             return original(*args, **kwargs)
-        return stand_in(*args, **kwargs)
+        try:
+            return stand_in(*args, **kwargs)
+        except torch.OutOfMemoryError as e:
+            # the stand-in is C++ on the GPU, whose temporaries (autocast's casts) die as it unwinds
+            raise e.with_traceback(None) from None
 
     run.__name__ = original.__name__
     return _scripted_as(run, original)

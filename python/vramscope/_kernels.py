@@ -1934,6 +1934,34 @@ def _nonzero(cap, func, args, kwargs):
 DISPATCH[aten.nonzero.default] = _nonzero
 
 
+def _linear(cap, func, args, kwargs):
+    """`aten::linear` reaching the capture itself (a graph's call under `inference_mode`, as
+    `torch.export`'s modules make it) with an input neither 2-D nor contiguous: Linear.cpp's
+    `matmul(input, weight.t())` and `add_(bias)`. `_matmul_impl` folds the input into one `mm`
+    through `reshape` (a copy here) when `weight.t()` requires grad (`should_fold`), which the view
+    does on the GPU (ADInplaceOrView keeps a parameter's flag) but not when made below autograd, as
+    here: the fold is taken on the weight's own flag (blind54/bb04's H200 history). The other cases
+    take Linear.cpp's own path."""
+    input, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if kwargs or bias is None or not registered(input) or input.dim() < 3 or input.is_contiguous():
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        weight_t = weight.t()
+        if weight.requires_grad:
+            folded = input.reshape(-1, input.shape[-1])
+            output = aten._unsafe_view.default(folded.mm(weight_t), (*input.shape[:-1], weight.shape[0]))
+            del folded
+        else:
+            output = aten.matmul.default(input, weight_t)
+        output.add_(bias)
+    return output
+
+
+DISPATCH[aten.linear.default] = _linear
+
+
 #: torchvision's `threadsPerBlock` in csrc/ops/cuda/nms_kernel.cu: one 64-bit mask word per 64 boxes
 NMS_BLOCK = 64
 

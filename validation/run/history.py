@@ -4,7 +4,7 @@
 
 SCRIPT runs as `__main__` (runpy), as record.py runs it. Right after torch's own import finishes, the
 history is switched on (`torch.cuda.memory._record_memory_history(max_entries=...)`, C++ and Python
-frames; `MAX_ENTRIES`, default 2,000,000) and at the end (also after an uncaught exception, which is
+frames; `MAX_ENTRIES`, default 2,000,000; `CONTEXT=none` records no frames) and at the end (also after an uncaught exception, which is
 then re-raised) `torch.cuda.memory._dump_snapshot(OUT_PICKLE)` writes the snapshot: every allocation
 in order with its frames, the view to read a kernel's scratch from when the per-op truth is not enough.
 """
@@ -31,8 +31,11 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         def exec_and_record(module):
             exec_module(module)
             if module.cuda.is_available():
+                context = os.environ.get("CONTEXT", "all")  # CONTEXT=none: no frames (small files)
                 module.cuda.memory._record_memory_history(
-                    max_entries=int(os.environ.get("MAX_ENTRIES", "2000000")), stacks="all"
+                    context=None if context == "none" else context,
+                    max_entries=int(os.environ.get("MAX_ENTRIES", "2000000")),
+                    stacks="all",
                 )
                 _torch["torch"] = module
 
