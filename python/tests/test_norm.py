@@ -169,3 +169,49 @@ def test_batch_norm_in_evaluation_takes_cudnn_and_makes_its_output_only():
             bn16(x.to(torch.bfloat16))
         # the cast input, the output, save_mean and save_invstd
         assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 4
+
+
+@pytest.mark.parametrize(
+    ("shape", "forward", "backward"),
+    # blind50/ax02's H200 per-op truth: cudnn_batch_norm and its backward of channels-last float32
+    # batches, the persistent kernel's workspace beyond the outputs (no native staging)
+    [((16, 64, 1024, 32), 4_228_148, 2_797_604), ((16, 256, 256, 32), 4_228_160, 2_798_640)],
+)
+def test_channels_last_float_batch_norm_in_training_takes_cudnns_persistent_workspace(
+    shape, forward, backward
+):
+    def setup():
+        x = torch.empty(shape, device="cuda").to(memory_format=torch.channels_last)
+        w, m = torch.ones(shape[1], device="cuda"), torch.zeros(shape[1], device="cuda")
+        return torch.empty_like(x), x, w, m
+
+    def fwd(g, x, w, m):
+        return torch.ops.aten.native_batch_norm(x, w, m, m, m, True, 0.1, 1e-5)
+
+    def bwd(g, x, w, m):
+        return torch.ops.aten.native_batch_norm_backward(g, x, w, m, m, m, m, True, 1e-5, [True] * 3)
+
+    assert extra_allocations(setup, fwd, gpu="h200") == (1, forward)
+    assert extra_allocations(setup, bwd, gpu="h200") == (1, backward)
+
+
+def test_float_batch_norm_in_training_takes_no_workspace_where_not_channels_last():
+    # cuDNN's SPATIAL mode (an NCHW batch): outputs only, in either direction; a shape outside the
+    # measured table is named unmeasured
+    def setup():
+        x = torch.empty(16, 64, 1024, 32, device="cuda")
+        w, m = torch.ones(64, device="cuda"), torch.zeros(64, device="cuda")
+        return torch.empty_like(x), x, w, m
+
+    def fwd(g, x, w, m):
+        return torch.ops.aten.native_batch_norm(x, w, m, m, m, True, 0.1, 1e-5)
+
+    def bwd(g, x, w, m):
+        return torch.ops.aten.native_batch_norm_backward(g, x, w, m, m, m, m, True, 1e-5, [True] * 3)
+
+    assert extra_allocations(setup, fwd, gpu="h200") == (0, 0)
+    assert extra_allocations(setup, bwd, gpu="h200") == (0, 0)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(8, 32, 16, 16, device="cuda").to(memory_format=torch.channels_last)
+        torch.nn.BatchNorm2d(32).cuda()(x)
+    assert any("channels-last batch-norm forward workspace" in u for u in cap.report()["unmeasured"])

@@ -76,32 +76,77 @@ def _grid_scratch(cap, t, per_channel: int, op: str) -> None:
         del semaphores, staging
 
 
-def _cudnn_inference(x, weight, bias, running_mean, running_var, eps) -> bool:
-    """`_select_batch_norm_backend` (Normalization.cpp) choosing cuDNN for an evaluation-mode batch
-    norm: not bf16, half input only with float weights, affine, running statistics, 3-D or more, at
-    most 65,535 samples, fewer than 2^31 elements (cuDNN's minimum epsilon is 0)."""
+def _cudnn_selected(x, weight, bias, running_mean, running_var, training, eps) -> bool:
+    """`_select_batch_norm_backend` (Normalization.cpp) choosing cuDNN: not bf16, half input only
+    with float weights, affine, running statistics (or none, in training), 3-D or more, at most
+    880,801 samples in training and 65,535 in evaluation, fewer than 2^31 elements (cuDNN's minimum
+    epsilon is 0)."""
     return (
         x.dtype != torch.bfloat16
         and weight is not None
         and bias is not None
         and weight.dtype != torch.bfloat16
         and (x.dtype != torch.float16 or weight.dtype == torch.float32)
-        and running_mean is not None
-        and running_var is not None
+        and (
+            (running_mean is not None and running_var is not None)
+            or (running_mean is None and running_var is None and training)
+        )
         and x.dim() >= 3
-        and x.shape[0] <= 65535
+        and x.shape[0] <= (880801 if training else 65535)
         and eps >= 0
         and x.numel() < 2**31 - 1
     )
+
+
+#: cuDNN's workspace for `CUDNN_BATCHNORM_SPATIAL_PERSISTENT` (cuDNN's own sizes, not in PyTorch's
+#: source: `cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize` and
+#: `cudnnGetBatchNormalizationBackwardExWorkspaceSize`), bytes, by (dtype, channels, N x spatial
+#: elements). Measured: the H200's per-op truth of blind41/ao05 (8, 256, 128, 128) and blind50/ax02
+#: (the two agree at 256 channels of 131,072).
+CUDNN_PERSISTENT_WORKSPACE = {
+    "forward": {
+        (torch.float32, 64, 524288): 4_228_148,
+        (torch.float32, 128, 524288): 8_455_224,
+        (torch.float32, 128, 131072): 2_114_616,
+        (torch.float32, 256, 131072): 4_228_160,
+    },
+    "backward": {
+        (torch.float32, 64, 524288): 2_797_604,
+        (torch.float32, 128, 524288): 5_594_152,
+        (torch.float32, 128, 131072): 1_399_848,
+        (torch.float32, 256, 131072): 2_798_640,
+    },
+}
+
+
+def _persistent(x) -> bool:
+    """`getCudnnBatchNormMode` (cudnn/BatchNorm.cpp) in training: `SPATIAL_PERSISTENT` for an
+    input whose suggested memory format is channels-last (2-D or 3-D), else `SPATIAL`, which takes
+    no workspace (no allocation beyond the outputs in the H200's per-op truth)."""
+    return suggest_memory_format(x) in (torch.channels_last, torch.channels_last_3d)
+
+
+def _persistent_workspace(cap, x, which: str, op: str):
+    """cuDNN's persistent batch-norm workspace (`at::empty(workspace_size)`), where measured."""
+    c = x.size(1)
+    key = (x.dtype, c, x.numel() // max(c, 1))
+    nbytes = CUDNN_PERSISTENT_WORKSPACE[which].get(key)
+    if nbytes is None:
+        cap.note_unmeasured(
+            f"cuDNN's channels-last batch-norm {which} workspace ({x.dtype}, {tuple(x.shape)})"
+        )
+        return None
+    return cap.malloc(nbytes, op, "temporary")
 
 
 def _native_batch_norm(cap, func, args, kwargs):
     """`batch_norm_cuda`: output, save_mean, save_invstd; in training, the statistics of a
     channels-last input (`batch_norm_choose_impl`) take `batch_norm_stats_channels_last_cuda_template`'s
     staging (4 accumulators per channel and grid row) and semaphores, those of a general one
-    `_var_mean_stats`. In evaluation, where
-    `_batch_norm_impl_index` picks cuDNN, `cudnn_batch_norm` makes the output only (its save_mean
-    and save_var are empty: cudnn/BatchNorm.cpp; blind21/u06's H200 memory history)."""
+    `_var_mean_stats`. Where `_batch_norm_impl_index` picks cuDNN: in evaluation `cudnn_batch_norm`
+    makes the output only (its save_mean and save_var are empty: cudnn/BatchNorm.cpp; blind21/u06's
+    H200 memory history); in training the output, save_mean and save_var, then, for a channels-last
+    input, the persistent kernel's workspace (freed on return), none for another."""
     x = args[0]
     training = args[5] if len(args) > 5 else kwargs.get("training")
     if kwargs or not registered(x):
@@ -109,11 +154,21 @@ def _native_batch_norm(cap, func, args, kwargs):
     cap.ops += 1
     op = "aten::native_batch_norm"
     out = func(*args)
-    if not training and _cudnn_inference(*args[:5], args[7]):
+    cudnn = _cudnn_selected(*args[:5], training, args[7])
+    if not training and cudnn:
         if not (x.is_contiguous() or _channels_last_kernels(x)):
             cap.note_unmeasured("cuDNN's batch norm of a non-dense input (its contiguous copy)")
         empty = (cap.track(torch.empty(0, dtype=t.dtype, device="meta"), op) for t in out[1:])
         return (cap.track(out[0], "aten::cudnn_batch_norm"), *empty)
+    if training and cudnn and x.numel() > 0 and _persistent(x):
+        op = "aten::cudnn_batch_norm"
+        if not x.is_contiguous(memory_format=suggest_memory_format(x)):
+            cap.note_unmeasured("cuDNN's batch norm of a non-dense input (its contiguous copy)")
+        for t in out:
+            cap.track(t, op)
+        workspace = _persistent_workspace(cap, x, "forward", op)
+        del workspace
+        return out
     for t in out:
         cap.track(t, op)
     if training and x.numel() > 0:
@@ -152,12 +207,15 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
     grid row with semaphores) and the elementwise input gradient, allocated last."""
     if kwargs or len(args) != 10:
         return NotImplemented
-    grad, x, w, _rm, _rv, _sm, _si, train, _eps, mask = args
+    grad, x, w, rm, rv, _sm, _si, train, eps, mask = args
     if not (registered(grad) and registered(x)):
         return NotImplemented
     cap.ops += 1
     op = "aten::native_batch_norm_backward"
     gi, gw, gb = func(*args)
+    # the forward's choice, its bias taken as defined with its weight (nn.BatchNorm's affine)
+    if train and x.numel() > 0 and _cudnn_selected(x, w, w, rm, rv, True, eps) and _persistent(x):
+        return _cudnn_persistent_backward(cap, grad, x, w, (gi, gw, gb), mask)
     needs_reduction = train or mask[1] or mask[2]
     if not _channels_last_kernels(x) and needs_reduction and mask[0]:
         for t in (gi, gw, gb):
@@ -183,6 +241,33 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
         cap.track(gi, op)
     del held
     return gi, gw, gb
+
+
+def _cudnn_persistent_backward(cap, grad, x, w, grads, mask):
+    """`cudnn_batch_norm_backward` (cudnn/BatchNorm.cpp) of a channels-last input: the output's
+    gradient made contiguous in the input's format, then grad_input (that format), grad_weight and
+    grad_bias, all three whatever the mask (the unwanted ones die on return), and the persistent
+    kernel's workspace."""
+    op = "aten::cudnn_batch_norm_backward"
+    fmt = suggest_memory_format(x)
+    copy = None
+    if not grad.is_contiguous(memory_format=fmt):
+        copy = cap.malloc(grad.numel() * grad.element_size(), op, "temporary")
+    out, held = [], []
+    shapes = (x, w, w)
+    for want, t, like in zip(mask, grads, shapes, strict=True):
+        if want and t is not None:
+            if t is grads[0] and not t.is_contiguous(memory_format=fmt):
+                t = torch.empty(t.shape, dtype=t.dtype, device=t.device, memory_format=fmt)
+            out.append(cap.track(t, op))
+        else:
+            held.append(cap.malloc(like.numel() * like.element_size(), op, "temporary"))
+            out.append(None)
+    workspace = _persistent_workspace(cap, x, "backward", op)
+    # C++ destroys the workspace, then the contiguous gradient; the unwanted results die in the
+    # caller
+    del workspace, copy, held
+    return tuple(out)
 
 
 def _bn_impl(t) -> str:
