@@ -1143,3 +1143,19 @@ def test_zerotensor_operands_allocate_what_the_gpu_counted():
         out = torch.add(b, d)
         assert not out._is_zerotensor() and out.shape == (1024, 2048)
         assert torch.cuda.max_memory_allocated() - base == 8 * MIB
+
+
+def test_advanced_indexing_copies_only_the_indices_not_contiguous():
+    # blind50/ax02's H200 per-op record: src[batch (16, 1, 1), idx (16, 256, 32)]: the broadcast batch
+    # index is made contiguous (1 MiB), the contiguous one is not copied: 2 allocations, 2,621,440 bytes
+    with vramscope.capture(gpu="h200"):
+        src = torch.empty(16, 1024, 3, device="cuda")
+        idx = torch.zeros(16, 256, 32, dtype=torch.long, device="cuda")
+        batch = torch.arange(16, device="cuda").view(16, 1, 1)
+        before = torch.cuda.memory_stats()
+        out = src[batch, idx]
+        after = torch.cuda.memory_stats()
+        counts = tuple(
+            after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+        )
+        assert counts == (2, 2_621_440) and out.shape == (16, 256, 32, 3)

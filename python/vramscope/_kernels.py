@@ -338,9 +338,9 @@ for _f in (
 
 def _index(cap, func, args, kwargs):
     """`AdvancedIndex` (TensorAdvancedIndexing.cpp): on CUDA, two or more index tensors whose
-    strides differ once broadcast are each made contiguous at the broadcast shape before the
-    output is allocated, and die with the kernel (blind6/f01's H200 record of HF's padding-mask
-    construction)."""
+    strides differ once broadcast are each made contiguous at the broadcast shape (a copy where
+    one is not) before the output is allocated, and die with the kernel (blind6/f01's H200 record
+    of HF's padding-mask construction)."""
     indices = args[1] if len(args) > 1 else kwargs.get("indices")
     defined = [i for i in (indices or ()) if i is not None]
     if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8):
@@ -359,7 +359,13 @@ def _index(cap, func, args, kwargs):
     if len({expanded_strides(i) for i in defined}) == 1:
         return NotImplemented
     numel = math.prod(shape)
-    copies = [cap.malloc(numel * i.element_size(), "aten::index", "temporary") for i in defined]
+    # `contiguous()` copies only an index not already contiguous at that shape (blind50/ax02's H200
+    # per-op truth: a (16, 1, 1) batch index beside a contiguous (16, 256, 32) one, one copy)
+    copies = [
+        cap.malloc(numel * i.element_size(), "aten::index", "temporary")
+        for i in defined
+        if not i.expand(shape).is_contiguous()
+    ]
     out = cap.run(func, args, kwargs, [args[0], *defined])
     del copies
     return out
