@@ -406,6 +406,27 @@ impl<D: Device> CachingAllocator<D> {
     pub fn config(&self) -> &AllocatorConfig {
         &self.config
     }
+    /// `torch._C._accelerator_setAllocatorSettings(env)` at run time
+    /// ([`AllocatorConfig::apply`]). Every rule reads the settings when it
+    /// runs, as `CUDACachingAllocator.cpp` reads `AcceleratorAllocatorConfig`:
+    /// segments already made stay as they are (an expandable one keeps its
+    /// pages and, while `expandable_segments` is off, takes no new request,
+    /// `get_free_block`); new ones follow the new settings. The statistic
+    /// `max_split_size` stays the one of the allocator's start (set in
+    /// `DeviceCachingAllocator`'s constructor only). On error the settings
+    /// before the bad token stay applied, as in PyTorch.
+    pub fn set_allocator_settings(&mut self, env: &str) -> Result<(), crate::ConfigError> {
+        if let Some((_, other_rule)) = self.fits.as_mut() {
+            // the fits recorded so far were made under other settings
+            *other_rule = true;
+        }
+        self.config.apply(env)
+    }
+    /// Whether an expandable segment is live (made while
+    /// `expandable_segments` was on; it may be off now).
+    fn any_expandable_segment(&self) -> bool {
+        !self.live_segments.is_empty()
+    }
     /// The device underneath.
     pub fn device(&self) -> &D {
         &self.device
@@ -458,6 +479,7 @@ impl<D: Device> CachingAllocator<D> {
             return false;
         };
         let best_fit_alone = self.config.allows(crate::Shortcut::RepeatedFits)
+            && !self.any_expandable_segment()
             && !other_rule
             && self.stats.num_device_free == device_frees_at_start;
         let repeats = best_fit_alone && crate::fits::repeats_with_its_segments(&fits);
@@ -703,6 +725,7 @@ impl<D: Device> CachingAllocator<D> {
     /// outstanding or a block used on another stream.
     pub fn small_pool(&self, stream: StreamId) -> Option<SmallPool> {
         if self.config.expandable_segments
+            || self.any_expandable_segment()
             || self.config.max_split_size <= SMALL_BUFFER
             || !self.events.is_empty()
             || !self.stream_uses.is_empty()
@@ -744,6 +767,7 @@ impl<D: Device> CachingAllocator<D> {
     /// another stream, history or fits recorded.
     pub fn large_pool(&self, stream: StreamId) -> Option<LargePool> {
         if self.config.expandable_segments
+            || self.any_expandable_segment()
             || self.config.max_split_size != u64::MAX
             || self.config.garbage_collection_threshold > 0.0
             || !self.events.is_empty()
@@ -1044,6 +1068,7 @@ impl<D: Device> CachingAllocator<D> {
     ) -> Option<Moment> {
         if !self.events.is_empty()
             || self.config.expandable_segments
+            || self.any_expandable_segment()
             || self.config.max_split_size != u64::MAX
             || self.config.garbage_collection_threshold > 0.0
             || self.trace.is_some()
@@ -1833,5 +1858,42 @@ mod tests {
         a.keep_through_empty_cache(7, false);
         a.empty_cache();
         assert_eq!(a.stats().reserved_bytes.all().current, 0);
+    }
+
+    #[test]
+    fn settings_changed_at_run_time_shape_only_new_segments() {
+        const MB: u64 = 1 << 20;
+        let reserved = |a: &CachingAllocator| a.stats().reserved_bytes.all().current as u64;
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let p = a.malloc(30 * MB, 0).unwrap();
+        a.free(p).unwrap();
+        a.set_allocator_settings("expandable_segments:True")
+            .unwrap();
+        // the ordinary segment cached before the switch is taken as it is
+        let p = a.malloc(30 * MB, 0).unwrap();
+        assert_eq!(reserved(&a), 30 * MB);
+        // a new segment is expandable: pages of 20 MiB (kLargeBuffer)
+        let q = a.malloc(50 * MB, 0).unwrap();
+        assert_eq!(reserved(&a), 90 * MB);
+        let expandable: Vec<bool> = a.snapshot().iter().map(|s| s.is_expandable).collect();
+        assert_eq!(
+            expandable.iter().filter(|&&e| e).count(),
+            1,
+            "{expandable:?}"
+        );
+        a.free(p).unwrap();
+        a.free(q).unwrap();
+        // switched off: the free expandable block takes no new request
+        a.set_allocator_settings("expandable_segments:False")
+            .unwrap();
+        assert!(a.large_pool(0).is_none(), "an expandable segment is live");
+        let r = a.malloc(50 * MB, 0).unwrap();
+        assert_eq!(reserved(&a), 140 * MB);
+        a.free(r).unwrap();
+        // a bad string leaves what came before it applied
+        assert!(a
+            .set_allocator_settings("max_split_size_mb:40,foo:1")
+            .is_err());
+        assert_eq!(a.config().max_split_size, 40 * MB);
     }
 }
