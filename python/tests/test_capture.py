@@ -9,6 +9,7 @@ import subprocess
 import sys
 import weakref
 
+import pytest
 import torch
 import vramscope
 from conftest import counted, run_script
@@ -69,6 +70,30 @@ def test_out_of_memory_is_raised_as_pytorch_raises_it():
         else:
             raise AssertionError("no OutOfMemoryError")
         assert torch.cuda.memory_stats()["num_ooms"] == 1
+
+
+def test_allocator_settings_changed_at_run_time_shape_the_next_segments():
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(30 * MIB, dtype=torch.uint8, device="cuda")
+        del x
+        torch.cuda.empty_cache()
+        # the deprecated alias goes through torch._C as in PyTorch, with its FutureWarning
+        with pytest.warns(FutureWarning):
+            torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+        x = torch.empty(50 * MIB, dtype=torch.uint8, device="cuda")
+        # one expandable segment mapped page by page: 3 pages of 20 MiB
+        assert torch.cuda.memory_reserved() == 60 * MIB
+        snap = torch.cuda.memory._snapshot()
+        assert [s["is_expandable"] for s in snap["segments"]] == [True]
+        assert snap["allocator_settings"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+        assert snap["allocator_settings"]["expandable_segments"] is True
+        with pytest.raises(ValueError, match=r"Unrecognized key 'foo' in Accelerator allocator config\."):
+            torch._C._accelerator_setAllocatorSettings("foo:1")
+        with pytest.raises(RuntimeError, match="cudaMallocAsync != native"):
+            torch._C._accelerator_setAllocatorSettings("backend:cudaMallocAsync")
+        with pytest.raises(TypeError):
+            torch._C._accelerator_setAllocatorSettings(1)
+        del x
 
 
 def test_backward_frees_what_autograd_saved():

@@ -730,13 +730,26 @@ class Capture:
         """The first CUDA allocation: PyTorch reads `PYTORCH_CUDA_ALLOC_CONF`
         when its allocator starts, so a script may set it before then."""
         self.started = True
-        conf = self._conf()
-        if conf != self.device_conf:
+        self._read_conf()
+        self._map_host_tensors()
+
+    def _read_conf(self) -> None:
+        """The settings of the environment, read once (`AcceleratorAllocatorConfig::instance()`)."""
+        conf = self._conf() or ""
+        self.alloc_conf = conf
+        if conf != (self.device_conf or ""):
             self.device = _native.Device(self.gpu, conf)
-            self.device_conf = conf
             if self.history:
                 self.device.record_memory_history(True)
-        self._map_host_tensors()
+        self.device_conf = conf
+
+    def set_allocator_settings(self, env: str) -> None:
+        """`torch._C._accelerator_setAllocatorSettings(env)`: PyTorch reads the environment's
+        settings at its first use of them (this call, before the first allocation), then
+        applies `env` over them (`c10::CachingAllocator::setAllocatorSettings`)."""
+        if not self.started:
+            self._read_conf()
+        self.device.set_allocator_settings(env)
 
     def _map_host_tensors(self) -> None:
         """The CUDA context starts below the mappings glibc made for the CPU tensors alive then

@@ -362,6 +362,17 @@ def patch(cap) -> _Patch:
     p.set(C, "_cuda_getMemoryFraction", lambda device=None: 1.0)
     p.set(C, "_cuda_record_memory_history", record_history)
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
+
+    def set_allocator_settings(env):
+        if not isinstance(env, str):
+            raise TypeError(
+                "_accelerator_setAllocatorSettings(): incompatible function arguments. The following"
+                f" argument types are supported:\n    1. (arg0: str) -> None\n\nInvoked with: {env!r}"
+            )
+        cap.set_allocator_settings(env)
+
+    # (`torch.cuda.memory._set_allocator_settings`, deprecated, calls it through `torch._C`)
+    p.set(C, "_accelerator_setAllocatorSettings", set_allocator_settings)
     p.set(C, "_cuda_clearCublasWorkspaces", lambda: cap.device.clear_cublas_workspaces())
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
     from . import _attention, _kernels, _linalg

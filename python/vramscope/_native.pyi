@@ -116,6 +116,10 @@ class Device:
     def set_memory_fraction(self, fraction: float) -> None:
         """Raises ValueError outside [0, 1]."""
     def record_memory_history(self, enabled: bool) -> None: ...
+    def set_allocator_settings(self, env: str) -> None:
+        """`torch._C._accelerator_setAllocatorSettings(env)`: the settings from here on; a bad
+        string raises PyTorch's ValueError, IndexError or RuntimeError (NotImplementedError for a
+        setting the twin does not model)."""
     def snapshot_pickle(self) -> bytes:
         """torch.cuda.memory._dump_snapshot's pickle of the state now (and the
         trace since record_memory_history(True)); memory_viz opens it."""

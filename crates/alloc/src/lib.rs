@@ -36,7 +36,9 @@ pub use allocator::{
     FreeBlocks, Handle, Moment, SegmentInfo, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     SMALL_BUFFER, SMALL_SIZE,
 };
-pub use config::{AllocatorConfig, ConfigError, Shortcut, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
+pub use config::{
+    AllocatorConfig, ConfigError, ConfigErrorKind, Shortcut, LARGE_BUFFER, MIB, ROUNDUP_INTERVALS,
+};
 pub use device::{Device, SimDevice, UNLIMITED_BYTES};
 pub use error::{AllocError, OutOfMemory};
 pub use fits::{BlockKey, Fit};

@@ -8,7 +8,8 @@ use std::fmt;
 use std::rc::Rc;
 
 use vramscope_alloc::{
-    Addr, AllocatorConfig, CachingAllocator, DeviceStats, Handle, HostHeap, SimDevice, StreamId,
+    Addr, AllocatorConfig, CachingAllocator, ConfigError, DeviceStats, Handle, HostHeap, SimDevice,
+    StreamId,
 };
 
 use crate::dtype::DType;
@@ -922,6 +923,19 @@ impl Runtime {
         Ok(())
     }
 
+    /// `torch._C._accelerator_setAllocatorSettings(env)` (and its deprecated
+    /// alias `torch.cuda.memory._set_allocator_settings`): the allocator's
+    /// settings change from here on
+    /// ([`vramscope_alloc::CachingAllocator::set_allocator_settings`]).
+    pub fn set_allocator_settings(&self, env: &str) -> std::result::Result<(), ConfigError> {
+        self.st.borrow_mut().alloc.set_allocator_settings(env)
+    }
+
+    /// The allocator's settings in force.
+    pub fn allocator_config(&self) -> AllocatorConfig {
+        self.st.borrow().alloc.config().clone()
+    }
+
     /// Start (or restart) the event log: every allocation, free and change
     /// of category from now on, and the point where `memory_allocated()`
     /// reached its highest value (never reset by `reset_peak_memory_stats`).
@@ -1516,5 +1530,31 @@ mod tests {
         rt.start_event_log();
         rt.load_cudnn(CudnnLibraries::Engines);
         assert!(spans(&rt).is_empty());
+    }
+
+    /// Settings changed at run time reach the allocator: the next segment
+    /// is expandable, and a bad string is PyTorch's error.
+    #[test]
+    fn allocator_settings_change_at_run_time() {
+        let rt = Runtime::new(RuntimeConfig::default());
+        let alloc = |rt: &Runtime| {
+            rt.malloc_on(30 << 20, 0, Category::Output, "empty", "".into(), "".into())
+                .unwrap()
+        };
+        alloc(&rt);
+        rt.set_allocator_settings("expandable_segments:True")
+            .unwrap();
+        assert!(rt.allocator_config().expandable_segments);
+        alloc(&rt);
+        let expandable: Vec<bool> = rt.segments().iter().map(|s| s.is_expandable).collect();
+        assert_eq!(
+            expandable.iter().filter(|&&e| e).count(),
+            1,
+            "{expandable:?}"
+        );
+        let e = rt
+            .set_allocator_settings("expandable_segments:yes")
+            .unwrap_err();
+        assert_eq!(e.kind, vramscope_alloc::ConfigErrorKind::Value);
     }
 }

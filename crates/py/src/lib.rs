@@ -13,10 +13,12 @@
 use std::collections::BTreeMap;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyIndexError, PyNotImplementedError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use vramscope_alloc::AllocatorConfig;
+use vramscope_alloc::{AllocatorConfig, ConfigErrorKind};
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
 use vramscope_engine::plans::PlanStep;
 use vramscope_engine::{
@@ -114,8 +116,6 @@ fn fresh_process(gpu: &str, conf: &str) -> Result<(Runtime, AllocatorConfig), St
 struct Device {
     p: RuntimeSink,
     next_id: u64,
-    conf: String,
-    cfg: AllocatorConfig,
 }
 
 impl Device {
@@ -129,14 +129,12 @@ impl Device {
     #[new]
     #[pyo3(signature = (gpu = "h100", alloc_conf = None))]
     fn new(gpu: &str, alloc_conf: Option<&str>) -> PyResult<Self> {
-        let conf = alloc_conf.unwrap_or("").to_owned();
-        let (rt, cfg) = fresh_process(gpu, &conf).map_err(PyValueError::new_err)?;
+        let (rt, _) =
+            fresh_process(gpu, alloc_conf.unwrap_or("")).map_err(PyValueError::new_err)?;
         rt.start_event_log();
         Ok(Device {
             p: RuntimeSink::new(rt),
             next_id: 0,
-            conf,
-            cfg,
         })
     }
 
@@ -644,6 +642,23 @@ impl Device {
             .map_err(|e| py_err(self.p.runtime(), e))
     }
 
+    /// `torch._C._accelerator_setAllocatorSettings(env)`: the allocator's
+    /// settings from here on ([`Runtime::set_allocator_settings`]). A bad
+    /// string raises what PyTorch raises (`ValueError`, `IndexError`,
+    /// `RuntimeError`; `NotImplementedError` for a setting the twin does not
+    /// model), the settings before the bad token applied.
+    fn set_allocator_settings(&self, env: &str) -> PyResult<()> {
+        self.p.runtime().set_allocator_settings(env).map_err(|e| {
+            let m = e.message;
+            match e.kind {
+                ConfigErrorKind::Value => PyValueError::new_err(m),
+                ConfigErrorKind::Index => PyIndexError::new_err(m),
+                ConfigErrorKind::Runtime => PyRuntimeError::new_err(m),
+                ConfigErrorKind::NotModelled => PyNotImplementedError::new_err(m),
+            }
+        })
+    }
+
     /// Start or stop recording the allocator trace.
     fn record_memory_history(&self, enabled: bool) {
         self.p.runtime().record_memory_history(enabled);
@@ -651,7 +666,8 @@ impl Device {
 
     /// `torch.cuda.memory._dump_snapshot`'s pickle of the state now.
     fn snapshot_pickle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let bytes = snapshot::pickle(self.p.runtime(), &self.conf, &self.cfg)
+        let cfg = self.p.runtime().allocator_config();
+        let bytes = snapshot::pickle(self.p.runtime(), &cfg.settings, &cfg)
             .map_err(|e| PyValueError::new_err(format!("writing the snapshot: {e}")))?;
         Ok(PyBytes::new(py, &bytes))
     }
