@@ -472,8 +472,10 @@ pub struct AllocatorSettings {
 }
 
 impl AllocatorSettings {
-    /// The settings a process started with `PYTORCH_CUDA_ALLOC_CONF=conf`
-    /// reports (`cfg` is `conf` parsed).
+    /// The settings a process reports whose allocator runs under `cfg`
+    /// (`conf`: the settings string last given, `PYTORCH_CUDA_ALLOC_CONF`'s
+    /// or `_accelerator_setAllocatorSettings`'s), every key PyTorch 2.11's
+    /// `_cuda_memorySnapshot` writes.
     pub fn from_config(conf: &str, cfg: &AllocatorConfig) -> Self {
         AllocatorSettings {
             pytorch_cuda_alloc_conf: Some(conf.to_owned()),
@@ -492,7 +494,12 @@ impl AllocatorSettings {
             release_lock_on_cudamalloc: Some(cfg.release_lock_on_cudamalloc),
             pinned_num_register_threads: Some(cfg.pinned_num_register_threads as i64),
             pinned_use_cuda_host_register: Some(cfg.pinned_use_cuda_host_register),
-            other: Vec::new(),
+            // PyTorch 2.11 reports it (the H200's snapshots); the twin takes
+            // only `False` (`AllocatorConfig::parse`)
+            other: vec![(
+                "graph_capture_record_stream_reuse".to_owned(),
+                Value::Bool(false),
+            )],
         }
     }
 }

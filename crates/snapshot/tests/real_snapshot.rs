@@ -84,6 +84,15 @@ fn allocator_settings() {
     assert_eq!(a.other[0].0, "graph_capture_record_stream_reuse");
 }
 
+/// The twin's settings of a process started without `PYTORCH_CUDA_ALLOC_CONF`
+/// are the GPU's, key for key.
+#[test]
+fn the_twins_default_settings_are_the_real_ones() {
+    let s = read_snapshot(&real_bytes()).unwrap();
+    let twin = AllocatorSettings::from_config("", &vramscope_alloc::AllocatorConfig::default());
+    assert_eq!(Some(twin), s.allocator_settings);
+}
+
 #[test]
 fn external_annotations() {
     let s = read_snapshot(&real_bytes()).unwrap();
