@@ -360,10 +360,16 @@ impl LargePool {
         let (mut addr, mut size, mut prev, mut next) = (b.addr, b.size, b.prev, b.next);
         // the least entry of a free neighbour merged in
         let mut low = Free::MAX;
+        // (an ordered entry of the previous neighbour left in place, where
+        // the merged block takes it: [`Self::raise_at`])
+        let mut left = None;
         if prev != NIL && !self.blocks[prev as usize].allocated {
             let p = self.blocks[prev as usize];
             let k = key(p.size, p.addr, prev);
-            self.remove(self.entry_of(prev, k));
+            match self.entry_of(prev, k) {
+                Entry::Ordered(i) => left = Some(i),
+                e => self.remove(e),
+            }
             low = k;
             self.spare.push(prev);
             addr = p.addr;
@@ -376,6 +382,10 @@ impl LargePool {
         if next != NIL && !self.blocks[next as usize].allocated {
             let n = self.blocks[next as usize];
             let k = key(n.size, n.addr, next);
+            if let Some(i) = left.take() {
+                // (not kept: the next entry's index may pass it)
+                self.free.remove(i);
+            }
             self.remove(self.entry_of(next, k));
             low = low.min(k);
             self.spare.push(next);
@@ -398,7 +408,12 @@ impl LargePool {
         // (the merged block is larger than either free neighbour it takes in)
         let f = key(size, addr, id);
         self.touched(low.min(f));
-        self.put(f);
+        match left {
+            // (the merged block is larger than the entry it takes: at or
+            // above the tier, and after it in the order)
+            Some(i) => self.raise_at(i, f),
+            None => self.put(f),
+        }
         Some((b.size, b.requested))
     }
 
@@ -497,6 +512,17 @@ impl LargePool {
                 self.blocks.len() as u32 - 1
             }
         }
+    }
+
+    /// Put `f` in the ordered list in place of its entry `i`, which is less:
+    /// the entries after it and less than `f` move down one by one.
+    #[inline]
+    fn raise_at(&mut self, mut i: usize, f: Free) {
+        while i + 1 < self.free.len() && self.free[i + 1] < f {
+            self.free[i] = self.free[i + 1];
+            i += 1;
+        }
+        self.free[i] = f;
     }
 
     /// Insert `f` in its place in the ordered list, moving the later ones
