@@ -1163,8 +1163,10 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     // written whole at the end ([`emit`]): stdout is line-buffered, and the
-    // module tree of a large model is thousands of lines
-    let mut out: Vec<u8> = Vec::new();
+    // module tree of a large model is thousands of lines; reserved for the
+    // decode steps (about 240 bytes each in JSON: a long generation's are a
+    // megabyte, which growing by doubling would copy and fault in again)
+    let mut out: Vec<u8> = Vec::with_capacity((64 << 10) + 256 * est.decode_steps.len());
     if args.json {
         let j = EstimateJson {
             schema: "vramscope.estimate/1",
