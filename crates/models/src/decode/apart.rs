@@ -326,6 +326,9 @@ struct Inst {
     req_delta: i64,
     /// its requests whose bytes change with the step
     varying: Vec<Varying>,
+    /// its large requests in order ([`Content::larges`]), as
+    /// [`Apart::large`] serves them (one place for a chunk's few)
+    larges: Vec<Req>,
 }
 
 /// A request of a chunk whose bytes change with the step: malloc `r` of
@@ -356,11 +359,11 @@ enum Role {
 struct Chunk {
     range: Range<usize>,
     /// its instance when no size in it changes with the step
-    fixed: Option<Inst>,
+    fixed: Option<Box<Inst>>,
     /// the content of its last instance
     last: Option<u32>,
     /// its last instance, when its sizes change with the step
-    prev: Option<Inst>,
+    prev: Option<Box<Inst>>,
     /// with a fixed instance whose bytes do not change with the step: the
     /// id of its content and its large mallocs' bytes ([`Apart::nests`])
     nest_key: Option<u32>,
@@ -377,18 +380,24 @@ struct Plan {
     malloc_of: Vec<usize>,
     /// each template request, as [`Apart::large`] serves it
     reqs: Vec<Req>,
+    /// each template malloc's place in the ring ([`Self::place`])
+    places: Vec<u32>,
 }
 
 /// A template request in one place, as [`Apart::large`] serves it: the
-/// template's step and malloc index (one read for each large request).
+/// template's step and its malloc's place in the ring ([`Plan::place`]),
+/// one read for each large request.
 #[derive(Debug, Clone, Copy)]
 enum Req {
-    /// malloc `r`, of `size + slope * ahead` bytes ([`Step::Malloc`])
-    Malloc { r: u32, size: u64, slope: i64 },
-    /// malloc `r`, a library's scratch ([`Serving::bytes_of`])
-    Scratch { r: u32 },
-    /// a free of malloc `r` of the step `back` steps before
-    Free { back: u32, r: u32 },
+    /// a malloc at ring place `d`, of `size + slope * ahead` bytes
+    /// ([`Step::Malloc`])
+    Malloc { d: u32, size: u64, slope: i64 },
+    /// malloc `r` at ring place `d`, a library's scratch
+    /// ([`Serving::bytes_of`])
+    Scratch { r: u32, d: u32 },
+    /// a free of the malloc at ring place `d` of the step `back` steps
+    /// before
+    Free { back: u32, d: u32 },
 }
 
 /// The small pool apart, its memo, and the figures the twin no longer keeps.
@@ -416,8 +425,9 @@ pub(super) struct Apart {
     memo_out: Vec<u64>,
     plan: Plan,
     /// the blocks of the last steps, each with its step: malloc `r` of step
-    /// `k` at `r * slots + k % slots` (a block's malloc and its free in the
-    /// next step side by side)
+    /// `k` at `d * slots + k % slots`, `d` its place ([`Plan::place`]: a
+    /// block's malloc and its free in the next step side by side, and the
+    /// few mallocs whose blocks outlive their chunk together)
     ring: Vec<(usize, Blk)>,
     slots: usize,
     before: HashMap<usize, Blk>,
@@ -524,14 +534,14 @@ impl Apart {
         let slots = s.ring.len().next_power_of_two();
         let mallocs = s.ring.iter().map(|m| m.handles.len()).max().unwrap_or(0);
         let mut ring = vec![(usize::MAX, Blk::None); mallocs.max(s.malloc_q.len()) * slots];
+        let plan = Plan::of(s)?;
         for m in s.ring.iter().filter(|m| !m.handles.is_empty()) {
             for (r, &h) in m.handles.iter().enumerate() {
-                ring[r * slots + (m.step & (slots - 1))] = (m.step, blk(h));
+                ring[plan.place(r) * slots + (m.step & (slots - 1))] = (m.step, blk(h));
             }
         }
         let before = s.before.iter().map(|(&j, &h)| (j, blk(h))).collect();
         let st = s.alloc.stats();
-        let plan = Plan::of(s)?;
         let mut a = Apart {
             pool,
             large,
@@ -582,7 +592,7 @@ impl Apart {
                     a.nests.resize_with(a.nest_keys.len(), || None);
                     a.plan.chunks[c].nest_key = Some(id);
                 }
-                a.plan.chunks[c].fixed = Some(inst);
+                a.plan.chunks[c].fixed = Some(Box::new(inst));
             }
         }
         Some(a)
@@ -696,7 +706,7 @@ impl Apart {
                             Op::FreeLocal { local: l }
                         }
                         None if size <= SMALL_SIZE => {
-                            inputs.push((back, r, bytes));
+                            inputs.push((back, self.plan.place(r), bytes));
                             req -= bytes as i64;
                             Op::FreeIn {
                                 i: inputs.len() as u32 - 1,
@@ -750,7 +760,13 @@ impl Apart {
         };
         self.plan.chunks[c].last = Some(id);
         let outs = &self.contents[id as usize].outputs;
-        let outputs = outs.iter().map(|&l| locals[l as usize]).collect();
+        let outputs = outs
+            .iter()
+            .map(|&l| {
+                let (r, size, bytes) = locals[l as usize];
+                (self.plan.place(r), size, bytes)
+            })
+            .collect();
         // (a malloc's local index to its output's)
         for v in &mut varying {
             if let Role::Malloc { out } = &mut v.role {
@@ -760,6 +776,11 @@ impl Apart {
                     .map_or(u32::MAX, |j| j as u32);
             }
         }
+        let larges = self.contents[id as usize]
+            .larges
+            .iter()
+            .map(|l| self.plan.reqs[range.start + l.off as usize])
+            .collect();
         Some(Inst {
             content: id,
             inputs,
@@ -767,6 +788,7 @@ impl Apart {
             offsets,
             req_delta: req,
             varying,
+            larges,
         })
     }
 
@@ -774,7 +796,7 @@ impl Apart {
     /// after the model's last, where none of its changing sizes rounds
     /// otherwise (then its content is the same: only the requested bytes
     /// change); `None` where one does.
-    fn patched(&self, s: &Serving, mut inst: Inst, ahead: i64) -> Option<Inst> {
+    fn patched(&self, s: &Serving, mut inst: Box<Inst>, ahead: i64) -> Option<Box<Inst>> {
         for v in &mut inst.varying {
             let bytes = s.bytes_of(v.r, ahead - v.back as i64)?;
             if s.alloc.round_size(bytes) != v.size {
@@ -800,22 +822,23 @@ impl Apart {
         Some(inst)
     }
 
-    /// Malloc `r` of step `k` made `b`.
+    /// The malloc at ring place `d` ([`Plan::place`]) of step `k` made `b`.
     #[inline]
-    fn put(&mut self, k: usize, r: usize, b: Blk) {
-        let i = r * self.slots + (k & (self.slots - 1));
+    fn put(&mut self, k: usize, d: usize, b: Blk) {
+        let i = d * self.slots + (k & (self.slots - 1));
         if i >= self.ring.len() {
             self.ring
-                .resize((r + 1) * self.slots, (usize::MAX, Blk::None));
+                .resize((d + 1) * self.slots, (usize::MAX, Blk::None));
         }
         self.ring[i] = (k, b);
     }
 
-    /// What malloc `r` of step `k` made, if the ring still holds it.
+    /// What the malloc at ring place `d` of step `k` made, if the ring
+    /// still holds it.
     #[inline]
-    fn made_in(&self, k: usize, r: usize) -> Option<Blk> {
+    fn made_in(&self, k: usize, d: usize) -> Option<Blk> {
         self.ring
-            .get(r * self.slots + (k & (self.slots - 1)))
+            .get(d * self.slots + (k & (self.slots - 1)))
             .filter(|e| e.0 == k)
             .map(|e| e.1)
     }
@@ -1076,7 +1099,7 @@ impl Apart {
                             self.counts.patched += 1;
                             i
                         }
-                        None => self.instance(s, c, ahead).ok_or(Aborted)?,
+                        None => Box::new(self.instance(s, c, ahead).ok_or(Aborted)?),
                     };
                     (inst, false)
                 }
@@ -1222,6 +1245,8 @@ impl Apart {
         let mut locals: Vec<(u64, u64)> = Vec::with_capacity(ops.len());
         let mut made = false;
         let mut large = self.large_now();
+        // (the index of the next large request)
+        let mut j = 0;
         self.pool();
         for (op, &off) in ops.iter().zip(&inst.offsets) {
             match *op {
@@ -1269,7 +1294,8 @@ impl Apart {
                 }
                 Op::Large { malloc, nest, .. } => {
                     let q = start + off as usize;
-                    self.large(s, k, ahead, q, nest)?;
+                    self.large(s, k, ahead, inst.larges[j], nest)?;
+                    j += 1;
                     large = self.large_now();
                     if malloc {
                         let total = self.small + large;
@@ -1308,18 +1334,18 @@ impl Apart {
         // (a fixed chunk's large requests all made for a moment last time,
         // the pool unchanged since and nothing open: the same again)
         match nests.filter(|_| n > 0 && self.open.is_empty()) {
-            Some(key) => self.nests(s, k, ahead, (start, s0), cid, key)?,
+            Some(key) => self.nests(s, k, ahead, (start, s0), inst, key)?,
             None => {
                 for j in 0..n {
-                    self.reuse_large(s, k, ahead, (start, s0), cid, j)?;
+                    self.reuse_large(s, k, ahead, (start, s0), inst, j)?;
                 }
             }
         }
         self.reuse_tail(s, k, (start, s0), inst, after, out)
     }
 
-    /// Large request `j` of a reused chunk of content `cid`, with the peaks
-    /// before and at it.
+    /// Large request `j` of a reused chunk `inst`, with the peaks before
+    /// and at it.
     #[inline(always)]
     fn reuse_large(
         &mut self,
@@ -1327,10 +1353,10 @@ impl Apart {
         k: usize,
         ahead: i64,
         (start, s0): (usize, i64),
-        cid: usize,
+        inst: &Inst,
         j: usize,
     ) -> Result<(), Aborted> {
-        let la = self.contents[cid].larges[j];
+        let la = self.contents[inst.content as usize].larges[j];
         if la.gap_max != i64::MIN {
             let total = s0 + la.gap_max + self.large_now();
             let at = StepRequest {
@@ -1340,7 +1366,7 @@ impl Apart {
             self.note(s, total, at);
         }
         let q = start + la.off as usize;
-        self.large(s, k, ahead, q, la.nest)?;
+        self.large(s, k, ahead, inst.larges[j], la.nest)?;
         if la.malloc {
             let total = s0 + la.small + self.large_now();
             self.note(
@@ -1355,7 +1381,7 @@ impl Apart {
         Ok(())
     }
 
-    /// The large requests of a reused chunk of content `cid` whose
+    /// The large requests of a reused chunk `inst` whose
     /// [`Chunk::nest_key`] is `key`, nothing open: taken from the last time
     /// where the large pool has not changed since ([`NestMemo`]), else
     /// served and remembered where all were made for a moment (then only
@@ -1368,9 +1394,10 @@ impl Apart {
         k: usize,
         ahead: i64,
         (start, s0): (usize, i64),
-        cid: usize,
+        inst: &Inst,
         key: u32,
     ) -> Result<(), Aborted> {
+        let cid = inst.content as usize;
         let changes = self.large.changes();
         #[cfg(test)]
         if tests::NO_NEST_MEMO.get() {
@@ -1396,7 +1423,7 @@ impl Apart {
         let n = self.contents[cid].larges.len();
         let mut moment_after = Vec::with_capacity(n);
         for j in 0..n {
-            self.reuse_large(s, k, ahead, (start, s0), cid, j)?;
+            self.reuse_large(s, k, ahead, (start, s0), inst, j)?;
             moment_after.push(self.moment);
         }
         if self.large.changes() == changes && self.open.is_empty() {
@@ -1447,25 +1474,26 @@ impl Apart {
         Ok(())
     }
 
-    /// The template's large request `q` of step `k`; `nest`: one of a nest
+    /// The template's large request `req` of step `k`; `nest`: one of a nest
     /// (then a malloc is made for a moment, not on the twin, where
     /// [`CachingAllocator::fit_for_a_moment`] finds it a block).
+    #[inline(always)]
     fn large(
         &mut self,
         s: &mut Serving,
         k: usize,
         ahead: i64,
-        q: usize,
+        req: Req,
         nest: bool,
     ) -> Result<(), Aborted> {
-        let (r, bytes) = match self.plan.reqs[q] {
-            Req::Malloc { r, size, slope } => (
-                r as usize,
+        let (r, bytes) = match req {
+            Req::Malloc { d, size, slope } => (
+                d as usize,
                 u64::try_from(size as i128 + slope as i128 * ahead as i128).ok(),
             ),
-            Req::Scratch { r } => (r as usize, s.bytes_of(r as usize, ahead)),
-            Req::Free { back, r } => {
-                return self.large_free(s, k, (back as usize, r as usize), nest)
+            Req::Scratch { r, d } => (d as usize, s.bytes_of(r as usize, ahead)),
+            Req::Free { back, d } => {
+                return self.large_free(s, k, (back as usize, d as usize), nest)
             }
         };
         let bytes = bytes.ok_or(Aborted)?;
@@ -1604,12 +1632,12 @@ impl Apart {
                             request: q,
                         },
                     )?;
-                    self.put(k, made, b);
+                    self.put(k, self.plan.place(made), b);
                     made += 1;
                 }
                 LastRequest::Free { back, r } => {
                     let b = self
-                        .made_in(k.checked_sub(back).ok_or(Aborted)?, r)
+                        .made_in(k.checked_sub(back).ok_or(Aborted)?, self.plan.place(r))
                         .ok_or(Aborted)?;
                     self.free(b)?;
                 }
@@ -1629,7 +1657,7 @@ impl Apart {
         for e in end {
             let b = match *e {
                 Freed::InStep { back, r } => {
-                    self.made_in(last.checked_sub(back).ok_or(Aborted)?, r)
+                    self.made_in(last.checked_sub(back).ok_or(Aborted)?, self.plan.place(r))
                 }
                 Freed::Before(j) => self.before.get(&j).copied(),
             };
@@ -1657,25 +1685,6 @@ impl Plan {
                 }
             });
         }
-        let reqs = tpl
-            .iter()
-            .zip(&malloc_of)
-            .map(|(t, &r)| {
-                let r32 = u32::try_from(r).ok()?;
-                Some(match *t {
-                    Step::Malloc { size, slope } => Req::Malloc {
-                        r: r32,
-                        size,
-                        slope,
-                    },
-                    Step::Scratch { .. } => Req::Scratch { r: r32 },
-                    Step::Free { back, r } => Req::Free {
-                        back: u32::try_from(back).ok()?,
-                        r: u32::try_from(r).ok()?,
-                    },
-                })
-            })
-            .collect::<Option<Vec<Req>>>()?;
         let n = tpl.len();
         let (a, p) = period(tpl, &malloc_of).unwrap_or((0, 64));
         let mut cuts: Vec<usize> = (0..=n)
@@ -1684,6 +1693,55 @@ impl Plan {
         cuts.extend([0, n, s.forward_end.min(n)]);
         cuts.sort_unstable();
         cuts.dedup();
+        // the mallocs whose blocks may outlive their chunk (freed in a later
+        // step or chunk, or large) first in the ring, the others after them
+        let chunk_of = |q: usize| cuts.partition_point(|&c| c <= q);
+        let mut outlive = vec![false; mallocs];
+        for (q, t) in tpl.iter().enumerate() {
+            match *t {
+                Step::Malloc { size, slope } => {
+                    outlive[malloc_of[q]] |= slope != 0 || size > SMALL_SIZE
+                }
+                Step::Scratch { .. } => outlive[malloc_of[q]] = true,
+                Step::Free { back, r } => {
+                    let made = s.malloc_q.get(r).copied();
+                    if let Some(o) = outlive.get_mut(r) {
+                        *o |= back > 0 || made.is_none_or(|m| chunk_of(m) != chunk_of(q));
+                    }
+                }
+            }
+        }
+        let mut places = vec![0u32; mallocs];
+        let mut d = 0u32;
+        u32::try_from(mallocs).ok()?;
+        for first in [true, false] {
+            for (r, _) in outlive.iter().enumerate().filter(|(_, &o)| o == first) {
+                places[r] = d;
+                d += 1;
+            }
+        }
+        let place = |r: usize| places.get(r).map_or(r as u32, |&d| d);
+        let reqs = tpl
+            .iter()
+            .zip(&malloc_of)
+            .map(|(t, &r)| {
+                Some(match *t {
+                    Step::Malloc { size, slope } => Req::Malloc {
+                        d: place(r),
+                        size,
+                        slope,
+                    },
+                    Step::Scratch { .. } => Req::Scratch {
+                        r: u32::try_from(r).ok()?,
+                        d: place(r),
+                    },
+                    Step::Free { back, r } => Req::Free {
+                        back: u32::try_from(back).ok()?,
+                        d: place(r),
+                    },
+                })
+            })
+            .collect::<Option<Vec<Req>>>()?;
         let chunks = cuts
             .windows(2)
             .map(|w| Chunk {
@@ -1700,7 +1758,16 @@ impl Plan {
             chunks,
             malloc_of,
             reqs,
+            places,
         })
+    }
+
+    /// Malloc `r`'s place in the ring: a permutation of the template's
+    /// mallocs (`r` itself past them) that puts those whose blocks outlive
+    /// their chunk first, so that a step's entries lie in a few pages.
+    #[inline]
+    fn place(&self, r: usize) -> usize {
+        self.places.get(r).map_or(r, |&d| d as usize)
     }
 }
 
