@@ -77,6 +77,15 @@ pub(crate) struct TensorImpl {
     pub(crate) autograd: RefCell<AutogradMeta>,
 }
 
+impl Drop for TensorImpl {
+    /// `TensorImpl::release_resources` (c10/core/TensorImpl.cpp): the
+    /// autograd metadata (`.grad`, `grad_fn` and the graph it holds) goes
+    /// before the storage.
+    fn drop(&mut self) {
+        drop(std::mem::take(self.autograd.get_mut()));
+    }
+}
+
 /// A tensor handle (`torch.Tensor`). Cloning it is `b = a` in Python: one
 /// more reference to the same tensor.
 #[derive(Clone)]
@@ -602,5 +611,38 @@ mod tests {
             .is_err());
         drop((t, v));
         assert_eq!(rt.memory_allocated(), 0);
+    }
+
+    #[test]
+    fn a_dying_tensor_releases_its_grad_and_graph_before_its_storage() {
+        let rt = Runtime::default();
+        let frees = |t: Tensor| -> Vec<u64> {
+            rt.start_event_log();
+            drop(t);
+            let log = rt.take_event_log().unwrap();
+            let bytes: std::collections::HashMap<_, _> =
+                log.initial.iter().map(|r| (r.addr, r.bytes)).collect();
+            log.events
+                .iter()
+                .filter_map(|e| match e {
+                    crate::MemEvent::Free(a) => bytes.get(a).copied(),
+                    _ => None,
+                })
+                .collect()
+        };
+        // a leaf with a `.grad`: the grad first
+        let p = rt.empty(&[256], DType::F32, Device::Cuda).unwrap();
+        p.requires_grad_(true).unwrap();
+        p.set_grad(Some(rt.empty(&[512], DType::F32, Device::Cuda).unwrap()));
+        assert_eq!(frees(p), [2048, 1024]);
+        // a loss whose graph alone holds `MulBackward0`'s saved `other` (1
+        // KiB) and, in its `AccumulateGrad`, the leaf (512 bytes): the graph
+        // first, then the loss's 4 bytes
+        let x = rt.empty(&[128], DType::F32, Device::Cuda).unwrap();
+        x.requires_grad_(true).unwrap();
+        let z = rt.empty(&[2, 128], DType::F32, Device::Cuda).unwrap();
+        let loss = x.mul(&z).unwrap().sum().unwrap();
+        drop((x, z));
+        assert_eq!(frees(loss), [1024, 512, 4]);
     }
 }
