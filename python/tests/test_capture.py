@@ -964,6 +964,30 @@ def test_an_out_of_memory_error_leaves_nothing_of_the_failing_call_alive_in_the_
             raise AssertionError("expected an out-of-memory error")
 
 
+def test_huber_loss_reduces_an_unreduced_loss_of_the_inputs_size():
+    # blind55/bc02's H200 per-op record: huber_loss of (256, 4, 256) float32 with the mean made 4
+    # allocations of 1,048,712 bytes (the loss, the 0-dim mean and the reduction's two buffers)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(256, 4, 256, device="cuda", requires_grad=True)
+        t = torch.empty(256, 4, 256, device="cuda")
+        loss, counts = counted(lambda: torch.nn.functional.huber_loss(x, t, delta=0.5))
+        assert loss.shape == () and counts == (4, 1_048_712)
+
+
+def test_avg_pool2d_backward_copies_a_strided_gradient():
+    # blind55/bc01's H200 per-op record: the gradient of a `cat`'s slice is made contiguous after
+    # the input gradient (AveragePool2d.cu's gradOutput_.contiguous(memory_format))
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, 8, 16, 16, device="cuda")
+        grad = torch.empty(4, 16, 8, 8, device="cuda")[:, :8]
+        call = (grad, x, [3, 3], [2, 2], [1, 1], False, True, None)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool2d_backward(*call))
+        assert counts == (2, 32_768 + 8_192)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.avg_pool2d_backward(dense, *call[1:]))
+        assert counts == (1, 32_768)
+
+
 def test_a_copy_to_the_meta_device_leaves_the_gpu():
     # `copy.deepcopy(model).to("meta")` (torch.func's stack_module_state recipe, blind52/az02): the
     # CUDA parameters are swapped for meta ones and freed, as on the GPU

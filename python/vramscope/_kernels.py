@@ -1192,6 +1192,24 @@ DISPATCH[aten.mse_loss.default] = _mse_loss
 DISPATCH[aten.smooth_l1_loss.default] = _mse_loss
 
 
+def _huber_loss(cap, func, args, kwargs):
+    """`huber_loss` with a reduction (`aten/src/ATen/native/Loss.cpp`, not a structured kernel):
+    `at::empty_like(input)` filled by `huber_stub`, then `apply_loss_reduction`'s `mean()` or
+    `sum()` of it, with the reduction's own scratch (blind55/bc02's H200 per-op record: the loss,
+    the 0-dim result and the reduction's two buffers)."""
+    x = args[0]
+    reduction = args[2] if len(args) > 2 else kwargs.get("reduction", 1)
+    if not registered(x) or reduction == 0:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        loss = torch.empty_like(x)
+        return loss.mean() if reduction == 1 else loss.sum()
+
+
+DISPATCH[aten.huber_loss.default] = _huber_loss
+
+
 def _bce_with_logits(cap, func, args, kwargs):
     """`binary_cross_entropy_with_logits` (`aten/src/ATen/native/Loss.cpp`): `log_sigmoid(input)`
     (its CUDA buffer is empty), with a `pos_weight` the broadcast `(pos_weight - 1).mul(target)`
@@ -2299,6 +2317,23 @@ def _upsample_nearest2d(cap, func, call, outs):
 for _f in (aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.default):
     AFTER[_f] = _upsample_nearest2d
 SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
+
+
+def _avg_pool2d_backward(cap, func, call, outs):
+    """`avg_pool2d_backward_out_cuda` (cuda/AveragePool2d.cu): `input_.contiguous(memory_format)`
+    and `gradOutput_.contiguous(memory_format)` in the input's suggested format, after the
+    structured kernel's gradient and freed at the return (blind55/bc01's H200 record: the
+    gradient of a `cat`'s slice, copied)."""
+    (args, _kw) = call
+    grad, src = args[0], args[1]
+    if not (registered(grad) and registered(src)) or outs[0].numel() == 0:
+        return
+    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
+    copies = [_temp(cap, t, func._schema.name) for t in (src, grad) if not t.is_contiguous(memory_format=fmt)]
+    del copies
+
+
+AFTER[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
 
 
 def _upsample_bilinear2d_backward(cap, func, call, outs):
