@@ -29,15 +29,20 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // the trace decoded in pieces on three threads, where it does not give
-    // up, is what the sequential reader reads
+    // up, is what the sequential reader reads (or refuses, as it does)
     if let Some(par) = vramscope_snapshot::read_parallel(data, 3) {
-        let seq = vramscope_snapshot::read_snapshot_sequential(data).expect("parallel read it");
-        assert_eq!(par.segments, seq.segments);
-        assert_eq!(par.device_traces, seq.device_traces);
-        let (s, t) = (&par.stacks, &seq.stacks);
-        assert_eq!(s.num_strs(), t.num_strs());
-        assert_eq!(s.num_frames(), t.num_frames());
-        assert_eq!(s.num_stacks(), t.num_stacks());
+        match (par, vramscope_snapshot::read_snapshot_sequential(data)) {
+            (Err(e), Err(f)) => assert_eq!(e.to_string(), f.to_string()),
+            (Ok(par), Ok(seq)) => {
+                assert_eq!(par.segments, seq.segments);
+                assert_eq!(par.device_traces, seq.device_traces);
+                let (s, t) = (&par.stacks, &seq.stacks);
+                assert_eq!(s.num_strs(), t.num_strs());
+                assert_eq!(s.num_frames(), t.num_frames());
+                assert_eq!(s.num_stacks(), t.num_stacks());
+            }
+            _ => panic!("parallel and sequential disagree"),
+        }
     }
     let parsed = vramscope_snapshot::pickle::parse(data);
     // a trace entry decoded in one step is what its opcodes one by one make

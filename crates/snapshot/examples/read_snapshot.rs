@@ -23,9 +23,16 @@ fn main() -> ExitCode {
     if std::env::args().nth(2).as_deref() == Some("--par") {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let t = Instant::now();
-        let Some(s) = vramscope_snapshot::read_file_parallel(&path, threads) else {
-            eprintln!("{path}: the parallel decoder gave up");
-            return ExitCode::FAILURE;
+        let s = match vramscope_snapshot::read_file_parallel(&path, threads) {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                eprintln!("{path}: {e} ({:.4} s)", t.elapsed().as_secs_f64());
+                return ExitCode::FAILURE;
+            }
+            None => {
+                eprintln!("{path}: the parallel decoder gave up");
+                return ExitCode::FAILURE;
+            }
         };
         println!(
             "{} trace entries, parallel on {threads} threads in {:.4} s",
@@ -50,7 +57,7 @@ fn main() -> ExitCode {
             "{{\"label\": \"split {path}\", \"threads\": {threads}, \"parallel_s\": {par_s:.4}, \"parallel_gave_up\": {}, \"sequential_in_memory_s\": {seq_s:.4}, \"same_entries\": {}}}",
             par.is_none(),
             match (&par, &seq) {
-                (Some(p), Ok(s)) => p.device_traces == s.device_traces,
+                (Some(Ok(p)), Ok(s)) => p.device_traces == s.device_traces,
                 _ => false,
             }
         );

@@ -131,6 +131,10 @@ pub(crate) struct State {
     /// afterwards fails on one of them and names that byte. The first
     /// [`FAILED_KEPT`].
     failed: HashMap<u32, usize, IdBuild>,
+    /// The first entry of the spliced trace whose frames list holds
+    /// something other than a frame dict ([`crate::par::Fault`]): its index
+    /// in `entries`, the byte its dict was completed at, and the message.
+    par_fault: Option<(usize, u64, String)>,
 }
 
 /// The symbol used for a missing frame name or filename (resolves to "").
@@ -188,6 +192,7 @@ impl State {
             absorbing,
             pending: None,
             failed: HashMap::default(),
+            par_fault: None,
         }
     }
 
@@ -202,6 +207,12 @@ impl State {
     /// Whether a trace decoded in pieces was given but never spliced in.
     pub(crate) fn trace_unused(&self) -> bool {
         self.pending.is_some()
+    }
+
+    /// The byte of the spliced trace's faulty entry, if it has one: the
+    /// conversion's error names it (and nothing else is decoded again).
+    pub(crate) fn par_fault_at(&self) -> Option<u64> {
+        self.par_fault.as_ref().map(|f| f.1)
     }
 
     pub(crate) fn bailed(&self) -> bool {
@@ -339,6 +350,9 @@ impl Absorb for State {
                 sids.push(self.table.intern_stack(&self.scratch));
             }
             let kinds = self.entries.map_kinds(&p.entries, &sym)?;
+            if let (None, Some(f)) = (&self.par_fault, &p.fault) {
+                self.par_fault = Some((total + f.entry, f.at, f.message.clone()));
+            }
             maps.push((sids, kinds, total));
             total += p.entries.len();
             if total > MAX_TRACE {
@@ -942,6 +956,7 @@ impl<'a> Cx<'a> {
                     self.s.bailed.set(true);
                     return Err(bail_err());
                 }
+                self.par_fault_in(d, taken..taken + len, 0)?;
                 out.push(self.s.entries.split_front(len));
                 taken += len;
                 continue;
@@ -957,6 +972,7 @@ impl<'a> Cx<'a> {
                     .all(|(i, &e)| self.st.native(e) == u32::try_from(taken + i).ok())
                 && !entries.is_empty()
             {
+                self.par_fault_in(d, taken..taken + entries.len(), 0)?;
                 out.push(std::mem::take(&mut self.s.entries));
                 continue;
             }
@@ -969,6 +985,7 @@ impl<'a> Cx<'a> {
                     });
                 }
                 if let Some(n) = self.st.native(e) {
+                    self.par_fault_in(d, n as usize..n as usize + 1, i)?;
                     match (n as usize)
                         .checked_sub(taken)
                         .and_then(|k| self.s.entries.get(k))
@@ -999,6 +1016,26 @@ impl<'a> Cx<'a> {
             out.push(list);
         }
         Ok(out)
+    }
+
+    /// The spliced trace's faulty entry, if it is among the entries
+    /// `natives` (indices in `entries`, device `d`'s from index `first`):
+    /// the error the sequential reader's conversion gives for it
+    /// (`Cx::stack`'s message), naming its byte.
+    fn par_fault_in(
+        &self,
+        d: usize,
+        natives: std::ops::Range<usize>,
+        first: usize,
+    ) -> Result<(), Error> {
+        match &self.s.par_fault {
+            Some((n, at, m)) if natives.contains(n) => Err(Error::Schema {
+                path: format!("device_traces[{d}][{}].frames", n - natives.start + first),
+                message: m.clone(),
+                offset: Some(*at),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn trace_entry(&mut self, v: Val) -> Result<TraceEntry, (&'static str, Msg)> {

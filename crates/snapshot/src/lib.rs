@@ -39,7 +39,10 @@
 //! object starts); its first device trace is then decoded in pieces on as
 //! many, and the VM decodes the rest, jumping over the trace and taking
 //! the pieces' entries in (ids mapped to the ones it would have given them).
-//! Any pickle that does not fit (see `par.rs`) is decoded as above instead.
+//! Any pickle that does not fit (see `par.rs`) is decoded as above instead;
+//! a trace entry whose frames list holds something other than a frame dict
+//! is reported from the pieces (the sequential reader's error, byte
+//! included), without decoding the file again.
 //!
 //! # Cost
 //! The decoder keeps 8 bytes per container and 4 per memo entry, in chunks
@@ -102,8 +105,8 @@ pub use vramscope_alloc::TraceAction;
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, Error> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if bytes.len() as u64 >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
-        if let Some(snap) = read_parallel(bytes, cores.min(PAR_MAX_THREADS)) {
-            return Ok(snap);
+        if let Some(r) = read_parallel(bytes, cores.min(PAR_MAX_THREADS)) {
+            return r;
         }
     }
     read_snapshot_sequential(bytes)
@@ -127,9 +130,11 @@ pub const PAR_MAX_THREADS: usize = 16;
 
 /// [`read_snapshot`]'s parallel decoding alone on `threads` threads, or
 /// `None` where it gives up (then [`read_snapshot_sequential`] decides);
-/// for tests, which hold the two to the same snapshot.
+/// for tests, which hold the two to the same snapshot. An error is a trace
+/// entry whose frames list holds something other than a frame dict (the
+/// one error it reports; the sequential reader's, byte included).
 #[doc(hidden)]
-pub fn read_parallel(bytes: &[u8], threads: usize) -> Option<Snapshot> {
+pub fn read_parallel(bytes: &[u8], threads: usize) -> Option<Result<Snapshot, Error>> {
     let len = bytes.len() as u64;
     let starts = frames::check(&bytes, len).ok()?;
     let d = decode_trace(par::Input::Slice(bytes), len, &starts, threads)?;
@@ -138,13 +143,32 @@ pub fn read_parallel(bytes: &[u8], threads: usize) -> Option<Snapshot> {
         // decoding never reached the trace: it was decoded twice
         return None;
     }
-    fast_path(r, state)?.ok()
+    par_result(r, state)
+}
+
+/// The parallel decoding's result: the snapshot, or the error naming its
+/// trace's faulty entry ([`crate::par::Fault`]); `None` where it gave up
+/// or failed otherwise (the sequential reader then decides).
+fn par_result(
+    r: Result<pickle::Pickle, Error>,
+    state: convert::State,
+) -> Option<Result<Snapshot, Error>> {
+    let fault = state.par_fault_at();
+    match fast_path(r, state)? {
+        // (a faulty entry not reported: let the sequential reader decide)
+        Ok(s) => fault.is_none().then_some(Ok(s)),
+        Err(e @ Error::Schema { .. }) if fault.is_some() && e.offset() == fault => Some(Err(e)),
+        Err(_) => None,
+    }
 }
 
 /// [`read_snapshot_file`]'s parallel decoding alone on `threads`
 /// threads, or `None` where it gives up; for tests.
 #[doc(hidden)]
-pub fn read_file_parallel(path: impl AsRef<Path>, threads: usize) -> Option<Snapshot> {
+pub fn read_file_parallel(
+    path: impl AsRef<Path>,
+    threads: usize,
+) -> Option<Result<Snapshot, Error>> {
     let path = path.as_ref();
     let file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
@@ -162,14 +186,14 @@ fn parallel_file(
     len: u64,
     starts: &[u64],
     threads: usize,
-) -> Option<Snapshot> {
+) -> Option<Result<Snapshot, Error>> {
     let d = decode_trace(par::Input::At(file, len), len, starts, threads)?;
     let again = std::fs::File::open(path).ok()?;
     let (r, state) = pickle::parse_file_jumping_with(again, len, convert::State::with_trace(d));
     if state.trace_unused() {
         return None;
     }
-    fast_path(r, state)?.ok()
+    par_result(r, state)
 }
 
 /// The memo table (the lex, on `threads` threads) and the first device
@@ -292,7 +316,9 @@ fn fast_path(
 /// of [`PAR_MIN_BYTES`] or more has its trace decoded in parallel (see the
 /// crate's doc),
 /// by positioned reads a window at a time per thread; where that gives up,
-/// for whatever reason, the file is read as above.
+/// for whatever reason, the file is read as above (a trace entry whose
+/// frames list holds something other than a frame dict is an error from
+/// the pieces themselves, not a reason to give up).
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     read_file(path.as_ref(), |len| {
@@ -338,8 +364,8 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if len >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
         let threads = cores.min(PAR_MAX_THREADS);
-        if let Some(snap) = parallel_file(path, &file, len, &starts, threads) {
-            return Ok(snap);
+        if let Some(r) = parallel_file(path, &file, len, &starts, threads) {
+            return r;
         }
     }
     if !lex(len) {

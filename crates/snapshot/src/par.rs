@@ -22,6 +22,11 @@
 //! anything else (another opcode, a key no trace entry has, a value of
 //! another type, an integer a field refuses, a memo index the table does
 //! not place) gives up, and the sequential reader decodes the file.
+//! One exception: a frames list item that is no frame dict (what a memo
+//! get with a wrong index makes) is an error whatever else the file holds
+//! (no opcode turns a value into a dict), so the piece keeps decoding and
+//! notes the entry ([`Fault`]); the conversion then reports it as the
+//! sequential reader would, with its byte, without a second decode.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -70,6 +75,21 @@ pub(crate) struct Piece {
     end: End,
     /// Memo indices before the trace it named.
     before: Vec<u64>,
+    /// Its first entry whose frames list holds something other than a
+    /// frame dict.
+    pub(crate) fault: Option<Fault>,
+}
+
+/// A trace entry whose `frames` list holds an item that is no dict: the
+/// sequential reader's conversion refuses it (`convert`'s `Cx::frame`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fault {
+    /// Its index among the piece's entries (a default entry stands there).
+    pub(crate) entry: usize,
+    /// The offset of its `SETITEMS` (where its dict is completed).
+    pub(crate) at: u64,
+    /// `frames[k]: expected a frame dict, found T`, as `convert` says it.
+    pub(crate) message: String,
 }
 
 /// How a piece's decoding ended.
@@ -353,6 +373,10 @@ struct Dec<'t, 'a, 's> {
     /// Memo indices below this one named (the objects before the trace).
     before_below: u64,
     before: Vec<u64>,
+    /// Frames lists holding an item that is no frame dict: the first such
+    /// item's index and its type's name.
+    bad: HashMap<u32, (u32, &'static str), IdBuild>,
+    fault: Option<Fault>,
 }
 
 /// A thread's piece tables, kept from one piece to the next, emptied:
@@ -432,6 +456,8 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             depth: 0,
             before_below: 0,
             before: Vec::new(),
+            bad: HashMap::default(),
+            fault: None,
         };
         d.stack_map.insert(stack_hash(&[]), 0);
         d
@@ -735,15 +761,55 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
         Some(id)
     }
 
-    /// A frames list item: a frame dict, or a memo get of one.
+    /// A frames list item: a frame dict, or a memo get of one; `Err`
+    /// with its type's name for a value that is no dict.
     #[inline]
-    fn item(&mut self, cx: &mut Ctx, w: W<'_>, p: &mut usize) -> O<u32> {
-        if Self::op(w, p)? == EMPTY_DICT {
-            return self.fdict(cx, w, p);
+    fn item(&mut self, cx: &mut Ctx, w: W<'_>, p: &mut usize) -> O<Result<u32, &'static str>> {
+        let op = Self::op(w, p)?;
+        if op == EMPTY_DICT {
+            return self.fdict(cx, w, p).map(Ok);
         }
-        match self.value(cx, w, p)? {
-            L::FDict(f) => Some(f),
-            _ => None,
+        let mut q = *p;
+        match self.value(cx, w, &mut q) {
+            Some(L::FDict(f)) => {
+                *p = q;
+                Some(Ok(f))
+            }
+            Some(v) => {
+                *p = q;
+                not_a_dict(v).map(Err)
+            }
+            None => {
+                // a get of an earlier object this decoder does not take (a
+                // list of other things): a list, by the opcode that made it
+                let b = w.b.get(*p..)?;
+                let (i, n) = match op {
+                    b'h' => (u64::from(*b.get(1)?), 2),
+                    b'j' => (
+                        u64::from(u32::from_le_bytes(b.get(1..5)?.try_into().ok()?)),
+                        5,
+                    ),
+                    _ => return None,
+                };
+                if i >= cx.base {
+                    return None;
+                }
+                let start = u64::from(*self.table.get(usize::try_from(i).ok()?)?);
+                let mut made = [0u8; 1];
+                let got = match self.input {
+                    Input::Slice(s) => usize::try_from(start)
+                        .ok()
+                        .and_then(|a| s.get(a))
+                        .map(|&x| made[0] = x)
+                        .is_some(),
+                    Input::At(f, _) => f.read_at(&mut made, start) == 1,
+                };
+                if !got || made[0] != EMPTY_LIST {
+                    return None;
+                }
+                *p += n;
+                Some(Err("list"))
+            }
         }
     }
 
@@ -799,23 +865,48 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
         // bytes, and a list met there adds its own items first
         let mut items = std::mem::take(&mut self.scratch);
         items.clear();
-        let r = self.list_items(cx, w, p, &mut items);
+        let mut bad = None;
+        let r = self.list_items(cx, w, p, &mut items, &mut bad);
         let start = u32::try_from(self.items.len()).ok()?;
         let n = u32::try_from(items.len()).ok()?;
         self.items.extend_from_slice(&items);
         self.scratch = items;
         r?;
         self.lists[id as usize] = (start, n);
+        if let Some(b) = bad {
+            self.bad.insert(id, b);
+        }
         Some(id)
     }
 
-    fn list_items(&mut self, cx: &mut Ctx, w: W<'_>, p: &mut usize, items: &mut Vec<u32>) -> O<()> {
+    /// A frames list's items into `items`; the first that is no frame
+    /// dict (its index and type) into `bad`, [`NIL`] standing in `items`.
+    fn list_items(
+        &mut self,
+        cx: &mut Ctx,
+        w: W<'_>,
+        p: &mut usize,
+        items: &mut Vec<u32>,
+        bad: &mut Option<(u32, &'static str)>,
+    ) -> O<()> {
+        let mut push = |items: &mut Vec<u32>, x: Result<u32, &'static str>| -> O<()> {
+            match x {
+                Ok(f) => items.push(f),
+                Err(t) => {
+                    if bad.is_none() {
+                        *bad = Some((u32::try_from(items.len()).ok()?, t));
+                    }
+                    items.push(NIL);
+                }
+            }
+            Some(())
+        };
         match Self::op(w, p)? {
             MARK => loop {
                 *p += 1;
                 while Self::op(w, p)? != APPENDS {
                     let x = self.item(cx, w, p)?;
-                    items.push(x);
+                    push(items, x)?;
                 }
                 *p += 1;
                 // another batch of a list of more than 1000 frames (a key
@@ -826,7 +917,7 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             },
             EMPTY_DICT => {
                 let x = self.item(cx, w, p)?;
-                items.push(x);
+                push(items, x)?;
                 if Self::op(w, p)? != APPEND {
                     return None;
                 }
@@ -835,11 +926,17 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             b'h' | b'j' => {
                 // one frame (then APPEND) or an empty list and the next key
                 let mut q = *p;
-                if let L::FDict(f) = self.value(cx, w, &mut q)? {
+                let v = self.value(cx, w, &mut q)?;
+                if let L::FDict(f) = v {
                     if Self::op(w, &mut q)? != APPEND {
                         return None;
                     }
                     items.push(f);
+                    *p = q + 1;
+                } else if Self::op(w, &mut q)? == APPEND {
+                    // one item that is no frame dict (a key is followed by
+                    // its value, never APPEND)
+                    push(items, Err(not_a_dict(v)?))?;
                     *p = q + 1;
                 }
             }
@@ -909,10 +1006,10 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
         *p += 1;
         let mut f = [L::Other; 9];
         let mut seen = 0u16;
-        loop {
+        let setitems = loop {
             if Self::op(w, p)? == SETITEMS {
                 *p += 1;
-                break;
+                break w.off + *p as u64 - 1;
             }
             let k = self.key_at(cx, w, p)?;
             let v = self.value(cx, w, p)?;
@@ -921,7 +1018,7 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             }
             seen |= 1 << k;
             f[usize::from(k)] = v;
-        }
+        };
         let has = |k: usize| seen & (1 << k) != 0;
         let u64_of = |v: L| match v {
             L::Int(i) => u64::try_from(i).ok(),
@@ -943,10 +1040,13 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                 _ => None,
             }
         };
-        let frames = match f[6] {
-            _ if !has(6) => 0,
-            L::None => 0,
-            L::List(l) => self.stack_of(l)?,
+        let (frames, bad) = match f[6] {
+            _ if !has(6) => (0, None),
+            L::None => (0, None),
+            L::List(l) => match self.bad.get(&l) {
+                Some(&b) => (0, Some(b)),
+                None => (self.stack_of(l)?, None),
+            },
             _ => return None,
         };
         let e = TraceEntry {
@@ -970,6 +1070,30 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             compile_context: opt_sym(7)?,
             user_metadata: opt_sym(8)?,
         };
+        if let Some((k, t)) = bad {
+            // the fields before `frames` converted: the sequential reader
+            // names this one (a default entry stands in its place)
+            if self.fault.is_none() {
+                self.fault = Some(Fault {
+                    entry: self.entries.len(),
+                    at: setitems,
+                    message: format!("frames[{k}]: expected a frame dict, found {t}"),
+                });
+            }
+            self.entries.push(TraceEntry {
+                action: Some(TraceAction::Alloc),
+                other_action: None,
+                addr: 0,
+                size: 0,
+                stream: 0,
+                time_us: None,
+                device_free: None,
+                frames: StackId(0),
+                compile_context: None,
+                user_metadata: None,
+            });
+            return Some(());
+        }
         self.entries.push(e);
         Some(())
     }
@@ -1027,6 +1151,20 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             Input::At(f, _) => f.read_at(&mut head, start) == 9 && &head == want,
         }
     }
+}
+
+/// The type name `convert` gives a frames list item `v` that is no dict
+/// (`pickle::val::type_name`); `None` for a dict (a trace entry's: the
+/// sequential reader decides what it makes of it).
+fn not_a_dict(v: L) -> O<&'static str> {
+    Some(match v {
+        L::None => "NoneType",
+        L::Other => "bool",
+        L::Int(_) | L::U64(_) | L::Big => "int",
+        L::Str(_) => "str",
+        L::List(_) => "list",
+        L::FDict(_) | L::Entry => return None,
+    })
 }
 
 /// Slots of [`Dec`]'s cache of objects of earlier bytes (a piece names a
@@ -1165,6 +1303,7 @@ fn decode<'a>(
         bodies,
         entries,
         before,
+        fault,
         ..
     } = d;
     *sc = Scratch {
@@ -1195,6 +1334,7 @@ fn decode<'a>(
         start,
         end,
         before,
+        fault,
     })
 }
 

@@ -60,9 +60,14 @@ fn assert_same(a: &Snapshot, b: &Snapshot) {
 fn check(bytes: &[u8], threads: usize) -> bool {
     let seq = read_snapshot_sequential(bytes);
     match read_parallel(bytes, threads) {
-        Some(par) => {
+        Some(Ok(par)) => {
             let seq = seq.unwrap_or_else(|e| panic!("parallel read what sequential refused: {e}"));
             assert_same(&par, &seq);
+            true
+        }
+        Some(Err(e)) => {
+            let seq = seq.expect_err("parallel refused what sequential read");
+            assert_eq!(e.to_string(), seq.to_string());
             true
         }
         None => false,
@@ -81,7 +86,9 @@ fn real_snapshots_decode_in_parallel_as_sequentially() {
         assert_same(&read_snapshot(&b).unwrap(), &seq);
         // and a file read in parallel by positioned reads
         let p = format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"));
-        let par = read_file_parallel(&p, 3).unwrap_or_else(|| panic!("{rel}: file fell back"));
+        let par = read_file_parallel(&p, 3)
+            .unwrap_or_else(|| panic!("{rel}: file fell back"))
+            .unwrap();
         assert_same(&par, &seq);
     }
 }
@@ -243,7 +250,9 @@ fn hand_snapshot_with(mutate: bool, after: bool) -> Vec<u8> {
 #[test]
 fn a_frame_dict_filled_again_before_the_trace_sends_it_to_the_sequential_reader() {
     let plain = hand_snapshot(false);
-    let par = read_parallel(&plain, 2).expect("the plain one is decoded in parallel");
+    let par = read_parallel(&plain, 2)
+        .expect("the plain one is decoded in parallel")
+        .unwrap();
     assert_same(&par, &read_snapshot_sequential(&plain).unwrap());
     let mutated = hand_snapshot(true);
     assert!(read_parallel(&mutated, 2).is_none());
@@ -270,4 +279,69 @@ fn a_pickle_with_memo_puts_of_its_own_index_is_read_sequentially() {
     b.splice(i..=i, [b'q', 0]);
     assert!(read_parallel(&b, 2).is_none());
     assert_eq!(read_snapshot(&b).unwrap().device_traces[0].len(), 5);
+}
+
+/// A memo get in a frames list changed by one byte to name a list (what
+/// session 16 did 2.7 GB into a 2.87 GB file): the parallel decoder
+/// reports the entry as the sequential reader does, byte included, from
+/// memory and from a file, on any number of threads; whether the list is
+/// one of frames or not (the snapshot's first list).
+#[test]
+fn a_frames_list_item_that_is_a_list_is_reported_by_the_parallel_decoder() {
+    let good = read(REAL[1]);
+    let table = memo_table_bytes(&good, None)
+        .unwrap()
+        .expect("a memo table");
+    let starts = |i: usize| table[i][0] as usize;
+    let frames_list = (0..256)
+        .find(|&i| {
+            let s = starts(i);
+            good[s..s + 4] == [b']', 0x94, b'(', b'h'] && good[starts(good[s + 4] as usize)] == b'}'
+        })
+        .expect("a frames list among the first 256 memo indices");
+    let first_list = (0..256).find(|&i| good[starts(i)] == b']').unwrap();
+    assert_ne!(frames_list, first_list);
+    // a BINGET of a frame dict inside a frames list (`MARK`, gets,
+    // `APPENDS`) past 60% of the file
+    let at = (good.len() * 3 / 5..good.len() - 4)
+        .find(|&i| {
+            good[i] == b'h'
+                && good[starts(good[i + 1] as usize)] == b'}'
+                && good[i - 1] == b'('
+                && matches!(good[i + 2], b'h' | b'e')
+        })
+        .expect("a frames list with gets");
+    for list in [frames_list, first_list] {
+        let mut b = good.clone();
+        b[at + 1] = list as u8;
+        let seq = read_snapshot_sequential(&b).unwrap_err();
+        let msg = seq.to_string();
+        assert!(
+            msg.starts_with("bad snapshot field device_traces[0][")
+                && msg.contains("].frames: frames[0]: expected a frame dict, found list"),
+            "{msg}"
+        );
+        let o = seq.offset().expect("the byte is named") as usize;
+        assert_eq!(b[o], b'u', "{msg}: the entry's SETITEMS");
+        assert!(o > at && o - at < 256, "{msg}: changed byte {}", at + 1);
+        for threads in [1, 3, 8] {
+            match read_parallel(&b, threads) {
+                Some(Err(e)) => {
+                    assert_eq!(e.to_string(), msg);
+                    assert_eq!(e.offset(), seq.offset());
+                }
+                Some(Ok(_)) => panic!("parallel read a bad entry"),
+                None => panic!("parallel gave up on {threads} threads (list {list})"),
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("vramscope-par-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.pickle");
+        std::fs::write(&path, &b).unwrap();
+        let e = read_file_parallel(&path, 3)
+            .expect("not given up")
+            .unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(e.to_string(), msg);
+    }
 }
