@@ -781,7 +781,8 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
             }
             None => {
                 // a get of an earlier object this decoder does not take (a
-                // list of other things): a list, by the opcode that made it
+                // list of other things, a tuple): its type by the opcode
+                // that made it (the memo table's offset)
                 let b = w.b.get(*p..)?;
                 let (i, n) = match op {
                     b'h' => (u64::from(*b.get(1)?), 2),
@@ -804,11 +805,16 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                         .is_some(),
                     Input::At(f, _) => f.read_at(&mut made, start) == 1,
                 };
-                if !got || made[0] != EMPTY_LIST {
-                    return None;
-                }
+                // (the opcodes that make a list or a tuple; a dict may
+                // convert as a frame: the sequential reader decides)
+                let t = match made[0] {
+                    _ if !got => return None,
+                    EMPTY_LIST | b'l' => "list",
+                    b')' | b't' | 0x85 | 0x86 | 0x87 => "tuple",
+                    _ => return None,
+                };
                 *p += n;
-                Some(Err("list"))
+                Some(Err(t))
             }
         }
     }
