@@ -71,12 +71,26 @@ const GRANULE: u64 = 2 * 1024 * 1024;
 /// ([`DriverVa::CONTEXT_ABOVE_ANCHOR`]); every other address the driver
 /// rule hands out lies below it.
 const DRIVER_ANCHOR: u64 = 0x7f80_0000_0000;
-/// Where `cuMemAddressReserve` ranges start, counting up: above every
-/// `cudaMalloc` segment (the context's chunk included), so that the two
-/// never overlap. (Only the order of the reservations among themselves
-/// matters to the allocator: with expandable segments every block of a
-/// pool lies in one.)
-const RESERVE_BASE: u64 = DRIVER_ANCHOR + DriverVa::CONTEXT_ABOVE_ANCHOR;
+/// Where `cuMemAddressReserve` ranges start, counting up, far below every
+/// `cudaMalloc` segment: measured, the first reservation of every
+/// expandable-segments trace on the H100 (`fixtures/alloc/expandable.pickle`,
+/// `training_expandable.pickle`) and the H200
+/// (`fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle`,
+/// blind54/bb05's). It orders an expandable segment's blocks before an
+/// ordinary segment's of the same size in a pool holding both (settings
+/// changed at run time).
+const RESERVE_BASE: u64 = 0x3_0200_0000;
+/// Each reservation starts on a 32 MiB boundary: measured, consecutive
+/// reservations lie 1 1/8 of the memory in pages apart, rounded up to it
+/// (`0x1646000000` on the H100, `0x2752000000` and `0x2754000000` for 2 and
+/// 20 MiB pages on the H200, in the same traces).
+const RESERVE_ALIGN: u64 = 32 * 1024 * 1024;
+/// Reservations that would reach this go above the driver's range instead
+/// ([`RESERVE_HIGH`]): only on a device of a size no GPU has (an unlimited
+/// one's 72 PiB each), so that they never overlap a `cudaMalloc` segment.
+const RESERVE_LOW_END: u64 = DRIVER_ANCHOR / 2;
+/// Above every `cudaMalloc` segment (the context's chunk included).
+const RESERVE_HIGH: u64 = DRIVER_ANCHOR + DriverVa::CONTEXT_ABOVE_ANCHOR;
 /// Above every address the driver rule hands out and every reservation.
 const BEYOND_ADDR: u64 = 1 << 63;
 
@@ -232,7 +246,13 @@ impl SimDevice {
     /// The next reservation of `size` bytes, below [`BEYOND_ADDR`].
     fn bump(&mut self, size: u64) -> Option<u64> {
         let a = self.next_addr;
-        let end = a.checked_add(size.checked_next_multiple_of(GRANULE)?)?;
+        let end = a
+            .checked_add(size)?
+            .checked_next_multiple_of(RESERVE_ALIGN)?;
+        if a < RESERVE_HIGH && end > RESERVE_LOW_END {
+            self.next_addr = RESERVE_HIGH;
+            return self.bump(size);
+        }
         if end > BEYOND_ADDR {
             return None;
         }
@@ -286,13 +306,11 @@ mod tests {
     use super::*;
     use crate::{AllocatorConfig, CachingAllocator};
 
-    /// Expandable segments' reservations lie above every `cudaMalloc`
+    /// Expandable segments' reservations lie below every `cudaMalloc`
     /// segment and apart from each other, however many there are: on an
-    /// H100-sized device, ten reservations of 1 1/8 of its memory (a
-    /// range that grew up into the driver's chunks after about six, when
-    /// reservations started below them) and segments filling the device,
-    /// small ones among them (the context's chunk has a hole above the
-    /// anchor that they take).
+    /// H100-sized device, ten reservations of 1 1/8 of its memory and
+    /// segments filling the device, small ones among them (the context's
+    /// chunk has a hole above the anchor that they take).
     #[test]
     fn reservations_never_overlap_segments_or_each_other() {
         let total = 85_017_493_504;
@@ -311,11 +329,27 @@ mod tests {
             }
         }
         assert_eq!(segments.len(), 2000);
-        let top = segments.iter().map(|(a, s)| a + s).max().unwrap();
+        let bottom = segments.iter().map(|(a, _)| *a).min().unwrap();
         for w in reserved.windows(2) {
             assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?}");
         }
-        assert!(top <= reserved[0].0, "a segment ends at {top:#x}");
+        let (last, size) = reserved[9];
+        assert!(last + size <= bottom, "a segment starts at {bottom:#x}");
+    }
+
+    /// The H200's reservations in blind54/bb05 (expandable segments
+    /// switched on at run time): the small pool's at `0x302000000`, the
+    /// large pool's 2 MiB pages x 1 1/8 of the memory above it, on a
+    /// 32 MiB boundary.
+    #[test]
+    fn reservations_start_where_the_gpus_do() {
+        let total = 150_109_880_320;
+        let conf = AllocatorConfig::parse("expandable_segments:True").unwrap();
+        let mut a =
+            CachingAllocator::with_device(conf, SimDevice::with_driver_placement(total, total));
+        let small = a.malloc(512, 0).unwrap();
+        let large = a.malloc(30 << 20, 0).unwrap();
+        assert_eq!((small, large), (0x302000000, 0x2a54000000));
     }
 
     /// On an unlimited device, reservations (1 1/8 of 64 PiB each) run out
