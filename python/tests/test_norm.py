@@ -195,6 +195,30 @@ def test_channels_last_float_batch_norm_in_training_takes_cudnns_persistent_work
     assert extra_allocations(setup, bwd, gpu="h200") == (1, backward)
 
 
+@pytest.mark.parametrize(
+    ("shape", "forward", "backward"),
+    # blind54/bb06's H200 per-op truth (RegNetY under fp16 autocast): a half channels-last batch
+    # with float weights goes to cudnn_batch_norm too, with the persistent kernel's workspace
+    [((96, 32, 112, 112), 3_885_008, 6_423_588), ((96, 888, 7, 7), 217_848, 352_344)],
+)
+def test_channels_last_half_batch_norm_with_float_weights_takes_cudnns_persistent_workspace(
+    shape, forward, backward
+):
+    def setup():
+        x = torch.empty(shape, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        w, m = torch.ones(shape[1], device="cuda"), torch.zeros(shape[1], device="cuda")
+        return torch.empty_like(x), x, w, m
+
+    def fwd(g, x, w, m):
+        return torch.ops.aten.native_batch_norm(x, w, m, m, m, True, 0.1, 1e-5)
+
+    def bwd(g, x, w, m):
+        return torch.ops.aten.native_batch_norm_backward(g, x, w, m, m, m, m, True, 1e-5, [True] * 3)
+
+    assert extra_allocations(setup, fwd, gpu="h200") == (1, forward)
+    assert extra_allocations(setup, bwd, gpu="h200") == (1, backward)
+
+
 def test_float_batch_norm_in_training_takes_no_workspace_where_not_channels_last():
     # cuDNN's SPATIAL mode (an NCHW batch): outputs only, in either direction; a shape outside the
     # measured table is named unmeasured

@@ -102,19 +102,38 @@ def _cudnn_selected(x, weight, bias, running_mean, running_var, training, eps) -
 #: source: `cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize` and
 #: `cudnnGetBatchNormalizationBackwardExWorkspaceSize`), bytes, by (dtype, channels, N x spatial
 #: elements). Measured: the H200's per-op truth of blind41/ao05 (8, 256, 128, 128) and blind50/ax02
-#: (the two agree at 256 channels of 131,072).
+#: (the two agree at 256 channels of 131,072); float16 (a half input with float weights, as
+#: autocast leaves batch norm): blind54/bb06's (RegNetY-1.6GF, batch 96 at 224).
 CUDNN_PERSISTENT_WORKSPACE = {
     "forward": {
         (torch.float32, 64, 524288): 4_228_148,
         (torch.float32, 128, 524288): 8_455_224,
         (torch.float32, 128, 131072): 2_114_616,
         (torch.float32, 256, 131072): 4_228_160,
+        (torch.float16, 32, 1204224): 3_885_008,
+        (torch.float16, 48, 1204224): 3_885_008,
+        (torch.float16, 48, 301056): 972_188,
+        (torch.float16, 120, 301056): 1_943_304,
+        (torch.float16, 120, 75264): 487_152,
+        (torch.float16, 336, 75264): 1_459_312,
+        (torch.float16, 336, 18816): 366_424,
+        (torch.float16, 888, 18816): 853_560,
+        (torch.float16, 888, 4704): 217_848,
     },
     "backward": {
         (torch.float32, 64, 524288): 2_797_604,
         (torch.float32, 128, 524288): 5_594_152,
         (torch.float32, 128, 131072): 1_399_848,
         (torch.float32, 256, 131072): 2_798_640,
+        (torch.float16, 32, 1204224): 6_423_588,
+        (torch.float16, 48, 1204224): 6_423_588,
+        (torch.float16, 48, 301056): 1_606_692,
+        (torch.float16, 120, 301056): 3_212_328,
+        (torch.float16, 120, 75264): 803_880,
+        (torch.float16, 336, 75264): 2_409_528,
+        (torch.float16, 336, 18816): 603_192,
+        (torch.float16, 888, 18816): 1_406_040,
+        (torch.float16, 888, 4704): 352_344,
     },
 }
 
