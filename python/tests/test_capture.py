@@ -96,6 +96,34 @@ def test_allocator_settings_changed_at_run_time_shape_the_next_segments():
         del x
 
 
+def test_the_settings_fraction_limits_an_allocator_not_yet_started_only():
+    # CUDAAllocatorConfig's per_process_memory_fraction is read by DeviceCachingAllocator's
+    # constructor (CUDA's lazy init): given before it, it limits the allocator; after, it does not
+    with vramscope.capture(gpu="h200"):
+        torch._C._accelerator_setAllocatorSettings("per_process_memory_fraction:0.25")
+        assert torch.cuda.get_per_process_memory_fraction() == pytest.approx(0.25)
+        total = torch.cuda.get_device_properties(0).total_memory
+        with pytest.raises(torch.OutOfMemoryError, match="allowed"):
+            torch.empty(total // 3, dtype=torch.uint8, device="cuda")
+        with pytest.raises(
+            ValueError, match=r"per_process_memory_fraction is invalid, set it in \[0.0, 1.0\]"
+        ):
+            torch._C._accelerator_setAllocatorSettings("per_process_memory_fraction:2")
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, device="cuda")
+        torch._C._accelerator_setAllocatorSettings("per_process_memory_fraction:0.25")
+        assert torch.cuda.get_per_process_memory_fraction() == 1.0
+        y = torch.empty(
+            torch.cuda.get_device_properties(0).total_memory // 3, dtype=torch.uint8, device="cuda"
+        )
+        del x, y
+    with vramscope.capture(gpu="h200"):
+        # set_per_process_memory_fraction initializes CUDA first: a later setting does not apply
+        torch.cuda.set_per_process_memory_fraction(0.5)
+        torch._C._accelerator_setAllocatorSettings("per_process_memory_fraction:0.25")
+        assert torch.cuda.get_per_process_memory_fraction() == pytest.approx(0.5)
+
+
 def test_backward_frees_what_autograd_saved():
     with vramscope.capture():
         x = torch.zeros(1 << 20, device="cuda", requires_grad=True)  # 4 MiB leaf

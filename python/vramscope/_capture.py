@@ -681,6 +681,9 @@ class Capture:
         self.alloc_conf = alloc_conf
         self.device = _native.Device(gpu, self._conf())
         self.started = False
+        #: whether the device's allocator is built (CUDA's lazy init: `start` or
+        #: `set_memory_fraction`), after which the settings' fraction changes nothing
+        self.allocator_built = False
         self.gpu = gpu
         self.device_conf = self._conf()
         self.history = False
@@ -731,6 +734,7 @@ class Capture:
         when its allocator starts, so a script may set it before then."""
         self.started = True
         self._read_conf()
+        self.allocator_built = True
         self._map_host_tensors()
 
     def _read_conf(self) -> None:
@@ -746,10 +750,27 @@ class Capture:
     def set_allocator_settings(self, env: str) -> None:
         """`torch._C._accelerator_setAllocatorSettings(env)`: PyTorch reads the environment's
         settings at its first use of them (this call, before the first allocation), then
-        applies `env` over them (`c10::CachingAllocator::setAllocatorSettings`)."""
+        applies `env` over them (`c10::CachingAllocator::setAllocatorSettings`). The device's
+        allocator takes the settings' `per_process_memory_fraction` when CUDA initializes
+        (`DeviceCachingAllocator`'s constructor): given before then (the twin's first allocation
+        or `set_per_process_memory_fraction`), it is the limit the allocator starts with; given
+        after, it changes the setting alone."""
         if not self.started:
             self._read_conf()
-        self.device.set_allocator_settings(env)
+        try:
+            self.device.set_allocator_settings(env)
+        finally:
+            # the settings before a bad token stay applied, the fraction among them
+            if not self.allocator_built:
+                self.device.set_memory_fraction(self.device.settings_memory_fraction())
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """`torch.cuda.set_per_process_memory_fraction`: CUDA initializes first (`_lazy_init`:
+        the environment's settings are read and the allocator built), then the limit is set."""
+        if not self.started:
+            self._read_conf()
+        self.allocator_built = True
+        self.device.set_memory_fraction(fraction)
 
     def _map_host_tensors(self) -> None:
         """The CUDA context starts below the mappings glibc made for the CPU tensors alive then

@@ -334,7 +334,7 @@ def patch(cap) -> _Patch:
         if not isinstance(fraction, float):
             raise TypeError("Invalid type for fraction argument, must be `float`")
         try:
-            cap.device.set_memory_fraction(fraction)
+            cap.set_memory_fraction(fraction)
         except ValueError as e:
             raise ValueError(str(e)) from None
 
@@ -359,7 +359,7 @@ def patch(cap) -> _Patch:
     )
     p.set(C, "_cuda_emptyCache", empty_cache)
     p.set(C, "_cuda_setMemoryFraction", set_fraction)
-    p.set(C, "_cuda_getMemoryFraction", lambda device=None: 1.0)
+    p.set(C, "_cuda_getMemoryFraction", lambda device=None: cap.device.memory_fraction())
     p.set(C, "_cuda_record_memory_history", record_history)
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
 

@@ -284,7 +284,9 @@ impl CachingAllocator<SimDevice> {
 }
 
 impl<D: Device> CachingAllocator<D> {
-    /// A fresh allocator with `config` on `device`.
+    /// A fresh allocator with `config` on `device`, limited to the
+    /// settings' `per_process_memory_fraction` of the device's memory as
+    /// `DeviceCachingAllocator`'s constructor limits it.
     pub fn with_device(config: AllocatorConfig, device: D) -> Self {
         let stats = DeviceStats {
             max_split_size: if config.max_split_size == u64::MAX {
@@ -294,7 +296,8 @@ impl<D: Device> CachingAllocator<D> {
             },
             ..DeviceStats::default()
         };
-        Self {
+        let fraction = config.per_process_memory_fraction;
+        let mut a = Self {
             config,
             device,
             blocks: Vec::new(),
@@ -316,7 +319,9 @@ impl<D: Device> CachingAllocator<D> {
             fits: None,
             fits_spare: Vec::new(),
             kept_streams: Vec::new(),
-        }
+        };
+        a.set_memory_fraction(fraction);
+        a
     }
 
     /// This allocator without `allocated_blocks`, its index of the blocks
@@ -413,8 +418,9 @@ impl<D: Device> CachingAllocator<D> {
     /// pages and, while `expandable_segments` is off, takes no new request,
     /// `get_free_block`); new ones follow the new settings. The statistic
     /// `max_split_size` stays the one of the allocator's start (set in
-    /// `DeviceCachingAllocator`'s constructor only). On error the settings
-    /// before the bad token stay applied, as in PyTorch.
+    /// `DeviceCachingAllocator`'s constructor only), and so does the limit:
+    /// `per_process_memory_fraction` here changes the setting alone. On
+    /// error the settings before the bad token stay applied, as in PyTorch.
     pub fn set_allocator_settings(&mut self, env: &str) -> Result<(), crate::ConfigError> {
         if let Some((_, other_rule)) = self.fits.as_mut() {
             // the fits recorded so far were made under other settings
@@ -502,11 +508,26 @@ impl<D: Device> CachingAllocator<D> {
     pub fn total_allocated_memory(&self) -> u64 {
         self.total_allocated_memory
     }
-    /// `torch.cuda.set_per_process_memory_fraction(fraction)`.
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`
+    /// (`DeviceCachingAllocator::setMemoryFraction`, PyTorch 2.11): below
+    /// 1.0 the allocator may hold at most `fraction x` the device's total
+    /// memory; 1.0 removes the limit (and with it garbage collection).
     pub fn set_memory_fraction(&mut self, fraction: f64) {
         let (_, total) = self.device.mem_info();
-        self.allowed_memory_maximum = (fraction * total as f64) as u64;
-        self.set_fraction = true;
+        self.set_fraction = fraction < 1.0;
+        self.allowed_memory_maximum = if self.set_fraction {
+            (fraction * total as f64) as u64
+        } else {
+            0
+        };
+    }
+    /// `torch.cuda.get_per_process_memory_fraction()` (`getMemoryFraction`):
+    /// the limit over the device's total memory, 1.0 without one.
+    pub fn memory_fraction(&self) -> f64 {
+        match self.allowed_memory_maximum() {
+            Some(max) => max as f64 / self.device.mem_info().1 as f64,
+            None => 1.0,
+        }
     }
     /// The limit set by [`Self::set_memory_fraction`], if any.
     pub fn allowed_memory_maximum(&self) -> Option<u64> {
@@ -1895,5 +1916,27 @@ mod tests {
             .set_allocator_settings("max_split_size_mb:40,foo:1")
             .is_err());
         assert_eq!(a.config().max_split_size, 40 * MB);
+    }
+
+    #[test]
+    fn the_settings_fraction_limits_the_allocator_from_its_start_only() {
+        const GB: u64 = 1 << 30;
+        let device = || SimDevice::new(80 * GB, 80 * GB);
+        let cfg = AllocatorConfig::parse("per_process_memory_fraction:0.25").unwrap();
+        let mut a = CachingAllocator::with_device(cfg, device());
+        assert_eq!(a.allowed_memory_maximum(), Some(20 * GB));
+        assert_eq!(a.memory_fraction(), 0.25);
+        assert!(a.malloc(21 * GB, 0).is_err());
+        // given after the start, the setting changes nothing else
+        a.set_allocator_settings("per_process_memory_fraction:0.5")
+            .unwrap();
+        assert_eq!(a.config().per_process_memory_fraction, 0.5);
+        assert_eq!(a.allowed_memory_maximum(), Some(20 * GB));
+        // PyTorch 2.11's setMemoryFraction: 1.0 is no limit at all
+        a.set_memory_fraction(1.0);
+        assert_eq!(a.allowed_memory_maximum(), None);
+        assert_eq!(a.memory_fraction(), 1.0);
+        let unlimited = CachingAllocator::with_device(AllocatorConfig::default(), device());
+        assert_eq!(unlimited.allowed_memory_maximum(), None);
     }
 }

@@ -50,6 +50,11 @@ pub struct AllocatorConfig {
     pub pinned_reserve_segment_size_mb: u64,
     /// `backend:cudaMallocAsync` was asked for (the twin models `native` only).
     pub backend_malloc_async: bool,
+    /// `per_process_memory_fraction` (CUDA key, default 1.0): the fraction
+    /// the device's allocator starts with (`DeviceCachingAllocator`'s
+    /// constructor calls `setMemoryFraction` with it, CUDACachingAllocator.cpp);
+    /// given after the allocator started it changes nothing else.
+    pub per_process_memory_fraction: f64,
     /// The settings string last given (`last_allocator_settings`).
     pub settings: String,
 }
@@ -71,6 +76,7 @@ impl Default for AllocatorConfig {
             pinned_use_background_threads: false,
             pinned_reserve_segment_size_mb: 0,
             backend_malloc_async: false,
+            per_process_memory_fraction: 1.0,
             settings: String::new(),
         }
     }
@@ -454,18 +460,14 @@ impl AllocatorConfig {
                     }
                 }
                 "per_process_memory_fraction" => {
+                    // `parsePerProcessMemoryFraction` (CUDAAllocatorConfig.cpp)
                     t.check_token(i + 1)?;
                     i += 2;
                     let v = t.to_double(i)?;
                     if !(0.0..=1.0).contains(&v) {
                         return err("per_process_memory_fraction is invalid, set it in [0.0, 1.0]");
                     }
-                    if v != 1.0 {
-                        return fail(
-                            ConfigErrorKind::NotModelled,
-                            "per_process_memory_fraction is not modelled by the twin (use torch.cuda.set_per_process_memory_fraction)",
-                        );
-                    }
+                    self.per_process_memory_fraction = v;
                 }
                 _ => i = t.skip_key(i)?,
             }
@@ -616,11 +618,14 @@ impl AllocatorConfig {
             pinned_reserve_segment_size_mb: _,
             backend_malloc_async: _,
             settings: _,
+            // A limit the allocator starts with, as `set_memory_fraction`'s.
+            per_process_memory_fraction,
         } = self;
         let gc = *garbage_collection_threshold != 0.0;
         match shortcut {
             Shortcut::UnmetLimit { memory_fraction } => {
-                !(memory_fraction && (gc || *expandable_segments))
+                let fraction = memory_fraction || *per_process_memory_fraction < 1.0;
+                !(fraction && (gc || *expandable_segments))
             }
             Shortcut::MirroredSteps => !gc,
             Shortcut::RepeatedFits => *max_split_size == u64::MAX && !expandable_segments && !gc,
@@ -678,6 +683,19 @@ mod tests {
         }));
         assert!(!c.allows(Shortcut::RepeatedFits));
         assert!(c.allows(Shortcut::MirroredSteps));
+    }
+
+    #[test]
+    fn a_settings_fraction_arms_garbage_collection_as_set_memory_fraction_does() {
+        let c = alone("per_process_memory_fraction:0.5,garbage_collection_threshold:0.6");
+        assert_eq!(c.per_process_memory_fraction, 0.5);
+        assert!(!c.allows(Shortcut::UnmetLimit {
+            memory_fraction: false
+        }));
+        let c = alone("per_process_memory_fraction:1.0,garbage_collection_threshold:0.6");
+        assert!(c.allows(Shortcut::UnmetLimit {
+            memory_fraction: false
+        }));
     }
 
     #[test]
@@ -908,6 +926,18 @@ mod tests {
             kind("per_process_memory_fraction:1.5"),
             ConfigErrorKind::Value
         );
+        assert_eq!(
+            AllocatorConfig::parse("per_process_memory_fraction:-0.5")
+                .unwrap_err()
+                .message,
+            "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"
+        );
+        // a CUDA setting: kept by a later settings string that does not name it
+        let mut c = AllocatorConfig::parse("per_process_memory_fraction:0.25").unwrap();
+        c.apply("max_split_size_mb:40").unwrap();
+        assert_eq!(c.per_process_memory_fraction, 0.25);
+        c.apply("per_process_memory_fraction:1").unwrap();
+        assert_eq!(c.per_process_memory_fraction, 1.0);
     }
 
     #[test]

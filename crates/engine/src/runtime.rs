@@ -923,6 +923,12 @@ impl Runtime {
         Ok(())
     }
 
+    /// `torch.cuda.get_per_process_memory_fraction()`: the allocator's limit
+    /// over the device's total memory (1.0 without one).
+    pub fn memory_fraction(&self) -> f64 {
+        self.st.borrow().alloc.memory_fraction()
+    }
+
     /// `torch._C._accelerator_setAllocatorSettings(env)` (and its deprecated
     /// alias `torch.cuda.memory._set_allocator_settings`): the allocator's
     /// settings change from here on

@@ -642,6 +642,20 @@ impl Device {
             .map_err(|e| py_err(self.p.runtime(), e))
     }
 
+    /// `torch.cuda.get_per_process_memory_fraction()`.
+    fn memory_fraction(&self) -> f64 {
+        self.p.runtime().memory_fraction()
+    }
+
+    /// The settings' `per_process_memory_fraction`: the limit an allocator
+    /// started now would take.
+    fn settings_memory_fraction(&self) -> f64 {
+        self.p
+            .runtime()
+            .allocator_config()
+            .per_process_memory_fraction
+    }
+
     /// `torch._C._accelerator_setAllocatorSettings(env)`: the allocator's
     /// settings from here on ([`Runtime::set_allocator_settings`]). A bad
     /// string raises what PyTorch raises (`ValueError`, `IndexError`,
