@@ -124,6 +124,12 @@ def test_the_settings_fraction_limits_an_allocator_not_yet_started_only():
         assert torch.cuda.get_per_process_memory_fraction() == pytest.approx(0.5)
 
 
+def test_the_gpu_profile_answers_the_device_properties():
+    with vramscope.capture(gpu="l4"):
+        # sm_89: 1536 threads per multiprocessor (the profile's, from the compute capability table)
+        assert torch.cuda.get_device_properties(0).max_threads_per_multi_processor == 1536
+
+
 def test_backward_frees_what_autograd_saved():
     with vramscope.capture():
         x = torch.zeros(1 << 20, device="cuda", requires_grad=True)  # 4 MiB leaf

@@ -122,6 +122,11 @@ def test_the_gpus_properties():
     # L2_cache_size: the H100's 50 MB specification, the H200's 60 MiB measured
     assert (h100.l2_cache_size, h200.l2_cache_size) == (52_428_800, 62_914_560)
     assert n.Device("t4").l2_cache_size == 4 << 20
+    # the profile's threads per SM (the compute capability table): 2048 on sm_90, 1536 on sm_89
+    assert (h100.max_threads_per_multi_processor, n.Device("l40s").max_threads_per_multi_processor) == (
+        2048,
+        1536,
+    )
     assert h200.name == "NVIDIA H200" and h200.total_memory > h100.total_memory
     free, total = h100.mem_get_info()
     assert total == h100.total_memory and 0 < free < total

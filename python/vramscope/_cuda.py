@@ -37,7 +37,7 @@ class _Properties:
         # the GPU profile's (Inductor's benchmarker flushes that much between timed launches)
         self.L2_cache_size = dev.l2_cache_size
         self.warp_size = 32
-        self.max_threads_per_multi_processor = 2048
+        self.max_threads_per_multi_processor = dev.max_threads_per_multi_processor
         self.uuid = "00000000-0000-0000-0000-000000000000"
         self.pci_bus_id = 0
         self.pci_device_id = 0

@@ -198,6 +198,12 @@ impl Device {
         self.p.runtime().profile().sm_count
     }
 
+    /// `get_device_properties().max_threads_per_multi_processor`.
+    #[getter]
+    fn max_threads_per_multi_processor(&self) -> u32 {
+        self.p.runtime().profile().max_threads_per_sm
+    }
+
     /// `get_device_properties().L2_cache_size`, bytes.
     #[getter]
     fn l2_cache_size(&self) -> u64 {
