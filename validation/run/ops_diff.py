@@ -14,6 +14,22 @@ import json
 import sys
 
 
+def same_call(r):
+    """The op as both sides name it: the twin's tensors are `meta` in kwargs where the GPU's are
+    `cuda`, and where the GPU's `_batch_norm_impl_index` picked cuDNN it ran `cudnn_batch_norm`
+    (native_batch_norm's schema) and `cudnn_batch_norm_backward` (input, grad, weight, ...) where
+    the twin sees the native ops: both backwards are keyed by (grad, input, weight)."""
+    op, args = r["op"], r["args"]
+    kwargs = r["kwargs"].replace("device(type='meta')", "device(type='cuda', index=0)")
+    if op == "cudnn_batch_norm":
+        op = "native_batch_norm"
+    elif op == "cudnn_batch_norm_backward":
+        op, args = "batch_norm_backward", [args[1], args[0], args[2]]
+    elif op == "native_batch_norm_backward":
+        op, args = "batch_norm_backward", args[:3]
+    return op, json.dumps(args), json.dumps(kwargs)
+
+
 def load(path):
     recs, seen = collections.defaultdict(list), {}
     for line in open(path):
@@ -21,7 +37,7 @@ def load(path):
         if "seen" in r:
             seen = r["seen"]
             continue
-        key = (r["op"], json.dumps(r["args"]), json.dumps(r["kwargs"]))
+        key = same_call(r)
         recs[key].append((len(r["new"]), sum(r["new"]), r["count"], r["requested"]))
     return recs, seen
 
