@@ -289,3 +289,48 @@ def test_softmax_of_halves_to_float_is_one_kernel():
 
     for fn in (torch.nn.functional.softmax, torch.nn.functional.log_softmax):
         assert _extra(lambda x, fn=fn: fn(x, dim=-1, dtype=torch.float32), setup) == (0, 0)
+
+
+def test_indexing_by_a_cpu_index_copies_it_to_the_gpu_first():
+    # make_info (TensorAdvancedIndexingUtils.h): `indice.to(self.device())` before the output;
+    # blind57/be01's H200 history: MViT's rel_pos_h[dist_h.long()], a (28, 14) CPU index, 3,136 bytes
+    with vramscope.capture(gpu="h200"):
+        table = torch.empty(55, 96, device="cuda", dtype=torch.bfloat16)
+        dist = torch.zeros(28, 14, dtype=torch.long)
+        before = torch.cuda.memory_stats()
+        out = table[dist]
+        after = torch.cuda.memory_stats()
+        counts = tuple(
+            after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+        )
+        assert counts == (2, 3136 + 28 * 14 * 96 * 2) and out.device.type == "cuda"
+        assert torch.cuda.memory_allocated() - before["allocated_bytes.all.current"] == 75264
+
+
+def test_dropout_in_place_keeps_its_noise_for_backward():
+    # Dropout.cpp's `dropout_` never takes the fused kernel: a noise tensor like the input, multiplied
+    # in place; MulBackward0 keeps it (blind57/be01's H200 history: 12,288 bytes, no bool mask)
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(4, 768, device="cuda", requires_grad=True)
+        x = w * 2
+        before = torch.cuda.memory_allocated()
+        torch.nn.functional.dropout(x, 0.5, training=True, inplace=True)
+        assert torch.cuda.memory_allocated() - before == 12288
+
+
+def test_a_depthwise_3d_convolution_takes_the_native_kernel_without_a_workspace():
+    # Convolution.cpp's `_select_conv_backend`: a contiguous 5-D depthwise problem is CudaDepthwise3d;
+    # its backward allocates both results before the gradient's contiguous copy (blind57/be01)
+    from vramscope._kernels import _native_depthwise_3d
+
+    x = torch.empty(4, 96, 8, 56, 56, device="meta")
+    w = torch.empty(96, 1, 3, 3, 3, device="meta")
+    assert _native_depthwise_3d((x, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 96, False))
+    assert not _native_depthwise_3d((x, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 96, True))
+    w2 = torch.empty(96, 48, 3, 3, 3, device="meta")
+    assert not _native_depthwise_3d((x, w2, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 2, False))
+    with vramscope.capture(gpu="h200") as cap:
+        conv = torch.nn.Conv3d(96, 96, 3, padding=1, groups=96, bias=False).cuda()
+        y = conv(torch.empty(1, 96, 4, 9, 9, device="cuda", requires_grad=True))
+        y.sum().backward()
+    assert not [u for u in cap.report()["unmeasured"] if "cuDNN" in str(u)]

@@ -337,37 +337,55 @@ for _f in (
 
 
 def _index(cap, func, args, kwargs):
-    """`AdvancedIndex` (TensorAdvancedIndexing.cpp): on CUDA, two or more index tensors whose
-    strides differ once broadcast are each made contiguous at the broadcast shape (a copy where
-    one is not) before the output is allocated, and die with the kernel (blind6/f01's H200 record
-    of HF's padding-mask construction)."""
+    """`index.Tensor` on CUDA (`make_info` and `AdvancedIndex`, TensorAdvancedIndexing.cpp /
+    TensorAdvancedIndexingUtils.h): an index on another device (a CPU tensor) is copied to the GPU
+    at the broadcast shape, then an int32 one widened to int64; then, with two or more indices
+    whose strides differ once broadcast, each not contiguous at that shape is made contiguous. All
+    are allocated before the output and die with the kernel (blind6/f01's H200 record of HF's
+    padding-mask construction; blind57/be01's history: torchvision MViT's CPU `dist_h.long()`)."""
     indices = args[1] if len(args) > 1 else kwargs.get("indices")
     defined = [i for i in (indices or ()) if i is not None]
     if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8):
         return _index_mask(cap, args[0], list(indices), defined[0])
-    if len(defined) < 2 or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
+    if not defined or any(i.dtype in (torch.bool, torch.uint8) for i in defined):
         return NotImplemented
-    if not registered(args[0]) or not all(registered(i) for i in defined):
+    if not registered(args[0]) or any(not registered(i) and i.device.type != "cpu" for i in defined):
         return NotImplemented
+    moved = [not registered(i) for i in defined]
+    widened = [i.dtype == torch.int32 for i in defined]
     shape = torch.broadcast_shapes(*(i.shape for i in defined))
+    numel = math.prod(shape)
 
     def expanded_strides(t):
         pad = len(shape) - t.dim()
         sizes, strides = [1] * pad + list(t.shape), [0] * pad + list(t.stride())
         return tuple(0 if sz == 1 else st for sz, st, n in zip(sizes, strides, shape, strict=True) if n > 1)
 
-    if len({expanded_strides(i) for i in defined}) == 1:
+    # a copy made here (`.to(device)`, `.to(kLong)`) is contiguous at the broadcast shape
+    fresh = [m or w for m, w in zip(moved, widened, strict=True)]
+    dense = expanded_strides(torch.empty(shape, device="meta"))
+    strides = {dense if f else expanded_strides(i) for i, f in zip(defined, fresh, strict=True)}
+    restride = len(defined) >= 2 and len(strides) > 1
+    if not any(fresh) and not restride:
         return NotImplemented
-    numel = math.prod(shape)
+    temps = [None] * len(defined)
+    for k, i in enumerate(defined):
+        if moved[k]:
+            temps[k] = cap.malloc(numel * i.element_size(), "aten::index", "temporary")
+    for k in range(len(defined)):
+        if widened[k]:
+            temps[k] = cap.malloc(numel * 8, "aten::index", "temporary")
     # `contiguous()` copies only an index not already contiguous at that shape (blind50/ax02's H200
     # per-op truth: a (16, 1, 1) batch index beside a contiguous (16, 256, 32) one, one copy)
-    copies = [
-        cap.malloc(numel * i.element_size(), "aten::index", "temporary")
-        for i in defined
-        if not i.expand(shape).is_contiguous()
-    ]
-    out = cap.run(func, args, kwargs, [args[0], *defined])
-    del copies
+    copies = []
+    if restride:
+        copies = [
+            cap.malloc(numel * i.element_size(), "aten::index", "temporary")
+            for i, f in zip(defined, fresh, strict=True)
+            if not f and not i.expand(shape).is_contiguous()
+        ]
+    out = cap.run(func, args, kwargs, [args[0], *(i for i in defined if registered(i))])
+    del copies, temps
     return out
 
 
@@ -806,7 +824,8 @@ def _index_put_sorted(cap, func, call, outs):
     `orig_indices`, an `arange`) with `cuda::cub::radix_sort_pairs` on the bits of the largest slice
     index. Modelled for int64 indices on adjacent dims of a contiguous tensor and a value of the
     indexed shape (out of place, `index_put` does it to its fresh copy); the allocations as the H200
-    sweep and blind7/g05 list them."""
+    sweep and blind7/g05 list them. A CPU index is wrapped and scaled on the CPU and only its
+    product is copied to the GPU (`(...).to(device)` in `computeLinearIndex`)."""
     (args, kw) = call
     self_ = args[0]
     indices = args[1]
@@ -836,6 +855,13 @@ def _index_put_sorted(cap, func, call, outs):
         return
     linear = None
     for _d, index in defined:
+        if not registered(index):
+            # blind57/be01: torchvision MViT's relative positions indexed by CPU tensors
+            product = cap.malloc(n * 8, op, "temporary")
+            if linear is None:
+                linear = product
+            del product
+            continue
         if not unsafe:
             for _ in range(2):  # max, then min: each result dies after its `item()`
                 check = cap.malloc(8, op, "temporary")
@@ -1086,17 +1112,20 @@ def registered_user(t) -> bool:
 def dropout(original):
     """`at::native::dropout` (`aten/src/ATen/native/Dropout.cpp`) for a CUDA
     input: the fused `native_dropout` kernel when training with 0 < p < 1
-    (`is_fused_kernel_acceptable`), as the meta path would not take it."""
+    (`is_fused_kernel_acceptable`), as the meta path would not take it. `dropout_`
+    (`inplace=True`) never takes it: `_dropout_impl` fills a noise tensor like the input
+    (`bernoulli_`, `div_`) and multiplies the input by it in place, so autograd's `MulBackward0`
+    keeps the noise (blind57/be01's H200 history: MViT's head)."""
 
     def run(input, p=0.5, training=True, inplace=False):
         if not registered_user(input) or not training or not 0 < p < 1 or input.numel() == 0:
             return original(input, p, training, inplace)
-        if p < 0.0 or p > 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-        out = torch.native_dropout(input, p, True)[0]
         if inplace:
-            return input.copy_(out)
-        return out
+            noise = torch.empty_like(input)
+            noise.bernoulli_(1 - p)
+            noise.div_(1 - p)
+            return input.mul_(noise)
+        return torch.native_dropout(input, p, True)[0]
 
     return run
 
@@ -1639,6 +1668,22 @@ def _conv(x, w, args):
     )
 
 
+def _native_depthwise_3d(conv) -> bool:
+    """`_select_conv_backend` (Convolution.cpp) sends a depthwise 3-D convolution (`is_depthwise`:
+    groups == in_channels > 1, out_channels a multiple) to `CudaDepthwise3d` (DepthwiseConv3d.cu,
+    no workspace) unless it suggests channels-last: `use_cudnn_depthwise`'s other cases ask for a
+    4-D input (blind57/be01's H200 history: MViT's bf16 pooling convolutions)."""
+    x, w, _stride, _padding, _dilation, transposed, _out_pad, groups, cl = conv
+    return (
+        x.dim() == 5
+        and not transposed
+        and not cl
+        and groups > 1
+        and x.shape[1] == groups
+        and w.shape[0] % groups == 0
+    )
+
+
 def _conv_unruled(cap, x) -> None:
     """A convolution of the simulated device that no rule here covers (string padding): its outputs
     come from the meta kernel, its workspace is named unmeasured."""
@@ -1662,7 +1707,8 @@ def _convolution(cap, func, args, kwargs):
     cap.track(out, op)
     if out.numel() > 0:
         w_c = _copy_unless_in(cap, w, cl)
-        _conv_workspace(cap, "forward", conv)
+        if not _native_depthwise_3d(conv):
+            _conv_workspace(cap, "forward", conv)
         del w_c
     del x_c
     return out
@@ -1679,6 +1725,16 @@ def _convolution_backward(cap, func, args, kwargs):
     cap.ops += 1
     gi, gw, gb = func(*args)
     gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
+    if _native_depthwise_3d(conv):
+        # `conv_depthwise3d_backward_cuda`: both results first, then `_depthwise_3d_backward_cuda_out`'s
+        # `grad_output.contiguous()` and, for the weight's, `input.contiguous()` (blind57/be01's history)
+        for t, name in ((gi, "input"), (gw, "weight")):
+            if t is not None and mask[0 if name == "input" else 1]:
+                cap.track(t, f"aten::conv_depthwise3d_backward ({name})")
+        g_c = _copy_unless_in(cap, grad, False)
+        x_c = _copy_unless_in(cap, x, False) if mask[1] else None
+        del g_c, x_c
+        return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
     # `convolution_backward` (Convolution.cpp) makes a 1-D convolution's input contiguous before
     # viewing it as 2-D whatever the mask (blind21/u02's dgrad alone copies), and passes
     # `input.contiguous(backend_memory_format)` only when the weight's gradient is asked for (a
@@ -1706,8 +1762,13 @@ def _convolution_backward(cap, func, args, kwargs):
         if gw.numel() > 0:
             _conv_workspace(cap, "wgrad", conv)
     del g_c, g_to, x_c
+    return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
+
+
+def _conv_grad_bias(cap, grad, gb, mask):
+    """`backend_grad_bias = grad_output.sum(all dims but 1)` (Convolution.cpp), over the gradient as
+    it came."""
     if mask[2] and gb is not None:
-        # backend_grad_bias = grad_output.sum(all dims but 1), over the gradient as it came
         cap.track(gb, "aten::sum")
         if grad.numel() > 0:
             reduce_scratch(
@@ -1719,7 +1780,7 @@ def _convolution_backward(cap, func, args, kwargs):
                 _acc_bytes(grad.dtype),
                 "aten::sum",
             )
-    return gi, gw, gb
+    return gb
 
 
 DISPATCH[aten.convolution.default] = _convolution
