@@ -18,6 +18,11 @@ on. Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for expandable
 segments. `--depth N` runs each step under N more Python frames (N distinct
 functions, each calling the next), as a framework's deep call stack would:
 more bytes per entry, for files of several GB in the time of a GPU call.
+`--wrapped-out W --wrapped-keep F` also writes, from the same dump, the
+snapshot a ring buffer of F times the trace's entries would have given:
+the same segments and the trace's last entries (`_record_memory_history`'s
+`max_entries` keeps the newest, oldest first: c10's `RingBuffer::getEntries`
+rotates at its next slot), so a wrapped and a complete trace of one run.
 Prints one JSON line of what it did.
 """
 
@@ -51,6 +56,8 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--fraction", type=float, default=0.04)
 p.add_argument("--max-seconds", type=float, default=150.0)
 p.add_argument("--depth", type=int, default=0, help="Python frames added under each step")
+p.add_argument("--wrapped-out", help="also write the trace's last --wrapped-keep of entries here")
+p.add_argument("--wrapped-keep", type=float, default=0.5)
 a = p.parse_args()
 
 torch.manual_seed(0)
@@ -214,8 +221,23 @@ for i in range(steps):
         break
 torch.cuda.synchronize()
 t2 = time.time()
-torch.cuda.memory._dump_snapshot(a.out)
-t3 = time.time()
+wrapped = {}
+if a.wrapped_out is None:
+    torch.cuda.memory._dump_snapshot(a.out)
+    t3 = time.time()
+else:
+    # what _dump_snapshot does (torch/cuda/memory.py): _snapshot(), then pickle.dump
+    snap = torch.cuda.memory._snapshot()
+    with open(a.out, "wb") as f:
+        pickle.dump(snap, f)
+    t3 = time.time()
+    total = [len(t) for t in snap["device_traces"]]
+    keep = [max(1, int(a.wrapped_keep * n)) for n in total]
+    snap["device_traces"] = [t[len(t) - k :] for t, k in zip(snap["device_traces"], keep, strict=True)]
+    with open(a.wrapped_out, "wb") as f:
+        pickle.dump(snap, f)
+    wrapped = {"entries": total, "wrapped_entries": keep, "wrapped_dump_s": round(time.time() - t3, 2)}
+    del snap
 torch.cuda.memory._record_memory_history(enabled=None)
 print(
     json.dumps(
@@ -232,6 +254,7 @@ print(
             "train_s": round(t2 - t1, 2),
             "dump_s": round(t3 - t2, 2),
             "total_s": round(t3 - t0, 2),
+            **wrapped,
         }
     ),
     flush=True,
