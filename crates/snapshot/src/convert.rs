@@ -359,47 +359,59 @@ impl Absorb for State {
                 return None;
             }
         }
-        // the time base: the trace's, or the first time the pieces hold
-        let before = self.entries.base();
-        let (timed_from, base) = match before {
-            Some(b) => (0, Some(b)),
-            None => pieces
-                .iter()
-                .zip(&maps)
-                .find_map(|(p, m)| p.entries.first_timed().map(|(i, t)| (m.2 + i, Some(t))))
-                .unwrap_or((usize::MAX, None)),
-        };
-        // the rows mapped on the threads, each a run of pieces
-        let mut wides: Vec<Option<Vec<crate::trace::Fields>>> = vec![None; pieces.len()];
-        let per = pieces.len().div_ceil(threads.max(1)).max(1);
-        let map = |ps: &mut [crate::par::Piece],
-                   ms: &[(Vec<StackId>, Vec<u32>, usize)],
-                   ws: &mut [Option<Vec<crate::trace::Fields>>]| {
-            for ((p, m), w) in ps.iter_mut().zip(ms).zip(ws) {
-                *w = p
-                    .entries
-                    .map_rows(&m.0, &m.1, m.2, timed_from, before, base);
-            }
-        };
-        if pieces.len() <= per {
-            map(&mut pieces, &maps, &mut wides);
+        if self.par_fault.is_some() {
+            // the faulty entry is the answer (`traces` reports it before
+            // taking an entry over): the rows are not mapped, and no entry
+            // decoded after the trace is taken over (its index would
+            // follow rows never appended)
+            self.absorbing = false;
         } else {
-            std::thread::scope(|s| {
-                for ((ps, ms), ws) in pieces
-                    .chunks_mut(per)
-                    .zip(maps.chunks(per))
-                    .zip(wides.chunks_mut(per))
-                {
-                    s.spawn(move || map(ps, ms, ws));
+            // the time base: the trace's, or the first time the pieces hold
+            let before = self.entries.base();
+            let (timed_from, base) = match before {
+                Some(b) => (0, Some(b)),
+                None => pieces
+                    .iter()
+                    .zip(&maps)
+                    .find_map(|(p, m)| p.entries.first_timed().map(|(i, t)| (m.2 + i, Some(t))))
+                    .unwrap_or((usize::MAX, None)),
+            };
+            // the rows mapped on the threads, each a run of pieces
+            let mut wides: Vec<Option<Vec<crate::trace::Fields>>> = vec![None; pieces.len()];
+            let per = pieces.len().div_ceil(threads.max(1)).max(1);
+            let map = |ps: &mut [crate::par::Piece],
+                       ms: &[(Vec<StackId>, Vec<u32>, usize)],
+                       ws: &mut [Option<Vec<crate::trace::Fields>>]| {
+                for ((p, m), w) in ps.iter_mut().zip(ms).zip(ws) {
+                    *w = p
+                        .entries
+                        .map_rows(&m.0, &m.1, m.2, timed_from, before, base);
                 }
-            });
+            };
+            if pieces.len() <= per {
+                map(&mut pieces, &maps, &mut wides);
+            } else {
+                std::thread::scope(|s| {
+                    for ((ps, ms), ws) in pieces
+                        .chunks_mut(per)
+                        .zip(maps.chunks(per))
+                        .zip(wides.chunks_mut(per))
+                    {
+                        s.spawn(move || map(ps, ms, ws));
+                    }
+                });
+            }
+            // each thread copies whole chunks of rows (touching their pages)
+            let wides = wides.into_iter().collect::<Option<Vec<_>>>()?;
+            let rows: Vec<Trace> = pieces.into_iter().map(|p| p.entries).collect();
+            self.entries.append_all_rows(&rows, wides, base, threads);
+            drop(rows);
         }
-        // each thread copies whole chunks of rows (touching their pages)
-        let wides = wides.into_iter().collect::<Option<Vec<_>>>()?;
-        let rows: Vec<Trace> = pieces.into_iter().map(|p| p.entries).collect();
-        self.entries.append_all_rows(&rows, wides, base, threads);
-        drop(rows);
-        let len = u32::try_from(self.entries.len()).ok()? - first;
+        let len = if self.par_fault.is_some() {
+            u32::try_from(total).ok()?
+        } else {
+            u32::try_from(self.entries.len()).ok()?
+        } - first;
         let mut strs = Vec::with_capacity(later.len());
         for (i, s) in &later {
             strs.push((*i, st.strs.lookup(s)?));
@@ -952,11 +964,16 @@ impl<'a> Cx<'a> {
             // (the device lists come in the order of their entries).
             if let Some((first, len)) = self.st.native_run(dev) {
                 let len = len as usize;
-                if first as usize != taken || len > self.s.entries.len() {
+                if first as usize != taken {
                     self.s.bailed.set(true);
                     return Err(bail_err());
                 }
+                // (a faulty spliced trace's rows are not appended)
                 self.par_fault_in(d, taken..taken + len, 0)?;
+                if len > self.s.entries.len() {
+                    self.s.bailed.set(true);
+                    return Err(bail_err());
+                }
                 out.push(self.s.entries.split_front(len));
                 taken += len;
                 continue;

@@ -42,7 +42,8 @@
 //! Any pickle that does not fit (see `par.rs`) is decoded as above instead;
 //! a trace entry whose frames list holds something other than a frame dict
 //! is reported from the pieces (the sequential reader's error, byte
-//! included), without decoding the file again.
+//! included), without decoding the file again or taking its entries over,
+//! and a byte the lex refuses, in a file the reader lexes, from the lex.
 //!
 //! # Cost
 //! The decoder keeps 8 bytes per container and 4 per memo entry, in chunks
@@ -137,7 +138,7 @@ pub const PAR_MAX_THREADS: usize = 16;
 pub fn read_parallel(bytes: &[u8], threads: usize) -> Option<Result<Snapshot, Error>> {
     let len = bytes.len() as u64;
     let starts = frames::check(&bytes, len).ok()?;
-    let d = decode_trace(par::Input::Slice(bytes), len, &starts, threads)?;
+    let d = decode_trace(par::Input::Slice(bytes), len, &starts, threads).ok()??;
     let (r, state) = pickle::parse_slice_with(bytes, convert::State::with_trace(d));
     if state.trace_unused() {
         // decoding never reached the trace: it was decoded twice
@@ -163,7 +164,10 @@ fn par_result(
 }
 
 /// [`read_snapshot_file`]'s parallel decoding alone on `threads`
-/// threads, or `None` where it gives up; for tests.
+/// threads, or `None` where it gives up; for tests. An error is a trace
+/// entry whose frames list holds something other than a frame dict, or
+/// what the lex finds while making the memo table (as that reader's on a
+/// file it lexes, whatever this one's size).
 #[doc(hidden)]
 pub fn read_file_parallel(
     path: impl AsRef<Path>,
@@ -173,21 +177,30 @@ pub fn read_file_parallel(
     let file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
     let starts = frames::check(&file, len).ok()?;
-    parallel_file(path, &file, len, &starts, threads)
+    parallel_file(path, &file, len, &starts, threads, true)
 }
 
 /// The file at `path` (open as `file`, `len` bytes, frames starting at
 /// `starts`): its first device trace decoded in pieces on `threads`
 /// threads, read by positioned reads, the rest decoded through a buffer
-/// that jumps over the trace. `None` where it gives up.
+/// that jumps over the trace. `None` where it gives up. `lexed`: the
+/// reader would lex this file, so an error the lex finds while making the
+/// memo table is the answer (it is the one [`read_file`] reports when
+/// both fail, and every lex error is a decoding error too); otherwise the
+/// parallel decoding gives up on it.
 fn parallel_file(
     path: &Path,
     file: &std::fs::File,
     len: u64,
     starts: &[u64],
     threads: usize,
+    lexed: bool,
 ) -> Option<Result<Snapshot, Error>> {
-    let d = decode_trace(par::Input::At(file, len), len, starts, threads)?;
+    let d = match decode_trace(par::Input::At(file, len), len, starts, threads) {
+        Ok(d) => d?,
+        Err(e) if lexed => return Some(Err(e)),
+        Err(_) => return None,
+    };
     let again = std::fs::File::open(path).ok()?;
     let (r, state) = pickle::parse_file_jumping_with(again, len, convert::State::with_trace(d));
     if state.trace_unused() {
@@ -197,20 +210,23 @@ fn parallel_file(
 }
 
 /// The memo table (the lex, on `threads` threads) and the first device
-/// trace decoded in pieces with it; `None` where either gives up.
+/// trace decoded in pieces with it; `None` where either gives up, the
+/// lex's error where it finds one.
 fn decode_trace(
     input: par::Input<'_>,
     len: u64,
     starts: &[u64],
     threads: usize,
-) -> Option<par::Decoded> {
+) -> Result<Option<par::Decoded>, Error> {
     let src: &dyn frames::At = match &input {
         par::Input::Slice(b) => b,
         par::Input::At(f, _) => *f,
     };
     let piece = (len / (threads as u64 * 4).max(1)).clamp(1 << 20, lex::PIECE);
-    let table = lex::memo_table(src, len, starts, piece, threads).ok()??;
-    par::decode_trace(input, &table, starts, threads)
+    let Some(table) = lex::memo_table(src, len, starts, piece, threads)? else {
+        return Ok(None);
+    };
+    Ok(par::decode_trace(input, &table, starts, threads))
 }
 
 /// [`read_snapshot`] without the parallel decoding: the fast path on one
@@ -364,7 +380,7 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if len >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
         let threads = cores.min(PAR_MAX_THREADS);
-        if let Some(r) = parallel_file(path, &file, len, &starts, threads) {
+        if let Some(r) = parallel_file(path, &file, len, &starts, threads, lex(len)) {
             return r;
         }
     }

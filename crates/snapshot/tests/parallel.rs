@@ -365,3 +365,28 @@ fn a_frames_list_item_that_is_a_list_is_reported_by_the_parallel_decoder() {
         assert_eq!(e.to_string(), msg);
     }
 }
+
+/// A byte that is no opcode, deep in a file read in parallel: the lex
+/// that makes the memo table finds it, and that is the answer (the one
+/// `read_snapshot_file` gives when it lexes a file), not a fallback that
+/// lexes the file again.
+#[test]
+fn a_byte_that_is_no_opcode_is_the_parallel_file_readers_answer() {
+    let mut b = read(REAL[1]);
+    // the first `EMPTY_DICT` (a trace entry's or a frame's) past 60%
+    let at = (b.len() * 3 / 5..b.len())
+        .find(|&i| b[i] == b'}' && b[i + 1] == 0x94)
+        .expect("a dict");
+    b[at] = 0xff;
+    let dir = std::env::temp_dir().join(format!("vramscope-par-op-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.pickle");
+    std::fs::write(&path, &b).unwrap();
+    let par = read_file_parallel(&path, 3);
+    let lexed = read_snapshot_file_lexed(&path).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let e = par.expect("not given up").unwrap_err();
+    assert_eq!(e.to_string(), lexed.to_string());
+    assert_eq!(e.offset(), Some(at as u64));
+    assert!(e.to_string().contains("unknown pickle opcode 0xff"), "{e}");
+}
