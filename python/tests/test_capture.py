@@ -357,6 +357,19 @@ def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     assert any("nonzero" in w for w in cap.warned)
 
 
+def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
+    # blind59/bg01: Longformer's `is_global_attn` came from a slice of a (B, 1, L, L) mask too large
+    # to carry values; the twin read False there, and said so
+    with vramscope.capture(gpu="h200") as cap:
+        mask = torch.empty(2, 1, 4096, 4096, device="cuda")[:, 0, 0, :]
+        mask[torch.ones(2, 4096, device="cuda") == 1] = 5.0
+        assert (mask > 0).any().item() is False
+    assert any(w.startswith("assumed:") for w in cap.warned)
+    with vramscope.capture(gpu="h200") as cap:
+        assert (torch.ones(4, device="cuda") > 0).any().item() is True
+    assert not cap.warned
+
+
 def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 1, 5], device="cuda")

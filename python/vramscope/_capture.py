@@ -907,9 +907,18 @@ class Capture:
         v = value(t)
         if self.checks_pass and t.dtype == torch.bool and (v is None or _tensor.assumed(t)):
             return torch.ones((), dtype=torch.bool).expand(t.shape)
-        if v is not None:
+        if v is not None and not _tensor.assumed(t):
             return v
         site = _user_site()
+        if v is not None:
+            # computed over zeros standing in for values the twin does not carry (a mask built
+            # from a large tensor): the program goes on with it, the user is told
+            self.warn_once(
+                "assumed:" + site,
+                f"{site}: {why} reads the values of a CUDA tensor of {tuple(t.shape)}, which the twin "
+                "computed over zeros standing in for values it does not carry: it reads those",
+            )
+            return v
         self.warn_once(
             "value:" + site,
             f"{site}: {why} reads the values of a CUDA tensor of {tuple(t.shape)}, "
