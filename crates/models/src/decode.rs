@@ -772,6 +772,8 @@ impl<'a> Serving<'a> {
         let last_model = m.spans.len(); // the model's last step
         let last = (new_tokens - 1) as usize;
         self.last_k = last;
+        // (a step's figures each, and the end's: no copies as it grows)
+        self.steps.reserve((last + 2).saturating_sub(FROM as usize));
         let mut oom = None;
         let mut apart: Option<Box<Apart>> = None;
         'steps: for k in FROM as usize..=last {

@@ -423,6 +423,9 @@ pub(super) struct Apart {
     /// (content, state, input addresses) -> what the chunk did
     memo: FastMap<MemoKey, MemoEntry>,
     memo_out: Vec<u64>,
+    /// the address and size of each small malloc of the chunk served last
+    /// ([`Self::serve`]; one buffer for all)
+    locals: Vec<(u64, u64)>,
     plan: Plan,
     /// the blocks of the last steps, each with its step: malloc `r` of step
     /// `k` at `d * slots + k % slots`, `d` its place ([`Plan::place`]: a
@@ -556,6 +559,7 @@ impl Apart {
             content_ids: Map::default(),
             memo: FastMap::default(),
             memo_out: Vec::new(),
+            locals: Vec::new(),
             plan,
             ring,
             slots,
@@ -1184,15 +1188,19 @@ impl Apart {
         }
         self.counts.served += 1;
         let ops = std::mem::take(&mut self.contents[cid].ops);
-        let served = self.serve(s, k, ahead, start, inst, &ops);
+        // (the buffer of the last chunk served)
+        let mut locals = std::mem::take(&mut self.locals);
+        locals.clear();
+        let served = self.serve(s, k, ahead, start, inst, (&ops, &mut locals));
         self.contents[cid].ops = ops;
-        let (locals, made) = served?;
-        // the outputs into the ring
+        let made = served?;
+        // the outputs into the ring, and their addresses after the memo's
+        // (kept there where the chunk is memoised)
         let outputs = std::mem::take(&mut self.contents[cid].outputs);
-        let mut out = Vec::with_capacity(outputs.len());
+        let from = self.memo_out.len();
         for (&l, o) in outputs.iter().zip(&inst.outputs) {
             let (addr, size) = locals[l as usize];
-            out.push(addr);
+            self.memo_out.push(addr);
             self.put(
                 k,
                 o.0,
@@ -1204,18 +1212,19 @@ impl Apart {
             );
         }
         self.contents[cid].outputs = outputs;
+        self.locals = locals;
         if memoise && !made {
             let after = self.settle();
-            let from = self.memo_out.len() as u32;
-            self.memo_out.extend_from_slice(&out);
             let e = MemoEntry {
                 after,
-                out: from..self.memo_out.len() as u32,
+                out: from as u32..self.memo_out.len() as u32,
                 maker: c as u32,
                 last: k,
             };
             self.memo.insert(key, e);
             self.plan.chunks[c].since_hit += 1;
+        } else {
+            self.memo_out.truncate(from);
         }
         Ok(())
     }
@@ -1223,7 +1232,7 @@ impl Apart {
     /// A chunk's requests `ops` served one by one: the small ones on the
     /// pool apart (their sizes are the content's, their requested bytes the
     /// instance's), the large ones on the twin. The address and size of each
-    /// small malloc, and whether a small segment was made.
+    /// small malloc are pushed to `locals`; whether a small segment was made.
     #[allow(clippy::too_many_arguments)]
     fn serve(
         &mut self,
@@ -1232,17 +1241,8 @@ impl Apart {
         ahead: i64,
         start: usize,
         inst: &Inst,
-        ops: &[Op],
-    ) -> Result<(Vec<(u64, u64)>, bool), Aborted> {
-        let ins: Vec<u64> = inst
-            .inputs
-            .iter()
-            .map(|&(back, r, _)| match self.made_in(k - back, r) {
-                Some(Blk::Apart { addr, .. }) => Ok(addr),
-                _ => Err(Aborted),
-            })
-            .collect::<Result<_, _>>()?;
-        let mut locals: Vec<(u64, u64)> = Vec::with_capacity(ops.len());
+        (ops, locals): (&[Op], &mut Vec<(u64, u64)>),
+    ) -> Result<bool, Aborted> {
         let mut made = false;
         let mut large = self.large_now();
         // (the index of the next large request)
@@ -1284,7 +1284,12 @@ impl Apart {
                     }
                 }
                 Op::FreeIn { i, size } => {
-                    self.pool.free(ins[i as usize], size);
+                    // (its block checked by [`Self::chunk`])
+                    let (back, r, _) = inst.inputs[i as usize];
+                    let Some(Blk::Apart { addr, .. }) = self.made_in(k - back, r) else {
+                        return Err(Aborted);
+                    };
+                    self.pool.free(addr, size);
                     self.small -= size as i64;
                 }
                 Op::FreeLocal { local } => {
@@ -1312,7 +1317,7 @@ impl Apart {
             }
         }
         self.small_req += inst.req_delta;
-        Ok((locals, made))
+        Ok(made)
     }
 
     /// A chunk whose small requests were served before from the same state
