@@ -188,13 +188,29 @@ struct MemoKey {
     ins: [u64; MAX_IN],
 }
 
+/// Odd constants, one for each word of a [`MemoKey`] (xxHash's and
+/// MurmurHash3's).
+const KEY_MUL: [u64; MAX_IN + 1] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0x85eb_ca77_c2b2_ae63,
+    0x27d4_eb2f_1656_67c5,
+    0xff51_afd7_ed55_8ccd,
+    0xc4ce_b9fe_1a85_ec53,
+];
+
 impl std::hash::Hash for MemoKey {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        // (one word at a time: a slice of integers is hashed as bytes)
-        h.write_u64((u64::from(self.content) << 32) | u64::from(self.state));
-        for &a in &self.ins {
-            h.write_u64(a);
+        // (each word times its own constant, the products summed, then one
+        // write: the multiplies run side by side, where a write a word
+        // chains them)
+        let mut x =
+            ((u64::from(self.content) << 32) | u64::from(self.state)).wrapping_mul(KEY_MUL[0]);
+        for (&a, &m) in self.ins.iter().zip(&KEY_MUL[1..]) {
+            x = x.wrapping_add(a.wrapping_mul(m));
         }
+        h.write_u64(x);
     }
 }
 
@@ -326,9 +342,9 @@ struct Inst {
     req_delta: i64,
     /// its requests whose bytes change with the step
     varying: Vec<Varying>,
-    /// its large requests in order ([`Content::larges`]), as
-    /// [`Apart::large`] serves them (one place for a chunk's few)
-    larges: Vec<Req>,
+    /// its large requests in order, as [`Apart::large`] serves them, and
+    /// [`Content::larges`] (one place for a chunk's few)
+    larges: Vec<(Req, LargeAt)>,
 }
 
 /// A request of a chunk whose bytes change with the step: malloc `r` of
@@ -783,7 +799,7 @@ impl Apart {
         let larges = self.contents[id as usize]
             .larges
             .iter()
-            .map(|l| self.plan.reqs[range.start + l.off as usize])
+            .map(|l| (self.plan.reqs[range.start + l.off as usize], *l))
             .collect();
         Some(Inst {
             content: id,
@@ -907,10 +923,18 @@ impl Apart {
     }
 
     /// The id of the state the run is in, where it was kept.
+    #[inline]
     fn find_state(&mut self) -> Option<u32> {
-        if self.state.is_some() {
-            return self.state;
+        match self.state {
+            Some(_) => self.state,
+            None => self.look_up_state(),
         }
+    }
+
+    /// [`Self::find_state`] where the run's state is not known: the pool's
+    /// free blocks looked up.
+    #[inline(never)]
+    fn look_up_state(&mut self) -> Option<u32> {
         let f = self.pool.free_blocks();
         let id = self
             .state_ids
@@ -1299,7 +1323,7 @@ impl Apart {
                 }
                 Op::Large { malloc, nest, .. } => {
                     let q = start + off as usize;
-                    self.large(s, k, ahead, inst.larges[j], nest)?;
+                    self.large(s, k, ahead, inst.larges[j].0, nest)?;
                     j += 1;
                     large = self.large_now();
                     if malloc {
@@ -1333,9 +1357,8 @@ impl Apart {
         after: u32,
         out: Range<u32>,
     ) -> Result<(), Aborted> {
-        let cid = inst.content as usize;
         let s0 = self.small;
-        let n = self.contents[cid].larges.len();
+        let n = inst.larges.len();
         // (a fixed chunk's large requests all made for a moment last time,
         // the pool unchanged since and nothing open: the same again)
         match nests.filter(|_| n > 0 && self.open.is_empty()) {
@@ -1361,7 +1384,7 @@ impl Apart {
         inst: &Inst,
         j: usize,
     ) -> Result<(), Aborted> {
-        let la = self.contents[inst.content as usize].larges[j];
+        let (req, la) = inst.larges[j];
         if la.gap_max != i64::MIN {
             let total = s0 + la.gap_max + self.large_now();
             let at = StepRequest {
@@ -1371,7 +1394,7 @@ impl Apart {
             self.note(s, total, at);
         }
         let q = start + la.off as usize;
-        self.large(s, k, ahead, inst.larges[j], la.nest)?;
+        self.large(s, k, ahead, req, la.nest)?;
         if la.malloc {
             let total = s0 + la.small + self.large_now();
             self.note(
