@@ -312,11 +312,13 @@ struct Ctx {
     memo: Vec<L>,
 }
 
-/// Bytes being decoded: `b[0]` is at offset `off`.
+/// Bytes being decoded: `b[0]` is at offset `off` of an input of `end`
+/// bytes.
 #[derive(Clone, Copy)]
 struct W<'w> {
     b: &'w [u8],
     off: u64,
+    end: u64,
 }
 
 /// Longest trace entry decoded from a file (read through a window of this
@@ -464,13 +466,20 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
     }
 
     /// The opcode at `p`, after any `FRAME` headers (which `p` then
-    /// passes).
+    /// passes). A header declaring more bytes than the input holds after
+    /// it gives up: the VM refuses it (`vm.rs`'s `FRAME`: `has_at_least`),
+    /// wherever it stands.
     #[inline]
     fn op(w: W<'_>, p: &mut usize) -> O<u8> {
         loop {
             let b = *w.b.get(*p)?;
             if b != FRAME {
                 return Some(b);
+            }
+            let n = u64::from_le_bytes(w.b.get(*p + 1..*p + 9)?.try_into().ok()?);
+            let after = w.off + *p as u64 + 9;
+            if n > w.end.saturating_sub(after) {
+                return None;
             }
             *p += 9;
         }
@@ -540,6 +549,7 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                 let w = W {
                     b: b.get(usize::try_from(start).ok()?..)?,
                     off: start,
+                    end: b.len() as u64,
                 };
                 self.foreign_in(i, w)
             }
@@ -548,7 +558,16 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                 let mut v = usize::try_from(start)
                     .ok()
                     .and_then(|s| prefix.get(s..))
-                    .and_then(|b| self.foreign_in(i, W { b, off: start }));
+                    .and_then(|b| {
+                        self.foreign_in(
+                            i,
+                            W {
+                                b,
+                                off: start,
+                                end: len,
+                            },
+                        )
+                    });
                 if v.is_some() {
                     self.depth -= 1;
                     return v;
@@ -566,6 +585,7 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                         W {
                             b: &buf,
                             off: start,
+                            end: len,
                         },
                     );
                     if v.is_some() || (n as u64) < size {
@@ -1250,6 +1270,7 @@ fn decode<'a>(
         let w = W {
             b: main.win(pos, WIN),
             off: pos,
+            end: input.len(),
         };
         let mut p = 0;
         // entries while the window holds WIN/2 more bytes (or the rest)
@@ -1360,6 +1381,7 @@ fn first_entry(
         let w = W {
             b: main.win(pos, 64),
             off: pos,
+            end: input.len(),
         };
         if d.entry_starts(w, 0) {
             return Some(pos);

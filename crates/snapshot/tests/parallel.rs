@@ -390,3 +390,51 @@ fn a_byte_that_is_no_opcode_is_the_parallel_file_readers_answer() {
     assert_eq!(e.offset(), Some(at as u64));
     assert!(e.to_string().contains("unknown pickle opcode 0xff"), "{e}");
 }
+
+/// A `FRAME` header inside the trace declaring more bytes than follow it:
+/// the VM refuses it wherever it stands, so the pieces give up too, with
+/// a faulty entry before it or not (found by the fuzz target: the pieces
+/// passed such a header and reported the entry, or read the snapshot).
+#[test]
+fn a_frame_header_past_the_end_inside_the_trace_is_the_sequential_readers_answer() {
+    let good = read(REAL[1]);
+    // the frames, followed from byte 2
+    let mut starts = Vec::new();
+    let mut pos = 2;
+    while pos + 9 <= good.len() && good[pos] == 0x95 {
+        starts.push(pos);
+        pos += 9 + u64::from_le_bytes(good[pos + 1..pos + 9].try_into().unwrap()) as usize;
+    }
+    // a dict (`EMPTY_DICT MEMOIZE MARK`) past 60%, and its frame
+    let at = (good.len() * 3 / 5..good.len() - 3)
+        .find(|&i| good[i..i + 3] == [b'}', 0x94, b'('])
+        .expect("a dict");
+    let frame = *starts.iter().rev().find(|&&s| s < at).unwrap();
+    let mut bogus = good[..at].to_vec();
+    bogus.push(0x95);
+    bogus.extend_from_slice(&u64::MAX.to_le_bytes());
+    bogus.extend_from_slice(&good[at..]);
+    let n = u64::from_le_bytes(bogus[frame + 1..frame + 9].try_into().unwrap()) + 9;
+    bogus[frame + 1..frame + 9].copy_from_slice(&n.to_le_bytes());
+    // and the same with a frames list's item made a str before it
+    let get = (good.len() / 2..at)
+        .find(|&i| good[i - 1] == b'(' && good[i] == b'h' && good[i + 2] == b'h')
+        .expect("a memo get opening a list");
+    let table = memo_table_bytes(&good, None).unwrap().unwrap();
+    let s = (0..=255u8)
+        .find(|&i| matches!(good[table[usize::from(i)][0] as usize], 0x8c | b'X'))
+        .expect("a str among the first memo indices");
+    let mut faulty = bogus.clone();
+    faulty[get + 1] = s;
+    for b in [bogus, faulty] {
+        let seq = read_snapshot_sequential(&b).unwrap_err().to_string();
+        assert!(seq.contains("while reading FRAME"), "{seq}");
+        for threads in [1, 3] {
+            match read_parallel(&b, threads) {
+                None => {}
+                Some(Ok(_)) => panic!("parallel read what sequential refused: {seq}"),
+                Some(Err(e)) => assert_eq!(e.to_string(), seq),
+            }
+        }
+    }
+}
