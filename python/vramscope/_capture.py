@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
-from ._tensor import Storage, is_ours, leaves, map_leaves, registered, set_value, value
+from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
 
 #: Tensors of at most this many elements also carry their values.
@@ -97,11 +97,26 @@ def _user_site() -> str:
     return "<unknown>" if f is None else f"{f.f_code.co_filename}:{f.f_lineno}"
 
 
+#: `_source_line`'s text by (id of the code, offset of its instruction) -> (the code, the text)
+_LINES: dict = {}
+
+
 def _source_line() -> str:
     """`file:line in function` of the innermost frame outside torch and vramscope: the program's
-    (or a model library's) line that made an allocation; "" where there is none."""
+    (or a model library's) line that made an allocation; "" where there is none. The text of a
+    frame that no trace function follows is kept by its code and instruction, of which its line
+    number is a function (`PyCode_Addr2Line`); the code is kept with it, so its id stays its own."""
     f = _user_frame()
-    return "" if f is None else f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
+    if f is None:
+        return ""
+    code = f.f_code
+    if f.f_trace is not None:
+        return f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
+    key = (id(code), f.f_lasti)
+    known = _LINES.get(key)
+    if known is None:
+        known = _LINES[key] = (code, f"{code.co_filename}:{f.f_lineno} in {code.co_name}")
+    return known[1]
 
 
 #: ops that launch no kernel on a CUDA tensor: allocation, metadata, host-side reads
@@ -241,9 +256,12 @@ class Phase:
 _FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
 #: methods that read a tensor's values on the host
 _READS = {"tolist", "numpy", "__array__"}
+#: the functions `_FunctionMode` answers by name where no device is given
+_NAMED = _FROM_DATA | _READS | {"to", "cuda"}
 
 
 _HOST = torch.device("cpu")
+_META = torch.device("meta")
 _MAKE_SUBCLASS = torch.Tensor._make_subclass
 
 
@@ -293,9 +311,14 @@ class _FunctionMode(TorchFunctionMode):
             if out is not NotImplemented:
                 return out
         dev = kwargs.get("device")
-        if dev is None and getattr(func, "__name__", "") == "to":
-            # `t.to("meta")`, `module.to("meta")`: the device given by position
-            dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
+        name = getattr(func, "__name__", "")
+        if dev is None:
+            if name not in _NAMED:
+                # no device given, and none of the functions below (most calls: getters, ops)
+                return func(*args, **kwargs)
+            if name == "to":
+                # `t.to("meta")`, `module.to("meta")`: the device given by position
+                dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
         if dev is not None:
             if not _is_cuda(dev) and torch.device(dev).type == "meta":
                 # the program's own meta tensors stay plain meta tensors
@@ -307,7 +330,6 @@ class _FunctionMode(TorchFunctionMode):
                     return func(*args, **kwargs)
                 finally:
                     cap.genuine_meta -= 1
-        name = getattr(func, "__name__", "")
         if name in _FROM_DATA and _is_cuda(dev):
             # torch.tensor(data, device="cuda"): built on the host, then copied
             host = func(*args, **dict(kwargs, device="cpu"))
@@ -351,10 +373,11 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(t.__torch_dispatch__ is not _PLAIN and not issubclass(t, _FakeTensor) for t in types):
-            # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
-            # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
-            return NotImplemented
+        for t in types:
+            if t.__torch_dispatch__ is not _PLAIN and not issubclass(t, _FakeTensor):
+                # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
+                # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
+                return NotImplemented
         with _KERNELS:
             try:
                 return self.cap.dispatch(func, args, kwargs or {})
@@ -376,6 +399,20 @@ _KERNELS = _tensor.kernels()
 _META_CACHE: dict = {}
 _FRESH: dict = {}
 _INPLACE: dict = {}
+
+
+#: an op's schema facts (`_facts`)
+_FACTS: dict = {}
+
+
+def _facts(func) -> tuple:
+    """`(func._schema.name, func.namespace == "aten", func._schema.is_mutable)`, read once per op
+    (its schema does not change)."""
+    facts = _FACTS.get(func)
+    if facts is None:
+        schema = func._schema
+        facts = _FACTS[func] = (schema.name, func.namespace == "aten", schema.is_mutable)
+    return facts
 
 
 def _fresh(func) -> bool:
@@ -539,7 +576,7 @@ def _meta_cached(func, args, kwargs):
         return func(*args, **kwargs)
     shapes = _META_CACHE.get(key)
     if shapes is not None:
-        outs = [torch.empty_strided(sz, st, dtype=dt, device="meta") for sz, st, dt in shapes]
+        outs = [torch.empty_strided(sz, st, dtype=dt, device=_META) for sz, st, dt in shapes]
         return outs[0] if len(outs) == 1 else tuple(outs)
     out = func(*args, **kwargs)
     if isinstance(out, torch.Tensor) and torch.Tag.pointwise in func.tags and func not in _PRESERVING:
@@ -991,16 +1028,17 @@ class Capture:
         sparse = _sparse.dispatch(self, func, args, kwargs)
         if sparse is not NotImplemented:
             return sparse
+        name, is_aten, _ = _facts(func)
         special = _kernels.DISPATCH.get(func)
-        if special is None and func.namespace != "aten":
-            special = _kernels.NAMED_DISPATCH.get(func._schema.name)
+        if special is None and not is_aten:
+            special = _kernels.NAMED_DISPATCH.get(name)
             if special is None and func.namespace == "prims":
                 special = _kernels.prims_on_meta
         if special is not None:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if func.namespace != "aten":
+        if not is_aten:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
@@ -1023,7 +1061,7 @@ class Capture:
                 return out
         elif torch.is_inference_mode_enabled():
             _NOT_COMPOSITE.add(func)
-        ours = [a for a in _tensors((args, kwargs)) if registered(a)]
+        ours = registered_in((args, kwargs))
         if any(a.layout is torch.sparse_coo for a in ours):
             return _sparse.fallback(self, func, args, kwargs)
         factory = False
@@ -1052,8 +1090,8 @@ class Capture:
         """The op's meta kernel, then the twin's allocations for its outputs."""
         self.ops += 1
         before = {a.untyped_storage()._cdata for a in ours}
-        op = func._schema.name
-        if func.namespace != "aten":
+        op, is_aten, mutable = _facts(func)
+        if not is_aten:
             _custom.note(self, func)
         try:
             out = _meta_cached(func, args, kwargs)
@@ -1063,7 +1101,7 @@ class Capture:
         small = all((not isinstance(o, torch.Tensor)) or o.numel() <= VALUE_LIMIT for o in outs) and all(
             value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
         )
-        if small and func._schema.is_mutable:
+        if small and mutable:
             small = all(value(a) is not None for a in ours)
         elif not small:
             small = _values_at_any_size(func, outs, ours)
@@ -1082,14 +1120,15 @@ class Capture:
                 self.track(o, op, category, 0 if func is aten._efficientzerotensor.default else None)
             v = vals[i] if vals is not None and i < len(vals) else None
             set_value(o, v if isinstance(v, torch.Tensor) else None, guessed)
-        if vals is None and func._schema.is_mutable:
+        if vals is None and mutable:
             for a in _written(func, args, kwargs):
                 set_value(a, None)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)
-        elif not factory:
-            _kernels.check_known(self, func)
+        elif not factory and op in _kernels.SCRATCH_UNMODELLED:
+            # `_kernels.check_known`
+            self.note_unmeasured(op)
         return out
 
     def sizes_from_cpu(self, func, args, kwargs, error):
@@ -1118,7 +1157,11 @@ class Capture:
         if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
         # a CUDA op draws from the GPU's generator: the host's stays as the program left it
-        rng = torch.get_rng_state() if torch.Tag.nondeterministic_seeded in func.tags else None
+        # (an OpOverload keeps whether its tags hold `nondeterministic_seeded` where it has tags)
+        seeded = getattr(func, "_nondeterministic_seeded", None)
+        if seeded is None:
+            seeded = torch.Tag.nondeterministic_seeded in func.tags
+        rng = torch.get_rng_state() if seeded else None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -1187,17 +1230,23 @@ class Capture:
         ]
 
     def _categorize(self, tensors, category: str) -> None:
-        for t in tensors:
-            if t is None or isinstance(t, torch.nn.parameter.UninitializedTensorMixin) or not registered(t):
-                continue
-            if t.layout is torch.sparse_coo:
-                self._categorize(_sparse.parts(t), category)
-                continue
-            h = self.handle_of(t)
-            if h is None or (h, category) in self.categorized:
-                continue
-            self.categorized.add((h, category))
-            self.device.set_category(h, category)
+        # the tensors' getters read them as they are, not through the capture's function mode
+        with _tensor._NO_TF():
+            for t in tensors:
+                if (
+                    t is None
+                    or isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+                    or not registered(t)
+                ):
+                    continue
+                if t.layout is torch.sparse_coo:
+                    self._categorize(_sparse.parts(t), category)
+                    continue
+                h = self.handle_of(t)
+                if h is None or (h, category) in self.categorized:
+                    continue
+                self.categorized.add((h, category))
+                self.device.set_category(h, category)
 
     # ---- phases and the report -----------------------------------------------------
 

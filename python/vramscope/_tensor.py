@@ -230,6 +230,33 @@ def patch_tensor(p) -> None:
     p.set(torch.Tensor, "__repr__", _repr)
 
 
+def registered_in(tree) -> list:
+    """`[t for t in tensors_in(tree) if registered(t)]`: the simulated tensors among an op's
+    arguments, in order, found in one walk with torch functions off once for all of them."""
+    registry = _registry
+    if registry is None:
+        return []
+    found = []
+    stack = [tree]
+    tensor = torch.Tensor
+    with _NO_TF():
+        while stack:
+            x = stack.pop()
+            if isinstance(x, tensor):
+                if _IS_META(x):
+                    try:
+                        if x.untyped_storage()._cdata in registry:
+                            found.append(x)
+                    except NotImplementedError:
+                        if registered(x):  # sparse COO, a functorch wrapper: as `registered` decides
+                            found.append(x)
+            elif isinstance(x, (list, tuple)):
+                stack.extend(reversed(x))
+            elif isinstance(x, dict):
+                stack.extend(reversed(x.values()))
+    return found
+
+
 def tensors_in(tree) -> list:
     """The tensors among an op's arguments (lists, tuples and dicts of them), in order."""
     found = []
