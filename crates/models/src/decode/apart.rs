@@ -267,15 +267,12 @@ struct Content {
     /// as `LargeAt` for the small mallocs after its last large request
     tail_max: i64,
     tail_at: u32,
-    /// its inputs' sizes
-    in_sizes: Vec<u64>,
 }
 
 impl Content {
     fn of(ops: Vec<Op>) -> Content {
         let mut sizes: Vec<u64> = Vec::new();
         let mut freed: Vec<bool> = Vec::new();
-        let mut in_sizes = Vec::new();
         let mut larges = Vec::new();
         let (mut cur, mut gap_max, mut gap_at) = (0i64, i64::MIN, 0u32);
         for (at, op) in ops.iter().enumerate() {
@@ -289,11 +286,7 @@ impl Content {
                         gap_at = at as u32;
                     }
                 }
-                Op::FreeIn { i, size } => {
-                    if in_sizes.len() <= i as usize {
-                        in_sizes.resize(i as usize + 1, 0);
-                    }
-                    in_sizes[i as usize] = size;
+                Op::FreeIn { size, .. } => {
                     cur -= size as i64;
                 }
                 Op::FreeLocal { local } => {
@@ -322,20 +315,19 @@ impl Content {
             larges,
             tail_max: gap_max,
             tail_at: gap_at,
-            in_sizes,
             ops,
         }
     }
 }
 
 /// A chunk at one step: its content, the blocks made before it that it
-/// frees (the step back and the template malloc), the template mallocs of
-/// its outputs (with their sizes), and the requested bytes it adds to the
-/// small pool.
+/// frees (the step back, the template malloc's ring place, the bytes and
+/// the rounded size), the template mallocs of its outputs (with their
+/// sizes), and the requested bytes it adds to the small pool.
 #[derive(Clone)]
 struct Inst {
     content: u32,
-    inputs: Vec<(usize, usize, u64)>,
+    inputs: Vec<(usize, usize, u64, u64)>,
     outputs: Vec<(usize, u64, u64)>,
     /// for each op, its offset in the chunk
     offsets: Vec<u32>,
@@ -345,6 +337,9 @@ struct Inst {
     /// its large requests in order, as [`Apart::large`] serves them, and
     /// [`Content::larges`] (one place for a chunk's few)
     larges: Vec<(Req, LargeAt)>,
+    /// its content's [`Content::tail_max`], [`Content::tail_at`] and
+    /// [`Content::delta`] (a reused chunk's figures without its content)
+    tail: (i64, u32, i64),
 }
 
 /// A request of a chunk whose bytes change with the step: malloc `r` of
@@ -726,7 +721,7 @@ impl Apart {
                             Op::FreeLocal { local: l }
                         }
                         None if size <= SMALL_SIZE => {
-                            inputs.push((back, self.plan.place(r), bytes));
+                            inputs.push((back, self.plan.place(r), bytes, size));
                             req -= bytes as i64;
                             Op::FreeIn {
                                 i: inputs.len() as u32 - 1,
@@ -796,11 +791,13 @@ impl Apart {
                     .map_or(u32::MAX, |j| j as u32);
             }
         }
-        let larges = self.contents[id as usize]
+        let content = &self.contents[id as usize];
+        let larges = content
             .larges
             .iter()
             .map(|l| (self.plan.reqs[range.start + l.off as usize], *l))
             .collect();
+        let tail = (content.tail_max, content.tail_at, content.delta);
         Some(Inst {
             content: id,
             inputs,
@@ -809,6 +806,7 @@ impl Apart {
             req_delta: req,
             varying,
             larges,
+            tail,
         })
     }
 
@@ -1161,14 +1159,12 @@ impl Apart {
         let start = self.plan.chunks[c].range.start;
         let cid = inst.content as usize;
         let mut ins = [u64::MAX; MAX_IN];
-        for (i, &(back, r, bytes)) in inst.inputs.iter().enumerate() {
+        for (i, &(back, r, bytes, in_size)) in inst.inputs.iter().enumerate() {
             let b = self
                 .made_in(k.checked_sub(back).ok_or(Aborted)?, r)
                 .ok_or(Aborted)?;
             match b {
-                Blk::Apart { addr, size, orig }
-                    if size == self.contents[cid].in_sizes[i] && orig == bytes =>
-                {
+                Blk::Apart { addr, size, orig } if size == in_size && orig == bytes => {
                     if i < MAX_IN {
                         ins[i] = addr;
                     }
@@ -1309,7 +1305,7 @@ impl Apart {
                 }
                 Op::FreeIn { i, size } => {
                     // (its block checked by [`Self::chunk`])
-                    let (back, r, _) = inst.inputs[i as usize];
+                    let (back, r, _, _) = inst.inputs[i as usize];
                     let Some(Blk::Apart { addr, .. }) = self.made_in(k - back, r) else {
                         return Err(Aborted);
                     };
@@ -1473,9 +1469,7 @@ impl Apart {
         after: u32,
         out: Range<u32>,
     ) -> Result<(), Aborted> {
-        let cid = inst.content as usize;
-        let content = &self.contents[cid];
-        let (tail_max, tail_at, delta) = (content.tail_max, content.tail_at, content.delta);
+        let (tail_max, tail_at, delta) = inst.tail;
         if tail_max != i64::MIN {
             let total = s0 + tail_max + self.large_now();
             let at = StepRequest {
