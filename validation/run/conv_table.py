@@ -141,8 +141,9 @@ def copy_bytes(t, layout):
     return 0 if dense else n * item
 
 
-def main():
-    gpu_dir, twin_dir = sys.argv[1], sys.argv[2]
+def read(gpu_dir, twin_dir):
+    """{problem: workspace bytes} from the records of the scripts in both folders (stderr: the
+    problems with no one reading, and those read twice with two sizes)."""
     table = {}
     for twin_path in sorted(glob.glob(os.path.join(twin_dir, "*.jsonl"))):
         gpu_path = os.path.join(gpu_dir, os.path.basename(twin_path))
@@ -191,6 +192,11 @@ def main():
                 ws = extra
             if table.setdefault(key, ws) != ws:
                 print(f"{key}: {table[key]} and {ws} bytes", file=sys.stderr)
+    return table
+
+
+def main():
+    table = read(sys.argv[1], sys.argv[2])
     for key in sorted(table):
         print(f"{key} {table[key]}")
 

@@ -300,20 +300,33 @@ impl ConvProblem<'_> {
     }
 }
 
-/// The problem table, by key (parsed once; the file is part of the source).
-fn problems() -> &'static std::collections::HashMap<String, u64> {
-    static TABLE: std::sync::OnceLock<std::collections::HashMap<String, u64>> =
-        std::sync::OnceLock::new();
-    TABLE.get_or_init(|| {
+/// The problem table's lines, sorted by key as `conv_table.py` and
+/// `conv_sweep.py merge` write them (found once: a lookup is a binary search,
+/// so nothing is parsed up front; the file is part of the source, and the
+/// tests check that it is sorted and that every line parses).
+fn problem_lines() -> &'static [&'static str] {
+    static LINES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
         PROBLEMS_SM90
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (key, bytes) = l.rsplit_once(' ')?;
-                Some((key.to_string(), bytes.parse().ok()?))
-            })
             .collect()
     })
+}
+
+/// A line's key (every field but the last) and bytes.
+fn split_line(line: &str) -> Option<(&str, u64)> {
+    let (key, bytes) = line.rsplit_once(' ')?;
+    Some((key, bytes.parse().ok()?))
+}
+
+/// The measured bytes of the problem `key` (a [`ConvProblem::key`]).
+fn problem_bytes(key: &str) -> Option<u64> {
+    let lines = problem_lines();
+    let i = lines
+        .binary_search_by(|l| l.rsplit_once(' ').map_or(*l, |(k, _)| k).cmp(key))
+        .ok()?;
+    split_line(lines[i]).map(|(_, bytes)| bytes)
 }
 
 /// The bytes cuDNN's plan takes for `problem` on `profile`'s GPU, if it was
@@ -321,7 +334,7 @@ fn problems() -> &'static std::collections::HashMap<String, u64> {
 /// transposed problem) the batch-swept table of [`cudnn_conv_workspace`].
 pub fn cudnn_conv_problem_workspace(profile: &DeviceProfile, problem: &ConvProblem) -> Option<u64> {
     if profile.cudnn_tables {
-        if let Some(&bytes) = problems().get(&problem.key()) {
+        if let Some(bytes) = problem_bytes(&problem.key()) {
             return Some(bytes);
         }
     }
@@ -694,12 +707,29 @@ mod tests {
     use crate::ops::reduce::reduce_scratch;
 
     #[test]
-    fn every_line_of_the_problem_table_parses() {
-        let lines = PROBLEMS_SM90
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .count();
-        assert_eq!(problems().len(), lines);
+    fn every_line_of_the_problem_table_parses_in_key_order() {
+        let lines = problem_lines();
+        assert!(lines.len() > 4000, "{} lines", lines.len());
+        let keys: Vec<&str> = lines
+            .iter()
+            .map(|l| split_line(l).unwrap_or_else(|| panic!("bad line {l:?}")).0)
+            .collect();
+        assert!(keys[0].split(' ').count() == 11, "{}", keys[0]);
+        for w in keys.windows(2) {
+            assert!(
+                w[0] < w[1],
+                "not sorted or twice: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+        // the binary search finds each line's own bytes, and nothing for a key not there
+        for l in lines.iter().step_by(97).chain(lines.last()) {
+            let (key, bytes) = split_line(l).unwrap();
+            assert_eq!(problem_bytes(key), Some(bytes), "{key}");
+            assert_eq!(problem_bytes(&format!("{key} x")), None);
+        }
+        assert_eq!(problem_bytes(""), None);
     }
 
     /// The problem table (measured on an H200) and the batch-swept table
@@ -708,7 +738,7 @@ mod tests {
     fn the_two_tables_agree_where_both_measured() {
         let h100 = DeviceProfile::h100_torch_2_11();
         let mut both = 0;
-        for (key, &bytes) in problems() {
+        for (key, bytes) in problem_lines().iter().filter_map(|l| split_line(l)) {
             let f: Vec<&str> = key.split(' ').collect();
             let v =
                 |i: usize| -> Vec<i64> { f[i].split(',').map(|x| x.parse().unwrap()).collect() };

@@ -1,0 +1,119 @@
+"""The cuDNN convolution sweep (validation/run/conv_sweep.py) and the measured table it fed
+(crates/engine/src/ops/cudnn_conv_problems.txt, fixtures/run/conv_sweep_h200.tar.xz)."""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+
+from conftest import FIXTURES, ROOT
+
+sys.path.insert(0, str(ROOT / "validation" / "run"))
+
+import conv_sweep
+import conv_table
+
+TABLE = ROOT / "crates" / "engine" / "src" / "ops" / "cudnn_conv_problems.txt"
+
+
+def _lines(path):
+    out = {}
+    for line in open(path):
+        if line.strip() and not line.startswith("#"):
+            key, nbytes = line.rstrip("\n").rsplit(" ", 1)
+            out[key] = int(nbytes)
+    return out
+
+
+def test_the_table_holds_the_problems_of_the_sweeps_first_worker(tmp_path):
+    # worker 0's records (1 item in 14; reading all 14 takes too long for a unit test)
+    with tarfile.open(FIXTURES / "run" / "conv_sweep_h200.tar.xz") as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith(("/w0.jsonl", "autocast/w4.jsonl"))]
+        tar.extractall(tmp_path, members=names, filter="data")
+    d = tmp_path / "conv_sweep"
+    swept = conv_table.read(str(d), str(d))
+    table = _lines(TABLE)
+    assert len(swept) == 3666
+    assert all(key in table for key in swept)
+    # lines the validation scripts' records put there first and the sweep measured otherwise
+    # (fixtures/run/README.md lists all 17): the table keeps them
+    differ = sorted(key for key in swept if table[key] != swept[key])
+    assert len(differ) == 6
+    one = "forward bfloat16 nchw 0 64,30,1,1 120,30,1,1 1,1 0,0 1,1 0,0 1"
+    assert (table[one], swept[one]) == (0, 61696)
+    # the autocast path reads the same problems as the direct calls
+    auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
+    assert auto and all(table[k] == v for k, v in auto.items())
+
+
+def test_merge_adds_new_lines_and_keeps_the_tables_bytes(tmp_path, capsys):
+    table = tmp_path / "t.txt"
+    table.write_text("# header\nforward float32 nchw 0 8,3 4,3 1 0 1 0 1 100\nwgrad x 5\n")
+    sweep = tmp_path / "s.txt"
+    sweep.write_text("forward float32 nchw 0 8,3 4,3 1 0 1 0 1 200\nwgrad x 5\nanother 7\n")
+    out = conv_sweep.merge(str(table), str(sweep))
+    assert out == [
+        "# header",
+        "another 7",
+        "forward float32 nchw 0 8,3 4,3 1 0 1 0 1 100",
+        "wgrad x 5",
+    ]
+    err = capsys.readouterr().err
+    assert "conflict: forward float32 nchw 0 8,3 4,3 1 0 1 0 1: table 100, sweep 200" in err
+    assert "1 new from the sweep, 1 agreeing, 1 conflicting" in err
+
+
+def test_leave_one_out_counts_an_engine_switch_as_a_miss(capsys):
+    line = {n: 1000 + 16 * n for n in (1, 2, 4, 8, 16)}
+    hit, misses = conv_sweep.loo("affine", {"p": line}, strict=False)
+    assert (hit, misses) == (3, [])
+    # a batch whose plan differs (a multiple of 4 takes no workspace, as on the H100's sweeps): batches
+    # 2, 3, 5 and 6 lie on one line, and the rule predicts 64 bytes for batch 4
+    switch = {n: 0 if n % 4 == 0 else 16 * n for n in range(1, 10)}
+    hit, misses = conv_sweep.loo("switch", {"p": switch}, strict=True)
+    assert (hit, misses) == (0, [(64, "p", 4, 0, 64)])
+    assert "1 missed" in capsys.readouterr().out
+
+
+def test_items_put_common_batches_dtypes_and_tier_0_first():
+    p2 = {"x": [64, 56, 56], "w": [64, 64, 3, 3], "tier": 0}
+    p1 = {"x": [80, 3000], "w": [512, 80, 3], "tier": 1}
+    todo = conv_sweep.items([p1, p2])
+    assert (todo[0]["n"], todo[0]["dtype"], todo[0]["layout"], todo[0]["x"]) == (
+        8,
+        "float32",
+        "nchw",
+        p2["x"],
+    )
+    assert not any(t["layout"] == "nhwc" and len(t["x"]) == 2 for t in todo)
+    assert len(todo) == len(conv_sweep.BATCHES) * (6 + 3)
+
+
+def test_every_convolution_of_resnet18_at_batch_8_is_measured():
+    # torchvision's ResNet-18 at 224x224, batch 8, float32 and bfloat16 channels-last: forward,
+    # dgrad and wgrad of each layer, which the sweep measured (no validation script runs it so)
+    from vramscope import _native
+
+    device = _native.Device("h200")
+    problems = conv_sweep.extract([(0, "resnet18", conv_sweep._tv("resnet18"), [(3, 224, 224)])])
+    assert len(problems) == 11
+    for p in problems:
+        for dtype, cl in (("float32", False), ("bfloat16", True)):
+            for op in ("forward", "dgrad", "wgrad"):
+                got = device.conv_workspace(
+                    op,
+                    dtype,
+                    [8, *p["x"]],
+                    p["w"],
+                    p["stride"],
+                    p["padding"],
+                    p["dilation"],
+                    p["groups"],
+                    channels_last=cl,
+                )
+                assert got is not None, (op, dtype, p)
+    # the stem's forward in float32, as the H200 measured it (conv_sweep_h200.tar.xz)
+    stem = device.conv_workspace(
+        "forward", "float32", [8, 3, 224, 224], [64, 3, 7, 7], [2, 2], [3, 3], [1, 1], 1
+    )
+    assert stem == 30544656

@@ -1,0 +1,604 @@
+"""Measure cuDNN's convolution workspaces over the convolution layers of common models, on a GPU.
+
+    python conv_sweep.py problems OUT.json                 (CPU: the models' convolutions, meta tensors)
+    python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS]   (GPU)
+    python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
+    python conv_sweep.py merge TABLE SWEEP_LINES > NEW    (the table with the sweep's new lines)
+    python conv_sweep.py affine TABLE [H100_JSONL]        (is the workspace affine in the batch?)
+
+`problems` builds torchvision's and timm's common models (and plain UNets, Conv1d audio stacks, 3-D
+video networks) on the meta device and records every `aten.convolution` their forward calls, as a
+dispatch mode sees it: the input's sizes without the batch, the weight's, stride, padding, dilation,
+transposed, output_padding and groups. Each is swept at the batch sizes users run, in float32, bfloat16
+and float16, in the contiguous and the channels-last layout (2-D and 3-D), ordered so that what users
+hit most comes first (the sweep stops at its deadline, so a partial sweep is the most useful part).
+
+`run` takes every WORKERS-th item of that order from WORKER on, makes the operands on the GPU (the
+dtype and layout a model in that dtype and layout hands the op; autocast hands it the same cast
+copies), and calls `aten.convolution` and `aten.convolution_backward` with the output masks
+[True, False, False] (dgrad) and [False, True, False] (wgrad) under ops_truth.py's dispatch mode with
+OPS_TRUTH_ALL=1: the mode reads the caching allocator's counters around each op and writes the same
+records ops_truth.py writes for a script, to OUTDIR/wWORKER.jsonl. `conv_table.py OUTDIR OUTDIR` then
+reads the workspaces from them exactly as it reads the validation scripts' records (what the op
+requested beyond its new outputs and the layout copies). An item during which the allocator ran out
+of memory (cuDNN would then have taken another plan) is left out and noted in OUTDIR/wWORKER.err. A
+few items go through `F.conv*` under `torch.autocast` with float32 operands and a real backward
+instead (`"via": "autocast"`, OUTDIR/autocast/), to check that they give the same lines.
+
+`merge` adds the sweep's lines to the table: a problem the table already holds must have the same
+bytes (a disagreement is printed on stderr and the table's line kept). `affine` asks whether the
+workspace of one problem is an affine function of the batch between measured batches (leave one out).
+"""
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# the batch sizes, in the order they are swept (the blind sets' unmeasured problems had batches
+# 8, 64, 128, 4, 32, 96, 16, 192, 256, 160, 48 most often)
+BATCHES = [8, 32, 64, 16, 128, 4, 96, 256, 2, 1, 48, 192, 24, 12]
+# (dtype, layout), in the order they are swept
+DTYPE_LAYOUTS = [
+    ("float32", "nchw"),
+    ("bfloat16", "nchw"),
+    ("bfloat16", "nhwc"),
+    ("float16", "nchw"),
+    ("float16", "nhwc"),
+    ("float32", "nhwc"),
+]
+# the largest operand (input, weight, output) an item may have: twelve workers share the GPU's memory
+MAX_OPERAND_BYTES = 3 << 29
+
+
+def _tv(name, **kw):
+    import torchvision
+
+    return lambda: torchvision.models.get_model(name, **kw)
+
+
+def _tvseg(name):
+    import torchvision
+
+    return lambda: torchvision.models.get_model(name, weights=None, weights_backbone=None, aux_loss=False)
+
+
+def _timm(name):
+    def make():
+        import timm
+
+        return timm.create_model(name, pretrained=False)
+
+    return make
+
+
+def _unet(base, depth=4, transposed=True, ch=3):
+    import torch.nn as nn
+
+    def block(i, o):
+        return nn.Sequential(
+            nn.Conv2d(i, o, 3, padding=1, bias=False),
+            nn.BatchNorm2d(o),
+            nn.ReLU(),
+            nn.Conv2d(o, o, 3, padding=1, bias=False),
+            nn.BatchNorm2d(o),
+            nn.ReLU(),
+        )
+
+    class UNet(nn.Module):
+        """The plain UNet (Ronneberger et al.) with same-padding, as users write it."""
+
+        def __init__(self):
+            super().__init__()
+            widths = [base * 2**i for i in range(depth + 1)]
+            self.downs = nn.ModuleList([block(ch, widths[0])])
+            self.downs.extend(block(widths[i], widths[i + 1]) for i in range(depth))
+            self.ups = nn.ModuleList(
+                nn.ConvTranspose2d(widths[i + 1], widths[i], 2, stride=2)
+                if transposed
+                else nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv2d(widths[i + 1], widths[i], 1))
+                for i in reversed(range(depth))
+            )
+            self.blocks = nn.ModuleList(block(2 * widths[i], widths[i]) for i in reversed(range(depth)))
+            self.head = nn.Conv2d(widths[0], 1, 1)
+            self.pool = nn.MaxPool2d(2)
+
+        def forward(self, x):
+            import torch
+
+            skips = []
+            for i, d in enumerate(self.downs):
+                x = d(x if i == 0 else self.pool(x))
+                skips.append(x)
+            skips.pop()
+            for up, blk in zip(self.ups, self.blocks, strict=True):
+                x = blk(torch.cat([up(x), skips.pop()], 1))
+            return self.head(x)
+
+    return UNet
+
+
+def _audio_wav2vec():
+    import torch.nn as nn
+
+    layers, c = [], 1
+    for k, s in [(10, 5)] + [(3, 2)] * 4 + [(2, 2)] * 2:
+        layers += [nn.Conv1d(c, 512, k, s, bias=False), nn.GELU()]
+        c = 512
+    return nn.Sequential(*layers)
+
+
+def _audio_m5():
+    import torch.nn as nn
+
+    return nn.Sequential(
+        nn.Conv1d(1, 128, 80, 4),
+        nn.MaxPool1d(4),
+        nn.Conv1d(128, 128, 3),
+        nn.MaxPool1d(4),
+        nn.Conv1d(128, 256, 3),
+        nn.MaxPool1d(4),
+        nn.Conv1d(256, 512, 3),
+    )
+
+
+def _audio_whisper(d):
+    import torch.nn as nn
+
+    return lambda: nn.Sequential(nn.Conv1d(80, d, 3, padding=1), nn.GELU(), nn.Conv1d(d, d, 3, 2, 1))
+
+
+def _dcgan():
+    import torch.nn as nn
+
+    class DCGAN(nn.Module):
+        """DCGAN's generator and discriminator at 64x64 (Radford et al.; PyTorch's example)."""
+
+        def __init__(self):
+            super().__init__()
+            self.g = nn.Sequential(
+                nn.ConvTranspose2d(100, 512, 4, 1, 0, bias=False),
+                nn.ConvTranspose2d(512, 256, 4, 2, 1, bias=False),
+                nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False),
+                nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False),
+                nn.ConvTranspose2d(64, 3, 4, 2, 1, bias=False),
+            )
+            self.d = nn.Sequential(
+                nn.Conv2d(3, 64, 4, 2, 1, bias=False),
+                nn.Conv2d(64, 128, 4, 2, 1, bias=False),
+                nn.Conv2d(128, 256, 4, 2, 1, bias=False),
+                nn.Conv2d(256, 512, 4, 2, 1, bias=False),
+                nn.Conv2d(512, 1, 4, 1, 0, bias=False),
+            )
+
+        def forward(self, z):
+            return self.d(self.g(z))
+
+    return DCGAN()
+
+
+# (tier, name, constructor, input sizes without the batch): tier 0 first
+MODELS = [
+    (0, "resnet18", _tv("resnet18"), [(3, 224, 224)]),
+    (0, "resnet50", _tv("resnet50"), [(3, 224, 224)]),
+    (0, "resnet34", _tv("resnet34"), [(3, 224, 224)]),
+    (0, "mobilenet_v2", _tv("mobilenet_v2"), [(3, 224, 224)]),
+    (0, "efficientnet_b0", _tv("efficientnet_b0"), [(3, 224, 224)]),
+    (0, "convnext_tiny", _tv("convnext_tiny"), [(3, 224, 224)]),
+    (0, "mobilenet_v3_large", _tv("mobilenet_v3_large"), [(3, 224, 224)]),
+    (0, "unet64", _unet(64), [(3, 256, 256)]),
+    (0, "vgg16", _tv("vgg16"), [(3, 224, 224)]),
+    (0, "timm_resnet50d", _timm("resnet50d"), [(3, 224, 224)]),
+    (0, "timm_efficientnet_b0", _timm("efficientnet_b0"), [(3, 224, 224)]),
+    (1, "resnet101", _tv("resnet101"), [(3, 224, 224)]),
+    (1, "resnext50_32x4d", _tv("resnext50_32x4d"), [(3, 224, 224)]),
+    (1, "wide_resnet50_2", _tv("wide_resnet50_2"), [(3, 224, 224)]),
+    (1, "densenet121", _tv("densenet121"), [(3, 224, 224)]),
+    (1, "mobilenet_v3_small", _tv("mobilenet_v3_small"), [(3, 224, 224)]),
+    (1, "efficientnet_b1", _tv("efficientnet_b1"), [(3, 240, 240)]),
+    (1, "efficientnet_b2", _tv("efficientnet_b2"), [(3, 288, 288)]),
+    (1, "efficientnet_b3", _tv("efficientnet_b3"), [(3, 300, 300)]),
+    (1, "efficientnet_v2_s", _tv("efficientnet_v2_s"), [(3, 384, 384)]),
+    (1, "regnet_y_400mf", _tv("regnet_y_400mf"), [(3, 224, 224)]),
+    (1, "regnet_y_800mf", _tv("regnet_y_800mf"), [(3, 224, 224)]),
+    (1, "regnet_y_1_6gf", _tv("regnet_y_1_6gf"), [(3, 224, 224)]),
+    (1, "regnet_x_400mf", _tv("regnet_x_400mf"), [(3, 224, 224)]),
+    (1, "shufflenet_v2_x1_0", _tv("shufflenet_v2_x1_0"), [(3, 224, 224)]),
+    (1, "squeezenet1_1", _tv("squeezenet1_1"), [(3, 224, 224)]),
+    (1, "convnext_small", _tv("convnext_small"), [(3, 224, 224)]),
+    (1, "vgg16_bn", _tv("vgg16_bn"), [(3, 224, 224)]),
+    (1, "vit_b_16", _tv("vit_b_16"), [(3, 224, 224)]),
+    (1, "swin_t", _tv("swin_t"), [(3, 224, 224)]),
+    (1, "deeplabv3_resnet50", _tvseg("deeplabv3_resnet50"), [(3, 512, 512)]),
+    (1, "fcn_resnet50", _tvseg("fcn_resnet50"), [(3, 512, 512)]),
+    (1, "lraspp_mobilenet_v3_large", _tvseg("lraspp_mobilenet_v3_large"), [(3, 512, 512)]),
+    (1, "deeplabv3_mobilenet_v3_large", _tvseg("deeplabv3_mobilenet_v3_large"), [(3, 512, 512)]),
+    (1, "unet32_128", _unet(32), [(3, 128, 128)]),
+    (1, "unet64_512", _unet(64, ch=1), [(1, 512, 512)]),
+    (1, "wav2vec2_features", _audio_wav2vec, [(1, 16000)]),
+    (1, "m5", _audio_m5, [(1, 16000)]),
+    (1, "whisper_base_conv", _audio_whisper(512), [(80, 3000)]),
+    (1, "whisper_small_conv", _audio_whisper(768), [(80, 3000)]),
+    (1, "r3d_18", _tv("r3d_18"), [(3, 16, 112, 112)]),
+    (1, "r2plus1d_18", _tv("r2plus1d_18"), [(3, 16, 112, 112)]),
+    (1, "dcgan", _dcgan, [(100, 1, 1)]),
+    (2, "resnet18_small", _tv("resnet18"), [(3, 32, 32), (3, 64, 64), (3, 128, 128), (3, 96, 96)]),
+    (2, "resnet50_res", _tv("resnet50"), [(3, 256, 256), (3, 384, 384), (3, 160, 160), (3, 512, 512)]),
+    (2, "resnet18_res", _tv("resnet18"), [(3, 256, 256), (3, 384, 384), (3, 160, 160), (3, 512, 512)]),
+    (2, "mc3_18", _tv("mc3_18"), [(3, 16, 112, 112)]),
+    (2, "resnext101_32x8d", _tv("resnext101_32x8d"), [(3, 224, 224)]),
+    (2, "densenet169", _tv("densenet169"), [(3, 224, 224)]),
+    (2, "regnet_y_3_2gf", _tv("regnet_y_3_2gf"), [(3, 224, 224)]),
+    (2, "shufflenet_v2_x0_5", _tv("shufflenet_v2_x0_5"), [(3, 224, 224)]),
+    (2, "squeezenet1_0", _tv("squeezenet1_0"), [(3, 224, 224)]),
+    (2, "mnasnet1_0", _tv("mnasnet1_0"), [(3, 224, 224)]),
+    (2, "googlenet", _tv("googlenet", init_weights=False, aux_logits=False), [(3, 224, 224)]),
+    (2, "alexnet", _tv("alexnet"), [(3, 224, 224)]),
+    (2, "timm_regnety_016", _timm("regnety_016"), [(3, 224, 224)]),
+    (2, "timm_convnextv2_atto", _timm("convnextv2_atto"), [(3, 224, 224)]),
+    (2, "timm_efficientnet_b2", _timm("efficientnet_b2"), [(3, 256, 256)]),
+    (2, "timm_mobilevit_xs", _timm("mobilevit_xs"), [(3, 256, 256)]),
+    (2, "efficientnet_b0_res", _tv("efficientnet_b0"), [(3, 256, 256), (3, 384, 384)]),
+    (2, "convnext_tiny_384", _tv("convnext_tiny"), [(3, 384, 384)]),
+    (2, "mobilenet_v2_res", _tv("mobilenet_v2"), [(3, 256, 256), (3, 160, 160), (3, 128, 128)]),
+    (2, "unet64_interp", _unet(64, transposed=False), [(3, 256, 256)]),
+]
+
+
+def extract(models=MODELS):
+    """Every `aten.convolution` of the models' forward on the meta device, batch left out, first seen
+    first: [{"x", "w", "stride", "padding", "dilation", "transposed", "output_padding", "groups",
+    "tier", "models"}]."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Convs(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.convolution.default:
+                x, w = args[0], args[1]
+                stride, padding, dilation, transposed, out_pad, groups = args[3:9]
+                self.seen.append(
+                    {
+                        "x": list(x.shape[1:]),
+                        "w": list(w.shape),
+                        "stride": list(stride),
+                        "padding": list(padding),
+                        "dilation": list(dilation),
+                        "transposed": bool(transposed),
+                        "output_padding": list(out_pad),
+                        "groups": int(groups),
+                    }
+                )
+            return func(*args, **(kwargs or {}))
+
+    problems = {}
+    for tier, name, make, inputs in models:
+        for sizes in inputs:
+            mode = Convs()
+            try:
+                with torch.device("meta"):
+                    model = make().eval()
+                with torch.device("meta"), torch.no_grad(), mode:
+                    model(torch.empty(1, *sizes))
+            except (NotImplementedError, RuntimeError):
+                # a model that reads data on the way (timm's MobileViT): on the CPU at batch 1
+                mode = Convs()
+                model = make().eval()
+                with torch.no_grad(), mode:
+                    model(torch.zeros(1, *sizes))
+            for p in mode.seen:
+                key = json.dumps(p, sort_keys=True)
+                q = problems.setdefault(key, dict(p, tier=tier, models=[]))
+                q["tier"] = min(q["tier"], tier)
+                if name not in q["models"]:
+                    q["models"].append(name)
+    return list(problems.values())
+
+
+def items(problems, batches=BATCHES, dtype_layouts=DTYPE_LAYOUTS):
+    """The sweep's order: by batch rank + dtype/layout rank + tier, then the problems' order. A 1-D
+    problem has no channels-last layout."""
+    out = []
+    for pi, p in enumerate(problems):
+        for bi, n in enumerate(batches):
+            for di, (dtype, layout) in enumerate(dtype_layouts):
+                if layout == "nhwc" and len(p["x"]) == 2:
+                    continue
+                out.append((bi + di + 2 * p["tier"], pi, bi, di, dict(p, n=n, dtype=dtype, layout=layout)))
+    out.sort(key=lambda t: t[:4])
+    return [t[-1] for t in out]
+
+
+def operand_bytes(item):
+    """The largest of the item's input, weight and output in bytes."""
+    x = [item["n"], *item["x"]]
+    w = item["w"]
+    k = w[1] * item["groups"] if item["transposed"] else w[0]
+    o = [item["n"], k]
+    for d in range(len(x) - 2):
+        i, kk = x[d + 2], w[d + 2]
+        s, p, dl = item["stride"][d], item["padding"][d], item["dilation"][d]
+        if item["transposed"]:
+            o.append((i - 1) * s - 2 * p + dl * (kk - 1) + item["output_padding"][d] + 1)
+        else:
+            o.append((i + 2 * p - dl * (kk - 1) - 1) // s + 1)
+    item_size = 4 if item["dtype"] == "float32" else 2
+
+    def numel(v):
+        n = 1
+        for s in v:
+            n *= s
+        return n
+
+    return max(numel(x), numel(w), numel(o)) * item_size
+
+
+def _operands(item, device, dtype=None):
+    import torch
+
+    dtype = dtype or getattr(torch, item["dtype"])
+    x = torch.empty([item["n"], *item["x"]], dtype=dtype, device=device)
+    w = torch.empty(item["w"], dtype=dtype, device=device)
+    if item["layout"] == "nhwc":
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+    return x, w
+
+
+def _conv_args(item):
+    return (
+        item["stride"],
+        item["padding"],
+        item["dilation"],
+        item["transposed"],
+        item["output_padding"],
+        item["groups"],
+    )
+
+
+def measure(item, device="cuda"):
+    """Call the item's forward, dgrad and wgrad under ops_truth.py's mode (its records go to
+    ops_truth's output)."""
+    import ops_truth
+    import torch
+
+    aten = torch.ops.aten
+    x, w = _operands(item, device)
+    args = _conv_args(item)
+    with ops_truth.OpsTruth():
+        out = aten.convolution(x, w, None, *args)
+    grad = torch.empty_like(out)  # the output's strides, as its gradient arrives in a model
+    del out
+    with ops_truth.OpsTruth():
+        for mask in ([True, False, False], [False, True, False]):
+            res = aten.convolution_backward(grad, x, w, None, *args, mask)
+            del res
+
+
+def measure_autocast(item, device="cuda"):
+    """The item through `F.conv*` under `torch.autocast(item's dtype)` with float32 operands (and the
+    float32 layout) and a real backward: the records ops_truth.py writes for a script that does this."""
+    import ops_truth
+    import torch
+    import torch.nn.functional as F
+
+    x, w = _operands(item, device, torch.float32)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    s, p, d, transposed, out_pad, g = _conv_args(item)
+    nd = x.dim() - 2
+    with ops_truth.OpsTruth():
+        with torch.autocast(device, dtype=getattr(torch, item["dtype"])):
+            if transposed:
+                f = [F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d][nd - 1]
+                out = f(x, w, None, s, p, out_pad, g, d)
+            else:
+                out = [F.conv1d, F.conv2d, F.conv3d][nd - 1](x, w, None, s, p, d, g)
+        grad = torch.empty_like(out)
+        out.backward(grad)
+
+
+def run(problems_path, outdir, seconds, worker=0, workers=1, device="cuda"):
+    import ops_truth
+    import torch
+
+    os.environ["OPS_TRUTH_ALL"] = "1"
+    deadline = seconds if seconds > 1e9 else time.time() + seconds  # an epoch: the same for all
+    problems = json.load(open(problems_path))
+    todo = items(problems)[worker::workers]
+    os.makedirs(os.path.join(outdir, "autocast"), exist_ok=True)
+    err = open(os.path.join(outdir, f"w{worker}.err"), "a", buffering=1)
+    out = open(os.path.join(outdir, f"w{worker}.jsonl"), "a", buffering=1)
+    auto = open(os.path.join(outdir, "autocast", f"w{worker}.jsonl"), "a", buffering=1)
+    done = skipped = 0
+    for i, item in enumerate(todo):
+        if time.time() > deadline:
+            break
+        if operand_bytes(item) > MAX_OPERAND_BYTES:
+            skipped += 1
+            continue
+        via_autocast = item["dtype"] != "float32" and i % 97 == 0
+        for fn, dest in [(measure, out)] + [(measure_autocast, auto)] * via_autocast:
+            lines = []
+            ops_truth._out = _Lines(lines)
+            ooms = torch.cuda.memory_stats(device).get("num_ooms", 0) if device == "cuda" else 0
+            try:
+                fn(item, device)
+            except Exception as e:  # a problem cuDNN refuses is noted, not fatal
+                err.write(json.dumps({"item": item, "error": f"{type(e).__name__}: {str(e)[:200]}"}) + "\n")
+                continue
+            if device == "cuda" and torch.cuda.memory_stats(device).get("num_ooms", 0) != ooms:
+                err.write(json.dumps({"item": item, "error": "out of memory: another plan"}) + "\n")
+                torch.cuda.empty_cache()
+                continue
+            dest.write("".join(lines))
+        done += 1
+        if device == "cuda" and torch.cuda.memory_reserved(device) > 8 << 30:
+            torch.cuda.empty_cache()  # twelve workers share the GPU: keep each one's cache bounded
+    err.write(json.dumps({"worker": worker, "done": done, "skipped": skipped, "todo": len(todo)}) + "\n")
+    return done
+
+
+class _Lines:
+    """A file-like sink for ops_truth's records."""
+
+    def __init__(self, lines):
+        self.lines = lines
+
+    def write(self, s):
+        self.lines.append(s)
+
+
+def merge(table_path, sweep_path):
+    """The table's lines plus the sweep's new ones, sorted (header kept); disagreements on stderr."""
+    header, table = [], {}
+    for line in open(table_path):
+        if line.startswith("#"):
+            header.append(line.rstrip("\n"))
+        elif line.strip():
+            key, b = line.rstrip("\n").rsplit(" ", 1)
+            table[key] = int(b)
+    old = len(table)
+    agree = conflicts = 0
+    for line in open(sweep_path):
+        if line.startswith("#") or not line.strip():
+            continue
+        key, b = line.rstrip("\n").rsplit(" ", 1)
+        if key in table:
+            if table[key] == int(b):
+                agree += 1
+            else:
+                conflicts += 1
+                print(f"conflict: {key}: table {table[key]}, sweep {b}", file=sys.stderr)
+        else:
+            table[key] = int(b)
+    print(
+        f"{old} lines in the table, {len(table) - old} new from the sweep, {agree} agreeing, "
+        f"{conflicts} conflicting",
+        file=sys.stderr,
+    )
+    return header + [f"{k} {table[k]}" for k in sorted(table)]
+
+
+def affine(table_path, h100_path=None):
+    """Leave-one-out test of 'the workspace is affine in the batch between measured batches', on the
+    table's problems (batch left out) and, if given, the H100's batch sweeps of patch embeddings
+    (fixtures/ops/conv_workspace_h100.jsonl, every batch 1..128 or more): prints the counts."""
+    groups, h100 = {}, {}
+    for line in open(table_path):
+        if line.startswith("#") or not line.strip():
+            continue
+        f = line.split()
+        x = f[4].split(",")
+        key = " ".join([*f[:4], ",".join(x[1:]), *f[5:-1]])
+        groups.setdefault(key, {})[int(x[0])] = int(f[-1])
+    if h100_path:
+        for line in open(h100_path):
+            r = json.loads(line)
+            key = f"{r['op']} {r['dtype']} {r['weight']} {r['image']} {r['stride']}"
+            for n, b in r["workspace"]:
+                h100.setdefault(key, {})[n] = b
+    for name, g in [("H200 table", groups), ("H100 batch sweeps", h100)]:
+        for strict in (False, True):
+            if g:
+                loo(name, g, strict)
+
+
+def loo(name, groups, strict):
+    """For each measured batch n of a problem with measured batches a < n < b next to it: the rule
+    predicts the line through a and b if a third measured batch (the next below a or above b; with
+    `strict`, both) lies on it. Prints how many held-out batches it predicts exactly and misses."""
+    hit = nonzero = 0
+    misses = []
+    for key, pts in groups.items():
+        ns = sorted(pts)
+        for i, n in enumerate(ns):
+            rest = ns[:i] + ns[i + 1 :]
+            lo = [m for m in rest if m < n]
+            hi = [m for m in rest if m > n]
+            if not lo or not hi:
+                continue
+            a, b = lo[-1], hi[0]
+            if (pts[b] - pts[a]) % (b - a):
+                continue
+            slope = (pts[b] - pts[a]) // (b - a)
+            third = [m for m in (lo[-2] if len(lo) > 1 else None, hi[1] if len(hi) > 1 else None) if m]
+            on = [pts[a] + slope * (m - a) == pts[m] for m in third]
+            if not (len(on) == 2 and all(on) if strict else any(on)):
+                continue
+            pred = pts[a] + slope * (n - a)
+            if pred == pts[n]:
+                hit += 1
+                nonzero += pred != 0
+            else:
+                misses.append((abs(pred - pts[n]), key, n, pts[n], pred))
+    misses.sort(reverse=True)
+    big = sum(1 for m in misses if m[0] >= 1 << 20)
+    rule = "four points" if strict else "three points"
+    print(f"{name} ({len(groups)} problems), {rule}: {hit} held-out batches exact ({nonzero} not 0),")
+    print(f"  {len(misses)} missed ({big} by 1 MiB or more)")
+    for m in misses[:3]:
+        print(f"  e.g. {m[1]} at batch {m[2]}: {m[3]} bytes, the rule {m[4]}")
+    return hit, misses
+
+
+def smoke():
+    """The run's code path on the CPU (no counters there: the records say 0 bytes)."""
+    import tempfile
+
+    import ops_truth
+
+    problems = extract(
+        [
+            (0, "m5", _audio_m5, [(1, 4000)]),
+            (0, "dcgan", _dcgan, [(100, 1, 1)]),
+            (1, "resnet18", _tv("resnet18"), [(3, 32, 32)]),
+        ]
+    )
+    print(len(problems), "problems;", len(items(problems)), "items")
+    with tempfile.TemporaryDirectory() as d:
+        json.dump(problems, open(os.path.join(d, "p.json"), "w"))
+        run(os.path.join(d, "p.json"), d, 20, 0, 50, device="cpu")
+        recs = [json.loads(line) for line in open(os.path.join(d, "w0.jsonl"))]
+        print(len(recs), "records:", sorted({r["op"] for r in recs}))
+        print(open(os.path.join(d, "w0.err")).read().strip())
+        item = dict(problems[0], n=2, dtype="bfloat16", layout="nchw")
+        ops_truth._out = open(os.path.join(d, "autocast", "w0.jsonl"), "w")
+        measure_autocast(item, "cpu")
+        ops_truth._out.close()
+        import conv_table
+
+        for sub in ("", "autocast"):
+            lines = conv_table.read(os.path.join(d, sub), os.path.join(d, sub))
+            print(sub or "direct", len(lines), "lines, e.g.", next(iter(lines.items())))
+
+
+def main():
+    sys.path.insert(0, HERE)
+    cmd = sys.argv[1]
+    if cmd == "problems":
+        problems = extract()
+        json.dump(problems, open(sys.argv[2], "w"))
+        n = len(items(problems))
+        print(f"{len(problems)} problems, {n} items ({3 * n} op calls)", file=sys.stderr)
+    elif cmd == "run":
+        worker, workers = (int(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else (0, 1)
+        run(sys.argv[2], sys.argv[3], float(sys.argv[4]), worker, workers)
+    elif cmd == "smoke":
+        smoke()
+    elif cmd == "merge":
+        print("\n".join(merge(sys.argv[2], sys.argv[3])))
+    elif cmd == "affine":
+        affine(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
