@@ -43,6 +43,19 @@ def test_eigh_cholesky_and_their_checks_allocate_what_the_h200counted():
         assert counts == (5, 40000 + 400 + 4 + 2)
 
 
+def test_householder_product_allocates_what_the_h200_counted():
+    # blind60/bh05's per-op truth: parametrizations.orthogonal's householder_product of 8,192 x
+    # 1,024 float32: 3 allocations, 38,863,876 bytes (the result, the info, orgqr's workspace)
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(8192, 1024, device="cuda")
+        tau = torch.empty(1024, device="cuda")
+        q, counts = counted(lambda: torch.linalg.householder_product(a, tau))
+        assert q.shape == (8192, 1024) and counts == (3, 33554432 + 4 + 5309440)
+        _, counts = counted(lambda: torch.linalg.householder_product(a[:, :512], tau[:512]))
+        assert counts == (2, 8192 * 512 * 4 + 4)
+    assert any("orgqr" in u for u in cap.unmeasured)
+
+
 def test_matrix_exp_takes_the_degree_the_norm_picks(norms):
     # the H200's calls of blind21/u04: degrees 1, 4, 8 (512) and 8, 18 with 1, 5 and 4 squarings (1024)
     norms += [0.0, 0.01, 0.3, 0.3, 2 * F, 20 * F, 12 * F]

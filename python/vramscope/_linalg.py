@@ -178,6 +178,48 @@ def _linalg_cholesky_ex(cap, func, args, kwargs):
 DISPATCH[aten.linalg_cholesky_ex.default] = _linalg_cholesky_ex
 
 
+#: `cusolverDn<t>orgqr_bufferSize`'s lwork in bytes by (m, n, k, dtype), as `apply_orgqr` allocates
+#: it (`sizeof(scalar_t) * lwork`), measured on an H200 (blind60/bh05's per-op truth:
+#: `linalg_householder_product` of 8,192 x 1,024 float32 with 1,024 reflectors, 5,309,440 bytes)
+ORGQR_WORKSPACE = {
+    (8192, 1024, 1024, torch.float32): 5309440,
+}
+
+
+def _householder_product(cap, func, args, kwargs):
+    """`linalg_householder_product` on CUDA (`linalg_householder_product_out`, BatchLinearAlgebra.cpp):
+    the result (resized column-major), a contiguous copy of a strided `tau`, then `apply_orgqr`
+    (cuda/linalg/BatchLinearAlgebraLib.cpp): the int32 info (`at::zeros({1})`) and, per matrix, the
+    cuSOLVER workspace, allocated and freed in its loop; the info dies as the op returns. Without
+    reflectors (k = 0) orgqr is skipped. A workspace not measured is named so."""
+    a, tau = args[0], args[1]
+    if kwargs or not registered(a) or not registered(tau):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::linalg_householder_product"
+    out = func(*args)
+    cap.track(out, op)
+    tau_c = None if tau.is_contiguous() else cap.malloc(tau.numel() * tau.element_size(), op, "temporary")
+    m, n = a.shape[-2:]
+    k = tau.shape[-1] if tau.dim() else 0
+    if out.numel() > 0 and k > 0:
+        info = cap.malloc(4, op, "temporary")
+        nbytes = ORGQR_WORKSPACE.get((m, n, k, a.dtype))
+        if nbytes is None:
+            cap.note_unmeasured(f"{op}'s cuSOLVER orgqr workspace ({m} x {n}, {k} reflectors, {a.dtype})")
+        else:
+            for _ in range(math.prod(a.shape[:-2])):
+                work = cap.malloc(nbytes, op, "workspace")
+                del work
+        del info
+    del tau_c
+    return out
+
+
+DISPATCH[aten.linalg_householder_product.default] = _householder_product
+SCRATCH_UNMODELLED.discard("aten::linalg_householder_product")
+
+
 #: `cusolverDn<t>gesvdjBatched_bufferSize`'s workspace in bytes by (m, n, batch, compute_uv, dtype),
 #: as `at::cuda::solver::gesvdjBatched` allocates it (CUDASolver.cpp), measured on an H200
 #: (fixtures/run/svd/svd_probe_h200.json: a batch of 8 of 16 x 16 and one 32 x 20, with vectors)
