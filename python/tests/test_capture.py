@@ -1255,3 +1255,61 @@ def test_advanced_indexing_copies_only_the_indices_not_contiguous():
             after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
         )
         assert counts == (2, 2_621_440) and out.shape == (16, 256, 32, 3)
+
+
+def test_backward_sums_a_gradient_another_node_still_holds_out_of_place(monkeypatch):
+    # InputBuffer::accumulate adds in place only into a tensor nothing else holds; a gradient
+    # AddBackward0 passed to two nodes stays in the buffer of the one the engine runs later, so
+    # the sum into the other allocates (blind59/bg04: DPT's fusion layers). The CPU engine is the
+    # reference: its in-place and out-of-place sums, call by call, are the twin's.
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+    from vramscope import _kernels
+
+    class Res(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):
+            return self.c2(F.relu(self.c1(F.relu(x)))) + x
+
+    class Fusion(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.r1, self.r2, self.p = Res(), Res(), torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, h, res=None):
+            if res is not None:
+                h = h + self.r1(res)
+            return self.p(F.interpolate(self.r2(h), scale_factor=2, mode="bilinear", align_corners=True))
+
+    def loss(device):
+        torch.manual_seed(0)
+        f1, f2 = Fusion().to(device), Fusion().to(device)
+        a = torch.randn(2, 8, 8, 8, device=device, requires_grad=True)
+        b = torch.randn(2, 8, 16, 16, device=device, requires_grad=True)
+        return f2(f1(a * 2), b * 2).sum()
+
+    cpu_loss = loss("cpu")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        cpu_loss.backward()
+    cpu = [
+        (e.name, tuple(e.input_shapes[0]))
+        for e in prof.events()
+        if e.name in ("aten::add", "aten::add_") and len(e.input_shapes[0]) == 4
+    ]
+    seen = []
+    add = torch.ops.aten.add.Tensor
+    accumulate = _kernels.DISPATCH[add]
+
+    def logged(cap, func, args, kwargs):
+        out = accumulate(cap, func, args, kwargs)
+        if torch._C._current_graph_task_id() != -1 and args[0].dim() == 4:
+            seen.append(("aten::add" if out is NotImplemented else "aten::add_", tuple(args[0].shape)))
+        return out
+
+    monkeypatch.setitem(_kernels.DISPATCH, add, logged)
+    with vramscope.capture(gpu="h200"):
+        loss("cuda").backward()
+    assert ("aten::add", (2, 8, 16, 16)) in cpu and seen == cpu

@@ -1148,6 +1148,10 @@ DISPATCH[aten.native_dropout.default] = _native_dropout
 #: dispatcher's argument tuple, the local name, getrefcount's argument and the engine's tensor
 #: (measured: 4 for plain and non-reentrant checkpointed backwards, 10 under a reentrant checkpoint)
 _ACCUMULATE_REFS = 4
+#: `Tensor._use_count()` of that gradient seen from `_accumulate` (the buffer, the dispatcher's
+#: argument and the Python wrapper's references; measured: 4 where the GPU and the CPU engine add in
+#: place, 5 where another node's buffer still holds it)
+_ACCUMULATE_USES = 4
 
 
 def _accumulate(cap, func, args, kwargs):
@@ -1177,6 +1181,12 @@ def _accumulate(cap, func, args, kwargs):
     # nor the tensor (`adjusted_use_count(v) == 1`): a Python reference beyond this call's (the
     # gradient a reentrant checkpoint's backward holds in its `args`) keeps it (blind10/j06)
     if sys.getrefcount(old) > _ACCUMULATE_REFS:
+        return NotImplemented
+    # nor another node's input buffer: a gradient a node passes on twice (AddBackward0's `grad` to
+    # both inputs) is held by the buffer of whichever consumer has not run yet (the engine runs
+    # later-created nodes first), so the sum into the other is out of place (blind59/bg04's H200
+    # history: DPT's fusion layers; torch's CPU engine does the same)
+    if old._use_count() > _ACCUMULATE_USES:
         return NotImplemented
     cap.ops += 1
     # `add_`'s meta kernel (`meta_binop_inplace_alpha`, torch/_meta_registrations.py) returns
