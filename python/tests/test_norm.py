@@ -172,40 +172,23 @@ def test_batch_norm_in_evaluation_takes_cudnn_and_makes_its_output_only():
 
 
 @pytest.mark.parametrize(
-    ("shape", "forward", "backward"),
-    # blind50/ax02's H200 per-op truth: cudnn_batch_norm and its backward of channels-last float32
-    # batches, the persistent kernel's workspace beyond the outputs (no native staging)
-    [((16, 64, 1024, 32), 4_228_148, 2_797_604), ((16, 256, 256, 32), 4_228_160, 2_798_640)],
+    ("dtype", "shape", "forward", "backward"),
+    [
+        # blind50/ax02's H200 per-op truth: cudnn_batch_norm and its backward of channels-last
+        # float32 batches, the persistent kernel's workspace beyond the outputs (no native staging)
+        (torch.float32, (16, 64, 1024, 32), 4_228_148, 2_797_604),
+        (torch.float32, (16, 256, 256, 32), 4_228_160, 2_798_640),
+        # blind54/bb06's (RegNetY under fp16 autocast): a half channels-last batch with float
+        # weights goes to cudnn_batch_norm too, with the persistent kernel's workspace
+        (torch.float16, (96, 32, 112, 112), 3_885_008, 6_423_588),
+        (torch.float16, (96, 888, 7, 7), 217_848, 352_344),
+    ],
 )
-def test_channels_last_float_batch_norm_in_training_takes_cudnns_persistent_workspace(
-    shape, forward, backward
+def test_channels_last_batch_norm_in_training_takes_cudnns_persistent_workspace(
+    dtype, shape, forward, backward
 ):
     def setup():
-        x = torch.empty(shape, device="cuda").to(memory_format=torch.channels_last)
-        w, m = torch.ones(shape[1], device="cuda"), torch.zeros(shape[1], device="cuda")
-        return torch.empty_like(x), x, w, m
-
-    def fwd(g, x, w, m):
-        return torch.ops.aten.native_batch_norm(x, w, m, m, m, True, 0.1, 1e-5)
-
-    def bwd(g, x, w, m):
-        return torch.ops.aten.native_batch_norm_backward(g, x, w, m, m, m, m, True, 1e-5, [True] * 3)
-
-    assert extra_allocations(setup, fwd, gpu="h200") == (1, forward)
-    assert extra_allocations(setup, bwd, gpu="h200") == (1, backward)
-
-
-@pytest.mark.parametrize(
-    ("shape", "forward", "backward"),
-    # blind54/bb06's H200 per-op truth (RegNetY under fp16 autocast): a half channels-last batch
-    # with float weights goes to cudnn_batch_norm too, with the persistent kernel's workspace
-    [((96, 32, 112, 112), 3_885_008, 6_423_588), ((96, 888, 7, 7), 217_848, 352_344)],
-)
-def test_channels_last_half_batch_norm_with_float_weights_takes_cudnns_persistent_workspace(
-    shape, forward, backward
-):
-    def setup():
-        x = torch.empty(shape, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        x = torch.empty(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
         w, m = torch.ones(shape[1], device="cuda"), torch.zeros(shape[1], device="cuda")
         return torch.empty_like(x), x, w, m
 
