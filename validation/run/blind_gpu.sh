@@ -1,0 +1,31 @@
+#!/bin/bash
+# One GPU call for blind sets: the recordings, the per-op truth and the memory histories of the named
+# scripts, all on one GPU, then one archive of them:
+#   bash validation/run/blind_gpu.sh OUT.tgz SCRIPT...      (e.g. validation/run/blind61/bi*.py)
+# -> OUT.tgz holding rec/ (record.sh), truth/ops/ (truth.sh with NO_MEMTRACKER=1) and hist/NAME.pickle
+#    (history.py; frames on, pickles over 6 MB dropped to keep the archive small) with their logs.
+# record.sh runs one script at a time; the per-op truth (three at once) and the histories run beside it:
+# each process reads only its own allocator's statistics, so they do not disturb one another.
+# BUDGET_S (default 3000) bounds each lane's seconds; what finished by then is archived.
+set -u
+budget="${BUDGET_S:-3000}"
+archive="${1:?usage: blind_gpu.sh OUT.tgz SCRIPT...}"
+shift
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+names=()
+for f in "$@"; do names+=("$(basename "$f" .py)"); done
+timeout "$budget" bash "$here/record.sh" "$work/rec" "$@" > "$work/record.log" 2>&1 &
+NO_MEMTRACKER=1 timeout "$budget" bash "$here/truth.sh" "$work/truth" "${names[@]}" > "$work/truth.log" 2>&1 &
+work="$work" here="$here" timeout "$budget" bash -c '
+  mkdir -p "$work/hist"
+  export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
+  for f in "$@"; do
+    n="$(basename "$f" .py)"
+    OUT_PICKLE="$work/hist/$n.pickle" timeout -k 5 240 python3 "$here/history.py" "$f" > "$work/hist/$n.out" 2>&1
+  done
+' _ "$@" &
+wait
+find "$work/hist" -name '*.pickle' -size +6M -delete
+tar czf "$archive" -C "$work" .
+rm -rf "$work"
