@@ -141,6 +141,23 @@ def test_backward_frees_what_autograd_saved():
         assert torch.cuda.memory_allocated() == 8 * MIB
 
 
+def test_a_host_parameter_takes_a_gpu_tensors_data():
+    # `param.data = kernel` with a CPU parameter and a CUDA kernel, as timm's reparameterize does:
+    # the parameter keeps its identity and becomes the kernel's tensor, nothing new allocated
+    with vramscope.capture():
+        conv = torch.nn.Conv2d(64, 64, 3)
+        weight = conv.weight
+        kernel = torch.zeros(64, 64, 3, 3, device="cuda")
+        conv.weight.data = kernel
+        assert conv.weight is weight and isinstance(weight, torch.nn.Parameter) and weight.requires_grad
+        assert weight.is_cuda and weight.shape == (64, 64, 3, 3)
+        assert torch.cuda.memory_allocated() == 147456
+        del kernel
+        assert torch.cuda.memory_allocated() == 147456  # the parameter holds the storage now
+        del conv, weight
+        assert torch.cuda.memory_allocated() == 0
+
+
 def test_autocast_casts_simulated_tensors():
     with vramscope.capture():
         lin = torch.nn.Linear(64, 64).cuda()

@@ -15,6 +15,7 @@ import sys
 import torch
 from torch._prims_common import suggest_memory_format
 
+from . import _tensor
 from ._tensor import assumed, fast_setup_layout, registered, set_value, tensors_in, value
 from ._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 
@@ -2951,6 +2952,40 @@ def _index_put_value(cap, func, args, kwargs):
     return out
 
 
+def _set_data(cap, func, args, kwargs):
+    """`var.data = new` (`VariableHooks::set_data`): the variable keeps its identity and autograd
+    state and takes `new`'s tensor. On the GPU a CPU variable may take a CUDA tensor (dense CPU
+    and CUDA impls are compatible: `has_compatible_shallow_copy_type`, c10/core/TensorImpl.h), as
+    timm's `reparameterize` does with a fresh layer's weight; a simulated tensor is a meta tensor,
+    which that check refuses against a CPU one, so the variable first becomes a meta tensor."""
+    var, new = args[0], args[1] if len(args) > 1 else None
+    if (
+        not isinstance(var, torch.Tensor)
+        or not isinstance(new, torch.Tensor)
+        or not registered(new)
+        or registered(var)
+        or _tensor.BASE_IS_META(var)
+        or var.layout != torch.strided
+        or new.layout != torch.strided
+        or var.grad_fn is not None
+        or var.grad is not None
+    ):
+        return NotImplemented
+    cap.genuine_meta += 1
+    try:
+        with torch.no_grad():
+            stand_in = torch.empty(var.shape, dtype=var.dtype, device="meta")
+        if isinstance(var, torch.nn.Parameter):
+            stand_in = torch.nn.Parameter(stand_in, requires_grad=var.requires_grad)
+        else:
+            stand_in.requires_grad_(var.requires_grad)
+    finally:
+        cap.genuine_meta -= 1
+    torch.utils.swap_tensors(var, stand_in)
+    return func(var, new)
+
+
+FUNCTIONS[torch.Tensor.data.__set__] = _set_data
 FUNCTIONS[torch.Tensor.__getitem__] = _getitem
 FUNCTIONS[torch.Tensor.__setitem__] = _setitem
 DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
