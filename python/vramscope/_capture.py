@@ -388,6 +388,35 @@ class _DispatchMode(TorchDispatchMode):
                 raise e.with_traceback(None) from None
 
 
+def _flex_attention_dense() -> None:
+    """flex_attention outside `torch.compile` (its higher-order ops reach the mode below autograd):
+    what PyTorch runs for a CUDA tensor there, the dense composite (`sdpa_dense`,
+    `sdpa_dense_backward`: the full scores matrix; torch/_higher_order_ops/flex_attention.py),
+    its ops on the simulated tensors."""
+    import importlib
+
+    flex = importlib.import_module("torch._higher_order_ops.flex_attention")
+
+    def run(dense):
+        def handler(mode, *args, **kwargs):
+            function_mode = mode.cap._modes[0]
+            if function_mode in torch.overrides._get_current_function_mode_stack():
+                with mode:
+                    return dense(*args, **kwargs)
+            # the backward's: autograd calls the op's `backward` without the program's torch-function
+            # modes, so the composite's `device=` factories would reach the host's CUDA
+            with function_mode, mode:
+                return dense(*args, **kwargs)
+
+        return handler
+
+    flex.flex_attention.py_impl(_DispatchMode)(run(flex.sdpa_dense))
+    flex.flex_attention_backward.py_impl(_DispatchMode)(run(flex.sdpa_dense_backward))
+
+
+_flex_attention_dense()
+
+
 _PLAIN = torch._C._disabled_torch_dispatch_impl
 _FakeTensor = torch._subclasses.fake_tensor.FakeTensor
 

@@ -18,7 +18,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _attention, _autocast
+from . import _attention, _autocast, _tensor
 
 #: while set, a fake tensor made for `cuda` is made for the host (dynamo's and AOTAutograd's
 #: traces), and autocast casts the host's tensors as the GPU's
@@ -44,6 +44,11 @@ def _fake_new(original):
     def new(cls, fake_mode, elem, device, *args, **kwargs):
         if TRACING[0] and torch.device(device).type == "cuda":
             device = _HOST
+        if _tensor.registered(elem):
+            # a simulated tensor as the element (a higher-order op's `make_fx` snapshots the
+            # eager program's tensors): it is the meta tensor FakeTensor wants
+            with _tensor.kernels():
+                return original(cls, fake_mode, elem, device, *args, **kwargs)
         return original(cls, fake_mode, elem, device, *args, **kwargs)
 
     return staticmethod(new)
