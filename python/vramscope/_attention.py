@@ -636,6 +636,92 @@ def native_mha(cap, func, args, kwargs):
     return out, None
 
 
+def _jagged_parts(t):
+    """The dense values of a jagged nested tensor the capture simulates, or None."""
+    values = getattr(t, "_values", None)
+    return values if isinstance(values, torch.Tensor) and registered(values) else None
+
+
+def nested_backend_checks(cap, originals: dict) -> dict:
+    """`torch.backends.cuda.can_use_{flash,efficient,cudnn}_attention` for the jagged nested
+    tensors the capture simulates, as the GPU's `sdp_utils.cpp` answers them (the nested
+    constraints: `check_batch_size_nested`, `check_head_dim_size_flash_nested`, and for the
+    efficient kernel `check_requires_grad_and_nested_tensor`); anything else goes to PyTorch's.
+    torch/nested/_internal/sdpa.py asks flash, efficient, math, then cuDNN, in that order."""
+    support = cap.device.sdpa
+
+    def common(p):
+        q, k, v = p.query, p.key, p.value
+        return (
+            all(_jagged_parts(t) is not None for t in (q, k, v))
+            and q.dim() == k.dim() == v.dim() == 4
+            and p.attn_mask is None
+            and q.dtype == k.dtype == v.dtype
+            and q.size(0) == k.size(0) == v.size(0)
+            and q.size(1) == k.size(1) == v.size(1)
+        )
+
+    def flash(p):
+        q, k, v = p.query, p.key, p.value
+        d = q.size(-1)
+        grad = any(t.requires_grad for t in (q, k, v))
+        if support["flash_head_dim_192_limit"] and grad and (192 < d <= 224 or (d > 224 and p.dropout > 0.0)):
+            return False
+        return (
+            support["flash"]
+            and torch.backends.cuda.flash_sdp_enabled()
+            and q.dtype in HALF
+            and d == k.size(-1) == v.size(-1)
+            and d <= 256
+            and d % 8 == 0
+        )
+
+    def efficient(p):
+        q, k, v = p.query, p.key, p.value
+        align = 8 if q.dtype in HALF else 4
+        dtypes = (
+            (torch.float16, torch.float32, torch.bfloat16)
+            if support["bf16"]
+            else (torch.float16, torch.float32)
+        )
+        return (
+            support["efficient"]
+            and torch.backends.cuda.mem_efficient_sdp_enabled()
+            and not any(t.requires_grad for t in (q, k, v))
+            and q.size(-1) == k.size(-1)
+            and q.size(-1) % align == 0
+            and v.size(-1) % align == 0
+            and q.dtype in dtypes
+        )
+
+    rules = {"can_use_flash_attention": flash, "can_use_efficient_attention": efficient}
+
+    def wrap(name):
+        original, rule = originals[name], rules.get(name)
+
+        def check(params, debug=False):
+            if _jagged_parts(params.query) is None:
+                return original(params, debug)
+            # cuDNN comes after the math path for jagged tensors: not modelled, not reached
+            return rule is not None and common(params) and rule(params)
+
+        return check
+
+    return {name: wrap(name) for name in originals}
+
+
+def varlen_flash_forward(cap, func, args, kwargs):
+    """`_flash_attention_forward` with cumulative sequence lengths (the jagged path's
+    `mha_varlen_fwd`, flash_api.cpp): the output `(total_q, H, D)`, the fp32 logsumexp
+    `(H, total_q)`, then `rng_state` and the `_unused` offset; no split-KV accumulators (those
+    are for a paged KV cache)."""
+    cap.ops += 1
+    out = func(*args, **kwargs)
+    op = "aten::_flash_attention_forward"
+    w = _alloc_in_order(cap, out, (0, 1), op)
+    return tuple(_alloc_in_order(cap, w, (2, 3, 4), op))
+
+
 def install() -> None:
     """Register the dispatch rules (`_cuda.patch` puts `sdpa` in place of
     `F.scaled_dot_product_attention`)."""
@@ -645,6 +731,7 @@ def install() -> None:
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention.default] = efficient_forward
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention_backward.default] = efficient_backward
     _kernels.DISPATCH[aten._scaled_dot_product_flash_attention_backward.default] = flash_backward
+    _kernels.DISPATCH[aten._flash_attention_forward.default] = varlen_flash_forward
     _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
     _kernels.FUNCTIONS[torch._transformer_encoder_layer_fwd] = encoder_layer_fwd
 

@@ -390,6 +390,14 @@ def patch(cap) -> _Patch:
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
+    names = ("can_use_flash_attention", "can_use_efficient_attention", "can_use_cudnn_attention")
+    checks = _attention.nested_backend_checks(cap, {n: getattr(torch.backends.cuda, n) for n in names})
+    nested_sdpa = sys.modules.get("torch.nested._internal.sdpa")
+    for name, check in checks.items():
+        # the jagged path binds them at its import (`from torch.backends.cuda import ...`)
+        p.set(torch.backends.cuda, name, check)
+        if nested_sdpa is not None:
+            p.set(nested_sdpa, name, check)
     p.set(F, "linear", _traced_as_pytorch(_kernels.linear(F.linear), F.linear))
     p.set(F, "dropout", _traced_as_pytorch(_kernels.dropout(F.dropout), F.dropout))
     for owner, name in (
