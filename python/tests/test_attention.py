@@ -97,3 +97,34 @@ def test_the_backend_follows_the_gpus_capability():
     # sm89 does not train flash with head dims in (192, 224]
     assert picked("rtx4090", torch.float16, d=200) == "flash"
     assert picked("rtx4090", torch.float16, d=200, grad=True) == "efficient"
+
+
+def test_flex_attention_outside_compile_runs_the_dense_composite():
+    # eager flex_attention on a CUDA tensor is PyTorch's dense composite: the fp32 scores of
+    # (1, 2, 256, 256) are materialized (512 KiB), forward and backward
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    with vramscope.capture(gpu="h200"):
+        q, k, v = (torch.randn(1, 2, 256, 64, device="cuda", requires_grad=True) for _ in range(3))
+        mask = create_block_mask(lambda b, h, i, j: i >= j, 1, None, 256, 256, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        out = flex_attention(q, k, v, block_mask=mask)
+        assert out.is_cuda and out.shape == (1, 2, 256, 64)
+        assert torch.cuda.max_memory_allocated() - 3 * 131072 >= 1 << 19
+        out.sum().backward()
+        assert q.grad is not None and q.grad.shape == q.shape
+
+
+def test_jagged_attention_takes_flash_as_an_h200_does():
+    with vramscope.capture(gpu="h200"):
+        offsets = torch.tensor([0, 100, 164, 300], device="cuda")
+        values = torch.randn(300, 4, 64, device="cuda", dtype=torch.bfloat16)
+        x = torch.nested.nested_tensor_from_jagged(values, offsets).transpose(1, 2)
+        params = torch.backends.cuda.SDPAParams(x, x, x, None, 0.0, False, False)
+        assert torch.backends.cuda.can_use_flash_attention(params)
+        assert not torch.backends.cuda.can_use_efficient_attention(
+            torch.backends.cuda.SDPAParams(x.requires_grad_(), x, x, None, 0.0, False, False)
+        )
+        with torch.no_grad():
+            out = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+        assert out.is_nested and out.shape[0] == 3
