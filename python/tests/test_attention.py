@@ -3,6 +3,7 @@ validation/run/03_torchvision_vit_inference.py, fixtures/run/truth_h200.tar.xz).
 
 from __future__ import annotations
 
+import pytest
 import torch
 import vramscope
 
@@ -99,14 +100,18 @@ def test_the_backend_follows_the_gpus_capability():
     assert picked("rtx4090", torch.float16, d=200, grad=True) == "efficient"
 
 
-def test_flex_attention_outside_compile_runs_the_dense_composite():
+@pytest.mark.parametrize("causal", [True, False])
+def test_flex_attention_outside_compile_runs_the_dense_composite(causal):
     # eager flex_attention on a CUDA tensor is PyTorch's dense composite: the fp32 scores of
-    # (1, 2, 256, 256) are materialized (512 KiB), forward and backward
+    # (1, 2, 256, 256) are materialized (512 KiB), forward and backward; without a block mask its
+    # no-op mask function makes a tensor on its arguments' device (traced: a `device=` argument)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     with vramscope.capture(gpu="h200"):
         q, k, v = (torch.randn(1, 2, 256, 64, device="cuda", requires_grad=True) for _ in range(3))
-        mask = create_block_mask(lambda b, h, i, j: i >= j, 1, None, 256, 256, device="cuda")
+        mask = (
+            create_block_mask(lambda b, h, i, j: i >= j, 1, None, 256, 256, device="cuda") if causal else None
+        )
         torch.cuda.reset_peak_memory_stats()
         out = flex_attention(q, k, v, block_mask=mask)
         assert out.is_cuda and out.shape == (1, 2, 256, 64)

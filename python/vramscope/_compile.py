@@ -94,6 +94,31 @@ def _relabel_graph(gm, fake_mode=None) -> None:
     gm.recompile()
 
 
+def _devices_relabelled(chosen):
+    """Another backend than Inductor, given the graphs dynamo traced on the host with their
+    `device=` arguments (their subgraphs' too: a higher-order op's mask function) made cuda again."""
+    from torch._dynamo import lookup_backend
+
+    inner = lookup_backend(chosen) if isinstance(chosen, str) else chosen
+    cuda = torch.device("cuda", 0)
+
+    def dev(x):
+        return cuda if isinstance(x, torch.device) and x == _HOST else x
+
+    def relabelled(gm, example_inputs, **kwargs):
+        from torch.utils._pytree import tree_map
+
+        for module in gm.modules():
+            if isinstance(module, torch.fx.GraphModule):
+                for node in module.graph.nodes:
+                    node.args = tree_map(dev, node.args)
+                    node.kwargs = tree_map(dev, node.kwargs)
+                module.recompile()
+        return inner(gm, example_inputs, **kwargs)
+
+    return relabelled
+
+
 def _inner_compile(original):
     """Inductor's `compile_fx_inner` for a graph AOTAutograd traced on the host: its example
     inputs and values relabelled cuda."""
@@ -281,8 +306,11 @@ def compile_fn(original, cap):
         if kwargs.get("disable"):
             return original(model, **kwargs)
         if chosen != "inductor":
-            cap.note_compile_unmeasured(f"backend {chosen!r} (its graphs run as traced, eagerly)")
-            compiled = original(model, **kwargs)
+            if getattr(model, "__name__", "") != "_flex_attention_hop_wrapper":
+                # (flex_attention compiles its own wrapper with the eager backend when the program
+                # calls it outside torch.compile: the dense composite it runs is modelled)
+                cap.note_compile_unmeasured(f"backend {chosen!r} (its graphs run as traced, eagerly)")
+            compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen)))
         else:
             options = _options(cap, kwargs.pop("mode", None), kwargs.pop("options", None))
             compiled = original(model, **dict(kwargs, backend=backend(cap, options)))

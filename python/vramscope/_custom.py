@@ -7,9 +7,10 @@ operator outside ATen without a rule of the twin is named unmeasured."""
 from __future__ import annotations
 
 #: namespaces of operators that allocate nothing beyond their outputs or that the twin handles
-#: elsewhere (the fake process group's collectives, profiler markers, prims of decompositions)
+#: elsewhere (the fake process group's collectives, profiler markers, prims of decompositions;
+#: TorchScript's `prim::device`, which a traced graph's `tensor.device` becomes, returns a device)
 KNOWN_NAMESPACES = frozenset(
-    {"aten", "prims", "_c10d_functional", "_c10d_functional_autograd", "c10d", "profiler"}
+    {"aten", "prims", "_c10d_functional", "_c10d_functional_autograd", "c10d", "profiler", "prim"}
 )
 
 
