@@ -334,3 +334,34 @@ def test_a_depthwise_3d_convolution_takes_the_native_kernel_without_a_workspace(
         y = conv(torch.empty(1, 96, 4, 9, 9, device="cuda", requires_grad=True))
         y.sum().backward()
     assert not [u for u in cap.report()["unmeasured"] if "cuDNN" in str(u)]
+
+
+def test_a_depthwise_2d_convolution_takes_the_native_kernel_and_its_backward_order():
+    # Convolution.cpp's `_select_conv_backend`: a float32 depthwise problem that suggests NCHW is
+    # CudaDepthwise2d (no workspace, nothing named unmeasured); `conv_depthwise2d_backward_cuda`
+    # (DepthwiseConv2d.cu) drops the input's contiguous copy after the weight's gradient, so the
+    # input's gradient takes its block: the peak holds one copy of the input's size, not two
+    from vramscope._kernels import _native_depthwise_2d
+
+    x = torch.empty(8, 64, 32, 32, device="meta")
+    w = torch.empty(64, 1, 3, 3, device="meta")
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 64)
+    assert _native_depthwise_2d((x, w, *args, False))
+    assert not _native_depthwise_2d((x, w, *args, True))  # channels-last: cuDNN
+    assert not _native_depthwise_2d((x.half(), w.half(), *args, False))  # cuDNN's half heuristic
+    assert _native_depthwise_2d(
+        (x[:, :16].half(), w[:16].half(), [1, 1], [1, 1], [1, 1], False, [0, 0], 16, False)
+    )
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(8, 64, 32, 64, device="cuda")[..., :32]  # strided, suggests NCHW
+        w = torch.empty(64, 1, 3, 3, device="cuda")
+        g = torch.empty(8, 64, 32, 32, device="cuda")
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        mask = [True, True, True]
+        grads = aten.convolution_backward(g, x, w, [64], *args, mask)
+        # the input's gradient (2 MiB) in the copy's block, the weight's 2,560 and the bias's 512
+        assert torch.cuda.max_memory_allocated() - before == 2097152 + 2560 + 512
+        assert [t.shape for t in grads] == [x.shape, w.shape, (64,)]
+        aten.convolution(x, w, None, *args)
+    assert not cap.report()["unmeasured"]

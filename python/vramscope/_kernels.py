@@ -1695,6 +1695,28 @@ def _native_depthwise_3d(conv) -> bool:
     )
 
 
+def _native_depthwise_2d(conv) -> bool:
+    """`_select_conv_backend` (Convolution.cpp) sends a depthwise 2-D convolution (`is_depthwise`
+    of the 4-D input, a 1-D one viewed as (N, C, 1, L)) to `CudaDepthwise2d` (DepthwiseConv2d.cu,
+    no workspace) unless `use_cudnn_depthwise` holds: the input or weight suggests channels-last,
+    or (cuDNN >= 8.2) a half problem of at least 32 channels, undilated, with equal strides or a
+    height of 1, which `check_cudnn_depthwise_workload_with_filter`'s heuristic then decides; the
+    twin leaves those to cuDNN (the table measured them)."""
+    x, w, stride, _padding, dilation, transposed, _out_pad, groups, cl = conv
+    if x.dim() not in (3, 4) or transposed or cl or groups <= 1:
+        return False
+    if x.shape[1] != groups or w.shape[0] % groups:
+        return False
+    if not torch.backends.cudnn.enabled or x.dtype != torch.float16 or w.dtype != torch.float16:
+        return True
+    strides = [1, *stride] if x.dim() == 3 else list(stride)
+    height = 1 if x.dim() == 3 else x.shape[2]
+    half_cudnn = (
+        all(d == 1 for d in dilation) and (strides[0] == strides[1] or height == 1) and x.shape[1] >= 32
+    )
+    return not half_cudnn
+
+
 def _conv_unruled(cap, x) -> None:
     """A convolution of the simulated device that no rule here covers (string padding): its outputs
     come from the meta kernel, its workspace is named unmeasured."""
@@ -1712,6 +1734,15 @@ def _convolution(cap, func, args, kwargs):
         return NotImplemented
     cl = conv[-1]
     cap.ops += 1
+    if _native_depthwise_2d(conv):
+        # `_convolution`'s `input.contiguous()`, then `conv_depthwise2d_cuda_out`: the weight's
+        # `expect_contiguous()` before the output's `resize_output` (bias inside the kernel)
+        x_c = _copy_unless_in(cap, x, False)
+        w_c = _copy_unless_in(cap, w, False)
+        out = func(*args)
+        out = cap.track(out if out.is_contiguous() else out.contiguous(), "aten::_conv_depthwise2d")
+        del w_c, x_c
+        return out
     op = "aten::cudnn_convolution_transpose" if conv[5] else "aten::cudnn_convolution"
     x_c = _copy_unless_in(cap, x, cl)
     out = _in_layout(func(*args), cl)
@@ -1746,6 +1777,8 @@ def _convolution_backward(cap, func, args, kwargs):
         x_c = _copy_unless_in(cap, x, False) if mask[1] else None
         del g_c, x_c
         return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
+    if _native_depthwise_2d(conv):
+        return _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask)
     # `convolution_backward` (Convolution.cpp) makes a 1-D convolution's input contiguous before
     # viewing it as 2-D whatever the mask (blind21/u02's dgrad alone copies), and passes
     # `input.contiguous(backend_memory_format)` only when the weight's gradient is asked for (a
@@ -1774,6 +1807,31 @@ def _convolution_backward(cap, func, args, kwargs):
             _conv_workspace(cap, "wgrad", conv)
     del g_c, g_to, x_c
     return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
+
+
+def _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask):
+    """`convolution_backward` (Convolution.cpp) on `CudaDepthwise2d`: a 1-D input made contiguous
+    first (held to the end); `conv_depthwise2d_backward_cuda` (DepthwiseConv2d.cu) makes both
+    results empty, takes `grad_output.expect_contiguous()`, then for the weight's gradient the
+    input's `expect_contiguous()` and `resize_output` of the gradient, the copy dropped before the
+    input's gradient is resized after the weight's `expect_contiguous()`; the bias's gradient is
+    `grad_output.sum` after."""
+    x_1d = _copy_unless_in(cap, x, False) if x.dim() == 3 else None
+    g_c = _copy_unless_in(cap, grad, False)
+    gi = gi if gi is None or gi.is_contiguous() else gi.contiguous()
+    gw = gw if gw is None or gw.is_contiguous() else gw.contiguous()
+    if mask[1] and gw is not None:
+        x_c = _copy_unless_in(cap, x, False) if x_1d is None else None
+        cap.track(gw, "aten::_conv_depthwise2d_backward (weight)")
+        del x_c
+    if mask[0] and gi is not None:
+        w_c = _copy_unless_in(cap, w, False)
+        cap.track(gi, "aten::_conv_depthwise2d_backward (input)")
+        del w_c
+    del g_c
+    gb = _conv_grad_bias(cap, grad, gb, mask)
+    del x_1d
+    return gi, gw, gb
 
 
 def _conv_grad_bias(cap, grad, gb, mask):
