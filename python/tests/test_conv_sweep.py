@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import tarfile
 
+import pytest
 from conftest import FIXTURES, ROOT
 
 sys.path.insert(0, str(ROOT / "validation" / "run"))
@@ -17,12 +18,7 @@ TABLE = ROOT / "crates" / "engine" / "src" / "ops" / "cudnn_conv_problems.txt"
 
 
 def _lines(path):
-    out = {}
-    for line in open(path):
-        if line.strip() and not line.startswith("#"):
-            key, nbytes = line.rstrip("\n").rsplit(" ", 1)
-            out[key] = int(nbytes)
-    return out
+    return conv_sweep.read_table(path)[1]
 
 
 def test_the_table_holds_the_problems_of_the_sweeps_first_worker(tmp_path):
@@ -48,19 +44,51 @@ def test_the_table_holds_the_problems_of_the_sweeps_first_worker(tmp_path):
 
 def test_merge_adds_new_lines_and_keeps_the_tables_bytes(tmp_path, capsys):
     table = tmp_path / "t.txt"
-    table.write_text("# header\nforward float32 nchw 0 8,3 4,3 1 0 1 0 1 100\nwgrad x 5\n")
+    table.write_text("# header\nforward float32 nchw 0 3,32 4,3,3 1 0 1 0 1 | 8:100 16:0\n")
     sweep = tmp_path / "s.txt"
-    sweep.write_text("forward float32 nchw 0 8,3 4,3 1 0 1 0 1 200\nwgrad x 5\nanother 7\n")
+    sweep.write_text(
+        "forward float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1 200\n"
+        "forward float32 nchw 0 16,3,32 4,3,3 1 0 1 0 1 0\n"
+        "forward float32 nchw 0 2,3,32 4,3,3 1 0 1 0 1 7\n"
+        "dgrad float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1 5\n"
+    )
     out = conv_sweep.merge(str(table), str(sweep))
     assert out == [
         "# header",
-        "another 7",
-        "forward float32 nchw 0 8,3 4,3 1 0 1 0 1 100",
-        "wgrad x 5",
+        "dgrad float32 nchw 0 3,32 4,3,3 1 0 1 0 1 | 8:5",
+        "forward float32 nchw 0 3,32 4,3,3 1 0 1 0 1 | 2:7 8:100 16:0",
     ]
     err = capsys.readouterr().err
-    assert "conflict: forward float32 nchw 0 8,3 4,3 1 0 1 0 1: table 100, sweep 200" in err
-    assert "1 new from the sweep, 1 agreeing, 1 conflicting" in err
+    assert "conflict: forward float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1: table 100, sweep 200" in err
+    assert "2 new from the sweep, 1 agreeing, 1 conflicting" in err
+    # the table's format reads back as the problems it holds
+    merged = tmp_path / "m.txt"
+    merged.write_text("\n".join(out) + "\n")
+    assert conv_sweep.read_table(str(merged))[1] == {
+        "dgrad float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1": 5,
+        "forward float32 nchw 0 2,3,32 4,3,3 1 0 1 0 1": 7,
+        "forward float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1": 100,
+        "forward float32 nchw 0 16,3,32 4,3,3 1 0 1 0 1": 0,
+    }
+    with pytest.raises(ValueError, match="not a convolution problem's key"):
+        conv_sweep.split_key("wgrad x")
+
+
+def test_a_run_leaves_out_what_earlier_runs_reached(tmp_path):
+    # session 17's summaries (no `reached`: every WORKERS-th item from WORKER on) and a later run's
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    (old / "w0.err").write_text('{"worker": 0, "done": 2, "skipped": 1, "todo": 5}\n')
+    (old / "w1.err").write_text(
+        '{"item": {}, "error": "x"}\n{"worker": 1, "done": 1, "skipped": 0, "todo": 5}\n'
+    )
+    assert conv_sweep.reached([str(old)], 10) == {0, 2, 4, 1}
+    (new / "w0.err").write_text('{"worker": 0, "done": 2, "skipped": 0, "todo": 3, "reached": [3, 7]}\n')
+    assert conv_sweep.reached([str(old), str(new)], 10) == {0, 1, 2, 3, 4, 7}
+    (new / "w1.err").write_text('{"item": {}, "error": "x"}\n')
+    with pytest.raises(SystemExit, match="no summary line"):
+        conv_sweep.reached([str(new)], 10)
 
 
 def test_leave_one_out_counts_an_engine_switch_as_a_miss(capsys):

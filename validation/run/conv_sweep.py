@@ -1,9 +1,9 @@
 """Measure cuDNN's convolution workspaces over the convolution layers of common models, on a GPU.
 
     python conv_sweep.py problems OUT.json                 (CPU: the models' convolutions, meta tensors)
-    python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS]   (GPU)
+    python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]   (GPU)
     python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
-    python conv_sweep.py merge TABLE SWEEP_LINES > NEW    (the table with the sweep's new lines)
+    python conv_sweep.py merge TABLE LINES... > NEW        (the table with conv_table.py's new lines)
     python conv_sweep.py affine TABLE [H100_JSONL]        (is the workspace affine in the batch?)
 
 `problems` builds torchvision's and timm's common models (and plain UNets, Conv1d audio stacks, 3-D
@@ -13,20 +13,23 @@ transposed, output_padding and groups. Each is swept at the batch sizes users ru
 and float16, in the contiguous and the channels-last layout (2-D and 3-D), ordered so that what users
 hit most comes first (the sweep stops at its deadline, so a partial sweep is the most useful part).
 
-`run` takes every WORKERS-th item of that order from WORKER on, makes the operands on the GPU (the
-dtype and layout a model in that dtype and layout hands the op; autocast hands it the same cast
-copies), and calls `aten.convolution` and `aten.convolution_backward` with the output masks
+`run` takes every WORKERS-th item of that order from WORKER on (leaving out the items that earlier
+runs into the DONE_DIRs reached, as their summary lines in w*.err say), makes the operands on the
+GPU (the dtype and layout a model in that dtype and layout hands the op; autocast hands it the same
+cast copies), and calls `aten.convolution` and `aten.convolution_backward` with the output masks
 [True, False, False] (dgrad) and [False, True, False] (wgrad) under ops_truth.py's dispatch mode with
 OPS_TRUTH_ALL=1: the mode reads the caching allocator's counters around each op and writes the same
 records ops_truth.py writes for a script, to OUTDIR/wWORKER.jsonl. `conv_table.py OUTDIR OUTDIR` then
 reads the workspaces from them exactly as it reads the validation scripts' records (what the op
 requested beyond its new outputs and the layout copies). An item during which the allocator ran out
-of memory (cuDNN would then have taken another plan) is left out and noted in OUTDIR/wWORKER.err. A
-few items go through `F.conv*` under `torch.autocast` with float32 operands and a real backward
+of memory (cuDNN would then have taken another plan) is left out and noted in OUTDIR/wWORKER.err,
+whose last line sums the worker up (`reached`: the indices in the sweep's order of the items it
+reached). A few items go through `F.conv*` under `torch.autocast` with float32 operands and a real backward
 instead (`"via": "autocast"`, OUTDIR/autocast/), to check that they give the same lines.
 
-`merge` adds the sweep's lines to the table: a problem the table already holds must have the same
-bytes (a disagreement is printed on stderr and the table's line kept). `affine` asks whether the
+`merge` adds conv_table.py's lines (one a problem) to the table, which holds one line for each problem
+without its batch, the batches' bytes after a `|`: a problem the table already holds must have the
+same bytes (a disagreement is printed on stderr and the table's bytes kept). `affine` asks whether the
 workspace of one problem is an affine function of the batch between measured batches (leave one out).
 """
 
@@ -51,6 +54,8 @@ DTYPE_LAYOUTS = [
 ]
 # the largest operand (input, weight, output) an item may have: twelve workers share the GPU's memory
 MAX_OPERAND_BYTES = 3 << 29
+# the share of the GPU's memory the workers' caches may hold together between items
+CACHE_SHARE = 0.8
 
 
 def _tv(name, **kw):
@@ -404,22 +409,55 @@ def measure_autocast(item, device="cuda"):
         out.backward(grad)
 
 
-def run(problems_path, outdir, seconds, worker=0, workers=1, device="cuda"):
+def reached(done_dirs, n_items):
+    """The indices (in the sweep's order) of the items that the runs into `done_dirs` reached, from the
+    summary line each worker wrote last in its w*.err: its `reached` indices, or, from a run that wrote
+    none (session 17's), `done` + `skipped` items of every WORKERS-th from WORKER on, WORKERS being the
+    number of summaries."""
+    import glob
+
+    out = set()
+    for d in done_dirs:
+        summaries = []
+        for path in glob.glob(os.path.join(d, "w*.err")):
+            lines = [json.loads(line) for line in open(path) if line.strip()]
+            last = [r for r in lines if "worker" in r]
+            if not last:
+                raise SystemExit(f"{path}: no summary line (the worker did not finish)")
+            summaries.append(last[-1])
+        for r in summaries:
+            if "reached" in r:
+                out.update(r["reached"])
+            else:
+                out.update(range(r["worker"], n_items, len(summaries))[: r["done"] + r["skipped"]])
+    return out
+
+
+def run(problems_path, outdir, seconds, worker=0, workers=1, device="cuda", done_dirs=()):
     import ops_truth
     import torch
 
     os.environ["OPS_TRUTH_ALL"] = "1"
     deadline = seconds if seconds > 1e9 else time.time() + seconds  # an epoch: the same for all
     problems = json.load(open(problems_path))
-    todo = items(problems)[worker::workers]
+    every = items(problems)
+    skip = reached(done_dirs, len(every))
+    todo = [i for i in range(len(every)) if i not in skip][worker::workers]
+    cache_cap = (
+        CACHE_SHARE * torch.cuda.get_device_properties(device).total_memory / workers
+        if device == "cuda"
+        else 0
+    )
     os.makedirs(os.path.join(outdir, "autocast"), exist_ok=True)
     err = open(os.path.join(outdir, f"w{worker}.err"), "a", buffering=1)
     out = open(os.path.join(outdir, f"w{worker}.jsonl"), "a", buffering=1)
     auto = open(os.path.join(outdir, "autocast", f"w{worker}.jsonl"), "a", buffering=1)
     done = skipped = 0
-    for i, item in enumerate(todo):
+    for i, index in enumerate(todo):
         if time.time() > deadline:
+            todo_reached = todo[:i]
             break
+        item = every[index]
         if operand_bytes(item) > MAX_OPERAND_BYTES:
             skipped += 1
             continue
@@ -439,9 +477,12 @@ def run(problems_path, outdir, seconds, worker=0, workers=1, device="cuda"):
                 continue
             dest.write("".join(lines))
         done += 1
-        if device == "cuda" and torch.cuda.memory_reserved(device) > 8 << 30:
-            torch.cuda.empty_cache()  # twelve workers share the GPU: keep each one's cache bounded
-    err.write(json.dumps({"worker": worker, "done": done, "skipped": skipped, "todo": len(todo)}) + "\n")
+        if device == "cuda" and torch.cuda.memory_reserved(device) > cache_cap:
+            torch.cuda.empty_cache()  # the workers share the GPU: keep each one's cache bounded
+    else:
+        todo_reached = todo
+    summary = {"worker": worker, "done": done, "skipped": skipped, "todo": len(todo), "reached": todo_reached}
+    err.write(json.dumps(summary) + "\n")
     return done
 
 
@@ -455,35 +496,74 @@ class _Lines:
         self.lines.append(s)
 
 
-def merge(table_path, sweep_path):
-    """The table's lines plus the sweep's new ones, sorted (header kept); disagreements on stderr."""
+def split_key(key):
+    """A problem's key (conv_table.py's line without the bytes) as the table's key without the batch
+    (the input's sizes lose their first) and the batch."""
+    f = key.split(" ")
+    x = f[4].split(",") if len(f) == 11 else []
+    if len(x) < 2:
+        raise ValueError(f"not a convolution problem's key: {key!r}")
+    return " ".join([*f[:4], ",".join(x[1:]), *f[5:]]), int(x[0])
+
+
+def join_key(group, n):
+    """`split_key`'s inverse."""
+    f = group.split(" ")
+    return " ".join([*f[:4], f"{n},{f[4]}", *f[5:]])
+
+
+def read_table(path):
+    """(header lines, {problem key: bytes}) from the table (`KEY | N:BYTES ...` lines, KEY without the
+    batch) or from conv_table.py's output (`KEY BYTES` lines, the batch in KEY)."""
     header, table = [], {}
-    for line in open(table_path):
+    for line in open(path):
+        line = line.rstrip("\n")
         if line.startswith("#"):
-            header.append(line.rstrip("\n"))
+            header.append(line)
+        elif " | " in line:
+            group, pairs = line.split(" | ")
+            for pair in pairs.split(" "):
+                n, b = pair.split(":")
+                table[join_key(group, int(n))] = int(b)
         elif line.strip():
-            key, b = line.rstrip("\n").rsplit(" ", 1)
+            key, b = line.rsplit(" ", 1)
             table[key] = int(b)
+    return header, table
+
+
+def table_lines(table):
+    """{problem key: bytes} as the table's lines: one for each problem without its batch, sorted by
+    that key (the engine binary-searches it), then its batches' bytes, by batch."""
+    groups = {}
+    for key, b in table.items():
+        group, n = split_key(key)
+        groups.setdefault(group, []).append((n, b))
+    return [f"{g} | " + " ".join(f"{n}:{b}" for n, b in sorted(groups[g])) for g in sorted(groups)]
+
+
+def merge(table_path, *sources):
+    """The table's lines plus the sources' new ones (conv_table.py's output, or a table), in the table's
+    format (header kept); a problem the table or an earlier source holds keeps its bytes, a
+    disagreement goes to stderr."""
+    header, table = read_table(table_path)
     old = len(table)
     agree = conflicts = 0
-    for line in open(sweep_path):
-        if line.startswith("#") or not line.strip():
-            continue
-        key, b = line.rstrip("\n").rsplit(" ", 1)
-        if key in table:
-            if table[key] == int(b):
-                agree += 1
+    for path in sources:
+        for key, b in read_table(path)[1].items():
+            if key in table:
+                if table[key] == b:
+                    agree += 1
+                else:
+                    conflicts += 1
+                    print(f"conflict: {key}: table {table[key]}, sweep {b}", file=sys.stderr)
             else:
-                conflicts += 1
-                print(f"conflict: {key}: table {table[key]}, sweep {b}", file=sys.stderr)
-        else:
-            table[key] = int(b)
+                table[key] = b
     print(
         f"{old} lines in the table, {len(table) - old} new from the sweep, {agree} agreeing, "
         f"{conflicts} conflicting",
         file=sys.stderr,
     )
-    return header + [f"{k} {table[k]}" for k in sorted(table)]
+    return header + table_lines(table)
 
 
 def affine(table_path, h100_path=None):
@@ -491,13 +571,9 @@ def affine(table_path, h100_path=None):
     table's problems (batch left out) and, if given, the H100's batch sweeps of patch embeddings
     (fixtures/ops/conv_workspace_h100.jsonl, every batch 1..128 or more): prints the counts."""
     groups, h100 = {}, {}
-    for line in open(table_path):
-        if line.startswith("#") or not line.strip():
-            continue
-        f = line.split()
-        x = f[4].split(",")
-        key = " ".join([*f[:4], ",".join(x[1:]), *f[5:-1]])
-        groups.setdefault(key, {})[int(x[0])] = int(f[-1])
+    for key, b in read_table(table_path)[1].items():
+        group, n = split_key(key)
+        groups.setdefault(group, {})[n] = b
     if h100_path:
         for line in open(h100_path):
             r = json.loads(line)
@@ -589,11 +665,12 @@ def main():
         print(f"{len(problems)} problems, {n} items ({3 * n} op calls)", file=sys.stderr)
     elif cmd == "run":
         worker, workers = (int(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else (0, 1)
-        run(sys.argv[2], sys.argv[3], float(sys.argv[4]), worker, workers)
+        done_dirs = sys.argv[7].split(",") if len(sys.argv) > 7 else ()
+        run(sys.argv[2], sys.argv[3], float(sys.argv[4]), worker, workers, done_dirs=done_dirs)
     elif cmd == "smoke":
         smoke()
     elif cmd == "merge":
-        print("\n".join(merge(sys.argv[2], sys.argv[3])))
+        print("\n".join(merge(sys.argv[2], *sys.argv[3:])))
     elif cmd == "affine":
         affine(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:

@@ -1,6 +1,7 @@
 """The measured table of cuDNN convolution workspaces for the twin, from ops_truth.py's records.
 
-    python conv_table.py GPU_OPS_DIR TWIN_OPS_DIR > crates/engine/src/ops/cudnn_conv_problems.txt
+    python conv_table.py GPU_OPS_DIR TWIN_OPS_DIR > LINES
+    python conv_sweep.py merge crates/engine/src/ops/cudnn_conv_problems.txt LINES > NEW_TABLE
 
 GPU_OPS_DIR holds ops_truth.py's lines of each script on the GPU (validation/run/truth.sh), TWIN_OPS_DIR
 the same scripts' lines under `OPS_TRUTH_ALL=1 vramscope run ops_truth.py` (every op, so the problems whose
@@ -9,7 +10,8 @@ workspace is what the op requested beyond its new outputs and beyond the contigu
 gradient, input and weight that cuDNN's path makes of those not in the convolution's layout; a problem
 whose counts admit no such reading is reported on stderr and left out.
 
-A line: op (forward, dgrad, wgrad), dtype, layout (nchw, nhwc: channels-last 2-D or 3-D), transposed (0, 1),
+A line of LINES (the table groups them by the problem without its batch: conv_sweep.py's `merge`):
+op (forward, dgrad, wgrad), dtype, layout (nchw, nhwc: channels-last 2-D or 3-D), transposed (0, 1),
 input sizes, weight sizes, stride, padding, dilation, output_padding (comma-separated), groups, bytes.
 """
 

@@ -271,8 +271,10 @@ pub struct ConvProblem<'a> {
 }
 
 impl ConvProblem<'_> {
-    /// The table's key: every field of a line but the bytes.
-    fn key(&self) -> String {
+    /// The table's key (a line's fields before its `|`: every field of the
+    /// problem, the input's sizes without the batch) and the batch; `None`
+    /// for an input without sizes.
+    fn key(&self) -> Option<(String, i64)> {
         let j = |v: &[i64]| {
             v.iter()
                 .map(|x| x.to_string())
@@ -284,26 +286,28 @@ impl ConvProblem<'_> {
             ConvOp::BackwardData => "dgrad",
             ConvOp::BackwardFilter => "wgrad",
         };
-        format!(
+        let (&batch, rest) = self.input.split_first()?;
+        let key = format!(
             "{op} {} {} {} {} {} {} {} {} {} {}",
             self.dtype,
             if self.channels_last { "nhwc" } else { "nchw" },
             u8::from(self.transposed),
-            j(self.input),
+            j(rest),
             j(self.weight),
             j(self.stride),
             j(self.padding),
             j(self.dilation),
             j(self.output_padding),
             self.groups
-        )
+        );
+        Some((key, batch))
     }
 }
 
-/// The problem table's lines, sorted by key as `conv_table.py` and
-/// `conv_sweep.py merge` write them (found once: a lookup is a binary search,
-/// so nothing is parsed up front; the file is part of the source, and the
-/// tests check that it is sorted and that every line parses).
+/// The problem table's lines, sorted by key as `conv_sweep.py merge` writes
+/// them (found once: a lookup is a binary search, so nothing is parsed up
+/// front; the file is part of the source, and the tests check that it is
+/// sorted and that every line parses).
 fn problem_lines() -> &'static [&'static str] {
     static LINES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     LINES.get_or_init(|| {
@@ -314,19 +318,29 @@ fn problem_lines() -> &'static [&'static str] {
     })
 }
 
-/// A line's key (every field but the last) and bytes.
-fn split_line(line: &str) -> Option<(&str, u64)> {
-    let (key, bytes) = line.rsplit_once(' ')?;
-    Some((key, bytes.parse().ok()?))
+/// A line's key (the fields before the `|`) and its batches' bytes
+/// (`BATCH:BYTES` pairs after it); `None` if a pair does not parse.
+fn split_line(line: &str) -> Option<(&str, Vec<(i64, u64)>)> {
+    let (key, pairs) = line.split_once(" | ")?;
+    let pairs = pairs
+        .split(' ')
+        .map(|p| {
+            let (n, bytes) = p.split_once(':')?;
+            Some((n.parse().ok()?, bytes.parse().ok()?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((key, pairs))
 }
 
-/// The measured bytes of the problem `key` (a [`ConvProblem::key`]).
-fn problem_bytes(key: &str) -> Option<u64> {
+/// The measured bytes of the problem `key` (a [`ConvProblem::key`]) at
+/// `batch`.
+fn problem_bytes(key: &str, batch: i64) -> Option<u64> {
     let lines = problem_lines();
     let i = lines
-        .binary_search_by(|l| l.rsplit_once(' ').map_or(*l, |(k, _)| k).cmp(key))
+        .binary_search_by(|l| l.split_once(" | ").map_or(*l, |(k, _)| k).cmp(key))
         .ok()?;
-    split_line(lines[i]).map(|(_, bytes)| bytes)
+    let (_, pairs) = split_line(lines[i])?;
+    pairs.iter().find(|(n, _)| *n == batch).map(|(_, b)| *b)
 }
 
 /// The bytes cuDNN's plan takes for `problem` on `profile`'s GPU, if it was
@@ -334,7 +348,7 @@ fn problem_bytes(key: &str) -> Option<u64> {
 /// transposed problem) the batch-swept table of [`cudnn_conv_workspace`].
 pub fn cudnn_conv_problem_workspace(profile: &DeviceProfile, problem: &ConvProblem) -> Option<u64> {
     if profile.cudnn_tables {
-        if let Some(bytes) = problem_bytes(&problem.key()) {
+        if let Some(bytes) = problem.key().and_then(|(key, n)| problem_bytes(&key, n)) {
             return Some(bytes);
         }
     }
@@ -710,26 +724,34 @@ mod tests {
     fn every_line_of_the_problem_table_parses_in_key_order() {
         let lines = problem_lines();
         assert!(lines.len() > 4000, "{} lines", lines.len());
-        let keys: Vec<&str> = lines
+        let parsed: Vec<(&str, Vec<(i64, u64)>)> = lines
             .iter()
-            .map(|l| split_line(l).unwrap_or_else(|| panic!("bad line {l:?}")).0)
+            .map(|l| split_line(l).unwrap_or_else(|| panic!("bad line {l:?}")))
             .collect();
-        assert!(keys[0].split(' ').count() == 11, "{}", keys[0]);
-        for w in keys.windows(2) {
+        assert!(parsed[0].0.split(' ').count() == 11, "{}", parsed[0].0);
+        for w in parsed.windows(2) {
             assert!(
-                w[0] < w[1],
+                w[0].0 < w[1].0,
                 "not sorted or twice: {:?} then {:?}",
-                w[0],
-                w[1]
+                w[0].0,
+                w[1].0
             );
         }
-        // the binary search finds each line's own bytes, and nothing for a key not there
-        for l in lines.iter().step_by(97).chain(lines.last()) {
-            let (key, bytes) = split_line(l).unwrap();
-            assert_eq!(problem_bytes(key), Some(bytes), "{key}");
-            assert_eq!(problem_bytes(&format!("{key} x")), None);
+        for (key, pairs) in &parsed {
+            assert!(!pairs.is_empty(), "{key}");
+            assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0), "{key}");
         }
-        assert_eq!(problem_bytes(""), None);
+        // the binary search finds each line's own bytes at each of its batches, and nothing for a
+        // key or a batch not there
+        for (key, pairs) in parsed.iter().step_by(97).chain(parsed.last()) {
+            for &(n, bytes) in pairs {
+                assert_eq!(problem_bytes(key, n), Some(bytes), "{key} at {n}");
+            }
+            assert_eq!(problem_bytes(key, 0), None);
+            assert_eq!(problem_bytes(&format!("{key} x"), pairs[0].0), None);
+        }
+        assert_eq!(problem_bytes("", 1), None);
+        assert!(split_line("forward x | 8:1 16").is_none());
     }
 
     /// The problem table (measured on an H200) and the batch-swept table
@@ -738,14 +760,18 @@ mod tests {
     fn the_two_tables_agree_where_both_measured() {
         let h100 = DeviceProfile::h100_torch_2_11();
         let mut both = 0;
-        for (key, bytes) in problem_lines().iter().filter_map(|l| split_line(l)) {
+        let entries = problem_lines().iter().flat_map(|l| {
+            let (key, pairs) = split_line(l).unwrap();
+            pairs.into_iter().map(move |(n, bytes)| (key, n, bytes))
+        });
+        for (key, n, bytes) in entries {
             let f: Vec<&str> = key.split(' ').collect();
             let v =
                 |i: usize| -> Vec<i64> { f[i].split(',').map(|x| x.parse().unwrap()).collect() };
-            if f[2] != "nchw" || f[3] != "0" || v(4).len() != 4 {
+            if f[2] != "nchw" || f[3] != "0" || v(4).len() != 3 {
                 continue;
             }
-            let (input, weight) = (v(4), v(5));
+            let (input, weight) = ([&[n][..], &v(4)].concat(), v(5));
             // a one-element list stands for both sides (`expand_param_if_needed`, Convolution.cpp)
             let pair = |i: usize| -> [i64; 2] {
                 let x = v(i);
@@ -772,7 +798,7 @@ mod tests {
                 _ => DType::F16,
             };
             if let Some(swept) = cudnn_conv_workspace(&h100, op, dtype, &input, &weight, &args) {
-                assert_eq!(swept, bytes, "{key}");
+                assert_eq!(swept, bytes, "{key} at batch {n}");
                 both += 1;
             }
         }
