@@ -307,6 +307,21 @@ def test_indexing_by_a_cpu_index_copies_it_to_the_gpu_first():
         assert torch.cuda.memory_allocated() - before["allocated_bytes.all.current"] == 75264
 
 
+def test_assigning_through_cpu_indices_copies_them_to_the_gpu():
+    # `_index_put_impl_`: a host scalar value copied first, then make_info's `indice.to(self.device())`
+    # for each CPU index (blind61/bi06's H200 history: 4, 680 and 680 bytes, freed as the op returns)
+    with vramscope.capture(gpu="h200"):
+        t = torch.zeros(4, 85, 512, device="cuda")
+        before = torch.cuda.memory_stats()
+        t[:, torch.arange(85), torch.arange(427, 512)] = 1.0
+        after = torch.cuda.memory_stats()
+        counts = tuple(
+            after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+        )
+        assert counts == (3, 4 + 680 + 680)
+        assert torch.cuda.memory_allocated() == before["allocated_bytes.all.current"]
+
+
 def test_dropout_in_place_keeps_its_noise_for_backward():
     # Dropout.cpp's `dropout_` never takes the fused kernel: a noise tensor like the input, multiplied
     # in place; MulBackward0 keeps it (blind57/be01's H200 history: 12,288 bytes, no bool mask)

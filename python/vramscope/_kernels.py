@@ -3002,6 +3002,27 @@ def _index_put_value(cap, func, args, kwargs):
         out = cap.run(func, args, kwargs, ours)
         del positions
         return out
+    moved = [
+        i
+        for i in defined
+        if not registered(i) and i.device.type == "cpu" and i.dtype not in (torch.bool, torch.uint8)
+    ]
+    if mask is None and moved and len(moved) == len([i for i in defined if not registered(i)]):
+        # `make_info`: an index on another device (a CPU tensor) is copied to the GPU at the
+        # broadcast shape (`indice.to(self.device())`), after the value's copy, and dies with the
+        # op (blind61/bi06's H200 history: XLNet's target_mapping[:, arange(P), arange(L - P, L)])
+        numel = math.prod(torch.broadcast_shapes(*(i.shape for i in defined)))
+        copy = (
+            cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
+            if host_value and value.dim() == 0
+            else None
+        )
+        if not host_value and not registered(value):
+            return NotImplemented
+        temps = [cap.malloc(numel * i.element_size(), "aten::index_put_", "temporary") for i in moved]
+        out = cap.run(func, args, kwargs, ours)
+        del temps, copy
+        return out
     if not host_value or value.dim() != 0:
         return NotImplemented
     copy = cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
