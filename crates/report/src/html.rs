@@ -12,6 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 use vramscope_alloc::AllocatorConfig;
 use vramscope_snapshot::{BlockState, Snapshot, Trace};
@@ -53,41 +54,51 @@ pub fn render_snapshot_timeline(snap: &Snapshot, tl: &Timeline, report: &Report)
     let mut max = MAX_BANDS;
     let (bands, stacks) = loop {
         let (b, st) = band_data(snap, tl, report.device, w0..w1, max);
-        let points: usize = b
-            .iter()
-            .map(|v| v["p"].as_array().map_or(0, Vec::len))
-            .sum();
+        let points: usize = b.iter().map(|v| v.p.len()).sum();
         if points <= MAX_BAND_POINTS || max <= 50 {
             break (b, st);
         }
         max /= 2;
     };
-    let total: Vec<Value> = report
-        .timeline
-        .iter()
-        .map(|p| {
-            json!([
-                p.trace_index,
-                p.allocated_bytes,
-                p.reserved_bytes,
-                p.time_us
-            ])
-        })
-        .collect();
     let span = w1.saturating_sub(w0);
     let (segments, nseg) = segments_json(snap, report.device, MAX_SEGMENTS);
     // the page lists the first out-of-memory events only
-    let mut report = report.clone();
-    let nooms = report.ooms.len();
-    report.ooms.truncate(MAX_OOMS);
-    let data = json!({
-        "n": n, "report": report, "bands": bands, "stacks": stacks, "nooms": nooms,
-        "t0": snap.device_traces.get(report.device).and_then(|t| t.time_us(0)),
-        "total": total, "segments": segments, "nseg": nseg,
-        "nalloc": tl.num_allocations(),
-        "bucket": span.div_ceil(report.timeline.len().max(1)).max(1),
-    });
-    let data = data.to_string().replace("</", "<\\/");
+    let mut rep = report.clone();
+    let nooms = rep.ooms.len();
+    rep.ooms.truncate(MAX_OOMS);
+    let data = PageData {
+        bands: &bands,
+        bucket: span.div_ceil(report.timeline.len().max(1)).max(1),
+        n,
+        nalloc: tl.num_allocations(),
+        nooms,
+        nseg,
+        // a value, as before: its keys sorted as serde_json's map sorts them
+        report: serde_json::to_value(&rep).expect("a report is JSON"),
+        segments: &segments,
+        stacks: &stacks,
+        t0: snap
+            .device_traces
+            .get(report.device)
+            .and_then(|t| t.time_us(0)),
+        total: report
+            .timeline
+            .iter()
+            .map(|p| {
+                (
+                    p.trace_index,
+                    p.allocated_bytes,
+                    p.reserved_bytes,
+                    p.time_us,
+                )
+            })
+            .collect(),
+    };
+    let mut data = serde_json::to_string(&data).expect("the page's data is JSON");
+    // "</" would end the script tag; copied only where the data holds one
+    if data.contains("</") {
+        data = data.replace("</", "<\\/");
+    }
     fill(
         TEMPLATE,
         &[
@@ -139,7 +150,7 @@ pub(crate) fn band_data(
     device: usize,
     window: std::ops::Range<usize>,
     max: usize,
-) -> (Vec<Value>, Vec<Value>) {
+) -> (Vec<Band>, Vec<Value>) {
     let n = tl.entries;
     let empty = Trace::new();
     let trace = snap.device_traces.get(device);
@@ -207,16 +218,62 @@ pub(crate) fn band_data(
         }
     }
     let mut d = Describer::new(snap, device);
-    let mut bands = Vec::new();
-    for (b, a) in allocs.iter().enumerate() {
-        let (site, cat, ev, si) = d.describe(a);
-        bands.push(json!({
-            "s": a.start.unwrap_or(0), "e": a.end.unwrap_or(n), "sz": a.size,
-            "p": pts[b].iter().map(|&(x, o)| json!([x, o])).collect::<Vec<_>>(),
-            "site": site, "cat": cat, "ev": ev, "st": si,
-        }));
+    let mut bands = Vec::with_capacity(allocs.len());
+    for (a, p) in allocs.iter().zip(pts) {
+        let (site, cat, ev, st) = d.describe(a);
+        bands.push(Band {
+            cat,
+            e: a.end.unwrap_or(n),
+            ev,
+            p,
+            s: a.start.unwrap_or(0),
+            site,
+            st,
+            sz: a.size,
+        });
     }
     (bands, d.stacks)
+}
+
+/// One band of [`band_data`], serialised as the JSON object the pages
+/// read. Its fields are in the order of their names, the order serde_json's
+/// map gives an object's keys, so that the page is what a `json!` object of
+/// the same fields made (without a value tree of every offset).
+#[derive(Debug, Serialize)]
+pub(crate) struct Band {
+    /// Category.
+    cat: &'static str,
+    /// The trace entry after its last (its free, or the trace's end).
+    e: usize,
+    /// Why the category.
+    ev: String,
+    /// Its offset from each trace entry where it moves: `[entry, offset]`.
+    pub(crate) p: Vec<(usize, u64)>,
+    /// Its first trace entry (0 when allocated before the trace).
+    s: usize,
+    /// Where it was allocated.
+    site: String,
+    /// Its stack, an index into the stacks beside the bands.
+    st: usize,
+    /// Bytes.
+    sz: u64,
+}
+
+/// The static page's data, serialised straight to text: the fields in the
+/// order of their names, as a `json!` object of them would be.
+#[derive(Serialize)]
+struct PageData<'a> {
+    bands: &'a [Band],
+    bucket: usize,
+    n: usize,
+    nalloc: usize,
+    nooms: usize,
+    nseg: usize,
+    report: Value,
+    segments: &'a [Value],
+    stacks: &'a [Value],
+    t0: Option<i64>,
+    total: Vec<(usize, u64, u64, Option<i64>)>,
 }
 
 /// What the pages say of an allocation: its site, category and evidence,

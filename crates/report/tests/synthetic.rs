@@ -127,3 +127,26 @@ fn the_static_page_is_bounded() {
     assert!(big.len() < 3_000_000, "{} bytes", big.len());
     eprintln!("pages: {} and {} bytes", small.len(), big.len());
 }
+
+/// A `</script>` in the page's data (here the snapshot's name) is written
+/// `<\/script>`, so the data's script tag is not ended early, and the data
+/// reads back as it was.
+#[test]
+fn a_closing_script_tag_in_the_data_does_not_end_it() {
+    let s = generate(&Synth {
+        entries: 200,
+        seed: 3,
+        ..Default::default()
+    })
+    .unwrap();
+    let (cfg, _) = from_snapshot::config(&s.snapshot);
+    let mut r = vramscope_report::analyze(&s.snapshot, &cfg, &Default::default());
+    let name = "run</script><script>alert(1)</script>.pickle";
+    r.snapshot = name.into();
+    let page = vramscope_report::html::render_snapshot(&s.snapshot, &cfg, &r);
+    assert!(!page.contains(name));
+    let a = page.find("application/json\">").unwrap() + "application/json\">".len();
+    let raw = &page[a..a + page[a..].find("</script>").unwrap()];
+    let d: serde_json::Value = serde_json::from_str(raw).unwrap();
+    assert_eq!(d["report"]["snapshot"], name);
+}
