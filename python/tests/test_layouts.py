@@ -380,3 +380,40 @@ def test_a_depthwise_2d_convolution_takes_the_native_kernel_and_its_backward_ord
         assert [t.shape for t in grads] == [x.shape, w.shape, (64,)]
         aten.convolution(x, w, None, *args)
     assert not cap.report()["unmeasured"]
+
+
+def test_resize_past_the_storage_takes_a_new_block():
+    # Resize.cpp's resize_bytes_cuda: a new block of the new size, the old freed after the copy
+    with vramscope.capture(gpu="h200"):
+        empty, one = torch.empty(0, device="cuda"), torch.ones(1, device="cuda")
+        empty.resize_(64)
+        assert torch.cuda.memory_allocated() == 1024
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        one.resize_(64)
+        one.resize_(32)  # within its storage: nothing
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 1
+        assert torch.cuda.memory_allocated() == 1024
+
+
+def test_a_per_channel_qat_observer_allocates_as_the_h200_does():
+    # FusedObsFakeQuant.cu on a (64, 3, 3, 3) weight, first call: the observer's buffers grown, the
+    # per-channel min and max, the zero points' min and max, then the outputs; blind62/bj06's H200
+    # per-op truth: 10 allocations, 10,184 bytes requested
+    from torch.ao import quantization as tq
+
+    with vramscope.capture(gpu="h200"):
+        fq = tq.FusedMovingAvgObsFakeQuantize(
+            observer=tq.MovingAveragePerChannelMinMaxObserver,
+            quant_min=-128,
+            quant_max=127,
+            dtype=torch.qint8,
+            qscheme=torch.per_channel_symmetric,
+        ).cuda()
+        w = torch.randn(64, 3, 3, 3, device="cuda")
+        before = torch.cuda.memory_stats()
+        fq(w)
+        after = torch.cuda.memory_stats()
+        counts = tuple(
+            after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
+        )
+        assert counts == (10, 10184)

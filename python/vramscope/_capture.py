@@ -1030,6 +1030,17 @@ class Capture:
         self.cuda_used = True
         return t
 
+    def regrow(self, t: torch.Tensor, nbytes: int, op: str, category: str = "output") -> None:
+        """`t`'s storage grown in place to `nbytes` (`resize_bytes_cuda`: a new block of the new
+        size, the old data copied, then the old block freed; the storage object stays)."""
+        key = t.untyped_storage()._cdata
+        entry = self.storages.get(key)
+        if entry is None:
+            return
+        self.storages[key] = (self._malloc_handle(nbytes, op, category), entry[1])
+        if entry[0] is not None:
+            self.device.free(entry[0])
+
     def handle_of(self, t: torch.Tensor):
         """The twin's handle of a simulated tensor's storage (None: none)."""
         entry = self.storages.get(t.untyped_storage()._cdata)

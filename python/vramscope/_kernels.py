@@ -3064,6 +3064,84 @@ def _set_data(cap, func, args, kwargs):
     return func(var, new)
 
 
+def _resize(cap, func, args, kwargs):
+    """`resize_` of a CUDA tensor (`resize_impl_cuda_` / `resize_bytes_cuda`, aten/src/ATen/native/
+    cuda/Resize.cpp): past its storage's bytes, the storage takes a new block of exactly the new
+    size, the old one freed after the copy (QAT's per-channel observers grow their buffers so:
+    blind62/bj06's H200 history); within them, nothing."""
+    self_ = args[0]
+    if not registered(self_):
+        return NotImplemented
+    before = self_.untyped_storage().nbytes()
+    out = cap.run(func, args, kwargs, [self_])
+    after = self_.untyped_storage().nbytes()
+    if after > before:
+        cap.regrow(self_, after, func._schema.name)
+    return out
+
+
+DISPATCH[aten.resize_.default] = _resize
+
+
+_FUSED_OBS_FQ = (
+    "self",
+    "observer_on",
+    "fake_quant_on",
+    "running_min",
+    "running_max",
+    "scale",
+    "zero_point",
+    "averaging_const",
+    "quant_min",
+    "quant_max",
+    "ch_axis",
+    "per_row_fake_quant",
+    "symmetric_quant",
+)
+
+
+def _fused_obs_fake_quant(cap, func, args, kwargs):
+    """`fused_moving_avg_obs_fake_quant_cuda` (quantized/cuda/FusedObsFakeQuant.cu), QAT's observer
+    and fake quantization in one op. Per tensor: `aminmax(x)`'s two 0-dim results and its
+    reduction's scratch, dead before the outputs. Per channel (weights): the observer's empty
+    buffers first grown to the channels (`resize_`: min, max, scale, zero point), `aminmax(y, 1)`'s
+    two per-channel results, dead before `fake_quantize_per_channel_affine_cachemask` checks the
+    zero points (`zero_point.min()` and `.max()`, two 0-dim int32 results alive together); then the
+    outputs (blind62/bj06's H200 history)."""
+    a = dict(zip(_FUSED_OBS_FQ, args, strict=False))
+    a.update(kwargs)
+    x = a["self"]
+    if not registered(x) or not x.is_contiguous():
+        return NotImplemented
+    op = func._schema.name
+    per_row = bool(a.get("per_row_fake_quant", False))
+    if per_row:
+        ch = a["ch_axis"]
+        if ch != 0:
+            return NotImplemented
+        size = x.shape[ch]
+        if a["running_min"].numel() == 0:
+            for name in ("running_min", "running_max", "scale", "zero_point"):
+                _resize(cap, aten.resize_.default, (a[name], [size]), {})
+        rows = math.prod(x.shape[1:])
+        x_min = cap.malloc(size * 4, op, "temporary")
+        x_max = cap.malloc(size * 4, op, "temporary")
+        reduce_scratch(cap, [size, rows], None, [False, True], x.element_size(), 8, op)
+        del x_min, x_max
+        zp = a["zero_point"]
+        low = cap.malloc(zp.element_size(), op, "temporary")
+        high = cap.malloc(zp.element_size(), op, "temporary")
+        del low, high
+    else:
+        x_min = cap.malloc(4, op, "temporary")
+        x_max = cap.malloc(4, op, "temporary")
+        reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), x.element_size(), 8, op)
+        del x_min, x_max
+    ours = [t for t in args if registered(t)] + [t for t in kwargs.values() if registered(t)]
+    return cap.run(func, args, kwargs, ours)
+
+
+DISPATCH[aten._fused_moving_avg_obs_fq_helper.default] = _fused_obs_fake_quant
 FUNCTIONS[torch.Tensor.data.__set__] = _set_data
 FUNCTIONS[torch.Tensor.__getitem__] = _getitem
 FUNCTIONS[torch.Tensor.__setitem__] = _setitem
