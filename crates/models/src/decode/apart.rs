@@ -82,6 +82,8 @@ pub(crate) struct ApartCounts {
     pub dropped: usize,
     /// blocks made for a moment whose fit was an earlier answer ([`Apart::fit`])
     pub fits_again: usize,
+    /// chunk contents dropped, no chunk's last ([`Apart::let_go`])
+    pub contents_dropped: usize,
 }
 
 /// The large requests of a chunk content with given bytes, all made for
@@ -212,6 +214,12 @@ impl std::hash::Hash for MemoKey {
         }
         h.write_u64(x);
     }
+}
+
+/// A hash of a chunk's requests ([`Apart::content_ids`]).
+fn ops_hash(ops: &[Op]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<vramscope_alloc::inthash::IntHasher>::default().hash_one(ops)
 }
 
 /// A hash of a pool's free blocks, word by word.
@@ -431,6 +439,9 @@ pub(super) struct Apart {
     contents: Vec<Content>,
     /// the ids of the contents by the hash of their requests
     content_ids: Map<u64, Vec<u32>>,
+    /// for each content, the chunks whose last instance it is
+    /// ([`Self::instance`]: one no chunk holds is dropped)
+    holders: Vec<u32>,
     /// (content, state, input addresses) -> what the chunk did
     memo: FastMap<MemoKey, MemoEntry>,
     memo_out: Vec<u64>,
@@ -568,6 +579,7 @@ impl Apart {
             loaded: None,
             contents: Vec::new(),
             content_ids: Map::default(),
+            holders: Vec::new(),
             memo: FastMap::default(),
             memo_out: Vec::new(),
             locals: Vec::new(),
@@ -758,19 +770,22 @@ impl Apart {
         let id = match last.filter(|&l| self.contents[l as usize].ops == ops) {
             Some(id) => id,
             None => {
-                use std::hash::{BuildHasher, BuildHasherDefault};
-                let h = BuildHasherDefault::<vramscope_alloc::inthash::IntHasher>::default()
-                    .hash_one(&ops);
-                let ids = self.content_ids.entry(h).or_default();
-                match ids.iter().find(|&&i| self.contents[i as usize].ops == ops) {
+                let ids = self.content_ids.entry(ops_hash(&ops)).or_default();
+                let id = match ids.iter().find(|&&i| self.contents[i as usize].ops == ops) {
                     Some(&id) => id,
                     None => {
                         let id = self.contents.len() as u32;
                         ids.push(id);
                         self.contents.push(Content::of(ops));
+                        self.holders.push(0);
                         id
                     }
+                };
+                self.holders[id as usize] += 1;
+                if let Some(l) = last {
+                    self.let_go(l);
                 }
+                id
             }
         };
         self.plan.chunks[c].last = Some(id);
@@ -808,6 +823,28 @@ impl Apart {
             larges,
             tail,
         })
+    }
+
+    /// A chunk's last content is no longer `id`: where no chunk's is, its
+    /// requests and figures are dropped (a chunk's changing sizes grow with
+    /// the step, so it does not come back; kept, each one's pages are new
+    /// memory). Its id is not given again: a memo entry of it is never taken
+    /// and goes at the next sweep ([`Self::sweep`]).
+    fn let_go(&mut self, id: u32) {
+        let n = &mut self.holders[id as usize];
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        let h = ops_hash(&self.contents[id as usize].ops);
+        if let Some(ids) = self.content_ids.get_mut(&h) {
+            ids.retain(|&i| i != id);
+            if ids.is_empty() {
+                self.content_ids.remove(&h);
+            }
+        }
+        self.contents[id as usize] = Content::of(Vec::new());
+        self.counts.contents_dropped += 1;
     }
 
     /// Chunk `c`'s instance `inst` of an earlier step at `ahead` steps
