@@ -62,10 +62,17 @@ pub fn render_snapshot_timeline(snap: &Snapshot, tl: &Timeline, report: &Report)
     };
     let span = w1.saturating_sub(w0);
     let (segments, nseg) = segments_json(snap, report.device, MAX_SEGMENTS);
-    // the page lists the first out-of-memory events only
+    // the page lists the first out-of-memory events only, and draws the
+    // report's timeline from `total` (the report's own copy left out: it
+    // was a third of the page)
     let mut rep = report.clone();
     let nooms = rep.ooms.len();
     rep.ooms.truncate(MAX_OOMS);
+    rep.timeline = Vec::new();
+    let mut rep = serde_json::to_value(&rep).expect("a report is JSON");
+    if let Value::Object(m) = &mut rep {
+        m.remove("timeline");
+    }
     let data = PageData {
         bands: &bands,
         bucket: span.div_ceil(report.timeline.len().max(1)).max(1),
@@ -73,8 +80,8 @@ pub fn render_snapshot_timeline(snap: &Snapshot, tl: &Timeline, report: &Report)
         nalloc: tl.num_allocations(),
         nooms,
         nseg,
-        // a value, as before: its keys sorted as serde_json's map sorts them
-        report: serde_json::to_value(&rep).expect("a report is JSON"),
+        // a value: its keys sorted as serde_json's map sorts them
+        report: rep,
         segments: &segments,
         stacks: &stacks,
         t0: snap
