@@ -375,12 +375,19 @@ def test_nonzero_counts_known_values_and_bounds_unknown_ones():
 
 
 def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
-    # blind59/bg01: Longformer's `is_global_attn` came from a slice of a (B, 1, L, L) mask too large
-    # to carry values; the twin read False there, and said so
+    # blind59/bg01: Longformer marks its global tokens by `ext[attention_mask == 2] = max` in a 2-D
+    # slice of a (B, 1, L, L) mask too large to carry values, then reads `is_global_attn` and the
+    # global tokens' count from it: the fill's known places and value, over zeros standing in for
+    # the rest, read with a warning (the twin read no global token before, and its global
+    # projections had no gradients)
     with vramscope.capture(gpu="h200") as cap:
         mask = torch.empty(2, 1, 4096, 4096, device="cuda")[:, 0, 0, :]
-        mask[torch.ones(2, 4096, device="cuda") == 1] = 5.0
-        assert (mask > 0).any().item() is False
+        glob = torch.zeros(2, 4096, dtype=torch.long, device="cuda")
+        glob[:, 0] = 1
+        mask[glob == 1] = 5.0
+        is_global = mask > 0
+        assert is_global.flatten().any().item() is True
+        assert is_global.sum(dim=1).tolist() == [1, 1]
     assert any(w.startswith("assumed:") for w in cap.warned)
     with vramscope.capture(gpu="h200") as cap:
         assert (torch.ones(4, device="cuda") > 0).any().item() is True

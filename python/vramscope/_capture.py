@@ -497,6 +497,21 @@ def _layout(t: torch.Tensor):
 _WRITES: dict = {}
 
 
+#: in-place writes of values the twin knows at places it knows (`x[mask] = v`)
+_FILLS = {aten.index_put_.default, aten.masked_fill_.Scalar}
+
+
+def _fills_over_zeros(func, args, kwargs, ours) -> bool:
+    """Whether an in-place fill of a tensor that carries no values, at an index and of a value the
+    twin knows, computes its values over zeros standing in for the tensor's (marked assumed, as
+    any op's over an input without values): Longformer marks its global tokens so in a 2-D slice
+    of a 4-D mask too large to carry (blind59/bg01)."""
+    if func not in _FILLS:
+        return False
+    written = _written(func, args, kwargs)
+    return all(value(a) is not None for a in ours if not any(a is w for w in written))
+
+
 def _written(func, args, kwargs) -> list:
     """The tensors an op writes (its schema's `Tensor(a!)` arguments): their values go stale; the
     others it only reads keep theirs (the bool mask of `x[mask] = v`, which backward reads again)."""
@@ -1142,7 +1157,7 @@ class Capture:
             value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
         )
         if small and mutable:
-            small = all(value(a) is not None for a in ours)
+            small = all(value(a) is not None for a in ours) or _fills_over_zeros(func, args, kwargs, ours)
         elif not small:
             small = _values_at_any_size(func, outs, ours)
         vals = None
