@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import tarfile
 
@@ -40,6 +41,32 @@ def test_the_table_holds_the_problems_of_the_sweeps_first_worker(tmp_path):
     # the autocast path reads the same problems as the direct calls
     auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
     assert auto and all(table[k] == v for k, v in auto.items())
+
+
+def test_the_table_holds_the_second_sweeps_problems_and_the_sweeps_do_not_overlap(tmp_path):
+    # worker 0 of the second sweep's second call (1 item in 16) and every worker's summary
+    with tarfile.open(FIXTURES / "run" / "conv_sweep2_h200.tar.xz") as tar:
+        names = [
+            m
+            for m in tar.getmembers()
+            if m.name.endswith((".err", "conv_sweep3/w0.jsonl", "conv_sweep3/autocast/w0.jsonl"))
+        ]
+        tar.extractall(tmp_path, members=names, filter="data")
+    with tarfile.open(FIXTURES / "run" / "conv_sweep_h200.tar.xz") as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith((".err", "problems.json"))]
+        tar.extractall(tmp_path, members=names, filter="data")
+    d = tmp_path / "conv_sweep3"
+    swept = conv_table.read(str(d), str(d))
+    table = _lines(TABLE)
+    assert len(swept) == 3087
+    assert all(table[key] == b for key, b in swept.items())
+    auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
+    assert len(auto) == 21 and all(table[k] == v for k, v in auto.items())
+    # the three calls reached 100,959 of the 109,326 items, none twice
+    n = len(conv_sweep.items(json.load(open(tmp_path / "conv_sweep" / "problems.json"))))
+    first = conv_sweep.reached([str(tmp_path / "conv_sweep")], n)
+    second = conv_sweep.reached([str(tmp_path / "conv_sweep2"), str(tmp_path / "conv_sweep3")], n)
+    assert (n, len(first), len(second), len(first & second)) == (109326, 19472, 81487, 0)
 
 
 def test_merge_adds_new_lines_and_keeps_the_tables_bytes(tmp_path, capsys):
