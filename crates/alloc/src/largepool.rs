@@ -531,12 +531,15 @@ impl LargePool {
     #[inline]
     fn insert(&mut self, f: Free) {
         self.free.push(f);
-        let mut j = self.free.len() - 1;
-        while j > 0 && self.free[j - 1] > f {
-            self.free[j] = self.free[j - 1];
+        // (on a slice of its own: its start and length are not read again
+        // from the pool at each move)
+        let s = self.free.as_mut_slice();
+        let mut j = s.len() - 1;
+        while j > 0 && s[j - 1] > f {
+            s[j] = s[j - 1];
             j -= 1;
         }
-        self.free[j] = f;
+        s[j] = f;
     }
 }
 
