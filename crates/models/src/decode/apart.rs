@@ -1397,16 +1397,16 @@ impl Apart {
         match nests.filter(|_| n > 0 && self.open.is_empty()) {
             Some(key) => self.nests(s, k, ahead, (start, s0), inst, key)?,
             None => {
-                for j in 0..n {
-                    self.reuse_large(s, k, ahead, (start, s0), inst, j)?;
+                for l in &inst.larges {
+                    self.reuse_large(s, k, ahead, (start, s0), l)?;
                 }
             }
         }
         self.reuse_tail(s, k, (start, s0), inst, after, out)
     }
 
-    /// Large request `j` of a reused chunk `inst`, with the peaks before
-    /// and at it.
+    /// A large request `(req, la)` of a reused chunk ([`Inst::larges`]; read
+    /// where it lies, not copied), with the peaks before and at it.
     #[inline(always)]
     fn reuse_large(
         &mut self,
@@ -1414,10 +1414,8 @@ impl Apart {
         k: usize,
         ahead: i64,
         (start, s0): (usize, i64),
-        inst: &Inst,
-        j: usize,
+        (req, la): &(Req, LargeAt),
     ) -> Result<(), Aborted> {
-        let (req, la) = inst.larges[j];
         if la.gap_max != i64::MIN {
             let total = s0 + la.gap_max + self.large_now();
             let at = StepRequest {
@@ -1427,7 +1425,7 @@ impl Apart {
             self.note(s, total, at);
         }
         let q = start + la.off as usize;
-        self.large(s, k, ahead, req, la.nest)?;
+        self.large(s, k, ahead, *req, la.nest)?;
         if la.malloc {
             let total = s0 + la.small + self.large_now();
             self.note(
@@ -1483,8 +1481,8 @@ impl Apart {
         }
         let n = self.contents[cid].larges.len();
         let mut moment_after = Vec::with_capacity(n);
-        for j in 0..n {
-            self.reuse_large(s, k, ahead, (start, s0), inst, j)?;
+        for l in &inst.larges {
+            self.reuse_large(s, k, ahead, (start, s0), l)?;
             moment_after.push(self.moment);
         }
         if self.large.changes() == changes && self.open.is_empty() {
