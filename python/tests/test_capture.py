@@ -394,6 +394,17 @@ def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
     assert not cap.warned
 
 
+def test_a_nonzero_count_over_stand_in_zeros_is_named():
+    # blind65/bm04: Switch Transformers' router picks experts by `max` over logits of a large
+    # activation, then `nonzero` the experts hit: over zeros standing in, expert 0 only, told
+    with vramscope.capture(gpu="h200") as cap:
+        logits = torch.empty(4096, 64, device="cuda") @ torch.empty(64, 8, device="cuda")
+        expert = torch.nn.functional.one_hot(logits.softmax(-1).argmax(-1), 8)
+        hit = torch.nonzero(expert.sum(0) > 0)
+        assert hit.shape == (1, 1)
+    assert any(w.startswith("assumed-nonzero:") for w in cap.warned)
+
+
 def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 1, 5], device="cuda")

@@ -1012,7 +1012,18 @@ class Capture:
         of them (the largest result, so the memory after it is an upper bound), with a warning."""
         v = value(t)
         if v is not None:
-            return int(torch.count_nonzero(v))
+            n = int(torch.count_nonzero(v))
+            if _tensor.assumed(t):
+                # a mask computed over zeros standing in for values the twin does not carry (an MoE
+                # router's choice over a large activation): the count goes on, the user is told
+                site = _user_site()
+                self.warn_once(
+                    "assumed-nonzero:" + site,
+                    f"{site}: {why} counts the nonzero elements of a CUDA tensor of {tuple(t.shape)}, "
+                    f"which the twin computed over zeros standing in for values it does not carry: {n} "
+                    "of them there",
+                )
+            return n
         site = _user_site()
         self.warn_once(
             "nonzero:" + site,
