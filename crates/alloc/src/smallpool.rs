@@ -118,7 +118,8 @@ impl SmallPool {
 
     /// `free` of the allocated block at `addr` of `size` bytes (one this
     /// pool handed out): merged with its free neighbours in its segment.
-    #[inline]
+    /// (Inlined where called: a served chunk's frees, 870,000 at 70B.)
+    #[inline(always)]
     pub fn free(&mut self, addr: Addr, size: u64) {
         let end = addr + size;
         let size = size as u32;
