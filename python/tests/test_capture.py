@@ -405,6 +405,21 @@ def test_a_nonzero_count_over_stand_in_zeros_is_named():
     assert any(w.startswith("assumed-nonzero:") for w in cap.warned)
 
 
+def test_pointwise_ops_over_a_broadcast_mask_keep_its_values():
+    # blind66/bn04: LED expands its (B, L) mask to (B, 1, L, L), converts, inverts and fills it,
+    # then reads its global tokens from a 2-D slice; each op's values computed on one slice along
+    # the broadcast dimensions and expanded back (the twin read no global token before)
+    with vramscope.capture(gpu="h200") as cap:
+        mask = torch.ones(2, 4096, dtype=torch.long, device="cuda")
+        mask[:, 0] = 2
+        m = mask[:, None, None, :].expand(2, 1, 4096, 4096).to(torch.bfloat16)
+        inv = 1.0 - m
+        e = inv.masked_fill(inv.bool(), torch.finfo(torch.bfloat16).min) * inv
+        assert (e[:, 0, 0, :] > 0).sum(dim=1).tolist() == [1, 1]
+        assert torch.cuda.memory_allocated() > 4 * 2 * 4096 * 4096  # the large tensors themselves
+    assert not cap.warned
+
+
 def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 1, 5], device="cuda")

@@ -18,6 +18,7 @@ import ctypes
 import gc
 import itertools
 import linecache
+import math
 import os
 import sys
 import threading
@@ -1174,6 +1175,8 @@ class Capture:
         vals = None
         if small and func not in _kernels.NO_VALUES:
             vals = self.cpu_values(func, args, kwargs)
+        elif not small and ours and func not in _kernels.NO_VALUES:
+            vals = self.broadcast_values(func, args, kwargs, outs, ours)
         # values computed over zeros standing in for an input's unknown values
         guessed = vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
         category = "input" if factory else "output"
@@ -1242,6 +1245,53 @@ class Capture:
         # forward AD's `_efficientzerotensor` tangents: a ZeroTensor has no storage for the
         # views the twin later takes of a value, so it is kept as dense zeros
         return map_leaves(_dense_zeros, r)
+
+    def broadcast_values(self, func, args, kwargs, outs, ours):
+        """The values of a pointwise op's large result whose inputs' values are broadcast along
+        some dimensions (an attention mask expanded to (B, 1, L, L)): the op run on one slice
+        along those dimensions, expanded back (a view of at most `VALUE_LIMIT` values; None where
+        the inputs do not allow it)."""
+        if len(outs) != 1 or not isinstance(outs[0], torch.Tensor):
+            return None
+        if func is not aten._to_copy.default and torch.Tag.pointwise not in func.tags:
+            return None
+        tensors = _tensor.tensors_in((args, kwargs))
+        held = {id(a) for a in ours}
+        if any(id(t) not in held and t.dim() > 0 for t in tensors):
+            return None
+        if any(value(a) is None for a in ours):
+            return None
+        shape = list(outs[0].shape)
+        nd = len(shape)
+        keep = []
+        for d in range(nd):
+            broadcast = True
+            for t in tensors:
+                v = value(t) if id(t) in held else t
+                k = d - (nd - v.dim())
+                if k >= 0 and v.shape[k] != 1 and v.stride(k) != 0:
+                    broadcast = False
+                    break
+            keep.append(not broadcast or shape[d] == 1)
+        small = [s if k else 1 for s, k in zip(shape, keep, strict=True)]
+        if all(keep) or math.prod(small) > VALUE_LIMIT:
+            return None
+
+        def one_slice(a):
+            if not isinstance(a, torch.Tensor) or id(a) not in held:
+                return a
+            v = value(a)
+            off = nd - v.dim()
+            index = tuple(
+                slice(None) if keep[off + k] or v.shape[k] == 1 else slice(0, 1) for k in range(v.dim())
+            )
+            return v[index]
+
+        sliced = [map_leaves(one_slice, x) for x in (args, kwargs)]
+        r = self.cpu_result(func, sliced[0], sliced[1])
+        if not isinstance(r, torch.Tensor) or list(torch.broadcast_shapes(r.shape, small)) != small:
+            return None
+        return [r.expand(shape)]
 
     def cpu_values(self, func, args, kwargs):
         """The op run on the CPU values of its inputs, flattened (None if it cannot)."""
