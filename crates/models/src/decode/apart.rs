@@ -1609,8 +1609,7 @@ impl Apart {
     /// went ([`LargePool::take_low`]; none found: while the free blocks stay
     /// the same): a static cache's repeated keys and values ask the same of
     /// every layer, a dynamic cache's attention scratch a block below its
-    /// `cat`s'. (Inlined in [`Self::large`]: most calls take a kept answer.)
-    #[inline(always)]
+    /// `cat`s'.
     fn fit(&mut self, s: &Serving, bytes: u64) -> Option<Moment> {
         if let Some(low) = self.large.take_low() {
             #[cfg(test)]
