@@ -51,6 +51,14 @@ def _mask_shape_ok(q, k, mask) -> bool:
     return mask.dim() == 4 and mask.shape[0] in (1, b) and mask.shape[1] in (1, h)
 
 
+def _efficient_dtypes(support) -> tuple:
+    """The dtypes the memory-efficient kernel takes (`check_tensor_dtype` in sdp_utils.cpp: bf16
+    where the GPU has it)."""
+    if support["bf16"]:
+        return (torch.float16, torch.float32, torch.bfloat16)
+    return (torch.float16, torch.float32)
+
+
 def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, traced=False) -> str:
     """`select_sdp_backend`: cudnn, flash, efficient or math; `support` is the GPU's
     hardware checks (`Device.sdpa`, the twin's `SdpaSupport`); `traced`: the tensors are a
@@ -107,11 +115,7 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
         align = 8 if q.dtype in HALF else 4
         dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]
         nbytes = align * q.element_size()
-        dtypes = (
-            (torch.float16, torch.float32, torch.bfloat16)
-            if support["bf16"]
-            else (torch.float16, torch.float32)
-        )
+        dtypes = _efficient_dtypes(support)
         return (
             support["efficient"]
             and four
@@ -679,11 +683,7 @@ def nested_backend_checks(cap, originals: dict) -> dict:
     def efficient(p):
         q, k, v = p.query, p.key, p.value
         align = 8 if q.dtype in HALF else 4
-        dtypes = (
-            (torch.float16, torch.float32, torch.bfloat16)
-            if support["bf16"]
-            else (torch.float16, torch.float32)
-        )
+        dtypes = _efficient_dtypes(support)
         return (
             support["efficient"]
             and torch.backends.cuda.mem_efficient_sdp_enabled()
