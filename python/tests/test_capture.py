@@ -396,12 +396,13 @@ def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
 
 def test_a_nonzero_count_over_stand_in_zeros_is_named():
     # blind65/bm04: Switch Transformers' router picks experts by `max` over logits of a large
-    # activation, then `nonzero` the experts hit: over zeros standing in, expert 0 only, told
+    # activation, then `nonzero` the experts hit: counted over values computed from stand-in zeros
+    # (the choices spread over the experts), told
     with vramscope.capture(gpu="h200") as cap:
         logits = torch.empty(4096, 64, device="cuda") @ torch.empty(64, 8, device="cuda")
         expert = torch.nn.functional.one_hot(logits.softmax(-1).argmax(-1), 8)
         hit = torch.nonzero(expert.sum(0) > 0)
-        assert hit.shape == (1, 1)
+        assert hit.shape == (8, 1)
     assert any(w.startswith("assumed-nonzero:") for w in cap.warned)
 
 
@@ -418,6 +419,20 @@ def test_pointwise_ops_over_a_broadcast_mask_keep_its_values():
         assert (e[:, 0, 0, :] > 0).sum(dim=1).tolist() == [1, 1]
         assert torch.cuda.memory_allocated() > 4 * 2 * 4096 * 4096  # the large tensors themselves
     assert not cap.warned
+
+
+def test_a_routers_choice_over_stand_in_zeros_spreads_over_its_experts():
+    # blind65/bm04: Switch Transformers routes by `max(probs, dim=-1)` over 8 experts; over stand-in
+    # zeros every token tied at expert 0 (seven experts without gradients or Adam states): row r
+    # now takes r mod 8, topk's row r takes r, r + 1, ...; a vocabulary-wide argmax stays at 0
+    with vramscope.capture(gpu="h200"):
+        probs = (torch.empty(4096, 64, device="cuda") @ torch.empty(64, 8, device="cuda")).softmax(-1)
+        _, expert = torch.max(probs, dim=-1, keepdim=True)
+        assert torch.bincount(expert.flatten()).tolist() == [512] * 8
+        assert torch.topk(probs, 2, dim=-1).indices[:3].tolist() == [[0, 1], [1, 2], [2, 3]]
+        assert probs.argmax(-1)[:3].tolist() == [0, 1, 2]
+        logits = torch.empty(4, 64, device="cuda") @ torch.empty(64, 32000, device="cuda")
+        assert logits.argmax(-1).tolist() == [0, 0, 0, 0]
 
 
 def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():

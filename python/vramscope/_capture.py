@@ -674,6 +674,49 @@ def _values_at_any_size(func, outs, ours) -> bool:
     )
 
 
+#: ops that choose along a dimension (an MoE router's experts): their choice over values the
+#: twin does not carry is spread (`_spread_choices`)
+_CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
+#: the widest dimension a choice is spread over (a router's experts; a vocabulary is wider)
+SPREAD_LIMIT = 256
+
+
+def _spread_choices(func, args, kwargs, vals):
+    """`argmax`, `max(dim)` or `topk` along a dimension of 2 to `SPREAD_LIMIT` choices over values
+    the twin does not carry (stand-in zeros, where every choice ties at the first): each row takes
+    its own, row r the choices r, r + 1, ... modulo their number, so an MoE router's tokens spread
+    evenly over its experts, as a random-initialised router's roughly do (blind65/bm04: Switch
+    Transformers sent every token to expert 0 and seven experts got no gradients). The values
+    returned are the input's at those places. Other choices stay as computed."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if func is aten.topk.default:
+        k = args[1] if len(args) > 1 else kwargs.get("k")
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    else:
+        k = 1
+    if dim is None or x.dim() == 0:
+        return vals
+    dim %= x.dim()
+    n = x.shape[dim]
+    if not 2 <= n <= SPREAD_LIMIT or not isinstance(k, int) or k > n:
+        return vals
+    index = vals[-1] if func is not aten.argmax.default else vals[0]
+    keep = func is aten.topk.default or index.dim() == x.dim()
+    shape = list(x.shape)
+    shape[dim] = k
+    rows = math.prod(shape) // k
+    row = torch.arange(rows).reshape([s for d, s in enumerate(shape) if d != dim]).unsqueeze(dim)
+    spread = (row + torch.arange(k).reshape([k if d == dim else 1 for d in range(x.dim())])) % n
+    spread = spread.to(index.dtype)
+    if func is aten.argmax.default:
+        return [spread if keep else spread.squeeze(dim)]
+    picked = torch.gather(_on_cpu(x), dim, spread)
+    if not keep:
+        spread, picked = spread.squeeze(dim), picked.squeeze(dim)
+    return [picked.to(vals[0].dtype), spread]
+
+
 def _dense_zeros(t):
     """A ZeroTensor CPU value as dense zeros (anything else as it is)."""
     if isinstance(t, torch.Tensor) and t._is_zerotensor():
@@ -1179,6 +1222,8 @@ class Capture:
             vals = self.broadcast_values(func, args, kwargs, outs, ours)
         # values computed over zeros standing in for an input's unknown values
         guessed = vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
+        if guessed and func in _CHOICES:
+            vals = _spread_choices(func, args, kwargs, vals)
         category = "input" if factory else "output"
         for i, o in enumerate(outs):
             if not isinstance(o, torch.Tensor) or not _tensor.BASE_IS_META(o):
