@@ -133,3 +133,23 @@ def test_jagged_attention_takes_flash_as_an_h200_does():
         with torch.no_grad():
             out = torch.nn.functional.scaled_dot_product_attention(x, x, x)
         assert out.is_nested and out.shape[0] == 3
+
+
+def test_flex_attentions_dense_path_copies_a_permuted_query_in_its_matmul():
+    # the dense composite's `query.to(float32) @ key...T` is `matmul`'s C++ composite below autograd:
+    # `_matmul_impl` reshapes a permuted query with a copy (blind61/bi05's H200 history: a third
+    # fp32 copy of the query's size); a contiguous query needs none
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def allocations(permuted):
+        with vramscope.capture(gpu="h200"):
+            if permuted:
+                q = torch.randn(2, 256, 2, 64, device="cuda", requires_grad=True).transpose(1, 2)
+            else:
+                q = torch.randn(2, 2, 256, 64, device="cuda", requires_grad=True)
+            k, v = (torch.randn(2, 2, 256, 64, device="cuda", requires_grad=True) for _ in range(2))
+            before = torch.cuda.memory_stats()["allocation.all.allocated"]
+            flex_attention(q, k, v)
+            return torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    assert allocations(True) == allocations(False) + 1

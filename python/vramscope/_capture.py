@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import functools
 import gc
 import itertools
 import linecache
@@ -401,13 +402,18 @@ def _flex_attention_dense() -> None:
     def run(dense):
         def handler(mode, *args, **kwargs):
             function_mode = mode.cap._modes[0]
-            if function_mode in torch.overrides._get_current_function_mode_stack():
-                with mode:
+            _IN_DENSE[0] += 1
+            try:
+                if function_mode in torch.overrides._get_current_function_mode_stack():
+                    with mode:
+                        return dense(*args, **kwargs)
+                # the backward's: autograd calls the op's `backward` without the program's
+                # torch-function modes, so the composite's `device=` factories would reach the
+                # host's CUDA
+                with function_mode, mode:
                     return dense(*args, **kwargs)
-            # the backward's: autograd calls the op's `backward` without the program's torch-function
-            # modes, so the composite's `device=` factories would reach the host's CUDA
-            with function_mode, mode:
-                return dense(*args, **kwargs)
+            finally:
+                _IN_DENSE[0] -= 1
 
         return handler
 
@@ -739,6 +745,15 @@ def _on_cpu(a):
     if isinstance(a, torch.device) and a.type == "meta":
         return torch.device("cpu")
     return a
+
+
+#: inside a higher-order op's dense composite (`_flex_attention_dense`), where PyTorch's own
+#: composites run below autograd as their C++ kernels
+_IN_DENSE = [0]
+#: whether autograd's keys are excluded (an op redispatched below autograd)
+_below_autograd = functools.partial(
+    torch._C._dispatch_tls_is_dispatch_key_excluded, torch._C.DispatchKey.AutogradFunctionality
+)
 
 
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
@@ -1152,15 +1167,17 @@ class Capture:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if torch.is_inference_mode_enabled() and (
+        if (torch.is_inference_mode_enabled() or (is_aten and _IN_DENSE[0] and _below_autograd())) and (
             func in _COMPOSITE
             or (
                 func not in _NOT_COMPOSITE
                 and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
             )
         ):
-            # a composite reaches the mode only where autograd is off
-            # (inference mode): it runs as its parts, as on the GPU
+            # a composite reaches the mode only where autograd is off (inference mode, or below
+            # autograd in a higher-order op's dense path: blind61/bi05's flex_attention, whose
+            # `matmul` copies its permuted query through `reshape`): it runs as its parts, as on
+            # the GPU
             _COMPOSITE.add(func)
             with self._modes[1]:  # its parts come back to the mode
                 if func in _CPP_COMPOSITE:
