@@ -1,0 +1,31 @@
+"""timm's XCiT-Small-12/16 (xcit_small_12_p16_224: cross-covariance attention over channels, local
+patch interaction by depthwise convolutions, Fourier positional encoding, class attention layers)
+trained under bf16 autocast on 224x224 images at batch 96, AdamW, 2 steps; 3 phases."""
+
+import os
+
+import timm
+import torch
+import torch.nn.functional as F
+
+SMALL = bool(os.environ.get("SMOKE"))
+torch.manual_seed(7003)
+B = 2 if SMALL else 96
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = timm.create_model("xcit_small_12_p16_224", num_classes=1000).to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.05)
+if device == "cuda":
+    print(f"model {torch.cuda.memory_allocated()}")
+    torch.cuda.reset_peak_memory_stats()
+for step in range(2):
+    images = torch.randn(B, 3, 224, 224, device=device)
+    targets = torch.randint(0, 1000, (B,), device=device)
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        loss = F.cross_entropy(model(images), targets)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    del images, targets, loss
+    if device == "cuda":
+        print(f"step {step} peak {torch.cuda.max_memory_allocated()} reserved {torch.cuda.memory_reserved()}")
+        torch.cuda.reset_peak_memory_stats()
