@@ -28,6 +28,20 @@ def test_eval_self_attention_takes_the_native_fast_path():
         assert weights is None and out.shape == (8, 197, 768)
 
 
+def test_half_self_attention_takes_the_native_fast_path_through_cudnn():
+    # ops truth of blind67/bo06 (torchvision vit_b_16, fp16, inference mode) on an H200: SDPA picks
+    # cuDNN attention for the heads' views, and `_native_multi_head_attention` still takes its SDPA
+    # branch: qkv linear, cuDNN attention (output, seed, offset, 256 bytes), out projection
+    with vramscope.capture(gpu="h200"):
+        mha = torch.nn.MultiheadAttention(768, 12, batch_first=True).cuda().half().eval()
+        x = torch.empty(256, 197, 768, device="cuda", dtype=torch.float16)
+        with torch.inference_mode():
+            mha(x, x, x, need_weights=False)
+            (out, weights), counts = _counts(lambda: mha(x, x, x, need_weights=False))
+        assert counts == (6, 232390656 + 77463824 + 77463552)
+        assert weights is None and out.shape == (256, 197, 768)
+
+
 def test_attention_weights_keep_the_module_path():
     with vramscope.capture():
         mha = torch.nn.MultiheadAttention(768, 12, batch_first=True).cuda().eval()

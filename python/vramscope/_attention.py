@@ -480,10 +480,10 @@ def flash_backward(cap, func, args, kwargs):
 # ---- nn.MultiheadAttention's fast path ---------------------------------------------------------
 # In eval without a gradient, `MultiheadAttention.forward` calls `torch._native_multi_head_attention`
 # unless `torch.overrides.has_torch_function(tensor_args)`, which the capture's torch-function mode
-# would make true. `native_multi_head_attention_cuda` (transformers/cuda/attention.cu): for
-# self-attention without weights or mask, with head dims a multiple of 8, when SDPA would pick flash
-# or efficient attention for the heads' views, it runs `linear` (qkv), `scaled_dot_product_attention`
-# and `linear` (out); otherwise its own kernels (not modelled: the unfused module path runs then).
+# would make true. `native_multi_head_attention_cuda` (transformers/cuda/attention.cu, torch 2.11):
+# for self-attention without weights or mask, when SDPA would pick flash, efficient or cuDNN attention
+# for the heads' views, it runs `linear` (qkv), `scaled_dot_product_attention` and `linear` (out);
+# otherwise its own kernels (not modelled: the unfused module path runs then).
 
 _FAST = threading.local()
 
@@ -496,13 +496,13 @@ def _mha_sdp_path(mha, query, key, value, key_padding_mask, need_weights, attn_m
         return False
     heads = mha.num_heads
     dph = mha.embed_dim // heads
-    if dph % 8 != 0 or not mha.batch_first:
+    if not mha.batch_first:
         return False
     b = query.shape[0]
     with torch._C.DisableTorchFunction():
         view = query.view(b, -1, heads, dph).transpose(1, 2)
         which = backend(view, view, view, None, 0.0, False, False, _FAST.capability, _FAST.sdpa)
-    return which in ("flash", "efficient")
+    return which in ("flash", "efficient", "cudnn")
 
 
 def _fast_path_forward(original, cap, modelled):
