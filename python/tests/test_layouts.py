@@ -84,6 +84,40 @@ def test_cudnn_backward_copies_a_gradient_whose_suggested_format_is_not_the_inpu
     assert _extra(run, setup) == (1, 3840)
 
 
+def test_cudnn_backward_reads_the_format_of_the_input_it_was_passed():
+    # blind68/bp02 (a channels-last UNet whose GroupNorm gives NCHW inputs) on the H200: the weight's
+    # gradient makes the NCHW input channels-last first, so a channels-last gradient is not copied
+    # (3 outputs, the input's copy, 2 workspaces); a bias gradient alone copies nothing
+    cl = torch.channels_last
+
+    def setup():
+        g = torch.empty(32, 128, 64, 64, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+        x = torch.empty(32, 128, 64, 64, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(128, 128, 3, 3, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+        return g, x, w
+
+    def run(mask):
+        return lambda g, x, w: aten.convolution_backward(
+            g, x, w, [128], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask
+        )
+
+    extra, requested = _extra(run([True] * 3), setup)
+    assert extra == 5 and requested == 209290270 - 33554432 - 294912 - 256
+
+    def setup_bias():
+        g = torch.empty(32, 64, 128, 128, device="cuda", dtype=torch.bfloat16)
+        x = torch.empty(32, 64, 128, 128, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=cl)
+        return g, x, w
+
+    def bias_only(g, x, w):
+        return aten.convolution_backward(
+            g, x, w, [64], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, False, True]
+        )
+
+    assert _extra(bias_only, setup_bias) == (2, 2688 - 128)
+
+
 def test_a_dgrad_alone_copies_a_strided_input_only_in_one_d():
     # Convolution.cpp: `output_mask[1] ? input.contiguous(...) : input`, after a 1-D input's own
     # `contiguous()`. blind47/au06 (vmap's expanded dummy input, H200): the result and cuDNN's

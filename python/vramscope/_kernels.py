@@ -1784,17 +1784,24 @@ def _convolution_backward(cap, func, args, kwargs):
     # `input.contiguous(backend_memory_format)` only when the weight's gradient is asked for (a
     # dgrad alone of blind47/au06's expanded input copies nothing);
     # `cudnn_convolution_backward` (ConvShared.cpp) takes `grad_output_t.to(input.suggest_memory_format())`
-    # (a copy unless the gradient suggests the input's format, whatever the mask: blind37/ak02's
-    # (8, 240, 1, 1) gradients, contiguous and channels-last both, suggest NCHW), then
-    # `.contiguous(layout)` of that, and drops them on return, before the argument
+    # of the input it was passed (a copy unless the gradient suggests that input's format, whatever
+    # the mask: blind37/ak02's (8, 240, 1, 1) gradients, contiguous and channels-last both, suggest
+    # NCHW; blind68/bp02's channels-last gradient of an NCHW input whose copy for the weight's
+    # gradient is channels-last is not copied), then the dgrad and wgrad functions take
+    # `.contiguous(layout)` of that (none when neither is asked: bp02's bias gradients alone), and
+    # drop them on return, before the argument
     x_c = _copy_unless_in(cap, x, cl) if mask[1] or x.dim() == 3 else None
-    g_to, grad_c = None, grad
-    if grad.dim() in (4, 5) and suggest_memory_format(grad) != suggest_memory_format(x):
-        g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")
-        grad_c = torch.empty(
-            grad.shape, dtype=grad.dtype, device="meta", memory_format=suggest_memory_format(x)
+    passed = suggest_memory_format(x)
+    if x_c is not None and x.dim() in (4, 5):
+        layout = _cl_format(x) if cl else torch.contiguous_format
+        passed = suggest_memory_format(
+            torch.empty(x.shape, dtype=x.dtype, device="meta", memory_format=layout)
         )
-    g_c = _copy_unless_in(cap, grad_c, cl)
+    g_to, grad_c = None, grad
+    if grad.dim() in (4, 5) and suggest_memory_format(grad) != passed:
+        g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")
+        grad_c = torch.empty(grad.shape, dtype=grad.dtype, device="meta", memory_format=passed)
+    g_c = _copy_unless_in(cap, grad_c, cl) if mask[0] or mask[1] else None
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")
         w_c = _copy_unless_in(cap, w, cl)
