@@ -98,3 +98,24 @@ def test_fully_shard_frees_the_full_parameter_copies_first_to_last(tmp_script):
     freed = next(line for line in lines if line.startswith("FREED"))
     # 0.weight, 0.bias, 1.weight, 1.bias (float32)
     assert freed == "FREED [524288, 2048, 2097152, 4096]"
+
+
+def test_a_single_process_nccl_group_runs_on_the_fake_group():
+    # blind67/bo04: DDP over `init_process_group("nccl", world_size=1)` without torchrun or `--nproc`;
+    # every phase as the H200 ran it (fixtures/run/run_blind67_h200.jsonl)
+    script = ROOT / "validation" / "run" / "blind67" / "bo04_ddp_single_process_bucket_mlp.py"
+    status, lines, report, err = run_script(script, extra=("--gpu", "h200"))
+    assert status == 0, err[-3000:]
+    rows = (
+        json.loads(line) for line in (FIXTURES / "run" / "run_blind67_h200.jsonl").read_text().splitlines()
+    )
+    gpu = [r for r in rows if r["script"] == "bo04_ddp_single_process_bucket_mlp"]
+    twin = report["phases"]
+    assert (
+        [t["name"] for t in twin]
+        == [g["phase"] for g in gpu]
+        == ["phase0", "phase1", "phase2", "phase3", "end"]
+    )
+    keys = ("allocated", "peak_allocated", "reserved", "peak_reserved")
+    for t, g in zip(twin, gpu, strict=True):
+        assert [t[k] for k in keys] == [g[k] for k in keys], t["name"]

@@ -42,6 +42,35 @@ def setup(cap, world: int, rank: int) -> None:
     cap.world = (world, rank)
 
 
+def setup_from_script(cap) -> None:
+    """Without `--nproc`, the script's own `init_process_group` says the world (its `world_size` and
+    `rank`, else torchrun's WORLD_SIZE and RANK, else one process): the group is the fake one, as
+    under `--nproc`, so a single-process NCCL group (world size 1) runs without a GPU."""
+    import inspect
+
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+    sig = inspect.signature(original)
+
+    def init_process_group(*args, **kwargs):
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        a = sig.bind(*args, **kwargs).arguments
+        world, rank = a.get("world_size", -1), a.get("rank", -1)
+        world = world if world != -1 else int(os.environ.get("WORLD_SIZE", "1"))
+        rank = rank if rank != -1 else int(os.environ.get("RANK", "0"))
+        dist.init_process_group = original
+        patch_ddp(world)
+        patch_fsdp()
+        patch_dtensor()
+        cap.world = (world, rank)
+        rest = {k: v for k, v in a.items() if k in ("timeout", "group_name", "pg_options")}
+        return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
+
+    dist.init_process_group = init_process_group
+
+
 def _allreduce_hook(world: int):
     """DDP's built-in allreduce (reducer.cpp: the bucket divided by the world size in place, then
     all-reduced in place) as a comm hook: the fake group's works carry no tensor for the reducer."""

@@ -380,6 +380,10 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
         from . import _dist
 
         _dist.setup(cap, ns.nproc, ns.rank)
+    else:
+        from . import _dist
+
+        _dist.setup_from_script(cap)
     status = 0
     last_import = _last_leading_import(ns.script)
     saved_argv = sys.argv
