@@ -104,7 +104,7 @@ def test_a_single_process_nccl_group_runs_on_the_fake_group():
     # blind67/bo04: DDP over `init_process_group("nccl", world_size=1)` without torchrun or `--nproc`;
     # every phase as the H200 ran it (fixtures/run/run_blind67_h200.jsonl)
     script = ROOT / "validation" / "run" / "blind67" / "bo04_ddp_single_process_bucket_mlp.py"
-    status, lines, report, err = run_script(script, extra=("--gpu", "h200"))
+    status, _lines, report, err = run_script(script, extra=("--gpu", "h200"))
     assert status == 0, err[-3000:]
     rows = (
         json.loads(line) for line in (FIXTURES / "run" / "run_blind67_h200.jsonl").read_text().splitlines()
