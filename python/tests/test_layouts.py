@@ -70,6 +70,20 @@ def test_batch_norm_backward_outside_its_fused_kernel_keeps_the_inputs_format():
         assert gi.is_contiguous(memory_format=torch.channels_last) and not gi.is_contiguous()
 
 
+def test_batch_norm_backward_in_its_fused_kernel_gives_a_contiguous_result():
+    # Normalization.cu: an NCHW input takes the fused kernel, whose result is `empty_like(input,
+    # LEGACY_CONTIGUOUS_MEMORY_FORMAT)` whatever the gradient's layout (blind69/bq01 on the H200)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(256, 128, 14, 14, device="cuda", dtype=torch.bfloat16)
+        g = torch.empty(256, 128, 14, 14, device="cuda", dtype=torch.bfloat16).to(
+            memory_format=torch.channels_last
+        )
+        w = torch.ones(128, device="cuda")
+        m = torch.zeros(128, device="cuda")
+        gi = aten.native_batch_norm_backward(g, x, w, None, None, m, m, True, 1e-5, [True] * 3)[0]
+        assert gi.is_contiguous()
+
+
 def test_cudnn_backward_copies_a_gradient_whose_suggested_format_is_not_the_inputs():
     # blind37/ak02's squeeze-excitation convolution on the H200: 3 outputs and one 3,840-byte copy
     def setup():

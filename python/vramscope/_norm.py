@@ -237,6 +237,11 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
         return _cudnn_persistent_backward(cap, grad, x, w, (gi, gw, gb), mask)
     needs_reduction = train or mask[1] or mask[2]
     if not _channels_last_kernels(x) and needs_reduction and mask[0]:
+        # `batch_norm_backward_cuda_template`: `at::empty_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`,
+        # contiguous whatever the gradient's layout (blind69/bq01's H200 per-op truth: LeViT's
+        # channels-last gradient of an NCHW input reaches the convolution's backward as NCHW)
+        if gi is not None and not gi.is_contiguous():
+            gi = torch.empty(gi.shape, dtype=gi.dtype, device=gi.device)
         for t in (gi, gw, gb):
             if t is not None:
                 cap.track(t, op)
