@@ -35,6 +35,8 @@ pub struct Explorer {
     history: History,
     /// Site and module path of each stack, computed on first use.
     sites: HashMap<u32, (String, Option<String>)>,
+    /// Per stack id, its allocations (the first search gathers them).
+    by_stack: Option<Vec<StackTotal>>,
 }
 
 impl Explorer {
@@ -79,6 +81,7 @@ impl Explorer {
             reserved,
             history,
             sites: HashMap::new(),
+            by_stack: None,
         }
     }
 
@@ -301,8 +304,12 @@ impl Explorer {
 
     /// Allocations whose site (`file:line in function`) or module path
     /// (`model.layers.3.mlp`) contains `q` (ignoring case): each matching
-    /// site with its count and bytes, and up to [`MAX_HITS`] allocations
-    /// `[start, end, bytes, site index]` in trace order.
+    /// site with its count and bytes (sites in the order of their first
+    /// allocation), and up to [`MAX_HITS`] allocations `[start, end, bytes,
+    /// site index]` in trace order. The allocations' count, bytes and first
+    /// index per stack are gathered by the first search (one pass over the
+    /// allocations); a search then matches each stack once and walks the
+    /// allocations only for its hits, stopping at the last one listed.
     pub fn search_json(&mut self, q: &str) -> Value {
         let q = q.trim().to_lowercase();
         let n = self.tl.entries;
@@ -312,48 +319,69 @@ impl Explorer {
             .device_traces
             .get(self.opts.device)
             .unwrap_or(&empty);
+        if self.by_stack.is_none() {
+            let mut per = vec![StackTotal::default(); self.snap.stacks.num_stacks()];
+            for k in 0..self.tl.num_allocations() {
+                let Some(t) = self
+                    .tl
+                    .allocation_stack(trace, k)
+                    .and_then(|s| per.get_mut(s.0 as usize))
+                else {
+                    continue;
+                };
+                if t.count == 0 {
+                    t.first = k;
+                }
+                t.count += 1;
+                t.bytes += self.tl.lifetime(k).map_or(0, |l| l.0);
+            }
+            self.by_stack = Some(per);
+        }
+        let per = self.by_stack.as_deref().unwrap_or(&[]);
+        // the matching stacks, in the order of their first allocation
+        let mut order: Vec<usize> = (0..per.len()).filter(|&s| per[s].count > 0).collect();
+        order.sort_unstable_by_key(|&s| per[s].first);
         let mut site_ix: HashMap<String, usize> = HashMap::new();
         let mut sites: Vec<(String, Option<String>, usize, u64)> = Vec::new();
-        let mut hits = Vec::new();
-        let mut matched = 0usize;
         // per stack: the index of its site among the matches, if it matches
-        let mut by_stack: HashMap<u32, Option<usize>> = HashMap::new();
+        let mut of_stack: Vec<Option<usize>> = vec![None; per.len()];
+        let mut matched = 0usize;
         if !q.is_empty() {
-            for k in 0..self.tl.num_allocations() {
-                let Some(a) = self.tl.allocation(trace, k) else {
-                    continue;
-                };
+            for s in order {
                 let snap = &self.snap;
-                let s = match by_stack.get(&a.stack.0) {
-                    Some(&s) => s,
-                    None => {
-                        let (site, module) = self.sites.entry(a.stack.0).or_insert_with(|| {
-                            (site_of(snap, a.stack), module_path(snap, a.stack))
-                        });
-                        let hit = site.to_lowercase().contains(&q)
-                            || module
-                                .as_ref()
-                                .is_some_and(|m| m.to_lowercase().contains(&q));
-                        let s = hit.then(|| {
-                            *site_ix.entry(site.clone()).or_insert_with(|| {
-                                sites.push((site.clone(), module.clone(), 0, 0));
-                                sites.len() - 1
-                            })
-                        });
-                        by_stack.insert(a.stack.0, s);
-                        s
-                    }
-                };
-                let Some(s) = s else {
+                let id = vramscope_snapshot::StackId(s as u32);
+                let (site, module) = self
+                    .sites
+                    .entry(s as u32)
+                    .or_insert_with(|| (site_of(snap, id), module_path(snap, id)));
+                let hit = site.to_lowercase().contains(&q)
+                    || module
+                        .as_ref()
+                        .is_some_and(|m| m.to_lowercase().contains(&q));
+                if !hit {
                     continue;
-                };
-                matched += 1;
-                sites[s].2 += 1;
-                sites[s].3 += a.size;
-                if hits.len() < MAX_HITS {
-                    hits.push(json!([a.start.unwrap_or(0), a.end.unwrap_or(n), a.size, s]));
                 }
+                let ix = *site_ix.entry(site.clone()).or_insert_with(|| {
+                    sites.push((site.clone(), module.clone(), 0, 0));
+                    sites.len() - 1
+                });
+                of_stack[s] = Some(ix);
+                matched += per[s].count;
+                sites[ix].2 += per[s].count;
+                sites[ix].3 += per[s].bytes;
             }
+        }
+        let mut hits = Vec::new();
+        let mut k = 0;
+        while hits.len() < MAX_HITS.min(matched) && k < self.tl.num_allocations() {
+            let s = self
+                .tl
+                .allocation_stack(trace, k)
+                .and_then(|s| of_stack.get(s.0 as usize).copied().flatten());
+            if let (Some(s), Some((size, start, end))) = (s, self.tl.lifetime(k)) {
+                hits.push(json!([start.unwrap_or(0), end.unwrap_or(n), size, s]));
+            }
+            k += 1;
         }
         let sites: Vec<Value> = sites
             .into_iter()
@@ -363,6 +391,14 @@ impl Explorer {
             .collect();
         json!({"query": q, "matched": matched, "sites": sites, "hits": hits})
     }
+}
+
+/// A stack's allocations: how many, their bytes, the first one's index.
+#[derive(Clone, Copy, Default)]
+struct StackTotal {
+    count: usize,
+    bytes: u64,
+    first: usize,
 }
 
 #[cfg(test)]
@@ -376,10 +412,13 @@ mod tests {
     }
 
     fn explorer() -> Explorer {
-        let path = concat!(
+        explorer_of(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../fixtures/alloc/training.pickle"
-        );
+        ))
+    }
+
+    fn explorer_of(path: &str) -> Explorer {
         let snap = vramscope_snapshot::read_snapshot_file(path).unwrap();
         let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
         Explorer::new(snap, cfg, Options::default(), "training.pickle")
@@ -479,6 +518,91 @@ mod tests {
             assert!(e == 0 || x.time(e - 1).unwrap() < us);
             prev = e;
         }
+    }
+
+    /// The search by stack totals is the walk over every allocation it
+    /// replaced: the same sites in the same order, counts, bytes and hits
+    /// (the real wrapped trace: allocations from before the trace, listed
+    /// first, whose stacks are interned after the trace's; more than
+    /// `MAX_HITS` matches).
+    #[test]
+    fn a_search_is_a_walk_over_every_allocation() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
+        search_is_a_walk(explorer_of(&format!("{dir}/alloc/training.pickle")));
+        let wrapped = "snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle";
+        assert!(search_is_a_walk(explorer_of(&format!("{dir}/{wrapped}"))) > MAX_HITS);
+    }
+
+    /// (The number of allocations `"."` matches.)
+    fn search_is_a_walk(mut x: Explorer) -> usize {
+        let site = x.report().live_at_peak.sites[0].site.clone();
+        let func = site.rsplit(" in ").next().unwrap().to_owned();
+        let trace = x.snap.device_traces[x.opts.device].clone();
+        let n = x.tl.entries;
+        for q in [
+            site.as_str(),
+            func.as_str(),
+            ".",
+            ":",
+            "py",
+            "",
+            "no such site",
+        ] {
+            let ql = q.trim().to_lowercase();
+            let (mut sites, mut hits, mut matched) =
+                (Vec::<(String, u64, u64)>::new(), vec![], 0u64);
+            for k in 0..x.tl.num_allocations() {
+                let a = x.tl.allocation(&trace, k).unwrap();
+                let (s, m) = (site_of(&x.snap, a.stack), module_path(&x.snap, a.stack));
+                let hit = !ql.is_empty()
+                    && (s.to_lowercase().contains(&ql)
+                        || m.is_some_and(|m| m.to_lowercase().contains(&ql)));
+                if !hit {
+                    continue;
+                }
+                let ix = match sites.iter().position(|x| x.0 == s) {
+                    Some(i) => i,
+                    None => {
+                        sites.push((s, 0, 0));
+                        sites.len() - 1
+                    }
+                };
+                matched += 1;
+                sites[ix].1 += 1;
+                sites[ix].2 += a.size;
+                if hits.len() < MAX_HITS {
+                    hits.push(json!([
+                        a.start.unwrap_or(0),
+                        a.end.unwrap_or(n),
+                        a.size,
+                        ix
+                    ]));
+                }
+            }
+            let got = x.search_json(q);
+            assert_eq!(got["matched"], matched, "{q}");
+            assert_eq!(got["hits"], json!(hits), "{q}");
+            let gs: Vec<(String, u64, u64)> = got["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| {
+                    let s = v["site"].as_str().unwrap().to_owned();
+                    (
+                        s,
+                        v["count"].as_u64().unwrap(),
+                        v["bytes"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(gs, sites, "{q}");
+        }
+        // the queries above match some, not all, and more than are listed
+        assert!(x.search_json(&site)["matched"].as_u64().unwrap() > 0);
+        assert_eq!(x.search_json("no such site")["matched"], 0);
+        let all = x.search_json(".");
+        assert!(all["sites"].as_array().unwrap().len() > 1);
+        all["matched"].as_u64().unwrap() as usize
     }
 
     #[test]

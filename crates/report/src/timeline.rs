@@ -239,6 +239,28 @@ impl Timeline {
         })
     }
 
+    /// Allocation `k`'s (size, start, end), as [`Timeline::lifetimes`]
+    /// gives them, without touching the trace.
+    pub fn lifetime(&self, k: usize) -> Option<(u64, Option<usize>, Option<usize>)> {
+        match self.pre.get(k) {
+            Some(a) => Some((a.size, a.start, a.end)),
+            None => {
+                let l = self.lives.get(k - self.pre.len())?;
+                Some((l.size, l.start(), l.end()))
+            }
+        }
+    }
+
+    /// Allocation `k`'s stack, as [`Timeline::allocation`] gives it, read
+    /// from the one trace entry it names without building the rest.
+    pub fn allocation_stack(&self, trace: &Trace, k: usize) -> Option<StackId> {
+        if let Some(a) = self.pre.get(k) {
+            return Some(a.stack);
+        }
+        let l = self.lives.get(k - self.pre.len())?;
+        Some(trace.get(l.start().or(l.end())?)?.frames)
+    }
+
     /// Every allocation's (size, start, end), in the order of
     /// [`Timeline::allocation`], without touching the trace.
     pub fn lifetimes(&self) -> impl Iterator<Item = (u64, Option<usize>, Option<usize>)> + '_ {
