@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Time `vramscope view`'s page in headless Chromium, by the page's own clock.
 
-    python3 validation/snapshot_large/view_browser.py VRAMSCOPE SNAPSHOT [RUNS]
+    python3 benches/view_browser.py VRAMSCOPE SNAPSHOT [RUNS] [QUERY]
 
+(`benches/view_speed.sh` makes a 10 M-entry snapshot and runs this.)
 Starts `VRAMSCOPE view --no-open SNAPSHOT`, waits for its address, then
 RUNS times (3 by default) opens the page in a fresh headless Chromium
 driven over the DevTools protocol (`--remote-debugging-pipe`, no virtual
@@ -20,7 +21,14 @@ time) and prints one JSON line a run, milliseconds by `performance.now()`:
   drag does), then `hover100_ms` there;
 - `pan_ms`: half a view to the right (the arrow button);
 - `mid100_ms`: the 100 entries mid-trace in full detail;
-- `all_ms`: back to the whole trace (double click).
+- `all_ms`: back to the whole trace (double click);
+- `click_ms`: a click at the peak (what is live there by category and
+  site, and the allocator's segments and blocks there, fetched and drawn);
+- `search_ms`: a search for QUERY (`train.py` by default; the hits'
+  table and their marks drawn), then `hit_ms`: a click on the first
+  site found (zoom onto its allocations);
+- `oom_ms`: the first OOM jumped to (its range, what is live and the
+  state just before it), when the trace holds one.
 
 Not a test: figures go to docs/inspect-speed.md.
 """
@@ -51,6 +59,7 @@ ACTIONS = """
   var raf = function () {
     return new Promise(function (r) { requestAnimationFrame(function () { r(); }); });
   };
+  var QUERY = QUERY_JSON;
   var pk = REP.peak_trace_index, r = {entries: N, bands_all: drawn, peak: pk};
   function hoverPeak() {
     var best = -1;
@@ -79,6 +88,22 @@ ACTIONS = """
   r.mid100_ms = performance.now() - t; r.mid100 = [v0, v1, drawn];
   t = performance.now(); await show(0, N); await raf();
   r.all_ms = performance.now() - t; r.all = [v0, v1, drawn];
+  t = performance.now(); await Promise.all([at(pk), state(pk)]); await raf();
+  r.click_ms = performance.now() - t;
+  t = performance.now(); var d = await search(QUERY); await raf();
+  r.search_ms = performance.now() - t; r.search = [d.matched, d.sites.length];
+  if (d.matched) {
+    // what a click on the hits' first row does (its handler keeps no promise)
+    t = performance.now();
+    var a = Infinity, b = 0;
+    HITS.hits.forEach(function (h) { if (h[3] === 0) { a = Math.min(a, h[0]); b = Math.max(b, h[1]); } });
+    await show(a - (b - a) * 0.05, b + (b - a) * 0.05); await raf();
+    r.hit_ms = performance.now() - t; r.hit = [v0, v1, drawn];
+  }
+  if (OOMS.length) {
+    t = performance.now(); await jumpOom(OOMS[0][0]); await raf();
+    r.oom_ms = performance.now() - t; r.oom = [v0, v1, drawn];
+  }
   r.errors = errors.length;
   return r;
 })()
@@ -161,7 +186,7 @@ class Browser:
         os.close(self.r)
 
 
-def run_once(url, profile):
+def run_once(url, profile, query):
     b = Browser(profile)
     try:
         page = next(t for t in b.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
@@ -185,7 +210,7 @@ def run_once(url, profile):
         if got[3] is not None:
             raise RuntimeError(got[3])
         out = {"first_draw_ms": round(got[1], 1), "ready_ms": round(got[2], 1)}
-        r = b.eval(ACTIONS)
+        r = b.eval(ACTIONS.replace("QUERY_JSON", json.dumps(query)))
         out.update({k: round(v, 1) if isinstance(v, float) else v for k, v in r.items()})
         return out
     finally:
@@ -197,6 +222,7 @@ def main():
         sys.exit(__doc__)
     vs, snap = sys.argv[1], sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    query = sys.argv[4] if len(sys.argv) > 4 else "train.py"
     t0 = time.time()
     srv = subprocess.Popen([vs, "view", "--no-open", snap], stderr=subprocess.PIPE, text=True)
     url = None
@@ -209,9 +235,9 @@ def main():
         sys.exit("vramscope view printed no address")
     print(json.dumps({"server_ready_s": round(time.time() - t0, 2), "url": url}), flush=True)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
             for k in range(runs):
-                r = run_once(url, os.path.join(tmp, f"profile{k}"))
+                r = run_once(url, os.path.join(tmp, f"profile{k}"), query)
                 print(json.dumps({"run": k + 1, **r}), flush=True)
     finally:
         srv.kill()
