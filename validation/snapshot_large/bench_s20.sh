@@ -4,16 +4,17 @@
 #    nanoGPT run (default stacks, complete: max_entries unbounded), all at
 #    once on the one GPU; B trains for BSEC seconds of wall time, then dumps;
 # 2. while B is stopped (SIGSTOP), alone: `pickle.load` of the 50 MB files
-#    three times each; `inspect --json`/`--html` with main's binary ("vs")
-#    and this session's ("vs-new") alternating, ROUNDS rounds; the hooks
-#    build's phases (VS_PT=1, two runs a file); main's `--json` on 8 and 4
-#    cores (taskset); the hooks build's piece-size knobs and main's exec
-#    for MIMALLOC_PURGE_DELAY=0 skipped;
+#    three times each; `inspect --json`/`--html` ROUNDS rounds; the phases
+#    (VS_PT=1, two runs a file, 16 and 8 cores); `--json` on 8 and 4 cores
+#    (taskset); the piece-size knobs, and the exec that sets
+#    MIMALLOC_PURGE_DELAY=0 skipped. One binary, "vs": main's code built
+#    with measure_hooks_s20.patch (VS_PT unset: main's work but for a few
+#    getenv); the working tree that travels leaves room for one.
 # 3. B continued, dumped; then alone: `inspect --json`/`--html` three times
 #    each, `--range` of 100,000 entries mid-trace and `diff` of B with
 #    itself twice each;
 # 4. `pickle.load` and memory_viz of B beside each other, cut at END s.
-# D holds vs.xz, vs-new.xz, vs-hooks.xz (stripped binaries), record.py and
+# D holds vs.xz (that binary, stripped), record.py and
 # measure.py (copies of validation/snapshot_real/); writes $OUT/log.jsonl,
 # $OUT/phases.jsonl and $OUT/B.inspect.json.xz. DRY=standin_s18.py (with
 # GEN=gen_snapshot and DRYSCALE=100) stands in for record.py without a GPU.
@@ -33,26 +34,24 @@ rec B "" --target-mb 3200 --max-seconds $BSEC; PB=$!
 rec c50 "" --target-mb 50; PS="$!"
 rec w50 expandable_segments:True --target-mb 50 --wrap --streams 3 --oom-at 0.7; PS="$PS $!"
 rec p50 "" --target-mb 50 --stacks python; PS="$PS $!"
-for b in vs vs-new vs-hooks; do xz -dc $D/$b.xz > $O/$b && chmod +x $O/$b; done
+xz -dc $D/vs.xz > $O/vs && chmod +x $O/vs
 wait $PS
 kill -STOP $PB; echo "{\"label\": \"B stopped\", \"s\": $SECONDS}" >> $L
 cat $O/c50.rec $O/w50.rec $O/p50.rec >> $L; tail -n 2 $O/c50.err $O/w50.err $O/p50.err
 for n in c50 w50 p50; do echo "{\"label\": \"$n bytes\", \"bytes\": $(stat -c %s $O/$n.pickle)}" >> $L; cat $O/$n.pickle > /dev/null; done
 for n in c50 w50 p50; do for r in 1 2 3; do $M "$n pickle.load" python3 -c 'import pickle, sys; pickle.load(open(sys.argv[1], "rb"))' $O/$n.pickle; done; done >> $L
 for n in c50 w50 p50; do
-  $O/vs inspect --json $O/$n.pickle > $O/$n.old.json; $O/vs-new inspect --json $O/$n.pickle > $O/$n.new.json
-  echo "{\"label\": \"$n json same\", \"same\": $(cmp -s $O/$n.old.json $O/$n.new.json && echo true || echo false), \"entries\": $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("trace_entries"))' $O/$n.new.json)}" >> $L
+  $O/vs inspect --json $O/$n.pickle > $O/$n.json
+  echo "{\"label\": \"$n entries\", \"entries\": $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("trace_entries"))' $O/$n.json)}" >> $L
   for r in $(seq $R); do
-    for b in vs vs-new; do
-      $M "$n $b --json" $O/$b inspect --json $O/$n.pickle
-      $M "$n $b --html" $O/$b inspect --json --html $O/$n.$b.html $O/$n.pickle
-    done
+    $M "$n vs --json" $O/vs inspect --json $O/$n.pickle
+    $M "$n vs --html" $O/vs inspect --json --html $O/$n.html $O/$n.pickle
   done >> $L
-  echo "{\"label\": \"$n html same\", \"same\": $(cmp -s $O/$n.vs.html $O/$n.vs-new.html && echo true || echo false), \"bytes\": $(stat -c %s $O/$n.vs-new.html)}" >> $L
+  echo "{\"label\": \"$n html bytes\", \"bytes\": $(stat -c %s $O/$n.html)}" >> $L
 done
 for n in c50 w50 p50; do for r in 1 2; do
-  echo "{\"phases\": \"$n --json\", \"run\": $r}" >> $P; VS_PT=1 $O/vs-hooks inspect --json $O/$n.pickle 2>> $P > /dev/null
-  echo "{\"phases\": \"$n --json, 8 cores\", \"run\": $r}" >> $P; VS_PT=1 taskset -c 0-7 $O/vs-hooks inspect --json $O/$n.pickle 2>> $P > /dev/null
+  echo "{\"phases\": \"$n --json\", \"run\": $r}" >> $P; VS_PT=1 $O/vs inspect --json $O/$n.pickle 2>> $P > /dev/null
+  echo "{\"phases\": \"$n --json, 8 cores\", \"run\": $r}" >> $P; VS_PT=1 taskset -c 0-7 $O/vs inspect --json $O/$n.pickle 2>> $P > /dev/null
 done; done
 for n in c50 w50 p50; do for r in 1 2 3; do for c in 0-7 0-3; do
   $M "$n vs --json cores $c" taskset -c $c $O/vs inspect --json $O/$n.pickle
@@ -62,7 +61,7 @@ done; done; done >> $L
 # allocator settings)
 for n in c50 w50 p50; do for r in 1 2 3; do
   for k in "X=0" "VS_LEXMIN=262144" "VS_LEXMIN=262144 VS_LEXDIV=8" "VS_DECDIV=8" "VS_DECDIV=2" "VS_DECMIN=65536 VS_DECDIV=8" "MIMALLOC_PURGE_DELAY=0"; do
-    env $k $M "$n vs-hooks --json $k" $O/vs-hooks inspect --json $O/$n.pickle
+    env $k $M "$n vs --json $k" $O/vs inspect --json $O/$n.pickle
   done
 done; done >> $L
 echo "{\"label\": \"B continued\", \"s\": $SECONDS}" >> $L; kill -CONT $PB
@@ -71,19 +70,19 @@ F=$O/B.pickle
 [ -s $F ] || { echo "no B"; cut -c1-200 $L; exit 0; }
 echo "{\"label\": \"B bytes\", \"bytes\": $(stat -c %s $F), \"s\": $SECONDS}" >> $L
 cat $F > /dev/null
-$O/vs-new inspect --json $F > $O/B.inspect.json; xz -c $O/B.inspect.json > $OUT/B.inspect.json.xz
+$O/vs inspect --json $F > $O/B.inspect.json; xz -c $O/B.inspect.json > $OUT/B.inspect.json.xz
 N=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["trace_entries"])' $O/B.inspect.json)
 echo "{\"label\": \"B entries\", \"entries\": $N}" >> $L
 for r in 1 2 3; do
-  $M "B vs-new --json" $O/vs-new inspect --json $F
-  $M "B vs-new --html" $O/vs-new inspect --json --html $O/B.html $F
+  $M "B vs --json" $O/vs inspect --json $F
+  $M "B vs --html" $O/vs inspect --json --html $O/B.html $F
 done >> $L
 echo "{\"label\": \"B html bytes\", \"bytes\": $(stat -c %s $O/B.html)}" >> $L
 for r in 1 2; do
-  $M "B vs-new --json --range $((N / 2))..$((N / 2 + 100000))" $O/vs-new inspect --json --range $((N / 2))..$((N / 2 + 100000)) $F
-  $M "B vs-new diff --json B B" $O/vs-new diff --json $F $F
+  $M "B vs --json --range $((N / 2))..$((N / 2 + 100000))" $O/vs inspect --json --range $((N / 2))..$((N / 2 + 100000)) $F
+  $M "B vs diff --json B B" $O/vs diff --json $F $F
 done >> $L
-echo "{\"phases\": \"B --json\", \"run\": 1}" >> $P; VS_PT=1 $O/vs-hooks inspect --json $F 2>> $P > /dev/null
+echo "{\"phases\": \"B --json\", \"run\": 1}" >> $P; VS_PT=1 $O/vs inspect --json $F 2>> $P > /dev/null
 echo "{\"label\": \"python tools from\", \"s\": $SECONDS}" >> $L
 ( $M "B pickle.load" timeout $(lim) python3 -c 'import pickle, sys; pickle.load(open(sys.argv[1], "rb"))' $F > $O/B.load ) &
 PL=$!
