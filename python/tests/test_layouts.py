@@ -465,3 +465,39 @@ def test_a_per_channel_qat_observer_allocates_as_the_h200_does():
             after[k] - before[k] for k in ("allocation.all.allocated", "requested_bytes.all.allocated")
         )
         assert counts == (10, 10184)
+
+
+def test_squeeze_excitation_convolutions_take_each_problems_layout_issue_31():
+    # blind56/bd05 on the H200 (EfficientNet-B0 in channels-last bf16): a pooled (192, 96, 1, 1) input
+    # is contiguous and its (4, 96, 1, 1) weight channels-last, both contiguous in either layout. By
+    # the strides (`suggest_memory_format`) the forward and the dgrad run channels-last, the wgrad
+    # NCHW (its layout is the input's and the gradient's); the GPU's records: one workspace each.
+    from vramscope._kernels import _channels_last
+
+    def setup():
+        x = torch.empty(192, 96, 1, 1, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(4, 96, 1, 1, device="cuda", dtype=torch.bfloat16)
+        return x, w.to(memory_format=torch.channels_last)
+
+    x = torch.empty(192, 96, 1, 1, device="meta")
+    w = torch.empty(4, 96, 1, 1, device="meta").to(memory_format=torch.channels_last)
+    assert w.is_contiguous() and _channels_last(x, w) and not _channels_last(x, x)
+
+    def forward(x, w):
+        return aten.convolution(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+
+    assert _extra(forward, setup) == (1, 18688)
+
+    def setup_backward():
+        x, w = setup()
+        return torch.empty(192, 4, 1, 1, device="cuda", dtype=torch.bfloat16), x, w
+
+    def backward(g, x, w):
+        args = ([4], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, True])
+        return aten.convolution_backward(g, x, w, *args)
+
+    assert _extra(backward, setup_backward) == (1, 37120)
+    with vramscope.capture(gpu="h200"):
+        gi, gw, _ = backward(*setup_backward())
+        # at::empty in each problem's layout, size-1 dimensions' strides included
+        assert gi.stride() == (96, 1, 96, 96) and gw.stride() == (96, 1, 1, 1)

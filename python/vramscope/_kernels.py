@@ -1558,13 +1558,13 @@ def _cl_format(t):
 
 
 def _suggests_channels_last(t) -> bool:
-    """`t.suggest_memory_format()` is channels-last: for a 4-D tensor laid out channels-last and not
-    contiguous; for a 5-D one by its strides as c10's `is_channels_last_strides_3d` reads them, size-1
-    channels included (blind44/ar02's H200 record: a one-channel volume and its (24, 1, 3, 3, 3)
-    weight converted to `channels_last_3d` run cuDNN's channels-last problem)."""
-    if t.dim() == 5:
-        return suggest_memory_format(t) == torch.channels_last_3d
-    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+    """`t.suggest_memory_format()` is channels-last: by the strides, as c10's
+    `is_channels_last_strides_2d` / `_3d` read them, size-1 dimensions included. A 1x1 weight or a
+    pooled (N, C, 1, 1) input is contiguous in both layouts, and its strides decide (blind56/bd05's
+    H200 record: squeeze-excitation convolutions of a contiguous pooled input by `channels_last`
+    1x1 weights run cuDNN's channels-last problem, their outputs strided (C, 1, C, C); blind44/ar02:
+    a one-channel volume and its (24, 1, 3, 3, 3) weight in `channels_last_3d`)."""
+    return t.dim() in (4, 5) and suggest_memory_format(t) == _cl_format(t)
 
 
 def _channels_last(x, w) -> bool:
@@ -1584,11 +1584,14 @@ def _copy_unless_in(cap, t, channels_last: bool):
 def _in_layout(t, channels_last: bool):
     """A result as cuDNN's path allocates it: `at::empty(sizes, options.memory_format(layout))`
     (the meta kernel may pick the other layout: for depthwise convolutions, or a channels-last
-    weight gradient from a channels-last gradient where the input is not, blind10/j02)."""
+    weight gradient from a channels-last gradient where the input is not, blind10/j02), with that
+    layout's strides for size-1 dimensions too (the (N, K, 1, 1) output of a channels-last
+    problem is strided (K, 1, K, K), blind56/bd05's H200 record)."""
     if t is None or t.dim() not in (4, 5):
         return t
     layout = _cl_format(t) if channels_last else torch.contiguous_format
-    return t if t.is_contiguous(memory_format=layout) else t.contiguous(memory_format=layout)
+    dense = torch.empty_like(t, memory_format=layout)
+    return t if t.stride() == dense.stride() else dense
 
 
 def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
@@ -1766,10 +1769,10 @@ def _convolution_backward(cap, func, args, kwargs):
     mask = list(args[10])
     cap.ops += 1
     gi, gw, gb = func(*args)
-    gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
     if _native_depthwise_3d(conv):
         # `conv_depthwise3d_backward_cuda`: both results first, then `_depthwise_3d_backward_cuda_out`'s
         # `grad_output.contiguous()` and, for the weight's, `input.contiguous()` (blind57/be01's history)
+        gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
         for t, name in ((gi, "input"), (gw, "weight")):
             if t is not None and mask[0 if name == "input" else 1]:
                 cap.track(t, f"aten::conv_depthwise3d_backward ({name})")
@@ -1778,6 +1781,7 @@ def _convolution_backward(cap, func, args, kwargs):
         del g_c, x_c
         return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
     if _native_depthwise_2d(conv):
+        gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
         return _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask)
     # `convolution_backward` (Convolution.cpp) makes a 1-D convolution's input contiguous before
     # viewing it as 2-D whatever the mask (blind21/u02's dgrad alone copies), and passes
@@ -1787,31 +1791,43 @@ def _convolution_backward(cap, func, args, kwargs):
     # of the input it was passed (a copy unless the gradient suggests that input's format, whatever
     # the mask: blind37/ak02's (8, 240, 1, 1) gradients, contiguous and channels-last both, suggest
     # NCHW; blind68/bp02's channels-last gradient of an NCHW input whose copy for the weight's
-    # gradient is channels-last is not copied), then the dgrad and wgrad functions take
-    # `.contiguous(layout)` of that (none when neither is asked: bp02's bias gradients alone), and
-    # drop them on return, before the argument
+    # gradient is channels-last is not copied; the transposed path's `.contiguous(...)` copies
+    # unless it is laid out so), then each problem takes its own layout,
+    # `cudnn_conv_suggest_memory_format` of its operands: the dgrad's of the gradient and the
+    # weight, the wgrad's of the input and the gradient (a pooled (N, C, 1, 1) input keeps its
+    # contiguous strides through `.contiguous(channels_last)`: by a channels-last 1x1 weight its
+    # wgrad runs NCHW, blind56/bd05's and DCGAN's H200 records), `.contiguous(layout)` of those
+    # (none when neither is asked: bp02's bias gradients alone), dropped on return, before the
+    # argument
     x_c = _copy_unless_in(cap, x, cl) if mask[1] or x.dim() == 3 else None
-    passed = suggest_memory_format(x)
-    if x_c is not None and x.dim() in (4, 5):
-        layout = _cl_format(x) if cl else torch.contiguous_format
-        passed = suggest_memory_format(
-            torch.empty(x.shape, dtype=x.dtype, device="meta", memory_format=layout)
-        )
+    x_seen = x
+    if x_c is not None:
+        fmt = _cl_format(x) if cl else torch.contiguous_format
+        x_seen = torch.empty(x.shape, dtype=x.dtype, device="meta", memory_format=fmt)
+    fmt = suggest_memory_format(x_seen)
     g_to, grad_c = None, grad
-    if grad.dim() in (4, 5) and suggest_memory_format(grad) != passed:
+    if grad.dim() in (4, 5) and (
+        not grad.is_contiguous(memory_format=fmt) if conv[5] else suggest_memory_format(grad) != fmt
+    ):
         g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")
-        grad_c = torch.empty(grad.shape, dtype=grad.dtype, device="meta", memory_format=passed)
-    g_c = _copy_unless_in(cap, grad_c, cl) if mask[0] or mask[1] else None
+        grad_c = torch.empty(grad.shape, dtype=grad.dtype, device="meta", memory_format=fmt)
+    cl_d, cl_w = _channels_last(grad_c, w), _channels_last(x_seen, grad_c)
+    gi, gw = _in_layout(gi, cl_d), _in_layout(gw, cl_w)
+    g_c = _copy_unless_in(cap, grad_c, cl_d if mask[0] else cl_w) if mask[0] or mask[1] else None
     if mask[0] and gi is not None:
         cap.track(gi, "aten::cudnn_convolution_backward_input")
-        w_c = _copy_unless_in(cap, w, cl)
+        w_c = _copy_unless_in(cap, w, cl_d)
         if gi.numel() > 0:
-            _conv_workspace(cap, "dgrad", conv)
+            _conv_workspace(cap, "dgrad", (*conv[:-1], cl_d))
         del w_c
     if mask[1] and gw is not None:
+        # the wgrad's own copies where its layout is not the dgrad's
+        g_cw = _copy_unless_in(cap, grad_c, cl_w) if mask[0] and cl_w != cl_d else None
+        x_cw = _copy_unless_in(cap, x_seen, cl_w)
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
-            _conv_workspace(cap, "wgrad", conv)
+            _conv_workspace(cap, "wgrad", (*conv[:-1], cl_w))
+        del g_cw, x_cw
     del g_c, g_to, x_c
     return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
 

@@ -3,7 +3,7 @@
     python conv_sweep.py problems OUT.json                 (CPU: the models' convolutions, meta tensors)
     python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]   (GPU)
     python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
-    python conv_sweep.py merge TABLE LINES... > NEW        (the table with conv_table.py's new lines)
+    python conv_sweep.py merge [--correct] TABLE LINES... > NEW   (the table with conv_table.py's new lines)
     python conv_sweep.py affine TABLE [H100_JSONL]        (is the workspace affine in the batch?)
 
 `problems` builds torchvision's and timm's common models (and plain UNets, Conv1d audio stacks, 3-D
@@ -29,8 +29,10 @@ instead (`"via": "autocast"`, OUTDIR/autocast/), to check that they give the sam
 
 `merge` adds conv_table.py's lines (one a problem) to the table, which holds one line for each problem
 without its batch, the batches' bytes after a `|`: a problem the table already holds must have the
-same bytes (a disagreement is printed on stderr and the table's bytes kept). `affine` asks whether the
-workspace of one problem is an affine function of the batch between measured batches (leave one out).
+same bytes (a disagreement is printed on stderr and the table's bytes kept; with `--correct` the
+lines' bytes replace the table's, for lines the table took from records since found misread).
+`affine` asks whether the workspace of one problem is an affine function of the batch between
+measured batches (leave one out).
 """
 
 import json
@@ -541,10 +543,11 @@ def table_lines(table):
     return [f"{g} | " + " ".join(f"{n}:{b}" for n, b in sorted(groups[g])) for g in sorted(groups)]
 
 
-def merge(table_path, *sources):
+def merge(table_path, *sources, correct=False):
     """The table's lines plus the sources' new ones (conv_table.py's output, or a table), in the table's
     format (header kept); a problem the table or an earlier source holds keeps its bytes, a
-    disagreement goes to stderr."""
+    disagreement goes to stderr. With `correct` the sources' bytes replace the table's where they
+    disagree (for lines the table took from records since found misread: fixtures/run/README.md)."""
     header, table = read_table(table_path)
     old = len(table)
     agree = conflicts = 0
@@ -556,6 +559,8 @@ def merge(table_path, *sources):
                 else:
                     conflicts += 1
                     print(f"conflict: {key}: table {table[key]}, sweep {b}", file=sys.stderr)
+                    if correct:
+                        table[key] = b
             else:
                 table[key] = b
     print(
@@ -670,7 +675,8 @@ def main():
     elif cmd == "smoke":
         smoke()
     elif cmd == "merge":
-        print("\n".join(merge(sys.argv[2], *sys.argv[3:])))
+        correct = sys.argv[2] == "--correct"
+        print("\n".join(merge(*sys.argv[2 + correct :], correct=correct)))
     elif cmd == "affine":
         affine(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:

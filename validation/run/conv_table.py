@@ -56,14 +56,6 @@ def is_contiguous(t):
     return True
 
 
-def channels_last(t):
-    """`t.suggest_memory_format()` is channels-last, for the dense tensors here (5-D: by the strides,
-    as the twin's `_suggests_channels_last` reads them)."""
-    if len(t[0]) == 5:
-        return suggests_channels_last(t)
-    return is_channels_last(t) and not is_contiguous(t)
-
-
 def suggests_channels_last(t):
     """`t.suggest_memory_format()` is channels-last (c10's `is_channels_last_strides_2d` /
     `_3d`, size-1 dimensions included), for a 4-D or 5-D tensor."""
@@ -80,25 +72,6 @@ def suggests_channels_last(t):
     return True
 
 
-def grad_copies(grad, x, layout):
-    """Bytes of the gradient's copies in `cudnn_convolution_backward` (ConvShared.cpp):
-    `grad_output_t.to(input.suggest_memory_format())`, then `.contiguous(layout)` of that."""
-    sizes = grad[0]
-    n = 1
-    for s in sizes:
-        n *= s
-    item = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[grad[2]]
-    out = []
-    if len(sizes) in (4, 5) and suggests_channels_last(grad) != suggests_channels_last(x):
-        out.append(n * item)
-        cl = suggests_channels_last(x)
-        grad = (sizes, dense_strides(sizes, cl), grad[2])
-    c = copy_bytes(grad, layout)
-    if c:
-        out.append(c)
-    return out
-
-
 def dense_strides(sizes, channels_last):
     """The strides `torch.empty(sizes, memory_format=...)` gives a 4-D or 5-D tensor."""
     order = _cl_order(len(sizes)) if channels_last else list(range(len(sizes) - 1, -1, -1))
@@ -109,7 +82,24 @@ def dense_strides(sizes, channels_last):
     return strides
 
 
+def _nbytes(t):
+    n = 1
+    for s in t[0]:
+        n *= s
+    return n * {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[t[2]]
+
+
 def problem(op, args):
+    """(key, bytes of the layout copies the op makes first) of a convolution record, as ATen runs it
+    (Convolution.cpp, ConvUtils.h, cudnn/ConvShared.cpp). Each of cuDNN's three problems has its
+    own layout, `cudnn_conv_suggest_memory_format` of its two operands (channels-last when either
+    suggests it by its strides, size-1 dimensions included; never in float64): the forward's of the
+    input and the weight; the dgrad's of the gradient and the weight; the wgrad's of the input and
+    the gradient. `convolution_backward` passes `input.contiguous(forward's layout)` when the
+    weight's gradient is asked for (and a 1-D input contiguous always), then the gradient goes
+    `.to` (`.contiguous`, transposed) the suggested format of that input: a pooled (N, C, 1, 1)
+    input is contiguous in both layouts and keeps its strides, so a channels-last 1x1 weight runs
+    its forward and dgrad channels-last and its wgrad not (blind56/bd05, DCGAN's first layer)."""
     if op == "conv2d":
         # the composite as a dispatch mode sees it in inference mode; trailing defaults left out
         full = list(args) + [None, [1, 1], [0, 0], [1, 1], 1][len(args) - 2 :]
@@ -121,26 +111,43 @@ def problem(op, args):
         grad = None
     else:
         grad, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups = args[:10]
-    layout = "nhwc" if channels_last(x) or channels_last(w) else "nchw"
+
+    def suggest(a, b):
+        return x[2] != "float64" and (suggests_channels_last(a) or suggests_channels_last(b))
+
+    cl = suggest(x, w)
+    copies = []
+    if op == "forward":
+        copies += [copy_bytes(x, cl), copy_bytes(w, cl)]
+    else:
+        if op == "wgrad" or len(x[0]) == 3:
+            c = copy_bytes(x, cl and len(x[0]) != 3)
+            if c:
+                copies.append(c)
+                x = (x[0], dense_strides(x[0], cl), x[2])
+        if len(grad[0]) in (4, 5):
+            to = suggests_channels_last(x)
+            if copy_bytes(grad, to) if transposed else suggests_channels_last(grad) != to:
+                copies.append(_nbytes(grad))
+                grad = (grad[0], dense_strides(grad[0], to), grad[2])
+        cl = suggest(grad, w) if op == "dgrad" else suggest(x, grad)
+        copies += [copy_bytes(grad, cl), copy_bytes(w if op == "dgrad" else x, cl)]
     j = lambda v: ",".join(str(i) for i in v)  # noqa: E731
     key = (
-        f"{op} {x[2]} {layout} {int(transposed)} {j(x[0])} {j(w[0])} {j(stride)} {j(padding)} "
+        f"{op} {args[0 if op == 'forward' else 1][2]} {'nhwc' if cl else 'nchw'} {int(transposed)} "
+        f"{j((args[0] if op == 'forward' else args[1])[0])} {j(w[0])} {j(stride)} {j(padding)} "
         f"{j(dilation)} {j(out_pad)} {groups}"
     )
-    return key, (grad, x, w), layout
+    return key, [c for c in copies if c]
 
 
-def copy_bytes(t, layout):
-    """Bytes of `t.contiguous(layout)` when it copies (cuDNN's operands must be in the layout)."""
+def copy_bytes(t, channels_last):
+    """Bytes of `t.contiguous(layout)` when it copies (cuDNN's operands must be in the layout):
+    `is_contiguous(memory_format)`, which reads no stride of a size-1 dimension."""
     if t is None:
         return 0
-    sizes = t[0]
-    n = 1
-    for s in sizes:
-        n *= s
-    item = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}[t[2]]
-    dense = is_channels_last(t) if len(sizes) in (4, 5) and layout == "nhwc" else is_contiguous(t)
-    return 0 if dense else n * item
+    dense = is_channels_last(t) if len(t[0]) in (4, 5) and channels_last else is_contiguous(t)
+    return 0 if dense else _nbytes(t)
 
 
 def _name(r):
@@ -159,60 +166,54 @@ def _same_padding(name, r):
     return name == "conv2d" and isinstance(r["args"][4] if len(r["args"]) > 4 else None, str)
 
 
+def workspace(name, r):
+    """The workspace of one GPU record of a convolution (what the op requested beyond its new outputs
+    and the layout copies of its own operands), or None (stderr) when its counts admit no such
+    reading."""
+    key, copy = problem(OPS[name], r["args"])
+    extra_count = r["count"] - len(r["new"]) - len(copy)
+    extra = r["requested"] - sum(r["new"]) - sum(copy)
+    if (extra_count, extra > 0) not in ((0, False), (1, True)) or extra < 0:
+        print(
+            f"{key}: {r['count']} allocations, {r['requested']} bytes for new {r['new']}"
+            f" (copies {copy}): not one workspace",
+            file=sys.stderr,
+        )
+        return None
+    return extra
+
+
 def read(gpu_dir, twin_dir):
     """{problem: workspace bytes} from the records of the scripts in both folders (stderr: the
-    problems with no one reading, and those read twice with two sizes)."""
+    problems with no one reading, and those read twice with two sizes).
+
+    A problem's bytes are read from the GPU's records alone, each with its own operands: cuDNN runs
+    the problem on operands made contiguous in its layout, the strides of size-1 dimensions set by
+    that layout (`fixSizeOneDimStride`, cudnn/Conv_v8.cpp), so the key (sizes, layout, parameters)
+    decides the workspace whatever strides the script's tensors had. The twin's records (every op)
+    add the problems the GPU did not list because they took nothing beyond their outputs: 0 bytes.
+    The twin's strides of size-1 dimensions may differ from the GPU's (a pooled (N, C, 1, 1) input,
+    fixtures/run/README.md), so its records are matched to the GPU's by key, not by arguments."""
     table = {}
     for twin_path in sorted(glob.glob(os.path.join(twin_dir, "*.jsonl"))):
         gpu_path = os.path.join(gpu_dir, os.path.basename(twin_path))
         if not os.path.exists(gpu_path):
             continue
-        gpu, gpu_problems = {}, set()
-        for line in open(gpu_path):
-            r = json.loads(line)
-            if r.get("op") in OPS or r.get("op") == "convolution_backward":
-                gpu.setdefault((r["op"], json.dumps(r["args"])), r)
+        found = {}
+        for path, is_gpu in ((gpu_path, True), (twin_path, False)):
+            for line in open(path):
+                r = json.loads(line)
                 name = _name(r)
-                if name is not None and not _same_padding(name, r):
-                    gpu_problems.add(problem(OPS[name], r["args"])[0])
-        for line in open(twin_path):
-            r = json.loads(line)
-            name = _name(r)
-            if name is None:
-                continue
-            if _same_padding(name, r):
-                continue
-            key, (grad, x, w), layout = problem(OPS[name], r["args"])
-            g = gpu.get((r["op"], json.dumps(r["args"])))
-            if g is None:
-                ws = 0  # the GPU op allocated exactly its outputs
-                if key in gpu_problems:
-                    # the GPU recorded this problem with other arguments (strides of size-1
-                    # dimensions, say): its bytes may not be 0 (fixtures/run/README.md, the sweep)
-                    print(
-                        f"{key}: no GPU record with the twin's arguments, one of the problem: 0 bytes taken",
-                        file=sys.stderr,
-                    )
-            else:
-                extra_count = g["count"] - len(g["new"])
-                extra = g["requested"] - sum(g["new"])
-                # forward reads x and w, dgrad grad and w, wgrad grad and x; convolution_backward
-                # makes the input contiguous for a dgrad alone only in 1-D (Convolution.cpp)
-                dgrad_x = (w, x) if len(x[0]) == 3 else (w,)
-                used = {"forward": (x, w), "conv2d": (x, w), "dgrad": dgrad_x, "wgrad": (x,)}[OPS[name]]
-                copies = [copy_bytes(t, layout) for t in used]
-                if grad is not None:
-                    copies += grad_copies(grad, x, layout)
-                copy = [c for c in copies if c]
-                extra_count, extra = extra_count - len(copy), extra - sum(copy)
-                if (extra_count, extra > 0) not in ((0, False), (1, True)) or extra < 0:
-                    print(
-                        f"{key}: {g['count']} allocations, {g['requested']} bytes for new {g['new']}"
-                        f" (copies {copy}): not one workspace",
-                        file=sys.stderr,
-                    )
+                if name is None or _same_padding(name, r):
                     continue
-                ws = extra
+                key = problem(OPS[name], r["args"])[0]
+                if not is_gpu:
+                    found.setdefault(key, 0)  # the GPU op allocated exactly its outputs
+                    continue
+                ws = workspace(name, r)
+                if ws is not None and found.setdefault(key, ws) != ws:
+                    print(f"{key}: {found[key]} and {ws} bytes", file=sys.stderr)
+        for key, ws in found.items():
             if table.setdefault(key, ws) != ws:
                 print(f"{key}: {table[key]} and {ws} bytes", file=sys.stderr)
     return table
