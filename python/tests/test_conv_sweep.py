@@ -172,6 +172,28 @@ def test_every_convolution_of_resnet18_at_batch_8_is_measured():
     assert stem == 30544656
 
 
+def test_the_last_of_the_sweep_is_in_the_table_and_the_sweep_is_whole(tmp_path):
+    # conv_sweep4_h200.tar.xz: the 8,367 items no earlier call reached, worker 0's records
+    with tarfile.open(FIXTURES / "run" / "conv_sweep4_h200.tar.xz") as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith((".err", "/w0.jsonl"))]
+        tar.extractall(tmp_path, members=names, filter="data")
+    with tarfile.open(FIXTURES / "run" / "conv_sweep2_h200.tar.xz") as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith((".err", "problems.json"))]
+        tar.extractall(tmp_path, members=names, filter="data")
+    with tarfile.open(FIXTURES / "run" / "conv_sweep_h200.tar.xz") as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith(".err")]
+        tar.extractall(tmp_path, members=names, filter="data")
+    d = tmp_path / "conv_sweep4"
+    swept = conv_table.read(str(d), str(d))
+    table = _lines(TABLE)
+    assert len(swept) == 1563
+    assert all(table[key] == b for key, b in swept.items())
+    n = len(conv_sweep.items(json.load(open(tmp_path / "conv_sweep2" / "problems.json"))))
+    dirs = [str(tmp_path / s) for s in ("conv_sweep", "conv_sweep2", "conv_sweep3")]
+    before, last = conv_sweep.reached(dirs, n), conv_sweep.reached([str(d)], n)
+    assert (len(before), len(last), len(before & last), len(before | last)) == (100959, 8367, 0, n)
+
+
 def _record(op, args, new, requested):
     """An ops_truth.py line of a convolution (bfloat16 tensors as [sizes, strides])."""
     t = lambda sizes, strides: [sizes, strides, "bfloat16", 0, "cuda"]  # noqa: E731
