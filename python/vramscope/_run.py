@@ -322,6 +322,32 @@ def _end_process() -> None:
     os._exit(status)
 
 
+#: the words of value stack that `_with_stack_room`'s frame reserves (512 KiB on a 64-bit build)
+STACK_ROOM = 1 << 16
+
+
+def _with_stack_room(fn, *args):
+    """`fn(*args)`, called from a frame that reserves `STACK_ROOM` words of CPython's frame stack.
+
+    CPython (3.11 on) keeps its Python frames on a stack of chunks: a frame that does not fit in
+    the current chunk gets a new one, mapped for it (`push_chunk`, 16 KiB at least, the size
+    doubled until the frame fits), which is unmapped again when that frame returns
+    (`_PyThreadState_PopFrame`; Python/pystate.c). Code that calls across a chunk's end in a loop
+    maps and unmaps a chunk at each call: below `vramscope run`'s own frames, the 8B Llama step's
+    process did so about 22,800 times, nearly all in the imports of torch, torch._dynamo and
+    transformers (strace; a plain `python -c` of the script's imports, 3,200 times; from this
+    frame, 60 times). This frame's own chunk is 1 MiB, half of it reserved here
+    and never written, and the frames below it share the other half: they cross a chunk's end
+    only past 512 KiB of frames. Nothing else changes: the reserved words are never written, so
+    no memory is committed for them, and the recursion limit counts frames, not words."""
+    return fn(*args)
+
+
+_with_stack_room.__code__ = _with_stack_room.__code__.replace(
+    co_stacksize=_with_stack_room.__code__.co_stacksize + STACK_ROOM
+)
+
+
 def main(argv: list[str], process: bool = False) -> int:
     """Run the script; returns the exit status. `process`: this is the process's program (the
     `vramscope` command), which ends without the interpreter's teardown (`_end_process`)."""
@@ -344,7 +370,7 @@ def main(argv: list[str], process: bool = False) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        status = _run(ns, collecting)
+        status = _with_stack_room(_run, ns, collecting)
     finally:
         if collecting:
             gc.enable()
