@@ -1,10 +1,15 @@
 """What `vramscope run` does to start cheaper gives what Python gives: the frame that reserves
-stack room (`_run._with_stack_room`)."""
+stack room (`_run._with_stack_room`) and the compiled-code cache of `dataclasses`
+(`vramscope._codecache`)."""
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
+import sys
+
 import pytest
-from vramscope import _run
+from vramscope import _codecache, _run
 
 
 def test_the_stack_room_frame_passes_calls_through():
@@ -17,3 +22,70 @@ def test_the_stack_room_frame_passes_calls_through():
     assert _run._with_stack_room(depth, 800) == 800
     with pytest.raises(ZeroDivisionError):
         _run._with_stack_room(lambda: 1 / 0)
+
+
+def _point_class():
+    @dataclasses.dataclass(order=True)
+    class Point:
+        x: int
+        y: int = 2
+
+    return Point
+
+
+def test_dataclasses_compile_through_the_cache_as_without_it(tmp_path, monkeypatch):
+    plain = _point_class()
+    path = str(tmp_path / "codes.marshal")
+    cache = _codecache.CodeCache(path)
+    monkeypatch.setattr(dataclasses, "exec", cache.exec, raising=False)
+    cached = _point_class()
+    assert cache.compiled > 0 and len(cache.codes) == cache.compiled
+    for name in ("__init__", "__repr__", "__eq__", "__lt__"):
+        assert getattr(cached, name).__code__ == getattr(plain, name).__code__, name
+    assert repr(cached(1)) == repr(plain(1)) and cached(1) < cached(1, 3)
+
+    # stored, read back by the next process, and not compiled again
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    cache.save()
+    again = _codecache.CodeCache(path)
+    assert again.codes == cache.codes
+    monkeypatch.setattr(dataclasses, "exec", again.exec, raising=False)
+    reread = _point_class()
+    assert again.compiled == 0
+    assert reread.__init__.__code__ == plain.__init__.__code__
+
+
+def test_nothing_is_written_where_python_writes_no_bytecode(tmp_path, monkeypatch):
+    path = tmp_path / "codes.marshal"
+    cache = _codecache.CodeCache(str(path))
+    cache.exec("x = 1", {})
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    cache.save()
+    assert not path.exists()
+    # a file of another interpreter, or not a cache, is compiled around
+    path.write_bytes(b"not marshal")
+    assert _codecache.CodeCache(str(path)).codes == {}
+
+
+def test_the_callers_future_flags_are_the_compilers(tmp_path):
+    cache = _codecache.CodeCache(str(tmp_path / "codes.marshal"))
+    text = "def f(x: int) -> None:\n    pass\n"
+    future = compile(
+        "from __future__ import annotations\ndef run(ex, text, ns):\n    ex(text, {}, ns)\n",
+        "<future>",
+        "exec",
+        dont_inherit=True,
+    )
+    plain = compile("def run(ex, text, ns):\n    ex(text, {}, ns)\n", "<plain>", "exec", dont_inherit=True)
+    for module, wanted in (
+        (future, {"x": "int", "return": "None"}),
+        (plain, {"x": int, "return": None}),
+    ):
+        scope: dict = {}
+        builtins.exec(module, scope)
+        expected: dict = {}
+        scope["run"](builtins.exec, text, expected)
+        ours: dict = {}
+        scope["run"](cache.exec, text, ours)
+        assert ours["f"].__annotations__ == expected["f"].__annotations__ == wanted
+    assert cache.compiled == 2  # one text, two sets of flags

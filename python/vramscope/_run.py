@@ -381,6 +381,9 @@ def main(argv: list[str], process: bool = False) -> int:
 
 def _run(ns: argparse.Namespace, collecting: bool) -> int:
     """`main` from the script's check on, with the collector off until the script starts."""
+    from . import _codecache
+
+    _codecache.install()
     _hide_real_gpus()
     atexit.register(_spare_final_collections)
 
