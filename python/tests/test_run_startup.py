@@ -1,15 +1,19 @@
 """What `vramscope run` does to start cheaper gives what Python gives: the frame that reserves
-stack room (`_run._with_stack_room`) and the compiled-code cache of `dataclasses`
-(`vramscope._codecache`)."""
+stack room (`_run._with_stack_room`), the compiled-code cache of `dataclasses`
+(`vramscope._codecache`) and the cheaper answers to torch's `inspect` questions
+(`vramscope._inspect`)."""
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
+import inspect
+import os
 import sys
+import types
 
 import pytest
-from vramscope import _codecache, _run
+from vramscope import _codecache, _inspect, _run
 
 
 def test_the_stack_room_frame_passes_calls_through():
@@ -89,3 +93,65 @@ def test_the_callers_future_flags_are_the_compilers(tmp_path):
         scope["run"](cache.exec, text, ours)
         assert ours["f"].__annotations__ == expected["f"].__annotations__ == wanted
     assert cache.compiled == 2  # one text, two sets of flags
+
+
+def test_realpath_resolves_as_posixpath_does(tmp_path):
+    if os.path is not __import__("posixpath"):
+        pytest.skip("POSIX paths only")
+    real = tmp_path / "real" / "pkg"
+    real.mkdir(parents=True)
+    (real / "mod.py").write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    (real / "alias.py").symlink_to(real / "mod.py")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    paths = [
+        tmp_path / "real" / "pkg" / "mod.py",
+        tmp_path / "linked" / "pkg" / "mod.py",
+        tmp_path / "linked" / "pkg" / "alias.py",
+        tmp_path / "linked" / "pkg" / "missing.py",
+        tmp_path / "loop" / "x.py",
+        tmp_path / "loop",
+    ]
+    resolved: dict = {}
+    for path in paths + paths:
+        assert _inspect._realpath(str(path), resolved) == os.path.realpath(path), path
+
+
+def _mapped(getmodule, frame, monkeypatch):
+    """inspect's two caches after `getmodule(frame)`, from empty caches."""
+    monkeypatch.setattr(inspect, "modulesbyfile", {})
+    monkeypatch.setattr(inspect, "_filesbymodname", {})
+    found = getmodule(frame)
+    return found, list(inspect.modulesbyfile.items()), list(inspect._filesbymodname.items())
+
+
+def test_getmodule_maps_the_modules_as_inspect_does(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.py").write_text("")
+    (tmp_path / "linked").symlink_to(real)
+    # two modules whose files are one file through a link: the later one's name wins both keys
+    for name, folder in (("vs_test_a", "real"), ("vs_test_b", "linked")):
+        module = types.ModuleType(name)
+        module.__file__ = str(tmp_path / folder / "a.py")
+        monkeypatch.setitem(sys.modules, name, module)
+    frame = sys._getframe()
+    ours = _mapped(_inspect.getmodule, frame, monkeypatch)
+    theirs = _mapped(_inspect._ORIGINAL, frame, monkeypatch)
+    assert ours == theirs
+    assert ours[0] is sys.modules[__name__]
+    assert dict(ours[1])[str(real / "a.py")] == "vs_test_b"
+
+
+def test_get_source_names_the_callers_file_and_line():
+    utils = pytest.importorskip("torch._library.utils")
+
+    def both():
+        return _inspect.get_source(1), utils.get_source(1)
+
+    ours, theirs = both()
+    assert ours == theirs and ours.startswith(__file__ + ":")
+    # a get_source other than torch 2.11's is left as it is
+    other = types.SimpleNamespace(get_source=lambda stacklevel: "elsewhere")
+    _inspect._patch_get_source(other)
+    assert other.get_source(1) == "elsewhere"

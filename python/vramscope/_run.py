@@ -381,9 +381,10 @@ def main(argv: list[str], process: bool = False) -> int:
 
 def _run(ns: argparse.Namespace, collecting: bool) -> int:
     """`main` from the script's check on, with the collector off until the script starts."""
-    from . import _codecache
+    from . import _codecache, _inspect
 
     _codecache.install()
+    _inspect.install()
     _hide_real_gpus()
     atexit.register(_spare_final_collections)
 
