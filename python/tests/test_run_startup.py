@@ -52,11 +52,16 @@ def test_dataclasses_compile_through_the_cache_as_without_it(tmp_path, monkeypat
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     cache.save()
     again = _codecache.CodeCache(path)
-    assert again.codes == cache.codes
+    assert set(again.stored) == set(cache.codes) and not again.codes
     monkeypatch.setattr(dataclasses, "exec", again.exec, raising=False)
     reread = _point_class()
-    assert again.compiled == 0
+    assert again.compiled == 0 and again.codes == cache.codes
     assert reread.__init__.__code__ == plain.__init__.__code__
+    # a text of its own is compiled, and stored beside the file's
+    again.exec("y = 2", {})
+    again.save()
+    flags = sys._getframe().f_code.co_flags & _codecache._FUTURE_FLAGS  # this file's annotations
+    assert set(_codecache.CodeCache(path).stored) == set(cache.codes) | {(flags, "y = 2")}
 
 
 def test_nothing_is_written_where_python_writes_no_bytecode(tmp_path, monkeypatch):

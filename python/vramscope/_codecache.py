@@ -21,9 +21,10 @@ import importlib.util
 import marshal
 import os
 import sys
+import types
 
 #: changes whenever what a cache file holds changes
-_FORMAT = 1
+_FORMAT = 2
 #: the `__future__` flags that `exec` passes on from its caller to the compiler (`PyCF_MASK`,
 #: CPython's Include/cpython/compile.h)
 _FUTURE_FLAGS = (
@@ -38,7 +39,7 @@ _FUTURE_FLAGS = (
 )
 #: what a stored result was compiled by: it is read back only by the same
 _HEADER = (_FORMAT, sys.version, importlib.util.MAGIC_NUMBER, sys.flags.optimize)
-#: the most texts a cache file keeps: past it, a process stores only those it used itself
+#: the most texts a cache file keeps (about 1.2 KB each): past it, a process stores only its own
 MAX_ENTRIES = 20_000
 
 
@@ -51,19 +52,22 @@ def cache_file() -> str:
 
 
 class CodeCache:
-    """Code objects by (`__future__` flags, source text), read from and written to `path`."""
+    """Code objects by (`__future__` flags, source text), read from and written to `path`; each
+    stored one is kept as its `marshal` bytes until a text asks for it, so a file that holds
+    other programs' texts too costs little more than its reading."""
 
     def __init__(self, path: str):
         self.path = path
+        #: the file's code, as `marshal` bytes
+        self.stored: dict = {}
+        #: this process's code objects, compiled or read
         self.codes: dict = {}
-        #: the texts this process ran, compiled or read
-        self.used: dict = {}
         self.compiled = 0
         try:
             with open(path, "rb") as f:
                 stored = marshal.load(f)
             if stored[0] == _HEADER and isinstance(stored[1], dict):
-                self.codes = stored[1]
+                self.stored = stored[1]
         except Exception:
             pass
 
@@ -75,26 +79,42 @@ class CodeCache:
             key = (flags, source)
             code = self.codes.get(key)
             if code is None:
-                code = compile(source, "<string>", "exec", flags, dont_inherit=True)
+                code = self._read(key)
+                if code is None:
+                    code = compile(source, "<string>", "exec", flags, dont_inherit=True)
+                    self.compiled += 1
                 self.codes[key] = code
-                self.compiled += 1
-            self.used[key] = code
             source = code
         return builtins.exec(source, globals, locals)
 
+    def _read(self, key):
+        data = self.stored.get(key)
+        if data is None:
+            return None
+        try:
+            code = marshal.loads(data)
+        except Exception:
+            return None
+        return code if type(code) is types.CodeType else None
+
     def save(self) -> None:
-        """Store the code where this process compiled any (nothing where Python writes no
-        bytecode, or where the file cannot be written)."""
+        """Store the code where this process compiled any, beside the file's (only this
+        process's where that would pass `MAX_ENTRIES`; nothing where Python writes no bytecode,
+        or where the file cannot be written)."""
         if not self.compiled or sys.dont_write_bytecode:
             return
-        codes = self.codes if len(self.codes) <= MAX_ENTRIES else self.used
         try:
-            data = marshal.dumps((_HEADER, codes))
+            entries = dict(self.stored) if len(self.stored) + self.compiled <= MAX_ENTRIES else {}
+            for key, code in self.codes.items():
+                if key not in entries:
+                    entries[key] = marshal.dumps(code)
+            data = marshal.dumps((_HEADER, entries))
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = f"{self.path}.{os.getpid()}.tmp"
             with open(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, self.path)
+            self.stored = entries
             self.compiled = 0
         except Exception:
             pass
