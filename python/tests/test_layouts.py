@@ -501,3 +501,14 @@ def test_squeeze_excitation_convolutions_take_each_problems_layout_issue_31():
         gi, gw, _ = backward(*setup_backward())
         # at::empty in each problem's layout, size-1 dimensions' strides included
         assert gi.stride() == (96, 1, 96, 96) and gw.stride() == (96, 1, 1, 1)
+
+
+def test_mse_loss_backward_gives_a_contiguous_gradient():
+    # Loss.cpp: `zeros_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`, then the `_out` kernel
+    # (blind68/bp02's H200 history: the loss gradient of a channels-last output is NCHW)
+    with vramscope.capture(gpu="h200"):
+        cl = torch.channels_last
+        x = torch.empty(32, 3, 128, 128, device="cuda").contiguous(memory_format=cl)
+        t = torch.empty(32, 3, 128, 128, device="cuda").contiguous(memory_format=cl)
+        g = aten.mse_loss_backward(torch.ones((), device="cuda"), x, t, 1)
+        assert g.is_contiguous() and g.shape == x.shape

@@ -1232,6 +1232,22 @@ DISPATCH[aten.mse_loss.default] = _mse_loss
 DISPATCH[aten.smooth_l1_loss.default] = _mse_loss
 
 
+def _mse_loss_backward(cap, func, args, kwargs):
+    """`mse_loss_backward` (Loss.cpp): `at::zeros_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)` filled
+    by the `_out` kernel, so the gradient is contiguous whatever the input's layout (blind68/bp02's
+    H200 history: a channels-last UNet's loss gradient reaches its last convolution as NCHW)."""
+    if not registered(args[1]):
+        return NotImplemented
+    cap.ops += 1
+    out = func(*args, **kwargs)
+    if not out.is_contiguous():
+        out = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    return cap.track(out, "aten::mse_loss_backward")
+
+
+DISPATCH[aten.mse_loss_backward.default] = _mse_loss_backward
+
+
 def _huber_loss(cap, func, args, kwargs):
     """`huber_loss` with a reduction (`aten/src/ATen/native/Loss.cpp`, not a structured kernel):
     `at::empty_like(input)` filled by `huber_stub`, then `apply_loss_reduction`'s `mean()` or
