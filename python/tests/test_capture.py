@@ -815,17 +815,19 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
 def test_pow_s_kernel_module_takes_the_top_of_a_freed_host_range(tmp_script, tmp_path):
     # blind4/d01 on the H200 (fixtures/va_maps/host_built_h200.tar.xz; docs/driver-placement.md,
     # rule 12): the first pow kernel loads its module, whose two host buffers (38.53 MiB) glibc maps
-    # at the top of the host tensors' freed range; the next chunk goes below them
+    # at the top of the host tensors' freed range; the next chunk goes below them. (The tensor is
+    # smaller than the driver's pool and its slack, 544 MiB, so the pool goes below the lowest
+    # chunk, not into the freed range: rule 14)
     snap = tmp_path / "snap.pickle"
     script = tmp_script(
         f"""
 import torch
 import torch._dynamo                            # libtriton.so before the context: above it
-x = torch.empty(700 << 20, dtype=torch.uint8)   # glibc maps it on its own: B+246 (rule 11)
-y = x.cuda()                                    # 700 MiB at B-1120
-del x                                           # B+246..B+946 free
+x = torch.empty(500 << 20, dtype=torch.uint8)   # glibc maps it on its own: B+246 (rule 11)
+y = x.cuda()                                    # 500 MiB at B-928
+del x                                           # B+246..B+746 free
 z = torch.ones(1 << 20, device="cuda")
-w = z.pow(2)                                    # pow's module at B+907.47..B+946
+w = z.pow(2)                                    # pow's module at B+707.47..B+746
 big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
@@ -833,10 +835,10 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     status, _, _, err = run_script(script)
     assert status == 0, err
     segs = pickle.loads(snap.read_bytes())["segments"]
-    base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
+    base = min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20)
     where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
-    # without the module the 320 MiB chunk would lie at the range's aligned top, B+608
-    assert where == [(-1120, 700), (72, 20), (576, 300)]
+    # without the module the 320 MiB chunk would lie at the range's aligned top, B+416
+    assert where == [(-928, 500), (72, 20), (384, 300)]
 
 
 def test_kernel_modules_load_once_each(tmp_script, tmp_path):
@@ -848,12 +850,12 @@ def test_kernel_modules_load_once_each(tmp_script, tmp_path):
         f"""
 import torch
 import torch._dynamo
-x = torch.empty(700 << 20, dtype=torch.uint8)
+x = torch.empty(500 << 20, dtype=torch.uint8)
 y = x.cuda()
-del x                                           # B+246..B+946 free
+del x                                           # B+246..B+746 free
 z = torch.ones(1 << 20, device="cuda")
-w = z.pow(2)                                    # pow's module at B+907.47..B+946
-m = z.masked_fill(z > 0, 0.0)                   # masked_fill's at B+871.16..B+907.47
+w = z.pow(2)                                    # pow's module at B+707.47..B+746
+m = z.masked_fill(z > 0, 0.0)                   # masked_fill's at B+671.16..B+707.47
 z.index_add_(0, torch.zeros(4, dtype=torch.long, device="cuda"), torch.ones(4, device="cuda"))
 big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.memory._dump_snapshot({str(snap)!r})
@@ -862,10 +864,37 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     status, _, _, err = run_script(script)
     assert status == 0, err
     segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    # pow's alone: the 320 MiB chunk at B+384; index_add_'s module loaded again would put it at B+288
+    assert where[-1] == (320, 300)
+
+
+def test_the_driver_s_pool_takes_a_host_built_model_s_freed_range(tmp_script, tmp_path):
+    # rule 14 (docs/driver-placement.md; blind64/bl01's H200 history): at the first kernel that gives
+    # the context's range back the driver reserves its 512 MiB pool, placed as a chunk: here in the
+    # host tensor's freed range (B+416..B+928), so the next chunks go below it
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+import torch._dynamo
+x = torch.empty(700 << 20, dtype=torch.uint8)   # B+246..B+946 (rule 11)
+y = x.cuda()                                    # 700 MiB at B-1120
+del x                                           # B+246..B+946 free
+z = torch.ones(1 << 20, device="cuda")          # B+72; fill_: the range goes back, the pool
+a = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")   # B+384, under the pool
+b = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")   # B+352
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
     base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
     where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
-    # pow's alone: the 320 MiB chunk at B+576; index_add_'s module loaded again would put it at B+512
-    assert where[-1] == (544, 300)
+    # without the pool they would lie at the range's aligned top, B+896 and B+864
+    assert where == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
 
 
 def test_a_meta_kernel_s_dynamo_import_maps_no_libtriton(tmp_script, tmp_path):
@@ -873,14 +902,15 @@ def test_a_meta_kernel_s_dynamo_import_maps_no_libtriton(tmp_script, tmp_path):
     # wraps: its `import torch._dynamo` is the twin's, not the program's (a GPU process runs
     # logit's C++ kernel), so libtriton.so is not mapped there (rule 10); the program's own
     # import maps it at the top of the host tensor's freed range (rule 7), and the chunk goes lower
+    # (the range is smaller than the driver's pool and its slack, which goes below: rule 14)
     def where(op):
         snap = tmp_path / "snap.pickle"
         script = tmp_script(
             f"""
 import torch
-x = torch.empty(700 << 20, dtype=torch.uint8)   # B+246 (rule 11)
+x = torch.empty(500 << 20, dtype=torch.uint8)   # B+246 (rule 11)
 y = x.cuda()
-del x                                           # B+246..B+946 free
+del x                                           # B+246..B+746 free
 z = torch.ones(1 << 20, device="cuda")
 {op}
 big = torch.empty(300 << 20, dtype=torch.uint8, device="cuda")
@@ -890,12 +920,12 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
         status, _, _, err = run_script(script)
         assert status == 0, err
         segs = pickle.loads(snap.read_bytes())["segments"]
-        base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
+        base = min(s["address"] for s in segs if s["total_size"] == 500 << 20) + (928 << 20)
         return max((s["address"] - base) >> 20 for s in segs if s["total_size"] == 300 << 20)
 
-    assert where("pass") == 608
-    assert where("w = torch.logit(z)") == 608
-    assert where("import torch._dynamo") < 608
+    assert where("pass") == 416
+    assert where("w = torch.logit(z)") == 416
+    assert where("import torch._dynamo") < 416
 
 
 def test_a_tied_parameter_s_host_storage_dies_at_its_first_conversion():

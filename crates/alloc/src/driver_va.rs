@@ -59,6 +59,12 @@
 //!    module's lazy load `malloc`s host buffers libcuda never frees; those
 //!    glibc maps (`crate::HostHeap::malloc_plain`) are placed as rule 7
 //!    places host memory (the engine's `Runtime::kernel_module`).
+//! 14. **The driver's pool** ([`DriverVa::release_context`]). At the op
+//!    where the context gives its range back (rule 6) the driver reserves
+//!    [`DRIVER_POOL`] of address space, placed as a chunk is (rules 3,
+//!    then 1), never given back: below the lowest chunk, unless a released
+//!    range has room for it (a host-built model's freed tensors, rule 11).
+//!    (Rule 13, expandable segments' reservations, is `crate::SimDevice`'s.)
 //!
 //! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
 //! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,
@@ -76,6 +82,11 @@ const PAGE: u64 = 2 * MIB;
 /// The address space the first `cublasCreate` reserves (rule 8): measured
 /// (`validation/va_pool`, `validation/va_check.py rule`).
 const CUBLAS_RESERVATION: u64 = 64 * MIB;
+/// The address space the driver reserves for its pool at the first kernels
+/// that give the context's range back (rule 14): a 504 MiB `PROT_NONE`
+/// mapping beside its top 8 MiB in the process's maps (`validation/va_pool`,
+/// `docs/driver-placement.md`, session 10).
+const DRIVER_POOL: u64 = 512 * MIB;
 /// The x86-64 page: the loader's `mmap` is this much short of the span plus
 /// the alignment (rule 9).
 const HOST_PAGE: u64 = 4096;
@@ -222,6 +233,7 @@ impl DriverVa {
     /// fresh context's small hole) the range becomes a hole of the context's
     /// chunk, as rule 5 has it, taken from its low end; else the whole of
     /// B-416..B is released, and chunks go into it from its top (rule 3).
+    /// Then the driver reserves its pool (rule 14, [`Self::reserve_pool`]).
     /// A no-op once released, or after [`Self::after_cublas`]; `true` when
     /// it gave the range back.
     pub(crate) fn release_context(&mut self) -> bool {
@@ -250,7 +262,26 @@ impl DriverVa {
             self.add_released(lo, anchor);
         }
         self.update(0);
+        self.reserve_pool();
         true
+    }
+
+    /// Rule 14: the driver's pool, [`DRIVER_POOL`] of address space placed
+    /// as a chunk is (rule 3, else rule 1) and never given back; no segment
+    /// goes into it. Where the highest released range with room is a
+    /// host-built model's freed tensors (rule 11), the next chunks go below
+    /// the pool (blind64/bl01's H200 history: its first forward's 24 MiB
+    /// chunk 512 MiB under that range's top).
+    fn reserve_pool(&mut self) {
+        if let Some(lo) = self.place_chunk(DRIVER_POOL) {
+            let mut segs = self.spare_segs.pop().unwrap_or_default();
+            segs.push((lo, DRIVER_POOL));
+            self.push_chunk(Chunk {
+                lo,
+                hi: lo + DRIVER_POOL,
+                segs,
+            });
+        }
     }
 
     /// Rule 6: the process's first kernel launches; the driver takes 2 MiB
@@ -393,9 +424,24 @@ impl DriverVa {
     /// Rules 1 and 3: a new chunk for a segment of `size` (2 MiB pages),
     /// the segment at its start.
     fn new_chunk(&mut self, size: u64) -> Option<u64> {
+        let len = size.checked_next_multiple_of(CHUNK)?;
+        let lo = self.place_chunk(len)?;
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        segs.push((lo, size));
+        self.push_chunk(Chunk {
+            lo,
+            hi: lo + len,
+            segs,
+        });
+        Some(lo)
+    }
+
+    /// Rules 3 and 1: where a chunk of `len` bytes (a multiple of 32 MiB)
+    /// goes, its range taken out of the released ranges; the caller pushes
+    /// the chunk.
+    fn place_chunk(&mut self, len: u64) -> Option<u64> {
         // at the highest 32 MiB aligned address with room (a host
         // mapping's end is not aligned: rule 7)
-        let len = size.checked_next_multiple_of(CHUNK)?;
         let released = self
             .released
             .iter()
@@ -412,13 +458,6 @@ impl DriverVa {
             // below an unaligned host mapping: the space between stays free
             self.add_released(lo + len, top);
         }
-        let mut segs = self.spare_segs.pop().unwrap_or_default();
-        segs.push((lo, size));
-        self.push_chunk(Chunk {
-            lo,
-            hi: lo + len,
-            segs,
-        });
         Some(lo)
     }
 
@@ -844,7 +883,8 @@ mod tests {
         // tail, B-444)
         assert_eq!(off(va.malloc(20 * MIB).unwrap()), -442);
         assert_eq!(off(va.malloc(32 * MIB).unwrap()), -384);
-        assert_eq!(off(va.malloc(32 * MIB).unwrap()), -576);
+        // below the driver's pool (rule 14: B-1056..B-544)
+        assert_eq!(off(va.malloc(32 * MIB).unwrap()), -1088);
         // what the loader gave back above the graph library is free: 1 MiB
         // of host memory goes to its top, just below B
         assert_eq!(va.host_map(MIB).unwrap(), B - MIB);
@@ -963,5 +1003,41 @@ mod tests {
         let a = va.host_map_above(9 * MIB).unwrap();
         let b = va.host_map_above(733 * MIB).unwrap();
         assert_eq!((off(a), off(b)), (246, 255));
+    }
+
+    /// Rule 14 as blind64/bl01's H200 memory history shows it: a model built
+    /// on the host (here one 810 MiB tensor above the context, rule 11),
+    /// moved to the device and freed before the first kernels; its range
+    /// takes the driver's pool at the op that gives the context's range
+    /// back, so the first forward's 24 MiB chunk lies 512 MiB under the
+    /// range's top (B+512; B+1024 without the pool), and its 2 MiB segment
+    /// in that chunk's hole.
+    #[test]
+    fn the_driver_s_pool_takes_a_freed_host_range() {
+        let mut va = DriverVa::new(B);
+        let host = va.host_map_above(810 * MIB).unwrap();
+        assert_eq!(off(host), 246);
+        assert_eq!(off(va.malloc(94 * MIB).unwrap()), -512);
+        assert_eq!(off(va.malloc(20 * MIB).unwrap()), 72);
+        va.free(host);
+        va.first_launch();
+        assert!(va.release_context());
+        let got: Vec<i64> = [24, 2, 20]
+            .into_iter()
+            .map(|size| off(va.malloc(size * MIB).unwrap()))
+            .collect();
+        assert_eq!(got, vec![512, 536, 480]);
+    }
+
+    /// Rule 14 without a released range that holds the pool: it goes below
+    /// the lowest chunk, and the next chunk below it.
+    #[test]
+    fn the_driver_s_pool_goes_below_the_lowest_chunk() {
+        let mut va = released_below_one_chunk();
+        // the context's range (416 MiB) is too small for it: the pool lies
+        // at B-1056..B-544, directly below the first chunk
+        assert_eq!(off(va.malloc(400 * MIB).unwrap()), -1472);
+        // the context's range still takes what fits
+        assert_eq!(off(va.malloc(32 * MIB).unwrap()), -32);
     }
 }
