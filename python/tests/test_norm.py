@@ -48,6 +48,23 @@ def test_channels_last_batch_norm_backward_takes_sums_and_staging():
     assert _extra(setup, run) == (4, 33028)
 
 
+def test_batch_norm_backward_in_evaluation_recomputes_invstd():
+    # blind50/ax01's H200 memory history (fixtures/run/placement): the input's gradient of an
+    # eval-mode BatchNorm2d (cuDNN's inference forward saved no statistics) takes 2,048 bytes for 512
+    # channels beside it, `batch_norm_backward_cuda`'s invstd from the running variance
+    def setup():
+        x = torch.empty(128, 512, 8, 8, device="cuda")
+        return torch.empty_like(x), x, torch.ones(512, device="cuda"), torch.zeros(512, device="cuda")
+
+    def run(g, x, w, m):
+        none = m.new_empty(0)
+        return torch.ops.aten.native_batch_norm_backward(
+            g, x, w, m, m, none, none, False, 1e-5, [True, False, False]
+        )
+
+    assert _extra(setup, run) == (1, 2048)
+
+
 def test_group_norm_scratch_is_the_measured_one():
     def setup():
         x = torch.empty(8, 64, 128, 128, device="cuda")

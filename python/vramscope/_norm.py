@@ -221,12 +221,15 @@ def _var_mean_stats(cap, x, stats_dtype, op: str) -> None:
 
 def _native_batch_norm_backward(cap, func, args, kwargs):
     """`batch_norm_backward_cuda`: the fused kernel (outputs only) unless the input takes the
-    channels-last kernels; then `batch_norm_backward_reduce_cuda` (sum_dy, sum_dy_xmu, the weight's and
-    bias's gradients, and in its channels-last template a staging of 2 accumulators per channel and
-    grid row with semaphores) and the elementwise input gradient, allocated last."""
+    channels-last kernels or no reduction is needed; then, where the forward ran in evaluation and
+    saved no statistics, the running mean in the accumulate type (a copy only where its dtype
+    differs) and `invstd` recomputed from the running variance, one per channel, both held to the
+    op's end; `batch_norm_backward_reduce_cuda` (sum_dy, sum_dy_xmu, the weight's and bias's
+    gradients, and in its channels-last template a staging of 2 accumulators per channel and grid
+    row with semaphores) and the elementwise input gradient, allocated last."""
     if kwargs or len(args) != 10:
         return NotImplemented
-    grad, x, w, rm, rv, _sm, _si, train, eps, mask = args
+    grad, x, w, rm, rv, sm, si, train, eps, mask = args
     if not (registered(grad) and registered(x)):
         return NotImplemented
     cap.ops += 1
@@ -249,6 +252,13 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
     c = x.size(1)
     acc = _acc_bytes(x.dtype)
     held = []
+    acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if needs_reduction and sm is not None and sm.numel() == 0 and rm is not None and rm.dtype != acc_dtype:
+        held.append(cap.malloc(c * acc, op, "temporary"))  # running_mean->to(acc_type)
+    if si is not None and si.numel() == 0 and rv is not None:
+        # `at::empty({n_channels}, acc_type)` then `batch_norm_calc_invstd` (blind50/ax01's H200
+        # history: 2,048 bytes per 512-channel evaluation backward, freed after the input's gradient)
+        held.append(cap.malloc(c * acc, op, "temporary"))
     if needs_reduction:
         cl = _channels_last_kernels(grad) and _channels_last_kernels(x)
         if cl or mask[0]:
