@@ -435,6 +435,19 @@ def test_a_routers_choice_over_stand_in_zeros_spreads_over_its_experts():
         assert logits.argmax(-1).tolist() == [0, 0, 0, 0]
 
 
+def test_a_choice_over_known_differences_is_not_spread():
+    # blind16/p08: beam search takes topk over its 2 * num_beams candidates whose scores are
+    # stand-ins but whose finished candidates are masked to -1e9; that row keeps the computed
+    # choice (the unmasked candidates), a row of stand-ins only still spreads
+    with vramscope.capture(gpu="h200"):
+        probs = (torch.empty(4096, 64, device="cuda") @ torch.empty(64, 8, device="cuda")).softmax(-1)
+        mask = torch.zeros(4096, 8, device="cuda", dtype=torch.bool)
+        mask[::2, 2] = True
+        index = torch.topk(probs.masked_fill(mask, -1e9), 4, dim=-1).indices
+        assert 2 not in index[0].tolist() and 2 not in index[2].tolist()
+        assert index[1].tolist() == [1, 2, 3, 4] and index[3].tolist() == [3, 4, 5, 6]
+
+
 def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 1, 5], device="cuda")

@@ -715,9 +715,15 @@ def _spread_choices(func, args, kwargs, vals):
     row = torch.arange(rows).reshape([s for d, s in enumerate(shape) if d != dim]).unsqueeze(dim)
     spread = (row + torch.arange(k).reshape([k if d == dim else 1 for d in range(x.dim())])) % n
     spread = spread.to(index.dtype)
+    # only rows whose choices all tie are spread: a row with known differences (beam search's
+    # finished candidates masked to -1e9, blind16/p08) keeps the choice computed over them
+    xv = _on_cpu(x)
+    tied = (xv == xv.narrow(dim, 0, 1)).all(dim, keepdim=True)
+    computed = index if keep else index.unsqueeze(dim)
+    spread = torch.where(tied, spread, computed.to(spread.dtype))
     if func is aten.argmax.default:
         return [spread if keep else spread.squeeze(dim)]
-    picked = torch.gather(_on_cpu(x), dim, spread)
+    picked = torch.gather(xv, dim, spread)
     if not keep:
         spread, picked = spread.squeeze(dim), picked.squeeze(dim)
     return [picked.to(vals[0].dtype), spread]
