@@ -218,6 +218,37 @@ def _init_dropout_state(cap, func, args, kwargs):
     return state
 
 
+def _needs_cast(params) -> bool:
+    """`_cudnn_rnn_cast_reflatten`'s `is_eligible(weight[0])` and not already fp16 (AutocastRNN.cpp)."""
+    w = params[0] if params else None
+    return (
+        isinstance(w, torch.Tensor)
+        and w.is_floating_point()
+        and w.dtype not in (torch.float64, torch.float16)
+    )
+
+
+def _cast_reflatten(x, hx, cx, params, mode, hidden, proj, layers, bidir):
+    """AutocastRNN.cpp's `_cudnn_rnn_cast_reflatten` under CUDA autocast (whatever its dtype: the
+    flat buffer is fp16): `copy_weights_to_flat_buf_views` zeroes a new fp16 flat buffer and copies
+    each weight into a tensor over its storage (`get_parameters`' `set_`, no view of the buffer for
+    autograd: each copy is its own `CopyBackwards`), then `_cudnn_rnn` runs on `cached_cast(kHalf, ...)`
+    of the input and hidden states (new fp16 tensors: not leaves)."""
+    half = torch.float16
+    with torch.autocast("cuda", enabled=False):
+        n, _ = weight_layout(mode, x.shape[-1], hidden, proj, layers, bidir)
+        n = max(n, sum(p.numel() for p in params))
+        flat = torch.zeros(n, dtype=half, device=x.device)
+        views, offset = [], 0
+        for p in params:
+            v = flat.detach()[offset : offset + p.numel()].view(p.shape)
+            v.copy_(p)
+            views.append(v)
+            offset += p.numel()
+        cast = [t.to(half) if isinstance(t, torch.Tensor) and t.dtype != half else t for t in (x, hx, cx)]
+    return cast[0], cast[1], cast[2], views, flat
+
+
 def _rnn(mode_name: str):
     mode = MODES[mode_name]
 
@@ -248,10 +279,11 @@ def _rnn(mode_name: str):
         if cx is not None and cx.shape[2] != hx.shape[2]:
             hidden_size, proj = cx.shape[2], hx.shape[2]
         params = list(params)
-        if torch.is_autocast_enabled("cuda"):
-            # AutocastRNN.cpp's _cudnn_rnn_cast_reflatten (weights cast into a new flat buffer per call)
-            cap.note_unmeasured("cuDNN RNN under autocast (_cudnn_rnn_cast_reflatten)")
         weight_buf = _try_get_weight_buf(x, params, has_biases, mode, hidden_size, proj, layers, bidir)
+        if torch.is_autocast_enabled("cuda") and _needs_cast(params):
+            x, hx, cx, params, weight_buf = _cast_reflatten(
+                x, hx, cx, params, mode, hidden_size, proj, layers, bidir
+            )
         state = _get_dropout_state(cap, dropout_p, train, x)
         n_params = (4 if has_biases else 2) + (1 if proj else 0)
         out = aten._cudnn_rnn(
