@@ -75,7 +75,7 @@ const DRIVER_ANCHOR: u64 = 0x7f80_0000_0000;
 /// `cudaMalloc` segment: measured, the first reservation of every
 /// expandable-segments trace on the H100 (`fixtures/alloc/expandable.pickle`,
 /// `training_expandable.pickle`) and the H200
-/// (`fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle`,
+/// (`fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz`,
 /// blind54/bb05's). It orders an expandable segment's blocks before an
 /// ordinary segment's of the same size in a pool holding both (settings
 /// changed at run time).

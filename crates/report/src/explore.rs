@@ -425,6 +425,7 @@ struct StackTotal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vramscope_testkit::xz::fixture_file;
 
     impl Explorer {
         fn cfg_for_tests(&self) -> AllocatorConfig {
@@ -439,7 +440,7 @@ mod tests {
         ))
     }
 
-    fn explorer_of(path: &str) -> Explorer {
+    fn explorer_of(path: impl AsRef<std::path::Path>) -> Explorer {
         let snap = vramscope_snapshot::read_snapshot_file(path).unwrap();
         let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
         Explorer::new(snap, cfg, Options::default(), "training.pickle")
@@ -546,9 +547,8 @@ mod tests {
     /// its offsets over the whole trace put it.
     #[test]
     fn a_ranges_bands_hold_the_offsets_of_the_range_alone() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
-        let x = explorer_of(&format!(
-            "{dir}/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle"
+        let x = explorer_of(fixture_file(
+            "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz",
         ));
         let n = x.allocated.len();
         let at = |p: &[(usize, u64)], i: usize| {
@@ -584,9 +584,10 @@ mod tests {
     #[test]
     fn a_search_is_a_walk_over_every_allocation() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
-        search_is_a_walk(explorer_of(&format!("{dir}/alloc/training.pickle")));
-        let wrapped = "snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle";
-        assert!(search_is_a_walk(explorer_of(&format!("{dir}/{wrapped}"))) > MAX_HITS);
+        search_is_a_walk(explorer_of(format!("{dir}/alloc/training.pickle")));
+        let wrapped =
+            "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz";
+        assert!(search_is_a_walk(explorer_of(fixture_file(wrapped))) > MAX_HITS);
     }
 
     /// (The number of allocations `"."` matches.)

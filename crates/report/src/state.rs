@@ -442,14 +442,14 @@ mod tests {
 
     #[test]
     fn the_state_adds_up_to_the_counters_and_ends_at_the_final_segments() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/");
         for f in [
             "alloc/training.pickle",
             "alloc/expandable_empty_cache.pickle",
             "seeds/snapshot_encoder_adamw_h100.pickle",
-            "snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle",
+            "snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz",
         ] {
-            check(&format!("{root}{f}"));
+            let path = vramscope_testkit::xz::fixture_file(&format!("fixtures/{f}"));
+            check(path.to_str().expect("a UTF-8 path"));
         }
     }
 }

@@ -1774,9 +1774,8 @@ mod tests {
     /// The wrapped real snapshot: its trace frees blocks allocated before
     /// it, so the sim keeps its blocks in address order.
     fn wrapped() -> Snapshot {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle"
+        let path = vramscope_testkit::xz::fixture_file(
+            "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz",
         );
         vramscope_snapshot::read_snapshot_file(path).unwrap()
     }

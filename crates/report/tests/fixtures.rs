@@ -111,7 +111,6 @@ fn truncated_trace_is_flagged() {
 /// report ends with the reserved bytes of the final segments.
 #[test]
 fn real_nanogpt_snapshots_h200() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/snapshot_real");
     // (file, entries, streams, expandable, segments' total size, OOM entry)
     let cases = [
         (
@@ -132,7 +131,10 @@ fn real_nanogpt_snapshots_h200() {
         ),
     ];
     for (file, entries, streams, expandable, reserved, oom_at) in cases {
-        let snap = vramscope_snapshot::read_snapshot_file(dir.join(file)).expect("readable");
+        let snap = vramscope_snapshot::read_snapshot_file(vramscope_testkit::xz::fixture_file(
+            &format!("fixtures/snapshot_real/{file}.xz"),
+        ))
+        .expect("readable");
         let t = &snap.device_traces[0];
         assert_eq!(t.len(), entries, "{file}");
         let s: std::collections::HashSet<u64> = t.iter().map(|e| e.stream).collect();

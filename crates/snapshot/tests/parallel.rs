@@ -8,14 +8,13 @@ use vramscope_snapshot::*;
 use vramscope_testkit::synth::{generate, Options, Rng};
 
 const REAL: [&str; 3] = [
-    "fixtures/snapshot_real/nanogpt_2streams_oom_h200.pickle",
-    "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle",
+    "fixtures/snapshot_real/nanogpt_2streams_oom_h200.pickle.xz",
+    "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz",
     "fixtures/seeds/snapshot_encoder_adamw_h100.pickle",
 ];
 
 fn read(rel: &str) -> Vec<u8> {
-    let p = format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {p}: {e}"))
+    vramscope_testkit::xz::fixture_bytes(rel)
 }
 
 /// The two snapshots are the same, every id included.
@@ -85,7 +84,7 @@ fn real_snapshots_decode_in_parallel_as_sequentially() {
         let seq = read_snapshot_sequential(&b).unwrap();
         assert_same(&read_snapshot(&b).unwrap(), &seq);
         // and a file read in parallel by positioned reads
-        let p = format!("{}/../../{rel}", env!("CARGO_MANIFEST_DIR"));
+        let p = vramscope_testkit::xz::fixture_file(rel);
         let par = read_file_parallel(&p, 3)
             .unwrap_or_else(|| panic!("{rel}: file fell back"))
             .unwrap();

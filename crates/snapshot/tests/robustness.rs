@@ -16,6 +16,7 @@ const REAL: &str = concat!(
 );
 
 use vramscope_testkit::synth::Rng;
+use vramscope_testkit::xz::fixture_bytes;
 
 /// Decode both ways; any outcome but a panic is fine.
 fn exercise(bytes: &[u8]) {
@@ -433,11 +434,7 @@ fn the_memo_table_is_pickletools_and_does_not_depend_on_the_pieces() {
             [73_799_315_200, 73_799_575_205],
         ),
     ] {
-        let path = format!(
-            "{}/../../fixtures/snapshot_real/{name}.pickle",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let b = std::fs::read(&path).unwrap();
+        let b = fixture_bytes(&format!("fixtures/snapshot_real/{name}.pickle.xz"));
         let t = memo_table_bytes(&b, Some(1 << 16)).unwrap().unwrap();
         let sum = |k: usize| t.iter().map(|e| e[k]).sum::<u64>();
         assert_eq!((t.len(), [sum(0), sum(1)]), (count, sums), "{name}");

@@ -3,9 +3,10 @@
 //! What the crates' tests, examples and benchmarks share and the libraries
 //! themselves do not need: the op cases of `validation/ops_cases.py`
 //! ([`ops`]), the readers of the GPU fixtures' case lists and recordings
-//! ([`fixture`]), and synthetic snapshots of any size ([`synth`]). A
-//! dev-dependency only (`publish = false`); each module sits behind the
-//! feature of the same name.
+//! ([`fixture`]), synthetic snapshots of any size ([`synth`]), and the
+//! repository's files with the large fixtures decompressed from xz ([`xz`]).
+//! A dev-dependency only (`publish = false`); each module but [`xz`] sits
+//! behind the feature of the same name.
 
 #![deny(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod fixture;
 pub mod ops;
 #[cfg(feature = "synth")]
 pub mod synth;
+pub mod xz;
 
 /// Xorshift64 (shifts 13, 7, 17), seeded by its field (not 0): the allocator
 /// tests' and benchmark's pseudo-random sequences, the same on every run.

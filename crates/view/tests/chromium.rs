@@ -14,10 +14,7 @@ use vramscope_report::explore::Explorer;
 use vramscope_report::Options;
 use vramscope_view::Viewer;
 
-const REAL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle"
-);
+const REAL: &str = "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz";
 
 /// Chromium as the set-up path installs it (`scripts/dev.sh`); `None`
 /// (with a loud note) outside CI, a failure in CI.
@@ -58,7 +55,8 @@ fn number_after(line: &str, key: &str) -> u64 {
 #[test]
 fn the_viewer_zooms_hovers_pans_searches_and_jumps_to_the_oom() {
     let Some(bin) = browser() else { return };
-    let snap = vramscope_snapshot::read_snapshot_file(REAL).unwrap();
+    let snap =
+        vramscope_snapshot::read_snapshot_file(vramscope_testkit::xz::fixture_file(REAL)).unwrap();
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
     let x = Explorer::new(snap, cfg, Options::default(), "nanogpt.pickle");
     let r = x.report().clone();

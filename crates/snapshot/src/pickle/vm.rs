@@ -2667,11 +2667,9 @@ mod tests {
     /// one by one make.
     #[test]
     fn trace_entries_decoded_whole_are_what_their_opcodes_make() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle"
+        let bytes = vramscope_testkit::xz::fixture_bytes(
+            "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz",
         );
-        let bytes = std::fs::read(path).unwrap();
         let len = Some(bytes.len() as u64);
         let mut vm = Vm::new(SliceInput::new(&bytes), len, ());
         vm.exec().unwrap();
