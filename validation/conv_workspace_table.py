@@ -1,11 +1,12 @@
 """Gather `conv_workspace.sh`'s measurements into the fixture and the twin's table.
 
-    python3 conv_workspace_table.py CONV_ALL.jsonl[.gz] FIXTURE.jsonl TABLE.txt
+    python3 conv_workspace_table.py CONV_ALL.jsonl[.gz|.xz] FIXTURE.jsonl[.xz] TABLE.txt
 
 CONV_ALL is every line `conv_workspace.py` wrote (both modes, any order of
 files), and may hold lines of an earlier FIXTURE too: a later part of
 `conv_workspace.sh` (CONV_PART=images2) is added to the fixture by giving both,
-e.g. `cat FIXTURE.jsonl; zcat NEW.jsonl.gz`. FIXTURE (fixtures/ops/conv_workspace_h100.jsonl) gets one line per
+e.g. `xzcat FIXTURE.jsonl.xz; zcat NEW.jsonl.gz`. FIXTURE (fixtures/ops/conv_workspace_h100.jsonl.xz,
+written xz-compressed when its name ends in .xz, as `xz -9e` would) gets one line per
 problem, dtype and op: the workspace at each measured batch and, from the
 `pressure` runs, the sizes `try_configs` tried in order until one fitted
 (for the fixtures' problem, hidden 384).
@@ -15,12 +16,14 @@ reproduced, nothing between measured batches is claimed.
 """
 import gzip
 import json
+import lzma
 import sys
 from collections import defaultdict
 
 
 def read(path):
-    f = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+    opener = gzip.open if path.endswith(".gz") else lzma.open if path.endswith(".xz") else open
+    f = opener(path, "rt")
     head = None
     sizes, tried, env = defaultdict(dict), defaultdict(dict), {}
     for line in f:
@@ -69,7 +72,8 @@ def runs(points):
 def main():
     src, fixture, table = sys.argv[1:4]
     env, sizes, tried = read(src)
-    with open(fixture, "w") as f:
+    xz = fixture.endswith(".xz")
+    with lzma.open(fixture, "wt", preset=9 | lzma.PRESET_EXTREME) if xz else open(fixture, "w") as f:
         for key in sorted(sizes):
             op, dt, k, p, img = key
             f.write(json.dumps(dict(op=op, dtype=dt, weight=[k, 3, p, p], image=[img, img], stride=p, **env,
@@ -82,7 +86,7 @@ def main():
         f.write("# cuDNN's workspace for a convolution of (N, C, H, W) by (K, C, R, S) at stride\n"
                 f"# (R, S), padding 0: {env['gpu']}, torch {env['torch']}, cuDNN {env['cudnn']}.\n"
                 "# Made by validation/conv_workspace_table.py from validation/conv_workspace.sh's\n"
-                "# measurements (fixtures/ops/conv_workspace_h100.jsonl). A line: for batches\n"
+                "# measurements (fixtures/ops/conv_workspace_h100.jsonl.xz). A line: for batches\n"
                 "# N = first, first+step, ..., last the workspace is bytes + slope * (N - first).\n"
                 "# op dtype K C R S H W first last step bytes slope\n")
         for key in sorted(sizes):

@@ -36,6 +36,7 @@ measured batches (leave one out).
 """
 
 import json
+import lzma
 import os
 import sys
 import time
@@ -574,13 +575,13 @@ def merge(table_path, *sources, correct=False):
 def affine(table_path, h100_path=None):
     """Leave-one-out test of 'the workspace is affine in the batch between measured batches', on the
     table's problems (batch left out) and, if given, the H100's batch sweeps of patch embeddings
-    (fixtures/ops/conv_workspace_h100.jsonl, every batch 1..128 or more): prints the counts."""
+    (fixtures/ops/conv_workspace_h100.jsonl.xz, every batch 1..128 or more): prints the counts."""
     groups, h100 = {}, {}
     for key, b in read_table(table_path)[1].items():
         group, n = split_key(key)
         groups.setdefault(group, {})[n] = b
     if h100_path:
-        for line in open(h100_path):
+        for line in lzma.open(h100_path, "rt") if h100_path.endswith(".xz") else open(h100_path):
             r = json.loads(line)
             key = f"{r['op']} {r['dtype']} {r['weight']} {r['image']} {r['stride']}"
             for n, b in r["workspace"]:

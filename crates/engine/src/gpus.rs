@@ -439,7 +439,7 @@ pub const H100: GpuSpec = GpuSpec {
     context_bytes: measured(HOPPER_CONTEXT, "fixtures/plan/wholecard_plan_h100.jsonl"),
     blas_handle_bytes: measured(HOPPER_HANDLES, "fixtures/plan/wholecard_plan_h100.jsonl"),
     blas_16bit_bytes: measured(HOPPER_16BIT, "fixtures/plan/wholecard_plan_h100.jsonl"),
-    cudnn_tables: measured(true, "fixtures/ops/conv_workspace_h100.jsonl"),
+    cudnn_tables: measured(true, "fixtures/ops/conv_workspace_h100.jsonl.xz"),
     cub_policies: measured((9, 0), "fixtures/ops/cub_scan_h100.jsonl"),
     placement: Provenance {
         grade: Grade::Measured,
@@ -465,7 +465,7 @@ pub const H200: GpuSpec = GpuSpec {
     context_bytes: measured(HOPPER_CONTEXT, "fixtures/h200 (driver_share_cases.json)"),
     blas_handle_bytes: measured(HOPPER_HANDLES, "fixtures/h200 (driver_share_cases.json)"),
     blas_16bit_bytes: measured(HOPPER_16BIT, "fixtures/h200 (driver_share_cases.json)"),
-    cudnn_tables: measured(true, "fixtures/h200/conv_workspace_h200.jsonl"),
+    cudnn_tables: measured(true, "fixtures/h200/conv_workspace_h200.jsonl.xz"),
     cub_policies: measured((9, 0), "fixtures/run/truth_h200.tar.xz"),
     placement: Provenance {
         grade: Grade::Measured,

@@ -41,7 +41,7 @@
 //! (after the allocator has released its cache), and cuDNN runs the next
 //! heuristic config. The twin takes the first config's workspace and reports
 //! that out-of-memory instead; the sizes cuDNN tries next are measured
-//! (`tried` in `fixtures/ops/conv_workspace_h100.jsonl`) but not modelled.
+//! (`tried` in `fixtures/ops/conv_workspace_h100.jsonl.xz`) but not modelled.
 
 use crate::autograd::{Backward, Pending};
 use crate::dtype::{DType, Device};
@@ -89,7 +89,7 @@ impl Default for Conv2dArgs {
 /// The measured table (`cudnn_conv_h100.txt`, made by
 /// `validation/conv_workspace_table.py` from `validation/conv_workspace.sh`'s
 /// runs on an H100 with PyTorch 2.11.0+cu130 and the cuDNN 9.19 it bundles;
-/// the raw measurements are `fixtures/ops/conv_workspace_h100.jsonl`).
+/// the raw measurements are `fixtures/ops/conv_workspace_h100.jsonl.xz`).
 ///
 /// Each problem is a patch embedding as ViT runs it: input (N, 3, H, W) and
 /// filter (K, 3, R, S) in contiguous NCHW/KCRS layout with 16-byte-aligned
@@ -989,8 +989,7 @@ mod tests {
 
     /// The lines of the fixture at `path` (from the repository's root).
     fn measured(path: &str) -> Vec<Measured> {
-        let path = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(path).unwrap();
+        let text = vramscope_testkit::xz::fixture_text(path);
         let int = |x: &serde_json::Value| x.as_i64().unwrap();
         text.lines()
             .map(|line| {
@@ -1026,14 +1025,14 @@ mod tests {
     }
 
     /// Every batch `validation/conv_workspace.sh` measured on the H100
-    /// (`fixtures/ops/conv_workspace_h100.jsonl`: 37 convolutions in three
+    /// (`fixtures/ops/conv_workspace_h100.jsonl.xz`: 37 convolutions in three
     /// dtypes, each forward, backward-data and backward-filter) comes out of
     /// the table exactly, and nothing in between is claimed.
     #[test]
     fn the_table_reproduces_every_measured_workspace() {
         let h100 = DeviceProfile::h100_torch_2_11();
         let mut n = 0;
-        for m in measured("fixtures/ops/conv_workspace_h100.jsonl") {
+        for m in measured("fixtures/ops/conv_workspace_h100.jsonl.xz") {
             let at = |b: i64| {
                 cudnn_conv_workspace(&h100, m.op, m.dtype, &m.input(b), &m.weight, &m.args)
             };
@@ -1070,14 +1069,14 @@ mod tests {
     }
 
     /// The same script run on an H200 (`CONV_SOLO=0`,
-    /// `fixtures/h200/conv_workspace_h200.jsonl`: every problem but the
+    /// `fixtures/h200/conv_workspace_h200.jsonl.xz`: every problem but the
     /// H100's large-batch ones) measured the H100's workspace at every batch,
     /// which the table, keyed by capability and torch, gives the H200 too.
     #[test]
     fn the_h200_takes_the_h100s_workspaces() {
         let h200 = DeviceProfile::h200_torch_2_11();
         let mut n = 0;
-        for m in measured("fixtures/h200/conv_workspace_h200.jsonl") {
+        for m in measured("fixtures/h200/conv_workspace_h200.jsonl.xz") {
             for &(b, bytes) in &m.workspace {
                 let got =
                     cudnn_conv_workspace(&h200, m.op, m.dtype, &m.input(b), &m.weight, &m.args);
