@@ -98,7 +98,7 @@ def test_an_unmeasured_rnn_problem_is_named():
 
 def test_a_packed_bidirectional_gru_outside_the_table_takes_the_fitted_sizes():
     # blind26/z06's GRU (fp32, 256 inputs, 512 hidden, 2 layers, bidirectional) on new lengths. GPU
-    # (fixtures/run/rnn_sweep_h200.jsonl, batch 8 of up to 50 steps, 281 steps in all): training
+    # (fixtures/run/rnn_sweep_h200.jsonl.xz, batch 8 of up to 50 steps, 281 steps in all): training
     # workspace 67948800 (= backward's), reserve 14962944
     with vramscope.capture(gpu="h200") as cap:
         gru = nn.GRU(256, 512, num_layers=2, bidirectional=True).cuda()
@@ -163,13 +163,13 @@ def test_the_fitted_sizes_hold_only_in_their_domain():
     # RNN_TANH: one layer, and inference, differ from the fitted form
     assert _rnn._fitted(tanh, torch.float32, 256, 512, 0, 1, True, 0.0, True, 8, 50, 281) is None
     assert _rnn._fitted(tanh, torch.float32, 256, 512, 0, 2, True, 0.0, False, 8, 50, 281) is None
-    # GPU (rnn_sweep_h200.jsonl): fp16 LSTM, 256 inputs, 512 hidden, 2 layers, batch 8, 281 steps
+    # GPU (rnn_sweep_h200.jsonl.xz): fp16 LSTM, 256 inputs, 512 hidden, 2 layers, batch 8, 281 steps
     f = _rnn._fitted(lstm, torch.float16, 256, *args)
     assert f is not None and f["reserve"] == 256 + 2 * 281 * (4 * 5 * 512 + 2 * 512)
 
 
 def test_an_unpacked_bidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
-    # GPU (fixtures/run/rnn_sweep_h200.jsonl): fp32 LSTM, 256 inputs, 512 hidden, 2 layers,
+    # GPU (fixtures/run/rnn_sweep_h200.jsonl.xz): fp32 LSTM, 256 inputs, 512 hidden, 2 layers,
     # bidirectional, batch 8 of 50 steps: training workspace 83968320, reserve 18022656
     with vramscope.capture(gpu="h200") as cap:
         lstm = nn.LSTM(256, 512, num_layers=2, bidirectional=True).cuda()
@@ -205,7 +205,7 @@ def test_the_fitted_sizes_match_a_held_out_problem():
 
 
 def test_a_unidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
-    # GPU (fixtures/run/rnn_sweep_uni_h200.jsonl): fp32 LSTM, 256 inputs, 512 hidden, one layer,
+    # GPU (fixtures/run/rnn_sweep_uni_h200.jsonl.xz): fp32 LSTM, 256 inputs, 512 hidden, one layer,
     # batch 8 of 50 steps: training workspace 19349824 (= inference's and backward's), reserve 4096256
     with vramscope.capture(gpu="h200") as cap:
         lstm = nn.LSTM(256, 512).cuda()
@@ -279,7 +279,7 @@ def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace():
     f = _rnn._fitted(lstm, torch.float32, 990, 1032, 754, 4, False, 0.0, False, 79, 204, 79 * 204, False)
     assert f == {"workspace": 606903744}
     # training with inputs wider than the hidden size: its workspace exceeds inference's by a form
-    # not fitted (GPU: fixtures/run/rnn_sweep_proj_h200.jsonl)
+    # not fitted (GPU: fixtures/run/rnn_sweep_proj_h200.jsonl.xz)
     assert _rnn._fitted(lstm, torch.float16, *args, True, 100, 263, 100 * 263, False) is None
 
 
@@ -312,7 +312,7 @@ def test_the_projected_fitted_sizes_match_the_sweep():
     from vramscope import _rnn
 
     lstm, f32, f16 = _rnn.MODES["lstm"], torch.float32, torch.float16
-    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl), held out: fp32, 657 inputs, 816 hidden projected
+    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl.xz), held out: fp32, 657 inputs, 816 hidden projected
     # to 372, one layer, bidirectional, unpacked batch 16 of 83 steps
     f = _rnn._fitted(lstm, f32, 657, 816, 372, 1, True, 0.0, True, 16, 83, 16 * 83, False)
     assert f == {"workspace": 115341376, "reserve": 55967488, "backward_workspace": 115341376}
@@ -335,7 +335,7 @@ def test_the_projected_fitted_sizes_hold_only_in_their_domain():
     from vramscope import _rnn
 
     lstm, f32 = _rnn.MODES["lstm"], torch.float32
-    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl): a projection of nearly the hidden size, unpacked,
+    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl.xz): a projection of nearly the hidden size, unpacked,
     # trains with more workspace than inference at 1 or 2 steps and past 256 (512 hidden, 511
     # projected); within 3 to 256 steps, and at half the hidden size or less, it does not
     assert _rnn._fitted(lstm, f32, 256, 512, 511, 2, False, 0.0, True, 32, 2, 64, False) is None
@@ -353,7 +353,7 @@ def test_a_projected_one_layer_lstm_with_wide_inputs_trains_with_the_second_form
     from vramscope import _rnn
 
     lstm, f32 = _rnn.MODES["lstm"], torch.float32
-    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl), fit set: fp32, 2000 inputs, 512 hidden projected
+    # GPU (fixtures/run/rnn_sweep_proj_h200.jsonl.xz), fit set: fp32, 2000 inputs, 512 hidden projected
     # to 128, one layer, unpacked batch 32 of 50 steps: inference workspace 56644096, training and
     # backward 73200128, reserve 20480256
     f = _rnn._fitted(lstm, f32, 2000, 512, 128, 1, False, 0.0, True, 32, 50, 1600, False)

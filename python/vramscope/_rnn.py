@@ -20,8 +20,8 @@ path, and the dispatch rules allocate what RNN.cpp's kernels allocate, in its or
 cuDNN's workspace and reserve sizes (`cudnnGetRNNTempSpaceSizes`, closed source) come from GPU
 measurements: first a table measured per whole problem (`cudnn_rnn_h200.json`, made by
 validation/run/rnn_table.py), then the formula `_fitted` fitted to three sweeps (validation/run/rnn_sweep.py,
-fixtures/run/rnn_sweep_h200.jsonl for bidirectional problems, rnn_sweep_uni_h200.jsonl for
-unidirectional ones, rnn_sweep_proj_h200.jsonl for LSTMs with projections; docs/cudnn-rnn.md); any
+fixtures/run/rnn_sweep_h200.jsonl.xz for bidirectional problems, rnn_sweep_uni_h200.jsonl.xz for
+unidirectional ones, rnn_sweep_proj_h200.jsonl.xz for LSTMs with projections; docs/cudnn-rnn.md); any
 other problem is named unmeasured and gets neither.
 """
 
@@ -349,7 +349,7 @@ def _fitted(
 ):
     """cuDNN 9.19's workspace and reserve on sm_90 for CUDNN_RNN_ALGO_STANDARD (RNN.cpp `get_algo`:
     always for packed inputs), fitted to GPU measurements (validation/run/rnn_sweep.py,
-    fixtures/run/rnn_sweep_h200.jsonl; docs/cudnn-rnn.md). With E the element size, G the gates, W the
+    fixtures/run/rnn_sweep_h200.jsonl.xz; docs/cudnn-rnn.md). With E the element size, G the gates, W the
     weight matrices' elements (biases excluded), B the batch, T the steps of all sequences, S the
     longest, c0 = 256 + E*W + 8 MiB * layers * dirs:
 
@@ -415,7 +415,7 @@ def _fitted(
 
 
 #: cuDNN's per-sequence workspace elements per layer and hidden unit of unidirectional problems, by
-#: gates (RNN 1, GRU 3, LSTM 4): packed, unpacked (GPU measurements, fixtures/run/rnn_sweep_uni_h200.jsonl)
+#: gates (RNN 1, GRU 3, LSTM 4): packed, unpacked (GPU measurements, fixtures/run/rnn_sweep_uni_h200.jsonl.xz)
 _UNI_PACKED_B = {1: 1, 3: 3, 4: 6}
 _UNI_UNPACKED_B = {1: 3, 3: 5, 4: 10}
 
@@ -440,7 +440,7 @@ def _persistent(mode, dtype, input_size, hidden, layers, batch) -> bool:
 def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, batch, seq, tokens, packed):
     """`_fitted` for unidirectional problems: cuDNN 9.19's workspace and reserve on sm_90 for
     CUDNN_RNN_ALGO_STANDARD, fitted to GPU measurements (validation/run/rnn_sweep.py `uni`,
-    fixtures/run/rnn_sweep_uni_h200.jsonl; docs/cudnn-rnn.md). With E, G, W, B, T, S as in
+    fixtures/run/rnn_sweep_uni_h200.jsonl.xz; docs/cudnn-rnn.md). With E, G, W, B, T, S as in
     `_fitted`, h hidden, i input, L layers, c0 = 256 + E*W + 8 MiB * L and Tc = min(T, 256 * B)
     (the gates' buffer holds at most 256 steps):
 
@@ -514,7 +514,7 @@ def _fitted_proj(
 ):
     """`_fitted` for LSTMs with projections (RNN.cpp `get_algo`: always CUDNN_RNN_ALGO_STANDARD):
     cuDNN 9.19's workspace and reserve on sm_90, fitted to GPU measurements (validation/run/rnn_sweep.py
-    `proj`, fixtures/run/rnn_sweep_proj_h200.jsonl; docs/cudnn-rnn.md). With E, B, T, S, h, i, L as in
+    `proj`, fixtures/run/rnn_sweep_proj_h200.jsonl.xz; docs/cudnn-rnn.md). With E, B, T, S, h, i, L as in
     `_fitted_uni`, p the projection, W the weight matrices' elements (w_hr included), D the
     directions, c0 = 256 + E*W + 8 MiB * L * D and Tc = min(T, 256 * B):
 

@@ -1,6 +1,9 @@
 """Residuals of `vramscope._rnn._fitted` against a sweep's GPU measurements (validation/run/rnn_sweep.py).
 
-    PYTHONPATH=python python validation/run/rnn_fit_check.py fixtures/run/rnn_sweep_uni_h200.jsonl [uni|bi|proj]
+    PYTHONPATH=python python validation/run/rnn_fit_check.py \
+        fixtures/run/rnn_sweep_uni_h200.jsonl.xz [uni|bi|proj]
+
+(a sweep as rnn_sweep.py wrote it, or xz-compressed as the fixtures keep it)
 
 For every problem the formula answers (its domain), measured minus formula of the training workspace
 (also the backward's), the reserve and the inference workspace, grouped by set, mode, packed or not,
@@ -11,6 +14,7 @@ projections of both directions.
 
 import collections
 import json
+import lzma
 import sys
 
 import torch
@@ -43,7 +47,7 @@ def main():
     path = sys.argv[1]
     which = sys.argv[2] if len(sys.argv) > 2 else "uni"
     groups = collections.defaultdict(lambda: collections.defaultdict(list))
-    for line in open(path):
+    for line in lzma.open(path, "rt") if path.endswith(".xz") else open(path):
         r = json.loads(line)
         if r["set"] == "meta" or r.get("error"):
             continue
