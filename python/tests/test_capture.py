@@ -1252,6 +1252,27 @@ def test_a_cuda_graph_capture_runs_its_region_once_and_is_named_unmeasured():
     assert any("CUDA graphs" in k for k in cap.report()["unmeasured"])
 
 
+def test_the_capture_stream_reads_as_capturing_while_the_graph_captures():
+    # blind49/aw02's H200 history: during the capture transformers' is_tracing is true (it asks
+    # torch.cuda.is_current_stream_capturing), so find_packed_sequence_indices keeps its mask
+    # without the `.all()` check; the twin had answered False and freed it (205 events fewer)
+    from transformers.masking_utils import find_packed_sequence_indices
+
+    with vramscope.capture(gpu="h200"):
+        pos = torch.arange(512, device="cuda").expand(8, 512)
+        assert not torch.cuda.is_current_stream_capturing()
+        assert find_packed_sequence_indices(pos) is None
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            assert torch.cuda.is_current_stream_capturing()
+            assert torch.cuda.graphs.is_current_stream_capturing()
+            with torch.cuda.stream(torch.cuda.Stream()):  # another stream does not capture
+                assert not torch.cuda.is_current_stream_capturing()
+            mask = find_packed_sequence_indices(pos)
+        assert mask is not None and mask.shape == (8, 512)
+        assert not torch.cuda.is_current_stream_capturing()
+
+
 def test_leaves_and_map_leaves_are_pytrees():
     from collections import OrderedDict, namedtuple
 

@@ -234,8 +234,15 @@ def patch(cap) -> _Patch:
     p.set(cuda, "default_stream", lambda device=None: default_stream)
     p.set(cuda, "stream", _StreamContext)
     p.set(cuda, "set_stream", lambda s: setattr(cap, "stream", s.stream_id))
-    p.set(cuda, "is_current_stream_capturing", lambda: False)
-    p.set(cuda.graphs, "is_current_stream_capturing", lambda: False)
+
+    def is_current_stream_capturing():
+        """Whether the current stream is capturing a CUDA graph (cudaStreamIsCapturing on it,
+        CUDAGraph.cpp's `_cuda_isCurrentStreamCapturing`): between a graph's `capture_begin` and
+        `capture_end` on its stream. transformers' `is_tracing` reads it (masks kept whole)."""
+        return cap.stream in cap.pool_streams
+
+    p.set(cuda, "is_current_stream_capturing", is_current_stream_capturing)
+    p.set(cuda.graphs, "is_current_stream_capturing", is_current_stream_capturing)
 
     # the default CUDA generator's graph-safe seed and offset: two 1-element int64 tensors made on
     # the current stream when the first graph registers with it, freed when the last one leaves
