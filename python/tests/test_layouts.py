@@ -512,3 +512,27 @@ def test_mse_loss_backward_gives_a_contiguous_gradient():
         t = torch.empty(32, 3, 128, 128, device="cuda").contiguous(memory_format=cl)
         g = aten.mse_loss_backward(torch.ones((), device="cuda"), x, t, 1)
         assert g.is_contiguous() and g.shape == x.shape
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_reflection_padding_copies_a_strided_operand_after_its_result(backward):
+    # ReflectionPad.cu: `input_.contiguous()` / `grad_output_.contiguous()` once the result exists
+    # (blind75/bw02 on the H200: 24,576,000 bytes more for EnCodec's (8, 64, 12000) padded slice)
+    def setup():
+        return torch.empty(8, 64, 12004, device="cuda")[:, :, :12000], torch.empty(
+            8, 64, 11994, device="cuda"
+        )
+
+    def run(x, small):
+        if backward:
+            return aten.reflection_pad1d_backward(x, small, [3, 3])
+        return aten.reflection_pad1d(x, [3, 3])
+
+    assert _extra(run, setup) == (1, 24576000)
+
+
+def test_reflection_padding_of_a_contiguous_input_takes_no_copy():
+    def setup():
+        return (torch.empty(8, 64, 12000, device="cuda"),)
+
+    assert _extra(lambda x: aten.reflection_pad1d(x, [3, 3]), setup) == (0, 0)

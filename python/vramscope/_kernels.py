@@ -1359,6 +1359,33 @@ DISPATCH[aten.im2col.default] = _im2col
 DISPATCH[aten.col2im.default] = _im2col
 
 
+def _reflection_pad(cap, func, args, kwargs):
+    """`reflection_pad{1,2,3}d` and the 1-D/2-D backwards on CUDA (native/cuda/ReflectionPad.cu): the
+    result first, then the kernel's `input_.contiguous()` (forward) or `grad_output_.contiguous()`
+    (backward), a copy of an operand that is not contiguous, freed at the return; the 3-D backward
+    reads strided operands through packed accessors (blind75/bw02's H200 per-op truth: EnCodec's
+    padded slices)."""
+    x = args[0]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    out = cap.track(func(*args, **kwargs), op)
+    copy = None if x.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    del copy
+    return out
+
+
+for _pad in (
+    aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default,
+    aten.reflection_pad1d_backward.default,
+    aten.reflection_pad2d_backward.default,
+):
+    DISPATCH[_pad] = _reflection_pad
+
+
 def _abs_complex(cap, func, args, kwargs):
     """`abs` of a complex tensor (`unary_op_impl_with_complex_to_float_out`, UnaryOps.cpp): the real
     result is allocated, then the kernel runs complex to complex into `at::empty({0})` resized to
