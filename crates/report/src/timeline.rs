@@ -1200,6 +1200,10 @@ struct Walk {
     /// truncated by now (it takes a free of a block the sim lost for one of
     /// memory allocated before the trace).
     unrecorded_truncated: bool,
+    /// The last `free_requested` of a block: (its entry's index + 1, its
+    /// address, the block), so that the `free_completed` right after it
+    /// (most are) finds the block without a lookup.
+    last_free: (usize, u64, u32),
 }
 
 /// The sim right after one entry, kept to follow the blocks again from
@@ -1246,6 +1250,7 @@ impl Walk {
             inexact: Vec::new(),
             pre_pending: AddrMap::default(),
             unrecorded_truncated: false,
+            last_free: (usize::MAX, 0, NONE),
         }
     }
 
@@ -1260,6 +1265,7 @@ impl Walk {
             inexact,
             pre_pending,
             unrecorded_truncated,
+            last_free,
         } = self;
         let record = *record;
         let (mut da, mut dac, mut dr) = (0i64, 0i64, 0i64);
@@ -1346,7 +1352,9 @@ impl Walk {
                             sim.lost.remove(&e.addr);
                         }
                         da -= size as i64;
-                        sim.node_mut(n.unwrap_or(NONE)).st = St::Pending(k);
+                        let n = n.unwrap_or(NONE);
+                        sim.node_mut(n).st = St::Pending(k);
+                        *last_free = (i + 1, e.addr, n);
                     }
                     _ if record && sim.lost.contains_key(&e.addr) => {
                         // allocated in the trace, its block lost by the sim
@@ -1383,7 +1391,12 @@ impl Walk {
                 }
             }
             Some(TraceAction::FreeCompleted) => {
-                let n = sim.at.get(&e.addr).copied();
+                // (no entry in between changed the blocks)
+                let n = if *last_free == (i, e.addr, last_free.2) {
+                    Some(last_free.2)
+                } else {
+                    sim.at.get(&e.addr).copied()
+                };
                 match n.map(|n| *sim.node(n)) {
                     Some(Node {
                         st: St::Pending(_),
@@ -1506,8 +1519,16 @@ fn run(trace: &Trace, sim: Sim, bucket: usize, window: &std::ops::Range<usize>) 
         if !window.contains(&i) {
             continue;
         }
-        if i == window.start {
+        // a counter's maximum, overall or in the bucket, can only be
+        // passed where it rose (the entry before was seen in the same
+        // window and bucket): most entries are frees
+        let first = i == window.start;
+        if first {
             p.first = c;
+        }
+        if left != 0 && !first && da <= 0 && dac <= 0 && dr <= 0 {
+            left -= 1;
+            continue;
         }
         if c.a > p.max_a.v {
             p.max_a = Max { at: i, v: c.a };
