@@ -167,3 +167,21 @@ def test_flex_attentions_dense_path_copies_a_permuted_query_in_its_matmul():
             return torch.cuda.memory_stats()["allocation.all.allocated"] - before
 
     assert allocations(True) == allocations(False) + 1
+
+
+def test_a_left_aligned_padding_mask_runs_the_encoders_nested_fast_path():
+    # blind77/by06 on the H200 (fixtures/run/run_blind77_h200.jsonl): 12 fp16 layers, 768 wide, a
+    # batch of 32 x 1,024 packed to its 18,417 valid tokens, each layer on the nested tensor
+    with vramscope.capture(gpu="h200"):
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=True)
+        model = model.to(device="cuda", dtype=torch.float16).eval()
+        torch.cuda.reset_peak_memory_stats()
+        x = torch.randn(32, 1024, 768, device="cuda", dtype=torch.float16)
+        lengths = torch.linspace(128, 1024, 32, device="cuda").long()
+        pad = torch.arange(1024, device="cuda")[None, :] >= lengths[:, None]
+        with torch.inference_mode():
+            y = model(x, src_key_padding_mask=pad)
+        assert y.shape == (32, 1024, 768)
+        assert torch.cuda.max_memory_allocated() == 458759168
+        assert torch.cuda.memory_reserved() == 564133888

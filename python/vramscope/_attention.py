@@ -15,7 +15,7 @@ import threading
 import torch
 
 from . import _autocast, _kernels
-from ._tensor import registered
+from ._tensor import assumed, registered, value
 
 aten = torch.ops.aten
 HALF = (torch.float16, torch.bfloat16)
@@ -568,7 +568,10 @@ def encoder_layer_forward(original, cap):
         lambda self, p: (
             p.get("src_mask") is None
             and p.get("src_key_padding_mask") is None
-            and _mha_sdp_path(self.self_attn, p["src"], p["src"], p["src"], None, False, None)
+            and (
+                getattr(p["src"], "_vs_nested", None) is not None
+                or _mha_sdp_path(self.self_attn, p["src"], p["src"], p["src"], None, False, None)
+            )
         ),
     )
 
@@ -600,10 +603,14 @@ def encoder_layer_fwd(cap, func, args, kwargs):
             r = torch._addmm_activation(b, x2, w.t(), beta=1, alpha=1, use_gelu=use_gelu)
         return r.view(x.size(0), x.size(1), -1)
 
+    lengths = getattr(src, "_vs_nested", None)
     x = norm(src, 1) if a["norm_first"] else src
-    mha_args = (x, x, x, e, a["num_heads"], a["qkv_weight"], a["qkv_bias"], a["proj_weight"])
-    x = native_mha(cap, None, (*mha_args, a["proj_bias"], None, False, True, None), {})[0]
-    del mha_args
+    if lengths is not None:
+        x = _nested_mha(cap, x, lengths, e, a["num_heads"], a)
+    else:
+        mha_args = (x, x, x, e, a["num_heads"], a["qkv_weight"], a["qkv_bias"], a["proj_weight"])
+        x = native_mha(cap, None, (*mha_args, a["proj_bias"], None, False, True, None), {})[0]
+        del mha_args
     x.add_(src)
     if not a["norm_first"]:
         x = norm(x, 1)
@@ -615,6 +622,8 @@ def encoder_layer_fwd(cap, func, args, kwargs):
     x.add_(pre_ffn_res)
     if not a["norm_first"]:
         x = norm(x, 2)
+    if lengths is not None:
+        x._vs_nested = lengths
     return x  # pre_ffn_res dies here, after the last norm (a C++ local)
 
 
@@ -638,6 +647,159 @@ def native_mha(cap, func, args, kwargs):
     out = F.linear(past, a["proj_weight"], a["proj_bias"])
     del x, q, k, v, y, past
     return out, None
+
+
+# ---- nn.TransformerEncoder's nested fast path -------------------------------------------------
+# In eval without a gradient, with a left-aligned `src_key_padding_mask`, `TransformerEncoder.forward`
+# packs the padded batch into a strided nested tensor (`_nested_tensor_from_mask`), runs each layer's
+# `_transformer_encoder_layer_fwd` on it (nested linears and layer norms over the T valid tokens, the
+# varlen flash kernel) and pads the result back (`to_padded_tensor`). The twin keeps the nested tensor
+# as a dense (1, T, D) tensor holding the tokens' lengths (`_vs_nested`); modelled for fp16 (the CUDA
+# kernels of `nested_from_padded` and `to_padded_tensor`) with heads the flash kernel takes.
+
+
+def _valid_lengths(mask):
+    """The valid tokens of each row of a padding mask whose values the twin carries (True or
+    non-zero: padding), when every row is left-aligned and not empty; else None."""
+    v = value(mask)
+    if v is None or assumed(mask) or v.dim() != 2:
+        return None
+    valid = ~v if v.dtype == torch.bool else v == 0
+    nums = torch.cat([valid, torch.zeros(v.shape[0], 1, dtype=torch.bool)], 1).int().argmin(1)
+    sizes = valid.long().cumsum(1)[:, -1]
+    if not torch.equal(sizes, nums) or not bool((sizes > 0).all()):
+        return None
+    return [int(n) for n in sizes]
+
+
+def _nested_modelled(enc, p) -> bool:
+    """Whether `TransformerEncoder.forward` (torch/nn/modules/transformer.py) converts to a nested
+    tensor on the GPU and the twin models that path; the tokens' lengths go to `_FAST.nested`."""
+    _FAST.nested = None
+    src, kpm = p["src"], p.get("src_key_padding_mask")
+    if kpm is None or p.get("mask") is not None or not registered(src) or src.dim() != 3:
+        return False
+    layer = enc.layers[0]
+    mha = layer.self_attn
+    if layer.training or not getattr(enc, "use_nested_tensor", False) or src.dtype != torch.float16:
+        return False
+    if not torch.backends.mha.get_fastpath_enabled() or not mha.batch_first or torch.is_autocast_enabled():
+        return False
+    dph = mha.embed_dim // mha.num_heads
+    # sdp_utils.cpp's nested flash checks (head dim a multiple of 8 up to 256, sm_80 and up)
+    if dph % 8 or dph > 256 or tuple(_FAST.capability) < (8, 0):
+        return False
+    if torch.is_grad_enabled() and any(w.requires_grad for w in layer.parameters()):
+        return False
+    _FAST.nested = _valid_lengths(kpm)
+    return _FAST.nested is not None
+
+
+def encoder_forward(original, cap):
+    """`TransformerEncoder.forward` that lets its nested fast path run where the twin models it."""
+    return _fast_path_forward(original, cap, _nested_modelled)
+
+
+def _mask_scratch(cap, n: int, seq: int, op: str):
+    """The scratch `NestedTensor_nested_tensor_from_mask{,_left_aligned}` (nested/cuda) make before
+    they differ: `zeros({N, 1})`, the bool `cat` with it, its `to(kInt)`, `argmin(1)` (both
+    temporaries freed, the int copy first), then `cumsum(1)` with its int64 copy of the input;
+    returns (argmin, zeros, cumsum)."""
+    pad = cap.malloc(n, op, "temporary")
+    cat = cap.malloc(n * (seq + 1), op, "temporary")
+    ints = cap.malloc(n * (seq + 1) * 4, op, "temporary")
+    nums = cap.malloc(n * 8, op, "temporary")
+    del ints, cat
+    sizes = cap.malloc(n * seq * 8, op, "temporary")
+    copy = cap.malloc(n * seq * 8, op, "temporary")
+    del copy
+    return nums, pad, sizes
+
+
+def left_aligned(fallback):
+    """`_nested_tensor_from_mask_left_aligned` inside a modelled nested encoder: the scratch above,
+    then `sizes.equal(nums)` (`cuda_equal`: `eq`, then `all`), True (blind77/by06's H200 history)."""
+
+    def rule(cap, func, args, kwargs):
+        if not getattr(_FAST, "on", False) or getattr(_FAST, "nested", None) is None:
+            return fallback(cap, func, args, kwargs)
+        cap.ops += 1
+        op = "aten::_nested_tensor_from_mask_left_aligned"
+        nums, pad, sizes = _mask_scratch(cap, args[0].shape[0], args[0].shape[1], op)
+        eq = cap.malloc(args[0].shape[0], op, "temporary")
+        every = cap.malloc(1, op, "temporary")
+        del every, eq, nums, pad, sizes
+        return True
+
+    return rule
+
+
+def nested_from_mask(cap, func, args, kwargs):
+    """`_nested_tensor_from_mask` (mask_check off) inside a modelled nested encoder: the mask scratch,
+    `full_like(sizes, D)` and the `cat` copied to the host (the cumsum freed as `sizes` becomes the
+    host copy), then `nested_from_padded_cuda`: the (T, D) buffer, its int metadata copied in
+    non-blocking through an int64 device copy; the (1, T, D) view stands for the nested tensor."""
+    lengths = getattr(_FAST, "nested", None) if getattr(_FAST, "on", False) else None
+    src = args[0]
+    if lengths is None or not registered(src):
+        return NotImplemented
+    cap.ops += 1
+    n, seq, d = src.shape
+    op = "aten::_nested_tensor_from_mask"
+    nums, pad, sizes = _mask_scratch(cap, n, seq, op)
+    dims = cap.malloc(n * 8, op, "temporary")
+    host = cap.malloc(n * 16, op, "temporary")
+    del host, sizes
+    out = cap.track(torch.empty((1, sum(lengths), d), dtype=src.dtype, device=src.device), op)
+    meta = cap.malloc((3 * n + 4) * 4, op, "temporary")
+    wide = cap.malloc((3 * n + 4) * 8, op, "temporary")
+    del wide, meta, dims, nums, pad
+    out._vs_nested = lengths
+    return out
+
+
+def _nested_mha(cap, x, lengths, e: int, h: int, a: dict):
+    """`native_multi_head_attention_cuda` on a nested input: the qkv `nested_linear`, the varlen flash
+    kernel (`sdpa_nested_preprocessing`'s cumulative lengths of q and k copied in, the (T, H, D)
+    output, the fp32 `(H, T)` logsumexp, `rng_state` and the 8-byte offset; the logsumexp freed first,
+    then the lengths, then the rest), the out `nested_linear`, then the attention's output and the
+    qkv freed (blind77/by06's H200 history)."""
+    import torch.nn.functional as F
+
+    op = "aten::_scaled_dot_product_flash_attention_for_nested"
+    t, n = x.shape[1], len(lengths)
+    qkv = F.linear(x, a["qkv_weight"], a["qkv_bias"])
+    cu_q = cap.malloc((n + 1) * 4, op, "temporary")
+    cu_k = cap.malloc((n + 1) * 4, op, "temporary")
+    y = cap.track(torch.empty((1, t, e), dtype=x.dtype, device=x.device), op)
+    lse = cap.malloc(h * t * 4, op, "temporary")
+    rng = cap.malloc(16, op, "temporary")
+    unused = cap.malloc(8, op, "temporary")
+    del lse, cu_q, cu_k, rng, unused
+    out = F.linear(y, a["proj_weight"], a["proj_bias"])
+    del y, qkv
+    return out
+
+
+def to_padded(cap, func, args, kwargs):
+    """`NestedTensor_to_padded_tensor_cuda` of a modelled nested tensor: the padded result (`output_size`
+    or the longest row), then the int metadata (offsets and sizes) copied in and freed; a 3-D tensor
+    without `output_size` goes through its 2-D view (one size per row)."""
+    names = ("self", "padding", "output_size")
+    p = dict(zip(names, args, strict=False)) | kwargs
+    t = p["self"]
+    lengths = getattr(t, "_vs_nested", None)
+    if lengths is None:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::to_padded_tensor"
+    n, d = len(lengths), t.shape[2]
+    size = p.get("output_size")
+    shape = tuple(size) if size is not None else (n, max(lengths), d)
+    out = cap.track(torch.empty(shape, dtype=t.dtype, device=t.device), op)
+    meta = cap.malloc((n + 1 + (2 if size is not None else 1) * n) * 4, op, "temporary")
+    del meta
+    return out
 
 
 def _jagged_parts(t):
@@ -734,6 +896,10 @@ def install() -> None:
     _kernels.DISPATCH[aten._flash_attention_forward.default] = varlen_flash_forward
     _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
     _kernels.FUNCTIONS[torch._transformer_encoder_layer_fwd] = encoder_layer_fwd
+    check = aten._nested_tensor_from_mask_left_aligned.default
+    _kernels.DISPATCH[check] = left_aligned(_kernels.DISPATCH[check])
+    _kernels.DISPATCH[aten._nested_tensor_from_mask.default] = nested_from_mask
+    _kernels.DISPATCH[aten.to_padded_tensor.default] = to_padded
 
 
 install()

@@ -438,6 +438,8 @@ def patch(cap) -> _Patch:
     layer = torch.nn.TransformerEncoderLayer
     p.set(mha, "forward", _attention.mha_forward(mha.forward, cap))
     p.set(layer, "forward", _attention.encoder_layer_forward(layer.forward, cap))
+    encoder = torch.nn.TransformerEncoder
+    p.set(encoder, "forward", _attention.encoder_forward(encoder.forward, cap))
     p.set(
         torch.overrides,
         "has_torch_function",
