@@ -536,3 +536,68 @@ def test_reflection_padding_of_a_contiguous_input_takes_no_copy():
         return (torch.empty(8, 64, 12000, device="cuda"),)
 
     assert _extra(lambda x: aten.reflection_pad1d(x, [3, 3]), setup) == (0, 0)
+
+
+def _double_backward_problems(weight_format, monkeypatch, input_format=torch.contiguous_format, of="x"):
+    """The cuDNN problems (op, input's sizes and strides, weight's, channels-last) a conv's double
+    backward hands `_conv_workspace` on the simulated H200, `memory_allocated()` after that backward
+    and the copies the capture still holds for a node."""
+    from vramscope import _capture, _kernels
+
+    seen = []
+    real = _kernels._conv_workspace
+
+    def spy(cap, op, conv):
+        if torch._C._current_autograd_node() is not None:
+            x, w = conv[0], conv[1]  # described, not held: their storages die as on the GPU
+            seen.append((op, tuple(x.shape), x.stride(), tuple(w.shape), w.stride(), conv[-1]))
+        return real(cap, op, conv)
+
+    monkeypatch.setattr(_kernels, "_conv_workspace", spy)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, 3, 8, 8, device="cuda").contiguous(memory_format=input_format)
+        w = torch.empty(8, 3, 3, 3, device="cuda").contiguous(memory_format=weight_format)
+        x.requires_grad_()
+        w.requires_grad_()
+        y = torch.nn.functional.leaky_relu(torch.nn.functional.conv2d(x, w, padding=1), 0.2)
+        (g,) = torch.autograd.grad(y.sum(), x if of == "x" else w, create_graph=True)
+        seen.clear()
+        g.pow(2).sum().backward()
+        allocated = torch.cuda.memory_allocated()
+        held = _capture.current().node_temps
+    return seen, allocated, held
+
+
+def test_conv_double_backward_makes_its_transposed_gradient_contiguous_issue_31(monkeypatch):
+    # Convolution.cpp's `_convolution_double_backward`: `if (gOt.is_cuda()) gOt = gOt.contiguous()`
+    # before gW = conv(ggIt, gOt); the twin's meta tensors are not `is_cuda()`. blind64/bl03's R1
+    # penalty on the H200: that convolution's weight operand is contiguous, no copy in cuDNN's path
+    seen, _, held = _double_backward_problems(torch.contiguous_format, monkeypatch)
+    gw = [(xs, ws) for op, _, xs, w, ws, _ in seen if op == "forward" and w == (8, 4, 8, 8)]
+    # gOt contiguous; ggIt = ggI.transpose(0, 1) passed as it is
+    assert gw == [((64, 192, 8, 1), (256, 64, 8, 1))]
+    assert held is None
+
+
+def test_conv_double_backward_makes_a_channels_last_weight_contiguous_issue_31(monkeypatch):
+    # the same body's `if (weight.is_cuda()) weight = weight.contiguous()` before ggO = conv(ggI,
+    # weight): a channels-last weight is copied (ggI, a channels-last problem's dgrad, keeps that
+    # problem channels-last), and the copy is dropped with the body (memory after the backward as
+    # with a contiguous weight)
+    seen, allocated, held = _double_backward_problems(torch.channels_last, monkeypatch)
+    ggo = [(xs, ws, cl) for op, _, xs, w, ws, cl in seen if op == "forward" and w == (8, 3, 3, 3)]
+    assert ggo == [((192, 1, 24, 3), (27, 9, 3, 1), True)]
+    assert held is None
+    assert allocated == _double_backward_problems(torch.contiguous_format, monkeypatch)[1]
+
+
+def test_conv_double_backward_makes_its_gradient_contiguous_for_the_input_term_issue_31(monkeypatch):
+    # and `if (gO.is_cuda()) gO = gO.contiguous()` before gI = convT(gO, ggW) where the weight's
+    # gradient is differentiated (MAML's second order, blind45/as04): a channels-last gradient is
+    # copied for that transposed call, dropped with the body
+    seen, _, held = _double_backward_problems(
+        torch.contiguous_format, monkeypatch, input_format=torch.channels_last, of="w"
+    )
+    gi = [(xs, ws) for op, x, xs, w, ws, _ in seen if op == "forward" and x == (4, 8, 8, 8)]
+    assert gi == [((512, 64, 8, 1), (27, 9, 3, 1))]
+    assert held is None

@@ -855,6 +855,10 @@ class Capture:
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
         self.cudnn_benchmarked: set = set()
+        #: copies a double backward's C++ body keeps to its end (`_kernels._double_backward_operands`):
+        #: (its node's key, [(a local, its copy)], [whether ggW's term ran]); `_malloc_handle` drops
+        #: them outside that node
+        self.node_temps: tuple | None = None
         self.oom: str | None = None
         self._modes = None
         self._patch = None
@@ -974,6 +978,9 @@ class Capture:
     def _malloc_handle(self, nbytes: int, op: str, category: str):
         if not self.started:
             self.start()
+        if self.node_temps is not None and self.node_temps[0] != _kernels.node_key():
+            # the node whose body held them has returned: its locals are gone before this
+            self.node_temps = None
         if category == "output":
             if self.in_step:
                 category = "optimizer_state"

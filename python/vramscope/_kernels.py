@@ -1772,7 +1772,79 @@ def _conv_unruled(cap, x) -> None:
         )
 
 
+def node_key():
+    """The autograd node running now, as (graph task, sequence number), or None."""
+    node = torch._C._current_autograd_node()
+    return None if node is None else (torch._C._current_graph_task_id(), node._sequence_nr())
+
+
+def _same_view(a, b) -> bool:
+    """`a` and `b` view one storage with the same sizes, strides and offset."""
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata and (
+        a.shape,
+        a.stride(),
+        a.storage_offset(),
+    ) == (b.shape, b.stride(), b.storage_offset())
+
+
+def _double_backward_operands(cap, args):
+    """`_convolution_double_backward` (Convolution.cpp, ConvolutionBackwardBackward0's body) makes
+    one operand of each of its convolutions contiguous where it `is_cuda()`, which the twin's meta
+    tensors are not: the weight of ggO = conv(ggI, weight) and ggW of conv(input, ggW), both kept to
+    the body's end; gOt = gO.transpose(0, 1) of gW = conv(ggIt, gOt) (conv(gOt, ggIt) transposed,
+    a slice a group), a local of its block; gO of gI = convT(gO, ggW), with the ggW made contiguous
+    before, kept to the end. The operand is the weight where the call is as transposed as the node's
+    convolution, else the input (blind64/bl03's R1 penalty, H200: gOt contiguous, then no copy by
+    cuDNN's path). Returns the arguments as the GPU passes them, the copy to drop after the call,
+    and whether the body ends with the call (gI's, or gW's without ggW and groups): its kept copies
+    go then. Under create_graph the GPU's copies are saved by the new convolutions' nodes; the twin
+    drops them with the body."""
+    node = torch._C._current_autograd_node()
+    if node is None or node.name() != "ConvolutionBackwardBackward0":
+        return args, None, False
+    key = node_key()
+    if cap.node_temps is None or cap.node_temps[0] != key:
+        # (the node, [(a local, its contiguous copy)], [whether ggW's term ran])
+        cap.node_temps = (key, [], [False])
+        # the graph task's end, where no allocation outside the node comes first
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: _drop_node_temps(cap, key))
+    _, kept, ggw_term = cap.node_temps
+    args = list(args)
+    for j in (0, 1):
+        for orig, copy in kept:
+            if args[j] is orig:
+                args[j] = copy  # a local the body made contiguous before (ggW, for gI's call)
+    i = 1 if bool(args[6]) == bool(node._saved_transposed) else 0
+    t, g = args[i], node._saved_grad_output
+    block_local = t.untyped_storage()._cdata == g.untyped_storage()._cdata and not _same_view(t, g)
+    ends = (i == 0 and _same_view(t, g)) or (block_local and not ggw_term[0] and node._saved_groups == 1)
+    if i == 1 and _same_view(args[0], node._saved_input):
+        ggw_term[0] = True
+    if not registered(t) or t.is_contiguous():
+        return args, None, ends
+    copy = cap.track(torch.empty(t.shape, dtype=t.dtype, device="meta"), "aten::clone", "temporary")
+    args[i] = copy
+    if block_local:
+        return args, copy, ends
+    kept.append((t, copy))
+    return args, None, ends
+
+
+def _drop_node_temps(cap, key) -> None:
+    if cap.node_temps is not None and cap.node_temps[0] == key:
+        cap.node_temps = None
+
+
 def _convolution(cap, func, args, kwargs):
+    args, block_copy, body_ends = _double_backward_operands(cap, args)
+    out = _convolution_op(cap, func, args, kwargs)
+    del block_copy
+    if body_ends:
+        cap.node_temps = None
+    return out
+
+
+def _convolution_op(cap, func, args, kwargs):
     x, w = args[0], args[1]
     conv = _conv(x, w, args[3:9])
     if conv is None or kwargs:
