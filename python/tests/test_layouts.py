@@ -159,6 +159,26 @@ def test_a_dgrad_alone_copies_a_strided_input_only_in_one_d():
     assert _extra(run_1d, setup_1d)[1] >= 4 * 100 * 32
 
 
+def test_a_one_d_backward_reads_its_gradients_format_on_the_four_d_view_issue_31():
+    # Convolution.cpp views a 1-D problem as (N, C, 1, L) (`view4d`) before cuDNN's
+    # `grad_output.to(input.suggest_memory_format())`: blind16/p03's (16, 256, 399) gradient
+    # strided (102144, 1, 256) suggests channels-last in that view and is copied whatever the mask.
+    # The H200's per-op truth, beyond the results: the bias's gradient alone 3 allocations (the copy
+    # and the sum's two), the input's 1, the weight's 2, all three 4
+    def setup():
+        g = torch.empty(16, 399, 256, device="cuda", dtype=torch.float16).transpose(1, 2)
+        x = torch.empty(16, 256, 399, device="cuda", dtype=torch.float16)
+        return g, x, torch.empty(256, 256, 1, device="cuda", dtype=torch.float16)
+
+    def run(mask):
+        return lambda g, x, w: aten.convolution_backward(g, x, w, [256], [1], [0], [1], False, [0], 1, mask)
+
+    assert _extra(run([False, False, True]), setup) == (3, 16375816)
+    assert _extra(run([True, False, False]), setup) == (1, 3268608)
+    assert _extra(run([False, True, False]), setup) == (2, 7462912)
+    assert _extra(run([True, True, True]), setup) == (4, 20570120)
+
+
 def test_finite_checks_of_values_the_twin_lacks_take_them_as_finite():
     with vramscope.capture(gpu="h200"):
         h = torch.empty(4, 512, 768, device="cuda", dtype=torch.float16)

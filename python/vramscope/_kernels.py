@@ -1919,13 +1919,18 @@ def _convolution_backward(cap, func, args, kwargs):
     if x_c is not None:
         fmt = _cl_format(x) if cl else torch.contiguous_format
         x_seen = torch.empty(x.shape, dtype=x.dtype, device="meta", memory_format=fmt)
-    fmt = suggest_memory_format(x_seen)
+    # a 1-D problem's operands as the backend sees them: `view4d`, (N, C, 1, L) (its gradient's
+    # `.to` reads the strides of that view: blind16/p03's (16, 256, 399) gradient strided (102144,
+    # 1, 256) suggests channels-last there and is copied, the bias's gradient alone included)
+    x4, g4 = (x_seen.unsqueeze(2), grad.unsqueeze(2)) if x.dim() == 3 else (x_seen, grad)
+    fmt = suggest_memory_format(x4)
     g_to, grad_c = None, grad
-    if grad.dim() in (4, 5) and (
-        not grad.is_contiguous(memory_format=fmt) if conv[5] else suggest_memory_format(grad) != fmt
+    if g4.dim() in (4, 5) and (
+        not g4.is_contiguous(memory_format=fmt) if conv[5] else suggest_memory_format(g4) != fmt
     ):
         g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")
-        grad_c = torch.empty(grad.shape, dtype=grad.dtype, device="meta", memory_format=fmt)
+        grad_c = torch.empty(g4.shape, dtype=grad.dtype, device="meta", memory_format=fmt)
+        grad_c = grad_c.squeeze(2) if x.dim() == 3 else grad_c
     cl_d, cl_w = _channels_last(grad_c, w), _channels_last(x_seen, grad_c)
     gi, gw = _in_layout(gi, cl_d), _in_layout(gw, cl_w)
     g_c = _copy_unless_in(cap, grad_c, cl_d if mask[0] else cl_w) if mask[0] or mask[1] else None
@@ -1943,8 +1948,13 @@ def _convolution_backward(cap, func, args, kwargs):
         if gw.numel() > 0:
             _conv_workspace(cap, "wgrad", (*conv[:-1], cl_w))
         del g_cw, x_cw
-    del g_c, g_to, x_c
-    return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
+    del g_c, g_to
+    # a 1-D input's `contiguous()` is `convolution_backward`'s own local, held past the bias's sum
+    x_1d, x_c = (x_c, None) if x.dim() == 3 else (None, x_c)
+    del x_c
+    gb = _conv_grad_bias(cap, grad, gb, mask)
+    del x_1d
+    return gi, gw, gb
 
 
 def _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask):
