@@ -46,6 +46,9 @@ def _counters():
 
 
 def _describe(x):
+    if isinstance(x, torch.nn.parameter.UninitializedTensorMixin):
+        # a lazy module's parameter before its first call has no shape to read
+        return "uninitialized"
     if isinstance(x, torch.Tensor):
         return [
             list(x.shape),
