@@ -239,3 +239,16 @@ def test_float_batch_norm_in_training_takes_no_workspace_where_not_channels_last
         x = torch.empty(8, 32, 16, 16, device="cuda").to(memory_format=torch.channels_last)
         torch.nn.BatchNorm2d(32).cuda()(x)
     assert any("channels-last batch-norm forward workspace" in u for u in cap.report()["unmeasured"])
+
+
+def test_cudnn_batch_norm_runs_on_and_saves_a_contiguous_copy_of_a_transposed_input():
+    # Normalization.cpp `_batch_norm_impl_index`: `input.contiguous(suggest_memory_format())` before
+    # `cudnn_batch_norm` (blind78/bz01's H200 per-op truth: PatchTST's (B, C, L) transposes)
+    with vramscope.capture(gpu="h200"):
+        bn = torch.nn.BatchNorm1d(128).cuda()
+        x = torch.empty(64, 63, 128, device="cuda", requires_grad=True)
+        base = torch.cuda.memory_allocated()
+        y = bn(x.transpose(1, 2))
+        # the copy (saved for backward), the contiguous output, save_mean and save_invstd
+        assert torch.cuda.memory_allocated() - base == 2 * x.numel() * 4 + 2 * 512
+        assert y.is_contiguous()

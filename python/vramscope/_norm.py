@@ -236,8 +236,8 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
     op = "aten::native_batch_norm_backward"
     gi, gw, gb = func(*args)
     # the forward's choice, its bias taken as defined with its weight (nn.BatchNorm's affine)
-    if train and x.numel() > 0 and _cudnn_selected(x, w, w, rm, rv, True, eps) and _persistent(x):
-        return _cudnn_persistent_backward(cap, grad, x, w, (gi, gw, gb), mask)
+    if train and x.numel() > 0 and _cudnn_selected(x, w, w, rm, rv, True, eps):
+        return _cudnn_backward(cap, grad, x, w, (gi, gw, gb), mask)
     needs_reduction = train or mask[1] or mask[2]
     if not _channels_last_kernels(x) and needs_reduction and mask[0]:
         # `batch_norm_backward_cuda_template`: `at::empty_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`,
@@ -277,11 +277,12 @@ def _native_batch_norm_backward(cap, func, args, kwargs):
     return gi, gw, gb
 
 
-def _cudnn_persistent_backward(cap, grad, x, w, grads, mask):
-    """`cudnn_batch_norm_backward` (cudnn/BatchNorm.cpp) of a channels-last input: the output's
-    gradient made contiguous in the input's format, then grad_input (that format), grad_weight and
-    grad_bias, all three whatever the mask (the unwanted ones die on return), and the persistent
-    kernel's workspace."""
+def _cudnn_backward(cap, grad, x, w, grads, mask):
+    """`cudnn_batch_norm_backward` (cudnn/BatchNorm.cpp) in training: the output's gradient made
+    contiguous in the input's format, then grad_input (that format), grad_weight and grad_bias, all
+    three whatever the mask (the unwanted ones die on return), and for a channels-last input the
+    persistent kernel's workspace (blind78/bz01's H200 per-op truth: PatchTST's transposed 3-D
+    gradients copied)."""
     op = "aten::cudnn_batch_norm_backward"
     fmt = suggest_memory_format(x)
     copy = None
@@ -297,7 +298,7 @@ def _cudnn_persistent_backward(cap, grad, x, w, grads, mask):
         else:
             held.append(cap.malloc(like.numel() * like.element_size(), op, "temporary"))
             out.append(None)
-    workspace = _persistent_workspace(cap, x, "backward", op)
+    workspace = _persistent_workspace(cap, x, "backward", op) if _persistent(x) else None
     # C++ destroys the workspace, then the contiguous gradient; the unwanted results die in the
     # caller
     del workspace, copy, held
@@ -548,9 +549,48 @@ def _rms_norm(cap, func, args, kwargs):
     return _FusedRMSNorm.apply(cap, x, weight, shape, a.get("eps"))
 
 
+def _batch_norm(cap, func, args, kwargs):
+    """`torch.batch_norm` where `_batch_norm_impl_index` (Normalization.cpp) picks cuDNN: the input
+    is made contiguous in its suggested memory format first (`input.contiguous(...)`, an autograd
+    copy), and cuDNN's batch norm runs on, and saves for backward, that copy (blind78/bz01's H200
+    per-op truth: PatchTST's batch norm of transposed (B, C, L) activations)."""
+    names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+    names += ("cudnn_enabled",)
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a.get("input")
+    if not registered(x) or set(a) - set(names) or len(a) != len(names) or not a["cudnn_enabled"]:
+        return NotImplemented
+    if not _cudnn_selected(
+        x, a["weight"], a["bias"], a["running_mean"], a["running_var"], a["training"], a["eps"]
+    ):
+        return NotImplemented
+    fmt = suggest_memory_format(x)
+    if x.is_contiguous(memory_format=fmt):
+        return NotImplemented
+    a["input"] = x.contiguous(memory_format=fmt)
+    return func(*(a[n] for n in names))
+
+
+def _functional_batch_norm(cap, func, args, kwargs):
+    """`F.batch_norm`, which calls `torch.batch_norm` (see `_batch_norm`) with cuDNN enabled as
+    `torch.backends.cudnn.enabled` says."""
+    names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    if set(a) - set(names):
+        return NotImplemented
+    a = {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5} | a
+    order = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+    call = [a[n] for n in order] + [torch.backends.cudnn.enabled]
+    if a["training"] and registered(a["input"]):
+        torch.nn.functional._verify_batch_size(a["input"].size())
+    return _batch_norm(cap, torch.batch_norm, call, {})
+
+
 def _register_rms_norm():
     from ._kernels import FUNCTIONS
 
+    FUNCTIONS[torch.batch_norm] = _batch_norm
+    FUNCTIONS[torch.nn.functional.batch_norm] = _functional_batch_norm
     FUNCTIONS[torch.rms_norm] = _rms_norm
     FUNCTIONS[torch.nn.functional.rms_norm] = _rms_norm
 
