@@ -1,0 +1,78 @@
+"""Totals over every blind set of validation/run/blindN/ on the H200.
+
+    python validation/run_blind_tally.py [fixtures/run]
+
+One line per set (`run_blindN_h200.jsonl`): its scripts and phases, then as
+answered (`answers_blindN_h200.jsonl`, blind21's u03 from
+`answers_blind21b_h200.jsonl`) and latest (`answers_blindN_after_h200.jsonl`
+where the set has one, else as answered; blind4b's d07/d08 are answered in
+blind4's after file): scripts within 0.5% peak allocated / 2% peak reserved in
+every phase, and phases exact in all five figures. A script that raised on the
+GPU counts as a miss. Then the totals, and the scripts not exact in every
+phase of their latest answers.
+"""
+
+import os
+import re
+import sys
+
+from run_compare import ALLOC_TOL, RESERVED_TOL, compare, load
+
+
+def sets(fixtures):
+    names = (re.match(r"run_blind(\d+\w*)_h200\.jsonl$", f) for f in os.listdir(fixtures))
+    found = {m.group(1) for m in names if m}
+    return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
+
+
+def tally(gpu, twin):
+    """(scripts within, phases exact, [(script, phases, exact)] not exact in every phase)."""
+    raised = {s for s, rs in gpu.items() if any(r.get("exception") for r in rs)}
+    within = exact = 0
+    misses = []
+    for script, n, ex, ea, er, _ in compare(gpu, twin):
+        exact += ex
+        within += ea is not None and ea <= ALLOC_TOL and er <= RESERVED_TOL and script not in raised
+        if ex < n or script in raised:
+            misses.append((script, n, ex))
+    return within, exact, misses
+
+
+def main():
+    fx = (
+        sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "fixtures", "run")
+    )
+    path = lambda name: os.path.join(fx, name)  # noqa: E731
+    total = [0] * 6
+    misses = []
+    for s in sets(fx):
+        gpu = load(path(f"run_blind{s}_h200.jsonl"))
+        answered = load(path(f"answers_blind{s}_h200.jsonl"))
+        if s == "21":
+            answered.update(load(path("answers_blind21b_h200.jsonl")))
+        after = path(f"answers_blind{'4' if s == '4b' else s}_after_h200.jsonl")
+        latest = load(after) if os.path.exists(after) else answered
+        w0, e0, _ = tally(gpu, answered)
+        w1, e1, miss = tally(gpu, latest)
+        phases = sum(len(r) for r in gpu.values())
+        for i, v in enumerate((len(gpu), phases, w0, e0, w1, e1)):
+            total[i] += v
+        which = "after" if os.path.exists(after) else "as answered"
+        print(
+            f"blind{s:<4} {len(gpu):>3} scripts {phases:>3} phases: "
+            f"as answered {w0:>2} within, {e0:>3} exact; latest ({which}) {w1:>2} within, {e1:>3} exact"
+        )
+        misses += [(s, *m) for m in miss]
+    n, p, w0, e0, w1, e1 = total
+    print(
+        f"{len(sets(fx))} sets, {n} scripts, {p} phases: as answered {w0} within, {e0} phases exact; "
+        f"latest {w1} within, {e1} phases exact "
+        f"({100 * ALLOC_TOL}% peak allocated, {100 * RESERVED_TOL}% peak reserved)"
+    )
+    print(f"{len(misses)} scripts not exact in every phase of their latest answers:")
+    for s, script, n, ex in misses:
+        print(f"  blind{s} {script} {ex} of {n}")
+
+
+if __name__ == "__main__":
+    main()
