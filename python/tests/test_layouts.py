@@ -359,6 +359,35 @@ def test_softmax_of_halves_to_float_is_one_kernel():
         assert _extra(lambda x, fn=fn: fn(x, dim=-1, dtype=torch.float32), setup) == (0, 0)
 
 
+def test_softmax_under_fp16_autocast_reads_the_halves():
+    # autocast's fp32_set_opt_dtype gives softmax and log_softmax dtype=float32, so SoftMax.cpp runs
+    # `_softmax(x, dim, half_to_float=True)` on a half CUDA input: no float copy of it, and the backward
+    # writes the half gradient itself (blind16/p03's H200 record: `_log_softmax_backward_data(...,
+    # input_dtype=float16)`, its one float16 gradient and the float gradient's contiguous copy)
+    def setup():
+        return (torch.empty(16, 399, 128, device="cuda", dtype=torch.float16),)
+
+    half, full = 16 * 399 * 128 * 2, 16 * 399 * 128 * 4
+    # softmax's backward also makes `tmp = grad * output` (SoftMax.cu), a float temporary
+    for fn, backward in ((torch.softmax, (2, half + full)), (torch.log_softmax, (1, half))):
+
+        def run(x, fn=fn):
+            with torch.autocast("cuda", dtype=torch.float16):
+                return fn(x, -1)
+
+        assert _extra(run, setup) == (0, 0)
+        with vramscope.capture(gpu="h200"):
+            x = setup()[0].requires_grad_()
+            y = run(x)
+            g = torch.empty_like(y)
+            before = torch.cuda.memory_stats()
+            (dx,) = torch.autograd.grad(y, x, g)
+            after = torch.cuda.memory_stats()
+            keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+            assert y.dtype == torch.float32 and dx.dtype == torch.float16
+            assert tuple(after[k] - before[k] for k in keys) == backward
+
+
 def test_indexing_by_a_cpu_index_copies_it_to_the_gpu_first():
     # make_info (TensorAdvancedIndexingUtils.h): `indice.to(self.device())` before the output;
     # blind57/be01's H200 history: MViT's rel_pos_h[dist_h.long()], a (28, 14) CPU index, 3,136 bytes

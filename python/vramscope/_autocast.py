@@ -77,9 +77,37 @@ def _map_right_to_left(args, fn):
     return out
 
 
+#: `softmax.int`, `log_softmax.int` and the kernel SoftMax.cpp calls for a half CUDA input asked for
+#: float32
+_HALF_TO_FLOAT = {
+    torch.ops.aten.softmax.int: torch.ops.aten._softmax.default,
+    torch.ops.aten.log_softmax.int: torch.ops.aten._log_softmax.default,
+}
+
+
+def _half_to_float(kernel, args, kwargs):
+    """`softmax(input, dim, dtype)` (SoftMax.cpp) of a CUDA float16 input with `dtype=float32`, as
+    autocast's `fp32_set_opt_dtype` asks: `_softmax(input, dim, half_to_float=true)`, which reads the
+    halves and writes floats, with no float copy of the input (the composite on meta tensors, not
+    `is_cuda()`, converts first); blind16/p03's H200 record: `log_softmax(-1)` under fp16 autocast
+    runs `_log_softmax_backward_data(..., input_dtype=float16)`. None where that is not the case."""
+    a = dict(zip(("self", "dim", "dtype"), args, strict=False)) | kwargs
+    x, dim = a.get("self"), a.get("dim")
+    if (
+        registered(x)
+        and x.dtype == torch.float16
+        and a.get("dtype") == torch.float32
+        and isinstance(dim, int)
+    ):
+        with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+            return kernel(x, dim, True)
+    return None
+
+
 def _kernel(op, policy: str):
     names = [a.name for a in op._schema.arguments]
     dtype_at = names.index("dtype") if "dtype" in names else None
+    half_to_float = _HALF_TO_FLOAT.get(op)
 
     def run(*args, **kwargs):
         args = list(args)
@@ -103,6 +131,10 @@ def _kernel(op, policy: str):
                         args[dtype_at] = torch.float32
                 elif kwargs.get("dtype") is None:
                     kwargs = dict(kwargs, dtype=torch.float32)
+            if half_to_float is not None:
+                out = _half_to_float(half_to_float, args, kwargs)
+                if out is not None:
+                    return out
         elif policy == "promote":
             types = [a.dtype for a in args if _eligible(a)]
             if types:
