@@ -1,0 +1,47 @@
+"""validation/run/block_diff.py: blocks rebuilt from a trace as the caching allocator splits them."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "validation" / "run"))
+
+import block_diff
+
+MB = 1 << 20
+
+
+def _history(path, entries):
+    trace = [dict(e, stream=0, frames=[]) for e in entries]
+    with open(path, "wb") as f:
+        pickle.dump({"segments": [], "device_traces": [trace]}, f)
+    return path
+
+
+def test_a_rest_too_small_to_split_stays_in_the_block(tmp_path):
+    # CUDACachingAllocator.cpp `should_split`: a large-pool rest of 1 MiB or less stays in the block;
+    # a small-pool (2 MiB segment) rest of 512 bytes or more is split off
+    base, small = 1 << 32, 1 << 33
+    path = _history(
+        tmp_path / "h.pickle",
+        [
+            {"action": "segment_alloc", "addr": base, "size": 20 * MB},
+            {"action": "alloc", "addr": base, "size": 8 * MB},
+            {"action": "alloc", "addr": base + 8 * MB, "size": 11 * MB - 100},
+            {"action": "free_completed", "addr": base, "size": 8 * MB},
+            {"action": "alloc", "addr": base, "size": 7 * MB},
+            {"action": "segment_alloc", "addr": small, "size": 2 * MB},
+            {"action": "alloc", "addr": small, "size": MB},
+            {"action": "alloc", "addr": small + MB, "size": MB - 600},
+        ],
+    )
+    out, state, _ = block_diff.replay(path)
+    blocks = [block for _, _, block, e in out if e["action"] == "alloc"]
+    # 11 MiB - 100 rounds to 11 MiB, a 1 MiB rest: kept; 7 MiB of the freed 8 MiB: 1 MiB kept;
+    # in the small pool MiB - 600 rounds to MiB - 512 and its 512-byte rest is split off
+    assert blocks == [8 * MB, 12 * MB, 8 * MB, MB, MB - 512]
+    assert out[-1][1] == 20 * MB + 2 * MB - 512
+    assert [b[0] for b in block_diff.free_blocks(state)] == [512]

@@ -1,0 +1,150 @@
+"""Where two memory histories of one script first hold different block sizes, or one history's unsplit blocks.
+
+    python block_diff.py GPU.pickle TWIN.pickle [N]     the first N allocations whose blocks differ,
+                                                        with the allocated figure after each, and the
+                                                        first one's candidate free blocks on each side
+    python block_diff.py --slack SNAPSHOT.pickle START END
+                                                        the unsplit blocks live at the peak of the
+                                                        allocated figure between trace entries START
+                                                        and END
+
+A history's trace gives each allocation's requested size and address, not its block. The block is
+rebuilt as CUDACachingAllocator.cpp makes it: the request rounded (`round_size`: 512 bytes at least,
+then multiples of 512), taken from the low end of the free block at that address (which runs to the
+next live block or the segment's end); the rest split off (`should_split`) where it is at least 512
+bytes in a 2 MiB small-pool segment or more than 1 MiB in a large one, else kept in the block. So two
+histories with the same allocations in the same order (ops_diff.py silent) can still differ in the
+allocated figure where one side's allocation lands in a free block whose rest is too small to split:
+which free block is chosen (the smallest that fits, the lowest address of equal ones) depends on where
+the segments lie. Not modelled: expandable segments, `max_split_size_mb`, oversize blocks.
+"""
+
+import bisect
+import pickle
+import sys
+
+SMALL_SEGMENT = 2 << 20
+SMALL_REQUEST = 1 << 20
+
+
+def round_size(n):
+    return 512 if n < 512 else (n + 511) // 512 * 512
+
+
+def replay(path, stop=None):
+    """The trace's allocations and frees with their blocks: a list of (entry index, allocated after it,
+    block size or 0 for a free, entry), and the state at `stop` (segments, live blocks)."""
+    with open(path, "rb") as f:
+        trace = pickle.load(f)["device_traces"][0]
+    segments, seg_starts, seg_no = {}, [], {}
+    live, starts = {}, []
+    allocated, out = 0, []
+    for i, e in enumerate(trace):
+        if i == stop:
+            break
+        action, addr = e["action"], e["addr"]
+        if action == "segment_alloc":
+            segments[addr] = e["size"]
+            bisect.insort(seg_starts, addr)
+            seg_no[addr] = len(seg_no)
+        elif action == "segment_free":
+            segments.pop(addr)
+            seg_starts.remove(addr)
+        elif action == "alloc":
+            seg = seg_starts[bisect.bisect_right(seg_starts, addr) - 1]
+            end = seg + segments[seg]
+            j = bisect.bisect_right(starts, addr)
+            extent = (starts[j] if j < len(starts) and starts[j] < end else end) - addr
+            size = round_size(e["size"])
+            rest = extent - size
+            small = segments[seg] == SMALL_SEGMENT and size <= SMALL_REQUEST
+            block = size if (rest >= 512 if small else rest > SMALL_REQUEST) else extent
+            live[addr] = (block, size, i)
+            bisect.insort(starts, addr)
+            allocated += block
+            out.append((i, allocated, block, e))
+        elif action == "free_completed" and addr in live:
+            allocated -= live.pop(addr)[0]
+            starts.remove(addr)
+            out.append((i, allocated, 0, e))
+    return out, (segments, seg_starts, seg_no, live, starts), trace
+
+
+def free_blocks(state):
+    """Every free block of the state: (size, address, segment number, offset, segment size)."""
+    segments, seg_starts, seg_no, live, starts = state
+    out = []
+    for seg in seg_starts:
+        pos, end = seg, seg + segments[seg]
+        j = bisect.bisect_left(starts, seg)
+        while j < len(starts) and starts[j] < end:
+            if starts[j] > pos:
+                out.append((starts[j] - pos, pos, seg_no[seg], pos - seg, segments[seg]))
+            pos = starts[j] + live[starts[j]][0]
+            j += 1
+        if end > pos:
+            out.append((end - pos, pos, seg_no[seg], pos - seg, segments[seg]))
+    return sorted(out)
+
+
+def frames(e, n=4):
+    fs = [f for f in e.get("frames", []) if f["filename"].endswith(".py") and "/torch/" not in f["filename"]]
+    return " < ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']}" for f in fs[:n])
+
+
+def diff(gpu_path, twin_path, n):
+    gpu, _, _ = replay(gpu_path)
+    twin, _, _ = replay(twin_path)
+    print(f"GPU: {len(gpu)} allocations and frees, allocated at the end {gpu[-1][1]:,}")
+    print(f"twin: {len(twin)} allocations and frees, allocated at the end {twin[-1][1]:,}")
+    shown = []
+    for g, t in zip(gpu, twin, strict=False):
+        if g[3]["size"] != t[3]["size"] or g[3]["action"] != t[3]["action"]:
+            print(f"the sequences part at GPU entry {g[0]}, twin entry {t[0]}: use ops_diff.py first")
+            break
+        if g[2] != t[2]:
+            shown.append((g, t))
+            print(
+                f"GPU entry {g[0]} / twin {t[0]}: {g[3]['action']} of {g[3]['size']:,}: block "
+                f"{g[2]:,} / {t[2]:,}, allocated {g[1]:,} / {t[1]:,}   {frames(g[3])}"
+            )
+            if len(shown) >= n:
+                break
+    if not shown:
+        print("same blocks throughout")
+        return
+    g, t = shown[0]
+    for name, path, entry in (("GPU", gpu_path, g), ("twin", twin_path, t)):
+        _, state, _ = replay(path, stop=entry[0])
+        size = round_size(entry[3]["size"])
+        fits = [b for b in free_blocks(state) if b[0] >= size][:6]
+        print(f"{name}: free blocks that fit {size:,} before entry {entry[0]} (the first is taken):")
+        for b in fits:
+            print(f"    {b[0]:,} at offset {b[3]:,} of segment #{b[2]} ({b[4]:,} bytes)")
+
+
+def slack(path, start, end):
+    out, _, trace = replay(path)
+    best, peak = None, -1
+    for i, allocated, _, _ in out:
+        if start <= i < end and allocated > peak:
+            peak, best = allocated, i
+    _, state, _ = replay(path, stop=best + 1)
+    print(f"peak allocated {peak:,} at trace entry {best}")
+    total = 0
+    for block, size, i in sorted(state[3].values(), key=lambda v: v[2]):
+        if block != size:
+            total += block - size
+            print(f"    block {block:,} for a request of {size:,} (entry {i})   {frames(trace[i])}")
+    print(f"unsplit: {total:,} bytes beyond the requests")
+
+
+def main():
+    if sys.argv[1] == "--slack":
+        slack(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        diff(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+
+
+if __name__ == "__main__":
+    main()
