@@ -141,7 +141,13 @@ fn load_timeline(
     opts: &Options,
     range: Option<&str>,
 ) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report, Timeline)> {
-    let snap = read(path)?;
+    // the timeline's pass over the whole trace, where it is decoded in
+    // parallel, runs while the rest of the file is read
+    let (snap, early) = if range.is_none() && opts.range.is_none() {
+        read_early(path, opts.timeline_points)?
+    } else {
+        (read(path)?, None)
+    };
     let mut opts = opts.clone();
     if let Some(spec) = range {
         let empty = vramscope_snapshot::Trace::new();
@@ -149,12 +155,13 @@ fn load_timeline(
         opts.range = Some(resolve_range(spec, trace)?);
     }
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
-    let tl = timeline::build_window(
+    let tl = timeline::build_window_early(
         &snap,
         opts.device,
         &cfg,
         opts.timeline_points,
         opts.range.clone(),
+        early,
     );
     let mut r = analyze_timeline(&snap, &tl, &opts);
     r.snapshot = path.display().to_string();
@@ -202,6 +209,32 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.set_len(bytes.len() as u64)?;
     }
     Ok(())
+}
+
+/// [`read`], with the timeline's pass made over a device's trace while the
+/// rest of the file is read, under the allocator settings read ahead of
+/// it (`timeline::build_window_early` takes it where they were right).
+fn read_early(
+    path: &Path,
+    points: usize,
+) -> anyhow::Result<(
+    vramscope_snapshot::Snapshot,
+    Option<(usize, timeline::EarlyPass)>,
+)> {
+    let pass = move |t: vramscope_snapshot::EarlyTrace| {
+        let settings = vramscope_snapshot::Snapshot {
+            allocator_settings: t.allocator_settings().cloned(),
+            ..Default::default()
+        };
+        let (cfg, _) = vramscope_replay::from_snapshot::config(&settings);
+        timeline::early_pass(t, cfg, points)
+    };
+    vramscope_snapshot::read_snapshot_file_early(path, pass).with_context(|| {
+        format!(
+            "{} is not a readable PyTorch memory snapshot",
+            path.display()
+        )
+    })
 }
 
 /// Read a snapshot file, saying which file could not be read.

@@ -495,7 +495,7 @@ struct Seg {
 #[derive(Clone)]
 struct Sim {
     /// For `round_size` (shared by the copies a [`Checkpoint`] keeps).
-    rounder: std::rc::Rc<CachingAllocator>,
+    rounder: std::sync::Arc<CachingAllocator>,
     max_split: u64,
     expandable: bool,
     nodes: Vec<Node>,
@@ -554,7 +554,7 @@ impl Sim {
         Sim {
             max_split: cfg.max_split_size,
             expandable: cfg.expandable_segments,
-            rounder: std::rc::Rc::new(CachingAllocator::new(cfg)),
+            rounder: std::sync::Arc::new(CachingAllocator::new(cfg)),
             nodes: Vec::new(),
             spare: Vec::new(),
             at: AddrIndex::default(),
@@ -1232,6 +1232,14 @@ struct Pass {
     /// The sim at a maximum of allocated bytes at most [`Checkpoint`]'s
     /// spacing before the first maximum (see [`run`]).
     checkpoint: Option<Checkpoint>,
+    /// Entries a bucket of the curve spans.
+    bucket: usize,
+    /// The entries the peaks and the curve are taken over.
+    window: std::ops::Range<usize>,
+    /// Entries left in the current bucket.
+    left: usize,
+    /// The index of the next entry.
+    next: usize,
 }
 
 /// Convert a trace index to the `u32` a [`Life`] stores (traces hold fewer
@@ -1479,34 +1487,47 @@ const CHECKPOINT_SPACING: usize = 1 << 12;
 /// [`layout_at`] follows the blocks on from, and the copies cost at most
 /// about an eighth of a step per entry.
 fn run(trace: &Trace, sim: Sim, bucket: usize, window: &std::ops::Range<usize>) -> Pass {
-    // One `Life` per `alloc` (and per `free_requested` of memory allocated
-    // before the trace, rare): reserve them at once (growing a big Vec can
-    // briefly need twice its size). One per entry bounds them without a
-    // pass to count; the pages never written are never touched.
-    let mut p = Pass {
-        walk: Walk::new(sim, true, trace.len()),
-        ooms: Vec::new(),
-        cum: Cum::default(),
-        first: Cum::default(),
-        max_a: Max::NONE,
-        max_ac: Max::NONE,
-        max_r: Max::NONE,
-        r_at_max_a: 0,
-        buckets: Vec::new(),
-        checkpoint: None,
-    };
-    let bucket = bucket.max(1);
-    // entries left in the current bucket
-    let mut left = 0usize;
-    // a counter, not `enumerate`: the release build left `Enumerate`'s
-    // `next` out of line, a call per entry
-    let mut next = 0usize;
-    #[allow(clippy::explicit_counter_loop)]
+    let mut p = Pass::new(sim, trace.len(), bucket, window.clone());
     for e in trace.iter() {
-        let i = next;
-        next += 1;
-        let (da, dac, dr) = p.walk.step(i, &e);
-        if e.action == Some(TraceAction::Oom) && window.contains(&i) {
+        p.see(&e);
+    }
+    p
+}
+
+impl Pass {
+    /// A pass over a trace of `n` entries.
+    fn new(sim: Sim, n: usize, bucket: usize, window: std::ops::Range<usize>) -> Pass {
+        // One `Life` per `alloc` (and per `free_requested` of memory
+        // allocated before the trace, rare): reserve them at once (growing
+        // a big Vec can briefly need twice its size). One per entry bounds
+        // them without a pass to count; the pages never written are never
+        // touched.
+        Pass {
+            walk: Walk::new(sim, true, n),
+            ooms: Vec::new(),
+            cum: Cum::default(),
+            first: Cum::default(),
+            max_a: Max::NONE,
+            max_ac: Max::NONE,
+            max_r: Max::NONE,
+            r_at_max_a: 0,
+            buckets: Vec::new(),
+            checkpoint: None,
+            bucket: bucket.max(1),
+            window,
+            left: 0,
+            next: 0,
+        }
+    }
+
+    /// Follow the next entry, `e`.
+    #[inline(always)]
+    fn see(&mut self, e: &vramscope_snapshot::TraceEntry) {
+        let p = self;
+        let i = p.next;
+        p.next += 1;
+        let (da, dac, dr) = p.walk.step(i, e);
+        if e.action == Some(TraceAction::Oom) && p.window.contains(&i) {
             p.ooms.push((i, e.size, e.device_free, e.frames, p.cum));
         }
         let c = &mut p.cum;
@@ -1516,19 +1537,19 @@ fn run(trace: &Trace, sim: Sim, bucket: usize, window: &std::ops::Range<usize>) 
         let c = *c;
         // peaks and the curve are of the window only; the blocks are
         // followed from the start
-        if !window.contains(&i) {
-            continue;
+        if !p.window.contains(&i) {
+            return;
         }
         // a counter's maximum, overall or in the bucket, can only be
         // passed where it rose (the entry before was seen in the same
         // window and bucket): most entries are frees
-        let first = i == window.start;
+        let first = i == p.window.start;
         if first {
             p.first = c;
         }
-        if left != 0 && !first && da <= 0 && dac <= 0 && dr <= 0 {
-            left -= 1;
-            continue;
+        if p.left != 0 && !first && da <= 0 && dac <= 0 && dr <= 0 {
+            p.left -= 1;
+            return;
         }
         if c.a > p.max_a.v {
             p.max_a = Max { at: i, v: c.a };
@@ -1548,8 +1569,8 @@ fn run(trace: &Trace, sim: Sim, bucket: usize, window: &std::ops::Range<usize>) 
         }
         p.max_ac.see(i, c.ac);
         p.max_r.see(i, c.r);
-        if left == 0 {
-            left = bucket;
+        if p.left == 0 {
+            p.left = p.bucket;
             p.buckets.push(Bucket {
                 start: i,
                 a: Max { at: i, v: c.a },
@@ -1561,9 +1582,39 @@ fn run(trace: &Trace, sim: Sim, bucket: usize, window: &std::ops::Range<usize>) 
             b.ac = b.ac.max(c.ac);
             b.r = b.r.max(c.r);
         }
-        left -= 1;
+        p.left -= 1;
     }
-    p
+}
+
+/// The recording pass over a device's trace, run while the rest of its
+/// snapshot is read ([`vramscope_snapshot::read_snapshot_file_early`]),
+/// with the allocator settings read ahead of it: [`build_window_early`]
+/// takes it where it followed what the snapshot holds (the same entries,
+/// settings and points), and makes the timeline itself otherwise.
+pub struct EarlyPass {
+    pass: Pass,
+    cfg: AllocatorConfig,
+    entries: usize,
+    points: usize,
+}
+
+/// [`build`]'s pass over the whole of `trace`, under `cfg`, for at most
+/// `points` samples (see [`EarlyPass`]).
+pub fn early_pass(
+    trace: vramscope_snapshot::EarlyTrace,
+    cfg: AllocatorConfig,
+    points: usize,
+) -> EarlyPass {
+    let n = trace.len();
+    let bucket = n.div_ceil(points.max(1)).max(1);
+    let mut p = Pass::new(Sim::new(cfg.clone()), n, bucket, 0..n);
+    trace.for_each(|e| p.see(&e));
+    EarlyPass {
+        pass: p,
+        cfg,
+        entries: n,
+        points,
+    }
 }
 
 /// The free-space layout right after entry `stop`, following the blocks
@@ -1611,13 +1662,41 @@ pub fn build_window(
     points: usize,
     window: Option<std::ops::Range<usize>>,
 ) -> Timeline {
+    build_window_early(snap, device, cfg, points, window, None)
+}
+
+/// [`build_window`], taking the pass `early` made over device
+/// `early.0`'s trace ([`early_pass`]) where it followed what this one
+/// would: the same device, entries and settings, the whole trace, as many
+/// points; the stacks of its out-of-memory events are read from the
+/// trace. Otherwise the pass is made here.
+pub fn build_window_early(
+    snap: &Snapshot,
+    device: usize,
+    cfg: &AllocatorConfig,
+    points: usize,
+    window: Option<std::ops::Range<usize>>,
+    early: Option<(usize, EarlyPass)>,
+) -> Timeline {
     let empty = Trace::new();
     let trace = snap.device_traces.get(device).unwrap_or(&empty);
     let n = trace.len();
     let window = window.map_or(0..n, |w| w.start.min(n)..w.end.min(n));
     let span = window.len();
     let bucket = span.div_ceil(points.max(1)).max(1);
-    let mut p = run(trace, Sim::new(cfg.clone()), bucket, &window);
+    let early = early.filter(|(d, e)| {
+        *d == device && e.entries == n && e.cfg == *cfg && e.points == points && window == (0..n)
+    });
+    let mut p = match early {
+        Some((_, e)) => {
+            let mut p = e.pass;
+            for o in &mut p.ooms {
+                o.3 = trace.get(o.0).map_or(StackId::EMPTY, |t| t.frames);
+            }
+            p
+        }
+        None => run(trace, Sim::new(cfg.clone()), bucket, &window),
+    };
     let sim = &mut p.walk.sim;
 
     // Allocations alive at the end that the trace never allocated.

@@ -799,3 +799,68 @@ fn assemble(
         layout_at_peak: None,
     }
 }
+
+/// The pass made while the file is read ([`timeline::early_pass`]), under
+/// `cfg` whatever the snapshot's settings, and the snapshot.
+fn read_early(
+    rel: &str,
+    cfg: Option<AllocatorConfig>,
+) -> (Snapshot, Option<(usize, timeline::EarlyPass)>) {
+    let p = vramscope_testkit::xz::fixture_file(rel);
+    vramscope_snapshot::read_file_parallel_early(&p, 3, move |t: vramscope_snapshot::EarlyTrace| {
+        let cfg = cfg.unwrap_or_else(|| {
+            let s = Snapshot {
+                allocator_settings: t.allocator_settings().cloned(),
+                ..Default::default()
+            };
+            vramscope_replay::from_snapshot::config(&s).0
+        });
+        timeline::early_pass(t, cfg, 300)
+    })
+    .expect("decoded in parallel")
+    .expect("read")
+}
+
+#[test]
+fn the_pass_made_while_reading_is_the_timeline_s_own() {
+    for rel in [
+        "fixtures/snapshot_real/nanogpt_2streams_oom_h200.pickle.xz",
+        "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz",
+    ] {
+        let (snap, early) = read_early(rel, None);
+        assert!(early.is_some(), "{rel}: no pass");
+        let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
+        let want = timeline::build(&snap, 0, &cfg, 300);
+        assert!(!want.ooms.is_empty(), "{rel}: its out-of-memory events");
+        let got = timeline::build_window_early(&snap, 0, &cfg, 300, None, early);
+        assert_eq!(format!("{got:?}"), format!("{want:?}"), "{rel}");
+    }
+}
+
+#[test]
+fn a_pass_under_other_settings_or_points_is_not_taken() {
+    // the expandable snapshot's pass made as if its segments were not
+    // expandable: it differs, and is made again under the right settings
+    let rel = "fixtures/snapshot_real/nanogpt_wrapped_3streams_expandable_oom_h200.pickle.xz";
+    let (snap, early) = read_early(rel, Some(AllocatorConfig::default()));
+    let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
+    assert!(cfg.expandable_segments);
+    let want = timeline::build(&snap, 0, &cfg, 300);
+    let got = timeline::build_window_early(&snap, 0, &cfg, 300, None, early);
+    assert_eq!(format!("{got:?}"), format!("{want:?}"));
+    let (_, early) = read_early(rel, Some(AllocatorConfig::default()));
+    let wrong =
+        timeline::build_window_early(&snap, 0, &AllocatorConfig::default(), 300, None, early);
+    assert_ne!(
+        format!("{wrong:?}"),
+        format!("{want:?}"),
+        "the settings matter"
+    );
+    // other points, another device, a window
+    for (points, device, window) in [(200, 0, None), (300, 1, None), (300, 0, Some(0..100))] {
+        let (_, early) = read_early(rel, None);
+        let want = timeline::build_window(&snap, device, &cfg, points, window.clone());
+        let got = timeline::build_window_early(&snap, device, &cfg, points, window, early);
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
+    }
+}

@@ -135,6 +135,10 @@ pub(crate) struct State {
     /// something other than a frame dict ([`crate::par::Fault`]): its index
     /// in `entries`, the byte its dict was completed at, and the message.
     par_fault: Option<(usize, u64, String)>,
+    /// The spliced trace's entries: `(first, len)` in `entries`.
+    spliced: Option<(u32, u32)>,
+    /// The device whose trace they became, whole.
+    spliced_device: Option<usize>,
 }
 
 /// The symbol used for a missing frame name or filename (resolves to "").
@@ -193,6 +197,8 @@ impl State {
             pending: None,
             failed: HashMap::default(),
             par_fault: None,
+            spliced: None,
+            spliced_device: None,
         }
     }
 
@@ -299,7 +305,7 @@ impl Absorb for State {
         let first = u32::try_from(self.entries.len()).ok()?;
         let mut fids = Vec::new();
         let crate::par::Decoded {
-            mut pieces,
+            pieces,
             later,
             to,
             memo_from,
@@ -353,7 +359,7 @@ impl Absorb for State {
             if let (None, Some(f)) = (&self.par_fault, &p.fault) {
                 self.par_fault = Some((total + f.entry, f.at, f.message.clone()));
             }
-            maps.push((sids, kinds, total));
+            maps.push((sids, kinds));
             total += p.entries.len();
             if total > MAX_TRACE {
                 return None;
@@ -367,46 +373,21 @@ impl Absorb for State {
             self.absorbing = false;
         } else {
             // the time base: the trace's, or the first time the pieces hold
-            let before = self.entries.base();
-            let (timed_from, base) = match before {
-                Some(b) => (0, Some(b)),
-                None => pieces
+            let base = self.entries.base().or_else(|| {
+                pieces
                     .iter()
-                    .zip(&maps)
-                    .find_map(|(p, m)| p.entries.first_timed().map(|(i, t)| (m.2 + i, Some(t))))
-                    .unwrap_or((usize::MAX, None)),
-            };
-            // the rows mapped on the threads, each a run of pieces
-            let mut wides: Vec<Option<Vec<crate::trace::Fields>>> = vec![None; pieces.len()];
-            let per = pieces.len().div_ceil(threads.max(1)).max(1);
-            let map = |ps: &mut [crate::par::Piece],
-                       ms: &[(Vec<StackId>, Vec<u32>, usize)],
-                       ws: &mut [Option<Vec<crate::trace::Fields>>]| {
-                for ((p, m), w) in ps.iter_mut().zip(ms).zip(ws) {
-                    *w = p
-                        .entries
-                        .map_rows(&m.0, &m.1, m.2, timed_from, before, base);
-                }
-            };
-            if pieces.len() <= per {
-                map(&mut pieces, &maps, &mut wides);
-            } else {
-                std::thread::scope(|s| {
-                    for ((ps, ms), ws) in pieces
-                        .chunks_mut(per)
-                        .zip(maps.chunks(per))
-                        .zip(wides.chunks_mut(per))
-                    {
-                        s.spawn(move || map(ps, ms, ws));
-                    }
-                });
-            }
-            // each thread copies whole chunks of rows (touching their pages)
-            let wides = wides.into_iter().collect::<Option<Vec<_>>>()?;
-            let rows: Vec<Trace> = pieces.into_iter().map(|p| p.entries).collect();
-            self.entries.append_all_rows(&rows, wides, base, threads);
-            drop(rows);
+                    .find_map(|p| p.entries.first_timed().map(|(_, t)| t))
+            });
+            // the rows copied and mapped on the threads, each making whole
+            // chunks (touching their pages); the pieces stay as they are
+            let rows: Vec<&Trace> = pieces.iter().map(|p| &*p.entries).collect();
+            let ids: Vec<(&[StackId], &[u32])> = maps
+                .iter()
+                .map(|m| (m.0.as_slice(), m.1.as_slice()))
+                .collect();
+            self.entries.append_mapped(&rows, &ids, base, threads)?;
         }
+        drop(pieces);
         let len = if self.par_fault.is_some() {
             u32::try_from(total).ok()?
         } else {
@@ -417,6 +398,7 @@ impl Absorb for State {
             strs.push((*i, st.strs.lookup(s)?));
         }
         strs.sort_unstable();
+        self.spliced = Some((first, len));
         Some(Splice {
             first,
             len,
@@ -487,7 +469,16 @@ pub(crate) fn is_bail(e: &Error) -> bool {
 }
 
 /// Convert a decoded pickle into a snapshot.
-pub(crate) fn snapshot_from_pickle(p: Pickle, mut state: State) -> Result<Snapshot, Error> {
+pub(crate) fn snapshot_from_pickle(p: Pickle, state: State) -> Result<Snapshot, Error> {
+    Ok(snapshot_spliced(p, state)?.0)
+}
+
+/// [`snapshot_from_pickle`], with the device whose trace is the one
+/// spliced in from pieces, whole (`None` for none).
+pub(crate) fn snapshot_spliced(
+    p: Pickle,
+    mut state: State,
+) -> Result<(Snapshot, Option<usize>), Error> {
     if state.bailed() {
         return Err(bail_err());
     }
@@ -504,7 +495,7 @@ pub(crate) fn snapshot_from_pickle(p: Pickle, mut state: State) -> Result<Snapsh
     snap.stacks = std::mem::take(&mut state.table);
     // Frames and symbols refer to the pickle's interned strings: move them over.
     snap.stacks.strings = std::mem::take(&mut st.strs);
-    Ok(snap)
+    Ok((snap, state.spliced_device))
 }
 
 impl<'a> Cx<'a> {
@@ -963,6 +954,9 @@ impl<'a> Cx<'a> {
             // A device's entries, all taken over in order: hand them over
             // (the device lists come in the order of their entries).
             if let Some((first, len)) = self.st.native_run(dev) {
+                if self.s.spliced == Some((first, len)) {
+                    self.s.spliced_device = Some(d);
+                }
                 let len = len as usize;
                 if first as usize != taken {
                     self.s.bailed.set(true);

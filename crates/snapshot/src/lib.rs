@@ -144,18 +144,19 @@ pub fn read_parallel(bytes: &[u8], threads: usize) -> Option<Result<Snapshot, Er
         // decoding never reached the trace: it was decoded twice
         return None;
     }
-    par_result(r, state)
+    Some(par_result(r, state)?.map(|(s, _)| s))
 }
 
-/// The parallel decoding's result: the snapshot, or the error naming its
+/// The parallel decoding's result: the snapshot with the device whose
+/// trace the pieces became (when one did, whole), or the error naming its
 /// trace's faulty entry ([`crate::par::Fault`]); `None` where it gave up
 /// or failed otherwise (the sequential reader then decides).
 fn par_result(
     r: Result<pickle::Pickle, Error>,
     state: convert::State,
-) -> Option<Result<Snapshot, Error>> {
+) -> Option<Result<(Snapshot, Option<usize>), Error>> {
     let fault = state.par_fault_at();
-    match fast_path(r, state)? {
+    match fast_path_spliced(r, state)? {
         // (a faulty entry not reported: let the sequential reader decide)
         Ok(s) => fault.is_none().then_some(Ok(s)),
         Err(e @ Error::Schema { .. }) if fault.is_some() && e.offset() == fault => Some(Err(e)),
@@ -177,7 +178,102 @@ pub fn read_file_parallel(
     let file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
     let starts = frames::check(&file, len).ok()?;
-    parallel_file(path, &file, len, &starts, threads, true)
+    Some(parallel_file::<()>(path, &file, len, &starts, threads, true, None)?.map(|(s, _)| s))
+}
+
+/// [`read_file_parallel`] with [`read_snapshot_file_early`]'s pass; for
+/// tests.
+#[doc(hidden)]
+pub fn read_file_parallel_early<T: Send + 'static>(
+    path: impl AsRef<Path>,
+    threads: usize,
+    pass: impl FnOnce(EarlyTrace) -> T + Send + 'static,
+) -> Option<Result<Early<T>, Error>> {
+    let path = path.as_ref();
+    let file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let starts = frames::check(&file, len).ok()?;
+    parallel_file(
+        path,
+        &file,
+        len,
+        &starts,
+        threads,
+        true,
+        Some(Box::new(pass)),
+    )
+}
+
+/// A pass over a device's trace run while the rest of the file is read.
+type Pass<T> = Box<dyn FnOnce(EarlyTrace) -> T + Send>;
+
+/// A snapshot, with the device whose trace a pass read while the file was
+/// read and what the pass returned (see [`read_snapshot_file_early`]).
+pub type Early<T> = (Snapshot, Option<(usize, T)>);
+
+/// A device's trace as the parallel decoder left it, before the rest of
+/// the file is read: handed to the pass of [`read_snapshot_file_early`].
+pub struct EarlyTrace {
+    pieces: Vec<Arc<Trace>>,
+    len: usize,
+    settings: Option<AllocatorSettings>,
+}
+
+impl EarlyTrace {
+    fn of(d: &par::Decoded) -> EarlyTrace {
+        let pieces: Vec<Arc<Trace>> = d.pieces.iter().map(|p| p.entries.clone()).collect();
+        EarlyTrace {
+            len: pieces.iter().map(|p| p.len()).sum(),
+            pieces,
+            settings: d.settings.as_deref().and_then(settings_ahead),
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `allocator_settings` dict after the trace, decoded from its own
+    /// bytes ahead of the rest (`None` where it names objects before it,
+    /// or is absent). The snapshot's may still differ (a dict changed
+    /// later in the pickle): a pass that uses them checks.
+    pub fn allocator_settings(&self) -> Option<&AllocatorSettings> {
+        self.settings.as_ref()
+    }
+
+    /// Call `f` on each entry, oldest first, without its stack and
+    /// strings (`frames` is [`StackId::EMPTY`], `other_action`,
+    /// `compile_context` and `user_metadata` are `None`: the pieces' ids
+    /// are not yet the snapshot's). Each piece's memory goes back once
+    /// read here and taken into the snapshot.
+    pub fn for_each(self, mut f: impl FnMut(TraceEntry)) {
+        for p in self.pieces {
+            for e in p.iter() {
+                f(TraceEntry {
+                    other_action: None,
+                    frames: StackId::EMPTY,
+                    compile_context: None,
+                    user_metadata: None,
+                    ..e
+                });
+            }
+        }
+    }
+}
+
+/// The settings dict `dict` (its opcodes, naming nothing before it) read
+/// as the snapshot reader reads a snapshot's.
+fn settings_ahead(dict: &[u8]) -> Option<AllocatorSettings> {
+    let mut b = b"\x80\x04}(\x8c\x08segments]\x8c\x12allocator_settings".to_vec();
+    b.extend_from_slice(dict);
+    b.extend_from_slice(b"u.");
+    read_snapshot_sequential(&b).ok()?.allocator_settings
 }
 
 /// The file at `path` (open as `file`, `len` bytes, frames starting at
@@ -187,26 +283,37 @@ pub fn read_file_parallel(
 /// reader would lex this file, so an error the lex finds while making the
 /// memo table is the answer (it is the one [`read_file`] reports when
 /// both fail, and every lex error is a decoding error too); otherwise the
-/// parallel decoding gives up on it.
-fn parallel_file(
+/// parallel decoding gives up on it. `pass`, when given, runs on a thread
+/// of its own over the trace's pieces while the rest is read; its result
+/// comes back when the pieces became one device's trace, whole.
+fn parallel_file<T: Send + 'static>(
     path: &Path,
     file: &std::fs::File,
     len: u64,
     starts: &[u64],
     threads: usize,
     lexed: bool,
-) -> Option<Result<Snapshot, Error>> {
+    pass: Option<Pass<T>>,
+) -> Option<Result<Early<T>, Error>> {
     let d = match decode_trace(par::Input::At(file, len), len, starts, threads) {
         Ok(d) => d?,
         Err(e) if lexed => return Some(Err(e)),
         Err(_) => return None,
     };
+    // (a pass whose result is not wanted runs to its end, detached)
+    let early = pass.map(|f| {
+        let t = EarlyTrace::of(&d);
+        std::thread::spawn(move || f(t))
+    });
     let again = std::fs::File::open(path).ok()?;
     let (r, state) = pickle::parse_file_jumping_with(again, len, convert::State::with_trace(d));
     if state.trace_unused() {
         return None;
     }
-    par_result(r, state)
+    Some(par_result(r, state)?.map(|(snap, device)| {
+        let got = device.zip(early.and_then(|h| h.join().ok()));
+        (snap, got)
+    }))
 }
 
 /// The memo table (the lex, on `threads` threads) and the first device
@@ -299,11 +406,20 @@ fn fast_path(
     r: Result<pickle::Pickle, Error>,
     state: convert::State,
 ) -> Option<Result<Snapshot, Error>> {
+    Some(fast_path_spliced(r, state)?.map(|(s, _)| s))
+}
+
+/// [`fast_path`], with the device whose trace is the spliced one, whole
+/// (`convert::snapshot_spliced`).
+fn fast_path_spliced(
+    r: Result<pickle::Pickle, Error>,
+    state: convert::State,
+) -> Option<Result<(Snapshot, Option<usize>), Error>> {
     if state.bailed() {
         return None;
     }
     let result = match r {
-        Ok(p) => convert::snapshot_from_pickle(p, state),
+        Ok(p) => convert::snapshot_spliced(p, state),
         Err(e) => Err(e),
     };
     match result {
@@ -337,9 +453,23 @@ fn fast_path(
 /// the pieces themselves, not a reason to give up).
 pub fn read_snapshot_file(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    read_file(path.as_ref(), |len| {
-        len >= LEX_MIN_BYTES && cores >= LEX_MIN_CORES
-    })
+    let lex = |len| len >= LEX_MIN_BYTES && cores >= LEX_MIN_CORES;
+    Ok(read_file::<()>(path.as_ref(), lex, None)?.0)
+}
+
+/// [`read_snapshot_file`], running `pass` over a device's trace while the
+/// rest of the file is read, where the trace is decoded in parallel (a
+/// file of [`PAR_MIN_BYTES`] or more on [`PAR_MIN_CORES`] cores): its
+/// result comes back with the device whose trace it read, when its
+/// entries became that device's trace whole; otherwise `None` (the pass,
+/// if it ran, read entries the snapshot does not hold as such).
+pub fn read_snapshot_file_early<T: Send + 'static>(
+    path: impl AsRef<Path>,
+    pass: impl FnOnce(EarlyTrace) -> T + Send + 'static,
+) -> Result<Early<T>, Error> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let lex = |len| len >= LEX_MIN_BYTES && cores >= LEX_MIN_CORES;
+    read_file(path.as_ref(), lex, Some(Box::new(pass)))
 }
 
 /// Files this large are lexed while they are decoded (see
@@ -352,12 +482,16 @@ pub const LEX_MIN_CORES: usize = 4;
 /// size or the machine's cores (for tests).
 #[doc(hidden)]
 pub fn read_snapshot_file_lexed(path: impl AsRef<Path>) -> Result<Snapshot, Error> {
-    read_file(path.as_ref(), |_| true)
+    Ok(read_file::<()>(path.as_ref(), |_| true, None)?.0)
 }
 
 /// Read and decode the file at `path`, lexing it meanwhile when
 /// `lex(its length)`.
-fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> {
+fn read_file<T: Send + 'static>(
+    path: &Path,
+    lex: impl Fn(u64) -> bool,
+    pass: Option<Pass<T>>,
+) -> Result<Early<T>, Error> {
     let io_err = |source| Error::Io {
         path: path.to_owned(),
         source,
@@ -380,12 +514,15 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if len >= PAR_MIN_BYTES && PAR_MIN_CORES.is_some_and(|n| cores >= n) {
         let threads = cores.min(PAR_MAX_THREADS);
-        if let Some(r) = parallel_file(path, &file, len, &starts, threads, lex(len)) {
+        if let Some(r) = parallel_file(path, &file, len, &starts, threads, lex(len), pass) {
             return r;
         }
     }
     if !lex(len) {
-        return decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)));
+        return Ok((
+            decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)))?,
+            None,
+        ));
     }
     // the lex takes the cores the decoder leaves
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1));
@@ -401,13 +538,14 @@ fn read_file(path: &Path, lex: impl Fn(u64) -> bool) -> Result<Snapshot, Error> 
         (decoded, lexer.join())
     });
     match (decoded, lexed) {
-        (Ok(snap), _) => Ok(snap),
+        (Ok(snap), _) => Ok((snap, None)),
         (Err(_), Ok(Err(lex_error))) => Err(lex_error),
         // stopped for an error the lex then placed after the end, or in
         // bytes it entered mid-opcode: decode again, unstopped
-        (Err(_), _) if found.load(Ordering::Relaxed) => {
-            decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)))
-        }
+        (Err(_), _) if found.load(Ordering::Relaxed) => Ok((
+            decode_file(path, head, &open, &Arc::new(AtomicBool::new(false)))?,
+            None,
+        )),
         (Err(e), _) => Err(e),
     }
 }

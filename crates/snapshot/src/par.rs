@@ -30,6 +30,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::frames::At;
 use crate::hash::{hash_words, IdBuild};
@@ -67,8 +68,9 @@ pub(crate) struct Piece {
     /// the empty one.
     pub(crate) stacks: Vec<(u32, u32)>,
     pub(crate) pool: Vec<u32>,
-    /// Entries with local stack and str ids.
-    pub(crate) entries: Trace,
+    /// Entries with local stack and str ids (shared with a pass that
+    /// reads them while the rest of the file is read).
+    pub(crate) entries: Arc<Trace>,
     /// Where its first entry starts.
     start: u64,
     /// Where it stopped.
@@ -126,6 +128,11 @@ pub(crate) struct Decoded {
     /// The strs of each thread's pieces (and of those decoded again while
     /// chaining, last).
     pub(crate) texts: Vec<Interner>,
+    /// The `allocator_settings` dict after the trace, its opcodes
+    /// (`FRAME`s left out), when it names nothing before it: read ahead for
+    /// a pass over the trace that needs the settings before the file is
+    /// read ([`crate::EarlyTrace`]).
+    pub(crate) settings: Option<Vec<u8>>,
 }
 
 /// The strs a thread decoded, shared by its pieces (each holding its own
@@ -1357,7 +1364,7 @@ fn decode<'a>(
         frames,
         stacks,
         pool,
-        entries,
+        entries: Arc::new(entries),
         start,
         end,
         before,
@@ -1540,7 +1547,7 @@ pub(crate) fn decode_trace(
     }
     let to = to?;
     let memo_to = memo_index_at(table, to);
-    let later = named_later(&mut main, table, to, memo_from, memo_to)?;
+    let (later, settings) = named_later(&mut main, table, to, memo_from, memo_to)?;
     let mut idx: Vec<u64> = pieces
         .iter()
         .flat_map(|p| p.before.iter().copied())
@@ -1564,23 +1571,29 @@ pub(crate) fn decode_trace(
         memo_to,
         pieces,
         later,
+        settings,
     })
 }
 
 /// The memo indices in `from..to` that memo gets after offset `pos` name
 /// (to its `STOP`), each with its text: strs only (`None` for anything
-/// else, or opcodes the walk cannot follow).
+/// else, or opcodes the walk cannot follow); and the opcodes of the
+/// `allocator_settings` dict met on the way ([`settings_dict`]).
 fn named_later(
     src: &mut Src<'_>,
     table: &[u32],
     mut pos: u64,
     from: u64,
     to: u64,
-) -> O<Vec<(u64, String)>> {
+) -> O<(Later, Option<Vec<u8>>)> {
     let mut out: Vec<(u64, String)> = Vec::new();
+    let mut settings = None;
     loop {
+        if settings.is_none() && src.win(pos, SETTINGS_KEY.len()) == SETTINGS_KEY {
+            settings = settings_dict(src, table, pos + SETTINGS_KEY.len() as u64);
+        }
         let i = match src.win(pos, 5) {
-            [b'.', ..] => return Some(out),
+            [b'.', ..] => return Some((out, settings)),
             [b'h', x, ..] => Some(u64::from(*x)),
             [b'j', a, b, c, d, ..] => Some(u64::from(u32::from_le_bytes([*a, *b, *c, *d]))),
             _ => None,
@@ -1592,23 +1605,85 @@ fn named_later(
         if out.iter().any(|(k, _)| *k == i) {
             continue;
         }
-        let start = u64::from(*table.get(usize::try_from(i).ok()?)?);
-        let h = src.win(start, 5);
-        let (hl, n) = match *h.first()? {
-            0x8c => (2u64, u64::from(*h.get(1)?)),
-            b'X' => (
-                5,
-                u64::from(u32::from_le_bytes(h.get(1..5)?.try_into().ok()?)),
-            ),
-            _ => return None,
-        };
-        let n = usize::try_from(n).ok()?;
-        let b = src.win(start + hl, n + 1);
-        if b.get(n) != Some(&MEMOIZE) {
+        out.push((i, memo_str(src, table, i)?));
+        if out.len() > 4096 {
             return None;
         }
-        out.push((i, std::str::from_utf8(&b[..n]).ok()?.to_owned()));
-        if out.len() > 4096 {
+    }
+}
+
+/// Memo indices with the strs they store.
+type Later = Vec<(u64, String)>;
+
+/// The str memo index `i` stores (`None` for anything else).
+fn memo_str(src: &mut Src<'_>, table: &[u32], i: u64) -> O<String> {
+    let start = u64::from(*table.get(usize::try_from(i).ok()?)?);
+    let h = src.win(start, 5);
+    let (hl, n) = match *h.first()? {
+        0x8c => (2u64, u64::from(*h.get(1)?)),
+        b'X' => (
+            5,
+            u64::from(u32::from_le_bytes(h.get(1..5)?.try_into().ok()?)),
+        ),
+        _ => return None,
+    };
+    let n = usize::try_from(n).ok()?;
+    let b = src.win(start + hl, n + 1);
+    if b.get(n) != Some(&MEMOIZE) {
+        return None;
+    }
+    Some(std::str::from_utf8(&b[..n]).ok()?.to_owned())
+}
+
+/// The key `'allocator_settings'`, memoized (`memory_snapshot.cpp` writes
+/// the settings after the device traces).
+const SETTINGS_KEY: &[u8] = b"\x8c\x12allocator_settings\x94";
+
+/// The opcodes of the dict at `at`, `FRAME`s left out and memo gets of
+/// strs replaced by the strs (PyTorch's empty conf string is one): up to
+/// the `SETITEMS` that closes its first `MARK` (or its one `SETITEM`).
+/// `None` for a get of anything else, or past 64 KiB.
+fn settings_dict(src: &mut Src<'_>, table: &[u32], at: u64) -> O<Vec<u8>> {
+    if src.win(at, 1) != [EMPTY_DICT] {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut pos = at;
+    let mut depth = 0u32;
+    loop {
+        let op = *src.win(pos, 1).first()?;
+        let n = src.op_len(pos)?;
+        let get = match src.win(pos, 5) {
+            [b'h', x, ..] => Some(u64::from(*x)),
+            [b'j', a, b, c, d] => Some(u64::from(u32::from_le_bytes([*a, *b, *c, *d]))),
+            _ => None,
+        };
+        match op {
+            b'h' | b'j' => {
+                let t = memo_str(src, table, get?)?;
+                out.push(b'X');
+                out.extend_from_slice(&u32::try_from(t.len()).ok()?.to_le_bytes());
+                out.extend_from_slice(t.as_bytes());
+                pos += n as u64;
+                continue;
+            }
+            // a text memo get, the end
+            b'g' | b'.' => return None,
+            MARK => depth += 1,
+            // (opcodes that pop to the mark)
+            SETITEMS | APPENDS | b't' | b'l' | b'd' | b'1' | 0x90 | 0x91 => {
+                depth = depth.checked_sub(1)?;
+            }
+            _ => {}
+        }
+        if op != FRAME {
+            out.extend_from_slice(src.win(pos, n));
+        }
+        pos += n as u64;
+        if depth == 0 && (op == SETITEMS || op == b's') {
+            return Some(out);
+        }
+        if out.len() > 1 << 16 {
             return None;
         }
     }

@@ -425,73 +425,61 @@ impl Trace {
         self.base
     }
 
-    /// Rewrite the rows in place as rows of another trace (`into`) whose
-    /// entries they will follow from its row `at` on: stacks mapped by
-    /// `stacks` (by this trace's stack ids), kinds by `kinds` (from
-    /// [`Trace::map_kinds`]), times from `into`'s base, which is `before`
-    /// for its rows before `timed_from` and `base` from there. What
-    /// pushing each entry with the ids mapped would store, except that a
-    /// row too wide to pack holds its index in the returned fields (made
-    /// global by [`Trace::append_all_rows`]). `None` for an id neither maps.
-    /// Runs on the pieces at once, each on a thread.
-    pub(crate) fn map_rows(
+    /// Append the entries of each of `others` in turn, on up to `threads`
+    /// threads, their ids mapped as it copies them: stacks by
+    /// `maps[k].0` (by `others[k]`'s stack ids), kinds by `maps[k].1`
+    /// (from [`Trace::map_kinds`]); `base` is `self`'s time base after
+    /// them (its own, or the first time they hold). What pushing each entry
+    /// with the ids mapped would store; `others` are left as they were (a
+    /// pass may read them meanwhile). `None` for an id neither maps (the
+    /// rows appended are then not to be used).
+    pub(crate) fn append_mapped(
         &mut self,
-        stacks: &[StackId],
-        kinds: &[u32],
-        at: usize,
-        timed_from: usize,
-        before: Option<i64>,
-        base: Option<i64>,
-    ) -> Option<Vec<Fields>> {
-        let mut wide = Vec::new();
-        for i in 0..self.rows.len() {
-            let r = self.rows[i];
-            let f = self.fields(&r);
-            let has_time = self.kinds.get(f.kind as usize)?.has_time;
-            let g = Fields {
-                frames: stacks.get(f.frames as usize)?.0,
-                kind: *kinds.get(f.kind as usize)?,
-                ..f
-            };
-            let b = if at + i < timed_from { before } else { base };
-            self.rows[i] = match pack_row(b, r.addr, g, has_time) {
-                Ok(row) => row,
-                Err(f) => {
-                    wide.push(f);
-                    wide_row(r.addr, wide.len() - 1)
-                }
-            };
-        }
-        Some(wide)
-    }
-
-    /// Append the rows [`Trace::map_rows`] rewrote for `self` in each of
-    /// `others` in turn (and the wide fields it returned for each), on up
-    /// to `threads` threads; `base` is `self`'s time base after them.
-    pub(crate) fn append_all_rows(
-        &mut self,
-        others: &[Trace],
-        wides: Vec<Vec<Fields>>,
+        others: &[&Trace],
+        maps: &[(&[StackId], &[u32])],
         base: Option<i64>,
         threads: usize,
-    ) {
-        let mut offs = Vec::with_capacity(wides.len());
-        for w in wides {
-            offs.push(self.wide.len() as u64);
-            self.wide.extend(w);
-        }
+    ) -> Option<()> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Mutex;
+        // (an entry without a time packs the same under either base, and
+        // every entry before the first with a time has none)
+        self.base = base;
+        let failed = AtomicBool::new(false);
+        let wide = Mutex::new(std::mem::take(&mut self.wide));
         let parts: Vec<&ChunkedVec<Row>> = others.iter().map(|o| &o.rows).collect();
         self.rows.extend_par(&parts, threads, &|k, rows| {
-            let off = offs.get(k).copied().unwrap_or(0);
-            if off > 0 {
-                for r in rows {
-                    if r.sk >> SIZE_BITS == WIDE {
-                        r.tf += off;
+            let (Some(o), Some(&(stacks, kinds))) = (others.get(k), maps.get(k)) else {
+                failed.store(true, Ordering::Relaxed);
+                return;
+            };
+            for r in rows {
+                let f = o.fields(r);
+                let mapped = o.kinds.get(f.kind as usize).and_then(|kd| {
+                    let g = Fields {
+                        frames: stacks.get(f.frames as usize)?.0,
+                        kind: *kinds.get(f.kind as usize)?,
+                        ..f
+                    };
+                    Some((g, kd.has_time))
+                });
+                let Some((g, has_time)) = mapped else {
+                    failed.store(true, Ordering::Relaxed);
+                    return;
+                };
+                *r = match pack_row(base, r.addr, g, has_time) {
+                    Ok(row) => row,
+                    Err(g) => {
+                        // (rare: sizes of 256 TiB, times weeks apart)
+                        let mut w = wide.lock().unwrap_or_else(|e| e.into_inner());
+                        w.push(g);
+                        wide_row(r.addr, w.len() - 1)
                     }
-                }
+                };
             }
         });
-        self.base = base;
+        self.wide = wide.into_inner().unwrap_or_else(|e| e.into_inner());
+        (!failed.load(Ordering::Relaxed)).then_some(())
     }
 
     /// Keep the first `n` entries.

@@ -437,3 +437,79 @@ fn a_frame_header_past_the_end_inside_the_trace_is_the_sequential_readers_answer
         }
     }
 }
+
+/// An entry as [`EarlyTrace::for_each`] hands it over: without its stack
+/// and strings.
+fn bare(e: TraceEntry) -> TraceEntry {
+    TraceEntry {
+        other_action: None,
+        frames: StackId::EMPTY,
+        compile_context: None,
+        user_metadata: None,
+        ..e
+    }
+}
+
+#[test]
+fn a_pass_reads_the_trace_and_the_settings_while_the_rest_is_read() {
+    for rel in REAL {
+        let seq = read_snapshot_sequential(&read(rel)).unwrap();
+        let p = vramscope_testkit::xz::fixture_file(rel);
+        for threads in [1, 3] {
+            let (snap, got) = read_file_parallel_early(&p, threads, |t: EarlyTrace| {
+                let settings = t.allocator_settings().cloned();
+                let n = t.len();
+                let mut v = Vec::new();
+                t.for_each(|e| v.push(e));
+                assert_eq!(v.len(), n);
+                (settings, v)
+            })
+            .unwrap_or_else(|| panic!("{rel}: fell back"))
+            .unwrap();
+            assert_same(&snap, &seq);
+            let (device, (settings, entries)) = got.expect("the pieces are device 0's trace");
+            assert_eq!(device, 0, "{rel}");
+            // (every real snapshot here has its settings)
+            assert!(settings.is_some(), "{rel}");
+            assert_eq!(
+                format!("{settings:?}"),
+                format!("{:?}", snap.allocator_settings),
+                "{rel}"
+            );
+            let want: Vec<TraceEntry> = snap.device_traces[0].iter().map(bare).collect();
+            assert!(entries == want, "{rel}: the pass read other entries");
+        }
+    }
+}
+
+#[test]
+fn settings_that_name_an_earlier_str_are_read_ahead_with_it() {
+    // the wrapped snapshot's settings, their conf string a memo get of a
+    // string stored before the trace (as PyTorch's empty conf string is)
+    let rel = REAL[1];
+    let mut s = read_snapshot_sequential(&read(rel)).unwrap();
+    let name = s.stacks.str(Sym(0)).to_owned();
+    if let Some(a) = s.allocator_settings.as_mut() {
+        a.pytorch_cuda_alloc_conf = Some(name.clone());
+    }
+    let b = snapshot_to_bytes(&s, &WriteOptions::default());
+    let key = b"\x8c\x12allocator_settings\x94}\x94(\x8c\x17PYTORCH_CUDA_ALLOC_CONF\x94";
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert!(
+        matches!(b[at], b'h' | b'j'),
+        "the conf string is a memo get"
+    );
+    let dir = std::env::temp_dir().join(format!("vs_early_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("named.pickle");
+    std::fs::write(&p, &b).unwrap();
+    let got = read_file_parallel_early(&p, 3, |t: EarlyTrace| t.allocator_settings().cloned());
+    std::fs::remove_dir_all(&dir).ok();
+    let (snap, got) = got.unwrap().unwrap();
+    let (_, ahead) = got.unwrap();
+    assert_eq!(ahead.unwrap().pytorch_cuda_alloc_conf, Some(name.clone()));
+    assert_eq!(
+        format!("{:?}", snap.allocator_settings),
+        format!("{:?}", Some(&s.allocator_settings.unwrap()))
+    );
+}
