@@ -44,6 +44,9 @@
 //! is reported from the pieces (the sequential reader's error, byte
 //! included), without decoding the file again or taking its entries over,
 //! and a byte the lex refuses, in a file the reader lexes, from the lex.
+//! [`read_snapshot_file_early`] hands the pieces meanwhile to a pass of the
+//! caller's (`inspect`'s timeline) on a thread of its own, with the
+//! allocator settings read ahead of the rest ([`EarlyTrace`]).
 //!
 //! # Cost
 //! The decoder keeps 8 bytes per container and 4 per memo entry, in chunks
