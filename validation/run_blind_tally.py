@@ -64,8 +64,9 @@ def main():
         )
         misses += [(s, *m) for m in miss]
     n, p, w0, e0, w1, e1 = total
+    dirs = len({re.match(r"\d+", s).group() for s in sets(fx)})  # blind4b is blind4's d07, d08
     print(
-        f"{len(sets(fx))} sets, {n} scripts, {p} phases: as answered {w0} within, {e0} phases exact; "
+        f"{dirs} sets, {n} scripts, {p} phases: as answered {w0} within, {e0} phases exact; "
         f"latest {w1} within, {e1} phases exact "
         f"({100 * ALLOC_TOL}% peak allocated, {100 * RESERVED_TOL}% peak reserved)"
     )
