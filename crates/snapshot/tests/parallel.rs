@@ -513,3 +513,51 @@ fn settings_that_name_an_earlier_str_are_read_ahead_with_it() {
         format!("{:?}", Some(&s.allocator_settings.unwrap()))
     );
 }
+
+/// A synthetic one-device snapshot moved to device `dev` of `devices`, the
+/// others' traces empty: what `_snapshot()` gives on a multi-GPU host
+/// after a run on one GPU (`device_traces` lists every device).
+fn on_device(entries: usize, dev: usize, devices: usize) -> Vec<u8> {
+    let mut s = generate(&Options {
+        entries,
+        seed: 11,
+        ..Options::default()
+    })
+    .unwrap()
+    .snapshot;
+    for seg in &mut s.segments {
+        seg.device = dev as i64;
+    }
+    let trace = s.device_traces.pop().unwrap();
+    s.device_traces = (0..devices).map(|_| Trace::new()).collect();
+    s.device_traces[dev] = trace;
+    snapshot_to_bytes(&s, &WriteOptions::default())
+}
+
+#[test]
+fn issue_36_one_busy_device_among_eight_is_read_in_parallel() {
+    let n = if cfg!(debug_assertions) { 6_000 } else { 60_000 };
+    let dir = std::env::temp_dir().join(format!("vs_devices_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for dev in [0, 3, 7] {
+        let b = on_device(n, dev, 8);
+        assert!(check(&b, 3), "device {dev} of 8 fell back");
+        // the file reader, and the early pass over the busy device's trace
+        let p = dir.join(format!("dev{dev}.pickle"));
+        std::fs::write(&p, &b).unwrap();
+        let seq = read_snapshot_sequential(&b).unwrap();
+        let (snap, got) = read_file_parallel_early(&p, 3, |t: EarlyTrace| {
+            let mut v = Vec::new();
+            t.for_each(|e| v.push(e));
+            v
+        })
+        .unwrap_or_else(|| panic!("device {dev}: file fell back"))
+        .unwrap();
+        assert_same(&snap, &seq);
+        let (device, entries) = got.expect("the pieces are one device's trace");
+        assert_eq!(device, dev);
+        let want: Vec<TraceEntry> = snap.device_traces[dev].iter().map(bare).collect();
+        assert!(entries == want, "device {dev}: the pass read other entries");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
