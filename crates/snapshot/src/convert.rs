@@ -306,6 +306,7 @@ impl Absorb for State {
         let mut fids = Vec::new();
         let crate::par::Decoded {
             pieces,
+            lists,
             later,
             to,
             memo_from,
@@ -398,10 +399,19 @@ impl Absorb for State {
             strs.push((*i, st.strs.lookup(s)?));
         }
         strs.sort_unstable();
-        self.spliced = Some((first, len));
+        // each device's list: the first, then those the pieces went on to
+        let mut lens = Vec::with_capacity(lists.len() + 1);
+        let mut from = 0u32;
+        for &k in &lists {
+            let k = u32::try_from(k).ok().filter(|&k| k >= from && k <= len)?;
+            lens.push(k - from);
+            from = k;
+        }
+        lens.push(len - from);
+        self.spliced = Some((first, lens[0]));
         Some(Splice {
             first,
-            len,
+            lens,
             to: usize::try_from(to).ok()?,
             memo_from,
             memo_to,

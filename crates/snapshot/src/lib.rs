@@ -36,16 +36,17 @@
 //! On machines of [`PAR_MIN_CORES`] cores or more, a file of
 //! [`PAR_MIN_BYTES`] or more is first lexed on all cores (at most
 //! [`PAR_MAX_THREADS`]) for its memo table (where each memo index's
-//! object starts); its first device trace is then decoded in pieces on as
-//! many, and the VM decodes the rest, jumping over the trace and taking
-//! the pieces' entries in (ids mapped to the ones it would have given them).
+//! object starts); its first device trace with entries, and the devices'
+//! traces that follow it, are then decoded in pieces on as many, and the
+//! VM decodes the rest, jumping over the traces and taking the pieces'
+//! entries in (ids mapped to the ones it would have given them).
 //! Any pickle that does not fit (see `par.rs`) is decoded as above instead;
 //! a trace entry whose frames list holds something other than a frame dict
 //! is reported from the pieces (the sequential reader's error, byte
 //! included), without decoding the file again or taking its entries over,
 //! and a byte the lex refuses, in a file the reader lexes, from the lex.
-//! [`read_snapshot_file_early`] hands the pieces meanwhile to a pass of the
-//! caller's (`inspect`'s timeline) on a thread of its own, with the
+//! [`read_snapshot_file_early`] hands the first trace's pieces meanwhile
+//! to a pass of the caller's (`inspect`'s timeline) on a thread of its own, with the
 //! allocator settings read ahead of the rest ([`EarlyTrace`]).
 //!
 //! # Cost
@@ -223,10 +224,16 @@ pub struct EarlyTrace {
 }
 
 impl EarlyTrace {
+    /// The first device's trace among the pieces (they may hold the next
+    /// devices' too: [`par::Decoded::lists`]).
     fn of(d: &par::Decoded) -> EarlyTrace {
         let pieces: Vec<Arc<Trace>> = d.pieces.iter().map(|p| p.entries.clone()).collect();
+        let all: usize = pieces.iter().map(|p| p.len()).sum();
         EarlyTrace {
-            len: pieces.iter().map(|p| p.len()).sum(),
+            len: d
+                .lists
+                .first()
+                .map_or(all, |&n| usize::try_from(n).map_or(all, |n| n.min(all))),
             pieces,
             settings: d.settings.as_deref().and_then(settings_ahead),
         }
@@ -256,8 +263,13 @@ impl EarlyTrace {
     /// are not yet the snapshot's). Each piece's memory goes back once
     /// read here and taken into the snapshot.
     pub fn for_each(self, mut f: impl FnMut(TraceEntry)) {
+        let mut left = self.len;
         for p in self.pieces {
             for e in p.iter() {
+                if left == 0 {
+                    return;
+                }
+                left -= 1;
                 f(TraceEntry {
                     other_action: None,
                     frames: StackId::EMPTY,
@@ -280,15 +292,15 @@ fn settings_ahead(dict: &[u8]) -> Option<AllocatorSettings> {
 }
 
 /// The file at `path` (open as `file`, `len` bytes, frames starting at
-/// `starts`): its first device trace decoded in pieces on `threads`
+/// `starts`): its device traces (see [`par`]) decoded in pieces on `threads`
 /// threads, read by positioned reads, the rest decoded through a buffer
 /// that jumps over the trace. `None` where it gives up. `lexed`: the
 /// reader would lex this file, so an error the lex finds while making the
 /// memo table is the answer (it is the one [`read_file`] reports when
 /// both fail, and every lex error is a decoding error too); otherwise the
 /// parallel decoding gives up on it. `pass`, when given, runs on a thread
-/// of its own over the trace's pieces while the rest is read; its result
-/// comes back when the pieces became one device's trace, whole.
+/// of its own over the first trace's pieces while the rest is read; its
+/// result comes back when they became one device's trace, whole.
 fn parallel_file<T: Send + 'static>(
     path: &Path,
     file: &std::fs::File,

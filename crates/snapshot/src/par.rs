@@ -16,6 +16,12 @@
 //! file order: a piece whose first entry is not where the previous one
 //! stopped is decoded again from there.
 //!
+//! The next devices' lists are taken too while they follow (`EMPTY_LIST
+//! MEMOIZE`, then `MARK` and an entry, or nothing: an empty trace; a
+//! snapshot lists every device, and each trace names the frame dicts and
+//! frames lists of those before it, which the VM would otherwise need):
+//! a piece notes where each starts among its entries.
+//!
 //! Only what PyTorch writes is accepted: keys that are strs, values that
 //! are strs, ints, `None` and frames lists of frame dicts (`name`,
 //! `filename`, `line`), each container filled right after its `MEMOIZE`;
@@ -71,6 +77,9 @@ pub(crate) struct Piece {
     /// Entries with local stack and str ids (shared with a pass that
     /// reads them while the rest of the file is read).
     pub(crate) entries: Arc<Trace>,
+    /// Where a following device's list starts: the number of the
+    /// piece's entries before it (an empty list's start is its next's).
+    pub(crate) lists: Vec<u32>,
     /// Where its first entry starts.
     start: u64,
     /// Where it stopped.
@@ -115,6 +124,10 @@ pub(crate) struct Decoded {
     pub(crate) memo_to: u64,
     /// The pieces, in file order.
     pub(crate) pieces: Vec<Piece>,
+    /// The devices' lists after the first one that the pieces hold (the
+    /// next devices' traces, `EMPTY_LIST MEMOIZE` right after the previous
+    /// one's end): where each starts, counted in entries of the pieces.
+    pub(crate) lists: Vec<u64>,
     /// Memo indices of the trace named after it (strs only), with their
     /// text.
     pub(crate) later: Vec<(u64, String)>,
@@ -1028,6 +1041,49 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
         Some(s)
     }
 
+    /// After a device's list ends at `p`, the next devices' lists (the
+    /// `device_traces` list's items): `EMPTY_LIST MEMOIZE` then `MARK` and
+    /// an entry (`true`, `p` at it), or then another list or the
+    /// `APPENDS` that ends `device_traces` (an empty trace, taken; the
+    /// next is looked at). `false` (`p` after the last list taken) for
+    /// anything else, which the VM decodes. Each list taken pushes the
+    /// number of entries before it to `lists`.
+    fn next_lists(
+        &mut self,
+        cx: &mut Ctx,
+        w: W<'_>,
+        p: &mut usize,
+        lists: &mut Vec<u32>,
+    ) -> O<bool> {
+        loop {
+            let mut q = *p;
+            if Self::op(w, &mut q)? != EMPTY_LIST || *w.b.get(q + 1)? != MEMOIZE {
+                return Some(false);
+            }
+            let mut r = q + 2;
+            let entry = match Self::op(w, &mut r)? {
+                MARK => {
+                    r += 1;
+                    if Self::op(w, &mut r)? != EMPTY_DICT {
+                        return Some(false);
+                    }
+                    true
+                }
+                EMPTY_LIST | APPENDS => false,
+                _ => return Some(false),
+            };
+            q += 1;
+            // (a list no entry names: a get of it gives up, as of an entry)
+            self.memoize(cx, w, &mut q, L::Entry)?;
+            lists.push(u32::try_from(self.entries.len()).ok()?);
+            if entry {
+                *p = r;
+                return Some(true);
+            }
+            *p = q;
+        }
+    }
+
     /// A trace entry from its `EMPTY_DICT` at `p`, converted as
     /// `convert`'s `trace_fields` converts one.
     fn entry(&mut self, cx: &mut Ctx, w: W<'_>, p: &mut usize) -> O<()> {
@@ -1273,6 +1329,7 @@ fn decode<'a>(
         memo: emptied(&mut sc.memo),
     };
     let mut pos = start;
+    let mut devs = Vec::new();
     let end = 'out: loop {
         let w = W {
             b: main.win(pos, WIN),
@@ -1302,9 +1359,16 @@ fn decode<'a>(
                             if Dec::op(w, &mut p)? != APPEND {
                                 return None;
                             }
-                            break 'out End::ListEnd(pos + p as u64 + 1);
+                            p += 1;
+                            if !d.next_lists(&mut cx, w, &mut p, &mut devs)? {
+                                break 'out End::ListEnd(pos + p as u64);
+                            }
                         }
-                        _ => break 'out End::ListEnd(pos + p as u64),
+                        _ => {
+                            if !d.next_lists(&mut cx, w, &mut p, &mut devs)? {
+                                break 'out End::ListEnd(pos + p as u64);
+                            }
+                        }
                     }
                 }
                 _ => return None,
@@ -1365,6 +1429,7 @@ fn decode<'a>(
         stacks,
         pool,
         entries: Arc::new(entries),
+        lists: devs,
         start,
         end,
         before,
@@ -1419,9 +1484,10 @@ fn region_start(src: &mut Src<'_>) -> O<u64> {
     None
 }
 
-/// Decode the first device trace of the pickle in `input` (whose frames
-/// start at `starts` and whose memo table is `table`) on `threads`
-/// threads. `None` when the pickle does not fit (see the module's doc).
+/// Decode the device traces of the pickle in `input` (whose frames start
+/// at `starts` and whose memo table is `table`) on `threads` threads: the
+/// first with entries and those following it. `None` when the pickle does
+/// not fit (see the module's doc).
 pub(crate) fn decode_trace(
     input: Input<'_>,
     table: &[u32],
@@ -1555,6 +1621,12 @@ pub(crate) fn decode_trace(
     idx.sort_unstable();
     idx.dedup();
     texts.push(strs.text);
+    let mut lists = Vec::new();
+    let mut n = 0u64;
+    for p in &pieces {
+        lists.extend(p.lists.iter().map(|&k| n + u64::from(k)));
+        n += p.entries.len() as u64;
+    }
     let mut strs = Strs::default();
     let mut d = Dec::new(input, table, &mut strs, &mut Scratch::default());
     let mut before = Vec::with_capacity(idx.len());
@@ -1570,6 +1642,7 @@ pub(crate) fn decode_trace(
         memo_from,
         memo_to,
         pieces,
+        lists,
         later,
         settings,
     })

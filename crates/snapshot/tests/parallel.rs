@@ -536,7 +536,11 @@ fn on_device(entries: usize, dev: usize, devices: usize) -> Vec<u8> {
 
 #[test]
 fn issue_36_one_busy_device_among_eight_is_read_in_parallel() {
-    let n = if cfg!(debug_assertions) { 6_000 } else { 60_000 };
+    let n = if cfg!(debug_assertions) {
+        6_000
+    } else {
+        60_000
+    };
     let dir = std::env::temp_dir().join(format!("vs_devices_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for dev in [0, 3, 7] {
@@ -560,4 +564,99 @@ fn issue_36_one_busy_device_among_eight_is_read_in_parallel() {
         assert!(entries == want, "device {dev}: the pass read other entries");
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A synthetic snapshot of `devices` busy devices, with empty traces
+/// inserted at `empty` (indices in the result, increasing).
+fn busy_devices(entries: usize, devices: usize, empty: &[usize], streams: usize) -> Vec<u8> {
+    let mut s = generate(&Options {
+        entries,
+        devices,
+        streams,
+        seed: 13,
+        ..Options::default()
+    })
+    .unwrap()
+    .snapshot;
+    for &k in empty {
+        s.device_traces.insert(k, Trace::new());
+    }
+    snapshot_to_bytes(&s, &WriteOptions::default())
+}
+
+#[test]
+fn issue_36_several_busy_devices_are_read_in_parallel() {
+    // each device's entries name the frame dicts and frames lists of the
+    // devices before it: the pieces go on past the first list
+    let n = if cfg!(debug_assertions) {
+        6_000
+    } else {
+        60_000
+    };
+    let dir = std::env::temp_dir().join(format!("vs_busy_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (devices, empty, streams) in [
+        (2, &[][..], 1),
+        (3, &[0, 2, 5, 6][..], 3),
+        (2, &[1, 3, 4, 5, 6, 7][..], 1),
+    ] {
+        let b = busy_devices(n, devices, empty, streams);
+        for threads in [1, 3, 8] {
+            assert!(
+                check(&b, threads),
+                "{devices} {empty:?}: fell back on {threads}"
+            );
+        }
+        let seq = read_snapshot_sequential(&b).unwrap();
+        let p = dir.join("busy.pickle");
+        std::fs::write(&p, &b).unwrap();
+        let (snap, got) = read_file_parallel_early(&p, 3, |t: EarlyTrace| {
+            let mut v = Vec::new();
+            t.for_each(|e| v.push(e));
+            v
+        })
+        .unwrap_or_else(|| panic!("{devices} {empty:?}: file fell back"))
+        .unwrap();
+        assert_same(&snap, &seq);
+        // the pass read the first busy device's trace, and only it
+        let first = (0..).find(|k| !empty.contains(k)).unwrap();
+        let (device, entries) = got.expect("the pass's device");
+        assert_eq!(device, first, "{devices} {empty:?}");
+        let want: Vec<TraceEntry> = snap.device_traces[first].iter().map(bare).collect();
+        assert!(
+            entries == want,
+            "{devices} {empty:?}: the pass read other entries"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn issue_36_damaged_busy_devices_give_the_sequential_answer() {
+    // bytes changed near the lists' boundaries, where the pieces go on
+    // from one device's list to the next, and anywhere
+    let b = busy_devices(4_000, 3, &[1, 4], 1);
+    let ends: Vec<usize> = b
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| w[0] == b'e' && w[1] == b']' && w[2] == 0x94)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(ends.len() >= 3, "the lists' ends: {ends:?}");
+    let mut rng = Rng(3636);
+    let iters = if cfg!(debug_assertions) { 40 } else { 400 };
+    let mut decoded = 0;
+    for k in 0..iters {
+        let mut d = b.clone();
+        let at = if k % 2 == 0 {
+            ends[rng.index(ends.len())] + rng.index(8)
+        } else {
+            rng.index(d.len())
+        };
+        d[at] = rng.below(256) as u8;
+        if check(&d, 3) {
+            decoded += 1;
+        }
+    }
+    assert!(decoded > 0, "every damaged copy fell back");
 }

@@ -372,13 +372,15 @@ pub(crate) trait Absorb {
     }
 }
 
-/// What [`Absorb::splice`] took over: the hook's items `first..first + len`
-/// are the list's, decoding goes on at offset `to`, and the memo indices
+/// What [`Absorb::splice`] took over: the hook's items from `first` on are
+/// the list's (`lens[0]` of them) and the next lists' (`lens[1..]`, lists
+/// that follow it in the pickle, each a new item of the list holding it),
+/// decoding goes on at offset `to`, and the memo indices
 /// `memo_from..memo_to` were stored meanwhile (`strs`: those named later,
 /// each a str id in the store; the rest are never named).
 pub(crate) struct Splice {
     pub(crate) first: u32,
-    pub(crate) len: u32,
+    pub(crate) lens: Vec<u32>,
     pub(crate) to: usize,
     pub(crate) memo_from: u64,
     pub(crate) memo_to: u64,
@@ -1156,15 +1158,29 @@ impl<A: Absorb> Core<A> {
         {
             return Err(bail(self.at));
         }
+        let Some((&len, more)) = sp.lens.split_first() else {
+            return Err(bail(self.at));
+        };
         self.st.slots.set(
             list.idx(),
             Slot::NativeRun {
                 first: sp.first,
-                len: sp.len,
+                len,
             },
         );
         self.seq_free.push(b);
         self.marks.pop();
+        // the next lists, on the stack above it as their opcodes leave them
+        let mut first = sp.first;
+        let mut len = len;
+        for &n in more {
+            first = first.checked_add(len).ok_or_else(|| bail(self.at))?;
+            len = n;
+            let (b, v) = self.new_list()?;
+            self.st.slots.set(v.idx(), Slot::NativeRun { first, len });
+            self.seq_free.push(b);
+            self.stack.push(v);
+        }
         // the trace's memo indices: `None` (nothing after the trace names
         // them) but the strs named after it, in increasing index order, a
         // hole in the memo (not millions of cells written)
