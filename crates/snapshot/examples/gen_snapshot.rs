@@ -7,6 +7,7 @@
 //!     --entries 1000000 --out /tmp/synthetic.pickle [--seed 1] [--devices 1] \
 //!     [--no-frames] [--conf expandable_segments:True] \
 //!     [--max-entries N] [--streams S]      # a wrapped ring buffer; side streams
+//!     [--empty-at 0,3]     # empty traces inserted at these device indices
 //! cargo run --release -p vramscope-snapshot --example gen_snapshot -- \
 //!     --rewrite real.pickle --out copy.pickle      # read a snapshot and write it back
 //! ```
@@ -24,6 +25,7 @@ fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let mut opts = Options::default();
     let (mut out, mut rewrite) = (None, None);
+    let mut empty_at: Vec<usize> = Vec::new();
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
@@ -37,16 +39,22 @@ fn run() -> Result<(), String> {
             }
             "--streams" => opts.streams = val()?.parse().map_err(|e| format!("--streams: {e}"))?,
             "--rewrite" => rewrite = Some(val()?),
+            "--empty-at" => {
+                empty_at = val()?
+                    .split(',')
+                    .map(|k| k.trim().parse().map_err(|e| format!("--empty-at: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--no-frames" => opts.frames = false,
             "-h" | "--help" => {
-                println!("gen_snapshot --entries N --out FILE [--seed S] [--devices D] [--no-frames] [--conf PYTORCH_CUDA_ALLOC_CONF] [--max-entries N] [--streams S]\ngen_snapshot --rewrite IN --out FILE");
+                println!("gen_snapshot --entries N --out FILE [--seed S] [--devices D] [--no-frames] [--conf PYTORCH_CUDA_ALLOC_CONF] [--max-entries N] [--streams S] [--empty-at K,...]\ngen_snapshot --rewrite IN --out FILE");
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other}")),
         }
     }
     let out = out.ok_or("--out FILE is required")?;
-    let (snap, peaks) = match rewrite {
+    let (mut snap, peaks) = match rewrite {
         Some(input) => (
             read_snapshot_file(&input).map_err(|e| e.to_string())?,
             Vec::new(),
@@ -56,6 +64,25 @@ fn run() -> Result<(), String> {
             (s.snapshot, s.peaks)
         }
     };
+    // (a multi-GPU host's snapshot lists every device, busy or not; the
+    // segments move with their device's trace)
+    empty_at.sort_unstable();
+    empty_at.dedup();
+    let mut moved: Vec<usize> = (0..snap.device_traces.len()).collect();
+    for &k in &empty_at {
+        if k > snap.device_traces.len() {
+            return Err(format!("--empty-at {k}: past the devices' end"));
+        }
+        snap.device_traces.insert(k, Trace::new());
+        for d in moved.iter_mut().filter(|d| **d >= k) {
+            *d += 1;
+        }
+    }
+    for seg in &mut snap.segments {
+        if let Some(&d) = usize::try_from(seg.device).ok().and_then(|d| moved.get(d)) {
+            seg.device = d as i64;
+        }
+    }
     let wopts = WriteOptions {
         share_contexts: true,
         ..WriteOptions::default()
@@ -70,6 +97,7 @@ fn run() -> Result<(), String> {
         snap.stacks.num_frames()
     );
     for (d, (a, ac, r)) in peaks.iter().enumerate() {
+        let d = moved.get(d).copied().unwrap_or(d);
         eprintln!(
             "device {d}: the allocator twin's peaks: allocated {a}, active {ac}, reserved {r}"
         );
