@@ -103,6 +103,18 @@ pub(crate) struct Fault {
     pub(crate) message: String,
 }
 
+/// What follows a device's list ([`Dec::next_lists`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Next {
+    /// Nothing the pieces take: the VM decodes it.
+    Done,
+    /// A list whose entries come in `MARK ... APPENDS` batches.
+    Batch,
+    /// A list of one entry, then `APPEND` (`_pickle.c`'s
+    /// `batch_list_exact` for a list of one).
+    One,
+}
+
 /// How a piece's decoding ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum End {
@@ -1043,10 +1055,11 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
 
     /// After a device's list ends at `p`, the next devices' lists (the
     /// `device_traces` list's items): `EMPTY_LIST MEMOIZE` then `MARK` and
-    /// an entry (`true`, `p` at it), or then another list or the
-    /// `APPENDS` that ends `device_traces` (an empty trace, taken; the
-    /// next is looked at). `false` (`p` after the last list taken) for
-    /// anything else, which the VM decodes. Each list taken pushes the
+    /// an entry ([`Next::Batch`], `p` at it), an entry alone (a list of
+    /// one: the entry, then `APPEND`; [`Next::One`]), or another list or
+    /// the `APPENDS` that ends `device_traces` (an empty trace, taken; the
+    /// next is looked at). [`Next::Done`] (`p` after the last list taken)
+    /// for anything else, which the VM decodes. Each list taken pushes the
     /// number of entries before it to `lists`.
     fn next_lists(
         &mut self,
@@ -1054,31 +1067,32 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
         w: W<'_>,
         p: &mut usize,
         lists: &mut Vec<u32>,
-    ) -> O<bool> {
+    ) -> O<Next> {
         loop {
             let mut q = *p;
             if Self::op(w, &mut q)? != EMPTY_LIST || *w.b.get(q + 1)? != MEMOIZE {
-                return Some(false);
+                return Some(Next::Done);
             }
             let mut r = q + 2;
-            let entry = match Self::op(w, &mut r)? {
+            let next = match Self::op(w, &mut r)? {
                 MARK => {
                     r += 1;
                     if Self::op(w, &mut r)? != EMPTY_DICT {
-                        return Some(false);
+                        return Some(Next::Done);
                     }
-                    true
+                    Next::Batch
                 }
-                EMPTY_LIST | APPENDS => false,
-                _ => return Some(false),
+                EMPTY_DICT => Next::One,
+                EMPTY_LIST | APPENDS => Next::Done,
+                _ => return Some(Next::Done),
             };
             q += 1;
             // (a list no entry names: a get of it gives up, as of an entry)
             self.memoize(cx, w, &mut q, L::Entry)?;
             lists.push(u32::try_from(self.entries.len()).ok()?);
-            if entry {
+            if next != Next::Done {
                 *p = r;
-                return Some(true);
+                return Some(next);
             }
             *p = q;
         }
@@ -1330,6 +1344,8 @@ fn decode<'a>(
     };
     let mut pos = start;
     let mut devs = Vec::new();
+    // whether the entry next is a list of one's
+    let mut one = false;
     let end = 'out: loop {
         let w = W {
             b: main.win(pos, WIN),
@@ -1343,13 +1359,22 @@ fn decode<'a>(
             if Dec::op(w, &mut p)? != EMPTY_DICT {
                 return None;
             }
-            if pos + p as u64 >= until {
+            // (a list of one is decoded with its entry: a piece starting
+            // there would not know it ends with `APPEND`)
+            if pos + p as u64 >= until && !one {
                 break 'out End::Next(pos + p as u64);
             }
             d.entry(&mut cx, w, &mut p)?;
             match Dec::op(w, &mut p)? {
-                EMPTY_DICT => {}
-                APPENDS => {
+                EMPTY_DICT if !one => {}
+                APPEND if one => {
+                    p += 1;
+                    match d.next_lists(&mut cx, w, &mut p, &mut devs)? {
+                        Next::Done => break 'out End::ListEnd(pos + p as u64),
+                        n => one = n == Next::One,
+                    }
+                }
+                APPENDS if !one => {
                     p += 1;
                     match w.b.get(p..p + 2) {
                         Some([MARK, EMPTY_DICT | FRAME]) => p += 1,
@@ -1360,15 +1385,15 @@ fn decode<'a>(
                                 return None;
                             }
                             p += 1;
-                            if !d.next_lists(&mut cx, w, &mut p, &mut devs)? {
-                                break 'out End::ListEnd(pos + p as u64);
+                            match d.next_lists(&mut cx, w, &mut p, &mut devs)? {
+                                Next::Done => break 'out End::ListEnd(pos + p as u64),
+                                n => one = n == Next::One,
                             }
                         }
-                        _ => {
-                            if !d.next_lists(&mut cx, w, &mut p, &mut devs)? {
-                                break 'out End::ListEnd(pos + p as u64);
-                            }
-                        }
+                        _ => match d.next_lists(&mut cx, w, &mut p, &mut devs)? {
+                            Next::Done => break 'out End::ListEnd(pos + p as u64),
+                            n => one = n == Next::One,
+                        },
                     }
                 }
                 _ => return None,

@@ -632,6 +632,38 @@ fn issue_36_several_busy_devices_are_read_in_parallel() {
 }
 
 #[test]
+fn issue_36_a_device_trace_of_one_entry_is_taken_with_the_others() {
+    // a list of one is pickled without MARK (the entry, then APPEND)
+    let mut s = generate(&Options {
+        entries: 6_000,
+        devices: 3,
+        seed: 17,
+        ..Options::default()
+    })
+    .unwrap()
+    .snapshot;
+    for k in [1, 2] {
+        let t = &mut s.device_traces[k];
+        t.drop_front(t.len() - 1);
+    }
+    s.device_traces.insert(2, Trace::new());
+    let b = snapshot_to_bytes(&s, &WriteOptions::default());
+    let one = b"e]\x94}\x94(";
+    assert!(
+        b.windows(one.len()).any(|w| w == one),
+        "a list of one after a list's last batch"
+    );
+    for threads in [1, 3, 8] {
+        assert!(check(&b, threads), "fell back on {threads} threads");
+    }
+    // and first (the pieces cannot start there): read in parallel or
+    // not, the same snapshot
+    s.device_traces.swap(0, 1);
+    let b = snapshot_to_bytes(&s, &WriteOptions::default());
+    check(&b, 3);
+}
+
+#[test]
 fn issue_36_damaged_busy_devices_give_the_sequential_answer() {
     // bytes changed near the lists' boundaries, where the pieces go on
     // from one device's list to the next, and anywhere
