@@ -692,3 +692,44 @@ fn issue_36_damaged_busy_devices_give_the_sequential_answer() {
     }
     assert!(decoded > 0, "every damaged copy fell back");
 }
+
+#[test]
+fn issue_36_a_bad_frames_item_in_a_later_device_is_the_sequential_answer() {
+    let good = busy_devices(4_000, 2, &[], 1);
+    let table = memo_table_bytes(&good, None)
+        .unwrap()
+        .expect("a memo table");
+    let starts = |i: usize| table[i][0] as usize;
+    // device 1's list starts after device 0's last APPENDS
+    let key = b"e]\x94(}";
+    let second = good
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("the second device's list");
+    let first_list = (0..256).find(|&i| good[starts(i)] == b']').unwrap();
+    // a BINGET of a frame dict inside a frames list of device 1's
+    let at = (second..good.len() - 4)
+        .find(|&i| {
+            good[i] == b'h'
+                && good[starts(good[i + 1] as usize)] == b'}'
+                && good[i - 1] == b'('
+                && matches!(good[i + 2], b'h' | b'e')
+        })
+        .expect("a frames list with gets");
+    let mut b = good.clone();
+    b[at + 1] = first_list as u8;
+    let msg = read_snapshot_sequential(&b).unwrap_err().to_string();
+    assert!(
+        msg.starts_with("bad snapshot field device_traces[1]["),
+        "{msg}"
+    );
+    for threads in [1, 3, 8] {
+        // (the pieces' fault is not the first device's: the conversion
+        // gives up, and the sequential reader answers)
+        match read_parallel(&b, threads) {
+            None => {}
+            Some(Err(e)) => assert_eq!(e.to_string(), msg),
+            Some(Ok(_)) => panic!("parallel read a bad entry on {threads} threads"),
+        }
+    }
+}
