@@ -696,8 +696,17 @@ def _nested_modelled(enc, p) -> bool:
 
 
 def encoder_forward(original, cap):
-    """`TransformerEncoder.forward` that lets its nested fast path run where the twin models it."""
-    return _fast_path_forward(original, cap, _nested_modelled)
+    """`TransformerEncoder.forward` that lets its nested fast path run where the twin models it (the
+    rows' lengths are forgotten when it returns)."""
+    forward = _fast_path_forward(original, cap, _nested_modelled)
+
+    def run(self, *args, **kwargs):
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            _FAST.nested = None
+
+    return run
 
 
 def _mask_scratch(cap, n: int, seq: int, op: str):
