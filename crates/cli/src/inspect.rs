@@ -29,9 +29,10 @@ pub struct InspectArgs {
     /// Also write a self-contained interactive HTML report to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// Which device's trace.
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
+    /// Which device's trace (default: the first device with a trace, as
+    /// memory_viz picks it; a multi-GPU host's snapshot lists every device).
+    #[arg(long)]
+    pub device: Option<usize>,
     /// Report on part of the trace only: its peaks, what is live at the
     /// peak, the curve and the out-of-memory events within trace entries
     /// `T0..T1` (`1000..5000`, `200000..`), or within seconds from the
@@ -132,14 +133,16 @@ pub fn load_range(
     opts: &Options,
     range: Option<&str>,
 ) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report)> {
-    load_timeline(path, opts, range).map(|(snap, r, _)| (snap, r))
+    load_timeline(path, opts, range, Some(opts.device)).map(|(snap, r, _)| (snap, r))
 }
 
-/// [`load_range`], keeping the timeline the report was made from.
+/// [`load_range`] of `device` (None: the snapshot's default device),
+/// keeping the timeline the report was made from.
 fn load_timeline(
     path: &Path,
     opts: &Options,
     range: Option<&str>,
+    device: Option<usize>,
 ) -> anyhow::Result<(vramscope_snapshot::Snapshot, Report, Timeline)> {
     // the timeline's pass over the whole trace, where it is decoded in
     // parallel, runs while the rest of the file is read
@@ -149,6 +152,7 @@ fn load_timeline(
         (read(path)?, None)
     };
     let mut opts = opts.clone();
+    opts.device = device.unwrap_or_else(|| snap.default_device());
     if let Some(spec) = range {
         let empty = vramscope_snapshot::Trace::new();
         let trace = snap.device_traces.get(opts.device).unwrap_or(&empty);
@@ -173,10 +177,10 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let opts = Options {
         top: args.top,
         stacks: args.stacks,
-        device: args.device,
         ..Options::default()
     };
-    let (snap, report, tl) = load_timeline(&args.snapshot, &opts, args.range.as_deref())?;
+    let (snap, report, tl) =
+        load_timeline(&args.snapshot, &opts, args.range.as_deref(), args.device)?;
     if let Some(out) = &args.html {
         // the page's bands come from the report's own timeline
         let page = html::render_snapshot_timeline(&snap, &tl, &report);

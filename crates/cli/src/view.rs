@@ -23,9 +23,9 @@ pub struct ViewArgs {
     /// Print the address without opening a browser.
     #[arg(long)]
     pub no_open: bool,
-    /// Which device's trace.
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
+    /// Which device's trace (default: the first device with a trace).
+    #[arg(long)]
+    pub device: Option<usize>,
 }
 
 /// Run `vramscope view` (until interrupted).
@@ -33,7 +33,7 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<ExitCode> {
     let snap = crate::inspect::read(&args.snapshot)?;
     let (cfg, _) = vramscope_replay::from_snapshot::config(&snap);
     let opts = Options {
-        device: args.device,
+        device: args.device.unwrap_or_else(|| snap.default_device()),
         ..Options::default()
     };
     let name = args.snapshot.display().to_string();

@@ -168,3 +168,31 @@ fn inspect_html_over_a_longer_file_is_the_page_alone() {
     assert!(std::fs::read(&over).unwrap() == page);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A snapshot from a multi-GPU host lists every device's trace: `inspect`
+/// without `--device` reports the one with a trace, as memory_viz does.
+#[test]
+fn inspect_without_device_takes_the_device_with_a_trace() {
+    let mut snap =
+        vramscope_snapshot::read_snapshot_file(format!("{FIX}/training.pickle")).unwrap();
+    let busy = snap.device_traces.remove(0);
+    snap.device_traces = vec![Default::default(), Default::default(), busy];
+    for s in &mut snap.segments {
+        s.device = 2;
+    }
+    let path =
+        std::env::temp_dir().join(format!("vs-inspect-device-{}.pickle", std::process::id()));
+    let bytes = vramscope_snapshot::write::snapshot_to_bytes(&snap, &Default::default());
+    std::fs::write(&path, bytes).unwrap();
+    let file = path.to_str().unwrap();
+    let (rc, out) = vramscope(&["inspect", "--json", file]);
+    let (rc0, out0) = vramscope(&["inspect", "--json", "--device", "0", file]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!((rc, rc0), (0, 0));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["device"], 2);
+    assert_eq!(v["peak_allocated_bytes"], 239_648_256);
+    let v0: serde_json::Value = serde_json::from_str(&out0).unwrap();
+    assert_eq!(v0["device"], 0);
+    assert_eq!(v0["trace_entries"], 0);
+}

@@ -282,6 +282,23 @@ impl Snapshot {
     pub fn trace_len(&self) -> usize {
         self.device_traces.iter().map(Trace::len).sum()
     }
+
+    /// The device a report shows when none is asked for: the first with a
+    /// trace (memory_viz's `_choose_device` takes the one with a trace; a
+    /// multi-GPU host's snapshot lists every device's), else the first
+    /// holding a segment, else 0.
+    pub fn default_device(&self) -> usize {
+        self.device_traces
+            .iter()
+            .position(|t| !t.is_empty())
+            .or_else(|| {
+                self.segments
+                    .iter()
+                    .filter_map(|s| usize::try_from(s.device).ok())
+                    .min()
+            })
+            .unwrap_or(0)
+    }
 }
 
 /// `segment_type`.
