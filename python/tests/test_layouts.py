@@ -419,6 +419,33 @@ def test_assigning_through_cpu_indices_copies_them_to_the_gpu():
         assert torch.cuda.memory_allocated() == before["allocated_bytes.all.current"]
 
 
+def test_out_of_place_index_put_with_a_mask_runs_nonzero_after_its_copy():
+    # `index_put` is `self.clone().index_put_(...)` (TensorAdvancedIndexing.cpp), as IndexPutBackward0
+    # runs it; blind21/u02's H200 per-op truth: the copy, then the mask's nonzero as `x[mask] = v` has
+    with vramscope.capture(gpu="h200"):
+        t = torch.zeros(4, 199, 512, device="cuda")
+        v = torch.zeros(512, device="cuda")
+        mask = torch.zeros(4, 199, dtype=torch.bool)
+        mask[:, :10] = True
+        mask = mask.to("cuda")
+
+        def counts(fn):
+            before = torch.cuda.memory_stats()
+            out = fn()
+            after = torch.cuda.memory_stats()
+            del out
+            keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+            return tuple(after[k] - before[k] for k in keys)
+
+        def assign():
+            t[mask] = v
+
+        in_place = counts(assign)
+        out_of_place = counts(lambda: torch.ops.aten.index_put(t, [mask], v))
+        assert in_place[0] >= 4
+        assert out_of_place == (in_place[0] + 1, in_place[1] + t.numel() * 4)
+
+
 def test_dropout_in_place_keeps_its_noise_for_backward():
     # Dropout.cpp's `dropout_` never takes the fused kernel: a noise tensor like the input, multiplied
     # in place; MulBackward0 keeps it (blind57/be01's H200 history: 12,288 bytes, no bool mask)

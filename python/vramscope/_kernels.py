@@ -889,8 +889,37 @@ def _index_put_sorted(cap, func, call, outs):
     del rng, orig, sorted_, value_copy, linear
 
 
-for _f in (aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default):
+for _f in (aten.index_put_.default, aten._index_put_impl_.default):
     AFTER[_f] = _index_put_sorted
+
+
+def _index_put_copy(cap, func, call, outs):
+    """`index_put` out of place is `self.clone(at::MemoryFormat::Preserve).index_put_(...)`
+    (TensorAdvancedIndexing.cpp), as autograd's backward of `x[mask] = v` runs it (derivatives.yaml:
+    `grad.index_put(indices, zeros_like(values), accumulate)`). After the copy, accumulate as in
+    `_index_put_sorted`; otherwise a single device mask with a device value becomes
+    `mask.nonzero()` as in `_index_put_value` (blind21/u02's per-op truth on the H200)."""
+    (args, kw) = call
+    accumulate = args[3] if len(args) > 3 else kw.get("accumulate", False)
+    if accumulate:
+        _index_put_sorted(cap, func, call, outs)
+        return
+    self_, indices, value = args[0], args[1], args[2]
+    defined = [i for i in indices if i is not None]
+    if not registered(self_) or len(defined) != 1 or not isinstance(value, torch.Tensor):
+        return
+    mask = defined[0]
+    host_value = value.numel() == 1 and value.device.type == "cpu" and not registered(value)
+    if mask.dtype not in (torch.bool, torch.uint8) or not registered(mask) or host_value:
+        return
+    n = cap.nonzero_count(mask, "boolean-mask assignment (x[mask] = values)")
+    positions = _nonzero_scratch(
+        cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
+    )
+    del positions
+
+
+AFTER[aten.index_put.default] = _index_put_copy
 
 
 def _grouped_mm(cap, func, call, outs):
