@@ -446,6 +446,43 @@ def test_out_of_place_index_put_with_a_mask_runs_nonzero_after_its_copy():
         assert out_of_place == (in_place[0] + 1, in_place[1] + t.numel() * 4)
 
 
+def test_a_copy_to_the_host_of_a_strided_tensor_reads_a_contiguous_device_copy():
+    # copy_requires_temporaries (native/Copy.cpp): `src.expand_as(dst).contiguous()` on the device
+    # unless both coalesce alike; blind16/p07's H200 per-op truth (save_on_cpu's `packed.copy_(t)`)
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(768, 3072, device="cuda", dtype=torch.bfloat16)
+
+        def counts(fn):
+            before = torch.cuda.memory_stats()
+            fn()
+            after = torch.cuda.memory_stats()
+            keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+            return tuple(after[k] - before[k] for k in keys)
+
+        host = torch.empty(3072, 768, dtype=torch.bfloat16)
+        assert counts(lambda: host.copy_(w.t())) == (1, 4718592)
+        assert counts(lambda: host.copy_(w.view(3072, 768))) == (0, 0)
+        assert counts(lambda: w.t().cpu()) == (0, 0)  # preserve_format: the host copy keeps the strides
+        assert counts(lambda: w.t().to("cpu", memory_format=torch.contiguous_format)) == (1, 4718592)
+        assert counts(lambda: w.t().to("cpu", torch.float32)) == (1, 4718592)
+        assert torch.cuda.memory_allocated() == w.numel() * 2
+
+
+def test_accumulating_through_a_boolean_mask_sorts_the_masks_nonzero_columns():
+    # expandTensors then index_put_with_sort_kernel (cuda/Indexing.cu); blind14/n02's H200 per-op
+    # truth of `index_put(x, [mask], values, accumulate=True)`: 29 allocations, 164,978,029 bytes
+    with vramscope.capture(gpu="h200"):
+        x = torch.zeros(8192, 512, device="cuda")
+        mask = torch.empty(8192, 512, dtype=torch.bool, device="cuda")
+        values = torch.empty(1679355, device="cuda")
+        before = torch.cuda.memory_stats()
+        out = torch.ops.aten.index_put(x, [mask], values, True)
+        after = torch.cuda.memory_stats()
+        keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+        assert tuple(after[k] - before[k] for k in keys) == (29, 164978029)
+        assert torch.cuda.memory_allocated() - before["allocated_bytes.all.current"] == out.numel() * 4
+
+
 def test_dropout_in_place_keeps_its_noise_for_backward():
     # Dropout.cpp's `dropout_` never takes the fused kernel: a noise tensor like the input, multiplied
     # in place; MulBackward0 keeps it (blind57/be01's H200 history: 12,288 bytes, no bool mask)

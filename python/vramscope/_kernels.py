@@ -836,8 +836,21 @@ def _index_put_sorted(cap, func, call, outs):
         return
     op = func._schema.name
     defined = [(d, i) for d, i in enumerate(indices) if i is not None]
-    dims = [d for d, _ in defined]
     values = args[2]
+    positions = None
+    masks = [(d, i) for d, i in defined if i.dtype in (torch.bool, torch.uint8)]
+    if len(defined) == 1 and masks and registered(masks[0][1]):
+        # `expandTensors`: a mask becomes `mask.nonzero()`, whose columns are the int64 indices of
+        # its dims; n is the values' length along them where they give it, else the mask's count
+        k, mask = masks[0]
+        md = mask.dim()
+        tail = self_.dim() - k - md
+        given = isinstance(values, torch.Tensor) and values.dim() == k + 1 + tail and tail >= 0
+        n = values.shape[k] if given else cap.nonzero_count(mask, "boolean-mask index_put_")
+        positions = _nonzero_scratch(cap, mask, lambda: cap.malloc(n * md * 8, "aten::nonzero", "temporary"))
+        column = torch.empty((n, md), dtype=torch.int64, device="meta")
+        defined = [(k + j, column.select(1, j)) for j in range(md)]
+    dims = [d for d, _ in defined]
     if (
         not defined
         or any(i.dtype != torch.int64 for _, i in defined)
@@ -856,7 +869,7 @@ def _index_put_sorted(cap, func, call, outs):
         return
     linear = None
     for _d, index in defined:
-        if not registered(index):
+        if not registered(index) and positions is None:
             # blind57/be01: torchvision MViT's relative positions indexed by CPU tensors
             product = cap.malloc(n * 8, op, "temporary")
             if linear is None:
@@ -886,7 +899,7 @@ def _index_put_sorted(cap, func, call, outs):
     rng = cap.malloc(n * 8, op, "temporary")
     largest = sum((sz - 1) * st for sz, st in zip(self_.shape, self_.stride(), strict=True))
     _cub(cap, "sort", n, 8, op, "radix sort", end_bit=_num_bits(largest // slice_size))
-    del rng, orig, sorted_, value_copy, linear
+    del rng, orig, sorted_, value_copy, linear, positions
 
 
 for _f in (aten.index_put_.default, aten._index_put_impl_.default):
@@ -975,6 +988,47 @@ def _h2d_staging(cap, dst, src, non_blocking: bool, op: str) -> None:
     del staging
 
 
+def _d2h_staging(cap, dst_shape, dst_stride, dst_dtype, src, non_blocking: bool, op: str) -> None:
+    """`copy_impl`'s temporaries (`copy_requires_temporaries`, native/Copy.cpp) from the device to
+    the host: unless both share a dtype and an iteration order that coalesces to one dimension,
+    the memcpy reads `src.expand_as(dst).contiguous()` on the device (with `non_blocking`, after
+    `src.to(dst.dtype)`), dead as the copy returns (blind40/p07's H200 per-op truth:
+    `save_on_cpu` packing transposed activations and weights into contiguous host tensors)."""
+    numel = math.prod(dst_shape)
+    if numel == 0:
+        return
+    same_type = dst_dtype == src.dtype
+    expanded = src.expand(dst_shape)
+    if same_type and (
+        (expanded.is_contiguous() and _contiguous_strides(dst_shape, dst_stride))
+        or (list(expanded.stride()) == list(dst_stride) and _non_overlapping_and_dense(expanded))
+    ):
+        return
+    if non_blocking and not same_type:
+        # `src.to(dst.dtype)` (preserve_format: a dense operand keeps its strides, any other is made
+        # contiguous), then `.expand_as(dst).contiguous()`; the conversion dies with the expression
+        converted = cap.malloc(src.numel() * dst_dtype.itemsize, op, "temporary")
+        laid_out = src.is_contiguous() or not _non_overlapping_and_dense(src)
+        same_shape = list(src.shape) == list(dst_shape)
+        staging = None if laid_out and same_shape else cap.malloc(numel * dst_dtype.itemsize, op, "temporary")
+        del converted
+        del staging
+        return
+    if not expanded.is_contiguous():
+        staging = cap.malloc(numel * src.element_size(), op, "temporary")
+        del staging
+
+
+def _contiguous_strides(shape, stride) -> bool:
+    """Whether `stride` is a contiguous layout of `shape` (size-1 dimensions' strides aside)."""
+    expected = 1
+    for size, st in zip(reversed(list(shape)), reversed(list(stride)), strict=True):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
 #: the most elements of a boolean or integer host tensor whose values its copy to the simulated
 #: device carries (and of a `randint` drawn on it, `_capture._values_at_any_size`): masks and
 #: indices decide the results of `nonzero`, `unique`, `coalesce` and indexing, and their values
@@ -1018,6 +1072,21 @@ def _to_copy(cap, func, args, kwargs):
             # the program's own copy to the meta device: a plain meta tensor, nothing on the GPU
             return aten._to_copy.default(src, **kwargs)
         # device to host: a CPU tensor holding the values the twin knows
+        fmt = kwargs.get("memory_format")
+        keep = fmt in (None, torch.preserve_format) and _non_overlapping_and_dense(src)
+        shape = list(src.shape)
+        stride = list(src.stride()) if keep else torch.empty(shape, device="meta").stride()
+        if fmt is torch.channels_last and src.dim() == 4:
+            stride = torch.empty(shape, device="meta").to(memory_format=fmt).stride()
+        _d2h_staging(
+            cap,
+            shape,
+            stride,
+            kwargs.get("dtype") or src.dtype,
+            src,
+            bool(kwargs.get("non_blocking", False)),
+            "aten::_to_copy",
+        )
         known = cap.value_of(src, "a copy to the host")
         plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
         if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > HOST_VALUE_LIMIT:
@@ -1049,6 +1118,8 @@ def _copy_(cap, func, args, kwargs):
             v.copy_(src)
         return dst
     if registered(src) and isinstance(dst, torch.Tensor) and dst.device.type == "cpu":
+        non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        _d2h_staging(cap, dst.shape, dst.stride(), dst.dtype, src, non_blocking, "aten::copy_")
         dst.copy_(cap.value_of(src, "a copy to the host"))
         return dst
     return NotImplemented
