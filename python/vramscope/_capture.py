@@ -840,6 +840,9 @@ class Capture:
         self.stream = 0
         # a stream capturing a CUDA graph -> the stream id its graph's private pool is kept under
         self.pool_streams: dict[int, int] = {}
+        #: an allocation made in a private pool -> the stream id that pool is kept under
+        #: (`_cudagraph_trees`' checkpoints)
+        self.pool_handles: dict[int, int] = {}
         # inside a `torch.distributions` constraint's check (`_cuda._passing_check`)
         self.checks_pass = 0
         self.phases: list[Phase] = []
@@ -989,7 +992,10 @@ class Capture:
         module = self.module_stack[-1] if self.module_stack else ""
         try:
             stream = self.pool_streams.get(self.stream, self.stream)
-            return self.device.malloc(nbytes, stream, category, op, module, _source_line())
+            handle = self.device.malloc(nbytes, stream, category, op, module, _source_line())
+            if stream != self.stream:
+                self.pool_handles[handle] = stream
+            return handle
         except _native.OutOfMemory as e:
             self.oom = str(e)
         # raised outside the handler: no `__context__` whose traceback would keep the twin's frames
@@ -1013,13 +1019,14 @@ class Capture:
         return "autograd" if torch._C._current_graph_task_id() != -1 else "main"
 
     def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
-        """A cuBLAS call: handle and workspace on first use per (thread, stream)."""
+        """A cuBLAS call: handle and workspace on first use per (thread, stream); a workspace made
+        while the stream allocates to a private pool (a CUDA graph's capture, a graph tree's warm-up)
+        comes from that pool, as the caching allocator's `allocate` gives it (CUDABlasHandlePool.cpp)."""
         if not self.started:
             self.start()
         try:
-            self.device.blas(
-                op, self.thread(), self.stream, str(dtype).removeprefix("torch."), lt, _source_line()
-            )
+            stream = self.pool_streams.get(self.stream, self.stream)
+            self.device.blas(op, self.thread(), stream, str(dtype).removeprefix("torch."), lt, _source_line())
         except _native.OutOfMemory as e:
             self.oom = str(e)
         else:

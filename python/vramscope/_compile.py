@@ -27,10 +27,10 @@ TRACING = _autocast.TRACING
 #: graph loses the gradients of ops with Python meta kernels: `nll_loss_forward`, PyTorch 2.11)
 _HOST = torch.device("cpu")
 
-#: `torch.compile`'s modes whose options the twin does not model: CUDA graphs, and autotuning
-#: (timed on the GPU)
+#: `torch.compile`'s modes whose options the twin does not model: autotuning (timed on the GPU).
+#: CUDA graphs (`triton.cudagraphs`, mode='reduce-overhead') are PyTorch's own graph trees on the
+#: twin's allocator (`_cudagraph_trees`)
 _UNMODELLED_OPTIONS = {
-    "triton.cudagraphs": "CUDA graphs (mode='reduce-overhead' / 'max-autotune')",
     "max_autotune": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
     "max_autotune_gemm": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
     "max_autotune_pointwise": "autotuning (mode='max-autotune': the choice is timed on the GPU)",

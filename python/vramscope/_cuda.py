@@ -265,7 +265,13 @@ def patch(cap) -> _Patch:
         not modelled (named unmeasured)."""
 
         def __init__(self, *args, **kwargs):
-            cap.note_unmeasured("CUDA graphs (streams joined into a capture)")
+            if sys._getframe(1).f_globals.get("__name__") != "torch._inductor.cudagraph_trees":
+                # (Inductor's graph trees capture on their own stream alone)
+                cap.note_unmeasured("CUDA graphs (streams joined into a capture)")
+
+        def register_generator_state(self, state):
+            """A generator's state registered with the graph (its seed and offset tensors are
+            the generator's, made at its first graph: `capture_begin`'s)."""
 
         def capture_begin(self, pool=None, capture_error_mode="global"):
             if not rng_graphs["graphs"]:
@@ -427,6 +433,9 @@ def patch(cap) -> _Patch:
 
     p.set(torch, "compile", _compile.compile_fn(torch.compile, cap))
     _compile.patch(p, cap)
+    from . import _cudagraph_trees
+
+    _cudagraph_trees.patch(p, cap)
     p.set(
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )

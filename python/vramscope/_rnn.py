@@ -33,7 +33,7 @@ import weakref
 
 import torch
 
-from . import _kernels
+from . import _cudagraph_trees, _kernels
 from ._tensor import is_ours, registered
 
 aten = torch.ops.aten
@@ -137,7 +137,7 @@ def _data_ptr(cap, func, args, kwargs):
     t = args[0] if args else None
     if not is_ours(t) or kwargs:
         return NotImplemented
-    return (t.untyped_storage()._cdata << 16) + t.storage_offset() * t.element_size()
+    return _cudagraph_trees.storage_ptr(t.untyped_storage()._cdata) + t.storage_offset() * t.element_size()
 
 
 def _flatten_weight(cap, func, args, kwargs):
