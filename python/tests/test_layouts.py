@@ -322,6 +322,17 @@ def test_scaled_mm_takes_the_cublaslt_workspaces():
     assert _extra(run, setup) == (2, 33554432 + 1048576)
 
 
+def test_int_mm_takes_the_cublas_workspace_and_no_cublaslt_one():
+    # blind81/cc05's H200 per-op truth: the first `torch._int_mm` requested its int32 result and the
+    # handle's 32 MiB; `int8_gemm` passes cuBLASLt no workspace
+    def setup():
+        return torch.empty(64, 128, device="cuda", dtype=torch.int8), torch.empty(
+            128, 256, device="cuda", dtype=torch.int8
+        )
+
+    assert _extra(torch._int_mm, setup) == (1, 33554432)
+
+
 def test_cufft_copies_an_input_its_batch_dimensions_cannot_collapse():
     # `_exec_fft`: batch dimensions in stride order, reshaped to one (blind50/ax04's H200 per-op
     # truth: an FFT over the middle dimensions copies its input once more); the sweep's rfft2 and

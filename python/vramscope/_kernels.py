@@ -224,6 +224,25 @@ def _scaled_mm(cap, func, call, outs):
 
 for _f in (aten._scaled_mm.default, aten._scaled_mm.out):
     AFTER[_f] = _scaled_mm
+
+
+def _int_mm(cap, func, call, outs):
+    """`_int_mm_out_cuda` (Blas.cpp): `cublasCommonArgs(self, mat2, result)`, then `int8_gemm`, a
+    cuBLASLt call with no workspace of its own ("Non-zero workspace doesn't seem to work") on
+    `getCurrentCUDABlasLtHandle()`, the cuBLAS handle, whose workspace comes with it on first use
+    (blind81/cc05's H200 per-op truth: the first product requested 33,554,432 bytes beyond its
+    result, the later ones none). The call is named by its int32 result's dtype (the capture's
+    dtypes have no int8): a product not in float32 takes the thread's 16-bit kernels' driver share,
+    which for int8 kernels is not measured."""
+    (args, _kw) = call
+    a = _temp(cap, args[1], "int_mm") if _matrix_needs_copy(args[1]) else None
+    b = _temp(cap, args[0], "int_mm") if _matrix_needs_copy(args[0]) else None
+    cap.blas("int_mm", torch.int32, False)
+    del b, a
+
+
+for _f in (aten._int_mm.default, aten._int_mm.out):
+    AFTER[_f] = _int_mm
 for _f in (aten.mv.default, aten.mv.out, aten.addmv.default, aten.addmv.out, aten.addmv_.default):
     AFTER[_f] = _gemv
 for _f in (aten.dot.default, aten.dot.out, aten.vdot.default, aten.vdot.out):
