@@ -45,3 +45,28 @@ def test_a_rest_too_small_to_split_stays_in_the_block(tmp_path):
     assert blocks == [8 * MB, 12 * MB, 8 * MB, MB, MB - 512]
     assert out[-1][1] == 20 * MB + 2 * MB - 512
     assert [b[0] for b in block_diff.free_blocks(state)] == [512]
+
+
+def test_place_names_the_first_allocation_taken_from_another_segment(tmp_path, capsys):
+    # two equal free segments: the allocator takes the lower address, so where the driver put them
+    # decides which one a request lands in; sizes alone (diff) cannot tell
+    low, high = 1 << 32, 1 << 33
+
+    def history(name, first, second):
+        return _history(
+            tmp_path / name,
+            [
+                {"action": "segment_alloc", "addr": first, "size": 20 * MB},
+                {"action": "segment_alloc", "addr": second, "size": 20 * MB},
+                {"action": "alloc", "addr": min(first, second), "size": 8 * MB},
+                {"action": "alloc", "addr": min(first, second) + 8 * MB, "size": 4 * MB},
+            ],
+        )
+
+    gpu, twin = history("g.pickle", low, high), history("t.pickle", high, low)
+    block_diff.place(str(gpu), str(gpu), 5)
+    assert capsys.readouterr().out == "same places throughout\n"
+    block_diff.place(str(gpu), str(twin), 1)
+    out = capsys.readouterr().out
+    assert out.startswith("GPU entry 2 / twin 2: alloc of 8,388,608: segment #0 + 0 / #1 + 0")
+    assert out.count("\n") == 1

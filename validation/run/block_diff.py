@@ -3,6 +3,10 @@
     python block_diff.py GPU.pickle TWIN.pickle [N]     the first N allocations whose blocks differ,
                                                         with the allocated figure after each, and the
                                                         first one's candidate free blocks on each side
+    python block_diff.py --place GPU.pickle TWIN.pickle [N]
+                                                        the first N allocations placed in another
+                                                        segment (numbered in the order they were
+                                                        made) or at another offset in it
     python block_diff.py --slack SNAPSHOT.pickle START END
                                                         the unsplit blocks live at the peak of the
                                                         allocated figure between trace entries START
@@ -16,7 +20,8 @@ bytes in a 2 MiB small-pool segment or more than 1 MiB in a large one, else kept
 histories with the same allocations in the same order (ops_diff.py silent) can still differ in the
 allocated figure where one side's allocation lands in a free block whose rest is too small to split:
 which free block is chosen (the smallest that fits, the lowest address of equal ones) depends on where
-the segments lie. Not modelled: expandable segments, `max_split_size_mb`, oversize blocks.
+the segments lie. `--place` shows the first such choice: equal block sizes, another segment or offset.
+Not modelled: expandable segments, `max_split_size_mb`, oversize blocks.
 """
 
 import bisect
@@ -123,6 +128,45 @@ def diff(gpu_path, twin_path, n):
             print(f"    {b[0]:,} at offset {b[3]:,} of segment #{b[2]} ({b[4]:,} bytes)")
 
 
+def placements(path):
+    """Each allocation of the trace: (entry index, requested size, segment number, offset in it),
+    segments numbered in the order they were made."""
+    with open(path, "rb") as f:
+        trace = pickle.load(f)["device_traces"][0]
+    segments, seg_starts, seg_no, out = {}, [], {}, []
+    for i, e in enumerate(trace):
+        action, addr = e["action"], e["addr"]
+        if action == "segment_alloc":
+            segments[addr] = e["size"]
+            bisect.insort(seg_starts, addr)
+            seg_no[addr] = len(seg_no)
+        elif action == "segment_free":
+            segments.pop(addr)
+            seg_starts.remove(addr)
+        elif action == "alloc":
+            seg = seg_starts[bisect.bisect_right(seg_starts, addr) - 1]
+            out.append((i, e["size"], seg_no[seg], addr - seg, e))
+    return out
+
+
+def place(gpu_path, twin_path, n):
+    shown = 0
+    for g, t in zip(placements(gpu_path), placements(twin_path), strict=False):
+        if g[1] != t[1]:
+            print(f"the sequences part at GPU entry {g[0]}, twin entry {t[0]}: use ops_diff.py first")
+            return
+        if g[2:4] != t[2:4]:
+            print(
+                f"GPU entry {g[0]} / twin {t[0]}: alloc of {g[1]:,}: segment #{g[2]} + {g[3]:,} / "
+                f"#{t[2]} + {t[3]:,}   {frames(t[4])}"
+            )
+            shown += 1
+            if shown >= n:
+                return
+    if not shown:
+        print("same places throughout")
+
+
 def slack(path, start, end):
     out, _, trace = replay(path)
     best, peak = None, -1
@@ -142,6 +186,8 @@ def slack(path, start, end):
 def main():
     if sys.argv[1] == "--slack":
         slack(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "--place":
+        place(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
     else:
         diff(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5)
 
