@@ -197,9 +197,11 @@ def _sdpa(cap, a, traced=False):
     if which == "math":
         return math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa)
     if which == "cudnn":
-        out = aten._scaled_dot_product_cudnn_attention(
-            q, k, v, mask, needs_grad, dropout_p, is_causal, False, scale=scale
-        )[0]
+        out = _first(
+            aten._scaled_dot_product_cudnn_attention(
+                q, k, v, mask, needs_grad, dropout_p, is_causal, False, scale=scale
+            )
+        )
         # the op's other results die with its tuple, before the converted mask (a local of sdpa)
         return out
     if which == "flash":
@@ -209,13 +211,28 @@ def _sdpa(cap, a, traced=False):
         if d % 8:
             scale = scale if scale is not None else 1.0 / math.sqrt(d)
             q, k, v = (torch.nn.functional.pad(t, (0, 8 - d % 8)) for t in (q, k, v))
-        out = aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+        out = _first(
+            aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)
+        )
         return out[..., :d] if d % 8 else out
     if mask is not None:
         mask = _preprocess_mask(mask, q, k)
-    return aten._scaled_dot_product_efficient_attention(
-        q, k, v, mask, needs_grad, dropout_p, is_causal, scale=scale
-    )[0]
+    return _first(
+        aten._scaled_dot_product_efficient_attention(
+            q, k, v, mask, needs_grad, dropout_p, is_causal, scale=scale
+        )
+    )
+
+
+def _first(results):
+    """The op's first result; the others die first to last, as the `std::tuple` local of
+    `scaled_dot_product_attention` (attention.cpp) does: libstdc++ destroys a tuple's elements in
+    order, CPython a tuple's items last to first (blind16/p07's H200 history: the logsumexp is
+    freed before the philox seed and offset)."""
+    results = list(results)
+    for i in range(1, len(results)):
+        results[i] = None
+    return results[0]
 
 
 def _preprocess_mask(mask, q, k):
