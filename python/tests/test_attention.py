@@ -185,3 +185,16 @@ def test_a_left_aligned_padding_mask_runs_the_encoders_nested_fast_path():
         assert y.shape == (32, 1024, 768)
         assert torch.cuda.max_memory_allocated() == 458759168
         assert torch.cuda.memory_reserved() == 564133888
+
+
+def test_sdpa_frees_its_other_results_first_to_last():
+    # the std::tuple local of scaled_dot_product_attention (attention.cpp) dies element by element in
+    # order (libstdc++); blind16/p07's H200 history under save_on_cpu: the logsumexp, then seed, offset
+    with vramscope.capture(gpu="h200"):
+        q = torch.empty(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        torch.cuda.memory._record_memory_history()
+        with torch.autograd.graph.save_on_cpu():
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        frees = [e["size"] for e in trace if e["action"] == "free_completed"]
+        assert frees[-3:] == [2 * 4 * 256 * 4, 8, 8] and out.is_cuda
