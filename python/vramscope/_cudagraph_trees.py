@@ -10,6 +10,7 @@ count), freeing a storage's block without freeing the storage, and the pool's ch
 
 from __future__ import annotations
 
+import pickle
 import weakref
 
 import torch
@@ -34,15 +35,20 @@ def private_stream(pool, stream: int) -> int:
     return _cuda._PRIVATE_POOL_STREAMS + (tuple(pool)[1] << 24) + (stream & 0xFFFFFF)
 
 
+#: the small pool's largest request (`kSmallSize`, CUDACachingAllocator.cpp)
+SMALL_SIZE = 1 << 20
+
+
 class _CheckpointState:
-    """`_cuda_getCheckpointState`'s allocator state of a private pool: the blocks allocated in it
-    then, by data pointer (their sizes)."""
+    """`_cuda_getCheckpointState`'s allocator state of a private pool: its segments in the order
+    `getCheckpointState` lists them, each as (whether it is the small pool's, its blocks in address
+    order as (size, allocated, the data pointer of the storage holding it or None, address))."""
 
-    __slots__ = ("blocks", "pool")
+    __slots__ = ("pool", "segments")
 
-    def __init__(self, pool, blocks):
+    def __init__(self, pool, segments):
         self.pool = pool
-        self.blocks = blocks
+        self.segments = segments
 
 
 def patch(p, cap) -> None:
@@ -111,45 +117,118 @@ def patch(p, cap) -> None:
                 out.append((key, handle, st))
         return out
 
+    def segments_of(pool):
+        """The pool's segments (`memory_snapshot`'s), in `get_private_pool_head_blocks`' order
+        (CUDACachingAllocator.cpp): those whose first block is allocated first (PyTorch walks an
+        unordered set: the twin takes address order), then the free ones of the small pool, then
+        of the large, each by (first block's size, address) as the pools' block sets order them."""
+        stream = pool_stream.get(tuple(pool))
+        if stream is None:
+            return []
+        private = private_stream(pool, stream)
+        segs = [
+            seg for seg in pickle.loads(cap.device.snapshot_pickle())["segments"] if seg["stream"] == private
+        ]
+
+        def key(seg):
+            head = seg["blocks"][0]
+            if head["state"] == "active_allocated":
+                return (0, 0, seg["address"])
+            return (1 if seg["segment_type"] == "small" else 2, head["size"], seg["address"])
+
+        return sorted(segs, key=key)
+
     def get_checkpoint_state(device, pool):
-        blocks = {storage_ptr(key): st.nbytes() for key, _, st in in_pool(pool)}
-        return _CheckpointState(tuple(pool), blocks)
+        """`getCheckpointState`: the pool's segments and blocks now, each allocated block with
+        the data pointer of the storage holding it."""
+        ptr_at = {}
+        for key, handle, _st in in_pool(pool):
+            addr = cap.device.addr_of(handle)
+            if addr is not None:
+                ptr_at[addr] = storage_ptr(key)
+        segments = [
+            (
+                seg["segment_type"] == "small",
+                [
+                    (b["size"], b["state"] == "active_allocated", ptr_at.get(b["address"]), b["address"])
+                    for b in seg["blocks"]
+                ],
+            )
+            for seg in segments_of(pool)
+        ]
+        return _CheckpointState(tuple(pool), segments)
 
     def set_checkpoint_pool_state(device, state, stale_storages, live_storages):
-        """`setCheckpointPoolState`: the pool as it was at the checkpoint, its blocks held by the
-        storages still live (`live_storages`, by `_cdata`). The twin frees the pool's blocks that
-        no live storage holds and gives each live storage that holds none (a replayed output) a
-        block of its size in the pool; the checkpoint's own block layout is not restored (the
-        blocks land where the allocator's best fit puts them)."""
-        live = set(live_storages)
-        for key, handle, _st in in_pool(state.pool):
-            if key not in live:
-                cap.device.free(handle)
-                storages[key] = (None, storages[key][1])
+        """`setCheckpointPoolState` (CUDACachingAllocator.cpp): the pool's allocated blocks are
+        freed, then each checkpointed segment is rebuilt as `setSegmentStateToCheckpoint` does:
+        every block allocated in address order (the splits come back), then those free at the
+        checkpoint freed; the blocks the live storages (`_cdata`s) held are theirs again, the
+        others freed after (the caller's `raw_delete` of outputs dead since). The twin rebuilds a
+        segment through its allocator's best fit, which finds each block where the checkpoint had
+        it when the pool is as the checkpoint left it; where not, named unmeasured."""
         stream = pool_stream.get(state.pool)
         if stream is None:
             return
+        for key, handle, _st in in_pool(state.pool):
+            cap.device.free(handle)
+            storages[key] = (None, storages[key][1])
+        live = {}
         for key in live_storages:
             entry = storages.get(key)
-            if entry is None or entry[0] is not None:
-                continue
-            st = entry[1]()
-            if st is None or not st.nbytes():
-                continue
-            previous = cap.pool_streams.get(cap.stream)
-            cap.pool_streams[cap.stream] = private_stream(state.pool, stream)
-            try:
-                handle = cap._malloc_handle(st.nbytes(), "cudagraph_trees::checkpoint", "output")
-            finally:
-                if previous is None:
-                    cap.pool_streams.pop(cap.stream, None)
-                else:
-                    cap.pool_streams[cap.stream] = previous
-            storages[key] = (handle, entry[1])
-        cap.note_compile_unmeasured(
-            "CUDA graph trees' allocator checkpoint (a live output's block placed by best fit, "
-            "not at its recorded address)"
-        )
+            if entry is not None and entry[1]() is not None:
+                live[storage_ptr(key)] = key
+        previous = cap.pool_streams.get(cap.stream)
+        cap.pool_streams[cap.stream] = private_stream(state.pool, stream)
+        moved = False
+        dead = []
+
+        def alloc(n):
+            return cap._malloc_handle(n, "cudagraph_trees::setCheckpointPoolState", "output")
+
+        try:
+            for small, blocks in state.segments:
+                made = []
+                for size, allocated, ptr, addr in blocks:
+                    # a free block of a small segment larger than the small pool's requests (a
+                    # whole free 2 MiB segment): taken as 1 MiB requests, which the small pool serves
+                    pieces = [SMALL_SIZE] * (size // SMALL_SIZE) if small and size > SMALL_SIZE else []
+                    if pieces and size % SMALL_SIZE:
+                        pieces.append(size % SMALL_SIZE)
+                    handles = [alloc(n) for n in pieces or [size]]
+                    # (a whole free segment found in another as large changes nothing)
+                    whole_free = len(blocks) == 1 and not allocated
+                    moved |= cap.device.addr_of(handles[0]) != addr and not whole_free
+                    made.append((handles, allocated, ptr))
+                for handles, allocated, ptr in made:
+                    handle = handles[0]
+                    if not allocated:
+                        for h in handles:
+                            cap.device.free(h)
+                    elif ptr in live:
+                        key = live.pop(ptr)
+                        storages[key] = (handle, storages[key][1])
+                    else:
+                        dead.append(handle)
+            for handle in dead:
+                cap.device.free(handle)
+            for key in live.values():
+                # a live storage the checkpoint has no block for: a block of its size
+                st = storages[key][1]()
+                if st is not None and st.nbytes():
+                    handle = cap._malloc_handle(
+                        st.nbytes(), "cudagraph_trees::setCheckpointPoolState", "output"
+                    )
+                    storages[key] = (handle, storages[key][1])
+                    moved = True
+        finally:
+            if previous is None:
+                cap.pool_streams.pop(cap.stream, None)
+            else:
+                cap.pool_streams[cap.stream] = previous
+        if moved:
+            cap.note_compile_unmeasured(
+                "CUDA graph trees' allocator checkpoint (a block not rebuilt at its checkpointed address)"
+            )
 
     def raw_delete(ptr):
         """`raw_delete` of a recorded block whose storage died since (its block, if a storage

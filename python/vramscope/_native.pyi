@@ -39,6 +39,8 @@ class Device:
         saved_for_backward, output, temporary, workspace, input.
         Raises OutOfMemory with PyTorch's message."""
     def free(self, handle: int) -> None: ...
+    def addr_of(self, handle: int) -> int | None:
+        """The device address of the live allocation `handle` (None: freed)."""
     def set_category(self, handle: int, category: str) -> None: ...
     def record_stream(self, handle: int, stream: int) -> None:
         """`Tensor.record_stream(stream)`: the allocation is used on `stream` too."""

@@ -640,6 +640,11 @@ impl Runtime {
         out
     }
 
+    /// The device address of the live slot `slot`'s block (None: not live).
+    pub fn slot_addr(&self, slot: u32) -> Option<u64> {
+        self.st.borrow().live.get(slot).map(|(h, _)| h.addr())
+    }
+
     /// Free a slot [`Runtime::malloc_on`] returned.
     pub fn free_slot(&self, slot: u32) {
         self.free(slot);

@@ -57,6 +57,11 @@ impl RuntimeSink {
         &self.rt
     }
 
+    /// The device address of the producer's live allocation `id` (None: not live).
+    pub fn addr_of(&self, id: u64) -> Option<u64> {
+        self.rt.slot_addr(*self.slots.get(&id)?)
+    }
+
     /// Whether the producer's allocation `id` is live.
     pub fn is_live(&self, id: u64) -> bool {
         self.slots.contains_key(&id)

@@ -244,6 +244,11 @@ impl Device {
         self.send(&Event::Free { id: handle })
     }
 
+    /// The device address of the live allocation `handle` (None: freed).
+    fn addr_of(&self, handle: u64) -> Option<u64> {
+        self.p.addr_of(handle)
+    }
+
     /// `Tensor.record_stream(stream)`: the allocation is used on `stream`
     /// too (its block, freed, waits for that stream's work).
     fn record_stream(&mut self, handle: u64, stream: u64) -> PyResult<()> {
