@@ -559,6 +559,32 @@ def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     assert cap.report()["unmeasured"] == []
 
 
+def test_reduce_overhead_checkpoint_puts_a_live_output_back_at_its_address():
+    # a new shape's warm-up after replays (cudagraph_trees' apply_checkpoint_execution_state_in_
+    # allocator): the pool is rebuilt as the recording left it (setCheckpointPoolState), the held
+    # replayed output (y, 1 MiB) owning its block again: the second MiB of the small pool's 2 MiB
+    # segment, where the recording put it after the copy of x, not the first, where a best fit
+    # would
+    with vramscope.capture() as cap:
+        f = torch.compile(lambda t: t.sin().cos() * 2, mode="reduce-overhead")
+        with torch.no_grad():
+            x = torch.empty(256, 1024, device="cuda")  # 1 MiB
+            for _ in range(3):
+                y = f(x)
+            assert torch.cuda.memory_allocated() == MIB + 1024
+            z = f(torch.empty(512, 1024, device="cuda"))
+            # x, y again, and z (2 MiB, the warm-up's output in the pool)
+            assert torch.cuda.memory_allocated() == 4 * MIB + 1024
+            pool = [
+                [(b["size"], b["state"]) for b in seg["blocks"]]
+                for seg in torch.cuda.memory_snapshot()
+                if seg["segment_type"] == "small" and seg["stream"] != 0
+            ]
+            assert [(MIB, "inactive"), (MIB, "active_allocated")] in pool
+        assert y.shape == (256, 1024) and z.shape == (512, 1024)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_reduce_overhead_trains():
     # a compiled forward and backward, each warmed up, recorded and replayed in one tree
     with vramscope.capture() as cap:

@@ -86,6 +86,11 @@ def patch(p, cap) -> None:
 
     #: a private pool -> the stream the tree manager allocates to it on
     pool_stream: dict = {}
+    #: blocks a checkpoint rebuilt allocated for outputs dead since, by data pointer, until the
+    #: tree manager's `raw_delete`
+    restored: dict = {}
+    #: blocks a checkpoint rebuilt allocated that no output held (the next checkpoint frees them)
+    loose: list = []
 
     def begin_allocate_to_pool(device, pool):
         """`beginAllocateCurrentThreadToPool`: what the thread allocates comes from `pool`; the
@@ -172,6 +177,10 @@ def patch(p, cap) -> None:
         for key, handle, _st in in_pool(state.pool):
             cap.device.free(handle)
             storages[key] = (None, storages[key][1])
+        for handle in [*restored.values(), *loose]:
+            cap.device.free(handle)
+        restored.clear()
+        loose.clear()
         live = {}
         for key in live_storages:
             entry = storages.get(key)
@@ -180,7 +189,6 @@ def patch(p, cap) -> None:
         previous = cap.pool_streams.get(cap.stream)
         cap.pool_streams[cap.stream] = private_stream(state.pool, stream)
         moved = False
-        dead = []
 
         def alloc(n):
             return cap._malloc_handle(n, "cudagraph_trees::setCheckpointPoolState", "output")
@@ -207,10 +215,12 @@ def patch(p, cap) -> None:
                     elif ptr in live:
                         key = live.pop(ptr)
                         storages[key] = (handle, storages[key][1])
+                    elif ptr is not None:
+                        # an output dead since: the caller's `raw_delete` frees it
+                        restored[ptr] = handle
                     else:
-                        dead.append(handle)
-            for handle in dead:
-                cap.device.free(handle)
+                        # a block no output held: it stays allocated, as in the GPU's pool
+                        loose.append(handle)
             for key in live.values():
                 # a live storage the checkpoint has no block for: a block of its size
                 st = storages[key][1]()
@@ -231,8 +241,12 @@ def patch(p, cap) -> None:
             )
 
     def raw_delete(ptr):
-        """`raw_delete` of a recorded block whose storage died since (its block, if a storage
-        still holds one at that address)."""
+        """`raw_delete` of a recorded block whose storage died since (`data_ptrs_dead_since_invocation`):
+        the block the checkpoint rebuilt at that address, else a storage's still there."""
+        handle = restored.pop(ptr, None)
+        if handle is not None:
+            cap.device.free(handle)
+            return
         for key, (handle, ref) in list(storages.items()):
             st = ref()
             if handle is not None and st is not None and storage_ptr(key) == ptr:
