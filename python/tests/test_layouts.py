@@ -333,6 +333,18 @@ def test_int_mm_takes_the_cublas_workspace_and_no_cublaslt_one():
     assert _extra(torch._int_mm, setup) == (1, 33554432)
 
 
+def test_bicubic_backward_copies_a_strided_gradient_contiguous():
+    # blind84/cf01's H200 per-op truth: `upsample_bicubic2d_backward` of DINOv2's position
+    # embeddings (a (1, 384, 28, 28) gradient in NHWC strides) makes it contiguous, 1,204,224 bytes
+    def run(g):
+        return aten.upsample_bicubic2d_backward(g, [28, 28], [1, 384, 37, 37], False)
+
+    nhwc = lambda: (torch.empty(1, 28, 28, 384, device="cuda").permute(0, 3, 1, 2),)  # noqa: E731
+    plain = lambda: (torch.empty(1, 384, 28, 28, device="cuda"),)  # noqa: E731
+    assert _extra(run, nhwc) == (1, 1204224)
+    assert _extra(run, plain) == (0, 0)
+
+
 def test_cufft_copies_an_input_its_batch_dimensions_cannot_collapse():
     # `_exec_fft`: batch dimensions in stride order, reshaped to one (blind50/ax04's H200 per-op
     # truth: an FFT over the middle dimensions copies its input once more); the sweep's rfft2 and

@@ -2748,6 +2748,20 @@ AFTER[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear2d_backward
 SCRATCH_UNMODELLED.discard("aten::upsample_bilinear2d_backward")
 
 
+def _upsample_bicubic2d_backward(cap, func, call, outs):
+    """`upsample_bicubic2d_backward_out_cuda_template` (cuda/UpSampleBicubic2d.cu):
+    `grad_output_.contiguous()` in the plain format whatever its layout, after the structured
+    kernel's gradient and freed at the return (blind84/cf01's H200 per-op truth: the gradient of
+    DINOv2's interpolated position embeddings, a permuted view, copied)."""
+    grad = call[0][0]
+    if registered(grad) and outs[0].numel() > 0 and not grad.is_contiguous():
+        copy = _temp(cap, grad, func._schema.name)
+        del copy
+
+
+AFTER[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic2d_backward
+
+
 def _isin(cap, func, call, outs):
     """`isin_default_kernel_gpu` (cuda/TensorCompare.cu): `elements.unsqueeze(-1).eq(test.view(...))`
     (elements x tests bools) reduced by `any(-1)` (or `ne`/`all` inverted) into a temporary, then
