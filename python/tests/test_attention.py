@@ -198,3 +198,23 @@ def test_sdpa_frees_its_other_results_first_to_last():
         trace = torch.cuda.memory._snapshot()["device_traces"][0]
         frees = [e["size"] for e in trace if e["action"] == "free_completed"]
         assert frees[-3:] == [2 * 4 * 256 * 4, 8, 8] and out.is_cuda
+
+
+def test_the_encoder_fast_paths_ffn_keeps_its_input_through_both_linears():
+    # blind84/cf02's H200 history (a pre-norm encoder, bf16, inference mode): transformer.cpp's
+    # `ffn` holds the second norm's output (its argument) while the second linear allocates, so the
+    # layer's peak is the residual, that output, the 3,072-wide hidden and the second linear's output
+    act = 64 * 257 * 768 * 2
+    with vramscope.capture(gpu="h200"):
+        layer = torch.nn.TransformerEncoderLayer(
+            768, 12, 3072, 0.0, "gelu", batch_first=True, norm_first=True
+        )
+        layer = layer.to(device="cuda", dtype=torch.bfloat16).eval()
+        x = torch.empty(64, 257, 768, device="cuda", dtype=torch.bfloat16)
+        with torch.inference_mode():
+            layer(x)  # the first call also takes cuBLAS's workspaces
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            y = layer(x)
+        assert torch.cuda.max_memory_allocated() - base == 3 * act + 4 * act
+        assert y.shape == x.shape

@@ -634,8 +634,14 @@ def encoder_layer_fwd(cap, func, args, kwargs):
     pre_ffn_res = x
     if a["norm_first"]:
         x = norm(x, 2)
-    x = linear_for_ffn(x, a["ffn_weight_1"], a["ffn_bias_1"], bool(a["use_gelu"]))
-    x = linear_for_ffn(x, a["ffn_weight_2"], a["ffn_bias_2"], None)
+
+    def ffn(x):
+        # transformer.cpp's `ffn`: its input (with norm_first, the second norm's output) is the
+        # caller's `x` until it returns, so it lives through both linears (blind84/cf02's history)
+        res = linear_for_ffn(x, a["ffn_weight_1"], a["ffn_bias_1"], bool(a["use_gelu"]))
+        return linear_for_ffn(res, a["ffn_weight_2"], a["ffn_bias_2"], None)
+
+    x = ffn(x)
     x.add_(pre_ffn_res)
     if not a["norm_first"]:
         x = norm(x, 2)
