@@ -1037,6 +1037,19 @@ def test_cdist_runs_the_euclidean_decomposition():
         assert d.shape == (256, 256) and counts == (10, 925_696)
 
 
+def test_cdist_frees_its_first_cats_parts_last_to_first():
+    # blind83/ce05's H200 history of torch.cdist over (32, 128, 3): after the first cat, its
+    # initializer list dies in reverse, the ones pad and the norm (16,384 bytes each), then -2 * x1
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(32, 128, 3, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        torch.cdist(x, x)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        sizes = [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_requested")]
+        cat = sizes.index(("alloc", 81920))
+        assert sizes[cat + 1 : cat + 4] == [("free_requested", 16384)] * 2 + [("free_requested", 49152)]
+
+
 def test_distribution_checks_pass_and_small_cpu_runs_see_dense_zeros():
     # blind12/l01: Categorical's argument validation reads `_is_all_true` of values the twin does
     # not carry; blind12/l04: `_weight_norm`'s CPU kernel crashed on zero-stride zeros
@@ -1490,3 +1503,17 @@ def test_backward_sums_a_gradient_another_node_still_holds_out_of_place(monkeypa
     with vramscope.capture(gpu="h200"):
         loss("cuda").backward()
     assert ("aten::add", (2, 8, 16, 16)) in cpu and seen == cpu
+
+
+def test_gather_backward_scatters_in_place_under_create_graph_too():
+    # gather_backward (TensorAdvancedIndexing.cpp) scatters into its zeros in place unless a tensor
+    # is subclass-like, whatever the grad mode (blind83/ce05's H200 history: forces by
+    # `autograd.grad(create_graph=True)` through a gather allocate the zeros alone, 8 MiB)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(32, 128, 512, device="cuda", requires_grad=True)
+        index = torch.zeros(32, 128, 64, dtype=torch.long, device="cuda")
+        y = x.gather(2, index)
+        g = torch.ones_like(y)
+        grad, counts = counted(lambda: torch.autograd.grad(y, x, g, create_graph=True))
+        assert grad[0].shape == x.shape
+        assert counts == (1, 32 * 128 * 512 * 4)

@@ -1525,8 +1525,9 @@ DISPATCH[aten.abs.default] = _abs_complex
 
 
 #: autograd nodes whose backward (torch/csrc/autograd/FunctionsManual.cpp) runs out of place on a
-#: tensor subclass (the twin's tensors are one) and in place on plain tensors with grad mode off,
-#: and whose out-of-place ops there all act on a temporary of the node's own: those ops, in place
+#: tensor subclass (the twin's tensors are one) and in place on plain tensors, and whose out-of-place
+#: ops there all act on a temporary of the node's own: those ops, in place (under `_GRAD_MODE_OUT`'s
+#: nodes only with grad mode off)
 _INPLACE_IN_NODE = {
     # binary_cross_entropy_with_logits_backward: `input.sigmoid().sub_(target)`, `mul_(grad)`, ...
     "BinaryCrossEntropyWithLogitsBackward0": {
@@ -1549,11 +1550,19 @@ for _node in ("MedianBackward1", "NanmedianBackward1", "KthvalueBackward0", "Mod
     _INPLACE_IN_NODE[_node] = {aten.scatter.src: aten.scatter_.src}
 
 
+#: nodes whose formula also runs out of place with grad mode on (`create_graph=True`):
+#: binary_cross_entropy_with_logits_backward's `|| at::GradMode::is_enabled()` (Loss.cpp); the
+#: others' (gather_backward, index_backward, index_select_backward,
+#: value_selecting_reduction_backward) ask only `areAnyTensorSubclassLike` (blind83/ce05's H200
+#: history: a double backward's GatherBackward0 scatters into its zeros in place)
+_GRAD_MODE_OUT = {"BinaryCrossEntropyWithLogitsBackward0"}
+
+
 def _in_place_in_node(cap, func, args, kwargs):
     """An op of `_INPLACE_IN_NODE` inside its node's backward, run in place as the GPU runs it."""
-    if torch.is_grad_enabled():
-        return NotImplemented
     node = torch._C._current_autograd_node()
+    if node is not None and torch.is_grad_enabled() and node.name() in _GRAD_MODE_OUT:
+        return NotImplemented
     inplace = _INPLACE_IN_NODE.get(node.name(), {}).get(func) if node is not None else None
     a = args[0] if args else None
     if inplace is None or not isinstance(a, torch.Tensor) or not registered(a):
@@ -3030,8 +3039,11 @@ def _euclidean_dist(cap, func, args, kwargs):
         x1_pad = torch.ones_like(x1_norm)
         x2_norm = x2.pow(2).sum(-1, True)
         x2_pad = torch.ones_like(x2_norm)
-        x1_ = torch.cat([x1.mul(-2), x1_norm, x1_pad], -1)
-        del x1_norm, x1_pad
+        scaled = x1.mul(-2)
+        x1_ = torch.cat([scaled, x1_norm, x1_pad], -1)
+        # the cat's initializer list (`-2 * x1`, the moved norm and pad) dies last to first, as
+        # C++ destroys it (blind83/ce05's H200 history: the pad, the norm, then `-2 * x1`)
+        del x1_pad, x1_norm, scaled
         x2_ = torch.cat([x2, x2_pad, x2_norm], -1)
         del x2_norm, x2_pad
         # `x1_.matmul(x2_.mT())` is `mm` of two matrices and `bmm` of two equal batches
