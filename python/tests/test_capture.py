@@ -585,6 +585,19 @@ def test_reduce_overhead_checkpoint_puts_a_live_output_back_at_its_address():
     assert cap.report()["unmeasured"] == []
 
 
+def test_a_generator_registered_with_a_graph_makes_its_seed_and_offset_once():
+    # CUDAGraph::register_generator_state (Inductor's graph-safe RNG states under CUDA graph
+    # trees): a generator's first graph makes its seed and offset, two 1-element int64 tensors
+    # (two 512-byte blocks); registering it again makes none
+    with vramscope.capture():
+        graph = torch.cuda.CUDAGraph()
+        gen = torch.Generator(device="cuda")
+        before = torch.cuda.memory_allocated()
+        graph.register_generator_state(gen)
+        graph.register_generator_state(gen)
+        assert torch.cuda.memory_allocated() - before == 1024
+
+
 def test_reduce_overhead_trains():
     # a compiled forward and backward, each warmed up, recorded and replayed in one tree
     with vramscope.capture() as cap:

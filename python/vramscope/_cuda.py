@@ -248,6 +248,9 @@ def patch(cap) -> _Patch:
     # the current stream when the first graph registers with it, freed when the last one leaves
     # (CUDAGeneratorState::register_graph / unregister_graph, CUDAGeneratorImpl.cpp)
     rng_graphs: dict = {"graphs": set(), "extragraph": None}
+    #: other generators registered with a graph (`register_generator_state`), by id: (the
+    #: generator, its seed and offset)
+    rng_states: dict = {}
     pools = [0]
     pool_users: dict[int, set] = {}
 
@@ -270,8 +273,14 @@ def patch(cap) -> _Patch:
                 cap.note_unmeasured("CUDA graphs (streams joined into a capture)")
 
         def register_generator_state(self, state):
-            """A generator's state registered with the graph (its seed and offset tensors are
-            the generator's, made at its first graph: `capture_begin`'s)."""
+            """A generator registered with the graph (`CUDAGraph::register_generator_state`,
+            Inductor's graph-safe RNG states): its first graph makes its seed and offset, two
+            1-element int64 tensors on the current stream (`CUDAGeneratorState::register_graph`),
+            kept while the generator lives (the twin's graphs do not unregister it)."""
+            if state is None or id(state) in rng_states:
+                return
+            op = "aten::empty"
+            rng_states[id(state)] = (state, cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
 
         def capture_begin(self, pool=None, capture_error_mode="global"):
             if not rng_graphs["graphs"]:
