@@ -20,7 +20,7 @@ from run_compare import ALLOC_TOL, RESERVED_TOL, compare, load
 
 
 def sets(fixtures):
-    names = (re.match(r"run_blind(\d+\w*)_h200\.jsonl$", f) for f in os.listdir(fixtures))
+    names = (re.match(r"run_blind(\d+b?)_h200\.jsonl$", f) for f in os.listdir(fixtures))
     found = {m.group(1) for m in names if m}
     return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
 
