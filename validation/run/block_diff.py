@@ -36,27 +36,48 @@ def round_size(n):
     return 512 if n < 512 else (n + 511) // 512 * 512
 
 
+class Segments:
+    """A trace's segments as they stand: start -> size, the starts in order, and each segment's
+    number in the order the segments were made."""
+
+    def __init__(self):
+        self.size, self.starts, self.no = {}, [], {}
+
+    def apply(self, e) -> bool:
+        """Takes a `segment_alloc` or `segment_free` entry; False for any other."""
+        if e["action"] == "segment_alloc":
+            self.size[e["addr"]] = e["size"]
+            bisect.insort(self.starts, e["addr"])
+            self.no[e["addr"]] = len(self.no)
+            return True
+        if e["action"] == "segment_free":
+            self.size.pop(e["addr"])
+            self.starts.remove(e["addr"])
+            return True
+        return False
+
+    def of(self, addr):
+        """The start of the segment holding `addr`."""
+        return self.starts[bisect.bisect_right(self.starts, addr) - 1]
+
+
 def replay(path, stop=None):
     """The trace's allocations and frees with their blocks: a list of (entry index, allocated after it,
     block size or 0 for a free, entry), and the state at `stop` (segments, live blocks)."""
     with open(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
-    segments, seg_starts, seg_no = {}, [], {}
+    segs = Segments()
+    segments, seg_starts, seg_no = segs.size, segs.starts, segs.no
     live, starts = {}, []
     allocated, out = 0, []
     for i, e in enumerate(trace):
         if i == stop:
             break
         action, addr = e["action"], e["addr"]
-        if action == "segment_alloc":
-            segments[addr] = e["size"]
-            bisect.insort(seg_starts, addr)
-            seg_no[addr] = len(seg_no)
-        elif action == "segment_free":
-            segments.pop(addr)
-            seg_starts.remove(addr)
-        elif action == "alloc":
-            seg = seg_starts[bisect.bisect_right(seg_starts, addr) - 1]
+        if segs.apply(e):
+            continue
+        if action == "alloc":
+            seg = segs.of(addr)
             end = seg + segments[seg]
             j = bisect.bisect_right(starts, addr)
             extent = (starts[j] if j < len(starts) and starts[j] < end else end) - addr
@@ -133,19 +154,11 @@ def placements(path):
     segments numbered in the order they were made."""
     with open(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
-    segments, seg_starts, seg_no, out = {}, [], {}, []
+    segs, out = Segments(), []
     for i, e in enumerate(trace):
-        action, addr = e["action"], e["addr"]
-        if action == "segment_alloc":
-            segments[addr] = e["size"]
-            bisect.insort(seg_starts, addr)
-            seg_no[addr] = len(seg_no)
-        elif action == "segment_free":
-            segments.pop(addr)
-            seg_starts.remove(addr)
-        elif action == "alloc":
-            seg = seg_starts[bisect.bisect_right(seg_starts, addr) - 1]
-            out.append((i, e["size"], seg_no[seg], addr - seg, e))
+        if not segs.apply(e) and e["action"] == "alloc":
+            seg = segs.of(e["addr"])
+            out.append((i, e["size"], segs.no[seg], e["addr"] - seg, e))
     return out
 
 
