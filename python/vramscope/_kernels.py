@@ -424,9 +424,7 @@ def _index_mask(cap, x, indices, mask):
         return NotImplemented
     cap.ops += 1
     n = cap.nonzero_count(mask, "boolean-mask indexing (x[mask])")
-    positions = _nonzero_scratch(
-        cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
-    )
+    positions = _mask_positions(cap, mask, n)
     shape = [*x.shape[:k], n, *x.shape[k + mask.dim() :]]
     out = cap.track(torch.empty(shape, dtype=x.dtype, device="meta"), "aten::index")
     vx, vm = value(x), value(mask)
@@ -866,7 +864,7 @@ def _index_put_sorted(cap, func, call, outs):
         tail = self_.dim() - k - md
         given = isinstance(values, torch.Tensor) and values.dim() == k + 1 + tail and tail >= 0
         n = values.shape[k] if given else cap.nonzero_count(mask, "boolean-mask index_put_")
-        positions = _nonzero_scratch(cap, mask, lambda: cap.malloc(n * md * 8, "aten::nonzero", "temporary"))
+        positions = _mask_positions(cap, mask, n)
         column = torch.empty((n, md), dtype=torch.int64, device="meta")
         defined = [(k + j, column.select(1, j)) for j in range(md)]
     dims = [d for d, _ in defined]
@@ -941,13 +939,11 @@ def _index_put_copy(cap, func, call, outs):
     if not registered(self_) or len(defined) != 1 or not isinstance(value, torch.Tensor):
         return
     mask = defined[0]
-    host_value = value.numel() == 1 and value.device.type == "cpu" and not registered(value)
+    host_value = _host_scalar(value)
     if mask.dtype not in (torch.bool, torch.uint8) or not registered(mask) or host_value:
         return
     n = cap.nonzero_count(mask, "boolean-mask assignment (x[mask] = values)")
-    positions = _nonzero_scratch(
-        cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
-    )
+    positions = _mask_positions(cap, mask, n)
     del positions
 
 
@@ -1019,7 +1015,10 @@ def _d2h_staging(cap, dst_shape, dst_stride, dst_dtype, src, non_blocking: bool,
     same_type = dst_dtype == src.dtype
     expanded = src.expand(dst_shape)
     if same_type and (
-        (expanded.is_contiguous() and _contiguous_strides(dst_shape, dst_stride))
+        (
+            expanded.is_contiguous()
+            and torch.empty_strided(tuple(dst_shape), tuple(dst_stride), device="meta").is_contiguous()
+        )
         or (list(expanded.stride()) == list(dst_stride) and _non_overlapping_and_dense(expanded))
     ):
         return
@@ -1036,16 +1035,6 @@ def _d2h_staging(cap, dst_shape, dst_stride, dst_dtype, src, non_blocking: bool,
     if not expanded.is_contiguous():
         staging = cap.malloc(numel * src.element_size(), op, "temporary")
         del staging
-
-
-def _contiguous_strides(shape, stride) -> bool:
-    """Whether `stride` is a contiguous layout of `shape` (size-1 dimensions' strides aside)."""
-    expected = 1
-    for size, st in zip(reversed(list(shape)), reversed(list(stride)), strict=True):
-        if size != 1 and st != expected:
-            return False
-        expected *= size
-    return True
 
 
 #: the most elements of a boolean or integer host tensor whose values its copy to the simulated
@@ -2321,6 +2310,17 @@ def _embedding(cap, func, args, kwargs):
 DISPATCH[aten.embedding.default] = _embedding
 
 
+def _mask_positions(cap, mask, n: int):
+    """`mask.nonzero()` of a mask with `n` set elements (`expandTensors`): its (n, mask.dim()) int64
+    positions amid `_nonzero_scratch`'s allocations; returns the positions."""
+    return _nonzero_scratch(cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary"))
+
+
+def _host_scalar(value) -> bool:
+    """A one-element CPU value of the program's own, which `index_put_` reads on the host."""
+    return value.numel() == 1 and value.device.type == "cpu" and not registered(value)
+
+
 def _nonzero_scratch(cap, x, positions, shape=None):
     """`nonzero_cuda_out_impl` (`cuda/Nonzero.cu`) around its result: the input made contiguous
     (`x` broadcast to `shape` where given), the 4-byte count, CUB's `DeviceReduce::Sum` storage
@@ -3276,15 +3276,13 @@ def _index_put_value(cap, func, args, kwargs):
         return NotImplemented
     defined = [i for i in indices if i is not None]
     mask = defined[0] if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8) else None
-    host_value = value.numel() == 1 and value.device.type == "cpu" and not registered(value)
+    host_value = _host_scalar(value)
     ours = [t for t in (self_, value, *defined) if registered(t)]
     if mask is not None and registered(mask):
         if host_value:
             return NotImplemented
         n = cap.nonzero_count(mask, "boolean-mask assignment (x[mask] = values)")
-        positions = _nonzero_scratch(
-            cap, mask, lambda: cap.malloc(n * mask.dim() * 8, "aten::nonzero", "temporary")
-        )
+        positions = _mask_positions(cap, mask, n)
         if value.dtype != self_.dtype:
             # `make_index_put_iterator`'s check, after the mask's nonzero (the meta kernel has none)
             raise RuntimeError(
