@@ -30,7 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
+from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _philox, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
 
@@ -150,6 +150,14 @@ _EMPTIES = {
 }
 #: copies, which `copy_kernel_cuda` runs as a `cudaMemcpyAsync` when dtype and layout agree
 _COPIES = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.lift_fresh_copy.default}
+
+
+def _on_device(args, kwargs) -> bool:
+    """Whether an op runs on the simulated device: a simulated input, or a factory for `cuda`."""
+    dev = kwargs.get("device")
+    if dev is not None:
+        return torch.device(dev).type == "cuda"
+    return bool(registered_in((args, kwargs)))
 
 
 def _launches_kernel(func, args, kwargs, out) -> bool:
@@ -277,14 +285,35 @@ def _make_subclass(cls, data, *args, **kwargs):
     return out
 
 
+def _simulated_generator(args, kwargs):
+    """A `torch.Generator(device="cuda")` passed to a call (`_cuda._generator`), else None."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Generator) and getattr(a, "_philox", None) is not None:
+            return a
+    return None
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
         self.cap = cap
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        gen = _simulated_generator(args, kwargs)
+        if gen is None:
+            return self._run(func, types, args, kwargs)
+        # the op reaches the dispatch mode with another wrapper of the generator's C++ object:
+        # its draws take this simulated generator's Philox state (`_philox.generator_state`)
+        outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
         try:
-            return self._torch_function(func, types, args, kwargs or {})
+            return self._run(func, types, args, kwargs)
+        finally:
+            self.cap.generator_in_call = outer
+
+    def _run(self, func, types, args, kwargs):
+        try:
+            return self._torch_function(func, types, args, kwargs)
         except torch.OutOfMemoryError as e:
             # the failing call's own tensors (autocast's casts, a composite's parts) die as C++
             # unwinds on the GPU; here the twin's frames hold them: they leave the traceback
@@ -852,6 +881,12 @@ class Capture:
         self.warned: set[str] = set()
         self.unmeasured: dict[str, int] = {}
         self.ops = 0
+        #: the default CUDA generator's seed and offset
+        self.philox = _philox.Philox()
+        #: the last random kernel's op and the offsets it took (`_philox.draw`)
+        self.drawn: tuple = (None, None)
+        #: the simulated generator passed to the call running (`_FunctionMode`)
+        self.generator_in_call = None
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
         #: the kernel modules loaded (`_MODULE_OPS`)
@@ -1170,6 +1205,8 @@ class Capture:
         return out
 
     def _dispatch(self, func, args, kwargs):
+        if func in _philox.KERNELS and _on_device(args, kwargs):
+            self.drawn = (func, _philox.draw(self, func, args, kwargs))
         sparse = _sparse.dispatch(self, func, args, kwargs)
         if sparse is not NotImplemented:
             return sparse
@@ -1254,7 +1291,7 @@ class Capture:
             small = _values_at_any_size(func, outs, ours)
         vals = None
         if small and func not in _kernels.NO_VALUES:
-            vals = self.cpu_values(func, args, kwargs)
+            vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
         elif not small and ours and func not in _kernels.NO_VALUES:
             vals = self.broadcast_values(func, args, kwargs, outs, ours)
         # values computed over zeros standing in for an input's unknown values
@@ -1374,6 +1411,14 @@ class Capture:
         if not isinstance(r, torch.Tensor) or list(torch.broadcast_shapes(r.shape, small)) != small:
             return None
         return [r.expand(shape)]
+
+    def drawn_values(self, func, args, kwargs, outs):
+        """The GPU's values of the random draw `func` made just now (`_philox.values`), as a list
+        like `cpu_values`'; None where the twin does not compute them."""
+        if self.drawn[0] is not func or len(outs) != 1:
+            return None
+        out = _philox.values(func, args, kwargs, self.drawn[1], outs[0])
+        return None if out is None else [out]
 
     def cpu_values(self, func, args, kwargs):
         """The op run on the CPU values of its inputs, flattened (None if it cannot)."""

@@ -16,7 +16,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from . import _importhook
+from . import _importhook, _philox
 from ._tensor import CUDA0, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -213,6 +213,8 @@ def patch(cap) -> _Patch:
 
     p.set(cuda, "is_available", lambda: True)
     p.set(cuda, "is_initialized", lambda: True)
+    # what `is_initialized` reads, and what `torch.utils.checkpoint` reads to stash the device's RNG state
+    p.set(cuda, "_initialized", True)
     p.set(cuda, "_lazy_init", lambda *a, **k: None)
     p.set(cuda, "init", lambda *a, **k: None)
     p.set(cuda, "device_count", lambda: world)  # under --nproc, the node's GPUs
@@ -332,12 +334,18 @@ def patch(cap) -> _Patch:
     p.set(cuda.graphs, "CUDAGraph", CUDAGraph)
     p.set(cuda, "graph_pool_handle", graph_pool_handle)
     p.set(cuda.graphs, "graph_pool_handle", graph_pool_handle)
-    p.set(cuda, "manual_seed", lambda *a, **k: None)
-    p.set(cuda, "manual_seed_all", lambda *a, **k: None)
-    p.set(cuda, "seed", lambda *a, **k: None)
-    p.set(cuda, "seed_all", lambda *a, **k: None)
-    p.set(cuda, "get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8))
-    p.set(cuda, "set_rng_state", lambda *a, **k: None)
+    # the default CUDA generator (torch/cuda/random.py over `CUDAGeneratorImpl`): `torch.manual_seed`
+    # seeds it through `torch.cuda.manual_seed_all`
+    gen = cap.philox
+    p.set(cuda, "manual_seed", lambda seed: gen.manual_seed(seed))
+    p.set(cuda, "manual_seed_all", lambda seed: gen.manual_seed(seed))
+    p.set(cuda, "seed", lambda: gen.seed_nondeterministic() and None)
+    p.set(cuda, "seed_all", lambda: gen.seed_nondeterministic() and None)
+    p.set(cuda, "initial_seed", lambda: gen.seed)
+    p.set(cuda, "get_rng_state", lambda device="cuda": gen.get_state())
+    p.set(cuda, "set_rng_state", lambda new_state, device="cuda": gen.set_state(new_state))
+    p.set(cuda, "get_rng_state_all", lambda: [gen.get_state()])
+    p.set(cuda, "set_rng_state_all", lambda new_states: [gen.set_state(s) for s in new_states] and None)
 
     def memory_stats_nested(device=None):
         return _nest(cap.device.memory_stats())
@@ -543,11 +551,45 @@ def _generator(original):
             kind = "cuda" if isinstance(device, int) else torch.device(device).type
             g = super().__new__(cls, device="cpu" if kind == "cuda" else device)
             g._simulated = kind == "cuda"
+            # its Philox seed and offset (`_philox`), which the simulated device's draws take
+            g._philox = _philox.Philox() if g._simulated else None
             return g
 
         @property
         def device(self):
             return torch.device("cuda", 0) if self._simulated else super().device
+
+        def manual_seed(self, seed):
+            if self._philox is not None:
+                self._philox.manual_seed(seed)
+            return super().manual_seed(seed)
+
+        def seed(self):
+            if self._philox is None:
+                return super().seed()
+            super().manual_seed(self._philox.seed_nondeterministic())
+            return self._philox.seed
+
+        def initial_seed(self):
+            return super().initial_seed() if self._philox is None else self._philox.seed
+
+        def get_state(self):
+            return super().get_state() if self._philox is None else self._philox.get_state()
+
+        def set_state(self, new_state):
+            if self._philox is None:
+                return super().set_state(new_state)
+            self._philox.set_state(new_state)
+            return self
+
+        def get_offset(self):
+            return super().get_offset() if self._philox is None else self._philox.offset
+
+        def set_offset(self, offset):
+            if self._philox is None:
+                return super().set_offset(offset)
+            self._philox.offset = int(offset)
+            return self
 
     Generator.__name__ = Generator.__qualname__ = "Generator"
     Generator.__module__ = "torch"

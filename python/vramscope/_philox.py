@@ -1,0 +1,395 @@
+"""The simulated GPU's random number generators: each CUDA generator's Philox4x32-10 seed and
+offset (`CUDAGeneratorImpl.cpp`), how far each random kernel moves the offset on, and the values of
+the integer, uniform and Bernoulli draws, computed on the host as the GPU's kernels compute them
+(`aten/src/ATen/native/cuda/DistributionTemplates.h`), so a program's sizes that hang on them
+(`torch.randint` lengths, a random mask's count) are the GPU's. Normal, exponential and the other
+transcendental draws move the offset only; their values stay the host's."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+aten = torch.ops.aten
+
+#: `default_rng_seed_val` (c10/core/GeneratorImpl.h): a CUDA generator's seed until one is set
+DEFAULT_SEED = 67280421310721
+MASK = 0xFFFFFFFF
+_U64 = (1 << 64) - 1
+#: Philox4x32-10's multipliers and Weyl key increments (curand_philox4x32_x.h)
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+#: `block_size_bound` of DistributionTemplates.h, `block_size` of Dropout.cu
+_BLOCK = 256
+#: the most elements whose 64-bit draws are reduced on the host (a Python integer each)
+WIDE_LIMIT = 1 << 16
+
+
+class Philox:
+    """One CUDA generator's `seed_` and `philox_offset_per_thread_`."""
+
+    __slots__ = ("offset", "seed")
+
+    def __init__(self, seed: int = DEFAULT_SEED):
+        self.seed = seed
+        self.offset = 0
+
+    def manual_seed(self, seed) -> None:
+        """`set_current_seed`: a new seed, the offset back to 0 (a negative seed as its 64 bits)."""
+        self.seed = int(seed) & _U64
+        self.offset = 0
+
+    def seed_nondeterministic(self) -> int:
+        """`seed()`: a seed from the host's entropy (`getNonDeterministicRandom`)."""
+        self.manual_seed(int.from_bytes(os.urandom(8), "little"))
+        return self.seed
+
+    def take(self, increment: int) -> int:
+        """`philox_cuda_state(increment)`: the offset a kernel draws at; the generator moves on
+        by the increment rounded up to a multiple of 4."""
+        offset = self.offset
+        self.offset += (increment + 3) // 4 * 4
+        return offset
+
+    def get_state(self) -> torch.Tensor:
+        """`get_state`: 16 bytes, the seed then the offset (little-endian)."""
+        raw = self.seed.to_bytes(8, "little") + (self.offset & _U64).to_bytes(8, "little")
+        return torch.tensor(list(raw), dtype=torch.uint8)
+
+    def set_state(self, state) -> None:
+        """`set_state`: 16 bytes (seed, offset), or the 8 of a seed alone."""
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+            raise TypeError(f"RNG state must be a torch.ByteTensor, got {type(state).__name__}")
+        raw = bytes(state.flatten().tolist())
+        if len(raw) not in (8, 16):
+            raise RuntimeError(f"RNG state is wrong size: {len(raw)} bytes, a CUDA generator's is 16")
+        self.seed = int.from_bytes(raw[:8], "little")
+        self.offset = int.from_bytes(raw[8:], "little") if len(raw) == 16 else 0
+
+
+def execution_offset(numel: int, unroll: int, sms: int, threads_per_sm: int) -> tuple[int, int]:
+    """`calc_execution_policy` (DistributionTemplates.h; Dropout.cu's is the same): the offset a
+    grid-stride random kernel takes and its thread count."""
+    grid = min(sms * (threads_per_sm // _BLOCK), (numel + _BLOCK - 1) // _BLOCK)
+    threads = _BLOCK * grid
+    return ((numel - 1) // (threads * unroll) + 1) * 4, threads
+
+
+def philox(seed: int, ctr: list) -> list:
+    """Philox4x32-10 (`curand_Philox4x32_10`) over four int64 tensors of 32-bit counter words,
+    element-wise: the four output words. A product of two 32-bit words wraps modulo 2**64 in
+    int64, whose low and high halves are those of the unsigned product."""
+    k0, k1 = seed & MASK, (seed >> 32) & MASK
+    c0, c1, c2, c3 = ctr
+    for _ in range(10):
+        p0 = c0 * _M0
+        p1 = c2 * _M1
+        c0, c1, c2, c3 = (
+            ((p1 >> 32) & MASK) ^ c1 ^ k0,
+            p1 & MASK,
+            ((p0 >> 32) & MASK) ^ c3 ^ k1,
+            p0 & MASK,
+        )
+        k0, k1 = (k0 + _W0) & MASK, (k1 + _W1) & MASK
+    return [c0, c1, c2, c3]
+
+
+def _grid_words(seed: int, offset: int, numel: int, unroll: int, threads: int) -> list:
+    """The words behind each element li of `distribution_elementwise_grid_stride_kernel`: thread
+    li % threads (`curand_init(seed, thread, offset)`), its draw q // unroll of q = li // threads,
+    and that draw's words for slot q % unroll (one word per slot for 4 slots, two for 2)."""
+    li = torch.arange(numel, dtype=torch.int64)
+    q = li // threads
+    draw = offset // 4 + q // unroll
+    words = philox(seed, [draw & MASK, draw >> 32, li % threads, torch.zeros_like(li)])
+    slot = q % unroll
+    if unroll == 4:
+        return [torch.stack(words).gather(0, slot.unsqueeze(0))[0]]
+    first = torch.where(slot == 0, words[0], words[2])
+    second = torch.where(slot == 0, words[1], words[3])
+    return [first, second]
+
+
+def _uniform_float(word: torch.Tensor) -> torch.Tensor:
+    """`_curand_uniform`: a word times 2**-32 plus 2**-33, in float32: (0, 1]."""
+    return word.to(torch.float32) * 2.0**-32 + 2.0**-33
+
+
+def _uniform_double(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """`_curand_uniform_double_hq`: (x ^ y << 21) times 2**-53 plus 2**-54, in float64."""
+    z = x ^ (y << 21)
+    return z.to(torch.float64) * 2.0**-53 + 2.0**-54
+
+
+def _opmath_fma(rand: torch.Tensor, scale: float, shift: float, dtype) -> torch.Tensor:
+    """`rand * scale + shift` as nvcc contracts it (one fused multiply-add in the op's math type),
+    then cast to `dtype`."""
+    if dtype is torch.float64:
+        return rand * scale + shift
+    return (
+        (rand.to(torch.float64) * float(torch.tensor(scale, dtype=torch.float32)) + shift)
+        .to(torch.float32)
+        .to(dtype)
+    )
+
+
+def _bound(func, args, kwargs) -> dict:
+    names = [a.name for a in func._schema.arguments]
+    return dict(zip(names, args, strict=False)) | kwargs
+
+
+def _numel(size) -> int:
+    return math.prod(int(s) for s in size)
+
+
+def _unroll(dtype) -> int:
+    """4 slots per draw (`float4`), 2 for float64 (`double2`): `uniform_and_transform`."""
+    return 2 if dtype is torch.float64 else 4
+
+
+def _dtype_of(b: dict, default=torch.float32):
+    self = b.get("self")
+    if isinstance(self, torch.Tensor) and b.get("dtype") is None:
+        return self.dtype
+    return b.get("dtype") or default
+
+
+def _random_range(b: dict, dtype) -> int | None:
+    """`random_from_to`'s range (to - from); None for `random_()`'s whole range."""
+    if "high" in b:
+        return int(b["high"]) - int(b.get("low", 0) or 0)
+    if "to" in b and b["to"] is not None:
+        return int(b["to"]) - int(b.get("from", 0) or 0)
+    if "from" in b:
+        # `random_(from, None)` (`random_from_to_impl`): up to the dtype's largest exact integer
+        top = (1 << torch.finfo(dtype).nmant + 1) if dtype.is_floating_point else torch.iinfo(dtype).max
+        return top - int(b["from"]) + 1
+    return None
+
+
+#: kernels and what they draw: ("grid", unroll) for the grid-stride kernels, or a fixed increment
+_ELEMENTWISE = {
+    aten.rand.default,
+    aten.rand.generator,
+    aten.rand.names,
+    aten.rand.generator_with_names,
+    aten.rand_like.default,
+    aten.uniform_.default,
+    aten.randn.default,
+    aten.randn.generator,
+    aten.randn.names,
+    aten.randn.generator_with_names,
+    aten.randn_like.default,
+    aten.normal_.default,
+    aten.bernoulli_.float,
+    aten.bernoulli.p,
+    aten.exponential_.default,
+    aten.cauchy_.default,
+    aten.log_normal_.default,
+    aten.geometric_.default,
+}
+_NORMAL_FUNCTIONAL = {
+    aten.normal.Tensor_float,
+    aten.normal.float_Tensor,
+    aten.normal.Tensor_Tensor,
+    aten.normal.float_float,
+}
+_RANDINT = {
+    aten.randint.default,
+    aten.randint.low,
+    aten.randint.generator,
+    aten.randint.low_generator,
+    aten.randint_like.default,
+    aten.randint_like.low_dtype,
+    getattr(aten.random_, "from"),
+    aten.random_.to,
+    aten.random_.default,
+}
+#: fixed increments: `_s_gamma_cuda`, `_s_dirichlet_cuda` (10), `_s_poisson_cuda` (20),
+#: `_s_binomial_cuda` (42) in Distributions.cu; the tensor-probability `bernoulli_` (10)
+_FIXED = {
+    aten._standard_gamma.default: 10,
+    aten._sample_dirichlet.default: 10,
+    aten.poisson.default: 20,
+    aten.binomial.default: 42,
+    aten.bernoulli.default: 10,
+    aten.bernoulli_.Tensor: 10,
+}
+_UNIFORM = {aten.rand.default, aten.rand.generator, aten.rand_like.default, aten.uniform_.default}
+_BERNOULLI_SCALAR = {aten.bernoulli_.float, aten.bernoulli.p}
+_SDPA = {
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._flash_attention_forward.default,
+    aten._efficient_attention_forward.default,
+}
+KERNELS = _ELEMENTWISE | _NORMAL_FUNCTIONAL | _RANDINT | set(_FIXED) | _SDPA
+KERNELS |= {aten.native_dropout.default, aten.multinomial.default, aten.randperm.default}
+KERNELS |= {aten.randperm.generator}
+
+
+def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tuple | None]]:
+    """The increments `func` takes, in order, each with how its values are laid out
+    ((numel, unroll, threads) for a grid-stride kernel, else None); [] where it draws nothing."""
+
+    def grid(numel, unroll):
+        if numel == 0:
+            return []
+        inc, threads = execution_offset(numel, unroll, sms, threads_per_sm)
+        return [(inc, (numel, unroll, threads))]
+
+    if func in _ELEMENTWISE:
+        numel = _numel(b["size"]) if "size" in b else b["self"].numel()
+        return grid(numel, _unroll(_dtype_of(b)))
+    if func in _NORMAL_FUNCTIONAL:
+        if "size" in b:
+            numel = _numel(b["size"])
+        else:
+            shapes = [t.shape for t in (b.get("mean"), b.get("std")) if isinstance(t, torch.Tensor)]
+            numel = _numel(torch.broadcast_shapes(*shapes))
+        dtype = next((t.dtype for t in (b.get("mean"), b.get("std")) if isinstance(t, torch.Tensor)), None)
+        return grid(numel, _unroll(dtype or b.get("dtype") or torch.float32))
+    if func in _RANDINT:
+        numel = _numel(b["size"]) if "size" in b else b["self"].numel()
+        dtype = _dtype_of(b, torch.int64)
+        span = _random_range(b, dtype)
+        if span is None:  # `random_kernel`: 64-bit draws for float64 and int64
+            wide = dtype in (torch.float64, torch.int64)
+        else:
+            wide = span >= 1 << 28
+        return grid(numel, 2 if wide else 4)
+    if func in _FIXED:
+        return [(_FIXED[func], None)] if b["self"].numel() else []
+    if func is aten.native_dropout.default:
+        x, p, train = b["input"], float(b["p"]), b.get("train")
+        if train is False or p == 1 or x.numel() == 0:
+            return []
+        return grid(x.numel(), 4)
+    if func is aten.multinomial.default:
+        # with replacement (`multinomial_with_replacement_kernel_impl`): 4 per row in a block
+        # column; otherwise its `exponential_` draws, a kernel of its own
+        x, n = b["self"], int(b["num_samples"])
+        if not b.get("replacement") or n == 1:
+            return []
+        rows = x.shape[0] if x.dim() == 2 else 1
+        return [(((rows - 1) // min(rows, 65535) + 1) * 4, None)]
+    if func in (aten.randperm.default, aten.randperm.generator):
+        # Randperm.cu: 32- or 64-bit keys by `random_` over the whole int range (64-bit draws),
+        # then `randperm_handle_duplicate_keys` takes n
+        n = int(b["n"])
+        return [] if n == 0 else [*grid(n, 2), (n, None)]
+    if func in _SDPA:
+        p = b.get("dropout_p") or 0.0
+        if not p:
+            return []
+        q, k = b["query"], b["key"]
+        if func in (aten._scaled_dot_product_flash_attention.default, aten._flash_attention_forward.default):
+            # flash_api.cpp `mha_fwd`/`mha_varlen_fwd`: batch x heads x 32
+            cum = b.get("cum_seq_q")
+            batch = cum.numel() - 1 if isinstance(cum, torch.Tensor) else q.shape[0]
+            heads = q.shape[1] if func is aten._scaled_dot_product_flash_attention.default else q.shape[-2]
+            return [(batch * heads * 32, None)]
+        if func is aten._efficient_attention_forward.default:
+            b_, m, h = q.shape[0], q.shape[1], q.shape[2]
+            return [(b_ * h * m * k.shape[1], None)]
+        # attention.cu: one number per element of the attention matrix, B x H x M x N
+        return [(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2], None)]
+    return []
+
+
+def draw(cap, func, args, kwargs):
+    """The generator offsets `func` takes on the simulated device, taken now: a list of
+    (seed, offset, layout), or None where it draws nothing there."""
+    if func not in KERNELS:
+        return None
+    b = _bound(func, args, kwargs)
+    gen = generator_state(cap, b.get("generator"))
+    if gen is None:
+        return None
+    dev = cap.device
+    draws = _draws(func, b, dev.multi_processor_count, dev.max_threads_per_multi_processor)
+    return [(gen.seed, gen.take(inc), layout) for inc, layout in draws] or None
+
+
+def generator_state(cap, generator) -> Philox | None:
+    """The CUDA generator a random op draws from: the one passed (a simulated one), else the
+    default; None for a host generator."""
+    if generator is None:
+        return cap.philox
+    named = getattr(generator, "_philox", None)
+    if named is None and cap.generator_in_call is not None:
+        named = cap.generator_in_call._philox
+    return named
+
+
+def values(func, args, kwargs, drawn, out) -> torch.Tensor | None:
+    """The GPU's values of an integer, uniform or Bernoulli draw whose offsets `draw` took, as a
+    host tensor like `out` (None for other draws, a non-contiguous result, or 64-bit draws of
+    more than `WIDE_LIMIT` elements)."""
+    if not drawn or not isinstance(out, torch.Tensor) or not out.is_contiguous():
+        return None
+    b = _bound(func, args, kwargs)
+    seed, offset, layout = drawn[0]
+    dtype = out.dtype
+    if func in _FIXED and func in (aten.bernoulli.default, aten.bernoulli_.Tensor):
+        return _bernoulli_tensor(b, seed, offset, out)
+    if layout is None:
+        return None
+    numel, unroll, threads = layout
+    if func in _RANDINT:
+        span = _random_range(b, dtype)
+        if span is None or span <= 0:
+            return None
+        low = int(b.get("low", b.get("from", 0)) or 0)
+        words = _grid_words(seed, offset, numel, unroll, threads)
+        if unroll == 4:
+            vals = words[0] % span + low
+        elif numel <= WIDE_LIMIT:
+            wide = [
+                (x << 32 | y) % span + low for x, y in zip(words[0].tolist(), words[1].tolist(), strict=True)
+            ]
+            vals = torch.tensor(wide, dtype=torch.float64 if dtype.is_floating_point else torch.int64)
+        else:
+            return None
+        return vals.to(dtype).reshape(out.shape)
+    if func in _UNIFORM or func in _BERNOULLI_SCALAR:
+        words = _grid_words(seed, offset, numel, unroll, threads)
+        rand = _uniform_double(*words) if unroll == 2 else _uniform_float(words[0])
+        if func in _BERNOULLI_SCALAR:
+            p = torch.tensor(float(b.get("p", 0.5)), dtype=rand.dtype)
+            return (rand < p).to(dtype).reshape(out.shape)
+        lo = float(b.get("from", 0.0))
+        hi = float(b.get("to", 1.0))
+        # `uniform_kernel`: from and to in the tensor's type, range = to - from in its math type
+        lo_t, hi_t = torch.tensor(lo, dtype=dtype), torch.tensor(hi, dtype=dtype)
+        span = float((hi_t - lo_t).to(torch.float64 if dtype is torch.float64 else torch.float32))
+        vals = _opmath_fma(rand, span, float(lo_t), dtype)
+        vals = torch.where(vals == hi_t, lo_t, vals)
+        return vals.reshape(out.shape)
+    return None
+
+
+def _bernoulli_tensor(b: dict, seed: int, offset: int, out: torch.Tensor) -> torch.Tensor | None:
+    """`bernoulli_tensor_cuda_kernel`: thread t (`CUDA_tensor_apply2`, 4 elements each) draws
+    `curand_uniform4` once at subsequence t; element 4t + j is word j <= p (p in float32)."""
+    from ._tensor import value
+
+    p = b.get("p", b.get("self"))
+    if isinstance(p, torch.Tensor):
+        p = value(p) if value(p) is not None else None
+        if p is None:
+            return None
+        p = p.to(torch.float64 if out.dtype is torch.float64 else torch.float32).expand(out.shape).reshape(-1)
+    else:
+        return None
+    n = out.numel()
+    li = torch.arange(n, dtype=torch.int64)
+    o = offset // 4
+    zero = torch.zeros_like(li)
+    words = philox(seed, [zero + (o & MASK), zero + (o >> 32), li // 4, zero])
+    word = torch.stack(words).gather(0, (li % 4).unsqueeze(0))[0]
+    rand = _uniform_float(word)
+    return (rand.to(p.dtype) <= p).to(out.dtype).reshape(out.shape)
