@@ -1,0 +1,55 @@
+"""The simulated GPU's Philox generators (`vramscope._philox`): offsets and values against the
+H200's own draws, op by op (fixtures/run/philox_values_h200.jsonl, made by
+validation/run/philox_values.py on the GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import FIXTURES, ROOT, run_script
+
+from vramscope import _philox
+
+
+def test_every_draw_takes_the_h200s_offset_and_values():
+    status, lines, _report, err = run_script(ROOT / "validation" / "run" / "philox_values.py", extra=("--gpu", "h200"))
+    assert status == 0, err
+    got = [json.loads(line) for line in lines if line.startswith("{")]
+    want = [json.loads(line) for line in (FIXTURES / "run" / "philox_values_h200.jsonl").read_text().splitlines()]
+    assert [g["op"] for g in got] == [w["op"] for w in want]
+    for g, w in zip(got, want, strict=True):
+        assert g == w, g["op"]
+
+
+def test_a_randint_width_is_the_h200s():
+    """blind85/cg08 pads each batch to the largest of 16 CUDA `randint` lengths: 380, 377 and 345
+    on the H200 (fixtures/run/truth_blind85_h200.tar.xz), each step drawing four kernels."""
+    import vramscope
+
+    widths = []
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(8508)
+        for _ in range(3):
+            lengths = torch.randint(96, 385, (16,), device="cuda")
+            widths.append(int(lengths.max()))
+            torch.randint(0, 1000, (16, widths[-1]), device="cuda")
+            torch.randint(0, 2, (16,), device="cuda")
+            torch.nn.functional.dropout(torch.zeros(16, 768, device="cuda"), 0.1)
+    assert widths == [380, 377, 345]
+
+
+def test_state_round_trips_and_a_wrong_size_is_refused():
+    gen = _philox.Philox()
+    assert gen.seed == _philox.DEFAULT_SEED
+    gen.manual_seed(-1)
+    assert gen.seed == (1 << 64) - 1
+    assert gen.take(10) == 0 and gen.take(1) == 12 and gen.offset == 16
+    other = _philox.Philox()
+    other.set_state(gen.get_state())
+    assert (other.seed, other.offset) == (gen.seed, 16)
+    with pytest.raises(RuntimeError, match="wrong size: 5 bytes"):
+        other.set_state(torch.zeros(5, dtype=torch.uint8))
+    with pytest.raises(TypeError, match="ByteTensor"):
+        other.set_state(torch.zeros(16))
