@@ -9,15 +9,18 @@ import json
 import pytest
 import torch
 from conftest import FIXTURES, ROOT, run_script
-
 from vramscope import _philox
 
 
 def test_every_draw_takes_the_h200s_offset_and_values():
-    status, lines, _report, err = run_script(ROOT / "validation" / "run" / "philox_values.py", extra=("--gpu", "h200"))
+    status, lines, _report, err = run_script(
+        ROOT / "validation" / "run" / "philox_values.py", extra=("--gpu", "h200")
+    )
     assert status == 0, err
     got = [json.loads(line) for line in lines if line.startswith("{")]
-    want = [json.loads(line) for line in (FIXTURES / "run" / "philox_values_h200.jsonl").read_text().splitlines()]
+    want = [
+        json.loads(line) for line in (FIXTURES / "run" / "philox_values_h200.jsonl").read_text().splitlines()
+    ]
     assert [g["op"] for g in got] == [w["op"] for w in want]
     for g, w in zip(got, want, strict=True):
         assert g == w, g["op"]

@@ -154,7 +154,7 @@ _COPIES = {aten._to_copy.default, aten.copy_.default, aten.clone.default, aten.l
 
 def _on_device(args, kwargs) -> bool:
     """Whether an op runs on the simulated device: a simulated input, or a factory for `cuda`."""
-    dev = kwargs.get("device")
+    dev = kwargs.get("device", next((a for a in args if isinstance(a, torch.device)), None))
     if dev is not None:
         return torch.device(dev).type == "cuda"
     return bool(registered_in((args, kwargs)))
@@ -1205,7 +1205,7 @@ class Capture:
         return out
 
     def _dispatch(self, func, args, kwargs):
-        if func in _philox.KERNELS and _on_device(args, kwargs):
+        if _philox.is_kernel(func) and _on_device(args, kwargs):
             self.drawn = (func, _philox.draw(self, func, args, kwargs))
         sparse = _sparse.dispatch(self, func, args, kwargs)
         if sparse is not NotImplemented:

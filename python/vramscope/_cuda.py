@@ -289,6 +289,7 @@ def patch(cap) -> _Patch:
                 op = "aten::empty"
                 rng_graphs["extragraph"] = (cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
             rng_graphs["graphs"].add(id(self))
+            cap.philox.capture_prologue()
             # beginAllocateToPool: what the capturing stream allocates comes from the graph's
             # private pool (a new one, or the one `pool` names), apart from its ordinary blocks
             self._pool = tuple(pool) if pool is not None and tuple(pool) != (0, 0) else graph_pool_handle()
@@ -301,9 +302,11 @@ def patch(cap) -> _Patch:
 
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
+            self._rng_increment = cap.philox.capture_epilogue()
 
         def replay(self):
-            pass
+            # the default generator's offset moves on by what the capture drew (`replay_prologue`)
+            cap.philox.replay_prologue(getattr(self, "_rng_increment", 0))
 
         def reset(self):
             rng_graphs["graphs"].discard(id(self))

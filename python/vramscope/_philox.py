@@ -28,13 +28,15 @@ WIDE_LIMIT = 1 << 16
 
 
 class Philox:
-    """One CUDA generator's `seed_` and `philox_offset_per_thread_`."""
+    """One CUDA generator's `seed_` and `philox_offset_per_thread_`, and while a CUDA graph
+    captures, its `offset_intragraph_`."""
 
-    __slots__ = ("offset", "seed")
+    __slots__ = ("intragraph", "offset", "seed")
 
     def __init__(self, seed: int = DEFAULT_SEED):
         self.seed = seed
         self.offset = 0
+        self.intragraph = None
 
     def manual_seed(self, seed) -> None:
         """`set_current_seed`: a new seed, the offset back to 0 (a negative seed as its 64 bits)."""
@@ -49,9 +51,28 @@ class Philox:
     def take(self, increment: int) -> int:
         """`philox_cuda_state(increment)`: the offset a kernel draws at; the generator moves on
         by the increment rounded up to a multiple of 4."""
+        increment = (increment + 3) // 4 * 4
+        if self.intragraph is not None:
+            # captured: the kernel reads the offset a replay sets, plus its place in the graph
+            offset = self.offset + self.intragraph
+            self.intragraph += increment
+            return offset
         offset = self.offset
-        self.offset += (increment + 3) // 4 * 4
+        self.offset += increment
         return offset
+
+    def capture_prologue(self) -> None:
+        """`CUDAGeneratorState::capture_prologue`: draws count within the graph from 0."""
+        self.intragraph = 0
+
+    def capture_epilogue(self) -> int:
+        """`capture_epilogue`: the whole graph's increment; the generator itself has not moved."""
+        increment, self.intragraph = self.intragraph or 0, None
+        return increment
+
+    def replay_prologue(self, increment: int) -> None:
+        """`replay_prologue`: each replay moves the generator on by the graph's increment."""
+        self.offset += increment
 
     def get_state(self) -> torch.Tensor:
         """`get_state`: 16 bytes, the seed then the offset (little-endian)."""
@@ -150,7 +171,7 @@ def _unroll(dtype) -> int:
 
 
 def _dtype_of(b: dict, default=torch.float32):
-    self = b.get("self")
+    self = b.get("self", b.get("out"))
     if isinstance(self, torch.Tensor) and b.get("dtype") is None:
         return self.dtype
     return b.get("dtype") or default
@@ -203,6 +224,8 @@ _RANDINT = {
     aten.randint.low_generator,
     aten.randint_like.default,
     aten.randint_like.low_dtype,
+    aten.randint.out,
+    aten.randint.low_out,
     getattr(aten.random_, "from"),
     aten.random_.to,
     aten.random_.default,
@@ -226,6 +249,9 @@ _SDPA = {
     aten._flash_attention_forward.default,
     aten._efficient_attention_forward.default,
 }
+#: Inductor's seeds for a compiled graph's random ops: `torch.randint(2**63 - 1, [count])`
+#: (torch/_inductor/inductor_prims.py)
+_INDUCTOR_SEEDS = "prims::inductor_seeds"
 KERNELS = _ELEMENTWISE | _NORMAL_FUNCTIONAL | _RANDINT | set(_FIXED) | _SDPA
 KERNELS |= {aten.native_dropout.default, aten.multinomial.default, aten.randperm.default}
 KERNELS |= {aten.randperm.generator}
@@ -241,6 +267,8 @@ def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tupl
         inc, threads = execution_offset(numel, unroll, sms, threads_per_sm)
         return [(inc, (numel, unroll, threads))]
 
+    if func not in KERNELS:  # `inductor_seeds`: a 64-bit `randint` of `count` elements
+        return grid(int(b["count"]), 2)
     if func in _ELEMENTWISE:
         numel = _numel(b["size"]) if "size" in b else b["self"].numel()
         return grid(numel, _unroll(_dtype_of(b)))
@@ -300,10 +328,15 @@ def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tupl
     return []
 
 
+def is_kernel(func) -> bool:
+    """Whether `func` is a random kernel `draw` knows."""
+    return func in KERNELS or (func.namespace == "prims" and func._schema.name == _INDUCTOR_SEEDS)
+
+
 def draw(cap, func, args, kwargs):
     """The generator offsets `func` takes on the simulated device, taken now: a list of
     (seed, offset, layout), or None where it draws nothing there."""
-    if func not in KERNELS:
+    if not is_kernel(func):
         return None
     b = _bound(func, args, kwargs)
     gen = generator_state(cap, b.get("generator"))

@@ -103,3 +103,35 @@ with torch.random.fork_rng(devices=[0]):
 show("fork_rng")
 torch.cuda.manual_seed(99)
 show("cuda_manual_seed", torch.randint(0, 1 << 20, (4,), device=dev))
+
+# a CUDA graph: its capture leaves the generator where it was, each replay moves it on by what the
+# capture drew (CUDAGeneratorState::capture_prologue / replay_prologue)
+static = torch.ones(4096, 64, device=dev)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    _ = F.dropout(static, 0.5)
+torch.cuda.current_stream().wait_stream(side)
+show("graph_warmup")
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    dropped = F.dropout(static, 0.5)
+    noise = torch.rand(100, device=dev)
+show("graph_captured")
+graph.replay()
+show("graph_replay_1")
+graph.replay()
+show("graph_replay_2")
+show("after_graph", torch.randint(0, 1000, (8,), device=dev))
+
+
+@torch.compile
+def compiled(x):
+    return F.dropout(x, 0.1) * 2
+
+
+_ = compiled(torch.ones(512, 512, device=dev))
+show("compiled_1")
+_ = compiled(torch.ones(512, 512, device=dev))
+show("compiled_2")
+show("after_compiled", torch.randint(0, 1000, (8,), device=dev))
