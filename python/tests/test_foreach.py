@@ -70,3 +70,22 @@ def test_an_in_place_foreach_op_still_checks_each_distinct_operand():
             torch._foreach_lerp_(a, b[:4], 0.5)
         # ten tensors of 64 bytes (512 each, rounded): the in-place ops allocated nothing
         assert torch.cuda.memory_allocated() == 10 * 512
+
+
+def test_fused_sgd_allocates_only_its_momentum_buffers():
+    # `_fused_sgd_` has no meta kernel; FusedSgdKernel.cu passes its lists' metadata as kernel
+    # arguments (`multi_tensor_apply_for_fused_optimizer`): the first step allocates the momentum
+    # buffers (`torch.empty_like(grad)` in sgd.py's `_fused_sgd`), later steps nothing
+    with vramscope.capture():
+        ps = [torch.nn.Parameter(torch.zeros(1000, device="cuda")) for _ in range(3)]
+        for p in ps:
+            p.grad = torch.ones_like(p)
+        opt = torch.optim.SGD(ps, lr=0.1, momentum=0.9, fused=True)
+        steps = []
+        for _ in range(2):
+            before = torch.cuda.memory_stats()
+            opt.step()
+            after = torch.cuda.memory_stats()
+            steps.append(after["allocation.all.allocated"] - before["allocation.all.allocated"])
+        assert steps == [3, 0]
+        assert all(opt.state[p]["momentum_buffer"].shape == (1000,) for p in ps)

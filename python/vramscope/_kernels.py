@@ -3433,6 +3433,26 @@ def _fused_obs_fake_quant(cap, func, args, kwargs):
 
 
 DISPATCH[aten._fused_moving_avg_obs_fq_helper.default] = _fused_obs_fake_quant
+
+
+def _fused_sgd(cap, func, args, kwargs):
+    """`torch._fused_sgd_` (native/cuda/FusedSgdKernel.cu), `SGD(fused=True)`'s step: in place
+    over its lists through `multi_tensor_apply_for_fused_optimizer`, whose metadata goes as kernel
+    arguments, so it allocates nothing (the momentum buffers are `torch.empty_like(grad)` in
+    torch/optim/sgd.py's `_fused_sgd`, before it). PyTorch registers no meta kernel for it."""
+    if not any(registered(t) for t in tensors_in((args, kwargs))):
+        return NotImplemented
+    cap.ops += 1
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            v = args[i] if i < len(args) else kwargs.get(a.name)
+            for t in v if isinstance(v, (list, tuple)) else [v]:
+                if isinstance(t, torch.Tensor) and registered(t):
+                    set_value(t, None)
+
+
+DISPATCH[aten._fused_sgd_.default] = _fused_sgd
+DISPATCH[aten._fused_sgd_.tensor_lr] = _fused_sgd
 FUNCTIONS[torch.Tensor.data.__set__] = _set_data
 FUNCTIONS[torch.Tensor.__getitem__] = _getitem
 FUNCTIONS[torch.Tensor.__setitem__] = _setitem
