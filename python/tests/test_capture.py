@@ -539,6 +539,22 @@ def test_torch_compile_graph_break_runs_both_graphs():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_backward_of_unbind_compiles():
+    # the backward of `qkv.unbind(0)` (a ViT's attention) is a view-scatter (`select_scatter`),
+    # which Inductor's reinplace pass checks with `Tensor.copy_` on fake CUDA tensors: that
+    # method's binding sets a CUDA device guard, which needs a driver (blind90/cl04)
+    with vramscope.capture():
+        lin = torch.nn.Linear(32, 96).cuda()
+
+        @torch.compile
+        def f(x):
+            q, k, v = lin(x).view(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)
+            return (q * k + v).sum()
+
+        f(torch.randn(2, 8, 32, device="cuda")).backward()
+        assert lin.weight.grad.shape == (96, 32)
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

@@ -442,6 +442,43 @@ def patch(p, cap) -> None:
         p.set(compile_fx_module, "joint_graph_passes", joint_graph_passes)
 
     p.when_imported("torch._inductor.compile_fx", compile_fx_patch)
+
+    def reinplace_patch(reinplace):
+        from contextlib import nullcontext
+
+        from torch.utils import _pytree as pytree
+
+        def inplace_generalized_scatter(inp, src, view_ops):
+            """PyTorch 2.11's `_inplace_generalized_scatter` (fx_passes/reinplace.py) with `copy_`
+            called as an op: the `Tensor.copy_` method's binding sets a device guard for a CUDA
+            fake tensor, which needs a driver (a view-scatter of the backward graph: the
+            gradient of `qkv.unbind`, of `cat`)."""
+            from torch._guards import detect_fake_mode
+
+            tmp = inp
+            for view in view_ops:
+                fake_args, fake_kwargs = pytree.tree_map(
+                    lambda node: node.meta["val"] if isinstance(node, torch.fx.Node) else node,
+                    (view.args, view.kwargs),
+                )
+                fake_mode = detect_fake_mode(fake_args)
+                with (
+                    fake_mode.shape_env.ignore_fresh_unbacked_symbols()
+                    if fake_mode and fake_mode.shape_env
+                    else nullcontext()
+                ):
+                    tmp = view.target(tmp, *fake_args, **fake_kwargs)
+            try:
+                torch.ops.aten.copy_.default(tmp, src)
+            except RuntimeError as e:
+                raise RuntimeError(
+                    f"shape error in scatter op, can not broadcast {src.shape} to {tmp.shape}"
+                ) from e
+            return inp
+
+        p.set(reinplace, "_inplace_generalized_scatter", inplace_generalized_scatter)
+
+    p.when_imported("torch._inductor.fx_passes.reinplace", reinplace_patch)
     from torch._prims import TensorMeta
 
     # `seeds[index]` in the prim's meta: Python indexing guards the tensor's device (a CUDA one,
