@@ -1554,6 +1554,8 @@ class Capture:
             h.remove()
         self._autocast.restore()
         self._patch.restore()
+        if getattr(self, "device_thread", None) is not None:
+            self.device_thread.stop()
         _tensor.set_registry(None)
         _STATE.capture = None
         if getattr(self, "end_stats", None) is None:

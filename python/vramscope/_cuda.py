@@ -488,6 +488,11 @@ def patch(cap) -> _Patch:
     p.set(cuda, "mem_get_info", mem_get_info)
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
     p.set(cuda.memory, "is_initialized", lambda: True)
+    # backward passes that record a graph run on the engine's device thread, as on the GPU
+    from . import _device_thread
+
+    cap.device_thread = _device_thread.DeviceThread(cap)
+    _device_thread.patch(cap, p, cap.device_thread)
     return p
 
 

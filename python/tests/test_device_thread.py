@@ -1,0 +1,49 @@
+"""Backward passes that record a graph run on the twin's autograd device thread
+(`vramscope._device_thread`), as a GPU's run on the engine's thread for the device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_a_recorded_backward_numbers_its_nodes_on_the_device_thread():
+    """The nodes `create_graph=True` records take the device thread's sequence numbers, which
+    start at 0, below the forward's (blind83/ce05 and blind45/as04 are exact on the H200 so)."""
+    import vramscope
+
+    # the calling thread numbers past 1,000 (each op that records a node takes one)
+    t = torch.ones(2, requires_grad=True)
+    for _ in range(1000):
+        t = t * 1.0
+    with vramscope.capture(gpu="h200"):
+        x = torch.randn(64, 64, device="cuda", requires_grad=True)
+        y = (x.sin() * x).sum()
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+        forward_nr = y.grad_fn._sequence_nr()
+        grad_nr = g.grad_fn._sequence_nr()
+        g.sum().backward()
+    assert forward_nr > 1000
+    assert grad_nr < 100
+    assert x.grad is not None
+
+
+def test_an_error_in_a_recorded_backward_reaches_the_caller():
+    import vramscope
+
+    class Fails(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise ValueError("backward says no")
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.randn(8, device="cuda", requires_grad=True)
+        with pytest.raises(ValueError, match="backward says no"):
+            torch.autograd.grad(Fails.apply(x).sum(), x, create_graph=True)
+        # the capture goes on after it
+        (g,) = torch.autograd.grad((x * x).sum(), x, create_graph=True)
+        assert g.shape == (8,)

@@ -1,0 +1,151 @@
+"""The autograd engine's device thread, for the backward passes that record a graph.
+
+On the GPU a backward pass runs on the engine's thread for the device (`Engine::thread_init`),
+so the nodes a `create_graph=True` pass records take that thread's sequence numbers
+(`at::sequence_number`, thread-local, from 0), which order them after the forward's nodes when a
+later pass meets both (the ready queue runs the highest first, `CompareNodeTaskTime`). The
+twin's meta tensors would run on the calling thread's CPU queue and number them after the
+forward's instead; such passes run here on one long-lived thread of the twin's own, under the
+caller's modes, grad mode and autocast state (the engine's `ThreadLocalState`)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import torch
+from torch.utils import _python_dispatch
+
+from . import _capture
+
+
+class _Calls:
+    """The twin's native device seen from the device thread: it belongs to the capture's thread
+    (a PyO3 object of one thread), so each attribute read and call is handed to that thread,
+    which waits on `requests` while a pass runs."""
+
+    def __init__(self, real, requests: queue.Queue):
+        self._real = real
+        self._requests = requests
+
+    def _on_owner(self, fn):
+        box: dict = {"done": threading.Event()}
+        self._requests.put((fn, box))
+        box["done"].wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def __getattr__(self, name):
+        attr = self._on_owner(lambda: getattr(self._real, name))
+        if not callable(attr):
+            return attr
+        return lambda *a, **k: self._on_owner(lambda: attr(*a, **k))
+
+
+class DeviceThread:
+    """One thread that runs backward passes for the capture `cap`, one at a time."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.jobs: queue.Queue = queue.Queue()
+        self.requests: queue.Queue = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    def _loop(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job()
+            # the pass's arguments die with it, not at the next pass
+            del job
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.jobs.put(None)
+            self.thread.join()
+            self.thread = None
+
+    def run(self, fn):
+        """`fn()` on the device thread, as the caller's thread-local state has it; its result or
+        its exception comes back. A pass started on the device thread (a reentrant one) runs
+        where it is."""
+        if threading.current_thread() is self.thread:
+            return fn()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="vramscope-autograd-device", daemon=True)
+            self.thread.start()
+        functions = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        dispatches = list(_python_dispatch._get_current_dispatch_mode_stack())
+        grad = torch.is_grad_enabled()
+        autocast = [
+            (kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
+            for kind in ("cuda", "cpu")
+        ]
+        out: dict = {}
+        finished = object()
+
+        def job():
+            _capture._STATE.capture = self.cap
+            for mode in functions:
+                torch._C._push_on_torch_function_stack(mode)
+            for mode in dispatches:
+                _python_dispatch._push_mode(mode)
+            before = [
+                (kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
+                for kind, _, _ in autocast
+            ]
+            try:
+                for kind, on, dtype in autocast:
+                    torch.set_autocast_enabled(kind, on)
+                    torch.set_autocast_dtype(kind, dtype)
+                with torch.set_grad_enabled(grad):
+                    out["value"] = fn()
+            except BaseException as e:  # handed back to the caller
+                out["error"] = e
+            finally:
+                for kind, on, dtype in before:
+                    torch.set_autocast_enabled(kind, on)
+                    torch.set_autocast_dtype(kind, dtype)
+                for _ in dispatches:
+                    _python_dispatch._pop_mode()
+                for _ in functions:
+                    torch._C._pop_torch_function_stack()
+                _capture._STATE.capture = None
+                self.requests.put((finished, None))
+
+        real = self.cap.device
+        self.cap.device = _Calls(real, self.requests)
+        self.jobs.put(job)
+        try:
+            # serve the device thread's calls on the native device until its pass ends
+            while True:
+                call, box = self.requests.get()
+                if call is finished:
+                    break
+                try:
+                    box["value"] = call()
+                except BaseException as e:  # handed back to the device thread
+                    box["error"] = e
+                box["done"].set()
+        finally:
+            self.cap.device = real
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
+
+
+def patch(cap, p, device_thread: DeviceThread) -> None:
+    """Route `torch.autograd`'s engine calls that record a graph to `device_thread`."""
+    real = torch.autograd._engine_run_backward
+
+    def run_backward(t_outputs, *args, **kwargs):
+        # (grad_tensors, retain_graph, create_graph, inputs, ...): torch/autograd/__init__.py
+        create_graph = args[2] if len(args) > 2 else kwargs.get("create_graph", False)
+        if not create_graph or torch._C._functorch.peek_interpreter_stack() is not None:
+            # functorch's transforms keep their levels in the caller's thread
+            return real(t_outputs, *args, **kwargs)
+        return device_thread.run(lambda: real(t_outputs, *args, **kwargs))
+
+    p.set(torch.autograd, "_engine_run_backward", run_backward)
