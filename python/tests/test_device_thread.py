@@ -47,3 +47,25 @@ def test_an_error_in_a_recorded_backward_reaches_the_caller():
         # the capture goes on after it
         (g,) = torch.autograd.grad((x * x).sum(), x, create_graph=True)
         assert g.shape == (8,)
+
+
+def test_a_pass_inside_functorch_grad_numbers_its_nodes_on_the_device_thread():
+    """`torch.func.grad` runs its pass with `create_graph=True` under its own level; the GPU's
+    engine hands functorch's levels (thread-local state) to the device thread with it, so the
+    nodes it records for the outer level take the device thread's numbers (blind90/cl02's
+    allocations then come in the H200's order, entry for entry)."""
+    import vramscope
+
+    t = torch.ones(2, requires_grad=True)
+    for _ in range(1000):
+        t = t * 1.0
+    with vramscope.capture(gpu="h200"):
+        w = torch.randn(64, 64, device="cuda", requires_grad=True)
+        x = torch.randn(64, device="cuda")
+        g = torch.func.grad(lambda v: (v @ w).sin().sum())(x)
+        grad_nr = g.grad_fn._sequence_nr()
+        g.pow(2).sum().backward()
+        # functorch's levels are back on the calling thread after the pass
+        assert torch._C._functorch.peek_interpreter_stack() is None
+    assert grad_nr < 100
+    assert w.grad is not None and w.grad.shape == (64, 64)

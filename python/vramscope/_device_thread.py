@@ -138,14 +138,29 @@ class DeviceThread:
 
 def patch(cap, p, device_thread: DeviceThread) -> None:
     """Route `torch.autograd`'s engine calls that record a graph to `device_thread`."""
+    from torch._functorch.pyfunctorch import (
+        temporarily_clear_interpreter_stack,
+        temporarily_restore_interpreter_stack,
+    )
+
     real = torch.autograd._engine_run_backward
 
     def run_backward(t_outputs, *args, **kwargs):
         # (grad_tensors, retain_graph, create_graph, inputs, ...): torch/autograd/__init__.py
         create_graph = args[2] if len(args) > 2 else kwargs.get("create_graph", False)
-        if not create_graph or torch._C._functorch.peek_interpreter_stack() is not None:
-            # functorch's transforms keep their levels in the caller's thread
+        if not create_graph:
             return real(t_outputs, *args, **kwargs)
-        return device_thread.run(lambda: real(t_outputs, *args, **kwargs))
+        if torch._C._functorch.peek_interpreter_stack() is None:
+            return device_thread.run(lambda: real(t_outputs, *args, **kwargs))
+        # inside functorch's transforms (`grad`, `vjp`, `jacrev`): their levels are thread-local
+        # state, which the GPU's engine hands to its device thread with the pass (the functorch
+        # TLS of `at::ThreadLocalState`): the levels move there for the pass and come back
+        with temporarily_clear_interpreter_stack() as stack:
+
+            def job():
+                with temporarily_restore_interpreter_stack(stack):
+                    return real(t_outputs, *args, **kwargs)
+
+            return device_thread.run(job)
 
     p.set(torch.autograd, "_engine_run_backward", run_backward)
