@@ -156,6 +156,15 @@ impl SimDevice {
     pub fn first_cublas(&mut self) -> bool {
         self.driver.first_cublas()
     }
+    /// A thread starts and `malloc`s: its `stack` bytes and its glibc
+    /// arena take address space for good (`driver_va.rs`). `None` on a
+    /// device that started after the process's first kernels.
+    pub fn thread_started(&mut self, stack: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.thread(stack)
+    }
     /// glibc maps `len` bytes of host memory (a CPU tensor's `mmap`ed
     /// chunk) in the process's address space, where `cudaMalloc`'s chunks
     /// lie too (`driver_va.rs`, rule 7): the address, which

@@ -65,6 +65,12 @@
 //!    then 1), never given back: below the lowest chunk, unless a released
 //!    range has room for it (a host-built model's freed tensors, rule 11).
 //!    (Rule 13, expandable segments' reservations, is `crate::SimDevice`'s.)
+//! 15. **A thread's stack and malloc arena** ([`DriverVa::thread`]). glibc
+//!    maps a new thread's stack as host memory (rule 7); the thread's first
+//!    `malloc` makes its arena (`malloc/arena.c`'s `new_heap`): a
+//!    `PROT_NONE` mapping of twice [`THREAD_HEAP`], placed as host memory
+//!    is, of which the [`THREAD_HEAP`] aligned part at or above its start is
+//!    kept and the rest given back. Both for good.
 //!
 //! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
 //! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,
@@ -97,6 +103,9 @@ const HOST_PAGE: u64 = 4096;
 /// driver thread's 64 MiB aligned malloc arena, its thread stack, NVML and
 /// the mappings of torch's CUDA initialisation.
 const HOST_ABOVE_ANCHOR: u64 = 246 * MIB;
+/// glibc's `HEAP_MAX_SIZE` on x86-64 (`2 * DEFAULT_MMAP_THRESHOLD_MAX`,
+/// `malloc/arena.c`): a thread arena's heap, aligned to its size.
+const THREAD_HEAP: u64 = 64 * MIB;
 
 #[derive(Debug, Clone)]
 struct Chunk {
@@ -314,6 +323,29 @@ impl DriverVa {
         let _ = self.malloc(CUBLAS_RESERVATION);
         let _ = self.malloc(PAGE);
         true
+    }
+
+    /// Rule 15: a thread starts and `malloc`s (glibc's `allocate_stack` and
+    /// `malloc/arena.c`'s `new_heap`): its `stack` bytes placed as host
+    /// memory is (rule 7), then its arena: a `PROT_NONE` mapping of twice
+    /// [`THREAD_HEAP`] placed as host memory is, of which the
+    /// [`THREAD_HEAP`] aligned part at or above its start is kept and the
+    /// rest unmapped (free for chunks). Never unmapped. The arena's address,
+    /// or `None` when the address space is exhausted.
+    pub(crate) fn thread(&mut self, stack: u64) -> Option<u64> {
+        let _ = self.host_map(stack)?;
+        let p1 = self.host_map(2 * THREAD_HEAP)?;
+        self.free(p1);
+        let p2 = p1.checked_next_multiple_of(THREAD_HEAP)?;
+        self.take_released(p2, p2 + THREAD_HEAP);
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        segs.push((p2, THREAD_HEAP));
+        self.push_chunk(Chunk {
+            lo: p2,
+            hi: p2 + THREAD_HEAP,
+            segs,
+        });
+        Some(p2)
     }
 
     /// The context's chunk, in an address space that has none yet.
@@ -788,6 +820,29 @@ mod tests {
         assert_eq!(off(va.malloc(20 * MIB).unwrap()), -440);
         assert_eq!(off(va.malloc(32 * MIB).unwrap()), -96);
         assert!(!DriverVa::after_cublas(B).first_cublas());
+    }
+
+    /// Rule 15: a thread's stack directly below the context, its arena's
+    /// 128 MiB mapping below that, of which the 64 MiB aligned part is kept;
+    /// a chunk then goes below the arena (B-544: the first chunk of
+    /// `.cuda()` in vit_train_fp32, vit_infer_fp32 and
+    /// deit_small_train_fp32_b32 on the H100, whose `from_config` starts
+    /// OpenMP's worker; `docs/driver-placement.md`, session 23), the 24 MiB
+    /// given back above the arena being too small for it (rule 1's slack).
+    #[test]
+    fn a_thread_s_arena_keeps_the_aligned_half_of_its_mapping() {
+        let mut va = DriverVa::new(B);
+        let stack = 8 * MIB + 4096;
+        assert_eq!(off(va.thread(stack).unwrap()), -512);
+        assert_eq!(off(va.malloc(32 * MIB).unwrap()), -544);
+        // host memory that fits goes to the range given back above it
+        let m = va.host_map(MIB).unwrap();
+        assert_eq!(m + MIB, B - 416 * MIB - stack);
+        // the mapping's start rounded up: from just under B-640 (a mapping
+        // above at B-512..B-416, the stack under it), the arena at B-640
+        let mut va = DriverVa::new(B);
+        let _ = va.host_map(96 * MIB).unwrap();
+        assert_eq!(off(va.thread(stack).unwrap()), -640);
     }
 
     /// Rule 6 after frees (the address map built) and next to a released

@@ -62,6 +62,10 @@ pub enum HostEvent {
     /// the dynamic loader mapped a library of this span at this address
     /// ([`SimDevice::load_library`]), never unmapped
     Library(u64, u64),
+    /// a thread started and `malloc`ed: its stack of this length and its
+    /// glibc arena, at this address ([`SimDevice::thread_started`]), never
+    /// unmapped
+    Thread(u64, u64),
 }
 
 /// `what`, placed in a stream of events or requests: `at` of them come
@@ -328,6 +332,12 @@ const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_68
 /// (`validation/va_run_maps.py`, `docs/driver-placement.md` rule 10).
 const LIBTRITON_SPAN: u64 = 148_140_032;
 
+/// A new thread's stack: glibc's `allocate_stack` maps the default
+/// size (`RLIMIT_STACK`, 8 MiB) and a 4 KiB guard page in one `mmap`
+/// (8,392,704 bytes in `strace`; `---p` 4 KiB under an 8 MiB `rw-p` in the
+/// H100's and H200's maps, `fixtures/va_maps`).
+const THREAD_STACK: u64 = 8 * 1024 * 1024 + 4096;
+
 /// The host memory libcuda `malloc`s when it loads a kernel module lazily
 /// (CUDA's default lazy loading), at the module's first kernel launch, and
 /// never frees: (the module, named by the first op measured to load it; its
@@ -374,6 +384,8 @@ pub(crate) struct State {
     cudnn_loaded: CudnnLibraries,
     /// `libtriton.so` is mapped (`Runtime::triton_loaded`)
     triton_loaded: bool,
+    /// the intra-op worker thread has started (`Runtime::intra_op_worker`)
+    worker_started: bool,
     /// the kernel modules of [`MODULE_HOST_MALLOCS`] loaded, by index
     modules_loaded: u32,
     lt_ws: Vec<((Thread, StreamId), u32)>,
@@ -513,6 +525,7 @@ impl Runtime {
             autograd_16bit_pending: Vec::new(),
             cudnn_loaded: CudnnLibraries::None,
             triton_loaded: false,
+            worker_started: false,
             modules_loaded: 0,
             lt_ws: Vec::new(),
             live: LiveSet::default(),
@@ -854,6 +867,31 @@ impl Runtime {
             if let Some(addr) = st.alloc.device_mut().map_library(len) {
                 st.note_host_map(addr, len);
             }
+        }
+    }
+
+    /// The process's first CPU op that ATen runs in parallel
+    /// (`at::parallel_for` over more than its grain size, 32,768 elements)
+    /// starts OpenMP's worker thread (`validation/hf_cases.sh` sets
+    /// `OMP_NUM_THREADS=2`: one worker beside the main thread), whose first
+    /// `malloc` makes its glibc arena: its stack and arena take address
+    /// space for good
+    /// ([`SimDevice::thread_started`]), noted in the event log. Once; a
+    /// no-op on a device started after the first kernels.
+    pub fn intra_op_worker(&self) {
+        let mut st = self.st.borrow_mut();
+        if std::mem::replace(&mut st.worker_started, true) {
+            return;
+        }
+        let Some(addr) = st.alloc.device_mut().thread_started(THREAD_STACK) else {
+            return;
+        };
+        if let Some(log) = st.log.as_mut() {
+            let at = log.events.len();
+            log.host.push(At {
+                at,
+                what: HostEvent::Thread(addr, THREAD_STACK),
+            });
         }
     }
 

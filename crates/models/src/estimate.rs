@@ -583,11 +583,7 @@ fn later_phases(
             .filter(|h| h.at > 0)
             .collect(),
     };
-    if later
-        .host
-        .iter()
-        .any(|h| !matches!(h.what, crate::requests::HostRequest::Library(_)))
-    {
+    if later.host.iter().any(|h| !h.what.once_per_process()) {
         return None;
     }
     Some((later, start))

@@ -127,6 +127,17 @@ pub enum HostRequest {
     /// the dynamic loader maps a library of this span, for good
     /// ([`vramscope_alloc::SimDevice::load_library`])
     Library(u64),
+    /// a thread starts with a stack of this length and makes its malloc
+    /// arena, for good ([`vramscope_alloc::SimDevice::thread_started`])
+    Thread(u64),
+}
+
+impl HostRequest {
+    /// Made once per process and never undone (a library, a thread): a
+    /// replay of a later step does not repeat it.
+    pub(crate) fn once_per_process(&self) -> bool {
+        matches!(self, HostRequest::Library(_) | HostRequest::Thread(_))
+    }
 }
 
 impl Requests {
@@ -204,6 +215,10 @@ impl Requests {
                 HostEvent::Library(_, span) => At {
                     at,
                     what: HostRequest::Library(span),
+                },
+                HostEvent::Thread(_, stack) => At {
+                    at,
+                    what: HostRequest::Thread(stack),
                 },
             });
             Some(())
@@ -539,7 +554,7 @@ impl Requests {
             || self
                 .host
                 .iter()
-                .any(|h| h.at >= start && !matches!(h.what, HostRequest::Library(_)))
+                .any(|h| h.at >= start && !h.what.once_per_process())
         {
             return None;
         }
@@ -920,6 +935,9 @@ pub fn replay_planned(
                     HostRequest::Map(len) => host_addrs.push(alloc.device_mut().host_map(len)),
                     HostRequest::Library(span) => {
                         let _ = alloc.device_mut().load_library(span);
+                    }
+                    HostRequest::Thread(stack) => {
+                        let _ = alloc.device_mut().thread_started(stack);
                     }
                     HostRequest::Unmap(k) => {
                         if let Some(addr) = host_addrs.get_mut(k).and_then(Option::take) {

@@ -363,6 +363,18 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
     let layers = (0..cfg.layers)
         .map(|_| Layer::new(rt, &cfg, dt).map(Rc::new))
         .collect::<Result<Vec<_>>>()?;
+    let layernorm = LayerNorm::new_in(rt, &[h], dt)?;
+    let classifier = if cfg.num_labels > 0 {
+        Some(Linear::new(rt, h, cfg.num_labels, true, dt)?)
+    } else {
+        None
+    };
+    // `post_init`'s `_init_weights`, after every tensor is made: the first
+    // `trunc_normal_` of more elements than ATen's grain size (its
+    // `erfinv_`) runs in parallel and starts OpenMP's worker, whose stack
+    // and malloc arena take address space before `.cuda()` maps a chunk
+    // (the text families' `normal_` runs serially: no worker)
+    rt.intra_op_worker();
     Ok(Box::new(ViT {
         rt: rt.clone(),
         cls_token,
@@ -371,12 +383,8 @@ pub(crate) fn build(rt: &Runtime, config: &HfConfig, weights: DType) -> Result<B
         position_embeddings,
         checkpointed: vec![false; layers.len()],
         layers,
-        layernorm: LayerNorm::new_in(rt, &[h], dt)?,
-        classifier: if cfg.num_labels > 0 {
-            Some(Linear::new(rt, h, cfg.num_labels, true, dt)?)
-        } else {
-            None
-        },
+        layernorm,
+        classifier,
         training: true,
         cfg: Rc::new(cfg),
         hooks: None,
