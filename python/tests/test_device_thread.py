@@ -69,3 +69,23 @@ def test_a_pass_inside_functorch_grad_numbers_its_nodes_on_the_device_thread():
         assert torch._C._functorch.peek_interpreter_stack() is None
     assert grad_nr < 100
     assert w.grad is not None and w.grad.shape == (64, 64)
+
+
+def test_allocations_of_a_recorded_backward_belong_to_the_line_that_ran_it():
+    """The device thread's own frames are the threading module's: its allocations are named by
+    the program's line that started the pass."""
+    import sys
+
+    import vramscope
+
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+        y = (x.sin() * x).sum()
+        line = sys._getframe().f_lineno + 1
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+        del y
+    sources = cap.report()["at_peak"]["by_source"]
+    here = f"test_device_thread.py:{line} in {sys._getframe().f_code.co_name}"
+    assert not any("threading.py" in s for s in sources)
+    assert any(s.endswith(here) for s in sources)
+    assert g.shape == (1024, 1024)

@@ -74,9 +74,11 @@ GENERATED: list[str] = []
 
 def _user_frame():
     """The innermost frame outside torch and vramscope (its examples are programs; None if
-    there is none)."""
+    there is none). On the twin's autograd device thread the walk goes on from the frame that
+    started the pass (`_device_thread`), as the thread's own frames are the threading module's."""
     f = sys._getframe(2)
     user = _USER_FILES
+    caller = getattr(_STATE, "caller_frame", None)
     while f is not None:
         fn = f.f_code.co_filename
         outside = user.get(fn)
@@ -85,11 +87,14 @@ def _user_frame():
                 not fn.startswith(_TORCH_DIR)
                 and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
                 and not fn.startswith("<frozen")
+                and fn != threading.__file__
                 and not any(fn.startswith(g) for g in GENERATED)
             )
         if outside:
             return f
         f = f.f_back
+        if f is None and caller is not None:
+            f, caller = caller, None
     return None
 
 

@@ -11,6 +11,7 @@ caller's modes, grad mode and autocast state (the engine's `ThreadLocalState`)."
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 
 import torch
@@ -85,9 +86,12 @@ class DeviceThread:
         ]
         out: dict = {}
         finished = object()
+        # allocations made on the thread are the lines' that started the pass
+        caller = sys._getframe(1)
 
         def job():
             _capture._STATE.capture = self.cap
+            _capture._STATE.caller_frame = caller
             for mode in functions:
                 torch._C._push_on_torch_function_stack(mode)
             for mode in dispatches:
@@ -113,6 +117,7 @@ class DeviceThread:
                 for _ in functions:
                     torch._C._pop_torch_function_stack()
                 _capture._STATE.capture = None
+                _capture._STATE.caller_frame = None
                 self.requests.put((finished, None))
 
         real = self.cap.device
