@@ -63,9 +63,11 @@ class DeviceThread:
             del job
 
     def stop(self) -> None:
+        """End the thread; one left inside a pass its caller gave up on (an interrupt) is a
+        daemon and is not waited for."""
         if self.thread is not None:
             self.jobs.put(None)
-            self.thread.join()
+            self.thread.join(timeout=1.0)
             self.thread = None
 
     def run(self, fn):
