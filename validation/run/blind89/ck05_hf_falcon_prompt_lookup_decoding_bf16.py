@@ -16,7 +16,13 @@ if SMALL:
     config = FalconConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
     CASES = ((40, 6), (24, 8))
 else:
-    config = FalconConfig(vocab_size=65024, hidden_size=2048, num_hidden_layers=24, num_attention_heads=32)
+    config = FalconConfig(
+        vocab_size=65024,
+        hidden_size=2048,
+        num_hidden_layers=24,
+        num_attention_heads=32,
+        max_position_embeddings=4096,
+    )
     CASES = ((2000, 160), (700, 200))
 config.pad_token_id = 0
 device = "cuda" if torch.cuda.is_available() else "cpu"
