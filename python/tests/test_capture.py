@@ -1546,3 +1546,16 @@ def test_gather_backward_scatters_in_place_under_create_graph_too():
         grad, counts = counted(lambda: torch.autograd.grad(y, x, g, create_graph=True))
         assert grad[0].shape == x.shape
         assert counts == (1, 32 * 128 * 512 * 4)
+
+
+def test_item_of_an_inference_tensor_after_the_mode_reads_its_value():
+    # blind91/cm06 (a Bayes-by-backprop MLP): `entropy.item()` after an evaluation under
+    # `inference_mode`; an inference tensor carries no autograd keys, so `aten::item` (a composite)
+    # reaches the mode outside it too and must run as `_local_scalar_dense`, as on the GPU
+    with vramscope.capture(gpu="h200"):
+        x = torch.ones(8, 10, device="cuda")
+        with torch.inference_mode():
+            s = x.sum()
+        assert s.is_inference()
+        assert s.item() == 80.0
+        assert (s + 1).item() == 81.0

@@ -799,6 +799,30 @@ _below_autograd = functools.partial(
 #: ops known to have (or not) a CompositeImplicitAutograd kernel
 _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
+#: whether an op has a CompositeImplicitAutograd kernel at all, by op (a cache)
+_HAS_COMPOSITE: dict = {}
+
+
+def _has_composite(func) -> bool:
+    """Whether `func` has a CompositeImplicitAutograd kernel (cached)."""
+    has = _HAS_COMPOSITE.get(func)
+    if has is None:
+        has = _HAS_COMPOSITE[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        )
+    return has
+
+
+def _inference_tensors_only(args, kwargs) -> bool:
+    """Whether an op's tensors are all inference tensors (made under `inference_mode`): they carry
+    no autograd dispatch keys (c10's TensorImpl drops them), so outside the mode too a composite on
+    them reaches the backend, and the mode, before its parts (`loss.item()` after an evaluation under
+    `inference_mode`: `aten::item` runs as `_local_scalar_dense`)."""
+    tensors = _tensors((args, kwargs))
+    with torch._C.DisableTorchFunction():
+        return bool(tensors) and all(t.is_inference() for t in tensors)
+
+
 #: composites whose Python decomposition allocates where the C++ kernel the GPU runs does not:
 #: `dropout` out of training is `input.clone()` in torch/_decomp but `input` itself in
 #: Dropout.cpp (blind44/ar01's H200 history: no allocation at BERT's dropouts in eval); the
@@ -1229,7 +1253,11 @@ class Capture:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if (torch.is_inference_mode_enabled() or (is_aten and _IN_DENSE[0] and _below_autograd())) and (
+        if (
+            torch.is_inference_mode_enabled()
+            or (is_aten and _IN_DENSE[0] and _below_autograd())
+            or (is_aten and _has_composite(func) and _inference_tensors_only(args, kwargs))
+        ) and (
             func in _COMPOSITE
             or (
                 func not in _NOT_COMPOSITE
