@@ -166,6 +166,21 @@ def test_autocast_casts_simulated_tensors():
         assert out.dtype == torch.bfloat16
 
 
+def test_autocast_applies_to_a_composite_s_parts_under_inference_mode():
+    """`F.interpolate` reaches `upsample_nearest2d.vec` (no autocast kernel, a composite) whose
+    `.default` part autocasts to float32, under inference mode as in grad mode (blind86/ch02's
+    H200 history: its DFC gate upsampled in float32 in evaluation)."""
+    with vramscope.capture(gpu="h200"):
+        gate = torch.randn(2, 3, 8, 8, device="cuda", dtype=torch.bfloat16)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.inference_mode():
+                up = torch.nn.functional.interpolate(gate, size=(16, 16), mode="nearest")
+                # a composite with its own autocast kernel runs its parts without autocast
+                norm = torch.nn.functional.layer_norm(gate, (8,))
+    assert up.dtype == torch.float32
+    assert norm.dtype == torch.float32
+
+
 def test_phases_follow_reset_peak_memory_stats(tmp_script):
     script = tmp_script(
         "import torch\n"

@@ -12,6 +12,7 @@ outermost autocast region exits, the op re-run with autocast excluded.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -27,6 +28,38 @@ _cache: dict[int, tuple] = {}
 #: while set, the tensors of a graph `torch.compile` traces for the simulated GPU (`_compile`) are
 #: the GPU's too: fake tensors on the host
 TRACING = [0]
+
+
+#: autocast kernels running (each runs its op with autocast excluded, parts included)
+INSIDE = [0]
+
+
+#: whether the program's `torch.autocast("cuda")` was on at its last call into torch (read by
+#: the capture's function mode: inside a dispatch mode autocast always reads as off)
+PROGRAM_ON = [False]
+
+
+@contextlib.contextmanager
+def parts_of(composite):
+    """While a composite op runs as its parts inside the capture's dispatch mode (under inference
+    mode), autocast applies to the parts as on the GPU: there the op's `CompositeImplicitAutograd`
+    kernel runs below the autocast key, which only its own autocast kernel would have excluded
+    (upsample_nearest2d.vec has none, its .default an fp32 one: blind86/ch02's H200 history), where
+    a dispatch mode's body runs with autocast excluded."""
+    on = (
+        torch._C._dispatch_tls_is_dispatch_key_excluded(KEY)
+        and PROGRAM_ON[0]
+        and not INSIDE[0]
+        and not torch._C._dispatch_has_kernel_for_dispatch_key(composite.name(), "AutocastCUDA")
+    )
+    if not on:
+        yield
+        return
+    torch._C._dispatch_tls_set_dispatch_key_excluded(KEY, False)
+    try:
+        yield
+    finally:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(KEY, True)
 
 
 def _eligible(t) -> bool:
@@ -142,8 +175,12 @@ def _kernel(op, policy: str):
                 for t in types[1:]:
                     widest = torch.promote_types(widest, t)
                 args = _map_right_to_left(args, lambda t: _cast(t, widest))
-        with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
-            out = op(*args, **kwargs)
+        INSIDE[0] += 1
+        try:
+            with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+                out = op(*args, **kwargs)
+        finally:
+            INSIDE[0] -= 1
         # the uncached casts die left to right when the op returns (a list's vector first to last)
         for i in range(len(args)):
             if isinstance(args[i], list):
@@ -171,6 +208,7 @@ class Autocast:
                 if op is None:
                     continue
                 self.lib.impl(name, _kernel(op, policy), "AutocastCUDA")
+        PROGRAM_ON[0] = False
         self.previous = torch._C._dispatch_tls_is_dispatch_key_included(KEY)
         torch._C._dispatch_tls_set_dispatch_key_included(KEY, True)
         self.clear = torch.clear_autocast_cache
@@ -178,6 +216,7 @@ class Autocast:
     def restore(self) -> None:
         """Unregister the kernels."""
         torch._C._dispatch_tls_set_dispatch_key_included(KEY, self.previous)
+        PROGRAM_ON[0] = False
         self.lib._destroy()
         _cache.clear()
 

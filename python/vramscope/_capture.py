@@ -305,6 +305,7 @@ class _FunctionMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
         gen = _simulated_generator(args, kwargs)
         if gen is None:
             return self._run(func, types, args, kwargs)
@@ -1269,7 +1270,8 @@ class Capture:
             # `matmul` copies its permuted query through `reshape`): it runs as its parts, as on
             # the GPU
             _COMPOSITE.add(func)
-            with self._modes[1]:  # its parts come back to the mode
+            # its parts come back to the mode, through autocast as on the GPU (`_autocast.parts_of`)
+            with self._modes[1], _autocast.parts_of(func):
                 if func in _CPP_COMPOSITE:
                     out = func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
                 else:
