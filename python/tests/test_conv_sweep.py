@@ -240,3 +240,23 @@ def test_a_problem_is_read_from_the_gpus_record_whatever_the_twins_size_1_stride
     table = _lines(TABLE)
     assert conv_table.read(str(gpu), str(twin)).items() <= table.items()
     assert table[key.format("forward", "nchw")] == 18688
+
+
+def test_a_conv1d_composite_in_inference_mode_is_read_as_a_1d_forward_problem(tmp_path):
+    # blind88/cj01 (HF Moonshine under inference_mode): the dispatch mode sees `conv1d`, not
+    # `convolution`, so its problems were not read and the twin left their workspace out (25 MiB of
+    # reserved memory under the H200's). The H200's record of the second front-end convolution:
+    # output 26,570,752 bytes, 97,909,776 requested in 2 allocations.
+    t = lambda sizes, strides: [sizes, strides, "float16", 0, "cuda"]  # noqa: E731
+    args = [t([16, 416, 2999], [1247584, 2999, 1]), t([832, 416, 7], [2912, 7, 1]), t([832], [1]), [3]]
+    rec = {"op": "conv1d", "args": args, "new": [26570752], "count": 2, "requested": 97909776}
+    gpu, twin = tmp_path / "gpu", tmp_path / "twin"
+    gpu.mkdir()
+    twin.mkdir()
+    (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
+    (twin / "s.jsonl").write_text(json.dumps({**rec, "count": 1, "requested": 26570752}) + "\n")
+    key = "forward float16 nchw 0 16,416,2999 832,416,7 3 0 1 0 1"
+    assert conv_table.read(str(gpu), str(twin)) == {key: 97909776 - 26570752}
+    # the table holds it by its problem without the batch
+    line = "forward float16 nchw 0 416,2999 832,416,7 3 0 1 0 1"
+    assert any(line in raw and "16:71339024" in raw for raw in TABLE.read_text().splitlines())

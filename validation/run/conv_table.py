@@ -23,6 +23,7 @@ import sys
 OPS = {
     "convolution": "forward",
     "conv2d": "conv2d",
+    "conv1d": "conv1d",
     "convolution_backward[0]": "dgrad",
     "convolution_backward[1]": "wgrad",
 }
@@ -100,11 +101,12 @@ def problem(op, args):
     `.to` (`.contiguous`, transposed) the suggested format of that input: a pooled (N, C, 1, 1)
     input is contiguous in both layouts and keeps its strides, so a channels-last 1x1 weight runs
     its forward and dgrad channels-last and its wgrad not (blind56/bd05, DCGAN's first layer)."""
-    if op == "conv2d":
+    if op in ("conv2d", "conv1d"):
         # the composite as a dispatch mode sees it in inference mode; trailing defaults left out
-        full = list(args) + [None, [1, 1], [0, 0], [1, 1], 1][len(args) - 2 :]
+        nd = 2 if op == "conv2d" else 1
+        full = list(args) + [None, [1] * nd, [0] * nd, [1] * nd, 1][len(args) - 2 :]
         x, w, b, stride, padding, dilation, groups = full[:7]
-        args = [x, w, b, stride, padding, dilation, False, [0, 0], groups]
+        args = [x, w, b, stride, padding, dilation, False, [0] * nd, groups]
         op = "forward"
     if op == "forward":
         x, w, _b, stride, padding, dilation, transposed, out_pad, groups = args[:9]
@@ -162,8 +164,8 @@ def _name(r):
 
 
 def _same_padding(name, r):
-    """A conv2d record with padding="same"."""
-    return name == "conv2d" and isinstance(r["args"][4] if len(r["args"]) > 4 else None, str)
+    """A conv2d or conv1d record with padding="same" or "valid"."""
+    return name in ("conv2d", "conv1d") and isinstance(r["args"][4] if len(r["args"]) > 4 else None, str)
 
 
 def workspace(name, r):
