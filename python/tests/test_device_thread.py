@@ -89,3 +89,44 @@ def test_allocations_of_a_recorded_backward_belong_to_the_line_that_ran_it():
     assert not any("threading.py" in s for s in sources)
     assert any(s.endswith(here) for s in sources)
     assert g.shape == (1024, 1024)
+
+
+def _kept(root):
+    """The nodes of `root`'s graph holding a double backward's copies (`_kernels.attach_saved`)."""
+    # the wrappers stay referenced, so their ids are not reused while the walk runs
+    seen, held, todo, kept = set(), [], [root], []
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        held.append(node)
+        if node.metadata.get("vramscope_saved"):
+            kept.append(node)
+        todo.extend(n for n, _ in node.next_functions)
+    return kept
+
+
+def test_a_recorded_double_backward_keeps_its_copies_with_the_new_nodes():
+    """Under create_graph, ConvolutionBackwardBackward0's contiguous copies (of gO.transpose(0, 1))
+    are saved by the convolutions it records and live until those nodes have run (blind91/cm04, a
+    Hutchinson trace's third-order pass: 2.5% under in peak allocated before, 0.056% after)."""
+    import vramscope
+
+    def block(cin, cout):
+        return [torch.nn.Conv2d(cin, cout, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(cout), torch.nn.ReLU()]
+
+    with vramscope.capture(gpu="h200"):
+        net = torch.nn.Sequential(
+            *block(3, 8), *block(8, 8), torch.nn.Flatten(), torch.nn.Linear(8 * 64, 4)
+        ).cuda()
+        params = list(net.parameters())
+        loss = net(torch.randn(4, 3, 8, 8, device="cuda")).pow(2).sum()
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+        vs = [torch.randn_like(p) for p in params]
+        hvs = torch.autograd.grad(grads, params, vs, create_graph=True)
+        trace = sum((h * v).sum() for h, v in zip(hvs, vs, strict=True))
+        kept = _kept(trace.grad_fn)
+        assert kept and all(n.name() == "ConvolutionBackward0" for n in kept)
+        trace.backward()
+        assert not _kept(trace.grad_fn)

@@ -1235,6 +1235,8 @@ class Capture:
         return out
 
     def _dispatch(self, func, args, kwargs):
+        if _kernels.SAVED_PENDING:
+            _kernels.attach_saved()
         if _philox.is_kernel(func) and _on_device(args, kwargs):
             self.drawn = (func, _philox.draw(self, func, args, kwargs))
         sparse = _sparse.dispatch(self, func, args, kwargs)

@@ -1914,8 +1914,8 @@ def _double_backward_operands(cap, args):
     convolution, else the input (blind64/bl03's R1 penalty, H200: gOt contiguous, then no copy by
     cuDNN's path). Returns the arguments as the GPU passes them, the copy to drop after the call,
     and whether the body ends with the call (gI's, or gW's without ggW and groups): its kept copies
-    go then. Under create_graph the GPU's copies are saved by the new convolutions' nodes; the twin
-    drops them with the body."""
+    go then. Under create_graph the copies are saved by the new convolutions' nodes and live with
+    them (`attach_saved`)."""
     node = torch._C._current_autograd_node()
     if node is None or node.name() != "ConvolutionBackwardBackward0":
         return args, None, False
@@ -1952,9 +1952,39 @@ def _drop_node_temps(cap, key) -> None:
         cap.node_temps = None
 
 
+#: (a convolution's output, the body's copies it ran on) whose autograd node is made as the op
+#: returns (`attach_saved`)
+SAVED_PENDING: list = []
+
+
+def attach_saved() -> None:
+    """Under `create_graph` a double backward's convolutions are recorded, and their nodes save
+    the contiguous copies the body made of their operands (`_double_backward_operands`); the copies
+    then live with the node, not the body, until it runs in a later pass (its saved variables are
+    released after it runs) or dies (blind91/cm04's third-order pass). Each copy goes into its
+    node's `metadata` once autograd has made the node, and leaves it when the node has run."""
+    while SAVED_PENDING:
+        out, copies = SAVED_PENDING.pop()
+        node = out.grad_fn if isinstance(out, torch.Tensor) else None
+        if node is None:
+            continue
+        meta = node.metadata
+        meta["vramscope_saved"] = copies
+
+        def release(*_, meta=meta):
+            meta.pop("vramscope_saved", None)
+
+        node.register_hook(release)
+
+
 def _convolution(cap, func, args, kwargs):
+    given = args
     args, block_copy, body_ends = _double_backward_operands(cap, args)
     out = _convolution_op(cap, func, args, kwargs)
+    if torch.is_grad_enabled() and isinstance(out, torch.Tensor):
+        copies = [a for a, b in zip(args[:2], given[:2], strict=True) if a is not b]
+        if copies:
+            SAVED_PENDING.append((out, copies))
     del block_copy
     if body_ends:
         cap.node_temps = None
