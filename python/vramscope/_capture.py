@@ -690,14 +690,7 @@ def _meta_cached(func, args, kwargs):
 
 
 #: random integer draws, whose values decide data-dependent sizes (distinct indices, `nonzero`)
-_RANDOM_INDICES = {
-    aten.randint.default,
-    aten.randint.low,
-    aten.randint.generator,
-    aten.randint.low_generator,
-    aten.randint_like.default,
-    aten.randint_like.low_dtype,
-}
+_RANDOM_INDICES = _philox.RANDINT_FACTORIES
 
 
 def _values_at_any_size(func, outs, ours) -> bool:

@@ -190,7 +190,7 @@ def _random_range(b: dict, dtype) -> int | None:
     return None
 
 
-#: kernels and what they draw: ("grid", unroll) for the grid-stride kernels, or a fixed increment
+#: the grid-stride kernels of `uniform_and_transform` and `normal_and_transform`, by their ops
 _ELEMENTWISE = {
     aten.rand.default,
     aten.rand.generator,
@@ -217,13 +217,17 @@ _NORMAL_FUNCTIONAL = {
     aten.normal.Tensor_Tensor,
     aten.normal.float_float,
 }
-_RANDINT = {
+#: the integer draws that make a tensor (`randint`, `randint_like`)
+RANDINT_FACTORIES = {
     aten.randint.default,
     aten.randint.low,
     aten.randint.generator,
     aten.randint.low_generator,
     aten.randint_like.default,
     aten.randint_like.low_dtype,
+}
+#: every `random_from_to` and `random_` kernel's op
+_RANDINT = RANDINT_FACTORIES | {
     aten.randint.out,
     aten.randint.low_out,
     getattr(aten.random_, "from"),
