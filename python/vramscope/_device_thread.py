@@ -67,7 +67,7 @@ class DeviceThread:
         daemon and is not waited for."""
         if self.thread is not None:
             self.jobs.put(None)
-            self.thread.join(timeout=1.0)
+            self.thread.join(timeout=1.0)  # the twin's own choice: a finished pass ends at once
             self.thread = None
 
     def run(self, fn):

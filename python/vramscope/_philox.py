@@ -23,7 +23,8 @@ _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 #: `block_size_bound` of DistributionTemplates.h, `block_size` of Dropout.cu
 _BLOCK = 256
-#: the most elements whose 64-bit draws are reduced on the host (a Python integer each)
+#: the most elements whose 64-bit draws are reduced on the host (a Python integer each): the
+#: twin's own cost bound, the same as the capture's `VALUE_LIMIT`; larger ones take the host's values
 WIDE_LIMIT = 1 << 16
 
 
