@@ -36,9 +36,6 @@ from ._tensor import tensors_in as _tensors
 
 #: Tensors of at most this many elements also carry their values.
 VALUE_LIMIT = 1 << 16
-#: the most elements a pointwise result of inputs whose values are all known carries (the
-#: twin's own cost bound: a 4,096 x 4,096 grid built from `meshgrid` of `arange`)
-DENSE_LIMIT = 1 << 24
 
 _STATE = threading.local()
 
@@ -1448,7 +1445,7 @@ class Capture:
         return [r.expand(shape)]
 
     def dense_values(self, func, args, kwargs, outs, ours):
-        """The values of a pointwise op's result of up to `DENSE_LIMIT` elements whose inputs'
+        """The values of a pointwise op's result of up to `_tensor.DENSE_LIMIT` elements whose inputs'
         values are all known (none computed over stand-in zeros): a boolean mask built from
         `meshgrid` of `arange` (blind88/cj04's obstacle, whose count sizes `f[:, obstacle]`).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
@@ -1456,7 +1453,7 @@ class Capture:
             func is not aten._to_copy.default and torch.Tag.pointwise not in func.tags
         ):
             return None
-        if any(not isinstance(o, torch.Tensor) or o.numel() > DENSE_LIMIT for o in outs):
+        if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
         held = {id(a) for a in ours}
         if any(id(t) not in held and t.dim() > 0 for t in _tensors((args, kwargs))):

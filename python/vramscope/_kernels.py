@@ -1043,9 +1043,8 @@ def _d2h_staging(cap, dst_shape, dst_stride, dst_dtype, src, non_blocking: bool,
 #: cost one host copy
 HOST_INDEX_LIMIT = 1 << 26
 
-#: the most elements of any host tensor whose values its copy to the simulated device carries (a
-#: cost bound of the twin, not a PyTorch constant); a larger copy back to the host of a tensor
-#: without values takes calloc'd zeros (`_host_zeros`)
+#: the most elements of a copy to the host of a tensor without values that takes real zeros; a
+#: larger one takes calloc'd zeros (`_host_zeros`) (a cost bound of the twin, not a PyTorch constant)
 HOST_VALUE_LIMIT = 1 << 16
 
 
@@ -1106,7 +1105,7 @@ def _to_copy(cap, func, args, kwargs):
         cap.ops += 1
         cap.track(out, "aten::_to_copy", "input")
         _h2d_staging(cap, out, src, bool(kwargs.get("non_blocking", False)), "aten::_to_copy")
-        if src.numel() <= HOST_VALUE_LIMIT or _host_indices(src):
+        if src.numel() <= _tensor.DENSE_LIMIT or _host_indices(src):
             set_value(out, aten._to_copy.default(src, **dict(kwargs, device=torch.device("cpu"))))
         return out
     return NotImplemented

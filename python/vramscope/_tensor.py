@@ -102,6 +102,13 @@ def is_ours(t) -> bool:
     return not _in_kernel[0] and registered(t)
 
 
+#: the most elements of a tensor whose values the twin computes although they are not small: a
+#: pointwise result of inputs whose values are all known (a mask built from `meshgrid` of
+#: `arange`) and a host tensor copied to the device (labels padded with -100); the twin's own
+#: cost bound, not a PyTorch constant
+DENSE_LIMIT = 1 << 24
+
+
 def value(t):
     """The CPU values `t` carries, or None."""
     return getattr(t, "_vs_val", None)
