@@ -232,6 +232,28 @@ def test_max_mode_embedding_bag_backward_copies_a_strided_gradient():
     assert _extra(run, setup) == (1, 2097152)
 
 
+def test_sum_mode_embedding_bag_backward_copies_a_strided_gradient_before_sorting():
+    # blind95/cq05 on the H200: an EmbeddingBag(47000, 64, mode="sum") with per-sample weights over
+    # 8,192 bags of 28,650 ids, its gradient a (8192, 64) slice of the concatenation's: the
+    # 2,097,152-byte copy, then embedding_dense_backward's sort and segment scratch (15 allocations,
+    # 12,507,157 bytes beyond the 12,032,000-byte gradient)
+    def setup():
+        g = torch.empty(8192, 1677, device="cuda")[:, 717 : 717 + 64]
+        idx = torch.zeros(28650, dtype=torch.long, device="cuda")
+        offsets = torch.zeros(8193, dtype=torch.long, device="cuda")
+        offset2bag = torch.zeros(28650, dtype=torch.long, device="cuda")
+        max_idx = torch.zeros(0, dtype=torch.long, device="cuda")
+        weights = torch.empty(28650, device="cuda")
+        return g, idx, offsets, offset2bag, max_idx, weights
+
+    def run(g, idx, offsets, offset2bag, max_idx, weights):
+        return aten._embedding_bag_backward(
+            g, idx, offsets, offset2bag, offsets, max_idx, 47000, False, 0, False, weights
+        )
+
+    assert _extra(run, setup) == (15, 12507157)
+
+
 def test_unfold_backward_takes_its_iterators_index():
     # blind44/ar03's torch.stft frames on the H200: an int64 arange of the 33,792 positions
     def setup():

@@ -2208,9 +2208,10 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     `embedding_bag_backward_cuda_sum_avg` (EmbeddingBag.cu) sorts the indices with
     `radix_sort_pairs` and runs `embedding_backward_cuda_kernel`, as `embedding_dense_backward`
     does over the same indices (the plan above; blind28/ab05's H200 record: 15 allocations,
-    363,081,637 bytes for 131,072 indices of rows of 256). `max` mode, `scale_grad_by_freq` and a
-    strided gradient in those modes are left to the meta kernel, named unmeasured; `max` mode is
-    `_embedding_bag_backward_max`."""
+    363,081,637 bytes for 131,072 indices of rows of 256). `_embedding_bag_dense_backward_cuda`
+    first takes `grad_.contiguous()`, which lives to its return: a strided gradient (a slice of a
+    concatenation's, blind95/cq05) is copied before the plan. `scale_grad_by_freq` is left to the
+    meta kernel, named unmeasured; `max` mode is `_embedding_bag_backward_max`."""
     if kwargs:
         return NotImplemented
     dense = func is aten._embedding_bag_dense_backward.default
@@ -2223,12 +2224,16 @@ def _embedding_bag_backward(cap, func, args, kwargs):
         return NotImplemented
     if mode == 2:
         return _embedding_bag_backward_max(cap, func, args, grad)
-    if mode not in (0, 1) or not grad.is_contiguous() or indices.numel() == 0:
+    if mode not in (0, 1) or indices.numel() == 0:
         return NotImplemented
     cap.ops += 1
+    op = "aten::_embedding_bag_backward"
+    copy = None if grad.is_contiguous() else cap.malloc(grad.numel() * grad.element_size(), op, "temporary")
     out = func(*args)
     steps = _embedding_plan(cap, [indices.numel(), grad.shape[1]], grad, True, indices, num_weights)
-    return _replay_plan(cap, out, steps, "aten::_embedding_bag_backward")
+    out = _replay_plan(cap, out, steps, op)
+    del copy
+    return out
 
 
 def _embedding_bag_backward_max(cap, func, args, grad):
