@@ -230,3 +230,50 @@ def test_a_one_column_product_names_its_buffer_unmeasured():
         assert any(
             k.startswith("cuSPARSE SpMM's buffer (100 x 100, 1000 entries, 1 columns") for k in cap.unmeasured
         )
+
+
+CSR = json.loads((FIXTURES / "run" / "sparse" / "csr_ck06_h200.json").read_text())
+
+
+def _csr_events(name):
+    return [("alloc" if a == "alloc" else "free_requested", size) for a, size in CSR[name]["events"]]
+
+
+def test_csr_conversion_and_products_allocate_as_on_the_h200():
+    # blind89/ck06's memory history: a 1,500 x 1,500 grid's 5-point Laplacian (2,250,000 rows,
+    # 11,244,000 entries, float64, int64 indices) converted from a coalesced COO matrix, then
+    # multiplied by a vector 300 times (cuSPARSE SpMV) and by 8 columns 200 times (SpMM)
+    m, nnz = 1500 * 1500, 11_244_000
+    assert CSR["mv"]["same"] == CSR["mv"]["calls"] == 300
+    assert CSR["mm"]["same"] == CSR["mm"]["calls"] == 200
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.empty(2, nnz, dtype=torch.long, device="cuda")
+        values = torch.empty(nnz, dtype=torch.float64, device="cuda")
+        coo = torch.sparse_coo_tensor(idx, values, (m, m), is_coalesced=True)
+        a, got = _history(coo.to_sparse_csr)
+        assert a.layout is torch.sparse_csr and a.is_cuda and a.values().numel() == nnz
+        assert got == _csr_events("to_sparse_csr")
+        held = torch.cuda.memory_allocated()
+        del coo, idx, values  # the column indices are a row of the COO indices' storage
+        assert torch.cuda.memory_allocated() == held
+        v = torch.empty(m, dtype=torch.float64, device="cuda")
+        y, got = _history(lambda a=a: a @ v)
+        assert y.shape == (m,) and got == _csr_events("mv")
+        b = torch.empty(m, 8, dtype=torch.float64, device="cuda")
+        y, got = _history(lambda a=a: a @ b)
+        assert y.shape == (m, 8) and got == _csr_events("mm")
+        assert not cap.unmeasured
+        del a, y
+        assert torch.cuda.memory_stats()["requested_bytes.all.current"] == (8 + 1) * m * 8  # b and v
+
+
+def test_csr_products_outside_the_measured_problem_name_the_buffer_unmeasured():
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.tensor([[0, 0, 1, 2], [0, 2, 1, 0]])
+        a = torch.sparse_coo_tensor(idx.cuda(), torch.ones(4, device="cuda"), (3, 3)).to_sparse_csr()
+        assert (a @ torch.ones(3, device="cuda")).shape == (3,)
+        assert (a @ torch.ones(3, 2, device="cuda")).shape == (3, 2)
+    assert sorted(k.split(" (")[0] for k in cap.unmeasured) == [
+        "cuSPARSE SpMM's buffer",
+        "cuSPARSE SpMV's buffer",
+    ]

@@ -1276,7 +1276,7 @@ class Capture:
         elif torch.is_inference_mode_enabled():
             _NOT_COMPOSITE.add(func)
         ours = registered_in((args, kwargs))
-        if any(a.layout is torch.sparse_coo for a in ours):
+        if any(a.layout is torch.sparse_coo or a.layout is torch.sparse_csr for a in ours):
             return _sparse.fallback(self, func, args, kwargs)
         factory = False
         if ours and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
@@ -1532,7 +1532,7 @@ class Capture:
                     or not registered(t)
                 ):
                     continue
-                if t.layout is torch.sparse_coo:
+                if t.layout is torch.sparse_coo or t.layout is torch.sparse_csr:
                     self._categorize(_sparse.parts(t), category)
                     continue
                 h = self.handle_of(t)

@@ -1,4 +1,4 @@
-"""Sparse COO tensors on the simulated device.
+"""Sparse COO and CSR tensors on the simulated device.
 
 A simulated sparse COO tensor is PyTorch's own `SparseMeta` tensor whose indices and values are
 simulated dense tensors (`_tensor.registered` reads it as simulated where its values are). Its
@@ -11,8 +11,13 @@ tensor, dense + sparse and sparse + sparse `add`, `clone`, `transpose`, the spar
 autograd engine's `AccumulateGrad` of a sparse gradient (`nn.Embedding(sparse=True)`,
 `torch.optim.SparseAdam`). Checked against the H200's memory histories of `validation/run/blind16/
 p04`, `blind32/af06` and of each op at several sizes (`fixtures/run/sparse/`,
-`fixtures/run/linalg_sparse/`). Any other op on a sparse tensor runs its `SparseMeta` kernel
-where PyTorch has one (named unmeasured) and stops the program with a clear error where not.
+`fixtures/run/linalg_sparse/`). Sparse CSR tensors are PyTorch's `SparseCsrMeta` tensors over
+simulated crow indices, column indices and values: `to_sparse_csr` of a COO matrix and a CSR
+matrix times a dense vector (`mv`, cuSPARSE SpMV) or matrix (`mm`, cuSPARSE SpMM) allocate what
+their CUDA kernels allocate, checked against blind89/ck06's H200 history
+(`fixtures/run/sparse/csr_ck06_h200.json`). Any other op on a sparse tensor runs its `SparseMeta`
+(`SparseCsrMeta`) kernel where PyTorch has one (named unmeasured) and stops the program with a
+clear error where not.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ aten = torch.ops.aten
 
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 _COO = torch.sparse_coo
+_CSR = torch.sparse_csr
 
 #: op -> handler(cap, func, args, kwargs), or NotImplemented to take the dense path
 OPS: dict = {}
@@ -37,9 +43,16 @@ def _sparse(t) -> bool:
     return isinstance(t, torch.Tensor) and t.layout is _COO
 
 
+def _csr(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout is _CSR
+
+
 def parts(t):
-    """A sparse COO tensor's indices and values (outside the capture's dispatch)."""
+    """A sparse COO tensor's indices and values; a CSR tensor's crow indices, column indices and
+    values (outside the capture's dispatch)."""
     with _NO_DISPATCH():
+        if t.layout is _CSR:
+            return t.crow_indices(), t.col_indices(), t.values()
         return t._indices(), t._values()
 
 
@@ -105,23 +118,28 @@ def fallback(cap, func, args, kwargs):
             out = func(*args, **_meta_kwargs(kwargs))
     except (NotImplementedError, RuntimeError) as e:
         raise NotImplementedError(
-            f"vramscope: {name} of a sparse COO CUDA tensor has no rule in the twin and no meta "
-            f"kernel in PyTorch ({str(e).splitlines()[0]})"
+            f"vramscope: {name} of a sparse {_layout_name(args, kwargs)} CUDA tensor has no rule in "
+            f"the twin and no meta kernel in PyTorch ({str(e).splitlines()[0]})"
         ) from None
     cap.ops += 1
     for o in tensors_in(out):
         _adopt(cap, o, name)
         if _sparse(o):
             o._vs_indices = None  # not known past an op without a rule
-    cap.note_unmeasured(f"{name} (sparse COO)")
+    cap.note_unmeasured(f"{name} (sparse {_layout_name(args, kwargs)})")
     return out
+
+
+def _layout_name(args, kwargs) -> str:
+    """COO or CSR: the sparse layout among an op's operands (COO where both are)."""
+    return "COO" if any(_sparse(t) for t in tensors_in((args, kwargs))) else "CSR"
 
 
 def _adopt(cap, t, op: str) -> None:
     """Allocate the storages of a meta result the twin has not seen (a sparse tensor's parts)."""
     if not _tensor_is_meta(t):
         return
-    for p in parts(t) if _sparse(t) else (t,):
+    for p in parts(t) if _sparse(t) or _csr(t) else (t,):
         cap.track(p, op)
         set_value(p, None)
 
@@ -151,9 +169,10 @@ OPS[aten._sparse_coo_tensor_with_dims_and_tensors.default] = _construct
 
 
 def _metadata(cap, func, args, kwargs):
-    """Metadata and aliases of a sparse tensor (`_indices`, `_values`, `_nnz`, `detach`, ...)."""
+    """Metadata and aliases of a sparse tensor (`_indices`, `_values`, `_nnz`, `detach`, ...; a
+    CSR tensor's `crow_indices`, `col_indices`, `values`, ...)."""
     t = args[0] if args else None
-    if not (_sparse(t) and registered(t)):
+    if not ((_sparse(t) or _csr(t)) and registered(t)):
         return NotImplemented
     with _NO_DISPATCH():
         out = func(*args, **kwargs)
@@ -182,6 +201,8 @@ for _f in (
     aten._coalesced_.default,
     aten.detach.default,
     aten.alias.default,
+    aten.crow_indices.default,
+    aten.col_indices.default,
 ):
     OPS[_f] = _metadata
 
@@ -578,8 +599,11 @@ OPS[aten._sparse_addmm.default] = _sparse_addmm
 def _mm(cap, func, args, kwargs):
     """`mm(S, D)` of a sparse COO matrix (`_sparse_mm`, SparseTensorMath.cpp): `zeros` of the
     result's shape (m x n in D's dtype), `_sparse_addmm` into a new result, then the zeros die. The
-    backward of `torch.sparse.mm` takes it for D's gradient (`mm_mat2_backward`: `S.t().mm(grad)`)."""
+    backward of `torch.sparse.mm` takes it for D's gradient (`mm_mat2_backward`: `S.t().mm(grad)`).
+    A CSR matrix's product: `_csr_mm`."""
     s, d = args[0], args[1]
+    if _csr_operand(s) and _dense_operand(d):
+        return _csr_mm(cap, s, d)
     if not (_sparse_operand(s) and _dense_operand(d)):
         return NotImplemented
     cap.ops += 1
@@ -590,3 +614,138 @@ def _mm(cap, func, args, kwargs):
 
 
 OPS[aten.mm.default] = _mm
+
+
+# ---- sparse CSR matrices ----------------------------------------------------------------------
+
+
+def _to_sparse_csr(cap, func, args, kwargs):
+    """`coo_to_sparse_csr` (TensorConversions.cpp): `coalesce` (itself where coalesced), the crow
+    indices from the first index row (`_convert_indices_from_coo_to_csr`: rows + 1 of the
+    indices' dtype, no scratch), the column indices the second index row made contiguous (a view
+    of the indices' storage where the row is contiguous), the values the coalesced values. The
+    H200's blind89/ck06 allocates the crow indices alone (fixtures/run/sparse/csr_ck06_h200.json)."""
+    t = args[0]
+    dense_dim = kwargs.get("dense_dim", args[1] if len(args) > 1 else None)
+    if not (_sparse(t) and registered(t)) or dense_dim is not None or t.sparse_dim() != 2 or t.dense_dim():
+        return NotImplemented
+    cap.ops += 1
+    c = t if t.is_coalesced() else _coalesce(cap, aten._coalesce.default, (t,), {})
+    indices, values = parts(c)
+    op = "aten::_to_sparse_csr"
+    crow = _empty(cap, (t.shape[0] + 1,), indices.dtype, op)
+    set_value(crow, None)
+    with _NO_DISPATCH():
+        col = indices[1]
+    if not col.is_contiguous():
+        col = _empty(cap, col.shape, col.dtype, op)
+    set_value(col, None)
+    with _NO_DISPATCH():
+        return aten._sparse_csr_tensor_unsafe(
+            crow, col, values, list(t.shape), dtype=values.dtype, layout=_CSR, device=torch.device("meta")
+        )
+
+
+OPS[aten._to_sparse_csr.default] = _to_sparse_csr
+
+
+#: `cusparseSpMV_bufferSize` (CSR, `CUSPARSE_SPMV_ALG_DEFAULT`) as `addmv_out_sparse_csr` allocates
+#: it, by (rows, columns, entries, values' dtype, indices' dtype): the H200's bytes where measured
+#: (blind89/ck06's 300 products, fixtures/run/sparse/csr_ck06_h200.json); cuSPARSE documents no
+#: formula
+SPMV_BUFFER = {(2_250_000, 2_250_000, 11_244_000, torch.float64, torch.int64): 29_303}
+
+#: `cusparseSpMM_bufferSize` (CSR, `CUSPARSE_SPMM_CSR_ALG2`) as SparseBlasImpl.cpp's `spmm`
+#: allocates it, by (rows, columns, entries, dense columns, values' dtype, indices' dtype, whether
+#: the dense operand is passed transposed): the H200's bytes where measured (blind89/ck06's 200
+#: products, fixtures/run/sparse/csr_ck06_h200.json)
+SPMM_BUFFER = {(2_250_000, 2_250_000, 11_244_000, 8, torch.float64, torch.int64, False): 3_748_007}
+
+
+def _csr_buffer(cap, table: dict, key: tuple, op: str, what: str) -> None:
+    """cuSPARSE's buffer from the caching allocator for `op`, allocated and freed, where `table`
+    has the problem's bytes; else `what` is named unmeasured."""
+    nbytes = table.get(key)
+    if nbytes is None:
+        cap.note_unmeasured(what)
+        return
+    buffer = cap.malloc(nbytes, op, "workspace")
+    del buffer
+
+
+def _blas_row_major(t) -> bool:
+    """`is_blas_compatible_row_major_order` (LinearAlgebraUtils.h) of a matrix."""
+    return t.stride(1) == 1 and t.stride(0) >= max(1, t.shape[1])
+
+
+def _blas_column_major(t) -> bool:
+    """`is_blas_compatible_column_major_order` (LinearAlgebraUtils.h) of a matrix."""
+    return t.stride(0) == 1 and t.stride(1) >= max(1, t.shape[0])
+
+
+def _csr_operand(x) -> bool:
+    return _csr(x) and registered(x) and x.dim() == 2
+
+
+def _csr_mv(cap, func, args, kwargs):
+    """`mv(A, x)` of a CSR matrix (Blas.cpp's `mv`: `empty` of the rows in x's options, then
+    `addmv_` into it): `addmv_out_sparse_compressed_cuda` with beta 0 copies nothing; no entries
+    zero the result; else SparseBlasImpl.cpp's `addmv_out_sparse_csr`: x's contiguous clone where
+    it is not non-overlapping and dense, cuSPARSE SpMV's buffer (allocated and freed), then the
+    clone dies. The H200's order (blind89/ck06)."""
+    a, x = args[0], args[1]
+    if not (_csr_operand(a) and registered(x) and not _sparse(x) and x.dim() == 1):
+        return NotImplemented
+    cap.ops += 1
+    m, k = a.shape
+    r = _empty(cap, (m,), x.dtype, "aten::mv")
+    set_value(r, None)
+    crow, _col, values = parts(a)
+    nnz = values.shape[0]
+    if nnz == 0:
+        return r
+    from ._tensor import non_overlapping_and_dense
+
+    x_copy = None
+    if not non_overlapping_and_dense(x):
+        x_copy = cap.malloc(x.numel() * x.element_size(), "aten::clone", "temporary")
+    what = f"cuSPARSE SpMV's buffer ({m} x {k}, {nnz} entries, {values.dtype}, {crow.dtype} indices)"
+    _csr_buffer(cap, SPMV_BUFFER, (m, k, nnz, values.dtype, crow.dtype), "aten::mv", what)
+    del x_copy
+    return r
+
+
+OPS[aten.mv.default] = _csr_mv
+
+
+def _csr_mm(cap, a, d):
+    """`mm(A, D)` of a CSR matrix and a dense one (`_sparse_csr_mm`, SparseCsrTensorMath.cpp):
+    `zeros` of the result's shape, `addmm` of them (`addmm_sparse_compressed_dense`): its result
+    (`resize_output` to m x n, contiguous, taking the zeros' values without an allocation); no
+    entries zero it; else SparseBlasImpl.cpp's `spmm`: D's contiguous clone where it is neither
+    BLAS row- nor column-major, cuSPARSE SpMM's buffer (allocated and freed), the clone dies,
+    then the zeros. The H200's order (blind89/ck06)."""
+    cap.ops += 1
+    m, k = a.shape
+    n = d.shape[1]
+    zeros = _empty(cap, (m, n), d.dtype, "aten::zeros")
+    r = _empty(cap, (m, n), d.dtype, "aten::addmm")
+    set_value(r, None)
+    crow, _col, values = parts(a)
+    nnz = values.shape[0]
+    if nnz and r.numel():
+        d_copy = None
+        row_major = _blas_row_major(d)
+        if not (row_major or _blas_column_major(d)):
+            d_copy = cap.malloc(d.numel() * d.element_size(), "aten::clone", "temporary")
+            row_major = True
+        # the result is row-major: D is passed transposed where it is column-major
+        key = (m, k, nnz, n, values.dtype, crow.dtype, not row_major)
+        what = (
+            f"cuSPARSE SpMM's buffer ({m} x {k}, {nnz} entries, {n} columns, {values.dtype}, "
+            f"{crow.dtype} indices)"
+        )
+        _csr_buffer(cap, SPMM_BUFFER, key, "aten::mm", what)
+        del d_copy
+    del zeros
+    return r

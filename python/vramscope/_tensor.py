@@ -28,6 +28,7 @@ _IS_META = _BASE.is_meta.__get__
 _DEVICE = _BASE.device.__get__
 _IS_CUDA = _BASE.is_cuda.__get__
 _COO = torch.sparse_coo
+_CSR = torch.sparse_csr
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 
 
@@ -38,9 +39,9 @@ def non_overlapping_and_dense(t) -> bool:
     """`TensorImpl::is_non_overlapping_and_dense()`, the flag that the CUDA code reads: c10
     computes it from the sizes and strides (`_compute_non_overlapping_and_dense`,
     c10/core/Contiguity.h: some order of the dimensions of size 2 or more is contiguous), read
-    here through its ATen op. False for a sparse COO tensor."""
+    here through its ATen op. False for a sparse COO or CSR tensor."""
     with _NO_TF():
-        if t.layout is _COO:
+        if t.layout is _COO or t.layout is _CSR:
             return False
         with _NO_DISPATCH():
             return _DENSE(t)
@@ -91,6 +92,10 @@ def registered(t) -> bool:
                 # a sparse COO tensor (`_sparse`): simulated where its values are
                 with _NO_DISPATCH():
                     return t._values().untyped_storage()._cdata in _registry
+            if t.layout is _CSR:
+                # a sparse CSR tensor (`_sparse`): likewise
+                with _NO_DISPATCH():
+                    return t.values().untyped_storage()._cdata in _registry
             # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
             # tensor it wraps reach the capture unwrapped
             return False
@@ -255,7 +260,7 @@ def registered_in(tree) -> list:
                         if x.untyped_storage()._cdata in registry:
                             found.append(x)
                     except NotImplementedError:
-                        if registered(x):  # sparse COO, a functorch wrapper: as `registered` decides
+                        if registered(x):  # sparse COO or CSR, a functorch wrapper: as `registered` decides
                             found.append(x)
             elif isinstance(x, (list, tuple)):
                 stack.extend(reversed(x))
