@@ -1221,6 +1221,22 @@ def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
     assert list(cap.unmeasured) == ["vs_test2::opaque (outside ATen: outputs from its fake kernel)"]
 
 
+def test_a_functional_stand_ins_argument_temporaries_die_left_to_right():
+    # blind91/cm06's H200 history: `F.linear(x, qw.rsample(), qb.rsample())` frees the sampled
+    # weight, then the bias, as CPython's caller of the builtin does; the twin's `*args` stand-in
+    # freed them right to left
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(1024, 784, device="cuda")
+        w, b = torch.empty(1200, 784, device="cuda"), torch.empty(1200, device="cuda")
+        torch.cuda.memory._record_memory_history(max_entries=1000)
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        torch.nn.functional.linear(x, w * 2, b * 2)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        torch.cuda.memory._record_memory_history(enabled=None)
+    frees = [e["size"] for e in trace if e["action"] == "free_requested"]
+    assert frees == [1200 * 784 * 4, 1200 * 4, 1024 * 1200 * 4]
+
+
 def test_aten_linear_under_inference_mode_folds_a_transposed_input_as_matmul_does():
     # blind54/bb04 (a torch.export'ed MLP-Mixer): the graph calls aten.linear on a transposed
     # input under inference_mode; the H200 copies the input contiguous (matmul's fold, taken because

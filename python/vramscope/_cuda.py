@@ -503,11 +503,21 @@ def _traced_as_pytorch(stand_in, original):
     def run(*args, **kwargs):
         if torch.compiler.is_dynamo_compiling():
             return original(*args, **kwargs)
+        # the arguments die left to right, positional then keyword, as CPython's caller of the
+        # builtin frees them once it returns (ceval's CALL); the `*args` tuple would free them
+        # right to left (blind91/cm06: `F.linear(x, qw.rsample(), qb.rsample())` frees its sampled
+        # weight before its bias on the H200)
+        args = list(args)
         try:
             return stand_in(*args, **kwargs)
         except torch.OutOfMemoryError as e:
             # the stand-in is C++ on the GPU, whose temporaries (autocast's casts) die as it unwinds
             raise e.with_traceback(None) from None
+        finally:
+            for i in range(len(args)):
+                args[i] = None
+            for k in kwargs:
+                kwargs[k] = None
 
     run.__name__ = original.__name__
     return _scripted_as(run, original)
