@@ -602,6 +602,17 @@ def test_torch_compile_backward_of_unbind_compiles():
         assert lin.weight.grad.shape == (96, 32)
 
 
+def test_torch_compile_takes_a_view_as_input():
+    # `model(data[:, :-1])`: dynamo fakes a view input from its base, then labels it with the
+    # described tensor's device (`r.fake_device = t.device`, meta_utils.py), cuda:0 for a simulated
+    # tensor, beside parameters traced on the host: "found two different devices" (blind96/cr05)
+    with vramscope.capture():
+        emb = torch.nn.Embedding(256, 64).cuda()
+        data = torch.randint(0, 256, (4, 17), device="cuda")
+        out = torch.compile(emb)(data[:, :-1])
+        assert out.shape == (4, 16, 64) and out.device.type == "cuda"
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

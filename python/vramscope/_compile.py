@@ -54,6 +54,24 @@ def _fake_new(original):
     return staticmethod(new)
 
 
+def _meta_tensor(original):
+    """`MetaConverter.meta_tensor` that leaves a view's fake tensor on the host while tracing: a view
+    takes the described tensor's device after its base (`r.fake_device = t.device`, meta_utils.py),
+    which reads `cuda:0` for a simulated tensor where `_fake_new` put the base on the host."""
+
+    def meta_tensor(self, t, *args, **kwargs):
+        r = original(self, t, *args, **kwargs)
+        if (
+            TRACING[0]
+            and isinstance(r, torch._subclasses.fake_tensor.FakeTensor)
+            and r.fake_device.type == "cuda"
+        ):
+            r.fake_device = _HOST
+        return r
+
+    return meta_tensor
+
+
 def _to_cuda(fake_mode, t):
     """A fake CUDA tensor with `t`'s sizes, strides, offset and dtype (`t` itself where it is not
     a fake tensor on the host)."""
@@ -368,7 +386,7 @@ def patch(p, cap) -> None:
     import torch.utils._triton as triton_utils
     from torch._dynamo import utils as dynamo_utils
     from torch._dynamo.device_interface import CudaInterface
-    from torch._subclasses import fake_tensor
+    from torch._subclasses import fake_tensor, meta_utils
 
     # for the process's life: dynamo's compiled code outlives the capture
     hook = dynamo_utils.CleanupHook
@@ -379,6 +397,7 @@ def patch(p, cap) -> None:
     p.set(functorch_config, "enable_autograd_cache", False)
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
+    p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
     # `init_gpu_context` makes a real CUDA tensor for a fake one's first use
     p.set(fake_tensor, "init_gpu_context", lambda device: None)
 
