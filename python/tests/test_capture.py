@@ -379,6 +379,33 @@ def test_served_meta_results_keep_views_and_fresh_tensors_apart():
             assert v.untyped_storage()._cdata == c.untyped_storage()._cdata
 
 
+def test_repeat_interleave_sizes_its_result_from_known_repeats():
+    # `repeat_interleave(arange(n), lengths)` (a document index for jagged values): Repeat.h reads the
+    # total back from the cumsum of the repeats; the meta kernel raises without `output_size`
+    # (blind96/cr07). The result is int64 of the total, and carries its values
+    with vramscope.capture():
+        lengths = torch.tensor([3, 0, 2], device="cuda")
+        before = torch.cuda.memory_allocated()
+        doc = torch.repeat_interleave(torch.arange(3, device="cuda"), lengths)
+        assert doc.shape == (5,) and doc.tolist() == [0, 0, 0, 2, 2]
+        assert torch.cuda.memory_allocated() - before == 512  # doc; the arange and indices freed
+
+
+def test_jagged_nested_tensor_trains():
+    # a jagged nested tensor over simulated values is a wrapper made on the meta device, as they
+    # are, and reads as CUDA: made for cuda (its values' device), autograd took a real CUDA stream
+    # for it and aborted for want of a driver (blind96/cr07)
+    with vramscope.capture():
+        lin = torch.nn.Linear(8, 8).cuda()
+        x = torch.randn(8, 8, device="cuda", requires_grad=True)
+        nt = torch.nested.nested_tensor_from_jagged(x, torch.tensor([0, 3, 8], device="cuda"))
+        assert nt.device.type == "cuda" and nt.is_cuda and not nt.is_meta
+        with torch._C.DisableTorchFunction():
+            assert torch._C.TensorBase.device.__get__(nt).type == "meta"
+        lin(nt).values().sum().backward()
+        assert x.grad.shape == (8, 8) and lin.weight.grad.device.type == "cuda"
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")

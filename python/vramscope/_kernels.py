@@ -2398,6 +2398,38 @@ def _nonzero(cap, func, args, kwargs):
 DISPATCH[aten.nonzero.default] = _nonzero
 
 
+def _repeat_interleave(cap, func, args, kwargs):
+    """`repeat_interleave_common` (ATen/native/Repeat.h, torch 2.11's header): `repeats.contiguous()`,
+    its `cumsum(0)`, then, without `output_size`, the total read back from the cumsum's last element and
+    `(repeats >= 0).all()` read back, then the `{total}` result of the repeats' dtype; the copy and the
+    cumsum die at the return. The twin knows the total where the repeats carry their values (document
+    lengths from `offsets.diff()`); without them it leaves the op to the meta kernel, which raises."""
+    repeats, output_size = args[0], kwargs.get("output_size")
+    if len(args) != 1 or not registered(repeats) or repeats.dim() != 1 or repeats.numel() == 0:
+        return NotImplemented
+    v = value(repeats)
+    if output_size is None and (v is None or assumed(repeats)):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        contiguous = repeats.contiguous()
+        cumsum = repeats.cumsum(0)
+        if output_size is None:
+            total = int(v.sum())
+            nonnegative = (repeats >= 0).all()
+            del nonnegative
+        else:
+            total = int(output_size)
+    out = cap.track(torch.empty(total, dtype=repeats.dtype, device="meta"), "aten::repeat_interleave")
+    del cumsum, contiguous
+    if v is not None and output_size is None:
+        set_value(out, torch.repeat_interleave(v))
+    return out
+
+
+DISPATCH[aten.repeat_interleave.Tensor] = _repeat_interleave
+
+
 def _linear(cap, func, args, kwargs):
     """`aten::linear` reaching the capture itself (a graph's call under `inference_mode`, as
     `torch.export`'s modules make it) with an input neither 2-D nor contiguous: Linear.cpp's

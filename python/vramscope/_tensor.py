@@ -187,29 +187,38 @@ class Storage:
                 owner.free(h)
 
 
+def _reads_cuda(t) -> bool:
+    """`is_ours(t)`, or `t` a jagged nested tensor whose values are ours: its wrapper is made on
+    the meta device (`_make_wrapper_subclass` below) and reads as CUDA like them."""
+    if is_ours(t):
+        return True
+    values = getattr(t, "_values", None)
+    return values is not None and _NESTED[0] is not None and type(t) is _NESTED[0] and is_ours(values)
+
+
 def _device(self):
-    if is_ours(self):
+    if _reads_cuda(self):
         return CUDA0
     with _NO_TF():
         return _DEVICE(self)
 
 
 def _is_cuda(self):
-    if is_ours(self):
+    if _reads_cuda(self):
         return True
     with _NO_TF():
         return _IS_CUDA(self)
 
 
 def _is_meta(self):
-    if is_ours(self):
+    if _reads_cuda(self):
         return False
     with _NO_TF():
         return _IS_META(self)
 
 
 def _get_device(self):
-    if is_ours(self):
+    if _reads_cuda(self):
         return 0
     with _NO_TF():
         return _BASE.get_device(self)
@@ -240,6 +249,27 @@ def patch_tensor(p) -> None:
     p.set(torch.Tensor, "is_meta", property(_is_meta))
     p.set(torch.Tensor, "get_device", _get_device)
     p.set(torch.Tensor, "__repr__", _repr)
+    p.set(torch.Tensor, "_make_wrapper_subclass", _make_wrapper_subclass)
+
+
+#: `torch.nested._internal.nested_tensor.NestedTensor` once a jagged nested tensor was made
+_NESTED = [None]
+_MAKE_WRAPPER = torch.Tensor._make_wrapper_subclass
+
+
+@staticmethod
+def _make_wrapper_subclass(cls, *args, **kwargs):
+    """`Tensor._make_wrapper_subclass` that makes a jagged nested tensor over simulated values on the
+    meta device, as they are: `NestedTensor.__new__` passes `values.device`, which reads cuda:0, and
+    a wrapper on a real CUDA device makes autograd take that device's stream (a driver call)."""
+    if cls.__name__ == "NestedTensor" and cls.__module__ == "torch.nested._internal.nested_tensor":
+        _NESTED[0] = cls
+        args = list(args)
+        if len(args) > 6 and torch.device(args[6]).type == "cuda":
+            args[6] = torch.device("meta")
+        elif torch.device(kwargs.get("device", "cpu")).type == "cuda":
+            kwargs["device"] = torch.device("meta")
+    return _MAKE_WRAPPER(cls, *args, **kwargs)
 
 
 def registered_in(tree) -> list:
