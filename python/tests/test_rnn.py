@@ -141,12 +141,15 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
             packed,
         )
         if fitted is not None:
-            assert fitted == {k: p[k] for k in ("workspace", "reserve", "backward_workspace")}
+            # a problem run forward only (blind96/cr01's rollout steps) has no backward measured
+            measured = {k: p[k] for k in ("workspace", "reserve", "backward_workspace") if k in p}
+            assert {k: fitted[k] for k in measured} == measured
             checked += 1
     # ten bidirectional problems (blind58/bf01's 4-layer LSTM encoder added in session 17 and
     # blind73/bu03's fp16 GRU under autocast, both of which the formula answered before their GPU
-    # runs) and 12_lstm_train.py's unidirectional LSTM
-    assert checked == 11
+    # runs), 12_lstm_train.py's unidirectional LSTM and blind96/cr01's two GRU problems (a rollout
+    # step and the update over 64 steps, also answered by the formula before their GPU run)
+    assert checked == 13
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
