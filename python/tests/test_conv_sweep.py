@@ -260,3 +260,23 @@ def test_a_conv1d_composite_in_inference_mode_is_read_as_a_1d_forward_problem(tm
     # the table holds it by its problem without the batch
     line = "forward float16 nchw 0 416,2999 832,416,7 3 0 1 0 1"
     assert any(line in raw and "16:71339024" in raw for raw in TABLE.read_text().splitlines())
+
+
+def test_a_conv_transpose1d_composite_is_read_as_a_transposed_1d_forward_problem(tmp_path):
+    # blind88/cj03 (HF MusicGen's EnCodec decoder under no_grad): the dispatch mode sees
+    # `conv_transpose1d`, whose arguments run (input, weight, bias, stride, padding,
+    # output_padding, groups, dilation). The H200's record of the first upsampling layer: a
+    # transposed (channels-fastest) input copied contiguous (2,023,424 bytes), output 8,126,464
+    # bytes, 37,077,008 requested in 3 allocations.
+    t = lambda sizes, strides: [sizes, strides, "float16", 0, "cuda"]  # noqa: E731
+    args = [t([4, 1024, 247], [1024, 1, 4096]), t([1024, 512, 16], [8192, 16, 1]), t([512], [1]), [8]]
+    rec = {"op": "conv_transpose1d", "args": args, "new": [8126464], "count": 3, "requested": 37077008}
+    gpu, twin = tmp_path / "gpu", tmp_path / "twin"
+    gpu.mkdir()
+    twin.mkdir()
+    (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
+    (twin / "s.jsonl").write_text(json.dumps(rec) + "\n")
+    key = "forward float16 nchw 1 4,1024,247 1024,512,16 8 0 1 0 1"
+    assert conv_table.read(str(gpu), str(twin)) == {key: 37077008 - 8126464 - 2023424}
+    line = "forward float16 nchw 1 1024,247 1024,512,16 8 0 1 0 1"
+    assert any(line in raw and "4:26927120" in raw for raw in TABLE.read_text().splitlines())

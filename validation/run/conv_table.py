@@ -24,6 +24,7 @@ OPS = {
     "convolution": "forward",
     "conv2d": "conv2d",
     "conv1d": "conv1d",
+    "conv_transpose1d": "conv_transpose1d",
     "convolution_backward[0]": "dgrad",
     "convolution_backward[1]": "wgrad",
 }
@@ -108,6 +109,12 @@ def problem(op, args):
         x, w, b, stride, padding, dilation, groups = full[:7]
         args = [x, w, b, stride, padding, dilation, False, [0] * nd, groups]
         op = "forward"
+    if op == "conv_transpose1d":
+        # the composite (input, weight, bias, stride, padding, output_padding, groups, dilation)
+        full = list(args) + [None, [1], [0], [0], 1, [1]][len(args) - 2 :]
+        x, w, b, stride, padding, out_pad, groups, dilation = full[:8]
+        args = [x, w, b, stride, padding, dilation, True, out_pad, groups]
+        op = "forward"
     if op == "forward":
         x, w, _b, stride, padding, dilation, transposed, out_pad, groups = args[:9]
         grad = None
@@ -165,7 +172,9 @@ def _name(r):
 
 def _same_padding(name, r):
     """A conv2d or conv1d record with padding="same" or "valid"."""
-    return name in ("conv2d", "conv1d") and isinstance(r["args"][4] if len(r["args"]) > 4 else None, str)
+    return name in ("conv2d", "conv1d", "conv_transpose1d") and isinstance(
+        r["args"][4] if len(r["args"]) > 4 else None, str
+    )
 
 
 def workspace(name, r):
