@@ -43,6 +43,19 @@ def test_eigh_cholesky_and_their_checks_allocate_what_the_h200counted():
         assert counts == (5, 40000 + 400 + 4 + 2)
 
 
+def test_eigvalsh_and_lu_of_256_rows_allocate_what_the_h200_counted():
+    # blind101/cw02's H200 memory history: eigvalsh of 256 x 256 float32 (values, the vectors'
+    # work copy, the info, syevj's 301,088-byte workspace, check_errors' any() and its bool copy),
+    # then the LU, pivots and info of its solve with getrf's 4,352-byte workspace
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(256, 256, device="cuda")
+        _, counts = counted(lambda: torch.linalg.eigvalsh(a))
+        assert counts == (6, 1024 + 262144 + 4 + 301088 + 1 + 1)
+        _, counts = counted(lambda: torch.linalg.lu_factor_ex(a))
+        assert counts == (4, 262144 + 1024 + 4 + 4352)
+    assert not cap.unmeasured
+
+
 def test_householder_product_allocates_what_the_h200_counted():
     # blind60/bh05's per-op truth: parametrizations.orthogonal's householder_product of 8,192 x
     # 1,024 float32: 3 allocations, 38,863,876 bytes (the result, the info, orgqr's workspace)

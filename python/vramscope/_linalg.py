@@ -36,8 +36,9 @@ from ._tensor import assumed, registered, set_value, tensors_in, value
 aten = torch.ops.aten
 
 #: cuSOLVER device workspaces in bytes by (routine, n, dtype) for one matrix, measured on an H200
-#: (blind21/u04's memory history: `apply_syevj<float>` of 512 x 512, 1,124,416 bytes)
+#: (memory histories of `apply_syevj<float>`: blind21/u04's 512 x 512, blind101/cw02's 256 x 256)
 WORKSPACE = {
+    ("syevj", 256, torch.float32): 301088,
     ("syevj", 512, torch.float32): 1124416,
 }
 
@@ -408,12 +409,13 @@ DISPATCH[aten.cholesky_solve.default] = _cholesky_solve
 # ---- LU: slogdet, lu_factor_ex, lu_solve, solve_triangular -----------------------------
 
 #: `cusolverDn<t>getrf_bufferSize`'s lwork in bytes by (m, n, dtype) for one matrix, as
-#: `at::cuda::solver::getrf` allocates it (CUDASolver.cpp), measured on an H200 (blind48/av01's
-#: memory history: float32 of 12, 48 and 192 rows)
+#: `at::cuda::solver::getrf` allocates it (CUDASolver.cpp), measured on an H200 (memory histories:
+#: blind48/av01's float32 of 12, 48 and 192 rows, blind101/cw02's of 256)
 GETRF_WORKSPACE = {
     (12, 12, torch.float32): 768,
     (48, 48, torch.float32): 1280,
     (192, 192, torch.float32): 3840,
+    (256, 256, torch.float32): 4352,
 }
 
 
