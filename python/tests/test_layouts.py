@@ -759,3 +759,23 @@ def test_conv_double_backward_makes_its_gradient_contiguous_for_the_input_term_i
     gi = [(xs, ws) for op, x, xs, w, ws, _ in seen if op == "forward" and x == (4, 8, 8, 8)]
     assert gi == [((512, 64, 8, 1), (27, 9, 3, 1))]
     assert held is None
+
+
+def test_an_unmeasured_convolution_takes_the_nearest_measured_workspace_issue_31():
+    # the table holds this Conv1d's forward at batch 128 only (16,515,088 bytes); at batch 127 it
+    # is unmeasured and takes 127/128 of them (ops/conv.rs `cudnn_conv_nearest_workspace`),
+    # named as an estimate
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(127, 128, 249, device="cuda")
+        w = torch.empty(128, 128, 3, device="cuda")
+        before = torch.cuda.memory_stats()["requested_bytes.all.current"]
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.nn.functional.conv1d(x, w)
+        peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before
+        assert peak == y.untyped_storage().nbytes() + 16_386_064
+        del y
+    assert cap.report()["unmeasured"] == [
+        "cuDNN's forward workspace of input (127, 128, 249) by weight (128, 128, 3) (float32, "
+        "stride (1,), padding (0,), groups 1): estimated as 16386064 bytes from the measured "
+        "input (128, 128, 249)"
+    ]

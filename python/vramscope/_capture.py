@@ -1099,13 +1099,15 @@ class Capture:
         sys.stdout.flush()
         print(f"vramscope: warning: {message}", file=sys.stderr)
 
-    def note_unmeasured(self, what: str) -> None:
-        """An op the twin has no rule for: sizes from its meta kernel only."""
+    def note_unmeasured(self, what: str, warning: str | None = None) -> None:
+        """An op the twin has no rule for: sizes from its meta kernel only (or, with `warning`,
+        what the twin took instead)."""
         if what not in self.unmeasured:
             self.unmeasured[what] = 0
             self.warn_once(
                 "unmeasured:" + what,
-                f"{what} has no rule in the twin: its outputs are counted, "
+                warning
+                or f"{what} has no rule in the twin: its outputs are counted, "
                 "any scratch memory inside it is not",
             )
         self.unmeasured[what] += 1

@@ -1796,26 +1796,26 @@ def _conv_workspace(cap, op, conv) -> None:
         _benchmark_first_call(cap, op, name, conv)
     # the plan is built before its workspace is known: cuDNN's engines load
     cap.device.cudnn_plan()
-    nbytes = cap.device.conv_workspace(
-        op,
-        name,
-        list(x.shape),
-        list(w.shape),
-        stride,
-        padding,
-        dilation,
-        groups,
-        transposed=transposed,
-        output_padding=out_pad,
-        channels_last=cl,
-    )
+    problem = (op, name, list(x.shape), list(w.shape), stride, padding, dilation, groups)
+    layout = {"transposed": transposed, "output_padding": out_pad, "channels_last": cl}
+    nbytes = cap.device.conv_workspace(*problem, **layout)
     if nbytes is None:
-        cap.note_unmeasured(
+        what = (
             f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
             f"by weight {tuple(w.shape)} ({name}, {'channels-last, ' if cl else ''}stride {tuple(stride)}, "
             f"padding {tuple(padding)}, groups {groups})"
         )
-        return
+        # not measured: the nearest measured problem's bytes, scaled (`ops/conv.rs`)
+        nearest = cap.device.conv_workspace_nearest(*problem, **layout)
+        if nearest is None:
+            cap.note_unmeasured(what)
+            return
+        nbytes, neighbour = nearest
+        estimate = f"estimated as {nbytes} bytes from the measured input {tuple(neighbour)}"
+        cap.note_unmeasured(
+            f"{what}: {estimate}",
+            f"{what} was not measured: {estimate} (the nearest measured problem, scaled by batch and size)",
+        )
     if nbytes:
         ws = cap.malloc(nbytes, "aten::cudnn_convolution", "workspace")
         del ws

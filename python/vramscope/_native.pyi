@@ -100,6 +100,23 @@ class Device:
         """The workspace of cuDNN's plan for a convolution ("forward", "dgrad" or
         "wgrad") as aten's convolution received it, from the measured tables;
         None where the problem was not measured. Allocates nothing."""
+    def conv_workspace_nearest(
+        self,
+        op: str,
+        dtype: str,
+        input: Sequence[int],
+        weight: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        groups: int,
+        transposed: bool = False,
+        output_padding: Sequence[int] | None = None,
+        channels_last: bool = False,
+    ) -> tuple[int, list[int]] | None:
+        """For a problem conv_workspace has no bytes for: the nearest measured
+        problem's bytes scaled by batch and spatial size, and that problem's input
+        sizes; None where none of its kind was measured. Allocates nothing."""
     def memory_stats(self) -> dict[str, int]:
         """torch.cuda.memory_stats(): every key PyTorch 2.11 reports."""
     def memory_summary(self, abbreviated: bool = False) -> str: ...

@@ -59,7 +59,8 @@ pub use error::{EngineError, Result};
 pub use gpus::{gpu, GpuSpec, Grade, Grades, Provenance, SdpaSupport, GPUS};
 pub use ops::attention::{cudnn_fwd_workspace, CudnnFwdShape, SdpaArgs, SdpaBackend};
 pub use ops::conv::{
-    cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs, ConvOp, ConvProblem,
+    cudnn_conv_nearest_workspace, cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs,
+    ConvOp, ConvProblem, NearestConv,
 };
 pub use ops::nn::{SegmentBuffer, SegmentProblem};
 pub use ops::reduce::ReduceScratch;

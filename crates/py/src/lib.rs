@@ -22,8 +22,8 @@ use vramscope_alloc::{AllocatorConfig, ConfigErrorKind};
 use vramscope_engine::autocast::{CastPolicy, CUDA_POLICIES};
 use vramscope_engine::plans::PlanStep;
 use vramscope_engine::{
-    cudnn_conv_problem_workspace, Category, ConvOp, ConvProblem, DType, DeviceProfile, EngineError,
-    Runtime, RuntimeConfig, RuntimeSink, ScratchRule,
+    cudnn_conv_nearest_workspace, cudnn_conv_problem_workspace, Category, ConvOp, ConvProblem,
+    DType, DeviceProfile, EngineError, Runtime, RuntimeConfig, RuntimeSink, ScratchRule,
 };
 use vramscope_events::{Event, HostThread, Sink, Site, UnknownCategory};
 
@@ -40,6 +40,44 @@ create_exception!(
 /// profiles of [`vramscope_engine::GPUS`]) or its device name.
 pub fn profile_of(gpu: &str) -> Option<DeviceProfile> {
     vramscope_engine::gpu(gpu).map(|g| g.profile())
+}
+
+/// A convolution's operation graph by the name the package uses.
+fn conv_op(op: &str) -> PyResult<ConvOp> {
+    match op {
+        "forward" => Ok(ConvOp::Forward),
+        "dgrad" => Ok(ConvOp::BackwardData),
+        "wgrad" => Ok(ConvOp::BackwardFilter),
+        other => Err(PyValueError::new_err(format!(
+            "unknown convolution op {other:?}; expected forward, dgrad or wgrad"
+        ))),
+    }
+}
+
+/// A [`ConvProblem`] from the package's arguments: `sizes` are the input,
+/// weight, stride, padding, dilation and output padding.
+fn conv_problem<'a>(
+    op: &str,
+    dtype: &str,
+    sizes: &'a [Vec<i64>; 6],
+    groups: i64,
+    transposed: bool,
+    channels_last: bool,
+) -> PyResult<ConvProblem<'a>> {
+    let [input, weight, stride, padding, dilation, output_padding] = sizes;
+    Ok(ConvProblem {
+        op: conv_op(op)?,
+        dtype: dtype_of(dtype)?,
+        channels_last,
+        transposed,
+        input,
+        weight,
+        stride,
+        padding,
+        dilation,
+        output_padding,
+        groups,
+    })
 }
 
 /// A PyTorch dtype name (`"bfloat16"`, `"float32"`, ...) as the twin's.
@@ -441,33 +479,42 @@ impl Device {
         output_padding: Option<Vec<i64>>,
         channels_last: bool,
     ) -> PyResult<Option<u64>> {
-        let op = match op {
-            "forward" => ConvOp::Forward,
-            "dgrad" => ConvOp::BackwardData,
-            "wgrad" => ConvOp::BackwardFilter,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown convolution op {other:?}; expected forward, dgrad or wgrad"
-                )))
-            }
-        };
         let output_padding = output_padding.unwrap_or_else(|| vec![0; stride.len()]);
+        let sizes = [input, weight, stride, padding, dilation, output_padding];
+        let problem = conv_problem(op, dtype, &sizes, groups, transposed, channels_last)?;
         Ok(cudnn_conv_problem_workspace(
             &self.p.runtime().profile(),
-            &ConvProblem {
-                op,
-                dtype: dtype_of(dtype)?,
-                channels_last,
-                transposed,
-                input: &input,
-                weight: &weight,
-                stride: &stride,
-                padding: &padding,
-                dilation: &dilation,
-                output_padding: &output_padding,
-                groups,
-            },
+            &problem,
         ))
+    }
+
+    /// For a convolution `conv_workspace` has no bytes for, the estimate
+    /// from the nearest measured problem (`ops/conv.rs`,
+    /// `cudnn_conv_nearest_workspace`): `(bytes, the neighbour's input
+    /// sizes)`, or None where no problem of its kind was measured.
+    #[pyo3(signature = (op, dtype, input, weight, stride, padding, dilation, groups, transposed=false, output_padding=None, channels_last=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv_workspace_nearest(
+        &self,
+        op: &str,
+        dtype: &str,
+        input: Vec<i64>,
+        weight: Vec<i64>,
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        groups: i64,
+        transposed: bool,
+        output_padding: Option<Vec<i64>>,
+        channels_last: bool,
+    ) -> PyResult<Option<(u64, Vec<i64>)>> {
+        let output_padding = output_padding.unwrap_or_else(|| vec![0; stride.len()]);
+        let sizes = [input, weight, stride, padding, dilation, output_padding];
+        let problem = conv_problem(op, dtype, &sizes, groups, transposed, channels_last)?;
+        Ok(
+            cudnn_conv_nearest_workspace(&self.p.runtime().profile(), &problem)
+                .map(|n| (n.bytes, n.input)),
+        )
     }
 
     /// What `embedding_dense_backward` allocates on the GPU, as the eager
