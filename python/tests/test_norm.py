@@ -252,3 +252,21 @@ def test_cudnn_batch_norm_runs_on_and_saves_a_contiguous_copy_of_a_transposed_in
         # the copy (saved for backward), the contiguous output, save_mean and save_invstd
         assert torch.cuda.memory_allocated() - base == 2 * x.numel() * 4 + 2 * 512
         assert y.is_contiguous()
+
+
+def test_rms_norm_with_weight_of_another_dtype_runs_the_composite():
+    # blind99/cu05's H200 per-op truth: rms_norm of a (32, 256, 12, 64) bf16 input (a strided view,
+    # as a q/k norm under bf16 autocast sees it) with an fp32 weight takes rms_norm_composite: the
+    # fp32 upcast, pow, mean, rsqrt, the two fp32 muls and the bf16 result, 7 allocations of
+    # 114,032,640 bytes, of which the bf16 result stays
+    with vramscope.capture():
+        qkv = torch.empty(32, 256, 3, 12, 64, device="cuda", dtype=torch.bfloat16)
+        x = qkv[:, :, 0]
+        w = torch.ones(64, device="cuda")
+        before = torch.cuda.memory_stats()
+        with torch.inference_mode():
+            y = torch.nn.functional.rms_norm(x, [64], w)
+        after = torch.cuda.memory_stats()
+        assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 7
+        assert after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] == 114_032_640
+        assert y.dtype == torch.bfloat16 and y.shape == x.shape

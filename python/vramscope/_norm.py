@@ -537,11 +537,17 @@ class _FusedRMSNorm(torch.autograd.Function):
 
 
 def _rms_norm(cap, func, args, kwargs):
-    """`torch.rms_norm` / `F.rms_norm` of a simulated tensor: the fused CUDA kernel."""
+    """`torch.rms_norm` / `F.rms_norm` of a simulated tensor: the fused CUDA kernel where the weight
+    is absent or of the input's dtype; else `rms_norm_symint` (layer_norm.cpp) warns "Mismatch dtype
+    between input and weight" and runs `rms_norm_composite` (the input upcast, pow, mean, rsqrt and
+    muls), the decomposition the meta tensors take too (blind99/cu05's H200 per-op truth: a bf16
+    input under autocast with an fp32 weight, 7 allocations)."""
     names = ("input", "normalized_shape", "weight", "eps")
     a = dict(zip(names, args, strict=False)) | kwargs
     x, weight = a.get("input"), a.get("weight")
     if not registered(x) or (weight is not None and not registered(weight)) or set(a) - set(names):
+        return NotImplemented
+    if weight is not None and weight.dtype != x.dtype:
         return NotImplemented
     shape = a.get("normalized_shape")
     shape = [shape] if isinstance(shape, int) else list(shape)
