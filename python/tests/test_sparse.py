@@ -277,3 +277,64 @@ def test_csr_products_outside_the_measured_problem_name_the_buffer_unmeasured():
         "cuSPARSE SpMM's buffer",
         "cuSPARSE SpMV's buffer",
     ]
+
+
+CSC = json.loads((FIXTURES / "run" / "sparse" / "csr_cu03_h200.json").read_text())
+
+
+def test_csc_product_flips_to_csr_then_multiplies_as_on_the_h200():
+    # blind99/cu03's memory history: LightGCN's 100,000 x 100,000 adjacency (2,996,202 entries,
+    # float32, int64 indices) by 64-wide embeddings; the backward multiplies by its transpose, a
+    # CSC matrix, which `_sparse_csr_mm` converts to CSR (`sparse_compressed_to_flipped`) first
+    n, nnz, w = 100_000, 2_996_202, 64
+    assert CSC["mm_csc"]["same"] == CSC["mm_csc"]["calls"] == 6
+    assert CSC["mm"]["same"] == CSC["mm"]["calls"] == 9
+    events = {
+        k: [("alloc" if a == "alloc" else "free_requested", s) for a, s in v["events"]]
+        for k, v in CSC.items()
+    }
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.empty(2, nnz, dtype=torch.long, device="cuda")
+        coo = torch.sparse_coo_tensor(idx, torch.empty(nnz, device="cuda"), (n, n), is_coalesced=True)
+        a = coo.to_sparse_csr()
+        x = torch.empty(n, w, device="cuda")
+        y, got = _history(lambda: a @ x)
+        assert y.shape == (n, w) and got == events["mm"]
+        del y
+        at = a.t()
+        assert at.layout is torch.sparse_csc and at.is_cuda
+        y, got = _history(lambda: at @ x)
+        assert y.shape == (n, w) and got == events["mm_csc"]
+        assert not cap.unmeasured
+
+
+def test_csr_product_backward_runs_its_transpose_product():
+    # `mm_mat2_backward` of a CSR matrix: `A.t().mm(grad)`, a CSC product (it stopped the twin:
+    # a CSC tensor has no storage to adopt)
+    with vramscope.capture(gpu="h200"):
+        idx = torch.tensor([[0, 0, 1, 2], [0, 2, 1, 0]])
+        a = torch.sparse_coo_tensor(idx.cuda(), torch.ones(4, device="cuda"), (3, 3)).to_sparse_csr()
+        x = torch.ones(3, 2, device="cuda", requires_grad=True)
+        (a @ x).sum().backward()
+        assert x.grad.shape == (3, 2) and x.grad.is_cuda
+
+
+def test_concatenated_host_indices_carry_their_values_into_coalesce():
+    # blind99/cu03: an edge list copied from the host, concatenated with its reverse and stacked
+    # into COO indices; `coalesce` dedups the GPU's count of distinct pairs (2,996,202 of
+    # 3,000,000 there), not every entry. Past `VALUE_LIMIT` elements only the rule for values
+    # carried at size keeps them through `cat` and `stack`.
+    g = torch.Generator().manual_seed(0)
+    n, users, items = 40_000, 3_000, 2_000
+    u = torch.randint(0, users, (n,), generator=g)
+    i = (u * 7 + torch.randint(0, 50, (n,), generator=g)) % items
+    size = (users + items, users + items)
+    with vramscope.capture(gpu="h200") as cap:
+        rows = torch.cat([u.cuda(), i.cuda() + users])
+        cols = torch.cat([i.cuda() + users, u.cuda()])
+        s = torch.sparse_coo_tensor(torch.stack([rows, cols]), torch.ones(2 * n, device="cuda"), size)
+        c = s.coalesce()
+        host = torch.stack([torch.cat([u, i + users]), torch.cat([i + users, u])])
+        expected = torch.sparse_coo_tensor(host, torch.ones(2 * n), size).coalesce()
+        assert c._nnz() == expected._nnz() < 2 * n
+        assert not any(k.startswith("coalesce:") for k in cap.warned)

@@ -710,6 +710,9 @@ def _values_at_any_size(func, outs, ours) -> bool:
 
 #: ops that choose along a dimension (an MoE router's experts): their choice over values the
 #: twin does not carry is spread (`_spread_choices`)
+#: ops whose result copies its inputs' values: carried at size as pointwise results are
+_DENSE_COPIES = {aten._to_copy.default, aten.cat.default, aten.stack.default}
+
 _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
 #: the widest dimension a choice is spread over (a router's experts; a vocabulary is wider)
 SPREAD_LIMIT = 256
@@ -1278,7 +1281,7 @@ class Capture:
         elif torch.is_inference_mode_enabled():
             _NOT_COMPOSITE.add(func)
         ours = registered_in((args, kwargs))
-        if any(a.layout is torch.sparse_coo or a.layout is torch.sparse_csr for a in ours):
+        if any(a.layout in _sparse.LAYOUTS for a in ours):
             return _sparse.fallback(self, func, args, kwargs)
         factory = False
         if ours and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
@@ -1450,10 +1453,10 @@ class Capture:
         """The values of a pointwise op's result of up to `_tensor.DENSE_LIMIT` elements whose inputs'
         values are all known (none computed over stand-in zeros): a boolean mask built from
         `meshgrid` of `arange` (blind88/cj04's obstacle, whose count sizes `f[:, obstacle]`).
+        `cat` and `stack` of such tensors too: they copy the values (blind99/cu03's edge list,
+        host index lists copied to the GPU and concatenated, which `coalesce` dedups).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
-        if func._schema.is_mutable or (
-            func is not aten._to_copy.default and torch.Tag.pointwise not in func.tags
-        ):
+        if func._schema.is_mutable or (func not in _DENSE_COPIES and torch.Tag.pointwise not in func.tags):
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
@@ -1534,7 +1537,7 @@ class Capture:
                     or not registered(t)
                 ):
                     continue
-                if t.layout is torch.sparse_coo or t.layout is torch.sparse_csr:
+                if t.layout in _sparse.LAYOUTS:
                     self._categorize(_sparse.parts(t), category)
                     continue
                 h = self.handle_of(t)

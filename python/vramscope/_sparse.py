@@ -34,6 +34,9 @@ aten = torch.ops.aten
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 _COO = torch.sparse_coo
 _CSR = torch.sparse_csr
+_CSC = torch.sparse_csc
+#: the sparse layouts the twin simulates (a CSC tensor is a CSR one's transpose)
+LAYOUTS = (_COO, _CSR, _CSC)
 
 #: op -> handler(cap, func, args, kwargs), or NotImplemented to take the dense path
 OPS: dict = {}
@@ -47,12 +50,18 @@ def _csr(t) -> bool:
     return isinstance(t, torch.Tensor) and t.layout is _CSR
 
 
+def _csc(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout is _CSC
+
+
 def parts(t):
     """A sparse COO tensor's indices and values; a CSR tensor's crow indices, column indices and
-    values (outside the capture's dispatch)."""
+    values; a CSC tensor's ccol indices, row indices and values (outside the capture's dispatch)."""
     with _NO_DISPATCH():
         if t.layout is _CSR:
             return t.crow_indices(), t.col_indices(), t.values()
+        if t.layout is _CSC:
+            return t.ccol_indices(), t.row_indices(), t.values()
         return t._indices(), t._values()
 
 
@@ -139,7 +148,7 @@ def _adopt(cap, t, op: str) -> None:
     """Allocate the storages of a meta result the twin has not seen (a sparse tensor's parts)."""
     if not _tensor_is_meta(t):
         return
-    for p in parts(t) if _sparse(t) or _csr(t) else (t,):
+    for p in parts(t) if _sparse(t) or _csr(t) or _csc(t) else (t,):
         cap.track(p, op)
         set_value(p, None)
 
@@ -491,6 +500,12 @@ def _transpose(cap, func, args, kwargs):
     clone (`clone_sparse`: values, then indices), then `sparse_transpose_`, which swaps the two
     index rows through a `zeros_like` row (nnz int64, freed) and marks the result uncoalesced."""
     t = args[0]
+    if (_csr(t) or _csc(t)) and registered(t) and t.dim() == 2:
+        # `transpose` of a 2-D CSR (CSC) matrix (`sparse_compressed_transpose`, TensorShape.cpp):
+        # the CSC (CSR) matrix over the same indices and values, no allocation
+        cap.ops += 1
+        with _NO_DISPATCH():
+            return func(*args, **kwargs)
     if not (_sparse(t) and registered(t)):
         return NotImplemented
     if func is aten.t.default:
@@ -604,6 +619,8 @@ def _mm(cap, func, args, kwargs):
     s, d = args[0], args[1]
     if _csr_operand(s) and _dense_operand(d):
         return _csr_mm(cap, s, d)
+    if _csc(s) and registered(s) and s.dim() == 2 and _dense_operand(d):
+        return _csc_mm(cap, s, d)
     if not (_sparse_operand(s) and _dense_operand(d)):
         return NotImplemented
     cap.ops += 1
@@ -659,7 +676,11 @@ SPMV_BUFFER = {(2_250_000, 2_250_000, 11_244_000, torch.float64, torch.int64): 2
 #: allocates it, by (rows, columns, entries, dense columns, values' dtype, indices' dtype, whether
 #: the dense operand is passed transposed): the H200's bytes where measured (blind89/ck06's 200
 #: products, fixtures/run/sparse/csr_ck06_h200.json)
-SPMM_BUFFER = {(2_250_000, 2_250_000, 11_244_000, 8, torch.float64, torch.int64, False): 3_748_007}
+SPMM_BUFFER = {
+    (2_250_000, 2_250_000, 11_244_000, 8, torch.float64, torch.int64, False): 3_748_007,
+    # blind99/cu03's H200 history (LightGCN's normalised adjacency by 64-wide embeddings)
+    (100_000, 100_000, 2_996_202, 64, torch.float32, torch.int64, False): 998_743,
+}
 
 
 def _csr_buffer(cap, table: dict, key: tuple, op: str, what: str) -> None:
@@ -749,3 +770,65 @@ def _csr_mm(cap, a, d):
         del d_copy
     del zeros
     return r
+
+
+def _csc_mm(cap, a, d):
+    """`mm(A, D)` of a CSC matrix (a CSR matrix's transpose: `mm_mat2_backward`'s `A.t().mm(grad)`
+    of a CSR product) and a dense one: `_sparse_csr_mm` converts A `to_sparse_csr`
+    (`sparse_compressed_to_flipped`, TensorConversions.cpp), then multiplies as `_csr_mm`, and the
+    converted matrix dies. The conversion, in the H200's order (blind99/cu03's history): the nnz
+    as a one-element tensor and its `cumsum` (CUB's scan storage; the tensor dies), the ccol
+    offsets `add`ed (k) into an `empty` (k + 1) compressed index (the sum dies),
+    `_convert_indices_from_csr_to_coo` (2 x nnz), the batch's `div` and `mul` (nnz each, both
+    die), an `arange` (nnz), the stable `sort` (values, indices, its own int64 range and CUB's
+    radix sort storage; the range, then the values die), `index_select` of the indices (2 x nnz)
+    and of the values (nnz), the new crow indices (`_convert_indices_from_coo_to_csr`, m + 1)
+    moved into `zeros` (m + 1) through a `sub` (m): the sum, then the first crow indices die; then
+    the sort's indices, the arange, the COO indices, the compressed index and the cumsum."""
+    from ._kernels import _cub
+
+    cap.ops += 1
+    op = "aten::_to_sparse_csr"
+    ccol, _row, values = parts(a)
+    m, k = a.shape
+    nnz = values.shape[0]
+    idx = ccol.element_size()
+    wrapped = cap.malloc(idx, op, "temporary")
+    offset = cap.malloc(idx, op, "temporary")
+    _cub(cap, "scan", 1, idx, op, "scan")
+    del wrapped
+    summed = cap.malloc(k * idx, op, "temporary")
+    compressed = cap.malloc((k + 1) * idx, op, "temporary")
+    del summed
+    coo = cap.malloc(2 * nnz * idx, op, "temporary")
+    div = cap.malloc(nnz * idx, op, "temporary")
+    mul = cap.malloc(nnz * idx, op, "temporary")
+    del mul, div
+    rng = cap.malloc(nnz * 8, op, "temporary")
+    sorted_values = cap.malloc(nnz * idx, op, "temporary")
+    sorted_indices = cap.malloc(nnz * 8, op, "temporary")
+    sort_range = cap.malloc(nnz * 8, op, "temporary")
+    _cub(cap, "sort", nnz, idx, op, "radix sort")
+    del sort_range, sorted_values
+    new_indices = _empty(cap, (2, nnz), ccol.dtype, op)
+    new_values = _empty(cap, (nnz,), values.dtype, op)
+    first_crow = cap.malloc((m + 1) * idx, op, "temporary")
+    crow = _empty(cap, (m + 1,), ccol.dtype, op)
+    sub = cap.malloc(m * idx, op, "temporary")
+    del sub, first_crow
+    del sorted_indices, rng, coo, compressed, offset
+    set_value(crow, None)
+    set_value(new_indices, None)
+    set_value(new_values, None)
+    with _NO_DISPATCH():
+        col = new_indices[1]
+        csr = aten._sparse_csr_tensor_unsafe(
+            crow, col, new_values, [m, k], dtype=values.dtype, layout=_CSR, device=torch.device("meta")
+        )
+    out = _csr_mm(cap, csr, d)
+    # the converted matrix dies with `_sparse_csr_mm`: its values, column and crow indices
+    del csr, col
+    del new_values
+    del new_indices
+    del crow
+    return out

@@ -29,6 +29,7 @@ _DEVICE = _BASE.device.__get__
 _IS_CUDA = _BASE.is_cuda.__get__
 _COO = torch.sparse_coo
 _CSR = torch.sparse_csr
+_CSC = torch.sparse_csc
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 
 
@@ -41,7 +42,7 @@ def non_overlapping_and_dense(t) -> bool:
     c10/core/Contiguity.h: some order of the dimensions of size 2 or more is contiguous), read
     here through its ATen op. False for a sparse COO or CSR tensor."""
     with _NO_TF():
-        if t.layout is _COO or t.layout is _CSR:
+        if t.layout is _COO or t.layout is _CSR or t.layout is _CSC:
             return False
         with _NO_DISPATCH():
             return _DENSE(t)
@@ -92,8 +93,8 @@ def registered(t) -> bool:
                 # a sparse COO tensor (`_sparse`): simulated where its values are
                 with _NO_DISPATCH():
                     return t._values().untyped_storage()._cdata in _registry
-            if t.layout is _CSR:
-                # a sparse CSR tensor (`_sparse`): likewise
+            if t.layout is _CSR or t.layout is _CSC:
+                # a sparse CSR tensor or its transpose, a CSC one (`_sparse`): likewise
                 with _NO_DISPATCH():
                     return t.values().untyped_storage()._cdata in _registry
             # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
