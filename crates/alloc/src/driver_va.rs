@@ -32,8 +32,9 @@
 //!    [`DriverVa::release_context`]). At the first kernel the driver takes
 //!    2 MiB by rule 2. The context gives B-416..B-2 back at the first kernel
 //!    that is not a random-number, cuDNN or cuBLASLt one (measured): where
-//!    a segment lies at B-2 the range becomes a hole of the context's chunk
-//!    (as in rule 5), else all of B-416..B is released (rule 3).
+//!    a segment lies at B-2 the range becomes a chunk of its own, next
+//!    after the context's in age (blind101/cw04), else all of B-416..B is
+//!    released (rule 3).
 //! 7. **CPU tensors** ([`DriverVa::host_map`]). glibc maps a CPU tensor above
 //!    its threshold (`crate::HostHeap`) on its own, as Linux's top-down
 //!    `mmap` places it: at the top of the highest free range it fits in, else
@@ -239,8 +240,11 @@ impl DriverVa {
 
     /// Rule 6: the process's first kernels have run; the context gives back
     /// the range it held (B-416..B-2). Where a segment lies at B-2 (the
-    /// fresh context's small hole) the range becomes a hole of the context's
-    /// chunk, as rule 5 has it, taken from its low end; else the whole of
+    /// fresh context's small hole) the range becomes a chunk of its own,
+    /// next after the context's in age (so rule 2 fills it, from its low
+    /// end, before the context's B+72..B+96 hole: blind101/cw04's H200
+    /// history and probes; and after the chunks made since, as
+    /// validation/run/07 on the H100 has it); else the whole of
     /// B-416..B is released, and chunks go into it from its top (rule 3).
     /// Then the driver reserves its pool (rule 14, [`Self::reserve_pool`]).
     /// A no-op once released, or after [`Self::after_cublas`]; `true` when
@@ -259,18 +263,44 @@ impl DriverVa {
         }
         // (B-2 as the driver's 2 MiB left it: in a process with no other
         // hole, that is where it goes)
-        if !context.segs.iter().any(|&(a, _)| a == anchor - PAGE) {
-            context.lo = anchor;
-            // every other chunk lies below B-416 or above B+96 (host
-            // memory mapped before the context): B keeps the order
-            let found = self.los.binary_search_by(|x| lo.cmp(x));
-            debug_assert!(found.is_ok(), "the context's low end not kept");
-            if let Ok(k) = found {
-                self.los[k] = anchor;
-            }
-            self.add_released(lo, anchor);
+        let kept = context.segs.iter().any(|&(a, _)| a == anchor - PAGE);
+        // the context's chunk now starts at B (released range) or at B-2
+        // (its segment there); every other chunk lies below B-416 or above
+        // B+96 (host memory mapped before the context): the order holds
+        let new_lo = if kept { anchor - PAGE } else { anchor };
+        context.lo = new_lo;
+        let found = self.los.binary_search_by(|x| lo.cmp(x));
+        debug_assert!(found.is_ok(), "the context's low end not kept");
+        if let Ok(k) = found {
+            self.los[k] = new_lo;
         }
         self.update(0);
+        if kept {
+            // a chunk of its own, next after the context's in age: rule 2
+            // takes its hole before the context's B+72..B+96 one, and after
+            // those of the chunks made since the context
+            let segs = self.spare_segs.pop().unwrap_or_default();
+            self.push_chunk(Chunk {
+                lo,
+                hi: anchor - PAGE,
+                segs,
+            });
+            let last = self.chunks.len() - 1;
+            self.chunks[1..].rotate_right(1);
+            debug_assert_eq!(self.chunks[1].lo, lo, "the range not second");
+            if let Some(map) = &mut self.chunk_of {
+                for (k, c) in self.chunks.iter().enumerate().skip(1) {
+                    for &(a, _) in &c.segs {
+                        map.insert(a, k as u32);
+                    }
+                }
+            }
+            for k in 1..=last {
+                self.update(k);
+            }
+        } else {
+            self.add_released(lo, anchor);
+        }
         self.reserve_pool();
         true
     }
@@ -305,7 +335,7 @@ impl DriverVa {
     }
 
     /// Whether [`Self::release_context`] would give back the whole range
-    /// (no segment at B-2), rather than make it a hole of the context's chunk.
+    /// (no segment at B-2), rather than make it a chunk of its own.
     pub(crate) fn releases_whole(&self) -> bool {
         self.held
             .is_some_and(|anchor| !self.chunks[0].segs.iter().any(|&(a, _)| a == anchor - PAGE))
@@ -778,18 +808,30 @@ mod tests {
         assert_eq!(off(va.malloc(20 * MIB).unwrap()), -64);
     }
 
-    /// Rule 6 with a segment at B-2 (`fixtures/va_maps`: the Llama's
-    /// reservation stays; its trace and ViT's fill B-416..B-2 from the
-    /// bottom): the range is a hole of the context's chunk, as after
-    /// cuBLAS.
+    /// Rule 6 with a segment at B-2: the range is a chunk of its own, next
+    /// after the context's in age, filled from the bottom (`fixtures/va_maps`: the
+    /// Llama's trace and ViT's) before the context's B+72..B+96 hole
+    /// (blind101/cw04 on the H200: 2 MiB segments at B-2, B+72 and B+74,
+    /// the first `fill_`, then 74 MiB at B-416 and 14 MiB at B-342, not in
+    /// the 18 MiB hole at B+78).
     #[test]
-    fn with_a_segment_at_b_minus_2_the_range_is_a_hole() {
+    fn with_a_segment_at_b_minus_2_the_range_is_the_second_oldest_chunk() {
         let mut va = DriverVa::new(B);
-        let mut got = vec![off(va.malloc(2 * MIB).unwrap())];
-        va.release_context();
-        got.extend([20, 100].iter().map(|&m| off(va.malloc(m * MIB).unwrap())));
-        // (the driver's 2 MiB at the release took B+72, the only hole then)
-        assert_eq!(got, vec![-2, 74, -416]);
+        let mut got: Vec<i64> = (0..3).map(|_| off(va.malloc(2 * MIB).unwrap())).collect();
+        assert!(va.release_context());
+        got.extend([74, 14].iter().map(|&m| off(va.malloc(m * MIB).unwrap())));
+        // (the driver's 2 MiB at the release took B+76, the smallest hole then)
+        assert_eq!(got, vec![-2, 72, 74, -416, -342]);
+        // a chunk made before the release (below B-416) is newer than the
+        // range: its hole is taken first (validation/run/07 on the H100)
+        let mut va = DriverVa::new(B);
+        let mut got: Vec<i64> = [2, 20, 40]
+            .iter()
+            .map(|&m| off(va.malloc(m * MIB).unwrap()))
+            .collect();
+        assert!(va.release_context());
+        got.push(off(va.malloc(10 * MIB).unwrap()));
+        assert_eq!(got, vec![-2, 72, -480, -438]);
         // after cuBLAS there is nothing to release
         let mut after = DriverVa::after_cublas(B);
         assert!(!after.release_context());
@@ -858,7 +900,7 @@ mod tests {
         va.free(b);
         assert!(va.release_context());
         // the driver's 2 MiB went to the newest chunk's hole (not to B-2,
-        // which would have kept the range a hole of the context's chunk):
+        // which would have kept the range a chunk of its own):
         // B-2..B went back with the range, and the next 2 MiB takes what is
         // left of the context's upper hole
         assert_eq!(off(va.malloc(2 * MIB).unwrap()), 92);
