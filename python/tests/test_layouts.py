@@ -779,3 +779,23 @@ def test_an_unmeasured_convolution_takes_the_nearest_measured_workspace_issue_31
         "stride (1,), padding (0,), groups 1): estimated as 16386064 bytes from the measured "
         "input (128, 128, 249)"
     ]
+
+
+def test_masked_select_backward_scatters_into_its_zeros_in_place():
+    # blind100/cv01's H200 history (FastSpeech2-Conformer's masked L1 losses, 2,096 selected of
+    # 2,096 values): `masked_select_backward` allocates the broadcast zeros (8,384 bytes), then
+    # `masked_scatter_`'s int64 prefix sum (16,768) and CUB's scan storage (1,279), no clone
+    n = 2096
+    with vramscope.capture(gpu="h200"):
+        x = torch.zeros(n, device="cuda", requires_grad=True)
+        mask = torch.ones(n, dtype=torch.bool).cuda()
+        y = torch.masked_select(x, mask)
+        torch.cuda.memory._record_memory_history(max_entries=1000)
+        before = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        y.sum().backward()
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][before:]
+        torch.cuda.memory._record_memory_history(enabled=None)
+        allocs = [e["size"] for e in trace if e["action"] == "alloc"]
+        # (the loss's gradient first: 4-byte scalars)
+        first = allocs.index(n * 4)
+        assert allocs[first : first + 3] == [n * 4, n * 8, 1279] and x.grad.shape == (n,)

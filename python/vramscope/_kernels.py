@@ -496,10 +496,18 @@ def _masked_scatter_(cap, func, args, kwargs):
 
 def _masked_scatter(cap, func, args, kwargs):
     """`masked_scatter` (TensorAdvancedIndexing.cpp): `self` (broadcast with the mask) cloned
-    contiguous, then `masked_scatter_` of the broadcast mask into the clone."""
+    contiguous, then `masked_scatter_` of the broadcast mask into the clone. Inside
+    `masked_select_backward` (FunctionsManual.cpp) the out-of-place call is the tensor-subclass
+    path, which the twin's tensors take (`areAnyTensorSubclassLike`); plain CUDA tensors run
+    `masked_scatter_` into its own broadcast zeros, with no clone (blind100/cv01's H200 history:
+    FastSpeech2-Conformer's masked L1 losses), in grad mode too."""
     self_, mask, source = args
     if kwargs or not registered(self_) or mask.dtype != torch.bool:
         return NotImplemented
+    node = torch._C._current_autograd_node()
+    if node is not None and node.name() == "MaskedSelectBackward0":
+        if tuple(torch.broadcast_shapes(self_.shape, mask.shape)) == tuple(self_.shape):
+            return _masked_scatter_(cap, aten.masked_scatter_.default, args, kwargs)
     cap.ops += 1
     shape = torch.broadcast_shapes(self_.shape, mask.shape)
     out = cap.track(torch.empty(shape, dtype=self_.dtype, device="meta"), "aten::clone")
