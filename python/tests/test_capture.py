@@ -1334,6 +1334,21 @@ def test_avg_pool2d_backward_copies_a_strided_gradient():
         assert counts == (1, 32_768)
 
 
+def test_max_pool2d_backward_copies_a_strided_gradient():
+    # blind102/cx06's H200 per-op record: DLA-34's max-pooled `cat` slice; the gradient is made
+    # contiguous after the input gradient (DilatedMaxPool2d.cu's gradOutput_.contiguous(memory_format))
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, 8, 16, 16, device="cuda")
+        idx = torch.zeros(4, 8, 8, 8, dtype=torch.long, device="cuda")
+        grad = torch.empty(4, 16, 8, 8, device="cuda")[:, :8]
+        call = (grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+        _, counts = counted(lambda: torch.ops.aten.max_pool2d_with_indices_backward(*call))
+        assert counts == (2, 32_768 + 8_192)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.max_pool2d_with_indices_backward(dense, *call[1:]))
+        assert counts == (1, 32_768)
+
+
 def test_a_copy_to_the_meta_device_leaves_the_gpu():
     # `copy.deepcopy(model).to("meta")` (torch.func's stack_module_state recipe, blind52/az02): the
     # CUDA parameters are swapped for meta ones and freed, as on the GPU

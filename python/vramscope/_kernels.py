@@ -2816,6 +2816,23 @@ def _avg_pool2d_backward(cap, func, call, outs):
 AFTER[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
 
 
+def _max_pool2d_with_indices_backward(cap, func, call, outs):
+    """`max_pool2d_with_indices_backward_out_cuda` (cuda/DilatedMaxPool2d.cu):
+    `input_.contiguous(memory_format)` and `gradOutput_.contiguous(memory_format)` in the input's
+    suggested format, after the structured kernel's gradient and freed at the return (blind102/cx06's
+    H200 record: DLA-34's pooled `cat` slice's gradient, copied)."""
+    (args, _kw) = call
+    grad, src = args[0], args[1]
+    if not (registered(grad) and registered(src)) or outs[0].numel() == 0:
+        return
+    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
+    copies = [_temp(cap, t, func._schema.name) for t in (src, grad) if not t.is_contiguous(memory_format=fmt)]
+    del copies
+
+
+AFTER[aten.max_pool2d_with_indices_backward.default] = _max_pool2d_with_indices_backward
+
+
 def _upsample_bilinear2d_backward(cap, func, call, outs):
     """`upsample_bilinear2d_backward` (cuda/UpSampleBilinear2d.cu) of a float32 gradient: the
     same copy as `_upsample_nearest2d` (its NHWC kernel's `contiguous(ChannelsLast)`, else
