@@ -708,11 +708,11 @@ def _values_at_any_size(func, outs, ours) -> bool:
     )
 
 
-#: ops that choose along a dimension (an MoE router's experts): their choice over values the
-#: twin does not carry is spread (`_spread_choices`)
 #: ops whose result copies its inputs' values: carried at size as pointwise results are
 _DENSE_COPIES = {aten._to_copy.default, aten.cat.default, aten.stack.default}
 
+#: ops that choose along a dimension (an MoE router's experts): their choice over values the
+#: twin does not carry is spread (`_spread_choices`)
 _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
 #: the widest dimension a choice is spread over (a router's experts; a vocabulary is wider)
 SPREAD_LIMIT = 256
