@@ -2799,28 +2799,12 @@ for _f in (aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.def
 SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
 
 
-def _avg_pool2d_backward(cap, func, call, outs):
-    """`avg_pool2d_backward_out_cuda` (cuda/AveragePool2d.cu): `input_.contiguous(memory_format)`
-    and `gradOutput_.contiguous(memory_format)` in the input's suggested format, after the
-    structured kernel's gradient and freed at the return (blind55/bc01's H200 record: the
-    gradient of a `cat`'s slice, copied)."""
-    (args, _kw) = call
-    grad, src = args[0], args[1]
-    if not (registered(grad) and registered(src)) or outs[0].numel() == 0:
-        return
-    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
-    copies = [_temp(cap, t, func._schema.name) for t in (src, grad) if not t.is_contiguous(memory_format=fmt)]
-    del copies
-
-
-AFTER[aten.avg_pool2d_backward.default] = _avg_pool2d_backward
-
-
-def _max_pool2d_with_indices_backward(cap, func, call, outs):
-    """`max_pool2d_with_indices_backward_out_cuda` (cuda/DilatedMaxPool2d.cu):
+def _pool2d_backward(cap, func, call, outs):
+    """`avg_pool2d_backward_out_cuda` (cuda/AveragePool2d.cu) and
+    `max_pool2d_with_indices_backward_out_cuda` (cuda/DilatedMaxPool2d.cu):
     `input_.contiguous(memory_format)` and `gradOutput_.contiguous(memory_format)` in the input's
-    suggested format, after the structured kernel's gradient and freed at the return (blind102/cx06's
-    H200 record: DLA-34's pooled `cat` slice's gradient, copied)."""
+    suggested format, after the structured kernel's gradient and freed at the return (the gradient
+    of a `cat`'s slice, copied: blind55/bc01's and blind102/cx06's H200 records)."""
     (args, _kw) = call
     grad, src = args[0], args[1]
     if not (registered(grad) and registered(src)) or outs[0].numel() == 0:
@@ -2830,7 +2814,8 @@ def _max_pool2d_with_indices_backward(cap, func, call, outs):
     del copies
 
 
-AFTER[aten.max_pool2d_with_indices_backward.default] = _max_pool2d_with_indices_backward
+AFTER[aten.avg_pool2d_backward.default] = _pool2d_backward
+AFTER[aten.max_pool2d_with_indices_backward.default] = _pool2d_backward
 
 
 def _upsample_bilinear2d_backward(cap, func, call, outs):

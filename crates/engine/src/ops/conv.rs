@@ -905,22 +905,27 @@ mod tests {
         assert!(both >= 3, "{both} problems in both tables");
     }
 
-    #[test]
-    fn a_problem_is_looked_up_by_everything_convolution_receives() {
-        let h100 = DeviceProfile::h100_torch_2_11();
-        let mut p = ConvProblem {
+    /// A float32 Conv1d forward of 128 to 128 channels, kernel 3, on `input`.
+    fn forward_1d(input: &[i64]) -> ConvProblem<'_> {
+        ConvProblem {
             op: ConvOp::Forward,
             dtype: DType::F32,
             channels_last: false,
             transposed: false,
-            input: &[128, 128, 249],
+            input,
             weight: &[128, 128, 3],
             stride: &[1],
             padding: &[0],
             dilation: &[1],
             output_padding: &[0],
             groups: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn a_problem_is_looked_up_by_everything_convolution_receives() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let mut p = forward_1d(&[128, 128, 249]);
         assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(16_515_088));
         p.channels_last = true;
         assert_eq!(cudnn_conv_problem_workspace(&h100, &p), None);
@@ -934,19 +939,7 @@ mod tests {
         let h100 = DeviceProfile::h100_torch_2_11();
         // the table's `forward float32 nchw 0 128,249 128,128,3 ...` holds batch 128 only,
         // `... 128,995 ...` batches 1 to 256 (16: 16,482,451 bytes)
-        let mut p = ConvProblem {
-            op: ConvOp::Forward,
-            dtype: DType::F32,
-            channels_last: false,
-            transposed: false,
-            input: &[127, 128, 249],
-            weight: &[128, 128, 3],
-            stride: &[1],
-            padding: &[0],
-            dilation: &[1],
-            output_padding: &[0],
-            groups: 1,
-        };
+        let mut p = forward_1d(&[127, 128, 249]);
         assert_eq!(cudnn_conv_problem_workspace(&h100, &p), None);
         let near = cudnn_conv_nearest_workspace(&h100, &p).unwrap();
         // 16,515,088 × 127 / 128, rounded
