@@ -425,11 +425,8 @@ fn neighbour_group(key: &str) -> Option<(String, Vec<i64>)> {
 /// padding, dilation, groups and input channels: nearest in batch and spatial
 /// size (the sum of the absolute log ratios, the smaller batch on a tie), its
 /// bytes scaled by the ratio of batch × spatial size. An estimate, not cuDNN's
-/// choice: left out, over the problem table, each problem's bytes predicted
-/// from its group's other lines are within 1 MiB of the measured bytes for
-/// about 80% of the entries, and off by about 4 MiB on average, where assuming none
-/// ([`UNMEASURED_WORKSPACE`]) gives 68% and 24 MiB (docs/run.md,
-/// "Unmeasured convolutions"). `None` where the group holds no measured
+/// choice; how close it comes is measured in docs/run.md,
+/// "Unmeasured convolutions". `None` where the group holds no measured
 /// problem, or for a GPU without the tables.
 pub fn cudnn_conv_nearest_workspace(
     profile: &DeviceProfile,
