@@ -781,6 +781,26 @@ def test_an_unmeasured_convolution_takes_the_nearest_measured_workspace_issue_31
     ]
 
 
+def test_an_unmeasured_convolution_of_new_channels_takes_the_nearest_of_its_kernel_issue_31():
+    # no Conv1d of 127 input channels was measured: the nearest problem of the same kernel, stride,
+    # padding and dilation is 128 channels at batch 8 (8,339,472 bytes), scaled by the square
+    # root of the channels' ratio (ops/conv.rs `cudnn_conv_nearest_workspace`), named with its weight
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(8, 127, 995, device="cuda")
+        w = torch.empty(128, 127, 3, device="cuda")
+        before = torch.cuda.memory_stats()["requested_bytes.all.current"]
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.nn.functional.conv1d(x, w)
+        peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before
+        assert peak == y.untyped_storage().nbytes() + 8_306_832
+        del y
+    assert cap.report()["unmeasured"] == [
+        "cuDNN's forward workspace of input (8, 127, 995) by weight (128, 127, 3) (float32, "
+        "stride (1,), padding (0,), groups 1): estimated as 8306832 bytes from the measured "
+        "input (8, 128, 995) by weight (128, 128, 3)"
+    ]
+
+
 def test_masked_select_backward_scatters_into_its_zeros_in_place():
     # blind100/cv01's H200 history (FastSpeech2-Conformer's masked L1 losses, 2,096 selected of
     # 2,096 values): `masked_select_backward` allocates the broadcast zeros (8,384 bytes), then

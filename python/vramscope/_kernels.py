@@ -1818,11 +1818,16 @@ def _conv_workspace(cap, op, conv) -> None:
         if nearest is None:
             cap.note_unmeasured(what)
             return
-        nbytes, neighbour = nearest
+        nbytes, neighbour, weight = nearest
         estimate = f"estimated as {nbytes} bytes from the measured input {tuple(neighbour)}"
+        scaled = "batch and size"
+        if list(weight) != list(w.shape):
+            # no problem of its own channels was measured: one of the same kernel
+            estimate += f" by weight {tuple(weight)}"
+            scaled = "batch, size and channels"
         cap.note_unmeasured(
             f"{what}: {estimate}",
-            f"{what} was not measured: {estimate} (the nearest measured problem, scaled by batch and size)",
+            f"{what} was not measured: {estimate} (the nearest measured problem, scaled by {scaled})",
         )
     if nbytes:
         ws = cap.malloc(nbytes, "aten::cudnn_convolution", "workspace")

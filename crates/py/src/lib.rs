@@ -162,6 +162,10 @@ impl Device {
     }
 }
 
+/// `conv_workspace_nearest`'s answer: the bytes, and the neighbour's input and
+/// weight sizes.
+type NearestEstimate = (u64, Vec<i64>, Vec<i64>);
+
 #[pymethods]
 impl Device {
     #[new]
@@ -491,7 +495,8 @@ impl Device {
     /// For a convolution `conv_workspace` has no bytes for, the estimate
     /// from the nearest measured problem (`ops/conv.rs`,
     /// `cudnn_conv_nearest_workspace`): `(bytes, the neighbour's input
-    /// sizes)`, or None where no problem of its kind was measured.
+    /// sizes, its weight sizes)`, or None where no problem of its kernel was
+    /// measured.
     #[pyo3(signature = (op, dtype, input, weight, stride, padding, dilation, groups, transposed=false, output_padding=None, channels_last=false))]
     #[allow(clippy::too_many_arguments)]
     fn conv_workspace_nearest(
@@ -507,13 +512,13 @@ impl Device {
         transposed: bool,
         output_padding: Option<Vec<i64>>,
         channels_last: bool,
-    ) -> PyResult<Option<(u64, Vec<i64>)>> {
+    ) -> PyResult<Option<NearestEstimate>> {
         let output_padding = output_padding.unwrap_or_else(|| vec![0; stride.len()]);
         let sizes = [input, weight, stride, padding, dilation, output_padding];
         let problem = conv_problem(op, dtype, &sizes, groups, transposed, channels_last)?;
         Ok(
             cudnn_conv_nearest_workspace(&self.p.runtime().profile(), &problem)
-                .map(|n| (n.bytes, n.input)),
+                .map(|n| (n.bytes, n.input, n.weight)),
         )
     }
 

@@ -377,57 +377,147 @@ pub fn cudnn_conv_problem_workspace(profile: &DeviceProfile, problem: &ConvProbl
 /// estimate taken from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NearestConv {
-    /// the neighbour's bytes scaled by the ratio of batch × spatial size
+    /// the neighbour's bytes, scaled (see [`cudnn_conv_nearest_workspace`])
     pub bytes: u64,
     /// the neighbour's input sizes, batch first
     pub input: Vec<i64>,
+    /// the neighbour's weight sizes
+    pub weight: Vec<i64>,
+    /// the neighbour is of the problem's own kind (same weight and input
+    /// channels), not only of its kernel's
+    pub same_kind: bool,
 }
 
-/// The table's lines grouped by everything but the batch and the input's
-/// spatial sizes: (op, dtype, layout, transposed, input channels, weight,
-/// stride, padding, dilation, output padding, groups) → line indices.
-fn neighbour_index() -> &'static std::collections::HashMap<String, Vec<usize>> {
-    static INDEX: std::sync::OnceLock<std::collections::HashMap<String, Vec<usize>>> =
-        std::sync::OnceLock::new();
+/// One line of the problem table, parsed for the neighbour search.
+struct Neighbour {
+    /// input channels
+    channels: i64,
+    /// output channels
+    out_channels: i64,
+    /// the input's sizes after the channels
+    spatial: Vec<i64>,
+    weight: Vec<i64>,
+    /// (batch, bytes) measured
+    pairs: Vec<(i64, u64)>,
+}
+
+/// A table key's parts for the neighbour search.
+struct KeyParts {
+    /// every field but the batch and the input's spatial sizes: the kind
+    kind: String,
+    /// the kind without the channels: op, dtype, layout, transposition,
+    /// kernel size, stride, padding, dilation, output padding, and whether
+    /// the groups are none, one per input channel, or other
+    kernel: String,
+    line: Neighbour,
+}
+
+/// The parts of a table key (a line's fields before its `|`).
+fn key_parts(key: &str) -> Option<KeyParts> {
+    let fields: Vec<&str> = key.split(' ').collect();
+    if fields.len() != 11 {
+        return None;
+    }
+    let ints = |f: &str| {
+        f.split(',')
+            .map(|x| x.parse::<i64>().ok())
+            .collect::<Option<Vec<i64>>>()
+    };
+    let sizes = ints(fields[4])?;
+    let weight = ints(fields[5])?;
+    let groups: i64 = fields[10].parse().ok()?;
+    let (&channels, spatial) = sizes.split_first()?;
+    let out_channels = if fields[3] == "1" {
+        weight.get(1)? * groups
+    } else {
+        *weight.first()?
+    };
+    let mut kind = fields.clone();
+    let c = channels.to_string();
+    kind[4] = &c;
+    let grouping = match groups {
+        1 => "dense",
+        g if g == channels => "depthwise",
+        _ => "grouped",
+    };
+    let kernel = format!(
+        "{} {} {} {} {} {} {} {} {} {} {grouping}",
+        fields[0],
+        fields[1],
+        fields[2],
+        fields[3],
+        spatial.len(),
+        weight
+            .get(2..)?
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        fields[6],
+        fields[7],
+        fields[8],
+        fields[9],
+    );
+    Some(KeyParts {
+        kind: kind.join(" "),
+        kernel,
+        line: Neighbour {
+            channels,
+            out_channels,
+            spatial: spatial.to_vec(),
+            weight,
+            pairs: Vec::new(),
+        },
+    })
+}
+
+/// The table's lines, parsed, and grouped by kind and by kernel (each group
+/// holds indices into the first).
+struct NeighbourIndex {
+    lines: Vec<Neighbour>,
+    by_kind: std::collections::HashMap<String, Vec<usize>>,
+    by_kernel: std::collections::HashMap<String, Vec<usize>>,
+}
+
+fn neighbour_index() -> &'static NeighbourIndex {
+    static INDEX: std::sync::OnceLock<NeighbourIndex> = std::sync::OnceLock::new();
     INDEX.get_or_init(|| {
-        let mut index = std::collections::HashMap::<String, Vec<usize>>::new();
-        for (i, line) in problem_lines().iter().enumerate() {
-            if let Some((key, _)) = line.split_once(" | ") {
-                if let Some((group, _)) = neighbour_group(key) {
-                    index.entry(group).or_default().push(i);
-                }
-            }
+        let mut index = NeighbourIndex {
+            lines: Vec::new(),
+            by_kind: std::collections::HashMap::new(),
+            by_kernel: std::collections::HashMap::new(),
+        };
+        for line in problem_lines() {
+            let Some((key, pairs)) = split_line(line) else {
+                continue;
+            };
+            let Some(parts) = key_parts(key) else {
+                continue;
+            };
+            let i = index.lines.len();
+            index.by_kind.entry(parts.kind).or_default().push(i);
+            index.by_kernel.entry(parts.kernel).or_default().push(i);
+            index.lines.push(Neighbour {
+                pairs,
+                ..parts.line
+            });
         }
         index
     })
 }
 
-/// A table key's group (its fields with the input's sizes cut to the
-/// channels) and the input's spatial sizes (after the channels).
-fn neighbour_group(key: &str) -> Option<(String, Vec<i64>)> {
-    let fields: Vec<&str> = key.split(' ').collect();
-    if fields.len() != 11 {
-        return None;
-    }
-    let sizes = fields[4]
-        .split(',')
-        .map(|x| x.parse::<i64>().ok())
-        .collect::<Option<Vec<i64>>>()?;
-    let (&channels, spatial) = sizes.split_first()?;
-    let mut group = fields.clone();
-    let channels = channels.to_string();
-    group[4] = &channels;
-    Some((group.join(" "), spatial.to_vec()))
-}
-
 /// For a problem neither table holds, an estimate from the nearest measured
-/// problem of the same operation graph, dtype, layout, weight, stride,
-/// padding, dilation, groups and input channels: nearest in batch and spatial
-/// size (the sum of the absolute log ratios, the smaller batch on a tie), its
-/// bytes scaled by the ratio of batch × spatial size. An estimate, not cuDNN's
-/// choice; how close it comes is measured in docs/run.md,
-/// "Unmeasured convolutions". `None` where the group holds no measured
-/// problem, or for a GPU without the tables.
+/// problem: nearest by the sum of the absolute log ratios of batch and
+/// spatial size (the smaller batch, then the smaller sizes, on a tie).
+/// Among the problems of the same kind (operation graph, dtype, layout,
+/// weight, stride, padding, dilation, output padding, groups and input
+/// channels) where there are any, the bytes scaled by the ratio of batch ×
+/// spatial size; else among those of the same kernel (the kind with other
+/// channels), the log ratios of input and output channels added to the
+/// distance and the bytes also scaled by √(input × output channels). An
+/// estimate, not cuDNN's choice; how close it comes is measured in
+/// docs/run.md, "Unmeasured convolutions". `None` where no problem of its
+/// kernel was measured, or for a GPU without the tables.
 pub fn cudnn_conv_nearest_workspace(
     profile: &DeviceProfile,
     problem: &ConvProblem,
@@ -436,36 +526,63 @@ pub fn cudnn_conv_nearest_workspace(
         return None;
     }
     let (key, batch) = problem.key()?;
-    let (group, spatial) = neighbour_group(&key)?;
-    let size = |v: &[i64]| v.iter().product::<i64>().max(1);
-    let ln_ratio = |a: i64, b: i64| ((a.max(1) as f64) / (b.max(1) as f64)).ln().abs();
-    let lines = problem_lines();
-    let mut best: Option<(f64, i64, u64, Vec<i64>)> = None;
-    for &i in neighbour_index().get(&group)? {
-        let (other_key, pairs) = split_line(lines[i])?;
-        let (_, other_spatial) = neighbour_group(other_key)?;
-        for &(n, bytes) in &pairs {
-            let distance = ln_ratio(size(&other_spatial), size(&spatial)) + ln_ratio(n, batch);
-            let better = best.as_ref().is_none_or(|(d, bn, _, s)| {
-                distance < *d || (distance == *d && (n, &other_spatial) < (*bn, s))
+    let parts = key_parts(&key)?;
+    let index = neighbour_index();
+    let (same_kind, group) = match index.by_kind.get(&parts.kind) {
+        Some(group) => (true, group),
+        None => (false, index.by_kernel.get(&parts.kernel)?),
+    };
+    let want = &parts.line;
+    let size = |v: &[i64]| v.iter().product::<i64>().max(1) as f64;
+    let ln_ratio = |a: f64, b: f64| (a / b).ln().abs();
+    let channels = |l: &Neighbour| {
+        if same_kind {
+            0.0
+        } else {
+            ln_ratio(l.channels.max(1) as f64, want.channels.max(1) as f64)
+                + ln_ratio(
+                    l.out_channels.max(1) as f64,
+                    want.out_channels.max(1) as f64,
+                )
+        }
+    };
+    let mut best: Option<(f64, i64, &Neighbour, u64)> = None;
+    for line in group.iter().map(|&i| &index.lines[i]) {
+        let shape = ln_ratio(size(&line.spatial), size(&want.spatial)) + channels(line);
+        for &(n, bytes) in &line.pairs {
+            let distance = shape + ln_ratio(n.max(1) as f64, batch.max(1) as f64);
+            let better = best.as_ref().is_none_or(|(d, bn, bl, _)| {
+                distance < *d
+                    || (distance == *d
+                        && (n, &line.spatial, line.channels, line.out_channels)
+                            < (*bn, &bl.spatial, bl.channels, bl.out_channels))
             });
             if better {
-                best = Some((distance, n, bytes, other_spatial.clone()));
+                best = Some((distance, n, line, bytes));
             }
         }
     }
-    let (_, n, bytes, other_spatial) = best?;
-    let wanted =
-        u128::from(batch.max(1).unsigned_abs()) * u128::from(size(&spatial).unsigned_abs());
-    let have =
-        u128::from(n.max(1).unsigned_abs()) * u128::from(size(&other_spatial).unsigned_abs());
-    let scaled = (u128::from(bytes) * wanted + have / 2) / have;
-    let channels = problem.input.get(1).copied()?;
-    let mut input = vec![n, channels];
-    input.extend(other_spatial);
+    let (_, n, line, bytes) = best?;
+    let scaled = if same_kind {
+        let wanted =
+            u128::from(batch.max(1).unsigned_abs()) * u128::from(size(&want.spatial) as u64);
+        let have = u128::from(n.max(1).unsigned_abs()) * u128::from(size(&line.spatial) as u64);
+        u64::try_from((u128::from(bytes) * wanted + have / 2) / have).unwrap_or(u64::MAX)
+    } else {
+        let ratio = (batch.max(1) as f64 * size(&want.spatial))
+            / (n.max(1) as f64 * size(&line.spatial))
+            * ((want.channels.max(1) * want.out_channels.max(1)) as f64
+                / (line.channels.max(1) * line.out_channels.max(1)) as f64)
+                .sqrt();
+        (bytes as f64 * ratio).round() as u64
+    };
+    let mut input = vec![n, line.channels];
+    input.extend(&line.spatial);
     Some(NearestConv {
-        bytes: u64::try_from(scaled).unwrap_or(u64::MAX),
+        bytes: scaled,
         input,
+        weight: line.weight.clone(),
+        same_kind,
     })
 }
 
@@ -952,11 +1069,18 @@ mod tests {
             cudnn_conv_nearest_workspace(&h100, &p).unwrap().bytes,
             8_339_472
         );
-        // no measured problem with this kernel size, or with these input channels
-        p.weight = &[128, 128, 5];
-        assert_eq!(cudnn_conv_nearest_workspace(&h100, &p), None);
+        // no measured problem with these input channels: the nearest of the same kernel
         p.weight = &[128, 127, 3];
         p.input = &[8, 127, 995];
+        // (128 input channels at batch 8: 8,339,472 × √(127 × 128 / (128 × 128)), rounded)
+        let near = cudnn_conv_nearest_workspace(&h100, &p).unwrap();
+        assert!(!near.same_kind);
+        assert_eq!(
+            (near.bytes, near.input, near.weight),
+            (8_306_832, vec![8, 128, 995], vec![128, 128, 3])
+        );
+        // no measured problem with this kernel size
+        p.weight = &[128, 128, 7777];
         assert_eq!(cudnn_conv_nearest_workspace(&h100, &p), None);
         // a GPU without the tables
         p.weight = &[128, 128, 3];
