@@ -2,20 +2,29 @@
 
     python validation/run/conv_nearest_loo.py [crates/engine/src/ops/cudnn_conv_problems.txt]
 
-Leaves each line of the problem table out in turn (a line is one problem at every batch
-measured) and predicts each of its batches from the other lines of its group, as
-`cudnn_conv_nearest_workspace` (crates/engine/src/ops/conv.rs) does: same operation graph,
-dtype, layout, transposition, weight, stride, padding, dilation, output padding, groups and
-input channels; the nearest in batch and spatial size (sum of absolute log ratios, the smaller
-batch then the smaller sizes on a tie); its bytes scaled by batch x spatial size. Prints, for
-that rule and for assuming no workspace, how many predictions are exact, within 1 MiB, and the
-mean absolute error, over every entry whose group holds another line.
+Two leave-out tests of `cudnn_conv_nearest_workspace` (crates/engine/src/ops/conv.rs), each
+against assuming no workspace:
+
+- "same kind": each line of the problem table (one problem at every batch measured) is left out
+  in turn and each of its batches predicted from the other lines of its kind (same operation
+  graph, dtype, layout, transposition, weight, stride, padding, dilation, output padding, groups
+  and input channels): the nearest in batch and spatial size, its bytes scaled by batch x spatial
+  size. Over every entry whose kind holds another line.
+- "same kernel": each kind is left out whole and its entries predicted from the other kinds of
+  its kernel (the kind with other channels; groups as none, depthwise or other): the nearest in
+  batch, spatial size, input and output channels, its bytes also scaled by the square root of
+  input x output channels. Over every entry whose kernel holds another kind.
+
+Distances are sums of absolute log ratios; ties go to the smaller batch, then the smaller sizes
+and channels. Prints how many predictions are exact, within 1 MiB, and the mean absolute error.
 """
 
 import collections
 import math
 import os
 import sys
+
+import numpy as np
 
 TABLE = os.path.join(
     os.path.dirname(os.path.abspath(__file__)),
@@ -30,52 +39,92 @@ TABLE = os.path.join(
 
 
 def load(path):
-    groups = collections.defaultdict(list)
+    """{kernel: {kind: [(batch, spatial sizes, in channels, out channels, bytes), ...]}}."""
+    kernels = collections.defaultdict(lambda: collections.defaultdict(list))
     for line in open(path):
         if line.startswith("#") or " | " not in line:
             continue
         key, pairs = line.split(" | ")
         f = key.split()
         sizes = [int(x) for x in f[4].split(",")]
-        group = (*f[:4], str(sizes[0]), *f[5:])
-        groups[group].append((sizes[1:], {int(b): int(v) for b, v in (p.split(":") for p in pairs.split())}))
-    return groups
+        weight = [int(x) for x in f[5].split(",")]
+        groups = int(f[10])
+        cin, spatial = sizes[0], tuple(sizes[1:])
+        cout = weight[1] * groups if f[3] == "1" else weight[0]
+        grouping = "dense" if groups == 1 else "depthwise" if groups == cin else "grouped"
+        kind = (*f[:4], cin, *f[5:])
+        kernel = (*f[:4], len(spatial), tuple(weight[2:]), *f[6:10], grouping)
+        for p in pairs.split():
+            b, v = p.split(":")
+            kernels[kernel][str(kind)].append((int(b), spatial, cin, cout, int(v), line))
+    return kernels
 
 
-def nearest(lines, spatial, batch):
-    """(bytes, batch, spatial) of the rule's neighbour among `lines`."""
-    size = lambda v: max(math.prod(v), 1)  # noqa: E731
-    ln = lambda a, b: abs(math.log(max(a, 1) / max(b, 1)))  # noqa: E731
-    best = min(
-        ((ln(size(s), size(spatial)) + ln(n, batch), n, s, v) for s, d in lines for n, v in d.items()),
-        key=lambda c: (c[0], c[1], c[2]),
+def arrays(entries):
+    """The entries sorted as the tie-break orders them: their log features (batch, spatial size,
+    in and out channels), bytes, kinds and lines."""
+    entries = sorted(entries, key=lambda e: (e[0], e[1], e[2], e[3]))
+    feats = np.log(
+        np.array([[max(e[0], 1), max(math.prod(e[1]), 1), max(e[2], 1), max(e[3], 1)] for e in entries])
     )
-    _, n, s, v = best
-    have = max(n, 1) * size(s)
-    return (v * max(batch, 1) * size(spatial) + have // 2) // have
+    values = np.array([e[4] for e in entries], dtype=np.float64)
+    kinds = np.unique([e[6] for e in entries], return_inverse=True)[1]
+    lines = np.unique([e[5] for e in entries], return_inverse=True)[1]
+    return feats, values, kinds, lines
+
+
+def predict(fq, fc, vc, channels):
+    """The rule's estimates for the queries' features `fq` from the candidates' `fc`, `vc`."""
+    d = np.abs(fq[:, None, 1] - fc[None, :, 1])
+    if channels:
+        d = d + np.abs(fq[:, None, 2] - fc[None, :, 2]) + np.abs(fq[:, None, 3] - fc[None, :, 3])
+    d = d + np.abs(fq[:, None, 0] - fc[None, :, 0])
+    j = d.argmin(1)
+    scale = np.exp(fq[:, 0] + fq[:, 1] - fc[j, 0] - fc[j, 1])
+    if channels:
+        scale *= np.exp((fq[:, 2] + fq[:, 3] - fc[j, 2] - fc[j, 3]) / 2)
+    return np.round(vc[j] * scale)
+
+
+def tally(stats, guess, truth):
+    stats["n"] += len(truth)
+    stats["exact"] += int((guess == truth).sum())
+    stats["1MiB"] += int((np.abs(guess - truth) <= 1 << 20).sum())
+    stats["abs"] += float(np.abs(guess - truth).sum())
 
 
 def main():
-    groups = load(sys.argv[1] if len(sys.argv) > 1 else TABLE)
-    stats = {"nearest": collections.Counter(), "none": collections.Counter()}
-    entries = 0
-    for lines in groups.values():
-        for i, (spatial, measured) in enumerate(lines):
-            others = lines[:i] + lines[i + 1 :]
-            if not others:
-                continue
-            for batch, bytes_ in measured.items():
-                entries += 1
-                for rule, guess in (("nearest", nearest(others, spatial, batch)), ("none", 0)):
-                    s = stats[rule]
-                    s["exact"] += guess == bytes_
-                    s["1MiB"] += abs(guess - bytes_) <= 1 << 20
-                    s["abs"] += abs(guess - bytes_)
-    print(f"{entries} entries whose group holds another measured line")
-    for rule, s in stats.items():
+    kernels = load(sys.argv[1] if len(sys.argv) > 1 else TABLE)
+    stats = collections.defaultdict(collections.Counter)
+    for kinds in kernels.values():
+        feats, values, kind_of, line_of = arrays([(*e, k) for k, es in kinds.items() for e in es])
+        for k in np.unique(kind_of):
+            own = kind_of == k
+            # same kind: leave each line out
+            for line in np.unique(line_of[own]):
+                q = own & (line_of == line)
+                c = own & ~q
+                if c.any():
+                    tally(
+                        stats["same kind", "nearest"],
+                        predict(feats[q], feats[c], values[c], False),
+                        values[q],
+                    )
+                    tally(stats["same kind", "none"], np.zeros(q.sum()), values[q])
+            # same kernel: leave the kind out
+            if not own.all():
+                c = ~own
+                tally(
+                    stats["same kernel", "nearest"],
+                    predict(feats[own], feats[c], values[c], True),
+                    values[own],
+                )
+                tally(stats["same kernel", "none"], np.zeros(own.sum()), values[own])
+    for (test, rule), s in stats.items():
+        n = s["n"]
         print(
-            f"{rule:8} exact {s['exact'] / entries:.1%}, within 1 MiB {s['1MiB'] / entries:.1%},"
-            f" mean error {s['abs'] / entries / 2**20:.2f} MiB"
+            f"{test:11} {rule:8} {n} entries: exact {s['exact'] / n:.1%}, within 1 MiB {s['1MiB'] / n:.1%},"
+            f" mean error {s['abs'] / n / 2**20:.2f} MiB"
         )
 
 
