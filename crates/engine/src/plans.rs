@@ -105,11 +105,11 @@ pub fn embedding_dense_backward_plan(
             let g = if grad_contiguous || grad_sizes.len() < 2 {
                 g
             } else {
-                // a non-contiguous gradient of the same sizes
-                let mut s = grad_sizes.to_vec();
-                let k = s.len();
-                s.swap(k - 2, k - 1);
-                rt.zeros(&s, grad_dtype, Device::Cuda)?.transpose(-2, -1)
+                // a non-contiguous gradient of the same sizes: one element expanded, not
+                // contiguous for any sizes a non-contiguous gradient can have (a transpose
+                // of the last two dims is contiguous when the last is 1)
+                rt.zeros(&vec![1; grad_sizes.len()], grad_dtype, Device::Cuda)?
+                    .expand(grad_sizes)?
             };
             let idx = if indices_contiguous {
                 rt.zeros(&[n], index, Device::Cuda)?
@@ -186,6 +186,33 @@ mod tests {
             })
             .collect();
         assert_eq!(outputs, vec![32000 * 64 * 2]);
+    }
+
+    #[test]
+    fn a_strided_gradient_with_a_last_dim_of_one_is_copied() {
+        // blind106/db05's first-order term: `Embedding(3,420,000, 1)(idx).sum(1)`, whose
+        // backward hands `embedding_dense_backward` a (4096, 26, 1) gradient of strides
+        // (1, 0, 1); `grad_.contiguous()` (Embedding.cu) copied it on the H200: 425,984 bytes
+        let p = DeviceProfile::h100_torch_2_11();
+        let steps = embedding_dense_backward_plan(
+            &p,
+            &[4096, 26, 1],
+            DType::F32,
+            false,
+            4096 * 26,
+            DType::I64,
+            true,
+            3_420_000,
+        )
+        .unwrap();
+        assert!(steps.iter().any(|s| matches!(
+            s,
+            PlanStep::Alloc {
+                bytes: 425_984,
+                output: false,
+                ..
+            }
+        )));
     }
 
     #[test]
