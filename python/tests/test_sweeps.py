@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+import vramscope
 from conftest import FIXTURES, ROOT, run_script
 
 
@@ -86,6 +88,23 @@ def test_topk_isin_and_index_put_match_the_h200():
         g = got[w["case"]]
         assert (len(g["sizes"]), len(g["frees"])) == (len(w["sizes"]), len(w["frees"])), w["case"]
         assert g["sizes"][:16] == w["sizes"][:16], w["case"]
+
+
+def test_multinomial_with_replacement_over_one_distribution_scans_with_cub():
+    # blind105/da05: 8,192 shots from a 22-qubit state's 4,194,304 probabilities. The H200's per-op
+    # truth: the result, three buffers of the input's size and CUB's 18,431-byte scan storage
+    # (`at::cuda::cumsum_out` over the single row), 5 allocations
+    n = 1 << 22
+    with vramscope.capture(gpu="h200"):
+        probs = torch.rand(n, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_stats()
+        shots = torch.multinomial(probs, 8192, replacement=True)
+        after = torch.cuda.memory_stats()
+        peak = torch.cuda.max_memory_allocated() - before["allocated_bytes.all.current"]
+    assert tuple(shots.shape) == (8192,)
+    assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 5
+    assert peak == 8192 * 8 + 3 * 4 * n + 18_432
 
 
 def test_setitem_matches_the_h200():

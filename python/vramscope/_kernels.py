@@ -2925,7 +2925,8 @@ def _multinomial(cap, func, args, kwargs):
     `min() >= 0`, their `&` kept to the end; `sum(1) == 0` reduced by `any()`, its
     `logical_not()`), then `q = empty_like(self).exponential_()`, `div_out(q, self, q)` and
     `argmax` (one sample) or `topk` into a values buffer; with replacement, three buffers of
-    the input's size (cuda/MultinomialKernel.cu). As the H200's sweep lists them
+    the input's size and, for one distribution, the prefix sum's CUB scan
+    (cuda/MultinomialKernel.cu). As the H200's sweep lists them
     (`validation/run/sweeps/topk_isin_sweep.py`)."""
     names = ("self", "num_samples", "replacement", "generator")
     a = dict(zip(names, args, strict=False)) | kwargs
@@ -2938,6 +2939,11 @@ def _multinomial(cap, func, args, kwargs):
         result = x.new_empty(shape, dtype=torch.long)
         if a.get("replacement", False) and n != 1:
             buffers = [x.new_empty(x.shape) for _ in range(3)]
+            if x.dim() == 1 or x.shape[0] == 1:
+                # `at::cuda::cumsum_out(prefixSum, normDist, 1)` over one row: CUB's inclusive
+                # scan and its storage (blind105/da05's H200 per-op truth: 18,431 bytes for
+                # 4,194,304 float32 categories)
+                _cub(cap, "scan", x.numel(), x.element_size(), "aten::multinomial", "scan")
             del buffers
             return result
         # C++ temporaries live to the end of their full expression
