@@ -801,6 +801,25 @@ def test_an_unmeasured_convolution_of_new_channels_takes_the_nearest_of_its_kern
     ]
 
 
+def test_an_unmeasured_dilated_convolution_takes_the_nearest_of_its_kernel_shape_issue_31():
+    # no Conv1d of this kernel with dilation 7 was measured: the nearest of the same kernel size
+    # and stride is the undilated one at batch 8 (8,339,472 bytes), scaled by length (990 / 995)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(8, 128, 990, device="cuda")
+        w = torch.empty(128, 128, 3, device="cuda")
+        before = torch.cuda.memory_stats()["requested_bytes.all.current"]
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.nn.functional.conv1d(x, w, dilation=7)
+        peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before
+        assert peak == y.untyped_storage().nbytes() + 8_297_565
+        del y
+    assert cap.report()["unmeasured"] == [
+        "cuDNN's forward workspace of input (8, 128, 990) by weight (128, 128, 3) (float32, "
+        "stride (1,), padding (0,), dilation (7,), groups 1): estimated as 8297565 bytes from the "
+        "measured input (8, 128, 995) with padding (0,) and dilation (1,)"
+    ]
+
+
 def test_masked_select_backward_scatters_into_its_zeros_in_place():
     # blind100/cv01's H200 history (FastSpeech2-Conformer's masked L1 losses, 2,096 selected of
     # 2,096 values): `masked_select_backward` allocates the broadcast zeros (8,384 bytes), then

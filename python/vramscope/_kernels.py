@@ -1811,19 +1811,24 @@ def _conv_workspace(cap, op, conv) -> None:
         what = (
             f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
             f"by weight {tuple(w.shape)} ({name}, {'channels-last, ' if cl else ''}stride {tuple(stride)}, "
-            f"padding {tuple(padding)}, groups {groups})"
+            f"padding {tuple(padding)}, {f'dilation {tuple(dilation)}, ' if set(dilation) != {1} else ''}"
+            f"groups {groups})"
         )
         # not measured: the nearest measured problem's bytes, scaled (`ops/conv.rs`)
         nearest = cap.device.conv_workspace_nearest(*problem, **layout)
         if nearest is None:
             cap.note_unmeasured(what)
             return
-        nbytes, neighbour, weight = nearest
+        nbytes, neighbour, weight, pad, dil = nearest
         estimate = f"estimated as {nbytes} bytes from the measured input {tuple(neighbour)}"
         scaled = "batch and size"
         if list(weight) != list(w.shape):
             # no problem of its own channels was measured: one of the same kernel
             estimate += f" by weight {tuple(weight)}"
+            scaled = "batch, size and channels"
+        if (list(pad), list(dil)) != (list(padding), list(dilation)):
+            # nor of its padding and dilation: one of the same kernel size and stride
+            estimate += f" with padding {tuple(pad)} and dilation {tuple(dil)}"
             scaled = "batch, size and channels"
         cap.note_unmeasured(
             f"{what}: {estimate}",

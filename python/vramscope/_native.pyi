@@ -113,11 +113,12 @@ class Device:
         transposed: bool = False,
         output_padding: Sequence[int] | None = None,
         channels_last: bool = False,
-    ) -> tuple[int, list[int], list[int]] | None:
+    ) -> tuple[int, list[int], list[int], list[int], list[int]] | None:
         """For a problem conv_workspace has no bytes for: the nearest measured
         problem's bytes, scaled (by batch and spatial size; also by channels where
-        it is of the same kernel only), and that problem's input and weight sizes;
-        None where none of its kernel was measured. Allocates nothing."""
+        it is of the same kernel or kernel shape only), and that problem's input and
+        weight sizes, padding and dilation; None where none of its kernel's shape
+        was measured. Allocates nothing."""
     def memory_stats(self) -> dict[str, int]:
         """torch.cuda.memory_stats(): every key PyTorch 2.11 reports."""
     def memory_summary(self, abbreviated: bool = False) -> str: ...

@@ -14,6 +14,9 @@ against assuming no workspace:
   its kernel (the kind with other channels; groups as none, depthwise or other): the nearest in
   batch, spatial size, input and output channels, its bytes also scaled by the square root of
   input x output channels. Over every entry whose kernel holds another kind.
+- "same shape": each kernel is left out whole and its entries predicted, as in "same kernel", from
+  the other kernels of its shape (the kernel with other padding and dilation). Over every entry
+  whose shape holds another kernel.
 
 Distances are sums of absolute log ratios; ties go to the smaller batch, then the smaller sizes
 and channels. Prints how many predictions are exact, within 1 MiB, and the mean absolute error.
@@ -120,6 +123,21 @@ def main():
                     values[own],
                 )
                 tally(stats["same kernel", "none"], np.zeros(own.sum()), values[own])
+    shapes = collections.defaultdict(list)
+    for kernel in kernels:
+        shapes[(*kernel[:7], *kernel[9:])].append(kernel)
+    for group in shapes.values():
+        if len(group) < 2:
+            continue
+        entries = [
+            (*e, str(i)) for i, kernel in enumerate(group) for es in kernels[kernel].values() for e in es
+        ]
+        feats, values, kernel_of, _ = arrays(entries)
+        for i in np.unique(kernel_of):
+            own = kernel_of == i
+            c = ~own
+            tally(stats["same shape", "nearest"], predict(feats[own], feats[c], values[c], True), values[own])
+            tally(stats["same shape", "none"], np.zeros(own.sum()), values[own])
     for (test, rule), s in stats.items():
         n = s["n"]
         print(

@@ -60,7 +60,7 @@ pub use gpus::{gpu, GpuSpec, Grade, Grades, Provenance, SdpaSupport, GPUS};
 pub use ops::attention::{cudnn_fwd_workspace, CudnnFwdShape, SdpaArgs, SdpaBackend};
 pub use ops::conv::{
     cudnn_conv_nearest_workspace, cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs,
-    ConvOp, ConvProblem, NearestConv,
+    ConvOp, ConvProblem, Likeness, NearestConv,
 };
 pub use ops::nn::{SegmentBuffer, SegmentProblem};
 pub use ops::reduce::ReduceScratch;

@@ -162,9 +162,9 @@ impl Device {
     }
 }
 
-/// `conv_workspace_nearest`'s answer: the bytes, and the neighbour's input and
-/// weight sizes.
-type NearestEstimate = (u64, Vec<i64>, Vec<i64>);
+/// `conv_workspace_nearest`'s answer: the bytes, and the neighbour's input
+/// and weight sizes, padding and dilation.
+type NearestEstimate = (u64, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
 
 #[pymethods]
 impl Device {
@@ -495,8 +495,8 @@ impl Device {
     /// For a convolution `conv_workspace` has no bytes for, the estimate
     /// from the nearest measured problem (`ops/conv.rs`,
     /// `cudnn_conv_nearest_workspace`): `(bytes, the neighbour's input
-    /// sizes, its weight sizes)`, or None where no problem of its kernel was
-    /// measured.
+    /// sizes, weight sizes, padding, dilation)`, or None where no problem of
+    /// its kernel's shape was measured.
     #[pyo3(signature = (op, dtype, input, weight, stride, padding, dilation, groups, transposed=false, output_padding=None, channels_last=false))]
     #[allow(clippy::too_many_arguments)]
     fn conv_workspace_nearest(
@@ -518,7 +518,7 @@ impl Device {
         let problem = conv_problem(op, dtype, &sizes, groups, transposed, channels_last)?;
         Ok(
             cudnn_conv_nearest_workspace(&self.p.runtime().profile(), &problem)
-                .map(|n| (n.bytes, n.input, n.weight)),
+                .map(|n| (n.bytes, n.input, n.weight, n.padding, n.dilation)),
         )
     }
 

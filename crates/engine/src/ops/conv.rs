@@ -383,9 +383,23 @@ pub struct NearestConv {
     pub input: Vec<i64>,
     /// the neighbour's weight sizes
     pub weight: Vec<i64>,
-    /// the neighbour is of the problem's own kind (same weight and input
-    /// channels), not only of its kernel's
-    pub same_kind: bool,
+    /// the neighbour's padding
+    pub padding: Vec<i64>,
+    /// the neighbour's dilation
+    pub dilation: Vec<i64>,
+    /// how alike the neighbour is
+    pub likeness: Likeness,
+}
+
+/// Which problems [`cudnn_conv_nearest_workspace`] took its neighbour from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Likeness {
+    /// the problem's own kind: every field but the batch and spatial sizes
+    Kind,
+    /// its kernel: the kind with other channels
+    Kernel,
+    /// its kernel's shape: the kernel with other padding and dilation
+    Shape,
 }
 
 /// One line of the problem table, parsed for the neighbour search.
@@ -397,6 +411,8 @@ struct Neighbour {
     /// the input's sizes after the channels
     spatial: Vec<i64>,
     weight: Vec<i64>,
+    padding: Vec<i64>,
+    dilation: Vec<i64>,
     /// (batch, bytes) measured
     pairs: Vec<(i64, u64)>,
 }
@@ -409,6 +425,8 @@ struct KeyParts {
     /// kernel size, stride, padding, dilation, output padding, and whether
     /// the groups are none, one per input channel, or other
     kernel: String,
+    /// the kernel without the padding and dilation
+    shape: String,
     line: Neighbour,
 }
 
@@ -440,32 +458,33 @@ fn key_parts(key: &str) -> Option<KeyParts> {
         g if g == channels => "depthwise",
         _ => "grouped",
     };
-    let kernel = format!(
-        "{} {} {} {} {} {} {} {} {} {} {grouping}",
+    let kernel_size = weight
+        .get(2..)?
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let shape = format!(
+        "{} {} {} {} {} {kernel_size} {} {} {grouping}",
         fields[0],
         fields[1],
         fields[2],
         fields[3],
         spatial.len(),
-        weight
-            .get(2..)?
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
         fields[6],
-        fields[7],
-        fields[8],
         fields[9],
     );
     Some(KeyParts {
         kind: kind.join(" "),
-        kernel,
+        kernel: format!("{shape} {} {}", fields[7], fields[8]),
+        shape,
         line: Neighbour {
             channels,
             out_channels,
             spatial: spatial.to_vec(),
             weight,
+            padding: ints(fields[7])?,
+            dilation: ints(fields[8])?,
             pairs: Vec::new(),
         },
     })
@@ -477,6 +496,7 @@ struct NeighbourIndex {
     lines: Vec<Neighbour>,
     by_kind: std::collections::HashMap<String, Vec<usize>>,
     by_kernel: std::collections::HashMap<String, Vec<usize>>,
+    by_shape: std::collections::HashMap<String, Vec<usize>>,
 }
 
 fn neighbour_index() -> &'static NeighbourIndex {
@@ -486,6 +506,7 @@ fn neighbour_index() -> &'static NeighbourIndex {
             lines: Vec::new(),
             by_kind: std::collections::HashMap::new(),
             by_kernel: std::collections::HashMap::new(),
+            by_shape: std::collections::HashMap::new(),
         };
         for line in problem_lines() {
             let Some((key, pairs)) = split_line(line) else {
@@ -497,6 +518,7 @@ fn neighbour_index() -> &'static NeighbourIndex {
             let i = index.lines.len();
             index.by_kind.entry(parts.kind).or_default().push(i);
             index.by_kernel.entry(parts.kernel).or_default().push(i);
+            index.by_shape.entry(parts.shape).or_default().push(i);
             index.lines.push(Neighbour {
                 pairs,
                 ..parts.line
@@ -514,10 +536,12 @@ fn neighbour_index() -> &'static NeighbourIndex {
 /// channels) where there are any, the bytes scaled by the ratio of batch ×
 /// spatial size; else among those of the same kernel (the kind with other
 /// channels), the log ratios of input and output channels added to the
-/// distance and the bytes also scaled by √(input × output channels). An
-/// estimate, not cuDNN's choice; how close it comes is measured in
-/// docs/run.md, "Unmeasured convolutions". `None` where no problem of its
-/// kernel was measured, or for a GPU without the tables.
+/// distance and the bytes also scaled by √(input × output channels); else
+/// the same among those of its kernel's shape (the kernel with other padding
+/// and dilation). An estimate, not cuDNN's choice; how close it comes is
+/// measured in docs/run.md, "Unmeasured convolutions". `None` where no
+/// problem of its kernel's shape was measured, or for a GPU without the
+/// tables.
 pub fn cudnn_conv_nearest_workspace(
     profile: &DeviceProfile,
     problem: &ConvProblem,
@@ -528,10 +552,14 @@ pub fn cudnn_conv_nearest_workspace(
     let (key, batch) = problem.key()?;
     let parts = key_parts(&key)?;
     let index = neighbour_index();
-    let (same_kind, group) = match index.by_kind.get(&parts.kind) {
-        Some(group) => (true, group),
-        None => (false, index.by_kernel.get(&parts.kernel)?),
+    let (likeness, group) = if let Some(group) = index.by_kind.get(&parts.kind) {
+        (Likeness::Kind, group)
+    } else if let Some(group) = index.by_kernel.get(&parts.kernel) {
+        (Likeness::Kernel, group)
+    } else {
+        (Likeness::Shape, index.by_shape.get(&parts.shape)?)
     };
+    let same_kind = likeness == Likeness::Kind;
     let want = &parts.line;
     let size = |v: &[i64]| v.iter().product::<i64>().max(1) as f64;
     let ln_ratio = |a: f64, b: f64| (a / b).ln().abs();
@@ -582,7 +610,9 @@ pub fn cudnn_conv_nearest_workspace(
         bytes: scaled,
         input,
         weight: line.weight.clone(),
-        same_kind,
+        padding: line.padding.clone(),
+        dilation: line.dilation.clone(),
+        likeness,
     })
 }
 
@@ -1074,12 +1104,24 @@ mod tests {
         p.input = &[8, 127, 995];
         // (128 input channels at batch 8: 8,339,472 × √(127 × 128 / (128 × 128)), rounded)
         let near = cudnn_conv_nearest_workspace(&h100, &p).unwrap();
-        assert!(!near.same_kind);
+        assert_eq!(near.likeness, Likeness::Kernel);
         assert_eq!(
             (near.bytes, near.input, near.weight),
             (8_306_832, vec![8, 128, 995], vec![128, 128, 3])
         );
+        // no measured problem of this dilation: the nearest of the same kernel size and stride
+        p.weight = &[128, 128, 3];
+        p.input = &[8, 128, 990];
+        p.dilation = &[7];
+        // (8,339,472 × 990 / 995, rounded)
+        let near = cudnn_conv_nearest_workspace(&h100, &p).unwrap();
+        assert_eq!(near.likeness, Likeness::Shape);
+        assert_eq!(
+            (near.bytes, near.input, near.dilation),
+            (8_297_565, vec![8, 128, 995], vec![1])
+        );
         // no measured problem with this kernel size
+        p.dilation = &[1];
         p.weight = &[128, 128, 7777];
         assert_eq!(cudnn_conv_nearest_workspace(&h100, &p), None);
         // a GPU without the tables
