@@ -761,62 +761,58 @@ def test_conv_double_backward_makes_its_gradient_contiguous_for_the_input_term_i
     assert held is None
 
 
-def test_an_unmeasured_convolution_takes_the_nearest_measured_workspace_issue_31():
-    # the table holds this Conv1d's forward at batch 128 only (16,515,088 bytes); at batch 127 it
-    # is unmeasured and takes 127/128 of them (ops/conv.rs `cudnn_conv_nearest_workspace`),
-    # named as an estimate
+@pytest.mark.parametrize(
+    "x, w, dilation, workspace, estimate",
+    [
+        # the table holds this Conv1d's forward at batch 128 only (16,515,088 bytes); at batch 127
+        # it is unmeasured and takes 127/128 of them
+        (
+            (127, 128, 249),
+            (128, 128, 3),
+            1,
+            16_386_064,
+            "padding (0,), groups 1): estimated as 16386064 bytes from the measured input (128, 128, 249)",
+        ),
+        # no Conv1d of 127 input channels was measured: the nearest of the same kernel is 128
+        # channels at batch 8 (8,339,472 bytes), scaled by the root of the channels' ratio
+        (
+            (8, 127, 995),
+            (128, 127, 3),
+            1,
+            8_306_832,
+            "padding (0,), groups 1): estimated as "
+            "8306832 bytes from the measured input (8, 128, 995) by weight (128, 128, 3)",
+        ),
+        # none of this kernel with dilation 7 either: the nearest of its shape is the undilated
+        # one at batch 8, scaled by length (990 / 995)
+        (
+            (8, 128, 990),
+            (128, 128, 3),
+            7,
+            8_297_565,
+            "padding (0,), dilation (7,), groups 1): "
+            "estimated as 8297565 bytes from the measured input (8, 128, 995) with padding (0,) and "
+            "dilation (1,)",
+        ),
+    ],
+)
+def test_an_unmeasured_convolution_takes_the_nearest_measured_workspace_issue_31(
+    x, w, dilation, workspace, estimate
+):
+    # ops/conv.rs `cudnn_conv_nearest_workspace`: the nearest of the problem's kind, else of its
+    # kernel, else of its kernel's shape; named as an estimate
     with vramscope.capture(gpu="h200") as cap:
-        x = torch.empty(127, 128, 249, device="cuda")
-        w = torch.empty(128, 128, 3, device="cuda")
+        x = torch.empty(x, device="cuda")
+        w = torch.empty(w, device="cuda")
         before = torch.cuda.memory_stats()["requested_bytes.all.current"]
         torch.cuda.reset_peak_memory_stats()
-        y = torch.nn.functional.conv1d(x, w)
+        y = torch.nn.functional.conv1d(x, w, dilation=dilation)
         peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before
-        assert peak == y.untyped_storage().nbytes() + 16_386_064
+        assert peak == y.untyped_storage().nbytes() + workspace
         del y
     assert cap.report()["unmeasured"] == [
-        "cuDNN's forward workspace of input (127, 128, 249) by weight (128, 128, 3) (float32, "
-        "stride (1,), padding (0,), groups 1): estimated as 16386064 bytes from the measured "
-        "input (128, 128, 249)"
-    ]
-
-
-def test_an_unmeasured_convolution_of_new_channels_takes_the_nearest_of_its_kernel_issue_31():
-    # no Conv1d of 127 input channels was measured: the nearest problem of the same kernel, stride,
-    # padding and dilation is 128 channels at batch 8 (8,339,472 bytes), scaled by the square
-    # root of the channels' ratio (ops/conv.rs `cudnn_conv_nearest_workspace`), named with its weight
-    with vramscope.capture(gpu="h200") as cap:
-        x = torch.empty(8, 127, 995, device="cuda")
-        w = torch.empty(128, 127, 3, device="cuda")
-        before = torch.cuda.memory_stats()["requested_bytes.all.current"]
-        torch.cuda.reset_peak_memory_stats()
-        y = torch.nn.functional.conv1d(x, w)
-        peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before
-        assert peak == y.untyped_storage().nbytes() + 8_306_832
-        del y
-    assert cap.report()["unmeasured"] == [
-        "cuDNN's forward workspace of input (8, 127, 995) by weight (128, 127, 3) (float32, "
-        "stride (1,), padding (0,), groups 1): estimated as 8306832 bytes from the measured "
-        "input (8, 128, 995) by weight (128, 128, 3)"
-    ]
-
-
-def test_an_unmeasured_dilated_convolution_takes_the_nearest_of_its_kernel_shape_issue_31():
-    # no Conv1d of this kernel with dilation 7 was measured: the nearest of the same kernel size
-    # and stride is the undilated one at batch 8 (8,339,472 bytes), scaled by length (990 / 995)
-    with vramscope.capture(gpu="h200") as cap:
-        x = torch.empty(8, 128, 990, device="cuda")
-        w = torch.empty(128, 128, 3, device="cuda")
-        before = torch.cuda.memory_stats()["requested_bytes.all.current"]
-        torch.cuda.reset_peak_memory_stats()
-        y = torch.nn.functional.conv1d(x, w, dilation=7)
-        peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before
-        assert peak == y.untyped_storage().nbytes() + 8_297_565
-        del y
-    assert cap.report()["unmeasured"] == [
-        "cuDNN's forward workspace of input (8, 128, 990) by weight (128, 128, 3) (float32, "
-        "stride (1,), padding (0,), dilation (7,), groups 1): estimated as 8297565 bytes from the "
-        "measured input (8, 128, 995) with padding (0,) and dilation (1,)"
+        f"cuDNN's forward workspace of input {tuple(x.shape)} by weight {tuple(w.shape)} (float32, "
+        f"stride (1,), {estimate}"
     ]
 
 
