@@ -436,6 +436,31 @@ def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
     assert not cap.warned
 
 
+def test_values_are_computed_on_one_thread_and_the_programs_count_stays(monkeypatch):
+    # an ATen CPU kernel forks OpenMP's threads above 32,768 elements, and on a busy machine each
+    # fork waits for a core (blind88/cj03's and blind89/ck05's decode loops): the twin's host runs
+    # take one thread, and the program's own setting is given back after each
+    from vramscope import _capture
+
+    calls = []
+
+    def spy(n):
+        calls.append(n)
+        torch.set_num_threads(n)
+
+    monkeypatch.setattr(_capture, "_set_num_threads", spy)
+    before = torch.get_num_threads()
+    try:
+        with vramscope.capture():
+            torch.set_num_threads(3)
+            x = torch.arange(6, device="cuda") * 2
+            assert x.tolist() == [0, 2, 4, 6, 8, 10]
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert calls and calls[0::2] == [1] * (len(calls) // 2) and set(calls[1::2]) == {3}
+
+
 def test_a_nonzero_count_over_stand_in_zeros_is_named():
     # blind65/bm04: Switch Transformers' router picks experts by `max` over logits of a large
     # activation, then `nonzero` the experts hit: counted over values computed from stand-in zeros

@@ -760,6 +760,17 @@ def _spread_choices(func, args, kwargs, vals):
     return [picked.to(vals[0].dtype), spread]
 
 
+#: The twin's own host work (`Capture.cpu_result`) runs on one intra-op thread. An ATen CPU kernel
+#: over more than its grain size (`at::internal::GRAIN_SIZE`, 32,768 elements) forks OpenMP's
+#: threads, and where the machine's cores are busy each fork waits for one: filling 65,536 bf16
+#: zeros took 3.3 ms on two threads and 2.4 us on one on the loaded 2-core dev machine (a decode
+#: step's logits, (1, 1, 65,024), carry values over stand-in zeros). One thread also makes the
+#: values of a float reduction (whose per-thread partial sums depend on the thread count) the
+#: same on every machine. The program's own host ops keep its threads.
+_get_num_threads = torch.get_num_threads
+_set_num_threads = torch.set_num_threads
+
+
 def _dense_zeros(t):
     """A ZeroTensor CPU value as dense zeros (anything else as it is)."""
     if isinstance(t, torch.Tensor) and t._is_zerotensor():
@@ -1377,7 +1388,18 @@ class Capture:
         return map_leaves(meta, result)
 
     def cpu_result(self, func, args, kwargs):
-        """The op run on the CPU values of its inputs, as it returns it (None if it cannot)."""
+        """The op run on the CPU values of its inputs, as it returns it (None if it cannot); on one
+        intra-op thread (`_get_num_threads` says why)."""
+        threads = _get_num_threads()
+        if threads == 1:
+            return self._cpu_result(func, args, kwargs)
+        _set_num_threads(1)
+        try:
+            return self._cpu_result(func, args, kwargs)
+        finally:
+            _set_num_threads(threads)
+
+    def _cpu_result(self, func, args, kwargs):
         cargs, ckwargs = map_leaves(_on_cpu, (args, kwargs))
         if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
