@@ -416,6 +416,24 @@ def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     assert any("nonzero" in w for w in cap.warned)
 
 
+def test_index_arithmetic_from_a_large_arange_keeps_its_values():
+    # blind89/ck06: a 5-point Laplacian's neighbours from `arange` of a 1,500 x 1,500 grid by `//`,
+    # `%`, comparisons and `&`, then `idx[ok]` and `cat`: the masks' counts decide the matrix's
+    # entries (2,248,500 a direction on the H200; every element before, with a warning)
+    n = 1500
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.arange(n * n, device="cuda")
+        i, j = idx // n, idx % n
+        ok = (i + 1 >= 0) & (i + 1 < n) & (j >= 0) & (j < n)
+        src = idx[ok]
+        assert src.shape == (n * (n - 1),)
+        both = torch.cat([idx, src])
+        assert both[-1].item() == n * (n - 1) - 1
+        big = torch.empty(n * n, device="cuda").long()  # values unknown stay unknown
+        assert (big + idx)[big > 0].shape == (n * n,)
+    assert sum("nonzero" in w for w in cap.warned) == 1  # `big > 0` alone
+
+
 def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
     # blind59/bg01: Longformer marks its global tokens by `ext[attention_mask == 2] = max` in a 2-D
     # slice of a (B, 1, L, L) mask too large to carry values, then reads `is_global_attn` and the

@@ -693,18 +693,42 @@ def _meta_cached(func, args, kwargs):
 _RANDOM_INDICES = _philox.RANDINT_FACTORIES
 
 
+#: integer ranges: their values are their arguments' (index arithmetic starts from them)
+_RANGES = {aten.arange.default, aten.arange.start, aten.arange.start_step}
+#: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged) and joining
+_INDEX_ARITHMETIC = {
+    aten.floor_divide.default,
+    aten.floor_divide.Scalar,
+    aten.cat.default,
+    aten.stack.default,
+}
+
+
 def _values_at_any_size(func, outs, ours) -> bool:
     """Whether an op's results carry values although they are large: a view of tensors that
-    carry theirs (a view of the values, no copy), and a random integer draw of at most
-    `_kernels.HOST_INDEX_LIMIT` elements, as an index tensor copied from the host does (the draw
-    is the host's: the GPU's distribution, not its values)."""
+    carry theirs (a view of the values, no copy); and, as an index tensor copied from the host
+    does, integer and boolean results of at most `_kernels.HOST_INDEX_LIMIT` elements of a random
+    integer draw (the draw is the host's: the GPU's distribution, not its values), of an integer
+    `arange`, and of a pointwise op (or `cat`, `stack`) whose simulated operands all carry values
+    they know (index arithmetic: blind89/ck06 builds a grid's neighbours from `arange` by `//`,
+    `%`, comparisons and `&`, and its masks decide the sparse matrix's entries)."""
     if func.is_view:
         return bool(ours) and all(value(a) is not None for a in ours)
-    return func in _RANDOM_INDICES and all(
+    indices = all(
         isinstance(o, torch.Tensor)
         and not (o.is_floating_point() or o.is_complex())
         and o.numel() <= _kernels.HOST_INDEX_LIMIT
         for o in outs
+    )
+    if not indices:
+        return False
+    if func in _RANDOM_INDICES or func in _RANGES:
+        return True
+    return (
+        bool(ours)
+        and not func._schema.is_mutable
+        and (func in _INDEX_ARITHMETIC or torch.Tag.pointwise in func.tags)
+        and all(value(a) is not None and not _tensor.assumed(a) for a in ours)
     )
 
 
