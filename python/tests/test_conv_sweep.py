@@ -280,3 +280,23 @@ def test_a_conv_transpose1d_composite_is_read_as_a_transposed_1d_forward_problem
     assert conv_table.read(str(gpu), str(twin)) == {key: 37077008 - 8126464 - 2023424}
     line = "forward float16 nchw 1 1024,247 1024,512,16 8 0 1 0 1"
     assert any(line in raw and "4:26927120" in raw for raw in TABLE.read_text().splitlines())
+
+
+def test_a_conv3d_composite_in_inference_mode_is_read_as_a_3d_forward_problem(tmp_path):
+    # blind108/dd07 (HighRes3DNet's sliding-window evaluation under inference_mode): the dispatch
+    # mode sees `conv3d`, not `convolution`, so its problems were not read and the twin estimated
+    # them (1 MiB over the H200's peak). The H200's record of the stem's second 3x3x3 convolution:
+    # output 87,228,416 bytes, 261,699,088 requested in 2 allocations.
+    t = lambda sizes, strides: [sizes, strides, "bfloat16", 0, "cuda"]  # noqa: E731
+    x = t([4, 16, 88, 88, 88], [10903552, 681472, 7744, 88, 1])
+    args = [x, t([16, 16, 3, 3, 3], [432, 27, 9, 3, 1]), t([16], [1]), [1, 1, 1], [1, 1, 1]]
+    rec = {"op": "conv3d", "args": args, "new": [87228416], "count": 2, "requested": 261699088}
+    gpu, twin = tmp_path / "gpu", tmp_path / "twin"
+    gpu.mkdir()
+    twin.mkdir()
+    (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
+    (twin / "s.jsonl").write_text(json.dumps({**rec, "count": 1, "requested": 87228416}) + "\n")
+    key = "forward bfloat16 nchw 0 4,16,88,88,88 16,16,3,3,3 1,1,1 1,1,1 1,1,1 0,0,0 1"
+    assert conv_table.read(str(gpu), str(twin)) == {key: 261699088 - 87228416}
+    line = "forward bfloat16 nchw 0 16,88,88,88 16,16,3,3,3 1,1,1 1,1,1 1,1,1 0,0,0 1"
+    assert any(line in raw and "4:174470672" in raw for raw in TABLE.read_text().splitlines())

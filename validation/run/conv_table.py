@@ -22,9 +22,12 @@ import sys
 
 OPS = {
     "convolution": "forward",
+    "conv3d": "conv3d",
     "conv2d": "conv2d",
     "conv1d": "conv1d",
     "conv_transpose1d": "conv_transpose1d",
+    "conv_transpose2d": "conv_transpose2d",
+    "conv_transpose3d": "conv_transpose3d",
     "convolution_backward[0]": "dgrad",
     "convolution_backward[1]": "wgrad",
 }
@@ -102,16 +105,17 @@ def problem(op, args):
     `.to` (`.contiguous`, transposed) the suggested format of that input: a pooled (N, C, 1, 1)
     input is contiguous in both layouts and keeps its strides, so a channels-last 1x1 weight runs
     its forward and dgrad channels-last and its wgrad not (blind56/bd05, DCGAN's first layer)."""
-    if op in ("conv2d", "conv1d"):
+    if op in ("conv3d", "conv2d", "conv1d"):
         # the composite as a dispatch mode sees it in inference mode; trailing defaults left out
-        nd = 2 if op == "conv2d" else 1
+        nd = int(op[4])
         full = list(args) + [None, [1] * nd, [0] * nd, [1] * nd, 1][len(args) - 2 :]
         x, w, b, stride, padding, dilation, groups = full[:7]
         args = [x, w, b, stride, padding, dilation, False, [0] * nd, groups]
         op = "forward"
-    if op == "conv_transpose1d":
+    if op.startswith("conv_transpose"):
         # the composite (input, weight, bias, stride, padding, output_padding, groups, dilation)
-        full = list(args) + [None, [1], [0], [0], 1, [1]][len(args) - 2 :]
+        nd = int(op[-2])
+        full = list(args) + [None, [1] * nd, [0] * nd, [0] * nd, 1, [1] * nd][len(args) - 2 :]
         x, w, b, stride, padding, out_pad, groups, dilation = full[:8]
         args = [x, w, b, stride, padding, dilation, True, out_pad, groups]
         op = "forward"
@@ -171,8 +175,8 @@ def _name(r):
 
 
 def _same_padding(name, r):
-    """A conv2d or conv1d record with padding="same" or "valid"."""
-    return name in ("conv2d", "conv1d", "conv_transpose1d") and isinstance(
+    """A conv3d, conv2d or conv1d record with padding="same" or "valid"."""
+    return name in ("conv3d", "conv2d", "conv1d") and isinstance(
         r["args"][4] if len(r["args"]) > 4 else None, str
     )
 
