@@ -406,6 +406,22 @@ def test_jagged_nested_tensor_trains():
         assert x.grad.shape == (8, 8) and lin.weight.grad.device.type == "cuda"
 
 
+def test_jagged_linear_runs_addmm_on_its_values():
+    # blind107/dc07: a jagged nested tensor's `linear` calls `aten.linear` on its values below
+    # autograd; the GPU runs Linear.cpp's `addmm` there, whose first cuBLASLt call allocates the
+    # handle's workspace (32 MiB on an H200) and cuBLASLt's (1 MiB); the twin took linear's meta
+    # kernel, an output alone
+    with vramscope.capture(gpu="h200"):
+        lin = torch.nn.Linear(64, 64).cuda()
+        x = torch.randn(8, 64, device="cuda", requires_grad=True)
+        nt = torch.nested.nested_tensor_from_jagged(x, torch.tensor([0, 3, 8], device="cuda"))
+        before = torch.cuda.memory_allocated()
+        y = lin(nt)
+        assert torch.cuda.memory_allocated() - before == 2048 + 32 * MIB + MIB
+        y.values().sum().backward()
+        assert lin.weight.grad.shape == (64, 64)
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")

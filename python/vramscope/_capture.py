@@ -28,7 +28,7 @@ import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _philox, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
@@ -833,6 +833,8 @@ _COMPOSITE: set = set()
 _NOT_COMPOSITE: set = set()
 #: whether an op has a CompositeImplicitAutograd kernel at all, by op (a cache)
 _HAS_COMPOSITE: dict = {}
+#: whether an op has a kernel for the CUDA dispatch key, by op (a cache)
+_HAS_CUDA_KERNEL: dict = {}
 
 
 def _has_composite(func) -> bool:
@@ -843,6 +845,24 @@ def _has_composite(func) -> bool:
             func.name(), "CompositeImplicitAutograd"
         )
     return has
+
+
+def _plain_below_autograd(func, args, kwargs) -> bool:
+    """Whether a composite reaching the mode below autograd has plain tensors only, as where a
+    tensor subclass's kernels call it on their inner tensors (a jagged nested tensor's `linear` on
+    its values): with no mode at the Python key, the GPU's dispatcher runs the composite's own
+    kernel for them (blind107/dc07's H200 history: the cuBLAS workspaces under the first jagged
+    `linear`'s `addmm`). Ops with a CUDA kernel run it there (`silu_backward`'s composite is for
+    other backends); ops on the subclass itself go to its kernels; composites returning views (its
+    `chunk` of the values) stay whole: they allocate nothing, and their Python decompositions lose
+    the nested tensor's view of its offsets (its chunk's backward then sees another ragged size)."""
+    cuda = _HAS_CUDA_KERNEL.get(func)
+    if cuda is None:
+        cuda = _HAS_CUDA_KERNEL[func] = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CUDA")
+    if cuda or any(r.alias_info for r in func._schema.returns):
+        return False
+    tensors = _tensors((args, kwargs))
+    return bool(tensors) and not any(is_traceable_wrapper_subclass(t) for t in tensors)
 
 
 def _inference_tensors_only(args, kwargs) -> bool:
@@ -1291,7 +1311,11 @@ class Capture:
                 return out
         if (
             torch.is_inference_mode_enabled()
-            or (is_aten and _IN_DENSE[0] and _below_autograd())
+            or (
+                is_aten
+                and _below_autograd()
+                and (_IN_DENSE[0] or (_has_composite(func) and _plain_below_autograd(func, args, kwargs)))
+            )
             or (is_aten and _has_composite(func) and _inference_tensors_only(args, kwargs))
         ) and (
             func in _COMPOSITE
