@@ -1,6 +1,7 @@
 """Measure cuDNN's convolution workspaces over the convolution layers of common models, on a GPU.
 
-    python conv_sweep.py problems OUT.json                 (CPU: the models' convolutions, meta tensors)
+    python conv_sweep.py problems OUT.json [2]             (CPU: the models' convolutions, meta tensors;
+                                                           2: MODELS2's problems that MODELS lacks)
     python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]   (GPU)
     python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
     python conv_sweep.py merge [--correct] TABLE LINES... > NEW   (the table with conv_table.py's new lines)
@@ -252,6 +253,200 @@ MODELS = [
     (2, "convnext_tiny_384", _tv("convnext_tiny"), [(3, 384, 384)]),
     (2, "mobilenet_v2_res", _tv("mobilenet_v2"), [(3, 256, 256), (3, 160, 160), (3, 128, 128)]),
     (2, "unet64_interp", _unet(64, transposed=False), [(3, 256, 256)]),
+]
+
+
+def _x3d(width, depth, frames, res):
+    """X3D (Feichtenhofer, 2020) as its reference implementation lays it out: a 1x3x3 stride-(1,2,2)
+    stem with a 5x1x1 depthwise temporal convolution, bottlenecks of 1x1x1, 3x3x3 depthwise (spatial
+    stride 2 first) and 1x1x1, squeeze-excitation's 1x1x1 pair on every other block, then 1x1x1 to
+    2.25 x 192 channels. Only the convolutions matter here: no norms, activations or shortcuts."""
+    import math
+
+    import torch.nn as nn
+
+    class SE(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            hid = max(8, round(c * 0.0625 / 8) * 8)
+            self.fc = nn.Sequential(nn.Conv3d(c, hid, 1), nn.Conv3d(hid, c, 1))
+
+        def forward(self, x):
+            return x * self.fc(x.mean((2, 3, 4), keepdim=True)).sigmoid()
+
+    def make():
+        c = 24
+        layers = [
+            nn.Conv3d(3, c, (1, 3, 3), (1, 2, 2), (0, 1, 1)),
+            nn.Conv3d(c, c, (5, 1, 1), 1, (2, 0, 0), groups=c),
+        ]
+        for cout, n in zip((24, 48, 96, 192), depth, strict=True):
+            cout = int(cout * width)
+            inner = math.ceil(cout * 2.25)
+            for i in range(n):
+                layers += [
+                    nn.Conv3d(c, inner, 1),
+                    nn.Conv3d(inner, inner, 3, (1, 2, 2) if i == 0 else 1, 1, groups=inner),
+                ]
+                layers += [SE(inner)] * (i % 2 == 0) + [nn.Conv3d(inner, cout, 1)]
+                c = cout
+        layers.append(nn.Conv3d(c, math.ceil(c * 2.25), 1))
+        return nn.Sequential(*layers)
+
+    return make, [(3, frames, res, res)]
+
+
+def _unet3d(base, ch=1, depth=4):
+    """A 3-D UNet (Cicek et al.; MONAI's BasicUNet layout): two 3x3x3 convolutions per level,
+    max pooling down, 2x2x2 stride-2 transposed convolutions up, skip concatenations."""
+    import torch
+    import torch.nn as nn
+
+    def block(i, o):
+        return nn.Sequential(
+            nn.Conv3d(i, o, 3, padding=1), nn.ReLU(), nn.Conv3d(o, o, 3, padding=1), nn.ReLU()
+        )
+
+    class UNet3d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = [base * 2**i for i in range(depth + 1)]
+            self.downs = nn.ModuleList([block(ch, w[0])] + [block(w[i], w[i + 1]) for i in range(depth)])
+            self.ups = nn.ModuleList(
+                nn.ConvTranspose3d(w[i + 1], w[i], 2, stride=2) for i in reversed(range(depth))
+            )
+            self.blocks = nn.ModuleList(block(2 * w[i], w[i]) for i in reversed(range(depth)))
+            self.head = nn.Conv3d(w[0], 2, 1)
+            self.pool = nn.MaxPool3d(2)
+
+        def forward(self, x):
+            skips = []
+            for i, d in enumerate(self.downs):
+                x = d(x if i == 0 else self.pool(x))
+                skips.append(x)
+            skips.pop()
+            for up, blk in zip(self.ups, self.blocks, strict=True):
+                x = blk(torch.cat([up(x), skips.pop()], 1))
+            return self.head(x)
+
+    return UNet3d
+
+
+def _hifigan():
+    """HiFi-GAN V1's generator (Kong et al.): a 7-wide Conv1d from 80 mel bins to 512, transposed
+    Conv1d upsampling by 8, 8, 2, 2 (kernels 16, 16, 4, 4), each followed by residual blocks of
+    kernels 3, 7, 11 with dilations 1, 3, 5, then a 7-wide Conv1d to one channel."""
+    import torch.nn as nn
+
+    layers, c = [nn.Conv1d(80, 512, 7, 1, 3)], 512
+    for u, k in ((8, 16), (8, 16), (2, 4), (2, 4)):
+        layers.append(nn.ConvTranspose1d(c, c // 2, k, u, (k - u) // 2))
+        c //= 2
+        for kr in (3, 7, 11):
+            for d in (1, 3, 5):
+                layers += [
+                    nn.Conv1d(c, c, kr, 1, d * (kr - 1) // 2, d),
+                    nn.Conv1d(c, c, kr, 1, (kr - 1) // 2),
+                ]
+    layers.append(nn.Conv1d(c, 1, 7, 1, 3))
+    return nn.Sequential(*layers)
+
+
+def _wavenet():
+    """A WaveNet stack (van den Oord et al.): a causal 2-wide dilated Conv1d per layer, dilations 1 to
+    512 twice over, 64 residual channels gated to 128, 1x1 residual and 256-wide skip convolutions."""
+    import torch.nn as nn
+
+    class Layer(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.dil = nn.Conv1d(64, 128, 2, dilation=d, padding=d)
+            self.res = nn.Conv1d(64, 64, 1)
+            self.skip = nn.Conv1d(64, 256, 1)
+
+        def forward(self, x):
+            h = self.dil(x)[..., : x.shape[-1]]
+            a, b = h.chunk(2, 1)
+            g = a.tanh() * b.sigmoid()
+            self.skip(g)
+            return x + self.res(g)
+
+    return nn.Sequential(nn.Conv1d(1, 64, 1), *[Layer(2**i) for i in range(10)] * 2)
+
+
+def _conformer_conv(d):
+    """Conformer's convolution module (Gulati et al.): pointwise Conv1d to 2d (GLU), a 31-wide
+    depthwise Conv1d, pointwise Conv1d back; with the 2-D subsampling front end of two 3x3 stride-2
+    convolutions left to the 2-D models."""
+    import torch.nn as nn
+
+    class GLU(nn.Module):
+        def forward(self, x):
+            return nn.functional.glu(x, 1)
+
+    return lambda: nn.Sequential(
+        nn.Conv1d(d, 2 * d, 1), GLU(), nn.Conv1d(d, d, 31, 1, 15, groups=d), nn.Conv1d(d, d, 1)
+    )
+
+
+def _encodec():
+    """EnCodec's/DAC's convolutional encoder shape (Defossez et al.): a 7-wide Conv1d to 32 channels,
+    then per stage a 3-wide residual Conv1d and a strided Conv1d of kernel 2 x stride doubling the
+    channels, strides 2, 4, 5, 8, and a 7-wide Conv1d to 128."""
+    import torch.nn as nn
+
+    layers, c = [nn.Conv1d(1, 32, 7, 1, 3)], 32
+    for s in (2, 4, 5, 8):
+        layers += [
+            nn.Conv1d(c, c // 2, 3, 1, 1),
+            nn.Conv1d(c // 2, c, 1),
+            nn.Conv1d(c, 2 * c, 2 * s, s, s // 2),
+        ]
+        c *= 2
+    layers.append(nn.Conv1d(c, 128, 7, 1, 3))
+    return nn.Sequential(*layers)
+
+
+# the second sweep (`problems OUT.json 2`): video and volumetric 3-D networks, 1-D audio stacks and
+# image models the first list lacks; only problems the first list does not hold are swept
+MODELS2 = [
+    (0, "x3d_s", *_x3d(1, (3, 5, 11, 7), 13, 160)),
+    (0, "x3d_m", *_x3d(1, (3, 5, 11, 7), 16, 224)),
+    (0, "x3d_xs", *_x3d(1, (3, 5, 11, 7), 4, 160)),
+    (0, "unet3d_32", _unet3d(32), [(1, 96, 96, 96), (1, 64, 128, 128)]),
+    (0, "unet3d_16", _unet3d(16, ch=4), [(4, 128, 128, 128)]),
+    (0, "hifigan", _hifigan, [(80, 32)]),
+    (0, "wavenet", _wavenet, [(1, 16000)]),
+    (0, "conformer_conv_256", _conformer_conv(256), [(256, 500)]),
+    (0, "encodec", _encodec, [(1, 24000)]),
+    (1, "s3d", _tv("s3d"), [(3, 16, 224, 224)]),
+    (1, "mvit_v2_s", _tv("mvit_v2_s"), [(3, 16, 224, 224)]),
+    (1, "swin3d_t", _tv("swin3d_t"), [(3, 16, 224, 224)]),
+    (1, "conformer_conv_512", _conformer_conv(512), [(512, 500)]),
+    (1, "inception_v3", _tv("inception_v3", init_weights=False, aux_logits=False), [(3, 299, 299)]),
+    (1, "maxvit_t", _tv("maxvit_t"), [(3, 224, 224)]),
+    (1, "timm_cspdarknet53", _timm("cspdarknet53"), [(3, 256, 256)]),
+    (1, "timm_dla34", _timm("dla34"), [(3, 224, 224)]),
+    (1, "timm_ghostnet_100", _timm("ghostnet_100"), [(3, 224, 224)]),
+    (1, "timm_repvgg_a2", _timm("repvgg_a2"), [(3, 224, 224)]),
+    (1, "timm_hrnet_w18_small", _timm("hrnet_w18_small"), [(3, 224, 224)]),
+    (1, "timm_mobilenetv3_large_100", _timm("mobilenetv3_large_100"), [(3, 224, 224)]),
+    (1, "timm_mobilenetv4_conv_small", _timm("mobilenetv4_conv_small"), [(3, 224, 224)]),
+    (1, "timm_convnext_nano", _timm("convnext_nano"), [(3, 224, 224)]),
+    (1, "timm_resnet26d", _timm("resnet26d"), [(3, 224, 224)]),
+    (1, "timm_seresnext26d_32x4d", _timm("seresnext26d_32x4d"), [(3, 224, 224)]),
+    (1, "timm_efficientnetv2_rw_s", _timm("efficientnetv2_rw_s"), [(3, 288, 288)]),
+    (1, "timm_res2net50_26w_4s", _timm("res2net50_26w_4s"), [(3, 224, 224)]),
+    (1, "timm_rexnet_100", _timm("rexnet_100"), [(3, 224, 224)]),
+    (1, "timm_xception41", _timm("xception41"), [(3, 299, 299)]),
+    (2, "timm_fastvit_t8", _timm("fastvit_t8"), [(3, 256, 256)]),
+    (2, "timm_edgenext_small", _timm("edgenext_small"), [(3, 256, 256)]),
+    (2, "timm_mixnet_s", _timm("mixnet_s"), [(3, 224, 224)]),
+    (2, "timm_dpn68", _timm("dpn68"), [(3, 224, 224)]),
+    (2, "timm_nfnet_l0", _timm("nfnet_l0"), [(3, 224, 224)]),
+    (2, "timm_regnetz_b16", _timm("regnetz_b16"), [(3, 224, 224)]),
+    (2, "resnet50_det", _tv("resnet50"), [(3, 800, 800), (3, 640, 640)]),
+    (2, "mobilenet_v3_large_det", _tv("mobilenet_v3_large"), [(3, 320, 320), (3, 640, 640)]),
 ]
 
 
@@ -666,6 +861,16 @@ def main():
     cmd = sys.argv[1]
     if cmd == "problems":
         problems = extract()
+        if sys.argv[3:] == ["2"]:
+            seen = {
+                json.dumps({k: p[k] for k in p if k not in ("tier", "models")}, sort_keys=True)
+                for p in problems
+            }
+            problems = [
+                p
+                for p in extract(MODELS2)
+                if json.dumps({k: p[k] for k in p if k not in ("tier", "models")}, sort_keys=True) not in seen
+            ]
         json.dump(problems, open(sys.argv[2], "w"))
         n = len(items(problems))
         print(f"{len(problems)} problems, {n} items ({3 * n} op calls)", file=sys.stderr)
