@@ -1,10 +1,10 @@
 """A physics-informed network for the 2-D Helmholtz equation u_xx + u_yy + k^2 u = f on the unit
-square (the manufactured solution sin(a1 pi x) sin(a2 pi y)), in float64 throughout: random
-Fourier features (a fixed Gaussian matrix, sin and cos), a 5-layer tanh MLP of width 256, the
-Laplacian from torch.autograd.grad twice with create_graph=True, a Dirichlet boundary loss on 2,048
-boundary points; 3 Adam steps on 16,384 interior collocation points, then one L-BFGS step (20
-inner iterations, history 25, strong-Wolfe line search, one closure per evaluation), then the
-residual and error on a 256 x 256 grid in chunks (gradients without create_graph); 5 phases."""
+square (the manufactured solution sin(a1 pi x) sin(a2 pi y)), float64 throughout: random Fourier
+features (sin, cos), a 5-layer tanh MLP of width 256, the Laplacian from autograd.grad twice with
+create_graph=True, a boundary loss on 2,048 points; 2 Adam steps (ExponentialLR) on 16,384 points,
+residual-based refinement (65,536 candidates' residuals in chunks without create_graph, the 4,096
+largest by topk join the set), one Adam step on the 20,480 points, then the residual and error on
+a 256 x 256 grid in chunks; 6 phases."""
 
 import math
 import os
