@@ -194,6 +194,26 @@ def test_the_last_of_the_sweep_is_in_the_table_and_the_sweep_is_whole(tmp_path):
     assert (len(before), len(last), len(before & last), len(before | last)) == (100959, 8367, 0, n)
 
 
+def test_the_table_holds_the_second_model_lists_sweep(tmp_path):
+    # conv_sweep5_h200.tar.xz: one call over MODELS2's problems (`problems OUT.json 2`), worker 0's
+    # records (1 item in 16) and every worker's summary
+    with tarfile.open(FIXTURES / "run" / "conv_sweep5_h200.tar.xz") as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith((".err", "/w0.jsonl", "problems.json"))]
+        tar.extractall(tmp_path, members=names, filter="data")
+    d = tmp_path / "s5"
+    swept = conv_table.read(str(d), str(d))
+    table = _lines(TABLE)
+    assert len(swept) == 10818
+    assert all(table[key] == b for key, b in swept.items())
+    auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
+    assert len(auto) == 78 and all(table[k] == v for k, v in auto.items())
+    # X3D's 5x1x1 depthwise temporal convolution in channels-last 3-D, which no earlier source held
+    one = "wgrad bfloat16 nhwc 0 8,24,4,80,80 24,1,5,1,1 1,1,1 2,0,0 1,1,1 0,0,0 24"
+    assert (table[one], swept[one]) == (84383055, 84383055)
+    n = len(conv_sweep.items(json.load(open(d / "problems.json"))))
+    assert (n, len(conv_sweep.reached([str(d)], n))) == (76146, 62125)
+
+
 def _record(op, args, new, requested):
     """An ops_truth.py line of a convolution (bfloat16 tensors as [sizes, strides])."""
     t = lambda sizes, strides: [sizes, strides, "bfloat16", 0, "cuda"]  # noqa: E731
@@ -242,61 +262,63 @@ def test_a_problem_is_read_from_the_gpus_record_whatever_the_twins_size_1_stride
     assert table[key.format("forward", "nchw")] == 18688
 
 
-def test_a_conv1d_composite_in_inference_mode_is_read_as_a_1d_forward_problem(tmp_path):
+_COMPOSITES = {
     # blind88/cj01 (HF Moonshine under inference_mode): the dispatch mode sees `conv1d`, not
     # `convolution`, so its problems were not read and the twin left their workspace out (25 MiB of
     # reserved memory under the H200's). The H200's record of the second front-end convolution:
     # output 26,570,752 bytes, 97,909,776 requested in 2 allocations.
-    t = lambda sizes, strides: [sizes, strides, "float16", 0, "cuda"]  # noqa: E731
-    args = [t([16, 416, 2999], [1247584, 2999, 1]), t([832, 416, 7], [2912, 7, 1]), t([832], [1]), [3]]
-    rec = {"op": "conv1d", "args": args, "new": [26570752], "count": 2, "requested": 97909776}
-    gpu, twin = tmp_path / "gpu", tmp_path / "twin"
-    gpu.mkdir()
-    twin.mkdir()
-    (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
-    (twin / "s.jsonl").write_text(json.dumps({**rec, "count": 1, "requested": 26570752}) + "\n")
-    key = "forward float16 nchw 0 16,416,2999 832,416,7 3 0 1 0 1"
-    assert conv_table.read(str(gpu), str(twin)) == {key: 97909776 - 26570752}
-    # the table holds it by its problem without the batch
-    line = "forward float16 nchw 0 416,2999 832,416,7 3 0 1 0 1"
-    assert any(line in raw and "16:71339024" in raw for raw in TABLE.read_text().splitlines())
-
-
-def test_a_conv_transpose1d_composite_is_read_as_a_transposed_1d_forward_problem(tmp_path):
-    # blind88/cj03 (HF MusicGen's EnCodec decoder under no_grad): the dispatch mode sees
-    # `conv_transpose1d`, whose arguments run (input, weight, bias, stride, padding,
-    # output_padding, groups, dilation). The H200's record of the first upsampling layer: a
-    # transposed (channels-fastest) input copied contiguous (2,023,424 bytes), output 8,126,464
+    "conv1d": (
+        "float16",
+        [([16, 416, 2999], [1247584, 2999, 1]), ([832, 416, 7], [2912, 7, 1]), ([832], [1]), [3]],
+        ([26570752], 2, 97909776, 26570752),
+        "forward float16 nchw 0 16,416,2999 832,416,7 3 0 1 0 1",
+        97909776 - 26570752,
+        ("forward float16 nchw 0 416,2999 832,416,7 3 0 1 0 1", "16:71339024"),
+    ),
+    # blind88/cj03 (HF MusicGen's EnCodec decoder under no_grad): `conv_transpose1d`, whose arguments
+    # run (input, weight, bias, stride, padding, output_padding, groups, dilation). The first upsampling
+    # layer: a transposed (channels-fastest) input copied contiguous (2,023,424 bytes), output 8,126,464
     # bytes, 37,077,008 requested in 3 allocations.
-    t = lambda sizes, strides: [sizes, strides, "float16", 0, "cuda"]  # noqa: E731
-    args = [t([4, 1024, 247], [1024, 1, 4096]), t([1024, 512, 16], [8192, 16, 1]), t([512], [1]), [8]]
-    rec = {"op": "conv_transpose1d", "args": args, "new": [8126464], "count": 3, "requested": 37077008}
+    "conv_transpose1d": (
+        "float16",
+        [([4, 1024, 247], [1024, 1, 4096]), ([1024, 512, 16], [8192, 16, 1]), ([512], [1]), [8]],
+        ([8126464], 3, 37077008, None),
+        "forward float16 nchw 1 4,1024,247 1024,512,16 8 0 1 0 1",
+        37077008 - 8126464 - 2023424,
+        ("forward float16 nchw 1 1024,247 1024,512,16 8 0 1 0 1", "4:26927120"),
+    ),
+    # blind108/dd07 (HighRes3DNet's sliding-window evaluation under inference_mode): `conv3d`, so the
+    # twin estimated them (1 MiB over the H200's peak). The stem's second 3x3x3 convolution: output
+    # 87,228,416 bytes, 261,699,088 requested in 2 allocations.
+    "conv3d": (
+        "bfloat16",
+        [
+            ([4, 16, 88, 88, 88], [10903552, 681472, 7744, 88, 1]),
+            ([16, 16, 3, 3, 3], [432, 27, 9, 3, 1]),
+            ([16], [1]),
+            [1, 1, 1],
+            [1, 1, 1],
+        ],
+        ([87228416], 2, 261699088, 87228416),
+        "forward bfloat16 nchw 0 4,16,88,88,88 16,16,3,3,3 1,1,1 1,1,1 1,1,1 0,0,0 1",
+        261699088 - 87228416,
+        ("forward bfloat16 nchw 0 16,88,88,88 16,16,3,3,3 1,1,1 1,1,1 1,1,1 0,0,0 1", "4:174470672"),
+    ),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_COMPOSITES))
+def test_a_composite_a_dispatch_mode_sees_is_read_as_its_convolution_problem(tmp_path, op):
+    dtype, args, (new, count, requested, twin_requested), key, workspace, (line, batch) = _COMPOSITES[op]
+    t = lambda sizes, strides: [sizes, strides, dtype, 0, "cuda"]  # noqa: E731
+    args = [t(*a) if isinstance(a, tuple) else a for a in args]
+    rec = {"op": op, "args": args, "new": new, "count": count, "requested": requested}
+    twin_rec = rec if twin_requested is None else {**rec, "count": 1, "requested": twin_requested}
     gpu, twin = tmp_path / "gpu", tmp_path / "twin"
     gpu.mkdir()
     twin.mkdir()
     (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
-    (twin / "s.jsonl").write_text(json.dumps(rec) + "\n")
-    key = "forward float16 nchw 1 4,1024,247 1024,512,16 8 0 1 0 1"
-    assert conv_table.read(str(gpu), str(twin)) == {key: 37077008 - 8126464 - 2023424}
-    line = "forward float16 nchw 1 1024,247 1024,512,16 8 0 1 0 1"
-    assert any(line in raw and "4:26927120" in raw for raw in TABLE.read_text().splitlines())
-
-
-def test_a_conv3d_composite_in_inference_mode_is_read_as_a_3d_forward_problem(tmp_path):
-    # blind108/dd07 (HighRes3DNet's sliding-window evaluation under inference_mode): the dispatch
-    # mode sees `conv3d`, not `convolution`, so its problems were not read and the twin estimated
-    # them (1 MiB over the H200's peak). The H200's record of the stem's second 3x3x3 convolution:
-    # output 87,228,416 bytes, 261,699,088 requested in 2 allocations.
-    t = lambda sizes, strides: [sizes, strides, "bfloat16", 0, "cuda"]  # noqa: E731
-    x = t([4, 16, 88, 88, 88], [10903552, 681472, 7744, 88, 1])
-    args = [x, t([16, 16, 3, 3, 3], [432, 27, 9, 3, 1]), t([16], [1]), [1, 1, 1], [1, 1, 1]]
-    rec = {"op": "conv3d", "args": args, "new": [87228416], "count": 2, "requested": 261699088}
-    gpu, twin = tmp_path / "gpu", tmp_path / "twin"
-    gpu.mkdir()
-    twin.mkdir()
-    (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
-    (twin / "s.jsonl").write_text(json.dumps({**rec, "count": 1, "requested": 87228416}) + "\n")
-    key = "forward bfloat16 nchw 0 4,16,88,88,88 16,16,3,3,3 1,1,1 1,1,1 1,1,1 0,0,0 1"
-    assert conv_table.read(str(gpu), str(twin)) == {key: 261699088 - 87228416}
-    line = "forward bfloat16 nchw 0 16,88,88,88 16,16,3,3,3 1,1,1 1,1,1 1,1,1 0,0,0 1"
-    assert any(line in raw and "4:174470672" in raw for raw in TABLE.read_text().splitlines())
+    (twin / "s.jsonl").write_text(json.dumps(twin_rec) + "\n")
+    assert conv_table.read(str(gpu), str(twin)) == {key: workspace}
+    # the table holds it by its problem without the batch
+    assert any(line in raw and batch in raw for raw in TABLE.read_text().splitlines())
