@@ -1268,6 +1268,21 @@ def test_torchvision_nms_allocates_what_the_gpucounted():
     assert any("nonzero" in w for w in cap.warned)
 
 
+def test_torchvision_roi_align_under_autocast_runs_in_float32_and_casts_back():
+    torchvision = __import__("pytest").importorskip("torchvision")
+    # torchvision/csrc/ops/autocast/roi_align_kernel.cpp: the bf16 features cast to float32, the
+    # float32 boxes as they are, the float32 result cast back to the input's dtype (blind111/dg02)
+    with vramscope.capture(gpu="h200"):
+        feats = torch.empty(2, 256, 50, 68, device="cuda", dtype=torch.bfloat16)
+        rois = torch.zeros(100, 5, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():
+            out, counts = counted(lambda: torchvision.ops.roi_align(feats, rois, (7, 7), 0.25, 2))
+        assert out.dtype == torch.bfloat16 and out.shape == (100, 256, 7, 7)
+        # the float32 features (6,963,200 bytes), the float32 result (5,017,600) and its bf16 copy
+        assert counts == (3, 14_489_600)
+        assert torch.cuda.memory_allocated() == 3_481_600 + 2_048 + 2_508_800
+
+
 def test_torchvision_deform_conv2d_allocates_what_the_gpu_counted():
     torchvision = __import__("pytest").importorskip("torchvision")
     # blind52/az01's H200 per-op record, 16 images of 256 channels at 64 x 64, 3 x 3, with a mask:

@@ -192,6 +192,44 @@ def _kernel(op, policy: str):
     return run
 
 
+#: torchvision's ops with an `Autocast` kernel (torchvision/csrc/ops/autocast/*_kernel.cpp, 0.26): each
+#: casts its tensors to float32 (`cached_cast(at::kFloat, ..., device_type)`, last argument first)
+#: and runs the op with autocast excluded; the number of leading outputs cast back to the input's
+#: dtype with `.to(input.scalar_type())` (nms returns its indices as they are)
+VISION_OPS = {
+    "nms": 0,
+    "roi_align": 1,
+    "roi_pool": 2,
+    "ps_roi_align": 2,
+    "ps_roi_pool": 2,
+    "deform_conv2d": 1,
+}
+
+
+def _vision_kernel(op, back: int):
+    def run(*args, **kwargs):
+        dtype = args[0].dtype
+        args = _map_right_to_left(list(args), lambda t: _cast(t, torch.float32))
+        INSIDE[0] += 1
+        try:
+            with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+                out = op(*args, **kwargs)
+        finally:
+            INSIDE[0] -= 1
+        if back:
+            parts = (out,) if back == 1 else tuple(out)
+            result = tuple(t.to(dtype) for t in parts)
+            # the full expression's temporaries die last made first: the op's float32 results,
+            # then the casts (made right to left, so left to right)
+            del parts, out
+            out = result[0] if back == 1 else result
+        for i in range(len(args)):
+            args[i] = None
+        return out
+
+    return run
+
+
 class Autocast:
     """The kernels, registered for the life of a capture."""
 
@@ -212,12 +250,29 @@ class Autocast:
         self.previous = torch._C._dispatch_tls_is_dispatch_key_included(KEY)
         torch._C._dispatch_tls_set_dispatch_key_included(KEY, True)
         self.clear = torch.clear_autocast_cache
+        self.vision = None
+
+    def vision_ops(self) -> None:
+        """torchvision's autocast kernels over simulated tensors, registered once the program calls
+        a torchvision op (its `_C` library is loaded by then); torchvision's own kernels cast only
+        CUDA tensors."""
+        if self.vision is not None:
+            return
+        self.vision = torch.library.Library("torchvision", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, back in VISION_OPS.items():
+                packet = getattr(torch.ops.torchvision, name, None)
+                if packet is not None:
+                    self.vision.impl(name, _vision_kernel(packet.default, back), "AutocastCUDA")
 
     def restore(self) -> None:
         """Unregister the kernels."""
         torch._C._dispatch_tls_set_dispatch_key_included(KEY, self.previous)
         PROGRAM_ON[0] = False
         self.lib._destroy()
+        if self.vision is not None:
+            self.vision._destroy()
         _cache.clear()
 
 

@@ -298,6 +298,13 @@ def _simulated_generator(args, kwargs):
     return None
 
 
+def _is_vision_op(func) -> bool:
+    """A torchvision op (`torch.ops.torchvision.*`)."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        return func._qualified_op_name.startswith("torchvision::")
+    return isinstance(func, torch._ops.OpOverload) and func.namespace == "torchvision"
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -342,6 +349,8 @@ class _FunctionMode(TorchFunctionMode):
                     kwargs = dict(kwargs, device=_HOST)
             return func(*args, **kwargs)
         cap = self.cap
+        if cap._autocast.vision is None and _is_vision_op(func):
+            cap._autocast.vision_ops()
         handler = _kernels.FUNCTIONS.get(func)
         if handler is not None:
             out = handler(cap, func, args, kwargs)
