@@ -49,6 +49,11 @@ def _describe(x):
     if isinstance(x, torch.nn.parameter.UninitializedTensorMixin):
         # a lazy module's parameter before its first call has no shape to read
         return "uninitialized"
+    if isinstance(x, torch.Tensor) and x.layout != torch.strided:
+        # a sparse tensor has no strides or storage of its own: its layout, number of specified
+        # elements (COO) and the dense tensors that hold it
+        nnz = x._nnz() if x.layout == torch.sparse_coo else None
+        return [list(x.shape), str(x.layout).removeprefix("torch."), nnz, [_describe(p) for p in _parts(x)]]
     if isinstance(x, torch.Tensor):
         return [
             list(x.shape),
@@ -64,21 +69,35 @@ def _describe(x):
     return repr(x)
 
 
+def _parts(t):
+    """The strided tensors that hold `t`: itself, or a sparse tensor's indices and values."""
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return [t]
+
+
+def _dense(xs):
+    return [p for t in xs if isinstance(t, torch.Tensor) and t.is_cuda for p in _parts(t)]
+
+
 def _cuda_storages(xs):
     # the StorageImpl's address: unique on a GPU and under `vramscope run` alike (where data_ptr is 0)
-    return {t.untyped_storage()._cdata for t in xs if isinstance(t, torch.Tensor) and t.is_cuda}
+    return {t.untyped_storage()._cdata for t in _dense(xs)}
 
 
 def _new_storages(inputs, outputs):
     held = _cuda_storages(inputs)
     seen, new = set(), []
-    for t in outputs:
-        if isinstance(t, torch.Tensor) and t.is_cuda:
-            s = t.untyped_storage()
-            p = s._cdata
-            if p not in held and p not in seen and s.nbytes() > 0:
-                seen.add(p)
-                new.append(s.nbytes())
+    for t in _dense(outputs):
+        s = t.untyped_storage()
+        p = s._cdata
+        if p not in held and p not in seen and s.nbytes() > 0:
+            seen.add(p)
+            new.append(s.nbytes())
     return new
 
 
