@@ -1,5 +1,5 @@
 """The cuDNN convolution sweep (validation/run/conv_sweep.py) and the measured table it fed
-(crates/engine/src/ops/cudnn_conv_problems.txt, fixtures/run/conv_sweep_h200.tar.xz)."""
+(crates/engine/src/ops/cudnn_conv_problems.txt.xz, fixtures/run/conv_sweep_h200.tar.xz)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "validation" / "run"))
 import conv_sweep
 import conv_table
 
-TABLE = ROOT / "crates" / "engine" / "src" / "ops" / "cudnn_conv_problems.txt"
+TABLE = ROOT / "crates" / "engine" / "src" / "ops" / "cudnn_conv_problems.txt.xz"
 
 
 def _lines(path):
@@ -321,4 +321,4 @@ def test_a_composite_a_dispatch_mode_sees_is_read_as_its_convolution_problem(tmp
     (twin / "s.jsonl").write_text(json.dumps(twin_rec) + "\n")
     assert conv_table.read(str(gpu), str(twin)) == {key: workspace}
     # the table holds it by its problem without the batch
-    assert any(line in raw and batch in raw for raw in TABLE.read_text().splitlines())
+    assert any(line in raw and batch in raw for raw in conv_sweep.open_text(TABLE).read().splitlines())

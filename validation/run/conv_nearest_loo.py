@@ -1,6 +1,6 @@
 """How well the nearest measured problem stands in for an unmeasured cuDNN convolution.
 
-    python validation/run/conv_nearest_loo.py [crates/engine/src/ops/cudnn_conv_problems.txt]
+    python validation/run/conv_nearest_loo.py [crates/engine/src/ops/cudnn_conv_problems.txt.xz]
 
 Two leave-out tests of `cudnn_conv_nearest_workspace` (crates/engine/src/ops/conv.rs), each
 against assuming no workspace:
@@ -23,6 +23,7 @@ and channels. Prints how many predictions are exact, within 1 MiB, and the mean 
 """
 
 import collections
+import lzma
 import math
 import os
 import sys
@@ -37,14 +38,14 @@ TABLE = os.path.join(
     "engine",
     "src",
     "ops",
-    "cudnn_conv_problems.txt",
+    "cudnn_conv_problems.txt.xz",
 )
 
 
 def load(path):
     """{kernel: {kind: [(batch, spatial sizes, in channels, out channels, bytes), ...]}}."""
     kernels = collections.defaultdict(lambda: collections.defaultdict(list))
-    for line in open(path):
+    for line in lzma.open(path, "rt") if path.endswith(".xz") else open(path):
         if line.startswith("#") or " | " not in line:
             continue
         key, pairs = line.split(" | ")

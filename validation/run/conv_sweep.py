@@ -4,7 +4,8 @@
                                                            2: MODELS2's problems that MODELS lacks)
     python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]   (GPU)
     python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
-    python conv_sweep.py merge [--correct] TABLE LINES... > NEW   (the table with conv_table.py's new lines)
+    python conv_sweep.py merge [--correct] TABLE LINES...  (the table with conv_table.py's new lines:
+                                                           a TABLE.xz rewritten in place, else to stdout)
     python conv_sweep.py affine TABLE [H100_JSONL]        (is the workspace affine in the batch?)
 
 `problems` builds torchvision's and timm's common models (and plain UNets, Conv1d audio stacks, 3-D
@@ -710,11 +711,16 @@ def join_key(group, n):
     return " ".join([*f[:4], f"{n},{f[4]}", *f[5:]])
 
 
+def open_text(path):
+    """A text file, read through xz where its name ends in `.xz` (the table is stored so)."""
+    return lzma.open(path, "rt") if str(path).endswith(".xz") else open(path)
+
+
 def read_table(path):
     """(header lines, {problem key: bytes}) from the table (`KEY | N:BYTES ...` lines, KEY without the
     batch) or from conv_table.py's output (`KEY BYTES` lines, the batch in KEY)."""
     header, table = [], {}
-    for line in open(path):
+    for line in open_text(path):
         line = line.rstrip("\n")
         if line.startswith("#"):
             header.append(line)
@@ -882,7 +888,13 @@ def main():
         smoke()
     elif cmd == "merge":
         correct = sys.argv[2] == "--correct"
-        print("\n".join(merge(*sys.argv[2 + correct :], correct=correct)))
+        table, *sources = sys.argv[2 + correct :]
+        text = "\n".join(merge(table, *sources, correct=correct)) + "\n"
+        if table.endswith(".xz"):  # the engine's table: rewritten in place, compressed as it was
+            with lzma.open(table, "wt", preset=9 | lzma.PRESET_EXTREME) as f:
+                f.write(text)
+        else:
+            sys.stdout.write(text)
     elif cmd == "affine":
         affine(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:

@@ -1,7 +1,7 @@
 """The measured table of cuDNN convolution workspaces for the twin, from ops_truth.py's records.
 
     python conv_table.py GPU_OPS_DIR TWIN_OPS_DIR > LINES
-    python conv_sweep.py merge crates/engine/src/ops/cudnn_conv_problems.txt LINES > NEW_TABLE
+    python conv_sweep.py merge crates/engine/src/ops/cudnn_conv_problems.txt.xz LINES   (in place)
 
 GPU_OPS_DIR holds ops_truth.py's lines of each script on the GPU (validation/run/truth.sh), TWIN_OPS_DIR
 the same scripts' lines under `OPS_TRUTH_ALL=1 vramscope run ops_truth.py` (every op, so the problems whose

@@ -236,11 +236,11 @@ pub fn cudnn_conv_workspace(
         .find_map(|r| r.at(input[0]))
 }
 
-/// The measured table of whole problems (`cudnn_conv_problems.txt`, made by
+/// The measured table of whole problems (`cudnn_conv_problems.txt.xz`, made by
 /// `validation/run/conv_table.py` from the validation scripts' per-op records
-/// on an sm_90 GPU): every convolution those programs run, any batch, layout,
-/// dimension or transposition, keyed by what `convolution` receives.
-const PROBLEMS_SM90: &str = include_str!("cudnn_conv_problems.txt");
+/// on an sm_90 GPU, unpacked by build.rs): every convolution those programs run,
+/// any batch, layout, dimension or transposition, keyed by what `convolution` receives.
+const PROBLEMS_SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/cudnn_conv_problems.txt"));
 
 /// A convolution as ATen's `convolution` / `convolution_backward` receives it
 /// (sizes as called: a 1-D convolution keeps its 3-D sizes), and which of
