@@ -3,10 +3,13 @@ for the same ops (fixtures/run/truth_h200.tar.xz: allocations and requested byte
 
 from __future__ import annotations
 
+import json
+import lzma
+
 import pytest
 import torch
 import vramscope
-from conftest import extra_allocations
+from conftest import FIXTURES, extra_allocations
 from vramscope import _norm
 
 
@@ -199,13 +202,17 @@ def test_batch_norm_in_evaluation_takes_cudnn_and_makes_its_output_only():
         # weights goes to cudnn_batch_norm too, with the persistent kernel's workspace
         (torch.float16, (96, 32, 112, 112), 3_885_008, 6_423_588),
         (torch.float16, (96, 888, 7, 7), 217_848, 352_344),
+        # bn_sweep_h200.jsonl.xz: 72 channels take two 64-channel chunks; a 3-D half batch
+        (torch.float32, (8, 72, 112, 112), 1_619_256, 1_072_168),
+        (torch.float16, (8, 40, 13, 40, 40), 537_716, 888_868),
     ],
 )
 def test_channels_last_batch_norm_in_training_takes_cudnns_persistent_workspace(
     dtype, shape, forward, backward
 ):
     def setup():
-        x = torch.empty(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        x = torch.empty(shape, device="cuda", dtype=dtype).to(memory_format=fmt)
         w, m = torch.ones(shape[1], device="cuda"), torch.zeros(shape[1], device="cuda")
         return torch.empty_like(x), x, w, m
 
@@ -236,9 +243,34 @@ def test_float_batch_norm_in_training_takes_no_workspace_where_not_channels_last
     assert extra_allocations(setup, fwd, gpu="h200") == (0, 0)
     assert extra_allocations(setup, bwd, gpu="h200") == (0, 0)
     with vramscope.capture(gpu="h200") as cap:
-        x = torch.empty(8, 32, 16, 16, device="cuda").to(memory_format=torch.channels_last)
-        torch.nn.BatchNorm2d(32).cuda()(x)
+        x = torch.empty(8, 32, 16, 16, device="cuda", dtype=torch.float64).to(
+            memory_format=torch.channels_last
+        )
+        torch.nn.BatchNorm2d(32).cuda().double()(x)
     assert any("channels-last batch-norm forward workspace" in u for u in cap.report()["unmeasured"])
+
+
+def test_the_persistent_workspace_formula_gives_every_measured_call_and_cudnn_is_chosen_as_measured():
+    # validation/run/bn_sweep.py on an H200: 11,710 channels-last problems (2-D and 3-D, 16 to 2,048
+    # channels, five dtype pairs), forward and backward; a cuDNN call's workspace is what it requested
+    # beyond its outputs, one allocation; a native call is the native kernel's
+    calls = cudnn = 0
+    with lzma.open(FIXTURES / "run" / "bn_sweep_h200.jsonl.xz", "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            p = r["problem"]
+            x = torch.empty(p["n"], p["c"], *p["spatial"], dtype=getattr(torch, p["x"]), device="meta")
+            w = torch.empty(p["c"], dtype=getattr(torch, p["w"]), device="meta")
+            chosen = _norm._cudnn_selected(x, w, w, w, w, True, 1e-5)
+            assert chosen == r["op"].startswith("cudnn"), p
+            calls += 1
+            if chosen:
+                which = "backward" if r["op"].endswith("backward") else "forward"
+                pixels = x.numel() // p["c"]
+                nbytes = _norm.persistent_workspace_bytes(x.dtype, p["c"], pixels, which)
+                assert (r["count"] - len(r["new"]), r["requested"] - sum(r["new"])) == (1, nbytes), p
+                cudnn += 1
+    assert (calls, cudnn) == (23420, 9368)
 
 
 def test_cudnn_batch_norm_runs_on_and_saves_a_contiguous_copy_of_a_transposed_input():
@@ -270,3 +302,23 @@ def test_rms_norm_with_weight_of_another_dtype_runs_the_composite():
         assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 7
         assert after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"] == 114_032_640
         assert y.dtype == torch.bfloat16 and y.shape == x.shape
+
+
+@pytest.mark.parametrize(
+    ("dtype", "extra"),
+    # bn_sweep_h200.jsonl.xz: batch norm of a (8, 16, 4, 28, 28) channels_last_3d input with weights of
+    # its dtype (the general path's var_mean): a bf16 input is reduced from a float32 copy (1,605,632
+    # bytes), a float16 one as it is (ReduceOpsUtils.h `make_reduction`); both then take the same
+    # buffer and semaphores
+    [(torch.bfloat16, (3, 1_806_340)), (torch.float16, (2, 200_708))],
+)
+def test_general_batch_norm_statistics_copy_a_bf16_input_but_not_a_half_one(dtype, extra):
+    def setup():
+        x = torch.empty(8, 16, 4, 28, 28, device="cuda", dtype=dtype)
+        w = torch.ones(16, device="cuda", dtype=dtype)
+        return x.to(memory_format=torch.channels_last_3d), w, torch.zeros_like(w)
+
+    def run(x, w, b):
+        return torch.ops.aten.native_batch_norm(x, w, b, b, w, True, 0.1, 1e-5)
+
+    assert extra_allocations(setup, run, gpu="h200") == extra

@@ -99,43 +99,29 @@ def _cudnn_selected(x, weight, bias, running_mean, running_var, training, eps) -
 
 
 #: cuDNN's workspace for `CUDNN_BATCHNORM_SPATIAL_PERSISTENT` (cuDNN's own sizes, not in PyTorch's
-#: source: `cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize` and
-#: `cudnnGetBatchNormalizationBackwardExWorkspaceSize`), bytes, by (dtype, channels, N x spatial
-#: elements). Measured: the H200's per-op truth of blind41/ao05 (8, 256, 128, 128) and blind50/ax02
-#: (the two agree at 256 channels of 131,072); float16 (a half input with float weights, as
-#: autocast leaves batch norm): blind54/bb06's (RegNetY-1.6GF, batch 96 at 224).
+#: source: `cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize`, `...BackwardExWorkspaceSize`),
+#: measured on an H200 (validation/run/bn_sweep.py, fixtures/run/bn_sweep_h200.jsonl.xz: 4,684
+#: problems, 16 to 2,048 channels, up to 12,845,056 samples x positions, every call exact): per 64
+#: channels, 4 bytes and per block of pixels 516 bytes forward, 512 backward, plus a fixed part.
+#: Blocks: forward 64 pixels for a float32 input, 160 for a half one (with float weights, as
+#: autocast leaves batch norm); backward 96 for both. {which: (fixed, per block, {dtype: pixels})}
 CUDNN_PERSISTENT_WORKSPACE = {
-    "forward": {
-        (torch.float32, 64, 524288): 4_228_148,
-        (torch.float32, 128, 524288): 8_455_224,
-        (torch.float32, 128, 131072): 2_114_616,
-        (torch.float32, 256, 131072): 4_228_160,
-        (torch.float16, 32, 1204224): 3_885_008,
-        (torch.float16, 48, 1204224): 3_885_008,
-        (torch.float16, 48, 301056): 972_188,
-        (torch.float16, 120, 301056): 1_943_304,
-        (torch.float16, 120, 75264): 487_152,
-        (torch.float16, 336, 75264): 1_459_312,
-        (torch.float16, 336, 18816): 366_424,
-        (torch.float16, 888, 18816): 853_560,
-        (torch.float16, 888, 4704): 217_848,
-    },
-    "backward": {
-        (torch.float32, 64, 524288): 2_797_604,
-        (torch.float32, 128, 524288): 5_594_152,
-        (torch.float32, 128, 131072): 1_399_848,
-        (torch.float32, 256, 131072): 2_798_640,
-        (torch.float16, 32, 1204224): 6_423_588,
-        (torch.float16, 48, 1204224): 6_423_588,
-        (torch.float16, 48, 301056): 1_606_692,
-        (torch.float16, 120, 301056): 3_212_328,
-        (torch.float16, 120, 75264): 803_880,
-        (torch.float16, 336, 75264): 2_409_528,
-        (torch.float16, 336, 18816): 603_192,
-        (torch.float16, 888, 18816): 1_406_040,
-        (torch.float16, 888, 4704): 352_344,
-    },
+    "forward": (1072, 516, {torch.float32: 64, torch.float16: 160}),
+    "backward": (1056, 512, {torch.float32: 96, torch.float16: 96}),
 }
+#: the largest channels and samples x positions bn_sweep.py measured
+_PERSISTENT_MEASURED = (2048, 12_845_056)
+
+
+def persistent_workspace_bytes(dtype, channels: int, pixels: int, which: str) -> int | None:
+    """cuDNN's persistent batch-norm workspace in bytes for an input of `dtype` with `channels`
+    and `pixels` = N x spatial elements per channel (`CUDNN_PERSISTENT_WORKSPACE`); None for a
+    dtype not measured."""
+    fixed, per_block, block = CUDNN_PERSISTENT_WORKSPACE[which]
+    if dtype not in block:
+        return None
+    chunks = -(-channels // 64)
+    return chunks * (4 + per_block * -(-pixels // block[dtype])) + fixed
 
 
 def _persistent(x) -> bool:
@@ -146,15 +132,17 @@ def _persistent(x) -> bool:
 
 
 def _persistent_workspace(cap, x, which: str, op: str):
-    """cuDNN's persistent batch-norm workspace (`at::empty(workspace_size)`), where measured."""
+    """cuDNN's persistent batch-norm workspace (`at::empty(workspace_size)`), freed on return."""
     c = x.size(1)
-    key = (x.dtype, c, x.numel() // max(c, 1))
-    nbytes = CUDNN_PERSISTENT_WORKSPACE[which].get(key)
-    if nbytes is None:
+    pixels = x.numel() // max(c, 1)
+    nbytes = persistent_workspace_bytes(x.dtype, c, pixels, which)
+    if nbytes is None or c > _PERSISTENT_MEASURED[0] or pixels > _PERSISTENT_MEASURED[1]:
         cap.note_unmeasured(
             f"cuDNN's channels-last batch-norm {which} workspace ({x.dtype}, {tuple(x.shape)})"
+            + ("" if nbytes is None else f": {nbytes} bytes by the formula, beyond its measured range")
         )
-        return None
+        if nbytes is None:
+            return None
     return cap.malloc(nbytes, op, "temporary")
 
 
@@ -201,13 +189,15 @@ def _native_batch_norm(cap, func, args, kwargs):
 
 def _var_mean_stats(cap, x, stats_dtype, op: str) -> None:
     """`batch_norm_mean_var`'s general path (Normalization.cu; a channels-last 3-D or strided input):
-    `var_mean_out` over every dimension but 1, whose `make_reduction` (ReduceOps.cpp) reduces
-    `self.to(stats dtype)` where the input's dtype differs, with `WelfordOps`' 16-byte float
-    accumulators (32 for double) in the reduction's global buffer (blind44/ar02's H200 per-op truth:
-    a float32 copy of each bf16 `channels_last_3d` input, then the buffer and semaphores)."""
+    `var_mean_out` over every dimension but 1, whose two-result `make_reduction` (ReduceOpsUtils.h)
+    reduces `self.to(stats dtype)` where the input's dtype differs, but a half input into float
+    statistics as it is, with `WelfordOps`' 16-byte float accumulators (32 for double) in the
+    reduction's global buffer (blind44/ar02's H200 per-op truth: a float32 copy of each bf16
+    `channels_last_3d` input, then the buffer and semaphores; bn_sweep_h200.jsonl.xz: no copy of a
+    float16 one)."""
     copy = None
     elem = x.element_size()
-    if x.dtype != stats_dtype:
+    if x.dtype != stats_dtype and not (x.dtype == torch.float16 and stats_dtype == torch.float32):
         elem = torch.empty((), dtype=stats_dtype).element_size()
         copy = cap.malloc(x.numel() * elem, "aten::_to_copy", "temporary")
     fmt = suggest_memory_format(x)
