@@ -367,6 +367,29 @@ def test_bicubic_backward_copies_a_strided_gradient_contiguous():
     assert _extra(run, plain) == (0, 0)
 
 
+def test_antialiased_upsampling_copies_a_strided_input_or_gradient_contiguous():
+    # blind109/de05's H200 per-op truth: SigLIP2 resizes its (1, 768, 16, 16) position embeddings,
+    # a permuted view (strides (768, 1, 12288, 768), not channels-last: its batch stride), by
+    # `_upsample_bilinear2d_aa`: `input_.contiguous()`, 786,432 bytes; the backward of a
+    # (1, 768, 21, 12) gradient in the same strides: `grad_output_.contiguous()`, 774,144 bytes
+    def strided(c, h, w):
+        return lambda: (torch.empty(c * h * w, device="cuda").as_strided((1, c, h, w), (c, 1, w * c, c)),)
+
+    def plain(c, h, w):
+        return lambda: (torch.empty(1, c, h, w, device="cuda"),)
+
+    def fwd(x):
+        return aten._upsample_bilinear2d_aa(x, [16, 16], False)
+
+    def bwd(g):
+        return aten._upsample_bilinear2d_aa_backward(g, [21, 12], [1, 768, 16, 16], False)
+
+    assert _extra(fwd, strided(768, 16, 16)) == (1, 786432)
+    assert _extra(fwd, plain(768, 16, 16)) == (0, 0)
+    assert _extra(bwd, strided(768, 21, 12)) == (1, 774144)
+    assert _extra(bwd, plain(768, 21, 12)) == (0, 0)
+
+
 def test_cufft_copies_an_input_its_batch_dimensions_cannot_collapse():
     # `_exec_fft`: batch dimensions in stride order, reshaped to one (blind50/ax04's H200 per-op
     # truth: an FFT over the middle dimensions copies its input once more); the sweep's rfft2 and

@@ -2857,6 +2857,29 @@ def _upsample_bicubic2d_backward(cap, func, call, outs):
 AFTER[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic2d_backward
 
 
+def _upsample_aa(cap, func, call, outs):
+    """`upsample_gen2d_aa_out_cuda_template` and its backward (cuda/UpSampleBilinear2d.cu, the
+    antialiased bilinear and bicubic kernels): the forward writes a non-contiguous output through a
+    plain `at::empty` of its sizes and reads `input_.contiguous()`; the backward reads
+    `grad_output_.contiguous()`; all after the structured kernel's output and freed at the return
+    (blind109/de05's H200 per-op truth: SigLIP2's position embeddings, a permuted view)."""
+    src = call[0][0]
+    if not registered(src) or outs[0].numel() == 0:
+        return
+    out_c = _temp(cap, outs[0], func._schema.name) if not outs[0].is_contiguous() else None
+    copy = _temp(cap, src, func._schema.name) if not src.is_contiguous() else None
+    del copy, out_c
+
+
+for _f in (
+    aten._upsample_bilinear2d_aa.default,
+    aten._upsample_bicubic2d_aa.default,
+    aten._upsample_bilinear2d_aa_backward.default,
+    aten._upsample_bicubic2d_aa_backward.default,
+):
+    AFTER[_f] = _upsample_aa
+
+
 def _isin(cap, func, call, outs):
     """`isin_default_kernel_gpu` (cuda/TensorCompare.cu): `elements.unsqueeze(-1).eq(test.view(...))`
     (elements x tests bools) reduced by `any(-1)` (or `ne`/`all` inverted) into a temporary, then
