@@ -3,7 +3,7 @@ heads, vocab 32,000) trained in bf16 weights under a memory cap and the allocato
 PYTORCH_CUDA_ALLOC_CONF="garbage_collection_threshold:0.6" set before torch is imported and
 set_per_process_memory_fraction(0.25), so cached blocks are released once reserved memory passes 60% of
 the cap; batch 8 with the sequence length changing every step (1,024, 2,048, 1,536, 512, 2,048), AdamW
-(foreach), 5 steps; 6 phases."""
+(foreach), 5 steps; 7 phases."""
 
 import os
 

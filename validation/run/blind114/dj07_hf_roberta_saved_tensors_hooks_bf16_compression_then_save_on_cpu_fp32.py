@@ -3,7 +3,7 @@ RobertaConfig, sequence classification over 3 labels, fp32, AdamW): first
 torch.autograd.graph.saved_tensors_hooks that store every saved float32 tensor of 64K elements or
 more as a bfloat16 copy and cast it back when backward unpacks it (2 steps), then
 torch.autograd.graph.save_on_cpu(pin_memory=True), which moves every saved tensor to pinned host
-memory (2 steps); batch 16 x 256 tokens with a padding mask; 5 phases."""
+memory (2 steps); batch 16 x 256 tokens with a padding mask; 6 phases."""
 
 import os
 
