@@ -1283,6 +1283,29 @@ def test_torchvision_roi_align_under_autocast_runs_in_float32_and_casts_back():
         assert torch.cuda.memory_allocated() == 3_481_600 + 2_048 + 2_508_800
 
 
+def test_grid_sample_takes_cudnn_where_grid_sampler_does():
+    # GridSampler.cpp: bilinear, zero padding and align_corners on float tensors cuDNN accepts run
+    # cudnn_grid_sampler, whose backward makes both gradients (blind111/dg05's H200 per-op record:
+    # RAFT's 96 lookups as cudnn_grid_sampler, none as grid_sampler_2d)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(64, 1, 40, 56, device="cuda", requires_grad=True)
+        grid = torch.empty(64, 7, 7, 2, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y, counts = counted(lambda: F.grid_sample(x, grid, align_corners=True))
+        assert y.dtype == torch.float32 and counts == (1, 64 * 49 * 4)
+        grad = torch.empty_like(y)
+        # the input's gradient (573,440 bytes) and the grid's (25,088), which no one asked for
+        _, counts = counted(lambda: y.backward(grad))
+        assert counts == (2, 573_440 + 25_088)
+        # without align_corners: grid_sampler_2d, not cuDNN's op
+        y = F.grid_sample(x, grid, align_corners=False)
+        assert y.grad_fn.name() == "GridSampler2DBackward0"
+        y = F.grid_sample(x, grid, align_corners=True)
+        assert y.grad_fn.name() == "CudnnGridSamplerBackward0"
+
+
 def test_torchvision_deform_conv2d_allocates_what_the_gpu_counted():
     torchvision = __import__("pytest").importorskip("torchvision")
     # blind52/az01's H200 per-op record, 16 images of 256 channels at 64 x 64, 3 x 3, with a mask:

@@ -3289,6 +3289,119 @@ def _one_hot(cap, func, args, kwargs):
 FUNCTIONS[torch.nn.functional.one_hot] = _one_hot
 
 
+_INT_MAX = 2**31 - 1
+
+
+def _cudnn_grid_sampler_ok(x, grid) -> bool:
+    """`cond_cudnn_grid_sampler` (aten/src/ATen/native/GridSamplerUtils.h): both float64, float32 or
+    float16, `cudnn_is_acceptable` (CUDA, cuDNN enabled, fewer than INT_MAX elements), 32-bit
+    indexable, a 4-D input of at most 1024 channels."""
+    ok = (torch.float64, torch.float32, torch.float16)
+    return (
+        torch.backends.cudnn.enabled
+        and registered(x)
+        and registered(grid)
+        and x.dtype in ok
+        and grid.dtype in ok
+        and x.numel() < _INT_MAX
+        and grid.numel() < _INT_MAX
+        and x.dim() == 4
+        and x.shape[1] <= 1024
+    )
+
+
+def _grid_sampler(cap, func, args, kwargs):
+    """`torch.grid_sampler` (`F.grid_sample`) of simulated tensors: GridSampler.cpp's composite takes
+    `cudnn_grid_sampler` for bilinear, zero-padded, align_corners sampling where cuDNN accepts the
+    tensors (a condition on `is_cuda()` that the twin's meta tensors fail), after autocast's float32
+    cast (`grid_sampler` is an fp32 op, autocast_mode.cpp; its casts made last argument first and
+    dying as the op returns). blind111/dg05's H200 per-op record: RAFT's 96 correlation lookups."""
+    names = ("input", "grid", "interpolation_mode", "padding_mode", "align_corners")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, grid = a.get("input"), a.get("grid")
+    if a.get("interpolation_mode") != 0 or a.get("padding_mode") != 0 or a.get("align_corners") is not True:
+        return NotImplemented
+    if not (registered(x) and registered(grid)):
+        return NotImplemented
+    cast = torch.is_autocast_enabled("cuda")
+
+    def fp32(t):
+        return t.to(torch.float32) if cast and t.dtype in (torch.float16, torch.bfloat16) else t
+
+    g = fp32(grid)
+    xi = fp32(x)
+    if not _cudnn_grid_sampler_ok(xi, g):
+        return NotImplemented
+    out = torch.cudnn_grid_sampler(xi, g)  # no autocast kernel of its own
+    del xi, g
+    return out
+
+
+FUNCTIONS[torch.grid_sampler] = _grid_sampler
+
+
+def _grid_sample(cap, func, args, kwargs):
+    """`F.grid_sample` (what a function mode sees; its body calls `torch.grid_sampler` with the modes
+    as enums: bilinear 0, zeros 0)."""
+    names = ("input", "grid", "mode", "padding_mode", "align_corners")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    if a.get("mode", "bilinear") != "bilinear" or a.get("padding_mode", "zeros") != "zeros":
+        return NotImplemented
+    return _grid_sampler(cap, func, (a.get("input"), a.get("grid"), 0, 0, a.get("align_corners")), {})
+
+
+FUNCTIONS[torch.nn.functional.grid_sample] = _grid_sample
+
+
+def _zero_stride_contiguous(cap, t):
+    """`contiguousIfZeroInStrides` (cudnn/Utils.h): a copy only of a tensor with a zero stride."""
+    if any(st == 0 for st in t.stride()):
+        return cap.dispatch(aten.clone.default, (t,), {"memory_format": torch.contiguous_format})
+    return t
+
+
+def _contiguous(cap, t):
+    if t.is_contiguous():
+        return t
+    return cap.dispatch(aten.clone.default, (t,), {"memory_format": torch.contiguous_format})
+
+
+def _cudnn_grid_sampler_forward(cap, func, args, kwargs):
+    """`cudnn_grid_sampler_forward` (aten/src/ATen/native/cudnn/GridSampler.cpp): the input copied
+    if it has a zero stride, the grid made contiguous, the output (N, C, grid H, grid W) empty."""
+    x, grid = args[0], args[1]
+    if not (registered(x) and registered(grid)):
+        return NotImplemented
+    cap.ops += 1
+    xc = _zero_stride_contiguous(cap, x)
+    gc = _contiguous(cap, grid)
+    shape = (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2])
+    out = cap.track(torch.empty(shape, dtype=x.dtype, device="meta"), "aten::cudnn_grid_sampler")
+    del gc, xc
+    return out
+
+
+def _cudnn_grid_sampler_backward(cap, func, args, kwargs):
+    """`cudnn_grid_sampler_backward` (cudnn/GridSampler.cpp): input, grid and gradient made as the
+    forward makes them, then both gradients, always (cuDNN has no output mask)."""
+    x, grid, grad = args[0], args[1], args[2]
+    if not (registered(x) and registered(grid) and registered(grad)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::cudnn_grid_sampler_backward"
+    xc = _zero_stride_contiguous(cap, x)
+    gc = _contiguous(cap, grid)
+    oc = _zero_stride_contiguous(cap, grad)
+    gx = cap.track(torch.empty(x.shape, dtype=x.dtype, device="meta"), op)
+    gg = cap.track(torch.empty(grid.shape, dtype=grid.dtype, device="meta"), op)
+    del oc, gc, xc
+    return gx, gg
+
+
+DISPATCH[aten.cudnn_grid_sampler.default] = _cudnn_grid_sampler_forward
+DISPATCH[aten.cudnn_grid_sampler_backward.default] = _cudnn_grid_sampler_backward
+
+
 def _treat_as_tuple(index) -> bool:
     """`treatSequenceAsTuple` (python_variable_indexing.cpp): NumPy's rule for a list index."""
     if isinstance(index, tuple):
