@@ -407,6 +407,21 @@ def test_cufft_copies_an_input_its_batch_dimensions_cannot_collapse():
     assert _extra(torch.fft.irfft2, z(16, 32, 64, 33)) == (1, 8650752)
 
 
+def test_cufft_work_area_of_a_measured_plan():
+    # blind113/di07's H200 per-op truth (FNO3d): rfftn and irfftn over (64, 64, 46) at batch 200
+    # make cuFFT's work area, 753,664 bytes an item; the channels-last input also its copy, the
+    # complex-to-real plan its input's clone; the complex-to-complex plan of those sizes none
+    dims = (-3, -2, -1)
+    x = lambda: (torch.empty(10, 20, 64, 64, 46, device="cuda"),)  # noqa: E731
+    x_cl = lambda: (torch.empty(10, 64, 64, 46, 20, device="cuda").permute(0, 4, 1, 2, 3),)  # noqa: E731
+    z = lambda *s: lambda: (torch.empty(*s, device="cuda", dtype=torch.complex64),)  # noqa: E731
+    assert _extra(lambda t: torch.fft.rfftn(t, dim=dims), x) == (1, 150732800)
+    assert _extra(lambda t: torch.fft.rfftn(t, dim=dims), x_cl) == (2, 2 * 150732800)
+    irfftn = lambda t: torch.fft.irfftn(t, s=(64, 64, 46), dim=dims)  # noqa: E731
+    assert _extra(irfftn, z(10, 20, 64, 64, 24)) == (2, 157286400 + 150732800)
+    assert _extra(lambda t: torch.fft.fftn(t, dim=dims), z(10, 20, 64, 64, 46)) == (0, 0)
+
+
 def test_upsampling_under_inference_mode_runs_the_cpp_composite():
     # `upsample_nearest2d.vec` calls `upsample_nearest2d` in UpSampleNearest2d.cpp: its output only
     # (torch/_decomp's decomposition makes index tensors; blind51/ay05's H200 history: one output)

@@ -398,3 +398,14 @@ def test_a_gru_under_autocast_runs_cudnn_in_half_over_a_new_flat_buffer():
         out.float().sum().backward()
         assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in gru.parameters())
     assert not any("autocast" in w for w in cap.warned)
+
+
+def test_fused_gru_cell_backward_reduces_each_bias_gradient_with_its_global_buffer():
+    # blind113/di01's H200 per-op truth: `_thnn_fused_gru_cell_backward` of a (16421, 64) GRUCell
+    # with biases made 9 allocations, 79,956,240 bytes requested: its 5 outputs (29,427,968 bytes)
+    # and each gate gradient's `sum(0)`'s global buffer and semaphores
+    with vramscope.capture(gpu="h200"):
+        grad_hy = torch.empty(16421, 64, device="cuda")
+        workspace = torch.empty(16421, 320, device="cuda")
+        _, count, req = _counted(lambda: torch.ops.aten._thnn_fused_gru_cell_backward(grad_hy, workspace, True))
+    assert (count, req) == (9, 79956240)

@@ -2683,12 +2683,22 @@ def _cufft_must_clone(strides, signal, onesided: bool) -> bool:
     return False
 
 
+#: cuFFT's work area (`at::empty({config->workspace_size()})` in `_exec_fft`) per batch item, by
+#: (transform, real dtype, signal sizes), as the H200 measured it (cuFFT 12, CUDA 13.0): zero for
+#: every plan not listed. blind113/di07's per-op truth: the (64, 64, 46) real-to-complex and
+#: complex-to-real plans at batch 200 and 400, the complex-to-complex one of the same sizes none.
+_CUFFT_WORKSPACE = {
+    ("r2c", torch.float32, (64, 64, 46)): 753_664,
+    ("c2r", torch.float32, (64, 64, 46)): 753_664,
+}
+
+
 def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     """`_exec_fft` (cuda/SpectralOps.cpp) on `x`: the batch dimensions in stride order, then the
-    transformed ones, reshaped to one batch dimension (a contiguous copy where no view fits), and a
-    contiguous clone where cuFFT's layout cannot take the strides (`should_clone_input`). cuFFT's
-    work area came to no allocation in the H200's measured cases. Returns the temporaries, which
-    die at its return."""
+    transformed ones, reshaped to one batch dimension (a contiguous copy where no view fits), a
+    contiguous clone where cuFFT's layout cannot take the strides (`should_clone_input`), then the
+    plan's work area (`_CUFFT_WORKSPACE`). Returns the temporaries, which die at its return (the
+    work area first)."""
     sizes, strides = list(x.shape), list(x.stride())
     batch = sorted((d for d in range(x.dim()) if d not in dims), key=lambda d: -strides[d])
     view = torch.empty_strided(sizes, strides, device="meta").permute(batch + list(dims))
@@ -2705,6 +2715,10 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
         signal[-1] = signal_last
     if _cufft_must_clone(list(view.stride()), signal, c2r):
         temps.append(cap.malloc(nbytes, op, "temporary"))
+    kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
+    per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
+    if per_item and signal[0] > 0:
+        temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
     return temps
 
 
