@@ -22,44 +22,44 @@ def _lines(path):
     return conv_sweep.read_table(path)[1]
 
 
+def _extract(tmp_path, archive, endings):
+    """The members of a sweep archive whose names end in one of `endings`, under tmp_path."""
+    with tarfile.open(FIXTURES / "run" / archive) as tar:
+        names = [m for m in tar.getmembers() if m.name.endswith(endings)]
+        tar.extractall(tmp_path, members=names, filter="data")
+
+
+def _swept_and_in_the_table(d):
+    """conv_table.py's problems of a sweep's records in d (direct and autocast), each checked
+    against the table's bytes."""
+    table = _lines(TABLE)
+    swept = conv_table.read(str(d), str(d))
+    auto = conv_table.read(str(d / "autocast"), str(d / "autocast")) if (d / "autocast").exists() else {}
+    assert all(table[key] == b for key, b in swept.items())
+    assert all(table[key] == b for key, b in auto.items())
+    return table, swept, auto
+
+
 def test_the_table_holds_the_problems_of_the_sweeps_first_worker(tmp_path):
     # worker 0's records (1 item in 14; reading all 14 takes too long for a unit test)
-    with tarfile.open(FIXTURES / "run" / "conv_sweep_h200.tar.xz") as tar:
-        names = [m for m in tar.getmembers() if m.name.endswith(("/w0.jsonl", "autocast/w4.jsonl"))]
-        tar.extractall(tmp_path, members=names, filter="data")
-    d = tmp_path / "conv_sweep"
-    swept = conv_table.read(str(d), str(d))
-    table = _lines(TABLE)
-    assert len(swept) == 3666
+    _extract(tmp_path, "conv_sweep_h200.tar.xz", ("/w0.jsonl", "autocast/w4.jsonl"))
     # the 17 lines the validation scripts' records had given otherwise (misread: issue #31) were
-    # corrected to the sweep's bytes (fixtures/run/README.md)
-    assert all(table[key] == b for key, b in swept.items())
+    # corrected to the sweep's bytes (fixtures/run/README.md); the autocast path reads the same
+    # problems as the direct calls
+    table, swept, auto = _swept_and_in_the_table(tmp_path / "conv_sweep")
+    assert len(swept) == 3666 and auto
     one = "forward bfloat16 nchw 0 64,30,1,1 120,30,1,1 1,1 0,0 1,1 0,0 1"
     assert (table[one], swept[one]) == (61696, 61696)
-    # the autocast path reads the same problems as the direct calls
-    auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
-    assert auto and all(table[k] == v for k, v in auto.items())
 
 
 def test_the_table_holds_the_second_sweeps_problems_and_the_sweeps_do_not_overlap(tmp_path):
     # worker 0 of the second sweep's second call (1 item in 16) and every worker's summary
-    with tarfile.open(FIXTURES / "run" / "conv_sweep2_h200.tar.xz") as tar:
-        names = [
-            m
-            for m in tar.getmembers()
-            if m.name.endswith((".err", "conv_sweep3/w0.jsonl", "conv_sweep3/autocast/w0.jsonl"))
-        ]
-        tar.extractall(tmp_path, members=names, filter="data")
-    with tarfile.open(FIXTURES / "run" / "conv_sweep_h200.tar.xz") as tar:
-        names = [m for m in tar.getmembers() if m.name.endswith((".err", "problems.json"))]
-        tar.extractall(tmp_path, members=names, filter="data")
-    d = tmp_path / "conv_sweep3"
-    swept = conv_table.read(str(d), str(d))
-    table = _lines(TABLE)
-    assert len(swept) == 3087
-    assert all(table[key] == b for key, b in swept.items())
-    auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
-    assert len(auto) == 21 and all(table[k] == v for k, v in auto.items())
+    _extract(
+        tmp_path, "conv_sweep2_h200.tar.xz", (".err", "conv_sweep3/w0.jsonl", "conv_sweep3/autocast/w0.jsonl")
+    )
+    _extract(tmp_path, "conv_sweep_h200.tar.xz", (".err", "problems.json"))
+    _, swept, auto = _swept_and_in_the_table(tmp_path / "conv_sweep3")
+    assert (len(swept), len(auto)) == (3087, 21)
     # the three calls reached 100,959 of the 109,326 items, none twice
     n = len(conv_sweep.items(json.load(open(tmp_path / "conv_sweep" / "problems.json"))))
     first = conv_sweep.reached([str(tmp_path / "conv_sweep")], n)
@@ -174,20 +174,12 @@ def test_every_convolution_of_resnet18_at_batch_8_is_measured():
 
 def test_the_last_of_the_sweep_is_in_the_table_and_the_sweep_is_whole(tmp_path):
     # conv_sweep4_h200.tar.xz: the 8,367 items no earlier call reached, worker 0's records
-    with tarfile.open(FIXTURES / "run" / "conv_sweep4_h200.tar.xz") as tar:
-        names = [m for m in tar.getmembers() if m.name.endswith((".err", "/w0.jsonl"))]
-        tar.extractall(tmp_path, members=names, filter="data")
-    with tarfile.open(FIXTURES / "run" / "conv_sweep2_h200.tar.xz") as tar:
-        names = [m for m in tar.getmembers() if m.name.endswith((".err", "problems.json"))]
-        tar.extractall(tmp_path, members=names, filter="data")
-    with tarfile.open(FIXTURES / "run" / "conv_sweep_h200.tar.xz") as tar:
-        names = [m for m in tar.getmembers() if m.name.endswith(".err")]
-        tar.extractall(tmp_path, members=names, filter="data")
+    _extract(tmp_path, "conv_sweep4_h200.tar.xz", (".err", "/w0.jsonl"))
+    _extract(tmp_path, "conv_sweep2_h200.tar.xz", (".err", "problems.json"))
+    _extract(tmp_path, "conv_sweep_h200.tar.xz", (".err",))
     d = tmp_path / "conv_sweep4"
-    swept = conv_table.read(str(d), str(d))
-    table = _lines(TABLE)
+    _, swept, _ = _swept_and_in_the_table(d)
     assert len(swept) == 1563
-    assert all(table[key] == b for key, b in swept.items())
     n = len(conv_sweep.items(json.load(open(tmp_path / "conv_sweep2" / "problems.json"))))
     dirs = [str(tmp_path / s) for s in ("conv_sweep", "conv_sweep2", "conv_sweep3")]
     before, last = conv_sweep.reached(dirs, n), conv_sweep.reached([str(d)], n)
@@ -197,16 +189,10 @@ def test_the_last_of_the_sweep_is_in_the_table_and_the_sweep_is_whole(tmp_path):
 def test_the_table_holds_the_second_model_lists_sweep(tmp_path):
     # conv_sweep5_h200.tar.xz: one call over MODELS2's problems (`problems OUT.json 2`), worker 0's
     # records (1 item in 16) and every worker's summary
-    with tarfile.open(FIXTURES / "run" / "conv_sweep5_h200.tar.xz") as tar:
-        names = [m for m in tar.getmembers() if m.name.endswith((".err", "/w0.jsonl", "problems.json"))]
-        tar.extractall(tmp_path, members=names, filter="data")
+    _extract(tmp_path, "conv_sweep5_h200.tar.xz", (".err", "/w0.jsonl", "problems.json"))
     d = tmp_path / "s5"
-    swept = conv_table.read(str(d), str(d))
-    table = _lines(TABLE)
-    assert len(swept) == 10818
-    assert all(table[key] == b for key, b in swept.items())
-    auto = conv_table.read(str(d / "autocast"), str(d / "autocast"))
-    assert len(auto) == 78 and all(table[k] == v for k, v in auto.items())
+    table, swept, auto = _swept_and_in_the_table(d)
+    assert (len(swept), len(auto)) == (10818, 78)
     # X3D's 5x1x1 depthwise temporal convolution in channels-last 3-D, which no earlier source held
     one = "wgrad bfloat16 nhwc 0 8,24,4,80,80 24,1,5,1,1 1,1,1 2,0,0 1,1,1 0,0,0 24"
     assert (table[one], swept[one]) == (84383055, 84383055)

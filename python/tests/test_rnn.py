@@ -407,5 +407,7 @@ def test_fused_gru_cell_backward_reduces_each_bias_gradient_with_its_global_buff
     with vramscope.capture(gpu="h200"):
         grad_hy = torch.empty(16421, 64, device="cuda")
         workspace = torch.empty(16421, 320, device="cuda")
-        _, count, req = _counted(lambda: torch.ops.aten._thnn_fused_gru_cell_backward(grad_hy, workspace, True))
+        _, count, req = _counted(
+            lambda: torch.ops.aten._thnn_fused_gru_cell_backward(grad_hy, workspace, True)
+        )
     assert (count, req) == (9, 79956240)

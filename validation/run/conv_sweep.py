@@ -84,36 +84,38 @@ def _timm(name):
     return make
 
 
-def _unet(base, depth=4, transposed=True, ch=3):
+def _unet(base, depth=4, transposed=True, ch=3, dims=2, out=1):
+    """The plain UNet (Ronneberger et al.) with same-padding, as users write it; with `dims=3` the
+    3-D UNet (Cicek et al.; MONAI's BasicUNet layout)."""
     import torch.nn as nn
+
+    conv, norm = getattr(nn, f"Conv{dims}d"), getattr(nn, f"BatchNorm{dims}d")
 
     def block(i, o):
         return nn.Sequential(
-            nn.Conv2d(i, o, 3, padding=1, bias=False),
-            nn.BatchNorm2d(o),
+            conv(i, o, 3, padding=1, bias=False),
+            norm(o),
             nn.ReLU(),
-            nn.Conv2d(o, o, 3, padding=1, bias=False),
-            nn.BatchNorm2d(o),
+            conv(o, o, 3, padding=1, bias=False),
+            norm(o),
             nn.ReLU(),
         )
 
     class UNet(nn.Module):
-        """The plain UNet (Ronneberger et al.) with same-padding, as users write it."""
-
         def __init__(self):
             super().__init__()
             widths = [base * 2**i for i in range(depth + 1)]
             self.downs = nn.ModuleList([block(ch, widths[0])])
             self.downs.extend(block(widths[i], widths[i + 1]) for i in range(depth))
             self.ups = nn.ModuleList(
-                nn.ConvTranspose2d(widths[i + 1], widths[i], 2, stride=2)
+                getattr(nn, f"ConvTranspose{dims}d")(widths[i + 1], widths[i], 2, stride=2)
                 if transposed
-                else nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv2d(widths[i + 1], widths[i], 1))
+                else nn.Sequential(nn.Upsample(scale_factor=2), conv(widths[i + 1], widths[i], 1))
                 for i in reversed(range(depth))
             )
             self.blocks = nn.ModuleList(block(2 * widths[i], widths[i]) for i in reversed(range(depth)))
-            self.head = nn.Conv2d(widths[0], 1, 1)
-            self.pool = nn.MaxPool2d(2)
+            self.head = conv(widths[0], out, 1)
+            self.pool = getattr(nn, f"MaxPool{dims}d")(2)
 
         def forward(self, x):
             import torch
@@ -297,42 +299,6 @@ def _x3d(width, depth, frames, res):
     return make, [(3, frames, res, res)]
 
 
-def _unet3d(base, ch=1, depth=4):
-    """A 3-D UNet (Cicek et al.; MONAI's BasicUNet layout): two 3x3x3 convolutions per level,
-    max pooling down, 2x2x2 stride-2 transposed convolutions up, skip concatenations."""
-    import torch
-    import torch.nn as nn
-
-    def block(i, o):
-        return nn.Sequential(
-            nn.Conv3d(i, o, 3, padding=1), nn.ReLU(), nn.Conv3d(o, o, 3, padding=1), nn.ReLU()
-        )
-
-    class UNet3d(nn.Module):
-        def __init__(self):
-            super().__init__()
-            w = [base * 2**i for i in range(depth + 1)]
-            self.downs = nn.ModuleList([block(ch, w[0])] + [block(w[i], w[i + 1]) for i in range(depth)])
-            self.ups = nn.ModuleList(
-                nn.ConvTranspose3d(w[i + 1], w[i], 2, stride=2) for i in reversed(range(depth))
-            )
-            self.blocks = nn.ModuleList(block(2 * w[i], w[i]) for i in reversed(range(depth)))
-            self.head = nn.Conv3d(w[0], 2, 1)
-            self.pool = nn.MaxPool3d(2)
-
-        def forward(self, x):
-            skips = []
-            for i, d in enumerate(self.downs):
-                x = d(x if i == 0 else self.pool(x))
-                skips.append(x)
-            skips.pop()
-            for up, blk in zip(self.ups, self.blocks, strict=True):
-                x = blk(torch.cat([up(x), skips.pop()], 1))
-            return self.head(x)
-
-    return UNet3d
-
-
 def _hifigan():
     """HiFi-GAN V1's generator (Kong et al.): a 7-wide Conv1d from 80 mel bins to 512, transposed
     Conv1d upsampling by 8, 8, 2, 2 (kernels 16, 16, 4, 4), each followed by residual blocks of
@@ -414,8 +380,8 @@ MODELS2 = [
     (0, "x3d_s", *_x3d(1, (3, 5, 11, 7), 13, 160)),
     (0, "x3d_m", *_x3d(1, (3, 5, 11, 7), 16, 224)),
     (0, "x3d_xs", *_x3d(1, (3, 5, 11, 7), 4, 160)),
-    (0, "unet3d_32", _unet3d(32), [(1, 96, 96, 96), (1, 64, 128, 128)]),
-    (0, "unet3d_16", _unet3d(16, ch=4), [(4, 128, 128, 128)]),
+    (0, "unet3d_32", _unet(32, ch=1, dims=3, out=2), [(1, 96, 96, 96), (1, 64, 128, 128)]),
+    (0, "unet3d_16", _unet(16, ch=4, dims=3, out=2), [(4, 128, 128, 128)]),
     (0, "hifigan", _hifigan, [(80, 32)]),
     (0, "wavenet", _wavenet, [(1, 16000)]),
     (0, "conformer_conv_256", _conformer_conv(256), [(256, 500)]),
