@@ -308,3 +308,18 @@ def test_a_composite_a_dispatch_mode_sees_is_read_as_its_convolution_problem(tmp
     assert conv_table.read(str(gpu), str(twin)) == {key: workspace}
     # the table holds it by its problem without the batch
     assert any(line in raw and batch in raw for raw in conv_sweep.open_text(TABLE).read().splitlines())
+
+
+def test_the_second_model_lists_sweep_continued_where_the_first_call_stopped(tmp_path):
+    # conv_sweep6_h200.tar.xz: a second call over MODELS2's items that conv_sweep5's did not reach
+    # (its w*.err handed over as DONE_DIRS), worker 0's records and every worker's summary
+    _extract(tmp_path, "conv_sweep5_h200.tar.xz", (".err", "problems.json"))
+    _extract(tmp_path, "conv_sweep6_h200.tar.xz", (".err", "/w0.jsonl"))
+    _, swept, _ = _swept_and_in_the_table(tmp_path / "s6")
+    assert len(swept) == 2046
+    n = len(conv_sweep.items(json.load(open(tmp_path / "s5" / "problems.json"))))
+    first, second = (
+        conv_sweep.reached([str(tmp_path / "s5")], n),
+        conv_sweep.reached([str(tmp_path / "s6")], n),
+    )
+    assert (len(first), len(second), len(first & second), len(first | second)) == (62125, 11697, 0, 73822)
