@@ -100,9 +100,9 @@ def _cudnn_selected(x, weight, bias, running_mean, running_var, training, eps) -
 
 #: cuDNN's workspace for `CUDNN_BATCHNORM_SPATIAL_PERSISTENT` (cuDNN's own sizes, not in PyTorch's
 #: source: `cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize`, `...BackwardExWorkspaceSize`),
-#: measured on an H200 (validation/run/bn_sweep.py, fixtures/run/bn_sweep_h200.jsonl.xz: 4,684
-#: problems, 16 to 2,048 channels, up to 12,845,056 samples x positions, every call exact): per 64
-#: channels, 4 bytes and per block of pixels 516 bytes forward, 512 backward, plus a fixed part.
+#: measured on an H200 (validation/run/bn_sweep.py; fixtures/run/bn_sweep_h200.jsonl.xz, its README
+#: row): per 64 channels, 4 bytes and per block of pixels 516 bytes forward, 512 backward, plus a
+#: fixed part.
 #: Blocks: forward 64 pixels for a float32 input, 160 for a half one (with float weights, as
 #: autocast leaves batch norm); backward 96 for both. {which: (fixed, per block, {dtype: pixels})}
 CUDNN_PERSISTENT_WORKSPACE = {
