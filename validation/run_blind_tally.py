@@ -4,7 +4,7 @@
 
 One line per set (`run_blindN_h200.jsonl`): its scripts and phases, then as
 answered (`answers_blindN_h200.jsonl`, blind21's u03 from
-`answers_blind21b_h200.jsonl`) and latest (`answers_blindN_after_h200.jsonl`
+`answers_blind21b_h200.jsonl`; each file or its `.xz`) and latest (`answers_blindN_after_h200.jsonl`
 where the set has one, else as answered; blind4b's d07/d08 are answered in
 blind4's after file): scripts within 0.5% peak allocated / 2% peak reserved in
 every phase, and phases exact in all five figures. A script that raised on the
@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-from run_compare import ALLOC_TOL, RESERVED_TOL, compare, load
+from run_compare import ALLOC_TOL, RESERVED_TOL, compare, fixture, load
 
 
 def sets(fixtures):
@@ -51,13 +51,13 @@ def main():
         if s == "21":
             answered.update(load(path("answers_blind21b_h200.jsonl")))
         after = path(f"answers_blind{'4' if s == '4b' else s}_after_h200.jsonl")
-        latest = load(after) if os.path.exists(after) else answered
+        latest = load(after) if fixture(after) else answered
         w0, e0, _ = tally(gpu, answered)
         w1, e1, miss = tally(gpu, latest)
         phases = sum(len(r) for r in gpu.values())
         for i, v in enumerate((len(gpu), phases, w0, e0, w1, e1)):
             total[i] += v
-        which = "after" if os.path.exists(after) else "as answered"
+        which = "after" if fixture(after) else "as answered"
         print(
             f"blind{s:<4} {len(gpu):>3} scripts {phases:>3} phases: "
             f"as answered {w0:>2} within, {e0:>3} exact; latest ({which}) {w1:>2} within, {e1:>3} exact"

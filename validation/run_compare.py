@@ -9,10 +9,21 @@ allocated, 2% peak reserved).
 """
 
 import json
+import lzma
+import os
 import sys
 
 KEYS = ("allocated", "peak_allocated", "reserved", "peak_reserved", "requested")
 ALLOC_TOL, RESERVED_TOL = 0.005, 0.02
+
+
+def fixture(path):
+    """`path` itself, or its xz-compressed `path.xz` where only that is kept (the blind sets'
+    answer files are stored compressed); None where neither is."""
+    for p in (path, path + ".xz"):
+        if os.path.exists(p):
+            return p
+    return None
 
 
 def load(path):
@@ -20,7 +31,8 @@ def load(path):
     call (`record.py`'s "cuda not initialized" note: `reset_peak_memory_stats()` at the top of
     blind99/cu03) has no figures; the caching allocator holds nothing then, so they read as 0."""
     out = {}
-    for line in open(path):
+    found = fixture(path) or path
+    for line in lzma.open(found, "rt") if found.endswith(".xz") else open(found):
         r = json.loads(line)
         if "script" in r and "phase" in r:
             if str(r.get("note", "")).startswith("cuda not initialized"):
