@@ -391,6 +391,18 @@ def test_repeat_interleave_sizes_its_result_from_known_repeats():
         assert torch.cuda.memory_allocated() - before == 512  # doc; the arange and indices freed
 
 
+def test_torch_tensor_reads_cuda_tensors_in_its_data_on_the_host():
+    # `torch.tensor([t.max() + 1 - n, ...], device="cuda")` (Qwen2-VL's M-RoPE deltas,
+    # blind115/dk01): `recursive_store` reads each CUDA element on the host; the twin raised on
+    # the meta tensors. One int64 result of 2 elements, copied from the host
+    with vramscope.capture():
+        pos = torch.tensor([[4, 7], [2, 9]], device="cuda")
+        before = torch.cuda.memory_allocated()
+        deltas = torch.tensor([pos[0].max() + 1, pos[1].max() - 2], device="cuda")
+        assert deltas.dtype == torch.int64 and deltas.tolist() == [8, 7]
+        assert torch.cuda.memory_allocated() - before == 512
+
+
 def test_jagged_nested_tensor_trains():
     # a jagged nested tensor over simulated values is a wrapper made on the meta device, as they
     # are, and reads as CUDA: made for cuda (its values' device), autograd took a real CUDA stream

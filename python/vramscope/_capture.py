@@ -305,6 +305,16 @@ def _is_vision_op(func) -> bool:
     return isinstance(func, torch._ops.OpOverload) and func.namespace == "torchvision"
 
 
+def _host_data(cap, data):
+    """`data` of `torch.tensor(data)` with its simulated tensors, in lists and tuples at any depth,
+    replaced by their CPU values."""
+    if is_ours(data):
+        return cap.value_of(data, "torch.tensor()")
+    if isinstance(data, (list, tuple)):
+        return type(data)(_host_data(cap, d) for d in data)
+    return data
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -377,7 +387,10 @@ class _FunctionMode(TorchFunctionMode):
                 finally:
                     cap.genuine_meta -= 1
         if name in _FROM_DATA and _is_cuda(dev):
-            # torch.tensor(data, device="cuda"): built on the host, then copied
+            # torch.tensor(data, device="cuda"): built on the host, then copied; CUDA tensors in
+            # the data are read on the host (`recursive_store` in torch/csrc/utils/tensor_new.cpp)
+            if args:
+                args = (_host_data(cap, args[0]), *args[1:])
             host = func(*args, **dict(kwargs, device="cpu"))
             return torch.Tensor.to(host, "meta")
         if name == "to" and args and isinstance(args[0], torch.Tensor):
