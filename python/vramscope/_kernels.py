@@ -15,7 +15,7 @@ import sys
 import torch
 from torch._prims_common import suggest_memory_format
 
-from . import _tensor
+from . import _hostmem, _tensor
 from ._tensor import assumed, fast_setup_layout, registered, set_value, tensors_in, value
 from ._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 
@@ -1052,26 +1052,13 @@ def _d2h_staging(cap, dst_shape, dst_stride, dst_dtype, src, non_blocking: bool,
 HOST_INDEX_LIMIT = 1 << 26
 
 #: the most elements of a copy to the host of a tensor without values that takes real zeros; a
-#: larger one takes calloc'd zeros (`_host_zeros`) (a cost bound of the twin, not a PyTorch constant)
+#: larger one takes calloc'd zeros (`_hostmem.zeros`) (a cost bound of the twin, not a PyTorch constant)
 HOST_VALUE_LIMIT = 1 << 16
 
 
 def _host_indices(src) -> bool:
     """Whether `src` is a boolean or integer tensor of at most HOST_INDEX_LIMIT elements."""
     return not (src.is_floating_point() or src.is_complex()) and src.numel() <= HOST_INDEX_LIMIT
-
-
-def _host_zeros(shape, dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous host tensor of zeros whose pages the kernel maps on first touch (numpy's
-    `zeros` takes calloc'd memory): a large copy to the host of a tensor without values (an
-    offloaded KV cache) costs no memset."""
-    try:
-        import numpy as np
-    except ImportError:
-        return torch.zeros(tuple(shape), dtype=dtype)
-    numel = math.prod(shape)
-    raw = torch.from_numpy(np.zeros(numel * dtype.itemsize, dtype=np.uint8))
-    return raw.view(dtype).view(tuple(shape))
 
 
 def _to_copy(cap, func, args, kwargs):
@@ -1105,7 +1092,7 @@ def _to_copy(cap, func, args, kwargs):
         known = cap.value_of(src, "a copy to the host")
         plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
         if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > HOST_VALUE_LIMIT:
-            return _host_zeros(src.shape, kwargs.get("dtype") or src.dtype)
+            return _hostmem.zeros(src.shape, kwargs.get("dtype") or src.dtype)
         return aten._to_copy.default(known, **kwargs)
     if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
         # host to device: a new storage on the GPU
@@ -1135,7 +1122,13 @@ def _copy_(cap, func, args, kwargs):
     if registered(src) and isinstance(dst, torch.Tensor) and dst.device.type == "cpu":
         non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
         _d2h_staging(cap, dst.shape, dst.stride(), dst.dtype, src, non_blocking, "aten::copy_")
-        dst.copy_(cap.value_of(src, "a copy to the host"))
+        known = cap.value_of(src, "a copy to the host")
+        if value(src) is None and not (cap.checks_pass and src.dtype == torch.bool):
+            # zeros standing in for values the twin does not carry (save_on_cpu's pinned buffers):
+            # the destination's pages are handed back rather than written
+            _hostmem.zero_(dst)
+        else:
+            dst.copy_(known)
         return dst
     return NotImplemented
 
