@@ -1784,3 +1784,21 @@ def test_item_of_an_inference_tensor_after_the_mode_reads_its_value():
         assert s.is_inference()
         assert s.item() == 80.0
         assert (s + 1).item() == 81.0
+
+
+def test_reductions_of_a_zero_dim_tensor_over_dim_0_and_allclose_run():
+    # found by validation/run/opinfo_sweep.py (PyTorch's OpInfo samples): a 0-dim tensor takes dim 0
+    # or -1 in sum, mean and the norms under F.normalize and F.cosine_similarity, which raised in
+    # the twin's scratch rules; `torch.allclose` is `isclose(...).all().item()` (TensorCompare.cpp),
+    # whose meta kernel cannot read the value
+    with vramscope.capture():
+        x = torch.randn((), device="cuda")
+        for y in (x.sum(0), x.mean(-1), torch.nn.functional.normalize(x, dim=0)):
+            assert y.shape == ()
+        a = torch.randn(64, 64, device="cuda")
+        before = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        assert torch.allclose(a, a.clone()) is True
+        assert torch.allclose(a, a + 1) is False
+        # isclose's bool result, 4,096 bytes, beside the clone's 16 KiB
+        assert torch.cuda.max_memory_allocated() >= before + 16384 + 4096

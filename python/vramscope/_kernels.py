@@ -290,15 +290,7 @@ def _sum_mean(cap, func, call, outs):
     x = args[0]
     if not registered(x) or x.numel() == 0:
         return
-    dims = args[1] if len(args) > 1 else kw.get("dim")
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        reduced = [True] * x.dim()
-    else:
-        if isinstance(dims, int):
-            dims = [dims]
-        reduced = [False] * x.dim()
-        for d in dims:
-            reduced[d % max(x.dim(), 1)] = True
+    reduced = _reduced_mask(x, args[1] if len(args) > 1 else kw.get("dim"))
     out_dtype = outs[0].dtype
     elem, acc, converted = x.element_size(), _acc_bytes(x.dtype), None
     if out_dtype != x.dtype and not (
@@ -3020,8 +3012,11 @@ def _reduced_mask(x, dims) -> list:
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return [True] * x.dim()
     reduced = [False] * x.dim()
+    if x.dim() == 0:
+        # a 0-dim tensor takes dim 0 or -1 and has nothing to reduce
+        return reduced
     for d in [dims] if isinstance(dims, int) else dims:
-        reduced[d % max(x.dim(), 1)] = True
+        reduced[d % x.dim()] = True
     return reduced
 
 
@@ -3759,6 +3754,27 @@ def _equal(cap, func, args, kwargs):
 
 
 DISPATCH[aten.equal.default] = _equal
+
+
+def _allclose(cap, func, args, kwargs):
+    """`torch.allclose` (TensorCompare.cpp): `isclose(self, other, rtol, atol, equal_nan).all().item()`,
+    its parts on the simulated GPU and the result read on the host."""
+    names = ("self", "other", "rtol", "atol", "equal_nan")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    if not (registered(a["self"]) or registered(a["other"])):
+        return NotImplemented
+    with cap._modes[1]:  # the parts come back to the mode
+        close = torch.isclose(
+            a["self"],
+            a["other"],
+            rtol=a.get("rtol", 1e-05),
+            atol=a.get("atol", 1e-08),
+            equal_nan=a.get("equal_nan", False),
+        ).all()
+    return bool(cap.value_of(close, "torch.allclose").item())
+
+
+DISPATCH[aten.allclose.default] = _allclose
 
 
 def _softmax_to_float(log: bool):
