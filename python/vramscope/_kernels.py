@@ -312,12 +312,20 @@ for _f in (aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.
 def _min_max_all(cap, func, call, outs):
     """`max()` / `min()` of a whole tensor (`max_all_kernel_impl` in ReduceMaxValuesKernel.cu):
     `gpu_reduce_kernel<scalar_t, scalar_t>`, accumulating in the input's own type; its global buffer
-    and semaphores as the H200's multinomial sweep lists them for float32."""
+    and semaphores as the H200's multinomial sweep lists them for float32. ReduceAllOps.cpp hands
+    the kernel `self.contiguous()`: a non-contiguous input's copy lives through the reduction
+    (blind117/dm06's H200 history: `max()` of a column-major 2,049 x 200 float32)."""
     x = call[0][0]
     if not registered(x) or x.numel() == 0:
         return
     size = x.element_size()
-    reduce_scratch(cap, list(x.shape), list(x.stride()), [True] * x.dim(), size, size, func._schema.name)
+    op = func._schema.name
+    if x.is_contiguous():
+        reduce_scratch(cap, list(x.shape), list(x.stride()), [True] * x.dim(), size, size, op)
+        return
+    copy = cap.malloc(x.numel() * size, op, "temporary")
+    reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), size, size, op)
+    del copy
 
 
 def _arg_min_max(cap, func, call, outs):
@@ -725,11 +733,48 @@ def _sort(cap, func, call, outs):
         del row
         return
     segments = x.numel() // n
-    last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
-    if not x.is_contiguous() or not last or (segments > 1 and n >= 1_000_000):
+    if x.dim() == 0 or (segments > 1 and n >= 1_000_000):
         cap.note_unmeasured(f"the sort of {tuple(x.shape)} along {dim} ({op})")
         return
+    d = dim % x.dim()
     key = x.element_size()
+    # `sort_cuda_kernel` (cuda/Sort.cpp): an input not dense with stride 1 along `dim` is copied
+    # into `infer_dense_strides_dim_last`'s layout; a values (indices) output of other strides gets
+    # a temporary of that layout, copied back after the sort; all die in reverse (blind118/dn03's
+    # H200 history: `torch.quantile` of (1, 64, 65536) along its non-contiguous last dim)
+    dense = _non_overlapping_and_dense(x) and x.stride(d) == 1
+    strides = tuple(x.stride()) if dense else _dense_strides_dim_last(x, d)
+    tmps = []
+    if not dense:
+        tmps.append(cap.malloc(x.numel() * key, op, "temporary"))
+    values, indices = (outs[0], outs[1]) if isinstance(outs, (list, tuple)) else (outs, None)
+    if values is not None and tuple(values.stride()) != strides:
+        tmps.append(cap.malloc(x.numel() * key, op, "temporary"))
+    if indices is not None and tuple(indices.stride()) != strides:
+        tmps.append(cap.malloc(x.numel() * 8, op, "temporary"))
+    _stable_sort_kernel(cap, x, n, segments, key, op)
+    while tmps:
+        tmps.pop()
+
+
+def _dense_strides_dim_last(x, d: int) -> tuple:
+    """`infer_dense_strides_dim_last` (cuda/Sort.cpp): `d` innermost, the other dims ordered by
+    their strides (largest outermost), contiguous over that order."""
+    ndim = x.dim()
+    order = list(range(ndim))
+    order[d], order[-1] = order[-1], order[d]
+    head = sorted(order[:-1], key=lambda i: -x.stride(i))
+    order = [*head, order[-1]]
+    out = [0] * ndim
+    step = 1
+    for i in reversed(order):
+        out[i] = step
+        step *= x.shape[i]
+    return tuple(out)
+
+
+def _stable_sort_kernel(cap, x, n: int, segments: int, key: int, op: str) -> None:
+    """`launch_stable_sort_kernel` (cuda/SortStable.cu) of `x`'s layout made dense along the dim."""
     if segments >= 128:
         # `segmented_sort_pairs`: the int64 reverse indices, then CUB's DeviceSegmentedRadixSort
         # storage: alternate keys and int64 values, each 256-aligned, and 255 bytes of alignment

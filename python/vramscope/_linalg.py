@@ -40,6 +40,11 @@ aten = torch.ops.aten
 WORKSPACE = {
     ("syevj", 256, torch.float32): 301088,
     ("syevj", 512, torch.float32): 1124416,
+    # `apply_syevd<float>` (blind117/dm02's H200 history: Shampoo's statistics)
+    ("syevd", 1000, torch.float32): 16640076,
+    ("syevd", 1024, torch.float32): 17429388,
+    ("syevd", 1536, torch.float32): 38661004,
+    ("syevd", 2048, torch.float32): 68281228,
 }
 
 
@@ -221,13 +226,280 @@ DISPATCH[aten.linalg_householder_product.default] = _householder_product
 SCRATCH_UNMODELLED.discard("aten::linalg_householder_product")
 
 
+#: `cusolverDnXgeqrf_bufferSize`'s device bytes by (m, n, dtype) for one matrix, as `apply_geqrf`
+#: allocates them (cuda/linalg/BatchLinearAlgebraLib.cpp), measured on an H200 (blind117/dm03's,
+#: dm05's and dm06's memory histories: `linalg_qr` in svd_lowrank, pca_lowrank and an orthogonal
+#: initialisation, `linalg_lstsq`'s gels)
+GEQRF_WORKSPACE = {
+    (768, 32, torch.float32): 3145856,
+    (768, 64, torch.float32): 3145856,
+    (768, 768, torch.float32): 5243008,
+    (1024, 1024, torch.float32): 6291584,
+    (16384, 2049, torch.float32): 2098304,
+    (32768, 32, torch.float32): 2418432,
+    (32768, 64, torch.float32): 2909952,
+}
+
+ORGQR_WORKSPACE.update(
+    {
+        # blind117/dm03's and dm05's H200 histories (`linalg_qr`'s Q, reduced mode)
+        (768, 32, 32, torch.float32): 230400,
+        (768, 64, 64, torch.float32): 328704,
+        (768, 768, 768, torch.float32): 1246208,
+        (1024, 1024, 1024, torch.float32): 1639424,
+        (32768, 32, 32, torch.float32): 4326400,
+        (32768, 64, 64, torch.float32): 8520704,
+    }
+)
+
+
+def _geqrf_looped(m: int, batch: int) -> bool:
+    """`geqrf_kernel` (cuda/linalg/BatchLinearAlgebra.cpp): cuSOLVER's looped geqrf unless the
+    matrices have at most 256 rows and there are at least max(2, m / 16) of them (cuBLAS's batched
+    geqrf)."""
+    return not (m <= 256 and batch >= max(2, m // 16))
+
+
+def _cusolver_loop(cap, table: dict, key, batch: int, what: str, op: str) -> None:
+    """An `at::zeros({1})` int32 info, then per matrix the workspace of `table[key]` allocated and
+    freed in the loop (`apply_geqrf`, `apply_orgqr`); the info dies last. Unmeasured: named."""
+    info = cap.malloc(4, op, "temporary")
+    nbytes = table.get(key)
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER {what} workspace {key}")
+    else:
+        for _ in range(batch):
+            work = cap.malloc(nbytes, op, "workspace")
+            del work
+    del info
+
+
+def _linalg_qr(cap, func, args, kwargs):
+    """`linalg_qr` on CUDA (`TORCH_IMPL_FUNC(linalg_qr_out)`, BatchLinearAlgebra.cpp): Q then R (its
+    meta function), geqrf's working matrix (Q where it holds m x n, else R where it has m rows, else
+    a column-major clone), tau (k = min(m, n) per matrix), `geqrf_cusolver`'s info and looped
+    workspace, then for Q `orgqr`'s info and looped workspace; tau dies as the op returns. blind117's
+    H200 histories: Q, R, tau, 4, geqrf's workspace freed, 4 freed, 4, orgqr's workspace freed, 4
+    freed, tau freed. cuBLAS's batched geqrf is named unmeasured."""
+    a = args[0]
+    if not registered(a):
+        return NotImplemented
+    p = dict(zip(("A", "mode"), args, strict=False)) | kwargs
+    mode = p.get("mode", "reduced")
+    m, n = a.size(-2), a.size(-1)
+    k = min(m, n)
+    batch = _batch(a)
+    if not _geqrf_looped(m, batch):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::linalg_qr"
+    q, r = func(*args, **kwargs)
+    cap.track(q, op)
+    cap.track(r, op)
+    if a.numel() == 0:
+        return q, r
+    compute_q = mode != "r"
+    clone = None
+    if not (compute_q and q.size(-1) == n) and r.size(-2) != m:
+        clone = cap.malloc(a.numel() * a.element_size(), op, "temporary")
+    tau = cap.malloc(batch * k * a.element_size(), op, "temporary")
+    _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    if compute_q:
+        qm, qn = q.size(-2), q.size(-1)
+        _cusolver_loop(cap, ORGQR_WORKSPACE, (qm, qn, k, a.dtype), batch, "orgqr", op)
+    del tau, clone
+    return q, r
+
+
+DISPATCH[aten.linalg_qr.default] = _linalg_qr
+
+
+def _cholesky_inverse(cap, func, args, kwargs):
+    """`cholesky_inverse` of one matrix on CUDA (`cholesky_inverse_kernel_impl`: cuSOLVER for a
+    batch of one under the default backend): the result, then `_cholesky_inverse_cusolver_potrs_based`
+    (cuda/linalg/BatchLinearAlgebraLib.cpp): a column-major clone of the factor, an `at::zeros({1})`
+    int32 info, potrs (no workspace); the info dies, then the clone. blind117/dm06's H200 history
+    (512 x 512 and 2,048 x 2,048 float32). Batches (MAGMA where built with it) are left as they were."""
+    a = args[0]
+    if not registered(a) or a.dim() != 2 or _backend() == "magma":
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::cholesky_inverse"
+    out = func(*args, **kwargs)
+    cap.track(out, op)
+    if a.numel() == 0:
+        return out
+    clone = cap.malloc(a.numel() * a.element_size(), op, "temporary")
+    info = cap.malloc(4, op, "temporary")
+    del info, clone
+    return out
+
+
+DISPATCH[aten.cholesky_inverse.default] = _cholesky_inverse
+
+
+def _linalg_pinv(cap, func, args, kwargs):
+    """`linalg_pinv` without tolerances given and not Hermitian, as LinearAlgebra.cpp runs it, op by
+    op through the capture: `get_atol_rtol`'s float64 `zeros` and `full` (eps * max(m, n)),
+    `input.svd()` (reduced `linalg_svd`), `max(atol, rtol * S[..., :1])`, `where(S > tol,
+    S.reciprocal(), zeros)` (its arguments made right to left, as the H200's history has them),
+    then `matmul(V * S_pinv, U^H)`. blind117/dm06's history of 16,384 x 2,049 float32."""
+    a = args[0]
+    p = dict(zip(("self",), args, strict=False)) | kwargs
+    if (
+        not registered(a)
+        or p.get("atol") is not None
+        or p.get("rtol") is not None
+        or p.get("hermitian", False)
+        or a.numel() == 0
+        or a.dtype not in (torch.float32, torch.float64)
+    ):
+        return NotImplemented
+    with cap._modes[1]:
+        m, n = a.size(-2), a.size(-1)
+        atol = a.new_zeros((), dtype=torch.float64)
+        rtol = a.new_full((), torch.finfo(a.dtype).eps * max(m, n), dtype=torch.float64)
+        u, s, vh = torch.linalg.svd(a, full_matrices=False)
+        v = vh.mH
+        max_val = s.narrow(-1, 0, 1)
+        tol = torch.max(atol.unsqueeze(-1), rtol.unsqueeze(-1) * max_val)
+        zero = s.new_zeros(())
+        recip = s.reciprocal()
+        keep = s > tol
+        s_pinv = torch.where(keep, recip, zero).to(a.dtype)
+        del keep, recip, zero
+        scaled = v * s_pinv.unsqueeze(-2)
+        out = torch.matmul(scaled, u.mH)
+        del scaled
+        return out
+
+
+for _ov in (aten.linalg_pinv.atol_rtol_tensor, aten.linalg_pinv.atol_rtol_float):
+    DISPATCH[_ov] = _linalg_pinv
+
+
+#: `cusolverDn<t>ormqr_bufferSize`'s lwork in bytes by (m, nrhs, k, dtype), as `apply_ormqr`
+#: allocates it for gels (Q^H B from the left), measured on an H200 (blind117/dm06's history)
+ORMQR_WORKSPACE = {
+    (16384, 200, 2049, torch.float32): 168527872,
+}
+
+
+def _linalg_lstsq(cap, func, args, kwargs):
+    """`linalg_lstsq` of one matrix with m >= n on CUDA (driver gels, the only one there):
+    `linalg_lstsq_out` (BatchLinearAlgebra.cpp): the int32 infos (`at::zeros`), the solution
+    (max(m, n) x nrhs, column-major), A's column-major copy, then `linalg_lstsq_gels`
+    (cuda/linalg/BatchLinearAlgebra.cpp): tau, geqrf and ormqr (each its info and workspace) and a
+    trsm; tau dies; for m > n the residuals (`sum_out` of the squared rows n: of the solution);
+    the copy dies, `_linalg_check_errors`, the infos die. The solution is its first n rows.
+    blind117/dm06's H200 history (16,384 x 2,049 float32, 200 right-hand sides)."""
+    a, b = args[0], args[1]
+    p = dict(zip(("self", "b", "rcond"), args, strict=False)) | kwargs
+    if (
+        not registered(a)
+        or not registered(b)
+        or a.dim() != 2
+        or b.dim() != 2
+        or p.get("driver") not in (None, "gels")
+        or a.dtype not in (torch.float32, torch.float64)
+        or b.dtype != a.dtype
+    ):
+        return NotImplemented
+    m, n = a.shape
+    nrhs = b.size(-1)
+    if m < n or m == 0 or n == 0 or nrhs == 0:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::linalg_lstsq"
+    elem = a.element_size()
+    info = cap.malloc(4, op, "temporary")
+    full = torch.empty_strided((m, nrhs), (1, m), dtype=a.dtype, device="meta")
+    cap.track(full, op)
+    set_value(full, None)
+    copy = cap.malloc(m * n * elem, op, "temporary")
+    k = min(m, n)
+    tau = cap.malloc(k * elem, op, "temporary")
+    _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), 1, "geqrf", op)
+    _cusolver_loop(cap, ORMQR_WORKSPACE, (m, nrhs, k, a.dtype), 1, "ormqr", op)
+    cap.blas("trsm", a.dtype)
+    del tau
+    if m > n:
+        residuals = torch.empty((nrhs,), dtype=a.dtype, device="meta")
+        cap.track(residuals, op)
+        reduce_scratch(cap, [m - n, nrhs], [1, m], [True, False], elem, elem, op)
+    else:
+        residuals = torch.empty((0,), dtype=a.dtype, device="meta")
+    set_value(residuals, None)
+    del copy
+    check_errors(cap, torch.empty((), dtype=torch.int32, device="meta"), op)
+    del info
+    solution = full.as_strided((n, nrhs), (1, m))
+    rank = torch.empty((0,), dtype=torch.int64, device="meta")
+    singular_values = torch.empty((0,), dtype=a.dtype, device="meta")
+    return solution, residuals, rank, singular_values
+
+
+DISPATCH[aten.linalg_lstsq.default] = _linalg_lstsq
+
+
 #: `cusolverDn<t>gesvdjBatched_bufferSize`'s workspace in bytes by (m, n, batch, compute_uv, dtype),
 #: as `at::cuda::solver::gesvdjBatched` allocates it (CUDASolver.cpp), measured on an H200
 #: (fixtures/run/svd/svd_probe_h200.json: a batch of 8 of 16 x 16 and one 32 x 20, with vectors)
 GESVDJ_BATCHED_WORKSPACE = {
     (16, 16, 8, True, torch.float32): 3968,
     (32, 20, 1, True, torch.float32): 3968,
+    (32, 32, 4096, True, torch.float32): 3968,  # blind117/dm03's H200 history
 }
+
+#: `cusolverDn<t>gesvd_bufferSize`'s lwork in bytes by (m, n, dtype), m >= n, as
+#: `apply_svd_cusolver_gesvd` allocates it (blind117/dm03's H200 history: driver="gesvd")
+GESVD_WORKSPACE = {
+    (768, 768, torch.float32): 8139776,
+}
+
+#: `cusolverDn<t>gesvdaStridedBatched`'s workspace in bytes by (m, n, batch, dtype), m >= n,
+#: singular values only (blind117/dm03's H200 history: driver="gesvda")
+GESVDA_WORKSPACE = {
+    (512, 16, 256, torch.float32): 34177024,
+}
+
+
+def _gesvd(cap, a, m: int, n: int, full: bool, compute_uv: bool, op: str) -> None:
+    """`svd_cusolver_gesvd` (cuda/linalg/BatchLinearAlgebraLib.cpp): a column-major clone of A (of
+    A^H where m < n), then `apply_svd_cusolver_gesvd`'s workspace, rwork (min(m, n) reals) and,
+    with vectors, the n x n (n x k) Vh buffer, all for the whole batch; they die in reverse, then
+    the clone. blind117/dm03's H200 history (768 x 768 float32, full_matrices=True)."""
+    if m < n:
+        m, n = n, m
+    size = a.element_size()
+    nbytes = GESVD_WORKSPACE.get((m, n, a.dtype))
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER gesvd workspace ({m} x {n}, {a.dtype})")
+        return
+    k = min(m, n)
+    clone = cap.malloc(a.numel() * size, op, "temporary")
+    work = cap.malloc(nbytes, op, "workspace")
+    rwork = cap.malloc(k * size, op, "temporary")
+    vh = cap.malloc(n * (n if full else k) * size, op, "temporary") if compute_uv else None
+    del vh, rwork, work, clone
+
+
+def _gesvda(cap, a, m: int, n: int, op: str) -> None:
+    """`svd_cusolver_gesvdaStridedBatched` without vectors: a column-major clone of A, then the U
+    (batch x m x n) and V (batch x n x n) it must be given, gesvdaStridedBatched's workspace; they
+    die in reverse, then the clone. blind117/dm03's H200 history (256 x 512 x 16 float32)."""
+    batch, size = math.prod(a.shape[:-2]), a.element_size()
+    nbytes = GESVDA_WORKSPACE.get((m, n, batch, a.dtype))
+    if m < n or nbytes is None:
+        cap.note_unmeasured(
+            f"{op}'s cuSOLVER gesvdaStridedBatched workspace ({batch} x {m} x {n}, {a.dtype})"
+        )
+        return
+    clone = cap.malloc(a.numel() * size, op, "temporary")
+    u = cap.malloc(batch * m * n * size, op, "temporary")
+    v = cap.malloc(batch * n * n * size, op, "temporary")
+    work = cap.malloc(nbytes, op, "workspace")
+    del work, v, u, clone
 
 
 def gesvdj_workspace_bytes(m: int, n: int, full_matrices: bool, dtype) -> tuple[int, int] | None:
@@ -315,7 +587,11 @@ def _linalg_svd(cap, func, args, kwargs):
     m, n = a.size(-2), a.size(-1)
     batch = math.prod(a.shape[:-2])
     info = cap.malloc(4 * batch, op, "temporary")
-    if _backend() == "magma" or p.get("driver") not in (None, "gesvdj"):
+    if _backend() != "magma" and p.get("driver") == "gesvd" and a.dtype in (torch.float32, torch.float64):
+        _gesvd(cap, a, m, n, full, compute_uv, op)
+    elif _backend() != "magma" and p.get("driver") == "gesvda" and not compute_uv:
+        _gesvda(cap, a, m, n, op)
+    elif _backend() == "magma" or p.get("driver") not in (None, "gesvdj"):
         cap.note_unmeasured(f"{op} outside cuSOLVER's gesvdj (driver {p.get('driver')}, {_backend()})")
     else:
         clone = cap.malloc(a.numel() * a.element_size(), op, "temporary")
@@ -416,6 +692,9 @@ GETRF_WORKSPACE = {
     (48, 48, torch.float32): 1280,
     (192, 192, torch.float32): 3840,
     (256, 256, torch.float32): 4352,
+    # blind117/dm06's H200 history (`lu_factor_looped_cusolver` of K-FAC's factor, `solve_ex`'s Gram)
+    (2048, 2048, torch.float32): 52480,
+    (2049, 2049, torch.float32): 55808,
 }
 
 
