@@ -1802,3 +1802,21 @@ def test_reductions_of_a_zero_dim_tensor_over_dim_0_and_allclose_run():
         assert torch.allclose(a, a + 1) is False
         # isclose's bool result, 4,096 bytes, beside the clone's 16 KiB
         assert torch.cuda.max_memory_allocated() >= before + 16384 + 4096
+
+
+def test_two_normal_draws_differ_and_the_philox_draws_keep_the_gpus_values():
+    # normal draws take the host's values: from a host seed of each draw's own (its generator's
+    # offset), so two draws differ (they were the same host values before); uniform and integer
+    # draws are the GPU's (blind2 onward) and stay so after them
+    with vramscope.capture():
+        torch.manual_seed(0)
+        a, b = torch.randn(3, device="cuda"), torch.randn(3, device="cuda")
+        assert not torch.equal(a.cpu(), b.cpu())
+        # (the values the twin gave before, after two draws of 3)
+        assert torch.rand(3, device="cuda").tolist() == [
+            0.019449422135949135,
+            0.7733471393585205,
+            0.865048348903656,
+        ]
+        torch.manual_seed(0)
+        assert torch.randn(3, device="cuda").tolist() == a.tolist()

@@ -338,3 +338,14 @@ def test_concatenated_host_indices_carry_their_values_into_coalesce():
         expected = torch.sparse_coo_tensor(host, torch.ones(2 * n), size).coalesce()
         assert c._nnz() == expected._nnz() < 2 * n
         assert not any(k.startswith("coalesce:") for k in cap.warned)
+
+
+def test_a_dense_tensor_made_sparse_by_an_op_without_a_rule_stops_with_a_clear_error():
+    # `to_sparse_csr` of a dense CUDA tensor (OpInfo's sparse samples, validation/run/opinfo_sweep.py):
+    # its CPU run gives a CSR tensor, whose sizes the twin cannot take as a dense meta tensor's
+    with vramscope.capture():
+        dense = torch.randn(8, 8, device="cuda")
+        with pytest.raises(
+            NotImplementedError, match="vramscope: aten::_to_sparse_csr of a dense CUDA tensor"
+        ):
+            dense.to_sparse_csr()

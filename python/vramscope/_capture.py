@@ -988,6 +988,8 @@ class Capture:
         self.philox = _philox.Philox()
         #: the last random kernel's op and the offsets it took (`_philox.draw`)
         self.drawn: tuple = (None, None)
+        #: random draws whose values the host computed (`_cpu_result`)
+        self.host_draws = 0
         #: the simulated generator passed to the call running (`_FunctionMode`)
         self.generator_in_call = None
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
@@ -1448,6 +1450,11 @@ class Capture:
                 f"vramscope: {name} has no meta kernel and cannot run on the CPU either, so the twin "
                 f"cannot know its outputs' sizes ({error})"
             ) from None
+        if any(isinstance(x, torch.Tensor) and x.layout is not torch.strided for x in leaves(result)):
+            raise NotImplementedError(
+                f"vramscope: {name} of a dense CUDA tensor makes a sparse one, which has no rule in the "
+                "twin (its number of stored elements, and so its memory, comes from the values)"
+            )
         self.note_unmeasured(f"{name} (no meta kernel: sizes from a CPU run)")
 
         def meta(x):
@@ -1479,6 +1486,14 @@ class Capture:
         if seeded is None:
             seeded = torch.Tag.nondeterministic_seeded in func.tags
         rng = torch.get_rng_state() if seeded else None
+        if seeded:
+            # the host's values of a draw whose GPU values the twin does not compute (normal,
+            # randperm): from a host seed of the draw's own (its generator's seed and offset, or
+            # the count of such draws), so two draws differ as on the GPU and a run repeats
+            self.host_draws += 1
+            drawn = self.drawn[1] if self.drawn[0] is func and self.drawn[1] else None
+            key = (drawn[0][0], drawn[0][1]) if drawn else (self.philox.seed, -self.host_draws)
+            torch.default_generator.manual_seed(hash(key) & 0x7FFFFFFFFFFFFFFF)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
