@@ -1555,6 +1555,63 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_mem_pool_takes_the_program_threads_allocations_and_its_deletion_frees_them():
+    # MemPool.cpp: the pool's life holds its use count (empty_cache keeps its cached blocks);
+    # use_mem_pool routes the calling thread's allocations there (not the autograd engine's);
+    # ~MemPool releases it and empties its cache alone, the default pool's cached blocks stay
+    with vramscope.capture():
+        pool = torch.cuda.MemPool()
+        assert pool.id[0] == 0 and pool.id[1] > 0 and pool.use_count() == 1
+        with torch.cuda.use_mem_pool(pool):
+            assert pool.use_count() == 2
+            a = torch.empty(1 << 20, device="cuda")  # 4 MiB: a 20 MiB segment of the pool's
+        b = torch.empty(1 << 20, device="cuda")  # the default pool's own 20 MiB segment
+        assert pool.use_count() == 1
+        assert torch.cuda.memory_reserved() == 40 * MIB
+        del a, b
+        torch.cuda.empty_cache()  # the live pool keeps its segment
+        assert torch.cuda.memory_reserved() == 20 * MIB
+        c = torch.empty(1 << 20, device="cuda")
+        del c  # cached in the default pool
+        del pool
+        assert torch.cuda.memory_reserved() == 20 * MIB
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 0
+
+
+def test_caching_allocator_alloc_is_an_ordinary_malloc_on_its_stream():
+    # memory.py over `raw_alloc_with_stream`: a block of the caching allocator, freed by
+    # caching_allocator_delete and cached; 0 bytes give a null pointer
+    with vramscope.capture():
+        ptr = torch.cuda.caching_allocator_alloc(12 << 30, device=0, stream=torch.cuda.current_stream())
+        assert ptr and torch.cuda.memory_allocated() == 12 << 30
+        torch.cuda.caching_allocator_delete(ptr)
+        assert torch.cuda.memory_allocated() == 0 and torch.cuda.memory_reserved() == 12 << 30
+        side = torch.cuda.Stream()
+        small = torch.cuda.caching_allocator_alloc(100, 0, side)
+        assert torch.cuda.memory_allocated() == 512
+        assert torch.cuda.memory_reserved() == (12 << 30) + 2 * MIB  # the side stream's small segment
+        torch.cuda.caching_allocator_delete(small)
+        assert torch.cuda.caching_allocator_alloc(0) == 0
+
+
+def test_allow_mutation_on_saved_tensors_tells_saved_tensors_apart():
+    # graph.py keys saved tensors by (id, data_ptr, _version), read inside the op where no
+    # torch-function mode sees the call: a simulated tensor's pointer, not the meta null one
+    # (blind119/do05: a LayerNorm's saved mean taken for a weight's transpose)
+    with vramscope.capture():
+        ln = torch.nn.LayerNorm(64).cuda()
+        lin = torch.nn.Linear(64, 64).cuda()
+        x0 = torch.randn(4, 8, 64, device="cuda", requires_grad=True)
+        with torch.autograd.graph.allow_mutation_on_saved_tensors():
+            x = x0 * 1
+            for _ in range(4):
+                x += lin(ln(x))
+            x.sum().backward()
+        assert x0.grad.shape == x0.shape
+        assert x0.data_ptr() != 0 and x0.data_ptr() != x.data_ptr()
+
+
 def test_a_cuda_graph_capture_runs_its_region_once_and_is_named_unmeasured():
     with vramscope.capture(gpu="h200") as cap:
         model = torch.nn.Linear(64, 64).cuda()

@@ -972,6 +972,8 @@ class Capture:
         self.stream = 0
         # a stream capturing a CUDA graph -> the stream id its graph's private pool is kept under
         self.pool_streams: dict[int, int] = {}
+        #: `torch.cuda.use_mem_pool`'s pools, innermost last: the program thread's allocations go there
+        self.thread_pools: list = []
         #: an allocation made in a private pool -> the stream id that pool is kept under
         #: (`_cudagraph_trees`' checkpoints)
         self.pool_handles: dict[int, int] = {}
@@ -1131,7 +1133,7 @@ class Capture:
                 category = "gradient"
         module = self.module_stack[-1] if self.module_stack else ""
         try:
-            stream = self.pool_streams.get(self.stream, self.stream)
+            stream = self.pool_stream()
             handle = self.device.malloc(nbytes, stream, category, op, module, _source_line())
             if stream != self.stream:
                 self.pool_handles[handle] = stream
@@ -1141,6 +1143,17 @@ class Capture:
         # raised outside the handler: no `__context__` whose traceback would keep the twin's frames
         # (and the tensors they hold) alive in the program's `except`
         raise torch.OutOfMemoryError(self.oom)
+
+    def pool_stream(self) -> int:
+        """The stream id the allocator keys the current allocation by: a capture's private pool
+        where the current stream allocates to one, else the innermost `use_mem_pool` pool where
+        the program's thread allocates (its filter is the thread), else the stream itself."""
+        private = self.pool_streams.get(self.stream)
+        if private is not None:
+            return private
+        if self.thread_pools and self.thread() == "main":
+            return self.thread_pools[-1].private_stream(self.stream)
+        return self.stream
 
     def malloc(self, nbytes: int, op: str, category: str = "output") -> Storage:
         """Scratch of `nbytes` for `op`, freed when the returned object dies."""
@@ -1165,7 +1178,7 @@ class Capture:
         if not self.started:
             self.start()
         try:
-            stream = self.pool_streams.get(self.stream, self.stream)
+            stream = self.pool_stream()
             self.device.blas(op, self.thread(), stream, str(dtype).removeprefix("torch."), lt, _source_line())
         except _native.OutOfMemory as e:
             self.oom = str(e)

@@ -8,6 +8,7 @@ events get stand-ins that need no GPU.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pickle
 import sys
@@ -333,6 +334,65 @@ def patch(cap) -> _Patch:
         def debug_dump(self, *args, **kwargs):
             pass
 
+    class MemPool:
+        """`torch.cuda.MemPool` on the simulated device (MemPool.cpp): an id `(0, n)` as
+        `graph_pool_handle` numbers them and a private pool whose use count its life holds
+        (`createOrIncrefPool`), so empty_cache keeps its cached blocks; its deletion
+        (`releasePool`, then `emptyCache(id_)`) frees the pool's unsplit cached blocks alone.
+        Blocks are matched by stream inside the pool as in a graph's."""
+
+        def __init__(self, allocator=None, use_on_oom=False, no_split=False):
+            if allocator is not None:
+                cap.note_unmeasured("MemPool with its own allocator")
+            if use_on_oom or no_split:
+                cap.note_unmeasured("MemPool(use_on_oom=True or no_split=True)")
+            self._id = graph_pool_handle()
+            self._uses = 1
+            self._streams: list[int] = []
+
+        @property
+        def id(self):
+            return self._id
+
+        @property
+        def allocator(self):
+            return None
+
+        def use_count(self):
+            return self._uses
+
+        def private_stream(self, stream):
+            """The twin's stream id for this pool's blocks allocated on `stream`."""
+            private = _PRIVATE_POOL_STREAMS + (self._id[1] << 24) + (stream & 0xFFFFFF)
+            if private not in self._streams:
+                self._streams.append(private)
+                cap.device.keep_through_empty_cache(private, True)
+            return private
+
+        def snapshot(self, include_traces=True):
+            return [seg for seg in memory_snapshot() if seg["stream"] in self._streams]
+
+        def __del__(self):
+            if cap.active and self._streams:
+                # (a graph captured into this pool holds it until the graph is reset)
+                cap.device.empty_cache_of([s for s in self._streams if not pool_users.get(s)])
+
+    @contextlib.contextmanager
+    def use_mem_pool(pool, device=None):
+        """`torch.cuda.use_mem_pool`: `beginAllocateToPool` with a filter on the calling thread,
+        so the program's allocations on any stream go to `pool` and the autograd engine's
+        device thread's do not; `endAllocateToPool` and `releasePool` at the exit."""
+        pool._uses += 1
+        cap.thread_pools.append(pool)
+        try:
+            yield
+        finally:
+            cap.thread_pools.remove(pool)
+            pool._uses -= 1
+
+    for owner in (cuda, cuda.memory):
+        p.set(owner, "MemPool", MemPool)
+        p.set(owner, "use_mem_pool", use_mem_pool)
     p.set(cuda, "CUDAGraph", CUDAGraph)
     p.set(cuda.graphs, "CUDAGraph", CUDAGraph)
     p.set(cuda, "graph_pool_handle", graph_pool_handle)
@@ -383,6 +443,39 @@ def patch(cap) -> _Patch:
                 seg["device"] = rank
         return snap
 
+    raw_blocks: dict = {}
+
+    def caching_allocator_alloc(size, device=None, stream=None):
+        """`torch.cuda.caching_allocator_alloc`: `raw_alloc_with_stream` (CUDACachingAllocator.cpp),
+        an ordinary `malloc` of `size` bytes on `stream` (the current one by default), routed to a
+        pool as any other; 0 bytes give a null pointer. Returns the block's address."""
+        if stream is None:
+            stream = cap.current_stream_obj[-1]
+        stream_id = stream.stream_id if isinstance(stream, Stream) else stream
+        if not isinstance(stream_id, int):
+            raise TypeError(
+                "Invalid type for stream argument, must be `torch.cuda.Stream` or `int` representing a"
+                " pointer to a existing stream"
+            )
+        if size == 0:
+            return 0
+        prev, cap.stream = cap.stream, stream_id
+        try:
+            block = cap.malloc(int(size), "caching_allocator_alloc", "buffer")
+        finally:
+            cap.stream = prev
+        ptr = cap.device.addr_of(block.handle) or (1 << 60) + block.handle
+        raw_blocks[ptr] = block
+        return ptr
+
+    def caching_allocator_delete(mem_ptr):
+        """`torch.cuda.caching_allocator_delete`: `raw_delete`, the block freed on its stream."""
+        if mem_ptr:
+            raw_blocks.pop(mem_ptr, None)
+
+    for owner in (cuda, cuda.memory):
+        p.set(owner, "caching_allocator_alloc", caching_allocator_alloc)
+        p.set(owner, "caching_allocator_delete", caching_allocator_delete)
     p.set(C, "_cuda_memoryStats", memory_stats_nested)
     p.set(C, "_cuda_resetPeakMemoryStats", reset_peak)
     p.set(
@@ -456,6 +549,21 @@ def patch(cap) -> _Patch:
     from . import _cudagraph_trees
 
     _cudagraph_trees.patch(p, cap)
+    original_data_ptr = torch.Tensor.data_ptr
+
+    def data_ptr(self):
+        """`Tensor.data_ptr()` of a simulated tensor (`_rnn._data_ptr`'s pointer) also where no
+        torch-function mode sees the call: a saved-tensor hook run inside an op, as
+        `allow_mutation_on_saved_tensors`' hooks, which key saved tensors by `(id(t), t.data_ptr(),
+        t._version)` (torch/autograd/graph.py `_get_tid`) and would take the meta tensors' null
+        pointers for one another's."""
+        if is_ours(self):
+            return _cudagraph_trees.storage_ptr(self.untyped_storage()._cdata) + self.storage_offset() * (
+                self.element_size()
+            )
+        return original_data_ptr(self)
+
+    p.set(torch.Tensor, "data_ptr", data_ptr)
     p.set(
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )

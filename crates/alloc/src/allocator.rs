@@ -945,6 +945,16 @@ impl<D: Device> CachingAllocator<D> {
         self.release_cached_blocks();
     }
 
+    /// `emptyCache(mempool_id)` of a private pool nothing holds any more (`~MemPool`: `releasePool`,
+    /// then `emptyCache(id_)`, MemPool.cpp): `release_cached_blocks` with a pool's id frees that
+    /// pool's unsplit cached blocks alone (its `small_blocks`, then its `large_blocks`), not the
+    /// default pools'. `streams`: the pool's blocks' streams.
+    pub fn empty_cache_of(&mut self, streams: &[u64]) {
+        self.kept_streams.retain(|s| !streams.contains(s));
+        self.release_blocks_of(true, Some(streams));
+        self.release_blocks_of(false, Some(streams));
+    }
+
     /// Whether `release_cached_blocks` (empty_cache, and malloc's retry
     /// after an out-of-memory) leaves `stream`'s cached blocks alone: a CUDA
     /// graph's private pool while its graph lives (`release_cached_blocks`
@@ -1465,11 +1475,22 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `release_blocks`.
     fn release_blocks(&mut self, small: bool) {
+        self.release_blocks_of(small, None);
+    }
+
+    /// `release_blocks` over the cached blocks of the streams in `only` (a private pool's), or
+    /// over every stream's but the kept ones' where `only` is `None`.
+    fn release_blocks_of(&mut self, small: bool, only: Option<&[u64]>) {
         let p = pool_index(small);
         let ids: Vec<Id> = self.pools[p].blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
-            if self.kept_streams.contains(&self.b(id).stream) {
+            let stream = self.b(id).stream;
+            let skip = match only {
+                Some(streams) => !streams.contains(&stream),
+                None => self.kept_streams.contains(&stream),
+            };
+            if skip {
                 continue;
             }
             if self.b(id).seg != NIL {
@@ -1877,6 +1898,23 @@ mod tests {
         // the kept stream's 20 MiB segment (kLargeBuffer) stays, the other goes
         assert_eq!(a.stats().reserved_bytes.all().current, 20 << 20);
         a.keep_through_empty_cache(7, false);
+        a.empty_cache();
+        assert_eq!(a.stats().reserved_bytes.all().current, 0);
+    }
+
+    #[test]
+    fn a_released_pools_empty_cache_frees_its_blocks_alone() {
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let pooled = a.malloc(4 << 20, 7).unwrap();
+        let small = a.malloc(512, 7).unwrap();
+        let other = a.malloc(4 << 20, 0).unwrap();
+        a.free(pooled).unwrap();
+        a.free(small).unwrap();
+        a.free(other).unwrap();
+        a.keep_through_empty_cache(7, true);
+        a.empty_cache_of(&[7]);
+        // the pool's 20 MiB and 2 MiB segments go, the default stream's cached 20 MiB stays
+        assert_eq!(a.stats().reserved_bytes.all().current, 20 << 20);
         a.empty_cache();
         assert_eq!(a.stats().reserved_bytes.all().current, 0);
     }

@@ -1180,6 +1180,11 @@ impl Runtime {
         self.st.borrow_mut().alloc.empty_cache();
     }
 
+    /// `emptyCache(mempool_id)` of a released private pool: its streams' unsplit cached blocks.
+    pub fn empty_cache_of(&self, streams: &[u64]) {
+        self.st.borrow_mut().alloc.empty_cache_of(streams);
+    }
+
     /// Whether `empty_cache` leaves `stream`'s cached blocks alone (a live
     /// CUDA graph's private pool).
     pub fn keep_through_empty_cache(&self, stream: u64, keep: bool) {

@@ -681,6 +681,12 @@ impl Device {
         self.p.runtime().empty_cache();
     }
 
+    /// `emptyCache(mempool_id)` of a private pool nothing holds any more (`~MemPool`): the
+    /// unsplit cached blocks of its streams, the default pools' left alone.
+    fn empty_cache_of(&self, streams: Vec<u64>) {
+        self.p.runtime().empty_cache_of(&streams);
+    }
+
     /// Whether `empty_cache` leaves `stream`'s cached blocks alone (a live
     /// CUDA graph's private pool).
     fn keep_through_empty_cache(&self, stream: u64, keep: bool) {
