@@ -502,6 +502,31 @@ def test_assigning_through_cpu_indices_copies_them_to_the_gpu():
         assert torch.cuda.memory_allocated() == before["allocated_bytes.all.current"]
 
 
+def test_assigning_through_device_indices_of_different_strides_copies_the_strided_ones():
+    # AdvancedIndex (TensorAdvancedIndexing.cpp): two or more indices whose strides differ are each
+    # made contiguous; blind120/dp01's H200 per-op truth of YOLOv5's `tobj[b, a, gj, gi] = iou`
+    # (b, gj, gi strided columns of one (2337, 2) tensor, a contiguous): 3 allocations, 56,088 bytes
+    with vramscope.capture(gpu="h200"):
+        tobj = torch.zeros(32, 3, 80, 80, device="cuda", dtype=torch.float16)
+        bc = torch.zeros(2337, 2, device="cuda", dtype=torch.long)
+        a = torch.zeros(2337, device="cuda", dtype=torch.long)
+        iou = torch.zeros(2337, device="cuda", dtype=torch.float16)
+        b, gj = bc.T
+        before = torch.cuda.memory_stats()
+        tobj[b, a, gj, b] = iou
+        mid = torch.cuda.memory_stats()
+        # a range index is made a device tensor first (`sequenceToVariable`), then the strided
+        # column is copied beside the host value's copy (the H200: 2 allocations, 18,698 bytes)
+        t = torch.zeros(2337, 80, device="cuda", dtype=torch.float16)
+        start = torch.cuda.memory_stats()
+        t[range(2337), gj] = 1.0
+        after = torch.cuda.memory_stats()
+        keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+        assert tuple(mid[k] - before[k] for k in keys) == (3, 56088)
+        assert tuple(after[k] - start[k] for k in keys) == (3, 18696 + 18698)
+        assert torch.cuda.memory_allocated() == start["allocated_bytes.all.current"]
+
+
 def test_out_of_place_index_put_with_a_mask_runs_nonzero_after_its_copy():
     # `index_put` is `self.clone().index_put_(...)` (TensorAdvancedIndexing.cpp), as IndexPutBackward0
     # runs it; blind21/u02's H200 per-op truth: the copy, then the mask's nonzero as `x[mask] = v` has

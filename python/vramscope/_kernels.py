@@ -356,6 +356,27 @@ for _f in (
     AFTER[_f] = _arg_min_max
 
 
+def _restrided_indices(defined, fresh) -> list:
+    """`AdvancedIndex`'s constructor (TensorAdvancedIndexing.cpp), for `index` and `index_put_`
+    alike: with two or more indices on a CUDA tensor whose strides differ once broadcast, each is
+    made `contiguous()`, which copies only those not already contiguous at that shape (blind50/ax02's
+    H200 per-op truth: a (16, 1, 1) batch index beside a contiguous (16, 256, 32) one, one copy).
+    `fresh` marks the indices already copied there (contiguous). The indices copied, in order."""
+    if len(defined) < 2:
+        return []
+    shape = torch.broadcast_shapes(*(i.shape for i in defined))
+
+    def expanded_strides(t):
+        pad = len(shape) - t.dim()
+        sizes, strides = [1] * pad + list(t.shape), [0] * pad + list(t.stride())
+        return tuple(0 if sz == 1 else st for sz, st, n in zip(sizes, strides, shape, strict=True) if n > 1)
+
+    dense = expanded_strides(torch.empty(shape, device="meta"))
+    if len({dense if f else expanded_strides(i) for i, f in zip(defined, fresh, strict=True)}) < 2:
+        return []
+    return [i for i, f in zip(defined, fresh, strict=True) if not f and not i.expand(shape).is_contiguous()]
+
+
 def _index(cap, func, args, kwargs):
     """`index.Tensor` on CUDA (`make_info` and `AdvancedIndex`, TensorAdvancedIndexing.cpp /
     TensorAdvancedIndexingUtils.h): an index on another device (a CPU tensor) is copied to the GPU
@@ -376,17 +397,10 @@ def _index(cap, func, args, kwargs):
     shape = torch.broadcast_shapes(*(i.shape for i in defined))
     numel = math.prod(shape)
 
-    def expanded_strides(t):
-        pad = len(shape) - t.dim()
-        sizes, strides = [1] * pad + list(t.shape), [0] * pad + list(t.stride())
-        return tuple(0 if sz == 1 else st for sz, st, n in zip(sizes, strides, shape, strict=True) if n > 1)
-
     # a copy made here (`.to(device)`, `.to(kLong)`) is contiguous at the broadcast shape
     fresh = [m or w for m, w in zip(moved, widened, strict=True)]
-    dense = expanded_strides(torch.empty(shape, device="meta"))
-    strides = {dense if f else expanded_strides(i) for i, f in zip(defined, fresh, strict=True)}
-    restride = len(defined) >= 2 and len(strides) > 1
-    if not any(fresh) and not restride:
+    restrided = _restrided_indices(defined, fresh)
+    if not any(fresh) and not restrided:
         return NotImplemented
     temps = [None] * len(defined)
     for k, i in enumerate(defined):
@@ -395,15 +409,7 @@ def _index(cap, func, args, kwargs):
     for k in range(len(defined)):
         if widened[k]:
             temps[k] = cap.malloc(numel * 8, "aten::index", "temporary")
-    # `contiguous()` copies only an index not already contiguous at that shape (blind50/ax02's H200
-    # per-op truth: a (16, 1, 1) batch index beside a contiguous (16, 256, 32) one, one copy)
-    copies = []
-    if restride:
-        copies = [
-            cap.malloc(numel * i.element_size(), "aten::index", "temporary")
-            for i, f in zip(defined, fresh, strict=True)
-            if not f and not i.expand(shape).is_contiguous()
-        ]
+    copies = [cap.malloc(numel * i.element_size(), "aten::index", "temporary") for i in restrided]
     out = cap.run(func, args, kwargs, [args[0], *(i for i in defined if registered(i))])
     del copies, temps
     return out
@@ -3470,10 +3476,10 @@ def _index_tensor(seq):
 def _lists_to_tensors(index):
     """The index with its lists made device tensors, as `THPVariable_getitem`/`setitem` make them
     (a list that reads as a tuple is one); None where it holds no list."""
-    if isinstance(index, list) and not _treat_as_tuple(index):
+    if isinstance(index, (list, range)) and not _treat_as_tuple(index):
         return _index_tensor(index)
-    if isinstance(index, (list, tuple)) and any(isinstance(x, (list, tuple)) for x in index):
-        return tuple(_index_tensor(x) if isinstance(x, (list, tuple)) else x for x in index)
+    if isinstance(index, (list, tuple)) and any(isinstance(x, (list, tuple, range)) for x in index):
+        return tuple(_index_tensor(x) if isinstance(x, (list, tuple, range)) else x for x in index)
     return None
 
 
@@ -3589,11 +3595,20 @@ def _index_put_value(cap, func, args, kwargs):
         out = cap.run(func, args, kwargs, ours)
         del temps, copy
         return out
-    if not host_value or value.dim() != 0:
+    # make_info's `contiguous()` copies of device indices whose strides differ (`_restrided_indices`),
+    # after the value's copy, dead as the op returns (blind120/dp01's H200 per-op truth: YOLOv5's
+    # `tobj[b, a, gj, gi] = iou` with three of four int64 indices strided views, 3 x 8n bytes)
+    if host_value and value.dim() != 0:
         return NotImplemented
-    copy = cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
+    devices = mask is None and all(registered(i) and i.dtype == torch.int64 for i in defined)
+    restrided = _restrided_indices(defined, [False] * len(defined)) if devices else []
+    if not host_value and (not restrided or not registered(value)):
+        return NotImplemented
+    copy = cap.malloc(value.element_size(), "aten::_to_copy", "temporary") if host_value else None
+    numel = math.prod(torch.broadcast_shapes(*(i.shape for i in defined))) if restrided else 0
+    copies = [cap.malloc(numel * i.element_size(), "aten::index_put_", "temporary") for i in restrided]
     out = cap.run(func, args, kwargs, ours)
-    del copy
+    del copies, copy
     return out
 
 
