@@ -1877,3 +1877,21 @@ def test_two_normal_draws_differ_and_the_philox_draws_keep_the_gpus_values():
         ]
         torch.manual_seed(0)
         assert torch.randn(3, device="cuda").tolist() == a.tolist()
+
+
+def test_grouped_mm_off_the_bf16_fast_path_runs_its_fallback():
+    # float32 experts (transformers' MoE in float32, hf_zoo_sweep.py's afmoe and cohere2_moe): CUDA
+    # runs `_grouped_mm_fallback`, one mm per group into the padded output (GroupedBlas.cpp), where
+    # PyTorch's meta kernel accepts bfloat16 only
+    with vramscope.capture():
+        x = torch.randn(64, 30, device="cuda")
+        w = torch.randn(4, 30, 46, device="cuda", requires_grad=True)
+        offs = torch.tensor([10, 30, 30, 64], dtype=torch.int32, device="cuda")
+        torch.mm(x[:1], w[0].detach())  # cuBLAS's workspace, taken by the first matmul
+        before = torch.cuda.memory_allocated()
+        y = torch.nn.functional.grouped_mm(x, w, offs=offs)
+        # the last dim padded to 16 bytes: 46 -> 48 float32s a row
+        assert (y.shape, y.stride()) == ((64, 46), (48, 1))
+        assert torch.cuda.memory_allocated() - before == 64 * 48 * 4
+        y.sum().backward()
+        assert w.grad.shape == (4, 30, 46)

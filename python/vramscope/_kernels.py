@@ -1021,6 +1021,53 @@ def _grouped_mm(cap, func, call, outs):
 
 
 AFTER[aten._grouped_mm.default] = _grouped_mm
+
+
+def _grouped_mm_fallback(cap, func, args, kwargs):
+    """`_grouped_mm` off CUTLASS's fast path (cuda/GroupedBlas.cpp: it needs bfloat16 operands and
+    output on an sm_90 or sm_100 device; PyTorch's meta kernel knows only that path): the output
+    `create_grouped_gemm_output_tensor` makes (its last dim padded to 16 bytes), the offsets read on
+    the host, then one `mm_out` into each group's slice, or one `bmm_out` for two 3-D operands
+    (`_grouped_mm_fallback`, GroupedMMUtils.h)."""
+    names = ("mat_a", "mat_b", "offs", "bias", "out_dtype")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    mat_a, mat_b, offs = a["mat_a"], a["mat_b"], a.get("offs")
+    if not (registered(mat_a) and registered(mat_b)):
+        return NotImplemented
+    out_dtype = a.get("out_dtype") or mat_a.dtype
+    bf16 = mat_a.dtype == mat_b.dtype == out_dtype == torch.bfloat16
+    if bf16 and cap.device.capability[0] in (9, 10):
+        return NotImplemented
+    if out_dtype != mat_a.dtype:
+        raise RuntimeError("Grouped gemm output dtype must match `mat_a` dtype")
+    a2, b2 = mat_a.dim() == 2, mat_b.dim() == 2
+    if a2:
+        size = [offs.shape[0], mat_a.shape[0], mat_b.shape[1]] if b2 else [mat_a.shape[0], mat_b.shape[-1]]
+    else:
+        size = [mat_a.shape[1], mat_b.shape[1]] if b2 else [mat_a.shape[0], mat_a.shape[1], mat_b.shape[-1]]
+    align = 16 // out_dtype.itemsize
+    padded = (size[-1] + align - 1) // align * align
+    stride = [padded, 1] if a2 != b2 else [size[1] * padded, padded, 1]
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        out = torch.empty_strided(size, stride, dtype=out_dtype, device=mat_a.device)
+        if not a2 and not b2:
+            torch.bmm(mat_a, mat_b, out=out)
+            return out
+        ends = offs.cpu().tolist()
+        start = 0
+        for group, end in enumerate(ends):
+            if a2 and not b2:
+                torch.mm(mat_a[start:end], mat_b[group], out=out[start:end])
+            elif b2 and not a2:
+                torch.mm(mat_a[group], mat_b[:, start:end], out=out[:, start:end])
+            else:
+                torch.mm(mat_a[:, start:end], mat_b[start:end], out=out[group])
+            start = end
+    return out
+
+
+DISPATCH[aten._grouped_mm.default] = _grouped_mm_fallback
 for _name in ("aten::sort", "aten::cumsum", "aten::index_put_", "aten::_index_put_impl_"):
     SCRATCH_UNMODELLED.discard(_name)
 
