@@ -974,6 +974,9 @@ class Capture:
         self.pool_streams: dict[int, int] = {}
         #: `torch.cuda.use_mem_pool`'s pools, innermost last: the program thread's allocations go there
         self.thread_pools: list = []
+        #: the stream id each (thread, stream, Lt) took its cuBLAS workspace under: the stream's own
+        #: or the private pool's it allocated to then
+        self.blas_streams: dict[tuple, int] = {}
         #: an allocation made in a private pool -> the stream id that pool is kept under
         #: (`_cudagraph_trees`' checkpoints)
         self.pool_handles: dict[int, int] = {}
@@ -1173,12 +1176,13 @@ class Capture:
 
     def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
         """A cuBLAS call: handle and workspace on first use per (thread, stream); a workspace made
-        while the stream allocates to a private pool (a CUDA graph's capture, a graph tree's warm-up)
-        comes from that pool, as the caching allocator's `allocate` gives it (CUDABlasHandlePool.cpp)."""
+        while the stream allocates to a private pool (a CUDA graph's capture, a graph tree's warm-up,
+        `use_mem_pool`) comes from that pool, as the caching allocator's `allocate` gives it, and
+        stays the stream's: the workspaces are keyed by (handle, stream) (CUDABlasHandlePool.cpp)."""
         if not self.started:
             self.start()
         try:
-            stream = self.pool_stream()
+            stream = self.blas_streams.setdefault((self.thread(), self.stream, lt), self.pool_stream())
             self.device.blas(op, self.thread(), stream, str(dtype).removeprefix("torch."), lt, _source_line())
         except _native.OutOfMemory as e:
             self.oom = str(e)

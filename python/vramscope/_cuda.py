@@ -499,7 +499,12 @@ def patch(cap) -> _Patch:
 
     # (`torch.cuda.memory._set_allocator_settings`, deprecated, calls it through `torch._C`)
     p.set(C, "_accelerator_setAllocatorSettings", set_allocator_settings)
-    p.set(C, "_cuda_clearCublasWorkspaces", lambda: cap.device.clear_cublas_workspaces())
+
+    def clear_cublas_workspaces():
+        cap.device.clear_cublas_workspaces()
+        cap.blas_streams.clear()
+
+    p.set(C, "_cuda_clearCublasWorkspaces", clear_cublas_workspaces)
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
     from . import _attention, _kernels, _linalg
 
