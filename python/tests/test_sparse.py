@@ -349,3 +349,18 @@ def test_a_dense_tensor_made_sparse_by_an_op_without_a_rule_stops_with_a_clear_e
             NotImplementedError, match="vramscope: aten::_to_sparse_csr of a dense CUDA tensor"
         ):
             dense.to_sparse_csr()
+
+
+def test_to_sparse_of_a_dense_tensor_runs_dense_to_sparse_parts():
+    # `dense_to_sparse` (SparseTensor.cpp): nonzero's (nnz, 2) int64 result, its transposed clone as
+    # the indices, the values gathered and cloned; a COO tensor marked coalesced over them
+    with vramscope.capture():
+        dense = torch.randn(64, 64, device="cuda")
+        dense[:16] = 0
+        base = torch.cuda.memory_allocated()
+        sparse = dense.to_sparse()
+        assert sparse.layout is torch.sparse_coo and sparse.is_coalesced()
+        assert sparse._nnz() == 48 * 64
+        indices, values = 2 * 48 * 64 * 8, 48 * 64 * 4
+        assert torch.cuda.memory_allocated() - base == indices + values
+        assert torch.sparse.mm(sparse, torch.randn(64, 3, device="cuda")).shape == (64, 3)

@@ -666,6 +666,41 @@ def _to_sparse_csr(cap, func, args, kwargs):
 OPS[aten._to_sparse_csr.default] = _to_sparse_csr
 
 
+def _dense_to_sparse(cap, func, args, kwargs):
+    """`dense_to_sparse` (SparseTensor.cpp) of a dense simulated tensor over all its dims, its parts
+    on the simulated GPU: `nonzero().transpose(0, 1)` (the twin's count where the values are not
+    carried: every element), the indices a `clone` of it, the values `self.index(indices.chunk(...))
+    .squeeze(0).clone()`, then the COO tensor over them, marked coalesced."""
+    t = args[0]
+    sparse_dim = args[1] if len(args) > 1 else None
+    layout = kwargs.get("layout")
+    if _sparse(t) or not registered(t) or t.layout is not torch.strided or t.dim() == 0:
+        return NotImplemented
+    if (sparse_dim is not None and sparse_dim != t.dim()) or layout not in (None, _COO):
+        return NotImplemented
+    if kwargs.get("dense_dim"):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        nz = t.nonzero().transpose(0, 1)
+        if nz.shape[1] == 0:
+            out = torch._sparse_coo_tensor_unsafe(
+                torch.empty((t.dim(), 0), dtype=torch.long, device=t.device),
+                torch.empty((0,), dtype=t.dtype, device=t.device),
+                t.shape,
+            )
+            return out._coalesced_(True)
+        indices = nz.clone()
+        del nz
+        values = t[tuple(i.squeeze(0) for i in indices.chunk(indices.shape[0], 0))].clone()
+        out = torch._sparse_coo_tensor_unsafe(indices, values, t.shape)
+        return out._coalesced_(True)
+
+
+OPS[aten._to_sparse.default] = _dense_to_sparse
+OPS[aten._to_sparse.sparse_dim] = _dense_to_sparse
+
+
 #: `cusparseSpMV_bufferSize` (CSR, `CUSPARSE_SPMV_ALG_DEFAULT`) as `addmv_out_sparse_csr` allocates
 #: it, by (rows, columns, entries, values' dtype, indices' dtype): the H200's bytes where measured
 #: (blind89/ck06's 300 products, fixtures/run/sparse/csr_ck06_h200.json); cuSPARSE documents no
