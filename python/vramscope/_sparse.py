@@ -684,7 +684,7 @@ def _dense_to_sparse(cap, func, args, kwargs):
     with cap._modes[1]:  # the parts come back to the mode
         nz = t.nonzero().transpose(0, 1)
         if nz.shape[1] == 0:
-            out = torch._sparse_coo_tensor_unsafe(
+            out = aten._sparse_coo_tensor_unsafe(
                 torch.empty((t.dim(), 0), dtype=torch.long, device=t.device),
                 torch.empty((0,), dtype=t.dtype, device=t.device),
                 t.shape,
@@ -693,7 +693,7 @@ def _dense_to_sparse(cap, func, args, kwargs):
         indices = nz.clone()
         del nz
         values = t[tuple(i.squeeze(0) for i in indices.chunk(indices.shape[0], 0))].clone()
-        out = torch._sparse_coo_tensor_unsafe(indices, values, t.shape)
+        out = aten._sparse_coo_tensor_unsafe(indices, values, t.shape)
         return out._coalesced_(True)
 
 
