@@ -326,6 +326,10 @@ def test_slogdet_factors_and_reduces_as_the_h200_counted():
             assert torch.cuda.memory_allocated() - before == 512 + 512
             del sign, logabsdet
         assert not any("slogdet" in name or "getrf" in name for name in cap.unmeasured)
+        # blind121/dq02's H200 per-op truth: slogdet of 8 x 8 float32 requested 13 blocks, 1,248 bytes
+        c = torch.empty(8, 8, device="cuda").mT
+        (_, _), counts = counted(lambda: torch.slogdet(c))
+        assert counts == (13, 1248) and not cap.unmeasured
         # a size without a measured getrf workspace: the rest, and the workspace named unmeasured
         b = torch.empty(100, 100, device="cuda")
         _, counts = counted(lambda: torch.slogdet(b))

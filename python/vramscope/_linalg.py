@@ -688,6 +688,9 @@ DISPATCH[aten.cholesky_solve.default] = _cholesky_solve
 #: `at::cuda::solver::getrf` allocates it (CUDASolver.cpp), measured on an H200 (memory histories:
 #: blind48/av01's float32 of 12, 48 and 192 rows, blind101/cw02's of 256)
 GETRF_WORKSPACE = {
+    # blind121/dq02's H200 per-op truth (WaveGlow's slogdet of 8 x 8, linalg_inv_ex of 6 x 6)
+    (6, 6, torch.float32): 768,
+    (8, 8, torch.float32): 768,
     (12, 12, torch.float32): 768,
     (48, 48, torch.float32): 1280,
     (192, 192, torch.float32): 3840,
