@@ -47,6 +47,18 @@ def test_lstm_flattens_its_weights_and_runs_cudnn_with_the_measured_workspace_an
     assert cap.report()["unmeasured"] == []
 
 
+def test_lstm_inference_takes_the_measured_workspace():
+    # blind121/dq01's H200 per-op truth: Tacotron 2's encoder LSTM in eval under no_grad made 5
+    # allocations, 89,522,688 bytes (x's time-major copy 6,553,600, output, hy, cy, workspace 76,284,416)
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(512, 256, batch_first=True, bidirectional=True).cuda().eval()
+        x = torch.empty(32, 512, 100, device="cuda").transpose(1, 2)
+        with torch.no_grad():
+            _, count, req = _counted(lambda: lstm(x))
+        assert (count, req) == (5 + 2, 89522688 + 2 * 2 * 32 * 256 * 4)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_packed_gru_takes_the_measured_problem_and_packing_copies_each_block():
     with vramscope.capture(gpu="h200") as cap:
         # 13_gru_train.py's model and first lengths

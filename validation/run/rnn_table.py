@@ -5,10 +5,11 @@
 GPU_OPS_DIR holds ops_truth.py's lines of each script on the GPU (validation/run/truth.sh). For every
 `_cudnn_rnn` line (training) the reserve is its last new uint8 storage and the workspace what the op
 requested beyond its new outputs and the contiguous copy of a non-contiguous input (`input.contiguous()`
-in `_cudnn_rnn`, aten/src/ATen/native/cudnn/RNN.cpp). Each `_cudnn_rnn_backward` line requests two
-workspaces of one size (`_cudnn_rnn_backward_input`, then `_cudnn_rnn_backward_weight`) beside what RNN.cpp
-allocates by name: the zeros of undefined gradients, the contiguous copies of x (twice) and dy, dx, dhx,
-dcx and the zeroed dw. A line whose counts admit no such reading is reported on stderr and left out.
+in `_cudnn_rnn`, aten/src/ATen/native/cudnn/RNN.cpp); an inference line (no reserve) gives its workspace
+alone. Each `_cudnn_rnn_backward` line requests two workspaces of one size (`_cudnn_rnn_backward_input`,
+then `_cudnn_rnn_backward_weight`) beside what RNN.cpp allocates by name: the zeros of undefined
+gradients, the contiguous copies of x (twice) and dy, dx, dhx, dcx and the zeroed dw. A line whose counts
+admit no such reading is reported on stderr and left out.
 """
 
 import glob
@@ -97,9 +98,14 @@ def forward(rec):
     new = rec["new"]
     copy = copy_bytes(x, batch_first, packed)
     ws = rec["requested"] - sum(new) - copy
+    if not k["train"]:
+        # inference: x copy (if any), output, hy, cy (LSTM), the workspace where cuDNN asks one
+        if rec["count"] != len(new) + (1 if copy else 0) + (1 if ws > 0 else 0) or ws < 0:
+            return None
+        return k, ws, None
     # x copy (if any), output, hy, cy (LSTM), workspace, reserve
     expect = len(new) + 1 + (1 if copy else 0) + (1 if ws == 0 else 0)
-    if not k["train"] or rec["count"] != expect or ws < 0:
+    if rec["count"] != expect or ws < 0:
         return None
     return k, ws, new[-1]
 
@@ -161,7 +167,7 @@ def main():
                 k, ws, reserve = got
                 e = table.setdefault(json.dumps(k, sort_keys=True), dict(k))
                 for name, v in (("workspace", ws), ("reserve", reserve)):
-                    if e.setdefault(name, v) != v:
+                    if v is not None and e.setdefault(name, v) != v:
                         print(f"{path}: {name} {v} != {e[name]} for one problem", file=sys.stderr)
             elif op == "_cudnn_rnn_backward":
                 got = backward(rec)
