@@ -1895,3 +1895,16 @@ def test_grouped_mm_off_the_bf16_fast_path_runs_its_fallback():
         assert torch.cuda.memory_allocated() - before == 64 * 48 * 4
         y.sum().backward()
         assert w.grad.shape == (4, 30, 46)
+
+
+def test_a_random_draw_into_a_view_writes_its_base_values():
+    # found by opinfo_sweep.py's complex64 samples (make_tensor draws into `view_as_real` of the
+    # complex tensor): the draw's values replaced the view's own and its base kept zeros
+    with vramscope.capture():
+        b = torch.zeros(4, device="cuda")
+        b[:2].uniform_()
+        assert b[:2].tolist() == b.tolist()[:2] and all(v != 0.0 for v in b.tolist()[:2])
+        assert b.tolist()[2:] == [0.0, 0.0]
+        c = torch.zeros(4, dtype=torch.complex64, device="cuda")
+        torch.view_as_real(c).uniform_()
+        assert torch.nonzero(c).shape == (4, 1)

@@ -1444,6 +1444,18 @@ class Capture:
                 # per-op truth: no allocation); the meta kernel gives it a full one
                 self.track(o, op, category, 0 if func is aten._efficientzerotensor.default else None)
             v = vals[i] if vals is not None and i < len(vals) else None
+            held = value(o) if mutable else None
+            if (
+                held is not None
+                and isinstance(v, torch.Tensor)
+                and v is not held
+                and v.shape == held.shape
+                and v.dtype == held.dtype
+            ):
+                # an in-place op's new values written into the ones the tensor holds, which its base
+                # and other views share (a random draw into a slice, or through `view_as_real`)
+                held.copy_(v)
+                v = held
             set_value(o, v if isinstance(v, torch.Tensor) else None, guessed)
         if vals is None and mutable:
             for a in _written(func, args, kwargs):
