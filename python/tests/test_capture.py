@@ -1908,3 +1908,18 @@ def test_a_random_draw_into_a_view_writes_its_base_values():
         c = torch.zeros(4, dtype=torch.complex64, device="cuda")
         torch.view_as_real(c).uniform_()
         assert torch.nonzero(c).shape == (4, 1)
+
+
+def test_masked_fill_with_a_cpu_scalar_tensor_value():
+    # hf_zoo_sweep.py's sew-d (DeBERTa's XSoftmax fills with `torch.tensor(torch.finfo(dtype).min)`):
+    # CUDA reads the 0-dim CPU value on the host; PyTorch's reference raised over the meta tensors
+    with vramscope.capture():
+        x = torch.randn(64, 64, device="cuda", requires_grad=True)
+        mask = torch.zeros(64, 64, dtype=torch.bool, device="cuda")
+        mask[0] = True
+        before = torch.cuda.memory_allocated()
+        y = x.masked_fill(mask, torch.tensor(-1.0))
+        assert torch.cuda.memory_allocated() - before == 64 * 64 * 4
+        assert y[0].tolist() == [-1.0] * 64
+        y.sum().backward()
+        assert x.grad.shape == (64, 64)

@@ -3884,6 +3884,28 @@ def _allclose(cap, func, args, kwargs):
 DISPATCH[aten.allclose.default] = _allclose
 
 
+def _masked_fill_cpu_value(cap, func, args, kwargs):
+    """`masked_fill(mask, value)` of a CUDA tensor with a 0-dim CPU tensor `value`: CUDA reads the
+    value on the host (`masked_fill__cuda` calls `value.item()`, cuda/Indexing.cu), the Scalar
+    overload's kernel; PyTorch's reference (meta) checks the devices as if `self` were not CUDA."""
+    self, mask, fill = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("value")
+    if not (
+        registered(self)
+        and isinstance(fill, torch.Tensor)
+        and not registered(fill)
+        and fill.device.type == "cpu"
+        and fill.dim() == 0
+    ):
+        return NotImplemented
+    scalar = aten.masked_fill_.Scalar if func is aten.masked_fill_.Tensor else aten.masked_fill.Scalar
+    with cap._modes[1]:  # the Scalar overload comes back to the mode
+        return scalar(self, mask, fill.item())
+
+
+DISPATCH[aten.masked_fill.Tensor] = _masked_fill_cpu_value
+DISPATCH[aten.masked_fill_.Tensor] = _masked_fill_cpu_value
+
+
 def _softmax_to_float(log: bool):
     """`softmax` / `log_softmax` with `dtype=torch.float32` of a half CUDA tensor (SoftMax.cpp): the
     kernel reads the halves and writes floats (`_softmax(input, dim, half_to_float=true)`), where a
