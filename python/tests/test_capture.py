@@ -1923,3 +1923,15 @@ def test_masked_fill_with_a_cpu_scalar_tensor_value():
         assert y[0].tolist() == [-1.0] * 64
         y.sum().backward()
         assert x.grad.shape == (64, 64)
+
+
+def test_unravel_index_of_a_cuda_tensor():
+    # found by opinfo_sweep.py (int64): torch/functional.py makes its divisors with
+    # `torch.tensor(..., device=indices.device)`, which inside the twin's function handler reached
+    # the real CUDA; the host tensors copied to the device, as that factory does
+    with vramscope.capture():
+        indices = torch.tensor([5, 7, 11], device="cuda")
+        rows, cols = torch.unravel_index(indices, (3, 4))
+        assert (rows.tolist(), cols.tolist(), rows.device.type) == ([1, 1, 2], [1, 3, 3], "cuda")
+        with pytest.raises(ValueError, match="negative"):
+            torch.unravel_index(indices, (-1, 4))

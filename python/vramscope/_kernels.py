@@ -3389,6 +3389,26 @@ def _one_hot(cap, func, args, kwargs):
 FUNCTIONS[torch.nn.functional.one_hot] = _one_hot
 
 
+def _unravel_index(cap, func, args, kwargs):
+    """`torch.unravel_index` of a simulated tensor (torch/functional.py): its checks run on an empty
+    host stand-in, then `indices.unsqueeze(-1).floor_divide(coefs) % shape` with the two small index
+    tensors made on the host and copied to the device, as `torch.tensor(..., device=indices.device)`
+    makes them (inside a function handler a device factory would reach the real CUDA)."""
+    a = dict(zip(("indices", "shape"), args, strict=False)) | kwargs
+    indices, shape = a.get("indices"), a.get("shape")
+    if not registered(indices) or set(a) - {"indices", "shape"}:
+        return NotImplemented
+    torch.unravel_index(torch.empty(0, dtype=indices.dtype), shape)
+    shape = torch.Size([shape] if isinstance(shape, int) else shape)
+    coefs = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    divisors = torch.tensor(coefs, dtype=torch.int64).to(indices.device)
+    sizes = torch.tensor(list(shape), dtype=torch.int64).to(indices.device)
+    return (indices.unsqueeze(-1).floor_divide(divisors) % sizes).unbind(-1)
+
+
+FUNCTIONS[torch.unravel_index] = _unravel_index
+
+
 _INT_MAX = 2**31 - 1
 
 
