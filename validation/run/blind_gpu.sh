@@ -3,7 +3,8 @@
 # scripts, all on one GPU, then one archive of them:
 #   bash validation/run/blind_gpu.sh OUT.tgz SCRIPT...      (e.g. validation/run/blind61/bi*.py)
 # -> OUT.tgz holding rec/ (record.sh), truth/ops/ (truth.sh with NO_MEMTRACKER=1) and hist/NAME.pickle
-#    (history.py; frames on, pickles over 6 MB dropped to keep the archive small) with their logs.
+#    (history.py; frames on; pickles over 6 MB kept as NAME.pickle.xz, and the largest histories left out
+#    while the archive is over 15 MB, as the device hands back files of up to 16 MiB) with their logs.
 # record.sh runs one script at a time; the per-op truth (three at once) and the histories run beside it:
 # each process reads only its own allocator's statistics, so they do not disturb one another.
 # BUDGET_S (default 3000) bounds each lane's seconds; what finished by then is archived.
@@ -26,6 +27,13 @@ work="$work" here="$here" timeout "$budget" bash -c '
   done
 ' _ "$@" &
 wait
-find "$work/hist" -name '*.pickle' -size +6M -delete
+find "$work/hist" -name '*.pickle' -size +6M -exec xz -T0 -6 {} \;
 tar czf "$archive" -C "$work" .
+while [ "$(stat -c %s "$archive")" -gt 15000000 ]; do
+  big="$(ls -S "$work"/hist/*.pickle* 2>/dev/null | head -1)"
+  [ -n "$big" ] || break
+  echo "blind_gpu.sh: $(basename "$big") left out (archive over 15 MB)" >> "$work/hist/dropped.txt"
+  rm -f "$big"
+  tar czf "$archive" -C "$work" .
+done
 rm -rf "$work"

@@ -21,10 +21,12 @@ histories with the same allocations in the same order (ops_diff.py silent) can s
 allocated figure where one side's allocation lands in a free block whose rest is too small to split:
 which free block is chosen (the smallest that fits, the lowest address of equal ones) depends on where
 the segments lie. `--place` shows the first such choice: equal block sizes, another segment or offset.
-Not modelled: expandable segments, `max_split_size_mb`, oversize blocks.
+Not modelled: expandable segments, `max_split_size_mb`, oversize blocks. A history may be xz-compressed
+(`NAME.pickle.xz`, as blind_gpu.sh keeps large ones).
 """
 
 import bisect
+import lzma
 import pickle
 import sys
 
@@ -64,7 +66,7 @@ class Segments:
 def replay(path, stop=None):
     """The trace's allocations and frees with their blocks: a list of (entry index, allocated after it,
     block size or 0 for a free, entry), and the state at `stop` (segments, live blocks)."""
-    with open(path, "rb") as f:
+    with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
     segs = Segments()
     segments, seg_starts, seg_no = segs.size, segs.starts, segs.no
@@ -152,7 +154,7 @@ def diff(gpu_path, twin_path, n):
 def placements(path):
     """Each allocation of the trace: (entry index, requested size, segment number, offset in it),
     segments numbered in the order they were made."""
-    with open(path, "rb") as f:
+    with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
     segs, out = Segments(), []
     for i, e in enumerate(trace):
