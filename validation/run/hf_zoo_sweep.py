@@ -1,32 +1,26 @@
 """Every model type transformers registers, shrunk, on the simulated GPU: a crash finder. For each
 `model_type` of `CONFIG_MAPPING`: its default config made small (2 layers, width 64, 4 heads,
 its vocabulary as it is), `AutoModel.from_config` on the CPU, its `dummy_inputs` run forward on the CPU, then
-the same model moved to "cuda" and run forward and backward there; a model whose CPU forward succeeds
-and whose simulated run raises, or gives outputs of other shapes or dtypes, is a finding. Run it
-under the twin, no GPU needed:
+the same model moved to "cuda" and run forward and backward there (`zoo.py`'s loop). Run it under the
+twin, no GPU needed:
 
     python -m vramscope run validation/run/hf_zoo_sweep.py OUT.jsonl [MODEL_TYPE...]
 
-(`validation/run/hf_zoo_sweep.sh OUT.jsonl` runs it in chunks of model types under a memory limit,
-going on past a type that kills its process.)
-
-OUT.jsonl gets one line per model type ({"model_type", "stage", "detail"}: stage "cuda" or
-"mismatch" for findings, "build"/"inputs"/"cpu" where the CPU side could not run it and the type was
-left out); the last line printed is the totals.
+(`bash validation/run/zoo_sweep.sh validation/run/hf_zoo_sweep.py OUT.jsonl` runs it in chunks under a
+memory limit, going on past a type that kills its process.)
 """
 
-import json
+import os
 import sys
-import traceback
 import warnings
 
 import torch
-from torch.utils._pytree import tree_flatten
 from transformers import CONFIG_MAPPING, AutoModel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo import sweep
+
 warnings.simplefilter("ignore")
-out_path = sys.argv[1]
-only = set(sys.argv[2:])
 
 SMALL = {
     "hidden_size": 64,
@@ -92,60 +86,12 @@ def _decoder(model) -> dict:
     return {}
 
 
-def shapes(result):
-    if hasattr(result, "to_tuple"):
-        result = result.to_tuple()
-    leaves, _ = tree_flatten(result)
-    return [(tuple(t.shape), str(t.dtype)) for t in leaves if isinstance(t, torch.Tensor)]
+def build(model_type):
+    model = AutoModel.from_config(shrink(CONFIG_MAPPING[model_type]()))
+    return model, dummy_inputs(model)
 
 
-def to(tree, device):
-    leaves, spec = tree_flatten(tree)
-    return spec.unflatten([x.to(device) if isinstance(x, torch.Tensor) else x for x in leaves])
-
-
-totals = {"types": 0, "ran": 0, "cuda": 0, "mismatch": 0, "left_out": 0}
-with open(out_path, "w") as out:
-
-    def note(model_type, stage, detail):
-        out.write(json.dumps({"model_type": model_type, "stage": stage, "detail": detail[:600]}) + "\n")
-        out.flush()
-
-    for model_type in sorted(CONFIG_MAPPING.keys()):
-        if only and model_type not in only:
-            continue
-        totals["types"] += 1
-        print(f"hf_zoo_sweep: {model_type}", flush=True)
-        stage = "build"
-        try:
-            torch.manual_seed(0)
-            model = AutoModel.from_config(shrink(CONFIG_MAPPING[model_type]()))
-            model.train()
-            stage = "inputs"
-            inputs = dummy_inputs(model)
-            stage = "cpu"
-            with torch.no_grad():
-                expected = shapes(model(**inputs))
-        except BaseException as e:  # noqa: BLE001 (a model that cannot run on the CPU is left out)
-            totals["left_out"] += 1
-            note(model_type, stage, f"{type(e).__name__}: {str(e)[:300]}")
-            continue
-        totals["ran"] += 1
-        try:
-            model = model.to("cuda")
-            result = model(**to(inputs, "cuda"))
-            got = shapes(result)
-            floats = [t for t in tree_flatten(result.to_tuple())[0] if isinstance(t, torch.Tensor)]
-            loss = sum(t.float().sum() for t in floats if t.is_floating_point() and t.requires_grad)
-            if isinstance(loss, torch.Tensor):
-                loss.backward()
-            if got != expected:
-                totals["mismatch"] += 1
-                note(model_type, "mismatch", f"cpu {expected} cuda {got}")
-        except BaseException as e:  # noqa: BLE001
-            totals["cuda"] += 1
-            tb = traceback.extract_tb(e.__traceback__)
-            where = next((f"{f.filename}:{f.lineno}" for f in reversed(tb) if "vramscope" in f.filename), "")
-            note(model_type, "cuda", f"{type(e).__name__}: {str(e)[:400]} @ {where}")
-        del model
-print(json.dumps(totals))
+if __name__ == "__main__":
+    only = set(sys.argv[2:])
+    names = [t for t in sorted(CONFIG_MAPPING.keys()) if not only or t in only]
+    sweep(names, build, sys.argv[1], "hf_zoo_sweep")
