@@ -1935,3 +1935,15 @@ def test_unravel_index_of_a_cuda_tensor():
         assert (rows.tolist(), cols.tolist(), rows.device.type) == ([1, 1, 2], [1, 3, 3], "cuda")
         with pytest.raises(ValueError, match="negative"):
             torch.unravel_index(indices, (-1, 4))
+
+
+def test_abs_of_a_complex_tensor_carries_its_magnitudes():
+    # found by opinfo_sweep.py (complex64): istft with a complex window read its envelope's minimum
+    # through `abs` of a complex tensor, which carried no values, and raised its overlap-add check
+    with vramscope.capture():
+        w = torch.tensor([3 + 4j, -6 + 8j], dtype=torch.complex64, device="cuda")
+        assert w.abs().tolist() == [5.0, 10.0]
+        spec = torch.stft(torch.randn(2, 800, device="cuda"), 64, return_complex=True, onesided=False)
+        window = torch.randn(64, dtype=torch.complex64, device="cuda")
+        y = torch.istft(spec, 64, window=window, return_complex=True, onesided=False)
+        assert y.shape == (2, 800) and y.is_complex()
