@@ -341,14 +341,32 @@ def test_concatenated_host_indices_carry_their_values_into_coalesce():
 
 
 def test_a_dense_tensor_made_sparse_by_an_op_without_a_rule_stops_with_a_clear_error():
-    # `to_sparse_csr` of a dense CUDA tensor (OpInfo's sparse samples, validation/run/opinfo_sweep.py):
-    # its CPU run gives a CSR tensor, whose sizes the twin cannot take as a dense meta tensor's
+    # `to_sparse_csc` of a dense CUDA tensor: its CPU run gives a CSC tensor, whose sizes the twin
+    # cannot take as a dense meta tensor's
     with vramscope.capture():
         dense = torch.randn(8, 8, device="cuda")
         with pytest.raises(
-            NotImplementedError, match="vramscope: aten::_to_sparse_csr of a dense CUDA tensor"
+            NotImplementedError, match="vramscope: aten::_to_sparse_csc of a dense CUDA tensor"
         ):
-            dense.to_sparse_csr()
+            dense.to_sparse_csc()
+
+
+def test_to_sparse_csr_of_a_dense_matrix_runs_dense_to_sparse_compressed_parts():
+    # `dense_to_sparse_compressed<SparseCsr>` (TensorConversions.cpp; OpInfo's sparse samples): the
+    # entries counted over the carried values, the CSR tensor of int64 indices holding the values,
+    # the column indices and the crow indices
+    with vramscope.capture():
+        dense = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]], device="cuda")
+        csr = dense.to_sparse_csr()
+        assert csr.layout is torch.sparse_csr and csr.is_cuda and csr.shape == (2, 3)
+        assert csr.values().shape == (3,) and csr.col_indices().shape == (3,)
+        assert csr.crow_indices().shape == (3,) and csr.crow_indices().dtype == torch.int64
+        big = torch.randn(1024, 512, device="cuda")
+        base = torch.cuda.memory_allocated()
+        big_csr = big.to_sparse_csr()  # no values carried: every element counted as an entry
+        # float32 values, int64 column indices, 1,025 int64 crow indices (8,200 -> 8,704 bytes)
+        assert torch.cuda.memory_allocated() - base == 524_288 * 4 + 524_288 * 8 + 8_704
+        assert big_csr.values().shape == (524_288,)
 
 
 def test_to_sparse_of_a_dense_tensor_runs_dense_to_sparse_parts():

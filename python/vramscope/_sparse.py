@@ -644,6 +644,8 @@ def _to_sparse_csr(cap, func, args, kwargs):
     H200's blind89/ck06 allocates the crow indices alone (fixtures/run/sparse/csr_ck06_h200.json)."""
     t = args[0]
     dense_dim = kwargs.get("dense_dim", args[1] if len(args) > 1 else None)
+    if registered(t) and t.layout is torch.strided and t.dim() == 2 and not dense_dim:
+        return _dense_to_sparse_csr(cap, t)
     if not (_sparse(t) and registered(t)) or dense_dim is not None or t.sparse_dim() != 2 or t.dense_dim():
         return NotImplemented
     cap.ops += 1
@@ -664,6 +666,34 @@ def _to_sparse_csr(cap, func, args, kwargs):
 
 
 OPS[aten._to_sparse_csr.default] = _to_sparse_csr
+
+
+def _dense_to_sparse_csr(cap, t):
+    """`dense_to_sparse_compressed<SparseCsr>` (TensorConversions.cpp) of a dense matrix, its parts on
+    the simulated GPU: the mask `t != 0`; the column and row indices, `arange` expanded over the
+    mask and `masked_select`ed (`_not_zero_mask_to_col_row_indices`; the twin's count where the
+    values are not carried: every element); the crow indices from the rows
+    (`_convert_indices_from_coo_to_csr`, int64); the values `t.flatten(0, 1).index_select` of the
+    mask's flat indices (`_mask_to_indices`), which die there; then the CSR tensor over them."""
+    cap.ops += 1
+    m, n = t.shape
+    with cap._modes[1]:  # the parts come back to the mode
+        mask = t != 0
+        cols = (
+            torch.arange(n, dtype=torch.long, device=t.device).view(1, n).expand_as(mask).masked_select(mask)
+        )
+        rows = (
+            torch.arange(m, dtype=torch.long, device=t.device).view(m, 1).expand_as(mask).masked_select(mask)
+        )
+        crow = aten._convert_indices_from_coo_to_csr(rows, m, out_int32=False)
+        mask_indices = torch.arange(m * n, dtype=torch.long, device=t.device).masked_select(mask.flatten())
+        values = t.flatten(0, 1).index_select(0, mask_indices)
+        del mask_indices
+    del rows, mask
+    with _NO_DISPATCH():
+        return aten._sparse_csr_tensor_unsafe(
+            crow, cols, values, list(t.shape), dtype=t.dtype, layout=_CSR, device=torch.device("meta")
+        )
 
 
 def _dense_to_sparse(cap, func, args, kwargs):
