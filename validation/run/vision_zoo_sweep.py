@@ -26,7 +26,7 @@ warnings.simplefilter("ignore")
 MAX_PARAMS = 150_000_000
 BATCH = 2
 #: timm models swept per module of timm.models
-PER_MODULE = 3
+PER_MODULE = 2
 
 
 def _params(make) -> int:
@@ -91,7 +91,7 @@ def names():
     for members in by_module.values():
         step = max(1, len(members) // PER_MODULE)
         picked += members[::step][:PER_MODULE]
-    return [f"timm/{n}" for n in sorted(picked)] + tv
+    return tv + [f"timm/{n}" for n in sorted(picked)]
 
 
 def _module(name):
