@@ -12,6 +12,7 @@ from conftest import FIXTURES, run_script
 from vramscope import _sparse
 
 PROBE = json.loads((FIXTURES / "run" / "sparse" / "sparse_probe_h200.json").read_text())
+DENSE_CSR = json.loads((FIXTURES / "run" / "sparse" / "dense_csr_h200.json").read_text())
 R, D = 1_000_000, 128
 
 
@@ -351,22 +352,27 @@ def test_a_dense_tensor_made_sparse_by_an_op_without_a_rule_stops_with_a_clear_e
             dense.to_sparse_csc()
 
 
-def test_to_sparse_csr_of_a_dense_matrix_runs_dense_to_sparse_compressed_parts():
-    # `dense_to_sparse_compressed<SparseCsr>` (TensorConversions.cpp; OpInfo's sparse samples): the
-    # entries counted over the carried values, the CSR tensor of int64 indices holding the values,
-    # the column indices and the crow indices
-    with vramscope.capture():
-        dense = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]], device="cuda")
-        csr = dense.to_sparse_csr()
-        assert csr.layout is torch.sparse_csr and csr.is_cuda and csr.shape == (2, 3)
-        assert csr.values().shape == (3,) and csr.col_indices().shape == (3,)
-        assert csr.crow_indices().shape == (3,) and csr.crow_indices().dtype == torch.int64
-        big = torch.randn(1024, 512, device="cuda")
-        base = torch.cuda.memory_allocated()
-        big_csr = big.to_sparse_csr()  # no values carried: every element counted as an entry
-        # float32 values, int64 column indices, 1,025 int64 crow indices (8,200 -> 8,704 bytes)
-        assert torch.cuda.memory_allocated() - base == 524_288 * 4 + 524_288 * 8 + 8_704
-        assert big_csr.values().shape == (524_288,)
+def _host_matrix(rows, cols, every, dtype):
+    # validation/run/csr_dense_probe.py's matrices: nonzero where (row * cols + col) % every == 0
+    flat = torch.arange(rows * cols)
+    return torch.where(flat % every == 0, flat % 7 + 1, 0).reshape(rows, cols).to(dtype)
+
+
+@pytest.mark.parametrize("case", DENSE_CSR["cases"], ids=lambda c: c["name"])
+def test_to_sparse_csr_of_a_dense_matrix_allocates_in_the_h200s_order(case):
+    # `dense_to_sparse_compressed<SparseCsr>` (TensorConversions.cpp) as its parts: the mask, its
+    # nonzero (column and row indices), the crow indices, the flat mask's nonzero and the values
+    dtypes = {"f32": torch.float32, "f16": torch.float16, "f64": torch.float64}
+    kind, shape, *rest = case["name"].split("_")
+    rows, cols = map(int, shape.split("x"))
+    with vramscope.capture(gpu="h200"):
+        if kind == "host":
+            dense = _host_matrix(rows, cols, int(rest[0].removeprefix("every")), dtypes[rest[1]]).cuda()
+        else:  # drawn on the device: no values carried, every element counted as an entry
+            dense = torch.randn(rows, cols, device="cuda", dtype=dtypes[rest[0]])
+        csr, got = _history(dense.to_sparse_csr)
+        assert csr.layout is torch.sparse_csr and csr.values().numel() == case["nnz"]
+        assert got == [tuple(e) for e in case["events"]]
 
 
 def test_to_sparse_of_a_dense_tensor_runs_dense_to_sparse_parts():

@@ -670,26 +670,23 @@ OPS[aten._to_sparse_csr.default] = _to_sparse_csr
 
 def _dense_to_sparse_csr(cap, t):
     """`dense_to_sparse_compressed<SparseCsr>` (TensorConversions.cpp) of a dense matrix, its parts on
-    the simulated GPU: the mask `t != 0`; the column and row indices, `arange` expanded over the
-    mask and `masked_select`ed (`_not_zero_mask_to_col_row_indices`; the twin's count where the
-    values are not carried: every element); the crow indices from the rows
+    the simulated GPU: the mask `t != 0`; its `nonzero()`, whose columns are the column and row
+    indices (`_not_zero_mask_to_col_row_indices`: views, the column indices kept strided; the twin's
+    count where the values are not carried: every element); the crow indices from the rows
     (`_convert_indices_from_coo_to_csr`, int64); the values `t.flatten(0, 1).index_select` of the
-    mask's flat indices (`_mask_to_indices`), which die there; then the CSR tensor over them."""
+    flat mask's `nonzero` (`_mask_to_indices`), which dies there; then the CSR tensor over them. The
+    H200's allocations, case by case: fixtures/run/sparse/dense_csr_h200.json."""
     cap.ops += 1
-    m, n = t.shape
+    m = t.shape[0]
     with cap._modes[1]:  # the parts come back to the mode
         mask = t != 0
-        cols = (
-            torch.arange(n, dtype=torch.long, device=t.device).view(1, n).expand_as(mask).masked_select(mask)
-        )
-        rows = (
-            torch.arange(m, dtype=torch.long, device=t.device).view(m, 1).expand_as(mask).masked_select(mask)
-        )
+        nz = mask.nonzero()
+        cols, rows = nz.select(1, 1), nz.select(1, 0)
         crow = aten._convert_indices_from_coo_to_csr(rows, m, out_int32=False)
-        mask_indices = torch.arange(m * n, dtype=torch.long, device=t.device).masked_select(mask.flatten())
+        mask_indices = mask.flatten().nonzero().flatten()
         values = t.flatten(0, 1).index_select(0, mask_indices)
         del mask_indices
-    del rows, mask
+    del nz, rows, mask
     with _NO_DISPATCH():
         return aten._sparse_csr_tensor_unsafe(
             crow, cols, values, list(t.shape), dtype=t.dtype, layout=_CSR, device=torch.device("meta")
