@@ -462,6 +462,30 @@ def test_index_arithmetic_from_a_large_arange_keeps_its_values():
     assert sum("nonzero" in w for w in cap.warned) == 1  # `big > 0` alone
 
 
+def test_gathered_repeated_sorted_and_reduced_indices_keep_their_values():
+    # blind125/du02: a mesh's edges from its triangles by `min`/`max` along a dimension, then
+    # `unique(dim=0)` (437,768 edges on the H200; one row over stand-in zeros before); du01: the
+    # triplets k != i of a graph by indexing edge lists with edge lists, past 65,536 elements
+    gh, gw = 96, 192
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.arange(gh * gw, device="cuda").reshape(gh, gw)
+        a, b, c, d = idx[:-1, :-1], idx[:-1, 1:], idx[1:, :-1], idx[1:, 1:]
+        faces = torch.cat(
+            [torch.stack([a, b, c], -1).reshape(-1, 3), torch.stack([b, d, c], -1).reshape(-1, 3)]
+        )
+        edges = torch.cat([faces[:, 0:2], faces[:, 1:3], torch.stack([faces[:, 2], faces[:, 0]], 1)])
+        lo, _ = torch.min(edges, dim=1)
+        hi, _ = torch.max(edges, dim=1)
+        assert torch.unique(torch.stack([hi, lo], 1), dim=0).shape == (54721, 2)
+        assert torch.sort(lo).values[-1].item() == gh * gw - 2
+        rep = lo.repeat(2)
+        assert rep[(rep == 0)].shape == (4,)
+        picked = lo[lo.numel() - 1 - torch.arange(lo.numel(), device="cuda")]
+        assert picked[picked > 100].shape == ((lo > 100).sum().item(),)
+        assert lo.index_select(0, torch.arange(70000, device="cuda"))[-1].item() == 15837
+    assert not any("nonzero" in w or "stand" in w for w in cap.warned)
+
+
 def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
     # blind59/bg01: Longformer marks its global tokens by `ext[attention_mask == 2] = max` in a 2-D
     # slice of a (B, 1, L, L) mask too large to carry values, then reads `is_global_attn` and the

@@ -717,12 +717,23 @@ _RANDOM_INDICES = _philox.RANDINT_FACTORIES
 
 #: integer ranges: their values are their arguments' (index arithmetic starts from them)
 _RANGES = {aten.arange.default, aten.arange.start, aten.arange.start_step}
-#: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged) and joining
+#: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged), joining, and
+#: gathering, repeating, sorting and reducing integer values (a graph's edges from a mesh's
+#: triangles by `min`/`max` along a dimension, its triplets by indexing edge lists with edge lists:
+#: blind125/du02, du01)
 _INDEX_ARITHMETIC = {
     aten.floor_divide.default,
     aten.floor_divide.Scalar,
     aten.cat.default,
     aten.stack.default,
+    aten.index.Tensor,
+    aten.index_select.default,
+    aten.gather.default,
+    aten.repeat.default,
+    aten.min.dim,
+    aten.max.dim,
+    aten.sort.default,
+    aten.sort.stable,
 }
 
 
