@@ -527,6 +527,41 @@ def test_assigning_through_device_indices_of_different_strides_copies_the_stride
         assert torch.cuda.memory_allocated() == start["allocated_bytes.all.current"]
 
 
+def test_a_cpu_index_beside_a_device_one_is_copied_at_its_own_shape_then_made_contiguous():
+    # expandTensors (IndexingUtils.h) moves a CPU index to the GPU before the indices are broadcast;
+    # then AdvancedIndex makes the moved (n, 1) index, strided (1, 0) at (n, k), contiguous beside
+    # the contiguous device one: blind122/dr04's H200 per-op truth (Informer's ProbSparse sampling,
+    # n = 3200, k = 2: 25,600 then 51,200 bytes, reading and assigning alike)
+    with vramscope.capture(gpu="h200"):
+        k = torch.empty(3200, 96, 64, device="cuda")
+        rows = torch.arange(3200)[:, None]
+        cols = torch.zeros(3200, 2, device="cuda", dtype=torch.long)
+        v = torch.empty(3200, 2, 64, device="cuda")
+        keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+        before = torch.cuda.memory_stats()
+        out = k[rows, cols]
+        mid = torch.cuda.memory_stats()
+        k[rows, cols] = v
+        after = torch.cuda.memory_stats()
+        assert tuple(mid[key] - before[key] for key in keys) == (3, 25600 + 51200 + out.nbytes)
+        assert tuple(after[key] - mid[key] for key in keys) == (2, 25600 + 51200)
+
+
+def test_a_padding_mask_of_ones_reads_as_ones_at_any_size():
+    # a factory of one value carries it past VALUE_LIMIT elements: transformers'
+    # `create_bidirectional_mask` reads `mask.all()` of a (2, 182528) mask of ones and makes no mask
+    # (blind122/dr05's H200 per-op truth); a write into it forgets the values of all its views
+    with vramscope.capture(gpu="h200"):
+        mask = torch.ones((2, 182528), device="cuda").to(dtype=torch.bool)
+        assert bool(mask.all())
+        assert float(torch.full((70000,), 7.0, device="cuda").max()) == 7.0
+        m = torch.ones(200000, device="cuda", dtype=torch.long)
+        view = m[:10]
+        assert int(view.sum()) == 10
+        m[5] = 3
+        assert vramscope._tensor.value(m) is None and vramscope._tensor.value(view) is None
+
+
 def test_out_of_place_index_put_with_a_mask_runs_nonzero_after_its_copy():
     # `index_put` is `self.clone().index_put_(...)` (TensorAdvancedIndexing.cpp), as IndexPutBackward0
     # runs it; blind21/u02's H200 per-op truth: the copy, then the mask's nonzero as `x[mask] = v` has

@@ -737,6 +737,41 @@ _INDEX_ARITHMETIC = {
 }
 
 
+#: factories of one value (`torch.ones`, `zeros`, `full` and their `_like` and `new_` forms): the
+#: value of a fill argument or the factory's own
+_CONSTANT_FACTORIES = {
+    aten.ones.default: 1,
+    aten.zeros.default: 0,
+    aten.full.default: None,
+    aten.ones_like.default: 1,
+    aten.zeros_like.default: 0,
+    aten.full_like.default: None,
+    aten.new_ones.default: 1,
+    aten.new_zeros.default: 0,
+    aten.new_full.default: None,
+}
+
+
+def _constant_values(func, args, outs):
+    """The values of a factory of one value past `VALUE_LIMIT` elements (up to
+    `_tensor.DENSE_LIMIT`), held as that value expanded: a padding mask of ones over 182,528
+    inputs, whose `all()` lets transformers' `create_bidirectional_mask` return no mask
+    (masking_utils.py's `_ignore_bidirectional_mask_sdpa`; blind122/dr05's H200 per-op truth).
+    None for other ops and larger results."""
+    if func not in _CONSTANT_FACTORIES or len(outs) != 1 or not isinstance(outs[0], torch.Tensor):
+        return None
+    o = outs[0]
+    if o.numel() > _tensor.DENSE_LIMIT or o.layout is not torch.strided:
+        return None
+    fill = _CONSTANT_FACTORIES[func]
+    if fill is None:
+        # full(size, fill_value), full_like(self, fill_value), new_full(self, size, fill_value)
+        fill = args[2] if func is aten.new_full.default else args[1]
+    if isinstance(fill, torch.Tensor):
+        return None
+    return [torch.full((), fill, dtype=o.dtype).expand(o.shape)]
+
+
 def _values_at_any_size(func, outs, ours) -> bool:
     """Whether an op's results carry values although they are large: a view of tensors that
     carry theirs (a view of the values, no copy); and, as an index tensor copied from the host
@@ -1006,6 +1041,9 @@ class Capture:
         self.drawn: tuple = (None, None)
         #: random draws whose values the host computed (`_cpu_result`)
         self.host_draws = 0
+        #: the one-element storage of each factory's constant values (`_constant_values`) by its
+        #: address, with the tensors whose values view it: a write into any of them forgets them all
+        self.constants: dict[int, weakref.WeakSet] = {}
         #: the simulated generator passed to the call running (`_FunctionMode`)
         self.generator_in_call = None
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
@@ -1347,7 +1385,9 @@ class Capture:
         sparse = _sparse.dispatch(self, func, args, kwargs)
         if sparse is not NotImplemented:
             return sparse
-        name, is_aten, _ = _facts(func)
+        name, is_aten, mutable = _facts(func)
+        if mutable and self.constants:
+            self.forget_constants(func, args, kwargs)
         special = _kernels.DISPATCH.get(func)
         if special is None and not is_aten:
             special = _kernels.NAMED_DISPATCH.get(name)
@@ -1442,8 +1482,13 @@ class Capture:
             vals = self.broadcast_values(func, args, kwargs, outs, ours) or self.dense_values(
                 func, args, kwargs, outs, ours
             )
+        constant = vals is None and not small and func in _CONSTANT_FACTORIES
+        if constant:
+            vals = _constant_values(func, args, outs)
         # values computed over zeros standing in for an input's unknown values
-        guessed = vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
+        guessed = (
+            not constant and vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
+        )
         if guessed and func in _CHOICES:
             vals = _spread_choices(func, args, kwargs, vals)
         category = "input" if factory else "output"
@@ -1468,6 +1513,12 @@ class Capture:
                 held.copy_(v)
                 v = held
             set_value(o, v if isinstance(v, torch.Tensor) else None, guessed)
+            if isinstance(v, torch.Tensor) and (constant or self.constants):
+                ptr = v.untyped_storage().data_ptr()
+                if constant:
+                    self.constants[ptr] = weakref.WeakSet()
+                if ptr in self.constants:
+                    self.constants[ptr].add(o)
         if vals is None and mutable:
             for a in _written(func, args, kwargs):
                 set_value(a, None)
@@ -1478,6 +1529,18 @@ class Capture:
             # `_kernels.check_known`
             self.note_unmeasured(op)
         return out
+
+    def forget_constants(self, func, args, kwargs):
+        """Before an op writes a tensor whose values view a factory's one constant value (all its
+        elements one memory location), every tensor viewing that value forgets its values: the
+        write would reach them all, and which elements the op changes the twin does not keep."""
+        for a in _written(func, args, kwargs):
+            v = value(a)
+            if v is None:
+                continue
+            held = self.constants.pop(v.untyped_storage().data_ptr(), None)
+            for t in list(held or ()):
+                set_value(t, None)
 
     def sizes_from_cpu(self, func, args, kwargs, error):
         """Outputs for an op without a meta kernel: run on the CPU over its inputs' values (zeros

@@ -377,13 +377,21 @@ def _restrided_indices(defined, fresh) -> list:
     return [i for i, f in zip(defined, fresh, strict=True) if not f and not i.expand(shape).is_contiguous()]
 
 
+def _moved_index(i):
+    """A CPU index as `expandTensors` copies it to the GPU: contiguous at its own shape."""
+    return torch.empty(i.shape, dtype=i.dtype, device="meta")
+
+
 def _index(cap, func, args, kwargs):
     """`index.Tensor` on CUDA (`make_info` and `AdvancedIndex`, TensorAdvancedIndexing.cpp /
     TensorAdvancedIndexingUtils.h): an index on another device (a CPU tensor) is copied to the GPU
-    at the broadcast shape, then an int32 one widened to int64; then, with two or more indices
-    whose strides differ once broadcast, each not contiguous at that shape is made contiguous. All
-    are allocated before the output and die with the kernel (blind6/f01's H200 record of HF's
-    padding-mask construction; blind57/be01's history: torchvision MViT's CPU `dist_h.long()`)."""
+    at its own shape (`expandTensors`' `index.to(self.device())`, before the indices are
+    broadcast), then an int32 one widened to int64 at the broadcast shape; then, with two or more
+    indices whose strides differ once broadcast, each not contiguous at that shape is made
+    contiguous (a moved (n, 1) index beside a (n, k) one: blind122/dr04's H200 per-op truth,
+    Informer's ProbSparse sampling). All are allocated before the output and die with the kernel
+    (blind6/f01's H200 record of HF's padding-mask construction; blind57/be01's history:
+    torchvision MViT's CPU `dist_h.long()`)."""
     indices = args[1] if len(args) > 1 else kwargs.get("indices")
     defined = [i for i in (indices or ()) if i is not None]
     if len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8):
@@ -397,15 +405,16 @@ def _index(cap, func, args, kwargs):
     shape = torch.broadcast_shapes(*(i.shape for i in defined))
     numel = math.prod(shape)
 
-    # a copy made here (`.to(device)`, `.to(kLong)`) is contiguous at the broadcast shape
-    fresh = [m or w for m, w in zip(moved, widened, strict=True)]
-    restrided = _restrided_indices(defined, fresh)
-    if not any(fresh) and not restrided:
+    # a moved index is contiguous at its own shape; a widened one (`.to(kLong)`, after the
+    # broadcast) at the broadcast shape
+    own = [_moved_index(i) if m else i for i, m in zip(defined, moved, strict=True)]
+    restrided = _restrided_indices(own, widened)
+    if not any(moved) and not any(widened) and not restrided:
         return NotImplemented
     temps = [None] * len(defined)
     for k, i in enumerate(defined):
         if moved[k]:
-            temps[k] = cap.malloc(numel * i.element_size(), "aten::index", "temporary")
+            temps[k] = cap.malloc(i.numel() * i.element_size(), "aten::index", "temporary")
     for k in range(len(defined)):
         if widened[k]:
             temps[k] = cap.malloc(numel * 8, "aten::index", "temporary")
@@ -3651,10 +3660,12 @@ def _index_put_value(cap, func, args, kwargs):
         if not registered(i) and i.device.type == "cpu" and i.dtype not in (torch.bool, torch.uint8)
     ]
     if mask is None and moved and len(moved) == len([i for i in defined if not registered(i)]):
-        # `make_info`: an index on another device (a CPU tensor) is copied to the GPU at the
-        # broadcast shape (`indice.to(self.device())`), after the value's copy, and dies with the
-        # op (blind61/bi06's H200 history: XLNet's target_mapping[:, arange(P), arange(L - P, L)])
-        numel = math.prod(torch.broadcast_shapes(*(i.shape for i in defined)))
+        # `make_info`: an index on another device (a CPU tensor) is copied to the GPU at its own
+        # shape (`expandTensors`' `index.to(self.device())`), after the value's copy; then the
+        # indices whose strides differ once broadcast are made contiguous (`_restrided_indices`),
+        # all dying with the op (blind61/bi06's H200 history: XLNet's target_mapping[:, arange(P),
+        # arange(L - P, L)]; blind122/dr04's H200 per-op truth: a moved (n, 1) index beside a
+        # device (n, k) one, n x 8 then n x k x 8 bytes)
         copy = (
             cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
             if host_value and value.dim() == 0
@@ -3662,9 +3673,13 @@ def _index_put_value(cap, func, args, kwargs):
         )
         if not host_value and not registered(value):
             return NotImplemented
-        temps = [cap.malloc(numel * i.element_size(), "aten::index_put_", "temporary") for i in moved]
+        temps = [cap.malloc(i.numel() * i.element_size(), "aten::index_put_", "temporary") for i in moved]
+        own = [_moved_index(i) if not registered(i) else i for i in defined]
+        restrided = _restrided_indices(own, [False] * len(own))
+        numel = math.prod(torch.broadcast_shapes(*(i.shape for i in defined))) if restrided else 0
+        copies = [cap.malloc(numel * i.element_size(), "aten::index_put_", "temporary") for i in restrided]
         out = cap.run(func, args, kwargs, ours)
-        del temps, copy
+        del copies, temps, copy
         return out
     # make_info's `contiguous()` copies of device indices whose strides differ (`_restrided_indices`),
     # after the value's copy, dead as the op returns (blind120/dp01's H200 per-op truth: YOLOv5's
