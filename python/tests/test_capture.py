@@ -1971,3 +1971,29 @@ def test_abs_of_a_complex_tensor_carries_its_magnitudes():
         window = torch.randn(64, dtype=torch.complex64, device="cuda")
         y = torch.istft(spec, 64, window=window, return_complex=True, onesided=False)
         assert y.shape == (2, 800) and y.is_complex()
+
+
+def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
+    # blind122/dr02 and blind68/bp01 raised AcceleratorError on the H200: position ids past the
+    # embedding table. Known indices outside their dimension fail the kernel's assert, raised at the
+    # op; every later CUDA op (and `torch.cuda.synchronize`) then fails too; indices the twin does
+    # not know never fail
+    with vramscope.capture():
+        emb = torch.nn.Embedding(512, 16).cuda()
+        assert emb(torch.arange(512, device="cuda")).shape == (512, 16)
+        x = torch.randn(5, 3, device="cuda")
+        assert x[torch.tensor([-5, 4], device="cuda")].shape == (2, 3)  # advanced indexing wraps
+        unknown = torch.empty(70_000, dtype=torch.long, device="cuda")[:4]
+        assert vramscope._tensor.value(unknown) is None  # too large to carry values
+        assert x.index_select(0, unknown).shape == (4, 3)
+        assert x.sum().item() is not None
+        with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+            x.index_select(0, torch.tensor([0, 5], device="cuda"))
+        with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+            torch.zeros(1, device="cuda")
+        with pytest.raises(torch.AcceleratorError):
+            torch.cuda.synchronize()
+    with vramscope.capture():
+        emb = torch.nn.Embedding(512, 16).cuda()
+        with pytest.raises(torch.AcceleratorError):
+            emb(torch.arange(600, device="cuda"))

@@ -1033,6 +1033,8 @@ class Capture:
         self.next_phase = None
         self.cuda_used = False
         self.warned: set[str] = set()
+        #: the failed device-side assert that stops every later op (None: none)
+        self.device_error: str | None = None
         self.unmeasured: dict[str, int] = {}
         self.ops = 0
         #: the default CUDA generator's seed and offset
@@ -1269,6 +1271,12 @@ class Capture:
 
     # ---- values -------------------------------------------------------------------
 
+    def synchronize(self) -> None:
+        """`torch.cuda.synchronize()`, and the check before every op: after a kernel's failed assert
+        every CUDA call fails, as CUDA's error is sticky."""
+        if self.device_error is not None:
+            raise torch.AcceleratorError(_kernels.DEVICE_ASSERT)
+
     def value_of(self, t: torch.Tensor, why: str) -> torch.Tensor:
         """The CPU value of a simulated tensor (zeros where it carries none; True for a bool
         read inside a constraint's check, which passes)."""
@@ -1361,8 +1369,20 @@ class Capture:
 
     def dispatch(self, func, args, kwargs):
         """Run one ATen op on the simulated device; the process's first kernel launch is noted
-        after its op's allocations."""
+        after its op's allocations. An index op whose known indices fall outside their dimension
+        fails as the GPU's kernel assert does, at the op (as under CUDA_LAUNCH_BLOCKING=1; the GPU
+        reports it some ops later), and every later CUDA op fails too."""
+        self.synchronize()
         out = self._dispatch(func, args, kwargs)
+        bad = _kernels.index_out_of_range(func, args)
+        if bad is not None:
+            self.device_error = bad
+            sys.stdout.flush()
+            sys.stderr.write(
+                f"vramscope: {_user_site()}: {bad}: on the GPU its kernel's assert fails "
+                "(a device-side assert) and every later CUDA call fails too\n"
+            )
+            self.synchronize()
         if not self.kernels_ran and _launches_kernel(func, args, kwargs, out):
             # the driver's own 2 MiB at the first launch; the context's range goes back at the
             # first kernel that does not keep it (rule 6)

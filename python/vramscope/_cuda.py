@@ -224,7 +224,7 @@ def patch(cap) -> _Patch:
     # `with torch.cuda.device(i)` (`device_of`, RNNBase.flatten_parameters): the one device stays current
     p.set(cuda, "_exchange_device", lambda device: -1 if device < 0 else 0)
     p.set(cuda, "_maybe_exchange_device", lambda device: -1 if device < 0 else 0)
-    p.set(cuda, "synchronize", lambda *a, **k: None)
+    p.set(cuda, "synchronize", lambda *a, **k: cap.synchronize())
     p.set(cuda, "ipc_collect", lambda *a, **k: None)
     p.set(cuda, "get_device_name", lambda device=None: cap.device.name)
     p.set(cuda, "get_device_capability", lambda device=None: cap.device.capability)
