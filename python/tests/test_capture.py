@@ -1997,3 +1997,8 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
         emb = torch.nn.Embedding(512, 16).cuda()
         with pytest.raises(torch.AcceleratorError):
             emb(torch.arange(600, device="cuda"))
+    with vramscope.capture():  # cross_entropy's targets: classes in range, or ignored
+        logits = torch.randn(4, 10, device="cuda")
+        torch.nn.functional.cross_entropy(logits, torch.tensor([0, 9, -100, 3], device="cuda"))
+        with pytest.raises(torch.AcceleratorError):
+            torch.nn.functional.cross_entropy(logits, torch.tensor([0, 10, 1, 2], device="cuda"))

@@ -3977,8 +3977,8 @@ for _f in (torch.nn.functional.log_softmax, torch.log_softmax, torch.Tensor.log_
 # ---- device-side asserts ----------------------------------------------------------------------
 
 #: index ops whose CUDA kernels assert their indices in range (`CUDA_KERNEL_ASSERT` in
-#: cuda/Indexing.cu, ScatterGatherKernel.cu, Embedding.cu): by op, the (index, size of the indexed
-#: dimension, whether negative indices wrap) of each index argument
+#: cuda/Indexing.cu, ScatterGatherKernel.cu, Embedding.cu, Loss.cu): by op, the (index, size of the
+#: indexed dimension, whether negative indices wrap[, a value left out]) of each index argument
 INDEX_BOUNDS = {
     aten.embedding.default: lambda a: [(a[1], a[0].shape[0], False)],
     aten.index_select.default: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
@@ -3991,6 +3991,9 @@ INDEX_BOUNDS = {
         if any(i is not None and i.dtype == torch.bool for i in a[1])
         else [(i, a[0].shape[d], True) for d, i in enumerate(a[1]) if i is not None]
     ),
+    # the class index of each target but `ignore_index` (cuda/Loss.cu, NLLLoss2d.cu)
+    aten.nll_loss_forward.default: lambda a: [(a[1], a[0].shape[-1 if a[0].dim() == 1 else 1], False, a[4])],
+    aten.nll_loss2d_forward.default: lambda a: [(a[1], a[0].shape[1], False, a[4])],
 }
 
 #: what CUDA reports after a kernel's failed assert (c10's CUDA error check and its hints)
@@ -4012,12 +4015,16 @@ def index_out_of_range(func, args) -> str | None:
         checks = bounds(args)
     except (IndexError, TypeError):
         return None
-    for index, size, wraps in checks:
+    for index, size, wraps, *ignored in checks:
         if not isinstance(index, torch.Tensor) or index.numel() == 0:
             continue
         v = value(index)
         if v is None or assumed(index) or v.is_floating_point() or v.dtype == torch.bool:
             continue
+        if ignored:
+            v = v[v != ignored[0]]
+            if v.numel() == 0:
+                continue
         low, high = int(v.min()), int(v.max())
         if high >= size or low < (-size if wraps else 0):
             bad = high if high >= size else low
