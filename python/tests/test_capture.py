@@ -983,6 +983,21 @@ def test_embedding_bag_backward_sorts_its_indices_as_embedding_backward_does():
         assert counts == (16, 363_081_637 + 4096 * 256 * 4)
 
 
+def test_embedding_bag_allocates_bag_size_offset2bag_then_its_output():
+    # blind123/ds05's H200 history of a sum EmbeddingBag(1000001, 64) with per_sample_weights over
+    # (8192, 50) ids: F.embedding_bag's offsets, then `_embedding_bag_cuda`'s bag_size, offset2bag
+    # and output (65,536, 65,536, 3,276,800, 2,097,152 bytes)
+    with vramscope.capture(gpu="h200"):
+        bag = torch.nn.EmbeddingBag(1_000_001, 64, mode="sum", padding_idx=0, device="cuda")
+        ids = torch.randint(1, 1_000_001, (8192, 50), device="cuda")
+        w = torch.ones(8192, 50, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        bag(ids, per_sample_weights=w)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+        assert sizes == [65_536, 65_536, 3_276_800, 2_097_152]
+
+
 def test_a_parameter_made_from_a_tensor_keeps_its_values():
     # nn.Parameter(t) goes through Tensor._make_subclass, a new tensor over t's storage
     with vramscope.capture(gpu="h200"):

@@ -1512,7 +1512,11 @@ class Capture:
         if guessed and func in _CHOICES:
             vals = _spread_choices(func, args, kwargs, vals)
         category = "input" if factory else "output"
-        for i, o in enumerate(outs):
+        order = _kernels.OUTPUT_ORDER.get(func)
+        if order is None or len(order) != len(outs):
+            order = range(len(outs))
+        for i in order:
+            o = outs[i]
             if not isinstance(o, torch.Tensor) or not _tensor.BASE_IS_META(o):
                 continue
             if o.untyped_storage()._cdata not in before:

@@ -35,6 +35,8 @@ NO_VALUES: dict = {}
 PLAIN: set = set()
 #: ops checked as plain by identity
 PLAIN_OPS: set = set()
+#: the order a CUDA kernel allocates its outputs in, where it is not the schema's: output indices
+OUTPUT_ORDER: dict = {}
 #: ops whose CUDA kernels allocate scratch the twin does not model yet
 SCRATCH_UNMODELLED = {
     "aten::embedding_dense_backward",
@@ -2365,6 +2367,11 @@ def _embedding_bag_backward_max(cap, func, args, grad):
 
 
 DISPATCH[aten._embedding_bag_backward.default] = _embedding_bag_backward
+# `_embedding_bag_cuda` (EmbeddingBag.cu) allocates `bag_size`, then `offset2bag`, then `output`, then
+# `max_indices` (the meta kernel returns output, offset2bag, bag_size, max_indices): blind123/ds05's
+# H200 memory history (a sum EmbeddingBag with per_sample_weights: 65,536, 3,276,800, then 2,097,152)
+for _f in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default):
+    OUTPUT_ORDER[_f] = (2, 1, 0, 3)
 DISPATCH[aten._embedding_bag_dense_backward.default] = _embedding_bag_backward
 
 
