@@ -205,6 +205,9 @@ def test_batch_norm_in_evaluation_takes_cudnn_and_makes_its_output_only():
         # bn_sweep_h200.jsonl.xz: 72 channels take two 64-channel chunks; a 3-D half batch
         (torch.float32, (8, 72, 112, 112), 1_619_256, 1_072_168),
         (torch.float16, (8, 40, 13, 40, 40), 537_716, 888_868),
+        # blind123/ds04's: fewer channels than the sweep's 16 (MuZero's 1- and 2-channel heads)
+        (torch.float16, (1024, 2, 15, 15), 14_036, 20_260),
+        (torch.float16, (1024, 1, 15, 15), 14_036, 20_260),
     ],
 )
 def test_channels_last_batch_norm_in_training_takes_cudnns_persistent_workspace(

