@@ -2017,3 +2017,18 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
         torch.nn.functional.cross_entropy(logits, torch.tensor([0, 9, -100, 3], device="cuda"))
         with pytest.raises(torch.AcceleratorError):
             torch.nn.functional.cross_entropy(logits, torch.tensor([0, 10, 1, 2], device="cuda"))
+
+
+def test_weight_int4pack_mm_gives_its_bf16_result_alone():
+    # blind124/dt04 (gpt-fast's int4 weight-only linear): PyTorch's meta kernel reads a FakeTensor's
+    # `fake_device` and raised; `_weight_int4pack_mm_cuda` (cuda/int4mm.cu) allocates its (m, n) result
+    with vramscope.capture(gpu="h200"):
+        packed = torch.empty(96, 64, device="cuda", dtype=torch.uint8)
+        w = torch._convert_weight_to_int4pack(packed, 8)
+        assert (w.shape, w.dtype) == ((12, 1, 32, 4), torch.int32)
+        sz = torch.empty(1, 96, 2, device="cuda", dtype=torch.bfloat16)
+        x = torch.empty(5, 128, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_allocated()
+        y = torch._weight_int4pack_mm(x, w, 128, sz)
+        assert (y.shape, y.dtype) == ((5, 96), torch.bfloat16)
+        assert torch.cuda.memory_allocated() - before == 1024  # 960 bytes in a 512-byte-rounded block

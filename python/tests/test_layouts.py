@@ -355,6 +355,39 @@ def test_int_mm_takes_the_cublas_workspace_and_no_cublaslt_one():
     assert _extra(torch._int_mm, setup) == (1, 33554432)
 
 
+@pytest.mark.parametrize(
+    ("shape", "dtype", "dim", "requested"),
+    [
+        ((8192, 1024), torch.float16, [0], 33554464),
+        ((8192, 4096), torch.float16, [0], 69206144),
+        ((1024, 4096), torch.float32, [0], 33554560),
+        ((16384, 2048), torch.bfloat16, [], 1060),
+        ((16, 8, 1024, 128), torch.bfloat16, [0, 2, 3], 1088),
+    ],
+)
+def test_amax_takes_the_reductions_buffer_in_its_own_type(shape, dtype, dim, requested):
+    # blind124's H200 per-op truth (dt03's SmoothQuant calibration `amax(0)`, dt01's and dt02's fp8
+    # scales): `gpu_reduce_kernel<scalar_t, scalar_t>`'s global buffer and semaphores
+    def setup():
+        return (torch.empty(shape, dtype=dtype, device="cuda"),)
+
+    assert _extra(lambda x: torch.amax(x, dim), setup) == (2, requested)
+
+
+def test_weight_int8pack_mm_runs_its_float32_parts():
+    # blind124/dt04's H200 per-op truth: `_weight_int8pack_mm_cuda` (cuda/int8mm.cu) converts x and
+    # the scales to float32, computes a float32 result and returns its copy in x's dtype: 4
+    # allocations, 65,536 + 128,000 + 512,000 bytes beyond the (4, 32000) bfloat16 result
+    def setup():
+        return (
+            torch.empty(4, 4096, device="cuda", dtype=torch.bfloat16),
+            torch.empty(32000, 4096, device="cuda", dtype=torch.int8),
+            torch.empty(32000, device="cuda", dtype=torch.bfloat16),
+        )
+
+    assert _extra(torch._weight_int8pack_mm, setup) == (3, 65536 + 128000 + 512000)
+
+
 def test_bicubic_backward_copies_a_strided_gradient_contiguous():
     # blind84/cf01's H200 per-op truth: `upsample_bicubic2d_backward` of DINOv2's position
     # embeddings (a (1, 384, 28, 28) gradient in NHWC strides) makes it contiguous, 1,204,224 bytes

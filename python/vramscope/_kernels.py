@@ -347,6 +347,24 @@ def _arg_min_max(cap, func, call, outs):
 
 for _f in (aten.max.default, aten.min.default):
     AFTER[_f] = _min_max_all
+
+
+def _amax_amin(cap, func, call, outs):
+    """`amax` / `amin` (ReduceOps.cpp: `max_values_stub` / `min_values_stub`, ReduceMaxValuesKernel.cu
+    and ReduceMinValuesKernel.cu): `gpu_reduce_kernel<scalar_t, scalar_t>` over the input as it is,
+    accumulating in its own type; its global buffer and semaphores where the rule splits the reduction
+    (blind124/dt03's H200 per-op truth: `amax(0)` of an (8192, 1024) float16, 33,554,432 + 32 bytes)."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0:
+        return
+    reduced = _reduced_mask(x, args[1] if len(args) > 1 else kw.get("dim"))
+    size = x.element_size()
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, size, size, func._schema.name)
+
+
+for _f in (aten.amax.default, aten.amin.default):
+    AFTER[_f] = _amax_amin
 for _f in (
     aten.argmax.default,
     aten.argmax.out,
@@ -1079,6 +1097,48 @@ def _grouped_mm_fallback(cap, func, args, kwargs):
 
 
 DISPATCH[aten._grouped_mm.default] = _grouped_mm_fallback
+
+
+def _weight_int4pack_mm(cap, func, args, kwargs):
+    """`_weight_int4pack_mm_cuda` (cuda/int4mm.cu): the (m, n) bfloat16 result alone, n the packed
+    weight's size(0) x 8 (kNTileSizeTensor); PyTorch's meta kernel reads a FakeTensor's
+    `fake_device`, which the twin's meta tensors lack (blind124/dt04 raised there)."""
+    a, b = args[0], args[1]
+    if not (registered(a) and registered(b)):
+        return NotImplemented
+    if a.dim() != 2 or a.dtype != torch.bfloat16 or not a.is_contiguous():
+        raise RuntimeError("_weight_int4pack_mm: A must be a contiguous 2-D bfloat16 tensor")
+    if b.dim() != 4 or b.dtype != torch.int32:
+        raise RuntimeError(
+            "_weight_int4pack_mm: B must be a 4-D int32 tensor from _convert_weight_to_int4pack"
+        )
+    cap.ops += 1
+    out = torch.empty((a.shape[0], b.shape[0] * 8), dtype=torch.bfloat16, device="meta")
+    return cap.track(out, "aten::_weight_int4pack_mm")
+
+
+DISPATCH[aten._weight_int4pack_mm.default] = _weight_int4pack_mm
+
+
+def _weight_int8pack_mm(cap, func, args, kwargs):
+    """`_weight_int8pack_mm_cuda` (cuda/int8mm.cu): its parts, `x.to(kFloat)`, `w.contiguous()`,
+    `scale.to(kFloat)`, an fp32 (B, N) result, then that result `.to(x.dtype())` (blind124/dt04's
+    H200 per-op truth: 4 allocations for a (4, 4096) bfloat16 x by a (32000, 4096) weight)."""
+    x, w, scale = args[0], args[1], args[2]
+    if not (registered(x) and registered(w) and registered(scale)):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        x_f32 = x.to(torch.float32)
+        w_c = w.contiguous()
+        s_f32 = scale.to(torch.float32)
+        out = torch.empty((x.shape[0], w.shape[0]), dtype=torch.float32, device=x.device)
+        result = out.to(x.dtype)
+        del out, s_f32, w_c, x_f32
+    return result
+
+
+DISPATCH[aten._weight_int8pack_mm.default] = _weight_int8pack_mm
 for _name in ("aten::sort", "aten::cumsum", "aten::index_put_", "aten::_index_put_impl_"):
     SCRATCH_UNMODELLED.discard(_name)
 
