@@ -171,11 +171,13 @@ def _unroll(dtype) -> int:
     return 2 if dtype is torch.float64 else 4
 
 
-def _dtype_of(b: dict, default=torch.float32):
+def _dtype_of(b: dict, default=None):
+    """The draw's dtype: its tensor's, else its `dtype`, else `default`, else a factory's default
+    dtype (`torch.set_default_dtype`: `rand` makes float64 under it, drawn as `double2`)."""
     self = b.get("self", b.get("out"))
     if isinstance(self, torch.Tensor) and b.get("dtype") is None:
         return self.dtype
-    return b.get("dtype") or default
+    return b.get("dtype") or default or torch.get_default_dtype()
 
 
 def _random_range(b: dict, dtype) -> int | None:
@@ -284,7 +286,7 @@ def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tupl
             shapes = [t.shape for t in (b.get("mean"), b.get("std")) if isinstance(t, torch.Tensor)]
             numel = _numel(torch.broadcast_shapes(*shapes))
         dtype = next((t.dtype for t in (b.get("mean"), b.get("std")) if isinstance(t, torch.Tensor)), None)
-        return grid(numel, _unroll(dtype or b.get("dtype") or torch.float32))
+        return grid(numel, _unroll(dtype or b.get("dtype") or torch.get_default_dtype()))
     if func in _RANDINT:
         numel = _numel(b["size"]) if "size" in b else b["self"].numel()
         dtype = _dtype_of(b, torch.int64)
