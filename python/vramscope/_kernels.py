@@ -3469,6 +3469,71 @@ def _one_hot(cap, func, args, kwargs):
 FUNCTIONS[torch.nn.functional.one_hot] = _one_hot
 
 
+class _Cumprod(torch.autograd.Function):
+    """`cumprod` with the backward a plain CUDA tensor takes (`cumprod_backward`, FunctionsManual.cpp):
+    `w = output * grad`, `is_zero = input == 0`, and where `is_zero.any()` reads False,
+    `reversed_cumsum(w, dim).div(input)` (`w.flip(dim).cumsum(dim).flip(dim)`, whose temporaries die
+    at that return, the flip's last). Simulated tensors count as subclass-like there and skip the
+    check for a loop over the dimension (O(n^2) in its allocations)."""
+
+    @staticmethod
+    def forward(ctx, cap, x, dim):
+        out = aten.cumprod.default(x, dim)
+        ctx.cap, ctx.dim = cap, dim
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.saved_tensors
+        dim = ctx.dim
+        if x.numel() <= 1 or x.shape[dim] == 1:
+            return None, grad, None
+        w = out * grad
+        is_zero = x == 0
+        any_zero = is_zero.any()
+        if value(x) is None or assumed(x):
+            ctx.cap.warn_once(
+                "cumprod-zeros",
+                f"cumprod's backward checks its input of {tuple(x.shape)} for zeros, whose values the "
+                "twin does not compute: it takes none (the formula without a loop)",
+            )
+        del any_zero
+        flipped = w.flip(dim)
+        summed = flipped.cumsum(dim)
+        rev = summed.flip(dim)
+        del summed, flipped
+        gx = rev.div(x)
+        del rev, is_zero, w
+        return None, gx, None
+
+
+def _cumprod(cap, func, args, kwargs):
+    """`torch.cumprod` of a simulated floating tensor that needs its gradient: `_Cumprod`, unless its
+        values are known to hold a zero (the GPU's masked formula then) or autocast casts it (its fp32
+    policy leaves float32 and float64 inputs as they are)."""
+    a = dict(zip(("input", "dim"), args, strict=False)) | kwargs
+    x, dim = a.get("input", a.get("self")), a.get("dim")
+    if (
+        not registered(x)
+        or set(a) - {"input", "self", "dim"}
+        or not isinstance(dim, int)
+        or not x.is_floating_point()
+        or not (x.requires_grad and torch.is_grad_enabled())
+        or (torch.is_autocast_enabled("cuda") and x.dtype not in (torch.float32, torch.float64))
+    ):
+        return NotImplemented
+    v = value(x)
+    if v is not None and not assumed(x) and bool((v == 0).any()):
+        return NotImplemented
+    cap.ops += 1
+    return _Cumprod.apply(cap, x, dim % max(x.dim(), 1))
+
+
+FUNCTIONS[torch.cumprod] = _cumprod
+FUNCTIONS[torch.Tensor.cumprod] = _cumprod
+
+
 def _unravel_index(cap, func, args, kwargs):
     """`torch.unravel_index` of a simulated tensor (torch/functional.py): its checks run on an empty
     host stand-in, then `indices.unsqueeze(-1).floor_divide(coefs) % shape` with the two small index
