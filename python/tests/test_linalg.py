@@ -330,6 +330,11 @@ def test_slogdet_factors_and_reduces_as_the_h200_counted():
         c = torch.empty(8, 8, device="cuda").mT
         (_, _), counts = counted(lambda: torch.slogdet(c))
         assert counts == (13, 1248) and not cap.unmeasured
+        # blind126/dv02's H200 history: getrf's workspace for 24 x 24 float32 is 768 bytes
+        d = torch.empty(24, 24, device="cuda").mT
+        (_, _), counts = counted(lambda: torch.slogdet(d))
+        assert counts == (13, 4 + 4 + 2304 + 96 + 4 + 768 + 96 + 24 + 8 + 192 + 96 + 4 + 96)
+        assert not cap.unmeasured
         # a size without a measured getrf workspace: the rest, and the workspace named unmeasured
         b = torch.empty(100, 100, device="cuda")
         _, counts = counted(lambda: torch.slogdet(b))

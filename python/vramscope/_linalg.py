@@ -692,6 +692,9 @@ GETRF_WORKSPACE = {
     (6, 6, torch.float32): 768,
     (8, 8, torch.float32): 768,
     (12, 12, torch.float32): 768,
+    # blind126/dv02's H200 history (Cayley solves and inverses of 12, 24 and 48 rows, 40 of each:
+    # 80 workspaces of 768 bytes, 40 of 1,280)
+    (24, 24, torch.float32): 768,
     (48, 48, torch.float32): 1280,
     (192, 192, torch.float32): 3840,
     (256, 256, torch.float32): 4352,
