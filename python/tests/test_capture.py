@@ -486,6 +486,18 @@ def test_gathered_repeated_sorted_and_reduced_indices_keep_their_values():
     assert not any("nonzero" in w or "stand" in w for w in cap.warned)
 
 
+def test_unique_dim_over_values_the_twin_lacks_takes_every_slice_as_unique():
+    # a CPU run over stand-in zeros gave one row, with no warning (blind125/du02 before its edges
+    # carried their values: 8 edges for the H200's 437,768)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(100000, 2, device="cuda").long()
+        out, inv, counts = torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+        assert out.shape == (100000, 2) and inv.shape == (100000,) and counts.shape == (100000,)
+        known = torch.tensor([[1, 2], [1, 2], [3, 4]], device="cuda")
+        assert torch.unique(known, dim=0).shape == (2, 2)
+    assert sum(w.startswith("unique:") for w in cap.warned) == 1
+
+
 def test_cumprods_backward_takes_the_plain_cuda_formula():
     # cumprod_backward (FunctionsManual.cpp): `output * grad`, `input == 0`, its `any()`, then the
     # reversed cumsum (flip, cumsum, flip) divided by the input; simulated tensors took the

@@ -696,6 +696,40 @@ def _unique(cap, func, args, kwargs):
 
 
 DISPATCH[aten._unique2.default] = _unique2
+
+
+def _unique_dim(cap, func, args, kwargs):
+    """`unique_dim` of a tensor whose values the twin does not carry: every slice taken as unique (the
+    largest result), with a warning, where a CPU run over stand-in zeros would give one slice. Its
+    outputs as `unique_dim_cuda_template` (cuda/Unique.cu) makes them, `compute_unique`'s inverse and
+    counts, then `index_select`'s result; thrust's sort and unique storage is not modelled."""
+    names = ("self", "dim", "sorted", "return_inverse", "return_counts")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a["self"]
+    if not registered(x) or (value(x) is not None and not assumed(x)) or x.dim() == 0:
+        return NotImplemented
+    from ._capture import _user_site
+
+    dim = a["dim"] % x.dim()
+    n = x.shape[dim]
+    site = _user_site()
+    cap.warn_once(
+        "unique:" + site,
+        f"{site}: unique(dim={dim}) of a CUDA tensor of {tuple(x.shape)} needs its values, which the twin "
+        "does not compute: it takes every slice as unique (the largest result)",
+    )
+    cap.note_unmeasured("aten::unique_dim (thrust's sort and unique storage)")
+    cap.ops += 1
+    op = "aten::unique_dim"
+    inverse = cap.track(
+        torch.empty(n if a.get("return_inverse") else 0, dtype=torch.int64, device="meta"), op
+    )
+    counts = cap.track(torch.empty(n if a.get("return_counts") else 0, dtype=torch.int64, device="meta"), op)
+    out = cap.track(torch.empty(x.shape, dtype=x.dtype, device="meta"), op)
+    return out, inverse, counts
+
+
+DISPATCH[aten.unique_dim.default] = _unique_dim
 DISPATCH[aten._unique.default] = _unique
 DISPATCH[aten.unique_consecutive.default] = _unique_consecutive
 
