@@ -424,3 +424,22 @@ def test_fused_gru_cell_backward_reduces_each_bias_gradient_with_its_global_buff
             lambda: torch.ops.aten._thnn_fused_gru_cell_backward(grad_hy, workspace, True)
         )
     assert (count, req) == (9, 79956240)
+
+
+def test_autocast_lstm_weight_copies_backward_through_copy_alone():
+    # blind123/ds02's H200 history: under autocast each cuDNN LSTM call copies its weights into a new
+    # fp16 flat buffer through tensors `set_` over its storage (AutocastRNN.cpp's
+    # copy_weights_to_flat_buf_views), so backward takes `_cudnn_rnn_backward`'s dw and a float
+    # gradient per weight: no buffer-sized CopySlices scratch, no half clones of the weights' gradients
+    with vramscope.capture(gpu="h200"):
+        lstm = torch.nn.LSTM(275, 256).cuda()
+        x = torch.empty(1, 96, 275, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out, _ = lstm(x)
+        torch.cuda.memory._record_memory_history()
+        out.float().sum().backward()
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+        assert sizes.count(545_792 * 2) == 1
+        assert 1024 * 256 * 2 not in sizes and 1024 * 275 * 2 not in sizes
+        assert 1024 * 275 * 4 in sizes and 1024 * 256 * 4 in sizes

@@ -239,9 +239,12 @@ def _cast_reflatten(x, hx, cx, params, mode, hidden, proj, layers, bidir):
         n, _ = weight_layout(mode, x.shape[-1], hidden, proj, layers, bidir)
         n = max(n, sum(p.numel() for p in params))
         flat = torch.zeros(n, dtype=half, device=x.device)
+        storage = flat.untyped_storage()
         views, offset = [], 0
         for p in params:
-            v = flat.detach()[offset : offset + p.numel()].view(p.shape)
+            # a tensor over the buffer's storage (`set_`), not an autograd view of it: the copy's
+            # backward is its own CopyBackwards, no CopySlices over the buffer (blind123/ds02's history)
+            v = torch.empty(0, dtype=half, device=x.device).set_(storage, offset, p.shape)
             v.copy_(p)
             views.append(v)
             offset += p.numel()
