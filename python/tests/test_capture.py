@@ -391,6 +391,15 @@ def test_repeat_interleave_sizes_its_result_from_known_repeats():
         assert torch.cuda.memory_allocated() - before == 512  # doc; the arange and indices freed
 
 
+def test_repeat_interleave_without_known_repeats_reads_them_as_zeros():
+    # repeats counted over a large tensor carry no values: the total is read as the program's reads
+    # of such values are (zeros, warned), where the meta kernel raised (blind125/du01 at 48 molecules)
+    with vramscope.capture() as cap:
+        counts = (torch.randn(300, 300, device="cuda") < 0.5).sum(1)
+        out = torch.repeat_interleave(torch.arange(300, device="cuda"), counts)
+        assert out.shape == (0,) and any(w.startswith("value:") for w in cap.warned)
+
+
 def test_torch_tensor_reads_cuda_tensors_in_its_data_on_the_host():
     # `torch.tensor([t.max() + 1 - n, ...], device="cuda")` (Qwen2-VL's M-RoPE deltas,
     # blind115/dk01): `recursive_store` reads each CUDA element on the host; the twin raised on

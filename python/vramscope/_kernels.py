@@ -2618,13 +2618,15 @@ def _repeat_interleave(cap, func, args, kwargs):
     its `cumsum(0)`, then, without `output_size`, the total read back from the cumsum's last element and
     `(repeats >= 0).all()` read back, then the `{total}` result of the repeats' dtype; the copy and the
     cumsum die at the return. The twin knows the total where the repeats carry their values (document
-    lengths from `offsets.diff()`); without them it leaves the op to the meta kernel, which raises."""
+    lengths from `offsets.diff()`); without them it reads the total as the program's reads of such
+    values are read (zeros where none are carried), with a warning naming the line."""
     repeats, output_size = args[0], kwargs.get("output_size")
     if len(args) != 1 or not registered(repeats) or repeats.dim() != 1 or repeats.numel() == 0:
         return NotImplemented
     v = value(repeats)
-    if output_size is None and (v is None or assumed(repeats)):
-        return NotImplemented
+    exact = v is not None and not assumed(repeats)
+    if output_size is None and not exact:
+        v = cap.value_of(repeats, "repeat_interleave's output size")
     cap.ops += 1
     with cap._modes[1]:
         contiguous = repeats.contiguous()
@@ -2637,7 +2639,7 @@ def _repeat_interleave(cap, func, args, kwargs):
             total = int(output_size)
     out = cap.track(torch.empty(total, dtype=repeats.dtype, device="meta"), "aten::repeat_interleave")
     del cumsum, contiguous
-    if v is not None and output_size is None:
+    if exact and output_size is None:
         set_value(out, torch.repeat_interleave(v))
     return out
 
