@@ -110,7 +110,9 @@ def test_matrix_exp_backward_builds_one_block_matrix(norms):
     # `differential_analytic_matrix_function`: zeros(2n, 2n), not the subclass path's four cats
     norms += [0.0, 0.3]
     with vramscope.capture(gpu="h200"):
-        a = torch.zeros(512, 512, device="cuda", requires_grad=True)
+        # drawn, so neither its norm nor the block matrix's carries values (zeros would: a constant
+        # factory carries its value, and the twin would compute the norms)
+        a = torch.randn(512, 512, device="cuda", requires_grad=True)
         loss = torch.linalg.matrix_exp(a).sum()
         _, counts = counted(loss.backward)
     # the seed's ones, the block matrix, degree 8 of 1024 (the H200's 20 allocations, 62,918,764

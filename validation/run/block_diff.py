@@ -66,7 +66,7 @@ class Segments:
 def replay(path, stop=None):
     """The trace's allocations and frees with their blocks: a list of (entry index, allocated after it,
     block size or 0 for a free, entry), and the state at `stop` (segments, live blocks)."""
-    with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
+    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
     segs = Segments()
     segments, seg_starts, seg_no = segs.size, segs.starts, segs.no
@@ -154,7 +154,7 @@ def diff(gpu_path, twin_path, n):
 def placements(path):
     """Each allocation of the trace: (entry index, requested size, segment number, offset in it),
     segments numbered in the order they were made."""
-    with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
+    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
     segs, out = Segments(), []
     for i, e in enumerate(trace):
