@@ -388,3 +388,16 @@ def test_to_sparse_of_a_dense_tensor_runs_dense_to_sparse_parts():
         indices, values = 2 * 48 * 64 * 8, 48 * 64 * 4
         assert torch.cuda.memory_allocated() - base == indices + values
         assert torch.sparse.mm(sparse, torch.randn(64, 3, device="cuda")).shape == (64, 3)
+
+
+def test_to_sparse_with_fewer_sparse_dims_or_a_csr_layout_runs_its_parts():
+    # found by opinfo_sweep.py (float16): `to_sparse(1)` of a matrix (SparseTensor.cpp's
+    # dense_to_sparse over one sparse dim: the distinct rows of the nonzero indices) and
+    # `to_sparse(layout=torch.sparse_csr)` (to_sparse_csr's parts) stopped with the clear error
+    with vramscope.capture():
+        d = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [2.0, 0.0, 3.0]], device="cuda")
+        h = d.to_sparse(1)
+        assert (h.sparse_dim(), h.dense_dim()) == (1, 1)
+        assert h._indices().tolist() == [[0, 2]] and h._values().shape == (2, 3)
+        c = d.to_sparse(layout=torch.sparse_csr)
+        assert c.layout is torch.sparse_csr and c.values().shape == (3,)

@@ -694,32 +694,40 @@ def _dense_to_sparse_csr(cap, t):
 
 
 def _dense_to_sparse(cap, func, args, kwargs):
-    """`dense_to_sparse` (SparseTensor.cpp) of a dense simulated tensor over all its dims, its parts
-    on the simulated GPU: `nonzero().transpose(0, 1)` (the twin's count where the values are not
-    carried: every element), the indices a `clone` of it, the values `self.index(indices.chunk(...))
-    .squeeze(0).clone()`, then the COO tensor over them, marked coalesced."""
+    """`dense_to_sparse` (SparseTensor.cpp) of a dense simulated tensor, its parts on the simulated
+    GPU: `nonzero().transpose(0, 1)` (the twin's count where the values are not carried: every
+    element); over all dims the indices a `clone` of it, over fewer (a hybrid tensor) the distinct
+    columns of its first rows (`unique_dim`) made contiguous, while it lives on; the values
+    `self.index(indices.chunk(...)).squeeze(0).clone()`; then the COO tensor over them, marked
+    coalesced. With `layout=torch.sparse_csr`, `to_sparse_csr`'s parts (`_dense_to_sparse_csr`)."""
     t = args[0]
     sparse_dim = args[1] if len(args) > 1 else None
     layout = kwargs.get("layout")
     if _sparse(t) or not registered(t) or t.layout is not torch.strided or t.dim() == 0:
         return NotImplemented
-    if (sparse_dim is not None and sparse_dim != t.dim()) or layout not in (None, _COO):
+    if layout is _CSR and t.dim() == 2 and not kwargs.get("blocksize") and not kwargs.get("dense_dim"):
+        return _dense_to_sparse_csr(cap, t)  # TensorConversions.cpp's dense_to_sparse: to_sparse_csr
+    if (sparse_dim is not None and not 0 < sparse_dim <= t.dim()) or layout not in (None, _COO):
         return NotImplemented
     if kwargs.get("dense_dim"):
         return NotImplemented
+    sd = t.dim() if sparse_dim is None else sparse_dim
     cap.ops += 1
     with cap._modes[1]:  # the parts come back to the mode
         nz = t.nonzero().transpose(0, 1)
         if nz.shape[1] == 0:
             out = aten._sparse_coo_tensor_unsafe(
-                torch.empty((t.dim(), 0), dtype=torch.long, device=t.device),
-                torch.empty((0,), dtype=t.dtype, device=t.device),
+                torch.empty((sd, 0), dtype=torch.long, device=t.device),
+                torch.empty((0, *t.shape[sd:]), dtype=t.dtype, device=t.device),
                 t.shape,
             )
             return out._coalesced_(True)
-        indices = nz.clone()
-        del nz
+        if sd == t.dim():
+            indices = nz.clone()
+        else:
+            indices = torch.unique(nz.narrow(0, 0, sd), dim=1).contiguous()
         values = t[tuple(i.squeeze(0) for i in indices.chunk(indices.shape[0], 0))].clone()
+        del nz
         out = aten._sparse_coo_tensor_unsafe(indices, values, t.shape)
         return out._coalesced_(True)
 
