@@ -2,6 +2,9 @@
 
     python bn_sweep.py OUT.jsonl [SECONDS]      (GPU; SMOKE=1: a few problems on the CPU)
 
+FEW=1 sweeps 1 to 15 channels instead, in the two dtype pairs that take cuDNN (float32, and float16
+input with float32 weights).
+
 `batch_norm` in training over a channels-last (2-D or 3-D) input takes cuDNN's
 `CUDNN_BATCHNORM_SPATIAL_PERSISTENT` mode (`getCudnnBatchNormMode`, aten/src/ATen/native/cudnn/
 BatchNorm.cpp), whose forward and backward allocate a workspace of cuDNN's own size
@@ -38,11 +41,14 @@ KEEP = ("op", "new", "count", "requested", "rounded")
 
 def problems():
     """Every problem, common ones first (by batch, then spatial size); operands up to 1 GiB."""
+    few = bool(os.environ.get("FEW"))
+    channels = list(range(1, 16)) if few else CHANNELS
+    dtypes = DTYPES[:2] if few else DTYPES
     out = []
     for bi, n in enumerate(BATCHES):
         for spatial in SPATIAL_2D + SPATIAL_3D:
-            for c in CHANNELS:
-                for x_dtype, w_dtype in DTYPES:
+            for c in channels:
+                for x_dtype, w_dtype in dtypes:
                     numel = n * c
                     for s in spatial:
                         numel *= s
