@@ -2,8 +2,8 @@
 
     python bn_sweep.py OUT.jsonl [SECONDS]      (GPU; SMOKE=1: a few problems on the CPU)
 
-FEW=1 sweeps 1 to 15 channels instead, in the two dtype pairs that take cuDNN (float32, and float16
-input with float32 weights).
+FEW=1 sweeps 1 to 15 channels instead (BN_CHANNELS=17,18,...: those channels), in the two dtype pairs
+that take cuDNN (float32, and float16 input with float32 weights).
 
 `batch_norm` in training over a channels-last (2-D or 3-D) input takes cuDNN's
 `CUDNN_BATCHNORM_SPATIAL_PERSISTENT` mode (`getCudnnBatchNormMode`, aten/src/ATen/native/cudnn/
@@ -43,6 +43,8 @@ def problems():
     """Every problem, common ones first (by batch, then spatial size); operands up to 1 GiB."""
     few = bool(os.environ.get("FEW"))
     channels = list(range(1, 16)) if few else CHANNELS
+    if os.environ.get("BN_CHANNELS"):
+        channels = [int(c) for c in os.environ["BN_CHANNELS"].split(",")]
     dtypes = DTYPES[:2] if few else DTYPES
     out = []
     for bi, n in enumerate(BATCHES):
@@ -62,8 +64,10 @@ def measure(p, device, out):
     import torch
     import torch.nn.functional as F
 
-    x = torch.empty(p["n"], p["c"], *p["spatial"], dtype=getattr(torch, p["x"]), device=device)
-    x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    # channels-last strides built by a permute, as a convolution leaves them: for one channel,
+    # `contiguous(memory_format=...)` would keep the NCHW strides (both layouts agree)
+    x = torch.empty(p["n"], *p["spatial"], p["c"], dtype=getattr(torch, p["x"]), device=device)
+    x = x.movedim(-1, 1)
     x.normal_()
     x.requires_grad_(True)
     w = torch.ones(p["c"], dtype=getattr(torch, p["w"]), device=device, requires_grad=True)
