@@ -253,12 +253,24 @@ def test_float_batch_norm_in_training_takes_no_workspace_where_not_channels_last
     assert any("channels-last batch-norm forward workspace" in u for u in cap.report()["unmeasured"])
 
 
-def test_the_persistent_workspace_formula_gives_every_measured_call_and_cudnn_is_chosen_as_measured():
-    # validation/run/bn_sweep.py on an H200: 11,710 channels-last problems (2-D and 3-D, 16 to 2,048
-    # channels, five dtype pairs), forward and backward; a cuDNN call's workspace is what it requested
-    # beyond its outputs, one allocation; a native call is the native kernel's
+@pytest.mark.parametrize(
+    ("sweep", "expected"),
+    [
+        # 11,710 channels-last problems (2-D and 3-D, 16 to 2,048 channels in multiples of 8, five
+        # dtype pairs)
+        ("bn_sweep_h200.jsonl.xz", (23420, 9368)),
+        # FEW=1: 2 to 15 channels, and BN_CHANNELS: 1 (channels-last strides) and 17 to 1,001 not
+        # all multiples of 4, in the two dtype pairs that take cuDNN
+        ("bn_sweep_few_h200.jsonl.xz", (14284, 14284)),
+    ],
+)
+def test_the_persistent_workspace_formula_gives_every_measured_call_and_cudnn_is_chosen_as_measured(
+    sweep, expected
+):
+    # validation/run/bn_sweep.py on an H200, forward and backward; a cuDNN call's workspace is what
+    # it requested beyond its outputs, one allocation; a native call is the native kernel's
     calls = cudnn = 0
-    with lzma.open(FIXTURES / "run" / "bn_sweep_h200.jsonl.xz", "rt") as f:
+    with lzma.open(FIXTURES / "run" / sweep, "rt") as f:
         for line in f:
             r = json.loads(line)
             p = r["problem"]
@@ -273,7 +285,7 @@ def test_the_persistent_workspace_formula_gives_every_measured_call_and_cudnn_is
                 nbytes = _norm.persistent_workspace_bytes(x.dtype, p["c"], pixels, which)
                 assert (r["count"] - len(r["new"]), r["requested"] - sum(r["new"])) == (1, nbytes), p
                 cudnn += 1
-    assert (calls, cudnn) == (23420, 9368)
+    assert (calls, cudnn) == expected
 
 
 def test_cudnn_batch_norm_runs_on_and_saves_a_contiguous_copy_of_a_transposed_input():

@@ -100,43 +100,37 @@ def _cudnn_selected(x, weight, bias, running_mean, running_var, training, eps) -
 
 #: cuDNN's workspace for `CUDNN_BATCHNORM_SPATIAL_PERSISTENT` (cuDNN's own sizes, not in PyTorch's
 #: source: `cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize`, `...BackwardExWorkspaceSize`),
-#: measured on an H200 (validation/run/bn_sweep.py; fixtures/run/bn_sweep_h200.jsonl.xz, its README
-#: row): per 64 channels, 4 bytes and per block of pixels 516 bytes forward, 512 backward, plus a
-#: fixed part.
-#: Blocks: forward 64 pixels for a float32 input, 160 for a half one (with float weights, as
-#: autocast leaves batch norm); backward 96 for both. {which: (fixed, per block, {dtype: pixels})}
+#: measured on an H200 (validation/run/bn_sweep.py; fixtures/run/bn_sweep_h200.jsonl.xz and
+#: fixtures/run/bn_sweep_few_h200.jsonl.xz, their README rows): per chunk of channels 4 bytes, and per
+#: block of pixels 8 bytes a chunk's channel (4 more forward), plus a fixed part. Blocks: forward 64
+#: pixels for a float32 input, 160 for a half one (with float weights, as autocast leaves batch
+#: norm); backward 96 for both. {which: (fixed, extra per block, {dtype: pixels})}
 CUDNN_PERSISTENT_WORKSPACE = {
-    "forward": (1072, 516, {torch.float32: 64, torch.float16: 160}),
-    "backward": (1056, 512, {torch.float32: 96, torch.float16: 96}),
+    "forward": (1072, 4, {torch.float32: 64, torch.float16: 160}),
+    "backward": (1056, 0, {torch.float32: 96, torch.float16: 96}),
 }
 #: the largest channels and samples x positions bn_sweep.py measured
 _PERSISTENT_MEASURED = (2048, 12_845_056)
-#: the fewest channels bn_sweep.py measured (16); fewer take other sizes than the formula's
-_PERSISTENT_FEWEST = 16
-#: measured workspaces of problems with fewer channels: {(which, dtype, channels, pixels): bytes}.
-#: blind123/ds04's H200 per-op truth (MuZero's 1- and 2-channel heads over 1024 x 15 x 15, a half
-#: input with float weights): 14,036 forward and 20,260 backward for either (the formula: 744,116
-#: and 1,229,860)
-CUDNN_PERSISTENT_FEW_CHANNELS = {
-    ("forward", torch.float16, 1, 230_400): 14_036,
-    ("forward", torch.float16, 2, 230_400): 14_036,
-    ("backward", torch.float16, 1, 230_400): 20_260,
-    ("backward", torch.float16, 2, 230_400): 20_260,
-}
+
+
+def _channel_chunk(channels: int) -> tuple[int, int]:
+    """(channels a chunk holds, blocks' pixels multiple) as the sweeps found them: 64 channels when
+    they are a multiple of 4, 4 channels over 4x the pixels when fewer than 4, else 16."""
+    if channels % 4 == 0:
+        return 64, 1
+    return (4, 4) if channels < 4 else (16, 1)
 
 
 def persistent_workspace_bytes(dtype, channels: int, pixels: int, which: str) -> int | None:
     """cuDNN's persistent batch-norm workspace in bytes for an input of `dtype` with `channels`
     and `pixels` = N x spatial elements per channel (`CUDNN_PERSISTENT_WORKSPACE`); None for a
     dtype not measured."""
-    measured = CUDNN_PERSISTENT_FEW_CHANNELS.get((which, dtype, channels, pixels))
-    if measured is not None:
-        return measured
-    fixed, per_block, block = CUDNN_PERSISTENT_WORKSPACE[which]
+    fixed, extra, block = CUDNN_PERSISTENT_WORKSPACE[which]
     if dtype not in block:
         return None
-    chunks = -(-channels // 64)
-    return chunks * (4 + per_block * -(-pixels // block[dtype])) + fixed
+    width, times = _channel_chunk(channels)
+    chunks = -(-channels // width)
+    return chunks * (4 + (8 * width + extra) * -(-pixels // (block[dtype] * times))) + fixed
 
 
 def _persistent(x) -> bool:
@@ -151,8 +145,7 @@ def _persistent_workspace(cap, x, which: str, op: str):
     c = x.size(1)
     pixels = x.numel() // max(c, 1)
     nbytes = persistent_workspace_bytes(x.dtype, c, pixels, which)
-    few = c < _PERSISTENT_FEWEST and (which, x.dtype, c, pixels) not in CUDNN_PERSISTENT_FEW_CHANNELS
-    if nbytes is None or few or c > _PERSISTENT_MEASURED[0] or pixels > _PERSISTENT_MEASURED[1]:
+    if nbytes is None or c > _PERSISTENT_MEASURED[0] or pixels > _PERSISTENT_MEASURED[1]:
         cap.note_unmeasured(
             f"cuDNN's channels-last batch-norm {which} workspace ({x.dtype}, {tuple(x.shape)})"
             + ("" if nbytes is None else f": {nbytes} bytes by the formula, beyond its measured range")
