@@ -3,9 +3,13 @@ validation/run/03_torchvision_vit_inference.py, fixtures/run/truth_h200.tar.xz).
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 import torch
 import vramscope
+from conftest import FIXTURES, ROOT
 
 
 def _counts(fn):
@@ -42,14 +46,29 @@ def test_half_self_attention_takes_the_native_fast_path_through_cudnn():
         assert weights is None and out.shape == (256, 197, 768)
 
 
-def test_attention_weights_keep_the_module_path():
-    with vramscope.capture():
-        mha = torch.nn.MultiheadAttention(768, 12, batch_first=True).cuda().eval()
-        x = torch.empty(8, 197, 768, device="cuda")
-        with torch.no_grad():
-            mha(x, x, x, need_weights=True)
-            (_, weights), counts = _counts(lambda: mha(x, x, x, need_weights=True))
-        assert weights.shape == (8, 197, 197) and counts[0] > 3
+def _probe():
+    spec = importlib.util.spec_from_file_location(
+        "mha_native_probe", ROOT / "validation/run/mha_native_probe.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MHA_NATIVE = json.loads((FIXTURES / "run/attention/mha_native_h200.json").read_text())
+
+
+@pytest.mark.parametrize("case", MHA_NATIVE["cases"], ids=lambda c: c["name"])
+def test_the_native_attention_kernels_allocate_in_the_h200s_order(case):
+    # `_native_multi_head_attention` without its SDPA branch (a mask, the weights asked for, a head
+    # dim of 25): qkv `matmul`, the (3, B, H, T, Dh) buffer, the scores, the bool mask and
+    # `masked_softmax`'s output (or the masked fill and softmax over 1,024 columns), the 0213 copy
+    # and the out projection; validation/run/mha_native_probe.py on an H200, event for event
+    probe = _probe()
+    with vramscope.capture(gpu="h200"), torch.no_grad():
+        call = probe.build(case["name"])
+        call()
+        assert probe.history(call) == [tuple(e) for e in case["events"]]
 
 
 def test_math_path_softmax_allocates_what_the_gpu_counted():
@@ -218,3 +237,26 @@ def test_the_encoder_fast_paths_ffn_keeps_its_input_through_both_linears():
             y = layer(x)
         assert torch.cuda.max_memory_allocated() - base == 3 * act + 4 * act
         assert y.shape == x.shape
+
+
+def test_an_encoder_the_gpu_would_pack_nested_keeps_its_layers_off_the_dense_masked_path(monkeypatch):
+    # fp32 with a right-padded key mask: TransformerEncoder packs a nested tensor on the GPU, which
+    # the twin models in fp16 only; its layers then run the module path, not the dense masked
+    # kernels (`_mha_explicit`), which the same layer takes when called on its own
+    from vramscope import _attention
+
+    calls = []
+    explicit = _attention._mha_explicit
+    monkeypatch.setattr(_attention, "_mha_explicit", lambda *a: calls.append(1) or explicit(*a))
+    with vramscope.capture(gpu="h200"), torch.no_grad():
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 256, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, 2).cuda().eval()
+        x = torch.randn(4, 32, 64, device="cuda")
+        pad = (
+            torch.arange(32, device="cuda")[None].expand(4, 32)
+            >= torch.tensor([32, 20, 10, 5], device="cuda")[:, None]
+        )
+        encoder(x, src_key_padding_mask=pad)
+        assert calls == []
+        encoder.layers[0](x, src_key_padding_mask=pad)
+        assert calls == [1]

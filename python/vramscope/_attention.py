@@ -500,26 +500,26 @@ def flash_backward(cap, func, args, kwargs):
 # would make true. `native_multi_head_attention_cuda` (transformers/cuda/attention.cu, torch 2.11):
 # for self-attention without weights or mask, when SDPA would pick flash, efficient or cuDNN attention
 # for the heads' views, it runs `linear` (qkv), `scaled_dot_product_attention` and `linear` (out);
-# otherwise its own kernels (not modelled: the unfused module path runs then).
+# otherwise its own kernels (`_mha_explicit`).
 
 _FAST = threading.local()
 
 
-def _mha_sdp_path(mha, query, key, value, key_padding_mask, need_weights, attn_mask) -> bool:
-    """Whether the GPU's `_native_multi_head_attention` takes its SDPA branch for this call."""
-    if need_weights or key_padding_mask is not None or attn_mask is not None:
-        return False
-    if not (query is key and key is value) or not registered(query) or query.dim() != 3:
-        return False
-    heads = mha.num_heads
-    dph = mha.embed_dim // heads
-    if not mha.batch_first:
+def _sdp_branch(query, heads, dph) -> bool:
+    """attention.cu's test for the SDPA branch on the heads' views of a self-attention query."""
+    if dph % 8 != 0:
         return False
     b = query.shape[0]
     with torch._C.DisableTorchFunction():
         view = query.view(b, -1, heads, dph).transpose(1, 2)
         which = backend(view, view, view, None, 0.0, False, False, _FAST.capability, _FAST.sdpa)
     return which in ("flash", "efficient", "cudnn")
+
+
+def _mha_native(mha, query, key, value) -> bool:
+    """Whether the GPU runs `_native_multi_head_attention` for a call that reached it (PyTorch's own
+    fast-path checks passed) and the twin models it: dense self-attention, batch first."""
+    return query is key and key is value and registered(query) and query.dim() == 3 and mha.batch_first
 
 
 def _fast_path_forward(original, cap, modelled):
@@ -552,9 +552,7 @@ def mha_forward(original, cap):
     return _fast_path_forward(
         original,
         cap,
-        lambda self, p: _mha_sdp_path(
-            self, p["query"], p["key"], p["value"], p["key_padding_mask"], p["need_weights"], p["attn_mask"]
-        ),
+        lambda self, p: _mha_native(self, p["query"], p["key"], p["value"]),
     )
 
 
@@ -578,30 +576,33 @@ def has_torch_function(original):
 
 def encoder_layer_forward(original, cap):
     """`TransformerEncoderLayer.forward` that lets its fast-path check pass where the twin models
-    `_transformer_encoder_layer_fwd`: no mask, and the attention's SDPA branch (see `_mha_sdp_path`)."""
+    `_transformer_encoder_layer_fwd`: a nested input without masks, or a dense one (not with a
+    padding mask inside an encoder whose nested path the twin does not model)."""
     return _fast_path_forward(
         original,
         cap,
         lambda self, p: (
-            p.get("src_mask") is None
-            and p.get("src_key_padding_mask") is None
-            and (
-                getattr(p["src"], "_vs_nested", None) is not None
-                or _mha_sdp_path(self.self_attn, p["src"], p["src"], p["src"], None, False, None)
+            (p.get("src_mask") is None and p.get("src_key_padding_mask") is None)
+            if getattr(p["src"], "_vs_nested", None) is not None
+            else not (
+                getattr(_FAST, "nested_unmodelled", False) and p.get("src_key_padding_mask") is not None
             )
+            and _mha_native(self.self_attn, p["src"], p["src"], p["src"])
         ),
     )
 
 
 def encoder_layer_fwd(cap, func, args, kwargs):
-    """`transformer_encoder_layer_forward` (transformers/transformer.cpp) on a dense input without
-    a mask: layer norms, `_native_multi_head_attention`, the residuals added in place, and `ffn`
-    (`linear_for_ffn` on the (B*T, E) view: `_addmm_activation` with relu or gelu, then `addmm`)."""
+    """`transformer_encoder_layer_forward` (transformers/transformer.cpp) on a dense input (with or
+    without the merged mask) or a nested one without: layer norms, `_native_multi_head_attention`,
+    the residuals added in place, and `ffn` (`linear_for_ffn` on the (B*T, E) view:
+    `_addmm_activation` with relu or gelu, then `addmm`)."""
     names = ("src", "embed_dim", "num_heads", "qkv_weight", "qkv_bias", "proj_weight", "proj_bias")
     names += ("use_gelu", "norm_first", "eps", "norm_weight_1", "norm_bias_1", "norm_weight_2")
     names += ("norm_bias_2", "ffn_weight_1", "ffn_bias_1", "ffn_weight_2", "ffn_bias_2", "mask", "mask_type")
     a = dict(zip(names, args, strict=False)) | kwargs
-    if not getattr(_FAST, "on", False) or a.get("mask") is not None:
+    lengths = getattr(a["src"], "_vs_nested", None)
+    if not getattr(_FAST, "on", False) or (lengths is not None and a.get("mask") is not None):
         return NotImplemented
     import torch.nn.functional as F
 
@@ -620,13 +621,13 @@ def encoder_layer_fwd(cap, func, args, kwargs):
             r = torch._addmm_activation(b, x2, w.t(), beta=1, alpha=1, use_gelu=use_gelu)
         return r.view(x.size(0), x.size(1), -1)
 
-    lengths = getattr(src, "_vs_nested", None)
     x = norm(src, 1) if a["norm_first"] else src
     if lengths is not None:
         x = _nested_mha(cap, x, lengths, e, a["num_heads"], a)
     else:
         mha_args = (x, x, x, e, a["num_heads"], a["qkv_weight"], a["qkv_bias"], a["proj_weight"])
-        x = native_mha(cap, None, (*mha_args, a["proj_bias"], None, False, True, None), {})[0]
+        mask_args = (a.get("mask"), False, True, a.get("mask_type"))
+        x = native_mha(cap, None, (*mha_args, a["proj_bias"], *mask_args), {})[0]
         del mha_args
     x.add_(src)
     if not a["norm_first"]:
@@ -651,16 +652,19 @@ def encoder_layer_fwd(cap, func, args, kwargs):
 
 
 def native_mha(cap, func, args, kwargs):
-    """`_native_multi_head_attention`'s SDPA branch: qkv `linear`, SDPA on the heads' views, out
-    `linear`; the weights output is undefined."""
+    """`native_multi_head_attention_cuda` on a dense self-attention query: its SDPA branch (qkv
+    `linear`, SDPA on the heads' views, out `linear`; no weights) or its own kernels."""
     names = ("query", "key", "value", "embed_dim", "num_head", "qkv_weight", "qkv_bias", "proj_weight")
     names += ("proj_bias", "mask", "need_weights", "average_attn_weights", "mask_type")
     a = dict(zip(names, args, strict=False)) | kwargs
-    if not getattr(_FAST, "on", False) or a.get("mask") is not None or a.get("need_weights", True):
+    if not getattr(_FAST, "on", False):
         return NotImplemented
     import torch.nn.functional as F
 
     e, h = a["embed_dim"], a["num_head"]
+    mask, need_weights = a.get("mask"), a.get("need_weights", True)
+    if mask is not None or need_weights or not _sdp_branch(a["query"], h, e // h):
+        return _mha_explicit(a, mask, need_weights)
     x = F.linear(a["query"], a["qkv_weight"], a["qkv_bias"])
     b = x.size(0)
     q, k, v = (c.view(b, -1, h, e // h).transpose(1, 2) for c in x.chunk(3, -1))
@@ -670,6 +674,59 @@ def native_mha(cap, func, args, kwargs):
     out = F.linear(past, a["proj_weight"], a["proj_bias"])
     del x, q, k, v, y, past
     return out, None
+
+
+def _mha_explicit(a, mask, need_weights):
+    """attention.cu's own kernels: `gemm_nt` (qkv, `matmul` without bias), `_transform_bias_rescale_qkv`
+    into one (3, B, H, T, Dh) buffer (the projection dies), `bmm_nt` scores, `masked_softmax`
+    (attention.cpp; in place without a mask), `bmm_nn` into q's storage, the scores dropped unless
+    returned, `transform0213_gemm_nt_bias` (a contiguous (B, T, D) copy, 2-D `linear`); averaged
+    weights are the heads' `sum` divided in place. The buffer dies on return."""
+    import torch.nn.functional as F
+
+    query, e, h = a["query"], a["embed_dim"], a["num_head"]
+    b, t, dh = query.shape[0], query.shape[1], e // h
+    qkv = torch.matmul(query, a["qkv_weight"].t())
+    if qkv.numel() == 0:
+        return torch.empty_like(query), None
+    buf = torch.empty((3, b, h, t, dh), dtype=a["qkv_bias"].dtype, device=query.device)
+    del qkv
+    q, k, v = buf.view(3 * b, h, t, dh).split(b, 0)
+    qkt = torch.bmm(q.view(b * h, t, dh), k.view(b * h, t, dh).transpose(2, 1)).view(b, h, t, t)
+    if mask is not None:
+        # masked_softmax's mask is a by-value parameter: its bool copy dies after `qkt` is rebound
+        m = mask if mask.dtype == torch.bool else mask.to(torch.bool)
+        qkt = _masked_softmax(qkt, m, a.get("mask_type"))
+        del m
+    if not need_weights:
+        qkt = None
+    ctx = q.permute(0, 2, 1, 3).contiguous().view(b, t, e)
+    proj = F.linear(ctx.view(b * t, e), a["proj_weight"], a["proj_bias"]).view(b, t, e)
+    del ctx
+    if qkt is not None and a.get("average_attn_weights", True):
+        qkt = qkt.sum(1)
+        qkt /= h
+    del q, k, v, buf
+    return proj, qkt
+
+
+def _masked_softmax(x, mask, mask_type):
+    """`masked_softmax_cuda` (native/cuda/SoftMax.cu): the output, then the persistent kernel when the
+    row has at most 1,024 elements and 4,096 bytes and the mask is contiguous; else
+    `softmax(masked_fill(x, mask, -inf))` (the fill dies after the softmax's output replaced it)."""
+    out = torch.empty_like(x)
+    n = x.shape[-1]
+    bxt = mask_type == 1 and x.dim() == 4 and mask.dim() == 2 and tuple(mask.shape) == (x.shape[0], n)
+    bxt = bxt and x.shape[2] == n
+    txt = mask_type == 0 and x.dim() == 4 and mask.dim() == 2 and tuple(mask.shape) == (n, n)
+    m = mask.expand(x.shape) if txt else mask
+    if n > 1024 or n * x.element_size() > 4096 or not m.is_contiguous():
+        if bxt:
+            m = mask.view(mask.shape[0], 1, 1, n).expand(x.shape)
+        filled = x.masked_fill(m, -math.inf)
+        out = torch.softmax(filled, -1)
+        del filled
+    return out
 
 
 # ---- nn.TransformerEncoder's nested fast path -------------------------------------------------
@@ -695,14 +752,29 @@ def _valid_lengths(mask):
     return [int(n) for n in sizes]
 
 
+def _not_left_aligned(mask) -> bool:
+    """Whether the twin carries a padding mask's values and some row's valid tokens are not all on
+    the left (`_nested_tensor_from_mask_left_aligned` false: the GPU's encoder stays dense)."""
+    v = value(mask)
+    if v is None or assumed(mask) or v.dim() != 2:
+        return False
+    valid = ~v if v.dtype == torch.bool else v == 0
+    nums = torch.cat([valid, torch.zeros(v.shape[0], 1, dtype=torch.bool)], 1).int().argmin(1)
+    return not torch.equal(valid.long().sum(1), nums)
+
+
 def _nested_modelled(enc, p) -> bool:
     """Whether `TransformerEncoder.forward` (torch/nn/modules/transformer.py) converts to a nested
     tensor on the GPU and the twin models that path; the tokens' lengths go to `_FAST.nested`."""
     _FAST.nested = None
     src, kpm = p["src"], p.get("src_key_padding_mask")
+    layer = enc.layers[0]
+    # where the GPU may pack a nested tensor that the twin does not, the layers keep the module path
+    gpu_nests = kpm is not None and p.get("mask") is None and getattr(enc, "use_nested_tensor", False)
+    gpu_nests = gpu_nests and not layer.training and not _not_left_aligned(kpm)
+    _FAST.nested_unmodelled = gpu_nests
     if kpm is None or p.get("mask") is not None or not registered(src) or src.dim() != 3:
         return False
-    layer = enc.layers[0]
     mha = layer.self_attn
     if layer.training or not getattr(enc, "use_nested_tensor", False) or src.dtype != torch.float16:
         return False
@@ -715,6 +787,7 @@ def _nested_modelled(enc, p) -> bool:
     if torch.is_grad_enabled() and any(w.requires_grad for w in layer.parameters()):
         return False
     _FAST.nested = _valid_lengths(kpm)
+    _FAST.nested_unmodelled = gpu_nests and _FAST.nested is None
     return _FAST.nested is not None
 
 
@@ -728,6 +801,7 @@ def encoder_forward(original, cap):
             return forward(self, *args, **kwargs)
         finally:
             _FAST.nested = None
+            _FAST.nested_unmodelled = False
 
     return run
 
