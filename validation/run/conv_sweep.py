@@ -1,7 +1,8 @@
 """Measure cuDNN's convolution workspaces over the convolution layers of common models, on a GPU.
 
-    python conv_sweep.py problems OUT.json [2]             (CPU: the models' convolutions, meta tensors;
-                                                           2: MODELS2's problems that MODELS lacks)
+    python conv_sweep.py problems OUT.json [2|3]           (CPU: the models' convolutions, meta tensors;
+                                                           2: MODELS2's problems that MODELS lacks;
+                                                           3: the vision zoo's that both lack)
     python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]   (GPU)
     python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
     python conv_sweep.py merge [--correct] TABLE LINES...  (the table with conv_table.py's new lines:
@@ -417,6 +418,37 @@ MODELS2 = [
 ]
 
 
+def zoo_models():
+    """The third model list: vision_zoo_sweep.py's models (torchvision's but the quantized, detection
+    and optical-flow ones; two of each timm module) at each one's input size, tier 2."""
+    import timm
+    import vision_zoo_sweep as zoo
+    from torchvision import models as tvm
+
+    skip = set(tvm.list_models(module=tvm.detection)) | set(tvm.list_models(module=tvm.optical_flow))
+    segmentation = set(tvm.list_models(module=tvm.segmentation))
+    video = set(tvm.list_models(module=tvm.video))
+    out = []
+    for name in zoo.names():
+        kind, arch = name.split("/", 1)
+        if kind == "timm":
+            cfg = timm.get_pretrained_cfg(arch)
+            size = tuple(cfg.input_size) if cfg is not None and cfg.input_size else (3, 224, 224)
+            out.append((2, name, _timm(arch), [size]))
+        elif arch in segmentation:
+            out.append((2, name, _tvseg(arch), [(3, 224, 224)]))
+        elif arch in video:
+            side = 224 if arch.startswith(("mvit", "swin3d", "s3d")) else 112
+            frames = 16 if arch.startswith(("mvit", "s3d")) else 8
+            out.append((2, name, _tv(arch), [(3, frames, side, side)]))
+        elif arch not in skip:
+            aux = arch in ("inception_v3", "googlenet")
+            extra = {"init_weights": False, "aux_logits": False} if aux else {}
+            side = 299 if arch == "inception_v3" else 224
+            out.append((2, name, _tv(arch, **extra), [(3, side, side)]))
+    return out
+
+
 def extract(models=MODELS):
     """Every `aten.convolution` of the models' forward on the meta device, batch left out, first seen
     first: [{"x", "w", "stride", "padding", "dilation", "transposed", "output_padding", "groups",
@@ -459,9 +491,16 @@ def extract(models=MODELS):
             except (NotImplementedError, RuntimeError):
                 # a model that reads data on the way (timm's MobileViT): on the CPU at batch 1
                 mode = Convs()
-                model = make().eval()
-                with torch.no_grad(), mode:
-                    model(torch.zeros(1, *sizes))
+                try:
+                    model = make().eval()
+                    with torch.no_grad(), mode:
+                        model(torch.zeros(1, *sizes))
+                except Exception as e:  # a zoo model that cannot run so is left out, named
+                    print(f"{name}: left out ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+                    continue
+            except Exception as e:
+                print(f"{name}: left out ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+                continue
             for p in mode.seen:
                 key = json.dumps(p, sort_keys=True)
                 q = problems.setdefault(key, dict(p, tier=tier, models=[]))
@@ -833,14 +872,16 @@ def main():
     cmd = sys.argv[1]
     if cmd == "problems":
         problems = extract()
-        if sys.argv[3:] == ["2"]:
+        if sys.argv[3:] in (["2"], ["3"]):
+            # the second (third) list's problems that the earlier lists lack
+            earlier = problems + (extract(MODELS2) if sys.argv[3] == "3" else [])
             seen = {
                 json.dumps({k: p[k] for k in p if k not in ("tier", "models")}, sort_keys=True)
-                for p in problems
+                for p in earlier
             }
             problems = [
                 p
-                for p in extract(MODELS2)
+                for p in extract(MODELS2 if sys.argv[3] == "2" else zoo_models())
                 if json.dumps({k: p[k] for k in p if k not in ("tier", "models")}, sort_keys=True) not in seen
             ]
         json.dump(problems, open(sys.argv[2], "w"))
