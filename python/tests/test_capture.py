@@ -181,6 +181,42 @@ def test_autocast_applies_to_a_composite_s_parts_under_inference_mode():
     assert norm.dtype == torch.float32
 
 
+def test_autocast_caches_a_weight_cast_made_under_no_grad_with_its_graph():
+    """A cacheable cast is made with grad mode on: a weight first cast under no_grad (spectral
+    norm's power iteration) carries its ToCopyBackward0 when the cache serves it with grad on, so
+    the gradient reaches the weight (blind127/dw01's H200 history: MvBackward0's `outer`)."""
+    with vramscope.capture(gpu="h200"):
+        w = torch.nn.Parameter(torch.randn(1000, 512, device="cuda"))
+        v = torch.randn(512, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            with torch.no_grad():
+                torch.mv(w, v)
+            out = torch.mv(w, v)
+        assert out.requires_grad and type(out.grad_fn.next_functions[0][0]).__name__ == "ToCopyBackward0"
+        out.float().sum().backward()
+        assert w.grad is not None and w.grad.dtype == torch.float32
+
+
+def test_affine_grid_runs_its_parts_through_autocast():
+    """`affine_grid_generator` (AffineGridGenerator.cpp, CompositeExplicitAutograd): the (N, H, W, 3)
+    base grid, each axis's linspace times (n - 1) / n, then `bmm`, which autocast lowers: theta's and
+    the base grid's casts, a half grid (blind127/dw01's H200 history, 128 x 64 x 64)."""
+    with vramscope.capture(gpu="h200"):
+        theta = torch.zeros(128, 2, 3, device="cuda")
+        torch.mm(torch.zeros(8, 8, device="cuda"), torch.zeros(8, 8, device="cuda"))  # cuBLAS's workspace
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        grid = torch.nn.functional.affine_grid(theta, [128, 3, 64, 64], align_corners=False)
+        assert grid.dtype == torch.float32 and torch.cuda.memory_allocated() - before == 4194304
+        assert torch.cuda.max_memory_allocated() - before == 4194304 + 6291456
+        del grid
+        with torch.autocast("cuda", dtype=torch.float16):
+            torch.cuda.reset_peak_memory_stats()
+            grid = torch.nn.functional.affine_grid(theta, [128, 3, 64, 64], align_corners=False)
+        assert grid.dtype == torch.float16 and torch.cuda.memory_allocated() - before == 2097152
+        assert torch.cuda.max_memory_allocated() - before == 6291456 + 1536 + 3145728 + 2097152
+
+
 def test_phases_follow_reset_peak_memory_stats(tmp_script):
     script = tmp_script(
         "import torch\n"

@@ -89,10 +89,16 @@ def _cast(t, dtype):
         hit = _cache.get(id(t))
         if hit is not None and hit[0] is t:
             return hit[1]
-    out = t.to(dtype)
     if can_cache:
+        # a cacheable cast is made with grad mode on (torch 2.11, measured: a dispatch mode sees it
+        # under no_grad with grad enabled), so a weight first cast under no_grad (spectral norm's
+        # power iteration) still carries its ToCopyBackward0 when the cache serves it with grad on
+        # (blind127/dw01's H200 history: MvBackward0's `outer` for the cached weight)
+        with torch.enable_grad():
+            out = t.to(dtype)
         _cache[id(t)] = (t, out)
-    return out
+        return out
+    return t.to(dtype)
 
 
 def _map_right_to_left(args, fn):

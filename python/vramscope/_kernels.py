@@ -15,7 +15,7 @@ import sys
 import torch
 from torch._prims_common import suggest_memory_format
 
-from . import _hostmem, _tensor
+from . import _autocast, _hostmem, _tensor
 from ._tensor import assumed, fast_setup_layout, registered, set_value, tensors_in, value
 from ._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 
@@ -2485,6 +2485,21 @@ def _as_composite(cap, func, args, kwargs):
 
 
 DISPATCH[aten._trilinear.default] = _as_composite
+
+
+def _as_composite_explicit(cap, func, args, kwargs):
+    """`_as_composite` for an op whose CUDA code is its CompositeExplicitAutograd kernel.
+    `affine_grid_generator` (AffineGridGenerator.cpp): the base grid (N, H, W, 3) in theta's dtype,
+    each axis's `linspace` (times (n - 1) / n unless align_corners) copied into it, then the grid
+    from its `bmm` with theta transposed (blind127/dw01's H200 record: 8 allocations per call); under
+    autocast the `bmm` casts both to the lower precision and the grid comes out in it (its history)."""
+    if not any(registered(t) for t in tensors_in((args, kwargs))):
+        return NotImplemented
+    with cap._modes[1], _autocast.parts_of(func):  # the parts come back to the mode, through autocast
+        return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+
+
+DISPATCH[aten.affine_grid_generator.default] = _as_composite_explicit
 
 
 # ---- foreach reductions -----------------------------------------------------------------------
