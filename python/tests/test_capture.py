@@ -914,6 +914,19 @@ def test_a_large_copy_to_the_host_of_unknown_values_is_a_writable_zero_tensor():
         assert x.float().cpu().dtype == torch.float32
 
 
+def test_a_copy_to_the_host_keeps_a_dense_tensors_strides():
+    # `_to_copy` under preserve_format (TensorConversions.cpp): a non-overlapping dense tensor's copy
+    # takes its strides (blind128/dx01's H200 per-op truth: `save_on_cpu(pin_memory=False)`'s
+    # `tensor.cpu()` gave the cuDNN attention backward its transposed q, k, v back), large or small
+    with vramscope.capture():
+        for shape in ((4, 1024, 16, 64), (2, 32, 4, 16)):
+            x = torch.empty(shape, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+            host = x.cpu()
+            assert host.stride() == x.stride() and not host.any()
+            assert host.to("cuda").stride() == x.stride()
+            assert x.to("cpu", memory_format=torch.contiguous_format).is_contiguous()
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

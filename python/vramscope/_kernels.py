@@ -1287,8 +1287,15 @@ def _to_copy(cap, func, args, kwargs):
         known = cap.value_of(src, "a copy to the host")
         plain = kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
         if value(src) is None and plain and not kwargs.get("pin_memory") and src.numel() > HOST_VALUE_LIMIT:
-            return _hostmem.zeros(src.shape, kwargs.get("dtype") or src.dtype)
-        return aten._to_copy.default(known, **kwargs)
+            # laid out as the copy's strides (preserve_format keeps a dense tensor's: empty_like)
+            zeros = _hostmem.zeros([src.numel()], kwargs.get("dtype") or src.dtype)
+            return zeros.as_strided(shape, stride)
+        out = aten._to_copy.default(known, **kwargs)
+        if keep and not kwargs.get("pin_memory") and list(out.stride()) != stride:
+            # the known value (zeros expanded, or values of another layout) copied into the strides
+            # a dense source keeps (`_to_copy`'s empty_like under preserve_format, TensorConversions.cpp)
+            out = torch.empty_strided(shape, stride, dtype=out.dtype).copy_(out)
+        return out
     if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
         # host to device: a new storage on the GPU
         out = aten._to_copy.default(src, **dict(kwargs, device=torch.device("meta")))
