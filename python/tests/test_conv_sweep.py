@@ -310,6 +310,20 @@ def test_a_composite_a_dispatch_mode_sees_is_read_as_its_convolution_problem(tmp
     assert any(line in raw and batch in raw for raw in conv_sweep.open_text(TABLE).read().splitlines())
 
 
+def test_the_table_holds_the_vision_zoos_sweep(tmp_path):
+    # conv_sweep7_h200.tar.xz: one call over the third list's problems (`problems OUT.json 3`: the
+    # vision zoo's that the first two lack), worker 0's records (1 item in 16) and every summary
+    _extract(tmp_path, "conv_sweep7_h200.tar.xz", (".err", "/w0.jsonl", "problems.json"))
+    d = tmp_path / "s7"
+    table, swept, auto = _swept_and_in_the_table(d)
+    assert (len(swept), len(auto)) == (9087, 78)
+    # a grouped stride-2 convolution's weight gradient (RegNet-style, 8 groups) in half channels-last
+    one = "wgrad float16 nhwc 0 8,1344,28,28 1344,168,3,3 2,2 1,1 1,1 0,0 8"
+    assert (table[one], swept[one]) == (21077376, 21077376)
+    n = len(conv_sweep.items(json.load(open(d / "problems.json"))))
+    assert (n, len(conv_sweep.reached([str(d)], n))) == (222390, 47573)
+
+
 def test_the_second_model_lists_sweep_continued_where_the_first_call_stopped(tmp_path):
     # conv_sweep6_h200.tar.xz: a second call over MODELS2's items that conv_sweep5's did not reach
     # (its w*.err handed over as DONE_DIRS), worker 0's records and every worker's summary
