@@ -2105,6 +2105,18 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
         torch.nn.functional.cross_entropy(logits, torch.tensor([0, 9, -100, 3], device="cuda"))
         with pytest.raises(torch.AcceleratorError):
             torch.nn.functional.cross_entropy(logits, torch.tensor([0, 10, 1, 2], device="cuda"))
+    with vramscope.capture():  # blind129/dy03: transformers' StaticLayer writes past its cache
+        cache = torch.zeros(1, 2, 5, 4, device="cuda")
+        written = torch.tensor([0], device="cuda")
+        for _ in range(2):
+            cache.index_copy_(
+                2, torch.arange(2, device="cuda") + written, torch.ones(1, 2, 2, 4, device="cuda")
+            )
+            written.add_(2)
+        with pytest.raises(torch.AcceleratorError, match="device-side assert triggered"):
+            cache.index_copy_(
+                2, torch.arange(2, device="cuda") + written, torch.ones(1, 2, 2, 4, device="cuda")
+            )
 
 
 def test_weight_int4pack_mm_gives_its_bf16_result_alone():

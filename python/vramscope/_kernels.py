@@ -4167,8 +4167,8 @@ for _f in (torch.nn.functional.log_softmax, torch.log_softmax, torch.Tensor.log_
 # ---- device-side asserts ----------------------------------------------------------------------
 
 #: index ops whose CUDA kernels assert their indices in range (`CUDA_KERNEL_ASSERT` in
-#: cuda/Indexing.cu, ScatterGatherKernel.cu, Embedding.cu, Loss.cu): by op, the (index, size of the
-#: indexed dimension, whether negative indices wrap[, a value left out]) of each index argument
+#: cuda/Indexing.cu, IndexKernel.cu, ScatterGatherKernel.cu, Embedding.cu, Loss.cu): by op, the (index,
+#: size of the indexed dimension, whether negative indices wrap[, a value left out]) of each index argument
 INDEX_BOUNDS = {
     aten.embedding.default: lambda a: [(a[1], a[0].shape[0], False)],
     aten.index_select.default: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
@@ -4176,6 +4176,9 @@ INDEX_BOUNDS = {
     aten.scatter.src: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
     aten.scatter.value: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
     aten.scatter_add.default: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
+    # IndexKernel.cu's index_copy kernel: `idx >= 0 && idx < self_dim_size` (blind129/dy03 on the H200)
+    aten.index_copy_.default: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
+    aten.index_copy.default: lambda a: [(a[2], a[0].shape[a[1]] if a[0].dim() else 1, False)],
     aten.index.Tensor: lambda a: (
         []
         if any(i is not None and i.dtype == torch.bool for i in a[1])
