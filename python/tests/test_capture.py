@@ -1086,6 +1086,39 @@ def test_embedding_bag_allocates_bag_size_offset2bag_then_its_output():
         assert sizes == [65_536, 65_536, 3_276_800, 2_097_152]
 
 
+def test_conv_backward_copies_a_sliced_gradient_in_each_pass():
+    # blind127/dw04's H200 history (ConvShared.cpp): a 128-channel slice of a `cat`'s channels-last
+    # gradient into a channels-last 1x1 convolution, `.to(input.suggest_memory_format())` aliasing it;
+    # the dgrad's result, then its gradient copy (freed at its return); the wgrad's own copy, then its
+    # result
+    with vramscope.capture(gpu="h200"):
+        conv = torch.nn.Conv2d(256, 128, 1, device="cuda", dtype=torch.half).to(
+            memory_format=torch.channels_last
+        )
+        x = torch.randn(128, 256, 32, 32, device="cuda", dtype=torch.half).to(
+            memory_format=torch.channels_last
+        )
+        y = conv(x.requires_grad_())
+        grad = torch.randn(128, 256, 32, 32, device="cuda", dtype=torch.half).to(
+            memory_format=torch.channels_last
+        )
+        torch.cuda.memory._record_memory_history()
+        y.backward(grad[:, :128])
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        big = [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_completed")]
+        big = [(a[0], n) for a, n in big if n >= 65_536][:8]
+        assert big == [
+            ("a", 67_108_864),  # the input's gradient
+            ("a", 33_554_432),  # the dgrad's copy of the gradient
+            ("f", 33_554_432),
+            ("a", 33_554_432),  # the wgrad's
+            ("a", 65_536),  # the weight's gradient
+            ("a", 4_063_504),  # the wgrad's workspace
+            ("f", 4_063_504),
+            ("f", 33_554_432),
+        ]
+
+
 def test_a_parameter_made_from_a_tensor_keeps_its_values():
     # nn.Parameter(t) goes through Tensor._make_subclass, a new tensor over t's storage
     with vramscope.capture(gpu="h200"):

@@ -2296,22 +2296,26 @@ def _convolution_backward(cap, func, args, kwargs):
         grad_c = grad_c.squeeze(2) if x.dim() == 3 else grad_c
     cl_d, cl_w = _channels_last(grad_c, w), _channels_last(x_seen, grad_c)
     gi, gw = _in_layout(gi, cl_d), _in_layout(gw, cl_w)
-    g_c = _copy_unless_in(cap, grad_c, cl_d if mask[0] else cl_w) if mask[0] or mask[1] else None
     if mask[0] and gi is not None:
+        # `cudnn_convolution_backward_input`: the result, then the weight's and the gradient's
+        # `contiguous(layout)`, its own locals (blind127/dw04's H200 history: a channel slice of a
+        # `cat`'s channels-last gradient copied after the result, freed at the return)
         cap.track(gi, "aten::cudnn_convolution_backward_input")
         w_c = _copy_unless_in(cap, w, cl_d)
+        g_c = _copy_unless_in(cap, grad_c, cl_d)
         if gi.numel() > 0:
             _conv_workspace(cap, "dgrad", (*conv[:-1], cl_d))
-        del w_c
+        del g_c, w_c
     if mask[1] and gw is not None:
-        # the wgrad's own copies where its layout is not the dgrad's
-        g_cw = _copy_unless_in(cap, grad_c, cl_w) if mask[0] and cl_w != cl_d else None
+        # `cudnn_convolution_backward_weight`: the gradient's and the input's `contiguous(layout)`
+        # (copied again whatever the dgrad copied), then the result
+        g_cw = _copy_unless_in(cap, grad_c, cl_w)
         x_cw = _copy_unless_in(cap, x_seen, cl_w)
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
             _conv_workspace(cap, "wgrad", (*conv[:-1], cl_w))
-        del g_cw, x_cw
-    del g_c, g_to
+        del x_cw, g_cw
+    del g_to
     # a 1-D input's `contiguous()` is `convolution_backward`'s own local, held past the bias's sum
     x_1d, x_c = (x_c, None) if x.dim() == 3 else (None, x_c)
     del x_c
