@@ -440,10 +440,16 @@ def test_inv_solves_against_the_identity_in_place():
 
 @pytest.mark.parametrize(
     "shape, counts",
-    [((1024, 1024), (7, 16323720)), ((32768, 32), (7, 10943368)), ((768, 64), (7, 3687816))],
+    [
+        ((1024, 1024), (7, 16323720)),
+        ((32768, 32), (7, 10943368)),
+        ((768, 64), (7, 3687816)),
+        ((3, 3), (7, 36 + 36 + 12 + 4 + 3145856 + 4 + 132224)),
+    ],
 )
 def test_qr_factors_with_geqrf_then_orgqr_as_the_h200_counted(shape, counts):
-    # Q, R, tau, geqrf's info and workspace, orgqr's info and workspace (dm05, dm03)
+    # Q, R, tau, geqrf's info and workspace, orgqr's info and workspace (dm05, dm03; 3 x 3: blind131/ea04's
+    # H200 history)
     with vramscope.capture(gpu="h200") as cap:
         a = torch.empty(*shape, device="cuda")
         _, got = counted(lambda: torch.linalg.qr(a))

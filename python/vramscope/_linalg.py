@@ -229,8 +229,9 @@ SCRATCH_UNMODELLED.discard("aten::linalg_householder_product")
 #: `cusolverDnXgeqrf_bufferSize`'s device bytes by (m, n, dtype) for one matrix, as `apply_geqrf`
 #: allocates them (cuda/linalg/BatchLinearAlgebraLib.cpp), measured on an H200 (blind117/dm03's,
 #: dm05's and dm06's memory histories: `linalg_qr` in svd_lowrank, pca_lowrank and an orthogonal
-#: initialisation, `linalg_lstsq`'s gels)
+#: initialisation, `linalg_lstsq`'s gels; 3 x 3: blind131/ea04's random rotations)
 GEQRF_WORKSPACE = {
+    (3, 3, torch.float32): 3145856,
     (768, 32, torch.float32): 3145856,
     (768, 64, torch.float32): 3145856,
     (768, 768, torch.float32): 5243008,
@@ -242,7 +243,8 @@ GEQRF_WORKSPACE = {
 
 ORGQR_WORKSPACE.update(
     {
-        # blind117/dm03's and dm05's H200 histories (`linalg_qr`'s Q, reduced mode)
+        # blind117/dm03's and dm05's H200 histories (`linalg_qr`'s Q, reduced mode); 3 x 3: blind131/ea04's
+        (3, 3, 3, torch.float32): 132224,
         (768, 32, 32, torch.float32): 230400,
         (768, 64, 64, torch.float32): 328704,
         (768, 768, 768, torch.float32): 1246208,
