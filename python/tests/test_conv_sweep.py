@@ -186,18 +186,38 @@ def test_the_last_of_the_sweep_is_in_the_table_and_the_sweep_is_whole(tmp_path):
     assert (len(before), len(last), len(before & last), len(before | last)) == (100959, 8367, 0, n)
 
 
-def test_the_table_holds_the_second_model_lists_sweep(tmp_path):
-    # conv_sweep5_h200.tar.xz: one call over MODELS2's problems (`problems OUT.json 2`), worker 0's
-    # records (1 item in 16) and every worker's summary
-    _extract(tmp_path, "conv_sweep5_h200.tar.xz", (".err", "/w0.jsonl", "problems.json"))
-    d = tmp_path / "s5"
+@pytest.mark.parametrize(
+    ("archive", "counts", "one", "nbytes", "items"),
+    [
+        # conv_sweep5_h200.tar.xz: MODELS2's problems (`problems OUT.json 2`); X3D's 5x1x1 depthwise
+        # temporal convolution in channels-last 3-D, which no earlier source held
+        (
+            "conv_sweep5_h200.tar.xz",
+            (10818, 78),
+            "wgrad bfloat16 nhwc 0 8,24,4,80,80 24,1,5,1,1 1,1,1 2,0,0 1,1,1 0,0,0 24",
+            84383055,
+            (76146, 62125),
+        ),
+        # conv_sweep7_h200.tar.xz: the vision zoo's problems that the first two lists lack
+        # (`problems OUT.json 3`); a grouped stride-2 weight gradient in half channels-last
+        (
+            "conv_sweep7_h200.tar.xz",
+            (9087, 78),
+            "wgrad float16 nhwc 0 8,1344,28,28 1344,168,3,3 2,2 1,1 1,1 0,0 8",
+            21077376,
+            (222390, 47573),
+        ),
+    ],
+)
+def test_the_table_holds_a_model_lists_sweep(tmp_path, archive, counts, one, nbytes, items):
+    # one call over a list's problems: worker 0's records (1 item in 16) and every worker's summary
+    _extract(tmp_path, archive, (".err", "/w0.jsonl", "problems.json"))
+    d = next(p for p in tmp_path.iterdir() if p.is_dir())
     table, swept, auto = _swept_and_in_the_table(d)
-    assert (len(swept), len(auto)) == (10818, 78)
-    # X3D's 5x1x1 depthwise temporal convolution in channels-last 3-D, which no earlier source held
-    one = "wgrad bfloat16 nhwc 0 8,24,4,80,80 24,1,5,1,1 1,1,1 2,0,0 1,1,1 0,0,0 24"
-    assert (table[one], swept[one]) == (84383055, 84383055)
+    assert (len(swept), len(auto)) == counts
+    assert (table[one], swept[one]) == (nbytes, nbytes)
     n = len(conv_sweep.items(json.load(open(d / "problems.json"))))
-    assert (n, len(conv_sweep.reached([str(d)], n))) == (76146, 62125)
+    assert (n, len(conv_sweep.reached([str(d)], n))) == items
 
 
 def _record(op, args, new, requested):
@@ -308,20 +328,6 @@ def test_a_composite_a_dispatch_mode_sees_is_read_as_its_convolution_problem(tmp
     assert conv_table.read(str(gpu), str(twin)) == {key: workspace}
     # the table holds it by its problem without the batch
     assert any(line in raw and batch in raw for raw in conv_sweep.open_text(TABLE).read().splitlines())
-
-
-def test_the_table_holds_the_vision_zoos_sweep(tmp_path):
-    # conv_sweep7_h200.tar.xz: one call over the third list's problems (`problems OUT.json 3`: the
-    # vision zoo's that the first two lack), worker 0's records (1 item in 16) and every summary
-    _extract(tmp_path, "conv_sweep7_h200.tar.xz", (".err", "/w0.jsonl", "problems.json"))
-    d = tmp_path / "s7"
-    table, swept, auto = _swept_and_in_the_table(d)
-    assert (len(swept), len(auto)) == (9087, 78)
-    # a grouped stride-2 convolution's weight gradient (RegNet-style, 8 groups) in half channels-last
-    one = "wgrad float16 nhwc 0 8,1344,28,28 1344,168,3,3 2,2 1,1 1,1 0,0 8"
-    assert (table[one], swept[one]) == (21077376, 21077376)
-    n = len(conv_sweep.items(json.load(open(d / "problems.json"))))
-    assert (n, len(conv_sweep.reached([str(d)], n))) == (222390, 47573)
 
 
 def test_the_second_model_lists_sweep_continued_where_the_first_call_stopped(tmp_path):
