@@ -1505,6 +1505,41 @@ def test_torchvision_deform_conv2d_allocates_what_the_gpu_counted():
         ]
 
 
+def test_torchvision_roi_ops_allocate_their_outputs_and_dense_copies():
+    __import__("pytest").importorskip("torchvision")
+    from torchvision.ops import ps_roi_align, roi_align
+
+    # csrc/ops/cuda/roi_align_kernel.cu: the zeroed output, then `input.contiguous()`; the H200
+    # per-op records of blind21/u03, blind26/z03, blind91/cm07, blind111/dg01 and dg02 (90 calls
+    # of roi_align, 56 of its backward, all on contiguous features) allocate their outputs only
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(2, 64, 50, 50, device="cuda", requires_grad=True)
+        boxes = torch.empty(100, 5, device="cuda")
+        y, counts = counted(lambda: roi_align(x, boxes, (7, 7), 0.25, 2, True))
+        assert y.shape == (100, 64, 7, 7) and counts == (1, 100 * 64 * 49 * 4)
+        before = torch.cuda.memory_allocated()
+        # a channels-last feature map is copied dense for the kernel, and the copy dies inside
+        _, counts = counted(lambda: roi_align(x.to(memory_format=torch.channels_last), boxes, 7))
+        assert counts == (3, 2 * (2 * 64 * 2500 * 4) + 100 * 64 * 49 * 4)  # + its .to() copy
+        assert torch.cuda.memory_allocated() == before + 100 * 64 * 49 * 4  # the output held by `_`
+        # the backward reads the gradient through its strides: the zeroed input gradient only
+        grad = torch.empty(1, device="cuda").expand(100, 64, 7, 7)
+        call = (grad, boxes, 0.25, 7, 7, 2, 64, 50, 50, 2, True)
+        g, counts = counted(lambda: torch.ops.torchvision._roi_align_backward(*call))
+        assert g.shape == (2, 64, 50, 50) and counts == (1, 2 * 64 * 2500 * 4)
+        # position-sensitive: an int32 channel map beside the output; its backward copies the
+        # gradient dense
+        x2 = torch.empty(2, 4 * 49, 50, 50, device="cuda")
+        (_, cmap), counts = counted(lambda: torch.ops.torchvision.ps_roi_align(x2, boxes, 0.25, 7, 7, 2))
+        assert cmap.dtype == torch.int32 and counts == (2, 2 * 100 * 4 * 49 * 4)
+        grad = torch.empty(1, device="cuda").expand(100, 4, 7, 7)
+        call = (grad, boxes, cmap, 0.25, 7, 7, 2, 2, 4 * 49, 50, 50)
+        _, counts = counted(lambda: torch.ops.torchvision._ps_roi_align_backward(*call))
+        assert counts == (2, 100 * 4 * 49 * 4 + 2 * 4 * 49 * 2500 * 4)
+        assert ps_roi_align(x2, boxes, 7, 0.25).shape == (100, 4, 7, 7)
+    assert not cap.unmeasured
+
+
 def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
     # torch.library.custom_op: the GPU runs the Python implementation (blind53/ba02's H200 record);
     # its fake kernel alone would give the output without the 4 MiB temporary inside

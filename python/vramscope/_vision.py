@@ -1,10 +1,12 @@
-"""torchvision's deformable convolution as its CUDA kernels run it: the host code of
+"""torchvision's deformable convolution and RoI pooling as their CUDA kernels run them: the host code of
 `deform_conv2d_forward_kernel` and `deform_conv2d_backward_kernel`
 (torchvision/csrc/ops/cuda/deform_conv2d_kernel.cu, the ATen build torchvision 0.26 ships), op by
 op through the capture, each ATen call with its own rules (cuBLAS's handle and workspace per
 thread included). The device kernels (`deformable_im2col`, `col2im`, `col2im_coord`) allocate
 nothing. Checked against blind52/az01's H200 per-op record: every forward and backward call's
-requested bytes and allocation count."""
+requested bytes and allocation count. The RoI ops (`roi_align`, `roi_pool`, `ps_roi_align`,
+`ps_roi_pool` and their backwards, csrc/ops/cuda/*roi*_kernel.cu) allocate their zeroed outputs,
+then contiguous copies of the operands their kernels index densely."""
 
 from __future__ import annotations
 
@@ -141,5 +143,89 @@ def _rule(body, n_tensors: int):
     return rule
 
 
+def _dense(*tensors):
+    """The kernels' `x.contiguous()` locals: a copy of each operand that is not contiguous, alive
+    until the host function returns."""
+    return [t.contiguous() for t in tensors]
+
+
+def _roi_align(inp, rois, scale, ph, pw, ratio, aligned):
+    """`roi_align_forward_kernel`: the zeroed output, then (unless it is empty) the contiguous input
+    and boxes."""
+    out = inp.new_zeros((rois.size(0), inp.size(1), ph, pw))
+    if out.numel():
+        _dense(inp, rois)
+    return out
+
+
+def _roi_align_backward(grad, rois, scale, ph, pw, batch, channels, h, w, ratio, aligned):
+    """`roi_align_backward_kernel`: the zeroed input gradient, then the contiguous boxes (the
+    gradient is read through its strides)."""
+    grad_input = grad.new_zeros((batch, channels, h, w))
+    if grad.numel():
+        _dense(rois)
+    return grad_input
+
+
+def _pooled_with_index(channels_out, index_dtype):
+    """`roi_pool`, `ps_roi_align`, `ps_roi_pool` forwards: the zeroed output and its int32 index
+    (`argmax` / `channel_mapping`), then the contiguous input and boxes."""
+
+    def forward(inp, rois, scale, ph, pw, *rest):
+        sizes = (rois.size(0), channels_out(inp.size(1), ph, pw), ph, pw)
+        out = inp.new_zeros(sizes)
+        index = torch.zeros(sizes, dtype=index_dtype, device=inp.device)
+        if out.numel():
+            _dense(inp, rois)
+        return out, index
+
+    return forward
+
+
+def _pool_backward(dense_grad: bool, n_dims_after: int):
+    """The backwards of `roi_pool` (contiguous argmax and boxes; the gradient read through its
+    strides) and of the position-sensitive ops (contiguous gradient and boxes): the zeroed input
+    gradient first. `n_dims_after` is where (batch, channels, height, width) start in the call."""
+
+    def backward(grad, rois, index, *rest):
+        batch, channels, h, w = rest[n_dims_after : n_dims_after + 4]
+        grad_input = grad.new_zeros((batch, channels, h, w))
+        if grad.numel():
+            _dense(*((grad, rois) if dense_grad else (index, rois)))
+        return grad_input
+
+    return backward
+
+
+def _tensor_rule(body, n_tensors: int, n_args: int):
+    """A rule for an op of `n_args` positional arguments whose first `n_tensors` are simulated
+    4-D / 2-D tensors (feature map or gradient, boxes, index)."""
+
+    def rule(cap, func, args, kwargs):
+        if kwargs or len(args) != n_args or not all(registered(t) for t in args[:n_tensors]):
+            return NotImplemented
+        if args[0].dim() != 4 or args[1].dim() != 2:
+            return NotImplemented
+        cap.ops += 1
+        with cap._modes[1]:
+            return body(*args)
+
+    return rule
+
+
 NAMED_DISPATCH["torchvision::deform_conv2d"] = _rule(_forward, 5)
 NAMED_DISPATCH["torchvision::_deform_conv2d_backward"] = _rule(_backward, 6)
+NAMED_DISPATCH["torchvision::roi_align"] = _tensor_rule(_roi_align, 2, 7)
+NAMED_DISPATCH["torchvision::_roi_align_backward"] = _tensor_rule(_roi_align_backward, 2, 11)
+NAMED_DISPATCH["torchvision::roi_pool"] = _tensor_rule(
+    _pooled_with_index(lambda c, ph, pw: c, torch.int32), 2, 5
+)
+NAMED_DISPATCH["torchvision::_roi_pool_backward"] = _tensor_rule(_pool_backward(False, 3), 3, 10)
+NAMED_DISPATCH["torchvision::ps_roi_align"] = _tensor_rule(
+    _pooled_with_index(lambda c, ph, pw: c // (ph * pw), torch.int32), 2, 6
+)
+NAMED_DISPATCH["torchvision::_ps_roi_align_backward"] = _tensor_rule(_pool_backward(True, 4), 3, 11)
+NAMED_DISPATCH["torchvision::ps_roi_pool"] = _tensor_rule(
+    _pooled_with_index(lambda c, ph, pw: c // (ph * pw), torch.int32), 2, 5
+)
+NAMED_DISPATCH["torchvision::_ps_roi_pool_backward"] = _tensor_rule(_pool_backward(True, 3), 3, 10)
