@@ -83,6 +83,25 @@ def test_group_norm_scratch_is_the_measured_one():
     assert _extra(setup, bwd) == (5, 6656)
 
 
+def test_group_norm_of_one_pixel_takes_the_1d_kernels():
+    # group_norm_kernel.cu: H*W == 1 runs `GroupNorm1dForward` (no scratch) and, in the backward,
+    # ds and db (N, C) before `GroupNorm1dBackward`'s c2 and c3 (N, G), float32 accumulators
+    def setup():
+        x = torch.empty(32, 96, 1, 1, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(96, device="cuda", dtype=torch.bfloat16)
+        return x, w, torch.zeros(32, 8, device="cuda", dtype=torch.bfloat16)
+
+    def fwd(x, w, _m):
+        return torch.ops.aten.native_group_norm(x, w, w, 32, 96, 1, 8, 1e-5)
+
+    def bwd(mask):
+        return lambda x, w, m: torch.ops.aten.native_group_norm_backward(x, x, m, m, w, 32, 96, 1, 8, mask)
+
+    assert _extra(setup, fwd) == (0, 0)
+    assert _extra(setup, bwd([True] * 3)) == (4, 2 * 32 * 96 * 4 + 2 * 32 * 8 * 4)
+    assert _extra(setup, bwd([False, True, True])) == (2, 2 * 32 * 96 * 4)  # no dX: no c2, c3
+
+
 def test_layer_norm_copies_a_permuted_input_and_returns_a_contiguous_output():
     def setup():
         return torch.empty(64, 40, 56, 56, device="cuda").permute(0, 2, 3, 1), torch.ones(40, device="cuda")

@@ -346,10 +346,9 @@ def _native_group_norm(cap, func, args, kwargs):
     out = func(*args)
     for t in out:
         cap.track(t, op)
-    if x.numel() > 0:
-        if hxw == 1:
-            cap.note_unmeasured("aten::native_group_norm with H*W == 1")
-        elif args[1] is not None or args[2] is not None:
+    # H*W == 1: `GroupNorm1dForward`, TensorIterators over mean and rstd, nothing allocated
+    if x.numel() > 0 and hxw > 1:
+        if args[1] is not None or args[2] is not None:
             a = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
             b = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
             del a, b
@@ -373,16 +372,14 @@ def _native_group_norm_backward(cap, func, args, kwargs):
             cap.track(t, op)
     if x.numel() == 0:
         return out
-    if hxw == 1:
-        cap.note_unmeasured("aten::native_group_norm_backward with H*W == 1")
-        return out
     acc = _acc_bytes(x.dtype)
     ds = cap.malloc(n * c * acc, op, "temporary")
     db = cap.malloc(n * c * acc, op, "temporary")
     if mask[0]:
         c2 = cap.malloc(n * group * acc, op, "temporary")
         c3 = cap.malloc(n * group * acc, op, "temporary")
-        c1 = cap.malloc(n * c * acc, op, "temporary") if gamma is not None else None
+        # H*W == 1: `GroupNorm1dBackward` (ds and db made and left unused) folds c1 into its kernel
+        c1 = cap.malloc(n * c * acc, op, "temporary") if gamma is not None and hxw > 1 else None
         del c1, c2, c3
     del ds, db
     return out
