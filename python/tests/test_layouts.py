@@ -400,6 +400,28 @@ def test_bicubic_backward_copies_a_strided_gradient_contiguous():
     assert _extra(run, plain) == (0, 0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bilinear_backward_copies_as_its_host_code_chooses(dtype):
+    # UpSampleBilinear2d.cu, one host path for every floating dtype: a channel slice of a `cat`
+    # (blind16/p02's H200 per-op truth, float32) is copied contiguous; a channels-last gradient of
+    # 4+ channels runs the NHWC kernel as it is; one of 2 channels runs the NCHW kernel, over a
+    # zeroed contiguous stand-in for the channels-last result and a contiguous copy of the gradient
+    size = torch.tensor([], dtype=dtype).element_size()
+
+    def run(c):
+        return lambda g: aten.upsample_bilinear2d_backward(g, [64, 64], [2, c, 32, 32], False, 2.0, 2.0)
+
+    def cat_slice(c):
+        return lambda: (torch.empty(2, 2 * c, 64, 64, device="cuda", dtype=dtype)[:, :c],)
+
+    def channels_last(c):
+        return lambda: (torch.empty(2, 64, 64, c, device="cuda", dtype=dtype).permute(0, 3, 1, 2),)
+
+    assert _extra(run(8), cat_slice(8)) == (1, 2 * 8 * 64 * 64 * size)
+    assert _extra(run(8), channels_last(8)) == (0, 0)
+    assert _extra(run(2), channels_last(2)) == (2, 2 * 2 * 32 * 32 * size + 2 * 2 * 64 * 64 * size)
+
+
 def test_antialiased_upsampling_copies_a_strided_input_or_gradient_contiguous():
     # blind109/de05's H200 per-op truth: SigLIP2 resizes its (1, 768, 16, 16) position embeddings,
     # a permuted view (strides (768, 1, 12288, 768), not channels-last: its batch stride), by

@@ -3068,14 +3068,31 @@ AFTER[aten.max_pool2d_with_indices_backward.default] = _pool2d_backward
 
 
 def _upsample_bilinear2d_backward(cap, func, call, outs):
-    """`upsample_bilinear2d_backward` (cuda/UpSampleBilinear2d.cu) of a float32 gradient: the
-    same copy as `_upsample_nearest2d` (its NHWC kernel's `contiguous(ChannelsLast)`, else
-    `contiguous()`; blind16/p02's H200 record: Segformer's channel slices of a `cat`)."""
-    src = call[0][0]
-    if registered(src) and src.dtype != torch.float32:
-        cap.note_unmeasured(f"aten::upsample_bilinear2d_backward of {src.dtype}")
+    """`upsample_bilinear2d_backward_out_cuda_template` (cuda/UpSampleBilinear2d.cu), one host path
+    for every floating dtype: a same-size gradient is copied straight into the result; a
+    channels-last gradient of 4 channels or more into a channels-last result runs the NHWC kernel
+    over `contiguous(ChannelsLast)`; otherwise a zeroed contiguous result stands in for a strided
+    one and the gradient is made `contiguous()`, both freed at the return (blind16/p02's H200 record:
+    Segformer's channel slices of a `cat`, a full-size copy each)."""
+    (args, _kw) = call
+    grad, result = args[0], outs[0]
+    if not registered(grad) or result.numel() == 0 or tuple(grad.shape) == tuple(result.shape):
         return
-    _upsample_nearest2d(cap, func, call, outs)
+    if (
+        _suggests_channels_last(grad)
+        and grad.size(1) >= 4
+        and result.is_contiguous(memory_format=_cl_format(result))
+    ):
+        copy = (
+            _temp(cap, grad, func._schema.name)
+            if not grad.is_contiguous(memory_format=_cl_format(grad))
+            else None
+        )
+        del copy
+        return
+    stand_in = None if result.is_contiguous() else _temp(cap, result, func._schema.name)
+    copy = None if grad.is_contiguous() else _temp(cap, grad, func._schema.name)
+    del stand_in, copy
 
 
 AFTER[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear2d_backward
