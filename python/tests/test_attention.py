@@ -153,6 +153,19 @@ def test_flex_attention_outside_compile_runs_the_dense_composite(causal):
         assert q.grad is not None and q.grad.shape == q.shape
 
 
+def test_flex_attention_score_mod_indexing_a_cuda_tensor_runs_eagerly():
+    # blind61/bi05: an ALiBi score_mod reads `slopes[h]`; flex_attention's eager backward graph is
+    # traced under a fake mode, whose index values are fake tensors the bounds check cannot read
+    from torch.nn.attention.flex_attention import flex_attention
+
+    with vramscope.capture(gpu="h200"):
+        slopes = torch.exp2(-torch.arange(1, 3, device="cuda", dtype=torch.float32))
+        q, k, v = (torch.randn(1, 2, 128, 64, device="cuda", requires_grad=True) for _ in range(3))
+        out = flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s - slopes[h] * (i - j))
+        out.sum().backward()
+        assert q.grad is not None and q.grad.shape == q.shape
+
+
 def test_jagged_attention_takes_flash_as_an_h200_does():
     with vramscope.capture(gpu="h200"):
         offsets = torch.tensor([0, 100, 164, 300], device="cuda")

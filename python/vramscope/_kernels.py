@@ -14,6 +14,7 @@ import sys
 
 import torch
 from torch._prims_common import suggest_memory_format
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import _autocast, _hostmem, _tensor
 from ._tensor import assumed, fast_setup_layout, registered, set_value, tensors_in, value
@@ -4235,6 +4236,8 @@ def index_out_of_range(func, args) -> str | None:
         v = value(index)
         if v is None or assumed(index) or v.is_floating_point() or v.dtype == torch.bool:
             continue
+        if isinstance(v, FakeTensor):  # computed under a tracer's fake mode (flex_attention's eager
+            continue  # create_fw_bw_graph, blind61/bi05): no values
         if ignored:
             v = v[v != ignored[0]]
             if v.numel() == 0:
