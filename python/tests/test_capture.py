@@ -1074,8 +1074,9 @@ def test_embedding_bag_backward_sorts_its_indices_as_embedding_backward_does():
 def test_embedding_bag_allocates_bag_size_offset2bag_then_its_output():
     # blind123/ds05's H200 history of a sum EmbeddingBag(1000001, 64) with per_sample_weights over
     # (8192, 50) ids: F.embedding_bag's offsets, then `_embedding_bag_cuda`'s bag_size, offset2bag
-    # and output (65,536, 65,536, 3,276,800, 2,097,152 bytes)
-    with vramscope.capture(gpu="h200"):
+    # and output (65,536, 65,536, 3,276,800, 2,097,152 bytes), nothing else: the 343 forward calls
+    # of the blind sets' H200 per-op records allocate their outputs only
+    with vramscope.capture(gpu="h200") as cap:
         bag = torch.nn.EmbeddingBag(1_000_001, 64, mode="sum", padding_idx=0, device="cuda")
         ids = torch.randint(1, 1_000_001, (8192, 50), device="cuda")
         w = torch.ones(8192, 50, device="cuda")
@@ -1084,6 +1085,11 @@ def test_embedding_bag_allocates_bag_size_offset2bag_then_its_output():
         trace = torch.cuda.memory._snapshot()["device_traces"][0]
         sizes = [e["size"] for e in trace if e["action"] == "alloc"]
         assert sizes == [65_536, 65_536, 3_276_800, 2_097_152]
+        assert not cap.unmeasured
+        # indices and offsets of two dtypes: `promoteIndicesAndOffsets` converts one first, unplaced
+        F = torch.nn.functional
+        F.embedding_bag(ids.flatten().int(), bag.weight, torch.arange(0, 8192 * 50, 50, device="cuda"))
+    assert list(cap.unmeasured) == ["aten::_embedding_bag of torch.int32 indices and torch.int64 offsets"]
 
 
 def test_conv_backward_copies_a_sliced_gradient_in_each_pass():
