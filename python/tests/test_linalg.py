@@ -399,17 +399,19 @@ def test_solve_factors_then_solves_with_a_proxy_for_a_vector():
     # av01's measured pieces (getrf's 3,840 bytes at 192 rows, the triangular route of lu_solve)
     # composed as `_linalg_solve_ex_out` runs them: result, LU, pivots, info, getrf's workspace;
     # a vector B's unsqueezed result is not column-major, so lu_solve_out's meta takes a proxy;
-    # the permutation, the first trsm's 32 MiB cuBLAS workspace, B's clone; then check_errors
+    # lu_solve's non-adjoint triangular route (as the H200 counted it, the test below): the
+    # permutation, its inverse's arange and scatter, P^T B, the first trsm's 32 MiB cuBLAS
+    # workspace; then check_errors
     with vramscope.capture(gpu="h200") as cap:
         a = torch.empty(192, 192, device="cuda")
         b = torch.empty(192, device="cuda")
         x, counts = counted(lambda: torch.linalg.solve(a, b))
-        want = 768 + 147456 + 768 + 4 + 3840 + 768 + 1536 + 32 * 1024 * 1024 + 768 + 2
-        assert x.shape == (192,) and counts == (11, want)
+        want = 768 + 147456 + 768 + 4 + 3840 + 768 + 3 * 1536 + 768 + 32 * 1024 * 1024 + 2
+        assert x.shape == (192,) and counts == (13, want)
         # a matrix B: no proxy (the handle is there now)
         m = torch.empty(192, 192, device="cuda")
         x, counts = counted(lambda: torch.linalg.solve(a, m))
-        assert x.stride() == (1, 192) and counts == (9, 3 * 147456 + 768 + 4 + 3840 + 1536 + 2)
+        assert x.stride() == (1, 192) and counts == (11, 3 * 147456 + 768 + 4 + 3840 + 3 * 1536 + 2)
         # 48 rows, 4 columns: looped cuSOLVER getrs and its int32 info
         c = torch.empty(48, 48, device="cuda")
         d = torch.empty(48, 4, device="cuda")
@@ -420,13 +422,13 @@ def test_solve_factors_then_solves_with_a_proxy_for_a_vector():
 
 def test_inv_solves_against_the_identity_in_place():
     # result and info, then linalg_solve_ex_out's LU and pivots, getrf's workspace (av01's 3,840
-    # bytes at 192 rows), lu_solve in place on the result: the permutation, the first trsm's 32 MiB
-    # cuBLAS workspace, the clone of the final scatter; then linalg.inv's check_errors
+    # bytes at 192 rows), lu_solve in place on the result: the permutation, its inverse, P^T B, the
+    # first trsm's 32 MiB cuBLAS workspace; then linalg.inv's check_errors
     with vramscope.capture(gpu="h200") as cap:
         a = torch.empty(192, 192, device="cuda")
         x, counts = counted(lambda: torch.linalg.inv(a))
-        want = 3 * 147456 + 4 + 768 + 3840 + 1536 + 32 * 1024 * 1024 + 2
-        assert x.stride() == (1, 192) and counts == (10, want)
+        want = 3 * 147456 + 4 + 768 + 3840 + 3 * 1536 + 32 * 1024 * 1024 + 2
+        assert x.stride() == (1, 192) and counts == (12, want)
         # 12 rows: batched getrs over two pointer arrays (av01's 768-byte getrf workspace)
         b = torch.empty(12, 12, device="cuda")
         _, counts = counted(lambda: torch.inverse(b))
@@ -453,6 +455,47 @@ def test_qr_factors_with_geqrf_then_orgqr_as_the_h200_counted(shape, counts):
     with vramscope.capture(gpu="h200") as cap:
         a = torch.empty(*shape, device="cuda")
         _, got = counted(lambda: torch.linalg.qr(a))
+        assert got == counts
+    assert not cap.unmeasured
+
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize(
+    "op, a_shape, b_shape, dtype, counts",
+    [
+        # blind48/av01: one matrix, B square (the looped getrf, lu_solve's triangular route)
+        ("solve", (24, 24), (24, 24), torch.float32, (13, 8388)),
+        ("solve", (48, 48), (48, 48), torch.float32, (13, 30308)),
+        ("inv", (24, 24), None, torch.float32, (13, 8388)),
+        ("inv", (48, 48), None, torch.float32, (13, 30308)),
+        ("inv", (12, 12), None, torch.float32, (7, 1988)),
+        # blind117/dm06: the Gram of 2,049 rows against 200 columns
+        ("solve", (2049, 2049), (2049, 200), torch.float32, (9, 20185188)),
+        # blind117/dm04: 2,048 matrices (cuBLAS's getrfBatched and its pointer array)
+        ("solve", (2048, 12, 12), (2048, 12, 24), F64, (14, 12378304)),
+        ("inv", (2048, 24, 24), None, F64, (13, 29368704)),
+        # blind101/cw07: slices of (96, 6, 6) against a column
+        ("solve", (96, 3, 3), (96, 3, 1), torch.float32, (7, 8448)),
+    ],
+)
+def test_solve_and_inv_allocate_as_the_h200_counted(op, a_shape, b_shape, dtype, counts):
+    # the H200's per-op records (fixtures/run/truth_blind{48,101,117}_h200.tar.xz), outputs
+    # included, the cuBLAS handle already made: lu_solve takes the non-adjoint route (the inverse
+    # permutation and P^T B) for a contiguous A too
+    with vramscope.capture(gpu="h200") as cap:
+        torch.mm(torch.empty(8, 8, device="cuda"), torch.empty(8, 8, device="cuda"))
+        if a_shape == (96, 3, 3):
+            a = torch.empty(96, 6, 6, device="cuda")[:, :3, :3]
+            b = torch.empty(96, 6, device="cuda")[:, :3].unsqueeze(-1)
+        else:
+            a = torch.empty(*a_shape, device="cuda", dtype=dtype)
+            b = torch.empty(*b_shape, device="cuda", dtype=dtype) if b_shape else None
+        if op == "solve":
+            _, got = counted(lambda: torch.ops.aten._linalg_solve_ex(a, b))
+        else:
+            _, got = counted(lambda: torch.linalg.inv_ex(a))
         assert got == counts
     assert not cap.unmeasured
 

@@ -743,20 +743,26 @@ AFTER[aten.linalg_solve_triangular.default] = _solve_triangular
 
 
 def lu_factor(cap, lu, pivot: bool, op: str) -> None:
-    """`lu_factor` on CUDA (cuda/linalg/BatchLinearAlgebra.cpp) of the F-contiguous `lu`, the
-    default backend's one square matrix (or the cuSOLVER preference's rectangular, single or at
-    least 512-row ones): `lu_factor_looped_cusolver`, `getrf` with its workspace
-    (`GETRF_WORKSPACE`) allocated and freed per matrix; without pivoting the trivial pivots from an
-    int32 `arange`. Batched cuBLAS and MAGMA paths are named unmeasured."""
+    """`lu_factor` on CUDA (cuda/linalg/BatchLinearAlgebra.cpp) of the F-contiguous `lu`. The default
+    backend takes cuSOLVER's side for square matrices, single, of at most 16 rows, or of at most 128
+    rows in at most 16 matrices, else MAGMA's batched getrf; cuSOLVER's side (and
+    the cuSOLVER preference) runs `lu_factor_looped_cusolver` for rectangular, single or 512-row
+    matrices: `getrf` with its workspace (`GETRF_WORKSPACE`) allocated and freed per matrix; other
+    batches `lu_factor_batched_cublas`: `get_device_pointers` (8 bytes a matrix, blind101/cw07's and
+    blind117/dm04's H200 per-op records of 96 x 3 x 3 to 2048 x 12 x 12) and getrfBatched on the
+    handle. Without pivoting, the trivial pivots from an int32 `arange`."""
     m, n = lu.size(-2), lu.size(-1)
     batch = _batch(lu)
     backend = _backend()
-    looped = (backend == "default" and batch == 1 and m == n) or (
-        backend == "cusolver" and (m != n or batch == 1 or m >= 512)
+    cusolver_side = backend == "cusolver" or (
+        backend == "default" and m == n and (batch == 1 or m <= 16 or (m <= 128 and batch <= 16))
     )
-    if not looped:
-        cap.note_unmeasured(f"{op}: LU factorization of {batch} x {m} x {n} (batched cuBLAS or MAGMA)")
-    else:
+    if not cusolver_side:
+        # `lu_factor_batched_magma`: pointer arrays in pinned host memory, MAGMA's own device
+        # scratch by cudaMalloc outside the caching allocator; its queue takes the current cuBLAS
+        # handle (blind117/dm04's H200 record of 2,048 x 24 x 24: nothing else counted)
+        cap.blas("magma_getrf_batched", lu.dtype)
+    elif m != n or batch == 1 or m >= 512:
         nbytes = GETRF_WORKSPACE.get((m, n, lu.dtype))
         if nbytes is None:
             cap.note_unmeasured(f"{op}'s cuSOLVER getrf workspace ({m} x {n}, {lu.dtype})")
@@ -764,6 +770,10 @@ def lu_factor(cap, lu, pivot: bool, op: str) -> None:
             for _ in range(batch):
                 work = cap.malloc(nbytes, op, "temporary")
                 del work
+    else:
+        pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("getrfBatched", lu.dtype)
+        del pointers
     if not pivot:
         trivial = cap.malloc(4 * min(m, n), op, "temporary")
         del trivial
@@ -988,8 +998,8 @@ def _matrix_strides(sizes, column_major: bool) -> tuple:
 
 def _linalg_solve_ex(cap, func, args, kwargs):
     """`_linalg_solve_ex` on CUDA (`TORCH_IMPL_FUNC(_linalg_solve_ex_out)`, BatchLinearAlgebra.cpp):
-    result, LU, pivots and info (its meta function's order); `linalg_lu_factor_ex_out` of A (of
-    A^T where A is contiguous and real: then the adjoint system is solved); `_linalg_check_errors`
+    result, LU, pivots and info (its meta function's order); `linalg_lu_factor_ex_out` of A;
+    `_linalg_check_errors`
     where asked; `linalg_lu_solve_out` into the result (unsqueezed for a vector B), whose meta
     function takes a proxy where the result's strides are not the column-major ones it sets
     (`set_output_strided`; a vector B's result), copied back and freed after the solve."""
@@ -1015,8 +1025,11 @@ def _linalg_solve_ex(cap, func, args, kwargs):
     proxy = None
     if tuple(result_.stride()) != wanted:
         proxy = cap.malloc(result_.numel() * result_.element_size(), op, "temporary")
-    use_a_t = a.is_contiguous() and not a.is_complex()
-    lu_solve_out(cap, lu, pivots, result_, left, use_a_t, op)
+    # the source factors a contiguous real A as A^T and solves the adjoint system (`use_A_T`), but
+    # the H200's lu_solve allocates the non-adjoint route's inverse permutation and P^T B for it
+    # (fixtures/run/README.md, blind117: six per-op records of solve_ex and inv_ex, one to 2048
+    # matrices, every allocation's count and bytes); the twin follows the measurement
+    lu_solve_out(cap, lu, pivots, result_, left, False, op)
     del proxy
     return result, lu, pivots, info
 
@@ -1047,8 +1060,8 @@ def _linalg_inv_ex(cap, func, args, kwargs):
         )
         lu_factor(cap, lu_f, True, op)
         pivots_t = torch.empty(a.shape[:-1], dtype=torch.int32, device="meta")
-        use_a_t = a.is_contiguous() and not a.is_complex()
-        lu_solve_out(cap, lu_f, pivots_t, result, True, use_a_t, op)
+        # non-adjoint, as the H200 measured `_linalg_solve_ex` (there)
+        lu_solve_out(cap, lu_f, pivots_t, result, True, False, op)
         del pivots, lu
     if p.get("check_errors", False):
         check_errors(cap, info, op)
