@@ -1546,6 +1546,24 @@ def test_torchvision_roi_ops_allocate_their_outputs_and_dense_copies():
     assert not cap.unmeasured
 
 
+def test_ops_without_meta_kernels_take_their_cuda_kernels_rules():
+    # cuda/Distributions.cpp: gamma draws into one `empty`; Dirichlet's also sums them over the
+    # last dim (freed); FakeQuant*.cpp: the output and a bool mask in the input's layout
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.ones(64, 1000, device="cuda")
+        g, counts = counted(lambda: torch._standard_gamma(a))
+        assert g.shape == (64, 1000) and counts == (1, 256000)
+        d, counts = counted(lambda: torch._sample_dirichlet(a))
+        assert d.shape == (64, 1000) and counts == (2, 256000 + 256)
+        assert torch.cuda.memory_allocated() == 3 * 256000
+        x = torch.empty(8, 16, 4, 4, device="cuda").to(memory_format=torch.channels_last)
+        (y, mask), counts = counted(
+            lambda: torch.ops.aten.fake_quantize_per_tensor_affine_cachemask(x, 0.1, 0, 0, 255)
+        )
+        assert y.stride() == x.stride() and mask.dtype == torch.bool and counts == (2, 8192 + 2048)
+    assert not cap.unmeasured
+
+
 def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
     # torch.library.custom_op: the GPU runs the Python implementation (blind53/ba02's H200 record);
     # its fake kernel alone would give the output without the 4 MiB temporary inside

@@ -3283,6 +3283,52 @@ def _multinomial(cap, func, args, kwargs):
 
 
 DISPATCH[aten.multinomial.default] = _multinomial
+
+
+def _standard_gamma(cap, func, args, kwargs):
+    """`_s_gamma_cuda` (cuda/Distributions.cpp): `at::empty(alpha.sizes(), alpha.options())` filled
+    by the gamma kernel, nothing else (the op has no meta kernel, so the twin makes its output here
+    rather than from a CPU run)."""
+    alpha = args[0]
+    if not registered(alpha) or kwargs or len(args) > 2:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        return alpha.new_empty(alpha.shape)
+
+
+def _sample_dirichlet(cap, func, args, kwargs):
+    """`_s_dirichlet_cuda` (cuda/Distributions.cpp): the gamma draws into `at::empty(alpha.sizes())`,
+    then `ret.sum(-1, true)` (freed at the return) to normalize them in place."""
+    alpha = args[0]
+    if not registered(alpha) or kwargs or len(args) > 2 or alpha.dim() == 0:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        ret = alpha.new_empty(alpha.shape)
+        gamma_sum = ret.sum(-1, keepdim=True)
+        del gamma_sum
+    return ret
+
+
+def _fake_quantize_cachemask(cap, func, args, kwargs):
+    """`fake_quantize_per_{tensor,channel}_affine_cachemask` (quantized/FakeQuantPerTensorAffine.cpp,
+    FakeQuantPerChannelAffine.cpp): `empty_like(self)` and a bool `empty_like` mask, both in the
+    input's preserved layout, filled by one kernel."""
+    x = args[0]
+    if not registered(x) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        y = torch.empty_like(x, memory_format=torch.preserve_format)
+        mask = torch.empty_like(x, dtype=torch.bool, memory_format=torch.preserve_format)
+    return y, mask
+
+
+DISPATCH[aten._standard_gamma.default] = _standard_gamma
+DISPATCH[aten._sample_dirichlet.default] = _sample_dirichlet
+DISPATCH[aten.fake_quantize_per_tensor_affine_cachemask.default] = _fake_quantize_cachemask
+DISPATCH[aten.fake_quantize_per_channel_affine_cachemask.default] = _fake_quantize_cachemask
 SCRATCH_UNMODELLED.discard("aten::multinomial")
 
 
