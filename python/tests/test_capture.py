@@ -217,6 +217,22 @@ def test_affine_grid_runs_its_parts_through_autocast():
         assert torch.cuda.max_memory_allocated() - before == 6291456 + 1536 + 3145728 + 2097152
 
 
+def test_a_fake_tensor_mode_makes_its_tensors_without_device_memory():
+    """Under a FakeTensorMode (an infra mode below the twin's: flex_attention's
+    `create_fw_bw_graph` makes its example tensors under its own) factories and ops give fake CUDA
+    tensors and no device memory (blind126/dv01: 36 zero-dim tensors, 18,432 bytes the twin had
+    allocated and the H200's record does not hold)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(1024, device="cuda")
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            a = torch.empty_strided((), (), device="cuda", dtype=torch.bfloat16)
+            b = torch.zeros(256, 256, device="cuda") * 2
+        assert isinstance(a, FakeTensor) and a.device == torch.device("cuda", 0) and b.is_cuda
+        assert torch.cuda.memory_allocated() == x.nbytes == torch.cuda.max_memory_allocated()
+
+
 def test_phases_follow_reset_peak_memory_stats(tmp_script):
     script = tmp_script(
         "import torch\n"

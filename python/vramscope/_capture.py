@@ -437,6 +437,11 @@ class _DispatchMode(TorchDispatchMode):
                 # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
                 # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
                 return NotImplemented
+        if torch._C._get_dispatch_mode(_FAKE_KEY) is not None:
+            # a FakeTensorMode below the program's modes (an infra mode: flex_attention's
+            # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
+            # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
+            return func(*args, **(kwargs or {}))
         with _KERNELS:
             try:
                 return self.cap.dispatch(func, args, kwargs or {})
@@ -483,6 +488,7 @@ _flex_attention_dense()
 
 _PLAIN = torch._C._disabled_torch_dispatch_impl
 _FakeTensor = torch._subclasses.fake_tensor.FakeTensor
+_FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
 
 
 _KERNELS = _tensor.kernels()
