@@ -10,6 +10,8 @@ blind4's after file): scripts within 0.5% peak allocated / 2% peak reserved in
 every phase, and phases exact in all five figures. A script that raised on the
 GPU counts as a miss. Then the totals, and the scripts not exact in every
 phase of their latest answers.
+A set answered (`answers_blindN_h200.jsonl` or its `.xz`) whose GPU run is not recorded yet is
+listed as awaiting the GPU, outside the totals.
 """
 
 import os
@@ -22,6 +24,14 @@ from run_compare import ALLOC_TOL, RESERVED_TOL, compare, fixture, load
 def sets(fixtures):
     names = (re.match(r"run_blind(\d+b?)_h200\.jsonl$", f) for f in os.listdir(fixtures))
     found = {m.group(1) for m in names if m}
+    return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
+
+
+def awaiting(fixtures):
+    """Sets answered blind whose GPU run (`run_blindN_h200.jsonl`) is not recorded yet (blind21b's
+    answers are blind21's u03, tallied with blind21)."""
+    names = (re.match(r"answers_blind(\d+b?)_h200\.jsonl(\.xz)?$", f) for f in os.listdir(fixtures))
+    found = {m.group(1) for m in names if m} - set(sets(fixtures)) - {"21b"}
     return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
 
 
@@ -73,6 +83,13 @@ def main():
     print(f"{len(misses)} scripts not exact in every phase of their latest answers:")
     for s, script, n, ex in misses:
         print(f"  blind{s} {script} {ex} of {n}")
+    for s in awaiting(fx):
+        answered = load(path(f"answers_blind{s}_h200.jsonl"))
+        phases = sum(len(r) for r in answered.values())
+        print(
+            f"blind{s}: {len(answered)} scripts, {phases} phases answered,"
+            f" awaiting the GPU (no run_blind{s}_h200.jsonl)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""validation/run_blind_tally.py: a set answered blind whose GPU run is not recorded yet is listed
+as awaiting the GPU and left out of the totals."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def _write(path, rows, xz=False):
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if xz:
+        with lzma.open(str(path) + ".xz", "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+
+
+def test_answered_set_without_gpu_run_is_awaiting(tmp_path):
+    rec = {
+        "script": "x01",
+        "phase": "phase0",
+        "allocated": 0,
+        "peak_allocated": 512,
+        "reserved": 2097152,
+        "peak_reserved": 2097152,
+        "requested": 512,
+    }
+    _write(tmp_path / "run_blind5_h200.jsonl", [rec])
+    _write(tmp_path / "answers_blind5_h200.jsonl", [rec], xz=True)
+    _write(
+        tmp_path / "answers_blind7_h200.jsonl", [rec | {"script": "y01"}, rec | {"script": "y02"}], xz=True
+    )
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "1 sets, 1 scripts, 1 phases: as answered 1 within, 1 phases exact" in out
+    assert "blind7: 2 scripts, 2 phases answered, awaiting the GPU (no run_blind7_h200.jsonl)" in out
+    assert "blind5:" not in out
