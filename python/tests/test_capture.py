@@ -2172,6 +2172,53 @@ def test_unravel_index_of_a_cuda_tensor():
             torch.unravel_index(indices, (-1, 4))
 
 
+def test_tensor_from_data_requires_grad_and_new_tensor_on_the_gpu():
+    # found by opinfo_sweep.py's backward sweep (GRAD=1; combinations' samples are
+    # `torch.tensor(data, device=..., requires_grad=True)`): the copy to the device dropped
+    # requires_grad; `t.new_tensor(data)` of a CUDA tensor gave a plain meta tensor (device "meta",
+    # uncounted, no values). tensor_new.cpp: both copy to t's device, detach, set requires_grad
+    with vramscope.capture():
+        a = torch.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+        assert a.requires_grad and a.is_leaf
+        torch.combinations(a).sum().backward()
+        assert a.grad.shape == (2,)
+        before = torch.cuda.memory_allocated()
+        b = a.new_tensor([3, 4])
+        c = torch.ones(2).new_tensor(a * 2, device="cuda", requires_grad=True)
+        assert (b.device.type, b.dtype, b.tolist(), b.requires_grad) == (
+            "cuda",
+            torch.float32,
+            [3.0, 4.0],
+            False,
+        )
+        assert (c.device.type, c.tolist(), c.requires_grad, c.is_leaf) == ("cuda", [2.0, 4.0], True, True)
+        assert torch.cuda.memory_allocated() - before == 2 * 512
+
+
+def test_multilabel_margin_loss_of_a_vector_is_0_dim_as_cuda_makes_it():
+    # found by moduleinfo_sweep.py (nn.MultiLabelMarginLoss, 1-D input, reduction none): CUDA's
+    # kernel resizes the loss to () for a 1-D input (cuda/MultiLabelMarginCriterion.cu), PyTorch's
+    # meta kernel gave (1,); an empty batch's backward raised in the twin's CPU sizing
+    with vramscope.capture():
+        x = torch.randn(10, device="cuda", requires_grad=True)
+        t = torch.tensor([3, 0, -1, 1, 0, 0, 0, 0, 0, 0], device="cuda")
+        before = torch.cuda.memory_allocated()
+        y = torch.nn.functional.multilabel_margin_loss(x, t, reduction="none")
+        # is_target (float32 like the target) and the loss, one block each
+        assert y.shape == () and torch.cuda.memory_allocated() - before == 2 * 512
+        expected = torch.nn.functional.multilabel_margin_loss(x.detach().cpu(), t.cpu(), reduction="none")
+        assert y.item() == expected.item()
+        y.backward()
+        assert x.grad.shape == (10,)
+        rows = torch.randn(3, 10, device="cuda", requires_grad=True)
+        assert torch.nn.functional.multilabel_margin_loss(rows, t.expand(3, 10), reduction="none").shape == (
+            3,
+        )
+        empty = torch.randn(0, 10, device="cuda", requires_grad=True)
+        torch.nn.functional.multilabel_margin_loss(empty, t.expand(0, 10), reduction="none").sum().backward()
+        assert empty.grad.shape == (0, 10)
+
+
 def test_abs_of_a_complex_tensor_carries_its_magnitudes():
     # found by opinfo_sweep.py (complex64): istft with a complex window read its envelope's minimum
     # through `abs` of a complex tensor, which carried no values, and raised its overlap-add check

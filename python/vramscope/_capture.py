@@ -315,6 +315,31 @@ def _host_data(cap, data):
     return data
 
 
+def _new_tensor(cap, func, args, kwargs):
+    """`t.new_tensor(data)` onto the simulated GPU (`new_tensor` in torch/csrc/utils/tensor_new.cpp):
+    `data` built on the host in t's dtype unless one is given, then copied, or a tensor `data` copied
+    (`internal_new_from_data`'s `to(device, dtype, copy=True)`); detached, then made to require grad
+    as asked."""
+    self_, dev = args[0], kwargs.get("device")
+    if not (_is_cuda(dev) or (dev is None and is_ours(self_))):
+        return NotImplemented
+    data = args[1] if len(args) > 1 else kwargs["data"]
+    dtype = kwargs.get("dtype") or self_.dtype
+    if isinstance(data, torch.Tensor):
+        src = data.detach()
+        out = (
+            torch.Tensor.to(src, dtype=dtype, copy=True)
+            if is_ours(src)
+            else torch.Tensor.to(src, "meta", dtype)
+        )
+    else:
+        out = torch.Tensor.to(torch.tensor(_host_data(cap, data), dtype=dtype), "meta")
+    return out.requires_grad_(True) if kwargs.get("requires_grad", False) else out
+
+
+_kernels.FUNCTIONS[torch.Tensor.new_tensor] = _new_tensor
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -389,10 +414,14 @@ class _FunctionMode(TorchFunctionMode):
         if name in _FROM_DATA and _is_cuda(dev):
             # torch.tensor(data, device="cuda"): built on the host, then copied; CUDA tensors in
             # the data are read on the host (`recursive_store` in torch/csrc/utils/tensor_new.cpp)
+            # the copy is then made a leaf that requires grad as asked (`tensor_ctor`'s `detach_()`
+            # and `set_requires_grad`, and `asarray`'s, in the same file)
             if args:
                 args = (_host_data(cap, args[0]), *args[1:])
+            requires_grad = kwargs.pop("requires_grad", False)
             host = func(*args, **dict(kwargs, device="cpu"))
-            return torch.Tensor.to(host, "meta")
+            out = torch.Tensor.to(host, "meta")
+            return out.requires_grad_(True) if requires_grad else out
         if name == "to" and args and isinstance(args[0], torch.Tensor):
             rest = list(args[1:])
             positional = bool(rest) and not isinstance(rest[0], torch.Tensor) and _is_cuda(rest[0])

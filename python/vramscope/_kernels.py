@@ -1543,6 +1543,74 @@ DISPATCH[aten.mse_loss.default] = _mse_loss
 DISPATCH[aten.smooth_l1_loss.default] = _mse_loss
 
 
+def _multilabel_margin_loss_forward(cap, func, args, kwargs):
+    """`multilabel_margin_loss_forward` on CUDA (`multilabel_margin_loss_forward_out_cuda_template`,
+    cuda/MultiLabelMarginCriterion.cu): both outputs start empty; the inputs made contiguous,
+    `is_target` resized to the target's size, then the loss: 0-dim for a 1-D input whatever the
+    reduction (PyTorch's meta kernel, its decomposition, gives (1,) without one: found by
+    moduleinfo_sweep.py), one per row without a reduction, else a row temporary summed into the
+    0-dim output."""
+    x, target = args[0], args[1]
+    reduction = args[2] if len(args) > 2 else kwargs["reduction"]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::multilabel_margin_loss_forward"
+    func(*args, **kwargs)  # the shape checks
+    if x.numel() == 0:
+        return tuple(cap.track(torch.empty(0, dtype=x.dtype, device="meta"), op) for _ in range(2))
+    copies = [
+        cap.malloc(t.numel() * t.element_size(), op, "temporary")
+        for t in (x, target)
+        if not t.is_contiguous()
+    ]
+    is_target = cap.track(torch.empty(target.shape, dtype=x.dtype, device="meta"), op)
+    if x.dim() <= 1 or reduction != 0:
+        rows = cap.malloc(x.shape[0] * x.element_size(), op, "temporary") if x.dim() == 2 else None
+        output = cap.track(torch.empty((), dtype=x.dtype, device="meta"), op)
+        if rows is not None:
+            reduce_scratch(cap, [x.shape[0]], None, [True], x.element_size(), _acc_bytes(x.dtype), op)
+        del rows
+    else:
+        output = cap.track(torch.empty(x.shape[0], dtype=x.dtype, device="meta"), op)
+    del copies
+    vx, vt = value(x), value(target)
+    if vx is not None and vt is not None:
+        # the CPU kernel's values, of the same sizes (LossMultiLabelMargin.cpp)
+        v = func(vx, vt, reduction)
+        for t, vv in zip((output, is_target), v, strict=True):
+            set_value(t, vv, assumed(x) or assumed(target))
+    return output, is_target
+
+
+DISPATCH[aten.multilabel_margin_loss_forward.default] = _multilabel_margin_loss_forward
+
+
+def _multilabel_margin_loss_backward(cap, func, args, kwargs):
+    """`multilabel_margin_loss_backward_cuda` (the same file): `zeros_like(self,
+    LEGACY_CONTIGUOUS_MEMORY_FORMAT)`, then its operands made contiguous while the kernel runs;
+    nothing more for an empty input (the CPU kernel, which the twin would size it by, raises on
+    the CUDA forward's empty `is_target`)."""
+    grad_output, x, target, _reduction, is_target = args[:5]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::multilabel_margin_loss_backward"
+    grad_input = cap.track(torch.empty(x.shape, dtype=x.dtype, device="meta"), op)
+    if x.numel() > 0:
+        operands = (x, target, is_target, grad_output)
+        copies = [
+            cap.malloc(t.numel() * t.element_size(), op, "temporary")
+            for t in operands
+            if not t.is_contiguous()
+        ]
+        del copies
+    return grad_input
+
+
+DISPATCH[aten.multilabel_margin_loss_backward.default] = _multilabel_margin_loss_backward
+
+
 def _mse_loss_backward(cap, func, args, kwargs):
     """`mse_loss_backward` (Loss.cpp): `at::zeros_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)` filled
     by the `_out` kernel, so the gradient is contiguous whatever the input's layout (blind68/bp02's
