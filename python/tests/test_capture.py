@@ -1756,6 +1756,27 @@ def test_cudnn_benchmark_mode_empties_the_cache_at_a_problems_first_call():
     assert any("benchmark" in k for k in cap.report()["unmeasured"])
 
 
+def test_cudnn_benchmark_mode_takes_the_measured_search_workspace_at_a_problems_first_call():
+    # blind23/w01's H200 per-op record (truth_blind23_h200.tar.xz): resnet50's fp16 channels-last
+    # stem at batch 64 allocated 3 blocks, 385,627,839 bytes, at its first call under benchmark mode
+    # (the output, the search's workspace, the timed plan's) and 2, 128,475,664 bytes, at its second
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200") as cap:
+        cl = torch.channels_last
+        x = torch.empty(64, 3, 224, 224, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        w = torch.empty(64, 3, 7, 7, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        call = (x, w, None, [2, 2], [3, 3], [1, 1], False, [0, 0], 1)
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            _, first = counted(lambda: aten.convolution(*call))
+            _, second = counted(lambda: aten.convolution(*call))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    assert first == (3, 385_627_839) and second == (2, 128_475_664)
+    assert not any("benchmark" in k for k in cap.report()["unmeasured"])
+
+
 def test_a_constraint_check_of_values_the_twin_lacks_passes():
     # blind35/ai02: transformers' mean resizing of embeddings asks
     # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and

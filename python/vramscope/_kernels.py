@@ -9,7 +9,9 @@ copies cuBLAS needs of operands it cannot address, the values code reads
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 
 import torch
@@ -2029,18 +2031,57 @@ def _in_layout(t, channels_last: bool):
     return t if t.stride() == dense.stride() else dense
 
 
+#: cuDNN benchmark mode's search workspace by forward problem, measured on an H200
+#: (`cudnn_benchmark_h200.json`, made by validation/run/conv_benchmark_table.py)
+_BENCHMARK_TABLE_PATH = os.path.join(os.path.dirname(__file__), "cudnn_benchmark_h200.json")
+_benchmark_table: dict | None = None
+
+
+def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl):
+    """The measured search workspace of a problem's first call under benchmark mode, or None."""
+    global _benchmark_table
+    if _benchmark_table is None:
+        with open(_BENCHMARK_TABLE_PATH) as f:
+            problems = json.load(f)["problems"]
+        _benchmark_table = {
+            (
+                p["op"],
+                p["dtype"],
+                tuple(p["input"]),
+                tuple(p["weight"]),
+                tuple(p["stride"]),
+                tuple(p["padding"]),
+                tuple(p["dilation"]),
+                p["groups"],
+                p["channels_last"],
+            ): p["search_workspace"]
+            for p in problems
+        }
+    if transposed or any(out_pad):
+        return None
+    key = (
+        op,
+        dtype,
+        tuple(x.shape),
+        tuple(w.shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        groups,
+        cl,
+    )
+    return _benchmark_table.get(key)
+
+
 def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
     """`run_single_conv` under `torch.backends.cudnn.benchmark` (cudnn/Conv_v8.cpp): the first call
     of a problem times cuDNN's plans in a workspace as large as the largest plan's
-    (`generate_and_filter_plans`), then empties the allocator's cache
+    (`generate_and_filter_plans`), frees it, then empties the allocator's cache
     (`_cudnn_get_conv_benchmark_empty_cache`, on by default) before running the fastest plan; later
-    calls find the plan in the benchmark cache. The search's workspace and the timed choice are
-    the GPU's own: named unmeasured, the heuristics' workspace stands in for the choice."""
+    calls find the plan in the benchmark cache. The search's workspace is the H200's measured one
+    where the problem was measured (`cudnn_benchmark_h200.json`), else named unmeasured; the
+    heuristics' workspace stands in for the timed plan's."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
-    cap.note_unmeasured(
-        "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the search's workspace and "
-        "the timed plan's"
-    )
     key = (
         op,
         dtype,
@@ -2057,9 +2098,20 @@ def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
         torch.backends.cudnn.allow_tf32,
     )
     seen = cap.cudnn_benchmarked
+    search = _benchmark_search_workspace(
+        op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl
+    )
+    if search is None:
+        cap.note_unmeasured(
+            "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the search's workspace and "
+            "the timed plan's"
+        )
     if key in seen:
         return
     seen.add(key)
+    if search:
+        ws = cap.malloc(search, "aten::cudnn_convolution", "workspace")
+        del ws
     if getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", lambda: True)():
         cap.device.empty_cache()
 
