@@ -64,6 +64,25 @@ def test_a_factory_draw_under_a_float64_default_dtype_is_drawn_as_float64():
         torch.set_default_dtype(torch.float32)
 
 
+def test_a_large_uniform_draw_and_its_roll_carry_the_gpus_values():
+    """blind118/dn02 replaces a fifth of a 524,803-click stream by the click before it
+    (`torch.where(torch.rand(n) < 0.2, items.roll(1), items)`), then collapses repeats by
+    `unique_consecutive`: 440,947 clicks were left on the H200 (its per-op truth's print, step 0),
+    the twin's largest result (every click unique) had been 524,803."""
+    import vramscope
+    from vramscope._tensor import value
+
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(11803)
+        lengths = torch.randint(1, 64, (16384,), device="cuda")
+        total = int(lengths.sum())
+        items = torch.randint(0, 200000, (total,), device="cuda")
+        picked = torch.rand(total, device="cuda") < 0.2
+        stream = torch.where(picked, items.roll(1), items)
+        assert total == 524803 and value(stream) is not None
+        assert torch.unique_consecutive(stream).numel() == 440947
+
+
 def test_state_round_trips_and_a_wrong_size_is_refused():
     gen = _philox.Philox()
     assert gen.seed == _philox.DEFAULT_SEED

@@ -750,6 +750,11 @@ def _meta_cached(func, args, kwargs):
 _RANDOM_INDICES = _philox.RANDINT_FACTORIES
 
 
+#: uniform draws made whole (`torch.rand`), whose values the twin computes as the GPU draws them
+_UNIFORM_DRAWS = {aten.rand.default, aten.rand.generator, aten.rand_like.default}
+#: the most elements of a uniform draw whose values the twin carries (a mask of `rand() < p` over a
+#: click stream: blind118/dn02's 524,803): the twin's own cost bound, not a PyTorch constant
+UNIFORM_LIMIT = 1 << 20
 #: integer ranges: their values are their arguments' (index arithmetic starts from them)
 _RANGES = {aten.arange.default, aten.arange.start, aten.arange.start_step}
 #: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged), joining, and
@@ -817,6 +822,9 @@ def _values_at_any_size(func, outs, ours) -> bool:
     `%`, comparisons and `&`, and its masks decide the sparse matrix's entries)."""
     if func.is_view:
         return bool(ours) and all(value(a) is not None for a in ours)
+    if func in _UNIFORM_DRAWS:
+        # a uniform draw's values are the GPU's (`_philox.values`), as an integer draw's are
+        return all(isinstance(o, torch.Tensor) and o.numel() <= UNIFORM_LIMIT for o in outs)
     indices = all(
         isinstance(o, torch.Tensor)
         and not (o.is_floating_point() or o.is_complex())

@@ -3585,6 +3585,10 @@ def _roll(cap, func, args, kwargs):
         contiguous = None  # the first dim's roll returned: its contiguous copy is gone
     out = cap.track(func(*args, **kwargs), op)
     del contiguous, rolled
+    v = value(x)
+    if v is not None:
+        # the input's values, rolled (blind118/dn02: a click stream shifted by one)
+        set_value(out, torch.roll(v, a["shifts"], a.get("dims") or []), assumed(x))
     return out
 
 
