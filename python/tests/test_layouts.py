@@ -987,3 +987,19 @@ def test_masked_select_backward_scatters_into_its_zeros_in_place():
         # (the loss's gradient first: 4-byte scalars)
         first = allocs.index(n * 4)
         assert allocs[first : first + 3] == [n * 4, n * 8, 1279] and x.grad.shape == (n,)
+
+
+@pytest.mark.parametrize("op", [aten._log_softmax_backward_data, aten._softmax_backward_data])
+def test_softmax_backwards_give_a_contiguous_gradient_as_the_structured_meta_function_does(op):
+    # SoftMax.cpp's TORCH_META_FUNCs: set_output_raw_strided(0, grad.sizes(), {}, ...), as the CPU
+    # kernel gives; blind21/u02's H200 history (histories_s22_h200.tar.xz): the CTC head's
+    # log_softmax gradient of a transposed `ctc_loss` gradient, then lm_head's `mm` with no copy
+    with vramscope.capture(gpu="h200"):
+        out = torch.empty(4, 6, 32, device="cuda")
+        grad = torch.empty(6, 4, 32, device="cuda").transpose(0, 1)
+        gi = op(grad, out, -1, torch.float32)
+        cpu = op(torch.randn(6, 4, 32).transpose(0, 1), torch.randn(4, 6, 32), -1, torch.float32)
+        assert gi.stride() == cpu.stride() == (192, 32, 1)
+        before = torch.cuda.memory_allocated()
+        gi.view(-1, 32)
+        assert torch.cuda.memory_allocated() == before

@@ -2994,7 +2994,9 @@ def _softmax_backward_data(cap, func, args, kwargs):
     cap.ops += 1
     op = func._schema.name
     out = func(*args)
-    cap.track(out, op)
+    # the structured meta function's `set_output_raw_strided(0, grad.sizes(), {}, ...)`: contiguous
+    # whatever the gradient's strides (SoftMax.cpp), where the meta device's log_softmax follows them
+    out = cap.track(out if out.is_contiguous() else out.contiguous(), op)
     if grad.numel() == 0:
         return out
     tmp, first = None, grad
