@@ -401,3 +401,18 @@ def test_to_sparse_with_fewer_sparse_dims_or_a_csr_layout_runs_its_parts():
         assert h._indices().tolist() == [[0, 2]] and h._values().shape == (2, 3)
         c = d.to_sparse(layout=torch.sparse_csr)
         assert c.layout is torch.sparse_csr and c.values().shape == (3,)
+
+
+def test_sampled_addmm_of_a_csr_matrix_runs_its_cuda_parts():
+    # found by opinfo_sweep.py (GRAD=1, float32): sparse_sampled_addmm had no rule (no SparseCsrMeta
+    # kernel): SparseBlas.cpp's result `empty({0, 0})` resized to C's rows + 1 compressed indices
+    # and C's entries, C copied in; cuSPARSE SDDMM's buffer is named unmeasured
+    with vramscope.capture():
+        c = torch.eye(64, device="cuda").to_sparse_csr()
+        a, b = torch.randn(64, 8, device="cuda"), torch.randn(8, 64, device="cuda")
+        before = torch.cuda.memory_allocated()
+        r = torch.sparse.sampled_addmm(c, a, b)
+        assert r.layout is torch.sparse_csr and r.shape == (64, 64) and r.values().shape == (64,)
+        # 65 int64 compressed indices (a 1,024-byte block; the first one-index block freed), 64
+        # int64 column indices and 64 float32 values (512 bytes each)
+        assert torch.cuda.memory_allocated() - before == 1024 + 2 * 512
