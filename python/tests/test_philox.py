@@ -96,3 +96,25 @@ def test_state_round_trips_and_a_wrong_size_is_refused():
         other.set_state(torch.zeros(5, dtype=torch.uint8))
     with pytest.raises(TypeError, match="ByteTensor"):
         other.set_state(torch.zeros(16))
+
+
+@pytest.mark.parametrize(
+    ("numel", "unroll", "threads"),
+    [(1, 4, 256), (1000, 4, 1024), (123457, 4, 4096), (123457, 2, 4096), (7, 2, 640), (1081345, 2, 270336)],
+)
+def test_grid_words_take_each_draw_once_as_each_element_would(numel, unroll, threads):
+    """`_grid_words` computes each (draw, thread) once for the unroll elements it serves: the same
+    words as Philox taken element by element (thread li % threads, draw q // unroll of
+    q = li // threads, slot q % unroll)."""
+    seed, offset = 2**63 + 7, 12345 * 4
+    li = torch.arange(numel, dtype=torch.int64)
+    q = li // threads
+    draw = offset // 4 + q // unroll
+    words = _philox.philox(seed, [draw & _philox.MASK, draw >> 32, li % threads, torch.zeros_like(li)])
+    slot = q % unroll
+    if unroll == 4:
+        want = [torch.stack(words).gather(0, slot.unsqueeze(0))[0]]
+    else:
+        want = [torch.where(slot == 0, words[0], words[2]), torch.where(slot == 0, words[1], words[3])]
+    got = _philox._grid_words(seed, offset, numel, unroll, threads)
+    assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))

@@ -108,12 +108,10 @@ def philox(seed: int, ctr: list) -> list:
     for _ in range(10):
         p0 = c0 * _M0
         p1 = c2 * _M1
-        c0, c1, c2, c3 = (
-            ((p1 >> 32) & MASK) ^ c1 ^ k0,
-            p1 & MASK,
-            ((p0 >> 32) & MASK) ^ c3 ^ k1,
-            p0 & MASK,
-        )
+        # in place on this round's own products: the same words, fewer host temporaries
+        hi1 = (p1 >> 32).bitwise_and_(MASK).bitwise_xor_(c1).bitwise_xor_(k0)
+        hi0 = (p0 >> 32).bitwise_and_(MASK).bitwise_xor_(c3).bitwise_xor_(k1)
+        c0, c1, c2, c3 = hi1, p1.bitwise_and_(MASK), hi0, p0.bitwise_and_(MASK)
         k0, k1 = (k0 + _W0) & MASK, (k1 + _W1) & MASK
     return [c0, c1, c2, c3]
 
@@ -121,16 +119,21 @@ def philox(seed: int, ctr: list) -> list:
 def _grid_words(seed: int, offset: int, numel: int, unroll: int, threads: int) -> list:
     """The words behind each element li of `distribution_elementwise_grid_stride_kernel`: thread
     li % threads (`curand_init(seed, thread, offset)`), its draw q // unroll of q = li // threads,
-    and that draw's words for slot q % unroll (one word per slot for 4 slots, two for 2)."""
-    li = torch.arange(numel, dtype=torch.int64)
-    q = li // threads
-    draw = offset // 4 + q // unroll
-    words = philox(seed, [draw & MASK, draw >> 32, li % threads, torch.zeros_like(li)])
-    slot = q % unroll
+    and that draw's words for slot q % unroll (one word per slot for 4 slots, two for 2). Each
+    (draw, thread) is computed once, as the kernel does, for the unroll elements it serves."""
+    width = min(threads, numel)
+    draws = ((numel - 1) // threads) // unroll + 1
+    thread = torch.arange(width, dtype=torch.int64).repeat(draws)
+    draw = (torch.arange(draws, dtype=torch.int64) + offset // 4).repeat_interleave(width)
+    words = [
+        w.view(draws, 1, width)
+        for w in philox(seed, [draw & MASK, draw >> 32, thread, torch.zeros_like(thread)])
+    ]
+    # element li = q * threads + t (q = draw * unroll + slot) lies at (draw, slot, t) of the grid
     if unroll == 4:
-        return [torch.stack(words).gather(0, slot.unsqueeze(0))[0]]
-    first = torch.where(slot == 0, words[0], words[2])
-    second = torch.where(slot == 0, words[1], words[3])
+        return [torch.cat(words, 1).reshape(-1)[:numel]]
+    first = torch.cat([words[0], words[2]], 1).reshape(-1)[:numel]
+    second = torch.cat([words[1], words[3]], 1).reshape(-1)[:numel]
     return [first, second]
 
 
