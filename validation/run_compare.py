@@ -63,6 +63,9 @@ def compare(gpu, twin):
 
 
 def main():
+    if fixture(sys.argv[1]) is None:
+        # a blind set answered before its GPU run: nothing to compare yet
+        sys.exit(f"{sys.argv[1]}: no GPU run recorded (a set answered blind awaits the GPU)")
     gpu, twin = load(sys.argv[1]), load(sys.argv[2])
     rows = compare(gpu, twin)
     print(f"{'script':<40} {'phases':>6} {'exact':>6} {'peak alloc err':>15} {'peak resv err':>14}")

@@ -44,3 +44,18 @@ def test_answered_set_without_gpu_run_is_awaiting(tmp_path):
     assert "1 sets, 1 scripts, 1 phases: as answered 1 within, 1 phases exact" in out
     assert "blind7: 2 scripts, 2 phases answered, awaiting the GPU (no run_blind7_h200.jsonl)" in out
     assert "blind5:" not in out
+
+
+def test_compare_without_a_gpu_run_says_it_awaits_the_gpu(tmp_path):
+    _write(tmp_path / "answers_blind7_h200.jsonl", [{"script": "y01", "phase": "phase0"}], xz=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "validation" / "run_compare.py"),
+            str(tmp_path / "run_blind7_h200.jsonl"),
+            str(tmp_path / "answers_blind7_h200.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 1 and "no GPU run recorded" in p.stderr
