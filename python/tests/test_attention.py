@@ -166,6 +166,26 @@ def test_flex_attention_score_mod_indexing_a_cuda_tensor_runs_eagerly():
         assert q.grad is not None and q.grad.shape == q.shape
 
 
+def test_math_attentions_causal_bool_mask_dies_as_its_additive_mask_is_made():
+    # blind88/cj05: 3-D fp16 q, k, v (16, 1800, 128) under inference mode, is_causal, take the math
+    # path; `attn_mask = convert_boolean_attn_mask(attn_mask, ...)` (attention.cpp) frees the
+    # (1800, 1800) bool mask before the scores. The H200's per-op record of the call: 18
+    # allocations, 685,555,212 bytes; the twin held the mask to the end (cj05's peaks 4 MiB over)
+    n, heads, hd = 1800, 16, 128
+    with vramscope.capture(gpu="h200"), torch.inference_mode():
+        q = torch.randn(n, heads, hd, device="cuda", dtype=torch.float16).transpose(0, 1)
+        torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")  # the cuBLAS workspace
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+        assert (len(sizes), sum(sizes)) == (18, 685_555_212)
+        events = [(e["action"], e["size"]) for e in trace]
+        mask_freed = [i for i, e in enumerate(events) if e == ("free_completed", n * n)][-1]
+        assert mask_freed < events.index(("alloc", heads * n * n * 4))
+
+
 def test_jagged_attention_takes_flash_as_an_h200_does():
     with vramscope.capture(gpu="h200"):
         offsets = torch.tensor([0, 100, 164, 300], device="cuda")

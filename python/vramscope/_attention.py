@@ -276,8 +276,11 @@ def math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa):
     factor = math.sqrt(base)
     query = q * (0.0 - factor if negative else factor)
     if is_causal:
+        # `attn_mask = convert_boolean_attn_mask(attn_mask, ...)` replaces the bool mask: it dies
+        # as the additive one is made (blind88/cj05's peaks: its (L, S) bytes were held before)
         causal = torch.ones(query.shape[-2], k.shape[-2], dtype=torch.bool, device=query.device).tril()
         mask = _bool_mask_to_float(causal, query.dtype)
+        del causal
     if gqa and not (q.shape[-3] == k.shape[-3] == v.shape[-3]):
         # pre_process_group_query_attention_input
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
