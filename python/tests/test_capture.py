@@ -2244,6 +2244,22 @@ def test_multilabel_margin_loss_of_a_vector_is_0_dim_as_cuda_makes_it():
         assert empty.grad.shape == (0, 10)
 
 
+def test_a_lazy_module_moved_to_the_gpu_then_cast_materializes_there():
+    # found by moduleinfo_sweep.py (float64: test_modules.py's `m.to(device).to(dtype)`): the cast of
+    # an UninitializedParameter raised reading its sizes in the twin's op cache
+    with vramscope.capture():
+        m = torch.nn.LazyConv1d(4, 3).to("cuda").to(torch.float64)
+        y = m(torch.randn(2, 3, 10, device="cuda", dtype=torch.float64))
+        assert (y.shape, y.dtype, m.weight.shape, m.weight.dtype) == (
+            (2, 4, 8),
+            torch.float64,
+            (4, 3, 3),
+            torch.float64,
+        )
+        # input, weight, bias and output: one block each
+        assert torch.cuda.memory_allocated() == 4 * 512
+
+
 def test_abs_of_a_complex_tensor_carries_its_magnitudes():
     # found by opinfo_sweep.py (complex64): istft with a complex window read its envelope's minimum
     # through `abs` of a complex tensor, which carried no values, and raised its overlap-add check

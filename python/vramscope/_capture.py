@@ -543,6 +543,9 @@ def _facts(func) -> tuple:
     return facts
 
 
+_UNINITIALIZED = torch.nn.parameter.UninitializedTensorMixin
+
+
 def _fresh(func) -> bool:
     """Whether `func` returns only new tensors (no view, no in-place, no list): its results are
     determined by its arguments' metadata."""
@@ -560,6 +563,10 @@ def _fresh(func) -> bool:
 
 def _key(x):
     if isinstance(x, torch.Tensor):
+        if isinstance(x, _UNINITIALIZED):
+            # a lazy module's parameter before its first forward (`.to(dtype)` of the module): its
+            # sizes raise when read, so the op runs uncached
+            raise TypeError("uninitialized parameter")
         # a ZeroTensor (forward AD's `_efficientzerotensor`) dispatches otherwise than a dense tensor
         return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type, x._is_zerotensor())
     if isinstance(x, (list, tuple)):
