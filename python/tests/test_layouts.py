@@ -1003,3 +1003,23 @@ def test_softmax_backwards_give_a_contiguous_gradient_as_the_structured_meta_fun
         before = torch.cuda.memory_allocated()
         gi.view(-1, 32)
         assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.parametrize("op", [aten.huber_loss_backward, aten.smooth_l1_loss_backward])
+@pytest.mark.parametrize("reduction", [0, 1])
+def test_huber_and_smooth_l1_backwards_give_a_contiguous_gradient(op, reduction):
+    # Loss.cpp: `at::zeros_like(input, MemoryFormat::Contiguous)` filled by the `_out` kernel, on CUDA
+    # as on the CPU, whatever the input's strides; nothing else is allocated
+    def call(t):
+        x = t(6, 4, 32).transpose(0, 1)
+        g = t(6, 4, 32).transpose(0, 1) if reduction == 0 else t(())
+        return op(g, x, t(4, 6, 32), reduction, 1.0)
+
+    cpu = call(torch.randn)
+    with vramscope.capture(gpu="h200"):
+        t = lambda *s: torch.empty(*s, device="cuda")  # noqa: E731
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        gi = call(t)
+        after = torch.cuda.memory_stats()["allocation.all.allocated"]
+        assert gi.stride() == cpu.stride() == (192, 32, 1)
+        assert after - before == 4  # the three operands, then the gradient

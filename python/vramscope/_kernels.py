@@ -1651,6 +1651,25 @@ def _huber_loss(cap, func, args, kwargs):
 DISPATCH[aten.huber_loss.default] = _huber_loss
 
 
+def _contiguous_loss_backward(cap, func, args, kwargs):
+    """`huber_loss_backward` and `smooth_l1_loss_backward` with `beta > 0` (Loss.cpp, not structured):
+    `at::zeros_like(input, MemoryFormat::Contiguous)` filled by the `_out` kernel, so the gradient is
+    contiguous whatever the input's strides (PyTorch's CPU kernel alike), where the meta kernel
+    follows them."""
+    x = args[1]
+    if kwargs or not registered(x) or x.is_contiguous():
+        return NotImplemented
+    if func is aten.smooth_l1_loss_backward.default and args[4] <= 0:
+        return NotImplemented  # l1_loss_backward's composite
+    cap.ops += 1
+    out = func(*args)
+    return cap.track(out if out.is_contiguous() else out.contiguous(), func._schema.name)
+
+
+DISPATCH[aten.huber_loss_backward.default] = _contiguous_loss_backward
+DISPATCH[aten.smooth_l1_loss_backward.default] = _contiguous_loss_backward
+
+
 def _bce_with_logits(cap, func, args, kwargs):
     """`binary_cross_entropy_with_logits` (`aten/src/ATen/native/Loss.cpp`): `log_sigmoid(input)`
     (its CUDA buffer is empty), with a `pos_weight` the broadcast `(pos_weight - 1).mul(target)`
