@@ -83,6 +83,32 @@ def test_a_large_uniform_draw_and_its_roll_carry_the_gpus_values():
         assert torch.unique_consecutive(stream).numel() == 440947
 
 
+def test_voxel_keys_of_a_uniform_draw_are_the_gpus():
+    """blind118/dn05 voxelises 8 x 131,072 points of `torch.rand` scaled by a device tensor, keys from
+    `(xyz / 0.2).long()`: the H200 printed 966,959 and 967,338 distinct voxels (its per-op truth's
+    steps 0 and 1). CUDA divides by a CPU scalar as a product by its reciprocal
+    (`div_true_kernel_cuda`); the CPU's division gave 966,960 at step 0."""
+    import vramscope
+    from vramscope._tensor import value
+
+    counts = []
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(11806)
+        for _ in range(2):
+            scale = torch.tensor([40.0, 40.0, 4.0], device="cuda")
+            q = (torch.rand(8, 131072, 3, device="cuda") * scale / 0.2).long()
+            key = (
+                torch.arange(8, device="cuda")[:, None] * 10**9
+                + q[..., 0] * 10**6
+                + q[..., 1] * 100
+                + q[..., 2]
+            )
+            torch.rand(8, 131072, 1, device="cuda")
+            assert value(key) is not None
+            counts.append(torch.unique(key.flatten()).numel())
+    assert counts == [966959, 967338]
+
+
 def test_state_round_trips_and_a_wrong_size_is_refused():
     gen = _philox.Philox()
     assert gen.seed == _philox.DEFAULT_SEED

@@ -760,8 +760,9 @@ _RANDOM_INDICES = _philox.RANDINT_FACTORIES
 #: uniform draws made whole (`torch.rand`), whose values the twin computes as the GPU draws them
 _UNIFORM_DRAWS = {aten.rand.default, aten.rand.generator, aten.rand_like.default}
 #: the most elements of a uniform draw whose values the twin carries (a mask of `rand() < p` over a
-#: click stream: blind118/dn02's 524,803): the twin's own cost bound, not a PyTorch constant
-UNIFORM_LIMIT = 1 << 20
+#: click stream: blind118/dn02's 524,803; dn05's 8 x 131,072 x 3 point coordinates): the twin's own
+#: cost bound, not a PyTorch constant
+UNIFORM_LIMIT = 1 << 22
 #: integer ranges: their values are their arguments' (index arithmetic starts from them)
 _RANGES = {aten.arange.default, aten.arange.start, aten.arange.start_step}
 #: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged), joining, and
@@ -817,6 +818,22 @@ def _constant_values(func, args, outs):
     if isinstance(fill, torch.Tensor):
         return None
     return [torch.full((), fill, dtype=o.dtype).expand(o.shape)]
+
+
+def _scalar_division(func, args, kwargs):
+    """`div_true_kernel_cuda` (BinaryDivTrueKernel.cu): a floating tensor divided by a CPU scalar is
+    multiplied by the scalar's reciprocal, computed in the op math type, where the CPU divides
+    (blind118/dn05's voxel keys `(xyz / 0.2).long()`); None for any other op."""
+    if func is not aten.div.Tensor or kwargs or len(args) != 2:
+        return None
+    a, b = args
+    if not isinstance(a, torch.Tensor) or not a.is_floating_point():
+        return None
+    if isinstance(b, bool) or not isinstance(b, (int, float)):
+        return None
+    op = torch.float32 if a.dtype in (torch.float16, torch.bfloat16) else a.dtype
+    inv = torch.tensor(1.0, dtype=op) / torch.tensor(b, dtype=op)
+    return (a.to(op) * inv).to(a.dtype)
 
 
 def _values_at_any_size(func, outs, ours) -> bool:
@@ -1674,7 +1691,9 @@ class Capture:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                r = func(*cargs, **ckwargs)
+                r = _scalar_division(func, cargs, ckwargs)
+                if r is None:
+                    r = func(*cargs, **ckwargs)
         except Exception:
             return None
         finally:
