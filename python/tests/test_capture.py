@@ -1020,6 +1020,24 @@ def test_reductions_and_indexing_copy_what_cuda_copies():
         assert counts == (1, 24 * 1024)
 
 
+def test_a_mean_scatter_or_index_reduce_divides_by_counts_it_makes():
+    # blind118/dn05's H200 per-op truth: 4 allocations a call, the output, then (scatter_reduce)
+    # ones like the source, counts like the output and the `count == 0` mask, or (index_reduce)
+    # the counts, the ones and the mask (TensorAdvancedIndexing.cpp, cuda/Indexing.cu)
+    with vramscope.capture(gpu="h200"):
+        src = torch.empty(1048576, 128, device="cuda")
+        inv = torch.zeros(1048576, dtype=torch.long, device="cuda")
+        idx = inv.unsqueeze(1).expand(-1, 128)
+        base = torch.zeros(966959, 128, device="cuda")
+        want = (4, 495083008 + 536870912 + 495083008 + 123770752)
+        _, counts = counted(lambda: base.scatter_reduce(0, idx, src, "mean", include_self=False))
+        assert counts == want
+        _, counts = counted(lambda: base.index_reduce(0, inv, src, "mean", include_self=False))
+        assert counts == want
+        _, counts = counted(lambda: base.scatter_reduce(0, idx, src, "amax", include_self=False))
+        assert counts == (1, 495083008)
+
+
 def test_the_script_sees_its_own_cuda_visible_devices(tmp_script):
     # `vramscope run` fixes the process's CUDA device count at 0 through CUDA_VISIBLE_DEVICES,
     # then puts the variable back as the script was given it

@@ -3585,6 +3585,50 @@ for _f in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
     AFTER[_f] = _nll_loss_target_copy
 
 
+def _reduce_mean_counts(cap, func, call, outs):
+    """A "mean" `scatter_reduce` or `index_reduce` on CUDA divides by counts made after the
+    reduction: `TORCH_IMPL_FUNC(scatter_reduce_two)` (TensorAdvancedIndexing.cpp) takes
+    `ones_like(src)`, then `count` like the output (`scatter_add_` of the ones), then the
+    `count == 0` mask for `masked_fill_`, freed there, the rest at its return;
+    `index_reduce_func_cuda_impl` (cuda/Indexing.cu) takes `counts` like the output, the
+    `ones_like(source)` it `index_add_`s (freed at once), then the mask (blind118/dn05's H200 per-op
+    truth: 4 allocations a call, the output and these three)."""
+    (args, kw) = call
+    scatter = func._schema.name.startswith("aten::scatter_reduce")
+    names = (
+        ("self", "dim", "index", "src", "reduce") if scatter else ("self", "dim", "index", "source", "reduce")
+    )
+    a = dict(zip(names, args, strict=False)) | kw
+    src = a.get("src" if scatter else "source")
+    out = outs[0] if outs else None
+    if a.get("reduce") != "mean" or not isinstance(out, torch.Tensor) or not registered(out):
+        return
+    if not isinstance(src, torch.Tensor) or src.numel() == 0 or a["index"].numel() == 0:
+        return
+    op = func._schema.name
+    out_bytes = out.numel() * out.element_size()
+    ones_bytes = src.numel() * src.element_size()
+    if scatter:
+        ones = cap.malloc(ones_bytes, op, "temporary")
+        count = cap.malloc(out_bytes, op, "temporary")
+    else:
+        count = cap.malloc(out_bytes, op, "temporary")
+        ones = cap.malloc(ones_bytes, op, "temporary")
+        del ones
+        ones = None
+    mask = cap.malloc(out.numel(), op, "temporary")
+    del mask, count, ones
+
+
+for _f in (
+    aten.scatter_reduce.two,
+    aten.scatter_reduce_.two,
+    aten.index_reduce.default,
+    aten.index_reduce_.default,
+):
+    AFTER[_f] = _reduce_mean_counts
+
+
 def _roll(cap, func, args, kwargs):
     """`roll_cuda` (TensorTransformations.cu): a non-contiguous input made contiguous, then the
     output; over k dims `roll_common` rolls the first dim into a new tensor and recurses on the rest,
