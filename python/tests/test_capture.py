@@ -1405,10 +1405,11 @@ def test_boolean_mask_indexing_bounds_an_unknown_mask():
     # blind10/j07's H200 trace of out[train]: mask.nonzero()'s count, CUB's count storage, the
     # (n, 1) int64 positions, CUB's selection storage (the H200's selection sweep: 21,503 and, over
     # 24 tiles, 1,279 bytes), then the (n, 40) result; with the mask's values unknown, n is every
-    # element (the bound)
+    # element (the bound; an uninitialized mask here, since a uniform draw now carries the GPU's
+    # values)
     with vramscope.capture(gpu="h200"):
         x = torch.empty(200_000, 40, device="cuda")
-        mask = torch.rand(200_000, device="cuda") < 0.6
+        mask = torch.empty(200_000, device="cuda", dtype=torch.bool)
         picked, counts = counted(lambda: x[mask])
         assert picked.shape == (200_000, 40)
         assert counts == (5, 4 + 21_503 + 200_000 * 8 + 1_279 + 200_000 * 40 * 4)
