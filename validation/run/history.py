@@ -4,9 +4,10 @@
 
 SCRIPT runs as `__main__` (runpy), as record.py runs it. Right after torch's own import finishes, the
 history is switched on (`torch.cuda.memory._record_memory_history(max_entries=...)`, C++ and Python
-frames; `MAX_ENTRIES`, default 2,000,000; `CONTEXT=none` records no frames) and at the end (also after an uncaught exception, which is
-then re-raised) `torch.cuda.memory._dump_snapshot(OUT_PICKLE)` writes the snapshot: every allocation
-in order with its frames, the view to read a kernel's scratch from when the per-op truth is not enough.
+frames; `MAX_ENTRIES`, default 2,000,000; `CONTEXT=none` records no frames, `STACKS=python` Python
+frames only) and at the end (also after an uncaught exception, which is then re-raised)
+`torch.cuda.memory._dump_snapshot(OUT_PICKLE)` writes the snapshot: every allocation in order with its
+frames, the view to read a kernel's scratch from when the per-op truth is not enough.
 """
 
 import importlib.abc
@@ -35,7 +36,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
                 module.cuda.memory._record_memory_history(
                     context=None if context == "none" else context,
                     max_entries=int(os.environ.get("MAX_ENTRIES", "2000000")),
-                    stacks="all",
+                    stacks=os.environ.get("STACKS", "all"),  # STACKS=python: no C++ frames (fast)
                 )
                 _torch["torch"] = module
 
