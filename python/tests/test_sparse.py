@@ -416,3 +416,23 @@ def test_sampled_addmm_of_a_csr_matrix_runs_its_cuda_parts():
         # 65 int64 compressed indices (a 1,024-byte block; the first one-index block freed), 64
         # int64 column indices and 64 float32 values (512 bytes each)
         assert torch.cuda.memory_allocated() - before == 1024 + 2 * 512
+
+
+def test_sparse_embedding_bag_backward_runs_its_composite():
+    # EmbeddingBag.cpp: `_embedding_bag_sparse_backward` takes the bags' gradient rows by
+    # `index_select(0, offset2bag)` (one allocation of indices x D), scales them by the per-sample
+    # weights in place, and `embedding_sparse_backward` makes the COO gradient over the indices
+    with vramscope.capture(gpu="h200"):
+        bag = torch.nn.EmbeddingBag(1000, 16, mode="sum", sparse=True).cuda()
+        idx = torch.randint(0, 1000, (300,), device="cuda")
+        offsets = torch.arange(0, 300, 10, device="cuda")
+        out = bag(idx, offsets, per_sample_weights=torch.rand(300, device="cuda"))
+        seed = torch.ones_like(out)
+        _, got = _history(lambda: out.backward(seed))
+        grad = bag.weight.grad
+        assert grad.is_sparse and grad.shape == (1000, 16) and grad._nnz() == 300
+        assert grad._indices().untyped_storage()._cdata == idx.untyped_storage()._cdata
+        assert [a for a in got if a[0] == "alloc"] == [("alloc", 300 * 16 * 4)]
+        opt = torch.optim.SparseAdam(list(bag.parameters()))
+        opt.step()
+        assert len(opt.state[bag.weight]) == 3

@@ -2585,6 +2585,8 @@ def _embedding_bag_backward(cap, func, args, kwargs):
         sparse = False
     else:
         grad, indices, num_weights, scale, mode, sparse = args[0], args[1], args[6], args[7], args[8], args[9]
+    if sparse and not dense:
+        return _embedding_bag_sparse_backward(cap, args)
     if not (registered(grad) and registered(indices)) or sparse or scale or grad.dim() != 2:
         return NotImplemented
     if mode == 2:
@@ -2599,6 +2601,23 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     out = _replay_plan(cap, out, steps, op)
     del copy
     return out
+
+
+def _embedding_bag_sparse_backward(cap, args):
+    """`sparse=True`: `_embedding_bag_backward_symint` (EmbeddingBag.cpp) calls
+    `_embedding_bag_sparse_backward`, a composite: `grad.index_select(0, offset2bag)`, the bag-size
+    scaling of `mean`, `mul_` by the per-sample weights, then `embedding_sparse_backward`'s sparse COO
+    gradient over the indices; its parts run through the capture. An empty `offset2bag` (rebuilt
+    there by `make_offset2bag`) is left to the meta kernel."""
+    grad, indices, offsets, offset2bag, bag_size = args[:5]
+    if not (registered(grad) and registered(indices)) or (indices.numel() and not offset2bag.numel()):
+        return NotImplemented
+    psw = args[10] if len(args) > 10 else None
+    padding_idx = args[11] if len(args) > 11 else -1
+    with cap._modes[1]:  # the parts come back to the mode
+        return aten._embedding_bag_sparse_backward.default(
+            grad, indices, offsets, offset2bag, bag_size, args[6], args[7], args[8], psw, padding_idx
+        )
 
 
 def _embedding_bag_backward_max(cap, func, args, grad):
@@ -2637,6 +2656,21 @@ def _embedding_bag_forward(cap, func, call, outs):
         and indices.dtype != offsets.dtype
     ):
         cap.note_unmeasured(f"{func._schema.name} of {indices.dtype} indices and {offsets.dtype} offsets")
+    o2b = outs[1] if len(outs) > 1 else None
+    held = value(o2b) if isinstance(o2b, torch.Tensor) else None
+    if held is not None and held.shape != o2b.shape:
+        # the CPU's fast path leaves offset2bag empty; CUDA's kernel writes each index's bag
+        # (EmbeddingBag.cu), which the sparse backward's `index_select` reads
+        offs = value(offsets) if isinstance(offsets, torch.Tensor) else None
+        last = bool(args[7]) if len(args) > 7 else bool(kw.get("include_last_offset", False))
+        if offs is None or offs.dim() != 1 or indices.dim() != 1:
+            set_value(o2b, None)
+        else:
+            starts = offs[:-1] if last else offs
+            bags = (
+                torch.searchsorted(starts, torch.arange(indices.numel(), dtype=starts.dtype), right=True) - 1
+            )
+            set_value(o2b, bags.to(o2b.dtype), assumed(offsets))
 
 
 for _f in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default):
