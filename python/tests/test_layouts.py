@@ -262,6 +262,15 @@ def test_unfold_backward_takes_its_iterators_index():
     assert _extra(lambda g: aten.unfold_backward(g, [16, 33792], 1, 1024, 256), setup) == (1, 270336)
 
 
+def test_unfold_backward_of_folds_that_do_not_overlap_copies_into_its_result():
+    # blind121/dq02 on the H200: WaveGlow's `unfold(2, 8, 8)` of (12, 80, 16000) bf16 frames, its
+    # gradient permuted: the zeroed result only (UnfoldBackward.cpp's step >= size copy)
+    def setup():
+        return (torch.empty(12, 2000, 80, 8, device="cuda", dtype=torch.bfloat16).permute(0, 2, 1, 3),)
+
+    assert _extra(lambda g: aten.unfold_backward(g, [12, 80, 16000], 2, 8, 8), setup) == (0, 0)
+
+
 def test_general_batch_norm_statistics_reduce_a_float_copy():
     # blind44/ar02 on the H200: a bf16 channels_last_3d input's statistics come from var_mean over
     # a float32 copy (169,869,312 bytes) with Welford accumulators (6,488,064 + 8 bytes)
@@ -1023,3 +1032,32 @@ def test_huber_and_smooth_l1_backwards_give_a_contiguous_gradient(op, reduction)
         after = torch.cuda.memory_stats()["allocation.all.allocated"]
         assert gi.stride() == cpu.stride() == (192, 32, 1)
         assert after - before == 4  # the three operands, then the gradient
+
+
+# `std` in the H200 per-op records (blind113/di05, dd06, aa05, cr01, di06, ds01, dw02, dw05, dw06):
+# shape, dtype, the call, and the allocations and requested bytes beyond the result
+STD_RECORDS = [
+    ((64, 4096), torch.float32, lambda x: aten.std.default(x), (2, 516)),
+    ((64, 2048), torch.float32, lambda x: aten.std.default(x), (2, 260)),
+    (
+        (4, 1, 132300),
+        torch.float32,
+        lambda x: aten.std.correction(x, [-1], correction=1, keepdim=True),
+        (2, 1104),
+    ),
+    ((1, 1, 211680), torch.float32, lambda x: aten.std.dim(x, [-1], True, True), (2, 420)),
+    ((8192, 48), torch.float32, lambda x: aten.std.correction(x, [0], correction=1), (2, 786440)),
+    ((64, 3, 32, 32), torch.float32, lambda x: aten.std.default(x), (2, 388)),
+    ((262144,), torch.float32, lambda x: aten.std.default(x), (2, 516)),
+    ((64, 4, 32, 32), torch.float32, lambda x: aten.std.default(x), (2, 516)),
+    ((20000, 96), torch.float32, lambda x: aten.std.default(x), (2, 3764)),
+    ((32, 3, 64, 64), torch.float64, lambda x: aten.std.default(x), (2, 1540)),
+]
+
+
+@pytest.mark.parametrize("shape,dtype,op,expected", STD_RECORDS)
+def test_std_takes_welford_accumulators_in_its_global_buffer(shape, dtype, op, expected):
+    def setup():
+        return (torch.empty(shape, device="cuda", dtype=dtype),)
+
+    assert _extra(op, setup) == expected

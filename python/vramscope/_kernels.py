@@ -3547,6 +3547,37 @@ def _vector_norm(cap, func, call, outs):
 AFTER[aten.linalg_vector_norm.default] = _vector_norm
 
 
+def _std_var(cap, func, call, outs):
+    """`std`/`var` and their `_mean` forms on CUDA (`std_var_out`, ReduceOps.cpp; `std_var_kernel_cuda`,
+    ReduceMomentKernel.cu): one `gpu_reduce_kernel` over the floating input as it is with `WelfordOps`'
+    accumulator (`WelfordData<acc_t, int32_t>`: 16 bytes, 32 for double), its global buffer and
+    semaphores where the rule splits the reduction (10 shapes in the H200 per-op records, e.g.
+    blind113/di05's (8192, 48) float32 `std(0)`: 786,432 + 8 bytes). The kernel's `vt0` is 2, so a
+    row of 129 to 2,047 elements reduced along its contiguous dim is vectorized by 2, not by the 4 the
+    rule takes (none of the records)."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0 or not x.dtype.is_floating_point:
+        return
+    dims = args[1] if len(args) > 1 and not isinstance(args[1], bool) else kw.get("dim")
+    reduce_scratch(
+        cap,
+        list(x.shape),
+        list(x.stride()),
+        _reduced_mask(x, dims),
+        x.element_size(),
+        32 if x.dtype == torch.float64 else 16,
+        func._schema.name,
+    )
+
+
+for _name in ("std", "var", "std_mean", "var_mean"):
+    for _o in ("default", "dim", "correction"):
+        _f = getattr(getattr(aten, _name), _o, None)
+        if _f is not None:
+            AFTER[_f] = _std_var
+
+
 def _any_all(cap, func, call, outs):
     """`any`/`all` (cuda/ReduceLogicKernel.cu): one `gpu_reduce_kernel` with a bool accumulator over
     the input as it is; its global buffer and semaphores where the rule splits the reduction
@@ -4366,9 +4397,11 @@ def _unfold_backward(cap, func, call, outs):
     """`unfold_backward` on CUDA (UnfoldBackwardKernel.cu, `_make_unfold_backward_iter_over_grad_out`
     in UnfoldBackward.h): after the zeroed result, an int64 `arange` of the positions iterated along
     `dim`, min(input's size, (folds - 1) * step + size), freed with the iterator (blind44/ar03's H200
-    record: 270,336 bytes for `torch.stft`'s frames of 33,792 samples, 129 folds of 1,024 by 256)."""
+    record: 270,336 bytes for `torch.stft`'s frames of 33,792 samples, 129 folds of 1,024 by 256).
+    Folds that do not overlap (step >= size) are copied into the zeroed result's unfolded view
+    instead, with no index (UnfoldBackward.cpp; blind121/dq02's H200 record, 8 by 8)."""
     (grad, input_sizes, dim, size, step), _ = call
-    if not registered(grad) or not input_sizes:
+    if not registered(grad) or not input_sizes or step >= size:
         return
     dim = dim % len(input_sizes)
     folds = grad.shape[dim] if grad.dim() > dim else 1
