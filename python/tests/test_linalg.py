@@ -447,6 +447,10 @@ def test_inv_solves_against_the_identity_in_place():
         ((32768, 32), (7, 10943368)),
         ((768, 64), (7, 3687816)),
         ((3, 3), (7, 36 + 36 + 12 + 4 + 3145856 + 4 + 132224)),
+        # blind132/eb02 (SOAP's power-iteration refreshes)
+        ((1, 1), (7, 3278100)),
+        ((512, 512), (7, 7146632)),
+        ((2048, 2048), (7, 47260808)),
     ],
 )
 def test_qr_factors_with_geqrf_then_orgqr_as_the_h200_counted(shape, counts):
@@ -500,12 +504,23 @@ def test_solve_and_inv_allocate_as_the_h200_counted(op, a_shape, b_shape, dtype,
     assert not cap.unmeasured
 
 
-def test_eigh_of_large_matrices_takes_syevd_workspaces():
-    # dm02 (Shampoo): vectors, values, info, syevd's workspace, check_errors' two bytes
+@pytest.mark.parametrize(
+    "n, counts",
+    [
+        (2048, (6, 85066642)),  # blind117/dm02 (Shampoo)
+        # blind132/eb02 (SOAP's eigenbases): syevd of 1 and 768 rows, syevj of 100 and 197
+        (1, (6, 265510)),
+        (768, (6, 12321682)),
+        (100, (6, 101558)),
+        (197, (6, 345634)),
+    ],
+)
+def test_eigh_takes_the_syevd_or_syevj_workspace_the_h200_counted(n, counts):
+    # vectors, values, info, the workspace, check_errors' two bytes (per-op records)
     with vramscope.capture(gpu="h200") as cap:
-        a = torch.empty(2048, 2048, device="cuda")
-        _, counts = counted(lambda: torch.linalg.eigh(a))
-        assert counts == (6, 85066642)
+        a = torch.empty(n, n, device="cuda")
+        _, got = counted(lambda: torch.linalg.eigh(a))
+        assert got == counts
     assert not cap.unmeasured
 
 

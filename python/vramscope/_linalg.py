@@ -40,11 +40,17 @@ aten = torch.ops.aten
 WORKSPACE = {
     ("syevj", 256, torch.float32): 301088,
     ("syevj", 512, torch.float32): 1124416,
+    # blind132/eb02's H200 history (SOAP's eigenbases of 100 and 197 rows)
+    ("syevj", 100, torch.float32): 61152,
+    ("syevj", 197, torch.float32): 189604,
     # `apply_syevd<float>` (blind117/dm02's H200 history: Shampoo's statistics)
     ("syevd", 1000, torch.float32): 16640076,
     ("syevd", 1024, torch.float32): 17429388,
     ("syevd", 1536, torch.float32): 38661004,
     ("syevd", 2048, torch.float32): 68281228,
+    # blind132/eb02's H200 history (a 1 x 1 and a 768 x 768 eigenbasis)
+    ("syevd", 1, torch.float32): 265496,
+    ("syevd", 768, torch.float32): 9959308,
 }
 
 
@@ -239,6 +245,13 @@ GEQRF_WORKSPACE = {
     (16384, 2049, torch.float32): 2098304,
     (32768, 32, torch.float32): 2418432,
     (32768, 64, torch.float32): 2909952,
+    # blind132/eb02's H200 history (SOAP's power-iteration QR refreshes)
+    (1, 1, torch.float32): 3145856,
+    (100, 100, torch.float32): 3145856,
+    (197, 197, torch.float32): 3145856,
+    (512, 512, torch.float32): 4194432,
+    (1536, 1536, torch.float32): 8388736,
+    (2048, 2048, torch.float32): 10485888,
 }
 
 ORGQR_WORKSPACE.update(
@@ -251,6 +264,13 @@ ORGQR_WORKSPACE.update(
         (1024, 1024, 1024, torch.float32): 1639424,
         (32768, 32, 32, torch.float32): 4326400,
         (32768, 64, 64, torch.float32): 8520704,
+        # blind132/eb02's H200 history
+        (1, 1, 1, torch.float32): 132224,
+        (100, 100, 100, torch.float32): 186624,
+        (197, 197, 197, torch.float32): 369152,
+        (512, 512, 512, torch.float32): 852992,
+        (1536, 1536, 1536, torch.float32): 2425856,
+        (2048, 2048, 2048, torch.float32): 3212288,
     }
 )
 
