@@ -1217,6 +1217,27 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-480, 20), (-448, 20), (-416, 14), (-2, 2), (72, 20)]
 
 
+def test_unfold_s_im2col_keeps_the_context_range(tmp_script, tmp_path):
+    # blind132/eb02's H200 history (rule 6): after the random input, F.unfold's im2col kernel left
+    # the range with the context (the next 38 MiB segment went to a new chunk below the others, not
+    # into the range); the copy kernel of the next op gave it back
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+import torch.nn.functional as F
+x = torch.randn(8, 3, 64, 64, device="cuda")   # 2 MiB at B-2; random numbers keep the range
+p = F.unfold(x, 16, stride=16)                 # im2col keeps it too (the driver's 2 MiB at B+72)
+u = torch.empty(5 << 20, device="cuda")        # 20 MiB: the context's hole at B+74, not B-416
+q = p.transpose(1, 2).contiguous()             # a copy kernel: the range goes back
+y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, from its low end
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    where = _segments_from_the_anchor(script, snap)
+    assert where == [(-416, 14), (-2, 2), (74, 20)]
+
+
 def test_the_first_optimizer_maps_libtriton_below_the_context(tmp_script, tmp_path):
     # blind21/u06 and blind25/y04 on the H200 (docs/driver-placement.md, rule 10): an optimizer's
     # construction imports torch._dynamo, which maps libtriton.so (141.28 MiB) below the context
