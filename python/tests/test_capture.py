@@ -30,6 +30,34 @@ def test_storage_lives_as_long_as_its_last_view():
     assert cap.report()["peak_allocated"] == 4 * MIB
 
 
+def test_torch_load_puts_a_saved_cuda_tensor_back_on_the_gpu():
+    # torch.save tags a CUDA storage "cuda:0"; torch.load restores it by `storage.to(device)`, one
+    # new block of the storage's bytes (serialization.py `_deserialize`, _utils.py `_to`), with the
+    # default map_location and with "cuda"; views of one storage come back as one (blind134/ed06)
+    import io
+
+    with vramscope.capture():
+        x = torch.empty(1 << 20, device="cuda")  # 4 MiB
+        buf = io.BytesIO()
+        torch.save({"x": x, "v": x[10:]}, buf)
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        buf.seek(0)
+        d = torch.load(buf)
+        assert d["x"].is_cuda and d["x"].shape == (1 << 20,)
+        assert d["v"].untyped_storage()._cdata == d["x"].untyped_storage()._cdata
+        assert torch.cuda.memory_allocated() == 8 * MIB
+        buf.seek(0)
+        c = torch.load(buf, map_location="cpu")
+        assert c["x"].device.type == "cpu" and torch.cuda.memory_allocated() == 8 * MIB
+        buf.seek(0)
+        g = torch.load(buf, map_location="cuda")
+        assert g["x"].is_cuda and torch.cuda.memory_allocated() == 12 * MIB
+        del d, g
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        h = c["x"].untyped_storage().cuda()
+        assert torch.cuda.memory_allocated() == 8 * MIB and h.cuda() is h
+
+
 def test_non_overlapping_and_dense_is_c10s_flag():
     # c10 sorts the dimensions of size < 2 last (`_compute_non_overlapping_and_dense`), which
     # torch._prims_common's Python rule does not: a size-1 dimension of stride 0 between two others

@@ -597,6 +597,8 @@ def patch(cap) -> _Patch:
     _patch_accelerator(p, world)
     _patch_constraint_checks(p, cap)
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
+    p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap))
+    p.set(torch.serialization, "location_tag", _location_tag(torch.serialization.location_tag, cap))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
@@ -867,3 +869,33 @@ def _storage_resize(original, cap):
         return out
 
     return resize_
+
+
+def _storage_to(original, cap):
+    """`UntypedStorage.to(device=cuda)` / `.cuda()` (torch/_utils.py `_to`), which `torch.load` calls
+    for each storage tagged "cuda:N" or mapped to the GPU (serialization.py `_deserialize`): a new
+    device storage of the source's bytes (`torch.UntypedStorage(self.size(), device=device)`, one
+    caching-allocator block), then the copy into it; a simulated storage is already on the GPU."""
+
+    def to(self, device, non_blocking=False):
+        if not cap.active or device.type != "cuda" or self.is_sparse:
+            return original(self, device, non_blocking)
+        if self._cdata in cap.storages:
+            return self
+        return torch.empty(self.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
+
+    return to
+
+
+def _location_tag(original, cap):
+    """`torch.save`'s location of a storage (serialization.py `location_tag`): a simulated storage
+    is a CUDA one, tagged "cuda:0" as `_backend_tag` tags it on the GPU, so that `torch.load`
+    with the default map_location puts it back on the GPU."""
+
+    def location_tag(storage):
+        untyped = getattr(storage, "_untyped_storage", storage)
+        if cap.active and getattr(untyped, "_cdata", None) in cap.storages:
+            return "cuda:0"
+        return original(storage)
+
+    return location_tag
