@@ -62,6 +62,9 @@ def _describe(x):
             x.storage_offset(),
             x.device.type,
         ]
+    if isinstance(x, (torch.UntypedStorage, torch.TypedStorage)):
+        # `set_(storage, ...)` of torch.load's `_rebuild_tensor`: a storage's repr reads every byte
+        return ["storage", x.nbytes(), x.device.type]
     if isinstance(x, (list, tuple)):
         return [_describe(y) for y in x]
     if isinstance(x, (int, float, bool, str)) or x is None:
