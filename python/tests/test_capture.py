@@ -1450,6 +1450,22 @@ def test_a_tied_parameter_s_host_storage_dies_at_its_first_conversion():
         assert head.weight is emb.weight and emb.weight.is_cuda
 
 
+def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
+    # `_apply` moves a dense CPU parameter by `param.data = ...` (nn/modules/module.py), so an
+    # optimizer built before `.cuda()` still holds the model's parameters and steps them: blind133/
+    # ec04's AdamW over ALBERT's classifier, whose 24,600 bytes of moments the H200 allocates
+    model = torch.nn.Sequential(torch.nn.Linear(64, 3), torch.nn.LayerNorm(3))
+    before = list(model.parameters())
+    with vramscope.capture(gpu="h200"):
+        opt = torch.optim.AdamW(model[0].parameters())
+        model.to("cuda")
+        assert all(a is b for a, b in zip(before, model.parameters(), strict=True))
+        assert model[0].weight.is_cuda and model[1].bias.is_cuda
+        model(torch.randn(8, 64, device="cuda")).sum().backward()
+        opt.step()
+        assert opt.state[model[0].weight]["exp_avg"].is_cuda
+
+
 def test_boolean_mask_indexing_bounds_an_unknown_mask():
     # blind10/j07's H200 trace of out[train]: mask.nonzero()'s count, CUB's count storage, the
     # (n, 1) int64 positions, CUB's selection storage (the H200's selection sweep: 21,503 and, over

@@ -1940,6 +1940,24 @@ def module_apply(original):
     dies at that first conversion: the other modules hold a stand-in
     aliasing the result until their turn, not the old tensor."""
     depth = [0]
+    real_compatible = torch._has_compatible_shallow_copy_type
+
+    def in_place(t, applied) -> bool:
+        """Whether `_apply` moves `t` by `param.data = applied` on the GPU, where the twin's meta
+        tensor fails the check: a plain dense CPU parameter taking a simulated tensor (the same
+        Parameter stays, so an optimizer built before `.cuda()` still holds it)."""
+        return (
+            type(t) is torch.nn.Parameter
+            and t.device.type == "cpu"
+            and t.layout == torch.strided
+            and t.grad is None
+            and t.grad_fn is None
+            and registered(applied)
+            and applied.layout == torch.strided
+        )
+
+    def compatible(t, applied):
+        return True if in_place(t, applied) else real_compatible(t, applied)
 
     def run(self, fn, recurse=True):
         if depth[0]:
@@ -1962,7 +1980,7 @@ def module_apply(original):
                 # held by nothing here: its old storage dies when the module lets it go, as on the GPU
                 return fn(t)
             hit = memo[id(t)] = fn(t)
-            if hit is not t:
+            if hit is not t and not in_place(t, hit):
                 # PyTorch's `param.data = ...` changes the one shared tensor: no module holds the old
                 # storage any more
                 for table, key in places:
@@ -1985,9 +2003,11 @@ def module_apply(original):
             if isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
         ]
         depth[0] += 1
+        torch._has_compatible_shallow_copy_type = compatible
         try:
             out = original(self, once, recurse)
         finally:
+            torch._has_compatible_shallow_copy_type = real_compatible
             depth[0] -= 1
         for table, key, old in lazy:
             new = table[key]
