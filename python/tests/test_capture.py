@@ -2412,3 +2412,32 @@ def test_weight_int4pack_mm_gives_its_bf16_result_alone():
         y = torch._weight_int4pack_mm(x, w, 128, sz)
         assert (y.shape, y.dtype) == ((5, 96), torch.bfloat16)
         assert torch.cuda.memory_allocated() - before == 1024  # 960 bytes in a 512-byte-rounded block
+
+
+def test_normalize_frees_a_temporary_input_before_its_norm():
+    # blind40/an04's H200 history (spectral norm's `_power_method`): F.normalize's frame releases its
+    # argument `input`, an `mv` result passed as a temporary, then its `denom` (the norm, 4 bytes)
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(64, 128, device="cuda")
+        v = torch.empty(128, device="cuda")
+        u = torch.empty(64, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        with torch.no_grad():
+            torch.nn.functional.normalize(torch.mv(w, v), dim=0, eps=1e-12, out=u)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        frees = [e["size"] for e in trace if e["action"] == "free_requested"]
+        assert frees[-2:] == [256, 4]
+
+
+def test_float_norm_of_a_one_element_half_vector_copies_it():
+    # blind127/dw01's H200 history: autocast's float32 norm (`linalg_vector_norm`'s dtype) of spectral
+    # norm's one-element bf16 `mv` result is `abs(self.to(float))`: the result, then the 4-byte copy
+    with vramscope.capture(gpu="h200"):
+        v = torch.empty(1, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        n = torch.linalg.vector_norm(v, 2, [0], True, dtype=torch.float32)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        events = [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_requested")]
+        assert n.dtype == torch.float32
+        assert events == [("alloc", 4), ("alloc", 4), ("free_requested", 4)]

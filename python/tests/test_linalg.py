@@ -551,6 +551,20 @@ def test_lstsq_gels_and_pinv_of_a_tall_matrix():
     assert not cap.unmeasured
 
 
+def test_pinv_frees_its_locals_as_cpp_destroys_them():
+    # dm06's H200 history of pinv(16,384 x 2,049 float32): after the product, V * S_pinv, then
+    # S_pseudoinv, tol, the svd's U, S, Vh and get_atol_rtol's atol, rtol
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(16384, 2049, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        p = torch.linalg.pinv(a)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        frees = [e["size"] for e in trace if e["action"] == "free_requested"]
+        assert p.shape == (2049, 16384)
+        assert frees[-8:] == [16793604, 8196, 8, 134283264, 8196, 16793604, 8, 8]
+
+
 def test_svd_drivers_gesvd_gesvda_and_gesvdj_batched():
     # dm03: driver="gesvd" of 768 x 768 (full), svdvals by gesvda of 256 x 512 x 16, the
     # default driver of 4,096 matrices of 32 x 32 (gesvdjBatched)

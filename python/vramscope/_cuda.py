@@ -587,6 +587,7 @@ def patch(cap) -> _Patch:
         "has_torch_function",
         _attention.has_torch_function(torch.overrides.has_torch_function),
     )
+    p.set(F, "has_torch_function_variadic", _normalize_unmoded(F.has_torch_function_variadic))
     # `clip_grad_norm_` / `clip_grad_value_` ask `_has_foreach_support(tensors, device)` with the
     # device C++ grouping read (meta): the GPU's is cuda, which takes the foreach kernels
     from torch.nn.utils import clip_grad
@@ -727,6 +728,29 @@ def _generator(original):
     Generator.__name__ = Generator.__qualname__ = "Generator"
     Generator.__module__ = "torch"
     return Generator
+
+
+def _normalize_unmoded(original):
+    """`torch.nn.functional.has_torch_function_variadic`, false for `F.normalize`'s own check when only
+    the capture's torch-function mode is active and its operands are plain tensors: the GPU's process
+    runs the body with no mode, so a temporary passed as `input` dies with the function's frame,
+    before its `denom` (a frame's locals are released in order). Through the mode's
+    `handle_torch_function` the tuples of the frames between hold `input` until after the body's
+    locals are gone (blind40/an04's and blind127/dw01's H200 histories: spectral norm's power
+    iteration frees `mv`'s result, then the norm; the twin freed them the other way round)."""
+    codes = (F.normalize.__code__,)
+
+    def check(*args):
+        if (
+            sys._getframe(1).f_code in codes
+            and torch._C._len_torch_function_stack() == 1
+            and all(a is None or type(a) in (torch.Tensor, torch.nn.Parameter) for a in args)
+            and not torch.compiler.is_dynamo_compiling()
+        ):
+            return False
+        return original(*args)
+
+    return check
 
 
 def _generic(original, stand_in):

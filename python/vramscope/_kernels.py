@@ -3547,12 +3547,21 @@ def _reduced_mask(x, dims) -> list:
 def _vector_norm(cap, func, call, outs):
     """`linalg_vector_norm` on CUDA: one `gpu_reduce_kernel` launch over the input as it is, with
     the accumulation type's global buffer and semaphores where the rule splits the reduction
-    (blind8/h08: a transposed bf16 matrix's norm, 4,096 columns: 2,048 + 4 bytes)."""
+    (blind8/h08: a transposed bf16 matrix's norm, 4,096 columns: 2,048 + 4 bytes). Over dims that
+    are all of size 1 it is no reduction (`is_reduce_over_1D_vector` in ReduceOps.cpp): `abs` of
+    `self.to(dtype)` into the result, that copy a temporary where a dtype other than the input's is
+    given (autocast's float32 norm of a one-element bf16 vector in blind127/dw01's H200 history)."""
     (args, kw) = call
     x = args[0]
     if not registered(x) or x.numel() == 0:
         return
     reduced = _reduced_mask(x, args[2] if len(args) > 2 else kw.get("dim"))
+    if all(size == 1 for size, r in zip(x.shape, reduced, strict=True) if r):
+        dtype = args[4] if len(args) > 4 else kw.get("dtype")
+        if dtype is not None and dtype != x.dtype:
+            copy = cap.malloc(x.numel() * dtype.itemsize, "aten::_to_copy", "temporary")
+            del copy
+        return
     reduce_scratch(
         cap,
         list(x.shape),

@@ -393,6 +393,11 @@ def _linalg_pinv(cap, func, args, kwargs):
         scaled = v * s_pinv.unsqueeze(-2)
         out = torch.matmul(scaled, u.mH)
         del scaled
+        # then C++ destroys the locals in reverse: S_pseudoinv, tol, max_val, the svd's (U, S, Vh)
+        # and get_atol_rtol's (atol, rtol), each tuple first to last (dm06's H200 history)
+        del s_pinv, tol, max_val, v
+        del u, s, vh
+        del atol, rtol
         return out
 
 
