@@ -56,6 +56,15 @@ def test_torch_load_puts_a_saved_cuda_tensor_back_on_the_gpu():
         assert torch.cuda.memory_allocated() == 4 * MIB
         h = c["x"].untyped_storage().cuda()
         assert torch.cuda.memory_allocated() == 8 * MIB and h.cuda() is h
+        # a tensor whose values the twin carries (ones) is saved as on the GPU: its storage alone
+        del h, c
+        w = torch.ones(512, device="cuda")
+        buf = io.BytesIO()
+        torch.save(w, buf)
+        buf.seek(0)
+        before = torch.cuda.memory_allocated()
+        w2 = torch.load(buf, map_location="cuda")
+        assert w2.is_cuda and torch.cuda.memory_allocated() == before + 2048
 
 
 def test_non_overlapping_and_dense_is_c10s_flag():

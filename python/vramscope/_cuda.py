@@ -600,6 +600,7 @@ def patch(cap) -> _Patch:
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap))
     p.set(torch.serialization, "location_tag", _location_tag(torch.serialization.location_tag, cap))
+    p.set(torch._utils, "_get_obj_state", _obj_state(torch._utils._get_obj_state))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
@@ -923,3 +924,22 @@ def _location_tag(original, cap):
         return original(storage)
 
     return location_tag
+
+
+def _obj_state(original):
+    """A tensor's pickled Python state (torch/_utils.py `_get_obj_state`, which `Tensor.__reduce_ex__`
+    saves beside the storage) without the twin's own attributes (`_vs_val`, `_vs_assumed`): on the
+    GPU a plain tensor has none, so torch.save writes no second storage for its values (a CPU one
+    that `map_location="cuda"` would put on the GPU, blind134/ed01)."""
+
+    def _get_obj_state(obj):
+        state = original(obj)
+        if not isinstance(obj, torch.Tensor):
+            return state
+        d = state[0] if isinstance(state, tuple) else state
+        if isinstance(d, dict) and any(k.startswith("_vs_") for k in d):
+            d = {k: v for k, v in d.items() if not k.startswith("_vs_")}
+            state = (d, *state[1:]) if isinstance(state, tuple) else d
+        return state
+
+    return _get_obj_state
