@@ -436,3 +436,24 @@ def test_sparse_embedding_bag_backward_runs_its_composite():
         opt = torch.optim.SparseAdam(list(bag.parameters()))
         opt.step()
         assert len(opt.state[bag.weight]) == 3
+
+
+def test_randperm_sorts_random_keys_with_an_arange_as_the_h200_did():
+    # blind135/ee05's H200 history of randperm(4096) (per-op truth: 6 allocations, 157,191 bytes):
+    # the output, an 8-byte empty, the arange, int32 keys and their sorted copy, CUB's radix sort
+    with vramscope.capture(gpu="h200"):
+        p, got = _history(lambda: torch.randperm(4096, device="cuda"))
+        assert p.shape == (4096,)
+    assert got == [
+        ("alloc", 32768),
+        ("alloc", 8),
+        ("free_requested", 8),
+        ("alloc", 32768),
+        ("alloc", 16384),
+        ("alloc", 16384),
+        ("alloc", 58879),
+        ("free_requested", 58879),
+        ("free_requested", 16384),
+        ("free_requested", 16384),
+        ("free_requested", 32768),
+    ]
