@@ -2,11 +2,12 @@
 truth (fixtures/run/truth_blind21_h200.tar.xz: allocations and requested bytes per op)."""
 
 import json
+import lzma
 
 import pytest
 import torch
 import vramscope
-from conftest import FIXTURES, counted
+from conftest import FIXTURES, ROOT, counted
 from vramscope import _gesvdj, _linalg
 from vramscope._tensor import set_value
 
@@ -64,8 +65,8 @@ def test_householder_product_allocates_what_the_h200_counted():
         tau = torch.empty(1024, device="cuda")
         q, counts = counted(lambda: torch.linalg.householder_product(a, tau))
         assert q.shape == (8192, 1024) and counts == (3, 33554432 + 4 + 5309440)
-        _, counts = counted(lambda: torch.linalg.householder_product(a[:, :512], tau[:512]))
-        assert counts == (2, 8192 * 512 * 4 + 4)
+        _, counts = counted(lambda: torch.linalg.householder_product(a[:, :500], tau[:500]))
+        assert counts == (2, 8192 * 500 * 4 + 4)
     assert any("orgqr" in u for u in cap.unmeasured)
 
 
@@ -138,10 +139,10 @@ def test_a_transposed_host_tensor_copies_without_staging():
 
 def test_linalg_ops_without_a_rule_are_named():
     with vramscope.capture(gpu="h200") as cap:
-        a = torch.empty(64, 64, device="cuda")
+        a = torch.empty(70, 70, device="cuda")
         torch.linalg.qr(a)
         torch.linalg.solve_triangular(a, a, upper=False)
-        b = torch.empty(4, 64, 64, device="cuda")
+        b = torch.empty(4, 70, 70, device="cuda")
         torch.linalg.solve_triangular(b, b, upper=False)
         assert {u.split("'s")[0] for u in cap.unmeasured} == {"aten::linalg_qr"}
         assert any("geqrf" in u for u in cap.unmeasured) and any("orgqr" in u for u in cap.unmeasured)
@@ -338,10 +339,10 @@ def test_slogdet_factors_and_reduces_as_the_h200_counted():
         assert counts == (13, 4 + 4 + 2304 + 96 + 4 + 768 + 96 + 24 + 8 + 192 + 96 + 4 + 96)
         assert not cap.unmeasured
         # a size without a measured getrf workspace: the rest, and the workspace named unmeasured
-        b = torch.empty(100, 100, device="cuda")
+        b = torch.empty(101, 101, device="cuda")
         _, counts = counted(lambda: torch.slogdet(b))
-        assert counts == (12, 4 + 4 + 40000 + 400 + 4 + 400 + 100 + 8 + 800 + 400 + 4 + 400)
-        assert any("getrf workspace (100 x 100" in name for name in cap.unmeasured)
+        assert counts == (12, 4 + 4 + 40804 + 404 + 4 + 404 + 101 + 8 + 808 + 404 + 4 + 404)
+        assert any("getrf workspace (101 x 101" in name for name in cap.unmeasured)
 
 
 def test_lu_solve_takes_the_h200s_routes():
@@ -600,3 +601,37 @@ def test_max_of_a_non_contiguous_tensor_reduces_its_contiguous_copy():
         assert counts == (4, 1639412)
         _, counts = counted(lambda: x.T.max())
         assert counts == (3, 212)
+
+
+# cuSOLVER's workspaces swept on an H200 (validation/run/cusolver_sweep.py): each call's allocations
+# in order, fixtures/run/cusolver_sweep_h200.jsonl.xz
+SWEEP = [json.loads(line) for line in lzma.open(FIXTURES / "run" / "cusolver_sweep_h200.jsonl.xz", "rt")]
+
+
+@pytest.mark.parametrize("case", SWEEP[::10], ids=lambda c: f"{c['op']}-{c['dtype']}-{c['m']}x{c['n']}")
+def test_qr_eigh_and_lu_factor_allocate_as_the_h200_sweep_counted(case):
+    # one matrix (the cuBLAS handle already made): outputs, infos, each workspace, the checks
+    allocs = [nbytes for action, nbytes in case["events"] if action == "alloc"]
+    op = {"qr": torch.linalg.qr, "eigh": torch.linalg.eigh, "lu_factor": torch.linalg.lu_factor}[case["op"]]
+    with vramscope.capture(gpu="h200") as cap:
+        torch.mm(torch.empty(8, 8, device="cuda"), torch.empty(8, 8, device="cuda"))
+        a = torch.empty(case["m"], case["n"], device="cuda", dtype=getattr(torch, case["dtype"]))
+        _, got = counted(lambda: op(a))
+        assert got == (len(allocs), sum(allocs))
+    assert not cap.unmeasured
+
+
+def test_the_sweep_s_table_agrees_with_every_workspace_read_from_histories():
+    # cusolver_h200.json against the tables' entries from blind scripts' histories and per-op truth
+    # (setdefault keeps those): one figure per key
+    data = json.loads((ROOT / "python" / "vramscope" / "cusolver_h200.json").read_text())
+    dt = {"float32": torch.float32, "float64": torch.float64}
+    for m, n, d, nbytes in data["geqrf"]:
+        assert _linalg.GEQRF_WORKSPACE[(m, n, dt[d])] == nbytes
+    for m, n, k, d, nbytes in data["orgqr"]:
+        assert _linalg.ORGQR_WORKSPACE[(m, n, k, dt[d])] == nbytes
+    for routine in ("syevj", "syevd"):
+        for n, d, nbytes in data[routine]:
+            assert _linalg.WORKSPACE[(routine, n, dt[d])] == nbytes
+    for m, n, d, nbytes in data["getrf"]:
+        assert _linalg.GETRF_WORKSPACE[(m, n, dt[d])] == nbytes

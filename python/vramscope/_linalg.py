@@ -25,7 +25,9 @@ form of an H200's grid), and named unmeasured elsewhere.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import torch
 
@@ -1429,3 +1431,24 @@ def _eigh_backward_diagonal(cap, func, args, kwargs):
 
 
 DISPATCH[aten.diagonal_scatter.default] = _eigh_backward_diagonal
+
+
+def _add_sweep() -> None:
+    """Adds `cusolver_h200.json` (`validation/run/cusolver_sweep.py`'s table: geqrf, orgqr, syevj,
+    syevd and getrf of one matrix over square, tall and wide sizes, float32 and float64, measured
+    on an H200) to the tables above; where both hold a size they agree (`test_linalg.py`)."""
+    with open(os.path.join(os.path.dirname(__file__), "cusolver_h200.json")) as f:
+        data = json.load(f)
+    dtypes = {"float32": torch.float32, "float64": torch.float64}
+    for m, n, dtype, nbytes in data["geqrf"]:
+        GEQRF_WORKSPACE.setdefault((m, n, dtypes[dtype]), nbytes)
+    for m, n, k, dtype, nbytes in data["orgqr"]:
+        ORGQR_WORKSPACE.setdefault((m, n, k, dtypes[dtype]), nbytes)
+    for routine in ("syevj", "syevd"):
+        for n, dtype, nbytes in data[routine]:
+            WORKSPACE.setdefault((routine, n, dtypes[dtype]), nbytes)
+    for m, n, dtype, nbytes in data["getrf"]:
+        GETRF_WORKSPACE.setdefault((m, n, dtypes[dtype]), nbytes)
+
+
+_add_sweep()
