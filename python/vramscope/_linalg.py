@@ -19,8 +19,9 @@ them, cuSOLVER's workspaces, the info tensors and `_linalg_check_errors`' reads,
   (`aten/src/ATen/native/LinearAlgebra.cpp`), run op by op through the capture.
 
 cuSOLVER's workspace sizes come from `cusolverDn*_bufferSize` at run time: they are the measured
-figures of `WORKSPACE` and `GETRF_WORKSPACE` where the twin has them (gesvdj's: `_gesvdj`'s closed
-form of an H200's grid), and named unmeasured elsewhere.
+figures of `WORKSPACE`, `GEQRF_WORKSPACE`, `ORGQR_WORKSPACE` and `GETRF_WORKSPACE` (blind scripts'
+records and `cusolver_h200.json`, an H200 sweep) where the twin has them (gesvdj's: `_gesvdj`'s
+closed form of an H200's grid), and named unmeasured elsewhere.
 """
 
 from __future__ import annotations
