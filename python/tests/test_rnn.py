@@ -134,7 +134,8 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     for p in _rnn._problems().values():
         packed = p["batch_sizes"] is not None
         tokens = sum(p["batch_sizes"]) if packed else p["batch"] * p["seq_length"]
-        dropout = 0.1 if (p["mode"], p["input_size"]) in (("gru", 80), ("lstm", 256)) else 0.0
+        # blind135/ee02's packed 3-layer LSTM of 640 has dropout 0.1 too
+        dropout = 0.1 if (p["mode"], p["input_size"]) in (("gru", 80), ("lstm", 256), ("lstm", 640)) else 0.0
         if (p["mode"], p["dtype"], p["hidden_size"]) == ("gru", "float16", 768):
             dropout = 0.2  # blind73/bu03
         fitted = _rnn._fitted(
