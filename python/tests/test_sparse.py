@@ -457,3 +457,51 @@ def test_randperm_sorts_random_keys_with_an_arange_as_the_h200_did():
         ("free_requested", 16384),
         ("free_requested", 32768),
     ]
+
+
+def test_coo_to_dense_is_zeros_then_an_in_place_add():
+    # `sparse_to_dense` (SparseTensor.cpp): `zeros` of the size, then `add_` of the sparse tensor,
+    # which allocates nothing on the H200, coalesced or not (sparse_probe_h200.json); an
+    # uncoalesced tensor stopped the twin (blind140/ej02 as first written)
+    with vramscope.capture(gpu="h200") as cap:
+        rows = torch.arange(64, device="cuda").repeat_interleave(7)
+        cols = torch.randint(0, 1000, (448,), device="cuda")
+        coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), torch.ones(448, device="cuda"), (64, 1000))
+        d, got = _history(coo.to_dense)
+        assert d.shape == (64, 1000) and d.layout is torch.strided and d.is_cuda
+        assert got == [("alloc", 64 * 1000 * 4)]
+        _, got = _history(coo.coalesce().to_dense)
+        assert got[-1] == ("alloc", 64 * 1000 * 4)
+        assert not cap.unmeasured
+
+
+def test_sparse_mm_of_a_csr_matrix_is_its_addmm():
+    # `torch.sparse.mm(A, D)` of a CSR matrix: `_sparse_mm`'s `zeros` and `_sparse_addmm`, which
+    # `_sparse_csr_addmm` (SparseCsrTensorMath.cpp) runs as `addmm`: the same events as `A @ D`
+    with vramscope.capture(gpu="h200"):
+        idx = torch.tensor([[0, 0, 1, 2], [0, 2, 1, 0]])
+        a = torch.sparse_coo_tensor(idx.cuda(), torch.ones(4, device="cuda"), (3, 3)).to_sparse_csr()
+        x = torch.ones(3, 2, device="cuda", requires_grad=True)
+        y, got = _history(lambda: torch.sparse.mm(a, x))
+        _, want = _history(lambda: a @ x.detach())
+        assert y.shape == (3, 2) and got == want == [("alloc", 24), ("alloc", 24), ("free_requested", 24)]
+        y.sum().backward()
+        assert x.grad.shape == (3, 2) and x.grad.is_cuda
+
+
+def test_a_host_coo_tensor_moves_its_indices_then_its_values():
+    # `_to_copy` of a host COO tensor (TensorConversions.cpp): the indices, then the values, each a
+    # dense copy; the indices' values come along, so `coalesce` knows the distinct count. A
+    # module's sparse buffer moved by `.to("cuda")` stopped the twin (blind140/ej05 as first written)
+    h = torch.tensor([3, 1, 3, 0])
+    host = torch.sparse_coo_tensor(torch.stack([h, torch.arange(4)]), torch.ones(4), (8, 4))
+    with vramscope.capture(gpu="h200"):
+        m, got = _history(lambda: host.to("cuda"))
+        assert m.is_cuda and m.layout is torch.sparse_coo and not m.is_coalesced()
+        assert got == [("alloc", 2 * 4 * 8), ("alloc", 4 * 4)]
+        assert m.coalesce()._nnz() == 4
+        mod = torch.nn.Module()
+        mod.register_buffer("sketch", host.coalesce())
+        mod.to("cuda")
+        assert mod.sketch.is_cuda and mod.sketch.is_coalesced()
+        assert torch.sparse.mm(mod.sketch, torch.ones(4, 2, device="cuda")).shape == (8, 2)

@@ -1303,6 +1303,15 @@ def _to_copy(cap, func, args, kwargs):
             # a dense source keeps (`_to_copy`'s empty_like under preserve_format, TensorConversions.cpp)
             out = torch.empty_strided(shape, stride, dtype=out.dtype).copy_(out)
         return out
+    if (
+        to_device
+        and isinstance(src, torch.Tensor)
+        and src.device.type == "cpu"
+        and src.layout is torch.sparse_coo
+    ):
+        from . import _sparse
+
+        return _sparse.host_to_device(cap, src, kwargs)
     if to_device and isinstance(src, torch.Tensor) and src.device.type == "cpu":
         # host to device: a new storage on the GPU
         out = aten._to_copy.default(src, **dict(kwargs, device=torch.device("meta")))

@@ -235,6 +235,38 @@ def _zero(cap, func, args, kwargs):
 OPS[aten.zero_.default] = _zero
 
 
+def _to_dense(cap, func, args, kwargs):
+    """`sparse_to_dense` (SparseTensor.cpp) of a COO tensor: `zeros` of its size, then `add_` of
+    the tensor into them in place (`add_out_dense_sparse_cuda`, which allocates nothing on the
+    H200, coalesced or not: fixtures/run/sparse/sparse_probe_h200.json)."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)):
+        return NotImplemented
+    cap.ops += 1
+    out = _empty(cap, tuple(t.shape), t.dtype, "aten::zeros")
+    set_value(out, None)
+    return out
+
+
+OPS[aten._to_dense.default] = _to_dense
+
+
+def host_to_device(cap, src, kwargs):
+    """`_to_copy` of a host COO tensor to the GPU (TensorConversions.cpp): its indices copied (their
+    own dtype), then its values (the dtype asked for), each by `at::native::to` as a dense copy
+    from the host, and `_sparse_coo_tensor_unsafe` over them with the coalesced flag; the
+    indices' values are the host's."""
+    with _NO_DISPATCH():
+        indices, values = src._indices(), src._values()
+    common = {k: kwargs[k] for k in ("device", "pin_memory", "non_blocking") if k in kwargs}
+    new_indices = _kernels._to_copy(cap, aten._to_copy.default, (indices,), common)
+    dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
+    new_values = _kernels._to_copy(cap, aten._to_copy.default, (values,), dict(common, **dtype))
+    with _NO_DISPATCH():
+        index_vals = indices.clone()
+    return _make(src, new_indices, new_values, src.is_coalesced(), index_vals)
+
+
 # ---- clone and AccumulateGrad ----------------------------------------------------------------
 
 
@@ -602,6 +634,10 @@ def _sparse_addmm(cap, func, args, kwargs):
     names = ("self", "mat1", "mat2", "beta", "alpha")
     p = dict(zip(names, args, strict=False)) | kwargs
     t, s, d = p["self"], p["mat1"], p["mat2"]
+    if _csr_operand(s) and _dense_operand(d) and registered(t) and t.layout is torch.strided:
+        # `_sparse_csr_addmm` (SparseCsrTensorMath.cpp): `addmm(t, S, D, beta, alpha)`
+        cap.ops += 1
+        return _csr_addmm(cap, s, d, t.dtype)
     if not (_sparse_operand(s) and _dense_operand(d) and registered(t)) or _sparse(t):
         return NotImplemented
     cap.ops += 1
@@ -811,16 +847,23 @@ OPS[aten.mv.default] = _csr_mv
 
 def _csr_mm(cap, a, d):
     """`mm(A, D)` of a CSR matrix and a dense one (`_sparse_csr_mm`, SparseCsrTensorMath.cpp):
-    `zeros` of the result's shape, `addmm` of them (`addmm_sparse_compressed_dense`): its result
-    (`resize_output` to m x n, contiguous, taking the zeros' values without an allocation); no
-    entries zero it; else SparseBlasImpl.cpp's `spmm`: D's contiguous clone where it is neither
-    BLAS row- nor column-major, cuSPARSE SpMM's buffer (allocated and freed), the clone dies,
-    then the zeros. The H200's order (blind89/ck06)."""
+    `zeros` of the result's shape, `addmm` of them (`_csr_addmm`), then the zeros die. The H200's
+    order (blind89/ck06)."""
     cap.ops += 1
+    zeros = _empty(cap, (a.shape[0], d.shape[1]), d.dtype, "aten::zeros")
+    r = _csr_addmm(cap, a, d, d.dtype)
+    del zeros
+    return r
+
+
+def _csr_addmm(cap, a, d, dtype):
+    """`addmm(T, A, D)` of a CSR matrix A (`addmm_sparse_compressed_dense`): its result
+    (`resize_output` to m x n, contiguous, taking T's values without an allocation); no entries
+    zero it; else SparseBlasImpl.cpp's `spmm`: D's contiguous clone where it is neither BLAS row-
+    nor column-major, cuSPARSE SpMM's buffer (allocated and freed), then the clone dies."""
     m, k = a.shape
     n = d.shape[1]
-    zeros = _empty(cap, (m, n), d.dtype, "aten::zeros")
-    r = _empty(cap, (m, n), d.dtype, "aten::addmm")
+    r = _empty(cap, (m, n), dtype, "aten::addmm")
     set_value(r, None)
     crow, _col, values = parts(a)
     nnz = values.shape[0]
@@ -838,7 +881,6 @@ def _csr_mm(cap, a, d):
         )
         _csr_buffer(cap, SPMM_BUFFER, key, "aten::mm", what)
         del d_copy
-    del zeros
     return r
 
 
