@@ -1146,6 +1146,22 @@ def test_embedding_bag_backward_sorts_its_indices_as_embedding_backward_does():
         assert counts == (16, 363_081_637 + 4096 * 256 * 4)
 
 
+def test_embedding_bag_backward_never_takes_the_fused_path():
+    # blind135/ee05's H200 per-op record: a mean EmbeddingBag(512, 32) over (4096, 8) ids, the
+    # gradient a column slice of a `cat`'s: `offset2bag` keeps `embedding_backward_cuda_kernel` on its
+    # two-pass path (EmbeddingBackwardKernel.cu), 16 allocations, 2,975,853 bytes with the 65,536-byte
+    # gradient, where the fused path's index map would take 454,560 bytes less
+    with vramscope.capture(gpu="h200"):
+        bag = torch.nn.EmbeddingBag(512, 32, mode="mean", device="cuda")
+        ids = torch.randint(0, 512, (4096, 8), device="cuda")
+        g = torch.empty(4096, 160, device="cuda")[:, 128:]
+        args = bag._parameters["weight"], ids.flatten(), torch.arange(0, 32768, 8, device="cuda")
+        _, offset2bag, bag_size, max_indices = torch.ops.aten._embedding_bag(*args, False, 1)
+        call = (g, ids.flatten(), args[2], offset2bag, bag_size, max_indices, 512, False, 1, False, None)
+        _, counts = counted(lambda: torch.ops.aten._embedding_bag_backward(*call))
+        assert counts == (16, 2_975_853)
+
+
 def test_embedding_bag_allocates_bag_size_offset2bag_then_its_output():
     # blind123/ds05's H200 history of a sum EmbeddingBag(1000001, 64) with per_sample_weights over
     # (8192, 50) ids: F.embedding_bag's offsets, then `_embedding_bag_cuda`'s bag_size, offset2bag

@@ -592,6 +592,17 @@ def test_sort_of_a_non_contiguous_long_row_copies_it_dim_last():
     assert not any("sort" in u for u in cap.unmeasured)
 
 
+def test_sort_of_several_million_long_rows_sorts_one_row_at_a_time():
+    # blind118/dn04's H200 per-op record: sort of (64, 1000000) fp16 descending, `nsort >= 1000000`
+    # (SortStable.cu `segmented_sort_large_segments`): the values and indices, the int64 0..n row,
+    # then one `radix_sort_pairs` storage per row (67 allocations, 1,299,968,448 bytes)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(64, 1_000_000, device="cuda", dtype=torch.float16)
+        _, counts = counted(lambda: torch.sort(x, dim=-1, descending=True))
+        assert counts == (67, 1_299_968_448)
+    assert not any("sort" in u for u in cap.unmeasured)
+
+
 def test_max_of_a_non_contiguous_tensor_reduces_its_contiguous_copy():
     # dm06: `(sol2 - sol).abs().max()` of a column-major 2,049 x 200 float32: the result, the
     # contiguous copy, the reduction's buffer and semaphores (4 allocations, 1,639,412 bytes)

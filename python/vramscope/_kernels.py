@@ -791,8 +791,8 @@ def _sort(cap, func, call, outs):
     `segmented_sort_pairs_by_full_sort`: two `int2` (index, segment) buffers, a pair sort of all
     keys with them as values (its keys out in a temporary), then a keys-only sort of the pairs on
     the segment bits; 128 segments or more to `segmented_sort_pairs`. Measured on the H200
-    (`validation/run/sweeps/scratch_sweep.py`, blind9/i06); rows of a million or more in several
-    segments and other layouts are not modelled."""
+    (`validation/run/sweeps/scratch_sweep.py`, blind9/i06). Rows of a million or more sort one
+    segment at a time as a single segment does (`nsort >= 1000000`)."""
     (args, kw) = call
     x = args[0]
     if not registered(x) or x.numel() == 0:
@@ -809,7 +809,7 @@ def _sort(cap, func, call, outs):
         del row
         return
     segments = x.numel() // n
-    if x.dim() == 0 or (segments > 1 and n >= 1_000_000):
+    if x.dim() == 0:
         cap.note_unmeasured(f"the sort of {tuple(x.shape)} along {dim} ({op})")
         return
     d = dim % x.dim()
@@ -850,23 +850,37 @@ def _dense_strides_dim_last(x, d: int) -> tuple:
 
 
 def _stable_sort_kernel(cap, x, n: int, segments: int, key: int, op: str) -> None:
-    """`launch_stable_sort_kernel` (cuda/SortStable.cu) of `x`'s layout made dense along the dim."""
+    """`launch_stable_sort_kernel` (cuda/SortStable.cu) of `x`'s layout made dense along the dim:
+    batches of `min(numel, INT_MAX) // n` whole rows, each sorted by the path its segment count
+    picks."""
+    total = x.numel()
+    nbatch = (min(total, 2**31 - 1) // n) * n
+    while total > 0:
+        batch = min(total, nbatch)
+        _sort_batch(cap, n, batch // n, batch, key, op)
+        total -= batch
+
+
+def _sort_batch(cap, n: int, segments: int, total: int, key: int, op: str) -> None:
+    """One batch of `launch_stable_sort_kernel`: `segments` rows of `n`, `total` keys."""
+    if segments == 1 or n >= 1_000_000:
+        # `segmented_sort_large_segments`: the int64 `0..n` row (a `DeviceArray`), then one
+        # `radix_sort_pairs` of n keys a segment, each with its own CUB storage (blind118/dn04's H200
+        # record: (64, 1000000) fp16, 65 allocations beyond the outputs)
+        rng = cap.malloc(n * 8, op, "temporary")
+        for _ in range(segments):
+            _cub(cap, "sort", n, key, op, "radix sort")
+        del rng
+        return
     if segments >= 128:
         # `segmented_sort_pairs`: the int64 reverse indices, then CUB's DeviceSegmentedRadixSort
         # storage: alternate keys and int64 values, each 256-aligned, and 255 bytes of alignment
         # slack (`AliasTemporaries`); blind9/i06's H200 record: 5 x 256 MiB + 255 bytes at 8192 x 8192
-        total = x.numel()
         reverse = cap.malloc(total * 8, op, "temporary")
         align = lambda b: (b + 255) // 256 * 256  # noqa: E731
         storage = cap.malloc(align(total * key) + align(total * 8) + 255, op, "workspace")
         del storage, reverse
         return
-    if segments == 1:
-        rng = cap.malloc(n * 8, op, "temporary")
-        _cub(cap, "sort", n, key, op, "radix sort")
-        del rng
-        return
-    total = x.numel()
     index_segment = cap.malloc(total * 8, op, "temporary")
     index_segment2 = cap.malloc(total * 8, op, "temporary")
     keys_out = cap.malloc(total * key, op, "temporary")
@@ -2549,9 +2563,11 @@ SCRATCH_UNMODELLED.discard("aten::convolution_backward")
 # ---- ops whose kernels the eager twin plans ---------------------------------------------
 
 
-def _embedding_plan(cap, grad_sizes, grad, contiguous: bool, indices, num_weights: int):
+def _embedding_plan(cap, grad_sizes, grad, contiguous: bool, indices, num_weights: int, bags=False):
     """The eager twin's plan of `embedding_dense_backward`'s kernel for a gradient of `grad_sizes`
-    (`grad`'s dtype) over `indices` into `num_weights` rows."""
+    (`grad`'s dtype) over `indices` into `num_weights` rows; `bags`: the sum/mean `EmbeddingBag`
+    backward's call of it (always sorted, never fused). Deterministic algorithms keep the kernel
+    off its fused path (EmbeddingBackwardKernel.cu)."""
     return cap.device.embedding_dense_backward_plan(
         grad_sizes,
         str(grad.dtype).removeprefix("torch."),
@@ -2560,6 +2576,8 @@ def _embedding_plan(cap, grad_sizes, grad, contiguous: bool, indices, num_weight
         str(indices.dtype).removeprefix("torch."),
         indices.is_contiguous(),
         num_weights,
+        bags=bags,
+        deterministic=torch.are_deterministic_algorithms_enabled(),
     )
 
 
@@ -2602,7 +2620,10 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     `embedding_bag_backward_cuda_sum_avg` (EmbeddingBag.cu) sorts the indices with
     `radix_sort_pairs` and runs `embedding_backward_cuda_kernel`, as `embedding_dense_backward`
     does over the same indices (the plan above; blind28/ab05's H200 record: 15 allocations,
-    363,081,637 bytes for 131,072 indices of rows of 256). `_embedding_bag_dense_backward_cuda`
+    363,081,637 bytes for 131,072 indices of rows of 256), but for any number of indices and never
+    on the fused path, which `offset2bag` rules out (blind135/ee05's mean bags of 32,768 indices
+    into 512 rows of 32: the two-pass path's 484,864-byte per-segment gradient on the H200).
+    `_embedding_bag_dense_backward_cuda`
     first takes `grad_.contiguous()`, which lives to its return: a strided gradient (a slice of a
     concatenation's, blind95/cq05) is copied before the plan. `scale_grad_by_freq` is left to the
     meta kernel, named unmeasured; `max` mode is `_embedding_bag_backward_max`."""
@@ -2626,7 +2647,9 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     op = "aten::_embedding_bag_backward"
     copy = None if grad.is_contiguous() else cap.malloc(grad.numel() * grad.element_size(), op, "temporary")
     out = func(*args)
-    steps = _embedding_plan(cap, [indices.numel(), grad.shape[1]], grad, True, indices, num_weights)
+    steps = _embedding_plan(
+        cap, [indices.numel(), grad.shape[1]], grad, True, indices, num_weights, bags=True
+    )
     out = _replay_plan(cap, out, steps, op)
     del copy
     return out

@@ -62,7 +62,7 @@ pub use ops::conv::{
     cudnn_conv_nearest_workspace, cudnn_conv_problem_workspace, cudnn_conv_workspace, Conv2dArgs,
     ConvOp, ConvProblem, Likeness, NearestConv,
 };
-pub use ops::nn::{SegmentBuffer, SegmentProblem};
+pub use ops::nn::{EmbeddingPath, SegmentBuffer, SegmentProblem};
 pub use ops::reduce::ReduceScratch;
 pub use ops::Scalar;
 pub use runtime::{

@@ -86,7 +86,8 @@ fn plan<T>(
 
 /// `embedding_dense_backward(grad, indices, num_weights, ...)` on CUDA
 /// (`ops/nn.rs`): `grad` of `grad_sizes` (contiguous or not), `n` indices
-/// of `index` dtype (contiguous or not).
+/// of `index` dtype (contiguous or not); `path` names the bags' caller and
+/// the deterministic flag ([`crate::ops::nn::EmbeddingPath`]).
 #[allow(clippy::too_many_arguments)]
 pub fn embedding_dense_backward_plan(
     profile: &DeviceProfile,
@@ -97,6 +98,7 @@ pub fn embedding_dense_backward_plan(
     index: DType,
     indices_contiguous: bool,
     num_weights: i64,
+    path: crate::ops::nn::EmbeddingPath,
 ) -> Result<Vec<PlanStep>> {
     plan(
         profile,
@@ -118,7 +120,7 @@ pub fn embedding_dense_backward_plan(
             };
             Ok((g, idx))
         },
-        |_, (g, idx)| crate::ops::nn::embedding_dense_backward(g, idx, num_weights),
+        |_, (g, idx)| crate::ops::nn::embedding_sorted_backward(g, idx, num_weights, path),
     )
 }
 
@@ -138,6 +140,7 @@ mod tests {
             DType::I64,
             true,
             1000,
+            Default::default(),
         )
         .unwrap();
         assert_eq!(
@@ -162,6 +165,7 @@ mod tests {
             DType::I64,
             true,
             32000,
+            Default::default(),
         )
         .unwrap();
         let allocs = steps
@@ -203,6 +207,7 @@ mod tests {
             DType::I64,
             true,
             3_420_000,
+            Default::default(),
         )
         .unwrap();
         assert!(steps.iter().any(|s| matches!(
@@ -229,6 +234,7 @@ mod tests {
             DType::I64,
             true,
             1000,
+            Default::default(),
         )
         .unwrap();
         let outputs: Vec<(u32, u64)> = steps

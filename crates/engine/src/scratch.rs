@@ -349,7 +349,7 @@ impl ScratchRule {
                     problem: q,
                     buffer: c,
                 },
-            ) => b == c && p.index == q.index && p.grad == q.grad,
+            ) => b == c && p.index == q.index && p.grad == q.grad && p.path == q.path,
             (
                 ScratchRule::Reduce {
                     sizes: s1,

@@ -524,8 +524,11 @@ impl Device {
 
     /// What `embedding_dense_backward` allocates on the GPU, as the eager
     /// twin runs it (`plans.rs`): `("alloc", id, bytes, is_output)` and
-    /// `("free", id, 0, False)` steps, in order.
+    /// `("free", id, 0, False)` steps, in order. `bags`: the sum/mean
+    /// `EmbeddingBag` backward's call of the kernel; `deterministic`:
+    /// `torch.use_deterministic_algorithms(True)` (`EmbeddingPath`).
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (grad_sizes, grad_dtype, grad_contiguous, n, index_dtype, indices_contiguous, num_weights, bags=false, deterministic=false))]
     fn embedding_dense_backward_plan(
         &self,
         grad_sizes: Vec<i64>,
@@ -535,6 +538,8 @@ impl Device {
         index_dtype: &str,
         indices_contiguous: bool,
         num_weights: i64,
+        bags: bool,
+        deterministic: bool,
     ) -> PyResult<Vec<(&'static str, u32, u64, bool)>> {
         let steps = vramscope_engine::plans::embedding_dense_backward_plan(
             &self.p.runtime().profile(),
@@ -545,6 +550,10 @@ impl Device {
             dtype_of(index_dtype)?,
             indices_contiguous,
             num_weights,
+            vramscope_engine::EmbeddingPath {
+                bags,
+                deterministic,
+            },
         )
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(steps

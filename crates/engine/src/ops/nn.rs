@@ -315,6 +315,30 @@ pub(crate) fn embedding_dense_backward(
     indices: &Tensor,
     num_weights: i64,
 ) -> Result<Tensor> {
+    embedding_sorted_backward(grad, indices, num_weights, EmbeddingPath::default())
+}
+
+/// Which of `embedding_backward_cuda_kernel`'s callers runs it, and under
+/// what flags: both decide its paths ([`SegmentProblem`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct EmbeddingPath {
+    /// `embedding_bag_backward_cuda_sum_avg` (EmbeddingBag.cu): it sorts any
+    /// number of indices (no direct kernel) and passes `offset2bag`, which
+    /// keeps the kernel off its fused path (`!offset2bag.defined()`)
+    pub bags: bool,
+    /// `torch.use_deterministic_algorithms(True)`: no fused path
+    /// (`!at::globalContext().deterministicAlgorithms()`)
+    pub deterministic: bool,
+}
+
+/// [`embedding_dense_backward`], or the bags' backward (`path.bags`: the
+/// indices made contiguous, then always the sort and the kernel).
+pub(crate) fn embedding_sorted_backward(
+    grad: &Tensor,
+    indices: &Tensor,
+    num_weights: i64,
+    path: EmbeddingPath,
+) -> Result<Tensor> {
     let rt = grad.rt().clone();
     let op = "embedding_dense_backward";
     let dev = grad.device();
@@ -331,8 +355,10 @@ pub(crate) fn embedding_dense_backward(
     };
     let n = indices.numel();
     let dim = *grad.sizes().last().unwrap_or(&1);
-    rt.note_switch(n, EMBEDDING_BACKWARD_DIRECT_MAX);
-    let gw = if n <= EMBEDDING_BACKWARD_DIRECT_MAX {
+    if !path.bags {
+        rt.note_switch(n, EMBEDDING_BACKWARD_DIRECT_MAX);
+    }
+    let gw = if !path.bags && n <= EMBEDDING_BACKWARD_DIRECT_MAX {
         rt.empty_op(
             &[num_weights, dim],
             grad.dtype(),
@@ -365,7 +391,7 @@ pub(crate) fn embedding_dense_backward(
             drop(cub);
             drop(range);
         }
-        let gw = embedding_backward_cuda_kernel(grad, &sorted, num_weights)?;
+        let gw = embedding_backward_cuda_kernel(grad, &sorted, num_weights, path)?;
         drop(orig);
         drop(sorted);
         gw
@@ -415,6 +441,8 @@ pub struct SegmentProblem {
     pub index: DType,
     /// the gradient's dtype (its op-math type accumulates)
     pub grad: DType,
+    /// the caller and flags ([`EmbeddingPath`])
+    pub path: EmbeddingPath,
 }
 
 impl SegmentProblem {
@@ -445,8 +473,12 @@ impl SegmentProblem {
 
     /// The fused atomic path: `sum_and_scatter`'s grid,
     /// `ceil(max_segments * stride_warped / block)`, under `4 x SMs` and
-    /// `max_partial_segment` over 4 times it (deterministic algorithms off).
+    /// `max_partial_segment` over 4 times it, with no bags (`offset2bag`
+    /// undefined) and deterministic algorithms off.
     fn fused(&self, sm_count: u32) -> bool {
+        if self.path.bags || self.path.deterministic {
+            return false;
+        }
         let stride_warped = (self.stride + 31) / 32 * 32;
         let block = stride_warped.min(Self::MAX_BLOCK_SIZE);
         let grid = (self.max_segments() * stride_warped + block - 1) / block;
@@ -481,7 +513,7 @@ impl SegmentProblem {
     /// takes a path without it, or the indices take the feature kernel
     /// instead).
     pub fn bytes(&self, buffer: SegmentBuffer, profile: &DeviceProfile) -> Option<u64> {
-        if self.n <= EMBEDDING_BACKWARD_DIRECT_MAX {
+        if !self.path.bags && self.n <= EMBEDDING_BACKWARD_DIRECT_MAX {
             return None;
         }
         if buffer == SegmentBuffer::ExclusiveSumStorage {
@@ -515,6 +547,7 @@ fn embedding_backward_cuda_kernel(
     grad: &Tensor,
     sorted: &Tensor,
     num_weights: i64,
+    path: EmbeddingPath,
 ) -> Result<Tensor> {
     let rt = grad.rt().clone();
     let op = "embedding_dense_backward";
@@ -531,6 +564,7 @@ fn embedding_backward_cuda_kernel(
         stride,
         index: idt,
         grad: grad.dtype(),
+        path,
     };
     // a buffer sized by the segments, with its rule
     let segment_buffer = |(buffer, shape, dtype): (SegmentBuffer, Vec<i64>, DType)| {
@@ -618,6 +652,74 @@ mod tests {
     }
     fn f(n: u64) -> (String, u64) {
         ("free_requested".into(), n)
+    }
+
+    /// blind135/ee05's mean `EmbeddingBag` over 8 genres of 4,096 users (32,768
+    /// indices into 512 rows of 32, fp32): the dense backward would take the
+    /// fused path (a grid of 512 blocks under 4 x 132 SMs), but the bags'
+    /// call passes `offset2bag`, and the H200's per-op record holds the
+    /// two-pass path's per-segment gradient (3,788 x 32 fp32: 484,864 bytes
+    /// where `partial_to_segment_idx` would take 30,304; 454,560 more a call).
+    #[test]
+    fn bags_and_deterministic_runs_take_the_two_pass_path() {
+        let profile = crate::DeviceProfile::h200_torch_2_11();
+        let problem = |path| SegmentProblem {
+            n: 32768,
+            num_weights: 512,
+            stride: 32,
+            index: DType::I64,
+            grad: DType::F32,
+            path,
+        };
+        let dense = problem(EmbeddingPath::default());
+        assert_eq!(
+            dense.bytes(SegmentBuffer::PartialToSegmentIdx, &profile),
+            Some(30_304)
+        );
+        assert_eq!(
+            dense.bytes(SegmentBuffer::GradWeightPerSegment, &profile),
+            None
+        );
+        for path in [
+            EmbeddingPath {
+                bags: true,
+                deterministic: false,
+            },
+            EmbeddingPath {
+                bags: false,
+                deterministic: true,
+            },
+        ] {
+            let p = problem(path);
+            assert_eq!(p.bytes(SegmentBuffer::PartialToSegmentIdx, &profile), None);
+            assert_eq!(
+                p.bytes(SegmentBuffer::GradWeightPerSegment, &profile),
+                Some(484_864)
+            );
+        }
+    }
+
+    /// `embedding_bag_backward_cuda_sum_avg` has no direct kernel: bags of
+    /// few indices sort as many do.
+    #[test]
+    fn bags_of_few_indices_sort() {
+        let rt = Runtime::default();
+        rt.record_memory_history(true);
+        let ids = rt.zeros(&[64], DType::I64, Device::Cuda).unwrap();
+        let g = rt.randn(&[64, 16], DType::F32, Device::Cuda).unwrap();
+        let at = count(&rt);
+        let bags = EmbeddingPath {
+            bags: true,
+            deterministic: false,
+        };
+        let gw = embedding_sorted_backward(&g, &ids, 100, bags).unwrap();
+        assert_eq!(gw.sizes(), &[100, 16]);
+        let allocs = entries(&rt, at).iter().filter(|e| e.0 == "alloc").count();
+        assert!(allocs > 1, "{:?}", entries(&rt, at));
+        let at = count(&rt);
+        let direct = embedding_dense_backward(&g, &ids, 100).unwrap();
+        assert_eq!(direct.sizes(), &[100, 16]);
+        assert_eq!(entries(&rt, at), vec![a(100 * 16 * 4)]);
     }
 
     /// BERT's token type ids: a (1, 256) buffer expanded to (8, 256); the
