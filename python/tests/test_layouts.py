@@ -690,6 +690,24 @@ def test_accumulating_through_a_boolean_mask_sorts_the_masks_nonzero_columns():
         assert torch.cuda.memory_allocated() - before["allocated_bytes.all.current"] == out.numel() * 4
 
 
+def test_accumulating_with_strided_index_columns_checks_their_contiguous_copies():
+    # blind118/dn05's H200 per-op record of `grid.index_put_((scene, cell[:, 0], cell[:, 1]), ones,
+    # accumulate=True)`: wrapIndexOnce's `max()` and `min()` reduce `self.contiguous()`
+    # (ReduceAllOps.cpp), a copy of each strided column (38 allocations, 126,075,469 bytes); a
+    # mask's nonzero columns are dense (cuda/Nonzero.cu returns the (dim, n) buffer transposed)
+    with vramscope.capture(gpu="h200"):
+        grid = torch.zeros(8, 201, 201, device="cuda")
+        scene = torch.randint(0, 8, (1048576,), device="cuda")
+        cell = torch.randint(0, 201, (1048576, 2), device="cuda")
+        ones = torch.ones(1048576, device="cuda")
+        before = torch.cuda.memory_stats()
+        grid.index_put_((scene, cell[:, 0], cell[:, 1]), ones, accumulate=True)
+        after = torch.cuda.memory_stats()
+        keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+        assert tuple(after[k] - before[k] for k in keys) == (38, 126075469)
+        assert torch.ones(8, 8, dtype=torch.bool, device="cuda").nonzero().stride() == (1, 64)
+
+
 def test_dropout_in_place_keeps_its_noise_for_backward():
     # Dropout.cpp's `dropout_` never takes the fused kernel: a noise tensor like the input, multiplied
     # in place; MulBackward0 keeps it (blind57/be01's H200 history: 12,288 bytes, no bool mask)

@@ -603,6 +603,16 @@ def test_sort_of_several_million_long_rows_sorts_one_row_at_a_time():
     assert not any("sort" in u for u in cap.unmeasured)
 
 
+def test_median_of_all_elements_sorts_them_then_picks_by_where():
+    # blind111/dg06's H200 per-op record of `scores.median()` over (4, 100) float32: the sort's
+    # values, indices and index row, `isnan`'s bool and `where`'s result (5 allocations, 8,005 bytes)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, 100, device="cuda")
+        m, counts = counted(lambda: x.median())
+        assert m.shape == () and counts == (5, 8005)
+        assert torch.cuda.memory_allocated() == 2048 + 512  # the input and the 0-dim result
+
+
 def test_max_of_a_non_contiguous_tensor_reduces_its_contiguous_copy():
     # dm06: `(sol2 - sol).abs().max()` of a column-major 2,049 x 200 float32: the result, the
     # contiguous copy, the reduction's buffer and semaphores (4 allocations, 1,639,412 bytes)

@@ -1000,7 +1000,8 @@ def _index_put_sorted(cap, func, call, outs):
         given = isinstance(values, torch.Tensor) and values.dim() == k + 1 + tail and tail >= 0
         n = values.shape[k] if given else cap.nonzero_count(mask, "boolean-mask index_put_")
         positions = _mask_positions(cap, mask, n)
-        column = torch.empty((n, md), dtype=torch.int64, device="meta")
+        # cuda/Nonzero.cu writes a (dim, n) buffer and returns its transpose: each column is dense
+        column = torch.empty((md, n), dtype=torch.int64, device="meta").t()
         defined = [(k + j, column.select(1, j)) for j in range(md)]
     dims = [d for d, _ in defined]
     if (
@@ -1029,9 +1030,17 @@ def _index_put_sorted(cap, func, call, outs):
             del product
             continue
         if not unsafe:
+            strides = _expanded_strides(index, shape)
+            dense = torch.empty_strided(shape, strides, device="meta").is_contiguous()
+            if not dense:
+                strides = list(torch.empty(shape, device="meta").stride())
             for _ in range(2):  # max, then min: each result dies after its `item()`
                 check = cap.malloc(8, op, "temporary")
-                reduce_scratch(cap, shape, _expanded_strides(index, shape), [True] * len(shape), 8, 8, op)
+                # ReduceAllOps.cpp: `max_all_stub(..., self.contiguous())` (blind118/dn05's strided
+                # columns of an (N, 2) index: one copy of each per reduction on the H200)
+                copy = None if dense else cap.malloc(n * 8, op, "temporary")
+                reduce_scratch(cap, shape, strides, [True] * len(shape), 8, 8, op)
+                del copy
                 flag = cap.malloc(1, op, "temporary")
                 del flag, check
         wrapped = cap.malloc(n * 8, op, "temporary")
@@ -2764,6 +2773,25 @@ def _as_composite_explicit(cap, func, args, kwargs):
 DISPATCH[aten.affine_grid_generator.default] = _as_composite_explicit
 
 
+def _median_all(cap, func, args, kwargs):
+    """`median()` without a dim on CUDA: `median_impl` (cuda/Sorting.cpp) sorts `self.flatten()`
+    (the indices die with the statement), then returns `where(sorted[-1].isnan(), sorted[-1],
+    sorted[k])`; `sorted` dies at the return (blind111/dg06's H200 record of a (4, 100) float32
+    median: 5 allocations, 8,005 bytes)."""
+    x = args[0]
+    if kwargs or len(args) != 1 or not registered(x) or x.numel() == 0:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        values = torch.sort(x.flatten())[0]
+        out = torch.where(values[-1].isnan(), values[-1], values[(x.numel() - 1) // 2])
+        del values
+    return out
+
+
+DISPATCH[aten.median.default] = _median_all
+
+
 # ---- foreach reductions -----------------------------------------------------------------------
 
 
@@ -2874,13 +2902,15 @@ def _nonzero_scratch(cap, x, positions, shape=None):
 
 def _nonzero(cap, func, args, kwargs):
     """`nonzero` (`cuda/Nonzero.cu`): an (n, dim) int64 result whose n the GPU reads back from the
-    device; the twin knows n where the input carries its values (`Capture.nonzero_count`)."""
+    device; the twin knows n where the input carries its values (`Capture.nonzero_count`). The result
+    is the transpose of the (dim, n) buffer `nonzero_cuda_out_impl` writes (`out.set_(out_temp.t())`):
+    strides (1, n), each column dense."""
     x = args[0]
     if kwargs or not registered(x):
         return NotImplemented
     cap.ops += 1
     n = cap.nonzero_count(x, "nonzero (torch.where(mask), argwhere)")
-    out = torch.empty((n, x.dim()), dtype=torch.long, device="meta")
+    out = torch.empty((x.dim(), n), dtype=torch.long, device="meta").t()
     _nonzero_scratch(cap, x, lambda: cap.track(out, "aten::nonzero"))
     v = value(x)
     set_value(out, v.nonzero() if v is not None else None)
