@@ -745,6 +745,20 @@ def test_a_choice_over_known_differences_is_not_spread():
         assert index[1].tolist() == [1, 2, 3, 4] and index[3].tolist() == [3, 4, 5, 6]
 
 
+def test_isin_of_stand_in_tokens_matches_no_end_token():
+    # blind138/eh04: Marian's end-of-sequence token is 0; a decoded token over stand-in zeros read
+    # as 0 and generate's `EosTokenCriteria` (`isin`) ended every sequence after one token, where
+    # the H200 ran to max_new_tokens; known elements keep the computed result
+    with vramscope.capture(gpu="h200"):
+        logits = torch.empty(4, 64, device="cuda") @ torch.empty(64, 58101, device="cuda")
+        token = logits.argmax(-1)
+        eos = torch.tensor([0], device="cuda")
+        assert torch.isin(token[:, None], eos).tolist() == [[False]] * 4
+        assert torch.isin(token, eos, invert=True).tolist() == [True] * 4
+        assert torch.isin(token, 0).tolist() == [False] * 4
+        assert torch.isin(torch.tensor([0, 3], device="cuda"), eos).tolist() == [True, False]
+
+
 def test_bincount_counts_known_values_and_takes_minlength_for_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 1, 5], device="cuda")

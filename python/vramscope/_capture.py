@@ -878,6 +878,27 @@ _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
 SPREAD_LIMIT = 256
 
 
+#: `isin`: elements whose values the twin does not carry match none of the test elements
+#: (`_unmatched`)
+_ISIN = {aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar}
+
+
+def _unmatched(func, args, kwargs, vals):
+    """`isin` of elements whose values the twin does not carry (stand-in zeros, or computed over
+    them: a decoded token): none of them is taken for a test element, so generate's end-of-sequence
+    check (stopping_criteria.py's `EosTokenCriteria`: `isin(input_ids[:, -1:], eos_token_id)`)
+    finds no end and the loop runs to its `max_new_tokens`, also where token 0 is the end token
+    (Marian's; blind138/eh04 stopped after one token, as the zeros read as ends). Known elements
+    keep the computed result."""
+    elements = args[0]
+    if not isinstance(elements, torch.Tensor) or (
+        value(elements) is not None and not _tensor.assumed(elements)
+    ):
+        return vals
+    invert = args[3] if len(args) > 3 else kwargs.get("invert", False)
+    return [torch.full_like(vals[0], bool(invert))]
+
+
 def _spread_choices(func, args, kwargs, vals):
     """`argmax`, `max(dim)` or `topk` along a dimension of 2 to `SPREAD_LIMIT` choices over values
     the twin does not carry (stand-in zeros, where every choice ties at the first): each row takes
@@ -1579,6 +1600,8 @@ class Capture:
         )
         if guessed and func in _CHOICES:
             vals = _spread_choices(func, args, kwargs, vals)
+        elif guessed and func in _ISIN:
+            vals = _unmatched(func, args, kwargs, vals)
         category = "input" if factory else "output"
         order = _kernels.OUTPUT_ORDER.get(func)
         if order is None or len(order) != len(outs):
