@@ -164,8 +164,9 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # step and the update over 64 steps, also answered by the formula before their GPU run), and
     # blind108/dd06's 2-layer bidirectional LSTM (Demucs), measured in session 26, and blind121/dq03's
     # six packed bidirectional fp16 GRU problems (DeepSpeech 2, answered by the formula before the GPU run),
-    # and blind135's eight (ee06's packed bidirectional GRUs, ee02's packed 3-layer LSTM with dropout)
-    assert checked == 28
+    # and blind135's eight (ee06's packed bidirectional GRUs, ee02's packed 3-layer LSTM with dropout),
+    # and blind139/ei05's three (FiLM's packed fp16 GRU of 4,096: two training problems, one inference)
+    assert checked == 31
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -413,6 +414,19 @@ def test_a_gru_under_autocast_runs_cudnn_in_half_over_a_new_flat_buffer():
         out.float().sum().backward()
         assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in gru.parameters())
     assert not any("autocast" in w for w in cap.warned)
+
+
+def test_a_bf16_lstm_outside_one_flat_buffer_returns_a_new_weight_buffer_after_its_reserve():
+    # blind139/ei05's H200 per-op truth (the Relation Network's question LSTM held in bf16, its
+    # weights not flattened): _cudnn_rnn made 7 allocations, 17,394,688 bytes (x copy 184,320,
+    # output, hy, cy, workspace 12,587,776, reserve 3,686,656, then the new flat weight_buf 165,888)
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(32, 128, batch_first=True).to("cuda", torch.bfloat16)
+        x = torch.randn(64, 45, 32, device="cuda", dtype=torch.bfloat16)
+        h = (torch.zeros(1, 64, 128, device="cuda", dtype=torch.bfloat16),) * 2
+        _, count, req = _counted(lambda: lstm(x, h))
+        assert (count, req) == (7, 17394688)
+    assert cap.report()["unmeasured"] == []
 
 
 def test_fused_gru_cell_backward_reduces_each_bias_gradient_with_its_global_buffer():

@@ -103,11 +103,12 @@ def forward(rec):
         if rec["count"] != len(new) + (1 if copy else 0) + (1 if ws > 0 else 0) or ws < 0:
             return None
         return k, ws, None
-    # x copy (if any), output, hy, cy (LSTM), workspace, reserve
+    # x copy (if any), output, hy, cy (LSTM), workspace, reserve; weights not in one flat buffer
+    # (weight_buf undefined) come back as a new flat weight_buf after the reserve (RNN.cpp's _cudnn_rnn)
     expect = len(new) + 1 + (1 if copy else 0) + (1 if ws == 0 else 0)
     if rec["count"] != expect or ws < 0:
         return None
-    return k, ws, new[-1]
+    return k, ws, new[-2] if a[3] is None else new[-1]
 
 
 def backward(rec):
