@@ -245,7 +245,20 @@ def _to_dense(cap, func, args, kwargs):
     cap.ops += 1
     out = _empty(cap, tuple(t.shape), t.dtype, "aten::zeros")
     set_value(out, None)
+    _dense_sparse_add_scratch(cap, t)
     return out
+
+
+def _dense_sparse_add_scratch(cap, t) -> None:
+    """`add_out_dense_sparse_cuda` (SparseCUDATensorMath.cu) of an uncoalesced COO tensor `t`: its
+    `index_add_` runs over `flatten_indices(indices, sizes)`, a view of one sparse dimension's
+    indices, else n new int64 linear indices, freed at the end (the H200:
+    fixtures/run/sparse/sparse_probe_h200.json, sparse_probe2_h200.json)."""
+    indices, values = parts(t)
+    if t.is_coalesced() or values.numel() == 0 or indices.shape[0] < 2:
+        return
+    flat = cap.malloc(indices.shape[1] * 8, "aten::add_", "temporary")
+    del flat
 
 
 OPS[aten._to_dense.default] = _to_dense
@@ -451,8 +464,8 @@ def _add(cap, func, args, kwargs):
 
     - dense + sparse (`add_out_dense_sparse_cuda`): the sparse values are added into the result
       in place (`sparseElementwiseKernel` where coalesced, else `index_add_` over the flattened
-      indices), with no allocation in either case on the H200; out of place the result is a new
-      dense tensor, a copy of the dense operand;
+      indices: `_dense_sparse_add_scratch`); out of place the result is a new dense tensor, a
+      copy of the dense operand;
     - sparse + sparse (`add_out_sparse_cuda`): the values scaled by `alpha` where it is not 1,
       then the concatenated indices and the concatenated values; in place the tensor takes
       them."""
@@ -466,10 +479,13 @@ def _add(cap, func, args, kwargs):
     if not _sparse(self_):
         set_value(self_, None)
         if in_place:
+            _dense_sparse_add_scratch(cap, other)
             return self_
-        return _empty(
+        out = _empty(
             cap, self_.shape, torch.promote_types(self_.dtype, other.dtype), "aten::" + name.split("::")[1]
         )
+        _dense_sparse_add_scratch(cap, other)
+        return out
     op = "aten::add"
     t_indices, t_values = parts(self_)
     s_indices, s_values = parts(other)
@@ -786,6 +802,16 @@ SPMM_BUFFER = {
     (2_250_000, 2_250_000, 11_244_000, 8, torch.float64, torch.int64, False): 3_748_007,
     # blind99/cu03's H200 history (LightGCN's normalised adjacency by 64-wide embeddings)
     (100_000, 100_000, 2_996_202, 64, torch.float32, torch.int64, False): 998_743,
+    # blind140/ej02's per-op truth (Mult-VAE's fold-in users by the 600-wide encoder) and
+    # validation/run/sparse_probe2.py's products and their transposes' in backward
+    # (fixtures/run/sparse/sparse_probe2_h200.json): the same bytes either way
+    (2_000, 41_140, 200_000, 600, torch.float32, torch.int64, False): 66_679,
+    (2_000, 41_140, 199_782, 600, torch.float32, torch.int64, False): 66_607,
+    (41_140, 2_000, 199_782, 600, torch.float32, torch.int64, False): 66_607,
+    (1_024, 41_140, 130_890, 600, torch.float32, torch.int64, False): 43_639,
+    (41_140, 1_024, 130_890, 600, torch.float32, torch.int64, False): 43_639,
+    (64, 1_000, 447, 32, torch.float32, torch.int64, False): 159,
+    (1_000, 64, 447, 32, torch.float32, torch.int64, False): 159,
 }
 
 
@@ -920,7 +946,8 @@ def _csc_mm(cap, a, d):
     sorted_values = cap.malloc(nnz * idx, op, "temporary")
     sorted_indices = cap.malloc(nnz * 8, op, "temporary")
     sort_range = cap.malloc(nnz * 8, op, "temporary")
-    _cub(cap, "sort", nnz, idx, op, "radix sort")
+    if nnz > _kernels.SMALL_SORT:  # rows up to 4096 sort in place (sparse_probe2_h200.json)
+        _cub(cap, "sort", nnz, idx, op, "radix sort")
     del sort_range, sorted_values
     new_indices = _empty(cap, (2, nnz), ccol.dtype, op)
     new_values = _empty(cap, (nnz,), values.dtype, op)
