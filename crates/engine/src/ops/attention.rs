@@ -77,8 +77,8 @@ const OP: &str = "scaled_dot_product_attention";
 /// step): a split-KV plan when there is little parallelism, else nothing.
 /// The keys can be split into `S` chunks, a power of two up to 64, while a
 /// chunk (`ceil(s_kv / S)`) holds at least 128 keys; the plan splits when
-/// that allows four chunks or more and `b × h_k` (key/value heads over the
-/// batch) is at most half the SMs, halving `S` until `S × b × h_k` is below
+/// four chunks hold more than 128 keys each (`s_kv > 512`) and `b × h_k`
+/// (key/value heads over the batch) is at most half the SMs, halving `S` until `S × b × h_k` is below
 /// twice the SMs. Its workspace is fp32 partial outputs `(b, h, S, d)` and
 /// two fp32 statistics `(b, h, S)`, each rounded up to 128 bytes, and 128
 /// bytes (`fixtures/run/sweeps/cudnn_decode_h200.jsonl`,
@@ -103,7 +103,9 @@ pub fn cudnn_fwd_workspace(shape: CudnnFwdShape, sm_count: u32) -> u64 {
     while splits < 64 && keys.div_ceil(splits * 2) >= 128 {
         splits *= 2;
     }
-    if splits < 4 || 2 * rows > sms {
+    // four chunks of more than 128 keys: blind116/dl05's H200 record took no
+    // workspace for 512 keys (b 4, 12 heads, head dim 128; 282 decode steps)
+    if splits < 4 || keys <= 512 || 2 * rows > sms {
         return 0;
     }
     while splits * rows >= 2 * sms {
@@ -1657,6 +1659,9 @@ mod tests {
         assert_eq!(ws(1, 32, 8, 1, 1017, 64), 67_712);
         assert_eq!(ws(1, 16, 16, 2, 513, 64), 256);
         assert_eq!(ws(8, 16, 4, 7, 513, 128), 256);
+        // blind116/dl05's chunked-attention decode steps over 512 keys: none on the H200
+        assert_eq!(ws(4, 12, 12, 1, 512, 128), 0);
+        assert_eq!(ws(4, 12, 12, 1, 513, 128), 99_968);
     }
 
     /// (B, H, S, D) views of a contiguous (B, S, H*D) projection, as the
