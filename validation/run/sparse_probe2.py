@@ -11,56 +11,10 @@ import json
 import os
 
 import torch
+from probe_history import dev, new_output, recorder
 
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-out = {"torch": torch.__version__, "cuda": torch.version.cuda, "cases": []}
-H = torch.cuda.memory
-
-
-def frames_of(ev):
-    names = []
-    for f in ev.get("frames", []):
-        n = f.get("name", "")
-        if any(
-            k in n for k in ("at::native::", "thrust::", "cub::", "at::_ops::", "torch::autograd::")
-        ) or f.get("filename", "").endswith(".py"):
-            short = (
-                n
-                if not f.get("filename", "").endswith(".py")
-                else f"{os.path.basename(f['filename'])}:{f.get('line')}:{n}"
-            )
-            if short not in names:
-                names.append(short[:160])
-        if len(names) >= 12:
-            break
-    return names
-
-
-def record(name, fn, **info):
-    if dev == "cpu":
-        res = fn()
-        out["cases"].append(dict(name=name, events=[], **info))
-        return res
-    torch.cuda.synchronize()
-    H._record_memory_history(max_entries=100000, stacks="python")
-    res = fn()
-    torch.cuda.synchronize()
-    snap = H._snapshot()
-    H._record_memory_history(enabled=None)
-    evs = []
-    for tr in snap["device_traces"]:
-        for e in tr:
-            if e["action"] in ("alloc", "free_requested", "segment_alloc", "segment_free"):
-                evs.append(
-                    {
-                        "a": e["action"],
-                        "size": e["size"],
-                        "addr": e["addr"],
-                        "f": frames_of(e) if e["action"] == "alloc" else [],
-                    }
-                )
-    out["cases"].append(dict(name=name, events=evs, **info))
-    return res
+out = new_output()
+record = recorder(out)
 
 
 def matrix_case(rows, cols, per_row, width):
