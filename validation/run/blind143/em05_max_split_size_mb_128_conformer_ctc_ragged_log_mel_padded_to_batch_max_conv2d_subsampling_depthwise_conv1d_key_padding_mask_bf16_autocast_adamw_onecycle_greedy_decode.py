@@ -4,7 +4,7 @@ frames whose per-utterance lengths (300 to 1,600 frames) a seeded CPU generator 
 24 padded to its own longest; two stride-2 Conv2d subsampling layers (4x in time), 8 Conformer blocks
 of width 256 (macaron feed-forwards, nn.MultiheadAttention with a key_padding_mask, a convolution
 module of pointwise Conv1d, GLU, depthwise Conv1d of kernel 31 with BatchNorm1d and SiLU), a
-256-way character CTC head; bf16 autocast (CTC loss in fp32, the lengths on the host), AdamW with OneCycleLR, clipping; 30
+256-way character CTC head; bf16 autocast (CTC loss in fp32), AdamW with OneCycleLR, clipping; 30
 steps in two phases of 15, then greedy CTC decoding of 3 ragged batches of 48 (repeats
 and blanks dropped by masks); 4 phases."""
 
@@ -114,7 +114,7 @@ for step in range(STEPS):
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
         logits, _ = model(feats, lengths)
     log_probs = logits.float().log_softmax(-1).transpose(0, 1)
-    loss = F.ctc_loss(log_probs, targets, frames, tgt_len, blank=0, zero_infinity=True)
+    loss = F.ctc_loss(log_probs, targets, frames.to(device), tgt_len.to(device), blank=0, zero_infinity=True)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
