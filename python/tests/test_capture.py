@@ -2343,6 +2343,30 @@ def test_tensor_from_data_requires_grad_and_new_tensor_on_the_gpu():
         assert torch.cuda.memory_allocated() - before == 2 * 512
 
 
+def test_tensor_from_data_under_set_default_device_cuda():
+    # found by blind142/el03 (the char-RNN tutorial's `torch.set_default_device(device)` then
+    # `torch.tensor([i], dtype=torch.long)`): the DeviceContext below the twin's mode gave the
+    # constructor device "cuda" and it reached the real CUDA; torch/utils/_device.py
+    with vramscope.capture():
+        torch.set_default_device("cuda")
+        try:
+            before = torch.cuda.memory_allocated()
+            a = torch.tensor([3], dtype=torch.long)
+            b = torch.as_tensor([1.0, 2.0])
+            z = torch.zeros(2, 3)
+        finally:
+            torch.set_default_device(None)
+        assert (a.device.type, a.tolist(), b.device.type, b.tolist(), z.device.type) == (
+            "cuda",
+            [3],
+            "cuda",
+            [1.0, 2.0],
+            "cuda",
+        )
+        assert torch.cuda.memory_allocated() - before == 3 * 512
+        assert torch.tensor([1]).device.type == "cpu"
+
+
 def test_multilabel_margin_loss_of_a_vector_is_0_dim_as_cuda_makes_it():
     # found by moduleinfo_sweep.py (nn.MultiLabelMarginLoss, 1-D input, reduction none): CUDA's
     # kernel resizes the loss to () for a 1-D input (cuda/MultiLabelMarginCriterion.cu), PyTorch's

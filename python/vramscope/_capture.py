@@ -27,6 +27,7 @@ import warnings
 import weakref
 
 import torch
+import torch.utils._device
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
@@ -394,6 +395,10 @@ class _FunctionMode(TorchFunctionMode):
                 return out
         dev = kwargs.get("device")
         name = getattr(func, "__name__", "")
+        if dev is None and name in _FROM_DATA and func in torch.utils._device._device_constructors():
+            # `torch.set_default_device("cuda")`: its DeviceContext, below this mode, would give
+            # the constructor that device (torch/utils/_device.py's `__torch_function__`)
+            dev = torch.utils._device.CURRENT_DEVICE
         if dev is None:
             if name not in _NAMED:
                 # no device given, and none of the functions below (most calls: getters, ops)
