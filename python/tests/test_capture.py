@@ -2367,6 +2367,24 @@ def test_tensor_from_data_under_set_default_device_cuda():
         assert torch.tensor([1]).device.type == "cpu"
 
 
+def test_in_place_foreach_keeps_the_values_it_writes():
+    # found by blind142/el06 (the style-transfer tutorial under `set_default_device("cuda")`):
+    # Adam's step counts, `torch.tensor(0.0)` there, live on the GPU; `_foreach_add_` returns
+    # nothing, so their values were dropped and `_get_value(step)` read 0 (ZeroDivisionError)
+    with vramscope.capture():
+        steps = [torch.tensor(0.0, device="cuda"), torch.tensor(3.0, device="cuda")]
+        torch._foreach_add_(steps, 1)
+        assert [s.item() for s in steps] == [1.0, 4.0]
+        x = torch.zeros(3, device="cuda", requires_grad=True)
+        opt = torch.optim.Adam([x], lr=0.1)
+        x.sum().backward()
+        opt.state[x]["step"] = torch.tensor(0.0, device="cuda")
+        opt.state[x]["exp_avg"] = torch.zeros_like(x)
+        opt.state[x]["exp_avg_sq"] = torch.zeros_like(x)
+        opt.step()
+        assert opt.state[x]["step"].item() == 1.0
+
+
 def test_multilabel_margin_loss_of_a_vector_is_0_dim_as_cuda_makes_it():
     # found by moduleinfo_sweep.py (nn.MultiLabelMarginLoss, 1-D input, reduction none): CUDA's
     # kernel resizes the loss to () for a 1-D input (cuda/MultiLabelMarginCriterion.cu), PyTorch's

@@ -1728,6 +1728,10 @@ class Capture:
         finally:
             if rng is not None:
                 torch.set_rng_state(rng)
+        if r is None and _foreach_in_place(func):
+            # it returns nothing: its results are its first list's values, written in place
+            # (a step count that `Adam` keeps on the GPU under `set_default_device`, then reads)
+            r = cargs[0]
         if func in _EMPTIES:
             r.zero_()
         # forward AD's `_efficientzerotensor` tangents: a ZeroTensor has no storage for the
