@@ -358,3 +358,37 @@ def test_the_vision_zoos_sweep_continued_over_five_calls_that_do_not_overlap(tmp
     reached = [conv_sweep.reached([str(tmp_path / f"s{k}")], n) for k in (7, 8, 9, 10, 11, 12)]
     assert [len(r) for r in reached] == [47573, 32700, 31370, 48680, 27585, 27428]
     assert len(set().union(*reached)) == 215336
+
+
+# the vision zoo's calls, whose archives keep conv_table.py's lines of all 16 workers' records but
+# only worker 0's records: (the call, its problems, its autocast problems)
+_KEPT_LINES = [
+    (7, 138309, 972),
+    (8, 95904, 702),
+    (9, 91524, 675),
+    (10, 141207, 1005),
+    (11, 80895, 585),
+    (12, 80013, 621),
+]
+
+
+def test_the_kept_lines_are_the_records_reading_and_the_tables_bytes(tmp_path):
+    # each call's worker 0 records read as its kept lines; every kept line's bytes are the table's
+    # but the 2 of s7 that the table kept from scripts' records (fixtures/run/README.md)
+    table = _lines(TABLE)
+    differ = []
+    for k, count, autocast in _KEPT_LINES:
+        _extract(tmp_path, f"conv_sweep{k}_h200.tar.xz", ("/w0.jsonl", "lines.txt"))
+        d = tmp_path / f"s{k}"
+        kept = dict(line.rsplit(" ", 1) for line in (d / "lines.txt").read_text().splitlines())
+        auto = (d / "autocast_lines.txt").read_text().splitlines()
+        assert (len(kept), len(auto)) == (count, autocast)
+        assert set(auto) <= {f"{key} {b}" for key, b in kept.items()}
+        if k == 12:
+            mine = conv_table.read(str(d), str(d))
+            assert len(mine) > 4000 and all(kept[key] == str(b) for key, b in mine.items())
+        differ += [key for key, b in kept.items() if table[key] != int(b)]
+    assert sorted(differ) == [
+        "forward float32 nchw 0 16,256,28,28 21,256,1,1 1,1 0,0 1,1 0,0 1",
+        "wgrad float32 nchw 0 16,256,28,28 21,256,1,1 1,1 0,0 1,1 0,0 1",
+    ]
