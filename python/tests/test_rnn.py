@@ -459,3 +459,27 @@ def test_autocast_lstm_weight_copies_backward_through_copy_alone():
         assert sizes.count(545_792 * 2) == 1
         assert 1024 * 256 * 2 not in sizes and 1024 * 275 * 2 not in sizes
         assert 1024 * 275 * 4 in sizes and 1024 * 256 * 4 in sizes
+
+
+def test_a_gru_cell_under_autocast_casts_its_parameters_once_right_to_left():
+    # autocast_mode.cpp: `gru_cell` is lower_precision_fp, so its tensors are cast before the cell
+    # runs, right to left (b_hh, b_ih, w_hh, w_ih), the parameters' casts cached for the region;
+    # blind141/ek04's H200 history: 384, 384, 24,576, 24,576 bytes at the first of three message
+    # steps, no cast at the later ones (the twin cast each weight again inside each matmul before)
+    with vramscope.capture(gpu="h200"):
+        cell = nn.GRUCell(8, 16).cuda()
+        x = torch.empty(4, 8, device="cuda", dtype=torch.float16)
+        h = torch.empty(4, 16, device="cuda", dtype=torch.float16)
+        sizes = []
+        with torch.autocast("cuda", dtype=torch.float16):
+            for _ in range(3):
+                torch.cuda.memory._record_memory_history(max_entries=10_000)
+                before = len(torch.cuda.memory._snapshot()["device_traces"][0])
+                h = cell(x, h)
+                trace = torch.cuda.memory._snapshot()["device_traces"][0][before:]
+                torch.cuda.memory._record_memory_history(enabled=None)
+                sizes.append([e["size"] for e in trace if e["action"] == "alloc"])
+        assert h.dtype == torch.float16
+        assert sizes[0][:4] == [48 * 2, 48 * 2, 48 * 16 * 2, 48 * 8 * 2]
+        # then the two gate products, the fused kernel's workspace and hy
+        assert sizes[1] == sizes[2] == [4 * 48 * 2, 4 * 48 * 2, 4 * 80 * 2, 4 * 16 * 2]

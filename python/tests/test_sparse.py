@@ -530,3 +530,17 @@ def test_a_host_coo_tensor_moves_its_indices_then_its_values():
         mod.to("cuda")
         assert mod.sketch.is_cuda and mod.sketch.is_coalesced()
         assert torch.sparse.mm(mod.sketch, torch.ones(4, 2, device="cuda")).shape == (8, 2)
+
+
+def test_a_host_csr_tensor_moves_its_values_then_crow_then_column_indices():
+    # `_to_copy` of a host CSR tensor (TensorConversions.cpp's compressed branch): the values, the
+    # crow indices, then the column indices, each a dense copy (blind141/ek01's H200 history:
+    # 10,006,884, 1,354,752 and 20,013,768 bytes as its first allocations). The program's first CUDA
+    # op: it stopped the twin (`Cannot access storage of SparseCsrTensorImpl`) as answered
+    host = torch.sparse_coo_tensor(torch.tensor([[0, 2, 2, 5, 7], [1, 0, 3, 2, 2]]), torch.ones(5), (8, 4))
+    host = host.coalesce().to_sparse_csr()
+    with vramscope.capture(gpu="h200"):
+        m, got = _history(lambda: host.to("cuda"))
+        assert m.is_cuda and m.layout is torch.sparse_csr and m.shape == (8, 4)
+        assert got == [("alloc", 5 * 4), ("alloc", 9 * 8), ("alloc", 5 * 8)]
+        assert torch.sparse.mm(m, torch.ones(4, 2, device="cuda")).shape == (8, 2)

@@ -188,12 +188,18 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
         same_dtype = src.dtype == dst.dtype
         on_device = registered(src), registered(dst)
         if on_device == (True, True):
-            return not (same_dtype and src.is_contiguous() and dst.is_contiguous())
+            return not (same_dtype and _dense_parts(src) and _dense_parts(dst))
         if on_device == (False, True):  # host to device
-            return not dst.is_contiguous() or (bool(non_blocking) and not same_dtype)
+            return not _dense_parts(dst) or (bool(non_blocking) and not same_dtype)
         # device to host
-        return not src.is_contiguous() or (bool(non_blocking) and not same_dtype)
+        return not _dense_parts(src) or (bool(non_blocking) and not same_dtype)
     return True
+
+
+def _dense_parts(t) -> bool:
+    """A tensor copied as contiguous memory: a contiguous strided one, or a sparse one, whose
+    indices and values each copy as one dense tensor (TensorConversions.cpp's `_to_copy`)."""
+    return t.layout is not torch.strided or t.is_contiguous()
 
 
 #: Philox random-number kernels, after which the CUDA context still holds its range (the driver's

@@ -1330,7 +1330,7 @@ def _to_copy(cap, func, args, kwargs):
         to_device
         and isinstance(src, torch.Tensor)
         and src.device.type == "cpu"
-        and src.layout is torch.sparse_coo
+        and src.layout in (torch.sparse_coo, torch.sparse_csr)
     ):
         from . import _sparse
 

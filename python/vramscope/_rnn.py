@@ -33,7 +33,7 @@ import weakref
 
 import torch
 
-from . import _cudagraph_trees, _kernels
+from . import _autocast, _cudagraph_trees, _kernels
 from ._tensor import is_ours, registered
 
 aten = torch.ops.aten
@@ -773,15 +773,32 @@ def _cell(name: str):
     """`lstm_cell` / `gru_cell` (RNN.cpp `LSTMCell`/`GRUCell`) on a CUDA input: the gates as
     `matmul(input, w_ih.t())` and `matmul(hx, w_hh.t())`, then the fused kernel with the biases
     (`_thnn_fused_lstm_cell`, `_thnn_fused_gru_cell`), whose workspace autograd keeps. On meta
-    tensors the composite would take the CPU's unfused path."""
+    tensors the composite would take the CPU's unfused path. Under autocast the cell is
+    lower_precision_fp (autocast_mode.cpp): its tensors are cast first, right to left (the
+    biases, then the weights, cached), and the parts run with autocast excluded (blind141/ek04's
+    H200 history: a GRUCell's four casts once per autocast region, none at later calls)."""
     fused = aten._thnn_fused_lstm_cell.default if name == "lstm_cell" else aten._thnn_fused_gru_cell.default
 
     def run(cap, func, args, kwargs):
         names = ("input", "hx", "w_ih", "w_hh", "b_ih", "b_hh")
         a = dict(zip(names, args, strict=False)) | kwargs
-        x, hx = a["input"], a["hx"]
+        x = a["input"]
         if not registered(x) or set(a) - set(names):
             return NotImplemented
+        if torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+            for n in reversed(names):
+                v = a.get(n)
+                if isinstance(v, torch.Tensor):
+                    a[n] = _autocast._cast(v, dtype)
+                elif isinstance(v, (list, tuple)):
+                    a[n] = [_autocast._cast(t, dtype) if isinstance(t, torch.Tensor) else t for t in v]
+            with torch._C._ExcludeDispatchKeyGuard(_autocast._EXCLUDE):
+                return parts(a)
+        return parts(a)
+
+    def parts(a):
+        x, hx = a["input"], a["hx"]
         h = hx[0] if name == "lstm_cell" else hx
         igates = torch.matmul(x, a["w_ih"].t())
         hgates = torch.matmul(h, a["w_hh"].t())

@@ -268,7 +268,9 @@ def host_to_device(cap, src, kwargs):
     """`_to_copy` of a host COO tensor to the GPU (TensorConversions.cpp): its indices copied (their
     own dtype), then its values (the dtype asked for), each by `at::native::to` as a dense copy
     from the host, and `_sparse_coo_tensor_unsafe` over them with the coalesced flag; the
-    indices' values are the host's."""
+    indices' values are the host's. A host CSR tensor: `_host_csr_to_device`."""
+    if src.layout is _CSR:
+        return _host_csr_to_device(cap, src, kwargs)
     with _NO_DISPATCH():
         indices, values = src._indices(), src._values()
     common = {k: kwargs[k] for k in ("device", "pin_memory", "non_blocking") if k in kwargs}
@@ -278,6 +280,30 @@ def host_to_device(cap, src, kwargs):
     with _NO_DISPATCH():
         index_vals = indices.clone()
     return _make(src, new_indices, new_values, src.is_coalesced(), index_vals)
+
+
+def _host_csr_to_device(cap, src, kwargs):
+    """`_to_copy` of a host CSR tensor to the GPU (TensorConversions.cpp's compressed branch): its
+    values copied (the dtype asked for), then its crow indices, then its column indices (their own
+    dtype), each by `at::native::to` as a dense copy from the host, and
+    `_sparse_compressed_tensor_unsafe` over them. The H200's order and sizes: blind141/ek01's
+    memory history (values 10,006,884, crow 1,354,752, columns 20,013,768 bytes)."""
+    crow, col, values = parts(src)
+    common = {k: kwargs[k] for k in ("device", "pin_memory", "non_blocking") if k in kwargs}
+    dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
+    new_values = _kernels._to_copy(cap, aten._to_copy.default, (values,), dict(common, **dtype))
+    new_crow = _kernels._to_copy(cap, aten._to_copy.default, (crow,), common)
+    new_col = _kernels._to_copy(cap, aten._to_copy.default, (col,), common)
+    with _NO_DISPATCH():
+        return aten._sparse_csr_tensor_unsafe(
+            new_crow,
+            new_col,
+            new_values,
+            list(src.shape),
+            dtype=new_values.dtype,
+            layout=_CSR,
+            device=torch.device("meta"),
+        )
 
 
 # ---- clone and AccumulateGrad ----------------------------------------------------------------
