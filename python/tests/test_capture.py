@@ -30,6 +30,32 @@ def test_storage_lives_as_long_as_its_last_view():
     assert cap.report()["peak_allocated"] == 4 * MIB
 
 
+def test_a_storage_dying_while_the_device_is_borrowed_is_freed_at_the_next_call():
+    # a garbage collection inside a call into the native device (building the call's Python
+    # result) can drop a storage's last reference; PyO3 refuses that re-entrant `free` ("Already
+    # borrowed", blind144/en04): the free is made at the next call that allocates or reads
+    with vramscope.capture() as cap:
+        real = cap.device
+
+        class Borrowed:
+            def __getattr__(self, name):
+                if name == "free":
+                    raise RuntimeError("Already borrowed")
+                return getattr(real, name)
+
+        x = torch.empty(2 << 20, device="cuda")  # 8 MiB: x and y share one 20 MiB segment
+        y = torch.empty(2 << 20, device="cuda")
+        cap.device = Borrowed()
+        del x
+        cap.device = real
+        assert len(cap.deferred_frees) == 1
+        z = torch.empty(2 << 20, device="cuda")  # x's block, not a second segment
+        assert not cap.deferred_frees
+        assert torch.cuda.memory_allocated() == 16 * MIB
+        assert torch.cuda.memory_reserved() == 20 * MIB
+        del y, z
+
+
 def test_torch_load_puts_a_saved_cuda_tensor_back_on_the_gpu():
     # torch.save tags a CUDA storage "cuda:0"; torch.load restores it by `storage.to(device)`, one
     # new block of the storage's bytes (serialization.py `_deserialize`, _utils.py `_to`), with the

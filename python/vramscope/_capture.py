@@ -1170,6 +1170,8 @@ class Capture:
         self.categorized: set[tuple] = set()
         #: the simulated storages: cdata -> (handle, weak reference)
         self.storages: dict[int, tuple] = {}
+        #: frees of storages that died while the native device was borrowed (`free`)
+        self.deferred_frees: list = []
 
     # ---- the twin ---------------------------------------------------------------
 
@@ -1277,6 +1279,7 @@ class Capture:
     def _malloc_handle(self, nbytes: int, op: str, category: str):
         if not self.started:
             self.start()
+        self.flush_frees()
         if self.node_temps is not None and self.node_temps[0] != _kernels.node_key():
             # the node whose body held them has returned: its locals are gone before this
             self.node_temps = None
@@ -1317,8 +1320,21 @@ class Capture:
         return Storage(self, nbytes, self._malloc_handle(nbytes, op, category))
 
     def free(self, handle) -> None:
-        """Free a storage's allocation."""
-        self.device.free(handle)
+        """Free a storage's allocation. A storage whose last reference a garbage collection drops
+        while the native device is inside a call (building that call's Python result) dies with the
+        device borrowed (PyO3's "Already borrowed"): its free is made at the next call into the
+        device that allocates or reads the figures (`flush_frees`)."""
+        try:
+            self.device.free(handle)
+        except RuntimeError as e:
+            if "Already borrowed" not in str(e):
+                raise
+            self.deferred_frees.append(handle)
+
+    def flush_frees(self) -> None:
+        """Make the frees that `free` deferred, in the order the storages died."""
+        while self.deferred_frees:
+            self.device.free(self.deferred_frees.pop(0))
 
     def thread(self) -> str:
         """The host thread running the current op: the autograd engine's
@@ -1445,7 +1461,7 @@ class Capture:
         def release(_ref, key=key):
             entry = storages.pop(key, None)
             if entry is not None and entry[0] is not None and self.active:
-                self.device.free(entry[0])
+                self.free(entry[0])
 
         storages[key] = (handle, weakref.ref(st, release))
         self.cuda_used = True
@@ -1893,6 +1909,7 @@ class Capture:
     def mark_phase(self, name: str | None = None) -> None:
         """Close the current phase (its peaks since the last mark)."""
         label = name or self.next_phase or f"phase{len(self.phases)}"
+        self.flush_frees()
         self.phases.append(Phase(label, self.device.memory_stats()))
         self.next_phase = None
 
@@ -1961,6 +1978,7 @@ class Capture:
 
     def mark_end(self) -> None:
         """The figures at the program's end (before its globals die)."""
+        self.flush_frees()
         self.end_stats = self.device.memory_stats()
 
     def close(self) -> None:

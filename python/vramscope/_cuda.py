@@ -411,6 +411,7 @@ def patch(cap) -> _Patch:
     p.set(cuda, "set_rng_state_all", lambda new_states: [gen.set_state(s) for s in new_states] and None)
 
     def memory_stats_nested(device=None):
+        cap.flush_frees()
         return _nest(cap.device.memory_stats())
 
     def reset_peak(device=None):
@@ -418,6 +419,7 @@ def patch(cap) -> _Patch:
         cap.device.reset_peak_memory_stats()
 
     def empty_cache():
+        cap.flush_frees()
         cap.device.empty_cache()
 
     def mem_get_info(device=None):

@@ -28,8 +28,12 @@ class _Calls:
     def __init__(self, real, requests: queue.Queue):
         self._real = real
         self._requests = requests
+        self._owner = threading.current_thread()
 
     def _on_owner(self, fn):
+        if threading.current_thread() is self._owner:
+            # the owner itself (a storage dying inside one of the calls it serves): at once
+            return fn()
         box: dict = {"done": threading.Event()}
         self._requests.put((fn, box))
         box["done"].wait()
