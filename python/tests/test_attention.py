@@ -293,3 +293,23 @@ def test_an_encoder_the_gpu_would_pack_nested_keeps_its_layers_off_the_dense_mas
         assert calls == []
         encoder.layers[0](x, src_key_padding_mask=pad)
         assert calls == [1]
+
+
+def test_sdpa_under_vmap_of_grad_takes_the_fused_kernel_by_its_batch_rule():
+    # torch.func's wrappers reach F.scaled_dot_product_attention with the device's tensors under
+    # them: the choice is the plain run's (efficient, fp32 with a float mask) and functorch's
+    # batch rule runs the kernel once over the vmapped batch (BatchRulesLinearAlgebra.cpp); the
+    # composite's choice on meta tensors took the math path (blind144/en03's per-sample
+    # gradients on the H200: 268 efficient forwards, 32 backwards each by the batched fallback)
+    from torch.func import grad, vmap
+
+    with vramscope.capture() as cap:
+        q = torch.empty(4, 1, 8, 128, 32, device="cuda")
+        mask = torch.zeros(4, 1, 1, 128, 128, device="cuda")
+
+        def f(q, mask):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask).sum()
+
+        g = vmap(grad(f))(q, mask)
+        assert g.shape == q.shape
+        assert cap.sdpa_backends == {"efficient": 1}

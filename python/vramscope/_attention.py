@@ -59,11 +59,22 @@ def _efficient_dtypes(support) -> tuple:
     return (torch.float16, torch.float32)
 
 
+def _physical(t):
+    """The tensor under torch.func's wrappers (`vmap`'s BatchedTensor, `grad`'s
+    GradTrackingTensor): the one whose storage the device holds."""
+    while isinstance(t, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t):
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
+
+
 def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, traced=False) -> str:
     """`select_sdp_backend`: cudnn, flash, efficient or math; `support` is the GPU's
     hardware checks (`Device.sdpa`, the twin's `SdpaSupport`); `traced`: the tensors are a
-    compiled graph's, traced for the simulated GPU (`_compile`)."""
-    if not traced and not all(registered(t) for t in (q, k, v)):
+    compiled graph's, traced for the simulated GPU (`_compile`). Under torch.func's transforms
+    the choice is made on the logical tensors, as `scaled_dot_product_attention`'s composite
+    makes it there, and the fused kernels' batch rules (functorch's BatchRulesLinearAlgebra.cpp)
+    run them once over the vmapped batch."""
+    if not traced and not all(registered(_physical(t)) for t in (q, k, v)):
         return "math"
     four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
     same = q.dtype == k.dtype == v.dtype
@@ -186,7 +197,7 @@ def _sdpa(cap, a, traced=False):
     scale = a.get("scale")
     gqa = bool(a.get("enable_gqa", False))
     which = backend(q, k, v, mask, dropout_p, is_causal, gqa, cap.device.capability, cap.device.sdpa, traced)
-    if registered(q):
+    if registered(_physical(q)):
         # the choice asks cuDNN: its graph library loads (the driver's address-space rule 9)
         cap.device.sdpa_backend_choice()
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1

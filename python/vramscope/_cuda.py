@@ -516,7 +516,8 @@ def patch(cap) -> _Patch:
         if torch.compiler.is_dynamo_compiling():
             # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel)
             return original_sdpa(*args, **kwargs)
-        if is_ours(args[0] if args else kwargs.get("query")):
+        if is_ours(_attention._physical(args[0] if args else kwargs.get("query"))):
+            # under torch.func's transforms too: the query's physical tensor is the device's
             out = _attention.sdpa(cap, args, kwargs)
             if out is not NotImplemented:
                 return out
