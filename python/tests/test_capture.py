@@ -2411,6 +2411,29 @@ def test_in_place_foreach_keeps_the_values_it_writes():
         assert opt.state[x]["step"].item() == 1.0
 
 
+def test_grad_scaler_keeps_its_scale_over_gradients_without_values():
+    # found by blind144/en02 (WGAN-GP's penalty as PyTorch's AMP examples write it: the gradient
+    # divided by `scaler.get_scale()`): the non-finite check over gradients the twin carries no
+    # values for dropped the flag's values, so `update()` left the scale unknown and it read 0
+    with vramscope.capture():
+        m = torch.nn.Linear(512, 512).cuda()
+        opt = torch.optim.Adam(m.parameters())
+        scaler = torch.amp.GradScaler(growth_interval=2)
+        for step in range(3):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = m(torch.randn(128, 512, device="cuda")).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            # the gradients read as zeros (finite): no step skipped, the scale grows every 2 steps
+            assert (scaler.get_scale(), scaler._growth_tracker.item()) == (
+                65536.0 * 2 ** ((step + 1) // 2),
+                (step + 1) % 2,
+            )
+            opt.zero_grad()
+        assert "exp_avg" in opt.state[m.weight]
+
+
 def test_multilabel_margin_loss_of_a_vector_is_0_dim_as_cuda_makes_it():
     # found by moduleinfo_sweep.py (nn.MultiLabelMarginLoss, 1-D input, reduction none): CUDA's
     # kernel resizes the loss to () for a 1-D input (cuda/MultiLabelMarginCriterion.cu), PyTorch's

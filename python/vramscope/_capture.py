@@ -647,6 +647,16 @@ def _written(func, args, kwargs) -> list:
     return out
 
 
+def _finds_nothing(func, args, kwargs):
+    """The flag a GradScaler's non-finite check writes (`_amp_foreach_non_finite_check_and_unscale_`,
+    aten/src/ATen/native/cuda/AmpKernels.cu: it stores 1.0 only where it finds an inf or NaN) when
+    the gradients it checks carry no values: they read as zeros, which are finite, so the flag keeps
+    its values and `_amp_update_scale_` then updates the scale from them. None for any other op."""
+    if func is not aten._amp_foreach_non_finite_check_and_unscale_.default:
+        return None
+    return args[1] if len(args) > 1 else kwargs.get("found_inf")
+
+
 _FOREACH_IN_PLACE: dict = {}
 
 
@@ -1662,8 +1672,10 @@ class Capture:
                 if ptr in self.constants:
                     self.constants[ptr].add(o)
         if vals is None and mutable:
+            kept = _finds_nothing(func, args, kwargs)
             for a in _written(func, args, kwargs):
-                set_value(a, None)
+                if a is not kept:
+                    set_value(a, None)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)
