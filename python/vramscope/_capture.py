@@ -277,6 +277,10 @@ class Phase:
 
 #: constructors from Python data, which PyTorch builds on the host first
 _FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
+#: the constructors from data that `torch.set_default_device` reaches (torch/utils/_device.py's
+#: `_device_constructors`, which is cached once per process: a compiled region's stand-ins for
+#: `torch.tensor` can be what it caches, so the twin keeps its own)
+_DEFAULT_DEVICE_FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}
 #: methods that read a tensor's values on the host
 _READS = {"tolist", "numpy", "__array__"}
 #: the functions `_FunctionMode` answers by name where no device is given
@@ -401,7 +405,7 @@ class _FunctionMode(TorchFunctionMode):
                 return out
         dev = kwargs.get("device")
         name = getattr(func, "__name__", "")
-        if dev is None and name in _FROM_DATA and func in torch.utils._device._device_constructors():
+        if dev is None and func in _DEFAULT_DEVICE_FROM_DATA:
             # `torch.set_default_device("cuda")`: its DeviceContext, below this mode, would give
             # the constructor that device (torch/utils/_device.py's `__torch_function__`)
             dev = torch.utils._device.CURRENT_DEVICE
