@@ -295,6 +295,29 @@ def test_an_encoder_the_gpu_would_pack_nested_keeps_its_layers_off_the_dense_mas
         assert calls == [1]
 
 
+def test_an_encoder_under_autocast_still_runs_the_left_aligned_check():
+    # blind143/em06's per-op truth on the H200: in eval under fp16 autocast, TransformerEncoder runs
+    # `_nested_tensor_from_mask_left_aligned` (8 allocations, 122,671 bytes over a 30 x 194 mask)
+    # before the autocast condition rules the nested path out; the layers then stay dense
+    n, s = 30, 194
+    with vramscope.capture(gpu="h200"), torch.no_grad():
+        layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, 2).cuda().eval()
+        ids = torch.randint(3, 100, (n, s), device="cuda")
+        ids[:, 150:] = 0
+        x = torch.randn(n, s, 512, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        with torch.autocast("cuda", dtype=torch.float16):
+            y = encoder(x, src_key_padding_mask=ids == 0)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+    check = [n, n * (s + 1), 4 * n * (s + 1), 8 * n, 8 * n * s, 8 * n * s, n, 1]
+    # right after the `logical_not` of the mask's float form (`_canonical_mask`) the check takes
+    at = sizes.index(n * s * 4)
+    assert sizes[at + 1 : at + 2 + len(check)] == [n * s, *check] and sum(check) == 122671
+    assert y.shape == (n, s, 512)
+
+
 def test_sdpa_under_vmap_of_grad_takes_the_fused_kernel_by_its_batch_rule():
     # torch.func's wrappers reach F.scaled_dot_product_attention with the device's tensors under
     # them: the choice is the plain run's (efficient, fp32 with a float mask) and functorch's

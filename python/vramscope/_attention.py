@@ -787,6 +787,22 @@ def _nested_modelled(enc, p) -> bool:
     gpu_nests = kpm is not None and p.get("mask") is None and getattr(enc, "use_nested_tensor", False)
     gpu_nests = gpu_nests and not layer.training and not _not_left_aligned(kpm)
     _FAST.nested_unmodelled = gpu_nests
+    # the GPU runs the left-aligned check, then a later condition rules the nested path out whatever
+    # it answers (torch/nn/modules/transformer.py: the check comes before the mask, autocast and
+    # requires_grad conditions)
+    _FAST.check_only = (
+        kpm is not None
+        and getattr(enc, "use_nested_tensor", False)
+        and not layer.training
+        and src.dim() == 3
+        and getattr(enc, "mask_check", True)
+        and torch.backends.mha.get_fastpath_enabled()
+        and (
+            p.get("mask") is not None
+            or torch.is_autocast_enabled()
+            or (torch.is_grad_enabled() and any(w.requires_grad for w in layer.parameters()))
+        )
+    )
     if kpm is None or p.get("mask") is not None or not registered(src) or src.dim() != 3:
         return False
     mha = layer.self_attn
@@ -816,6 +832,7 @@ def encoder_forward(original, cap):
         finally:
             _FAST.nested = None
             _FAST.nested_unmodelled = False
+            _FAST.check_only = False
 
     return run
 
@@ -837,11 +854,14 @@ def _mask_scratch(cap, n: int, seq: int, op: str):
 
 
 def left_aligned(fallback):
-    """`_nested_tensor_from_mask_left_aligned` inside a modelled nested encoder: the scratch above,
-    then `sizes.equal(nums)` (`cuda_equal`: `eq`, then `all`), True (blind77/by06's H200 history)."""
+    """`_nested_tensor_from_mask_left_aligned` inside a modelled nested encoder, or where a later
+    condition rules the nested path out: the scratch above, then `sizes.equal(nums)` (`cuda_equal`:
+    `eq`, then `all`; blind77/by06's H200 history, blind143/em06's per-op truth under autocast);
+    True (where the path is ruled out, the answer changes nothing)."""
 
     def rule(cap, func, args, kwargs):
-        if not getattr(_FAST, "on", False) or getattr(_FAST, "nested", None) is None:
+        modelled = getattr(_FAST, "on", False) and getattr(_FAST, "nested", None) is not None
+        if not modelled and not getattr(_FAST, "check_only", False):
             return fallback(cap, func, args, kwargs)
         cap.ops += 1
         op = "aten::_nested_tensor_from_mask_left_aligned"
