@@ -1020,6 +1020,21 @@ def test_a_copy_to_the_host_keeps_a_dense_tensors_strides():
             assert x.to("cpu", memory_format=torch.contiguous_format).is_contiguous()
 
 
+def test_a_pinned_host_buffer_like_a_device_tensor_is_plain_host_memory():
+    # an offloading pack hook's `empty_like(t, device="cpu", pin_memory=True)` (blind149/es03):
+    # host memory with the device tensor's strides, nothing on the device; it stopped the twin
+    with vramscope.capture():
+        x = torch.empty(8, 3, 32, 32, device="cuda", dtype=torch.float16).contiguous(
+            memory_format=torch.channels_last
+        )
+        before = torch.cuda.memory_allocated()
+        host = torch.empty_like(x, device="cpu", pin_memory=True)
+        assert host.device.type == "cpu" and host.stride() == x.stride()
+        assert torch.cuda.memory_allocated() == before
+        host.copy_(x, non_blocking=True)
+        assert host.to("cuda", non_blocking=True).stride() == x.stride()
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

@@ -1585,6 +1585,15 @@ class Capture:
         if any(a.layout in _sparse.LAYOUTS for a in ours):
             return _sparse.fallback(self, func, args, kwargs)
         factory = False
+        if (
+            ours
+            and kwargs.get("pin_memory")
+            and kwargs.get("device") is not None
+            and torch.device(kwargs["device"]).type == "cpu"
+        ):
+            # a host buffer like a device tensor (`empty_like(t, device="cpu", pin_memory=True)`, an
+            # offloading hook's): page-locked host memory, plain host memory here as below
+            kwargs = dict(kwargs, pin_memory=False)
         if ours and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
             # `full_like(t, v, device=t.device)` (torchvision's roi poolers): the simulated device is meta
             kwargs = dict(kwargs, device=torch.device("meta"))
