@@ -119,3 +119,31 @@ def test_a_single_process_nccl_group_runs_on_the_fake_group():
     keys = ("allocated", "peak_allocated", "reserved", "peak_reserved")
     for t, g in zip(twin, gpu, strict=True):
         assert [t[k] for k in keys] == [g[k] for k in keys], t["name"]
+
+
+def test_ddp_compress_hooks_read_the_allreduce_future_value(tmp_script):
+    # blind148/er02: fp16_compress_hook reads `fut.value()[0]` of its allreduce's future, which
+    # ProcessGroupNCCL completes with the collective's tensors; the fake group's future had no value
+    # ("'NoneType' object is not subscriptable" in the first backward)
+    script = tmp_script(
+        "import os, torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29531')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "for hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook,\n"
+        "             default_hooks.allreduce_hook):\n"
+        "    m = DDP(nn.Linear(1024, 1024).cuda(), device_ids=[0])\n"
+        "    m.register_comm_hook(None, hook)\n"
+        "    m(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "    w = dist.all_reduce(torch.ones(4, device='cuda'), async_op=True)\n"
+        "    print('VALUE', hook.__name__, [tuple(t.shape) for t in w.get_future().wait()])\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, _report, err = run_script(script, extra=("--gpu", "h200"))
+    assert status == 0, err[-3000:]
+    assert [line for line in lines if line.startswith("VALUE")] == [
+        "VALUE fp16_compress_hook [(4,)]",
+        "VALUE bf16_compress_hook [(4,)]",
+        "VALUE allreduce_hook [(4,)]",
+    ]

@@ -39,6 +39,7 @@ def setup(cap, world: int, rank: int) -> None:
     patch_ddp(world)
     patch_fsdp()
     patch_dtensor()
+    patch_works()
     cap.world = (world, rank)
 
 
@@ -64,6 +65,7 @@ def setup_from_script(cap) -> None:
         patch_ddp(world)
         patch_fsdp()
         patch_dtensor()
+        patch_works()
         cap.world = (world, rank)
         rest = {k: v for k, v in a.items() if k in ("timeout", "group_name", "pg_options")}
         return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
@@ -107,6 +109,45 @@ def patch_ddp(world: int) -> None:
     DDP.register_comm_hook = register_comm_hook
     DDP._register_builtin_comm_hook = register_builtin
     DDP.forward = ddp_forward
+
+
+def patch_works() -> None:
+    """The fake group's works complete with no value; ProcessGroupNCCL's future completes with the
+    collective's tensors (ProcessGroupNCCL.cpp: `future_->markCompleted(at::IValue(*work->outputs_))`),
+    which DDP's comm hooks read (default_hooks.py's `fut.value()[0]`): an allreduce's or broadcast's
+    work called from Python is given a future of its tensors."""
+    from torch._C._distributed_c10d import Work
+    from torch.distributed.distributed_c10d import ProcessGroup
+
+    if getattr(ProcessGroup, "_vramscope_works", False):
+        return
+
+    class ValuedWork(Work):
+        def __init__(self, work, tensors):
+            super().__init__()
+            self._work, self._tensors = work, tensors
+
+        def wait(self, timeout=None):
+            return self._work.wait() if timeout is None else self._work.wait(timeout)
+
+        def is_completed(self):
+            return True
+
+        def get_future(self):
+            fut = torch.futures.Future()
+            fut.set_result(self._tensors)
+            return fut
+
+    def valued(original):
+        def collective(self, tensors, *args, **kwargs):
+            work = original(self, tensors, *args, **kwargs)
+            return ValuedWork(work, list(tensors) if isinstance(tensors, (list, tuple)) else [tensors])
+
+        return collective
+
+    ProcessGroup.allreduce = valued(ProcessGroup.allreduce)
+    ProcessGroup.broadcast = valued(ProcessGroup.broadcast)
+    ProcessGroup._vramscope_works = True
 
 
 def patch_fsdp() -> None:
