@@ -336,3 +336,24 @@ def test_sdpa_under_vmap_of_grad_takes_the_fused_kernel_by_its_batch_rule():
         g = vmap(grad(f))(q, mask)
         assert g.shape == q.shape
         assert cap.sdpa_backends == {"efficient": 1}
+
+
+def test_flash_backward_with_gqa_heads_expands_dk_and_dv_as_the_h200_does():
+    # blind146/ep06's per-op records on an H200 (bf16, 6 query / 2 key-value heads of 256, 1,100
+    # tokens, is_causal, enable_gqa, flash forced): dq, dk, dv, softmax_d (6, 6, 1152) and dq_accum
+    # (6, 1152, 6, 256) in fp32, then dK and dV expanded to (6, 1100, 6, 256) (flash_api.cpp mha_bwd):
+    # 7 allocations, 116,975,616 bytes
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with vramscope.capture(gpu="h200"):
+        bf = torch.bfloat16
+        qb = torch.empty(6, 1100, 6, 256, device="cuda", dtype=bf, requires_grad=True)
+        kb = torch.empty(6, 1100, 2, 256, device="cuda", dtype=bf, requires_grad=True)
+        vb = torch.empty(6, 1100, 2, 256, device="cuda", dtype=bf, requires_grad=True)
+        q, k, v = (t.transpose(1, 2) for t in (qb, kb, vb))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        grad = torch.empty(6, 1100, 6, 256, device="cuda", dtype=bf).transpose(1, 2)
+        _, counts = _counts(lambda: out.backward(grad))
+        assert counts == (7, 116975616)
+        assert kb.grad.shape == (6, 1100, 2, 256)

@@ -412,13 +412,15 @@ def flash_forward(cap, func, args, kwargs):
     accums = []
     b, h, s_q, d = q.shape
     if not dropout:
-        if k.shape[1] != h:
-            cap.note_unmeasured("flash attention's split-KV accumulators with GQA heads")
-        else:
-            splits = _flash_splits(b, h, s_q, k.shape[2], d, cap.device.multi_processor_count)
-            if splits > 1:
-                accums.append(cap.malloc(splits * b * h * s_q * 4, op, "temporary"))
-                accums.append(cap.malloc(splits * b * h * s_q * _flash_head_rounded(d) * 4, op, "temporary"))
+        h_k = k.shape[1]
+        if s_q == 1 and h > h_k:
+            # `seqlenq_ngroups_swapped` (mha_fwd): q viewed as (b, h / h_k, h_k, d), so the
+            # heuristic and the accumulators see h_k heads of h / h_k query rows
+            h, s_q = h_k, h // h_k
+        splits = _flash_splits(b, h, s_q, k.shape[2], d, cap.device.multi_processor_count)
+        if splits > 1:
+            accums.append(cap.malloc(splits * b * h * s_q * 4, op, "temporary"))
+            accums.append(cap.malloc(splits * b * h * s_q * _flash_head_rounded(d) * 4, op, "temporary"))
     w = _alloc_in_order(cap, w, (6, 7, 8), op)
     while accums:
         accums.pop(0)
@@ -482,12 +484,11 @@ def flash_backward(cap, func, args, kwargs):
     """`_flash_attention_backward` (attention_backward.cu) on `(B, S, H, D)` views, then `mha_bwd`
     (flash_api.cpp): `grad_out.contiguous()` and `out.contiguous()` (copies where the views are not
     contiguous), dq, dk, dv, `softmax_d` (B, H, S_q rounded to 128) and `dq_accum` (B, S_q rounded,
-    H, D rounded as `_flash_head_rounded`) in fp32; freed in reverse. As blind15/o03's memory
-    history and the H200's flash_backward_probe.py list them."""
+    H, D rounded as `_flash_head_rounded`) in fp32 (deterministic: `nsplits` of them, nsplits =
+    ceil(SMs / (B * H))), with GQA heads dK and dV expanded to (B, S_k, H, D) and summed into dk and
+    dv; freed in reverse. As blind15/o03's memory history, the H200's flash_backward_probe.py and
+    blind146/ep06's per-op records (GQA) list them."""
     grad, q, k, out_ = args[0], args[1], args[2], args[4]
-    if torch.are_deterministic_algorithms_enabled() or k.shape[1] != q.shape[1]:
-        cap.note_unmeasured("flash attention's backward with GQA heads or deterministic algorithms")
-        return NotImplemented
     cap.ops += 1
     out = func(*args, **kwargs)
     op = "aten::_scaled_dot_product_flash_attention_backward"
@@ -501,7 +502,34 @@ def flash_backward(cap, func, args, kwargs):
     s_q_rounded = -(-s_q // 128) * 128
     d_rounded = _flash_head_rounded(d)
     softmax_d = cap.malloc(b * h * s_q_rounded * 4, op, "temporary")
-    dq_accum = cap.malloc(b * s_q_rounded * h * d_rounded * 4, op, "temporary")
+    # `_flash_attention_backward`: deterministic only when use_deterministic_algorithms(True) is not
+    # warn_only
+    nsplits = 1
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        nsplits = -(-cap.device.multi_processor_count // (b * h))
+    dq_accum = cap.malloc(nsplits * b * s_q_rounded * h * d_rounded * 4, op, "temporary")
+    expanded = []
+    h_k, s_k = k.shape[1], k.shape[2]
+    if h_k != h:
+        nbytes = b * s_k * h * d * q.element_size()
+        expanded = [cap.malloc(nbytes, op, "temporary"), cap.malloc(nbytes, op, "temporary")]
+        # at::sum_out(dk, reshape(dk_expanded, {b, s_k, h_k, h / h_k, d}), {3}), then dv's
+        for _ in range(2):
+            esize = q.element_size()
+            _kernels.reduce_scratch(
+                cap,
+                [b, s_k, h_k, h // h_k, d],
+                None,
+                [False, False, False, True, False],
+                esize,
+                4,
+                "aten::sum",
+            )
+    while expanded:
+        expanded.pop()
     del dq_accum, softmax_d
     while copies:
         copies.pop()

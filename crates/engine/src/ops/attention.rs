@@ -979,8 +979,9 @@ fn flash_num_splits(profile: &DeviceProfile, b: i64, h: i64, s_q: i64, s_k: i64,
 /// `mha_fwd` on `(B, S, H, D)` views: the output `empty_like(q)`, the fp32
 /// logsumexp `(b, h, s_q)`, the split-KV accumulators when the heuristic
 /// splits (no dropout only), the `rng_state` (two uint64) and the 8-byte
-/// `_unused` philox offset on the GPU (a fresh `rng_state` with dropout).
-/// Not exercised by the H100 traces (cuDNN wins every bf16 case there):
+/// `_unused` philox offset on the GPU (a fresh `rng_state` with dropout);
+/// with GQA heads and one query row the heuristic sees `h_k` heads of
+/// `h / h_k` rows (`seqlenq_ngroups_swapped`). Not exercised by the H100 traces (cuDNN wins every bf16 case there):
 /// written from `flash_api.cpp`.
 fn flash_forward(q: &Tensor, k: &Tensor, v: &Tensor, a: &SdpaArgs<'_>) -> Result<Tensor> {
     let rt = q.rt().clone();
@@ -999,6 +1000,14 @@ fn flash_forward(q: &Tensor, k: &Tensor, v: &Tensor, a: &SdpaArgs<'_>) -> Result
         (d + 63) / 64 * 64
     };
     let accum = if a.dropout_p == 0.0 {
+        // `seqlenq_ngroups_swapped`: one query row with GQA heads is viewed as h / h_k rows of
+        // h_k heads for the split-KV heuristic and its accumulators
+        let h_k = k.size(1);
+        let (h, s_q) = if s_q == 1 && h > h_k {
+            (h_k, h / h_k)
+        } else {
+            (h, s_q)
+        };
         let n = flash_num_splits(&rt.profile(), b, h, s_q, s_k, d);
         if n > 1 {
             let l = rt.empty_op(
