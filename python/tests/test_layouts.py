@@ -1079,3 +1079,14 @@ def test_std_takes_welford_accumulators_in_its_global_buffer(shape, dtype, op, e
         return (torch.empty(shape, device="cuda", dtype=dtype),)
 
     assert _extra(op, setup) == expected
+
+
+def test_log_sigmoid_forward_returns_an_empty_buffer_on_cuda():
+    # blind150/et01's memory history on the H200: F.logsigmoid over 131,072 fp32 scores allocated
+    # its 524,288-byte result alone (log_sigmoid_forward_cuda's buffer is at::empty({0}))
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(131072, device="cuda")
+        before = torch.cuda.memory_allocated()
+        out, buffer = aten.log_sigmoid_forward(x)
+        assert out.shape == x.shape and buffer.shape == (0,)
+        assert torch.cuda.memory_allocated() - before == 524288

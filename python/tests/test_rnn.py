@@ -138,6 +138,11 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
         dropout = 0.1 if (p["mode"], p["input_size"]) in (("gru", 80), ("lstm", 256), ("lstm", 640)) else 0.0
         if (p["mode"], p["dtype"], p["hidden_size"]) == ("gru", "float16", 768):
             dropout = 0.2  # blind73/bu03
+        problem = (p["mode"], p["dtype"], p["input_size"], p["hidden_size"])
+        if problem in (("gru", "float16", 512, 512), ("gru", "float16", 1536, 1024)):
+            dropout = 0.3  # blind150/et04's encoder and decoder
+        if problem == ("lstm", "float16", 128, 2048):
+            dropout = 0.25  # blind150/et03
         fitted = _rnn._fitted(
             _rnn.MODES[p["mode"]],
             getattr(torch, p["dtype"]),
@@ -165,8 +170,10 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # blind108/dd06's 2-layer bidirectional LSTM (Demucs), measured in session 26, and blind121/dq03's
     # six packed bidirectional fp16 GRU problems (DeepSpeech 2, answered by the formula before the GPU run),
     # and blind135's eight (ee06's packed bidirectional GRUs, ee02's packed 3-layer LSTM with dropout),
-    # and blind139/ei05's three (FiLM's packed fp16 GRU of 4,096: two training problems, one inference)
-    assert checked == 31
+    # and blind139/ei05's three (FiLM's packed fp16 GRU of 4,096: two training problems, one inference),
+    # and blind150's eight (et03's fp16 LSTM of 2,048 training and sampling, et04's packed bidirectional
+    # fp16 GRU encoder and its decoder step, all answered by the formula before the GPU run)
+    assert checked == 39
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -483,3 +490,34 @@ def test_a_gru_cell_under_autocast_casts_its_parameters_once_right_to_left():
         assert sizes[0][:4] == [48 * 2, 48 * 2, 48 * 16 * 2, 48 * 8 * 2]
         # then the two gate products, the fused kernel's workspace and hy
         assert sizes[1] == sizes[2] == [4 * 48 * 2, 4 * 48 * 2, 4 * 80 * 2, 4 * 16 * 2]
+
+
+def test_an_autocast_gru_gets_its_dropout_state_before_the_casts_and_casts_hx_before_the_input():
+    # blind150/et04's H200 history (a 2-layer GRU with dropout under bf16 autocast): RNN.cpp's
+    # `_cudnn_impl` draws the seed (8 bytes) and makes the dropout state (6,488,064 bytes) before
+    # `at::_cudnn_rnn`, whose autocast kernel then zeroes the fp16 flat buffer and casts the call's
+    # arguments right to left: hx (655,360 bytes) before the input (5,716,992)
+    with vramscope.capture(gpu="h200"):
+        gru = nn.GRU(32, 64, num_layers=2, dropout=0.5).cuda()
+        x = torch.empty(10, 4, 32, device="cuda")
+        h0 = torch.zeros(2, 4, 64, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            gru(x, h0)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        sizes = [e["size"] for e in trace if e["action"] == "alloc"]
+        assert sizes[:2] == [8, 6_488_064]
+        assert sizes[3:5] == [2 * 4 * 64 * 2, 10 * 4 * 32 * 2]
+
+
+def test_pack_padded_sequence_frees_its_blocks_first_to_last():
+    # blind150/et04's H200 history: the std::vector of contiguous blocks is destroyed from its first
+    # (longest batch) block on
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(3, 5, 8, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        torch.ops.aten._pack_padded_sequence(x, torch.tensor([5, 4, 2]), True)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        frees = [e["size"] for e in trace if e["action"] == "free_completed"]
+        # blocks: 2 steps x 3, 2 steps x 2 (the last step of one sequence is contiguous: a view)
+        assert frees[:2] == [2 * 3 * 8 * 4, 2 * 2 * 8 * 4]

@@ -3881,6 +3881,24 @@ def _isinf(cap, func, args, kwargs):
 DISPATCH[aten.isinf.default] = _isinf
 
 
+def _log_sigmoid_forward(cap, func, args, kwargs):
+    """`log_sigmoid_forward` on CUDA (aten/src/ATen/native/cuda/Activation.cpp
+    `log_sigmoid_forward_cuda`): the result, then `buffer = at::empty({0})`, which only the CPU
+    kernel fills; the meta kernel's buffer has the input's size (blind150/et01)."""
+    x = args[0]
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::log_sigmoid_forward"
+    result, _ = func(*args)
+    out = cap.track(result, op)
+    buffer = cap.track(torch.empty((0,), dtype=x.dtype, device="meta"), op)
+    return out, buffer
+
+
+DISPATCH[aten.log_sigmoid_forward.default] = _log_sigmoid_forward
+
+
 def _grad_first_layout(self_at: int):
     """A pointwise backward whose kernel is `TensorIterator::borrowing_binary_op(grad_input,
     grad_output, self)` (Activation.cpp; elu's and softplus's structured meta functions build the

@@ -233,7 +233,8 @@ def _cast_reflatten(x, hx, cx, params, mode, hidden, proj, layers, bidir):
     flat buffer is fp16): `copy_weights_to_flat_buf_views` zeroes a new fp16 flat buffer and copies
     each weight into a tensor over its storage (`get_parameters`' `set_`, no view of the buffer for
     autograd: each copy is its own `CopyBackwards`), then `_cudnn_rnn` runs on `cached_cast(kHalf, ...)`
-    of the input and hidden states (new fp16 tensors: not leaves)."""
+    of the input and hidden states (new fp16 tensors: not leaves), made in the order the compiler
+    evaluates the call's arguments."""
     half = torch.float16
     with torch.autocast("cuda", enabled=False):
         n, _ = weight_layout(mode, x.shape[-1], hidden, proj, layers, bidir)
@@ -248,8 +249,10 @@ def _cast_reflatten(x, hx, cx, params, mode, hidden, proj, layers, bidir):
             v.copy_(p)
             views.append(v)
             offset += p.numel()
-        cast = [t.to(half) if isinstance(t, torch.Tensor) and t.dtype != half else t for t in (x, hx, cx)]
-    return cast[0], cast[1], cast[2], views, flat
+        # the call's arguments are evaluated right to left (GCC): cx's cast, hx's, then the input's
+        # (blind150/et03's and et04's memory histories)
+        cast = [t.to(half) if isinstance(t, torch.Tensor) and t.dtype != half else t for t in (cx, hx, x)]
+    return cast[2], cast[1], cast[0], views, flat
 
 
 def _rnn(mode_name: str):
@@ -283,11 +286,13 @@ def _rnn(mode_name: str):
             hidden_size, proj = cx.shape[2], hx.shape[2]
         params = list(params)
         weight_buf = _try_get_weight_buf(x, params, has_biases, mode, hidden_size, proj, layers, bidir)
+        # RNN.cpp's `_cudnn_impl` gets the dropout state before calling `at::_cudnn_rnn`, which
+        # autocast's `_cudnn_rnn_cast_reflatten` takes (blind150/et04's memory history)
+        state = _get_dropout_state(cap, dropout_p, train, x)
         if torch.is_autocast_enabled("cuda") and _needs_cast(params):
             x, hx, cx, params, weight_buf = _cast_reflatten(
                 x, hx, cx, params, mode, hidden_size, proj, layers, bidir
             )
-        state = _get_dropout_state(cap, dropout_p, train, x)
         n_params = (4 if has_biases else 2) + (1 if proj else 0)
         out = aten._cudnn_rnn(
             x,
@@ -765,7 +770,9 @@ def _pack_padded_sequence(cap, func, args, kwargs):
             prev = length
     data, batch_sizes = func(*args, **kwargs)
     cap.track(data, "aten::cat")
-    steps.clear()
+    # the std::vector of steps is destroyed first to last (blind150/et04's memory history)
+    for i in range(len(steps)):
+        steps[i] = None
     return data, batch_sizes
 
 
