@@ -2586,3 +2586,19 @@ def test_float_norm_of_a_one_element_half_vector_copies_it():
         events = [(e["action"], e["size"]) for e in trace if e["action"] in ("alloc", "free_requested")]
         assert n.dtype == torch.float32
         assert events == [("alloc", 4), ("alloc", 4), ("free_requested", 4)]
+
+
+def test_a_large_mask_filled_at_known_positions_keeps_its_values():
+    # blind150/et02's first form (a fastText batch): the flags of each document's last word set by
+    # `last[offsets[1:] - 1] = True` in a zeros mask of the batch's words, then the bigrams
+    # `h[~last[:-1]]`; past VALUE_LIMIT words the fill forgot the mask's values and the selection
+    # took every position (F.embedding_bag then refused weights of the documents' bigram count)
+    with vramscope.capture(gpu="h200") as cap:
+        lengths = torch.randint(200, 401, (400,), device="cuda")
+        total = int(lengths.sum().item())
+        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)[:-1]])
+        last = torch.zeros(total, dtype=torch.bool, device="cuda")
+        last[offsets[1:] - 1] = True
+        bigrams = torch.arange(total - 1, device="cuda")[~last[:-1]]
+        assert total > 65536 and bigrams.numel() == total - 400
+    assert not cap.warned

@@ -1700,7 +1700,8 @@ class Capture:
     def forget_constants(self, func, args, kwargs):
         """Before an op writes a tensor whose values view a factory's one constant value (all its
         elements one memory location), every tensor viewing that value forgets its values: the
-        write would reach them all, and which elements the op changes the twin does not keep."""
+        write would reach them all, and which elements the op changes the twin does not keep; but
+        for an in-place fill of the factory's result itself past `VALUE_LIMIT` elements."""
         for a in _written(func, args, kwargs):
             v = value(a)
             if v is None:
@@ -1708,6 +1709,10 @@ class Capture:
             held = self.constants.pop(v.untyped_storage().data_ptr(), None)
             for t in list(held or ()):
                 set_value(t, None)
+            if held is not None and func in _FILLS and not a._is_view() and a.numel() > VALUE_LIMIT:
+                # a fill of the factory's own result keeps its values, now dense, for the fill to
+                # write (`dense_values`; blind150/et02's first form: a mask of 874,943 flags)
+                set_value(a, v.contiguous())
 
     def sizes_from_cpu(self, func, args, kwargs, error):
         """Outputs for an op without a meta kernel: run on the CPU over its inputs' values (zeros
@@ -1838,8 +1843,13 @@ class Capture:
         `meshgrid` of `arange` (blind88/cj04's obstacle, whose count sizes `f[:, obstacle]`).
         `cat` and `stack` of such tensors too: they copy the values (blind99/cu03's edge list,
         host index lists copied to the GPU and concatenated, which `coalesce` dedups).
+        An in-place fill (`x[idx] = v`, `masked_fill_`) of such a tensor at an index and of a value
+        that carry known values too (blind150/et02's first form: a document-end mask of 874,943
+        flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
-        if func._schema.is_mutable or (func not in _DENSE_COPIES and torch.Tag.pointwise not in func.tags):
+        if func not in _FILLS and (
+            func._schema.is_mutable or (func not in _DENSE_COPIES and torch.Tag.pointwise not in func.tags)
+        ):
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
