@@ -160,3 +160,17 @@ def test_get_source_names_the_callers_file_and_line():
     other = types.SimpleNamespace(get_source=lambda stacklevel: "elsewhere")
     _inspect._patch_get_source(other)
     assert other.get_source(1) == "elsewhere"
+
+
+def test_an_output_option_that_took_the_script_says_so(capsys):
+    # `--json FILE` followed by nothing else: argparse gives the script's path to --json
+    from vramscope import _run
+
+    assert _run.main(["--json", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--json takes a FILE to write, and it took 'train.py'" in err
+    assert "vramscope run --json - train.py" in err
+    assert _run.main(["--snapshot", "train.py"]) == 2
+    assert "vramscope run --snapshot run.snapshot train.py" in capsys.readouterr().err
+    assert _run.main([]) == 2
+    assert "give a script to run (or --example)" in capsys.readouterr().err

@@ -359,6 +359,17 @@ def main(argv: list[str], process: bool = False) -> int:
             ns.args.insert(0, ns.script)
         ns.script = os.path.join(os.path.dirname(__file__), "examples", "train_gpt.py")
     if ns.script is None:
+        for flag in ("json", "snapshot", "html"):
+            taken = getattr(ns, flag)
+            if taken and taken.endswith(".py"):
+                # `vramscope run --json train.py`: the option took the script as its FILE
+                file = "-" if flag == "json" else f"run.{flag}"
+                print(
+                    f"vramscope run: --{flag} takes a FILE to write, and it took {taken!r}: give "
+                    f"the script after it (e.g. `vramscope run --{flag} {file} {taken}`)",
+                    file=sys.stderr,
+                )
+                return 2
         print("vramscope run: give a script to run (or --example)", file=sys.stderr)
         return 2
     if not os.path.isfile(ns.script):
