@@ -79,12 +79,12 @@ fn selftest(snapshot: &str, title: &str, tag: &str) -> Option<String> {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("report.html");
     std::fs::write(&file, &page).unwrap();
-    let out = headless(&bin, &dir)
-        .arg("--dump-dom")
-        .arg(format!("file://{}#selftest", file.display()))
-        .output()
-        .expect("chromium runs");
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = vramscope_testkit::browser::dump_dom(&dir, |profile| {
+        let mut c = headless(&bin, profile);
+        c.arg("--dump-dom")
+            .arg(format!("file://{}#selftest", file.display()));
+        c
+    });
     let start = dom
         .find("<div id=\"selftest\">")
         .expect("selftest div in the DOM");
@@ -174,14 +174,14 @@ img.src = {:?};
     );
     let checker = dir.join("look.html");
     std::fs::write(&checker, page).unwrap();
-    let out = headless(bin, dir)
-        .arg("--allow-file-access-from-files")
-        .arg("--virtual-time-budget=10000")
-        .arg("--dump-dom")
-        .arg(format!("file://{}", checker.display()))
-        .output()
-        .expect("chromium runs");
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = vramscope_testkit::browser::dump_dom(dir, |profile| {
+        let mut c = headless(bin, profile);
+        c.arg("--allow-file-access-from-files")
+            .arg("--virtual-time-budget=10000")
+            .arg("--dump-dom")
+            .arg(format!("file://{}", checker.display()));
+        c
+    });
     let start =
         dom.find("<div id=\"out\">").expect("the checker's output") + "<div id=\"out\">".len();
     let text = &dom[start..start + dom[start..].find('<').unwrap_or(0)];
@@ -273,12 +273,12 @@ fn sweep_plot_draws_in_chromium() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("sweep.html");
     std::fs::write(&file, &page).unwrap();
-    let out = headless(&bin, &dir)
-        .arg("--dump-dom")
-        .arg(format!("file://{}", file.display()))
-        .output()
-        .expect("chromium runs");
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let dom = vramscope_testkit::browser::dump_dom(&dir, |profile| {
+        let mut c = headless(&bin, profile);
+        c.arg("--dump-dom")
+            .arg(format!("file://{}", file.display()));
+        c
+    });
     assert_eq!(
         dom.matches("<circle").count(),
         64,

@@ -4,12 +4,14 @@
 //! themselves do not need: the op cases of `validation/ops_cases.py`
 //! ([`ops`]), the readers of the GPU fixtures' case lists and recordings
 //! ([`fixture`]), synthetic snapshots of any size ([`synth`]), and the
-//! repository's files with the large fixtures decompressed from xz ([`xz`]).
-//! A dev-dependency only (`publish = false`); each module but [`xz`] sits
-//! behind the feature of the same name.
+//! repository's files with the large fixtures decompressed from xz ([`xz`]),
+//! and headless Chromium under a wall-clock bound ([`browser`]). A
+//! dev-dependency only (`publish = false`); each module but [`xz`] and
+//! [`browser`] sits behind the feature of the same name.
 
 #![deny(missing_docs)]
 
+pub mod browser;
 #[cfg(feature = "fixture")]
 pub mod fixture;
 #[cfg(feature = "ops")]

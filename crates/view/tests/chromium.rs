@@ -63,8 +63,10 @@ fn the_viewer_zooms_hovers_pans_searches_and_jumps_to_the_oom() {
     let (url, stop, handle) = Viewer::bind(x, 0).unwrap().spawn();
     let dir = std::env::temp_dir().join(format!("vramscope-view-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(bin)
-        .args([
+    let target = format!("{url}#selftest");
+    let dom = vramscope_testkit::browser::dump_dom(&dir, |profile| {
+        let mut c = Command::new(&bin);
+        c.args([
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
@@ -74,13 +76,12 @@ fn the_viewer_zooms_hovers_pans_searches_and_jumps_to_the_oom() {
             "--virtual-time-budget=30000",
             "--dump-dom",
         ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(format!("{url}#selftest"))
-        .output()
-        .expect("chromium runs");
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(&target);
+        c
+    });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     handle.join().unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout);
     let start = dom
         .find("<div id=\"selftest\">")
         .expect("selftest div in the DOM");
