@@ -147,3 +147,34 @@ def test_ddp_compress_hooks_read_the_allreduce_future_value(tmp_script):
         "VALUE bf16_compress_hook [(4,)]",
         "VALUE allreduce_hook [(4,)]",
     ]
+
+
+def test_ddp_runs_under_a_dispatch_mode_above_the_twin(tmp_script):
+    # validation/run/ops_truth.py's recorder over blind148's DDP scripts: the mode calls each op
+    # from Python with its dispatch-level arguments, where C++'s `t.to(param.device())` in DDP's
+    # `_verify_params_across_processes` names the simulated device as meta; the twin took that for
+    # the program's own meta device, and `.item()` of the gathered sizes raised on a meta tensor
+    body = (
+        "import os, torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "from torch.utils._python_dispatch import TorchDispatchMode\n"
+        "class Calls(TorchDispatchMode):\n"
+        "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+        "        return func(*args, **(kwargs or {}))\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29533')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "with MODE:\n"
+        "    m = DDP(nn.Linear(1024, 1024).cuda(), device_ids=[0])\n"
+        "    m(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "    print('ALLOCATED', torch.cuda.memory_allocated(), torch.empty(3, device='meta').device)\n"
+        "dist.destroy_process_group()\n"
+    )
+    seen = []
+    for mode in ("Calls()", "__import__('contextlib').nullcontext()"):
+        status, lines, _report, err = run_script(
+            tmp_script(body.replace("MODE", mode)), extra=("--gpu", "h200")
+        )
+        assert status == 0, err[-3000:]
+        seen += [line for line in lines if line.startswith("ALLOCATED")]
+    # the recorder changes nothing the twin allocates; the program's own meta tensor stays meta
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0].endswith(" meta"), seen

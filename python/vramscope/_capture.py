@@ -99,6 +99,26 @@ def _user_frame():
     return None
 
 
+#: the function mode's own frames between an op's call and `_torch_function` (`_from_mode_above`)
+_MODE_FRAMES = frozenset({"__torch_function__", "_run", "_torch_function"})
+
+
+def _from_mode_above(func, frame) -> bool:
+    """Whether `func`, an ATen op, is called from Python outside the twin: a dispatch mode above
+    the twin's (a per-op recorder's `func(*args)`) passes the op's dispatch-level arguments, where
+    the simulated device is meta (C++'s `t.to(param.device())` in DDP's
+    `_verify_params_across_processes`), not a meta device the program asked for."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return False
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if fn.startswith(_TORCH_DIR) or (fn == __file__ and frame.f_code.co_name in _MODE_FRAMES):
+            frame = frame.f_back
+            continue
+        return not fn.startswith(_HERE) or fn.startswith(_EXAMPLES)
+    return False
+
+
 def _user_site() -> str:
     """file:line of the innermost frame outside torch and vramscope."""
     f = _user_frame()
@@ -417,7 +437,11 @@ class _FunctionMode(TorchFunctionMode):
                 # `t.to("meta")`, `module.to("meta")`: the device given by position
                 dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
         if dev is not None:
-            if not _is_cuda(dev) and torch.device(dev).type == "meta":
+            if (
+                not _is_cuda(dev)
+                and torch.device(dev).type == "meta"
+                and not _from_mode_above(func, sys._getframe(1))
+            ):
                 # the program's own meta tensors stay plain meta tensors
                 if func is torch.Tensor.to and _tensor.registered(args[0]) and len(args) <= 4:
                     # a simulated tensor is a meta tensor already: `to` would return it as it is
