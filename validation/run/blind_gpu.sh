@@ -14,16 +14,20 @@ archive="${1:?usage: blind_gpu.sh OUT.tgz SCRIPT...}"
 shift
 here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
+# Each process compiles with its own cold Inductor cache (the lanes run the same scripts at once, and a
+# Triton kernel's autotuned config cached by one would skip the timing, and its memory, in another; the
+# twin takes the cache cold): caches/LANE/NAME, outside the archive.
+caches="$(mktemp -d)"
 names=()
 for f in "$@"; do names+=("$(basename "$f" .py)"); done
-timeout "$budget" bash "$here/record.sh" "$work/rec" "$@" > "$work/record.log" 2>&1 &
-NO_MEMTRACKER=1 timeout "$budget" bash "$here/truth.sh" "$work/truth" "${names[@]}" > "$work/truth.log" 2>&1 &
-work="$work" here="$here" timeout "$budget" bash -c '
+INDUCTOR_CACHE_ROOT="$caches/rec" timeout "$budget" bash "$here/record.sh" "$work/rec" "$@" > "$work/record.log" 2>&1 &
+INDUCTOR_CACHE_ROOT="$caches/ops" NO_MEMTRACKER=1 timeout "$budget" bash "$here/truth.sh" "$work/truth" "${names[@]}" > "$work/truth.log" 2>&1 &
+work="$work" here="$here" caches="$caches" timeout "$budget" bash -c '
   mkdir -p "$work/hist"
   export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
   for f in "$@"; do
     n="$(basename "$f" .py)"
-    OUT_PICKLE="$work/hist/$n.pickle" timeout -k 5 240 python3 "$here/history.py" "$f" > "$work/hist/$n.out" 2>&1
+    TORCHINDUCTOR_CACHE_DIR="$caches/hist/$n" OUT_PICKLE="$work/hist/$n.pickle" timeout -k 5 240 python3 "$here/history.py" "$f" > "$work/hist/$n.out" 2>&1
   done
 ' _ "$@" &
 wait
@@ -36,4 +40,4 @@ while [ "$(stat -c %s "$archive")" -gt 15000000 ]; do
   rm -f "$big"
   tar czf "$archive" -C "$work" .
 done
-rm -rf "$work"
+rm -rf "$work" "$caches"

@@ -65,6 +65,9 @@ for f in "${scripts[@]}"; do
   name="$(basename "$f" .py)"
   rm -f "$out/$name.jsonl"
   start=$(date +%s.%N)
+  # INDUCTOR_CACHE_ROOT set: each script compiles with its own cold Inductor cache (no autotuned
+  # config of another script or process reused), as the twin takes it
+  [ -z "${INDUCTOR_CACHE_ROOT:-}" ] || export TORCHINDUCTOR_CACHE_DIR="$INDUCTOR_CACHE_ROOT/$name"
   OUT_JSONL="$out/$name.jsonl" timeout -k 10 "$timeout_s" python3 "$here/record.py" "$f" \
     > "$out/$name.out" 2> "$out/$name.err"
   rc=$?
