@@ -303,6 +303,18 @@ def test_max_over_a_dimension_takes_the_reductions_buffer():
     assert _extra(lambda x: x.max(1, keepdim=True), setup) == (2, 603979776 + 1024)
 
 
+def test_a_reduction_past_32_bit_indexing_into_a_narrower_output_takes_an_accumulation_buffer():
+    # blind148/er06's H200 per-op truth: `argmax(-1)` of (64, 512, 50265) bfloat16 logits (3.3 GB,
+    # split into 32-bit launches) allocates 524,288 bytes beside its int64 result: Reduce.cuh's
+    # AccumulationBuffer of the (value, index) pair, 16 bytes for each of the 32,768 outputs
+    def setup():
+        return (torch.empty(64, 512, 50265, dtype=torch.bfloat16, device="cuda"),)
+
+    assert _extra(lambda x: x.argmax(-1), setup) == (1, 524288)
+    # a quarter of it fits 32-bit indexing: one launch, no buffer
+    assert _extra(lambda x: x[:16].argmax(-1), setup) == (0, 0)
+
+
 def test_dropout_out_of_training_is_its_input_under_inference_mode():
     # Dropout.cpp returns the input; torch/_decomp's decomposition would clone it
     with vramscope.capture(gpu="h200"), torch.inference_mode():

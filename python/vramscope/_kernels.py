@@ -267,20 +267,34 @@ for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.ou
 # ---- reductions ----------------------------------------------------------------------
 
 
-def reduce_scratch(cap, sizes, strides, reduced, elem: int, acc: int, op: str) -> None:
+def reduce_scratch(
+    cap, sizes, strides, reduced, elem: int, acc: int, op: str, out_elem: int | None = None
+) -> None:
     """`gpu_reduce_kernel`'s global buffer and semaphores for each 32-bit
-    launch, allocated and freed at once (sizes from the eager twin's rule)."""
+    launch, allocated and freed at once (sizes from the eager twin's rule).
+    `out_elem`, the output's element size where the kernel cannot accumulate in
+    its output (Reduce.cuh's `can_accumulate_in_output`: an `(value, index)`
+    pair, or half/bfloat16 in and out): a reduction split into 32-bit launches
+    first allocates an `AccumulationBuffer` of `acc` bytes per output element
+    where the output's are fewer, held across the launches (blind148/er06's
+    H200 per-op truth: `argmax(-1)` of a (64, 512, 50265) bfloat16, 524,288 bytes)."""
     if strides is None:
         strides, step = [], 1
         for s in reversed(sizes):
             strides.append(step)
             step *= s
         strides.reverse()
-    for buffer, semaphores in cap.device.reduce_scratch(list(sizes), list(strides), list(reduced), elem, acc):
+    launches = cap.device.reduce_scratch(list(sizes), list(strides), list(reduced), elem, acc)
+    accumulation = None
+    if out_elem is not None and len(launches) > 1 and out_elem < acc:
+        outputs = math.prod(n for n, r in zip(sizes, reduced, strict=True) if not r)
+        accumulation = cap.malloc(outputs * acc, op, "workspace")
+    for buffer, semaphores in launches:
         if buffer > 0:
             b = cap.malloc(buffer, op, "workspace")
             s = cap.malloc(semaphores, op, "workspace")
             del s, b
+    del accumulation
 
 
 def _acc_bytes(dtype: torch.dtype) -> int:
@@ -306,7 +320,12 @@ def _sum_mean(cap, func, call, outs):
         # a bool or int32 `sum` makes an int64 copy: blind6/f01's H200 record)
         converted = cap.malloc(x.numel() * out_dtype.itemsize, func._schema.name, "temporary")
         elem, acc = out_dtype.itemsize, _acc_bytes(out_dtype)
-    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, elem, acc, func._schema.name)
+    # half or bfloat16 in and out cannot accumulate in the output (Reduce.cuh)
+    half_in_out = out_dtype in (torch.float16, torch.bfloat16) and (
+        converted is not None or x.dtype == out_dtype
+    )
+    out_elem = out_dtype.itemsize if half_in_out else None
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, elem, acc, func._schema.name, out_elem)
     del converted
 
 
@@ -349,7 +368,11 @@ def _arg_min_max(cap, func, call, outs):
         return
     dim = args[1] if len(args) > 1 else kw.get("dim")
     reduced = [True] * x.dim() if dim is None else [i == dim % max(x.dim(), 1) for i in range(x.dim())]
-    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, x.element_size(), 16, func._schema.name)
+    # the pair is no output's type: argmax's output is int64, max(dim)'s the values' own
+    out_elem = 8 if func._schema.name in ("aten::argmax", "aten::argmin") else x.element_size()
+    reduce_scratch(
+        cap, list(x.shape), list(x.stride()), reduced, x.element_size(), 16, func._schema.name, out_elem
+    )
 
 
 for _f in (aten.max.default, aten.min.default):
