@@ -4,9 +4,12 @@
 
 GPU.jsonl is ops_truth.py's output on the GPU (lines only for ops that allocate more than they return),
 TWIN.jsonl the same script's under `OPS_TRUTH_ALL=1 vramscope run ops_truth.py SCRIPT` (a line per op).
-Ops are matched by name and arguments (shapes, strides, dtypes, values), in order. Printed: each op whose
-allocations (count, requested bytes) differ, with how often, then the ops each side ran that the other
-did not.
+Ops are matched by name and arguments (shapes, strides, dtypes, values). As the GPU side lists only the
+calls that allocate beyond their new outputs, the twin's calls of the same op and arguments are compared
+with them as the same kind of list: the (count, requested) of each call that allocates beyond its new
+outputs, as multisets (a cuBLAS workspace made at another call of one op counts once on each side and
+cancels). Printed: each op whose calls' allocations (count, requested bytes) differ, with how often,
+then the ops each side ran that the other did not.
 """
 
 import collections
@@ -42,25 +45,35 @@ def load(path):
     return recs, seen
 
 
+def _beyond(rec) -> bool:
+    """Whether a call allocated beyond its new outputs (ops_truth.py's condition for a GPU line)."""
+    return (rec[2], rec[3]) != (rec[0], rec[1])
+
+
 def main():
     gpu, gseen = load(sys.argv[1])
     twin, tseen = load(sys.argv[2])
     diffs = collections.Counter()
     example = {}
-    for key, trecs in twin.items():
-        grecs = gpu.get(key, [])
-        for i, t in enumerate(trecs):
-            # a GPU op without a line allocated exactly its new outputs
-            g = grecs[i] if i < len(grecs) else (t[0], t[1], t[0], t[1])
-            if (g[2], g[3]) != (t[2], t[3]):
-                k = (key[0], g[2] - t[2], g[3] - t[3])
-                diffs[k] += 1
-                example.setdefault(k, (key[1][:300], g, t))
-    for key, grecs in gpu.items():
+    for key in twin.keys() | gpu.keys():
         if key not in twin:
-            k = (key[0], "not run by the twin with these arguments", len(grecs))
+            k = (key[0], "not run by the twin with these arguments", len(gpu[key]))
             diffs[k] += 1
-            example.setdefault(k, (key[1][:300], grecs[0], None))
+            example.setdefault(k, (key[1][:300], gpu[key][0], None))
+            continue
+        grecs = collections.Counter(gpu.get(key, []))
+        trecs = collections.Counter(t for t in twin[key] if _beyond(t))
+        # a call on one side only: the other allocated exactly its new outputs there
+        only_g = list((grecs - trecs).elements())
+        only_t = list((trecs - grecs).elements())
+        for i in range(max(len(only_g), len(only_t))):
+            t = only_t[i] if i < len(only_t) else None
+            g = only_g[i] if i < len(only_g) else (t[0], t[1], t[0], t[1])
+            if t is None:
+                t = (g[0], g[1], g[0], g[1])
+            k = (key[0], g[2] - t[2], g[3] - t[3])
+            diffs[k] += 1
+            example.setdefault(k, (key[1][:300], g, t))
     for (op, dc, dr), n in sorted(diffs.items(), key=lambda x: -x[1]):
         args, g, t = example[(op, dc, dr)]
         print(
