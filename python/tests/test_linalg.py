@@ -70,6 +70,28 @@ def test_householder_product_allocates_what_the_h200_counted():
     assert any("orgqr" in u for u in cap.unmeasured)
 
 
+def test_orgqr_workspace_of_up_to_64_reflectors_follows_the_sweeps_form():
+    # blind151/eu06's per-op truth: parametrizations.orthogonal's Householder map of a 1,024 x 10
+    # float32 weight: 3 allocations, the result, the info and orgqr's 173,056-byte workspace
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(1024, 10, device="cuda")
+        tau = torch.empty(10, device="cuda")
+        _, counts = counted(lambda: torch.linalg.householder_product(a, tau))
+        assert counts == (3, 40960 + 4 + 173056)
+    assert not cap.unmeasured
+    # the form holds for every size of cusolver_h200.json up to 64 reflectors, not past them
+    data = json.loads((ROOT / "python" / "vramscope" / "cusolver_h200.json").read_text())
+    dt = {"float32": torch.float32, "float64": torch.float64}
+    inside = [(m, n, k, dt[d], b) for m, n, k, d, b in data["orgqr"] if n == k <= 64]
+    assert len(inside) == 128
+    for m, n, _k, d, nbytes in inside:
+        assert (33024 + -(-m * n // 32) * 32) * (4 if d == torch.float32 else 8) == nbytes
+    assert _linalg.orgqr_workspace(1024, 10, 10, torch.float32) == 173056
+    assert _linalg.orgqr_workspace(96, 10, 10, torch.float64) == (33024 + 960) * 8
+    assert _linalg.orgqr_workspace(4000, 100, 100, torch.float32) is None
+    assert _linalg.orgqr_workspace(1024, 10, 10, torch.complex64) is None
+
+
 def test_matrix_exp_takes_the_degree_the_norm_picks(norms):
     # the H200's calls of blind21/u04: degrees 1, 4, 8 (512) and 8, 18 with 1, 5 and 4 squarings (1024)
     norms += [0.0, 0.01, 0.3, 0.3, 2 * F, 20 * F, 12 * F]

