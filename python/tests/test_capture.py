@@ -221,6 +221,23 @@ def test_a_host_parameter_takes_a_gpu_tensors_data():
         assert torch.cuda.memory_allocated() == 0
 
 
+def test_a_parameter_keeps_its_python_attributes_when_moved_to_the_gpu():
+    # `module.to("cuda")` moves a CPU parameter by `param.data = ...` (VariableHooks::set_data: the
+    # same PyObject, its `__dict__` untouched), as the state-spaces repository's S4D relies on:
+    # `p._optim` set before `.to(device)` selects the parameter groups after (blind156/ez01)
+    with vramscope.capture():
+        lin = torch.nn.Linear(4, 4)
+        lin.weight._optim = {"lr": 1e-3, "weight_decay": 0.0}
+        weight = lin.weight
+        lin.to("cuda")
+        assert lin.weight is weight and weight.is_cuda
+        assert weight._optim == {"lr": 1e-3, "weight_decay": 0.0}
+        bias = torch.nn.Linear(4, 4).bias
+        bias.tag = "b"
+        bias.data = torch.zeros(4, device="cuda")
+        assert bias.tag == "b" and bias.is_cuda
+
+
 def test_autocast_casts_simulated_tensors():
     with vramscope.capture():
         lin = torch.nn.Linear(64, 64).cuda()

@@ -4397,6 +4397,11 @@ def _set_data(cap, func, args, kwargs):
     finally:
         cap.genuine_meta -= 1
     torch.utils.swap_tensors(var, stand_in)
+    # swap_tensors swaps the Python objects' `__dict__` too; set_data changes only the TensorImpl,
+    # so the variable keeps its own attributes (the state-spaces repository's `p._optim` on S4D's
+    # log_dt, read after `model.to(device)` to build its optimizer groups: blind156/ez01's H200
+    # history allocates those parameters' AdamW states in their own group)
+    var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
     return func(var, new)
 
 
