@@ -2619,3 +2619,29 @@ def test_a_large_mask_filled_at_known_positions_keeps_its_values():
         bigrams = torch.arange(total - 1, device="cuda")[~last[:-1]]
         assert total > 65536 and bigrams.numel() == total - 400
     assert not cap.warned
+
+
+def test_a_host_dtype_conversion_to_the_device_starts_openmp_s_workers(tmp_script, tmp_path):
+    # rule 15 (docs/driver-placement.md, session 36; blind153/ew01's H200 history): a blocking
+    # host-to-device copy that changes the dtype converts on the host first (Copy.cu
+    # `copy_kernel_cuda`), in parallel over more than ATen's grain size: OpenMP's 15 workers (16
+    # cores) start, each a stack and an arena below the chunks, so the next new chunk goes lower:
+    # 1,888 MiB, as blind153/ew01's 18th segment lies lower on the H200 than without them
+    def lowest(conversion):
+        snap = tmp_path / "snap.pickle"
+        script = tmp_script(
+            f"""
+import torch
+x = torch.ones(1 << 16)
+y = x.to("cuda", torch.bfloat16) if {conversion} else x.to("cuda")
+big = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+        )
+        status, _, _, err = run_script(script)
+        assert status == 0, err
+        segs = pickle.loads(snap.read_bytes())["segments"]
+        first = min(s["address"] for s in segs if s["total_size"] == 2 << 20)
+        return next((s["address"] - first) >> 20 for s in segs if s["total_size"] == 600 << 20)
+
+    assert lowest(False) - lowest(True) == 1888

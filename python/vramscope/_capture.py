@@ -216,6 +216,25 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
     return True
 
 
+def _host_converts(func, args, kwargs, out) -> bool:
+    """A blocking host-to-device copy whose dtype changes, over more than ATen's grain size (32,768
+    elements): Copy.cu's `copy_kernel_cuda` converts on the host first (`src.to(dst.dtype)`, a
+    TensorIterator loop that `at::parallel_for` splits), the process's first parallel CPU op in a
+    model built on the host and moved with `.to(device, dtype)`. Other parallel CPU ops are not
+    followed."""
+    if func is aten.copy_.default:
+        src, dst = args[1], args[0]
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    elif func is aten._to_copy.default and isinstance(out, torch.Tensor):
+        src, dst = args[0], out
+        non_blocking = kwargs.get("non_blocking", False)
+    else:
+        return False
+    if not isinstance(src, torch.Tensor) or registered(src) or not registered(dst):
+        return False
+    return src.dtype != dst.dtype and not non_blocking and src.numel() > 32768
+
+
 def _dense_parts(t) -> bool:
     """A tensor copied as contiguous memory: a contiguous strided one, or a sparse one, whose
     indices and values each copy as one dense tensor (TensorConversions.cpp's `_to_copy`)."""
@@ -1188,6 +1207,8 @@ class Capture:
         self.generator_in_call = None
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
+        #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
+        self.workers_started = False
         #: the kernel modules loaded (`_MODULE_OPS`)
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
@@ -1528,6 +1549,12 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
+        if not self.workers_started and _host_converts(func, args, kwargs, out):
+            # the host's dtype conversion of a blocking host-to-device copy runs in parallel: OpenMP's
+            # workers start, 15 beside the main thread on the H200's 16-core host (driver
+            # address-space rule 15; measured: blind153/ew01's H200 history, docs/driver-placement.md)
+            self.workers_started = True
+            self.device.intra_op_workers(15)
         bad = _kernels.index_out_of_range(func, args)
         if bad is not None:
             self.device_error = bad

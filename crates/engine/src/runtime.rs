@@ -895,6 +895,33 @@ impl Runtime {
         }
     }
 
+    /// OpenMP's pool of `n` workers starts at once (`vramscope run`: the
+    /// process's first blocking host-to-device copy that converts the dtype
+    /// on the host), each a thread by driver address-space rule 15, noted in
+    /// the event log. Measured: blind153/ew01's H200 history (16 cores: 15
+    /// workers) puts its 18th segment 1,888 MiB lower than the twin without
+    /// them, and the next chunks with it (docs/driver-placement.md, session
+    /// 36). Once, shared with [`Runtime::intra_op_worker`]; a no-op on a
+    /// device started after the first kernels.
+    pub fn intra_op_workers(&self, n: u32) {
+        let mut st = self.st.borrow_mut();
+        if std::mem::replace(&mut st.worker_started, true) {
+            return;
+        }
+        for _ in 0..n {
+            let Some(addr) = st.alloc.device_mut().thread_started(THREAD_STACK) else {
+                return;
+            };
+            if let Some(log) = st.log.as_mut() {
+                let at = log.events.len();
+                log.host.push(At {
+                    at,
+                    what: HostEvent::Thread(addr, THREAD_STACK),
+                });
+            }
+        }
+    }
+
     /// The process launches its first kernel: the driver takes 2 MiB of its
     /// own (`driver_va.rs`, rule 6). The context's range goes back later,
     /// at [`Runtime::kernels_launched`], where the kernel is not one that

@@ -378,6 +378,12 @@ impl Device {
         self.p.runtime().kernel_module(module);
     }
 
+    /// OpenMP's `n` workers start, each a stack and a malloc arena (driver
+    /// address-space rule 15). Once.
+    fn intra_op_workers(&self, n: u32) {
+        self.p.runtime().intra_op_workers(n);
+    }
+
     /// The process imports `torch._dynamo`, which maps `libtriton.so`
     /// (driver address-space rule 10).
     fn triton_loaded(&self) {
