@@ -920,6 +920,59 @@ def test_torch_compile_takes_a_view_as_input():
         assert out.shape == (4, 16, 64) and out.device.type == "cuda"
 
 
+def test_torch_compile_bf16_channels_last_convolution_takes_cudnns_layout():
+    # Inductor's wrapper asserts each convolution's output strides as its fake tensors gave them
+    # (`conv_layout`): cuDNN's channels-last on the GPU (`ConvParams::use_cudnn` takes bf16 on
+    # sm_80 and up), the slow kernel's contiguous on the host, whose bf16 check reads the device:
+    # the wrapper then asserted contiguous strides on the twin's cuDNN output (blind155/ey02)
+    with vramscope.capture():
+        conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False).cuda().bfloat16()
+        conv = conv.to(memory_format=torch.channels_last)
+        x = torch.empty(2, 3, 8, 8, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            out = torch.compile(conv)(x.contiguous(memory_format=torch.channels_last))
+        assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_torch_compile_backward_scatter_made_in_place_is_decomposed():
+    # the backward of a channels-last global average pool and flatten scatters the head's gradient
+    # into a zero buffer, which the reinplace pass makes in place: the node must carry the twin's
+    # `_inplace_generalized_scatter`, which `decompose_generalized_scatter` looks up, not the one
+    # the pass's table took at import (left in the graph, a SyntaxError at its recompile:
+    # blind155/ey02)
+    with vramscope.capture():
+        conv = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False).cuda().to(memory_format=torch.channels_last)
+        fc = torch.nn.Linear(16, 10).cuda()
+
+        @torch.compile
+        def f(x):
+            h = torch.nn.functional.relu(conv(x))
+            return fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+        x = torch.empty(4, 3, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last)
+        f(x).sum().backward()
+        assert conv.weight.grad.shape == (16, 3, 3, 3)
+
+
+def test_torch_compile_dynamic_float_input_restarts_and_runs():
+    # dynamic=True: a float argument is traced as a tensor until Inductor's tensorify pass raises
+    # TensorifyScalarRestartAnalysis (dynamo's signal to trace again, specializing it), not a
+    # compile failure; and the compiled code converts a float input with
+    # `torch._as_tensor_fullprec`, which calls `torch.as_tensor`, the twin's stand-in in a compiled
+    # region, which dynamo must not compile as a frame (blind155/ey06: RecursionError before)
+    with vramscope.capture() as cap:
+
+        @torch.compile(dynamic=True)
+        def f(t, scale):
+            return (t * scale).sin()
+
+        with torch.no_grad():
+            for n, s in ((256, 0.5), (384, 0.25)):
+                y = f(torch.empty(4, n, 64, device="cuda"), s)
+        assert y.shape == (4, 384, 64)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

@@ -12,6 +12,7 @@ kernels launch nothing (their memory is their arguments').
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 
@@ -263,6 +264,11 @@ def backend(cap, options: dict):
                 inner_compile=_inner_compile(compile_fx_inner),
                 config_patches=dict(options),
             )
+        except torch._dynamo.exc.RestartAnalysis:
+            # dynamo's signal to trace the frame again (Inductor's tensorify pass raises
+            # TensorifyScalarRestartAnalysis to specialize a float input of a dynamic graph,
+            # torch/fx/passes/_tensorify_python_scalars.py), not a failure: dynamo catches it
+            raise
         except Exception as e:  # any failure: the graph runs eagerly, named unmeasured
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             cap.note_compile_unmeasured(
@@ -271,6 +277,38 @@ def backend(cap, options: dict):
             return gm.forward
 
     return compile
+
+
+def _select_conv_backend(original):
+    """`torch._C._select_conv_backend` for a bf16 convolution on a fake CUDA tensor as on the GPU:
+    `ConvParams::use_cudnn` (aten/src/ATen/native/Convolution.cpp) takes cuDNN for bf16 where
+    `supportsBFloat16ConvolutionWithCuDNNv8()` holds (compute capability 8.0 and up, the H100's and
+    the H200's), which reads the device and says no on the host; its other checks do not read the
+    dtype. So the choice is made for fp16 stand-ins of the same sizes and strides. Inductor's
+    `conv_layout` takes its convolutions' output strides from it (`fake_impls.conv`: cuDNN's
+    channels-last for a channels-last input or weight, where the slow kernel's is contiguous)."""
+
+    def select(*args, **kwargs):
+        names = ("input", "weight", "bias")
+        given = dict(zip(names, args, strict=False))
+        given.update((k, kwargs[k]) for k in names if k in kwargs)
+        x, w = given.get("input"), given.get("weight")
+        if (
+            isinstance(x, torch._subclasses.fake_tensor.FakeTensor)
+            and x.device.type == "cuda"
+            and torch.bfloat16 in (x.dtype, getattr(w, "dtype", None))
+        ):
+
+            def half(t):
+                if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16:
+                    return t
+                return torch.empty_strided(t.shape, t.stride(), dtype=torch.float16, device=t.device)
+
+            args = tuple(half(a) if i < 3 else a for i, a in enumerate(args))
+            kwargs = {k: half(v) if k in names else v for k, v in kwargs.items()}
+        return original(*args, **kwargs)
+
+    return select
 
 
 def _from_data(original):
@@ -284,6 +322,11 @@ def _from_data(original):
         return original(data, *args, device=device, **kwargs)
 
     make.__name__ = original.__name__
+    # never a frame dynamo compiles (it still inlines the call while tracing): called from a
+    # compiled graph's own code (`torch._as_tensor_fullprec` of a float input to a dynamic graph,
+    # torch/__init__.py) it would be compiled with that float as its input, whose conversion calls
+    # it again
+    torch._dynamo.eval_frame.skip_code(make.__code__)
     return make
 
 
@@ -398,6 +441,7 @@ def patch(p, cap) -> None:
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
+    p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     # `init_gpu_context` makes a real CUDA tensor for a fake one's first use
     p.set(fake_tensor, "init_gpu_context", lambda device: None)
 
@@ -496,6 +540,16 @@ def patch(p, cap) -> None:
             return inp
 
         p.set(reinplace, "_inplace_generalized_scatter", inplace_generalized_scatter)
+        # the reinplace pass's table took the original at import: a scatter it makes in place must
+        # be this function too, which `decompose_generalized_scatter` finds by the module's name
+        # (the original, left in the graph, printed as a name the graph's code cannot call:
+        # blind155/ey02's backward, a SyntaxError at its recompile)
+        ops = dict(reinplace.inplaceable_ops)
+        entry = ops[reinplace._generalized_scatter]
+        ops[reinplace._generalized_scatter] = dataclasses.replace(
+            entry, inplace_op=inplace_generalized_scatter
+        )
+        p.set(reinplace, "inplaceable_ops", ops)
 
     p.when_imported("torch._inductor.fx_passes.reinplace", reinplace_patch)
     from torch._prims import TensorMeta
