@@ -2674,6 +2674,22 @@ def test_a_large_mask_filled_at_known_positions_keeps_its_values():
     assert not cap.warned
 
 
+def test_a_large_mask_filled_through_slices_keeps_its_values():
+    # blind154/ex05's first form: a wav2vec2 attention mask of (8, 256,000) made on the device as
+    # zeros and set row by row (`mask[i, :n] = 1`, `fill_` of a view); past VALUE_LIMIT elements the
+    # fill forgot the factory's constant and the lengths read back as zeros
+    lengths = [256000, 200000, 150000, 100000, 256000, 50000, 120000, 230000]
+    with vramscope.capture(gpu="h200") as cap:
+        zeros = torch.zeros(8, 256000, dtype=torch.long, device="cuda")
+        ones = torch.ones(8, 256000, dtype=torch.long, device="cuda")
+        for i, n in enumerate(lengths):
+            zeros[i, :n] = 1
+            ones[i, n:] = 0
+        assert zeros.sum(-1).tolist() == lengths and ones.sum(-1).tolist() == lengths
+        assert zeros.unsqueeze(1)[3, 0, 99999:100001].tolist() == [1, 0]
+    assert not cap.warned
+
+
 def test_a_host_dtype_conversion_to_the_device_starts_openmp_s_workers(tmp_script, tmp_path):
     # rule 15 (docs/driver-placement.md, session 36; blind153/ew01's H200 history): a blocking
     # host-to-device copy that changes the dtype converts on the host first (Copy.cu

@@ -664,6 +664,9 @@ _WRITES: dict = {}
 
 #: in-place writes of values the twin knows at places it knows (`x[mask] = v`)
 _FILLS = {aten.index_put_.default, aten.masked_fill_.Scalar}
+#: in-place writes of a known value that keep a tensor's known values where they are large
+#: (`dense_values`), a slice's `fill_` among them (`m[i, :n] = 1`)
+_DENSE_FILLS = _FILLS | {aten.fill_.Scalar, aten.fill_.Tensor}
 
 
 def _fills_over_zeros(func, args, kwargs, ours) -> bool:
@@ -867,6 +870,21 @@ _CONSTANT_FACTORIES = {
     aten.new_zeros.default: 0,
     aten.new_full.default: None,
 }
+
+
+def _materialize(a, v, viewers) -> None:
+    """The constant `v` (one value expanded) that `a`, a view, reads, made dense over `a`'s whole
+    simulated storage (at most `_tensor.DENSE_LIMIT` elements), and each of `viewers` over that
+    storage with `a`'s dtype given its view of those values; others keep none."""
+    storage = a.untyped_storage()
+    n = storage.nbytes() // a.element_size()
+    if n > _tensor.DENSE_LIMIT:
+        return
+    # the one value, read from its storage (`a` may be an empty slice)
+    dense = torch.full((n,), v.as_strided((1,), (1,), 0)[0].item(), dtype=a.dtype)
+    for t in viewers:
+        if t.untyped_storage()._cdata == storage._cdata and t.dtype == a.dtype:
+            set_value(t, dense.as_strided(t.shape, t.stride(), t.storage_offset()))
 
 
 def _constant_values(func, args, outs):
@@ -1766,6 +1784,11 @@ class Capture:
                 # a fill of the factory's own result keeps its values, now dense, for the fill to
                 # write (`dense_values`; blind150/et02's first form: a mask of 874,943 flags)
                 set_value(a, v.contiguous())
+            elif held is not None and func in _DENSE_FILLS and a._is_view():
+                # a fill of a view of it (`m[i, :n] = 1` into a zeros mask: blind154/ex05's first
+                # form, an attention mask of 8 x 256,000): the storage's values made dense, and every
+                # tensor over that storage viewing them, for the fill to write
+                _materialize(a, v, [a, *held])
 
     def sizes_from_cpu(self, func, args, kwargs, error):
         """Outputs for an op without a meta kernel: run on the CPU over its inputs' values (zeros
@@ -1900,7 +1923,7 @@ class Capture:
         that carry known values too (blind150/et02's first form: a document-end mask of 874,943
         flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
-        if func not in _FILLS and (
+        if func not in _DENSE_FILLS and (
             func._schema.is_mutable or (func not in _DENSE_COPIES and torch.Tag.pointwise not in func.tags)
         ):
             return None
