@@ -195,6 +195,20 @@ def test_the_fitted_sizes_hold_only_in_their_domain():
     assert f is not None and f["reserve"] == 256 + 2 * 281 * (4 * 5 * 512 + 2 * 512)
 
 
+def test_the_unidirectional_inference_form_holds_to_800_steps():
+    from vramscope import _rnn
+
+    # GPU (fixtures/run/run_flash_rnn_probe_s36_h200.jsonl, its memory history): blind150/et06's
+    # evaluation LSTM under bf16 autocast (cuDNN runs it in float16), 384 inputs, 1,024 hidden,
+    # 2 layers, unpacked, 800 steps: workspaces of 607,126,784 bytes at batch 128 and 255,853,184 at 48
+    lstm = _rnn.MODES["lstm"]
+    for batch, workspace in ((128, 607126784), (48, 255853184)):
+        args = (torch.float16, 384, 1024, 0, 2, False, 0.0, False, batch, 800, batch * 800, False)
+        assert _rnn._fitted(lstm, *args) == {"workspace": workspace}
+    # training past 400 steps stays outside what the sweeps confirmed
+    assert _rnn._fitted(lstm, torch.float16, 384, 1024, 0, 2, False, 0.0, True, 48, 800, 38400, False) is None
+
+
 def test_an_unpacked_bidirectional_lstm_outside_the_table_takes_the_fitted_sizes():
     # GPU (fixtures/run/rnn_sweep_h200.jsonl.xz): fp32 LSTM, 256 inputs, 512 hidden, 2 layers,
     # bidirectional, batch 8 of 50 steps: training workspace 83968320, reserve 18022656
@@ -288,8 +302,10 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
-    # longer than the sweeps measured
-    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is None
+    # longer than the sweeps and the probe measured (training 400 steps, inference 800)
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, True, 8, 401, 3208, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 401, 3208, False) is not None
+    assert _rnn._fitted(lstm, f32, 256, 512, 0, 1, False, 0.0, False, 8, 801, 6408, False) is None
 
 
 def test_a_projected_unidirectional_lstm_takes_the_fitted_inference_workspace():
