@@ -7,10 +7,10 @@ L1 loss, Adam (0.9, 0.999, eps 1e-8) lr 1e-4 under bf16 autocast, batch 16, 2 st
 own phase); then ESPCN x3 on the luminance channel (conv 5 x 5 to 64, 3 x 3 to 32, tanh, 3 x 3 to
 9 and F.pixel_shuffle(3)) in fp16 autocast with GradScaler, Adam lr 1e-3, batch 64 of 17 x 17 LR
 patches made by bilinear antialiased downsampling of 51 x 51 HR crops, 2 steps in one phase; then
-evaluation under no_grad on one DIV2K-sized 2040 x 1356 image: its 510 x 339 LR version through
+evaluation under no_grad on two DIV2K-sized 2040 x 1356 images: their 510 x 339 LR versions through
 EDSR in fp32 (whole image, no chopping), PSNR against the HR image next to the bicubic
-(align_corners=False) and nearest-exact upsampling baselines, and ESPCN on the Y channel of a
-1020 x 678 image; 5 phases."""
+(align_corners=False) and nearest-exact upsampling baselines, and ESPCN on the Y channel of
+1020 x 678 versions; 5 phases."""
 
 import os
 
@@ -153,7 +153,7 @@ if device == "cuda":
 edsr.eval()
 espcn.eval()
 with torch.no_grad():
-    hr = torch.rand(1, 3, EVAL_H, EVAL_W, device=device)
+    hr = torch.rand(2, 3, EVAL_H, EVAL_W, device=device)
     lr = F.interpolate(hr, scale_factor=1 / SCALE, mode="bicubic", antialias=True, align_corners=False).clamp(
         0, 1
     )
