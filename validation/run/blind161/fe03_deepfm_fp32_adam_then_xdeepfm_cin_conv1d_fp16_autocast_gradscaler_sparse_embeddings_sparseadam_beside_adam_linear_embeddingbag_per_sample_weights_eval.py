@@ -190,4 +190,8 @@ with torch.no_grad():
             p = torch.sigmoid(model(x).squeeze(1).float())
         total += F.binary_cross_entropy(p, y, reduction="sum").item()
         n += y.numel()
-report("eval", f"logloss {total / n:.4f}")
+if device == "cuda":
+    print(
+        f"eval logloss {total / n:.4f} peak {torch.cuda.max_memory_allocated()}"
+        f" reserved {torch.cuda.memory_reserved()}"
+    )
