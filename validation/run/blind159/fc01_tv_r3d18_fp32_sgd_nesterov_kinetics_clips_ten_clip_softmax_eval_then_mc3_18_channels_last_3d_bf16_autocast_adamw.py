@@ -1,11 +1,13 @@
 """torchvision's video ResNets from scratch (weights=None) as a Kinetics-400 training recipe writes
 them: r3d_18 (400 classes) in fp32 with SGD (momentum 0.9, Nesterov, weight decay 1e-4) and a
-MultiStepLR, batch 8 clips of 3 x 16 x 112 x 112 (normalised with the Kinetics mean/std), 2 steps
-(each its own phase); then the usual multi-clip test: 2 videos of 10 clips each, the 20 clips run
-in chunks of 10 under inference_mode and the softmax averaged per video; then the model and its
-optimizer deleted and mc3_18 (mixed convolutions) built with its weights and the input in
-channels_last_3d, trained under bf16 autocast with AdamW (lr 3e-4, weight decay 0.05) at batch 12
-x 8 frames x 112 x 112 for 2 steps (mc3_18's build its own phase); 6 phases."""
+MultiStepLR, batch 16 clips of 3 x 16 x 112 x 112 (normalised with the Kinetics mean/std; made from
+uint8 (N, T, H, W, C) frames permuted to (N, C, T, H, W), so they and the r3d_18 activations keep
+channels_last_3d strides), 2 steps (each its own phase); then the usual multi-clip test: 2 videos
+of 10 clips each, the 20 clips run in chunks of 10 under inference_mode and the softmax averaged
+per video; then the model and its optimizer deleted and mc3_18 (mixed convolutions) built with its
+weights and the input in channels_last_3d, trained under bf16 autocast with AdamW (lr 3e-4, weight
+decay 0.05) at batch 24 x 8 frames x 112 x 112 for 2 steps (mc3_18's build its own phase); 6
+phases."""
 
 import os
 
@@ -18,7 +20,7 @@ torch.manual_seed(15901)
 if SMALL:
     B, T, S, CLIPS, CHUNK, B2, T2 = 2, 4, 32, 4, 2, 2, 4
 else:
-    B, T, S, CLIPS, CHUNK, B2, T2 = 8, 16, 112, 10, 10, 12, 8
+    B, T, S, CLIPS, CHUNK, B2, T2 = 16, 16, 112, 10, 10, 24, 8
 NUM_CLASSES = 400
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
