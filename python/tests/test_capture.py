@@ -238,6 +238,22 @@ def test_a_parameter_keeps_its_python_attributes_when_moved_to_the_gpu():
         assert bias.tag == "b" and bias.is_cuda
 
 
+def test_a_parameter_an_autograd_graph_holds_moves_to_the_gpu():
+    # `torch.nn.utils.weight_norm` computes the weight from g and v at wrapping, a graph that saves
+    # both until the first forward recomputes it; `.to("cuda")` then sets their data
+    # (VariableHooks::set_data, which no reference count stops), as IGR's and NeuS's SDF networks
+    # do (blind162/ff05); swap_tensors refused it
+    with vramscope.capture():
+        lin = torch.nn.utils.weight_norm(torch.nn.Linear(256, 256))
+        g = lin.weight_g
+        lin.to("cuda")
+        assert lin.weight_g is g and g.is_cuda and isinstance(g, torch.nn.Parameter)
+        assert lin.weight_v.is_cuda and lin.weight_v.requires_grad
+        out = lin(torch.zeros(8, 256, device="cuda"))
+        out.sum().backward()
+        assert g.grad is not None and g.grad.is_cuda and lin.weight_v.grad.shape == (256, 256)
+
+
 def test_autocast_casts_simulated_tensors():
     with vramscope.capture():
         lin = torch.nn.Linear(64, 64).cuda()

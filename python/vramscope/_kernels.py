@@ -9,6 +9,7 @@ copies cuBLAS needs of operands it cannot address, the values code reads
 
 from __future__ import annotations
 
+import copyreg
 import json
 import math
 import os
@@ -4367,6 +4368,28 @@ def _index_put_value(cap, func, args, kwargs):
     return out
 
 
+def _swap_tensors_unchecked(t1, t2):
+    """`torch.utils.swap_tensors` (torch/utils/__init__.py) without its use-count check: the two
+    Python objects swap their classes, `__dict__`s, slots and TensorImpls."""
+    slots = set(copyreg._slotnames(t1.__class__))  # type: ignore[attr-defined]
+    for name in ("__class__", "__dict__"):
+        tmp = getattr(t1, name)
+        setattr(t1, name, getattr(t2, name))
+        setattr(t2, name, tmp)
+    for slot in slots:
+        if hasattr(t1, slot) and hasattr(t2, slot):
+            tmp = getattr(t1, slot)
+            setattr(t1, slot, getattr(t2, slot))
+            setattr(t2, slot, tmp)
+        elif hasattr(t1, slot):
+            setattr(t2, slot, getattr(t1, slot))
+            delattr(t1, slot)
+        elif hasattr(t2, slot):
+            setattr(t1, slot, getattr(t2, slot))
+            delattr(t2, slot)
+    torch._C._swap_tensor_impl(t1, t2)
+
+
 def _set_data(cap, func, args, kwargs):
     """`var.data = new` (`VariableHooks::set_data`): the variable keeps its identity and autograd
     state and takes `new`'s tensor. On the GPU a CPU variable may take a CUDA tensor (dense CPU
@@ -4396,7 +4419,16 @@ def _set_data(cap, func, args, kwargs):
             stand_in.requires_grad_(var.requires_grad)
     finally:
         cap.genuine_meta -= 1
-    torch.utils.swap_tensors(var, stand_in)
+    if var._use_count() > 2 or (var._use_count() == 2 and not var.is_leaf):
+        # set_data changes the TensorImpl whoever else holds the variable; swap_tensors refuses a
+        # variable an autograd graph still holds (its use count), as the weight the old
+        # `torch.nn.utils.weight_norm` computes at wrapping keeps its g and v saved until the first
+        # forward recomputes it (IGR's and NeuS's SDF networks, blind162/ff05, moved by `.to(device)`
+        # after wrapping); that stale graph reads the old tensor on the GPU too, so the swap goes on
+        # without the check
+        _swap_tensors_unchecked(var, stand_in)
+    else:
+        torch.utils.swap_tensors(var, stand_in)
     # swap_tensors swaps the Python objects' `__dict__` too; set_data changes only the TensorImpl,
     # so the variable keeps its own attributes (the state-spaces repository's `p._optim` on S4D's
     # log_dt, read after `model.to(device)` to build its optimizer groups: blind156/ez01's H200
