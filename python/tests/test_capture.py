@@ -2065,6 +2065,29 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_block_freed_with_stream_uses_during_a_capture_waits_until_the_capture_ends():
+    # CUDACachingAllocator.cpp: `free` of a block with stream uses while a capture is underway
+    # defers its events (`needs_events_deferred_until_no_capture`) and `malloc` skips
+    # `process_events` until the capture ends, so the requested bytes keep it until the first
+    # allocation after the capture (blind155/ey05's H200 history: free_completed at the next step)
+    def requested():
+        return torch.cuda.memory_stats()["requested_bytes.all.current"]
+
+    with vramscope.capture(gpu="h200"):
+        side = torch.cuda.Stream()
+        used = torch.empty(1 << 20, device="cuda")
+        used.record_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            del used
+            y = torch.empty(256, device="cuda")
+        base = requested()
+        assert torch.cuda.memory_allocated() + (4 << 20) > base >= 4 << 20
+        z = torch.empty(256, device="cuda")
+        assert requested() == base - (4 << 20) + 1024
+        del y, z, g
+
+
 def test_a_mem_pool_takes_the_program_threads_allocations_and_its_deletion_frees_them():
     # MemPool.cpp: the pool's life holds its use count (empty_cache keeps its cached blocks);
     # use_mem_pool routes the calling thread's allocations there (not the autograd engine's);

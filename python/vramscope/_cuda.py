@@ -300,9 +300,11 @@ def patch(cap) -> _Patch:
             # the pool's use_count: empty_cache keeps it while a graph holds it
             pool_users.setdefault(self._private, set()).add(id(self))
             cap.device.keep_through_empty_cache(self._private, True)
+            cap.device.begin_allocate_to_pool()
 
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
+            cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
 
         def replay(self):
@@ -384,9 +386,11 @@ def patch(cap) -> _Patch:
         device thread's do not; `endAllocateToPool` and `releasePool` at the exit."""
         pool._uses += 1
         cap.thread_pools.append(pool)
+        cap.device.begin_allocate_to_pool()
         try:
             yield
         finally:
+            cap.device.end_allocate_to_pool()
             cap.thread_pools.remove(pool)
             pool._uses -= 1
 

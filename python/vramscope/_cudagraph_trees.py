@@ -97,8 +97,10 @@ def patch(p, cap) -> None:
         tree manager allocates on its own stream only (`_use_cuda_memory_pool_manager`)."""
         pool_stream[tuple(pool)] = cap.stream
         cap.pool_streams[cap.stream] = private_stream(pool, cap.stream)
+        cap.device.begin_allocate_to_pool()
 
     def end_allocate_to_pool(device, pool):
+        cap.device.end_allocate_to_pool()
         for stream, private in list(cap.pool_streams.items()):
             if private == private_stream(pool, stream):
                 del cap.pool_streams[stream]

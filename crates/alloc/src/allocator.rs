@@ -248,6 +248,15 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     stream_uses: IdMap<Vec<u64>>,
     /// Outstanding (stream, block) events, in the order they were recorded.
     events: Vec<(u64, Id)>,
+    /// `captures_underway`: the `beginAllocateToPool` calls (a CUDA graph's
+    /// capture, `use_mem_pool`) not yet ended.
+    captures_underway: u32,
+    /// `needs_events_deferred_until_no_capture`: blocks freed with stream
+    /// uses while a capture was underway, in the order they were freed.
+    deferred: Vec<Id>,
+    /// `block_to_graph_stream_uses`: the streams recorded on a block while a
+    /// capture was underway.
+    graph_stream_uses: IdMap<Vec<u64>>,
     event_policy: EventPolicy,
     segments: Vec<Option<ExpandableSegment>>,
     /// `expandable_segments_`, in creation order.
@@ -308,6 +317,9 @@ impl<D: Device> CachingAllocator<D> {
             figures_only: false,
             stream_uses: IdMap::default(),
             events: Vec::new(),
+            captures_underway: 0,
+            deferred: Vec::new(),
+            graph_stream_uses: IdMap::default(),
             event_policy: EventPolicy::CompleteAtNextMalloc,
             segments: Vec::new(),
             live_segments: Vec::new(),
@@ -652,7 +664,7 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
-        self.process_events();
+        self.process_events_unless_capturing();
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
 
@@ -731,7 +743,7 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
-        self.process_events();
+        self.process_events_unless_capturing();
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
@@ -873,10 +885,28 @@ impl<D: Device> CachingAllocator<D> {
             self.stats.oversize_allocations.decrease(1);
         }
         if self.b(id).has_stream_uses {
-            self.insert_events(id);
+            // an event recorded during a capture cannot be queried: its block
+            // waits for the first `process_events` after the capture
+            if self.captures_underway > 0 {
+                self.deferred.push(id);
+            } else {
+                self.insert_events(id);
+            }
         } else {
             self.free_block(id);
         }
+    }
+
+    /// `beginAllocateToPool` (a CUDA graph's `capture_begin`, `use_mem_pool`):
+    /// until the matching [`Self::end_allocate_to_pool`], `malloc` skips
+    /// `process_events` and a block freed with stream uses waits.
+    pub fn begin_allocate_to_pool(&mut self) {
+        self.captures_underway += 1;
+    }
+
+    /// `endAllocateToPool` (`capture_end`, the end of `use_mem_pool`).
+    pub fn end_allocate_to_pool(&mut self) {
+        self.captures_underway = self.captures_underway.saturating_sub(1);
     }
 
     /// `recordStream`: the block at `addr` is used on `stream` too.
@@ -914,6 +944,12 @@ impl<D: Device> CachingAllocator<D> {
                 uses.push(stream);
             }
             self.bm(id).has_stream_uses = true;
+            if self.captures_underway > 0 {
+                let graph = self.graph_stream_uses.entry(id as u64).or_default();
+                if !graph.contains(&stream) {
+                    graph.push(stream);
+                }
+            }
         }
     }
 
@@ -1035,12 +1071,40 @@ impl<D: Device> CachingAllocator<D> {
 
     // ---- internals, as in CUDACachingAllocator.cpp -----------------------------
 
-    /// `process_events`: outstanding events that have completed free their block.
+    /// `malloc`'s `process_events`, which it skips while a capture is
+    /// underway (its event queries are illegal then).
+    fn process_events_unless_capturing(&mut self) {
+        if self.captures_underway == 0 {
+            self.process_events();
+        }
+    }
+
+    /// `process_events`: the blocks deferred by a capture get their events,
+    /// then outstanding events that have completed free their block.
     fn process_events(&mut self) {
+        self.insert_events_deferred_until_no_capture();
         if self.events.is_empty() || self.event_policy == EventPolicy::Manual {
             return;
         }
         self.drain_events();
+    }
+
+    /// `insert_events_deferred_until_no_capture`: each deferred block's
+    /// events on the streams recorded before the capture (those recorded
+    /// during it have finished, `remove_graph_stream_uses`); a block left
+    /// with none is freed now.
+    fn insert_events_deferred_until_no_capture(&mut self) {
+        for id in std::mem::take(&mut self.deferred) {
+            if let Some(graph) = self.graph_stream_uses.remove(&(id as u64)) {
+                if let Some(uses) = self.stream_uses.get_mut(&(id as u64)) {
+                    uses.retain(|s| !graph.contains(s));
+                }
+            }
+            self.insert_events(id);
+            if self.b(id).event_count == 0 {
+                self.free_block(id);
+            }
+        }
     }
 
     fn drain_events(&mut self) {
@@ -1055,12 +1119,14 @@ impl<D: Device> CachingAllocator<D> {
     /// `synchronize_and_free_events`.
     fn synchronize_and_free_events(&mut self) {
         self.stats.num_sync_all_streams += 1;
+        self.insert_events_deferred_until_no_capture();
         self.drain_events();
     }
 
     /// `insert_events`: one event per stream the block was used on.
     fn insert_events(&mut self, id: Id) {
         let streams = self.stream_uses.remove(&(id as u64)).unwrap_or_default();
+        self.graph_stream_uses.remove(&(id as u64));
         self.bm(id).has_stream_uses = false;
         self.bm(id).event_count += streams.len() as u32;
         for s in streams {
@@ -1098,6 +1164,7 @@ impl<D: Device> CachingAllocator<D> {
         open: &[Moment],
     ) -> Option<Moment> {
         if !self.events.is_empty()
+            || !self.deferred.is_empty()
             || self.config.expandable_segments
             || self.any_expandable_segment()
             || self.config.max_split_size != u64::MAX
@@ -1885,6 +1952,38 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_freed_with_stream_uses_during_a_capture_waits_for_the_capture_to_end() {
+        // CUDACachingAllocator.cpp: `free` defers such a block
+        // (`needs_events_deferred_until_no_capture`), `malloc` skips
+        // `process_events` while a capture is underway
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let used = a.malloc(4 << 20, 0).unwrap();
+        a.record_stream(used, 5).unwrap();
+        a.begin_allocate_to_pool();
+        a.free(used).unwrap();
+        let during = a.malloc(4 << 20, 7).unwrap();
+        let requested = |a: &CachingAllocator<SimDevice>| a.stats().requested_bytes.all().current;
+        assert_eq!(requested(&a), 8 << 20);
+        assert_eq!(a.stats().allocated_bytes.all().current, 4 << 20);
+        a.end_allocate_to_pool();
+        assert_eq!(requested(&a), 8 << 20);
+        // the first malloc after the capture inserts its events; they have completed
+        let after = a.malloc(512, 0).unwrap();
+        assert_eq!(requested(&a), (4 << 20) + 512);
+        a.free(during).unwrap();
+        a.free(after).unwrap();
+        // a stream recorded during the capture needs no event: freed at once after it
+        a.begin_allocate_to_pool();
+        let captured = a.malloc(4 << 20, 7).unwrap();
+        a.record_stream(captured, 5).unwrap();
+        a.free(captured).unwrap();
+        a.end_allocate_to_pool();
+        assert_eq!(requested(&a), 4 << 20);
+        a.empty_cache();
+        assert_eq!(requested(&a), 0);
+    }
 
     #[test]
     fn a_kept_streams_cached_blocks_survive_empty_cache_until_released() {

@@ -1221,6 +1221,17 @@ impl Runtime {
             .keep_through_empty_cache(stream, keep);
     }
 
+    /// `beginAllocateToPool` (a CUDA graph's capture, `use_mem_pool`): a
+    /// capture is underway until [`Runtime::end_allocate_to_pool`].
+    pub fn begin_allocate_to_pool(&self) {
+        self.st.borrow_mut().alloc.begin_allocate_to_pool();
+    }
+
+    /// `endAllocateToPool`.
+    pub fn end_allocate_to_pool(&self) {
+        self.st.borrow_mut().alloc.end_allocate_to_pool();
+    }
+
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_memory_stats(&self) {
         self.st.borrow_mut().alloc.reset_peak_stats();

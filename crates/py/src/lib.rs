@@ -708,6 +708,17 @@ impl Device {
         self.p.runtime().keep_through_empty_cache(stream, keep);
     }
 
+    /// `beginAllocateToPool` (`CUDAGraph.capture_begin`, `use_mem_pool`):
+    /// until `end_allocate_to_pool`, a block freed with stream uses waits.
+    fn begin_allocate_to_pool(&self) {
+        self.p.runtime().begin_allocate_to_pool();
+    }
+
+    /// `endAllocateToPool`.
+    fn end_allocate_to_pool(&self) {
+        self.p.runtime().end_allocate_to_pool();
+    }
+
     /// `torch._C._cuda_clearCublasWorkspaces()`.
     fn clear_cublas_workspaces(&self) {
         self.p.runtime().clear_cublas_workspaces();
