@@ -2065,6 +2065,30 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_gradient_handed_to_a_node_of_another_stream_is_recorded_on_it():
+    # input_buffer.cpp's InputBuffer::add: a gradient whose producer Node ran on another stream
+    # than its consumer's is recorded on the consumer's stream (`record_stream_any_impl`). w's
+    # AccumulateGrad is made on stream a (and kept by `keep`); its two producers run on b, and
+    # the second gradient, accumulated in place into the first, is freed with a use on a: its
+    # block waits for the next allocation (blind155/ey05's make_graphed_callables warm-up graph)
+    def requested():
+        return torch.cuda.memory_stats()["requested_bytes.all.current"]
+
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(MIB, device="cuda", requires_grad=True)
+        a, b = torch.cuda.Stream(), torch.cuda.Stream()
+        with torch.cuda.stream(a):
+            keep = w * 1
+        with torch.cuda.stream(b):
+            out = (w * 2 + w * 3).sum()
+            (g,) = torch.autograd.grad(out, w)
+            # w, keep, g and the one held back (4 MiB each), and the loss
+            assert requested() == 4 * 4 * MIB + 4
+            z = torch.empty(256, device="cuda")
+            assert requested() == 3 * 4 * MIB + 4 + 1024
+        del keep, g, z
+
+
 def test_a_block_freed_with_stream_uses_during_a_capture_waits_until_the_capture_ends():
     # CUDACachingAllocator.cpp: `free` of a block with stream uses while a capture is underway
     # defers its events (`needs_events_deferred_until_no_capture`) and `malloc` skips

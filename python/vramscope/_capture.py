@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _philox, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
+from ._autograd_streams import tag as _tag_streams
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
 
@@ -401,14 +402,19 @@ class _FunctionMode(TorchFunctionMode):
         _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
         gen = _simulated_generator(args, kwargs)
         if gen is None:
-            return self._run(func, types, args, kwargs)
-        # the op reaches the dispatch mode with another wrapper of the generator's C++ object:
-        # its draws take this simulated generator's Philox state (`_philox.generator_state`)
-        outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
-        try:
-            return self._run(func, types, args, kwargs)
-        finally:
-            self.cap.generator_in_call = outer
+            out = self._run(func, types, args, kwargs)
+        else:
+            # the op reaches the dispatch mode with another wrapper of the generator's C++ object:
+            # its draws take this simulated generator's Philox state (`_philox.generator_state`)
+            outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
+            try:
+                out = self._run(func, types, args, kwargs)
+            finally:
+                self.cap.generator_in_call = outer
+        if self.cap.stream and torch.is_grad_enabled():
+            # the Nodes made on a stream other than the default one (`_autograd_streams`)
+            _tag_streams(self.cap, out, args, kwargs)
+        return out
 
     def _run(self, func, types, args, kwargs):
         try:
