@@ -2777,3 +2777,26 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
         return next((s["address"] - first) >> 20 for s in segs if s["total_size"] == 600 << 20)
 
     assert lowest(False) - lowest(True) == 1888
+
+
+def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):
+    # rules 7 and 15 (docs/driver-placement.md, session 37; blind158/fb03's H200 history): the host
+    # conversion of a blocking host-to-device copy (Copy.cu `copy_kernel_cuda`: `src.to(dst.dtype())`
+    # on the host, then the memcpy) makes a CPU temporary of the destination's dtype, which glibc
+    # maps directly below the destination's chunk; OpenMP's workers start below it, and freed after
+    # the copy it leaves a range there, where the next chunk that fits goes: fb03's 64 and 128 MiB
+    # chunks lie directly below its embedding's, not under the workers' arenas
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+x = torch.ones(64 << 20)
+y = x.to("cuda", torch.bfloat16)
+big = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = {s["total_size"] >> 20: s["address"] for s in pickle.loads(snap.read_bytes())["segments"]}
+    assert (segs[64] - segs[128]) >> 20 == -64

@@ -217,12 +217,12 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
     return True
 
 
-def _host_converts(func, args, kwargs, out) -> bool:
+def _host_converts(func, args, kwargs, out) -> int:
     """A blocking host-to-device copy whose dtype changes, over more than ATen's grain size (32,768
-    elements): Copy.cu's `copy_kernel_cuda` converts on the host first (`src.to(dst.dtype)`, a
-    TensorIterator loop that `at::parallel_for` splits), the process's first parallel CPU op in a
-    model built on the host and moved with `.to(device, dtype)`. Other parallel CPU ops are not
-    followed."""
+    elements): the bytes of the CPU temporary Copy.cu's `copy_kernel_cuda` converts into on the host
+    first (`src.to(dst.dtype)`, a TensorIterator loop that `at::parallel_for` splits; the process's
+    first parallel CPU op in a model built on the host and moved with `.to(device, dtype)`), else 0.
+    Other parallel CPU ops are not followed."""
     if func is aten.copy_.default:
         src, dst = args[1], args[0]
         non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
@@ -230,10 +230,12 @@ def _host_converts(func, args, kwargs, out) -> bool:
         src, dst = args[0], out
         non_blocking = kwargs.get("non_blocking", False)
     else:
-        return False
+        return 0
     if not isinstance(src, torch.Tensor) or registered(src) or not registered(dst):
-        return False
-    return src.dtype != dst.dtype and not non_blocking and src.numel() > 32768
+        return 0
+    if src.dtype == dst.dtype or non_blocking or src.numel() <= 32768:
+        return 0
+    return src.numel() * dst.element_size()
 
 
 def _dense_parts(t) -> bool:
@@ -1573,14 +1575,23 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
-        if not self.workers_started and _host_converts(func, args, kwargs, out):
-            # the host's dtype conversion of a blocking host-to-device copy runs in parallel: OpenMP's
-            # workers start, 15 beside the main thread on the H200's 16-core host (driver
-            # address-space rule 15; measured: blind153/ew01's H200 history, docs/driver-placement.md)
+        converted = _host_converts(func, args, kwargs, out)
+        if converted:
+            # the host's dtype conversion of a blocking host-to-device copy: a CPU temporary of the
+            # destination's dtype (Copy.cu's `src.to(dst.dtype())`), mapped where glibc maps it and
+            # freed after the copy (driver address-space rule 7; measured: blind158/fb03's H200
+            # history). The conversion runs in parallel: at the first, OpenMP's workers start below
+            # that temporary, 15 beside the main thread on the H200's 16-core host (rule 15;
+            # measured: blind153/ew01's H200 history, docs/driver-placement.md)
+            workers = 0 if self.workers_started else 15
             self.workers_started = True
-            start = getattr(self.device, "intra_op_workers", None)  # a native module built before it: none
-            if start is not None:
-                start(15)
+            convert = getattr(self.device, "host_conversion", None)  # a native module built before it
+            if convert is not None:
+                convert(converted, workers)
+            elif workers:
+                start = getattr(self.device, "intra_op_workers", None)
+                if start is not None:
+                    start(workers)
         bad = _kernels.index_out_of_range(func, args)
         if bad is not None:
             self.device_error = bad

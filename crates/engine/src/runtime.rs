@@ -922,6 +922,29 @@ impl Runtime {
         }
     }
 
+    /// A blocking host-to-device copy that converts the dtype
+    /// (`copy_kernel_cuda` in ATen's `Copy.cu`: a blocking copy converts on
+    /// the host, `src.to(dst.dtype())`, then `cudaMemcpy`s): the converted
+    /// CPU temporary of `nbytes`, which glibc maps where it reaches the
+    /// threshold (rule 7), lives through the conversion and is freed after
+    /// the copy. OpenMP's `workers` start during the conversion, below that
+    /// temporary (rule 15: the conversion is their first parallel loop),
+    /// when `workers` is not 0. Measured: blind158/fb03's H200 history (a
+    /// Gemma 2 with a 256,000-token vocabulary built on the host) puts the
+    /// 64 and 128 MiB chunks of its first forward in the 500 MiB range the
+    /// embedding's bf16 temporary left directly below the first segment's
+    /// chunk, the workers' arenas under it (docs/driver-placement.md,
+    /// session 37).
+    pub fn host_conversion(&self, nbytes: u64, workers: u32) {
+        let placed = self.host_malloc(nbytes);
+        if workers > 0 {
+            self.intra_op_workers(workers);
+        }
+        if let Some((addr, len)) = placed {
+            self.host_free(addr, len);
+        }
+    }
+
     /// The process launches its first kernel: the driver takes 2 MiB of its
     /// own (`driver_va.rs`, rule 6). The context's range goes back later,
     /// at [`Runtime::kernels_launched`], where the kernel is not one that

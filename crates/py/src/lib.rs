@@ -384,6 +384,14 @@ impl Device {
         self.p.runtime().intra_op_workers(n);
     }
 
+    /// A blocking host-to-device copy converts the dtype on the host: its
+    /// CPU temporary of `nbytes` (mapped where glibc maps it, freed after
+    /// the copy), OpenMP's `workers` starting during it when not 0 (driver
+    /// address-space rules 7 and 15).
+    fn host_conversion(&self, nbytes: u64, workers: u32) {
+        self.p.runtime().host_conversion(nbytes, workers);
+    }
+
     /// The process imports `torch._dynamo`, which maps `libtriton.so`
     /// (driver address-space rule 10).
     fn triton_loaded(&self) {
