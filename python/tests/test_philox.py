@@ -109,6 +109,22 @@ def test_voxel_keys_of_a_uniform_draw_are_the_gpus():
     assert counts == [966959, 967338]
 
 
+def test_a_bounds_check_over_a_uniform_draw_of_12_million_values_reads_the_gpus():
+    """blind162/ff02 queries its hash grid at `torch.rand(2**22, 3) * 3.0 - 1.5` (12,582,912 values)
+    and HashNeRF's `get_voxel_vertices` clamps them only `if not torch.all(xyz <= box_max) or not
+    torch.all(xyz >= box_min)`: the H200 ran both checks and no clamp (its memory history); the
+    twin, carrying no values past 2^22 elements, read the first `all` as False and clamped every
+    level, 48 MiB over at the phase's peak."""
+    import vramscope
+    from vramscope._tensor import value
+
+    with vramscope.capture(gpu="h200"):
+        xyz = torch.rand(2**22, 3, device="cuda") * 3.0 - 1.5
+        box_max = torch.tensor([1.5, 1.5, 1.5], device="cuda")
+        assert value(xyz) is not None
+        assert bool(torch.all(xyz <= box_max)) and bool(torch.all(xyz >= -box_max))
+
+
 def test_state_round_trips_and_a_wrong_size_is_refused():
     gen = _philox.Philox()
     assert gen.seed == _philox.DEFAULT_SEED

@@ -840,9 +840,11 @@ _RANDOM_INDICES = _philox.RANDINT_FACTORIES
 #: uniform draws made whole (`torch.rand`), whose values the twin computes as the GPU draws them
 _UNIFORM_DRAWS = {aten.rand.default, aten.rand.generator, aten.rand_like.default}
 #: the most elements of a uniform draw whose values the twin carries (a mask of `rand() < p` over a
-#: click stream: blind118/dn02's 524,803; dn05's 8 x 131,072 x 3 point coordinates): the twin's own
-#: cost bound, not a PyTorch constant
-UNIFORM_LIMIT = 1 << 22
+#: click stream: blind118/dn02's 524,803; dn05's 8 x 131,072 x 3 point coordinates; blind162/ff02's
+#: 2^22 x 3 query points, whose bounds check `torch.all(xyz <= box_max)` decides a clamp): the twin's
+#: own cost bound, not a PyTorch constant, the same as `_tensor.DENSE_LIMIT` for the pointwise ops
+#: over such values
+UNIFORM_LIMIT = 1 << 24
 #: integer ranges: their values are their arguments' (index arithmetic starts from them)
 _RANGES = {aten.arange.default, aten.arange.start, aten.arange.start_step}
 #: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged), joining, and
