@@ -254,6 +254,38 @@ def test_a_parameter_an_autograd_graph_holds_moves_to_the_gpu():
         assert g.grad is not None and g.grad.is_cuda and lin.weight_v.grad.shape == (256, 256)
 
 
+def test_covariances_from_quaternions_carry_their_values_to_a_tiles_mask():
+    # 3-D Gaussian splatting in plain PyTorch (blind162/ff06): rotation matrices written into
+    # `torch.zeros((n, 3, 3))` slice by slice, covariances R S S^T R^T by `@`, a mask of the
+    # Gaussians whose extent passes a threshold, whose count sizes the tile's gathers; over 65,536
+    # elements the twin carried neither the slices' copies nor the products
+    def covariances(q, s, device):
+        n = q.shape[0]
+        R = torch.zeros((n, 3, 3), device=device)
+        r, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+        R[:, 0, 0] = 1 - 2 * (y * y + z * z)
+        R[:, 0, 1] = 2 * (x * y - r * z)
+        R[:, 1, 0] = 2 * (x * y + r * z)
+        R[:, 1, 1] = 1 - 2 * (x * x + z * z)
+        R[:, 2, 2] = 1 - 2 * (x * x + y * y)
+        S = torch.zeros((n, 3, 3), device=device)
+        S[:, 0, 0], S[:, 1, 1], S[:, 2, 2] = s[:, 0], s[:, 1], s[:, 2]
+        L = R @ S
+        return L @ L.transpose(1, 2)
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(16384, 4, generator=gen))
+    s = torch.rand(16384, 3, generator=gen)
+    expected = int((covariances(q, s, "cpu")[:, 0, 0] > 0.25).sum())
+    with vramscope.capture():
+        from vramscope._tensor import value
+
+        cov = covariances(q.cuda(), s.cuda(), "cuda")
+        assert value(cov) is not None
+        wide = cov[:, 0, 0] > 0.25
+        assert wide.nonzero().shape[0] == expected and 0 < expected < 16384
+
+
 def test_autocast_casts_simulated_tensors():
     with vramscope.capture():
         lin = torch.nn.Linear(64, 64).cuda()

@@ -673,8 +673,10 @@ _WRITES: dict = {}
 #: in-place writes of values the twin knows at places it knows (`x[mask] = v`)
 _FILLS = {aten.index_put_.default, aten.masked_fill_.Scalar}
 #: in-place writes of a known value that keep a tensor's known values where they are large
-#: (`dense_values`), a slice's `fill_` among them (`m[i, :n] = 1`)
-_DENSE_FILLS = _FILLS | {aten.fill_.Scalar, aten.fill_.Tensor}
+#: (`dense_values`), a slice's `fill_` among them (`m[i, :n] = 1`), and a slice's `copy_` of known
+#: values (`R[:, 0, 0] = 1 - 2 * (y * y + z * z)` into a `torch.zeros((n, 3, 3))`: the rotation
+#: matrices of blind162/ff06's quaternions)
+_DENSE_FILLS = _FILLS | {aten.fill_.Scalar, aten.fill_.Tensor, aten.copy_.default}
 
 
 def _fills_over_zeros(func, args, kwargs, ours) -> bool:
@@ -966,6 +968,12 @@ def _values_at_any_size(func, outs, ours) -> bool:
 
 #: ops whose result copies its inputs' values: carried at size as pointwise results are
 _DENSE_COPIES = {aten._to_copy.default, aten.cat.default, aten.stack.default}
+#: matrix products (and `matmul`'s `_unsafe_view` of its folded result) whose operands' values are
+#: all known: carried at size as pointwise results are, the product computed on the host over the
+#: same fp32 operands (3-D Gaussian splatting's covariances R S S^T R^T and J W Sigma W^T J^T of
+#: 16,384 Gaussians, whose radii decide which Gaussians each tile's boolean mask keeps:
+#: blind162/ff06, 15.7% under the H200's peak where the radii came from stand-in zeros)
+_DENSE_PRODUCTS = {aten.bmm.default, aten.mm.default, aten._unsafe_view.default}
 
 #: ops that choose along a dimension (an MoE router's experts): their choice over values the
 #: twin does not carry is spread (`_spread_choices`)
@@ -1943,7 +1951,12 @@ class Capture:
         flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
         if func not in _DENSE_FILLS and (
-            func._schema.is_mutable or (func not in _DENSE_COPIES and torch.Tag.pointwise not in func.tags)
+            func._schema.is_mutable
+            or (
+                func not in _DENSE_COPIES
+                and func not in _DENSE_PRODUCTS
+                and torch.Tag.pointwise not in func.tags
+            )
         ):
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
