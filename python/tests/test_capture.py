@@ -2832,3 +2832,21 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert status == 0, err
     segs = {s["total_size"] >> 20: s["address"] for s in pickle.loads(snap.read_bytes())["segments"]}
     assert (segs[64] - segs[128]) >> 20 == -64
+
+
+def test_nll_loss2d_allocates_total_weight_before_its_output():
+    # cuda/NLLLoss2d.cu: `total_weight.resize_({})`, then `resize_output(output, {})`; blind159/fc05's
+    # H200 history of a mean cross entropy over 5-D logits (`nll_loss_nd`'s reshape to 4-D):
+    # total_weight's 4 bytes come first, then the output's, which dies first (total_weight is saved)
+    with vramscope.capture(gpu="h200"):
+        logits = torch.randn(2, 4, 64, 64, 64, device="cuda")
+        target = torch.randint(0, 4, (2, 64, 64, 64), device="cuda")
+        lsm = torch.log_softmax(logits, 1).reshape(2, 4, 1, -1)
+        torch.cuda.memory._record_memory_history()
+        out, total_weight = torch.ops.aten.nll_loss2d_forward(lsm, target.reshape(2, 1, -1), None, 1, -100)
+        del out
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        allocs = [e["addr"] for e in trace if e["action"] == "alloc"]
+        frees = [e["addr"] for e in trace if e["action"] == "free_requested"]
+        assert len(allocs) == 2 and frees == [allocs[1]]
+        del total_weight
