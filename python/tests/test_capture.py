@@ -2121,6 +2121,28 @@ def test_a_gradient_handed_to_a_node_of_another_stream_is_recorded_on_it():
         del keep, g, z
 
 
+def test_a_backward_node_runs_on_its_forward_stream_and_its_seed_is_recorded_there():
+    # engine.cpp: each Node's backward runs on the stream its forward op ran on, and the seed
+    # gradient, made on the stream current at the call, is recorded on the root Node's stream
+    # (validation/run/streams_probe_s37.py's H200 history: the backward's blocks on the side
+    # stream, the 4-byte seed freed at the next allocation)
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(4 * MIB, device="cuda", requires_grad=True)  # 16 MiB
+        torch.empty(64 * MIB, device="cuda")  # 256 MiB cached on the default stream
+        torch.empty(1, device="cuda")  # and a small block
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            h = (w * 2).exp()
+            loss = (h * h).sum()
+        reserved = torch.cuda.memory_reserved()
+        loss.backward()
+        # the gradients take a new 16 MiB segment of the side stream (the default one's cache unused)
+        assert torch.cuda.memory_reserved() - reserved == 16 * MIB
+        # w, h, w.grad, the loss and the seed held back
+        assert torch.cuda.memory_stats()["requested_bytes.all.current"] == 3 * 16 * MIB + 4 + 4
+        del h, loss
+
+
 def test_a_block_freed_with_stream_uses_during_a_capture_waits_until_the_capture_ends():
     # CUDACachingAllocator.cpp: `free` of a block with stream uses while a capture is underway
     # defers its events (`needs_events_deferred_until_no_capture`) and `malloc` skips

@@ -32,6 +32,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _philox, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
+from ._autograd_streams import inputs_of as _node_inputs
+from ._autograd_streams import node_stream as _node_stream
 from ._autograd_streams import tag as _tag_streams
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
@@ -403,6 +405,15 @@ class _FunctionMode(TorchFunctionMode):
         kwargs = kwargs or {}
         _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
         gen = _simulated_generator(args, kwargs)
+        cap = self.cap
+        # the Nodes' streams, from the first made on a stream other than the default one
+        held = (
+            _node_inputs(args, kwargs)
+            if (cap.stream or cap.autograd_streams)
+            and torch.is_grad_enabled()
+            and not torch.compiler.is_dynamo_compiling()
+            else None
+        )
         if gen is None:
             out = self._run(func, types, args, kwargs)
         else:
@@ -413,9 +424,8 @@ class _FunctionMode(TorchFunctionMode):
                 out = self._run(func, types, args, kwargs)
             finally:
                 self.cap.generator_in_call = outer
-        if self.cap.stream and torch.is_grad_enabled():
-            # the Nodes made on a stream other than the default one (`_autograd_streams`)
-            _tag_streams(self.cap, out, args, kwargs)
+        if held is not None:
+            _tag_streams(cap, out, held)
         return out
 
     def _run(self, func, types, args, kwargs):
@@ -538,9 +548,18 @@ class _DispatchMode(TorchDispatchMode):
             # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
             # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
             return func(*args, **(kwargs or {}))
+        cap = self.cap
+        stream = _node_stream(cap)
+        if stream is not None:
+            # a backward Node runs on its forward's stream (`_autograd_streams`)
+            outer, cap.stream = cap.stream, stream
+            try:
+                return self.__torch_dispatch__(func, types, args, kwargs)
+            finally:
+                cap.stream = outer
         with _KERNELS:
             try:
-                return self.cap.dispatch(func, args, kwargs or {})
+                return cap.dispatch(func, args, kwargs or {})
             except torch.OutOfMemoryError as e:
                 # on the GPU the failing op's own allocations die as C++ unwinds; here the twin's
                 # frames hold them: they leave the traceback, so the program's `except` sees them
@@ -1209,6 +1228,9 @@ class Capture:
         #: a `Tensor.__setitem__` of a Python number on a simulated tensor is running (`_kernels._setitem`)
         self.setitem_number = False
         self.stream = 0
+        #: whether an op has made autograd Nodes on a stream other than the default one, from which
+        #: on Nodes carry their streams (`_autograd_streams`)
+        self.autograd_streams = False
         # a stream capturing a CUDA graph -> the stream id its graph's private pool is kept under
         self.pool_streams: dict[int, int] = {}
         #: `torch.cuda.use_mem_pool`'s pools, innermost last: the program thread's allocations go there
