@@ -26,8 +26,12 @@ KEY = "vramscope.stream"
 
 
 def stream_of(node) -> int:
-    """The stream `node` was made on (the default stream, 0, where untagged)."""
-    return node.metadata.get(KEY, 0)
+    """The stream `node` was made on (the default stream, 0, where untagged or where the Node keeps
+    no metadata)."""
+    try:
+        return node.metadata.get(KEY, 0)
+    except (AttributeError, RuntimeError):
+        return 0
 
 
 def inputs_of(args, kwargs) -> list:
@@ -40,8 +44,16 @@ def tag(cap, out, held) -> None:
     outputs' `grad_fn` short of its inputs' Nodes `held` and of tagged ones; a leaf's
     AccumulateGrad is made at its first use, so an untagged one is tagged here too), and hook each
     that hands a gradient to a Node of another stream."""
-    stream = cap.stream
     cap.autograd_streams = True
+    try:
+        _tag(cap, cap.stream, out, held)
+    except (AttributeError, RuntimeError):
+        # a Node that keeps no metadata or takes no hook: its gradients go as the default stream's
+        pass
+
+
+def _tag(cap, stream, out, held) -> None:
+    """`tag`'s walk, on `stream`."""
     # (`held` keeps the inputs' Node objects alive while their ids are compared: a C++ Node's
     # Python object lives only while referenced, and a new one may take a freed one's id)
     inputs = {id(n) for n in held}
