@@ -1356,6 +1356,26 @@ def test_embedding_bag_allocates_bag_size_offset2bag_then_its_output():
     assert list(cap.unmeasured) == ["aten::_embedding_bag of torch.int32 indices and torch.int64 offsets"]
 
 
+def test_a_bfloat16_max_embedding_bag_backward_stops_as_cuda_does():
+    # blind161/fe04's H200 run: a model cast to bfloat16 with EmbeddingBag(mode="max") stopped at its
+    # first backward, `embedding_bag_backward_cuda_max` dispatching on AT_DISPATCH_FLOATING_TYPES_AND_HALF
+    # after the `at::zeros` of its (num_weights, D) gradient, freed as the error unwinds
+    with vramscope.capture(gpu="h200"):
+        bag = torch.nn.EmbeddingBag(100_000, 64, mode="max", padding_idx=0, device="cuda").to(torch.bfloat16)
+        ids = torch.randint(1, 100_000, (4096, 8), device="cuda")
+        out = bag(ids)
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(NotImplementedError, match=r"embedding_bag_backward_cuda_max.*BFloat16"):
+            out.sum().backward()
+        assert torch.cuda.max_memory_allocated() >= before + 100_000 * 64 * 2
+        assert bag.weight.grad is None
+        # fp16 and fp32 run: the gradient is the weight's size
+        bag16 = torch.nn.EmbeddingBag(100_000, 64, mode="max", device="cuda").half()
+        bag16(ids).sum().backward()
+        assert bag16.weight.grad.shape == (100_000, 64)
+
+
 def test_conv_backward_copies_a_sliced_gradient_in_each_pass():
     # blind127/dw04's H200 history (ConvShared.cpp): a 128-channel slice of a `cat`'s channels-last
     # gradient into a channels-last 1x1 convolution, `.to(input.suggest_memory_format())` aliasing it;

@@ -2673,7 +2673,7 @@ def _embedding_bag_backward(cap, func, args, kwargs):
     if not (registered(grad) and registered(indices)) or sparse or scale or grad.dim() != 2:
         return NotImplemented
     if mode == 2:
-        return _embedding_bag_backward_max(cap, func, args, grad)
+        return _embedding_bag_backward_max(cap, func, args, grad, num_weights)
     if mode not in (0, 1) or indices.numel() == 0:
         return NotImplemented
     cap.ops += 1
@@ -2705,14 +2705,22 @@ def _embedding_bag_sparse_backward(cap, args):
         )
 
 
-def _embedding_bag_backward_max(cap, func, args, grad):
+def _embedding_bag_backward_max(cap, func, args, grad, num_weights):
     """`max` mode: `_embedding_bag_dense_backward_cuda` (EmbeddingBag.cu) takes `grad_.contiguous()`,
     then `embedding_bag_backward_cuda_max` allocates the zeroed gradient and scatters into it (no
     sort). blind44/ar06's H200 record: a 2,097,152-byte copy of a strided (8192, 64) gradient, then
-    the 51,200,000-byte weight gradient."""
+    the 51,200,000-byte weight gradient. Its kernel is dispatched by AT_DISPATCH_FLOATING_TYPES_AND_HALF
+    after the `at::zeros` of the gradient: a bfloat16 gradient (an EmbeddingBag(mode="max") of a model
+    cast to bfloat16) stops the backward there with NotImplementedError, both freed as it unwinds
+    (blind161/fe04's H200 run: "embedding_bag_backward_cuda_max" not implemented for 'BFloat16')."""
     cap.ops += 1
     op = "aten::_embedding_bag_backward"
     copy = None if grad.is_contiguous() else cap.malloc(grad.numel() * grad.element_size(), op, "temporary")
+    if grad.dtype not in (torch.float32, torch.float64, torch.float16):
+        zeros = cap.malloc(num_weights * grad.shape[1] * grad.element_size(), op, "temporary")
+        del zeros, copy
+        name = _SCALAR_NAMES.get(grad.dtype, grad.dtype)
+        raise NotImplementedError(f"\"embedding_bag_backward_cuda_max\" not implemented for '{name}'")
     out = func(*args)
     cap.track(out, op, "gradient")
     del copy
