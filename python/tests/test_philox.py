@@ -43,6 +43,54 @@ def test_a_randint_width_is_the_h200s():
     assert widths == [380, 377, 345]
 
 
+def test_a_draw_past_32_bit_indexing_takes_each_pieces_offset_too():
+    """blind161/fe05 builds EmbeddingBag(40,000,000, 32) on the device (its `normal_`) and draws
+    `uniform_` over it, 5.12 GB each, past TensorIterator's 32-bit indexing: the H200's `randint`
+    lengths that follow summed to 1,718,588 (its per-op truth's `repeat_interleave`, 13,748,704
+    bytes); with the whole iterator's offset alone the twin drew 1,722,138."""
+    import vramscope
+
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(16105)
+        deep = torch.nn.EmbeddingBag(40_000_000, 32, mode="sum", sparse=True, device="cuda")
+        torch.nn.EmbeddingBag(40_000_000, 1, mode="sum", sparse=True, device="cuda")
+        with torch.no_grad():
+            deep.weight.uniform_(-0.01, 0.01)
+        lengths = torch.randint(1, 7, (16384 * 30,), device="cuda")
+        assert int(lengths.sum()) == 1_718_588
+    assert _philox._split_32bit([(1_280_000_000, 4)]) == [320_000_000] * 4
+    assert _philox._split_32bit([(32, 4), (40_000_000, 128)]) == [320_000_000] * 4
+    assert _philox._split_32bit([(500_000_000, 4)]) is None
+
+
+def test_a_64_bit_randint_of_more_than_65536_elements_carries_the_gpus_values():
+    """blind161/fe05 hashes 1,718,588 `randint(0, 2**62)` ids (after the draws above) into rows of a
+    40,000,000-row table: 1,681,889 distinct rows on the H200 (its history: the row-wise state's
+    `values.pow(2).mean(1)` over the coalesced gradient, 6,727,556 bytes); the host's draws made
+    1,682,507."""
+    import vramscope
+
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(16105)
+        deep = torch.nn.EmbeddingBag(40_000_000, 32, mode="sum", sparse=True, device="cuda")
+        torch.nn.EmbeddingBag(40_000_000, 1, mode="sum", sparse=True, device="cuda")
+        with torch.no_grad():
+            deep.weight.uniform_(-0.01, 0.01)
+        n = 16384 * 30
+        lengths = torch.randint(1, 7, (n,), device="cuda")
+        raw = torch.randint(0, 2**62, (int(lengths.sum().item()),), device="cuda")
+        feature = torch.arange(n, device="cuda").remainder(30).repeat_interleave(lengths)
+        salted = raw ^ (feature * 0x5BD1E995 + 0x27D4EB2F)
+        rows = torch.remainder(salted * 0x9E3779B97F4A7C15 >> 17, 40_000_000)
+        assert rows.unique().numel() == 1_681_889
+        # the same reduction as the Python integers' below the bound
+        torch.manual_seed(5)
+        big = torch.randint(-5, 2**40 + 3, (70_000,), device="cuda").cpu()
+        torch.manual_seed(5)
+        small = torch.randint(-5, 2**40 + 3, (60_000,), device="cuda").cpu()
+        assert torch.equal(big[:1000], small[:1000])
+
+
 def test_a_factory_draw_under_a_float64_default_dtype_is_drawn_as_float64():
     """blind125/du05 jitters 16 crystals' atoms by `torch.rand` under `set_default_dtype(float64)`:
     its minimum-image neighbour counts were 24,572, 24,528 and 24,470 edges on the H200 (its

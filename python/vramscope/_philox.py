@@ -23,8 +23,8 @@ _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 #: `block_size_bound` of DistributionTemplates.h, `block_size` of Dropout.cu
 _BLOCK = 256
-#: the most elements whose 64-bit draws are reduced on the host (a Python integer each): the
-#: twin's own cost bound, the same as the capture's `VALUE_LIMIT`; larger ones take the host's values
+#: the most elements whose 64-bit draws are reduced on the host a Python integer each (the
+#: capture's `VALUE_LIMIT`); larger ones are reduced in numpy's uint64
 WIDE_LIMIT = 1 << 16
 
 
@@ -267,21 +267,83 @@ KERNELS |= {aten.native_dropout.default, aten.multinomial.default, aten.randperm
 KERNELS |= {aten.randperm.generator}
 
 
+#: `std::numeric_limits<int32_t>::max()`, TensorIterator's `can_use_32bit_indexing` bound
+_INT32_MAX = (1 << 31) - 1
+
+
+def _iterator_dims(b: dict, dtype) -> list[tuple[int, int]]:
+    """A nullary TensorIterator's dims over the drawn tensor (`self`, else a factory's contiguous
+    result): (size, stride in bytes), fastest first (`reorder_dimensions`), adjacent dims merged
+    where one continues the other (`coalesce_dimensions`)."""
+    self = b.get("self", b.get("out"))
+    if isinstance(self, torch.Tensor):
+        shape, strides, item = list(self.shape), list(self.stride()), self.element_size()
+    else:
+        shape = [int(s) for s in b["size"]]
+        strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+        item = torch.empty((), dtype=dtype).element_size()
+    dims = sorted(
+        ((n, st * item) for n, st in zip(shape, strides, strict=True) if n != 1), key=lambda d: d[1]
+    )
+    out: list[tuple[int, int]] = []
+    for n, st in dims:
+        if out and out[-1][0] * out[-1][1] == st:
+            out[-1] = (out[-1][0] * n, out[-1][1])
+        else:
+            out.append((n, st))
+    return out
+
+
+def _split_32bit(dims: list[tuple[int, int]]) -> list[int] | None:
+    """`TensorIteratorBase::with_32bit_indexing` (TensorIterator.cpp): None where the iterator can
+    use 32-bit indexing (at most INT32_MAX elements and bytes spanned); else the element counts of
+    the pieces `SplitUntil32Bit` yields, each split halving (`split`: the first half `size / 2`)
+    the dim of the largest (size - 1) * stride (`get_dim_to_split`, the last such dim on ties)."""
+
+    def fits(ds):
+        return (
+            math.prod(n for n, _ in ds) <= _INT32_MAX and 1 + sum((n - 1) * st for n, st in ds) <= _INT32_MAX
+        )
+
+    if fits(dims):
+        return None
+    leaves, stack = [], [dims]
+    while stack:
+        ds = stack.pop()
+        if fits(ds):
+            leaves.append(math.prod(n for n, _ in ds))
+            continue
+        d = max(range(len(ds)), key=lambda i: ((ds[i][0] - 1) * ds[i][1], i))
+        n, st = ds[d]
+        stack.append([*ds[:d], (n - n // 2, st), *ds[d + 1 :]])
+        stack.append([*ds[:d], (n // 2, st), *ds[d + 1 :]])
+    return leaves
+
+
 def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tuple | None]]:
     """The increments `func` takes, in order, each with how its values are laid out
     ((numel, unroll, threads) for a grid-stride kernel, else None); [] where it draws nothing."""
 
-    def grid(numel, unroll):
+    def grid(numel, unroll, dtype=None):
         if numel == 0:
             return []
         inc, threads = execution_offset(numel, unroll, sms, threads_per_sm)
+        leaves = _split_32bit(_iterator_dims(b, dtype)) if dtype is not None else None
+        if leaves is not None:
+            # `distribution_nullary_kernel` (DistributionTemplates.h) takes the whole iterator's
+            # offset, then, past 32-bit indexing, calls itself on each piece, which takes its own
+            # (blind161/fe05: a 40,000,000 x 32 fp32 table's normal_ and uniform_, 5.12 GB each,
+            # four pieces of 320,000,000; the H200's later `randint` lengths summed to 1,718,588)
+            return [(inc, None)] + [
+                (execution_offset(n, unroll, sms, threads_per_sm)[0], None) for n in leaves
+            ]
         return [(inc, (numel, unroll, threads))]
 
     if func not in KERNELS:  # `inductor_seeds`: a 64-bit `randint` of `count` elements
         return grid(int(b["count"]), 2)
     if func in _ELEMENTWISE:
         numel = _numel(b["size"]) if "size" in b else b["self"].numel()
-        return grid(numel, _unroll(_dtype_of(b)))
+        return grid(numel, _unroll(_dtype_of(b)), _dtype_of(b))
     if func in _NORMAL_FUNCTIONAL:
         if "size" in b:
             numel = _numel(b["size"])
@@ -298,7 +360,7 @@ def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tupl
             wide = dtype in (torch.float64, torch.int64)
         else:
             wide = span >= 1 << 28
-        return grid(numel, 2 if wide else 4)
+        return grid(numel, 2 if wide else 4, dtype)
     if func in _FIXED:
         return [(_FIXED[func], None)] if b["self"].numel() else []
     if func is aten.native_dropout.default:
@@ -396,7 +458,17 @@ def values(func, args, kwargs, drawn, out) -> torch.Tensor | None:
             ]
             vals = torch.tensor(wide, dtype=torch.float64 if dtype.is_floating_point else torch.int64)
         else:
-            return None
+            # more: the same reduction of the 64-bit words (`uniform_int_from_to`: (x << 32 | y) % range
+            # + base), vectorised in numpy's uint64 (torch has no uint64 remainder on the host);
+            # blind161/fe05 hashes 1.7 million `randint(0, 2**62)` ids into a table's rows, whose
+            # unique count sizes each step's coalesced sparse gradient
+            try:
+                import numpy as np
+            except ImportError:
+                return None
+            x, y = (w.numpy().astype(np.uint64) for w in words)
+            reduced = torch.from_numpy((((x << np.uint64(32)) | y) % np.uint64(span)).astype(np.int64))
+            vals = reduced.to(torch.float64) + low if dtype.is_floating_point else reduced + low
         return vals.to(dtype).reshape(out.shape)
     if func in _UNIFORM or func in _BERNOULLI_SCALAR:
         words = _grid_words(seed, offset, numel, unroll, threads)
