@@ -3772,13 +3772,8 @@ def _nll_loss_target_copy(cap, func, call, outs):
 for _f in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
     AFTER[_f] = _nll_loss_target_copy
 
-# `nll_loss2d_forward_out_cuda_template` (cuda/NLLLoss2d.cu) runs `total_weight.resize_({})` before
-# `resize_output(output, ...)`: the schema's second output is allocated first. blind159/fc05's H200
-# memory history (a mean cross entropy over 5-D logits, which `nll_loss_nd` reshapes to 4-D) has
-# total_weight's 4 bytes from `resize_cuda_` in the template, then output's from `resize_output`;
-# the output dies after the loss's sum while total_weight stays saved for the backward, so the order
-# decides which small block is freed (the twin put a later scalar elsewhere and made one more 2 MiB
-# segment). `nll_loss_forward` (structured, LossNLL.cpp's meta) sets output first and keeps the order.
+# `nll_loss2d_forward_out_cuda_template` (cuda/NLLLoss2d.cu) resizes `total_weight` before `output`:
+# the schema's second output is allocated first (measured: blind159/fc05's H200 memory history).
 OUTPUT_ORDER[aten.nll_loss2d_forward.default] = (1, 0)
 
 

@@ -922,19 +922,12 @@ impl Runtime {
         }
     }
 
-    /// A blocking host-to-device copy that converts the dtype
-    /// (`copy_kernel_cuda` in ATen's `Copy.cu`: a blocking copy converts on
-    /// the host, `src.to(dst.dtype())`, then `cudaMemcpy`s): the converted
-    /// CPU temporary of `nbytes`, which glibc maps where it reaches the
-    /// threshold (rule 7), lives through the conversion and is freed after
-    /// the copy. OpenMP's `workers` start during the conversion, below that
-    /// temporary (rule 15: the conversion is their first parallel loop),
-    /// when `workers` is not 0. Measured: blind158/fb03's H200 history (a
-    /// Gemma 2 with a 256,000-token vocabulary built on the host) puts the
-    /// 64 and 128 MiB chunks of its first forward in the 500 MiB range the
-    /// embedding's bf16 temporary left directly below the first segment's
-    /// chunk, the workers' arenas under it (docs/driver-placement.md,
-    /// session 37).
+    /// A blocking host-to-device copy that converts the dtype (`Copy.cu`'s
+    /// `copy_kernel_cuda`: `src.to(dst.dtype())` on the host, then the
+    /// copy): its CPU temporary of `nbytes` (driver rule 7) lives through the
+    /// conversion, during which OpenMP's `workers` start below it (rule 15;
+    /// none where `workers` is 0), and is freed after the copy. Measured:
+    /// docs/driver-placement.md, session 37.
     pub fn host_conversion(&self, nbytes: u64, workers: u32) {
         let placed = self.host_malloc(nbytes);
         if workers > 0 {
