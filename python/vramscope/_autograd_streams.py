@@ -69,7 +69,7 @@ def _tag(cap, stream, out, held) -> None:
             if nxt is None:
                 continue
             if KEY not in nxt.metadata and id(nxt) not in inputs:
-                if type(nxt).__name__ == "AccumulateGrad":
+                if isinstance(nxt, torch._C._functions.AccumulateGrad):
                     nxt.metadata[KEY] = stream
                 else:
                     todo.append(nxt)
