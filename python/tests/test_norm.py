@@ -144,6 +144,21 @@ def test_rms_norm_backward_saves_input_and_rstd_only():
         assert x.grad.shape == x.shape and m.weight.grad.shape == (768,)
 
 
+def test_rms_norm_recomputed_by_a_non_reentrant_checkpoint_takes_the_fused_kernel():
+    # blind166/fj06: a Llama layer of `F.rms_norm` under `checkpoint(use_reentrant=False)`; the
+    # recompute runs inside the backward, where no torch-function mode is on: it took the meta
+    # composite (an fp32 upcast) and checkpoint refused its saved tensors' metadata. On the GPU the
+    # recompute calls `_fused_rms_norm` again, saving the bf16 input and weight and the rstd.
+    from torch.utils.checkpoint import checkpoint
+
+    with vramscope.capture():
+        w = torch.nn.Parameter(torch.ones(1024, device="cuda", dtype=torch.bfloat16))
+        x = torch.empty(4, 512, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y = checkpoint(lambda t: torch.nn.functional.rms_norm(t, (1024,), w) * t, x, use_reentrant=False)
+        y.float().sum().backward()
+        assert x.grad.shape == x.shape and w.grad.dtype == torch.bfloat16
+
+
 def test_layer_norm_backward_over_many_rows_sums_partial_blocks():
     # blind10/j02's H200 per-op record (Swin's first stage): (48, 3136, 96) fp32, M = 150,528 rows
     # of N = 96: dgamma/dbeta as first allocated, 4,704 x 96 partial sums of each, their `sum(0)`s

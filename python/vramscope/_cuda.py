@@ -618,7 +618,47 @@ def patch(cap) -> _Patch:
     cap.device_thread = _device_thread.DeviceThread(cap)
     _device_thread.patch(cap, p, cap.device_thread)
     _autograd_streams.patch(cap, p)
+    from torch.utils import checkpoint as _ckpt
+
+    p.set(
+        _ckpt,
+        "_checkpoint_without_reentrant_generator",
+        _recompute_under_modes(_ckpt._checkpoint_without_reentrant_generator, cap),
+    )
     return p
+
+
+def _recompute_under_modes(real, cap):
+    """A non-reentrant checkpoint's recompute runs in an unpack hook, inside the backward, where no
+    torch-function mode is on (the engine does not carry that stack), so the twin's function-level
+    rules (`_kernels.FUNCTIONS`: `F.rms_norm`'s fused CUDA kernel, which a meta tensor decomposes)
+    would miss the recomputed calls and their saved tensors would differ from the forward's
+    (torch/utils/checkpoint.py's `check_recomputed_tensors_match`); on the GPU the recompute calls
+    the same kernels as the forward. The recompute context (`context_fn`'s second) enters the
+    capture's function mode for the recompute."""
+
+    @contextlib.contextmanager
+    def under_mode(recompute_context):
+        mode = cap._modes[0]
+        stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        with recompute_context:
+            if any(m is mode for m in stack):
+                yield
+                return
+            torch._C._push_on_torch_function_stack(mode)
+            try:
+                yield
+            finally:
+                torch._C._pop_torch_function_stack()
+
+    def generator(fn, preserve_rng_state, context_fn, *args, **kwargs):
+        def contexts():
+            forward_context, recompute_context = context_fn()
+            return forward_context, under_mode(recompute_context)
+
+        return real(fn, preserve_rng_state, contexts, *args, **kwargs)
+
+    return generator
 
 
 def _traced_as_pytorch(stand_in, original):
