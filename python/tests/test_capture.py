@@ -2210,6 +2210,21 @@ def test_a_mem_pool_takes_the_program_threads_allocations_and_its_deletion_frees
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_mem_pools_snapshot_lists_its_own_segments():
+    # memory.py: MemPool.snapshot is torch.cuda.memory_snapshot(self.id), the pool's segments alone
+    # (blind165/fi05 sums their total_size after each evaluation in the pool)
+    with vramscope.capture():
+        x = torch.empty(1 << 20, device="cuda")
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            y = torch.empty(3 << 20, device="cuda")
+        segs = pool.snapshot()
+        assert [s["total_size"] for s in segs] == [12 * MIB]
+        assert len(torch.cuda.memory_snapshot()) == 2
+        assert len(torch.cuda.memory_snapshot(pool.id)) == 1
+        del x, y, pool
+
+
 def test_caching_allocator_alloc_is_an_ordinary_malloc_on_its_stream():
     # memory.py over `raw_alloc_with_stream`: a block of the caching allocator, freed by
     # caching_allocator_delete and cached; 0 bytes give a null pointer

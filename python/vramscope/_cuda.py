@@ -372,7 +372,8 @@ def patch(cap) -> _Patch:
             return private
 
         def snapshot(self, include_traces=True):
-            return [seg for seg in memory_snapshot() if seg["stream"] in self._streams]
+            """`MemPool.snapshot`: `torch.cuda.memory_snapshot(self.id)`, this pool's segments."""
+            return memory_snapshot((*self._id, include_traces))["segments"]
 
         def __del__(self):
             if cap.active and self._streams:
@@ -442,6 +443,16 @@ def patch(cap) -> _Patch:
 
     def memory_snapshot(*args, **kwargs):
         snap = pickle.loads(cap.device.snapshot_pickle())
+        pool_id = tuple(args[0][:2]) if args and isinstance(args[0], tuple) else (0, 0)
+        if pool_id != (0, 0):
+            # CUDACachingAllocator.cpp `snapshot(mempool_id)`: only the segments of that private
+            # pool (the twin's private pools are streams numbered by the pool's id)
+            snap["segments"] = [
+                seg
+                for seg in snap.get("segments", [])
+                if seg["stream"] >= _PRIVATE_POOL_STREAMS
+                and (seg["stream"] - _PRIVATE_POOL_STREAMS) >> 24 == pool_id[1]
+            ]
         if rank:
             # under --nproc, the process's GPU is the one its local rank selects; the others are empty
             snap["device_traces"] = [[] for _ in range(rank)] + list(snap["device_traces"])
