@@ -4366,17 +4366,23 @@ def _index_put_value(cap, func, args, kwargs):
     # make_info's `contiguous()` copies of device indices whose strides differ (`_restrided_indices`),
     # after the value's copy, dead as the op returns (blind120/dp01's H200 per-op truth: YOLOv5's
     # `tobj[b, a, gj, gi] = iou` with three of four int64 indices strided views, 3 x 8n bytes)
+    # make_info also widens an int32 device index to int64 at the broadcast shape (`indice.to(kLong)`,
+    # after the indices are broadcast), contiguous there, before those copies (blind166/fj03's H200
+    # per-op truth: gpt-fast's KV cache `k_out[:, :, input_pos] = k_val` with an int32 (1,)
+    # input_pos, 8 bytes a decode step, as `_index` widens for reads)
     if host_value and value.dim() != 0:
         return NotImplemented
-    devices = mask is None and all(registered(i) and i.dtype == torch.int64 for i in defined)
-    restrided = _restrided_indices(defined, [False] * len(defined)) if devices else []
-    if not host_value and (not restrided or not registered(value)):
+    devices = mask is None and all(registered(i) and i.dtype in (torch.int64, torch.int32) for i in defined)
+    widened = [i.dtype == torch.int32 for i in defined] if devices else []
+    restrided = _restrided_indices(defined, widened) if devices else []
+    if not host_value and (not (restrided or any(widened)) or not registered(value)):
         return NotImplemented
     copy = cap.malloc(value.element_size(), "aten::_to_copy", "temporary") if host_value else None
-    numel = math.prod(torch.broadcast_shapes(*(i.shape for i in defined))) if restrided else 0
+    numel = math.prod(torch.broadcast_shapes(*(i.shape for i in defined))) if devices else 0
+    temps = [cap.malloc(numel * 8, "aten::index_put_", "temporary") for w in widened if w]
     copies = [cap.malloc(numel * i.element_size(), "aten::index_put_", "temporary") for i in restrided]
     out = cap.run(func, args, kwargs, ours)
-    del copies, copy
+    del copies, temps, copy
     return out
 
 
