@@ -286,6 +286,33 @@ def test_covariances_from_quaternions_carry_their_values_to_a_tiles_mask():
         assert wide.nonzero().shape[0] == expected and 0 < expected < 16384
 
 
+def test_a_slice_copy_of_unknown_values_overwrites_a_padded_fill():
+    # SpeechT5 voice conversion's targets (blind168/fl06): log-mels the twin does not carry copied
+    # utterance by utterance into `torch.full(..., -100.0)`, then `labels != -100` masks the loss;
+    # the first copy (a whole utterance, a view of the unknown log-mels) left the fill's -100 in
+    # place, so the mask dropped that utterance's frames (5,510 of the H200's 6,011)
+    frames = [501, 484, 467, 300]
+    with vramscope.capture():
+        src = torch.randn(4, 501, 80, device="cuda") @ torch.randn(80, 80, device="cuda")
+        labels = torch.full((4, 502, 80), -100.0, device="cuda")
+        for i, f in enumerate(frames):
+            labels[i, :f] = src[i, :f]
+        kept = (labels != -100.0).masked_select(labels != -100.0)
+        assert kept.shape[0] == sum(frames) * 80
+
+
+def test_an_integer_cumsum_of_a_long_padding_mask_carries_the_lengths():
+    # SpeechT5's `_get_feature_vector_attention_mask` reads the lengths as
+    # `attention_mask.cumsum(dim=-1)[:, -1]` of a (batch, samples) mask past 65,536 elements; their
+    # values then size SpecAugment's spans on the host (`.tolist()`; blind168/fl06)
+    lengths = [64000 + 4000 * i for i in range(16)]
+    mask = torch.zeros(16, 128000, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    with vramscope.capture():
+        assert mask.cuda().cumsum(dim=-1)[:, -1].tolist() == lengths
+
+
 def test_autocast_casts_simulated_tensors():
     with vramscope.capture():
         lin = torch.nn.Linear(64, 64).cuda()

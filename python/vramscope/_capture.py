@@ -709,6 +709,18 @@ def _fills_over_zeros(func, args, kwargs, ours) -> bool:
     return all(value(a) is not None for a in ours if not any(a is w for w in written))
 
 
+def _copies_over_zeros(func, args, kwargs) -> bool:
+    """Whether a `copy_` into a tensor that carries values, of a source of at most `VALUE_LIMIT`
+    elements that carries none, computes over zeros standing in for the source's, as an op over
+    small inputs without values does: else the destination's view forgets its values but its base
+    keeps the ones the copy overwrote on the GPU (blind168/fl06 pads labels with -100 by
+    `torch.full`, then `labels[i, :f] = mels[i, :f]` of log-mels the twin does not carry: the first
+    utterance's frames stayed -100 and `labels != -100` kept 5,510 of the H200's 6,011 frames)."""
+    if func is not aten.copy_.default or len(args) < 2 or not isinstance(args[1], torch.Tensor):
+        return False
+    return value(args[0]) is not None and value(args[1]) is None and args[1].numel() <= VALUE_LIMIT
+
+
 def _written(func, args, kwargs) -> list:
     """The tensors an op writes (its schema's `Tensor(a!)` arguments): their values go stale; the
     others it only reads keep theirs (the bool mask of `x[mask] = v`, which backward reads again)."""
@@ -871,8 +883,11 @@ _RANGES = {aten.arange.default, aten.arange.start, aten.arange.start_step}
 #: index arithmetic beside the ops tagged pointwise: `//` (elementwise, untagged), joining, and
 #: gathering, repeating, sorting and reducing integer values (a graph's edges from a mesh's
 #: triangles by `min`/`max` along a dimension, its triplets by indexing edge lists with edge lists:
-#: blind125/du02, du01)
+#: blind125/du02, du01), and integer `cumsum` (exact in any scan order: SpeechT5's
+#: `_get_feature_vector_attention_mask` takes the lengths as `attention_mask.cumsum(dim=-1)[:, -1]`
+#: of a (16, 128000) sample mask, which then size SpecAugment's spans: blind168/fl06)
 _INDEX_ARITHMETIC = {
+    aten.cumsum.default,
     aten.floor_divide.default,
     aten.floor_divide.Scalar,
     aten.cat.default,
@@ -1751,7 +1766,11 @@ class Capture:
             value(a) is not None or a.numel() <= VALUE_LIMIT for a in ours
         )
         if small and mutable:
-            small = all(value(a) is not None for a in ours) or _fills_over_zeros(func, args, kwargs, ours)
+            small = (
+                all(value(a) is not None for a in ours)
+                or _fills_over_zeros(func, args, kwargs, ours)
+                or _copies_over_zeros(func, args, kwargs)
+            )
         elif not small:
             small = _values_at_any_size(func, outs, ours)
         vals = None
