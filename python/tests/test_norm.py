@@ -159,6 +159,25 @@ def test_rms_norm_recomputed_by_a_non_reentrant_checkpoint_takes_the_fused_kerne
         assert x.grad.shape == x.shape and w.grad.dtype == torch.bfloat16
 
 
+def test_rms_norm_recomputed_by_a_reentrant_checkpoint_takes_the_fused_kernel():
+    # CheckpointFunction.backward (torch/utils/checkpoint.py) recomputes `ctx.run_function` inside
+    # the backward, where no torch-function mode is on; the GPU's recompute runs `_fused_rms_norm`
+    # as the forward did: Y (8 MiB) and the rstd (4,096 rows x 4 bytes), then dX (8 MiB) and
+    # dgamma (2 KiB) at the backward's peak, where the meta composite's fp32 upcasts took 125,850,112
+    from torch.utils.checkpoint import checkpoint
+
+    with vramscope.capture(gpu="h200"):
+        w = torch.nn.Parameter(torch.ones(1024, device="cuda", dtype=torch.bfloat16))
+        x = torch.empty(8, 512, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y = checkpoint(lambda t: torch.nn.functional.rms_norm(t, (1024,), w), x, use_reentrant=True)
+        g = torch.ones_like(y)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y.backward(g)
+        assert torch.cuda.max_memory_allocated() - base == 2 * 8_388_608 + 16_384 + 2_048
+        assert x.grad.dtype == torch.bfloat16 and w.grad.shape == (1024,)
+
+
 def test_layer_norm_backward_over_many_rows_sums_partial_blocks():
     # blind10/j02's H200 per-op record (Swin's first stage): (48, 3136, 96) fp32, M = 150,528 rows
     # of N = 96: dgamma/dbeta as first allocated, 4,704 x 96 partial sums of each, their `sum(0)`s

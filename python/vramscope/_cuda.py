@@ -636,7 +636,29 @@ def patch(cap) -> _Patch:
         "_checkpoint_without_reentrant_generator",
         _recompute_under_modes(_ckpt._checkpoint_without_reentrant_generator, cap),
     )
+    p.set(_ckpt.CheckpointFunction, "backward", _reentrant_backward_under_mode(_ckpt.CheckpointFunction, cap))
     return p
+
+
+def _reentrant_backward_under_mode(cls, cap):
+    """A reentrant checkpoint's recompute (`CheckpointFunction.backward`, torch/utils/checkpoint.py:
+    `ctx.run_function(*detached_inputs)` under enable_grad) runs inside the backward too, with no
+    torch-function mode on: its backward runs under the capture's function mode, as
+    `_recompute_under_modes` does for the non-reentrant recompute."""
+    real = cls.backward
+
+    def backward(ctx, *args):
+        mode = cap._modes[0]
+        stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        if any(m is mode for m in stack):
+            return real(ctx, *args)
+        torch._C._push_on_torch_function_stack(mode)
+        try:
+            return real(ctx, *args)
+        finally:
+            torch._C._pop_torch_function_stack()
+
+    return staticmethod(backward)
 
 
 def _recompute_under_modes(real, cap):
