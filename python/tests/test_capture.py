@@ -2895,6 +2895,33 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert lowest(False) - lowest(True) == 1888
 
 
+def test_the_first_parallel_host_op_starts_openmp_s_workers(tmp_script, tmp_path):
+    # rule 15 (blind164/fh04's H200 history): any CPU op whose TensorIterator loop `parallel_for`
+    # splits (more than ATen's grain size, 32,768 elements: here the `* 2` of a host random draw)
+    # opens the process's first OpenMP region, so the 15 workers start there and the next new chunk
+    # goes 1,888 MiB lower; the draw itself runs serially (`cpu_serial_kernel`) and starts none
+    def lowest(host):
+        snap = tmp_path / "snap.pickle"
+        script = tmp_script(
+            f"""
+import torch
+z = torch.zeros(16, device="cuda")
+x = {host}
+big = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+        )
+        status, _, _, err = run_script(script)
+        assert status == 0, err
+        segs = pickle.loads(snap.read_bytes())["segments"]
+        first = min(s["address"] for s in segs if s["total_size"] == 2 << 20)
+        return next((s["address"] - first) >> 20 for s in segs if s["total_size"] == 600 << 20)
+
+    drawn = lowest("torch.rand(1 << 16)")
+    assert drawn - lowest("torch.rand(1 << 16) * 2 - 1") == 1888
+    assert lowest("torch.rand(1 << 10) * 2 - 1") == drawn
+
+
 def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):
     # rules 7 and 15 (docs/driver-placement.md, session 37; blind158/fb03's H200 history): the host
     # conversion of a blocking host-to-device copy (Copy.cu `copy_kernel_cuda`: `src.to(dst.dtype())`

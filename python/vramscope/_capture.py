@@ -30,6 +30,7 @@ import torch
 import torch.utils._device
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_flatten
 
 from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _philox, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
 from ._autograd_streams import inputs_of as _node_inputs
@@ -224,7 +225,7 @@ def _host_converts(func, args, kwargs, out) -> int:
     elements): the bytes of the CPU temporary Copy.cu's `copy_kernel_cuda` converts into on the host
     first (`src.to(dst.dtype)`, a TensorIterator loop that `at::parallel_for` splits; the process's
     first parallel CPU op in a model built on the host and moved with `.to(device, dtype)`), else 0.
-    Other parallel CPU ops are not followed."""
+    Other parallel CPU ops: `_host_parallel`."""
     if func is aten.copy_.default:
         src, dst = args[1], args[0]
         non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
@@ -238,6 +239,38 @@ def _host_converts(func, args, kwargs, out) -> int:
     if src.dtype == dst.dtype or non_blocking or src.numel() <= 32768:
         return 0
     return src.numel() * dst.element_size()
+
+
+#: CPU random kernels that run serially whatever their size (ATen/native/cpu/DistributionTemplates.h's
+#: `cpu_serial_kernel`, and `normal_fill`'s loop): they start no OpenMP worker
+_SERIAL_CPU = {
+    aten.uniform_.default,
+    aten.normal_.default,
+    aten.random_.default,
+    getattr(aten.random_, "from"),
+    aten.random_.to,
+    aten.exponential_.default,
+    aten.cauchy_.default,
+    aten.log_normal_.default,
+    aten.geometric_.default,
+}
+#: in-place CPU kernels that are TensorIterator loops without the pointwise tag
+_CPU_LOOPS = {aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default, aten.copy_.default}
+
+
+def _host_parallel(func, args, kwargs, out) -> bool:
+    """A CPU op whose TensorIterator loop `at::parallel_for` splits: a pointwise op (or a fill, a
+    zero, a host-to-host copy) of more than ATen's grain size (32,768 elements) on host tensors only
+    (TensorIteratorBase::for_each; Parallel-inl.h's `parallel_for` opens an OpenMP parallel region
+    over more than the grain size: the process's first one starts the pool's workers). Random
+    kernels run serially. Views and factories compute nothing."""
+    if func in _SERIAL_CPU or not (func in _CPU_LOOPS or torch.Tag.pointwise in func.tags):
+        return False
+    tensors = [a for a in tree_flatten((args, kwargs, out))[0] if isinstance(a, torch.Tensor)]
+    if not tensors or any(registered(t) or t.device.type != "cpu" for t in tensors):
+        return False
+    result = out if isinstance(out, torch.Tensor) else args[0] if args else None
+    return isinstance(result, torch.Tensor) and result.layout is torch.strided and result.numel() > 32768
 
 
 def _dense_parts(t) -> bool:
@@ -1639,6 +1672,16 @@ class Capture:
                 start = getattr(self.device, "intra_op_workers", None)
                 if start is not None:
                     start(workers)
+        elif not self.workers_started and _host_parallel(func, args, kwargs, out):
+            # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
+            # `torch.rand(...) * 2 - 1`) starts OpenMP's 15 workers there (rule 15; measured:
+            # blind164/fh04's H200 history, its first forward's segment 1,760 MiB lower than the
+            # twin's without them). Before the CUDA context exists their mappings lie above it, as
+            # a host-built model's tensors do (rule 11), and are not laid out
+            self.workers_started = True
+            start = getattr(self.device, "intra_op_workers", None) if self.started else None
+            if start is not None:
+                start(15)
         bad = _kernels.index_out_of_range(func, args)
         if bad is not None:
             self.device_error = bad
