@@ -186,6 +186,25 @@ def test_math_attentions_causal_bool_mask_dies_as_its_additive_mask_is_made():
         assert mask_freed < events.index(("alloc", heads * n * n * 4))
 
 
+def test_math_attentions_weights_die_after_its_temporaries():
+    # blind168/fl04: a Conformer's bf16 self-attention with a boolean key padding mask, head dim 36
+    # and dropout takes the math path; `_scaled_dot_product_attention_math` returns (output,
+    # weights) and `scaled_dot_product_attention` drops the bf16 weights only after the function's
+    # fp32 upcasts are freed (the H200's history); the twin freed them before (2 MiB of reserved)
+    b, heads, n, hd = 4, 4, 200, 36
+    with vramscope.capture(gpu="h200"):
+        q = torch.randn(b, n, heads, hd, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        mask = torch.ones(b, 1, 1, n, device="cuda", dtype=torch.bool)
+        torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")  # the cuBLAS workspace
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask, dropout_p=0.1)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        frees = [e["size"] for e in trace if e["action"] == "free_requested"]
+        weights, upcast = b * heads * n * n * 2, b * heads * n * hd * 4
+        assert frees.index(weights) > max(i for i, s in enumerate(frees) if s == upcast)
+
+
 def test_jagged_attention_takes_flash_as_an_h200_does():
     with vramscope.capture(gpu="h200"):
         offsets = torch.tensor([0, 100, 164, 300], device="cuda")

@@ -206,7 +206,13 @@ def _sdpa(cap, a, traced=False):
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     mask = _bool_mask_to_float(mask, q.dtype)
     if which == "math":
-        return math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa)
+        # `scaled_dot_product_attention` keeps the output of `_scaled_dot_product_attention_math`'s
+        # (output, weights) tuple: the weights die after the math function's own temporaries, as it
+        # returns (attention.cpp; blind168/fl04's H200 history: the bf16 weights of a dropout
+        # attention freed after the fp32 upcasts, then the additive mask)
+        out, weights = math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa)
+        del weights
+        return out
     if which == "cudnn":
         out = _first(
             aten._scaled_dot_product_cudnn_attention(
@@ -306,8 +312,7 @@ def math_attention(q, k, v, mask, dropout_p, is_causal, scale, gqa):
     # left, so the weights' cast back comes first; the caller keeps only the output
     weights = attn.to(origin)
     out = torch.matmul(attn, v).to(origin)
-    del weights
-    return out
+    return out, weights
 
 
 # ---- what the fused kernels allocate ----------------------------------------------------
