@@ -1403,6 +1403,32 @@ def test_a_bfloat16_max_embedding_bag_backward_stops_as_cuda_does():
         assert bag16.weight.grad.shape == (100_000, 64)
 
 
+def test_a_failed_backward_frees_its_gradients_as_the_error_unwinds():
+    # blind161/fe04's H200 history: after the bfloat16 max EmbeddingBag's backward raised, the
+    # gradients the pass carried were freed before the program's `except` ran; only the seed
+    # `ones_like` stays, held by `backward`'s frame in the traceback
+    F = torch.nn.functional
+    with vramscope.capture(gpu="h200"):
+        towers = []
+        for _ in range(2):
+            bag = torch.nn.EmbeddingBag(1000, 128, mode="max", device="cuda").to(torch.bfloat16)
+            lin = torch.nn.Linear(128, 128, device="cuda", dtype=torch.bfloat16)
+            towers.append((bag, lin))
+        ids = torch.randint(0, 1000, (16384, 8), device="cuda")
+        a, b = (F.normalize(lin(bag(ids)), dim=-1) for bag, lin in towers)
+        loss = (a @ b.T).float().logsumexp(1).mean()
+        try:
+            loss.backward()
+        except NotImplementedError:
+            in_handler = torch.cuda.memory_allocated()
+        after = torch.cuda.memory_allocated()
+        x = torch.zeros(4, device="cuda", requires_grad=True)
+        (x * 2).sum().backward()
+        assert in_handler == after + 512
+        # the next pass finds nothing of the failed one left to free: x and its gradient are new
+        assert torch.cuda.memory_allocated() == after + 2 * 512
+
+
 def test_conv_backward_copies_a_sliced_gradient_in_each_pass():
     # blind127/dw04's H200 history (ConvShared.cpp): a 128-channel slice of a `cat`'s channels-last
     # gradient into a channels-last 1x1 convolution, `.to(input.suggest_memory_format())` aliasing it;

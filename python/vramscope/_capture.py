@@ -447,16 +447,22 @@ class _FunctionMode(TorchFunctionMode):
             and not torch.compiler.is_dynamo_compiling()
             else None
         )
-        if gen is None:
-            out = self._run(func, types, args, kwargs)
-        else:
-            # the op reaches the dispatch mode with another wrapper of the generator's C++ object:
-            # its draws take this simulated generator's Philox state (`_philox.generator_state`)
-            outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
-            try:
+        try:
+            if gen is None:
                 out = self._run(func, types, args, kwargs)
-            finally:
-                self.cap.generator_in_call = outer
+            else:
+                # the op reaches the dispatch mode with another wrapper of the generator's C++
+                # object: its draws take this simulated generator's Philox state
+                # (`_philox.generator_state`)
+                outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
+                try:
+                    out = self._run(func, types, args, kwargs)
+                finally:
+                    self.cap.generator_in_call = outer
+        except Exception:
+            # the arguments leave the mode's frames with the error (`_run`)
+            del args, kwargs
+            raise
         if held is not None:
             _tag_streams(cap, out, held)
         return out
@@ -469,6 +475,13 @@ class _FunctionMode(TorchFunctionMode):
             # unwinds on the GPU; here the twin's frames hold them: they leave the traceback
             # (blind54/bb01's H200 history: an `empty_cache()` in the program's handler)
             raise e.with_traceback(None) from None
+        except Exception as e:
+            # another error comes from C++ on the GPU too, which holds nothing of the call once it
+            # unwinds (a temporary argument dies): the twin's frames below, finished now, keep
+            # their lines in the traceback but not their tensors (`_forget_frames`)
+            _forget_frames(e.__traceback__)
+            del e, args, kwargs
+            raise
 
     def _torch_function(self, func, types, args, kwargs):
         if _autocast.TRACING[0] and (
@@ -583,21 +596,61 @@ class _DispatchMode(TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         cap = self.cap
         stream = _node_stream(cap)
+        outer = cap.stream
         if stream is not None:
             # a backward Node runs on its forward's stream (`_autograd_streams`)
-            outer, cap.stream = cap.stream, stream
-            try:
-                return self.__torch_dispatch__(func, types, args, kwargs)
-            finally:
-                cap.stream = outer
-        with _KERNELS:
-            try:
+            cap.stream = stream
+        try:
+            with _KERNELS:
                 return cap.dispatch(func, args, kwargs or {})
-            except torch.OutOfMemoryError as e:
-                # on the GPU the failing op's own allocations die as C++ unwinds; here the twin's
-                # frames hold them: they leave the traceback, so the program's `except` sees them
-                # freed (blind54/bb01's H200 history: an `empty_cache()` in the handler)
-                raise e.with_traceback(None) from None
+        except torch.OutOfMemoryError as e:
+            # on the GPU the failing op's own allocations die as C++ unwinds; here the twin's
+            # frames hold them: they leave the traceback, so the program's `except` sees them
+            # freed (blind54/bb01's H200 history: an `empty_cache()` in the handler)
+            raise e.with_traceback(None) from None
+        except Exception as e:
+            # another error comes from C++ on the GPU too, whose frames hold nothing once it
+            # unwinds: the twin's frames below the op keep their lines in the traceback but not
+            # their tensors (blind161/fe04's H200 history: a failed backward's gradients freed)
+            _forget_frames(e.__traceback__)
+            del args, kwargs, e
+            raise
+        finally:
+            cap.stream = outer
+
+
+#: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
+_MODE_WRAPPERS = tuple(
+    os.path.join(os.path.dirname(torch.__file__), *parts)
+    for parts in (("_compile.py",), ("_dynamo", "eval_frame.py"))
+)
+#: the twin's own source files
+_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _forget_frames(tb) -> None:
+    """Clear the locals of the frames of `tb` that are C++ on the GPU: the twin's own, and the
+    dispatch mode's call with torch's wrappers around it and every frame below it (the meta
+    kernels and decompositions an op runs here). The program's frames and torch's Python above the
+    op keep theirs, as on the GPU; a frame still executing keeps its own."""
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    mode = _DispatchMode.__torch_dispatch__.__code__
+    below = len(frames)
+    for i, frame in enumerate(frames):
+        if frame.f_code is mode:
+            below = i
+            while below > 0 and frames[below - 1].f_code.co_filename in _MODE_WRAPPERS:
+                below -= 1
+            break
+    for i, frame in enumerate(frames):
+        if i >= below or frame.f_code.co_filename.startswith(_OWN):
+            try:
+                frame.clear()
+            except RuntimeError:  # still executing
+                pass
 
 
 def _flex_attention_dense() -> None:

@@ -143,18 +143,51 @@ class DeviceThread:
         finally:
             self.cap.device = real
         if "error" in out:
-            raise out["error"]
+            # the error leaves `out`, which its traceback's frames reach (no cycle to outlive it)
+            raise out.pop("error")
         return out["value"]
 
 
+class _Drain:
+    """Empties the calling thread's ready queue after a failed pass.
+
+    When a Node raises, the engine stops the pass where it is (`thread_on_exception`). On the GPU
+    its device thread goes on popping the pass's queued NodeTasks and drops them, so the gradients
+    they carry die as the error unwinds; the twin's pass runs on the calling thread's CPU queue,
+    which keeps them until that thread's next pass (torch/csrc/autograd/engine.cpp, `thread_main`).
+    A pass over a Node made before the program's (the lowest sequence number, so popped last,
+    `CompareNodeTaskTime`) pops them first: their GraphTask is gone, and they are dropped."""
+
+    def __init__(self):
+        with _python_dispatch._disable_current_modes(), torch._C.DisableTorchFunction(), torch.enable_grad():
+            self.leaf = torch.zeros((), requires_grad=True)
+            self.root = self.leaf * 1
+            self.seed = torch.ones(())
+
+    def __call__(self) -> None:
+        with _python_dispatch._disable_current_modes(), torch._C.DisableTorchFunction():
+            torch.autograd.Variable._execution_engine.run_backward(
+                (self.root,), (self.seed,), True, False, (self.leaf,), True, False
+            )
+
+
 def patch(cap, p, device_thread: DeviceThread) -> None:
-    """Route `torch.autograd`'s engine calls that record a graph to `device_thread`."""
+    """Route `torch.autograd`'s engine calls that record a graph to `device_thread`, and drain the
+    ready queue of a pass that failed (`_Drain`)."""
     from torch._functorch.pyfunctorch import (
         temporarily_clear_interpreter_stack,
         temporarily_restore_interpreter_stack,
     )
 
-    real = torch.autograd._engine_run_backward
+    engine = torch.autograd._engine_run_backward
+    drain = _Drain()
+
+    def real(*args, **kwargs):
+        try:
+            return engine(*args, **kwargs)
+        except Exception:
+            drain()
+            raise
 
     def run_backward(t_outputs, *args, **kwargs):
         # (grad_tensors, retain_graph, create_graph, inputs, ...): torch/autograd/__init__.py
