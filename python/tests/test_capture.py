@@ -2987,3 +2987,19 @@ def test_nll_loss2d_allocates_total_weight_before_its_output():
         frees = [e["addr"] for e in trace if e["action"] == "free_requested"]
         assert len(allocs) == 2 and frees == [allocs[1]]
         del total_weight
+
+
+def test_linear_under_autocast_reads_the_contiguous_cast_of_a_sliced_input():
+    # blind167/fk05 (BLIP's `lm_head(hidden[:, :-1])` under bf16 autocast): the H200's per-op
+    # record runs the flattened addmm and sums the bias gradient over a 2-D gradient, as
+    # Linear.cpp sees the cast, which `_to_copy` lays out contiguous; an input already in the
+    # autocast dtype keeps its slice's strides and takes matmul and `add_(bias)`
+    with vramscope.capture(gpu="h200"):
+        lin = torch.nn.Linear(64, 96).cuda()
+        hidden = torch.empty(8, 11, 64, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = lin(hidden[:, :-1])
+            z = lin(hidden.bfloat16()[:, :-1])
+        assert y.shape == (8, 10, 96) and y.dtype == torch.bfloat16
+        assert type(y.grad_fn).__name__ == "ViewBackward0"
+        assert type(z.grad_fn).__name__ == "AddBackward0"

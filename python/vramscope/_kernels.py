@@ -1450,8 +1450,8 @@ def linear(original):
     CUDA tensors: addmm for 2-D inputs, the flattened addmm for contiguous
     inputs, else matmul and an in-place `add_` of the bias. Under autocast
     `linear` is the op autocast wraps (`autocast_mode.cpp`): its three
-    arguments are cast first, right to left, and the matmul and `add_` run
-    with autocast excluded, on the casts."""
+    arguments are cast first, right to left, and Linear.cpp's choice is made on
+    the casts (a non-dense input's cast is contiguous), with autocast excluded."""
 
     def run(input, weight, bias=None):
         if not registered_user(input) or bias is None:
@@ -1467,8 +1467,13 @@ def linear(original):
         dtype = torch.get_autocast_dtype("cuda")
         args = _autocast._map_right_to_left([input, weight, bias], lambda t: _autocast._cast(t, dtype))
         with torch._C._ExcludeDispatchKeyGuard(_autocast._EXCLUDE):
-            output = torch.matmul(args[0], args[1].t())
-            output.add_(args[2])
+            if args[0].is_contiguous():
+                # Linear.cpp reads the cast: `_to_copy` lays a non-dense input out contiguous
+                # (preserve_format), so the flattened addmm runs (blind167/fk05's sliced lm_head input)
+                output = original(args[0], args[1], args[2])
+            else:
+                output = torch.matmul(args[0], args[1].t())
+                output.add_(args[2])
         # the uncached casts die left to right as the op returns
         args[0] = args[1] = args[2] = None
         return output
