@@ -678,3 +678,24 @@ def test_the_sweep_s_table_agrees_with_every_workspace_read_from_histories():
             assert _linalg.WORKSPACE[(routine, n, dt[d])] == nbytes
     for m, n, d, nbytes in data["getrf"]:
         assert _linalg.GETRF_WORKSPACE[(m, n, dt[d])] == nbytes
+
+
+def test_clamp_of_an_integral_tensor_by_a_float_scalar_converts_it_first():
+    # blind163/fg02's H200 history: `mask.sum(1).clamp(min=1.0)` of 32 int64 counts makes a float
+    # copy (128 bytes), then the result (128 bytes), and frees the copy
+    with vramscope.capture(gpu="h200"):
+        counts = torch.ones(32, 96, dtype=torch.int32, device="cuda").sum(dim=1)
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out, made = counted(lambda: counts.clamp(min=1.0))
+        assert out.dtype == torch.float32 and made == (2, 128 + 128)
+        assert torch.cuda.max_memory_allocated() - before == 1024
+        assert torch.cuda.memory_allocated() - before == 512
+        # the same type (an int Scalar) or a float tensor: no copy
+        _, made = counted(lambda: counts.clamp(min=1))
+        assert made == (1, 256)
+        _, made = counted(lambda: torch.clamp_max(out, 0.5))
+        assert made == (1, 128)
+        flags = counts.bool()
+        _, made = counted(lambda: torch.clamp_min(flags, 0.5))
+        assert made == (2, 32 * 4 + 32 * 4)

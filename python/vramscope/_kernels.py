@@ -4585,6 +4585,34 @@ def _pow_scalar_base(cap, func, call, outs):
 AFTER[aten.pow.Scalar] = _pow_scalar_base
 
 
+def _clamp_promoted(cap, func, args, kwargs):
+    """`clamp`, `clamp_min` and `clamp_max` by Scalars of an integral or bool tensor whose result type
+    with the Scalars is another (an int64 count clamped by `min=1.0`): their meta functions
+    (TensorCompare.cpp) run `build_unary_op(maybe_get_output(), self.to(result_type))`, so a converted
+    copy of self comes before the output and dies with the iterator (blind163/fg02's H200 history:
+    `cmask.sum(1).clamp(min=1.0)` of 32 int64 counts, 128 bytes before the 128-byte result)."""
+    names = ("self", "max") if func is aten.clamp_max.default else ("self", "min", "max")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a.get("self")
+    if not registered(x) or x.is_floating_point() or x.is_complex():
+        return NotImplemented
+    result_type = x.dtype
+    for s in (a.get("min"), a.get("max")):
+        if s is not None:
+            result_type = torch.result_type(torch.empty(1, dtype=result_type, device="meta"), s)
+    if result_type == x.dtype:
+        return NotImplemented
+    with cap._modes[1]:  # the copy and the op come back to the mode
+        converted = x.to(result_type)
+        out = func(converted, *args[1:], **kwargs)
+        del converted
+    return out
+
+
+for _f in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
+    DISPATCH[_f] = _clamp_promoted
+
+
 def _unfold_backward(cap, func, call, outs):
     """`unfold_backward` on CUDA (UnfoldBackwardKernel.cu, `_make_unfold_backward_iter_over_grad_out`
     in UnfoldBackward.h): after the zeroed result, an int64 `arange` of the positions iterated along
