@@ -2895,6 +2895,25 @@ def test_a_large_mask_filled_through_slices_keeps_its_values():
     assert not cap.warned
 
 
+def _chunk_below_first_segment(tmp_script, tmp_path, body: str) -> int:
+    """MiB from the first 2 MiB segment down to a 600 MiB chunk made after `body` runs in a script
+    under `vramscope run` (docs/driver-placement.md's offsets)."""
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+{body}
+big = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    first = min(s["address"] for s in segs if s["total_size"] == 2 << 20)
+    return next((s["address"] - first) >> 20 for s in segs if s["total_size"] == 600 << 20)
+
+
 def test_a_host_dtype_conversion_to_the_device_starts_openmp_s_workers(tmp_script, tmp_path):
     # rule 15 (docs/driver-placement.md, session 36; blind153/ew01's H200 history): a blocking
     # host-to-device copy that changes the dtype converts on the host first (Copy.cu
@@ -2902,21 +2921,11 @@ def test_a_host_dtype_conversion_to_the_device_starts_openmp_s_workers(tmp_scrip
     # cores) start, each a stack and an arena below the chunks, so the next new chunk goes lower:
     # 1,888 MiB, as blind153/ew01's 18th segment lies lower on the H200 than without them
     def lowest(conversion):
-        snap = tmp_path / "snap.pickle"
-        script = tmp_script(
-            f"""
-import torch
-x = torch.ones(1 << 16)
-y = x.to("cuda", torch.bfloat16) if {conversion} else x.to("cuda")
-big = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
-torch.cuda.memory._dump_snapshot({str(snap)!r})
-"""
+        return _chunk_below_first_segment(
+            tmp_script,
+            tmp_path,
+            f'x = torch.ones(1 << 16)\ny = x.to("cuda", torch.bfloat16) if {conversion} else x.to("cuda")',
         )
-        status, _, _, err = run_script(script)
-        assert status == 0, err
-        segs = pickle.loads(snap.read_bytes())["segments"]
-        first = min(s["address"] for s in segs if s["total_size"] == 2 << 20)
-        return next((s["address"] - first) >> 20 for s in segs if s["total_size"] == 600 << 20)
 
     assert lowest(False) - lowest(True) == 1888
 
@@ -2927,21 +2936,9 @@ def test_the_first_parallel_host_op_starts_openmp_s_workers(tmp_script, tmp_path
     # opens the process's first OpenMP region, so the 15 workers start there and the next new chunk
     # goes 1,888 MiB lower; the draw itself runs serially (`cpu_serial_kernel`) and starts none
     def lowest(host):
-        snap = tmp_path / "snap.pickle"
-        script = tmp_script(
-            f"""
-import torch
-z = torch.zeros(16, device="cuda")
-x = {host}
-big = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
-torch.cuda.memory._dump_snapshot({str(snap)!r})
-"""
+        return _chunk_below_first_segment(
+            tmp_script, tmp_path, f'z = torch.zeros(16, device="cuda")\nx = {host}'
         )
-        status, _, _, err = run_script(script)
-        assert status == 0, err
-        segs = pickle.loads(snap.read_bytes())["segments"]
-        first = min(s["address"] for s in segs if s["total_size"] == 2 << 20)
-        return next((s["address"] - first) >> 20 for s in segs if s["total_size"] == 600 << 20)
 
     drawn = lowest("torch.rand(1 << 16)")
     assert drawn - lowest("torch.rand(1 << 16) * 2 - 1") == 1888
