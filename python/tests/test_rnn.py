@@ -537,3 +537,19 @@ def test_pack_padded_sequence_frees_its_blocks_first_to_last():
         frees = [e["size"] for e in trace if e["action"] == "free_completed"]
         # blocks: 2 steps x 3, 2 steps x 2 (the last step of one sequence is contiguous: a view)
         assert frees[:2] == [2 * 3 * 8 * 4, 2 * 2 * 8 * 4]
+
+
+def test_an_lstm_under_inference_mode_takes_the_measured_workspace():
+    # blind174/fr05's H200 per-op truth (DeepAR's sampled rollout): under inference_mode the dispatch
+    # mode sees the whole `lstm` op; one step of the 3-layer LSTM of 128 over 51,200 sample paths made 4
+    # allocations, 1,401,204,992 bytes (output 26,214,400, hy and cy 78,643,200 each, workspace
+    # 1,217,704,192; a (51200, 1, 54) input needs no time-major copy). Unmeasured before
+    # (validation/run/rnn_table.py now reads such lines): fr05's forecast phase was 89% under.
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(54, 128, num_layers=3, dropout=0.1, batch_first=True).cuda().eval()
+        x = torch.empty(51200, 1, 54, device="cuda")
+        h = (torch.zeros(3, 51200, 128, device="cuda"), torch.zeros(3, 51200, 128, device="cuda"))
+        with torch.inference_mode():
+            _, count, req = _counted(lambda: lstm(x, h))
+        assert (count, req) == (4, 1401204992)
+    assert cap.report()["unmeasured"] == []

@@ -1,6 +1,9 @@
 """The measured table of cuDNN RNN workspaces and reserves for the twin, from ops_truth.py's records.
 
-    python rnn_table.py GPU_OPS_DIR > python/vramscope/cudnn_rnn_h200.json
+    python rnn_table.py GPU_OPS_DIR [TABLE.json] > python/vramscope/cudnn_rnn_h200.json
+
+With TABLE.json (the table as it stands) its problems are kept in their order and the new ones appended
+(a problem measured otherwise than the table says is reported on stderr and the table's figure kept).
 
 GPU_OPS_DIR holds ops_truth.py's lines of each script on the GPU (validation/run/truth.sh). For every
 `_cudnn_rnn` line (training) the reserve is its last new uint8 storage and the workspace what the op
@@ -8,8 +11,12 @@ requested beyond its new outputs and the contiguous copy of a non-contiguous inp
 in `_cudnn_rnn`, aten/src/ATen/native/cudnn/RNN.cpp); an inference line (no reserve) gives its workspace
 alone. Each `_cudnn_rnn_backward` line requests two workspaces of one size (`_cudnn_rnn_backward_input`,
 then `_cudnn_rnn_backward_weight`) beside what RNN.cpp allocates by name: the zeros of undefined
-gradients, the contiguous copies of x (twice) and dy, dx, dhx, dcx and the zeroed dw. A line whose counts
-admit no such reading is reported on stderr and left out.
+gradients, the contiguous copies of x (twice) and dy, dx, dhx, dcx and the zeroed dw. Under
+inference_mode the dispatch mode sees the whole `lstm` / `gru` / `rnn_tanh` / `rnn_relu` op (no
+autograd key, so its CompositeImplicitAutograd body runs below the mode) and not `_cudnn_rnn`: such a
+line (the unpacked `.input` overload) is an inference problem whose workspace is what the op requested
+beyond its new outputs (output, hy, cy) and the time-major copy of a batch-first input. A line whose
+counts admit no such reading is reported on stderr and left out.
 """
 
 import glob
@@ -144,6 +151,33 @@ def backward(rec):
     return k, ws
 
 
+WHOLE = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
+
+
+def whole(rec):
+    """An inference_mode `lstm` / `gru` / `rnn_*` line (.input overload): (key, workspace) or None."""
+    a = rec["args"]
+    if len(a) != 9 or not isinstance(a[8], bool) or a[6]:
+        return None  # the packed `.data` overload, or a training call
+    x, hx = a[0], a[1]
+    batch_first, bidir, layers = a[8], a[7], a[4]
+    mode = WHOLE[rec["op"]]
+    if mode == 2:
+        h_t, c_t = hx
+        hidden, proj = c_t[0][-1], (h_t[0][-1] if h_t[0][-1] != c_t[0][-1] else 0)
+    else:
+        hidden, proj = hx[0][-1], 0
+    # the key's argument positions as _cudnn_rnn's: mode, hidden, proj, layers, batch_first, dropout,
+    # train, bidirectional, batch_sizes
+    k = key([None] * 6 + [mode, hidden, proj, layers, batch_first, a[5], False, bidir, None], x)
+    new = rec["new"]
+    copy = copy_bytes(x, batch_first, False)
+    ws = rec["requested"] - sum(new) - copy
+    if ws < 0 or rec["count"] != len(new) + (1 if copy else 0) + (1 if ws > 0 else 0):
+        return None
+    return k, ws
+
+
 def contiguous_strides(sizes):
     st, step = [], 1
     for s in reversed(sizes):
@@ -153,7 +187,14 @@ def contiguous_strides(sizes):
 
 
 def main():
-    table, states = {}, set()
+    table, states, kept = {}, set(), {}
+    if len(sys.argv) > 2:
+        with open(sys.argv[2]) as f:
+            old = json.load(f)
+        for p in old["problems"]:
+            k = {n: p[n] for n in p if n not in ("workspace", "reserve", "backward_workspace")}
+            kept[json.dumps(k, sort_keys=True)] = p
+        states.update(old["dropout_state_bytes"].values())
     for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
         for line in open(path):
             rec = json.loads(line)
@@ -170,6 +211,15 @@ def main():
                 for name, v in (("workspace", ws), ("reserve", reserve)):
                     if v is not None and e.setdefault(name, v) != v:
                         print(f"{path}: {name} {v} != {e[name]} for one problem", file=sys.stderr)
+            elif op in WHOLE:
+                got = whole(rec)
+                if got is None:
+                    print(f"{path}: unread {op} line", file=sys.stderr)
+                    continue
+                k, ws = got
+                e = table.setdefault(json.dumps(k, sort_keys=True), dict(k))
+                if e.setdefault("workspace", ws) != ws:
+                    print(f"{path}: workspace {ws} != {e['workspace']} for one problem", file=sys.stderr)
             elif op == "_cudnn_rnn_backward":
                 got = backward(rec)
                 if got is None:
@@ -179,6 +229,10 @@ def main():
                 e = table.setdefault(json.dumps(k, sort_keys=True), dict(k))
                 if e.setdefault("backward_workspace", ws) != ws:
                     print(f"{path}: backward workspace {ws} != {e['backward_workspace']}", file=sys.stderr)
+    for k, p in kept.items():
+        e = table.pop(k, None)
+        if e is not None and any(e.get(n, p[n]) != p[n] for n in p):
+            print(f"measured otherwise than the table: {json.dumps(e, sort_keys=True)}", file=sys.stderr)
     doc = {
         "about": (
             "cuDNN RNN workspaces and training reserves (bytes) by whole problem, measured per op "
@@ -186,8 +240,9 @@ def main():
             "torch 2.11.0+cu130, cuDNN 9.19; the H100 runs give the same. dropout_state_bytes: "
             "cudnnDropoutGetStatesSize there (_cudnn_init_dropout_state's buffer)."
         ),
-        "dropout_state_bytes": {"132": s for s in sorted(states)},
-        "problems": [table[k] for k in sorted(table)],
+        "dropout_state_bytes": {"132": max(states)} if states else {},
+        # the table's problems in its order, then the new ones
+        "problems": list(kept.values()) + [table[k] for k in sorted(table)],
     }
     # one problem a line
     lines = [json.dumps(p, sort_keys=True) for p in doc.pop("problems")]
