@@ -143,6 +143,8 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
             dropout = 0.3  # blind150/et04's encoder and decoder
         if problem == ("lstm", "float16", 128, 2048):
             dropout = 0.25  # blind150/et03
+        if problem in (("lstm", "float32", 160, 160), ("lstm", "float32", 54, 128)):
+            dropout = 0.1  # blind174/fr04's TFT and fr05's DeepAR
         fitted = _rnn._fitted(
             _rnn.MODES[p["mode"]],
             getattr(torch, p["dtype"]),
@@ -172,8 +174,11 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # and blind135's eight (ee06's packed bidirectional GRUs, ee02's packed 3-layer LSTM with dropout),
     # and blind139/ei05's three (FiLM's packed fp16 GRU of 4,096: two training problems, one inference),
     # and blind150's eight (et03's fp16 LSTM of 2,048 training and sampling, et04's packed bidirectional
-    # fp16 GRU encoder and its decoder step, all answered by the formula before the GPU run)
-    assert checked == 39
+    # fp16 GRU encoder and its decoder step, all answered by the formula before the GPU run), and the
+    # fifteen unpacked LSTMs of hidden <= 192 that run the persistent small-h algorithm forward
+    # (`_fitted_small_h`: blind174/fr04's and fr05's ten, blind121's four float16 LSTMs of 160 and
+    # blind141's float16 inference of 64)
+    assert checked == 54
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
@@ -298,8 +303,13 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 1000, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, f32, 256, 256, 0, 2, False, 0.0, True, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is not None
-    # RNN.cpp's persistent algorithms: small hidden sizes, and float16 one-layer LSTMs of batch 8k
-    assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
+    # RNN.cpp's persistent algorithms: small hidden sizes, and float16 one-layer LSTMs of batch 8k;
+    # an LSTM of hidden <= 192 takes `_fitted_small_h` (in training with inputs no wider than the
+    # hidden size, at most 191 steps), a GRU of hidden <= 192 nothing
+    assert _rnn._fitted(gru, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is not None
+    assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, True, 8, 50, 400, False) is None
+    assert _rnn._fitted(lstm, f32, 192, 192, 0, 1, False, 0.0, False, 8, 192, 1536, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
     # longer than the sweeps and the probe measured (training 400 steps, inference 800)
@@ -552,4 +562,30 @@ def test_an_lstm_under_inference_mode_takes_the_measured_workspace():
         with torch.inference_mode():
             _, count, req = _counted(lambda: lstm(x, h))
         assert (count, req) == (4, 1401204992)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_a_small_hidden_lstm_outside_the_table_takes_the_persistent_small_h_sizes():
+    # RNN.cpp `use_rnn_persist_small_h`: an unpacked LSTM of hidden <= 192 runs
+    # CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward, <= 128 backward too; before `_fitted_small_h`
+    # such a problem outside the table was unmeasured (blind174/fr04 and fr05: 18% and 89% under in
+    # peak allocated). The TFT's 2-layer LSTM of 160 at batch 128 over 96 steps with dropout 0.1:
+    from vramscope import _rnn
+
+    lstm = _rnn.MODES["lstm"]
+    t = 128 * 96
+    c0 = 256 + 4 * (4 * 160 * 160 * 2 * 2) + 8 * (1 << 20) * 2
+    infer = c0 + 1024 + 4 * (128 * 2 * 8 * 160 + t * (21 * 160 + 160))
+    assert _rnn._fitted(lstm, torch.float32, 160, 160, 0, 2, False, 0.1, False, 128, 96, t, False) == {
+        "workspace": infer
+    }
+    got = _rnn._fitted(lstm, torch.float32, 160, 160, 0, 2, False, 0.1, True, 128, 96, t, False)
+    assert got["workspace"] == infer + 4 * t * 160
+    # backward (hidden 160 > 128): the standard algorithm's training workspace
+    std = c0 + 1024 + 4 * (128 * 2 * 10 * 160 + t * 4 * 160 + t * (160 + 160)) + 4 * t * 160
+    assert got["backward_workspace"] == std
+    with vramscope.capture(gpu="h200") as cap:
+        m = nn.LSTM(160, 160, num_layers=2, dropout=0.1, batch_first=True).cuda()
+        out, _ = m(torch.empty(128, 96, 160, device="cuda"))
+        out.sum().backward()
     assert cap.report()["unmeasured"] == []

@@ -422,6 +422,46 @@ def _fitted(
     return {"workspace": workspace, "reserve": reserve, "backward_workspace": workspace}
 
 
+def _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, tokens, es, dtype):
+    """An unpacked unidirectional LSTM of hidden <= 192: RNN.cpp `get_algo` picks
+    CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward (`use_rnn_persist_small_h`: LSTM and GRU hidden <= 192
+    forward, <= 128 backward; before the float16 persistent heuristics), whose sizes the GPU's per-op
+    records give (cudnn_rnn_h200.json: blind174/fr04's TFT LSTMs of 160 and fr05's DeepAR LSTM of 128 in
+    float32, 2 and 3 layers; blind121's float16 LSTM of 160 and blind141's of 64, one layer). With E, W,
+    B, T, S, h, i, L and c0 as in `_fitted_uni`:
+
+    - inference workspace = c0 + roundup(8B, 32) + E * (B * L * 8h + T * (21h + i));
+    - training workspace = the inference's + E * T * h with dropout; reserve as the standard algorithm's;
+    - the backward's two workspaces: hidden <= 128 the training forward's (persistent backward too),
+      otherwise the standard algorithm's training workspace.
+
+    All 15 such problems of the table agree exactly. Domain (None outside it): float32 and float16, at
+    most 191 steps (the longest measured) and in training inputs no wider than the hidden size (a
+    one-layer float16 LSTM of 64 over 128 inputs trains with another workspace)."""
+    h, i, b, t = hidden, input_size, batch, tokens
+    if seq > 191 or (train and i > h):
+        return None
+    lstm = MODES["lstm"]
+    n, layout = weight_layout(lstm, i, h, 0, layers, False)
+    matrices = n - len(layout) * 2 * 4 * h
+    c0 = 256 + es * matrices + 8 * _MIB * layers
+    infer = c0 + -(-8 * b // 32) * 32 + es * (b * layers * 8 * h + t * (21 * h + i))
+    if not train:
+        return {"workspace": infer}
+    workspace = infer + (es * t * h if dropout > 0 else 0)
+    reserve = 256 + es * t * (layers * 5 * h + (layers - 1) * h)
+    if dropout > 0:
+        reserve += b * seq * (layers - 1) * h // 8
+    if h <= 128:
+        backward = workspace
+    else:
+        std = _fitted_uni(lstm, dtype, i, h, 0, layers, dropout, True, b, seq, t, False, standard=True)
+        if std is None:
+            return None
+        backward = std["workspace"]
+    return {"workspace": workspace, "reserve": reserve, "backward_workspace": backward}
+
+
 #: cuDNN's per-sequence workspace elements per layer and hidden unit of unidirectional problems, by
 #: gates (RNN 1, GRU 3, LSTM 4): packed, unpacked (GPU measurements, fixtures/run/rnn_sweep_uni_h200.jsonl.xz)
 _UNI_PACKED_B = {1: 1, 3: 3, 4: 6}
@@ -445,7 +485,9 @@ def _persistent(mode, dtype, input_size, hidden, layers, batch) -> bool:
     return common and device
 
 
-def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, batch, seq, tokens, packed):
+def _fitted_uni(
+    mode, dtype, input_size, hidden, proj, layers, dropout, train, batch, seq, tokens, packed, standard=False
+):
     """`_fitted` for unidirectional problems: cuDNN 9.19's workspace and reserve on sm_90 for
     CUDNN_RNN_ALGO_STANDARD, fitted to GPU measurements (validation/run/rnn_sweep.py `uni`,
     fixtures/run/rnn_sweep_uni_h200.jsonl.xz; docs/cudnn-rnn.md). With E, G, W, B, T, S as in
@@ -470,11 +512,16 @@ def _fitted_uni(mode, dtype, input_size, hidden, proj, layers, dropout, train, b
     dropout; unpacked with more layers and over 7 steps: LSTM only where i <= h and f <= a, GRU
     only with dropout and i <= h, RNN not at all. Elsewhere the training workspace is not
     linear in B and T (a cuDNN heuristic the sweep does not resolve). On held-out problems in the
-    domain the sizes are exact or under by at most 310 bytes (alignment padding left out)."""
+    domain the sizes are exact or under by at most 310 bytes (alignment padding left out).
+
+    Unpacked LSTMs of hidden <= 192 run CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward: `_fitted_small_h`;
+    `standard` asks for the standard algorithm's sizes whatever the heuristics pick (that backward)."""
     es = _ELEMENT_BYTES[dtype]
     if seq > (400 if train else 800) or (dropout > 0 and layers < 2):
         return None
-    if not packed and _persistent(mode, dtype, input_size, hidden, layers, batch):
+    if not packed and mode == MODES["lstm"] and hidden <= 192 and not standard:
+        return _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, tokens, es, dtype)
+    if not packed and not standard and _persistent(mode, dtype, input_size, hidden, layers, batch):
         return None
     gates = _GATES[mode]
     lstm = mode == MODES["lstm"]
