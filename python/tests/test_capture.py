@@ -3000,3 +3000,22 @@ def test_linear_under_autocast_reads_the_contiguous_cast_of_a_sliced_input():
         assert y.shape == (8, 10, 96) and y.dtype == torch.bfloat16
         assert type(y.grad_fn).__name__ == "ViewBackward0"
         assert type(z.grad_fn).__name__ == "AddBackward0"
+
+
+def test_grad_scaler_names_the_finite_gradients_it_assumes(capsys):
+    # found by blind171/fo01 and fo04 (contrastive losses over unnormalized embeddings in fp16): the
+    # H200 found infs in every step and skipped optimizer.step(), which the twin, whose gradients
+    # carry no values, takes as finite; the choice is the twin's to name, at the user's line
+    with vramscope.capture():
+        m = torch.nn.Linear(64, 64).cuda()
+        opt = torch.optim.AdamW(m.parameters())
+        scaler = torch.amp.GradScaler()
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = m(torch.randn(8, 64, device="cuda")).float().sum()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    err = capsys.readouterr().err
+    assert err.count("GradScaler checks gradients whose values the twin does not compute") == 1
+    assert "test_capture.py" in err.split("GradScaler checks")[0].splitlines()[-1]

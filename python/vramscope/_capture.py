@@ -1636,6 +1636,20 @@ class Capture:
         )
         return torch.zeros((), dtype=t.dtype).expand(t.shape)
 
+    def warn_found_inf(self) -> None:
+        """A GradScaler's non-finite check over gradients that carry no values: the twin reads them
+        as finite, so `scaler.step()` steps (and the optimizer makes its state), where the GPU skips
+        `optimizer.step()` at any inf or NaN (torch/amp/grad_scaler.py `_maybe_opt_step`): blind171's
+        fo01 and fo04 (unnormalized [CLS] dot products over a temperature of 0.05 and 0.02, fp16)
+        overflowed in every step on the H200, which never made AdamW's states."""
+        site = _user_site()
+        self.warn_once(
+            "found_inf:" + site,
+            f"{site}: GradScaler checks gradients whose values the twin does not compute: it takes them "
+            "as finite, so optimizer.step() runs; on the GPU an inf or NaN there skips the step (and an "
+            "optimizer's first step makes no state), as often in the first steps of fp16 training",
+        )
+
     def nonzero_count(self, t: torch.Tensor, why: str) -> int:
         """How many elements of `t` are nonzero: from its values where it carries them, else all
         of them (the largest result, so the memory after it is an upper bound), with a warning."""
@@ -1921,6 +1935,8 @@ class Capture:
                     self.constants[ptr].add(o)
         if vals is None and mutable:
             kept = _finds_nothing(func, args, kwargs)
+            if kept is not None:
+                self.warn_found_inf()
             for a in _written(func, args, kwargs):
                 if a is not kept:
                     set_value(a, None)
