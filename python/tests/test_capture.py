@@ -3019,3 +3019,29 @@ def test_grad_scaler_names_the_finite_gradients_it_assumes(capsys):
     err = capsys.readouterr().err
     assert err.count("GradScaler checks gradients whose values the twin does not compute") == 1
     assert "test_capture.py" in err.split("GradScaler checks")[0].splitlines()[-1]
+
+
+def test_normal_checks_a_tensor_std_before_and_after_its_result():
+    # DistributionTemplates.h: `normal_impl` runs CHECK_NORMAL_TENSOR_STD (`std.min().ge(0).item()`)
+    # before `at::empty(shape)`, `normal_out_impl` again after it. The H200's per-op truth:
+    # blind174/fr05's `Normal(mu, sigma).sample()` over (51200, 1): 5 allocations, 204,810 bytes;
+    # blind85/cg06's std expanded from (17,) to (64, 17): 7, 13,066 (`min` materializes it);
+    # blind59/bg03's mean and std expanded from one element to (64, 3, 64, 64): 11, 9,437,970.
+    # Before, the twin made the result alone.
+    def counted(fn):
+        before = torch.cuda.memory_stats()
+        fn()
+        after = torch.cuda.memory_stats()
+        return (
+            after["allocation.all.allocated"] - before["allocation.all.allocated"],
+            after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"],
+        )
+
+    with vramscope.capture(gpu="h200"):
+        sigma = torch.empty(51200, 1, device="cuda")
+        assert counted(lambda: torch.normal(sigma, sigma)) == (5, 204810)
+        mean = torch.empty(64, 17, device="cuda")
+        std = torch.empty(17, device="cuda").expand(64, 17)
+        assert counted(lambda: torch.normal(mean, std)) == (7, 13066)
+        one = torch.empty(1, device="cuda").expand(64, 3, 64, 64)
+        assert counted(lambda: torch.normal(one, one)) == (11, 9437970)

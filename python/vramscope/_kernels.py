@@ -3583,6 +3583,58 @@ def _multinomial(cap, func, args, kwargs):
 DISPATCH[aten.multinomial.default] = _multinomial
 
 
+def _normal_std(func, args, kwargs):
+    """`normal`'s std argument where it is a tensor (`normal.Tensor_Tensor`, `normal.float_Tensor`)."""
+    std = kwargs.get("std", args[1] if len(args) > 1 else None)
+    return std if isinstance(std, torch.Tensor) and registered(std) and std.numel() > 0 else None
+
+
+def _check_normal_std(cap, std) -> None:
+    """CHECK_NORMAL_TENSOR_STD (native/DistributionTemplates.h): `std.min().ge(0).item<bool>()`, both
+    temporaries dying at the end of the expression; `min` of an expanded std materializes it
+    as the twin's `min` does (blind59/bg03's and blind85/cg06's H200 per-op truth)."""
+    with cap._modes[1]:
+        smallest = std.min()
+        ok = smallest.ge(0)
+        del ok, smallest
+
+
+def _normal_first_check(cap, func, args, kwargs):
+    """`normal_impl` (DistributionTemplates.h) checks a tensor std before it allocates the result,
+    and `normal_out_impl` checks it again after: 4 more allocations for a contiguous std
+    (blind174/fr05's H200 per-op truth: `Normal(mu, sigma).sample()` over 51,200 rows made 5
+    allocations, 204,810 bytes). The op itself then runs as usual (`_normal_after`)."""
+    std = _normal_std(func, args, kwargs)
+    if std is not None:
+        _check_normal_std(cap, std)
+    return NotImplemented
+
+
+def _normal_after(cap, func, call, outs):
+    """`normal_out_impl`'s part after the result: the std check again; `normal(float, Tensor)`
+    then keeps `at::full({}, mean)` to its return; `normal(Tensor, float)` an
+    `empty_like(output)` that only gives `infer_size` its shape."""
+    args, kwargs = call
+    if not outs or outs[0].numel() == 0:
+        return
+    if func is aten.normal.Tensor_float:
+        std_tensor = _temp(cap, outs[0], "aten::normal")
+        del std_tensor
+        return
+    std = _normal_std(func, args, kwargs)
+    if std is not None:
+        _check_normal_std(cap, std)
+    if func is aten.normal.float_Tensor:
+        mean_tensor = cap.malloc(outs[0].element_size(), "aten::normal", "temporary")
+        del mean_tensor
+
+
+for _f in (aten.normal.Tensor_Tensor, aten.normal.float_Tensor):
+    DISPATCH[_f] = _normal_first_check
+for _f in (aten.normal.Tensor_Tensor, aten.normal.float_Tensor, aten.normal.Tensor_float):
+    AFTER[_f] = _normal_after
+
+
 def _standard_gamma(cap, func, args, kwargs):
     """`_s_gamma_cuda` (cuda/Distributions.cpp): `at::empty(alpha.sizes(), alpha.options())` filled
     by the gamma kernel, nothing else (the op has no meta kernel, so the twin makes its output here
