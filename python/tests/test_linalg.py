@@ -70,6 +70,25 @@ def test_householder_product_allocates_what_the_h200_counted():
     assert any("orgqr" in u for u in cap.unmeasured)
 
 
+def test_orthogonal_layers_householder_and_qr_workspaces_as_the_h200_counted():
+    # blind172/fp06's per-op truth: parametrizations.orthogonal's Householder map of a 1,024 x 3,072
+    # weight (3,072 x 1,024, 1,024 reflectors), a 1,024 x 1,024 product of 512 reflectors (orgqr's
+    # lwork as of 1,024), and the QR retraction of a 100 x 1,024 head transposed (Q, R, tau, geqrf's
+    # info and 3,145,856-byte workspace, orgqr's info and 556,160-byte workspace)
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(3072, 1024, device="cuda")
+        tau = torch.empty(1024, device="cuda")
+        _, counts = counted(lambda: torch.linalg.householder_product(a, tau))
+        assert counts == (3, 12582912 + 4 + 2688000)
+        b = torch.empty(1024, 1024, device="cuda")
+        _, counts = counted(lambda: torch.linalg.householder_product(b, tau[:512]))
+        assert counts == (3, 4194304 + 4 + 1639424)
+        head = torch.empty(100, 1024, device="cuda")
+        _, counts = counted(lambda: torch.linalg.qr(head.mT))
+        assert counts == (7, 4152024)
+    assert not cap.unmeasured
+
+
 def test_orgqr_workspace_of_up_to_64_reflectors_follows_the_sweeps_form():
     # blind151/eu06's per-op truth: parametrizations.orthogonal's Householder map of a 1,024 x 10
     # float32 weight: 3 allocations, the result, the info and orgqr's 173,056-byte workspace

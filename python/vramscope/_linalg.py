@@ -269,6 +269,8 @@ GEQRF_WORKSPACE = {
     (512, 512, torch.float32): 4194432,
     (1536, 1536, torch.float32): 8388736,
     (2048, 2048, torch.float32): 10485888,
+    # blind172/fp06's H200 history (a QR retraction of a 100 x 1,024 head, transposed)
+    (1024, 100, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(
@@ -288,6 +290,12 @@ ORGQR_WORKSPACE.update(
         (512, 512, 512, torch.float32): 852992,
         (1536, 1536, 1536, torch.float32): 2425856,
         (2048, 2048, 2048, torch.float32): 3212288,
+        # blind172/fp06's H200 history: parametrizations.orthogonal's Householder map of a 1,024 x 3,072
+        # weight, a hand-made 1,024 x 1,024 product of 512 reflectors (the same lwork as of 1,024), and
+        # the QR retraction of a 100 x 1,024 head (transposed)
+        (3072, 1024, 1024, torch.float32): 2688000,
+        (1024, 1024, 512, torch.float32): 1639424,
+        (1024, 100, 100, torch.float32): 556160,
     }
 )
 
