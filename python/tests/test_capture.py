@@ -1516,6 +1516,28 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-480, 20), (-448, 20), (-416, 14), (-2, 2), (72, 20)]
 
 
+def test_a_transposed_host_tensor_s_copy_is_a_memcpy_that_keeps_the_context_range(tmp_script, tmp_path):
+    # blind172/fp06's H200 history (rule 6): `parametrizations.orthogonal`'s transposed host bases
+    # went to the device as memcpys (`copy_requires_temporaries`, cuda/Copy.cu: one dtype, one dense
+    # layout), so the next segment lay directly after the first, as after a contiguous tensor's copy,
+    # where a kernel would have put the driver's 2 MiB between them
+    layouts = []
+    for host in ("torch.zeros(1280, 1024)", "torch.zeros(1024, 1280).t()"):
+        snap = tmp_path / f"snap{len(layouts)}.pickle"
+        script = tmp_script(
+            f"""
+import torch
+a = torch.empty(1000, device="cuda")           # 2 MiB at B-2
+w = {host}.to("cuda")                          # 5 MiB: a memcpy (a 20 MiB segment)
+y = torch.empty(7 << 19, device="cuda")        # 14 MiB
+u = torch.empty(7 << 19, device="cuda")        # 14 MiB
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+        )
+        layouts.append(_segments_from_the_anchor(script, snap))
+    assert layouts[1] == layouts[0]
+
+
 def test_unfold_s_im2col_keeps_the_context_range(tmp_script, tmp_path):
     # blind132/eb02's H200 history (rule 6): after the random input, F.unfold's im2col kernel left
     # the range with the context (the next 38 MiB segment went to a new chunk below the others, not

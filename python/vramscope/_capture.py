@@ -211,6 +211,11 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
             non_blocking = kwargs.get("non_blocking", False)
         same_dtype = src.dtype == dst.dtype
         on_device = registered(src), registered(dst)
+        if same_dtype and _same_dense_layout(src, dst):
+            # `copy_requires_temporaries` and `memcpy_eligible` (cuda/Copy.cu): one dtype and an
+            # iterator that coalesces to one dimension are a cudaMemcpyAsync, no kernel (a transposed
+            # host buffer's `.to("cuda")`: blind172/fp06's `parametrizations.orthogonal` bases)
+            return False
         if on_device == (True, True):
             return not (same_dtype and _dense_parts(src) and _dense_parts(dst))
         if on_device == (False, True):  # host to device
@@ -271,6 +276,18 @@ def _host_parallel(func, args, kwargs, out) -> bool:
         return False
     result = out if isinstance(out, torch.Tensor) else args[0] if args else None
     return isinstance(result, torch.Tensor) and result.layout is torch.strided and result.numel() > 32768
+
+
+def _same_dense_layout(src, dst) -> bool:
+    """Two strided tensors of one shape and one non-overlapping, dense layout: TensorIterator orders
+    their dimensions alike and coalesces them to one, so `iter.is_contiguous()` holds."""
+    return (
+        src.layout is torch.strided
+        and dst.layout is torch.strided
+        and src.shape == dst.shape
+        and src.stride() == dst.stride()
+        and _tensor.non_overlapping_and_dense(dst)
+    )
 
 
 def _dense_parts(t) -> bool:
