@@ -2035,6 +2035,26 @@ def test_an_out_of_memory_error_leaves_nothing_of_the_failing_call_alive_in_the_
             raise AssertionError("expected an out-of-memory error")
 
 
+def test_an_out_of_memory_error_in_a_backward_keeps_its_seed_in_the_handler():
+    # validation/run/unwind_probe_s38.py's H200 record (its `oom_backward_in_handler` phase): the
+    # seed `ones_like` stays held by `torch.autograd.backward`'s frame in the traceback through the
+    # program's `except`, as for another error; the pass's own blocks die as the error unwinds
+    with vramscope.capture(gpu="h200"):
+        big = torch.empty(2**28, device="cuda", requires_grad=True)
+        loss = (big * 2).sin().sum()
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 2**21) / total)
+        before = torch.cuda.memory_allocated()
+        try:
+            loss.backward()
+        except torch.OutOfMemoryError:
+            in_handler = torch.cuda.memory_allocated()
+        else:
+            raise AssertionError("expected an out-of-memory error")
+        assert in_handler == before + 512
+        assert torch.cuda.memory_allocated() == before
+
+
 def test_huber_loss_reduces_an_unreduced_loss_of_the_inputs_size():
     # blind55/bc02's H200 per-op record: huber_loss of (256, 4, 256) float32 with the mean made 4
     # allocations of 1,048,712 bytes (the loss, the 0-dim mean and the reduction's two buffers)

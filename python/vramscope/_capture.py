@@ -487,15 +487,10 @@ class _FunctionMode(TorchFunctionMode):
     def _run(self, func, types, args, kwargs):
         try:
             return self._torch_function(func, types, args, kwargs)
-        except torch.OutOfMemoryError as e:
-            # the failing call's own tensors (autocast's casts, a composite's parts) die as C++
-            # unwinds on the GPU; here the twin's frames hold them: they leave the traceback
-            # (blind54/bb01's H200 history: an `empty_cache()` in the program's handler)
-            raise e.with_traceback(None) from None
         except Exception as e:
-            # another error comes from C++ on the GPU too, which holds nothing of the call once it
-            # unwinds (a temporary argument dies): the twin's frames below, finished now, keep
-            # their lines in the traceback but not their tensors (`_forget_frames`)
+            # an error (out of memory too) comes from C++ on the GPU, which holds nothing of the
+            # call once it unwinds (a temporary argument dies): the twin's frames below, finished
+            # now, keep their lines in the traceback but not their tensors (`_forget_frames`)
             _forget_frames(e.__traceback__)
             del e, args, kwargs
             raise
@@ -620,15 +615,12 @@ class _DispatchMode(TorchDispatchMode):
         try:
             with _KERNELS:
                 return cap.dispatch(func, args, kwargs or {})
-        except torch.OutOfMemoryError as e:
-            # on the GPU the failing op's own allocations die as C++ unwinds; here the twin's
-            # frames hold them: they leave the traceback, so the program's `except` sees them
-            # freed (blind54/bb01's H200 history: an `empty_cache()` in the handler)
-            raise e.with_traceback(None) from None
         except Exception as e:
-            # another error comes from C++ on the GPU too, whose frames hold nothing once it
-            # unwinds: the twin's frames below the op keep their lines in the traceback but not
-            # their tensors (blind161/fe04's H200 history: a failed backward's gradients freed)
+            # an error comes from C++ on the GPU, whose frames hold nothing once it unwinds: the
+            # twin's frames below the op keep their lines in the traceback but not their tensors
+            # (H200 histories: blind161/fe04's failed backward's gradients freed; blind54/bb01's
+            # OOM, its autocast casts freed, the program's and torch's Python frames kept to the
+            # end of its `except`)
             _forget_frames(e.__traceback__)
             del args, kwargs, e
             raise
@@ -638,32 +630,36 @@ class _DispatchMode(TorchDispatchMode):
 
 #: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
 _MODE_WRAPPERS = tuple(
-    os.path.join(os.path.dirname(torch.__file__), *parts)
-    for parts in (("_compile.py",), ("_dynamo", "eval_frame.py"))
+    os.path.join(_TORCH_DIR, *parts) for parts in (("_compile.py",), ("_dynamo", "eval_frame.py"))
 )
+#: `OpOverload.__call__`, the Python face of ATen's dispatcher
+_OPS_PY = os.path.join(_TORCH_DIR, "_ops.py")
 #: the twin's own source files
 _OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _forget_frames(tb) -> None:
-    """Clear the locals of the frames of `tb` that are C++ on the GPU: the twin's own, and the
-    dispatch mode's call with torch's wrappers around it and every frame below it (the meta
-    kernels and decompositions an op runs here). The program's frames and torch's Python above the
-    op keep theirs, as on the GPU; a frame still executing keeps its own."""
+    """Clear the locals of the frames of `tb` that are C++ on the GPU: the twin's own, an op's
+    `OpOverload.__call__` the twin called (with autocast's casts in its `args`: C++ calls the op
+    there), and the dispatch mode's call with torch's wrappers around it and every frame below it
+    (the meta kernels and decompositions an op runs here). The program's frames and torch's Python
+    above the op keep theirs, as on the GPU; a frame still executing keeps its own."""
     frames = []
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
+    files = [f.f_code.co_filename for f in frames]
+    own = [f.startswith(_OWN) for f in files]
     mode = _DispatchMode.__torch_dispatch__.__code__
     below = len(frames)
     for i, frame in enumerate(frames):
         if frame.f_code is mode:
             below = i
-            while below > 0 and frames[below - 1].f_code.co_filename in _MODE_WRAPPERS:
+            while below > 0 and files[below - 1] in _MODE_WRAPPERS:
                 below -= 1
             break
     for i, frame in enumerate(frames):
-        if i >= below or frame.f_code.co_filename.startswith(_OWN):
+        if i >= below or own[i] or (files[i] == _OPS_PY and i > 0 and own[i - 1]):
             try:
                 frame.clear()
             except RuntimeError:  # still executing

@@ -708,11 +708,9 @@ def _traced_as_pytorch(stand_in, original):
         args = list(args)
         try:
             return stand_in(*args, **kwargs)
-        except torch.OutOfMemoryError as e:
-            # the stand-in is C++ on the GPU, whose temporaries (autocast's casts) die as it unwinds
-            raise e.with_traceback(None) from None
         except Exception as e:
-            # so do they on another error: the stand-in's frames keep their lines, not their tensors
+            # the stand-in is C++ on the GPU, whose temporaries (autocast's casts) die as an error
+            # unwinds (out of memory too): its frames keep their lines, not their tensors
             from ._capture import _forget_frames
 
             _forget_frames(e.__traceback__)
