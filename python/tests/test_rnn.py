@@ -305,11 +305,11 @@ def test_the_unidirectional_fitted_sizes_hold_only_in_their_domain():
     assert _rnn._fitted(lstm, f32, 256, 512, 0, 2, False, 0.0, True, 8, 50, 400, False) is not None
     # RNN.cpp's persistent algorithms: small hidden sizes, and float16 one-layer LSTMs of batch 8k;
     # an LSTM of hidden <= 192 takes `_fitted_small_h` (in training with inputs no wider than the
-    # hidden size, at most 191 steps), a GRU of hidden <= 192 nothing
+    # hidden size, at most 282 steps), a GRU of hidden <= 192 nothing
     assert _rnn._fitted(gru, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, False, 8, 50, 400, False) is not None
     assert _rnn._fitted(lstm, f32, 256, 192, 0, 1, False, 0.0, True, 8, 50, 400, False) is None
-    assert _rnn._fitted(lstm, f32, 192, 192, 0, 1, False, 0.0, False, 8, 192, 1536, False) is None
+    assert _rnn._fitted(lstm, f32, 192, 192, 0, 1, False, 0.0, False, 8, 283, 2264, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 8, 50, 400, False) is None
     assert _rnn._fitted(lstm, torch.float16, 256, 512, 0, 1, False, 0.0, False, 9, 50, 450, False) is not None
     # longer than the sweeps and the probe measured (training 400 steps, inference 800)
@@ -563,6 +563,41 @@ def test_an_lstm_under_inference_mode_takes_the_measured_workspace():
             _, count, req = _counted(lambda: lstm(x, h))
         assert (count, req) == (4, 1401204992)
     assert cap.report()["unmeasured"] == []
+
+
+def test_the_small_h_sizes_agree_with_the_sweeps_persistent_lstms():
+    # the sweeps' unpacked unidirectional LSTMs that ran CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H
+    # forward (`algo_fwd` 3): inference exact or under by an alignment padding (at most 220 bytes)
+    import json
+    import lzma
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    seen = exact = 0
+    for name in ("rnn_sweep_uni_h200.jsonl.xz", "rnn_sweep_h200.jsonl.xz"):
+        for line in lzma.open(FIXTURES / "run" / name, "rt"):
+            r = json.loads(line)
+            if r.get("set") == "meta" or r["mode"] != "lstm" or r["algo_fwd"] != 3:
+                continue
+            if r["bidirectional"] or r["lengths"] is not None:
+                continue
+            b, s = r["batch"], r["seq_length"]
+            args = (r["input_size"], r["hidden_size"], 0, r["num_layers"], False, r["dropout"])
+            got = _rnn._fitted(
+                _rnn.MODES["lstm"], getattr(torch, r["dtype"]), *args, False, b, s, b * s, False
+            )
+            assert 0 <= r["infer_workspace"] - got["workspace"] <= 220
+            seen += 1
+            exact += got["workspace"] == r["infer_workspace"]
+            trained = _rnn._fitted(
+                _rnn.MODES["lstm"], getattr(torch, r["dtype"]), *args, True, b, s, b * s, False
+            )
+            if trained is not None:
+                measured = (r["train_workspace"], r["reserve"], r["backward_workspace"])
+                fitted = (trained["workspace"], trained["reserve"], trained["backward_workspace"])
+                assert all(0 <= m - f <= 220 for m, f in zip(measured, fitted, strict=True))
+    assert (seen, exact) == (117, 107)
 
 
 def test_a_small_hidden_lstm_outside_the_table_takes_the_persistent_small_h_sizes():
