@@ -1123,3 +1123,19 @@ def test_log_sigmoid_forward_returns_an_empty_buffer_on_cuda():
         out, buffer = aten.log_sigmoid_forward(x)
         assert out.shape == x.shape and buffer.shape == (0,)
         assert torch.cuda.memory_allocated() - before == 524288
+
+
+def test_a_channels_last_convolution_to_one_pixel_of_one_channel_runs_nchw():
+    # cudnn_convolution_forward_out (ConvShared.cpp) copies the operands into the output's
+    # suggest_memory_format(), and an (N, 1, 1, 1) output suggests NCHW: blind173/fq05's H200
+    # per-op truth of a channels-last DCGAN's last conv, the weight's and the input's copies and
+    # the NCHW problem's workspace (3 allocations, 65,536 + 33,554,432 + 33,824,784 bytes)
+    def setup():
+        x = torch.empty(512, 1024, 4, 4, device="cuda").to(memory_format=torch.channels_last)
+        w = torch.empty(1, 1024, 4, 4, device="cuda").to(memory_format=torch.channels_last)
+        return x, w
+
+    def run(x, w):
+        return aten.convolution(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+
+    assert _extra(run, setup) == (3, 65_536 + 33_554_432 + 33_824_784)

@@ -2453,11 +2453,25 @@ def _convolution_op(cap, func, args, kwargs):
     x_c = _copy_unless_in(cap, x, cl)
     out = _in_layout(func(*args), cl)
     cap.track(out, op)
+    x_run = None
     if out.numel() > 0:
-        w_c = _copy_unless_in(cap, w, cl)
+        if cl and not conv[5] and not _suggests_channels_last(out):
+            # cudnn_convolution_forward_out (ConvShared.cpp) takes `output->suggest_memory_format()`:
+            # an (N, 1, 1, 1) output is ambiguous and suggests NCHW, so the weight and then the input
+            # are copied contiguous and the problem runs NCHW (blind173/fq05's H200 per-op truth: a
+            # channels-last DCGAN's final 4 x 4 conv to one channel copied both, then its workspace)
+            conv = (*conv[:-1], False)
+            w_c = _copy_unless_in(cap, w, False)
+            nbytes = x.numel() * x.element_size()
+            x_run = (
+                cap.malloc(nbytes, "aten::contiguous", "temporary") if x_c else _copy_unless_in(cap, x, False)
+            )
+        else:
+            w_c = _copy_unless_in(cap, w, cl)
         if not _native_depthwise_3d(conv):
             _conv_workspace(cap, "forward", conv)
-        del w_c
+        # `input_contig` made after `weight_contig`, so freed before it
+        del x_run, w_c
     del x_c
     return out
 
