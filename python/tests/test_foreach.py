@@ -89,3 +89,24 @@ def test_fused_sgd_allocates_only_its_momentum_buffers():
             steps.append(after["allocation.all.allocated"] - before["allocation.all.allocated"])
         assert steps == [3, 0]
         assert all(opt.state[p]["momentum_buffer"].shape == (1000,) for p in ps)
+
+
+def test_grouping_by_device_keys_simulated_tensors_by_their_cuda_device():
+    # ForeachUtils.h keys each group by its tensors' device: cuda:0 on a GPU, where callers move
+    # tensors to the key (swa_utils' AveragedModel.update_parameters: `self.n_averaged.to(device)`,
+    # a host tensor copied per group; blind173/fq05's H200 history, 8 bytes each)
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    with vramscope.capture():
+        net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).cuda()
+        groups = torch.utils._foreach_utils._group_tensors_by_device_and_dtype(
+            [[p for p in net.parameters()]]
+        )
+        assert [device for device, _ in groups] == [torch.device("cuda", 0)]
+        ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(0.999), use_buffers=True)
+        ema.update_parameters(net)
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        ema.update_parameters(net)
+        # two groups (float32, and int64's num_batches_tracked): two copies of n_averaged, then
+        # the int64 group's three float temporaries of `p_ema * decay + p_model * (1 - decay)`
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 5

@@ -886,7 +886,22 @@ def _grouped(original):
                 indices.append(i)
         return groups
 
-    return group
+    def keyed(tensorlistlist, with_indices=False):
+        # the C++ grouping keys by the device underneath, meta for simulated tensors; on a GPU the
+        # key is their `cuda:0`, and callers move tensors to it (torch.optim.swa_utils'
+        # `self.n_averaged.to(device)`, a host tensor: an 8-byte copy per group, blind173/fq05)
+        groups = group(tensorlistlist, with_indices)
+        if not any(device.type == "meta" for device, _ in groups):
+            return groups
+        out = {}
+        for (device, dtype), (lists, indices) in groups.items():
+            first = next((t for tl in lists for t in tl if t is not None), None)
+            if device.type == "meta" and first is not None:
+                device = first.device
+            out[(device, dtype)] = (lists, indices)
+        return out
+
+    return keyed
 
 
 def _patch_constraint_checks(p: _Patch, cap) -> None:
