@@ -238,6 +238,24 @@ def test_svd_allocates_and_frees_in_the_h200s_order(case):
         assert not cap.unmeasured
 
 
+@pytest.mark.parametrize(
+    "shape, dtype, counts",
+    [
+        ((2, 32, 32), torch.float32, (7, 28809)),
+        ((8, 32, 32), torch.float32, (7, 103329)),
+        ((27, 27), torch.float64, (8, 25654)),
+    ],
+)
+def test_gesvdj_batched_of_whitening_covariances_as_the_h200_counted(shape, dtype, counts):
+    # blind172/fp03's per-op truth: U, S, Vh, the infos, the column-major clone, gesvdjBatched's
+    # workspace (3,968 bytes in float32, 7,936 in float64) and `_linalg_check_errors`' reads
+    with vramscope.capture(gpu="h200") as cap:
+        a = torch.empty(*shape, device="cuda", dtype=dtype)
+        _, got = counted(lambda: torch.linalg.svd(a))
+        assert got == counts
+    assert not cap.unmeasured
+
+
 def test_gesvdj_lwork_is_the_h200s_over_the_whole_grid():
     # every (type, m, n, econ, jobz) the probe called cusolverDn<t>gesvdj_bufferSize with, in every
     # form of the fit

@@ -502,6 +502,11 @@ GESVDJ_BATCHED_WORKSPACE = {
     (16, 16, 8, True, torch.float32): 3968,
     (32, 20, 1, True, torch.float32): 3968,
     (32, 32, 4096, True, torch.float32): 3968,  # blind117/dm03's H200 history
+    # blind172/fp03's H200 history: decorrelated batch norm's groups of 32 channels, and the float64
+    # covariance of 3 x 3 patches (992 elements in either type, as every size measured so far)
+    (32, 32, 2, True, torch.float32): 3968,
+    (32, 32, 8, True, torch.float32): 3968,
+    (27, 27, 1, True, torch.float64): 7936,
 }
 
 #: `cusolverDn<t>gesvd_bufferSize`'s lwork in bytes by (m, n, dtype), m >= n, as
