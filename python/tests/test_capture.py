@@ -238,6 +238,22 @@ def test_a_parameter_keeps_its_python_attributes_when_moved_to_the_gpu():
         assert bias.tag == "b" and bias.is_cuda
 
 
+def test_a_gpu_parameter_moved_to_the_host_frees_its_storage_whoever_else_holds_it():
+    # `module.to("cpu")` sets a CUDA parameter's data in place (dense CUDA and CPU impls are
+    # compatible), so another holder of the Parameter (eager QAT's float module, kept by its
+    # qconfig's factory-kwargs closure; an optimizer) sees the CPU tensor and the CUDA storage
+    # dies (blind169/fm04's H200 record: 30,708,224 bytes freed after `model.to("cpu")`)
+    with vramscope.capture():
+        lin = torch.nn.Linear(1024, 1024).cuda()
+        weight = lin.weight
+        held = {"weight": lin.weight}
+        assert torch.cuda.memory_allocated() == 4198400
+        lin.to("cpu")
+        assert lin.weight is weight and held["weight"] is weight and isinstance(weight, torch.nn.Parameter)
+        assert weight.device.type == "cpu" and weight.shape == (1024, 1024) and weight.requires_grad
+        assert torch.cuda.memory_allocated() == 0
+
+
 def test_a_parameter_an_autograd_graph_holds_moves_to_the_gpu():
     # `torch.nn.utils.weight_norm` computes the weight from g and v at wrapping, a graph that saves
     # both until the first forward recomputes it; `.to("cuda")` then sets their data

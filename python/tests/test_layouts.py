@@ -838,6 +838,53 @@ def test_a_per_channel_qat_observer_allocates_as_the_h200_does():
         assert counts == (10, 10184)
 
 
+def test_qat_observers_reductions_and_copies_allocate_as_the_h200_does():
+    # blind169/fm04's H200 per-op truth (eager QAT of DistilBERT): `aminmax(x)` of a (32, 256, 768)
+    # float32 splits its reduction, a 4,224-byte global buffer and 4 bytes of semaphores beside the
+    # two results (ReduceAMinMax.cu); the fused observer copies a non-contiguous activation
+    # (`x.contiguous()`, 98,304 bytes for `hidden_state[:, 0]`); the unfused per-channel fake
+    # quantization checks its int32 zero points by `aminmax` first (2 x 4 bytes, 11,796,488 in all)
+    from torch.ao import quantization as tq
+
+    def stats(fn):
+        before = torch.cuda.memory_stats()
+        out = fn()
+        after = torch.cuda.memory_stats()
+        keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+        return out, tuple(after[k] - before[k] for k in keys)
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(32, 256, 768, device="cuda")
+        _, counts = stats(lambda: torch.aminmax(x))
+        assert counts == (4, 4 + 4 + 4224 + 4)
+        fq = tq.FusedMovingAvgObsFakeQuantize(
+            observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=127
+        ).cuda()
+        h = torch.empty(32, 256, 768, device="cuda")[:, 0]
+        _, counts = stats(lambda: fq(h))
+        assert counts == (5, 98304 + 4 + 4 + 98304 + 24576)
+        w = torch.empty(3072, 768, device="cuda")
+        scale = torch.ones(3072, device="cuda")
+        zp = torch.zeros(3072, dtype=torch.int32, device="cuda")
+        _, counts = stats(lambda: torch.fake_quantize_per_channel_affine(w, scale, zp, 0, -128, 127))
+        assert counts == (4, 4 + 4 + 9437184 + 2359296)  # the mask too, freed
+
+
+def test_a_host_mask_assignment_copies_its_positions_to_the_gpu():
+    # `prune.random_structured`'s `mask[:, channel_mask] = 1` with a CPU bool: no masked_fill_ (the
+    # mask is on another device); the value's 4 bytes, then the host nonzero's 336 positions copied
+    # to the GPU, 2,688 bytes (blind169/fm03's H200 per-op truth)
+    with vramscope.capture(gpu="h200"):
+        mask = torch.zeros(384, 384, device="cuda")
+        keep = torch.zeros(384, dtype=torch.bool)
+        keep[:336] = True
+        before = torch.cuda.memory_stats()
+        mask[:, keep] = 1
+        after = torch.cuda.memory_stats()
+        keys = ("allocation.all.allocated", "requested_bytes.all.allocated")
+        assert tuple(after[k] - before[k] for k in keys) == (2, 4 + 2688)
+
+
 def test_squeeze_excitation_convolutions_take_each_problems_layout_issue_31():
     # blind56/bd05 on the H200 (EfficientNet-B0 in channels-last bf16): a pooled (192, 96, 1, 1) input
     # is contiguous and its (4, 96, 1, 1) weight channels-last, both contiguous in either layout. By

@@ -396,6 +396,31 @@ def _amax_amin(cap, func, call, outs):
 
 for _f in (aten.amax.default, aten.amin.default):
     AFTER[_f] = _amax_amin
+
+
+def _aminmax(cap, func, call, outs):
+    """`aminmax` (`aminmax_out`, TensorCompare.cpp; ReduceAMinMax.cu): `gpu_reduce_kernel<scalar_t,
+    scalar_t>` with `MinMaxOps`, accumulating `(min, max)` pairs of the input's type, which no
+    output can hold; its global buffer and semaphores where the rule splits the reduction. Without
+    `dim` the kernel takes `self.contiguous()` (`aminmax_allreduce_stub`): a non-contiguous
+    input's copy lives through it. blind169/fm04's H200 per-op truth: the observers' `aminmax(x)`
+    of a (32, 256, 768) float32, 4,224 + 4 bytes beside the two results."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0:
+        return
+    dim = args[1] if len(args) > 1 else kw.get("dim")
+    size, op = x.element_size(), func._schema.name
+    if dim is not None:
+        reduced = [i == dim % max(x.dim(), 1) for i in range(x.dim())]
+        reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, size, 2 * size, op, size)
+        return
+    copy = None if x.is_contiguous() else cap.malloc(x.numel() * size, op, "temporary")
+    reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), size, 2 * size, op, size)
+    del copy
+
+
+AFTER[aten.aminmax.default] = _aminmax
 for _f in (
     aten.argmax.default,
     aten.argmax.out,
@@ -2006,16 +2031,17 @@ def module_apply(original):
     def in_place(t, applied) -> bool:
         """Whether `_apply` moves `t` by `param.data = applied` on the GPU, where the twin's meta
         tensor fails the check: a plain dense CPU parameter taking a simulated tensor (the same
-        Parameter stays, so an optimizer built before `.cuda()` still holds it)."""
-        return (
-            type(t) is torch.nn.Parameter
-            and t.device.type == "cpu"
-            and t.layout == torch.strided
-            and t.grad is None
-            and t.grad_fn is None
-            and registered(applied)
-            and applied.layout == torch.strided
-        )
+        Parameter stays, so an optimizer built before `.cuda()` still holds it), or a simulated
+        parameter taking a dense CPU tensor (`.to("cpu")`: whoever else holds the Parameter, as
+        eager QAT's float module does through its qconfig's factory-kwargs closure, sees the CPU
+        tensor, and the CUDA storage dies: blind169/fm04's H200 record)."""
+        if type(t) is not torch.nn.Parameter or t.grad is not None or t.grad_fn is not None:
+            return False
+        if t.layout != torch.strided or applied.layout != torch.strided:
+            return False
+        if t.device.type == "cpu":
+            return registered(applied)
+        return registered(t) and type(applied) is torch.Tensor and applied.device.type == "cpu"
 
     def compatible(t, applied):
         return True if in_place(t, applied) else real_compatible(t, applied)
@@ -3678,11 +3704,23 @@ def _sample_dirichlet(cap, func, args, kwargs):
 def _fake_quantize_cachemask(cap, func, args, kwargs):
     """`fake_quantize_per_{tensor,channel}_affine_cachemask` (quantized/FakeQuantPerTensorAffine.cpp,
     FakeQuantPerChannelAffine.cpp): `empty_like(self)` and a bool `empty_like` mask, both in the
-    input's preserved layout, filled by one kernel."""
+    input's preserved layout, filled by one kernel. Per channel, an integer zero point is first
+    checked against the range by `at::aminmax(zero_point)`, whose two 0-dim results die before the
+    outputs (blind169/fm04's H200 per-op truth: the FFN weights' unfused FakeQuantize, 2 x 4 bytes
+    beside a (3072, 768) float32's outputs)."""
     x = args[0]
     if not registered(x) or kwargs:
         return NotImplemented
     cap.ops += 1
+    zp = args[2] if func is aten.fake_quantize_per_channel_affine_cachemask.default else None
+    if registered(zp) and not zp.is_floating_point() and zp.numel() > 0:
+        op = func._schema.name
+        zp_min = cap.malloc(zp.element_size(), op, "temporary")
+        zp_max = cap.malloc(zp.element_size(), op, "temporary")
+        reduce_scratch(
+            cap, list(zp.shape), None, [True] * zp.dim(), zp.element_size(), 2 * zp.element_size(), op
+        )
+        del zp_max, zp_min
     with cap._modes[1]:
         y = torch.empty_like(x, memory_format=torch.preserve_format)
         mask = torch.empty_like(x, dtype=torch.bool, memory_format=torch.preserve_format)
@@ -4407,6 +4445,23 @@ def _index_put_value(cap, func, args, kwargs):
         out = cap.run(func, args, kwargs, ours)
         del positions
         return out
+    if (
+        mask is not None
+        and mask.device.type == "cpu"
+        and not registered(mask)
+        and (registered(value) or (host_value and value.dim() == 0))
+    ):
+        # a host mask cannot go to `masked_fill_` (another device): after the value's copy,
+        # `expandTensors` makes it `nonzero()` on the host and `make_info` copies each of its
+        # mask.dim() index columns to the GPU, dying with the op (blind169/fm03's H200 per-op
+        # truth: `prune.random_structured`'s `mask[:, channel_mask] = 1` with a CPU bool of 384,
+        # 336 kept, 2,688 bytes after the 4-byte value)
+        copy = None if registered(value) else cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
+        n = int(torch.count_nonzero(mask))
+        temps = [cap.malloc(n * 8, "aten::index_put_", "temporary") for _ in range(mask.dim())]
+        out = cap.run(func, args, kwargs, ours)
+        del temps, copy
+        return out
     moved = [
         i
         for i in defined
@@ -4486,6 +4541,22 @@ def _set_data(cap, func, args, kwargs):
     timm's `reparameterize` does with a fresh layer's weight; a simulated tensor is a meta tensor,
     which that check refuses against a CPU one, so the variable first becomes a meta tensor."""
     var, new = args[0], args[1] if len(args) > 1 else None
+    if (
+        type(var) is torch.nn.Parameter
+        and registered(var)
+        and type(new) is torch.Tensor
+        and new.device.type == "cpu"
+        and new.layout == torch.strided
+        and var.grad_fn is None
+        and var.grad is None
+    ):
+        # the reverse (`.to("cpu")`): the Parameter takes a CPU stand-in's TensorImpl, the stand-in
+        # the simulated one, whose storage dies with it as the CUDA storage dies on the GPU
+        stand_in = torch.nn.Parameter(torch.empty(0, dtype=new.dtype), requires_grad=var.requires_grad)
+        _swap_tensors_unchecked(var, stand_in)
+        var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
+        del stand_in
+        return func(var, new)
     if (
         not isinstance(var, torch.Tensor)
         or not isinstance(new, torch.Tensor)
@@ -4573,10 +4644,15 @@ def _fused_obs_fake_quant(cap, func, args, kwargs):
     a = dict(zip(_FUSED_OBS_FQ, args, strict=False))
     a.update(kwargs)
     x = a["self"]
-    if not registered(x) or not x.is_contiguous():
+    per_row = bool(a.get("per_row_fake_quant", False))
+    if not registered(x) or (per_row and not x.is_contiguous()):
         return NotImplemented
     op = func._schema.name
-    per_row = bool(a.get("per_row_fake_quant", False))
+    # `const auto x_contig = x.contiguous()` first, alive to the return: a non-contiguous
+    # activation (DistilBERT's `hidden_state[:, 0]` into pre_classifier) is copied, and the
+    # per-tensor observer reduces the copy (blind169/fm04's H200 per-op truth: (32, 768) of
+    # strides (196608, 1), 98,304 bytes more beside the outputs)
+    x_contig = None if x.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
     if per_row:
         ch = a["ch_axis"]
         if ch != 0:
@@ -4600,7 +4676,9 @@ def _fused_obs_fake_quant(cap, func, args, kwargs):
         reduce_scratch(cap, list(x.shape), None, [True] * x.dim(), x.element_size(), 8, op)
         del x_min, x_max
     ours = [t for t in args if registered(t)] + [t for t in kwargs.values() if registered(t)]
-    return cap.run(func, args, kwargs, ours)
+    out = cap.run(func, args, kwargs, ours)
+    del x_contig
+    return out
 
 
 DISPATCH[aten._fused_moving_avg_obs_fq_helper.default] = _fused_obs_fake_quant
