@@ -271,6 +271,9 @@ GEQRF_WORKSPACE = {
     (2048, 2048, torch.float32): 10485888,
     # blind172/fp06's H200 history (a QR retraction of a 100 x 1,024 head, transposed)
     (1024, 100, torch.float32): 3145856,
+    # blind169/fm05's H200 history (`torch.svd_lowrank(W, q=136, niter=2)` of Llama's k/v projections)
+    (256, 136, torch.float32): 3145856,
+    (1024, 136, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(
@@ -296,6 +299,9 @@ ORGQR_WORKSPACE.update(
         (3072, 1024, 1024, torch.float32): 2688000,
         (1024, 1024, 512, torch.float32): 1639424,
         (1024, 100, 100, torch.float32): 556160,
+        # blind169/fm05's H200 history (svd_lowrank's range finder, reduced Q)
+        (256, 136, 136, torch.float32): 336896,
+        (1024, 136, 136, torch.float32): 730112,
     }
 )
 
