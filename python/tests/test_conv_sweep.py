@@ -414,3 +414,25 @@ def test_informers_kernel_1_conv1d_takes_the_measured_forward_workspace():
         after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
         assert after - before == 48 * 2048 * 360 * 4 + 179044595
     assert cap.report()["unmeasured"] == []
+
+
+def test_a_whitened_cifar_stem_s_channels_last_bf16_forward_takes_the_measured_workspace():
+    # blind172/fp03's H200 per-op truth (a 54-channel ZCA-whitened input into a 3 x 3 conv of 64,
+    # channels-last bf16, batch 1,024 at 30 px): cuDNN's forward took 103,283,859 bytes of workspace
+    # beside the (1024, 64, 30, 30) output; the twin had estimated 423 bytes from the nearest
+    # measured problem before the table held it
+    import torch
+    import torch.nn.functional as F
+    import vramscope
+
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(1024, 54, 30, 30, device="cuda", dtype=torch.bfloat16)
+        x = x.contiguous(memory_format=torch.channels_last)
+        w = torch.empty(64, 54, 3, 3, device="cuda", dtype=torch.bfloat16)
+        w = w.contiguous(memory_format=torch.channels_last)
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        with torch.no_grad():
+            F.conv2d(x, w, padding=1)
+        after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        assert after - before == 1024 * 64 * 30 * 30 * 2 + 103283859
+    assert cap.report()["unmeasured"] == []
