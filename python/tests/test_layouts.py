@@ -1186,3 +1186,25 @@ def test_a_channels_last_convolution_to_one_pixel_of_one_channel_runs_nchw():
         return aten.convolution(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
 
     assert _extra(run, setup) == (3, 65_536 + 33_554_432 + 33_824_784)
+
+
+def test_a_convolution_double_backward_sums_its_two_terms_out_of_place():
+    # `_convolution_double_backward` (Convolution.cpp): `ggO = ggO + ggW_term` allocates, unlike the
+    # engine's in-place accumulation into an input buffer; blind173/fq02's H200 history of
+    # StyleGAN2's path-length penalty through a modulated ToRGB (grouped 1x1 conv, 4 x 4)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h200"):
+        x0 = torch.randn(16, 512, 4, 4, device="cuda", requires_grad=True)
+        w0 = torch.randn(1, 3, 512, 1, 1, device="cuda", requires_grad=True)
+        s = torch.randn(16, 1, 512, 1, 1, device="cuda", requires_grad=True)
+        out = F.conv2d(x0.reshape(1, 16 * 512, 4, 4), (w0 * s).view(48, 512, 1, 1), groups=16)
+        g1, g2 = torch.autograd.grad(out.sum(), (s, x0), create_graph=True)
+        torch.cuda.memory._record_memory_history()
+        (g1.pow(2).sum() + g2.pow(2).sum()).backward()
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    events = [
+        e["action"] for e in trace if e["size"] == 48 * 16 * 4 and e["action"] in ("alloc", "free_requested")
+    ]
+    # ggO = conv(ggI, w), ggW_term = conv(input, ggW), and their sum before either is freed
+    assert events[:5] == ["alloc"] * 3 + ["free_requested"] * 2

@@ -1389,6 +1389,9 @@ class Capture:
         #: (its node's key, [(a local, its copy)], [whether ggW's term ran]); `_malloc_handle` drops
         #: them outside that node
         self.node_temps: tuple | None = None
+        #: a weak reference to the last double backward's ggW term, `conv(input, ggW)`, which its
+        #: body sums into ggO out of place (`_kernels._accumulate`)
+        self.ggw_term_out = None
         self.oom: str | None = None
         self._modes = None
         self._patch = None

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import weakref
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -1575,6 +1576,12 @@ def _accumulate(cap, func, args, kwargs):
     if old._is_view() or not _non_overlapping_and_dense(old):
         return NotImplemented
     node = torch._C._current_autograd_node()
+    if node is not None and node.name() == "ConvolutionBackwardBackward0" and cap.ggw_term_out is not None:
+        # `_convolution_double_backward`'s own `ggO = ggO + ggW_term` (Convolution.cpp), out of place
+        # on the GPU (blind173/fq02's H200 history: path-length regularization through modulated
+        # convolutions, one output-sized sum per layer)
+        if cap.ggw_term_out() is var:
+            return NotImplemented
     if node is not None and node.name() == "LinalgCholeskyExBackward0" and var._is_view():
         # cholesky_backward's own `gA + gA.tril(-1).mH()` (FunctionsManual.cpp), out of place on
         # the GPU too (blind21/u04's H200 history); the node's gradient itself is no view
@@ -2448,6 +2455,15 @@ def _convolution(cap, func, args, kwargs):
     given = args
     args, block_copy, body_ends = _double_backward_operands(cap, args)
     out = _convolution_op(cap, func, args, kwargs)
+    node = torch._C._current_autograd_node()
+    if (
+        node is not None
+        and node.name() == "ConvolutionBackwardBackward0"
+        and isinstance(out, torch.Tensor)
+        and bool(given[6]) == bool(node._saved_transposed)
+        and _same_view(given[0], node._saved_input)
+    ):
+        cap.ggw_term_out = weakref.ref(out)
     if torch.is_grad_enabled() and isinstance(out, torch.Tensor):
         copies = [a for a, b in zip(args[:2], given[:2], strict=True) if a is not b]
         if copies:
