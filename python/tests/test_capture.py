@@ -1974,6 +1974,15 @@ def test_ops_without_meta_kernels_take_their_cuda_kernels_rules():
             lambda: torch.ops.aten.fake_quantize_per_tensor_affine_cachemask(x, 0.1, 0, 0, 255)
         )
         assert y.stride() == x.stride() and mask.dtype == torch.bool and counts == (2, 8192 + 2048)
+        # with tensor qparams (FakeQuantize's per-tensor path; blind169/fm04)
+        scale, zp = torch.ones(1, device="cuda"), torch.zeros(1, dtype=torch.int32, device="cuda")
+        on = torch.ones(1, dtype=torch.long, device="cuda")
+        (y, mask), counts = counted(
+            lambda: torch.ops.aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams(
+                x, scale, zp, on, 0, 255
+            )
+        )
+        assert y.stride() == x.stride() and mask.dtype == torch.bool and counts == (2, 8192 + 2048)
     assert not cap.unmeasured
 
 

@@ -3747,6 +3747,10 @@ DISPATCH[aten._standard_gamma.default] = _standard_gamma
 DISPATCH[aten._sample_dirichlet.default] = _sample_dirichlet
 DISPATCH[aten.fake_quantize_per_tensor_affine_cachemask.default] = _fake_quantize_cachemask
 DISPATCH[aten.fake_quantize_per_channel_affine_cachemask.default] = _fake_quantize_cachemask
+# FakeQuantize's per-tensor path with tensor qparams (`fake_quantize_per_tensor_affine` given a
+# scale tensor): the same two outputs, `fake_quant_enabled.item()` read on the host, no scratch
+# (blind169/fm04's H200 per-op truth lists no allocation beyond them)
+DISPATCH[aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default] = _fake_quantize_cachemask
 SCRATCH_UNMODELLED.discard("aten::multinomial")
 
 
