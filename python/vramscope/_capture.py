@@ -28,6 +28,7 @@ import weakref
 
 import torch
 import torch.utils._device
+from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
@@ -281,6 +282,8 @@ def _host_parallel(func, args, kwargs, out) -> bool:
 def _same_dense_layout(src, dst) -> bool:
     """Two strided tensors of one shape and one non-overlapping, dense layout: TensorIterator orders
     their dimensions alike and coalesces them to one, so `iter.is_contiguous()` holds."""
+    if isinstance(src, UninitializedTensorMixin) or isinstance(dst, UninitializedTensorMixin):
+        return False  # a lazy module's parameter: no storage, nothing copied
     return (
         src.layout is torch.strided
         and dst.layout is torch.strided
