@@ -292,9 +292,9 @@ def test_the_encoder_fast_paths_ffn_keeps_its_input_through_both_linears():
 
 
 def test_an_encoder_the_gpu_would_pack_nested_keeps_its_layers_off_the_dense_masked_path(monkeypatch):
-    # fp32 with a right-padded key mask: TransformerEncoder packs a nested tensor on the GPU, which
-    # the twin models in fp16 only; its layers then run the module path, not the dense masked
-    # kernels (`_mha_explicit`), which the same layer takes when called on its own
+    # fp32 with a right-padded key mask: TransformerEncoder packs a nested tensor on the GPU (the
+    # twin models it: the memory-efficient kernel); its layers do not run the dense masked kernels
+    # (`_mha_explicit`), which the same layer takes when called on its own
     from vramscope import _attention
 
     calls = []
@@ -312,6 +312,31 @@ def test_an_encoder_the_gpu_would_pack_nested_keeps_its_layers_off_the_dense_mas
         assert calls == []
         encoder.layers[0](x, src_key_padding_mask=pad)
         assert calls == [1]
+
+
+def test_an_fp32_encoder_packs_its_padded_batch_and_runs_the_efficient_kernel_on_it():
+    # blind179/fw05's H200 history (6 fp32 layers of 512, 8 heads, eval under inference_mode, a
+    # 1,024 x 128 batch of 79,203 valid tokens): each layer's attention is
+    # `_scaled_dot_product_efficient_attention_nestedtensor_cuda`: the qkv linear over the T tokens,
+    # the two cumulative lengths, the (T, E) output and no logsumexp, then the out projection
+    n, s, e = 4, 32, 64
+    lengths = [32, 20, 10, 5]
+    t = sum(lengths)
+    with vramscope.capture(gpu="h200"), torch.inference_mode():
+        layer = torch.nn.TransformerEncoderLayer(e, 4, 256, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, 1).cuda().eval()
+        x = torch.randn(n, s, e, device="cuda")
+        pad = (
+            torch.arange(s, device="cuda")[None].expand(n, s) >= torch.tensor(lengths, device="cuda")[:, None]
+        )
+        encoder(x, src_key_padding_mask=pad)  # the first call also takes cuBLAS's workspaces
+        torch.cuda.memory._record_memory_history()
+        y = encoder(x, src_key_padding_mask=pad)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    sizes = [e_["size"] for e_ in trace if e_["action"] == "alloc"]
+    qkv = sizes.index(3 * t * e * 4)
+    assert sizes[qkv + 1 : qkv + 5] == [(n + 1) * 4, (n + 1) * 4, t * e * 4, t * e * 4]
+    assert y.shape == (n, s, e)
 
 
 def test_an_encoder_under_autocast_still_runs_the_left_aligned_check():

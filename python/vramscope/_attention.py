@@ -782,7 +782,8 @@ def _masked_softmax(x, mask, mask_type):
 # `_transformer_encoder_layer_fwd` on it (nested linears and layer norms over the T valid tokens, the
 # varlen flash kernel) and pads the result back (`to_padded_tensor`). The twin keeps the nested tensor
 # as a dense (1, T, D) tensor holding the tokens' lengths (`_vs_nested`); modelled for fp16 (the CUDA
-# kernels of `nested_from_padded` and `to_padded_tensor`) with heads the flash kernel takes.
+# kernels of `nested_from_padded` and `to_padded_tensor`) with heads the flash kernel takes, and for
+# fp32 (the memory-efficient kernel).
 
 
 def _valid_lengths(mask):
@@ -839,13 +840,18 @@ def _nested_modelled(enc, p) -> bool:
     if kpm is None or p.get("mask") is not None or not registered(src) or src.dim() != 3:
         return False
     mha = layer.self_attn
-    if layer.training or not getattr(enc, "use_nested_tensor", False) or src.dtype != torch.float16:
+    if layer.training or not getattr(enc, "use_nested_tensor", False):
+        return False
+    if src.dtype not in (torch.float16, torch.float32):
         return False
     if not torch.backends.mha.get_fastpath_enabled() or not mha.batch_first or torch.is_autocast_enabled():
         return False
     dph = mha.embed_dim // mha.num_heads
-    # sdp_utils.cpp's nested flash checks (head dim a multiple of 8 up to 256, sm_80 and up)
-    if dph % 8 or dph > 256 or tuple(_FAST.capability) < (8, 0):
+    # sdp_utils.cpp's nested checks: fp16 takes flash (head dim a multiple of 8 up to 256, sm_80 and
+    # up), fp32 the memory-efficient kernel (flash takes no fp32; head dim a multiple of 16 / 4 bytes)
+    if src.dtype == torch.float16 and (dph % 8 or dph > 256 or tuple(_FAST.capability) < (8, 0)):
+        return False
+    if src.dtype == torch.float32 and dph % 4:
         return False
     if torch.is_grad_enabled() and any(w.requires_grad for w in layer.parameters()):
         return False
@@ -939,9 +945,22 @@ def _nested_mha(cap, x, lengths, e: int, h: int, a: dict):
     qkv freed (blind77/by06's H200 history)."""
     import torch.nn.functional as F
 
-    op = "aten::_scaled_dot_product_flash_attention_for_nested"
     t, n = x.shape[1], len(lengths)
     qkv = F.linear(x, a["qkv_weight"], a["qkv_bias"])
+    if x.dtype == torch.float32:
+        # `_scaled_dot_product_efficient_attention_nestedtensor_cuda` (nested/cuda/
+        # NestedTensorTransformerFunctions.cpp): the two cumulative lengths copied in, the (T, H, D)
+        # output; no logsumexp without grad, no seed or offset on the device without dropout; the
+        # lengths freed before the out projection (blind179/fw05's H200 history, fp32 in eval)
+        op = "aten::_scaled_dot_product_efficient_attention"
+        cu_q = cap.malloc((n + 1) * 4, op, "temporary")
+        cu_k = cap.malloc((n + 1) * 4, op, "temporary")
+        y = cap.track(torch.empty((1, t, e), dtype=x.dtype, device=x.device), op)
+        del cu_q, cu_k
+        out = F.linear(y, a["proj_weight"], a["proj_bias"])
+        del y, qkv
+        return out
+    op = "aten::_scaled_dot_product_flash_attention_for_nested"
     cu_q = cap.malloc((n + 1) * 4, op, "temporary")
     cu_k = cap.malloc((n + 1) * 4, op, "temporary")
     y = cap.track(torch.empty((1, t, e), dtype=x.dtype, device=x.device), op)
