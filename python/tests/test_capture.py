@@ -1575,6 +1575,26 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-416, 14), (-2, 2), (74, 20)]
 
 
+def test_rand_s_uniform_kernel_keeps_the_context_range(tmp_script, tmp_path):
+    # blind177/fu01's H200 history (rule 6): after `torch.rand`'s kernel (Philox's uniform, the
+    # distribution templates of randn's normal) the next 2 MiB segments went into the context's hole
+    # above the first segment, not into the range B-416..B, which stayed with the context until the
+    # first kernel of PyTorch's own (the twin released it at the rand: 2 MiB over in fu01's reserved)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+x = torch.rand(8, 3, 64, 64, device="cuda")    # 2 MiB at B-2; uniform random numbers keep the range
+u = torch.empty(5 << 20, device="cuda")        # 20 MiB: the context's hole at B+74, not B-416
+z = x * 2                                      # a kernel of PyTorch's own: the range goes back
+y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, from its low end
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    where = _segments_from_the_anchor(script, snap)
+    assert where == [(-416, 14), (-2, 2), (74, 20)]
+
+
 def test_the_first_optimizer_maps_libtriton_below_the_context(tmp_script, tmp_path):
     # blind21/u06 and blind25/y04 on the H200 (docs/driver-placement.md, rule 10): an optimizer's
     # construction imports torch._dynamo, which maps libtriton.so (141.28 MiB) below the context

@@ -300,8 +300,17 @@ def _dense_parts(t) -> bool:
 
 
 #: Philox random-number kernels, after which the CUDA context still holds its range (the driver's
-#: address-space rule 6: measured op by op on the H200, `validation/va_run_maps.py`)
-_RANDOM_KERNELS = {aten.randn.default, aten.randint.low, aten.randint.default, aten.normal_.default}
+#: address-space rule 6: measured op by op on the H200, `validation/va_run_maps.py`); `rand`'s
+#: uniform kernel too (cuda/DistributionTemplates.h: `uniform_kernel` and `normal_kernel` are both
+#: `distribution_nullary_kernel`s; blind177/fu01's H200 history)
+_RANDOM_KERNELS = {
+    aten.randn.default,
+    aten.randint.low,
+    aten.randint.default,
+    aten.normal_.default,
+    aten.rand.default,
+    aten.uniform_.default,
+}
 
 
 #: the kernel module (`MODULE_HOST_MALLOCS` in crates/engine/src/runtime.rs) whose kernels an op
