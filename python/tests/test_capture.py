@@ -1779,6 +1779,24 @@ def test_a_tied_parameter_s_host_storage_dies_at_its_first_conversion():
         assert head.weight is emb.weight and emb.weight.is_cuda
 
 
+def test_a_tied_parameter_cast_on_the_gpu_keeps_its_gradient():
+    # `_apply` casts a shared CUDA parameter once (`param.data = fn(param)`) and its gradient with it
+    # (`param.grad.data = fn(param.grad)`, nn/modules/module.py): the Parameter stays, so both live
+    # on (blind180/fx04: a tied 57,525 x 1,024 embedding and lm_head cast to bfloat16 after training,
+    # the H200 holding the bfloat16 weight and gradient, 2 x 117,811,200 bytes, to the end)
+    with vramscope.capture(gpu="h200"):
+        emb = torch.nn.Embedding(4096, 1024)
+        head = torch.nn.Linear(1024, 4096, bias=False)
+        head.weight = emb.weight
+        model = torch.nn.Sequential(emb, head).cuda()
+        model(torch.randint(0, 4096, (8, 16), device="cuda")).float().sum().backward()
+        before = torch.cuda.memory_allocated()
+        model.to(torch.bfloat16)
+        assert head.weight is emb.weight and emb.weight.grad.dtype == torch.bfloat16
+        # the float32 weight and gradient (16 MiB each) die, their bfloat16 copies (8 MiB each) live
+        assert torch.cuda.memory_allocated() == before - (16 << 20)
+
+
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
     # `_apply` moves a dense CPU parameter by `param.data = ...` (nn/modules/module.py), so an
     # optimizer built before `.cuda()` still holds the model's parameters and steps them: blind133/

@@ -2064,6 +2064,7 @@ def module_apply(original):
                         owners.setdefault(id(t), []).append((table, key))
         memo: dict[int, torch.Tensor] = {}
         stand_ins = []  # kept alive while `_apply` runs, so that their ids stay theirs
+        replaced = []  # (the shared parameter, the new one the modules now hold)
 
         def once(t):
             hit = memo.get(id(t))
@@ -2086,6 +2087,7 @@ def module_apply(original):
                         )
                         memo[id(new)] = hit
                         stand_ins.append(new)
+                        replaced.append((t, new))
                         table[key] = new
             return hit
 
@@ -2109,6 +2111,12 @@ def module_apply(original):
                 # on the GPU `param.data = ...` keeps a lazy module's parameter uninitialized, to be
                 # materialized on its new device at the first call
                 table[key] = type(old)(requires_grad=old.requires_grad, device=new.device, dtype=new.dtype)
+        for old, new in replaced:
+            if isinstance(new, torch.nn.Parameter) and new.grad is None and old.grad is not None:
+                # on the GPU the shared Parameter stays and keeps its gradient, which `_apply`
+                # converted with it (`param.grad.data = fn(param.grad)`): blind180/fx04's tied
+                # embedding and lm_head cast to bfloat16 hold both the weight and its gradient
+                new.grad = old.grad
         for places in owners.values():
             if len(places) > 1:
                 table, key = places[0]
