@@ -3699,6 +3699,31 @@ for _f in (aten.normal.Tensor_Tensor, aten.normal.float_Tensor, aten.normal.Tens
     AFTER[_f] = _normal_after
 
 
+def _renorm(cap, func, call, outs):
+    """`renorm_out` (native/Normalization.cpp): after the result, `at::linalg_vector_norm(self, p,
+    every dim but dim, keepdim)` (in float for half/bfloat16 on CUDA, `toAccumulateType`), then
+    `factor` (the norm itself, or `at::empty(norm.sizes(), self.options())` where the types differ)
+    scaled in place and `mul_outf(self, factor, out)`; factor and norm die with the call.
+    blind175/fs05's H200 per-op truth: SmoothAdv's `delta.data.renorm_(p=2, dim=0, maxnorm)` of
+    a (64, 3, 32, 32) float32 made one 256-byte allocation, the twin none."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0 or x.dim() == 0:
+        return
+    p = args[1] if len(args) > 1 else kw["p"]
+    dim = (args[2] if len(args) > 2 else kw["dim"]) % x.dim()
+    dims = [d for d in range(x.dim()) if d != dim]
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+    with cap._modes[1]:
+        norm = torch.linalg.vector_norm(x, float(p), dims, True, dtype=acc)
+        factor = torch.empty(norm.shape, dtype=x.dtype, device=x.device) if acc is not None else None
+        del factor, norm
+
+
+for _f in (aten.renorm.default, aten.renorm_.default, aten.renorm.out):
+    AFTER[_f] = _renorm
+
+
 def _standard_gamma(cap, func, args, kwargs):
     """`_s_gamma_cuda` (cuda/Distributions.cpp): `at::empty(alpha.sizes(), alpha.options())` filled
     by the gamma kernel, nothing else (the op has no meta kernel, so the twin makes its output here
