@@ -2241,6 +2241,52 @@ def test_cudnn_benchmark_mode_takes_the_measured_search_workspace_at_a_problems_
     assert not any("benchmark" in k for k in cap.report()["unmeasured"])
 
 
+def test_cudnn_benchmark_mode_search_of_a_transposed_and_an_inference_mode_convolution():
+    # blind176/ft04 (PSMNet, truth_blind176_h200.tar.xz): under benchmark mode a ConvTranspose3d's
+    # first call (cuDNN's data gradient, timed by the same run_single_conv) requested 164,462,886
+    # bytes, its output and the search's workspace; an fp32 1 x 1 conv2d under inference_mode (the
+    # composite a dispatch mode sees there) 75,223,199 at its first call
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200") as cap:
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            x = torch.empty(4, 64, 12, 16, 32, device="cuda")
+            w = torch.empty(64, 64, 3, 3, 3, device="cuda")
+            call = (x, w, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], True, [1, 1, 1], 1)
+            _, first = counted(lambda: aten.convolution(*call))
+            with torch.inference_mode():
+                y = torch.empty(2, 128, 136, 240, device="cuda")
+                v = torch.empty(32, 128, 1, 1, device="cuda")
+                _, first2d = counted(lambda: torch.nn.functional.conv2d(y, v))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    assert first[1] == 164_462_886 and first2d[1] == 75_223_199
+    assert not any("benchmark" in k for k in cap.report()["unmeasured"])
+
+
+def test_cudnn_benchmark_mode_searches_the_backwards_plans_at_a_problems_first_call():
+    # blind176/ft04 (PSMNet's SPP branch, truth_blind176_h200.tar.xz with its H200 history): the
+    # first `convolution_backward` of (4, 128, 8, 16) by (32, 128, 1, 1) under benchmark mode
+    # requested 9,846,800 bytes more than its second, the data gradient's search (344,080 bytes)
+    # and then the weight gradient's (9,502,720), each freed before the timed plan runs
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200") as cap:
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            g = torch.empty(4, 32, 8, 16, device="cuda")
+            x = torch.empty(4, 128, 8, 16, device="cuda")
+            w = torch.empty(32, 128, 1, 1, device="cuda")
+            call = (g, x, w, [0], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+            _, first = counted(lambda: aten.convolution_backward(*call))
+            _, second = counted(lambda: aten.convolution_backward(*call))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    assert first[1] - second[1] == 344_080 + 9_502_720
+    assert not any("benchmark" in k for k in cap.report()["unmeasured"])
+
+
 def test_a_constraint_check_of_values_the_twin_lacks_passes():
     # blind35/ai02: transformers' mean resizing of embeddings asks
     # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and

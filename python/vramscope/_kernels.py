@@ -2199,11 +2199,13 @@ def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, tran
                 tuple(p["dilation"]),
                 p["groups"],
                 p["channels_last"],
+                p.get("transposed", False),
+                tuple(p.get("output_padding", [0] * len(p["stride"]))),
             ): p["search_workspace"]
             for p in problems
         }
-    if transposed or any(out_pad):
-        return None
+    # a transposed convolution's forward is cuDNN's data gradient, timed the same way
+    # (`raw_cudnn_convolution_backward_input_out` -> `run_single_conv`, cudnn/Conv_v8.cpp)
     key = (
         op,
         dtype,
@@ -2214,6 +2216,8 @@ def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, tran
         tuple(dilation),
         groups,
         cl,
+        bool(transposed),
+        tuple(out_pad),
     )
     return _benchmark_table.get(key)
 

@@ -8,7 +8,21 @@ the largest plan's: `generate_and_filter_plans` in cudnn/Conv_v8.cpp), frees it,
 runs the timed plan with its own workspace; later calls run the plan alone. The search workspace is
 the first call's bytes beyond its outputs less the plan's workspace, which the twin's cuDNN table
 gives for the heuristics' plan (`Device.conv_workspace`; on blind23/w01's batch-64 problems, whose
-later calls show the timed plan's, the two differ by at most 272 bytes). Forward problems only.
+later calls show the timed plan's, the two differ by at most 272 bytes). Forward problems only (transposed
+ones too: a transposed convolution's forward is cuDNN's data gradient, timed by the same
+`run_single_conv`), from `convolution` records and from the composites (`conv2d`, `conv_transpose3d`)
+that a dispatch mode sees under inference_mode.
+
+    python conv_benchmark_table.py GPU.jsonl:HISTORY.pickle ...
+
+With the same script's memory history (history.py, frames on) the backward's searches are read too:
+a `convolution_backward`'s first call searches the data gradient's plans, then the weight
+gradient's, each in one allocation of `generate_and_filter_plans` (none where the largest plan needs
+no workspace), whose sizes the history gives in order (its frames name `raw_cudnn_convolution_
+backward_input_out` or `..._weight_out`, the transposed convolution's data gradient `..._forward_out`
+under `cudnn_convolution_transpose_backward_input`). Each record's searches are taken from that order
+while their sum is what its first call requested beyond its second (the plans alone); a problem
+whose sum does not match is reported on stderr and left out.
 """
 
 import json
@@ -25,40 +39,131 @@ def _channels_last(shape, strides):
     return list(strides) == [h * w * c, 1, w * c, c]
 
 
+def forward_args(op, args):
+    """A forward record's (input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups), or None: `convolution` as it comes, and the composites a dispatch mode sees in inference
+    mode (`conv2d` (input, weight, bias, stride, padding, dilation, groups), `conv_transpose3d` (input,
+    weight, bias, stride, padding, output_padding, groups, dilation)) with their trailing defaults."""
+    if op == "convolution":
+        return list(args[:9])
+    if op in ("conv1d", "conv2d", "conv3d") and not isinstance(args[4] if len(args) > 4 else 0, str):
+        nd = int(op[4])
+        full = list(args) + [None, [1] * nd, [0] * nd, [1] * nd, 1][len(args) - 2 :]
+        x, w, b, stride, padding, dilation, groups = full[:7]
+        return [x, w, b, stride, padding, dilation, False, [0] * nd, groups]
+    if op in ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
+        nd = int(op[-2])
+        full = list(args) + [None, [1] * nd, [0] * nd, [0] * nd, 1, [1] * nd][len(args) - 2 :]
+        x, w, b, stride, padding, out_pad, groups, dilation = full[:8]
+        return [x, w, b, stride, padding, dilation, True, out_pad, groups]
+    return None
+
+
+def _backward_searches(history):
+    """The backward's search allocations of a memory history, in order: [(dgrad|wgrad, bytes)]."""
+    import pickle
+
+    with open(history, "rb") as f:
+        snapshot = pickle.load(f)
+    out = []
+    for e in snapshot["device_traces"][0]:
+        if e["action"] != "alloc":
+            continue
+        names = [f["name"] for f in e["frames"]]
+        if not any(n.startswith("at::native::generate_and_filter_plans") for n in names):
+            continue
+        if not any(n.startswith("at::native::convolution_backward(") for n in names):
+            continue
+        raw = next(n for n in names if n.startswith("at::native::raw_cudnn"))
+        out.append(("wgrad" if "backward_weight" in raw else "dgrad", e["size"]))
+    return out
+
+
+def backward_problems(path, history):
+    """The dgrad and wgrad search workspaces of a benchmark-mode script's first backward calls."""
+    searches, at = _backward_searches(history), 0
+    first, second, order = {}, {}, []
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("op") != "convolution_backward":
+            continue
+        key = json.dumps([r["args"][0][0], r["args"][1][0], r["args"][2][0], r["args"][3:]])
+        if key not in first:
+            first[key] = r
+            order.append(key)
+        elif key not in second:
+            second[key] = r
+    problems = []
+    for key in order:
+        r = first[key]
+        grad, x, w, _bias, stride, padding, dilation, transposed, out_pad, groups, mask = r["args"][:11]
+        asked = [k for k, m in zip(("dgrad", "wgrad"), mask[:2], strict=True) if m]
+        extra = r["requested"] - sum(r["new"])
+        need = extra - (second[key]["requested"] - sum(second[key]["new"])) if key in second else None
+        got, total = [], 0
+        while at < len(searches) and len(got) < len(asked) and (need is None or total < need):
+            if searches[at][0] not in asked[len(got) :]:
+                break
+            got.append(searches[at])
+            total += searches[at][1]
+            at += 1
+        if need is not None and total != need:
+            print(f"{key}: searches {got} do not sum to {need}", file=sys.stderr)
+            continue
+        taken = dict(got)
+        for op in asked:
+            a, b = (grad, w) if op == "dgrad" else (x, grad)
+            entry = {"transposed": True, "output_padding": out_pad} if transposed else {}
+            entry.update(
+                {
+                    "op": op,
+                    "dtype": x[2],
+                    "input": x[0],
+                    "weight": w[0],
+                    "stride": stride,
+                    "padding": padding,
+                    "dilation": dilation,
+                    "groups": groups,
+                    "channels_last": _channels_last(a[0], a[1]) or _channels_last(b[0], b[1]),
+                    "search_workspace": taken.get(op, 0),
+                }
+            )
+            problems.append(entry)
+    return problems
+
+
 def main():
     dev = Device("h200")
     problems, seen = [], set()
-    for path in sys.argv[1:]:
+    for arg in sys.argv[1:]:
+        path, _, history = arg.partition(":")
+        if history:
+            problems += backward_problems(path, history)
         for line in open(path):
             r = json.loads(line)
-            if r.get("op") != "convolution" or r["args"][6]:
+            args = forward_args(r.get("op"), r.get("args"))
+            if args is None:
                 continue
-            x, w, _, stride, padding, dilation, _, out_pad, groups = r["args"]
+            x, w, _, stride, padding, dilation, transposed, out_pad, groups = args
             # cudnn_conv_suggest_memory_format: channels-last if the input or the weight is
             cl = _channels_last(x[0], x[1]) or _channels_last(w[0], w[1])
             key = (x[2], tuple(x[0]), tuple(w[0]), tuple(stride), tuple(padding), tuple(dilation), groups, cl)
+            key += (bool(transposed), tuple(out_pad))
             if key in seen:
                 continue
             seen.add(key)
             extra = r["requested"] - sum(r["new"])
-            plan = (
-                dev.conv_workspace(
-                    "forward",
-                    x[2],
-                    x[0],
-                    w[0],
-                    stride,
-                    padding,
-                    dilation,
-                    groups,
-                    transposed=False,
-                    output_padding=out_pad,
-                    channels_last=cl,
-                )
-                or 0
-            )
+            problem = ("forward", x[2], x[0], w[0], stride, padding, dilation, groups)
+            layout = {"transposed": bool(transposed), "output_padding": out_pad, "channels_last": cl}
+            plan = dev.conv_workspace(*problem, **layout)
+            if plan is None:
+                # the twin's stand-in for an unmeasured plan: the nearest measured problem, scaled
+                nearest = dev.conv_workspace_nearest(*problem, **layout)
+                plan = nearest[0] if nearest else 0
+            extra_fields = {"transposed": True, "output_padding": out_pad} if transposed else {}
             problems.append(
                 {
+                    **extra_fields,
                     "op": "forward",
                     "dtype": x[2],
                     "input": x[0],
@@ -76,7 +181,7 @@ def main():
             "cuDNN benchmark mode's search workspace (bytes) by forward convolution problem, measured on an "
             "H200 (sm_90), torch 2.11.0+cu130, cuDNN 9.19: ops_truth.py's first call of each problem, less "
             "its outputs and the heuristics' plan workspace (validation/run/conv_benchmark_table.py over "
-            "fixtures/run/truth_blind23_h200.tar.xz's w01)."
+            "fixtures/run/truth_blind23_h200.tar.xz's w01 and truth_blind176_h200.tar.xz's ft04)."
         ),
         "problems": problems,
     }
