@@ -1797,6 +1797,26 @@ def test_a_tied_parameter_cast_on_the_gpu_keeps_its_gradient():
         assert torch.cuda.memory_allocated() == before - (16 << 20)
 
 
+def test_ctc_loss_s_mean_over_plain_tensor_lengths_divides_by_a_host_built_float_tensor():
+    # LossCTC.cpp: for tensors that are not subclass-like, `ctc_loss` copies the lengths to the host
+    # and calls the IntArrayRef overload, whose mean divides by `at::tensor(target_lengths,
+    # res.options())`: the host lengths copied to the device as float32, then clamped (blind180/
+    # fx01's H200 history at batch 512: 4,096 x 3 for the kernel's lengths and offsets, log_alpha,
+    # the losses, zero_infinity's zeros/eq/where, then 2,048 x 3 and the mean's 4); the twin's
+    # subclass tensors would take the composite path, an int64 clamp of 4,096 bytes
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h200"):
+        log_probs = torch.randn(26, 512, 37, device="cuda").log_softmax(2)
+        targets = torch.randint(1, 37, (512, 24), device="cuda")
+        input_lengths = torch.full((512,), 26, dtype=torch.long, device="cuda")
+        target_lengths = (torch.arange(512) % 21 + 4).to("cuda")  # 4 to 24: log_alpha of 2 * 24 + 1
+        _, counts = counted(
+            lambda: F.ctc_loss(log_probs, targets, input_lengths, target_lengths, zero_infinity=True)
+        )
+        assert counts == (12, 3 * 4096 + 512 * 26 * 49 * 4 + 2048 + 4 + 512 + 2048 + 3 * 2048 + 4)
+
+
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
     # `_apply` moves a dense CPU parameter by `param.data = ...` (nn/modules/module.py), so an
     # optimizer built before `.cuda()` still holds the model's parameters and steps them: blind133/

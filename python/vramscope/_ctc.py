@@ -129,6 +129,34 @@ def _ctc_loss_backward(cap, func, args, kwargs):
     return grad
 
 
+def _ctc_loss_tensor_lengths(cap, func, args, kwargs):
+    """`F.ctc_loss` with tensor lengths. LossCTC.cpp's `ctc_loss` overload for tensors takes the
+    composite path (`ctc_loss_impl` over the tensors: the mean divides by
+    `target_lengths.clamp_min(1)`, int64 on the lengths' device) only for subclass-like tensors,
+    which the twin's are; a plain tensor has its lengths copied to the host and the IntArrayRef
+    overload called, whose mean divides by `at::tensor(target_lengths, res.options())`: a host tensor
+    copied to the device in the losses' dtype, then clamped (blind180/fx01's H200 history:
+    `_to_copy`, `clamp_min` and `div` of 4 * batch bytes each, where the twin made an int64 clamp).
+    The lengths' values must be known (as `_lengths` reads them), else the composite path stays."""
+    names = ("log_probs", "targets", "input_lengths", "target_lengths", "blank", "reduction", "zero_infinity")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    lp, il, tl = a.get("log_probs"), a.get("input_lengths"), a.get("target_lengths")
+    reduction = {"none": 0, "mean": 1, "sum": 2}.get(a.get("reduction", "mean"))
+    if set(a) - set(names) or reduction is None:
+        return NotImplemented
+    if not (isinstance(il, torch.Tensor) and isinstance(tl, torch.Tensor)) or not registered(lp):
+        return NotImplemented
+    if il.is_floating_point() or tl.is_floating_point():
+        return NotImplemented
+    ilv, tlv = _lengths(il), _lengths(tl)
+    if ilv is None or tlv is None:
+        return NotImplemented
+    return torch.ctc_loss(
+        lp, a["targets"], ilv, tlv, a.get("blank", 0), reduction, a.get("zero_infinity", False)
+    )
+
+
+_kernels.FUNCTIONS[torch.nn.functional.ctc_loss] = _ctc_loss_tensor_lengths
 for _f in (aten._ctc_loss.default, aten._ctc_loss.Tensor):
     _kernels.DISPATCH[_f] = _ctc_loss
 for _f in (aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor):
