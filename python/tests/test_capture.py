@@ -3199,23 +3199,14 @@ def test_normal_checks_a_tensor_std_before_and_after_its_result():
     # blind85/cg06's std expanded from (17,) to (64, 17): 7, 13,066 (`min` materializes it);
     # blind59/bg03's mean and std expanded from one element to (64, 3, 64, 64): 11, 9,437,970.
     # Before, the twin made the result alone.
-    def counted(fn):
-        before = torch.cuda.memory_stats()
-        fn()
-        after = torch.cuda.memory_stats()
-        return (
-            after["allocation.all.allocated"] - before["allocation.all.allocated"],
-            after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"],
-        )
-
     with vramscope.capture(gpu="h200"):
         sigma = torch.empty(51200, 1, device="cuda")
-        assert counted(lambda: torch.normal(sigma, sigma)) == (5, 204810)
+        assert counted(lambda: torch.normal(sigma, sigma))[1] == (5, 204810)
         mean = torch.empty(64, 17, device="cuda")
         std = torch.empty(17, device="cuda").expand(64, 17)
-        assert counted(lambda: torch.normal(mean, std)) == (7, 13066)
+        assert counted(lambda: torch.normal(mean, std))[1] == (7, 13066)
         one = torch.empty(1, device="cuda").expand(64, 3, 64, 64)
-        assert counted(lambda: torch.normal(one, one)) == (11, 9437970)
+        assert counted(lambda: torch.normal(one, one))[1] == (11, 9437970)
 
 
 def test_renorm_keeps_its_norm_through_the_call():
@@ -3223,18 +3214,9 @@ def test_renorm_keeps_its_norm_through_the_call():
     # half/bfloat16), for those a factor in self's type too, both dying with the call. blind175/fs05's
     # H200 per-op truth: SmoothAdv's `delta.data.renorm_(p=2, dim=0, maxnorm=0.25)` of a (64, 3, 32, 32)
     # float32 made one allocation of 256 bytes; the twin made none.
-    def counted(fn):
-        before = torch.cuda.memory_stats()
-        fn()
-        after = torch.cuda.memory_stats()
-        return (
-            after["allocation.all.allocated"] - before["allocation.all.allocated"],
-            after["requested_bytes.all.allocated"] - before["requested_bytes.all.allocated"],
-        )
-
     with vramscope.capture(gpu="h200"):
         delta = torch.empty(64, 3, 32, 32, device="cuda")
-        assert counted(lambda: delta.renorm_(p=2, dim=0, maxnorm=0.25)) == (1, 256)
+        assert counted(lambda: delta.renorm_(p=2, dim=0, maxnorm=0.25))[1] == (1, 256)
         half = torch.empty(64, 3, 32, 32, device="cuda", dtype=torch.bfloat16)
-        assert counted(lambda: half.renorm_(p=2, dim=0, maxnorm=0.25)) == (2, 256 + 128)
-        assert counted(lambda: torch.renorm(delta, 2, 1, 1.0)) == (2, 64 * 3 * 32 * 32 * 4 + 12)
+        assert counted(lambda: half.renorm_(p=2, dim=0, maxnorm=0.25))[1] == (2, 256 + 128)
+        assert counted(lambda: torch.renorm(delta, 2, 1, 1.0))[1] == (2, 64 * 3 * 32 * 32 * 4 + 12)
