@@ -339,6 +339,34 @@ def test_an_fp32_encoder_packs_its_padded_batch_and_runs_the_efficient_kernel_on
     assert y.shape == (n, s, e)
 
 
+def test_a_bf16_encoder_packs_its_batch_through_the_generic_fallbacks():
+    # nested_bf16_probe_s40's H200 history: nested_from_padded_cuda and to_padded_tensor's CUDA kernel
+    # take fp32 and fp16 only; in bf16 the generic ones run: per row a bool (length, E) mask padded
+    # to (S, E), the masks stacked and masked_select (nonzero's (T * E, 3) positions); at the end each
+    # row padded to the longest, stacked, then padded to the input's size
+    n, s, e = 4, 32, 64
+    lengths = [32, 20, 10, 5]
+    t, longest = sum(lengths), max(lengths)
+    with vramscope.capture(gpu="h200"), torch.no_grad():
+        layer = torch.nn.TransformerEncoderLayer(e, 4, 256, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, 1).cuda().to(torch.bfloat16).eval()
+        x = torch.randn(n, s, e, device="cuda", dtype=torch.bfloat16)
+        pad = (
+            torch.arange(s, device="cuda")[None].expand(n, s) >= torch.tensor(lengths, device="cuda")[:, None]
+        )
+        encoder(x, src_key_padding_mask=pad)  # the first call also takes cuBLAS's workspaces
+        torch.cuda.memory._record_memory_history()
+        y = encoder(x, src_key_padding_mask=pad)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    sizes = [e_["size"] for e_ in trace if e_["action"] == "alloc"]
+    rows = [b for length in lengths for b in (length * e, s * e)]
+    first = sizes.index(rows[0])
+    assert sizes[first : first + 2 * n + 2] == [*rows, n * s * e, 4]
+    assert t * e * 3 * 8 in sizes and t * e * 2 in sizes
+    assert sizes[-n - 2 :] == [longest * e * 2] * n + [n * longest * e * 2, n * s * e * 2]
+    assert y.shape == (n, s, e) and y.dtype == torch.bfloat16
+
+
 def test_an_encoder_under_autocast_still_runs_the_left_aligned_check():
     # blind143/em06's per-op truth on the H200: in eval under fp16 autocast, TransformerEncoder runs
     # `_nested_tensor_from_mask_left_aligned` (8 allocations, 122,671 bytes over a 30 x 194 mask)

@@ -842,14 +842,15 @@ def _nested_modelled(enc, p) -> bool:
     mha = layer.self_attn
     if layer.training or not getattr(enc, "use_nested_tensor", False):
         return False
-    if src.dtype not in (torch.float16, torch.float32):
+    if src.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return False
     if not torch.backends.mha.get_fastpath_enabled() or not mha.batch_first or torch.is_autocast_enabled():
         return False
     dph = mha.embed_dim // mha.num_heads
-    # sdp_utils.cpp's nested checks: fp16 takes flash (head dim a multiple of 8 up to 256, sm_80 and
-    # up), fp32 the memory-efficient kernel (flash takes no fp32; head dim a multiple of 16 / 4 bytes)
-    if src.dtype == torch.float16 and (dph % 8 or dph > 256 or tuple(_FAST.capability) < (8, 0)):
+    # sdp_utils.cpp's nested checks: fp16 and bf16 take flash (head dim a multiple of 8 up to 256,
+    # sm_80 and up), fp32 the memory-efficient kernel (flash takes no fp32; head dim a multiple of 16 /
+    # 4 bytes)
+    if src.dtype in HALF and (dph % 8 or dph > 256 or tuple(_FAST.capability) < (8, 0)):
         return False
     if src.dtype == torch.float32 and dph % 4:
         return False
@@ -916,8 +917,9 @@ def left_aligned(fallback):
 def nested_from_mask(cap, func, args, kwargs):
     """`_nested_tensor_from_mask` (mask_check off) inside a modelled nested encoder: the mask scratch,
     `full_like(sizes, D)` and the `cat` copied to the host (the cumsum freed as `sizes` becomes the
-    host copy), then `nested_from_padded_cuda`: the (T, D) buffer, its int metadata copied in
-    non-blocking through an int64 device copy; the (1, T, D) view stands for the nested tensor."""
+    host copy), then `nested_from_padded_cuda`: for fp32 and fp16 the (T, D) buffer, its int metadata
+    copied in non-blocking through an int64 device copy; other dtypes `_from_padded_generic`. The
+    (1, T, D) view stands for the nested tensor."""
     lengths = getattr(_FAST, "nested", None) if getattr(_FAST, "on", False) else None
     src = args[0]
     if lengths is None or not registered(src):
@@ -929,11 +931,41 @@ def nested_from_mask(cap, func, args, kwargs):
     dims = cap.malloc(n * 8, op, "temporary")
     host = cap.malloc(n * 16, op, "temporary")
     del host, sizes
-    out = cap.track(torch.empty((1, sum(lengths), d), dtype=src.dtype, device=src.device), op)
-    meta = cap.malloc((3 * n + 4) * 4, op, "temporary")
-    wide = cap.malloc((3 * n + 4) * 8, op, "temporary")
-    del wide, meta, dims, nums, pad
+    if src.dtype in (torch.float32, torch.float16):
+        out = cap.track(torch.empty((1, sum(lengths), d), dtype=src.dtype, device=src.device), op)
+        meta = cap.malloc((3 * n + 4) * 4, op, "temporary")
+        wide = cap.malloc((3 * n + 4) * 8, op, "temporary")
+        del wide, meta
+    else:
+        out = _from_padded_generic(cap, src, lengths)
+    del dims, nums, pad
     out._vs_nested = lengths
+    return out
+
+
+def _from_padded_generic(cap, src, lengths):
+    """`nested_from_padded_generic` (nested/NestedTensorTransformerFunctions.cpp), where
+    `nested_from_padded_cuda` falls back for dtypes other than fp32 and fp16: per row a bool
+    `new_full` of its (length, D) and `pad_tensor_to_shape`'s `constant_pad_nd` of it to the padded
+    (seq, D) (the row's mask freed), the masks stacked, `masked_select` of the input (`nonzero` of the
+    stack, then the (T * D) buffer); then the positions, the stack and the rows' masks die
+    (nested_bf16_probe_s40's H200 history)."""
+    n, seq, d = src.shape
+    op = "aten::_nested_from_padded"
+    masks = []
+    for length in lengths:
+        row = cap.malloc(length * d, op, "temporary")
+        masks.append(cap.malloc(seq * d, "aten::constant_pad_nd", "temporary"))
+        del row
+    stack = cap.malloc(n * seq * d, "aten::stack", "temporary")
+    t = sum(lengths)
+    dense = torch.empty((n, seq, d), dtype=torch.bool, device="meta")
+    positions = _kernels._nonzero_scratch(
+        cap, dense, lambda: cap.malloc(t * d * 3 * 8, "aten::nonzero", "temporary")
+    )
+    out = cap.track(torch.empty((1, t, d), dtype=src.dtype, device=src.device), "aten::masked_select")
+    del positions, stack
+    masks.clear()
     return out
 
 
@@ -988,9 +1020,26 @@ def to_padded(cap, func, args, kwargs):
     n, d = len(lengths), t.shape[2]
     size = p.get("output_size")
     shape = tuple(size) if size is not None else (n, max(lengths), d)
+    if t.dtype not in (torch.float32, torch.float64, torch.float16):
+        return _to_padded_generic(cap, t, lengths, shape, size is not None)
     out = cap.track(torch.empty(shape, dtype=t.dtype, device=t.device), op)
     meta = cap.malloc((n + 1 + (2 if size is not None else 1) * n) * 4, op, "temporary")
     del meta
+    return out
+
+
+def _to_padded_generic(cap, t, lengths, shape, sized: bool):
+    """`NestedTensor_to_padded_tensor_generic` (nested/NestedTensorMath.cpp), where the CUDA kernel
+    takes no other dtypes: each row padded to the longest (`constant_pad_nd`), the rows stacked, and
+    with `output_size` the stack padded to it; the stack dies, then the rows."""
+    n, longest, d = len(lengths), max(lengths), t.shape[2]
+    rows = [cap.malloc(longest * d * t.element_size(), "aten::constant_pad_nd", "temporary") for _ in lengths]
+    out = cap.track(torch.empty((n, longest, d), dtype=t.dtype, device=t.device), "aten::stack")
+    if sized:
+        stacked = out
+        out = cap.track(torch.empty(shape, dtype=t.dtype, device=t.device), "aten::constant_pad_nd")
+        del stacked
+    rows.clear()
     return out
 
 
