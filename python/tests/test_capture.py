@@ -124,6 +124,34 @@ def test_tensors_read_cuda_and_torch_cuda_is_answered():
     assert torch.cuda.is_available() is False
 
 
+def test_functorch_wrappers_read_the_device_of_the_tensor_they_wrap():
+    # grad's TensorWrapper and vmap's BatchedTensor take the wrapped tensor's device
+    # (functorch's TensorWrapper.cpp / BatchedTensorImpl.cpp), so `x.device` under a transform is
+    # cuda:0 and a tensor made with it is a CUDA one (transformers' eager_mask makes
+    # `torch.tensor(0.0, device=mask.device)` inside a DP per-sample `vmap(grad(...))`)
+    from torch.func import grad, vmap
+
+    seen = []
+
+    def loss(w, x):
+        h = w * x
+        seen.append((x.device, h.device, h.is_cuda, h.is_meta, h.get_device()))
+        m = torch.arange(4, device=h.device) > 1
+        z = torch.where(m, torch.tensor(0.0, device=m.device), -1.0)
+        return (h + z).sum()
+
+    with vramscope.capture(gpu="h200"):
+        w = torch.ones(4, device="cuda")
+        g = vmap(grad(loss), in_dims=(None, 0))(w, torch.ones(3, 4, device="cuda"))
+        assert g.shape == (3, 4) and g.is_cuda
+        # the arange, its comparison, the scalar and the where are device allocations, as are
+        # the input, the product, the sum and the backward's gradient
+        _, (count, _req) = counted(lambda: grad(loss)(w, torch.ones(4, device="cuda")))
+        assert count >= 8
+    cuda0 = torch.device("cuda", 0)
+    assert all(s == (cuda0, cuda0, True, False, 0) for s in seen)
+
+
 def test_out_of_memory_is_raised_as_pytorch_raises_it():
     with vramscope.capture():
         try:

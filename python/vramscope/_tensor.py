@@ -188,11 +188,22 @@ class Storage:
                 owner.free(h)
 
 
+_WRAPPED = torch._C._functorch.is_functorch_wrapped_tensor
+_UNWRAP = torch._C._functorch.get_unwrapped
+
+
 def _reads_cuda(t) -> bool:
     """`is_ours(t)`, or `t` a jagged nested tensor whose values are ours: its wrapper is made on
-    the meta device (`_make_wrapper_subclass` below) and reads as CUDA like them."""
+    the meta device (`_make_wrapper_subclass` below) and reads as CUDA like them; or a functorch
+    wrapper (`grad`'s TensorWrapper, `vmap`'s BatchedTensor) of one: the wrapper takes the device
+    of the tensor it wraps (functorch/TensorWrapper.cpp's and BatchedTensorImpl.cpp's constructors
+    pass `value.device()`), so `x.device` under a transform reads `cuda:0` on the GPU."""
     if is_ours(t):
         return True
+    if isinstance(t, torch.Tensor) and not _in_kernel[0] and _WRAPPED(t):
+        while _WRAPPED(t):
+            t = _UNWRAP(t)
+        return is_ours(t)
     values = getattr(t, "_values", None)
     return values is not None and _NESTED[0] is not None and type(t) is _NESTED[0] and is_ours(values)
 
