@@ -3118,12 +3118,14 @@ def test_a_host_dtype_conversion_to_the_device_starts_openmp_s_workers(tmp_scrip
     # host-to-device copy that changes the dtype converts on the host first (Copy.cu
     # `copy_kernel_cuda`), in parallel over more than ATen's grain size: OpenMP's 15 workers (16
     # cores) start, each a stack and an arena below the chunks, so the next new chunk goes lower:
-    # 1,888 MiB, as blind153/ew01's 18th segment lies lower on the H200 than without them
+    # 1,888 MiB, as blind153/ew01's 18th segment lies lower on the H200 than without them (a loop
+    # of 16 grains or more: every worker takes a share)
     def lowest(conversion):
         return _chunk_below_first_segment(
             tmp_script,
             tmp_path,
-            f'x = torch.ones(1 << 16)\ny = x.to("cuda", torch.bfloat16) if {conversion} else x.to("cuda")',
+            'z = torch.zeros(16, device="cuda")\nx = torch.empty(1 << 20)\n'
+            f'y = x.to("cuda", torch.bfloat16) if {conversion} else x.to("cuda")',
         )
 
     assert lowest(False) - lowest(True) == 1888
@@ -3139,9 +3141,26 @@ def test_the_first_parallel_host_op_starts_openmp_s_workers(tmp_script, tmp_path
             tmp_script, tmp_path, f'z = torch.zeros(16, device="cuda")\nx = {host}'
         )
 
-    drawn = lowest("torch.rand(1 << 16)")
-    assert drawn - lowest("torch.rand(1 << 16) * 2 - 1") == 1888
+    drawn = lowest("torch.rand(1 << 20)")
+    assert drawn - lowest("torch.rand(1 << 20) * 2 - 1") == 1888
     assert lowest("torch.rand(1 << 10) * 2 - 1") == drawn
+
+
+def test_a_staged_copy_starts_the_workers_and_each_makes_its_arena_at_its_first_share(tmp_script, tmp_path):
+    # rule 15 (blind175/fs03's /proc/self/maps op by op on the H200, session 41): a host-to-device copy
+    # of an expanded host tensor is not a memcpy (Copy.cu's `copy_requires_temporaries`): the source is
+    # made contiguous on the host, in parallel; OpenMP's 15 workers start there, but a loop of 76,800
+    # elements is shared by 3 threads (ParallelOpenMP.h: one per grain of 32,768), so only 2 workers
+    # `malloc` and make their arena; the other 13 make theirs at the next loop of 16 grains or more
+    first = 'z = torch.zeros(16, device="cuda")\n'
+    expanded = first + 'torch.ones(3, 1, 1).expand(3, 160, 160).to("cuda")'
+    contiguous = _chunk_below_first_segment(
+        tmp_script, tmp_path, first + 'torch.empty(3, 160, 160).to("cuda")'
+    )
+    staged = _chunk_below_first_segment(tmp_script, tmp_path, expanded)
+    later = _chunk_below_first_segment(tmp_script, tmp_path, f"{expanded}\nz = torch.zeros(1 << 20)")
+    assert contiguous > staged > later
+    assert staged - later >= 13 * 64
 
 
 def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):

@@ -226,12 +226,21 @@ def _launches_kernel(func, args, kwargs, out) -> bool:
     return True
 
 
-def _host_converts(func, args, kwargs, out) -> int:
-    """A blocking host-to-device copy whose dtype changes, over more than ATen's grain size (32,768
-    elements): the bytes of the CPU temporary Copy.cu's `copy_kernel_cuda` converts into on the host
-    first (`src.to(dst.dtype)`, a TensorIterator loop that `at::parallel_for` splits; the process's
-    first parallel CPU op in a model built on the host and moved with `.to(device, dtype)`), else 0.
-    Other parallel CPU ops: `_host_parallel`."""
+#: OpenMP's workers beside the main thread on the H200's 16-core host (measured: blind153/ew01's and
+#: blind175/fs03's H200 runs, docs/driver-placement.md rule 15)
+INTRA_OP_WORKERS = 15
+#: ATen's grain size (`at::internal::GRAIN_SIZE`): a CPU loop of more elements runs in parallel
+GRAIN_SIZE = 32768
+
+
+def _host_converts(func, args, kwargs, out) -> tuple[int, int]:
+    """A host-to-device copy over more than ATen's grain size (32,768 elements) that Copy.cu's
+    `copy_kernel_cuda` stages on the host: the bytes of the CPU temporary it converts into first
+    (`src.to(dst.dtype)` of a blocking copy whose dtype changes) or makes a non-contiguous source
+    contiguous in (one dtype, not a memcpy), a TensorIterator loop that `at::parallel_for` splits
+    (the process's first parallel CPU op in a model built on the host and moved with
+    `.to(device, dtype)`), and the loop's elements; else (0, 0). Other parallel CPU ops:
+    `_host_parallel`."""
     if func is aten.copy_.default:
         src, dst = args[1], args[0]
         non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
@@ -239,12 +248,19 @@ def _host_converts(func, args, kwargs, out) -> int:
         src, dst = args[0], out
         non_blocking = kwargs.get("non_blocking", False)
     else:
-        return 0
+        return 0, 0
     if not isinstance(src, torch.Tensor) or registered(src) or not registered(dst):
-        return 0
-    if src.dtype == dst.dtype or non_blocking or src.numel() <= 32768:
-        return 0
-    return src.numel() * dst.element_size()
+        return 0, 0
+    if src.numel() <= GRAIN_SIZE:
+        return 0, 0
+    if src.dtype != dst.dtype:
+        return (0, 0) if non_blocking else (src.numel() * dst.element_size(), src.numel())
+    # one dtype: `copy_requires_temporaries` unless the iterator coalesces (a memcpy); the source is
+    # then made contiguous on the host (`src.expand_as(dst).contiguous()`, blocking or not), a parallel
+    # copy (blind175/fs03's expanded normalization constants: OpenMP's workers start there on the H200)
+    if _same_dense_layout(src, dst) or src.expand_as(dst).is_contiguous():
+        return 0, 0
+    return dst.numel() * dst.element_size(), dst.numel()
 
 
 #: CPU random kernels that run serially whatever their size (ATen/native/cpu/DistributionTemplates.h's
@@ -260,23 +276,39 @@ _SERIAL_CPU = {
     aten.log_normal_.default,
     aten.geometric_.default,
 }
-#: in-place CPU kernels that are TensorIterator loops without the pointwise tag
-_CPU_LOOPS = {aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default, aten.copy_.default}
+#: in-place CPU kernels that are TensorIterator loops without the pointwise tag, and the factories
+#: that fill what they make (TensorFactories.cpp: `zeros` is `empty(...).zero_()`, `ones` and `full`
+#: `fill_`; blind175/fs03's maps on the H200: a host `zeros` of 9.8 million elements is where 13 of
+#: OpenMP's workers first `malloc`)
+_CPU_LOOPS = {
+    aten.fill_.Scalar,
+    aten.fill_.Tensor,
+    aten.zero_.default,
+    aten.copy_.default,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.full.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    aten.full_like.default,
+}
 
 
-def _host_parallel(func, args, kwargs, out) -> bool:
+def _host_parallel(func, args, kwargs, out) -> int:
     """A CPU op whose TensorIterator loop `at::parallel_for` splits: a pointwise op (or a fill, a
     zero, a host-to-host copy) of more than ATen's grain size (32,768 elements) on host tensors only
     (TensorIteratorBase::for_each; Parallel-inl.h's `parallel_for` opens an OpenMP parallel region
     over more than the grain size: the process's first one starts the pool's workers). Random
-    kernels run serially. Views and factories compute nothing."""
+    kernels run serially. Views and other factories compute nothing. The loop's elements, else 0."""
     if func in _SERIAL_CPU or not (func in _CPU_LOOPS or torch.Tag.pointwise in func.tags):
-        return False
+        return 0
     tensors = [a for a in tree_flatten((args, kwargs, out))[0] if isinstance(a, torch.Tensor)]
     if not tensors or any(registered(t) or t.device.type != "cpu" for t in tensors):
-        return False
+        return 0
     result = out if isinstance(out, torch.Tensor) else args[0] if args else None
-    return isinstance(result, torch.Tensor) and result.layout is torch.strided and result.numel() > 32768
+    if not isinstance(result, torch.Tensor) or result.layout is not torch.strided:
+        return 0
+    return result.numel() if result.numel() > GRAIN_SIZE else 0
 
 
 def _same_dense_layout(src, dst) -> bool:
@@ -1393,6 +1425,8 @@ class Capture:
         self.kernels_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
         self.workers_started = False
+        #: whether some started worker may still make its malloc arena (`_working`)
+        self.arenas_pending = True
         #: the kernel modules loaded (`_MODULE_OPS`)
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
@@ -1743,6 +1777,15 @@ class Capture:
         entry = self.storages.get(t.untyped_storage()._cdata)
         return entry[0] if entry else None
 
+    def _working(self, loop: int) -> int:
+        """How many of OpenMP's workers take a share of a parallel CPU loop of `loop` elements
+        (ParallelOpenMP.h's `invoke_parallel`: one thread per grain of 32,768 elements, at most
+        every thread, the main one first); once every worker has had one, no arena is pending."""
+        working = min(INTRA_OP_WORKERS + 1, -(-loop // GRAIN_SIZE)) - 1
+        if working >= INTRA_OP_WORKERS and self.workers_started:
+            self.arenas_pending = False
+        return working
+
     def dispatch(self, func, args, kwargs):
         """Run one ATen op on the simulated device; the process's first kernel launch is noted
         after its op's allocations. An index op whose known indices fall outside their dimension
@@ -1750,33 +1793,34 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
-        converted = _host_converts(func, args, kwargs, out)
+        converted, loop = _host_converts(func, args, kwargs, out)
+        if not converted and self.arenas_pending:
+            loop = _host_parallel(func, args, kwargs, out)
         if converted:
-            # the host's dtype conversion of a blocking host-to-device copy: a CPU temporary of the
-            # destination's dtype (Copy.cu's `src.to(dst.dtype())`), mapped where glibc maps it and
+            # a host-to-device copy staged on the host: a CPU temporary (Copy.cu's
+            # `src.to(dst.dtype())`, or the source made contiguous), mapped where glibc maps it and
             # freed after the copy (driver address-space rule 7; measured: blind158/fb03's H200
-            # history). The conversion runs in parallel: at the first, OpenMP's workers start below
-            # that temporary, 15 beside the main thread on the H200's 16-core host (rule 15;
-            # measured: blind153/ew01's H200 history, docs/driver-placement.md)
-            workers = 0 if self.workers_started else 15
+            # history). Its loop runs in parallel: at the first, OpenMP's workers start below that
+            # temporary, 15 beside the main thread on the H200's 16-core host (rule 15; measured:
+            # blind153/ew01's H200 history, docs/driver-placement.md)
+            workers = 0 if self.workers_started else INTRA_OP_WORKERS
             self.workers_started = True
-            convert = getattr(self.device, "host_conversion", None)  # a native module built before it
-            if convert is not None:
-                convert(converted, workers)
-            elif workers:
-                start = getattr(self.device, "intra_op_workers", None)
-                if start is not None:
-                    start(workers)
-        elif not self.workers_started and _host_parallel(func, args, kwargs, out):
+            self.device.host_conversion(converted, workers, self._working(loop))
+        elif loop and not self.workers_started:
             # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
             # `torch.rand(...) * 2 - 1`) starts OpenMP's 15 workers there (rule 15; measured:
             # blind164/fh04's H200 history, its first forward's segment 1,760 MiB lower than the
             # twin's without them). Before the CUDA context exists their mappings lie above it, as
             # a host-built model's tensors do (rule 11), and are not laid out
             self.workers_started = True
-            start = getattr(self.device, "intra_op_workers", None) if self.started else None
-            if start is not None:
-                start(15)
+            working = self._working(loop)
+            if self.started:
+                self.device.intra_op_workers(INTRA_OP_WORKERS, working)
+            else:
+                self.arenas_pending = False
+        elif loop:
+            # the workers that take their first share of a loop make their arena (rule 15)
+            self.device.intra_op_work(self._working(loop))
         bad = _kernels.index_out_of_range(func, args)
         if bad is not None:
             self.device_error = bad

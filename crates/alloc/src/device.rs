@@ -165,6 +165,24 @@ impl SimDevice {
         }
         self.driver.thread(stack)
     }
+    /// A thread starts: its `stack` bytes take address space for good; its
+    /// arena waits for its first `malloc` ([`SimDevice::thread_arena`]).
+    /// `None` on a device that started after the process's first kernels.
+    pub fn thread_stack(&mut self, stack: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.thread_stack(stack)
+    }
+    /// A started thread's first `malloc` makes its glibc arena, for good
+    /// (`driver_va.rs`). `None` on a device that started after the
+    /// process's first kernels.
+    pub fn thread_arena(&mut self) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.thread_arena()
+    }
     /// glibc maps `len` bytes of host memory (a CPU tensor's `mmap`ed
     /// chunk) in the process's address space, where `cudaMalloc`'s chunks
     /// lie too (`driver_va.rs`, rule 7): the address, which

@@ -363,7 +363,20 @@ impl DriverVa {
     /// rest unmapped (free for chunks). Never unmapped. The arena's address,
     /// or `None` when the address space is exhausted.
     pub(crate) fn thread(&mut self, stack: u64) -> Option<u64> {
-        let _ = self.host_map(stack)?;
+        let _ = self.thread_stack(stack)?;
+        self.thread_arena()
+    }
+
+    /// Rule 15's first half: a thread's `stack` bytes, placed as host
+    /// memory is (rule 7), never unmapped; its arena comes at its first
+    /// `malloc` ([`Self::thread_arena`]).
+    pub(crate) fn thread_stack(&mut self, stack: u64) -> Option<u64> {
+        self.host_map(stack)
+    }
+
+    /// Rule 15's second half: a thread's first `malloc` makes its glibc
+    /// arena, as [`Self::thread`] places it; the arena's address.
+    pub(crate) fn thread_arena(&mut self) -> Option<u64> {
         let p1 = self.host_map(2 * THREAD_HEAP)?;
         self.free(p1);
         let p2 = p1.checked_next_multiple_of(THREAD_HEAP)?;
@@ -885,6 +898,33 @@ mod tests {
         let mut va = DriverVa::new(B);
         let _ = va.host_map(96 * MIB).unwrap();
         assert_eq!(off(va.thread(stack).unwrap()), -640);
+    }
+
+    /// Rule 15's two halves: a thread's stack at its start, its arena at
+    /// its first `malloc`, placed by the state then: together as
+    /// [`DriverVa::thread`]; with the other workers' stacks between, each
+    /// arena below all of them (blind175/fs03's maps on the H200, session
+    /// 41: 15 stacks and 2 arenas at one op, 13 arenas at the next).
+    #[test]
+    fn a_thread_s_arena_comes_at_its_first_malloc() {
+        let stack = 8 * MIB + 4096;
+        let mut together = DriverVa::new(B);
+        let mut split = DriverVa::new(B);
+        let arena = together.thread(stack).unwrap();
+        assert_eq!(
+            split.thread_stack(stack).map(|a| a + stack),
+            Some(B - 416 * MIB)
+        );
+        assert_eq!(split.thread_arena(), Some(arena));
+        // three stacks first: the arenas go below the three
+        let mut va = DriverVa::new(B);
+        for k in 1..=3 {
+            assert_eq!(va.thread_stack(stack).unwrap(), B - 416 * MIB - k * stack);
+        }
+        let lowest = B - 416 * MIB - 3 * stack;
+        let a1 = va.thread_arena().unwrap();
+        assert!(a1 + THREAD_HEAP <= lowest && a1.is_multiple_of(THREAD_HEAP));
+        assert!(va.thread_arena().unwrap() < a1);
     }
 
     /// Rule 6 after frees (the address map built) and next to a released

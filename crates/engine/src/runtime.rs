@@ -66,6 +66,12 @@ pub enum HostEvent {
     /// glibc arena, at this address ([`SimDevice::thread_started`]), never
     /// unmapped
     Thread(u64, u64),
+    /// a thread started: its stack of this length at this address
+    /// ([`SimDevice::thread_stack`]), never unmapped
+    Stack(u64, u64),
+    /// a started thread `malloc`ed first: its glibc arena at this address
+    /// ([`SimDevice::thread_arena`]), never unmapped
+    Arena(u64),
 }
 
 /// `what`, placed in a stream of events or requests: `at` of them come
@@ -296,12 +302,15 @@ impl State {
     /// A CPU tensor's mapping of its own at `addr`, `len` bytes, noted in
     /// the event log (when recording) at the current event.
     fn note_host_map(&mut self, addr: u64, len: u64) {
+        self.note_host(HostEvent::Map(addr, len));
+    }
+
+    /// A host event noted in the event log (when recording) at the current
+    /// event.
+    fn note_host(&mut self, what: HostEvent) {
         if let Some(log) = self.log.as_mut() {
             let at = log.events.len();
-            log.host.push(At {
-                at,
-                what: HostEvent::Map(addr, len),
-            });
+            log.host.push(At { at, what });
         }
     }
 }
@@ -386,6 +395,9 @@ pub(crate) struct State {
     triton_loaded: bool,
     /// the intra-op worker thread has started (`Runtime::intra_op_worker`)
     worker_started: bool,
+    /// OpenMP's workers started by [`Runtime::intra_op_workers`], and how
+    /// many of them have made their arena ([`Runtime::intra_op_work`])
+    workers: (u32, u32),
     /// the kernel modules of [`MODULE_HOST_MALLOCS`] loaded, by index
     modules_loaded: u32,
     lt_ws: Vec<((Thread, StreamId), u32)>,
@@ -526,6 +538,7 @@ impl Runtime {
             cudnn_loaded: CudnnLibraries::None,
             triton_loaded: false,
             worker_started: false,
+            workers: (0, 0),
             modules_loaded: 0,
             lt_ws: Vec::new(),
             live: LiveSet::default(),
@@ -896,29 +909,53 @@ impl Runtime {
     }
 
     /// OpenMP's pool of `n` workers starts at once (`vramscope run`: the
-    /// process's first blocking host-to-device copy that converts the dtype
-    /// on the host), each a thread by driver address-space rule 15, noted in
-    /// the event log. Measured: blind153/ew01's H200 history (16 cores: 15
-    /// workers) puts its 18th segment 1,888 MiB lower than the twin without
-    /// them, and the next chunks with it (docs/driver-placement.md, session
-    /// 36). Once, shared with [`Runtime::intra_op_worker`]; a no-op on a
-    /// device started after the first kernels.
-    pub fn intra_op_workers(&self, n: u32) {
+    /// process's first parallel CPU op once the context exists), each a
+    /// thread by driver address-space rule 15, noted in the event log: the
+    /// first `working` of them take a share of the op's loop and `malloc`
+    /// (their arena follows their stack), the others make their arena at
+    /// their first share ([`Runtime::intra_op_work`]). Measured:
+    /// blind153/ew01's H200 history (16 cores: 15 workers) puts its 18th
+    /// segment 1,888 MiB lower than the twin without them; blind175/fs03's
+    /// maps (session 41): 15 stacks and 2 arenas at a 76,800-element copy,
+    /// the other 13 arenas at the next op of 9.8 million
+    /// (docs/driver-placement.md). Once, shared with
+    /// [`Runtime::intra_op_worker`]; a no-op on a device started after the
+    /// first kernels.
+    pub fn intra_op_workers(&self, n: u32, working: u32) {
         let mut st = self.st.borrow_mut();
         if std::mem::replace(&mut st.worker_started, true) {
             return;
         }
-        for _ in 0..n {
-            let Some(addr) = st.alloc.device_mut().thread_started(THREAD_STACK) else {
+        st.workers = (n, 0);
+        for k in 0..n {
+            let Some(addr) = st.alloc.device_mut().thread_stack(THREAD_STACK) else {
                 return;
             };
-            if let Some(log) = st.log.as_mut() {
-                let at = log.events.len();
-                log.host.push(At {
-                    at,
-                    what: HostEvent::Thread(addr, THREAD_STACK),
-                });
+            st.note_host(HostEvent::Stack(addr, THREAD_STACK));
+            if k < working {
+                st.workers.1 += 1;
+                let Some(arena) = st.alloc.device_mut().thread_arena() else {
+                    return;
+                };
+                st.note_host(HostEvent::Arena(arena));
             }
+        }
+    }
+
+    /// A parallel CPU op shares its loop among `working` of OpenMP's
+    /// workers (`at::parallel_for`: one share per grain of 32,768 elements,
+    /// at most one per thread): each of them that has not `malloc`ed yet
+    /// makes its glibc arena now, in order (rule 15). A no-op before
+    /// [`Runtime::intra_op_workers`].
+    pub fn intra_op_work(&self, working: u32) {
+        let mut st = self.st.borrow_mut();
+        let (n, made) = st.workers;
+        for _ in made..working.min(n) {
+            st.workers.1 += 1;
+            let Some(arena) = st.alloc.device_mut().thread_arena() else {
+                return;
+            };
+            st.note_host(HostEvent::Arena(arena));
         }
     }
 
@@ -928,10 +965,12 @@ impl Runtime {
     /// conversion, during which OpenMP's `workers` start below it (rule 15;
     /// none where `workers` is 0), and is freed after the copy. Measured:
     /// docs/driver-placement.md, session 37.
-    pub fn host_conversion(&self, nbytes: u64, workers: u32) {
+    pub fn host_conversion(&self, nbytes: u64, workers: u32, working: u32) {
         let placed = self.host_malloc(nbytes);
         if workers > 0 {
-            self.intra_op_workers(workers);
+            self.intra_op_workers(workers, working);
+        } else {
+            self.intra_op_work(working);
         }
         if let Some((addr, len)) = placed {
             self.host_free(addr, len);

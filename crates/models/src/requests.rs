@@ -130,13 +130,25 @@ pub enum HostRequest {
     /// a thread starts with a stack of this length and makes its malloc
     /// arena, for good ([`vramscope_alloc::SimDevice::thread_started`])
     Thread(u64),
+    /// a thread starts with a stack of this length, for good
+    /// ([`vramscope_alloc::SimDevice::thread_stack`])
+    Stack(u64),
+    /// a started thread makes its malloc arena, for good
+    /// ([`vramscope_alloc::SimDevice::thread_arena`])
+    Arena,
 }
 
 impl HostRequest {
     /// Made once per process and never undone (a library, a thread): a
     /// replay of a later step does not repeat it.
     pub(crate) fn once_per_process(&self) -> bool {
-        matches!(self, HostRequest::Library(_) | HostRequest::Thread(_))
+        matches!(
+            self,
+            HostRequest::Library(_)
+                | HostRequest::Thread(_)
+                | HostRequest::Stack(_)
+                | HostRequest::Arena
+        )
     }
 }
 
@@ -219,6 +231,14 @@ impl Requests {
                 HostEvent::Thread(_, stack) => At {
                     at,
                     what: HostRequest::Thread(stack),
+                },
+                HostEvent::Stack(_, stack) => At {
+                    at,
+                    what: HostRequest::Stack(stack),
+                },
+                HostEvent::Arena(_) => At {
+                    at,
+                    what: HostRequest::Arena,
                 },
             });
             Some(())
@@ -938,6 +958,12 @@ pub fn replay_planned(
                     }
                     HostRequest::Thread(stack) => {
                         let _ = alloc.device_mut().thread_started(stack);
+                    }
+                    HostRequest::Stack(stack) => {
+                        let _ = alloc.device_mut().thread_stack(stack);
+                    }
+                    HostRequest::Arena => {
+                        let _ = alloc.device_mut().thread_arena();
                     }
                     HostRequest::Unmap(k) => {
                         if let Some(addr) = host_addrs.get_mut(k).and_then(Option::take) {

@@ -378,18 +378,24 @@ impl Device {
         self.p.runtime().kernel_module(module);
     }
 
-    /// OpenMP's `n` workers start, each a stack and a malloc arena (driver
-    /// address-space rule 15). Once.
-    fn intra_op_workers(&self, n: u32) {
-        self.p.runtime().intra_op_workers(n);
+    /// OpenMP's `n` workers start, each a stack, the first `working` of
+    /// them also their malloc arena (driver address-space rule 15). Once.
+    fn intra_op_workers(&self, n: u32, working: u32) {
+        self.p.runtime().intra_op_workers(n, working);
     }
 
-    /// A blocking host-to-device copy converts the dtype on the host: its
-    /// CPU temporary of `nbytes` (mapped where glibc maps it, freed after
-    /// the copy), OpenMP's `workers` starting during it when not 0 (driver
-    /// address-space rules 7 and 15).
-    fn host_conversion(&self, nbytes: u64, workers: u32) {
-        self.p.runtime().host_conversion(nbytes, workers);
+    /// A parallel CPU op's loop shared among `working` workers: those that
+    /// have not yet make their malloc arena (rule 15).
+    fn intra_op_work(&self, working: u32) {
+        self.p.runtime().intra_op_work(working);
+    }
+
+    /// A host-to-device copy staged on the host: its CPU temporary of
+    /// `nbytes` (mapped where glibc maps it, freed after the copy),
+    /// OpenMP's `workers` starting during it when not 0, `working` of them
+    /// sharing its loop (driver address-space rules 7 and 15).
+    fn host_conversion(&self, nbytes: u64, workers: u32, working: u32) {
+        self.p.runtime().host_conversion(nbytes, workers, working);
     }
 
     /// The process imports `torch._dynamo`, which maps `libtriton.so`
