@@ -1777,6 +1777,18 @@ class Capture:
         entry = self.storages.get(t.untyped_storage()._cdata)
         return entry[0] if entry else None
 
+    def _native_workers(self, name: str, *args, working: int) -> None:
+        """Call the native device's worker method `name` with `working` last; a native module built
+        before the arenas came at each worker's first share takes the call without it (every
+        arena at the start), and has no `intra_op_work`."""
+        method = getattr(self.device, name, None)
+        if method is None:
+            return
+        try:
+            method(*args, working)
+        except TypeError:
+            method(*args)
+
     def _working(self, loop: int) -> int:
         """How many of OpenMP's workers take a share of a parallel CPU loop of `loop` elements
         (ParallelOpenMP.h's `invoke_parallel`: one thread per grain of 32,768 elements, at most
@@ -1805,7 +1817,7 @@ class Capture:
             # blind153/ew01's H200 history, docs/driver-placement.md)
             workers = 0 if self.workers_started else INTRA_OP_WORKERS
             self.workers_started = True
-            self.device.host_conversion(converted, workers, self._working(loop))
+            self._native_workers("host_conversion", converted, workers, working=self._working(loop))
         elif loop and not self.workers_started:
             # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
             # `torch.rand(...) * 2 - 1`) starts OpenMP's 15 workers there (rule 15; measured:
@@ -1815,12 +1827,12 @@ class Capture:
             self.workers_started = True
             working = self._working(loop)
             if self.started:
-                self.device.intra_op_workers(INTRA_OP_WORKERS, working)
+                self._native_workers("intra_op_workers", INTRA_OP_WORKERS, working=working)
             else:
                 self.arenas_pending = False
         elif loop:
             # the workers that take their first share of a loop make their arena (rule 15)
-            self.device.intra_op_work(self._working(loop))
+            self._native_workers("intra_op_work", working=self._working(loop))
         bad = _kernels.index_out_of_range(func, args)
         if bad is not None:
             self.device_error = bad
