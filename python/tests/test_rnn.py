@@ -179,8 +179,28 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # (`_fitted_small_h`: blind174/fr04's and fr05's ten, blind121's four float16 LSTMs of 160 and
     # blind141's float16 inference of 64), and blind180/fx01's two bidirectional LSTMs of 256 over
     # 256 inputs (CRNN's second BiLSTM, training at batch 512 and inference at 1,024; its first, over
-    # 512 inputs, and the float16 3-layer LSTM of 384 lie outside the formula)
-    assert checked == 56
+    # 512 inputs, and the float16 3-layer LSTM of 384 lie outside the formula), and blind186/gd06's
+    # fp32 2-layer LSTM of 512 in eval at batch 32 x 75 (its two training problems lie outside it)
+    assert checked == 57
+
+
+def test_blind186_encodec_lstm_training_problems_are_measured():
+    from vramscope import _rnn
+
+    # blind186/gd06: the EnCodec-like codec's 2-layer residual LSTM of 512 over 75 frames, trained
+    # in float16 (bf16 autocast runs _cudnn_rnn in float16) at batch 48 and in fp32 (the decoder's
+    # fine-tune) at batch 32; outside the fitted formula, measured on the H200
+    got = {
+        (p["dtype"], p["batch"]): (p["workspace"], p["reserve"], p["backward_workspace"])
+        for p in _rnn._problems().values()
+        if (p["mode"], p["input_size"], p["hidden_size"], p["num_layers"], p["seq_length"], p["train"])
+        == ("lstm", 512, 512, 2, 75, True)
+        and p["batch"] in (32, 48)
+    }
+    assert got == {
+        ("float16", 48): (48267904, 40550656, 48267904),
+        ("float32", 32): (64356864, 54067456, 64356864),
+    }
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
