@@ -508,6 +508,21 @@ def test_upsampling_under_inference_mode_runs_the_cpp_composite():
     assert _extra(run, lambda: (torch.empty(4, 8, 16, 16, device="cuda", dtype=torch.float16),)) == (0, 0)
 
 
+def test_upsample_nearest3d_of_channels_last_3d_copies_both_ways():
+    # UpSampleNearest3d.cu has no channels-last kernel: a contiguous `output_c` beside the
+    # channels_last_3d output, and the input's contiguous copy, both freed at the return
+    # (blind186/gd02's H200 record: bf16 (8, 256, 4, 16, 16) by (1, 2, 2), 3 allocations)
+    def run(x):
+        return torch.nn.functional.interpolate(x, scale_factor=(1.0, 2.0, 2.0), mode="nearest")
+
+    def setup(fmt):
+        x = torch.empty(8, 256, 4, 16, 16, device="cuda", dtype=torch.bfloat16)
+        return (x.contiguous(memory_format=fmt),)
+
+    assert _extra(run, lambda: setup(torch.channels_last_3d)) == (2, 16777216 + 4194304)
+    assert _extra(run, lambda: setup(torch.contiguous_format)) == (0, 0)
+
+
 def test_softmax_of_halves_to_float_is_one_kernel():
     # SoftMax.cpp: on CUDA `softmax(half, dtype=float32)` is `_softmax(x, dim, half_to_float=True)`
     # (blind45/as06's GPT-NeoX eager attention on the H200: no float copy of the scores)

@@ -3436,6 +3436,27 @@ for _f in (aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.def
 SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
 
 
+def _upsample_nearest3d(cap, func, call, outs):
+    """`upsample_nearest3d_out_cuda_template` (cuda/UpSampleNearest3d.cu), which has no
+    channels-last kernel: `output_c`, a contiguous `at::empty` of the output's sizes where the
+    structured kernel's output (in the input's suggested format) is not contiguous, then
+    `input_.contiguous()`; the kernel writes `output_c`, copied into the output, both freed at the
+    return (blind186/gd02's H200 record: a bf16 channels_last_3d (8, 256, 4, 16, 16) upsampled by
+    (1, 2, 2), three allocations, 16,777,216 + 16,777,216 + 4,194,304 bytes requested)."""
+    (args, _kw) = call
+    src, out = args[0], outs[0]
+    if not registered(src) or out.numel() == 0:
+        return
+    temps = [_temp(cap, out, func._schema.name)] if not out.is_contiguous() else []
+    if not src.is_contiguous():
+        temps.append(_temp(cap, src, func._schema.name))
+    del temps
+
+
+for _f in (aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.default):
+    AFTER[_f] = _upsample_nearest3d
+
+
 def _pool2d_backward(cap, func, call, outs):
     """`avg_pool2d_backward_out_cuda` (cuda/AveragePool2d.cu) and
     `max_pool2d_with_indices_backward_out_cuda` (cuda/DilatedMaxPool2d.cu):
