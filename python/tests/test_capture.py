@@ -124,6 +124,27 @@ def test_tensors_read_cuda_and_torch_cuda_is_answered():
     assert torch.cuda.is_available() is False
 
 
+def test_vmapped_cudnn_batch_norm_copies_an_input_whose_batch_dimension_is_not_in_front():
+    # blind181/fy04's H200 memory history (vmap over first-order MAML tasks, BatchNorm2d without
+    # running statistics): `_batch_norm_impl_index` picks cuDNN and makes the logical input
+    # contiguous, a clone with vmap's dimension moved to the front, which functorch's
+    # cudnn_batch_norm batch rule copies again to fold that dimension into the channels; then
+    # the output, the statistics, the dummy weight and bias, and the weight's mul and bias's add
+    import torch.nn.functional as F
+    from torch.func import vmap
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 4, 8, 32, 32, device="cuda")  # vmap's dimension (4) after the samples
+        w = torch.ones(4, 8, device="cuda")
+        b = torch.zeros(4, 8, device="cuda")
+        fn = vmap(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), in_dims=(1, 0, 0))
+        out, counts = counted(lambda: fn(x, w, b))
+        assert out.shape == (4, 16, 8, 32, 32)
+        # five input-sized tensors (2,097,152 bytes: the clone, the fold's copy, the output, the
+        # mul and the add) and four of 32 floats (the dummy weight and bias, mean and rstd)
+        assert counts == (9, 5 * 2_097_152 + 4 * 128)
+
+
 def test_functorch_wrappers_read_the_device_of_the_tensor_they_wrap():
     # grad's TensorWrapper and vmap's BatchedTensor take the wrapped tensor's device
     # (functorch's TensorWrapper.cpp / BatchedTensorImpl.cpp), so `x.device` under a transform is

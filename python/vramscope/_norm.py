@@ -17,7 +17,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
-from ._tensor import registered
+from ._tensor import _reads_cuda, registered
 
 aten = torch.ops.aten
 
@@ -555,12 +555,18 @@ def _batch_norm(cap, func, args, kwargs):
     """`torch.batch_norm` where `_batch_norm_impl_index` (Normalization.cpp) picks cuDNN: the input
     is made contiguous in its suggested memory format first (`input.contiguous(...)`, an autograd
     copy), and cuDNN's batch norm runs on, and saves for backward, that copy (blind78/bz01's H200
-    per-op truth: PatchTST's batch norm of transposed (B, C, L) activations)."""
+    per-op truth: PatchTST's batch norm of transposed (B, C, L) activations). Under torch.func's
+    transforms the same holds for the logical tensor: a `vmap`ped input whose batch dimension is
+    not in front (a batched-weight convolution's output keeps it after the samples) reads as not
+    contiguous, and `contiguous` clones it with the batch dimension moved to the front, so
+    functorch's `cudnn_batch_norm` batch rule (BatchRulesNorm.cpp) then copies it again to fold
+    that dimension into the channels (blind181/fy04's H200 memory history: `vmap` over first-order
+    MAML tasks with BatchNorm2d(track_running_stats=False))."""
     names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
     names += ("cudnn_enabled",)
     a = dict(zip(names, args, strict=False)) | kwargs
     x = a.get("input")
-    if not registered(x) or set(a) - set(names) or len(a) != len(names) or not a["cudnn_enabled"]:
+    if not _reads_cuda(x) or set(a) - set(names) or len(a) != len(names) or not a["cudnn_enabled"]:
         return NotImplemented
     if not _cudnn_selected(
         x, a["weight"], a["bias"], a["running_mean"], a["running_var"], a["training"], a["eps"]
