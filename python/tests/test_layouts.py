@@ -701,6 +701,27 @@ def test_out_of_place_index_put_with_a_mask_runs_nonzero_after_its_copy():
         assert out_of_place == (in_place[0] + 1, in_place[1] + t.numel() * 4)
 
 
+def test_index_put_accumulate_over_indexed_dims_apart_transposes_them_to_the_front():
+    # `makeLinearIndex` (cuda/Indexing.cu): `x[i, :, j]` has no contiguous subspace of indexed dims,
+    # so self is permuted to (8, 1, 12, 64) and sorted as an adjacent indexing; blind185/gc05's H200
+    # per-op truth (LED's global attention backward): 16 allocations of 485 bytes beyond the copy
+    def setup():
+        x = torch.zeros(8, 12, 1, 64, dtype=torch.bfloat16, device="cuda")
+        i = torch.arange(8, device="cuda")
+        j = torch.zeros(8, dtype=torch.long, device="cuda")
+        v = torch.ones(8, 12, 64, dtype=torch.bfloat16, device="cuda")
+        return x, i, j, v
+
+    def apart(x, i, j, v):
+        return torch.ops.aten.index_put(x, [i, None, j], v, True)
+
+    def adjacent(x, i, j, v):
+        return torch.ops.aten.index_put(x.permute(0, 2, 1, 3), [i, j], v, True)
+
+    assert extra_allocations(setup, apart, gpu="h200") == (16, 485)
+    assert extra_allocations(setup, adjacent, gpu="h200") == (16, 485)
+
+
 def test_a_copy_to_the_host_of_a_strided_tensor_reads_a_contiguous_device_copy():
     # copy_requires_temporaries (native/Copy.cpp): `src.expand_as(dst).contiguous()` on the device
     # unless both coalesce alike; blind16/p07's H200 per-op truth (save_on_cpu's `packed.copy_(t)`)
