@@ -145,6 +145,32 @@ def test_vmapped_cudnn_batch_norm_copies_an_input_whose_batch_dimension_is_not_i
         assert counts == (9, 5 * 2_097_152 + 4 * 128)
 
 
+def test_vmapped_cudnn_batch_norm_backward_copies_the_gradient_as_cudnns_autograd_does():
+    # blind181/fy04's H200 memory history: under vmap(grad(...)) autograd records
+    # CudnnBatchNormBackward0, whose grad.contiguous(input.suggest_memory_format()) clones the
+    # vmapped gradient; then functorch's batch rule (BatchRulesNorm.cpp's
+    # batch_norm_backward_plumbing): the bias's sum, (x - mean) * rstd, its product with the
+    # gradient and the weight's sum, the gradient times the weight, the input's and that
+    # product's copies folding vmap's dimension into the channels, and native_batch_norm_backward
+    import torch.nn.functional as F
+    from torch.func import grad, vmap
+
+    def loss(x, w, b):
+        return F.batch_norm(x, None, None, w, b, training=True).relu().sum()
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 4, 8, 32, 32, device="cuda")
+        w = torch.ones(4, 8, device="cuda")
+        b = torch.zeros(4, 8, device="cuda")
+        out, counts = counted(lambda: vmap(grad(loss), in_dims=(1, 0, 0))(x, w, b))
+        assert out.shape == (4, 16, 8, 32, 32)
+        # 2,097,152 bytes an input-sized tensor: the forward's 5 (as above) and relu's; the
+        # backward's threshold_backward, the gradient's clone, sub, two muls, the product with
+        # the weight, two copies and the input's gradient: 15 in all
+        assert counts[0] == 28 and counts[1] - 15 * 2_097_152 == 1_456
+        assert torch.cuda.max_memory_allocated() == 18_880_000
+
+
 def test_functorch_wrappers_read_the_device_of_the_tensor_they_wrap():
     # grad's TensorWrapper and vmap's BatchedTensor take the wrapped tensor's device
     # (functorch's TensorWrapper.cpp / BatchedTensorImpl.cpp), so `x.device` under a transform is

@@ -464,7 +464,42 @@ def _native_layer_norm_backward(cap, func, args, kwargs):
     return out
 
 
+def _cudnn_batch_norm(cap, func, args, kwargs):
+    """`cudnn_batch_norm` itself, which the twin calls under torch.func's transforms (`_batch_norm`):
+    in training, as `_native_batch_norm` where cuDNN is picked (the output, save_mean, save_var and,
+    for a channels-last input, the persistent kernel's workspace), and an empty reserve."""
+    if kwargs or len(args) != 8 or not registered(args[0]) or not args[5]:
+        return NotImplemented
+    cap.ops += 1
+    x, op = args[0], "aten::cudnn_batch_norm"
+    out = func(*args)
+    for t in out:
+        cap.track(t, op)
+    if x.numel() > 0 and _persistent(x):
+        workspace = _persistent_workspace(cap, x, "forward", op)
+        del workspace
+    return out
+
+
+def _cudnn_batch_norm_backward(cap, func, args, kwargs):
+    """`cudnn_batch_norm_backward` itself (under torch.func's `grad` without `vmap`, after
+    `_batch_norm`): the three gradients and, for a channels-last input, the persistent kernel's
+    workspace (`_cudnn_backward`; CudnnBatchNormBackward0 made the gradient contiguous)."""
+    if kwargs or len(args) != 9 or not registered(args[0]):
+        return NotImplemented
+    cap.ops += 1
+    x, op = args[0], "aten::cudnn_batch_norm_backward"
+    out = func(*args)
+    for t in out:
+        cap.track(t, op)
+    workspace = _persistent_workspace(cap, x, "backward", op) if x.numel() > 0 and _persistent(x) else None
+    del workspace
+    return out
+
+
 DISPATCH[aten.native_batch_norm.default] = _native_batch_norm
+DISPATCH[aten.cudnn_batch_norm.default] = _cudnn_batch_norm
+DISPATCH[aten.cudnn_batch_norm_backward.default] = _cudnn_batch_norm_backward
 DISPATCH[aten.native_batch_norm_backward.default] = _native_batch_norm_backward
 DISPATCH[aten.native_group_norm.default] = _native_group_norm
 DISPATCH[aten.native_group_norm_backward.default] = _native_group_norm_backward
@@ -573,6 +608,15 @@ def _batch_norm(cap, func, args, kwargs):
     ):
         return NotImplemented
     fmt = suggest_memory_format(x)
+    if a["training"] and not registered(x):
+        # under torch.func's transforms the twin runs cuDNN's op itself, so that autograd records
+        # CudnnBatchNormBackward0, whose `grad.contiguous(input.suggest_memory_format())` copies
+        # a vmapped gradient (blind181/fy04's H200 history), and functorch's cudnn batch rules
+        # run as on the GPU (their backward ends in `at::native_batch_norm_backward`, the CUDA
+        # kernel, which the twin still takes for cuDNN's: two (B0 * C)-float temporaries more)
+        x = x.contiguous(memory_format=fmt)
+        args = (x, a["weight"], a["bias"], a["running_mean"], a["running_var"], True, a["momentum"], a["eps"])
+        return torch.ops.aten.cudnn_batch_norm(*args)[0]
     if x.is_contiguous(memory_format=fmt):
         return NotImplemented
     a["input"] = x.contiguous(memory_format=fmt)
