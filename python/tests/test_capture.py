@@ -199,6 +199,45 @@ def test_functorch_wrappers_read_the_device_of_the_tensor_they_wrap():
     assert all(s == (cuda0, cuda0, True, False, 0) for s in seen)
 
 
+def test_dropout_under_vmap_takes_the_fused_cuda_kernel():
+    # Dropout.cpp's `is_fused_kernel_acceptable` reads `is_cuda()` of vmap's BatchedTensor, true
+    # on the GPU, so `native_dropout` runs (its batching rule calls it on the batched value, with
+    # randomness="different"): a float output and a bool mask, not `_dropout_impl`'s float noise
+    # (blind182/fz05's H200 per-op truth: 760 `native_dropout`, no `bernoulli_`)
+    import torch.nn.functional as F
+    from torch.func import vmap
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.ones(8, 1024, device="cuda")
+        drop = vmap(lambda r: F.dropout(r, 0.1), randomness="different")
+        out, (count, req) = counted(lambda: drop(x))
+        assert out.shape == (8, 1024) and out.is_cuda
+        assert (count, req) == (2, 8 * 1024 * 4 + 8 * 1024)
+
+
+def test_autocast_casts_under_vmap_and_grad():
+    # autocast's `is_eligible` reads the device of functorch's wrappers, the wrapped CUDA
+    # tensor's: a Linear under bf16 autocast inside a per-sample `vmap(grad(...))` runs in bf16
+    # (blind182/fz05's H200 history: BERT's linears in bf16 inside the transform)
+    from torch.func import functional_call, grad, vmap
+
+    dtypes = []
+
+    with vramscope.capture(gpu="h200"):
+        lin = torch.nn.Linear(64, 64).cuda()
+        params = {k: v.detach() for k, v in lin.named_parameters()}
+
+        def loss(p, x):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = functional_call(lin, p, (x[None],))
+            dtypes.append(y.dtype)
+            return y.float().sum()
+
+        g = vmap(grad(loss), in_dims=(None, 0))(params, torch.ones(4, 64, device="cuda"))
+        assert g["weight"].shape == (4, 64, 64) and g["weight"].dtype == torch.float32
+    assert dtypes == [torch.bfloat16]
+
+
 def test_out_of_memory_is_raised_as_pytorch_raises_it():
     with vramscope.capture():
         try:

@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from ._tensor import registered
+from ._tensor import registered, wraps_registered
 
 KEY = torch._C.DispatchKey.AutocastCUDA
 _EXCLUDE = torch._C.DispatchKeySet(KEY)
@@ -63,7 +63,14 @@ def parts_of(composite):
 
 
 def _eligible(t) -> bool:
-    on_device = registered(t) or (TRACING[0] and isinstance(t, torch.Tensor) and t.device.type == "cpu")
+    # a functorch wrapper of a simulated tensor is a CUDA tensor to autocast's `is_eligible` (its
+    # device is the wrapped one's): `vmap(grad(...))` per-sample gradients under bf16 autocast cast
+    # as outside (blind182/fz05's H200 history: BERT's bf16 linears inside the transform)
+    on_device = (
+        registered(t)
+        or wraps_registered(t)
+        or (TRACING[0] and isinstance(t, torch.Tensor) and t.device.type == "cpu")
+    )
     return on_device and t.is_floating_point() and t.dtype != torch.float64
 
 
@@ -133,7 +140,7 @@ def _half_to_float(kernel, args, kwargs):
     a = dict(zip(("self", "dim", "dtype"), args, strict=False)) | kwargs
     x, dim = a.get("self"), a.get("dim")
     if (
-        registered(x)
+        (registered(x) or wraps_registered(x))
         and x.dtype == torch.float16
         and a.get("dtype") == torch.float32
         and isinstance(dim, int)

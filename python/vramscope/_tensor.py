@@ -192,18 +192,32 @@ _WRAPPED = torch._C._functorch.is_functorch_wrapped_tensor
 _UNWRAP = torch._C._functorch.get_unwrapped
 
 
+def wraps_registered(t) -> bool:
+    """Whether `t` is a functorch wrapper (`grad`'s TensorWrapper, `vmap`'s BatchedTensor, any
+    depth) of a simulated tensor: on the GPU it is a CUDA tensor (its device is the wrapped
+    tensor's, and `getKeysToPropagateToWrapper` gives it the CUDA backend bit), so C++ code that
+    checks `is_cuda()` or the device type (Dropout.cpp's fused kernel, autocast's
+    `is_eligible`) takes the CUDA path for it."""
+    if not isinstance(t, torch.Tensor) or not _WRAPPED(t):
+        return False
+    while _WRAPPED(t):
+        t = _UNWRAP(t)
+    return registered(t)
+
+
+def wraps_ours(t) -> bool:
+    """`wraps_registered`, outside the kernels (as `is_ours` is `registered` there)."""
+    return not _in_kernel[0] and wraps_registered(t)
+
+
 def _reads_cuda(t) -> bool:
     """`is_ours(t)`, or `t` a jagged nested tensor whose values are ours: its wrapper is made on
     the meta device (`_make_wrapper_subclass` below) and reads as CUDA like them; or a functorch
     wrapper (`grad`'s TensorWrapper, `vmap`'s BatchedTensor) of one: the wrapper takes the device
     of the tensor it wraps (functorch/TensorWrapper.cpp's and BatchedTensorImpl.cpp's constructors
     pass `value.device()`), so `x.device` under a transform reads `cuda:0` on the GPU."""
-    if is_ours(t):
+    if is_ours(t) or wraps_ours(t):
         return True
-    if isinstance(t, torch.Tensor) and not _in_kernel[0] and _WRAPPED(t):
-        while _WRAPPED(t):
-            t = _UNWRAP(t)
-        return is_ours(t)
     values = getattr(t, "_values", None)
     return values is not None and _NESTED[0] is not None and type(t) is _NESTED[0] and is_ours(values)
 
