@@ -258,6 +258,8 @@ def _host_converts(func, args, kwargs, out) -> tuple[int, int]:
     # one dtype: `copy_requires_temporaries` unless the iterator coalesces (a memcpy); the source is
     # then made contiguous on the host (`src.expand_as(dst).contiguous()`, blocking or not), a parallel
     # copy (blind175/fs03's expanded normalization constants: OpenMP's workers start there on the H200)
+    if src.layout is not torch.strided or dst.layout is not torch.strided:
+        return 0, 0  # a sparse tensor copies its indices and values, each dense (`_dense_parts`)
     if _same_dense_layout(src, dst) or src.expand_as(dst).is_contiguous():
         return 0, 0
     return dst.numel() * dst.element_size(), dst.numel()
