@@ -314,6 +314,25 @@ def test_an_encoder_the_gpu_would_pack_nested_keeps_its_layers_off_the_dense_mas
         assert calls == [1]
 
 
+def _packed_encoder_allocations(lengths, s, e, dtype):
+    """A one-layer `TransformerEncoder` (4 heads, ffn 256) in `dtype` over a (len(lengths), s, e)
+    batch padded right to `lengths`, called twice (the first call also takes cuBLAS's workspaces):
+    its output and the sizes the second call allocated, in order."""
+    n = len(lengths)
+    with vramscope.capture(gpu="h200"):
+        layer = torch.nn.TransformerEncoderLayer(e, 4, 256, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, 1).cuda().to(dtype).eval()
+        x = torch.randn(n, s, e, device="cuda", dtype=dtype)
+        pad = (
+            torch.arange(s, device="cuda")[None].expand(n, s) >= torch.tensor(lengths, device="cuda")[:, None]
+        )
+        encoder(x, src_key_padding_mask=pad)
+        torch.cuda.memory._record_memory_history()
+        y = encoder(x, src_key_padding_mask=pad)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    return y, [e_["size"] for e_ in trace if e_["action"] == "alloc"]
+
+
 def test_an_fp32_encoder_packs_its_padded_batch_and_runs_the_efficient_kernel_on_it():
     # blind179/fw05's H200 history (6 fp32 layers of 512, 8 heads, eval under inference_mode, a
     # 1,024 x 128 batch of 79,203 valid tokens): each layer's attention is
@@ -322,18 +341,8 @@ def test_an_fp32_encoder_packs_its_padded_batch_and_runs_the_efficient_kernel_on
     n, s, e = 4, 32, 64
     lengths = [32, 20, 10, 5]
     t = sum(lengths)
-    with vramscope.capture(gpu="h200"), torch.inference_mode():
-        layer = torch.nn.TransformerEncoderLayer(e, 4, 256, batch_first=True)
-        encoder = torch.nn.TransformerEncoder(layer, 1).cuda().eval()
-        x = torch.randn(n, s, e, device="cuda")
-        pad = (
-            torch.arange(s, device="cuda")[None].expand(n, s) >= torch.tensor(lengths, device="cuda")[:, None]
-        )
-        encoder(x, src_key_padding_mask=pad)  # the first call also takes cuBLAS's workspaces
-        torch.cuda.memory._record_memory_history()
-        y = encoder(x, src_key_padding_mask=pad)
-        trace = torch.cuda.memory._snapshot()["device_traces"][0]
-    sizes = [e_["size"] for e_ in trace if e_["action"] == "alloc"]
+    with torch.inference_mode():
+        y, sizes = _packed_encoder_allocations(lengths, s, e, torch.float32)
     qkv = sizes.index(3 * t * e * 4)
     assert sizes[qkv + 1 : qkv + 5] == [(n + 1) * 4, (n + 1) * 4, t * e * 4, t * e * 4]
     assert y.shape == (n, s, e)
@@ -347,18 +356,8 @@ def test_a_bf16_encoder_packs_its_batch_through_the_generic_fallbacks():
     n, s, e = 4, 32, 64
     lengths = [32, 20, 10, 5]
     t, longest = sum(lengths), max(lengths)
-    with vramscope.capture(gpu="h200"), torch.no_grad():
-        layer = torch.nn.TransformerEncoderLayer(e, 4, 256, batch_first=True)
-        encoder = torch.nn.TransformerEncoder(layer, 1).cuda().to(torch.bfloat16).eval()
-        x = torch.randn(n, s, e, device="cuda", dtype=torch.bfloat16)
-        pad = (
-            torch.arange(s, device="cuda")[None].expand(n, s) >= torch.tensor(lengths, device="cuda")[:, None]
-        )
-        encoder(x, src_key_padding_mask=pad)  # the first call also takes cuBLAS's workspaces
-        torch.cuda.memory._record_memory_history()
-        y = encoder(x, src_key_padding_mask=pad)
-        trace = torch.cuda.memory._snapshot()["device_traces"][0]
-    sizes = [e_["size"] for e_ in trace if e_["action"] == "alloc"]
+    with torch.no_grad():
+        y, sizes = _packed_encoder_allocations(lengths, s, e, torch.bfloat16)
     rows = [b for length in lengths for b in (length * e, s * e)]
     first = sizes.index(rows[0])
     assert sizes[first : first + 2 * n + 2] == [*rows, n * s * e, 4]
