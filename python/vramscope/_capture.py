@@ -280,8 +280,7 @@ _SERIAL_CPU = {
 }
 #: in-place CPU kernels that are TensorIterator loops without the pointwise tag, and the factories
 #: that fill what they make (TensorFactories.cpp: `zeros` is `empty(...).zero_()`, `ones` and `full`
-#: `fill_`; blind175/fs03's maps on the H200: a host `zeros` of 9.8 million elements is where 13 of
-#: OpenMP's workers first `malloc`)
+#: `fill_`; measured: blind175/fs03's maps, docs/driver-placement.md rule 15)
 _CPU_LOOPS = {
     aten.fill_.Scalar,
     aten.fill_.Tensor,

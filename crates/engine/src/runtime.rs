@@ -913,12 +913,9 @@ impl Runtime {
     /// thread by driver address-space rule 15, noted in the event log: the
     /// first `working` of them take a share of the op's loop and `malloc`
     /// (their arena follows their stack), the others make their arena at
-    /// their first share ([`Runtime::intra_op_work`]). Measured:
-    /// blind153/ew01's H200 history (16 cores: 15 workers) puts its 18th
-    /// segment 1,888 MiB lower than the twin without them; blind175/fs03's
-    /// maps (session 41): 15 stacks and 2 arenas at a 76,800-element copy,
-    /// the other 13 arenas at the next op of 9.8 million
-    /// (docs/driver-placement.md). Once, shared with
+    /// their first share ([`Runtime::intra_op_work`]). Measured: the H200
+    /// runs of blind153/ew01 and blind175/fs03 (docs/driver-placement.md,
+    /// rule 15). Once, shared with
     /// [`Runtime::intra_op_worker`]; a no-op on a device started after the
     /// first kernels.
     pub fn intra_op_workers(&self, n: u32, working: u32) {
