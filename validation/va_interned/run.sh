@@ -1,0 +1,11 @@
+#!/bin/bash
+# Every case of probe.py, each in a fresh python3 process, one JSON line each (a failed case's
+# error as {"case": ..., "error": ...}):  bash validation/va_interned/run.sh OUT.jsonl
+set -u
+out="${1:?usage: run.sh OUT.jsonl}"
+here="$(cd "$(dirname "$0")" && pwd)"
+py="${PYTHON:-python3}"
+: > "$out"
+for c in $("$py" -c "import sys; sys.path.insert(0, '$here'); import probe; print(' '.join(probe.CASES))"); do
+  "$py" "$here/probe.py" "$c" >> "$out" 2> /tmp/va_interned.err || echo "{\"case\": \"$c\", \"error\": \"$(tail -1 /tmp/va_interned.err | tr -d '\"')\"}" >> "$out"
+done
