@@ -180,8 +180,43 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # blind141's float16 inference of 64), and blind180/fx01's two bidirectional LSTMs of 256 over
     # 256 inputs (CRNN's second BiLSTM, training at batch 512 and inference at 1,024; its first, over
     # 512 inputs, and the float16 3-layer LSTM of 384 lie outside the formula), and blind186/gd06's
-    # fp32 2-layer LSTM of 512 in eval at batch 32 x 75 (its two training problems lie outside it)
-    assert checked == 57
+    # fp32 2-layer LSTM of 512 in eval at batch 32 x 75 (its two training problems lie outside it), and
+    # blind190/gh03's 2-layer bidirectional LSTM of 768 (the Demucs denoiser's, float16 under bf16
+    # autocast at batch 16 x 249; gh02's, gh04's and gh06's eleven lie outside it)
+    assert checked == 58
+
+
+def test_blind190_separation_lstm_problems_are_measured():
+    from vramscope import _rnn
+
+    # blind190/gh02: DPRNN's intra- and inter-chunk bidirectional LSTMs of 128 run in float16 under
+    # fp16 autocast (training at 664 x 100 and 800 x 83, no_grad validation at 1,328 x 100 and
+    # 1,600 x 83, per-op truth; the 30-second mixture's 603 x 100 and 100 x 603 under inference_mode
+    # read from the H200's memory history, whose per-op lane the time budget cut); gh04's
+    # 2-layer LSTM of 512 over 1,792 features and gh06's 3-layer bidirectional LSTM of 256
+    got = {
+        (p["dtype"], p["input_size"], p["hidden_size"], p["batch"], p["seq_length"], p["train"]): (
+            p["workspace"],
+            p.get("reserve"),
+        )
+        for p in _rnn._problems().values()
+        if p["mode"] == "lstm"
+        and (p["input_size"], p["hidden_size"]) in ((128, 128), (1792, 512), (512, 256))
+    }
+    assert {k: v for k, v in got.items() if k[1] == 128} == {
+        ("float16", 128, 128, 664, 100, True): (547317184, 169984256),
+        ("float16", 128, 128, 800, 83, True): (547944960, 169984256),
+        ("float16", 128, 128, 1328, 100, False): (1077332608, None),
+        ("float16", 128, 128, 1600, 83, False): (1078588160, None),
+        ("float16", 128, 128, 603, 100, False): (498626016, None),
+        ("float16", 128, 128, 100, 603, False): (496304160, None),
+    }
+    assert got[("float16", 1792, 512, 12, 501, True)] == (107927904, 67719424)
+    assert got[("float32", 1792, 512, 12, 501, True)] == (199078240, 135438592)
+    assert got[("float32", 1792, 512, 8, 1251, False)] == (153379136, None)
+    assert got[("float32", 512, 256, 16, 259, True)] == (155353472, 145338624)
+    assert got[("float16", 512, 256, 32, 259, True)] == (145916416, 146399488)
+    assert got[("float32", 512, 256, 1, 1292, False)] == (90448160, None)
 
 
 def test_blind186_encodec_lstm_training_problems_are_measured():
