@@ -182,8 +182,42 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # 512 inputs, and the float16 3-layer LSTM of 384 lie outside the formula), and blind186/gd06's
     # fp32 2-layer LSTM of 512 in eval at batch 32 x 75 (its two training problems lie outside it), and
     # blind190/gh03's 2-layer bidirectional LSTM of 768 (the Demucs denoiser's, float16 under bf16
-    # autocast at batch 16 x 249; gh02's, gh04's and gh06's eleven lie outside it)
-    assert checked == 58
+    # autocast at batch 16 x 249; gh02's, gh04's and gh06's eleven lie outside it), and blind191/gi03's
+    # seven (MusicVAE's float16 bidirectional encoder LSTM of 1,024 over 256 steps, training at 128
+    # and inference at 256; its conductor of 1,024 on one input, training at 128 and inference at 256
+    # and 32; its bar decoder over 1,114 inputs in inference at 4,096 and 32; the decoder's training
+    # at 2,048 x 16 lies outside the formula)
+    assert checked == 65
+
+
+def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
+    from vramscope import _rnn
+
+    # blind191/gi03: MusicVAE's bar decoder, a 2-layer LSTM of 1,024 over 1,114 inputs (the previous
+    # step's one-hot and the bar's conductor embedding), 16 bars of a batch of 128 decoded together
+    # as 2,048 sequences of 16 steps in float16 under fp16 autocast; unidirectional training with
+    # more layers than one over more inputs than hidden units lies outside the fitted formula
+    # (`_fitted_uni`), measured on the H200 (truth_blind191_h200.tar.xz: _cudnn_rnn requested
+    # 1,442,021,888 bytes in 6 allocations, the backward 1,447,870,976 in 11)
+    lstm = _rnn.MODES["lstm"]
+    assert (
+        _rnn._fitted(lstm, torch.float16, 1114, 1024, 0, 2, False, 0.0, True, 2048, 16, 32768, False) is None
+    )
+    got = {
+        p["batch"]: (p["workspace"], p["reserve"], p["backward_workspace"])
+        for p in _rnn._problems().values()
+        if (
+            p["mode"],
+            p["dtype"],
+            p["input_size"],
+            p["hidden_size"],
+            p["num_layers"],
+            p["seq_length"],
+            p["train"],
+        )
+        == ("lstm", "float16", 1114, 1024, 2, 16, True)
+    }
+    assert got == {2048: (546930944, 738197760, 546930944)}
 
 
 def test_blind190_separation_lstm_problems_are_measured():
