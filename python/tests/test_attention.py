@@ -428,3 +428,26 @@ def test_flash_backward_with_gqa_heads_expands_dk_and_dv_as_the_h200_does():
         _, counts = _counts(lambda: out.backward(grad))
         assert counts == (7, 116975616)
         assert kb.grad.shape == (6, 1100, 2, 256)
+
+
+def test_flash_forward_with_dropout_makes_rng_state_twice_as_the_h200_does():
+    # flash_api.cpp mha_fwd: `rng_state` (16 bytes) and `_unused` (8), then under `p_dropout > 0`
+    # `rng_state` made again, the first freed as it is reassigned (blind192/gj01's H200 history: 16,
+    # 8, 16, the first 16 freed inside mha_fwd). bf16 (8, 8, 81, 24) with grad: the output (248,832
+    # bytes) and the logsumexp (20,736), then 16, 8, 16: 5 allocations; 4 without dropout
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with vramscope.capture(gpu="h200"):
+        qb = torch.empty(8, 81, 8, 24, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        q = qb.transpose(1, 2)
+
+        def sdpa(p):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=p)
+
+        out, counts = _counts(lambda: sdpa(0.2))
+        assert counts == (5, 248832 + 20736 + 16 + 8 + 16)
+        assert torch.cuda.memory_allocated() % 512 == 0
+        del out
+        _, counts = _counts(lambda: sdpa(0.0))
+        assert counts == (4, 248832 + 20736 + 16 + 8)

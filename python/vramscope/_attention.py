@@ -426,10 +426,23 @@ def flash_forward(cap, func, args, kwargs):
         if splits > 1:
             accums.append(cap.malloc(splits * b * h * s_q * 4, op, "temporary"))
             accums.append(cap.malloc(splits * b * h * s_q * _flash_head_rounded(d) * 4, op, "temporary"))
-    w = _alloc_in_order(cap, w, (6, 7, 8), op)
+    w = _rng_state(cap, w, dropout, op)
     while accums:
         accums.pop(0)
     return tuple(w)
+
+
+def _rng_state(cap, w, dropout, op, at=6):
+    """`rng_state` (uint64 `[2]`) and the 8-byte `_unused` offset of `mha_fwd` / `mha_varlen_fwd`
+    (flash_api.cpp), then the debug mask. With dropout the `p_dropout > 0.0` branch makes `rng_state`
+    again (`rng_state = at::empty({2}, ...)`): a second 16 bytes after `_unused`, the first freed as
+    it is reassigned (gj01's H200 history: 16, 8, 16, the first 16 freed inside `mha_fwd`)."""
+    if not dropout:
+        return _alloc_in_order(cap, w, (at, at + 1, at + 2), op)
+    first = cap.malloc(16, op, "temporary")
+    w = _alloc_in_order(cap, w, (at + 1, at, at + 2), op)
+    del first
+    return w
 
 
 def efficient_forward(cap, func, args, kwargs):
@@ -1122,7 +1135,8 @@ def varlen_flash_forward(cap, func, args, kwargs):
     out = func(*args, **kwargs)
     op = "aten::_flash_attention_forward"
     w = _alloc_in_order(cap, out, (0, 1), op)
-    return tuple(_alloc_in_order(cap, w, (2, 3, 4), op))
+    dropout = args[7] if len(args) > 7 else kwargs.get("dropout_p", 0.0)
+    return tuple(_rng_state(cap, w, dropout, op, at=2))
 
 
 def install() -> None:
