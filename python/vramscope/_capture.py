@@ -1509,9 +1509,9 @@ class Capture:
         (a model built on the host before `.to("cuda")`): lay out those glibc mapped on its own
         above the context, lowest first (glibc placed them top-down), each unmapped when its
         storage dies (the driver's address-space rules 7 and 11). glibc's dynamic threshold only
-        rises: the GPU machine's process, which ran the script's host allocations as this one did
-        and started the CUDA driver besides, mapped a tensor only where this process's glibc did
-        and the twin's threshold (measured after the driver's start) says so too."""
+        rises: the GPU machine's process, which ran the script's host allocations as this one did,
+        mapped a tensor only where this process's glibc did and the twin's threshold says so too
+        (what it leaves out: docs/driver-placement.md, session 42)."""
         storages = {}
         for o in gc.get_objects():
             try:
