@@ -3061,6 +3061,26 @@ def test_abs_of_a_complex_tensor_carries_its_magnitudes():
         assert y.shape == (2, 800) and y.is_complex()
 
 
+def test_angle_of_a_complex_tensor_makes_its_complex_result_first():
+    # blind190/gh04 (DCCRN-style compressed spectral loss, `est_spec.angle()` of a 12 x 257 x 501
+    # complex64 STFT): on the H200 each `angle` requested three times its output, the complex
+    # buffer of `unary_op_impl_with_complex_to_float_out` (UnaryOps.cpp) made before the real
+    # result and freed after it
+
+    with vramscope.capture():
+        x = torch.randn(12, 257, 501, dtype=torch.complex64, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_stats()["requested_bytes.all.current"]
+        y, (count, req) = counted(lambda: x.angle())
+        assert y.dtype == torch.float32 and y.shape == x.shape
+        assert (count, req) == (2, 12360672 + 6180336)
+        stats = torch.cuda.memory_stats()
+        assert stats["requested_bytes.all.current"] - base == 6180336
+        assert stats["requested_bytes.all.peak"] - base == 12360672 + 6180336
+        w = torch.tensor([3 + 4j, -1 + 0j], dtype=torch.complex64, device="cuda")
+        assert w.angle().tolist() == pytest.approx([0.9272952, 3.1415927])
+
+
 def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
     # blind122/dr02 and blind68/bp01 raised AcceleratorError on the H200: position ids past the
     # embedding table. Known indices outside their dimension fail the kernel's assert, raised at the

@@ -1920,6 +1920,30 @@ def _abs_complex(cap, func, args, kwargs):
 DISPATCH[aten.abs.default] = _abs_complex
 
 
+def _angle_complex(cap, func, args, kwargs):
+    """`angle` of a complex tensor (UnaryOps.cpp: `angle` passes `at::empty({0})` of the real dtype
+    to `angle_out`, i.e. `unary_op_impl_with_complex_to_float_out`): the kernel runs complex to
+    complex into `at::empty({0})` resized to the input's shape first, then `resize_output` gives the
+    real result its storage and the real part is copied over; the complex buffer dies at the return.
+    Unlike `abs` (`unary_op_impl_with_complex_to_float`, result made before), the temporary comes
+    first (blind190/gh04's H200 history: 12,360,672 bytes, then the 6,180,336-byte result, then the
+    first freed)."""
+    x = args[0]
+    if kwargs or not registered(x) or not x.is_complex():
+        return NotImplemented
+    cap.ops += 1
+    tmp = cap.malloc(x.numel() * x.element_size(), "aten::angle", "temporary") if x.numel() > 0 else None
+    out = cap.track(func(*args), "aten::angle")
+    del tmp
+    v = value(x)
+    if v is not None:
+        set_value(out, v.angle(), assumed(x))
+    return out
+
+
+DISPATCH[aten.angle.default] = _angle_complex
+
+
 #: autograd nodes whose backward (torch/csrc/autograd/FunctionsManual.cpp) runs out of place on a
 #: tensor subclass (the twin's tensors are one) and in place on plain tensors, and whose out-of-place
 #: ops there all act on a temporary of the node's own: those ops, in place (under `_GRAD_MODE_OUT`'s
@@ -4895,6 +4919,7 @@ def _equal(cap, func, args, kwargs):
 
 
 DISPATCH[aten.equal.default] = _equal
+
 
 
 def _allclose(cap, func, args, kwargs):
