@@ -3081,6 +3081,27 @@ def test_angle_of_a_complex_tensor_makes_its_complex_result_first():
         assert w.angle().tolist() == pytest.approx([0.9272952, 3.1415927])
 
 
+def test_istft_runs_spectralops_envelope_and_its_check_passes_over_long_signals():
+    # blind190/gh06 (Open-Unmix's soft-masked 30-second stereo stems, n_fft 4,096, hop 1,024): on
+    # the H200 under inference_mode each `torch.istft` made the window envelope as one row (5,304,320
+    # bytes, then unfold_backward's 10,608,640-byte index), checked its `abs().min().lt(1e-11)` and
+    # divided, as SpectralOps.cpp does; torch/_refs' envelope had the signal's two rows and no check.
+    # With grad mode on the envelope of 1,326,080 samples carried no values and the check, read over
+    # zeros, raised "window overlap add min" where the GPU's run went on
+    gpu = [42336256, 42356928, 42336256, 10608640, 10608640, 16384, 5304320, 10608640, 5292000]
+    gpu += [4, 648, 4, 1, 1, 1, 1, 10584000]  # min's scratch, lt, new_ones, eq, all; the result
+    for mode in (torch.inference_mode, torch.no_grad, torch.enable_grad):
+        with vramscope.capture(gpu="h200"):
+            w = torch.hann_window(4096, device="cuda")
+            spec = torch.randn(2, 2049, 1292, dtype=torch.complex64, device="cuda")
+            with mode():
+                y, (count, req) = counted(
+                    lambda spec=spec, w=w: torch.istft(spec, 4096, 1024, window=w, length=1323000)
+                )
+            assert y.shape == (2, 1323000)
+            assert (count, req) == (len(gpu), sum(gpu))
+
+
 def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
     # blind122/dr02 and blind68/bp01 raised AcceleratorError on the H200: position ids past the
     # embedding table. Known indices outside their dimension fail the kernel's assert, raised at the

@@ -1321,9 +1321,13 @@ def _inference_tensors_only(args, kwargs) -> bool:
 #: indexes with index tensors (blind51/ay05's H200 history: one output under `inference_mode`);
 #: `matmul`'s `_matmul_impl` folds a batched left operand into one `mm` through `reshape` (a copy
 #: where it is transposed), where torch/_decomp's broadcasts it into a `bmm` (blind54/bb04's H200
-#: history: an exported Mixer's token-mixing `linear` on a transposed input)
+#: history: an exported Mixer's token-mixing `linear` on a transposed input); `istft`'s
+#: torch/_refs overlap-adds the window envelope at the signal's batch size and checks nothing,
+#: where SpectralOps.cpp's envelope is one row (`{1, expected_output_signal_len}`) whose
+#: `abs().min().lt(1e-11)` it checks (blind190/gh06's H200 history under `inference_mode`)
 _CPP_COMPOSITE = {
     torch.ops.aten.dropout.default,
+    torch.ops.aten.istft.default,
     torch.ops.aten.matmul.default,
     torch.ops.aten.matmul.out,
 } | {
@@ -1402,6 +1406,8 @@ class Capture:
         self.pool_handles: dict[int, int] = {}
         # inside a `torch.distributions` constraint's check (`_cuda._passing_check`)
         self.checks_pass = 0
+        # inside `torch.istft`, whose window-envelope check passes (`_kernels._istft`)
+        self.istft_envelope = 0
         self.phases: list[Phase] = []
         self.phase_names: list[str] = []
         self.next_phase = None

@@ -4915,11 +4915,30 @@ def _equal(cap, func, args, kwargs):
         return True
     with cap._modes[1]:  # the parts come back to the mode
         same = torch.eq(a, b).all()
+    if cap.istft_envelope and (value(same) is None or assumed(same)):
+        # istft's `is_scalar_tensor_true(window_envelop.abs().min().lt(1e-11))` over an envelope
+        # whose values the twin does not carry: the window overlaps, as the GPU's run found
+        return False
     return bool(cap.value_of(same, "torch.equal").item())
 
 
 DISPATCH[aten.equal.default] = _equal
 
+
+def _istft(cap, func, args, kwargs):
+    """`torch.istft` (SpectralOps.cpp): its ops run as on the GPU, the window envelope's
+    `abs().min().lt(1e-11)` too, and the check passes where the envelope carries no values (a
+    signal longer than the twin carries: blind190/gh06's 30-second tracks), as it does on the GPU
+    for a window that overlaps; `_equal` reads the check."""
+    cap.istft_envelope += 1
+    try:
+        return func(*args, **kwargs)
+    finally:
+        cap.istft_envelope -= 1
+
+
+FUNCTIONS[torch.istft] = _istft
+FUNCTIONS[torch.Tensor.istft] = _istft
 
 
 def _allclose(cap, func, args, kwargs):
