@@ -28,6 +28,20 @@ def test_a_recorded_backward_numbers_its_nodes_on_the_device_thread():
     assert x.grad is not None
 
 
+def test_the_capture_takes_no_sequence_number_of_the_calling_thread():
+    """The program's nodes are numbered as on the GPU: the twin's own Node (`_Drain`'s) is made on
+    a thread of its own (blind191/gi04: one number up reordered a pass over the forward's nodes and a
+    double backward's)."""
+    import vramscope
+
+    t = torch.ones(2, requires_grad=True)
+    before = (t * 1.0).grad_fn._sequence_nr()
+    with vramscope.capture(gpu="h200"):
+        x = torch.randn(8, device="cuda", requires_grad=True)
+        first = (x * 2.0).grad_fn._sequence_nr()
+    assert first == before + 1
+
+
 def test_an_error_in_a_recorded_backward_reaches_the_caller():
     import vramscope
 

@@ -156,13 +156,29 @@ class _Drain:
     they carry die as the error unwinds; the twin's pass runs on the calling thread's CPU queue,
     which keeps them until that thread's next pass (torch/csrc/autograd/engine.cpp, `thread_main`).
     A pass over a Node made before the program's (the lowest sequence number, so popped last,
-    `CompareNodeTaskTime`) pops them first: their GraphTask is gone, and they are dropped."""
+    `CompareNodeTaskTime`) pops them first: their GraphTask is gone, and they are dropped.
+
+    That Node is made on a thread of its own: sequence numbers are per thread
+    (`at::sequence_number`, thread-local), and one taken from the calling thread would number the
+    program's nodes one past the GPU's, which reorders a later pass over forward nodes and the
+    device thread's `create_graph=True` nodes where their numbers meet (blind191/gi04's WGAN-GP
+    critic: the H200 runs its LayerNorm's std double backward's MulBackward1 before the forward's
+    SubBackward0; the twin, one number up, ran it after)."""
 
     def __init__(self):
-        with _python_dispatch._disable_current_modes(), torch._C.DisableTorchFunction(), torch.enable_grad():
-            self.leaf = torch.zeros((), requires_grad=True)
-            self.root = self.leaf * 1
-            self.seed = torch.ones(())
+        def make():
+            with (
+                _python_dispatch._disable_current_modes(),
+                torch._C.DisableTorchFunction(),
+                torch.enable_grad(),
+            ):
+                self.leaf = torch.zeros((), requires_grad=True)
+                self.root = self.leaf * 1
+                self.seed = torch.ones(())
+
+        maker = threading.Thread(target=make, name="vramscope-drain")
+        maker.start()
+        maker.join()
 
     def __call__(self) -> None:
         with _python_dispatch._disable_current_modes(), torch._C.DisableTorchFunction():
