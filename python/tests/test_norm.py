@@ -83,6 +83,26 @@ def test_group_norm_scratch_is_the_measured_one():
     assert _extra(setup, bwd) == (5, 6656)
 
 
+def test_group_norm_backward_frees_its_scratch_in_reverse_declaration_order():
+    # blind188/gf06's H200 history (SegResNet's GroupNorm(8, 32) at 4 x 32 x 128^3 under fp16
+    # autocast): after dX, dgamma and dbeta, the kernel's ds, db (N, C), c2, c3 (N, G) and c1 (N, C)
+    # are freed c3, c2, c1, then db, ds, as C++ destroys group_norm_kernel.cu's locals
+    n, c, g = 4, 32, 8
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(n, c, 16, 16, 16, device="cuda")
+        w = torch.ones(c, device="cuda")
+        m = torch.zeros(n, g, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        out = torch.ops.aten.native_group_norm_backward(x, x, m, m, w, n, c, 16**3, g, [True] * 3)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        del out
+    addr = {e["addr"]: i for i, e in enumerate(e for e in trace if e["action"] == "alloc")}
+    freed = [addr[e["addr"]] for e in trace if e["action"] == "free_requested"]
+    # allocations: dX, dgamma, dbeta, ds, db, c2, c3, c1; the scratch freed c3, c2, c1, db, ds
+    assert freed == [6, 5, 7, 4, 3]
+
+
 def test_group_norm_of_one_pixel_takes_the_1d_kernels():
     # group_norm_kernel.cu: H*W == 1 runs `GroupNorm1dForward` (no scratch) and, in the backward,
     # ds and db (N, C) before `GroupNorm1dBackward`'s c2 and c3 (N, G), float32 accumulators

@@ -358,7 +358,9 @@ def _native_group_norm(cap, func, args, kwargs):
 def _native_group_norm_backward(cap, func, args, kwargs):
     """`native_group_norm_backward`: dX, dgamma, dbeta, then the kernel's `ds`, `db` ((N, C)
     accumulators) and, for dX, `c2`, `c3` ((N, G)) and `c1` ((N, C), the iterator's output, with a
-    weight), the last three freed at the end of their block."""
+    weight), the last three freed at the end of their block. C++ destroys locals in the reverse of
+    their declaration (group_norm_kernel.cu declares c1, c2, c3 in that order, and ds before db):
+    c3, c2, c1 go first, then db, then ds (blind188/gf06's H200 history)."""
     if kwargs or len(args) != 10:
         return NotImplemented
     dy, x, _mean, _rstd, gamma, n, c, hxw, group, mask = args
@@ -380,8 +382,8 @@ def _native_group_norm_backward(cap, func, args, kwargs):
         c3 = cap.malloc(n * group * acc, op, "temporary")
         # H*W == 1: `GroupNorm1dBackward` (ds and db made and left unused) folds c1 into its kernel
         c1 = cap.malloc(n * c * acc, op, "temporary") if gamma is not None and hxw > 1 else None
-        del c1, c2, c3
-    del ds, db
+        del c3, c2, c1
+    del db, ds
     return out
 
 
