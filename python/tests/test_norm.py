@@ -410,3 +410,22 @@ def test_general_batch_norm_statistics_copy_a_bf16_input_but_not_a_half_one(dtyp
         return torch.ops.aten.native_batch_norm(x, w, b, b, w, True, 0.1, 1e-5)
 
     assert extra_allocations(setup, run, gpu="h200") == extra
+
+
+def test_group_norm_forward_frees_b_before_a():
+    # blind189/gg01's H200 memory history (a GroupNorm ResNet-18 at batch 1,024): after Y, mean and
+    # rstd, group_norm_kernel.cu's fused parameters a and b ((N, C) accumulators) die in reverse
+    # order of declaration, b first (the twin freed a first)
+    n, c, g, hw = 1024, 64, 4, 58 * 58
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(n, c, 58, 58, device="cuda")
+        w = torch.ones(c, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        out = torch.ops.aten.native_group_norm(x, w, w, n, c, hw, g, 1e-5)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        del out
+    addr = {e["addr"]: i for i, e in enumerate(e for e in trace if e["action"] == "alloc")}
+    freed = [addr[e["addr"]] for e in trace if e["action"] == "free_requested"]
+    # allocations: Y, mean, rstd, a, b; the scratch freed b, a
+    assert freed == [4, 3]

@@ -351,7 +351,8 @@ def _native_group_norm(cap, func, args, kwargs):
         if args[1] is not None or args[2] is not None:
             a = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
             b = cap.malloc(n * c * _acc_bytes(x.dtype), op, "temporary")
-            del a, b
+            # group_norm_kernel.cu's locals die in reverse order of declaration: b, then a
+            del b, a
     return out
 
 
