@@ -10,6 +10,12 @@ workspace is what the op requested beyond its new outputs and beyond the contigu
 gradient, input and weight that cuDNN's path makes of those not in the convolution's layout; a problem
 whose counts admit no such reading is reported on stderr and left out.
 
+The twin's records stand for the GPU's complete run: where the GPU's were cut short (truth.sh's lane
+stopped by blind_gpu.sh's BUDGET_S before a script ended, its NAME.out without the last phases), cut the
+twin's at the same point (run the script up to there), else every problem of the missing phases reads
+as 0 bytes (blind190: 34 problems of gh02 and gh03 were not; their bytes came from the memory
+histories instead, fixtures/run/README.md).
+
 A line of LINES (the table groups them by the problem without its batch: conv_sweep.py's `merge`):
 op (forward, dgrad, wgrad), dtype, layout (nchw, nhwc: channels-last 2-D or 3-D), transposed (0, 1),
 input sizes, weight sizes, stride, padding, dilation, output_padding (comma-separated), groups, bytes.
