@@ -9,7 +9,7 @@ import lzma
 import pytest
 import torch
 import vramscope
-from conftest import FIXTURES, extra_allocations
+from conftest import FIXTURES, counted, extra_allocations
 from vramscope import _norm
 
 
@@ -429,3 +429,17 @@ def test_group_norm_forward_frees_b_before_a():
     freed = [addr[e["addr"]] for e in trace if e["action"] == "free_requested"]
     # allocations: Y, mean, rstd, a, b; the scratch freed b, a
     assert freed == [4, 3]
+
+
+def test_mish_backward_is_one_cuda_kernel():
+    # ActivationMishKernel.cu: `mish_backward` is one TensorIterator allocating grad_input alone; its
+    # CompositeImplicitAutograd kernel (softplus, tanh, sigmoid, products) is for the backends
+    # without, which meta tensors take (blind189/gg02's H200 history: the Diffusion Policy's Mish
+    # backwards; the twin made seven temporaries of the input's size each)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(256, 1024, 4, device="cuda", requires_grad=True)
+        y = torch.nn.functional.mish(x)
+        gy = torch.empty_like(y)
+        (gx,), (count, req) = counted(lambda: torch.autograd.grad(y, x, gy))
+        assert (count, req) == (1, x.numel() * 4)
+        assert gx.shape == x.shape and gx.is_contiguous()

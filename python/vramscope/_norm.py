@@ -651,3 +651,56 @@ def _register_rms_norm():
 
 
 _register_rms_norm()
+
+
+# ---- Mish -------------------------------------------------------------------------------------
+# `mish_backward` has CPU and CUDA kernels (ActivationMishKernel.cu: one TensorIterator,
+# `borrowing_binary_op(grad_input, grad_output, self)`, allocating grad_input alone) and a
+# CompositeImplicitAutograd one (`math_mish_backward`: softplus, tanh, sigmoid and four products)
+# for the backends without: meta tensors take it, the GPU never does (blind189/gg02's H200 history:
+# the Diffusion Policy's Mish backwards allocate grad_input only). Autograd's MishBackward0 calls it
+# from C++, so the rule sits at the torch-function level, as RMSNorm's: the forward as usual, saving
+# `self` (derivatives.yaml), the backward one result laid out as the binary iterator lays it out.
+
+
+class _Mish(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cap, x):
+        ctx.cap = cap
+        ctx.save_for_backward(x)
+        return torch._C._nn.mish(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        from ._tensor import fast_setup_layout
+
+        (x,) = ctx.saved_tensors
+        with _disable_current_modes():
+            g, s = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in (gy, x))
+            gx = fast_setup_layout(torch.mul(g, s), (g, s))
+        ctx.cap.track(gx, "aten::mish_backward")
+        return None, gx
+
+
+def _mish(cap, func, args, kwargs):
+    """`F.mish` / `nn.Mish` of a simulated tensor that needs a gradient: `_Mish` (above); in place,
+    where no gradient is needed, or under torch.func's transforms, the op as usual."""
+    names = ("input", "inplace")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x = a.get("input")
+    if not registered(x) or set(a) - set(names) or a.get("inplace"):
+        return NotImplemented
+    if not (torch.is_grad_enabled() and x.requires_grad) or torch._C._are_functorch_transforms_active():
+        return NotImplemented
+    return _Mish.apply(cap, x)
+
+
+def _register_mish():
+    from ._kernels import FUNCTIONS
+
+    FUNCTIONS[torch.nn.functional.mish] = _mish
+
+
+_register_mish()
