@@ -3394,3 +3394,40 @@ def test_renorm_keeps_its_norm_through_the_call():
         half = torch.empty(64, 3, 32, 32, device="cuda", dtype=torch.bfloat16)
         assert counted(lambda: half.renorm_(p=2, dim=0, maxnorm=0.25))[1] == (2, 256 + 128)
         assert counted(lambda: torch.renorm(delta, 2, 1, 1.0))[1] == (2, 64 * 3 * 32 * 32 * 4 + 12)
+
+
+def test_host_ops_before_the_context_run_on_one_thread(tmp_script):
+    # blind192/gj03: a parallel CPU kernel before the context started this machine's OpenMP worker,
+    # whose malloc arena fell among the host-built model's mapped tensors (in 6 of 7 runs on the
+    # 2-core dev machine): the tensors' layout then hung on the machine. Until the context starts
+    # the program's host ops take one thread; its own count is kept aside and given back then
+    script = tmp_script(
+        """
+import torch
+torch.set_num_threads(3)
+seen = torch.get_num_threads()
+real = torch._C.get_num_threads()
+x = torch.zeros(4, device="cuda")
+print("threads", seen, real, torch.get_num_threads(), torch._C.get_num_threads())
+"""
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err
+    assert "threads 3 1 3 3" in lines
+
+
+def test_a_hole_among_host_tensors_is_address_space_no_mapping_holds():
+    # rule 11's hole check (blind192/gj03): a thread's arena between two mapped tensors is no hole
+    import ctypes
+    import mmap
+
+    from vramscope._capture import _unmapped_bytes
+
+    size = 8 << 20
+    m = mmap.mmap(-1, size)
+    buf = ctypes.c_char.from_buffer(m)
+    lo = ctypes.addressof(buf)
+    assert _unmapped_bytes(lo, lo + size) == 0
+    del buf
+    m.close()
+    assert _unmapped_bytes(lo, lo + size) == size

@@ -1229,7 +1229,8 @@ def _spread_choices(func, args, kwargs, vals):
 #: zeros took 3.3 ms on two threads and 2.4 us on one on the loaded 2-core dev machine (a decode
 #: step's logits, (1, 1, 65,024), carry values over stand-in zeros). One thread also makes the
 #: values of a float reduction (whose per-thread partial sums depend on the thread count) the
-#: same on every machine. The program's own host ops keep its threads.
+#: same on every machine. The program's own host ops keep its threads once the CUDA context exists;
+#: before, one (`Capture._serial_before_context`).
 _get_num_threads = torch.get_num_threads
 _set_num_threads = torch.set_num_threads
 
@@ -1354,6 +1355,19 @@ _CPP_COMPOSITE = {
 HOST_HOLE = 32 << 20
 
 
+def _unmapped_bytes(lo: int, hi: int) -> int:
+    """The bytes of [lo, hi) that no mapping of this process holds (`/proc/self/maps`). A thread
+    of this process (the twin's own, or an OpenMP worker) keeps its stack and malloc arena there
+    at places of this machine's making; those are not holes."""
+    held = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            start, _, end = line.partition(" ")[0].partition("-")
+            a, b = max(int(start, 16), lo), min(int(end, 16), hi)
+            held += max(0, b - a)
+    return hi - lo - held
+
+
 def _glibc_mapping(ptr: int, nbytes: int) -> int | None:
     """The length of the mapping glibc made for the allocation at `ptr` on its own, or None when
     its heap serves it: the chunk's header, the two words before the memory (`malloc/malloc.c`:
@@ -1387,6 +1401,9 @@ class Capture:
         self.device_conf = self._conf()
         self.history = False
         self.active = False
+        #: the program's intra-op thread count while the twin runs its host ops on one
+        #: (`_serial_before_context`); None outside a capture
+        self.program_threads: int | None = None
         self.genuine_meta = 0
         #: a `Tensor.__setitem__` of a Python number on a simulated tensor is running (`_kernels._setitem`)
         self.setitem_number = False
@@ -1474,6 +1491,7 @@ class Capture:
         self._read_conf()
         self.allocator_built = True
         self._map_host_tensors()
+        self._threads_after_context()
 
     def _read_conf(self) -> None:
         """The settings of the environment, read once (`AcceleratorAllocatorConfig::instance()`)."""
@@ -1544,7 +1562,8 @@ class Capture:
                 mapped.append((st.data_ptr() // 4096 * 4096, length, st))
         # a hole among them that the context's own mappings (B+96..B+128) fit in takes those
         # mappings, and where the context then goes is not known (blind26/z05 on the H200)
-        if any(b - (a + n) >= HOST_HOLE for (a, n, _), (b, _, _) in itertools.pairwise(mapped)):
+        gaps = [(a + n, b) for (a, n, _), (b, _, _) in itertools.pairwise(mapped) if b - (a + n) >= HOST_HOLE]
+        if gaps and any(_unmapped_bytes(lo, hi) >= HOST_HOLE for lo, hi in gaps):
             return
         device, self.host_mappings = self.device, []
         for _, _, st in mapped:
@@ -2313,11 +2332,42 @@ class Capture:
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._hooks = self._install_hooks()
+        self._serial_before_context()
         self._patch.set(builtins, "__import__", self._import_hook(builtins.__import__))
         self._modes = (_FunctionMode(self), _DispatchMode(self))
         for m in self._modes:
             m.__enter__()
         return self
+
+    def _serial_before_context(self) -> None:
+        """Until the CUDA context starts, the program's host ops run on one intra-op thread, and
+        `torch.set_num_threads` / `get_num_threads` keep the program's count aside for after. A
+        parallel CPU kernel (a host-built model's initialization) would otherwise start this
+        machine's OpenMP workers, whose stacks and malloc arenas fall among the model's mapped
+        tensors, at places that depend on this machine's cores and timing; the layout of those
+        tensors (`_map_host_tensors`) is then read from this process alone. The GPU machine's
+        workers are simulated apart (address-space rule 15)."""
+        self.program_threads = _get_num_threads()
+        if self.program_threads != 1:
+            _set_num_threads(1)
+        real_set, real_get = torch.set_num_threads, torch.get_num_threads
+
+        def set_num_threads(n):
+            real_set(n)  # PyTorch's own check of `n`
+            if not self.started:
+                real_set(1)
+                self.program_threads = n
+
+        def get_num_threads():
+            return real_get() if self.started else self.program_threads
+
+        self._patch.set(torch, "set_num_threads", set_num_threads)
+        self._patch.set(torch, "get_num_threads", get_num_threads)
+
+    def _threads_after_context(self) -> None:
+        """The program's intra-op thread count, from the CUDA context's start on."""
+        if self.program_threads is not None and self.program_threads != _get_num_threads():
+            _set_num_threads(self.program_threads)
 
     def _import_hook(self, real_import):
         """`__import__` that notes the program's first import of `torch._dynamo` (an optimizer's
@@ -2355,6 +2405,8 @@ class Capture:
             h.remove()
         self._autocast.restore()
         self._patch.restore()
+        if not self.started:
+            self._threads_after_context()
         if getattr(self, "device_thread", None) is not None:
             self.device_thread.stop()
         _tensor.set_registry(None)
