@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import vramscope
-from conftest import extra_allocations
+from conftest import counted, extra_allocations
 
 aten = torch.ops.aten
 
@@ -742,6 +742,21 @@ def test_a_copy_to_the_host_of_a_strided_tensor_reads_a_contiguous_device_copy()
         assert counts(lambda: w.t().to("cpu", memory_format=torch.contiguous_format)) == (1, 4718592)
         assert counts(lambda: w.t().to("cpu", torch.float32)) == (1, 4718592)
         assert torch.cuda.memory_allocated() == w.numel() * 2
+
+
+def test_a_copy_to_the_host_of_an_inference_tensor_stages_as_any_other():
+    # inference mode skips `to`'s decomposition, so `Tensor.to` reaches the twin whole; on the GPU it
+    # is `_to_copy` all the same, whose copy_impl reads a slice that is not dense through a contiguous
+    # device copy (blind189/gg02's H200 history: the DDIM sampler's `x[:, :8].cpu()`, 20,480 bytes,
+    # of an inference tensor returned from an `inference_mode` function)
+    with vramscope.capture(gpu="h200"):
+        with torch.inference_mode():
+            x = torch.empty(64, 16, 10, device="cuda")
+            _, inside = counted(lambda: x[:, :8].cpu())
+            _, dense = counted(lambda: x.transpose(0, 1).to("cpu", torch.float16))
+        _, outside = counted(lambda: x[:, :8].cpu())
+    assert inside == outside == (1, 64 * 8 * 10 * 4)
+    assert dense == (1, 64 * 16 * 10 * 4)
 
 
 def test_accumulating_through_a_boolean_mask_sorts_the_masks_nonzero_columns():

@@ -2025,6 +2025,17 @@ def _to(cap, func, args, kwargs):
             or next((a for a in args[1:] if isinstance(a, torch.dtype)), None)
             or src.dtype
         )
+        # `to` is `_to_copy` there, with copy_impl's device-side staging of a source that is not
+        # laid out as the host copy (blind189/gg02's H200 history: the DDIM sampler's
+        # `x[:, :8].cpu()` of an inference tensor stages 20,480 bytes, as outside inference mode)
+        fmt = kwargs.get("memory_format")
+        keep = fmt in (None, torch.preserve_format) and _non_overlapping_and_dense(src)
+        shape = list(src.shape)
+        stride = list(src.stride()) if keep else list(torch.empty(shape, device="meta").stride())
+        non_blocking = kwargs.get(
+            "non_blocking", args[3] if func is aten.to.device and len(args) > 3 else False
+        )
+        _d2h_staging(cap, shape, stride, dtype, src, bool(non_blocking), "aten::_to_copy")
         return cap.value_of(src, "a copy to the host").to(dtype=dtype).clone()
     return NotImplemented
 
