@@ -1897,51 +1897,39 @@ for _pad in (
     DISPATCH[_pad] = _reflection_pad
 
 
-def _abs_complex(cap, func, args, kwargs):
-    """`abs` of a complex tensor (`unary_op_impl_with_complex_to_float_out`, UnaryOps.cpp): the real
-    result is allocated, then the kernel runs complex to complex into `at::empty({0})` resized to
-    the input's shape, whose real part is copied over; that complex buffer dies at the return
-    (blind13/m04's H200 per-op truth: each `abs` of an STFT requests three times its output)."""
-    x = args[0]
-    if kwargs or not registered(x) or not x.is_complex():
-        return NotImplemented
-    cap.ops += 1
-    out = cap.track(func(*args), "aten::abs")
-    if x.numel() > 0:
-        tmp = cap.malloc(x.numel() * x.element_size(), "aten::abs", "temporary")
-        del tmp
-    v = value(x)
-    if v is not None:
-        # the magnitudes, as the values every other op computes (istft's window-envelope check)
-        set_value(out, v.abs(), assumed(x))
-    return out
+def _complex_to_float(name: str, buffer_first: bool, values):
+    """An op taking a complex tensor to its real dtype through a complex buffer of the input's
+    shape that dies at the return (UnaryOps.cpp). `abs` (`unary_op_impl_with_complex_to_float`)
+    allocates its real result before the buffer (blind13/m04's H200 per-op truth: each `abs` of an
+    STFT requests three times its output). `angle` passes `at::empty({0})` to `angle_out`
+    (`unary_op_impl_with_complex_to_float_out`), so the buffer comes first and `resize_output`
+    gives the result its storage after (blind190/gh04's H200 history). `values` computes the
+    result's values from the input's, where the twin carries them."""
+    op = f"aten::{name}"
+
+    def run(cap, func, args, kwargs):
+        x = args[0]
+        if kwargs or not registered(x) or not x.is_complex():
+            return NotImplemented
+        cap.ops += 1
+        buffer = None
+        if buffer_first and x.numel() > 0:
+            buffer = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+        out = cap.track(func(*args), op)
+        if not buffer_first and x.numel() > 0:
+            buffer = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+        del buffer
+        v = value(x)
+        if v is not None:
+            # as the values every other op computes (istft's window-envelope check reads `abs`')
+            set_value(out, values(v), assumed(x))
+        return out
+
+    return run
 
 
-DISPATCH[aten.abs.default] = _abs_complex
-
-
-def _angle_complex(cap, func, args, kwargs):
-    """`angle` of a complex tensor (UnaryOps.cpp: `angle` passes `at::empty({0})` of the real dtype
-    to `angle_out`, i.e. `unary_op_impl_with_complex_to_float_out`): the kernel runs complex to
-    complex into `at::empty({0})` resized to the input's shape first, then `resize_output` gives the
-    real result its storage and the real part is copied over; the complex buffer dies at the return.
-    Unlike `abs` (`unary_op_impl_with_complex_to_float`, result made before), the temporary comes
-    first (blind190/gh04's H200 history: 12,360,672 bytes, then the 6,180,336-byte result, then the
-    first freed)."""
-    x = args[0]
-    if kwargs or not registered(x) or not x.is_complex():
-        return NotImplemented
-    cap.ops += 1
-    tmp = cap.malloc(x.numel() * x.element_size(), "aten::angle", "temporary") if x.numel() > 0 else None
-    out = cap.track(func(*args), "aten::angle")
-    del tmp
-    v = value(x)
-    if v is not None:
-        set_value(out, v.angle(), assumed(x))
-    return out
-
-
-DISPATCH[aten.angle.default] = _angle_complex
+DISPATCH[aten.abs.default] = _complex_to_float("abs", False, torch.abs)
+DISPATCH[aten.angle.default] = _complex_to_float("angle", True, torch.angle)
 
 
 #: autograd nodes whose backward (torch/csrc/autograd/FunctionsManual.cpp) runs out of place on a
