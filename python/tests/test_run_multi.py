@@ -79,7 +79,7 @@ def test_fused_adamw_under_fsdp_runs_and_agrees_with_estimate(tmp_path):
 def test_fully_shard_frees_the_full_parameter_copies_first_to_last(tmp_script):
     # the moved Parameters are the module's own (as `param.data = param.to(device)` keeps them on a
     # GPU), so `contract`'s OrderedDict of them is their last holder and frees them in order, as every
-    # rank of every FSDP2 trace in fixtures/multi/traces_*.tgz does (a list would free them last first)
+    # rank of every FSDP2 trace in fixtures/multi/traces_*.tar.xz does (a list would free them last first)
     script = tmp_script(
         "import torch, torch.nn as nn, torch.distributed as dist\n"
         "from torch.distributed.device_mesh import init_device_mesh\n"

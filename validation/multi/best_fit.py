@@ -3,7 +3,7 @@
     python3 validation/multi/best_fit.py TRACE.json [...]
 
 Each TRACE.json is one of multi_cases.py's traces ([action, addr, size, stream, frames] per entry;
-fixtures/multi/traces_*.tgz unpacked). Replays the blocks from the addresses and prints every
+fixtures/multi/traces_*.tar.xz unpacked). Replays the blocks from the addresses and prints every
 allocation that did not take the smallest, then lowest, free block of its stream and pool
 (`BlockComparatorSize` in CUDACachingAllocator.cpp), and every new segment made while a free block
 fitted. None in a trace means its placement follows from its segments' addresses alone.

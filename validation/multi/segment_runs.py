@@ -3,7 +3,7 @@
     python3 validation/multi/segment_runs.py TRACE.json [...]
 
 Each TRACE.json is one of multi_cases.py's traces ([action, addr, size, stream, frames] per entry;
-fixtures/multi/traces_*.tgz unpacked). Prints per trace the first segment's address modulo 32 MiB,
+fixtures/multi/traces_*.tar.xz unpacked). Prints per trace the first segment's address modulo 32 MiB,
 how many segments from the first on each start where the one before ends (a run upward, as best fit
 at the low end of one large hole gives; the single-process rules of `driver_va.rs` put each new chunk
 below the last instead), and the segments made below 0x7000_0000_0000; then the totals.

@@ -3,7 +3,7 @@
     python3 validation/multi/trace_diff.py VRAMSCOPE CASE RANK TRACE_DIR [N] [--cases CASES.json]
         [--from K] [--all] [--full] [--blocks] [--late]
 
-TRACE_DIR holds CASE.rank{RANK}.trace.json (one of fixtures/multi/traces_*.tgz unpacked). Runs
+TRACE_DIR holds CASE.rank{RANK}.trace.json (one of fixtures/multi/traces_*.tar.xz unpacked). Runs
 `vramscope estimate ... --snapshot` for the case of CASES.json (validation/multi/multi_cases.json
 unless given; FSDP and DDP alike) and prints the first entry (action, size, stream) where the two
 differ, with the GPU's Python frames around it. `--from K` starts the comparison at entry K of
@@ -17,6 +17,7 @@ out of both traces (its allocation in `_ddp_init_helper`, the twin's at the same
 the allocations and frees (not the segments, which a bucket held longer moves): where they are then
 equal, the bucket's lifetime (the watchdog race of fixtures/multi/README.md) is the only difference.
 """
+
 import json
 import os
 import pickle
@@ -35,7 +36,7 @@ def main():
         if flag in argv:
             i = argv.index(flag)
             opts[flag] = argv[i + 1]
-            del argv[i:i + 2]
+            del argv[i : i + 2]
     every, full, blocks = ("--all" in argv), ("--full" in argv), ("--blocks" in argv)
     late = "--late" in argv
     argv = [a for a in argv if a not in ("--all", "--full", "--blocks", "--late")]
@@ -125,13 +126,18 @@ def without_first_bucket_free(tw, gp):
         sys.exit(f"--late: the traces differ before the first bucket (GPU entry {k})")
 
     def drop(t):
-        frees = [j for j in range(k + 1, len(t)) if t[j][1] == t[k][1]
-                 and t[j][0] in ("free_requested", "free_completed")][:2]
+        frees = [
+            j
+            for j in range(k + 1, len(t))
+            if t[j][1] == t[k][1] and t[j][0] in ("free_requested", "free_completed")
+        ][:2]
         return [e for j, e in enumerate(t) if j not in frees], frees
 
     (tw2, ft), (gp2, fg) = drop(tw), drop(gp)
-    print(f"first bucket ({gp[k][2]} bytes, entry {k}): the twin frees it at entries {ft}, "
-          f"the GPU at {fg or 'none (held to the end)'}")
+    print(
+        f"first bucket ({gp[k][2]} bytes, entry {k}): the twin frees it at entries {ft}, "
+        f"the GPU at {fg or 'none (held to the end)'}"
+    )
     return tw2, gp2
 
 
@@ -139,8 +145,10 @@ def first_block_difference(tw, gp):
     bt, bg = block_sizes(tw), block_sizes(gp)
     for i, (a, b) in enumerate(zip(bt, bg, strict=False)):
         if a[0] != b[0]:
-            print(f"allocation {i} ({a[1]} bytes): the twin's block {a[0]}, the GPU's {b[0]};"
-                  f" GPU entry {b[2]}, frames {gp[b[2]][4][:2]}")
+            print(
+                f"allocation {i} ({a[1]} bytes): the twin's block {a[0]}, the GPU's {b[0]};"
+                f" GPU entry {b[2]}, frames {gp[b[2]][4][:2]}"
+            )
             return
     print(f"the same blocks in all {min(len(bt), len(bg))} allocations")
 
