@@ -1,5 +1,5 @@
 //! Print an ops case's twin allocator trace (action, size per line) and its
-//! figures, to compare with `fixtures/ops/traces.tgz`:
+//! figures, to compare with `fixtures/ops/traces.tar.xz`:
 //! `cargo run -q -p vramscope-engine --example ops_trace -- mha_w:fp32`.
 fn main() {
     let c = std::env::args().nth(1).expect("case");

@@ -1,5 +1,5 @@
 //! The autocast and activation-checkpointing twins against slices of the
-//! H100 allocator traces in `fixtures/estimate/traces.tgz` (torch
+//! H100 allocator traces in `fixtures/estimate/traces.tar.xz` (torch
 //! 2.11.0+cu130, transformers 5.17.0; `validation/hf_cases.py`).
 //!
 //! Each slice is the sequence of `alloc` (`+bytes`) and `free_completed`

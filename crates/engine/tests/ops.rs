@@ -52,7 +52,7 @@ fn summary() {
 }
 
 /// The twin's allocator trace of `case` must begin with the H100's, event
-/// for event (`tests/data/ops_traces`, extracted from `fixtures/ops/traces.tgz`
+/// for event (`tests/data/ops_traces`, extracted from `fixtures/ops/traces.tar.xz`
 /// by `tests/data/extract_ops_traces.py`; the GPU recording stops at the
 /// snapshot after the last step, the twin's goes on to tear the case down).
 fn check_trace(case: &str) {

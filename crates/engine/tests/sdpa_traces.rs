@@ -1,6 +1,6 @@
 //! `F.scaled_dot_product_attention` in real training steps on the H100: one
 //! attention's forward and its backward node, cut from the allocator traces
-//! of the Hugging Face workloads (`fixtures/estimate/traces.tgz`, sliced by
+//! of the Hugging Face workloads (`fixtures/estimate/traces.tar.xz`, sliced by
 //! `tests/data/extract_sdpa_slices.py`), against the twin run on inputs of
 //! the same shapes and layouts. Every `alloc` and `free_requested` must match
 //! in order and size.

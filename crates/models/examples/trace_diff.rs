@@ -2,7 +2,7 @@
 //! `validation/hf_cases.json`:
 //!
 //! ```text
-//! mkdir -p /tmp/hf && tar xzf fixtures/estimate/traces.tgz -C /tmp/hf
+//! mkdir -p /tmp/hf && tar xJf fixtures/estimate/traces.tar.xz -C /tmp/hf
 //! cargo run -q --release -p vramscope-models --example trace_diff -- CASE [/tmp/hf] [--all]
 //! ```
 //!
@@ -90,7 +90,7 @@ fn main() {
         .collect();
     let trace: Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{dir}/{name}.trace.json"))
-            .expect("extract fixtures/estimate/traces.tgz into the trace dir first"),
+            .expect("extract fixtures/estimate/traces.tar.xz into the trace dir first"),
     )
     .unwrap();
     let gpu: Vec<(u64, String)> = trace

@@ -2,7 +2,7 @@
 //!
 //! `validation/hf_cases.sh` keeps each H100 run's trace
 //! (`torch.cuda.memory._snapshot()["device_traces"]`: action, address, size,
-//! stream, frames) in `fixtures/estimate/traces.tgz`. The twin's trace, the
+//! stream, frames) in `fixtures/estimate/traces.tar.xz`. The twin's trace, the
 //! one `vramscope estimate --snapshot` writes, must list the same actions
 //! with the same sizes in the same order. Addresses are not compared: the
 //! simulated device does not place segments where the CUDA driver does.
@@ -58,7 +58,7 @@ const KNOWN_DIFFERENT: [&str; 4] = [
 /// same kind, has its workspaces measured since.
 const REQUESTS_DIFFER: [&str; 1] = ["vit_cdd9b0d3_train_bf16_sgdm_b24"];
 
-/// `dir/traces.tgz` unpacked in a directory of this test's own (`tag`):
+/// `dir/traces.tar.xz` unpacked in a directory of this test's own (`tag`):
 /// the tests of this file run at once in one process.
 fn traces_dir(tag: &str, dir: &str) -> PathBuf {
     let out = std::env::temp_dir().join(format!(
@@ -68,13 +68,13 @@ fn traces_dir(tag: &str, dir: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&out).unwrap();
     let status = Command::new("tar")
-        .arg("xzf")
-        .arg(format!("{ROOT}/{dir}/traces.tgz"))
+        .arg("xJf")
+        .arg(format!("{ROOT}/{dir}/traces.tar.xz"))
         .arg("-C")
         .arg(&out)
         .status()
         .expect("tar runs");
-    assert!(status.success(), "extracting {dir}/traces.tgz");
+    assert!(status.success(), "extracting {dir}/traces.tar.xz");
     out
 }
 

@@ -53,7 +53,7 @@ fn dtype(s: &str) -> Result<DType> {
 }
 
 /// The recorded sets, as paths from the repository's root: (case list,
-/// fixture directory with each case's `NAME.json` and a `traces.tgz`). The
+/// fixture directory with each case's `NAME.json` and a `traces.tar.xz`). The
 /// first is the set the twin was built against; the others were chosen and
 /// recorded afterwards, each named by what it covers
 /// (`fixtures/unseen/README.md`) and described in its directory's README

@@ -4,8 +4,8 @@
 //! its backward allocates.
 //!
 //! Sources (`pytorch/pytorch`, read at a revision near 2.11; where 2.11
-//! differs, the H100 traces of `fixtures/estimate/traces.tgz` and
-//! `fixtures/ops/traces.tgz` decide, and the comment says so):
+//! differs, the H100 traces of `fixtures/estimate/traces.tar.xz` and
+//! `fixtures/ops/traces.tar.xz` decide, and the comment says so):
 //! - `aten/src/ATen/native/transformers/attention.cpp`
 //!   (`scaled_dot_product_attention`, `_scaled_dot_product_attention_math`,
 //!   `convert_boolean_attn_mask`, `preprocess_mask`, `pad_last_dim`);

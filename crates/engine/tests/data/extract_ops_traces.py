@@ -1,8 +1,8 @@
 """Extract (action, size) per allocator trace entry of the attention op cases
-from `fixtures/ops/traces.tgz` (the H100 recording of validation/ops_cases.py),
+from `fixtures/ops/traces.tar.xz` (the H100 recording of validation/ops_cases.py),
 for the trace tests of tests/ops.rs.
 
-    python3 extract_ops_traces.py ../../../../fixtures/ops/traces.tgz ops_traces
+    python3 extract_ops_traces.py ../../../../fixtures/ops/traces.tar.xz ops_traces
 """
 import json
 import os

@@ -1,9 +1,9 @@
 """Cut one attention's forward and backward out of the H100 traces of the HF
-workloads (`fixtures/estimate/traces.tgz`, recorded by validation/hf_cases.py),
+workloads (`fixtures/estimate/traces.tar.xz`, recorded by validation/hf_cases.py),
 for tests/sdpa_traces.rs. Only `alloc` and `free_requested` events are kept
 (segment actions depend on the rest of the run).
 
-    python3 extract_sdpa_slices.py ../../../../fixtures/estimate/traces.tgz sdpa_slices
+    python3 extract_sdpa_slices.py ../../../../fixtures/estimate/traces.tar.xz sdpa_slices
 
 The index ranges (inclusive, into the trace list) were found by reading the
 traces: the forward slice runs from the first allocation of
