@@ -701,6 +701,27 @@ def test_out_of_place_index_put_with_a_mask_runs_nonzero_after_its_copy():
         assert out_of_place == (in_place[0] + 1, in_place[1] + t.numel() * 4)
 
 
+def test_out_of_place_index_put_with_integer_indices_copies_its_host_value():
+    # `_index_put_impl_` (TensorAdvancedIndexing.cpp): a one-element CPU value is moved to the device
+    # (`value.to(self.device())`) before the kernel, for `index_put` (clone + index_put_) as for
+    # `index_put_`; IndexPutBackward0 runs `grad.index_put(indices, zeros_like(values))`, so the
+    # backward of `x[i, j] = -inf` copies its host scalar: blind195/gm06's H200 per-op truth
+    # (Longformer's masked scores, indices the columns of an empty nonzero) 2 bytes in bf16, 4 in fp32
+    def setup(dtype):
+        def make():
+            x = torch.zeros(4, 1, 12, 4096, dtype=dtype, device="cuda")
+            rows = torch.zeros(0, 2, dtype=torch.long, device="cuda")
+            return x, rows[:, 0], rows[:, 1], torch.zeros((), dtype=dtype)
+
+        return make
+
+    def put(x, i, j, v):
+        return torch.ops.aten.index_put(x, [i, j], v)
+
+    assert extra_allocations(setup(torch.bfloat16), put, gpu="h200") == (1, 2)
+    assert extra_allocations(setup(torch.float32), put, gpu="h200") == (1, 4)
+
+
 def test_index_put_accumulate_over_indexed_dims_apart_transposes_them_to_the_front():
     # `makeLinearIndex` (cuda/Indexing.cu): `x[i, :, j]` has no contiguous subspace of indexed dims,
     # so self is permuted to (8, 1, 12, 64) and sorted as an adjacent indexing; blind185/gc05's H200
