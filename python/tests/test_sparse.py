@@ -544,3 +544,44 @@ def test_a_host_csr_tensor_moves_its_values_then_crow_then_column_indices():
         assert m.is_cuda and m.layout is torch.sparse_csr and m.shape == (8, 4)
         assert got == [("alloc", 5 * 4), ("alloc", 9 * 8), ("alloc", 5 * 8)]
         assert torch.sparse.mm(m, torch.ones(4, 2, device="cuda")).shape == (8, 2)
+
+
+def test_sparse_mm_of_a_csr_matrix_under_autocast_casts_it_and_its_backward_raises():
+    # blind198/gp06's H200 history: `torch.sparse.mm(A, D)` of a float32 CSR matrix (300,000 rows,
+    # 4,299,902 entries) by a bfloat16 (300,000, 256) under bf16 autocast. `_sparse_addmm` has no
+    # autocast kernel; its inner `addmm` has, which casts A (values 8,599,804 bytes in bfloat16,
+    # crow 2,400,008 and column 34,399,216 copied) before the result; cuSPARSE's buffer is 1,433,311
+    # bytes as in float32; the casts die values, columns, crow, then `_sparse_mm`'s zeros. The
+    # autograd node keeps the float32 matrix, so backward's transpose product of a float32 CSR by a
+    # bfloat16 gradient fails in `cusparseSpMM_bufferSize` (the GPU's RuntimeError)
+    n, nnz, w = 300_000, 4_299_902, 256
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.empty(2, nnz, dtype=torch.long, device="cuda")
+        coo = torch.sparse_coo_tensor(idx, torch.empty(nnz, device="cuda"), (n, n), is_coalesced=True)
+        a = coo.to_sparse_csr()
+        x = torch.empty(n, w, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y, got = _history(lambda: torch.sparse.mm(a, x))
+        assert y.dtype == torch.bfloat16
+        big = n * w * 2
+        assert got == [
+            ("alloc", big),
+            ("alloc", nnz * 2),
+            ("alloc", (n + 1) * 8),
+            ("alloc", nnz * 8),
+            ("alloc", big),
+            ("alloc", 1_433_311),
+            ("free_requested", 1_433_311),
+            ("free_requested", nnz * 2),
+            ("free_requested", nnz * 8),
+            ("free_requested", (n + 1) * 8),
+            ("free_requested", big),
+        ]
+        with pytest.raises(
+            RuntimeError, match="operation not supported when calling `cusparseSpMM_bufferSize"
+        ):
+            y.float().sum().backward()
+        # in float32 the product's buffer is the same measured one
+        _, got = _history(lambda: torch.sparse.mm(a, torch.empty(n, w, device="cuda")))
+        assert ("alloc", 1_433_311) in got
+        assert not cap.unmeasured

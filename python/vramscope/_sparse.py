@@ -670,6 +670,46 @@ def _sparse_operand(x) -> bool:
     return _sparse(x) and registered(x) and x.sparse_dim() == 2 and x.dense_dim() == 0
 
 
+def _autocast_addmm_operands(cap, t, s, d):
+    """The operands `_sparse_csr_addmm`'s `at::addmm` runs on: `_sparse_addmm` has no autocast
+    kernel, so under the program's `torch.autocast("cuda")` the inner `addmm` reaches addmm's
+    (lower precision): each floating operand of another dtype is cast, the last first (`mat2`,
+    the CSR matrix by `_to_copy`: its values in the new dtype, then copies of its crow and column
+    indices, then `self`), and the casts die as the op returns. The autograd node is
+    `_sparse_addmm`'s, so backward multiplies by the uncast matrix. blind198/gp06's H200 history:
+    the bfloat16 values (8,599,804 bytes), crow (2,400,008) and column (34,399,216) copies before
+    the result, freed values, columns, crow after cuSPARSE's buffer."""
+    from . import _autocast
+
+    if not _autocast.PROGRAM_ON[0]:
+        return t, s, d
+    lower = torch.get_autocast_dtype("cuda")
+
+    def cast(x):
+        if not x.is_floating_point() or x.dtype in (lower, torch.float64):
+            return x
+        if x.layout is not _CSR:
+            return _empty(cap, x.shape, lower, "aten::_to_copy")
+        crow, col, values = parts(x)
+        new_values = _empty(cap, values.shape, lower, "aten::_to_copy")
+        new_crow = _empty(cap, crow.shape, crow.dtype, "aten::_to_copy")
+        new_col = _empty(cap, col.shape, col.dtype, "aten::_to_copy")
+        with _NO_DISPATCH():
+            return aten._sparse_csr_tensor_unsafe(
+                new_crow,
+                new_col,
+                new_values,
+                list(x.shape),
+                dtype=lower,
+                layout=_CSR,
+                device=torch.device("meta"),
+            )
+
+    d = cast(d)
+    s = cast(s)
+    return cast(t), s, d
+
+
 def _sparse_addmm(cap, func, args, kwargs):
     """`_sparse_addmm(t, S, D, beta, alpha)` (`torch.sparse.mm`'s `_sparse_mm` and `torch.sparse.
     addmm`): `addmm_sparse_dense_cuda`, see `_addmm_core`."""
@@ -679,6 +719,7 @@ def _sparse_addmm(cap, func, args, kwargs):
     if _csr_operand(s) and _dense_operand(d) and registered(t) and t.layout is torch.strided:
         # `_sparse_csr_addmm` (SparseCsrTensorMath.cpp): `addmm(t, S, D, beta, alpha)`
         cap.ops += 1
+        t, s, d = _autocast_addmm_operands(cap, t, s, d)
         return _csr_addmm(cap, s, d, t.dtype)
     if not (_sparse_operand(s) and _dense_operand(d) and registered(t)) or _sparse(t):
         return NotImplemented
@@ -838,6 +879,10 @@ SPMM_BUFFER = {
     (41_140, 1_024, 130_890, 600, torch.float32, torch.int64, False): 43_639,
     (64, 1_000, 447, 32, torch.float32, torch.int64, False): 159,
     (1_000, 64, 447, 32, torch.float32, torch.int64, False): 159,
+    # blind198/gp06's H200 history and per-op truth (a GCN's normalised 300,000-node adjacency by
+    # 256-wide features, float32 and, under bf16 autocast, its bfloat16 cast): the same bytes
+    (300_000, 300_000, 4_299_902, 256, torch.float32, torch.int64, False): 1_433_311,
+    (300_000, 300_000, 4_299_902, 256, torch.bfloat16, torch.int64, False): 1_433_311,
 }
 
 
@@ -919,6 +964,15 @@ def _csr_addmm(cap, a, d, dtype):
     set_value(r, None)
     crow, _col, values = parts(a)
     nnz = values.shape[0]
+    if nnz and r.numel() and values.dtype != d.dtype:
+        # `spmm` describes A, B and C each in its own dtype; cuSPARSE's SpMM takes A and B of one
+        # type only, so `cusparseSpMM_bufferSize` fails (blind198/gp06 on the H200: a float32
+        # CSR matrix's transpose by a bfloat16 gradient in backward, after its result was made)
+        raise RuntimeError(
+            "CUDA error: operation not supported when calling `cusparseSpMM_bufferSize( handle, opA, "
+            "opB, &alpha_, descA.descriptor(), descB.unsafe_mutable_descriptor(), &beta_, "
+            "descC.descriptor(), compute_type, algorithm, &buffer_size )`"
+        )
     if nnz and r.numel():
         d_copy = None
         row_major = _blas_row_major(d)
