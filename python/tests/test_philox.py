@@ -91,6 +91,36 @@ def test_a_64_bit_randint_of_more_than_65536_elements_carries_the_gpus_values():
         assert torch.equal(big[:1000], small[:1000])
 
 
+def test_a_randperm_past_32_key_bits_carries_the_gpus_permutation():
+    """blind198/gp02 samples 2,048 seeds from `randperm(1,000,000)[:100,000]` and 15 neighbours of
+    each from a CSR graph; `torch.unique` of the 32,768 nodes gave 16,894 on the H200 (its per-op
+    truth: the next hop's `_unique2` of 185,834 = 16,894 x 11 items). Without the permutation's
+    values the twin took zeros for the seeds (12 nodes) or every item as unique (32,768)."""
+    import vramscope
+    from vramscope._tensor import assumed, value
+
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(1982)
+        n, e = 1_000_000, 10_000_000
+        torch.randn(n, 128, device="cuda")
+        torch.randint(0, 41, (n,), device="cuda")
+        src = torch.cat([torch.randint(0, n, (e,), device="cuda"), torch.arange(n, device="cuda")])
+        dst = torch.cat([torch.randint(0, n, (e,), device="cuda"), torch.arange(n, device="cuda")])
+        src, perm = torch.sort(src)
+        col = dst[perm]
+        deg = torch.bincount(src, minlength=n)
+        rowptr = torch.zeros(n + 1, dtype=torch.long, device="cuda")
+        rowptr[1:] = torch.cumsum(deg, 0)
+        p = torch.randperm(n, device="cuda")
+        assert value(p) is not None and not assumed(p)
+        assert torch.equal(value(p).sort().values, torch.arange(n))
+        train = p[: n // 10]
+        seeds = train[torch.randint(0, train.numel(), (2048,), device="cuda")]
+        offs = (torch.rand(2048, 15, device="cuda") * deg[seeds].unsqueeze(1)).long()
+        nbrs = col[rowptr[seeds].unsqueeze(1) + offs]
+        assert torch.unique(torch.cat([seeds, nbrs.flatten()])).numel() == 16_894
+
+
 def test_a_factory_draw_under_a_float64_default_dtype_is_drawn_as_float64():
     """blind125/du05 jitters 16 crystals' atoms by `torch.rand` under `set_default_dtype(float64)`:
     its minimum-image neighbour counts were 24,572, 24,528 and 24,470 edges on the H200 (its

@@ -1011,7 +1011,7 @@ def _meta_cached(func, args, kwargs):
 
 
 #: random integer draws, whose values decide data-dependent sizes (distinct indices, `nonzero`)
-_RANDOM_INDICES = _philox.RANDINT_FACTORIES
+_RANDOM_INDICES = _philox.RANDINT_FACTORIES | {aten.randperm.default, aten.randperm.generator}
 
 
 #: uniform draws made whole (`torch.rand`), whose values the twin computes as the GPU draws them
