@@ -256,6 +256,19 @@ def test_gesvdj_batched_of_whitening_covariances_as_the_h200_counted(shape, dtyp
     assert not cap.unmeasured
 
 
+def test_vmapped_pinv_of_2x2_mass_matrices_as_the_h200_counted():
+    # blind196/gn05's per-op truth: the LNN's torch.func.vmap'd pinv of 8,192 2 x 2 float64 blocks of
+    # a Hessian (a transposed view at offset 10), 17 allocations and 1,892,121 bytes requested, of
+    # which gesvdjBatched's workspace is 7,936 bytes (992 elements, as every size measured so far)
+    with vramscope.capture(gpu="h200") as cap:
+        w = torch.empty(8, 8, device="cuda")
+        w @ w  # cuBLAS's workspace, made once
+        m = torch.empty(8192, 4, 4, device="cuda", dtype=torch.float64).transpose(1, 2)[:, 2:, 2:]
+        _, got = counted(lambda: torch.func.vmap(torch.linalg.pinv)(m))
+        assert got == (17, 1892121)
+    assert not cap.unmeasured
+
+
 def test_gesvdj_lwork_is_the_h200s_over_the_whole_grid():
     # every (type, m, n, econ, jobz) the probe called cusolverDn<t>gesvdj_bufferSize with, in every
     # form of the fit
