@@ -6,7 +6,10 @@ new and removed mappings (`/proc/self/maps`) and the pointers it made, all in by
 Cases: `gg01` (blind189/gg01's order: context, a cuBLAS GEMM and a pointwise kernel, two 20 MiB
 segments, then 24 MiB, 9,216 and 7,168 bytes pinned and the 24 MiB copied to the device),
 `sizes` (4 KiB to 600 MiB pinned one after another, then a device segment), `first` (a pin before
-the context exists), `free` (24 MiB pinned, freed, the host cache emptied, pinned again)."""
+the context exists), `free` (24 MiB pinned, freed, the host cache emptied, pinned again), `many`
+(six 40 MiB segments, each followed by a 64 MiB pinned block, as `save_on_cpu` makes them; the
+blocks freed, then three 100 MiB segments), `small` (twelve 2 MiB blocks, then 4 MiB, then a device
+segment)."""
 
 import json
 import sys
@@ -105,7 +108,49 @@ def case_free(log, keep):
     keep += [u, d]
 
 
-CASES = {"gg01": case_gg01, "sizes": case_sizes, "first": case_first, "free": case_free}
+def case_many(log, keep):
+    # save_on_cpu's order: a device tensor, then its 64 MiB pinned copy, six times; the blocks freed
+    # to the host cache; then new device segments
+    keep += context(log)
+    held = []
+    for k in range(6):
+        d = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")
+        t = torch.empty(64 * MiB, dtype=torch.uint8, pin_memory=True)
+        t[: 40 * MiB].copy_(d)
+        log.step(f"device 40 MiB, pin 64 MiB ({k})", d=d.data_ptr(), t=t.data_ptr())
+        held += [d, t]
+    del held[1::2]
+    log.step("pins freed")
+    for k in range(3):
+        e = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        log.step(f"device 100 MiB ({k})", e=e.data_ptr())
+        keep.append(e)
+    keep += held
+
+
+def case_small(log, keep):
+    # twelve 2 MiB blocks, then 4 MiB: where the pool's top runs out
+    keep += context(log)
+    for k in range(12):
+        t = torch.empty(2 * MiB, dtype=torch.uint8, pin_memory=True)
+        log.step(f"pin 2 MiB ({k})", t=t.data_ptr())
+        keep.append(t)
+    t = torch.empty(4 * MiB, dtype=torch.uint8, pin_memory=True)
+    log.step("pin 4 MiB", t=t.data_ptr())
+    keep.append(t)
+    d = torch.empty(24 * MiB, dtype=torch.uint8, device="cuda")
+    log.step("device 24 MiB", d=d.data_ptr())
+    keep.append(d)
+
+
+CASES = {
+    "gg01": case_gg01,
+    "sizes": case_sizes,
+    "first": case_first,
+    "free": case_free,
+    "many": case_many,
+    "small": case_small,
+}
 
 if __name__ == "__main__":
     name = sys.argv[1]
