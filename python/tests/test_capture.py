@@ -844,6 +844,19 @@ def test_unique_dim_over_values_the_twin_lacks_takes_every_slice_as_unique():
     assert sum(w.startswith("unique:") for w in cap.warned) == 1
 
 
+def test_unique_of_values_over_stand_in_zeros_warns():
+    # blind198/gp02 before `randperm` carried its values: seeds indexed out of the permutation were
+    # zeros standing in, and `torch.unique` of their sampled neighbourhoods counted 12 nodes (the
+    # H200: 16,894) with no warning
+    with vramscope.capture(gpu="h200") as cap:
+        unknown = torch.empty(100_000, device="cuda").long()
+        known = torch.arange(1000, device="cuda") * 7
+        picked = known[unknown[torch.randint(0, 100_000, (2048,), device="cuda")]]
+        assert torch.unique(picked).shape == (1,)
+        assert torch.unique(torch.arange(10, device="cuda") % 3).shape == (3,)
+    assert sum(w.startswith("assumed-unique:") for w in cap.warned) == 1
+
+
 def test_cumprods_backward_takes_the_plain_cuda_formula():
     # cumprod_backward (FunctionsManual.cpp): `output * grad`, `input == 0`, its `any()`, then the
     # reversed cumsum (flip, cumsum, flip) divided by the input; simulated tensors took the

@@ -639,6 +639,18 @@ def _unique_cub(cap, x, consecutive: bool, inverse: bool, counts: bool, op: str)
     (the largest result), with a warning."""
     n, es = x.numel(), x.element_size()
     v = value(x)
+    if v is not None and assumed(x):
+        # values computed over zeros standing in for values the twin does not carry (indices taken
+        # from a tensor without them: blind198/gp02's seeds before `randperm` carried its values):
+        # the count goes on from them, the user is told, as `nonzero_count` does
+        from ._capture import _user_site
+
+        site = _user_site()
+        cap.warn_once(
+            "assumed-unique:" + site,
+            f"{site}: {op} of a CUDA tensor of {tuple(x.shape)} counts distinct values the twin computed "
+            "over zeros standing in for values it does not carry",
+        )
     if v is not None:
         if consecutive:
             res = torch.unique_consecutive(v, return_inverse=True, return_counts=True)
