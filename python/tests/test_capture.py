@@ -3303,6 +3303,64 @@ def test_a_staged_copy_starts_the_workers_and_each_makes_its_arena_at_its_first_
     assert staged - later >= 13 * 64
 
 
+def test_pin_memory_of_a_large_host_tensor_starts_openmp_s_workers(tmp_script, tmp_path):
+    # rule 15 (validation/va_pinned, the H200's maps, session 43): `pin_memory()` copies its source into
+    # the page-locked block (Memory.cpp's `_pin_memory`: `pinned.copy_(self)`), a parallel loop over more
+    # than ATen's grain size, so OpenMP's 15 workers start there and the next new chunk goes 1,888 MiB
+    # lower; `empty(..., pin_memory=True)` copies nothing and starts none
+    def lowest(host):
+        return _chunk_below_first_segment(
+            tmp_script, tmp_path, f'z = torch.zeros(16, device="cuda")\nx = {host}'
+        )
+
+    empty = lowest("torch.empty(1 << 20, pin_memory=True)")
+    assert empty - lowest("torch.empty(1 << 20).pin_memory()") == 1888
+    assert lowest("torch.empty(1 << 20)") == empty
+
+
+def _above_second_segment(tmp_script, tmp_path, body):
+    """MiB from the second 20 MiB segment up to a 24 MiB one made after `body`, which runs after a
+    context, a cuBLAS GEMM, a pointwise kernel and two 20 MiB segments (`validation/va_pinned`'s
+    cases on the H200)."""
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+a = torch.zeros(1, device="cuda")
+m = torch.ones(64, 64, device="cuda")
+q = torch.relu(m @ m)
+s1 = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+s2 = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+{body}
+d = torch.empty(24 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = sorted(
+        s["address"] for s in pickle.loads(snap.read_bytes())["segments"] if s["total_size"] >= 20 << 20
+    )
+    return (segs[-1] - segs[-2]) >> 20
+
+
+def test_a_pinned_block_over_2_mib_takes_address_space_among_the_segments(tmp_script, tmp_path):
+    # rule 16 (validation/va_pinned, fixtures/va_maps/pinned_h200.jsonl): `cudaHostAlloc` of a caching
+    # host allocator block (the request rounded up to a power of two: 24 MiB -> 32 MiB) maps it where
+    # a segment of its size would go, directly above the second 20 MiB segment, so the 24 MiB segment
+    # after it lies 32 MiB higher (the H200: 52 MiB above, against 20 with none); a block of 2 MiB or
+    # less goes into the driver's pool's top; a freed block is the allocator's to reuse (the same
+    # address on the H200); `_host_emptyCache()` gives the range back
+    pin = "t = torch.empty(24 << 20, dtype=torch.uint8, pin_memory=True)"
+    assert _above_second_segment(tmp_script, tmp_path, "pass") == 20
+    assert _above_second_segment(tmp_script, tmp_path, pin) == 52
+    assert _above_second_segment(tmp_script, tmp_path, pin.replace("24 << 20", "4096")) == 20
+    again = f"{pin}\ndel t\n{pin}"
+    assert _above_second_segment(tmp_script, tmp_path, again) == 52
+    emptied = f"{pin}\ndel t\ntorch._C._host_emptyCache()"
+    assert _above_second_segment(tmp_script, tmp_path, emptied) == 20
+
+
 def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):
     # rules 7 and 15 (docs/driver-placement.md, session 37; blind158/fb03's H200 history): the host
     # conversion of a blocking host-to-device copy (Copy.cu `copy_kernel_cuda`: `src.to(dst.dtype())`

@@ -37,6 +37,7 @@ from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm,
 from ._autograd_streams import inputs_of as _node_inputs
 from ._autograd_streams import node_stream as _node_stream
 from ._autograd_streams import tag as _tag_streams
+from ._pinned import PinnedHost
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
 
@@ -292,6 +293,9 @@ _CPU_LOOPS = {
     aten.zeros_like.default,
     aten.ones_like.default,
     aten.full_like.default,
+    # (`_pin_memory` copies the source into its page-locked block: `pinned.copy_(self)`, Memory.cpp;
+    # measured: OpenMP's workers start at a 24 MiB one, `validation/va_pinned`)
+    aten._pin_memory.default,
 }
 
 
@@ -1394,6 +1398,8 @@ class Capture:
         self.alloc_conf = alloc_conf
         self.device = _native.Device(gpu, self._conf())
         self.started = False
+        #: the caching host allocator's page-locked blocks
+        self.pinned = PinnedHost()
         #: whether the device's allocator is built (CUDA's lazy init: `start` or
         #: `set_memory_fraction`), after which the settings' fraction changes nothing
         self.allocator_built = False
@@ -1940,6 +1946,7 @@ class Capture:
         if any(a.layout in _sparse.LAYOUTS for a in ours):
             return _sparse.fallback(self, func, args, kwargs)
         factory = False
+        pinned = bool(kwargs.get("pin_memory"))
         if (
             ours
             and kwargs.get("pin_memory")
@@ -1949,14 +1956,17 @@ class Capture:
             # a host buffer like a device tensor (`empty_like(t, device="cpu", pin_memory=True)`, an
             # offloading hook's): page-locked host memory, plain host memory here as below
             kwargs = dict(kwargs, pin_memory=False)
+            return self._pinned_out(self.run(func, args, kwargs, ours, factory))
         if ours and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
             # `full_like(t, v, device=t.device)` (torchvision's roi poolers): the simulated device is meta
             kwargs = dict(kwargs, device=torch.device("meta"))
         if not ours:
-            if kwargs.get("pin_memory"):
+            if pinned:
                 # page-locked host memory (`save_on_cpu(pin_memory=True)`, a DataLoader's buffers)
-                # comes from CUDA's host allocator, not the device's: plain host memory here
+                # comes from CUDA's host allocator, not the device's: plain host memory here, its
+                # block's address space laid out (`_pinned`)
                 kwargs = dict(kwargs, pin_memory=False)
+                return self._pinned_out(func(*args, **kwargs))
             dev = kwargs.get("device")
             if dev is None:
                 return func(*args, **kwargs)
@@ -1969,6 +1979,13 @@ class Capture:
             # composite's `at::empty(..., options)` of a simulated tensor)
             factory = True
         return self.run(func, args, kwargs, ours, factory)
+
+    def _pinned_out(self, out):
+        """A factory's page-locked host tensor: its storage takes a block of the caching host
+        allocator (`_pinned`)."""
+        if isinstance(out, torch.Tensor) and out.device.type == "cpu":
+            self.pinned.allocate(self, out.untyped_storage())
+        return out
 
     def run(self, func, args, kwargs, ours, factory=False):
         """The op's meta kernel, then the twin's allocations for its outputs."""

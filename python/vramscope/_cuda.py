@@ -501,6 +501,7 @@ def patch(cap) -> _Patch:
         lambda device=None: cap.device.reset_accumulated_memory_stats(),
     )
     p.set(C, "_cuda_emptyCache", empty_cache)
+    p.set(C, "_host_emptyCache", lambda: cap.pinned.empty_cache(cap))
     p.set(C, "_cuda_setMemoryFraction", set_fraction)
     p.set(C, "_cuda_getMemoryFraction", lambda device=None: cap.device.memory_fraction())
     p.set(C, "_cuda_record_memory_history", record_history)

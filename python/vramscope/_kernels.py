@@ -1472,11 +1472,13 @@ DISPATCH[aten.record_stream.default] = _record_stream
 
 def _pin_memory(cap, func, args, kwargs):
     """`pin_memory()`: page-locked host memory from CUDA's host allocator, not the device's; on a
-    machine without a driver the twin keeps an ordinary host copy."""
+    machine without a driver the twin keeps an ordinary host copy, its block laid out (`_pinned`)."""
     t = args[0]
     if registered(t) or t.device.type != "cpu":
         return NotImplemented
-    return t.clone()
+    out = t.clone()
+    cap.pinned.allocate(cap, out.untyped_storage())
+    return out
 
 
 def _is_pinned(cap, func, args, kwargs):

@@ -207,6 +207,14 @@ impl SimDevice {
     pub fn host_unmap(&mut self, addr: u64) {
         self.driver.free(addr);
     }
+    /// `cudaHostAlloc` maps `len` bytes of page-locked host memory (a
+    /// block of PyTorch's caching host allocator) among the segments,
+    /// placed as a segment is; no device memory is used (`driver_va.rs`,
+    /// rule 16): the address, which [`SimDevice::host_unmap`] takes back
+    /// (`cudaFreeHost`). `None` when the address space is exhausted.
+    pub fn pinned_map(&mut self, len: u64) -> Option<u64> {
+        self.driver.malloc(len)
+    }
     /// The dynamic loader maps a library of `span` bytes (segments 2 MiB
     /// aligned) among the segments, for good (`driver_va.rs`, rule 9): its
     /// address. `None` on a device that started after the process's first
@@ -377,6 +385,30 @@ mod tests {
         let small = a.malloc(512, 0).unwrap();
         let large = a.malloc(30 << 20, 0).unwrap();
         assert_eq!((small, large), (0x302000000, 0x2a54000000));
+    }
+
+    /// Driver address-space rule 16 (`validation/va_pinned` on the H200):
+    /// a page-locked block takes address space where a segment of its size
+    /// would go, using no device memory, so the next segment lies directly
+    /// above it; unmapped, its range takes a segment again.
+    #[test]
+    fn a_pinned_block_lies_where_a_segment_would() {
+        let total = 150_109_880_320;
+        let (mut a, mut b) = (
+            SimDevice::with_driver_placement(total, total),
+            SimDevice::with_driver_placement(total, total),
+        );
+        for d in [&mut a, &mut b] {
+            d.malloc(20 << 20).unwrap();
+        }
+        let block = a.pinned_map(32 << 20).unwrap();
+        let segment = b.malloc(32 << 20).unwrap();
+        assert_eq!(block, segment);
+        assert_eq!(a.used(), 20 << 20);
+        assert_eq!(a.malloc(24 << 20), b.malloc(24 << 20));
+        a.host_unmap(block);
+        b.free(segment, 32 << 20);
+        assert_eq!(a.malloc(64 << 20), b.malloc(64 << 20));
     }
 
     /// On an unlimited device, reservations (1 1/8 of 64 PiB each) run out

@@ -72,6 +72,14 @@
 //!    `PROT_NONE` mapping of twice [`THREAD_HEAP`], placed as host memory
 //!    is, of which the [`THREAD_HEAP`] aligned part at or above its start is
 //!    kept and the rest given back. Both for good.
+//! 16. **Page-locked host memory** (`crate::SimDevice::pinned_map`).
+//!    `cudaHostAlloc` of more than 2 MiB maps the block among the segments,
+//!    placed as a segment of its length rounded up to 2 MiB is (rules 2, 1,
+//!    3: [`DriverVa::malloc`]); `cudaFreeHost` frees it as `cudaFree` does.
+//!    Blocks of 2 MiB or less share the driver's 2 MiB buffers, the first
+//!    two in its pool's top (rule 14, not laid out), later ones mapped as
+//!    2 MiB blocks (the engine's `Runtime::pinned_alloc`). Measured:
+//!    `validation/va_pinned`.
 //!
 //! Rules 1 to 3 are Linux's top-down `mmap` seen from the segments alone: a
 //! chunk is a `PROT_NONE` mapping of the process (`validation/va_maps.py`,

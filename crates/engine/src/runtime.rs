@@ -72,6 +72,9 @@ pub enum HostEvent {
     /// a started thread `malloc`ed first: its glibc arena at this address
     /// ([`SimDevice::thread_arena`]), never unmapped
     Arena(u64),
+    /// `cudaHostAlloc` mapped page-locked host memory of this length at
+    /// this address ([`SimDevice::pinned_map`]), until an [`HostEvent::Unmap`]
+    Pinned(u64, u64),
 }
 
 /// `what`, placed in a stream of events or requests: `at` of them come
@@ -347,6 +350,19 @@ const LIBTRITON_SPAN: u64 = 148_140_032;
 /// H100's and H200's maps, `fixtures/va_maps`).
 const THREAD_STACK: u64 = 8 * 1024 * 1024 + 4096;
 
+/// The driver's page-locked buffers for blocks of this size or less: each
+/// block takes the first buffer with room (blocks of 16 and 8 KiB share
+/// one), a new buffer when none has. Measured on the H200
+/// (`validation/va_pinned`, `fixtures/va_maps/pinned_h200.jsonl` and
+/// `pinned2_h200.jsonl`).
+const PINNED_BUFFER: u64 = 2 * 1024 * 1024;
+
+/// How many of the process's page-locked buffers go into the driver's
+/// pool's top (rule 14; its other two 2 MiB hold the driver's own), which
+/// is not laid out: on the H200 the third of twelve 2 MiB blocks and every
+/// later one went where a 2 MiB segment would.
+const PINNED_BUFFERS_IN_POOL_TOP: usize = 2;
+
 /// The host memory libcuda `malloc`s when it loads a kernel module lazily
 /// (CUDA's default lazy loading), at the module's first kernel launch, and
 /// never frees: (the module, named by the first op measured to load it; its
@@ -398,6 +414,9 @@ pub(crate) struct State {
     /// OpenMP's workers started by [`Runtime::intra_op_workers`], and how
     /// many of them have made their arena ([`Runtime::intra_op_work`])
     workers: (u32, u32),
+    /// the bytes left in each of the driver's 2 MiB page-locked buffers
+    /// that serve blocks of [`PINNED_BUFFER`] or less, oldest first
+    pinned_buffers: Vec<u64>,
     /// the kernel modules of [`MODULE_HOST_MALLOCS`] loaded, by index
     modules_loaded: u32,
     lt_ws: Vec<((Thread, StreamId), u32)>,
@@ -538,6 +557,7 @@ impl Runtime {
             cudnn_loaded: CudnnLibraries::None,
             triton_loaded: false,
             worker_started: false,
+            pinned_buffers: Vec::new(),
             workers: (0, 0),
             modules_loaded: 0,
             lt_ws: Vec::new(),
@@ -782,6 +802,40 @@ impl Runtime {
         let addr = st.alloc.device_mut().host_map(len)?;
         st.note_host_map(addr, len);
         Some((addr, len))
+    }
+
+    /// A block of `len` bytes of PyTorch's caching host allocator
+    /// (`pin_memory()`, `empty(..., pin_memory=True)`): `cudaHostAlloc`
+    /// maps it among the segments (driver address-space rule 16); its
+    /// address, which [`Runtime::pinned_free`] takes. `None` for a block
+    /// of [`PINNED_BUFFER`] or less: it goes into one of the driver's 2 MiB
+    /// buffers, a new one mapped among the segments once the pool's top
+    /// has no room ([`PINNED_BUFFERS_IN_POOL_TOP`]), none ever freed.
+    pub fn pinned_alloc(&self, len: u64) -> Option<u64> {
+        let mut st = self.st.borrow_mut();
+        if len <= PINNED_BUFFER {
+            if let Some(room) = st.pinned_buffers.iter_mut().find(|r| **r >= len) {
+                *room -= len;
+                return None;
+            }
+            st.pinned_buffers.push(PINNED_BUFFER - len);
+            if st.pinned_buffers.len() > PINNED_BUFFERS_IN_POOL_TOP {
+                let addr = st.alloc.device_mut().pinned_map(PINNED_BUFFER)?;
+                st.note_host(HostEvent::Pinned(addr, PINNED_BUFFER));
+            }
+            return None;
+        }
+        let addr = st.alloc.device_mut().pinned_map(len)?;
+        st.note_host(HostEvent::Pinned(addr, len));
+        Some(addr)
+    }
+
+    /// `cudaFreeHost` of a block [`Runtime::pinned_alloc`] mapped (the
+    /// host allocator's cache emptied): its range is free for segments.
+    pub fn pinned_free(&self, addr: u64) {
+        let mut st = self.st.borrow_mut();
+        st.alloc.device_mut().host_unmap(addr);
+        st.note_host(HostEvent::Unmap(addr));
     }
 
     /// A CPU tensor of `nbytes` made before the process's CUDA context
@@ -1634,6 +1688,39 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Driver address-space rule 16 (`validation/va_pinned`'s `gg01` and
+    /// `small` cases on the H200): blocks of 2 MiB or less share the
+    /// driver's 2 MiB buffers, the first two of which go into the pool's
+    /// top, not laid out, the third and later among the segments; a larger
+    /// block is mapped there itself and can be freed.
+    #[test]
+    fn small_pinned_blocks_share_buffers_and_the_pool_s_top_holds_two() {
+        let rt = Runtime::new(RuntimeConfig {
+            fresh_process: true,
+            ..RuntimeConfig::default()
+        });
+        rt.start_event_log();
+        // a 16 and an 8 KiB block in one buffer, a 2 MiB one in a second
+        assert_eq!(rt.pinned_alloc(16 << 10), None);
+        assert_eq!(rt.pinned_alloc(8 << 10), None);
+        assert_eq!(rt.pinned_alloc(2 << 20), None);
+        // the third buffer is laid out
+        assert_eq!(rt.pinned_alloc(2 << 20), None);
+        let big = rt.pinned_alloc(4 << 20).unwrap();
+        rt.pinned_free(big);
+        let log = rt.take_event_log().unwrap();
+        let pinned: Vec<u64> = log
+            .host
+            .iter()
+            .filter_map(|e| match e.what {
+                HostEvent::Pinned(_, len) => Some(len),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pinned, vec![2 << 20, 4 << 20]);
+        assert!(matches!(log.host.last().unwrap().what, HostEvent::Unmap(a) if a == big));
+    }
 
     /// cuDNN's libraries load once each, in order, however often the
     /// attention asks; none in a process started after its first kernels.

@@ -122,7 +122,8 @@ pub struct Requests {
 pub enum HostRequest {
     /// glibc maps this many bytes
     Map(u64),
-    /// the mapping of the `k`-th [`HostRequest::Map`] is unmapped
+    /// the mapping of the `k`-th [`HostRequest::Map`] or
+    /// [`HostRequest::Pinned`] is unmapped
     Unmap(usize),
     /// the dynamic loader maps a library of this span, for good
     /// ([`vramscope_alloc::SimDevice::load_library`])
@@ -136,6 +137,10 @@ pub enum HostRequest {
     /// a started thread makes its malloc arena, for good
     /// ([`vramscope_alloc::SimDevice::thread_arena`])
     Arena,
+    /// `cudaHostAlloc` maps this many bytes of page-locked host memory
+    /// ([`vramscope_alloc::SimDevice::pinned_map`]), counted with the
+    /// [`HostRequest::Map`]s for [`HostRequest::Unmap`]
+    Pinned(u64),
 }
 
 impl HostRequest {
@@ -240,6 +245,14 @@ impl Requests {
                     at,
                     what: HostRequest::Arena,
                 },
+                HostEvent::Pinned(addr, len) => {
+                    mapped.insert(addr, maps);
+                    maps += 1;
+                    At {
+                        at,
+                        what: HostRequest::Pinned(len),
+                    }
+                }
             });
             Some(())
         };
@@ -953,6 +966,7 @@ pub fn replay_planned(
             while let Some(h) = host.next_if(|h| h.at <= at) {
                 match h.what {
                     HostRequest::Map(len) => host_addrs.push(alloc.device_mut().host_map(len)),
+                    HostRequest::Pinned(len) => host_addrs.push(alloc.device_mut().pinned_map(len)),
                     HostRequest::Library(span) => {
                         let _ = alloc.device_mut().load_library(span);
                     }

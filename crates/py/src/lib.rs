@@ -378,6 +378,18 @@ impl Device {
         self.p.runtime().kernel_module(module);
     }
 
+    /// A block of `len` bytes of the caching host allocator
+    /// (`pin_memory()`): `cudaHostAlloc` maps it among the segments when
+    /// over 2 MiB (driver address-space rule 16); its address, or None.
+    fn pinned_alloc(&self, len: u64) -> Option<u64> {
+        self.p.runtime().pinned_alloc(len)
+    }
+
+    /// `cudaFreeHost` of a block `pinned_alloc` mapped at `addr`.
+    fn pinned_free(&self, addr: u64) {
+        self.p.runtime().pinned_free(addr);
+    }
+
     /// OpenMP's `n` workers start, each a stack, the first `working` of
     /// them also their malloc arena (driver address-space rule 15). Once.
     fn intra_op_workers(&self, n: u32, working: u32) {
