@@ -3271,15 +3271,17 @@ def test_a_host_dtype_conversion_to_the_device_starts_openmp_s_workers(tmp_scrip
     assert lowest(False) - lowest(True) == 1888
 
 
+#: a first device op, so that what follows runs after the CUDA context exists
+_AFTER_CONTEXT = 'z = torch.zeros(16, device="cuda")\n'
+
+
 def test_the_first_parallel_host_op_starts_openmp_s_workers(tmp_script, tmp_path):
     # rule 15 (blind164/fh04's H200 history): any CPU op whose TensorIterator loop `parallel_for`
     # splits (more than ATen's grain size, 32,768 elements: here the `* 2` of a host random draw)
     # opens the process's first OpenMP region, so the 15 workers start there and the next new chunk
     # goes 1,888 MiB lower; the draw itself runs serially (`cpu_serial_kernel`) and starts none
     def lowest(host):
-        return _chunk_below_first_segment(
-            tmp_script, tmp_path, f'z = torch.zeros(16, device="cuda")\nx = {host}'
-        )
+        return _chunk_below_first_segment(tmp_script, tmp_path, f"{_AFTER_CONTEXT}x = {host}")
 
     drawn = lowest("torch.rand(1 << 20)")
     assert drawn - lowest("torch.rand(1 << 20) * 2 - 1") == 1888
@@ -3292,7 +3294,7 @@ def test_a_staged_copy_starts_the_workers_and_each_makes_its_arena_at_its_first_
     # made contiguous on the host, in parallel; OpenMP's 15 workers start there, but a loop of 76,800
     # elements is shared by 3 threads (ParallelOpenMP.h: one per grain of 32,768), so only 2 workers
     # `malloc` and make their arena; the other 13 make theirs at the next loop of 16 grains or more
-    first = 'z = torch.zeros(16, device="cuda")\n'
+    first = _AFTER_CONTEXT
     expanded = first + 'torch.ones(3, 1, 1).expand(3, 160, 160).to("cuda")'
     contiguous = _chunk_below_first_segment(
         tmp_script, tmp_path, first + 'torch.empty(3, 160, 160).to("cuda")'
@@ -3309,9 +3311,7 @@ def test_pin_memory_of_a_large_host_tensor_starts_openmp_s_workers(tmp_script, t
     # than ATen's grain size, so OpenMP's 15 workers start there and the next new chunk goes 1,888 MiB
     # lower; `empty(..., pin_memory=True)` copies nothing and starts none
     def lowest(host):
-        return _chunk_below_first_segment(
-            tmp_script, tmp_path, f'z = torch.zeros(16, device="cuda")\nx = {host}'
-        )
+        return _chunk_below_first_segment(tmp_script, tmp_path, f"{_AFTER_CONTEXT}x = {host}")
 
     empty = lowest("torch.empty(1 << 20, pin_memory=True)")
     assert empty - lowest("torch.empty(1 << 20).pin_memory()") == 1888

@@ -212,13 +212,14 @@ impl Requests {
         let mut maps = 0;
         let mut host_event = |at: usize, e: &HostEvent| -> Option<()> {
             host.push(match *e {
-                HostEvent::Map(addr, len) => {
+                HostEvent::Map(addr, len) | HostEvent::Pinned(addr, len) => {
                     mapped.insert(addr, maps);
                     maps += 1;
-                    At {
-                        at,
-                        what: HostRequest::Map(len),
-                    }
+                    let what = match e {
+                        HostEvent::Pinned(..) => HostRequest::Pinned(len),
+                        _ => HostRequest::Map(len),
+                    };
+                    At { at, what }
                 }
                 HostEvent::Unmap(addr) => {
                     let k = mapped.remove(&addr);
@@ -245,14 +246,6 @@ impl Requests {
                     at,
                     what: HostRequest::Arena,
                 },
-                HostEvent::Pinned(addr, len) => {
-                    mapped.insert(addr, maps);
-                    maps += 1;
-                    At {
-                        at,
-                        what: HostRequest::Pinned(len),
-                    }
-                }
             });
             Some(())
         };
