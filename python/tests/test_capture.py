@@ -993,6 +993,22 @@ def test_a_routers_choice_over_stand_in_zeros_spreads_over_its_experts():
         assert logits.argmax(-1).tolist() == [0, 0, 0, 0]
 
 
+def test_a_large_routers_choice_over_stand_ins_spreads_too():
+    # blind202/gt01: the Switch router's evaluation batch (16,384 tokens x 8 experts, past the
+    # twin's value limit) carried no choice values, so bincount took 8 bins of zeros and split
+    # failed; gt05's 4,096 x 32 router sent every token to experts 0 to 5. The spread needs no input
+    # values: a large router's tokens spread as a small one's
+    with vramscope.capture(gpu="h200"):
+        probs = (torch.empty(16384, 64, device="cuda") @ torch.empty(64, 8, device="cuda")).softmax(-1)
+        _, expert = probs.max(dim=-1)
+        assert torch.bincount(expert, minlength=8).tolist() == [2048] * 8
+        top = torch.topk(probs, 2, dim=-1).indices
+        assert top[:2].tolist() == [[0, 1], [1, 2]]
+        assert torch.bincount(top.flatten()).tolist() == [4096] * 8
+        logits = torch.empty(64, 64, device="cuda") @ torch.empty(64, 32000, device="cuda")
+        assert logits.argmax(-1)[:4].tolist() == [0, 0, 0, 0]
+
+
 def test_a_choice_over_known_differences_is_not_spread():
     # blind16/p08: beam search takes topk over its 2 * num_beams candidates whose scores are
     # stand-ins but whose finished candidates are masked to -1e9; that row keeps the computed

@@ -1185,6 +1185,30 @@ def _unmatched(func, args, kwargs, vals):
     return [torch.full_like(vals[0], bool(invert))]
 
 
+def _large_choice_values(cap, func, args, kwargs, outs):
+    """A choice (`_CHOICES`) along a dimension of 2 to `SPREAD_LIMIT` over a tensor past
+    `VALUE_LIMIT` elements whose values the twin does not carry: computed over its stand-in zeros
+    (an expanded zero, no copy) and then spread by `_spread_choices`, as a smaller one is. The
+    spread needs no input values, so its size is bounded only by the index results', as a host
+    index tensor's (`_kernels.HOST_INDEX_LIMIT`): blind202/gt01's Switch router over 16,384 tokens
+    of evaluation (131,072 scores) sent every token to expert 0, where the same router's 8,192
+    training tokens spread evenly, and gt05's 4,096 x 32 fine-grained router likewise."""
+    if func not in _CHOICES:
+        return None
+    x = args[0]
+    if not isinstance(x, torch.Tensor) or value(x) is not None or x.dim() == 0:
+        return None
+    if func is aten.topk.default:
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    else:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dim is None or not 2 <= x.shape[dim % x.dim()] <= SPREAD_LIMIT:
+        return None
+    if any(not isinstance(o, torch.Tensor) or o.numel() > _kernels.HOST_INDEX_LIMIT for o in outs):
+        return None
+    return cap.cpu_values(func, args, kwargs)
+
+
 def _spread_choices(func, args, kwargs, vals):
     """`argmax`, `max(dim)` or `topk` along a dimension of 2 to `SPREAD_LIMIT` choices over values
     the twin does not carry (stand-in zeros, where every choice ties at the first): each row takes
@@ -2014,8 +2038,10 @@ class Capture:
         if small and func not in _kernels.NO_VALUES:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
         elif not small and ours and func not in _kernels.NO_VALUES:
-            vals = self.broadcast_values(func, args, kwargs, outs, ours) or self.dense_values(
-                func, args, kwargs, outs, ours
+            vals = (
+                self.broadcast_values(func, args, kwargs, outs, ours)
+                or self.dense_values(func, args, kwargs, outs, ours)
+                or _large_choice_values(self, func, args, kwargs, outs)
             )
         constant = vals is None and not small and func in _CONSTANT_FACTORIES
         if constant:
