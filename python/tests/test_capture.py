@@ -1841,10 +1841,9 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where[-1] == (320, 300)
 
 
-def test_the_driver_s_pool_takes_a_host_built_model_s_freed_range(tmp_script, tmp_path):
-    # rule 14 (docs/driver-placement.md; blind64/bl01's H200 history): at the first kernel that gives
-    # the context's range back the driver reserves its 512 MiB pool, placed as a chunk: here in the
-    # host tensor's freed range (B+416..B+928), so the next chunks go below it
+def _host_built_segments(tmp_script, tmp_path, env=None):
+    """Where the segments of a 700 MiB host tensor's copy and two later chunks lie, in MiB from the
+    context's anchor B."""
     snap = tmp_path / "snap.pickle"
     script = tmp_script(
         f"""
@@ -1859,13 +1858,32 @@ b = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")   # B+352
 torch.cuda.memory._dump_snapshot({str(snap)!r})
 """
     )
-    status, _, _, err = run_script(script)
+    status, _, _, err = run_script(script, env=env)
     assert status == 0, err
     segs = pickle.loads(snap.read_bytes())["segments"]
     base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
-    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    return sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+
+
+def test_the_driver_s_pool_takes_a_host_built_model_s_freed_range(tmp_script, tmp_path):
+    # rule 14 (docs/driver-placement.md; blind64/bl01's H200 history): at the first kernel that gives
+    # the context's range back the driver reserves its 512 MiB pool, placed as a chunk: here in the
+    # host tensor's freed range (B+416..B+928), so the next chunks go below it
     # without the pool they would lie at the range's aligned top, B+896 and B+864
-    assert where == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
+    assert _host_built_segments(tmp_script, tmp_path) == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
+
+
+def test_a_gpu_process_s_own_host_offset_moves_the_chunks_in_the_freed_range(tmp_script, tmp_path):
+    # rule 11's offset is ASLR's draw on the GPU (236 to 270 MiB in session 44's processes);
+    # VRAMSCOPE_HOST_ABOVE gives a process's own: the tensor at B+266..B+966, the pool at
+    # B+448..B+960, the chunks under it 32 MiB higher than at the median's B+246
+    env = {"VRAMSCOPE_HOST_ABOVE": str(266 << 20)}
+    assert _host_built_segments(tmp_script, tmp_path, env) == [(-1120, 700), (72, 20), (384, 20), (416, 20)]
+    status, _, _, err = run_script(
+        tmp_script("import torch\nx = torch.ones(4 << 20)\ny = x.cuda()\n"),
+        env={"VRAMSCOPE_HOST_ABOVE": "266MiB"},
+    )
+    assert status != 0 and "VRAMSCOPE_HOST_ABOVE='266MiB': expected a byte count" in err
 
 
 def test_a_meta_kernel_s_dynamo_import_maps_no_libtriton(tmp_script, tmp_path):

@@ -1411,6 +1411,23 @@ def _glibc_mapping(ptr: int, nbytes: int) -> int | None:
     return length if length % 4096 == 0 and nbytes < length <= nbytes + (1 << 20) else None
 
 
+def _host_above() -> int | None:
+    """`VRAMSCOPE_HOST_ABOVE` (bytes), a validation setting: where a GPU process's lowest CPU tensor
+    mapped before its context lay over the context's anchor (`validation/va_host_check.py` reads it
+    from the process's maps; ASLR puts it anywhere in a 64 MiB window, docs/driver-placement.md,
+    session 44). Unset: the measured median (address-space rule 11)."""
+    value = os.environ.get("VRAMSCOPE_HOST_ABOVE")
+    if not value:
+        return None
+    try:
+        above = int(value)
+    except ValueError:
+        above = -1
+    if above < 0:
+        raise ValueError(f"VRAMSCOPE_HOST_ABOVE={value!r}: expected a byte count, such as 279322624")
+    return above
+
+
 class Capture:
     """Run code with `cuda` tensors on a simulated GPU.
 
@@ -1596,8 +1613,9 @@ class Capture:
         if gaps and any(_unmapped_bytes(lo, hi) >= HOST_HOLE for lo, hi in gaps):
             return
         device, self.host_mappings = self.device, []
+        above = _host_above()
         for _, _, st in mapped:
-            placed = device.host_before_context(st.nbytes())
+            placed = device.host_before_context(st.nbytes(), above)
             if placed is None:
                 continue
 

@@ -193,14 +193,15 @@ impl SimDevice {
     /// Host memory glibc mapped before the CUDA context existed (a CPU
     /// tensor a program made before its first CUDA call), `len` bytes
     /// directly above the context's range and those mapped so far this way,
-    /// lowest first (`driver_va.rs`, rule 7): the address, which
+    /// lowest first (`driver_va.rs`, rules 7 and 11; the lowest at `above`
+    /// over the context's anchor, default the measured median): the address, which
     /// [`SimDevice::host_unmap`] takes back. `None` on a device that started
     /// after the process's first kernels, or once a segment was placed.
-    pub fn host_map_above(&mut self, len: u64) -> Option<u64> {
+    pub fn host_map_above(&mut self, len: u64, above: Option<u64>) -> Option<u64> {
         if !self.fresh {
             return None;
         }
-        self.driver.host_map_above(len)
+        self.driver.host_map_above(len, above)
     }
     /// glibc unmaps the host memory [`SimDevice::host_map`] mapped at `addr`
     /// (the CPU tensor freed): its range is free for chunks again.

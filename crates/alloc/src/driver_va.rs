@@ -571,13 +571,14 @@ impl DriverVa {
     /// process's CUDA context existed lies above it, the context's range
     /// having gone below the lowest mapping then. Maps `len` bytes directly
     /// above the mappings placed so far this way (the caller gives them
-    /// lowest first), the first at B + [`HOST_ABOVE_ANCHOR`]: what the
+    /// lowest first), the first at B + `above` (default
+    /// [`HOST_ABOVE_ANCHOR`], the measured median): what the
     /// context's creation maps between (a malloc arena, thread stacks,
     /// NVML) takes no chunk. Freed with
     /// [`Self::free`], which releases the range as a chunk's. `None` once a
     /// segment or the context's first kernel was placed (a process whose
     /// context exists), or when `len` is 0.
-    pub(crate) fn host_map_above(&mut self, len: u64) -> Option<u64> {
+    pub(crate) fn host_map_above(&mut self, len: u64, above: Option<u64>) -> Option<u64> {
         let anchor = self.held?;
         let top = anchor + Self::CONTEXT_ABOVE_ANCHOR;
         // the context's chunk holds only its own two ranges, every other
@@ -593,7 +594,7 @@ impl DriverVa {
             .iter()
             .map(|c| c.hi)
             .max()?
-            .max(anchor + HOST_ABOVE_ANCHOR);
+            .max(anchor + above.unwrap_or(HOST_ABOVE_ANCHOR));
         let hi = lo.checked_add(len)?;
         let mut segs = self.spare_segs.pop().unwrap_or_default();
         segs.push((lo, len));
@@ -1128,11 +1129,11 @@ mod tests {
     #[test]
     fn cpu_tensors_made_before_the_context_lie_above_it() {
         let mut va = DriverVa::new(B);
-        let host = va.host_map_above(700 * MIB + HOST_PAGE).unwrap();
+        let host = va.host_map_above(700 * MIB + HOST_PAGE, None).unwrap();
         assert_eq!(off(host), 246);
         assert_eq!(off(va.malloc(700 * MIB).unwrap()), -1120);
         // a process whose context exists maps no more of these
-        assert_eq!(va.host_map_above(9 * MIB), None);
+        assert_eq!(va.host_map_above(9 * MIB, None), None);
         va.free(host);
         let got: Vec<i64> = [20; 9]
             .into_iter()
@@ -1145,9 +1146,14 @@ mod tests {
         );
         // several tensors: lowest first, each directly above the last
         let mut va = DriverVa::new(B);
-        let a = va.host_map_above(9 * MIB).unwrap();
-        let b = va.host_map_above(733 * MIB).unwrap();
+        let a = va.host_map_above(9 * MIB, None).unwrap();
+        let b = va.host_map_above(733 * MIB, None).unwrap();
         assert_eq!((off(a), off(b)), (246, 255));
+        // a GPU process's own offset, read from its maps (session 44: 236 to 270 MiB)
+        let mut va = DriverVa::new(B);
+        let a = va.host_map_above(9 * MIB, Some(266 * MIB)).unwrap();
+        let b = va.host_map_above(733 * MIB, Some(266 * MIB)).unwrap();
+        assert_eq!((off(a), off(b)), (266, 275));
     }
 
     /// Rule 14 as blind64/bl01's H200 memory history shows it: a model built
@@ -1160,7 +1166,7 @@ mod tests {
     #[test]
     fn the_driver_s_pool_takes_a_freed_host_range() {
         let mut va = DriverVa::new(B);
-        let host = va.host_map_above(810 * MIB).unwrap();
+        let host = va.host_map_above(810 * MIB, None).unwrap();
         assert_eq!(off(host), 246);
         assert_eq!(off(va.malloc(94 * MIB).unwrap()), -512);
         assert_eq!(off(va.malloc(20 * MIB).unwrap()), 72);

@@ -841,14 +841,16 @@ impl Runtime {
     /// A CPU tensor of `nbytes` made before the process's CUDA context
     /// (a model built on the host, then moved): where glibc's mapping of its
     /// own lies, above the context ([`SimDevice::host_map_above`], driver
-    /// address-space rule 11; the caller gives them lowest first), with its
+    /// address-space rule 11; the caller gives them lowest first; `above`:
+    /// where the lowest lies over the context's anchor, default the
+    /// measured median), with its
     /// length; `None` when the heap serves it ([`vramscope_alloc::HostHeap`])
     /// or the context exists.
     /// [`Runtime::host_unmapped`] frees it.
-    pub fn host_before_context(&self, nbytes: u64) -> Option<(u64, u64)> {
+    pub fn host_before_context(&self, nbytes: u64, above: Option<u64>) -> Option<(u64, u64)> {
         let mut st = self.st.borrow_mut();
         let len = st.host.malloc(nbytes)?;
-        let addr = st.alloc.device_mut().host_map_above(len)?;
+        let addr = st.alloc.device_mut().host_map_above(len, above)?;
         st.note_host_map(addr, len);
         Some((addr, len))
     }

@@ -66,7 +66,7 @@ fn segment_after_a_host_built_tensor(pow: bool) -> i64 {
 /// As [`segment_after_a_host_built_tensor`], after kernels of `modules`.
 fn segment_after_modules(modules: &[&str]) -> i64 {
     let rt = fresh();
-    let (host, len) = rt.host_before_context(700 * MIB as u64).unwrap();
+    let (host, len) = rt.host_before_context(700 * MIB as u64, None).unwrap();
     // its copy: a 704 MiB chunk below the context, at B-1120
     let copy = rt.empty(&[700 * MIB], DType::U8, Device::Cuda).unwrap();
     let anchor = copy.data_ptr().unwrap() as i64 + 1120 * MIB;

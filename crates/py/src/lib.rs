@@ -362,8 +362,11 @@ impl Device {
     /// A CPU tensor of `nbytes` made before the CUDA context: its mapping
     /// above the context, `(address, length)`, or None when glibc's heap
     /// serves it (driver address-space rules 7 and 11). Call lowest first.
-    fn host_before_context(&self, nbytes: u64) -> Option<(u64, u64)> {
-        self.p.runtime().host_before_context(nbytes)
+    /// `above`: the lowest one's offset over the context's anchor (a GPU
+    /// process's own, read from its maps), else the measured median.
+    #[pyo3(signature = (nbytes, above=None))]
+    fn host_before_context(&self, nbytes: u64, above: Option<u64>) -> Option<(u64, u64)> {
+        self.p.runtime().host_before_context(nbytes, above)
     }
 
     /// glibc unmaps a mapping `host_before_context` placed.
