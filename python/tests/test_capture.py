@@ -1227,6 +1227,40 @@ def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     assert cap.report()["unmeasured"] == []
 
 
+def test_a_selective_checkpoint_s_cache_lives_to_the_end_of_its_region_s_backward():
+    # PyTorch's `recompute_fn` closure holds the recompute context (torch/utils/checkpoint.py), so a
+    # selective checkpoint's cache, with the saved outputs an early-stopped recompute did not reach
+    # (fc2's `addmm` here), lives as long as the checkpoint frame: to the end of the region's
+    # backward (blind112/dh06 on the H200: a 38.7 MB cached output per block). The CPU build of
+    # PyTorch prints True where the hook runs.
+    import weakref
+
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    saved = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    modes, alive = [], []
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def contexts():
+        forward, recompute = create_selective_checkpoint_contexts(policy)
+        modes.append(weakref.ref(recompute))
+        return forward, recompute
+
+    with vramscope.capture(gpu="h200"):
+        fc1, fc2 = torch.nn.Linear(64, 256).cuda(), torch.nn.Linear(256, 64).cuda()
+
+        def block(x):
+            h = torch.nn.functional.gelu(fc1(x))
+            h.register_hook(lambda g: alive.append(modes[0]() is not None))
+            return x + fc2(h)
+
+        x = torch.empty(4, 8, 64, device="cuda", requires_grad=True)
+        checkpoint(block, x, use_reentrant=False, context_fn=contexts).sum().backward()
+    assert alive == [True] and modes[0]() is None
+
+
 def test_reduce_overhead_checkpoint_puts_a_live_output_back_at_its_address():
     # a new shape's warm-up after replays (cudagraph_trees' apply_checkpoint_execution_state_in_
     # allocator): the pool is rebuilt as the recording left it (setCheckpointPoolState), the held

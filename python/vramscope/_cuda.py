@@ -669,26 +669,34 @@ def _recompute_under_modes(real, cap):
     would miss the recomputed calls and their saved tensors would differ from the forward's
     (torch/utils/checkpoint.py's `check_recomputed_tensors_match`); on the GPU the recompute calls
     the same kernels as the forward. The recompute context (`context_fn`'s second) enters the
-    capture's function mode for the recompute."""
+    capture's function mode for the recompute. It holds the recompute context as PyTorch's
+    `recompute_fn` closure does, for the checkpoint frame's life: a selective checkpoint's cache
+    (its `_CachedTorchDispatchMode`'s storage, with the saved outputs the recompute did not reach)
+    dies with the frame, at the end of the region's backward, not when the recompute ends."""
 
-    @contextlib.contextmanager
-    def under_mode(recompute_context):
-        mode = cap._modes[0]
-        stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
-        with recompute_context:
-            if any(m is mode for m in stack):
-                yield
-                return
-            torch._C._push_on_torch_function_stack(mode)
-            try:
-                yield
-            finally:
+    class UnderMode:
+        def __init__(self, recompute_context):
+            self.recompute_context = recompute_context
+            self.pushed = []
+
+        def __enter__(self):
+            self.recompute_context.__enter__()
+            mode = cap._modes[0]
+            stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+            pushed = not any(m is mode for m in stack)
+            if pushed:
+                torch._C._push_on_torch_function_stack(mode)
+            self.pushed.append(pushed)
+
+        def __exit__(self, *exc):
+            if self.pushed.pop():
                 torch._C._pop_torch_function_stack()
+            return self.recompute_context.__exit__(*exc)
 
     def generator(fn, preserve_rng_state, context_fn, *args, **kwargs):
         def contexts():
             forward_context, recompute_context = context_fn()
-            return forward_context, under_mode(recompute_context)
+            return forward_context, UnderMode(recompute_context)
 
         return real(fn, preserve_rng_state, contexts, *args, **kwargs)
 
