@@ -1615,7 +1615,8 @@ class Capture:
         device, self.host_mappings = self.device, []
         above = _host_above()
         for _, _, st in mapped:
-            placed = device.host_before_context(st.nbytes(), above)
+            # (without the setting, one argument: a native module built before it takes no more)
+            placed = device.host_before_context(st.nbytes(), *([] if above is None else [above]))
             if placed is None:
                 continue
 
