@@ -2239,6 +2239,31 @@ def test_ops_without_meta_kernels_take_their_cuda_kernels_rules():
     assert not cap.unmeasured
 
 
+def test_learnable_per_tensor_fake_quantize_takes_its_mask_and_gradient_vectors():
+    # FakeQuantPerTensorAffine.cpp: the forward is the cachemask kernel keeping its output (the bool
+    # mask dies inside); the backward fills dX and per-element scale and zero-point gradients, then
+    # sums the two vectors to one-element tensors (blind204/gv06's H200 per-op truth)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(64, 1024, device="cuda")
+        scale, zp = torch.ones(1, device="cuda"), torch.zeros(1, device="cuda")
+        before = torch.cuda.memory_allocated()
+        y, counts = counted(
+            lambda: torch._fake_quantize_learnable_per_tensor_affine(x, scale, zp, -128, 127, 1.0)
+        )
+        assert y.shape == x.shape and counts == (2, 65536 * 4 + 65536)
+        assert torch.cuda.memory_allocated() == before + 65536 * 4
+        g = torch.empty_like(x)
+        (dx, ds, dz), counts = counted(
+            lambda: torch.ops.aten._fake_quantize_learnable_per_tensor_affine_backward(
+                g, x, scale, zp, -128, 127, 1.0
+            )
+        )
+        assert dx.shape == x.shape and ds.shape == dz.shape == (1,)
+        assert counts == (5, 3 * 65536 * 4 + 2 * 4)
+        assert torch.cuda.memory_allocated() == before + 2 * 65536 * 4 + 65536 * 4 + 2 * 512
+    assert not cap.unmeasured
+
+
 def test_a_custom_op_runs_its_implementation_and_an_unknown_op_is_named():
     # torch.library.custom_op: the GPU runs the Python implementation (blind53/ba02's H200 record);
     # its fake kernel alone would give the output without the 4 MiB temporary inside

@@ -3873,6 +3873,48 @@ DISPATCH[aten.fake_quantize_per_channel_affine_cachemask.default] = _fake_quanti
 # scale tensor): the same two outputs, `fake_quant_enabled.item()` read on the host, no scratch
 # (blind169/fm04's H200 per-op truth lists no allocation beyond them)
 DISPATCH[aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default] = _fake_quantize_cachemask
+
+
+def _fake_quantize_learnable_per_tensor(cap, func, args, kwargs):
+    """`_fake_quantize_learnable_per_tensor_affine` (quantized/FakeQuantPerTensorAffine.cpp): the scale
+    and zero point read on the host (`scale[0].item()`), then `fake_quantize_per_tensor_affine`, which
+    is `fake_quantize_per_tensor_affine_cachemask` keeping only its output: the bool mask in the
+    input's layout dies at the return. The op has no meta kernel, so the twin makes its output here
+    rather than from a CPU run."""
+    x = args[0]
+    if not registered(x) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        y = torch.empty_like(x, memory_format=torch.preserve_format)
+        mask = torch.empty_like(x, dtype=torch.bool, memory_format=torch.preserve_format)
+        del mask
+    return y
+
+
+def _fake_quantize_learnable_per_tensor_backward(cap, func, args, kwargs):
+    """`_fake_quantize_learnable_per_tensor_affine_backward` (FakeQuantPerTensorAffine.cpp): dX and
+    the per-element scale and zero-point gradients, three `empty_like(X)` in X's layout filled by one
+    TensorIterator kernel, then `dScale_vec.sum().unsqueeze(0)` and the same for the zero point (0-dim
+    sums with their reduction's scratch); the two vectors die at the return."""
+    dy, x = args[0], args[1]
+    if not registered(x) or not registered(dy) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        dx = torch.empty_like(x, memory_format=torch.preserve_format)
+        d_scale_vec = torch.empty_like(x, memory_format=torch.preserve_format)
+        d_zero_vec = torch.empty_like(x, memory_format=torch.preserve_format)
+        d_scale = d_scale_vec.sum().unsqueeze(0)
+        d_zero = d_zero_vec.sum().unsqueeze(0)
+        del d_scale_vec, d_zero_vec
+    return dx, d_scale, d_zero
+
+
+DISPATCH[aten._fake_quantize_learnable_per_tensor_affine.default] = _fake_quantize_learnable_per_tensor
+DISPATCH[aten._fake_quantize_learnable_per_tensor_affine_backward.default] = (
+    _fake_quantize_learnable_per_tensor_backward
+)
 SCRATCH_UNMODELLED.discard("aten::multinomial")
 
 
