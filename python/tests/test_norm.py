@@ -443,3 +443,21 @@ def test_mish_backward_is_one_cuda_kernel():
         (gx,), (count, req) = counted(lambda: torch.autograd.grad(y, x, gy))
         assert (count, req) == (1, x.numel() * 4)
         assert gx.shape == x.shape and gx.is_contiguous()
+
+
+def test_rms_norm_backward_over_many_rows_of_few_columns_sums_per_block_partials():
+    # blind200/gr03's H200 per-op truth: an SD3-like MMDiT's q RMSNorm(64) over (16, 1024, 16, 64)
+    # bfloat16 (a view of the qkv projection, its gradient a slice of the joint attention's): the
+    # backward's 262,144 rows of 64 take the gamma kernel's per-block partial sums, as layer norm's:
+    # 8 allocations, 102,760,708 bytes (4 and 15,138,944 over 39,424 rows: no partial sums)
+    def grads(rows):
+        x = torch.empty(16, rows, 48, 64, device="cuda", dtype=torch.bfloat16)[:, :, :16]
+        x.requires_grad_()
+        w = torch.nn.Parameter(torch.ones(64, device="cuda", dtype=torch.bfloat16))
+        y = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+        g = torch.empty(16, rows + 154, 16, 64, device="cuda", dtype=torch.bfloat16)[:, 154:]
+        return counted(lambda: torch.autograd.grad(y, (x, w), g))[1]
+
+    with vramscope.capture(gpu="h200"):
+        assert grads(1024) == (8, 102_760_708)
+        assert grads(154) == (4, 15_138_944)

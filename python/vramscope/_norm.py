@@ -558,6 +558,23 @@ class _FusedRMSNorm(torch.autograd.Function):
         # kernel's call (the H200's order in fixtures/run/sweeps/op_rules_h200.jsonl)
         x_copy = _copy_unless_contiguous(cap, x, op)
         want_w = weight is not None and ctx.needs_input_grad[2]
+        n = math.prod(ctx.normalized_shape)
+        m = x.numel() // n if n else 0
+        rows = _gamma_beta_blocks(cap, m, n) if want_w and m and n else 0
+        if rows:
+            # the layer norm backward's kernel with the rms flag: over many rows of few columns the
+            # gamma kernel writes per-block partial sums and `*dgamma = dgamma_blocks.sum(0)`
+            # replaces the dgamma allocated first, as `_native_layer_norm_backward` (blind200/gr03's
+            # H200 per-op truth: the q/k RMSNorm(64) of (16, 1024, 16, 64) bfloat16, 8 allocations)
+            (gx,) = _rms_results(cap, x, op, (x.shape, x.dtype) if ctx.needs_input_grad[1] else (None, None))
+            elem = weight.element_size()
+            first = cap.malloc(weight.numel() * elem, op, "temporary")
+            gy_copy = _copy_unless_contiguous(cap, gy, op)
+            blocks = cap.malloc(rows * n * elem, op, "temporary")
+            (gw,) = _rms_results(cap, x, "aten::sum", (weight.shape, weight.dtype))
+            reduce_scratch(cap, [rows, n], None, [True, False], elem, _acc_bytes(weight.dtype), "aten::sum")
+            del first, blocks, gy_copy, x_copy
+            return None, gx, gw, None, None
         gx, gw = _rms_results(
             cap,
             x,
