@@ -2397,6 +2397,22 @@ def test_max_pool2d_backward_copies_a_strided_gradient():
         assert counts == (1, 32_768)
 
 
+def test_max_pool3d_backward_copies_a_strided_gradient():
+    # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
+    # lateral `cat`; its gradient is made contiguous after the input gradient
+    # (DilatedMaxPool3d.cu's gradOutput.contiguous()), a dense one is not copied
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(2, 8, 4, 16, 16, device="cuda", dtype=torch.half)
+        idx = torch.zeros(2, 8, 4, 8, 8, dtype=torch.long, device="cuda")
+        grad = torch.empty(2, 10, 4, 8, 8, device="cuda", dtype=torch.half)[:, :8]
+        call = (grad, x, [1, 3, 3], [1, 2, 2], [0, 1, 1], [1, 1, 1], False, idx)
+        _, counts = counted(lambda: torch.ops.aten.max_pool3d_with_indices_backward(*call))
+        assert counts == (2, 32_768 + 8_192)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.max_pool3d_with_indices_backward(dense, *call[1:]))
+        assert counts == (1, 32_768)
+
+
 def test_a_copy_to_the_meta_device_leaves_the_gpu():
     # `copy.deepcopy(model).to("meta")` (torch.func's stack_module_state recipe, blind52/az02): the
     # CUDA parameters are swapped for meta ones and freed, as on the GPU

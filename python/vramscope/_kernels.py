@@ -3540,6 +3540,31 @@ AFTER[aten.avg_pool2d_backward.default] = _pool2d_backward
 AFTER[aten.max_pool2d_with_indices_backward.default] = _pool2d_backward
 
 
+def _max_pool3d_backward(cap, func, call, outs):
+    """`max_pool3d_with_indices_backward_out_cuda_template` (cuda/DilatedMaxPool3d.cu): after the
+    input gradient, `gradOutput.contiguous()` then `indices.contiguous()`, in `ChannelsLast3d`
+    where a 5-D input suggests it (a 4-D input: unsqueezed, where that is contiguous only in
+    `ChannelsLast3d`), freed at the return; nothing for an empty gradient (blind199/gq04's H200
+    record: a SlowFast slow pathway's max-pooled (8, 64, 4, 40, 40) fp16 output whose gradient is
+    a slice of the lateral `cat`'s, one copy of 6,553,600 bytes)."""
+    (args, _kw) = call
+    grad, src, indices = args[0], args[1], args[7]
+    if not registered(grad) or grad.numel() == 0:
+        return
+    if src.dim() == 5:
+        cl = _suggests_channels_last(src)
+    else:
+        u = src.unsqueeze(0)
+        cl = not u.is_contiguous() and u.is_contiguous(memory_format=torch.channels_last_3d)
+        if cl:
+            grad, indices = grad.unsqueeze(0), indices.unsqueeze(0)
+    copies = [_copy_unless_in(cap, t, cl) for t in (grad, indices) if registered(t)]
+    del copies
+
+
+AFTER[aten.max_pool3d_with_indices_backward.default] = _max_pool3d_backward
+
+
 def _upsample_bilinear2d_backward(cap, func, call, outs):
     """`upsample_bilinear2d_backward_out_cuda_template` (cuda/UpSampleBilinear2d.cu), one host path
     for every floating dtype: a same-size gradient is copied straight into the result; a
