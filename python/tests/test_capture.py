@@ -1408,6 +1408,21 @@ def test_bce_with_logits_allocates_what_the_gpucounted():
         assert loss.shape == () and torch.cuda.memory_allocated() == 2 * 150_994_944 + 512
 
 
+def test_bce_with_logits_frees_its_pos_weight_factor_before_the_loss():
+    # Loss.cpp: `log_weight = (pos_weight - 1).mul(target).add_(1)` is a local of the `if` block,
+    # dead before `(1 - target)` is made (blind193/gk02's H200 history): at most two input-sized
+    # tensors live at once, log_sigmoid(x) with the factor, then with the unreduced loss
+    size = 768 * 3 * 128 * 128 * 4
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(768, 3, 128, 128, device="cuda")
+        t = torch.empty(768, 3, 128, 128, device="cuda")
+        w = torch.full((128,), 3.0, device="cuda")
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        torch.nn.functional.binary_cross_entropy_with_logits(x, t, pos_weight=w, reduction="sum")
+        assert 2 * size <= torch.cuda.max_memory_allocated() - base < 2 * size + 4096
+
+
 def test_unfold_and_fold_allocate_what_the_gpu_counted():
     # blind36/aj06's H200 per-op records: im2col of (16, 3, 256, 256) fp32 by 8x8 patches, stride 4,
     # allocates the input-sized empty_like, then the grown result, and frees the first; col2im of

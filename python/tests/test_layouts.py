@@ -795,6 +795,25 @@ def test_accumulating_through_a_boolean_mask_sorts_the_masks_nonzero_columns():
         assert torch.cuda.memory_allocated() - before["allocated_bytes.all.current"] == out.numel() * 4
 
 
+def test_accumulating_through_a_boolean_mask_frees_its_nonzero_before_the_sort():
+    # `makeLinearIndex` (cuda/Indexing.cu) holds the expanded indices (the mask's `nonzero()`, an
+    # (n, 2) int64 buffer here) in a local that dies as it returns the linear index, before the
+    # sort's three buffers (blind183/ga05's H200 history of `x[mask]`'s backward)
+    n = 1_000_000
+    with vramscope.capture(gpu="h200"):
+        x = torch.zeros(4096, 512, device="cuda")
+        mask = torch.empty(4096, 512, dtype=torch.bool, device="cuda")
+        values = torch.empty(n, device="cuda")
+        torch.cuda.memory._record_memory_history()
+        torch.ops.aten.index_put(x, [mask], values, True)
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    positions = next(e["addr"] for e in trace if e["action"] == "alloc" and e["size"] == 16 * n)
+    freed = next(k for k, e in enumerate(trace) if e["action"] == "free_requested" and e["addr"] == positions)
+    # per column: the wrapped index and its product by the stride; then the sort's three
+    columns = [k for k, e in enumerate(trace) if e["action"] == "alloc" and e["size"] == 8 * n]
+    assert len(columns) == 7 and columns[3] < freed < columns[4]
+
+
 def test_accumulating_with_strided_index_columns_checks_their_contiguous_copies():
     # blind118/dn05's H200 per-op record of `grid.index_put_((scene, cell[:, 0], cell[:, 1]), ones,
     # accumulate=True)`: wrapIndexOnce's `max()` and `min()` reduce `self.contiguous()`

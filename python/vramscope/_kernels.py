@@ -1122,6 +1122,10 @@ def _index_put_sorted(cap, func, call, outs):
         if linear is None:
             linear = product
         del product  # `linearIndex += index`
+    # `makeLinearIndex` returns: its expanded indices (a mask's `nonzero()`) die with it, before
+    # the value's copy and the sort (blind183/ga05's H200 history: the positions freed after the
+    # linear index, before the value's contiguous copy)
+    del positions
     # `expandedValue.expand(vals_shape).contiguous()`
     value_copy = (
         None
@@ -1133,7 +1137,7 @@ def _index_put_sorted(cap, func, call, outs):
     rng = cap.malloc(n * 8, op, "temporary")
     largest = sum((sz - 1) * st for sz, st in zip(self_.shape, self_.stride(), strict=True))
     _cub(cap, "sort", n, 8, op, "radix sort", end_bit=_num_bits(largest // slice_size))
-    del rng, orig, sorted_, value_copy, linear, positions
+    del rng, orig, sorted_, value_copy, linear
 
 
 for _f in (aten.index_put_.default, aten._index_put_impl_.default):
@@ -1807,9 +1811,10 @@ DISPATCH[aten.smooth_l1_loss_backward.default] = _contiguous_loss_backward
 def _bce_with_logits(cap, func, args, kwargs):
     """`binary_cross_entropy_with_logits` (`aten/src/ATen/native/Loss.cpp`): `log_sigmoid(input)`
     (its CUDA buffer is empty), with a `pos_weight` the broadcast `(pos_weight - 1).mul(target)`
-    (`add_(1)` in place) multiplied into it, then `(1 - target).mul_(input).sub_(...)` as the
-    unreduced loss, `weight` multiplied in place, and `mean`/`sum` into a new 0-dim tensor with
-    the reduction's scratch; the locals die at the return (as blind6/f04's H200 record shows)."""
+    (`add_(1)` in place) multiplied into it, a local of its `if` block that dies there (blind193/
+    gk02's H200 history), then `(1 - target).mul_(input).sub_(...)` as the unreduced loss, `weight`
+    multiplied in place, and `mean`/`sum` into a new 0-dim tensor with the reduction's scratch; the
+    other locals die at the return (as blind6/f04's H200 record shows)."""
     names = ("input", "target", "weight", "pos_weight", "reduction")
     a = dict(zip(names, args, strict=False)) | kwargs
     x, target, pos_weight = a["input"], a["target"], a.get("pos_weight")
@@ -1820,13 +1825,12 @@ def _bce_with_logits(cap, func, args, kwargs):
     op = "aten::binary_cross_entropy_with_logits"
     out = func(*args, **kwargs)
     log_sigmoid = cap.malloc(x.numel() * x.element_size(), op, "temporary")
-    log_weight = None
     if pos_weight is not None:
         shifted = cap.malloc(pos_weight.numel() * pos_weight.element_size(), op, "temporary")
         shape = torch.broadcast_shapes(pos_weight.shape, target.shape)
         dtype = torch.promote_types(pos_weight.dtype, target.dtype)
         log_weight = cap.malloc(math.prod(shape) * dtype.itemsize, op, "temporary")
-        del shifted
+        del shifted, log_weight
     if reduction == 0:
         cap.track(out, op)
     else:
@@ -1838,7 +1842,7 @@ def _bce_with_logits(cap, func, args, kwargs):
                 cap, list(target.shape), None, [True] * target.dim(), elem, _acc_bytes(target.dtype), op
             )
         del loss
-    del log_weight, log_sigmoid
+    del log_sigmoid
     return out
 
 
