@@ -70,3 +70,28 @@ def test_place_names_the_first_allocation_taken_from_another_segment(tmp_path, c
     out = capsys.readouterr().out
     assert out.startswith("GPU entry 2 / twin 2: alloc of 8,388,608: segment #0 + 0 / #1 + 0")
     assert out.count("\n") == 1
+
+
+def test_life_names_an_allocation_freed_later_not_frees_reordered_between_allocations(tmp_path, capsys):
+    # the GPU frees b before c is made, the twin after; a and d are freed in another order between
+    # the same two allocations, which leaves the allocator as it was: not a lifetime difference
+    base = 1 << 32
+    a, b, c, d = (base + k * MB for k in range(4))
+
+    def history(name, frees_before_c, frees_after_c):
+        entries = [{"action": "segment_alloc", "addr": base, "size": 20 * MB}]
+        entries += [{"action": "alloc", "addr": x, "size": MB} for x in (a, b, d)]
+        entries += [{"action": "free_requested", "addr": x, "size": MB} for x in frees_before_c]
+        entries += [{"action": "alloc", "addr": c, "size": MB}]
+        entries += [{"action": "free_requested", "addr": x, "size": MB} for x in frees_after_c]
+        return _history(tmp_path / name, entries)
+
+    gpu = history("gpu.pickle", [a, d, b], [c])
+    twin = history("twin.pickle", [d, a], [b, c])
+    block_diff.life(gpu, twin, 5)
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        len(out) == 1
+        and out[0].startswith("allocation 1 of 1,048,576")
+        and "freed after allocation 3 / 4" in out[0]
+    )

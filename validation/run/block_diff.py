@@ -7,6 +7,12 @@
                                                         the first N allocations placed in another
                                                         segment (numbered in the order they were
                                                         made) or at another offset in it
+    python block_diff.py --life GPU.pickle TWIN.pickle [N]
+                                                        the first N allocations (the same requests
+                                                        in the same order) freed at another point:
+                                                        each free counted in allocations made before
+                                                        it, so frees in another order between two
+                                                        allocations do not count
     python block_diff.py --slack SNAPSHOT.pickle START END
                                                         the unsplit blocks live at the peak of the
                                                         allocated figure between trace entries START
@@ -198,8 +204,47 @@ def slack(path, start, end):
     print(f"unsplit: {total:,} bytes beyond the requests")
 
 
+def lifetimes(path):
+    """Each allocation of the trace: [requested size, entry index, allocations made before its free
+    (None while live), frames' entry]."""
+    with (lzma.open if str(path).endswith(".xz") else open)(path, "rb") as f:
+        trace = pickle.load(f)["device_traces"][0]
+    out, live = [], {}
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc":
+            live[e["addr"]] = len(out)
+            out.append([e["size"], i, None, e])
+        elif e["action"] == "free_requested" and e["addr"] in live:
+            out[live.pop(e["addr"])][2] = len(out)
+    return out
+
+
+def life(gpu_path, twin_path, n):
+    gpu, twin = lifetimes(gpu_path), lifetimes(twin_path)
+    last = min(len(gpu), len(twin))
+    parted = next((k for k in range(last) if gpu[k][0] != twin[k][0]), last)
+    if parted < last:
+        print(f"the requests part at allocation {parted} (GPU entry {gpu[parted][1]}): use ops_diff.py")
+    shown = 0
+    for k in range(parted):
+        g, t = gpu[k], twin[k]
+        # a free after the requests part is not comparable
+        if g[2] != t[2] and min(x if x is not None else last for x in (g[2], t[2])) <= parted:
+            print(
+                f"allocation {k} of {g[0]:,} (GPU entry {g[1]} / twin {t[1]}): freed after allocation "
+                f"{g[2]} / {t[2]}   {frames(g[3]) or frames(t[3])}"
+            )
+            shown += 1
+            if shown >= n:
+                return
+    if not shown:
+        print(f"the same lifetimes over the first {parted} allocations")
+
+
 def main():
-    if sys.argv[1] == "--slack":
+    if sys.argv[1] == "--life":
+        life(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
+    elif sys.argv[1] == "--slack":
         slack(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "--place":
         place(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5)
