@@ -1787,6 +1787,27 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-416, 14), (-2, 2), (74, 20)]
 
 
+def test_arange_s_kernel_keeps_the_context_range(tmp_script, tmp_path):
+    # blind199/gq04's H200 history (rule 6): after the random clips and labels, SlowFast's
+    # `torch.arange` of the slow pathway's frame indices left the range with the context (the next
+    # 20 MiB segment went to a new chunk below the others, B-766, not into the range); the
+    # index_select after it gave it back (its 26 MiB segment at B-414)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+x = torch.randn(8, 3, 64, 64, device="cuda")   # 2 MiB at B-2; random numbers keep the range
+i = torch.arange(0, 8, 2, device="cuda")       # arange's kernel keeps it too
+u = torch.empty(5 << 20, device="cuda")        # 20 MiB: the context's hole at B+74, not B-416
+z = x.index_select(0, i)                       # a kernel of PyTorch's own: the range goes back
+y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, from its low end
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    where = _segments_from_the_anchor(script, snap)
+    assert where == [(-416, 14), (-2, 2), (74, 20)]
+
+
 def test_the_first_optimizer_maps_libtriton_below_the_context(tmp_script, tmp_path):
     # blind21/u06 and blind25/y04 on the H200 (docs/driver-placement.md, rule 10): an optimizer's
     # construction imports torch._dynamo, which maps libtriton.so (141.28 MiB) below the context

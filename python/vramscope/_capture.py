@@ -372,13 +372,24 @@ _MODULE_OPS = {
 }
 
 
+#: `arange_cuda_out`'s kernel (cuda/RangeFactories.cu), every overload that reaches it
+_ARANGE = {
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+    aten.arange.start_out,
+    aten.arange.out,
+}
+
+
 def _keeps_context(func, args, kwargs) -> bool:
     """Whether the op's kernels leave the CUDA context holding its range (the driver's
     address-space rule 6, `docs/driver-placement.md`): measured for Philox random numbers, `im2col`
-    (`F.unfold`: blind132/eb02's H200 history), a cuDNN convolution without bias (a bias is added
+    (`F.unfold`: blind132/eb02's H200 history), `arange` (blind199/gq04's: SlowFast's frame
+    indices after the random clips), a cuDNN convolution without bias (a bias is added
     by PyTorch's own kernel) and an `addmm` on cuBLASLt's `gemm_and_bias` path; every other kernel
     gives the range back."""
-    if func in _RANDOM_KERNELS or func is aten.im2col.default:
+    if func in _RANDOM_KERNELS or func in _ARANGE or func is aten.im2col.default:
         return True
     if func is aten.convolution.default:
         x, w, bias = args[0], args[1], args[2]
