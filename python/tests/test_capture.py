@@ -1943,6 +1943,36 @@ def test_the_driver_s_pool_takes_a_host_built_model_s_freed_range(tmp_script, tm
     assert _host_built_segments(tmp_script, tmp_path) == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
 
 
+def test_a_hole_beside_a_tensor_the_gpu_s_heap_serves_leaves_the_layout(tmp_script, tmp_path):
+    # a 2 MiB tensor is mapped by this process's glibc (its threshold still low) but served by the
+    # GPU process's heap (its threshold 3,846,144 bytes, rule 7): the 100 MiB hole between it and the
+    # 700 MiB tensor is not there on the GPU, which lays the 700 MiB out as rule 11 says (blind201/
+    # gs06's small tensors lay above or among its tables from run to run)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+import torch._dynamo
+small = torch.empty(2 << 20, dtype=torch.uint8)
+filler = torch.empty(100 << 20, dtype=torch.uint8)
+x = torch.empty(700 << 20, dtype=torch.uint8)   # B+246..B+946 (rule 11)
+del filler                                      # a 100 MiB hole between x and small here
+y = x.cuda()
+del x
+z = torch.ones(1 << 20, device="cuda")
+a = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+b = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs if s["total_size"] == 700 << 20) + (1120 << 20)
+    where = sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs)
+    assert where == [(-1120, 700), (72, 20), (352, 20), (384, 20)]
+
+
 def test_a_gpu_process_s_own_host_offset_moves_the_chunks_in_the_freed_range(tmp_script, tmp_path):
     # rule 11's offset is ASLR's draw on the GPU (236 to 270 MiB in session 44's processes);
     # VRAMSCOPE_HOST_ABOVE gives a process's own: the tensor at B+266..B+966, the pool at

@@ -855,6 +855,13 @@ impl Runtime {
         Some((addr, len))
     }
 
+    /// The length of the mapping glibc makes for a CPU tensor of `nbytes`
+    /// at the twin's dynamic threshold ([`vramscope_alloc::HostHeap::malloc`],
+    /// driver address-space rule 7), or `None` when its heap serves it.
+    pub fn host_mapping_len(&self, nbytes: u64) -> Option<u64> {
+        self.st.borrow().host.malloc(nbytes)
+    }
+
     /// glibc unmaps a CPU tensor's mapping ([`Runtime::host_before_context`]):
     /// its range is free for chunks, and the dynamic threshold may rise.
     pub fn host_unmapped(&self, addr: u64, len: u64) {

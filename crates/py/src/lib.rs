@@ -369,6 +369,13 @@ impl Device {
         self.p.runtime().host_before_context(nbytes, above)
     }
 
+    /// The length of the mapping glibc makes for a CPU tensor of `nbytes`
+    /// at the twin's threshold (driver address-space rule 7), or None when
+    /// its heap serves it.
+    fn host_mapping_len(&self, nbytes: u64) -> Option<u64> {
+        self.p.runtime().host_mapping_len(nbytes)
+    }
+
     /// glibc unmaps a mapping `host_before_context` placed.
     fn host_unmapped(&self, addr: u64, len: u64) {
         self.p.runtime().host_unmapped(addr, len);
