@@ -3333,6 +3333,38 @@ def test_an_index_out_of_range_raises_as_the_gpus_device_side_assert():
             )
 
 
+def test_values_overwritten_by_unknown_ones_through_a_view_read_as_assumed():
+    # blind115/dk03 (SmolVLM): image tiles drawn into a zeros tensor too large to carry the draw,
+    # padding tiles found by `(pixels == 0).sum(...) != n`. The base kept its zeros as known values,
+    # so every tile read as padding, one was kept, and the known image-token positions then read
+    # tile 13 of 1: a device-side assert the H200 never raised. Now the zeros read as assumed, the
+    # mask's count is the twin's choice (every tile), and an index past a size that followed such a
+    # choice warns instead of failing
+    with vramscope.capture(gpu="h200"):
+        p = torch.zeros(4, 5, 3, 128, 128, device="cuda")
+        assert vramscope._tensor.value(p) is not None
+        for i, n in enumerate([5, 3, 5, 1]):
+            p[i, :n] = torch.randn(n, 3, 128, 128, device="cuda")
+        assert vramscope._tensor.assumed(p)
+        p = p.view(20, 3, 128, 128)
+        real = (p == 0.0).sum(dim=(-1, -2, -3)) != p.shape[1:].numel()
+        tiles = p[real]
+        assert tiles.shape == (20, 3, 128, 128)
+        one = tiles[:1]  # a size the twin chose
+        assert one[torch.tensor([13], device="cuda")].shape == (1, 3, 128, 128)
+        torch.cuda.synchronize()
+    with vramscope.capture(gpu="h200"):
+        # a write of known values over the whole storage: its values are the op's again
+        unknown = torch.empty(70_000, device="cuda").sum()
+        assert vramscope._tensor.value(unknown) is None
+        p = torch.zeros(100, device="cuda")
+        p[:10].add_(unknown)
+        assert vramscope._tensor.assumed(p)
+        p.zero_()
+        assert vramscope._tensor.value(p) is not None
+        assert p.untyped_storage()._cdata not in vramscope._tensor._stale
+
+
 def test_weight_int4pack_mm_gives_its_bf16_result_alone():
     # blind124/dt04 (gpt-fast's int4 weight-only linear): PyTorch's meta kernel reads a FakeTensor's
     # `fake_device` and raised; `_weight_int4pack_mm_cuda` (cuda/int4mm.cu) allocates its (m, n) result

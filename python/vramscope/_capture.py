@@ -880,6 +880,15 @@ def _copies_over_zeros(func, args, kwargs) -> bool:
     return value(args[0]) is not None and value(args[1]) is None and args[1].numel() <= VALUE_LIMIT
 
 
+def _covers_storage(t) -> bool:
+    """Whether `t` views every element of its storage (a dense tensor over all of it)."""
+    return (
+        t.storage_offset() == 0
+        and t.is_contiguous()
+        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+    )
+
+
 def _written(func, args, kwargs) -> list:
     """The tensors an op writes (its schema's `Tensor(a!)` arguments): their values go stale; the
     others it only reads keep theirs (the bool mask of `x[mask] = v`, which backward reads again)."""
@@ -1490,6 +1499,9 @@ class Capture:
         self.warned: set[str] = set()
         #: the failed device-side assert that stops every later op (None: none)
         self.device_error: str | None = None
+        #: whether a size has followed values the twin does not carry (`nonzero_count`'s choice):
+        #: sizes after it may not be the GPU's, so an index past them is not known to assert
+        self.sizes_guessed = False
         self.unmeasured: dict[str, int] = {}
         self.ops = 0
         #: the default CUDA generator's seed and offset
@@ -1809,6 +1821,7 @@ class Capture:
         if v is not None:
             n = int(torch.count_nonzero(v))
             if _tensor.assumed(t):
+                self.sizes_guessed = True
                 # a mask computed over zeros standing in for values the twin does not carry (an MoE
                 # router's choice over a large activation): the count goes on, the user is told
                 site = _user_site()
@@ -1819,6 +1832,7 @@ class Capture:
                     "of them there",
                 )
             return n
+        self.sizes_guessed = True
         site = _user_site()
         self.warn_once(
             "nonzero:" + site,
@@ -1844,6 +1858,7 @@ class Capture:
 
         def release(_ref, key=key):
             entry = storages.pop(key, None)
+            _tensor.forget_stale(key)
             if entry is not None and entry[0] is not None and self.active:
                 self.free(entry[0])
 
@@ -1924,7 +1939,16 @@ class Capture:
             # the workers that take their first share of a loop make their arena (rule 15)
             self._native_workers("intra_op_work", working=self._working(loop))
         bad = _kernels.index_out_of_range(func, args)
-        if bad is not None:
+        if bad is not None and self.sizes_guessed:
+            # the dimension may have a size the twin chose (an image count it took from padding it
+            # could not see, blind115/dk03): the program goes on, the user is told
+            site = _user_site()
+            self.warn_once(
+                "guessed-index:" + site,
+                f"{site}: {bad}, a size that follows an earlier choice of the twin's over values it "
+                "does not carry; on the GPU this index may be in range: the twin goes on",
+            )
+        elif bad is not None:
             self.device_error = bad
             sys.stdout.flush()
             sys.stderr.write(
@@ -2126,7 +2150,17 @@ class Capture:
                 self.warn_found_inf()
             for a in _written(func, args, kwargs):
                 if a is not kept:
+                    # the others over its storage keep values this op overwrote on the GPU
+                    # (`x[i, :n] = torch.randn(...)` into a zeros tensor too large for the twin to
+                    # carry the draw: blind115/dk03's zero-padded image tiles read as all padding,
+                    # known, and SmolVLM kept one tile of 14 by them)
+                    _tensor.set_stale(a)
                     set_value(a, None)
+        elif mutable:
+            for a in _written(func, args, kwargs):
+                if value(a) is not None and _covers_storage(a):
+                    # every element written with values the twin knows
+                    _tensor.forget_stale(a.untyped_storage()._cdata)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)

@@ -77,6 +77,7 @@ def set_registry(storages) -> None:
     """Point the tensor patches at a capture's storages (None: none)."""
     global _registry
     _registry = storages
+    _stale.clear()
 
 
 def registered(t) -> bool:
@@ -163,9 +164,36 @@ def _dense_strides(shape, fmt) -> tuple:
     return torch.empty(shape, device="meta", memory_format=fmt).stride()
 
 
+#: the simulated storages (`untyped_storage()._cdata`) some of whose elements an op overwrote with
+#: values the twin does not compute, through one tensor over them: the values the others over that
+#: storage still carry (a base, its other views) are partly stale, so read as assumed (`assumed`)
+_stale: set = set()
+
+
+def set_stale(t) -> None:
+    """Mark `t`'s simulated storage as holding values the twin does not know (`_stale`)."""
+    if registered(t):
+        with _NO_TF():
+            _stale.add(t.untyped_storage()._cdata)
+
+
+def forget_stale(key) -> None:
+    """A simulated storage freed: its key may name another one later."""
+    _stale.discard(key)
+
+
 def assumed(t) -> bool:
-    """Whether `t`'s values were computed over zeros standing in for unknown values."""
-    return getattr(t, "_vs_assumed", False)
+    """Whether `t`'s values were computed over zeros standing in for unknown values, or are the
+    values it carried before an op wrote unknown ones into part of its storage (`_stale`)."""
+    if getattr(t, "_vs_assumed", False):
+        return True
+    if not _stale or getattr(t, "_vs_val", None) is None:
+        return False
+    with _NO_TF():
+        try:
+            return t.untyped_storage()._cdata in _stale
+        except NotImplementedError:
+            return False
 
 
 class Storage:
