@@ -1054,7 +1054,7 @@ def _double_backward_problems(weight_format, monkeypatch, input_format=torch.con
     from vramscope import _capture, _kernels
 
     seen = []
-    real = _kernels._conv_workspace
+    real = _kernels.conv._conv_workspace
 
     def spy(cap, op, conv):
         if torch._C._current_autograd_node() is not None:
@@ -1062,7 +1062,7 @@ def _double_backward_problems(weight_format, monkeypatch, input_format=torch.con
             seen.append((op, tuple(x.shape), x.stride(), tuple(w.shape), w.stride(), conv[-1]))
         return real(cap, op, conv)
 
-    monkeypatch.setattr(_kernels, "_conv_workspace", spy)
+    monkeypatch.setattr(_kernels.conv, "_conv_workspace", spy)
     with vramscope.capture(gpu="h200"):
         x = torch.empty(4, 3, 8, 8, device="cuda").contiguous(memory_format=input_format)
         w = torch.empty(8, 3, 3, 3, device="cuda").contiguous(memory_format=weight_format)

@@ -231,7 +231,7 @@ impl Tensor {
     /// (else it leads). On CUDA, two or more indices whose strides differ
     /// once broadcast are each made contiguous at that shape before the
     /// output is allocated, and die with the kernel (a GPU record of HF's
-    /// padding-mask construction, as `python/vramscope/_kernels.py`'s
+    /// padding-mask construction, as `python/vramscope/_kernels/index.py`'s
     /// `_index`). One int64 index on dim 0 of a tensor that needs a gradient
     /// records `IndexBackward0` ([`index_backward`]); other indexings record
     /// no node.

@@ -1,0 +1,556 @@
+"""Convolutions as PyTorch runs them on CUDA (`Convolution.cpp`, `cudnn/ConvShared.cpp`,
+`cudnn/Conv_v8.cpp`): operand layouts, cuDNN workspaces, benchmark mode and double backwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+
+import torch
+from torch._prims_common import suggest_memory_format
+
+from .._tensor import registered
+from .reduce import _acc_bytes, reduce_scratch
+from .registry import DISPATCH, SCRATCH_UNMODELLED
+
+aten = torch.ops.aten
+
+
+# ---- convolutions (cuDNN) -------------------------------------------------------------
+# As PyTorch 2.11 runs them on CUDA (`Convolution.cpp`, `cudnn/ConvShared.cpp`,
+# `cudnn/Conv_v8.cpp`): the operands made contiguous in the layout
+# `cudnn_conv_suggest_memory_format` picks, the outputs, and the plan's workspace
+# from the eager twin's measured tables (`crates/engine/src/ops/conv.rs`).
+
+
+def _cl_format(t):
+    """The channels-last format of `t`'s rank: `channels_last` (4-D) or `channels_last_3d` (5-D)."""
+    return torch.channels_last_3d if t.dim() == 5 else torch.channels_last
+
+
+def _suggests_channels_last(t) -> bool:
+    """`t.suggest_memory_format()` is channels-last: by the strides, as c10's
+    `is_channels_last_strides_2d` / `_3d` read them, size-1 dimensions included. A 1x1 weight or a
+    pooled (N, C, 1, 1) input is contiguous in both layouts, and its strides decide (blind56/bd05's
+    H200 record: squeeze-excitation convolutions of a contiguous pooled input by `channels_last`
+    1x1 weights run cuDNN's channels-last problem, their outputs strided (C, 1, C, C); blind44/ar02:
+    a one-channel volume and its (24, 1, 3, 3, 3) weight in `channels_last_3d`)."""
+    return t.dim() in (4, 5) and suggest_memory_format(t) == _cl_format(t)
+
+
+def _channels_last(x, w) -> bool:
+    """`cudnn_conv_suggest_memory_format` (`ConvUtils.h`): `ChannelsLast` for a 2-D convolution
+    and `ChannelsLast3d` for a 3-D one whose input or weight suggests it (float64 never)."""
+    if torch.float64 in (x.dtype, w.dtype):
+        return False
+    return w.dim() in (4, 5) and (_suggests_channels_last(x) or _suggests_channels_last(w))
+
+
+def _copy_unless_in(cap, t, channels_last: bool):
+    """`t.contiguous(layout)`: a temporary copy when `t` is not laid out so."""
+    dense = t.is_contiguous(memory_format=_cl_format(t)) if channels_last else t.is_contiguous()
+    return None if dense else cap.malloc(t.numel() * t.element_size(), "aten::contiguous", "temporary")
+
+
+def _in_layout(t, channels_last: bool):
+    """A result as cuDNN's path allocates it: `at::empty(sizes, options.memory_format(layout))`
+    (the meta kernel may pick the other layout: for depthwise convolutions, or a channels-last
+    weight gradient from a channels-last gradient where the input is not, blind10/j02), with that
+    layout's strides for size-1 dimensions too (the (N, K, 1, 1) output of a channels-last
+    problem is strided (K, 1, K, K), blind56/bd05's H200 record)."""
+    if t is None or t.dim() not in (4, 5):
+        return t
+    layout = _cl_format(t) if channels_last else torch.contiguous_format
+    dense = torch.empty_like(t, memory_format=layout)
+    return t if t.stride() == dense.stride() else dense
+
+
+#: cuDNN benchmark mode's search workspace by forward problem, measured on an H200
+#: (`cudnn_benchmark_h200.json`, made by validation/run/conv_benchmark_table.py)
+_BENCHMARK_TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "cudnn_benchmark_h200.json")
+_benchmark_table: dict | None = None
+
+
+def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl):
+    """The measured search workspace of a problem's first call under benchmark mode, or None."""
+    global _benchmark_table
+    if _benchmark_table is None:
+        with open(_BENCHMARK_TABLE_PATH) as f:
+            problems = json.load(f)["problems"]
+        _benchmark_table = {
+            (
+                p["op"],
+                p["dtype"],
+                tuple(p["input"]),
+                tuple(p["weight"]),
+                tuple(p["stride"]),
+                tuple(p["padding"]),
+                tuple(p["dilation"]),
+                p["groups"],
+                p["channels_last"],
+                p.get("transposed", False),
+                tuple(p.get("output_padding", [0] * len(p["stride"]))),
+            ): p["search_workspace"]
+            for p in problems
+        }
+    # a transposed convolution's forward is cuDNN's data gradient, timed the same way
+    # (`raw_cudnn_convolution_backward_input_out` -> `run_single_conv`, cudnn/Conv_v8.cpp)
+    key = (
+        op,
+        dtype,
+        tuple(x.shape),
+        tuple(w.shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        groups,
+        cl,
+        bool(transposed),
+        tuple(out_pad),
+    )
+    return _benchmark_table.get(key)
+
+
+def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
+    """`run_single_conv` under `torch.backends.cudnn.benchmark` (cudnn/Conv_v8.cpp): the first call
+    of a problem times cuDNN's plans in a workspace as large as the largest plan's
+    (`generate_and_filter_plans`), frees it, then empties the allocator's cache
+    (`_cudnn_get_conv_benchmark_empty_cache`, on by default) before running the fastest plan; later
+    calls find the plan in the benchmark cache. The search's workspace is the H200's measured one
+    where the problem was measured (`cudnn_benchmark_h200.json`), else named unmeasured; the
+    heuristics' workspace stands in for the timed plan's."""
+    x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
+    key = (
+        op,
+        dtype,
+        tuple(x.shape),
+        tuple(w.shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        tuple(out_pad),
+        groups,
+        transposed,
+        cl,
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.allow_tf32,
+    )
+    seen = cap.cudnn_benchmarked
+    search = _benchmark_search_workspace(
+        op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl
+    )
+    if search is None:
+        cap.note_unmeasured(
+            "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the search's workspace and "
+            "the timed plan's"
+        )
+    if key in seen:
+        return
+    seen.add(key)
+    if search:
+        ws = cap.malloc(search, "aten::cudnn_convolution", "workspace")
+        del ws
+    if getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", lambda: True)():
+        cap.device.empty_cache()
+
+
+def _conv_workspace(cap, op, conv) -> None:
+    """`run_conv_plan`'s workspace, allocated and freed inside the op."""
+    x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
+    name = str(x.dtype).removeprefix("torch.")
+    if torch.backends.cudnn.benchmark:
+        _benchmark_first_call(cap, op, name, conv)
+    # the plan is built before its workspace is known: cuDNN's engines load
+    cap.device.cudnn_plan()
+    problem = (op, name, list(x.shape), list(w.shape), stride, padding, dilation, groups)
+    layout = {"transposed": transposed, "output_padding": out_pad, "channels_last": cl}
+    nbytes = cap.device.conv_workspace(*problem, **layout)
+    if nbytes is None:
+        what = (
+            f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
+            f"by weight {tuple(w.shape)} ({name}, {'channels-last, ' if cl else ''}stride {tuple(stride)}, "
+            f"padding {tuple(padding)}, {f'dilation {tuple(dilation)}, ' if set(dilation) != {1} else ''}"
+            f"groups {groups})"
+        )
+        # not measured: the nearest measured problem's bytes, scaled (`ops/conv.rs`)
+        nearest = cap.device.conv_workspace_nearest(*problem, **layout)
+        if nearest is None:
+            cap.note_unmeasured(what)
+            return
+        nbytes, neighbour, weight, pad, dil = nearest
+        estimate = f"estimated as {nbytes} bytes from the measured input {tuple(neighbour)}"
+        scaled = "batch and size"
+        if list(weight) != list(w.shape):
+            # no problem of its own channels was measured: one of the same kernel
+            estimate += f" by weight {tuple(weight)}"
+            scaled = "batch, size and channels"
+        if (list(pad), list(dil)) != (list(padding), list(dilation)):
+            # nor of its padding and dilation: one of the same kernel size and stride
+            estimate += f" with padding {tuple(pad)} and dilation {tuple(dil)}"
+            scaled = "batch, size and channels"
+        cap.note_unmeasured(
+            f"{what}: {estimate}",
+            f"{what} was not measured: {estimate} (the nearest measured problem, scaled by {scaled})",
+        )
+    if nbytes:
+        ws = cap.malloc(nbytes, "aten::cudnn_convolution", "workspace")
+        del ws
+
+
+def _conv(x, w, args):
+    """(input, weight, stride, padding, dilation, transposed, output_padding,
+    groups, channels_last) of a cuDNN convolution, or None for what the rules
+    do not cover."""
+    stride, padding, dilation, transposed, out_pad, groups = args
+    if x.dim() not in (3, 4, 5) or not (registered(x) and registered(w)) or isinstance(padding, str):
+        return None
+    return (
+        x,
+        w,
+        list(stride),
+        list(padding),
+        list(dilation),
+        bool(transposed),
+        list(out_pad),
+        groups,
+        _channels_last(x, w),
+    )
+
+
+def _native_depthwise_3d(conv) -> bool:
+    """`_select_conv_backend` (Convolution.cpp) sends a depthwise 3-D convolution (`is_depthwise`:
+    groups == in_channels > 1, out_channels a multiple) to `CudaDepthwise3d` (DepthwiseConv3d.cu,
+    no workspace) unless it suggests channels-last: `use_cudnn_depthwise`'s other cases ask for a
+    4-D input (blind57/be01's H200 history: MViT's bf16 pooling convolutions)."""
+    x, w, _stride, _padding, _dilation, transposed, _out_pad, groups, cl = conv
+    return (
+        x.dim() == 5
+        and not transposed
+        and not cl
+        and groups > 1
+        and x.shape[1] == groups
+        and w.shape[0] % groups == 0
+    )
+
+
+def _native_depthwise_2d(conv) -> bool:
+    """`_select_conv_backend` (Convolution.cpp) sends a depthwise 2-D convolution (`is_depthwise`
+    of the 4-D input, a 1-D one viewed as (N, C, 1, L)) to `CudaDepthwise2d` (DepthwiseConv2d.cu,
+    no workspace) unless `use_cudnn_depthwise` holds: the input or weight suggests channels-last,
+    or (cuDNN >= 8.2) a half problem of at least 32 channels, undilated, with equal strides or a
+    height of 1, which `check_cudnn_depthwise_workload_with_filter`'s heuristic then decides; the
+    twin leaves those to cuDNN (the table measured them)."""
+    x, w, stride, _padding, dilation, transposed, _out_pad, groups, cl = conv
+    if x.dim() not in (3, 4) or transposed or cl or groups <= 1:
+        return False
+    if x.shape[1] != groups or w.shape[0] % groups:
+        return False
+    if not torch.backends.cudnn.enabled or x.dtype != torch.float16 or w.dtype != torch.float16:
+        return True
+    strides = [1, *stride] if x.dim() == 3 else list(stride)
+    height = 1 if x.dim() == 3 else x.shape[2]
+    half_cudnn = (
+        all(d == 1 for d in dilation) and (strides[0] == strides[1] or height == 1) and x.shape[1] >= 32
+    )
+    return not half_cudnn
+
+
+def _conv_unruled(cap, x) -> None:
+    """A convolution of the simulated device that no rule here covers (string padding): its outputs
+    come from the meta kernel, its workspace is named unmeasured."""
+    if registered(x):
+        cap.note_unmeasured(
+            f"aten::convolution of a {x.dim()}-D input outside the cuDNN rules (its workspace)"
+        )
+
+
+def node_key():
+    """The autograd node running now, as (graph task, sequence number), or None."""
+    node = torch._C._current_autograd_node()
+    return None if node is None else (torch._C._current_graph_task_id(), node._sequence_nr())
+
+
+def _same_view(a, b) -> bool:
+    """`a` and `b` view one storage with the same sizes, strides and offset."""
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata and (
+        a.shape,
+        a.stride(),
+        a.storage_offset(),
+    ) == (b.shape, b.stride(), b.storage_offset())
+
+
+def _double_backward_operands(cap, args):
+    """`_convolution_double_backward` (Convolution.cpp, ConvolutionBackwardBackward0's body) makes
+    one operand of each of its convolutions contiguous where it `is_cuda()`, which the twin's meta
+    tensors are not: the weight of ggO = conv(ggI, weight) and ggW of conv(input, ggW), both kept to
+    the body's end; gOt = gO.transpose(0, 1) of gW = conv(ggIt, gOt) (conv(gOt, ggIt) transposed,
+    a slice a group), a local of its block; gO of gI = convT(gO, ggW), with the ggW made contiguous
+    before, kept to the end. The operand is the weight where the call is as transposed as the node's
+    convolution, else the input (blind64/bl03's R1 penalty, H200: gOt contiguous, then no copy by
+    cuDNN's path). Returns the arguments as the GPU passes them, the copy to drop after the call,
+    and whether the body ends with the call (gI's, or gW's without ggW and groups): its kept copies
+    go then. Under create_graph the copies are saved by the new convolutions' nodes and live with
+    them (`attach_saved`)."""
+    node = torch._C._current_autograd_node()
+    if node is None or node.name() != "ConvolutionBackwardBackward0":
+        return args, None, False
+    key = node_key()
+    if cap.node_temps is None or cap.node_temps[0] != key:
+        # (the node, [(a local, its contiguous copy)], [whether ggW's term ran])
+        cap.node_temps = (key, [], [False])
+        # the graph task's end, where no allocation outside the node comes first
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: _drop_node_temps(cap, key))
+    _, kept, ggw_term = cap.node_temps
+    args = list(args)
+    for j in (0, 1):
+        for orig, copy in kept:
+            if args[j] is orig:
+                args[j] = copy  # a local the body made contiguous before (ggW, for gI's call)
+    i = 1 if bool(args[6]) == bool(node._saved_transposed) else 0
+    t, g = args[i], node._saved_grad_output
+    block_local = t.untyped_storage()._cdata == g.untyped_storage()._cdata and not _same_view(t, g)
+    ends = (i == 0 and _same_view(t, g)) or (block_local and not ggw_term[0] and node._saved_groups == 1)
+    if i == 1 and _same_view(args[0], node._saved_input):
+        ggw_term[0] = True
+    if not registered(t) or t.is_contiguous():
+        return args, None, ends
+    copy = cap.track(torch.empty(t.shape, dtype=t.dtype, device="meta"), "aten::clone", "temporary")
+    args[i] = copy
+    if block_local:
+        return args, copy, ends
+    kept.append((t, copy))
+    return args, None, ends
+
+
+def _drop_node_temps(cap, key) -> None:
+    if cap.node_temps is not None and cap.node_temps[0] == key:
+        cap.node_temps = None
+
+
+#: (a convolution's output, the body's copies it ran on) whose autograd node is made as the op
+#: returns (`attach_saved`)
+SAVED_PENDING: list = []
+
+
+def attach_saved() -> None:
+    """Under `create_graph` a double backward's convolutions are recorded, and their nodes save
+    the contiguous copies the body made of their operands (`_double_backward_operands`); the copies
+    then live with the node, not the body, until it runs in a later pass (its saved variables are
+    released after it runs) or dies (blind91/cm04's third-order pass). Each copy goes into its
+    node's `metadata` once autograd has made the node, and leaves it when the node has run."""
+    while SAVED_PENDING:
+        out, copies = SAVED_PENDING.pop()
+        node = out.grad_fn if isinstance(out, torch.Tensor) else None
+        if node is None:
+            continue
+        meta = node.metadata
+        meta["vramscope_saved"] = copies
+
+        def release(*_, meta=meta):
+            meta.pop("vramscope_saved", None)
+
+        node.register_hook(release)
+
+
+def _convolution(cap, func, args, kwargs):
+    given = args
+    args, block_copy, body_ends = _double_backward_operands(cap, args)
+    out = _convolution_op(cap, func, args, kwargs)
+    node = torch._C._current_autograd_node()
+    if (
+        node is not None
+        and node.name() == "ConvolutionBackwardBackward0"
+        and isinstance(out, torch.Tensor)
+        and bool(given[6]) == bool(node._saved_transposed)
+        and _same_view(given[0], node._saved_input)
+    ):
+        cap.ggw_term_out = weakref.ref(out)
+    if torch.is_grad_enabled() and isinstance(out, torch.Tensor):
+        copies = [a for a, b in zip(args[:2], given[:2], strict=True) if a is not b]
+        if copies:
+            SAVED_PENDING.append((out, copies))
+    del block_copy
+    if body_ends:
+        cap.node_temps = None
+    return out
+
+
+def _convolution_op(cap, func, args, kwargs):
+    x, w = args[0], args[1]
+    conv = _conv(x, w, args[3:9])
+    if conv is None or kwargs:
+        _conv_unruled(cap, x)
+        return NotImplemented
+    cl = conv[-1]
+    cap.ops += 1
+    if _native_depthwise_2d(conv):
+        # `_convolution`'s `input.contiguous()`, then `conv_depthwise2d_cuda_out`: the weight's
+        # `expect_contiguous()` before the output's `resize_output` (bias inside the kernel)
+        x_c = _copy_unless_in(cap, x, False)
+        w_c = _copy_unless_in(cap, w, False)
+        out = func(*args)
+        out = cap.track(out if out.is_contiguous() else out.contiguous(), "aten::_conv_depthwise2d")
+        del w_c, x_c
+        return out
+    op = "aten::cudnn_convolution_transpose" if conv[5] else "aten::cudnn_convolution"
+    x_c = _copy_unless_in(cap, x, cl)
+    out = _in_layout(func(*args), cl)
+    cap.track(out, op)
+    x_run = None
+    if out.numel() > 0:
+        if cl and not conv[5] and not _suggests_channels_last(out):
+            # cudnn_convolution_forward_out (ConvShared.cpp) takes `output->suggest_memory_format()`:
+            # an (N, 1, 1, 1) output is ambiguous and suggests NCHW, so the weight and then the input
+            # are copied contiguous and the problem runs NCHW (blind173/fq05's H200 per-op truth: a
+            # channels-last DCGAN's final 4 x 4 conv to one channel copied both, then its workspace)
+            conv = (*conv[:-1], False)
+            w_c = _copy_unless_in(cap, w, False)
+            nbytes = x.numel() * x.element_size()
+            x_run = (
+                cap.malloc(nbytes, "aten::contiguous", "temporary") if x_c else _copy_unless_in(cap, x, False)
+            )
+        else:
+            w_c = _copy_unless_in(cap, w, cl)
+        if not _native_depthwise_3d(conv):
+            _conv_workspace(cap, "forward", conv)
+        # `input_contig` made after `weight_contig`, so freed before it
+        del x_run, w_c
+    del x_c
+    return out
+
+
+def _convolution_backward(cap, func, args, kwargs):
+    grad, x, w = args[0], args[1], args[2]
+    conv = _conv(x, w, args[4:10])
+    if conv is None or kwargs or not registered(grad):
+        _conv_unruled(cap, x)
+        return NotImplemented
+    cl = conv[-1]
+    mask = list(args[10])
+    cap.ops += 1
+    gi, gw, gb = func(*args)
+    if _native_depthwise_3d(conv):
+        # `conv_depthwise3d_backward_cuda`: both results first, then `_depthwise_3d_backward_cuda_out`'s
+        # `grad_output.contiguous()` and, for the weight's, `input.contiguous()` (blind57/be01's history)
+        gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
+        for t, name in ((gi, "input"), (gw, "weight")):
+            if t is not None and mask[0 if name == "input" else 1]:
+                cap.track(t, f"aten::conv_depthwise3d_backward ({name})")
+        g_c = _copy_unless_in(cap, grad, False)
+        x_c = _copy_unless_in(cap, x, False) if mask[1] else None
+        del g_c, x_c
+        return gi, gw, _conv_grad_bias(cap, grad, gb, mask)
+    if _native_depthwise_2d(conv):
+        gi, gw = _in_layout(gi, cl), _in_layout(gw, cl)
+        return _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask)
+    # `convolution_backward` (Convolution.cpp) makes a 1-D convolution's input contiguous before
+    # viewing it as 2-D whatever the mask (blind21/u02's dgrad alone copies), and passes
+    # `input.contiguous(backend_memory_format)` only when the weight's gradient is asked for (a
+    # dgrad alone of blind47/au06's expanded input copies nothing);
+    # `cudnn_convolution_backward` (ConvShared.cpp) takes `grad_output_t.to(input.suggest_memory_format())`
+    # of the input it was passed (a copy unless the gradient suggests that input's format, whatever
+    # the mask: blind37/ak02's (8, 240, 1, 1) gradients, contiguous and channels-last both, suggest
+    # NCHW; blind68/bp02's channels-last gradient of an NCHW input whose copy for the weight's
+    # gradient is channels-last is not copied; the transposed path's `.contiguous(...)` copies
+    # unless it is laid out so), then each problem takes its own layout,
+    # `cudnn_conv_suggest_memory_format` of its operands: the dgrad's of the gradient and the
+    # weight, the wgrad's of the input and the gradient (a pooled (N, C, 1, 1) input keeps its
+    # contiguous strides through `.contiguous(channels_last)`: by a channels-last 1x1 weight its
+    # wgrad runs NCHW, blind56/bd05's and DCGAN's H200 records), `.contiguous(layout)` of those
+    # (none when neither is asked: bp02's bias gradients alone), dropped on return, before the
+    # argument
+    x_c = _copy_unless_in(cap, x, cl) if mask[1] or x.dim() == 3 else None
+    x_seen = x
+    if x_c is not None:
+        fmt = _cl_format(x) if cl else torch.contiguous_format
+        x_seen = torch.empty(x.shape, dtype=x.dtype, device="meta", memory_format=fmt)
+    # a 1-D problem's operands as the backend sees them: `view4d`, (N, C, 1, L) (its gradient's
+    # `.to` reads the strides of that view: blind16/p03's (16, 256, 399) gradient strided (102144,
+    # 1, 256) suggests channels-last there and is copied, the bias's gradient alone included)
+    x4, g4 = (x_seen.unsqueeze(2), grad.unsqueeze(2)) if x.dim() == 3 else (x_seen, grad)
+    fmt = suggest_memory_format(x4)
+    g_to, grad_c = None, grad
+    if g4.dim() in (4, 5) and (
+        not g4.is_contiguous(memory_format=fmt) if conv[5] else suggest_memory_format(g4) != fmt
+    ):
+        g_to = cap.malloc(grad.numel() * grad.element_size(), "aten::_to_copy", "temporary")
+        grad_c = torch.empty(g4.shape, dtype=grad.dtype, device="meta", memory_format=fmt)
+        grad_c = grad_c.squeeze(2) if x.dim() == 3 else grad_c
+    cl_d, cl_w = _channels_last(grad_c, w), _channels_last(x_seen, grad_c)
+    gi, gw = _in_layout(gi, cl_d), _in_layout(gw, cl_w)
+    if mask[0] and gi is not None:
+        # `cudnn_convolution_backward_input`: the result, then the weight's and the gradient's
+        # `contiguous(layout)`, its own locals (blind127/dw04's H200 history: a channel slice of a
+        # `cat`'s channels-last gradient copied after the result, freed at the return)
+        cap.track(gi, "aten::cudnn_convolution_backward_input")
+        w_c = _copy_unless_in(cap, w, cl_d)
+        g_c = _copy_unless_in(cap, grad_c, cl_d)
+        if gi.numel() > 0:
+            _conv_workspace(cap, "dgrad", (*conv[:-1], cl_d))
+        del g_c, w_c
+    if mask[1] and gw is not None:
+        # `cudnn_convolution_backward_weight`: the gradient's and the input's `contiguous(layout)`
+        # (copied again whatever the dgrad copied), then the result
+        g_cw = _copy_unless_in(cap, grad_c, cl_w)
+        x_cw = _copy_unless_in(cap, x_seen, cl_w)
+        cap.track(gw, "aten::cudnn_convolution_backward_weight")
+        if gw.numel() > 0:
+            _conv_workspace(cap, "wgrad", (*conv[:-1], cl_w))
+        del x_cw, g_cw
+    del g_to
+    # a 1-D input's `contiguous()` is `convolution_backward`'s own local, held past the bias's sum
+    x_1d, x_c = (x_c, None) if x.dim() == 3 else (None, x_c)
+    del x_c
+    gb = _conv_grad_bias(cap, grad, gb, mask)
+    del x_1d
+    return gi, gw, gb
+
+
+def _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask):
+    """`convolution_backward` (Convolution.cpp) on `CudaDepthwise2d`: a 1-D input made contiguous
+    first (held to the end); `conv_depthwise2d_backward_cuda` (DepthwiseConv2d.cu) makes both
+    results empty, takes `grad_output.expect_contiguous()`, then for the weight's gradient the
+    input's `expect_contiguous()` and `resize_output` of the gradient, the copy dropped before the
+    input's gradient is resized after the weight's `expect_contiguous()`; the bias's gradient is
+    `grad_output.sum` after."""
+    x_1d = _copy_unless_in(cap, x, False) if x.dim() == 3 else None
+    g_c = _copy_unless_in(cap, grad, False)
+    gi = gi if gi is None or gi.is_contiguous() else gi.contiguous()
+    gw = gw if gw is None or gw.is_contiguous() else gw.contiguous()
+    if mask[1] and gw is not None:
+        x_c = _copy_unless_in(cap, x, False) if x_1d is None else None
+        cap.track(gw, "aten::_conv_depthwise2d_backward (weight)")
+        del x_c
+    if mask[0] and gi is not None:
+        w_c = _copy_unless_in(cap, w, False)
+        cap.track(gi, "aten::_conv_depthwise2d_backward (input)")
+        del w_c
+    del g_c
+    gb = _conv_grad_bias(cap, grad, gb, mask)
+    del x_1d
+    return gi, gw, gb
+
+
+def _conv_grad_bias(cap, grad, gb, mask):
+    """`backend_grad_bias = grad_output.sum(all dims but 1)` (Convolution.cpp), over the gradient as
+    it came."""
+    if mask[2] and gb is not None:
+        cap.track(gb, "aten::sum")
+        if grad.numel() > 0:
+            reduce_scratch(
+                cap,
+                list(grad.shape),
+                list(grad.stride()),
+                [d != 1 for d in range(grad.dim())],
+                grad.element_size(),
+                _acc_bytes(grad.dtype),
+                "aten::sum",
+            )
+    return gb
+
+
+DISPATCH[aten.convolution.default] = _convolution
+DISPATCH[aten.convolution_backward.default] = _convolution_backward
+SCRATCH_UNMODELLED.discard("aten::convolution")
+SCRATCH_UNMODELLED.discard("aten::convolution_backward")

@@ -1,0 +1,338 @@
+"""Spatial kernels: `im2col`/`col2im`, reflection padding, upsampling, pooling backwards and grid
+sampling (`native/cuda/Im2Col.cu`, `ReflectionPad.cu`, `UpSample*.cu`, `*Pool*.cu`, `GridSampler*`)."""
+
+from __future__ import annotations
+
+import torch
+
+from .._tensor import registered
+from .conv import _cl_format, _copy_unless_in, _suggests_channels_last
+from .matmul import _temp
+from .registry import AFTER, DISPATCH, FUNCTIONS, SCRATCH_UNMODELLED
+
+aten = torch.ops.aten
+
+
+def _im2col(cap, func, args, kwargs):
+    """`im2col` / `col2im` on CUDA (`native/cuda/Im2Col.cu`, `Col2Im.cu`; `F.unfold`, `F.fold` and
+    each other's backward): the output starts as `empty_like(input)`, the input is made contiguous,
+    then `output.resize_` to the result's size, which takes a new block (and frees the first) only
+    when it grows: col2im's result keeps the input-sized storage (blind36/aj06's H200 record)."""
+    x = args[0]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    out = func(*args, **kwargs)
+    first = x.numel() * x.element_size()
+    final = out.numel() * out.element_size()
+    if final <= first:
+        cap.track(out, op, nbytes=first)
+        contiguous = None if x.is_contiguous() else cap.malloc(first, op, "temporary")
+    else:
+        initial = cap.malloc(first, op, "temporary")
+        contiguous = None if x.is_contiguous() else cap.malloc(first, op, "temporary")
+        cap.track(out, op, nbytes=final)
+        del initial
+    del contiguous
+    return out
+
+
+DISPATCH[aten.im2col.default] = _im2col
+DISPATCH[aten.col2im.default] = _im2col
+
+
+def _reflection_pad(cap, func, args, kwargs):
+    """`reflection_pad{1,2,3}d` and the 1-D/2-D backwards on CUDA (native/cuda/ReflectionPad.cu): the
+    result first, then the kernel's `input_.contiguous()` (forward) or `grad_output_.contiguous()`
+    (backward), a copy of an operand that is not contiguous, freed at the return; the 3-D backward
+    reads strided operands through packed accessors (blind75/bw02's H200 per-op truth: EnCodec's
+    padded slices)."""
+    x = args[0]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    out = cap.track(func(*args, **kwargs), op)
+    copy = None if x.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    del copy
+    return out
+
+
+for _pad in (
+    aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default,
+    aten.reflection_pad1d_backward.default,
+    aten.reflection_pad2d_backward.default,
+):
+    DISPATCH[_pad] = _reflection_pad
+
+
+def _upsample_nearest2d(cap, func, call, outs):
+    """`upsample_nearest2d_out_cuda_template` and its backward (cuda/UpSampleNearest2d.cu): the
+    input (the gradient, backward) made contiguous in its suggested memory format when it is not,
+    after the structured kernel's output and freed at the return; the backward copies the gradient
+    straight into a same-size result instead (blind8/h07: a `cat` slice's gradient, copied)."""
+    (args, _kw) = call
+    src = args[0]
+    if not registered(src) or outs[0].numel() == 0:
+        return
+    if func._schema.name.endswith("_backward") and tuple(src.shape) == tuple(outs[0].shape):
+        return
+    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
+    if not src.is_contiguous(memory_format=fmt):
+        copy = _temp(cap, src, func._schema.name)
+        del copy
+
+
+for _f in (aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.default):
+    AFTER[_f] = _upsample_nearest2d
+SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
+
+
+def _upsample_nearest3d(cap, func, call, outs):
+    """`upsample_nearest3d_out_cuda_template` (cuda/UpSampleNearest3d.cu), which has no
+    channels-last kernel: `output_c`, a contiguous `at::empty` of the output's sizes where the
+    structured kernel's output (in the input's suggested format) is not contiguous, then
+    `input_.contiguous()`; the kernel writes `output_c`, copied into the output, both freed at the
+    return (blind186/gd02's H200 record: a bf16 channels_last_3d (8, 256, 4, 16, 16) upsampled by
+    (1, 2, 2), three allocations, 16,777,216 + 16,777,216 + 4,194,304 bytes requested)."""
+    (args, _kw) = call
+    src, out = args[0], outs[0]
+    if not registered(src) or out.numel() == 0:
+        return
+    temps = [_temp(cap, out, func._schema.name)] if not out.is_contiguous() else []
+    if not src.is_contiguous():
+        temps.append(_temp(cap, src, func._schema.name))
+    del temps
+
+
+for _f in (aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.default):
+    AFTER[_f] = _upsample_nearest3d
+
+
+def _pool2d_backward(cap, func, call, outs):
+    """`avg_pool2d_backward_out_cuda` (cuda/AveragePool2d.cu) and
+    `max_pool2d_with_indices_backward_out_cuda` (cuda/DilatedMaxPool2d.cu):
+    `input_.contiguous(memory_format)` and `gradOutput_.contiguous(memory_format)` in the input's
+    suggested format, after the structured kernel's gradient and freed at the return (the gradient
+    of a `cat`'s slice, copied: blind55/bc01's and blind102/cx06's H200 records)."""
+    (args, _kw) = call
+    grad, src = args[0], args[1]
+    if not (registered(grad) and registered(src)) or outs[0].numel() == 0:
+        return
+    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
+    copies = [_temp(cap, t, func._schema.name) for t in (src, grad) if not t.is_contiguous(memory_format=fmt)]
+    del copies
+
+
+AFTER[aten.avg_pool2d_backward.default] = _pool2d_backward
+AFTER[aten.max_pool2d_with_indices_backward.default] = _pool2d_backward
+
+
+def _max_pool3d_backward(cap, func, call, outs):
+    """`max_pool3d_with_indices_backward_out_cuda_template` (cuda/DilatedMaxPool3d.cu): after the
+    input gradient, `gradOutput.contiguous()` then `indices.contiguous()`, in `ChannelsLast3d`
+    where a 5-D input suggests it (a 4-D input: unsqueezed, where that is contiguous only in
+    `ChannelsLast3d`), freed at the return; nothing for an empty gradient (blind199/gq04's H200
+    record: a SlowFast slow pathway's max-pooled (8, 64, 4, 40, 40) fp16 output whose gradient is
+    a slice of the lateral `cat`'s, one copy of 6,553,600 bytes)."""
+    (args, _kw) = call
+    grad, src, indices = args[0], args[1], args[7]
+    if not registered(grad) or grad.numel() == 0:
+        return
+    if src.dim() == 5:
+        cl = _suggests_channels_last(src)
+    else:
+        u = src.unsqueeze(0)
+        cl = not u.is_contiguous() and u.is_contiguous(memory_format=torch.channels_last_3d)
+        if cl:
+            grad, indices = grad.unsqueeze(0), indices.unsqueeze(0)
+    copies = [_copy_unless_in(cap, t, cl) for t in (grad, indices) if registered(t)]
+    del copies
+
+
+AFTER[aten.max_pool3d_with_indices_backward.default] = _max_pool3d_backward
+
+
+def _upsample_bilinear2d_backward(cap, func, call, outs):
+    """`upsample_bilinear2d_backward_out_cuda_template` (cuda/UpSampleBilinear2d.cu), one host path
+    for every floating dtype: a same-size gradient is copied straight into the result; a
+    channels-last gradient of 4 channels or more into a channels-last result runs the NHWC kernel
+    over `contiguous(ChannelsLast)`; otherwise a zeroed contiguous result stands in for a strided
+    one and the gradient is made `contiguous()`, both freed at the return (blind16/p02's H200 record:
+    Segformer's channel slices of a `cat`, a full-size copy each)."""
+    (args, _kw) = call
+    grad, result = args[0], outs[0]
+    if not registered(grad) or result.numel() == 0 or tuple(grad.shape) == tuple(result.shape):
+        return
+    if (
+        _suggests_channels_last(grad)
+        and grad.size(1) >= 4
+        and result.is_contiguous(memory_format=_cl_format(result))
+    ):
+        copy = (
+            _temp(cap, grad, func._schema.name)
+            if not grad.is_contiguous(memory_format=_cl_format(grad))
+            else None
+        )
+        del copy
+        return
+    stand_in = None if result.is_contiguous() else _temp(cap, result, func._schema.name)
+    copy = None if grad.is_contiguous() else _temp(cap, grad, func._schema.name)
+    del stand_in, copy
+
+
+AFTER[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear2d_backward
+SCRATCH_UNMODELLED.discard("aten::upsample_bilinear2d_backward")
+
+
+def _upsample_bicubic2d_backward(cap, func, call, outs):
+    """`upsample_bicubic2d_backward_out_cuda_template` (cuda/UpSampleBicubic2d.cu):
+    `grad_output_.contiguous()` in the plain format whatever its layout, after the structured
+    kernel's gradient and freed at the return (blind84/cf01's H200 per-op truth: the gradient of
+    DINOv2's interpolated position embeddings, a permuted view, copied)."""
+    grad = call[0][0]
+    if registered(grad) and outs[0].numel() > 0 and not grad.is_contiguous():
+        copy = _temp(cap, grad, func._schema.name)
+        del copy
+
+
+AFTER[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic2d_backward
+
+
+def _upsample_aa(cap, func, call, outs):
+    """`upsample_gen2d_aa_out_cuda_template` and its backward (cuda/UpSampleBilinear2d.cu, the
+    antialiased bilinear and bicubic kernels): the forward writes a non-contiguous output through a
+    plain `at::empty` of its sizes and reads `input_.contiguous()`; the backward reads
+    `grad_output_.contiguous()`; all after the structured kernel's output and freed at the return
+    (blind109/de05's H200 per-op truth: SigLIP2's position embeddings, a permuted view)."""
+    src = call[0][0]
+    if not registered(src) or outs[0].numel() == 0:
+        return
+    out_c = _temp(cap, outs[0], func._schema.name) if not outs[0].is_contiguous() else None
+    copy = _temp(cap, src, func._schema.name) if not src.is_contiguous() else None
+    del copy, out_c
+
+
+for _f in (
+    aten._upsample_bilinear2d_aa.default,
+    aten._upsample_bicubic2d_aa.default,
+    aten._upsample_bilinear2d_aa_backward.default,
+    aten._upsample_bicubic2d_aa_backward.default,
+):
+    AFTER[_f] = _upsample_aa
+
+
+_INT_MAX = 2**31 - 1
+
+
+def _cudnn_grid_sampler_ok(x, grid) -> bool:
+    """`cond_cudnn_grid_sampler` (aten/src/ATen/native/GridSamplerUtils.h): both float64, float32 or
+    float16, `cudnn_is_acceptable` (CUDA, cuDNN enabled, fewer than INT_MAX elements), 32-bit
+    indexable, a 4-D input of at most 1024 channels."""
+    ok = (torch.float64, torch.float32, torch.float16)
+    return (
+        torch.backends.cudnn.enabled
+        and registered(x)
+        and registered(grid)
+        and x.dtype in ok
+        and grid.dtype in ok
+        and x.numel() < _INT_MAX
+        and grid.numel() < _INT_MAX
+        and x.dim() == 4
+        and x.shape[1] <= 1024
+    )
+
+
+def _grid_sampler(cap, func, args, kwargs):
+    """`torch.grid_sampler` (`F.grid_sample`) of simulated tensors: GridSampler.cpp's composite takes
+    `cudnn_grid_sampler` for bilinear, zero-padded, align_corners sampling where cuDNN accepts the
+    tensors (a condition on `is_cuda()` that the twin's meta tensors fail), after autocast's float32
+    cast (`grid_sampler` is an fp32 op, autocast_mode.cpp; its casts made last argument first and
+    dying as the op returns). blind111/dg05's H200 per-op record: RAFT's 96 correlation lookups."""
+    names = ("input", "grid", "interpolation_mode", "padding_mode", "align_corners")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, grid = a.get("input"), a.get("grid")
+    if a.get("interpolation_mode") != 0 or a.get("padding_mode") != 0 or a.get("align_corners") is not True:
+        return NotImplemented
+    if not (registered(x) and registered(grid)):
+        return NotImplemented
+    cast = torch.is_autocast_enabled("cuda")
+
+    def fp32(t):
+        return t.to(torch.float32) if cast and t.dtype in (torch.float16, torch.bfloat16) else t
+
+    g = fp32(grid)
+    xi = fp32(x)
+    if not _cudnn_grid_sampler_ok(xi, g):
+        return NotImplemented
+    out = torch.cudnn_grid_sampler(xi, g)  # no autocast kernel of its own
+    del xi, g
+    return out
+
+
+FUNCTIONS[torch.grid_sampler] = _grid_sampler
+
+
+def _grid_sample(cap, func, args, kwargs):
+    """`F.grid_sample` (what a function mode sees; its body calls `torch.grid_sampler` with the modes
+    as enums: bilinear 0, zeros 0)."""
+    names = ("input", "grid", "mode", "padding_mode", "align_corners")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    if a.get("mode", "bilinear") != "bilinear" or a.get("padding_mode", "zeros") != "zeros":
+        return NotImplemented
+    return _grid_sampler(cap, func, (a.get("input"), a.get("grid"), 0, 0, a.get("align_corners")), {})
+
+
+FUNCTIONS[torch.nn.functional.grid_sample] = _grid_sample
+
+
+def _zero_stride_contiguous(cap, t):
+    """`contiguousIfZeroInStrides` (cudnn/Utils.h): a copy only of a tensor with a zero stride."""
+    if any(st == 0 for st in t.stride()):
+        return cap.dispatch(aten.clone.default, (t,), {"memory_format": torch.contiguous_format})
+    return t
+
+
+def _contiguous(cap, t):
+    if t.is_contiguous():
+        return t
+    return cap.dispatch(aten.clone.default, (t,), {"memory_format": torch.contiguous_format})
+
+
+def _cudnn_grid_sampler_forward(cap, func, args, kwargs):
+    """`cudnn_grid_sampler_forward` (aten/src/ATen/native/cudnn/GridSampler.cpp): the input copied
+    if it has a zero stride, the grid made contiguous, the output (N, C, grid H, grid W) empty."""
+    x, grid = args[0], args[1]
+    if not (registered(x) and registered(grid)):
+        return NotImplemented
+    cap.ops += 1
+    xc = _zero_stride_contiguous(cap, x)
+    gc = _contiguous(cap, grid)
+    shape = (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2])
+    out = cap.track(torch.empty(shape, dtype=x.dtype, device="meta"), "aten::cudnn_grid_sampler")
+    del gc, xc
+    return out
+
+
+def _cudnn_grid_sampler_backward(cap, func, args, kwargs):
+    """`cudnn_grid_sampler_backward` (cudnn/GridSampler.cpp): input, grid and gradient made as the
+    forward makes them, then both gradients, always (cuDNN has no output mask)."""
+    x, grid, grad = args[0], args[1], args[2]
+    if not (registered(x) and registered(grid) and registered(grad)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::cudnn_grid_sampler_backward"
+    xc = _zero_stride_contiguous(cap, x)
+    gc = _contiguous(cap, grid)
+    oc = _zero_stride_contiguous(cap, grad)
+    gx = cap.track(torch.empty(x.shape, dtype=x.dtype, device="meta"), op)
+    gg = cap.track(torch.empty(grid.shape, dtype=grid.dtype, device="meta"), op)
+    del oc, gc, xc
+    return gx, gg
+
+
+DISPATCH[aten.cudnn_grid_sampler.default] = _cudnn_grid_sampler_forward
+DISPATCH[aten.cudnn_grid_sampler_backward.default] = _cudnn_grid_sampler_backward

@@ -1,0 +1,121 @@
+"""Ops that change a tensor's storage in place: `var.data = new` (`VariableHooks::set_data`),
+`resize_` (`aten/src/ATen/native/cuda/Resize.cpp`) and `swap_tensors`."""
+
+from __future__ import annotations
+
+import copyreg
+
+import torch
+
+from .. import _tensor
+from .._tensor import registered
+from .registry import DISPATCH, FUNCTIONS
+
+aten = torch.ops.aten
+
+
+def _swap_tensors_unchecked(t1, t2):
+    """`torch.utils.swap_tensors` (torch/utils/__init__.py) without its use-count check: the two
+    Python objects swap their classes, `__dict__`s, slots and TensorImpls."""
+    slots = set(copyreg._slotnames(t1.__class__))  # type: ignore[attr-defined]
+    for name in ("__class__", "__dict__"):
+        tmp = getattr(t1, name)
+        setattr(t1, name, getattr(t2, name))
+        setattr(t2, name, tmp)
+    for slot in slots:
+        if hasattr(t1, slot) and hasattr(t2, slot):
+            tmp = getattr(t1, slot)
+            setattr(t1, slot, getattr(t2, slot))
+            setattr(t2, slot, tmp)
+        elif hasattr(t1, slot):
+            setattr(t2, slot, getattr(t1, slot))
+            delattr(t1, slot)
+        elif hasattr(t2, slot):
+            setattr(t1, slot, getattr(t2, slot))
+            delattr(t2, slot)
+    torch._C._swap_tensor_impl(t1, t2)
+
+
+def _set_data(cap, func, args, kwargs):
+    """`var.data = new` (`VariableHooks::set_data`): the variable keeps its identity and autograd
+    state and takes `new`'s tensor. On the GPU a CPU variable may take a CUDA tensor (dense CPU
+    and CUDA impls are compatible: `has_compatible_shallow_copy_type`, c10/core/TensorImpl.h), as
+    timm's `reparameterize` does with a fresh layer's weight; a simulated tensor is a meta tensor,
+    which that check refuses against a CPU one, so the variable first becomes a meta tensor."""
+    var, new = args[0], args[1] if len(args) > 1 else None
+    if (
+        type(var) is torch.nn.Parameter
+        and registered(var)
+        and type(new) is torch.Tensor
+        and new.device.type == "cpu"
+        and new.layout == torch.strided
+        and var.grad_fn is None
+        and var.grad is None
+    ):
+        # the reverse (`.to("cpu")`): the Parameter takes a CPU stand-in's TensorImpl, the stand-in
+        # the simulated one, whose storage dies with it as the CUDA storage dies on the GPU
+        stand_in = torch.nn.Parameter(torch.empty(0, dtype=new.dtype), requires_grad=var.requires_grad)
+        _swap_tensors_unchecked(var, stand_in)
+        var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
+        del stand_in
+        return func(var, new)
+    if (
+        not isinstance(var, torch.Tensor)
+        or not isinstance(new, torch.Tensor)
+        or not registered(new)
+        or registered(var)
+        or _tensor.BASE_IS_META(var)
+        or var.layout != torch.strided
+        or new.layout != torch.strided
+        or var.grad_fn is not None
+        or var.grad is not None
+    ):
+        return NotImplemented
+    cap.genuine_meta += 1
+    try:
+        with torch.no_grad():
+            stand_in = torch.empty(var.shape, dtype=var.dtype, device="meta")
+        if isinstance(var, torch.nn.Parameter):
+            stand_in = torch.nn.Parameter(stand_in, requires_grad=var.requires_grad)
+        else:
+            stand_in.requires_grad_(var.requires_grad)
+    finally:
+        cap.genuine_meta -= 1
+    if var._use_count() > 2 or (var._use_count() == 2 and not var.is_leaf):
+        # set_data changes the TensorImpl whoever else holds the variable; swap_tensors refuses a
+        # variable an autograd graph still holds (its use count), as the weight the old
+        # `torch.nn.utils.weight_norm` computes at wrapping keeps its g and v saved until the first
+        # forward recomputes it (IGR's and NeuS's SDF networks, blind162/ff05, moved by `.to(device)`
+        # after wrapping); that stale graph reads the old tensor on the GPU too, so the swap goes on
+        # without the check
+        _swap_tensors_unchecked(var, stand_in)
+    else:
+        torch.utils.swap_tensors(var, stand_in)
+    # swap_tensors swaps the Python objects' `__dict__` too; set_data changes only the TensorImpl,
+    # so the variable keeps its own attributes (the state-spaces repository's `p._optim` on S4D's
+    # log_dt, read after `model.to(device)` to build its optimizer groups: blind156/ez01's H200
+    # history allocates those parameters' AdamW states in their own group)
+    var.__dict__, stand_in.__dict__ = stand_in.__dict__, var.__dict__
+    return func(var, new)
+
+
+def _resize(cap, func, args, kwargs):
+    """`resize_` of a CUDA tensor (`resize_impl_cuda_` / `resize_bytes_cuda`, aten/src/ATen/native/
+    cuda/Resize.cpp): past its storage's bytes, the storage takes a new block of exactly the new
+    size, the old one freed after the copy (QAT's per-channel observers grow their buffers so:
+    blind62/bj06's H200 history); within them, nothing."""
+    self_ = args[0]
+    if not registered(self_):
+        return NotImplemented
+    before = self_.untyped_storage().nbytes()
+    out = cap.run(func, args, kwargs, [self_])
+    after = self_.untyped_storage().nbytes()
+    if after > before:
+        cap.regrow(self_, after, func._schema.name)
+    return out
+
+
+DISPATCH[aten.resize_.default] = _resize
+
+
+FUNCTIONS[torch.Tensor.data.__set__] = _set_data
