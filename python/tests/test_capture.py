@@ -3,6 +3,7 @@ from PyTorch's rules (sizes rounded to 512 bytes, 2 MiB small-pool segments)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import subprocess
@@ -917,7 +918,11 @@ def test_values_are_computed_on_one_thread_and_the_programs_count_stays(monkeypa
             assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
-    assert calls and calls[0::2] == [1] * (len(calls) // 2) and set(calls[1::2]) == {3}
+    # each host run takes one thread and gives the program's 3 back (whatever the count the
+    # process started with: under OMP_NUM_THREADS=1 the capture has nothing to set aside first)
+    runs = calls[calls.index(3) + 1 :]  # from the program's own setting on
+    assert 1 in runs and runs[-1] == 3
+    assert all(after == 3 for one, after in itertools.pairwise(runs) if one == 1)
 
 
 def test_a_nonzero_count_over_stand_in_zeros_is_named():
