@@ -5,8 +5,10 @@
 # -> OUT.tgz holding rec/ (record.sh), truth/ops/ (truth.sh with NO_MEMTRACKER=1) and hist/NAME.pickle
 #    (history.py; frames on; pickles over 6 MB kept as NAME.pickle.xz, and the largest histories left out
 #    while the archive is over 15 MB, as the device hands back files of up to 16 MiB) with their logs.
-# record.sh runs one script at a time; the per-op truth (three at once) and the histories run beside it:
-# each process reads only its own allocator's statistics, so they do not disturb one another.
+# record.sh runs one script at a time; the per-op truth (two at once, from the last script back) and the
+# histories (from the middle of the list on, then round) run beside it, so one large script seldom runs in
+# several lanes at once (five copies of a 40 GB script would not fit one GPU): each process reads only
+# its own allocator's statistics, so they do not disturb one another.
 # BUDGET_S (default 3000) bounds each lane's seconds; what finished by then is archived.
 set -u
 budget="${BUDGET_S:-3000}"
@@ -19,9 +21,11 @@ work="$(mktemp -d)"
 # twin takes the cache cold): caches/LANE/NAME, outside the archive.
 caches="$(mktemp -d)"
 names=()
-for f in "$@"; do names+=("$(basename "$f" .py)"); done
+for f in "$@"; do names=("$(basename "$f" .py)" "${names[@]}"); done
+half=$(( $# / 2 ))
+rotated=("${@:half+1}" "${@:1:half}")
 INDUCTOR_CACHE_ROOT="$caches/rec" timeout "$budget" bash "$here/record.sh" "$work/rec" "$@" > "$work/record.log" 2>&1 &
-INDUCTOR_CACHE_ROOT="$caches/ops" NO_MEMTRACKER=1 timeout "$budget" bash "$here/truth.sh" "$work/truth" "${names[@]}" > "$work/truth.log" 2>&1 &
+INDUCTOR_CACHE_ROOT="$caches/ops" NO_MEMTRACKER=1 TRUTH_JOBS=2 timeout "$budget" bash "$here/truth.sh" "$work/truth" "${names[@]}" > "$work/truth.log" 2>&1 &
 work="$work" here="$here" caches="$caches" timeout "$budget" bash -c '
   mkdir -p "$work/hist"
   export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
@@ -29,7 +33,7 @@ work="$work" here="$here" caches="$caches" timeout "$budget" bash -c '
     n="$(basename "$f" .py)"
     TORCHINDUCTOR_CACHE_DIR="$caches/hist/$n" OUT_PICKLE="$work/hist/$n.pickle" timeout -k 5 240 python3 "$here/history.py" "$f" > "$work/hist/$n.out" 2>&1
   done
-' _ "$@" &
+' _ "${rotated[@]}" &
 wait
 find "$work/hist" -name '*.pickle' -size +6M -exec xz -T0 -6 {} \;
 tar czf "$archive" -C "$work" .

@@ -4,7 +4,8 @@
 # one at a time in each lane (its seconds are compared), then the 8B Llama step of benches/:
 #   bash validation/run/truth.sh OUTDIR [NAME...]      (NAME: a script here or in a folder here, e.g. blind2's;
 #                                                     NO_MEMTRACKER=1 skips MemTracker; INDUCTOR_CACHE_ROOT=DIR
-#                                                     gives each script its own cold Inductor cache DIR/NAME)
+#                                                     gives each script its own cold Inductor cache DIR/NAME;
+#                                                     TRUTH_JOBS, default 3, scripts at once)
 # -> OUTDIR/ops/NAME.jsonl, OUTDIR/memtracker.jsonl (plain) and memtracker1.jsonl (swap)
 set -u
 out="${1:?usage: truth.sh OUTDIR [NAME...]}"
@@ -15,7 +16,7 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=er
 unset PYTORCH_CUDA_ALLOC_CONF
 names=("$@")
 (
-  for n in "${names[@]}"; do echo "$n"; done | xargs -P 3 -I{} sh -c \
+  for n in "${names[@]}"; do echo "$n"; done | xargs -P "${TRUTH_JOBS:-3}" -I{} sh -c \
     "f='$here/{}.py'; [ -f \"\$f\" ] || f=\$(ls '$here'/*/{}.py); [ -z '${INDUCTOR_CACHE_ROOT:-}' ] || export TORCHINDUCTOR_CACHE_DIR='${INDUCTOR_CACHE_ROOT:-}/{}'; OUT_JSONL='$out/ops/{}.jsonl' timeout -k 5 240 python3 '$here/ops_truth.py' \"\$f\" > '$out/ops/{}.out' 2>&1"
 ) &
 [ -n "${NO_MEMTRACKER:-}" ] || for swap in "" 1; do
