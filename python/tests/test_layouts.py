@@ -498,6 +498,21 @@ def test_cufft_work_area_of_a_measured_plan():
     assert _extra(lambda t: torch.fft.fftn(t, dim=dims), z(10, 20, 64, 64, 46)) == (0, 0)
 
 
+def test_cufft_work_area_of_long_one_dimensional_plans():
+    # blind206/gx03's H200 per-op truth and history (HyenaDNA's fftconv over 2L): the 1-D plans of
+    # 262,144 take one half-spectrum an item as their work area (the real-to-complex one after the
+    # padded input and the result, the complex-to-real one after its input's clone), the
+    # complex-to-complex plan of 65,536 one signal an item; the real plans of 65,536 none
+    x = lambda *s: lambda: (torch.empty(*s, device="cuda"),)  # noqa: E731
+    z = lambda *s: lambda: (torch.empty(*s, device="cuda", dtype=torch.complex64),)  # noqa: E731
+    assert _extra(lambda t: torch.fft.rfft(t, n=262144), x(256, 131072)) == (2, 268435456 + 268437504)
+    irfft = lambda t: torch.fft.irfft(t, n=262144, norm="forward")  # noqa: E731
+    assert _extra(irfft, z(1, 256, 131073)) == (2, 2 * 268437504)
+    assert _extra(torch.fft.fft, z(4, 256, 65536)) == (1, 536870912)
+    assert _extra(torch.fft.rfft, x(1024, 65536)) == (0, 0)
+    assert _extra(lambda t: torch.fft.irfft(t, n=65536), z(1024, 32769)) == (1, 268443648)
+
+
 def test_upsampling_under_inference_mode_runs_the_cpp_composite():
     # `upsample_nearest2d.vec` calls `upsample_nearest2d` in UpSampleNearest2d.cpp: its output only
     # (torch/_decomp's decomposition makes index tensors; blind51/ay05's H200 history: one output)

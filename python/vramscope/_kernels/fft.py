@@ -31,9 +31,16 @@ def _cufft_must_clone(strides, signal, onesided: bool) -> bool:
 #: (transform, real dtype, signal sizes), as the H200 measured it (cuFFT 12, CUDA 13.0): zero for
 #: every plan not listed. blind113/di07's per-op truth: the (64, 64, 46) real-to-complex and
 #: complex-to-real plans at batch 200 and 400, the complex-to-complex one of the same sizes none.
+#: blind206/gx03's (HyenaDNA's fftconv over 2L): the 1-D complex-to-complex plan of 65,536 at batch
+#: 256 and 1,024 one complex signal an item, the 1-D real-to-complex and complex-to-real plans of
+#: 262,144 at batch 256 one half-spectrum (131,073 complex) an item; those of 65,536, 8,192 and 4,096
+#: none.
 _CUFFT_WORKSPACE = {
     ("r2c", torch.float32, (64, 64, 46)): 753_664,
     ("c2r", torch.float32, (64, 64, 46)): 753_664,
+    ("c2c", torch.float32, (65536,)): 524_288,
+    ("r2c", torch.float32, (262144,)): 1_048_584,
+    ("c2r", torch.float32, (262144,)): 1_048_584,
 }
 
 
