@@ -445,6 +445,20 @@ def test_mish_backward_is_one_cuda_kernel():
         assert gx.shape == x.shape and gx.is_contiguous()
 
 
+def test_mish_backward_under_vmap_is_one_cuda_kernel():
+    # blind208/gz01's H200 history: a Q ensemble called by `vmap(functional_call)` (TD-MPC2's
+    # Ensemble) records MishBackward0 on the stacked tensors, whose backward outside the vmap runs
+    # the CUDA kernel once over the whole ensemble: grad_input alone (the twin took the math kernel's
+    # seven temporaries, AutogradMeta's, until `mish_backward` got its own AutogradMeta kernel)
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(5, 256, 1024, device="cuda", requires_grad=True)
+        y = torch.vmap(torch.nn.functional.mish)(x)
+        gy = torch.empty_like(y)
+        (gx,), (count, req) = counted(lambda: torch.autograd.grad(y, x, gy))
+        assert (count, req) == (1, x.numel() * 4)
+        assert gx.shape == x.shape and gx.is_contiguous()
+
+
 def test_rms_norm_backward_over_many_rows_of_few_columns_sums_per_block_partials():
     # blind200/gr03's H200 per-op truth: an SD3-like MMDiT's q RMSNorm(64) over (16, 1024, 16, 64)
     # bfloat16 (a view of the qkv projection, its gradient a slice of the joint attention's): the

@@ -2440,6 +2440,7 @@ class Capture:
         _tensor.set_registry(self.storages)
         self._patch = _cuda.patch(self)
         self._autocast = _autocast.Autocast(_native.autocast_policies())
+        self._mish = _norm.mish_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._hooks = self._install_hooks()
@@ -2515,6 +2516,7 @@ class Capture:
         for h in self._hooks:
             h.remove()
         self._autocast.restore()
+        self._mish._destroy()
         self._patch.restore()
         if not self.started:
             self._threads_after_context()

@@ -675,49 +675,48 @@ _register_rms_norm()
 # `borrowing_binary_op(grad_input, grad_output, self)`, allocating grad_input alone) and a
 # CompositeImplicitAutograd one (`math_mish_backward`: softplus, tanh, sigmoid and four products)
 # for the backends without: meta tensors take it, the GPU never does (blind189/gg02's H200 history:
-# the Diffusion Policy's Mish backwards allocate grad_input only). Autograd's MishBackward0 calls it
-# from C++, so the rule sits at the torch-function level, as RMSNorm's: the forward as usual, saving
-# `self` (derivatives.yaml), the backward one result laid out as the binary iterator lays it out.
+# the Diffusion Policy's Mish backwards allocate grad_input only). The math kernel also sits at the
+# AutogradMeta key, above the mode, so MishBackward0's call (C++) decomposes before the mode sees
+# it: for the capture's life `mish_backward` gets an AutogradMeta kernel that passes it below
+# autograd, as AutogradCUDA's does, and the mode runs it as one op (`_mish_backward`): for a Mish
+# called plainly and one called under `torch.func.vmap` alike (blind208/gz01's H200 history: a
+# vmapped Q ensemble's Mish backwards allocate the stacked grad_input only). Of ATen's ops only this
+# one and `_fused_rms_norm` (above) have a CUDA kernel and a math kernel but no meta one (torch
+# 2.11's dispatcher).
 
 
-class _Mish(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, cap, x):
-        ctx.cap = cap
-        ctx.save_for_backward(x)
-        return torch._C._nn.mish(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        from torch.utils._python_dispatch import _disable_current_modes
-
-        from ._tensor import fast_setup_layout
-
-        (x,) = ctx.saved_tensors
-        with _disable_current_modes():
-            g, s = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in (gy, x))
-            gx = fast_setup_layout(torch.mul(g, s), (g, s))
-        ctx.cap.track(gx, "aten::mish_backward")
-        return None, gx
+def _mish_backward_autograd(grad_output, self):
+    """AutogradMeta's `mish_backward`: below autograd to the mode where no gradient is recorded
+    (a backward's call); the math kernel where one is (a direct call under grad mode)."""
+    op = torch.ops.aten.mish_backward.default
+    if torch.is_grad_enabled() and (grad_output.requires_grad or self.requires_grad):
+        return op.decompose(grad_output, self)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(grad_output, self)
 
 
-def _mish(cap, func, args, kwargs):
-    """`F.mish` / `nn.Mish` of a simulated tensor that needs a gradient: `_Mish` (above); in place,
-    where no gradient is needed, or under torch.func's transforms, the op as usual."""
-    names = ("input", "inplace")
-    a = dict(zip(names, args, strict=False)) | kwargs
-    x = a.get("input")
-    if not registered(x) or set(a) - set(names) or a.get("inplace"):
+def mish_kernels():
+    """The AutogradMeta kernel of `mish_backward` (above), registered until the returned
+    library's `_destroy()`."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("mish_backward", _mish_backward_autograd, "AutogradMeta")
+    return lib
+
+
+def _mish_backward(cap, func, args, kwargs):
+    """`mish_backward` of simulated tensors: grad_input alone, laid out as the binary iterator lays
+    it out."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from ._tensor import fast_setup_layout
+
+    gy, x = args
+    if kwargs or not (registered(gy) and registered(x)):
         return NotImplemented
-    if not (torch.is_grad_enabled() and x.requires_grad) or torch._C._are_functorch_transforms_active():
-        return NotImplemented
-    return _Mish.apply(cap, x)
+    with _disable_current_modes():
+        g, s = (torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in (gy, x))
+        gx = fast_setup_layout(torch.mul(g, s), (g, s))
+    return cap.track(gx, "aten::mish_backward")
 
 
-def _register_mish():
-    from ._kernels import FUNCTIONS
-
-    FUNCTIONS[torch.nn.functional.mish] = _mish
-
-
-_register_mish()
+DISPATCH[torch.ops.aten.mish_backward.default] = _mish_backward
