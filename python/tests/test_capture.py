@@ -385,6 +385,18 @@ def test_a_parameter_an_autograd_graph_holds_moves_to_the_gpu():
         assert g.grad is not None and g.grad.is_cuda and lin.weight_v.grad.shape == (256, 256)
 
 
+def test_a_parameter_held_by_a_weak_reference_moves_to_the_gpu():
+    # torch.export's unlifted module keeps weak references to its parameters; `.to("cuda")` sets
+    # their data (VariableHooks::set_data, which a weak reference does not stop) and the weak
+    # reference still reaches the same Parameter, where swap_tensors refused it (blind54/bb04)
+    with vramscope.capture():
+        lin = torch.nn.Linear(256, 256)
+        ref = weakref.ref(lin.weight)
+        lin.to("cuda")
+        assert ref() is lin.weight and lin.weight.is_cuda and isinstance(lin.weight, torch.nn.Parameter)
+        assert torch.cuda.memory_allocated() == 256 * 256 * 4 + 1024
+
+
 def test_covariances_from_quaternions_carry_their_values_to_a_tiles_mask():
     # 3-D Gaussian splatting in plain PyTorch (blind162/ff06): rotation matrices written into
     # `torch.zeros((n, 3, 3))` slice by slice, covariances R S S^T R^T by `@`, a mask of the

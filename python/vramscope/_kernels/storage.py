@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copyreg
+import weakref
 
 import torch
 
@@ -81,13 +82,14 @@ def _set_data(cap, func, args, kwargs):
             stand_in.requires_grad_(var.requires_grad)
     finally:
         cap.genuine_meta -= 1
-    if var._use_count() > 2 or (var._use_count() == 2 and not var.is_leaf):
+    if var._use_count() > 2 or (var._use_count() == 2 and not var.is_leaf) or weakref.getweakrefcount(var):
         # set_data changes the TensorImpl whoever else holds the variable; swap_tensors refuses a
         # variable an autograd graph still holds (its use count), as the weight the old
         # `torch.nn.utils.weight_norm` computes at wrapping keeps its g and v saved until the first
         # forward recomputes it (IGR's and NeuS's SDF networks, blind162/ff05, moved by `.to(device)`
         # after wrapping); that stale graph reads the old tensor on the GPU too, so the swap goes on
-        # without the check
+        # without the check; a weak reference to the variable (torch.export's unlifted module keeps
+        # them) stays with it, as with set_data, where swap_tensors refuses it
         _swap_tensors_unchecked(var, stand_in)
     else:
         torch.utils.swap_tensors(var, stand_in)
