@@ -540,6 +540,28 @@ def test_a_gru_under_autocast_runs_cudnn_in_half_over_a_new_flat_buffer():
     assert not any("autocast" in w for w in cap.warned)
 
 
+def test_an_autocast_lstm_called_per_step_adds_its_weight_gradients_out_of_place_once():
+    # blind208/gz05's H200 history (EfficientZero's value-prefix LSTM(576, 512) called once per
+    # unroll step under bf16 autocast): `_cudnn_rnn_cast_reflatten` copies `param.view_as(param_to)`
+    # into (numel, 1) tensors over the fp16 buffer (cudnn/RNN.cpp `_viewOrCopyOneParam`), so the
+    # engine's input buffer adds the second call's fp32 weight gradient out of place (a view's
+    # storage has two holders) and the later ones in place: one more allocation per parameter
+    with vramscope.capture(gpu="h200"):
+        lstm = nn.LSTM(576, 512).cuda()
+        x = torch.randn(3, 1, 512, 576, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            hc, outs = None, []
+            for k in range(3):
+                out, hc = lstm(x[k], hc)
+                outs.append(out)
+        loss = sum(o.float().sum() for o in outs)
+        _, count, req = _counted(loss.backward)
+        weights = sum(p.numel() for p in lstm.parameters())
+        # without the view: 36 allocations, 179,471,876 bytes
+        assert (count, req) == (40, 179471876 + 4 * weights)
+        assert all(p.grad.shape == p.shape for p in lstm.parameters())
+
+
 def test_a_bf16_lstm_outside_one_flat_buffer_returns_a_new_weight_buffer_after_its_reserve():
     # blind139/ei05's H200 per-op truth (the Relation Network's question LSTM held in bf16, its
     # weights not flattened): _cudnn_rnn made 7 allocations, 17,394,688 bytes (x copy 184,320,

@@ -234,7 +234,12 @@ def _cast_reflatten(x, hx, cx, params, mode, hidden, proj, layers, bidir):
     each weight into a tensor over its storage (`get_parameters`' `set_`, no view of the buffer for
     autograd: each copy is its own `CopyBackwards`), then `_cudnn_rnn` runs on `cached_cast(kHalf, ...)`
     of the input and hidden states (new fp16 tensors: not leaves), made in the order the compiler
-    evaluates the call's arguments."""
+    evaluates the call's arguments. `get_parameters` gives each parameter the shape (numel, 1) and
+    `_viewOrCopyOneParam` copies `param_from.view_as(param_to)` (cudnn/RNN.cpp), so each call's
+    weight gradient reaches the parameter through a view of CopyBackwards' fp32 cast: the engine's
+    input buffer cannot add the next call's gradient into it in place (`can_accumulate_inplace`: the
+    view's storage has two holders) and adds out of place once a step (blind208/gz05's history: a
+    fp32 `add` of each LSTM weight's size after the first unroll step's cast)."""
     half = torch.float16
     with torch.autocast("cuda", enabled=False):
         n, _ = weight_layout(mode, x.shape[-1], hidden, proj, layers, bidir)
@@ -245,8 +250,8 @@ def _cast_reflatten(x, hx, cx, params, mode, hidden, proj, layers, bidir):
         for p in params:
             # a tensor over the buffer's storage (`set_`), not an autograd view of it: the copy's
             # backward is its own CopyBackwards, no CopySlices over the buffer (blind123/ds02's history)
-            v = torch.empty(0, dtype=half, device=x.device).set_(storage, offset, p.shape)
-            v.copy_(p)
+            v = torch.empty(0, dtype=half, device=x.device).set_(storage, offset, (p.numel(), 1), (1, 1))
+            v.copy_(p.view_as(v))
             views.append(v)
             offset += p.numel()
         # the call's arguments are evaluated right to left (GCC): cx's cast, hx's, then the input's
