@@ -159,6 +159,31 @@ def test_a_dgrad_alone_copies_a_strided_input_only_in_one_d():
     assert _extra(run_1d, setup_1d)[1] >= 4 * 100 * 32
 
 
+def test_one_value_convolution_parameters_stand_for_every_spatial_dimension():
+    # Convolution.cpp `convolution_backward`: `expand_param_if_needed` of stride, padding, dilation
+    # and output_padding; torch.nn.grad.conv2d_input / conv2d_weight pass output_padding `[0]`
+    # (blind216/hh04's feedback alignment): the same problem, its measured workspace, no note
+    def setup():
+        g = torch.empty(256, 64, 14, 14, device="cuda")
+        x = torch.empty(1, 1, 1, 1, device="cuda").expand(256, 32, 14, 14)
+        return g, x, torch.empty(64, 32, 3, 3, device="cuda")
+
+    def run(g, x, w, one=False):
+        pair = [1] if one else [1, 1]
+        zeros = [0] if one else [0, 0]
+        return aten.convolution_backward(
+            g, x, w, None, pair, pair, pair, False, zeros, 1, [True, False, False]
+        )
+
+    assert _extra(lambda g, x, w: run(g, x, w, one=True), setup) == _extra(run, setup) == (1, 19341459)
+    with vramscope.capture(gpu="h200") as cap:
+        g = torch.empty(256, 64, 14, 14, device="cuda")
+        w = torch.empty(64, 32, 3, 3, device="cuda")
+        torch.nn.grad.conv2d_input((256, 32, 14, 14), w, g, padding=1)
+        torch.nn.grad.conv2d_weight(torch.empty(256, 32, 14, 14, device="cuda"), w.shape, g, padding=1)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_a_one_d_backward_reads_its_gradients_format_on_the_four_d_view_issue_31():
     # Convolution.cpp views a 1-D problem as (N, C, 1, L) (`view4d`) before cuDNN's
     # `grad_output.to(input.suggest_memory_format())`: blind16/p03's (16, 256, 399) gradient

@@ -205,14 +205,23 @@ def _conv(x, w, args):
     stride, padding, dilation, transposed, out_pad, groups = args
     if x.dim() not in (3, 4, 5) or not (registered(x) and registered(w)) or isinstance(padding, str):
         return None
+    dim = w.dim() - 2
+
+    def expand(param):
+        # `expand_param_if_needed` (Convolution.cpp: `convolution`, `convolution_backward`): one
+        # value stands for every spatial dimension (torch.nn.grad.conv2d_input passes `[0]` as
+        # output_padding)
+        param = list(param)
+        return param * dim if len(param) == 1 else param
+
     return (
         x,
         w,
-        list(stride),
-        list(padding),
-        list(dilation),
+        expand(stride),
+        expand(padding),
+        expand(dilation),
         bool(transposed),
-        list(out_pad),
+        expand(out_pad),
         groups,
         _channels_last(x, w),
     )
