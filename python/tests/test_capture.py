@@ -888,6 +888,26 @@ def test_cumprods_backward_takes_the_plain_cuda_formula():
     assert any("cumprod" in w for w in cap.warned)
 
 
+def test_prod_over_a_dim_backward_takes_the_plain_cuda_formula():
+    # prod_backward's dim overload (FunctionsManual.cpp): `input == 0`, its per-slice count (a bool
+    # sum: an int64 copy), `sum().item()`, then `grad * (result / input)`; meta tensors took
+    # `prod_safe_zeros_backward` (ones, cat, cumprod, flip, cat, cumprod, flip: blind213/he02)
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.randn(256, 64, 6, 64, device="cuda", requires_grad=True)
+        y = torch.sigmoid(x).prod(dim=-2)
+        g = torch.ones_like(y)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        (gx,) = torch.autograd.grad(y, x, g)
+        peak = torch.cuda.max_memory_allocated() - base
+    assert gx.shape == x.shape
+    n = x.numel()
+    # mask (1 byte) + its int64 copy (8) + the slices' counts (8 / 6): the quotient and gradient
+    # (4 + 4) come after the copy is freed; the safe path's temporaries held 5 float copies at once
+    assert peak == n + 8 * n + 8 * n // 6
+    assert "prod-zeros" in cap.warned
+
+
 def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
     # blind59/bg01: Longformer marks its global tokens by `ext[attention_mask == 2] = max` in a 2-D
     # slice of a (B, 1, L, L) mask too large to carry values, then reads `is_global_attn` and the

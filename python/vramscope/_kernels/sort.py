@@ -599,3 +599,71 @@ def _cumprod(cap, func, args, kwargs):
 
 FUNCTIONS[torch.cumprod] = _cumprod
 FUNCTIONS[torch.Tensor.cumprod] = _cumprod
+
+
+class _ProdDim(torch.autograd.Function):
+    """`prod(input, dim, keepdim)` with the backward a plain CUDA tensor takes (`prod_backward`,
+    FunctionsManual.cpp, its dim overload): `grad` and `result` unsqueezed (views), `zero_mask =
+    input == 0`, `slice_zero_count = zero_mask.sum(dim, true)`, its `sum().item()`, and where that
+    reads 0, `grad * (result / input)` (the quotient freed at the return, then the count and the
+    mask). Simulated tensors are meta tensors and took its `is_meta()` path,
+    `prod_safe_zeros_backward` (ones, two cats, two cumprods, a flip), blind213/he02 (NODE's
+    product over tree depth)."""
+
+    @staticmethod
+    def forward(ctx, cap, x, dim, keepdim):
+        out = aten.prod.dim_int(x, dim, keepdim)
+        ctx.cap, ctx.dim, ctx.keepdim = cap, dim, keepdim
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, out = ctx.saved_tensors
+        dim = ctx.dim
+        if not ctx.keepdim:
+            grad, out = grad.unsqueeze(dim), out.unsqueeze(dim)
+        zero_mask = x == 0
+        slice_zero_count = zero_mask.sum(dim, True)
+        total = slice_zero_count.sum()
+        if value(x) is None or assumed(x):
+            ctx.cap.warn_once(
+                "prod-zeros",
+                f"prod's backward checks its input of {tuple(x.shape)} for zeros, whose values the "
+                "twin does not compute: it takes none (grad * result / input)",
+            )
+        del total
+        quotient = out.div(x)
+        gx = grad.mul(quotient)
+        del quotient, slice_zero_count, zero_mask
+        return None, gx, None, None
+
+
+def _prod_dim(cap, func, args, kwargs):
+    """`torch.prod(input, dim, keepdim=False)` of a simulated floating tensor that needs its
+    gradient: `_ProdDim`, unless its values are known to hold a zero (the GPU's
+    `prod_safe_zeros_backward` then, which the meta path takes). Under autocast `prod` is an fp32
+    op (autocast_mode.cpp `fp32_set_opt_dtype`): a float16/bfloat16 input is cast first."""
+    a = dict(zip(("input", "dim", "keepdim"), args, strict=False)) | kwargs
+    x, dim, keepdim = a.get("input", a.get("self")), a.get("dim"), a.get("keepdim", False)
+    if (
+        not registered(x)
+        or set(a) - {"input", "self", "dim", "keepdim"}
+        or not isinstance(dim, int)
+        or not isinstance(keepdim, bool)
+        or not x.is_floating_point()
+        or x.dim() == 0
+        or not (x.requires_grad and torch.is_grad_enabled())
+    ):
+        return NotImplemented
+    v = value(x)
+    if v is not None and not assumed(x) and bool((v == 0).any()):
+        return NotImplemented
+    if torch.is_autocast_enabled("cuda") and x.dtype in (torch.float16, torch.bfloat16):
+        x = x.to(torch.float32)
+    cap.ops += 1
+    return _ProdDim.apply(cap, x, dim % x.dim(), keepdim)
+
+
+FUNCTIONS[torch.prod] = _prod_dim
+FUNCTIONS[torch.Tensor.prod] = _prod_dim
