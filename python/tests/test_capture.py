@@ -2500,6 +2500,35 @@ def test_max_pool2d_backward_copies_a_strided_gradient():
         assert counts == (1, 32_768)
 
 
+def test_pool2d_forward_copies_a_strided_input():
+    # blind211/hc01's H200 per-op record: `avg_pool1d` over a permuted reshape, (65536, 128, 1, 8)
+    # float32 strided (1, 524288, 524288, 65536), copied after the output (AveragePool2d.cu's
+    # input_.contiguous(memory_format)); DilatedMaxPool2d.cu does the same; a dense or
+    # channels-last input is not copied
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(8, 4, 16, 32, device="cuda").permute(3, 1, 0, 2)  # (32, 4, 8, 16)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool2d(x, [2, 2], [2, 2]))
+        assert counts == (2, 16_384 + 65_536)
+        _, counts = counted(lambda: torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2]))
+        assert counts == (3, 16_384 + 32_768 + 65_536)
+        for dense in (x.contiguous(), x.contiguous(memory_format=torch.channels_last)):
+            _, counts = counted(lambda d=dense: torch.ops.aten.avg_pool2d(d, [2, 2], [2, 2]))
+            assert counts == (1, 16_384)
+
+
+def test_upsample_nearest3d_backward_copies_a_strided_gradient():
+    # blind211/hc01's H200 per-op record: the gradient of a temporal `cat` slice (UpSampleNearest3d.cu's
+    # grad_output_.contiguous()), after the input gradient; a dense gradient is not copied
+    with vramscope.capture(gpu="h200"):
+        grad = torch.empty(2, 8, 10, 8, 8, device="cuda")[:, :, 2:]
+        call = ([8, 8, 8], [2, 8, 4, 4, 4], 2.0, 2.0, 2.0)
+        _, counts = counted(lambda: torch.ops.aten.upsample_nearest3d_backward(grad, *call))
+        assert counts == (2, 4_096 + 32_768)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.upsample_nearest3d_backward(dense, *call))
+        assert counts == (1, 4_096)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

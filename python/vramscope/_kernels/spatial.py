@@ -112,6 +112,42 @@ for _f in (aten.upsample_nearest3d.default, aten._upsample_nearest_exact3d.defau
     AFTER[_f] = _upsample_nearest3d
 
 
+def _upsample_nearest3d_backward(cap, func, call, outs):
+    """`upsample_nearest3d_backward_out_cuda_template` (cuda/UpSampleNearest3d.cu):
+    `grad_output_.contiguous()` in the plain format, after the structured kernel's (contiguous)
+    input gradient and freed at the return (blind211/hc01's H200 per-op truth: the gradient of a
+    causal VAE's temporal `cat` slice, (2, 128, 8, 32, 32) float32 at offset 131,072, copied:
+    8,388,608 bytes beside the 4,194,304-byte result)."""
+    grad = call[0][0]
+    if registered(grad) and not grad.is_contiguous():
+        copy = _temp(cap, grad, func._schema.name)
+        del copy
+
+
+for _f in (aten.upsample_nearest3d_backward.default, aten._upsample_nearest_exact3d_backward.default):
+    AFTER[_f] = _upsample_nearest3d_backward
+
+
+def _pool2d_forward(cap, func, call, outs):
+    """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
+    (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
+    structured kernel's output (and indices), freed at the return; the max pool returns first on an
+    empty output (blind211/hc01's H200 per-op truth: `avg_pool1d` over a permuted reshape, a
+    (65536, 128, 1, 8) float32 input strided (1, 524288, 524288, 65536) copied, 268,435,456 bytes
+    beside its 134,217,728-byte output)."""
+    src = call[0][0]
+    if not registered(src) or outs[0].numel() == 0:
+        return
+    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
+    if not src.is_contiguous(memory_format=fmt):
+        copy = _temp(cap, src, func._schema.name)
+        del copy
+
+
+AFTER[aten.avg_pool2d.default] = _pool2d_forward
+AFTER[aten.max_pool2d_with_indices.default] = _pool2d_forward
+
+
 def _pool2d_backward(cap, func, call, outs):
     """`avg_pool2d_backward_out_cuda` (cuda/AveragePool2d.cu) and
     `max_pool2d_with_indices_backward_out_cuda` (cuda/DilatedMaxPool2d.cu):
