@@ -184,6 +184,30 @@ def test_one_value_convolution_parameters_stand_for_every_spatial_dimension():
     assert cap.report()["unmeasured"] == []
 
 
+def test_cudnn_convolutions_check_the_input_type_against_the_weight_and_bias():
+    # Convolution.cpp `check_input_same_type_as_parameters` in `_convolution`'s and
+    # `convolution_backward`'s cuDNN cases (the gradient is not checked), before any allocation:
+    # blind216/hh04's H200 run raised at torch.nn.grad.conv2d_weight of an fp32 input by a bf16
+    # gradient (the weight placeholder is the gradient's `new_empty(1).expand`)
+    msg = r"^Input type \(torch\.cuda\.FloatTensor\) and weight type \(CUDABFloat16Type\) should be the same$"
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(4, 8, 16, 16, device="cuda")
+        w = torch.empty(16, 8, 3, 3, device="cuda", dtype=torch.bfloat16)
+        g = torch.empty(4, 16, 16, 16, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(RuntimeError, match=msg):
+            torch.nn.grad.conv2d_weight(x, w.shape, g, padding=1)
+        with pytest.raises(RuntimeError, match=msg):
+            aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        half = r"^Input type \(torch\.cuda\.FloatTensor\) and bias type \(torch\.cuda\.HalfTensor\)"
+        with pytest.raises(RuntimeError, match=half):
+            aten.convolution(x, w.float(), w.new_empty(16, dtype=torch.half), [1], [1], [1], False, [0], 1)
+        assert torch.cuda.memory_allocated() == before
+        # conv2d_input: the input placeholder takes the gradient's dtype, the weight's: no error
+        gi = torch.nn.grad.conv2d_input(x.shape, w, g, padding=1)
+        assert gi.dtype == torch.bfloat16
+
+
 def test_a_one_d_backward_reads_its_gradients_format_on_the_four_d_view_issue_31():
     # Convolution.cpp views a 1-D problem as (N, C, 1, L) (`view4d`) before cuDNN's
     # `grad_output.to(input.suggest_memory_format())`: blind16/p03's (16, 256, 399) gradient

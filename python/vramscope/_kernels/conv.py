@@ -265,6 +265,57 @@ def _native_depthwise_2d(conv) -> bool:
     return not half_cudnn
 
 
+# `processErrorMsg` (torch/csrc/Exceptions.cpp) renames these legacy type names in a RuntimeError's
+# text; the others keep `TensorBase::toString()`'s "CUDABFloat16Type"
+_LEGACY_TYPE = {
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.float64: "Double",
+    torch.float32: "Float",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.int16: "Short",
+    torch.float16: "Half",
+}
+
+
+def _cuda_type_name(t) -> str:
+    legacy = _LEGACY_TYPE.get(t.dtype)
+    if legacy is not None:
+        return f"torch.cuda.{legacy}Tensor"
+    # c10::toString(ScalarType): torch.bfloat16 -> "BFloat16", torch.complex64 -> "ComplexFloat"
+    return f"CUDA{_scalar_name(t.dtype)}Type"
+
+
+def _scalar_name(dtype) -> str:
+    names = {
+        torch.bfloat16: "BFloat16",
+        torch.bool: "Bool",
+        torch.complex32: "ComplexHalf",
+        torch.complex64: "ComplexFloat",
+        torch.complex128: "ComplexDouble",
+    }
+    name = str(dtype).removeprefix("torch.")
+    return names.get(dtype, name[:1].upper() + name[1:])  # float8_e4m3fn -> Float8_e4m3fn
+
+
+def _check_same_type(x, w, bias=None) -> None:
+    """`check_input_same_type_as_parameters` (Convolution.cpp): `_convolution`'s `Cudnn` and
+    `CudnnTranspose` cases check the input against the weight and the bias, `convolution_backward`'s
+    against the weight alone (not the gradient), before any allocation; the depthwise and empty
+    backends do not (blind216/hh04's H200 run: `torch.nn.grad.conv2d_weight` of an fp32 input saved
+    by `custom_fwd` and a bf16 gradient raised "Input type (torch.cuda.FloatTensor) and weight type
+    (CUDABFloat16Type) should be the same")."""
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        return  # `select_conv_backend`: ConvBackend::Empty
+    for other, what in ((w, "weight"), (bias, "bias")):
+        if other is not None and other.dtype != x.dtype:
+            raise RuntimeError(
+                f"Input type ({_cuda_type_name(x)}) and {what} type ({_cuda_type_name(other)}) "
+                "should be the same"
+            )
+
+
 def _conv_unruled(cap, x) -> None:
     """A convolution of the simulated device that no rule here covers (string padding): its outputs
     come from the meta kernel, its workspace is named unmeasured."""
@@ -392,6 +443,8 @@ def _convolution_op(cap, func, args, kwargs):
         _conv_unruled(cap, x)
         return NotImplemented
     cl = conv[-1]
+    if not _native_depthwise_2d(conv) and not _native_depthwise_3d(conv):
+        _check_same_type(x, w, args[2])
     cap.ops += 1
     if _native_depthwise_2d(conv):
         # `_convolution`'s `input.contiguous()`, then `conv_depthwise2d_cuda_out`: the weight's
@@ -437,6 +490,8 @@ def _convolution_backward(cap, func, args, kwargs):
         return NotImplemented
     cl = conv[-1]
     mask = list(args[10])
+    if not _native_depthwise_2d(conv) and not _native_depthwise_3d(conv):
+        _check_same_type(x, w)
     cap.ops += 1
     gi, gw, gb = func(*args)
     if _native_depthwise_3d(conv):
