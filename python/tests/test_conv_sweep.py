@@ -436,3 +436,31 @@ def test_a_whitened_cifar_stem_s_channels_last_bf16_forward_takes_the_measured_w
         after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
         assert after - before == 1024 * 64 * 30 * 30 * 2 + 103283859
     assert cap.report()["unmeasured"] == []
+
+
+def test_a_one_value_output_padding_is_read_for_every_spatial_dimension(tmp_path):
+    # torch.nn.grad.conv2d_input passes output_padding [0]; convolution_backward expands it
+    # (Convolution.cpp's expand_param_if_needed) and the twin looks the problem up as "0,0": blind216/hh04
+    t = lambda sizes, strides: [sizes, strides, "bfloat16", 0, "cuda"]  # noqa: E731
+    args = [
+        t([128, 512, 16, 16], [131072, 256, 16, 1]),
+        t([128, 256, 16, 16], [0, 0, 0, 0]),
+        t([512, 256, 3, 3], [2304, 9, 3, 1]),
+        None,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0],
+        1,
+        [True, False, False],
+    ]
+    rec = {"op": "convolution_backward", "args": args, "new": [16777216], "count": 2}
+    rec["requested"] = 16777216 + 52691091
+    gpu, twin = tmp_path / "gpu", tmp_path / "twin"
+    gpu.mkdir()
+    twin.mkdir()
+    (gpu / "s.jsonl").write_text(json.dumps(rec) + "\n")
+    (twin / "s.jsonl").write_text(json.dumps(rec) + "\n")
+    key = "dgrad bfloat16 nchw 0 128,256,16,16 512,256,3,3 1,1 1,1 1,1 0,0 1"
+    assert conv_table.read(str(gpu), str(twin)) == {key: 52691091}

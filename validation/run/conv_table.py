@@ -130,6 +130,13 @@ def problem(op, args):
         grad = None
     else:
         grad, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups = args[:10]
+    # one value for every spatial dimension: `expand_param_if_needed` (Convolution.cpp, convolution and
+    # convolution_backward), as torch.nn.grad.conv2d_input/weight's output_padding [0] (blind216/hh04)
+    nd = len(w[0]) - 2
+    stride, padding, dilation, out_pad = (
+        [v] * nd if isinstance(v, int) else list(v) * nd if len(v) == 1 else v
+        for v in (stride, padding, dilation, out_pad)
+    )
 
     def suggest(a, b):
         return x[2] != "float64" and (suggests_channels_last(a) or suggests_channels_last(b))
