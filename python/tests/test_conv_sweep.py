@@ -464,3 +464,70 @@ def test_a_one_value_output_padding_is_read_for_every_spatial_dimension(tmp_path
     (twin / "s.jsonl").write_text(json.dumps(rec) + "\n")
     key = "dgrad bfloat16 nchw 0 128,256,16,16 512,256,3,3 1,1 1,1 1,1 0,0 1"
     assert conv_table.read(str(gpu), str(twin)) == {key: 52691091}
+
+
+def test_normalize_expands_one_value_parameters_and_merge_reads_lines_so(tmp_path, capsys):
+    # lines read before conv_table.py expanded one-value parameters (724b8ac) were keyed "0" and
+    # never looked up (the twin expands them, 55cfc8f): `normalize` writes them for every spatial
+    # dimension; one that lands on a key already there with its bytes is dropped, other bytes are a
+    # conflict (stderr, the expanded key's bytes kept)
+    table = {
+        "forward bfloat16 nchw 0 96,3,224,224 768,3,16,16 16,16 0 1,1 0 1": 109117456,
+        "wgrad bfloat16 nchw 0 64,128,32,32 128,128,3,3 1,1 1 1,1 0,0 1": 7,
+        "wgrad bfloat16 nchw 0 64,128,32,32 128,128,3,3 1,1 1,1 1,1 0,0 1": 7,
+        "dgrad float32 nchw 0 8,3,32,32 4,3,3,3 1,1 1,1 1,1 0 1": 5,
+        "dgrad float32 nchw 0 8,3,32,32 4,3,3,3 1,1 1,1 1,1 0,0 1": 6,
+        "forward float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1": 9,
+    }
+    out, *counts = conv_sweep.normalize(table)
+    assert counts == [1, 1, 1]
+    assert out == {
+        "forward bfloat16 nchw 0 96,3,224,224 768,3,16,16 16,16 0,0 1,1 0,0 1": 109117456,
+        "wgrad bfloat16 nchw 0 64,128,32,32 128,128,3,3 1,1 1,1 1,1 0,0 1": 7,
+        "dgrad float32 nchw 0 8,3,32,32 4,3,3,3 1,1 1,1 1,1 0,0 1": 6,
+        "forward float32 nchw 0 8,3,32 4,3,3 1 0 1 0 1": 9,
+    }
+    err = capsys.readouterr().err
+    assert "conflict: dgrad float32 nchw 0 8,3,32,32 4,3,3,3 1,1 1,1 1,1 0 1 expands to" in err
+    # merge: the table's one-value line and a source's meet at one expanded key
+    t = tmp_path / "t.txt"
+    t.write_text("# h\nforward bfloat16 nchw 0 3,224,224 768,3,16,16 16,16 0 1,1 0 1 | 96:100\n")
+    s = tmp_path / "s.txt"
+    s.write_text(
+        "forward bfloat16 nchw 0 8,3,224,224 768,3,16,16 16 0 1 0 1 3\n"
+        "forward bfloat16 nchw 0 96,3,224,224 768,3,16,16 16,16 0,0 1,1 0,0 1 100\n"
+    )
+    assert conv_sweep.merge(str(t), str(s)) == [
+        "# h",
+        "forward bfloat16 nchw 0 3,224,224 768,3,16,16 16,16 0,0 1,1 0,0 1 | 8:3 96:100",
+    ]
+    assert "1 new from the sweep, 1 agreeing, 0 conflicting" in capsys.readouterr().err
+
+
+def test_every_line_of_the_table_has_a_parameter_value_for_each_spatial_dimension():
+    for line in conv_sweep.open_text(TABLE):
+        if not line.startswith("#"):
+            f = line.split(" | ")[0].split(" ")
+            dims = len(f[5].split(",")) - 2
+            assert all(len(p.split(",")) == dims for p in f[6:10]), line
+
+
+def test_a_valid_padded_siglip_patch_embedding_takes_the_measured_forward_workspace():
+    # blind167/fk02's H200 per-op truth (HF SigLIP B/16-256's bf16 patch embedding at batch 256,
+    # padding="valid", which `_convolution_mode` passes as padding {0}): cuDNN's forward took 3,072
+    # bytes of workspace beside the (256, 768, 16, 16) output; the table had it keyed "0" (read
+    # before conv_table.py expanded one-value parameters) and the twin, which looks "0,0" up,
+    # estimated it from a neighbour
+    import torch
+    import torch.nn.functional as F
+    import vramscope
+
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(256, 3, 256, 256, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(768, 3, 16, 16, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        with torch.no_grad():
+            F.conv2d(x, w, stride=16, padding="valid")
+        after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        assert after - before == 256 * 768 * 16 * 16 * 2 + 3072
+    assert cap.report()["unmeasured"] == []

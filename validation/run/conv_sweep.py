@@ -7,6 +7,8 @@
     python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
     python conv_sweep.py merge [--correct] TABLE LINES...  (the table with conv_table.py's new lines:
                                                            a TABLE.xz rewritten in place, else to stdout)
+    python conv_sweep.py normalize TABLE                   (`merge` without lines: one-value parameters
+                                                           expanded, as `merge` always does)
     python conv_sweep.py affine TABLE [H100_JSONL]        (is the workspace affine in the batch?)
 
 `problems` builds torchvision's and timm's common models (and plain UNets, Conv1d audio stacks, 3-D
@@ -34,6 +36,9 @@ instead (`"via": "autocast"`, OUTDIR/autocast/), to check that they give the sam
 without its batch, the batches' bytes after a `|`: a problem the table already holds must have the
 same bytes (a disagreement is printed on stderr and the table's bytes kept; with `--correct` the
 lines' bytes replace the table's, for lines the table took from records since found misread).
+Both the table's keys and the lines' are first `expand_key`ed: one stride, padding, dilation or
+output_padding value written for every spatial dimension, as the twin looks problems up (lines read
+before conv_table.py expanded them, 724b8ac, were keyed `0` and never found).
 `affine` asks whether the workspace of one problem is an affine function of the batch between
 measured batches (leave one out).
 """
@@ -750,16 +755,60 @@ def table_lines(table):
     return [f"{g} | " + " ".join(f"{n}:{b}" for n, b in sorted(groups[g])) for g in sorted(groups)]
 
 
+def expand_key(key):
+    """A problem's key (with or without its batch) with each one-value stride, padding, dilation and
+    output_padding written once for every spatial dimension (the weight's sizes less two), as
+    Convolution.cpp's `expand_param_if_needed` passes them to cuDNN (`convolution`,
+    `convolution_backward`) and the twin looks them up (_kernels/conv.py `_conv`, 55cfc8f); HF's
+    SigLIP patch embedding (padding="valid": `_convolution_mode` passes `{0}`), EDM2's
+    `padding=(k // 2,)` and torch.nn.grad's `output_padding [0]` call with one value."""
+    f = key.split(" ")
+    if len(f) != 11:
+        raise ValueError(f"not a convolution problem's key: {key!r}")
+    nd = len(f[5].split(",")) - 2
+    f[6:10] = [",".join([v] * nd) if "," not in v else v for v in f[6:10]]
+    return " ".join(f)
+
+
+def normalize(table):
+    """`table` ({problem key: bytes}) with `expand_key`ed keys, and the counts of keys expanded to a
+    key not there, expanded to one there with the same bytes (dropped) and with other bytes (printed on
+    stderr; the expanded key's bytes kept: those the twin has been reading)."""
+    out = {key: b for key, b in table.items() if expand_key(key) == key}
+    expanded = agree = conflicts = 0
+    for key, b in table.items():
+        full = expand_key(key)
+        if full == key:
+            continue
+        if full not in out:
+            out[full] = b
+            expanded += 1
+        elif out[full] == b:
+            agree += 1
+        else:
+            conflicts += 1
+            print(f"conflict: {key} expands to {full}: {b}, there {out[full]}", file=sys.stderr)
+    return out, expanded, agree, conflicts
+
+
 def merge(table_path, *sources, correct=False):
     """The table's lines plus the sources' new ones (conv_table.py's output, or a table), in the table's
     format (header kept); a problem the table or an earlier source holds keeps its bytes, a
     disagreement goes to stderr. With `correct` the sources' bytes replace the table's where they
     disagree (for lines the table took from records since found misread: fixtures/run/README.md)."""
     header, table = read_table(table_path)
+    table, *counts = normalize(table)
+    if any(counts):
+        print(
+            "{} one-value keys in the table expanded: {} new, {} agreeing, {} conflicting".format(
+                sum(counts), *counts
+            ),
+            file=sys.stderr,
+        )
     old = len(table)
     agree = conflicts = 0
     for path in sources:
-        for key, b in read_table(path)[1].items():
+        for key, b in normalize(read_table(path)[1])[0].items():
             if key in table:
                 if table[key] == b:
                     agree += 1
@@ -893,9 +942,11 @@ def main():
         run(sys.argv[2], sys.argv[3], float(sys.argv[4]), worker, workers, done_dirs=done_dirs)
     elif cmd == "smoke":
         smoke()
-    elif cmd == "merge":
-        correct = sys.argv[2] == "--correct"
+    elif cmd in ("merge", "normalize"):
+        correct = cmd == "merge" and sys.argv[2] == "--correct"
         table, *sources = sys.argv[2 + correct :]
+        if cmd == "normalize" and sources:
+            sys.exit(__doc__)
         text = "\n".join(merge(table, *sources, correct=correct)) + "\n"
         if table.endswith(".xz"):  # the engine's table: rewritten in place, compressed as it was
             with lzma.open(table, "wt", preset=9 | lzma.PRESET_EXTREME) as f:

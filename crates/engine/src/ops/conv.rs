@@ -983,6 +983,14 @@ mod tests {
         }
         for (key, pairs) in &parsed {
             assert!(!pairs.is_empty(), "{key}");
+            // stride, padding, dilation, output_padding: one value for each spatial dimension, as
+            // the look-up expands them (`expand_param_if_needed`; `conv_sweep.py normalize`)
+            let f: Vec<&str> = key.split(' ').collect();
+            let dims = f[5].split(',').count() - 2;
+            assert!(
+                f[6..10].iter().all(|p| p.split(',').count() == dims),
+                "{key}"
+            );
             assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0), "{key}");
         }
         // the binary search finds each line's own bytes at each of its batches, and nothing for a
