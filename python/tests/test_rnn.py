@@ -187,8 +187,11 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # and inference at 256; its conductor of 1,024 on one input, training at 128 and inference at 256
     # and 32; its bar decoder over 1,114 inputs in inference at 4,096 and 32; the decoder's training
     # at 2,048 x 16 lies outside the formula), and blind215/hg03's EnCodec round trip (fp32 2-layer
-    # LSTM of 512 in inference at batch 8 x 750; its training problem and hg02's two lie outside it)
-    assert checked == 66
+    # LSTM of 512 in inference at batch 8 x 750; its training problem and hg02's two lie outside it),
+    # and blind222/hn04's four (R2D2's one-layer LSTM of 512 over 531 inputs at batch 48, training
+    # over 80 steps and its 40-step burn-in in train mode under no_grad, fp32 and float16 under bf16
+    # autocast, all answered by the formula before the GPU run)
+    assert checked == 70
 
 
 def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
