@@ -409,6 +409,33 @@ def test_sdpa_under_vmap_of_grad_takes_the_fused_kernel_by_its_batch_rule():
         assert cap.sdpa_backends == {"efficient": 1}
 
 
+def test_an_outer_backward_through_a_vmapped_efficient_sdpa_raises_the_lse_alignment_check():
+    # blind218/hj02 on an H200: a vmapped ensemble (stack_module_state, functional_call) whose loss is
+    # backpropagated outside vmap. `should_compute_logsumexp` reads the BatchedTensor's
+    # `requires_grad()`, false, so the forward saves an empty (B, H, 0) logsumexp (strides (H, 1, 1))
+    # and `_efficient_attention_backward` raises from `check_supported` (kernel_backward.h) after it
+    # allocated its gradients and workspace, all freed as the error unwinds
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(3, 64, 64, device="cuda", requires_grad=True)
+        x = torch.empty(3, 4, 128, 64, device="cuda")
+        mask = torch.ones(3, 4, 128, dtype=torch.bool, device="cuda")
+
+        def member(w, x, mask):
+            q = (x @ w).view(4, 128, 2, 32).transpose(1, 2)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask[:, None, None, :])
+
+        out = torch.vmap(member)(w, x, mask)
+        loss = out.sum()
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(RuntimeError, match=r"^LSE is not correctly aligned \(strideH\)$"):
+            loss.backward()
+        assert torch.cuda.memory_allocated() == before
+        assert w.grad is None
+        # the same attention called outside vmap computes its logsumexp and runs backward
+        member(w[0], x[0], mask[0]).sum().backward()
+        assert w.grad.shape == w.shape
+
+
 def test_flash_backward_with_gqa_heads_expands_dk_and_dv_as_the_h200_does():
     # blind146/ep06's per-op records on an H200 (bf16, 6 query / 2 key-value heads of 256, 1,100
     # tokens, is_causal, enable_gqa, flash forced): dq, dk, dv, softmax_d (6, 6, 1152) and dq_accum

@@ -494,8 +494,34 @@ def efficient_backward(cap, func, args, kwargs):
     name = str(q.dtype).removeprefix("torch.")
     nbytes = cap.device.efficient_attention_backward_workspace(name, b, h, m, n, kd, kv)
     ws = cap.malloc(nbytes, op, "workspace") if nbytes else None
+    lse = args[6] if len(args) > 6 else kwargs["logsumexp"]
+    problem = _lse_misaligned(lse, b, h)
+    if problem:
+        # the kernel's locals die as the error unwinds: delta, the workspace, then the gradients
+        # (declared grad_q, grad_k, grad_v, grad_bias) last to first, then the grad_out copy
+        del delta, ws
+        for i in (3, 2, 1, 0):
+            out[i] = w[i] = None
+        del go
+        raise RuntimeError(f"LSE is not correctly aligned ({problem})")
     del delta, ws, go
     return tuple(w)
+
+
+def _lse_misaligned(lse, b: int, h: int) -> str | None:
+    """`AttentionBackwardKernel::check_supported` (mem_eff_attention/kernel_backward.h), called by
+    `_efficient_attention_backward` (attention_backward.cu) after it allocated the gradients, delta and
+    the workspace: `num_heads <= 1 || lse_strideH % 8 == 0`, then `num_batches <= 1 || lse_strideB % 8
+    == 0`, with the strides of the logsumexp the forward saved. A forward that did not compute it
+    (`should_compute_logsumexp` false: under torch.func's vmap a BatchedTensor's `requires_grad()` is
+    false even where the physical tensors require a gradient) saved an empty `(B, H, 0)` one, whose
+    contiguous strides are `(H, 1, 1)`: blind218/hj02's H200 run raised "LSE is not correctly aligned
+    (strideH)" at its first backward through a vmapped ensemble's SDPA."""
+    if h > 1 and lse.stride(1) % 8:
+        return "strideH"
+    if b > 1 and lse.stride(0) % 8:
+        return "strideB"
+    return None
 
 
 def flash_backward(cap, func, args, kwargs):
