@@ -2095,6 +2095,22 @@ def test_a_tied_parameter_cast_on_the_gpu_keeps_its_gradient():
         assert torch.cuda.memory_allocated() == before - (16 << 20)
 
 
+def test_a_buffer_two_modules_share_is_copied_once_per_module():
+    # `_apply` moves parameters in place but buffers by `self._buffers[key] = fn(buf)`
+    # (nn/modules/module.py): each module converts the shared CPU buffer itself, so the GPU holds
+    # one copy per module (blind217/hi06's H200 history: a MADE's output mask registered in its m and
+    # s MaskedLinear layers, 1 MiB allocated twice per IAF step)
+    a, b = torch.nn.Linear(2, 2, bias=False), torch.nn.Linear(2, 2, bias=False)
+    mask = torch.ones(1024, 256)
+    a.register_buffer("mask", mask)
+    b.register_buffer("mask", mask)
+    with vramscope.capture(gpu="h200"):
+        torch.nn.Sequential(a, b).cuda()
+        assert a.mask is not b.mask and a.mask.is_cuda and b.mask.is_cuda
+        # two 512-byte weights and two 1 MiB masks
+        assert torch.cuda.memory_allocated() == 2 * 512 + 2 * (1 << 20)
+
+
 def test_ctc_loss_s_mean_over_plain_tensor_lengths_divides_by_a_host_built_float_tensor():
     # LossCTC.cpp: for tensors that are not subclass-like, `ctc_loss` copies the lengths to the host
     # and calls the IntArrayRef overload, whose mean divides by `at::tensor(target_lengths,

@@ -298,10 +298,14 @@ def module_apply(original):
     since `_has_compatible_shallow_copy_type` holds between dense CPU and
     CUDA tensors), so a parameter two modules share stays one; between CPU
     and meta tensors it does not hold, and `_apply` would make one copy per
-    module. Here each shared tensor is converted once, and every module
+    module. Here each shared parameter is converted once, and every module
     that held it gets the same new parameter. On the GPU the old storage
     dies at that first conversion: the other modules hold a stand-in
-    aliasing the result until their turn, not the old tensor."""
+    aliasing the result until their turn, not the old tensor. A buffer is
+    not moved in place (`self._buffers[key] = fn(buf)`): a buffer two modules
+    share becomes one copy per module, as the twin's `_apply` makes it
+    (blind217/hi06's H200 history: the MADE output mask registered in two
+    MaskedLinear layers, 1 MiB on the GPU twice per IAF step)."""
     depth = [0]
     real_compatible = torch._has_compatible_shallow_copy_type
 
@@ -328,10 +332,9 @@ def module_apply(original):
             return original(self, fn, recurse)
         owners: dict[int, list] = {}
         for mod in self.modules() if recurse else [self]:
-            for table in (mod._parameters, mod._buffers):
-                for key, t in table.items():
-                    if t is not None:
-                        owners.setdefault(id(t), []).append((table, key))
+            for key, t in mod._parameters.items():
+                if t is not None:
+                    owners.setdefault(id(t), []).append((mod._parameters, key))
         memo: dict[int, torch.Tensor] = {}
         stand_ins = []  # kept alive while `_apply` runs, so that their ids stay theirs
         replaced = []  # (the shared parameter, the new one the modules now hold)
