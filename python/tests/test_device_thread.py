@@ -144,3 +144,29 @@ def test_a_recorded_double_backward_keeps_its_copies_with_the_new_nodes():
         assert kept and all(n.name() == "ConvolutionBackward0" for n in kept)
         trace.backward()
         assert not _kept(trace.grad_fn)
+
+
+def test_a_capture_dropped_on_another_thread_keeps_its_device_for_its_own_thread():
+    """A garbage collection on the device thread can drop a capture the calling thread made; its
+    native device (a PyO3 object of one thread) is parked for that thread, not dropped where it
+    cannot be (which raised an unraisable error whose traceback's frames kept a later capture's
+    tensors alive)."""
+    import sys
+    import threading
+
+    from vramscope import _capture
+
+    errors = []
+    before = sys.unraisablehook
+    sys.unraisablehook = lambda args: errors.append(args.exc_value)
+    try:
+        box = [_capture.Capture(gpu="h200")]
+        dropper = threading.Thread(target=box.clear)
+        dropper.start()
+        dropper.join()
+    finally:
+        sys.unraisablehook = before
+    assert errors == []
+    assert len(_capture._PARKED) == 1
+    _capture.Capture(gpu="h200")
+    assert _capture._PARKED == []

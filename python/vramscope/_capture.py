@@ -1448,6 +1448,22 @@ def _host_above() -> int | None:
     return above
 
 
+#: (thread, native device) of captures that died on another thread than their device's: a PyO3
+#: device is dropped on the thread that made it (`unsendable`), so one a garbage collection on
+#: another thread (the autograd device thread's) finds is kept here until its own thread is back
+_PARKED: list = []
+_PARKED_LOCK = threading.Lock()
+
+
+def _drop_parked() -> None:
+    """Drop the parked devices that this thread made."""
+    me = threading.get_ident()
+    with _PARKED_LOCK:
+        mine = [d for t, d in _PARKED if t == me]
+        _PARKED[:] = [(t, d) for t, d in _PARKED if t != me]
+    del mine
+
+
 class Capture:
     """Run code with `cuda` tensors on a simulated GPU.
 
@@ -1457,7 +1473,8 @@ class Capture:
     def __init__(self, gpu: str = "h100", alloc_conf: str | None = None):
         #: the settings given; None: the environment's when CUDA starts
         self.alloc_conf = alloc_conf
-        self.device = _native.Device(gpu, self._conf())
+        _drop_parked()
+        self._new_device(gpu, self._conf())
         self.started = False
         #: the caching host allocator's page-locked blocks
         self.pinned = PinnedHost()
@@ -1554,6 +1571,23 @@ class Capture:
             return self.alloc_conf
         return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
 
+    def _new_device(self, gpu: str, conf: str | None) -> None:
+        """A fresh native device for this thread (the one it replaces is parked if another thread
+        made it)."""
+        self._park_device()
+        self._device_thread_id = threading.get_ident()
+        self.device = _native.Device(gpu, conf)
+
+    def _park_device(self) -> None:
+        """Keep this capture's native device for its own thread when another one drops it."""
+        owner = self.__dict__.get("_device_thread_id")
+        if "device" in self.__dict__ and owner != threading.get_ident():
+            with _PARKED_LOCK:
+                _PARKED.append((owner, self.__dict__.pop("device")))
+
+    def __del__(self):
+        self._park_device()
+
     def start(self) -> None:
         """The first CUDA allocation: PyTorch reads `PYTORCH_CUDA_ALLOC_CONF`
         when its allocator starts, so a script may set it before then."""
@@ -1568,7 +1602,7 @@ class Capture:
         conf = self._conf() or ""
         self.alloc_conf = conf
         if conf != (self.device_conf or ""):
-            self.device = _native.Device(self.gpu, conf)
+            self._new_device(self.gpu, conf)
             if self.history:
                 self.device.record_memory_history(True)
         self.device_conf = conf
