@@ -1460,6 +1460,25 @@ def test_bce_with_logits_frees_its_pos_weight_factor_before_the_loss():
         assert 2 * size <= torch.cuda.max_memory_allocated() - base < 2 * size + 4096
 
 
+def test_bce_with_logits_takes_a_host_scalar_pos_weight_as_the_gpu_does():
+    # SpeechT5's stop loss keeps `pos_weight=torch.tensor(5.0)` on the host: `pos_weight - 1` is a
+    # host scalar and `.mul(target)` the device's only extra tensor (blind223/ho06's H200 history:
+    # log_sigmoid, the product, freed, `1 - target`, the 0-dim mean; 4 allocations)
+    n = 16 * 400
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(n, device="cuda")
+        t = torch.empty(n, device="cuda")
+        loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor(5.0))
+        before = torch.cuda.memory_stats()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        loss = loss_fn(x, t)
+        after = torch.cuda.memory_stats()
+        assert after["allocation.all.allocated"] - before["allocation.all.allocated"] == 4
+        assert torch.cuda.max_memory_allocated() - base == 2 * n * 4 + 512
+        assert loss.shape == ()
+
+
 def test_unfold_and_fold_allocate_what_the_gpu_counted():
     # blind36/aj06's H200 per-op records: im2col of (16, 3, 256, 256) fp32 by 8x8 patches, stride 4,
     # allocates the input-sized empty_like, then the grown result, and frees the first; col2im of

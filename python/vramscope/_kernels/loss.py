@@ -180,16 +180,26 @@ def _bce_with_logits(cap, func, args, kwargs):
     a = dict(zip(names, args, strict=False)) | kwargs
     x, target, pos_weight = a["input"], a["target"], a.get("pos_weight")
     reduction = a.get("reduction", 1)
-    if not (registered(x) and registered(target)) or (pos_weight is not None and not registered(pos_weight)):
+    # a 0-dim host `pos_weight` (a module's `torch.tensor(5.0)` left on the CPU, as SpeechT5's stop
+    # loss has it) mixes with CUDA tensors as a scalar: `pos_weight - 1` stays on the host and only
+    # the broadcast product is the device's (blind223/ho06's H200 history)
+    host_scalar = pos_weight is not None and pos_weight.device.type == "cpu" and pos_weight.dim() == 0
+    if not (registered(x) and registered(target)) or (
+        pos_weight is not None and not registered(pos_weight) and not host_scalar
+    ):
         return NotImplemented
     cap.ops += 1
     op = "aten::binary_cross_entropy_with_logits"
     out = func(*args, **kwargs)
     log_sigmoid = cap.malloc(x.numel() * x.element_size(), op, "temporary")
     if pos_weight is not None:
-        shifted = cap.malloc(pos_weight.numel() * pos_weight.element_size(), op, "temporary")
+        shifted = (
+            None
+            if host_scalar
+            else cap.malloc(pos_weight.numel() * pos_weight.element_size(), op, "temporary")
+        )
         shape = torch.broadcast_shapes(pos_weight.shape, target.shape)
-        dtype = torch.promote_types(pos_weight.dtype, target.dtype)
+        dtype = torch.result_type(pos_weight, target)
         log_weight = cap.malloc(math.prod(shape) * dtype.itemsize, op, "temporary")
         del shifted, log_weight
     if reduction == 0:
