@@ -190,8 +190,12 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # LSTM of 512 in inference at batch 8 x 750; its training problem and hg02's two lie outside it),
     # and blind222/hn04's four (R2D2's one-layer LSTM of 512 over 531 inputs at batch 48, training
     # over 80 steps and its 40-step burn-in in train mode under no_grad, fp32 and float16 under bf16
-    # autocast, all answered by the formula before the GPU run)
-    assert checked == 70
+    # autocast, all answered by the formula before the GPU run), and blind223/ho05's six (AutoVC's
+    # unidirectional LSTMs: the decoder's LSTM of 512 over 320 inputs training at 64 x 384 in fp32 and
+    # float16, its 2-layer LSTM of 1,024 and lstm1 in inference at 128, the frozen 3-layer d-vector LSTM
+    # of 768 in inference at 64 and 128; all answered by the formula before the GPU run; the set's
+    # eleven others lie outside it)
+    assert checked == 76
 
 
 def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
@@ -222,6 +226,44 @@ def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
         == ("lstm", "float16", 1114, 1024, 2, 16, True)
     }
     assert got == {2048: (546930944, 738197760, 546930944)}
+
+
+def test_blind223_tts_rnn_problems_outside_the_formula_are_measured():
+    from vramscope import _rnn
+
+    # blind223 (truth_blind223_h200.tar.xz, read by rnn_table.py): ho04's CBHG BiGRU of 128 over 128
+    # (hidden < 256: outside `_fitted`), ho05's AutoVC content bottleneck, a 2-layer BiLSTM of 32 over
+    # 512, and its decoder's 2-layer LSTM of 1,024 over 512, and ho02's Tacotron 2 encoder BiLSTM of
+    # 256 over 512 (2·input > G·hidden); training in float32 and float16 (fp16 and bf16 autocast),
+    # inference at twice the batch. Each was named unmeasured blind; with them ho02, ho04 and ho05 are
+    # exact in all 12 phases
+    gru, lstm = _rnn.MODES["gru"], _rnn.MODES["lstm"]
+    assert _rnn._fitted(gru, torch.float32, 128, 128, 0, 1, True, 0.0, True, 64, 400, 25600, False) is None
+    assert _rnn._fitted(lstm, torch.float32, 512, 32, 0, 2, True, 0.0, True, 64, 384, 24576, False) is None
+    got = {
+        (p["mode"], p["dtype"], p["input_size"], p["hidden_size"], p["batch"], p["train"]): (
+            p["workspace"],
+            p.get("reserve"),
+            p.get("backward_workspace"),
+        )
+        for p in _rnn._problems().values()
+        if (p["input_size"], p["hidden_size"], p["seq_length"])
+        in ((128, 128, 400), (512, 32, 384), (512, 1024, 384), (512, 256, 96))
+    }
+    assert got == {
+        ("gru", "float32", 128, 128, 64, True): (358810368, 157286656, 358810368),
+        ("gru", "float16", 128, 128, 64, True): (187794176, 78643456, 187794176),
+        ("gru", "float32", 128, 128, 128, False): (673580288, None, None),
+        ("lstm", "float32", 512, 32, 64, True): (399540992, 69206272, 399540992),
+        ("lstm", "float16", 512, 32, 64, True): (216548096, 34603264, 216548096),
+        ("lstm", "float32", 512, 32, 128, False): (324207872, None, None),
+        ("lstm", "float32", 512, 1024, 64, True): (500171520, 1107296512, 500171520),
+        ("lstm", "float16", 512, 1024, 64, True): (258474752, 553648384, 258474752),
+        ("lstm", "float32", 512, 1024, 128, False): (924845312, None, None),
+        ("lstm", "float32", 512, 256, 64, True): (138019584, 62914816, 138019584),
+        ("lstm", "float16", 512, 256, 64, True): (77398784, 31457536, 77398784),
+        ("lstm", "float32", 512, 256, 32, False): (74187264, None, None),
+    }
 
 
 def test_blind190_separation_lstm_problems_are_measured():
