@@ -3810,3 +3810,20 @@ def test_a_hole_among_host_tensors_is_address_space_no_mapping_holds():
     del buf
     m.close()
     assert _unmapped_bytes(lo, lo + size) == size
+
+
+def test_gelu_tanh_double_backward_sums_its_terms_out_of_place():
+    # FunctionsManual.cpp's gelu_double_backward (tanh): `2 * f_prime_gh + g_prime_fh + h_prime_fg`
+    # makes two input-sized sums, out of place on the GPU, beside the engine's in-place
+    # accumulation (blind226/hr01's H200 history: GeluBackwardBackward0 allocates add, add)
+    with vramscope.capture(gpu="h200"):
+        x = torch.randn(64, 1024, device="cuda", requires_grad=True)
+        w = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+        y = torch.nn.functional.gelu(x @ w, approximate="tanh").sum()
+        (g,) = torch.autograd.grad(y, w, create_graph=True)
+        u = torch.randn_like(w)
+        _, (count, _) = counted(lambda: torch.autograd.grad(g, w, grad_outputs=u))
+        # GeluBackwardBackward0's 33 allocations as in the history (gelu_backward, then
+        # gelu_double_backward's 32 input-sized tensors, both sums among them) and the mm of the
+        # weight's gradient; without the two sums out of place, 33
+        assert count == 34

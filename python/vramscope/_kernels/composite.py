@@ -138,6 +138,15 @@ def _accumulate(cap, func, args, kwargs):
         # convolutions, one output-sized sum per layer)
         if cap.ggw_term_out() is var:
             return NotImplemented
+    if node is not None and node.name() == "GeluBackwardBackward0":
+        # gelu_double_backward's own `2 * f_prime_gh + g_prime_fh + h_prime_fg` (tanh branch,
+        # FunctionsManual.cpp), out of place on the GPU (blind226/hr01's H200 history: two adds of
+        # the input's size each Hutchinson HVP pass). Its left operand is the term made last, the
+        # right an earlier one; the engine's sum of this node's output into a buffer has its
+        # older tensor on the left
+        h_old, h_var = cap.handle_of(old), cap.handle_of(var)
+        if h_old is not None and h_var is not None and h_old > h_var:
+            return NotImplemented
     if node is not None and node.name() == "LinalgCholeskyExBackward0" and var._is_view():
         # cholesky_backward's own `gA + gA.tril(-1).mH()` (FunctionsManual.cpp), out of place on
         # the GPU too (blind21/u04's H200 history); the node's gradient itself is no view
