@@ -271,7 +271,9 @@ pub struct WorkloadArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = parse_count)]
     pub steps: Option<usize>,
     /// PYTORCH_CUDA_ALLOC_CONF, e.g. "expandable_segments:True" or
-    /// "max_split_size_mb:128".
+    /// "max_split_size_mb:128". Its per_process_memory_fraction:F is the
+    /// limit (F x the GPU's total memory) unless --memory-fraction or
+    /// --memory-limit gives one.
     #[arg(long, value_name = "CONF", default_value = "")]
     pub alloc_conf: String,
     /// Inference: the passes' autograd context. no-grad: `with
@@ -531,10 +533,15 @@ pub struct GpuArgs {
     #[arg(long, value_name = "X.Y")]
     pub capability: Option<String>,
     /// torch.cuda.set_per_process_memory_fraction(F) on that GPU, 0 < F <= 1.
+    /// It replaces a per_process_memory_fraction given in --alloc-conf, as
+    /// in PyTorch: the allocator starts with the settings' fraction, and
+    /// set_per_process_memory_fraction, called later, sets the limit again
+    /// (1 removes it).
     #[arg(long, value_name = "F", conflicts_with = "memory_limit")]
     pub memory_fraction: Option<f64>,
     /// A limit (24GiB, 24GB, 24G or bytes), applied as
-    /// set_per_process_memory_fraction(LIMIT / total).
+    /// set_per_process_memory_fraction(LIMIT / total) (replacing
+    /// --alloc-conf's per_process_memory_fraction, as --memory-fraction does).
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub memory_limit: Option<u64>,
 }
@@ -603,17 +610,19 @@ impl GpuArgs {
     }
 
     /// What the allocator may hold once the driver has taken `driver` bytes
-    /// outside it (its cuBLAS handles): the fraction of the total, or the
-    /// GPU's memory less the CUDA context and those bytes.
-    pub fn capacity(&self, driver: u64) -> anyhow::Result<u64> {
-        let p = self.profile()?;
-        let device = p.usable_memory.saturating_sub(driver);
-        Ok(match self.fraction()? {
-            // CUDACachingAllocator: allowed = fraction * total, and still no
-            // more than the device has
-            Some(f) => ((f * p.total_memory as f64) as u64).min(device),
-            None => device,
-        })
+    /// outside it (its cuBLAS handles), under these options and the
+    /// allocator settings `allocator` (`--alloc-conf`, whose
+    /// `per_process_memory_fraction` limits it as --memory-fraction does):
+    /// [`EstimateOptions::capacity`].
+    pub fn capacity(&self, driver: u64, allocator: &AllocatorConfig) -> anyhow::Result<u64> {
+        let options = EstimateOptions {
+            profile: self.profile()?,
+            allocator: allocator.clone(),
+            memory_fraction: self.fraction()?,
+            unlimited: false,
+            record_trace: false,
+        };
+        Ok(options.capacity(driver))
     }
 }
 
@@ -1140,9 +1149,10 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<ExitCode> {
     let est = unlimited.as_ref().unwrap_or(limited);
     let fullest_rank = rank[0];
     // less what the driver takes over the whole workload
-    let capacity = args
-        .gpu
-        .capacity(est.events.driver.iter().map(|d| d.what).sum())?;
+    let capacity = args.gpu.capacity(
+        est.events.driver.iter().map(|d| d.what).sum(),
+        &args.workload.allocator()?,
+    )?;
     let oom = limited.oom.as_ref();
     let fits = oom.is_none();
     let profile = args.gpu.profile()?;

@@ -319,7 +319,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     };
     let driver: u64 = workload_requests(&config, &one_step, &options.without_limit())?
         .map_or(0, |r| r.driver_bytes_before(usize::MAX));
-    let capacity = args.gpu.capacity(driver)?;
+    // the limit: --memory-fraction/--memory-limit, else --alloc-conf's
+    // per_process_memory_fraction (`EstimateOptions::limit_fraction`)
+    let capacity = options.capacity(driver);
     if let Some(longest) = args.longest {
         if base.mode != Mode::Generate {
             bail!("--longest searches a generation: it needs --mode generate");

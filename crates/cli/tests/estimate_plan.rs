@@ -1273,3 +1273,50 @@ fn parallel_runs_lora_optimizers_unused_parameters_and_generate() {
         0,
     );
 }
+
+/// `--alloc-conf per_process_memory_fraction:F` is the limit that estimate
+/// and plan report, as `--memory-fraction F` is (PyTorch's allocator starts
+/// with the settings' fraction, `DeviceCachingAllocator`'s constructor), and
+/// `--memory-limit`/`--memory-fraction` replace it, as a later
+/// `torch.cuda.set_per_process_memory_fraction` does.
+#[test]
+fn the_alloc_conf_fraction_is_the_limit_reported() {
+    let cfg = config_file("llama_train_fp32_adamw");
+    let limit = 4294967296u64;
+    // the fraction --memory-limit sets (H100: 85017493504 bytes)
+    let f = limit as f64 / 85017493504.0;
+    let by_limit = format!("--memory-limit {limit}");
+    let by_conf = format!("--alloc-conf per_process_memory_fraction:{f}");
+    let overridden = format!("{by_limit} --alloc-conf per_process_memory_fraction:0.9");
+    let plan = |how: &str| {
+        let args = format!("--mode train --seq 512 --json --no-levers {how}");
+        json(&vramscope("plan", &cfg, &args, 0))
+    };
+    let (a, b, c) = (plan(&by_limit), plan(&by_conf), plan(&overridden));
+    assert_eq!(a["max_batch"], 11, "fixtures/plan: 11 on the H100");
+    for k in [
+        "capacity_bytes",
+        "max_batch",
+        "recommended_batch",
+        "recommended_limit_bytes",
+    ] {
+        assert_eq!(a[k], b[k], "{k}");
+        assert_eq!(a[k], c[k], "{k}");
+    }
+    assert!(a["capacity_bytes"].as_u64().unwrap() <= limit);
+    // estimate: the limit and the headroom under it, at the batch that
+    // does not fit
+    let estimate = |how: &str| {
+        let args = format!("--mode train --batch 12 --seq 512 --json {how}");
+        json(&vramscope("estimate", &cfg, &args, 1))["fits"].clone()
+    };
+    let (a, b, c) = (
+        estimate(&by_limit),
+        estimate(&by_conf),
+        estimate(&overridden),
+    );
+    assert_eq!(a["fits"], false);
+    assert_eq!(a, b);
+    assert_eq!(a, c);
+    assert!(a["headroom_bytes"].as_i64().unwrap() < 0, "{a}");
+}

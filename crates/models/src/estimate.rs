@@ -47,6 +47,38 @@ impl EstimateOptions {
             ..self.clone()
         }
     }
+
+    /// The fraction of the GPU's total memory the allocator may hold, if it
+    /// is limited: the one place that decides it from both sources.
+    /// `DeviceCachingAllocator`'s constructor sets the limit from the
+    /// settings' `per_process_memory_fraction`
+    /// (`setMemoryFraction(CUDAAllocatorConfig::per_process_memory_fraction())`,
+    /// c10/cuda/CUDACachingAllocator.cpp), and
+    /// `torch.cuda.set_per_process_memory_fraction(F)` initializes CUDA
+    /// first (`_lazy_init`) then calls `setMemoryFraction(F)` again: the
+    /// run's call (`memory_fraction`) replaces the settings' limit, and a
+    /// fraction of 1.0 (either's, the last one applied) leaves none
+    /// (`set_fraction = fraction < 1.0`).
+    pub fn limit_fraction(&self) -> Option<f64> {
+        let f = self
+            .memory_fraction
+            .unwrap_or(self.allocator.per_process_memory_fraction);
+        (f < 1.0).then_some(f)
+    }
+
+    /// What the allocator may hold once the driver has taken `driver` bytes
+    /// outside it (its cuBLAS handles): the limit
+    /// ([`Self::limit_fraction`] x the total, `allowed_memory_maximum` as
+    /// `setMemoryFraction` truncates it) and still no more than the device
+    /// has, or without a limit the GPU's memory less the CUDA context and
+    /// those bytes.
+    pub fn capacity(&self, driver: u64) -> u64 {
+        let device = self.profile.usable_memory.saturating_sub(driver);
+        match self.limit_fraction() {
+            Some(f) => ((f * self.profile.total_memory as f64) as u64).min(device),
+            None => device,
+        }
+    }
 }
 
 impl Default for EstimateOptions {
@@ -1632,4 +1664,59 @@ fn make_inputs(rt: &Runtime, config: &HfConfig, w: &Workload) -> Result<Inputs> 
             })
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(conf: &str, memory_fraction: Option<f64>) -> EstimateOptions {
+        EstimateOptions {
+            allocator: AllocatorConfig::parse(conf).unwrap(),
+            memory_fraction,
+            ..EstimateOptions::default()
+        }
+    }
+
+    /// `PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:F` limits the
+    /// allocator as `set_per_process_memory_fraction(F)` does, and the
+    /// capacity reported says so; a later `set_per_process_memory_fraction`
+    /// replaces it (1.0 removes the limit).
+    #[test]
+    fn the_settings_fraction_is_the_limit_unless_the_run_sets_one() {
+        let total = DeviceProfile::h100_torch_2_11().total_memory;
+        let usable = DeviceProfile::h100_torch_2_11().usable_memory;
+        let half = (0.5 * total as f64) as u64;
+        assert_eq!(options("", None).limit_fraction(), None);
+        assert_eq!(options("", None).capacity(1 << 20), usable - (1 << 20));
+        let knob = options("per_process_memory_fraction:0.5", None);
+        assert_eq!(knob.limit_fraction(), Some(0.5));
+        assert_eq!(knob.capacity(1 << 20), half);
+        assert_eq!(
+            knob.capacity(1 << 20),
+            options("", Some(0.5)).capacity(1 << 20)
+        );
+        // the allocator the estimate runs on holds the same limit
+        let alloc = CachingAllocator::with_device(
+            knob.allocator.clone(),
+            vramscope_alloc::SimDevice::with_driver_placement(total, usable),
+        );
+        assert_eq!(alloc.allowed_memory_maximum(), Some(half));
+        // the run's set_per_process_memory_fraction comes after the settings'
+        let both = options("per_process_memory_fraction:0.1", Some(0.5));
+        assert_eq!(both.limit_fraction(), Some(0.5));
+        assert_eq!(both.capacity(0), half);
+        let lifted = options("per_process_memory_fraction:0.1", Some(1.0));
+        assert_eq!(lifted.limit_fraction(), None);
+        assert_eq!(lifted.capacity(0), usable);
+        assert_eq!(
+            options("per_process_memory_fraction:1.0", None).limit_fraction(),
+            None
+        );
+        // never more than the device has
+        assert_eq!(
+            options("per_process_memory_fraction:0.999", None).capacity(0),
+            usable
+        );
+    }
 }
