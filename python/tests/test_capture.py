@@ -302,6 +302,29 @@ def test_the_settings_fraction_limits_an_allocator_not_yet_started_only():
         assert torch.cuda.get_per_process_memory_fraction() == pytest.approx(0.5)
 
 
+def test_the_report_gives_the_limit_from_the_settings_or_the_scripts_call():
+    # the allocator's limit (`allowed_memory_maximum`): the settings' per_process_memory_fraction
+    # it starts with (DeviceCachingAllocator's constructor), replaced by a later
+    # set_per_process_memory_fraction; none before CUDA starts or at a fraction of 1
+    from vramscope._run import render_text
+
+    with vramscope.capture(gpu="h100", alloc_conf="per_process_memory_fraction:0.5") as cap:
+        assert cap.report()["memory_limit"] is None
+        x = torch.empty(4, device="cuda")
+        report = cap.report()
+        assert report["memory_limit"] == int(0.5 * report["total_memory"])
+        assert "(79.18 GiB, limited to 39.59 GiB)" in render_text(report)
+        torch.cuda.set_per_process_memory_fraction(0.25)
+        assert cap.report()["memory_limit"] == int(0.25 * report["total_memory"])
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        assert cap.report()["memory_limit"] is None
+        assert "(79.18 GiB)" in render_text(cap.report())
+        del x
+    with vramscope.capture(gpu="h100") as cap:
+        torch.cuda.set_per_process_memory_fraction(0.1)
+        assert cap.report()["memory_limit"] == int(0.1 * cap.report()["total_memory"])
+
+
 def test_the_gpu_profile_answers_the_device_properties():
     with vramscope.capture(gpu="l4"):
         # sm_89: 1536 threads per multiprocessor (the profile's, from the compute capability table)

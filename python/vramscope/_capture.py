@@ -2590,6 +2590,20 @@ class Capture:
             "by_source": dict(lines),
         }
 
+    def memory_limit(self) -> int | None:
+        """The bytes the allocator may hold now (`allowed_memory_maximum`), None without a limit:
+        the settings' `per_process_memory_fraction` it started with (`DeviceCachingAllocator`'s
+        constructor calls `setMemoryFraction` with it), or the script's last
+        `set_per_process_memory_fraction`, which replaces it; None before CUDA started (no
+        allocator yet). `get_per_process_memory_fraction()` times the total: the limit over the
+        total, so the product rounds back to the limit's bytes."""
+        if not self.allocator_built:
+            return None
+        fraction = self.device.memory_fraction()
+        if fraction >= 1.0:
+            return None
+        return round(fraction * self.device.total_memory)
+
     def report(self) -> dict:
         """The run as `vramscope run --json` writes it (docs/json.md)."""
         stats = getattr(self, "end_stats", None) or self.device.memory_stats()
@@ -2601,6 +2615,7 @@ class Capture:
             "gpu_key": self.device.key,
             "gpu_estimated_constants": list(self.device.estimated_constants),
             "total_memory": self.device.total_memory,
+            "memory_limit": self.memory_limit(),
             "cuda_used": self.cuda_used,
             "ops": self.ops,
             "phases": phases,

@@ -42,7 +42,9 @@ def format_size(n: int) -> str:
 
 def render_text(report: dict) -> str:
     """The terminal report."""
-    lines = [f"vramscope: {report['gpu']} ({format_size(report['total_memory'])})"]
+    limit = report.get("memory_limit")
+    limited = "" if limit is None else f", limited to {format_size(limit)}"
+    lines = [f"vramscope: {report['gpu']} ({format_size(report['total_memory'])}{limited})"]
     if report.get("gpu_estimated_constants"):
         lines.append("estimated for this GPU (not measured): " + ", ".join(report["gpu_estimated_constants"]))
     if not report["cuda_used"]:
