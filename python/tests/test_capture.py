@@ -571,6 +571,43 @@ def test_phases_follow_reset_peak_memory_stats(tmp_script):
     assert phases[1]["allocated"] == 4 * MIB
 
 
+def test_the_phase_open_at_the_end_keeps_its_markers_name():
+    # docs/json.md: a phase is named by the `vramscope.phase` marker that opened it, the one still
+    # open when the program ends included; `end` where none opened it
+    with vramscope.capture() as cap:
+        vramscope.phase("fwd")
+        a = torch.empty(1 << 20, device="cuda")
+        vramscope.phase("bwd")
+        b = torch.empty(2 << 20, device="cuda")
+        del a, b
+    phases = cap.report()["phases"]
+    assert [p["name"] for p in phases] == ["phase0", "fwd", "bwd"]
+    assert phases[2]["peak_allocated"] == 12 * MIB and phases[2]["allocated"] == 0
+    with vramscope.capture() as cap:
+        vramscope.phase("fwd")
+        torch.cuda.reset_peak_memory_stats()
+    assert [p["name"] for p in cap.report()["phases"]] == ["phase0", "fwd", "end"]
+
+
+def test_the_capture_reads_no_deprecated_attribute_the_program_never_used():
+    # the capture's search for host tensors (`_map_host_tensors`) looks at every object; asking
+    # `torch.distributed.reduce_op` its `__class__` warned (FutureWarning) as if the program used it
+    import warnings
+
+    import torch.distributed as dist
+
+    assert dist.is_available()
+    host = torch.ones(1 << 20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with vramscope.capture():
+            x = torch.ones(4, device="cuda") + host[:4].cuda()
+        del x
+        assert [str(w.message) for w in caught if "reduce_op" in str(w.message)] == []
+        dist.reduce_op.SUM  # noqa: B018  (the program's own use still warns)
+        assert [w.category for w in caught if "reduce_op" in str(w.message)] == [FutureWarning]
+
+
 def test_a_failing_script_keeps_its_traceback_and_status(tmp_script):
     script = tmp_script("import torch\nx = torch.empty(4, device='cuda')\nraise ValueError('boom')\n")
     status, _lines, report, err = run_script(script)

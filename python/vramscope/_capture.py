@@ -1642,6 +1642,11 @@ class Capture:
         (what it leaves out: docs/driver-placement.md, session 42)."""
         storages = {}
         for o in gc.get_objects():
+            # by the object's type, not `isinstance`, which reads `__class__` through any object's
+            # `__getattribute__`: `torch.distributed.reduce_op`'s warns (FutureWarning, its
+            # `@deprecated` `__getattribute__` in distributed_c10d.py) where the script never used it
+            if type(o) not in weakref.ProxyTypes and not issubclass(type(o), torch.Tensor):
+                continue
             try:
                 # (a dead weak proxy, as dynamo's guards keep, raises on any use)
                 if not isinstance(o, torch.Tensor) or registered(o):
@@ -2607,7 +2612,8 @@ class Capture:
     def report(self) -> dict:
         """The run as `vramscope run --json` writes it (docs/json.md)."""
         stats = getattr(self, "end_stats", None) or self.device.memory_stats()
-        end = Phase("end", stats)
+        # the phase open at the end: a `vramscope.phase` marker's name where one opened it
+        end = Phase(self.next_phase or "end", stats)
         phases = [p.as_dict() for p in self.phases] + [end.as_dict()]
         return {
             "schema": "vramscope.run/1",
