@@ -754,8 +754,10 @@ def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tm
         "lin(x).sum().backward()\n"
     )
     html = tmp_path / "run.html"
-    status, _lines, report, err = run_script(script, extra=("--html", str(html)))
+    status, printed, report, err = run_script(script, extra=("--html", str(html)))
     assert status == 0, err
+    # stdout is `--json -`'s report alone: --html writes its file and prints nothing
+    assert printed == [], printed
     cats = report["at_peak"]["by_category"]
     # the weight and bias, the input; the peak is in backward: the main
     # thread's cuBLAS and cuBLASLt workspaces and the autograd thread's cuBLAS one
@@ -764,6 +766,8 @@ def test_the_report_says_what_is_live_at_the_peak_and_writes_html(tmp_script, tm
     assert cats["workspace"] == 2 * 32 * MIB + MIB
     text = html.read_text()
     assert text.startswith("<!DOCTYPE html>") and "http://" not in text.split("<body", 1)[0]
+    # titled with the run, not the temporary snapshot it was made from
+    assert f"<title>vramscope: run {script}</title>" in text
     # the program's lines that hold the peak: line 2 the weight and bias, line 3 the input, line 4
     # the backward's workspaces (the main thread's from the forward's matmul, on the same line)
     lines = {k.rsplit("/", 1)[-1]: v for k, v in report["at_peak"]["by_source"].items()}

@@ -5,6 +5,7 @@ twin's runtime (crates/engine): the caching allocator, the driver's memory
 outside it (CUDA context, cuBLAS handles), the cuBLAS/cuBLASLt workspaces.
 """
 
+import os
 from collections.abc import Sequence
 
 class OutOfMemory(Exception):
@@ -153,6 +154,14 @@ def main(argv: Sequence[str]) -> int:
     """The Rust command line (`vramscope estimate|plan|inspect|replay|...`).
 
     argv without the program name; returns the exit code."""
+
+def write_html(
+    snapshot: str | os.PathLike[str], out: str | os.PathLike[str], title: str | None = None
+) -> None:
+    """`vramscope inspect SNAPSHOT --html OUT`'s page, written with no report on stdout,
+    titled `title` (default: the snapshot's path).
+
+    Raises OSError (the error chain) when the snapshot cannot be read or OUT not written."""
 
 def autocast_policies() -> list[tuple[str, str]]:
     """Every ATen op (`name` or `name.overload`) with an AutocastCUDA kernel and

@@ -467,9 +467,16 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
             snap = os.path.join(tmp, "run.pickle")
             with open(snap, "wb") as f:
                 f.write(cap.device.snapshot_pickle())
-            code = _native.main(["inspect", snap, "--html", ns.html])
-            if code != 0:
-                print(f"vramscope run: writing {ns.html} failed", file=sys.stderr)
+            # the page alone: `inspect --html` would also print its text report on stdout,
+            # which may be `--json -`'s
+            try:
+                if hasattr(_native, "write_html"):
+                    _native.write_html(snap, ns.html, f"run {ns.script}")
+                elif _native.main(["inspect", snap, "--html", ns.html]) != 0:
+                    # (a native module built before `write_html`: inspect's way, report printed)
+                    raise OSError("inspect failed")
+            except OSError as e:
+                print(f"vramscope run: writing {ns.html} failed: {e}", file=sys.stderr)
     cap.close()
     if ns.json:
         text = json.dumps(report, indent=2) + "\n"

@@ -182,10 +182,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let (snap, report, tl) =
         load_timeline(&args.snapshot, &opts, args.range.as_deref(), args.device)?;
     if let Some(out) = &args.html {
-        // the page's bands come from the report's own timeline
-        let page = html::render_snapshot_timeline(&snap, &tl, &report);
-        write_in_place(out, page.as_bytes())
-            .with_context(|| format!("cannot write {}", out.display()))?;
+        write_page(out, &snap, &tl, &report)?;
     }
     let s = if args.json {
         json::render(&report)
@@ -194,6 +191,30 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     };
     std::io::stdout().lock().write_all(s.as_bytes())?;
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// Write a snapshot's HTML report to `out` and nothing else: what
+/// `inspect SNAPSHOT --html OUT` writes, without its text report on
+/// stdout (`vramscope run --html`, whose stdout may be `--json -`'s),
+/// titled `title` (the run's script) in place of the snapshot's path.
+pub fn write_html(snapshot: &Path, out: &Path, title: Option<&str>) -> anyhow::Result<()> {
+    let (snap, mut report, tl) = load_timeline(snapshot, &Options::default(), None, None)?;
+    if let Some(title) = title {
+        report.snapshot = title.to_owned();
+    }
+    write_page(out, &snap, &tl, &report)
+}
+
+/// The HTML page of `report` written to `out`.
+fn write_page(
+    out: &Path,
+    snap: &vramscope_snapshot::Snapshot,
+    tl: &Timeline,
+    report: &Report,
+) -> anyhow::Result<()> {
+    // the page's bands come from the report's own timeline
+    let page = html::render_snapshot_timeline(snap, tl, report);
+    write_in_place(out, page.as_bytes()).with_context(|| format!("cannot write {}", out.display()))
 }
 
 /// Write `bytes` to `path` over what it held, then cut it to their length:

@@ -849,6 +849,22 @@ fn main(py: Python<'_>, argv: Vec<String>) -> u8 {
         .unwrap_or(1)
 }
 
+/// `vramscope inspect SNAPSHOT --html OUT`'s page written to `out`, with no
+/// text report on stdout (`vramscope run --html`), titled `title` where
+/// given; `OSError` with the error chain when the snapshot cannot be read or
+/// the page not written.
+#[pyfunction]
+#[pyo3(signature = (snapshot, out, title=None))]
+fn write_html(
+    py: Python<'_>,
+    snapshot: std::path::PathBuf,
+    out: std::path::PathBuf,
+    title: Option<String>,
+) -> PyResult<()> {
+    py.detach(|| vramscope::inspect::write_html(&snapshot, &out, title.as_deref()))
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{e:#}")))
+}
+
 /// The module.
 /// One row of [`gpus`].
 type GpuRow = (&'static str, &'static str, u64, (u32, u32), bool);
@@ -875,6 +891,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OutOfMemory", m.py().get_type::<OutOfMemory>())?;
     m.add_function(wrap_pyfunction!(autocast_policies, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(write_html, m)?)?;
     m.add_function(wrap_pyfunction!(gpus, m)?)?;
     Ok(())
 }
