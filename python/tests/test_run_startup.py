@@ -174,3 +174,17 @@ def test_an_output_option_that_took_the_script_says_so(capsys):
     assert "vramscope run --snapshot run.snapshot train.py" in capsys.readouterr().err
     assert _run.main([]) == 2
     assert "give a script to run (or --example)" in capsys.readouterr().err
+
+
+def test_help_run_is_runs_help_and_the_top_level_help_lists_run(capfd):
+    # `run`'s options are `_run.parse`'s alone; the Rust command line's help lists `run`
+    from vramscope.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["help", "run"])
+    assert e.value.code == 0
+    out = capfd.readouterr().out
+    assert out.startswith("usage: vramscope run") and "--nproc N" in out
+    assert main(["--help"]) == 0
+    listed = capfd.readouterr().out
+    assert any(line.split()[:1] == ["run"] for line in listed.splitlines()), listed

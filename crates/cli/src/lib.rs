@@ -43,6 +43,14 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run an unmodified PyTorch script on the simulated GPU: its memory per
+    /// phase as torch.cuda would report it (`vramscope run --help`).
+    ///
+    /// `run` is the Python package's command (`pip install .`; it runs
+    /// your PyTorch): its options and help are Python's, `vramscope run
+    /// --help` there. This Rust command alone only names it.
+    #[command(disable_help_flag = true)]
+    Run(RunArgs),
     /// Replay a real memory snapshot through the allocator twin and check it
     /// does exactly what the GPU did.
     ///
@@ -118,8 +126,9 @@ pub enum Command {
     /// 1, 2, 4, ... until one fails, then bisection.
     ///
     /// With --batch (a list or a range, e.g. 1..64) and several --seq
-    /// (512,1024,2048) it sweeps the grid instead and prints peak reserved
-    /// and fits / doesn't (--csv or --json for plotting).
+    /// (512,1024,2048) it sweeps the grid instead and prints each cell's
+    /// peak allocated / peak reserved, `*` marking those that do not fit
+    /// (--csv or --json for plotting).
     ///
     /// With --fsdp N or --ddp N: the largest batch per rank over N GPUs, the
     /// fewest GPUs for --target-batch (a global batch) and the levers there.
@@ -133,6 +142,21 @@ pub enum Command {
     #[command(after_long_help = PLAN_EXAMPLES)]
     Plan(plan::PlanArgs),
 }
+
+/// `vramscope run`'s arguments, as they are: the Python package parses them
+/// (`python/vramscope/_run.py`, one definition of its options); this command
+/// line only lists `run` among the others.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// `vramscope run`'s options, the script and the script's arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<std::ffi::OsString>,
+}
+
+/// What the Rust command says to `vramscope run`: it needs the Python package.
+pub const RUN_NEEDS_PYTHON: &str = "`vramscope run` runs a PyTorch script: it is the Python \
+package's command (`pip install .` from a checkout installs it, with PyTorch beside it), \
+not this Rust command's";
 
 /// `estimate --help`'s examples (after the options, line by line: a doc
 /// comment's lines would be joined into one paragraph).
@@ -169,6 +193,7 @@ pub fn list_presets() -> ExitCode {
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(_) => anyhow::bail!(RUN_NEEDS_PYTHON),
         Command::Replay(args) => replay::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Inspect(args) => inspect::run(&args),
@@ -243,5 +268,78 @@ pub(crate) fn signed_size(bytes: i64) -> String {
         format!("-{size}")
     } else {
         size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Help text as words, whatever the width it was wrapped to.
+    fn words(help: impl std::fmt::Display) -> String {
+        help.to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// `vramscope --help` lists `run` and `vramscope help run` names where
+    /// its options are; its arguments, `--help` among them, pass untouched
+    /// (the Python package parses them), and this command alone refuses it.
+    #[test]
+    fn help_lists_run_whose_options_are_the_python_packages() {
+        let mut cli = Cli::command();
+        let help = cli.render_help().to_string();
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with("run ")),
+            "{help}"
+        );
+        let long = words(
+            cli.find_subcommand_mut("run")
+                .expect("run")
+                .render_long_help(),
+        );
+        assert!(long.contains("the Python package's command"), "{long}");
+        let argv = [
+            "vramscope",
+            "run",
+            "--gpu",
+            "h200",
+            "--help",
+            "train.py",
+            "--epochs",
+            "1",
+        ];
+        let parsed = Cli::try_parse_from(argv).expect("parses");
+        let Command::Run(args) = &parsed.command else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(
+            args.args,
+            argv[2..]
+                .iter()
+                .map(std::ffi::OsString::from)
+                .collect::<Vec<_>>()
+        );
+        let e = run(parsed).expect_err("refused");
+        assert_eq!(e.to_string(), RUN_NEEDS_PYTHON);
+    }
+
+    /// `plan --batch`'s grid prints each cell's peak allocated / peak
+    /// reserved (plan.rs, the sweep's text), and its help says so.
+    #[test]
+    fn plan_help_names_the_grids_figures() {
+        let mut cli = Cli::command();
+        let plan = cli.find_subcommand_mut("plan").expect("plan");
+        for help in [words(plan.render_long_help()), words(plan.render_help())] {
+            assert!(help.contains("peak allocated / peak reserved"), "{help}");
+            assert!(!help.contains("fits / doesn't"), "{help}");
+        }
     }
 }

@@ -39,8 +39,8 @@ pub struct PlanArgs {
     #[allow(missing_docs)]
     pub parallel: crate::estimate::ParallelArgs,
     /// Sweep these batch sizes (`1..64`, `1,2,4,8`) over every --seq and
-    /// print a grid of peak reserved and fits / doesn't, instead of
-    /// searching the largest batch.
+    /// print a grid of each cell's peak allocated / peak reserved, `*`
+    /// marking those that do not fit, instead of searching the largest batch.
     #[arg(long, value_parser = parse_list, allow_hyphen_values = true)]
     pub batch: Option<IntList>,
     /// The batch you want: levers are compared at it, and plan finds the
