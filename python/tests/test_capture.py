@@ -1474,6 +1474,23 @@ def test_a_pinned_host_buffer_like_a_device_tensor_is_plain_host_memory():
         assert host.to("cuda", non_blocking=True).stride() == x.stride()
 
 
+def test_a_loader_with_workers_pins_each_batch_on_the_program_s_thread():
+    # DataLoader(num_workers > 0, pin_memory=True) pins on a thread of its own (`_pin_memory_loop`),
+    # where the twin's modes are not active: it raised "Found no NVIDIA driver" there. Each batch is
+    # pinned as the program takes it instead, as the single-process loader pins it
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.zeros(64, 3, 8, 8), torch.zeros(64, dtype=torch.long))
+    peaks = []
+    for workers in (0, 2):
+        with vramscope.capture() as cap:
+            for x, y in DataLoader(data, batch_size=16, num_workers=workers, pin_memory=True):
+                assert len(cap.pinned.held) == 2  # the batch's two page-locked blocks
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            peaks.append(torch.cuda.max_memory_allocated())
+    assert peaks[0] == peaks[1] > 0
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere
