@@ -467,6 +467,36 @@ def test_a_slice_copy_of_unknown_values_overwrites_a_padded_fill():
         assert kept.shape[0] == sum(frames) * 80
 
 
+def test_a_normal_draw_compared_outside_its_range_is_decided():
+    # SpeechT5's TTS loss (blind223/ho06): `labels != -100.0` over randn mel labels too large to
+    # carry (16 x 400 x 80) is every element true on the GPU (curand's Box-Muller bounds a normal
+    # value by 6.764); the frames' row sums size the guided-attention masks and the
+    # `masked_select` of their `&` with the text mask selects 358,400 elements, not 409,600
+    from vramscope import _tensor
+
+    with vramscope.capture(gpu="h200") as cap:
+        labels = torch.randn(16, 400, 80, device="cuda")
+        padding = labels != -100.0
+        frames = padding[:, :, 0][:, 1::2]
+        assert frames.sum(-1).tolist() == [200] * 16
+        text = torch.ones(16, 128, dtype=torch.bool, device="cuda")
+        text[8:, 96:] = False
+        masks = (frames.unsqueeze(-1) & text.unsqueeze(-2)).unsqueeze(1)
+        attn = torch.randn(16, 2, 200, 128, device="cuda")
+        assert attn.masked_select(masks).numel() == 2 * (8 * 200 * 128 + 8 * 200 * 96)
+        assert labels.masked_select(padding).numel() == 512000
+        assert int((labels == -100.0).sum()) == 0 and bool((labels.normal_(3.0, 0.5) > -1.0).all())
+        # within the interval, or after a write, nothing is decided
+        assert _tensor.value(labels > 1.0) is None
+        labels[0, 0, 0] = -100.0
+        assert _tensor.value(labels != -100.0) is None
+        # a draw into part of a storage bounds none of it
+        part = torch.zeros(200000, device="cuda").mul_(7.0)
+        part[:100000].normal_()
+        assert _tensor.value(part != 7.0) is None and _tensor.value(part[:100000] != 7.0) is None
+    assert not cap.warned
+
+
 def test_an_integer_cumsum_of_a_long_padding_mask_carries_the_lengths():
     # SpeechT5's `_get_feature_vector_attention_mask` reads the lengths as
     # `attention_mask.cumsum(dim=-1)[:, -1]` of a (batch, samples) mask past 65,536 elements; their

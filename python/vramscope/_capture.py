@@ -1121,6 +1121,91 @@ def _constant_values(func, args, outs):
     return [torch.full((), fill, dtype=o.dtype).expand(o.shape)]
 
 
+#: `normal_and_transform` (cuda/DistributionTemplates.h) draws a normal value by curand's
+#: Box-Muller transform (curand_normal.h): `sqrt(-2 log u)` of a uniform u no smaller than 2^-33
+#: (`x * 2^-32 + 2^-33` of a 32-bit word; `curand_normal4`), 2^-54 in float64
+#: (`curand_normal2_double`), times a sine or cosine; so |z| <= sqrt(66 ln 2) = 6.764, 8.652 in
+#: float64. The bounds below leave room for the sine's and the dtype's rounding.
+_NORMAL_BOUND = {torch.float64: 8.66}
+_NORMAL_BOUND_DEFAULT = 6.8
+
+#: the normal draws whose result is the interval `mean + z * std` (`transformation::normal`):
+#: `randn`, `randn_like`, `normal_`, `normal(mean, std, size)`
+_NORMAL_DRAWS = {
+    aten.randn.default,
+    aten.randn.generator,
+    aten.randn.names,
+    aten.randn.generator_with_names,
+    aten.randn_like.default,
+    aten.normal_.default,
+    aten.normal.float_float,
+}
+
+
+def _note_normal_range(func, args, kwargs, out) -> None:
+    """After a normal draw (`_NORMAL_DRAWS`) whose values the twin does not carry: the interval
+    its values lie in, for `_decided_comparison`."""
+    t = args[0] if func is aten.normal_.default else out
+    if not isinstance(t, torch.Tensor) or value(t) is not None or not t.is_floating_point():
+        return
+    if not _covers_storage(t):
+        # a draw into part of a storage (`w[:, :k].normal_()`) leaves the rest as it was
+        return
+    if func is aten.normal_.default:
+        mean = args[1] if len(args) > 1 else kwargs.get("mean", 0.0)
+        std = args[2] if len(args) > 2 else kwargs.get("std", 1.0)
+    elif func is aten.normal.float_float:
+        mean, std = args[0], args[1]
+    else:
+        mean, std = 0.0, 1.0
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (mean, std)) or std < 0:
+        return
+    bound = _NORMAL_BOUND.get(t.dtype, _NORMAL_BOUND_DEFAULT) * std
+    _tensor.set_range(t, mean - bound, mean + bound)
+
+
+#: each comparison with a scalar, and its result where the scalar lies below every value of the
+#: tensor and above every one
+_COMPARISONS = {
+    aten.eq.Scalar: (False, False),
+    aten.ne.Scalar: (True, True),
+    aten.lt.Scalar: (False, True),
+    aten.le.Scalar: (False, True),
+    aten.gt.Scalar: (True, False),
+    aten.ge.Scalar: (True, False),
+}
+
+
+def _decided_comparison(func, args, outs):
+    """A comparison of a normal draw the twin carries no values of (`_note_normal_range`) with a
+    scalar outside the interval its values lie in: the same result at every element, held as
+    that value expanded, as a factory of one value's (`_constant_values`). SpeechT5's
+    `labels != -100.0` over random mel labels (blind223/ho06) is every element true on the GPU,
+    its row sums the frames, its `masked_select` every element. None for anything else."""
+    decided = _COMPARISONS.get(func)
+    if decided is None or len(args) != 2 or len(outs) != 1:
+        return None
+    x, c = args
+    if not isinstance(x, torch.Tensor) or value(x) is not None or isinstance(c, bool):
+        return None
+    if not isinstance(c, (int, float)) or not math.isfinite(c):
+        return None
+    interval = _tensor.range_of(x)
+    if interval is None:
+        return None
+    lo, hi = interval
+    if c < lo:
+        result = decided[0]
+    elif c > hi:
+        result = decided[1]
+    else:
+        return None
+    o = outs[0]
+    if not isinstance(o, torch.Tensor) or o.layout is not torch.strided:
+        return None
+    return [torch.full((), result, dtype=o.dtype).expand(o.shape)]
+
+
 def _scalar_division(func, args, kwargs):
     """`div_true_kernel_cuda` (BinaryDivTrueKernel.cu): a floating tensor divided by a CPU scalar is
     multiplied by the scalar's reciprocal, computed in the op math type, where the CPU divides
@@ -1898,6 +1983,7 @@ class Capture:
         def release(_ref, key=key):
             entry = storages.pop(key, None)
             _tensor.forget_stale(key)
+            _tensor.forget_range(key)
             if entry is not None and entry[0] is not None and self.active:
                 self.free(entry[0])
 
@@ -1949,6 +2035,8 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
+        if func in _NORMAL_DRAWS:
+            _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
         if not converted and self.arenas_pending:
             loop = _host_parallel(func, args, kwargs, out)
@@ -2018,6 +2106,9 @@ class Capture:
         if sparse is not NotImplemented:
             return sparse
         name, is_aten, mutable = _facts(func)
+        if mutable and _tensor._ranges:
+            for a in _written(func, args, kwargs):
+                _tensor.forget_range(a)
         if mutable and self.constants:
             self.forget_constants(func, args, kwargs)
         special = _kernels.DISPATCH.get(func)
@@ -2131,8 +2222,11 @@ class Capture:
             )
         elif not small:
             small = _values_at_any_size(func, outs, ours)
-        vals = None
-        if small and func not in _kernels.NO_VALUES:
+        vals = _decided_comparison(func, args, outs)
+        decided = vals is not None
+        if decided:
+            pass
+        elif small and func not in _kernels.NO_VALUES:
             vals = self.drawn_values(func, args, kwargs, outs) or self.cpu_values(func, args, kwargs)
         elif not small and ours and func not in _kernels.NO_VALUES:
             vals = (
@@ -2140,8 +2234,8 @@ class Capture:
                 or self.dense_values(func, args, kwargs, outs, ours)
                 or _large_choice_values(self, func, args, kwargs, outs)
             )
-        constant = vals is None and not small and func in _CONSTANT_FACTORIES
-        if constant:
+        constant = decided or (vals is None and not small and func in _CONSTANT_FACTORIES)
+        if constant and not decided:
             vals = _constant_values(func, args, outs)
         # values computed over zeros standing in for an input's unknown values
         guessed = (

@@ -196,6 +196,42 @@ def assumed(t) -> bool:
             return False
 
 
+#: the simulated storages that hold a normal draw the twin carries no values of, by
+#: `untyped_storage()._cdata`: the draw's dtype and the interval its every value lies in
+#: (`set_range`); dropped at any write to the storage and when it is freed
+_ranges: dict = {}
+
+
+def set_range(t, lo: float, hi: float) -> None:
+    """Note that every element of `t`'s simulated storage, read as `t`'s dtype, lies in [lo, hi]."""
+    if registered(t):
+        with _NO_TF():
+            _ranges[t.untyped_storage()._cdata] = (t.dtype, lo, hi)
+
+
+def range_of(t):
+    """The interval (lo, hi) every value of `t` lies in, where `t` views a storage of a normal draw
+    in the draw's dtype (any view: a slice of a draw is within its range); None otherwise."""
+    if not _ranges or not registered(t):
+        return None
+    with _NO_TF():
+        held = _ranges.get(t.untyped_storage()._cdata)
+    if held is None or held[0] != t.dtype:
+        return None
+    return held[1], held[2]
+
+
+def forget_range(t) -> None:
+    """`t`'s storage written (or `t` a storage key, freed): its draw's interval no longer holds."""
+    if not _ranges:
+        return
+    if isinstance(t, int):
+        _ranges.pop(t, None)
+    elif registered(t):
+        with _NO_TF():
+            _ranges.pop(t.untyped_storage()._cdata, None)
+
+
 class Storage:
     """An allocation held by Python code (a kernel's scratch): freed when
     this object dies."""
