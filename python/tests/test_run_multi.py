@@ -178,3 +178,34 @@ def test_ddp_runs_under_a_dispatch_mode_above_the_twin(tmp_script):
         seen += [line for line in lines if line.startswith("ALLOCATED")]
     # the recorder changes nothing the twin allocates; the program's own meta tensor stays meta
     assert len(seen) == 2 and seen[0] == seen[1] and seen[0].endswith(" meta"), seen
+
+
+SPAWNED = """
+import os, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def worker(rank, world, tag):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29512")
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    torch.cuda.set_device(rank)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256).cuda(rank), device_ids=[rank])
+    model(torch.randn(32, 256, device=rank)).sum().backward()
+    print(tag, rank, dist.get_world_size(), torch.cuda.max_memory_allocated())
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(torch.cuda.device_count(), "ran"), nprocs=torch.cuda.device_count())
+"""
+
+
+@pytest.mark.parametrize(("extra", "rank", "world"), [((), 0, 1), (("--nproc", "2", "--rank", "1"), 1, 2)])
+def test_ranks_started_by_mp_spawn_run_under_the_twin(tmp_script, extra, rank, world):
+    # PyTorch's DDP tutorial starts its ranks with `mp.spawn(fn, nprocs=device_count())`: the spawned
+    # processes ran outside the twin ("ProcessGroupNCCL is only supported with GPUs"); the rank the
+    # run simulates now calls `fn` in the twin's process, on the device index it names (rank 1's
+    # `device_ids=[1]` went through `torch.accelerator.device_index(1)`, which asked the real driver)
+    status, lines, report, err = run_script(tmp_script(SPAWNED), extra=extra)
+    assert status == 0, err[-3000:]
+    tag, got_rank, got_world, peak = lines[-1].split()
+    assert (tag, int(got_rank), int(got_world)) == ("ran", rank, world)
+    assert int(peak) == report["peak_allocated"] > 0

@@ -953,6 +953,10 @@ def _patch_accelerator(p: _Patch, world: int) -> None:
     cuda = torch.device("cuda")
     p.set(torch._C, "_get_accelerator", lambda: cuda)
     p.set(torch._C, "_accelerator_getAccelerator", lambda: cuda)
+    # `with torch.accelerator.device_index(i)` (DDP moving its inputs to `cuda:LOCAL_RANK`): the
+    # one simulated device stays current, as under `torch.cuda.device(i)`
+    p.set(torch._C, "_accelerator_exchangeDevice", lambda device: -1 if device < 0 else 0)
+    p.set(torch._C, "_accelerator_maybeExchangeDevice", lambda device: -1 if device < 0 else 0)
     simple = {
         "current_accelerator": lambda check_available=False: cuda,
         "is_available": lambda: True,

@@ -9,6 +9,7 @@ so each rank's tensors are allocated as the real program allocates them, on the 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -40,7 +41,48 @@ def setup(cap, world: int, rank: int) -> None:
     patch_fsdp()
     patch_dtensor()
     patch_works()
+    patch_spawn(rank)
     cap.world = (world, rank)
+
+
+def patch_spawn(rank: int) -> None:
+    """`torch.multiprocessing.spawn(fn, args, nprocs)` / `start_processes` (PyTorch's DDP tutorial
+    starts its ranks so): each child process would call `fn(i, *args)` on a GPU of its own
+    (`_wrap`, torch/multiprocessing/spawn.py), outside the twin. Here the rank the run simulates
+    (`--rank`, else 0) calls `fn(rank, *args)` in this process, under the capture; the other ranks
+    do not run (the fake group's collectives need none of them). A spawned child would import the
+    script again as `__mp_main__`; its top level is not run again here."""
+    import warnings
+
+    import torch.multiprocessing as tmp
+
+    module = sys.modules["torch.multiprocessing.spawn"]
+
+    class _Done:
+        """What `start_processes(join=False)` returns: the rank has run."""
+
+        def join(self, timeout=None, grace_period=None):
+            return True
+
+        def pids(self):
+            return [os.getpid()]
+
+    def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        if rank < nprocs:
+            fn(rank, *args)
+        else:
+            warnings.warn(
+                f"vramscope: the script starts {nprocs} processes, rank {rank} not among them: none ran",
+                stacklevel=2,
+            )
+        return None if join else _Done()
+
+    def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        return start_processes(fn, args, nprocs, join, daemon, start_method)
+
+    for owner in (tmp, module):
+        owner.start_processes = start_processes
+        owner.spawn = spawn
 
 
 def setup_from_script(cap) -> None:
@@ -71,6 +113,7 @@ def setup_from_script(cap) -> None:
         return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
 
     dist.init_process_group = init_process_group
+    patch_spawn(0)
 
 
 def _allreduce_hook(world: int):
