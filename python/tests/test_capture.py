@@ -1521,6 +1521,29 @@ def test_a_loader_with_workers_pins_each_batch_on_the_program_s_thread():
     assert peaks[0] == peaks[1] > 0
 
 
+def test_legacy_cuda_tensor_types_construct_convert_and_name_simulated_tensors():
+    # `torch.cuda.LongTensor([1, 2])`, `t.type(torch.cuda.HalfTensor)` and `t.new(data)` asked the
+    # real driver (PyTorch builds them in C++ below the modes), `isinstance(t, torch.cuda.FloatTensor)`
+    # was False and `t.type()` named a meta tensor; the signatures are `legacy_tensor_ctor`'s
+    with vramscope.capture():
+        sized = torch.cuda.FloatTensor(256, 256)
+        assert sized.shape == (256, 256) and torch.cuda.memory_allocated() == 256 * 256 * 4
+        data = torch.cuda.LongTensor([1, 2, 3])
+        assert data.is_cuda and data.dtype == torch.int64 and data.tolist() == [1, 2, 3]
+        assert torch.cuda.FloatTensor(torch.Size([2, 3])).shape == (2, 3)
+        assert torch.cuda.FloatTensor().shape == (0,)
+        half = torch.ones(4).type(torch.cuda.HalfTensor)
+        assert half.is_cuda and half.dtype == torch.float16 and half.type() == "torch.cuda.HalfTensor"
+        assert torch.ones(2).type("torch.cuda.DoubleTensor").dtype == torch.float64
+        assert isinstance(sized, torch.cuda.FloatTensor) and not isinstance(data, torch.cuda.FloatTensor)
+        assert not isinstance(torch.ones(2), torch.cuda.FloatTensor)
+        assert sized.type() == "torch.cuda.FloatTensor" and torch.ones(2).type() == "torch.FloatTensor"
+        assert sized.new([1.0, 2.0]).tolist() == [1.0, 2.0] and sized.new(3, 5).shape == (3, 5)
+        assert half.type(torch.FloatTensor).device.type == "cpu"
+        with pytest.raises(TypeError, match="legacy constructor"):
+            torch.cuda.FloatTensor(data)
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

@@ -17,7 +17,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from . import _autograd_streams, _dataloader, _importhook, _philox
+from . import _autograd_streams, _dataloader, _importhook, _legacy, _philox
 from ._tensor import CUDA0, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -631,6 +631,7 @@ def patch(cap) -> _Patch:
     _device_thread.patch(cap, p, cap.device_thread)
     _autograd_streams.patch(cap, p)
     _dataloader.patch(cap, p)
+    _legacy.patch(p)
     from torch.utils import checkpoint as _ckpt
 
     p.set(
