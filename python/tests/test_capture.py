@@ -1544,6 +1544,21 @@ def test_legacy_cuda_tensor_types_construct_convert_and_name_simulated_tensors()
             torch.cuda.FloatTensor(data)
 
 
+def test_a_convolution_with_cudnn_disabled_takes_no_cudnn_workspace_and_is_named_unmeasured():
+    # `torch.backends.cudnn.enabled = False`: `_select_conv_backend` runs PyTorch's own kernels
+    # (slow_conv2d's im2col columns), not cuDNN's plan; the twin took a cuDNN workspace silently
+    def run(enabled):
+        with vramscope.capture(gpu="h200") as cap, torch.backends.cudnn.flags(enabled=enabled):
+            x = torch.randn(16, 3, 64, 64, device="cuda", requires_grad=True)
+            conv = torch.nn.Conv2d(3, 64, 3, padding=1).cuda()
+            conv(x).sum().backward()
+            return cap.report()["unmeasured"]
+
+    assert not any("cuDNN disabled" in u for u in run(True))
+    off = run(False)
+    assert off and all("cuDNN disabled" in u for u in off) and not any("cuDNN's" in u for u in off)
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

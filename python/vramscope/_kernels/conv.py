@@ -159,6 +159,15 @@ def _conv_workspace(cap, op, conv) -> None:
     """`run_conv_plan`'s workspace, allocated and freed inside the op."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
     name = str(x.dtype).removeprefix("torch.")
+    if not torch.backends.cudnn.enabled:
+        # `_select_conv_backend` (Convolution.cpp) asks `userEnabledCuDNN()`: without cuDNN the
+        # convolution runs PyTorch's own kernels (`slow_conv2d`, `slow_conv3d`, `slow_conv_dilated`,
+        # `slow_conv_transpose`), whose im2col column buffers the twin does not model
+        cap.note_unmeasured(
+            f"the native kernel of a {x.dim() - 2}-D convolution {op} with cuDNN disabled "
+            "(`torch.backends.cudnn.enabled = False`)"
+        )
+        return
     if torch.backends.cudnn.benchmark:
         _benchmark_first_call(cap, op, name, conv)
     # the plan is built before its workspace is known: cuDNN's engines load
