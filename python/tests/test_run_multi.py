@@ -209,3 +209,28 @@ def test_ranks_started_by_mp_spawn_run_under_the_twin(tmp_script, extra, rank, w
     tag, got_rank, got_world, peak = lines[-1].split()
     assert (tag, int(got_rank), int(got_world)) == ("ran", rank, world)
     assert int(peak) == report["peak_allocated"] > 0
+
+
+TENSOR_PARALLEL = """
+import os
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+mlp = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)).cuda()
+mlp = parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+mlp(torch.randn(32, 256, device="cuda")).sum().backward()
+print("ran", mlp[0].weight.to_local().shape[0], mlp[0].weight.grad.device)
+"""
+
+
+def test_tensor_parallel_layers_backpropagate_under_the_twin(tmp_script):
+    # a tensor-parallel parameter is a DTensor in the autograd graph, and RowwiseParallel's output an
+    # AsyncCollectiveTensor: made on a real CUDA device, their gradient accumulators and outputs asked
+    # autograd for that device's stream (`InputMetadata`), and the process aborted without a traceback
+    status, lines, report, err = run_script(tmp_script(TENSOR_PARALLEL), extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    assert lines[-1] == "ran 512 cuda:0"  # rank 0 holds half of the column-parallel rows
+    assert report["peak_allocated"] > 0

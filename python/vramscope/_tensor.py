@@ -18,6 +18,8 @@ values reads as zeros.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
@@ -275,12 +277,16 @@ def wraps_ours(t) -> bool:
 
 
 def _reads_cuda(t) -> bool:
-    """`is_ours(t)`, or `t` a jagged nested tensor whose values are ours: its wrapper is made on
-    the meta device (`_make_wrapper_subclass` below) and reads as CUDA like them; or a functorch
-    wrapper (`grad`'s TensorWrapper, `vmap`'s BatchedTensor) of one: the wrapper takes the device
-    of the tensor it wraps (functorch/TensorWrapper.cpp's and BatchedTensorImpl.cpp's constructors
-    pass `value.device()`), so `x.device` under a transform reads `cuda:0` on the GPU."""
+    """`is_ours(t)`, or `t` a wrapper subclass asked for on the CUDA device and made on the meta
+    device (`_make_wrapper_subclass` below: a DTensor, an AsyncCollectiveTensor, a jagged nested
+    tensor) or a jagged nested tensor whose values are ours: they read as CUDA like them; or a
+    functorch wrapper (`grad`'s TensorWrapper, `vmap`'s BatchedTensor) of one: the wrapper takes the
+    device of the tensor it wraps (functorch/TensorWrapper.cpp's and BatchedTensorImpl.cpp's
+    constructors pass `value.device()`), so `x.device` under a transform reads `cuda:0` on the GPU."""
     if is_ours(t) or wraps_ours(t):
+        return True
+    ref = _MOVED_WRAPPERS.get(id(t))
+    if ref is not None and ref() is t:
         return True
     values = getattr(t, "_values", None)
     return values is not None and _NESTED[0] is not None and type(t) is _NESTED[0] and is_ours(values)
@@ -347,19 +353,31 @@ _NESTED = [None]
 _MAKE_WRAPPER = torch.Tensor._make_wrapper_subclass
 
 
+#: id -> weak reference of the wrapper subclasses asked for on CUDA and made on the meta device
+_MOVED_WRAPPERS: dict = {}
+
+
 @staticmethod
 def _make_wrapper_subclass(cls, *args, **kwargs):
-    """`Tensor._make_wrapper_subclass` that makes a jagged nested tensor over simulated values on the
-    meta device, as they are: `NestedTensor.__new__` passes `values.device`, which reads cuda:0, and
-    a wrapper on a real CUDA device makes autograd take that device's stream (a driver call)."""
+    """`Tensor._make_wrapper_subclass` that makes a wrapper asked for on the CUDA device (a DTensor
+    or an AsyncCollectiveTensor over simulated local tensors, a jagged nested tensor over simulated
+    values: their `__new__` passes the inner tensor's `device`, which reads cuda:0) on the meta
+    device, as the tensors it wraps are: a wrapper on a real CUDA device makes autograd take that
+    device's stream for it (`InputMetadata`, a driver call that aborts the process)."""
     if cls.__name__ == "NestedTensor" and cls.__module__ == "torch.nested._internal.nested_tensor":
         _NESTED[0] = cls
-        args = list(args)
-        if len(args) > 6 and torch.device(args[6]).type == "cuda":
-            args[6] = torch.device("meta")
-        elif torch.device(kwargs.get("device", "cpu")).type == "cuda":
-            kwargs["device"] = torch.device("meta")
-    return _MAKE_WRAPPER(cls, *args, **kwargs)
+    args = list(args)
+    moved = False
+    if len(args) > 6:
+        if args[6] is not None and torch.device(args[6]).type == "cuda":
+            args[6], moved = torch.device("meta"), True
+    elif kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
+        kwargs["device"], moved = torch.device("meta"), True
+    out = _MAKE_WRAPPER(cls, *args, **kwargs)
+    if moved:
+        key = id(out)
+        _MOVED_WRAPPERS[key] = weakref.ref(out, lambda _ref, key=key: _MOVED_WRAPPERS.pop(key, None))
+    return out
 
 
 def registered_in(tree) -> list:
