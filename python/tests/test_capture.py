@@ -1559,6 +1559,43 @@ def test_a_convolution_with_cudnn_disabled_takes_no_cudnn_workspace_and_is_named
     assert off and all("cuDNN disabled" in u for u in off) and not any("cuDNN's" in u for u in off)
 
 
+def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
+    # a producer thread that copies batches to the device (`.pin_memory().cuda(non_blocking=True)`
+    # onto a queue) and transformers' loading pool (`from_pretrained(device_map="cuda")`) ran the
+    # real ops there, the twin's modes being thread-local: "Found no NVIDIA driver", and the
+    # consumer waited on its queue for ever
+    import queue
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    with vramscope.capture() as cap:
+        q: queue.Queue = queue.Queue(maxsize=2)
+
+        def producer():
+            for _ in range(4):
+                q.put(torch.zeros(256, 256).pin_memory().cuda(non_blocking=True))
+            q.put(None)
+
+        t = threading.Thread(target=producer)
+        t.start()
+        held = []
+        while (b := q.get(timeout=30)) is not None:
+            assert b.is_cuda and torch.cuda.memory_allocated() >= 256 * 256 * 4
+            held.append(b)
+        t.join()
+        assert torch.cuda.memory_allocated() == 4 * 256 * 256 * 4
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            moved = [f.result() for f in [pool.submit(torch.ones(64, 64).to, "cuda") for _ in range(3)]]
+        assert all(m.is_cuda for m in moved)
+        assert torch.cuda.memory_allocated() == 4 * 256 * 256 * 4 + 3 * 64 * 64 * 4
+        assert not cap.warned
+        # a matmul there: its cuBLAS handle is the thread's own on the GPU, which the twin says
+        t = threading.Thread(target=lambda: torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda"))
+        t.start()
+        t.join()
+    assert "thread-blas" in cap.warned
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

@@ -512,37 +512,39 @@ class _FunctionMode(TorchFunctionMode):
         self.cap = cap
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
-        gen = _simulated_generator(args, kwargs)
-        cap = self.cap
-        # the Nodes' streams, from the first made on a stream other than the default one
-        held = (
-            _node_inputs(args, kwargs)
-            if (cap.stream or cap.autograd_streams)
-            and torch.is_grad_enabled()
-            and not torch.compiler.is_dynamo_compiling()
-            else None
-        )
-        try:
-            if gen is None:
-                out = self._run(func, types, args, kwargs)
-            else:
-                # the op reaches the dispatch mode with another wrapper of the generator's C++
-                # object: its draws take this simulated generator's Philox state
-                # (`_philox.generator_state`)
-                outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
-                try:
+        # one op at a time across the program's threads (`_threads`)
+        with self.cap.lock:
+            kwargs = kwargs or {}
+            _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
+            gen = _simulated_generator(args, kwargs)
+            cap = self.cap
+            # the Nodes' streams, from the first made on a stream other than the default one
+            held = (
+                _node_inputs(args, kwargs)
+                if (cap.stream or cap.autograd_streams)
+                and torch.is_grad_enabled()
+                and not torch.compiler.is_dynamo_compiling()
+                else None
+            )
+            try:
+                if gen is None:
                     out = self._run(func, types, args, kwargs)
-                finally:
-                    self.cap.generator_in_call = outer
-        except Exception:
-            # the arguments leave the mode's frames with the error (`_run`)
-            del args, kwargs
-            raise
-        if held is not None:
-            _tag_streams(cap, out, held)
-        return out
+                else:
+                    # the op reaches the dispatch mode with another wrapper of the generator's C++
+                    # object: its draws take this simulated generator's Philox state
+                    # (`_philox.generator_state`)
+                    outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
+                    try:
+                        out = self._run(func, types, args, kwargs)
+                    finally:
+                        self.cap.generator_in_call = outer
+            except Exception:
+                # the arguments leave the mode's frames with the error (`_run`)
+                del args, kwargs
+                raise
+            if held is not None:
+                _tag_streams(cap, out, held)
+            return out
 
     def _run(self, func, types, args, kwargs):
         try:
@@ -656,36 +658,38 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for t in types:
-            if t.__torch_dispatch__ is not _PLAIN and not issubclass(t, _FakeTensor):
-                # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
-                # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
-                return NotImplemented
-        if torch._C._get_dispatch_mode(_FAKE_KEY) is not None:
-            # a FakeTensorMode below the program's modes (an infra mode: flex_attention's
-            # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
-            # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
-            return func(*args, **(kwargs or {}))
-        cap = self.cap
-        stream = _node_stream(cap)
-        outer = cap.stream
-        if stream is not None:
-            # a backward Node runs on its forward's stream (`_autograd_streams`)
-            cap.stream = stream
-        try:
-            with _KERNELS:
-                return cap.dispatch(func, args, kwargs or {})
-        except Exception as e:
-            # an error comes from C++ on the GPU, whose frames hold nothing once it unwinds: the
-            # twin's frames below the op keep their lines in the traceback but not their tensors
-            # (H200 histories: blind161/fe04's failed backward's gradients freed; blind54/bb01's
-            # OOM, its autocast casts freed, the program's and torch's Python frames kept to the
-            # end of its `except`)
-            _forget_frames(e.__traceback__)
-            del args, kwargs, e
-            raise
-        finally:
-            cap.stream = outer
+        # one op at a time across the program's threads (`_threads`)
+        with self.cap.lock:
+            for t in types:
+                if t.__torch_dispatch__ is not _PLAIN and not issubclass(t, _FakeTensor):
+                    # a tensor subclass (DTensor) unwraps itself first; its parts come back to the mode
+                    # (a FakeTensor, as DTensor's sharding propagation makes, runs in its own mode)
+                    return NotImplemented
+            if torch._C._get_dispatch_mode(_FAKE_KEY) is not None:
+                # a FakeTensorMode below the program's modes (an infra mode: flex_attention's
+                # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
+                # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
+                return func(*args, **(kwargs or {}))
+            cap = self.cap
+            stream = _node_stream(cap)
+            outer = cap.stream
+            if stream is not None:
+                # a backward Node runs on its forward's stream (`_autograd_streams`)
+                cap.stream = stream
+            try:
+                with _KERNELS:
+                    return cap.dispatch(func, args, kwargs or {})
+            except Exception as e:
+                # an error comes from C++ on the GPU, whose frames hold nothing once it unwinds: the
+                # twin's frames below the op keep their lines in the traceback but not their tensors
+                # (H200 histories: blind161/fe04's failed backward's gradients freed; blind54/bb01's
+                # OOM, its autocast casts freed, the program's and torch's Python frames kept to the
+                # end of its `except`)
+                _forget_frames(e.__traceback__)
+                del args, kwargs, e
+                raise
+            finally:
+                cap.stream = outer
 
 
 #: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
@@ -1556,6 +1560,9 @@ class Capture:
     """
 
     def __init__(self, gpu: str = "h100", alloc_conf: str | None = None):
+        #: held by the modes across each op: the program's threads run their ops one at a time
+        #: on the twin's shared state (`_threads`)
+        self.lock = threading.RLock()
         #: the settings given; None: the environment's when CUDA starts
         self.alloc_conf = alloc_conf
         _drop_parked()
@@ -1845,7 +1852,17 @@ class Capture:
     def thread(self) -> str:
         """The host thread running the current op: the autograd engine's
         device thread during backward, else the program's."""
-        return "autograd" if torch._C._current_graph_task_id() != -1 else "main"
+        if torch._C._current_graph_task_id() != -1:
+            return "autograd"
+        if getattr(threading.current_thread(), "_vramscope_capture", None) is not None:
+            # cuBLAS's handles are per thread (CUDABlasHandlePool.cpp's thread-local pool window),
+            # so on the GPU this thread takes a handle and a workspace of its own
+            self.warn_once(
+                "thread-blas",
+                "a matmul on a thread of the program's own: its cuBLAS handle and workspace are taken "
+                "as the program's thread's; on the GPU the thread makes its own (a workspace more)",
+            )
+        return "main"
 
     def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
         """A cuBLAS call: handle and workspace on first use per (thread, stream); a workspace made

@@ -17,7 +17,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from . import _autograd_streams, _dataloader, _importhook, _legacy, _philox
+from . import _autograd_streams, _dataloader, _importhook, _legacy, _philox, _threads
 from ._tensor import CUDA0, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -632,6 +632,7 @@ def patch(cap) -> _Patch:
     _autograd_streams.patch(cap, p)
     _dataloader.patch(cap, p)
     _legacy.patch(p)
+    _threads.patch(cap, p)
     from torch.utils import checkpoint as _ckpt
 
     p.set(

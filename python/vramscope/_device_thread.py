@@ -128,6 +128,10 @@ class DeviceThread:
 
         real = self.cap.device
         self.cap.device = _Calls(real, self.requests)
+        # the pass's ops take the capture's lock on the device thread: the caller, inside an op of
+        # its own (`Tensor.backward`), lets it go while it waits (`_threads`)
+        lock = self.cap.lock
+        held = lock._release_save() if lock._is_owned() else None
         self.jobs.put(job)
         try:
             # serve the device thread's calls on the native device until its pass ends
@@ -142,6 +146,8 @@ class DeviceThread:
                 box["done"].set()
         finally:
             self.cap.device = real
+            if held is not None:
+                lock._acquire_restore(held)
         if "error" in out:
             # the error leaves `out`, which its traceback's frames reach (no cycle to outlive it)
             raise out.pop("error")

@@ -149,12 +149,22 @@ fn fresh_process(gpu: &str, conf: &str) -> Result<(Runtime, AllocatorConfig), St
 }
 
 /// One simulated GPU of one fresh process (`torch.cuda.init()` done,
-/// nothing allocated).
-#[pyclass(unsendable, module = "vramscope._native")]
+/// nothing allocated). Any thread of the program may call it: a thread of
+/// its own doing CUDA work, as on the GPU (`_threads.py`).
+#[pyclass(module = "vramscope._native")]
 struct Device {
     p: RuntimeSink,
     next_id: u64,
 }
+
+// SAFETY: the runtime's `Rc`s and `RefCell`s are reached only through this
+// object, and only while the calling thread holds the GIL: the module does
+// not declare itself free of it (`#[pymodule]`'s default `gil_used`), no
+// method releases it, and no method hands out a reference into the runtime
+// (every answer is a copy). So no two threads touch them at once, and the
+// object may move to and be shared with another thread.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
 
 impl Device {
     fn send(&mut self, e: &Event) -> PyResult<()> {
