@@ -1559,6 +1559,21 @@ def test_a_convolution_with_cudnn_disabled_takes_no_cudnn_workspace_and_is_named
     assert off and all("cuDNN disabled" in u for u in off) and not any("cuDNN's" in u for u in off)
 
 
+def test_the_profiler_asked_for_cuda_activity_profiles_the_host_ops_quietly(capfd):
+    # `profile(activities=[CPU, CUDA])`: with no CUPTI device PyTorch records CUDA events around each
+    # op (KINETO_GPU_FALLBACK), which asked the real driver: a warning and a C++ trace per op, and
+    # Kineto's "gpuGetDeviceCount failed" on starting
+    from torch.profiler import ProfilerActivity, profile
+
+    with vramscope.capture():
+        x = torch.ones(64, 64, device="cuda")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True) as prof:
+            (x @ x).sum()
+        assert "aten::sum" in prof.key_averages().table()
+    err = capfd.readouterr().err
+    assert "Failed to record CUDA event" not in err and "gpuGetDeviceCount" not in err
+
+
 def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     # a producer thread that copies batches to the device (`.pin_memory().cuda(non_blocking=True)`
     # onto a queue) and transformers' loading pool (`from_pretrained(device_map="cuda")`) ran the

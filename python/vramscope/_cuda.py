@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import pickle
 import sys
 import weakref
@@ -633,6 +634,7 @@ def patch(cap) -> _Patch:
     _dataloader.patch(cap, p)
     _legacy.patch(p)
     _threads.patch(cap, p)
+    _profiler_without_gpu_events(p)
     from torch.utils import checkpoint as _ckpt
 
     p.set(
@@ -1011,6 +1013,29 @@ def _storage_resize(original, cap):
         return out
 
     return resize_
+
+
+def _profiler_without_gpu_events(p: _Patch) -> None:
+    """`torch.profiler.profile(activities=[CPU, CUDA])` (or `use_device="cuda"`) profiles the host
+    side only. This machine's Kineto has no CUPTI device (`_supported_activities()` is CPU alone),
+    so PyTorch falls back to recording CUDA events around each op (`KINETO_GPU_FALLBACK`,
+    torch/autograd/profiler.py), which ask the real driver: a warning and a C++ trace per op
+    ("Failed to record CUDA event"). The twin runs no kernels to time, so the profiler records the
+    host ops alone (`KINETO`). Kineto's own error on starting without a GPU ("gpuGetDeviceCount
+    failed with code 35", kineto's DeviceProperties.cpp), which the GPU's run does not print, is
+    silenced by its log level, where the program sets none (`KINETO_LOG_LEVEL`, read when Kineto
+    starts: 5 is above its ERROR level)."""
+    from torch.autograd import profiler as _profiler
+
+    real_init = _profiler.profile.__init__
+
+    def __init__(self, *args, **kwargs):
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+        real_init(self, *args, **kwargs)
+        if self.use_device == "cuda" and self.profiler_kind == _profiler.ProfilerState.KINETO_GPU_FALLBACK:
+            self.profiler_kind = _profiler.ProfilerState.KINETO
+
+    p.set(_profiler.profile, "__init__", __init__)
 
 
 def _storage_to(original, cap):
