@@ -1574,6 +1574,25 @@ def test_the_profiler_asked_for_cuda_activity_profiles_the_host_ops_quietly(capf
     assert "Failed to record CUDA event" not in err and "gpuGetDeviceCount" not in err
 
 
+def test_event_timing_is_the_host_s_time_between_the_records_and_checks_as_cuda_does():
+    # `start.elapsed_time(end)` was 0.0: a throughput (`n / ms`) divided by zero
+    with vramscope.capture():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.ones(1024, device="cuda").sum()
+        end.record()
+        torch.cuda.synchronize()
+        assert start.elapsed_time(end) > 0
+        assert (
+            start.elapsed_time(torch.cuda.current_stream().record_event(torch.cuda.Event(enable_timing=True)))
+            > 0
+        )
+        with pytest.raises(ValueError, match="enable_timing=True"):
+            torch.cuda.Event().elapsed_time(end)
+        with pytest.raises(ValueError, match="must be recorded"):
+            start.elapsed_time(torch.cuda.Event(enable_timing=True))
+
+
 def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     # a producer thread that copies batches to the device (`.pin_memory().cuda(non_blocking=True)`
     # onto a queue) and transformers' loading pool (`from_pretrained(device_map="cuda")`) ran the

@@ -13,6 +13,7 @@ import importlib
 import os
 import pickle
 import sys
+import time
 import weakref
 
 import torch
@@ -77,7 +78,9 @@ class Stream:
         pass
 
     def record_event(self, event=None):
-        return event or Event()
+        event = event or Event()
+        event.record(self)
+        return event
 
     def synchronize(self):
         pass
@@ -121,9 +124,11 @@ class Event:
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         self.enable_timing = enable_timing
+        #: the host's clock when the event was last recorded (`elapsed_time`)
+        self.recorded_ns: int | None = None
 
     def record(self, stream=None):
-        pass
+        self.recorded_ns = time.perf_counter_ns()
 
     def wait(self, stream=None):
         pass
@@ -135,7 +140,14 @@ class Event:
         pass
 
     def elapsed_time(self, end):
-        return 0.0
+        """Milliseconds between the two records on the host's clock: the twin has no device
+        timeline, and a program divides by the figure (a throughput), which must not be 0. The
+        checks are `CUDAEvent::elapsed_time`'s (c10/cuda/CUDAEvent.h, `TORCH_CHECK_VALUE`)."""
+        if not (self.enable_timing and end.enable_timing):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if self.recorded_ns is None or end.recorded_ns is None:
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        return (end.recorded_ns - self.recorded_ns) / 1e6
 
 
 class _StreamContext:
