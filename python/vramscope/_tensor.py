@@ -18,8 +18,6 @@ values reads as zeros.
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
@@ -285,8 +283,7 @@ def _reads_cuda(t) -> bool:
     constructors pass `value.device()`), so `x.device` under a transform reads `cuda:0` on the GPU."""
     if is_ours(t) or wraps_ours(t):
         return True
-    ref = _MOVED_WRAPPERS.get(id(t))
-    if ref is not None and ref() is t:
+    if getattr(t, _MOVED, False):
         return True
     values = getattr(t, "_values", None)
     return values is not None and _NESTED[0] is not None and type(t) is _NESTED[0] and is_ours(values)
@@ -353,8 +350,10 @@ _NESTED = [None]
 _MAKE_WRAPPER = torch.Tensor._make_wrapper_subclass
 
 
-#: id -> weak reference of the wrapper subclasses asked for on CUDA and made on the meta device
-_MOVED_WRAPPERS: dict = {}
+#: the attribute that marks a wrapper subclass asked for on CUDA and made on the meta device (an
+#: attribute, not a weak reference: `torch.utils.swap_tensors`, which `nn.Module._apply` uses for
+#: FSDP2's parameters, refuses tensors with weak references)
+_MOVED = "_vramscope_reads_cuda"
 
 
 @staticmethod
@@ -375,8 +374,7 @@ def _make_wrapper_subclass(cls, *args, **kwargs):
         kwargs["device"], moved = torch.device("meta"), True
     out = _MAKE_WRAPPER(cls, *args, **kwargs)
     if moved:
-        key = id(out)
-        _MOVED_WRAPPERS[key] = weakref.ref(out, lambda _ref, key=key: _MOVED_WRAPPERS.pop(key, None))
+        setattr(out, _MOVED, True)
     return out
 
 
