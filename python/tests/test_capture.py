@@ -1593,6 +1593,33 @@ def test_event_timing_is_the_host_s_time_between_the_records_and_checks_as_cuda_
             start.elapsed_time(torch.cuda.Event(enable_timing=True))
 
 
+def test_cublas_workspace_config_sizes_the_workspaces_as_pytorch_reads_it(monkeypatch):
+    # `CUBLAS_WORKSPACE_CONFIG=:16:8` (one of the two settings PyTorch's reproducibility notes give
+    # for deterministic cuBLAS) was ignored: the twin took the GPU's 32 MiB default on the H200
+    def grown(config, lt=None):
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", config)
+        if lt is None:
+            monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
+        else:
+            monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", lt)
+        with vramscope.capture(gpu="h200"):
+            a = torch.ones(64, 64, device="cuda")
+            lin = torch.nn.Linear(64, 64).cuda()
+            base = torch.cuda.memory_allocated()
+            y = a @ a  # cuBLAS: its workspace
+            mm = torch.cuda.memory_allocated() - base - y.nbytes
+            z = lin(a)  # addmm with a bias: cuBLASLt's workspace
+            return mm, torch.cuda.memory_allocated() - base - y.nbytes - z.nbytes - mm
+
+    kib = 1024
+    assert grown(":4096:8") == (4096 * 8 * kib, 1024 * kib)  # the H200's defaults
+    assert grown(":4096:2:16:8") == (4096 * 2 * kib + 16 * 8 * kib, 1024 * kib)
+    # cuBLASLt's is capped at cuBLAS's (`getCUDABlasLtWorkspaceSize`, unified unless set to 0)
+    assert grown(":16:8") == (16 * 8 * kib, 16 * 8 * kib)
+    assert grown(":16:8", "64") == (16 * 8 * kib, 64 * kib)
+    assert grown(":4096:8", "4096") == (4096 * 8 * kib, 4096 * kib)
+
+
 def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     # a producer thread that copies batches to the device (`.pin_memory().cuda(non_blocking=True)`
     # onto a queue) and transformers' loading pool (`from_pretrained(device_map="cuda")`) ran the

@@ -21,6 +21,7 @@ import itertools
 import linecache
 import math
 import os
+import re
 import sys
 import threading
 import warnings
@@ -1553,6 +1554,47 @@ def _drop_parked() -> None:
     del mine
 
 
+#: what sizes the cuBLAS and cuBLASLt workspaces, read at each one's making (`_blas_workspaces`)
+_BLAS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_CUBLASLT_UNIFIED_WORKSPACE")
+
+
+def _blas_workspaces(cap, config, lt_kib, unified):
+    """(cuBLAS, cuBLASLt) workspace bytes as PyTorch 2.11 reads the environment, None for the GPU's
+    default (aten/src/ATen/cuda/CublasHandlePool.cpp): `parseChosenWorkspaceSize` sums every
+    `:SIZE:COUNT` (KiB) of `CUBLAS_WORKSPACE_CONFIG`, the default where none parses (with a
+    warning); `parseCUDABlasLtWorkspaceSize` reads `CUBLASLT_WORKSPACE_SIZE` in KiB (`std::stoi`:
+    its leading integer, else the default with a warning); and `getCUDABlasLtWorkspaceSize` caps
+    the cuBLASLt size at the cuBLAS one unless `TORCH_CUBLASLT_UNIFIED_WORKSPACE` is 0."""
+    default_cublas, default_lt = cap.device.default_blas_workspaces
+    cublas = None
+    if config is not None:
+        found = re.findall(r":([0-9]+):([0-9]+)", config)
+        if found:
+            cublas = sum(int(size) * 1024 * int(count) for size, count in found)
+        else:
+            cap.warn_once(
+                f"cublas-config:{config}",
+                "Could not parse CUBLAS_WORKSPACE_CONFIG, using default workspace size of "
+                f"{default_cublas} bytes.",
+            )
+    lt = None
+    if lt_kib is not None:
+        m = re.match(r"\s*[+-]?[0-9]+", lt_kib)
+        if m:
+            lt = int(m.group()) * 1024
+        else:
+            cap.warn_once(
+                f"cublaslt-size:{lt_kib}",
+                f"invalid CUBLASLT_WORKSPACE_SIZE, using default workspace size of {default_lt // 1024} KiB.",
+            )
+    # `c10::utils::check_env`: "0" false, "1" true, anything else unset
+    if unified != "0":
+        asked = default_lt if lt is None else lt
+        if asked > (cap_bytes := default_cublas if cublas is None else cublas):
+            lt = cap_bytes
+    return cublas, lt
+
+
 class Capture:
     """Run code with `cuda` tensors on a simulated GPU.
 
@@ -1594,6 +1636,8 @@ class Capture:
         #: the stream id each (thread, stream, Lt) took its cuBLAS workspace under: the stream's own
         #: or the private pool's it allocated to then
         self.blas_streams: dict[tuple, int] = {}
+        #: the environment's cuBLAS workspace settings the device's sizes were last set from
+        self.blas_env: tuple | None = None
         #: an allocation made in a private pool -> the stream id that pool is kept under
         #: (`_cudagraph_trees`' checkpoints)
         self.pool_handles: dict[int, int] = {}
@@ -1871,6 +1915,10 @@ class Capture:
         stays the stream's: the workspaces are keyed by (handle, stream) (CUDABlasHandlePool.cpp)."""
         if not self.started:
             self.start()
+        env = tuple(os.environ.get(k) for k in _BLAS_ENV)
+        if env != self.blas_env:
+            self.blas_env = env
+            self.device.set_blas_workspaces(*_blas_workspaces(self, *env))
         try:
             stream = self.blas_streams.setdefault((self.thread(), self.stream, lt), self.pool_stream())
             self.device.blas(op, self.thread(), stream, str(dtype).removeprefix("torch."), lt, _source_line())

@@ -1392,6 +1392,19 @@ impl Runtime {
         }
     }
 
+    /// The cuBLAS and cuBLASLt workspace sizes that the workspaces made from
+    /// now on take (`None`: the GPU's default, [`blas_workspace_sizes`]):
+    /// PyTorch reads `CUBLAS_WORKSPACE_CONFIG` and `CUBLASLT_WORKSPACE_SIZE`
+    /// when it makes one (`getChosenWorkspaceSize`,
+    /// `getCUDABlasLtWorkspaceSize`, CublasHandlePool.cpp); those made
+    /// before keep theirs.
+    pub fn set_blas_workspaces(&self, cublas: Option<u64>, lt: Option<u64>) {
+        let mut st = self.st.borrow_mut();
+        let default = blas_workspace_sizes(st.profile.capability, st.profile.torch);
+        st.profile.cublas_workspace = cublas.unwrap_or(default.cublas);
+        st.profile.cublaslt_workspace = lt.unwrap_or(default.cublas_lt);
+    }
+
     /// `getCurrentCUDABlasHandle()`: the first call on a (thread, stream)
     /// allocates the cuBLAS workspace (`setWorkspaceForHandle`).
     pub(crate) fn cublas_handle(&self, op: &'static str, dtype: DType) -> Result<()> {

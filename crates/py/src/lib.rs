@@ -765,6 +765,21 @@ impl Device {
         self.p.runtime().end_allocate_to_pool();
     }
 
+    /// The cuBLAS and cuBLASLt workspace sizes for the workspaces made from
+    /// now on (None: the GPU's default), as the environment sets them.
+    #[pyo3(signature = (cublas, lt))]
+    fn set_blas_workspaces(&self, cublas: Option<u64>, lt: Option<u64>) {
+        self.p.runtime().set_blas_workspaces(cublas, lt);
+    }
+
+    /// The GPU's default cuBLAS and cuBLASLt workspace sizes in bytes.
+    #[getter]
+    fn default_blas_workspaces(&self) -> (u64, u64) {
+        let profile = self.p.runtime().profile();
+        let w = vramscope_engine::blas_workspace_sizes(profile.capability, profile.torch);
+        (w.cublas, w.cublas_lt)
+    }
+
     /// `torch._C._cuda_clearCublasWorkspaces()`.
     fn clear_cublas_workspaces(&self) {
         self.p.runtime().clear_cublas_workspaces();
