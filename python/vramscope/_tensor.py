@@ -354,6 +354,13 @@ _MAKE_WRAPPER = torch.Tensor._make_wrapper_subclass
 #: attribute, not a weak reference: `torch.utils.swap_tensors`, which `nn.Module._apply` uses for
 #: FSDP2's parameters, refuses tensors with weak references)
 _MOVED = "_vramscope_reads_cuda"
+#: the wrapper subclasses that wrap simulated tensors and are made on the meta device for CUDA
+_MOVED_CLASSES = {
+    ("torch.nested._internal.nested_tensor", "NestedTensor"),
+    ("torch.distributed.tensor", "DTensor"),
+    ("torch.distributed.tensor._api", "DTensor"),
+    ("torch.distributed._functional_collectives", "AsyncCollectiveTensor"),
+}
 
 
 @staticmethod
@@ -365,6 +372,9 @@ def _make_wrapper_subclass(cls, *args, **kwargs):
     device's stream for it (`InputMetadata`, a driver call that aborts the process)."""
     if cls.__name__ == "NestedTensor" and cls.__module__ == "torch.nested._internal.nested_tensor":
         _NESTED[0] = cls
+    if (cls.__module__, cls.__name__) not in _MOVED_CLASSES:
+        # other wrappers (a compile's FunctionalTensor over fake CUDA tensors) keep their device
+        return _MAKE_WRAPPER(cls, *args, **kwargs)
     args = list(args)
     moved = False
     if len(args) > 6:
