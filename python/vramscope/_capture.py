@@ -513,39 +513,50 @@ class _FunctionMode(TorchFunctionMode):
         self.cap = cap
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        # one op at a time across the program's threads (`_threads`)
-        with self.cap.lock:
-            kwargs = kwargs or {}
-            _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
-            gen = _simulated_generator(args, kwargs)
-            cap = self.cap
-            # the Nodes' streams, from the first made on a stream other than the default one
-            held = (
-                _node_inputs(args, kwargs)
-                if (cap.stream or cap.autograd_streams)
-                and torch.is_grad_enabled()
-                and not torch.compiler.is_dynamo_compiling()
-                else None
-            )
-            try:
-                if gen is None:
+        try:
+            if torch.compiler.is_dynamo_compiling():
+                # dynamo traces the mode's call into the graph: a lock there would break the graph
+                return self._function(func, types, args, kwargs)
+            # one op at a time across the program's threads (`_threads`)
+            with self.cap.lock:
+                return self._function(func, types, args, kwargs)
+        except Exception:
+            # the arguments leave this frame with the error too (`_run`)
+            del args, kwargs
+            raise
+
+    def _function(self, func, types, args, kwargs):
+        kwargs = kwargs or {}
+        _autocast.PROGRAM_ON[0] = torch.is_autocast_enabled("cuda")
+        gen = _simulated_generator(args, kwargs)
+        cap = self.cap
+        # the Nodes' streams, from the first made on a stream other than the default one
+        held = (
+            _node_inputs(args, kwargs)
+            if (cap.stream or cap.autograd_streams)
+            and torch.is_grad_enabled()
+            and not torch.compiler.is_dynamo_compiling()
+            else None
+        )
+        try:
+            if gen is None:
+                out = self._run(func, types, args, kwargs)
+            else:
+                # the op reaches the dispatch mode with another wrapper of the generator's C++
+                # object: its draws take this simulated generator's Philox state
+                # (`_philox.generator_state`)
+                outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
+                try:
                     out = self._run(func, types, args, kwargs)
-                else:
-                    # the op reaches the dispatch mode with another wrapper of the generator's C++
-                    # object: its draws take this simulated generator's Philox state
-                    # (`_philox.generator_state`)
-                    outer, self.cap.generator_in_call = self.cap.generator_in_call, gen
-                    try:
-                        out = self._run(func, types, args, kwargs)
-                    finally:
-                        self.cap.generator_in_call = outer
-            except Exception:
-                # the arguments leave the mode's frames with the error (`_run`)
-                del args, kwargs
-                raise
-            if held is not None:
-                _tag_streams(cap, out, held)
-            return out
+                finally:
+                    self.cap.generator_in_call = outer
+        except Exception:
+            # the arguments leave the mode's frames with the error (`_run`)
+            del args, kwargs
+            raise
+        if held is not None:
+            _tag_streams(cap, out, held)
+        return out
 
     def _run(self, func, types, args, kwargs):
         try:
