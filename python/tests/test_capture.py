@@ -1650,6 +1650,24 @@ def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
         assert all(m.is_cuda for m in moved)
         assert torch.cuda.memory_allocated() == 4 * 256 * 256 * 4 + 3 * 64 * 64 * 4
         assert not cap.warned
+        # each thread has its current stream, the default one at its start (PyTorch's is per thread)
+        inside, release, seen = threading.Event(), threading.Event(), []
+
+        def on_a_side_stream():
+            seen.append(torch.cuda.current_stream() == torch.cuda.default_stream())
+            with torch.cuda.stream(torch.cuda.Stream()):
+                seen.append(torch.cuda.current_stream() == torch.cuda.default_stream())
+                inside.set()
+                release.wait(30)
+
+        with torch.cuda.stream(torch.cuda.Stream()):
+            t = threading.Thread(target=on_a_side_stream)
+            t.start()
+            inside.wait(30)
+        seen.append(torch.cuda.current_stream() == torch.cuda.default_stream())
+        release.set()
+        t.join()
+        assert seen == [True, False, True]
         # a matmul there: its cuBLAS handle is the thread's own on the GPU, which the twin says
         t = threading.Thread(target=lambda: torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda"))
         t.start()

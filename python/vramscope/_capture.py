@@ -1612,6 +1612,32 @@ class Capture:
     ``with Capture(gpu="h100") as cap: ...`` then ``cap.report()``.
     """
 
+    @property
+    def stream(self) -> int:
+        """The current stream's id: the program's thread's, or a thread of the program's own's
+        (`_threads`: each thread has its current stream, from the default one)."""
+        own = getattr(_STATE, "own_streams", None)
+        return self._stream if own is None else own[0]
+
+    @stream.setter
+    def stream(self, value: int) -> None:
+        own = getattr(_STATE, "own_streams", None)
+        if own is None:
+            self._stream = value
+        else:
+            own[0] = value
+
+    @property
+    def current_stream_obj(self) -> list:
+        """The stream objects `torch.cuda.stream` made current, innermost last (per thread, as
+        `stream`)."""
+        own = getattr(_STATE, "own_streams", None)
+        return self._current_stream_obj if own is None else own[1]
+
+    @current_stream_obj.setter
+    def current_stream_obj(self, value: list) -> None:
+        self._current_stream_obj = value
+
     def __init__(self, gpu: str = "h100", alloc_conf: str | None = None):
         #: held by the modes across each op: the program's threads run their ops one at a time
         #: on the twin's shared state (`_threads`)

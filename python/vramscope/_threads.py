@@ -10,7 +10,8 @@ the capture's two modes, and its ops share the one simulated device with the pro
 as on the GPU every thread of a process allocates from the one caching allocator.
 
 A thread starts with PyTorch's defaults, not its parent's thread-local state (grad mode on,
-autocast off, no modes of the program's own): only the capture's modes are pushed. Its ops run
+autocast off, no modes of the program's own, the default stream current): only the capture's
+modes are pushed, and its current stream is its own (`Capture.stream`). Its ops run
 one at a time with the other threads' (`Capture.lock`: the twin's Python state is shared); on
 the GPU they interleave under the allocator's mutex in an order set by timing, which the twin
 takes from Python's thread switches. The threads PyTorch starts itself (the DataLoader's
@@ -60,8 +61,12 @@ def patch(cap, p) -> None:
             self._vramscope_capture = cap
             run = self.run
 
+            # the thread starts on the default stream (PyTorch's current stream is per thread)
+            default = cap.current_stream_obj[0]
+
             def run_under_capture():
                 _capture._STATE.capture = cap
+                _capture._STATE.own_streams = [0, [default]]
                 function_mode, dispatch_mode = cap._modes
                 torch._C._push_on_torch_function_stack(function_mode)
                 _python_dispatch._push_mode(dispatch_mode)
@@ -71,6 +76,7 @@ def patch(cap, p) -> None:
                     _python_dispatch._pop_mode()
                     torch._C._pop_torch_function_stack()
                     _capture._STATE.capture = None
+                    _capture._STATE.own_streams = None
 
             self.run = run_under_capture
         return real_start(self)
