@@ -107,7 +107,7 @@ def _user_frame():
 
 
 #: the function mode's own frames between an op's call and `_torch_function` (`_from_mode_above`)
-_MODE_FRAMES = frozenset({"__torch_function__", "_run", "_torch_function"})
+_MODE_FRAMES = frozenset({"__torch_function__", "_function", "_run", "_torch_function"})
 
 
 def _from_mode_above(func, frame) -> bool:

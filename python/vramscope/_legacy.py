@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from . import _kernels, _sparse
 from ._tensor import is_ours
 
 #: torch/csrc/tensor/python_tensor.cpp's legacy type names, by dtype
@@ -94,30 +95,51 @@ def _target(t):
     return None
 
 
+def _tensor_type(cap, func, args, kwargs):
+    """`Tensor.type` (`THPVariable_type`): of a simulated tensor, no type names it as a CUDA one;
+    to a CUDA type (or its name) it is `to(cuda, dtype)`, from a simulated tensor to a host type
+    `to(cpu, dtype)`. (In the function mode, below it: the simulated device is meta there.)"""
+    self = args[0] if args else None
+    if not isinstance(self, torch.Tensor):
+        return NotImplemented
+    ours = is_ours(self)
+    dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+    if dtype is None and len(args) <= 1 and not kwargs:
+        return f"torch.cuda.{NAMES.get(self.dtype, 'Tensor')}" if ours else NotImplemented
+    target = _target(dtype)
+    if target is None or (target[0] == "cpu" and not ours):
+        return NotImplemented
+    non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    device = "cpu" if target[0] == "cpu" else (None if ours else "meta")
+    if device is None:
+        return torch.Tensor.to(self, dtype=target[1], non_blocking=non_blocking)
+    return torch.Tensor.to(self, device, target[1], non_blocking=non_blocking)
+
+
+def _tensor_new(cap, func, args, kwargs):
+    """`Tensor.new` (`legacy_tensor_new`) of a simulated tensor from data
+    (`legacy_new_from_sequence`): the data built on the host in the tensor's dtype, then copied to
+    its device; its sizes and tensor forms reach the dispatch mode from C++ as they are, and the
+    sparse form (`grad.new(indices, values, size)`) is `_sparse`'s."""
+    from ._capture import _host_data
+
+    self, rest = (args[0], args[1:]) if args else (None, ())
+    data = len(rest) == 1 and not isinstance(rest[0], (torch.Tensor, torch.Size)) and not _sizes(rest)
+    if data and not kwargs and is_ours(self) and self.layout == torch.strided:
+        return torch.Tensor.to(torch.tensor(_host_data(cap, rest[0]), dtype=self.dtype), "meta")
+    return _sparse.tensor_new(cap, func, args, kwargs)
+
+
+_kernels.FUNCTIONS[torch.Tensor.type] = _tensor_type
+_kernels.FUNCTIONS[torch.Tensor.new] = _tensor_new
+
+
 def patch(p) -> None:
-    """Install the twin's legacy CUDA types and their conversions while `p` lasts."""
+    """Install the twin's legacy CUDA types while `p` lasts."""
     classes = {dtype: _legacy_class(dtype, name) for dtype, name in NAMES.items()}
     for dtype, cls in classes.items():
         p.set(torch.cuda, NAMES[dtype], cls)
-
-    real_type = torch.Tensor.type
-    real_new = torch.Tensor.new
     real_default = torch.set_default_tensor_type
-
-    def type_(self, dtype=None, non_blocking=False, **kwargs):
-        # `THPVariable_type`: no type names the tensor's; a CUDA type is `to(cuda, dtype)`
-        if dtype is None and not kwargs and is_ours(self):
-            return f"torch.cuda.{NAMES.get(self.dtype, 'Tensor')}"
-        target = _target(dtype)
-        if target is not None and (target[0] == "cuda" or is_ours(self)):
-            return self.to(target[0], target[1], non_blocking=non_blocking)
-        return real_type(self, dtype, non_blocking, **kwargs)
-
-    def new(self, *args, **kwargs):
-        # `legacy_tensor_new`: the tensor's own type, on its device
-        if is_ours(self):
-            return _new(self.dtype, args, kwargs)
-        return real_new(self, *args, **kwargs)
 
     def set_default_tensor_type(t):
         # `torch.set_default_tensor_type(torch.cuda.FloatTensor)`: factories then make CUDA
@@ -129,6 +151,4 @@ def patch(p) -> None:
         torch.set_default_dtype(target[1])
         return None
 
-    p.set(torch.Tensor, "type", type_)
-    p.set(torch.Tensor, "new", new)
     p.set(torch, "set_default_tensor_type", set_default_tensor_type)

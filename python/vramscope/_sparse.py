@@ -540,7 +540,7 @@ for _f in (aten.add.Tensor, aten.add_.Tensor, aten.sub.Tensor, aten.sub_.Tensor)
 # ---- Tensor.new of a sparse tensor (SparseAdam's make_sparse) -------------------------------
 
 
-def _tensor_new(cap, func, args, kwargs):
+def tensor_new(cap, func, args, kwargs):
     """`grad.new(indices, values, size)` (`legacy_sparse_tensor_generic_ctor_new`): a sparse tensor
     over the given indices and values, no copy; PyTorch's binding knows no `SparseMeta` type."""
     self_ = args[0] if args else None
@@ -553,7 +553,7 @@ def _tensor_new(cap, func, args, kwargs):
     return aten._sparse_coo_tensor_unsafe.default(indices, values, list(size))
 
 
-_kernels.FUNCTIONS[torch.Tensor.new] = _tensor_new
+# (registered for `Tensor.new` by `_legacy`, which takes its other forms)
 
 
 # ---- sparse x dense products (torch.sparse.mm, the backward's S.t() @ grad) ----------------------
