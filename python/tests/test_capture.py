@@ -1140,6 +1140,40 @@ def test_a_large_routers_choice_over_stand_ins_spreads_too():
         assert logits.argmax(-1)[:4].tolist() == [0, 0, 0, 0]
 
 
+def test_box_deltas_without_values_decode_to_their_anchors():
+    # blind21/u03: torchvision's BoxCoder.decode_single of a head's deltas (past the value limit,
+    # no values) over anchors the twin knows gave zero boxes, so remove_small_boxes kept none of
+    # the 3,000 proposals per image the H200 kept; over stand-in zero deltas (exp(0) = 1) the boxes
+    # are the anchors
+    from torchvision.models.detection._utils import BoxCoder
+    from torchvision.ops import boxes as box_ops
+
+    with vramscope.capture(gpu="h200"):
+        n = 30000
+        x = torch.arange(n, device="cuda", dtype=torch.float32) % 200 * 4
+        anchors = torch.stack((x, x, x + 32, x + 64), 1)
+        deltas = torch.empty(n, 16, device="cuda") @ torch.empty(16, 4, device="cuda")
+        boxes = BoxCoder((1.0, 1.0, 1.0, 1.0)).decode_single(deltas, anchors)
+        assert vramscope._tensor.value(boxes) is not None
+        assert torch.equal(vramscope._tensor.value(boxes), vramscope._tensor.value(anchors))
+        assert box_ops.remove_small_boxes(boxes[:3000], 1e-3).shape == (3000,)
+
+
+def test_scores_over_near_equal_logits_count_against_a_threshold():
+    # blind21/u03: softmax over 91 classes' logits without values stands in as 1/91 each, under
+    # torchvision's 0.05 score threshold: none of 90,000 scores passes, as on the H200; a
+    # comparison at the stand-in itself (x > 0) still takes every element
+    with vramscope.capture(gpu="h200"):
+        logits = torch.empty(1000, 256, device="cuda") @ torch.empty(256, 91, device="cuda")
+        scores = logits.softmax(-1)[:, 1:].reshape(-1)
+        assert torch.where(scores > 0.05)[0].shape == (0,)
+        kept = torch.where(scores > 0.0)[0]
+        assert kept.shape == (90000,)
+        labels = torch.arange(91, device="cuda").view(1, -1).expand(1000, 91)[:, 1:].reshape(-1)
+        assert torch.unique(labels[kept]).shape == (90,)
+        assert torch.where(logits.reshape(-1) > 0)[0].shape == (91000,)
+
+
 def test_a_choice_over_known_differences_is_not_spread():
     # blind16/p08: beam search takes topk over its 2 * num_beams candidates whose scores are
     # stand-ins but whose finished candidates are masked to -1e9; that row keeps the computed

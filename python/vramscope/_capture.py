@@ -1278,6 +1278,50 @@ _DENSE_COPIES = {aten._to_copy.default, aten.cat.default, aten.stack.default}
 #: blind162/ff06, 15.7% under the H200's peak where the radii came from stand-in zeros)
 _DENSE_PRODUCTS = {aten.bmm.default, aten.mm.default, aten._unsafe_view.default}
 
+#: ops whose results copy their operands' values, carried over stand-ins (`Capture.standin_values`)
+_STANDIN_COPIES = _DENSE_COPIES | {
+    aten.clone.default,
+    aten._unsafe_view.default,
+    aten.index.Tensor,
+    aten.index_select.default,
+}
+#: ops whose result reads as its first operand, as a view does: its stand-in (`Capture.standins`)
+_STANDIN_VIEWS = {aten.clone.default, aten._unsafe_view.default, aten.contiguous.default}
+#: softmaxes along a dimension: the stand-in of n equal values is 1/n (or -log n)
+_SOFTMAXES = {aten._softmax.default, aten._log_softmax.default}
+#: comparisons: at their operands' common stand-in they decide nothing (`Capture.standins`)
+_STANDIN_COMPARISONS = {
+    getattr(getattr(aten, name), overload)
+    for name in ("gt", "ge", "lt", "le", "eq", "ne")
+    for overload in ("Tensor", "Scalar")
+}
+#: `Capture.standins`' results by op and operands' stand-ins
+_STANDINS: dict = {}
+_MISSING = object()
+
+
+class _NoStandin(Exception):
+    """An operand carries values of more than one element: the result's elements differ."""
+
+
+def _tie(pair) -> bool:
+    """Whether a comparison's two operands (stand-ins or scalars) are equal."""
+    if len(pair) != 2:
+        return False
+    a, b = pair
+    try:
+        return bool(torch.as_tensor(a) == torch.as_tensor(b))
+    except (TypeError, RuntimeError):
+        return False
+
+
+def _held_elements(v) -> int:
+    """How many values `v` holds: its elements, or none where it is one value expanded."""
+    if any(st == 0 and sz > 1 for st, sz in zip(v.stride(), v.shape, strict=True)):
+        return 0
+    return v.numel()
+
+
 #: ops that choose along a dimension (an MoE router's experts): their choice over values the
 #: twin does not carry is spread (`_spread_choices`)
 _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
@@ -2044,9 +2088,15 @@ class Capture:
         """How many elements of `t` are nonzero: from its values where it carries them, else all
         of them (the largest result, so the memory after it is an upper bound), with a warning."""
         v = value(t)
+        s = _tensor.standin(t) if v is None else None
+        if s is not None:
+            # every element its stand-in: a score over a random-initialised head's near-equal
+            # logits (softmax's 1/n) against a threshold (blind21/u03: none of 90,000 boxes'
+            # 1/91 passed torchvision's 0.05, as none did on the H200)
+            v = s.expand(t.shape)
         if v is not None:
-            n = int(torch.count_nonzero(v))
-            if _tensor.assumed(t):
+            n = int(torch.count_nonzero(v)) if s is None else (t.numel() if bool(s != 0) else 0)
+            if s is not None or _tensor.assumed(t):
                 self.sizes_guessed = True
                 # a mask computed over zeros standing in for values the twin does not carry (an MoE
                 # router's choice over a large activation): the count goes on, the user is told
@@ -2334,6 +2384,7 @@ class Capture:
             vals = (
                 self.broadcast_values(func, args, kwargs, outs, ours)
                 or self.dense_values(func, args, kwargs, outs, ours)
+                or self.standin_values(func, args, kwargs, outs, ours)
                 or _large_choice_values(self, func, args, kwargs, outs)
             )
         constant = decided or (vals is None and not small and func in _CONSTANT_FACTORIES)
@@ -2379,6 +2430,8 @@ class Capture:
                     self.constants[ptr] = weakref.WeakSet()
                 if ptr in self.constants:
                     self.constants[ptr].add(o)
+        if vals is None and ours and not factory:
+            self.standins(func, args, kwargs, outs, mutable)
         if vals is None and mutable:
             kept = _finds_nothing(func, args, kwargs)
             if kept is not None:
@@ -2576,6 +2629,122 @@ class Capture:
         if any(value(a) is None or _tensor.assumed(a) for a in ours):
             return None
         return self.cpu_values(func, args, kwargs)
+
+    def standin_values(self, func, args, kwargs, outs, ours):
+        """The values of a floating pointwise result (or of `cat`, `stack`, a copy, an index) of up
+        to `_tensor.DENSE_LIMIT` elements, no more than its operands' values hold, where some
+        operands carry values (known, or computed over stand-ins) and the others none: computed
+        over those values and the others' stand-ins (`standins`: zero, or the one value an op over
+        zeros gave), as the twin computes a small result over stand-in zeros. Box deltas a
+        detection head's convolution gives decode so over the anchors the twin knows: the boxes
+        are the anchors (a delta of zero, `exp(0)` times the anchor's size), as torchvision's
+        `BoxCoder.decode_single` gives them, where the deltas, past `VALUE_LIMIT` elements, read as
+        zeros only after the decode (blind21/u03: none of the proposals then passed
+        `remove_small_boxes`; on the H200 1,000 per image did). None otherwise."""
+        if len(outs) != 1 or not isinstance(outs[0], torch.Tensor) or not outs[0].is_floating_point():
+            return None
+        n = outs[0].numel()
+        if n > _tensor.DENSE_LIMIT or func._schema.is_mutable:
+            return None
+        if func not in _STANDIN_COPIES and torch.Tag.pointwise not in func.tags:
+            return None
+        held = {id(a) for a in ours}
+        if any(id(t) not in held and t.dim() > 0 for t in _tensors((args, kwargs))):
+            return None
+        carried = 0
+        for a in ours:
+            v = value(a)
+            if v is not None and v.is_floating_point():
+                carried += _held_elements(v)
+        if carried < n:
+            return None
+
+        def standin(a):
+            if isinstance(a, torch.Tensor) and id(a) in held and value(a) is None:
+                s = _tensor.standin(a)
+                return (torch.zeros((), dtype=a.dtype) if s is None else s).expand(a.shape)
+            return a
+
+        cargs, ckwargs = map_leaves(standin, (args, kwargs))
+        vals = self.cpu_values(func, cargs, ckwargs)
+        if vals is None or len(vals) != 1 or not isinstance(vals[0], torch.Tensor):
+            return None
+        if vals[0].shape != outs[0].shape:
+            return None
+        return vals
+
+    def standins(self, func, args, kwargs, outs, mutable):
+        """The stand-in of each result the twin carries no values for: the one value all its
+        elements take where its operands' are their stand-ins (zero, or what an op over zeros
+        gave: `exp` of a zero delta is 1, `sigmoid` 0.5, a softmax over n equal logits 1/n). A
+        view takes its base's. Only `standin_values` reads them; an op writing a tensor in place
+        makes its stand-in zero again."""
+        if mutable:
+            for a in _written(func, args, kwargs):
+                _tensor.set_standin(a, None)
+            return
+        tensors = [o for o in outs if isinstance(o, torch.Tensor) and value(o) is None]
+        if not tensors:
+            return
+        if func.is_view or func in _STANDIN_VIEWS:
+            base = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            s = None if base is None or value(base) is not None else _tensor.standin(base)
+            for o in tensors:
+                _tensor.set_standin(o, None if s is None or s.dtype != o.dtype else s)
+            return
+        softmax = func in _SOFTMAXES
+        if not softmax and torch.Tag.pointwise not in func.tags:
+            return
+        if torch.Tag.nondeterministic_seeded in func.tags or len(tensors) != 1:
+            return
+        key = [func]
+        explicit = []
+
+        def scalar(a):
+            if not isinstance(a, torch.Tensor):
+                key.append(a)
+                return a
+            v = value(a) if _tensor.BASE_IS_META(a) else a
+            if v is None:
+                s = _tensor.standin(a)
+                explicit.append(s is not None)
+                s = torch.zeros((), dtype=a.dtype) if s is None else s
+            elif v.dim() == 0:
+                s = v
+            else:
+                raise _NoStandin
+            key.append((s.dtype, s.item()))
+            return s
+
+        try:
+            cargs, ckwargs = map_leaves(scalar, (args, kwargs))
+        except _NoStandin:
+            return
+        if softmax:
+            x, dim = args[0], args[1]
+            width = x.shape[dim] if x.dim() else 1
+            key.append(width)
+            cargs = (cargs[0].expand(width), 0, *cargs[2:])
+        try:
+            key = tuple(key)
+            s = _STANDINS.get(key, _MISSING)
+        except TypeError:
+            key, s = None, _MISSING
+        if s is _MISSING:
+            r = self.cpu_result(func, cargs, ckwargs)
+            s = None
+            if isinstance(r, torch.Tensor) and r.numel() >= 1:
+                s = r.reshape(-1)[0].clone()
+            if key is not None and len(_STANDINS) < 4096:
+                _STANDINS[key] = s
+        if s is not None and func in _STANDIN_COMPARISONS and _tie(cargs[:2]):
+            # a comparison at the stand-in itself (`x > 0` of stand-in zeros) decides nothing
+            s = None
+        elif s is not None and not any(explicit) and bool(s == 0):
+            # zeros over zeros: the stand-in every tensor without one has
+            s = None
+        o = tensors[0]
+        _tensor.set_standin(o, None if s is None or s.dtype != o.dtype else s)
 
     def drawn_values(self, func, args, kwargs, outs):
         """The GPU's values of the random draw `func` made just now (`_philox.values`), as a list

@@ -134,6 +134,18 @@ def set_value(t, v, assumed: bool = False) -> None:
             t._vs_assumed = assumed
 
 
+def standin(t):
+    """The one value every element of `t` stands in as where the twin carries no values for it
+    (`Capture.standins`: the op run over its operands' stand-ins), or None: zero."""
+    return getattr(t, "_vs_standin", None)
+
+
+def set_standin(t, s) -> None:
+    """Set `t`'s stand-in (`standin`); None: zero."""
+    if s is not None or getattr(t, "_vs_standin", None) is not None:
+        t._vs_standin = s
+
+
 def fast_setup_layout(out, operands):
     """The layout TensorIterator's fast setup gives a pointwise result (`compute_fast_setup_type`,
     TensorIterator.cpp): when every tensor operand has the result's sizes and all are contiguous,

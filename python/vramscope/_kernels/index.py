@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .._tensor import assumed, registered, set_value, value
+from .._tensor import assumed, registered, set_value, standin, value
 from .composite import registered_user
 from .reduce import reduce_scratch
 from .registry import AFTER, DISPATCH, FUNCTIONS
@@ -427,8 +427,27 @@ def _nonzero(cap, func, args, kwargs):
     out = torch.empty((x.dim(), n), dtype=torch.long, device="meta").t()
     _nonzero_scratch(cap, x, lambda: cap.track(out, "aten::nonzero"))
     v = value(x)
-    set_value(out, v.nonzero() if v is not None else None)
+    s = standin(x) if v is None else None
+    if v is None and s is None and n == x.numel() and x.numel() <= STANDIN_INDEX_LIMIT:
+        # every element taken as nonzero (`Capture.nonzero_count`): its positions are all of
+        # them, valid indices of the mask's shape (torchvision's `remove_small_boxes` over boxes
+        # without values keeps every box, then indexes their class labels by those positions)
+        s = torch.ones((), dtype=torch.bool)
+    if s is not None and x.numel() <= STANDIN_INDEX_LIMIT:
+        # every element its stand-in (`Capture.nonzero_count`, which warned): all positions or
+        # none, each a valid index of the mask's own shape, so carried as known indices
+        # (torchvision's `postprocess_detections` indexes its class labels by them, whose
+        # distinct classes `batched_nms` then runs apart)
+        set_value(out, s.expand(x.shape).nonzero())
+    else:
+        set_value(out, v.nonzero() if v is not None else None)
     return out
+
+
+#: the most elements of a mask without values whose stand-in's positions `nonzero` gives (its
+#: result then carries up to this many (n, dim) int64 values; the twin's own bound, as
+#: `_kernels.HOST_INDEX_LIMIT`)
+STANDIN_INDEX_LIMIT = 1 << 24
 
 
 DISPATCH[aten.nonzero.default] = _nonzero
