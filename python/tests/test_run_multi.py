@@ -234,3 +234,26 @@ def test_tensor_parallel_layers_backpropagate_under_the_twin(tmp_script):
     assert status == 0, err[-3000:]
     assert lines[-1] == "ran 512 cuda:0"  # rank 0 holds half of the column-parallel rows
     assert report["peak_allocated"] > 0
+
+
+OBJECTS = """
+import os, torch, torch.distributed as dist
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29544")
+rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+dist.init_process_group("nccl", rank=rank, world_size=world)
+metrics = {"loss": 1.5, "n": 32}
+out = [None] * dist.get_world_size()
+dist.all_gather_object(out, metrics)
+got = [None] * dist.get_world_size()
+dist.gather_object(metrics, got, dst=0)
+print("ran", out == got == [metrics] * dist.get_world_size())
+"""
+
+
+@pytest.mark.parametrize("extra", [(), ("--nproc", "2")])
+def test_object_collectives_give_every_rank_this_rank_s_object(tmp_script, extra):
+    # all_gather_object / gather_object pickle into device byte tensors that the fake group does not
+    # move: unpickling the stand-in zeros raised ("invalid load key"), even in a one-process group
+    status, lines, _report, err = run_script(tmp_script(OBJECTS), extra=extra)
+    assert status == 0, err[-3000:]
+    assert lines[-1] == "ran True"

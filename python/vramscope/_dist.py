@@ -41,6 +41,7 @@ def setup(cap, world: int, rank: int) -> None:
     patch_fsdp()
     patch_dtensor()
     patch_works()
+    patch_object_collectives()
     patch_spawn(rank)
     cap.world = (world, rank)
 
@@ -108,6 +109,7 @@ def setup_from_script(cap) -> None:
         patch_fsdp()
         patch_dtensor()
         patch_works()
+        patch_object_collectives()
         cap.world = (world, rank)
         rest = {k: v for k, v in a.items() if k in ("timeout", "group_name", "pg_options")}
         return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
@@ -191,6 +193,70 @@ def patch_works() -> None:
     ProcessGroup.allreduce = valued(ProcessGroup.allreduce)
     ProcessGroup.broadcast = valued(ProcessGroup.broadcast)
     ProcessGroup._vramscope_works = True
+
+
+def patch_object_collectives() -> None:
+    """Object collectives (`all_gather_object`, `gather_object`, `scatter_object_list`,
+    `broadcast_object_list`, DCP's plans) pickle each object into a byte tensor on the device, move
+    it through the group and unpickle what arrives (distributed_c10d.py's `_object_to_tensor` and
+    `_tensor_to_object`). The fake group moves no data, so what arrives is stand-in zeros, which do
+    not unpickle. The twin's choice: every rank sent what this rank sent (one program on every rank),
+    so a slot that does not unpickle is the object this rank pickled for the call (for a scatter
+    from this rank, the one for its rank). The byte tensors are allocated as on the GPU."""
+    import functools
+    import warnings
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if getattr(c10d, "_vramscope_objects", False):
+        return
+    sent: list = []
+    real_to_tensor, real_to_object = c10d._object_to_tensor, c10d._tensor_to_object
+
+    def to_tensor(obj, device, group):
+        sent.append(obj)
+        return real_to_tensor(obj, device, group)
+
+    def to_object(tensor, tensor_size, group):
+        try:
+            return real_to_object(tensor, tensor_size, group)
+        except Exception:
+            if not sent:
+                warnings.warn(
+                    "vramscope: an object another rank sent (broadcast_object_list, recv_object_list) "
+                    "is not known here: it reads None",
+                    stacklevel=3,
+                )
+                return None
+            rank = c10d.get_rank(group)
+            return sent[rank] if len(sent) > 1 and 0 <= rank < len(sent) else sent[-1]
+
+    def fresh(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            sent.clear()
+            return fn(*args, **kwargs)
+
+        return call
+
+    c10d._object_to_tensor, c10d._tensor_to_object = to_tensor, to_object
+    for name in (
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
+        "broadcast_object_list",
+        "send_object_list",
+        "recv_object_list",
+    ):
+        fn = getattr(c10d, name, None)
+        if fn is None:
+            continue
+        wrapped = fresh(fn)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is fn:
+            setattr(dist, name, wrapped)
+    c10d._vramscope_objects = True
 
 
 def patch_fsdp() -> None:
