@@ -1654,6 +1654,33 @@ def test_cublas_workspace_config_sizes_the_workspaces_as_pytorch_reads_it(monkey
     assert grown(":4096:8", "4096") == (4096 * 8 * kib, 4096 * kib)
 
 
+def test_a_simulated_tensor_reads_as_cuda_while_another_thread_runs_the_kernels():
+    # the kernels' meta view was one flag for the whole process: a program thread reading
+    # `b.is_cuda` while another thread's op ran its meta kernel read False (a flaky CI failure of
+    # the thread test below under xdist); the view is now the kernels' thread's alone
+    import threading
+
+    from vramscope import _tensor
+
+    with vramscope.capture():
+        x = torch.empty(4, device="cuda")
+        inside, leave = threading.Event(), threading.Event()
+
+        def hold():
+            with _tensor.kernels():
+                inside.set()
+                leave.wait(30)
+
+        t = threading.Thread(target=hold, name="vramscope-kernels")
+        t.start()
+        try:
+            assert inside.wait(30)
+            assert x.is_cuda and x.device.type == "cuda"
+        finally:
+            leave.set()
+            t.join()
+
+
 def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     # a producer thread that copies batches to the device (`.pin_memory().cuda(non_blocking=True)`
     # onto a queue) and transformers' loading pool (`from_pretrained(device_map="cuda")`) ran the

@@ -18,6 +18,8 @@ values reads as zeros.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_map
 
@@ -59,18 +61,28 @@ _registry = None  # the active capture's storages: cdata -> allocation
 #: inside the dispatch mode PyTorch's own meta kernels run, and must see
 #: the meta device they compute on
 _in_kernel = [0]
+#: the thread running the kernels (the capture runs one op at a time across threads, `_threads`):
+#: another thread reading a simulated tensor meanwhile sees it as CUDA
+_kernel_thread = [None]
 
 
 class kernels:
-    """While entered, simulated tensors read as what they are: meta."""
+    """While entered, simulated tensors read as what they are on this thread: meta."""
 
     __slots__ = ()
 
     def __enter__(self):
+        if not _in_kernel[0]:
+            _kernel_thread[0] = threading.get_ident()
         _in_kernel[0] += 1
 
     def __exit__(self, *exc):
         _in_kernel[0] -= 1
+
+
+def _kernel_here() -> bool:
+    """Whether this thread is inside the kernels."""
+    return bool(_in_kernel[0]) and _kernel_thread[0] == threading.get_ident()
 
 
 def set_registry(storages) -> None:
@@ -106,7 +118,7 @@ def registered(t) -> bool:
 def is_ours(t) -> bool:
     """Whether `t` reads as a CUDA tensor: a simulated one, outside the
     kernels (PyTorch's meta kernels see meta tensors)."""
-    return not _in_kernel[0] and registered(t)
+    return not (_in_kernel[0] and _kernel_here()) and registered(t)
 
 
 #: the most elements of a tensor whose values the twin computes although they are not small: a
@@ -283,7 +295,7 @@ def wraps_registered(t) -> bool:
 
 def wraps_ours(t) -> bool:
     """`wraps_registered`, outside the kernels (as `is_ours` is `registered` there)."""
-    return not _in_kernel[0] and wraps_registered(t)
+    return not (_in_kernel[0] and _kernel_here()) and wraps_registered(t)
 
 
 def _reads_cuda(t) -> bool:
