@@ -61,9 +61,9 @@ _registry = None  # the active capture's storages: cdata -> allocation
 #: inside the dispatch mode PyTorch's own meta kernels run, and must see
 #: the meta device they compute on
 _in_kernel = [0]
-#: the thread running the kernels (the capture runs one op at a time across threads, `_threads`):
-#: another thread reading a simulated tensor meanwhile sees it as CUDA
-_kernel_thread = [None]
+#: thread -> how deep it is in the kernels (`_in_kernel` is their sum): another thread reading a
+#: simulated tensor meanwhile (a program's thread, `_threads`) sees it as CUDA
+_kernel_depth: dict = {}
 
 
 class kernels:
@@ -72,17 +72,23 @@ class kernels:
     __slots__ = ()
 
     def __enter__(self):
-        if not _in_kernel[0]:
-            _kernel_thread[0] = threading.get_ident()
+        me = threading.get_ident()
+        _kernel_depth[me] = _kernel_depth.get(me, 0) + 1
         _in_kernel[0] += 1
 
     def __exit__(self, *exc):
+        me = threading.get_ident()
+        depth = _kernel_depth.get(me, 0) - 1
+        if depth > 0:
+            _kernel_depth[me] = depth
+        else:
+            _kernel_depth.pop(me, None)
         _in_kernel[0] -= 1
 
 
 def _kernel_here() -> bool:
     """Whether this thread is inside the kernels."""
-    return bool(_in_kernel[0]) and _kernel_thread[0] == threading.get_ident()
+    return threading.get_ident() in _kernel_depth
 
 
 def set_registry(storages) -> None:
