@@ -1270,6 +1270,30 @@ def test_torch_compile_autotuning_clones_a_mutated_argument():
         assert torch.cuda.max_memory_allocated() == 4 * MIB + 50 * MIB + 2 * 4 * MIB
 
 
+def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_script):
+    # torch.export traces with fake tensors; a fake CUDA tensor's autograd metadata asks the driver
+    # for a stream, which aborted the process (SIGABRT, no traceback). The exported module runs the
+    # same aten ops as eager: the same allocations
+    script = tmp_script(
+        "import torch\n"
+        "lin = torch.nn.Linear\n"
+        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda()\n"
+        "x = torch.randn(64, 512, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        "def peak(f):\n"
+        "    torch.cuda.reset_peak_memory_stats()\n"
+        "    with torch.no_grad():\n"
+        "        y = f(x)\n"
+        "    return torch.cuda.max_memory_allocated(), y.device.type\n"
+        "eager = peak(m)\n"
+        "exported = peak(ep.module())\n"
+        "print(type(ep).__name__, eager == exported, exported[1])\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "ExportedProgram True cuda"
+
+
 def test_torch_compile_graph_break_runs_both_graphs():
     # a graph break splits the function in two compiled graphs: the first's output (1 MiB) lives
     # while the second fuses the product and exp into its own output; a tensor from Python data

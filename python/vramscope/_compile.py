@@ -387,6 +387,26 @@ def compile_fn(original, cap):
     return compile
 
 
+def export_fn(original, cap):
+    """`torch.export.export` while capturing: traced as a compiled region is (`_region`: fake tensors
+    on the host, where a fake CUDA tensor's autograd metadata asks the driver for a stream), then the
+    exported graph's devices and values relabelled cuda (`_relabel_graph`), so that running
+    `ep.module()` allocates from the twin as the GPU's run of the same graph does."""
+
+    def export(*args, **kwargs):
+        previous, TRACING[0] = TRACING[0], 1
+        cap.compiled_depth += 1
+        try:
+            ep = original(*args, **kwargs)
+        finally:
+            TRACING[0] = previous
+            cap.compiled_depth -= 1
+        _relabel_graph(ep.graph_module)
+        return ep
+
+    return export
+
+
 def _options(cap, mode, options) -> dict:
     """Inductor's settings for `mode` and `options` (`torch._inductor.list_mode_options`), less
     those the twin does not model (named unmeasured)."""

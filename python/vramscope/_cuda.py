@@ -583,6 +583,7 @@ def patch(cap) -> _Patch:
 
     p.set(torch, "compile", _compile.compile_fn(torch.compile, cap))
     _compile.patch(p, cap)
+    p.set(torch.export, "export", _compile.export_fn(torch.export.export, cap))
     from . import _cudagraph_trees
 
     _cudagraph_trees.patch(p, cap)
