@@ -1294,6 +1294,24 @@ def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_scr
     assert lines[-1] == "ExportedProgram True cuda"
 
 
+def test_compiled_flex_attention_runs_inductors_kernels_forward_and_backward():
+    # torch.compile(flex_attention) traced on the host raised (flex's front end refuses a CPU input
+    # that requires grad, and drops the logsumexp output for CPU inputs). Now the graph holds the
+    # GPU's kernel options: with grad the forward keeps its output (512 KiB), the logsumexp saved
+    # for backward (2 x 4 x 256 float32, 8 KiB) and the default block mask's four int32 index
+    # tensors (512 bytes each; `_create_empty_block_mask`), and the backward runs
+    with vramscope.capture() as cap:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        q = torch.randn(2, 4, 256, 64, device="cuda", requires_grad=True)
+        before = torch.cuda.memory_allocated()
+        out = torch.compile(flex_attention)(q, q, q)
+        assert torch.cuda.memory_allocated() - before == 512 * 1024 + 8 * 1024 + 4 * 512
+        out.sum().backward()
+        assert q.grad is not None and q.grad.shape == q.shape
+    assert cap.report()["unmeasured"] == []
+
+
 def test_torch_compile_graph_break_runs_both_graphs():
     # a graph break splits the function in two compiled graphs: the first's output (1 MiB) lives
     # while the second fuses the product and exp into its own output; a tensor from Python data

@@ -387,6 +387,51 @@ def compile_fn(original, cap):
     return compile
 
 
+class _OnCuda:
+    """What flex_attention's front end reads of an input while dynamo traces it on the host: the
+    device the GPU's run has (`_flex_front_end`)."""
+
+    device = torch.device("cuda", 0)
+
+
+def _flex_front_end(flex) -> None:
+    """flex_attention's device checks for a trace on the host (torch/nn/attention/flex_attention.py):
+    `_validate_device` refuses a CPU input that requires grad, and `_apply_kernel_options` drops
+    the logsumexp output (and refuses max scores) for CPU inputs. While tracing they answer as for
+    the simulated GPU's inputs, so the graph holds the GPU's kernel options."""
+    validate, options = flex._validate_device, flex._apply_kernel_options
+
+    def validate_device(query, key, value):
+        if TRACING[0] and query.device == _HOST:
+            return None
+        return validate(query, key, value)
+
+    def apply_kernel_options(query, key, value, *args, **kwargs):
+        if TRACING[0] and query.device == _HOST:
+            return options(_OnCuda, _OnCuda, _OnCuda, *args, **kwargs)
+        return options(query, key, value, *args, **kwargs)
+
+    return validate_device, apply_kernel_options
+
+
+def _permute_strides(original):
+    """flex_attention's `_permute_strides` (torch/_higher_order_ops/flex_attention.py) for a fake
+    CUDA tensor, as Inductor's lowering meets it: the layout is the original's, taken over a meta
+    tensor of the same sizes and strides, and the copy is made as an op (the `Tensor.copy_` method's
+    binding sets a device guard for a CUDA fake tensor, which needs a driver)."""
+
+    def permute_strides(out, query_strides):
+        if not (isinstance(out, torch._subclasses.fake_tensor.FakeTensor) and out.device.type == "cuda"):
+            return original(out, query_strides)
+        probe = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device="meta")
+        layout = original(probe, query_strides)
+        new = out.new_empty(out.shape).as_strided(out.shape, layout.stride())
+        torch.ops.aten.copy_.default(new, out)
+        return new
+
+    return permute_strides
+
+
 def export_fn(original, cap):
     """`torch.export.export` while capturing: traced as a compiled region is (`_region`: fake tensors
     on the host, where a fake CUDA tensor's autograd metadata asks the driver for a stream), then the
@@ -479,6 +524,17 @@ def patch(p, cap) -> None:
     if cache_dir() not in _capture.GENERATED:
         # the wrapper's allocations are the line's that called the compiled code
         _capture.GENERATED.append(cache_dir())
+
+    def flex_front_end(flex):
+        validate_device, apply_kernel_options = _flex_front_end(flex)
+        p.set(flex, "_validate_device", validate_device)
+        p.set(flex, "_apply_kernel_options", apply_kernel_options)
+
+    p.when_imported("torch.nn.attention.flex_attention", flex_front_end)
+    p.when_imported(
+        "torch._higher_order_ops.flex_attention",
+        lambda hop: p.set(hop, "_permute_strides", _permute_strides(hop._permute_strides)),
+    )
     p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
     p.when_imported(
         "torch._inductor.async_compile",
