@@ -257,3 +257,28 @@ def test_object_collectives_give_every_rank_this_rank_s_object(tmp_script, extra
     status, lines, _report, err = run_script(tmp_script(OBJECTS), extra=extra)
     assert status == 0, err[-3000:]
     assert lines[-1] == "ran True"
+
+
+MESH_ONLY = """
+import os, torch
+os.environ.setdefault("RANK", "0"); os.environ.setdefault("WORLD_SIZE", "1")
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29545")
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+mesh = init_device_mesh("cuda", (1,))
+lin = parallelize_module(torch.nn.Linear(256, 512).cuda(), mesh, ColwiseParallel())
+lin(torch.randn(8, 256, device="cuda")).sum().backward()
+print("ran", mesh.size(), lin.weight.grad.shape[0])
+"""
+
+
+@pytest.mark.parametrize("extra", [(), ("--nproc", "2")])
+def test_init_device_mesh_starts_the_group_itself_under_the_twin(tmp_script, extra):
+    # torchtitan's layout: no init_process_group of the script's own, init_device_mesh calls
+    # device_mesh's imported `init_process_group()`, which made a real NCCL group ("ProcessGroupNCCL
+    # is only supported with GPUs, no GPUs found!")
+    src = MESH_ONLY if not extra else MESH_ONLY.replace("(1,)", '(int(os.environ["WORLD_SIZE"]),)')
+    status, lines, report, err = run_script(tmp_script(src), extra=extra)
+    assert status == 0, err[-3000:]
+    assert lines[-1] == ("ran 1 512" if not extra else "ran 2 512")
+    assert report["peak_allocated"] > 0

@@ -36,7 +36,7 @@ def setup(cap, world: int, rank: int) -> None:
         kwargs["rank"], kwargs["world_size"] = rank, world
         return original("fake", *args, store=FakeStore(), **kwargs)
 
-    dist.init_process_group = init_process_group
+    _route_init(init_process_group)
     patch_ddp(world)
     patch_fsdp()
     patch_dtensor()
@@ -104,7 +104,7 @@ def setup_from_script(cap) -> None:
         world, rank = a.get("world_size", -1), a.get("rank", -1)
         world = world if world != -1 else int(os.environ.get("WORLD_SIZE", "1"))
         rank = rank if rank != -1 else int(os.environ.get("RANK", "0"))
-        dist.init_process_group = original
+        _route_init(original)
         patch_ddp(world)
         patch_fsdp()
         patch_dtensor()
@@ -114,8 +114,20 @@ def setup_from_script(cap) -> None:
         rest = {k: v for k, v in a.items() if k in ("timeout", "group_name", "pg_options")}
         return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
 
-    dist.init_process_group = init_process_group
+    _route_init(init_process_group)
     patch_spawn(0)
+
+
+def _route_init(fn) -> None:
+    """Bind `init_process_group` to fn where scripts reach it: `torch.distributed`'s name and
+    device_mesh's own import of it, which `init_device_mesh` calls with no arguments when no group
+    exists yet (`_setup_world_group_and_device`, torch/distributed/device_mesh.py)."""
+    import torch.distributed as dist
+
+    dist.init_process_group = fn
+    mesh = sys.modules.get("torch.distributed.device_mesh")
+    if mesh is not None and hasattr(mesh, "init_process_group"):
+        mesh.init_process_group = fn
 
 
 def _allreduce_hook(world: int):
