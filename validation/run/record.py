@@ -17,6 +17,12 @@ CUDA call of its own. torch is not imported before the script imports it (an imp
 right after its own import finishes), so a script that sets PYTORCH_CUDA_ALLOC_CONF before `import torch`
 sees the same process state as when run directly. When CUDA was never initialized (a CPU smoke run) the
 figures are null and "note" says why.
+
+Ranks started by torch.multiprocessing.spawn / start_processes are other processes whose allocators the
+parent's stats do not see: each child (this module imported there as `record`, from the parent's sys.path)
+records its own phases and its "end" into the same $OUT_JSONL, in the same schema, and the parent writes
+no "end" of its own when it never initialized CUDA itself (every line then is the ranks'; run with
+nprocs=1 so that one rank's lines follow each other).
 """
 
 import importlib.abc
@@ -27,7 +33,8 @@ import runpy
 import sys
 import time
 
-_state = {"phase": 0, "script": None, "out": None, "t0": time.perf_counter(), "torch": None}
+_state = {"phase": 0, "script": None, "out": None, "t0": time.perf_counter(), "torch": None, "children": 0}
+_THIS = sys.modules[__name__]  # this module object, also under the name "record" (see _ChildRecorder)
 
 _FIELDS = {
     "allocated": "allocated_bytes.all.current",
@@ -96,6 +103,43 @@ def _patch(torch):
             return acc_orig(device_index)
 
         acc.reset_peak_memory_stats = acc_reset_peak_memory_stats
+    spawn_mod = sys.modules.get("torch.multiprocessing.spawn")
+    sp_orig = getattr(spawn_mod, "start_processes", None)
+    if sp_orig is not None and _state["script"] is not None:
+
+        def start_processes(fn, args=(), nprocs=1, *rest, **kwargs):
+            # pickled by reference as record._ChildRecorder: the child imports this file by that name
+            here = os.path.dirname(os.path.abspath(__file__))
+            if here not in sys.path:
+                sys.path.append(here)
+            sys.modules.setdefault("record", _THIS)
+            _state["children"] += 1
+            return sp_orig(_ChildRecorder(fn, _state["script"]), args, nprocs, *rest, **kwargs)
+
+        spawn_mod.start_processes = start_processes  # spawn() calls this module global
+        torch.multiprocessing.start_processes = start_processes
+
+
+class _ChildRecorder:
+    """fn of a spawned rank, recorded in the child as main() records a script (phases and "end")."""
+
+    __module__ = "record"
+
+    def __init__(self, fn, script):
+        self.fn, self.script = fn, script
+
+    def __call__(self, *args):
+        _state.update(script=self.script, phase=0, t0=time.perf_counter())
+        _patch(sys.modules["torch"])
+        try:
+            self.fn(*args)
+        except SystemExit as e:
+            _emit("end", exception="SystemExit" if e.code not in (None, 0) else None)
+            raise
+        except BaseException as e:
+            _emit("end", exception=type(e).__name__)
+            raise
+        _emit("end")
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):
@@ -139,7 +183,9 @@ def main():
     except BaseException as e:
         _emit("end", exception=type(e).__name__)  # the traceback still holds the script's frames
         raise
-    _emit("end")  # script_globals (a copy of the script's namespace) keeps its objects alive until here
+    torch = _state["torch"]
+    if not (_state["children"] and torch is not None and not torch.cuda.is_initialized()):
+        _emit("end")  # script_globals (a copy of the script's namespace) keeps its objects alive until here
     del script_globals
 
 
