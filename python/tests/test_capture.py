@@ -1294,6 +1294,20 @@ def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_scr
     assert lines[-1] == "ExportedProgram True cuda"
 
 
+def test_each_fake_cuda_tensor_a_trace_makes_allocates_and_frees_one_element():
+    # `init_gpu_context` (fake_tensor.py): making a fake CUDA tensor runs `torch.empty(1,
+    # device=...)` on the device, freed at once; during `torch.export` the peak is the parameters
+    # plus that 512-byte block (blind233/hy01's H200 figure), and nothing stays allocated
+    with vramscope.capture():
+        m = torch.nn.Linear(1024, 1024).cuda()  # 4 MiB + 4 KiB
+        x = torch.empty(8, 1024, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        torch.export.export(m, (x,))
+        assert torch.cuda.memory_allocated() == before
+        assert torch.cuda.max_memory_allocated() - before == 512
+
+
 def test_compiled_flex_attention_runs_inductors_kernels_forward_and_backward():
     # torch.compile(flex_attention) traced on the host raised (flex's front end refuses a CPU input
     # that requires grad, and drops the logsumexp output for CPU inputs). Now the graph holds the

@@ -39,11 +39,26 @@ _UNMODELLED_OPTIONS = {
 }
 
 
+def _init_gpu_context(cap):
+    """`init_gpu_context` (torch/_subclasses/fake_tensor.py), which `FakeTensor.__new__` calls for
+    every fake CUDA tensor it makes: a one-element float tensor on the device (`torch.empty(1,
+    device=device)`), freed at once: 4 bytes requested, a 512-byte block (blind233/hy01's H200
+    peak during `torch.export`: 512 bytes above the parameters)."""
+
+    def init(device):
+        if cap.started:  # (a program that has not used the device yet makes no context here)
+            cap.malloc(4, "fake_tensor::init_gpu_context", "temporary")
+
+    return init
+
+
 def _fake_new(original):
-    """`FakeTensor.__new__` that puts a CUDA fake tensor on the host while tracing."""
+    """`FakeTensor.__new__` that puts a CUDA fake tensor on the host while tracing (after the
+    device allocation the GPU's making of it does, `init_gpu_context`)."""
 
     def new(cls, fake_mode, elem, device, *args, **kwargs):
         if TRACING[0] and torch.device(device).type == "cuda":
+            torch._subclasses.fake_tensor.init_gpu_context(torch.device(device))
             device = _HOST
         if _tensor.registered(elem):
             # a simulated tensor as the element (a higher-order op's `make_fx` snapshots the
@@ -439,6 +454,12 @@ def export_fn(original, cap):
     `ep.module()` allocates from the twin as the GPU's run of the same graph does."""
 
     def export(*args, **kwargs):
+        from torch.utils._pytree import tree_leaves
+
+        module = args[0] if args else kwargs.get("mod")
+        tensors = [*tree_leaves((args[1:], kwargs)), *module.parameters(), *module.buffers()]
+        if not any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+            return original(*args, **kwargs)  # a host program's export: nothing to relabel
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
         try:
@@ -507,8 +528,7 @@ def patch(p, cap) -> None:
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
-    # `init_gpu_context` makes a real CUDA tensor for a fake one's first use
-    p.set(fake_tensor, "init_gpu_context", lambda device: None)
+    p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
 
     def empty_strided_cuda(size, stride, dtype):
         """The wrapper's `empty_strided_cuda`: a buffer from the twin's allocator."""
