@@ -1712,6 +1712,8 @@ class Capture:
         self.autograd_streams = False
         # a stream capturing a CUDA graph -> the stream id its graph's private pool is kept under
         self.pool_streams: dict[int, int] = {}
+        #: the streams of `torch.cuda.graph` captures under way (`_cuda.CUDAGraph.capture_begin`)
+        self.capture_streams: set[int] = set()
         #: `torch.cuda.use_mem_pool`'s pools, innermost last: the program thread's allocations go there
         self.thread_pools: list = []
         #: the stream id each (thread, stream, Lt) took its cuBLAS workspace under: the stream's own
@@ -1946,6 +1948,11 @@ class Capture:
         private = self.pool_streams.get(self.stream)
         if private is not None:
             return private
+        if self.capture_streams:
+            # another stream joined into the capture (an event waited on the capturing stream)
+            # allocates from the graph's pool on the GPU (the filter `beginAllocateToPool` gets is
+            # the capture's id, CUDAGraph.cpp); the twin keys the pool by the capturing stream
+            self.note_unmeasured("CUDA graphs (streams joined into a capture)")
         if self.thread_pools and self.thread() == "main":
             return self.thread_pools[-1].private_stream(self.stream)
         return self.stream

@@ -280,13 +280,12 @@ def patch(cap) -> _Patch:
         the capture's stream (`torch.cuda.graph` enters it after `empty_cache()`); `capture_begin`
         registers the graph with the default generator, the capture allocates from the graph's
         private pool, which empty_cache keeps while a graph holds it (CUDAGraph.cpp,
-        CUDACachingAllocator.cpp). Replays allocate nothing; streams joined into a capture are
-        not modelled (named unmeasured)."""
+        CUDACachingAllocator.cpp). Replays allocate nothing; an allocation on another stream
+        during the capture (a stream joined into it) is not modelled (named unmeasured,
+        `Capture.pool_stream`)."""
 
         def __init__(self, *args, **kwargs):
-            if sys._getframe(1).f_globals.get("__name__") != "torch._inductor.cudagraph_trees":
-                # (Inductor's graph trees capture on their own stream alone)
-                cap.note_unmeasured("CUDA graphs (streams joined into a capture)")
+            pass
 
         def register_generator_state(self, state):
             """A generator registered with the graph (`CUDAGraph::register_generator_state`,
@@ -308,6 +307,7 @@ def patch(cap) -> _Patch:
             # private pool (a new one, or the one `pool` names), apart from its ordinary blocks
             self._pool = tuple(pool) if pool is not None and tuple(pool) != (0, 0) else graph_pool_handle()
             self._stream = cap.stream
+            cap.capture_streams.add(cap.stream)
             self._private = _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
             cap.pool_streams[cap.stream] = self._private
             # the pool's use_count: empty_cache keeps it while a graph holds it
@@ -317,6 +317,7 @@ def patch(cap) -> _Patch:
 
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
+            cap.capture_streams.discard(self._stream)
             cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
 
