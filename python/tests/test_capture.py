@@ -1308,6 +1308,20 @@ def test_each_fake_cuda_tensor_a_trace_makes_allocates_and_frees_one_element():
         assert torch.cuda.max_memory_allocated() - before == 512
 
 
+def test_data_parallel_on_one_gpu_passes_its_input_on_without_a_copy():
+    # comm.cpp's `scatter`: a chunk is moved only where its device is not the tensor's, so on one
+    # GPU the module gets the input itself (blind235/ia01's H200 history: no 38.5 MB copy of the
+    # batch at DataParallel's forward, which the twin made reading the simulated tensor as meta)
+    with vramscope.capture():
+        model = torch.nn.DataParallel(torch.nn.Linear(1024, 1024)).cuda()
+        x = torch.empty(256, 1024, device="cuda")  # 1 MiB
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.no_grad():
+            y = model(x)
+        assert torch.cuda.max_memory_allocated() - before == y.untyped_storage().nbytes() + 33 * MIB
+
+
 def test_compiled_flex_attention_runs_inductors_kernels_forward_and_backward():
     # torch.compile(flex_attention) traced on the host raised (flex's front end refuses a CPU input
     # that requires grad, and drops the logsumexp output for CPU inputs). Now the graph holds the

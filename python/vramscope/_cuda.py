@@ -630,6 +630,7 @@ def patch(cap) -> _Patch:
         p.set(clip_grad, name, _kernels.foreach_support(getattr(clip_grad, name)))
     patch_tensor(p)
     _patch_accelerator(p, world)
+    p.set(torch._C, "_scatter", _scatter)  # nn.DataParallel's input scatter
     _patch_constraint_checks(p, cap)
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap))
@@ -959,6 +960,26 @@ def _passing_check(original, cap):
         return out
 
     return check
+
+
+def _scatter(tensor, devices, chunk_sizes=None, dim=0, streams=None):
+    """`torch._C._scatter` (torch/csrc/cuda/comm.cpp `scatter`, under `nn.DataParallel`'s input
+    scatter): the tensor split into one chunk per device, each moved (`to`, non-blocking, on the
+    device's stream where one is given) only where its device is not the tensor's, so a single
+    device's chunk is the tensor itself. The C++ reads the simulated tensor's device as meta and
+    would copy it."""
+    if chunk_sizes is not None:
+        chunks = tensor.split_with_sizes(list(chunk_sizes), dim)
+    else:
+        chunks = tensor.chunk(len(devices), dim)
+    out = []
+    for i, (chunk, device) in enumerate(zip(chunks, devices, strict=False)):
+        if device != tensor.get_device():
+            stream = streams[i] if streams else None
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                chunk = chunk.to(torch.device("cuda", device), non_blocking=True)
+        out.append(chunk)
+    return out
 
 
 def _patch_accelerator(p: _Patch, world: int) -> None:
