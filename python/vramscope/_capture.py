@@ -1719,6 +1719,11 @@ class Capture:
         #: the stream id each (thread, stream, Lt) took its cuBLAS workspace under: the stream's own
         #: or the private pool's it allocated to then
         self.blas_streams: dict[tuple, int] = {}
+        #: the cuBLAS handle each of the program's own threads reserved (`blas_handle`), those
+        #: released by threads that ended, and how many were made
+        self.blas_windows: dict[threading.Thread, int] = {}
+        self.blas_released: list[int] = []
+        self.blas_made = 0
         #: the environment's cuBLAS workspace settings the device's sizes were last set from
         self.blas_env: tuple | None = None
         #: an allocation made in a private pool -> the stream id that pool is kept under
@@ -1986,15 +1991,33 @@ class Capture:
         device thread during backward, else the program's."""
         if torch._C._current_graph_task_id() != -1:
             return "autograd"
-        if getattr(threading.current_thread(), "_vramscope_capture", None) is not None:
-            # cuBLAS's handles are per thread (CUDABlasHandlePool.cpp's thread-local pool window),
-            # so on the GPU this thread takes a handle and a workspace of its own
-            self.warn_once(
-                "thread-blas",
-                "a matmul on a thread of the program's own: its cuBLAS handle and workspace are taken "
-                "as the program's thread's; on the GPU the thread makes its own (a workspace more)",
-            )
         return "main"
+
+    def blas_handle(self) -> int:
+        """The cuBLAS handle of the current thread: 0, the program's main thread's or the autograd
+        engine's own, else the handle a thread of the program's own reserved. Each host thread's
+        pool window reserves one on its first cuBLAS call, a handle released by a thread that has
+        ended (the last released first) or a new one, and gives it back when the thread ends
+        (`getCurrentCUDABlasHandle`, CublasHandlePool.cpp; DeviceThreadHandles.h); workspaces
+        are kept by (handle, stream), so a reused handle reuses its workspace."""
+        if torch._C._current_graph_task_id() != -1:
+            return 0
+        t = threading.current_thread()
+        if getattr(t, "_vramscope_capture", None) is None:
+            return 0
+        handle = self.blas_windows.get(t)
+        if handle is None:
+            for other, held in list(self.blas_windows.items()):
+                if not other.is_alive():
+                    del self.blas_windows[other]
+                    self.blas_released.append(held)
+            if self.blas_released:
+                handle = self.blas_released.pop()
+            else:
+                self.blas_made += 1
+                handle = self.blas_made
+            self.blas_windows[t] = handle
+        return handle
 
     def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
         """A cuBLAS call: handle and workspace on first use per (thread, stream); a workspace made
@@ -2008,8 +2031,10 @@ class Capture:
             self.blas_env = env
             self.device.set_blas_workspaces(*_blas_workspaces(self, *env))
         try:
-            stream = self.blas_streams.setdefault((self.thread(), self.stream, lt), self.pool_stream())
-            self.device.blas(op, self.thread(), stream, str(dtype).removeprefix("torch."), lt, _source_line())
+            thread, handle = self.thread(), self.blas_handle()
+            stream = self.blas_streams.setdefault((thread, handle, self.stream, lt), self.pool_stream())
+            dtype_name = str(dtype).removeprefix("torch.")
+            self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
         except _native.OutOfMemory as e:
             self.oom = str(e)
         else:

@@ -285,6 +285,14 @@ pub enum Thread {
     Autograd,
 }
 
+/// A cuBLAS handle: its host thread and its number there (0 the thread's
+/// own, n > 0 a handle of the program's own threads, [`Runtime::blas_call`]).
+type BlasOwner = (Thread, u32);
+
+/// A cuBLAS or cuBLASLt workspace's key: its handle and stream
+/// (`cublas_handle_stream_to_workspace`, CublasHandlePool.cpp).
+type WorkspaceKey = (BlasOwner, StreamId);
+
 impl State {
     /// What a report of running out of memory reads later: the module,
     /// the segments (when recording) and the figures at that moment.
@@ -392,16 +400,19 @@ pub(crate) struct State {
     unallocated_params: Option<DType>,
     /// `at::sequence_number` is thread-local.
     seq: [u64; 2],
-    /// the workspaces' live slots, by (thread, stream)
-    cublas_ws: Vec<((Thread, StreamId), u32)>,
-    /// the threads that have created their cuBLAS handle (handles outlive
-    /// their workspaces: `_cuda_clearCublasWorkspaces` keeps them)
-    blas_handles: Vec<Thread>,
+    /// the cuBLAS handle of the calls now made: the thread's own (0) or a
+    /// program thread's (n > 0, [`Runtime::blas_call`])
+    blas_handle: u32,
+    /// the workspaces' live slots, by (handle, stream)
+    cublas_ws: Vec<(WorkspaceKey, u32)>,
+    /// the handles created (handles outlive their workspaces:
+    /// `_cuda_clearCublasWorkspaces` keeps them)
+    blas_handles: Vec<BlasOwner>,
     /// bytes of the first handle's share already taken
     /// ([`Runtime::driver_outside_ahead_of_blas`])
     blas_prepaid: u64,
-    /// the threads that have run a 16-bit matmul
-    blas_16bit: Vec<Thread>,
+    /// the host threads (by handle) that have run a 16-bit matmul
+    blas_16bit: Vec<BlasOwner>,
     /// driver bytes waiting for the autograd thread's 16-bit share
     /// ([`Runtime::driver_outside_with_autograd_16bit`])
     autograd_16bit_pending: Vec<(&'static str, u64)>,
@@ -419,7 +430,8 @@ pub(crate) struct State {
     pinned_buffers: Vec<u64>,
     /// the kernel modules of [`MODULE_HOST_MALLOCS`] loaded, by index
     modules_loaded: u32,
-    lt_ws: Vec<((Thread, StreamId), u32)>,
+    /// the cuBLASLt workspaces' live slots, by (handle, stream)
+    lt_ws: Vec<(WorkspaceKey, u32)>,
     live: LiveSet,
     /// the module paths entered, innermost last
     modules: Vec<Rc<str>>,
@@ -549,6 +561,7 @@ impl Runtime {
             stream: 0,
             unallocated_params: None,
             seq: [0, 0],
+            blas_handle: 0,
             cublas_ws: Vec::new(),
             blas_handles: Vec::new(),
             blas_prepaid: 0,
@@ -714,17 +727,21 @@ impl Runtime {
     }
 
     /// A cuBLAS call of a front door outside the eager twin on (`thread`,
-    /// `stream`): the handle, its workspace (and the cuBLASLt one when
-    /// `lt`) on first use, as the eager twin's matrix products do.
+    /// `stream`) with `thread`'s own handle (`handle` 0) or the n-th handle
+    /// of the program's own threads: the handle, its workspace (and the
+    /// cuBLASLt one when `lt`) on first use, as the eager twin's matrix
+    /// products do.
     pub fn blas_call(
         &self,
         thread: Thread,
+        handle: u32,
         stream: StreamId,
         dtype: DType,
         lt: bool,
         op: &'static str,
     ) -> Result<()> {
         let saved = std::mem::replace(&mut self.st.borrow_mut().stream, stream);
+        let saved_handle = std::mem::replace(&mut self.st.borrow_mut().blas_handle, handle);
         let r = self.on_thread(thread, || {
             if lt {
                 self.cublaslt_workspace(op, dtype)
@@ -732,7 +749,9 @@ impl Runtime {
                 self.cublas_handle(op, dtype)
             }
         });
-        self.st.borrow_mut().stream = saved;
+        let mut st = self.st.borrow_mut();
+        st.stream = saved;
+        st.blas_handle = saved_handle;
         r
     }
 
@@ -1411,7 +1430,7 @@ impl Runtime {
         self.blas_handle(op, dtype)?;
         let (key, size) = {
             let st = self.st.borrow();
-            let key = (st.thread, st.stream);
+            let key = ((st.thread, st.blas_handle), st.stream);
             if st.cublas_ws.iter().any(|(k, _)| *k == key) {
                 return Ok(());
             }
@@ -1432,7 +1451,8 @@ impl Runtime {
         let handle = {
             let st = self.st.borrow();
             let BlasHandleBytes { first, later } = st.profile.blas_handle_bytes;
-            (!st.blas_handles.contains(&st.thread)).then_some(if st.blas_handles.is_empty() {
+            let owner = (st.thread, st.blas_handle);
+            (!st.blas_handles.contains(&owner)).then_some(if st.blas_handles.is_empty() {
                 first.saturating_sub(st.blas_prepaid)
             } else {
                 later
@@ -1451,8 +1471,8 @@ impl Runtime {
             }
             self.driver_take(op, bytes)?;
             let mut st = self.st.borrow_mut();
-            let thread = st.thread;
-            st.blas_handles.push(thread);
+            let owner = (st.thread, st.blas_handle);
+            st.blas_handles.push(owner);
         }
         if dtype != DType::F32 {
             self.kernels16(op)?;
@@ -1468,15 +1488,17 @@ impl Runtime {
     pub(crate) fn kernels16(&self, op: &'static str) -> Result<()> {
         let bytes = {
             let st = self.st.borrow();
-            (!st.blas_16bit.contains(&st.thread)).then_some(st.profile.blas_16bit_bytes)
+            (!st.blas_16bit.contains(&(st.thread, st.blas_handle)))
+                .then_some(st.profile.blas_16bit_bytes)
         };
         if let Some(bytes) = bytes {
             self.driver_take(op, bytes)?;
             let pending = {
                 let mut st = self.st.borrow_mut();
                 let thread = st.thread;
-                st.blas_16bit.push(thread);
-                if thread == Thread::Autograd {
+                let owner = (thread, st.blas_handle);
+                st.blas_16bit.push(owner);
+                if owner == (Thread::Autograd, 0) {
                     std::mem::take(&mut st.autograd_16bit_pending)
                 } else {
                     Vec::new()
@@ -1494,7 +1516,7 @@ impl Runtime {
     /// that thread has taken its share, else when it does (never, if it
     /// runs no 16-bit kernel).
     pub fn driver_outside_with_autograd_16bit(&self, op: &'static str, bytes: u64) -> Result<()> {
-        let now = self.st.borrow().blas_16bit.contains(&Thread::Autograd);
+        let now = self.st.borrow().blas_16bit.contains(&(Thread::Autograd, 0));
         if now {
             return self.driver_take(op, bytes);
         }
@@ -1616,7 +1638,7 @@ impl Runtime {
         self.cublas_handle(op, dtype)?;
         let (key, size) = {
             let st = self.st.borrow();
-            let key = (st.thread, st.stream);
+            let key = ((st.thread, st.blas_handle), st.stream);
             if st.lt_ws.iter().any(|(k, _)| *k == key) {
                 return Ok(());
             }

@@ -126,6 +126,7 @@ impl Sink for RuntimeSink {
             }
             Event::Blas {
                 thread,
+                handle,
                 stream,
                 half,
                 lt,
@@ -140,7 +141,8 @@ impl Sink for RuntimeSink {
                 let dtype = if *half { DType::BF16 } else { DType::F32 };
                 let source = self.shared(source);
                 self.rt.with_source(source, || {
-                    self.rt.blas_call(thread, *stream, dtype, *lt, intern(op))
+                    self.rt
+                        .blas_call(thread, *handle, *stream, dtype, *lt, intern(op))
                 })?;
             }
             Event::Phase { .. } => {}
@@ -223,6 +225,7 @@ mod tests {
         let mut p = sink();
         let blas = |thread, stream, lt| Event::Blas {
             thread,
+            handle: 0,
             stream,
             half: false,
             lt,
@@ -239,6 +242,15 @@ mod tests {
         assert_eq!(p.runtime().memory_allocated(), (64 << 20) + (1 << 20));
         p.event(&blas(HostThread::Main, 7, false)).unwrap();
         assert_eq!(p.runtime().memory_allocated(), (96 << 20) + (1 << 20));
+        // a program thread's handle on stream 0: a workspace of its own, once
+        let mut on_handle = blas(HostThread::Main, 0, false);
+        if let Event::Blas { handle, .. } = &mut on_handle {
+            *handle = 1;
+        }
+        p.event(&on_handle).unwrap();
+        assert_eq!(p.runtime().memory_allocated(), (128 << 20) + (1 << 20));
+        p.event(&on_handle).unwrap();
+        assert_eq!(p.runtime().memory_allocated(), (128 << 20) + (1 << 20));
     }
 
     /// More than the card: the allocator's out-of-memory, whose whole

@@ -181,11 +181,15 @@ pub enum Event {
         /// its new category
         category: Category,
     },
-    /// a cuBLAS call on (`thread`, `stream`): the handle's driver memory and
-    /// workspace on first use, the cuBLASLt workspace too when `lt`
+    /// a cuBLAS call on (`thread`, `handle`, `stream`): the handle's driver
+    /// memory and workspace on first use, the cuBLASLt workspace too when `lt`
     Blas {
         /// the host thread
         thread: HostThread,
+        /// the cuBLAS handle: 0 for `thread`'s own, n > 0 for the n-th handle
+        /// the program's own threads reserved (each host thread takes one of
+        /// its own from PyTorch's handle pool, CublasHandlePool.cpp)
+        handle: u32,
         /// the stream
         stream: StreamId,
         /// the operands' dtype is 16-bit (the driver loads 16-bit kernels)

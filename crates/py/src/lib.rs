@@ -316,8 +316,10 @@ impl Device {
         })
     }
 
-    /// A cuBLAS call on (`thread`, `stream`).
-    #[pyo3(signature = (op, thread, stream, dtype, lt, source=""))]
+    /// A cuBLAS call on (`thread`, `handle`, `stream`): `handle` 0 is the
+    /// thread's own, n > 0 a handle of the program's own threads.
+    #[pyo3(signature = (op, thread, stream, dtype, lt, source="", handle=0))]
+    #[allow(clippy::too_many_arguments)]
     fn blas(
         &mut self,
         op: &str,
@@ -326,6 +328,7 @@ impl Device {
         dtype: &str,
         lt: bool,
         source: &str,
+        handle: u32,
     ) -> PyResult<()> {
         let thread: HostThread = thread.parse().map_err(PyValueError::new_err)?;
         // complex64 runs `cublasCgemm` (32-bit parts), complex128 `cublasZgemm` as float64 does
@@ -336,6 +339,7 @@ impl Device {
         };
         self.send(&Event::Blas {
             thread,
+            handle,
             stream,
             half,
             lt,
@@ -1001,6 +1005,7 @@ mod tests {
         let e = p
             .event(&Event::Blas {
                 thread: HostThread::Main,
+                handle: 0,
                 stream: 0,
                 half: false,
                 lt: false,
