@@ -282,3 +282,31 @@ def test_init_device_mesh_starts_the_group_itself_under_the_twin(tmp_script, ext
     assert status == 0, err[-3000:]
     assert lines[-1] == ("ran 1 512" if not extra else "ran 2 512")
     assert report["peak_allocated"] > 0
+
+
+AUTOCAST_TP = """
+import os, torch
+os.environ.setdefault("RANK", "0"); os.environ.setdefault("WORLD_SIZE", "1")
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29546")
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+mesh = init_device_mesh("cuda", (1,))
+lin = parallelize_module(torch.nn.Linear(1024, 4096, bias=False).cuda(), mesh, ColwiseParallel())
+x = torch.randn(2048, 1024, device="cuda")
+x[:8] @ x[:8].t()  # the first matmul's cuBLAS workspace, outside the figure
+torch.cuda.reset_peak_memory_stats()
+base = torch.cuda.memory_allocated()
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    y = lin(x)
+print("ran", y.dtype, torch.cuda.max_memory_allocated() - base)
+"""
+
+
+def test_autocast_casts_a_tensor_parallel_linear_s_dtensors(tmp_script):
+    # autocast's `is_eligible` asks `is_cuda()`, which a DTensor on the GPU answers yes: its input and
+    # weight are cast to bf16 and the matmul runs in bf16 (blind232/hx03's per-op truth); the twin's
+    # DTensors, made on the meta device, were left fp32 and the output took fp32's bytes
+    status, lines, _report, err = run_script(tmp_script(AUTOCAST_TP))
+    assert status == 0, err[-3000:]
+    # the input's bf16 copy 4 MiB, the weight's (cached) 8 MiB, the bf16 output 16 MiB
+    assert lines[-1] == f"ran torch.bfloat16 {(4 + 8 + 16) << 20}"

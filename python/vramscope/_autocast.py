@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from ._tensor import registered, wraps_registered
+from ._tensor import moved_to_meta, registered, wraps_registered
 
 KEY = torch._C.DispatchKey.AutocastCUDA
 _EXCLUDE = torch._C.DispatchKeySet(KEY)
@@ -66,9 +66,13 @@ def _eligible(t) -> bool:
     # a functorch wrapper of a simulated tensor is a CUDA tensor to autocast's `is_eligible` (its
     # device is the wrapped one's): `vmap(grad(...))` per-sample gradients under bf16 autocast cast
     # as outside (blind182/fz05's H200 history: BERT's bf16 linears inside the transform)
+    # so is a wrapper subclass made on the meta device for CUDA (a DTensor: `is_autocast_eligible`,
+    # autocast_mode.h, asks `is_cuda()`, so a tensor-parallel Linear's DTensor input and weight are
+    # cast; blind232/hx03's per-op truth)
     on_device = (
         registered(t)
         or wraps_registered(t)
+        or moved_to_meta(t)
         or (TRACING[0] and isinstance(t, torch.Tensor) and t.device.type == "cpu")
     )
     return on_device and t.is_floating_point() and t.dtype != torch.float64

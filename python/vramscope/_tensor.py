@@ -304,6 +304,12 @@ def wraps_ours(t) -> bool:
     return not (_in_kernel[0] and _kernel_here()) and wraps_registered(t)
 
 
+def moved_to_meta(t) -> bool:
+    """Whether `t` is a wrapper subclass asked for on the CUDA device and made on the meta device
+    (`_make_wrapper_subclass` below: a DTensor, an AsyncCollectiveTensor, a jagged nested tensor)."""
+    return isinstance(t, torch.Tensor) and getattr(t, _MOVED, False)
+
+
 def _reads_cuda(t) -> bool:
     """`is_ours(t)`, or `t` a wrapper subclass asked for on the CUDA device and made on the meta
     device (`_make_wrapper_subclass` below: a DTensor, an AsyncCollectiveTensor, a jagged nested
