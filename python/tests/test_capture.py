@@ -4270,3 +4270,48 @@ def test_gelu_tanh_double_backward_sums_its_terms_out_of_place():
         # gelu_double_backward's 32 input-sized tensors, both sums among them) and the mm of the
         # weight's gradient; without the two sums out of place, 33
         assert count == 34
+
+
+def test_torch_cond_runs_the_branch_its_predicate_picks_and_saves_only_operands():
+    # torch.cond reached the mode as a higher-order op and raised NotImplementedError. Now its
+    # dense kernel runs the branch the predicate's value picks (cond.py `cond_op_dense`), and under
+    # autograd `CondAutogradOp` saves the operands only: the forward keeps its 64 KiB output and no
+    # intermediate; the backward traces its joint graph and recomputes
+    with vramscope.capture() as cap:
+        x = torch.zeros(4, device="cuda")
+        up = torch.cond(torch.ones((), device="cuda") > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+        down = torch.cond(torch.ones((), device="cuda") < 0, lambda x: x + 1, lambda x: x - 1, (x,))
+        assert up.tolist() == [1.0] * 4 and down.tolist() == [-1.0] * 4
+        w = torch.randn(256, 256, device="cuda", requires_grad=True)
+        a = torch.randn(64, 256, device="cuda")
+        (a @ w).sum().backward()  # the cuBLAS workspaces, once
+        w.grad = None
+        before = torch.cuda.memory_allocated()
+        pred = torch.ones((), device="cuda") > 0
+        out = torch.cond(pred, lambda a, w: (a @ w).relu() @ w, lambda a, w: (a @ w).sigmoid(), (a, w))
+        assert torch.cuda.memory_allocated() - before == 64 * 1024 + 512
+        out.sum().backward()
+        assert w.grad is not None and w.grad.shape == (256, 256)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_while_loop_runs_its_body_until_its_condition_reads_false():
+    # while_loop's dense kernel (while_loop.py) reads the condition's value after each body
+    from torch._higher_order_ops import while_loop
+
+    with vramscope.capture():
+        i, y = while_loop(
+            lambda i, y: i < 3,
+            lambda i, y: (i + 1, y * 2),
+            (torch.tensor(0, device="cuda"), torch.ones(4, device="cuda")),
+        )
+        assert int(i) == 3 and y.tolist() == [8.0] * 4
+
+
+def test_share_memory_of_a_cuda_tensor_is_a_no_op():
+    # `share_memory_()` of a simulated tensor raised "_share_fd_: only available on CPU" (its storage
+    # is a meta storage); a CUDA storage is shared as it is (torch/storage.py)
+    with vramscope.capture():
+        t = torch.randn(4, device="cuda")
+        assert t.share_memory_() is t and t.is_shared()
+        assert not torch.randn(2).is_shared()

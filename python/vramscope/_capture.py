@@ -742,6 +742,23 @@ def _forget_frames(tb) -> None:
                 pass
 
 
+def _run_dense(mode, dense, args, kwargs):
+    """A higher-order op's dense kernel `dense`, run with the mode (popped for its handler) set again,
+    so its ops reach the twin."""
+    function_mode = mode.cap._modes[0]
+    _IN_DENSE[0] += 1
+    try:
+        if function_mode in torch.overrides._get_current_function_mode_stack():
+            with mode:
+                return dense(*args, **kwargs)
+        # the backward's: autograd calls the op's `backward` without the program's torch-function
+        # modes, so the kernel's `device=` factories would reach the host's CUDA
+        with function_mode, mode:
+            return dense(*args, **kwargs)
+    finally:
+        _IN_DENSE[0] -= 1
+
+
 def _flex_attention_dense() -> None:
     """flex_attention outside `torch.compile` (its higher-order ops reach the mode below autograd):
     what PyTorch runs for a CUDA tensor there, the dense composite (`sdpa_dense`,
@@ -753,19 +770,7 @@ def _flex_attention_dense() -> None:
 
     def run(dense):
         def handler(mode, *args, **kwargs):
-            function_mode = mode.cap._modes[0]
-            _IN_DENSE[0] += 1
-            try:
-                if function_mode in torch.overrides._get_current_function_mode_stack():
-                    with mode:
-                        return dense(*args, **kwargs)
-                # the backward's: autograd calls the op's `backward` without the program's
-                # torch-function modes, so the composite's `device=` factories would reach the
-                # host's CUDA
-                with function_mode, mode:
-                    return dense(*args, **kwargs)
-            finally:
-                _IN_DENSE[0] -= 1
+            return _run_dense(mode, dense, args, kwargs)
 
         return handler
 
@@ -774,6 +779,47 @@ def _flex_attention_dense() -> None:
 
 
 _flex_attention_dense()
+
+
+def _cond_dense(pred, true_fn, false_fn, operands):
+    """`cond_op_dense` (torch/_higher_order_ops/cond.py) without its check that no mode is set: the
+    branch the predicate picks, over the twin's tensors (a predicate without values is the twin's
+    documented choice, read as any `.item()` is)."""
+    return true_fn(*operands) if pred else false_fn(*operands)
+
+
+def _control_flow_dense() -> None:
+    """`torch.cond`, `while_loop`, `map`, `scan` and `associative_scan` reach the mode below autograd
+    (eagerly: `torch.cond` runs its traced graph with the `eager` backend); what PyTorch runs for a
+    CUDA tensor there is each op's CompositeExplicitAutograd kernel (torch/_higher_order_ops/), its
+    functions run eagerly over the simulated tensors."""
+    import importlib
+
+    cond = importlib.import_module("torch._higher_order_ops.cond")
+    loop = importlib.import_module("torch._higher_order_ops.while_loop")
+    mapping = importlib.import_module("torch._higher_order_ops.map")
+    scan = importlib.import_module("torch._higher_order_ops.scan")
+    assoc = importlib.import_module("torch._higher_order_ops.associative_scan")
+
+    def run(op, dense):
+        def handler(mode, *args, **kwargs):
+            if torch._C._get_dispatch_mode(_FAKE_KEY) is not None:
+                # an infra FakeTensorMode below the program's modes traces it (as `__torch_dispatch__`)
+                return op(*args, **kwargs)
+            return _run_dense(mode, dense, args, kwargs)
+
+        op.py_impl(_DispatchMode)(handler)
+
+    run(cond.cond_op, _cond_dense)
+    run(loop.while_loop_op, loop.while_loop_dense)
+    run(loop.while_loop_stack_output_op, functools.partial(loop.while_loop_dense, stack_output=True))
+    run(mapping.map_impl, mapping.map_dense)
+    # `scan_op_dense` checks that no mode is set, then runs `generic_scan`
+    run(scan.scan_op, lambda f, init, xs, extra: scan.generic_scan(f, init, xs, additional_inputs=extra))
+    run(assoc.associative_scan_op, assoc.associative_scan_op_dense)
+
+
+_control_flow_dense()
 
 
 _PLAIN = torch._C._disabled_torch_dispatch_impl

@@ -103,6 +103,25 @@ def _to_cuda(fake_mode, t):
         TRACING[0] = previous
 
 
+def _materialize_on_host(original):
+    """`materialize_as_graph` (torch/_higher_order_ops/utils.py: a control-flow op's backward traces
+    its joint function with `make_fx` over fake copies of the eager tensors) for simulated tensors:
+    traced on the host, as dynamo's graphs are, then relabelled cuda."""
+
+    def materialize(fn, args, *rest, **kwargs):
+        if TRACING[0] or not any(_tensor.registered(a) for a in args if isinstance(a, torch.Tensor)):
+            return original(fn, args, *rest, **kwargs)
+        TRACING[0] += 1
+        try:
+            gm = original(fn, args, *rest, **kwargs)
+        finally:
+            TRACING[0] -= 1
+        _relabel_graph(gm)
+        return gm
+
+    return materialize
+
+
 def _relabel_graph(gm, fake_mode=None) -> None:
     """The values a graph's nodes carry and its factories' `device=` arguments, host to cuda."""
     from torch._guards import detect_fake_mode
@@ -382,9 +401,14 @@ def compile_fn(original, cap):
         if kwargs.get("disable"):
             return original(model, **kwargs)
         if chosen != "inductor":
-            if getattr(model, "__name__", "") != "_flex_attention_hop_wrapper":
+            from torch._higher_order_ops.utils import _hop_compile_tls
+
+            if getattr(model, "__name__", "") != "_flex_attention_hop_wrapper" and not getattr(
+                _hop_compile_tls, "in_hop_compile", False
+            ):
                 # (flex_attention compiles its own wrapper with the eager backend when the program
-                # calls it outside torch.compile: the dense composite it runs is modelled)
+                # calls it outside torch.compile, and `torch.cond` and the other control-flow ops
+                # theirs (`setup_compilation_env`): what they run is modelled)
                 cap.note_compile_unmeasured(f"backend {chosen!r} (its graphs run as traced, eagerly)")
             compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen)))
         else:
@@ -555,6 +579,14 @@ def patch(p, cap) -> None:
         "torch._higher_order_ops.flex_attention",
         lambda hop: p.set(hop, "_permute_strides", _permute_strides(hop._permute_strides)),
     )
+    for name in ("cond", "map", "associative_scan", "scan", "while_loop"):
+        p.when_imported(
+            f"torch._higher_order_ops.{name}",
+            lambda hop: (
+                hasattr(hop, "materialize_as_graph")
+                and p.set(hop, "materialize_as_graph", _materialize_on_host(hop.materialize_as_graph))
+            ),
+        )
     p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
     p.when_imported(
         "torch._inductor.async_compile",

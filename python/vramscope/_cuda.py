@@ -633,6 +633,8 @@ def patch(cap) -> _Patch:
     p.set(torch._C, "_scatter", _scatter)  # nn.DataParallel's input scatter
     _patch_constraint_checks(p, cap)
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
+    for name in ("share_memory_", "is_shared"):
+        p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
     p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap))
     p.set(torch.serialization, "location_tag", _location_tag(torch.serialization.location_tag, cap))
     p.set(torch._utils, "_get_obj_state", _obj_state(torch._utils._get_obj_state))
@@ -1027,6 +1029,20 @@ def _patch_accelerator(p: _Patch, world: int) -> None:
         for mod in (acc, acc_memory):
             if hasattr(mod, name):
                 p.set(mod, name, fn)
+
+
+def _storage_shared(original, cap):
+    """`UntypedStorage.share_memory_` and `is_shared` of a simulated storage: a CUDA storage is
+    shared as it is (torch/storage.py `share_memory_`: "CUDA ... doesn't use POSIX shared memory";
+    `THPStorage_isShared`: true for CUDA), where the host's would move a meta storage to shared
+    memory and raise."""
+
+    def shared(self, *args, **kwargs):
+        if self._cdata in cap.storages:
+            return self if original.__name__ == "share_memory_" else True
+        return original(self, *args, **kwargs)
+
+    return shared
 
 
 def _storage_resize(original, cap):
