@@ -478,3 +478,26 @@ def test_flash_forward_with_dropout_makes_rng_state_twice_as_the_h200_does():
         del out
         _, counts = _counts(lambda: sdpa(0.0))
         assert counts == (4, 248832 + 20736 + 16 + 8)
+
+
+def test_causal_bias_lower_right_runs_flash_then_the_efficient_kernel_with_its_backward():
+    # torch/nn/attention/bias.py: `CausalBias` is a tensor subclass made by the legacy constructor,
+    # which refused the twin's dispatch mode; its `_dispatch` asks `can_use_flash_attention` (False
+    # on meta tensors before), then calls `_efficient_attention_forward` with custom_mask_type 2
+    from torch.nn.attention.bias import causal_lower_right
+
+    with vramscope.capture(gpu="h200"):
+        q = torch.empty(2, 4, 100, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.empty(2, 4, 300, 64, device="cuda", dtype=torch.bfloat16)
+        params = torch.backends.cuda.SDPAParams(q, k, k, None, 0.0, False, False)
+        assert torch.backends.cuda.can_use_flash_attention(params)
+        bias = causal_lower_right(100, 300)
+        with torch.no_grad():
+            before = torch.cuda.memory_allocated()
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=bias)
+        # flash's output (2, 100, 4, 64) bf16 and its fp32 logsumexp (2, 4, 100), freed with the tuple
+        assert out.shape == (2, 4, 100, 64) and torch.cuda.memory_allocated() - before == 102400
+        q, k = (t.float().requires_grad_() for t in (q, k))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=bias)
+        out.sum().backward()
+        assert q.grad.shape == q.shape and k.grad.shape == k.shape

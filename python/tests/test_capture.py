@@ -4315,3 +4315,23 @@ def test_share_memory_of_a_cuda_tensor_is_a_no_op():
         t = torch.randn(4, device="cuda")
         assert t.share_memory_() is t and t.is_shared()
         assert not torch.randn(2).is_shared()
+
+
+def test_jiterator_allocates_a_pointwise_ops_outputs():
+    # torch/cuda/jiterator.py launches `CompileAndLaunchKernel`, a TensorIterator over its inputs: it
+    # stopped the twin ("CUDAGuardImpl initialized with non-CUDA DeviceType: meta")
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(1024, 1, device="cuda", dtype=torch.float16)
+        b = torch.empty(1024, 512, device="cuda")
+        fn = torch.cuda.jiterator._create_jit_fn(
+            "template <typename T> T f(T x, T y, T s) { return x + s * y; }", s=1.0
+        )
+        before = torch.cuda.memory_allocated()
+        c = fn(a, b, s=2.0)
+        assert c.shape == (1024, 512) and c.dtype == torch.float32
+        assert torch.cuda.memory_allocated() - before == 1024 * 512 * 4
+        two = torch.cuda.jiterator._create_multi_output_jit_fn(
+            "template <typename T> void g(T x, T y, T& o, T& p) { o = x + y; p = x - y; }", num_outputs=2
+        )
+        o, p = two(a, a)
+        assert o.shape == p.shape == (1024, 1) and o.dtype == torch.float16

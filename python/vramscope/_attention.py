@@ -67,15 +67,16 @@ def _physical(t):
     return t
 
 
-def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, traced=False) -> str:
+def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, traced=False, only=None):
     """`select_sdp_backend`: cudnn, flash, efficient or math; `support` is the GPU's
     hardware checks (`Device.sdpa`, the twin's `SdpaSupport`); `traced`: the tensors are a
     compiled graph's, traced for the simulated GPU (`_compile`). Under torch.func's transforms
     the choice is made on the logical tensors, as `scaled_dot_product_attention`'s composite
     makes it there, and the fused kernels' batch rules (functorch's BatchRulesLinearAlgebra.cpp)
-    run them once over the vmapped batch."""
+    run them once over the vmapped batch. `only` names one backend: whether it is enabled and its
+    checks pass (`can_use_flash_attention` and its siblings, sdp_utils.cpp)."""
     if not traced and not all(registered(_physical(t)) for t in (q, k, v)):
-        return "math"
+        return False if only else "math"
     four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
     same = q.dtype == k.dtype == v.dtype
     nonzero = q.shape[-2] != 0 and k.shape[-2] != 0
@@ -154,6 +155,8 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
         "flash": torch.backends.cuda.flash_sdp_enabled(),
         "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
     }
+    if only is not None:
+        return enabled[only] and checks[only]()
     for name in order:
         if enabled[name] and checks[name]():
             return name
@@ -468,9 +471,28 @@ def efficient_backward(cap, func, args, kwargs):
     twin has it (`efficient_backward` in `ops/attention.rs`): the contiguous
     grad_out copy, grad q/k/v, the bias gradient (last dim padded to 16),
     `delta`, the cutlass workspace; freed delta, workspace, copy."""
-    cap.ops += 1
     grad, q, k, v, bias = args[0], args[1], args[2], args[3], args[4]
     grad_input_mask = args[10] if len(args) > 10 else kwargs.get("grad_input_mask", (True,) * 4)
+    lse = args[6] if len(args) > 6 else kwargs["logsumexp"]
+    return _efficient_backward(cap, func, args, kwargs, (grad, q, k, v, bias, lse), grad_input_mask)
+
+
+def efficient_attention_backward(cap, func, args, kwargs):
+    """`_efficient_attention_backward` called directly on `(B, M, H, K)` tensors (the backward of
+    `_efficient_attention_forward`, which `torch.nn.attention.bias.CausalBias` calls for a
+    lower-right causal mask): the same kernel as `efficient_backward`, whose sdpa op calls it on
+    `(B, H, M, K)` tensors transposed (attention_backward.cu)."""
+    grad, q, k, v, bias = (a.transpose(1, 2) if isinstance(a, torch.Tensor) else a for a in args[:5])
+    lse = args[10] if len(args) > 10 else kwargs["logsumexp"]
+    bias_grad = args[15] if len(args) > 15 else kwargs.get("bias_requires_grad", False)
+    return _efficient_backward(
+        cap, func, args, kwargs, (grad, q, k, v, bias, lse), (True, True, True, bias_grad)
+    )
+
+
+def _efficient_backward(cap, func, args, kwargs, tensors, grad_input_mask):
+    cap.ops += 1
+    grad, q, k, v, bias, lse = tensors
     out = list(func(*args, **kwargs))
     op = "aten::_scaled_dot_product_efficient_attention_backward"
     go = None
@@ -494,7 +516,6 @@ def efficient_backward(cap, func, args, kwargs):
     name = str(q.dtype).removeprefix("torch.")
     nbytes = cap.device.efficient_attention_backward_workspace(name, b, h, m, n, kd, kv)
     ws = cap.malloc(nbytes, op, "workspace") if nbytes else None
-    lse = args[6] if len(args) > 6 else kwargs["logsumexp"]
     problem = _lse_misaligned(lse, b, h)
     if problem:
         # the kernel's locals die as the error unwinds: delta, the workspace, then the gradients
@@ -1088,6 +1109,13 @@ def _jagged_parts(t):
     return values if isinstance(values, torch.Tensor) and registered(values) else None
 
 
+_DENSE = {
+    "can_use_flash_attention": "flash",
+    "can_use_efficient_attention": "efficient",
+    "can_use_cudnn_attention": "cudnn",
+}
+
+
 def nested_backend_checks(cap, originals: dict) -> dict:
     """`torch.backends.cuda.can_use_{flash,efficient,cudnn}_attention` for the jagged nested
     tensors the capture simulates, as the GPU's `sdp_utils.cpp` answers them (the nested
@@ -1143,6 +1171,12 @@ def nested_backend_checks(cap, originals: dict) -> dict:
 
         def check(params, debug=False):
             if _jagged_parts(params.query) is None:
+                if registered(_physical(params.query)):
+                    # a dense tensor of the simulated device: `backend`'s check of that kernel
+                    # (PyTorch's own would find a meta tensor and say no)
+                    p = params
+                    args = (p.query, p.key, p.value, p.attn_mask, p.dropout, p.is_causal, p.enable_gqa)
+                    return backend(*args, cap.device.capability, support, only=_DENSE[name])
                 return original(params, debug)
             # cuDNN comes after the math path for jagged tensors: not modelled, not reached
             return rule is not None and common(params) and rule(params)
@@ -1175,6 +1209,8 @@ def install() -> None:
     _kernels.DISPATCH[aten._scaled_dot_product_efficient_attention_backward.default] = efficient_backward
     _kernels.DISPATCH[aten._scaled_dot_product_flash_attention_backward.default] = flash_backward
     _kernels.DISPATCH[aten._flash_attention_forward.default] = varlen_flash_forward
+    _kernels.DISPATCH[aten._efficient_attention_forward.default] = efficient_forward
+    _kernels.DISPATCH[aten._efficient_attention_backward.default] = efficient_attention_backward
     _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
     _kernels.FUNCTIONS[torch._transformer_encoder_layer_fwd] = encoder_layer_fwd
     check = aten._nested_tensor_from_mask_left_aligned.default

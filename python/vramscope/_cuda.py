@@ -211,6 +211,41 @@ _MISSING = object()
 _HOOK = object()
 
 
+def _causal_bias_new(cls, *args, **kwargs):
+    """`CausalBias(variant, seq_len_q, seq_len_kv)` (torch/nn/attention/bias.py) is `Tensor.__new__`'s
+    legacy constructor, an uninitialised host tensor of those sizes, made into the subclass; under
+    the twin's dispatch mode its `aten::empty` would return a Python tensor already, which the
+    constructor refuses: made here with the modes off, as a plain run makes it."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        return torch.Tensor.__new__(cls, *args, **kwargs)
+
+
+def _jiterator_launch(code_string, kernel_name, return_by_ref, num_outputs, tensors, kwargs):
+    """`torch.cuda.jiterator`'s launch (`CompileAndLaunchKernel`, aten/src/ATen/cuda/jiterator.cu): a
+    TensorIterator over the inputs that promotes them to their common dtype allocates each output
+    as a pointwise op's (the broadcast shape, that dtype, the inputs' layout), first to last; the
+    kernel NVRTC compiles allocates nothing on the device. One output is returned alone, more as a
+    tuple (torch/csrc/cuda/Module.cpp)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    if not tensors:
+        raise RuntimeError("jiterator needs at least one input tensor")
+    with _disable_current_modes():
+        metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+        like = torch.empty_like(metas[0])
+        for m in metas[1:]:
+            # `add` is a TensorIterator binary op: its output has the broadcast shape, the promoted
+            # dtype and the layout TensorIterator computes from the operands
+            like = torch.add(like, m)
+    outs = [
+        torch.empty_strided(like.shape, like.stride(), dtype=like.dtype, device="cuda")
+        for _ in range(num_outputs)
+    ]
+    return outs[0] if num_outputs == 1 else tuple(outs)
+
+
 def patch(cap) -> _Patch:
     """Point torch.cuda at `cap`'s twin; returns what restores it."""
     props = _Properties(cap.device)
@@ -538,11 +573,18 @@ def patch(cap) -> _Patch:
 
     p.set(C, "_cuda_clearCublasWorkspaces", clear_cublas_workspaces)
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
+    p.set(C, "_cuda_jiterator_compile_and_launch_kernel", _jiterator_launch)
     from . import _attention, _kernels, _linalg
 
     original_sdpa = F.scaled_dot_product_attention
 
+    bias = importlib.import_module("torch.nn.attention.bias")
+
     def scaled_dot_product_attention(*args, **kwargs):
+        mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+        if isinstance(mask, bias.CausalBias) and not torch.compiler.is_dynamo_compiling():
+            # what its `__torch_function__` does, which this stand-in would otherwise skip
+            return bias.CausalBias._dispatch(*args, **kwargs)
         if torch.compiler.is_dynamo_compiling():
             # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel)
             return original_sdpa(*args, **kwargs)
@@ -562,6 +604,9 @@ def patch(cap) -> _Patch:
         p.set(torch.backends.cuda, name, check)
         if nested_sdpa is not None:
             p.set(nested_sdpa, name, check)
+        if hasattr(bias, name):
+            p.set(bias, name, check)  # bound at its import too (`CausalBias._dispatch` asks them)
+    p.set(bias.CausalBias, "__new__", _causal_bias_new)
     p.set(F, "linear", _traced_as_pytorch(_kernels.linear(F.linear), F.linear))
     p.set(F, "dropout", _traced_as_pytorch(_kernels.dropout(F.dropout), F.dropout))
     for owner, name in (
