@@ -134,3 +134,26 @@ def test_a_triton_op_called_eagerly_launches_its_kernel():
         allocated = torch.cuda.memory_allocated()
     assert y.shape == x.shape
     assert allocated == 8 * MiB
+
+
+def test_a_warmed_up_kernel_launched_itself_writes_its_arguments():
+    """The fused-softmax tutorial's persistent launch: `kernel = k.warmup(..., grid=(1,))`, a grid
+    from the driver's properties and the kernel's occupancy, then `kernel[grid](*args)`."""
+    import vramscope
+    from triton.runtime import driver
+    from vramscope._tensor import value
+
+    with vramscope.capture(gpu="h200"):
+        props = driver.active.utils.get_device_properties(driver.active.get_active_torch_device().index)
+        x = torch.ones(8, device="cuda")
+        out = torch.ones(8, device="cuda")
+        kernel = _double.warmup(x, out, 8, grid=(1,))
+        kernel._init_handles()
+        occupancy = min(
+            props["max_num_regs"] // (kernel.n_regs * props["warpSize"] * kernel.metadata.num_warps),
+            props["max_shared_mem"] // kernel.metadata.shared,
+        )
+        assert value(out) is not None
+        kernel[(props["multiprocessor_count"] * occupancy, 1, 1)](x, out, 8, 128)
+        assert value(out) is None
+    assert props["multiprocessor_count"] == 132

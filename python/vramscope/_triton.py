@@ -170,19 +170,22 @@ class _Metadata:
         self.num_warps = kwargs.get("num_warps", 4)
         self.num_stages = kwargs.get("num_stages", 3)
         self.num_ctas = kwargs.get("num_ctas", 1)
-        #: a placeholder: the twin does not compile, so the kernel's shared memory is unknown
-        self.shared = 0
+        #: a placeholder (the twin compiles nothing), not 0: programs divide by it (`Kernel`)
+        self.shared = 1
 
 
 class Kernel:
-    """What a launch or `warmup` returns in place of the `CompiledKernel`. Its register count is a
-    placeholder (the twin compiles nothing): programs that size a persistent grid by occupancy (the
-    fused-softmax tutorial) read it, and a grid's size allocates nothing."""
+    """What a launch or `warmup` returns in place of the `CompiledKernel`. Its register count and
+    shared memory are placeholders (the twin compiles nothing): the fused-softmax tutorial sizes a
+    persistent grid by the occupancy they give, and a grid's size allocates nothing. Launched itself
+    (`kernel[grid](*args)`, `CompiledKernel.__getitem__`), it writes its tensor arguments as a
+    `JITFunction` launch does."""
 
     n_regs = 32
     n_spills = 0
 
-    def __init__(self, fn, kwargs):
+    def __init__(self, cap, fn, kwargs):
+        self.cap = cap
         self.name = fn._fn_name
         self.metadata = _Metadata(kwargs)
 
@@ -190,7 +193,23 @@ class Kernel:
         pass
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
+        def launch(*args, **kwargs):
+            _launch(self.cap, list(args) + list(kwargs.values()))
+
+        return launch
+
+
+def _launch(cap, values) -> None:
+    """A launch over the argument `values`: a host tensor among them fails as in the launcher's
+    `getPointer` (triton/backends/nvidia/driver.py); every simulated tensor is written."""
+    for i, a in enumerate(values):
+        for t in _tensors(a):
+            if not registered(t) and t.device.type == "cpu":
+                raise ValueError(f"Pointer argument (at {i}) cannot be accessed from Triton (cpu tensor?)")
+    for a in values:
+        for t in _tensors(a):
+            if registered(t):
+                _wrote(cap, t)
 
 
 def _wrote(cap, t) -> None:
@@ -213,23 +232,13 @@ def _run(cap):
             hook(*args, **kwargs)
         bound = _bind(self, args, kwargs)
         if warmup:
-            return Kernel(self, kwargs)
-        for i, a in enumerate(bound.values()):
-            for t in _tensors(a):
-                if not registered(t) and t.device.type == "cpu":
-                    # the launcher's `getPointer` (triton/backends/nvidia/driver.py)
-                    raise ValueError(
-                        f"Pointer argument (at {i}) cannot be accessed from Triton (cpu tensor?)"
-                    )
+            return Kernel(cap, self, kwargs)
         assert grid is not None
         if callable(grid):
             grid = grid(bound)
         len(grid)
-        for a in bound.values():
-            for t in _tensors(a):
-                if registered(t):
-                    _wrote(cap, t)
-        return Kernel(self, kwargs)
+        _launch(cap, list(bound.values()))
+        return Kernel(cap, self, kwargs)
 
     return run
 
