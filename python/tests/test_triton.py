@@ -157,3 +157,21 @@ def test_a_warmed_up_kernel_launched_itself_writes_its_arguments():
         kernel[(props["multiprocessor_count"] * occupancy, 1, 1)](x, out, 8, 128)
         assert value(out) is None
     assert props["multiprocessor_count"] == 132
+
+
+def test_a_triton_kernel_inside_torch_compile_runs():
+    """A bare `@triton.jit` launch inside a compiled function: dynamo traces it as
+    `triton_kernel_wrapper_mutation` and Inductor launches it from its wrapper (`_compile`)."""
+    import vramscope
+
+    def f(x):
+        out = torch.empty_like(x)
+        _double[(triton.cdiv(x.numel(), 128),)](x, out, x.numel())
+        return out.relu()
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.randn(1 << 20, device="cuda")
+        y = torch.compile(f)(x)
+        allocated = torch.cuda.memory_allocated()
+    assert y.shape == x.shape
+    assert allocated == 8 * MiB
