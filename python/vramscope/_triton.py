@@ -4,8 +4,9 @@ A launch, `kernel[grid](...)` or `kernel.run(..., grid=..., warmup=False)` (`JIT
 triton/runtime/jit.py), compiles the kernel once per specialization and calls the launcher
 (`CudaLauncher.__call__`, triton/backends/nvidia/driver.py). Neither allocates through torch: the
 launcher takes global and profile scratch from `triton.set_allocator`'s allocator only where the
-compiled kernel asks for it (`global_scratch_size > 0`: device-side tensor descriptors), and torch
-2.11 sets one only inside Inductor's own launches (`triton_heuristics.py`). So a launch here binds the
+compiled kernel asks for it (`global_scratch_size > 0`: device-side tensor descriptors); torch 2.11
+sets one (`torch.empty(size, dtype=torch.int8)`) only at an Inductor launch (`CachingAutotuner.run`,
+triton_heuristics.py), where it stays set for the thread's later launches. So a launch here binds the
 arguments as Triton's binder does (defaults applied), evaluates a callable grid on them, and compiles
 and launches nothing. The kernel may write any pointer argument, and which it writes is known only
 to the compiler: every tensor argument is taken as written with values the twin does not know
