@@ -531,3 +531,42 @@ def test_a_valid_padded_siglip_patch_embedding_takes_the_measured_forward_worksp
         after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
         assert after - before == 256 * 768 * 16 * 16 * 2 + 3072
     assert cap.report()["unmeasured"] == []
+
+
+def test_run_benchmark_calls_each_op_twice_and_the_table_reads_first_less_second(tmp_path, capsys):
+    # the CPU path of `conv_sweep.py run-benchmark` (no counters there), then a GPU-like line:
+    # a first call one allocation and 4,096 bytes beyond its outputs more than the second
+    import conv_benchmark_table
+
+    problem = {
+        "x": [8, 16, 16],
+        "w": [4, 8, 3, 3],
+        "stride": [1, 1],
+        "padding": [1, 1],
+        "dilation": [1, 1],
+        "transposed": False,
+        "output_padding": [0, 0],
+        "groups": 1,
+        "tier": 0,
+    }
+    (tmp_path / "p.json").write_text(json.dumps([problem]))
+    out = tmp_path / "b"
+    conv_sweep.run_benchmark(str(tmp_path / "p.json"), str(out), 60, 0, 10, device="cpu")
+    lines = [json.loads(line) for line in (out / "w0.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in lines] == list(range(0, len(conv_sweep.items([problem])), 10))
+    assert all(len(r["ops"][op]) == 2 for r in lines for op in ("forward", "dgrad", "wgrad"))
+    assert json.loads((out / "w0.err").read_text().splitlines()[-1])["done"] == len(lines)
+    line = lines[0]
+    first, second = line["ops"]["dgrad"]
+    first.update(count=3, new=[8192], requested=8192 + 4096 + 512)
+    second.update(count=2, new=[8192], requested=8192 + 512)
+    first, second = line["ops"]["wgrad"]
+    first.update(count=3, new=[1152], requested=1152 + 100)  # two more: not one search
+    (out / "w0.jsonl").write_text(json.dumps(line) + "\n")
+    entries = conv_benchmark_table.sweep_problems([str(out)])
+    assert [(e["op"], e["search_workspace"]) for e in entries] == [("forward", 0), ("dgrad", 4096)]
+    assert entries[1]["input"] == [8, 8, 16, 16] and entries[1]["channels_last"] is False
+    assert "wgrad: 2 more allocations" in capsys.readouterr().err
+    again = dict(entries[1], search_workspace=8192)
+    assert conv_benchmark_table.merged(entries, [again]) == entries
+    assert "disagree" in capsys.readouterr().err

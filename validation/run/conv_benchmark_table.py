@@ -23,9 +23,23 @@ backward_input_out` or `..._weight_out`, the transposed convolution's data gradi
 under `cudnn_convolution_transpose_backward_input`). Each record's searches are taken from that order
 while their sum is what its first call requested beyond its second (the plans alone); a problem
 whose sum does not match is reported on stderr and left out.
+
+    python conv_benchmark_table.py [GPU.jsonl ...] --sweep DIR [DIR ...] > ...
+
+Adds `conv_sweep.py run-benchmark`'s lines (DIR/w*.jsonl): each item's forward, dgrad and wgrad
+called twice, so a search workspace is the first call's requested bytes beyond its outputs less the
+second's (the timed plan's workspace, measured, not the heuristics'), the first call holding one
+allocation more than the second (none more where the largest plan needs no workspace); an op whose
+counts say otherwise is reported on stderr and left out. The layout is the twin's
+`_channels_last` of the recorded operands (`cudnn_conv_suggest_memory_format`): the forward's of the
+input and the weight, the dgrad's of the gradient and the weight, the wgrad's of the input and the
+gradient, as `_kernels/conv.py` looks them up. A problem measured twice with different bytes is
+reported on stderr and its first reading kept (the scripts' records first).
 """
 
+import glob
 import json
+import os
 import sys
 
 from vramscope._native import Device
@@ -132,10 +146,106 @@ def backward_problems(path, history):
     return problems
 
 
+def _suggests(op, args):
+    """The twin's `_channels_last` (cudnn_conv_suggest_memory_format) of an op's recorded operands."""
+    import torch
+    from vramscope._kernels.conv import _channels_last
+
+    def meta(d):
+        return torch.empty_strided(d[0], d[1], dtype=getattr(torch, d[2]), device="meta")
+
+    if op == "forward":
+        a, b = args[0], args[1]
+    elif op == "dgrad":
+        a, b = args[0], args[2]
+    else:
+        a, b = args[1], args[0]
+    return _channels_last(meta(a), meta(b))
+
+
+def sweep_problems(dirs):
+    """The search workspaces of `conv_sweep.py run-benchmark`'s lines in dirs, in the table's form."""
+    problems = []
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "w*.jsonl"))):
+            for line in open(path):
+                r = json.loads(line)
+                item = r["item"]
+                for op in ("forward", "dgrad", "wgrad"):
+                    first, second = r["ops"][op]
+                    extra = [c["requested"] - sum(c["new"]) for c in (first, second)]
+                    more = first["count"] - len(first["new"]) - (second["count"] - len(second["new"]))
+                    search = extra[0] - extra[1]
+                    if (more, search > 0) not in ((0, False), (1, True)) or search < 0:
+                        print(
+                            f"{path} item {r['index']} {op}: {more} more allocations, {search} bytes",
+                            file=sys.stderr,
+                        )
+                        continue
+                    entry = (
+                        {"transposed": True, "output_padding": item["output_padding"]}
+                        if item["transposed"]
+                        else {}
+                    )
+                    entry.update(
+                        {
+                            "op": op,
+                            "dtype": item["dtype"],
+                            "input": [item["n"], *item["x"]],
+                            "weight": item["w"],
+                            "stride": item["stride"],
+                            "padding": item["padding"],
+                            "dilation": item["dilation"],
+                            "groups": item["groups"],
+                            "channels_last": _suggests(op, first["args"]),
+                            "search_workspace": search,
+                        }
+                    )
+                    problems.append(entry)
+    return problems
+
+
+def _key(p):
+    """The twin's lookup key of a table entry (`_benchmark_search_workspace`)."""
+    return (
+        p["op"],
+        p["dtype"],
+        tuple(p["input"]),
+        tuple(p["weight"]),
+        tuple(p["stride"]),
+        tuple(p["padding"]),
+        tuple(p["dilation"]),
+        p["groups"],
+        p["channels_last"],
+        p.get("transposed", False),
+        tuple(p.get("output_padding", [0] * len(p["stride"]))),
+    )
+
+
+def merged(*groups):
+    """The groups' entries, each problem once (the first reading kept; a disagreement on stderr)."""
+    out, seen = [], {}
+    for group in groups:
+        for p in group:
+            k = _key(p)
+            if k in seen:
+                if seen[k] != p["search_workspace"]:
+                    print(
+                        f"disagree: {k}: {seen[k]} kept, {p['search_workspace']} measured again",
+                        file=sys.stderr,
+                    )
+                continue
+            seen[k] = p["search_workspace"]
+            out.append(p)
+    return out
+
+
 def main():
     dev = Device("h200")
     problems, seen = [], set()
-    for arg in sys.argv[1:]:
+    argv = sys.argv[1:]
+    sweeps = argv[argv.index("--sweep") + 1 :] if "--sweep" in argv else []
+    for arg in argv[: len(argv) - len(sweeps) - bool(sweeps)]:
         path, _, history = arg.partition(":")
         if history:
             problems += backward_problems(path, history)
@@ -176,6 +286,7 @@ def main():
                     "search_workspace": extra - plan,
                 }
             )
+    problems = merged(problems, sweep_problems(sweeps))
     doc = {
         "about": (
             "cuDNN benchmark mode's search workspace (bytes) by forward convolution problem, measured on an "

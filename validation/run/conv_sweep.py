@@ -4,7 +4,8 @@
                                                            2: MODELS2's problems that MODELS lacks;
                                                            3: the vision zoo's that both lack)
     python conv_sweep.py run PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]   (GPU)
-    python conv_sweep.py smoke                             (CPU: the run's code path on a few problems)
+    python conv_sweep.py run-benchmark PROBLEMS.json OUTDIR SECONDS [WORKER WORKERS [DONE_DIR,...]]  (GPU)
+    python conv_sweep.py smoke                             (CPU: the runs' code paths on a few problems)
     python conv_sweep.py merge [--correct] TABLE LINES...  (the table with conv_table.py's new lines:
                                                            a TABLE.xz rewritten in place, else to stdout)
     python conv_sweep.py normalize TABLE                   (`merge` without lines: one-value parameters
@@ -31,6 +32,26 @@ of memory (cuDNN would then have taken another plan) is left out and noted in OU
 whose last line sums the worker up (`reached`: the indices in the sweep's order of the items it
 reached). A few items go through `F.conv*` under `torch.autocast` with float32 operands and a real backward
 instead (`"via": "autocast"`, OUTDIR/autocast/), to check that they give the same lines.
+
+`run-benchmark` is `run` under `torch.backends.cudnn.benchmark = True` (to OUTDIR/wWORKER.jsonl and
+.err, the same summaries): each item's forward, dgrad and wgrad (the masks above) are each called
+twice, on fresh operands, in a thread of the item's own. `run_single_conv` (cudnn/Conv_v8.cpp) keys
+its `benchmark_cache` by the operation (forward, backward data, backward filter), the
+`ConvolutionParams` of its x (the input, or the data gradient) and weight (sizes, dtype,
+`cudnn_conv_suggest_memory_format`, padding, stride, dilation, groups, deterministic, allow_tf32)
+and the three pointers' alignments; the cache is `thread_local`, so a fresh thread starts empty and
+no item finds a plan another item timed (a transposed convolution's forward is the backward-data
+operation of the plain convolution whose input is its output: the same key). A first call allocates
+its outputs, then `generate_and_filter_plans`' one workspace as large as the largest plan's (of the
+plans whose workspace is at most `get_available_workspace()`: the device's free memory or the
+largest cached block, whichever is larger; halved while it does not fit), frees it after timing,
+empties the cache and runs the fastest plan with that plan's workspace; the second call finds the
+plan and allocates only its workspace. So the search workspace is the first call's requested bytes
+beyond its outputs less the second's, one allocation more (`conv_benchmark_table.py --sweep` reads
+it so). The cache is emptied before each item (the free memory `get_available_workspace` reads is
+then the device's, written to the line as `free`); a line per item: {"index", "item", "free",
+"ops": {"forward" | "dgrad" | "wgrad": [first call's record, second's]}}, the records ops_truth.py's
+without `kwargs`.
 
 `merge` adds conv_table.py's lines (one a problem) to the table, which holds one line for each problem
 without its batch, the batches' bytes after a `|`: a problem the table already holds must have the
@@ -618,6 +639,114 @@ def measure_autocast(item, device="cuda"):
         out.backward(grad)
 
 
+def _fresh_thread(fn, *args):
+    """`fn(*args)` in a new thread: `run_single_conv`'s `benchmark_cache` is `thread_local`
+    (cudnn/Conv_v8.cpp), so the thread's convolutions find no plan timed before."""
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def measure_benchmark(item, device="cuda"):
+    """The item's forward, dgrad and wgrad each called twice on fresh operands under ops_truth.py's
+    mode, benchmark mode on: {op: [first call's record, second call's]}."""
+    import ops_truth
+    import torch
+
+    aten = torch.ops.aten
+    args = _conv_args(item)
+    records = {}
+
+    def call(name, make, fn):
+        calls = []
+        for _ in range(2):
+            res = None
+            operands = make()  # fresh, outside the mode
+            lines = []
+            ops_truth._out = _Lines(lines)
+            with ops_truth.OpsTruth():
+                res = fn(*operands)
+            del operands
+            (rec,) = [json.loads(line) for line in lines]  # OPS_TRUTH_ALL: the one op's line
+            rec.pop("kwargs", None)
+            calls.append(rec)
+        records[name] = calls
+        return res
+
+    out = call("forward", lambda: _operands(item, device), lambda x, w: aten.convolution(x, w, None, *args))
+    grad = torch.empty_like(out)  # the output's strides, as its gradient arrives in a model
+    del out
+    for name, mask in (("dgrad", [True, False, False]), ("wgrad", [False, True, False])):
+        call(
+            name,
+            lambda: (torch.empty_like(grad), *_operands(item, device)),
+            lambda g, x, w, mask=mask: aten.convolution_backward(g, x, w, None, *args, mask),
+        )
+    return records
+
+
+def run_benchmark(problems_path, outdir, seconds, worker=0, workers=1, device="cuda", done_dirs=()):
+    """`run`'s items under `torch.backends.cudnn.benchmark = True`, one line each (see the module's
+    docstring)."""
+    import ops_truth  # noqa: F401  (the records' mode)
+    import torch
+
+    os.environ["OPS_TRUTH_ALL"] = "1"
+    torch.backends.cudnn.benchmark = True
+    deadline = seconds if seconds > 1e9 else time.time() + seconds  # an epoch: the same for all
+    problems = json.load(open(problems_path))
+    every = items(problems)
+    skip = reached(done_dirs, len(every))
+    todo = [i for i in range(len(every)) if i not in skip][worker::workers]
+    os.makedirs(outdir, exist_ok=True)
+    err = open(os.path.join(outdir, f"w{worker}.err"), "a", buffering=1)
+    out = open(os.path.join(outdir, f"w{worker}.jsonl"), "a", buffering=1)
+    done = skipped = 0
+    for i, index in enumerate(todo):
+        if time.time() > deadline:
+            todo_reached = todo[:i]
+            break
+        item = every[index]
+        if operand_bytes(item) > MAX_OPERAND_BYTES:
+            skipped += 1
+            continue
+        free = None
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            free = torch.cuda.mem_get_info(device)[0]
+        ooms = torch.cuda.memory_stats(device).get("num_ooms", 0) if device == "cuda" else 0
+        try:
+            ops = _fresh_thread(measure_benchmark, item, device)
+        except Exception as e:  # a problem cuDNN refuses is noted, not fatal
+            err.write(json.dumps({"item": item, "error": f"{type(e).__name__}: {str(e)[:200]}"}) + "\n")
+            continue
+        if device == "cuda" and torch.cuda.memory_stats(device).get("num_ooms", 0) != ooms:
+            # the search's workspace was halved (or a plan could not run): not the problem's own
+            err.write(json.dumps({"item": item, "error": "out of memory: another plan"}) + "\n")
+            continue
+        shown = {k: v for k, v in item.items() if k != "models"}
+        out.write(json.dumps({"index": index, "item": shown, "free": free, "ops": ops}) + "\n")
+        done += 1
+    else:
+        todo_reached = todo
+    summary = {"worker": worker, "done": done, "skipped": skipped, "todo": len(todo), "reached": todo_reached}
+    err.write(json.dumps(summary) + "\n")
+    return done
+
+
 def reached(done_dirs, n_items):
     """The indices (in the sweep's order) of the items that the runs into `done_dirs` reached, from the
     summary line each worker wrote last in its w*.err: its `reached` indices, or, from a run that wrote
@@ -905,6 +1034,15 @@ def smoke():
         recs = [json.loads(line) for line in open(os.path.join(d, "w0.jsonl"))]
         print(len(recs), "records:", sorted({r["op"] for r in recs}))
         print(open(os.path.join(d, "w0.err")).read().strip())
+        bench = os.path.join(d, "benchmark")
+        run_benchmark(os.path.join(d, "p.json"), bench, 20, 0, 50, device="cpu")
+        lines = [json.loads(line) for line in open(os.path.join(bench, "w0.jsonl"))]
+        print(len(lines), "benchmark items:", sorted(lines[0]["ops"]), "two calls each")
+        print(open(os.path.join(bench, "w0.err")).read().strip())
+        import conv_benchmark_table
+
+        entries = conv_benchmark_table.sweep_problems([bench])
+        print(len(entries), "benchmark entries, e.g.", entries[0])
         item = dict(problems[0], n=2, dtype="bfloat16", layout="nchw")
         ops_truth._out = open(os.path.join(d, "autocast", "w0.jsonl"), "w")
         measure_autocast(item, "cpu")
@@ -940,6 +1078,10 @@ def main():
         worker, workers = (int(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else (0, 1)
         done_dirs = sys.argv[7].split(",") if len(sys.argv) > 7 else ()
         run(sys.argv[2], sys.argv[3], float(sys.argv[4]), worker, workers, done_dirs=done_dirs)
+    elif cmd == "run-benchmark":
+        worker, workers = (int(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else (0, 1)
+        done_dirs = sys.argv[7].split(",") if len(sys.argv) > 7 else ()
+        run_benchmark(sys.argv[2], sys.argv[3], float(sys.argv[4]), worker, workers, done_dirs=done_dirs)
     elif cmd == "smoke":
         smoke()
     elif cmd in ("merge", "normalize"):
