@@ -24,7 +24,8 @@ under `cudnn_convolution_transpose_backward_input`). Each record's searches are 
 while their sum is what its first call requested beyond its second (the plans alone); a problem
 whose sum does not match is reported on stderr and left out.
 
-    python conv_benchmark_table.py [GPU.jsonl ...] --sweep DIR [DIR ...] > ...
+    python conv_benchmark_table.py [TABLE.json] [GPU.jsonl ...] --sweep DIR [DIR ...] > ...
+    python conv_benchmark_table.py --affine DIR [DIR ...]     (is the search workspace affine in the batch?)
 
 Adds `conv_sweep.py run-benchmark`'s lines (DIR/w*.jsonl): each item's forward, dgrad and wgrad
 called twice, so a search workspace is the first call's requested bytes beyond its outputs less the
@@ -240,12 +241,35 @@ def merged(*groups):
     return out
 
 
+def affine(problems):
+    """conv_sweep.py's leave-one-out test of 'affine in the batch between measured batches' on the
+    search workspaces (a problem's entries at several batches): prints the counts."""
+    import conv_sweep
+
+    groups = {}
+    for p in problems:
+        k = _key(dict(p, input=[None, *p["input"][1:]]))
+        groups.setdefault(k, {})[p["input"][0]] = p["search_workspace"]
+    groups = {k: g for k, g in groups.items() if len(g) >= 3}
+    for strict in (False, True):
+        conv_sweep.loo("search workspaces", groups, strict)
+
+
 def main():
+    if sys.argv[1:2] == ["--affine"]:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        affine(sweep_problems(sys.argv[2:]))
+        return
     dev = Device("h200")
     problems, seen = [], set()
     argv = sys.argv[1:]
     sweeps = argv[argv.index("--sweep") + 1 :] if "--sweep" in argv else []
+    tables = []
     for arg in argv[: len(argv) - len(sweeps) - bool(sweeps)]:
+        if arg.endswith(".json"):
+            # a table this script wrote: its entries as they are (the scripts' readings)
+            tables += json.load(open(arg))["problems"]
+            continue
         path, _, history = arg.partition(":")
         if history:
             problems += backward_problems(path, history)
@@ -286,7 +310,7 @@ def main():
                     "search_workspace": extra - plan,
                 }
             )
-    problems = merged(problems, sweep_problems(sweeps))
+    problems = merged(tables, problems, sweep_problems(sweeps))
     doc = {
         "about": (
             "cuDNN benchmark mode's search workspace (bytes) by forward convolution problem, measured on an "
