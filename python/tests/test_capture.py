@@ -3125,6 +3125,38 @@ def test_cudnn_benchmark_mode_searches_the_backwards_plans_at_a_problems_first_c
     assert not any("benchmark" in k for k in cap.report()["unmeasured"])
 
 
+def test_cudnn_benchmark_mode_keys_a_problem_by_cudnns_operation_on_each_thread():
+    # Conv_v8.cpp: `benchmark_cache` is thread_local, keyed by cuDNN's operation and the params of
+    # its x and weight, not the transposed flag: a ConvTranspose's forward (backward data, x its
+    # output) is the data gradient of the plain convolution of that input, found on the same thread
+    # and searched again on the autograd engine's (blind176/ft04's H200 history: the weight gradient
+    # of PSMNet's (4, 32, 48, 64, 128) by (64, 32, 3, 3, 3) stride-2 conv searched nothing after its
+    # transposed twin's; its data gradient, the twin's forward, searched again in the backward)
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200"):
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            x = torch.empty(2, 8, 16, 16, device="cuda")
+            w = torch.empty(16, 8, 3, 3, device="cuda")
+            y = torch.empty(2, 16, 8, 8, device="cuda")
+            out = aten.convolution(y, w, None, [2, 2], [1, 1], [1, 1], True, [1, 1], 1)
+            assert out.shape == x.shape
+            torch.empty(4 << 20, device="cuda")  # a freed block leaves a cached segment
+            cached = torch.cuda.memory_reserved()
+            mask = [True, False, False]
+            aten.convolution_backward(y, x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1, mask)
+            assert torch.cuda.memory_reserved() == cached  # the transposed forward's plan
+            x.requires_grad_(True)
+            z = aten.convolution(x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+            torch.empty(4 << 20, device="cuda")
+            cached = torch.cuda.memory_reserved()
+            z.backward(torch.empty_like(z))
+            assert torch.cuda.memory_reserved() < cached  # searched on the autograd thread
+        finally:
+            torch.backends.cudnn.benchmark = old
+
+
 def test_a_constraint_check_of_values_the_twin_lacks_passes():
     # blind35/ai02: transformers' mean resizing of embeddings asks
     # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and

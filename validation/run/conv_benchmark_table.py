@@ -223,6 +223,48 @@ def _key(p):
     )
 
 
+def cudnn_key(p):
+    """The problem's `CacheKeyWrapper` in cudnn/Conv_v8.cpp, less the thread and alignments: cuDNN's
+    operation and its x (a transposed convolution's forward is the backward-data operation on its
+    output, its data gradient the forward operation on its output's gradient, its weight gradient
+    the backward-filter operation with that gradient as x), as the twin's `_benchmark_cache_key`."""
+    x = list(p["input"])
+    if p.get("transposed"):
+        w, s, pad, d, o = p["weight"], p["stride"], p["padding"], p["dilation"], p["output_padding"]
+        sizes = zip(x[2:], w[2:], s, pad, d, o, strict=True)
+        x = [x[0], w[1] * p["groups"]] + [
+            (i - 1) * a - 2 * b + c * (k - 1) + e + 1 for i, k, a, b, c, e in sizes
+        ]
+        op = {"forward": "backward_data", "dgrad": "forward", "wgrad": "backward_filter"}[p["op"]]
+    else:
+        op = {"forward": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}[p["op"]]
+    rest = (p["stride"], p["padding"], p["dilation"])
+    return (op, p["dtype"], tuple(x), tuple(p["weight"]), *map(tuple, rest), p["groups"], p["channels_last"])
+
+
+def same_search(problems):
+    """Entries of one cuDNN problem (`cudnn_key`) take its one search: a script's first call that
+    found the plan its thread timed for the other (ft04's plain weight gradients after their
+    transposed twins') requested none, read as 0; a disagreement of two non-zero readings is
+    reported on stderr and left."""
+    searched = {}
+    for p in problems:
+        if p["search_workspace"]:
+            searched.setdefault(cudnn_key(p), set()).add(p["search_workspace"])
+    for k, found in searched.items():
+        if len(found) > 1:
+            print(f"one cuDNN problem, several searches: {k}: {sorted(found)}", file=sys.stderr)
+    for p in problems:
+        found = searched.get(cudnn_key(p), set())
+        if len(found) == 1 and not p["search_workspace"]:
+            (p["search_workspace"],) = found
+            print(
+                f"{_key(p)}: 0 read (the plan found), {p['search_workspace']} as its cuDNN problem's",
+                file=sys.stderr,
+            )
+    return problems
+
+
 def merged(*groups):
     """The groups' entries, each problem once (the first reading kept; a disagreement on stderr)."""
     out, seen = [], {}
@@ -310,7 +352,7 @@ def main():
                     "search_workspace": extra - plan,
                 }
             )
-    problems = merged(tables, problems, sweep_problems(sweeps))
+    problems = same_search(merged(tables, problems, sweep_problems(sweeps)))
     doc = {
         "about": (
             "cuDNN benchmark mode's search workspace (bytes) by forward convolution problem, measured on an "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import weakref
 
 import torch
@@ -112,30 +113,53 @@ def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, tran
     return _benchmark_table.get(key)
 
 
+def _benchmark_cache_key(cap, op: str, dtype: str, conv) -> tuple:
+    """`run_single_conv`'s `CacheKeyWrapper` (cudnn/Conv_v8.cpp) of a problem: its `benchmark_cache`
+    is `thread_local` (the program's thread, the autograd engine's device thread, each thread of the
+    program's own), keyed by cuDNN's operation and the `ConvolutionParams` of its x and weight, not by
+    the transposed flag: a transposed convolution's forward is the backward-data operation whose x is
+    its output, its data gradient the forward operation on its output's gradient, its weight
+    gradient the backward-filter operation with that gradient as x (`cudnn_convolution_transpose*`,
+    ConvShared.cpp). The pointers' alignments are taken as the caching allocator's 512 bytes
+    (an offset view's would be another key)."""
+    x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
+    if transposed:
+        out = [x.shape[0], w.shape[1] * groups]
+        sizes = zip(x.shape[2:], w.shape[2:], stride, padding, dilation, out_pad, strict=True)
+        out += [(i - 1) * s - 2 * p + d * (k - 1) + o + 1 for i, k, s, p, d, o in sizes]
+        x_shape = tuple(out)
+        operation = {"forward": "backward_data", "dgrad": "forward", "wgrad": "backward_filter"}[op]
+    else:
+        x_shape = tuple(x.shape)
+        operation = {"forward": "forward", "dgrad": "backward_data", "wgrad": "backward_filter"}[op]
+    t = threading.current_thread()
+    thread = cap.thread() if getattr(t, "_vramscope_capture", None) is None else t
+    return (
+        thread,
+        operation,
+        dtype,
+        x_shape,
+        tuple(w.shape),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        groups,
+        cl,
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.allow_tf32,
+    )
+
+
 def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
     """`run_single_conv` under `torch.backends.cudnn.benchmark` (cudnn/Conv_v8.cpp): the first call
-    of a problem times cuDNN's plans in a workspace as large as the largest plan's
-    (`generate_and_filter_plans`), frees it, then empties the allocator's cache
+    of a problem on a thread (`_benchmark_cache_key`) times cuDNN's plans in a workspace as large as
+    the largest plan's (`generate_and_filter_plans`), frees it, then empties the allocator's cache
     (`_cudnn_get_conv_benchmark_empty_cache`, on by default) before running the fastest plan; later
     calls find the plan in the benchmark cache. The search's workspace is the H200's measured one
     where the problem was measured (`cudnn_benchmark_h200.json`), else named unmeasured; the
     heuristics' workspace stands in for the timed plan's."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
-    key = (
-        op,
-        dtype,
-        tuple(x.shape),
-        tuple(w.shape),
-        tuple(stride),
-        tuple(padding),
-        tuple(dilation),
-        tuple(out_pad),
-        groups,
-        transposed,
-        cl,
-        torch.backends.cudnn.deterministic,
-        torch.backends.cudnn.allow_tf32,
-    )
+    key = _benchmark_cache_key(cap, op, dtype, conv)
     seen = cap.cudnn_benchmarked
     search = _benchmark_search_workspace(
         op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl
