@@ -1825,6 +1825,34 @@ def test_a_thread_of_the_program_s_own_takes_a_cublas_handle_and_workspace_of_it
             assert torch.cuda.memory_allocated() - held == 32 * MIB  # the second reused the first's
 
 
+def test_the_main_and_autograd_threads_reuse_a_handle_an_ended_thread_released():
+    # CublasHandlePool.cpp's pool is the process's: the program's main thread reserves its handle
+    # at its first cuBLAS call, the one a thread that ended gave back if any (blind239/ie03's H200
+    # history: `generate()` on a streamer thread, then on the main thread with no new workspace);
+    # so does the autograd engine's device thread at the first backward
+    with vramscope.capture():
+        a = torch.empty(8, 8, device="cuda", requires_grad=True)
+        b = torch.empty(8, 8, device="cuda")
+
+        def matmul():
+            with torch.no_grad():
+                a @ b
+
+        for _ in range(2):
+            t = threading.Thread(target=matmul)
+            t.start()
+            t.join()
+        held = torch.cuda.memory_allocated()
+        out = a @ b  # the main thread takes the released handle: its workspace is there
+        assert torch.cuda.memory_allocated() - held == 512  # its 256-byte output's block
+        t = threading.Thread(target=matmul)
+        t.start()
+        t.join()  # a new handle and workspace (the main thread holds the first)
+        assert torch.cuda.memory_allocated() - held == 512 + 32 * MIB
+        out.sum().backward()  # the autograd thread takes the released second handle
+        assert torch.cuda.memory_allocated() - held == 512 + 32 * MIB + 512  # and a's gradient
+
+
 def test_the_generic_stream_is_a_twin_stream_with_its_own_pool():
     # transformers' offloaded KV cache (cache_utils.py) makes `torch.Stream()` and prefetches on it
     # (blind35/ai04); on the simulated device it is the twin's stream, a real one elsewhere

@@ -1765,9 +1765,9 @@ class Capture:
         #: the stream id each (thread, stream, Lt) took its cuBLAS workspace under: the stream's own
         #: or the private pool's it allocated to then
         self.blas_streams: dict[tuple, int] = {}
-        #: the cuBLAS handle each of the program's own threads reserved (`blas_handle`), those
-        #: released by threads that ended, and how many were made
-        self.blas_windows: dict[threading.Thread, int] = {}
+        #: the cuBLAS handle each host thread reserved (`blas_handle`: "main", "autograd" or one of
+        #: the program's own threads), those released by threads that ended, and how many were made
+        self.blas_windows: dict = {}
         self.blas_released: list[int] = []
         self.blas_made = 0
         #: the environment's cuBLAS workspace settings the device's sizes were last set from
@@ -2040,29 +2040,37 @@ class Capture:
         return "main"
 
     def blas_handle(self) -> int:
-        """The cuBLAS handle of the current thread: 0, the program's main thread's or the autograd
-        engine's own, else the handle a thread of the program's own reserved. Each host thread's
-        pool window reserves one on its first cuBLAS call, a handle released by a thread that has
-        ended (the last released first) or a new one, and gives it back when the thread ends
-        (`getCurrentCUDABlasHandle`, CublasHandlePool.cpp; DeviceThreadHandles.h); workspaces
-        are kept by (handle, stream), so a reused handle reuses its workspace."""
+        """The cuBLAS handle of the current thread. Each host thread's pool window reserves one on
+        its first cuBLAS call, a handle released by a thread that has ended (the last released
+        first) or a new one, and gives it back when the thread ends (`getCurrentCUDABlasHandle`,
+        CublasHandlePool.cpp; DeviceThreadHandles.h); workspaces are kept by (handle, stream), so a
+        reused handle reuses its workspace. The program's main thread and the autograd engine's
+        device thread never end: a new handle of theirs is their own (0), one of the program's
+        own threads is numbered from 1."""
         if torch._C._current_graph_task_id() != -1:
-            return 0
-        t = threading.current_thread()
-        if getattr(t, "_vramscope_capture", None) is None:
-            return 0
-        handle = self.blas_windows.get(t)
+            key = "autograd"
+        else:
+            t = threading.current_thread()
+            if t is threading.main_thread():
+                key = "main"
+            elif getattr(t, "_vramscope_capture", None) is None:
+                return 0
+            else:
+                key = t
+        handle = self.blas_windows.get(key)
         if handle is None:
             for other, held in list(self.blas_windows.items()):
-                if not other.is_alive():
+                if isinstance(other, threading.Thread) and not other.is_alive():
                     del self.blas_windows[other]
                     self.blas_released.append(held)
             if self.blas_released:
                 handle = self.blas_released.pop()
+            elif isinstance(key, str):
+                handle = 0
             else:
                 self.blas_made += 1
                 handle = self.blas_made
-            self.blas_windows[t] = handle
+            self.blas_windows[key] = handle
         return handle
 
     def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
@@ -2078,6 +2086,10 @@ class Capture:
             self.device.set_blas_workspaces(*_blas_workspaces(self, *env))
         try:
             thread, handle = self.thread(), self.blas_handle()
+            if handle:
+                # a handle a program's thread made: its workspaces are the handle's, whichever
+                # thread holds it now (the runtime keys a thread's own handle 0 by its thread)
+                thread = "main"
             stream = self.blas_streams.setdefault((thread, handle, self.stream, lt), self.pool_stream())
             dtype_name = str(dtype).removeprefix("torch.")
             self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
