@@ -3185,6 +3185,43 @@ def test_cudnn_benchmark_mode_keys_a_problem_by_cudnns_operation_on_each_thread(
             torch.backends.cudnn.benchmark = old
 
 
+def test_cudnn_benchmark_mode_takes_the_timed_plans_workspace_the_sweep_measured(monkeypatch):
+    # conv_sweep.py run-benchmark measures a problem's second call too: the timed plan's workspace,
+    # which the twin takes for every call of the problem under benchmark mode (the search's at the
+    # first call only); a table entry made up for the test
+    from vramscope._kernels import conv as conv_kernels
+
+    problem = (
+        "forward",
+        "float32",
+        (2, 3, 16, 16),
+        (8, 3, 3, 3),
+        (1, 1),
+        (0, 0),
+        (1, 1),
+        1,
+        False,
+        False,
+        (0, 0),
+    )
+    entry = {"search_workspace": 1 << 20, "plan_workspace": 12_345}
+    monkeypatch.setitem(conv_kernels._benchmark_entries(), problem, entry)
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200"):
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            x = torch.empty(2, 3, 16, 16, device="cuda")
+            w = torch.empty(8, 3, 3, 3, device="cuda")
+            call = (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+            _, first = counted(lambda: aten.convolution(*call))
+            _, second = counted(lambda: aten.convolution(*call))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    out = 2 * 8 * 14 * 14 * 4
+    assert first == (3, out + (1 << 20) + 12_345) and second == (2, out + 12_345)
+
+
 def test_a_constraint_check_of_values_the_twin_lacks_passes():
     # blind35/ai02: transformers' mean resizing of embeddings asks
     # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and

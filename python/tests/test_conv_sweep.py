@@ -566,6 +566,7 @@ def test_run_benchmark_calls_each_op_twice_and_the_table_reads_first_less_second
     entries = conv_benchmark_table.sweep_problems([str(out)])
     assert [(e["op"], e["search_workspace"]) for e in entries] == [("forward", 0), ("dgrad", 4096)]
     assert entries[1]["input"] == [8, 8, 16, 16] and entries[1]["channels_last"] is False
+    assert entries[1]["plan_workspace"] == 512  # the second call's: the timed plan's
     assert "wgrad: 2 more allocations" in capsys.readouterr().err
     again = dict(entries[1], search_workspace=8192)
     assert conv_benchmark_table.merged(entries, [again]) == entries

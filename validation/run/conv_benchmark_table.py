@@ -31,7 +31,11 @@ Adds `conv_sweep.py run-benchmark`'s lines (DIR/w*.jsonl): each item's forward, 
 called twice, so a search workspace is the first call's requested bytes beyond its outputs less the
 second's (the timed plan's workspace, measured, not the heuristics'), the first call holding one
 allocation more than the second (none more where the largest plan needs no workspace); an op whose
-counts say otherwise is reported on stderr and left out. The layout is the twin's
+counts say otherwise is reported on stderr and left out. Its entry also holds `plan_workspace`, the
+second call's bytes beyond its outputs and layout copies (`conv_table.workspace`): the timed plan's
+workspace, which the twin takes for the problem's calls under benchmark mode in place of the
+heuristics' (timed on a GPU the sweep's workers share: a lone process may time another plan
+fastest). The layout is the twin's
 `_channels_last` of the recorded operands (`cudnn_conv_suggest_memory_format`): the forward's of the
 input and the weight, the dgrad's of the gradient and the weight, the wgrad's of the input and the
 gradient, as `_kernels/conv.py` looks them up. A problem measured twice with different bytes is
@@ -166,6 +170,9 @@ def _suggests(op, args):
 
 def sweep_problems(dirs):
     """The search workspaces of `conv_sweep.py run-benchmark`'s lines in dirs, in the table's form."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import conv_table
+
     problems = []
     for d in dirs:
         for path in sorted(glob.glob(os.path.join(d, "w*.jsonl"))):
@@ -202,6 +209,9 @@ def sweep_problems(dirs):
                             "search_workspace": search,
                         }
                     )
+                    plan = conv_table.workspace(conv_table._name(second), second)
+                    if plan is not None:
+                        entry["plan_workspace"] = plan
                     problems.append(entry)
     return problems
 

@@ -67,14 +67,14 @@ def _in_layout(t, channels_last: bool):
     return t if t.stride() == dense.stride() else dense
 
 
-#: cuDNN benchmark mode's search workspace by forward problem, measured on an H200
+#: cuDNN benchmark mode's search workspace (and timed plan's) by problem, measured on an H200
 #: (`cudnn_benchmark_h200.json`, made by validation/run/conv_benchmark_table.py)
 _BENCHMARK_TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "cudnn_benchmark_h200.json")
 _benchmark_table: dict | None = None
 
 
-def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl):
-    """The measured search workspace of a problem's first call under benchmark mode, or None."""
+def _benchmark_entries() -> dict:
+    """`cudnn_benchmark_h200.json`'s entries by problem, read once."""
     global _benchmark_table
     if _benchmark_table is None:
         with open(_BENCHMARK_TABLE_PATH) as f:
@@ -92,9 +92,15 @@ def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, tran
                 p["channels_last"],
                 p.get("transposed", False),
                 tuple(p.get("output_padding", [0] * len(p["stride"]))),
-            ): p["search_workspace"]
+            ): p
             for p in problems
         }
+    return _benchmark_table
+
+
+def _benchmark_entry(op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl):
+    """The measured entry of a problem under benchmark mode (`search_workspace`, and
+    `plan_workspace`, the timed plan's, where the sweep measured it), or None."""
     # a transposed convolution's forward is cuDNN's data gradient, timed the same way
     # (`raw_cudnn_convolution_backward_input_out` -> `run_single_conv`, cudnn/Conv_v8.cpp)
     key = (
@@ -110,7 +116,7 @@ def _benchmark_search_workspace(op, dtype, x, w, stride, padding, dilation, tran
         bool(transposed),
         tuple(out_pad),
     )
-    return _benchmark_table.get(key)
+    return _benchmark_entries().get(key)
 
 
 def _benchmark_cache_key(cap, op: str, dtype: str, conv) -> tuple:
@@ -150,33 +156,35 @@ def _benchmark_cache_key(cap, op: str, dtype: str, conv) -> tuple:
     )
 
 
-def _benchmark_first_call(cap, op: str, dtype: str, conv) -> None:
+def _benchmark_first_call(cap, op: str, dtype: str, conv) -> int | None:
     """`run_single_conv` under `torch.backends.cudnn.benchmark` (cudnn/Conv_v8.cpp): the first call
     of a problem on a thread (`_benchmark_cache_key`) times cuDNN's plans in a workspace as large as
     the largest plan's (`generate_and_filter_plans`), frees it, then empties the allocator's cache
     (`_cudnn_get_conv_benchmark_empty_cache`, on by default) before running the fastest plan; later
     calls find the plan in the benchmark cache. The search's workspace is the H200's measured one
-    where the problem was measured (`cudnn_benchmark_h200.json`), else named unmeasured; the
-    heuristics' workspace stands in for the timed plan's."""
+    where the problem was measured (`cudnn_benchmark_h200.json`), else named unmeasured. Returns
+    the timed plan's workspace where `conv_sweep.py run-benchmark` measured it (its later calls'),
+    else None: the heuristics' workspace stands in for it."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
     key = _benchmark_cache_key(cap, op, dtype, conv)
     seen = cap.cudnn_benchmarked
-    search = _benchmark_search_workspace(
-        op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl
-    )
+    entry = _benchmark_entry(op, dtype, x, w, stride, padding, dilation, transposed, out_pad, groups, cl)
+    search = None if entry is None else entry["search_workspace"]
     if search is None:
         cap.note_unmeasured(
             "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the search's workspace and "
             "the timed plan's"
         )
+    timed = None if entry is None else entry.get("plan_workspace")
     if key in seen:
-        return
+        return timed
     seen.add(key)
     if search:
         ws = cap.malloc(search, "aten::cudnn_convolution", "workspace")
         del ws
     if getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", lambda: True)():
         cap.device.empty_cache()
+    return timed
 
 
 def _conv_workspace(cap, op, conv) -> None:
@@ -192,13 +200,12 @@ def _conv_workspace(cap, op, conv) -> None:
             "(`torch.backends.cudnn.enabled = False`)"
         )
         return
-    if torch.backends.cudnn.benchmark:
-        _benchmark_first_call(cap, op, name, conv)
+    timed = _benchmark_first_call(cap, op, name, conv) if torch.backends.cudnn.benchmark else None
     # the plan is built before its workspace is known: cuDNN's engines load
     cap.device.cudnn_plan()
     problem = (op, name, list(x.shape), list(w.shape), stride, padding, dilation, groups)
     layout = {"transposed": transposed, "output_padding": out_pad, "channels_last": cl}
-    nbytes = cap.device.conv_workspace(*problem, **layout)
+    nbytes = cap.device.conv_workspace(*problem, **layout) if timed is None else timed
     if nbytes is None:
         what = (
             f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
