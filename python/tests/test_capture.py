@@ -4432,3 +4432,16 @@ def test_jiterator_allocates_a_pointwise_ops_outputs():
         )
         o, p = two(a, a)
         assert o.shape == p.shape == (1024, 1) and o.dtype == torch.float16
+
+
+def test_tunableop_tuning_is_named_unmeasured():
+    # aten/src/ATen/cuda/tunable: with TunableOp on, a GEMM's first call per shape times its
+    # candidates on the GPU; the twin counted the plain cuBLAS call and said nothing
+    torch.cuda.tunable.enable(True)
+    try:
+        with vramscope.capture(gpu="h200") as cap:
+            a = torch.empty(256, 512, device="cuda")
+            a @ a.t()
+    finally:
+        torch.cuda.tunable.enable(False)
+    assert "TunableOp's GEMM tuning" in cap.report()["unmeasured"]

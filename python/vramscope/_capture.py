@@ -1622,6 +1622,15 @@ def _glibc_mapping(ptr: int, nbytes: int) -> int | None:
     return length if length % 4096 == 0 and nbytes < length <= nbytes + (1 << 20) else None
 
 
+def _tunable_tuning() -> bool:
+    """TunableOp on with its tuning (`PYTORCH_TUNABLEOP_ENABLED=1` or `torch.cuda.tunable.enable`;
+    tuning is on unless turned off): at::cuda::blas's GEMMs go through `GemmTunableOp`
+    (aten/src/ATen/cuda/tunable/TunableGemm.h), whose first call per shape times every candidate
+    on the GPU (`TunableOp::FindFastest`, TunableOp.h)."""
+    C = torch._C
+    return bool(C._cuda_tunableop_is_enabled() and C._cuda_tunableop_tuning_is_enabled())
+
+
 def _host_above() -> int | None:
     """`VRAMSCOPE_HOST_ABOVE` (bytes), a validation setting: where a GPU process's lowest CPU tensor
     mapped before its context lay over the context's anchor (`validation/va_host_check.py` reads it
@@ -2080,6 +2089,13 @@ class Capture:
         stays the stream's: the workspaces are keyed by (handle, stream) (CUDABlasHandlePool.cpp)."""
         if not self.started:
             self.start()
+        if _tunable_tuning():
+            self.note_unmeasured(
+                "TunableOp's GEMM tuning",
+                "TunableOp is on with tuning (PYTORCH_TUNABLEOP_ENABLED or torch.cuda.tunable.enable): "
+                "each new GEMM shape times its candidates on the GPU with copies of its operands, "
+                "which the twin does not model (it counts the plain cuBLAS call)",
+            )
         env = tuple(os.environ.get(k) for k in _BLAS_ENV)
         if env != self.blas_env:
             self.blas_env = env
