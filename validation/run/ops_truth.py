@@ -49,6 +49,9 @@ def _describe(x):
     if isinstance(x, torch.nn.parameter.UninitializedTensorMixin):
         # a lazy module's parameter before its first call has no shape to read
         return "uninitialized"
+    if isinstance(x, torch.Tensor) and x.layout == torch.jagged:
+        # a jagged nested tensor (its ragged size is symbolic): the packed values and offsets
+        return [str(list(x.shape)), "jagged", None, [_describe(p) for p in _parts(x)]]
     if isinstance(x, torch.Tensor) and x.layout != torch.strided:
         # a sparse tensor has no strides or storage of its own: its layout, number of specified
         # elements (COO) and the dense tensors that hold it
@@ -73,13 +76,16 @@ def _describe(x):
 
 
 def _parts(t):
-    """The strided tensors that hold `t`: itself, or a sparse tensor's indices and values."""
+    """The strided tensors that hold `t`: itself, a sparse tensor's indices and values, or a jagged
+    nested tensor's values and offsets."""
     if t.layout == torch.sparse_coo:
         return [t._indices(), t._values()]
     if t.layout in (torch.sparse_csr, torch.sparse_bsr):
         return [t.crow_indices(), t.col_indices(), t.values()]
     if t.layout in (torch.sparse_csc, torch.sparse_bsc):
         return [t.ccol_indices(), t.row_indices(), t.values()]
+    if t.layout == torch.jagged:
+        return [t._values, t._offsets]
     return [t]
 
 
