@@ -3506,6 +3506,33 @@ def test_a_scripted_module_compiles_its_calls_as_pytorchs_own():
         assert out.shape == (32, 64) and cell.lin.weight.grad is not None
 
 
+def test_jvp_tangent_of_silu_and_mish_is_one_backward_kernel():
+    # torch.func's wrappers of a meta tensor dispatch at AutogradOther (no Meta backend bit is
+    # propagated to them), where `silu_backward`'s and `mish_backward`'s kernel is the composite;
+    # a wrapper of a CUDA tensor dispatches at AutogradCUDA, whose autograd kernel runs the one CUDA
+    # kernel: under `no_grad` the tangent (derivatives.yaml's `auto_element_wise`) is one output
+    # (blind240/ig02's H200 per-op truth: 6 `silu_backward`, the twin ran 3 as sigmoid, rsub, muls)
+    import torch.nn.functional as F
+    from torch.func import jvp, vmap
+
+    for act in (F.silu, F.mish):
+        with vramscope.capture(gpu="h200"):
+            x = torch.randn(1024, 1024, device="cuda")  # 4 MiB
+            t = torch.randn_like(x)
+            with torch.no_grad():
+                out, tangent = jvp(act, (x,), (t,))
+                assert torch.cuda.max_memory_allocated() == 16 * MIB  # x, t, out, tangent
+                del out, tangent
+                torch.cuda.reset_peak_memory_stats()
+                # jvp of a vmapped function, as over a stacked ensemble
+                _out, tangent = jvp(vmap(act), (x,), (t,))
+                assert torch.cuda.max_memory_allocated() == 16 * MIB
+                assert tangent.shape == (1024, 1024) and tangent.is_cuda
+            # outside the transforms a meta tensor of the program's own still takes the composite
+            m = torch.randn(4, 4, device="meta")
+            assert torch.ops.aten.silu_backward(m, m).device.type == "meta"
+
+
 def test_forward_ad_zero_tangents_keep_dense_values():
     # `torch.func.jvp` makes `_efficientzerotensor` tangents; kept as ZeroTensors, later views of
     # their values crashed the process (blind51/ay04's second step)

@@ -1589,6 +1589,57 @@ _CPP_COMPOSITE = {
 }
 
 
+#: the ops with a CUDA kernel beside a CompositeImplicitAutograd one (found in the dispatcher once)
+_CUDA_AND_COMPOSITE: list = []
+_DK = torch._C.DispatchKey
+_AUTOGRAD_CUDA = torch._C.DispatchKeySet(_DK.AutogradCUDA)
+
+
+def _cuda_and_composite() -> list:
+    """The aten ops with both a CUDA kernel and a CompositeImplicitAutograd one (torch 2.11:
+    `silu_backward`, `mish_backward`, `_fused_rms_norm`): the composite serves the backends without
+    a kernel, and autograd keys whose backend has none (c10's OperatorEntry.cpp,
+    `computeDispatchTableEntryWithDebug`, 2.2)."""
+    if not _CUDA_AND_COMPOSITE:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        _CUDA_AND_COMPOSITE.extend(
+            n
+            for n in torch._C._dispatch_get_all_op_names()
+            if n.startswith("aten::") and has(n, "CompositeImplicitAutograd") and has(n, "CUDA")
+        )
+    return _CUDA_AND_COMPOSITE
+
+
+def _autograd_other(func):
+    """The AutogradOther kernel of `func` (one of `_cuda_and_composite`) during a capture.
+
+    torch.func's wrappers (TensorWrapper, BatchedTensor) take their backend key from the tensor they
+    wrap, CPU or CUDA only (`kKeysToPropagateToWrapper`, functorch/BatchedTensorImpl.h): a wrapper of a
+    CUDA tensor dispatches at AutogradCUDA, autograd's kernel, which runs the CUDA kernel below it; one
+    of a meta tensor at AutogradOther, the composite, whose parts reach the mode one by one
+    (blind240/ig02: SiLU's tangent under `jvp`, docs/run.md "Kernels of torch.func's wrappers").
+    Wrappers of simulated tensors go on as AutogradCUDA's would; others (a meta tensor of the
+    program's own) take the composite, as on the GPU."""
+
+    def kernel(keyset, *args, **kwargs):
+        if any(_tensor.wraps_registered(t) for t in _tensors((args, kwargs))):
+            return func.redispatch(keyset.remove(_DK.AutogradOther) | _AUTOGRAD_CUDA, *args, **kwargs)
+        return func._op_dk(_DK.CompositeImplicitAutograd, *args, **kwargs)
+
+    return kernel
+
+
+def wrapper_kernels():
+    """The AutogradOther kernels of `_autograd_other`, registered until the returned library's
+    `_destroy()`."""
+    lib = torch.library.Library("aten", "IMPL")
+    for full in _cuda_and_composite():
+        name, _, overload = full[len("aten::") :].partition(".")
+        func = getattr(getattr(torch.ops.aten, name), overload or "default")
+        lib.impl(full[len("aten::") :], _autograd_other(func), "AutogradOther", with_keyset=True)
+    return lib
+
+
 #: The context's own mappings from B+96 to B+128 MiB (the H200's process maps,
 #: docs/driver-placement.md rule 11): a hole this large among the CPU tensors takes them.
 HOST_HOLE = 32 << 20
@@ -2951,6 +3002,7 @@ class Capture:
         self._patch = _cuda.patch(self)
         self._autocast = _autocast.Autocast(_native.autocast_policies())
         self._mish = _norm.mish_kernels()
+        self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._hooks = self._install_hooks()
@@ -3027,6 +3079,7 @@ class Capture:
             h.remove()
         self._autocast.restore()
         self._mish._destroy()
+        self._wrapper_kernels._destroy()
         self._patch.restore()
         if not self.started:
             self._threads_after_context()
