@@ -585,3 +585,25 @@ def test_sparse_mm_of_a_csr_matrix_under_autocast_casts_it_and_its_backward_rais
         _, got = _history(lambda: torch.sparse.mm(a, torch.empty(n, w, device="cuda")))
         assert ("alloc", 1_433_311) in got
         assert not cap.unmeasured
+
+
+def test_cusparselt_compress_and_matmul_allocate_as_the_h200_measured():
+    # fixtures/run/sparse/cslt_probe_h200.jsonl (validation/cslt_probe.py): `_cslt_compress` of a
+    # 1024 x 1024 fp16 2:4 matrix returns (1024, 576) and holds a 131,072-byte buffer while it runs;
+    # `_cslt_sparse_mm` by a 1024 x 128 matrix holds 131,584 bytes beyond its (1024, 128) result (the
+    # twin stopped at `_cslt_compress`, which has no meta kernel)
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
+        b = torch.empty(1024, 128, device="cuda", dtype=torch.float16)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        packed = torch._cslt_compress(w)
+        assert packed.shape == (1024, 576) and packed.dtype == torch.float16
+        assert torch.cuda.memory_allocated() - base == 1179648
+        assert torch.cuda.max_memory_allocated() - base == 1179648 + 131072
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = torch._cslt_sparse_mm(packed, b)
+        assert out.shape == (1024, 128) and out.is_contiguous()
+        assert torch.cuda.memory_allocated() - base == 262144
+        assert torch.cuda.max_memory_allocated() - base == 262144 + 131584

@@ -34,7 +34,19 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
-from . import _attention, _autocast, _custom, _kernels, _linalg, _native, _norm, _philox, _sparse, _tensor  # noqa: F401  (_attention, _linalg, _norm register rules)
+from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured register rules)
+    _attention,
+    _autocast,
+    _custom,
+    _kernels,
+    _linalg,
+    _native,
+    _norm,
+    _philox,
+    _semistructured,
+    _sparse,
+    _tensor,
+)
 from ._autograd_streams import inputs_of as _node_inputs
 from ._autograd_streams import node_stream as _node_stream
 from ._autograd_streams import tag as _tag_streams
