@@ -3506,6 +3506,19 @@ def test_a_scripted_module_compiles_its_calls_as_pytorchs_own():
         assert out.shape == (32, 64) and cell.lin.weight.grad is not None
 
 
+def test_an_op_returning_its_constant_input_keeps_it_once():
+    # `to` with nothing to change returns its input; below autograd it reaches the mode, which
+    # records the output among the tensors viewing a factory's constant value: a second entry of the
+    # same tensor raised (WeakSet's `==` of tensors) and stopped blind144/en04's `jvp(grad(...))`
+    with vramscope.capture(gpu="h200"):
+        x = torch.zeros(100000, device="cuda")  # past VALUE_LIMIT: one constant value
+        with torch._C._AutoDispatchBelowAutograd():
+            y = torch.ops.aten.to.dtype_layout(x, dtype=torch.float32)
+        assert y is x
+        x.fill_(1.0)
+        assert torch.cuda.memory_allocated() == 400384
+
+
 def test_jvp_tangent_of_silu_and_mish_is_one_backward_kernel():
     # torch.func's wrappers of a meta tensor dispatch at AutogradOther (no Meta backend bit is
     # propagated to them), where `silu_backward`'s and `mish_backward`'s kernel is the composite;

@@ -2597,8 +2597,12 @@ class Capture:
                 ptr = v.untyped_storage().data_ptr()
                 if constant:
                     self.constants[ptr] = weakref.WeakSet()
-                if ptr in self.constants:
-                    self.constants[ptr].add(o)
+                viewers = self.constants.get(ptr)
+                # by identity: an op may return its input (`to` with nothing to change), and a
+                # WeakSet compares a tensor already in it with `==`, whose elementwise result has no
+                # truth value (blind144/en04's jvp decomposition of a batch norm's backward)
+                if viewers is not None and not any(t is o for t in viewers):
+                    viewers.add(o)
         if vals is None and ours and not factory:
             self.standins(func, args, kwargs, outs, mutable)
         if vals is None and mutable:
