@@ -3222,6 +3222,43 @@ def test_cudnn_benchmark_mode_takes_the_timed_plans_workspace_the_sweep_measured
     assert first == (3, out + (1 << 20) + 12_345) and second == (2, out + 12_345)
 
 
+def test_cudnn_benchmark_mode_times_no_plan_larger_than_the_free_memory(monkeypatch):
+    # generate_and_filter_plans (cudnn/Conv_v8.cpp) keeps the plans whose workspace is at most
+    # get_available_workspace(), the device's free memory (conv_sweep.py run-benchmark: fp32
+    # searches of up to 139.65 GB with 141.4 GB free): a measured search larger than what is free
+    # is not the one the GPU would time, so the twin names it unmeasured and allocates none
+    from vramscope._kernels import conv as conv_kernels
+
+    problem = (
+        "forward",
+        "float32",
+        (2, 3, 16, 16),
+        (8, 3, 3, 3),
+        (1, 1),
+        (0, 0),
+        (1, 1),
+        1,
+        False,
+        False,
+        (0, 0),
+    )
+    entry = {"search_workspace": 200 << 30, "plan_workspace": 0}
+    monkeypatch.setitem(conv_kernels._benchmark_entries(), problem, entry)
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200") as cap:
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            x = torch.empty(2, 3, 16, 16, device="cuda")
+            w = torch.empty(8, 3, 3, 3, device="cuda")
+            call = (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+            _, first = counted(lambda: aten.convolution(*call))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    assert first == (1, 2 * 8 * 14 * 14 * 4)
+    assert any("larger than the free memory" in k for k in cap.report()["unmeasured"])
+
+
 def test_a_constraint_check_of_values_the_twin_lacks_passes():
     # blind35/ai02: transformers' mean resizing of embeddings asks
     # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and

@@ -571,3 +571,27 @@ def test_run_benchmark_calls_each_op_twice_and_the_table_reads_first_less_second
     again = dict(entries[1], search_workspace=8192)
     assert conv_benchmark_table.merged(entries, [again]) == entries
     assert "disagree" in capsys.readouterr().err
+
+
+def test_the_benchmark_table_holds_the_benchmark_sweeps_searches(tmp_path):
+    # fixtures/run/cudnn_benchmark_sweep_h200.tar.xz (session 52): 12 workers of `conv_sweep.py
+    # run-benchmark` for 290 s on one H200, 8,484 items; conv_benchmark_table.py reads all their
+    # 25,452 ops (24,690 problems: items of both layouts that cuDNN runs in one agree) and the table
+    # keeps every search, but for 6 of blind23/w01's forwards, which it read first: their search
+    # plus w01's timed plan's workspace less the heuristics' plan's (the same sums)
+    import lzma
+
+    import conv_benchmark_table
+
+    _extract(tmp_path, "cudnn_benchmark_sweep_h200.tar.xz", (".jsonl",))
+    swept = conv_benchmark_table.sweep_problems([str(tmp_path / "b1")])
+    assert len(swept) == 25_452 and len({conv_benchmark_table._key(p) for p in swept}) == 24_690
+    with lzma.open(ROOT / "python" / "vramscope" / "cudnn_benchmark_h200.json.xz", "rt") as f:
+        table = {conv_benchmark_table._key(p): p for p in json.load(f)["problems"]}
+    differ = {
+        conv_benchmark_table._key(p)
+        for p in swept
+        if table[conv_benchmark_table._key(p)]["search_workspace"] != p["search_workspace"]
+    }
+    assert len(differ) == 6 and all(k[:2] == ("forward", "float16") and k[2][0] == 32 for k in differ)
+    assert max(p["search_workspace"] for p in swept) == 139_653_545_984

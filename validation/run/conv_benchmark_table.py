@@ -1,6 +1,7 @@
 """The search workspaces of cuDNN's benchmark mode for the twin, from ops_truth.py's GPU records.
 
-    python conv_benchmark_table.py GPU.jsonl [GPU.jsonl ...] > python/vramscope/cudnn_benchmark_h200.json
+    python conv_benchmark_table.py GPU.jsonl [GPU.jsonl ...] | xz -9e > TABLE
+                    (TABLE: python/vramscope/cudnn_benchmark_h200.json.xz)
 
 Each GPU.jsonl is ops_truth.py's record of a script run with `torch.backends.cudnn.benchmark = True`.
 A convolution problem's first call there allocates its output, the search's workspace (as large as
@@ -24,7 +25,7 @@ under `cudnn_convolution_transpose_backward_input`). Each record's searches are 
 while their sum is what its first call requested beyond its second (the plans alone); a problem
 whose sum does not match is reported on stderr and left out.
 
-    python conv_benchmark_table.py [TABLE.json] [GPU.jsonl ...] --sweep DIR [DIR ...] > ...
+    python conv_benchmark_table.py [TABLE.json[.xz]] [GPU.jsonl ...] --sweep DIR [DIR ...] | xz -9e > ...
     python conv_benchmark_table.py --affine DIR [DIR ...]     (is the search workspace affine in the batch?)
 
 Adds `conv_sweep.py run-benchmark`'s lines (DIR/w*.jsonl): each item's forward, dgrad and wgrad
@@ -209,6 +210,7 @@ def sweep_problems(dirs):
                             "search_workspace": search,
                         }
                     )
+                    entry["free"] = r["free"]  # the device's free memory before the item
                     plan = conv_table.workspace(conv_table._name(second), second)
                     if plan is not None:
                         entry["plan_workspace"] = plan
@@ -318,9 +320,12 @@ def main():
     sweeps = argv[argv.index("--sweep") + 1 :] if "--sweep" in argv else []
     tables = []
     for arg in argv[: len(argv) - len(sweeps) - bool(sweeps)]:
-        if arg.endswith(".json"):
+        if arg.endswith((".json", ".json.xz")):
             # a table this script wrote: its entries as they are (the scripts' readings)
-            tables += json.load(open(arg))["problems"]
+            import lzma
+
+            with (lzma.open if arg.endswith(".xz") else open)(arg, "rt") as f:
+                tables += json.load(f)["problems"]
             continue
         path, _, history = arg.partition(":")
         if history:
@@ -365,10 +370,15 @@ def main():
     problems = same_search(merged(tables, problems, sweep_problems(sweeps)))
     doc = {
         "about": (
-            "cuDNN benchmark mode's search workspace (bytes) by forward convolution problem, measured on an "
-            "H200 (sm_90), torch 2.11.0+cu130, cuDNN 9.19: ops_truth.py's first call of each problem, less "
-            "its outputs and the heuristics' plan workspace (validation/run/conv_benchmark_table.py over "
-            "fixtures/run/truth_blind23_h200.tar.xz's w01 and truth_blind176_h200.tar.xz's ft04)."
+            "cuDNN benchmark mode's search workspace (bytes) by convolution problem (forward, dgrad, "
+            "wgrad), measured on an H200 (sm_90), torch 2.11.0+cu130, cuDNN 9.19 "
+            "(validation/run/conv_benchmark_table.py). Entries without plan_workspace: ops_truth.py's "
+            "first call of each problem in fixtures/run/truth_blind23_h200.tar.xz's w01 and "
+            "truth_blind176_h200.tar.xz's ft04, a forward's less its outputs and the heuristics' plan "
+            "workspace, a backward's from the H200 history. Entries with plan_workspace: conv_sweep.py "
+            "run-benchmark (fixtures/run/cudnn_benchmark_sweep_h200.tar.xz), the first call's bytes "
+            "beyond its outputs less the second's; plan_workspace the second's (the timed plan's), free "
+            "the device's free memory before the item."
         ),
         "problems": problems,
     }

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import threading
 import weakref
@@ -68,16 +69,18 @@ def _in_layout(t, channels_last: bool):
 
 
 #: cuDNN benchmark mode's search workspace (and timed plan's) by problem, measured on an H200
-#: (`cudnn_benchmark_h200.json`, made by validation/run/conv_benchmark_table.py)
-_BENCHMARK_TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "cudnn_benchmark_h200.json")
+#: (`cudnn_benchmark_h200.json.xz`, made by validation/run/conv_benchmark_table.py)
+_BENCHMARK_TABLE_PATH = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "cudnn_benchmark_h200.json.xz"
+)
 _benchmark_table: dict | None = None
 
 
 def _benchmark_entries() -> dict:
-    """`cudnn_benchmark_h200.json`'s entries by problem, read once."""
+    """`cudnn_benchmark_h200.json.xz`'s entries by problem, read once."""
     global _benchmark_table
     if _benchmark_table is None:
-        with open(_BENCHMARK_TABLE_PATH) as f:
+        with lzma.open(_BENCHMARK_TABLE_PATH, "rt") as f:
             problems = json.load(f)["problems"]
         _benchmark_table = {
             (
@@ -162,7 +165,8 @@ def _benchmark_first_call(cap, op: str, dtype: str, conv) -> int | None:
     the largest plan's (`generate_and_filter_plans`), frees it, then empties the allocator's cache
     (`_cudnn_get_conv_benchmark_empty_cache`, on by default) before running the fastest plan; later
     calls find the plan in the benchmark cache. The search's workspace is the H200's measured one
-    where the problem was measured (`cudnn_benchmark_h200.json`), else named unmeasured. Returns
+    where the problem was measured (`cudnn_benchmark_h200.json.xz`) and it fits the device's free
+    memory, else named unmeasured. Returns
     the timed plan's workspace where `conv_sweep.py run-benchmark` measured it (its later calls'),
     else None: the heuristics' workspace stands in for it."""
     x, w, stride, padding, dilation, transposed, out_pad, groups, cl = conv
@@ -179,6 +183,15 @@ def _benchmark_first_call(cap, op: str, dtype: str, conv) -> int | None:
     if key in seen:
         return timed
     seen.add(key)
+    if search and search > cap.device.mem_get_info()[0]:
+        # `generate_and_filter_plans` times only the plans whose workspace is at most
+        # `get_available_workspace()`, the device's free memory or the largest cached block: here
+        # the largest of them is not known (the cached block is taken as smaller)
+        cap.note_unmeasured(
+            "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): a search's workspace "
+            "larger than the free memory (the plans that fit were not measured)"
+        )
+        search = None
     if search:
         ws = cap.malloc(search, "aten::cudnn_convolution", "workspace")
         del ws
