@@ -3259,6 +3259,33 @@ def test_cudnn_benchmark_mode_times_no_plan_larger_than_the_free_memory(monkeypa
     assert any("larger than the free memory" in k for k in cap.report()["unmeasured"])
 
 
+def test_cudnn_benchmark_mode_estimates_a_batch_between_measured_ones_on_their_line(monkeypatch):
+    # session 52's benchmark sweep: a search is affine in the batch between measured batches for
+    # 4,053 of 4,096 held out (where a third measured batch lies on the line); entries made up
+    from vramscope._kernels import conv as conv_kernels
+
+    rest = ((8, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1, False, False, (0, 0))
+    table = {
+        ("forward", "float32", (n, 3, 16, 16), *rest): {"search_workspace": 1000 + 512 * n} for n in (1, 2, 4)
+    }
+    monkeypatch.setattr(conv_kernels, "_benchmark_table", table)
+    monkeypatch.setattr(conv_kernels, "_benchmark_lines", None)
+    aten = torch.ops.aten
+    with vramscope.capture(gpu="h200") as cap:
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            x = torch.empty(3, 3, 16, 16, device="cuda")
+            w = torch.empty(8, 3, 3, 3, device="cuda")
+            call = (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+            (_, first), (_, second) = (counted(lambda: aten.convolution(*call)) for _ in range(2))
+        finally:
+            torch.backends.cudnn.benchmark = old
+    assert first[1] - second[1] == 1000 + 512 * 3
+    assert any("measured batches" in k for k in cap.report()["unmeasured"])
+    monkeypatch.setattr(conv_kernels, "_benchmark_lines", None)
+
+
 def test_a_constraint_check_of_values_the_twin_lacks_passes():
     # blind35/ai02: transformers' mean resizing of embeddings asks
     # `positive_definite.check(covariance).all()`; on the GPU the covariance is symmetric and
