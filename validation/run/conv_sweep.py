@@ -51,7 +51,8 @@ beyond its outputs less the second's, one allocation more (`conv_benchmark_table
 it so). The cache is emptied before each item (the free memory `get_available_workspace` reads is
 then the device's, written to the line as `free`); a line per item: {"index", "item", "free",
 "ops": {"forward" | "dgrad" | "wgrad": [first call's record, second's]}}, the records ops_truth.py's
-without `kwargs`.
+without `kwargs`. A later call passes the earlier calls' folders as DONE_DIRs (session 52's first
+call: `fixtures/run/cudnn_benchmark_sweep_h200.tar.xz`'s `b1/`).
 
 `merge` adds conv_table.py's lines (one a problem) to the table, which holds one line for each problem
 without its batch, the batches' bytes after a `|`: a problem the table already holds must have the
