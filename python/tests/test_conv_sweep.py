@@ -595,3 +595,7 @@ def test_the_benchmark_table_holds_the_benchmark_sweeps_searches(tmp_path):
     }
     assert len(differ) == 6 and all(k[:2] == ("forward", "float16") and k[2][0] == 32 for k in differ)
     assert max(p["search_workspace"] for p in swept) == 139_653_545_984
+    # b2, the sweep continued past b1's items (session 52, 140 s): 7,158 searches, held as read
+    more = conv_benchmark_table.sweep_problems([str(tmp_path / "b2")])
+    assert len(more) == 7_158
+    assert all(table[conv_benchmark_table._key(p)]["search_workspace"] == p["search_workspace"] for p in more)
