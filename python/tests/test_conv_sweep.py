@@ -533,10 +533,17 @@ def test_a_valid_padded_siglip_patch_embedding_takes_the_measured_forward_worksp
     assert cap.report()["unmeasured"] == []
 
 
-def test_run_benchmark_calls_each_op_twice_and_the_table_reads_first_less_second(tmp_path, capsys):
+def test_run_benchmark_calls_each_op_twice_and_the_table_reads_first_less_second(
+    tmp_path, capsys, monkeypatch
+):
     # the CPU path of `conv_sweep.py run-benchmark` (no counters there), then a GPU-like line:
     # a first call one allocation and 4,096 bytes beyond its outputs more than the second
     import conv_benchmark_table
+    import torch
+
+    # run-benchmark turns benchmark mode and OPS_TRUTH_ALL on for its process: give them back
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
+    monkeypatch.setenv("OPS_TRUTH_ALL", "1")
 
     problem = {
         "x": [8, 16, 16],

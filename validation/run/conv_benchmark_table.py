@@ -219,20 +219,10 @@ def sweep_problems(dirs):
 
 
 def _key(p):
-    """The twin's lookup key of a table entry (`_benchmark_search_workspace`)."""
-    return (
-        p["op"],
-        p["dtype"],
-        tuple(p["input"]),
-        tuple(p["weight"]),
-        tuple(p["stride"]),
-        tuple(p["padding"]),
-        tuple(p["dilation"]),
-        p["groups"],
-        p["channels_last"],
-        p.get("transposed", False),
-        tuple(p.get("output_padding", [0] * len(p["stride"]))),
-    )
+    """The twin's lookup key of a table entry (`vramscope._kernels.conv.benchmark_key`)."""
+    from vramscope._kernels.conv import benchmark_key
+
+    return benchmark_key(p)
 
 
 def cudnn_key(p):

@@ -76,28 +76,30 @@ _BENCHMARK_TABLE_PATH = os.path.join(
 _benchmark_table: dict | None = None
 
 
+def benchmark_key(p: dict) -> tuple:
+    """A benchmark-table entry's lookup key: its op, dtype, sizes, convolution parameters and layout."""
+    return (
+        p["op"],
+        p["dtype"],
+        tuple(p["input"]),
+        tuple(p["weight"]),
+        tuple(p["stride"]),
+        tuple(p["padding"]),
+        tuple(p["dilation"]),
+        p["groups"],
+        p["channels_last"],
+        p.get("transposed", False),
+        tuple(p.get("output_padding", [0] * len(p["stride"]))),
+    )
+
+
 def _benchmark_entries() -> dict:
     """`cudnn_benchmark_h200.json.xz`'s entries by problem, read once."""
     global _benchmark_table
     if _benchmark_table is None:
         with lzma.open(_BENCHMARK_TABLE_PATH, "rt") as f:
             problems = json.load(f)["problems"]
-        _benchmark_table = {
-            (
-                p["op"],
-                p["dtype"],
-                tuple(p["input"]),
-                tuple(p["weight"]),
-                tuple(p["stride"]),
-                tuple(p["padding"]),
-                tuple(p["dilation"]),
-                p["groups"],
-                p["channels_last"],
-                p.get("transposed", False),
-                tuple(p.get("output_padding", [0] * len(p["stride"]))),
-            ): p
-            for p in problems
-        }
+        _benchmark_table = {benchmark_key(p): p for p in problems}
     return _benchmark_table
 
 
