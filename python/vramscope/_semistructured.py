@@ -94,9 +94,11 @@ def cslt_sparse_mm(cap, func, args, kwargs):
     if nbytes is None:
         nbytes = m * k // 8 + 512
         if not (_measured_shape(m, k) and (m, k) in _MEASURED_MK and n in (128, 4096)):
+            what = f"cuSPARSELt's matmul workspace of {m} x {k} by {k} x {n} ({a.dtype})"
             cap.note_unmeasured(
-                f"cuSPARSELt's matmul workspace of {m} x {k} by {k} x {n} ({a.dtype}): taken as m x k / 8 "
-                "+ 512 bytes, as 47 of the 56 measured problems"
+                what,
+                f"{what} was not measured: taken as m x k / 8 + 512 bytes, as in 47 of the 56 "
+                "measured problems",
             )
     cap.ops += 1
     op = "aten::_cslt_sparse_mm"

@@ -222,7 +222,10 @@ def _benchmark_first_call(cap, op: str, dtype: str, conv) -> int | None:
     if search is None:
         cap.note_unmeasured(
             "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the search's workspace and "
-            "the timed plan's"
+            "the timed plan's",
+            "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): a problem whose search was "
+            "not measured: its search's workspace is not allocated and the heuristics' plan stands in "
+            "for the timed one",
         )
     timed = None if entry is None else entry.get("plan_workspace")
     if key in seen:
