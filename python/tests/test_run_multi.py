@@ -310,3 +310,28 @@ def test_autocast_casts_a_tensor_parallel_linear_s_dtensors(tmp_script):
     assert status == 0, err[-3000:]
     # the input's bf16 copy 4 MiB, the weight's (cached) 8 MiB, the bf16 output 16 MiB
     assert lines[-1] == f"ran torch.bfloat16 {(4 + 8 + 16) << 20}"
+
+
+def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(tmp_script):
+    # ProcessGroupNCCL.cpp: barrier all-reduces `zeros({1}, kFloat)` on the device (the first small
+    # block: a 2 MiB segment); allgather into a same-size list gathers into newLikeFlat(outputs) and
+    # copies out (a transient stacked tensor); torch.distributed.get_backend names "nccl"
+    script = tmp_script(
+        "import os, torch, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29533')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "print('BACKEND', dist.get_backend())\n"
+        "dist.barrier()\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "x = torch.empty(1024, 1024, device='cuda')\n"
+        "outs = [torch.empty_like(x)]\n"
+        "dist.all_gather(outs, x)\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, report, err = run_script(script, extra=("--gpu", "h200"))
+    assert status == 0, err[-3000:]
+    assert "BACKEND nccl" in lines
+    phases = report["phases"]
+    assert [phases[0][k] for k in ("peak_allocated", "allocated", "reserved")] == [512, 0, 2 << 20]
+    assert phases[1]["peak_allocated"] == 3 * (4 << 20)

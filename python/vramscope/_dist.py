@@ -111,6 +111,8 @@ def setup_from_script(cap) -> None:
         patch_works()
         patch_object_collectives()
         cap.world = (world, rank)
+        if str(a.get("backend") or "").lower() == "nccl":
+            patch_nccl_buffers()
         rest = {k: v for k, v in a.items() if k in ("timeout", "group_name", "pg_options")}
         return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
 
@@ -205,6 +207,88 @@ def patch_works() -> None:
     ProcessGroup.allreduce = valued(ProcessGroup.allreduce)
     ProcessGroup.broadcast = valued(ProcessGroup.broadcast)
     ProcessGroup._vramscope_works = True
+
+
+def patch_nccl_buffers() -> None:
+    """What ProcessGroupNCCL allocates on the device beyond the program's tensors, for a script that
+    asked for NCCL (ProcessGroupNCCL.cpp): `barrier` all-reduces a `zeros({1}, kFloat)` tensor;
+    `allgather` into a list of same-size tensors gathers into `newLikeFlat(outputs)` (one stacked
+    tensor) and copies it out, `reduce_scatter` from such a list copies it into `newLikeFlat(inputs)`
+    first; the work holds that tensor (`outputs_` / its stash), freed here with the work. And
+    `torch.distributed.get_backend` reads "nccl" for the fake group, as on the GPU, so library code that
+    branches on it (torch/distributed/nn/functional.py's all_gather backward: a reduce-scatter under
+    NCCL, an all_to_all otherwise) takes the GPU's branch; c10d's own name keeps "fake"."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+    from torch.distributed.distributed_c10d import ProcessGroup
+
+    if getattr(ProcessGroup, "_vramscope_nccl", False):
+        return
+
+    real_get_backend = c10d.get_backend
+
+    def get_backend(group=None):
+        name = real_get_backend(group)
+        return dist.Backend.NCCL if name == "fake" else name
+
+    dist.get_backend = get_backend
+
+    def flat(tensors):
+        if not tensors or any(t.shape != tensors[0].shape for t in tensors):
+            return None
+        return torch.empty(
+            (len(tensors), *tensors[0].shape), dtype=tensors[0].dtype, device=tensors[0].device
+        )
+
+    class HeldWork(torch._C._distributed_c10d.Work):
+        def __init__(self, work, held):
+            super().__init__()
+            self._work, self._held = work, held
+
+        def wait(self, timeout=None):
+            return self._work.wait() if timeout is None else self._work.wait(timeout)
+
+        def is_completed(self):
+            return True
+
+        def get_future(self):
+            return self._work.get_future()
+
+    real_barrier, real_allgather, real_reduce_scatter = (
+        ProcessGroup.barrier,
+        ProcessGroup.allgather,
+        ProcessGroup.reduce_scatter,
+    )
+
+    def barrier(self, *args, **kwargs):
+        if torch.cuda.is_initialized() or torch.cuda.is_available():
+            torch.zeros(1, dtype=torch.float32, device="cuda")  # barrierTensor, dropped with the work
+        return real_barrier(self, *args, **kwargs)
+
+    def allgather(self, outputs, inputs, *args, **kwargs):
+        work = real_allgather(self, outputs, inputs, *args, **kwargs)
+        if isinstance(outputs, (list, tuple)) and len(outputs) == 1 and isinstance(outputs[0], (list, tuple)):
+            buf = flat(list(outputs[0]))
+            if buf is not None and buf.is_cuda:
+                for j, out in enumerate(outputs[0]):
+                    out.copy_(buf[j])
+                return HeldWork(work, buf)
+        return work
+
+    def reduce_scatter(self, outputs, inputs, *args, **kwargs):
+        buf = None
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            buf = flat(list(inputs[0]))
+            if buf is not None and buf.is_cuda:
+                for j, t in enumerate(inputs[0]):
+                    buf[j].copy_(t)
+        work = real_reduce_scatter(self, outputs, inputs, *args, **kwargs)
+        return HeldWork(work, buf) if buf is not None else work
+
+    ProcessGroup.barrier = barrier
+    ProcessGroup.allgather = allgather
+    ProcessGroup.reduce_scatter = reduce_scatter
+    ProcessGroup._vramscope_nccl = True
 
 
 def patch_object_collectives() -> None:
