@@ -3064,6 +3064,31 @@ def test_a_convolution_backward_for_the_input_alone_copies_a_strided_input():
         assert gi.shape == (4, 512, 199) and counts == (3, 9_089_152)
 
 
+def test_a_cudnn_workspace_that_does_not_fit_runs_the_next_engine_config_from_then_on():
+    # Conv_v8.cpp's run_single_conv: `try_configs` catches the workspace's OutOfMemoryError and runs
+    # the next config, which `benchmark_cache` keeps (blind237/ic02's H200 per-op record: ResNet-50's
+    # [256, 256, 14, 14] x [256, 256, 3, 3] fp16 convolution ran with 9,216 bytes, not 52,560,019)
+    with vramscope.capture(gpu="h200") as cap:
+        torch.cuda.set_per_process_memory_fraction(0.01)
+        x = torch.empty(256, 256, 14, 14, device="cuda", dtype=torch.half)
+        w = torch.empty(256, 256, 3, 3, device="cuda", dtype=torch.half)
+        limit = int(0.01 * torch.cuda.mem_get_info()[1])
+        room = 40 << 20  # the output's 26 MiB segment fits, the 52,560,019-byte workspace does not
+        filler = torch.empty(
+            (limit - torch.cuda.memory_reserved() - room) & ~((2 << 20) - 1), device="cuda", dtype=torch.uint8
+        )
+        base = torch.cuda.memory_allocated()
+        y = torch.nn.functional.conv2d(x, w, padding=1)
+        assert torch.cuda.memory_allocated() == base + y.untyped_storage().nbytes()
+        del y, filler
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.nn.functional.conv2d(x, w, padding=1)
+        # the kept config: no workspace for this problem from here on
+        assert torch.cuda.max_memory_allocated() == base + y.untyped_storage().nbytes()
+    assert any("next engine config" in k for k in cap.report()["unmeasured"])
+
+
 def test_cudnn_benchmark_mode_empties_the_cache_at_a_problems_first_call():
     # Conv_v8.cpp's run_single_conv: a problem's first call under benchmark mode empties the cache
     # after timing its plans (blind23/w01's H200 history); a second call of the problem does not

@@ -1884,6 +1884,9 @@ class Capture:
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
         self.cudnn_benchmarked: set = set()
+        #: convolution problems whose workspace ran out of memory: cuDNN's `benchmark_cache` keeps
+        #: the next engine config it ran (`_kernels.conv._conv_workspace`)
+        self.cudnn_fallback_plans: set = set()
         #: copies a double backward's C++ body keeps to its end (`_kernels._double_backward_operands`):
         #: (its node's key, [(a local, its copy)], [whether ggW's term ran]); `_malloc_handle` drops
         #: them outside that node

@@ -294,9 +294,24 @@ def _conv_workspace(cap, op, conv) -> None:
             f"{what}: {estimate}",
             f"{what} was not measured: {estimate} (the nearest measured problem, scaled by {scaled})",
         )
-    if nbytes:
-        ws = cap.malloc(nbytes, "aten::cudnn_convolution", "workspace")
-        del ws
+    key = _benchmark_cache_key(cap, op, name, conv)
+    if nbytes and key not in cap.cudnn_fallback_plans:
+        oom = cap.oom
+        try:
+            ws = cap.malloc(nbytes, "aten::cudnn_convolution", "workspace")
+        except torch.OutOfMemoryError:
+            # `run_single_conv` (cudnn/Conv_v8.cpp): `try_configs` catches the workspace's
+            # OutOfMemoryError and runs the next engine config, which `benchmark_cache` then keeps
+            # for the problem; that config's workspace is not measured: taken as none
+            cap.oom = oom
+            cap.cudnn_fallback_plans.add(key)
+            cap.note_unmeasured(
+                "cuDNN's next engine config after a convolution's workspace ran out of memory",
+                "a cuDNN convolution's workspace did not fit: cuDNN runs its next engine config, whose "
+                "workspace was not measured: taken as none (for this problem from here on)",
+            )
+        else:
+            del ws
 
 
 def _conv(x, w, args):
