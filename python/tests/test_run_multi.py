@@ -312,7 +312,8 @@ def test_autocast_casts_a_tensor_parallel_linear_s_dtensors(tmp_script):
     assert lines[-1] == f"ran torch.bfloat16 {(4 + 8 + 16) << 20}"
 
 
-def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(tmp_script):
+@pytest.mark.parametrize("nproc", [None, 2])
+def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(tmp_script, nproc):
     # ProcessGroupNCCL.cpp: barrier all-reduces `zeros({1}, kFloat)` on the device (the first small
     # block: a 2 MiB segment); allgather into a same-size list gathers into newLikeFlat(outputs) and
     # copies out (a transient stacked tensor); torch.distributed.get_backend names "nccl"
@@ -320,18 +321,22 @@ def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(tm
         "import os, torch, torch.distributed as dist\n"
         "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29533')\n"
         "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "w = dist.get_world_size()\n"
         "print('BACKEND', dist.get_backend())\n"
         "dist.barrier()\n"
         "torch.cuda.reset_peak_memory_stats()\n"
         "x = torch.empty(1024, 1024, device='cuda')\n"
-        "outs = [torch.empty_like(x)]\n"
+        "outs = [torch.empty_like(x) for _ in range(w)]\n"
         "dist.all_gather(outs, x)\n"
         "torch.cuda.reset_peak_memory_stats()\n"
         "dist.destroy_process_group()\n"
     )
-    status, lines, report, err = run_script(script, extra=("--gpu", "h200"))
+    extra = ("--gpu", "h200") + (("--nproc", str(nproc)) if nproc else ())
+    status, lines, report, err = run_script(script, extra=extra)
     assert status == 0, err[-3000:]
     assert "BACKEND nccl" in lines
     phases = report["phases"]
     assert [phases[0][k] for k in ("peak_allocated", "allocated", "reserved")] == [512, 0, 2 << 20]
-    assert phases[1]["peak_allocated"] == 3 * (4 << 20)
+    world = nproc or 1
+    # the input, the world's outputs and their stacked copy
+    assert phases[1]["peak_allocated"] == (1 + 2 * world) * (4 << 20)

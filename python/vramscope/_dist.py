@@ -31,6 +31,8 @@ def setup(cap, world: int, rank: int) -> None:
     original = dist.init_process_group
 
     def init_process_group(backend=None, init_method=None, *args, **kwargs):
+        if str(backend or "").lower() == "nccl":
+            patch_nccl_buffers()
         kwargs.pop("store", None)
         kwargs.pop("device_id", None)
         kwargs["rank"], kwargs["world_size"] = rank, world
