@@ -3132,6 +3132,31 @@ def test_cudnn_benchmark_mode_takes_the_measured_search_workspace_at_a_problems_
     assert not any("benchmark" in k for k in cap.report()["unmeasured"])
 
 
+def test_cudnn_benchmark_mode_halves_a_search_workspace_that_does_not_fit():
+    # Conv_v8.cpp's generate_and_filter_plans: the largest plan's workspace is tried first (the
+    # device's free memory allows it) and halved after each OutOfMemoryError until one fits; the
+    # convolution raises none (resnet50's fp16 channels-last stem, blind23/w01's measured search)
+    with vramscope.capture(gpu="h200") as cap:
+        torch.cuda.set_per_process_memory_fraction(0.01)
+        cl = torch.channels_last
+        x = torch.empty(64, 3, 224, 224, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        w = torch.empty(64, 3, 7, 7, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        limit = int(0.01 * torch.cuda.mem_get_info()[1])
+        room = 200 << 20  # the 102,760,448-byte output fits, the search's 257 MB does not
+        filler = torch.empty(
+            (limit - torch.cuda.memory_reserved() - room) & ~((2 << 20) - 1), device="cuda", dtype=torch.uint8
+        )
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            y = torch.nn.functional.conv2d(x, w, stride=2, padding=3)
+        finally:
+            torch.backends.cudnn.benchmark = old
+        assert y.shape == (64, 64, 112, 112) and torch.cuda.max_memory_allocated() <= limit
+        del filler
+    assert any("halved" in k for k in cap.report()["unmeasured"])
+
+
 def test_cudnn_benchmark_mode_search_of_a_transposed_and_an_inference_mode_convolution():
     # blind176/ft04 (PSMNet, truth_blind176_h200.tar.xz): under benchmark mode a ConvTranspose3d's
     # first call (cuDNN's data gradient, timed by the same run_single_conv) requested 164,462,886

@@ -240,9 +240,25 @@ def _benchmark_first_call(cap, op: str, dtype: str, conv) -> int | None:
             "larger than the free memory (the plans that fit were not measured)"
         )
         search = None
-    if search:
-        ws = cap.malloc(search, "aten::cudnn_convolution", "workspace")
-        del ws
+    oom = cap.oom
+    while search:
+        try:
+            ws = cap.malloc(search, "aten::cudnn_convolution", "workspace")
+        except torch.OutOfMemoryError:
+            # `generate_and_filter_plans` halves the search's workspace after each out-of-memory
+            # until one is allocated, and times only the plans that fit in it
+            cap.oom = oom
+            search //= 2
+            cap.note_unmeasured(
+                "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the plan timed in a "
+                "search's workspace halved after an out-of-memory",
+                "cuDNN's benchmark mode: a search's workspace did not fit and was halved until it did; "
+                "the fastest plan within it was not measured: the measured timed plan's (or the "
+                "heuristics') workspace stands in for it",
+            )
+        else:
+            del ws
+            break
     if getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", lambda: True)():
         cap.device.empty_cache()
     return timed
