@@ -4220,6 +4220,27 @@ def test_a_large_mask_filled_at_known_positions_keeps_its_values():
     assert not cap.warned
 
 
+def test_a_mask_scattered_at_known_indices_keeps_its_values():
+    # peft 0.21's SHiRA `random_mask` on a layer already on the GPU (blind250/iq02): ones scattered
+    # at a host `randperm`'s first r*(in+out) indices into a zeros mask copied from the host, then
+    # `torch.where(mask == 1.0)` sizes the adapter's indices; the scatter forgot the mask's values
+    # and the count took every element (peft then raised: indices and weights not the same size)
+    with vramscope.capture(gpu="h200") as cap:
+        g = torch.Generator().manual_seed(42)
+        idx = torch.randperm(512 * 512, generator=g)[: 16 * 1024].to("cuda")
+        val = torch.ones(*idx.shape, dtype=bool).to("cuda")
+        mask = torch.zeros(512, 512).to(val).view(1, -1)
+        mask = mask.scatter_(1, idx.unsqueeze(0), val.unsqueeze(0)).view(512, 512)
+        rows, cols = torch.where(mask == 1.0)
+        assert cols.numel() == rows.numel()
+        assert rows.numel() == 16 * 1024
+        filled = torch.zeros(4, 8, device="cuda").scatter_(
+            1, torch.tensor([[1], [3], [5], [7]], device="cuda"), 2.0
+        )
+        assert int((filled == 2.0).sum().item()) == 4
+    assert not cap.warned
+
+
 def test_a_large_mask_filled_through_slices_keeps_its_values():
     # blind154/ex05's first form: a wav2vec2 attention mask of (8, 256,000) made on the device as
     # zeros and set row by row (`mask[i, :n] = 1`, `fill_` of a view); past VALUE_LIMIT elements the

@@ -922,8 +922,15 @@ def _layout(t: torch.Tensor):
 _WRITES: dict = {}
 
 
-#: in-place writes of values the twin knows at places it knows (`x[mask] = v`)
-_FILLS = {aten.index_put_.default, aten.masked_fill_.Scalar}
+#: in-place writes of values the twin knows at places it knows (`x[mask] = v`; `scatter_` of known
+#: values at known indices: peft's SHiRA `random_mask` scatters ones at a host `randperm`'s indices
+#: into a zeros mask, whose `torch.where(mask == 1.0)` sizes the adapter's indices)
+_FILLS = {
+    aten.index_put_.default,
+    aten.masked_fill_.Scalar,
+    aten.scatter_.src,
+    aten.scatter_.value,
+}
 #: in-place writes of a known value that keep a tensor's known values where they are large
 #: (`dense_values`), a slice's `fill_` among them (`m[i, :n] = 1`), and a slice's `copy_` of known
 #: values (`R[:, 0, 0] = 1 - 2 * (y * y + z * z)` into a `torch.zeros((n, 3, 3))`: the rotation
