@@ -3157,6 +3157,34 @@ def test_cudnn_benchmark_mode_halves_a_search_workspace_that_does_not_fit():
     assert any("halved" in k for k in cap.report()["unmeasured"])
 
 
+def test_cudnn_benchmark_mode_after_a_halved_search_runs_a_plan_within_it():
+    # Conv_v8.cpp's generate_and_filter_plans keeps only the plans whose workspace fits the halved
+    # search: a measured timed plan larger than it (ResNet-50's fp32 [128, 256, 56, 56] x
+    # [512, 256, 1, 1] stride-2 forward, 411,566,096 bytes) is not among them
+    with vramscope.capture(gpu="h200") as cap:
+        torch.cuda.set_per_process_memory_fraction(0.02)
+        x = torch.empty(128, 256, 56, 56, device="cuda")
+        w = torch.empty(512, 256, 1, 1, device="cuda")
+        out = 128 * 512 * 28 * 28 * 4
+        limit = int(0.02 * torch.cuda.mem_get_info()[1])
+        room = out + (450 << 20)  # the output and half the search fit, the whole search does not
+        filler = torch.empty(
+            (limit - torch.cuda.memory_reserved() - room) & ~((2 << 20) - 1), device="cuda", dtype=torch.uint8
+        )
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            torch.nn.functional.conv2d(x, w, stride=2)
+        finally:
+            torch.backends.cudnn.benchmark = old
+        (bound,) = cap.cudnn_benchmark_bounds.values()
+        assert bound < 411_566_096
+        assert torch.cuda.max_memory_allocated() - base <= out + bound + 512
+        del filler
+
+
 def test_cudnn_benchmark_mode_search_of_a_transposed_and_an_inference_mode_convolution():
     # blind176/ft04 (PSMNet, truth_blind176_h200.tar.xz): under benchmark mode a ConvTranspose3d's
     # first call (cuDNN's data gradient, timed by the same run_single_conv) requested 164,462,886

@@ -1894,6 +1894,9 @@ class Capture:
         #: convolution problems whose workspace ran out of memory: cuDNN's `benchmark_cache` keeps
         #: the next engine config it ran (`_kernels.conv._conv_workspace`)
         self.cudnn_fallback_plans: set = set()
+        #: the halved search workspace of benchmark-mode problems whose search ran out of memory
+        #: (`_kernels.conv._benchmark_first_call`): their timed plan's workspace fits it
+        self.cudnn_benchmark_bounds: dict = {}
         #: copies a double backward's C++ body keeps to its end (`_kernels._double_backward_operands`):
         #: (its node's key, [(a local, its copy)], [whether ggW's term ran]); `_malloc_handle` drops
         #: them outside that node

@@ -249,12 +249,13 @@ def _benchmark_first_call(cap, op: str, dtype: str, conv) -> int | None:
             # until one is allocated, and times only the plans that fit in it
             cap.oom = oom
             search //= 2
+            cap.cudnn_benchmark_bounds[key] = search
             cap.note_unmeasured(
                 "cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True): the plan timed in a "
                 "search's workspace halved after an out-of-memory",
                 "cuDNN's benchmark mode: a search's workspace did not fit and was halved until it did; "
-                "the fastest plan within it was not measured: the measured timed plan's (or the "
-                "heuristics') workspace stands in for it",
+                "the fastest plan within it was not measured: the measured timed plan's, else the "
+                "heuristics', stands in where its workspace fits the halved one, else none",
             )
         else:
             del ws
@@ -278,6 +279,12 @@ def _conv_workspace(cap, op, conv) -> None:
         )
         return
     timed = _benchmark_first_call(cap, op, name, conv) if torch.backends.cudnn.benchmark else None
+    key = _benchmark_cache_key(cap, op, name, conv)
+    # a search halved after an out-of-memory timed only the plans whose workspace fits the halved
+    # one (`generate_and_filter_plans`), the plan kept among them
+    bound = cap.cudnn_benchmark_bounds.get(key)
+    if bound is not None and timed is not None and timed > bound:
+        timed = None
     # the plan is built before its workspace is known: cuDNN's engines load
     cap.device.cudnn_plan()
     problem = (op, name, list(x.shape), list(w.shape), stride, padding, dilation, groups)
@@ -310,7 +317,8 @@ def _conv_workspace(cap, op, conv) -> None:
             f"{what}: {estimate}",
             f"{what} was not measured: {estimate} (the nearest measured problem, scaled by {scaled})",
         )
-    key = _benchmark_cache_key(cap, op, name, conv)
+    if bound is not None and nbytes and nbytes > bound:
+        nbytes = 0
     if nbytes and key not in cap.cudnn_fallback_plans:
         oom = cap.oom
         try:
