@@ -312,15 +312,29 @@ def test_autocast_casts_a_tensor_parallel_linear_s_dtensors(tmp_script):
     assert lines[-1] == f"ran torch.bfloat16 {(4 + 8 + 16) << 20}"
 
 
-@pytest.mark.parametrize("nproc", [None, 2])
-def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(tmp_script, nproc):
-    # ProcessGroupNCCL.cpp: barrier all-reduces `zeros({1}, kFloat)` on the device (the first small
-    # block: a 2 MiB segment); allgather into a same-size list gathers into newLikeFlat(outputs) and
-    # copies out (a transient stacked tensor); torch.distributed.get_backend names "nccl"
+@pytest.mark.parametrize(
+    ("nproc", "backend", "named", "barrier"),
+    [
+        (None, "'nccl'", "nccl", True),
+        (2, "'nccl'", "nccl", True),
+        # torchrun's `init_process_group()`: "undefined", CUDA alone through NCCL
+        (None, "None", "undefined", True),
+        # a CPU backend beside NCCL takes the barrier (`_get_object_coll_device`)
+        (None, "'cuda:nccl,cpu:gloo'", "cuda:nccl,cpu:gloo", False),
+    ],
+)
+def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(
+    tmp_script, nproc, backend, named, barrier
+):
+    # ProcessGroup.hpp: a CUDA barrier keeps a `static` empty({1}, kByte) on the device, and
+    # ProcessGroupNCCL.cpp's barrier all-reduces a zeros({1}, kFloat) it frees on return (the first
+    # small blocks: a 2 MiB segment); allgather into a same-size list gathers into
+    # newLikeFlat(outputs) and copies out (a transient stacked tensor); get_backend names the
+    # backend init_process_group was given
     script = tmp_script(
         "import os, torch, torch.distributed as dist\n"
         "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29533')\n"
-        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        f"dist.init_process_group({backend}, rank=0, world_size=1)\n"
         "w = dist.get_world_size()\n"
         "print('BACKEND', dist.get_backend())\n"
         "dist.barrier()\n"
@@ -334,9 +348,12 @@ def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(tm
     extra = ("--gpu", "h200") + (("--nproc", str(nproc)) if nproc else ())
     status, lines, report, err = run_script(script, extra=extra)
     assert status == 0, err[-3000:]
-    assert "BACKEND nccl" in lines
+    assert f"BACKEND {named}" in lines
     phases = report["phases"]
-    assert [phases[0][k] for k in ("peak_allocated", "allocated", "reserved")] == [512, 0, 2 << 20]
+    kept = 512 if barrier else 0
+    assert [phases[0][k] for k in ("peak_allocated", "allocated", "reserved")] == (
+        [1024, 512, 2 << 20] if barrier else [0, 0, 0]
+    )
     world = nproc or 1
     # the input, the world's outputs and their stacked copy
-    assert phases[1]["peak_allocated"] == (1 + 2 * world) * (4 << 20)
+    assert phases[1]["peak_allocated"] == (1 + 2 * world) * (4 << 20) + kept

@@ -31,8 +31,7 @@ def setup(cap, world: int, rank: int) -> None:
     original = dist.init_process_group
 
     def init_process_group(backend=None, init_method=None, *args, **kwargs):
-        if str(backend or "").lower() == "nccl":
-            patch_nccl_buffers()
+        patch_backend(backend, kwargs.get("device_id"))
         kwargs.pop("store", None)
         kwargs.pop("device_id", None)
         kwargs["rank"], kwargs["world_size"] = rank, world
@@ -113,8 +112,7 @@ def setup_from_script(cap) -> None:
         patch_works()
         patch_object_collectives()
         cap.world = (world, rank)
-        if str(a.get("backend") or "").lower() == "nccl":
-            patch_nccl_buffers()
+        patch_backend(a.get("backend"), a.get("device_id"))
         rest = {k: v for k, v in a.items() if k in ("timeout", "group_name", "pg_options")}
         return original("fake", store=FakeStore(), rank=rank, world_size=world, **rest)
 
@@ -211,29 +209,50 @@ def patch_works() -> None:
     ProcessGroup._vramscope_works = True
 
 
-def patch_nccl_buffers() -> None:
-    """What ProcessGroupNCCL allocates on the device beyond the program's tensors, for a script that
-    asked for NCCL (ProcessGroupNCCL.cpp): `barrier` all-reduces a `zeros({1}, kFloat)` tensor;
-    `allgather` into a list of same-size tensors gathers into `newLikeFlat(outputs)` (one stacked
-    tensor) and copies it out, `reduce_scatter` from such a list copies it into `newLikeFlat(inputs)`
-    first; the work holds that tensor (`outputs_` / its stash), freed here with the work. And
-    `torch.distributed.get_backend` reads "nccl" for the fake group, as on the GPU, so library code that
-    branches on it (torch/distributed/nn/functional.py's all_gather backward: a reduce-scatter under
-    NCCL, an all_to_all otherwise) takes the GPU's branch; c10d's own name keeps "fake"."""
+def patch_backend(backend, device_id) -> None:
+    """`torch.distributed.get_backend` reads for the fake group the name the GPU's group has, as
+    `init_process_group` names it: the backend asked for (`Backend(name)`: "nccl",
+    "cuda:nccl,cpu:gloo"), else the device's default when a `device_id` is given ("nccl" for CUDA),
+    else "undefined"; so library code that branches on it (torch/distributed/nn/functional.py's
+    all_gather backward: a reduce-scatter under NCCL, an all_to_all otherwise) takes the GPU's branch.
+    c10d's own name keeps "fake". Where CUDA tensors go through NCCL (that name, a device map naming
+    it, or "undefined", whose CUDA backend is NCCL), ProcessGroupNCCL's own tensors follow
+    (`patch_nccl_buffers`)."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
+
+    if backend is None and device_id is not None:
+        backend = dist.Backend.default_device_backend_map.get(torch.device(device_id).type)
+    name = dist.Backend(str(backend) if backend is not None else "undefined")
+    real_get_backend = c10d.get_backend
+
+    def get_backend(group=None):
+        real = real_get_backend(group)
+        return name if real == "fake" else real
+
+    dist.get_backend = get_backend
+    # "undefined" on a CUDA machine maps CUDA alone to NCCL (BackendConfig); a name with "cpu:gloo"
+    # sends barriers to the CPU unless a device is bound (`barrier`, `_get_object_coll_device`)
+    single = name in ("nccl", "undefined")
+    if single or "cuda:nccl" in name.replace(" ", ""):
+        patch_nccl_buffers(cuda_barrier=single or device_id is not None)
+
+
+def patch_nccl_buffers(cuda_barrier: bool) -> None:
+    """What c10d allocates on the device beyond the program's tensors, for a script whose CUDA
+    tensors go through NCCL. A barrier on the CUDA device (`cuda_barrier`: the group's only device,
+    or one bound by `device_id`; else `device_ids` given) sets ProcessGroup::barrier's `static`
+    `empty({1}, kByte)` (ProcessGroup.hpp: the new one made before the old one goes, one kept between
+    barriers) and ProcessGroupNCCL::barrier all-reduces a `zeros({1}, kFloat)`, freed when it
+    returns. `allgather` into a list of same-size tensors gathers into `newLikeFlat(outputs)` (one
+    stacked tensor) and copies it out, `reduce_scatter` from such a list copies it into
+    `newLikeFlat(inputs)` first (ProcessGroupNCCL.cpp); the work holds that tensor (`outputs_` / its
+    stash), freed here with the work."""
     from torch.distributed.distributed_c10d import ProcessGroup
 
     if getattr(ProcessGroup, "_vramscope_nccl", False):
         return
-
-    real_get_backend = c10d.get_backend
-
-    def get_backend(group=None):
-        name = real_get_backend(group)
-        return dist.Backend.NCCL if name == "fake" else name
-
-    dist.get_backend = get_backend
+    static = []
 
     def flat(tensors):
         if not tensors or any(t.shape != tensors[0].shape for t in tensors):
@@ -263,8 +282,10 @@ def patch_nccl_buffers() -> None:
     )
 
     def barrier(self, *args, **kwargs):
-        if torch.cuda.is_initialized() or torch.cuda.is_available():
-            torch.zeros(1, dtype=torch.float32, device="cuda")  # barrierTensor, dropped with the work
+        opts = kwargs.get("opts", args[0] if args else None)
+        if cuda_barrier or (opts is not None and list(getattr(opts, "device_ids", []) or [])):
+            static[:] = [torch.empty(1, dtype=torch.uint8, device="cuda")]
+            torch.zeros(1, dtype=torch.float32, device="cuda")  # barrierTensor, freed on return
         return real_barrier(self, *args, **kwargs)
 
     def allgather(self, outputs, inputs, *args, **kwargs):
