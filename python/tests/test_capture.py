@@ -1445,6 +1445,42 @@ def test_torch_compile_dynamic_float_input_restarts_and_runs():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_traces_multihead_attentions_fast_path_check():
+    # nn.MultiheadAttention in eval under no_grad asks `torch.overrides.has_torch_function`, which
+    # the twin wraps: dynamo inlined the wrapper and broke the graph at the original builtin, and
+    # its resumed frame raised "MultiheadAttention does not support NestedTensor" (torchvision's
+    # ViT compiled for inference, blind251/ir02)
+    with vramscope.capture() as cap:
+        mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).cuda().half().eval()
+        x = torch.empty(2, 16, 64, device="cuda", dtype=torch.half)
+        with torch.no_grad():
+            out = torch.compile(lambda t: mha(t, t, t, need_weights=False)[0])(x)
+        assert out.shape == (2, 16, 64) and out.device.type == "cuda"
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_dynamic_batch_of_math_attention_compiles():
+    # a second batch size recompiles with a dynamic batch; Inductor's fake-tensor pass decomposes
+    # `_safe_softmax` (the math path's: the heads' last stride is not 1) through `~a`, whose method
+    # binding sets a CUDA device guard, which needs a driver: the graph ran eagerly, named
+    # unmeasured (blind251/ir03's UNet at batch 8 after 4)
+    with vramscope.capture() as cap:
+        qkv = torch.nn.Conv2d(64, 192, 1).cuda().half()
+
+        @torch.compile
+        def f(x):
+            b, c, h, w = x.shape
+            q, k, v = qkv(x).view(b, 3, 8, c // 8, h * w).transpose(-1, -2).unbind(1)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+        with torch.inference_mode():
+            for b in (2, 4):
+                out = f(torch.empty(b, 64, 4, 4, device="cuda", dtype=torch.half))
+        assert out.shape == (4, 8, 16, 8)
+    # (the 1x1 convolution's cuDNN workspaces are named unmeasured: not measured at these sizes)
+    assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

@@ -669,7 +669,13 @@ def has_torch_function(original):
 
     def check(args):
         if torch.compiler.is_dynamo_compiling():
-            return original(args)
+            # What dynamo answers on the GPU, from the traced arguments alone (torch/_dynamo/variables/
+            # torch.py `handle_has_torch_function`: a tensor subclass has one). Calling `original`
+            # here would graph-break: dynamo keys that handler by this wrapper once it is installed.
+            return any(
+                isinstance(t, torch.Tensor) and type(t) not in (torch.Tensor, torch.nn.Parameter)
+                for t in args
+            )
         if (
             getattr(_FAST, "on", False)
             and torch._C._len_torch_function_stack() == 1

@@ -471,6 +471,20 @@ def _permute_strides(original):
     return permute_strides
 
 
+def _invert(original):
+    """`Tensor.__invert__` (`~t`) of a fake CUDA tensor called as the op: the method's binding
+    (`dispatch_invert`, torch/csrc/autograd/python_variable_methods.cpp) sets a device guard for a
+    CUDA tensor, which needs a driver (`torch._refs.logical_not`'s `~a`, in the decomposition of
+    `_safe_softmax` that Inductor's fake-tensor pass runs over a graph with dynamic shapes)."""
+
+    def invert(self):
+        if isinstance(self, torch._subclasses.fake_tensor.FakeTensor) and self.device.type == "cuda":
+            return torch.ops.aten.bitwise_not.default(self)
+        return original(self)
+
+    return invert
+
+
 def export_fn(original, cap):
     """`torch.export.export` while capturing: traced as a compiled region is (`_region`: fake tensors
     on the host, where a fake CUDA tensor's autograd metadata asks the driver for a stream), then the
@@ -588,6 +602,7 @@ def patch(p, cap) -> None:
             ),
         )
     p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
+    p.set(torch.Tensor, "__invert__", _invert(torch.Tensor.__invert__))
     p.when_imported(
         "torch._inductor.async_compile",
         lambda async_compile: p.set(
