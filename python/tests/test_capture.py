@@ -1297,6 +1297,93 @@ def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_scr
     assert lines[-1] == "ExportedProgram True cuda"
 
 
+def test_exported_programs_run_decompositions_retraces_on_the_host(tmp_script):
+    # `ep.run_decompositions()` traces the exported graph again with fake tensors, the GPU's CUDA
+    # ones: their autograd metadata asked the driver for a stream and the process aborted
+    # (blind246/im04). The decomposed graph runs on the twin
+    script = tmp_script(
+        "import torch\n"
+        "lin = torch.nn.Linear\n"
+        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda()\n"
+        "x = torch.randn(64, 512, device='cuda')\n"
+        "ep = torch.export.export(m, (x,)).run_decompositions()\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "with torch.no_grad():\n"
+        "    y = ep.module()(x)\n"
+        "print(type(ep).__name__, y.device.type, torch.cuda.max_memory_allocated() > 0)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "ExportedProgram cuda True"
+
+
+def test_torch_compile_dynamic_logical_not_of_a_bool_mask_compiles():
+    # with symbolic sizes fake tensors take Python decompositions: `torch._refs.logical_not` of a
+    # bool tensor is `~a`, whose binding sets a CUDA device guard, which needs a driver: the graph
+    # ran eagerly, named unmeasured (a TransformerEncoderLayer under dynamic=True)
+    with vramscope.capture() as cap:
+
+        @torch.compile(dynamic=True)
+        def f(t):
+            return torch.where(torch.logical_not(t > 0), t, t.exp())
+
+        with torch.no_grad():
+            for n in (256, 384):
+                y = f(torch.empty(4, n, device="cuda"))
+        assert y.shape == (4, 384)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_tensor_reflected_operator_traces_in_one_graph():
+    # `1 - beta1**step` (a compiled Adam step): `Tensor.__rpow__` reaches the capture's
+    # torch-function mode as torch/_tensor.py's wrapper, whose `has_torch_function` check dynamo
+    # cannot trace: a graph break, and with fullgraph=True an error
+    with vramscope.capture() as cap:
+        step = torch.ones((), device="cuda")
+        f = torch.compile(lambda s: 1 - 0.9**s, fullgraph=True)
+        assert f(step).device.type == "cuda"
+    assert cap.report()["unmeasured"] == []
+
+
+def test_compiled_optimizer_step_makes_its_states_on_the_twin():
+    # PyTorch's recipe, `@torch.compile def step(): opt.step()` with a tensor learning rate: dynamo
+    # runs the optimizer's `_init_group` on the program's tensors (OptimizerVariable.call_method),
+    # whose `torch.zeros` for a capturable `step` asked the driver ("Found no NVIDIA driver"). The
+    # states are the twin's: exp_avg and exp_avg_sq of each parameter and a 4-byte step each
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(256, 256).cuda()  # 256 KiB + 1 KiB
+        opt = torch.optim.Adam(lin.parameters(), lr=torch.tensor(0.01))
+        lin(torch.randn(8, 256, device="cuda")).sum().backward()
+        before = torch.cuda.memory_allocated()
+
+        @torch.compile(fullgraph=False)
+        def opt_step():
+            opt.step()
+
+        opt_step()
+        state = opt.state[lin.weight]
+        assert state["exp_avg"].device.type == "cuda" and state["step"].device.type == "cuda"
+        assert torch.cuda.memory_allocated() - before == 2 * (256 * 1024 + 1024) + 2 * 512
+    assert cap.report()["unmeasured"] == []
+
+
+def test_compiled_optimizer_code_takes_the_foreach_path_of_cuda_parameters():
+    # `_default_to_fused_or_foreach` (torch/optim/optimizer.py) reads the parameters' device, which
+    # in dynamo's trace on the host is the host's: an Adam without `foreach` given took the
+    # single-tensor implementation in a compiled step, where the GPU takes foreach
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    with vramscope.capture():
+        p = torch.empty(4, device="cuda")
+
+        @torch.compile(fullgraph=True)
+        def f(p):
+            _, foreach = _default_to_fused_or_foreach([p], False, False)
+            return p.new_empty(2 if foreach else 3)
+
+        assert f(p).shape == (2,)
+
+
 def test_each_fake_cuda_tensor_a_trace_makes_allocates_and_frees_one_element():
     # `init_gpu_context` (fake_tensor.py): making a fake CUDA tensor runs `torch.empty(1,
     # device=...)` on the device, freed at once; during `torch.export` the peak is the parameters

@@ -595,6 +595,12 @@ class _FunctionMode(TorchFunctionMode):
                 args = [_HOST if isinstance(a, (str, torch.device)) and _is_cuda(a) else a for a in args]
                 if _is_cuda(kwargs.get("device")):
                     kwargs = dict(kwargs, device=_HOST)
+            if getattr(func, "__wrapped__", None) is not None and func.__module__ == "torch._tensor":
+                # a Tensor operator's wrapper (`__rpow__`, `__rsub__`, ...: torch/_tensor.py's
+                # `_handle_torch_function_and_wrap_type_error_to_not_implemented`), whose
+                # `has_torch_function` check dynamo cannot trace: inside this mode it is false, so
+                # the operator itself (`1 - beta1**step` in a compiled optimizer step)
+                return func.__wrapped__(*args, **kwargs)
             return func(*args, **kwargs)
         cap = self.cap
         if cap._autocast.vision is None and _is_vision_op(func):

@@ -103,6 +103,16 @@ def _to_cuda(fake_mode, t):
         TRACING[0] = previous
 
 
+def _to_host(t):
+    """A fake CUDA tensor's twin on the host (`_to_cuda`'s inverse; `t` itself otherwise)."""
+    if not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device.type != "cuda":
+        return t
+    with t.fake_mode:
+        n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+        base = torch.empty_strided((n,), (1,), dtype=t.dtype, device=_HOST)
+        return torch.as_strided(base, t.shape, t.stride(), t.storage_offset())
+
+
 def _materialize_on_host(original):
     """`materialize_as_graph` (torch/_higher_order_ops/utils.py: a control-flow op's backward traces
     its joint function with `make_fx` over fake copies of the eager tensors) for simulated tensors:
@@ -511,6 +521,37 @@ def export_fn(original, cap):
     return export
 
 
+def run_decompositions_fn(original, cap):
+    """`ExportedProgram.run_decompositions` while capturing: it traces the exported graph again with
+    fake tensors, which for the GPU's program are CUDA tensors (their autograd metadata asks the
+    driver for a stream): traced on the host as `export_fn` does, then relabelled cuda."""
+
+    def run_decompositions(self, *args, **kwargs):
+        from torch.overrides import _pop_mode_temporarily
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        # the graph's inputs as the host's fake tensors while it is traced again (the parameters
+        # are made fake there too), as they were when it was exported
+        saved = [(n, n.meta["val"]) for n in self.graph.nodes if n.op == "placeholder" and "val" in n.meta]
+        for node, val in saved:
+            node.meta["val"] = _to_host(val)
+        previous, TRACING[0] = TRACING[0], 1
+        cap.compiled_depth += 1
+        try:
+            # the retrace without the capture's modes (its ops are the fake tensors')
+            with _pop_mode_temporarily(), _disable_current_modes():
+                ep = original(self, *args, **kwargs)
+        finally:
+            TRACING[0] = previous
+            cap.compiled_depth -= 1
+            for node, val in saved:
+                node.meta["val"] = val
+        _relabel_graph(ep.graph_module)
+        return ep
+
+    return run_decompositions
+
+
 def _options(cap, mode, options) -> dict:
     """Inductor's settings for `mode` and `options` (`torch._inductor.list_mode_options`), less
     those the twin does not model (named unmeasured)."""
@@ -544,6 +585,54 @@ def _cleanup_hook_call(original):
     return call
 
 
+def _kernel_devices(original):
+    """`_get_foreach_kernels_supported_devices` / `_get_fused_kernels_supported_devices` as
+    torch/optim/optimizer.py reads them (`_default_to_fused_or_foreach`): while dynamo traces a
+    compiled optimizer step on the host, its parameters' fake tensors are the GPU's, so the host
+    counts as CUDA there (on the GPU an Adam without `foreach` given takes the foreach
+    implementation under torch.compile: the parameters are on `cuda`)."""
+
+    def devices():
+        found = original()
+        if TRACING[0] and "cuda" in found and "cpu" not in found:
+            found = [*found, "cpu"]
+        return found
+
+    devices.__name__ = original.__name__
+    return devices
+
+
+def _init_group_eagerly(original, cap):
+    """dynamo's `OptimizerVariable.call_method` (torch/_dynamo/variables/optimizer.py): for
+    `_init_group` it runs the optimizer's own `_init_group` on the program's tensors, outside the
+    trace (the states it makes, `exp_avg`, a capturable `step`, are real allocations on the GPU at
+    the compiled step's first call). Under the twin that call runs as eager code does: its factories
+    allocate from the twin, not on the host's fake device."""
+
+    def call_method(self, tx, name, args, kwargs):
+        opt = self.value
+        if name != "_init_group" or not hasattr(type(opt), "_init_group") or not TRACING[0]:
+            return original(self, tx, name, args, kwargs)
+        bound = opt._init_group
+
+        def eager(*a, **k):
+            # dynamo cleared the mode stacks while it traces: the capture's modes again
+            previous, TRACING[0] = TRACING[0], 0
+            try:
+                with cap._modes[0], cap._modes[1]:
+                    return bound(*a, **k)
+            finally:
+                TRACING[0] = previous
+
+        opt.__dict__["_init_group"] = eager
+        try:
+            return original(self, tx, name, args, kwargs)
+        finally:
+            opt.__dict__.pop("_init_group", None)
+
+    return call_method
+
+
 def patch(p, cap) -> None:
     """Install what compiling for the simulated GPU needs, for the capture's life. What patches
     Inductor's compiler (`torch._inductor.compile_fx` and the modules it imports, 0.9 s of CPU to
@@ -567,6 +656,13 @@ def patch(p, cap) -> None:
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
+    from torch.optim import optimizer as optimizer_module
+
+    for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices"):
+        p.set(optimizer_module, name, _kernel_devices(getattr(optimizer_module, name)))
 
     def empty_strided_cuda(size, stride, dtype):
         """The wrapper's `empty_strided_cuda`: a buffer from the twin's allocator."""
