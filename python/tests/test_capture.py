@@ -1468,6 +1468,49 @@ def test_torch_compile_backward_of_unbind_compiles():
         assert lin.weight.grad.shape == (96, 32)
 
 
+def test_torch_compile_checkpointed_attention_takes_graph_safe_rng_states():
+    # SDPA is a random op (tag nondeterministic_seeded) that a checkpointed region recomputes: the
+    # partitioner gives it graph-safe RNG states cloned from `torch.cuda.default_generators[0]`
+    # (torch/_functorch/partitioners.py `apply_graphsafe_rng_functionalization`) and the wrapper
+    # runs it under `graphsafe_run_with_rng_state`; the twin had no default generator ("tuple
+    # index out of range": the graph ran eagerly, named unmeasured; HF gradient checkpointing)
+    from torch.utils.checkpoint import checkpoint
+
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(64, 64).cuda()
+
+        def attend(x):
+            q = lin(x).view(2, 16, 4, 16).transpose(1, 2)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum()
+
+        @torch.compile
+        def f(x):
+            return checkpoint(attend, x, use_reentrant=False)
+
+        x = torch.randn(2, 16, 64, device="cuda", requires_grad=True)
+        f(x).backward()
+        assert lin.weight.grad.shape == (64, 64) and x.grad.shape == x.shape
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_drop_path_bernoulli_decomposes_as_for_the_gpu():
+    # timm's drop path, `x.new_empty(shape).bernoulli_(keep)`: Inductor's decomposition makes it
+    # `rand_like < p` for a CUDA tensor but leaves it an op on the CPU (decompositions_for_rng.py),
+    # and traced on the host it reached the CUDA lowering, which refuses it ("this should be handled
+    # in decomps": the graph ran eagerly, named unmeasured; blind245/il04)
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(64, 64).cuda()
+
+        @torch.compile
+        def f(x):
+            keep = x.new_empty((x.shape[0], 1)).bernoulli_(0.9).div_(0.9)
+            return (lin(x) * keep).sum()
+
+        f(torch.randn(32, 64, device="cuda")).backward()
+        assert lin.weight.grad.shape == (64, 64)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_torch_compile_takes_a_view_as_input():
     # `model(data[:, :-1])`: dynamo fakes a view input from its base, then labels it with the
     # described tensor's device (`r.fake_device = t.device`, meta_utils.py), cuda:0 for a simulated

@@ -840,6 +840,27 @@ def _control_flow_dense() -> None:
 _control_flow_dense()
 
 
+def _graphsafe_rng_dense() -> None:
+    """`graphsafe_run_with_rng_state` (torch/_prims/rng_prims.py `impl_cuda`: Inductor's wrapper runs
+    a random op that a checkpointed region recomputes with a graph-safe RNG state of AOTAutograd's)
+    over the simulated tensors: the op runs with the default generator drawing from `rng_state`'s
+    seed and offset, then the default generator's own state back."""
+    from torch._prims.rng_prims import graphsafe_run_with_rng_state
+
+    def dense(mode, op, *args, rng_state=None, **kwargs):
+        cap = mode.cap
+        outer, cap.philox = cap.philox, rng_state._philox
+        try:
+            return _run_dense(mode, op, args, kwargs)
+        finally:
+            cap.philox = outer
+
+    graphsafe_run_with_rng_state.py_impl(_DispatchMode)(dense)
+
+
+_graphsafe_rng_dense()
+
+
 _PLAIN = torch._C._disabled_torch_dispatch_impl
 _FakeTensor = torch._subclasses.fake_tensor.FakeTensor
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE

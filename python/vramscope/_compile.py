@@ -307,6 +307,7 @@ def backend(cap, options: dict):
                 example_inputs,
                 inner_compile=_inner_compile(compile_fx_inner),
                 config_patches=dict(options),
+                decompositions=_gpu_decompositions(options),
             )
         except torch._dynamo.exc.RestartAnalysis:
             # dynamo's signal to trace the frame again (Inductor's tensorify pass raises
@@ -321,6 +322,44 @@ def backend(cap, options: dict):
             return gm.forward
 
     return compile
+
+
+def _gpu_decompositions(options) -> dict:
+    """Inductor's decompositions (`select_decomp_table`, under `options`) as it applies them to CUDA
+    tensors. A few read the tensor's device, the host's while AOTAutograd traces here: `bernoulli_`
+    and `bernoulli.p` become `rand_like(x, dtype=float32) < p` off the CPU (their bodies,
+    torch/_decomp/decompositions_for_rng.py; on the CPU they stay ops, which Inductor's CUDA
+    lowering refuses: timm's drop path); `mm`, `addmm` and `bmm` decompose small products into
+    pointwise sums on the CPU only (torch/_inductor/decomposition.py; off the CPU only under
+    coordinate-descent tuning, which the twin names unmeasured)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.decomposition import select_decomp_table
+
+    aten = torch.ops.aten
+    with inductor_config.patch(dict(options)):
+        table = dict(select_decomp_table())
+        descent = inductor_config.coordinate_descent_tuning
+
+    def bernoulli_(self, p=0.5):
+        return self.copy_(torch.rand_like(self, dtype=torch.float32) < p)
+
+    def bernoulli_p(self, p=0.5, *, generator=None):
+        if generator is not None:
+            raise AssertionError(f"generator must be None, got {generator}")
+        return torch.rand_like(self, dtype=torch.float32) < p
+
+    def not_decomposed(*args, **kwargs):
+        return NotImplemented
+
+    for op in list(table):
+        packet = getattr(op, "overloadpacket", None)
+        if packet is aten.bernoulli_:
+            table[op] = bernoulli_
+        elif op is aten.bernoulli.p:
+            table[op] = bernoulli_p
+        elif packet in (aten.mm, aten.addmm, aten.bmm) and not descent:
+            table[op] = not_decomposed
+    return table
 
 
 def _select_conv_backend(original):

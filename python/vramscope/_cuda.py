@@ -454,6 +454,11 @@ def patch(cap) -> _Patch:
     # the default CUDA generator (torch/cuda/random.py over `CUDAGeneratorImpl`): `torch.manual_seed`
     # seeds it through `torch.cuda.manual_seed_all`
     gen = cap.philox
+    # `torch.cuda.default_generators[0]`: the default generator, its state the capture's
+    generator = _generator(torch.Generator)
+    default = generator("cuda")
+    default._philox = gen
+    p.set(cuda, "default_generators", (default,))
     p.set(cuda, "manual_seed", lambda seed: gen.manual_seed(seed))
     p.set(cuda, "manual_seed_all", lambda seed: gen.manual_seed(seed))
     p.set(cuda, "seed", lambda: gen.seed_nondeterministic() and None)
@@ -653,7 +658,7 @@ def patch(cap) -> _Patch:
     p.set(
         torch._C, "_group_tensors_by_device_and_dtype", _grouped(torch._C._group_tensors_by_device_and_dtype)
     )
-    p.set(torch, "Generator", _generator(torch.Generator))
+    p.set(torch, "Generator", generator)
     p.set(torch, "Stream", _generic(torch.Stream, Stream))
     p.set(torch, "Event", _generic(torch.Event, Event))
     p.set(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream, cap))
@@ -890,6 +895,31 @@ def _generator(original):
             if self._philox is None:
                 return super().set_offset(offset)
             self._philox.offset = int(offset)
+            return self
+
+        def clone_state(self):
+            """`CUDAGeneratorImpl::clone_state`: a new generator with a copy of this one's seed and
+            offset (AOTAutograd's graph-safe RNG states for the random ops a checkpointed region
+            recomputes, `initialize_rng_states`, clone the default generator's)."""
+            if self._philox is None:
+                return super().clone_state()
+            g = Generator("cuda")
+            g._philox.seed, g._philox.offset = self._philox.seed, self._philox.offset
+            return g
+
+        def graphsafe_get_state(self):
+            """`graphsafe_get_state`: a generator sharing this one's state."""
+            if self._philox is None:
+                return super().graphsafe_get_state()
+            g = Generator("cuda")
+            g._philox = self._philox
+            return g
+
+        def graphsafe_set_state(self, state):
+            """`graphsafe_set_state`: this generator draws from `state`'s state from now on."""
+            if self._philox is None:
+                return super().graphsafe_set_state(state)
+            self._philox = state._philox
             return self
 
     Generator.__name__ = Generator.__qualname__ = "Generator"
