@@ -1511,6 +1511,19 @@ def test_torch_compile_drop_path_bernoulli_decomposes_as_for_the_gpu():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_small_linear_stays_a_matmul_as_for_the_gpu():
+    # Inductor's `addmm` decomposition turns a one-row product with a matrix of at most 16 x 16
+    # into a pointwise sum on the CPU only (torch/_inductor/decomposition.py); traced on the host it
+    # did so here, where the GPU's wrapper calls cuBLAS (`extern_kernels.addmm`, its workspace)
+    from torch._inductor.utils import run_and_get_code
+
+    with vramscope.capture():
+        lin = torch.nn.Linear(16, 16).cuda()
+        with torch.no_grad():
+            _, code = run_and_get_code(torch.compile(lin), torch.randn(1, 16, device="cuda"))
+        assert "extern_kernels.addmm" in code[0]
+
+
 def test_torch_compile_takes_a_view_as_input():
     # `model(data[:, :-1])`: dynamo fakes a view input from its base, then labels it with the
     # described tensor's device (`r.fake_device = t.device`, meta_utils.py), cuda:0 for a simulated
