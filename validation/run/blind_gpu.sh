@@ -9,7 +9,8 @@
 # histories (from the middle of the list on, then round) run beside it, so one large script seldom runs in
 # several lanes at once (five copies of a 40 GB script would not fit one GPU): each process reads only
 # its own allocator's statistics, so they do not disturb one another.
-# BUDGET_S (default 3000) bounds each lane's seconds; what finished by then is archived.
+# BUDGET_S (default 3000) bounds each lane's seconds; what finished by then is archived. WRAPPERS=FILE.tgz
+# also keeps the record lane's Inductor wrappers.
 set -u
 budget="${BUDGET_S:-3000}"
 archive="${1:?usage: blind_gpu.sh OUT.tgz SCRIPT...}"
@@ -44,4 +45,9 @@ while [ "$(stat -c %s "$archive")" -gt 15000000 ]; do
   rm -f "$big"
   tar czf "$archive" -C "$work" .
 done
+if [ -n "${WRAPPERS:-}" ]; then
+  # WRAPPERS=FILE.tgz: the record lane's generated wrappers (Inductor's output code, the files holding
+  # `def call(self, args)`), under each script's name, for validation/run/compile/wrappers_diff.py
+  (cd "$caches/rec" 2>/dev/null && grep -rl --include='*.py' 'def call(self, args)' . | tar czf "$WRAPPERS" -T -) || true
+fi
 rm -rf "$work" "$caches"
