@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import torch
+import pytest
 import vramscope
 
 
-def test_peft_fbd_cuda_loads_and_allocates_its_kernels_outputs():
-    # peft 0.21's BOFT builds `fbd_cuda` at its first layer (peft/tuners/boft/layer.py get_fbd_cuda); on a
-    # machine with nvcc and ninja the build succeeds and FastBlockDiag's forward allocates
-    # at::zeros({z, N*b, N*b}), its backward at::zeros_like(input) (fbd/fbd_cuda_kernel.cu). The twin
-    # used to run PyTorch's build on its own host, which failed without ninja: peft then took
-    # torch.block_diag and a butterfly factor of 1, not the GPU machine's model
+def test_peft_fbd_cuda_build_fails_as_on_the_gpu_machine():
+    # peft 0.21's BOFT builds `fbd_cuda` at its first layer (peft/tuners/boft/layer.py get_fbd_cuda). On
+    # the H200's image nvcc stops at fbd_cuda_kernel.cu against torch 2.11's headers, and peft falls back
+    # to torch.block_diag with a butterfly factor of 1 (boft_fbd_cuda_probe_h200.txt). The twin answers
+    # that failure without building: 6d851a20 had the build succeed (a butterfly factor of 2 and peaks
+    # 250 MB over the GPU's)
     with vramscope.capture(gpu="h200"):
         from torch.utils.cpp_extension import load  # as peft imports it, inside the call
 
-        ext = load(
-            name="fbd_cuda", sources=["/x/fbd/fbd_cuda.cpp", "/x/fbd/fbd_cuda_kernel.cu"], verbose=True
-        )
-        x = torch.empty(2, 16, 32, 32, device="cuda")
-        before = torch.cuda.memory_allocated()
-        (y,) = ext.forward(x)
-        assert y.shape == (2, 512, 512) and y.dtype == x.dtype
-        assert torch.cuda.memory_allocated() - before == 2 * 512 * 512 * 4
-        (g,) = ext.backward(y, x)
-        assert g.shape == x.shape
-        assert torch.cuda.memory_allocated() - before == 2 * 512 * 512 * 4 + x.numel() * 4
+        with pytest.raises(RuntimeError, match="Error building extension 'fbd_cuda'"):
+            load(name="fbd_cuda", sources=["/x/fbd/fbd_cuda.cpp", "/x/fbd/fbd_cuda_kernel.cu"], verbose=True)
