@@ -1624,6 +1624,32 @@ def test_torch_compile_dynamic_batch_of_math_attention_compiles():
     assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
 
 
+def test_torch_compile_group_norm_decomposes_as_for_cuda():
+    # `native_group_norm`'s decomposition folds weight and bias into a per-channel scale and shift
+    # (two (N, G, C/G, 1) fp32 buffers and a kernel) only for a CPU input (torch/_refs/__init__.py);
+    # traced on the host it took that branch, where the GPU's wrapper normalizes and applies them in
+    # one kernel: blind251/ir03's UNet held other buffers (its wrappers now match the H200's line for
+    # line, kernels' names aside)
+    from torch._inductor.utils import run_and_get_code
+
+    with vramscope.capture():
+        gn = torch.nn.GroupNorm(32, 64).cuda().half()
+        x = torch.empty(2, 64, 8, 8, device="cuda", dtype=torch.half)
+        with torch.no_grad():
+            _, codes = run_and_get_code(torch.compile(gn), x)
+        buffers = [
+            line.strip().split(" = ")[1]
+            for c in codes
+            for line in c.splitlines()
+            if "empty_strided_cuda(" in line
+        ]
+    assert buffers == [
+        "empty_strided_cuda((2, 32, 1, 1), (32, 1, 64, 64), torch.float32)",
+        "empty_strided_cuda((2, 32, 1, 1), (32, 1, 64, 64), torch.float32)",
+        "empty_strided_cuda((2, 64, 8, 8), (4096, 64, 8, 1), torch.float16)",
+    ]
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

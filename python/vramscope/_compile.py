@@ -352,6 +352,9 @@ def _gpu_decompositions(options) -> dict:
         return NotImplemented
 
     for op in list(table):
+        if op is aten.native_group_norm.default:
+            table[op] = _native_group_norm_off_cpu
+            continue
         packet = getattr(op, "overloadpacket", None)
         if packet is aten.bernoulli_:
             table[op] = bernoulli_
@@ -360,6 +363,36 @@ def _gpu_decompositions(options) -> dict:
         elif packet in (aten.mm, aten.addmm, aten.bmm) and not descent:
             table[op] = not_decomposed
     return table
+
+
+def _native_group_norm_off_cpu(input, weight, bias, batch_size, num_channels, inner, groups, eps):
+    """`native_group_norm`'s decomposition as it runs for a CUDA input (torch/_refs/__init__.py
+    `native_group_norm`, torch 2.11): the CPU's branch folds weight and bias into a per-channel scale
+    and shift first, which Inductor compiles to a kernel and two buffers of its own; off the CPU the
+    normalized input is scaled and shifted in place of them."""
+    from torch._prims_common import canonicalize_dims, get_computation_dtype
+
+    dtype = get_computation_dtype(input.dtype)
+    x = input.to(dtype) if input.dtype != dtype else input
+    reshaped = torch.reshape(x, [batch_size, groups, num_channels // groups, inner])
+    dims = canonicalize_dims(reshaped.ndim, [2, 3])
+    var, mean = torch.var_mean(reshaped, dim=dims, unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = ((reshaped - mean) * rstd).view(input.shape)
+    broadcast = [0, *range(2, input.ndim)]
+    if weight is not None:
+        out = out * _unsqueeze_dims(weight, broadcast)
+    if bias is not None:
+        out = out + _unsqueeze_dims(bias, broadcast)
+    out, mean, rstd = (t.to(input.dtype) if t.dtype != input.dtype else t for t in (out, mean, rstd))
+    return out, torch.squeeze(mean, dims), torch.squeeze(rstd, dims)
+
+
+def _unsqueeze_dims(t, dims):
+    """`torch._refs._unsqueeze_multiple`: `t` unsqueezed at each of `dims` in turn."""
+    for d in sorted(dims):
+        t = torch.unsqueeze(t, d)
+    return t
 
 
 def _select_conv_backend(original):
