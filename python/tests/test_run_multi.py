@@ -357,3 +357,26 @@ def test_nccl_barrier_and_list_all_gather_allocate_as_process_group_nccl_does(
     world = nproc or 1
     # the input, the world's outputs and their stacked copy
     assert phases[1]["peak_allocated"] == (1 + 2 * world) * (4 << 20) + kept
+
+
+def test_object_collectives_pickle_into_cuda_byte_tensors_under_nccl(tmp_script):
+    # distributed_c10d._get_object_coll_device: the GPU's NCCL group has CUDA alone, so
+    # all_gather_object pickles into CUDA byte tensors (blind248/io02: DCP's plans, 77,824 bytes of
+    # its save's peak); the fake group lists the CPU too and the twin had put them on the host
+    script = tmp_script(
+        "import os, pickle, torch, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29534')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "obj = {'a': list(range(10000))}\n"
+        "print('PICKLED', len(pickle.dumps(obj)))\n"
+        "out = [None]\n"
+        "dist.all_gather_object(out, obj)\n"
+        "print('SAME', out[0] == obj)\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, report, err = run_script(script, extra=("--gpu", "h200"))
+    assert status == 0, err[-3000:]
+    assert "SAME True" in lines
+    pickled = int(next(line.split()[1] for line in lines if line.startswith("PICKLED")))
+    assert report["phases"][0]["peak_allocated"] >= pickled

@@ -234,6 +234,19 @@ def patch_backend(backend, device_id) -> None:
     # "undefined" on a CUDA machine maps CUDA alone to NCCL (BackendConfig); a name with "cpu:gloo"
     # sends barriers to the CPU unless a device is bound (`barrier`, `_get_object_coll_device`)
     single = name in ("nccl", "undefined")
+    # `_get_object_coll_device`: the group's one device type, else "cpu" where it has a CPU backend;
+    # the fake group lists every device type (cpu among them), the GPU's NCCL group CUDA alone, so
+    # object collectives (DCP's plans too) pickle into CUDA byte tensors there
+    real_coll_device = getattr(c10d._get_object_coll_device, "_vramscope_real", c10d._get_object_coll_device)
+
+    def coll_device(group=None):
+        g = group or c10d._get_default_group()
+        if real_get_backend(g) == "fake" and single:
+            return "cuda"
+        return real_coll_device(group)
+
+    coll_device._vramscope_real = real_coll_device
+    c10d._get_object_coll_device = coll_device
     if single or "cuda:nccl" in name.replace(" ", ""):
         patch_nccl_buffers(cuda_barrier=single or device_id is not None)
 
@@ -283,10 +296,15 @@ def patch_nccl_buffers(cuda_barrier: bool) -> None:
 
     def barrier(self, *args, **kwargs):
         opts = kwargs.get("opts", args[0] if args else None)
-        if cuda_barrier or (opts is not None and list(getattr(opts, "device_ids", []) or [])):
+        device = getattr(opts, "device", None)
+        here = device is not None and torch.device(device).type == "cuda"
+        on_cuda = here or cuda_barrier or bool(list(getattr(opts, "device_ids", None) or []))
+        if on_cuda and not here:  # the twin's barrier is on the CPU: the static one is made here
             static[:] = [torch.empty(1, dtype=torch.uint8, device="cuda")]
+        work = real_barrier(self, *args, **kwargs)  # on CUDA, ProcessGroup::barrier's own static
+        if on_cuda:
             torch.zeros(1, dtype=torch.float32, device="cuda")  # barrierTensor, freed on return
-        return real_barrier(self, *args, **kwargs)
+        return work
 
     def allgather(self, outputs, inputs, *args, **kwargs):
         work = real_allgather(self, outputs, inputs, *args, **kwargs)
