@@ -1524,6 +1524,26 @@ def test_torch_compile_small_linear_stays_a_matmul_as_for_the_gpu():
         assert "extern_kernels.addmm" in code[0]
 
 
+def test_torch_compile_checkpointed_attention_takes_the_gpus_kernel():
+    # the body of a checkpointed region is a subgraph of dynamo's graph (`tag_activation_checkpoint`):
+    # its SDPA must take the GPU's kernel too, not the host's `_scaled_dot_product_flash_attention_
+    # for_cpu` (blind245/il02: the H200's wrapper runs cuDNN attention there; 500 MiB more reserved)
+    from torch._inductor.utils import run_and_get_code
+    from torch.utils.checkpoint import checkpoint
+
+    with vramscope.capture():
+        lin = torch.nn.Linear(64, 64).cuda().bfloat16()
+
+        def attend(x):
+            q = lin(x).view(2, 16, 4, 16).transpose(1, 2)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).float().sum()
+
+        f = torch.compile(lambda x: checkpoint(attend, x, use_reentrant=False))
+        x = torch.randn(2, 16, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        _, code = run_and_get_code(f, x)
+        assert "for_cpu" not in code[0] and "_scaled_dot_product_" in code[0]
+
+
 def test_torch_compile_takes_a_view_as_input():
     # `model(data[:, :-1])`: dynamo fakes a view input from its base, then labels it with the
     # described tensor's device (`r.fake_device = t.device`, meta_utils.py), cuda:0 for a simulated

@@ -275,7 +275,8 @@ def _launch_on_clones(clone, args) -> None:
 
 
 def _sdpa_nodes(cap, gm) -> None:
-    """`F.scaled_dot_product_attention` in a dynamo graph: the kernel the simulated GPU picks
+    """`F.scaled_dot_product_attention` in a dynamo graph and its subgraphs (a checkpointed
+    region's body, `tag_activation_checkpoint`): the kernel the simulated GPU picks
     (`_attention.sdpa`, traced), where AOTAutograd on the host would take the CPU's."""
     sdpa = torch._C._nn.scaled_dot_product_attention
 
@@ -283,13 +284,16 @@ def _sdpa_nodes(cap, gm) -> None:
         return _attention.sdpa(cap, args, kwargs, traced=True)
 
     traced.__name__ = "scaled_dot_product_attention"
-    changed = False
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is sdpa:
-            node.target = traced
-            changed = True
-    if changed:
-        gm.recompile()
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        changed = False
+        for node in module.graph.nodes:
+            if node.op == "call_function" and node.target is sdpa:
+                node.target = traced
+                changed = True
+        if changed:
+            module.recompile()
 
 
 def backend(cap, options: dict):
