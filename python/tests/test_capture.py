@@ -1670,6 +1670,27 @@ def test_torch_compile_group_norm_decomposes_as_for_cuda():
     ]
 
 
+def test_torch_compile_layer_norm_saves_fp32_statistics_as_for_cuda():
+    # `native_layer_norm`'s decomposition casts the mean and rstd it returns (saved for backward) to
+    # the input's dtype only on the CPU (torch/_refs/__init__.py); traced on the host the twin saved
+    # bf16 statistics where the GPU saves fp32 ones: blind246/im05 was 589,824 bytes under in its
+    # training phases (nine LayerNorms' two 8 x 2,048 statistics), exact after
+    from torch._inductor.utils import run_and_get_code
+
+    with vramscope.capture():
+        ln = torch.nn.LayerNorm(64).cuda().bfloat16()
+        x = torch.empty(8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        _, codes = run_and_get_code(torch.compile(ln), x)
+        forward = [
+            line.strip().split(" = ")[1] for line in codes[0].splitlines() if "empty_strided_cuda(" in line
+        ]
+    assert forward == [
+        "empty_strided_cuda((8, 1), (1, 1), torch.float32)",
+        "empty_strided_cuda((8, 1), (1, 8), torch.float32)",
+        "empty_strided_cuda((8, 64), (64, 1), torch.bfloat16)",
+    ]
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

@@ -359,6 +359,9 @@ def _gpu_decompositions(options) -> dict:
         if op is aten.native_group_norm.default:
             table[op] = _native_group_norm_off_cpu
             continue
+        if op is aten.native_layer_norm.default:
+            table[op] = _native_layer_norm_off_cpu
+            continue
         packet = getattr(op, "overloadpacket", None)
         if packet is aten.bernoulli_:
             table[op] = bernoulli_
@@ -390,6 +393,22 @@ def _native_group_norm_off_cpu(input, weight, bias, batch_size, num_channels, in
         out = out + _unsqueeze_dims(bias, broadcast)
     out, mean, rstd = (t.to(input.dtype) if t.dtype != input.dtype else t for t in (out, mean, rstd))
     return out, torch.squeeze(mean, dims), torch.squeeze(rstd, dims)
+
+
+def _native_layer_norm_off_cpu(input, normalized_shape, weight, bias, eps):
+    """`native_layer_norm`'s decomposition as it runs for a CUDA input (torch/_refs/__init__.py
+    `native_layer_norm`, torch 2.11): the mean and rstd it returns (and backward saves) stay in the
+    computation dtype (fp32 for a bf16 or fp16 input); only on the CPU are they cast to the input's."""
+    from torch._refs import _normalize, contiguous
+
+    input = contiguous(input)
+    axis = input.ndim - len(normalized_shape)
+    out, mean, rstd = _normalize(input, list(range(axis, input.ndim)), eps)
+    if weight is not None:
+        out = out * contiguous(weight)
+    if bias is not None:
+        out = out + contiguous(bias)
+    return (out.to(input.dtype) if out.dtype != input.dtype else out), mean, rstd
 
 
 def _unsqueeze_dims(t, dims):

@@ -1,7 +1,8 @@
 """Compare the wrappers Inductor generated for the same scripts in two cache folders (the twin's
 `TORCHINDUCTOR_CACHE_DIR`, the GPU's from fixtures/run/compile_wrappers_h200.tar.xz), graph by graph
-(their `# AOT ID` line): the lines of each `call()` that allocate, reuse, delete and call library
-kernels, with Triton kernels' names masked (the twin compiles none).
+(their `# AOT ID` line): the lines of each `call()` (and of the `partition_N` functions it calls
+under CUDA graph partitions) that allocate, reuse, delete and call library kernels, with Triton
+kernels' names masked (the twin compiles none).
 
     python validation/run/compile/wrappers_diff.py TWIN_DIR GPU_DIR
 """
@@ -23,8 +24,19 @@ def wrappers(root):
             if "def call(self, args)" not in text:
                 continue
             graph = text.splitlines()[0]
-            body = text.split("def call(self, args)", 1)[1].split("\n        return", 1)[0]
-            lines = [re.sub(r"triton_\w+\.run", "K.run", x) for x in body.splitlines() if not SKIP.search(x)]
+            # with CUDA graph partitions (mode="reduce-overhead") `call()` runs `partition_N(args)`,
+            # which hold the buffers: their bodies come first
+            bodies = [
+                part.split("\n    return", 1)[0]
+                for part in re.split(r"\ndef partition_\d+\(args\):", text)[1:]
+            ]
+            bodies.append(text.split("def call(self, args)", 1)[1].split("\n        return", 1)[0])
+            lines = [
+                re.sub(r"triton_\w+_(xnumel|r0_numel)", "N", re.sub(r"triton_\w+\.run", "K.run", x))
+                for body in bodies
+                for x in body.splitlines()
+                if not SKIP.search(x)
+            ]
             out[graph] = lines
     return out
 
