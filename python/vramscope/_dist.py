@@ -8,6 +8,7 @@ so each rank's tensors are allocated as the real program allocates them, on the 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -170,21 +171,18 @@ def patch_ddp(world: int) -> None:
     DDP.forward = ddp_forward
 
 
-def patch_works() -> None:
-    """The fake group's works complete with no value; ProcessGroupNCCL's future completes with the
-    collective's tensors (ProcessGroupNCCL.cpp: `future_->markCompleted(at::IValue(*work->outputs_))`),
-    which DDP's comm hooks read (default_hooks.py's `fut.value()[0]`): an allreduce's or broadcast's
-    work called from Python is given a future of its tensors."""
+@functools.cache
+def _completed_work():
+    """A `Work` that is complete at once and wraps the fake group's `work`: `wait` is the work's, the
+    future completes with `values` where given (ProcessGroupNCCL's future holds the collective's
+    tensors) and is the work's own otherwise; `held` lives as long as the work (a buffer the GPU's
+    work holds)."""
     from torch._C._distributed_c10d import Work
-    from torch.distributed.distributed_c10d import ProcessGroup
 
-    if getattr(ProcessGroup, "_vramscope_works", False):
-        return
-
-    class ValuedWork(Work):
-        def __init__(self, work, tensors):
+    class CompletedWork(Work):
+        def __init__(self, work, values=None, held=None):
             super().__init__()
-            self._work, self._tensors = work, tensors
+            self._work, self._values, self._held = work, values, held
 
         def wait(self, timeout=None):
             return self._work.wait() if timeout is None else self._work.wait(timeout)
@@ -193,14 +191,30 @@ def patch_works() -> None:
             return True
 
         def get_future(self):
+            if self._values is None:
+                return self._work.get_future()
             fut = torch.futures.Future()
-            fut.set_result(self._tensors)
+            fut.set_result(self._values)
             return fut
+
+    return CompletedWork
+
+
+def patch_works() -> None:
+    """The fake group's works complete with no value; ProcessGroupNCCL's future completes with the
+    collective's tensors (ProcessGroupNCCL.cpp: `future_->markCompleted(at::IValue(*work->outputs_))`),
+    which DDP's comm hooks read (default_hooks.py's `fut.value()[0]`): an allreduce's or broadcast's
+    work called from Python is given a future of its tensors."""
+    from torch.distributed.distributed_c10d import ProcessGroup
+
+    if getattr(ProcessGroup, "_vramscope_works", False):
+        return
 
     def valued(original):
         def collective(self, tensors, *args, **kwargs):
             work = original(self, tensors, *args, **kwargs)
-            return ValuedWork(work, list(tensors) if isinstance(tensors, (list, tuple)) else [tensors])
+            values = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+            return _completed_work()(work, values=values)
 
         return collective
 
@@ -274,20 +288,6 @@ def patch_nccl_buffers(cuda_barrier: bool) -> None:
             (len(tensors), *tensors[0].shape), dtype=tensors[0].dtype, device=tensors[0].device
         )
 
-    class HeldWork(torch._C._distributed_c10d.Work):
-        def __init__(self, work, held):
-            super().__init__()
-            self._work, self._held = work, held
-
-        def wait(self, timeout=None):
-            return self._work.wait() if timeout is None else self._work.wait(timeout)
-
-        def is_completed(self):
-            return True
-
-        def get_future(self):
-            return self._work.get_future()
-
     real_barrier, real_allgather, real_reduce_scatter = (
         ProcessGroup.barrier,
         ProcessGroup.allgather,
@@ -313,7 +313,7 @@ def patch_nccl_buffers(cuda_barrier: bool) -> None:
             if buf is not None and buf.is_cuda:
                 for j, out in enumerate(outputs[0]):
                     out.copy_(buf[j])
-                return HeldWork(work, buf)
+                return _completed_work()(work, held=buf)
         return work
 
     def reduce_scatter(self, outputs, inputs, *args, **kwargs):
@@ -324,7 +324,7 @@ def patch_nccl_buffers(cuda_barrier: bool) -> None:
                 for j, t in enumerate(inputs[0]):
                     buf[j].copy_(t)
         work = real_reduce_scatter(self, outputs, inputs, *args, **kwargs)
-        return HeldWork(work, buf) if buf is not None else work
+        return _completed_work()(work, held=buf) if buf is not None else work
 
     ProcessGroup.barrier = barrier
     ProcessGroup.allgather = allgather
