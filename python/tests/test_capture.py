@@ -1691,6 +1691,27 @@ def test_torch_compile_layer_norm_saves_fp32_statistics_as_for_cuda():
     ]
 
 
+def test_torch_compile_graph_inputs_put_parameters_first_as_without_hooks():
+    # the capture's global module hooks made `Module._call_impl` hand dynamo the forward's input
+    # before the module touched its parameters: the input became `primals_1`, where the GPU's
+    # program (no hooks) lists the convolution's weight and bias first (blind245/il04's wrappers)
+    from torch._inductor.utils import run_and_get_code
+
+    with vramscope.capture():
+        m = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 4, stride=4), torch.nn.Flatten(), torch.nn.Linear(128, 10)
+        )
+        m = m.cuda()
+        x = torch.empty(2, 3, 16, 16, device="cuda")
+        _, codes = run_and_get_code(torch.compile(m), x)
+    sizes = [
+        line.split("(", 2)[2].split(")")[0]
+        for line in codes[0].splitlines()
+        if "assert_size_stride(primals_" in line
+    ]
+    assert sizes[:3] == ["8, 3, 4, 4", "8, ", "2, 3, 16, 16"]
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

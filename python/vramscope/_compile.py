@@ -484,15 +484,42 @@ def _region(cap, fn):
         made = [(name, getattr(torch, name)) for name in ("tensor", "as_tensor")]
         for name, original in made:
             setattr(torch, name, _from_data(original))
+        hooks = _detach_module_hooks(cap)
         try:
             return fn(*args, **kwargs)
         finally:
+            _reattach_module_hooks(hooks)
             for name, original in made:
                 setattr(torch, name, original)
             TRACING[0] = previous
             cap.compiled_depth -= 1
 
     return call
+
+
+def _detach_module_hooks(cap):
+    """The capture's global module hooks, taken out of `torch.nn.modules.module`'s tables for a
+    compiled region: with a global hook installed, `Module._call_impl`'s hook path hands dynamo the
+    module's arguments first, so a forward's input became the graph's first input where the GPU's
+    program (no hooks) has the module's parameters first, and Inductor ordered kernels by it
+    (blind245/il04's backward)."""
+    from torch.nn.modules import module as nn_module
+
+    taken = []
+    for handle in getattr(cap, "_hooks", ()):
+        for table in (
+            nn_module._global_forward_pre_hooks,
+            nn_module._global_forward_hooks,
+            nn_module._global_forward_hooks_always_called,
+        ):
+            if handle.id in table:
+                taken.append((table, handle.id, table.pop(handle.id)))
+    return taken
+
+
+def _reattach_module_hooks(taken):
+    for table, key, hook in taken:
+        table[key] = hook
 
 
 def compile_fn(original, cap):
