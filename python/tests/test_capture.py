@@ -3530,10 +3530,9 @@ def test_cudnn_benchmark_mode_keys_a_problem_by_cudnns_operation_on_each_thread(
             torch.backends.cudnn.benchmark = old
 
 
-def test_cudnn_benchmark_mode_takes_the_timed_plans_workspace_the_sweep_measured(monkeypatch):
-    # conv_sweep.py run-benchmark measures a problem's second call too: the timed plan's workspace,
-    # which the twin takes for every call of the problem under benchmark mode (the search's at the
-    # first call only); a table entry made up for the test
+def _benchmark_entry(monkeypatch, search, plan):
+    """A made-up benchmark-table entry for an fp32 (2, 3, 16, 16) x (8, 3, 3, 3) forward convolution:
+    its search's and timed plan's workspaces."""
     from vramscope._kernels import conv as conv_kernels
 
     problem = (
@@ -3549,8 +3548,16 @@ def test_cudnn_benchmark_mode_takes_the_timed_plans_workspace_the_sweep_measured
         False,
         (0, 0),
     )
-    entry = {"search_workspace": 1 << 20, "plan_workspace": 12_345}
+    entry = {"search_workspace": search, "plan_workspace": plan}
     monkeypatch.setitem(conv_kernels._benchmark_entries(), problem, entry)
+
+
+def test_cudnn_benchmark_mode_takes_the_timed_plans_workspace_the_sweep_measured(monkeypatch):
+    # conv_sweep.py run-benchmark measures a problem's second call too: the timed plan's workspace,
+    # which the twin takes for every call of the problem under benchmark mode (the search's at the
+    # first call only); a table entry made up for the test
+
+    _benchmark_entry(monkeypatch, search=1 << 20, plan=12_345)
     aten = torch.ops.aten
     with vramscope.capture(gpu="h200"):
         old = torch.backends.cudnn.benchmark
@@ -3572,23 +3579,8 @@ def test_cudnn_benchmark_mode_times_no_plan_larger_than_the_free_memory(monkeypa
     # get_available_workspace(), the device's free memory (conv_sweep.py run-benchmark: fp32
     # searches of up to 139.65 GB with 141.4 GB free): a measured search larger than what is free
     # is not the one the GPU would time, so the twin names it unmeasured and allocates none
-    from vramscope._kernels import conv as conv_kernels
 
-    problem = (
-        "forward",
-        "float32",
-        (2, 3, 16, 16),
-        (8, 3, 3, 3),
-        (1, 1),
-        (0, 0),
-        (1, 1),
-        1,
-        False,
-        False,
-        (0, 0),
-    )
-    entry = {"search_workspace": 200 << 30, "plan_workspace": 0}
-    monkeypatch.setitem(conv_kernels._benchmark_entries(), problem, entry)
+    _benchmark_entry(monkeypatch, search=200 << 30, plan=0)
     aten = torch.ops.aten
     with vramscope.capture(gpu="h200") as cap:
         old = torch.backends.cudnn.benchmark
