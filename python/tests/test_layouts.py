@@ -425,6 +425,21 @@ def test_int_mm_takes_the_cublas_workspace_and_no_cublaslt_one():
     assert _extra(torch._int_mm, setup) == (1, 33554432)
 
 
+@pytest.mark.parametrize(("m", "k", "n"), [(16, 64, 32), (32, 60, 32), (32, 64, 36)])
+def test_int_mm_refuses_what_its_cuda_kernel_refuses(m, k, n):
+    # `_int_mm_out_cuda` (Blas.cpp): more than 16 rows, k and n multiples of 8; `_int_mm_cuda`
+    # allocated the int32 result before, and the exception frees it
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(m, k, device="cuda", dtype=torch.int8)
+        b = torch.empty(n, k, device="cuda", dtype=torch.int8).t()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(RuntimeError, match="needs to be greater than"):
+            torch._int_mm(a, b)
+        assert torch.cuda.memory_allocated() == before
+        assert torch.cuda.max_memory_allocated() == before + (m * n * 4 + 511) // 512 * 512
+
+
 @pytest.mark.parametrize(
     ("shape", "dtype", "dim", "requested"),
     [

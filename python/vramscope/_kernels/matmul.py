@@ -152,8 +152,16 @@ def _int_mm(cap, func, call, outs):
     (blind81/cc05's H200 per-op truth: the first product requested 33,554,432 bytes beyond its
     result, the later ones none). The call is named by its int32 result's dtype (the capture's
     dtypes have no int8): a product not in float32 takes the thread's 16-bit kernels' driver share,
-    which for int8 kernels is not measured."""
+    which for int8 kernels is not measured. `_int_mm_out_cuda`'s size checks come first and raise
+    after `_int_mm_cuda` allocated the result, which the exception frees."""
     (args, _kw) = call
+    m, k, n = args[0].shape[0], args[0].shape[1], args[1].shape[1]
+    if m <= 16:
+        raise RuntimeError(f"self.size(0) needs to be greater than 16, but got {m}")
+    if k <= 0 or k % 8:
+        raise RuntimeError(f"self.size(1) needs to be greater than 0 and a multiple of 8, but got {k}")
+    if n <= 0 or n % 8:
+        raise RuntimeError(f"mat2.size(1) needs to be greater than 0 and a multiple of 8, but got {n}")
     a = _temp(cap, args[1], "int_mm") if _matrix_needs_copy(args[1]) else None
     b = _temp(cap, args[0], "int_mm") if _matrix_needs_copy(args[0]) else None
     cap.blas("int_mm", torch.int32, False)
