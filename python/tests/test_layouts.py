@@ -1378,3 +1378,23 @@ def test_a_convolution_double_backward_sums_its_two_terms_out_of_place():
     ]
     # ggO = conv(ggI, w), ggW_term = conv(input, ggW), and their sum before either is freed
     assert events[:5] == ["alloc"] * 3 + ["free_requested"] * 2
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_index_copy_into_a_float8_tensor_has_no_cuda_kernel(inplace):
+    # IndexKernel.cu's index_copy_kernel dispatches no float8 type: a float8 KV cache written by
+    # `index_copy_` raises on the GPU; through a uint8 view it runs; `index_copy` made its result first
+    with vramscope.capture(gpu="h200"):
+        cache = torch.zeros(2, 4, 64, 128, device="cuda", dtype=torch.float8_e4m3fn)
+        new = torch.zeros(2, 4, 1, 128, device="cuda", dtype=torch.float8_e4m3fn)
+        pos = torch.tensor([3], device="cuda")
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(NotImplementedError, match=r"index_copy_cuda.*Float8_e4m3fn"):
+            if inplace:
+                cache.index_copy_(2, pos, new)
+            else:
+                torch.index_copy(cache, 2, pos, new)
+        assert torch.cuda.memory_allocated() == before
+        assert torch.cuda.max_memory_allocated() == before + (0 if inplace else 65536)
+        cache.view(torch.uint8).index_copy_(2, pos, new.view(torch.uint8))

@@ -656,7 +656,33 @@ _SCALAR_NAMES = {
     torch.int8: "Char",
     torch.uint8: "Byte",
     torch.bool: "Bool",
+    torch.float8_e4m3fn: "Float8_e4m3fn",
+    torch.float8_e5m2: "Float8_e5m2",
+    torch.float8_e4m3fnuz: "Float8_e4m3fnuz",
+    torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
 }
+
+_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+
+
+def _index_copy_float8(cap, func, args, kwargs):
+    """`index_copy_kernel` (cuda/IndexKernel.cu) dispatches on AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND4
+    (Half, Bool, BFloat16, ComplexHalf): no float8 kernel, so a float8 destination (a KV cache) stops
+    with NotImplementedError, after the out-of-place op's result (`index_copy_out` makes it and
+    copies `self` in first), which the exception frees. Under deterministic algorithms the op runs
+    `index_put_` instead (TensorAdvancedIndexing.cpp), whose kernel has float8."""
+    self_ = args[0]
+    if not registered(self_) or self_.dtype not in _FLOAT8 or torch.are_deterministic_algorithms_enabled():
+        return NotImplemented
+    cap.ops += 1
+    if func is aten.index_copy.default:
+        result = cap.malloc(self_.numel() * self_.element_size(), "aten::index_copy", "temporary")
+        del result
+    raise NotImplementedError(f"\"index_copy_cuda\" not implemented for '{_SCALAR_NAMES[self_.dtype]}'")
+
+
+DISPATCH[aten.index_copy_.default] = _index_copy_float8
+DISPATCH[aten.index_copy.default] = _index_copy_float8
 
 
 def _index_put_value(cap, func, args, kwargs):
