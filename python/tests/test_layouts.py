@@ -1398,3 +1398,44 @@ def test_index_copy_into_a_float8_tensor_has_no_cuda_kernel(inplace):
         assert torch.cuda.memory_allocated() == before
         assert torch.cuda.max_memory_allocated() == before + (0 if inplace else 65536)
         cache.view(torch.uint8).index_copy_(2, pos, new.view(torch.uint8))
+
+
+def test_scaled_mm_refuses_two_e5m2_operands_before_its_result():
+    # Blas.cpp `_scaled_mm_out_cuda`: two float8_e5m2 operands stop before `resize_output`
+    with vramscope.capture(gpu="h200"):
+        a = torch.empty(32, 64, device="cuda", dtype=torch.float8_e5m2)
+        b = torch.empty(32, 64, device="cuda", dtype=torch.float8_e5m2).t()
+        one = torch.ones((), device="cuda")
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(RuntimeError, match="two Float8_e5m2"):
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        assert torch.cuda.max_memory_allocated() == before
+
+
+def test_scaled_mm_with_a_float8_result_takes_the_cublaslt_workspaces():
+    # an fp8 output (`scale_result`) goes through the same cuBLASLt `scaled_gemm`; the twin raised
+    # naming the call's dtype
+    def setup():
+        a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)
+        b = torch.empty(256, 128, device="cuda", dtype=torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        return a, b, one, one
+
+    def run(a, b, sa, sb):
+        return torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, scale_result=sa, out_dtype=torch.float8_e4m3fn)
+
+    assert _extra(run, setup) == (2, 33554432 + 1048576)
+
+
+@pytest.mark.parametrize(("group", "tiles"), [(16, 8), (128, 3)])
+def test_int4pack_refuses_what_int4mm_cu_refuses(group, tiles):
+    # int4mm.cu: 2, 4 or 8 inner k-tiles in `_convert_weight_to_int4pack_cuda`, groups of 32 to 256
+    # in `_weight_int4pack_mm_cuda`, both checked before their results
+    with vramscope.capture(gpu="h200"):
+        packed = torch.empty(64, 64, device="cuda", dtype=torch.uint8)
+        x = torch.empty(8, 128, device="cuda", dtype=torch.bfloat16)
+        sz = torch.empty(128 // group, 64, 2, device="cuda", dtype=torch.bfloat16)
+        with pytest.raises(RuntimeError, match="refuses"):
+            w = torch._convert_weight_to_int4pack(packed, tiles)
+            torch._weight_int4pack_mm(x, w, group, sz)

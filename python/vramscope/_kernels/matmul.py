@@ -138,11 +138,28 @@ def _scaled_mm(cap, func, call, outs):
     (args, _kw) = call
     if args[0].numel() > 0 and args[1].numel() > 0:
         out = outs[0] if isinstance(outs, (tuple, list)) else outs
-        cap.blas("scaled_mm", out.dtype, True)
+        # a float8 result (`scale_result`) is named as a 16-bit product: the native twin's dtypes have
+        # no float8 and only float32 against the rest matters (the thread's 16-bit kernels' driver
+        # share, which for fp8 kernels is not measured)
+        cap.blas("scaled_mm", torch.bfloat16 if out.dtype.itemsize == 1 else out.dtype, True)
 
 
 for _f in (aten._scaled_mm.default, aten._scaled_mm.out):
     AFTER[_f] = _scaled_mm
+
+
+def _scaled_mm_types(cap, func, args, kwargs):
+    """`_scaled_mm_out_cuda` (Blas.cpp) refuses two float8_e5m2 operands ("Type restrictions imposed
+    by CuBLASLt"), before `resize_output` gives its result any memory; PyTorch's meta kernel lets
+    them through."""
+    a, b = args[0], args[1]
+    if registered(a) and a.dtype == b.dtype == torch.float8_e5m2:
+        raise RuntimeError("Multiplication of two Float8_e5m2 matrices is not supported")
+    return NotImplemented
+
+
+for _f in (aten._scaled_mm.default, aten._scaled_mm.out):
+    DISPATCH[_f] = _scaled_mm_types
 
 
 def _int_mm(cap, func, call, outs):
@@ -268,12 +285,50 @@ def _weight_int4pack_mm(cap, func, args, kwargs):
         raise RuntimeError(
             "_weight_int4pack_mm: B must be a 4-D int32 tensor from _convert_weight_to_int4pack"
         )
+    # the kernel's other checks, before its result (int4mm.cu): B's layout, the group size, the
+    # scales and zeros' (k / group, n, 2) shape
+    group, sz = args[2], args[3]
+    k, n, tiles = a.shape[1], b.shape[0] * 8, b.shape[3] * 2
+    k_tiles = -(-k // 16)
+    if (
+        tiles not in (2, 4, 8)
+        or not b.is_contiguous()
+        or b.shape[1] != k // (tiles * 16)
+        or b.shape[2] != 32
+        or group not in (32, 64, 128, 256)
+        or sz.dim() != 3
+        or k_tiles * 16 < group
+        or (k_tiles * 16) % group
+        or sz.shape[1] != n
+        or sz.shape[2] != 2
+    ):
+        raise RuntimeError(
+            f"_weight_int4pack_mm: the int4 kernel refuses B {tuple(b.shape)}, group size {group} "
+            f"and scales and zeros {tuple(sz.shape)} for A {tuple(a.shape)}"
+        )
     cap.ops += 1
     out = torch.empty((a.shape[0], b.shape[0] * 8), dtype=torch.bfloat16, device="meta")
     return cap.track(out, "aten::_weight_int4pack_mm")
 
 
 DISPATCH[aten._weight_int4pack_mm.default] = _weight_int4pack_mm
+
+
+def _convert_weight_to_int4pack(cap, func, args, kwargs):
+    """`_convert_weight_to_int4pack_cuda` (int4mm.cu) checks before its result: a contiguous 2-D
+    uint8 input, 2, 4 or 8 inner k-tiles, and k (twice the input's columns) a multiple of
+    16 x inner k-tiles; the meta kernel checks only the dims and dtype."""
+    w, tiles = args[0], args[1]
+    if not registered(w):
+        return NotImplemented
+    if tiles not in (2, 4, 8) or not w.is_contiguous() or (w.dim() == 2 and (w.shape[1] * 2) % (tiles * 16)):
+        raise RuntimeError(
+            f"_convert_weight_to_int4pack: the kernel refuses {tuple(w.shape)} with {tiles} inner k-tiles"
+        )
+    return NotImplemented
+
+
+DISPATCH[aten._convert_weight_to_int4pack.default] = _convert_weight_to_int4pack
 
 
 def _weight_int8pack_mm(cap, func, args, kwargs):
