@@ -1439,3 +1439,21 @@ def test_int4pack_refuses_what_int4mm_cu_refuses(group, tiles):
         with pytest.raises(RuntimeError, match="refuses"):
             w = torch._convert_weight_to_int4pack(packed, tiles)
             torch._weight_int4pack_mm(x, w, group, sz)
+
+
+def test_functional_scaled_mm_takes_the_cublaslt_workspaces():
+    # `F.scaled_mm` runs `_scaled_mm_v2`, whose recipes end in `_scaled_gemm` as `_scaled_mm`'s do
+    # (ScaledBlas.cpp); the twin gave it its result alone
+    from torch.nn.functional import ScalingType
+
+    def setup():
+        a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)
+        b = torch.empty(256, 128, device="cuda", dtype=torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        return a, b, one, one
+
+    def run(a, b, sa, sb):
+        t = ScalingType.TensorWise
+        return torch.nn.functional.scaled_mm(a, b, sa, t, sb, t, output_dtype=torch.bfloat16)
+
+    assert _extra(run, setup) == (2, 33554432 + 1048576)

@@ -146,6 +146,10 @@ def _scaled_mm(cap, func, call, outs):
 
 for _f in (aten._scaled_mm.default, aten._scaled_mm.out):
     AFTER[_f] = _scaled_mm
+# `torch.nn.functional.scaled_mm` (`_scaled_mm_cuda_v2`, ScaledBlas.cpp): its tensorwise, rowwise and
+# sm_90 blockwise recipes end in the same `_scaled_gemm`, a cuBLASLt call on the handle's workspaces
+for _f in (aten._scaled_mm_v2.default, aten._scaled_mm_v2.out):
+    AFTER[_f] = _scaled_mm
 
 
 def _scaled_mm_types(cap, func, args, kwargs):
