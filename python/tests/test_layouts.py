@@ -1457,3 +1457,18 @@ def test_functional_scaled_mm_takes_the_cublaslt_workspaces():
         return torch.nn.functional.scaled_mm(a, b, sa, t, sb, t, output_dtype=torch.bfloat16)
 
     assert _extra(run, setup) == (2, 33554432 + 1048576)
+
+
+def test_scaled_grouped_mm_allocates_its_arguments_and_a_workspace():
+    # ScaledGroupMM.cu's sm_90 kernel: a buffer of 5 pointers per group (groups rounded up to 2)
+    # and 36 bytes of strides and shape per group, then CUTLASS's workspace (taken as 512 x 132 SMs)
+    def setup():
+        a = torch.empty(512, 256, device="cuda", dtype=torch.float8_e4m3fn)
+        b = torch.empty(3, 512, 256, device="cuda", dtype=torch.float8_e4m3fn).transpose(-2, -1)
+        offs = torch.tensor([128, 256, 512], device="cuda", dtype=torch.int32)
+        return a, b, torch.ones(512, device="cuda"), torch.ones(3, 512, device="cuda"), offs
+
+    def run(a, b, sa, sb, offs):
+        return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+
+    assert _extra(run, setup) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)

@@ -229,6 +229,36 @@ def _grouped_mm(cap, func, call, outs):
 AFTER[aten._grouped_mm.default] = _grouped_mm
 
 
+def _scaled_grouped_mm(cap, func, call, outs):
+    """`_scaled_grouped_mm` with float32 (rowwise) scales on an sm_90 device: CUTLASS's
+    `f8f8bf16_grouped_gemm_impl_sm90` (cuda/ScaledGroupMM.cu) allocates, after the output, a byte
+    buffer of the groups' arguments (five pointers per group, the group count rounded up to 2, and
+    36 bytes of strides and problem shape a group), then the kernel's workspace, taken as the bf16
+    grouped kernel's measured 512 bytes an SM and named unmeasured."""
+    (args, kw) = call
+    offs = kw.get("offs", args[4] if len(args) > 4 else None)
+    a, b = args[0], args[1]
+    if offs is not None and a.dim() == 2 and b.dim() == 2:
+        groups = offs.shape[0]
+    elif a.dim() == 2:
+        groups = b.shape[0]
+    else:
+        groups = a.shape[0]
+    op = func._schema.name
+    aligned = -(-groups // 2) * 2
+    arguments = cap.malloc(aligned * 5 * 8 + groups * 12 + 3 * groups * 8, op, "workspace")
+    cap.note_unmeasured(
+        "_scaled_grouped_mm's CUTLASS workspace",
+        "the fp8 grouped GEMM's CUTLASS workspace was not measured: taken as the bf16 grouped "
+        "kernel's 512 bytes an SM",
+    )
+    workspace = cap.malloc(512 * cap.device.multi_processor_count, op, "workspace")
+    del workspace, arguments
+
+
+AFTER[aten._scaled_grouped_mm.default] = _scaled_grouped_mm
+
+
 def _grouped_mm_fallback(cap, func, args, kwargs):
     """`_grouped_mm` off CUTLASS's fast path (cuda/GroupedBlas.cpp: it needs bfloat16 operands and
     output on an sm_90 or sm_100 device; PyTorch's meta kernel knows only that path): the output
