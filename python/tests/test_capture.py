@@ -1712,6 +1712,31 @@ def test_torch_compile_graph_inputs_put_parameters_first_as_without_hooks():
     assert sizes[:3] == ["8, 3, 4, 4", "8, ", "2, 3, 16, 16"]
 
 
+def test_torch_compile_never_compiles_the_twins_own_frames():
+    # after a graph break in a forward hook, `nn.Embedding.forward` runs eagerly (a torch frame
+    # dynamo skips) and its `F.embedding` enters the capture's torch-function mode from C++: dynamo
+    # compiled that call as a frame of its own, a graph the GPU does not make (blind245/il02's eval
+    # had three inference graphs where the H200 had two). One graph, as on the host without the twin
+    from torch._inductor.utils import run_and_get_code
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, ids):
+            return self.lin(self.emb(ids)).relu()
+
+    with vramscope.capture():
+        m = M().cuda()
+        m.emb.register_forward_hook(lambda mod, i, o: o.requires_grad_(True))
+        ids = torch.zeros(2, 3, dtype=torch.long, device="cuda")
+        with torch.no_grad():
+            _, codes = run_and_get_code(torch.compile(m), ids)
+    assert len(codes) == 1
+
+
 def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     # mode="reduce-overhead" runs PyTorch's CUDA graph trees (cudagraph_trees.py) on the twin: the
     # first call warms up in the tree's private pool (its output, 1 MiB, held there), the second

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import warnings
 
 import torch
@@ -469,6 +470,25 @@ def _from_data(original):
     return make
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _twin_frames_inlined(original):
+    """dynamo's `trace_rules.check_file`: the twin's own code is inlined where a traced call reaches
+    it, but never a frame dynamo compiles on its own, as torch's are (`MOD_INLINELIST`). The capture's
+    torch-function mode is entered from C++ for a call made eagerly between graphs (`F.embedding` in
+    a skipped `nn.Embedding.forward` after a graph break): compiled as a frame, it made a graph the
+    GPU, which has no such frame, does not make (blind245/il02's eval)."""
+    from torch._dynamo.trace_rules import SkipResult
+
+    def check_file(filename, is_inlined_call=False):
+        if filename and os.path.abspath(filename).startswith(_PACKAGE_DIR):
+            return SkipResult(not is_inlined_call, "vramscope's own code: inlined, never a frame")
+        return original(filename, is_inlined_call)
+
+    return check_file
+
+
 def _region(cap, fn):
     """`fn` (a compiled module's forward, a compiled function) run as a compiled region: dynamo
     traces it on the host (`TRACING`; the capture's torch-function mode, hooks and stand-ins pass
@@ -762,6 +782,7 @@ def patch(p, cap) -> None:
     import it before."""
     import torch._functorch.config as functorch_config
     import torch.utils._triton as triton_utils
+    from torch._dynamo import trace_rules
     from torch._dynamo import utils as dynamo_utils
     from torch._dynamo.device_interface import CudaInterface
     from torch._subclasses import fake_tensor, meta_utils
@@ -772,6 +793,7 @@ def patch(p, cap) -> None:
         hook.__call__ = _cleanup_hook_call(hook.__call__)
         hook.__call__._vramscope = True
 
+    p.set(trace_rules, "check_file", _twin_frames_inlined(trace_rules.check_file))
     p.set(functorch_config, "enable_autograd_cache", False)
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))

@@ -81,7 +81,7 @@ def replay(path, stop=None):
     for i, e in enumerate(trace):
         if i == stop:
             break
-        action, addr = e["action"], e["addr"]
+        action, addr = e["action"], e.get("addr")  # an `oom` entry has no address
         if segs.apply(e):
             continue
         if action == "alloc":
