@@ -1254,6 +1254,29 @@ def test_torch_compile_runs_inductors_wrapper_for_the_gpu():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_pad_mm_benchmark_allocates_as_on_the_gpu():
+    # Inductor's pad_mm pass times a matmul with a dimension not a multiple of 8 (M = 4, fp16) as
+    # it is and padded, on random operands (`_should_pad`, fx_passes/pad_mm.py): x (8 KiB) and the
+    # transposed weight (4 MiB) made again, the padded call's copy of x (16 KiB) and product
+    # (32 KiB), with the benchmarker's L2 buffer (the H100's 50 MiB); the cuBLAS workspace (32 MiB)
+    # is the eager call's. A second module of the same shapes finds the choice cached: its peak is
+    # its output's
+    with vramscope.capture() as cap:
+        lins = [torch.nn.Linear(1024, 2048, bias=False).cuda().half() for _ in range(2)]
+        x = torch.empty(4, 1024, device="cuda", dtype=torch.half)
+        peaks = []
+        with torch.no_grad():
+            lins[0](x)
+            for lin in lins:
+                f = torch.compile(lin)
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                f(x)
+                peaks.append(torch.cuda.max_memory_allocated() - base)
+        assert peaks == [8192 + 4 * MIB + 16384 + 32768 + 50 * MIB, 16384]
+    assert cap.report()["unmeasured"] == ["Inductor's timed choice to pad a matmul (taken as not padded)"]
+
+
 def test_torch_compile_autotuning_clones_a_mutated_argument():
     # a kernel that writes its input in place autotunes on clones of it (`maybe_clone_args`);
     # under no_grad (`optimize_mem`) an argument whose clone would raise the peak is copied to the

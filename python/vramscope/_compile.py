@@ -20,7 +20,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _attention, _autocast, _tensor
+from . import _attention, _autocast, _pad_mm, _tensor
 
 #: while set, a fake tensor made for `cuda` is made for the host (dynamo's and AOTAutograd's
 #: traces), and autocast casts the host's tensors as the GPU's
@@ -971,8 +971,10 @@ def patch(p, cap) -> None:
     p.set(CudaInterface.Worker, "current_device", staticmethod(lambda: 0))
 
     def should_pad(match, mat1, mat2, op, input=None):
-        # pad_mm times the padded and the unpadded matmul on the GPU and keeps the faster
+        # pad_mm times the padded and the unpadded matmul on the GPU and keeps the faster: the
+        # timing's allocations are made (`_pad_mm.benchmark`), its choice taken as not padded
         if pad_mm.can_pad(mat1, mat2, op, input):
+            _pad_mm.benchmark(cap, pad_mm, match, mat1, mat2, op, input, pad_keys)
             cap.note_compile_unmeasured("Inductor's timed choice to pad a matmul (taken as not padded)")
         return False
 
@@ -982,6 +984,7 @@ def patch(p, cap) -> None:
         p.set(pad_mm, "should_pad", should_pad)
 
     pad_mm = None
+    pad_keys: set = set()  # the keys pad_mm timed in this process (its local cache's)
     p.when_imported("torch._inductor.fx_passes.pad_mm", pad_mm_patch)
 
 
