@@ -1277,6 +1277,26 @@ def test_torch_compile_pad_mm_benchmark_allocates_as_on_the_gpu():
     assert cap.report()["unmeasured"] == ["Inductor's timed choice to pad a matmul (taken as not padded)"]
 
 
+def test_torch_compile_pad_mm_measured_choice_pads_the_matmul(monkeypatch):
+    # a timed matmul whose choice is measured as padded on this GPU (`_pad_mm._PADDED`, here a
+    # made-up entry for the H100) is padded as Inductor's replacement does it: x padded to 8 rows,
+    # the product (8, 2048) made, the output a view of its first 4 rows (32 KiB held, 16 KiB
+    # unpadded), and the choice is not named unmeasured
+    from vramscope import _pad_mm
+
+    entry = ("mm", torch.float16, (4, 1024, 2048), False, True, False, False)
+    monkeypatch.setitem(_pad_mm._PADDED, "NVIDIA H100 80GB HBM3", {entry})
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(1024, 2048, bias=False).cuda().half()
+        x = torch.empty(4, 1024, device="cuda", dtype=torch.half)
+        with torch.no_grad():
+            lin(x)  # the cuBLAS workspace made
+            base = torch.cuda.memory_allocated()
+            y = torch.compile(lin)(x)
+            assert (y.shape, torch.cuda.memory_allocated() - base) == ((4, 2048), 32768)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_torch_compile_autotuning_clones_a_mutated_argument():
     # a kernel that writes its input in place autotunes on clones of it (`maybe_clone_args`);
     # under no_grad (`optimize_mem`) an argument whose clone would raise the peak is copied to the

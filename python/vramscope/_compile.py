@@ -972,10 +972,13 @@ def patch(p, cap) -> None:
 
     def should_pad(match, mat1, mat2, op, input=None):
         # pad_mm times the padded and the unpadded matmul on the GPU and keeps the faster: the
-        # timing's allocations are made (`_pad_mm.benchmark`), its choice taken as not padded
+        # timing's allocations are made (`_pad_mm.benchmark`), its choice the measured one or not
+        # padded
         if pad_mm.can_pad(mat1, mat2, op, input):
-            _pad_mm.benchmark(cap, pad_mm, match, mat1, mat2, op, input, pad_keys)
-            cap.note_compile_unmeasured("Inductor's timed choice to pad a matmul (taken as not padded)")
+            padded = _pad_mm.benchmark(cap, pad_mm, match, mat1, mat2, op, input, pad_keys)
+            if padded is False:
+                cap.note_compile_unmeasured("Inductor's timed choice to pad a matmul (taken as not padded)")
+            return bool(padded)
         return False
 
     def pad_mm_patch(module):
@@ -984,7 +987,7 @@ def patch(p, cap) -> None:
         p.set(pad_mm, "should_pad", should_pad)
 
     pad_mm = None
-    pad_keys: set = set()  # the keys pad_mm timed in this process (its local cache's)
+    pad_keys: dict = {}  # the keys pad_mm timed in this process and their choices (its local cache)
     p.when_imported("torch._inductor.fx_passes.pad_mm", pad_mm_patch)
 
 
