@@ -1908,6 +1908,9 @@ class Capture:
         self.constants: dict[int, weakref.WeakSet] = {}
         #: the simulated generator passed to the call running (`_FunctionMode`)
         self.generator_in_call = None
+        #: the sources of Triton kernels autotuned in this run (`_compile._Kernel`: Inductor's local
+        #: autotune cache, keyed by a kernel's source hash)
+        self.autotuned_sources: set = set()
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)

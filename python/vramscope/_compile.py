@@ -208,17 +208,39 @@ class _Kernel:
     """A Triton kernel: launching it allocates nothing (its buffers are the wrapper's), but its first
     launch autotunes where Inductor's heuristics gave it more than one config (`_autotune`)."""
 
-    def __init__(self, name, autotuner=None):
+    def __init__(self, name, autotuner=None, source=None, cap=None):
         self.__name__ = name
         self.autotuner = autotuner
         self.tuned = False
+        self.source = source
+        self.cap = cap
+        self.tuned_sources = cap.autotuned_sources if cap is not None else set()
 
     def run(self, *args, stream=None, **kwargs):
         # `CachingAutotuner.run` (triton_heuristics.py): more than one launcher -> autotune_to_one_config
         if not self.tuned:
             self.tuned = True
-            if self.autotuner is not None and len(self.autotuner.configs) > 1:
-                _autotune(self.autotuner, args, kwargs)
+            if self.autotuner is None:
+                return None
+            configs = _configs_launched(self.autotuner)
+            # the local autotune cache (`check_autotune_cache`, triton_heuristics.py; keyed by the
+            # kernel's source file, the hash of its source): a kernel whose heuristics gave it more
+            # than one config and whose identical source was benchmarked earlier in the run (a
+            # recompiled graph's) reads its best config and launches it alone. One config from the
+            # heuristics has no cache, and a best config `_dynamic_scale_rblock` added is not among
+            # the heuristics' (`_load_cached_autotuning` finds no match): benchmarked again
+            heuristic = len(self.autotuner.configs)
+            if heuristic > 1 and self.source in self.tuned_sources:
+                if len(configs) == heuristic:
+                    return None
+                self.cap.note_compile_unmeasured(
+                    "Inductor's autotune cache of a kernel whose timed best config may be one "
+                    "_dynamic_scale_rblock added (taken as benchmarked again)"
+                )
+            if len(configs) > 1:
+                _autotune(self.autotuner, configs, args, kwargs)
+                if heuristic > 1:
+                    self.tuned_sources.add(self.source)
         return None
 
     def __getitem__(self, grid):
@@ -228,7 +250,123 @@ class _Kernel:
         return None
 
 
-def _autotune(kernel, args, kwargs) -> None:
+def _configs_launched(autotuner) -> list:
+    """The configs `CachingAutotuner.precompile` leaves to benchmark (triton_heuristics.py): the
+    heuristics' configs, then those `_dynamic_scale_rblock` adds to a looped reduction. A config
+    whose binary uses more registers a thread than `regs_per_multiprocessor //
+    max_threads_per_multi_processor` while its blocks outnumber what the SMs hold at once gets a copy
+    with its largest `R*_BLOCK` halved. An added config is walked too but not loaded yet, so its
+    `n_regs` reads None and it adds none. The registers are the binary's, compiled on the host for
+    the GPU's target as the GPU's precompile compiles it (`_binary_registers`)."""
+    import copy
+
+    from torch._inductor.runtime.hints import HeuristicType
+    from torch._inductor.runtime.runtime_utils import conditional_product
+    from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
+
+    configs = list(autotuner.configs)
+    props = autotuner.device_props
+    if (
+        autotuner.deterministic_mode
+        or not autotuner.inductor_meta.get("dynamic_scale_rblock", True)
+        or autotuner.inductor_meta.get("persistent_reduction")
+        or autotuner.heuristic_type != HeuristicType.REDUCTION
+        or autotuner.size_hints is None
+        or not props.major
+        or props.major < 8
+        or props.regs_per_multiprocessor is None
+    ):
+        return configs
+    seen = None
+    for config in list(configs):
+        r_names = [name for name in config.kwargs if name.startswith("R")]
+        if conditional_product(*(config.kwargs[name] for name in r_names)) <= 64:
+            continue
+        registers = _binary_registers(autotuner, config)
+        if (
+            registers is None
+            or registers <= props.regs_per_multiprocessor // props.max_threads_per_multi_processor
+        ):
+            continue
+        per_block = registers * (props.warp_size or 32) * config.num_warps
+        xblock = config.kwargs.get("XBLOCK", 1)
+        blocks = (autotuner.size_hints["x"] + xblock - 1) // xblock
+        if blocks <= max(props.regs_per_multiprocessor // per_block, 1) * props.multi_processor_count:
+            continue
+        scaled = copy.deepcopy(config)
+        largest = max(r_names, key=config.kwargs.__getitem__)
+        scaled.kwargs[largest] //= 2
+        if seen is None:
+            seen = {triton_config_to_hashable(c) for c in configs}
+        key = triton_config_to_hashable(scaled)
+        if key not in seen:
+            seen.add(key)
+            configs.append(scaled)
+    return configs
+
+
+#: registers a thread of a kernel's binary, by (source, config): `_binary_registers`
+_REGISTERS: dict = {}
+
+
+def _binary_registers(autotuner, config):
+    """The registers a thread of `config`'s binary uses (the driver's `n_regs`, the cubin's
+    `EIATTR_REGCOUNT`): the kernel compiled by Triton on the host for the GPU's target with the
+    options `CachingAutotuner._precompile_config` gives it (ptxas ships with Triton, so no GPU is
+    needed). None where it does not compile here."""
+    from torch._inductor.runtime.triton_heuristics import triton_config_to_hashable
+
+    key = (autotuner.fn.src, repr(autotuner.triton_meta), triton_config_to_hashable(config))
+    if key not in _REGISTERS:
+        try:
+            import triton
+            from triton.backends.compiler import GPUTarget
+            from triton.compiler import ASTSource
+
+            meta = autotuner._create_compile_meta(config)
+            source = ASTSource(autotuner.fn, meta["signature"], meta["constants"], meta["configs"][0])
+            target = GPUTarget(meta["device_type"], meta["cc"], 32)
+            options = autotuner._create_compile_options(config, meta)
+            binary = triton.compile(source, target=target, options=options)
+            _REGISTERS[key] = _cubin_registers(binary.asm["cubin"])
+        except Exception:
+            _REGISTERS[key] = None
+    return _REGISTERS[key]
+
+
+def _cubin_registers(cubin: bytes):
+    """`EIATTR_REGCOUNT` (0x2f) in a one-kernel cubin's `.nv.info` sections: ELF64 sections of
+    attributes, each a format byte, an attribute byte and a value: none (`EIFMT_NVAL`, 0x01), a byte
+    or a 16-bit word (0x02, 0x03), or a 16-bit size and that many bytes (`EIFMT_SVAL`, 0x04; here a
+    symbol index and the count, two 32-bit words)."""
+    import struct
+
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+
+    def header(i):
+        name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize)
+        return name, offset, size
+
+    names_at = header(shstrndx)[1]
+    for i in range(shnum):
+        name, at, size = header(i)
+        if not cubin[names_at + name :].startswith(b".nv.info"):
+            continue
+        stop = at + size
+        while at + 2 <= stop:
+            fmt, attr = cubin[at], cubin[at + 1]
+            if fmt == 0x04:
+                (length,) = struct.unpack_from("<H", cubin, at + 2)
+                if attr == 0x2F:
+                    return struct.unpack_from("<I", cubin, at + 8)[0]
+                at += 4 + length
+            else:
+                at += 2 if fmt == 0x01 else 4
+    return None
+
+
+def _autotune(kernel, configs, args, kwargs) -> None:
     """The memory of `CachingAutotuner.autotune_to_one_config` (torch/_inductor/runtime/
     triton_heuristics.py) on the simulated tensors: each config is benchmarked (`bench`) by
     `InductorBenchmarker.benchmark_gpu` (runtime/benchmarking.py), whose launches each clone the
@@ -251,7 +389,7 @@ def _autotune(kernel, args, kwargs) -> None:
         if name in kernel.mutated_arg_names and isinstance(arg, torch.Tensor) and arg.is_cuda
     ]
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    for _ in kernel.configs:
+    for _ in configs:
         cloned = mutated
         if kernel.optimize_mem:
             budget = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
@@ -1001,7 +1139,7 @@ def _triton_for(self, cap, kernel_name, source_code, device_str="cuda"):
     except Exception:  # its configs unknown: launched without autotuning, named
         cap.note_compile_unmeasured("a Triton kernel's autotuning (its configs could not be read)")
         autotuner = None
-    return _Kernel(kernel_name, autotuner)
+    return _Kernel(kernel_name, autotuner, source_code, cap)
 
 
 class _HostFactories(TorchDispatchMode):

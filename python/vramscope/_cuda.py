@@ -41,6 +41,10 @@ class _Properties:
         self.L2_cache_size = dev.l2_cache_size
         self.warp_size = 32
         self.max_threads_per_multi_processor = dev.max_threads_per_multi_processor
+        # 64 K 32-bit registers an SM at every compute capability from 5.0 to 9.0 (the CUDA C++
+        # Programming Guide's table of technical specifications; the H200's generated kernels print
+        # regs_per_multiprocessor=65536): Inductor's `_dynamic_scale_rblock` reads it
+        self.regs_per_multiprocessor = 65536
         self.uuid = "00000000-0000-0000-0000-000000000000"
         self.pci_bus_id = 0
         self.pci_device_id = 0
