@@ -1495,6 +1495,34 @@ def test_torch_compile_graph_break_runs_both_graphs():
     assert cap.report()["unmeasured"] == []
 
 
+def test_blocks_compiled_one_by_one_share_their_graph_and_trace_a_checkpointed_rms_norm():
+    # torchtitan's `apply_compile`: each block `torch.compile(block, fullgraph=True)` (here a
+    # checkpointed one, with RMSNorm). The GPU's backends are equal by value, so dynamo's cache
+    # entry of the first block serves the others; the twin's were new closures (BACKEND_MATCH
+    # failed: a recompile per block, past the limit with fullgraph). And the twin's
+    # `has_torch_function_variadic` stand-in read `sys._getframe`, which fullgraph refused
+    from torch._dynamo.utils import counters
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc = torch.nn.RMSNorm(64), torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            return x + self.fc(self.norm(x))
+
+    counters.clear()
+    with vramscope.capture() as cap:
+        blocks = [torch.compile(checkpoint_wrapper(Block().cuda()), fullgraph=True) for _ in range(10)]
+        x = torch.randn(8, 64, device="cuda", requires_grad=True)
+        for b in blocks:
+            x = b(x)
+        x.sum().backward()
+    assert counters["stats"]["unique_graphs"] == 1
+    assert cap.report()["unmeasured"] == []
+
+
 def test_torch_compile_backward_of_unbind_compiles():
     # the backward of `qkv.unbind(0)` (a ViT's attention) is a view-scatter (`select_scatter`),
     # which Inductor's reinplace pass checks with `Tensor.copy_` on fake CUDA tensors: that

@@ -380,3 +380,41 @@ def test_object_collectives_pickle_into_cuda_byte_tensors_under_nccl(tmp_script)
     assert "SAME True" in lines
     pickled = int(next(line.split()[1] for line in lines if line.startswith("PICKLED")))
     assert report["phases"][0]["peak_allocated"] >= pickled
+
+
+@pytest.mark.parametrize("order", ["compile_then_ddp", "ddp_then_compile"])
+def test_compiled_ddp_splits_its_graph_at_the_buckets_under_the_twin(tmp_script, order):
+    # nanoGPT's `torch.compile(model)` then `DDP(model)`, and `torch.compile(DDP(model))`: dynamo's
+    # DDPOptimizer compiles one graph per bucket. Before, the first aborted in AOTAutograd (the
+    # capture's dispatch mode left on: "Attempting to use FunctionalTensor on its own", then the
+    # process on the CUDA stream of a fake output), the second recursed without end in the
+    # compiled stand-in of `torch.accelerator.current_stream`
+    script = tmp_script(
+        "import os, torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch._dynamo.utils import counters\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29541')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "class Net(nn.Module):  # (the program's own forward: dynamo skips torch.nn's frames)\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))\n"
+        "    def forward(self, x):\n"
+        "        for layer in self.layers:\n"
+        "            x = layer(x).relu()\n"
+        "        return x\n"
+        "m = Net().cuda()\n"
+        f"if {order!r} == 'compile_then_ddp':\n"
+        "    m = DDP(torch.compile(m), device_ids=[0], bucket_cap_mb=1)\n"
+        "else:\n"
+        "    m = torch.compile(DDP(m, device_ids=[0], bucket_cap_mb=1, gradient_as_bucket_view=True))\n"
+        "for _ in range(2):\n"
+        "    m(torch.randn(64, 512, device='cuda')).sum().backward()\n"
+        "print('GRAPHS', counters['aot_autograd']['total'])\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, report, err = run_script(script, extra=("--gpu", "h200"))
+    assert status == 0, err[-3000:]
+    assert report["unmeasured"] == [], report["unmeasured"]
+    # one graph per bucket: each 1 MiB Linear (and its bias) in a bucket of its own
+    assert [line for line in lines if line.startswith("GRAPHS")] == ["GRAPHS 4"]

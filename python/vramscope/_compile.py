@@ -435,14 +435,32 @@ def _sdpa_nodes(cap, gm) -> None:
             module.recompile()
 
 
-def backend(cap, options: dict):
+class backend:
     """The dynamo backend `torch.compile(..., backend="inductor")` gets under the twin: Inductor
     (`compile_fx`) with `options`, compiling for the simulated GPU; a graph it cannot compile
-    runs as dynamo traced it (eager), named unmeasured."""
+    runs as dynamo traced it (eager), named unmeasured. Two are equal when their options and
+    `dynamic` are, as `_TorchCompileInductorWrapper`s are (torch/__init__.py `__eq__`): dynamo's
+    cache entries guard on the backend (BACKEND_MATCH, torch/_dynamo/guards.py), so blocks compiled
+    one by one from the same code (torchtitan's `apply_compile`) share their graphs as on the GPU;
+    each call had made a new closure, and each block recompiled until the recompile limit."""
 
-    def compile(gm, example_inputs):
+    def __init__(self, cap, options: dict, dynamic=None):
+        self.cap, self.options, self.dynamic = cap, options, dynamic
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, backend)
+            and self.cap is other.cap
+            and self.options == other.options
+            and self.dynamic == other.dynamic
+        )
+
+    __hash__ = None  # (as the GPU's wrapper: equal by value, not hashable)
+
+    def __call__(self, gm, example_inputs):
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
+        cap, options = self.cap, self.options
         _sdpa_nodes(cap, gm)
         try:
             return compile_fx(
@@ -463,8 +481,6 @@ def backend(cap, options: dict):
                 f"a graph Inductor could not compile here (run eagerly: {first[:160]})"
             )
             return gm.forward
-
-    return compile
 
 
 def _gpu_decompositions(options) -> dict:
@@ -703,7 +719,7 @@ def compile_fn(original, cap):
             compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen)))
         else:
             options = _options(cap, kwargs.pop("mode", None), kwargs.pop("options", None))
-            compiled = original(model, **dict(kwargs, backend=backend(cap, options)))
+            compiled = original(model, **dict(kwargs, backend=backend(cap, options, kwargs.get("dynamic"))))
         if isinstance(compiled, torch.nn.Module):
             # the capture's own global module hooks, which a GPU run does not have
             warnings.filterwarnings(
@@ -882,6 +898,37 @@ def _kernel_devices(original):
     return devices
 
 
+def _without_modes(original):
+    """DDPOptimizer's `compile_fn` (torch/_dynamo/backends/distributed.py) with no dispatch mode on:
+    dynamo's `ConvertFrameAssert.__call__` (convert_frame.py) compiles a frame under
+    `_disable_current_modes()`, but a frame under DDP goes to the DDPOptimizer before that, with the
+    program's modes left on: on the GPU none, here the capture's, which refused AOTAutograd's
+    functional tensors while it traced each bucket's graph."""
+
+    @functools.wraps(original)
+    def compile_fn(self, gm, example_inputs):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return original(self, gm, example_inputs)
+
+    return compile_fn
+
+
+def _fakified_on_host(original):
+    """`FakifiedOutWrapper`'s fake outputs (runtime_wrappers.py: what a graph compiled under
+    DDPOptimizer returns at its first call, which runs at compile time on fake inputs, so that the
+    next bucket's graph is compiled on them) on the host, where dynamo's fake tensors are while it
+    traces here: as cuda fake tensors, the autograd Function wrapping them asked the CUDA device for
+    its stream (autograd's `InputMetadata`) and the process aborted."""
+
+    @functools.wraps(original)
+    def compute(self):
+        return [_to_host(t) for t in original(self)]
+
+    return compute
+
+
 def _init_group_eagerly(original, cap):
     """dynamo's `OptimizerVariable.call_method` (torch/_dynamo/variables/optimizer.py): for
     `_init_group` it runs the optimizer's own `_init_group` on the program's tensors, outside the
@@ -1013,6 +1060,20 @@ def patch(p, cap) -> None:
         p.set(folder, "_deduce_value", deduce_value)
 
     p.when_imported("torch._inductor.fx_passes.joint_graph", joint_graph_patch)
+
+    def ddp_optimizer_patch(distributed):
+        optimizer = distributed.DDPOptimizer
+        p.set(optimizer, "compile_fn", _without_modes(optimizer.compile_fn))
+
+    p.when_imported("torch._dynamo.backends.distributed", ddp_optimizer_patch)
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    fakified = runtime_wrappers.FakifiedOutWrapper
+    p.set(
+        fakified,
+        "_compute_output_meta_with_inductor_strides",
+        _fakified_on_host(fakified._compute_output_meta_with_inductor_strides),
+    )
 
     def compile_fx_patch(compile_fx_module):
         passes = compile_fx_module.joint_graph_passes

@@ -943,10 +943,12 @@ def _normalize_unmoded(original):
 
     def check(*args):
         if (
-            sys._getframe(1).f_code in codes
+            # (dynamo first: it cannot trace `sys._getframe`, which broke a `fullgraph=True` trace
+            # of a checkpointed block's RMSNorm, blind254/iu03)
+            not torch.compiler.is_dynamo_compiling()
+            and sys._getframe(1).f_code in codes
             and torch._C._len_torch_function_stack() == 1
             and all(a is None or type(a) in (torch.Tensor, torch.nn.Parameter) for a in args)
-            and not torch.compiler.is_dynamo_compiling()
         ):
             return False
         return original(*args)
