@@ -1297,6 +1297,25 @@ def test_torch_compile_pad_mm_measured_choice_pads_the_matmul(monkeypatch):
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_max_autotune_benchmarks_a_gemm_at_compile_time():
+    # under max-autotune the GPU times a GEMM's choices at compile time on example inputs
+    # (`AlgorithmSelectorCache.get_inputs`): the bias (4 KiB, its expanded node's base), x (128
+    # KiB), the weight (4 MiB) and the output (256 KiB), with the benchmarker's L2 buffer (the
+    # H100's 50 MiB); the cuBLAS workspaces are the eager call's. The twin takes ATen's choice
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(1024, 2048).cuda().half()
+        x = torch.empty(64, 1024, device="cuda", dtype=torch.half)
+        with torch.no_grad():
+            lin(x)
+            f = torch.compile(lin, mode="max-autotune-no-cudagraphs")
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            f(x)
+            peak = torch.cuda.max_memory_allocated() - base
+        assert peak == 4096 + 128 * 1024 + 4 * MIB + 256 * 1024 + 50 * MIB
+    assert "autotuning (mode='max-autotune': the choice is timed on the GPU)" in cap.report()["unmeasured"]
+
+
 def test_torch_compile_autotuning_clones_a_mutated_argument():
     # a kernel that writes its input in place autotunes on clones of it (`maybe_clone_args`);
     # under no_grad (`optimize_mem`) an argument whose clone would raise the peak is copied to the

@@ -29,15 +29,17 @@ TRACING = _autocast.TRACING
 #: graph loses the gradients of ops with Python meta kernels: `nll_loss_forward`, PyTorch 2.11)
 _HOST = torch.device("cpu")
 
-#: `torch.compile`'s modes whose options the twin does not model: autotuning (timed on the GPU).
-#: CUDA graphs (`triton.cudagraphs`, mode='reduce-overhead') are PyTorch's own graph trees on the
-#: twin's allocator (`_cudagraph_trees`)
+#: `torch.compile`'s modes whose options the twin does not model: coordinate-descent tuning (timed
+#: on the GPU). CUDA graphs (`triton.cudagraphs`, mode='reduce-overhead') are PyTorch's own graph
+#: trees on the twin's allocator (`_cudagraph_trees`)
 _UNMODELLED_OPTIONS = {
-    "max_autotune": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
-    "max_autotune_gemm": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
-    "max_autotune_pointwise": "autotuning (mode='max-autotune': the choice is timed on the GPU)",
     "coordinate_descent_tuning": "autotuning (coordinate descent, timed on the GPU)",
 }
+#: max-autotune's options: kept (Triton kernels take max-autotune's configs, GEMMs are benchmarked
+#: at compile time, `_gemm_benchmark`), its choice of GEMM and convolution kernel taken as ATen's
+#: (a Triton template wins or loses by its time on the GPU), named unmeasured
+_AUTOTUNE_OPTIONS = ("max_autotune", "max_autotune_gemm", "max_autotune_pointwise")
+_AUTOTUNE_CHOICE = "autotuning (mode='max-autotune': the choice is timed on the GPU)"
 
 
 def _init_gpu_context(cap):
@@ -403,6 +405,81 @@ def _autotune(kernel, configs, args, kwargs) -> None:
         buffer = torch.empty(props.L2_cache_size // 4, dtype=torch.int, device="cuda")
         _launch_on_clones(clone_preserve_strides, cloned)  # each timed launch: the same
         del buffer
+
+
+#: the GEMM lowerings max-autotune benchmarks (`tuned_mm`, `tuned_addmm`, `tuned_bmm`,
+#: `tuned_baddbmm`: torch/_inductor/kernel/mm.py, bmm.py)
+_TUNED_GEMMS = {"mm": False, "addmm": True, "bmm": False, "baddbmm": False}
+
+
+def _gemm_benchmark(cap, original):
+    """`AlgorithmSelectorCache.__call__` (torch/_inductor/select_algorithm.py) under max-autotune:
+    on the GPU a GEMM's choices (ATen's and Triton templates) are timed at compile time, once per
+    input layouts in the process (its autotune cache). The twin has ATen's choice alone and makes
+    the timing's allocations (`get_inputs`): an example input per distinct input node and the
+    output, `rand_strided` over each layout's extent (and offset), then ATen's call on them, which
+    makes cuBLAS's workspaces where the stream has none (`bias_addmm` takes cuBLASLt's for an
+    expanded bias), and `benchmark_gpu`'s L2 buffer while each choice is timed; all freed after
+    (blind252/is02's H200 history)."""
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    seen = set()
+
+    def call(self, name, choices, input_nodes, layout, *args, **kwargs):
+        from torch._inductor.select_algorithm import ExternKernelCaller, create_inputs_key
+
+        if (
+            (config.max_autotune or config.max_autotune_gemm)
+            and name in _TUNED_GEMMS
+            and choices
+            and all(isinstance(c, ExternKernelCaller) for c in choices)
+            and layout.device.type == "cuda"
+        ):
+            key = (name, create_inputs_key(input_nodes), repr(layout))
+            if key not in seen:
+                seen.add(key)
+                _gemm_benchmark_allocations(cap, V, name, input_nodes, layout)
+            # ATen's own choices (`addmm`, and `bias_addmm` for a broadcast bias) timed against
+            # each other on the GPU: the first taken (the same output)
+            return choices[0].output_node()
+        return original(self, name, choices, input_nodes, layout, *args, **kwargs)
+
+    return call
+
+
+def _gemm_benchmark_allocations(cap, V, name, input_nodes, layout) -> None:
+    from torch._inductor import ir
+
+    hints = V.graph.sizevars.optimization_hints
+
+    def example(node):
+        if isinstance(node, ir.Layout):
+            node = ir.Buffer(name="fake", layout=node)
+        if isinstance(node, ir.BaseView):
+            node = node.unwrap_view()
+        stride = hints(node.get_stride())
+        allocation = hints(V.graph.get_allocation_size(node))
+        offset = V.graph.sizevars.optimization_hint(node.layout.offset)
+        extent = offset
+        if all(s > 0 for s in allocation):
+            extent += sum((s - 1) * st for s, st in zip(allocation, stride, strict=False)) + 1
+        return cap.malloc(extent * node.get_dtype().itemsize, "inductor::autotune_gemm", "temporary")
+
+    held, names = [], set()
+    for node in input_nodes:
+        if node.get_name() not in names:
+            names.add(node.get_name())
+            held.append(example(node))
+    out = example(layout)
+    # `bias_addmm` (kernel/mm.py) gives cuBLASLt a broadcast bias as its 1-D row
+    size0 = hints(input_nodes[0].get_size())
+    stride0 = hints(input_nodes[0].get_stride())
+    lt = _TUNED_GEMMS[name] and bool(size0) and ((stride0[0] == 0 and size0[0] != 0) or size0[0] == 1)
+    cap.blas(name, layout.dtype, lt)  # ATen's choices
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    buffer = cap.malloc(props.L2_cache_size // 4 * 4, "inductor::autotune_gemm", "temporary")
+    del buffer, out, held
 
 
 def _launch_on_clones(clone, args) -> None:
@@ -859,6 +936,10 @@ def _options(cap, mode, options) -> dict:
         if merged.get(key):
             cap.note_compile_unmeasured(what)
         merged[key] = False
+    if any(merged.get(key) for key in _AUTOTUNE_OPTIONS):
+        cap.note_compile_unmeasured(_AUTOTUNE_CHOICE)
+        merged["max_autotune_gemm_backends"] = "ATEN"
+        merged["max_autotune_conv_backends"] = "ATEN"
     # no worker processes: the twin compiles nothing (Triton kernels launch nothing); no caches
     # (an artifact compiled elsewhere, or for another GPU, is not this one's)
     merged["compile_threads"] = 1
@@ -1185,6 +1266,14 @@ def patch(p, cap) -> None:
         pad_mm = module
         p.set(pad_mm, "should_pad", should_pad)
 
+    p.when_imported(
+        "torch._inductor.select_algorithm",
+        lambda module: p.set(
+            module.AlgorithmSelectorCache,
+            "__call__",
+            _gemm_benchmark(cap, module.AlgorithmSelectorCache.__call__),
+        ),
+    )
     pad_mm = None
     pad_keys: dict = {}  # the keys pad_mm timed in this process and their choices (its local cache)
     p.when_imported("torch._inductor.fx_passes.pad_mm", pad_mm_patch)
