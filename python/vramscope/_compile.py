@@ -217,6 +217,9 @@ class _Kernel:
         self.source = source
         self.cap = cap
         self.tuned_sources = cap.autotuned_sources if cap is not None else set()
+        # Inductor reads its autotune cache when the kernel is loaded, at compile time
+        # (`cached_autotune` -> `check_autotune_cache`): a best config saved after that does not count
+        self.cached = source in self.tuned_sources
 
     def run(self, *args, stream=None, **kwargs):
         # `CachingAutotuner.run` (triton_heuristics.py): more than one launcher -> autotune_to_one_config
@@ -227,12 +230,13 @@ class _Kernel:
             configs = _configs_launched(self.autotuner)
             # the local autotune cache (`check_autotune_cache`, triton_heuristics.py; keyed by the
             # kernel's source file, the hash of its source): a kernel whose heuristics gave it more
-            # than one config and whose identical source was benchmarked earlier in the run (a
-            # recompiled graph's) reads its best config and launches it alone. One config from the
-            # heuristics has no cache, and a best config `_dynamic_scale_rblock` added is not among
-            # the heuristics' (`_load_cached_autotuning` finds no match): benchmarked again
+            # than one config and whose identical source was benchmarked before it was loaded (a
+            # graph recompiled after an earlier one ran) reads its best config and launches it
+            # alone. One config from the heuristics has no cache, and a best config
+            # `_dynamic_scale_rblock` added is not among the heuristics' (`_load_cached_autotuning`
+            # finds no match): benchmarked again
             heuristic = len(self.autotuner.configs)
-            if heuristic > 1 and self.source in self.tuned_sources:
+            if heuristic > 1 and self.cached:
                 if len(configs) == heuristic:
                     return None
                 self.cap.note_compile_unmeasured(
