@@ -399,19 +399,21 @@ def test_a_batch_one_linear_with_a_bias_takes_cublaslt():
     assert _extra(torch.nn.functional.linear, setup) == (2, 33554432 + 1048576)
 
 
+def _fp8_operands():
+    """A (64, 128) by (128, 256) float8 product's operands and tensorwise scales."""
+    a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)
+    b = torch.empty(256, 128, device="cuda", dtype=torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    return a, b, one, one
+
+
 def test_scaled_mm_takes_the_cublaslt_workspaces():
     # blind49/aw01's first FP8 product on the H200: the result, then the handle's 32 MiB and
     # cuBLASLt's 1 MiB
-    def setup():
-        a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)
-        b = torch.empty(256, 128, device="cuda", dtype=torch.float8_e4m3fn).t()
-        one = torch.ones((), device="cuda")
-        return a, b, one, one
-
     def run(a, b, sa, sb):
         return torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
-    assert _extra(run, setup) == (2, 33554432 + 1048576)
+    assert _extra(run, _fp8_operands) == (2, 33554432 + 1048576)
 
 
 def test_int_mm_takes_the_cublas_workspace_and_no_cublaslt_one():
@@ -1446,17 +1448,11 @@ def test_functional_scaled_mm_takes_the_cublaslt_workspaces():
     # (ScaledBlas.cpp); the twin gave it its result alone
     from torch.nn.functional import ScalingType
 
-    def setup():
-        a = torch.empty(64, 128, device="cuda", dtype=torch.float8_e4m3fn)
-        b = torch.empty(256, 128, device="cuda", dtype=torch.float8_e4m3fn).t()
-        one = torch.ones((), device="cuda")
-        return a, b, one, one
-
     def run(a, b, sa, sb):
         t = ScalingType.TensorWise
         return torch.nn.functional.scaled_mm(a, b, sa, t, sb, t, output_dtype=torch.bfloat16)
 
-    assert _extra(run, setup) == (2, 33554432 + 1048576)
+    assert _extra(run, _fp8_operands) == (2, 33554432 + 1048576)
 
 
 def test_scaled_grouped_mm_allocates_its_arguments_and_a_workspace():
