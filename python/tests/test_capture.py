@@ -95,6 +95,24 @@ def test_torch_load_puts_a_saved_cuda_tensor_back_on_the_gpu():
         assert w2.is_cuda and torch.cuda.memory_allocated() == before + 2048
 
 
+def test_torch_save_legacy_format_writes_a_cuda_storage_through_the_host():
+    # `_use_new_zipfile_serialization=False` writes each storage by `_write_file`, which copies a
+    # CUDA storage to the host (serialization.cpp `THPStorage_writeFileRaw`: no device block);
+    # torch.load then makes one block per storage, views sharing it
+    import io
+
+    with vramscope.capture():
+        x = torch.empty(1 << 20, device="cuda")  # 4 MiB
+        buf = io.BytesIO()
+        torch.save({"x": x, "v": x[:16]}, buf, _use_new_zipfile_serialization=False)
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        assert torch.cuda.max_memory_allocated() == 4 * MIB
+        buf.seek(0)
+        d = torch.load(buf, map_location="cuda")
+        assert d["v"].is_cuda and d["v"].untyped_storage().nbytes() == 4 * MIB
+        assert torch.cuda.memory_allocated() == 8 * MIB
+
+
 def test_non_overlapping_and_dense_is_c10s_flag():
     # c10 sorts the dimensions of size < 2 last (`_compute_non_overlapping_and_dense`), which
     # torch._prims_common's Python rule does not: a size-1 dimension of stride 0 between two others

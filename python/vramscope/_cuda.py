@@ -692,6 +692,7 @@ def patch(cap) -> _Patch:
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
     p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap))
+    p.set(torch.UntypedStorage, "_write_file", _storage_write_file(torch.UntypedStorage._write_file, cap))
     p.set(torch.serialization, "location_tag", _location_tag(torch.serialization.location_tag, cap))
     p.set(torch._utils, "_get_obj_state", _obj_state(torch._utils._get_obj_state))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
@@ -1188,6 +1189,20 @@ def _storage_to(original, cap):
         return torch.empty(self.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
 
     return to
+
+
+def _storage_write_file(original, cap):
+    """`UntypedStorage._write_file` of a simulated storage (torch.save's legacy format,
+    `_use_new_zipfile_serialization=False`): the GPU copies the storage's bytes to the host with
+    `Tensor.to(kCPU)` and writes those (serialization.cpp `THPStorage_writeFileRaw`), no device
+    block; the twin writes its host copy of the storage, as the zipfile format's `storage.cpu()`."""
+
+    def _write_file(self, *args, **kwargs):
+        if cap.active and self._cdata in cap.storages:
+            return original(self.cpu(), *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    return _write_file
 
 
 def _location_tag(original, cap):
