@@ -95,6 +95,34 @@ def test_torch_load_puts_a_saved_cuda_tensor_back_on_the_gpu():
         assert w2.is_cuda and torch.cuda.memory_allocated() == before + 2048
 
 
+def test_torch_load_to_the_gpu_keeps_a_small_host_tensor_s_values():
+    # a host tensor read back with map_location="cuda" holds the values it was saved with (one
+    # block per storage, its bytes copied): a non-fused, non-capturable AdamW's `step` counts,
+    # which its next step reads (`_get_value(step)`, `.item()`); the twin read zeros there and
+    # `lr / bias_correction1` raised ZeroDivisionError
+    import io
+
+    with vramscope.capture():
+        buf = io.BytesIO()
+        torch.save({"step": torch.tensor(2.0), "ids": torch.arange(6).view(2, 3)}, buf)
+        buf.seek(0)
+        d = torch.load(buf, map_location="cuda", weights_only=True)
+        assert d["step"].is_cuda and d["step"].item() == 2.0
+        assert d["ids"][1].tolist() == [3, 4, 5]
+        assert torch.cuda.memory_allocated() == 1024  # two blocks of 512 bytes
+        w = torch.nn.Parameter(torch.empty(8, device="cuda"))
+        w.grad = torch.empty(8, device="cuda")
+        opt = torch.optim.AdamW([w], foreach=True)
+        opt.load_state_dict(
+            {
+                "state": {0: {"step": d["step"], "exp_avg": torch.zeros(8), "exp_avg_sq": torch.zeros(8)}},
+                "param_groups": [{**opt.param_groups[0], "params": [0]}],
+            }
+        )
+        opt.step()
+        assert opt.state[w]["step"].item() == 3.0
+
+
 def test_torch_save_legacy_format_writes_a_cuda_storage_through_the_host():
     # `_use_new_zipfile_serialization=False` writes each storage by `_write_file`, which copies a
     # CUDA storage to the host (serialization.cpp `THPStorage_writeFileRaw`: no device block);

@@ -691,7 +691,9 @@ def patch(cap) -> _Patch:
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))
-    p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap))
+    restored: dict = {}
+    p.set(torch.storage, "_to", _storage_to(torch.storage._to, cap, restored))
+    p.set(torch._utils, "_rebuild_tensor", _rebuild_tensor(torch._utils._rebuild_tensor, cap, restored))
     p.set(torch.UntypedStorage, "_write_file", _storage_write_file(torch.UntypedStorage._write_file, cap))
     p.set(torch.serialization, "location_tag", _location_tag(torch.serialization.location_tag, cap))
     p.set(torch._utils, "_get_obj_state", _obj_state(torch._utils._get_obj_state))
@@ -1175,20 +1177,56 @@ def _profiler_without_gpu_events(p: _Patch) -> None:
     p.set(_profiler.profile, "__init__", __init__)
 
 
-def _storage_to(original, cap):
+#: the largest host storage (bytes) whose values a storage restored to the GPU keeps for the
+#: tensors torch.load rebuilds over it (`_rebuild_tensor`): `_capture.VALUE_LIMIT` elements of 8
+#: bytes; the twin's own cost bound, not a PyTorch constant
+_RESTORED_VALUES_BYTES = (1 << 16) * 8
+
+
+def _storage_to(original, cap, restored):
     """`UntypedStorage.to(device=cuda)` / `.cuda()` (torch/_utils.py `_to`), which `torch.load` calls
     for each storage tagged "cuda:N" or mapped to the GPU (serialization.py `_deserialize`): a new
     device storage of the source's bytes (`torch.UntypedStorage(self.size(), device=device)`, one
-    caching-allocator block), then the copy into it; a simulated storage is already on the GPU."""
+    caching-allocator block), then the copy into it; a simulated storage is already on the GPU.
+    A small host storage's bytes are the values the copy holds: `restored` keeps them, by the new
+    storage, for the tensors torch.load rebuilds over it (`_rebuild_tensor`)."""
 
     def to(self, device, non_blocking=False):
         if not cap.active or device.type != "cuda" or self.is_sparse:
             return original(self, device, non_blocking)
         if self._cdata in cap.storages:
             return self
-        return torch.empty(self.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
+        new = torch.empty(self.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
+        # the legacy format restores a storage before reading its bytes (`_torch_load_uninitialized`)
+        if self.nbytes() <= _RESTORED_VALUES_BYTES and not getattr(self, "_torch_load_uninitialized", False):
+            key = new._cdata
+            restored[key] = (self, weakref.ref(new, lambda _r, key=key: restored.pop(key, None)))
+        return new
 
     return to
+
+
+def _rebuild_tensor(original, cap, restored):
+    """torch.load's tensor over a restored storage (torch/_utils.py `_rebuild_tensor`: `set_` of
+    the storage at the saved offset, sizes and strides). Over a storage restored to the GPU from
+    the host (`_storage_to`) a small tensor carries the values that were copied: the optimizer's
+    `step` counts of a checkpoint read back with `map_location="cuda"`, which Adam's
+    `_get_value(step)` reads (`.item()`) when the optimizer is neither fused nor capturable."""
+
+    def rebuild(storage, storage_offset, size, stride):
+        t = original(storage, storage_offset, size, stride)
+        if not restored or not cap.active:
+            return t
+        untyped = getattr(storage, "_untyped_storage", storage)
+        held = restored.get(getattr(untyped, "_cdata", None))
+        if held is None or held[1]() is None or t.numel() > (1 << 16):
+            return t
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            host = torch.empty((0,), dtype=t.dtype).set_(held[0], storage_offset, size, stride)
+        _set_value(t, host)
+        return t
+
+    return rebuild
 
 
 def _storage_write_file(original, cap):
