@@ -1827,6 +1827,70 @@ def test_torch_compile_layer_norm_saves_fp32_statistics_as_for_cuda():
     ]
 
 
+def _compiled_buffers(fn, *args):
+    """The `empty_strided_cuda` buffers of each wrapper Inductor generated compiling `fn` on the twin."""
+    from torch._inductor.utils import run_and_get_code
+
+    _, codes = run_and_get_code(torch.compile(fn), *args)
+    return [
+        [line.strip().split(" = ")[1] for line in c.splitlines() if "empty_strided_cuda(" in line]
+        for c in codes
+    ]
+
+
+def test_torch_compile_convolution_backward_sums_the_bias_gradient_as_for_cuda():
+    # Inductor decomposes `convolution_backward` into the convolution's input and weight gradients
+    # and a sum for the bias only off the CPU (torch/_inductor/decomposition.py, `is_gpu`); traced on
+    # the host the backward kept one op computing all three, and its order and buffers differed from
+    # the GPU's (blind245/il04's backward wrapper: 931 of 936 lines apart, 1 of 5 phases exact -> 5)
+    from torch._inductor.utils import run_and_get_code
+
+    with vramscope.capture():
+        conv = torch.nn.Conv2d(8, 16, 3).cuda()
+        x = torch.empty(2, 8, 10, 10, device="cuda", requires_grad=True)
+        out = torch.compile(conv)(x)
+        _, codes = run_and_get_code(lambda: out.sum().backward())
+    backward = [c for c in codes if "convolution_backward" in c]
+    assert len(backward) == 1
+    assert "[True, True, False]" in backward[0]
+    assert "[True, True, True]" not in backward[0]
+
+
+def test_torch_compile_batch_norm_saves_fp32_statistics_as_for_cuda():
+    # batch norm's decompositions (torch/_decomp/decompositions.py `native_batch_norm_helper`) cast
+    # the saved mean and inverse standard deviation to a half input's dtype only on the CPU, and in
+    # evaluation save empty tensors there; the GPU's backward takes fp32 statistics (blind245/il05's
+    # backward wrapper: 356 lines apart from the H200's before, none after)
+    from torch._decomp import decomposition_table
+    from vramscope._compile import _batch_norm_off_cpu
+
+    aten = torch.ops.aten
+    # on the host, as Inductor traces
+    x = torch.ones(2, 256, 4, 4, dtype=torch.half)
+    w, b, mean, var = (torch.ones(256) for _ in range(4))
+    with _batch_norm_off_cpu():
+        train = decomposition_table[aten._native_batch_norm_legit_functional.default]
+        _, save_mean, save_rstd, _, _ = train(x, w, b, mean, var, True, 0.1, 1e-5)
+        evaluate = decomposition_table[aten._native_batch_norm_legit.default]
+        _, eval_mean, eval_rstd = evaluate(x, w, b, mean, var, False, 0.1, 1e-5)
+    assert (save_mean.dtype, save_rstd.dtype) == (torch.float32, torch.float32)
+    assert (eval_mean.shape, eval_rstd.shape) == ((256,), (256,))
+
+
+def test_torch_compile_log_sigmoid_saves_no_buffer_as_for_cuda():
+    # `log_sigmoid_forward`'s decomposition returns an empty buffer for a CUDA input and the whole
+    # `exp(-|x|)` on the CPU (torch/_decomp/decompositions.py, `self.is_cuda`); backward saves it,
+    # so traced on the host a compiled `F.logsigmoid` (a DPO loss) could hold an input-sized buffer
+    from vramscope._compile import _gpu_decompositions
+
+    table = _gpu_decompositions({})
+    out, buffer = table[torch.ops.aten.log_sigmoid_forward.default](
+        torch.empty(64, 32, dtype=torch.bfloat16, device="meta")
+    )
+    assert (out.shape, out.dtype) == ((64, 32), torch.bfloat16)
+    assert buffer.numel() == 0
+
+
 def test_torch_compile_graph_inputs_put_parameters_first_as_without_hooks():
     # the capture's global module hooks made `Module._call_impl` hand dynamo the forward's input
     # before the module touched its parameters: the input became `primals_1`, where the GPU's

@@ -12,6 +12,7 @@ kernels launch nothing (their memory is their arguments').
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -544,13 +545,14 @@ class backend:
         cap, options = self.cap, self.options
         _sdpa_nodes(cap, gm)
         try:
-            return compile_fx(
-                gm,
-                example_inputs,
-                inner_compile=_inner_compile(compile_fx_inner),
-                config_patches=dict(options),
-                decompositions=_gpu_decompositions(options),
-            )
+            with _batch_norm_off_cpu():
+                return compile_fx(
+                    gm,
+                    example_inputs,
+                    inner_compile=_inner_compile(compile_fx_inner),
+                    config_patches=dict(options),
+                    decompositions=_gpu_decompositions(options),
+                )
         except torch._dynamo.exc.RestartAnalysis:
             # dynamo's signal to trace the frame again (Inductor's tensorify pass raises
             # TensorifyScalarRestartAnalysis to specialize a float input of a dynamic graph,
@@ -605,7 +607,133 @@ def _gpu_decompositions(options) -> dict:
             table[op] = bernoulli_p
         elif packet in (aten.mm, aten.addmm, aten.bmm) and not descent:
             table[op] = not_decomposed
+        elif op is aten.convolution_backward.default:
+            table[op] = _convolution_backward_off_cpu
+        elif op is aten.log_sigmoid_forward.default:
+            table[op] = _log_sigmoid_forward_off_cpu
     return table
+
+
+def _log_sigmoid_forward_off_cpu(self):
+    """`log_sigmoid_forward`'s decomposition as it runs for a CUDA input
+    (torch/_decomp/decompositions.py, `self.is_cuda`): its `buffer` output, which backward saves, is
+    empty; only on the CPU is it the input's `exp(-|x|)`. In the input's op-math dtype, as
+    `pw_cast_for_opmath` computes, and cast back to its dtype."""
+    from torch._prims_common import get_computation_dtype
+
+    x = (
+        self.to(get_computation_dtype(self.dtype))
+        if self.dtype != get_computation_dtype(self.dtype)
+        else self
+    )
+    out = torch.minimum(x.new_zeros(()), x) - torch.log1p(torch.exp(-torch.abs(x)))
+    buffer = x.new_zeros((0,))
+    if out.dtype != self.dtype:
+        out, buffer = out.to(self.dtype), buffer.to(self.dtype)
+    return out, buffer
+
+
+@contextlib.contextmanager
+def _batch_norm_off_cpu():
+    """Batch norm's decompositions (torch/_decomp/decompositions.py, each through the module's
+    `native_batch_norm_helper`) as they run for a CUDA input, while Inductor traces on the host:
+    training keeps the saved mean and inverse standard deviation in the computation dtype (fp32 for
+    a bf16 or fp16 input; the CPU casts them to the input's), and evaluation saves the running mean
+    and the inverse standard deviation (the CPU saves empty tensors)."""
+    from torch._decomp import decompositions
+
+    original = decompositions.native_batch_norm_helper
+    decompositions.native_batch_norm_helper = _native_batch_norm_helper_off_cpu
+    try:
+        yield
+    finally:
+        decompositions.native_batch_norm_helper = original
+
+
+def _native_batch_norm_helper_off_cpu(
+    input, weight, bias, running_mean, running_var, training, momentum, eps, functional
+):
+    """`native_batch_norm_helper` (torch/_decomp/decompositions.py, torch 2.11) on its branches for a
+    device other than the CPU, op for op."""
+    from torch._decomp.decompositions import _unsqueeze_to_dim
+    from torch._prims_common import get_computation_dtype
+
+    reduction_dims = [0, *range(2, input.dim())]
+    computation_dtype = get_computation_dtype(input.dtype)
+    new_running_mean, new_running_var = running_mean, running_var
+    if training:
+        input_acc = input.to(dtype=computation_dtype)
+        biased_var, mean = torch.var_mean(input_acc, dim=reduction_dims, correction=0, keepdim=True)
+        rstd = torch.rsqrt(biased_var + eps)
+        output = (input - mean) * rstd
+        save_mean = torch.squeeze(mean, reduction_dims)
+        save_rstd = torch.squeeze(rstd, reduction_dims)
+        if running_mean is not None:
+            new_running_mean = momentum * save_mean + (1 - momentum) * running_mean
+            if not functional:
+                running_mean.copy_(new_running_mean)
+        if running_var is not None:
+            n = input.numel() / input.shape[1]
+            squeezed_var = torch.squeeze(biased_var, reduction_dims)
+            unbiased_var = squeezed_var * (n / (n - 1))
+            new_running_var = momentum * unbiased_var + (1 - momentum) * running_var
+            if not functional:
+                running_var.copy_(new_running_var)
+    else:
+        if running_mean is None or running_var is None:
+            raise AssertionError("running_mean and running_var must not be None in eval mode")
+        running_mean = running_mean.to(dtype=computation_dtype, copy=True)
+        new_running_mean = running_mean
+        running_var = running_var.to(dtype=computation_dtype, copy=True)
+        new_running_var = running_var
+        mean = running_mean
+        invstd = 1 / (torch.sqrt(running_var + eps))
+        save_mean, save_rstd = running_mean, invstd
+        mean = _unsqueeze_to_dim(mean, input.dim() - 1)
+        invstd = _unsqueeze_to_dim(invstd, input.dim() - 1)
+        output = (input - mean) * invstd
+    if weight is not None:
+        output = output * _unsqueeze_to_dim(weight.flatten(), input.dim() - 1)
+    if bias is not None:
+        output = output + _unsqueeze_to_dim(bias.flatten(), input.dim() - 1)
+    return output.to(dtype=input.dtype), save_mean, save_rstd, new_running_mean, new_running_var
+
+
+def _convolution_backward_off_cpu(
+    grad_output,
+    input,
+    weight,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
+):
+    """Inductor's `convolution_backward` decomposition as it runs for a CUDA gradient
+    (torch/_inductor/decomposition.py, `is_gpu(grad_output.device.type)`): the bias gradient is a sum
+    Inductor generates, and the convolution's backward computes the input and weight gradients only.
+    On the CPU it stays one op that computes all three."""
+    aten = torch.ops.aten
+    if not output_mask[2]:
+        return NotImplemented
+    grad_bias = aten.sum(grad_output, [0, *range(2, grad_output.dim())])
+    grad_input, grad_weight, _ = aten.convolution_backward(
+        grad_output,
+        input,
+        weight,
+        bias_sizes,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        [output_mask[0], output_mask[1], False],
+    )
+    return grad_input, grad_weight, grad_bias
 
 
 def _native_group_norm_off_cpu(input, weight, bias, batch_size, num_channels, inner, groups, eps):
