@@ -1405,6 +1405,38 @@ def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_scr
     assert lines[-1] == "ExportedProgram True cuda"
 
 
+def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_outside_the_allocator(
+    tmp_script, tmp_path
+):
+    # AOTInductor's compile traced fake CUDA tensors (the driver's stream: the process aborted).
+    # Now: compiled on the host, its compile-time autotuning block run on the twin, the loaded
+    # model's constants in a cudaMalloc'd blob (not the allocator's), each call the wrapper's
+    # buffers: mm's (64, 2048) out (512 KiB, GELU in place), addmm's (64, 512) output (128 KiB)
+    package = tmp_path / "mlp.pt2"
+    script = tmp_script(
+        "import torch, os\n"
+        "lin = torch.nn.Linear\n"
+        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
+        "x = torch.randn(64, 512, device='cuda')\n"
+        "with torch.no_grad():\n"
+        "    m(x)\n"
+        "ep = torch.export.export(m, (x,))\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
+        "tuned = torch.cuda.max_memory_allocated() > base\n"
+        "runner = torch._inductor.aoti_load_package(path)\n"
+        "loaded = torch.cuda.memory_allocated() - base\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "y = runner(x)\n"
+        "print(os.path.exists(path), tuned, loaded, torch.cuda.max_memory_allocated() - base,\n"
+        "      torch.cuda.memory_allocated() - base, tuple(y.shape), y.device.type)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "True True 0 655360 131072 (64, 512) cuda"
+
+
 def test_exported_programs_run_decompositions_retraces_on_the_host(tmp_script):
     # `ep.run_decompositions()` traces the exported graph again with fake tensors, the GPU's CUDA
     # ones: their autograd metadata asked the driver for a stream and the process aborted

@@ -641,6 +641,9 @@ def patch(cap) -> _Patch:
     p.set(torch.export, "export", _compile.export_fn(torch.export.export, cap))
     ep_class = torch.export.ExportedProgram
     p.set(ep_class, "run_decompositions", _compile.run_decompositions_fn(ep_class.run_decompositions, cap))
+    from . import _aoti
+
+    _aoti.patch(p, cap)
     from . import _cudagraph_trees
 
     _cudagraph_trees.patch(p, cap)
