@@ -936,6 +936,21 @@ def test_jagged_linear_runs_addmm_on_its_values():
         assert lin.weight.grad.shape == (64, 64)
 
 
+def test_jagged_clone_of_a_narrowed_tensor_makes_its_lengths_on_the_device():
+    # `torch.nested.narrow(...).contiguous()` packs the tensor with holes through `jagged_from_list`,
+    # whose `torch.tensor(lengths, device=values.device)` ran with the twin's function mode popped
+    # (the program's call's handler) and reached the host's CUDA: "Found no NVIDIA driver"
+    with vramscope.capture():
+        x = torch.randn(4, 16, 8, device="cuda")
+        lengths = torch.tensor([3, 16, 5, 9], device="cuda")
+        nt = torch.nested.narrow(x, 1, 0, lengths, layout=torch.jagged)
+        before = torch.cuda.memory_allocated()
+        packed = nt.contiguous()
+        assert packed.values().shape == (33, 8) and packed.offsets().tolist() == [0, 3, 19, 24, 33]
+        # the packed values (33 x 8 floats) and the offsets (5 int64) stay, 512 bytes each
+        assert torch.cuda.memory_allocated() - before == 1536 + 512
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")

@@ -724,7 +724,31 @@ def patch(cap) -> _Patch:
         _recompute_under_modes(_ckpt._checkpoint_without_reentrant_generator, cap),
     )
     p.set(_ckpt.CheckpointFunction, "backward", _reentrant_backward_under_mode(_ckpt.CheckpointFunction, cap))
+    njt = importlib.import_module("torch.nested._internal.nested_tensor")
+    p.set(njt, "jagged_from_list", _under_function_mode(njt.jagged_from_list, cap))
     return p
+
+
+def _under_function_mode(real, cap):
+    """`jagged_from_list` (torch/nested/_internal/nested_tensor.py) under the capture's function mode.
+    A jagged tensor's `clone` to contiguous (`torch.nested.narrow(...).contiguous()`, ops.py
+    `clone_default`) calls it inside the op's dispatch, where the program's call has the mode popped,
+    and its `torch.tensor(lengths, device=values.device)` initializes the host's CUDA in C++ before
+    any dispatch (torch/csrc/utils/tensor_new.cpp) ("Found no NVIDIA driver"); the mode builds it
+    on the host and copies it, as for the program's own `as_nested_tensor`."""
+
+    def jagged_from_list(*args, **kwargs):
+        mode = cap._modes[0]
+        stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        if any(m is mode for m in stack):
+            return real(*args, **kwargs)
+        torch._C._push_on_torch_function_stack(mode)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            torch._C._pop_torch_function_stack()
+
+    return jagged_from_list
 
 
 def _reentrant_backward_under_mode(cls, cap):
