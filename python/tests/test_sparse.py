@@ -607,3 +607,21 @@ def test_cusparselt_compress_and_matmul_allocate_as_the_h200_measured():
         assert out.shape == (1024, 128) and out.is_contiguous()
         assert torch.cuda.memory_allocated() - base == 262144
         assert torch.cuda.max_memory_allocated() - base == 262144 + 131584
+
+
+def test_semi_structured_linear_under_inference_mode_takes_the_subclass_linear():
+    # inference mode drops the Autograd keys, whose composite is Linear.cpp's: a 3-D input that is not
+    # contiguous (a sparse linear's own output, strides (128, 1, 4096)) reaches the semi-structured
+    # weight's `semi_sparse_linear` whole, as PyTorch on meta tensors shows; the twin ran Linear.cpp's
+    # `matmul(input, weight.t())` out of the mode, and `weight.t()` raised "Cannot set version_counter
+    # for inference tensor" (blind261/jb04, a BERT's intermediate layer)
+    from torch.sparse import to_sparse_semi_structured
+
+    with vramscope.capture(gpu="h200"):
+        lin = torch.nn.Linear(768, 3072).half().cuda().eval()
+        lin.weight = torch.nn.Parameter(to_sparse_semi_structured(lin.weight.detach()))
+        with torch.inference_mode():
+            x = torch.empty(32, 768, 128, device="cuda", dtype=torch.float16)
+            x = x.as_strided((32, 128, 768), (128, 1, 4096))
+            y = lin(x)
+        assert y.shape == (32, 128, 3072)

@@ -24,6 +24,12 @@ aten = torch.ops.aten
 # differently, the CUDA path is reproduced here.
 
 
+def _python_subclass(t) -> bool:
+    """Whether `t` is a tensor subclass with its own `__torch_dispatch__` (a wrapper such as
+    `SparseSemiStructuredTensor`)."""
+    return isinstance(t, torch.Tensor) and type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__
+
+
 def linear(original):
     """`at::native::linear` (`aten/src/ATen/native/Linear.cpp`) as it runs for
     CUDA tensors: addmm for 2-D inputs, the flattened addmm for contiguous
@@ -36,6 +42,13 @@ def linear(original):
         if not registered_user(input) or bias is None:
             return original(input, weight, bias)
         if input.dim() == 2 or (input.is_contiguous() and (input.dim() == 3 or bias.dim() == 1)):
+            return original(input, weight, bias)
+        if torch.is_inference_mode_enabled() and any(map(_python_subclass, (weight, bias))):
+            # inference mode excludes the Autograd keys (c10/core/InferenceMode.h), whose
+            # CompositeImplicitAutograd kernel is Linear.cpp's: a tensor subclass's Python key takes
+            # `aten::linear` itself (a semi-structured weight's `semi_sparse_linear`,
+            # torch/sparse/_semi_structured_ops.py); its `weight.t()` out here would raise "Cannot
+            # set version_counter for inference tensor" (as PyTorch does for the program's own)
             return original(input, weight, bias)
         if not torch.is_autocast_enabled("cuda"):
             output = torch.matmul(input, weight.t())
