@@ -1,13 +1,14 @@
 """Resuming training from a torch.save checkpoint: a GPT-style model (d 1024, 8 blocks of 16 heads through
 SDPA, MLP 4096, vocab 32000, untied head; fp32) trained two steps by AdamW (foreach) at batch 8 x 512, its
-model and optimizer state dicts, the step and the CUDA RNG state written by torch.save to a file in a temporary
-directory. The process then "restarts": everything deleted and the cache emptied, a fresh model and optimizer
-built on the GPU, and the checkpoint read back with torch.load(map_location="cuda", weights_only=True): every
-storage comes back to the GPU (the host-saved step counts too), load_state_dict copies the weights, and
-Optimizer.load_state_dict adopts the restored moments as they are (already on the param's device and dtype);
-two more steps. Last, the common fine-tune start: the model rebuilt in bf16 on the GPU, the same checkpoint
-read with map_location="cpu" and mmap=True, the fp32 weights copied in (cast by copy_), the optimizer's fp32
-moments cast to bf16 on the GPU by load_state_dict (`_process_value_according_to_param_policy`), one step.
+model and optimizer state dicts, the step and the CUDA RNG state written by torch.save to a file in a
+temporary directory. The process then "restarts": everything deleted and the cache emptied, a fresh model
+and optimizer built on the GPU, and the checkpoint read back with torch.load(map_location="cuda",
+weights_only=True): every storage comes back to the GPU (the host-saved step counts too), load_state_dict
+copies the weights, and Optimizer.load_state_dict adopts the restored moments as they are (already on the
+param's device and dtype); two more steps. Last, the common fine-tune start: the model rebuilt in bf16 on
+the GPU, the same checkpoint read with map_location="cpu" and mmap=True, the fp32 weights copied in (cast
+by copy_), the optimizer's fp32 moments cast to bf16 on the GPU by load_state_dict
+(`_process_value_according_to_param_policy`), one step.
 
 No value-dependent sizes. 5 phases."""
 
@@ -83,7 +84,12 @@ train_steps(model, opt, 2)
 report("train_fp32_two_steps")
 
 torch.save(
-    {"model": model.state_dict(), "optim": opt.state_dict(), "step": 2, "cuda_rng": torch.cuda.get_rng_state()},
+    {
+        "model": model.state_dict(),
+        "optim": opt.state_dict(),
+        "step": 2,
+        "cuda_rng": torch.cuda.get_rng_state(),
+    },
     path,
 )
 report("torch_save_to_file")

@@ -1,22 +1,30 @@
-"""Hugging Face checkpoints written and read: a Llama-style model from a config (hidden 1024, 12 layers, GQA 16/4
-heads, SwiGLU 2816, vocab 32000, untied head) made on the GPU in bf16 and written by `save_pretrained` in
-shards of at most 100 MB (safetensors, copied to the host shard by shard), then read back by
-`from_pretrained(dir, dtype=torch.bfloat16, device_map="cuda")` (transformers 5: the caching-allocator warm-up
-of the model's bytes, the weights materialised on the GPU by the loader's thread pool), a bf16 forward under
-no_grad at 4 x 1024; then the usual two-step load: `from_pretrained(dir, dtype=torch.float16)` on the host and
-`model.to("cuda")`, the same forward; last a Mixtral-style MoE (8 experts of 1408, top-2, 4 layers of 1024)
-written by `save_pretrained` (per-expert tensors, the original format) and read with the loader made sequential
-(`HF_DEACTIVATE_ASYNC_LOAD=1`): each layer's experts materialised on the GPU, then stacked and concatenated into
-the fused expert tensors (transformers' `MergeModulelist` and `Concatenate` conversions), and a forward.
+"""Hugging Face checkpoints written and read: a Llama-style model from a config (hidden 1024, 12 layers, GQA
+16/4 heads, SwiGLU 2816, vocab 32000, untied head) made on the GPU in bf16 and written by `save_pretrained`
+in shards of at most 100 MB (safetensors, copied to the host shard by shard), then read back by
+`from_pretrained(dir, dtype=torch.bfloat16, device_map="cuda")` (transformers 5: the caching-allocator
+warm-up of the model's bytes, the weights materialised on the GPU by the loader's thread pool), a bf16
+forward under no_grad at 4 x 1024; then the usual two-step load: `from_pretrained(dir,
+dtype=torch.float16)` on the host and `model.to("cuda")`, the same forward; last a Mixtral-style MoE (8
+experts of 1408, top-2, 4 layers of 1024) written by `save_pretrained` (per-expert tensors, the original
+format) and read with the loader made sequential (`HF_DEACTIVATE_ASYNC_LOAD=1`): each layer's experts
+materialised on the GPU, then stacked and concatenated into the fused expert tensors (transformers'
+`MergeModulelist` and `Concatenate` conversions), and a forward.
 
-A phase that ends a model releases it and empties the cache before it reports. No value-dependent sizes. 5 phases."""
+A phase that ends a model releases it and empties the cache before it reports. No value-dependent sizes. 5
+phases."""
 
 import gc
 import os
 import tempfile
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
+)
 
 torch.manual_seed(2602)
 

@@ -1,14 +1,16 @@
-"""Loading a checkpoint into a model built on the meta device, the three ways PyTorch's "loading an nn.Module from a
-checkpoint" recipe and users write it. A decoder (d 1536, 6 blocks of 12 heads through SDPA, MLP 6144, vocab
-50304, the head tied to the token embedding; fp32) is trained one step by SGD with momentum at 8 x 512 and its
-state dict (both tied names over one storage) written by torch.save to a file. Then: (1) `torch.device("meta")`,
-`torch.load(mmap=True, map_location="cpu")`, `load_state_dict(sd, assign=True)` (each tied name wraps its own
-Parameter: the tie is gone) and `model.cuda()`, which copies the embedding twice, then re-tied by hand (one copy
-freed); (2) `to_empty(device="cuda")` and `load_state_dict(torch.load(..., map_location="cuda"))`, a second copy of
-every weight while the copy runs; (3) `torch.load(map_location="cuda", mmap=True)`, each tensor cast to bf16 on
-the GPU, `load_state_dict(assign=True)` and the tie restored, then bf16 inference under no_grad at 16 x 512.
+"""Loading a checkpoint into a model built on the meta device, the three ways PyTorch's "loading an nn.Module
+from a checkpoint" recipe and users write it. A decoder (d 1536, 6 blocks of 12 heads through SDPA, MLP
+6144, vocab 50304, the head tied to the token embedding; fp32) is trained one step by SGD with momentum at
+8 x 512 and its state dict (both tied names over one storage) written by torch.save to a file. Then: (1)
+`torch.device("meta")`, `torch.load(mmap=True, map_location="cpu")`, `load_state_dict(sd, assign=True)`
+(each tied name wraps its own Parameter: the tie is gone) and `model.cuda()`, which copies the embedding
+twice, then re-tied by hand (one copy freed); (2) `to_empty(device="cuda")` and
+`load_state_dict(torch.load(..., map_location="cuda"))`, a second copy of every weight while the copy runs;
+(3) `torch.load(map_location="cuda", mmap=True)`, each tensor cast to bf16 on the GPU,
+`load_state_dict(assign=True)` and the tie restored, then bf16 inference under no_grad at 16 x 512.
 
-Each phase ends with what it built released and the cache emptied. No value-dependent sizes. 5 phases."""
+The first three phases end with what they built released and the cache emptied. No value-dependent
+sizes. 5 phases."""
 
 import gc
 import os

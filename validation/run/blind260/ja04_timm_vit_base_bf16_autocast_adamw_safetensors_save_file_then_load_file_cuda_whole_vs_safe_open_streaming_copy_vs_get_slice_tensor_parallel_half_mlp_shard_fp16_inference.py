@@ -1,12 +1,12 @@
 """safetensors checkpoints read three ways into a timm ViT-B/16 (patch 16, 224 px, 12 blocks of 768, MLP 3072,
-1000 classes): the model trained two steps under bf16 autocast by AdamW (foreach) at batch 64, its state dict
-written by `safetensors.torch.save_file` (each tensor copied to the host). Then into a model built on the meta
-device and materialised by `to_empty(device="cuda")`: (1) `load_file(path, device="cuda")`, the whole checkpoint on
-the GPU beside the model, then `load_state_dict`; (2) `safe_open(path, framework="pt", device="cuda")` streamed
-one tensor at a time into the parameters by `copy_` (at most one checkpoint tensor beside the model); (3) a
-tensor-parallel rank's shard: a ViT with half-width MLPs (1536) whose fc1 rows and fc2 columns are read by
-`get_slice` (the first half of each), the other tensors whole; last, the first model in fp16 (`.half()`) for
-inference under no_grad at batch 128.
+1000 classes): the model trained two steps under bf16 autocast by AdamW (foreach) at batch 64, its state
+dict written by `safetensors.torch.save_file` (each tensor copied to the host). Then into a model built on
+the meta device and materialised by `to_empty(device="cuda")`: (1) `load_file(path, device="cuda")`, the
+whole checkpoint on the GPU beside the model, then `load_state_dict`; (2) `safe_open(path, framework="pt",
+device="cuda")` streamed one tensor at a time into the parameters by `copy_` (at most one checkpoint tensor
+beside the model); (3) a tensor-parallel rank's shard: a ViT with half-width MLPs (1536) whose fc1 rows and
+fc2 columns are read by `get_slice` (the first half of each), the other tensors whole; last, the first
+model in fp16 (`.half()`) for inference under no_grad at batch 128.
 
 Each load phase ends with its model released and the cache emptied. No value-dependent sizes. 5 phases."""
 

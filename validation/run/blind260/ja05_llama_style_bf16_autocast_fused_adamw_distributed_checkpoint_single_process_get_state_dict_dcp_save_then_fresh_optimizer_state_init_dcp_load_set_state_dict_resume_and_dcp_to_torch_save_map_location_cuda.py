@@ -1,12 +1,13 @@
 """torch.distributed.checkpoint in one process, without a process group (DCP saves and loads "in a single
-process"): a Llama-style decoder written by hand (d 1024, 10 blocks, RMSNorm, rotary, GQA 16/4 heads through SDPA,
-SwiGLU 2816, vocab 32000, untied; fp32 weights) trained two steps under bf16 autocast by fused AdamW at 8 x 1024.
-Its model and optimizer state come from `get_state_dict` (fully-qualified names) and go to a directory by
-`dcp.save`. A fresh model and optimizer then ask `get_state_dict` for the state to load into, which first
-initialises the optimizer's state by a step over zero gradients (`_init_optim_state`); `dcp.load` reads the
-checkpoint into those GPU tensors in place, `set_state_dict` puts it back, and training resumes for two steps.
-Last, `dcp_to_torch_save` turns the directory into one torch.save file (through the host), which is read back
-with `torch.load(map_location="cuda")` into a third, bf16 model for evaluation under no_grad.
+process"): a Llama-style decoder written by hand (d 1024, 10 blocks, RMSNorm, rotary, GQA 16/4 heads
+through SDPA, SwiGLU 2816, vocab 32000, untied; fp32 weights) trained two steps under bf16 autocast by
+fused AdamW at 8 x 1024. Its model and optimizer state come from `get_state_dict` (fully-qualified names)
+and go to a directory by `dcp.save`. A fresh model and optimizer then ask `get_state_dict` for the state to
+load into, which first initialises the optimizer's state by a step over zero gradients
+(`_init_optim_state`); `dcp.load` reads the checkpoint into those GPU tensors in place, `set_state_dict`
+puts it back, and training resumes for two steps. Last, `dcp_to_torch_save` turns the directory into one
+torch.save file (through the host), which is read back with `torch.load(map_location="cuda")` into a third,
+bf16 model for evaluation under no_grad.
 
 No value-dependent sizes. 5 phases."""
 
@@ -45,9 +46,17 @@ class Block(nn.Module):
     def __init__(self):
         super().__init__()
         self.attn_norm, self.mlp_norm = nn.RMSNorm(D), nn.RMSNorm(D)
-        self.q, self.k, self.v = nn.Linear(D, D, bias=False), nn.Linear(D, KV * HD, bias=False), nn.Linear(D, KV * HD, bias=False)
+        self.q, self.k, self.v = (
+            nn.Linear(D, D, bias=False),
+            nn.Linear(D, KV * HD, bias=False),
+            nn.Linear(D, KV * HD, bias=False),
+        )
         self.o = nn.Linear(D, D, bias=False)
-        self.gate, self.up, self.down = nn.Linear(D, F_, bias=False), nn.Linear(D, F_, bias=False), nn.Linear(F_, D, bias=False)
+        self.gate, self.up, self.down = (
+            nn.Linear(D, F_, bias=False),
+            nn.Linear(D, F_, bias=False),
+            nn.Linear(F_, D, bias=False),
+        )
 
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
