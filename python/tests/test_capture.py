@@ -1893,10 +1893,10 @@ def test_torch_compile_convolution_backward_sums_the_bias_gradient_as_for_cuda()
     from torch._inductor.utils import run_and_get_code
 
     with vramscope.capture():
-        conv = torch.nn.Conv2d(8, 16, 3).cuda()
-        x = torch.empty(2, 8, 10, 10, device="cuda", requires_grad=True)
-        out = torch.compile(conv)(x)
-        _, codes = run_and_get_code(lambda: out.sum().backward())
+        conv = torch.nn.Conv2d(7, 13, 3).cuda()
+        x = torch.empty(2, 7, 10, 10, device="cuda", requires_grad=True)
+        compiled = torch.compile(conv)
+        _, codes = run_and_get_code(lambda: compiled(x).sum().backward())
     backward = [c for c in codes if "convolution_backward" in c]
     assert len(backward) == 1
     assert "[True, True, False]" in backward[0]
@@ -1936,6 +1936,26 @@ def test_torch_compile_log_sigmoid_saves_no_buffer_as_for_cuda():
     )
     assert (out.shape, out.dtype) == ((64, 32), torch.bfloat16)
     assert buffer.numel() == 0
+
+
+def test_torch_compile_traced_tensors_read_the_gpus_device():
+    # dynamo's trace runs on the host, and `x.device` in the traced code read "cpu": transformers'
+    # rotary embeddings disable autocast for `x.device.type` around their fp32 frequencies, so CUDA
+    # autocast stayed on and cast them to bf16 (blind245/il01's forward wrapper: 299 of 304 lines apart
+    # from the H200's, 0 after; 3 of 5 phases exact -> 5)
+    def rotary(x, inv_freq, positions):
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            freqs = inv_freq[:, None].float() @ positions[None, :].float()
+        return x.is_cuda, freqs
+
+    with vramscope.capture():
+        x = torch.empty(4, 8, device="cuda")
+        inv_freq = torch.empty(32, device="cuda")
+        positions = torch.empty(16, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            is_cuda, freqs = torch.compile(rotary)(x, inv_freq, positions)
+    assert is_cuda
+    assert freqs.dtype == torch.float32
 
 
 def test_torch_compile_graph_inputs_put_parameters_first_as_without_hooks():

@@ -92,6 +92,22 @@ def _meta_tensor(original):
     return meta_tensor
 
 
+def _specialize_on_gpu(original):
+    """`TensorVariable.specialize` (torch/_dynamo/variables/tensor.py: the properties dynamo knows of a
+    traced tensor, which `x.device` and `x.is_cuda` in the traced code read) with the device the GPU's
+    trace has: a tensor traced on the host is the simulated GPU's, as every graph's values are
+    (`_relabel_graph`). transformers' rotary embeddings disable autocast for `x.device.type` around
+    their fp32 frequencies: read as "cpu", CUDA autocast stayed on and cast them to bf16."""
+
+    def specialize(value):
+        props = original(value)
+        if TRACING[0] and props.get("device") == _HOST:
+            props["device"] = torch.device("cuda", 0)
+        return props
+
+    return staticmethod(specialize)
+
+
 def _to_cuda(fake_mode, t):
     """A fake CUDA tensor with `t`'s sizes, strides, offset and dtype (`t` itself where it is not
     a fake tensor on the host)."""
@@ -1196,6 +1212,12 @@ def patch(p, cap) -> None:
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
+    from torch._dynamo.variables import tensor as tensor_variables
+
+    specialize = tensor_variables.TensorVariable.specialize
+    p.set(tensor_variables.TensorVariable, "specialize", _specialize_on_gpu(specialize))
+    # a Python number dynamo wraps as a tensor is the host's on the GPU too
+    p.set(tensor_variables.UnspecializedPythonVariable, "specialize", staticmethod(specialize))
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
     from torch._dynamo.variables.optimizer import OptimizerVariable
