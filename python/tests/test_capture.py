@@ -1472,6 +1472,31 @@ def test_exported_programs_run_decompositions_retraces_on_the_host(tmp_script):
     assert lines[-1] == "ExportedProgram cuda True"
 
 
+def test_run_decompositions_takes_the_gpus_sdpa_backend(tmp_script):
+    # sdpa is decomposed by its composite, which asks `_fused_sdp_choice` for its inputs: the
+    # GPU's fake CUDA tensors take the CUDA choice (attention.cpp `_fused_sdp_choice_meta`), where
+    # the host's retrace took the math path (bmm, softmax: the (B, H, T, T) scores allocated)
+    script = tmp_script(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "class A(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.qkv = torch.nn.Linear(512, 1536)\n"
+        "    def forward(self, x):\n"
+        "        q, k, v = self.qkv(x).view(4, 256, 3, 8, 64).permute(2, 0, 3, 1, 4)\n"
+        "        return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "m = A().cuda().to(torch.bfloat16)\n"
+        "x = torch.randn(4, 256, 512, device='cuda', dtype=torch.bfloat16)\n"
+        "ep = torch.export.export(m, (x,)).run_decompositions()\n"
+        "ops = {str(n.target) for n in ep.graph.nodes if n.op == 'call_function'}\n"
+        "print('aten.bmm.default' in ops, any('_scaled_dot_product_' in o for o in ops))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "False True"
+
+
 def test_torch_compile_dynamic_logical_not_of_a_bool_mask_compiles():
     # with symbolic sizes fake tensors take Python decompositions: `torch._refs.logical_not` of a
     # bool tensor is `~a`, whose binding sets a CUDA device guard, which needs a driver: the graph

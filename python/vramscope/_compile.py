@@ -515,22 +515,46 @@ def _sdpa_nodes(cap, gm) -> None:
     """`F.scaled_dot_product_attention` in a dynamo graph and its subgraphs (a checkpointed
     region's body, `tag_activation_checkpoint`): the kernel the simulated GPU picks
     (`_attention.sdpa`, traced), where AOTAutograd on the host would take the CPU's."""
-    sdpa = torch._C._nn.scaled_dot_product_attention
+    _sdpa_targets(cap, gm)
+
+
+#: `F.scaled_dot_product_attention` as a graph's node calls it: dynamo's graphs the function, an
+#: exported program's the op (`aten.scaled_dot_product_attention.default`)
+_SDPA_TARGETS = (
+    torch._C._nn.scaled_dot_product_attention,
+    torch.ops.aten.scaled_dot_product_attention.default,
+)
+
+
+def _sdpa_targets(cap, gm) -> list:
+    """`_sdpa_nodes`' replacement of the sdpa nodes of `gm` and its subgraphs; returns the nodes
+    changed and their targets (`_restore_targets` puts them back)."""
 
     def traced(*args, **kwargs):
         return _attention.sdpa(cap, args, kwargs, traced=True)
 
     traced.__name__ = "scaled_dot_product_attention"
+    changed = []
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
-        changed = False
-        for node in module.graph.nodes:
-            if node.op == "call_function" and node.target is sdpa:
-                node.target = traced
-                changed = True
-        if changed:
+        here = [
+            node for node in module.graph.nodes if node.op == "call_function" and node.target in _SDPA_TARGETS
+        ]
+        for node in here:
+            changed.append((module, node, node.target))
+            node.target = traced
+        if here:
             module.recompile()
+    return changed
+
+
+def _restore_targets(changed) -> None:
+    """The nodes `_sdpa_targets` changed, their targets back."""
+    for _module, node, target in changed:
+        node.target = target
+    for module in {id(m): m for m, _, _ in changed}.values():
+        module.recompile()
 
 
 class backend:
@@ -1056,6 +1080,9 @@ def run_decompositions_fn(original, cap):
         saved = [(n, n.meta["val"]) for n in self.graph.nodes if n.op == "placeholder" and "val" in n.meta]
         for node, val in saved:
             node.meta["val"] = _to_host(val)
+        # sdpa decomposes by the backend the GPU picks for its inputs (the host's fake tensors
+        # would take the CPU's math path): `_attention.sdpa` on the retrace's fake tensors
+        changed = _sdpa_targets(cap, self.graph_module)
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
         try:
@@ -1067,6 +1094,7 @@ def run_decompositions_fn(original, cap):
             cap.compiled_depth -= 1
             for node, val in saved:
                 node.meta["val"] = val
+            _restore_targets(changed)
         _relabel_graph(ep.graph_module)
         return ep
 
