@@ -1497,6 +1497,29 @@ def test_run_decompositions_takes_the_gpus_sdpa_backend(tmp_script):
     assert lines[-1] == "False True"
 
 
+def test_run_decompositions_of_a_graph_with_a_dtype_conversion_checks_the_gpus_device(tmp_script):
+    # `Tensor.to(dtype)` in an exported graph records `_assert_tensor_metadata(device=cuda:0)`; the
+    # host's retrace checked its host fake tensor against it ("Tensor device mismatch! Expected:
+    # cuda:0, Got: cpu")
+    script = tmp_script(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(256, 256)\n"
+        "    def forward(self, x, keep):\n"
+        "        return self.lin(x) * keep[..., None].to(x.dtype)\n"
+        "m = M().cuda()\n"
+        "x = torch.randn(8, 32, 256, device='cuda')\n"
+        "keep = torch.ones(8, 32, dtype=torch.bool, device='cuda')\n"
+        "ep = torch.export.export(m, (x, keep)).run_decompositions()\n"
+        "print(ep.module()(x, keep).device.type)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "cuda"
+
+
 def test_torch_compile_dynamic_logical_not_of_a_bool_mask_compiles():
     # with symbolic sizes fake tensors take Python decompositions: `torch._refs.logical_not` of a
     # bool tensor is `~a`, whose binding sets a CUDA device guard, which needs a driver: the graph

@@ -1040,6 +1040,21 @@ def _invert(original):
     return invert
 
 
+def _assert_metadata_on_host(original):
+    """The fake kernel of `aten._assert_tensor_metadata` (torch/_subclasses/fake_impls.py), which an
+    exported graph's `Tensor.to` records with the GPU's device: while a graph is traced again on the
+    host (`run_decompositions_fn`, AOTInductor), the host's fake tensor stands for the GPU's and
+    its device is not the one checked (the check raised "Tensor device mismatch! Expected: cuda:0,
+    Got: cpu")."""
+
+    def assert_metadata(fake_mode, func, t, *args, device=None, **kwargs):
+        if TRACING[0] and device is not None and torch.device(device).type == "cuda" and t.device == _HOST:
+            device = None
+        return original(fake_mode, func, t, *args, device=device, **kwargs)
+
+    return assert_metadata
+
+
 def export_fn(original, cap):
     """`torch.export.export` while capturing: traced as a compiled region is (`_region`: fake tensors
     on the host, where a fake CUDA tensor's autograd metadata asks the driver for a stream), then the
@@ -1290,6 +1305,13 @@ def patch(p, cap) -> None:
             ),
         )
     p.set(torch._C, "_cuda_getCurrentRawStream", lambda device=0: 0)
+    from torch._subclasses import fake_impls
+
+    # (the lookup `dispatch_to_op_implementations_dict` makes reads the module's dict at each call)
+    table = dict(fake_impls.op_implementations_dict)
+    check = torch.ops.aten._assert_tensor_metadata.default
+    table[check] = _assert_metadata_on_host(table[check])
+    p.set(fake_impls, "op_implementations_dict", table)
     p.set(torch.Tensor, "__invert__", _invert(torch.Tensor.__invert__))
     p.when_imported(
         "torch._inductor.async_compile",
