@@ -2412,6 +2412,29 @@ def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     assert "thread-blas" not in cap.warned
 
 
+def test_distributed_checkpoint_threads_copy_the_program_s_tensors_on_the_twin(tmp_path):
+    # DCP's writer threads (`FileSystemWriter(thread_count=2)`) and `async_save`'s upload thread copy
+    # the program's tensors to the host (filesystem.py `_write_files_from_queue`); PyTorch starts
+    # them, and the twin left them outside its modes: the copy raised "Cannot copy out of meta
+    # tensor" in the writer thread, and the upload thread's `torch.cuda.stream` found no capture
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with vramscope.capture():
+        sd = {f"w{i}": torch.empty(1024, 256, device="cuda") for i in range(4)}  # 1 MiB each
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp_path / "t"), thread_count=2))
+            dcp.async_save(sd, checkpoint_id=str(tmp_path / "a")).result()
+            for d in ("t", "a"):
+                back = {k: torch.empty_like(v) for k, v in sd.items()}
+                dcp.load(back, checkpoint_id=str(tmp_path / d))
+                del back
+        assert torch.cuda.memory_allocated() == 4 * MIB
+        assert torch.cuda.max_memory_allocated() == 8 * MIB
+
+
 def test_a_thread_of_the_program_s_own_takes_a_cublas_handle_and_workspace_of_its_own():
     # CublasHandlePool.cpp: each host thread reserves a handle in its pool window (the H200 history
     # of blind232/hx04: a third 32 MiB workspace at `generate()` on a thread, after the program's

@@ -15,7 +15,8 @@ modes are pushed, and its current stream is its own (`Capture.stream`). Its ops 
 one at a time with the other threads' (`Capture.lock`: the twin's Python state is shared); on
 the GPU they interleave under the allocator's mutex in an order set by timing, which the twin
 takes from Python's thread switches. The threads PyTorch starts itself (the DataLoader's
-pin-memory thread, Inductor's compile workers) are left as they were (`_dataloader.py`)."""
+pin-memory thread, Inductor's compile workers) are left as they were (`_dataloader.py`), but for
+torch.distributed.checkpoint's writer and upload threads, which copy the program's tensors."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ _STDLIB = os.path.dirname(threading.__file__)
 _TORCH = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _EXAMPLES = os.path.join(_HERE, "examples")
+#: torch.distributed.checkpoint's threads copy the program's tensors to the host: the writer threads
+#: of `FileSystemWriter(thread_count=N)` (filesystem.py `_write_data`: `tensor.cpu()` of each GPU
+#: tensor) and `async_save`'s upload thread (`_ThreadBasedAsyncCheckpointExecutor`), as a thread of
+#: the program's own would
+_DCP = os.path.join(_TORCH, "distributed", "checkpoint") + os.sep
 
 
 def _started_by_program(frame) -> bool:
@@ -43,6 +49,8 @@ def _started_by_program(frame) -> bool:
     if frame is None:
         return False
     fn = frame.f_code.co_filename
+    if fn.startswith(_DCP):
+        return True
     if fn.startswith(_TORCH):
         return False
     return not fn.startswith(_HERE) or fn.startswith(_EXAMPLES)
