@@ -123,6 +123,29 @@ def test_torch_load_to_the_gpu_keeps_a_small_host_tensor_s_values():
         assert opt.state[w]["step"].item() == 3.0
 
 
+def test_torch_save_writes_the_values_a_cuda_tensor_carries():
+    # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
+    # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused
+    # AdamW's `step` counts, a counter buffer) came back as zeros. Views keep their offsets; the
+    # legacy format writes the same bytes, and torch.load to the GPU keeps them (zipfile format)
+    import io
+
+    with vramscope.capture():
+        a = torch.tensor([5.0, 7.0, 9.0], device="cuda")
+        b = torch.zeros(4, device="cuda") + 3
+        for legacy in (False, True):
+            buf = io.BytesIO()
+            torch.save({"a": a, "tail": a[1:], "b": b}, buf, _use_new_zipfile_serialization=not legacy)
+            buf.seek(0)
+            c = torch.load(buf, map_location="cpu")
+            assert c["a"].tolist() == [5.0, 7.0, 9.0] and c["tail"].tolist() == [7.0, 9.0]
+            assert c["b"].tolist() == [3.0] * 4
+            if not legacy:  # (the legacy format restores a storage before it reads its bytes)
+                buf.seek(0)
+                g = torch.load(buf)
+                assert g["tail"].is_cuda and g["tail"][0].item() == 7.0
+
+
 def test_torch_save_legacy_format_writes_a_cuda_storage_through_the_host():
     # `_use_new_zipfile_serialization=False` writes each storage by `_write_file`, which copies a
     # CUDA storage to the host (serialization.cpp `THPStorage_writeFileRaw`: no device block);

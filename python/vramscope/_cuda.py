@@ -699,7 +699,9 @@ def patch(cap) -> _Patch:
     p.set(torch._utils, "_rebuild_tensor", _rebuild_tensor(torch._utils._rebuild_tensor, cap, restored))
     p.set(torch.UntypedStorage, "_write_file", _storage_write_file(torch.UntypedStorage._write_file, cap))
     p.set(torch.serialization, "location_tag", _location_tag(torch.serialization.location_tag, cap))
-    p.set(torch._utils, "_get_obj_state", _obj_state(torch._utils._get_obj_state))
+    pickled: dict = {}
+    p.set(torch._utils, "_get_obj_state", _obj_state(torch._utils._get_obj_state, pickled))
+    p.set(torch.UntypedStorage, "cpu", _storage_cpu(torch.UntypedStorage.cpu, cap, pickled))
     p.set(cuda.memory, "mem_get_info", mem_get_info)
     p.set(cuda, "mem_get_info", mem_get_info)
     p.set(cuda.memory, "_lazy_init", lambda *a, **k: None)
@@ -1270,6 +1272,41 @@ def _storage_write_file(original, cap):
     return _write_file
 
 
+def _contiguous_strides(size) -> tuple:
+    """The strides of a contiguous tensor of `size`."""
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _storage_cpu(original, cap, pickled):
+    """`UntypedStorage.cpu()` of a simulated storage, which torch.save writes (serialization.py
+    `_save`: `storage.cpu()` of each storage not on the host; the legacy format's `_write_file`): the
+    host copy holds the values that the tensors pickled over it carry (`_obj_state`), as the GPU's
+    copy holds the device's bytes; the rest reads as zeros, as any copy of values the twin does not
+    compute. A fused or capturable optimizer's `step` counts on the GPU come back with their values."""
+
+    def cpu(self):
+        entry = pickled.pop(getattr(self, "_cdata", None), None) if cap.active else None
+        if entry is None or entry[0]() is None:
+            return original(self)
+        nbytes = self.nbytes()
+        whole = any(
+            offset == 0 and v.numel() * v.element_size() == nbytes and stride == _contiguous_strides(size)
+            for offset, size, stride, v in entry[1]
+        )
+        # a tensor over all of the storage holds every byte: no byte the twin does not know is read
+        host = torch.zeros(nbytes, dtype=torch.uint8).untyped_storage() if whole else original(self)
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            for offset, size, stride, v in entry[1]:
+                torch.empty((0,), dtype=v.dtype).set_(host, offset, size, stride).copy_(v)
+        return host
+
+    return cpu
+
+
 def _location_tag(original, cap):
     """`torch.save`'s location of a storage (serialization.py `location_tag`): a simulated storage
     is a CUDA one, tagged "cuda:0" as `_backend_tag` tags it on the GPU, so that `torch.load`
@@ -1284,11 +1321,13 @@ def _location_tag(original, cap):
     return location_tag
 
 
-def _obj_state(original):
+def _obj_state(original, pickled):
     """A tensor's pickled Python state (torch/_utils.py `_get_obj_state`, which `Tensor.__reduce_ex__`
     saves beside the storage) without the twin's own attributes (`_vs_val`, `_vs_assumed`): on the
     GPU a plain tensor has none, so torch.save writes no second storage for its values (a CPU one
-    that `map_location="cuda"` would put on the GPU, blind134/ed01)."""
+    that `map_location="cuda"` would put on the GPU, blind134/ed01). A simulated tensor that
+    carries values notes them in `pickled`, by its storage, for the storage's host copy that
+    torch.save writes next (`_storage_cpu`)."""
 
     def _get_obj_state(obj):
         state = original(obj)
@@ -1298,6 +1337,14 @@ def _obj_state(original):
         if isinstance(d, dict) and any(k.startswith("_vs_") for k in d):
             d = {k: v for k, v in d.items() if not k.startswith("_vs_")}
             state = (d, *state[1:]) if isinstance(state, tuple) else d
+        v = _value(obj)
+        if v is not None and is_ours(obj):
+            storage = obj.untyped_storage()
+            key = storage._cdata
+            entry = pickled.get(key)
+            if entry is None:
+                entry = pickled[key] = (weakref.ref(storage, lambda _r, key=key: pickled.pop(key, None)), [])
+            entry[1].append((obj.storage_offset(), tuple(obj.shape), obj.stride(), v))
         return state
 
     return _get_obj_state
