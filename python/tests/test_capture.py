@@ -1747,6 +1747,36 @@ def test_torch_compile_checkpointed_attention_takes_graph_safe_rng_states():
     assert cap.report()["unmeasured"] == []
 
 
+def test_compiled_autograd_traces_on_the_host_and_runs_its_graph_on_the_twin():
+    # `loss.backward()` under compiled autograd (torch/_dynamo/compiled_autograd.py): the engine
+    # hands `begin_capture` the graph's tensors, which became fake tensors of the meta device (a
+    # simulated tensor is a meta tensor to C++), and the root gradient's `validate_outputs`
+    # metadata said meta where the capture's other fakes were the host's ("Unhandled FakeTensor
+    # Device Propagation ... meta, cpu": the backward failed). Now the capture is traced on the
+    # host and Inductor's wrapper runs on the twin, on the thread that called backward (engine.cpp
+    # `Engine::execute`), whose cuBLAS workspace the forward made: after the backward only the
+    # gradients are new (the saved activations freed, no device thread's 32 MiB workspace)
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    with vramscope.capture() as cap:
+        lin1 = torch.nn.Linear(256, 1024).cuda()  # 1 MiB + 4 KiB
+        lin2 = torch.nn.Linear(1024, 256).cuda()  # 1 MiB + 1 KiB
+        x = torch.randn(512, 256, device="cuda")
+        lin2(torch.relu(lin1(x)))  # the main thread's cuBLAS workspace
+        base = torch.cuda.memory_allocated()
+        loss = lin2(torch.relu(lin1(x))).square().mean()
+        captures = torch._dynamo.utils.counters["compiled_autograd"]["captures"]
+        with compiled_autograd._enable(torch.compile(backend="inductor")):
+            loss.backward()
+        del loss
+        assert torch._dynamo.utils.counters["compiled_autograd"]["captures"] == captures + 1
+        assert lin1.weight.grad.device.type == "cuda" and lin2.bias.grad.shape == (256,)
+        assert torch.cuda.memory_allocated() - base == (1 << 20) + 4096 + (1 << 20) + 1024
+    assert cap.report()["unmeasured"] == []
+    torch._dynamo.reset()
+
+
 def test_torch_compile_drop_path_bernoulli_decomposes_as_for_the_gpu():
     # timm's drop path, `x.new_empty(shape).bernoulli_(keep)`: Inductor's decomposition makes it
     # `rand_like < p` for a CUDA tensor but leaves it an op on the CPU (decompositions_for_rng.py),

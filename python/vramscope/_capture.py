@@ -92,6 +92,17 @@ _USER_FILES: dict = {}
 GENERATED: list[str] = []
 
 
+def _on_engine_thread() -> bool:
+    """Whether the current op runs on the autograd engine's device thread: inside a backward pass
+    (a graph task), unless compiled autograd runs it, which the engine calls on the thread that
+    called backward (engine.cpp `Engine::execute` calls `compiled_autograd` before queuing any work
+    to the device threads; its runtime wrapper sets `in_compiled_autograd_region`)."""
+    if torch._C._current_graph_task_id() == -1:
+        return False
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    return ca is None or not ca.in_compiled_autograd_region
+
+
 def _user_frame():
     """The innermost frame outside torch and vramscope (its examples are programs; None if
     there is none). On the twin's autograd device thread the walk goes on from the frame that
@@ -2150,7 +2161,7 @@ class Capture:
     def thread(self) -> str:
         """The host thread running the current op: the autograd engine's
         device thread during backward, else the program's."""
-        if torch._C._current_graph_task_id() != -1:
+        if _on_engine_thread():
             return "autograd"
         return "main"
 
@@ -2162,7 +2173,7 @@ class Capture:
         reused handle reuses its workspace. The program's main thread and the autograd engine's
         device thread never end: a new handle of theirs is their own (0), one of the program's
         own threads is numbered from 1."""
-        if torch._C._current_graph_task_id() != -1:
+        if _on_engine_thread():
             key = "autograd"
         else:
             t = threading.current_thread()

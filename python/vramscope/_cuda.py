@@ -638,6 +638,9 @@ def patch(cap) -> _Patch:
 
     p.set(torch, "compile", _compile.compile_fn(torch.compile, cap))
     _compile.patch(p, cap)
+    from . import _compiled_autograd
+
+    _compiled_autograd.patch(p, cap)
     p.set(torch.export, "export", _compile.export_fn(torch.export.export, cap))
     ep_class = torch.export.ExportedProgram
     p.set(ep_class, "run_decompositions", _compile.run_decompositions_fn(ep_class.run_decompositions, cap))
