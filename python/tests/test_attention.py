@@ -166,6 +166,21 @@ def test_flex_attention_score_mod_indexing_a_cuda_tensor_runs_eagerly():
         assert q.grad is not None and q.grad.shape == q.shape
 
 
+def test_flex_attention_eager_backward_returns_a_captured_bias_gradient():
+    # a score_mod reading a learnable bias (`bias[h, i - j + 127]`, requires grad): its joint graph
+    # holds `flex_lib::zeros_and_scatter`, whose batching rule the backward's vmap runs; traced over
+    # the simulated tensors under the twin's dispatch mode it held the op's parts (`zeros(device=
+    # cpu)`, `index_put`) and the backward stopped in functorch ("batched == nullptr")
+    from torch.nn.attention.flex_attention import flex_attention
+
+    with vramscope.capture(gpu="h200"):
+        q = torch.randn(1, 2, 128, 64, device="cuda", requires_grad=True)
+        bias = torch.zeros(2, 255, device="cuda", requires_grad=True)
+        out = flex_attention(q, q, q, score_mod=lambda s, b, h, i, j: s + bias[h, i - j + 127])
+        out.sum().backward()
+        assert bias.grad is not None and bias.grad.shape == (2, 255) and bias.grad.is_cuda
+
+
 def test_math_attentions_causal_bool_mask_dies_as_its_additive_mask_is_made():
     # blind88/cj05: 3-D fp16 q, k, v (16, 1800, 128) under inference mode, is_causal, take the math
     # path; `attn_mask = convert_boolean_attn_mask(attn_mask, ...)` (attention.cpp) frees the

@@ -152,6 +152,55 @@ def _materialize_on_host(original):
     return materialize
 
 
+def _flex_graphs_on_host(original):
+    """flex_attention's `create_fw_bw_graph` (torch/_higher_order_ops/flex_attention.py: eager
+    flex_attention under autograd traces the score_mod's forward and joint graphs with `make_fx`
+    over fake copies of its example values and captured buffers) for simulated tensors: traced over
+    fake tensors on the host without the twin's dispatch mode, as dynamo's graphs are, then
+    relabelled cuda. Over the simulated (meta) tensors, with that mode above make_fx's, a custom op
+    ran its implementation in the trace (`_custom`): a captured buffer's gradient
+    (`flex_lib::zeros_and_scatter`, which the backward's vmap runs through its batching rule, once
+    over the unbatched gradient) became `zeros(device=cpu)` and `index_put` in the joint graph, and
+    the backward stopped in functorch ("batched == nullptr")."""
+
+    def create(score_mod, index_values, other_buffers):
+        values = [*index_values, *other_buffers]
+        if not any(_tensor.registered(t) for t in values if isinstance(t, torch.Tensor)):
+            # dynamo's trace of the program's call: fake tensors on the host already
+            return original(score_mod, index_values, other_buffers)
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+        def host(t):
+            if not (isinstance(t, torch.Tensor) and _tensor.registered(t)):
+                return t
+            with fake_mode:
+                return torch.empty_strided(
+                    t.shape, t.stride(), dtype=t.dtype, device=_HOST, requires_grad=t.requires_grad
+                )
+
+        with torch._C.DisableTorchFunction():
+            index_host = tuple(host(t) for t in index_values)
+            buffers_host = tuple(host(t) for t in other_buffers)
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        TRACING[0] += 1
+        try:
+            # the twin's dispatch mode, above make_fx's proxy mode, would run a custom op's
+            # implementation on the fake tensors (`_custom`) and the graph would hold its parts
+            with _disable_current_modes():
+                graphs = original(score_mod, index_host, buffers_host)
+        finally:
+            TRACING[0] -= 1
+        for gm in graphs:
+            if isinstance(gm, torch.fx.GraphModule):
+                _relabel_graph(gm, fake_mode)
+        return graphs
+
+    return create
+
+
 def _relabel_graph(gm, fake_mode=None) -> None:
     """The values a graph's nodes carry and its factories' `device=` arguments, host to cuda."""
     from torch._guards import detect_fake_mode
@@ -1294,7 +1343,10 @@ def patch(p, cap) -> None:
     p.when_imported("torch.nn.attention.flex_attention", flex_front_end)
     p.when_imported(
         "torch._higher_order_ops.flex_attention",
-        lambda hop: p.set(hop, "_permute_strides", _permute_strides(hop._permute_strides)),
+        lambda hop: (
+            p.set(hop, "_permute_strides", _permute_strides(hop._permute_strides)),
+            p.set(hop, "create_fw_bw_graph", _flex_graphs_on_host(hop.create_fw_bw_graph)),
+        ),
     )
     for name in ("cond", "map", "associative_scan", "scan", "while_loop"):
         p.when_imported(
