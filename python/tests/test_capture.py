@@ -1475,6 +1475,27 @@ def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_ou
     assert lines[-1] == "True True 0 655360 131072 (64, 512) cuda"
 
 
+def test_aoti_compile_of_a_batchnorm_graph_propagates_its_constants_as_fake_tensors(tmp_script, tmp_path):
+    # an eval BatchNorm's `add(running_var, eps)` has only a constant and a number: FakeTensorMode
+    # ran it on the program's tensor for real, outside the capture ("Found no NVIDIA driver")
+    package = tmp_path / "cnn.pt2"
+    script = tmp_script(
+        "import torch\n"
+        "nn = torch.nn\n"
+        "m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()).cuda().eval()\n"
+        "x = torch.randn(2, 3, 32, 32, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
+        "runner = torch._inductor.aoti_load_package(path)\n"
+        "with torch.inference_mode():\n"
+        "    y = runner(x)\n"
+        "print(tuple(y.shape), y.device.type)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "(2, 16, 32, 32) cuda"
+
+
 def test_exported_programs_run_decompositions_retraces_on_the_host(tmp_script):
     # `ep.run_decompositions()` traces the exported graph again with fake tensors, the GPU's CUDA
     # ones: their autograd metadata asked the driver for a stream and the process aborted

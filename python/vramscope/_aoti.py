@@ -245,9 +245,11 @@ def compile_and_package_fn(original, cap):
         try:
             # traced without the capture's modes, as dynamo's compile is (`_with_modes` puts them
             # back where the compile runs ops of the GPU's)
+            _COMPILING[0] = True
             with _pop_mode_temporarily(), _disable_current_modes():
                 files = aot_compile(gm, call_args, call_kwargs, options=options)
         finally:
+            _COMPILING[0] = False
             _compile.TRACING[0] = previous
             cap.compiled_depth -= 1
             for node, val in saved:
@@ -279,6 +281,32 @@ def load_package_fn(original, cap):
         return original(path, model_name, run_single_threaded, num_runners, device_index)
 
     return load_package
+
+
+#: set while `aoti_compile_and_package` compiles (`compile_and_package`)
+_COMPILING = [False]
+
+
+def _fake_constants(original):
+    """`FakeTensorProp`'s `get_attr` (an `Interpreter`'s) while AOTInductor compiles: a constant of
+    the graph (a parameter or buffer the AOT graph keeps as an attribute) as a fake tensor. The
+    program's own tensor there makes an op of constants and numbers alone (`add(running_var, eps)`
+    of a BatchNorm) run for real (FakeTensorMode's constant propagation, fake_tensor.py), outside
+    the capture's modes here: it reached the host's CUDA. On the GPU that op's result is a transient
+    of a few hundred bytes during the compile, not made here."""
+
+    def get_attr(self, target, args, kwargs):
+        value = original(self, target, args, kwargs)
+        if (
+            _COMPILING[0]
+            and isinstance(value, torch.Tensor)
+            and not isinstance(value, torch._subclasses.fake_tensor.FakeTensor)
+            and value.is_cuda
+        ):
+            return self._mode.from_tensor(value, static_shapes=True)
+        return value
+
+    return get_attr
 
 
 def _with_modes(cap, original):
@@ -349,6 +377,10 @@ def patch(p, cap) -> None:
 
         p.set(compile_fx, "_extract_inputs_from_exported_gm", extract_inputs)
         p.set(compile_fx, "_unlift_graph", _with_modes(cap, compile_fx._unlift_graph))
+
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    p.set(FakeTensorProp, "get_attr", _fake_constants(FakeTensorProp.get_attr))
 
     p.when_imported("torch._inductor.compile_fx", compile_fx_patch)
 
