@@ -1475,6 +1475,29 @@ def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_ou
     assert lines[-1] == "True True 0 655360 131072 (64, 512) cuda"
 
 
+def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blob(tmp_script, tmp_path):
+    # `aot_inductor.weight_use_caching_allocator` compiles RAII_gpuMalloc as the caching allocator's
+    # raw_alloc of the whole blob: each constant's storage rounded up to 64 bytes (model_base.h),
+    # 4 MiB + 8 KiB + 4 MiB + 2 KiB here, in memory_allocated once the package is loaded
+    package = tmp_path / "mlp.pt2"
+    script = tmp_script(
+        "import torch\n"
+        "lin = torch.nn.Linear\n"
+        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
+        "x = torch.randn(64, 512, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        "options = {'aot_inductor.weight_use_caching_allocator': True}\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r},\n"
+        "    inductor_configs=options)\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "runner = torch._inductor.aoti_load_package(path)\n"
+        "print(torch.cuda.memory_allocated() - base)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == str(4 * 2**20 + 8192 + 4 * 2**20 + 2048)
+
+
 def test_aoti_compile_of_a_batchnorm_graph_propagates_its_constants_as_fake_tensors(tmp_script, tmp_path):
     # an eval BatchNorm's `add(running_var, eps)` has only a constant and a number: FakeTensorMode
     # ran it on the program's tensor for real, outside the capture ("Found no NVIDIA driver")

@@ -13,8 +13,9 @@ and its Triton kernels launch with the configs chosen at compile time (no autotu
 
 The loaded model's constants are a copy of the weights in one blob that `AOTInductorModelBase::load_constants`
 (torch/csrc/inductor/aoti_runtime/model_base.h) takes with `cudaMalloc`, outside the caching allocator
-(unless `aot_inductor.weight_use_caching_allocator`): it is not in `memory_allocated()` or
-`memory_reserved()`; the twin holds the copy as tensors it does not allocate.
+(with `aot_inductor.weight_use_caching_allocator`, one raw allocation of the caching allocator): it is
+not in `memory_allocated()` or `memory_reserved()`; the twin holds the copy as tensors it does not
+allocate.
 """
 
 from __future__ import annotations
@@ -35,9 +36,14 @@ _BY_LIBRARY: dict[str, _Model] = {}
 class _Model:
     """One compiled graph: the Python wrapper's module that runs it, its constants, its call spec."""
 
-    def __init__(self, module, constants: dict, in_spec: str, out_spec: str):
+    def __init__(
+        self, module, constants: dict, in_spec: str, out_spec: str, blob_size: int = 0, caching=False
+    ):
         self.module, self.constants = module, constants
         self.in_spec, self.out_spec = in_spec, out_spec
+        #: the constant blob's bytes, and whether the caching allocator gives it
+        #: (`aot_inductor.weight_use_caching_allocator`, compiled in as a macro: cpp_builder.py)
+        self.blob_size, self.caching = blob_size, caching
 
 
 def _spec(t: torch.Tensor) -> torch.Tensor:
@@ -73,6 +79,9 @@ class _Loader:
         # the container loads the constants once (`AOTInductorModelContainer`'s constructor,
         # model_container.h: `load_constants` into the blob), shared by its `num_runners` models
         self.constants = {name: _blob_copy(cap, t) for name, t in model.constants.items()}
+        # `RAII_gpuMalloc` (model_base.h): cudaMalloc, or with the caching-allocator macro one raw
+        # allocation of the whole blob (`aoti_torch_cuda_caching_allocator_raw_alloc`)
+        self.blob = cap.malloc(model.blob_size, "aoti::constant_blob", "parameter") if model.caching else None
 
     def get_call_spec(self):
         return [self.model.in_spec, self.model.out_spec]
@@ -181,11 +190,13 @@ def _aot_code_compile(original):
 
         # the weights go into the library (`_to_bytes`): the model keeps their sizes, the program's
         # tensors are not held (deleting the module after the compile frees them, as on the GPU)
-        constants = {
-            name: _spec(value)
-            for name, value in graph.constants.items()
-            if name not in graph.folded_constants
-        }
+        kept = {name: value for name, value in graph.constants.items() if name not in graph.folded_constants}
+        constants = {name: _spec(value) for name, value in kept.items()}
+        # `compute_constant_blob` (model_base.h): each constant's storage (`data_size`, its
+        # `untyped_storage().nbytes()`: cpp_wrapper_cpu.py) rounded up to 64 bytes
+        blob_size = sum(
+            -(-value.untyped_storage().nbytes() // 64) * 64 for value in kept.values() if value.is_cuda
+        )
         for name in graph.constants:
             setattr(module, name, constants.get(name))
         model = _Model(
@@ -193,6 +204,8 @@ def _aot_code_compile(original):
             constants,
             config.aot_inductor.serialized_in_spec,
             config.aot_inductor.serialized_out_spec,
+            blob_size,
+            config.aot_inductor.weight_use_caching_allocator,
         )
         key = code_hash(wrapper_code)
         _, _, library = get_path(key, "so")
