@@ -1498,6 +1498,30 @@ def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blo
     assert lines[-1] == str(4 * 2**20 + 8192 + 4 * 2**20 + 2048)
 
 
+def test_aoti_loaded_model_is_given_its_tensor_inputs_only(tmp_script, tmp_path):
+    # a non-tensor input (transformers' `use_cache=False`) is a None placeholder of the graph, which the
+    # wrapper unpacks; `AOTICompiledModel.__call__` passes the tensors only ("not enough values to unpack")
+    package = tmp_path / "flag.pt2"
+    script = tmp_script(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(256, 256)\n"
+        "    def forward(self, x, scale=False):\n"
+        "        return self.lin(x) * (2.0 if scale else 1.0)\n"
+        "m = M().cuda().eval()\n"
+        "x = torch.randn(8, 256, device='cuda')\n"
+        "ep = torch.export.export(m, (x,), {'scale': False})\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
+        "runner = torch._inductor.aoti_load_package(path)\n"
+        "print(tuple(runner(x, scale=False).shape))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "(8, 256)"
+
+
 def test_aoti_compile_of_a_batchnorm_graph_propagates_its_constants_as_fake_tensors(tmp_script, tmp_path):
     # an eval BatchNorm's `add(running_var, eps)` has only a constant and a number: FakeTensorMode
     # ran it on the program's tensor for real, outside the capture ("Found no NVIDIA driver")

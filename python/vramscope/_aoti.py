@@ -92,7 +92,9 @@ class _Loader:
         # share no module state: the module is this model's)
         for name, value in self.constants.items():
             setattr(module, name, value)
-        return list(module.call(list(inputs)))
+        tensors = iter(inputs)
+        args = [next(tensors) if tensor else None for tensor in module._vramscope_tensor_inputs]
+        return list(module.call(args))
 
     def get_metadata(self):
         return {"AOTI_DEVICE_KEY": "cuda"}
@@ -125,6 +127,13 @@ def _codegen_with_cpp_wrapper(original):
         with config.patch({"triton.autotune_at_compile_time": False}):
             module = self.compile_to_module()
         _mark_tuned(module)
+        from torch._inductor import ir
+
+        # the wrapper unpacks every placeholder; the loaded model is given the tensors only
+        # (`AOTICompiledModel.__call__`: a non-tensor input, `use_cache=False`, is a None placeholder)
+        module._vramscope_tensor_inputs = [
+            isinstance(self.graph_inputs.get(name), ir.TensorBox) for name in self.graph_input_names
+        ]
         self._vramscope_module = module
         # as the two-pass compile resets the graph for its second pass (graph.py)
         self.cpp_wrapper = True
