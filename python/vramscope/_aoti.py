@@ -54,8 +54,8 @@ def _spec(t: torch.Tensor) -> torch.Tensor:
 
 def _blob_copy(cap, t: torch.Tensor) -> torch.Tensor:
     """A constant as the loaded model holds it: a tensor of the same size and strides in the
-    `cudaMalloc`'d blob, which the caching allocator does not see (a meta tensor the twin does not
-    allocate: not one of its storages)."""
+    `cudaMalloc`'d blob, which the caching allocator does not see (a simulated tensor whose storage
+    the twin holds no block for)."""
     with torch._C._DisableTorchDispatch():
         blob = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")
     return cap.track(blob, "aoti::constant_blob", "parameter", nbytes=0)
