@@ -123,6 +123,31 @@ def test_torch_load_to_the_gpu_keeps_a_small_host_tensor_s_values():
         assert opt.state[w]["step"].item() == 3.0
 
 
+def test_an_embedding_or_matmul_mixing_host_and_cuda_operands_raises_as_on_the_gpu():
+    # the generated CUDA wrappers check that every operand is on the first one's device
+    # (`check_and_update_common_device`); the twin ran such an op on the host operand and went on:
+    # token ids left on the host for a model on the GPU, a model left on the host fed CUDA ids
+    with vramscope.capture():
+        ids_host = torch.zeros(3, dtype=torch.long)
+        ids = ids_host.cuda()
+        emb = torch.nn.Embedding(10, 4)
+        with pytest.raises(
+            RuntimeError, match=r"cpu and cuda:0! .* argument index in method wrapper_CUDA__index_select"
+        ):
+            emb(ids)
+        emb.cuda()
+        with pytest.raises(
+            RuntimeError, match=r"cuda:0 and cpu! .* argument index in method wrapper_CUDA__index_select"
+        ):
+            emb(ids_host)
+        with pytest.raises(RuntimeError, match="argument mat2 in method wrapper_CUDA_mm"):
+            torch.zeros(3, 3) @ torch.zeros(3, 3, device="cuda")
+        with pytest.raises(RuntimeError, match="argument mat2 in method wrapper_CUDA_addmm"):
+            torch.addmm(torch.zeros(3, device="cuda"), torch.zeros(2, 3, device="cuda"), torch.zeros(3, 3))
+        assert emb(ids).shape == (3, 4)
+        assert torch.zeros(5, 3, device="cuda")[torch.tensor([0, 1])].is_cuda  # host indices: allowed
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused

@@ -177,6 +177,40 @@ def _source_line() -> str:
     return known[1]
 
 
+#: ops whose CUDA kernel takes its operands through the generated wrapper's device check
+#: (native_functions.yaml's default `device_check: ExactSame`: `check_and_update_common_device`,
+#: ATen/core/op_registration/adaption.cpp, the first operand fixing the device): each op's tensor
+#: operands by their names, and the wrapper that checks them. `embedding` (CompositeExplicitAutograd,
+#: Embedding.cpp) checks as the `index_select` it calls (weight, indices): a model left on the host
+#: fed CUDA token ids, or CUDA weights fed host ids, raises on the GPU
+_SAME_DEVICE = {
+    aten.embedding.default: (("self", "index"), "wrapper_CUDA__index_select"),
+    aten.index_select.default: (("self", None, "index"), "wrapper_CUDA__index_select"),
+    aten.mm.default: (("self", "mat2"), "wrapper_CUDA_mm"),
+    aten.bmm.default: (("self", "mat2"), "wrapper_CUDA_bmm"),
+    aten.addmm.default: (("self", "mat1", "mat2"), "wrapper_CUDA_addmm"),
+}
+
+
+def _check_same_device(func, args) -> None:
+    """The GPU's device check of an op in `_SAME_DEVICE` whose operands mix simulated (CUDA) tensors
+    with host ones: the host operand and the device the first operand fixed, as PyTorch words it
+    (`common_device_check_failure`)."""
+    names, method = _SAME_DEVICE[func]
+    common = None
+    for name, a in zip(names, args, strict=False):
+        if name is None or not isinstance(a, torch.Tensor):
+            continue
+        device = "cuda:0" if registered(a) else str(a.device)
+        if common is None:
+            common = device
+        elif device != common:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"{common} and {device}! (when checking argument for argument {name} in method {method})"
+            )
+
+
 #: ops that launch no kernel on a CUDA tensor: allocation, metadata, host-side reads
 _NO_KERNEL = {
     aten.empty.memory_format,
@@ -2408,6 +2442,8 @@ class Capture:
         after its op's allocations. An index op whose known indices fall outside their dimension
         fails as the GPU's kernel assert does, at the op (as under CUDA_LAUNCH_BLOCKING=1; the GPU
         reports it some ops later), and every later CUDA op fails too."""
+        if func in _SAME_DEVICE:
+            _check_same_device(func, args)
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
         if func in _NORMAL_DRAWS:
