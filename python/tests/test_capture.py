@@ -1523,6 +1523,36 @@ def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blo
     assert lines[-1] == str(4 * 2**20 + 8192 + 4 * 2**20 + 2048)
 
 
+def test_aoti_two_pass_compile_runs_the_model_once_at_compile_time(tmp_script, tmp_path):
+    # `triton.autotune_at_compile_time=False`: graph.py's two-pass cpp-wrapper compile runs its first
+    # pass's module on the example inputs (the kernels autotuned at their first launch), then
+    # generates the C++ wrapper; the loaded model's calls are as in the one-pass compile
+    package = tmp_path / "mlp.pt2"
+    script = tmp_script(
+        "import torch\n"
+        "lin = torch.nn.Linear\n"
+        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
+        "x = torch.randn(64, 512, device='cuda')\n"
+        "with torch.no_grad():\n"
+        "    m(x)\n"
+        "ep = torch.export.export(m, (x,))\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "options = {'triton.autotune_at_compile_time': False}\n"
+        "with torch.no_grad():\n"
+        f"    path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r},\n"
+        "        inductor_configs=options)\n"
+        "compiled = torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base > 655360\n"
+        "runner = torch._inductor.aoti_load_package(path)\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "y = runner(x)\n"
+        "print(*compiled, torch.cuda.max_memory_allocated() - base, torch.cuda.memory_allocated() - base)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "0 True 655360 131072"
+
+
 def test_aoti_loaded_model_is_given_its_tensor_inputs_only(tmp_script, tmp_path):
     # a non-tensor input (transformers' `use_cache=False`) is a None placeholder of the graph, which the
     # wrapper unpacks; `AOTICompiledModel.__call__` passes the tensors only ("not enough values to unpack")

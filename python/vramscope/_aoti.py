@@ -111,7 +111,7 @@ def _mark_tuned(module) -> None:
             value.tuned = True
 
 
-def _codegen_with_cpp_wrapper(original):
+def _codegen_with_cpp_wrapper(original, cap):
     """`GraphLowering.codegen_with_cpp_wrapper` of an AOT graph for the GPU: first the Python wrapper
     (the first pass of the two-pass compile, graph.py, without its run: its autotuning is the
     compile-time block's), kept as the model's runtime, then the C++ wrapper as PyTorch makes it
@@ -124,8 +124,23 @@ def _codegen_with_cpp_wrapper(original):
         if not self.aot_mode or "cuda" not in self.device_types:
             return original(self)
         self.cpp_wrapper = False
+        one_pass = config.triton.autotune_at_compile_time
         with config.patch({"triton.autotune_at_compile_time": False}):
             module = self.compile_to_module()
+        if not one_pass:
+            # the two-pass compile (`triton.autotune_at_compile_time=False`, graph.py) runs its first
+            # pass's module once on the example inputs, each Triton kernel autotuned at its first
+            # launch, before the C++ wrapper (mutated inputs cloned first)
+            from torch._inductor.compile_fx import clone_preserve_strides
+
+            real = list(V.real_inputs)
+            mutated = [i for i, name in enumerate(self.graph_input_names) if name in self.mutated_inputs]
+            run = _with_modes(cap, lambda args: module.call(args))
+            with_clones = _with_modes(cap, lambda args: [clone_preserve_strides(args[i]) for i in mutated])
+            for i, clone in zip(mutated, with_clones(real), strict=True):
+                real[i] = clone
+            run(real)
+            del real
         _mark_tuned(module)
         from torch._inductor import ir
 
@@ -143,6 +158,11 @@ def _codegen_with_cpp_wrapper(original):
         V.graph.sizevars.precomputed_replacements.clear()
         V.graph.sizevars.inv_precomputed_replacements.clear()
         metrics.reset()
+        if not one_pass:
+            # (its second pass would need the cubins' launch parameters, as below)
+            from torch._inductor.utils import ValueWithLineMap
+
+            return ValueWithLineMap(module.__file__, []), ValueWithLineMap("", [])
         try:
             return original(self)
         except _BlockRan:
@@ -364,7 +384,9 @@ def patch(p, cap) -> None:
     def graph_patch(graph):
         lowering = graph.GraphLowering
         p.set(
-            lowering, "codegen_with_cpp_wrapper", _codegen_with_cpp_wrapper(lowering.codegen_with_cpp_wrapper)
+            lowering,
+            "codegen_with_cpp_wrapper",
+            _codegen_with_cpp_wrapper(lowering.codegen_with_cpp_wrapper, cap),
         )
 
     p.when_imported("torch._inductor.graph", graph_patch)
