@@ -11,6 +11,7 @@ import os
 import re
 import sys
 
+NODE = re.compile(r"\b(?!primals_|tangents_)([a-z][a-z_]*?)_\d+\b")
 SKIP = re.compile(r"^\s*#|assert_size_stride|assert_alignment|get_raw_stream")
 
 
@@ -32,7 +33,10 @@ def wrappers(root):
             ]
             bodies.append(text.split("def call(self, args)", 1)[1].split("\n        return", 1)[0])
             lines = [
-                re.sub(r"triton_\w+_(xnumel|r0_numel)", "N", re.sub(r"triton_\w+\.run", "K.run", x))
+                NODE.sub(
+                    r"\1_N",
+                    re.sub(r"triton_\w+_(xnumel|r0_numel)", "N", re.sub(r"triton_\w+\.run", "K.run", x)),
+                )
                 for body in bodies
                 for x in body.splitlines()
                 if not SKIP.search(x)
