@@ -88,7 +88,8 @@ def _dense(shape, dtype) -> types.SimpleNamespace:
 #: column-major, mat1 and mat2 padded before timing). The H200's from blind252's generated wrappers
 #: and histories (`empty_strided_cuda` of the padded shapes, 50,264 and 30,528 columns): is01's GPT-2
 #: lm_head in bf16 (the forward at 4,096 and 8,192 rows, both backward products) and is03's BERT
-#: decoder addmm in fp16. Any other timed matmul is taken as not padded (named unmeasured): blind251/
+#: decoder in fp16 (its addmm, and the backward's input-gradient mm; its weight-gradient mm stayed
+#: unpadded). Any other timed matmul is taken as not padded (named unmeasured): blind251/
 #: ir03's five 4-row addmm keys and compile/c09's 2-row decode stayed unpadded there.
 _PADDED = {
     "NVIDIA H200": {
@@ -97,6 +98,7 @@ _PADDED = {
         ("mm", torch.bfloat16, (4096, 50257, 768), False, False, True, True),
         ("mm", torch.bfloat16, (50257, 4096, 768), True, False, False, True),
         ("addmm", torch.float16, (4096, 768, 30522), False, True, True, False),
+        ("mm", torch.float16, (4096, 30522, 768), False, False, True, True),
     }
 }
 
