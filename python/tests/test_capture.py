@@ -1134,6 +1134,22 @@ def test_a_value_computed_over_stand_in_zeros_is_read_with_a_warning():
     assert not cap.warned
 
 
+def test_a_like_factory_of_a_tensor_computed_over_stand_ins_carries_known_values():
+    # blind259/iz04: a multi-turn chat's next input is the last turn's generated tokens (read as
+    # stand-in zeros) plus the user's, and `torch.ones_like(history)` is its attention mask. The
+    # mask is ones whatever the tokens are, but it inherited their "assumed" mark, so transformers'
+    # `fast_all(padding_mask)` (masking_utils.py) warned at every step of the next turn
+    with vramscope.capture(gpu="h200") as cap:
+        tokens = torch.randn(1, 70000, device="cuda").argmax(-1, keepdim=True)
+        history = torch.cat([tokens.expand(1, 48), torch.randint(1, 100, (1, 96), device="cuda")], dim=1)
+        assert vramscope._tensor.assumed(history)
+        for mask in (torch.ones_like(history), history.new_ones(1, 4), torch.full_like(history, 1)):
+            assert not vramscope._tensor.assumed(mask)
+            assert bool(mask.sum() == mask.numel())
+        assert not vramscope._tensor.assumed(torch.zeros_like(history))
+    assert not any(w.startswith("assumed:") for w in cap.warned)
+
+
 def test_values_are_computed_on_one_thread_and_the_programs_count_stays(monkeypatch):
     # an ATen CPU kernel forks OpenMP's threads above 32,768 elements, and on a busy machine each
     # fork waits for a core (blind88/cj03's and blind89/ck05's decode loops): the twin's host runs

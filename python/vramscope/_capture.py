@@ -2649,9 +2649,14 @@ class Capture:
         constant = decided or (vals is None and not small and func in _CONSTANT_FACTORIES)
         if constant and not decided:
             vals = _constant_values(func, args, outs)
-        # values computed over zeros standing in for an input's unknown values
+        # values computed over zeros standing in for an input's unknown values; a factory of one
+        # value reads only its input's sizes (TensorFactories.cpp: `ones_like` is `empty_like(self)`
+        # then `fill_(1)`), so its values are known
         guessed = (
-            not constant and vals is not None and any(value(a) is None or _tensor.assumed(a) for a in ours)
+            not constant
+            and vals is not None
+            and func not in _CONSTANT_FACTORIES
+            and any(value(a) is None or _tensor.assumed(a) for a in ours)
         )
         if guessed and func in _CHOICES:
             vals = _spread_choices(func, args, kwargs, vals)
