@@ -1916,6 +1916,30 @@ def test_compiled_autograd_traces_on_the_host_and_runs_its_graph_on_the_twin():
     torch._dynamo.reset()
 
 
+def test_torch_compile_selective_checkpoint_policy_compiles():
+    # a selective checkpoint (`create_selective_checkpoint_contexts`) under torch.compile: AOTAutograd
+    # traces the region and torch/utils/checkpoint.py requires `context_fn`'s contexts to be
+    # TorchDispatchModes; the twin's wrapper of the recompute context (`_recompute_under_modes`) is
+    # not one, and the graph ran eagerly, named unmeasured. Now the traced region keeps PyTorch's
+    import functools
+
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    torch._dynamo.reset()
+    with vramscope.capture() as cap:
+        lin1, lin2 = torch.nn.Linear(64, 256).cuda(), torch.nn.Linear(256, 64).cuda()
+        ctx = functools.partial(create_selective_checkpoint_contexts, [torch.ops.aten.mm.default])
+
+        @torch.compile
+        def f(x):
+            return checkpoint(lambda h: lin2(torch.relu(lin1(h))), x, use_reentrant=False, context_fn=ctx)
+
+        f(torch.randn(32, 64, device="cuda", requires_grad=True)).sum().backward()
+        assert lin1.weight.grad.shape == (256, 64)
+    assert cap.report()["unmeasured"] == []
+    torch._dynamo.reset()
+
+
 def test_torch_compile_drop_path_bernoulli_decomposes_as_for_the_gpu():
     # timm's drop path, `x.new_empty(shape).bernoulli_(keep)`: Inductor's decomposition makes it
     # `rand_like < p` for a CUDA tensor but leaves it an op on the CPU (decompositions_for_rng.py),

@@ -809,6 +809,12 @@ def _recompute_under_modes(real, cap):
             return self.recompute_context.__exit__(*exc)
 
     def generator(fn, preserve_rng_state, context_fn, *args, **kwargs):
+        if torch.utils.checkpoint._is_compiling(fn, args, kwargs):
+            # AOTAutograd traces the region (a `tag_activation_checkpoint` under torch.compile):
+            # its recompute is traced, not run on the twin, and PyTorch requires `context_fn`'s
+            # two contexts to be TorchDispatchModes there
+            return real(fn, preserve_rng_state, context_fn, *args, **kwargs)
+
         def contexts():
             forward_context, recompute_context = context_fn()
             return forward_context, UnderMode(recompute_context)
