@@ -788,39 +788,19 @@ def _native_batch_norm_helper_off_cpu(
     return output.to(dtype=input.dtype), save_mean, save_rstd, new_running_mean, new_running_var
 
 
-def _convolution_backward_off_cpu(
-    grad_output,
-    input,
-    weight,
-    bias_sizes,
-    stride,
-    padding,
-    dilation,
-    transposed,
-    output_padding,
-    groups,
-    output_mask,
-):
+def _convolution_backward_off_cpu(grad_output, *args):
     """Inductor's `convolution_backward` decomposition as it runs for a CUDA gradient
     (torch/_inductor/decomposition.py, `is_gpu(grad_output.device.type)`): the bias gradient is a sum
     Inductor generates, and the convolution's backward computes the input and weight gradients only.
-    On the CPU it stays one op that computes all three."""
-    aten = torch.ops.aten
+    On the CPU it stays one op that computes all three. `args` are the op's after `grad_output`, its
+    `output_mask` last."""
+    *convolution, output_mask = args
     if not output_mask[2]:
         return NotImplemented
+    aten = torch.ops.aten
     grad_bias = aten.sum(grad_output, [0, *range(2, grad_output.dim())])
     grad_input, grad_weight, _ = aten.convolution_backward(
-        grad_output,
-        input,
-        weight,
-        bias_sizes,
-        stride,
-        padding,
-        dilation,
-        transposed,
-        output_padding,
-        groups,
-        [output_mask[0], output_mask[1], False],
+        grad_output, *convolution, [output_mask[0], output_mask[1], False]
     )
     return grad_input, grad_weight, grad_bias
 
