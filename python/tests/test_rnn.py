@@ -71,7 +71,9 @@ def test_packed_gru_takes_the_measured_problem_and_packing_copies_each_block():
         x = torch.empty(64, 200, 80, device="cuda")
         # GPU: _pack_padded_sequence made 51 allocations, 6046720 bytes (50 blocks, their cat)
         ls, order = lengths.sort(descending=True)
-        xs = x.index_select(0, order)
+        # (pack_padded_sequence moves the order to the input's device first: a host index raises
+        # in index_select's CUDA wrapper)
+        xs = x.index_select(0, order.to(x.device))
         (data, _), count, req = _counted(lambda: torch.ops.aten._pack_padded_sequence(xs, ls, True))
         assert data.shape == (9448, 80)
         assert (count, req) == (51, 6046720)
