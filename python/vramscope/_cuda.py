@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _autograd_streams, _dataloader, _extensions, _importhook, _legacy, _philox, _threads, _triton
-from ._tensor import CUDA0, is_ours, patch_tensor
+from ._tensor import CUDA0, contiguous_strides, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
 from ._tensor import value as _value
@@ -1281,15 +1281,6 @@ def _storage_write_file(original, cap):
     return _write_file
 
 
-def _contiguous_strides(size) -> tuple:
-    """The strides of a contiguous tensor of `size`."""
-    strides, step = [], 1
-    for n in reversed(size):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 def _storage_cpu(original, cap, pickled):
     """`UntypedStorage.cpu()` of a simulated storage, which torch.save writes (serialization.py
     `_save`: `storage.cpu()` of each storage not on the host; the legacy format's `_write_file`): the
@@ -1303,7 +1294,7 @@ def _storage_cpu(original, cap, pickled):
             return original(self)
         nbytes = self.nbytes()
         whole = any(
-            offset == 0 and v.numel() * v.element_size() == nbytes and stride == _contiguous_strides(size)
+            offset == 0 and v.numel() * v.element_size() == nbytes and stride == contiguous_strides(size)
             for offset, size, stride, v in entry[1]
         )
         # a tensor over all of the storage holds every byte: no byte the twin does not know is read

@@ -34,7 +34,7 @@ import weakref
 import torch
 
 from . import _autocast, _cudagraph_trees, _kernels
-from ._tensor import is_ours, registered
+from ._tensor import contiguous_strides, is_ours, registered
 
 aten = torch.ops.aten
 
@@ -327,21 +327,13 @@ def _rnn(mode_name: str):
 # ---- the kernels ------------------------------------------------------------------------
 
 
-def _contiguous_strides(shape) -> list:
-    st, step = [], 1
-    for s in reversed(shape):
-        st.append(step)
-        step *= max(s, 1)
-    return list(reversed(st))
-
-
 def _empty(shape, dtype, transpose: bool = False):
     """A fresh tensor of `shape`; `transpose`: made time-major and transposed back (`transpose_(0, 1)`)."""
     shape = list(shape)
     if not transpose:
         return torch.empty(shape, dtype=dtype, device="meta")
     tm = [shape[1], shape[0], *shape[2:]]
-    st = _contiguous_strides(tm)
+    st = list(contiguous_strides(tm))
     st[0], st[1] = st[1], st[0]
     return torch.empty_strided(shape, st, dtype=dtype, device="meta")
 

@@ -189,6 +189,16 @@ def fast_setup_layout(out, operands):
     return torch.empty(out.shape, dtype=out.dtype, device=out.device, memory_format=fmt)
 
 
+def contiguous_strides(shape) -> tuple:
+    """The strides of a contiguous tensor of `shape` (a size-0 dimension counted as 1, as
+    `computeStride` in c10's TensorImpl does)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def _dense_strides(shape, fmt) -> tuple:
     """The strides `torch.empty(shape, memory_format=fmt)` gives."""
     return torch.empty(shape, device="meta", memory_format=fmt).stride()
