@@ -2138,6 +2138,36 @@ def test_torch_compile_layer_norm_saves_fp32_statistics_as_for_cuda():
     ]
 
 
+def test_torch_compile_nested_compile_region_lowers_its_subgraph_for_the_gpu():
+    # `torch.compiler.nested_compile_region` traces its function once as an `invoke_subgraph`
+    # subgraph, which Inductor lowers as a graph of its own with the operands' values the node keeps
+    # (`eager_input_vals`, `InvokeSubgraph.create` in ir.py): traced on the host and left so, the
+    # subgraph compiled for the CPU (the inference graph raised a cross-device copy; the training
+    # graph ran C++ kernels on the simulated tensors and the process crashed)
+    from torch._inductor.utils import get_code, run_and_get_code
+
+    with vramscope.capture() as cap:
+        lin = torch.nn.Linear(64, 64).cuda()
+
+        @torch.compiler.nested_compile_region
+        def block(x):
+            return lin(x).relu()
+
+        def f(x):
+            return block(block(x))
+
+        x = torch.empty(8, 64, device="cuda", requires_grad=True)
+        with torch.no_grad():
+            inference = get_code(torch.compile(f), x)
+        torch._dynamo.reset()
+        _, training = run_and_get_code(lambda t: torch.compile(f)(t).sum().backward(), x)
+        assert x.grad.shape == (8, 64) and lin.weight.grad.shape == (64, 64)
+    for codes in (inference, training):
+        assert not any("empty_strided_cpu(" in c for c in codes)
+        assert any("empty_strided_cuda(" in c for c in codes)
+    assert cap.report()["unmeasured"] == []
+
+
 def _compiled_buffers(fn, *args):
     """The `empty_strided_cuda` buffers of each wrapper Inductor generated compiling `fn` on the twin."""
     from torch._inductor.utils import run_and_get_code

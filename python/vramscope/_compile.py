@@ -217,13 +217,20 @@ def _relabel_graph(gm, fake_mode=None) -> None:
         return cuda if isinstance(x, torch.device) and x == _HOST else x
 
     to_cuda = functools.partial(_to_cuda, fake_mode)
-    for node in gm.graph.nodes:
-        node.args = tree_map(dev, node.args)
-        node.kwargs = tree_map(dev, node.kwargs)
-        for key in ("val", "example_value"):
-            if key in node.meta:
-                node.meta[key] = tree_map(to_cuda, node.meta[key])
-    gm.recompile()
+    # a higher-order op's subgraphs too (`invoke_subgraph`'s, of `nested_compile_region`: Inductor
+    # lowers each as a graph of its own, on the device its nodes' values name)
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            node.args = tree_map(dev, node.args)
+            node.kwargs = tree_map(dev, node.kwargs)
+            # `eager_input_vals`: the operands' values Inductor constrains a subgraph's (or a
+            # user Triton kernel's) inputs to (`InvokeSubgraph.create`, ir.py)
+            for key in ("val", "example_value", "eager_input_vals"):
+                if key in node.meta:
+                    node.meta[key] = tree_map(to_cuda, node.meta[key])
+        module.recompile()
 
 
 def _devices_relabelled(chosen):
