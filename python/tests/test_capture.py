@@ -1441,6 +1441,36 @@ def test_torch_compile_max_autotune_benchmarks_a_gemm_at_compile_time():
     assert "autotuning (mode='max-autotune': the choice is timed on the GPU)" in cap.report()["unmeasured"]
 
 
+def test_torch_compile_global_inductor_config_autotuning():
+    # Inductor settings a program sets on the process's config before torch.compile (llm.c's
+    # train_gpt2.py: `torch._inductor.config.coordinate_descent_tuning = True`) hold in the compile
+    # (compile_fx patches the mode's and options' over them): coordinate descent is named
+    # unmeasured, and a global max_autotune benchmarks the GEMM as the mode does (the figures of
+    # the test above); it had compiled Triton's templates here and run the graph eagerly
+    from torch._inductor import config as inductor_config
+
+    for setting, peak_expected, named in (
+        ("coordinate_descent_tuning", 256 * 1024, "autotuning (coordinate descent, timed on the GPU)"),
+        (
+            "max_autotune",
+            4096 + 128 * 1024 + 4 * MIB + 256 * 1024 + 50 * MIB,
+            "autotuning (mode='max-autotune': the choice is timed on the GPU)",
+        ),
+    ):
+        torch._dynamo.reset()
+        with inductor_config.patch({setting: True}), vramscope.capture() as cap:
+            lin = torch.nn.Linear(1024, 2048).cuda().half()
+            x = torch.empty(64, 1024, device="cuda", dtype=torch.half)
+            with torch.no_grad():
+                lin(x)
+                f = torch.compile(lin)
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                f(x)
+                peak = torch.cuda.max_memory_allocated() - base
+        assert (peak, cap.report()["unmeasured"]) == (peak_expected, [named])
+
+
 def test_torch_compile_autotuning_clones_a_mutated_argument():
     # a kernel that writes its input in place autotunes on clones of it (`maybe_clone_args`);
     # under no_grad (`optimize_mem`) an argument whose clone would raise the peak is copied to the

@@ -1154,16 +1154,25 @@ def run_decompositions_fn(original, cap):
 
 def _options(cap, mode, options) -> dict:
     """Inductor's settings for `mode` and `options` (`torch._inductor.list_mode_options`), less
-    those the twin does not model (named unmeasured)."""
+    those the twin does not model (named unmeasured). A setting neither gives is the process's
+    Inductor config, as it is when torch.compile is called: `compile_fx` patches the mode's and
+    options' settings over it (`_TorchCompileInductorWrapper`, torch/__init__.py), so
+    `torch._inductor.config.coordinate_descent_tuning = True` (llm.c's train_gpt2.py) or
+    `max_autotune = True` set before the call hold in the compile."""
+    from torch._inductor import config as inductor_config
     from torch._inductor import list_mode_options
 
     merged = dict(list_mode_options(mode) if mode else {})
     merged.update(options or {})
+
+    def effective(key):
+        return merged[key] if key in merged else getattr(inductor_config, key, False)
+
     for key, what in _UNMODELLED_OPTIONS.items():
-        if merged.get(key):
+        if effective(key):
             cap.note_compile_unmeasured(what)
         merged[key] = False
-    if any(merged.get(key) for key in _AUTOTUNE_OPTIONS):
+    if any(effective(key) for key in _AUTOTUNE_OPTIONS):
         cap.note_compile_unmeasured(_AUTOTUNE_CHOICE)
         merged["max_autotune_gemm_backends"] = "ATEN"
         merged["max_autotune_conv_backends"] = "ATEN"
