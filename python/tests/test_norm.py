@@ -475,3 +475,56 @@ def test_rms_norm_backward_over_many_rows_of_few_columns_sums_per_block_partials
     with vramscope.capture(gpu="h200"):
         assert grads(1024) == (8, 102_760_708)
         assert grads(154) == (4, 15_138_944)
+
+
+def test_sync_batch_norm_ops_allocate_as_the_cuda_kernels():
+    # nn.SyncBatchNorm's CUDA-only ops (torch/nn/modules/_functions.py; Normalization.cu): they had
+    # no meta kernel and no CPU kernel, so `--sync-bn` under DDP (timm's train.py, torchvision's
+    # references) raised in the twin. An NCHW half input: float statistics, no scratch; the
+    # elementwise results take the input's size, the reductions their (C,) outputs only
+    def setup():
+        x = torch.empty(16, 64, 8, 8, device="cuda", dtype=torch.half)
+        w = torch.ones(64, device="cuda", dtype=torch.half)
+        return x, w
+
+    stats = extra_allocations(setup, lambda x, w: torch.batch_norm_stats(x, 1e-5))
+    assert stats == (0, 0)
+    with vramscope.capture():
+        x, w = setup()
+        (mean, _invstd), (count, req) = counted(lambda: torch.batch_norm_stats(x, 1e-5))
+        assert (mean.dtype, mean.shape, count, req) == (torch.float32, (64,), 2, 512)
+        gathered = torch.empty(2, 64, device="cuda")
+        counts = torch.full((2,), 1024.0, device="cuda")
+        (m, v), (count, req) = counted(
+            lambda: torch.batch_norm_gather_stats_with_counts(
+                x, gathered, gathered, None, None, 0.1, 1e-5, counts
+            )
+        )
+        assert (m.dtype, m.shape, count, req) == (torch.float32, (64,), 2, 512)
+        y, (count, req) = counted(lambda: torch.batch_norm_elemt(x, w, w, m, v, 1e-5))
+        assert (y.shape, y.is_contiguous(), count, req) == (x.shape, True, 1, 131072)
+        grads, (count, req) = counted(
+            lambda: torch.batch_norm_backward_reduce(y, x, m, v, w, True, True, False)
+        )
+        assert [None if g is None else g.dtype for g in grads] == [
+            torch.float32,
+            torch.float32,
+            torch.half,
+            None,
+        ]
+        assert (count, req) == (3, 256 + 256 + 128)
+        c = torch.full((2,), 1024, device="cuda", dtype=torch.int32)
+        gi, (count, req) = counted(
+            lambda: torch.batch_norm_backward_elemt(y, x, m, v, w, grads[0], grads[1], c)
+        )
+        assert (gi.shape, count, req) == (x.shape, 1, 131072)
+
+
+def test_sync_batch_norm_channels_last_statistics_stage_as_native_batch_norm():
+    # a channels-last input takes `batch_norm_stats_channels_last_cuda_template`, whose staging and
+    # semaphores are native_batch_norm's training statistics' (the measured figure above)
+    def setup():
+        x = torch.empty(48, 32, 112, 112, device="cuda", dtype=torch.bfloat16)
+        return (x.to(memory_format=torch.channels_last),)
+
+    assert _extra(setup, lambda x: torch.batch_norm_stats(x, 1e-5)) == (2, 65540)

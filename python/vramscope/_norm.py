@@ -500,6 +500,147 @@ def _cudnn_batch_norm_backward(cap, func, args, kwargs):
     return out
 
 
+# ---- SyncBatchNorm ---------------------------------------------------------------------------
+# `nn.SyncBatchNorm` in training under a process group (torch/nn/modules/_functions.py) calls the
+# CUDA-only ops below (no meta kernel, no CPU kernel): batch_norm_stats, then the gathered
+# statistics' batch_norm_gather_stats_with_counts and batch_norm_elemt; in backward
+# batch_norm_backward_reduce and batch_norm_backward_elemt. Their allocations, from
+# `aten/src/ATen/native/cuda/Normalization.cu` and `Normalization.cuh` (PyTorch 2.11).
+
+
+def _meta(shape, dtype, like=None, memory_format=None):
+    """A plain meta tensor of `shape` and `dtype`, or `empty_like(like, memory_format=...)`."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        if like is not None:
+            fmt = torch.preserve_format if memory_format is None else memory_format
+            return torch.empty_like(like, device="meta", memory_format=fmt)
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _stats_dtype(x) -> torch.dtype:
+    """`at::toAccumulateType(x, /*is_cuda=*/true)` of a floating input."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _reshape_copy(cap, t, op):
+    """`t.reshape({N, C, -1})` of the non-channels-last templates: a copy where `t`'s strides
+    cannot be viewed so (a dense input views; another is named unmeasured and not copied)."""
+    if t.numel() and not t.is_contiguous() and not _channels_last_kernels(t):
+        cap.note_unmeasured(f"{op} of a non-dense input (the reshape's copy)")
+
+
+def _batch_norm_stats(cap, func, args, kwargs):
+    """`batch_norm_stats_cuda`: save_mean and save_invstd, one per channel in the accumulate type;
+    a channels-last input's `batch_norm_stats_channels_last_cuda_template` stages 4 accumulators per
+    channel and grid row (with semaphores) as `native_batch_norm`'s."""
+    x = args[0]
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::batch_norm_stats"
+    c = x.size(1)
+    out = (cap.track(_meta((c,), _stats_dtype(x)), op), cap.track(_meta((c,), _stats_dtype(x)), op))
+    if x.numel() > 0:
+        if _channels_last_kernels(x):
+            _grid_scratch(cap, x, 4, op)
+        else:
+            _reshape_copy(cap, x, op)
+    return out
+
+
+def _batch_norm_gather_stats_with_counts(cap, func, args, kwargs):
+    """`batch_norm_gather_stats_cuda_template`: the reduced mean and invstd, (C,) each, in the
+    gathered statistics' dtype (float for half or bfloat16 ones)."""
+    x, mean = args[0], args[1]
+    if kwargs or not (registered(x) and registered(mean)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::batch_norm_gather_stats_with_counts"
+    dtype = torch.float32 if mean.dtype in (torch.float16, torch.bfloat16) else mean.dtype
+    c = mean.size(1)
+    return cap.track(_meta((c,), dtype), op), cap.track(_meta((c,), dtype), op)
+
+
+def _batch_norm_elemt(cap, func, args, kwargs):
+    """`batch_norm_elemt_cuda`: `at::empty_like(self, self.suggest_memory_format())`, nothing else."""
+    x = args[0]
+    if kwargs or not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::batch_norm_elemt"
+    if not _channels_last_kernels(x):
+        _reshape_copy(cap, x, op)
+    return cap.track(_meta(None, None, like=x, memory_format=suggest_memory_format(x)), op)
+
+
+def _batch_norm_backward_reduce(cap, func, args, kwargs):
+    """`batch_norm_backward_reduce_cuda`: with the output's gradient and the input both taking the
+    channels-last kernels (a contiguous weight, mean and invstd), its channels-last template makes
+    sum_dy and sum_dy_xmu (the mean's dtype), grad_weight and grad_bias (the weight's; (0,) of the
+    mean's without a weight) whatever the flags, then stages 2 accumulators per channel and grid
+    row; otherwise sum_dy and sum_dy_xmu (like the mean) for the input's gradient, grad_weight and
+    grad_bias (the weight's dtype) where asked, the others undefined."""
+    if kwargs or len(args) != 8:
+        return NotImplemented
+    grad, x, mean, invstd, w, input_g, weight_g, bias_g = args
+    if not (registered(grad) and registered(x) and registered(mean)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::batch_norm_backward_reduce"
+    c = x.size(1)
+    if (
+        _channels_last_kernels(grad)
+        and _channels_last_kernels(x)
+        and (w is None or w.is_contiguous())
+        and mean.is_contiguous()
+        and invstd.is_contiguous()
+    ):
+        sum_dy = cap.track(_meta((c,), mean.dtype), op)
+        sum_dy_xmu = cap.track(_meta((c,), mean.dtype), op)
+        shape, dtype = ((c,), w.dtype) if w is not None else ((0,), mean.dtype)
+        gw = cap.track(_meta(shape, dtype), op)
+        gb = cap.track(_meta(shape, dtype), op)
+        if x.numel() > 0:
+            _grid_scratch(cap, x, 2, op)
+        return sum_dy, sum_dy_xmu, gw, gb
+    _reshape_copy(cap, x, op)
+    _reshape_copy(cap, grad, op)
+    sum_dy = sum_dy_xmu = gw = gb = None
+    if input_g:
+        sum_dy = cap.track(_meta(mean.shape, mean.dtype), op)
+        sum_dy_xmu = cap.track(_meta(mean.shape, mean.dtype), op)
+    if weight_g:
+        gw = cap.track(_meta((c,), w.dtype), op)
+    if bias_g:
+        gb = cap.track(_meta((c,), w.dtype), op)
+    return sum_dy, sum_dy_xmu, gw, gb
+
+
+def _batch_norm_backward_elemt(cap, func, args, kwargs):
+    """`batch_norm_backward_elemt_cuda`: the input's gradient, `empty_like(input)` in the
+    channels-last template (the output's gradient taking the channels-last kernels), else
+    contiguous (`empty_like(input_reshaped, LEGACY_CONTIGUOUS_MEMORY_FORMAT)`)."""
+    grad, x = args[0], args[1]
+    if kwargs or not (registered(grad) and registered(x)):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::batch_norm_backward_elemt"
+    if _channels_last_kernels(grad):
+        return cap.track(_meta(None, None, like=x), op)
+    _reshape_copy(cap, x, op)
+    _reshape_copy(cap, grad, op)
+    return cap.track(_meta(None, None, like=x, memory_format=torch.contiguous_format), op)
+
+
+DISPATCH[aten.batch_norm_stats.default] = _batch_norm_stats
+DISPATCH[aten.batch_norm_gather_stats_with_counts.default] = _batch_norm_gather_stats_with_counts
+DISPATCH[aten.batch_norm_elemt.default] = _batch_norm_elemt
+DISPATCH[aten.batch_norm_backward_reduce.default] = _batch_norm_backward_reduce
+DISPATCH[aten.batch_norm_backward_elemt.default] = _batch_norm_backward_elemt
+
+
 DISPATCH[aten.native_batch_norm.default] = _native_batch_norm
 DISPATCH[aten.cudnn_batch_norm.default] = _cudnn_batch_norm
 DISPATCH[aten.cudnn_batch_norm_backward.default] = _cudnn_batch_norm_backward
