@@ -418,3 +418,29 @@ def test_compiled_ddp_splits_its_graph_at_the_buckets_under_the_twin(tmp_script,
     assert report["unmeasured"] == [], report["unmeasured"]
     # one graph per bucket: each 1 MiB Linear (and its bias) in a bucket of its own
     assert [line for line in lines if line.startswith("GRAPHS")] == ["GRAPHS 4"]
+
+
+SHARDED_SDPA = """
+import os, torch, torch.nn.functional as F
+os.environ.setdefault("RANK", "0"); os.environ.setdefault("WORLD_SIZE", "1")
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29547")
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+q, k, v = (distribute_tensor(torch.randn(8, 16, 256, 16, device="cuda", requires_grad=True), mesh, [Shard(1)])
+           for _ in range(3))
+out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+out.sum().backward()
+print("ran", out.placements, out.to_local().shape[1], q.grad.placements)
+"""
+
+
+def test_sdpa_over_head_sharded_dtensors_takes_the_gpu_s_fused_kernel(tmp_script):
+    # pytorch/examples' distributed/tensor_parallelism/fsdp_tp_example.py: attention over DTensors
+    # sharded on the heads. On the GPU the composite asks the CUDA backend choice (a DTensor is a
+    # CUDA tensor there): memory-efficient for fp32, which DTensor shards on the heads. The twin's
+    # DTensors sat on the meta device, the choice said math, and math's flattening reshape of the
+    # sharded heads raised ("Attempted to flatten multiple dimensions, with dimension 1 being sharded")
+    status, lines, _report, err = run_script(tmp_script(SHARDED_SDPA), extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    assert lines[-1] == "ran (Shard(dim=1),) 8 (Shard(dim=1),)"

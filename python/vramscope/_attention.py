@@ -10,6 +10,7 @@ in their order.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 
 import torch
@@ -60,10 +61,19 @@ def _efficient_dtypes(support) -> tuple:
 
 
 def _physical(t):
-    """The tensor under torch.func's wrappers (`vmap`'s BatchedTensor, `grad`'s
-    GradTrackingTensor): the one whose storage the device holds."""
-    while isinstance(t, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t):
-        t = torch._C._functorch.get_unwrapped(t)
+    """The tensor whose storage the device holds: under torch.func's wrappers (`vmap`'s
+    BatchedTensor, `grad`'s GradTrackingTensor) and a DTensor's local shard. A DTensor on the GPU
+    is a CUDA tensor to `scaled_dot_product_attention`'s composite, which asks the CUDA backend
+    choice over its global sizes (attention.cpp `_fused_sdp_choice_stub(query_.device().type(),
+    ...)`) and calls the fused op DTensor shards (distributed/tensor/_ops/_matrix_ops.py)."""
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor._api"), "DTensor", None)
+    while isinstance(t, torch.Tensor):
+        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+            t = torch._C._functorch.get_unwrapped(t)
+        elif dtensor is not None and isinstance(t, dtensor):
+            t = t._local_tensor
+        else:
+            break
     return t
 
 
