@@ -25,20 +25,27 @@ def scripts():
     return sorted(p for p in glob.glob(os.path.join(HERE, "[0-9][0-9]_*.py")))
 
 
-def answer(path):
-    name = os.path.splitext(os.path.basename(path))[0]
+def answer(path, args=(), cwd=HERE, name=None, log=None, options=()):
+    """The twin's lines for `path` run with `args` from `cwd` under the name `name` (the file's stem
+    by default), `options` given to `vramscope run` (`--nproc 2`); `log`, a path prefix, keeps the
+    run's stdout and stderr (LOG.out, LOG.err)."""
+    name = name or os.path.splitext(os.path.basename(path))[0]
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "r.json")
         env = {k: v for k, v in os.environ.items() if k not in ("SMOKE", "PYTORCH_CUDA_ALLOC_CONF")}
+        run = [sys.executable, "-m", "vramscope", "run", "--gpu", os.environ.get("GPU", "h100"), "--quiet"]
         p = subprocess.run(
-            [sys.executable, "-m", "vramscope", "run", "--gpu", os.environ.get("GPU", "h100"), "--quiet"]
-            + ["--json", report, path],
-            cwd=HERE,
+            [*run, *options, "--json", report, path, *args],
+            cwd=cwd,
             capture_output=True,
             text=True,
             env=env,
             timeout=900,
         )
+        if log:
+            for ext, text in ((".out", p.stdout), (".err", p.stderr)):
+                with open(log + ext, "w") as f:
+                    f.write(text)
         lines = []
         if os.path.exists(report):
             r = json.load(open(report))
