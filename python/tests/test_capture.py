@@ -148,6 +148,54 @@ def test_an_embedding_or_matmul_mixing_host_and_cuda_operands_raises_as_on_the_g
         assert torch.zeros(5, 3, device="cuda")[torch.tensor([0, 1])].is_cuda  # host indices: allowed
 
 
+def test_products_of_operands_of_different_dtypes_raise_as_on_the_gpu():
+    # cuda/Blas.cpp and LinearAlgebra.cpp's meta functions refuse them, each with its own words, where
+    # the meta kernels let them through: a bf16 model fed fp32 activations outside autocast ran on
+    f32, bf16 = torch.float32, torch.bfloat16
+    with vramscope.capture(gpu="h200"):
+        x = torch.zeros(1024, 1024, device="cuda")
+        w = torch.zeros(1024, 1024, device="cuda", dtype=bf16)
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(
+            RuntimeError,
+            match=r"^expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16$",
+        ):
+            torch.nn.functional.linear(x, w)
+        # mm's result (x's dtype) comes first and dies with the error; cuBLAS is not reached
+        assert torch.cuda.max_memory_allocated() - before == 4 * MIB
+        assert torch.cuda.memory_allocated() == before
+        with pytest.raises(
+            RuntimeError, match=r"^mat1 and mat2 must have the same dtype, but got Float and BFloat16$"
+        ):
+            torch.nn.functional.linear(x, w, torch.zeros(1024, device="cuda", dtype=bf16))
+        with pytest.raises(
+            RuntimeError, match=r"^self and mat2 must have the same dtype, but got Float and BFloat16$"
+        ):
+            torch.nn.functional.linear(x.to(bf16), w, torch.zeros(1024, device="cuda"))
+        with pytest.raises(RuntimeError, match=r"^expected scalar type Float but found BFloat16$"):
+            x[None] @ w[None]
+        with pytest.raises(RuntimeError, match=r"^expected scalar type BFloat16 but found Float$"):
+            torch.bmm(w[None], x[None])
+        with pytest.raises(
+            RuntimeError, match=r"^Input dtypes must be the same, got: input c10::BFloat16, batch1: float"
+        ):
+            torch.baddbmm(w[None], x[None], x[None])
+        with pytest.raises(RuntimeError, match=r"^expected scalar type Float but found BFloat16$"):
+            torch.mv(x, w[0])
+        with pytest.raises(
+            RuntimeError,
+            match=r"^dot : expected both vectors to have same dtype, but found Float and BFloat16$",
+        ):
+            torch.dot(x[0], w[0])
+        assert torch.cuda.memory_allocated() == before
+        # autocast casts both to bf16 first (autocast_mode.cpp's lower_precision_fp list)
+        with torch.autocast("cuda", dtype=bf16):
+            assert torch.nn.functional.linear(x, w).dtype == bf16
+            assert torch.bmm(x[None], w[None]).dtype == bf16
+        assert (x @ x).dtype == f32
+
+
 def test_torch_save_writes_the_values_a_cuda_tensor_carries():
     # torch.save copies each CUDA storage to the host (serialization.py `_save`: `storage.cpu()`),
     # the device's bytes; the twin's copy read zeros, so a checkpoint's small GPU tensors (a fused

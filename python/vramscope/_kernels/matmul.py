@@ -3,10 +3,13 @@ address (`aten/src/ATen/native/cuda/Blas.cpp`, `GroupedBlas.cpp`, `Linear.cpp`, 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._tensor import registered
 from .registry import AFTER, DISPATCH
+from .typenames import scalar_type_name, type_meta_name
 
 aten = torch.ops.aten
 
@@ -84,6 +87,15 @@ def _addmm(cap, func, call, outs):
         _gemm_2d(cap, "addmm", mat1, mat2, addmm_uses_lt(args, kw))
 
 
+def _batch_operands(cap, b1, b2):
+    """`baddbmm_out_cuda_impl`'s `prepare_batch_matrix_for_cublas` of its contiguous result's
+    problem: the copies of `batch2`, then `batch1`, that cuBLAS cannot address."""
+    m, n, k = b2.shape[2], b1.shape[1], b1.shape[2]
+    a = _temp(cap, b2, "bmm") if _batch_needs_copy(b2, m, k) else None
+    b = _temp(cap, b1, "bmm") if _batch_needs_copy(b1, k, n) else None
+    return a, b
+
+
 def _bmm(cap, func, call, outs):
     (args, _kw) = call
     if func._schema.name == "aten::baddbmm":
@@ -91,9 +103,7 @@ def _bmm(cap, func, call, outs):
     else:
         b1, b2 = args[0], args[1]
     if outs[0].numel() > 0 and b1.shape[2] > 0:
-        m, n, k = b2.shape[2], b1.shape[1], b1.shape[2]
-        a = _temp(cap, b2, "bmm") if _batch_needs_copy(b2, m, k) else None
-        b = _temp(cap, b1, "bmm") if _batch_needs_copy(b1, k, n) else None
+        a, b = _batch_operands(cap, b1, b2)
         cap.blas("bmm", b1.dtype, False)
         del b, a
 
@@ -113,14 +123,21 @@ def _gemv(cap, func, call, outs):
         mat, vec = args[0], args[1]
     if outs[0].numel() == 0 or mat.numel() == 0:
         return
+    v, m = _gemv_operands(cap, mat, vec)
+    cap.blas("mv", mat.dtype, False)
+    del m, v
+
+
+def _gemv_operands(cap, mat, vec):
+    """`addmv_out_cuda`'s copies before `gemv`: the vector's `contiguous()` when its stride is 0,
+    then the matrix's when neither of its strides is 1 with a leading dimension that fits."""
     v = _temp(cap, vec, "mv") if vec.stride(0) == 0 else None
     rows, cols = mat.shape
     addressable = (mat.stride(0) == 1 and mat.stride(1) >= max(1, rows)) or (
         mat.stride(1) == 1 and mat.stride(0) >= max(1, cols)
     )
     m = None if addressable else _temp(cap, mat, "mv")
-    cap.blas("mv", mat.dtype, False)
-    del m, v
+    return v, m
 
 
 def _dot(cap, func, call, outs):
@@ -205,6 +222,141 @@ for _f in (
     AFTER[_f] = _addmm  # addmm_, addmm_activation_out_cuda: addmm_out_cuda_impl (in place; with an epilogue)
 for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.out):
     AFTER[_f] = _bmm
+
+
+# ---- operands of different dtypes -----------------------------------------------------
+# PyTorch 2.11's CUDA products refuse operands of different dtypes (autocast casts them first);
+# the meta kernels the twin runs let most of them through. Each rule raises where the GPU does,
+# after what it allocated before, which the exception frees.
+
+
+def _on_device(*ts) -> bool:
+    """Every operand is a dense simulated (CUDA) tensor."""
+    return all(isinstance(t, torch.Tensor) and registered(t) and t.layout == torch.strided for t in ts)
+
+
+def _mm_dtypes(cap, func, args, kwargs):
+    """`mm`: its meta function (LinearAlgebra.cpp `TORCH_META_FUNC(mm)`: shapes, no dtype) gives the
+    result `self.options()`, then `addmm_out_cuda_impl` (cuda/Blas.cpp), which `mm_out_cuda` runs,
+    checks first "expected mat1 and mat2 to have the same dtype" (TypeMeta names: "float !=
+    c10::BFloat16"), before cuBLAS."""
+    a, b = args[0], args[1]
+    if a.dtype == b.dtype or not _on_device(a, b) or a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        return NotImplemented
+    out = cap.malloc(a.shape[0] * b.shape[1] * a.element_size(), "aten::mm")
+    del out
+    raise RuntimeError(
+        "expected mat1 and mat2 to have the same dtype, but got: "
+        f"{type_meta_name(a.dtype)} != {type_meta_name(b.dtype)}"
+    )
+
+
+def _addmm_dtypes(cap, func, args, kwargs):
+    """`ADDMM_META` (LinearAlgebra.cpp), the structured meta function of `addmm`, `addmm_` and
+    `_addmm_activation` on every backend: the bias's dtype against `mat2`'s, then `mat1`'s
+    (ScalarType names: "Float and BFloat16"), before the result (2.11's CPU build raises the same;
+    the Python meta kernel the twin runs checks neither). `F.linear` with a bias reaches it."""
+    bias, m1, m2 = args[0], args[1], args[2]
+    if not _on_device(bias, m1, m2):
+        return NotImplemented
+    for first, name in ((bias, "self"), (m1, "mat1")):
+        if first.dtype != m2.dtype:
+            raise RuntimeError(
+                f"{name} and mat2 must have the same dtype, but got "
+                f"{scalar_type_name(first.dtype)} and {scalar_type_name(m2.dtype)}"
+            )
+    return NotImplemented
+
+
+def _expandable(shape, to) -> bool:
+    """`expand_size(self, to)` succeeds: each trailing dimension equal or 1."""
+    return len(shape) <= len(to) and all(
+        s in (1, t) for s, t in zip(reversed(shape), reversed(to), strict=False)
+    )
+
+
+def _bmm_dtypes(cap, func, args, kwargs):
+    """`bmm`, `baddbmm`, `baddbmm_`: the meta function (LinearAlgebra.cpp
+    `common_checks_baddbmm_bmm`: shapes; `baddbmm`'s first checks `self.dtype() == batch1.dtype()`,
+    "Input dtypes must be the same, got: input float, batch1: c10::BFloat16, batch2: ...") gives the
+    result `batch2.options()`; `baddbmm_out_cuda_impl` (cuda/Blas.cpp) returns early for an empty
+    result or reduction, else prepares the operands (`prepare_batch_matrix_for_cublas`'s copies) and
+    dispatches on `batch1`'s dtype, whose `const_data_ptr<scalar_t>()` of `batch2` raises
+    "expected scalar type Float but found BFloat16" (TensorMethods.cpp) before cuBLAS."""
+    add = func is not aten.bmm.default
+    b1, b2 = (args[1], args[2]) if add else (args[0], args[1])
+    ts = (args[0], b1, b2) if add else (b1, b2)
+    if not _on_device(*ts) or b1.dim() != 3 or b2.dim() != 3:
+        return NotImplemented
+    shape = (b1.shape[0], b1.shape[1], b2.shape[2])
+    if add and not _expandable(args[0].shape, shape):
+        return NotImplemented
+    if add and args[0].dtype != b1.dtype:
+        raise RuntimeError(
+            f"Input dtypes must be the same, got: input {type_meta_name(args[0].dtype)}, "
+            f"batch1: {type_meta_name(b1.dtype)}, batch2: {type_meta_name(b2.dtype)}"
+        )
+    if b1.dtype == b2.dtype or b2.shape[0] != b1.shape[0] or b2.shape[1] != b1.shape[2]:
+        return NotImplemented
+    if not (b1.is_floating_point() or b1.is_complex()) or 0 in shape or b1.shape[2] == 0:
+        return NotImplemented
+    if func is aten.baddbmm_.default and not args[0].is_contiguous():
+        return NotImplemented  # a result cuBLAS may not address: not ruled here
+    op = func._schema.name
+    out = None if func is aten.baddbmm_.default else cap.malloc(math.prod(shape) * b2.element_size(), op)
+    a, b = _batch_operands(cap, b1, b2)
+    del b, a, out
+    raise RuntimeError(
+        f"expected scalar type {scalar_type_name(b1.dtype)} but found {scalar_type_name(b2.dtype)}"
+    )
+
+
+def _mv_dtypes(cap, func, args, kwargs):
+    """`mv` (Blas.cpp: the result `empty` of `vec.options()`, then `addmv_`) and `addmv` (its meta
+    function: shapes, the result `vec.options()`): `addmv_out_cuda` (cuda/Blas.cpp) does nothing for
+    an empty matrix, else copies the operands `gemv` cannot address and dispatches on the matrix's
+    dtype, whose `const_data_ptr<scalar_t>()` of the vector (and the result, the vector's dtype)
+    raises "expected scalar type Float but found BFloat16" (TensorMethods.cpp) before cuBLAS."""
+    self = args[0] if func is aten.addmv.default else None
+    mat, vec = (args[1], args[2]) if self is not None else (args[0], args[1])
+    ts = (mat, vec) if self is None else (self, mat, vec)
+    if mat.dtype == vec.dtype or not _on_device(*ts) or mat.dim() != 2 or vec.dim() != 1:
+        return NotImplemented
+    if mat.shape[1] != vec.shape[0] or not (mat.is_floating_point() or mat.is_complex()):
+        return NotImplemented
+    if self is not None and (self.dim() > 1 or self.numel() not in (mat.shape[0], 1)):
+        return NotImplemented
+    if mat.numel() == 0:
+        return NotImplemented
+    out = cap.malloc(mat.shape[0] * vec.element_size(), func._schema.name)
+    v, m = _gemv_operands(cap, mat, vec)
+    del m, v, out
+    raise RuntimeError(
+        f"expected scalar type {scalar_type_name(mat.dtype)} but found {scalar_type_name(vec.dtype)}"
+    )
+
+
+def _dot_dtypes(cap, func, args, kwargs):
+    """`dot_cuda`/`vdot_cuda` (cuda/Blas.cpp) `dot_check`: both 1-D, then the same dtype
+    (ScalarType names), before the result."""
+    a, b = args[0], args[1]
+    if a.dtype == b.dtype or not _on_device(a, b) or a.dim() != 1 or b.dim() != 1:
+        return NotImplemented
+    raise RuntimeError(
+        "dot : expected both vectors to have same dtype, but found "
+        f"{scalar_type_name(a.dtype)} and {scalar_type_name(b.dtype)}"
+    )
+
+
+DISPATCH[aten.mm.default] = _mm_dtypes
+for _f in (aten.addmm.default, aten.addmm_.default, aten._addmm_activation.default):
+    DISPATCH[_f] = _addmm_dtypes
+for _f in (aten.bmm.default, aten.baddbmm.default, aten.baddbmm_.default):
+    DISPATCH[_f] = _bmm_dtypes
+for _f in (aten.mv.default, aten.addmv.default):
+    DISPATCH[_f] = _mv_dtypes
+for _f in (aten.dot.default, aten.vdot.default):
+    DISPATCH[_f] = _dot_dtypes
 
 
 def _grouped_mm(cap, func, call, outs):
