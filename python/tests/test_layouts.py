@@ -208,6 +208,47 @@ def test_cudnn_convolutions_check_the_input_type_against_the_weight_and_bias():
         assert gi.dtype == torch.bfloat16
 
 
+def test_a_convolution_of_host_and_cuda_operands_raises_as_on_the_gpu():
+    # `convolution` has no generated device check: cuDNN's `check_input_same_type_as_parameters`
+    # raises for a CUDA input (processErrorMsg's legacy names), the native depthwise kernel's CUDA
+    # wrapper for a depthwise one, MKLDNN's check for an fp32 host input of a CUDA weight; the twin
+    # ran them on (a module left on the host fed CUDA images)
+    f = torch.nn.functional
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(2, 3, 16, 16, device="cuda")
+        w = torch.empty(4, 3, 3, 3)
+        before = torch.cuda.memory_allocated()
+        same = (
+            r"^Input type \(torch\.cuda\.FloatTensor\) and weight type \(torch\.FloatTensor\) "
+            "should be the same$"
+        )
+        with pytest.raises(RuntimeError, match=same):
+            torch.nn.Conv2d(3, 4, 3)(x)
+        with pytest.raises(RuntimeError, match=same):
+            f.conv_transpose2d(x, torch.empty(3, 4, 3, 3))
+        bias = r"^Input type \(torch\.cuda\.FloatTensor\) and bias type \(CPUBFloat16Type\) should"
+        with pytest.raises(RuntimeError, match=bias):
+            aten.convolution(x, w.cuda(), torch.empty(4, dtype=torch.bfloat16), [1], [0], [1], False, [0], 1)
+        wrapper = (
+            r"cuda:0 and cpu! \(when checking argument for argument weight in method "
+            r"wrapper_CUDA___conv_depthwise2d\)$"
+        )
+        with pytest.raises(RuntimeError, match=wrapper):
+            f.conv2d(x, torch.empty(3, 1, 3, 3), groups=3)
+        mkldnn = (
+            r"^Input type \(torch\.FloatTensor\) and weight type \(torch\.cuda\.FloatTensor\) should be the "
+            r"same or input should be a MKLDNN tensor and weight is a dense tensor$"
+        )
+        with pytest.raises(RuntimeError, match=mkldnn):
+            f.conv2d(x.cpu(), w.cuda())
+        with pytest.raises(
+            RuntimeError, match=r"argument weight in method wrapper_CUDA___slow_conv2d_forward\)$"
+        ):
+            f.conv2d(torch.empty(1, 3, 8, 8), w.cuda())
+        assert torch.cuda.memory_allocated() == before
+        assert f.conv2d(x, w.cuda()).shape == (2, 4, 14, 14)
+
+
 def test_a_one_d_backward_reads_its_gradients_format_on_the_four_d_view_issue_31():
     # Convolution.cpp views a 1-D problem as (N, C, 1, L) (`view4d`) before cuDNN's
     # `grad_output.to(input.suggest_memory_format())`: blind16/p03's (16, 256, 399) gradient

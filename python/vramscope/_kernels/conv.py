@@ -15,6 +15,7 @@ from torch._prims_common import suggest_memory_format
 from .._tensor import registered
 from .reduce import _acc_bytes, reduce_scratch
 from .registry import DISPATCH, SCRATCH_UNMODELLED
+from .typenames import tensor_type_string
 
 aten = torch.ops.aten
 
@@ -342,8 +343,15 @@ def _conv(x, w, args):
     """(input, weight, stride, padding, dilation, transposed, output_padding,
     groups, channels_last) of a cuDNN convolution, or None for what the rules
     do not cover."""
+    if not (registered(x) and registered(w)):
+        return None
+    return _conv_params(x, w, args)
+
+
+def _conv_params(x, w, args):
+    """`_conv`'s tuple of a convolution whatever its operands' devices."""
     stride, padding, dilation, transposed, out_pad, groups = args
-    if x.dim() not in (3, 4, 5) or not (registered(x) and registered(w)) or isinstance(padding, str):
+    if x.dim() not in (3, 4, 5) or isinstance(padding, str):
         return None
     dim = w.dim() - 2
 
@@ -405,40 +413,6 @@ def _native_depthwise_2d(conv) -> bool:
     return not half_cudnn
 
 
-# `processErrorMsg` (torch/csrc/Exceptions.cpp) renames these legacy type names in a RuntimeError's
-# text; the others keep `TensorBase::toString()`'s "CUDABFloat16Type"
-_LEGACY_TYPE = {
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.float64: "Double",
-    torch.float32: "Float",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.int16: "Short",
-    torch.float16: "Half",
-}
-
-
-def _cuda_type_name(t) -> str:
-    legacy = _LEGACY_TYPE.get(t.dtype)
-    if legacy is not None:
-        return f"torch.cuda.{legacy}Tensor"
-    # c10::toString(ScalarType): torch.bfloat16 -> "BFloat16", torch.complex64 -> "ComplexFloat"
-    return f"CUDA{_scalar_name(t.dtype)}Type"
-
-
-def _scalar_name(dtype) -> str:
-    names = {
-        torch.bfloat16: "BFloat16",
-        torch.bool: "Bool",
-        torch.complex32: "ComplexHalf",
-        torch.complex64: "ComplexFloat",
-        torch.complex128: "ComplexDouble",
-    }
-    name = str(dtype).removeprefix("torch.")
-    return names.get(dtype, name[:1].upper() + name[1:])  # float8_e4m3fn -> Float8_e4m3fn
-
-
 def _check_same_type(x, w, bias=None) -> None:
     """`check_input_same_type_as_parameters` (Convolution.cpp): `_convolution`'s `Cudnn` and
     `CudnnTranspose` cases check the input against the weight and the bias, `convolution_backward`'s
@@ -451,7 +425,7 @@ def _check_same_type(x, w, bias=None) -> None:
     for other, what in ((w, "weight"), (bias, "bias")):
         if other is not None and other.dtype != x.dtype:
             raise RuntimeError(
-                f"Input type ({_cuda_type_name(x)}) and {what} type ({_cuda_type_name(other)}) "
+                f"Input type ({tensor_type_string(x)}) and {what} type ({tensor_type_string(other)}) "
                 "should be the same"
             )
 
@@ -576,8 +550,78 @@ def _convolution(cap, func, args, kwargs):
     return out
 
 
+def _host_operand(t) -> bool:
+    return isinstance(t, torch.Tensor) and not registered(t) and t.device.type == "cpu"
+
+
+def _check_devices(cap, x, w, bias, args) -> None:
+    """`_convolution` (Convolution.cpp) of operands on the host and the simulated device mixed: no
+    generated wrapper checks them (`convolution` is CompositeExplicitAutograd), the backend does.
+    For a CUDA input, after `check_shape_forward` (and a 1-D input's `contiguous()`): the native
+    depthwise kernels' CUDA wrappers ("Expected all tensors to be on the same device, but found at
+    least two devices, cuda:0 and cpu! (when checking argument for argument weight in method
+    wrapper_CUDA___conv_depthwise2d)", after `input.contiguous()`), else cuDNN's
+    `check_input_same_type_as_parameters`, `TensorBase::toString()` rewritten by `processErrorMsg`
+    ("Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same").
+    For an fp32 host input of a CUDA weight (4-D, not transposed): `use_mkldnn` (16 threads on the
+    H200's host: `_capture.INTRA_OP_WORKERS` + 1) takes MKLDNN, whose check adds "or input should
+    be a MKLDNN tensor and weight is a dense tensor"; else an undilated single group takes
+    `Slow2d`, whose `_slow_conv2d_forward` dispatches to CUDA by the weight and its wrapper raises
+    ("cpu and cuda:0! ... argument weight in method wrapper_CUDA___slow_conv2d_forward")."""
+    conv = _conv_params(x, w, args)
+    if conv is None or x.shape[0] == 0 or x.shape[1] == 0:
+        return  # unruled, or `ConvBackend::Empty` (a host 0-dim slice of the weight is allowed)
+    operands = ((w, "weight"), (bias, "bias"))
+    if registered(x) and any(_host_operand(t) for t, _ in operands):
+        depthwise = "_conv_depthwise2d" if _native_depthwise_2d(conv) else None
+        depthwise = "conv_depthwise3d" if _native_depthwise_3d(conv) else depthwise
+        x_c = _copy_unless_in(cap, x, False) if x.dim() == 3 or depthwise else None
+        for t, what in operands:
+            if t is None or not (_host_operand(t) or (depthwise is None and t.dtype != x.dtype)):
+                continue
+            del x_c
+            if depthwise is not None:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"cuda:0 and cpu! (when checking argument for argument {what} in method "
+                    f"wrapper_CUDA__{depthwise})"
+                )
+            raise RuntimeError(
+                f"Input type ({tensor_type_string(x)}) and {what} type ({tensor_type_string(t)}) "
+                "should be the same"
+            )
+    if not (_host_operand(x) and registered(w)) or x.dtype != torch.float32 or x.dim() != 4:
+        return
+    _, _, stride, _, dilation, transposed, _, groups, _ = conv
+    if transposed or not torch.backends.mkldnn.enabled:
+        return
+    strided, dilated = any(s != 1 for s in stride), any(d != 1 for d in dilation)
+    kh, kw = w.shape[-2], w.shape[-1]
+    from .._capture import INTRA_OP_WORKERS
+
+    threads = INTRA_OP_WORKERS + 1
+    mkldnn = (strided or dilated or x.shape[0] >= 16 or kw != 1 or kh != 1 or threads > 1) and (
+        groups > 1 or (kw > 3 and kh > 3) or x.shape[0] > 1 or x.numel() > 20480
+    )
+    if mkldnn:
+        for t, what in operands:
+            if t is not None and registered(t):
+                raise RuntimeError(
+                    f"Input type ({tensor_type_string(x)}) and {what} type ({tensor_type_string(t)}) "
+                    f"should be the same or input should be a MKLDNN tensor and {what} is a dense tensor"
+                )
+    elif groups == 1 and not dilated and w.is_contiguous():
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, cpu and "
+            "cuda:0! (when checking argument for argument weight in method "
+            "wrapper_CUDA___slow_conv2d_forward)"
+        )
+
+
 def _convolution_op(cap, func, args, kwargs):
     x, w = args[0], args[1]
+    if not kwargs:
+        _check_devices(cap, x, w, args[2], args[3:9])
     conv = _conv(x, w, args[3:9])
     if conv is None or kwargs:
         _conv_unruled(cap, x)
