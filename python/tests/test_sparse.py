@@ -609,6 +609,37 @@ def test_cusparselt_compress_and_matmul_allocate_as_the_h200_measured():
         assert torch.cuda.max_memory_allocated() - base == 262144 + 131584
 
 
+def test_sparse_semi_structured_tile_allocates_what_its_cuda_kernel_does():
+    # SparseSemiStructuredTile.cu (no meta kernel; the twin raised NotImplementedError at
+    # `prune_dense_static_sort`): each format's representation of the matrix and its transpose, then
+    # the threads' masks (ceil(rows / 32) x 4, ceil(cols / 64) x 8, 8) bytes
+    from torch.sparse import SparseSemiStructuredTensorCUSPARSELT
+
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(256, 512, device="cuda", dtype=torch.float16)
+        base = torch.cuda.memory_allocated()
+        packed, meta, packed_t, meta_t, masks = torch._sparse_semi_structured_tile(w)
+        # CUTLASS: (256, 256) fp16 values, 256 x 512 / 16 int16 metadata viewed (256, 2, 16), both
+        # again for the transpose
+        assert packed.shape == (256, 256) and packed_t.shape == (512, 128)
+        assert meta.dtype == torch.int16 and meta.shape == (256, 2, 16) and meta.stride() == (2, 1, 512)
+        assert masks.shape == (32, 64, 8) and masks.dtype == torch.uint8
+        assert torch.cuda.memory_allocated() - base == 2 * (131072 + 16384) + 16384
+        del packed, meta, packed_t, meta_t, masks
+        out = torch._sparse_semi_structured_tile(w, use_cutlass=False)
+        # cuSPARSELt: one storage of 256 x 256 values and 256 x 512 / 16 metadata scalars
+        assert out[0].shape == (73728,) and out[1].shape == (2, 16, 256) and out[1].storage_offset() == 65536
+        assert torch.cuda.memory_allocated() - base == 2 * 147456 + 16384
+        del out
+        with pytest.raises(RuntimeError, match="Only supports rows/cols multiples of 128"):
+            torch._sparse_semi_structured_tile(w[:200], use_cutlass=False)
+        with pytest.raises(RuntimeError, match='Unknown algorithm "top2"'):
+            torch._sparse_semi_structured_tile(w, algorithm="top2")
+        assert torch.cuda.memory_allocated() == base
+        s = SparseSemiStructuredTensorCUSPARSELT.prune_dense_static_sort(w)
+        assert s.shape == (256, 512)
+
+
 def test_semi_structured_linear_under_inference_mode_takes_the_subclass_linear():
     # inference mode drops the Autograd keys, whose composite is Linear.cpp's: a 3-D input that is not
     # contiguous (a sparse linear's own output, strides (128, 1, 4096)) reaches the semi-structured

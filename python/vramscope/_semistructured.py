@@ -109,5 +109,71 @@ def cslt_sparse_mm(cap, func, args, kwargs):
     return out
 
 
+#: `named_algorithms` (cuda/ComputeSparseTile.h): the tile kernel's algorithms by name
+_TILE_ALGORITHMS = ("largest_values_greedy", "causal1122", "largest_abs_values_greedy", "")
+
+
+def sparse_semi_structured_tile(cap, func, args, kwargs):
+    """`_sparse_semi_structured_tile(dense, algorithm, use_cutlass)` (sparse/cuda/
+    SparseSemiStructuredTile.cu; `prune_dense_static_sort` of both semi-structured subclasses), which
+    has no meta kernel: for the (rows, cols) matrix and then its transpose, the compressed
+    representation of its format (`create_compressed_representation`), then the threads' masks, a
+    byte tensor (ceil(rows / 32) x 4, ceil(cols / 64) x 8, 8) (`getBlocksGrid` x `getThreadsGrid`
+    of 32 x 64 warps of 8 x 8 threads, one uint64 each). CUTLASS's: the packed values
+    (round_up(rows, 32), round_up(cols, 64) / 2) of the input's dtype, then the metadata, int16
+    (round_up(rows, 32) x round_up(cols, 64) / 16) viewed (rows', 2, cols' / 32) by
+    `permute(1, 2, 0)`; cuSPARSELt's: one 1-D storage of rows x ceil(cols / 2) values and
+    rows x cols / 16 metadata scalars of the input's dtype, the metadata its (rows / 128, cols / 32,
+    256) view past the values (rows and cols multiples of 128, checked first). The columns (a
+    multiple of 32) and the algorithm's name are checked after the representations."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from ._kernels.typenames import scalar_type_name
+
+    x = args[0]
+    algorithm = kwargs.get("algorithm", args[1] if len(args) > 1 else "")
+    use_cutlass = kwargs.get("use_cutlass", args[2] if len(args) > 2 else True)
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError(scalar_type_name(x.dtype))
+    if x.dim() != 2:
+        raise RuntimeError("Can only sparsify 2d tensors")
+    if x.stride(1) != 1:
+        raise RuntimeError("Can only sparsify contiguous tensors. Sparsify the transpose otherwise.")
+    cap.ops += 1
+    op = "aten::_sparse_semi_structured_tile"
+
+    def new(shape, dtype):
+        with _disable_current_modes():
+            t = torch.empty(shape, dtype=dtype, device="meta")
+        return cap.track(t, op)
+
+    def view(t, shape, strides, offset=0):
+        with _disable_current_modes():
+            return t.as_strided(shape, strides, offset)
+
+    def representation(rows, cols):
+        if not use_cutlass:
+            if rows % 128 or cols % 128:
+                raise RuntimeError("Only supports rows/cols multiples of 128")
+            data = rows * -(-cols // 2)
+            storage = new((data + rows * cols // 16,), x.dtype)
+            return storage, view(storage, (rows // 128, cols // 32, 256), (cols // 32 * 256, 256, 1), data)
+        rx, ry = -(-rows // 32) * 32, -(-cols // 64) * 64
+        packed = new((rx, ry // 2), x.dtype)
+        meta = new((rx * ry // 16,), torch.int16)
+        return packed, view(meta, (rx, 2, ry // 32), (2, 1, rx * 2))
+
+    rows, cols = x.shape
+    packed, meta = representation(rows, cols)
+    packed_t, meta_t = representation(cols, rows)
+    if cols % 32:
+        raise RuntimeError("Number of cols should be multiple of 32")
+    masks = new((-(-rows // 32) * 4, -(-cols // 64) * 8, 8), torch.uint8)
+    if algorithm not in _TILE_ALGORITHMS:
+        raise RuntimeError(f'Unknown algorithm "{algorithm}"')
+    return packed, meta, packed_t, meta_t, masks
+
+
 _kernels.DISPATCH[aten._cslt_compress.default] = cslt_compress
 _kernels.DISPATCH[aten._cslt_sparse_mm.default] = cslt_sparse_mm
+_kernels.DISPATCH[aten._sparse_semi_structured_tile.default] = sparse_semi_structured_tile
