@@ -1617,6 +1617,32 @@ def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blo
     assert lines[-1] == str(4 * 2**20 + 8192 + 4 * 2**20 + 2048)
 
 
+def test_aoti_constant_blob_comes_out_of_the_device_s_free_memory(tmp_script, tmp_path):
+    # RAII_gpuMalloc (model_base.h) cudaMallocs the blob outside the caching allocator: not in
+    # memory_allocated or memory_reserved, but mem_get_info's free memory drops by it (4 MiB + 8 KiB +
+    # 4 MiB + 2 KiB, taken as 10 MiB of 2 MiB pages) until the loaded model goes; the twin's stayed
+    package = tmp_path / "mlp.pt2"
+    script = tmp_script(
+        "import gc, torch\n"
+        "lin = torch.nn.Linear\n"
+        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
+        "x = torch.randn(64, 512, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
+        "free = torch.cuda.mem_get_info()[0]\n"
+        "base = torch.cuda.memory_reserved()\n"
+        "runner = torch._inductor.aoti_load_package(path)\n"
+        "loaded = free - torch.cuda.mem_get_info()[0]\n"
+        "reserved = torch.cuda.memory_reserved() - base\n"
+        "del runner\n"
+        "gc.collect()\n"
+        "print(loaded, reserved, free - torch.cuda.mem_get_info()[0])\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == f"{10 * 2**20} 0 0"
+
+
 def test_aoti_two_pass_compile_runs_the_model_once_at_compile_time(tmp_script, tmp_path):
     # `triton.autotune_at_compile_time=False`: graph.py's two-pass cpp-wrapper compile runs its first
     # pass's module on the example inputs (the kernels autotuned at their first launch), then

@@ -15,18 +15,23 @@ The loaded model's constants are a copy of the weights in one blob that `AOTIndu
 (torch/csrc/inductor/aoti_runtime/model_base.h) takes with `cudaMalloc`, outside the caching allocator
 (with `aot_inductor.weight_use_caching_allocator`, one raw allocation of the caching allocator): it is
 not in `memory_allocated()` or `memory_reserved()`; the twin holds the copy as tensors it does not
-allocate.
+allocate, and takes the blob from the device's free memory (`mem_get_info`, the room for segments) as
+the driver's own allocations are, until the loaded model goes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import weakref
 
 import torch
 
 from . import _compile
 
+#: the device memory page a `cudaMalloc` outside the caching allocator is taken in (an assumption,
+#: named unmeasured where used: the caching allocator's own segments are multiples of it)
+_DRIVER_PAGE = 2 << 20
 #: the models compiled in this process, by the path of their package (`aoti_load_package` reads them)
 MODELS: dict[str, _Model] = {}
 #: a compiled graph's model by the path of the shared library `AotCodeCompiler.compile` would have built
@@ -82,6 +87,20 @@ class _Loader:
         # `RAII_gpuMalloc` (model_base.h): cudaMalloc, or with the caching-allocator macro one raw
         # allocation of the whole blob (`aoti_torch_cuda_caching_allocator_raw_alloc`)
         self.blob = cap.malloc(model.blob_size, "aoti::constant_blob", "parameter") if model.caching else None
+        take = getattr(cap.device, "aoti_constant_blob", None)  # a native module built before has none
+        if not model.caching and model.blob_size and take is not None:
+            # the cudaMalloc'd blob: outside the caching allocator's figures, but the device's free
+            # memory (`mem_get_info`) and the room left for segments shrink by it, as by the driver's
+            # own allocations, until the model goes (`RAIIDataPtr`'s cudaFree)
+            nbytes = -(-model.blob_size // _DRIVER_PAGE) * _DRIVER_PAGE
+            take(nbytes)
+            weakref.finalize(self, cap.device.aoti_constant_blob_free, nbytes)
+            cap.note_unmeasured(
+                "AOTInductor's constant blob (cudaMalloc)",
+                "AOTInductor's constant blob is taken from the device's free memory as its size rounded "
+                "up to 2 MiB: the driver's rounding of a cudaMalloc outside the caching allocator was "
+                "not measured",
+            )
 
     def get_call_spec(self):
         return [self.model.in_spec, self.model.out_spec]

@@ -62,6 +62,10 @@ class Device:
     def sdpa_backend_choice(self) -> None:
         """scaled_dot_product_attention chooses its backend, asking cuDNN: its graph library loads
         where it has not (driver address-space rule 9)."""
+    def aoti_constant_blob(self, bytes: int) -> None:
+        """`cudaMalloc` of AOTInductor's constant blob, taken from the device as driver memory."""
+    def aoti_constant_blob_free(self, bytes: int) -> None:
+        """The blob's `cudaFree`."""
     def kernel_module(self, module: str) -> None:
         """The ATen op `op` (no overload, "pow") has launched its kernels for the first time: the
         host memory its kernel module's lazy load maps, where the twin knows it (driver

@@ -269,6 +269,13 @@ impl SimDevice {
             _ => false,
         }
     }
+    /// The driver gives back `bytes` it took with [`Self::driver_alloc`]
+    /// for memory a program frees through it (`cudaFree` of a buffer
+    /// allocated outside the caching allocator: AOTInductor's constant
+    /// blob when its model goes).
+    pub fn driver_free(&mut self, bytes: u64) {
+        self.used = self.used.saturating_sub(bytes);
+    }
     /// A device that never runs out (for replays without a limit):
     /// [`UNLIMITED_BYTES`].
     pub fn unlimited() -> Self {
@@ -341,6 +348,17 @@ impl Device for SimDevice {
 mod tests {
     use super::*;
     use crate::{AllocatorConfig, CachingAllocator};
+
+    /// Memory the driver takes outside the allocator leaves `cudaMemGetInfo`'s
+    /// free figure and comes back when given back (AOTInductor's blob).
+    #[test]
+    fn driver_memory_given_back_is_free_again() {
+        let mut d = SimDevice::new(1 << 30, 1 << 30);
+        assert!(d.driver_alloc(10 << 20));
+        assert_eq!(d.mem_info().0, (1 << 30) - (10 << 20));
+        d.driver_free(10 << 20);
+        assert_eq!(d.mem_info(), (1 << 30, 1 << 30));
+    }
 
     /// Expandable segments' reservations lie below every `cudaMalloc`
     /// segment and apart from each other, however many there are: on an

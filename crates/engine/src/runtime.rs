@@ -1537,6 +1537,13 @@ impl Runtime {
         self.driver_take(op, bytes)
     }
 
+    /// `cudaFree` of `bytes` taken with [`Self::driver_outside`]: the
+    /// device's free memory grows by them again. Not in the event log,
+    /// whose driver takes the estimate replays (which frees none).
+    pub fn driver_outside_free(&self, bytes: u64) {
+        self.st.borrow_mut().alloc.device_mut().driver_free(bytes);
+    }
+
     /// Device memory taken outside the allocator for `op` that the
     /// process's first cuBLAS handle would otherwise take (kernel modules
     /// both load): that handle takes `bytes` less when it comes.
@@ -1564,6 +1571,14 @@ impl Runtime {
                     format!(
                         "NCCL error: unhandled cuda error (out of memory): NCCL needs {} for \
                          its buffers and {} is free (the caching allocator keeps its cache)",
+                        vramscope_alloc::format_size(bytes),
+                        vramscope_alloc::format_size(free)
+                    )
+                } else if op == "aoti_constant_blob" {
+                    // model_base.h `RAII_gpuMalloc`: AOTI_RUNTIME_CUDA_CHECK(cudaMalloc(...))
+                    format!(
+                        "CUDA error: out of memory: AOTInductor's constants need {} and {} is \
+                         free (the caching allocator keeps its cache)",
                         vramscope_alloc::format_size(bytes),
                         vramscope_alloc::format_size(free)
                     )

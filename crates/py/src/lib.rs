@@ -395,6 +395,22 @@ impl Device {
         self.p.runtime().host_unmapped(addr, len);
     }
 
+    /// AOTInductor's constant blob (`AOTInductorModelBase::load_constants`,
+    /// aoti_runtime/model_base.h): `cudaMalloc` of `bytes` outside the
+    /// caching allocator, taken from the device as the driver's own memory
+    /// is ([`Runtime::driver_outside`]); out of memory when less is free.
+    fn aoti_constant_blob(&self, bytes: u64) -> PyResult<()> {
+        self.p
+            .runtime()
+            .driver_outside("aoti_constant_blob", bytes)
+            .map_err(|e| py_err(self.p.runtime(), e))
+    }
+
+    /// The blob's `cudaFree` when its model goes.
+    fn aoti_constant_blob_free(&self, bytes: u64) {
+        self.p.runtime().driver_outside_free(bytes);
+    }
+
     /// An op has launched a kernel of the module `module`: the module's
     /// host memory at its first load, where the twin knows it (driver
     /// address-space rule 12).
