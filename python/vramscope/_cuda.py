@@ -19,7 +19,17 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from . import _autograd_streams, _dataloader, _extensions, _importhook, _legacy, _philox, _threads, _triton
+from . import (
+    _autograd_streams,
+    _dataloader,
+    _extensions,
+    _importhook,
+    _legacy,
+    _philox,
+    _processes,
+    _threads,
+    _triton,
+)
 from ._tensor import CUDA0, contiguous_strides, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
@@ -716,6 +726,7 @@ def patch(cap) -> _Patch:
     _device_thread.patch(cap, p, cap.device_thread)
     _autograd_streams.patch(cap, p)
     _dataloader.patch(cap, p)
+    _processes.patch(cap, p)
     _triton.patch(cap, p)
     _extensions.patch(p)
     _legacy.patch(p)
