@@ -2608,19 +2608,35 @@ def test_legacy_cuda_tensor_types_construct_convert_and_name_simulated_tensors()
             torch.cuda.FloatTensor(data)
 
 
-def test_a_convolution_with_cudnn_disabled_takes_no_cudnn_workspace_and_is_named_unmeasured():
-    # `torch.backends.cudnn.enabled = False`: `_select_conv_backend` runs PyTorch's own kernels
-    # (slow_conv2d's im2col columns), not cuDNN's plan; the twin took a cuDNN workspace silently
-    def run(enabled):
-        with vramscope.capture(gpu="h200") as cap, torch.backends.cudnn.flags(enabled=enabled):
-            x = torch.randn(16, 3, 64, 64, device="cuda", requires_grad=True)
-            conv = torch.nn.Conv2d(3, 64, 3, padding=1).cuda()
-            conv(x).sum().backward()
-            return cap.report()["unmeasured"]
-
-    assert not any("cuDNN disabled" in u for u in run(True))
-    off = run(False)
-    assert off and all("cuDNN disabled" in u for u in off) and not any("cuDNN's" in u for u in off)
+def test_a_convolution_with_cudnn_disabled_runs_slow_conv2d_with_its_im2col_columns():
+    # `torch.backends.cudnn.enabled = False`: `_select_conv_backend` runs PyTorch's own kernels, not
+    # cuDNN's plan (the twin took a cuDNN workspace silently, then named them unmeasured). A single
+    # group, undilated, not transposed: `Slow2d` (cuda/ConvolutionMM2d.cu): the result, then the
+    # (C x kH x kW, oH x oW) columns while it runs, a cuBLAS gemm a sample (the handle's workspace at
+    # the first); backward: the input's gradient, its columns, the bias's sum, the weight's gradient.
+    # Others (dilated, grouped, 3-D, transposed) stay named unmeasured
+    with vramscope.capture(gpu="h200") as cap, torch.backends.cudnn.flags(enabled=False):
+        x = torch.randn(8, 16, 32, 32, device="cuda", requires_grad=True)
+        conv = torch.nn.Conv2d(16, 32, 3, padding=1).cuda()
+        torch.ones(2, 2, device="cuda") @ torch.ones(2, 2, device="cuda")  # the handle's workspace
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = conv(x)
+        columns = 16 * 9 * 32 * 32 * 4
+        assert torch.cuda.memory_allocated() - base == 8 * 32 * 32 * 32 * 4  # the result
+        assert torch.cuda.max_memory_allocated() - base == 8 * 32 * 32 * 32 * 4 + columns
+        g = torch.empty_like(y)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        grads = torch.ops.aten.convolution_backward(
+            g, x, conv.weight, [32], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]
+        )
+        assert [t.shape for t in grads] == [x.shape, conv.weight.shape, (32,)]
+        assert torch.cuda.memory_allocated() - base == 524288 + 18432 + 512
+        assert torch.cuda.max_memory_allocated() - base >= 524288 + columns
+        assert cap.report()["unmeasured"] == []
+        torch.nn.Conv2d(16, 32, 3, dilation=2).cuda()(x)
+        assert any("cuDNN disabled" in u for u in cap.report()["unmeasured"])
 
 
 def test_the_profiler_asked_for_cuda_activity_profiles_the_host_ops_quietly(capfd):

@@ -413,6 +413,90 @@ def _native_depthwise_2d(conv) -> bool:
     return not half_cudnn
 
 
+def _slow_2d(conv) -> bool:
+    """`_select_conv_backend` (Convolution.cpp) with cuDNN disabled (`userEnabledCuDNN()`): a CUDA
+    convolution of a non-empty 4-D input (a 1-D one viewed as (N, C, 1, L)), not depthwise (that
+    takes `CudaDepthwise2d`), not transposed, undilated, takes `Slow2d`; the twin rules the single
+    group (more groups run one `_convolution_nogroup_backend` a group, then `cat`)."""
+    x, _w, _stride, _padding, dilation, transposed, _out_pad, groups, _cl = conv
+    return (
+        not torch.backends.cudnn.enabled
+        and x.dim() in (3, 4)
+        and x.shape[0] > 0
+        and x.shape[1] > 0
+        and not transposed
+        and all(d == 1 for d in dilation)
+        and groups == 1
+    )
+
+
+def _slow_2d_columns(cap, x, w, conv, always: bool):
+    """`slow_conv2d_forward`/`_backward`/`_grad_weight`'s column buffer (cuda/ConvolutionMM2d.cu):
+    (C x kH x kW, oH x oW) of the input's dtype; the forward and the weight's gradient need it only
+    where the kernel is not 1x1 or a stride or padding is not 1 or 0 (`requires_columns`), the
+    input's gradient always (`resize_output(grad_columns, ...)`)."""
+    _x, _w, stride, padding, *_ = conv
+    k = list(w.shape[2:])
+    stride, padding, size = list(stride), list(padding), list(x.shape[2:])
+    if x.dim() == 3:  # `view1d_as_2d`
+        k, stride, padding, size = [1, *k], [1, *stride], [0, *padding], [1, *size]
+    out = [(size[i] + 2 * padding[i] - k[i]) // stride[i] + 1 for i in (0, 1)]
+    needed = k != [1, 1] or stride != [1, 1] or padding != [0, 0]
+    if not (always or needed):
+        return None
+    nbytes = x.shape[1] * k[0] * k[1] * out[0] * out[1] * x.element_size()
+    return cap.malloc(nbytes, "aten::_slow_conv2d", "temporary")
+
+
+def _contiguous_result(t):
+    """A result as `resize_output` of an empty tensor makes it: contiguous."""
+    if t is None or t.is_contiguous():
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def _slow_conv2d_forward(cap, func, args, conv):
+    """`Slow2d` (Convolution.cpp `_convolution`): the input, then the weight, made contiguous (a 1-D
+    input's before its 4-D view), then `thnn_conv2d` -> `slow_conv2d_forward_out_cuda`
+    (cuda/ConvolutionMM2d.cu): the result, the column buffer, a cuBLAS gemm a sample; the columns
+    go as it returns, then the weight's and the input's copies as `_convolution` does."""
+    x, w = args[0], args[1]
+    x_c = _copy_unless_in(cap, x, False)
+    w_c = _copy_unless_in(cap, w, False)
+    out = cap.track(_contiguous_result(func(*args)), "aten::_slow_conv2d_forward")
+    cols = _slow_2d_columns(cap, x, w, conv, always=False)
+    cap.blas("slow_conv2d", x.dtype, False)
+    del cols, w_c, x_c
+    return out
+
+
+def _slow_conv2d_backward(cap, grad, x, w, conv, mask, gi, gw, gb):
+    """`convolution_backward` on `Slow2d` (Convolution.cpp): the input (a 1-D one first, before its
+    4-D view), then the weight, made contiguous; `_slow_conv2d_backward` (cuda/ConvolutionMM2d.cu
+    `slow_conv2d_backward_out_cuda`): the gradient's `expect_contiguous()`, then for the input's
+    gradient its result, the column buffer and a gemm a sample, for the bias's `sum_out` over
+    (0, 2, 3), for the weight's its result and the columns (made now if the input's gradient did
+    not), a gemm a sample; the columns, then the gradient's copy, go as it returns, then the
+    weight's and the input's copies."""
+    x_c = _copy_unless_in(cap, x, False)
+    w_c = _copy_unless_in(cap, w, False)
+    g_c = _copy_unless_in(cap, grad, False)
+    cols = None
+    if mask[0] and gi is not None:
+        gi = cap.track(_contiguous_result(gi), "aten::_slow_conv2d_backward (input)")
+        cols = _slow_2d_columns(cap, x, w, conv, always=True)
+        cap.blas("slow_conv2d", x.dtype, False)
+    grad_seen = grad if g_c is None else torch.empty(grad.shape, dtype=grad.dtype, device="meta")
+    gb = _conv_grad_bias(cap, grad_seen, gb, mask)
+    if mask[1] and gw is not None:
+        gw = cap.track(_contiguous_result(gw), "aten::_slow_conv2d_backward (weight)")
+        if cols is None:
+            cols = _slow_2d_columns(cap, x, w, conv, always=True)
+        cap.blas("slow_conv2d", x.dtype, False)
+    del cols, g_c, w_c, x_c
+    return gi, gw, gb
+
+
 def _check_same_type(x, w, bias=None) -> None:
     """`check_input_same_type_as_parameters` (Convolution.cpp): `_convolution`'s `Cudnn` and
     `CudnnTranspose` cases check the input against the weight and the bias, `convolution_backward`'s
@@ -630,6 +714,8 @@ def _convolution_op(cap, func, args, kwargs):
     if not _native_depthwise_2d(conv) and not _native_depthwise_3d(conv):
         _check_same_type(x, w, args[2])
     cap.ops += 1
+    if _slow_2d(conv):
+        return _slow_conv2d_forward(cap, func, args, conv)
     if _native_depthwise_2d(conv):
         # `_convolution`'s `input.contiguous()`, then `conv_depthwise2d_cuda_out`: the weight's
         # `expect_contiguous()` before the output's `resize_output` (bias inside the kernel)
@@ -678,6 +764,8 @@ def _convolution_backward(cap, func, args, kwargs):
         _check_same_type(x, w)
     cap.ops += 1
     gi, gw, gb = func(*args)
+    if _slow_2d(conv):
+        return _slow_conv2d_backward(cap, grad, x, w, conv, mask, gi, gw, gb)
     if _native_depthwise_3d(conv):
         # `conv_depthwise3d_backward_cuda`: both results first, then `_depthwise_3d_backward_cuda_out`'s
         # `grad_output.contiguous()` and, for the weight's, `input.contiguous()` (blind57/be01's history)
