@@ -59,6 +59,14 @@ EXAMPLES = [
     ),
     ("imagenet_resnet18_gpu0", "imagenet", "main.py -a resnet18 --epochs 1 -b 8 -j 1 --gpu 0 fake", 1),
     ("imagenet_resnet50_evaluate", "imagenet", "main.py -a resnet50 -e -b 8 -j 1 fake", 1),
+    # its README's multiprocessing-distributed form: mp.spawn of one DDP rank per GPU (one GPU here)
+    (
+        "imagenet_resnet18_ddp_spawn",
+        "imagenet",
+        "main.py -a resnet18 --epochs 1 -b 8 -j 1 --dist-url tcp://127.0.0.1:23457 --dist-backend nccl"
+        " --multiprocessing-distributed --world-size 1 --rank 0 fake",
+        1,
+    ),
     (
         "fast_neural_style_eval",
         "fast_neural_style",
@@ -119,6 +127,8 @@ def gpu_run(checkout, folder, argv, name, log, timeout, ranks):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
         cmd += ["--no-python", "bash", "-c", inner]
     else:
+        # one GPU, as the twin's (an example that spawns a rank per visible GPU spawns one)
+        env.setdefault("CUDA_VISIBLE_DEVICES", "0")
         env["OUT_JSONL"] = out
         cmd = [sys.executable, record, *argv]
     with open(log + ".out", "w") as so, open(log + ".err", "w") as se:
