@@ -87,13 +87,17 @@ EXAMPLES = [
     ("ddp_example", "distributed/ddp", "example.py", 2),
     ("fsdp2_example", "distributed/FSDP2", "example.py", 2),
     ("fsdp2_example_mixed_precision", "distributed/FSDP2", "example.py --mixed-precision", 2),
+    ("fsdp2_example_explicit_prefetching", "distributed/FSDP2", "example.py --explicit-prefetching", 2),
+    # the second loads what the first saved (torch.distributed.checkpoint's state_dict API)
+    ("fsdp2_example_dcp_api", "distributed/FSDP2", "example.py --dcp-api", 2),
+    ("fsdp2_example_dcp_api_resume", "distributed/FSDP2", "example.py --dcp-api", 2),
     ("tensor_parallel", "distributed/tensor_parallelism", "tensor_parallel_example.py", 2),
     ("sequence_parallel", "distributed/tensor_parallelism", "sequence_parallel_example.py", 2),
     ("fsdp_tp", "distributed/tensor_parallelism", "fsdp_tp_example.py", 4),
 ]
 
 # what an example saved and a later run would load instead of starting afresh (FSDP2's
-# Checkpointer, the DDP series' snapshot): removed before every example
+# Checkpointer, the DDP series' snapshot): removed before every example but a "_resume" one
 CLEAN = ("distributed/FSDP2/checkpoints", "distributed/ddp-tutorial-series/snapshot.pt")
 
 
@@ -173,7 +177,7 @@ def main():
         for name, folder, cmd, ranks in todo:
             argv = shlex.split(cmd)
             log = os.path.join(outdir, name)
-            for c in (os.path.join(checkout, c) for c in CLEAN):
+            for c in () if name.endswith("_resume") else (os.path.join(checkout, c) for c in CLEAN):
                 if os.path.isdir(c):
                     shutil.rmtree(c)
                 elif os.path.exists(c):
