@@ -28,8 +28,12 @@ _launching = threading.local()
 def patch(cap, p) -> None:
     """Start a spawned child of the program under the twin, and pickle simulated CUDA tensors
     for it as such, while `p` lasts."""
-    import multiprocessing.popen_spawn_posix as popen_spawn
     import multiprocessing.spawn as spawn
+
+    try:
+        import multiprocessing.popen_spawn_posix as popen_spawn
+    except ImportError:  # Windows: its spawn Popen is another module, not patched
+        return
 
     from torch.multiprocessing import reductions
 
