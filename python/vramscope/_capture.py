@@ -32,7 +32,6 @@ import torch.utils._device
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten
 
 from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured register rules)
     _attention,
@@ -365,13 +364,16 @@ def _host_parallel(func, args, kwargs, out) -> int:
     kernels run serially. Views and other factories compute nothing. The loop's elements, else 0."""
     if func in _SERIAL_CPU or not (func in _CPU_LOOPS or torch.Tag.pointwise in func.tags):
         return 0
-    tensors = [a for a in tree_flatten((args, kwargs, out))[0] if isinstance(a, torch.Tensor)]
-    if not tensors or any(registered(t) or t.device.type != "cpu" for t in tensors):
-        return 0
     result = out if isinstance(out, torch.Tensor) else args[0] if args else None
     if not isinstance(result, torch.Tensor) or result.layout is not torch.strided:
         return 0
-    return result.numel() if result.numel() > GRAIN_SIZE else 0
+    # the result is one of the op's tensors: a simulated one (most ops) decides before the walk
+    if registered(result) or result.device.type != "cpu" or result.numel() <= GRAIN_SIZE:
+        return 0
+    tensors = [a for a in leaves((args, kwargs, out)) if isinstance(a, torch.Tensor)]
+    if any(registered(t) or t.device.type != "cpu" for t in tensors):
+        return 0
+    return result.numel()
 
 
 def _same_dense_layout(src, dst) -> bool:

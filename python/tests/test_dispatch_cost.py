@@ -1,0 +1,37 @@
+"""What an op costs the twin in Python: checks that `vramscope run`'s per-op work stays where
+docs/run.md's "Speed" measured it (each names the work it keeps off the common path)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import vramscope
+from vramscope import _capture
+
+aten = torch.ops.aten
+
+
+def _no_walk(*args, **kwargs):
+    raise AssertionError("the op's arguments were walked")
+
+
+def test_a_simulated_pointwise_result_starts_no_host_loop_without_walking_its_arguments(monkeypatch):
+    # `_host_parallel` runs after every op until OpenMP's workers start: a result on the simulated
+    # device decides it (no host loop) before the arguments are flattened
+    with vramscope.capture():
+        x = torch.empty(1 << 16, device="cuda")
+        y = torch.empty(1 << 16, device="cuda")
+        out = x + y
+        with monkeypatch.context() as m:
+            m.setattr(_capture, "leaves", _no_walk)
+            m.setattr(_capture, "tree_flatten", _no_walk, raising=False)
+            assert _capture._host_parallel(aten.add.Tensor, (x, y), {}, out) == 0
+            assert _capture._host_parallel(aten.mul_.Tensor, (x, y), {}, out) == 0
+    # a host loop over more than the grain size still counts its elements
+    a, b = torch.ones(40_000), torch.ones(40_000)
+    assert _capture._host_parallel(aten.add.Tensor, (a, b), {}, a + b) == 40_000
+    assert _capture._host_parallel(aten.add.Tensor, (a[:100], b[:100]), {}, a[:100] + b[:100]) == 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-q"]))
