@@ -33,5 +33,23 @@ def test_a_simulated_pointwise_result_starts_no_host_loop_without_walking_its_ar
     assert _capture._host_parallel(aten.add.Tensor, (a[:100], b[:100]), {}, a[:100] + b[:100]) == 0
 
 
+def test_a_pointwise_op_over_stand_ins_seen_before_makes_no_host_tensor(monkeypatch):
+    # `Capture.standins` runs after each op whose result carries no values (most ops of a large
+    # model): once an op over the same stand-ins is known, it makes no host zero and compares
+    # nothing on the host
+    with vramscope.capture():
+        x = torch.empty(1 << 18, device="cuda", dtype=torch.bfloat16)
+        y = torch.nn.functional.silu(x) * x + 1
+        made = []
+        real = torch.zeros
+        monkeypatch.setattr(torch, "zeros", lambda *a, **k: made.append(a) or real(*a, **k))
+        y = torch.nn.functional.silu(x) * x + 1
+        monkeypatch.undo()
+        assert made == []
+        # the stand-ins are those an op over zeros gives: silu(0) * 0 + 1 is 1
+        assert _capture._tensor.standin(y).item() == 1
+        del y
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -1434,9 +1434,23 @@ _STANDIN_COMPARISONS = {
     for name in ("gt", "ge", "lt", "le", "eq", "ne")
     for overload in ("Tensor", "Scalar")
 }
-#: `Capture.standins`' results by op and operands' stand-ins
+#: `Capture.standins`' results by op and operands' stand-ins: [the stand-in, whether it is zero
+#: (None: not read yet)]
 _STANDINS: dict = {}
 _MISSING = object()
+#: a host zero of each dtype and its entry in a `Capture.standins` key, made once: the stand-in of
+#: every operand without one (an op over it only reads it)
+_ZEROS: dict = {}
+
+
+def _zero(dtype) -> tuple:
+    """`(torch.zeros((), dtype=dtype), (dtype, its .item()))`, made at the first call."""
+    z = _ZEROS.get(dtype)
+    if z is None:
+        with _tensor._NO_TF(), torch.inference_mode(False):
+            t = torch.zeros((), dtype=dtype, device="cpu")
+            z = _ZEROS[dtype] = (t, (dtype, t.item()))
+    return z
 
 
 class _NoStandin(Exception):
@@ -2893,10 +2907,10 @@ class Capture:
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
+        if any(value(a) is None or _tensor.assumed(a) for a in ours):
+            return None
         held = {id(a) for a in ours}
         if any(id(t) not in held and t.dim() > 0 for t in _tensors((args, kwargs))):
-            return None
-        if any(value(a) is None or _tensor.assumed(a) for a in ours):
             return None
         return self.cpu_values(func, args, kwargs)
 
@@ -2918,15 +2932,15 @@ class Capture:
             return None
         if func not in _STANDIN_COPIES and torch.Tag.pointwise not in func.tags:
             return None
-        held = {id(a) for a in ours}
-        if any(id(t) not in held and t.dim() > 0 for t in _tensors((args, kwargs))):
-            return None
         carried = 0
         for a in ours:
             v = value(a)
             if v is not None and v.is_floating_point():
                 carried += _held_elements(v)
         if carried < n:
+            return None
+        held = {id(a) for a in ours}
+        if any(id(t) not in held and t.dim() > 0 for t in _tensors((args, kwargs))):
             return None
 
         def standin(a):
@@ -2978,7 +2992,10 @@ class Capture:
             if v is None:
                 s = _tensor.standin(a)
                 explicit.append(s is not None)
-                s = torch.zeros((), dtype=a.dtype) if s is None else s
+                if s is None:
+                    s, entry = _zero(a.dtype)
+                    key.append(entry)
+                    return s
             elif v.dim() == 0:
                 s = v
             else:
@@ -2997,22 +3014,27 @@ class Capture:
             cargs = (cargs[0].expand(width), 0, *cargs[2:])
         try:
             key = tuple(key)
-            s = _STANDINS.get(key, _MISSING)
+            cached = _STANDINS.get(key, _MISSING)
         except TypeError:
-            key, s = None, _MISSING
-        if s is _MISSING:
+            key, cached = None, _MISSING
+        if cached is _MISSING:
             r = self.cpu_result(func, cargs, ckwargs)
             s = None
             if isinstance(r, torch.Tensor) and r.numel() >= 1:
                 s = r.reshape(-1)[0].clone()
+            cached = [s, None]
             if key is not None and len(_STANDINS) < 4096:
-                _STANDINS[key] = s
+                _STANDINS[key] = cached
+        s = cached[0]
         if s is not None and func in _STANDIN_COMPARISONS and _tie(cargs[:2]):
             # a comparison at the stand-in itself (`x > 0` of stand-in zeros) decides nothing
             s = None
-        elif s is not None and not any(explicit) and bool(s == 0):
-            # zeros over zeros: the stand-in every tensor without one has
-            s = None
+        elif s is not None and not any(explicit):
+            if cached[1] is None:
+                cached[1] = bool(s == 0)
+            if cached[1]:
+                # zeros over zeros: the stand-in every tensor without one has
+                s = None
         o = tensors[0]
         _tensor.set_standin(o, None if s is None or s.dtype != o.dtype else s)
 
