@@ -3,6 +3,8 @@ docs/run.md's "Speed" measured it (each names the work it keeps off the common p
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 import vramscope
@@ -49,6 +51,33 @@ def test_a_pointwise_op_over_stand_ins_seen_before_makes_no_host_tensor(monkeypa
         # the stand-ins are those an op over zeros gives: silu(0) * 0 + 1 is 1
         assert _capture._tensor.standin(y).item() == 1
         del y
+
+
+def test_value_rules_decline_operands_without_values_before_walking_the_arguments(monkeypatch):
+    # `broadcast_values`, `dense_values` and `standin_values` run after each op whose result is
+    # large: where an operand carries no values (most ops of a large model), they decline before
+    # walking the op's arguments
+    with vramscope.capture() as cap:
+        x = torch.empty(1 << 18, device="cuda")
+        y = torch.empty(1 << 18, device="cuda")
+        out = x + y
+        with monkeypatch.context() as m:
+            m.setattr(_capture._tensor, "tensors_in", _no_walk)
+            m.setattr(_capture, "_tensors", _no_walk)
+            for rule in (cap.broadcast_values, cap.dense_values, cap.standin_values):
+                assert rule(aten.add.Tensor, (x, y), {}, [out], [x, y]) is None
+
+
+def test_the_per_thread_state_reads_what_a_thread_never_set_as_none():
+    # `Capture.stream` reads the thread's own streams on every op: a name the thread never set
+    # reads as the class's None (no AttributeError raised and caught)
+    state = type(_capture._STATE)
+    assert (state.capture, state.caller_frame, state.own_streams) == (None, None, None)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append((_capture.current(), _capture._STATE.own_streams)))
+    t.start()
+    t.join()
+    assert seen == [(None, None)]
 
 
 if __name__ == "__main__":

@@ -56,7 +56,18 @@ from ._tensor import tensors_in as _tensors
 #: Tensors of at most this many elements also carry their values.
 VALUE_LIMIT = 1 << 16
 
-_STATE = threading.local()
+
+class _State(threading.local):
+    """The capture's per-thread state; what a thread has not set reads as None from the class
+    (`getattr(threading.local(), name, None)` of a name never set raises and catches an
+    AttributeError: 1 us, against 0.1 us here, on every op's stream reads)."""
+
+    capture = None
+    caller_frame = None
+    own_streams = None
+
+
+_STATE = _State()
 
 aten = torch.ops.aten
 
@@ -2848,11 +2859,11 @@ class Capture:
             return None
         if func is not aten._to_copy.default and torch.Tag.pointwise not in func.tags:
             return None
+        if any(value(a) is None for a in ours):
+            return None
         tensors = _tensor.tensors_in((args, kwargs))
         held = {id(a) for a in ours}
         if any(id(t) not in held and t.dim() > 0 for t in tensors):
-            return None
-        if any(value(a) is None for a in ours):
             return None
         shape = list(outs[0].shape)
         nd = len(shape)
