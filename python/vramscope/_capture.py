@@ -373,7 +373,7 @@ def _host_parallel(func, args, kwargs, out) -> int:
     (TensorIteratorBase::for_each; Parallel-inl.h's `parallel_for` opens an OpenMP parallel region
     over more than the grain size: the process's first one starts the pool's workers). Random
     kernels run serially. Views and other factories compute nothing. The loop's elements, else 0."""
-    if func in _SERIAL_CPU or not (func in _CPU_LOOPS or torch.Tag.pointwise in func.tags):
+    if func in _SERIAL_CPU or not (func in _CPU_LOOPS or _pointwise(func)):
         return 0
     result = out if isinstance(out, torch.Tensor) else args[0] if args else None
     if not isinstance(result, torch.Tensor) or result.layout is not torch.strided:
@@ -936,6 +936,28 @@ _INPLACE: dict = {}
 #: an op's schema facts (`_facts`)
 _FACTS: dict = {}
 
+#: whether an op has the `pointwise` tag, and the `nondeterministic_seeded` one, by op (a cache:
+#: an OpOverload's tags do not change, and `Tag in func.tags` compares pybind enums one by one,
+#: 3.8 us a test)
+_POINTWISE_OPS: dict = {}
+_SEEDED_OPS: dict = {}
+
+
+def _pointwise(func) -> bool:
+    """`torch.Tag.pointwise in func.tags`, read once per op."""
+    tagged = _POINTWISE_OPS.get(func)
+    if tagged is None:
+        tagged = _POINTWISE_OPS[func] = torch.Tag.pointwise in func.tags
+    return tagged
+
+
+def _seeded(func) -> bool:
+    """`torch.Tag.nondeterministic_seeded in func.tags`, read once per op."""
+    tagged = _SEEDED_OPS.get(func)
+    if tagged is None:
+        tagged = _SEEDED_OPS[func] = torch.Tag.nondeterministic_seeded in func.tags
+    return tagged
+
 
 def _facts(func) -> tuple:
     """`(func._schema.name, func.namespace == "aten", func._schema.is_mutable)`, read once per op
@@ -1176,7 +1198,7 @@ def _meta_cached(func, args, kwargs):
         outs = [torch.empty_strided(sz, st, dtype=dt, device=_META) for sz, st, dt in shapes]
         return outs[0] if len(outs) == 1 else tuple(outs)
     out = func(*args, **kwargs)
-    if isinstance(out, torch.Tensor) and torch.Tag.pointwise in func.tags and func not in _PRESERVING:
+    if isinstance(out, torch.Tensor) and _pointwise(func) and func not in _PRESERVING:
         out = _tensor.fast_setup_layout(out, args)
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     held = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
@@ -1414,7 +1436,7 @@ def _values_at_any_size(func, outs, ours) -> bool:
     return (
         bool(ours)
         and not func._schema.is_mutable
-        and (func in _INDEX_ARITHMETIC or torch.Tag.pointwise in func.tags)
+        and (func in _INDEX_ARITHMETIC or _pointwise(func))
         and all(value(a) is not None and not _tensor.assumed(a) for a in ours)
     )
 
@@ -2819,7 +2841,7 @@ class Capture:
         # (an OpOverload keeps whether its tags hold `nondeterministic_seeded` where it has tags)
         seeded = getattr(func, "_nondeterministic_seeded", None)
         if seeded is None:
-            seeded = torch.Tag.nondeterministic_seeded in func.tags
+            seeded = _seeded(func)
         rng = torch.get_rng_state() if seeded else None
         if seeded:
             # the host's values of a draw whose GPU values the twin does not compute (normal,
@@ -2857,7 +2879,7 @@ class Capture:
         the inputs do not allow it)."""
         if len(outs) != 1 or not isinstance(outs[0], torch.Tensor):
             return None
-        if func is not aten._to_copy.default and torch.Tag.pointwise not in func.tags:
+        if func is not aten._to_copy.default and not _pointwise(func):
             return None
         if any(value(a) is None for a in ours):
             return None
@@ -2909,11 +2931,7 @@ class Capture:
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
         if func not in _DENSE_FILLS and (
             func._schema.is_mutable
-            or (
-                func not in _DENSE_COPIES
-                and func not in _DENSE_PRODUCTS
-                and torch.Tag.pointwise not in func.tags
-            )
+            or (func not in _DENSE_COPIES and func not in _DENSE_PRODUCTS and not _pointwise(func))
         ):
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
@@ -2941,7 +2959,7 @@ class Capture:
         n = outs[0].numel()
         if n > _tensor.DENSE_LIMIT or func._schema.is_mutable:
             return None
-        if func not in _STANDIN_COPIES and torch.Tag.pointwise not in func.tags:
+        if func not in _STANDIN_COPIES and not _pointwise(func):
             return None
         carried = 0
         for a in ours:
@@ -2988,9 +3006,9 @@ class Capture:
                 _tensor.set_standin(o, None if s is None or s.dtype != o.dtype else s)
             return
         softmax = func in _SOFTMAXES
-        if not softmax and torch.Tag.pointwise not in func.tags:
+        if not softmax and not _pointwise(func):
             return
-        if torch.Tag.nondeterministic_seeded in func.tags or len(tensors) != 1:
+        if _seeded(func) or len(tensors) != 1:
             return
         key = [func]
         explicit = []
