@@ -26,10 +26,10 @@ import sys
 import numpy as np
 
 
-def mnist(root, rng):
-    raw = os.path.join(root, "MNIST", "raw")
+def mnist(root, rng, name="MNIST", sizes=(60000, 10000)):
+    raw = os.path.join(root, name, "raw")
     os.makedirs(raw, exist_ok=True)
-    for prefix, n in (("train", 60000), ("t10k", 10000)):
+    for prefix, n in zip(("train", "t10k"), sizes, strict=True):
         img = os.path.join(raw, f"{prefix}-images-idx3-ubyte")
         lab = os.path.join(raw, f"{prefix}-labels-idx1-ubyte")
         with open(img, "wb") as f:
