@@ -1803,6 +1803,50 @@ def test_torch_compile_dynamic_logical_not_of_a_bool_mask_compiles():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_routing_mask_from_carried_values_counts_as_eagerly():
+    # Inductor fuses `sel == e` for every expert into one Triton kernel; its input (topk's indices,
+    # an ATen fallback over a router the twin carries no values of) spreads as eagerly, and the
+    # kernel run on the host gives each expert its 4,096 tokens, as the eager op does (before: no
+    # values, every element of the (8192, 2) mask taken: 16,384 each)
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    try:
+        with vramscope.capture():
+            router = torch.nn.Linear(64, 4).cuda()
+
+            @torch.compile(fullgraph=True)
+            def route(x):
+                _, sel = router(x).softmax(-1).topk(2, dim=-1)
+                return [torch.where(sel == e)[0] for e in range(4)]
+
+            with torch.no_grad():
+                x = torch.empty(8192, 64, device="cuda")
+                compiled = [t.shape[0] for t in route(x)]
+                _, sel = router(x).softmax(-1).topk(2, dim=-1)
+                eager = [torch.where(sel == e)[0].shape[0] for e in range(4)]
+        assert compiled == eager == [4096] * 4
+    finally:
+        torch._dynamo.config.capture_dynamic_output_shape_ops = False
+        torch._dynamo.reset()
+
+
+def test_torch_compile_while_loop_runs_every_iteration():
+    # the predicate `i < 5` and the step `i + 1` are Triton kernels over a counter the twin
+    # carries: run on the host, the loop runs its 5 iterations (before: the predicate read zeros
+    # and the loop stopped at its first check, with a warning)
+    from torch._higher_order_ops import while_loop
+
+    with vramscope.capture():
+
+        @torch.compile(fullgraph=True)
+        def w(i, x):
+            return while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, x * 2), (i, x))
+
+        i, x = w(torch.tensor(0, device="cuda"), torch.ones(8, device="cuda"))
+        assert i.item() == 5
+        assert x.tolist() == [32.0] * 8
+    torch._dynamo.reset()
+
+
 def test_torch_compile_tensor_reflected_operator_traces_in_one_graph():
     # `1 - beta1**step` (a compiled Adam step): `Tensor.__rpow__` reaches the capture's
     # torch-function mode as torch/_tensor.py's wrapper, whose `has_torch_function` check dynamo

@@ -320,6 +320,8 @@ class _Kernel:
                 _autotune(self.autotuner, configs, args, kwargs)
                 if heuristic > 1:
                     self.tuned_sources.add(self.source)
+        if self.autotuner is not None and self.cap is not None:
+            _launch_values(self.cap, self.autotuner, args)
         return None
 
     def __getitem__(self, grid):
@@ -327,6 +329,120 @@ class _Kernel:
 
     def __call__(self, *args, **kwargs):
         return None
+
+
+#: the largest tensor (elements) a kernel is run over on the host for its values
+#: (`_launch_values`), and the largest one of floating results: the twin's cost bounds, as eager
+#: ops' (docs/run.md "Values": integer and boolean results carry values where floating ones stop)
+HOST_KERNEL_ELEMENTS = 1 << 22
+HOST_KERNEL_FLOAT_ELEMENTS = 1 << 16
+#: the largest block (elements along one dimension) a kernel runs with on the host (`_host_config`)
+HOST_KERNEL_BLOCK = 1 << 14
+
+
+def _written_args(autotuner, names) -> set:
+    """The arguments an Inductor kernel writes: its outputs (`out_ptr`, `in_out_ptr`, as Inductor's
+    `KernelArgs.python_argdefs` names them, torch/_inductor/codegen/common.py) and those its
+    `mutated_arg_names` lists."""
+    mutated = set(getattr(autotuner, "mutated_arg_names", None) or ())
+    return {n for n in names if n.startswith(("out_ptr", "in_out_ptr")) or n in mutated}
+
+
+def _launch_values(cap, autotuner, args) -> None:
+    """The values an Inductor kernel writes, where every tensor it reads carries values: the kernel
+    runs on host copies of them under Triton's interpreter (`InterpretedFunction`,
+    triton/runtime/interpreter.py) with the grid Inductor's launcher computes
+    (`CachingAutotuner._interpret_args_grid`, as under `TRITON_INTERPRET=1`), and each tensor it
+    writes carries what it wrote (computed over stand-ins where an input's were). Otherwise, and
+    past the cost bounds above, what it writes is unknown (`_triton._wrote`). So a routing mask
+    `topk_idx == e` or a `while_loop` predicate computed in a compiled graph from values the twin
+    carries is the GPU's, as the same ops' eagerly are."""
+    from . import _triton
+    from ._capture import _covers_storage
+
+    fn = getattr(autotuner, "fn", None)
+    names = list(getattr(fn, "arg_names", None) or ())
+    bound = dict(zip(names, args, strict=False))  # constexprs follow, not passed
+    writes = _written_args(autotuner, names)
+    mutated = set(getattr(autotuner, "mutated_arg_names", None) or ())
+    written = [(n, t) for n, t in bound.items() if n in writes and _tensor.registered(t)]
+    if not written:
+        return
+    # read: every tensor but a fresh output (an `out_ptr` not mutated in place)
+    read = [
+        t
+        for n, t in bound.items()
+        if isinstance(t, torch.Tensor) and (n not in writes or n in mutated or n.startswith("in_out_ptr"))
+    ]
+    tensors = [a for a in bound.values() if isinstance(a, torch.Tensor)]
+    computed = None
+    if (
+        all(_tensor.value(t) is not None for t in read)
+        and all(t.numel() <= HOST_KERNEL_ELEMENTS for t in tensors)
+        and (
+            any(not t.is_floating_point() for _, t in written)
+            or all(t.numel() <= HOST_KERNEL_FLOAT_ELEMENTS for t in tensors)
+        )
+        and not any(n.startswith("ws_ptr") for n in bound)  # a workspace: not modelled
+    ):
+        computed = _run_on_host(autotuner, args, bound)
+    guessed = computed is not None and any(_tensor.assumed(t) for t in read)
+    for n, t in written:
+        _triton._wrote(cap, t)
+        if computed is not None:
+            _tensor.set_value(t, computed[names.index(n)], guessed)
+            if _covers_storage(t):
+                _tensor.forget_stale(t.untyped_storage()._cdata)
+
+
+def _host_config(autotuner, cfg, bound) -> dict:
+    """The config's block sizes, a pointwise kernel's each raised to the largest power of two (up
+    to `HOST_KERNEL_BLOCK`) that divides its dimension's size, so the interpreter runs few programs
+    of whole numpy arrays. A kernel is unmasked along a dimension only where its size is a
+    multiple of every config's block (`TritonKernel._has_constant_mask`,
+    torch/_inductor/codegen/triton.py), which a larger dividing block keeps. A reduction keeps its
+    config's (its blocks multiply its reduction block, in the body where it is persistent)."""
+    kwargs = dict(cfg.kwargs)
+    if (getattr(autotuner, "inductor_meta", None) or {}).get("num_reduction", 1):
+        return kwargs
+    for key, block in cfg.kwargs.items():
+        prefix = key[: -len("BLOCK")].lower() if key.endswith("BLOCK") else None
+        numel = bound.get(f"{prefix}numel") if prefix else None
+        if prefix is None or prefix.startswith("r") or not isinstance(numel, int) or numel <= 0:
+            continue
+        divisor = min(numel & -numel, HOST_KERNEL_BLOCK)
+        kwargs[key] = max(block, divisor)
+    return kwargs
+
+
+def _run_on_host(autotuner, args, bound):
+    """`args` with each tensor a host copy of its values (a written one's, what the kernel wrote),
+    after the kernel ran over them under Triton's interpreter; None where it could not run."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return None
+    with _disable_current_modes():
+        host = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                h = torch.empty_strided(tuple(a.shape), tuple(a.stride()), dtype=a.dtype)
+                v = _tensor.value(a)
+                if v is not None:
+                    h.copy_(v)
+                host.append(h)
+            else:
+                host.append(a)
+        try:
+            cfg = autotuner.configs[0]
+            kwargs = _host_config(autotuner, cfg, bound)
+            launched, grid = autotuner._interpret_args_grid(tuple(host), type(cfg)(kwargs))
+            InterpretedFunction(autotuner.fn.fn)[grid](*launched, **kwargs)
+        except Exception:
+            return None
+    return host
 
 
 def _configs_launched(autotuner) -> list:
