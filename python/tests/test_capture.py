@@ -1847,6 +1847,29 @@ def test_torch_compile_while_loop_runs_every_iteration():
     torch._dynamo.reset()
 
 
+def test_torch_compile_raises_where_pytorch_refuses_the_graph():
+    # a `scan` whose body calls a Linear with grad-requiring weights: AOTAutograd's
+    # functionalization finds its body aliasing (torch/_higher_order_ops/utils.py
+    # `_check_alias_and_mutation`) on any device, and dynamo raises BackendCompilerFailed, as the
+    # CPU build does; the twin ran the graph eagerly and named it unmeasured
+    from torch._higher_order_ops.scan import scan
+
+    with vramscope.capture():
+        lin = torch.nn.Linear(16, 16).cuda()
+
+        @torch.compile(fullgraph=True)
+        def g(init, xs):
+            def step(c, x):
+                n = torch.tanh(lin(x) + c)
+                return n, n.clone()
+
+            return scan(step, init, xs)
+
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="might be aliasing"):
+            g(torch.zeros(2, 16, device="cuda"), torch.empty(4, 2, 16, device="cuda"))
+    torch._dynamo.reset()
+
+
 def test_torch_compile_tensor_reflected_operator_traces_in_one_graph():
     # `1 - beta1**step` (a compiled Adam step): `Tensor.__rpow__` reaches the capture's
     # torch-function mode as torch/_tensor.py's wrapper, whose `has_torch_function` check dynamo

@@ -729,6 +729,33 @@ def _restore_targets(changed) -> None:
         module.recompile()
 
 
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_HOP_DIR = os.path.join(_TORCH_DIR, "_higher_order_ops")
+_TWIN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _raised_by_pytorch(e) -> bool:
+    """Whether compiling a graph failed where PyTorch fails on any device: raised by a higher-order
+    op's own check (torch/_higher_order_ops: `_check_alias_and_mutation` in utils.py refuses a
+    `scan` or `while_loop` body that aliases or mutates its inputs, under AOTAutograd's
+    functionalization, before any lowering), not an internal assertion, with none of the twin's
+    frames between the backend and the raise. Any other failure is taken as the twin's own
+    limitation."""
+    if isinstance(e, (AssertionError, NotImplementedError)):
+        return False
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    inner = frames[1:]  # frames[0]: the backend's own
+    return (
+        bool(inner)
+        and inner[-1].startswith(_HOP_DIR + os.sep)
+        and not any(f.startswith(_TWIN_DIR + os.sep) for f in inner)
+    )
+
+
 class backend:
     """The dynamo backend `torch.compile(..., backend="inductor")` gets under the twin: Inductor
     (`compile_fx`) with `options`, compiling for the simulated GPU; a graph it cannot compile
@@ -770,7 +797,9 @@ class backend:
             # TensorifyScalarRestartAnalysis to specialize a float input of a dynamic graph,
             # torch/fx/passes/_tensorify_python_scalars.py), not a failure: dynamo catches it
             raise
-        except Exception as e:  # any failure: the graph runs eagerly, named unmeasured
+        except Exception as e:  # any other failure: the graph runs eagerly, named unmeasured
+            if _raised_by_pytorch(e):
+                raise  # dynamo wraps it in BackendCompilerFailed, as the GPU's backend's
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             cap.note_compile_unmeasured(
                 f"a graph Inductor could not compile here (run eagerly: {first[:160]})"
