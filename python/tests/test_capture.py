@@ -5704,3 +5704,31 @@ def test_tunableop_tuning_is_named_unmeasured():
     finally:
         torch.cuda.tunable.enable(False)
     assert "TunableOp's GEMM tuning" in cap.report()["unmeasured"]
+
+
+def test_ddp_optimizer_fakified_outputs_are_views_only_where_the_graph_s_are():
+    # DDPOptimizer calls each bucket's compiled graph once on fake tensors (FakifiedOutWrapper,
+    # runtime_wrappers.py) and feeds its outputs to the next bucket's graph, whose epilogue may
+    # write one in place (`original_inpt.copy_`). The twin moved them to the host as views of a
+    # flat base, so autograd refused the write ("Output 1 of CompiledFunctionBackward is a view
+    # and is being modified inplace": timm's train.py --torchcompile under 2 ranks); a value that
+    # was no view in the graph is none now, and a view stays one
+    import torch._functorch.aot_autograd  # (runtime_wrappers' own imports first)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from vramscope import _compile
+
+    with vramscope.capture():
+        from torch._functorch._aot_autograd.runtime_wrappers import FakifiedOutWrapper
+
+        mode = FakeTensorMode()
+        with mode:
+            a = torch.empty(4, 8)
+            b = torch.empty(16)[4:12]
+        outs = [_compile._to_cuda(mode, a), _compile._to_cuda(mode, b)]
+        wrapper = FakifiedOutWrapper()
+        wrapper.out_metas, wrapper.fwd_output_strides = outs, None
+        got = wrapper._compute_output_meta_with_inductor_strides()
+    assert [(t.device.type, tuple(t.shape), t._is_view()) for t in got] == [
+        ("cpu", (4, 8), False),
+        ("cpu", (8,), True),
+    ]

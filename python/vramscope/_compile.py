@@ -118,9 +118,12 @@ def _to_cuda(fake_mode, t):
         with fake_mode:
             n = t.untyped_storage().nbytes() // max(t.element_size(), 1)
             base = torch.empty_strided((n,), (1,), dtype=t.dtype, device="cuda")
-            return torch.as_strided(base, t.shape, t.stride(), t.storage_offset())
+            out = torch.as_strided(base, t.shape, t.stride(), t.storage_offset())
     finally:
         TRACING[0] = previous
+    if not t._is_view():
+        out._vramscope_not_a_view = True  # (`_fresh_on_host`)
+    return out
 
 
 def _to_host(t):
@@ -1386,9 +1389,26 @@ def _fakified_on_host(original):
 
     @functools.wraps(original)
     def compute(self):
-        return [_to_host(t) for t in original(self)]
+        return [_fresh_on_host(t) for t in original(self)]
 
     return compute
+
+
+def _fresh_on_host(t):
+    """`_to_host` of a fakified output, a view only where the output is one (`_to_cuda` made the
+    graph's values views of a flat base; it marks those that were none): the compiled
+    function's outputs are autograd's, which refuses an in-place write to a view of one of a
+    function's several outputs, and the next bucket's graph may write its input in place
+    (`runtime_wrappers.py`'s epilogue `original_inpt.copy_(updated_inpt)`; timm's ResNet-50 under
+    DDP and torch.compile raised there)."""
+    if not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device.type != "cuda":
+        return t
+    if (not t._is_view() or getattr(t, "_vramscope_not_a_view", False)) and t.storage_offset() == 0:
+        with t.fake_mode:
+            out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=_HOST)
+        if out.untyped_storage().nbytes() == t.untyped_storage().nbytes():
+            return out
+    return _to_host(t)
 
 
 def _init_group_eagerly(original, cap):
