@@ -126,6 +126,9 @@ nanogpt_shakespeare_char_ddp2 nanoGPT - out-sc-ddp 2
 timm_train_resnet50_ddp2_sync_bn pytorch-image-models - - 2
     train.py --data-dir fake_data --num-classes 4 --epochs 1 -j 2 --log-interval 1 --output out
     --experiment ddp --model resnet50 -b 16 --amp --sync-bn
+timm_train_resnet50_ddp2_compile pytorch-image-models - - 2
+    train.py --data-dir fake_data --num-classes 4 --epochs 1 -j 2 --log-interval 1 --output out
+    --experiment ddpc --model resnet50 -b 16 --amp --torchcompile
 """
 
 
