@@ -1509,3 +1509,21 @@ def test_scaled_grouped_mm_allocates_its_arguments_and_a_workspace():
         return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
 
     assert _extra(run, setup) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
+
+
+def test_log_softmax_of_integer_tokens_has_no_cuda_kernel():
+    # SoftMax.cu's host_softmax dispatches floating types and Half, BFloat16 only: cross_entropy of
+    # token ids (TorchBench's cm3leon_generate train) stops at its log_softmax after the output, on
+    # the GPU with NotImplementedError; the meta kernel runs on into nll_loss's AssertionError
+    with vramscope.capture(gpu="h200"):
+        tokens = torch.zeros(1, 128, device="cuda", dtype=torch.long)
+        target = torch.zeros(1, 64, device="cuda", dtype=torch.long)
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(NotImplementedError, match=r"\"host_softmax\" not implemented for 'Long'"):
+            torch.nn.functional.cross_entropy(tokens, target)
+        assert torch.cuda.memory_allocated() == before
+        assert torch.cuda.max_memory_allocated() == before + 1024
+        with pytest.raises(NotImplementedError, match=r"'Int'"):
+            torch.softmax(tokens.int().t(), 0)
+        assert torch.nn.functional.log_softmax(tokens.float(), 1).shape == (1, 128)

@@ -7,6 +7,7 @@ import torch
 
 from .._tensor import fast_setup_layout, registered
 from .registry import DISPATCH, FUNCTIONS
+from .typenames import scalar_type_name
 
 aten = torch.ops.aten
 
@@ -73,17 +74,29 @@ def _nbytes(t) -> int:
 DISPATCH[aten._safe_softmax.default] = _safe_softmax
 
 
+_SOFTMAX_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
 def _softmax_forward(cap, func, args, kwargs):
     """`softmax_cuda_out` / `log_softmax_cuda_out` (cuda/SoftMax.cu `host_softmax`): the structured
     output first (contiguous), then `input_.contiguous()`, a copy of a non-contiguous input (a
     channels-last upsample's logits) that dies at the return (blind16/p02's H200 history: the
-    output, then `clone` from `host_softmax`, freed before the loss)."""
+    output, then `clone` from `host_softmax`, freed before the loss). A non-empty input of a type
+    other than float, double, half and bfloat16 (integer token ids) stops at `host_softmax`'s
+    AT_DISPATCH_FLOATING_TYPES_AND2(Half, BFloat16) with NotImplementedError after the output
+    (SoftMax.cpp's meta function names no dtype check; the meta kernel runs on)."""
     x = args[0]
-    if kwargs or not registered(x) or x.is_contiguous():
+    if kwargs or not registered(x):
+        return NotImplemented
+    wrong_type = x.dtype not in _SOFTMAX_DTYPES and x.numel() > 0
+    if x.is_contiguous() and not wrong_type:
         return NotImplemented
     cap.ops += 1
     op = func.name()
     out = cap.track(func(*args), op)
+    if wrong_type:
+        del out
+        raise NotImplementedError(f"\"host_softmax\" not implemented for '{scalar_type_name(x.dtype)}'")
     copy = cap.malloc(x.numel() * x.element_size(), "aten::clone", "temporary")
     del copy
     return out
