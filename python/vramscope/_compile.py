@@ -431,7 +431,8 @@ def _run_on_host(autotuner, args, bound):
         host = []
         for a in args:
             if isinstance(a, torch.Tensor):
-                h = torch.empty_strided(tuple(a.shape), tuple(a.stride()), dtype=a.dtype)
+                # on the host whatever the default device (`with torch.device("cuda"):` around the call)
+                h = torch.empty_strided(tuple(a.shape), tuple(a.stride()), dtype=a.dtype, device="cpu")
                 v = _tensor.value(a)
                 if v is not None:
                     h.copy_(v)
