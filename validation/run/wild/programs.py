@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run  # noqa: E402
+from sweep import env_json, gpu_run, write_result  # noqa: E402
 
 # The commits swept (session 56); any later one may behave differently.
 REPOS = {
@@ -241,19 +241,8 @@ def main():
             else:
                 timeout = int(os.environ.get("TIMEOUT", "600"))
                 rc, lines = gpu_run(root, folder, argv, name, log, timeout, ranks)
-            for rec in lines:
-                out.write(json.dumps(rec) + "\n")
-            row = {
-                "script": name,
-                "mode": mode,
-                "rc": rc,
-                "ranks": ranks,
-                "seconds": round(time.time() - t0, 1),
-            }
-            summary.write(json.dumps(row) + "\n")
-            summary.flush()
-            out.flush()
-            print(json.dumps(row), flush=True)
+            row = {"script": name, "mode": mode, "rc": rc, "ranks": ranks}
+            write_result(out, summary, row, lines, t0)
     os.environ["PYTHONPATH"] = base_path
 
 

@@ -151,6 +151,18 @@ def gpu_run(checkout, folder, argv, name, log, timeout, ranks):
     return rc, lines
 
 
+def write_result(out, summary, row, lines, t0):
+    """One run's phase lines to `out`, then its summary row (with the run's seconds since `t0`) to
+    `summary` and stdout; both files flushed, so a sweep cut short keeps what it ran."""
+    for rec in lines:
+        out.write(json.dumps(rec) + "\n")
+    row = {**row, "seconds": round(time.time() - t0, 1)}
+    summary.write(json.dumps(row) + "\n")
+    summary.flush()
+    out.flush()
+    print(json.dumps(row), flush=True)
+
+
 def main():
     mode, checkout, outdir = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
     names = sys.argv[4:]
@@ -195,19 +207,8 @@ def main():
                 rc, lines = gpu_run(
                     checkout, folder, argv, name, log, int(os.environ.get("TIMEOUT", "600")), ranks
                 )
-            for rec in lines:
-                out.write(json.dumps(rec) + "\n")
-            row = {
-                "script": name,
-                "mode": mode,
-                "rc": rc,
-                "ranks": ranks,
-                "seconds": round(time.time() - t0, 1),
-            }
-            summary.write(json.dumps(row) + "\n")
-            summary.flush()
-            out.flush()
-            print(json.dumps(row), flush=True)
+            row = {"script": name, "mode": mode, "rc": rc, "ranks": ranks}
+            write_result(out, summary, row, lines, t0)
 
 
 if __name__ == "__main__":

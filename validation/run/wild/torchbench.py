@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run  # noqa: E402
+from sweep import env_json, gpu_run, write_result  # noqa: E402
 
 # The commit swept (session 56); any later one may behave differently.
 COMMIT = "0e83c440a51cd63464fee34724d01b7c814ce39b"
@@ -132,13 +132,7 @@ def main():
                 rc = lines[-1]["exit"]
             else:
                 rc, lines = gpu_run(checkout, ".", argv, name, log, int(os.environ.get("TIMEOUT", "600")), 1)
-            for rec in lines:
-                out.write(json.dumps(rec) + "\n")
-            row = {"script": name, "mode": mode, "rc": rc, "seconds": round(time.time() - t0, 1)}
-            summary.write(json.dumps(row) + "\n")
-            summary.flush()
-            out.flush()
-            print(json.dumps(row), flush=True)
+            write_result(out, summary, {"script": name, "mode": mode, "rc": rc}, lines, t0)
 
 
 if __name__ == "__main__":

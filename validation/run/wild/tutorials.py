@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run  # noqa: E402
+from sweep import env_json, gpu_run, write_result  # noqa: E402
 
 #: (NAME, path in pytorch/tutorials, the commit whose text was run, sha256 of that text)
 TUTORIALS = [
@@ -163,13 +163,7 @@ def main():
                 rc, lines = gpu_run(
                     root, folder, [script], name, log, int(os.environ.get("TIMEOUT", "600")), 1
                 )
-            for rec in lines:
-                out.write(json.dumps(rec) + "\n")
-            row = {"script": name, "mode": mode, "rc": rc, "seconds": round(time.time() - t0, 1)}
-            summary.write(json.dumps(row) + "\n")
-            summary.flush()
-            out.flush()
-            print(json.dumps(row), flush=True)
+            write_result(out, summary, {"script": name, "mode": mode, "rc": rc}, lines, t0)
 
 
 if __name__ == "__main__":
