@@ -1562,6 +1562,15 @@ def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_scr
     assert lines[-1] == "ExportedProgram True cuda"
 
 
+#: the MLP (512 -> 2048 -> 512, GELU) and input (64 x 512) the AOTInductor tests export, in
+#: eval mode on the GPU
+AOTI_MLP = (
+    "lin = torch.nn.Linear\n"
+    "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
+    "x = torch.randn(64, 512, device='cuda')\n"
+)
+
+
 def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_outside_the_allocator(
     tmp_script, tmp_path
 ):
@@ -1571,11 +1580,7 @@ def test_aoti_compile_and_package_runs_its_wrapper_on_the_twin_with_constants_ou
     # buffers: mm's (64, 2048) out (512 KiB, GELU in place), addmm's (64, 512) output (128 KiB)
     package = tmp_path / "mlp.pt2"
     script = tmp_script(
-        "import torch, os\n"
-        "lin = torch.nn.Linear\n"
-        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
-        "x = torch.randn(64, 512, device='cuda')\n"
-        "with torch.no_grad():\n"
+        "import torch, os\n" + AOTI_MLP + "with torch.no_grad():\n"
         "    m(x)\n"
         "ep = torch.export.export(m, (x,))\n"
         "base = torch.cuda.memory_allocated()\n"
@@ -1600,11 +1605,7 @@ def test_aoti_weights_through_the_caching_allocator_are_one_raw_block_of_the_blo
     # 4 MiB + 8 KiB + 4 MiB + 2 KiB here, in memory_allocated once the package is loaded
     package = tmp_path / "mlp.pt2"
     script = tmp_script(
-        "import torch\n"
-        "lin = torch.nn.Linear\n"
-        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
-        "x = torch.randn(64, 512, device='cuda')\n"
-        "ep = torch.export.export(m, (x,))\n"
+        "import torch\n" + AOTI_MLP + "ep = torch.export.export(m, (x,))\n"
         "options = {'aot_inductor.weight_use_caching_allocator': True}\n"
         f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r},\n"
         "    inductor_configs=options)\n"
@@ -1623,11 +1624,7 @@ def test_aoti_constant_blob_comes_out_of_the_device_s_free_memory(tmp_script, tm
     # 4 MiB + 2 KiB, taken as 10 MiB of 2 MiB pages) until the loaded model goes; the twin's stayed
     package = tmp_path / "mlp.pt2"
     script = tmp_script(
-        "import gc, torch\n"
-        "lin = torch.nn.Linear\n"
-        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
-        "x = torch.randn(64, 512, device='cuda')\n"
-        "ep = torch.export.export(m, (x,))\n"
+        "import gc, torch\n" + AOTI_MLP + "ep = torch.export.export(m, (x,))\n"
         f"path = torch._inductor.aoti_compile_and_package(ep, package_path={str(package)!r})\n"
         "free = torch.cuda.mem_get_info()[0]\n"
         "base = torch.cuda.memory_reserved()\n"
@@ -1649,11 +1646,7 @@ def test_aoti_two_pass_compile_runs_the_model_once_at_compile_time(tmp_script, t
     # generates the C++ wrapper; the loaded model's calls are as in the one-pass compile
     package = tmp_path / "mlp.pt2"
     script = tmp_script(
-        "import torch\n"
-        "lin = torch.nn.Linear\n"
-        "m = torch.nn.Sequential(lin(512, 2048), torch.nn.GELU(), lin(2048, 512)).cuda().eval()\n"
-        "x = torch.randn(64, 512, device='cuda')\n"
-        "with torch.no_grad():\n"
+        "import torch\n" + AOTI_MLP + "with torch.no_grad():\n"
         "    m(x)\n"
         "ep = torch.export.export(m, (x,))\n"
         "base = torch.cuda.memory_allocated()\n"
