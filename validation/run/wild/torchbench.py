@@ -1,7 +1,7 @@
 """TorchBench's models (github:pytorch/benchmark), unmodified, under the twin and on a GPU: the
 TorchBench section of validation/run/wild/README.md.
 
-    python validation/run/wild/torchbench.py data CHECKOUT                   # fake weights
+    python validation/run/wild/torchbench.py data CHECKOUT                   # fake weights, hub configs
     python validation/run/wild/torchbench.py twin CHECKOUT OUTDIR [NAME ...]  # vramscope run --gpu h200
     python validation/run/wild/torchbench.py gpu  CHECKOUT OUTDIR [NAME ...]  # record.py, on the GPU
 
@@ -52,6 +52,407 @@ TV_WEIGHTS = {
 # (timm_vision_transformer_large, 4 GB of weights) is left out.
 TIMM_MODELS = ("efficientnet_b0", "dm_nfnet_f0", "regnety_120", "resnest14d", "vit_small_patch16_224")
 
+# The config.json of each Hugging Face hub model id that TorchBench's hf_* models read
+# (AutoConfig.from_pretrained in torchbenchmark/util/framework/huggingface/basic_configs.py; no tokenizer, no
+# weights: from_config), written into the hub cache as the timm weights are: the real configs' fields (memory
+# depends on every size in them), read from public repositories' copies (where: above each).
+# hf_distil_whisper's distil-whisper/distil-medium.en was found in none: that model is left out.
+HF_CONFIGS = {
+    # Fu-fangteng/AIAA_4051_NLP_Final_Proj gpt2/config.json @a94fc8956c6fb9bc56dab1d601bfd2f625524b2b
+    "gpt2": {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": 50256,
+        "embd_pdrop": 0.1,
+        "eos_token_id": 50256,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_ctx": 1024,
+        "n_embd": 768,
+        "n_head": 12,
+        "n_inner": None,
+        "n_layer": 12,
+        "n_positions": 1024,
+        "reorder_and_upcast_attn": False,
+        "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "torch_dtype": "float32",
+        "transformers_version": "4.54.0",
+        "use_cache": True,
+        "vocab_size": 50257,
+    },
+    # crurp/quantumbench-llm models/gpt2-large/config.json @a35be958dd19974240a4be0a2f850679668464f8
+    "gpt2-large": {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": 50256,
+        "dtype": "float32",
+        "embd_pdrop": 0.1,
+        "eos_token_id": 50256,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_ctx": 1024,
+        "n_embd": 1280,
+        "n_head": 20,
+        "n_inner": None,
+        "n_layer": 36,
+        "n_positions": 1024,
+        "reorder_and_upcast_attn": False,
+        "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "transformers_version": "4.57.3",
+        "use_cache": True,
+        "vocab_size": 50257,
+    },
+    # learningexample/xformer t5-small/config.json @5b265be215eb739254fb2b3fecc501ba2e0c9b15
+    "t5-small": {
+        "_name_or_path": "t5-small",
+        "architectures": ["T5ForConditionalGeneration"],
+        "classifier_dropout": 0.0,
+        "d_ff": 2048,
+        "d_kv": 64,
+        "d_model": 512,
+        "decoder_start_token_id": 0,
+        "dense_act_fn": "relu",
+        "dropout_rate": 0.1,
+        "eos_token_id": 1,
+        "feed_forward_proj": "relu",
+        "initializer_factor": 1.0,
+        "is_encoder_decoder": True,
+        "is_gated_act": False,
+        "layer_norm_epsilon": 1e-06,
+        "model_type": "t5",
+        "n_positions": 512,
+        "num_decoder_layers": 6,
+        "num_heads": 8,
+        "num_layers": 6,
+        "output_past": True,
+        "pad_token_id": 0,
+        "relative_attention_max_distance": 128,
+        "relative_attention_num_buckets": 32,
+        "task_specific_params": {
+            "summarization": {
+                "early_stopping": True,
+                "length_penalty": 2.0,
+                "max_length": 200,
+                "min_length": 30,
+                "no_repeat_ngram_size": 3,
+                "num_beams": 4,
+            },
+            "translation_en_to_de": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to German: ",
+            },
+            "translation_en_to_fr": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to French: ",
+            },
+            "translation_en_to_ro": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to Romanian: ",
+            },
+        },
+        "torch_dtype": "float32",
+        "transformers_version": "4.46.3",
+        "use_cache": True,
+        "vocab_size": 32128,
+    },
+    # bystrowska/idiom-paraphrasing models/t5-base/config.json @29dbeeda8a30187496f1778b286e72a6791bdedb
+    "t5-base": {
+        "_name_or_path": "t5-base",
+        "architectures": ["T5ForConditionalGeneration"],
+        "d_ff": 3072,
+        "d_kv": 64,
+        "d_model": 768,
+        "decoder_start_token_id": 0,
+        "dropout_rate": 0.1,
+        "eos_token_id": 1,
+        "feed_forward_proj": "relu",
+        "initializer_factor": 1.0,
+        "is_encoder_decoder": True,
+        "layer_norm_epsilon": 1e-06,
+        "model_type": "t5",
+        "n_positions": 512,
+        "num_decoder_layers": 12,
+        "num_heads": 12,
+        "num_layers": 12,
+        "output_past": True,
+        "pad_token_id": 0,
+        "relative_attention_max_distance": 128,
+        "relative_attention_num_buckets": 32,
+        "task_specific_params": {
+            "summarization": {
+                "early_stopping": True,
+                "length_penalty": 2.0,
+                "max_length": 200,
+                "min_length": 30,
+                "no_repeat_ngram_size": 3,
+                "num_beams": 4,
+                "prefix": "summarize: ",
+            },
+            "translation_en_to_de": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to German: ",
+            },
+            "translation_en_to_fr": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to French: ",
+            },
+            "translation_en_to_ro": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to Romanian: ",
+            },
+        },
+        "transformers_version": "4.18.0",
+        "use_cache": True,
+        "vocab_size": 32128,
+    },
+    # fangbufang/SaL t5-large/config.json @377824c7808105fc6eaa989842a870979662f1d7
+    "t5-large": {
+        "architectures": ["T5ForConditionalGeneration"],
+        "d_ff": 4096,
+        "d_kv": 64,
+        "d_model": 1024,
+        "decoder_start_token_id": 0,
+        "dropout_rate": 0.1,
+        "eos_token_id": 1,
+        "initializer_factor": 1.0,
+        "is_encoder_decoder": True,
+        "layer_norm_epsilon": 1e-06,
+        "model_type": "t5",
+        "n_positions": 512,
+        "num_heads": 16,
+        "num_layers": 24,
+        "output_past": True,
+        "pad_token_id": 0,
+        "relative_attention_num_buckets": 32,
+        "task_specific_params": {
+            "summarization": {
+                "early_stopping": True,
+                "length_penalty": 2.0,
+                "max_length": 200,
+                "min_length": 30,
+                "no_repeat_ngram_size": 3,
+                "num_beams": 4,
+                "prefix": "summarize: ",
+            },
+            "translation_en_to_de": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to German: ",
+            },
+            "translation_en_to_fr": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to French: ",
+            },
+            "translation_en_to_ro": {
+                "early_stopping": True,
+                "max_length": 300,
+                "num_beams": 4,
+                "prefix": "translate English to Romanian: ",
+            },
+        },
+        "vocab_size": 32128,
+    },
+    # ibmm-unibe-ch/SMILES_or_SELFIES bart-base/config.json @d20ba5007f499e7d6d06a1714c7995aa42cf7c6e
+    # but vocab_size 50265, not their 51201: as a copy of facebook/bart-base's config with
+    # _name_or_path and vocab_size kept (omelnikov's spellchecker training script) has it
+    "facebook/bart-base": {
+        "_name_or_path": "bart-base",
+        "activation_dropout": 0.1,
+        "activation_function": "gelu",
+        "add_bias_logits": False,
+        "add_final_layer_norm": False,
+        "architectures": ["BartModel"],
+        "attention_dropout": 0.1,
+        "bos_token_id": 0,
+        "classif_dropout": 0.1,
+        "classifier_dropout": 0.0,
+        "d_model": 768,
+        "decoder_attention_heads": 12,
+        "decoder_ffn_dim": 3072,
+        "decoder_layerdrop": 0.0,
+        "decoder_layers": 6,
+        "decoder_start_token_id": 2,
+        "dropout": 0.1,
+        "early_stopping": True,
+        "encoder_attention_heads": 12,
+        "encoder_ffn_dim": 3072,
+        "encoder_layerdrop": 0.0,
+        "encoder_layers": 6,
+        "eos_token_id": 2,
+        "forced_eos_token_id": 2,
+        "forced_bos_token_id": 0,
+        "gradient_checkpointing": False,
+        "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"},
+        "init_std": 0.02,
+        "is_encoder_decoder": True,
+        "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2},
+        "max_position_embeddings": 1024,
+        "model_type": "bart",
+        "no_repeat_ngram_size": 3,
+        "normalize_before": False,
+        "normalize_embedding": True,
+        "num_beams": 4,
+        "num_hidden_layers": 6,
+        "pad_token_id": 1,
+        "scale_embedding": False,
+        "task_specific_params": {
+            "summarization": {"length_penalty": 1.0, "max_length": 128, "min_length": 12, "num_beams": 4},
+            "summarization_cnn": {"length_penalty": 2.0, "max_length": 142, "min_length": 56, "num_beams": 4},
+            "summarization_xsum": {"length_penalty": 1.0, "max_length": 62, "min_length": 11, "num_beams": 6},
+        },
+        "torch_dtype": "float32",
+        "transformers_version": "4.12.0.dev0",
+        "use_cache": True,
+        "vocab_size": 50265,
+    },
+    # Baiame/intent_detection models/albert-base-v2/config.json @f52115bcc15a800bc90f25ffd558392314980066
+    # less a fine-tune's _name_or_path, id2label, label2id, problem_type
+    "albert-base-v2": {
+        "architectures": ["AlbertForSequenceClassification"],
+        "attention_probs_dropout_prob": 0,
+        "bos_token_id": 2,
+        "classifier_dropout_prob": 0.1,
+        "down_scale_factor": 1,
+        "embedding_size": 128,
+        "eos_token_id": 3,
+        "gap_size": 0,
+        "hidden_act": "gelu_new",
+        "hidden_dropout_prob": 0,
+        "hidden_size": 768,
+        "initializer_range": 0.02,
+        "inner_group_num": 1,
+        "intermediate_size": 3072,
+        "layer_norm_eps": 1e-12,
+        "max_position_embeddings": 512,
+        "model_type": "albert",
+        "net_structure_type": 0,
+        "num_attention_heads": 12,
+        "num_hidden_groups": 1,
+        "num_hidden_layers": 12,
+        "num_memory_blocks": 0,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "torch_dtype": "float32",
+        "transformers_version": "4.39.2",
+        "type_vocab_size": 2,
+        "vocab_size": 30000,
+    },
+    # voxelwerke/party models/distilbert-base-uncased/config.json @faebd84de5a41a082ab93cc42acdcb7b02b615fe
+    # less a fine-tune's id2label, label2id
+    "distilbert-base-uncased": {
+        "activation": "gelu",
+        "architectures": ["DistilBertForMaskedLM"],
+        "attention_dropout": 0.1,
+        "dim": 768,
+        "dropout": 0.1,
+        "hidden_dim": 3072,
+        "initializer_range": 0.02,
+        "max_position_embeddings": 512,
+        "model_type": "distilbert",
+        "n_heads": 12,
+        "n_layers": 6,
+        "pad_token_id": 0,
+        "qa_dropout": 0.1,
+        "seq_classif_dropout": 0.2,
+        "sinusoidal_pos_embds": False,
+        "tie_weights_": True,
+        "vocab_size": 30522,
+    },
+    # jlealtru/website_tutorials notebooks/Longformer with IMDB.ipynb
+    # @0199c9afaa6bc9ea4c869ef4602428aac4a8efd1
+    # (model.config printed after from_pretrained)
+    "allenai/longformer-base-4096": {
+        "_name_or_path": "allenai/longformer-base-4096",
+        "attention_mode": "longformer",
+        "attention_probs_dropout_prob": 0.1,
+        "attention_window": [512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 512],
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "gradient_checkpointing": False,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 768,
+        "ignore_attention_mask": False,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "layer_norm_eps": 1e-05,
+        "max_position_embeddings": 4098,
+        "model_type": "longformer",
+        "num_attention_heads": 12,
+        "num_hidden_layers": 12,
+        "pad_token_id": 1,
+        "sep_token_id": 2,
+        "type_vocab_size": 1,
+        "vocab_size": 50265,
+    },
+    # Hexdigest123/comment-checker model/xlm-roberta-base/config.json
+    # @70accb1f8513addeb8f7ce0574e2a657d26187d5
+    # less a fine-tune's id2label, label2id
+    "xlm-roberta-base": {
+        "add_cross_attention": False,
+        "architectures": ["XLMRobertaForSequenceClassification"],
+        "attention_probs_dropout_prob": 0.1,
+        "bos_token_id": 0,
+        "classifier_dropout": None,
+        "dtype": "float32",
+        "eos_token_id": 2,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": 768,
+        "initializer_range": 0.02,
+        "intermediate_size": 3072,
+        "is_decoder": False,
+        "layer_norm_eps": 1e-05,
+        "max_position_embeddings": 514,
+        "model_type": "xlm-roberta",
+        "num_attention_heads": 12,
+        "num_hidden_layers": 12,
+        "output_past": True,
+        "pad_token_id": 1,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+        "transformers_version": "5.14.1",
+        "type_vocab_size": 1,
+        "use_cache": True,
+        "vocab_size": 250002,
+    },
+}
+
 # (NAME, model, driver arguments after the model): the model's default batch sizes, 2 iterations of
 # each test, both tests in one process but for moco (its constructor's init_process_group raises
 # ValueError when called twice in a process: one process a test, as TorchBench's run.py runs them).
@@ -71,6 +472,14 @@ MODELS = [(n, n, "") for n in _NAMES.split()] + [
     ("moco_train", "moco", "--tests train"),
     ("moco_eval", "moco", "--tests eval"),
 ]
+# TorchBench's hf_* models (session 57, helper hf), after the 42 above: their hub configs from HF_CONFIGS
+# (hf_Bert, hf_Bert_large, hf_BigBird, hf_Reformer and hf_Whisper build theirs in code); hf_distil_whisper
+# (its config found nowhere public), llava and moondream (hub weights) are left out.
+_HF_NAMES = """
+hf_Albert hf_Bart hf_Bert hf_Bert_large hf_BigBird hf_DistilBert hf_GPT2 hf_GPT2_large hf_Longformer
+hf_Reformer hf_Roberta_base hf_T5 hf_T5_base hf_T5_generate hf_T5_large hf_Whisper
+"""
+MODELS += [(n, n, "") for n in _HF_NAMES.split()]
 
 
 def data(checkout):
@@ -99,6 +508,16 @@ def data(checkout):
             with open(os.path.join(cache, "refs", "main"), "w") as f:
                 f.write(rev)
             torch.save(model.state_dict(), path)
+    for repo, config in HF_CONFIGS.items():
+        cache = os.path.join(checkout, ".hf_home", "hub", "models--" + repo.replace("/", "--"))
+        rev = "0" * 40
+        path = os.path.join(cache, "snapshots", rev, "config.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.makedirs(os.path.join(cache, "refs"), exist_ok=True)
+        with open(os.path.join(cache, "refs", "main"), "w") as f:
+            f.write(rev)
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
 
 
 def main():
