@@ -52,11 +52,23 @@ TV_WEIGHTS = {
 # (timm_vision_transformer_large, 4 GB of weights) is left out.
 TIMM_MODELS = ("efficientnet_b0", "dm_nfnet_f0", "regnety_120", "resnest14d", "vit_small_patch16_224")
 
+# distil-whisper/distil-medium.en's suppress_tokens (HF_CONFIGS), kept compact
+# fmt: off
+_DISTIL_MEDIUM_EN_SUPPRESS = [
+    1, 2, 7, 8, 9, 10, 14, 25, 26, 27, 28, 29, 31, 58,
+    59, 60, 61, 62, 63, 90, 91, 92, 93, 357, 366, 438, 532, 685,
+    705, 796, 930, 1058, 1220, 1267, 1279, 1303, 1343, 1377, 1391, 1635, 1782, 1875,
+    2162, 2361, 2488, 3467, 4008, 4211, 4600, 4808, 5299, 5855, 6329, 7203, 9609, 9959,
+    10563, 10786, 11420, 11709, 11907, 13163, 13697, 13700, 14808, 15306, 16410, 16791, 17992, 19203,
+    19510, 20724, 22305, 22935, 27007, 30109, 30420, 33409, 34949, 40283, 40493, 40549, 47282, 49146,
+    50257, 50357, 50358, 50359, 50360, 50361,
+]
+# fmt: on
+
 # The config.json of each Hugging Face hub model id that TorchBench's hf_* models read
 # (AutoConfig.from_pretrained in torchbenchmark/util/framework/huggingface/basic_configs.py; no tokenizer, no
 # weights: from_config), written into the hub cache as the timm weights are: the real configs' fields (memory
 # depends on every size in them), read from public repositories' copies (where: above each).
-# hf_distil_whisper's distil-whisper/distil-medium.en was found in none: that model is left out.
 HF_CONFIGS = {
     # Fu-fangteng/AIAA_4051_NLP_Final_Proj gpt2/config.json @a94fc8956c6fb9bc56dab1d601bfd2f625524b2b
     "gpt2": {
@@ -451,6 +463,54 @@ HF_CONFIGS = {
         "use_cache": True,
         "vocab_size": 250002,
     },
+    # painebenjamin/taproot src/taproot/tasks/recognition/audio/transcription/whisper/distilled/
+    # medium/model.py @bd05f99f6049c9aa950849ad9c62bba757526b9c: its DistilledWhisperMediumEnglishModel's
+    # get_default_config (distil-whisper/distil-medium.en's weights, repackaged)
+    "distil-whisper/distil-medium.en": {
+        "activation_dropout": 0,
+        "activation_function": "gelu",
+        "apply_spec_augment": False,
+        "architectures": ["WhisperForConditionalGeneration"],
+        "attention_dropout": 0,
+        "begin_suppress_tokens": [220, 50256],
+        "bos_token_id": 50257,
+        "classifier_proj_size": 256,
+        "d_model": 1024,
+        "decoder_attention_heads": 16,
+        "decoder_ffn_dim": 4096,
+        "decoder_layerdrop": 0,
+        "decoder_layers": 2,
+        "decoder_start_token_id": 50257,
+        "dropout": 0,
+        "encoder_attention_heads": 16,
+        "encoder_ffn_dim": 4096,
+        "encoder_layerdrop": 0,
+        "encoder_layers": 24,
+        "eos_token_id": 50256,
+        "forced_decoder_ids": [[1, 50362]],
+        "init_std": 0.02,
+        "is_encoder_decoder": True,
+        "mask_feature_length": 10,
+        "mask_feature_min_masks": 0,
+        "mask_feature_prob": 0,
+        "mask_time_length": 10,
+        "mask_time_min_masks": 2,
+        "mask_time_prob": 0.05,
+        "max_length": 448,
+        "max_source_positions": 1500,
+        "max_target_positions": 448,
+        "median_filter_width": 7,
+        "model_type": "whisper",
+        "num_hidden_layers": 24,
+        "num_mel_bins": 80,
+        "pad_token_id": 50256,
+        "scale_embedding": False,
+        "suppress_tokens": _DISTIL_MEDIUM_EN_SUPPRESS,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "use_weighted_layer_sum": False,
+        "vocab_size": 51864,
+    },
 }
 
 # (NAME, model, driver arguments after the model): the model's default batch sizes, 2 iterations of
@@ -473,11 +533,11 @@ MODELS = [(n, n, "") for n in _NAMES.split()] + [
     ("moco_eval", "moco", "--tests eval"),
 ]
 # TorchBench's hf_* models (session 57, helper hf), after the 42 above: their hub configs from HF_CONFIGS
-# (hf_Bert, hf_Bert_large, hf_BigBird, hf_Reformer and hf_Whisper build theirs in code); hf_distil_whisper
-# (its config found nowhere public), llava and moondream (hub weights) are left out.
+# (hf_Bert, hf_Bert_large, hf_BigBird, hf_Reformer and hf_Whisper build theirs in code); llava and
+# moondream (hub weights) are left out.
 _HF_NAMES = """
 hf_Albert hf_Bart hf_Bert hf_Bert_large hf_BigBird hf_DistilBert hf_GPT2 hf_GPT2_large hf_Longformer
-hf_Reformer hf_Roberta_base hf_T5 hf_T5_base hf_T5_generate hf_T5_large hf_Whisper
+hf_Reformer hf_Roberta_base hf_T5 hf_T5_base hf_T5_generate hf_T5_large hf_Whisper hf_distil_whisper
 """
 MODELS += [(n, n, "") for n in _HF_NAMES.split()]
 
