@@ -27,6 +27,18 @@ def _unmodelled(what: str):
     return NotImplementedError(f"vramscope: {what} on a strided nested tensor is not modelled by the twin")
 
 
+def _device_tensor(shape, dtype, op: str, category: str):
+    """A simulated tensor of `shape` that the nested kernel `op` allocates (`category` as the
+    capture's reports name it)."""
+    cap = _CAP[0]
+    cap.genuine_meta += 1
+    try:
+        t = torch.empty(shape, dtype=dtype, device="meta")
+    finally:
+        cap.genuine_meta -= 1
+    return cap.track(t, op, category)
+
+
 def _contiguous_strides(size) -> tuple:
     """`construct_nested_strides`' row for one component: row-major strides."""
     strides, acc = [], 1
@@ -407,7 +419,7 @@ def _contiguous(t, memory_format=torch.contiguous_format):
 
 
 def _clone_contiguous(t):
-    buffer = torch.empty(sum(_numel(s) for s in t._vs_sizes), dtype=t.dtype, device="cuda")
+    buffer = _device_tensor((sum(_numel(s) for s in t._vs_sizes),), t.dtype, "aten::clone", "output")
     for size, stride, offset, start in zip(
         t._vs_sizes, t._vs_strides, t._vs_offsets, _contiguous_offsets(t._vs_sizes), strict=True
     ):
@@ -501,9 +513,9 @@ def _pad(buffer, sizes, padding, output_size):
                     "Value in output_size is less than NestedTensor padded size. Truncation is not supported."
                 )
             shape[i] = want
-    out = torch.empty(shape, dtype=buffer.dtype, device="cuda")
+    out = _device_tensor(shape, buffer.dtype, "aten::to_padded_tensor", "output")
     # `metadata.to(at::Device(kCUDA), at::kInt)`: the (n + 1) offsets and the n * dims sizes
-    metadata = torch.empty(n + 1 + n * dims, dtype=torch.int32, device="cuda")
+    metadata = _device_tensor((n + 1 + n * dims,), torch.int32, "aten::to_padded_tensor", "temporary")
     del metadata
     return out
 
@@ -651,7 +663,8 @@ def _cumulative(t):
     cum = [0]
     for n in lengths:
         cum.append(cum[-1] + n)
-    return torch.tensor(cum, dtype=torch.int32, device="cuda"), max(lengths, default=-1), cum[-1]
+    cu = _device_tensor((len(cum),), torch.int32, "aten::scaled_dot_product_attention", "temporary")
+    return cu, max(lengths, default=-1), cum[-1]
 
 
 def _safe_storage(t) -> bool:
