@@ -131,3 +131,19 @@ def test_an_op_without_a_rule_on_a_nested_tensor_names_itself():
         nt = torch.nested.nested_tensor([torch.randn(n, 8, device="cuda") for n in (2, 3)])
         with pytest.raises(NotImplementedError, match=r"aten\.add\.Tensor on a strided nested tensor"):
             nt + nt
+
+
+def test_nested_view_inherits_sizes_for_minus_one_and_reshape_copies_what_it_cannot_view():
+    # Note [Special size rule for nested tensor]: -1 keeps a component's own size, a new dimension
+    # takes none; `reshape_nested` clones contiguous where a view cannot be made
+    with vramscope.capture(gpu="h200"):
+        nt = torch.nested.nested_tensor([torch.randn(n, 6, device="cuda") for n in (2, 3)])
+        v, counts = _delta(lambda: nt.view(-1, -1, 2, 3))
+        assert counts == (0, 0, 0) and [tuple(c.shape) for c in v.unbind()] == [(2, 2, 3), (3, 2, 3)]
+        with pytest.raises(RuntimeError, match="does not infer shape"):
+            nt.view(2, -1, 2, -1)
+        t = v.transpose(2, 3)
+        with pytest.raises(RuntimeError, match=r"Use \.reshape"):
+            t.view(2, -1, 6)
+        r, counts = _delta(lambda: t.reshape(2, -1, 6))
+        assert counts == (1, 5 * 6 * 4, 512) and r.is_contiguous()

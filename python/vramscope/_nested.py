@@ -354,31 +354,31 @@ def _view_strides(size, stride, shape):
     return tuple(new)
 
 
-def _nested_shapes(t, shape):
-    """`NestedTensor_compute_size_stride`'s sizes (NestedTensorMath.cpp): the batch dimension kept,
-    -1 taking each component's own size (inferred from its numel where it is the one -1)."""
+def _nested_shapes(t, shape, op: str = "view"):
+    """`NestedTensor_compute_size_stride`'s sizes (NestedTensorMath.cpp, Note [Special size rule for
+    nested tensor]): the batch dimension kept (`view` takes -1 for it, `reshape` does not); -1
+    inherits the component's old size of that dimension; a dimension past the old ones takes no -1
+    ("nested tensor does not infer shape")."""
     shape = list(shape)
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         shape = list(shape[0])
-    if not shape or shape[0] not in (-1, len(t._vs_sizes)):
-        raise RuntimeError("view: For now nested view cannot change or infer the implicit batch dimension")
-    inner = shape[1:]
+    if not shape:
+        raise RuntimeError("shape '[]' is invalid for a nested tensor")
+    if not t._vs_sizes:
+        raise RuntimeError("empty nested tensor cannot be reshaped")
+    batch = len(t._vs_sizes) if op == "view" and shape[0] == -1 else shape[0]
+    if batch != len(t._vs_sizes):
+        raise RuntimeError(f"{op}: For now nested {op} cannot change or infer the implicit batch dimension")
     out = []
     for size in t._vs_sizes:
-        row = list(inner)
-        known = [i for i, s in enumerate(row) if s != -1]
-        free = [i for i in range(len(row)) if row[i] == -1]
-        if len(free) > 1:
-            # the irregular dimensions keep the component's own size where -1 stands for them
-            for i in free:
-                if i < len(size):
-                    row[i] = size[i]
-            free = [i for i in range(len(row)) if row[i] == -1]
-        if free:
-            rest = math.prod(row[i] for i in known if row[i] != -1) or 1
-            row[free[0]] = _numel(size) // rest
-        if _numel(row) != _numel(size):
-            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of nested size {size}")
+        row = list(shape[1:])
+        for i, s in enumerate(row):
+            if s < -1:
+                raise RuntimeError(f"invalid shape dimension {s}")
+            if s == -1:
+                if i >= len(size):
+                    raise RuntimeError("nested tensor does not infer shape")
+                row[i] = size[i]
         out.append(tuple(row))
     return out
 
@@ -402,12 +402,12 @@ def _view_op(t, *shape):
 def _reshape(t, *shape):
     """`reshape_nested` (NestedTensorMath.cpp): a view where every component can be viewed, else
     the contiguous clone viewed."""
-    sizes = _nested_shapes(t, shape)
+    sizes = _nested_shapes(t, shape, "reshape")
     if all(
         _view_strides(a, b, c) is not None for a, b, c in zip(t._vs_sizes, t._vs_strides, sizes, strict=True)
     ):
         return _view_op(t, *shape)
-    return _view_op(_contiguous(t), *shape)
+    return _view_op(_clone_contiguous(t), *shape)
 
 
 def _contiguous(t, memory_format=torch.contiguous_format):
