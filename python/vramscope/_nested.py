@@ -535,6 +535,9 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         raise _unmodelled("scaled_dot_product_attention with an attn_mask")
     cap = _CAP[0]
     which = _backend(query, key, value, dropout_p, cap.device.sdpa)
+    # `select_sdp_backend` asks cuDNN's runtime version (`can_use_cudnn_attention`, first in the
+    # H200's order, before its nested check): its graph library loads, as for dense inputs
+    cap.device.sdpa_backend_choice()
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
     if which == "math":
         raise _unmodelled("scaled_dot_product_attention's math path")
