@@ -147,3 +147,35 @@ def test_nested_view_inherits_sizes_for_minus_one_and_reshape_copies_what_it_can
             t.view(2, -1, 6)
         r, counts = _delta(lambda: t.reshape(2, -1, 6))
         assert counts == (1, 5 * 6 * 4, 512) and r.is_contiguous()
+
+
+def test_a_host_nested_tensor_moved_to_the_device_is_one_buffer():
+    # `_to_copy_nested`: `empty_like` on the device, then the buffer's copy
+    with vramscope.capture(gpu="h200"):
+        host = torch.nested.nested_tensor([torch.randn(n, 8) for n in (2, 3)])
+        nt, counts = _delta(lambda: host.to("cuda", torch.float16))
+        assert counts == (1, 5 * 8 * 2, 512) and nt.is_cuda and nt.is_nested and nt.dtype == torch.float16
+        nt, counts = _delta(lambda: host.cuda())
+        assert counts == (1, 5 * 8 * 4, 512) and nt.is_cuda
+
+
+def test_the_sdpa_tutorials_nested_batch_peaks_as_its_kernels_allocate():
+    # pytorch/tutorials' scaled_dot_product_attention_tutorial: `CausalSelfAttention` in eval (its
+    # weights require grad) over a strided nested batch under sdpa_kernel(FLASH_ATTENTION); the peak
+    # of requested bytes is at `c_proj`'s output: the projections, both cumulative lengths, the
+    # attention's output, its logsumexp, rng_state and offset (the flash node keeps them), and the
+    # first cuBLAS workspace
+    lens, e, h = (300, 256, 512, 260), 512, 8
+    with vramscope.capture(gpu="h200"):
+        c_attn = torch.nn.Linear(e, 3 * e, bias=False).cuda().half()
+        c_proj = torch.nn.Linear(e, e, bias=False).cuda().half()
+        nt = torch.nested.nested_tensor([torch.randn(n, e, dtype=torch.float16, device="cuda") for n in lens])
+        base = torch.cuda.memory_stats()["requested_bytes.all.current"]
+        torch.cuda.reset_peak_memory_stats()
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            for _ in range(2):
+                c_proj(_attention(nt, c_attn.weight, h))
+        peak = torch.cuda.memory_stats()["requested_bytes.all.peak"] - base
+    t, b = sum(lens), len(lens)
+    workspace = 32 * 1024 * 1024
+    assert peak == workspace + t * 3 * e * 2 + 2 * (b + 1) * 4 + t * e * 2 + h * t * 4 + 16 + 8 + t * e * 2

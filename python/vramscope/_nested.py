@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from . import _tensor
+from . import _kernels, _tensor
 
 #: the capture the patches were made for (`patch`)
 _CAP = [None]
@@ -254,6 +254,25 @@ def as_nested_tensor_fn(original):
         return _from_tensor_list(list(ts), dtype, to_gpu)
 
     return as_nested_tensor
+
+
+def host_to_device(cap, func, args, kwargs):
+    """`Tensor.to(cuda)` / `Tensor.cuda()` of a host strided nested tensor: `_to_copy_nested`
+    (NestedTensorMath.cpp): `empty_like` on the device (one buffer of its elements, contiguous)
+    and the buffer's copy; the twin packs its components on the host and copies them once."""
+    t = args[0] if args else kwargs.get("self")
+    if not isinstance(t, torch.Tensor) or not t.is_nested or isinstance(t, StridedNested):
+        return NotImplemented
+    if t.layout != torch.strided or t.device.type != "cpu":
+        return NotImplemented
+    if func is torch.Tensor.cuda:
+        device, dtype = torch.device("cuda"), None
+    else:
+        device, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
+    if device is None or device.type != "cuda":
+        return NotImplemented
+    parts = t.unbind()
+    return _under_mode(_from_tensor_list, list(parts), dtype, True)
 
 
 def _from_tensor_list(items, dtype, to_gpu: bool):
@@ -752,3 +771,7 @@ def patch(cap, p) -> None:
     _CAP[0] = cap
     p.set(torch.nested, "nested_tensor", nested_tensor_fn(torch.nested.nested_tensor))
     p.set(torch.nested, "as_nested_tensor", as_nested_tensor_fn(torch.nested.as_nested_tensor))
+
+
+for _func in (torch.Tensor.to, torch.Tensor.cuda):
+    _kernels.FUNCTIONS[_func] = host_to_device
