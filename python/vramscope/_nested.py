@@ -136,7 +136,7 @@ def _view(t, sizes, strides, offsets):
 
 
 def _is_contiguous(t) -> bool:
-    """`nested_tensor_impl_is_contiguous` (NestedTensorUtils.h): every component row-major, the
+    """`nested_tensor_impl_is_contiguous` (NestedTensorImpl.h): every component row-major, the
     first at offset 0 and each next one right after the previous (`offsets[i] == offsets[i-1] +
     sizes[i-1][0] * strides[i-1][0]`)."""
     if not t._vs_sizes:
@@ -381,6 +381,8 @@ def _nested_shapes(t, shape, op: str = "view"):
     shape = list(shape)
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         shape = list(shape[0])
+    if shape and not all(isinstance(s, int) for s in shape):
+        raise _unmodelled(f"{op}({', '.join(map(str, shape))})")
     if not shape:
         raise RuntimeError("shape '[]' is invalid for a nested tensor")
     if not t._vs_sizes:
