@@ -15,7 +15,7 @@ import threading
 
 import torch
 
-from . import _autocast, _kernels
+from . import _autocast, _kernels, _nested
 from ._tensor import assumed, registered, value
 
 aten = torch.ops.aten
@@ -1186,6 +1186,8 @@ def nested_backend_checks(cap, originals: dict) -> dict:
         original, rule = originals[name], rules.get(name)
 
         def check(params, debug=False):
+            if _nested.is_strided_nested(params.query):
+                return _nested.can_use(name, params)
             if _jagged_parts(params.query) is None:
                 if registered(_physical(params.query)):
                     # a dense tensor of the simulated device: `backend`'s check of that kernel

@@ -730,6 +730,9 @@ def patch(cap) -> _Patch:
     _triton.patch(cap, p)
     _extensions.patch(p)
     _legacy.patch(p)
+    from . import _nested
+
+    _nested.patch(cap, p)
     _threads.patch(cap, p)
     _profiler_without_gpu_events(p)
     from torch.utils import checkpoint as _ckpt
