@@ -136,6 +136,9 @@ gptfast_stories15M_compile gpt-fast - - 1
 gptfast_stories110M_compile_prefill gpt-fast - - 1
     generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 64
     --compile --compile_prefill
+gptfast_stories110M_batch4_compile gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 50
+    --batch_size 4 --compile
 gptfast_quantize_int8_stories110M gpt-fast - - 1
     quantize.py --checkpoint_path checkpoints/stories110M/model.pth --mode int8
 gptfast_stories110M_int8_eager gpt-fast - - 1
@@ -161,6 +164,9 @@ gptfast_stories110M_tp2_eager gpt-fast - - 2
 gptfast_stories110M_tp2_compile gpt-fast - - 2
     generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 50
     --compile
+gptfast_stories110M_int8_tp2_compile gpt-fast - - 2
+    generate.py --checkpoint_path checkpoints/stories110M/model_int8.pth --num_samples 2
+    --max_new_tokens 50 --compile
 """
 
 
