@@ -1,20 +1,21 @@
-"""Public training programs (nanoGPT, minGPT, timm's train.py and validate.py), unmodified, under the
-twin and on a GPU: the second section of validation/run/wild/README.md.
+"""Public training programs (nanoGPT, minGPT, timm's train.py and validate.py) and gpt-fast's inference,
+unmodified, under the twin and on a GPU: the second section of validation/run/wild/README.md.
 
     python validation/run/wild/programs.py data ROOT                     # fake data into the checkouts
     python validation/run/wild/programs.py twin ROOT OUTDIR [NAME ...]    # vramscope run --gpu h200 --json
     python validation/run/wild/programs.py gpu  ROOT OUTDIR [NAME ...]    # record.py, on the GPU
 
 ROOT holds one checkout per repository of REPOS, at its commit, under the repository's name
-(ROOT/nanoGPT, ROOT/minGPT, ROOT/pytorch-image-models). twin and gpu write the fake data first (as
-`data`; NO_FAKE_DATA=1 skips it), then run each program of PROGRAMS in order, one process each, from
-its folder, with the folder's extra PYTHONPATH (minGPT's projects import the package from the
-checkout, as `pip install -e .` would), reusing sweep.py's runner: OUTDIR/NAME.out, NAME.err,
-OUTDIR/twin.jsonl or gpu.jsonl, OUTDIR/summary.jsonl. Order matters: nanogpt_gpt2_resume resumes
-from the checkpoint nanogpt_gpt2_bf16 wrote, the timm_validate_* programs load the checkpoint of the
-timm_train_* run before them. Each program's output folder is removed before it runs (not for
-those that read a previous one's). The programs never call reset_peak_memory_stats: one "end" line
-each.
+(ROOT/nanoGPT, ROOT/minGPT, ROOT/pytorch-image-models, ROOT/gpt-fast). twin and gpu write the fake
+data first (as `data`; NO_FAKE_DATA=1 skips it), then run each program of PROGRAMS in order, one
+process each, from its folder, with the folder's extra PYTHONPATH (minGPT's projects import the
+package from the checkout, as `pip install -e .` would), reusing sweep.py's runner: OUTDIR/NAME.out,
+NAME.err, OUTDIR/twin.jsonl or gpu.jsonl, OUTDIR/summary.jsonl. Order matters: nanogpt_gpt2_resume
+resumes from the checkpoint nanogpt_gpt2_bf16 wrote, the timm_validate_* programs load the
+checkpoint of the timm_train_* run before them, the gptfast_*_int8_* programs the one
+gptfast_quantize_int8_stories110M wrote. Each program's output folder is removed before it runs (not
+for those that read a previous one's). The programs never call reset_peak_memory_stats: one "end"
+line each.
 """
 
 import json
@@ -35,6 +36,8 @@ REPOS = {
     "nanoGPT": ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"),
     "minGPT": ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26"),
     "pytorch-image-models": ("huggingface/pytorch-image-models", "aa4b5850c1543fa488abf260f18390eda46cf85d"),
+    # session 57: the mirror's newest commit (2024-09-15, "Fix Llama3 HF checkpoint converter (#202)")
+    "gpt-fast": ("pytorch-labs/gpt-fast", "32971d3129541c5bfb4f715abc33d1c5f408d204"),
 }
 
 # Each program: a line "NAME FOLDER PYTHONPATH CLEAN RANKS" (FOLDER under ROOT, where it runs;
@@ -120,6 +123,33 @@ timm_train_naflexvit_base_bf16 pytorch-image-models - - 1
     adamw --lr 5e-4 --naflex-loader --naflex-train-seq-lens 64 128 --naflex-max-seq-len 128
 timm_benchmark_resnet50_both pytorch-image-models - - 1
     benchmark.py --model resnet50 --bench both -b 16 --amp --num-warm-iter 2 --num-bench-iter 5
+gptfast_stories15M_eager gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories15M/model.pth --num_samples 2 --max_new_tokens 50
+gptfast_stories110M_eager gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 100
+gptfast_stories15M_batch8_prompt200_eager gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories15M/model.pth --num_samples 1 --max_new_tokens 32
+    --batch_size 8 --prompt 200
+gptfast_stories15M_compile gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories15M/model.pth --num_samples 2 --max_new_tokens 50
+    --compile
+gptfast_stories110M_compile_prefill gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 64
+    --compile --compile_prefill
+gptfast_stories110M_batch4_compile gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 50
+    --batch_size 4 --compile
+gptfast_quantize_int8_stories110M gpt-fast - - 1
+    quantize.py --checkpoint_path checkpoints/stories110M/model.pth --mode int8
+gptfast_stories110M_int8_eager gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories110M/model_int8.pth --num_samples 2
+    --max_new_tokens 50
+gptfast_stories110M_int8_compile gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories110M/model_int8.pth --num_samples 2
+    --max_new_tokens 50 --compile
+gptfast_stories15M_compile_profile gpt-fast - - 1
+    generate.py --checkpoint_path checkpoints/stories15M/model.pth --num_samples 2 --max_new_tokens 32
+    --compile --profile trace
 nanogpt_shakespeare_char_ddp2 nanoGPT - out-sc-ddp 2
     train.py config/train_shakespeare_char.py --compile=False --max_iters=3 --eval_interval=2
     --eval_iters=2 --gradient_accumulation_steps=2 --out_dir=out-sc-ddp
@@ -129,6 +159,14 @@ timm_train_resnet50_ddp2_sync_bn pytorch-image-models - - 2
 timm_train_resnet50_ddp2_compile pytorch-image-models - - 2
     train.py --data-dir fake_data --num-classes 4 --epochs 1 -j 2 --log-interval 1 --output out
     --experiment ddpc --model resnet50 -b 16 --amp --torchcompile
+gptfast_stories110M_tp2_eager gpt-fast - - 2
+    generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 50
+gptfast_stories110M_tp2_compile gpt-fast - - 2
+    generate.py --checkpoint_path checkpoints/stories110M/model.pth --num_samples 2 --max_new_tokens 50
+    --compile
+gptfast_stories110M_int8_tp2_compile gpt-fast - - 2
+    generate.py --checkpoint_path checkpoints/stories110M/model_int8.pth --num_samples 2
+    --max_new_tokens 50 --compile
 """
 
 
@@ -157,12 +195,60 @@ PROGRAMS = _programs()
 _TIMM_OUT = "pytorch-image-models/out"
 
 
+def gptfast_data(root):
+    """gpt-fast's inputs, as its scripts/prepare.sh would leave them (downloaded, converted) but random:
+    checkpoints/NAME/model.pth, the state_dict of the checkout's own model.py
+    `Transformer.from_name(NAME)` (fp32, torch seed 0), for the two small configs of its
+    `transformer_configs` (stories15M, stories110M: generate.py's `_load_model` picks the config by
+    the folder's name), and beside each the `tokenizer.model` generate.py reads there: a SentencePiece
+    model trained here (sentencepiece, as tokenizer.py's SentencePieceWrapper loads it) with the
+    models' 32,000 pieces (generate.py decodes the sampled ids: each must be a piece), a character
+    model over printable ASCII filled with user-defined symbols, so the default prompt "Hello, my
+    name is" is the same 18 ids (with BOS) on every machine."""
+    import importlib.util
+    import io
+
+    import sentencepiece as spm
+    import torch
+
+    ckpt = os.path.join(root, "gpt-fast", "checkpoints")
+    spec = importlib.util.spec_from_file_location("gptfast_model", os.path.join(root, "gpt-fast", "model.py"))
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    text = ["".join(chr(c) for c in range(33, 127)), "Hello, my name is"] * 10
+    user = 32000 - 3 - len(set("".join(text)))  # <unk>, <s>, </s>, the characters (and U+2581)
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_writer=proto,
+        vocab_size=32000,
+        model_type="char",
+        user_defined_symbols=[f"<t{i}>" for i in range(user)],
+        num_threads=1,
+        minloglevel=2,
+    )
+    for name in ("stories15M", "stories110M"):
+        d = os.path.join(ckpt, name)
+        os.makedirs(d, exist_ok=True)
+        torch.manual_seed(0)
+        torch.save(model.Transformer.from_name(name).state_dict(), os.path.join(d, "model.pth"))
+        with open(os.path.join(d, "tokenizer.model"), "wb") as f:
+            f.write(proto.getvalue())
+
+
 def fake_data(root):
-    """Deterministic fake inputs (numpy seed 0) in the layout each program reads; only their sizes matter."""
+    """Deterministic fake inputs (numpy seed 0) in the layout each program reads; only their sizes
+    matter. gpt-fast's when its checkout is under ROOT; the other three's (one numpy stream) when
+    nanoGPT's is."""
     import pickle
 
     import numpy as np
 
+    if os.path.isdir(os.path.join(root, "gpt-fast")):
+        gptfast_data(root)
+    if not os.path.isdir(os.path.join(root, "nanoGPT")):
+        print("fake data written under", root)
+        return
     rng = np.random.default_rng(0)
     # nanoGPT: data/DATASET/{train,val}.bin of uint16 token ids (train.py's get_batch memmaps them);
     # shakespeare_char's meta.pkl gives vocab_size 65 as its prepare.py writes it.
