@@ -51,6 +51,12 @@ pl_autoencoder_bf16_mixed pytorch/basics - 1
 pl_autoencoder_16_mixed_accumulate pytorch/basics - 1
     autoencoder.py {_PL} --trainer.precision 16-mixed --trainer.limit_train_batches=4
     --trainer.accumulate_grad_batches 2
+pl_autoencoder_device_stats_monitor pytorch/basics - 1
+    autoencoder.py {_PL} --trainer.callbacks+=DeviceStatsMonitor
+pl_autoencoder_pytorch_profiler pytorch/basics - 1
+    autoencoder.py {_PL} --trainer.profiler pytorch
+pl_autoencoder_fsdp pytorch/basics - 1
+    autoencoder.py {_PL} --trainer.strategy fsdp
 pl_backbone_image_classifier pytorch/basics - 1
     backbone_image_classifier.py {_PL}
 pl_backbone_image_classifier_bf16_true pytorch/basics - 1
