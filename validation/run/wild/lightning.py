@@ -126,14 +126,12 @@ def fake_data(root):
     ex = os.path.join(root, "examples")
     # MNIST's idx files (60,000 / 10,000 images), as torchvision.datasets.MNIST finds them without a
     # download: the basics' DATASETS_PATH (examples/Datasets), Fabric's (examples/../Datasets), the
-    # `./data` that lightning.pytorch.demos.mnist_datamodule.MNIST first probes from the working folder,
-    # and build_your_own_trainer's fixed root /tmp/data/MNIST.
+    # `./data` that lightning.pytorch.demos.mnist_datamodule.MNIST first probes from the working folder.
     first = os.path.join(ex, "Datasets")
     mnist(first, rng)
     for d in (
         os.path.join(root, "Datasets"),
         os.path.join(ex, "pytorch", "basics", "data"),
-        "/tmp/data/MNIST",
     ):
         shutil.rmtree(os.path.join(d, "MNIST"), ignore_errors=True)
         shutil.copytree(os.path.join(first, "MNIST"), os.path.join(d, "MNIST"))
