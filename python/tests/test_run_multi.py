@@ -444,3 +444,27 @@ def test_sdpa_over_head_sharded_dtensors_takes_the_gpu_s_fused_kernel(tmp_script
     status, lines, _report, err = run_script(tmp_script(SHARDED_SDPA), extra=("--nproc", "2"))
     assert status == 0, err[-3000:]
     assert lines[-1] == "ran (Shard(dim=1),) 8 (Shard(dim=1),)"
+
+
+DCP_SHARDED = """
+import os, tempfile, torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+mesh = init_device_mesh("cuda", (int(os.environ["WORLD_SIZE"]),))
+lin = parallelize_module(torch.nn.Linear(256, 512).cuda(), mesh, ColwiseParallel())
+with tempfile.TemporaryDirectory() as d:
+    dcp.save({"model": lin.state_dict()}, checkpoint_id=d)
+    print("ran", sorted(os.listdir(d))[:2])
+"""
+
+
+def test_dcp_save_of_sharded_dtensors_runs_on_one_rank_of_several(tmp_script):
+    # PyTorch Lightning's ModelParallelStrategy saves its checkpoint with torch.distributed.checkpoint:
+    # the coordinator checks that the chunks of every rank's plan cover each tensor
+    # (`_validate_global_plan`, torch/distributed/checkpoint/default_planner.py). Under `--nproc N`
+    # the other ranks' plans are stand-ins (this rank's), which cover 1/N of a sharded tensor: the
+    # check raised "Failed to validate global plan"
+    status, lines, _report, err = run_script(tmp_script(DCP_SHARDED), extra=("--nproc", "2"))
+    assert status == 0, err[-3000:]
+    assert lines[-1] == "ran ['.metadata', '__0_0.distcp']"
