@@ -1562,6 +1562,44 @@ def test_torch_export_traces_on_the_host_and_its_module_runs_on_the_twin(tmp_scr
     assert lines[-1] == "ExportedProgram True cuda"
 
 
+def test_an_exported_training_graph_s_sdpa_and_dropout_ops_run_as_the_eager_functions_do(tmp_script):
+    # the training IR keeps `aten.scaled_dot_product_attention` and `aten.dropout` as ops, which
+    # `ep.module()` calls: the same C++ composites `F.scaled_dot_product_attention` and `F.dropout`
+    # bind, so the fused attention and `native_dropout` for CUDA tensors (not the meta tensors'
+    # math attention and noise tensors: blind258/iy01's H200 record, 755 MB under the twin's peak)
+    script = tmp_script(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.qkv = torch.nn.Linear(256, 768)\n"
+        "    def forward(self, x):\n"
+        "        q, k, v = self.qkv(x).view(8, 512, 3, 4, 64).permute(2, 0, 3, 1, 4)\n"
+        "        return F.dropout(F.scaled_dot_product_attention(q, k, v, is_causal=True), 0.1)\n"
+        "m = M().cuda().train()\n"
+        "x = torch.randn(8, 512, 256, device='cuda')\n"
+        "ep = torch.export.export(m, (x,))\n"
+        "def peak(f):\n"
+        "    torch.cuda.reset_peak_memory_stats()\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        "        y = f(x)\n"
+        "    y.float().sum().backward()\n"
+        "    del y\n"
+        "    return torch.cuda.max_memory_allocated() - base\n"
+        "peak(m)\n"  # the first call's cuBLAS workspaces
+        "m.zero_grad(set_to_none=True)\n"
+        "eager = peak(m)\n"
+        "m.zero_grad(set_to_none=True)\n"
+        "exported = peak(ep.module())\n"
+        "print(eager, exported)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "36047872 36047872"
+
+
 #: the MLP (512 -> 2048 -> 512, GELU) and input (64 x 512) the AOTInductor tests export, in
 #: eval mode on the GPU
 AOTI_MLP = (

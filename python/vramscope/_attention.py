@@ -16,7 +16,7 @@ import threading
 import torch
 
 from . import _autocast, _kernels, _nested
-from ._tensor import assumed, registered, value
+from ._tensor import assumed, is_ours, registered, value
 
 aten = torch.ops.aten
 HALF = (torch.float16, torch.bfloat16)
@@ -200,6 +200,17 @@ def sdpa(cap, args, kwargs, traced=False):
         with torch._C._ExcludeDispatchKeyGuard(_autocast._EXCLUDE):
             return _sdpa(cap, a, traced)
     return _sdpa(cap, a, traced)
+
+
+def sdpa_op(cap, func, args, kwargs):
+    """`aten.scaled_dot_product_attention.default` called as an op: the node an exported program's
+    graph keeps (torch.export's training IR, which `ep.module()` runs) is the same
+    CompositeImplicitAutograd kernel `F.scaled_dot_product_attention` binds (attention.cpp picks
+    the fused backend for the CUDA tensors), not the math path the meta tensors' composite takes."""
+    q = args[0] if args else kwargs.get("query")
+    if not is_ours(_physical(q)):
+        return NotImplemented
+    return sdpa(cap, args, kwargs)
 
 
 def _sdpa(cap, a, traced=False):
@@ -1230,6 +1241,7 @@ def install() -> None:
     _kernels.DISPATCH[aten._efficient_attention_forward.default] = efficient_forward
     _kernels.DISPATCH[aten._efficient_attention_backward.default] = efficient_attention_backward
     _kernels.FUNCTIONS[torch._native_multi_head_attention] = native_mha
+    _kernels.FUNCTIONS[aten.scaled_dot_product_attention.default] = sdpa_op
     _kernels.FUNCTIONS[torch._transformer_encoder_layer_fwd] = encoder_layer_fwd
     check = aten._nested_tensor_from_mask_left_aligned.default
     _kernels.DISPATCH[check] = left_aligned(_kernels.DISPATCH[check])

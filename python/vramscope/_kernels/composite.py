@@ -12,7 +12,7 @@ from .. import _autocast
 from .._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 from .._tensor import registered, tensors_in
 from .host import _d2h_staging
-from .registry import DISPATCH
+from .registry import DISPATCH, FUNCTIONS
 
 aten = torch.ops.aten
 
@@ -104,6 +104,25 @@ def dropout(original):
     return run
 
 
+def dropout_op(cap, func, args, kwargs):
+    """`aten.dropout.default` called as an op (a node of an exported program's graph, which
+    `ep.module()` runs: torch.export's training IR keeps `aten.dropout`): the same Dropout.cpp
+    kernel `F.dropout` reaches, so the fused `native_dropout` for a CUDA input in training, where the
+    meta tensor's `_dropout_impl` would keep a noise tensor like the input."""
+    names = ("input", "p", "train")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    input, p, train = a["input"], a["p"], a["train"]
+    if not registered_user(input) or not train or not 0 < p < 1 or input.numel() == 0:
+        return NotImplemented
+    return torch.native_dropout(input, p, True)[0]
+
+
+def linear_op(cap, func, args, kwargs):
+    """`aten.linear.default` called as an op (an exported program's node): `linear`'s rule, as
+    `F.linear` binds the same Linear.cpp kernel."""
+    return linear(func)(*args, **kwargs)
+
+
 def _native_dropout(cap, func, args, kwargs):
     """`dropout_cuda` (`aten/src/ATen/native/cuda/Dropout.cu`): the bool
     mask is allocated before the output."""
@@ -116,6 +135,8 @@ def _native_dropout(cap, func, args, kwargs):
 
 
 DISPATCH[aten.native_dropout.default] = _native_dropout
+FUNCTIONS[aten.dropout.default] = dropout_op
+FUNCTIONS[aten.linear.default] = linear_op
 
 
 #: `sys.getrefcount` of a gradient only the engine's buffer holds, seen from `_accumulate`: the
