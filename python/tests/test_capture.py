@@ -691,6 +691,30 @@ def test_autocast_caches_a_weight_cast_made_under_no_grad_with_its_graph():
         assert w.grad is not None and w.grad.dtype == torch.float32
 
 
+def test_autocast_caches_the_casts_of_a_compiled_regions_eager_fallback():
+    """At dynamo's `recompile_limit` the frame runs eagerly, and its casts go through `cached_cast`
+    as outside a compiled region: the weight's and bias's bf16 casts made at the first eager call
+    stay in the cache for the next one (blind263/jd01's H200 eval: 60,004,352 bytes of the four
+    blocks' casts held at length 500); the compiled graph's casts are its own."""
+    import torch._dynamo.config as dynamo_config
+
+    torch._dynamo.reset()
+    with (
+        dynamo_config.patch(automatic_dynamic_shapes=False, recompile_limit=1),
+        vramscope.capture(gpu="h200"),
+    ):
+        lin = torch.nn.Linear(1024, 1024).cuda()
+        f = torch.compile(lin)
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            y = f(torch.randn(8, 1024, device="cuda"))  # the static graph: nothing cached
+            del y
+            base = torch.cuda.memory_allocated()
+            y = f(torch.randn(16, 1024, device="cuda"))  # the limit: eager, the casts cached
+            del y
+            assert torch.cuda.memory_allocated() - base == 1024 * 1024 * 2 + 2048
+    torch._dynamo.reset()
+
+
 def test_affine_grid_runs_its_parts_through_autocast():
     """`affine_grid_generator` (AffineGridGenerator.cpp, CompositeExplicitAutograd): the (N, H, W, 3)
     base grid, each axis's linspace times (n - 1) / n, then `bmm`, which autocast lowers: theta's and

@@ -78,6 +78,15 @@ def _eligible(t) -> bool:
     return on_device and t.is_floating_point() and t.dtype != torch.float64
 
 
+def _traced(t) -> bool:
+    """Whether a cast is made on a tracer's value (dynamo's and AOTAutograd's fake tensors) rather than
+    on the program's own tensor run eagerly inside a compiled region."""
+    return isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or (
+        torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+        or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+    )
+
+
 def _cast(t, dtype):
     """`cached_cast(dtype, arg)`."""
     if not _eligible(t) or t.dtype == dtype:
@@ -93,8 +102,11 @@ def _cast(t, dtype):
         # measured: under inference mode nothing is cached (CPU autocast casts a Linear's weight at
         # every call; blind10/j02's H200 trace frees the conv weight's cast as the op returns)
         and not torch.is_inference_mode_enabled()
-        # a traced graph's casts are its own nodes (AOTAutograd's CSE merges repeated ones)
-        and not TRACING[0]
+        # a traced graph's casts are its own nodes (AOTAutograd's CSE merges repeated ones); the
+        # eager code of a compiled region (dynamo's fallback at `recompile_limit`, code between
+        # graphs) is cast as outside: `cached_cast` (autocast_mode.cpp) knows no compiled region
+        # (blind263/jd01's H200 eval: the 4 blocks' casts made at length 400 still live at 500)
+        and not (TRACING[0] and _traced(t))
     )
     if can_cache:
         hit = _cache.get(id(t))
