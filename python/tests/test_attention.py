@@ -516,3 +516,27 @@ def test_causal_bias_lower_right_runs_flash_then_the_efficient_kernel_with_its_b
         out = torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=bias)
         out.sum().backward()
         assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+def test_sdpa_called_as_an_aten_op_takes_the_cuda_backend_choice():
+    """An exported program's module runs `aten.scaled_dot_product_attention` as an op, not through
+    `F.scaled_dot_product_attention`: the composite still asks the CUDA backend choice for a CUDA
+    query (cuDNN on the H200 here), not the meta tensors' math path with its fp32 scores
+    (blind258/iy05's H200 reserved: two 16 MiB segments fewer per prefill)."""
+    peaks = []
+    with vramscope.capture(gpu="h200") as cap:
+        q = torch.randn(4, 16, 256, 64, device="cuda", dtype=torch.bfloat16)
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        mask = torch.zeros(4, 1, 256, 256, device="cuda", dtype=torch.bfloat16)
+        for fn in (
+            torch.ops.aten.scaled_dot_product_attention.default,
+            torch.nn.functional.scaled_dot_product_attention,
+        ):
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            with torch.no_grad():
+                out = fn(q, k, v, mask)
+            peaks.append(torch.cuda.max_memory_allocated() - base)
+            del out
+        backends = cap.report()["sdpa_backends"]
+    assert peaks[0] == peaks[1] and backends == {"cudnn": 2}
