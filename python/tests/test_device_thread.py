@@ -170,3 +170,39 @@ def test_a_capture_dropped_on_another_thread_keeps_its_device_for_its_own_thread
     assert len(_capture._PARKED) == 1
     _capture.Capture(gpu="h200")
     assert _capture._PARKED == []
+
+
+def _hooks_traced(compiled_autograd: bool, device: str) -> list:
+    """Whether dynamo traced a post-accumulate-grad hook that a backward inside a compiled
+    function calls (after the graph break at `backward()`), one entry per call."""
+    import vramscope
+
+    seen: list = []
+    torch._dynamo.reset()
+    prior = torch._dynamo.config.compiled_autograd
+    torch._dynamo.config.compiled_autograd = compiled_autograd
+    try:
+        with vramscope.capture(gpu="h200"):
+            w = torch.nn.Parameter(torch.randn(8, 8, device=device))
+            w.register_post_accumulate_grad_hook(lambda p: seen.append(torch.compiler.is_compiling()))
+
+            def step(x):
+                loss = (x @ w).sum()
+                loss.backward()
+                return loss.detach()
+
+            torch.compile(step, backend="eager")(torch.randn(4, 8, device=device))
+    finally:
+        torch._dynamo.config.compiled_autograd = prior
+        torch._dynamo.reset()
+    return seen
+
+
+def test_hooks_of_a_pass_on_the_device_thread_run_without_dynamo():
+    """On the GPU a CUDA pass runs on the engine's device thread, which has no dynamo frame callback
+    (thread-local: torch/csrc/dynamo/eval_frame.c's `eval_frame_callback_key`), so a hook called
+    by a `backward()` inside a compiled function runs eagerly (blind257/ix02's per-parameter AdamW
+    hooks without compiled autograd); a CPU pass runs on the calling thread, where dynamo traces
+    it, on the twin as on the GPU."""
+    assert _hooks_traced(False, "cuda") == [False]
+    assert _hooks_traced(False, "cpu") == [True]

@@ -193,6 +193,32 @@ class _Drain:
             )
 
 
+def _on_device_thread(t_outputs) -> bool:
+    """Whether the GPU's engine runs this pass on its device thread: its roots are CUDA tensors
+    (`execute_with_graph_task` queues the root on the ready queue of its input buffer's device)
+    and the engine may use its threads (compiled autograd turns them off,
+    `set_multithreading_enabled(False)` in `compiled_autograd._enable`)."""
+    if not torch.autograd.is_multithreading_enabled():
+        return False
+    roots = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in roots)
+
+
+def _without_dynamo(fn):
+    """`fn()` with no dynamo frame callback on this thread: the callback is thread-local
+    (`eval_frame_callback_key`, a `Py_tss_t`, torch/csrc/dynamo/eval_frame.c), so on the GPU the
+    Python hooks a pass calls on the device thread run eagerly even when `backward()` is called
+    inside a `torch.compile`d function (after its graph break), where on the calling thread dynamo
+    would trace them (blind257/ix02: per-parameter AdamW steps in post-accumulate-grad hooks)."""
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    prior = set_eval_frame(None)
+    try:
+        return fn()
+    finally:
+        set_eval_frame(prior)
+
+
 def patch(cap, p, device_thread: DeviceThread) -> None:
     """Route `torch.autograd`'s engine calls that record a graph to `device_thread`, and drain the
     ready queue of a pass that failed (`_Drain`)."""
@@ -215,6 +241,8 @@ def patch(cap, p, device_thread: DeviceThread) -> None:
         # (grad_tensors, retain_graph, create_graph, inputs, ...): torch/autograd/__init__.py
         create_graph = args[2] if len(args) > 2 else kwargs.get("create_graph", False)
         if not create_graph:
+            if _on_device_thread(t_outputs):
+                return _without_dynamo(lambda: real(t_outputs, *args, **kwargs))
             return real(t_outputs, *args, **kwargs)
         if torch._C._functorch.peek_interpreter_stack() is None:
             return device_thread.run(lambda: real(t_outputs, *args, **kwargs))
