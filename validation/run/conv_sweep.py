@@ -52,7 +52,9 @@ it so). The cache is emptied before each item (the free memory `get_available_wo
 then the device's, written to the line as `free`); a line per item: {"index", "item", "free",
 "ops": {"forward" | "dgrad" | "wgrad": [first call's record, second's]}}, the records ops_truth.py's
 without `kwargs`. A later call passes the earlier calls' folders as DONE_DIRs (session 52's first
-call: `fixtures/run/cudnn_benchmark_sweep_h200.tar.xz`'s `b1/`).
+call: `fixtures/run/cudnn_benchmark_sweep_h200.tar.xz`'s `b1/`). A PROBLEMS file whose problems name
+their batch, dtype and layout (`"n"`, `"dtype"`, `"layout"`: `wild/benchmark_problems.py`'s, the wild
+programs' own calls) is swept item by item as written, not crossed with BATCHES and DTYPE_LAYOUTS.
 
 `merge` adds conv_table.py's lines (one a problem) to the table, which holds one line for each problem
 without its batch, the batches' bytes after a `|`: a problem the table already holds must have the
@@ -539,9 +541,14 @@ def extract(models=MODELS):
 
 def items(problems, batches=BATCHES, dtype_layouts=DTYPE_LAYOUTS):
     """The sweep's order: by batch rank + dtype/layout rank + tier, then the problems' order. A 1-D
-    problem has no channels-last layout."""
+    problem has no channels-last layout. A problem that names its batch, dtype and layout ("n",
+    "dtype", "layout": a program's own call, `wild/benchmark_problems.py`) is that one item alone, in
+    the problems' order before the swept ones."""
     out = []
     for pi, p in enumerate(problems):
+        if "n" in p:
+            out.append((-1, pi, 0, 0, dict(p)))
+            continue
         for bi, n in enumerate(batches):
             for di, (dtype, layout) in enumerate(dtype_layouts):
                 if layout == "nhwc" and len(p["x"]) == 2:
