@@ -200,7 +200,7 @@ def nested_tensor_fn(original):
     def nested_tensor(
         tensor_list, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False
     ):
-        if layout not in (None, torch.strided) or not isinstance(tensor_list, list):
+        def fallback():
             return original(
                 tensor_list,
                 dtype=dtype,
@@ -209,20 +209,16 @@ def nested_tensor_fn(original):
                 requires_grad=requires_grad,
                 pin_memory=pin_memory,
             )
+
+        if layout not in (None, torch.strided) or not isinstance(tensor_list, list):
+            return fallback()
         items = [
             t.detach() if isinstance(t, torch.Tensor) else torch.tensor(t, dtype=dtype) for t in tensor_list
         ]
         ours = [_tensor.is_ours(t) for t in items]
         to_gpu = device is not None and torch.device(device).type == "cuda"
         if not items or not (any(ours) or to_gpu):
-            return original(
-                tensor_list,
-                dtype=dtype,
-                layout=layout,
-                device=device,
-                requires_grad=requires_grad,
-                pin_memory=pin_memory,
-            )
+            return fallback()
         out = _from_tensor_list(items, dtype, to_gpu)
         if requires_grad:
             out.requires_grad_(True)
