@@ -65,6 +65,37 @@ _DISTIL_MEDIUM_EN_SUPPRESS = [
 ]
 # fmt: on
 
+# t5-base's and t5-large's task_specific_params (the same in both copies read below)
+_T5_TASK_PARAMS = {
+    "summarization": {
+        "early_stopping": True,
+        "length_penalty": 2.0,
+        "max_length": 200,
+        "min_length": 30,
+        "no_repeat_ngram_size": 3,
+        "num_beams": 4,
+        "prefix": "summarize: ",
+    },
+    "translation_en_to_de": {
+        "early_stopping": True,
+        "max_length": 300,
+        "num_beams": 4,
+        "prefix": "translate English to German: ",
+    },
+    "translation_en_to_fr": {
+        "early_stopping": True,
+        "max_length": 300,
+        "num_beams": 4,
+        "prefix": "translate English to French: ",
+    },
+    "translation_en_to_ro": {
+        "early_stopping": True,
+        "max_length": 300,
+        "num_beams": 4,
+        "prefix": "translate English to Romanian: ",
+    },
+}
+
 # The config.json of each Hugging Face hub model id that TorchBench's hf_* models read
 # (AutoConfig.from_pretrained in torchbenchmark/util/framework/huggingface/basic_configs.py; no tokenizer, no
 # weights: from_config), written into the hub cache as the timm weights are: the real configs' fields (memory
@@ -216,35 +247,7 @@ HF_CONFIGS = {
         "pad_token_id": 0,
         "relative_attention_max_distance": 128,
         "relative_attention_num_buckets": 32,
-        "task_specific_params": {
-            "summarization": {
-                "early_stopping": True,
-                "length_penalty": 2.0,
-                "max_length": 200,
-                "min_length": 30,
-                "no_repeat_ngram_size": 3,
-                "num_beams": 4,
-                "prefix": "summarize: ",
-            },
-            "translation_en_to_de": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to German: ",
-            },
-            "translation_en_to_fr": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to French: ",
-            },
-            "translation_en_to_ro": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to Romanian: ",
-            },
-        },
+        "task_specific_params": _T5_TASK_PARAMS,
         "transformers_version": "4.18.0",
         "use_cache": True,
         "vocab_size": 32128,
@@ -268,35 +271,7 @@ HF_CONFIGS = {
         "output_past": True,
         "pad_token_id": 0,
         "relative_attention_num_buckets": 32,
-        "task_specific_params": {
-            "summarization": {
-                "early_stopping": True,
-                "length_penalty": 2.0,
-                "max_length": 200,
-                "min_length": 30,
-                "no_repeat_ngram_size": 3,
-                "num_beams": 4,
-                "prefix": "summarize: ",
-            },
-            "translation_en_to_de": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to German: ",
-            },
-            "translation_en_to_fr": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to French: ",
-            },
-            "translation_en_to_ro": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to Romanian: ",
-            },
-        },
+        "task_specific_params": _T5_TASK_PARAMS,
         "vocab_size": 32128,
     },
     # ibmm-unibe-ch/SMILES_or_SELFIES bart-base/config.json @d20ba5007f499e7d6d06a1714c7995aa42cf7c6e
