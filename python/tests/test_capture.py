@@ -1841,6 +1841,44 @@ def test_run_decompositions_of_a_graph_with_a_dtype_conversion_checks_the_gpus_d
     assert lines[-1] == "cuda"
 
 
+def test_run_decompositions_keeps_the_fused_rms_norm_the_gpu_keeps(tmp_script):
+    # `rms_norm`'s composite calls `_fused_rms_norm`, which has a CUDA kernel and no CPU one: the
+    # GPU's retrace keeps it as a node (`autograd_would_have_decomposed` asks the CUDA key), where the
+    # host's decomposed it into pow, mean, rsqrt and muls, whose fp32 results autograd saved when
+    # `ep.module()` trained (blind258/iy02's H200 record: 402,672,128 bytes under the twin's peak).
+    # Called as ops, `aten.rms_norm` (the training IR's node) and `aten._fused_rms_norm` take the
+    # eager `F.rms_norm`'s fused rule
+    script = tmp_script(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.norm = torch.nn.RMSNorm(1024)\n"
+        "        self.lin = torch.nn.Linear(1024, 1024, bias=False)\n"
+        "    def forward(self, x):\n"
+        "        return self.lin(self.norm(x)).float().sum()\n"
+        "m = M().cuda().to(torch.bfloat16)\n"
+        "x = torch.randn(8, 512, 1024, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+        "ep = torch.export.export(m, (x,))\n"
+        "dec = ep.run_decompositions()\n"
+        "ops = {str(n.target) for n in dec.graph.nodes if n.op == 'call_function'}\n"
+        "print('aten._fused_rms_norm.default' in ops, 'aten.pow.Tensor_Scalar' in ops)\n"
+        "def peak(f):\n"
+        "    m.zero_grad(set_to_none=True)\n"
+        "    x.grad = None\n"
+        "    torch.cuda.reset_peak_memory_stats()\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    f(x).backward()\n"
+        "    return torch.cuda.max_memory_allocated() - base\n"
+        "peak(m)\n"  # the first call's cuBLAS workspaces
+        "print(peak(m), peak(ep.module()), peak(dec.module()))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-2] == "True False"
+    assert lines[-1] == "33570816 33570816 33570816"
+
+
 def test_torch_compile_dynamic_logical_not_of_a_bool_mask_compiles():
     # with symbolic sizes fake tensors take Python decompositions: `torch._refs.logical_not` of a
     # bool tensor is `~a`, whose binding sets a CUDA device guard, which needs a driver: the graph

@@ -678,7 +678,7 @@ def _rms_results(cap, x, op, *shapes_dtypes):
 
 class _FusedRMSNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cap, x, weight, normalized_shape, eps):
+    def forward(ctx, cap, x, weight, normalized_shape, eps, both=False):
         op = "aten::_fused_rms_norm"
         copy = _copy_unless_contiguous(cap, x, op)
         stat = list(x.shape[: x.dim() - len(normalized_shape)]) + [1] * len(normalized_shape)
@@ -688,11 +688,18 @@ class _FusedRMSNorm(torch.autograd.Function):
         # saved as autograd saves `_fused_rms_norm`'s result1: released after the backward
         ctx.cap, ctx.normalized_shape = cap, normalized_shape
         ctx.save_for_backward(x, weight, rstd)
+        if both:
+            # the op's (Y, rstd): rstd's own gradient is not modelled (a graph's getitem drops it)
+            ctx.mark_non_differentiable(rstd)
+            ctx.set_materialize_grads(False)  # no zeros for rstd's gradient
+            return y, rstd
         return y
 
     @staticmethod
-    def backward(ctx, gy):
+    def backward(ctx, gy, *_):
         x, weight, _rstd = ctx.saved_tensors
+        if gy is None:
+            return None, None, None, None, None, None
         op = "aten::_fused_rms_norm_backward"
         cap = ctx.cap
         # as layer norm's backward: X expected contiguous, dX, dgamma, then `dY.contiguous()` at the
@@ -715,7 +722,7 @@ class _FusedRMSNorm(torch.autograd.Function):
             (gw,) = _rms_results(cap, x, "aten::sum", (weight.shape, weight.dtype))
             reduce_scratch(cap, [rows, n], None, [True, False], elem, _acc_bytes(weight.dtype), "aten::sum")
             del first, blocks, gy_copy, x_copy
-            return None, gx, gw, None, None
+            return None, gx, gw, None, None, None
         gx, gw = _rms_results(
             cap,
             x,
@@ -725,7 +732,7 @@ class _FusedRMSNorm(torch.autograd.Function):
         )
         gy_copy = _copy_unless_contiguous(cap, gy, op)
         del gy_copy, x_copy
-        return None, gx, gw, None, None
+        return None, gx, gw, None, None, None
 
 
 def _rms_norm(cap, func, args, kwargs):
@@ -745,6 +752,29 @@ def _rms_norm(cap, func, args, kwargs):
     shape = [shape] if isinstance(shape, int) else list(shape)
     cap.ops += 1
     return _FusedRMSNorm.apply(cap, x, weight, shape, a.get("eps"))
+
+
+def _fused_rms_norm_op(cap, func, args, kwargs):
+    """`aten._fused_rms_norm.default` called as an op: the node `run_decompositions` keeps in a GPU
+    program's graph (`_compile.run_decompositions_fn`), which `ep.module()` runs. On CUDA it is the
+    fused kernel with its autograd formula (input, weight and rstd saved), as under `F.rms_norm`;
+    a meta tensor's dispatcher has no kernel for it and would take the composite (pow, mean,
+    rsqrt, muls, their fp32 results saved)."""
+    names = ("input", "normalized_shape", "weight", "eps")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, weight = a.get("input"), a.get("weight")
+    if not registered(x) or (weight is not None and not registered(weight)) or set(a) - set(names):
+        return NotImplemented
+    if weight is not None and weight.dtype != x.dtype:
+        return NotImplemented
+    cap.ops += 1
+    return _FusedRMSNorm.apply(cap, x, weight, list(a["normalized_shape"]), a.get("eps"), True)
+
+
+def _rms_norm_op(cap, func, args, kwargs):
+    """`aten.rms_norm.default` called as an op (torch.export's training IR keeps it): the kernel
+    `F.rms_norm` binds, so `_rms_norm`'s rule."""
+    return _rms_norm(cap, func, args, kwargs)
 
 
 def _batch_norm(cap, func, args, kwargs):
@@ -806,6 +836,8 @@ def _register_rms_norm():
     FUNCTIONS[torch.nn.functional.batch_norm] = _functional_batch_norm
     FUNCTIONS[torch.rms_norm] = _rms_norm
     FUNCTIONS[torch.nn.functional.rms_norm] = _rms_norm
+    FUNCTIONS[torch.ops.aten.rms_norm.default] = _rms_norm_op
+    FUNCTIONS[torch.ops.aten._fused_rms_norm.default] = _fused_rms_norm_op
 
 
 _register_rms_norm()
