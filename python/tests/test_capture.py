@@ -2110,6 +2110,55 @@ def test_blocks_compiled_one_by_one_share_their_graph_and_trace_a_checkpointed_r
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_traces_a_python_tensor_method_as_the_gpu_does():
+    # `t.unflatten(...)` (written in Python, torch/_tensor.py) is one method call in dynamo's graph
+    # on the GPU; under the twin's function mode dynamo inlined its body, whose
+    # `super().unflatten(...)` it cannot trace: the frame ran eagerly (fullgraph: an error)
+    torch._dynamo.reset()
+    with vramscope.capture() as cap:
+        f = torch.compile(lambda t: t.unflatten(-1, (4, 16)).sin(), fullgraph=True)
+        y = f(torch.randn(8, 64, device="cuda"))
+        assert y.shape == (8, 4, 16)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
+    # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
+    # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's
+    # metadata (nested_tensor.py), so q's gradient carries 4 inner tensors where the graph's
+    # traced tangent had 3, and AOTAutograd's `process_runtime_tangent` raises (the GPU's exit:
+    # "expected len(meta.attrs) == len(runtime_subclass_keys), got 3 != 4"). The twin's
+    # `unflatten` graph break had run the whole layer eagerly, and its backward went through
+    torch._dynamo.reset()
+    d, h = 64, 4
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(d, 3 * d)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            q, k, v = (t.unflatten(-1, (h, d // h)).transpose(1, 2) for t in (q, k, v))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            return x + a.transpose(1, 2).flatten(-2)
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with vramscope.capture(gpu="h200"):
+        layer = torch.compile(Layer().cuda())
+        offsets = torch.tensor([0, 5, 12, 15], device="cuda")
+        x = torch.nested.nested_tensor_from_jagged(
+            torch.randn(15, d, device="cuda", requires_grad=True), offsets, max_seqlen=7
+        )
+        with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            y = layer(x)
+        with pytest.raises(
+            AssertionError, match=r"len\(meta.attrs\) == len\(runtime_subclass_keys\), got 3 != 4"
+        ):
+            y.values().float().sum().backward()
+
+
 def test_torch_compile_backward_of_unbind_compiles():
     # the backward of `qkv.unbind(0)` (a ViT's attention) is a view-scatter (`select_scatter`),
     # which Inductor's reinplace pass checks with `Tensor.copy_` on fake CUDA tensors: that

@@ -576,6 +576,22 @@ def _new_tensor(cap, func, args, kwargs):
 
 _kernels.FUNCTIONS[torch.Tensor.new_tensor] = _new_tensor
 
+#: the names of `Tensor`'s methods written in Python (torch/_tensor.py: `unflatten`, `split`,
+#: `unique`, ...), dunders left out (the builtins that call them take their own paths in dynamo)
+_PYTHON_TENSOR_METHODS = frozenset(
+    name
+    for name, f in vars(torch.Tensor).items()
+    if callable(f) and getattr(f, "__module__", None) == "torch._tensor" and not name.startswith("__")
+)
+
+
+def _python_tensor_method(func) -> bool:
+    """Whether `func` is one of `Tensor`'s methods written in Python (`_PYTHON_TENSOR_METHODS`)."""
+    return (
+        getattr(func, "__module__", None) == "torch._tensor"
+        and getattr(func, "__name__", "") in _PYTHON_TENSOR_METHODS
+    )
+
 
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
@@ -659,6 +675,19 @@ class _FunctionMode(TorchFunctionMode):
                 # `has_torch_function` check dynamo cannot trace: inside this mode it is false, so
                 # the operator itself (`1 - beta1**step` in a compiled optimizer step)
                 return func.__wrapped__(*args, **kwargs)
+            if (
+                torch.compiler.is_dynamo_compiling()
+                and args
+                and isinstance(args[0], torch.Tensor)
+                and _python_tensor_method(func)
+            ):
+                # a Tensor method written in Python (torch/_tensor.py's `unflatten`, `split`, ...):
+                # without a mode dynamo puts `t.unflatten(...)` in the graph as the tensor's
+                # method call (TensorVariable.call_method); inlined from here its body ends in
+                # `super().unflatten(...)`, which dynamo cannot trace, and the whole frame ran
+                # eagerly (blind261/jb03's compiled encoder layer). The method call, as dynamo
+                # makes it without the mode
+                return getattr(args[0], func.__name__)(*args[1:], **kwargs)
             return func(*args, **kwargs)
         cap = self.cap
         if cap._autocast.vision is None and _is_vision_op(func):
