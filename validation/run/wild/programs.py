@@ -23,13 +23,10 @@ import os
 import shlex
 import shutil
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run, write_result  # noqa: E402
+sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
+from sweep import env_json, run_entries  # noqa: E402
 
 # The commits swept (session 56); any later one may behave differently.
 REPOS = {
@@ -297,38 +294,18 @@ def main():
         shutil.rmtree(os.path.join(root, _TIMM_OUT), ignore_errors=True)
     with open(os.path.join(outdir, f"env_programs_{mode}.json"), "w") as f:
         json.dump(env_json(), f)
-    gpus = None
-    if mode == "gpu":
-        import torch
-
-        gpus = torch.cuda.device_count()
     base_path = os.environ.get("PYTHONPATH", "")
-    with (
-        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
-        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
-    ):
+
+    def entries():
         for name, folder, extra, clean, ranks, cmd in todo:
             if clean:
                 shutil.rmtree(os.path.join(root, folder, clean), ignore_errors=True)
             os.environ["PYTHONPATH"] = os.pathsep.join(
                 p for p in (os.path.join(root, extra) if extra else "", base_path) if p
             )
-            argv = shlex.split(cmd)
-            log = os.path.join(outdir, name)
-            t0 = time.time()
-            if mode == "twin":
-                options = ("--nproc", str(ranks)) if ranks > 1 else ()
-                lines = answer(
-                    argv[0], argv[1:], cwd=os.path.join(root, folder), name=name, log=log, options=options
-                )
-                rc = lines[-1]["exit"]
-            elif ranks > gpus:
-                rc, lines = f"skipped: needs {ranks} GPUs", []
-            else:
-                timeout = int(os.environ.get("TIMEOUT", "600"))
-                rc, lines = gpu_run(root, folder, argv, name, log, timeout, ranks)
-            row = {"script": name, "mode": mode, "rc": rc, "ranks": ranks}
-            write_result(out, summary, row, lines, t0)
+            yield name, root, folder, shlex.split(cmd), ranks
+
+    run_entries(mode, outdir, entries())
     os.environ["PYTHONPATH"] = base_path
 
 
