@@ -37,14 +37,9 @@ def _patch(mod):
             line = {
                 "op": op,
                 "dtype": dtype,
-                "x": list(x.shape),
-                "w": list(w.shape),
-                "stride": list(stride),
-                "padding": list(padding),
-                "dilation": list(dilation),
-                "transposed": bool(transposed),
-                "output_padding": list(out_pad),
-                "groups": int(groups),
+                **_conv_problem.fields(
+                    x.shape, w.shape, stride, padding, dilation, transposed, out_pad, groups
+                ),
                 "channels_last": bool(cl),
                 "estimated": entry is not None,
                 "script": script,
@@ -57,5 +52,6 @@ def _patch(mod):
 
 
 if os.environ.get("VRAMSCOPE_CONVLOG"):
+    _conv_problem = _load("conv_problem")  # conv_sweep.py extract's fields (conv_sweep imports torch.nn)
     # record.py's hook, staying on sys.meta_path: a find_spec of the module may come before its import
     sys.meta_path.insert(0, _load("record").ImportHook(_TARGET, _patch, stay=True))
