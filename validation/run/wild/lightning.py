@@ -23,7 +23,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
-from sweep import env_json, run_entries  # noqa: E402
+from sweep import env_json, run_entries, start  # noqa: E402
 
 # The release swept (session 57): tag 2.6.5, "Prepare Patch Release 2.6.5 (#21745)", 2026-05-27.
 REPO, COMMIT, VERSION = "Lightning-AI/pytorch-lightning", "be98784a1a03581b7051a355ae1084fd352d7cea", "2.6.5"
@@ -173,17 +173,10 @@ def fake_data(root):
 
 
 def main():
-    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
-    if mode == "data":
-        fake_data(root)
+    args = start(fake_data)
+    if args is None:
         return
-    outdir = os.path.abspath(sys.argv[3])
-    names = sys.argv[4:]
-    os.makedirs(outdir, exist_ok=True)
-    os.environ.setdefault("GPU", "h200")
-    os.environ["TORCH_HOME"] = os.path.join(root, ".torch_home")
-    if not os.environ.get("NO_FAKE_DATA"):
-        fake_data(root)
+    mode, root, outdir, names = args
     todo = [p for p in PROGRAMS if not names or p[0] in names]
     env = env_json()
     from importlib import metadata

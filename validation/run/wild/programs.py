@@ -26,7 +26,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
-from sweep import env_json, run_entries  # noqa: E402
+from sweep import env_json, run_entries, start  # noqa: E402
 
 # The commits swept (session 56); any later one may behave differently.
 REPOS = {
@@ -279,16 +279,10 @@ def fake_data(root):
 
 
 def main():
-    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
-    if mode == "data":
-        fake_data(root)
+    args = start(fake_data, torch_home=False)
+    if args is None:
         return
-    outdir = os.path.abspath(sys.argv[3])
-    names = sys.argv[4:]
-    os.makedirs(outdir, exist_ok=True)
-    os.environ.setdefault("GPU", "h200")
-    if not os.environ.get("NO_FAKE_DATA"):
-        fake_data(root)
+    mode, root, outdir, names = args
     todo = [p for p in PROGRAMS if not names or p[0] in names]
     if not names:
         shutil.rmtree(os.path.join(root, _TIMM_OUT), ignore_errors=True)

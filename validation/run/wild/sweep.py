@@ -202,6 +202,26 @@ def run_entries(mode, outdir, entries, ranked=True):
             write_result(out, summary, row, lines, t0)
 
 
+def start(fake_data, torch_home=True):
+    """The command line of tutorials.py, programs.py and lightning.py: `data ROOT` writes the fake data
+    (`fake_data(ROOT)`) and gives None; `twin|gpu ROOT OUTDIR [NAME ...]` makes OUTDIR, sets GPU (h200
+    unless set) and, with `torch_home`, TORCH_HOME=ROOT/.torch_home, writes the fake data unless
+    NO_FAKE_DATA is set, and gives (MODE, ROOT, OUTDIR, NAMEs)."""
+    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
+    if mode == "data":
+        fake_data(root)
+        return None
+    outdir = os.path.abspath(sys.argv[3])
+    names = sys.argv[4:]
+    os.makedirs(outdir, exist_ok=True)
+    os.environ.setdefault("GPU", "h200")
+    if torch_home:
+        os.environ["TORCH_HOME"] = os.path.join(root, ".torch_home")
+    if not os.environ.get("NO_FAKE_DATA"):
+        fake_data(root)
+    return mode, root, outdir, names
+
+
 def main():
     mode, checkout, outdir = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
     names = sys.argv[4:]

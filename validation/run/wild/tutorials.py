@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
-from sweep import env_json, run_entries  # noqa: E402
+from sweep import env_json, run_entries, start  # noqa: E402
 
 #: (NAME, path in pytorch/tutorials, the commit whose text was run, sha256 of that text)
 TUTORIALS = [
@@ -128,17 +128,10 @@ def sha256(path):
 
 
 def main():
-    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
-    if mode == "data":
-        fake_data(root)
+    args = start(fake_data)
+    if args is None:
         return
-    outdir = os.path.abspath(sys.argv[3])
-    names = sys.argv[4:]
-    os.makedirs(outdir, exist_ok=True)
-    os.environ.setdefault("GPU", "h200")
-    os.environ["TORCH_HOME"] = os.path.join(root, ".torch_home")
-    if not os.environ.get("NO_FAKE_DATA"):
-        fake_data(root)
+    mode, root, outdir, names = args
     with open(os.path.join(outdir, f"env_tutorials_{mode}.json"), "w") as f:
         json.dump(env_json(), f)
     todo = [t for t in TUTORIALS if not names or t[0] in names]
