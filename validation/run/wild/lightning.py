@@ -23,7 +23,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
-from sweep import env_json, run_entries, start  # noqa: E402
+from sweep import env_json, run_entries, start, table_rows  # noqa: E402
 
 # The release swept (session 57): tag 2.6.5, "Prepare Patch Release 2.6.5 (#21745)", 2026-05-27.
 REPO, COMMIT, VERSION = "Lightning-AI/pytorch-lightning", "be98784a1a03581b7051a355ae1084fd352d7cea", "2.6.5"
@@ -100,14 +100,10 @@ fabric_tensor_parallel fabric/tensor_parallel - 4
 
 def _programs():
     out = []
-    for line in _TABLE.strip("\n").splitlines():
-        if line.startswith(" "):
-            out[-1][-1] += " " + line.strip()
-        else:
-            name, folder, env, ranks = line.split()
-            env = {} if env == "-" else dict(kv.split("=", 1) for kv in env.split(","))
-            out.append([name, folder, env, int(ranks), ""])
-    return [(*p[:4], p[4].strip()) for p in out]
+    for (name, folder, env, ranks), cmd in table_rows(_TABLE):
+        env = {} if env == "-" else dict(kv.split("=", 1) for kv in env.split(","))
+        out.append((name, folder, env, int(ranks), cmd))
+    return out
 
 
 #: (NAME, FOLDER under ROOT/examples, environment, RANKS, script and arguments)

@@ -26,7 +26,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
-from sweep import env_json, run_entries, start  # noqa: E402
+from sweep import env_json, run_entries, start, table_rows  # noqa: E402
 
 # The commits swept (session 56); any later one may behave differently.
 REPOS = {
@@ -169,22 +169,11 @@ gptfast_stories110M_int8_tp2_compile gpt-fast - - 2
 
 def _programs():
     out = []
-    for line in _TABLE.strip("\n").splitlines():
-        if line.startswith(" "):
-            out[-1][-1] += " " + line.strip()
-        else:
-            name, folder, extra, clean, ranks = line.split()
-            out.append(
-                [
-                    name,
-                    folder,
-                    None if extra == "-" else extra,
-                    None if clean == "-" else clean,
-                    int(ranks),
-                    "",
-                ]
-            )
-    return [(*p[:5], p[5].strip()) for p in out]
+    for (name, folder, extra, clean, ranks), cmd in table_rows(_TABLE):
+        out.append(
+            (name, folder, None if extra == "-" else extra, None if clean == "-" else clean, int(ranks), cmd)
+        )
+    return out
 
 
 #: (NAME, FOLDER, PYTHONPATH or None, CLEAN or None, RANKS, script and arguments)

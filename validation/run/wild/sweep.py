@@ -202,6 +202,18 @@ def run_entries(mode, outdir, entries, ranked=True):
             write_result(out, summary, row, lines, t0)
 
 
+def table_rows(text):
+    """The rows of programs.py's and lightning.py's tables: (FIELDS, COMMAND) for each line of
+    space-separated fields, COMMAND the indented lines below it joined by single spaces."""
+    rows = []
+    for line in text.strip("\n").splitlines():
+        if line.startswith(" "):
+            rows[-1][1] += " " + line.strip()
+        else:
+            rows.append([line.split(), ""])
+    return [(fields, command.strip()) for fields, command in rows]
+
+
 def start(fake_data, torch_home=True):
     """The command line of tutorials.py, programs.py and lightning.py: `data ROOT` writes the fake data
     (`fake_data(ROOT)`) and gives None; `twin|gpu ROOT OUTDIR [NAME ...]` makes OUTDIR, sets GPU (h200
