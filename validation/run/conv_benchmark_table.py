@@ -169,6 +169,26 @@ def _suggests(op, args):
     return _channels_last(meta(a), meta(b))
 
 
+def item_entry(op, item, channels_last):
+    """The table entry's problem of one op (forward, dgrad, wgrad) of a `conv_sweep.py` item: its sizes
+    with the item's batch, channels-last as given; transposed and output_padding only where transposed."""
+    entry = {"transposed": True, "output_padding": item["output_padding"]} if item["transposed"] else {}
+    entry.update(
+        {
+            "op": op,
+            "dtype": item["dtype"],
+            "input": [item["n"], *item["x"]],
+            "weight": item["w"],
+            "stride": item["stride"],
+            "padding": item["padding"],
+            "dilation": item["dilation"],
+            "groups": item["groups"],
+            "channels_last": channels_last,
+        }
+    )
+    return entry
+
+
 def sweep_problems(dirs):
     """The search workspaces of `conv_sweep.py run-benchmark`'s lines in dirs, in the table's form."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -191,25 +211,8 @@ def sweep_problems(dirs):
                             file=sys.stderr,
                         )
                         continue
-                    entry = (
-                        {"transposed": True, "output_padding": item["output_padding"]}
-                        if item["transposed"]
-                        else {}
-                    )
-                    entry.update(
-                        {
-                            "op": op,
-                            "dtype": item["dtype"],
-                            "input": [item["n"], *item["x"]],
-                            "weight": item["w"],
-                            "stride": item["stride"],
-                            "padding": item["padding"],
-                            "dilation": item["dilation"],
-                            "groups": item["groups"],
-                            "channels_last": _suggests(op, first["args"]),
-                            "search_workspace": search,
-                        }
-                    )
+                    entry = item_entry(op, item, _suggests(op, first["args"]))
+                    entry["search_workspace"] = search
                     entry["free"] = r["free"]  # the device's free memory before the item
                     plan = conv_table.workspace(conv_table._name(second), second)
                     if plan is not None:

@@ -482,6 +482,7 @@ def extract(models=MODELS):
     """Every `aten.convolution` of the models' forward on the meta device, batch left out, first seen
     first: [{"x", "w", "stride", "padding", "dilation", "transposed", "output_padding", "groups",
     "tier", "models"}]."""
+    import conv_problem
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -492,20 +493,8 @@ def extract(models=MODELS):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten.convolution.default:
-                x, w = args[0], args[1]
-                stride, padding, dilation, transposed, out_pad, groups = args[3:9]
-                self.seen.append(
-                    {
-                        "x": list(x.shape[1:]),
-                        "w": list(w.shape),
-                        "stride": list(stride),
-                        "padding": list(padding),
-                        "dilation": list(dilation),
-                        "transposed": bool(transposed),
-                        "output_padding": list(out_pad),
-                        "groups": int(groups),
-                    }
-                )
+                # stride, padding, dilation, transposed, output_padding, groups: args[3:9]
+                self.seen.append(conv_problem.fields(args[0].shape[1:], args[1].shape, *args[3:9]))
             return func(*args, **(kwargs or {}))
 
     problems = {}

@@ -142,21 +142,30 @@ class _ChildRecorder:
         _emit("end")
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Patches torch as soon as `import torch` has finished, without importing it earlier."""
+class ImportHook(importlib.abc.MetaPathFinder):
+    """Calls `patch(module)` as soon as `import NAME` has finished, without importing it earlier: main()'s
+    for torch, convlog/sitecustomize.py's for the twin's conv kernels. It leaves sys.meta_path at the
+    first lookup of NAME; with `stay`, it goes back to the front after each (a lookup need not import)."""
+
+    def __init__(self, name, patch, stay=False):
+        self.name, self.patch, self.stay = name, patch, stay
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            if self.stay:
+                sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch(module)
+            self.patch(module)
 
         spec.loader.exec_module = exec_and_patch
         return spec
@@ -172,7 +181,7 @@ def main():
     if "torch" in sys.modules:
         _patch(sys.modules["torch"])
     else:
-        sys.meta_path.insert(0, _TorchImportHook())
+        sys.meta_path.insert(0, ImportHook("torch", _patch))
     _state["t0"] = time.perf_counter()
     try:
         script_globals = runpy.run_path(script, run_name="__main__")

@@ -61,23 +61,12 @@ def build(logs):
 def table_keys(item):
     """The keys `conv_benchmark_table.sweep_problems` gives the item's three ops (channels-last as
     the layout the item's operands have)."""
-    keys = []
-    for op in ("forward", "dgrad", "wgrad"):
-        entry = {
-            "op": op,
-            "dtype": item["dtype"],
-            "input": [item["n"], *item["x"]],
-            "weight": item["w"],
-            "stride": item["stride"],
-            "padding": item["padding"],
-            "dilation": item["dilation"],
-            "groups": item["groups"],
-            "channels_last": item["layout"] == "nhwc",
-        }
-        if item["transposed"]:
-            entry.update(transposed=True, output_padding=item["output_padding"])
-        keys.append(entry)
-    return keys
+    import conv_benchmark_table
+
+    return [
+        conv_benchmark_table.item_entry(op, item, item["layout"] == "nhwc")
+        for op in ("forward", "dgrad", "wgrad")
+    ]
 
 
 def cpu_check(conv_sweep, conv, every, k):

@@ -20,13 +20,10 @@ import os
 import shlex
 import shutil
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run, write_result  # noqa: E402
+sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
+from sweep import env_json, run_entries, start, table_rows  # noqa: E402
 
 # The release swept (session 57): tag 2.6.5, "Prepare Patch Release 2.6.5 (#21745)", 2026-05-27.
 REPO, COMMIT, VERSION = "Lightning-AI/pytorch-lightning", "be98784a1a03581b7051a355ae1084fd352d7cea", "2.6.5"
@@ -103,14 +100,10 @@ fabric_tensor_parallel fabric/tensor_parallel - 4
 
 def _programs():
     out = []
-    for line in _TABLE.strip("\n").splitlines():
-        if line.startswith(" "):
-            out[-1][-1] += " " + line.strip()
-        else:
-            name, folder, env, ranks = line.split()
-            env = {} if env == "-" else dict(kv.split("=", 1) for kv in env.split(","))
-            out.append([name, folder, env, int(ranks), ""])
-    return [(*p[:4], p[4].strip()) for p in out]
+    for (name, folder, env, ranks), cmd in table_rows(_TABLE):
+        env = {} if env == "-" else dict(kv.split("=", 1) for kv in env.split(","))
+        out.append((name, folder, env, int(ranks), cmd))
+    return out
 
 
 #: (NAME, FOLDER under ROOT/examples, environment, RANKS, script and arguments)
@@ -176,17 +169,10 @@ def fake_data(root):
 
 
 def main():
-    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
-    if mode == "data":
-        fake_data(root)
+    args = start(fake_data)
+    if args is None:
         return
-    outdir = os.path.abspath(sys.argv[3])
-    names = sys.argv[4:]
-    os.makedirs(outdir, exist_ok=True)
-    os.environ.setdefault("GPU", "h200")
-    os.environ["TORCH_HOME"] = os.path.join(root, ".torch_home")
-    if not os.environ.get("NO_FAKE_DATA"):
-        fake_data(root)
+    mode, root, outdir, names = args
     todo = [p for p in PROGRAMS if not names or p[0] in names]
     env = env_json()
     from importlib import metadata
@@ -198,44 +184,23 @@ def main():
             env[p] = "missing"
     with open(os.path.join(outdir, f"env_lightning_{mode}.json"), "w") as f:
         json.dump(env, f)
-    gpus = None
-    if mode == "gpu":
-        import torch
 
-        gpus = torch.cuda.device_count()
-    with (
-        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
-        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
-    ):
+    def entries():
         for name, folder, extra_env, ranks, cmd in todo:
-            cwd = os.path.join(root, "examples", folder)
             for d in ("lightning_logs", "checkpoints"):
-                shutil.rmtree(os.path.join(cwd, d), ignore_errors=True)
+                shutil.rmtree(os.path.join(root, "examples", folder, d), ignore_errors=True)
             saved = {k: os.environ.get(k) for k in extra_env}
             os.environ.update(extra_env)
-            argv = shlex.split(cmd)
-            log = os.path.join(outdir, name)
-            t0 = time.time()
             try:
-                if mode == "twin":
-                    options = ("--nproc", str(ranks)) if ranks > 1 else ()
-                    lines = answer(argv[0], argv[1:], cwd=cwd, name=name, log=log, options=options)
-                    rc = lines[-1]["exit"]
-                elif ranks > gpus:
-                    rc, lines = f"skipped: needs {ranks} GPUs", []
-                else:
-                    timeout = int(os.environ.get("TIMEOUT", "600"))
-                    rc, lines = gpu_run(
-                        os.path.join(root, "examples"), folder, argv, name, log, timeout, ranks
-                    )
+                yield name, os.path.join(root, "examples"), folder, shlex.split(cmd), ranks
             finally:
                 for k, v in saved.items():
                     if v is None:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
-            row = {"script": name, "mode": mode, "rc": rc, "ranks": ranks}
-            write_result(out, summary, row, lines, t0)
+
+    run_entries(mode, outdir, entries())
 
 
 if __name__ == "__main__":

@@ -23,13 +23,10 @@ import os
 import shlex
 import shutil
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run, write_result  # noqa: E402
+sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
+from sweep import env_json, run_entries, start, table_rows  # noqa: E402
 
 # The commits swept (session 56); any later one may behave differently.
 REPOS = {
@@ -172,22 +169,11 @@ gptfast_stories110M_int8_tp2_compile gpt-fast - - 2
 
 def _programs():
     out = []
-    for line in _TABLE.strip("\n").splitlines():
-        if line.startswith(" "):
-            out[-1][-1] += " " + line.strip()
-        else:
-            name, folder, extra, clean, ranks = line.split()
-            out.append(
-                [
-                    name,
-                    folder,
-                    None if extra == "-" else extra,
-                    None if clean == "-" else clean,
-                    int(ranks),
-                    "",
-                ]
-            )
-    return [(*p[:5], p[5].strip()) for p in out]
+    for (name, folder, extra, clean, ranks), cmd in table_rows(_TABLE):
+        out.append(
+            (name, folder, None if extra == "-" else extra, None if clean == "-" else clean, int(ranks), cmd)
+        )
+    return out
 
 
 #: (NAME, FOLDER, PYTHONPATH or None, CLEAN or None, RANKS, script and arguments)
@@ -282,53 +268,27 @@ def fake_data(root):
 
 
 def main():
-    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
-    if mode == "data":
-        fake_data(root)
+    args = start(fake_data, torch_home=False)
+    if args is None:
         return
-    outdir = os.path.abspath(sys.argv[3])
-    names = sys.argv[4:]
-    os.makedirs(outdir, exist_ok=True)
-    os.environ.setdefault("GPU", "h200")
-    if not os.environ.get("NO_FAKE_DATA"):
-        fake_data(root)
+    mode, root, outdir, names = args
     todo = [p for p in PROGRAMS if not names or p[0] in names]
     if not names:
         shutil.rmtree(os.path.join(root, _TIMM_OUT), ignore_errors=True)
     with open(os.path.join(outdir, f"env_programs_{mode}.json"), "w") as f:
         json.dump(env_json(), f)
-    gpus = None
-    if mode == "gpu":
-        import torch
-
-        gpus = torch.cuda.device_count()
     base_path = os.environ.get("PYTHONPATH", "")
-    with (
-        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
-        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
-    ):
+
+    def entries():
         for name, folder, extra, clean, ranks, cmd in todo:
             if clean:
                 shutil.rmtree(os.path.join(root, folder, clean), ignore_errors=True)
             os.environ["PYTHONPATH"] = os.pathsep.join(
                 p for p in (os.path.join(root, extra) if extra else "", base_path) if p
             )
-            argv = shlex.split(cmd)
-            log = os.path.join(outdir, name)
-            t0 = time.time()
-            if mode == "twin":
-                options = ("--nproc", str(ranks)) if ranks > 1 else ()
-                lines = answer(
-                    argv[0], argv[1:], cwd=os.path.join(root, folder), name=name, log=log, options=options
-                )
-                rc = lines[-1]["exit"]
-            elif ranks > gpus:
-                rc, lines = f"skipped: needs {ranks} GPUs", []
-            else:
-                timeout = int(os.environ.get("TIMEOUT", "600"))
-                rc, lines = gpu_run(root, folder, argv, name, log, timeout, ranks)
-            row = {"script": name, "mode": mode, "rc": rc, "ranks": ranks}
-            write_result(out, summary, row, lines, t0)
+            yield name, root, folder, shlex.split(cmd), ranks
+
+    run_entries(mode, outdir, entries())
     os.environ["PYTHONPATH"] = base_path
 
 

@@ -163,6 +163,77 @@ def write_result(out, summary, row, lines, t0):
     print(json.dumps(row), flush=True)
 
 
+def run_entries(mode, outdir, entries, ranked=True):
+    """Each entry of `entries`, (NAME, BASE, FOLDER, ARGV, RANKS[, RC]), run from BASE/FOLDER under the
+    twin (`answer`, with `--nproc RANKS` where RANKS > 1) or on the GPU (`gpu_run`, TIMEOUT seconds at
+    most, default 600; with `ranked`, "skipped" where RANKS exceeds the GPUs counted before the first
+    entry), or not at all where RC is given (its row's rc, e.g. tutorials.py's "sha256 mismatch"). Its
+    lines go to OUTDIR/MODE.jsonl and its row, {"script", "mode", "rc"} (and "ranks" with `ranked`), to
+    OUTDIR/summary.jsonl (`write_result`), both opened for appending. `entries` may be a generator: what
+    it does before and after a yield (a folder cleaned, the environment set and put back) frames that
+    entry's run, whose seconds start once it has yielded."""
+    gpus = None
+    if mode == "gpu" and ranked:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    with (
+        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
+        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
+    ):
+        for name, base, folder, argv, ranks, *given in entries:
+            log = os.path.join(outdir, name)
+            t0 = time.time()
+            lines = []
+            if given:
+                (rc,) = given
+            elif mode == "twin":
+                options = ("--nproc", str(ranks)) if ranks > 1 else ()
+                lines = answer(
+                    argv[0], argv[1:], cwd=os.path.join(base, folder), name=name, log=log, options=options
+                )
+                rc = lines[-1]["exit"]
+            elif ranked and ranks > gpus:
+                rc = f"skipped: needs {ranks} GPUs"
+            else:
+                timeout = int(os.environ.get("TIMEOUT", "600"))
+                rc, lines = gpu_run(base, folder, argv, name, log, timeout, ranks)
+            row = {"script": name, "mode": mode, "rc": rc, **({"ranks": ranks} if ranked else {})}
+            write_result(out, summary, row, lines, t0)
+
+
+def table_rows(text):
+    """The rows of programs.py's and lightning.py's tables: (FIELDS, COMMAND) for each line of
+    space-separated fields, COMMAND the indented lines below it joined by single spaces."""
+    rows = []
+    for line in text.strip("\n").splitlines():
+        if line.startswith(" "):
+            rows[-1][1] += " " + line.strip()
+        else:
+            rows.append([line.split(), ""])
+    return [(fields, command.strip()) for fields, command in rows]
+
+
+def start(fake_data, torch_home=True):
+    """The command line of tutorials.py, programs.py and lightning.py: `data ROOT` writes the fake data
+    (`fake_data(ROOT)`) and gives None; `twin|gpu ROOT OUTDIR [NAME ...]` makes OUTDIR, sets GPU (h200
+    unless set) and, with `torch_home`, TORCH_HOME=ROOT/.torch_home, writes the fake data unless
+    NO_FAKE_DATA is set, and gives (MODE, ROOT, OUTDIR, NAMEs)."""
+    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
+    if mode == "data":
+        fake_data(root)
+        return None
+    outdir = os.path.abspath(sys.argv[3])
+    names = sys.argv[4:]
+    os.makedirs(outdir, exist_ok=True)
+    os.environ.setdefault("GPU", "h200")
+    if torch_home:
+        os.environ["TORCH_HOME"] = os.path.join(root, ".torch_home")
+    if not os.environ.get("NO_FAKE_DATA"):
+        fake_data(root)
+    return mode, root, outdir, names
+
+
 def main():
     mode, checkout, outdir = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
     names = sys.argv[4:]
@@ -176,39 +247,18 @@ def main():
         )
     with open(os.path.join(outdir, f"env_{mode}.json"), "w") as f:
         json.dump(env_json(), f)
-    gpus = None
-    if mode == "gpu":
-        import torch
-
-        gpus = torch.cuda.device_count()
     todo = [e for e in EXAMPLES if not names or e[0] in names]
-    with (
-        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
-        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
-    ):
+
+    def entries():
         for name, folder, cmd, ranks in todo:
-            argv = shlex.split(cmd)
-            log = os.path.join(outdir, name)
             for c in () if name.endswith("_resume") else (os.path.join(checkout, c) for c in CLEAN):
                 if os.path.isdir(c):
                     shutil.rmtree(c)
                 elif os.path.exists(c):
                     os.remove(c)
-            t0 = time.time()
-            if mode == "twin":
-                options = ("--nproc", str(ranks)) if ranks > 1 else ()
-                lines = answer(
-                    argv[0], argv[1:], cwd=os.path.join(checkout, folder), name=name, log=log, options=options
-                )
-                rc = lines[-1]["exit"]
-            elif ranks > gpus:
-                rc, lines = f"skipped: needs {ranks} GPUs", []
-            else:
-                rc, lines = gpu_run(
-                    checkout, folder, argv, name, log, int(os.environ.get("TIMEOUT", "600")), ranks
-                )
-            row = {"script": name, "mode": mode, "rc": rc, "ranks": ranks}
-            write_result(out, summary, row, lines, t0)
+            yield name, checkout, folder, shlex.split(cmd), ranks
+
+    run_entries(mode, outdir, entries())
 
 
 if __name__ == "__main__":

@@ -16,13 +16,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run, write_result  # noqa: E402
+sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
+from sweep import env_json, run_entries  # noqa: E402
 
 # The commit swept (session 56); any later one may behave differently.
 COMMIT = "0e83c440a51cd63464fee34724d01b7c814ce39b"
@@ -573,20 +570,8 @@ def main():
     with open(os.path.join(outdir, f"env_torchbench_{mode}.json"), "w") as f:
         json.dump(env_json(), f)
     todo = [m for m in MODELS if not names or m[0] in names]
-    with (
-        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
-        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
-    ):
-        for name, model, args in todo:
-            argv = [DRIVER, model, *args.split()]
-            log = os.path.join(outdir, name)
-            t0 = time.time()
-            if mode == "twin":
-                lines = answer(argv[0], argv[1:], cwd=checkout, name=name, log=log)
-                rc = lines[-1]["exit"]
-            else:
-                rc, lines = gpu_run(checkout, ".", argv, name, log, int(os.environ.get("TIMEOUT", "600")), 1)
-            write_result(out, summary, {"script": name, "mode": mode, "rc": rc}, lines, t0)
+    entries = ((name, checkout, ".", [DRIVER, model, *args.split()], 1) for name, model, args in todo)
+    run_entries(mode, outdir, entries, ranked=False)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,10 @@ import hashlib
 import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-from run_answers import answer  # noqa: E402
-from sweep import env_json, gpu_run, write_result  # noqa: E402
+sys.path.insert(0, HERE)  # sweep.py puts validation/ (run_answers) on it too
+from sweep import env_json, run_entries, start  # noqa: E402
 
 #: (NAME, path in pytorch/tutorials, the commit whose text was run, sha256 of that text)
 TUTORIALS = [
@@ -131,39 +128,21 @@ def sha256(path):
 
 
 def main():
-    mode, root = sys.argv[1], os.path.abspath(sys.argv[2])
-    if mode == "data":
-        fake_data(root)
+    args = start(fake_data)
+    if args is None:
         return
-    outdir = os.path.abspath(sys.argv[3])
-    names = sys.argv[4:]
-    os.makedirs(outdir, exist_ok=True)
-    os.environ.setdefault("GPU", "h200")
-    os.environ["TORCH_HOME"] = os.path.join(root, ".torch_home")
-    if not os.environ.get("NO_FAKE_DATA"):
-        fake_data(root)
+    mode, root, outdir, names = args
     with open(os.path.join(outdir, f"env_tutorials_{mode}.json"), "w") as f:
         json.dump(env_json(), f)
     todo = [t for t in TUTORIALS if not names or t[0] in names]
-    with (
-        open(os.path.join(outdir, f"{mode}.jsonl"), "a") as out,
-        open(os.path.join(outdir, "summary.jsonl"), "a") as summary,
-    ):
+
+    def entries():
         for name, path, _commit, digest in todo:
             folder, script = os.path.split(path)
-            log = os.path.join(outdir, name)
-            t0 = time.time()
-            lines = []
-            if sha256(os.path.join(root, path)) != digest:
-                rc = "sha256 mismatch"
-            elif mode == "twin":
-                lines = answer(script, (), cwd=os.path.join(root, folder), name=name, log=log)
-                rc = lines[-1]["exit"]
-            else:
-                rc, lines = gpu_run(
-                    root, folder, [script], name, log, int(os.environ.get("TIMEOUT", "600")), 1
-                )
-            write_result(out, summary, {"script": name, "mode": mode, "rc": rc}, lines, t0)
+            mismatch = ("sha256 mismatch",) if sha256(os.path.join(root, path)) != digest else ()
+            yield (name, root, folder, [script], 1, *mismatch)
+
+    run_entries(mode, outdir, entries(), ranked=False)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,22 @@ line to FILE: {"op", "dtype", "x", "w", "stride", "padding", "dilation", "transp
 `benchmark_problems.py` turns the lines into `conv_sweep.py run-benchmark`'s PROBLEMS.
 """
 
-import importlib.abc
+import importlib.util
 import json
 import os
 import sys
 
 _TARGET = "vramscope._kernels.conv"
+_RUN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # validation/run
+
+
+def _load(name):
+    """validation/run/NAME.py as the module _convlog_NAME, the folder left off sys.path (the program's
+    own imports find what they found before)."""
+    spec = importlib.util.spec_from_file_location(f"_convlog_{name}", os.path.join(_RUN, f"{name}.py"))
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _patch(mod):
@@ -27,14 +37,9 @@ def _patch(mod):
             line = {
                 "op": op,
                 "dtype": dtype,
-                "x": list(x.shape),
-                "w": list(w.shape),
-                "stride": list(stride),
-                "padding": list(padding),
-                "dilation": list(dilation),
-                "transposed": bool(transposed),
-                "output_padding": list(out_pad),
-                "groups": int(groups),
+                **_conv_problem.fields(
+                    x.shape, w.shape, stride, padding, dilation, transposed, out_pad, groups
+                ),
                 "channels_last": bool(cl),
                 "estimated": entry is not None,
                 "script": script,
@@ -46,28 +51,7 @@ def _patch(mod):
     mod._benchmark_entry = _benchmark_entry
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            import importlib.util
-
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            _patch(module)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
 if os.environ.get("VRAMSCOPE_CONVLOG"):
-    sys.meta_path.insert(0, _Finder())
+    _conv_problem = _load("conv_problem")  # conv_sweep.py extract's fields (conv_sweep imports torch.nn)
+    # record.py's hook, staying on sys.meta_path: a find_spec of the module may come before its import
+    sys.meta_path.insert(0, _load("record").ImportHook(_TARGET, _patch, stay=True))
