@@ -18,6 +18,7 @@ import weakref
 
 import torch
 import torch.nn.functional as F
+from torch.utils._config_module import ConfigModule
 
 from . import (
     _autograd_streams,
@@ -195,7 +196,15 @@ class _Patch:
         self.saved = []
 
     def set(self, obj, name, value):
-        own = vars(obj).get(name, _MISSING) if hasattr(obj, "__dict__") else getattr(obj, name, _MISSING)
+        if isinstance(obj, ConfigModule):
+            # a torch config module's options live in its `_config`, not its `__dict__`, and its
+            # `delattr` hides one ("does not exist" after the capture: torch.compile raised), so
+            # the value comes back, as its own `patch` restores (torch/utils/_config_module.py)
+            own = getattr(obj, name)
+        elif hasattr(obj, "__dict__"):
+            own = vars(obj).get(name, _MISSING)
+        else:
+            own = getattr(obj, name, _MISSING)
         self.saved.append((obj, name, own))
         setattr(obj, name, value)
 
