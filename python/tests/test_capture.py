@@ -5875,3 +5875,41 @@ def test_ddp_optimizer_fakified_outputs_are_views_only_where_the_graph_s_are():
         ("cpu", (4, 8), False),
         ("cpu", (8,), True),
     ]
+
+
+def test_an_op_without_a_cuda_kernel_raises_as_the_gpu_does(tmp_script):
+    # `torch.histogram`, `histogramdd`, `_add_relu`, `narrow_copy(out=)` and `slow_conv3d_forward`
+    # have CPU kernels and none at the CUDA key (torch 2.11's dispatcher: no kernel of their own, no
+    # composite), so the GPU's dispatcher raises NotImplementedError for a CUDA tensor, where the
+    # meta kernel the twin ran gave sizes and the program went on; `histc` has a CUDA kernel
+    script = tmp_script(
+        "import torch\n"
+        "x = torch.randn(4096, device='cuda')\n"
+        "def attempt(name, fn):\n"
+        "    try:\n"
+        "        fn()\n"
+        "        print(name, 'ran')\n"
+        "    except NotImplementedError as e:\n"
+        "        print(name, str(e).split('. ')[0])\n"
+        "attempt('histogram', lambda: torch.histogram(x, bins=10))\n"
+        "attempt('histogramdd', lambda: torch.histogramdd(x.view(-1, 2), bins=[4, 4]))\n"
+        "attempt('add_relu', lambda: torch.ops.aten._add_relu(x, x))\n"
+        "attempt('narrow_copy', lambda: torch.narrow_copy(x, 0, 0, 10, out=torch.empty(10, device='cuda')))\n"
+        "w = torch.randn(3, 2, 1, 1, 1, device='cuda')\n"
+        "v = torch.randn(1, 2, 4, 4, 4, device='cuda')\n"
+        "one, zero = [1, 1, 1], [0, 0, 0]\n"
+        "attempt('slow_conv3d', lambda: torch.ops.aten.slow_conv3d_forward(v, w, one, None, one, zero))\n"
+        "attempt('histc', lambda: torch.histc(x, bins=10))\n"
+        "attempt('host histogram', lambda: torch.histogram(x.cpu(), bins=10))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [
+        "histogram Could not run 'aten::histogram.bin_ct' with arguments from the 'CUDA' backend",
+        "histogramdd Could not run 'aten::_histogramdd_bin_edges' with arguments from the 'CUDA' backend",
+        "add_relu Could not run 'aten::_add_relu.Tensor' with arguments from the 'CUDA' backend",
+        "narrow_copy Could not run 'aten::narrow_copy.out' with arguments from the 'CUDA' backend",
+        "slow_conv3d Could not run 'aten::slow_conv3d_forward' with arguments from the 'CUDA' backend",
+        "histc ran",
+        "host histogram ran",
+    ]
