@@ -2383,6 +2383,25 @@ def test_torch_compile_traces_multihead_attentions_fast_path_check():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_multi_head_attention_forward_takes_the_gpus_attention_kernel():
+    # dynamo keeps `F.multi_head_attention_forward` whole (trace_rules.py's in-graph functions) and
+    # AOTAutograd traces through it: on the host its `scaled_dot_product_attention` took the CPU's
+    # kernel (`_scaled_dot_product_flash_attention_for_cpu`; with dropout the math path, whose
+    # attention weights and masks the forward saved) where the GPU's trace holds the kernel the
+    # eager layer runs
+    def backends(compiled):
+        torch._dynamo.reset()
+        with vramscope.capture() as cap:
+            layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+            layer = layer.cuda().to(torch.bfloat16)
+            x = torch.randn(2, 16, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            (torch.compile(layer) if compiled else layer)(x).float().sum().backward()
+        return set(cap.report()["sdpa_backends"])
+
+    eager = backends(False)
+    assert eager and backends(True) == eager
+
+
 def test_torch_compile_dynamic_batch_of_math_attention_compiles():
     # a second batch size recompiles with a dynamic batch; Inductor's fake-tensor pass decomposes
     # `_safe_softmax` (the math path's: the heads' last stride is not 1) through `~a`, whose method
