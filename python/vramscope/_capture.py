@@ -234,7 +234,9 @@ def _refuse_without_cuda_kernel(func, args, kwargs, in_compiled) -> None:
     int4 and mkldnn ops; validation/dispatch_audit.py lists them). The meta kernel the twin runs
     would give sizes and the program would go on. The op is redispatched at the CUDA key alone,
     which has nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested
-    tensors dispatch at their own keys; a tensor subclass handles the op before the mode. Not in
+    tensors dispatch at their own keys; a tensor subclass handles the op before the mode; the twin's
+    own rules come first (its dense stand-in for a nested tensor, `_vs_nested`, takes
+    `to_padded_tensor`'s NestedTensorCUDA rule, `_attention`), and the stand-in is let pass. Not in
     compiled code (`in_compiled`), nor for the CPU's own kernels (`..._for_cpu`, a compiled graph's
     backward runs outside the compiled region): graphs traced on the host may hold the host's
     kernel choices where the GPU's hold its own, which the twin runs by their meta kernels (before
@@ -250,7 +252,10 @@ def _refuse_without_cuda_kernel(func, args, kwargs, in_compiled) -> None:
         )
     if not missing or in_compiled or not _on_device(args, kwargs):
         return
-    if any(t.layout != torch.strided or t.is_nested for t in _tensors((args, kwargs))):
+    if any(
+        t.layout != torch.strided or t.is_nested or getattr(t, "_vs_nested", None) is not None
+        for t in _tensors((args, kwargs))
+    ):
         return
     func.redispatch(_CUDA_KEYSET, *args, **kwargs)
 
@@ -2623,7 +2628,6 @@ class Capture:
     def _dispatch(self, func, args, kwargs):
         if _kernels.SAVED_PENDING:
             _kernels.attach_saved()
-        _refuse_without_cuda_kernel(func, args, kwargs, self.compiled_depth)
         if _philox.is_kernel(func) and _on_device(args, kwargs):
             self.drawn = (func, _philox.draw(self, func, args, kwargs))
         sparse = _sparse.dispatch(self, func, args, kwargs)
@@ -2644,6 +2648,8 @@ class Capture:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
+        if is_aten:
+            _refuse_without_cuda_kernel(func, args, kwargs, self.compiled_depth)
         if not is_aten:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:
