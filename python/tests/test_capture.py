@@ -2383,6 +2383,25 @@ def test_torch_compile_traces_multihead_attentions_fast_path_check():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_multi_head_attention_forward_takes_the_gpus_attention_kernel():
+    # dynamo keeps `F.multi_head_attention_forward` whole (trace_rules.py's in-graph functions) and
+    # AOTAutograd traces through it: on the host its `scaled_dot_product_attention` took the CPU's
+    # kernel (`_scaled_dot_product_flash_attention_for_cpu`; with dropout the math path, whose
+    # attention weights and masks the forward saved) where the GPU's trace holds the kernel the
+    # eager layer runs
+    def backends(compiled):
+        torch._dynamo.reset()
+        with vramscope.capture() as cap:
+            layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+            layer = layer.cuda().to(torch.bfloat16)
+            x = torch.randn(2, 16, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            (torch.compile(layer) if compiled else layer)(x).float().sum().backward()
+        return set(cap.report()["sdpa_backends"])
+
+    eager = backends(False)
+    assert eager and backends(True) == eager
+
+
 def test_torch_compile_dynamic_batch_of_math_attention_compiles():
     # a second batch size recompiles with a dynamic batch; Inductor's fake-tensor pass decomposes
     # `_safe_softmax` (the math path's: the heads' last stride is not 1) through `~a`, whose method
@@ -5874,4 +5893,42 @@ def test_ddp_optimizer_fakified_outputs_are_views_only_where_the_graph_s_are():
     assert [(t.device.type, tuple(t.shape), t._is_view()) for t in got] == [
         ("cpu", (4, 8), False),
         ("cpu", (8,), True),
+    ]
+
+
+def test_an_op_without_a_cuda_kernel_raises_as_the_gpu_does(tmp_script):
+    # `torch.histogram`, `histogramdd`, `_add_relu`, `narrow_copy(out=)` and `slow_conv3d_forward`
+    # have CPU kernels and none at the CUDA key (torch 2.11's dispatcher: no kernel of their own, no
+    # composite), so the GPU's dispatcher raises NotImplementedError for a CUDA tensor, where the
+    # meta kernel the twin ran gave sizes and the program went on; `histc` has a CUDA kernel
+    script = tmp_script(
+        "import torch\n"
+        "x = torch.randn(4096, device='cuda')\n"
+        "def attempt(name, fn):\n"
+        "    try:\n"
+        "        fn()\n"
+        "        print(name, 'ran')\n"
+        "    except NotImplementedError as e:\n"
+        "        print(name, str(e).split('. ')[0])\n"
+        "attempt('histogram', lambda: torch.histogram(x, bins=10))\n"
+        "attempt('histogramdd', lambda: torch.histogramdd(x.view(-1, 2), bins=[4, 4]))\n"
+        "attempt('add_relu', lambda: torch.ops.aten._add_relu(x, x))\n"
+        "attempt('narrow_copy', lambda: torch.narrow_copy(x, 0, 0, 10, out=torch.empty(10, device='cuda')))\n"
+        "w = torch.randn(3, 2, 1, 1, 1, device='cuda')\n"
+        "v = torch.randn(1, 2, 4, 4, 4, device='cuda')\n"
+        "one, zero = [1, 1, 1], [0, 0, 0]\n"
+        "attempt('slow_conv3d', lambda: torch.ops.aten.slow_conv3d_forward(v, w, one, None, one, zero))\n"
+        "attempt('histc', lambda: torch.histc(x, bins=10))\n"
+        "attempt('host histogram', lambda: torch.histogram(x.cpu(), bins=10))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [
+        "histogram Could not run 'aten::histogram.bin_ct' with arguments from the 'CUDA' backend",
+        "histogramdd Could not run 'aten::_histogramdd_bin_edges' with arguments from the 'CUDA' backend",
+        "add_relu Could not run 'aten::_add_relu.Tensor' with arguments from the 'CUDA' backend",
+        "narrow_copy Could not run 'aten::narrow_copy.out' with arguments from the 'CUDA' backend",
+        "slow_conv3d Could not run 'aten::slow_conv3d_forward' with arguments from the 'CUDA' backend",
+        "histc ran",
+        "host histogram ran",
     ]

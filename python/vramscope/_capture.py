@@ -221,6 +221,45 @@ def _check_same_device(func, args) -> None:
             )
 
 
+#: whether an aten op has no kernel at the CUDA key, by op (a cache)
+_NO_CUDA_KERNEL: dict = {}
+_CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+
+
+def _refuse_without_cuda_kernel(func, args, kwargs, in_compiled) -> None:
+    """The GPU's dispatcher error for an aten op on dense CUDA tensors (or a factory for `cuda`)
+    whose CUDA key has no kernel in the dispatcher's computed table: no kernel of its own and no
+    composite (c10's OperatorEntry::reportError; torch 2.11: `histogram`, `histogramdd`'s
+    `_histogramdd_*`, `_add_relu`, `narrow_copy.out`, `slow_conv3d_forward`, `from_file`, the CPU
+    int4 and mkldnn ops; validation/dispatch_audit.py lists them). The meta kernel the twin runs
+    would give sizes and the program would go on. The op is redispatched at the CUDA key alone,
+    which has nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested
+    tensors dispatch at their own keys; a tensor subclass handles the op before the mode; the twin's
+    own rules come first (its dense stand-in for a nested tensor, `_vs_nested`, takes
+    `to_padded_tensor`'s NestedTensorCUDA rule, `_attention`), and the stand-in is let pass. Not in
+    compiled code (`in_compiled`), nor for the CPU's own kernels (`..._for_cpu`, a compiled graph's
+    backward runs outside the compiled region): graphs traced on the host may hold the host's
+    kernel choices where the GPU's hold its own, which the twin runs by their meta kernels (before
+    `_compile._SDPA_CALLERS`, `_scaled_dot_product_flash_attention_for_cpu` in AOTAutograd's trace
+    through `F.multi_head_attention_forward`)."""
+    missing = _NO_CUDA_KERNEL.get(func)
+    if missing is None:
+        name = func.name()
+        missing = _NO_CUDA_KERNEL[func] = (
+            func.namespace == "aten"
+            and "_for_cpu" not in name
+            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA")
+        )
+    if not missing or in_compiled or not _on_device(args, kwargs):
+        return
+    if any(
+        t.layout != torch.strided or t.is_nested or getattr(t, "_vs_nested", None) is not None
+        for t in _tensors((args, kwargs))
+    ):
+        return
+    func.redispatch(_CUDA_KEYSET, *args, **kwargs)
+
+
 #: ops that launch no kernel on a CUDA tensor: allocation, metadata, host-side reads
 _NO_KERNEL = {
     aten.empty.memory_format,
@@ -2609,6 +2648,8 @@ class Capture:
             out = special(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
+        if is_aten:
+            _refuse_without_cuda_kernel(func, args, kwargs, self.compiled_depth)
         if not is_aten:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:

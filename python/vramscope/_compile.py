@@ -702,24 +702,51 @@ _SDPA_TARGETS = (
 )
 
 
+#: torch functions written in Python that dynamo keeps whole as one node (trace_rules.py's
+#: `torch_non_c_binding_in_graph_functions`) and that call `F.scaled_dot_product_attention` inside:
+#: AOTAutograd traces through them, on the host's fake tensors
+_SDPA_CALLERS = (torch.nn.functional.multi_head_attention_forward,)
+
+
 def _sdpa_targets(cap, gm) -> list:
     """`_sdpa_nodes`' replacement of the sdpa nodes of `gm` and its subgraphs; returns the nodes
-    changed and their targets (`_restore_targets` puts them back)."""
+    changed and their targets (`_restore_targets` puts them back). A node of `_SDPA_CALLERS`
+    (`nn.MultiheadAttention`'s `F.multi_head_attention_forward`) runs with its module's
+    `scaled_dot_product_attention` (the name its body calls) the simulated GPU's as well: on the
+    host, AOTAutograd traced the CPU's kernel (`_scaled_dot_product_flash_attention_for_cpu` and its
+    backward, their meta kernels' sizes) where the GPU's trace holds flash, efficient or cuDNN
+    attention, whose kernels the twin models (a compiled `nn.TransformerEncoderLayer`'s training)."""
 
     def traced(*args, **kwargs):
         return _attention.sdpa(cap, args, kwargs, traced=True)
 
     traced.__name__ = "scaled_dot_product_attention"
+
+    def through(caller):
+        def call(*args, **kwargs):
+            functional = torch.nn.functional
+            original = functional.scaled_dot_product_attention
+            functional.scaled_dot_product_attention = traced
+            try:
+                return caller(*args, **kwargs)
+            finally:
+                functional.scaled_dot_product_attention = original
+
+        call.__name__ = caller.__name__
+        return call
+
     changed = []
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
         here = [
-            node for node in module.graph.nodes if node.op == "call_function" and node.target in _SDPA_TARGETS
+            node
+            for node in module.graph.nodes
+            if node.op == "call_function" and (node.target in _SDPA_TARGETS or node.target in _SDPA_CALLERS)
         ]
         for node in here:
             changed.append((module, node, node.target))
-            node.target = traced
+            node.target = traced if node.target in _SDPA_TARGETS else through(node.target)
         if here:
             module.recompile()
     return changed
