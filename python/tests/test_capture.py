@@ -2230,6 +2230,58 @@ def test_compiled_autograd_traces_on_the_host_and_runs_its_graph_on_the_twin():
     torch._dynamo.reset()
 
 
+def test_compiled_autograd_reads_a_wrapped_number_on_the_host_as_the_gpu_does():
+    # blind257/ix04 (H200): `loss / 2` saves the wrapped number 2 (a CPU tensor) in DivBackward0,
+    # compiled autograd lifts it into its graph's inputs and Inductor reads a 0-d CPU input of a
+    # Triton kernel with `.item()` (`is_unspec_arg`, graph.py). At the graph's first call
+    # AOTAutograd runs it under `_AnalyzeCustomOpInputOutputMode` (runtime_wrappers.py), which is
+    # handed the wrapped number as a Python int and calls `_local_scalar_dense(2)`: PyTorch raises.
+    # The twin relabelled that input cuda (no `.item()`) and ran through. The next backward reuses
+    # the compiled graph without the mode and reads the number
+    import torch.nn.functional as F
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    with vramscope.capture(gpu="h200"):
+        w = torch.nn.Parameter(torch.randn(512, 64, device="cuda"))
+
+        def backward():
+            x = torch.randn(256, 64, device="cuda")
+            tgt = torch.randint(0, 512, (256,), device="cuda")
+            loss = F.cross_entropy(F.linear(x, w), tgt) / 2
+            with compiled_autograd._enable(torch.compile(backend="inductor")):
+                loss.backward()
+
+        with pytest.raises(RuntimeError, match=r"_local_scalar_dense.*found type 'int'"):
+            backward()
+        assert w.grad is None
+        backward()
+        assert w.grad.shape == (512, 64)
+    torch._dynamo.reset()
+
+
+def test_compiled_function_keeps_a_host_scalar_input_on_the_host():
+    # a 0-d CPU tensor the program made, given to a compiled function with a CUDA one: on the GPU
+    # dynamo and AOTAutograd trace it on the host, so what is computed from it alone stays there
+    # (Inductor's `empty_strided_cpu`) and the CUDA kernel reads it with `.item()`. The twin traces
+    # the simulated tensors on the host too and relabels them cuda, and it relabelled this one
+    # with them: `s * 3` came back a CUDA tensor
+    torch._dynamo.reset()
+    with vramscope.capture(gpu="h200") as cap:
+
+        @torch.compile
+        def f(x, s):
+            return x * s, s * 3
+
+        x = torch.randn(1024, device="cuda")
+        base = torch.cuda.memory_allocated()
+        y, t = f(x, torch.tensor(2.0))
+        assert y.device.type == "cuda" and t.device.type == "cpu"
+        assert torch.cuda.memory_allocated() - base == 4096
+    assert cap.report()["unmeasured"] == []
+    torch._dynamo.reset()
+
+
 def test_torch_compile_selective_checkpoint_policy_compiles():
     # a selective checkpoint (`create_selective_checkpoint_contexts`) under torch.compile: AOTAutograd
     # traces the region and torch/utils/checkpoint.py requires `context_fn`'s contexts to be

@@ -92,6 +92,52 @@ def _meta_tensor(original):
     return meta_tensor
 
 
+#: the mark a fake tensor's storage carries when the tensor is the host's on the GPU too
+_GENUINE = "_vramscope_host"
+
+
+def _host_on_gpu(t) -> bool:
+    """Whether fake tensor `t` is one the GPU's trace has on the host as well: made from a genuine
+    CPU tensor of the program (not a simulated one), such as the wrapped number of `loss / 2`,
+    which autograd saves as `DivBackward0`'s `other` and compiled autograd lifts into its graph's
+    inputs (`_fakified_from_host`)."""
+    if not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device != _HOST:
+        return False
+    try:
+        return getattr(t.untyped_storage(), _GENUINE, False)
+    except NotImplementedError:  # (no storage: a sparse or wrapper tensor)
+        return False
+
+
+def _mark_host_on_gpu(t) -> None:
+    if isinstance(t, torch._subclasses.fake_tensor.FakeTensor) and t.device == _HOST:
+        try:
+            setattr(t.untyped_storage(), _GENUINE, True)
+        except NotImplementedError:
+            pass
+
+
+def _fakified_from_host(original):
+    """`MetaConverter.__call__` (meta_utils.py: every fakification, dynamo's of a graph's inputs,
+    compiled autograd's `begin_capture`, AOTAutograd's) that marks, while tracing, the fake tensor of
+    a genuine CPU tensor (a real one, not simulated: those read `cuda`) or of a fake one so marked:
+    the GPU's trace has it on the host, so `_relabel_graph` leaves it there (the storage carries the
+    mark: a graph's placeholder values are detached aliases of its input fakes)."""
+
+    def call(self, t, *args, **kwargs):
+        r = original(self, t, *args, **kwargs)
+        if TRACING[0] and isinstance(t, torch.Tensor):
+            if isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+                genuine = _host_on_gpu(t)
+            else:
+                genuine = t.device.type == "cpu"
+            if genuine:
+                _mark_host_on_gpu(r)
+        return r
+
+    return call
+
+
 def _specialize_on_gpu(original):
     """`TensorVariable.specialize` (torch/_dynamo/variables/tensor.py: the properties dynamo knows of a
     traced tensor, which `x.device` and `x.is_cuda` in the traced code read) with the device the GPU's
@@ -101,7 +147,7 @@ def _specialize_on_gpu(original):
 
     def specialize(value):
         props = original(value)
-        if TRACING[0] and props.get("device") == _HOST:
+        if TRACING[0] and props.get("device") == _HOST and not _host_on_gpu(value):
             props["device"] = torch.device("cuda", 0)
         return props
 
@@ -110,8 +156,10 @@ def _specialize_on_gpu(original):
 
 def _to_cuda(fake_mode, t):
     """A fake CUDA tensor with `t`'s sizes, strides, offset and dtype (`t` itself where it is not
-    a fake tensor on the host)."""
+    a fake tensor on the host, or one the GPU has there too: `_host_on_gpu`)."""
     if not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.device != _HOST:
+        return t
+    if _host_on_gpu(t):
         return t
     previous, TRACING[0] = TRACING[0], 0
     try:
@@ -204,8 +252,34 @@ def _flex_graphs_on_host(original):
     return create
 
 
+def _stays_on_host(node, on_host) -> bool:
+    """Whether `node` computes on the host on the GPU too: a placeholder whose value is genuinely
+    the host's (`_host_on_gpu`), or an op whose tensor operands are all such nodes (in `on_host`)
+    and whose `device=` arguments, if any, are the host's. On the GPU, Inductor reads a 0-d CPU
+    input of a CUDA kernel with `.item()` (`is_unspec_arg`, graph.py); relabelled cuda, it was a
+    pointer, and PyTorch's first-call `_AnalyzeCustomOpInputOutputMode` (runtime_wrappers.py) never
+    met the `.item()` of a wrapped number, which a dispatch mode is handed as a Python number
+    (`toPyObject`, pybind_utils.cpp): `_local_scalar_dense(2)` raises (blind257/ix04's H200 run)."""
+    from torch.utils._pytree import tree_leaves
+
+    def tensors(n):
+        return [v for v in tree_leaves(n.meta.get("val")) if isinstance(v, torch.Tensor)]
+
+    if node.op == "placeholder":
+        vals = tensors(node)
+        return bool(vals) and all(_host_on_gpu(v) for v in vals)
+    if node.op not in ("call_function", "call_method"):
+        return False
+    operands = [n for n in node.all_input_nodes if tensors(n)]
+    if not operands or not all(n in on_host for n in operands):
+        return False
+    devices = [d for d in tree_leaves((node.args, node.kwargs)) if isinstance(d, torch.device)]
+    return all(d == _HOST for d in devices)
+
+
 def _relabel_graph(gm, fake_mode=None) -> None:
-    """The values a graph's nodes carry and its factories' `device=` arguments, host to cuda."""
+    """The values a graph's nodes carry and its factories' `device=` arguments, host to cuda, but
+    for the nodes that compute on the host on the GPU too (`_stays_on_host`)."""
     from torch._guards import detect_fake_mode
     from torch.utils._pytree import tree_leaves, tree_map
 
@@ -225,7 +299,14 @@ def _relabel_graph(gm, fake_mode=None) -> None:
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
+        on_host = set()
         for node in module.graph.nodes:
+            if _stays_on_host(node, on_host):
+                on_host.add(node)
+                # (marked: the partitioner's graphs take these values as their inputs' own)
+                for v in tree_leaves(node.meta.get("val")):
+                    _mark_host_on_gpu(v)
+                continue
             node.args = tree_map(dev, node.args)
             node.kwargs = tree_map(dev, node.kwargs)
             # `eager_input_vals`: the operands' values Inductor constrains a subgraph's (or a
@@ -1529,6 +1610,7 @@ def patch(p, cap) -> None:
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
+    p.set(meta_utils.MetaConverter, "__call__", _fakified_from_host(meta_utils.MetaConverter.__call__))
     from torch._dynamo.variables import tensor as tensor_variables
 
     specialize = tensor_variables.TensorVariable.specialize

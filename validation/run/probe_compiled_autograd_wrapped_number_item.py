@@ -1,4 +1,7 @@
-"""Probe for blind257/ix04's H200 error (not run on a GPU yet; the twin runs through it).
+"""Probe for blind257/ix04's H200 error (not run on a GPU yet). Since the twin keeps genuine host
+inputs on the host (`_compile._stays_on_host`) it prints what is expected below: "A first raised:
+aten::_local_scalar_dense() Expected a value of type 'Tensor' ...", "A second ran through", "B first
+ran through"; before, it ran through all three.
 
 Rule to settle: on the first call of an AOT-compiled graph, `_create_runtime_wrapper` runs it under
 `_AnalyzeCustomOpInputOutputMode` (torch/_functorch/_aot_autograd/runtime_wrappers.py,

@@ -20,6 +20,12 @@ aten = torch.ops.aten
 
 def _local_scalar_dense(cap, func, args, kwargs):
     t = args[0]
+    if isinstance(t, (int, float, complex)):
+        # a wrapped number's `.item()` (the `2` of `loss / 2` that autograd saves and compiled
+        # autograd lifts into its graph's inputs): a dispatch mode is handed a wrapped-number tensor
+        # as a Python number (`toPyObject`, torch/csrc/jit/python/pybind_utils.cpp); the kernel
+        # under no mode, as on the GPU, returns its value
+        return t
     if not registered(t):
         return NotImplemented
     return cap.value_of(t, "this line").reshape(()).item()
