@@ -735,23 +735,31 @@ class _FusedRMSNorm(torch.autograd.Function):
         return None, gx, gw, None, None, None
 
 
+def _fused_rms_norm_args(args, kwargs):
+    """`(input, weight, normalized_shape, eps)` of an `rms_norm` call the fused CUDA kernel runs:
+    simulated operands, the weight absent or of the input's dtype; None for any other call."""
+    names = ("input", "normalized_shape", "weight", "eps")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, weight = a.get("input"), a.get("weight")
+    if not registered(x) or (weight is not None and not registered(weight)) or set(a) - set(names):
+        return None
+    if weight is not None and weight.dtype != x.dtype:
+        return None
+    shape = a.get("normalized_shape")
+    return x, weight, [shape] if isinstance(shape, int) else list(shape), a.get("eps")
+
+
 def _rms_norm(cap, func, args, kwargs):
     """`torch.rms_norm` / `F.rms_norm` of a simulated tensor: the fused CUDA kernel where the weight
     is absent or of the input's dtype; else `rms_norm_symint` (layer_norm.cpp) warns "Mismatch dtype
     between input and weight" and runs `rms_norm_composite` (the input upcast, pow, mean, rsqrt and
     muls), the decomposition the meta tensors take too (blind99/cu05's H200 per-op truth: a bf16
     input under autocast with an fp32 weight, 7 allocations)."""
-    names = ("input", "normalized_shape", "weight", "eps")
-    a = dict(zip(names, args, strict=False)) | kwargs
-    x, weight = a.get("input"), a.get("weight")
-    if not registered(x) or (weight is not None and not registered(weight)) or set(a) - set(names):
+    a = _fused_rms_norm_args(args, kwargs)
+    if a is None:
         return NotImplemented
-    if weight is not None and weight.dtype != x.dtype:
-        return NotImplemented
-    shape = a.get("normalized_shape")
-    shape = [shape] if isinstance(shape, int) else list(shape)
     cap.ops += 1
-    return _FusedRMSNorm.apply(cap, x, weight, shape, a.get("eps"))
+    return _FusedRMSNorm.apply(cap, *a)
 
 
 def _fused_rms_norm_op(cap, func, args, kwargs):
@@ -760,15 +768,11 @@ def _fused_rms_norm_op(cap, func, args, kwargs):
     fused kernel with its autograd formula (input, weight and rstd saved), as under `F.rms_norm`;
     a meta tensor's dispatcher has no kernel for it and would take the composite (pow, mean,
     rsqrt, muls, their fp32 results saved)."""
-    names = ("input", "normalized_shape", "weight", "eps")
-    a = dict(zip(names, args, strict=False)) | kwargs
-    x, weight = a.get("input"), a.get("weight")
-    if not registered(x) or (weight is not None and not registered(weight)) or set(a) - set(names):
-        return NotImplemented
-    if weight is not None and weight.dtype != x.dtype:
+    a = _fused_rms_norm_args(args, kwargs)
+    if a is None:
         return NotImplemented
     cap.ops += 1
-    return _FusedRMSNorm.apply(cap, x, weight, list(a["normalized_shape"]), a.get("eps"), True)
+    return _FusedRMSNorm.apply(cap, *a, True)
 
 
 def _rms_norm_op(cap, func, args, kwargs):
