@@ -62,7 +62,7 @@ _DISTIL_MEDIUM_EN_SUPPRESS = [
 ]
 # fmt: on
 
-# t5-base's and t5-large's task_specific_params (the same in both copies read below)
+# t5-base's and t5-large's task_specific_params (the same in both copies read below; t5-small's differ in summarization only)
 _T5_TASK_PARAMS = {
     "summarization": {
         "early_stopping": True,
@@ -188,7 +188,9 @@ HF_CONFIGS = {
         "pad_token_id": 0,
         "relative_attention_max_distance": 128,
         "relative_attention_num_buckets": 32,
-        "task_specific_params": {
+        # t5-small's summarization has no "prefix"; its translations are t5-base's and t5-large's
+        "task_specific_params": _T5_TASK_PARAMS
+        | {
             "summarization": {
                 "early_stopping": True,
                 "length_penalty": 2.0,
@@ -196,24 +198,6 @@ HF_CONFIGS = {
                 "min_length": 30,
                 "no_repeat_ngram_size": 3,
                 "num_beams": 4,
-            },
-            "translation_en_to_de": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to German: ",
-            },
-            "translation_en_to_fr": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to French: ",
-            },
-            "translation_en_to_ro": {
-                "early_stopping": True,
-                "max_length": 300,
-                "num_beams": 4,
-                "prefix": "translate English to Romanian: ",
             },
         },
         "torch_dtype": "float32",
