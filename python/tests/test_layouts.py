@@ -1511,6 +1511,41 @@ def test_scaled_grouped_mm_allocates_its_arguments_and_a_workspace():
     assert _extra(run, setup) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
 
 
+def test_functional_scaled_grouped_mm_runs_the_rowwise_grouped_kernel():
+    # `F.scaled_grouped_mm` (2.10) calls `_scaled_grouped_mm_v2`, which has no meta kernel; its
+    # rowwise recipe ends in `_f8_f8_bf16_rowwise_grouped_mm` as `_scaled_grouped_mm`'s does
+    # (cuda/GroupedBlas.cpp): the twin raised NotImplementedError
+    from torch.nn.functional import ScalingType
+
+    def setup():
+        a = torch.empty(512, 256, device="cuda", dtype=torch.float8_e4m3fn)
+        b = torch.empty(3, 512, 256, device="cuda", dtype=torch.float8_e4m3fn).transpose(-2, -1)
+        offs = torch.tensor([128, 256, 512], device="cuda", dtype=torch.int32)
+        return a, b, torch.ones(512, device="cuda"), torch.ones(3, 512, device="cuda"), offs
+
+    def run(a, b, sa, sb, offs):
+        r = ScalingType.RowWise
+        out = torch.nn.functional.scaled_grouped_mm(a, b, sa, r, sb, r, offs=offs)
+        assert out.shape == (512, 512) and out.dtype == torch.bfloat16
+        return out
+
+    assert _extra(run, setup) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
+
+    def run_3d(a, b, sa, sb, offs):
+        r = ScalingType.RowWise
+        a3 = a.view(2, 256, 256)
+        return torch.nn.functional.scaled_grouped_mm(a3, b[:2], sa.view(2, 256), r, sb[:2], r)
+
+    assert _extra(run_3d, setup) == (2, 2 * 5 * 8 + 2 * 36 + 512 * 132)
+
+    def bad(a, b, sa, sb, offs):
+        r = ScalingType.RowWise
+        return torch.nn.functional.scaled_grouped_mm(a, b.transpose(-2, -1), sa, r, sb, r, offs=offs)
+
+    with vramscope.capture(gpu="h200"), pytest.raises(ValueError, match="mat2 to be transposed"):
+        bad(*setup())
+
+
 def test_log_softmax_of_integer_tokens_has_no_cuda_kernel():
     # SoftMax.cu's host_softmax dispatches floating types and Half, BFloat16 only: cross_entropy of
     # token ids (TorchBench's cm3leon_generate train) stops at its log_softmax after the output, on

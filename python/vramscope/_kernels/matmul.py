@@ -411,6 +411,73 @@ def _scaled_grouped_mm(cap, func, call, outs):
 AFTER[aten._scaled_grouped_mm.default] = _scaled_grouped_mm
 
 
+def _transposed(mat):
+    """`check_valid_strides_and_return_transposed` (GroupedMMUtils.h): column-major in the last two
+    dims (true) or row-major (false), the leading stride a multiple of 16 bytes."""
+    end = mat.dim() - 1
+    st, sz, align = mat.stride(), mat.shape, 16 // mat.element_size()
+    if st[end - 1] == 1 and st[end] >= max(1, sz[end - 1]):
+        lead, col = st[end], True
+    elif st[end] == 1 and st[end - 1] >= max(1, sz[end]):
+        lead, col = st[end - 1], False
+    else:
+        raise RuntimeError(f"Invalid strides/sizes, got {list(st)} for strides and {list(sz)} for sizes")
+    if lead % align:
+        raise RuntimeError(f"strides should be multiple of 16 bytes, got {lead}")
+    return col
+
+
+def _scaled_grouped_mm_v2(cap, func, args, kwargs):
+    """`F.scaled_grouped_mm` (PyTorch 2.10) calls `_scaled_grouped_mm_v2`, which has no meta kernel:
+    `_scaled_grouped_mm_cuda_v2` (cuda/GroupedBlas.cpp) checks the operands, then its rowwise recipe
+    runs `_f8_f8_bf16_rowwise_grouped_mm` as `_scaled_grouped_mm_cuda` does, so the call comes back
+    to the mode as `_scaled_grouped_mm` with the one scale of each side."""
+    names = ("mat_a", "mat_b", "scale_a", "recipe_a", "swizzle_a", "scale_b", "recipe_b", "swizzle_b")
+    names += ("offs", "bias", "out_dtype", "contraction_dim", "use_fast_accum")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    mat_a, mat_b, offs = a["mat_a"], a["mat_b"], a.get("offs")
+    if not (registered(mat_a) and registered(mat_b)):
+        return NotImplemented
+    if _transposed(mat_a):
+        raise ValueError("Expected mat1 to not be transposed")
+    if not _transposed(mat_b):
+        raise ValueError("Expected mat2 to be transposed")
+    if mat_a.dim() not in (2, 3) or mat_b.dim() not in (2, 3):
+        raise ValueError("mat_a and mat_b have to be 2 or 3d")
+    if mat_a.size(-1) % 16 or mat_b.size(-2) % 16 or mat_b.size(-1) % 16:
+        raise ValueError("Expected trailing dimension of mat_a and mat_b's shape to be divisible by 16")
+    if (offs is not None) != (mat_a.dim() == 2 or mat_b.dim() == 2):
+        raise ValueError("Have to provide offsets if there is a 2d matrix")
+    out_dtype = a.get("out_dtype") or torch.bfloat16
+    if out_dtype != torch.bfloat16:
+        raise ValueError("Only bf16 high precision output types are supported for grouped gemm")
+    scale_a, scale_b = list(a["scale_a"]), list(a["scale_b"])
+    rowwise = 1  # at::blas::ScalingType::RowWise
+    fp8 = torch.float8_e4m3fn
+    if not (
+        list(a["recipe_a"]) == list(a["recipe_b"]) == [rowwise]
+        and mat_a.dtype == mat_b.dtype == fp8
+        and len(scale_a) == len(scale_b) == 1
+        and scale_a[0].dtype == scale_b[0].dtype == torch.float32
+    ):
+        # the MXFP8 / MXFP4 / NVFP4 recipes run fbgemm's kernels, not measured
+        raise NotImplementedError("vramscope: _scaled_grouped_mm_v2 is modelled for its rowwise recipe only")
+    with cap._modes[1]:  # the rowwise kernel comes back to the mode
+        return aten._scaled_grouped_mm.default(
+            mat_a,
+            mat_b,
+            scale_a[0],
+            scale_b[0],
+            offs=offs,
+            bias=a.get("bias"),
+            out_dtype=out_dtype,
+            use_fast_accum=bool(a.get("use_fast_accum", False)),
+        )
+
+
+DISPATCH[aten._scaled_grouped_mm_v2.default] = _scaled_grouped_mm_v2
+
+
 def _grouped_mm_fallback(cap, func, args, kwargs):
     """`_grouped_mm` off CUTLASS's fast path (cuda/GroupedBlas.cpp: it needs bfloat16 operands and
     output on an sm_90 or sm_100 device; PyTorch's meta kernel knows only that path): the output
