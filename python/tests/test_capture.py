@@ -5682,6 +5682,34 @@ def test_a_pinned_block_over_2_mib_takes_address_space_among_the_segments(tmp_sc
     assert _above_second_segment(tmp_script, tmp_path, emptied) == 20
 
 
+def test_host_memory_stats_count_the_caching_host_allocator_s_blocks():
+    # `torch.cuda.host_memory_stats()` (2.11's keys, torch/cuda/memory.py): the blocks the caching
+    # host allocator owns (sizes rounded up to powers of two), those handed out, and its
+    # cudaHostAlloc / cudaFreeHost calls; the twin returned an empty dict (a KeyError in the program)
+    with vramscope.capture(gpu="h200"):
+        torch.zeros(1, device="cuda")
+        a = torch.empty(100_000, dtype=torch.uint8, pin_memory=True)
+        b = torch.empty(3 << 20, dtype=torch.uint8, pin_memory=True)
+        s = torch.cuda.host_memory_stats()
+        assert s["allocated_bytes.current"] == (1 << 17) + (4 << 20)
+        assert s["allocations.current"] == s["num_host_alloc"] == 2
+        assert s["active_requests.current"] == 2 and s["active_bytes.current"] == (1 << 17) + (4 << 20)
+        del a
+        c = torch.empty(70_000, dtype=torch.uint8, pin_memory=True)  # the cached 128 KiB block
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == 2 and s["active_requests.current"] == 2
+        assert s["active_requests.allocated"] == 3 and s["active_requests.freed"] == 1
+        del b, c
+        torch._C._host_emptyCache()
+        s = torch.cuda.host_memory_stats()
+        assert s["allocations.current"] == 0 and s["num_host_free"] == 2
+        assert s["allocated_bytes.peak"] == (1 << 17) + (4 << 20)
+        torch.cuda.reset_peak_host_memory_stats()
+        torch.cuda.memory.reset_accumulated_host_memory_stats()
+        s = torch.cuda.host_memory_stats()
+        assert s["allocated_bytes.peak"] == 0 and s["num_host_alloc"] == 0
+
+
 def test_a_host_dtype_conversion_s_temporary_leaves_its_range_above_the_workers(tmp_script, tmp_path):
     # rules 7 and 15 (docs/driver-placement.md, session 37; blind158/fb03's H200 history): the host
     # conversion of a blocking host-to-device copy (Copy.cu `copy_kernel_cuda`: `src.to(dst.dtype())`
