@@ -4,6 +4,7 @@ requested bytes of each op)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import vramscope
@@ -100,6 +101,22 @@ def test_pack_padded_sequence_copies_only_the_blocks_that_are_not_contiguous():
         (_, sizes), count, req = _counted(lambda: fn(x, torch.tensor([5, 3, 3]), True))
         assert sizes.tolist() == [3, 3, 3, 1, 1]
         assert (count, req) == (2, 9 * 8 * 4 + 11 * 8 * 4)
+
+
+def test_cudnn_rnn_backward_of_an_eval_mode_forward_raises():
+    # cudnn/RNN.cpp `_cudnn_rnn_backward_input`: after x, dy, dx, dhy, dhx and dcx, `TORCH_CHECK(fn_train,
+    # "cudnn RNN backward can only be called in training mode")`; the twin ran the backward through
+    with vramscope.capture(gpu="h200"):
+        m = nn.LSTM(64, 64, 2, batch_first=True).cuda().eval()
+        x = torch.randn(8, 50, 64, device="cuda", requires_grad=True)
+        out = m(x)[0].sum()
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(RuntimeError, match="cudnn RNN backward can only be called in training mode"):
+            out.backward()
+        assert torch.cuda.memory_allocated() == before
+        m.train()
+        m(x)[0].sum().backward()
+        assert x.grad is not None
 
 
 def test_an_unmeasured_rnn_problem_is_named():

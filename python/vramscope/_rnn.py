@@ -801,6 +801,11 @@ def _cudnn_rnn_backward(cap, func, args, kwargs):
     dcy_c = _copy_unless_contiguous(cap, grad_cy, op) if cx is not None else None
     dhx = cap.track(_empty(p.hidden_shape, hx.dtype), op)
     dcx = cap.track(_empty(p.cell_shape, cx.dtype), op) if cx is not None else None
+    if not train:
+        # `TORCH_CHECK(fn_train, ...)` after dcx (cudnn/RNN.cpp `_cudnn_rnn_backward_input`)
+        del dcx, dhx, dcy_c, dhy_c, dx, dy_c, x_c
+        zeros.clear()
+        raise RuntimeError("cudnn RNN backward can only be called in training mode")
     workspace = cap.malloc(ws_bytes, op, "workspace")
     del workspace, dcy_c, dhy_c, dy_c, x_c
 
