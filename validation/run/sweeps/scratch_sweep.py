@@ -1,6 +1,7 @@
 """The scratch memory of data-sized kernels, swept over sizes: CUB scans (`cumsum`), radix sorts
 (`sort`, `argsort`), the sort-based `index_put_(accumulate=True)`, `embedding_dense_backward`, and
-`_grouped_mm`. A plain script: on a GPU it prints the GPU's figures, under `vramscope run` the twin's.
+`_grouped_mm` and the fp8 rowwise `scaled_grouped_mm`. A plain script: on a GPU it prints the GPU's
+figures, under `vramscope run` the twin's.
 
     python scratch_sweep.py > gpu.jsonl             (on the GPU)
     vramscope run --gpu h200 --quiet scratch_sweep.py > twin.jsonl
@@ -92,6 +93,30 @@ for groups in (2, 4, 8, 16, 64):
                 torch.arange(1, groups + 1, device=dev, dtype=torch.int32) * (m // groups),
             ),
             lambda a, b, offs: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs),
+        )
+
+# the sm_90 fp8 rowwise grouped GEMM (`F.scaled_grouped_mm`, ScaledGroupMM.cu): its CUTLASS workspace,
+# which the twin takes as the bf16 kernel's 512 bytes an SM (blind265/jf01)
+for groups in (2, 4, 8, 16, 64):
+    for m in (512, 4096):
+        case(
+            f"scaled_grouped_mm rowwise {groups} {m}",
+            (
+                torch.ones(m, 1024, device=dev).to(torch.float8_e4m3fn),
+                torch.ones(groups, 2048, 1024, device=dev).to(torch.float8_e4m3fn),
+                torch.ones(m, device=dev),
+                torch.ones(groups, 2048, device=dev),
+                torch.arange(1, groups + 1, device=dev, dtype=torch.int32) * (m // groups),
+            ),
+            lambda a, b, sa, sb, offs: torch.nn.functional.scaled_grouped_mm(
+                a,
+                b.transpose(-2, -1),
+                sa,
+                torch.nn.functional.ScalingType.RowWise,
+                sb,
+                torch.nn.functional.ScalingType.RowWise,
+                offs=offs,
+            ),
         )
 
 for shape, k, dt in (
