@@ -11,6 +11,7 @@ use crate::error::{AllocError, OutOfMemory};
 use crate::fits::Fit;
 use crate::freeset::FreeSet;
 use crate::largepool::LargePool;
+use crate::skaset::SkaSet;
 use crate::smallpool::SmallPool;
 use crate::stats::DeviceStats;
 use crate::trace::{TraceAction, TraceEntry};
@@ -219,6 +220,25 @@ impl Handle {
 /// `stream_uses` is keyed by block id.
 type IdMap<V> = crate::inthash::FastMap<u64, V>;
 
+/// A vector clock of captured work: (stream, its nodes followed), by stream.
+type Clock = Vec<(u64, u64)>;
+
+/// `a` follows `b` too.
+fn clock_merge(a: &mut Clock, b: &Clock) {
+    for &(s, n) in b {
+        match a.iter_mut().find(|e| e.0 == s) {
+            Some(e) => e.1 = e.1.max(n),
+            None => a.push((s, n)),
+        }
+    }
+}
+
+/// Every node `a` counts is one `b` follows.
+fn clock_le(a: &Clock, b: &Clock) -> bool {
+    a.iter()
+        .all(|&(s, n)| n == 0 || b.iter().any(|&(t, m)| t == s && m >= n))
+}
+
 /// Free cached blocks per pool ([`CachingAllocator::free_block_counts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FreeBlocks {
@@ -251,9 +271,18 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     /// `captures_underway`: the `beginAllocateToPool` calls (a CUDA graph's
     /// capture, `use_mem_pool`) not yet ended.
     captures_underway: u32,
-    /// `needs_events_deferred_until_no_capture`: blocks freed with stream
-    /// uses while a capture was underway, in the order they were freed.
-    deferred: Vec<Id>,
+    /// `deferred_blocks`: blocks freed with stream uses while a capture was
+    /// underway, in the order they were freed, with their free markers
+    /// (`record_free_markers`, `graph_capture_record_stream_reuse`): the
+    /// clock of the captured work they must precede, `None` where the block
+    /// waits for the capture's end.
+    deferred: Vec<(Id, Option<Clock>)>,
+    /// The order of the work captured so far, per stream capturing: a vector
+    /// clock (stream -> how many of that stream's captured nodes this
+    /// stream's last node follows). A stream is capturing while it has one.
+    capture_clocks: IdMap<Clock>,
+    /// The clock an event recorded on a capturing stream carries.
+    capture_events: IdMap<Clock>,
     /// `block_to_graph_stream_uses`: the streams recorded on a block while a
     /// capture was underway.
     graph_stream_uses: IdMap<Vec<u64>>,
@@ -275,6 +304,15 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     /// streams a caller keeps a CUDA graph's private pool under while the
     /// graph lives (`graph_pools` with `use_count > 0` are not released).
     kept_streams: Vec<u64>,
+    /// The twin's private pool streams (a private pool's blocks allocated on
+    /// one stream are keyed by a stream id of their own): private stream ->
+    /// (the pool's `MempoolIdHash`, the stream they are allocated on).
+    private_pools: IdMap<(u64, u64)>,
+    /// `no_split_pools` (`setNoSplit`, `MemPool(no_split=True)`).
+    no_split_pools: Vec<u64>,
+    /// `use_on_oom_pools` (`setUseOnOOM`, `MemPool(use_on_oom=True)`), in
+    /// the order `try_mempool_fallback` walks them.
+    use_on_oom_pools: SkaSet,
 }
 
 fn pool_index(small: bool) -> usize {
@@ -319,6 +357,8 @@ impl<D: Device> CachingAllocator<D> {
             events: Vec::new(),
             captures_underway: 0,
             deferred: Vec::new(),
+            capture_clocks: IdMap::default(),
+            capture_events: IdMap::default(),
             graph_stream_uses: IdMap::default(),
             event_policy: EventPolicy::CompleteAtNextMalloc,
             segments: Vec::new(),
@@ -331,6 +371,9 @@ impl<D: Device> CachingAllocator<D> {
             fits: None,
             fits_spare: Vec::new(),
             kept_streams: Vec::new(),
+            private_pools: IdMap::default(),
+            no_split_pools: Vec::new(),
+            use_on_oom_pools: SkaSet::default(),
         };
         a.set_memory_fraction(fraction);
         a
@@ -664,13 +707,13 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
-        self.process_events_unless_capturing();
+        self.process_events_unless_capturing(stream);
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
 
         // First, try to get a block from the existing pool (no free-memory
         // callbacks free anything outside CUDA IPC, so the retry is moot).
-        let found = self.get_free_block(small, stream, size);
+        let found = self.get_free_block(small, stream, size, self.config.expandable_segments);
         self.malloc_after_search(found, orig_size, size, small, stream)
     }
 
@@ -685,6 +728,7 @@ impl<D: Device> CachingAllocator<D> {
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
         let from_pool = found.is_some();
+        let mut from_mempool = false;
         if found.is_none() {
             // (PyTorch computes it before the search; a function of the
             // size alone, it is needed only when the pool has no block, so
@@ -694,10 +738,19 @@ impl<D: Device> CachingAllocator<D> {
                 self.garbage_collect_cached_blocks();
             }
             found = self.alloc_block(small, stream, size, alloc_size, false);
+            if found.is_none() {
+                // `try_mempool_fallback`, before any cached block is freed
+                if let Some(id) = self.try_mempool_fallback(small, stream, size) {
+                    found = Some(id);
+                    from_mempool = true;
+                }
+            }
             if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
                 found = self.alloc_block(small, stream, size, alloc_size, false);
             }
-            if found.is_none() {
+            // `C10_LIKELY(captures_underway.empty()) && release_cached_blocks(..)`: not while a
+            // capture or `use_mem_pool` is underway
+            if found.is_none() && self.captures_underway == 0 {
                 self.release_cached_blocks();
                 found = self.alloc_block(small, stream, size, alloc_size, true);
             }
@@ -715,7 +768,7 @@ impl<D: Device> CachingAllocator<D> {
                 reserved_bytes: self.stats.reserved_bytes.all().current as u64,
             });
         };
-        if let Some((fits, _)) = self.fits.as_mut() {
+        if let Some((fits, other_rule)) = self.fits.as_mut() {
             let b = &self.blocks[id as usize];
             fits.push(Fit {
                 stream,
@@ -725,10 +778,14 @@ impl<D: Device> CachingAllocator<D> {
                     size: b.size,
                     address: b.addr,
                 },
-                new_segment: !from_pool,
+                new_segment: !from_pool && !from_mempool,
             });
+            *other_rule |= from_mempool;
         }
-        let split = self.should_split(id, size);
+        // (`mempool_params` of the fallback: expandable segments not active)
+        let split = self.should_split(id, size, self.config.expandable_segments && !from_mempool);
+        // the block keeps its pool's stream (a fallback's: the pool's)
+        let stream = self.b(id).stream;
         Ok(self.alloc_found_block(id, size, orig_size, stream, split))
     }
 
@@ -743,7 +800,7 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
-        self.process_events_unless_capturing();
+        self.process_events_unless_capturing(stream);
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
@@ -762,6 +819,7 @@ impl<D: Device> CachingAllocator<D> {
             || self.config.max_split_size <= SMALL_BUFFER
             || !self.events.is_empty()
             || !self.stream_uses.is_empty()
+            || self.no_split_stream(stream)
         {
             return None;
         }
@@ -807,6 +865,7 @@ impl<D: Device> CachingAllocator<D> {
             || !self.stream_uses.is_empty()
             || self.trace.is_some()
             || self.fits.is_some()
+            || self.no_split_stream(stream)
         {
             return None;
         }
@@ -888,7 +947,13 @@ impl<D: Device> CachingAllocator<D> {
             // an event recorded during a capture cannot be queried: its block
             // waits for the first `process_events` after the capture
             if self.captures_underway > 0 {
-                self.deferred.push(id);
+                let markers = if self.config.graph_capture_record_stream_reuse {
+                    self.record_free_markers(id)
+                } else {
+                    // without graph_capture_record_stream_reuse, always until the capture's end
+                    None
+                };
+                self.deferred.push((id, markers));
             } else {
                 self.insert_events(id);
             }
@@ -907,6 +972,52 @@ impl<D: Device> CachingAllocator<D> {
     /// `endAllocateToPool` (`capture_end`, the end of `use_mem_pool`).
     pub fn end_allocate_to_pool(&mut self) {
         self.captures_underway = self.captures_underway.saturating_sub(1);
+    }
+
+    /// `cudaStreamBeginCapture` on `stream`: it is capturing, with no node yet.
+    pub fn capture_stream_begin(&mut self, stream: u64) {
+        self.capture_clocks.insert(stream, vec![(stream, 0)]);
+    }
+
+    /// A node captured on `stream` (an op launched on it while capturing).
+    pub fn capture_stream_op(&mut self, stream: u64) {
+        if let Some(c) = self.capture_clocks.get_mut(&stream) {
+            match c.iter_mut().find(|e| e.0 == stream) {
+                Some(e) => e.1 += 1,
+                None => c.push((stream, 1)),
+            }
+        }
+    }
+
+    /// `cudaEventRecord(event, stream)`: the event stands for `stream`'s
+    /// captured work so far (nothing where `stream` is not capturing).
+    pub fn capture_event_record(&mut self, event: u64, stream: u64) {
+        match self.capture_clocks.get(&stream) {
+            Some(c) => {
+                let c = c.clone();
+                self.capture_events.insert(event, c);
+            }
+            None => {
+                self.capture_events.remove(&event);
+            }
+        }
+    }
+
+    /// `cudaStreamWaitEvent(stream, event)`: `stream`'s later work follows
+    /// the event's; a stream not capturing joins the capture.
+    pub fn capture_event_wait(&mut self, stream: u64, event: u64) {
+        if let Some(e) = self.capture_events.get(&event) {
+            let e = e.clone();
+            clock_merge(self.capture_clocks.entry(stream).or_default(), &e);
+        }
+    }
+
+    /// `cudaStreamEndCapture` on the capture's origin `stream`: it and every
+    /// stream joined into its capture stop capturing.
+    pub fn capture_stream_end(&mut self, stream: u64) {
+        let joined = |c: &Clock| c.iter().any(|e| e.0 == stream);
+        self.capture_clocks.retain(|_, c| !joined(c));
+        self.capture_events.retain(|_, c| !joined(c));
     }
 
     /// `recordStream`: the block at `addr` is used on `stream` too.
@@ -1002,6 +1113,73 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// A private pool's stream: the twin keeps the blocks private pool `pool`
+    /// (its `MempoolIdHash`: the id's first element, or its second where the
+    /// first is 0) allocates on `stream` under the stream id `private`
+    /// (`BlockComparatorSize` orders a pool's blocks by stream first).
+    pub fn register_private_stream(&mut self, private: u64, pool: u64, stream: u64) {
+        self.private_pools.insert(private, (pool, stream));
+    }
+
+    /// `setNoSplit(mempool_id)` (`MemPool(no_split=True)`, MemPool.cpp): no
+    /// block of the pool is ever split (`should_split`).
+    pub fn set_no_split(&mut self, pool: u64) {
+        if !self.no_split_pools.contains(&pool) {
+            self.no_split_pools.push(pool);
+        }
+    }
+
+    /// `setUseOnOOM(mempool_id, use_on_oom)` (`MemPool(use_on_oom=True)`;
+    /// `~MemPool` turns it off): a request outside any private pool that
+    /// `cudaMalloc` cannot serve may take a free block of the pool
+    /// (`try_mempool_fallback`).
+    pub fn set_use_on_oom(&mut self, pool: u64, use_on_oom: bool) {
+        if use_on_oom {
+            self.use_on_oom_pools.insert(pool);
+        } else {
+            self.use_on_oom_pools.remove(pool);
+        }
+    }
+
+    /// Whether `stream` keys the blocks of a `no_split` pool.
+    fn no_split_stream(&self, stream: u64) -> bool {
+        !self.no_split_pools.is_empty()
+            && self
+                .private_pools
+                .get(&stream)
+                .is_some_and(|(pool, _)| self.no_split_pools.contains(pool))
+    }
+
+    /// `try_mempool_fallback` (CUDACachingAllocator.cpp, PyTorch 2.11), run
+    /// when `alloc_block` first fails and before any cached block is freed: a
+    /// request not already going to a private pool tries each `use_on_oom`
+    /// pool in turn (`beginAllocateToPool`, `get_pool`, then
+    /// `get_free_block` alone, with expandable segments inactive: no new
+    /// segment is made in the pool); the first free block found is taken.
+    fn try_mempool_fallback(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
+        if self.use_on_oom_pools.is_empty()
+            || self.private_pools.contains_key(&stream)
+            || self.kept_streams.contains(&stream)
+        {
+            return None;
+        }
+        let pools: Vec<u64> = self.use_on_oom_pools.iter().collect();
+        for pool in pools {
+            // the pool's blocks of this stream (none where it never allocated on it)
+            let private = self
+                .private_pools
+                .iter()
+                .find(|(_, &(p, s))| p == pool && s == stream)
+                .map(|(&k, _)| k);
+            if let Some(private) = private {
+                if let Some(id) = self.get_free_block(small, private, size, false) {
+                    return Some(id);
+                }
+            }
+        }
+        None
+    }
+
     /// `snapshot()`: segments and blocks as a memory snapshot reports them,
     /// sorted by address.
     pub fn snapshot(&self) -> Vec<SegmentInfo> {
@@ -1073,9 +1251,62 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `malloc`'s `process_events`, which it skips while a capture is
     /// underway (its event queries are illegal then).
-    fn process_events_unless_capturing(&mut self) {
+    fn process_events_unless_capturing(&mut self, stream: u64) {
         if self.captures_underway == 0 {
             self.process_events();
+        } else if self.config.graph_capture_record_stream_reuse {
+            // "We check if there is some block that is safe to reuse on this stream"
+            let stream = self.cuda_stream_of(stream);
+            self.free_safe_blocks_in_capture(stream);
+        }
+    }
+
+    /// The stream a request keyed by `stream` runs on (a private pool's
+    /// stream id names the stream its blocks are allocated on).
+    fn cuda_stream_of(&self, stream: u64) -> u64 {
+        self.private_pools.get(&stream).map_or(stream, |&(_, s)| s)
+    }
+
+    /// `record_free_markers`: the current terminal nodes of the capture on
+    /// the block's stream and on every stream it was used on, as one clock;
+    /// `None` (wait for the capture's end) where one of them is not
+    /// capturing, or where none has captured a node yet (no marker).
+    fn record_free_markers(&self, id: Id) -> Option<Clock> {
+        let mut markers = Clock::new();
+        let own = self.cuda_stream_of(self.b(id).stream);
+        let uses = self.stream_uses.get(&(id as u64));
+        for s in std::iter::once(own).chain(uses.into_iter().flatten().copied()) {
+            clock_merge(&mut markers, self.capture_clocks.get(&s)?);
+        }
+        markers.iter().any(|&(_, n)| n > 0).then_some(markers)
+    }
+
+    /// `free_safe_blocks_in_capture(stream)`: a deferred block of `stream`
+    /// whose free markers every terminal node of the capture on `stream`
+    /// follows (`update_visited`'s reverse walk) is free again, its stream
+    /// uses cleared (the graph orders them), with no event.
+    fn free_safe_blocks_in_capture(&mut self, stream: u64) {
+        let Some(now) = self.capture_clocks.get(&stream) else {
+            return;
+        };
+        if now.iter().all(|&(_, n)| n == 0) {
+            // no terminal node yet
+            return;
+        }
+        let mut safe = Vec::new();
+        for (i, (id, markers)) in self.deferred.iter().enumerate() {
+            if let Some(m) = markers {
+                if self.cuda_stream_of(self.b(*id).stream) == stream && clock_le(m, now) {
+                    safe.push(i);
+                }
+            }
+        }
+        for i in safe.into_iter().rev() {
+            let (id, _) = self.deferred.remove(i);
+            self.stream_uses.remove(&(id as u64));
+            self.graph_stream_uses.remove(&(id as u64));
+            self.bm(id).has_stream_uses = false;
+            self.free_block(id);
         }
     }
 
@@ -1094,7 +1325,7 @@ impl<D: Device> CachingAllocator<D> {
     /// during it have finished, `remove_graph_stream_uses`); a block left
     /// with none is freed now.
     fn insert_events_deferred_until_no_capture(&mut self) {
-        for id in std::mem::take(&mut self.deferred) {
+        for (id, _) in std::mem::take(&mut self.deferred) {
             if let Some(graph) = self.graph_stream_uses.remove(&(id as u64)) {
                 if let Some(uses) = self.stream_uses.get_mut(&(id as u64)) {
                     uses.retain(|s| !graph.contains(s));
@@ -1171,6 +1402,7 @@ impl<D: Device> CachingAllocator<D> {
             || self.config.garbage_collection_threshold > 0.0
             || self.trace.is_some()
             || self.fits.is_some()
+            || self.no_split_stream(stream)
         {
             return None;
         }
@@ -1218,8 +1450,15 @@ impl<D: Device> CachingAllocator<D> {
         })
     }
 
-    /// `get_free_block`: best fit by (stream, size, address).
-    fn get_free_block(&mut self, small: bool, stream: u64, size: u64) -> Option<Id> {
+    /// `get_free_block`: best fit by (stream, size, address);
+    /// `expandable_active`: `AllocParams::is_expandable_segments_active`.
+    fn get_free_block(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+        expandable_active: bool,
+    ) -> Option<Id> {
         let p = pool_index(small);
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
             // Track block reuse interval only when garbage collection is enabled.
@@ -1232,7 +1471,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut c = pool.lower_bound(stream, size)?;
         let mut cur = pool.get(c);
         if self.b(cur.2).seg != NIL {
-            if self.config.expandable_segments {
+            if expandable_active {
                 // Best fit by the size a block could expand to.
                 let exp = |k: &(u64, u64, Id)| {
                     let b = self.b(k.2);
@@ -1277,11 +1516,16 @@ impl<D: Device> CachingAllocator<D> {
         Some(cur.2)
     }
 
-    /// `should_split`.
-    fn should_split(&self, id: Id, size: u64) -> bool {
+    /// `should_split`; `expandable_active`: `is_expandable_segments_active`.
+    fn should_split(&self, id: Id, size: u64, expandable_active: bool) -> bool {
         let b = self.b(id);
+        // "If the pool is marked as not splitting a segment, do not split"
+        // (`no_split_pools.find(block->pool->owner_MempoolId())`)
+        if self.no_split_stream(b.stream) {
+            return false;
+        }
         let remaining = b.size - size;
-        if b.small || self.config.expandable_segments {
+        if b.small || expandable_active {
             remaining >= MIN_BLOCK_SIZE
         } else {
             size < self.config.max_split_size && remaining > SMALL_SIZE
@@ -1983,6 +2227,210 @@ mod tests {
         assert_eq!(requested(&a), 4 << 20);
         a.empty_cache();
         assert_eq!(requested(&a), 0);
+    }
+
+    /// A pool's private stream, as the Python side keys MemPool `(0, pool)`'s
+    /// blocks on stream 0.
+    fn private(pool: u64) -> u64 {
+        0x7E00_0000_0000 + (pool << 24)
+    }
+
+    #[test]
+    fn a_no_split_pool_hands_out_whole_blocks() {
+        // `should_split`: "If the pool is marked as not splitting a segment, do not split"
+        let mut a = CachingAllocator::new(AllocatorConfig::default());
+        let p = private(1);
+        a.register_private_stream(p, 1, 0);
+        a.set_no_split(1);
+        let allocated = |a: &CachingAllocator<SimDevice>| a.stats().allocated_bytes.all().current;
+        let x = a.malloc(4096, p).unwrap();
+        assert_eq!(allocated(&a), 2 << 20, "the small segment whole");
+        let y = a.malloc(4096, p).unwrap();
+        assert_eq!(a.stats().segment.all().current, 2);
+        a.free(x).unwrap();
+        // a later request takes the whole cached block again
+        let z = a.malloc(8192, p).unwrap();
+        assert_eq!(z, x);
+        assert_eq!(allocated(&a), 4 << 20);
+        // 1 to 10 MiB: the 20 MiB segment whole
+        let big = a.malloc(5 << 20, p).unwrap();
+        assert_eq!(allocated(&a), 24 << 20);
+        for h in [y, z, big] {
+            a.free(h).unwrap();
+        }
+        // another pool, and the default pool, still split
+        let q = private(2);
+        a.register_private_stream(q, 2, 0);
+        a.malloc(4096, q).unwrap();
+        a.malloc(4096, 0).unwrap();
+        assert_eq!(allocated(&a), 8192);
+    }
+
+    /// 100 MiB to allocate; pool 1 (`use_on_oom` where `on`) holds a free
+    /// 40 MiB block of stream 0, the default pool 50 MiB in use.
+    fn over_a_pool(cfg: &str, on: bool) -> CachingAllocator<SimDevice> {
+        let cfg = AllocatorConfig::parse(cfg).unwrap();
+        let mut a = CachingAllocator::with_device(cfg, SimDevice::new(1 << 40, 100 << 20));
+        let p = private(1);
+        a.register_private_stream(p, 1, 0);
+        a.keep_through_empty_cache(p, true);
+        a.set_use_on_oom(1, on);
+        let x = a.malloc(40 << 20, p).unwrap();
+        a.free(x).unwrap();
+        a.malloc(50 << 20, 0).unwrap();
+        a
+    }
+
+    #[test]
+    fn a_use_on_oom_pool_serves_a_request_cuda_malloc_cannot() {
+        // `try_mempool_fallback`: the pool's free block, split as any
+        let mut a = over_a_pool("", true);
+        let h = a.malloc(30 << 20, 0).unwrap();
+        assert_eq!(a.stats().allocated_bytes.all().current, 80 << 20);
+        assert_eq!(a.stats().reserved_bytes.all().current, 90 << 20);
+        // freed, it goes back to the pool: a default request that cannot fit fails
+        a.free(h).unwrap();
+        a.set_use_on_oom(1, false);
+        assert!(a.malloc(30 << 20, 0).is_err());
+        // without the option: out of memory (the pool's cached block is kept)
+        let mut a = over_a_pool("", false);
+        assert!(a.malloc(30 << 20, 0).is_err());
+        // a request that goes to a private pool itself does not fall back
+        let mut a = over_a_pool("", true);
+        let q = private(2);
+        a.register_private_stream(q, 2, 0);
+        assert!(a.malloc(30 << 20, q).is_err());
+    }
+
+    #[test]
+    fn the_fallback_comes_before_freeing_cached_oversize_blocks() {
+        // malloc: alloc_block || try_mempool_fallback || release_available_cached_blocks ...
+        let cfg = AllocatorConfig::parse("max_split_size_mb:20").unwrap();
+        let mut a = CachingAllocator::with_device(cfg, SimDevice::new(1 << 40, 100 << 20));
+        let p = private(1);
+        a.register_private_stream(p, 1, 0);
+        a.keep_through_empty_cache(p, true);
+        a.set_use_on_oom(1, true);
+        let x = a.malloc(40 << 20, p).unwrap();
+        a.free(x).unwrap();
+        // a cached oversize block of the default pool that does not fit 30 MiB
+        let o = a.malloc(24 << 20, 0).unwrap();
+        a.malloc(26 << 20, 0).unwrap();
+        a.free(o).unwrap();
+        let frees = a.stats().num_device_free;
+        a.malloc(30 << 20, 0).unwrap();
+        assert_eq!(a.stats().num_device_free, frees, "no segment released");
+        // oversize: the pool's 40 MiB block whole
+        assert_eq!(a.stats().allocated_bytes.all().current, 66 << 20);
+        assert_eq!(a.stats().reserved_bytes.all().current, 90 << 20);
+    }
+
+    #[test]
+    fn use_on_oom_pools_are_tried_in_their_hash_sets_order() {
+        // `use_on_oom_pools` iterates pool 2 before pool 1 (`SkaSet`)
+        let mut a = CachingAllocator::with_device(
+            AllocatorConfig::default(),
+            SimDevice::new(1 << 40, 100 << 20),
+        );
+        let mut blocks = Vec::new();
+        for pool in [1, 2] {
+            let p = private(pool);
+            a.register_private_stream(p, pool, 0);
+            a.keep_through_empty_cache(p, true);
+            a.set_use_on_oom(pool, true);
+            // a free 20 MiB segment in each
+            let y = a.malloc(5 << 20, p).unwrap();
+            a.free(y).unwrap();
+            blocks.push(y);
+        }
+        a.malloc(60 << 20, 0).unwrap();
+        let h = a.malloc(5 << 20, 0).unwrap();
+        assert_eq!(h, blocks[1], "pool 2 first");
+    }
+
+    /// A capture on stream 0 into pool 1 with `graph_capture_record_stream_reuse`
+    /// as `reuse`, a side stream 5 joined into it; `x` used on 5 and freed.
+    fn captured_and_freed(reuse: bool) -> (CachingAllocator<SimDevice>, Addr) {
+        let cfg = if reuse {
+            "graph_capture_record_stream_reuse:True"
+        } else {
+            ""
+        };
+        let mut a = CachingAllocator::new(AllocatorConfig::parse(cfg).unwrap());
+        let p = private(1);
+        a.register_private_stream(p, 1, 0);
+        a.begin_allocate_to_pool();
+        a.capture_stream_begin(0);
+        a.capture_stream_op(0);
+        // the side stream joins: it waits on an event recorded on 0
+        a.capture_event_record(1, 0);
+        a.capture_event_wait(5, 1);
+        let x = a.malloc(4 << 20, p).unwrap();
+        a.capture_stream_op(0);
+        a.record_stream(x, 5).unwrap();
+        a.capture_stream_op(5);
+        a.free(x).unwrap();
+        (a, x)
+    }
+
+    #[test]
+    fn a_block_freed_in_a_capture_is_reused_once_its_stream_follows_its_free_markers() {
+        // `record_free_markers` at the free, `free_safe_blocks_in_capture` at each malloc
+        let (mut a, x) = captured_and_freed(true);
+        let p = private(1);
+        // stream 0 has not waited on the side stream: x is not safe yet
+        let y = a.malloc(4 << 20, p).unwrap();
+        assert_ne!(y, x);
+        // the side stream's work joined back into stream 0
+        a.capture_event_record(2, 5);
+        a.capture_event_wait(0, 2);
+        let z = a.malloc(4 << 20, p).unwrap();
+        assert_eq!(z, x, "reused within the capture");
+        // without the setting: only after the capture's end
+        let (mut a, x) = captured_and_freed(false);
+        a.capture_event_record(2, 5);
+        a.capture_event_wait(0, 2);
+        a.malloc(4 << 20, p).unwrap();
+        let z = a.malloc(4 << 20, p).unwrap();
+        assert_ne!(z, x);
+    }
+
+    #[test]
+    fn a_block_used_on_a_stream_outside_the_capture_waits_for_its_end() {
+        // `record_free_markers`: a stream not capturing gives no marker
+        let (mut a, _) = captured_and_freed(true);
+        let p = private(1);
+        let w = a.malloc(4 << 20, p).unwrap();
+        a.capture_stream_op(0);
+        a.record_stream(w, 9).unwrap();
+        a.free(w).unwrap();
+        a.capture_event_record(2, 5);
+        a.capture_event_wait(0, 2);
+        a.capture_event_record(3, 9);
+        a.capture_event_wait(0, 3);
+        let v = a.malloc(4 << 20, p).unwrap();
+        let u = a.malloc(4 << 20, p).unwrap();
+        assert_ne!(v, w);
+        assert_ne!(u, w);
+        a.capture_stream_end(0);
+        a.end_allocate_to_pool();
+        assert!(!a.capture_clocks.contains_key(&5));
+    }
+
+    #[test]
+    fn an_out_of_memory_during_a_capture_frees_no_cached_block() {
+        // `C10_LIKELY(captures_underway.empty()) && release_cached_blocks(..)`
+        let mut a = CachingAllocator::with_device(
+            AllocatorConfig::default(),
+            SimDevice::new(1 << 40, 100 << 20),
+        );
+        let x = a.malloc(60 << 20, 0).unwrap();
+        a.free(x).unwrap();
+        a.begin_allocate_to_pool();
+        assert!(a.malloc(70 << 20, 0).is_err());
+        assert_eq!(a.stats().reserved_bytes.all().current, 60 << 20);
+        a.end_allocate_to_pool();
+        a.malloc(70 << 20, 0).unwrap();
     }
 
     #[test]

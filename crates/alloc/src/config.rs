@@ -50,6 +50,13 @@ pub struct AllocatorConfig {
     pub pinned_reserve_segment_size_mb: u64,
     /// `backend:cudaMallocAsync` was asked for (the twin models `native` only).
     pub backend_malloc_async: bool,
+    /// `graph_capture_record_stream_reuse` (CUDA key, default false): a block
+    /// freed during a CUDA graph capture while in use on other streams
+    /// (`record_stream`) records the capture's free markers and is reused
+    /// within the capture once every later allocation on its stream follows
+    /// them (`free_safe_blocks_in_capture`), instead of waiting for the
+    /// capture's end.
+    pub graph_capture_record_stream_reuse: bool,
     /// `per_process_memory_fraction` (CUDA key, default 1.0): the fraction
     /// the device's allocator starts with (`DeviceCachingAllocator`'s
     /// constructor calls `setMemoryFraction` with it, CUDACachingAllocator.cpp);
@@ -76,6 +83,7 @@ impl Default for AllocatorConfig {
             pinned_use_background_threads: false,
             pinned_reserve_segment_size_mb: 0,
             backend_malloc_async: false,
+            graph_capture_record_stream_reuse: false,
             per_process_memory_fraction: 1.0,
             settings: String::new(),
         }
@@ -450,14 +458,10 @@ impl AllocatorConfig {
                     self.pinned_reserve_segment_size_mb = v;
                 }
                 "graph_capture_record_stream_reuse" => {
+                    // `parseGraphCaptureRecordStreamReuse` (CUDAAllocatorConfig.cpp)
                     t.check_token(i + 1)?;
                     i += 2;
-                    if t.to_bool(i)? {
-                        return fail(
-                            ConfigErrorKind::NotModelled,
-                            "graph_capture_record_stream_reuse:True is not modelled by the twin",
-                        );
-                    }
+                    self.graph_capture_record_stream_reuse = t.to_bool(i)?;
                 }
                 "per_process_memory_fraction" => {
                     // `parsePerProcessMemoryFraction` (CUDAAllocatorConfig.cpp)
@@ -618,6 +622,11 @@ impl AllocatorConfig {
             pinned_reserve_segment_size_mb: _,
             backend_malloc_async: _,
             settings: _,
+            // Frees within a capture at points the captured graph's order
+            // decides, as deterministically as a capture's end does; a block
+            // used on another stream already leaves best fit not alone
+            // (`record_stream`).
+            graph_capture_record_stream_reuse: _,
             // A limit the allocator starts with, as `set_memory_fraction`'s.
             per_process_memory_fraction,
         } = self;
@@ -719,6 +728,7 @@ mod tests {
             "pinned_num_register_threads:8",
             "pinned_use_background_threads:True",
             "backend:cudaMallocAsync",
+            "graph_capture_record_stream_reuse:True",
         ] {
             for s in SHORTCUTS {
                 assert!(alone(setting).allows(s), "{setting} {s:?}");
@@ -918,9 +928,15 @@ mod tests {
         );
         // the CUDA keys PyTorch 2.11 knows
         AllocatorConfig::parse("pinned_reserve_segment_size_mb:4,graph_capture_record_stream_reuse:False,per_process_memory_fraction:1.0").unwrap();
+        let c = AllocatorConfig::parse("graph_capture_record_stream_reuse:True").unwrap();
+        assert!(c.graph_capture_record_stream_reuse);
+        // a CUDA setting: kept by a later string that does not name it
+        let mut c = c;
+        c.apply("max_split_size_mb:40").unwrap();
+        assert!(c.graph_capture_record_stream_reuse);
         assert_eq!(
-            kind("graph_capture_record_stream_reuse:True"),
-            ConfigErrorKind::NotModelled
+            kind("graph_capture_record_stream_reuse:yes"),
+            ConfigErrorKind::Value
         );
         assert_eq!(
             kind("per_process_memory_fraction:1.5"),

@@ -26,6 +26,7 @@ mod freeset;
 mod host;
 pub mod inthash;
 mod largepool;
+mod skaset;
 mod smallpool;
 mod stats;
 mod summary;

@@ -511,11 +511,10 @@ impl AllocatorSettings {
             release_lock_on_cudamalloc: Some(cfg.release_lock_on_cudamalloc),
             pinned_num_register_threads: Some(cfg.pinned_num_register_threads as i64),
             pinned_use_cuda_host_register: Some(cfg.pinned_use_cuda_host_register),
-            // PyTorch 2.11 reports it (the H200's snapshots); the twin takes
-            // only `False` (`AllocatorConfig::parse`)
+            // PyTorch 2.11 reports it (the H200's snapshots)
             other: vec![(
                 "graph_capture_record_stream_reuse".to_owned(),
-                Value::Bool(false),
+                Value::Bool(cfg.graph_capture_record_stream_reuse),
             )],
         }
     }
