@@ -2732,6 +2732,9 @@ class Capture:
     def run(self, func, args, kwargs, ours, factory=False):
         """The op's meta kernel, then the twin's allocations for its outputs."""
         self.ops += 1
+        if self.capture_streams:
+            # a node captured on the current stream (the order graph_capture_record_stream_reuse reads)
+            self.device.capture_stream_op(self.stream)
         before = {a.untyped_storage()._cdata for a in ours}
         op, is_aten, mutable = _facts(func)
         if not is_aten:

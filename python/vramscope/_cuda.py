@@ -69,6 +69,13 @@ class _Properties:
         )
 
 
+def _pool_hash(pool) -> int:
+    """`MempoolIdHash` (CUDACachingAllocator.cpp): a pool id's first element, or its second where
+    the first is 0; the allocator's key of the pool's options."""
+    pool = tuple(pool)
+    return pool[0] if pool[0] != 0 else pool[1]
+
+
 #: where the twin keeps a CUDA graph's private pool: a stream id of its own per (pool, capturing
 #: stream), since the caching allocator matches a private pool's blocks by stream too
 _PRIVATE_POOL_STREAMS = 0x7E00_0000_0000
@@ -87,10 +94,12 @@ class Stream:
         self.cuda_stream = self.stream_id
 
     def wait_stream(self, stream):
-        pass
+        # during a capture, the order of the captured work (`cudaStreamWaitEvent` on an event
+        # recorded on `stream`): what graph_capture_record_stream_reuse reads
+        _capture_wait(self.stream_id, getattr(stream, "stream_id", 0), None)
 
     def wait_event(self, event):
-        pass
+        _capture_wait(self.stream_id, None, event)
 
     def record_event(self, event=None):
         event = event or Event()
@@ -134,19 +143,52 @@ class _DefaultStream(Stream):
         self.cuda_stream = 0
 
 
+def _capture_wait(waiter: int, stream: int | None, event) -> None:
+    """`waiter` waits on `stream`'s work so far (`wait_stream`) or on `event`, told to the
+    allocator's order of captured work while a CUDA graph capture is underway (a stream waiting
+    on a capturing one joins the capture)."""
+    from . import _capture
+
+    cap = _capture.current()
+    if not cap.capture_streams:
+        return
+    if event is None:
+        Event._next += 1
+        eid = Event._next
+        cap.device.capture_event_record(eid, stream)
+    else:
+        eid = event.eid
+    cap.device.capture_event_wait(waiter, eid)
+
+
 class Event:
     """A stand-in for `torch.cuda.Event`."""
+
+    _next = 0
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         self.enable_timing = enable_timing
         #: the host's clock when the event was last recorded (`elapsed_time`)
         self.recorded_ns: int | None = None
+        type(self)._next += 1
+        #: the allocator's name for it (the order of work captured in a CUDA graph)
+        self.eid = Event._next
 
     def record(self, stream=None):
         self.recorded_ns = time.perf_counter_ns()
+        from . import _capture
+
+        cap = _capture.current()
+        if cap.capture_streams:
+            sid = cap.stream if stream is None else getattr(stream, "stream_id", 0)
+            cap.device.capture_event_record(self.eid, sid)
 
     def wait(self, stream=None):
-        pass
+        from . import _capture
+
+        cap = _capture.current()
+        sid = cap.stream if stream is None else getattr(stream, "stream_id", 0)
+        _capture_wait(sid, None, self)
 
     def query(self):
         return True
@@ -368,6 +410,9 @@ def patch(cap) -> _Patch:
             cap.capture_streams.add(cap.stream)
             self._private = _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
             cap.pool_streams[cap.stream] = self._private
+            cap.device.register_private_stream(self._private, _pool_hash(self._pool), cap.stream)
+            # the stream captures from now on (the order of its work: graph_capture_record_stream_reuse)
+            cap.device.capture_stream_begin(cap.stream)
             # the pool's use_count: empty_cache keeps it while a graph holds it
             pool_users.setdefault(self._private, set()).add(id(self))
             cap.device.keep_through_empty_cache(self._private, True)
@@ -376,6 +421,7 @@ def patch(cap) -> _Patch:
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
             cap.capture_streams.discard(self._stream)
+            cap.device.capture_stream_end(self._stream)
             cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
 
@@ -411,18 +457,23 @@ def patch(cap) -> _Patch:
     class MemPool:
         """`torch.cuda.MemPool` on the simulated device (MemPool.cpp): an id `(0, n)` as
         `graph_pool_handle` numbers them and a private pool whose use count its life holds
-        (`createOrIncrefPool`), so empty_cache keeps its cached blocks; its deletion
-        (`releasePool`, then `emptyCache(id_)`) frees the pool's unsplit cached blocks alone.
-        Blocks are matched by stream inside the pool as in a graph's."""
+        (`createOrIncrefPool`), so empty_cache keeps its cached blocks; `no_split` (`setNoSplit`:
+        its blocks are never split) and `use_on_oom` (`setUseOnOOM`: its free blocks serve a
+        request outside any pool that cudaMalloc cannot, `try_mempool_fallback`); its deletion
+        (`setUseOnOOM(false)`, `releasePool`, then `emptyCache(id_)`) frees the pool's unsplit
+        cached blocks alone. Blocks are matched by stream inside the pool as in a graph's."""
 
         def __init__(self, allocator=None, use_on_oom=False, no_split=False):
             if allocator is not None:
                 cap.note_unmeasured("MemPool with its own allocator")
-            if use_on_oom or no_split:
-                cap.note_unmeasured("MemPool(use_on_oom=True or no_split=True)")
             self._id = graph_pool_handle()
             self._uses = 1
             self._streams: list[int] = []
+            # given to the allocator with the pool's first stream (`setNoSplit`, `setUseOnOOM`):
+            # a pool without blocks splits none and serves no fallback, and the twin's allocator
+            # starts at the first allocation, with the settings the script may set until then
+            self._no_split = bool(no_split)
+            self._use_on_oom = bool(use_on_oom)
 
         @property
         def id(self):
@@ -441,6 +492,11 @@ def patch(cap) -> _Patch:
             if private not in self._streams:
                 self._streams.append(private)
                 cap.device.keep_through_empty_cache(private, True)
+                cap.device.register_private_stream(private, _pool_hash(self._id), stream)
+                if self._no_split:
+                    cap.device.set_no_split(_pool_hash(self._id))
+                if self._use_on_oom:
+                    cap.device.set_use_on_oom(_pool_hash(self._id), True)
             return private
 
         def snapshot(self, include_traces=True):
@@ -448,6 +504,9 @@ def patch(cap) -> _Patch:
             return memory_snapshot((*self._id, include_traces))["segments"]
 
         def __del__(self):
+            if cap.active:
+                # ~MemPool (PyTorch 2.11): setUseOnOOM(id_, false) first
+                cap.device.set_use_on_oom(_pool_hash(self._id), False)
             if cap.active and self._streams:
                 # (a graph captured into this pool holds it until the graph is reset)
                 cap.device.empty_cache_of([s for s in self._streams if not pool_users.get(s)])

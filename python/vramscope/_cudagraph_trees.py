@@ -97,6 +97,7 @@ def patch(p, cap) -> None:
         tree manager allocates on its own stream only (`_use_cuda_memory_pool_manager`)."""
         pool_stream[tuple(pool)] = cap.stream
         cap.pool_streams[cap.stream] = private_stream(pool, cap.stream)
+        cap.device.register_private_stream(cap.pool_streams[cap.stream], _cuda._pool_hash(pool), cap.stream)
         cap.device.begin_allocate_to_pool()
 
     def end_allocate_to_pool(device, pool):

@@ -1366,6 +1366,53 @@ impl Runtime {
         self.st.borrow_mut().alloc.end_allocate_to_pool();
     }
 
+    /// A private pool's stream: pool `pool`'s blocks allocated on `stream`
+    /// are kept under the stream id `private`.
+    pub fn register_private_stream(&self, private: u64, pool: u64, stream: u64) {
+        self.st
+            .borrow_mut()
+            .alloc
+            .register_private_stream(private, pool, stream);
+    }
+
+    /// `setNoSplit` (`MemPool(no_split=True)`).
+    pub fn set_no_split(&self, pool: u64) {
+        self.st.borrow_mut().alloc.set_no_split(pool);
+    }
+
+    /// `setUseOnOOM` (`MemPool(use_on_oom=True)`, `~MemPool`).
+    pub fn set_use_on_oom(&self, pool: u64, use_on_oom: bool) {
+        self.st.borrow_mut().alloc.set_use_on_oom(pool, use_on_oom);
+    }
+
+    /// `stream` begins capturing a CUDA graph.
+    pub fn capture_stream_begin(&self, stream: u64) {
+        self.st.borrow_mut().alloc.capture_stream_begin(stream);
+    }
+
+    /// A node captured on `stream`.
+    pub fn capture_stream_op(&self, stream: u64) {
+        self.st.borrow_mut().alloc.capture_stream_op(stream);
+    }
+
+    /// An event recorded on `stream` (during a capture).
+    pub fn capture_event_record(&self, event: u64, stream: u64) {
+        self.st
+            .borrow_mut()
+            .alloc
+            .capture_event_record(event, stream);
+    }
+
+    /// `stream` waits on `event` (during a capture).
+    pub fn capture_event_wait(&self, stream: u64, event: u64) {
+        self.st.borrow_mut().alloc.capture_event_wait(stream, event);
+    }
+
+    /// The capture begun on `stream` ends.
+    pub fn capture_stream_end(&self, stream: u64) {
+        self.st.borrow_mut().alloc.capture_stream_end(stream);
+    }
+
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_memory_stats(&self) {
         self.st.borrow_mut().alloc.reset_peak_stats();

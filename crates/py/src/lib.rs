@@ -785,6 +785,49 @@ impl Device {
         self.p.runtime().end_allocate_to_pool();
     }
 
+    /// A private pool's stream: pool `pool`'s (its `MempoolIdHash`) blocks
+    /// allocated on `stream` are kept under the stream id `private`.
+    fn register_private_stream(&self, private: u64, pool: u64, stream: u64) {
+        self.p
+            .runtime()
+            .register_private_stream(private, pool, stream);
+    }
+
+    /// `setNoSplit` (`MemPool(no_split=True)`).
+    fn set_no_split(&self, pool: u64) {
+        self.p.runtime().set_no_split(pool);
+    }
+
+    /// `setUseOnOOM` (`MemPool(use_on_oom=True)`, `~MemPool`).
+    fn set_use_on_oom(&self, pool: u64, use_on_oom: bool) {
+        self.p.runtime().set_use_on_oom(pool, use_on_oom);
+    }
+
+    /// `stream` begins capturing a CUDA graph.
+    fn capture_stream_begin(&self, stream: u64) {
+        self.p.runtime().capture_stream_begin(stream);
+    }
+
+    /// A node captured on `stream`.
+    fn capture_stream_op(&self, stream: u64) {
+        self.p.runtime().capture_stream_op(stream);
+    }
+
+    /// An event recorded on `stream` (during a capture).
+    fn capture_event_record(&self, event: u64, stream: u64) {
+        self.p.runtime().capture_event_record(event, stream);
+    }
+
+    /// `stream` waits on `event` (during a capture).
+    fn capture_event_wait(&self, stream: u64, event: u64) {
+        self.p.runtime().capture_event_wait(stream, event);
+    }
+
+    /// The capture begun on `stream` ends.
+    fn capture_stream_end(&self, stream: u64) {
+        self.p.runtime().capture_stream_end(stream);
+    }
+
     /// The cuBLAS and cuBLASLt workspace sizes for the workspaces made from
     /// now on (None: the GPU's default), as the environment sets them.
     #[pyo3(signature = (cublas, lt))]
