@@ -45,11 +45,10 @@ impl SkaSet {
                     dist += 1;
                 }
                 // `emplace_new_key`
-                if !(dist == self.max_lookups || (self.len + 1) as f64 > self.buckets as f64 * 0.5)
-                {
-                    if self.place(i, dist, key) {
-                        return true;
-                    }
+                let full =
+                    dist == self.max_lookups || (self.len + 1) as f64 > self.buckets as f64 * 0.5;
+                if !full && self.place(i, dist, key) {
+                    return true;
                 }
             }
             self.grow();
