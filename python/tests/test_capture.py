@@ -5984,3 +5984,103 @@ def test_an_op_without_a_cuda_kernel_raises_as_the_gpu_does(tmp_script):
         "histc ran",
         "host histogram ran",
     ]
+
+
+_NO_CUDA_KERNEL_ATTEMPT = (
+    "import torch, torch._dynamo\n"
+    "from torch._dynamo.utils import counters\n"
+    "x = torch.randn(4096, device='cuda')\n"
+    "def attempt(name, fn):\n"
+    "    torch._dynamo.reset()\n"
+    "    counters.clear()\n"
+    "    try:\n"
+    "        fn()\n"
+    "        print(name, 'ran')\n"
+    "    except NotImplementedError as e:\n"
+    "        print(name, 'NotImplementedError', str(e).split('. ')[0], len(counters['graph_break']))\n"
+    "    except RuntimeError as e:\n"
+    "        print(name, type(e).__name__, str(e).split('\\n')[1].split('): ')[-1])\n"
+)
+
+
+def test_a_compiled_op_without_a_cuda_kernel_raises_when_its_fallback_runs(tmp_script):
+    # `_add_relu` has a meta kernel and no CUDA kernel: dynamo traces it, Inductor has no lowering
+    # and makes an implicit fallback that calls the aten op at run time (torch/_inductor/graph.py),
+    # aot_eager's graph calls it: the GPU's dispatcher raises as in eager code, the twin ran on
+    script = tmp_script(
+        _NO_CUDA_KERNEL_ATTEMPT + "def f(t):\n"
+        "    return torch.ops.aten._add_relu(t * 2, t)\n"
+        "for backend in ('inductor', 'aot_eager'):\n"
+        "    for fullgraph in (False, True):\n"
+        "        attempt(backend, lambda: torch.compile(f, backend=backend, fullgraph=fullgraph)(x))\n"
+        "attempt('vmap', lambda: torch.compile(torch.vmap(f), backend='aot_eager')(x.view(4, -1)))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    raised = (
+        "NotImplementedError Could not run 'aten::_add_relu.Tensor' with arguments from the 'CUDA' backend 0"
+    )
+    assert lines == [f"{name} {raised}" for name in ("inductor",) * 2 + ("aot_eager",) * 2 + ("vmap",)]
+
+
+def test_a_compiled_op_without_a_cuda_or_meta_kernel_breaks_the_graph(tmp_script):
+    # `histogram` has no meta kernel: dynamo's fake tensor runs its unsafe fallback on zeros of
+    # the input's device (run_fallback_kernel), which for `cuda` has no kernel, so the node breaks
+    # the graph (torch/_dynamo/utils.py, run_node) and the op runs eagerly and raises the
+    # dispatcher's error; under fullgraph=True dynamo raises Unsupported. The twin's trace on the
+    # host ran the CPU kernel, kept the op in the graph and ran it by its meta kernel
+    script = tmp_script(
+        _NO_CUDA_KERNEL_ATTEMPT + "def f(t):\n"
+        "    return torch.histogram(t * 2, bins=10)\n"
+        "for backend in ('inductor', 'aot_eager'):\n"
+        "    for fullgraph in (False, True):\n"
+        "        attempt(backend, lambda: torch.compile(f, backend=backend, fullgraph=fullgraph)(x))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    broke = (
+        "NotImplementedError Could not run 'aten::histogram.bin_ct' with arguments from the 'CUDA' backend 1"
+    )
+    refused = (
+        "Unsupported got NotImplementedError('could not find kernel for aten.histogram.bin_ct at "
+        "dispatch key DispatchKey.CUDA')"
+    )
+    assert lines == [f"{name} {out}" for name in ("inductor", "aot_eager") for out in (broke, refused)]
+
+
+def test_export_of_an_op_without_a_cuda_kernel_fails_as_on_the_gpu(tmp_script):
+    # non-strict export traces with fake CUDA tensors: `histogram` (no meta kernel) raises from the
+    # unsafe fallback at export, strict export's dynamo raises Unsupported; `_add_relu` (a meta
+    # kernel) is exported and raises when `ep.module()` runs. A strict export no longer meets the
+    # capture's global module hooks (its `ModuleToTrace.forward` was a skipped frame)
+    script = tmp_script(
+        _NO_CUDA_KERNEL_ATTEMPT + "class M(torch.nn.Module):\n"
+        "    def __init__(self, f):\n"
+        "        super().__init__()\n"
+        "        self.f = f\n"
+        "    def forward(self, t):\n"
+        "        return self.f(t * 2)\n"
+        "hist = M(lambda t: torch.histogram(t, bins=4)[0])\n"
+        "add_relu = M(lambda t: torch.ops.aten._add_relu(t, t))\n"
+        "for strict in (False, True):\n"
+        "    attempt('histogram', lambda: torch.export.export(hist, (x,), strict=strict))\n"
+        "    ep = torch.export.export(add_relu, (x,), strict=strict)\n"
+        "    attempt('add_relu', lambda: ep.module()(x))\n"
+        "    relu = torch.export.export(M(torch.relu), (x,), strict=strict)\n"
+        "    print('relu', relu.module()(x).shape)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    add_relu = (
+        "add_relu NotImplementedError Could not run 'aten::_add_relu.Tensor' with arguments from the "
+        "'CUDA' backend 0"
+    )
+    missing = "could not find kernel for aten.histogram.bin_ct at dispatch key DispatchKey.CUDA"
+    assert lines == [
+        f"histogram NotImplementedError {missing} 0",
+        add_relu,
+        "relu torch.Size([4096])",
+        f"histogram Unsupported got NotImplementedError('{missing}')",
+        add_relu,
+        "relu torch.Size([4096])",
+    ]

@@ -1348,6 +1348,46 @@ def _assert_metadata_on_host(original):
     return assert_metadata
 
 
+def _fallback_as_on_cuda(original):
+    """FakeTensor's unsafe fallback (`run_fallback_kernel`, torch/_subclasses/fake_tensor.py) for an
+    op with no meta kernel, while a GPU program is traced on the host: the GPU's fallback runs the
+    op on zeros of the fake tensors' device, `cuda`, where an op with no CUDA kernel (`histogram`,
+    `_histogramdd_*`, `slow_conv3d_forward`) raises NotImplementedError, which dynamo turns into a
+    graph break (`run_node`, torch/_dynamo/utils.py: the op then runs eagerly and raises; under
+    `fullgraph=True`, `Unsupported`) and which `torch.export` raises. The host's fake tensors would
+    run its CPU kernel and put the op in a graph. With the Python dispatcher on (dynamo, AOTAutograd)
+    the GPU's error is `resolve_key`'s (torch/_ops.py), else the dispatcher's own."""
+
+    def run_fallback_kernel(fake_mode, func, flat_args, args_spec, orig_not_implemented_exception):
+        from . import _capture
+
+        if (
+            TRACING[0]
+            and isinstance(func, torch._ops.OpOverload)
+            and _capture.no_cuda_kernel(func)
+            and any(
+                isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
+                and a.device == _HOST
+                and a.layout == torch.strided
+                and not _host_on_gpu(a)
+                for a in flat_args
+            )
+        ):
+            cuda = torch._C.DispatchKey.CUDA
+            if torch._C._dispatch_tls_local_include_set().has(torch._C.DispatchKey.PythonDispatcher):
+                torch._ops.resolve_key(func, cuda)  # (raises)
+            with torch._C._DisableTorchDispatch():
+                meta = [
+                    torch.empty_like(a, device="meta") if isinstance(a, torch.Tensor) else a
+                    for a in flat_args
+                ]
+                args, kwargs = torch.utils._pytree.tree_unflatten(meta, args_spec)
+                func.redispatch(torch._C.DispatchKeySet(cuda), *args, **kwargs)
+        return original(fake_mode, func, flat_args, args_spec, orig_not_implemented_exception)
+
+    return run_fallback_kernel
+
+
 def export_fn(original, cap):
     """`torch.export.export` while capturing: traced as a compiled region is (`_region`: fake tensors
     on the host, where a fake CUDA tensor's autograd metadata asks the driver for a stream), then the
@@ -1363,9 +1403,11 @@ def export_fn(original, cap):
             return original(*args, **kwargs)  # a host program's export: nothing to relabel
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
+        hooks = _detach_module_hooks(cap)
         try:
             ep = original(*args, **kwargs)
         finally:
+            _reattach_module_hooks(hooks)
             TRACING[0] = previous
             cap.compiled_depth -= 1
         _relabel_graph(ep.graph_module)
@@ -1619,6 +1661,7 @@ def patch(p, cap) -> None:
     p.set(tensor_variables.UnspecializedPythonVariable, "specialize", staticmethod(specialize))
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
+    p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel))
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
     p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
