@@ -6014,13 +6014,19 @@ def test_a_compiled_op_without_a_cuda_kernel_raises_when_its_fallback_runs(tmp_s
         "    for fullgraph in (False, True):\n"
         "        attempt(backend, lambda: torch.compile(f, backend=backend, fullgraph=fullgraph)(x))\n"
         "attempt('vmap', lambda: torch.compile(torch.vmap(f), backend='aot_eager')(x.view(4, -1)))\n"
+        "def g(t, out):\n"
+        "    return torch.narrow_copy(t * 2, 0, 0, 10, out=out)\n"
+        "attempt('narrow_copy', lambda: torch.compile(g)(x, torch.empty(10, device='cuda')))\n"
     )
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
     raised = (
         "NotImplementedError Could not run 'aten::_add_relu.Tensor' with arguments from the 'CUDA' backend 0"
     )
-    assert lines == [f"{name} {raised}" for name in ("inductor",) * 2 + ("aot_eager",) * 2 + ("vmap",)]
+    # (`narrow_copy.out`, refused eagerly, is functionalized into `narrow_copy`, which has a CUDA
+    # composite: the compiled call runs on the GPU)
+    names = ("inductor",) * 2 + ("aot_eager",) * 2 + ("vmap",)
+    assert lines == [f"{name} {raised}" for name in names] + ["narrow_copy ran"]
 
 
 def test_a_compiled_op_without_a_cuda_or_meta_kernel_breaks_the_graph(tmp_script):
