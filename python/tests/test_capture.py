@@ -6090,3 +6090,34 @@ def test_export_of_an_op_without_a_cuda_kernel_fails_as_on_the_gpu(tmp_script):
         add_relu,
         "relu torch.Size([4096])",
     ]
+
+
+def test_compiled_rms_norm_is_traced_as_the_gpu_s_fused_op(tmp_script):
+    # `_fused_rms_norm` has a CUDA kernel and, for every other backend, only its
+    # CompositeImplicitAutograd math kernel: on the GPU AutogradCUDA runs its autograd kernel and
+    # AOTAutograd's graphs hold `_fused_rms_norm` and `_fused_rms_norm_backward` (Inductor
+    # decomposes them: kernels named `..._fused_rms_norm_...` in blind257/ix04's H200 wrapper),
+    # where the host's trace decomposed it below autograd into pow/mean/rsqrt/mul, a joint graph
+    # the partitioner cut otherwise. A weight of another dtype takes the composite on both
+    script = tmp_script(
+        "import torch, torch.nn.functional as F\n"
+        "from torch._dynamo.backends.common import aot_autograd\n"
+        "x = torch.randn(8, 256, 512, device='cuda', requires_grad=True)\n"
+        "def show(gm, _):\n"
+        "    ops = {str(n.target) for n in gm.graph.nodes if n.op == 'call_function'}\n"
+        "    print(sorted(o for o in ops if 'rms' in o or 'rsqrt' in o))\n"
+        "    return gm\n"
+        "for dtype in (torch.float32, torch.bfloat16):\n"
+        "    w = torch.randn(512, device='cuda', dtype=dtype, requires_grad=True)\n"
+        "    f = lambda x: F.rms_norm(x * 2, (512,), w).sum()\n"
+        "    torch.compile(f, backend=aot_autograd(fw_compiler=show, bw_compiler=show))(x).backward()\n"
+        "    torch._dynamo.reset()\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [
+        "['aten._fused_rms_norm.default']",
+        "['aten._fused_rms_norm_backward.default']",
+        "['aten.rsqrt.default']",
+        "[]",
+    ]

@@ -1185,6 +1185,22 @@ def _twin_frames_inlined(original):
     return check_file
 
 
+def _fused_rms_norm_on_host():
+    """A CPU kernel for `_fused_rms_norm` while a compiled region is traced on the host, so that the
+    op is traced as on the GPU: there it has a CUDA kernel, so AutogradCUDA runs its autograd
+    kernel (VariableType; backward `_fused_rms_norm_backward`) and the op reaches AOTAutograd's
+    tracer, which decomposes it by Inductor's table (the GPU's kernels are named
+    `..._fused_rms_norm_...`); the CPU key has only the CompositeImplicitAutograd math kernel
+    (`rms_norm_composite`), so the host's trace decomposed it below autograd into pow, mean, rsqrt
+    and mul, whose joint graph the partitioner cut otherwise (`torch._C._dispatch_dump_table`;
+    blind257/ix04's forward wrapper ordered and freed its buffers otherwise). The kernel runs the
+    math kernel on genuine host tensors."""
+    op = torch.ops.aten._fused_rms_norm.default
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_fused_rms_norm", lambda *args, **kwargs: op.decompose(*args, **kwargs), "CPU")
+    return lib
+
+
 def _region(cap, fn):
     """`fn` (a compiled module's forward, a compiled function) run as a compiled region: dynamo
     traces it on the host (`TRACING`; the capture's torch-function mode, hooks and stand-ins pass
@@ -1201,9 +1217,11 @@ def _region(cap, fn):
         for name, original in made:
             setattr(torch, name, _from_data(original))
         hooks = _detach_module_hooks(cap)
+        fused = _fused_rms_norm_on_host()
         try:
             return fn(*args, **kwargs)
         finally:
+            fused._destroy()
             _reattach_module_hooks(hooks)
             for name, original in made:
                 setattr(torch, name, original)
