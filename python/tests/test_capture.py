@@ -6121,3 +6121,21 @@ def test_compiled_rms_norm_is_traced_as_the_gpu_s_fused_op(tmp_script):
         "['aten.rsqrt.default']",
         "[]",
     ]
+
+
+def test_the_unsafe_fallback_of_an_op_without_a_cuda_kernel_makes_zeros_on_the_gpu(tmp_script):
+    # FakeTensor's unsafe fallback (run_fallback_kernel) makes `torch.zeros_like(e,
+    # device=e.fake_device)` of each fake input before calling the op, which raises at the CUDA key:
+    # under fullgraph=True nothing runs, and the peak is the input and its zeros
+    script = tmp_script(
+        "import torch\n"
+        "x = torch.randn(1 << 24, device='cuda')\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "try:\n"
+        "    torch.compile(lambda t: torch.histogram(t, bins=10), fullgraph=True)(x)\n"
+        "except RuntimeError as e:\n"
+        "    print(type(e).__name__, torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated())\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [f"Unsupported {2 << 26} {1 << 26}"]

@@ -1366,7 +1366,7 @@ def _assert_metadata_on_host(original):
     return assert_metadata
 
 
-def _fallback_as_on_cuda(original):
+def _fallback_as_on_cuda(original, cap):
     """FakeTensor's unsafe fallback (`run_fallback_kernel`, torch/_subclasses/fake_tensor.py) for an
     op with no meta kernel, while a GPU program is traced on the host: the GPU's fallback runs the
     op on zeros of the fake tensors' device, `cuda`, where an op with no CUDA kernel (`histogram`,
@@ -1374,23 +1374,32 @@ def _fallback_as_on_cuda(original):
     graph break (`run_node`, torch/_dynamo/utils.py: the op then runs eagerly and raises; under
     `fullgraph=True`, `Unsupported`) and which `torch.export` raises. The host's fake tensors would
     run its CPU kernel and put the op in a graph. With the Python dispatcher on (dynamo, AOTAutograd)
-    the GPU's error is `resolve_key`'s (torch/_ops.py), else the dispatcher's own."""
+    the GPU's error is `resolve_key`'s (torch/_ops.py), else the dispatcher's own. Before the op,
+    the GPU's fallback made the zeros of each fake CUDA input (`torch.zeros_like(e,
+    device=e.fake_device)`): they are allocated here and held by this frame, which the error's
+    traceback keeps as long as the GPU's keeps the fallback's."""
 
     def run_fallback_kernel(fake_mode, func, flat_args, args_spec, orig_not_implemented_exception):
         from . import _capture
 
+        on_gpu = [
+            a
+            for a in flat_args
+            if isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
+            and a.device == _HOST
+            and a.layout == torch.strided
+            and not _host_on_gpu(a)
+        ]
         if (
             TRACING[0]
+            and on_gpu
             and isinstance(func, torch._ops.OpOverload)
             and _capture.no_cuda_kernel(func)
-            and any(
-                isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
-                and a.device == _HOST
-                and a.layout == torch.strided
-                and not _host_on_gpu(a)
-                for a in flat_args
-            )
         ):
+            zeros = [  # noqa: F841 (held by this frame while the error is)
+                cap.malloc(a.numel() * a.element_size(), "fake_tensor::run_fallback_kernel", "temporary")
+                for a in on_gpu
+            ]
             cuda = torch._C.DispatchKey.CUDA
             if torch._C._dispatch_tls_local_include_set().has(torch._C.DispatchKey.PythonDispatcher):
                 torch._ops.resolve_key(func, cuda)  # (raises)
@@ -1679,7 +1688,7 @@ def patch(p, cap) -> None:
     p.set(tensor_variables.UnspecializedPythonVariable, "specialize", staticmethod(specialize))
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
-    p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel))
+    p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
     p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
