@@ -1186,19 +1186,68 @@ def _twin_frames_inlined(original):
 
 
 def _fused_rms_norm_on_host():
-    """A CPU kernel for `_fused_rms_norm` while a compiled region is traced on the host, so that the
-    op is traced as on the GPU: there it has a CUDA kernel, so AutogradCUDA runs its autograd
-    kernel (VariableType; backward `_fused_rms_norm_backward`) and the op reaches AOTAutograd's
-    tracer, which decomposes it by Inductor's table (the GPU's kernels are named
-    `..._fused_rms_norm_...`); the CPU key has only the CompositeImplicitAutograd math kernel
-    (`rms_norm_composite`), so the host's trace decomposed it below autograd into pow, mean, rsqrt
-    and mul, whose joint graph the partitioner cut otherwise (`torch._C._dispatch_dump_table`;
-    blind257/ix04's forward wrapper ordered and freed its buffers otherwise). The kernel runs the
-    math kernel on genuine host tensors."""
+    """A CPU kernel for `_fused_rms_norm` while AOTAutograd traces a GPU program's graph on the
+    host (`_aot_as_on_cuda`), so that the op is traced as on the GPU: there it has a CUDA kernel,
+    so AutogradCUDA runs its autograd kernel (VariableType; backward `_fused_rms_norm_backward`)
+    and the op reaches AOTAutograd's tracer, which decomposes it by Inductor's table (the GPU's
+    kernels are named `..._fused_rms_norm_...`); the CPU key has only the CompositeImplicitAutograd
+    math kernel (`rms_norm_composite`), so the host's trace decomposed it below autograd into pow,
+    mean, rsqrt and mul, whose joint graph the partitioner cut otherwise
+    (`torch._C._dispatch_dump_table`; blind257/ix04's forward wrapper ordered and freed its buffers
+    otherwise). The kernel runs the math kernel on genuine host tensors; a genuine host tensor's
+    `_fused_rms_norm_backward` (an aot_eager graph's, run later) takes its decomposition
+    (torch/_decomp), a CPU kernel made once for the process's life (it has none)."""
+    global _RMS_NORM_BACKWARD_ON_HOST
+    if _RMS_NORM_BACKWARD_ON_HOST is None:
+        from torch._decomp import decomposition_table
+
+        backward = decomposition_table[torch.ops.aten._fused_rms_norm_backward.default]
+        _RMS_NORM_BACKWARD_ON_HOST = torch.library.Library("aten", "IMPL")
+        _RMS_NORM_BACKWARD_ON_HOST.impl("_fused_rms_norm_backward", backward, "CPU")
     op = torch.ops.aten._fused_rms_norm.default
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("_fused_rms_norm", lambda *args, **kwargs: op.decompose(*args, **kwargs), "CPU")
+    _uncache_host_dispatch(op)
     return lib
+
+
+def _uncache_host_dispatch(op) -> None:
+    """The Python dispatcher's cached kernels of `op` for the host's keys (`OpOverload._dispatch_cache`,
+    torch/_ops.py: dynamo's fake run cached AutogradCPU's composite), after its CPU kernel came or
+    went."""
+    for key in (torch._C.DispatchKey.AutogradCPU, torch._C.DispatchKey.CPU):
+        op._uncache_dispatch(key)
+
+
+#: the host's kernel for `_fused_rms_norm_backward` (`_fused_rms_norm_on_host`), once made
+_RMS_NORM_BACKWARD_ON_HOST = None
+
+
+def _aot_as_on_cuda(original):
+    """dynamo's `aot_module_simplified` (torch/_dynamo/backends/common.py: the aot_eager and
+    Inductor backends' AOTAutograd) for a graph of the GPU's program (an example input on the
+    simulated device): traced with `_fused_rms_norm_on_host`'s kernel. A graph of genuine host
+    tensors only is traced as the host's."""
+
+    def aot_module_simplified(mod, args, *rest, **kwargs):
+        if not (TRACING[0] and any(_stands_for_cuda(a) for a in args)):
+            return original(mod, args, *rest, **kwargs)
+        fused = _fused_rms_norm_on_host()
+        try:
+            return original(mod, args, *rest, **kwargs)
+        finally:
+            fused._destroy()
+            _uncache_host_dispatch(torch.ops.aten._fused_rms_norm.default)
+
+    return aot_module_simplified
+
+
+def _stands_for_cuda(a) -> bool:
+    """Whether `a`, a graph's example input, is the GPU's: a simulated CUDA tensor (dynamo hands
+    the backend the program's tensors) or a host fake tensor standing for one."""
+    if isinstance(a, torch._subclasses.fake_tensor.FakeTensor):
+        return a.device == _HOST and not _host_on_gpu(a)
+    return isinstance(a, torch.Tensor) and a.is_cuda
 
 
 def _region(cap, fn):
@@ -1217,11 +1266,9 @@ def _region(cap, fn):
         for name, original in made:
             setattr(torch, name, _from_data(original))
         hooks = _detach_module_hooks(cap)
-        fused = _fused_rms_norm_on_host()
         try:
             return fn(*args, **kwargs)
         finally:
-            fused._destroy()
             _reattach_module_hooks(hooks)
             for name, original in made:
                 setattr(torch, name, original)
@@ -1689,6 +1736,10 @@ def patch(p, cap) -> None:
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
     p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
+    p.when_imported(
+        "torch._dynamo.backends.common",
+        lambda common: p.set(common, "aot_module_simplified", _aot_as_on_cuda(common.aot_module_simplified)),
+    )
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
     p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
