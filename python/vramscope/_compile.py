@@ -844,6 +844,9 @@ def _restore_targets(changed) -> None:
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _HOP_DIR = os.path.join(_TORCH_DIR, "_higher_order_ops")
 _TWIN_DIR = os.path.dirname(os.path.abspath(__file__))
+#: the code of the twin's wrappers that pass a compile through (`_aot_as_on_cuda`,
+#: `_fallback_as_on_cuda`): not the twin's frames for `_raised_by_pytorch`
+_PASSING: set = set()
 
 
 def _raised_by_pytorch(e) -> bool:
@@ -851,14 +854,15 @@ def _raised_by_pytorch(e) -> bool:
     op's own check (torch/_higher_order_ops: `_check_alias_and_mutation` in utils.py refuses a
     `scan` or `while_loop` body that aliases or mutates its inputs, under AOTAutograd's
     functionalization, before any lowering), not an internal assertion, with none of the twin's
-    frames between the backend and the raise. Any other failure is taken as the twin's own
-    limitation."""
+    frames between the backend and the raise (but its pass-through wrappers', `_PASSING`). Any
+    other failure is taken as the twin's own limitation."""
     if isinstance(e, (AssertionError, NotImplementedError)):
         return False
     frames = []
     tb = e.__traceback__
     while tb is not None:
-        frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
+        if tb.tb_frame.f_code not in _PASSING:
+            frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
         tb = tb.tb_next
     inner = frames[1:]  # frames[0]: the backend's own
     return (
@@ -1239,6 +1243,7 @@ def _aot_as_on_cuda(original):
             fused._destroy()
             _uncache_host_dispatch(torch.ops.aten._fused_rms_norm.default)
 
+    _PASSING.add(aot_module_simplified.__code__)
     return aot_module_simplified
 
 
@@ -1459,6 +1464,7 @@ def _fallback_as_on_cuda(original, cap):
                 func.redispatch(torch._C.DispatchKeySet(cuda), *args, **kwargs)
         return original(fake_mode, func, flat_args, args_spec, orig_not_implemented_exception)
 
+    _PASSING.add(run_fallback_kernel.__code__)
     return run_fallback_kernel
 
 
