@@ -6012,3 +6012,158 @@ def test_an_op_without_a_cuda_kernel_raises_as_the_gpu_does(tmp_script):
         "histc ran",
         "host histogram ran",
     ]
+
+
+_NO_CUDA_KERNEL_ATTEMPT = (
+    "import torch, torch._dynamo\n"
+    "from torch._dynamo.utils import counters\n"
+    "x = torch.randn(4096, device='cuda')\n"
+    "def attempt(name, fn):\n"
+    "    torch._dynamo.reset()\n"
+    "    counters.clear()\n"
+    "    try:\n"
+    "        fn()\n"
+    "        print(name, 'ran')\n"
+    "    except NotImplementedError as e:\n"
+    "        print(name, 'NotImplementedError', str(e).split('. ')[0], len(counters['graph_break']))\n"
+    "    except RuntimeError as e:\n"
+    "        print(name, type(e).__name__, str(e).split('\\n')[1].split('): ')[-1])\n"
+)
+
+
+def test_a_compiled_op_without_a_cuda_kernel_raises_when_its_fallback_runs(tmp_script):
+    # `_add_relu` has a meta kernel and no CUDA kernel: dynamo traces it, Inductor has no lowering
+    # and makes an implicit fallback that calls the aten op at run time (torch/_inductor/graph.py),
+    # aot_eager's graph calls it: the GPU's dispatcher raises as in eager code, the twin ran on
+    script = tmp_script(
+        _NO_CUDA_KERNEL_ATTEMPT + "def f(t):\n"
+        "    return torch.ops.aten._add_relu(t * 2, t)\n"
+        "for backend in ('inductor', 'aot_eager'):\n"
+        "    for fullgraph in (False, True):\n"
+        "        attempt(backend, lambda: torch.compile(f, backend=backend, fullgraph=fullgraph)(x))\n"
+        "attempt('vmap', lambda: torch.compile(torch.vmap(f), backend='aot_eager')(x.view(4, -1)))\n"
+        "def g(t, out):\n"
+        "    return torch.narrow_copy(t * 2, 0, 0, 10, out=out)\n"
+        "attempt('narrow_copy', lambda: torch.compile(g)(x, torch.empty(10, device='cuda')))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    raised = (
+        "NotImplementedError Could not run 'aten::_add_relu.Tensor' with arguments from the 'CUDA' backend 0"
+    )
+    # (`narrow_copy.out`, refused eagerly, is functionalized into `narrow_copy`, which has a CUDA
+    # composite: the compiled call runs on the GPU)
+    names = ("inductor",) * 2 + ("aot_eager",) * 2 + ("vmap",)
+    assert lines == [f"{name} {raised}" for name in names] + ["narrow_copy ran"]
+
+
+def test_a_compiled_op_without_a_cuda_or_meta_kernel_breaks_the_graph(tmp_script):
+    # `histogram` has no meta kernel: dynamo's fake tensor runs its unsafe fallback on zeros of
+    # the input's device (run_fallback_kernel), which for `cuda` has no kernel, so the node breaks
+    # the graph (torch/_dynamo/utils.py, run_node) and the op runs eagerly and raises the
+    # dispatcher's error; under fullgraph=True dynamo raises Unsupported. The twin's trace on the
+    # host ran the CPU kernel, kept the op in the graph and ran it by its meta kernel
+    script = tmp_script(
+        _NO_CUDA_KERNEL_ATTEMPT + "def f(t):\n"
+        "    return torch.histogram(t * 2, bins=10)\n"
+        "for backend in ('inductor', 'aot_eager'):\n"
+        "    for fullgraph in (False, True):\n"
+        "        attempt(backend, lambda: torch.compile(f, backend=backend, fullgraph=fullgraph)(x))\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    broke = (
+        "NotImplementedError Could not run 'aten::histogram.bin_ct' with arguments from the 'CUDA' backend 1"
+    )
+    refused = (
+        "Unsupported got NotImplementedError('could not find kernel for aten.histogram.bin_ct at "
+        "dispatch key DispatchKey.CUDA')"
+    )
+    assert lines == [f"{name} {out}" for name in ("inductor", "aot_eager") for out in (broke, refused)]
+
+
+def test_export_of_an_op_without_a_cuda_kernel_fails_as_on_the_gpu(tmp_script):
+    # non-strict export traces with fake CUDA tensors: `histogram` (no meta kernel) raises from the
+    # unsafe fallback at export, strict export's dynamo raises Unsupported; `_add_relu` (a meta
+    # kernel) is exported and raises when `ep.module()` runs. A strict export no longer meets the
+    # capture's global module hooks (its `ModuleToTrace.forward` was a skipped frame)
+    script = tmp_script(
+        _NO_CUDA_KERNEL_ATTEMPT + "class M(torch.nn.Module):\n"
+        "    def __init__(self, f):\n"
+        "        super().__init__()\n"
+        "        self.f = f\n"
+        "    def forward(self, t):\n"
+        "        return self.f(t * 2)\n"
+        "hist = M(lambda t: torch.histogram(t, bins=4)[0])\n"
+        "add_relu = M(lambda t: torch.ops.aten._add_relu(t, t))\n"
+        "for strict in (False, True):\n"
+        "    attempt('histogram', lambda: torch.export.export(hist, (x,), strict=strict))\n"
+        "    ep = torch.export.export(add_relu, (x,), strict=strict)\n"
+        "    attempt('add_relu', lambda: ep.module()(x))\n"
+        "    relu = torch.export.export(M(torch.relu), (x,), strict=strict)\n"
+        "    print('relu', relu.module()(x).shape)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    add_relu = (
+        "add_relu NotImplementedError Could not run 'aten::_add_relu.Tensor' with arguments from the "
+        "'CUDA' backend 0"
+    )
+    missing = "could not find kernel for aten.histogram.bin_ct at dispatch key DispatchKey.CUDA"
+    assert lines == [
+        f"histogram NotImplementedError {missing} 0",
+        add_relu,
+        "relu torch.Size([4096])",
+        f"histogram Unsupported got NotImplementedError('{missing}')",
+        add_relu,
+        "relu torch.Size([4096])",
+    ]
+
+
+def test_compiled_rms_norm_is_traced_as_the_gpu_s_fused_op(tmp_script):
+    # `_fused_rms_norm` has a CUDA kernel and, for every other backend, only its
+    # CompositeImplicitAutograd math kernel: on the GPU AutogradCUDA runs its autograd kernel and
+    # AOTAutograd's graphs hold `_fused_rms_norm` and `_fused_rms_norm_backward` (Inductor
+    # decomposes them: kernels named `..._fused_rms_norm_...` in blind257/ix04's H200 wrapper),
+    # where the host's trace decomposed it below autograd into pow/mean/rsqrt/mul, a joint graph
+    # the partitioner cut otherwise. A weight of another dtype takes the composite on both
+    script = tmp_script(
+        "import torch, torch.nn.functional as F\n"
+        "from torch._dynamo.backends.common import aot_autograd\n"
+        "x = torch.randn(8, 256, 512, device='cuda', requires_grad=True)\n"
+        "def show(gm, _):\n"
+        "    ops = {str(n.target) for n in gm.graph.nodes if n.op == 'call_function'}\n"
+        "    print(sorted(o for o in ops if 'rms' in o or 'rsqrt' in o))\n"
+        "    return gm\n"
+        "for dtype in (torch.float32, torch.bfloat16):\n"
+        "    w = torch.randn(512, device='cuda', dtype=dtype, requires_grad=True)\n"
+        "    f = lambda x: F.rms_norm(x * 2, (512,), w).sum()\n"
+        "    torch.compile(f, backend=aot_autograd(fw_compiler=show, bw_compiler=show))(x).backward()\n"
+        "    torch._dynamo.reset()\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [
+        "['aten._fused_rms_norm.default']",
+        "['aten._fused_rms_norm_backward.default']",
+        "['aten.rsqrt.default']",
+        "[]",
+    ]
+
+
+def test_the_unsafe_fallback_of_an_op_without_a_cuda_kernel_makes_zeros_on_the_gpu(tmp_script):
+    # FakeTensor's unsafe fallback (run_fallback_kernel) makes `torch.zeros_like(e,
+    # device=e.fake_device)` of each fake input before calling the op, which raises at the CUDA key:
+    # under fullgraph=True nothing runs, and the peak is the input and its zeros
+    script = tmp_script(
+        "import torch\n"
+        "x = torch.randn(1 << 24, device='cuda')\n"
+        "torch.cuda.reset_peak_memory_stats()\n"
+        "try:\n"
+        "    torch.compile(lambda t: torch.histogram(t, bins=10), fullgraph=True)(x)\n"
+        "except RuntimeError as e:\n"
+        "    print(type(e).__name__, torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated())\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [f"Unsupported {2 << 26} {1 << 26}"]

@@ -226,7 +226,21 @@ _NO_CUDA_KERNEL: dict = {}
 _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
-def _refuse_without_cuda_kernel(func, args, kwargs, in_compiled) -> None:
+def no_cuda_kernel(func) -> bool:
+    """Whether aten op `func` has no kernel at the CUDA key in the dispatcher's computed table (the
+    CPU's own `..._for_cpu` kernels aside: see `_refuse_without_cuda_kernel`)."""
+    missing = _NO_CUDA_KERNEL.get(func)
+    if missing is None:
+        name = func.name()
+        missing = _NO_CUDA_KERNEL[func] = (
+            func.namespace == "aten"
+            and "_for_cpu" not in name
+            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA")
+        )
+    return missing
+
+
+def _refuse_without_cuda_kernel(func, args, kwargs) -> None:
     """The GPU's dispatcher error for an aten op on dense CUDA tensors (or a factory for `cuda`)
     whose CUDA key has no kernel in the dispatcher's computed table: no kernel of its own and no
     composite (c10's OperatorEntry::reportError; torch 2.11: `histogram`, `histogramdd`'s
@@ -236,21 +250,15 @@ def _refuse_without_cuda_kernel(func, args, kwargs, in_compiled) -> None:
     which has nothing to run: the dispatcher raises its own NotImplementedError. Sparse and nested
     tensors dispatch at their own keys; a tensor subclass handles the op before the mode; the twin's
     own rules come first (its dense stand-in for a nested tensor, `_vs_nested`, takes
-    `to_padded_tensor`'s NestedTensorCUDA rule, `_attention`), and the stand-in is let pass. Not in
-    compiled code (`in_compiled`), nor for the CPU's own kernels (`..._for_cpu`, a compiled graph's
-    backward runs outside the compiled region): graphs traced on the host may hold the host's
-    kernel choices where the GPU's hold its own, which the twin runs by their meta kernels (before
-    `_compile._SDPA_CALLERS`, `_scaled_dot_product_flash_attention_for_cpu` in AOTAutograd's trace
-    through `F.multi_head_attention_forward`)."""
-    missing = _NO_CUDA_KERNEL.get(func)
-    if missing is None:
-        name = func.name()
-        missing = _NO_CUDA_KERNEL[func] = (
-            func.namespace == "aten"
-            and "_for_cpu" not in name
-            and not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CUDA")
-        )
-    if not missing or in_compiled or not _on_device(args, kwargs):
+    `to_padded_tensor`'s NestedTensorCUDA rule, `_attention`), and the stand-in is let pass.
+    Compiled code too: a compiled graph's op with no lowering is a fallback kernel that calls the
+    aten op (`make_fallback`, implicit fallbacks: torch/_inductor/graph.py), aot_eager's graphs
+    run their aten ops, and the code between graphs runs eagerly; ops with no meta kernel break
+    the graph when traced (`_compile._fallback_as_on_cuda`). Not the CPU's own kernels
+    (`..._for_cpu`): graphs traced on the host may hold the host's kernel choices where the GPU's
+    hold its own (before `_compile._SDPA_CALLERS`, `_scaled_dot_product_flash_attention_for_cpu`
+    in AOTAutograd's trace through `F.multi_head_attention_forward`)."""
+    if not no_cuda_kernel(func) or not _on_device(args, kwargs):
         return
     if any(
         t.layout != torch.strided or t.is_nested or getattr(t, "_vs_nested", None) is not None
@@ -2649,7 +2657,7 @@ class Capture:
             if out is not NotImplemented:
                 return out
         if is_aten:
-            _refuse_without_cuda_kernel(func, args, kwargs, self.compiled_depth)
+            _refuse_without_cuda_kernel(func, args, kwargs)
         if not is_aten:
             out = _custom.run(self, func, args, kwargs)
             if out is not NotImplemented:

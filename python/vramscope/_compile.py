@@ -844,6 +844,9 @@ def _restore_targets(changed) -> None:
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _HOP_DIR = os.path.join(_TORCH_DIR, "_higher_order_ops")
 _TWIN_DIR = os.path.dirname(os.path.abspath(__file__))
+#: the code of the twin's wrappers that pass a compile through (`_aot_as_on_cuda`,
+#: `_fallback_as_on_cuda`): not the twin's frames for `_raised_by_pytorch`
+_PASSING: set = set()
 
 
 def _raised_by_pytorch(e) -> bool:
@@ -851,14 +854,15 @@ def _raised_by_pytorch(e) -> bool:
     op's own check (torch/_higher_order_ops: `_check_alias_and_mutation` in utils.py refuses a
     `scan` or `while_loop` body that aliases or mutates its inputs, under AOTAutograd's
     functionalization, before any lowering), not an internal assertion, with none of the twin's
-    frames between the backend and the raise. Any other failure is taken as the twin's own
-    limitation."""
+    frames between the backend and the raise (but its pass-through wrappers', `_PASSING`). Any
+    other failure is taken as the twin's own limitation."""
     if isinstance(e, (AssertionError, NotImplementedError)):
         return False
     frames = []
     tb = e.__traceback__
     while tb is not None:
-        frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
+        if tb.tb_frame.f_code not in _PASSING:
+            frames.append(os.path.abspath(tb.tb_frame.f_code.co_filename))
         tb = tb.tb_next
     inner = frames[1:]  # frames[0]: the backend's own
     return (
@@ -1185,6 +1189,72 @@ def _twin_frames_inlined(original):
     return check_file
 
 
+def _fused_rms_norm_on_host():
+    """A CPU kernel for `_fused_rms_norm` while AOTAutograd traces a GPU program's graph on the
+    host (`_aot_as_on_cuda`), so that the op is traced as on the GPU: there it has a CUDA kernel,
+    so AutogradCUDA runs its autograd kernel (VariableType; backward `_fused_rms_norm_backward`)
+    and the op reaches AOTAutograd's tracer, which decomposes it by Inductor's table (the GPU's
+    kernels are named `..._fused_rms_norm_...`); the CPU key has only the CompositeImplicitAutograd
+    math kernel (`rms_norm_composite`), so the host's trace decomposed it below autograd into pow,
+    mean, rsqrt and mul, whose joint graph the partitioner cut otherwise
+    (`torch._C._dispatch_dump_table`; blind257/ix04's forward wrapper ordered and freed its buffers
+    otherwise). The kernel runs the math kernel on genuine host tensors; a genuine host tensor's
+    `_fused_rms_norm_backward` (an aot_eager graph's, run later) takes its decomposition
+    (torch/_decomp), a CPU kernel made once for the process's life (it has none)."""
+    global _RMS_NORM_BACKWARD_ON_HOST
+    if _RMS_NORM_BACKWARD_ON_HOST is None:
+        from torch._decomp import decomposition_table
+
+        backward = decomposition_table[torch.ops.aten._fused_rms_norm_backward.default]
+        _RMS_NORM_BACKWARD_ON_HOST = torch.library.Library("aten", "IMPL")
+        _RMS_NORM_BACKWARD_ON_HOST.impl("_fused_rms_norm_backward", backward, "CPU")
+    op = torch.ops.aten._fused_rms_norm.default
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_fused_rms_norm", lambda *args, **kwargs: op.decompose(*args, **kwargs), "CPU")
+    _uncache_host_dispatch(op)
+    return lib
+
+
+def _uncache_host_dispatch(op) -> None:
+    """The Python dispatcher's cached kernels of `op` for the host's keys (`OpOverload._dispatch_cache`,
+    torch/_ops.py: dynamo's fake run cached AutogradCPU's composite), after its CPU kernel came or
+    went."""
+    for key in (torch._C.DispatchKey.AutogradCPU, torch._C.DispatchKey.CPU):
+        op._uncache_dispatch(key)
+
+
+#: the host's kernel for `_fused_rms_norm_backward` (`_fused_rms_norm_on_host`), once made
+_RMS_NORM_BACKWARD_ON_HOST = None
+
+
+def _aot_as_on_cuda(original):
+    """dynamo's `aot_module_simplified` (torch/_dynamo/backends/common.py: the aot_eager and
+    Inductor backends' AOTAutograd) for a graph of the GPU's program (an example input on the
+    simulated device): traced with `_fused_rms_norm_on_host`'s kernel. A graph of genuine host
+    tensors only is traced as the host's."""
+
+    def aot_module_simplified(mod, args, *rest, **kwargs):
+        if not (TRACING[0] and any(_stands_for_cuda(a) for a in args)):
+            return original(mod, args, *rest, **kwargs)
+        fused = _fused_rms_norm_on_host()
+        try:
+            return original(mod, args, *rest, **kwargs)
+        finally:
+            fused._destroy()
+            _uncache_host_dispatch(torch.ops.aten._fused_rms_norm.default)
+
+    _PASSING.add(aot_module_simplified.__code__)
+    return aot_module_simplified
+
+
+def _stands_for_cuda(a) -> bool:
+    """Whether `a`, a graph's example input, is the GPU's: a simulated CUDA tensor (dynamo hands
+    the backend the program's tensors) or a host fake tensor standing for one."""
+    if isinstance(a, torch._subclasses.fake_tensor.FakeTensor):
+        return a.device == _HOST and not _host_on_gpu(a)
+    return isinstance(a, torch.Tensor) and a.is_cuda
+
+
 def _region(cap, fn):
     """`fn` (a compiled module's forward, a compiled function) run as a compiled region: dynamo
     traces it on the host (`TRACING`; the capture's torch-function mode, hooks and stand-ins pass
@@ -1348,6 +1418,56 @@ def _assert_metadata_on_host(original):
     return assert_metadata
 
 
+def _fallback_as_on_cuda(original, cap):
+    """FakeTensor's unsafe fallback (`run_fallback_kernel`, torch/_subclasses/fake_tensor.py) for an
+    op with no meta kernel, while a GPU program is traced on the host: the GPU's fallback runs the
+    op on zeros of the fake tensors' device, `cuda`, where an op with no CUDA kernel (`histogram`,
+    `_histogramdd_*`, `slow_conv3d_forward`) raises NotImplementedError, which dynamo turns into a
+    graph break (`run_node`, torch/_dynamo/utils.py: the op then runs eagerly and raises; under
+    `fullgraph=True`, `Unsupported`) and which `torch.export` raises. The host's fake tensors would
+    run its CPU kernel and put the op in a graph. With the Python dispatcher on (dynamo, AOTAutograd)
+    the GPU's error is `resolve_key`'s (torch/_ops.py), else the dispatcher's own. Before the op,
+    the GPU's fallback made the zeros of each fake CUDA input (`torch.zeros_like(e,
+    device=e.fake_device)`): they are allocated here and held by this frame, which the error's
+    traceback keeps as long as the GPU's keeps the fallback's."""
+
+    def run_fallback_kernel(fake_mode, func, flat_args, args_spec, orig_not_implemented_exception):
+        from . import _capture
+
+        on_gpu = [
+            a
+            for a in flat_args
+            if isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
+            and a.device == _HOST
+            and a.layout == torch.strided
+            and not _host_on_gpu(a)
+        ]
+        if (
+            TRACING[0]
+            and on_gpu
+            and isinstance(func, torch._ops.OpOverload)
+            and _capture.no_cuda_kernel(func)
+        ):
+            zeros = [  # noqa: F841 (held by this frame while the error is)
+                cap.malloc(a.numel() * a.element_size(), "fake_tensor::run_fallback_kernel", "temporary")
+                for a in on_gpu
+            ]
+            cuda = torch._C.DispatchKey.CUDA
+            if torch._C._dispatch_tls_local_include_set().has(torch._C.DispatchKey.PythonDispatcher):
+                torch._ops.resolve_key(func, cuda)  # (raises)
+            with torch._C._DisableTorchDispatch():
+                meta = [
+                    torch.empty_like(a, device="meta") if isinstance(a, torch.Tensor) else a
+                    for a in flat_args
+                ]
+                args, kwargs = torch.utils._pytree.tree_unflatten(meta, args_spec)
+                func.redispatch(torch._C.DispatchKeySet(cuda), *args, **kwargs)
+        return original(fake_mode, func, flat_args, args_spec, orig_not_implemented_exception)
+
+    _PASSING.add(run_fallback_kernel.__code__)
+    return run_fallback_kernel
+
+
 def export_fn(original, cap):
     """`torch.export.export` while capturing: traced as a compiled region is (`_region`: fake tensors
     on the host, where a fake CUDA tensor's autograd metadata asks the driver for a stream), then the
@@ -1363,9 +1483,11 @@ def export_fn(original, cap):
             return original(*args, **kwargs)  # a host program's export: nothing to relabel
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
+        hooks = _detach_module_hooks(cap)
         try:
             ep = original(*args, **kwargs)
         finally:
+            _reattach_module_hooks(hooks)
             TRACING[0] = previous
             cap.compiled_depth -= 1
         _relabel_graph(ep.graph_module)
@@ -1619,6 +1741,11 @@ def patch(p, cap) -> None:
     p.set(tensor_variables.UnspecializedPythonVariable, "specialize", staticmethod(specialize))
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
+    p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
+    p.when_imported(
+        "torch._dynamo.backends.common",
+        lambda common: p.set(common, "aot_module_simplified", _aot_as_on_cuda(common.aot_module_simplified)),
+    )
     from torch._dynamo.variables.optimizer import OptimizerVariable
 
     p.set(OptimizerVariable, "call_method", _init_group_eagerly(OptimizerVariable.call_method, cap))
