@@ -25,9 +25,12 @@ composite), which the GPU's dispatcher refuses for a dense CUDA tensor and the t
 (`_capture._refuse_without_cuda_kernel`). Section 4 lists the Python decompositions and meta
 kernels that branch on the device (`device_hint(t)`, `t.is_cuda`, `t.device.type == ...`): under
 torch.compile / torch.export they run on the host's fake CPU tensors, so they take the CPU's
-branch unless the twin answers for the GPU (`HANDLED_PY`). With `--all`, sparse, quantized,
-mkldnn, cuDNN/MIOpen, test-only and other backend-specific ops are printed too (filtered out by
-name otherwise). Run: `python validation/dispatch_audit.py [--all]` (6 s).
+branch unless the twin answers for the GPU (`HANDLED_PY`: `device_hint` reads "cuda" for a host
+fake tensor standing for the GPU's, torch/_decomp's upsampling helpers read `cuda:0` as its device,
+session 59). Inside a meta kernel (the fake mode's kernel invocation) `t.device` reads `meta` on
+the GPU's fake tensors as on the host's: only `device_hint` and decompositions see the device.
+With `--all`, sparse, quantized, mkldnn, cuDNN/MIOpen, test-only and other backend-specific ops
+are printed too (filtered out by name otherwise). Run: `python validation/dispatch_audit.py [--all]` (6 s).
 
 Not found by the table: kernels present on both keys that choose differently by device. The one
 session 58 met: `scaled_dot_product_attention`'s `_fused_sdp_choice` (CPU: flash_for_cpu or math;
@@ -65,8 +68,8 @@ HANDLED = {
     "aten::native_channel_shuffle": (
         "CUDA and meta decompose alike (`channel_shuffle`'s kernels call it below autograd, whose "
         "formula is the same on both); under compile/export `channel_shuffle` keeps its node and "
-        "Inductor takes torch/_refs' decomposition (its `device_hint` view for groups 1 or C is "
-        "the GPU's only; see section 4)"
+        "Inductor takes torch/_refs' decomposition, whose `device_hint` view for groups 1 or C "
+        "the host's trace takes as the GPU's does (section 4, `_compile._device_hint_on_gpu`)"
     ),
     "aten::silu_backward": ("vmap: _capture._autograd_other redispatches as AutogradCUDA"),
 }
@@ -85,6 +88,63 @@ HANDLED_PY = {
     "addmm": "_compile._gpu_decompositions (not decomposed)",
     "bmm": "_compile._gpu_decompositions (not decomposed)",
     "is_cpu_scalar_tensor": "(a host scalar is a CPU tensor on the GPU too)",
+    # `device_hint(t)` in Python meta kernels: "cuda" for a host fake tensor standing for the GPU's
+    **dict.fromkeys(
+        (
+            "meta_fft_r2c",
+            "meta_fft_c2r",
+            "meta_linalg_eig",
+            "_linalg_svd_meta",
+            "nonzero_static",
+            "meta_embedding_bag",
+            "meta_embedding_bag_forward_only",
+            "meta_median_mode_dim",
+            "meta_pixel_shuffle",
+            "meta_histc",
+            "_check_scaled_mm_sizes",
+            "_check_scaled_mm_sizes_v2",
+            "channel_shuffle",
+        ),
+        "_compile._device_hint_on_gpu",
+    ),
+    # torch/_decomp helpers called by name: run with the host's fake tensors reading `cuda:0`
+    **dict.fromkeys(
+        ("_upsample_nearest", "_upsample_linear", "_upsample_get_cubic_coefficients"),
+        "_compile._reading_cuda (_DEVICE_READING_HELPERS)",
+    ),
+    "grid_sampler_2d": "_compile._gpu_decompositions (_reading_cuda: the grid expanded as on CUDA)",
+    "_to_copy": (
+        "_compile._copy_to_host (the program's own `.cpu()`/`.to('cpu')` under dynamo: the dtype "
+        "converted on the GPU, then a device_put to the host, kept there by the relabel); "
+        "torch.export keeps the host trace's `to` (not handled: a copy to the host is no alias)"
+    ),
+    # the same branch on the CPU and on CUDA, or a check only
+    "is_noncontiguous_supported": "(HPU only: the same branch on CPU and CUDA)",
+    "meta__weight_int4pack_mm": "(XPU only: the same branch on CPU and CUDA)",
+    "meta__scaled_dot_product_flash_attention": "(ROCm or XPU only; the twin runs its own sdpa)",
+    "repeat_interleave_Tensor": "(MPS only: the same branch on CPU and CUDA)",
+    "tensor_split_tensor_indices_or_sections_py_impl": "(a check: the indices are the host's on the GPU too)",
+    "tensor_split": "(a check: the indices are the host's on the GPU too)",
+    "floor_divide": "(a check of mixed devices: one device takes the same branch)",
+    "masked_fill": "(a check: on the host the value's device is the tensor's)",
+    "upsample_nearest2d": (
+        "(`input.device` reads `meta` inside a meta kernel, on the GPU's fake tensors too: the "
+        "channels-last branch everywhere, as CUDA's structured meta function keeps the input's "
+        "suggested format, UpSampleNearest2d.cpp)"
+    ),
+    "_check_strides_helper": "(a testing helper: no traced path calls it)",
+    "_addmm_activation": "(not in Inductor's or core ATen's table: not reached; gelu's approximation only)",
+    "_svd_meta": "(prims.svd: not reached, `_linalg_svd` stays an ATen node in both tables)",
+    "get_acc_type": (
+        "(`_refs.arange`'s float computation dtype: fused into Inductor's kernel, no buffer; the "
+        "decompositions' aranges are integral)"
+    ),
+    "rand": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
+    "rand_like": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
+    "calc_conv_nd_return_shape": (
+        "NOT HANDLED (a check: zero-sized convolution outputs raise off cuDNN, and the twin's "
+        "`fake_device`/meta device is not `cuda`; the GPU allows them)"
+    ),
 }
 PY_FILES = (
     "_decomp/decompositions.py",
@@ -174,7 +234,8 @@ def main():
             print("   ", name)
     print("## 4. Python decompositions and meta kernels that test the device (the host's traces)")
     for rel, number, function in device_branches():
-        print(f"    {rel}:{number} {function}: {HANDLED_PY.get(function, 'CPU branch on the host')}")
+        twin = HANDLED_PY.get(function, "NOT HANDLED: CPU branch on the host")
+        print(f"    {rel}:{number} {function}: {twin}")
 
 
 if __name__ == "__main__":

@@ -2617,6 +2617,56 @@ def test_torch_compile_log_sigmoid_saves_no_buffer_as_for_cuda():
     assert buffer.numel() == 0
 
 
+def test_torch_compile_meta_kernels_take_the_cuda_branch_of_device_hint():
+    # Python meta kernels branch on `device_hint(t)` (torch/_meta_registrations.py), the fake tensor's
+    # device, the host's in the twin's trace: `_embedding_bag`'s `bag_size` was `num_bags` long
+    # where CUDA's is `offsets.size()` (one more with `include_last_offset`), so the compiled
+    # backward's `assert_size_stride` raised; `histc` refused an integer input as the CPU's does
+    with vramscope.capture():
+        bag = torch.nn.EmbeddingBag(1000, 64, mode="mean", include_last_offset=True).cuda()
+        indices = torch.randint(0, 1000, (4096,), device="cuda")
+        offsets = torch.arange(0, 4097, 16, device="cuda")
+        torch.compile(bag)(indices, offsets).sum().backward()
+        assert bag.weight.grad.shape == (1000, 64)
+        counts = torch.compile(lambda t: torch.histc(t, bins=10, min=0, max=10))(
+            torch.randint(0, 10, (100,), device="cuda")
+        )
+        assert counts.shape == (10,)
+
+
+def test_torch_compile_upsampling_keeps_few_channels_contiguous_as_on_cuda():
+    # torch/_decomp's `_upsample_nearest` and `_upsample_linear` make a channels-last input's result
+    # contiguous on CUDA below 4 and 16 channels (the CUDA kernels' heuristic), channels-last on the
+    # CPU: traced on the host, Inductor's buffers took the CPU's strides
+    def up(mode):
+        return torch.compile(lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode=mode))
+
+    cl = torch.channels_last
+    with vramscope.capture():
+        near = up("nearest")(torch.empty(2, 3, 8, 8, device="cuda").contiguous(memory_format=cl))
+        lin = up("bilinear")(torch.empty(2, 8, 8, 8, device="cuda").contiguous(memory_format=cl))
+        wide = up("bilinear")(torch.empty(2, 32, 8, 8, device="cuda").contiguous(memory_format=cl))
+    assert near.is_contiguous() and lin.is_contiguous()
+    assert wide.is_contiguous(memory_format=cl) and not wide.is_contiguous()
+
+
+def test_torch_compile_copies_to_the_host_leave_the_device():
+    # a compiled `.cpu()` / `.to("cpu", dtype)`: traced on the host, `Tensor.to` found the fake
+    # tensor on its target device and returned it (and `_to_copy`'s decomposition dropped the
+    # `device_put`), so the result stayed a CUDA tensor held in the twin's memory
+    with vramscope.capture():
+        x = torch.empty(1024, 1024, device="cuda")
+        before = torch.cuda.memory_allocated()
+        y = torch.compile(lambda x: (x * 2).cpu())(x)
+        z = torch.compile(lambda x: (x + 1).to("cpu", torch.float16))(x)
+        w = torch.compile(lambda x: (x - 1).to(device="cpu", non_blocking=True))(x)
+        assert (y.device.type, z.device.type, z.dtype, w.device.type) == ("cpu", "cpu", torch.float16, "cpu")
+        assert torch.cuda.memory_allocated() == before
+        # the GPU's own device, which the host's trace reads as the host's, is no copy to the host
+        v = torch.compile(lambda x: (x * 3).to(x.device))(x)
+        assert v.is_cuda
+
+
 def test_torch_compile_traced_tensors_read_the_gpus_device():
     # dynamo's trace runs on the host, and `x.device` in the traced code read "cpu": transformers'
     # rotary embeddings disable autocast for `x.device.type` around their fp32 frequencies, so CUDA

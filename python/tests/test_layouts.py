@@ -645,6 +645,26 @@ def test_upsample_nearest3d_of_channels_last_3d_copies_both_ways():
     assert _extra(run, lambda: setup(torch.contiguous_format)) == (0, 0)
 
 
+def test_upsample_nearest2d_of_few_channels_last_takes_the_contiguous_path():
+    # UpSampleNearest2d.cu runs its NHWC kernel for 4 channels or more only ("heuristic: only use
+    # channels_last path when it's faster than the contiguous path"): below, a plain `output_c`
+    # beside the structured kernel's channels-last output and the input's contiguous copy, both
+    # freed at the return; the backward alike (`grad_input_c`, `grad_output.contiguous()`)
+    def run(x):
+        return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+
+    def setup(c, h=32):
+        return lambda: (torch.empty(4, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last),)
+
+    def backward(c):
+        return lambda g: aten.upsample_nearest2d_backward(g, [64, 64], [4, c, 32, 32])
+
+    assert _extra(run, setup(3)) == (2, 4 * 3 * 64 * 64 * 4 + 4 * 3 * 32 * 32 * 4)
+    assert _extra(run, setup(8)) == (0, 0)
+    assert _extra(backward(3), setup(3, 64)) == (2, 4 * 3 * 32 * 32 * 4 + 4 * 3 * 64 * 64 * 4)
+    assert _extra(backward(8), setup(8, 64)) == (0, 0)
+
+
 def test_softmax_of_halves_to_float_is_one_kernel():
     # SoftMax.cpp: on CUDA `softmax(half, dtype=float32)` is `_softmax(x, dim, half_to_float=True)`
     # (blind45/as06's GPT-NeoX eager attention on the H200: no float copy of the scores)

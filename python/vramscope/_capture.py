@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured register rules)
     _attention,
     _autocast,
+    _compile,
     _custom,
     _kernels,
     _linalg,
@@ -75,6 +76,15 @@ aten = torch.ops.aten
 def current() -> Capture | None:
     """The capture active on this thread, if any."""
     return getattr(_STATE, "capture", None)
+
+
+def _names_the_host(args, kwargs) -> bool:
+    """Whether `Tensor.to`'s arguments name the host as the device (a string or `torch.device`, by
+    position or as `device=`)."""
+    given = [a for a in args if isinstance(a, (str, torch.device))]
+    if kwargs.get("device") is not None:
+        given.append(kwargs["device"])
+    return any(not _is_cuda(d) and torch.device(d).type == "cpu" for d in given)
 
 
 def _is_cuda(device) -> bool:
@@ -710,9 +720,14 @@ class _FunctionMode(TorchFunctionMode):
             # function as PyTorch has it, on the host its traces run on (a copy to `cuda` stays
             # there: a fake CUDA tensor is made on the real device)
             name = getattr(func, "__name__", "")
-            if name in ("to", "cuda") and args and isinstance(args[0], torch.Tensor):
+            if name in ("to", "cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
                 if name == "cuda":
                     return args[0]
+                if torch.compiler.is_dynamo_compiling() and (
+                    name == "cpu" or _names_the_host(args[1:], kwargs)
+                ):
+                    # the program's own copy to the host (`_compile._copy_to_host`, whole in the graph)
+                    return _compile._copy_to_host(args[0], name, *args[1:], **kwargs)
                 args = [_HOST if isinstance(a, (str, torch.device)) and _is_cuda(a) else a for a in args]
                 if _is_cuda(kwargs.get("device")):
                     kwargs = dict(kwargs, device=_HOST)

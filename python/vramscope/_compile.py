@@ -117,6 +117,101 @@ def _mark_host_on_gpu(t) -> None:
             pass
 
 
+def _stands_for_gpu(t) -> bool:
+    """Whether `t`, while tracing, is a fake tensor on the host that stands for one of the simulated
+    GPU's: not one the GPU's trace has on the host too (`_host_on_gpu`). Read from its
+    `fake_device`, which a meta kernel's `t.device` hides (`meta` inside the fake mode's kernel
+    invocation)."""
+    if not TRACING[0]:
+        return False
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    if isinstance(t, FunctionalTensor):
+        t = torch._from_functional_tensor(t.elem)  # (AOTAutograd's functionalization)
+    if not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) or t.fake_device != _HOST:
+        return False
+    try:
+        return not getattr(t.untyped_storage(), _GENUINE, False)
+    except NotImplementedError:  # (no storage: a sparse or wrapper tensor)
+        return True
+
+
+_CUDA0 = torch.device("cuda", 0)
+
+
+def _device_hint_on_gpu(original):
+    """`device_hint` (torch/_meta_registrations.py), which Python meta kernels ask for the kernel
+    whose outputs they describe (a fake tensor's `fake_device`): "cuda" for a host fake tensor that
+    stands for the GPU's (`_stands_for_gpu`), as in the GPU's trace. On the host the CPU kernels'
+    sizes and strides were taken: `_embedding_bag`'s `bag_size` one row short with
+    `include_last_offset` (the compiled backward's `assert_size_stride` then raised), a `max_indices`
+    of `num_bags` rows outside `max` mode (CUDA's is empty), `_linalg_svd`'s and `linalg_eig`'s
+    column-major vectors, `nonzero_static`'s, `_fft_r2c`'s and `pixel_shuffle`'s strides,
+    `channel_shuffle`'s copy for 1 or C groups (a view on CUDA)."""
+
+    def device_hint(tensor):
+        return "cuda" if _stands_for_gpu(tensor) else original(tensor)
+
+    return device_hint
+
+
+#: while positive, a host fake tensor that stands for the GPU's reads `cuda:0` as its `device`
+_READS_CUDA = [0]
+
+
+def _fake_device_on_gpu(original):
+    """`FakeTensor.device` (torch/_subclasses/fake_tensor.py) that reads `cuda:0` for a host fake
+    tensor standing for the GPU's (`_stands_for_gpu`) while `_READS_CUDA` is set (`_reading_cuda`);
+    as before elsewhere, and `meta` inside a kernel's invocation. The C++ side's device (`prim::device`:
+    factories `_like` a tensor, the dispatch keys) stays the host's."""
+    getter = original.fget
+
+    def device(self):
+        if _READS_CUDA[0] and not self.fake_mode.in_kernel_invocation and _stands_for_gpu(self):
+            return _CUDA0
+        return getter(self)
+
+    return property(device, original.fset)
+
+
+def _functional_device_on_gpu():
+    """`FunctionalTensor.device` (AOTAutograd's functionalization wraps the fake tensors the
+    decompositions see; its device is the wrapper's own, set from the fake tensor's) as
+    `_fake_device_on_gpu` reads it."""
+    getter = torch._C.TensorBase.device.__get__
+
+    def device(self):
+        if _READS_CUDA[0] and _stands_for_gpu(self):
+            return _CUDA0
+        return getter(self)
+
+    return property(device)
+
+
+#: torch/_decomp/decompositions.py's helpers that branch on `input.device` (torch 2.11), called by
+#: name from the decompositions of every table (Inductor's, export's `run_decompositions`): a
+#: channels-last input's upsampled result is channels-last, but contiguous on CUDA below 4 channels
+#: (nearest) or 16 (linear; the CUDA kernels' heuristic, `_upsample_nearest`, `_upsample_linear`);
+#: bicubic's coefficients are stacked on the CPU only (`_upsample_get_cubic_coefficients`)
+_DEVICE_READING_HELPERS = ("_upsample_nearest", "_upsample_linear", "_upsample_get_cubic_coefficients")
+
+
+def _reading_cuda(helper):
+    """`helper` run with the host's fake tensors that stand for the GPU's reading `cuda:0` as their
+    device (`_fake_device_on_gpu`): the branch the GPU's trace takes. Tensors it makes for
+    `device=input.device` are fake CUDA tensors, put on the host as every one is while tracing
+    (`_fake_new`), their graph nodes' `device=` the GPU's."""
+
+    def call(*args, **kwargs):
+        _READS_CUDA[0] += 1
+        try:
+            return helper(*args, **kwargs)
+        finally:
+            _READS_CUDA[0] -= 1
+
+    return functools.update_wrapper(call, helper)
+
+
 def _fakified_from_host(original):
     """`MetaConverter.__call__` (meta_utils.py: every fakification, dynamo's of a graph's inputs,
     compiled autograd's `begin_capture`, AOTAutograd's) that marks, while tracing, the fake tensor of
@@ -270,11 +365,24 @@ def _stays_on_host(node, on_host) -> bool:
         return bool(vals) and all(_host_on_gpu(v) for v in vals)
     if node.op not in ("call_function", "call_method"):
         return False
+    if _moves_to_host(node):
+        return True
     operands = [n for n in node.all_input_nodes if tensors(n)]
     if not operands or not all(n in on_host for n in operands):
         return False
     devices = [d for d in tree_leaves((node.args, node.kwargs)) if isinstance(d, torch.device)]
     return all(d == _HOST for d in devices)
+
+
+def _moves_to_host(node) -> bool:
+    """Whether `node` is a `prims.device_put` to the host: the program's own copy to the host
+    (`x.cpu()`, `x.to("cpu")` in a compiled region, `_copy_to_host`), which Inductor's `_to_copy`
+    decomposition made for an operand standing for the GPU's (`_to_host_as_on_gpu`). Its value is
+    the host's on the GPU too."""
+    if node.op != "call_function" or node.target is not torch.ops.prims.device_put.default:
+        return False
+    device = node.args[1] if len(node.args) > 1 else node.kwargs.get("device")
+    return device is not None and torch.device(device) == _HOST
 
 
 def _relabel_graph(gm, fake_mode=None) -> None:
@@ -968,7 +1076,63 @@ def _gpu_decompositions(options) -> dict:
             table[op] = _convolution_backward_off_cpu
         elif op is aten.log_sigmoid_forward.default:
             table[op] = _log_sigmoid_forward_off_cpu
+        elif op is aten._to_copy.default:
+            table[op] = _to_host_as_on_gpu(table[op])
+        elif op is aten.grid_sampler_2d.default:
+            # (torch/_inductor/decomposition.py: the grid is expanded over the channels but for a
+            # contiguous bilinear CPU input)
+            table[op] = _reading_cuda(table[op])
     return table
+
+
+def _to_host_as_on_gpu(decomposition):
+    """`_to_copy`'s decomposition (torch/_decomp/decompositions.py) for the program's own copy to
+    the host (`_copy_to_host`) of a tensor that stands for the GPU's (`_stands_for_gpu`), as for a CUDA
+    operand: its dtype converted first, on the GPU ("avoid conversions on cpu"), then
+    `prims.device_put` to the host, which Inductor lowers to a host buffer and a copy. With the
+    operand's device read as the host's, the two devices matched and the copy was dropped: a
+    compiled `(x * 2).cpu()` returned a CUDA tensor, the twin's allocation, where the GPU's is host
+    memory. Other `_to_copy`s with the host's `device=` are the host trace's own reading of a GPU
+    tensor's device (`_to_copy_backward`'s `grad.to(self.options())`): left as they are."""
+
+    def to_copy(x, *args, device=None, **kwargs):
+        if _TO_HOST[0] and device is not None and torch.device(device) == _HOST and _stands_for_gpu(x):
+            return _reading_cuda(decomposition)(x, *args, device=device, **kwargs)
+        return decomposition(x, *args, device=device, **kwargs)
+
+    return functools.update_wrapper(to_copy, decomposition)
+
+
+#: while positive, an `aten._to_copy` to the host is the program's own (`_copy_to_host`)
+_TO_HOST = [0]
+#: while positive, `torch.export` traces (`export_fn`): no Inductor decomposition follows, and the
+#: exported graph keeps the host trace's `to` (relabelled with the others)
+_EXPORTING = [0]
+
+
+def _copy_to_host(x, name, *args, **kwargs):
+    """`x.<name>(*args, **kwargs)` (`cpu`, or `to` naming the host's device) as the GPU's trace
+    makes it: `aten._to_copy` to the host, its decomposition the one for a CUDA operand
+    (`_to_host_as_on_gpu`), for a tensor that stands for the GPU's while AOTAutograd traces; the
+    method itself otherwise. Dynamo puts the call in its graph whole (`allow_in_graph`):
+    `_capture`'s mode calls it where the program's own arguments name the host, before it reads
+    the program's `cuda` as the host's."""
+    if isinstance(x, torch.Tensor) and not _EXPORTING[0] and _stands_for_gpu(x):
+        if name == "cpu":
+            device, dtype, non_blocking = _HOST, None, False
+            memory_format = kwargs.get("memory_format", torch.preserve_format)
+        else:
+            rest = {k: v for k, v in kwargs.items() if k != "copy"}
+            device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **rest)
+        if device is not None and torch.device(device) == _HOST:
+            _TO_HOST[0] += 1
+            try:
+                return torch.ops.aten._to_copy.default(
+                    x, dtype=dtype, device=_HOST, non_blocking=non_blocking, memory_format=memory_format
+                )
+            finally:
+                _TO_HOST[0] -= 1
+    return getattr(x, name)(*args, **kwargs)
 
 
 def _log_sigmoid_forward_off_cpu(self):
@@ -1484,12 +1648,14 @@ def export_fn(original, cap):
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
         hooks = _detach_module_hooks(cap)
+        _EXPORTING[0] += 1
         try:
             ep = original(*args, **kwargs)
         finally:
             _reattach_module_hooks(hooks)
             TRACING[0] = previous
             cap.compiled_depth -= 1
+            _EXPORTING[0] -= 1
         _relabel_graph(ep.graph_module)
         return ep
 
@@ -1728,11 +1894,24 @@ def patch(p, cap) -> None:
         hook.__call__._vramscope = True
 
     p.set(trace_rules, "check_file", _twin_frames_inlined(trace_rules.check_file))
+    torch._dynamo.allow_in_graph(_copy_to_host)  # (`_capture`'s mode calls it while dynamo traces)
     p.set(functorch_config, "enable_autograd_cache", False)
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
     p.set(meta_utils.MetaConverter, "__call__", _fakified_from_host(meta_utils.MetaConverter.__call__))
+    # the device tests of Python meta kernels and decompositions take the GPU's branch on the
+    # host's fake tensors (validation/dispatch_audit.py, section 4)
+    import torch._meta_registrations as meta_registrations
+    from torch._decomp import decompositions
+
+    p.set(meta_registrations, "device_hint", _device_hint_on_gpu(meta_registrations.device_hint))
+    p.set(fake_tensor.FakeTensor, "device", _fake_device_on_gpu(vars(fake_tensor.FakeTensor)["device"]))
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    p.set(FunctionalTensor, "device", _functional_device_on_gpu())
+    for name in _DEVICE_READING_HELPERS:
+        p.set(decompositions, name, _reading_cuda(getattr(decompositions, name)))
     from torch._dynamo.variables import tensor as tensor_variables
 
     specialize = tensor_variables.TensorVariable.specialize
@@ -1761,6 +1940,15 @@ def patch(p, cap) -> None:
         return cap.track(t, "inductor::empty_strided_cuda")
 
     p.set(torch._C._dynamo.guards, "_empty_strided_cuda", empty_strided_cuda)
+
+    def empty_strided_cpu_pinned(size, stride, dtype):
+        """The wrapper's `empty_strided_cpu_pinned` (a non-blocking copy to the host's buffer):
+        page-locked host memory, from CUDA's host allocator, as the capture's pinned tensors."""
+        with torch._C._DisableTorchDispatch():
+            t = torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+        return cap._pinned_out(t)
+
+    p.set(torch._C._dynamo.guards, "_empty_strided_cpu_pinned", empty_strided_cpu_pinned)
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     from . import _capture

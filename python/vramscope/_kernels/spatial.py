@@ -70,23 +70,41 @@ for _pad in (
 
 
 def _upsample_nearest2d(cap, func, call, outs):
-    """`upsample_nearest2d_out_cuda_template` and its backward (cuda/UpSampleNearest2d.cu): the
-    input (the gradient, backward) made contiguous in its suggested memory format when it is not,
-    after the structured kernel's output and freed at the return; the backward copies the gradient
-    straight into a same-size result instead (blind8/h07: a `cat` slice's gradient, copied)."""
+    """`upsample_nearest2d_out_cuda_template` and its backward (cuda/UpSampleNearest2d.cu; the exact
+    variant's too). Nothing for an empty result or where the sizes match (a straight copy). A
+    channels-last input (gradient, backward) of 4 channels or more into a channels-last result runs
+    the NHWC kernel over `contiguous(ChannelsLast)`, a copy where it is not (blind8/h07: a `cat`
+    slice's gradient); otherwise ("heuristic: only use channels_last path when it's faster than the
+    contiguous path") a plain `at::empty` stands in for a result that is not contiguous (the
+    structured kernel's, in the input's suggested format: a channels-last one of 2 or 3 channels)
+    and the input is made `contiguous()`, both after the result and freed at the return."""
     (args, _kw) = call
-    src = args[0]
-    if not registered(src) or outs[0].numel() == 0:
+    src, out = args[0], outs[0]
+    if not registered(src) or out.numel() == 0 or src.numel() == 0 or tuple(src.shape) == tuple(out.shape):
         return
-    if func._schema.name.endswith("_backward") and tuple(src.shape) == tuple(outs[0].shape):
-        return
-    fmt = torch.channels_last if _suggests_channels_last(src) else torch.contiguous_format
-    if not src.is_contiguous(memory_format=fmt):
-        copy = _temp(cap, src, func._schema.name)
+    if (
+        _suggests_channels_last(src)
+        and src.size(1) >= 4
+        and out.is_contiguous(memory_format=torch.channels_last)
+    ):
+        copy = (
+            None
+            if src.is_contiguous(memory_format=torch.channels_last)
+            else _temp(cap, src, func._schema.name)
+        )
         del copy
+        return
+    stand_in = None if out.is_contiguous() else _temp(cap, out, func._schema.name)
+    copy = None if src.is_contiguous() else _temp(cap, src, func._schema.name)
+    del copy, stand_in
 
 
-for _f in (aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.default):
+for _f in (
+    aten.upsample_nearest2d.default,
+    aten.upsample_nearest2d_backward.default,
+    aten._upsample_nearest_exact2d.default,
+    aten._upsample_nearest_exact2d_backward.default,
+):
     AFTER[_f] = _upsample_nearest2d
 SCRATCH_UNMODELLED.discard("aten::upsample_nearest2d_backward")
 
