@@ -3885,6 +3885,23 @@ def test_a_tied_parameter_cast_on_the_gpu_keeps_its_gradient():
         assert torch.cuda.memory_allocated() == before - (16 << 20)
 
 
+def test_a_tied_meta_parameter_becomes_one_cuda_copy_per_module():
+    # `_apply` moves a parameter in place only when `_has_compatible_shallow_copy_type` holds, and
+    # a meta tensor's key set is not a dense backend's (TensorImpl::has_compatible_shallow_copy_type):
+    # from the meta device each module wraps its own `Parameter(fn(param))`, so `to_empty` breaks
+    # the tie and allocates the shared weight once per module (blind260/ja03's H200 history: the
+    # tied 50,304 x 1,536 embedding and lm_head, two 309,067,776-byte `empty_like`s in `to_empty`)
+    with torch.device("meta"):
+        emb = torch.nn.Embedding(4096, 1024)
+        head = torch.nn.Linear(1024, 4096, bias=False)
+        head.weight = emb.weight
+        model = torch.nn.Sequential(emb, head)
+    with vramscope.capture(gpu="h200"):
+        model.to_empty(device="cuda")
+        assert head.weight is not emb.weight and emb.weight.is_cuda and head.weight.is_cuda
+        assert torch.cuda.memory_allocated() == 2 * (16 << 20)
+
+
 def test_a_buffer_two_modules_share_is_copied_once_per_module():
     # `_apply` moves parameters in place but buffers by `self._buffers[key] = fn(buf)`
     # (nn/modules/module.py): each module converts the shared CPU buffer itself, so the GPU holds

@@ -367,7 +367,15 @@ def module_apply(original):
             return registered(applied)
         return registered(t) and type(applied) is torch.Tensor and applied.device.type == "cpu"
 
+    def from_meta(t, applied) -> bool:
+        """Whether `t`, a program's meta tensor, becomes a simulated one: a meta tensor's key set is
+        not a dense backend's (TensorImpl::has_compatible_shallow_copy_type), so on the GPU `_apply`
+        wraps each module's `Parameter(fn(param))` and a tie is broken (`to_empty(device="cuda")`)."""
+        return t.device.type == "meta" and registered(applied)
+
     def compatible(t, applied):
+        if from_meta(t, applied):
+            return False
         return True if in_place(t, applied) else real_compatible(t, applied)
 
     def run(self, fn, recurse=True):
@@ -381,6 +389,7 @@ def module_apply(original):
         memo: dict[int, torch.Tensor] = {}
         stand_ins = []  # kept alive while `_apply` runs, so that their ids stay theirs
         replaced = []  # (the shared parameter, the new one the modules now hold)
+        untied: set[int] = set()  # the shared meta parameters each module converted itself
 
         def once(t):
             hit = memo.get(id(t))
@@ -390,7 +399,12 @@ def module_apply(original):
             if len(places) < 2:
                 # held by nothing here: its old storage dies when the module lets it go, as on the GPU
                 return fn(t)
-            hit = memo[id(t)] = fn(t)
+            hit = fn(t)
+            if from_meta(t, hit):
+                # one copy per module that holds it, and the tie stays broken (blind260/ja03)
+                untied.add(id(t))
+                return hit
+            memo[id(t)] = hit
             if hit is not t and not in_place(t, hit):
                 # PyTorch's `param.data = ...` changes the one shared tensor: no module holds the old
                 # storage any more
@@ -433,8 +447,8 @@ def module_apply(original):
                 # converted with it (`param.grad.data = fn(param.grad)`): blind180/fx04's tied
                 # embedding and lm_head cast to bfloat16 hold both the weight and its gradient
                 new.grad = old.grad
-        for places in owners.values():
-            if len(places) > 1:
+        for ident, places in owners.items():
+            if len(places) > 1 and ident not in untied:
                 table, key = places[0]
                 for other, k in places[1:]:
                     other[k] = table[key]
