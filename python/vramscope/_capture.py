@@ -2093,6 +2093,10 @@ class Capture:
         #: the sources of Triton kernels autotuned in this run (`_compile._Kernel`: Inductor's local
         #: autotune cache, keyed by a kernel's source hash)
         self.autotuned_sources: set = set()
+        #: Inductor compiles its Triton kernels in this process (`_compile._options`), and the state
+        #: of each kernel source's `CachingAutotuner` its `PyCodeCache` module holds (`_Kernel`)
+        self.compile_in_process = False
+        self.loaded_kernels: dict = {}
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)
