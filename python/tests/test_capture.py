@@ -6234,3 +6234,25 @@ def test_the_unsafe_fallback_of_an_op_without_a_cuda_kernel_makes_zeros_on_the_g
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
     assert lines == [f"Unsupported {2 << 26} {1 << 26}"]
+
+
+def test_the_unsafe_fallback_s_zeros_live_in_a_non_strict_export_s_error(tmp_script):
+    # non-strict export's FakeTensorMode runs below the twin's dispatch mode; its frames are Python
+    # on the GPU too: run_fallback_kernel's `flat_args` (the zeros of each fake CUDA input) stay in
+    # the error's traceback until the handler ends (the H200's nocuda_compiled_probe_s59: 128 MiB
+    # allocated in the handler, 64 MiB after). The twin cleared them as C++ frames
+    script = tmp_script(
+        "import torch\n"
+        "x = torch.randn(1 << 24, device='cuda')\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, t):\n"
+        "        return torch.histogram(t * 2, bins=10)[0]\n"
+        "try:\n"
+        "    torch.export.export(M(), (x,))\n"
+        "except NotImplementedError:\n"
+        "    print('handler', torch.cuda.memory_allocated())\n"
+        "print('after', torch.cuda.memory_allocated())\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines == [f"handler {2 << 26}", f"after {1 << 26}"]

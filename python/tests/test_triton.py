@@ -272,3 +272,34 @@ def test_a_recompiled_kernel_reads_its_best_config_from_the_autotune_cache(monke
     for _ in range(2):
         _compile._Kernel("j", one, "source of j", cap).run()
     assert tuned == [2, 2, 2, 2, 2]
+
+
+def test_a_kernel_compiled_in_the_process_is_benchmarked_again_after_each_load(monkeypatch):
+    # with one compile thread (no workers) `PyCodeCache.load` gives a source loaded before its
+    # module again: the same CachingAutotuner, whose `precompile` remakes a launcher per config, so
+    # a graph compiled later with an identical kernel benchmarks it again (the H200's
+    # nocuda_compiled_probe_s59 phase7, compiled 0.2 s after phase3, before the worker pool was
+    # ready: +60 MiB, its L2 buffer); two loads before a launch benchmark once
+    from types import SimpleNamespace
+
+    from vramscope import _compile
+
+    tuned = []
+    monkeypatch.setattr(
+        _compile, "_autotune", lambda kernel, configs, args, kwargs: tuned.append(len(configs))
+    )
+    monkeypatch.setattr(_compile, "_configs_launched", lambda autotuner: list(autotuner.configs))
+    cap = SimpleNamespace(
+        autotuned_sources=set(),
+        note_compile_unmeasured=lambda what: None,
+        compile_in_process=True,
+        loaded_kernels={},
+    )
+    two = SimpleNamespace(configs=[1, 2])
+    for _ in range(2):
+        _compile._Kernel("k", two, "source of k", cap).run()
+    assert tuned == [2, 2]
+    loaded = [_compile._Kernel("m", two, "source of m", cap) for _ in range(2)]
+    for kernel in loaded:
+        kernel.run()
+    assert tuned == [2, 2, 2]

@@ -17,6 +17,7 @@ import builtins
 import ctypes
 import functools
 import gc
+import inspect
 import itertools
 import linecache
 import math
@@ -901,7 +902,16 @@ def _forget_frames(tb) -> None:
             while below > 0 and files[below - 1] in _MODE_WRAPPERS:
                 below -= 1
             break
+    # a FakeTensorMode below the mode (non-strict export's, an infra one) is Python on the GPU too:
+    # its frames and those below keep their locals, the twin's pass-through wrappers of torch's
+    # functions as theirs (`run_fallback_kernel`'s zeros of each input stay live in the error's
+    # traceback: the H200's non-strict export of `torch.histogram`, nocuda_compiled_probe_s59)
+    from ._compile import _PASSING
+
+    fake = next((i for i in range(below, len(frames)) if frames[i].f_code is _FAKE_DISPATCH), len(frames))
     for i, frame in enumerate(frames):
+        if i >= fake and (not own[i] or frame.f_code in _PASSING):
+            continue
         if i >= below or own[i] or (files[i] == _OPS_PY and i > 0 and own[i - 1]):
             try:
                 frame.clear()
@@ -1012,6 +1022,8 @@ _graphsafe_rng_dense()
 
 _PLAIN = torch._C._disabled_torch_dispatch_impl
 _FakeTensor = torch._subclasses.fake_tensor.FakeTensor
+#: FakeTensorMode's `__torch_dispatch__` below its wrappers (`count`, `_disable_dynamo`)
+_FAKE_DISPATCH = inspect.unwrap(torch._subclasses.fake_tensor.FakeTensorMode.__torch_dispatch__).__code__
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
 
 
@@ -2096,6 +2108,10 @@ class Capture:
         #: the sources of Triton kernels autotuned in this run (`_compile._Kernel`: Inductor's local
         #: autotune cache, keyed by a kernel's source hash)
         self.autotuned_sources: set = set()
+        #: Inductor compiles its Triton kernels in this process (`_compile._options`), and the state
+        #: of each kernel source's `CachingAutotuner` its `PyCodeCache` module holds (`_Kernel`)
+        self.compile_in_process = False
+        self.loaded_kernels: dict = {}
         #: whether the process's first kernel has launched (the driver's address-space rule 6)
         self.kernels_ran = False
         #: whether OpenMP's workers have started (`_host_converts`; the address-space rule 15)

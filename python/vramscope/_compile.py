@@ -485,11 +485,23 @@ class _Kernel:
         # Inductor reads its autotune cache when the kernel is loaded, at compile time
         # (`cached_autotune` -> `check_autotune_cache`): a best config saved after that does not count
         self.cached = source in self.tuned_sources
+        # compiled in the process (no workers): `PyCodeCache.load` gives a source loaded before its
+        # module again, the same `CachingAutotuner` (its configs read from the cache then), whose
+        # `precompile` remakes a launcher per compiled config (`_make_launchers`): benchmarked again
+        # at its next first launch, once for all the graphs loading it before that launch
+        self.state = None
+        if cap is not None and autotuner is not None and getattr(cap, "compile_in_process", False):
+            self.state = cap.loaded_kernels.get(source)
+            if self.state is None:
+                cap.loaded_kernels[source] = self.state = {"tuned": False, "cached": self.cached}
+            self.state["tuned"] = False
+            self.cached = self.state["cached"]
 
     def run(self, *args, stream=None, **kwargs):
         # `CachingAutotuner.run` (triton_heuristics.py): more than one launcher -> autotune_to_one_config
-        if not self.tuned:
-            self.tuned = True
+        state = self.state if self.state is not None else self.__dict__
+        if not state["tuned"]:
+            state["tuned"] = True
             if self.autotuner is None:
                 return None
             configs = _configs_launched(self.autotuner)
@@ -1742,6 +1754,7 @@ def _options(cap, mode, options) -> dict:
     `max_autotune = True` set before the call hold in the compile."""
     from torch._inductor import config as inductor_config
     from torch._inductor import list_mode_options
+    from torch.utils import _config_module
 
     merged = dict(list_mode_options(mode) if mode else {})
     merged.update(options or {})
@@ -1757,6 +1770,16 @@ def _options(cap, mode, options) -> dict:
         cap.note_compile_unmeasured(_AUTOTUNE_CHOICE)
         merged["max_autotune_gemm_backends"] = "ATEN"
         merged["max_autotune_conv_backends"] = "ATEN"
+    # the program's compile workers: one thread (TORCHINDUCTOR_COMPILE_THREADS=1, or the setting
+    # given) compiles every Triton kernel in the process itself (`AsyncCompile.use_process_pool`)
+    threads = merged.get("compile_threads")
+    if threads is None:
+        entry = inductor_config._config.get("compile_threads")
+        given = entry is not None and entry.user_override is not _config_module._UNSET_SENTINEL
+        threads = inductor_config.compile_threads if given else None
+        if threads is None and os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"):
+            threads = int(os.environ["TORCHINDUCTOR_COMPILE_THREADS"])
+    cap.compile_in_process = threads is not None and threads <= 1
     # no worker processes: the twin compiles nothing (Triton kernels launch nothing); no caches
     # (an artifact compiled elsewhere, or for another GPU, is not this one's)
     merged["compile_threads"] = 1
