@@ -25,7 +25,9 @@ script = os.path.join(d, next(f for f in sorted(os.listdir(d)) if f.startswith("
 state = {}
 
 
-def cb(phase, info, allocated=torch.cuda.memory_allocated, getframe=sys._getframe):
+def cb(
+    phase, info, allocated=torch.cuda.memory_allocated, getframe=sys._getframe, state=state, script=script
+):
     # (bound now: at interpreter exit the module's globals are gone before the last collections)
     if phase == "start":
         state["a"] = allocated()
