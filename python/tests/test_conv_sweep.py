@@ -416,6 +416,31 @@ def test_informers_kernel_1_conv1d_takes_the_measured_forward_workspace():
     assert cap.report()["unmeasured"] == []
 
 
+def test_a_keyword_spotters_strided_conv1d_takes_the_workspaces_of_its_memory_history():
+    # blind265/jf04's H200 memory history (validation/run/history.py; `run_conv_plan`'s
+    # allocations): the fp32 Conv1d of 256 to 256 channels, kernel 5, stride 2, padding 2 over 400
+    # frames at batch 64: forward 40,632,336, dgrad 40,632,467, wgrad 44,565,135 bytes of workspace;
+    # the twin had estimated 86,314,405 (batch 128's forward) and 43,705,514 / 46,088,415 from the
+    # nearest measured problem before the table held them
+    import torch
+    import torch.nn.functional as F
+    import vramscope
+
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(64, 256, 400, device="cuda", requires_grad=True)
+        w = torch.empty(256, 256, 5, device="cuda", requires_grad=True)
+        stats = torch.cuda.memory_stats
+        before = stats()["requested_bytes.all.allocated"]
+        y = F.conv1d(x, w, stride=2, padding=2)
+        assert stats()["requested_bytes.all.allocated"] - before == 64 * 256 * 200 * 4 + 40632336
+        g = torch.empty_like(y)
+        before = stats()["requested_bytes.all.allocated"]
+        y.backward(g)
+        grads = x.numel() * 4 + w.numel() * 4
+        assert stats()["requested_bytes.all.allocated"] - before == grads + 40632467 + 44565135
+    assert cap.report()["unmeasured"] == []
+
+
 def test_a_whitened_cifar_stem_s_channels_last_bf16_forward_takes_the_measured_workspace():
     # blind172/fp03's H200 per-op truth (a 54-channel ZCA-whitened input into a 3 x 3 conv of 64,
     # channels-last bf16, batch 1,024 at 30 px): cuDNN's forward took 103,283,859 bytes of workspace

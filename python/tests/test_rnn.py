@@ -879,3 +879,18 @@ def test_a_small_hidden_lstm_outside_the_table_takes_the_persistent_small_h_size
         out, _ = m(torch.empty(128, 96, 160, device="cuda"))
         out.sum().backward()
     assert cap.report()["unmeasured"] == []
+
+
+def test_an_exported_lstm_node_runs_cudnn_with_the_measured_inference_workspace():
+    # blind265/jf04's H200 memory history: `ep.module()` of an eval-mode export runs its
+    # `aten.lstm.input` node through `lstm_cudnn` (RNN.cpp), not the per-step matmuls: at batch 16
+    # of 200 steps the zero h0 and c0 (131,072 bytes each), the input's time-major copy 3,276,800,
+    # the output 13,107,200, hy and cy, and the workspace 167,903,616
+    with vramscope.capture(gpu="h200") as cap:
+        lstm = nn.LSTM(256, 512, num_layers=2, batch_first=True, bidirectional=True).cuda().eval()
+        x = torch.empty(16, 256, 200, device="cuda").transpose(1, 2)
+        served = torch.export.export(lstm, (x,)).module()
+        with torch.inference_mode():
+            _, count, req = _counted(lambda: served(x))
+        assert (count, req) == (7, 4 * 131072 + 3276800 + 13107200 + 167903616)
+    assert cap.report()["unmeasured"] == []

@@ -960,6 +960,12 @@ def install() -> None:
     """Register the rules."""
     for name in MODES:
         _kernels.FUNCTIONS[getattr(torch, name)] = _rnn(name)
+        # the same ops called as ops (an exported program's `aten.lstm.input` node, which
+        # `ep.module()` runs): CompositeImplicitAutograd, so RNN.cpp's `lstm` takes cuDNN as
+        # `torch.lstm` does (blind265/jf04's memory history: `lstm_cudnn` under `ep.module()`)
+        op = getattr(aten, name)
+        _kernels.FUNCTIONS[op.input] = _rnn(name)
+        _kernels.FUNCTIONS[op.data] = _rnn(name)
     _kernels.FUNCTIONS[torch._C.TensorBase.data_ptr] = _data_ptr
     for name in ("lstm_cell", "gru_cell"):
         _kernels.FUNCTIONS[getattr(torch, name)] = _cell(name)
