@@ -1516,19 +1516,21 @@ def test_functional_scaled_mm_takes_the_cublaslt_workspaces():
     assert _extra(run, _fp8_operands) == (2, 33554432 + 1048576)
 
 
+def _fp8_grouped_operands():
+    """Three groups of fp8 operands for the grouped GEMMs: a, b (column-major), rowwise scales, offsets."""
+    a = torch.empty(512, 256, device="cuda", dtype=torch.float8_e4m3fn)
+    b = torch.empty(3, 512, 256, device="cuda", dtype=torch.float8_e4m3fn).transpose(-2, -1)
+    offs = torch.tensor([128, 256, 512], device="cuda", dtype=torch.int32)
+    return a, b, torch.ones(512, device="cuda"), torch.ones(3, 512, device="cuda"), offs
+
+
 def test_scaled_grouped_mm_allocates_its_arguments_and_a_workspace():
     # ScaledGroupMM.cu's sm_90 kernel: a buffer of 5 pointers per group (groups rounded up to 2)
     # and 36 bytes of strides and shape per group, then CUTLASS's workspace (taken as 512 x 132 SMs)
-    def setup():
-        a = torch.empty(512, 256, device="cuda", dtype=torch.float8_e4m3fn)
-        b = torch.empty(3, 512, 256, device="cuda", dtype=torch.float8_e4m3fn).transpose(-2, -1)
-        offs = torch.tensor([128, 256, 512], device="cuda", dtype=torch.int32)
-        return a, b, torch.ones(512, device="cuda"), torch.ones(3, 512, device="cuda"), offs
-
     def run(a, b, sa, sb, offs):
         return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
 
-    assert _extra(run, setup) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
+    assert _extra(run, _fp8_grouped_operands) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
 
 
 def test_functional_scaled_grouped_mm_runs_the_rowwise_grouped_kernel():
@@ -1537,33 +1539,27 @@ def test_functional_scaled_grouped_mm_runs_the_rowwise_grouped_kernel():
     # (cuda/GroupedBlas.cpp): the twin raised NotImplementedError
     from torch.nn.functional import ScalingType
 
-    def setup():
-        a = torch.empty(512, 256, device="cuda", dtype=torch.float8_e4m3fn)
-        b = torch.empty(3, 512, 256, device="cuda", dtype=torch.float8_e4m3fn).transpose(-2, -1)
-        offs = torch.tensor([128, 256, 512], device="cuda", dtype=torch.int32)
-        return a, b, torch.ones(512, device="cuda"), torch.ones(3, 512, device="cuda"), offs
-
     def run(a, b, sa, sb, offs):
         r = ScalingType.RowWise
         out = torch.nn.functional.scaled_grouped_mm(a, b, sa, r, sb, r, offs=offs)
         assert out.shape == (512, 512) and out.dtype == torch.bfloat16
         return out
 
-    assert _extra(run, setup) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
+    assert _extra(run, _fp8_grouped_operands) == (2, 4 * 5 * 8 + 3 * 36 + 512 * 132)
 
     def run_3d(a, b, sa, sb, offs):
         r = ScalingType.RowWise
         a3 = a.view(2, 256, 256)
         return torch.nn.functional.scaled_grouped_mm(a3, b[:2], sa.view(2, 256), r, sb[:2], r)
 
-    assert _extra(run_3d, setup) == (2, 2 * 5 * 8 + 2 * 36 + 512 * 132)
+    assert _extra(run_3d, _fp8_grouped_operands) == (2, 2 * 5 * 8 + 2 * 36 + 512 * 132)
 
     def bad(a, b, sa, sb, offs):
         r = ScalingType.RowWise
         return torch.nn.functional.scaled_grouped_mm(a, b.transpose(-2, -1), sa, r, sb, r, offs=offs)
 
     with vramscope.capture(gpu="h200"), pytest.raises(ValueError, match="mat2 to be transposed"):
-        bad(*setup())
+        bad(*_fp8_grouped_operands())
 
 
 def test_log_softmax_of_integer_tokens_has_no_cuda_kernel():
