@@ -25,6 +25,26 @@ fn replay_builtin_is_exact() {
     assert!(text.contains("16/16"), "{text}");
 }
 
+/// A real torch 2.11 snapshot whose frames hold a line PyTorch did not know
+/// (2**64-1): read, replayed exactly, and inspected.
+#[test]
+fn replay_of_a_snapshot_with_an_unknown_line_is_exact() {
+    let f = repo().join("fixtures/snapshot_real/iy03_phase0_unknown_line_h200.pickle");
+    let out = bin().arg("replay").arg(&f).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Replayed 335 trace entries"), "{text}");
+    assert!(text.contains("11/11 reproduced"), "{text}");
+    assert!(text.contains("EXACT"), "{text}");
+    let out = bin().arg("inspect").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
 #[test]
 fn replay_json_has_the_documented_fields() {
     let f = repo().join("fixtures/alloc/oom_retry.pickle");

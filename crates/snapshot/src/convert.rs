@@ -440,9 +440,9 @@ fn named_matches(st: &Store, v: Val, named: &crate::par::Named) -> bool {
                     Some(t) => file = Some(t),
                     None => return false,
                 },
-                Some("line") => match st.int(x) {
-                    Some(IntRef::Small(i)) => line = i,
-                    _ => return false,
+                Some("line") => match st.int(x).and_then(line_of) {
+                    Some(i) => line = i,
+                    None => return false,
                 },
                 _ => return false,
             }
@@ -458,6 +458,19 @@ fn named_matches(st: &Store, v: Val, named: &crate::par::Named) -> bool {
                     items.len() == fs.len() && items.iter().zip(fs).all(|(&x, f)| frame(x, f))
                 })
         }
+    }
+}
+
+/// A frame's line as the model keeps it: any int in `i64`, or one in `u64`
+/// above `i64::MAX` as its two's complement bits. PyTorch writes a frame's
+/// `lineno` as a `uint64_t` (`unwind::Frame`; combined_traceback.cpp casts
+/// `PyCode_Addr2Line`, -1 when the line is unknown, to `uint64_t`), so an
+/// unknown line arrives as 2**64-1 and is kept as -1; the writer emits a
+/// negative line back as that `u64`.
+pub(crate) fn line_of(i: IntRef<'_>) -> Option<i64> {
+    match i {
+        IntRef::Small(i) => Some(i),
+        IntRef::Big(b) => le_to_i64(b).or_else(|| le_to_u64(b).map(|u| u as i64)),
     }
 }
 
@@ -559,6 +572,14 @@ impl<'a> Cx<'a> {
             Some(IntRef::Small(i)) => Ok(i),
             Some(IntRef::Big(b)) => le_to_i64(b)
                 .ok_or_else(|| format!("integer does not fit in i64 ({} bytes)", b.len())),
+            None => Err(format!("expected int, found {}", self.kind(v))),
+        }
+    }
+
+    /// A frame's line: [`line_of`].
+    fn line(&self, v: Val) -> Result<i64, Msg> {
+        match self.st.int(v) {
+            Some(i) => line_of(i).ok_or_else(|| "integer does not fit in i64 or u64".to_owned()),
             None => Err(format!("expected int, found {}", self.kind(v))),
         }
     }
@@ -688,7 +709,7 @@ impl<'a> Cx<'a> {
         let line = if line == Val::EMPTY {
             0
         } else {
-            self.i64(line).map_err(|m| format!("line: {m}"))?
+            self.line(line).map_err(|m| format!("line: {m}"))?
         };
         let id = self
             .s
@@ -1272,5 +1293,77 @@ impl<'a> Cx<'a> {
             out.push(ann);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::write::{snapshot_to_bytes, WriteOptions};
+    use crate::*;
+
+    /// `tests/data/make_fixtures.py`'s `unknown_line`: a frame whose line
+    /// is 2**64-1, in protocols 0, 2 and 4.
+    pub(crate) const UNKNOWN_LINE: [&[u8]; 3] = [
+        include_bytes!("../tests/data/unknown_line_p0.pickle"),
+        include_bytes!("../tests/data/unknown_line_p2.pickle"),
+        include_bytes!("../tests/data/unknown_line_p4.pickle"),
+    ];
+
+    /// The frames of the block, then of each trace entry, as
+    /// (name, line).
+    pub(crate) fn lines(s: &Snapshot) -> Vec<Vec<(String, i64)>> {
+        let of = |id| s.frames(id).map(|f| (f.name.to_owned(), f.line)).collect();
+        let mut out = vec![of(s.segments[0].blocks[0].frames)];
+        out.extend(s.device_traces[0].iter().map(|e| of(e.frames)));
+        out
+    }
+
+    pub(crate) fn assert_unknown_line(s: &Snapshot) {
+        let l = lines(s);
+        assert_eq!(l.len(), 6);
+        for (i, f) in l.iter().enumerate().take(4) {
+            assert_eq!(f[1], ("init_gpu_context".to_owned(), -1), "frames {i}");
+            assert_eq!(f[2].1, 125, "frames {i}");
+        }
+        assert_eq!(l[4].len(), 2);
+    }
+
+    #[test]
+    fn an_unknown_line_is_kept_as_minus_one() {
+        for (p, b) in UNKNOWN_LINE.iter().enumerate() {
+            for s in [
+                read_snapshot(b),
+                read_snapshot_sequential(b),
+                read_snapshot_generic(b),
+            ] {
+                let s = s.unwrap_or_else(|e| panic!("protocol {}: {e}", [0, 2, 4][p]));
+                assert_unknown_line(&s);
+            }
+        }
+    }
+
+    #[test]
+    fn the_writer_gives_an_unknown_line_back_as_pytorch_wrote_it() {
+        let s = read_snapshot(UNKNOWN_LINE[2]).unwrap();
+        let out = snapshot_to_bytes(&s, &WriteOptions::default());
+        // LONG1 of 2**64-1, as CPython writes it
+        let want = [0x8a, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0];
+        assert!(out.windows(want.len()).any(|w| w == want));
+        let back = read_snapshot(&out).unwrap();
+        assert_eq!(lines(&back), lines(&s));
+    }
+
+    #[test]
+    fn a_line_wider_than_u64_is_refused() {
+        // 2**64 + 5 in place of the unknown line (LONG1 of 9 bytes, same length)
+        let mut b = UNKNOWN_LINE[2].to_vec();
+        let big = [0x8a, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0];
+        let at = b.windows(big.len()).position(|w| w == big).unwrap();
+        b[at + 2..at + 11].copy_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let e = read_snapshot_sequential(&b).unwrap_err().to_string();
+        assert!(
+            e.contains("line: integer does not fit in i64 or u64"),
+            "{e}"
+        );
     }
 }

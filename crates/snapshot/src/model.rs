@@ -46,7 +46,8 @@ pub struct Frame<'a> {
     pub name: &'a str,
     /// File (`".../torch/nn/modules/linear.py"`, `"??"` for unknown C++).
     pub filename: &'a str,
-    /// Line number (0 for C++ frames).
+    /// Line number (0 for C++ frames; -1 for a line PyTorch did not know,
+    /// which it writes as 2**64-1: see `convert::line_of`).
     pub line: i64,
 }
 

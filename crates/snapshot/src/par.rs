@@ -805,6 +805,8 @@ impl<'t, 'a, 's> Dec<'t, 'a, 's> {
                 (0, L::Str(s)) => name = s,
                 (1, L::Str(s)) => file = s,
                 (2, L::Int(i)) => line = i,
+                // an unknown line, 2**64-1: kept as -1 (`convert::line_of`)
+                (2, L::U64(u)) => line = u as i64,
                 _ => return None,
             }
         }
@@ -1814,6 +1816,24 @@ mod tests {
         ] {
             let a = src.win(pos, want).to_vec();
             assert_eq!(a, slice.win(pos, want), "{pos} {want}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod unknown_line_tests {
+    use crate::convert::tests::{assert_unknown_line, lines, UNKNOWN_LINE};
+
+    #[test]
+    fn the_parallel_decoder_keeps_an_unknown_line_as_minus_one() {
+        // protocol 4, as PyTorch writes it (the decoder takes no other)
+        for threads in [1, 2, 4] {
+            let s = crate::read_parallel(UNKNOWN_LINE[2], threads)
+                .expect("the parallel decoder gave up")
+                .unwrap();
+            assert_unknown_line(&s);
+            let seq = crate::read_snapshot_sequential(UNKNOWN_LINE[2]).unwrap();
+            assert_eq!(lines(&s), lines(&seq));
         }
     }
 }

@@ -557,7 +557,8 @@ impl<W: Write> SnapWriter<'_, W> {
         self.w.str("filename");
         self.w.str(fr.filename);
         self.w.str("line");
-        self.w.int(fr.line);
+        // a negative line is PyTorch's `uint64_t` read back (`convert::line_of`)
+        self.w.uint(fr.line as u64);
         self.w.raw(b"u");
         self.frames.insert(f, memo);
     }

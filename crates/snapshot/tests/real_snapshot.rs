@@ -171,3 +171,59 @@ fn generic_pickle_view() {
         Some("large")
     );
 }
+
+/// torch 2.11 on an H200 (`validation/run/probes/iy03_phase0_probe_s58.py`):
+/// two entries' frames hold `init_gpu_context` with the line PyTorch did not
+/// know, written as 2**64-1 (a `uint64_t` -1); the model keeps it as -1 and
+/// the writer gives 2**64-1 back.
+#[test]
+fn an_unknown_line_of_torch_2_11() {
+    const F: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/snapshot_real/iy03_phase0_unknown_line_h200.pickle"
+    );
+    let bytes = std::fs::read(F).unwrap();
+    let s = read_snapshot_sequential(&bytes).unwrap();
+    assert_eq!(s.segments.len(), 11);
+    let t = &s.device_traces[0];
+    assert_eq!(t.len(), 335);
+    let mut unknown = Vec::new();
+    for (i, e) in t.iter().enumerate() {
+        for (j, f) in s.frames(e.frames).enumerate() {
+            if f.line < 0 {
+                unknown.push((i, j, f.name, f.line));
+            }
+        }
+    }
+    assert_eq!(
+        unknown,
+        [
+            (333, 9, "init_gpu_context", -1),
+            (334, 9, "init_gpu_context", -1)
+        ]
+    );
+    for s2 in [
+        read_snapshot(&bytes).unwrap(),
+        read_snapshot_generic(&bytes).unwrap(),
+        read_snapshot_file(F).unwrap(),
+        read_parallel(&bytes, 2)
+            .expect("the parallel decoder gave up")
+            .unwrap(),
+    ] {
+        let t2 = &s2.device_traces[0];
+        assert_eq!(t2.len(), 335);
+        for i in [333, 334] {
+            let a: Vec<Frame> = s.frames(t.get(i).unwrap().frames).collect();
+            let b: Vec<Frame> = s2.frames(t2.get(i).unwrap().frames).collect();
+            assert_eq!(a, b, "entry {i}");
+        }
+    }
+    let out = vramscope_snapshot::write::snapshot_to_bytes(&s, &Default::default());
+    let max = [0x8a, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0];
+    assert!(out.windows(max.len()).any(|w| w == max));
+    let back = read_snapshot(&out).unwrap();
+    let f: Vec<Frame> = back
+        .frames(back.device_traces[0].get(333).unwrap().frames)
+        .collect();
+    assert_eq!((f[9].name, f[9].line), ("init_gpu_context", -1));
+}

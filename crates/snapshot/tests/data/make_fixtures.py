@@ -99,6 +99,37 @@ def values():
     }
 
 
+def unknown_line():
+    """A frame whose line PyTorch did not know: 2**64-1 (`uint64_t` -1),
+    as torch 2.11 writes `init_gpu_context` (fixtures/snapshot_real)."""
+    unknown = {"name": "init_gpu_context", "filename": "/torch/_subclasses/fake_tensor.py", "line": BIG}
+    stack_u = [frame_cpp, unknown, frame_py]
+    entry = lambda action, addr, size, t, frames: {
+        "action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames,
+        "compile_context": "N/A", "user_metadata": ""}
+    base = 139_000_000_000_000
+    return {
+        "segments": [
+            {"device": 0, "address": base, "total_size": 2097152, "allocated_size": 512,
+             "active_size": 512, "requested_size": 512, "stream": 0, "segment_type": "small",
+             "segment_pool_id": (0, 0), "is_expandable": False, "frames": stack_u,
+             "blocks": [
+                 {"address": base, "size": 512, "requested_size": 512, "state": "active_allocated",
+                  "frames": stack_u},
+                 {"address": base + 512, "size": 2096640, "requested_size": 0, "state": "inactive",
+                  "frames": []},
+             ]},
+        ],
+        "device_traces": [[
+            entry("segment_alloc", base, 2097152, 1_700_000_000_000_000, stack_u),
+            entry("alloc", base, 512, 1_700_000_000_000_001, stack_u),
+            entry("alloc", base + 512, 512, 1_700_000_000_000_002, [frame_cpp, dict(unknown), frame_py]),
+            entry("free_requested", base + 512, 512, 1_700_000_000_000_003, stack),
+            entry("free_completed", base + 512, 512, 1_700_000_000_000_004, stack),
+        ]],
+    }
+
+
 def write(name, obj, proto):
     with open(name, "wb") as f:
         pickle.dump(obj, f, protocol=proto)
@@ -107,6 +138,8 @@ def write(name, obj, proto):
 for p in range(0, 6):
     write(f"snapshot_p{p}.pickle", snapshot(), p)
     write(f"values_p{p}.pickle", values(), p)
+for p in (0, 2, 4):
+    write(f"unknown_line_p{p}.pickle", unknown_line(), p)
 write("legacy_list_p2.pickle", legacy(), 2)
 write("ordered_p2.pickle", collections.OrderedDict(snapshot()), 2)
 write("not_snapshot_int.pickle", 42, 4)
