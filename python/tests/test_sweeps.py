@@ -10,6 +10,10 @@ import torch
 import vramscope
 from conftest import FIXTURES, ROOT, run_script
 
+#: cases added to a sweep after its GPU run, by name prefix: the script prints them, the fixture will
+#: hold them once the sweep runs on the H200 again (scratch_sweep's fp8 grouped GEMM, session 59)
+AWAITING_THE_GPU = {"scratch_sweep": ("scaled_grouped_mm rowwise ",)}
+
 
 @pytest.mark.parametrize(
     "script, fixture",
@@ -29,7 +33,10 @@ def test_sweep_matches_the_h200(script, fixture):
     assert status == 0, err
     got = {r["case"]: r for r in map(json.loads, (line for line in lines if line.startswith("{")))}
     want = [json.loads(line) for line in (FIXTURES / "run" / "sweeps" / fixture).read_text().splitlines()]
-    assert len(got) == len(want)
+    awaiting = {
+        c for c in set(got) - {w["case"] for w in want} if c.startswith(AWAITING_THE_GPU.get(script, ()))
+    }
+    assert len(got) == len(want) + len(awaiting)
     for w in want:
         assert got[w["case"]] == w, w["case"]
 
