@@ -116,7 +116,8 @@ HANDLED_PY = {
     "_to_copy": (
         "_compile._copy_to_host (the program's own `.cpu()`/`.to('cpu')` under dynamo: the dtype "
         "converted on the GPU, then a device_put to the host, kept there by the relabel); "
-        "torch.export keeps the host trace's `to` (not handled: a copy to the host is no alias)"
+        "torch.export: _compile._export_copy_to_host (a new host tensor, `aten.to(device=cpu)` kept "
+        "by the relabel, `_to_copy(device=cpu)` after run_decompositions, session 60)"
     ),
     # the same branch on the CPU and on CUDA, or a check only
     "is_noncontiguous_supported": "(HPU only: the same branch on CPU and CUDA)",

@@ -2667,6 +2667,41 @@ def test_torch_compile_copies_to_the_host_leave_the_device():
         assert v.is_cuda
 
 
+def test_torch_export_keeps_the_programs_copies_to_the_host():
+    # non-strict export traces on the host, where `x.cpu()` found its fake tensor on the host already
+    # and `to` returned `x` itself: the node was relabelled `device=cuda:0` (`ep.module()` returned
+    # a CUDA tensor, memory the twin held), and `x + 1` after it read the `to` node. The GPU's graph
+    # keeps `aten.to.dtype_layout(device=cpu)` (`_to_copy(device=cpu)` once decomposed); a GPU
+    # tensor's own device, read as the host's while tracing, stays the GPU's alias
+    class M(torch.nn.Module):
+        def forward(self, x):
+            y = (x * 2).cpu()
+            return y + 1, x.to("cpu", torch.float16), x + 1, (x * 3).to(x.device)
+
+    def devices(node_args):
+        return [a for a in node_args if isinstance(a, torch.device)]
+
+    with vramscope.capture():
+        x = torch.empty(256, 256, device="cuda")
+        for strict in (False, True):
+            ep = torch.export.export(M(), (x,), strict=strict)
+            for e in (ep, ep.run_decompositions()):
+                copies = [
+                    n
+                    for n in e.graph.nodes
+                    if n.op == "call_function"
+                    and torch.device("cpu") in devices([*n.args, *n.kwargs.values()])
+                ]
+                assert len(copies) == 2 and all(n.args[0].name in ("mul", "x") for n in copies)
+                assert all("copy" not in n.kwargs and len(n.args) <= 3 for n in copies)
+                before = torch.cuda.memory_allocated()
+                ys = e.module()(x)
+                assert [y.device.type for y in ys] == ["cpu", "cpu", "cuda", "cuda"]
+                assert ys[1].dtype == torch.float16
+                assert torch.cuda.memory_allocated() - before == 2 * 256 * 256 * 4
+                del ys
+
+
 def test_torch_compile_traced_tensors_read_the_gpus_device():
     # dynamo's trace runs on the host, and `x.device` in the traced code read "cpu": transformers'
     # rotary embeddings disable autocast for `x.device.type` around their fp32 frequencies, so CUDA

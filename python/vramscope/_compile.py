@@ -169,9 +169,18 @@ def _fake_device_on_gpu(original):
     def device(self):
         if _READS_CUDA[0] and not self.fake_mode.in_kernel_invocation and _stands_for_gpu(self):
             return _CUDA0
-        return getter(self)
+        d = getter(self)
+        if _EXPORTING[0] and d == _HOST and not self.fake_mode.in_kernel_invocation and _stands_for_gpu(self):
+            return _GPU_READ_ON_HOST
+        return d
 
     return property(device, original.fset)
+
+
+#: the host's device as `torch.export`'s trace reads it for a fake tensor that stands for the GPU's
+#: (`_fake_device_on_gpu`): equal to `cpu`, but not the program's own `cpu`, so that
+#: `y.to(x.device)` stays the GPU's alias (not `_export_copy_to_host`)
+_GPU_READ_ON_HOST = torch.device("cpu")
 
 
 def _functional_device_on_gpu():
@@ -365,7 +374,7 @@ def _stays_on_host(node, on_host) -> bool:
         return bool(vals) and all(_host_on_gpu(v) for v in vals)
     if node.op not in ("call_function", "call_method"):
         return False
-    if _moves_to_host(node):
+    if _moves_to_host(node) or node.meta.get(_HOST_COPY):
         return True
     operands = [n for n in node.all_input_nodes if tensors(n)]
     if not operands or not all(n in on_host for n in operands):
@@ -954,7 +963,7 @@ def _sdpa_targets(cap, gm) -> list:
 
 
 def _restore_targets(changed) -> None:
-    """The nodes `_sdpa_targets` changed, their targets back."""
+    """The nodes `_sdpa_targets` (or `_host_copy_targets`) changed, their targets back."""
     for _module, node, target in changed:
         node.target = target
     for module in {id(m): m for m, _, _ in changed}.values():
@@ -1120,6 +1129,9 @@ _TO_HOST = [0]
 #: while positive, `torch.export` traces (`export_fn`): no Inductor decomposition follows, and the
 #: exported graph keeps the host trace's `to` (relabelled with the others)
 _EXPORTING = [0]
+#: whether that export is strict: dynamo traced the program, its own copies to the host are
+#: `_copy_to_host` in dynamo's graph, and a `to(cpu)` there is the capture's reading of `cuda`
+_STRICT = [False]
 
 
 def _copy_to_host(x, name, *args, **kwargs):
@@ -1129,6 +1141,8 @@ def _copy_to_host(x, name, *args, **kwargs):
     method itself otherwise. Dynamo puts the call in its graph whole (`allow_in_graph`):
     `_capture`'s mode calls it where the program's own arguments name the host, before it reads
     the program's `cuda` as the host's."""
+    if isinstance(x, torch.Tensor) and _EXPORTING[0] and _stands_for_gpu(x):
+        return _export_copy_to_host(x, name, *args, **kwargs)  # (strict export's dynamo graph)
     if isinstance(x, torch.Tensor) and not _EXPORTING[0] and _stands_for_gpu(x):
         if name == "cpu":
             device, dtype, non_blocking = _HOST, None, False
@@ -1145,6 +1159,88 @@ def _copy_to_host(x, name, *args, **kwargs):
             finally:
                 _TO_HOST[0] -= 1
     return getattr(x, name)(*args, **kwargs)
+
+
+#: the mark of an exported graph's `aten.to` node that is the program's own copy to the host
+_HOST_COPY = "vramscope_copy_to_host"
+
+
+def _export_copy_to_host(x, name, *args, **kwargs):
+    """`x.<name>(*args, **kwargs)` (`cpu`, or `to` naming the host's device) while `torch.export`
+    traces, for a tensor that stands for the GPU's: as on the GPU, a new host tensor, the node
+    `aten.to.<overload>(x, ..., device=cpu)` (the GPU's overload, `dispatch_to` in
+    python_variable_methods.cpp, which `cpu()` shares with `to(device=)`) kept on the host by the
+    relabel (`_HOST_COPY`). On the host the devices matched and `to` returned `x` itself: the
+    exported node was relabelled `device=cuda:0`, `ep.module()` returned a CUDA tensor, and the
+    program's later uses of `x` read the `to` node."""
+    if name == "cpu":
+        device, dtype, non_blocking = _HOST, None, False
+        memory_format = kwargs.get("memory_format")
+        copy = False
+    else:
+        rest = {k: v for k, v in kwargs.items() if k != "copy"}
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **rest)
+        copy = kwargs.get("copy", len(args) > 3 and args[3] is True)
+    if device is None or torch.device(device) != _HOST:
+        return getattr(x, name)(*args, **kwargs)
+    # `copy=True`: a tensor of its own on the host too, its node's `copy` then the program's
+    y = x.to(device=_HOST, dtype=dtype, non_blocking=non_blocking, copy=True, memory_format=memory_format)
+    node = _tag_host_copy(y)
+    if node is not None and not copy:
+        if "copy" in node.kwargs:
+            node.kwargs = {k: v for k, v in node.kwargs.items() if k != "copy"}
+        elif node.target is torch.ops.aten.to.device and len(node.args) > 4:
+            # (self, device, dtype, non_blocking, copy): the defaults left out as the GPU's
+            node.args = node.args[:3] if not node.args[3] else node.args[:4]
+    return y
+
+
+def _tag_host_copy(y):
+    """Marks `y`, the program's own copy to the host in a trace on the host, as the host's on the
+    GPU too, and its graph node (`_HOST_COPY`, for the relabel); returns the node."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+    if isinstance(y, FunctionalTensor):
+        y = torch._from_functional_tensor(y.elem)  # (run_decompositions' functionalization)
+    _mark_host_on_gpu(y)
+    mode = get_proxy_mode()
+    node = None if mode is None else get_proxy_slot(y, mode.tracer, None, lambda e: e.proxy.node)
+    if node is not None:
+        node.meta[_HOST_COPY] = True
+    return node
+
+
+def _host_copy_targets(gm) -> list:
+    """The exported graph's copies to the host (`_HOST_COPY`) with targets that copy while
+    `run_decompositions` traces them again on the host (`copy=True`: the host's fake tensor is on
+    the target device already, and `to` returned it), as `_sdpa_targets` changes them; the GPU's
+    retrace decomposes `to` into `_to_copy(..., device=cpu)`, which the relabel keeps on the host."""
+
+    def copying(target):
+        def call(x, *args, **kwargs):
+            if target is torch.ops.aten.to.device and len(args) > 3:
+                args = (*args[:3], True, *args[4:])  # (device, dtype, non_blocking, copy)
+            else:
+                kwargs = dict(kwargs, copy=True)
+            y = target(x, *args, **kwargs)
+            _tag_host_copy(y)
+            return y
+
+        call.__name__ = target.__name__
+        return call
+
+    changed = []
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        here = [n for n in module.graph.nodes if n.op == "call_function" and n.meta.get(_HOST_COPY)]
+        for node in here:
+            changed.append((module, node, node.target))
+            node.target = copying(node.target)
+        if here:
+            module.recompile()
+    return changed
 
 
 def _log_sigmoid_forward_off_cpu(self):
@@ -1661,6 +1757,7 @@ def export_fn(original, cap):
         cap.compiled_depth += 1
         hooks = _detach_module_hooks(cap)
         _EXPORTING[0] += 1
+        strict, _STRICT[0] = _STRICT[0], bool(kwargs.get("strict"))
         try:
             ep = original(*args, **kwargs)
         finally:
@@ -1668,6 +1765,7 @@ def export_fn(original, cap):
             TRACING[0] = previous
             cap.compiled_depth -= 1
             _EXPORTING[0] -= 1
+            _STRICT[0] = strict
         _relabel_graph(ep.graph_module)
         return ep
 
@@ -1726,7 +1824,7 @@ def run_decompositions_fn(original, cap):
             node.meta["val"] = _to_host(val)
         # sdpa decomposes by the backend the GPU picks for its inputs (the host's fake tensors
         # would take the CPU's math path): `_attention.sdpa` on the retrace's fake tensors
-        changed = _sdpa_targets(cap, self.graph_module)
+        changed = _sdpa_targets(cap, self.graph_module) + _host_copy_targets(self.graph_module)
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
         try:
