@@ -143,8 +143,8 @@ HANDLED_PY = {
     "rand": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
     "rand_like": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
     "calc_conv_nd_return_shape": (
-        "NOT HANDLED (a check: zero-sized convolution outputs raise off cuDNN, and the twin's "
-        "`fake_device`/meta device is not `cuda`; the GPU allows them)"
+        "_compile._conv_shape_on_gpu (a zero-sized output passes for an input standing for the "
+        "GPU's, as on CUDA with cuDNN; eager too, with cuDNN enabled; session 60)"
     ),
 }
 PY_FILES = (

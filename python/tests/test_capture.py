@@ -2702,6 +2702,38 @@ def test_torch_export_keeps_the_programs_copies_to_the_host():
                 del ys
 
 
+def test_zero_sized_convolutions_as_on_cuda():
+    # Convolution.cpp: a zero batch takes `ConvBackend::Empty` (no cuDNN, no workspace; backward
+    # `zeros_like(weight)` and `zeros(bias)`), where the twin's backward asked for cuDNN's wgrad
+    # workspace (and its slow path's columns); a transposed convolution whose padding leaves no
+    # output runs cuDNN, which returns it empty (Conv_v8.cpp, `numel() == 0`), where the meta
+    # kernel refused it off CUDA ("Output size is too small", eager and compiled); an empty input
+    # of a nonzero batch and channels raises `select_conv_backend`'s error (the twin's was
+    # "Trying to create tensor with negative dimension")
+    def peak(f):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        f()
+        return torch.cuda.max_memory_allocated() - base
+
+    with vramscope.capture():
+        conv = torch.nn.Conv2d(64, 128, 3, padding=1).cuda()
+        x = torch.empty(0, 64, 32, 32, device="cuda", requires_grad=True)
+        # the sum and its gradient's seed (512 each), then the weight's and the bias's gradients
+        assert peak(lambda: conv(x).sum().backward()) == 512 + 512 + 128 * 64 * 9 * 4 + 512
+        conv1d = torch.nn.Conv1d(16, 32, 5).cuda()
+        x1 = torch.empty(0, 16, 100, device="cuda", requires_grad=True)
+        assert peak(lambda: torch.compile(conv1d)(x1).sum().backward()) == 512 + 512 + 32 * 16 * 5 * 4 + 512
+        flat = torch.nn.ConvTranspose2d(4, 8, 1, padding=1).cuda()
+        line = torch.nn.ConvTranspose1d(4, 8, 1, padding=1).cuda()
+        with torch.no_grad():
+            assert flat(torch.empty(1, 4, 2, 2, device="cuda")).shape == (1, 8, 0, 0)
+            assert torch.compile(line)(torch.empty(1, 4, 2, device="cuda")).shape == (1, 8, 0)
+            up = torch.nn.ConvTranspose2d(64, 64, (1, 9), stride=(8, 1)).cuda()
+            with pytest.raises(RuntimeError, match="Only zero batch or zero channel inputs are supported"):
+                up(torch.empty(1, 64, 0, 199, device="cuda"))
+
+
 def test_torch_compile_traced_tensors_read_the_gpus_device():
     # dynamo's trace runs on the host, and `x.device` in the traced code read "cpu": transformers'
     # rotary embeddings disable autocast for `x.device.type` around their fp32 frequencies, so CUDA

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import types
 import warnings
 
 import torch
@@ -195,6 +196,26 @@ def _functional_device_on_gpu():
         return getter(self)
 
     return property(device)
+
+
+def _conv_shape_on_gpu(original):
+    """`calc_conv_nd_return_shape` (torch/_meta_registrations.py, `meta_conv`'s shapes), which
+    refuses an output of no spatial extent ("Output size is too small") but on CUDA with cuDNN,
+    whose kernels return such an output empty (cudnn/Conv_v8.cpp's `raw_cudnn_convolution_*_out`
+    return at `numel() == 0`): a transposed convolution whose padding leaves no output. It reads the
+    input's `fake_device`, or `device`: given an input that stands for the GPU's, a CUDA stand-in
+    of its shape. In eager PyTorch that path is cuDNN's (`userEnabledCuDNN()`); without cuDNN the
+    slow kernels refuse it too."""
+
+    def shape(input_tensor, *args, **kwargs):
+        on_gpu = _stands_for_gpu(input_tensor) or (
+            _tensor.registered(input_tensor) and torch.backends.cudnn.enabled
+        )
+        if on_gpu:
+            input_tensor = types.SimpleNamespace(shape=input_tensor.shape, device=_CUDA0)
+        return original(input_tensor, *args, **kwargs)
+
+    return functools.update_wrapper(shape, original)
 
 
 #: torch/_decomp/decompositions.py's helpers that branch on `input.device` (torch 2.11), called by
@@ -2027,6 +2048,8 @@ def patch(p, cap) -> None:
     from torch._decomp import decompositions
 
     p.set(meta_registrations, "device_hint", _device_hint_on_gpu(meta_registrations.device_hint))
+    shape = meta_registrations.calc_conv_nd_return_shape
+    p.set(meta_registrations, "calc_conv_nd_return_shape", _conv_shape_on_gpu(shape))
     p.set(fake_tensor.FakeTensor, "device", _fake_device_on_gpu(vars(fake_tensor.FakeTensor)["device"]))
     from torch._subclasses.functional_tensor import FunctionalTensor
 
