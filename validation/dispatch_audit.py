@@ -140,8 +140,11 @@ HANDLED_PY = {
         "(`_refs.arange`'s float computation dtype: fused into Inductor's kernel, no buffer; the "
         "decompositions' aranges are integral)"
     ),
-    "rand": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
-    "rand_like": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
+    "rand": (
+        "_compile._philox_rand_on_gpu (functionalize_rng_ops: the trace's host device read as cuda:0; "
+        "the seed and offset host tensors, `_rng_state_on_host`, session 60)"
+    ),
+    "rand_like": "(shadowed by Inductor's `rand_like`, `torch.rand(device=self.device)`: `rand`'s branch)",
     "calc_conv_nd_return_shape": (
         "_compile._conv_shape_on_gpu (a zero-sized output passes for an input standing for the "
         "GPU's, as on CUDA with cuDNN; eager too, with cuDNN enabled; session 60)"

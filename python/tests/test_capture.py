@@ -2734,6 +2734,29 @@ def test_zero_sized_convolutions_as_on_cuda():
                 up(torch.empty(1, 64, 0, 199, device="cuda"))
 
 
+def test_torch_compile_functionalized_rng_draws_with_the_seed_and_offset_on_the_host():
+    # `functionalize_rng_ops`: `rand` decomposes into `philox_rand` on a seed and an offset,
+    # 0-d host tensors (`CUDARngStateHelper.get_torch_state_as_tuple`), and refuses a device other
+    # than CUDA: traced on the host it raised, and the twin ran the graph eagerly (eager dropout's
+    # and rand_like's offsets, +8); compiled, the generator moves on by Inductor's offsets, the
+    # draws' numels (lowering.py `philox_rand_offset`), computed on the host
+    from torch._functorch import config as functorch_config
+
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) * torch.rand_like(x)
+
+    with vramscope.capture(), functorch_config.patch(functionalize_rng_ops=True):
+        for grad in (True, False):
+            x = torch.empty(1024, 1024, device="cuda", requires_grad=grad)
+            offset = torch.cuda._get_rng_state_offset()
+            before = torch.cuda.memory_allocated()
+            y = torch.compile(f)(x)
+            assert torch.cuda._get_rng_state_offset() - offset == 2 * 1024 * 1024
+            # the output, and for backward the mask and rand_like's values (no CUDA seed buffer)
+            assert torch.cuda.memory_allocated() - before == (9 if grad else 4) * MIB
+            del y
+
+
 def test_torch_compile_traced_tensors_read_the_gpus_device():
     # dynamo's trace runs on the host, and `x.device` in the traced code read "cpu": transformers'
     # rotary embeddings disable autocast for `x.device.type` around their fp32 frequencies, so CUDA

@@ -397,6 +397,8 @@ def _stays_on_host(node, on_host) -> bool:
         return False
     if _moves_to_host(node) or node.meta.get(_HOST_COPY):
         return True
+    if _philox_offset(node):
+        return True
     operands = [n for n in node.all_input_nodes if tensors(n)]
     if not operands or not all(n in on_host for n in operands):
         return False
@@ -413,6 +415,20 @@ def _moves_to_host(node) -> bool:
         return False
     device = node.args[1] if len(node.args) > 1 else node.kwargs.get("device")
     return device is not None and torch.device(device) == _HOST
+
+
+def _philox_offset(node) -> bool:
+    """Whether `node` is the offset a `rngprims.philox_rand` (`functionalize_rng_ops`) returns,
+    `philox_rand(...)[1]`, a host tensor on the GPU too (`_philox_offset_on_host`)."""
+    import operator
+
+    if node.op != "call_function" or node.target is not operator.getitem or node.args[1] != 1:
+        return False
+    source = node.args[0]
+    return (
+        getattr(source, "op", None) == "call_function"
+        and str(source.target) == "rngprims.philox_rand.default"
+    )
 
 
 def _relabel_graph(gm, fake_mode=None) -> None:
@@ -1125,6 +1141,64 @@ def _gpu_decompositions(options) -> dict:
             # contiguous bilinear CPU input)
             table[op] = _reading_cuda(table[op])
     return table
+
+
+def _rng_decompositions_on_gpu(table) -> dict:
+    """`rng_decompositions` (torch/_decomp/decompositions_for_rng.py), which AOTAutograd adds under
+    `functionalize_rng_ops` (aot_autograd.py): `rand` and `rand_like` become `philox_rand` on the
+    traced seed and offset and refuse a device other than CUDA ("functionalizing a cpu RNG operator
+    is not supported"). The host's `device=` of the trace, as every factory's, stands for the GPU's
+    (`_relabel_graph`): `rand` is given `cuda:0`, `rand_like` reads its input's device as the GPU's
+    (`_reading_cuda`), as on the GPU (Inductor's own `rand_like` passes `self.device` to `rand`). On
+    the host Inductor failed, and the twin ran the graph eagerly."""
+    aten = torch.ops.aten
+
+    def on_gpu(decomposition):
+        def rand(shape, dtype=None, layout=torch.strided, device=None, pin_memory=False):
+            if device is not None and torch.device(device) == _HOST:
+                device = _CUDA0
+            return decomposition(shape, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+        return functools.update_wrapper(rand, decomposition)
+
+    out = dict(table)
+    for op, decomposition in table.items():
+        packet = getattr(op, "overloadpacket", None)
+        if packet is aten.rand:
+            out[op] = on_gpu(decomposition)
+        elif packet is aten.rand_like:
+            out[op] = _reading_cuda(decomposition)
+    return out
+
+
+def _rng_state_on_host(original):
+    """`CUDARngStateHelper.get_torch_state_as_tuple` (torch/_prims_common): the seed and offset
+    that `functionalize_rng_ops` passes the compiled graphs, `torch.tensor(...)` of
+    `torch.cuda.initial_seed()` and `_get_rng_state_offset()`, 0-d int64 host tensors on the GPU
+    too (made fake while AOTAutograd traces; at run time real ones): marked so (`_host_on_gpu`), the
+    relabel keeps them and the offset arithmetic on the host, where it made them CUDA tensors."""
+
+    def get_torch_state_as_tuple(*args, **kwargs):
+        seed, offset = original(*args, **kwargs)
+        if TRACING[0]:
+            _mark_host_on_gpu(seed)
+            _mark_host_on_gpu(offset)
+        return seed, offset
+
+    return staticmethod(get_torch_state_as_tuple)
+
+
+def _philox_offset_on_host(original):
+    """`philox_rand_offset_meta` (torch/_prims/rng_prims.py): the offset a `philox_rand` moves the
+    generator on, `torch.tensor(0)` while tracing, a host tensor on the GPU too (`_host_on_gpu`)."""
+
+    def offset(shape):
+        out = original(shape)
+        if TRACING[0]:
+            _mark_host_on_gpu(out)
+        return out
+
+    return functools.update_wrapper(offset, original)
 
 
 def _to_host_as_on_gpu(decomposition):
@@ -2048,6 +2122,16 @@ def patch(p, cap) -> None:
     from torch._decomp import decompositions
 
     p.set(meta_registrations, "device_hint", _device_hint_on_gpu(meta_registrations.device_hint))
+    import torch._functorch.aot_autograd as aot_autograd
+    from torch._prims import rng_prims
+
+    rng = _rng_decompositions_on_gpu(aot_autograd.rng_decompositions)
+    p.set(aot_autograd, "rng_decompositions", rng)
+    from torch._prims_common import CUDARngStateHelper
+
+    state = CUDARngStateHelper.get_torch_state_as_tuple
+    p.set(CUDARngStateHelper, "get_torch_state_as_tuple", _rng_state_on_host(state))
+    p.set(rng_prims, "philox_rand_offset_meta", _philox_offset_on_host(rng_prims.philox_rand_offset_meta))
     shape = meta_registrations.calc_conv_nd_return_shape
     p.set(meta_registrations, "calc_conv_nd_return_shape", _conv_shape_on_gpu(shape))
     p.set(fake_tensor.FakeTensor, "device", _fake_device_on_gpu(vars(fake_tensor.FakeTensor)["device"]))
