@@ -116,7 +116,8 @@ HANDLED_PY = {
     "_to_copy": (
         "_compile._copy_to_host (the program's own `.cpu()`/`.to('cpu')` under dynamo: the dtype "
         "converted on the GPU, then a device_put to the host, kept there by the relabel); "
-        "torch.export keeps the host trace's `to` (not handled: a copy to the host is no alias)"
+        "torch.export: _compile._export_copy_to_host (a new host tensor, `aten.to(device=cpu)` kept "
+        "by the relabel, `_to_copy(device=cpu)` after run_decompositions, session 60)"
     ),
     # the same branch on the CPU and on CUDA, or a check only
     "is_noncontiguous_supported": "(HPU only: the same branch on CPU and CUDA)",
@@ -139,11 +140,14 @@ HANDLED_PY = {
         "(`_refs.arange`'s float computation dtype: fused into Inductor's kernel, no buffer; the "
         "decompositions' aranges are integral)"
     ),
-    "rand": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
-    "rand_like": "NOT HANDLED (functionalize_rng_ops only, off by default: the CPU branch raises)",
+    "rand": (
+        "_compile._philox_rand_on_gpu (functionalize_rng_ops: the trace's host device read as cuda:0; "
+        "the seed and offset host tensors, `_rng_state_on_host`, session 60)"
+    ),
+    "rand_like": "(shadowed by Inductor's `rand_like`, `torch.rand(device=self.device)`: `rand`'s branch)",
     "calc_conv_nd_return_shape": (
-        "NOT HANDLED (a check: zero-sized convolution outputs raise off cuDNN, and the twin's "
-        "`fake_device`/meta device is not `cuda`; the GPU allows them)"
+        "_compile._conv_shape_on_gpu (a zero-sized output passes for an input standing for the "
+        "GPU's, as on CUDA with cuDNN; eager too, with cuDNN enabled; session 60)"
     ),
 }
 PY_FILES = (

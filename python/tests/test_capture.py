@@ -2667,6 +2667,96 @@ def test_torch_compile_copies_to_the_host_leave_the_device():
         assert v.is_cuda
 
 
+def test_torch_export_keeps_the_programs_copies_to_the_host():
+    # non-strict export traces on the host, where `x.cpu()` found its fake tensor on the host already
+    # and `to` returned `x` itself: the node was relabelled `device=cuda:0` (`ep.module()` returned
+    # a CUDA tensor, memory the twin held), and `x + 1` after it read the `to` node. The GPU's graph
+    # keeps `aten.to.dtype_layout(device=cpu)` (`_to_copy(device=cpu)` once decomposed); a GPU
+    # tensor's own device, read as the host's while tracing, stays the GPU's alias
+    class M(torch.nn.Module):
+        def forward(self, x):
+            y = (x * 2).cpu()
+            return y + 1, x.to("cpu", torch.float16), x + 1, (x * 3).to(x.device)
+
+    def devices(node_args):
+        return [a for a in node_args if isinstance(a, torch.device)]
+
+    with vramscope.capture():
+        x = torch.empty(256, 256, device="cuda")
+        for strict in (False, True):
+            ep = torch.export.export(M(), (x,), strict=strict)
+            for e in (ep, ep.run_decompositions()):
+                copies = [
+                    n
+                    for n in e.graph.nodes
+                    if n.op == "call_function"
+                    and torch.device("cpu") in devices([*n.args, *n.kwargs.values()])
+                ]
+                assert len(copies) == 2 and all(n.args[0].name in ("mul", "x") for n in copies)
+                assert all("copy" not in n.kwargs and len(n.args) <= 3 for n in copies)
+                before = torch.cuda.memory_allocated()
+                ys = e.module()(x)
+                assert [y.device.type for y in ys] == ["cpu", "cpu", "cuda", "cuda"]
+                assert ys[1].dtype == torch.float16
+                assert torch.cuda.memory_allocated() - before == 2 * 256 * 256 * 4
+                del ys
+
+
+def test_zero_sized_convolutions_as_on_cuda():
+    # Convolution.cpp: a zero batch takes `ConvBackend::Empty` (no cuDNN, no workspace; backward
+    # `zeros_like(weight)` and `zeros(bias)`), where the twin's backward asked for cuDNN's wgrad
+    # workspace (and its slow path's columns); a transposed convolution whose padding leaves no
+    # output runs cuDNN, which returns it empty (Conv_v8.cpp, `numel() == 0`), where the meta
+    # kernel refused it off CUDA ("Output size is too small", eager and compiled); an empty input
+    # of a nonzero batch and channels raises `select_conv_backend`'s error (the twin's was
+    # "Trying to create tensor with negative dimension")
+    def peak(f):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        f()
+        return torch.cuda.max_memory_allocated() - base
+
+    with vramscope.capture():
+        conv = torch.nn.Conv2d(64, 128, 3, padding=1).cuda()
+        x = torch.empty(0, 64, 32, 32, device="cuda", requires_grad=True)
+        # the sum and its gradient's seed (512 each), then the weight's and the bias's gradients
+        assert peak(lambda: conv(x).sum().backward()) == 512 + 512 + 128 * 64 * 9 * 4 + 512
+        conv1d = torch.nn.Conv1d(16, 32, 5).cuda()
+        x1 = torch.empty(0, 16, 100, device="cuda", requires_grad=True)
+        assert peak(lambda: torch.compile(conv1d)(x1).sum().backward()) == 512 + 512 + 32 * 16 * 5 * 4 + 512
+        flat = torch.nn.ConvTranspose2d(4, 8, 1, padding=1).cuda()
+        line = torch.nn.ConvTranspose1d(4, 8, 1, padding=1).cuda()
+        with torch.no_grad():
+            assert flat(torch.empty(1, 4, 2, 2, device="cuda")).shape == (1, 8, 0, 0)
+            assert torch.compile(line)(torch.empty(1, 4, 2, device="cuda")).shape == (1, 8, 0)
+            up = torch.nn.ConvTranspose2d(64, 64, (1, 9), stride=(8, 1)).cuda()
+            with pytest.raises(RuntimeError, match="Only zero batch or zero channel inputs are supported"):
+                up(torch.empty(1, 64, 0, 199, device="cuda"))
+
+
+def test_torch_compile_functionalized_rng_draws_with_the_seed_and_offset_on_the_host():
+    # `functionalize_rng_ops`: `rand` decomposes into `philox_rand` on a seed and an offset,
+    # 0-d host tensors (`CUDARngStateHelper.get_torch_state_as_tuple`), and refuses a device other
+    # than CUDA: traced on the host it raised, and the twin ran the graph eagerly (eager dropout's
+    # and rand_like's offsets, +8); compiled, the generator moves on by Inductor's offsets, the
+    # draws' numels (lowering.py `philox_rand_offset`), computed on the host
+    from torch._functorch import config as functorch_config
+
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) * torch.rand_like(x)
+
+    with vramscope.capture(), functorch_config.patch(functionalize_rng_ops=True):
+        for grad in (True, False):
+            x = torch.empty(1024, 1024, device="cuda", requires_grad=grad)
+            offset = torch.cuda._get_rng_state_offset()
+            before = torch.cuda.memory_allocated()
+            y = torch.compile(f)(x)
+            assert torch.cuda._get_rng_state_offset() - offset == 2 * 1024 * 1024
+            # the output, and for backward the mask and rand_like's values (no CUDA seed buffer)
+            assert torch.cuda.memory_allocated() - before == (9 if grad else 4) * MIB
+            del y
+
+
 def test_torch_compile_traced_tensors_read_the_gpus_device():
     # dynamo's trace runs on the host, and `x.device` in the traced code read "cpu": transformers'
     # rotary embeddings disable autocast for `x.device.type` around their fp32 frequencies, so CUDA

@@ -81,10 +81,12 @@ def current() -> Capture | None:
 
 def _names_the_host(args, kwargs) -> bool:
     """Whether `Tensor.to`'s arguments name the host as the device (a string or `torch.device`, by
-    position or as `device=`)."""
+    position or as `device=`), the program's own."""
     given = [a for a in args if isinstance(a, (str, torch.device))]
     if kwargs.get("device") is not None:
         given.append(kwargs["device"])
+    # (not a GPU tensor's device that torch.export's host trace reads as the host's)
+    given = [d for d in given if d is not _compile._GPU_READ_ON_HOST]
     return any(not _is_cuda(d) and torch.device(d).type == "cpu" for d in given)
 
 
@@ -729,6 +731,14 @@ class _FunctionMode(TorchFunctionMode):
                 ):
                     # the program's own copy to the host (`_compile._copy_to_host`, whole in the graph)
                     return _compile._copy_to_host(args[0], name, *args[1:], **kwargs)
+                if (
+                    _compile._EXPORTING[0]
+                    and not _compile._STRICT[0]
+                    and (name == "cpu" or _names_the_host(args[1:], kwargs))
+                    and _compile._stands_for_gpu(args[0])
+                ):
+                    # the program's own copy to the host while non-strict torch.export traces it
+                    return _compile._export_copy_to_host(args[0], name, *args[1:], **kwargs)
                 args = [_HOST if isinstance(a, (str, torch.device)) and _is_cuda(a) else a for a in args]
                 if _is_cuda(kwargs.get("device")):
                     kwargs = dict(kwargs, device=_HOST)

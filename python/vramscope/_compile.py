@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import types
 import warnings
 
 import torch
@@ -169,9 +170,18 @@ def _fake_device_on_gpu(original):
     def device(self):
         if _READS_CUDA[0] and not self.fake_mode.in_kernel_invocation and _stands_for_gpu(self):
             return _CUDA0
-        return getter(self)
+        d = getter(self)
+        if _EXPORTING[0] and d == _HOST and not self.fake_mode.in_kernel_invocation and _stands_for_gpu(self):
+            return _GPU_READ_ON_HOST
+        return d
 
     return property(device, original.fset)
+
+
+#: the host's device as `torch.export`'s trace reads it for a fake tensor that stands for the GPU's
+#: (`_fake_device_on_gpu`): equal to `cpu`, but not the program's own `cpu`, so that
+#: `y.to(x.device)` stays the GPU's alias (not `_export_copy_to_host`)
+_GPU_READ_ON_HOST = torch.device("cpu")
 
 
 def _functional_device_on_gpu():
@@ -186,6 +196,26 @@ def _functional_device_on_gpu():
         return getter(self)
 
     return property(device)
+
+
+def _conv_shape_on_gpu(original):
+    """`calc_conv_nd_return_shape` (torch/_meta_registrations.py, `meta_conv`'s shapes), which
+    refuses an output of no spatial extent ("Output size is too small") but on CUDA with cuDNN,
+    whose kernels return such an output empty (cudnn/Conv_v8.cpp's `raw_cudnn_convolution_*_out`
+    return at `numel() == 0`): a transposed convolution whose padding leaves no output. It reads the
+    input's `fake_device`, or `device`: given an input that stands for the GPU's, a CUDA stand-in
+    of its shape. In eager PyTorch that path is cuDNN's (`userEnabledCuDNN()`); without cuDNN the
+    slow kernels refuse it too."""
+
+    def shape(input_tensor, *args, **kwargs):
+        on_gpu = _stands_for_gpu(input_tensor) or (
+            _tensor.registered(input_tensor) and torch.backends.cudnn.enabled
+        )
+        if on_gpu:
+            input_tensor = types.SimpleNamespace(shape=input_tensor.shape, device=_CUDA0)
+        return original(input_tensor, *args, **kwargs)
+
+    return functools.update_wrapper(shape, original)
 
 
 #: torch/_decomp/decompositions.py's helpers that branch on `input.device` (torch 2.11), called by
@@ -365,7 +395,9 @@ def _stays_on_host(node, on_host) -> bool:
         return bool(vals) and all(_host_on_gpu(v) for v in vals)
     if node.op not in ("call_function", "call_method"):
         return False
-    if _moves_to_host(node):
+    if _moves_to_host(node) or node.meta.get(_HOST_COPY):
+        return True
+    if _philox_offset(node):
         return True
     operands = [n for n in node.all_input_nodes if tensors(n)]
     if not operands or not all(n in on_host for n in operands):
@@ -383,6 +415,20 @@ def _moves_to_host(node) -> bool:
         return False
     device = node.args[1] if len(node.args) > 1 else node.kwargs.get("device")
     return device is not None and torch.device(device) == _HOST
+
+
+def _philox_offset(node) -> bool:
+    """Whether `node` is the offset a `rngprims.philox_rand` (`functionalize_rng_ops`) returns,
+    `philox_rand(...)[1]`, a host tensor on the GPU too (`_philox_offset_on_host`)."""
+    import operator
+
+    if node.op != "call_function" or node.target is not operator.getitem or node.args[1] != 1:
+        return False
+    source = node.args[0]
+    return (
+        getattr(source, "op", None) == "call_function"
+        and str(source.target) == "rngprims.philox_rand.default"
+    )
 
 
 def _relabel_graph(gm, fake_mode=None) -> None:
@@ -954,7 +1000,7 @@ def _sdpa_targets(cap, gm) -> list:
 
 
 def _restore_targets(changed) -> None:
-    """The nodes `_sdpa_targets` changed, their targets back."""
+    """The nodes `_sdpa_targets` (or `_host_copy_targets`) changed, their targets back."""
     for _module, node, target in changed:
         node.target = target
     for module in {id(m): m for m, _, _ in changed}.values():
@@ -1097,6 +1143,64 @@ def _gpu_decompositions(options) -> dict:
     return table
 
 
+def _rng_decompositions_on_gpu(table) -> dict:
+    """`rng_decompositions` (torch/_decomp/decompositions_for_rng.py), which AOTAutograd adds under
+    `functionalize_rng_ops` (aot_autograd.py): `rand` and `rand_like` become `philox_rand` on the
+    traced seed and offset and refuse a device other than CUDA ("functionalizing a cpu RNG operator
+    is not supported"). The host's `device=` of the trace, as every factory's, stands for the GPU's
+    (`_relabel_graph`): `rand` is given `cuda:0`, `rand_like` reads its input's device as the GPU's
+    (`_reading_cuda`), as on the GPU (Inductor's own `rand_like` passes `self.device` to `rand`). On
+    the host Inductor failed, and the twin ran the graph eagerly."""
+    aten = torch.ops.aten
+
+    def on_gpu(decomposition):
+        def rand(shape, dtype=None, layout=torch.strided, device=None, pin_memory=False):
+            if device is not None and torch.device(device) == _HOST:
+                device = _CUDA0
+            return decomposition(shape, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+        return functools.update_wrapper(rand, decomposition)
+
+    out = dict(table)
+    for op, decomposition in table.items():
+        packet = getattr(op, "overloadpacket", None)
+        if packet is aten.rand:
+            out[op] = on_gpu(decomposition)
+        elif packet is aten.rand_like:
+            out[op] = _reading_cuda(decomposition)
+    return out
+
+
+def _rng_state_on_host(original):
+    """`CUDARngStateHelper.get_torch_state_as_tuple` (torch/_prims_common): the seed and offset
+    that `functionalize_rng_ops` passes the compiled graphs, `torch.tensor(...)` of
+    `torch.cuda.initial_seed()` and `_get_rng_state_offset()`, 0-d int64 host tensors on the GPU
+    too (made fake while AOTAutograd traces; at run time real ones): marked so (`_host_on_gpu`), the
+    relabel keeps them and the offset arithmetic on the host, where it made them CUDA tensors."""
+
+    def get_torch_state_as_tuple(*args, **kwargs):
+        seed, offset = original(*args, **kwargs)
+        if TRACING[0]:
+            _mark_host_on_gpu(seed)
+            _mark_host_on_gpu(offset)
+        return seed, offset
+
+    return staticmethod(get_torch_state_as_tuple)
+
+
+def _philox_offset_on_host(original):
+    """`philox_rand_offset_meta` (torch/_prims/rng_prims.py): the offset a `philox_rand` moves the
+    generator on, `torch.tensor(0)` while tracing, a host tensor on the GPU too (`_host_on_gpu`)."""
+
+    def offset(shape):
+        out = original(shape)
+        if TRACING[0]:
+            _mark_host_on_gpu(out)
+        return out
+
+    return functools.update_wrapper(offset, original)
+
+
 def _to_host_as_on_gpu(decomposition):
     """`_to_copy`'s decomposition (torch/_decomp/decompositions.py) for the program's own copy to
     the host (`_copy_to_host`) of a tensor that stands for the GPU's (`_stands_for_gpu`), as for a CUDA
@@ -1120,6 +1224,9 @@ _TO_HOST = [0]
 #: while positive, `torch.export` traces (`export_fn`): no Inductor decomposition follows, and the
 #: exported graph keeps the host trace's `to` (relabelled with the others)
 _EXPORTING = [0]
+#: whether that export is strict: dynamo traced the program, its own copies to the host are
+#: `_copy_to_host` in dynamo's graph, and a `to(cpu)` there is the capture's reading of `cuda`
+_STRICT = [False]
 
 
 def _copy_to_host(x, name, *args, **kwargs):
@@ -1129,6 +1236,8 @@ def _copy_to_host(x, name, *args, **kwargs):
     method itself otherwise. Dynamo puts the call in its graph whole (`allow_in_graph`):
     `_capture`'s mode calls it where the program's own arguments name the host, before it reads
     the program's `cuda` as the host's."""
+    if isinstance(x, torch.Tensor) and _EXPORTING[0] and _stands_for_gpu(x):
+        return _export_copy_to_host(x, name, *args, **kwargs)  # (strict export's dynamo graph)
     if isinstance(x, torch.Tensor) and not _EXPORTING[0] and _stands_for_gpu(x):
         if name == "cpu":
             device, dtype, non_blocking = _HOST, None, False
@@ -1145,6 +1254,88 @@ def _copy_to_host(x, name, *args, **kwargs):
             finally:
                 _TO_HOST[0] -= 1
     return getattr(x, name)(*args, **kwargs)
+
+
+#: the mark of an exported graph's `aten.to` node that is the program's own copy to the host
+_HOST_COPY = "vramscope_copy_to_host"
+
+
+def _export_copy_to_host(x, name, *args, **kwargs):
+    """`x.<name>(*args, **kwargs)` (`cpu`, or `to` naming the host's device) while `torch.export`
+    traces, for a tensor that stands for the GPU's: as on the GPU, a new host tensor, the node
+    `aten.to.<overload>(x, ..., device=cpu)` (the GPU's overload, `dispatch_to` in
+    python_variable_methods.cpp, which `cpu()` shares with `to(device=)`) kept on the host by the
+    relabel (`_HOST_COPY`). On the host the devices matched and `to` returned `x` itself: the
+    exported node was relabelled `device=cuda:0`, `ep.module()` returned a CUDA tensor, and the
+    program's later uses of `x` read the `to` node."""
+    if name == "cpu":
+        device, dtype, non_blocking = _HOST, None, False
+        memory_format = kwargs.get("memory_format")
+        copy = False
+    else:
+        rest = {k: v for k, v in kwargs.items() if k != "copy"}
+        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **rest)
+        copy = kwargs.get("copy", len(args) > 3 and args[3] is True)
+    if device is None or torch.device(device) != _HOST:
+        return getattr(x, name)(*args, **kwargs)
+    # `copy=True`: a tensor of its own on the host too, its node's `copy` then the program's
+    y = x.to(device=_HOST, dtype=dtype, non_blocking=non_blocking, copy=True, memory_format=memory_format)
+    node = _tag_host_copy(y)
+    if node is not None and not copy:
+        if "copy" in node.kwargs:
+            node.kwargs = {k: v for k, v in node.kwargs.items() if k != "copy"}
+        elif node.target is torch.ops.aten.to.device and len(node.args) > 4:
+            # (self, device, dtype, non_blocking, copy): the defaults left out as the GPU's
+            node.args = node.args[:3] if not node.args[3] else node.args[:4]
+    return y
+
+
+def _tag_host_copy(y):
+    """Marks `y`, the program's own copy to the host in a trace on the host, as the host's on the
+    GPU too, and its graph node (`_HOST_COPY`, for the relabel); returns the node."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+    if isinstance(y, FunctionalTensor):
+        y = torch._from_functional_tensor(y.elem)  # (run_decompositions' functionalization)
+    _mark_host_on_gpu(y)
+    mode = get_proxy_mode()
+    node = None if mode is None else get_proxy_slot(y, mode.tracer, None, lambda e: e.proxy.node)
+    if node is not None:
+        node.meta[_HOST_COPY] = True
+    return node
+
+
+def _host_copy_targets(gm) -> list:
+    """The exported graph's copies to the host (`_HOST_COPY`) with targets that copy while
+    `run_decompositions` traces them again on the host (`copy=True`: the host's fake tensor is on
+    the target device already, and `to` returned it), as `_sdpa_targets` changes them; the GPU's
+    retrace decomposes `to` into `_to_copy(..., device=cpu)`, which the relabel keeps on the host."""
+
+    def copying(target):
+        def call(x, *args, **kwargs):
+            if target is torch.ops.aten.to.device and len(args) > 3:
+                args = (*args[:3], True, *args[4:])  # (device, dtype, non_blocking, copy)
+            else:
+                kwargs = dict(kwargs, copy=True)
+            y = target(x, *args, **kwargs)
+            _tag_host_copy(y)
+            return y
+
+        call.__name__ = target.__name__
+        return call
+
+    changed = []
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        here = [n for n in module.graph.nodes if n.op == "call_function" and n.meta.get(_HOST_COPY)]
+        for node in here:
+            changed.append((module, node, node.target))
+            node.target = copying(node.target)
+        if here:
+            module.recompile()
+    return changed
 
 
 def _log_sigmoid_forward_off_cpu(self):
@@ -1661,6 +1852,7 @@ def export_fn(original, cap):
         cap.compiled_depth += 1
         hooks = _detach_module_hooks(cap)
         _EXPORTING[0] += 1
+        strict, _STRICT[0] = _STRICT[0], bool(kwargs.get("strict"))
         try:
             ep = original(*args, **kwargs)
         finally:
@@ -1668,6 +1860,7 @@ def export_fn(original, cap):
             TRACING[0] = previous
             cap.compiled_depth -= 1
             _EXPORTING[0] -= 1
+            _STRICT[0] = strict
         _relabel_graph(ep.graph_module)
         return ep
 
@@ -1726,7 +1919,7 @@ def run_decompositions_fn(original, cap):
             node.meta["val"] = _to_host(val)
         # sdpa decomposes by the backend the GPU picks for its inputs (the host's fake tensors
         # would take the CPU's math path): `_attention.sdpa` on the retrace's fake tensors
-        changed = _sdpa_targets(cap, self.graph_module)
+        changed = _sdpa_targets(cap, self.graph_module) + _host_copy_targets(self.graph_module)
         previous, TRACING[0] = TRACING[0], 1
         cap.compiled_depth += 1
         try:
@@ -1929,6 +2122,18 @@ def patch(p, cap) -> None:
     from torch._decomp import decompositions
 
     p.set(meta_registrations, "device_hint", _device_hint_on_gpu(meta_registrations.device_hint))
+    import torch._functorch.aot_autograd as aot_autograd
+    from torch._prims import rng_prims
+
+    rng = _rng_decompositions_on_gpu(aot_autograd.rng_decompositions)
+    p.set(aot_autograd, "rng_decompositions", rng)
+    from torch._prims_common import CUDARngStateHelper
+
+    state = CUDARngStateHelper.get_torch_state_as_tuple
+    p.set(CUDARngStateHelper, "get_torch_state_as_tuple", _rng_state_on_host(state))
+    p.set(rng_prims, "philox_rand_offset_meta", _philox_offset_on_host(rng_prims.philox_rand_offset_meta))
+    shape = meta_registrations.calc_conv_nd_return_shape
+    p.set(meta_registrations, "calc_conv_nd_return_shape", _conv_shape_on_gpu(shape))
     p.set(fake_tensor.FakeTensor, "device", _fake_device_on_gpu(vars(fake_tensor.FakeTensor)["device"]))
     from torch._subclasses.functional_tensor import FunctionalTensor
 

@@ -702,6 +702,40 @@ def _check_devices(cap, x, w, bias, args) -> None:
         )
 
 
+def _empty_backend(x, w, bias, args, bias_sizes=None) -> bool:
+    """Whether `_select_conv_backend` (Convolution.cpp) takes `ConvBackend::Empty`: a zero batch or
+    zero input channels. It runs `check_shape_forward` first and refuses any other empty input
+    ("Only zero batch or zero channel inputs are supported, but got input shape: [1, 64, 0, 199]"),
+    as `_convolution` and `convolution_backward` do before any backend: the GPU's errors, raised
+    here (the meta kernel's were others, "Trying to create tensor with negative dimension")."""
+    stride, padding, dilation, transposed, out_pad, groups = args
+    if isinstance(padding, str):
+        return False
+    backend = torch._C._select_conv_backend(
+        x, w, bias, stride, padding, dilation, transposed, out_pad, groups, bias_sizes=bias_sizes
+    )
+    return backend == torch._C._ConvBackend.Empty
+
+
+def _weight_4d(w):
+    """The weight as `_convolution` sees it: a 1-D convolution's `view4d`."""
+    return w.unsqueeze(2) if w.dim() == 3 else w
+
+
+def _empty_convolution(cap, func, args):
+    """`_convolution`'s `ConvBackend::Empty` (Convolution.cpp): no backend, no workspace; the weight
+    viewed flat, a contiguous clone of it where it is neither contiguous nor channels-last
+    (freed with the case's block), and `input * weight_view[0]`, empty as the input is (the 1-D
+    input's `contiguous()` and the output: no bytes)."""
+    w4 = _weight_4d(args[1])
+    cl = torch.channels_last if w4.dim() == 4 else torch.channels_last_3d
+    dense = w4.is_contiguous() or (w4.dim() in (4, 5) and w4.is_contiguous(memory_format=cl))
+    clone = None if dense else cap.malloc(w4.numel() * w4.element_size(), "aten::clone", "temporary")
+    out = cap.track(func(*args), "aten::mul")
+    del clone
+    return out
+
+
 def _convolution_op(cap, func, args, kwargs):
     x, w = args[0], args[1]
     if not kwargs:
@@ -710,6 +744,9 @@ def _convolution_op(cap, func, args, kwargs):
     if conv is None or kwargs:
         _conv_unruled(cap, x)
         return NotImplemented
+    if _empty_backend(x, w, args[2], args[3:9]):
+        cap.ops += 1
+        return _empty_convolution(cap, func, args)
     cl = conv[-1]
     if not _native_depthwise_2d(conv) and not _native_depthwise_3d(conv):
         _check_same_type(x, w, args[2])
@@ -760,6 +797,15 @@ def _convolution_backward(cap, func, args, kwargs):
         return NotImplemented
     cl = conv[-1]
     mask = list(args[10])
+    if _empty_backend(x, w, None, args[4:10], bias_sizes=args[3]):
+        # `convolution_backward`'s `ConvBackend::Empty`: `zeros_like(input)` (no bytes),
+        # `zeros_like(weight)`, `zeros(bias_sizes)`, in that order; no backend, no workspace
+        cap.ops += 1
+        gi, gw, gb = func(*args)
+        gi = cap.track(torch.empty_like(x), "aten::zeros_like") if mask[0] else None
+        gw = cap.track(torch.empty_like(w), "aten::zeros_like") if mask[1] else None
+        gb = cap.track(gb, "aten::zeros") if mask[2] and gb is not None else None
+        return gi, gw, gb
     if not _native_depthwise_2d(conv) and not _native_depthwise_3d(conv):
         _check_same_type(x, w)
     cap.ops += 1
