@@ -1,0 +1,112 @@
+"""The allocator settings that choose another allocator: `backend:cudaMallocAsync`
+(c10/cuda/CUDAMallocAsyncAllocator.cpp) and the caching host allocator's `pinned_*` keys
+(aten/src/ATen/cuda/CachingHostAllocator.cpp), PyTorch 2.11."""
+
+import warnings
+
+import pytest
+import torch
+import vramscope
+
+MIB = 1 << 20
+ASYNC = "backend:cudaMallocAsync"
+POOL = "backend:cudaMallocAsync (the driver's pool)"
+
+
+def _uint8(n):
+    return torch.empty(n, dtype=torch.uint8, device="cuda")
+
+
+def test_malloc_async_reports_its_pool_not_the_native_allocator():
+    # getDeviceStats: allocated_bytes.all / active_bytes.all the pool's used memory (every request is
+    # a cudaMallocAsync of its exact size: no 512-byte rounding, no 2 or 20 MiB segment),
+    # reserved_bytes.all the pool's reserved memory (release threshold UINT64_MAX: kept until
+    # empty_cache trims it), every other statistic zero; the twin gave its native allocator's
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC) as cap:
+        a = _uint8(1000)
+        b = _uint8(3 * MIB + 1)
+        both = 1000 + 3 * MIB + 1
+        assert torch.cuda.memory_allocated() == both
+        assert torch.cuda.memory_reserved() == both
+        del b
+        assert torch.cuda.memory_allocated() == 1000
+        assert torch.cuda.memory_reserved() == both
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 1000
+        assert torch.cuda.max_memory_reserved() == both
+        torch.cuda.reset_peak_memory_stats()
+        assert torch.cuda.max_memory_allocated() == torch.cuda.max_memory_reserved() == 1000
+        s = torch.cuda.memory_stats()
+        assert s["active_bytes.all.current"] == 1000
+        zero = [
+            k for k, v in s.items() if v and not k.startswith(("allocated_bytes.all", "active_bytes.all"))
+        ]
+        assert zero == ["reserved_bytes.all.current", "reserved_bytes.all.peak"]
+        assert s["max_split_size"] == 0
+        assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
+        del a
+    assert POOL in cap.unmeasured
+    assert POOL in cap.report()["unmeasured"]
+
+
+def test_malloc_async_has_no_snapshot_and_no_history():
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC):
+        _uint8(1000)
+        with pytest.raises(
+            RuntimeError, match=r"^Calling snapshot with backend:cudaMallocAsync is not meaningful"
+        ):
+            torch.cuda.memory_snapshot()
+        with pytest.raises(RuntimeError, match=r"^cudaMallocAsync does not yet support recordHistory"):
+            torch.cuda.memory._record_memory_history()
+        with pytest.raises(RuntimeError, match=r"^cudaMallocAsync does not yet support recordHistory"):
+            torch.cuda.memory._record_memory_history(enabled=None)
+        with pytest.warns(UserWarning, match="resetAccumulatedStats has no effect"):
+            torch.cuda.reset_accumulated_memory_stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.cuda.reset_accumulated_memory_stats()  # TORCH_WARN_ONCE
+
+
+def test_malloc_async_limits_the_bytes_requested_with_its_own_message():
+    # setMemoryFraction: pytorch_memory_limits = fraction x total; mallocAsync fails a request when
+    # pytorch_used_bytes + size is above it, with its own message
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC):
+        total = torch.cuda.get_device_properties(0).total_memory
+        assert torch.cuda.get_per_process_memory_fraction() == (2**64 - 1) / total
+        torch.cuda.set_per_process_memory_fraction(0.001)
+        limit = int(0.001 * total)
+        a = _uint8(limit - 10)
+        b = _uint8(10)  # exactly at the limit
+        with pytest.raises(torch.OutOfMemoryError) as e:
+            _uint8(1)
+        mib = f"{limit / MIB:.2f} MiB"  # format_size
+        assert str(e.value).startswith(
+            "Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+            f"Currently allocated     : {mib}\nRequested               : 1 bytes\n"
+        )
+        assert str(e.value).endswith(
+            f"PyTorch limit (set by user-supplied memory fraction)\n                        : {mib}"
+        )
+        del a, b
+
+
+def test_the_native_allocators_keys_warn_under_malloc_async():
+    # CUDAAllocatorConfig::parseArgs: backend:cudaMallocAsync with a key only the native allocators
+    # read warns (with its message naming other keys)
+    with pytest.warns(UserWarning, match="^backend:cudaMallocAsync ignores max_split_size_mb"):
+        with vramscope.capture(gpu="h200", alloc_conf=ASYNC + ",pinned_num_register_threads:8"):
+            _uint8(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with vramscope.capture(gpu="h200", alloc_conf=ASYNC + ",expandable_segments:True"):
+            _uint8(1000)
+
+
+def test_the_native_backend_is_unchanged():
+    with vramscope.capture(gpu="h200") as cap:
+        a = _uint8(1000)
+        assert torch.cuda.memory_allocated() == 1024
+        assert torch.cuda.memory_reserved() == 2 * MIB
+        assert torch.cuda.get_allocator_backend() == "native"
+        del a
+    assert POOL not in cap.unmeasured
