@@ -110,3 +110,38 @@ def test_the_native_backend_is_unchanged():
         assert torch.cuda.get_allocator_backend() == "native"
         del a
     assert POOL not in cap.unmeasured
+
+
+def test_a_pinned_reserve_segment_serves_new_blocks_without_cuda_host_alloc():
+    # pinned_reserve_segment_size_mb: the first new block makes the reserve segment (one
+    # cudaHostAlloc, not a block); blocks are carved from it (4 KiB rounded) while they fit, with
+    # no cudaHostAlloc of their own, and never freed (free_block skips them): host_alloc_time and
+    # host_free_time count the calls, num_host_alloc / num_host_free the blocks
+    with vramscope.capture(gpu="h200", alloc_conf="pinned_reserve_segment_size_mb:4"):
+        torch.zeros(1, device="cuda")
+        a = torch.empty(100_000, dtype=torch.uint8, pin_memory=True)  # 128 KiB, carved
+        b = torch.empty(3 << 20, dtype=torch.uint8, pin_memory=True)  # 4 MiB: does not fit
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == 2 and s["allocated_bytes.current"] == (1 << 17) + (4 << 20)
+        assert s["host_alloc_time.count"] == 2  # the reserve segment and b
+        del a, b
+        torch._C._host_emptyCache()
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_free"] == 2 and s["host_free_time.count"] == 1
+        c = torch.empty(100_000, dtype=torch.uint8, pin_memory=True)  # carved further on
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == 3 and s["host_alloc_time.count"] == 2
+        del c
+
+
+def test_the_host_register_path_keeps_the_statistics_and_is_named():
+    # pinned_use_cuda_host_register: malloc + cudaHostRegister of the same rounded size: the same
+    # statistics; where glibc maps the blocks is not laid out
+    with vramscope.capture(gpu="h200", alloc_conf="pinned_use_cuda_host_register:True") as cap:
+        torch.zeros(1, device="cuda")
+        a = torch.empty(3 << 20, dtype=torch.uint8, pin_memory=True)
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == s["host_alloc_time.count"] == 1
+        assert s["allocated_bytes.current"] == 4 << 20
+        del a
+    assert any(u.startswith("pinned_use_cuda_host_register") for u in cap.unmeasured)
