@@ -399,6 +399,14 @@ def patch(cap) -> _Patch:
             rng_states[id(state)] = (state, cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
 
         def capture_begin(self, pool=None, capture_error_mode="global"):
+            if cap.malloc_async():
+                # CudaMallocAsync's beginAllocateToPool: the capture's cudaMallocAsync nodes take the
+                # driver's graph memory, which 2.11's getDeviceStats leaves out (the pool's alone)
+                cap.note_unmeasured(
+                    "CUDA graphs under backend:cudaMallocAsync (the driver's graph memory)",
+                    "backend:cudaMallocAsync: a CUDA graph's memory is the driver's graph pool, not "
+                    "modelled (the twin keeps it in a private pool of its native allocator)",
+                )
             if not rng_graphs["graphs"]:
                 op = "aten::empty"
                 rng_graphs["extragraph"] = (cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))

@@ -194,6 +194,22 @@ mod tests {
         // the same keys as the native allocator's
         let native = CachingAllocator::new(AllocatorConfig::default());
         assert!(native.reported_stats().memory_stats().keys().eq(m.keys()));
+        // memory_summary() as PyTorch prints it from those keys: the pools' rows zero
+        let summary = crate::memory_summary(&a.reported_stats(), 0, false);
+        let large: Vec<&str> = summary
+            .lines()
+            .filter(|l| l.contains("from large pool"))
+            .collect();
+        let zero = |l: &&str| {
+            l.split('|')
+                .skip(2)
+                .all(|c| matches!(c.split_whitespace().next(), None | Some("0")))
+        };
+        assert!(large.len() == 9 && large.iter().all(zero), "{summary}");
+        assert!(
+            summary.contains("Allocated memory      |   5120 KiB |"),
+            "{summary}"
+        );
     }
 
     #[test]
