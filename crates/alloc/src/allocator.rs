@@ -993,6 +993,12 @@ impl<D: Device> CachingAllocator<D> {
             self.stats.oversize_allocations.decrease(1);
         }
         if self.b(id).has_stream_uses {
+            if self.malloc_async.is_some() {
+                // `freeAsync`: `pytorch_used_bytes` (and the pool's used memory) drop at the free;
+                // the unifying stream's events only order the memory's reuse
+                self.stats.requested_bytes.decrease(small, requested);
+                self.bm(id).requested_size = 0;
+            }
             // an event recorded during a capture cannot be queried: its block
             // waits for the first `process_events` after the capture
             if self.captures_underway > 0 {

@@ -173,6 +173,20 @@ mod tests {
     }
 
     #[test]
+    fn a_block_used_on_another_stream_is_unused_at_its_free() {
+        // freeAsync frees it on a stream that waits for the others: pytorch_used_bytes drops at
+        // once (the native allocator keeps it allocated until its events complete)
+        let mut a = async_allocator(80 << 30);
+        let x = a.malloc(4 * MIB, 0).unwrap();
+        a.record_stream(x, 7).unwrap();
+        a.free(x).unwrap();
+        let n = 4 * MIB as i64;
+        assert_eq!(figures(&a), [0, n, n, n]);
+        a.malloc(MIB, 0).unwrap();
+        assert_eq!(figures(&a), [MIB as i64, n, n, n]);
+    }
+
+    #[test]
     fn every_other_statistic_is_zero() {
         let mut a = async_allocator(80 << 30);
         a.malloc(5 * MIB, 0).unwrap();
