@@ -560,6 +560,19 @@ class Phase:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+#: the keys whose use with `backend:cudaMallocAsync` warns (`CUDAAllocatorConfig::parseArgs`'s
+#: `used_native_specific_option`, c10/cuda/CUDAAllocatorConfig.cpp)
+_NATIVE_SPECIFIC_KEYS = {
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "graph_capture_record_stream_reuse",
+    "per_process_memory_fraction",
+}
+
 #: constructors from Python data, which PyTorch builds on the host first
 _FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
 #: the constructors from data that `torch.set_default_device` reaches (torch/utils/_device.py's
@@ -2190,6 +2203,8 @@ class Capture:
         self.started = True
         self._read_conf()
         self.allocator_built = True
+        if self.malloc_async():
+            self._note_malloc_async()
         self._map_host_tensors()
         self._threads_after_context()
 
@@ -2202,6 +2217,35 @@ class Capture:
             if self.history:
                 self.device.record_memory_history(True)
         self.device_conf = conf
+
+    def malloc_async(self) -> bool:
+        """Whether the allocator is `backend:cudaMallocAsync`'s, as the environment's settings chose
+        it (read now if CUDA has not started)."""
+        if not self.started:
+            self._read_conf()
+        is_async = getattr(self.device, "is_malloc_async", None)
+        return bool(is_async and is_async())
+
+    def _note_malloc_async(self) -> None:
+        """`backend:cudaMallocAsync` (CUDAMallocAsyncAllocator.cpp): `memory_allocated()` is the
+        driver pool's used memory, taken as the bytes requested; `memory_reserved()` its reserved
+        memory, which depends on the pool's granularity: the twin gives the least the pool can
+        hold (the most used since the last `empty_cache`), named unmeasured. The settings' keys
+        of the native allocator warn as `CUDAAllocatorConfig::parseArgs` warns."""
+        self.note_unmeasured(
+            "backend:cudaMallocAsync (the driver's pool)",
+            "backend:cudaMallocAsync: reserved memory is the driver's pool, not modelled (the twin "
+            "gives the most allocated since the last empty_cache); memory_allocated() is taken "
+            "as the bytes requested",
+        )
+        keys = set(re.split(r"[,:\[\]\s]+", self.alloc_conf or ""))
+        if keys & _NATIVE_SPECIFIC_KEYS:
+            warnings.warn(
+                "backend:cudaMallocAsync ignores max_split_size_mb,roundup_power2_divisions, and "
+                "garbage_collect_threshold.",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def set_allocator_settings(self, env: str) -> None:
         """`torch._C._accelerator_setAllocatorSettings(env)`: PyTorch reads the environment's
@@ -2216,8 +2260,9 @@ class Capture:
         try:
             self.device.set_allocator_settings(env)
         finally:
-            # the settings before a bad token stay applied, the fraction among them
-            if not self.allocator_built:
+            # the settings before a bad token stay applied, the fraction among them (never read by
+            # the cudaMallocAsync backend)
+            if not self.allocator_built and not self.malloc_async():
                 self.device.set_memory_fraction(self.device.settings_memory_fraction())
 
     def set_memory_fraction(self, fraction: float) -> None:

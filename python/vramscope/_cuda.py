@@ -14,6 +14,7 @@ import os
 import pickle
 import sys
 import time
+import warnings
 import weakref
 
 import torch
@@ -398,6 +399,14 @@ def patch(cap) -> _Patch:
             rng_states[id(state)] = (state, cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
 
         def capture_begin(self, pool=None, capture_error_mode="global"):
+            if cap.malloc_async():
+                # CudaMallocAsync's beginAllocateToPool: the capture's cudaMallocAsync nodes take the
+                # driver's graph memory, which 2.11's getDeviceStats leaves out (the pool's alone)
+                cap.note_unmeasured(
+                    "CUDA graphs under backend:cudaMallocAsync (the driver's graph memory)",
+                    "backend:cudaMallocAsync: a CUDA graph's memory is the driver's graph pool, not "
+                    "modelled (the twin keeps it in a private pool of its native allocator)",
+                )
             if not rng_graphs["graphs"]:
                 op = "aten::empty"
                 rng_graphs["extragraph"] = (cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
@@ -575,9 +584,32 @@ def patch(cap) -> _Patch:
             raise ValueError(str(e)) from None
 
     def record_history(enabled=None, *args, **kwargs):
+        if cap.malloc_async():
+            # CudaMallocAsyncAllocator::recordHistory, enabling or not
+            raise RuntimeError(
+                "cudaMallocAsync does not yet support recordHistory. If you need it, please file an "
+                "issue describing your use case."
+            )
         cap.record_history(bool(enabled) and enabled != "None")
 
+    def reset_accumulated(device=None):
+        if cap.malloc_async():
+            # CudaMallocAsyncAllocator::resetAccumulatedStats (TORCH_WARN_ONCE)
+            if "resetAccumulatedStats" not in cap.warned:
+                cap.warned.add("resetAccumulatedStats")
+                warnings.warn(
+                    "For backend:cudaMallocAsync, resetAccumulatedStats has no effect.", stacklevel=3
+                )
+            return
+        cap.device.reset_accumulated_memory_stats()
+
     def memory_snapshot(*args, **kwargs):
+        if cap.malloc_async():
+            raise RuntimeError(
+                "Calling snapshot with backend:cudaMallocAsync is not meaningful. (For backend:native, "
+                "snapshot returns a detailed summary of all blocks tracked by the allocator, but the "
+                "cudaMallocAsync backend does not track individual blocks.)"
+            )
         snap = pickle.loads(cap.device.snapshot_pickle())
         pool_id = tuple(args[0][:2]) if args and isinstance(args[0], tuple) else (0, 0)
         if pool_id != (0, 0):
@@ -631,11 +663,7 @@ def patch(cap) -> _Patch:
         p.set(owner, "caching_allocator_delete", caching_allocator_delete)
     p.set(C, "_cuda_memoryStats", memory_stats_nested)
     p.set(C, "_cuda_resetPeakMemoryStats", reset_peak)
-    p.set(
-        C,
-        "_cuda_resetAccumulatedMemoryStats",
-        lambda device=None: cap.device.reset_accumulated_memory_stats(),
-    )
+    p.set(C, "_cuda_resetAccumulatedMemoryStats", reset_accumulated)
     p.set(C, "_cuda_emptyCache", empty_cache)
     p.set(C, "_host_emptyCache", lambda: cap.pinned.empty_cache(cap))
     p.set(C, "_cuda_hostMemoryStats", lambda: cap.pinned.stats())
@@ -644,6 +672,9 @@ def patch(cap) -> _Patch:
     p.set(C, "_cuda_setMemoryFraction", set_fraction)
     p.set(C, "_cuda_getMemoryFraction", lambda device=None: cap.device.memory_fraction())
     p.set(C, "_cuda_record_memory_history", record_history)
+    p.set(C, "_cuda_record_memory_history_legacy", record_history)
+    # the backend the environment's settings chose (`CUDACachingAllocator::get()->name()`)
+    p.set(C, "_cuda_getAllocatorBackend", lambda: "cudaMallocAsync" if cap.malloc_async() else "native")
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
 
     def set_allocator_settings(env):

@@ -145,6 +145,11 @@ class Device:
         """(free, total) as cudaMemGetInfo reports them."""
     def set_memory_fraction(self, fraction: float) -> None:
         """Raises ValueError outside [0, 1]."""
+    def is_malloc_async(self) -> bool:
+        """Whether the allocator is backend:cudaMallocAsync's (its pool's statistics)."""
+    def pinned_settings(self) -> tuple[bool, int, bool, int]:
+        """(pinned_use_cuda_host_register, pinned_num_register_threads,
+        pinned_use_background_threads, pinned_reserve_segment_size_mb) now."""
     def record_memory_history(self, enabled: bool) -> None: ...
     def set_allocator_settings(self, env: str) -> None:
         """`torch._C._accelerator_setAllocatorSettings(env)`: the settings from here on; a bad

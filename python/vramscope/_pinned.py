@@ -4,16 +4,40 @@ rounded up to a power of two (`PowerOf2Ceil`) from that size's free list, the la
 makes one with `cudaHostAlloc`; a freed block goes back to its list (once the copies it fed are done,
 which the twin takes as done by the next request); `torch._C._host_emptyCache()` frees the listed
 blocks (`cudaFreeHost`). The blocks hold no device memory: they take address space among the segments
-(driver address-space rule 16, `docs/driver-placement.md`), which the native device lays out."""
+(driver address-space rule 16, `docs/driver-placement.md`), which the native device lays out.
+
+The settings' pinned keys (aten/src/ATen/cuda/CachingHostAllocator.cpp, 2.11):
+`pinned_reserve_segment_size_mb` makes one `cudaHostAlloc` of that size at the first new block, from
+which new blocks are carved (4 KiB rounded) while they fit: no `cudaHostAlloc` of their own and never
+freed (`free_block` skips them), so the timing counts of `host_memory_stats()` differ from the block
+counts. `pinned_use_cuda_host_register` allocates with `malloc` and `cudaHostRegister`: the same
+blocks and statistics, in glibc's memory, whose placement the twin does not lay out (named
+unmeasured). `pinned_num_register_threads` only parallelises the pages' pre-faulting.
+`pinned_use_background_threads` moves the processing of the copies' events to a thread polling every
+100 us: when a block freed after feeding a copy is reused is timing, taken as by the next request as
+without it (named unmeasured)."""
 
 from __future__ import annotations
 
 import weakref
 
+#: `PinnedReserveSegment::allocate` rounds every carved block to 4 KiB
+_RESERVE_ROUNDING = 4096
+
 
 def block_size(nbytes: int) -> int:
     """The block a request of `nbytes` takes: the next power of two (`c10::llvm::PowerOf2Ceil`)."""
     return 1 << (nbytes - 1).bit_length() if nbytes > 1 else nbytes
+
+
+class _Carved:
+    """The address of a block carved from the reserve segment (not laid out on its own)."""
+
+    def __repr__(self) -> str:
+        return "<carved>"
+
+
+_CARVED = _Carved()
 
 
 class _Stat:
@@ -39,14 +63,23 @@ class PinnedHost:
     """The blocks of one process's caching host allocator."""
 
     def __init__(self) -> None:
-        #: block size -> the free blocks' addresses (None: not laid out), the last freed last
-        self.free: dict[int, list[int | None]] = {}
+        #: block size -> the free blocks' addresses (None: not laid out; `_CARVED`: from the
+        #: reserve segment), the last freed last
+        self.free: dict[int, list] = {}
         #: the storages holding a block, by id of their weak reference
         self.held: dict[int, weakref.ref] = {}
         #: `host_memory_stats()`: the blocks made (and their bytes), and per block size the
         #: blocks handed out (peaks summed over the sizes, "a best-effort approximation")
         self.blocks, self.block_bytes = _Stat(), _Stat()
         self.active: dict[int, tuple[_Stat, _Stat]] = {}
+        #: the `host_alloc_time` / `host_free_time` counts: `cudaHostAlloc` (or
+        #: `cudaHostRegister`) and `cudaFreeHost` calls (`allocate_host_memory_slowpath`,
+        #: `free_block_slowpath`)
+        self.host_allocs = self.host_frees = 0
+        #: the reserve segment's bytes left (`get_reserve_segment`, made at the first new block
+        #: when `pinned_reserve_segment_size_mb` is set then); None before or without one
+        self.reserve_left: int | None = None
+        self.reserve_made = False
 
     def allocate(self, cap, storage) -> None:
         """`storage` (a CPU storage the program asked to be page-locked) takes a block until it
@@ -65,9 +98,7 @@ class PinnedHost:
         else:
             self.blocks.increase(1)
             self.block_bytes.increase(size)
-            # (a native module built before rule 16 lays out none)
-            alloc = getattr(cap.device, "pinned_alloc", None)
-            addr = alloc(size) if cap.started and alloc is not None else None
+            addr = self._new_block(cap, size)
         held = self.held
 
         def release(ref, size=size, addr=addr):
@@ -79,11 +110,56 @@ class PinnedHost:
         ref = weakref.ref(storage, release)
         held[id(ref)] = ref
 
+    def _settings(self, cap) -> tuple[bool, int, bool, int]:
+        settings = getattr(cap.device, "pinned_settings", None)
+        return settings() if settings is not None else (False, 1, False, 0)
+
+    def _new_block(self, cap, size: int):
+        """`allocate_host_memory`: a block carved from the reserve segment (the address a
+        `_Carved` marks), or its own `cudaHostAlloc`: its address among the segments (None where
+        not laid out)."""
+        use_register, _, background, reserve_mb = self._settings(cap)
+        if background:
+            cap.note_unmeasured(
+                "pinned_use_background_threads (when a pinned block freed after a copy is reused)",
+                "pinned_use_background_threads: a pinned block freed after feeding a copy is taken "
+                "as reusable by the next request, as without the background thread",
+            )
+        if not self.reserve_made:
+            self.reserve_made = True
+            if reserve_mb > 0:
+                self.reserve_left = reserve_mb << 20
+                self._host_alloc(cap, reserve_mb << 20, use_register)
+        carved = -(-size // _RESERVE_ROUNDING) * _RESERVE_ROUNDING
+        if self.reserve_left is not None and carved <= self.reserve_left:
+            self.reserve_left -= carved
+            return _CARVED
+        return self._host_alloc(cap, size, use_register)
+
+    def _host_alloc(self, cap, size: int, use_register: bool):
+        """`allocate_host_memory_slowpath`: `cudaHostAlloc`, laid out among the segments once the
+        CUDA context exists (a first `cudaHostAlloc` would start it, above its own block: not laid
+        out), or `malloc` and `cudaHostRegister` (glibc's memory: not laid out)."""
+        self.host_allocs += 1
+        if use_register:
+            cap.note_unmeasured(
+                "pinned_use_cuda_host_register (where glibc maps the pinned blocks)",
+                "pinned_use_cuda_host_register: the pinned blocks' glibc mappings are not laid out "
+                "in the address space",
+            )
+            return None
+        # (a native module built before rule 16 lays out none)
+        alloc = getattr(cap.device, "pinned_alloc", None)
+        return alloc(size) if cap.started and alloc is not None else None
+
     def empty_cache(self, cap) -> None:
-        """`torch._C._host_emptyCache()`: every free block goes back to the driver."""
+        """`torch._C._host_emptyCache()`: every free block goes back to the driver, but those carved
+        from the reserve segment, which is never freed (`free_block`)."""
         for size, blocks in self.free.items():
             for addr in blocks:
-                if addr is not None:
+                if addr is not _CARVED:
+                    self.host_frees += 1
+                if addr is not None and addr is not _CARVED:
                     cap.device.pinned_free(addr)
                 self.blocks.decrease(1)
                 self.block_bytes.decrease(size)
@@ -110,8 +186,8 @@ class PinnedHost:
             "active_bytes": sums[1].as_dict(),
             "num_host_alloc": self.blocks.allocated,
             "num_host_free": self.blocks.freed,
-            "host_alloc_time": timing(self.blocks.allocated),
-            "host_free_time": timing(self.blocks.freed),
+            "host_alloc_time": timing(self.host_allocs),
+            "host_free_time": timing(self.host_frees),
         }
 
     def reset_peak(self) -> None:
@@ -121,3 +197,5 @@ class PinnedHost:
     def reset_accumulated(self) -> None:
         for stat in (self.blocks, self.block_bytes, *(s for pair in self.active.values() for s in pair)):
             stat.allocated = stat.freed = 0
+        # (`DurationStat::reset_accumulated`: the counts too)
+        self.host_allocs = self.host_frees = 0

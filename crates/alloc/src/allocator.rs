@@ -2,6 +2,7 @@
 //! 2.11), one function here for each function there, same names, same order
 //! of effects. Comments cite the rule each branch reproduces.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crate::addrmap::AddrMap;
@@ -11,6 +12,7 @@ use crate::error::{AllocError, OutOfMemory};
 use crate::fits::Fit;
 use crate::freeset::FreeSet;
 use crate::largepool::LargePool;
+use crate::malloc_async::AsyncPool;
 use crate::skaset::SkaSet;
 use crate::smallpool::SmallPool;
 use crate::stats::DeviceStats;
@@ -313,6 +315,9 @@ pub struct CachingAllocator<D: Device = SimDevice> {
     /// `use_on_oom_pools` (`setUseOnOOM`, `MemPool(use_on_oom=True)`), in
     /// the order `try_mempool_fallback` walks them.
     use_on_oom_pools: SkaSet,
+    /// `backend:cudaMallocAsync`: the device's default pool
+    /// (`malloc_async.rs`); `None` for the native allocator.
+    malloc_async: Option<AsyncPool>,
 }
 
 fn pool_index(small: bool) -> usize {
@@ -344,6 +349,7 @@ impl<D: Device> CachingAllocator<D> {
             ..DeviceStats::default()
         };
         let fraction = config.per_process_memory_fraction;
+        let malloc_async = config.backend_malloc_async.then(AsyncPool::default);
         let mut a = Self {
             config,
             device,
@@ -374,8 +380,13 @@ impl<D: Device> CachingAllocator<D> {
             private_pools: IdMap::default(),
             no_split_pools: Vec::new(),
             use_on_oom_pools: SkaSet::default(),
+            malloc_async,
         };
-        a.set_memory_fraction(fraction);
+        // (the cudaMallocAsync backend never reads the setting: its limit is
+        // `UINT64_MAX` until `setMemoryFraction`, `lazy_init_device`)
+        if a.malloc_async.is_none() {
+            a.set_memory_fraction(fraction);
+        }
         a
     }
 
@@ -547,12 +558,29 @@ impl<D: Device> CachingAllocator<D> {
         self.fits_spare = fits;
         repeats
     }
-    /// The statistics (`memory_stats()`).
+    /// The native allocator's statistics, as the twin keeps them under
+    /// either backend ([`Self::reported_stats`]: what `memory_stats()`
+    /// returns).
     pub fn stats(&self) -> &DeviceStats {
         &self.stats
     }
+    /// `memory_stats()`: [`Self::stats`], or under `backend:cudaMallocAsync`
+    /// its pool's used and reserved memory alone (`malloc_async.rs`).
+    pub fn reported_stats(&self) -> Cow<'_, DeviceStats> {
+        match &self.malloc_async {
+            None => Cow::Borrowed(&self.stats),
+            Some(p) => Cow::Owned(p.stats(&self.stats.requested_bytes)),
+        }
+    }
+    /// Whether this is `backend:cudaMallocAsync`'s allocator.
+    pub fn is_malloc_async(&self) -> bool {
+        self.malloc_async.is_some()
+    }
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak_stats(&mut self) {
+        if let Some(p) = self.malloc_async.as_mut() {
+            p.reset_peak(&self.stats.requested_bytes);
+        }
         self.stats.reset_peak();
     }
     /// `torch.cuda.reset_accumulated_memory_stats()`.
@@ -569,6 +597,12 @@ impl<D: Device> CachingAllocator<D> {
     /// memory; 1.0 removes the limit (and with it garbage collection).
     pub fn set_memory_fraction(&mut self, fraction: f64) {
         let (_, total) = self.device.mem_info();
+        if let Some(p) = self.malloc_async.as_mut() {
+            // `CudaMallocAsyncAllocator::setMemoryFraction`: a limit on the
+            // bytes requested, 1.0 included
+            p.limit = Some((fraction * total as f64) as u64);
+            return;
+        }
         self.set_fraction = fraction < 1.0;
         self.allowed_memory_maximum = if self.set_fraction {
             (fraction * total as f64) as u64
@@ -579,6 +613,11 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.get_per_process_memory_fraction()` (`getMemoryFraction`):
     /// the limit over the device's total memory, 1.0 without one.
     pub fn memory_fraction(&self) -> f64 {
+        if let Some(p) = &self.malloc_async {
+            // `getMemoryFraction`: `pytorch_memory_limits` over the total,
+            // `UINT64_MAX` before any `setMemoryFraction`
+            return p.limit.unwrap_or(u64::MAX) as f64 / self.device.mem_info().1 as f64;
+        }
         match self.allowed_memory_maximum() {
             Some(max) => max as f64 / self.device.mem_info().1 as f64,
             None => 1.0,
@@ -707,6 +746,9 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
+        if self.malloc_async.is_some() {
+            self.async_limit(orig_size)?;
+        }
         self.process_events_unless_capturing(stream);
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
@@ -759,6 +801,7 @@ impl<D: Device> CachingAllocator<D> {
             let (device_free, device_total) = self.device.mem_info();
             self.record(TraceAction::Oom, device_free, size, stream);
             self.stats.num_ooms += 1;
+            let used = self.stats.requested_bytes.all().current as u64;
             return Err(OutOfMemory {
                 alloc_size: get_allocation_size(size, self.config.large_segment_size),
                 device_total,
@@ -766,6 +809,9 @@ impl<D: Device> CachingAllocator<D> {
                 allowed: self.allowed_memory_maximum(),
                 allocated_bytes: self.stats.allocated_bytes.all().current as u64,
                 reserved_bytes: self.stats.reserved_bytes.all().current as u64,
+                // (the driver's pool runs out where the twin's segments do:
+                // unmeasured)
+                malloc_async: self.malloc_async.map(|p| p.oom(used, orig_size)),
             });
         };
         if let Some((fits, other_rule)) = self.fits.as_mut() {
@@ -800,6 +846,9 @@ impl<D: Device> CachingAllocator<D> {
         orig_size: u64,
         stream: StreamId,
     ) -> Result<Handle, OutOfMemory> {
+        if self.malloc_async.is_some() {
+            self.async_limit(orig_size)?;
+        }
         self.process_events_unless_capturing(stream);
         let size = self.round_size(orig_size);
         let small = size <= SMALL_SIZE;
@@ -944,6 +993,12 @@ impl<D: Device> CachingAllocator<D> {
             self.stats.oversize_allocations.decrease(1);
         }
         if self.b(id).has_stream_uses {
+            if self.malloc_async.is_some() {
+                // `freeAsync`: `pytorch_used_bytes` (and the pool's used memory) drop at the free;
+                // the unifying stream's events only order the memory's reuse
+                self.stats.requested_bytes.decrease(small, requested);
+                self.bm(id).requested_size = 0;
+            }
             // an event recorded during a capture cannot be queried: its block
             // waits for the first `process_events` after the capture
             if self.captures_underway > 0 {
@@ -1090,6 +1145,34 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.empty_cache()`: `release_cached_blocks`.
     pub fn empty_cache(&mut self) {
         self.release_cached_blocks();
+        if let Some(p) = self.malloc_async.as_mut() {
+            // `cudaMemPoolTrimTo(pool, 0)`
+            p.trim(&self.stats.requested_bytes);
+            self.stats.requested_bytes.reset_peak();
+        }
+    }
+
+    /// `mallocAsync`'s check before the driver is asked: over the limit of
+    /// `set_per_process_memory_fraction`, an out-of-memory error.
+    #[cold]
+    fn async_limit(&mut self, orig_size: u64) -> Result<(), OutOfMemory> {
+        let used = self.stats.requested_bytes.all().current as u64;
+        let Some(oom) = self
+            .malloc_async
+            .and_then(|p| p.over_limit(used, orig_size))
+        else {
+            return Ok(());
+        };
+        let (device_free, device_total) = self.device.mem_info();
+        Err(OutOfMemory {
+            alloc_size: orig_size,
+            device_total,
+            device_free,
+            allowed: None,
+            allocated_bytes: used,
+            reserved_bytes: used,
+            malloc_async: Some(oom),
+        })
     }
 
     /// `emptyCache(mempool_id)` of a private pool nothing holds any more (`~MemPool`: `releasePool`,

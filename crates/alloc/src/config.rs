@@ -614,7 +614,10 @@ impl AllocatorConfig {
             max_non_split_rounding_size: _,
             roundup_power2_divisions: _,
             // No effect on device memory (the lock; the host allocator; the
-            // twin models the `native` backend only; the string as given).
+            // string as given). `backend:cudaMallocAsync` changes the
+            // figures reported and the limit (`malloc_async.rs`), not the
+            // native replay the twin runs under it; `estimate` and `plan`,
+            // which take the shortcuts, refuse it.
             release_lock_on_cudamalloc: _,
             pinned_use_cuda_host_register: _,
             pinned_num_register_threads: _,

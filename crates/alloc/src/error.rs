@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::format::format_size;
+use crate::malloc_async::AsyncOom;
 
 /// `torch.OutOfMemoryError`, with the figures PyTorch prints.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub struct OutOfMemory {
     pub allocated_bytes: u64,
     /// Bytes reserved by PyTorch.
     pub reserved_bytes: u64,
+    /// Under `backend:cudaMallocAsync`, its figures: the message is
+    /// `mallocAsync`'s.
+    pub malloc_async: Option<AsyncOom>,
 }
 
 /// The link PyTorch 2.11 ends the message with.
@@ -35,6 +39,9 @@ impl OutOfMemory {
     /// NVML's `usedGpuMemory`, is taken as total less free: the only
     /// process on the device (the H100 plan fixtures read 9 MiB under it).
     pub fn torch_message(&self) -> String {
+        if let Some(a) = &self.malloc_async {
+            return a.message(self.device_total, self.device_free);
+        }
         let in_use = self.device_total.saturating_sub(self.device_free);
         let mut s = String::new();
         let _ = self.write(&mut s, Some(in_use));
@@ -76,6 +83,9 @@ impl fmt::Display for OutOfMemory {
     /// without NVML's part on the process and the link to the documentation
     /// ([`OutOfMemory::torch_message`] has them).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(a) = &self.malloc_async {
+            return f.write_str(&a.message(self.device_total, self.device_free));
+        }
         self.write(f, None)
     }
 }
@@ -116,6 +126,7 @@ mod tests {
             allowed: None,
             allocated_bytes: 65 * GIB,
             reserved_bytes: 65 * GIB + (6 << 20),
+            malloc_async: None,
         };
         let short = oom.to_string();
         let full = oom.torch_message();

@@ -88,6 +88,16 @@ impl StatArray {
             StatType::LargePool => self.pools[1],
         }
     }
+    /// An aggregate of `current` and `peak` alone, nothing increased or
+    /// freed (`backend:cudaMallocAsync`'s figures; kept as the large
+    /// pool's, which [`DeviceStats::memory_stats`] leaves out there).
+    pub(crate) fn aggregate_only(current: i64, peak: i64) -> Self {
+        let mut a = Self::default();
+        a.pools[1].current = current;
+        a.pools[1].peak = peak;
+        a.all_peak = peak;
+        a
+    }
     #[inline]
     pub(crate) fn increase(&mut self, small: bool, amount: u64) {
         self.pools[usize::from(!small)].increase(amount);
@@ -98,7 +108,7 @@ impl StatArray {
     pub(crate) fn decrease(&mut self, small: bool, amount: u64) {
         self.pools[usize::from(!small)].decrease(amount);
     }
-    fn reset_peak(&mut self) {
+    pub(crate) fn reset_peak(&mut self) {
         for s in &mut self.pools {
             s.reset_peak();
         }
@@ -162,6 +172,9 @@ pub struct DeviceStats {
     /// whether a block was ever used by another stream: the active stats
     /// are then kept apart from the allocation stats
     pub(crate) active_apart: bool,
+    /// `backend:cudaMallocAsync`'s statistics: the aggregates of the used
+    /// and reserved bytes alone ([`DeviceStats::malloc_async`])
+    pub(crate) malloc_async: bool,
 }
 
 impl PartialEq for DeviceStats {
@@ -186,6 +199,7 @@ impl PartialEq for DeviceStats {
             num_device_free,
             max_split_size,
             active_apart: _,
+            malloc_async,
         } = self;
         *allocation == o.allocation
             && *segment == o.segment
@@ -204,12 +218,25 @@ impl PartialEq for DeviceStats {
             && *num_device_alloc == o.num_device_alloc
             && *num_device_free == o.num_device_free
             && *max_split_size == o.max_split_size
+            && *malloc_async == o.malloc_async
     }
 }
 
 impl Eq for DeviceStats {}
 
 impl DeviceStats {
+    /// `CudaMallocAsyncAllocator::getDeviceStats`: `allocated_bytes.all` and
+    /// `active_bytes.all` the pool's used memory (current, peak),
+    /// `reserved_bytes.all` its reserved memory; the rest zero.
+    pub(crate) fn malloc_async(used: (i64, i64), reserved: (i64, i64)) -> Self {
+        Self {
+            allocated_bytes: StatArray::aggregate_only(used.0, used.1),
+            reserved_bytes: StatArray::aggregate_only(reserved.0, reserved.1),
+            malloc_async: true,
+            ..Self::default()
+        }
+    }
+
     /// COUNT: active blocks (allocated or used by a stream).
     pub fn active(&self) -> &StatArray {
         if self.active_apart {
@@ -298,7 +325,12 @@ impl DeviceStats {
                 ("small_pool", StatType::SmallPool),
                 ("large_pool", StatType::LargePool),
             ] {
-                put_stat(&mut out, &format!("{name}.{pool}"), &arr.get(t));
+                let stat = if self.malloc_async && t != StatType::Aggregate {
+                    Stat::default()
+                } else {
+                    arr.get(t)
+                };
+                put_stat(&mut out, &format!("{name}.{pool}"), &stat);
             }
         }
         put_stat(&mut out, "oversize_allocations", &self.oversize_allocations);

@@ -84,7 +84,12 @@ pub fn memory_summary(stats: &DeviceStats, device: u32, abbreviated: bool) -> St
         let all = &arr.all();
         lines.push(row(name, all, all, f));
         if !abbreviated {
-            let (large, small) = (arr.get(StatType::LargePool), arr.get(StatType::SmallPool));
+            let (large, small) = if stats.malloc_async {
+                // (backend:cudaMallocAsync: its pool's aggregates alone, the pools' rows zero)
+                (Stat::default(), Stat::default())
+            } else {
+                (arr.get(StatType::LargePool), arr.get(StatType::SmallPool))
+            };
             lines.push(row("      from large pool", &large, all, f));
             lines.push(row("      from small pool", &small, all, f));
         }

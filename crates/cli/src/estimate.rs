@@ -449,9 +449,24 @@ impl WorkloadArgs {
 
     /// The allocator settings.
     pub fn allocator(&self) -> anyhow::Result<AllocatorConfig> {
-        AllocatorConfig::parse(&self.alloc_conf)
-            .map_err(|e| anyhow::anyhow!("--alloc-conf {:?}: {e}", self.alloc_conf))
+        allocator_of(&self.alloc_conf)
     }
+}
+
+/// `--alloc-conf`'s settings; `backend:cudaMallocAsync` refused: the
+/// workload's figures are the native allocator's replayed, and that
+/// backend's reserved memory is the driver's pool (`vramscope run` runs a
+/// script under it, its reserved memory named unmeasured).
+fn allocator_of(conf: &str) -> anyhow::Result<AllocatorConfig> {
+    let cfg =
+        AllocatorConfig::parse(conf).map_err(|e| anyhow::anyhow!("--alloc-conf {conf:?}: {e}"))?;
+    if cfg.backend_malloc_async {
+        anyhow::bail!(
+            "--alloc-conf {conf:?}: backend:cudaMallocAsync is not modelled here (its reserved \
+             memory is the driver's pool); `vramscope run` runs a script under it"
+        );
+    }
+    Ok(cfg)
 }
 
 /// A positive integer option (`--batch`): at least 1.
@@ -1556,6 +1571,20 @@ fn shape_label(w: &Workload, seq: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_malloc_async_backend_is_refused() {
+        assert!(allocator_of("expandable_segments:True").is_ok());
+        assert!(allocator_of("backend:native").is_ok());
+        let e = allocator_of("backend:cudaMallocAsync")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("backend:cudaMallocAsync is not modelled here"),
+            "{e}"
+        );
+        assert!(allocator_of("max_split_size_mb:x").is_err());
+    }
 
     #[test]
     fn layer_runs_read_as_ranges() {

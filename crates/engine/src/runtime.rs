@@ -306,7 +306,7 @@ impl State {
         if self.alloc.recording_history() {
             self.oom_segments = Some(self.alloc.snapshot());
         }
-        self.oom_figures = Some(figures_of(self.alloc.stats()));
+        self.oom_figures = Some(figures_of(&self.alloc.reported_stats()));
         self.last_oom = None;
     }
 
@@ -795,7 +795,13 @@ impl Runtime {
 
     /// `torch.cuda.max_memory_reserved()`.
     pub fn max_memory_reserved(&self) -> i64 {
-        self.st.borrow().alloc.stats().reserved_bytes.all().peak
+        self.st
+            .borrow()
+            .alloc
+            .reported_stats()
+            .reserved_bytes
+            .all()
+            .peak
     }
 
     /// Free the allocation in live slot `slot`.
@@ -1301,14 +1307,20 @@ impl Runtime {
         self.st.borrow_mut().alloc.record_fits();
     }
 
-    /// `torch.cuda.memory_stats()` as the allocator twin keeps it.
+    /// `torch.cuda.memory_stats()` as the allocator twin keeps it (under
+    /// `backend:cudaMallocAsync`, its pool's figures alone).
     pub fn stats(&self) -> DeviceStats {
-        self.st.borrow().alloc.stats().clone()
+        self.st.borrow().alloc.reported_stats().into_owned()
+    }
+
+    /// Whether the allocator is `backend:cudaMallocAsync`'s.
+    pub fn is_malloc_async(&self) -> bool {
+        self.st.borrow().alloc.is_malloc_async()
     }
 
     /// The five figures the seed probe records.
     pub fn figures(&self) -> MemoryFigures {
-        figures_of(self.st.borrow().alloc.stats())
+        figures_of(&self.st.borrow().alloc.reported_stats())
     }
 
     /// The figures when the last out-of-memory was raised (before whatever

@@ -866,6 +866,26 @@ impl Device {
         self.p.runtime().memory_fraction()
     }
 
+    /// Whether the allocator is `backend:cudaMallocAsync`'s (its statistics
+    /// are its pool's, `malloc_async.rs`).
+    fn is_malloc_async(&self) -> bool {
+        self.p.runtime().is_malloc_async()
+    }
+
+    /// The caching host allocator's settings now:
+    /// (`pinned_use_cuda_host_register`, `pinned_num_register_threads`,
+    /// `pinned_use_background_threads`, `pinned_reserve_segment_size_mb`).
+    fn pinned_settings(&self) -> (bool, u64, bool, u64) {
+        let rt = self.p.runtime();
+        let c = rt.allocator_config();
+        (
+            c.pinned_use_cuda_host_register,
+            c.pinned_num_register_threads,
+            c.pinned_use_background_threads,
+            c.pinned_reserve_segment_size_mb,
+        )
+    }
+
     /// The settings' `per_process_memory_fraction`: the limit an allocator
     /// started now would take.
     fn settings_memory_fraction(&self) -> f64 {

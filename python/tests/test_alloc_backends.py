@@ -1,0 +1,157 @@
+"""The allocator settings that choose another allocator: `backend:cudaMallocAsync`
+(c10/cuda/CUDAMallocAsyncAllocator.cpp) and the caching host allocator's `pinned_*` keys
+(aten/src/ATen/cuda/CachingHostAllocator.cpp), PyTorch 2.11."""
+
+import warnings
+
+import pytest
+import torch
+import vramscope
+
+MIB = 1 << 20
+ASYNC = "backend:cudaMallocAsync"
+POOL = "backend:cudaMallocAsync (the driver's pool)"
+
+
+def _uint8(n):
+    return torch.empty(n, dtype=torch.uint8, device="cuda")
+
+
+def test_malloc_async_reports_its_pool_not_the_native_allocator():
+    # getDeviceStats: allocated_bytes.all / active_bytes.all the pool's used memory (every request is
+    # a cudaMallocAsync of its exact size: no 512-byte rounding, no 2 or 20 MiB segment),
+    # reserved_bytes.all the pool's reserved memory (release threshold UINT64_MAX: kept until
+    # empty_cache trims it), every other statistic zero; the twin gave its native allocator's
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC) as cap:
+        a = _uint8(1000)
+        b = _uint8(3 * MIB + 1)
+        both = 1000 + 3 * MIB + 1
+        assert torch.cuda.memory_allocated() == both
+        assert torch.cuda.memory_reserved() == both
+        del b
+        assert torch.cuda.memory_allocated() == 1000
+        assert torch.cuda.memory_reserved() == both
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 1000
+        assert torch.cuda.max_memory_reserved() == both
+        torch.cuda.reset_peak_memory_stats()
+        assert torch.cuda.max_memory_allocated() == torch.cuda.max_memory_reserved() == 1000
+        s = torch.cuda.memory_stats()
+        assert s["active_bytes.all.current"] == 1000
+        zero = [
+            k for k, v in s.items() if v and not k.startswith(("allocated_bytes.all", "active_bytes.all"))
+        ]
+        assert zero == ["reserved_bytes.all.current", "reserved_bytes.all.peak"]
+        assert s["max_split_size"] == 0
+        assert torch.cuda.get_allocator_backend() == "cudaMallocAsync"
+        del a
+    assert POOL in cap.unmeasured
+    assert POOL in cap.report()["unmeasured"]
+
+
+def test_malloc_async_has_no_snapshot_and_no_history():
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC):
+        _uint8(1000)
+        with pytest.raises(
+            RuntimeError, match=r"^Calling snapshot with backend:cudaMallocAsync is not meaningful"
+        ):
+            torch.cuda.memory_snapshot()
+        with pytest.raises(RuntimeError, match=r"^cudaMallocAsync does not yet support recordHistory"):
+            torch.cuda.memory._record_memory_history()
+        with pytest.raises(RuntimeError, match=r"^cudaMallocAsync does not yet support recordHistory"):
+            torch.cuda.memory._record_memory_history(enabled=None)
+        with pytest.warns(UserWarning, match="resetAccumulatedStats has no effect"):
+            torch.cuda.reset_accumulated_memory_stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.cuda.reset_accumulated_memory_stats()  # TORCH_WARN_ONCE
+
+
+def test_malloc_async_limits_the_bytes_requested_with_its_own_message():
+    # setMemoryFraction: pytorch_memory_limits = fraction x total; mallocAsync fails a request when
+    # pytorch_used_bytes + size is above it, with its own message
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC):
+        total = torch.cuda.get_device_properties(0).total_memory
+        assert torch.cuda.get_per_process_memory_fraction() == (2**64 - 1) / total
+        torch.cuda.set_per_process_memory_fraction(0.001)
+        limit = int(0.001 * total)
+        a = _uint8(limit - 10)
+        b = _uint8(10)  # exactly at the limit
+        with pytest.raises(torch.OutOfMemoryError) as e:
+            _uint8(1)
+        mib = f"{limit / MIB:.2f} MiB"  # format_size
+        assert str(e.value).startswith(
+            "Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+            f"Currently allocated     : {mib}\nRequested               : 1 bytes\n"
+        )
+        assert str(e.value).endswith(
+            f"PyTorch limit (set by user-supplied memory fraction)\n                        : {mib}"
+        )
+        del a, b
+
+
+def test_a_cuda_graph_under_malloc_async_is_named():
+    # the capture's cudaMallocAsync nodes take the driver's graph memory, which 2.11's
+    # getDeviceStats leaves out: not modelled, named
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC) as cap:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            torch.empty(256, device="cuda")
+    assert "CUDA graphs under backend:cudaMallocAsync (the driver's graph memory)" in cap.unmeasured
+
+
+def test_the_native_allocators_keys_warn_under_malloc_async():
+    # CUDAAllocatorConfig::parseArgs: backend:cudaMallocAsync with a key only the native allocators
+    # read warns (with its message naming other keys)
+    with pytest.warns(UserWarning, match="^backend:cudaMallocAsync ignores max_split_size_mb"):
+        with vramscope.capture(gpu="h200", alloc_conf=ASYNC + ",pinned_num_register_threads:8"):
+            _uint8(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with vramscope.capture(gpu="h200", alloc_conf=ASYNC + ",expandable_segments:True"):
+            _uint8(1000)
+
+
+def test_the_native_backend_is_unchanged():
+    with vramscope.capture(gpu="h200") as cap:
+        a = _uint8(1000)
+        assert torch.cuda.memory_allocated() == 1024
+        assert torch.cuda.memory_reserved() == 2 * MIB
+        assert torch.cuda.get_allocator_backend() == "native"
+        del a
+    assert POOL not in cap.unmeasured
+
+
+def test_a_pinned_reserve_segment_serves_new_blocks_without_cuda_host_alloc():
+    # pinned_reserve_segment_size_mb: the first new block makes the reserve segment (one
+    # cudaHostAlloc, not a block); blocks are carved from it (4 KiB rounded) while they fit, with
+    # no cudaHostAlloc of their own, and never freed (free_block skips them): host_alloc_time and
+    # host_free_time count the calls, num_host_alloc / num_host_free the blocks
+    with vramscope.capture(gpu="h200", alloc_conf="pinned_reserve_segment_size_mb:4"):
+        torch.zeros(1, device="cuda")
+        a = torch.empty(100_000, dtype=torch.uint8, pin_memory=True)  # 128 KiB, carved
+        b = torch.empty(3 << 20, dtype=torch.uint8, pin_memory=True)  # 4 MiB: does not fit
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == 2 and s["allocated_bytes.current"] == (1 << 17) + (4 << 20)
+        assert s["host_alloc_time.count"] == 2  # the reserve segment and b
+        del a, b
+        torch._C._host_emptyCache()
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_free"] == 2 and s["host_free_time.count"] == 1
+        c = torch.empty(100_000, dtype=torch.uint8, pin_memory=True)  # carved further on
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == 3 and s["host_alloc_time.count"] == 2
+        del c
+
+
+def test_the_host_register_path_keeps_the_statistics_and_is_named():
+    # pinned_use_cuda_host_register: malloc + cudaHostRegister of the same rounded size: the same
+    # statistics; where glibc maps the blocks is not laid out
+    with vramscope.capture(gpu="h200", alloc_conf="pinned_use_cuda_host_register:True") as cap:
+        torch.zeros(1, device="cuda")
+        a = torch.empty(3 << 20, dtype=torch.uint8, pin_memory=True)
+        s = torch.cuda.host_memory_stats()
+        assert s["num_host_alloc"] == s["host_alloc_time.count"] == 1
+        assert s["allocated_bytes.current"] == 4 << 20
+        del a
+    assert any(u.startswith("pinned_use_cuda_host_register") for u in cap.unmeasured)
