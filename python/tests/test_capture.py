@@ -1081,6 +1081,26 @@ def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     assert any("nonzero" in w for w in cap.warned)
 
 
+def test_ranks_of_a_sort_count_exactly_against_a_known_bound():
+    # blind267/jh02: SSD's hard negative mining (torchvision detection/ssd.py `compute_loss`):
+    # `idx.sort(1)[1] < num_negative` over (24, 8732) losses the twin carries no values of; a sort's
+    # indices are a permutation of 0..n-1 along its dimension whatever the values, so each row has
+    # exactly min(k, n) ranks below k (every element was taken, with a warning)
+    with vramscope.capture(gpu="h200") as cap:
+        loss = torch.empty(24, 8732, device="cuda")
+        k = torch.arange(24, device="cuda").view(24, 1) * 400  # known; the last rows past 8,732
+        _values, idx = loss.sort(1, descending=True)
+        rank = idx.sort(1)[1]
+        below = sum(min(400 * i, 8732) for i in range(24))
+        assert loss[rank < k].shape == (below,)
+        assert loss[rank >= k].shape == (24 * 8732 - below,)
+        assert loss[100 > idx].shape == (2400,)
+        assert loss[idx <= 99.5].shape == (2400,)
+        idx[:, 0] = 0  # written: no longer a permutation
+        assert loss[idx < 100].shape == (24 * 8732,)
+    assert sum("nonzero" in w for w in cap.warned) == 1  # the written one alone
+
+
 def test_index_arithmetic_from_a_large_arange_keeps_its_values():
     # blind89/ck06: a 5-point Laplacian's neighbours from `arange` of a 1,500 x 1,500 grid by `//`,
     # `%`, comparisons and `&`, then `idx[ok]` and `cat`: the masks' counts decide the matrix's

@@ -1618,6 +1618,56 @@ _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
 SPREAD_LIMIT = 256
 
 
+#: comparisons whose count of true elements a permutation's ranks decide (`_count_ranks`)
+_RANK_COMPARISONS = {
+    getattr(getattr(aten, name), overload): name
+    for name in ("lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar")
+}
+_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _count_ranks(func, args, out) -> None:
+    """A comparison of ranks the twin knows to be a permutation of 0..n-1 along a dimension (a
+    sort's indices, `_tensor.set_fact`) with a bound of known values, one a row (a scalar, or a
+    tensor of size 1 along that dimension): each row has exactly as many ranks below the bound
+    whatever the order, so the result's count is known without its values. SSD's hard negative
+    mining (torchvision detection/ssd.py `compute_loss`: `idx.sort(1)[1] < num_negative`, then
+    `cls_loss[background_idxs]`; blind267/jh02, every one of 24 x 8,732 taken before)."""
+    kind = _RANK_COMPARISONS[func]
+    a, b = args[0], args[1]
+    fact = _tensor.fact_of(a) if isinstance(a, torch.Tensor) else None
+    if (fact is None or fact[0] != "perm") and isinstance(b, torch.Tensor):
+        fact = _tensor.fact_of(b)
+        a, b, kind = b, a, _FLIPPED[kind]
+    if fact is None or fact[0] != "perm" or not isinstance(out, torch.Tensor) or out.shape != a.shape:
+        return
+    d, n = fact[1], a.shape[fact[1]]
+    rows = [1 if i == d else s for i, s in enumerate(a.shape)]
+    if isinstance(b, torch.Tensor):
+        v = value(b)
+        if v is None or _tensor.assumed(b) or v.is_complex() or v.dim() > a.dim():
+            return
+        shape = [1] * (a.dim() - v.dim()) + list(v.shape)
+        if shape[d] != 1:
+            return
+        try:
+            k = v.reshape(shape).expand(rows)
+        except RuntimeError:
+            return
+    elif isinstance(b, (int, float)) and not isinstance(b, bool):
+        k = torch.tensor(b).expand(rows)
+    else:
+        return
+    k = k.double()
+    if bool(torch.isnan(k).any()):
+        return
+    # ranks r in 0..n-1 with r < k (for `lt`, `ge`) or r <= k (for `le`, `gt`) in each row
+    below = (torch.ceil(k) if kind in ("lt", "ge") else torch.floor(k) + 1).clamp(0, n)
+    count = below.sum() if kind in ("lt", "le") else (n - below).sum()
+    _tensor.set_fact(out, ("count", int(count)))
+
+
 #: `isin`: elements whose values the twin does not carry match none of the test elements
 #: (`_unmatched`)
 _ISIN = {aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar}
@@ -2498,9 +2548,13 @@ class Capture:
         )
 
     def nonzero_count(self, t: torch.Tensor, why: str) -> int:
-        """How many elements of `t` are nonzero: from its values where it carries them, else all
-        of them (the largest result, so the memory after it is an upper bound), with a warning."""
+        """How many elements of `t` are nonzero: from its values where it carries them, or from a
+        count the twin knows (`_count_ranks`), else all of them (the largest result, so the memory
+        after it is an upper bound), with a warning."""
         v = value(t)
+        fact = _tensor.fact_of(t) if v is None else None
+        if fact is not None and fact[0] == "count":
+            return fact[1]
         s = _tensor.standin(t) if v is None else None
         if s is not None:
             # every element its stand-in: a score over a random-initialised head's near-equal
@@ -2673,7 +2727,7 @@ class Capture:
         if sparse is not NotImplemented:
             return sparse
         name, is_aten, mutable = _facts(func)
-        if mutable and _tensor._ranges:
+        if mutable and (_tensor._ranges or _tensor._facts):
             for a in _written(func, args, kwargs):
                 _tensor.forget_range(a)
         if mutable and self.constants:
@@ -2878,6 +2932,8 @@ class Capture:
                 if value(a) is not None and _covers_storage(a):
                     # every element written with values the twin knows
                     _tensor.forget_stale(a.untyped_storage()._cdata)
+        if vals is None and func in _RANK_COMPARISONS:
+            _count_ranks(func, args, out)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)
