@@ -1090,6 +1090,28 @@ def test_as_subclass_aliases_its_tensor_and_keeps_its_values():
     assert not cap.warned
 
 
+def test_decode_jpeg_on_the_gpu_allocates_one_uint8_image_per_bitstream():
+    # torchvision's nvJPEG decode (`decode_jpeg(data, device="cuda")`) ran the real op under the
+    # twin, which failed without a driver (blind267 probe); the GPU allocates one (C, H, W) uint8
+    # output a bitstream from the caching allocator, C 3 for RGB and UNCHANGED, 1 for GRAY; a
+    # one-channel image in UNCHANGED is its first plane cloned, the three-plane output freed
+    from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+
+    rgb = encode_jpeg(torch.full((3, 240, 320), 128, dtype=torch.uint8))
+    gray = encode_jpeg(torch.full((1, 100, 50), 64, dtype=torch.uint8))
+    with vramscope.capture(gpu="h200") as cap:
+        out = decode_jpeg([rgb, gray], device="cuda")
+        assert [tuple(t.shape) for t in out] == [(3, 240, 320), (1, 100, 50)]
+        assert out[0].is_cuda and out[0].dtype == torch.uint8
+        assert torch.cuda.memory_allocated() == 230400 + 5120
+        assert torch.cuda.max_memory_allocated() == 230400 + 15360 + 5120
+        one = decode_jpeg(gray, device="cuda", mode=ImageReadMode.GRAY)
+        assert tuple(one.shape) == (1, 100, 50)
+        with pytest.raises(RuntimeError, match="not supported for JPEG decoding on GPU"):
+            decode_jpeg(rgb, device="cuda", mode=ImageReadMode.RGB_ALPHA)
+    assert not cap.unmeasured
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")

@@ -610,6 +610,16 @@ def _simulated_generator(args, kwargs):
     return None
 
 
+_OP_TYPES = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+
+
+def _qualified_name(func) -> str:
+    """`ns::name` of an op's packet or overload."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        return func._qualified_op_name
+    return func._schema.name
+
+
 def _is_vision_op(func) -> bool:
     """A torchvision op (`torch.ops.torchvision.*`)."""
     if isinstance(func, torch._ops.OpOverloadPacket):
@@ -773,6 +783,8 @@ class _FunctionMode(TorchFunctionMode):
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
         handler = _kernels.FUNCTIONS.get(func)
+        if handler is None and isinstance(func, _OP_TYPES) and _kernels.NAMED_FUNCTIONS:
+            handler = _kernels.NAMED_FUNCTIONS.get(_qualified_name(func))
         if handler is not None:
             out = handler(cap, func, args, kwargs)
             if out is not NotImplemented:
