@@ -1112,6 +1112,26 @@ def test_decode_jpeg_on_the_gpu_allocates_one_uint8_image_per_bitstream():
     assert not cap.unmeasured
 
 
+def test_encode_jpeg_on_the_gpu_gives_cuda_bitstreams_of_an_estimated_length():
+    # `encode_jpeg` of CUDA images (image::encode_jpegs_cuda, nvJPEG) ran the real op under the twin
+    # and failed (`v2.JPEG` on CUDA images: blind267 probe); the GPU copies each non-contiguous image
+    # contiguous, then takes one uint8 bitstream a image on the device, whose length depends on the
+    # content: estimated by the host's encoder over the values the twin carries, named unmeasured
+    from torchvision.io import encode_jpeg
+
+    with vramscope.capture(gpu="h200") as cap:
+        img = torch.full((3, 64, 96), 128, dtype=torch.uint8, device="cuda")
+        hwc = torch.zeros(64, 96, 3, dtype=torch.uint8, device="cuda").permute(2, 0, 1)
+        out = encode_jpeg([img, hwc], quality=80)
+        assert all(t.is_cuda and t.dtype == torch.uint8 and t.dim() == 1 for t in out)
+        assert 0 < out[0].numel() < img.numel()
+        one = encode_jpeg(img)
+        assert one.is_cuda and one.dim() == 1
+        with pytest.raises(RuntimeError, match="number of channels should be 3"):
+            encode_jpeg(img[:1])
+    assert any("encode" in k for k in cap.unmeasured)
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")

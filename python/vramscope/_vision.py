@@ -307,3 +307,44 @@ def _decode_jpegs_cuda(cap, func, args, kwargs):
 
 # registered as a CompositeImplicitAutograd kernel, which runs before the dispatch mode
 NAMED_FUNCTIONS["image::decode_jpegs_cuda"] = _decode_jpegs_cuda
+
+
+def _encode_jpegs_cuda(cap, func, args, kwargs):
+    """torchvision's `encode_jpegs_cuda` (csrc/io/image/cuda/encode_jpegs_cuda.cpp, nvJPEG), which
+    `encode_jpeg` of CUDA images calls: each image checked (uint8, one CUDA device, (3, H, W)), a
+    non-contiguous one copied contiguous (all copies kept to the return), then per image
+    `CUDAJpegEncoder::encode_jpeg` takes one uint8 bitstream of the encoded length on the device.
+    That length depends on the pixels (4:4:4 at the quality asked): the twin takes the host
+    encoder's length over the values it carries (stand-in zeros elsewhere), named unmeasured."""
+    names = ("decoded_images", "quality")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    images, quality = a.get("decoded_images"), a.get("quality", 75)
+    if not isinstance(images, (list, tuple)) or not all(registered(t) for t in images):
+        return NotImplemented
+    if not images:
+        raise RuntimeError("Empty input tensor list")
+    for t in images:
+        if t.dtype != torch.uint8:
+            raise RuntimeError("Input tensor dtype should be uint8")
+        if t.dim() != 3 or t.numel() == 0:
+            raise RuntimeError("Input data should be a 3-dimensional tensor")
+        if t.shape[0] != 3:
+            raise RuntimeError(f"The number of channels should be 3, got: {t.shape[0]}")
+    cap.ops += 1
+    cap.note_unmeasured(
+        "nvJPEG's encoded length (image::encode_jpegs_cuda): estimated by the host encoder",
+        "encode_jpeg of CUDA images: nvJPEG's bitstream length depends on the pixels; the twin takes "
+        "the host encoder's length over the values it carries (zeros where it carries none)",
+    )
+    contig = [t if t.is_contiguous() else t.contiguous() for t in images]
+    outs = []
+    for t in contig:
+        with torch._C.DisableTorchFunction():
+            host = cap.value_of(t, "encode_jpeg").contiguous()
+        n = torch.ops.image.encode_jpeg(host, int(quality)).numel()
+        outs.append(torch.empty((n,), dtype=torch.uint8, device=t.device))
+    del contig
+    return outs
+
+
+NAMED_FUNCTIONS["image::encode_jpegs_cuda"] = _encode_jpegs_cuda
