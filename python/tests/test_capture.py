@@ -1071,6 +1071,67 @@ def test_jagged_clone_of_a_narrowed_tensor_makes_its_lengths_on_the_device():
         assert torch.cuda.memory_allocated() - before == 1536 + 512
 
 
+def test_as_subclass_aliases_its_tensor_and_keeps_its_values():
+    # torchvision's tv_tensors wrap every tensor by `as_subclass` (`BoundingBoxes._wrap`): boxes
+    # built on the GPU from host data read as zeros after it, so v2's RandomIoUCrop found no box
+    # in any crop and SanitizeBoundingBoxes dropped them all (blind267 probe)
+    from torchvision import tv_tensors
+
+    class Sub(torch.Tensor):
+        pass
+
+    with vramscope.capture() as cap:
+        t = torch.tensor([[10.0, 20.0, 100.0, 200.0]], device="cuda")
+        s = t.as_subclass(Sub)
+        assert type(s) is Sub and s.tolist() == [[10.0, 20.0, 100.0, 200.0]]
+        assert s.as_subclass(torch.Tensor).tolist() == [[10.0, 20.0, 100.0, 200.0]]
+        boxes = tv_tensors.BoundingBoxes(t, format="XYXY", canvas_size=(300, 400))
+        assert (boxes[:, 2] - boxes[:, 0]).tolist() == [90.0]
+    assert not cap.warned
+
+
+def test_decode_jpeg_on_the_gpu_allocates_one_uint8_image_per_bitstream():
+    # torchvision's nvJPEG decode (`decode_jpeg(data, device="cuda")`) ran the real op under the
+    # twin, which failed without a driver (blind267 probe); the GPU allocates one (C, H, W) uint8
+    # output a bitstream from the caching allocator, C 3 for RGB and UNCHANGED, 1 for GRAY; a
+    # one-channel image in UNCHANGED is its first plane cloned, the three-plane output freed
+    from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+
+    rgb = encode_jpeg(torch.full((3, 240, 320), 128, dtype=torch.uint8))
+    gray = encode_jpeg(torch.full((1, 100, 50), 64, dtype=torch.uint8))
+    with vramscope.capture(gpu="h200") as cap:
+        out = decode_jpeg([rgb, gray], device="cuda")
+        assert [tuple(t.shape) for t in out] == [(3, 240, 320), (1, 100, 50)]
+        assert out[0].is_cuda and out[0].dtype == torch.uint8
+        assert torch.cuda.memory_allocated() == 230400 + 5120
+        assert torch.cuda.max_memory_allocated() == 230400 + 15360 + 5120
+        one = decode_jpeg(gray, device="cuda", mode=ImageReadMode.GRAY)
+        assert tuple(one.shape) == (1, 100, 50)
+        with pytest.raises(RuntimeError, match="not supported for JPEG decoding on GPU"):
+            decode_jpeg(rgb, device="cuda", mode=ImageReadMode.RGB_ALPHA)
+    assert not cap.unmeasured
+
+
+def test_encode_jpeg_on_the_gpu_gives_cuda_bitstreams_of_an_estimated_length():
+    # `encode_jpeg` of CUDA images (image::encode_jpegs_cuda, nvJPEG) ran the real op under the twin
+    # and failed (`v2.JPEG` on CUDA images: blind267 probe); the GPU copies each non-contiguous image
+    # contiguous, then takes one uint8 bitstream a image on the device, whose length depends on the
+    # content: estimated by the host's encoder over the values the twin carries, named unmeasured
+    from torchvision.io import encode_jpeg
+
+    with vramscope.capture(gpu="h200") as cap:
+        img = torch.full((3, 64, 96), 128, dtype=torch.uint8, device="cuda")
+        hwc = torch.zeros(64, 96, 3, dtype=torch.uint8, device="cuda").permute(2, 0, 1)
+        out = encode_jpeg([img, hwc], quality=80)
+        assert all(t.is_cuda and t.dtype == torch.uint8 and t.dim() == 1 for t in out)
+        assert 0 < out[0].numel() < img.numel()
+        one = encode_jpeg(img)
+        assert one.is_cuda and one.dim() == 1
+        with pytest.raises(RuntimeError, match="number of channels should be 3"):
+            encode_jpeg(img[:1])
+    assert any("encode" in k for k in cap.unmeasured)
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")
@@ -1079,6 +1140,26 @@ def test_nonzero_counts_known_values_and_bounds_unknown_ones():
         rows, _cols = torch.where(big > 0)  # values unknown: every element counts
         assert rows.shape == (1000 * 1000,)
     assert any("nonzero" in w for w in cap.warned)
+
+
+def test_ranks_of_a_sort_count_exactly_against_a_known_bound():
+    # blind267/jh02: SSD's hard negative mining (torchvision detection/ssd.py `compute_loss`):
+    # `idx.sort(1)[1] < num_negative` over (24, 8732) losses the twin carries no values of; a sort's
+    # indices are a permutation of 0..n-1 along its dimension whatever the values, so each row has
+    # exactly min(k, n) ranks below k (every element was taken, with a warning)
+    with vramscope.capture(gpu="h200") as cap:
+        loss = torch.empty(24, 8732, device="cuda")
+        k = torch.arange(24, device="cuda").view(24, 1) * 400  # known; the last rows past 8,732
+        _values, idx = loss.sort(1, descending=True)
+        rank = idx.sort(1)[1]
+        below = sum(min(400 * i, 8732) for i in range(24))
+        assert loss[rank < k].shape == (below,)
+        assert loss[rank >= k].shape == (24 * 8732 - below,)
+        assert loss[100 > idx].shape == (2400,)
+        assert loss[idx <= 99.5].shape == (2400,)
+        idx[:, 0] = 0  # written: no longer a permutation
+        assert loss[idx < 100].shape == (24 * 8732,)
+    assert sum("nonzero" in w for w in cap.warned) == 1  # the written one alone
 
 
 def test_index_arithmetic_from_a_large_arange_keeps_its_values():

@@ -600,12 +600,39 @@ def _make_subclass(cls, data, *args, **kwargs):
     return out
 
 
+_AS_SUBCLASS = torch.Tensor.as_subclass
+
+
+def _as_subclass(self, cls):
+    """`Tensor.as_subclass(cls)` (python_variable.cpp `THPVariable_as_subclass`: `self.alias()`
+    wrapped as `cls`): the new tensor aliases `self`, so it carries `self`'s CPU values and stand-in
+    too. torchvision's tv_tensors wrap so (`BoundingBoxes._wrap`): boxes read as zeros after it, and
+    v2's RandomIoUCrop found no box in any crop (blind267 probe)."""
+    out = _AS_SUBCLASS(self, cls)
+    v = _tensor.value(self)
+    if v is not None and _tensor.value(out) is None:
+        _tensor.set_value(out, v, _tensor.assumed(self))
+    if _tensor.standin(out) is None:
+        _tensor.set_standin(out, _tensor.standin(self))
+    return out
+
+
 def _simulated_generator(args, kwargs):
     """A `torch.Generator(device="cuda")` passed to a call (`_cuda._generator`), else None."""
     for a in (*args, *kwargs.values()):
         if isinstance(a, torch.Generator) and getattr(a, "_philox", None) is not None:
             return a
     return None
+
+
+_OP_TYPES = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+
+
+def _qualified_name(func) -> str:
+    """`ns::name` of an op's packet or overload."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        return func._qualified_op_name
+    return func._schema.name
 
 
 def _is_vision_op(func) -> bool:
@@ -779,6 +806,8 @@ class _FunctionMode(TorchFunctionMode):
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
         handler = _kernels.FUNCTIONS.get(func)
+        if handler is None and isinstance(func, _OP_TYPES) and _kernels.NAMED_FUNCTIONS:
+            handler = _kernels.NAMED_FUNCTIONS.get(_qualified_name(func))
         if handler is not None:
             out = handler(cap, func, args, kwargs)
             if out is not NotImplemented:
@@ -1639,6 +1668,56 @@ def _held_elements(v) -> int:
 _CHOICES = {aten.argmax.default, aten.max.dim, aten.topk.default}
 #: the widest dimension a choice is spread over (a router's experts; a vocabulary is wider)
 SPREAD_LIMIT = 256
+
+
+#: comparisons whose count of true elements a permutation's ranks decide (`_count_ranks`)
+_RANK_COMPARISONS = {
+    getattr(getattr(aten, name), overload): name
+    for name in ("lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar")
+}
+_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _count_ranks(func, args, out) -> None:
+    """A comparison of ranks the twin knows to be a permutation of 0..n-1 along a dimension (a
+    sort's indices, `_tensor.set_fact`) with a bound of known values, one a row (a scalar, or a
+    tensor of size 1 along that dimension): each row has exactly as many ranks below the bound
+    whatever the order, so the result's count is known without its values. SSD's hard negative
+    mining (torchvision detection/ssd.py `compute_loss`: `idx.sort(1)[1] < num_negative`, then
+    `cls_loss[background_idxs]`; blind267/jh02, every one of 24 x 8,732 taken before)."""
+    kind = _RANK_COMPARISONS[func]
+    a, b = args[0], args[1]
+    fact = _tensor.fact_of(a) if isinstance(a, torch.Tensor) else None
+    if (fact is None or fact[0] != "perm") and isinstance(b, torch.Tensor):
+        fact = _tensor.fact_of(b)
+        a, b, kind = b, a, _FLIPPED[kind]
+    if fact is None or fact[0] != "perm" or not isinstance(out, torch.Tensor) or out.shape != a.shape:
+        return
+    d, n = fact[1], a.shape[fact[1]]
+    rows = [1 if i == d else s for i, s in enumerate(a.shape)]
+    if isinstance(b, torch.Tensor):
+        v = value(b)
+        if v is None or _tensor.assumed(b) or v.is_complex() or v.dim() > a.dim():
+            return
+        shape = [1] * (a.dim() - v.dim()) + list(v.shape)
+        if shape[d] != 1:
+            return
+        try:
+            k = v.reshape(shape).expand(rows)
+        except RuntimeError:
+            return
+    elif isinstance(b, (int, float)) and not isinstance(b, bool):
+        k = torch.tensor(b).expand(rows)
+    else:
+        return
+    k = k.double()
+    if bool(torch.isnan(k).any()):
+        return
+    # ranks r in 0..n-1 with r < k (for `lt`, `ge`) or r <= k (for `le`, `gt`) in each row
+    below = (torch.ceil(k) if kind in ("lt", "ge") else torch.floor(k) + 1).clamp(0, n)
+    count = below.sum() if kind in ("lt", "le") else (n - below).sum()
+    _tensor.set_fact(out, ("count", int(count)))
 
 
 #: `isin`: elements whose values the twin does not carry match none of the test elements
@@ -2553,9 +2632,13 @@ class Capture:
         )
 
     def nonzero_count(self, t: torch.Tensor, why: str) -> int:
-        """How many elements of `t` are nonzero: from its values where it carries them, else all
-        of them (the largest result, so the memory after it is an upper bound), with a warning."""
+        """How many elements of `t` are nonzero: from its values where it carries them, or from a
+        count the twin knows (`_count_ranks`), else all of them (the largest result, so the memory
+        after it is an upper bound), with a warning."""
         v = value(t)
+        fact = _tensor.fact_of(t) if v is None else None
+        if fact is not None and fact[0] == "count":
+            return fact[1]
         s = _tensor.standin(t) if v is None else None
         if s is not None:
             # every element its stand-in: a score over a random-initialised head's near-equal
@@ -2728,7 +2811,7 @@ class Capture:
         if sparse is not NotImplemented:
             return sparse
         name, is_aten, mutable = _facts(func)
-        if mutable and _tensor._ranges:
+        if mutable and (_tensor._ranges or _tensor._facts):
             for a in _written(func, args, kwargs):
                 _tensor.forget_range(a)
         if mutable and self.constants:
@@ -2933,6 +3016,8 @@ class Capture:
                 if value(a) is not None and _covers_storage(a):
                     # every element written with values the twin knows
                     _tensor.forget_stale(a.untyped_storage()._cdata)
+        if vals is None and func in _RANK_COMPARISONS:
+            _count_ranks(func, args, out)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)
@@ -3336,6 +3421,7 @@ class Capture:
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
+        self._patch.set(torch.Tensor, "as_subclass", _as_subclass)
         self._hooks = self._install_hooks()
         self._serial_before_context()
         self._patch.set(builtins, "__import__", self._import_hook(builtins.__import__))

@@ -262,14 +262,50 @@ def range_of(t):
 
 
 def forget_range(t) -> None:
-    """`t`'s storage written (or `t` a storage key, freed): its draw's interval no longer holds."""
-    if not _ranges:
+    """`t`'s storage written (or `t` a storage key, freed): its draw's interval and its index facts
+    (`set_fact`) no longer hold."""
+    if not (_ranges or _facts):
         return
     if isinstance(t, int):
-        _ranges.pop(t, None)
+        key = t
     elif registered(t):
         with _NO_TF():
-            _ranges.pop(t.untyped_storage()._cdata, None)
+            key = t.untyped_storage()._cdata
+    else:
+        return
+    _ranges.pop(key, None)
+    _facts.pop(key, None)
+
+
+#: facts the twin knows of index tensors whose values it does not carry, by simulated storage
+#: (`untyped_storage()._cdata`): (sizes, strides, offset, fact), fact ("perm", d): along dimension
+#: d every row is a permutation of 0..n-1 (a sort's indices, whatever the values sorted), or
+#: ("count", n): n elements are nonzero (those ranks compared with a known bound); dropped at any
+#: write to the storage and when it is freed (`forget_range`)
+_facts: dict = {}
+
+
+def set_fact(t, fact) -> None:
+    """Note `fact` (`_facts`) of the tensor `t` (that view of its storage alone)."""
+    if registered(t):
+        with _NO_TF():
+            _facts[t.untyped_storage()._cdata] = (
+                tuple(t.shape),
+                tuple(t.stride()),
+                t.storage_offset(),
+                fact,
+            )
+
+
+def fact_of(t):
+    """The fact noted of `t` by `set_fact` (the same view of the storage), or None."""
+    if not _facts or not registered(t):
+        return None
+    with _NO_TF():
+        held = _facts.get(t.untyped_storage()._cdata)
+        if held is None or held[:3] != (tuple(t.shape), tuple(t.stride()), t.storage_offset()):
+            return None
+    return held[3]
 
 
 class Storage:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._kernels import NAMED_DISPATCH
+from ._kernels import NAMED_DISPATCH, NAMED_FUNCTIONS
 from ._tensor import registered
 
 #: `kMaxParallelImgs` in deform_conv2d_kernel.cu: images im2col'd together
@@ -229,3 +229,122 @@ NAMED_DISPATCH["torchvision::ps_roi_pool"] = _tensor_rule(
     _pooled_with_index(lambda c, ph, pw: c // (ph * pw), torch.int32), 2, 5
 )
 NAMED_DISPATCH["torchvision::_ps_roi_pool_backward"] = _tensor_rule(_pool_backward(True, 3), 3, 10)
+
+
+# ---- nvJPEG decoding --------------------------------------------------------------------------
+
+#: JPEG start-of-frame markers: SOF0 to SOF15 but DHT (C4), JPG (C8) and DAC (CC)
+_SOF = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+#: `decode_jpegs_cuda`'s output channels by `ImageReadMode` value: UNCHANGED and RGB decode three
+#: planes, GRAY one; the alpha modes are refused on the GPU
+_JPEG_CHANNELS = {0: 3, 1: 1, 3: 3}
+
+
+def _jpeg_header(data: torch.Tensor):
+    """(components, height, width) of a JPEG bitstream, from its start-of-frame segment, as
+    `nvjpegGetImageInfo` reads them; None where there is none."""
+    with torch._C.DisableTorchFunction():
+        b = data.contiguous().numpy().tobytes()
+    if b[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 4 <= len(b):
+        if b[i] != 0xFF:
+            return None
+        marker = b[i + 1]
+        if marker == 0xFF:
+            i += 1  # a fill byte
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:
+            i += 2  # markers without a length
+            continue
+        if marker in _SOF:
+            if i + 10 > len(b):
+                return None
+            return b[i + 9], int.from_bytes(b[i + 5 : i + 7], "big"), int.from_bytes(b[i + 7 : i + 9], "big")
+        i += 2 + int.from_bytes(b[i + 2 : i + 4], "big")
+    return None
+
+
+def _decode_jpegs_cuda(cap, func, args, kwargs):
+    """torchvision's `decode_jpegs_cuda` (csrc/io/image/cuda/decode_jpegs_cuda.cpp, nvJPEG), which
+    `decode_jpeg(data, device="cuda")` calls: each CPU bitstream's header read, then
+    `prepare_buffers` takes one uint8 (C, H, W) output a bitstream from the caching allocator, in
+    order, on the current stream (C 3 for RGB and UNCHANGED, 1 for GRAY); in UNCHANGED a
+    one-component image's output is its first plane cloned, the three-plane one freed. nvJPEG's
+    own buffers come from cudaMalloc (its handle is made with NULL allocators), outside the
+    allocator's statistics."""
+    names = ("encoded_images", "mode", "device")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    encoded, mode, device = a.get("encoded_images"), a.get("mode"), a.get("device")
+    if not isinstance(encoded, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in encoded):
+        return NotImplemented
+    if any(registered(t) for t in encoded):
+        raise RuntimeError("The input tensor must be on CPU when decoding with nvjpeg")
+    if torch.device(device).type != "cuda":
+        raise RuntimeError("Expected the device parameter to be a cuda device")
+    for t in encoded:
+        if t.dtype != torch.uint8:
+            raise RuntimeError("Expected a torch.uint8 tensor")
+        if t.dim() != 1 or t.numel() == 0:
+            raise RuntimeError("Expected a non empty 1-dimensional tensor")
+    if mode not in _JPEG_CHANNELS:
+        raise RuntimeError("The provided mode is not supported for JPEG decoding on GPU")
+    headers = [_jpeg_header(t) for t in encoded]
+    if any(h is None for h in headers):
+        raise RuntimeError("Error while decoding JPEG images: Failed to get image info")
+    cap.ops += 1
+    # the function mode's handler: the ops below reach the dispatch mode as the program's do
+    outs = [
+        torch.empty((_JPEG_CHANNELS[mode], h, w), dtype=torch.uint8, device=device) for _c, h, w in headers
+    ]
+    if mode == 0:
+        for i, (c, _h, _w) in enumerate(headers):
+            if c == 1:
+                outs[i] = outs[i][0].unsqueeze(0).clone()
+    return outs
+
+
+# registered as a CompositeImplicitAutograd kernel, which runs before the dispatch mode
+NAMED_FUNCTIONS["image::decode_jpegs_cuda"] = _decode_jpegs_cuda
+
+
+def _encode_jpegs_cuda(cap, func, args, kwargs):
+    """torchvision's `encode_jpegs_cuda` (csrc/io/image/cuda/encode_jpegs_cuda.cpp, nvJPEG), which
+    `encode_jpeg` of CUDA images calls: each image checked (uint8, one CUDA device, (3, H, W)), a
+    non-contiguous one copied contiguous (all copies kept to the return), then per image
+    `CUDAJpegEncoder::encode_jpeg` takes one uint8 bitstream of the encoded length on the device.
+    That length depends on the pixels (4:4:4 at the quality asked): the twin takes the host
+    encoder's length over the values it carries (stand-in zeros elsewhere), named unmeasured."""
+    names = ("decoded_images", "quality")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    images, quality = a.get("decoded_images"), a.get("quality", 75)
+    if not isinstance(images, (list, tuple)) or not all(registered(t) for t in images):
+        return NotImplemented
+    if not images:
+        raise RuntimeError("Empty input tensor list")
+    for t in images:
+        if t.dtype != torch.uint8:
+            raise RuntimeError("Input tensor dtype should be uint8")
+        if t.dim() != 3 or t.numel() == 0:
+            raise RuntimeError("Input data should be a 3-dimensional tensor")
+        if t.shape[0] != 3:
+            raise RuntimeError(f"The number of channels should be 3, got: {t.shape[0]}")
+    cap.ops += 1
+    cap.note_unmeasured(
+        "nvJPEG's encoded length (image::encode_jpegs_cuda): estimated by the host encoder",
+        "encode_jpeg of CUDA images: nvJPEG's bitstream length depends on the pixels; the twin takes "
+        "the host encoder's length over the values it carries (zeros where it carries none)",
+    )
+    contig = [t if t.is_contiguous() else t.contiguous() for t in images]
+    outs = []
+    for t in contig:
+        with torch._C.DisableTorchFunction():
+            host = cap.value_of(t, "encode_jpeg").contiguous()
+        n = torch.ops.image.encode_jpeg(host, int(quality)).numel()
+        outs.append(torch.empty((n,), dtype=torch.uint8, device=t.device))
+    del contig
+    return outs
+
+
+NAMED_FUNCTIONS["image::encode_jpegs_cuda"] = _encode_jpegs_cuda

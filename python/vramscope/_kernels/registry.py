@@ -1,4 +1,5 @@
-"""The tables the capture consults for each op (`FUNCTIONS`, `DISPATCH`, `NAMED_DISPATCH`, `AFTER`,
+"""The tables the capture consults for each op (`FUNCTIONS`, `DISPATCH`, `NAMED_DISPATCH`,
+`NAMED_FUNCTIONS`, `AFTER`,
 `NO_VALUES`, `OUTPUT_ORDER`, `SCRATCH_UNMODELLED`), which every module of the package fills."""
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ FUNCTIONS: dict = {}
 DISPATCH: dict = {}
 #: the same for ops outside ATen, by schema name (their libraries load only if the program imports them)
 NAMED_DISPATCH: dict = {}
+#: function-mode handlers of ops outside ATen, by qualified name, whose kernels run before the
+#: dispatch mode could see them (a library's CompositeImplicitAutograd kernel, which calls CUDA
+#: itself: torchvision's nvJPEG decode)
+NAMED_FUNCTIONS: dict = {}
 #: rules run after the op's outputs are allocated: handler(cap, func, (args, kwargs), outputs)
 AFTER: dict = {}
 #: ops whose values are never computed on the CPU (random or huge side effects)

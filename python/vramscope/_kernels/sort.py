@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from .. import _tensor
 from .._tensor import assumed, registered, set_value, value
 from .._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
 from .reduce import reduce_scratch
@@ -78,6 +79,10 @@ def _sort(cap, func, call, outs):
             dim = a
             break
     n = x.shape[dim % x.dim()] if x.dim() else 1
+    indices = outs[1] if isinstance(outs, (list, tuple)) and len(outs) > 1 else None
+    if x.dim() and indices is not None and value(indices) is None:
+        # a permutation of 0..n-1 along `dim` whatever the values (`_capture._count_ranks`)
+        _tensor.set_fact(indices, ("perm", dim % x.dim()))
     if n <= SMALL_SORT:
         row = cap.malloc(n * 8, op, "temporary")
         del row
