@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 from .._tensor import registered
@@ -64,9 +66,12 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     signal = list(view.shape)
     if c2r:
         signal[-1] = signal_last
-    if _cufft_must_clone(list(view.stride()), signal, c2r):
+    strides = list(view.stride())
+    if _cufft_must_clone(strides, signal, c2r):
         temps.append(cap.malloc(nbytes, op, "temporary"))
+        strides = list(torch.empty(view.shape, device="meta").stride())
     kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
+    _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(strides)))
     per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
     if per_item and signal[0] > 0:
         temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
@@ -146,6 +151,79 @@ def _fft_c2r(cap, func, args, kwargs):
     del clone
     return out
 
+
+#: `CUFFT_DEFAULT_CACHE_SIZE` (CuFFTPlanCache.h, CUDA >= 10)
+_PLAN_CACHE_DEFAULT = 4096
+
+
+def _plans(cap) -> OrderedDict:
+    """The device's cuFFT plan cache (`cufft_get_plan_cache`, cuda/SpectralOps.cpp): its keys in
+    least-recently-used order and its `max_size`."""
+    plans = getattr(cap, "_cufft_plans", None)
+    if plans is None:
+        plans = cap._cufft_plans = OrderedDict()
+        cap._cufft_plan_max = _PLAN_CACHE_DEFAULT
+    return plans
+
+
+def _plan_used(cap, key) -> None:
+    """`CuFFTParamsLRUCache::lookup`: a plan per distinct CuFFTParams (the strides, the batch and
+    signal sizes, the transform and value types; forward and inverse share one), the least recently
+    used evicted past `max_size`. The plan holds no caching-allocator memory (its work area is the
+    `at::empty` in `_exec_fft`)."""
+    plans = _plans(cap)
+    if cap._cufft_plan_max == 0:
+        return
+    plans[key] = None
+    plans.move_to_end(key)
+    while len(plans) > cap._cufft_plan_max:
+        plans.popitem(last=False)
+
+
+def _plan_device(name: str, device_index: int) -> None:
+    """`cufft_get_plan_cache`'s check of the device index (cuda/SpectralOps.cpp)."""
+    n = torch.cuda.device_count()
+    if not 0 <= device_index < n:
+        raise RuntimeError(f"{name}: expected 0 <= device_index < {n}], but got device_index={device_index}")
+
+
+def _plan_cache_size(cap, func, args, kwargs):
+    """`torch.backends.cuda.cufft_plan_cache.size` (`_cufft_get_plan_cache_size`): answered by the
+    twin's cache where the host, with no CUDA device, would raise."""
+    _plan_device("cufft_get_plan_cache_size", args[0])
+    return len(_plans(cap))
+
+
+def _plan_cache_max_size(cap, func, args, kwargs):
+    """`cufft_plan_cache.max_size` (`_cufft_get_plan_cache_max_size`)."""
+    _plan_device("cufft_get_plan_cache_max_size", args[0])
+    _plans(cap)
+    return cap._cufft_plan_max
+
+
+def _plan_cache_set_max_size(cap, func, args, kwargs):
+    """`cufft_plan_cache.max_size = n` (`_cufft_set_plan_cache_max_size`, `_set_max_size`: the
+    least recently used plans evicted down to n)."""
+    _plan_device("cufft_set_plan_cache_max_size", args[0])
+    n = int(args[1])
+    if n < 0:
+        raise RuntimeError(f"cuFFT plan cache size must be non-negative, but got {n}")
+    plans = _plans(cap)
+    cap._cufft_plan_max = n
+    while len(plans) > n:
+        plans.popitem(last=False)
+
+
+def _plan_cache_clear(cap, func, args, kwargs):
+    """`cufft_plan_cache.clear()` (`_cufft_clear_plan_cache`)."""
+    _plan_device("cufft_clear_plan_cache", args[0])
+    _plans(cap).clear()
+
+
+FUNCTIONS[torch._cufft_get_plan_cache_size] = _plan_cache_size
+FUNCTIONS[torch._cufft_get_plan_cache_max_size] = _plan_cache_max_size
+FUNCTIONS[torch._cufft_set_plan_cache_max_size] = _plan_cache_set_max_size
+FUNCTIONS[torch._cufft_clear_plan_cache] = _plan_cache_clear
 
 DISPATCH[aten._fft_r2c.default] = _fft_r2c
 DISPATCH[aten._fft_c2c.default] = _fft_c2c
