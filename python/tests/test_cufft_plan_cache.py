@@ -29,3 +29,33 @@ def test_cufft_plan_cache_reads_counts_and_clears_as_on_the_gpu():
         assert cache[0].max_size == 1
         with pytest.raises(RuntimeError, match="device index"):
             _ = cache[3].size
+
+
+def _peak_above(fn, *args):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn(*args)
+    return torch.cuda.max_memory_allocated() - base, out
+
+
+def test_fft_in_several_passes_holds_a_second_buffer():
+    # cuda/SpectralOps.cpp: past `cufft_max_ndim` (3) dimensions `_fft_c2c_cufft` runs a second
+    # pass into one more `at::empty(out_sizes)`, the first result its input, dying at the return;
+    # `_fft_r2c_cufft` off `use_optimized_cufft_path` (dims starting with 0 and 1: `rfft2` of a 2-D
+    # tensor) transforms the last dimension, then `working_tensor = at::empty(out_sizes)` and C2C
+    # passes over the rest; `_fft_c2r_cufft` there first runs `_fft_c2c_cufft` over all but the
+    # last dimension (its own output, no clone) and then the 1-D C2R transform from it
+    with vramscope.capture():
+        c = torch.randn(4, 8, 16, 32, dtype=torch.complex64, device="cuda")
+        peak, out = _peak_above(torch.fft.fftn, c)
+        assert peak == 2 * 131072  # the output and the spare
+        del out
+        x = torch.randn(64, 100, device="cuda")
+        peak, spec = _peak_above(torch.fft.rfft2, x)
+        assert spec.shape == (64, 51)
+        assert peak == 2 * 26112  # the one-sided output and the working buffer
+        peak, back = _peak_above(lambda s: torch.fft.irfft2(s, s=(64, 100)), spec)
+        # the real output (25,600), the C2C result over dim 0 (26,112); the 1-D C2R plan of 100
+        # over its (51, 64)-strided input needs no clone
+        assert peak == 25600 + 26112

@@ -66,26 +66,58 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     signal = list(view.shape)
     if c2r:
         signal[-1] = signal_last
-    strides = list(view.stride())
-    if _cufft_must_clone(strides, signal, c2r):
-        temps.append(cap.malloc(nbytes, op, "temporary"))
-        strides = list(torch.empty(view.shape, device="meta").stride())
+    # the plan's key (CuFFTParams) takes the strides before `should_clone_input`'s clone
     kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
-    _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(strides)))
+    _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(view.stride())))
+    if _cufft_must_clone(list(view.stride()), signal, c2r):
+        temps.append(cap.malloc(nbytes, op, "temporary"))
     per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
     if per_item and signal[0] > 0:
         temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
     return temps
 
 
-def _fft_dims(cap, op: str, x, dims) -> list | None:
-    """The transformed dimensions, where `use_optimized_cufft_path` runs them in one `_exec_fft`
-    (at most 3, not starting with 0 and 1); None, named unmeasured, where it does not."""
-    dims = [d % max(x.dim(), 1) for d in dims]
-    if len(dims) > 3 or (len(dims) >= 2 and dims[0] == 0 and dims[1] == 1):
-        cap.note_unmeasured(f"{op} over dimensions {dims} (cuFFT in several passes)")
-        return None
-    return dims
+def _exec_out(x, dims, out_sizes, dtype):
+    """The output `_exec_fft` returns (a meta tensor): written contiguous as (batch, signal...) and
+    `as_strided_` back to `out_sizes`, the batch dimensions in `x`'s stride order."""
+    strides = list(x.stride())
+    batch = sorted((d for d in range(x.dim()) if d not in dims), key=lambda d: -strides[d])
+    sig = [out_sizes[d] for d in dims]
+    out_strides = [0] * len(out_sizes)
+    inner = 1
+    for i in range(len(dims) - 1, -1, -1):
+        out_strides[dims[i]] = inner
+        inner *= sig[i]
+    numel = inner
+    for d in reversed(batch):
+        out_strides[d] = numel
+        numel *= out_sizes[d]
+    return torch.empty_strided(out_sizes, out_strides, dtype=dtype, device="meta")
+
+
+def _c2c_passes(cap, op: str, x, dims, out_sizes):
+    """`_fft_c2c_cufft`'s loop (cuda/SpectralOps.cpp) after its output: `_exec_fft` over at most
+    `cufft_max_ndim` (3) dimensions a pass, the smallest-strided first, the dimensions sorted again
+    by the last result's strides; from the second pass on, the first result is the input and one
+    more `at::empty(out_sizes)` the output (the two then swap), the spare dying at the return.
+    Returns the result's layout (a meta tensor)."""
+    remaining = list(dims)
+    working = x
+    spare = None
+    while True:
+        remaining.sort(key=lambda d: -working.stride(d))
+        m = min(3, len(remaining))
+        first = remaining[len(remaining) - m :]
+        temps = _exec_fft(cap, op, working, first, 0, False)
+        del temps
+        working = _exec_out(working, first, out_sizes, working.dtype)
+        remaining = remaining[: len(remaining) - m]
+        if not remaining:
+            break
+        if spare is None:
+            spare = cap.malloc(working.numel() * working.element_size(), op, "temporary")
+    del spare
+    return working
 
 
 def _fft_r2c(cap, func, args, kwargs):
@@ -99,13 +131,38 @@ def _fft_r2c(cap, func, args, kwargs):
     out = cap.track(func(*args), op)
     if x.numel() == 0:
         return out
-    d = _fft_dims(cap, op, x, dims)
+    onesided = args[3]
+    d = [dd % max(x.dim(), 1) for dd in dims]
+    optimized = not (len(d) > 3 or (len(d) >= 2 and d[0] == 0 and d[1] == 1))
+    if not optimized and not onesided:
+        cap.note_unmeasured(f"{op} over dimensions {d} (cuFFT in several passes, two-sided)")
+        return out
     aligned = (
         None if x.storage_offset() % 2 == 0 else cap.malloc(x.numel() * x.element_size(), op, "temporary")
     )
-    if d is not None:
+    if optimized:
         temps = _exec_fft(cap, op, x, d, 0, False)
         del temps
+    else:
+        # `use_optimized_cufft_path` false (more than 3 dimensions, or starting with 0 and 1): the
+        # R2C transform of the last dimension into the output, then (more than one dimension)
+        # `working_tensor = at::empty(out_sizes)` and the C2C passes over the rest, the two
+        # buffers swapping; the spare dies at the return (cuda/SpectralOps.cpp `_fft_r2c_cufft`)
+        onesided_sizes = list(out.shape)
+        temps = _exec_fft(cap, op, x, [d[-1]], 0, False)
+        del temps
+        working = _exec_out(x, [d[-1]], onesided_sizes, out.dtype)
+        spare = cap.malloc(out.numel() * out.element_size(), op, "temporary") if len(d) > 1 else None
+        remaining = d[:-1]
+        while remaining:
+            remaining.sort(key=lambda dd: -working.stride(dd))
+            m = min(3, len(remaining))
+            last_dims = remaining[len(remaining) - m :]
+            temps = _exec_fft(cap, op, working, last_dims, 0, False)
+            del temps
+            working = _exec_out(working, last_dims, onesided_sizes, out.dtype)
+            remaining = remaining[: len(remaining) - m]
+        del spare
     del aligned
     return out
 
@@ -122,12 +179,7 @@ def _fft_c2c(cap, func, args, kwargs):
     if x.numel() == 0:
         return out
     d = [dd % x.dim() for dd in dims]
-    if len(d) > 3:
-        cap.note_unmeasured(f"{op} over {len(d)} dimensions (cuFFT in several passes)")
-        return out
-    d.sort(key=lambda dd: -x.stride(dd))
-    temps = _exec_fft(cap, op, x, d, 0, False)
-    del temps
+    _c2c_passes(cap, op, x, d, list(x.shape))
     return out
 
 
@@ -142,13 +194,26 @@ def _fft_c2r(cap, func, args, kwargs):
     cap.ops += 1
     op = "aten::_fft_c2r"
     out = cap.track(func(*args), op)
-    clone = cap.malloc(x.numel() * x.element_size(), op, "temporary")
-    d = _fft_dims(cap, op, x, dims)
-    if d is not None and x.numel() > 0:
-        contiguous = torch.empty(x.shape, dtype=x.dtype, device="meta")
-        temps = _exec_fft(cap, op, contiguous, d, last, True)
+    d = [dd % max(x.dim(), 1) for dd in dims]
+    optimized = not (len(d) > 3 or (len(d) >= 2 and d[0] == 0 and d[1] == 1))
+    if optimized or len(d) == 1:
+        clone = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+        if x.numel() > 0:
+            contiguous = torch.empty(x.shape, dtype=x.dtype, device="meta")
+            temps = _exec_fft(cap, op, contiguous, d if optimized else d[-1:], last, True)
+            del temps
+        del clone
+        return out
+    # `use_optimized_cufft_path` false: `temp = _fft_c2c_cufft(self, dim[:-1], none, inverse)`
+    # (its output, its passes), then the 1-D C2R transform of the last dimension from it (no
+    # clone: temp is the function's own); temp dies at the return (cuda/SpectralOps.cpp)
+    temp = cap.malloc(x.numel() * x.element_size(), "aten::_fft_c2c", "temporary")
+    if x.numel() > 0:
+        meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        working = _c2c_passes(cap, "aten::_fft_c2c", meta, d[:-1], list(x.shape))
+        temps = _exec_fft(cap, op, working, d[-1:], last, True)
         del temps
-    del clone
+    del temp
     return out
 
 
