@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 from .._tensor import registered
@@ -64,23 +66,58 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     signal = list(view.shape)
     if c2r:
         signal[-1] = signal_last
+    # the plan's key (CuFFTParams) takes the strides before `should_clone_input`'s clone
+    kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
+    _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(view.stride())))
     if _cufft_must_clone(list(view.stride()), signal, c2r):
         temps.append(cap.malloc(nbytes, op, "temporary"))
-    kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
     per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
     if per_item and signal[0] > 0:
         temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
     return temps
 
 
-def _fft_dims(cap, op: str, x, dims) -> list | None:
-    """The transformed dimensions, where `use_optimized_cufft_path` runs them in one `_exec_fft`
-    (at most 3, not starting with 0 and 1); None, named unmeasured, where it does not."""
-    dims = [d % max(x.dim(), 1) for d in dims]
-    if len(dims) > 3 or (len(dims) >= 2 and dims[0] == 0 and dims[1] == 1):
-        cap.note_unmeasured(f"{op} over dimensions {dims} (cuFFT in several passes)")
-        return None
-    return dims
+def _exec_out(x, dims, out_sizes, dtype):
+    """The output `_exec_fft` returns (a meta tensor): written contiguous as (batch, signal...) and
+    `as_strided_` back to `out_sizes`, the batch dimensions in `x`'s stride order."""
+    strides = list(x.stride())
+    batch = sorted((d for d in range(x.dim()) if d not in dims), key=lambda d: -strides[d])
+    sig = [out_sizes[d] for d in dims]
+    out_strides = [0] * len(out_sizes)
+    inner = 1
+    for i in range(len(dims) - 1, -1, -1):
+        out_strides[dims[i]] = inner
+        inner *= sig[i]
+    numel = inner
+    for d in reversed(batch):
+        out_strides[d] = numel
+        numel *= out_sizes[d]
+    return torch.empty_strided(out_sizes, out_strides, dtype=dtype, device="meta")
+
+
+def _c2c_passes(cap, op: str, x, dims, out_sizes):
+    """`_fft_c2c_cufft`'s loop (cuda/SpectralOps.cpp) after its output: `_exec_fft` over at most
+    `cufft_max_ndim` (3) dimensions a pass, the smallest-strided first, the dimensions sorted again
+    by the last result's strides; from the second pass on, the first result is the input and one
+    more `at::empty(out_sizes)` the output (the two then swap), the spare dying at the return.
+    Returns the result's layout (a meta tensor)."""
+    remaining = list(dims)
+    working = x
+    spare = None
+    while True:
+        remaining.sort(key=lambda d: -working.stride(d))
+        m = min(3, len(remaining))
+        first = remaining[len(remaining) - m :]
+        temps = _exec_fft(cap, op, working, first, 0, False)
+        del temps
+        working = _exec_out(working, first, out_sizes, working.dtype)
+        remaining = remaining[: len(remaining) - m]
+        if not remaining:
+            break
+        if spare is None:
+            spare = cap.malloc(working.numel() * working.element_size(), op, "temporary")
+    del spare
+    return working
 
 
 def _fft_r2c(cap, func, args, kwargs):
@@ -94,13 +131,38 @@ def _fft_r2c(cap, func, args, kwargs):
     out = cap.track(func(*args), op)
     if x.numel() == 0:
         return out
-    d = _fft_dims(cap, op, x, dims)
+    onesided = args[3]
+    d = [dd % max(x.dim(), 1) for dd in dims]
+    optimized = not (len(d) > 3 or (len(d) >= 2 and d[0] == 0 and d[1] == 1))
+    if not optimized and not onesided:
+        cap.note_unmeasured(f"{op} over dimensions {d} (cuFFT in several passes, two-sided)")
+        return out
     aligned = (
         None if x.storage_offset() % 2 == 0 else cap.malloc(x.numel() * x.element_size(), op, "temporary")
     )
-    if d is not None:
+    if optimized:
         temps = _exec_fft(cap, op, x, d, 0, False)
         del temps
+    else:
+        # `use_optimized_cufft_path` false (more than 3 dimensions, or starting with 0 and 1): the
+        # R2C transform of the last dimension into the output, then (more than one dimension)
+        # `working_tensor = at::empty(out_sizes)` and the C2C passes over the rest, the two
+        # buffers swapping; the spare dies at the return (cuda/SpectralOps.cpp `_fft_r2c_cufft`)
+        onesided_sizes = list(out.shape)
+        temps = _exec_fft(cap, op, x, [d[-1]], 0, False)
+        del temps
+        working = _exec_out(x, [d[-1]], onesided_sizes, out.dtype)
+        spare = cap.malloc(out.numel() * out.element_size(), op, "temporary") if len(d) > 1 else None
+        remaining = d[:-1]
+        while remaining:
+            remaining.sort(key=lambda dd: -working.stride(dd))
+            m = min(3, len(remaining))
+            last_dims = remaining[len(remaining) - m :]
+            temps = _exec_fft(cap, op, working, last_dims, 0, False)
+            del temps
+            working = _exec_out(working, last_dims, onesided_sizes, out.dtype)
+            remaining = remaining[: len(remaining) - m]
+        del spare
     del aligned
     return out
 
@@ -117,12 +179,7 @@ def _fft_c2c(cap, func, args, kwargs):
     if x.numel() == 0:
         return out
     d = [dd % x.dim() for dd in dims]
-    if len(d) > 3:
-        cap.note_unmeasured(f"{op} over {len(d)} dimensions (cuFFT in several passes)")
-        return out
-    d.sort(key=lambda dd: -x.stride(dd))
-    temps = _exec_fft(cap, op, x, d, 0, False)
-    del temps
+    _c2c_passes(cap, op, x, d, list(x.shape))
     return out
 
 
@@ -137,15 +194,101 @@ def _fft_c2r(cap, func, args, kwargs):
     cap.ops += 1
     op = "aten::_fft_c2r"
     out = cap.track(func(*args), op)
-    clone = cap.malloc(x.numel() * x.element_size(), op, "temporary")
-    d = _fft_dims(cap, op, x, dims)
-    if d is not None and x.numel() > 0:
-        contiguous = torch.empty(x.shape, dtype=x.dtype, device="meta")
-        temps = _exec_fft(cap, op, contiguous, d, last, True)
+    d = [dd % max(x.dim(), 1) for dd in dims]
+    optimized = not (len(d) > 3 or (len(d) >= 2 and d[0] == 0 and d[1] == 1))
+    if optimized or len(d) == 1:
+        clone = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+        if x.numel() > 0:
+            contiguous = torch.empty(x.shape, dtype=x.dtype, device="meta")
+            temps = _exec_fft(cap, op, contiguous, d if optimized else d[-1:], last, True)
+            del temps
+        del clone
+        return out
+    # `use_optimized_cufft_path` false: `temp = _fft_c2c_cufft(self, dim[:-1], none, inverse)`
+    # (its output, its passes), then the 1-D C2R transform of the last dimension from it (no
+    # clone: temp is the function's own); temp dies at the return (cuda/SpectralOps.cpp)
+    temp = cap.malloc(x.numel() * x.element_size(), "aten::_fft_c2c", "temporary")
+    if x.numel() > 0:
+        meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        working = _c2c_passes(cap, "aten::_fft_c2c", meta, d[:-1], list(x.shape))
+        temps = _exec_fft(cap, op, working, d[-1:], last, True)
         del temps
-    del clone
+    del temp
     return out
 
+
+#: `CUFFT_DEFAULT_CACHE_SIZE` (CuFFTPlanCache.h, CUDA >= 10)
+_PLAN_CACHE_DEFAULT = 4096
+
+
+def _plans(cap) -> OrderedDict:
+    """The device's cuFFT plan cache (`cufft_get_plan_cache`, cuda/SpectralOps.cpp): its keys in
+    least-recently-used order and its `max_size`."""
+    plans = getattr(cap, "_cufft_plans", None)
+    if plans is None:
+        plans = cap._cufft_plans = OrderedDict()
+        cap._cufft_plan_max = _PLAN_CACHE_DEFAULT
+    return plans
+
+
+def _plan_used(cap, key) -> None:
+    """`CuFFTParamsLRUCache::lookup`: a plan per distinct CuFFTParams (the strides, the batch and
+    signal sizes, the transform and value types; forward and inverse share one), the least recently
+    used evicted past `max_size`. The plan holds no caching-allocator memory (its work area is the
+    `at::empty` in `_exec_fft`)."""
+    plans = _plans(cap)
+    if cap._cufft_plan_max == 0:
+        return
+    plans[key] = None
+    plans.move_to_end(key)
+    while len(plans) > cap._cufft_plan_max:
+        plans.popitem(last=False)
+
+
+def _plan_device(name: str, device_index: int) -> None:
+    """`cufft_get_plan_cache`'s check of the device index (cuda/SpectralOps.cpp)."""
+    n = torch.cuda.device_count()
+    if not 0 <= device_index < n:
+        raise RuntimeError(f"{name}: expected 0 <= device_index < {n}], but got device_index={device_index}")
+
+
+def _plan_cache_size(cap, func, args, kwargs):
+    """`torch.backends.cuda.cufft_plan_cache.size` (`_cufft_get_plan_cache_size`): answered by the
+    twin's cache where the host, with no CUDA device, would raise."""
+    _plan_device("cufft_get_plan_cache_size", args[0])
+    return len(_plans(cap))
+
+
+def _plan_cache_max_size(cap, func, args, kwargs):
+    """`cufft_plan_cache.max_size` (`_cufft_get_plan_cache_max_size`)."""
+    _plan_device("cufft_get_plan_cache_max_size", args[0])
+    _plans(cap)
+    return cap._cufft_plan_max
+
+
+def _plan_cache_set_max_size(cap, func, args, kwargs):
+    """`cufft_plan_cache.max_size = n` (`_cufft_set_plan_cache_max_size`, `_set_max_size`: the
+    least recently used plans evicted down to n)."""
+    _plan_device("cufft_set_plan_cache_max_size", args[0])
+    n = int(args[1])
+    if n < 0:
+        raise RuntimeError(f"cuFFT plan cache size must be non-negative, but got {n}")
+    plans = _plans(cap)
+    cap._cufft_plan_max = n
+    while len(plans) > n:
+        plans.popitem(last=False)
+
+
+def _plan_cache_clear(cap, func, args, kwargs):
+    """`cufft_plan_cache.clear()` (`_cufft_clear_plan_cache`)."""
+    _plan_device("cufft_clear_plan_cache", args[0])
+    _plans(cap).clear()
+
+
+FUNCTIONS[torch._cufft_get_plan_cache_size] = _plan_cache_size
+FUNCTIONS[torch._cufft_get_plan_cache_max_size] = _plan_cache_max_size
+FUNCTIONS[torch._cufft_set_plan_cache_max_size] = _plan_cache_set_max_size
+FUNCTIONS[torch._cufft_clear_plan_cache] = _plan_cache_clear
 
 DISPATCH[aten._fft_r2c.default] = _fft_r2c
 DISPATCH[aten._fft_c2c.default] = _fft_c2c

@@ -1,0 +1,62 @@
+"""`torch.backends.cuda.cufft_plan_cache` under the twin (blind268/ji04's probe, helper rp)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import vramscope
+
+
+def test_cufft_plan_cache_reads_counts_and_clears_as_on_the_gpu():
+    # CuFFTPlanCache.h: 4,096 plans by default (CUDA >= 10), one per distinct CuFFTParams, least
+    # recently used evicted past max_size; the GPU answers these, the CPU host has no CUDA device
+    with vramscope.capture():
+        cache = torch.backends.cuda.cufft_plan_cache
+        assert cache.max_size == 4096
+        assert cache.size == 0
+        x = torch.randn(4, 64, 64, dtype=torch.complex64, device="cuda")
+        torch.fft.fftn(x, dim=(-2, -1))
+        torch.fft.ifftn(x, dim=(-2, -1))
+        assert cache.size == 1  # forward and inverse share the C2C plan (direction given at exec)
+        torch.fft.fftn(x[:2], dim=(-2, -1))  # another batch: another plan
+        torch.fft.rfft(torch.randn(8, 100, device="cuda"))
+        assert cache.size == 3
+        cache.max_size = 1
+        assert cache.max_size == 1
+        assert cache.size == 1
+        cache.clear()
+        assert cache.size == 0
+        assert cache[0].max_size == 1
+        with pytest.raises(RuntimeError, match="device index"):
+            _ = cache[3].size
+
+
+def _peak_above(fn, *args):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn(*args)
+    return torch.cuda.max_memory_allocated() - base, out
+
+
+def test_fft_in_several_passes_holds_a_second_buffer():
+    # cuda/SpectralOps.cpp: past `cufft_max_ndim` (3) dimensions `_fft_c2c_cufft` runs a second
+    # pass into one more `at::empty(out_sizes)`, the first result its input, dying at the return;
+    # `_fft_r2c_cufft` off `use_optimized_cufft_path` (dims starting with 0 and 1: `rfft2` of a 2-D
+    # tensor) transforms the last dimension, then `working_tensor = at::empty(out_sizes)` and C2C
+    # passes over the rest; `_fft_c2r_cufft` there first runs `_fft_c2c_cufft` over all but the
+    # last dimension (its own output, no clone) and then the 1-D C2R transform from it
+    with vramscope.capture():
+        c = torch.randn(4, 8, 16, 32, dtype=torch.complex64, device="cuda")
+        peak, out = _peak_above(torch.fft.fftn, c)
+        assert peak == 2 * 131072  # the output and the spare
+        del out
+        x = torch.randn(64, 100, device="cuda")
+        peak, spec = _peak_above(torch.fft.rfft2, x)
+        assert spec.shape == (64, 51)
+        assert peak == 2 * 26112  # the one-sided output and the working buffer
+        peak, back = _peak_above(lambda s: torch.fft.irfft2(s, s=(64, 100)), spec)
+        # the real output (25,600), the C2C result over dim 0 (26,112); the 1-D C2R plan of 100
+        # over its (51, 64)-strided input needs no clone
+        assert peak == 25600 + 26112
+        assert back.shape == (64, 100)
