@@ -2203,6 +2203,46 @@ def test_torch_compile_traces_a_python_tensor_method_as_the_gpu_does():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_traces_an_operator_on_a_numpy_scalar_as_the_gpu_does():
+    # transformers' DINOv3 RoPE augmentation: `t.uniform_(-np.log(r), np.log(r))` in a compiled
+    # forward. Under a function mode dynamo sends `-x` on its traced ndarray to the mode as
+    # `Tensor.neg` (builtin.py's BUILTIN_TO_TENSOR_FN_MAP), whose call on the ndarray fails
+    # ("'ndarray' object has no attribute 'neg'"); without a mode it is `operator.neg` on it
+    import numpy as np
+
+    torch._dynamo.reset()
+
+    def f(t, r):
+        rr = np.log(r)
+        s = torch.empty(1, device=t.device).uniform_(-rr, rr).exp()
+        return t * s + (2.0 ** np.float64(rr)) - (1 - rr)
+
+    with vramscope.capture() as cap:
+        y = torch.compile(f, fullgraph=True)(torch.randn(8, 64, device="cuda"), 2.0)
+        assert y.shape == (8, 64)
+    assert cap.report()["unmeasured"] == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_compile_of_a_conv1d_over_a_transposed_input_needs_no_device(dtype):
+    # transformers' `torch_causal_conv1d_fn` (Qwen3.5's Gated DeltaNet): a depthwise Conv1d over
+    # a transposed input in a compiled graph. Inductor's fake kernel (`fake_impls.conv`) makes the
+    # input contiguous with `Tensor.contiguous()`, whose binding guards the fake tensor's device,
+    # `cuda:0` (python_variable_methods.cpp): on the host a CUDA error, and the graph ran eagerly,
+    # named unmeasured
+    torch._dynamo.reset()
+    conv = torch.nn.Conv1d(256, 256, 4, groups=256, padding=3)
+
+    def f(x):  # x: (batch, channels, time) transposed from (batch, time, channels), as the model's
+        return torch.nn.functional.silu(conv(x)[..., :64])
+
+    with vramscope.capture() as cap:
+        conv.to("cuda", dtype)
+        x = torch.randn(2, 64, 256, device="cuda", dtype=dtype, requires_grad=True)
+        torch.compile(f)(x.transpose(1, 2)).sum().backward()
+    assert cap.report()["unmeasured"] == []
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's

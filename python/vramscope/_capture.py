@@ -21,6 +21,7 @@ import inspect
 import itertools
 import linecache
 import math
+import operator
 import os
 import re
 import sys
@@ -33,6 +34,11 @@ import torch.utils._device
 from torch.nn.parameter import UninitializedTensorMixin
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+
+try:
+    from numpy import ndarray as _ndarray
+except ImportError:  # PyTorch runs without numpy
+    _ndarray = ()
 
 from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured register rules)
     _attention,
@@ -693,6 +699,46 @@ def _python_tensor_method(func) -> bool:
     )
 
 
+#: the Python operator each Tensor method stands for when dynamo, under a function mode, sends an
+#: operator on a traced numpy value to the mode (builtin.py's BUILTIN_TO_TENSOR_FN_MAP and, the
+#: operands swapped, BUILTIN_TO_TENSOR_RFN_MAP), by the method's name
+_NDARRAY_OPERATORS = {
+    "neg": operator.neg,
+    "positive": operator.pos,
+    "abs": operator.abs,
+    "__invert__": operator.invert,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+    "pow": operator.pow,
+    "matmul": operator.matmul,
+    "remainder": operator.mod,
+    "__floordiv__": operator.floordiv,
+    "lt": operator.lt,
+    "gt": operator.gt,
+    "le": operator.le,
+    "ge": operator.ge,
+    "ne": operator.ne,
+    "__eq__": operator.eq,
+    "__and__": operator.and_,
+    "__or__": operator.or_,
+    "__xor__": operator.xor,
+    "bitwise_and": operator.and_,
+    "bitwise_or": operator.or_,
+    "bitwise_xor": operator.xor,
+    "__lshift__": operator.lshift,
+    "__rshift__": operator.rshift,
+    "__rsub__": lambda a, b: b - a,
+    "__rpow__": lambda a, b: b**a,
+    "__rdiv__": lambda a, b: b / a,
+    "__rfloordiv__": lambda a, b: b // a,
+    "__rmod__": lambda a, b: b % a,
+    "__rlshift__": lambda a, b: b << a,
+    "__rrshift__": lambda a, b: b >> a,
+}
+
+
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -782,6 +828,18 @@ class _FunctionMode(TorchFunctionMode):
                 args = [_HOST if isinstance(a, (str, torch.device)) and _is_cuda(a) else a for a in args]
                 if _is_cuda(kwargs.get("device")):
                     kwargs = dict(kwargs, device=_HOST)
+            if (
+                torch.compiler.is_dynamo_compiling()
+                and args
+                and isinstance(args[0], _ndarray)
+                and getattr(func, "__name__", "") in _NDARRAY_OPERATORS
+            ):
+                # an operator on a numpy value in the traced code (`-np.log(r)`, transformers'
+                # DINOv3 RoPE augmentation): dynamo sends it to the mode as the Tensor method
+                # (builtin.py: `can_dispatch_torch_function` counts its ndarray as a tensor), whose
+                # call on the ndarray fails ("'ndarray' object has no attribute 'neg'"); without a
+                # mode it is the operator on the ndarray (`numpy_operator_wrapper`)
+                return _NDARRAY_OPERATORS[func.__name__](*args, **kwargs)
             if getattr(func, "__wrapped__", None) is not None and func.__module__ == "torch._tensor":
                 # a Tensor operator's wrapper (`__rpow__`, `__rsub__`, ...: torch/_tensor.py's
                 # `_handle_torch_function_and_wrap_type_error_to_not_implemented`), whose

@@ -1785,6 +1785,30 @@ def _assert_metadata_on_host(original):
     return assert_metadata
 
 
+def _conv1d_contiguous_as_op(original):
+    """The fake kernel of `aten.convolution` and `aten.convolution_backward` (`fake_impls.conv`),
+    which views a 1-D convolution's input as 2-D after `Tensor.contiguous()`: that Python method
+    puts a device guard on the tensor's device (`dispatch_contiguous`, python_variable_methods.cpp),
+    for a fake CUDA tensor (Inductor's) the host's CUDA device, a CUDA error here (a compiled Conv1d
+    over a transposed input, transformers' `torch_causal_conv1d_fn`). The same copy made first as
+    the op, which no guard precedes."""
+
+    def conv(fake_mode, func, *args, **kwargs):
+        i = 1 if func is torch.ops.aten.convolution_backward.default else 0
+        x = args[i] if len(args) > i else None
+        if (
+            isinstance(x, torch._subclasses.fake_tensor.FakeTensor)
+            and x.dim() == 3
+            and x.device.type == "cuda"
+            and not x.is_contiguous()
+        ):
+            x = torch.ops.aten.clone.default(x, memory_format=torch.contiguous_format)
+            args = (*args[:i], x, *args[i + 1 :])
+        return original(fake_mode, func, *args, **kwargs)
+
+    return conv
+
+
 def _fallback_as_on_cuda(original, cap):
     """FakeTensor's unsafe fallback (`run_fallback_kernel`, torch/_subclasses/fake_tensor.py) for an
     op with no meta kernel, while a GPU program is traced on the host: the GPU's fallback runs the
@@ -2213,6 +2237,8 @@ def patch(p, cap) -> None:
     table = dict(fake_impls.op_implementations_dict)
     check = torch.ops.aten._assert_tensor_metadata.default
     table[check] = _assert_metadata_on_host(table[check])
+    for op in (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default):
+        table[op] = _conv1d_contiguous_as_op(table[op])
     p.set(fake_impls, "op_implementations_dict", table)
     p.set(torch.Tensor, "__invert__", _invert(torch.Tensor.__invert__))
     p.when_imported(
