@@ -1,0 +1,119 @@
+"""`vramscope run` as a user meets it: the script's own traceback, `__file__`, `sys.argv` and exit
+status, as under plain python, and clear usage errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from vramscope import _run
+
+
+def _both(script, *args, cwd):
+    """(plain python's, `vramscope run --quiet`'s) completed processes of `script` run from `cwd`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    plain = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=cwd, env=env)
+    ours = subprocess.run(
+        [sys.executable, "-m", "vramscope", "run", "--quiet", script, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+    return plain, ours
+
+
+def test_an_uncaught_error_prints_pythons_traceback_and_file_and_argv(tmp_path):
+    # the script's frames alone (not `vramscope run`'s nor runpy's), its `__file__` the absolute
+    # path python gives it, `sys.argv[0]` the path as given
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "data.txt").write_text("7\n")
+    (tmp_path / "sub" / "job.py").write_text(
+        "import os, sys\n"
+        "print(__file__, sys.argv)\n"
+        "with open(os.path.join(os.path.dirname(__file__), 'data.txt')) as f:\n"
+        "    n = int(f.read())\n"
+        "def helper(n):\n"
+        "    raise RuntimeError(f'my own error {n}')\n"
+        "try:\n"
+        "    {}['missing']\n"
+        "except KeyError:\n"
+        "    helper(n)\n"
+    )
+    plain, ours = _both(os.path.join("sub", "job.py"), "a1", cwd=tmp_path)
+    assert plain.returncode == 1 and "RuntimeError: my own error 7" in plain.stderr
+    assert (ours.returncode, ours.stdout, ours.stderr) == (1, plain.stdout, plain.stderr)
+    assert plain.stdout.startswith(str(tmp_path / "sub" / "job.py") + " ['sub/job.py', 'a1']")
+
+
+def test_a_syntax_error_is_printed_as_python_prints_it(tmp_path):
+    (tmp_path / "bad.py").write_text("import torch\ndef f(:\n    pass\n")
+    plain, ours = _both("bad.py", cwd=tmp_path)
+    assert "SyntaxError" in plain.stderr and "Traceback" not in plain.stderr
+    assert (ours.returncode, ours.stderr) == (plain.returncode, plain.stderr)
+
+
+def test_a_pytorch_error_ends_where_the_script_called_pytorch(tmp_path):
+    # on the GPU, an op's error is raised by its C++ kernel: the traceback ends at the program's
+    # call (here inside F.cross_entropy, run on the host for the reference), with none of the
+    # twin's frames (its modes, the meta kernels it calls)
+    (tmp_path / "loss.py").write_text(
+        "import sys\n"
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "dev = sys.argv[1]\n"
+        "logits = torch.zeros(3, 4, device=dev)\n"
+        "F.cross_entropy(logits, torch.zeros(5, dtype=torch.long, device=dev))\n"
+    )
+    plain, _ours = _both("loss.py", "cpu", cwd=tmp_path)
+    assert "Expected input batch_size (3) to match target batch_size (5)" in plain.stderr
+    _plain, on_gpu = _both("loss.py", "cuda", cwd=tmp_path)
+    assert (on_gpu.returncode, on_gpu.stderr) == (1, plain.stderr)
+
+
+def test_an_out_of_memory_error_ends_at_the_scripts_line(tmp_path):
+    (tmp_path / "oom.py").write_text(
+        "import torch\n"
+        "xs = []\n"
+        "for _ in range(100):\n"
+        "    xs.append(torch.empty(10 << 30, dtype=torch.uint8, device='cuda'))\n"
+    )
+    _plain, ours = _both("oom.py", cwd=tmp_path)
+    assert ours.returncode == 1
+    lines = ours.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1] == f'  File "{tmp_path / "oom.py"}", line 4, in <module>'
+    assert lines[4].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 10.00 GiB.")
+    assert "vramscope" not in ours.stderr
+
+
+def test_a_script_s_excepthook_gets_its_uncaught_error(tmp_path):
+    (tmp_path / "hook.py").write_text(
+        "import sys\n"
+        "def hook(t, e, tb):\n"
+        "    print('hooked', t.__name__, e, tb.tb_frame.f_code.co_filename == __file__)\n"
+        "sys.excepthook = hook\n"
+        "raise ValueError('x')\n"
+    )
+    plain, ours = _both("hook.py", cwd=tmp_path)
+    assert plain.stdout == "hooked ValueError x True\n"
+    assert (ours.returncode, ours.stdout) == (plain.returncode, plain.stdout)
+
+
+def test_an_error_of_the_twin_s_own_keeps_its_frames():
+    # a bug of vramscope's (an exception of no kind PyTorch raises, raised in its own code) keeps
+    # the twin's frames, for its report; one PyTorch raises loses them
+    def call_the_twin():
+        _run.render_text({})
+
+    with pytest.raises(KeyError) as bug:
+        call_the_twin()
+    frames = _run._frames(bug.value.__traceback__)
+    assert _run._without_twin(frames, bug.value) == frames
+    torch_like = RuntimeError("CUDA error")
+    assert [t.tb_frame.f_code.co_name for t in _run._without_twin(frames, torch_like)] == [
+        "test_an_error_of_the_twin_s_own_keeps_its_frames",
+        "call_the_twin",
+    ]
