@@ -102,6 +102,13 @@ def test_a_script_s_excepthook_gets_its_uncaught_error(tmp_path):
     assert (ours.returncode, ours.stdout) == (plain.returncode, plain.stdout)
 
 
+def test_ctrl_c_ends_with_the_status_a_shell_sees_from_python(tmp_path):
+    (tmp_path / "ctrl_c.py").write_text("raise KeyboardInterrupt\n")
+    _plain, ours = _both("ctrl_c.py", cwd=tmp_path)
+    assert ours.returncode == 130
+    assert ours.stderr.splitlines()[-1] == "KeyboardInterrupt"
+
+
 def test_an_error_of_the_twin_s_own_keeps_its_frames():
     # a bug of vramscope's (an exception of no kind PyTorch raises, raised in its own code) keeps
     # the twin's frames, for its report; one PyTorch raises loses them

@@ -594,7 +594,9 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
             print(code, file=sys.stderr)
     except BaseException as e:
         _print_uncaught(e, script)
-        status = 1
+        # python's status for an uncaught exception; 130 (128 + SIGINT) for Ctrl-C, as a shell
+        # sees python end on an uncaught KeyboardInterrupt
+        status = 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:
         sys.argv = saved_argv
         if freezer is not None:
