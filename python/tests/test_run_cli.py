@@ -124,3 +124,16 @@ def test_an_error_of_the_twin_s_own_keeps_its_frames():
         "test_an_error_of_the_twin_s_own_keeps_its_frames",
         "call_the_twin",
     ]
+
+
+def test_a_directory_or_no_process_count_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("print('hi')\n")
+    assert _run.main([str(tmp_path / "app")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'app'} is a directory; expected a Python script" in err
+    assert str(tmp_path / "app" / "__main__.py") in err
+    script = tmp_path / "s.py"
+    script.write_text("pass\n")
+    assert _run.main(["--nproc", "0", str(script)]) == 2
+    assert "--nproc 0: expected a number of processes, 1 or more" in capsys.readouterr().err

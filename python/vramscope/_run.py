@@ -514,6 +514,14 @@ def main(argv: list[str], process: bool = False) -> int:
                 return 2
         print("vramscope run: give a script to run (or --example)", file=sys.stderr)
         return 2
+    if os.path.isdir(ns.script):
+        main_py = os.path.join(ns.script, "__main__.py")
+        print(
+            f"vramscope run: {ns.script} is a directory; expected a Python script"
+            + (f" (its {main_py}, which python would run)" if os.path.isfile(main_py) else ""),
+            file=sys.stderr,
+        )
+        return 2
     if not os.path.isfile(ns.script):
         print(f"vramscope run: no such script: {ns.script}", file=sys.stderr)
         return 2
@@ -554,7 +562,13 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
     if ns.snapshot or ns.html:
         cap.record_history(True)
     if ns.nproc is not None:
-        if ns.nproc < 1 or not 0 <= ns.rank < ns.nproc:
+        if ns.nproc < 1:
+            print(
+                f"vramscope run: --nproc {ns.nproc}: expected a number of processes, 1 or more",
+                file=sys.stderr,
+            )
+            return 2
+        if not 0 <= ns.rank < ns.nproc:
             print(
                 f"vramscope run: --rank {ns.rank} of --nproc {ns.nproc}: expected 0 <= rank < nproc",
                 file=sys.stderr,
