@@ -26,8 +26,9 @@ examples:
   vramscope run --gpu h200 --json report.json infer.py
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vramscope run train.py
 
-exit status: the script's own (1 for an uncaught exception, as python's),
-2 for a usage error of vramscope itself.
+exit status: the script's own (1 for an uncaught exception, 130 for Ctrl-C,
+as python's; the traceback is the script's own), 2 for a usage error of
+vramscope itself.
 """
 
 
