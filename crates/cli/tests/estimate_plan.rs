@@ -301,6 +301,29 @@ fn estimate_rejects_bad_configs_clearly() {
     }
 }
 
+/// A settings value PyTorch's parser rejects with its bare "stoull" (no
+/// digits where a whole number goes) is told so.
+#[test]
+fn alloc_conf_says_what_a_bare_stoull_means() {
+    let p = write_config(
+        "stoull",
+        r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "vocab_size": 1000}"#,
+    );
+    let out = vramscope(
+        "estimate",
+        &p,
+        "--mode infer --batch 1 --alloc-conf max_split_size_mb:abc",
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid allocator settings: stoull (PyTorch's error: a value that must be a whole number is not one)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn plan_finds_the_gpu_largest_batch() {
     // fixtures/plan: llama_train_fp32_adamw under a 4 GiB limit: 11 on the H100
