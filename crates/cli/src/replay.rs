@@ -101,15 +101,15 @@ pub struct DivergenceJson {
 
 /// Run `vramscope replay`.
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
-    let (name, bytes) = match &args.snapshot {
-        Some(p) => (
-            p.display().to_string(),
-            std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+    // a file is read as `inspect` reads it: a truncated one is named so from its frame headers
+    let (name, snap) = match &args.snapshot {
+        Some(p) => (p.display().to_string(), crate::inspect::read(p)?),
+        None => (
+            "<built-in>".to_string(),
+            vramscope_snapshot::read_snapshot(BUILTIN)
+                .context("<built-in> is not a readable PyTorch memory snapshot")?,
         ),
-        None => ("<built-in>".to_string(), BUILTIN.to_vec()),
     };
-    let snap = vramscope_snapshot::read_snapshot(&bytes)
-        .with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
     if let Some(f) = args.memory_fraction {
         if !(0.0..=1.0).contains(&f) {
             bail!("--memory-fraction must be within [0, 1], got {f}");
