@@ -53,8 +53,9 @@ pub struct ReplayArgs {
 pub struct ReplayJson {
     /// The file replayed (`"<built-in>"` for the default).
     pub snapshot: String,
-    /// The snapshot was predicted by `vramscope estimate --snapshot` (its
-    /// frames are the twin's), not recorded on a GPU.
+    /// The snapshot was predicted by `vramscope estimate --snapshot` or
+    /// `vramscope run --snapshot` (its frames are the twin's), not recorded
+    /// on a GPU.
     pub predicted: bool,
     /// The device.
     pub device: usize,
@@ -228,11 +229,11 @@ fn write_text(out: &mut impl Write, j: &ReplayJson) -> std::io::Result<()> {
             j.inferred_empty_cache_calls
         )?;
     }
-    // a snapshot `vramscope estimate --snapshot` predicted was recorded by
-    // the twin, not by a GPU
+    // a snapshot the twin wrote (`estimate --snapshot`, `run --snapshot`)
+    // was recorded by the twin, not by a GPU
     let (recorded, by) = if predicted {
         (
-            "the recorded trace (predicted by vramscope estimate, not measured on a GPU)",
+            "the recorded trace (vramscope's own prediction, from estimate --snapshot or run --snapshot; not measured on a GPU)",
             "the trace",
         )
     } else {

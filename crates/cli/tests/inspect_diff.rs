@@ -159,7 +159,7 @@ fn replaying_a_prediction_does_not_claim_the_gpu() {
     assert_eq!(rc, 0);
     assert!(
         out.contains(
-            "match the recorded trace (predicted by vramscope estimate, not measured on a GPU)"
+            "match the recorded trace (vramscope's own prediction, from estimate --snapshot or run --snapshot; not measured on a GPU)"
         ),
         "{out}"
     );
