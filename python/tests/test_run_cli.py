@@ -137,3 +137,34 @@ def test_a_directory_or_no_process_count_is_a_usage_error(tmp_path, capsys):
     script.write_text("pass\n")
     assert _run.main(["--nproc", "0", str(script)]) == 2
     assert "--nproc 0: expected a number of processes, 1 or more" in capsys.readouterr().err
+
+
+def test_a_matrix_product_s_shape_error_is_worded_as_on_the_gpu(tmp_path):
+    # mm, addmm (F.linear's, matmul's) and mv raise their structured meta functions' message on the
+    # GPU as on the host; the meta device's Python registrations word it otherwise ("a and b must
+    # have same reduction dim"), which the twin printed
+    (tmp_path / "mm.py").write_text(
+        "import sys\n"
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "dev = sys.argv[1]\n"
+        "r = lambda *s: torch.randn(*s, device=dev)\n"
+        "cases = [\n"
+        "    lambda: F.linear(r(3, 7), r(4, 8), r(4)),\n"
+        "    lambda: F.linear(r(2, 3, 7), r(4, 8)),\n"
+        "    lambda: r(3, 7) @ r(8, 4),\n"
+        "    lambda: torch.addmm(r(4), r(3, 7), r(8, 4)),\n"
+        "    lambda: torch.bmm(r(2, 3, 7), r(2, 8, 4)),\n"
+        "    lambda: r(3, 7) @ r(8),\n"
+        "    lambda: r(3, 7) @ r(7, 4),\n"
+        "]\n"
+        "for f in cases:\n"
+        "    try:\n"
+        "        print(tuple(f().shape))\n"
+        "    except RuntimeError as e:\n"
+        "        print(e)\n"
+    )
+    plain, _ours = _both("mm.py", "cpu", cwd=tmp_path)
+    assert "mat1 and mat2 shapes cannot be multiplied (6x7 and 8x4)" in plain.stdout, plain.stderr
+    _plain, on_gpu = _both("mm.py", "cuda", cwd=tmp_path)
+    assert (on_gpu.returncode, on_gpu.stdout) == (0, plain.stdout), on_gpu.stderr
