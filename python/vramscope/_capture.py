@@ -240,6 +240,42 @@ def _check_same_device(func, args) -> None:
             )
 
 
+def _matrices_check(a, b, what: str) -> None:
+    """The structured meta functions' shape check of a matrix product (LinearAlgebra.cpp's
+    `TORCH_META_FUNC(mm)` and `ADDMM_META`, the CUDA kernels' as the CPU's), which the meta
+    device's Python registrations word otherwise ("a and b must have same reduction dim"): for
+    two same-dtype matrices, as PyTorch words it (the host's message for the same op)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return
+    if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype or a.shape[1] == b.shape[0]:
+        return
+    raise RuntimeError(
+        f"{what} shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]})"
+    )
+
+
+def _mv_check(mat, vec) -> None:
+    """`mv`'s shape check as the GPU words it: CompositeExplicitAutograd, it calls `addmv_` on a
+    result of `mat`'s rows, whose structured meta function (`TORCH_META_FUNC(addmv)`) names the
+    three sizes."""
+    if not (isinstance(mat, torch.Tensor) and isinstance(vec, torch.Tensor)):
+        return
+    if mat.dim() != 2 or vec.dim() != 1 or mat.shape[1] == vec.shape[0]:
+        return
+    raise RuntimeError(
+        f"size mismatch, got input ({mat.shape[0]}), mat ({mat.shape[0]}x{mat.shape[1]}), "
+        f"vec ({vec.shape[0]})"
+    )
+
+
+#: matrix products whose shape error the GPU words as the structured meta functions do
+_SHAPE_CHECKS = {
+    aten.mm.default: lambda args: _matrices_check(args[0], args[1], "mat1 and mat2"),
+    aten.addmm.default: lambda args: _matrices_check(args[1], args[2], "mat1 and mat2"),
+    aten.mv.default: lambda args: _mv_check(args[0], args[1]),
+}
+
+
 #: whether an aten op has no kernel at the CUDA key, by op (a cache)
 _NO_CUDA_KERNEL: dict = {}
 _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
@@ -2796,6 +2832,9 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         if func in _SAME_DEVICE:
             _check_same_device(func, args)
+        shapes = _SHAPE_CHECKS.get(func)
+        if shapes is not None and len(args) >= 2:
+            shapes(args)
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
         if func in _NORMAL_DRAWS:

@@ -10,7 +10,6 @@ import json
 import os
 import runpy
 import sys
-import traceback
 
 HELP = """\
 Run an unmodified PyTorch script on a machine without a GPU: its CUDA
@@ -27,8 +26,9 @@ examples:
   vramscope run --gpu h200 --json report.json infer.py
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vramscope run train.py
 
-exit status: the script's own (1 for an uncaught exception, as python's),
-2 for a usage error of vramscope itself.
+exit status: the script's own (1 for an uncaught exception, 130 for Ctrl-C,
+as python's; the traceback is the script's own), 2 for a usage error of
+vramscope itself.
 """
 
 
@@ -324,6 +324,147 @@ def _end_process() -> None:
     os._exit(status)
 
 
+#: exceptions the twin raises where PyTorch raises them (c10's errors as torch/csrc/Exceptions.h maps
+#: them: OutOfMemoryError, AcceleratorError and NotImplementedError are RuntimeErrors)
+_TORCH_ERRORS = (RuntimeError, ValueError, TypeError, IndexError)
+
+#: torch's files whose frames hand an op to the twin's modes: `handle_torch_function` and the
+#: `torch._dynamo.disable` wrapper PyTorch puts around a mode's `__torch_dispatch__`
+_HANDOFF_FILES = tuple(
+    os.sep + os.path.join("torch", *f)
+    for f in (("overrides.py",), ("_compile.py",), ("_dynamo", "eval_frame.py"))
+)
+
+
+def _frames(tb) -> list:
+    """The entries of the traceback `tb`, outermost first."""
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    return entries
+
+
+def _without_twin(entries: list, exc: BaseException) -> list:
+    """`entries` as the GPU's traceback has them: where the program called PyTorch and the twin
+    took the op over (vramscope's frames, and what they called in torch: meta kernels,
+    decompositions), the traceback ends at the program's call, as a CUDA kernel's error ends
+    there; the twin's hand-off frames (`_HANDOFF_FILES`) go too, and a torch function the twin
+    called again as itself (`F.cross_entropy` through its `__torch_function__`) is shown at its
+    inner call, where PyTorch raises. Frames of the program the twin called back (a hook, a
+    module's forward) stay, with torch's leading to them. An error of another kind raised in the
+    twin's own code (a bug of vramscope's) keeps every frame, for its report."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    examples = os.path.join(package, "examples") + os.sep
+    import sysconfig
+
+    # torch's files and the standard library's (which the twin calls too: contextlib, functools)
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    torch_dir = os.path.dirname(torch_file) if torch_file else None
+    libraries = tuple(d + os.sep for d in (torch_dir, sysconfig.get_paths()["stdlib"]) if d)
+
+    def kind(t) -> str:
+        f = t.tb_frame.f_code.co_filename
+        if f.startswith(package) and not f.startswith(examples):
+            return "twin"
+        return "torch" if f.startswith(libraries) or f.startswith("<frozen ") else "program"
+
+    kinds = [kind(t) for t in entries]
+    if not entries or (kinds[-1] == "twin" and not isinstance(exc, _TORCH_ERRORS)):
+        return entries
+    out: list = []
+    i = 0
+    while i < len(entries):
+        if kinds[i] != "twin":
+            out.append(entries[i])
+            i += 1
+            continue
+        while out and out[-1].tb_frame.f_code.co_filename.endswith(_HANDOFF_FILES):
+            out.pop()
+        # the twin's part: up to the program's next frame (a call back), else to the end
+        j = next((k for k in range(i, len(entries)) if kinds[k] == "program"), len(entries))
+        if j == len(entries):
+            if out and kind(out[-1]) == "torch":
+                code = out[-1].tb_frame.f_code
+                again = [t for t in entries[i:] if t.tb_frame.f_code is code]
+                if again:
+                    out[-1] = again[-1]
+        else:
+            last_twin = max(k for k in range(i, j) if kinds[k] == "twin")
+            out.extend(entries[last_twin + 1 : j])
+        i = j
+    return out
+
+
+def _traceback_of(entries: list):
+    """A traceback of `entries` (`types.TracebackType`, as python builds one)."""
+    import types
+
+    tb = None
+    for t in reversed(entries):
+        tb = types.TracebackType(tb, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return tb
+
+
+def _script_traceback(e: BaseException, script: str):
+    """The traceback python would print for the script's uncaught `e`: from the script's first
+    frame on (`vramscope run`'s and runpy's above it dropped), without the twin's frames
+    (`_without_twin`; in the exceptions it chains too). Where no frame is the script's: none
+    for a SyntaxError of the script itself (its compilation's, which python prints so), else
+    `e`'s whole (an error of vramscope's own, before or after the script)."""
+    entries = _frames(e.__traceback__)
+    first = next((i for i, t in enumerate(entries) if t.tb_frame.f_code.co_filename == script), None)
+    if first is None:
+        if isinstance(e, SyntaxError) and e.filename == script:
+            return None
+        return e.__traceback__
+    seen = {id(e)}
+    chained = [e.__cause__, e.__context__]
+    while chained:
+        x = chained.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        x.__traceback__ = _traceback_of(_without_twin(_frames(x.__traceback__), x))
+        chained += [x.__cause__, x.__context__]
+    return _traceback_of(_without_twin(entries[first:], e))
+
+
+def _run_path(path: str, argv0: str) -> dict:
+    """`runpy.run_path(path, run_name="__main__")`, with `sys.argv[0]` as python leaves it for
+    the script: `argv0`, the path as given (run_path sets it to `path`, through its
+    `_ModifiedArgv0`; its own is put back as the script starts, for any run_path the script
+    makes)."""
+    modified = getattr(runpy, "_ModifiedArgv0", None)
+    if modified is None:
+        return runpy.run_path(path, run_name="__main__")
+
+    class _Argv0(modified):
+        def __init__(self, value):
+            super().__init__(argv0)
+
+        def __enter__(self):
+            runpy._ModifiedArgv0 = modified
+            return super().__enter__()
+
+    runpy._ModifiedArgv0 = _Argv0
+    try:
+        return runpy.run_path(path, run_name="__main__")
+    finally:
+        runpy._ModifiedArgv0 = modified
+
+
+def _print_uncaught(e: BaseException, script: str) -> None:
+    """Print the script's uncaught exception as python does: through `sys.excepthook` (which the
+    script may have set), with the script's own traceback (`_script_traceback`), set on the
+    exception too (python's own hook prints the exception's `__traceback__` where it has one)."""
+    try:
+        e.__traceback__ = _script_traceback(e, script)
+    except Exception:  # (never hide the error itself)
+        pass
+    sys.excepthook(type(e), e, e.__traceback__)
+
+
 #: the words of value stack that `_with_stack_room`'s frame reserves (512 KiB on a 64-bit build)
 STACK_ROOM = 1 << 16
 
@@ -374,6 +515,14 @@ def main(argv: list[str], process: bool = False) -> int:
                 return 2
         print("vramscope run: give a script to run (or --example)", file=sys.stderr)
         return 2
+    if os.path.isdir(ns.script):
+        main_py = os.path.join(ns.script, "__main__.py")
+        print(
+            f"vramscope run: {ns.script} is a directory; expected a Python script"
+            + (f" (its {main_py}, which python would run)" if os.path.isfile(main_py) else ""),
+            file=sys.stderr,
+        )
+        return 2
     if not os.path.isfile(ns.script):
         print(f"vramscope run: no such script: {ns.script}", file=sys.stderr)
         return 2
@@ -414,7 +563,13 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
     if ns.snapshot or ns.html:
         cap.record_history(True)
     if ns.nproc is not None:
-        if ns.nproc < 1 or not 0 <= ns.rank < ns.nproc:
+        if ns.nproc < 1:
+            print(
+                f"vramscope run: --nproc {ns.nproc}: expected a number of processes, 1 or more",
+                file=sys.stderr,
+            )
+            return 2
+        if not 0 <= ns.rank < ns.nproc:
             print(
                 f"vramscope run: --rank {ns.rank} of --nproc {ns.nproc}: expected 0 <= rank < nproc",
                 file=sys.stderr,
@@ -428,20 +583,23 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
 
         _dist.setup_from_script(cap)
     status = 0
-    last_import = _last_leading_import(ns.script)
+    # the script's `__file__` (and its code's file name, which tracebacks print) is the path
+    # joined to the working directory, as python gives it (3.9 on); `sys.argv[0]` stays as given
+    script = ns.script if os.path.isabs(ns.script) else os.path.join(os.getcwd(), ns.script)
+    last_import = _last_leading_import(script)
     saved_argv = sys.argv
     sys.argv = [ns.script, *ns.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
     freezer = None
     if last_import is not None:
         # installed first, so that the capture's own `__import__` wraps it
-        freezer = _FreezeLeadingImports(ns.script, last_import, cap)
+        freezer = _FreezeLeadingImports(script, last_import, cap)
         builtins.__import__ = freezer
     try:
         with cap:
             _freeze_setup(collecting)
             # the script's globals live until its end is measured, as in a process
-            script_globals = runpy.run_path(ns.script, run_name="__main__")
+            script_globals = _run_path(script, ns.script)
             cap.mark_end()
             del script_globals
     except SystemExit as e:
@@ -449,9 +607,11 @@ def _run(ns: argparse.Namespace, collecting: bool) -> int:
         status = code if isinstance(code, int) else (0 if code is None else 1)
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
+    except BaseException as e:
+        _print_uncaught(e, script)
+        # python's status for an uncaught exception; 130 (128 + SIGINT) for Ctrl-C, as a shell
+        # sees python end on an uncaught KeyboardInterrupt
+        status = 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:
         sys.argv = saved_argv
         if freezer is not None:

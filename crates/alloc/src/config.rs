@@ -116,7 +116,17 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid allocator settings: {}", self.message)
+        write!(f, "invalid allocator settings: {}", self.message)?;
+        // PyTorch's bare `std::stoull`/`std::stod` exception text, told (the
+        // message itself stays PyTorch's: `run` raises it as PyTorch does)
+        let hint = match (self.message.as_str(), self.kind) {
+            ("stoull", ConfigErrorKind::Value) => "a value that must be a whole number is not one",
+            ("stoull", ConfigErrorKind::Index) => "a whole number past 2^64 - 1",
+            ("stod", ConfigErrorKind::Value) => "a value that must be a number is not one",
+            ("stod", ConfigErrorKind::Index) => "a number out of a double's range",
+            _ => return Ok(()),
+        };
+        write!(f, " (PyTorch's error: {hint})")
     }
 }
 

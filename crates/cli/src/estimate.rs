@@ -132,7 +132,8 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
 #[derive(Debug, Args, Clone)]
 #[group(required = true, multiple = false)]
 pub struct ModelArgs {
-    /// A Hugging Face config.json (any supported model_type).
+    /// A Hugging Face config.json (any supported model_type), or the
+    /// model's directory holding it (as from_pretrained takes one).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// An embedded preset (llama-3.1-8b, llama-3.1-70b, qwen3-8b, mistral-7b,
@@ -145,8 +146,32 @@ impl ModelArgs {
     /// Read the config.
     pub fn config(&self) -> anyhow::Result<HfConfig> {
         if let Some(p) = &self.config {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            // a model's directory: its config.json, as AutoConfig.from_pretrained(dir) reads it
+            let p = if p.is_dir() {
+                let file = p.join("config.json");
+                if !file.is_file() {
+                    bail!(
+                        "--config {}: a directory without a config.json; expected a Hugging Face config.json or the model's directory holding one",
+                        p.display()
+                    );
+                }
+                file
+            } else {
+                p.clone()
+            };
+            let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+            let pickle = bytes.first() == Some(&0x80);
+            let Ok(text) = String::from_utf8(bytes) else {
+                bail!(
+                    "--config {}: not a text file; expected a Hugging Face config.json (JSON text){}",
+                    p.display(),
+                    if pickle {
+                        " (it starts as a pickle does: a memory snapshot is read by `vramscope inspect`)"
+                    } else {
+                        ""
+                    }
+                );
+            };
             return HfConfig::parse(&text).with_context(|| format!("in {}", p.display()));
         }
         let name = self.model.as_deref().unwrap_or_default();

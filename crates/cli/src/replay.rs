@@ -53,8 +53,9 @@ pub struct ReplayArgs {
 pub struct ReplayJson {
     /// The file replayed (`"<built-in>"` for the default).
     pub snapshot: String,
-    /// The snapshot was predicted by `vramscope estimate --snapshot` (its
-    /// frames are the twin's), not recorded on a GPU.
+    /// The snapshot was predicted by `vramscope estimate --snapshot` or
+    /// `vramscope run --snapshot` (its frames are the twin's), not recorded
+    /// on a GPU.
     pub predicted: bool,
     /// The device.
     pub device: usize,
@@ -101,15 +102,15 @@ pub struct DivergenceJson {
 
 /// Run `vramscope replay`.
 pub fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
-    let (name, bytes) = match &args.snapshot {
-        Some(p) => (
-            p.display().to_string(),
-            std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+    // a file is read as `inspect` reads it: a truncated one is named so from its frame headers
+    let (name, snap) = match &args.snapshot {
+        Some(p) => (p.display().to_string(), crate::inspect::read(p)?),
+        None => (
+            "<built-in>".to_string(),
+            vramscope_snapshot::read_snapshot(BUILTIN)
+                .context("<built-in> is not a readable PyTorch memory snapshot")?,
         ),
-        None => ("<built-in>".to_string(), BUILTIN.to_vec()),
     };
-    let snap = vramscope_snapshot::read_snapshot(&bytes)
-        .with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
     if let Some(f) = args.memory_fraction {
         if !(0.0..=1.0).contains(&f) {
             bail!("--memory-fraction must be within [0, 1], got {f}");
@@ -228,11 +229,11 @@ fn write_text(out: &mut impl Write, j: &ReplayJson) -> std::io::Result<()> {
             j.inferred_empty_cache_calls
         )?;
     }
-    // a snapshot `vramscope estimate --snapshot` predicted was recorded by
-    // the twin, not by a GPU
+    // a snapshot the twin wrote (`estimate --snapshot`, `run --snapshot`)
+    // was recorded by the twin, not by a GPU
     let (recorded, by) = if predicted {
         (
-            "the recorded trace (predicted by vramscope estimate, not measured on a GPU)",
+            "the recorded trace (vramscope's own prediction, from estimate --snapshot or run --snapshot; not measured on a GPU)",
             "the trace",
         )
     } else {

@@ -301,6 +301,65 @@ fn estimate_rejects_bad_configs_clearly() {
     }
 }
 
+/// `--config` takes a model's directory too (its config.json, as
+/// `from_pretrained` reads one); a directory without one and a binary file
+/// (a snapshot pickle given by mistake) say what they are, exit 2.
+#[test]
+fn config_takes_a_model_directory_and_names_a_wrong_file() {
+    let text = r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "vocab_size": 1000}"#;
+    let file = write_config("dir", text);
+    let dir = file.with_extension("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), text).unwrap();
+    let args = "--mode infer --batch 1 --seq 64 --json";
+    let from_dir = vramscope("estimate", &dir, args, 0);
+    assert_eq!(
+        json(&from_dir),
+        json(&vramscope("estimate", &file, args, 0))
+    );
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for (path, expect) in [
+        (
+            empty.clone(),
+            "a directory without a config.json; expected a Hugging Face config.json",
+        ),
+        (
+            repo().join("fixtures/alloc/training.pickle"),
+            "not a text file; expected a Hugging Face config.json (JSON text) (it starts as a pickle does",
+        ),
+    ] {
+        let out = vramscope("estimate", &path, args, 2);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{}: {err}", path.display());
+    }
+}
+
+/// A settings value PyTorch's parser rejects with its bare "stoull" (no
+/// digits where a whole number goes) is told so.
+#[test]
+fn alloc_conf_says_what_a_bare_stoull_means() {
+    let p = write_config(
+        "stoull",
+        r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "vocab_size": 1000}"#,
+    );
+    let out = vramscope(
+        "estimate",
+        &p,
+        "--mode infer --batch 1 --alloc-conf max_split_size_mb:abc",
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid allocator settings: stoull (PyTorch's error: a value that must be a whole number is not one)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn plan_finds_the_gpu_largest_batch() {
     // fixtures/plan: llama_train_fp32_adamw under a 4 GiB limit: 11 on the H100

@@ -105,6 +105,48 @@ fn inspect_says_what_the_file_is() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `replay` reads a file as `inspect` does: one cut short is named
+/// truncated (it was "unexpected end of file ... while reading FRAME"), a
+/// text file is named as such, and each exits 2.
+#[test]
+fn replay_says_what_the_file_is_as_inspect_does() {
+    let dir = std::env::temp_dir().join(format!("vramscope-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let whole = std::fs::read(format!("{FIX}/training.pickle")).unwrap();
+    let cut = dir.join("cut.pickle");
+    std::fs::write(&cut, &whole[..3000]).unwrap();
+    let text = dir.join("report.json");
+    std::fs::write(&text, "{\"a\": 1}\n").unwrap();
+    for (path, want) in [
+        (
+            &cut,
+            "the file is truncated: the pickle frame at byte 2 declares",
+        ),
+        (
+            &text,
+            "it is a text file (it starts \"{\\\"a\\\": 1}\"), not a pickle",
+        ),
+    ] {
+        for command in ["replay", "inspect"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+                .arg(command)
+                .arg(path)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "{} is not a readable PyTorch memory snapshot",
+                    path.display()
+                )) && err.contains(want),
+                "{command}: {err}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A snapshot `vramscope estimate --snapshot` predicted replays against
 /// its own trace, and says so rather than "match the GPU".
 #[test]
@@ -117,7 +159,7 @@ fn replaying_a_prediction_does_not_claim_the_gpu() {
     assert_eq!(rc, 0);
     assert!(
         out.contains(
-            "match the recorded trace (predicted by vramscope estimate, not measured on a GPU)"
+            "match the recorded trace (vramscope's own prediction, from estimate --snapshot or run --snapshot; not measured on a GPU)"
         ),
         "{out}"
     );
