@@ -642,23 +642,6 @@ def _make_subclass(cls, data, *args, **kwargs):
     return out
 
 
-_AS_SUBCLASS = torch.Tensor.as_subclass
-
-
-def _as_subclass(self, cls):
-    """`Tensor.as_subclass(cls)` (python_variable.cpp `THPVariable_as_subclass`: `self.alias()`
-    wrapped as `cls`): the new tensor aliases `self`, so it carries `self`'s CPU values and stand-in
-    too. torchvision's tv_tensors wrap so (`BoundingBoxes._wrap`): boxes read as zeros after it, and
-    v2's RandomIoUCrop found no box in any crop (blind267 probe)."""
-    out = _AS_SUBCLASS(self, cls)
-    v = _tensor.value(self)
-    if v is not None and _tensor.value(out) is None:
-        _tensor.set_value(out, v, _tensor.assumed(self))
-    if _tensor.standin(out) is None:
-        _tensor.set_standin(out, _tensor.standin(self))
-    return out
-
-
 def _simulated_generator(args, kwargs):
     """A `torch.Generator(device="cuda")` passed to a call (`_cuda._generator`), else None."""
     for a in (*args, *kwargs.values()):
@@ -3518,7 +3501,6 @@ class Capture:
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
-        self._patch.set(torch.Tensor, "as_subclass", _as_subclass)
         self._hooks = self._install_hooks()
         self._serial_before_context()
         self._patch.set(builtins, "__import__", self._import_hook(builtins.__import__))

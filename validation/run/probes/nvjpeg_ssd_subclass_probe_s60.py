@@ -5,8 +5,9 @@ component JPEG in UNCHANGED (the twin: one (3, H, W) uint8 output an image, the 
 its first plane, the three-plane one freed) and in GRAY; (2) nvJPEG encode of CUDA images: the
 bitstream lengths of a flat, a gradient and a noise image at qualities 50 and 90 beside the host
 encoder's (the twin takes the host's); (3) SSD's hard negative mining count: `loss[idx.sort(1)[1] <
-k]` over values the twin does not carry (exactly min(k, n) a row); (4) `as_subclass` keeps
-torchvision BoundingBoxes' values: the boxes after v2.RandomZoomOut and RandomIoUCrop on CUDA."""
+k]` over values the twin does not carry (exactly min(k, n) a row); (4) torchvision BoundingBoxes
+built on the GPU through v2.RandomZoomOut and RandomIoUCrop on CUDA: the GPU's boxes and crop (the
+twin reads zeros after `as_subclass`, a defect found and not fixed: fixtures/run/README.md's blind267)."""
 
 import json
 
