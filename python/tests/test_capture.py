@@ -2855,6 +2855,42 @@ def test_zero_sized_convolutions_as_on_cuda():
                 up(torch.empty(1, 64, 0, 199, device="cuda"))
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_backward_of_a_transposed_convolution_with_no_output_raises_cudnn_s_error(compiled):
+    # the H200 (session 60, validation/run/probes/ms60_conv_zero.py): eager and compiled, the
+    # backward of a transposed convolution whose output has H=0 raises cuDNN's error, where its
+    # forward returns the empty output; the twin's backward ran
+    with vramscope.capture():
+        convt = torch.nn.ConvTranspose2d(
+            39, 64, (1, 11), stride=(2, 1), padding=(1, 0), output_padding=(1, 0)
+        ).cuda()
+        x = torch.empty(1, 39, 1, 189, device="cuda", requires_grad=True)
+        m = torch.compile(convt) if compiled else convt
+        y = m(x)
+        assert y.shape == (1, 64, 0, 199)
+        with pytest.raises(RuntimeError, match="CUDNN_BACKEND_OPERATION: cudnnFinalize Failed"):
+            y.sum().backward()
+
+
+def test_init_gpu_context_allocates_once_per_device_as_its_cache_does():
+    # `init_gpu_context` (fake_tensor.py) is `functools.cache`d: only a device's first fake CUDA
+    # tensor allocates its element; the H200 (session 60, ms60_conv_zero.py): a later compiled
+    # zero-sized convolution peaks 0 bytes above its start, where the twin's peaked 512
+    with vramscope.capture(), torch.no_grad():
+        line = torch.nn.ConvTranspose1d(4, 8, 1, padding=1).cuda()
+        flat = torch.nn.ConvTranspose2d(4, 8, 1, padding=1).cuda()
+        peaks = []
+        for m, x in (
+            (line, torch.empty(1, 4, 2, device="cuda")),
+            (flat, torch.empty(1, 4, 2, 2, device="cuda")),
+        ):
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            assert torch.compile(m)(x).numel() == 0
+            peaks.append(torch.cuda.max_memory_allocated() - base)
+        assert peaks == [512, 0]
+
+
 def test_torch_compile_functionalized_rng_draws_with_the_seed_and_offset_on_the_host():
     # `functionalize_rng_ops`: `rand` decomposes into `philox_rand` on a seed and an offset,
     # 0-d host tensors (`CUDARngStateHelper.get_torch_state_as_tuple`), and refuses a device other
