@@ -1132,6 +1132,23 @@ def test_encode_jpeg_on_the_gpu_gives_cuda_bitstreams_of_an_estimated_length():
     assert any("encode" in k for k in cap.unmeasured)
 
 
+def test_encode_jpeg_on_the_gpu_takes_a_4_4_4_bitstream():
+    # torchvision's CUDA encoder sets NVJPEG_CSS_444 (encode_jpegs_cuda.cpp); the H200 (session
+    # 60's nvjpeg_ssd_subclass_probe_s60.py): a flat (3, 256, 384) image's bitstream is 3314 bytes
+    # at quality 50 and 3315 at 90, a gradient's 11137 at 90 (the host encoder's 4:2:0: 2162,
+    # 2163, 6713, which the twin took)
+    from torchvision.io import encode_jpeg
+
+    h, w = 256, 384
+    ramp = (torch.arange(w).repeat(h, 1) % 256).to(torch.uint8)
+    gradient = torch.stack([ramp, ramp.flip(1), ramp])
+    with vramscope.capture(gpu="h200"):
+        flat = torch.full((3, h, w), 100, dtype=torch.uint8, device="cuda")
+        assert encode_jpeg(flat, quality=50).numel() == 3314
+        assert encode_jpeg(flat, quality=90).numel() == 3315
+        assert encode_jpeg(gradient.cuda(), quality=90).numel() == 11137
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")
