@@ -21,21 +21,26 @@ def test_malloc_async_reports_its_pool_not_the_native_allocator():
     # getDeviceStats: allocated_bytes.all / active_bytes.all the pool's used memory (every request is
     # a cudaMallocAsync of its exact size: no 512-byte rounding, no 2 or 20 MiB segment),
     # reserved_bytes.all the pool's reserved memory (release threshold UINT64_MAX: kept until
-    # empty_cache trims it), every other statistic zero; the twin gave its native allocator's
+    # empty_cache trims it; in 32 MiB granules, the H200's ma60_malloc_async.py of session 60),
+    # every other statistic zero; the twin gave its native allocator's
     with vramscope.capture(gpu="h200", alloc_conf=ASYNC) as cap:
         a = _uint8(1000)
         b = _uint8(3 * MIB + 1)
         both = 1000 + 3 * MIB + 1
         assert torch.cuda.memory_allocated() == both
-        assert torch.cuda.memory_reserved() == both
+        assert torch.cuda.memory_reserved() == 32 * MIB
         del b
         assert torch.cuda.memory_allocated() == 1000
-        assert torch.cuda.memory_reserved() == both
+        c = _uint8(40 * MIB)
+        assert torch.cuda.memory_reserved() == 64 * MIB
+        del c
+        assert torch.cuda.memory_reserved() == 64 * MIB
         torch.cuda.empty_cache()
-        assert torch.cuda.memory_reserved() == 1000
-        assert torch.cuda.max_memory_reserved() == both
+        assert torch.cuda.memory_reserved() == 32 * MIB
+        assert torch.cuda.max_memory_reserved() == 64 * MIB
         torch.cuda.reset_peak_memory_stats()
-        assert torch.cuda.max_memory_allocated() == torch.cuda.max_memory_reserved() == 1000
+        assert torch.cuda.max_memory_allocated() == 1000
+        assert torch.cuda.max_memory_reserved() == 32 * MIB
         s = torch.cuda.memory_stats()
         assert s["active_bytes.all.current"] == 1000
         zero = [
@@ -100,16 +105,16 @@ def test_a_cuda_graph_under_malloc_async_is_named():
     assert "CUDA graphs under backend:cudaMallocAsync (the driver's graph memory)" in cap.unmeasured
 
 
-def test_the_native_allocators_keys_warn_under_malloc_async():
-    # CUDAAllocatorConfig::parseArgs: backend:cudaMallocAsync with a key only the native allocators
-    # read warns (with its message naming other keys)
-    with pytest.warns(UserWarning, match="^backend:cudaMallocAsync ignores max_split_size_mb"):
-        with vramscope.capture(gpu="h200", alloc_conf=ASYNC + ",pinned_num_register_threads:8"):
-            _uint8(1000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with vramscope.capture(gpu="h200", alloc_conf=ASYNC + ",expandable_segments:True"):
-            _uint8(1000)
+def test_the_native_allocators_keys_do_not_warn_under_malloc_async():
+    # CUDAAllocatorConfig::parseArgs has a TORCH_WARN for backend:cudaMallocAsync with a key only
+    # the native allocators read, but the H200 showed none for the environment's settings (session
+    # 60's ma60_malloc_async.py, `async_keys`: no warning at the first allocation, nothing on
+    # stderr); the twin warned
+    for conf in (",pinned_num_register_threads:8", ",expandable_segments:True"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with vramscope.capture(gpu="h200", alloc_conf=ASYNC + conf):
+                _uint8(1000)
 
 
 def test_the_native_backend_is_unchanged():

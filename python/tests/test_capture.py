@@ -1113,6 +1113,23 @@ def test_encode_jpeg_on_the_gpu_gives_cuda_bitstreams_of_an_estimated_length():
     assert any("encode" in k for k in cap.unmeasured)
 
 
+def test_encode_jpeg_on_the_gpu_takes_a_4_4_4_bitstream():
+    # torchvision's CUDA encoder sets NVJPEG_CSS_444 (encode_jpegs_cuda.cpp); the H200 (session
+    # 60's nvjpeg_ssd_subclass_probe_s60.py): a flat (3, 256, 384) image's bitstream is 3314 bytes
+    # at quality 50 and 3315 at 90, a gradient's 11137 at 90 (the host encoder's 4:2:0: 2162,
+    # 2163, 6713, which the twin took)
+    from torchvision.io import encode_jpeg
+
+    h, w = 256, 384
+    ramp = (torch.arange(w).repeat(h, 1) % 256).to(torch.uint8)
+    gradient = torch.stack([ramp, ramp.flip(1), ramp])
+    with vramscope.capture(gpu="h200"):
+        flat = torch.full((3, h, w), 100, dtype=torch.uint8, device="cuda")
+        assert encode_jpeg(flat, quality=50).numel() == 3314
+        assert encode_jpeg(flat, quality=90).numel() == 3315
+        assert encode_jpeg(gradient.cuda(), quality=90).numel() == 11137
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")
@@ -2834,6 +2851,42 @@ def test_zero_sized_convolutions_as_on_cuda():
             up = torch.nn.ConvTranspose2d(64, 64, (1, 9), stride=(8, 1)).cuda()
             with pytest.raises(RuntimeError, match="Only zero batch or zero channel inputs are supported"):
                 up(torch.empty(1, 64, 0, 199, device="cuda"))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_backward_of_a_transposed_convolution_with_no_output_raises_cudnn_s_error(compiled):
+    # the H200 (session 60, validation/run/probes/ms60_conv_zero.py): eager and compiled, the
+    # backward of a transposed convolution whose output has H=0 raises cuDNN's error, where its
+    # forward returns the empty output; the twin's backward ran
+    with vramscope.capture():
+        convt = torch.nn.ConvTranspose2d(
+            39, 64, (1, 11), stride=(2, 1), padding=(1, 0), output_padding=(1, 0)
+        ).cuda()
+        x = torch.empty(1, 39, 1, 189, device="cuda", requires_grad=True)
+        m = torch.compile(convt) if compiled else convt
+        y = m(x)
+        assert y.shape == (1, 64, 0, 199)
+        with pytest.raises(RuntimeError, match="CUDNN_BACKEND_OPERATION: cudnnFinalize Failed"):
+            y.sum().backward()
+
+
+def test_init_gpu_context_allocates_once_per_device_as_its_cache_does():
+    # `init_gpu_context` (fake_tensor.py) is `functools.cache`d: only a device's first fake CUDA
+    # tensor allocates its element; the H200 (session 60, ms60_conv_zero.py): a later compiled
+    # zero-sized convolution peaks 0 bytes above its start, where the twin's peaked 512
+    with vramscope.capture(), torch.no_grad():
+        line = torch.nn.ConvTranspose1d(4, 8, 1, padding=1).cuda()
+        flat = torch.nn.ConvTranspose2d(4, 8, 1, padding=1).cuda()
+        peaks = []
+        for m, x in (
+            (line, torch.empty(1, 4, 2, device="cuda")),
+            (flat, torch.empty(1, 4, 2, 2, device="cuda")),
+        ):
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            assert torch.compile(m)(x).numel() == 0
+            peaks.append(torch.cuda.max_memory_allocated() - base)
+        assert peaks == [512, 0]
 
 
 def test_torch_compile_functionalized_rng_draws_with_the_seed_and_offset_on_the_host():
@@ -5956,11 +6009,15 @@ def test_host_memory_stats_count_the_caching_host_allocator_s_blocks():
         del a
         c = torch.empty(70_000, dtype=torch.uint8, pin_memory=True)  # the cached 128 KiB block
         s = torch.cuda.host_memory_stats()
-        assert s["num_host_alloc"] == 2 and s["active_requests.current"] == 2
-        assert s["active_requests.allocated"] == 3 and s["active_requests.freed"] == 1
+        # 2.11's `free` of a block with no events leaves the active statistics up (only
+        # `process_events` decreases them): a's block counts twice (the H200, session 60's
+        # ma60_malloc_async.py: active_bytes 8519681 with no block handed out)
+        assert s["num_host_alloc"] == 2 and s["active_requests.current"] == 3
+        assert s["active_requests.allocated"] == 3 and s["active_requests.freed"] == 0
         del b, c
         torch._C._host_emptyCache()
         s = torch.cuda.host_memory_stats()
+        assert s["active_bytes.current"] == 2 * (1 << 17) + (4 << 20)
         assert s["allocations.current"] == 0 and s["num_host_free"] == 2
         assert s["allocated_bytes.peak"] == (1 << 17) + (4 << 20)
         torch.cuda.reset_peak_host_memory_stats()

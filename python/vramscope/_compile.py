@@ -48,9 +48,15 @@ def _init_gpu_context(cap):
     """`init_gpu_context` (torch/_subclasses/fake_tensor.py), which `FakeTensor.__new__` calls for
     every fake CUDA tensor it makes: a one-element float tensor on the device (`torch.empty(1,
     device=device)`), freed at once: 4 bytes requested, a 512-byte block (blind233/hy01's H200
-    peak during `torch.export`: 512 bytes above the parameters)."""
+    peak during `torch.export`: 512 bytes above the parameters). It is `functools.cache`d: once per
+    device argument (`cuda` and `cuda:0` apart) and program (the H200's compiled zero-sized
+    convolutions after the first, session 60's ms60_conv_zero.py: peak 0)."""
+    seen = set()
 
     def init(device):
+        if device in seen:
+            return
+        seen.add(device)
         if cap.started:  # (a program that has not used the device yet makes no context here)
             cap.malloc(4, "fake_tensor::init_gpu_context", "temporary")
 

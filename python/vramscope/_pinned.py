@@ -71,6 +71,7 @@ class PinnedHost:
         #: `host_memory_stats()`: the blocks made (and their bytes), and per block size the
         #: blocks handed out (peaks summed over the sizes, "a best-effort approximation")
         self.blocks, self.block_bytes = _Stat(), _Stat()
+        #: (never decreased here: see `allocate`'s `release`)
         self.active: dict[int, tuple[_Stat, _Stat]] = {}
         #: the `host_alloc_time` / `host_free_time` counts: `cudaHostAlloc` (or
         #: `cudaHostRegister`) and `cudaFreeHost` calls (`allocate_host_memory_slowpath`,
@@ -102,9 +103,11 @@ class PinnedHost:
         held = self.held
 
         def release(ref, size=size, addr=addr):
+            # `free` of a block with no events puts it back on its free list and leaves the
+            # active statistics as they are (only `process_events` decreases them, for a block
+            # whose copies' events completed: ATen/core/CachingHostAllocator.h, 2.11); the
+            # H200's active_bytes stayed up after every block was freed (ma60_malloc_async.py)
             held.pop(id(ref), None)
-            active[0].decrease(1)
-            active[1].decrease(size)
             self.free.setdefault(size, []).append(addr)
 
         ref = weakref.ref(storage, release)

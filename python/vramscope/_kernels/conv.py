@@ -869,6 +869,7 @@ def _convolution_backward(cap, func, args, kwargs):
         w_c = _copy_unless_in(cap, w, cl_d)
         g_c = _copy_unless_in(cap, grad_c, cl_d)
         if gi.numel() > 0:
+            _check_empty_gradient(grad)
             _conv_workspace(cap, "dgrad", (*conv[:-1], cl_d))
         del g_c, w_c
     if mask[1] and gw is not None:
@@ -878,6 +879,7 @@ def _convolution_backward(cap, func, args, kwargs):
         x_cw = _copy_unless_in(cap, x_seen, cl_w)
         cap.track(gw, "aten::cudnn_convolution_backward_weight")
         if gw.numel() > 0:
+            _check_empty_gradient(grad)
             _conv_workspace(cap, "wgrad", (*conv[:-1], cl_w))
         del x_cw, g_cw
     del g_to
@@ -887,6 +889,19 @@ def _convolution_backward(cap, func, args, kwargs):
     gb = _conv_grad_bias(cap, grad, gb, mask)
     del x_1d
     return gi, gw, gb
+
+
+def _check_empty_gradient(grad) -> None:
+    """cuDNN on an empty gradient for a non-empty result: `raw_cudnn_convolution_forward_out` and
+    `_backward_weight_out` (cudnn/Conv_v8.cpp) return only at their own output's `numel() == 0`, so
+    a transposed convolution with no output (its forward returns empty) fails in backward at the
+    plan's finalize (the H200, session 60: validation/run/probes/ms60_conv_zero.py, eager and
+    compiled; the first 160 characters of cuDNN's message were recorded)."""
+    if grad.numel() == 0:
+        raise RuntimeError(
+            "CUDNN_BACKEND_OPERATION: cudnnFinalize Failedis_valid_spatial_dim(xSpatialDimA[dim], "
+            "wSpatialDimA[dim], ySpatialDimA[dim], cDesc.getPadLowerA()[dim], cDesc.getP"
+        )
 
 
 def _depthwise_2d_backward(cap, grad, x, w, gi, gw, gb, mask):
