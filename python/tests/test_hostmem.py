@@ -1,5 +1,6 @@
 """The host zeros that stand in for values the twin does not carry (`_hostmem`)."""
 
+import ctypes
 import mmap
 
 import torch
@@ -46,10 +47,24 @@ def test_a_copy_to_the_host_of_a_tensor_without_values_hands_its_pages_back(monk
     advise = _hostmem._advise_dontneed
     monkeypatch.setattr(_hostmem, "_advise_dontneed", lambda s, n: advised.append(n) or advise(s, n))
     with capture(gpu="h100"):
-        # 48 MiB: above glibc's largest dynamic mmap threshold (32 MiB), so the host tensor has a
-        # private mapping of its own whatever the process allocated before
+        # 48 MiB on a private anonymous mapping of the test's own (where glibc puts a tensor of
+        # that size hangs on what the process allocated before)
         src = torch.randn(3072, 4096, device="cuda").exp()
-        dst = torch.full((3072, 4096), 5.0)
+        buf = mmap.mmap(-1, 48 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        dst = torch.frombuffer(buf, dtype=torch.float32).view(3072, 4096).fill_(5.0)
         dst.copy_(src)
         assert not dst.any()
     assert advised and advised[0] >= 48 * 1024 * 1024 - mmap.PAGESIZE
+
+
+def test_a_range_over_adjacent_private_mappings_is_private_anonymous():
+    # the kernel splits one mapping in two where its parts' flags differ (here one page made
+    # read-only); the range still lies on private anonymous memory only
+    page = mmap.PAGESIZE
+    buf = mmap.mmap(-1, 4 * page, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(start, page, mmap.PROT_READ) == 0
+    assert _hostmem._private_anonymous(start, start + 4 * page)
+    assert libc.mprotect(start, page, mmap.PROT_READ | mmap.PROT_WRITE) == 0

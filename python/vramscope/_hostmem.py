@@ -34,16 +34,23 @@ def zeros(shape, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _private_anonymous(start: int, end: int) -> bool:
-    """Whether [start, end) lies inside one private anonymous mapping of this process (the heap or
-    an unnamed mapping in /proc/self/maps): never a file's pages or shared memory."""
+    """Whether [start, end) lies inside private anonymous mappings of this process (the heap or
+    unnamed mappings in /proc/self/maps, adjacent ones in a row, as the kernel splits a mapping whose
+    parts differ in flags): never a file's pages or shared memory."""
+    at = start
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split(None, 5)
                 lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                if lo <= start and end <= hi:
-                    path = fields[5].strip() if len(fields) > 5 else ""
-                    return fields[1].endswith("p") and path in ("", "[heap]")
+                if hi <= at:
+                    continue
+                path = fields[5].strip() if len(fields) > 5 else ""
+                if lo > at or not fields[1].endswith("p") or path not in ("", "[heap]"):
+                    return False
+                at = hi
+                if end <= at:
+                    return True
     except (OSError, ValueError, IndexError):
         return False
     return False
