@@ -5921,6 +5921,25 @@ def test_the_first_parallel_host_op_starts_openmp_s_workers(tmp_script, tmp_path
     assert lowest("torch.rand(1 << 10) * 2 - 1") == drawn
 
 
+def test_a_deepcopy_of_a_buffer_whose_values_the_twin_carries_starts_no_workers(tmp_script, tmp_path):
+    # blind268/ji02's H100 history (session 61): `copy.deepcopy` of a module whose buffer the twin
+    # carries values of (a sin-cos position table, 301,056 bytes) copies the storage device to device
+    # on the GPU; the twin's own `_vs_val` in the tensor's `__dict__` is no program op, so no OpenMP
+    # region opens and the next new chunk goes where it goes without the copy (it went 1,120 MiB lower);
+    # the copy carries the values still
+    def lowest(copied):
+        return _chunk_below_first_segment(
+            tmp_script,
+            tmp_path,
+            # (built in pieces of fewer elements than the grain: no parallel loop of its own)
+            "import copy\npos = torch.cat([torch.arange(18816.0)] * 4)\n"
+            f'{_AFTER_CONTEXT}m = torch.nn.Module()\nm.register_buffer("pos", pos.cuda())\n'
+            f"m2 = copy.deepcopy(m) if {copied} else m\nassert m2.pos[18817].item() == 1.0",
+        )
+
+    assert lowest(True) == lowest(False)
+
+
 def test_a_staged_copy_starts_the_workers_and_each_makes_its_arena_at_its_first_share(tmp_script, tmp_path):
     # rule 15 (blind175/fs03's /proc/self/maps op by op on the H200, session 41): a host-to-device copy
     # of an expanded host tensor is not a memcpy (Copy.cu's `copy_requires_temporaries`): the source is
