@@ -539,6 +539,21 @@ def test_qr_factors_with_geqrf_then_orgqr_as_the_h200_counted(shape, counts):
     assert not cap.unmeasured
 
 
+def test_qr_of_a_batch_of_small_matrices_takes_cublas_batched_geqrf():
+    # blind271 probing (AlphaFold-style random frames: 768 3 x 3 matrices): `geqrf_kernel` takes
+    # `geqrf_batched_cublas` for at most 256 rows and at least max(2, m / 16) matrices, whose
+    # `apply_geqrf_batched` makes `get_device_pointers` of the matrices, then of tau (an int64
+    # `arange`, 8 bytes a matrix each) for geqrfBatched; orgqr stays cuSOLVER's loop
+    # (cuda/linalg/BatchLinearAlgebra.cpp, BatchLinearAlgebraLibBlas.cpp)
+    with vramscope.capture(gpu="h200") as cap:
+        torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")  # the cuBLAS handle's workspace
+        a = torch.empty(768, 3, 3, device="cuda")
+        _, got = counted(lambda: torch.linalg.qr(a))
+        q_r_tau = 2 * 768 * 9 * 4 + 768 * 3 * 4
+        assert got == (5 + 1 + 768, q_r_tau + 2 * 768 * 8 + 4 + 768 * 132224)
+    assert not cap.unmeasured
+
+
 F64 = torch.float64
 
 

@@ -3151,6 +3151,10 @@ class Capture:
         cargs, ckwargs = map_leaves(_on_cpu, (args, kwargs))
         if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
+        if func is aten.log_sigmoid_backward.default and len(cargs) == 3 and cargs[2].numel() == 0:
+            # the CUDA forward's buffer is empty; the CPU kernel reads exp(-|x|) there, which
+            # log_sigmoid_forward_cpu fills (aten/src/ATen/native/Activation.cpp)
+            cargs = (cargs[0], cargs[1], torch.exp(-cargs[1].abs()))
         # a CUDA op draws from the GPU's generator: the host's stays as the program left it
         # (an OpOverload keeps whether its tags hold `nondeterministic_seeded` where it has tags)
         seeded = getattr(func, "_nondeterministic_seeded", None)

@@ -334,7 +334,7 @@ def _linalg_qr(cap, func, args, kwargs):
     a column-major clone), tau (k = min(m, n) per matrix), `geqrf_cusolver`'s info and looped
     workspace, then for Q `orgqr`'s info and looped workspace; tau dies as the op returns. blind117's
     H200 histories: Q, R, tau, 4, geqrf's workspace freed, 4 freed, 4, orgqr's workspace freed, 4
-    freed, tau freed. cuBLAS's batched geqrf is named unmeasured."""
+    freed, tau freed. Batches of small matrices take cuBLAS's batched geqrf instead (`_geqrf_looped`)."""
     a = args[0]
     if not registered(a):
         return NotImplemented
@@ -343,8 +343,6 @@ def _linalg_qr(cap, func, args, kwargs):
     m, n = a.size(-2), a.size(-1)
     k = min(m, n)
     batch = _batch(a)
-    if not _geqrf_looped(m, batch):
-        return NotImplemented
     cap.ops += 1
     op = "aten::linalg_qr"
     q, r = func(*args, **kwargs)
@@ -357,7 +355,15 @@ def _linalg_qr(cap, func, args, kwargs):
     if not (compute_q and q.size(-1) == n) and r.size(-2) != m:
         clone = cap.malloc(a.numel() * a.element_size(), op, "temporary")
     tau = cap.malloc(batch * k * a.element_size(), op, "temporary")
-    _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    if _geqrf_looped(m, batch):
+        _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    else:
+        # `apply_geqrf_batched` (cuda/linalg/BatchLinearAlgebraLibBlas.cpp): `get_device_pointers` of
+        # the matrices, then of tau (int64 `arange`s, 8 bytes a matrix), geqrfBatched on the handle
+        pointers = cap.malloc(8 * batch, op, "temporary")
+        tau_pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("geqrfBatched", a.dtype)
+        del tau_pointers, pointers
     if compute_q:
         qm, qn = q.size(-2), q.size(-1)
         _cusolver_loop(cap, orgqr_workspace, (qm, qn, k, a.dtype), batch, "orgqr", op)
