@@ -1130,6 +1130,53 @@ def test_encode_jpeg_on_the_gpu_takes_a_4_4_4_bitstream():
         assert encode_jpeg(gradient.cuda(), quality=90).numel() == 11137
 
 
+def test_as_subclass_keeps_its_values_and_compiles_as_without_the_twin():
+    # `as_subclass` aliases its tensor (python_variable.cpp THPVariable_as_subclass: self.alias(),
+    # with the dispatch modes stashed): torchvision's tv_tensors wrap every tensor so
+    # (`BoundingBoxes._wrap`), and boxes built on the GPU read as zeros after it (blind267 probe).
+    # Compiled, dynamo must see PyTorch's method: the same graphs and breaks as on the host (a
+    # patched function broke `(x * 2).as_subclass(Sub)`'s graph, 1ceaf44a)
+    from torch._dynamo.utils import counters
+    from torchvision import tv_tensors
+
+    class Sub(torch.Tensor):
+        pass
+
+    def g(x):
+        return (x * 2).as_subclass(Sub).sin()
+
+    def h(b):
+        return b.as_subclass(torch.Tensor) * 2
+
+    def compiled(dev):
+        seen = []
+        for f, x in (
+            (g, torch.randn(8, 64, device=dev)),
+            (h, torch.randn(8, 64, device=dev).as_subclass(Sub)),
+        ):
+            torch._dynamo.reset()
+            counters.clear()
+            for _ in range(2):
+                y = torch.compile(f)(x)
+            seen.append((type(y), sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]))
+        return seen
+
+    with vramscope.capture() as cap:
+        t = torch.tensor([[10.0, 20.0, 100.0, 200.0]], device="cuda")
+        s = t.as_subclass(Sub)
+        assert type(s) is Sub and s.tolist() == [[10.0, 20.0, 100.0, 200.0]]
+        assert s.as_subclass(torch.Tensor).tolist() == [[10.0, 20.0, 100.0, 200.0]]
+        boxes = tv_tensors.BoundingBoxes(t, format="XYXY", canvas_size=(300, 400))
+        assert (boxes[:, 2] - boxes[:, 0]).tolist() == [90.0]
+        twin = compiled("cuda")
+    assert not cap.warned
+    assert twin == compiled("cpu") == [(Sub, 0, 1), (torch.Tensor, 1, 1)]
+    assert torch.Tensor.as_subclass is _AS_SUBCLASS_OUTSIDE
+
+
+_AS_SUBCLASS_OUTSIDE = torch.Tensor.as_subclass
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")
