@@ -631,3 +631,38 @@ def test_the_benchmark_table_holds_the_benchmark_sweeps_searches(tmp_path):
     more = conv_benchmark_table.sweep_problems([str(tmp_path / "b2")])
     assert len(more) == 7_158
     assert all(table[conv_benchmark_table._key(p)]["search_workspace"] == p["search_workspace"] for p in more)
+
+
+def test_the_table_holds_blind266_to_268s_problems_measured_on_an_h100(tmp_path):
+    # fixtures/run/conv_sweep_blind266_268_h100.tar.xz (session 61): `conv_sweep.py run
+    # conv_problems_blind26N.json` on an H100, every item reached; the H100's heuristics choices are
+    # the H200's where both measured (cudnn_conv_h100.txt against this table), so the table holds them
+    _extract(tmp_path, "conv_sweep_blind266_268_h100.tar.xz", (".jsonl", ".err"))
+    root = tmp_path / "conv_sweep_blind266_268_h100"
+    counts = {}
+    for n in (266, 267, 268):
+        table, swept, auto = _swept_and_in_the_table(root / f"cs{n}")
+        counts[n] = (len(swept), len(auto))
+    assert counts == {266: (30, 3), 267: (240, 3), 268: (231, 0)}
+    # blind268/ji04's batch-2 640 x 368 cascade convolution, as its conv-peak probe read it too
+    one = "wgrad float32 nchw 0 2,36,640,368 18,36,3,3 1,1 1,1 1,1 0,0 1"
+    assert table[one] == 107_800_623
+
+
+def test_the_benchmark_table_holds_the_wild_programs_searches_measured_on_an_h100(tmp_path):
+    # fixtures/run/cudnn_benchmark_sweep_wild_h100.tar.xz (session 61): `conv_sweep.py run-benchmark
+    # fixtures/run/wild_benchmark_problems.json` on an H100, 594 of the 596 items (two over the operand
+    # limit); every search is in the table as read, marked as the H100's, none near its free memory
+    import lzma
+
+    import conv_benchmark_table
+
+    _extract(tmp_path, "cudnn_benchmark_sweep_wild_h100.tar.xz", (".jsonl",))
+    swept = conv_benchmark_table.sweep_problems([str(tmp_path / "b3")])
+    assert len(swept) == 1_782
+    with lzma.open(ROOT / "python" / "vramscope" / "cudnn_benchmark_h200.json.xz", "rt") as f:
+        table = {conv_benchmark_table._key(p): p for p in json.load(f)["problems"]}
+    for p in swept:
+        entry = table[conv_benchmark_table._key(p)]
+        assert (entry["search_workspace"], entry["gpu"]) == (p["search_workspace"], "H100")
+    assert max(p["search_workspace"] / p["free"] for p in swept) < 0.15

@@ -25,7 +25,8 @@ under `cudnn_convolution_transpose_backward_input`). Each record's searches are 
 while their sum is what its first call requested beyond its second (the plans alone); a problem
 whose sum does not match is reported on stderr and left out.
 
-    python conv_benchmark_table.py [TABLE.json[.xz]] [GPU.jsonl ...] --sweep DIR [DIR ...] | xz -9e > ...
+    python conv_benchmark_table.py [TABLE.json[.xz]] [GPU.jsonl ...] [--sweep-gpu H100] \
+        --sweep DIR [DIR ...] | xz -9e > ...
     python conv_benchmark_table.py --affine DIR [DIR ...]     (is the search workspace affine in the batch?)
 
 Adds `conv_sweep.py run-benchmark`'s lines (DIR/w*.jsonl): each item's forward, dgrad and wgrad
@@ -310,6 +311,12 @@ def main():
     dev = Device("h200")
     problems, seen = [], set()
     argv = sys.argv[1:]
+    gpu = None
+    if "--sweep-gpu" in argv:
+        # the sweeps' GPU where it is not an H200 (its entries say so: `gpu`)
+        i = argv.index("--sweep-gpu")
+        gpu = argv[i + 1]
+        del argv[i : i + 2]
     sweeps = argv[argv.index("--sweep") + 1 :] if "--sweep" in argv else []
     tables = []
     for arg in argv[: len(argv) - len(sweeps) - bool(sweeps)]:
@@ -360,7 +367,11 @@ def main():
                     "search_workspace": extra - plan,
                 }
             )
-    problems = same_search(merged(tables, problems, sweep_problems(sweeps)))
+    swept = sweep_problems(sweeps)
+    if gpu:
+        for p in swept:
+            p["gpu"] = gpu
+    problems = same_search(merged(tables, problems, swept))
     doc = {
         "about": (
             "cuDNN benchmark mode's search workspace (bytes) by convolution problem (forward, dgrad, "
@@ -372,7 +383,12 @@ def main():
             "workspace, a backward's from the H200 history. Entries with plan_workspace: conv_sweep.py "
             "run-benchmark (fixtures/run/cudnn_benchmark_sweep_h200.tar.xz), the first call's bytes "
             "beyond its outputs less the second's; plan_workspace the second's (the timed plan's), free "
-            "the device's free memory before the item."
+            "the device's free memory before the item. Entries with gpu H100: the same sweep of the 596 "
+            "problems the wild programs looked up and the table lacked "
+            "(fixtures/run/wild_benchmark_problems.json) on an H100 80GB HBM3 "
+            "(fixtures/run/cudnn_benchmark_sweep_wild_h100.tar.xz, session 61): its free memory (70.7 to "
+            "84.5 GB, not an H200's ~150) bounded the plans each search kept; their searches reach 11.7 "
+            "GB, 14% of it, and their timed plans are the H100's fastest."
         ),
         "problems": problems,
     }
