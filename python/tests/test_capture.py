@@ -2241,6 +2241,25 @@ def test_torch_compile_of_a_conv1d_over_a_transposed_input_needs_no_device(dtype
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_traces_a_tensor_invert_in_one_graph_as_the_gpu_does():
+    # `~mask` in a compiled region (TimesFM's `_timesfm_shift_padded_seq`, transformers' masks):
+    # under a function mode dynamo sends it to the mode as `Tensor.__invert__`, which the twin
+    # replaces (`_compile._invert`); its call of the original slot was a function dynamo cannot
+    # trace ("Dynamo does not know how to trace the builtin TensorBase.__invert__"), a graph break
+    # a plain run has not (the rest of the frame ran eagerly)
+    torch._dynamo.reset()
+
+    def f(x):
+        m = x > 0
+        keep = ~m.any(dim=1)
+        return x * 2 + keep[:, None].float() + (~m).sum()
+
+    with vramscope.capture() as cap:
+        y = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 16)
+    assert cap.report()["unmeasured"] == []
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's

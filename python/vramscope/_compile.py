@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 import os
 import types
 import warnings
@@ -1769,6 +1770,11 @@ def _invert(original):
     `_safe_softmax` that Inductor's fake-tensor pass runs over a graph with dynamic shapes)."""
 
     def invert(self):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces this wrapper (the mode is handed it for `~t`: builtin.py's
+            # BUILTIN_TO_TENSOR_FN_MAP reads `Tensor.__invert__`), and cannot trace `original`, the C
+            # slot: the operator is what a plain run's graph records for `~t`
+            return operator.invert(self)
         if isinstance(self, torch._subclasses.fake_tensor.FakeTensor) and self.device.type == "cuda":
             return torch.ops.aten.bitwise_not.default(self)
         return original(self)
