@@ -2260,6 +2260,21 @@ def test_torch_compile_traces_a_tensor_invert_in_one_graph_as_the_gpu_does():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_traces_get_device_in_one_graph_as_the_gpu_does():
+    # `t.get_device()` in a compiled region: dynamo inlines the twin's own `Tensor.get_device`,
+    # whose C calls it cannot trace (`is_functorch_wrapped_tensor`): a graph break (an error
+    # under fullgraph) where a plain run's trace makes a constant of it (`method_get_device`)
+    torch._dynamo.reset()
+
+    def f(x):
+        return x * 2 + x.get_device(), x.get_device()
+
+    with vramscope.capture() as cap:
+        y, index = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 16) and index == 0
+    assert cap.report()["unmeasured"] == []
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's
