@@ -2288,6 +2288,57 @@ def test_torch_compile_of_a_conv1d_over_a_transposed_input_needs_no_device(dtype
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_traces_a_tensor_invert_in_one_graph_as_the_gpu_does():
+    # `~mask` in a compiled region (TimesFM's `_timesfm_shift_padded_seq`, transformers' masks):
+    # under a function mode dynamo sends it to the mode as `Tensor.__invert__`, which the twin
+    # replaces (`_compile._invert`); its call of the original slot was a function dynamo cannot
+    # trace ("Dynamo does not know how to trace the builtin TensorBase.__invert__"), a graph break
+    # a plain run has not (the rest of the frame ran eagerly)
+    torch._dynamo.reset()
+
+    def f(x):
+        m = x > 0
+        keep = ~m.any(dim=1)
+        return x * 2 + keep[:, None].float() + (~m).sum()
+
+    with vramscope.capture() as cap:
+        y = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 16)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_traces_get_device_in_one_graph_as_the_gpu_does():
+    # `t.get_device()` in a compiled region: dynamo inlines the twin's own `Tensor.get_device`,
+    # whose C calls it cannot trace (`is_functorch_wrapped_tensor`): a graph break (an error
+    # under fullgraph) where a plain run's trace makes a constant of it (`method_get_device`)
+    torch._dynamo.reset()
+
+    def f(x):
+        return x * 2 + x.get_device(), x.get_device()
+
+    with vramscope.capture() as cap:
+        y, index = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 16) and index == 0
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_makes_a_tensor_from_python_data_on_the_gpu():
+    # `torch.tensor(data, device=x.device)` in a compiled region is a CUDA tensor on the GPU. The
+    # twin made it on the host and its copy to `cuda` stayed there: the result read `cpu`, and
+    # multiplied with a CUDA tensor Inductor's device check failed ("found two different devices"),
+    # the graph ran eagerly and raised
+    torch._dynamo.reset()
+
+    def f(x):
+        w = torch.tensor([1.0, 2.0], device=x.device)
+        return x[:, :2] * w, torch.as_tensor([3.0], device="cuda") * 2
+
+    with vramscope.capture() as cap:
+        y, z = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 2) and y.is_cuda and z.is_cuda
+    assert cap.report()["unmeasured"] == []
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 import os
 import types
 import warnings
@@ -1531,7 +1532,18 @@ def _from_data(original):
 
     def make(data, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "cuda":
-            return original(data, *args, **kwargs).to(device)
+            if isinstance(data, torch.Tensor):
+                return original(data, *args, **kwargs).to(device)
+            # Python data: the host's values copied into a factory's buffer, which the trace's
+            # relabelling makes the GPU's (`_relabel_graph`). The host tensor's own `.to(device)`
+            # stayed on the host (the trace's copies to `cuda` do, `_torch_function`) and, a lifted
+            # constant rather than a factory, was not relabelled: the program's tensor was the
+            # host's (an output on `cpu`; `cuda_x * torch.tensor(..., device=...)` failed
+            # Inductor's device check, ran eagerly and raised). (The GPU holds the constant itself
+            # on the device from compile time on, 512 bytes a constant, which this does not.)
+            grad = kwargs.pop("requires_grad", False)
+            host = original(data, *args, **kwargs)
+            return torch.empty_like(host).copy_(host).requires_grad_(grad)
         return original(data, *args, device=device, **kwargs)
 
     make.__name__ = original.__name__
@@ -1769,6 +1781,11 @@ def _invert(original):
     `_safe_softmax` that Inductor's fake-tensor pass runs over a graph with dynamic shapes)."""
 
     def invert(self):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces this wrapper (the mode is handed it for `~t`: builtin.py's
+            # BUILTIN_TO_TENSOR_FN_MAP reads `Tensor.__invert__`), and cannot trace `original`, the C
+            # slot: the operator is what a plain run's graph records for `~t`
+            return operator.invert(self)
         if isinstance(self, torch._subclasses.fake_tensor.FakeTensor) and self.device.type == "cuda":
             return torch.ops.aten.bitwise_not.default(self)
         return original(self)
