@@ -2208,6 +2208,57 @@ def test_torch_compile_graph_break_runs_both_graphs():
     assert cap.report()["unmeasured"] == []
 
 
+def test_a_graph_inductor_cannot_compile_runs_eagerly_on_the_gpus_devices(monkeypatch):
+    # the twin's fallback where Inductor fails on a graph (named unmeasured): dynamo traced it on
+    # the host, so run as traced its factories and copies for `cuda` made host tensors that met the
+    # simulated ones ("Tensor on device cpu is not on the expected device meta!"); now its
+    # `device=` arguments are cuda again, as for another backend
+    import torch._inductor.compile_fx as compile_fx
+
+    def fails(*args, **kwargs):
+        raise NotImplementedError("forced")
+
+    monkeypatch.setattr(compile_fx, "compile_fx", fails)
+    torch._dynamo.reset()
+
+    def f(x):
+        c = torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device).expand(16, 4)
+        m = torch.triu(torch.ones(16, 16, dtype=torch.bool, device=x.device))
+        y = torch.cat([x.masked_fill(m, 0), c], dim=-1)
+        return y, y.sum().cpu()
+
+    with vramscope.capture() as cap:
+        y, s = torch.compile(f)(torch.zeros(16, 16, device="cuda"))
+        assert y.device.type == "cuda" and s.device.type == "cpu"
+        assert y[3, -4:].tolist() == [1.0, 2.0, 3.0, 4.0] and s.item() == 160.0
+    assert cap.report()["unmeasured"] == ["a graph Inductor could not compile here (run eagerly: forced)"]
+    torch._dynamo.reset()
+
+
+def test_torch_compile_of_a_constant_from_python_data_and_a_zero_item_needs_no_device():
+    # `torch.tensor(data, device="cuda")` in a compiled region: the GPU's constant is CUDA
+    # (internal_new_from_data copies it to the device before lift_fresh); traced on the host it
+    # was the host's, and Inductor refused `cat` of it with a CUDA tensor ("found two different
+    # devices cuda:0, cpu"): the graph ran eagerly, and failed. A `.item()` the twin reads as zero
+    # made `x * 0`, whose constant folding made a real CUDA tensor ("Found no NVIDIA driver")
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.cat([x[0], torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)])
+
+    def g(x):
+        s = (x.abs() > 1).sum().item()
+        return x * s
+
+    with vramscope.capture() as cap:
+        x = torch.randn(16, 8, device="cuda")
+        y = torch.compile(f)(x)
+        assert y.shape == (12,) and y[8:].tolist() == [1.0, 2.0, 3.0, 4.0]
+        assert torch.compile(g)(x).shape == (16, 8)
+    assert cap.report()["unmeasured"] == []
+    torch._dynamo.reset()
+
+
 def test_blocks_compiled_one_by_one_share_their_graph_and_trace_a_checkpointed_rms_norm():
     # torchtitan's `apply_compile`: each block `torch.compile(block, fullgraph=True)` (here a
     # checkpointed one, with RMSNorm). The GPU's backends are equal by value, so dynamo's cache
