@@ -61,11 +61,15 @@ def main():
     )
     path = lambda name: os.path.join(fx, name)  # noqa: E731
     total = [0] * 6
-    misses = []
+    misses, tallied = [], []
     for s, g in sets(fx):
         if not fixture(path(f"answers_blind{s}_{g}.jsonl")):
-            print(f"blind{s}: recorded on an {g.upper()}, no answers_blind{s}_{g}.jsonl yet: left out of the totals")
+            print(
+                f"blind{s}: recorded on an {g.upper()}, no answers_blind{s}_{g}.jsonl yet:"
+                " left out of the totals"
+            )
             continue
+        tallied.append(s)
         gpu = load(path(f"run_blind{s}_{g}.jsonl"))
         answered = load(path(f"answers_blind{s}_{g}.jsonl"))
         if s == "21":
@@ -85,7 +89,7 @@ def main():
         )
         misses += [(s, *m) for m in miss]
     n, p, w0, e0, w1, e1 = total
-    dirs = len({re.match(r"\d+", s).group() for s, _ in sets(fx)})  # blind4b is blind4's d07, d08
+    dirs = len({re.match(r"\d+", s).group() for s in tallied})  # blind4b is blind4's d07, d08
     print(
         f"{dirs} sets, {n} scripts, {p} phases: as answered {w0} within, {e0} phases exact; "
         f"latest {w1} within, {e1} phases exact "
