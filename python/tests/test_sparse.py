@@ -656,3 +656,25 @@ def test_semi_structured_linear_under_inference_mode_takes_the_subclass_linear()
             x = x.as_strided((32, 128, 768), (128, 1, 4096))
             y = lin(x)
         assert y.shape == (32, 128, 3072)
+
+
+def test_sparse_softmax_and_its_backward_run_with_their_outputs_counted():
+    # blind271 probing (a GAT's attention by `torch.sparse.softmax` over COO scores): the twin raised
+    # "no rule ... and no meta kernel" where the GPU runs `softmax_sparse_cuda` (sparse/cuda/SoftMax.cu):
+    # the coalesced input's indices and values' sizes again for the output (values first, then the
+    # indices copied), the backward's gradient likewise; the Thrust pools' scratch is named unmeasured
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.randint(0, 512, (2, 4096), device="cuda")
+        s = torch.sparse_coo_tensor(idx, torch.randn(4096, device="cuda"), (512, 512)).coalesce()
+        s.requires_grad_()
+        nnz = s._nnz()
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        out = torch.sparse.softmax(s, 1)
+        grown = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
+        assert out.is_sparse and out._nnz() == nnz and grown == nnz * 4 + 2 * nnz * 8
+        (g,) = torch.autograd.grad(out.to_dense().sum(), s)
+        assert g.is_sparse and g._nnz() == nnz
+        log_out = torch.sparse.log_softmax(s.detach(), 0)
+        assert log_out._nnz() == nnz
+    assert any("_sparse_softmax" in u for u in cap.unmeasured)
+    assert any("_sparse_softmax_backward_data" in u for u in cap.unmeasured)

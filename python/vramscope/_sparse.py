@@ -449,6 +449,66 @@ def _coalesce(cap, func, args, kwargs):
 OPS[aten._coalesce.default] = _coalesce
 
 
+# ---- softmax over a sparse COO tensor --------------------------------------------------------
+
+
+def _sparse_softmax(cap, func, args, kwargs):
+    """`softmax_sparse_cuda` / `log_softmax_sparse_cuda` (sparse/cuda/SoftMax.cu): the input
+    coalesced (`softmax_sparse_input_preprocessing`), `empty_like_sparse_coo`, then the output's
+    values (`out_values.resize_as_(values)`) and indices (`resize_as_`, `copy_`); over a dense
+    dimension `softmax_cuda` of the values replaces the resized ones (`set_`); over a sparse one the
+    pools' offsets, sorted positions, sizes and max rows come from Thrust sorts and scans, scratch
+    the twin names unmeasured."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)) or kwargs:
+        return NotImplemented
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    coalesced = t if t.is_coalesced() else _coalesce(cap, aten._coalesce.default, (t,), {})
+    cap.ops += 1
+    indices, values = parts(coalesced)
+    sd = indices.shape[0]
+    dim = args[1] + t.dim() if args[1] < 0 else args[1]
+    new_values = _empty(cap, values.shape, values.dtype, op)
+    new_indices = _empty(cap, indices.shape, indices.dtype, op)
+    if values.numel() > 0:
+        if dim >= sd:
+            dense = _empty(cap, values.shape, values.dtype, op)
+            new_values = dense
+        else:
+            cap.note_unmeasured(f"{op}'s pools over a sparse dimension (Thrust sorts and scans, sparse COO)")
+    return _make(coalesced, new_indices, new_values, True, index_values(coalesced))
+
+
+OPS[aten._sparse_softmax.default] = _sparse_softmax
+OPS[aten._sparse_log_softmax.default] = _sparse_softmax
+
+
+def _sparse_softmax_backward(cap, func, args, kwargs):
+    """`softmax_backward_sparse_cuda` / `log_softmax_backward_sparse_cuda` (sparse/cuda/SoftMax.cu):
+    the gradient and the output coalesced, then the input's gradient over the output's pattern
+    (values `resize_as_` and zeroed, indices `resize_as_` and copied); the offsets, lower bounds and
+    pools (Thrust) or the dense backward per row are scratch the twin names unmeasured."""
+    grad, output = args[0], args[1]
+    if not (_sparse(grad) and _sparse(output) and registered(output)) or kwargs:
+        return NotImplemented
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    if not grad.is_coalesced():
+        grad = _coalesce(cap, aten._coalesce.default, (grad,), {})
+    if not output.is_coalesced():
+        output = _coalesce(cap, aten._coalesce.default, (output,), {})
+    cap.ops += 1
+    indices, values = parts(output)
+    new_values = _empty(cap, values.shape, values.dtype, op)
+    new_indices = _empty(cap, indices.shape, indices.dtype, op)
+    if values.numel() > 0:
+        cap.note_unmeasured(f"{op}'s offsets and pools (Thrust, sparse COO)")
+    return _make(output, new_indices, new_values, True, index_values(output))
+
+
+OPS[aten._sparse_softmax_backward_data.default] = _sparse_softmax_backward
+OPS[aten._sparse_log_softmax_backward_data.default] = _sparse_softmax_backward
+
+
 # ---- sparse_mask ------------------------------------------------------------------------------
 
 
