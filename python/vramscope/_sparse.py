@@ -520,6 +520,8 @@ def _sparse_mask(cap, func, args, kwargs):
     and the ones; the rows die, then the ones (the H200's order). The result takes the mask's
     coalesced flag."""
     t, mask = args[0], args[1]
+    if _sparse(t) and _sparse(mask) and registered(mask) and registered(t):
+        return _sparse_mask_of_sparse(cap, t, mask)
     if not (_sparse(mask) and registered(mask)) or _sparse(t) or not registered(t):
         return NotImplemented
     cap.ops += 1
@@ -540,6 +542,35 @@ def _sparse_mask(cap, func, args, kwargs):
 
 
 OPS[aten.sparse_mask.default] = _sparse_mask
+
+
+def _sparse_mask_of_sparse(cap, t, mask):
+    """`sparse_mask(t, mask)` of two COO tensors (sparse/SparseTensor.cpp; the backward of
+    `sparse_coo_tensor`'s values): the same tensor is returned as is; an empty mask or `t` gives a
+    clone of the mask; else `sparse_mask_intersection_out_stub` (SparseBinaryOpIntersectionKernel.cu)
+    makes new indices and values over the mask's pattern (its nnz, `t`'s dtype), the result taking
+    the mask's coalesced flag; the intersection's hashing, sorting and search scratch is named
+    unmeasured."""
+    if t is mask:
+        return t
+    indices, values = parts(mask)
+    nnz, sd = values.shape[0], indices.shape[0]
+    if nnz == 0 or mask.numel() == 0 or parts(t)[1].shape[0] == 0:
+        out = _clone(cap, aten.clone.default, (mask,), {})
+        if out.dtype != t.dtype:
+            out = _make(
+                mask,
+                parts(out)[0],
+                _empty(cap, values.shape, t.dtype, "aten::sparse_mask"),
+                mask.is_coalesced(),
+            )
+        return out
+    cap.ops += 1
+    op = "aten::sparse_mask"
+    new_indices = _empty(cap, (sd, nnz), indices.dtype, op)
+    new_values = _empty(cap, (nnz, *values.shape[1:]), t.dtype, op)
+    cap.note_unmeasured(f"{op} of a sparse tensor (the intersection's hashing and search scratch)")
+    return _make(mask, new_indices, new_values, mask.is_coalesced(), index_values(mask))
 
 
 # ---- add and sub --------------------------------------------------------------------------------
