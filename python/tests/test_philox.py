@@ -252,3 +252,24 @@ def test_a_binomial_draw_takes_its_fixed_offset():
         s = torch.distributions.Binomial(10, probs=torch.full((64, 512), 0.5, device="cuda")).sample()
         after = torch.cuda.get_rng_state()[8:].view(torch.int64).item()
         assert s.shape == (64, 512) and after - before == 44
+
+
+def test_gamma_and_dirichlet_draws_carry_host_values_not_zeros():
+    # blind271 probing: `_standard_gamma`'s and `_sample_dirichlet`'s results, made by `new_empty`,
+    # read as zeros (a Dirichlet row summing to 0 where `_s_dirichlet_cuda` normalises each to 1,
+    # a Beta mixup weight of 0); as for normal draws, their values are now the host's draw over the
+    # input's values
+    import vramscope
+
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(0)
+        g = torch._standard_gamma(torch.full((64,), 3.0, device="cuda"))
+        assert bool((g > 0).all())
+        dr = torch._sample_dirichlet(torch.full((4, 8), 3.0, device="cuda"))
+        assert torch.allclose(dr.sum(-1).cpu(), torch.ones(4))
+        lam = float(
+            torch.distributions.Beta(
+                torch.tensor(0.8, device="cuda"), torch.tensor(0.8, device="cuda")
+            ).sample()
+        )
+        assert 0.0 < lam < 1.0
