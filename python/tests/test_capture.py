@@ -2048,6 +2048,28 @@ def test_torch_compile_routing_mask_from_carried_values_counts_as_eagerly():
         torch._dynamo.reset()
 
 
+def test_torch_compile_host_run_of_a_kernel_dividing_zeros_warns_nothing():
+    # a Triton kernel over carried values runs on the host under Triton's interpreter, whose numpy
+    # ops warned "invalid value encountered in divide" on 0 / 0 (timm's `kron` preconditioner); the
+    # GPU's division gives NaN silently, as the interpreter's result does
+    import warnings
+
+    with vramscope.capture():
+
+        @torch.compile(fullgraph=True)
+        def f(a, b):
+            return a / b + 1
+
+        a = torch.zeros(8, device="cuda")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            y = f(a, torch.zeros(8, device="cuda"))
+            values = y.tolist()
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []
+    assert all(v != v for v in values)  # NaN, as on the GPU
+    torch._dynamo.reset()
+
+
 def test_torch_compile_while_loop_runs_every_iteration():
     # the predicate `i < 5` and the step `i + 1` are Triton kernels over a counter the twin
     # carries: run on the host, the loop runs its 5 iterations (before: the predicate read zeros
