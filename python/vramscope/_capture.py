@@ -2413,17 +2413,18 @@ class Capture:
     def _note_malloc_async(self) -> None:
         """`backend:cudaMallocAsync` (CUDAMallocAsyncAllocator.cpp): `memory_allocated()` is the
         driver pool's used memory, the bytes requested; `memory_reserved()` its reserved memory,
-        the most used since the last `empty_cache` in the pool's 32 MiB granules (the H200's,
-        `malloc_async.rs`), which the live blocks' spread over granules can exceed: named
-        unmeasured. A key of the native allocator in the environment's settings shows no warning:
-        `CUDAAllocatorConfig::parseArgs`'s TORCH_WARN ("ignores max_split_size_mb, ...") reached
+        the pool's mapped 32 MiB granules, the blocks laid out first fit in address order across
+        granules and a trim keeping every granule a live block touches (the H100's,
+        `malloc_async.rs`); the driver's own placement rule is named unmeasured. A key of the native
+        allocator in the environment's settings shows no warning: `CUDAAllocatorConfig::parseArgs`'s
+        TORCH_WARN ("ignores max_split_size_mb, ...") reached
         neither Python's warnings nor stderr on the H200 (session 60, ma60_malloc_async.py's
         `backend:cudaMallocAsync,pinned_num_register_threads:8`)."""
         self.note_unmeasured(
             "backend:cudaMallocAsync (the driver's pool)",
-            "backend:cudaMallocAsync: reserved memory is the driver's pool, taken as the most "
-            "allocated since the last empty_cache in 32 MiB granules (more where freed blocks "
-            "leave the live ones spread); memory_allocated() is the bytes requested",
+            "backend:cudaMallocAsync: reserved memory is the driver's pool, taken as the 32 MiB "
+            "granules its live blocks touch, laid out first fit (the driver's placement rule is "
+            "unmeasured); memory_allocated() is the bytes requested",
         )
 
     def set_allocator_settings(self, env: str) -> None:

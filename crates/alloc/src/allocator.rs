@@ -595,18 +595,16 @@ impl<D: Device> CachingAllocator<D> {
     /// the driver's pool holds its reserved memory in place of the twin's
     /// segments (release threshold `UINT64_MAX`, `lazy_init_device`: freed
     /// memory stays mapped until a trim; the H200's used memory grew by the
-    /// pool's 96 MiB, session 60's ma60_malloc_async.py).
+    /// pool's 96 MiB, session 60's ma60_malloc_async.py), and the first
+    /// allocation's memory beyond the pool (`malloc_async.rs`).
     pub fn mem_info(&self) -> (u64, u64) {
         let (free, total) = self.device.mem_info();
         match &self.malloc_async {
             None => (free, total),
-            Some(p) => {
-                let reserved = p.reserved(&self.stats.requested_bytes) as u64;
-                (
-                    (free + self.total_allocated_memory).saturating_sub(reserved),
-                    total,
-                )
-            }
+            Some(p) => (
+                (free + self.total_allocated_memory).saturating_sub(p.device_bytes()),
+                total,
+            ),
         }
     }
     /// `torch.cuda.set_per_process_memory_fraction(fraction)`
@@ -829,7 +827,7 @@ impl<D: Device> CachingAllocator<D> {
                 reserved_bytes: self.stats.reserved_bytes.all().current as u64,
                 // (the driver's pool runs out where the twin's segments do:
                 // unmeasured)
-                malloc_async: self.malloc_async.map(|p| p.oom(used, orig_size)),
+                malloc_async: self.malloc_async.as_ref().map(|p| p.oom(used, orig_size)),
             });
         };
         if let Some((fits, other_rule)) = self.fits.as_mut() {
@@ -1011,9 +1009,10 @@ impl<D: Device> CachingAllocator<D> {
             self.stats.oversize_allocations.decrease(1);
         }
         if self.b(id).has_stream_uses {
-            if self.malloc_async.is_some() {
+            if let Some(p) = self.malloc_async.as_mut() {
                 // `freeAsync`: `pytorch_used_bytes` (and the pool's used memory) drop at the free;
                 // the unifying stream's events only order the memory's reuse
+                p.free(addr);
                 self.stats.requested_bytes.decrease(small, requested);
                 self.bm(id).requested_size = 0;
             }
@@ -1175,10 +1174,11 @@ impl<D: Device> CachingAllocator<D> {
     #[cold]
     fn async_limit(&mut self, orig_size: u64) -> Result<(), OutOfMemory> {
         let used = self.stats.requested_bytes.all().current as u64;
-        let Some(oom) = self
-            .malloc_async
-            .and_then(|p| p.over_limit(used, orig_size))
-        else {
+        let Some(oom) = self.malloc_async.as_mut().and_then(|p| {
+            // `lazy_init_device` runs before the check
+            p.init();
+            p.over_limit(used, orig_size)
+        }) else {
             return Ok(());
         };
         let (device_free, device_total) = self.mem_info();
@@ -1700,6 +1700,10 @@ impl<D: Device> CachingAllocator<D> {
         }
         s.allocated_bytes.increase(small, bsize);
         s.requested_bytes.increase(small, orig_size);
+        if let Some(p) = self.malloc_async.as_mut() {
+            p.malloc(addr, orig_size);
+        }
+        let s = &mut self.stats;
         if s.active_apart {
             s.active.increase(small, 1);
             s.active_bytes.increase(small, bsize);
@@ -1759,6 +1763,9 @@ impl<D: Device> CachingAllocator<D> {
             s.active_bytes.decrease(small, orig_size);
         }
         s.requested_bytes.decrease(small, requested);
+        if let Some(p) = self.malloc_async.as_mut() {
+            p.free(addr);
+        }
     }
 
     /// `try_merge_blocks(dst, src)`: the size subsumed, or 0.

@@ -10,22 +10,143 @@
 //! other statistic is zero. The used memory is the bytes requested
 //! (`pytorch_used_bytes`, which the limit and the out-of-memory message
 //! read; the H200's `UsedMemCurrent` is that sum, byte for byte, for sizes
-//! of 1 byte to 100 MiB + 4 MiB). The reserved memory is the most used since
-//! the last trim rounded up to the pool's 32 MiB granule (the H200, session
-//! 60's validation/run/probes/ma60_malloc_async.py: 32 MiB for 1 byte to
-//! 6 MiB, kept by a trim with 4 MiB alive, 128 MiB once 104 MiB were alive);
-//! where freed allocations leave the live ones spread over more granules
-//! than their sum needs, the pool holds more (not modelled, named so by the
-//! caller).
+//! of 1 byte to 100 MiB + 4 MiB). The reserved memory is the pool's
+//! mapped 32 MiB granules ([`PoolLayout`]): a block lies in the pool's
+//! address space, across granules where it falls so, and a trim unmaps
+//! every granule that no live block touches (the H100's
+//! validation/run/probes/mx61_async_pool.py,
+//! fixtures/run/probes/mx61_async_pool_h100.txt).
+
+use std::collections::{BTreeMap, HashMap};
 
 use crate::format::format_size;
 use crate::stats::{DeviceStats, StatArray};
 
-/// The granule the driver's pool reserves and trims in (the H200's).
-const POOL_GRANULE: i64 = 32 << 20;
+/// The granule the driver's pool reserves and trims in (the H200's and the
+/// H100's).
+const POOL_GRANULE: u64 = 32 << 20;
+
+/// A block's alignment in the pool: the 256 bytes the CUDA programming
+/// guide promises for every allocation (the driver's own sub-allocation
+/// granularity is unmeasured).
+const POOL_ALIGN: u64 = 256;
+
+/// The device memory beyond the pool that the first allocation takes and
+/// keeps (`cudaMemGetInfo`'s used memory less `memory_reserved()`: 70 MiB
+/// from the first allocation on, through every trim, on the H100,
+/// mx61_async_pool_h100.txt). `lazy_init_device` runs then: it sets the
+/// default pool's attributes and calls `getStreamFromPool`, whose first
+/// call creates the device's stream pools (`initDeviceStreamState`:
+/// `kStreamsPerPool` streams per priority); how the 70 MiB divide between
+/// them is unmeasured.
+const POOL_INIT_BYTES: u64 = 70 << 20;
+
+/// Where the pool's live blocks lie and which granules it has mapped. The
+/// H100's pool (mx61_async_pool_h100.txt) packs blocks in address order
+/// across granule boundaries (three 20 MiB blocks: 64 MiB; the first and
+/// last freed, a trim keeps both granules the middle one touches), reuses
+/// a freed hole only where the block fits it (a 12 MiB block beside holes
+/// of 4 and 10 MiB, a 30 MiB block beside four 8 MiB holes: a granule
+/// more). A block goes to the first free range in mapped granules that
+/// holds it, or else the first free range that holds it, its granules
+/// mapped (first fit as opposed to best fit, and where a grown pool puts
+/// the block, are unmeasured: the probe's lines read the same either way).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PoolLayout {
+    /// offset in the pool -> aligned length, of every live block
+    live: BTreeMap<u64, u64>,
+    /// the twin's address of a live block -> its offset in the pool
+    at: HashMap<u64, u64>,
+    /// whether each granule (from offset 0) is mapped
+    mapped: Vec<bool>,
+    /// how many are
+    mapped_count: u64,
+}
+
+impl PoolLayout {
+    fn granules(off: u64, len: u64) -> std::ops::Range<usize> {
+        (off / POOL_GRANULE) as usize..(off + len).div_ceil(POOL_GRANULE) as usize
+    }
+
+    fn is_mapped(&self, g: usize) -> bool {
+        self.mapped.get(g).copied().unwrap_or(false)
+    }
+
+    /// The free ranges between live blocks, the last one unbounded.
+    fn gaps(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let ends = std::iter::once(0).chain(self.live.iter().map(|(&o, &l)| o + l));
+        let starts = self.live.keys().copied().chain(std::iter::once(u64::MAX));
+        ends.zip(starts).filter(|&(s, e)| e > s)
+    }
+
+    /// The first offset in `(start, end)` where `len` bytes lie in mapped
+    /// granules alone.
+    fn fit_mapped(&self, (start, end): (u64, u64), len: u64) -> Option<u64> {
+        let mut pos = start;
+        while end.checked_sub(pos).is_some_and(|room| room >= len) {
+            let g = Self::granules(pos, len);
+            if g.start >= self.mapped.len() {
+                return None;
+            }
+            match g.clone().rev().find(|&i| !self.is_mapped(i)) {
+                None => return Some(pos),
+                Some(u) => pos = (u as u64 + 1) * POOL_GRANULE,
+            }
+        }
+        None
+    }
+
+    /// `cudaMallocAsync(size)` of the block the twin keeps at `addr`.
+    fn malloc(&mut self, addr: u64, size: u64) {
+        let len = size.max(1).next_multiple_of(POOL_ALIGN);
+        let off = self
+            .gaps()
+            .find_map(|gap| self.fit_mapped(gap, len))
+            .or_else(|| self.gaps().find(|&(s, e)| e - s >= len).map(|g| g.0))
+            .expect("the last free range is unbounded");
+        for g in Self::granules(off, len) {
+            if g >= self.mapped.len() {
+                self.mapped.resize(g + 1, false);
+            }
+            if !self.mapped[g] {
+                self.mapped[g] = true;
+                self.mapped_count += 1;
+            }
+        }
+        self.live.insert(off, len);
+        self.at.insert(addr, off);
+    }
+
+    /// `cudaFreeAsync` of the block at the twin's `addr` (once only).
+    fn free(&mut self, addr: u64) {
+        if let Some(off) = self.at.remove(&addr) {
+            self.live.remove(&off);
+        }
+    }
+
+    /// `cudaMemPoolTrimTo(pool, 0)`: every granule no live block touches
+    /// is unmapped.
+    fn trim(&mut self) {
+        let mut keep = vec![false; self.mapped.len()];
+        for (&off, &len) in &self.live {
+            for g in Self::granules(off, len) {
+                keep[g] = true;
+            }
+        }
+        while keep.last() == Some(&false) {
+            keep.pop();
+        }
+        self.mapped_count = keep.iter().filter(|&&k| k).count() as u64;
+        self.mapped = keep;
+    }
+
+    fn reserved(&self) -> i64 {
+        (self.mapped_count * POOL_GRANULE) as i64
+    }
+}
 
 /// The default pool of the device as the twin keeps it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct AsyncPool {
     /// `pytorch_memory_limits[device]`: `None` until
     /// `set_per_process_memory_fraction` (`UINT64_MAX`).
@@ -34,12 +155,12 @@ pub(crate) struct AsyncPool {
     /// `reset_peak_memory_stats` (the requested stat's own peak covers the
     /// open one).
     used_peak: i64,
-    /// The reserved memory's lower bound over the intervals closed since
-    /// the last trim, or what the trim left.
-    reserved_base: i64,
-    /// The reserved memory's peak over the intervals closed since the last
-    /// `reset_peak_memory_stats`.
+    /// The reserved memory's peak since the last `reset_peak_memory_stats`.
     reserved_peak: i64,
+    /// The live blocks and mapped granules.
+    layout: PoolLayout,
+    /// `lazy_init_device` has run (the first allocation).
+    initialized: bool,
 }
 
 /// Why a `cudaMallocAsync` failed: the figures of PyTorch's message.
@@ -74,30 +195,47 @@ impl AsyncPool {
         }
     }
 
-    /// The reserved memory now: the most used since the last trim, in whole
-    /// granules.
-    pub(crate) fn reserved(&self, requested: &StatArray) -> i64 {
-        let most = self.reserved_base.max(requested.all().peak);
-        (most + POOL_GRANULE - 1) / POOL_GRANULE * POOL_GRANULE
+    /// The reserved memory now: the pool's mapped granules.
+    pub(crate) fn reserved(&self) -> i64 {
+        self.layout.reserved()
     }
 
-    /// `emptyCache`: `cudaMemPoolTrimTo(pool, 0)` leaves what backs the
-    /// allocations alive. The caller then resets the requested stat's peak.
+    /// The device memory the pool and its first allocation hold
+    /// (`cudaMemGetInfo` sees them): the mapped granules and
+    /// [`POOL_INIT_BYTES`] from the first allocation on.
+    pub(crate) fn device_bytes(&self) -> u64 {
+        self.reserved() as u64 + if self.initialized { POOL_INIT_BYTES } else { 0 }
+    }
+
+    /// `mallocAsync`'s `lazy_init_device`, before the limit's check.
+    pub(crate) fn init(&mut self) {
+        self.initialized = true;
+    }
+
+    /// `cudaMallocAsync` of `size` bytes for the block at the twin's `addr`.
+    pub(crate) fn malloc(&mut self, addr: u64, size: u64) {
+        self.layout.malloc(addr, size);
+        self.reserved_peak = self.reserved_peak.max(self.reserved());
+    }
+
+    /// `cudaFreeAsync` of the block at the twin's `addr` (a second call is
+    /// a no-op).
+    pub(crate) fn free(&mut self, addr: u64) {
+        self.layout.free(addr);
+    }
+
+    /// `emptyCache`: `cudaMemPoolTrimTo(pool, 0)` unmaps the granules no
+    /// live block touches. The caller then resets the requested stat's peak.
     pub(crate) fn trim(&mut self, requested: &StatArray) {
-        let all = requested.all();
-        let reserved = self.reserved(requested);
-        self.reserved_peak = self.reserved_peak.max(reserved);
-        self.used_peak = self.used_peak.max(all.peak);
-        self.reserved_base = all.current;
+        self.used_peak = self.used_peak.max(requested.all().peak);
+        self.layout.trim();
     }
 
     /// `resetPeakStats`: `ReservedMemHigh` and `UsedMemHigh` set to 0, which
     /// the driver takes as their current values. The caller then resets the
     /// requested stat's peak.
     pub(crate) fn reset_peak(&mut self, requested: &StatArray) {
-        let reserved = self.reserved(requested);
-        self.reserved_base = reserved;
-        self.reserved_peak = reserved;
+        self.reserved_peak = self.reserved();
         self.used_peak = requested.all().current;
     }
 
@@ -105,7 +243,7 @@ impl AsyncPool {
     /// (`max_split_size` too: `DeviceStats`' default).
     pub(crate) fn stats(&self, requested: &StatArray) -> DeviceStats {
         let all = requested.all();
-        let reserved = self.reserved(requested);
+        let reserved = self.reserved();
         DeviceStats::malloc_async(
             (all.current, self.used_peak.max(all.peak)),
             (reserved, self.reserved_peak.max(reserved)),
@@ -222,7 +360,8 @@ mod tests {
         // went from 32 to 128 MiB (ma60_malloc_async.py)
         let total = 150_109_880_320;
         let mut a = async_allocator(total);
-        let used = |a: &CachingAllocator| total - a.mem_info().0;
+        // (less the 70 MiB the first allocation takes beyond the pool, the H100's)
+        let used = |a: &CachingAllocator| total - a.mem_info().0 - 70 * MIB;
         let small = a.malloc(1, 0).unwrap();
         assert_eq!(used(&a), 32 * MIB);
         let big = a.malloc(100 * MIB, 0).unwrap();
@@ -233,7 +372,98 @@ mod tests {
         assert_eq!(used(&a), 32 * MIB);
         a.free(small).unwrap();
         a.empty_cache();
-        assert_eq!(a.mem_info(), (total, total));
+        assert_eq!(a.mem_info(), (total - 70 * MIB, total));
+    }
+
+    /// validation/run/probes/mx61_async_pool.py step by step: its lines.
+    fn mx61_async_pool_lines(total: u64) -> Vec<String> {
+        let mut a = async_allocator(total);
+        let mut base = None;
+        let mut out = Vec::new();
+        let mut line = |a: &CachingAllocator, case: &str, step: &str| {
+            let (free, total) = a.mem_info();
+            let s = a.reported_stats();
+            let r = s.reserved_bytes.all().current;
+            let other = (total - free) as i64 - r;
+            let base = *base.get_or_insert(other);
+            out.push(format!(
+                "{case} {step}: allocated {} reserved {r} other_delta {}",
+                s.allocated_bytes.all().current,
+                other - base
+            ));
+        };
+        let start = |a: &mut CachingAllocator| {
+            a.empty_cache();
+            a.reset_peak_stats();
+        };
+        start(&mut a);
+        line(&a, "start", "nothing");
+        let x = a.malloc(1, 0).unwrap();
+        line(&a, "start", "1 B");
+        a.free(x).unwrap();
+        start(&mut a);
+        line(&a, "start", "trim");
+        for n in [33 * MIB, 65 * MIB, (1 << 30) + 1] {
+            start(&mut a);
+            let x = a.malloc(n, 0).unwrap();
+            line(&a, "sizes", &format!("{n} alive"));
+            a.free(x).unwrap();
+            line(&a, "sizes", &format!("{n} freed"));
+        }
+        start(&mut a);
+        line(&a, "sizes", "trim");
+        let b: Vec<_> = (0..3).map(|_| a.malloc(20 * MIB, 0).unwrap()).collect();
+        line(&a, "holes", "three 20 MiB");
+        a.free(b[0]).unwrap();
+        a.free(b[2]).unwrap();
+        line(&a, "holes", "first and last freed");
+        start(&mut a);
+        line(&a, "holes", "trim");
+        a.free(b[1]).unwrap();
+        start(&mut a);
+        line(&a, "holes", "all freed, trim");
+        let (x, y) = (
+            a.malloc(20 * MIB, 0).unwrap(),
+            a.malloc(10 * MIB, 0).unwrap(),
+        );
+        line(&a, "misfit", "20 + 10 MiB");
+        a.free(x).unwrap();
+        line(&a, "misfit", "20 MiB freed");
+        let z = a.malloc(24 * MIB, 0).unwrap();
+        line(&a, "misfit", "24 MiB");
+        let w = a.malloc(16 * MIB, 0).unwrap();
+        line(&a, "misfit", "16 MiB");
+        let e = a.malloc(12 * MIB, 0).unwrap();
+        line(&a, "misfit", "12 MiB");
+        for p in [y, z, w, e] {
+            a.free(p).unwrap();
+        }
+        start(&mut a);
+        line(&a, "misfit", "all freed, trim");
+        let blocks: Vec<_> = (0..8).map(|_| a.malloc(8 * MIB, 0).unwrap()).collect();
+        line(&a, "reuse", "8 x 8 MiB");
+        for p in blocks.iter().skip(1).step_by(2) {
+            a.free(*p).unwrap();
+        }
+        line(&a, "reuse", "every other freed");
+        let big = a.malloc(30 * MIB, 0).unwrap();
+        line(&a, "reuse", "30 MiB");
+        for p in blocks.iter().step_by(2).chain([&big]) {
+            a.free(*p).unwrap();
+        }
+        start(&mut a);
+        line(&a, "reuse", "all freed, trim");
+        out
+    }
+
+    #[test]
+    fn the_h100s_pool_granules_and_first_allocation() {
+        // the H100 (fixtures/run/probes/mx61_async_pool_h100.txt): a trim keeps every granule
+        // a live block touches, a freed hole takes a block that fits it or the pool maps a
+        // granule more, and the first allocation takes 70 MiB beyond the pool for good
+        let gpu = include_str!("../../../fixtures/run/probes/mx61_async_pool_h100.txt");
+        let twin = mx61_async_pool_lines(85_017_493_504);
+        assert_eq!(twin, gpu.lines().collect::<Vec<_>>());
     }
 
     #[test]
@@ -301,13 +531,15 @@ mod tests {
         a.malloc((10 << 30) - 1, 0).unwrap();
         a.malloc(1, 0).unwrap();
         let e = a.malloc(1, 0).unwrap_err();
+        // free: the pool's 20 GiB and the granule the 1-byte block starts, less the first
+        // allocation's 70 MiB
         assert_eq!(
             e.torch_message(),
             "Allocation on device 0 would exceed allowed memory. (out of memory)\n\
              Currently allocated     : 20.00 GiB\n\
              Requested               : 1 bytes\n\
              Device limit            : 80.00 GiB\n\
-             Free (according to CUDA): 60.00 GiB\n\
+             Free (according to CUDA): 59.90 GiB\n\
              PyTorch limit (set by user-supplied memory fraction)\n                        : 20.00 GiB"
         );
         // the setting's fraction is not the backend's

@@ -15,8 +15,9 @@ less the same at the script's first line. Every case starts with nothing alive a
 What the source settles (c10/cuda/CUDAMallocAsyncAllocator.cpp, 2.11): `mem_get_info` is
 `cudaMemGetInfo`, the device's; `lazy_init_device` sets the default pool's release threshold to
 UINT64_MAX, so what the pool reserved stays mapped until `empty_cache` (`cudaMemPoolTrimTo(pool,
-0)`) and nothing else of the process moves: **D is 0 on every line** (session 60's H200 showed it
-for 32 -> 128 MiB: used memory +96 MiB). A is the bytes requested (H200, session 60).
+0)`) and nothing else of the process moves: D would be 0 on every line (the H100: 70 MiB from the
+first allocation on, below; session 60's H200 showed the pool's part for 32 -> 128 MiB: used memory
++96 MiB). A is the bytes requested (H200, session 60).
 
 What it does not settle: how the driver places sub-allocations in the pool and which granules a
 trim can unmap (closed source). The twin reserves the most alive since the last trim, rounded up
@@ -31,33 +32,13 @@ to 32 MiB. The GPU's R where it differs is the measurement this probe is for:
 - `reuse`: 8 MiB blocks x 8 alive (64 MiB), every other freed, then one 30 MiB block (twin 64 MiB:
   62 MiB alive at most; 96 MiB if the freed 8 MiB holes are not joined to take it).
 
-The twin's lines (mx-s61, the command above; `other_delta` 0 on every line; on stderr it warns once
-that the pool's reserved memory is taken as the most alive since the trim in 32 MiB granules):
-
-start nothing: allocated 0 reserved 0 other_delta 0
-start 1 B: allocated 1 reserved 33554432 other_delta 0
-start trim: allocated 0 reserved 0 other_delta 0
-sizes 34603008 alive: allocated 34603008 reserved 67108864 other_delta 0
-sizes 34603008 freed: allocated 0 reserved 67108864 other_delta 0
-sizes 68157440 alive: allocated 68157440 reserved 100663296 other_delta 0
-sizes 68157440 freed: allocated 0 reserved 100663296 other_delta 0
-sizes 1073741825 alive: allocated 1073741825 reserved 1107296256 other_delta 0
-sizes 1073741825 freed: allocated 0 reserved 1107296256 other_delta 0
-sizes trim: allocated 0 reserved 0 other_delta 0
-holes three 20 MiB: allocated 62914560 reserved 67108864 other_delta 0
-holes first and last freed: allocated 20971520 reserved 67108864 other_delta 0
-holes trim: allocated 20971520 reserved 33554432 other_delta 0
-holes all freed, trim: allocated 0 reserved 0 other_delta 0
-misfit 20 + 10 MiB: allocated 31457280 reserved 33554432 other_delta 0
-misfit 20 MiB freed: allocated 10485760 reserved 33554432 other_delta 0
-misfit 24 MiB: allocated 35651584 reserved 67108864 other_delta 0
-misfit 16 MiB: allocated 52428800 reserved 67108864 other_delta 0
-misfit 12 MiB: allocated 65011712 reserved 67108864 other_delta 0
-misfit all freed, trim: allocated 0 reserved 0 other_delta 0
-reuse 8 x 8 MiB: allocated 67108864 reserved 67108864 other_delta 0
-reuse every other freed: allocated 33554432 reserved 67108864 other_delta 0
-reuse 30 MiB: allocated 65011712 reserved 67108864 other_delta 0
-reuse all freed, trim: allocated 0 reserved 0 other_delta 0
+The H100's lines (session 61: fixtures/run/probes/mx61_async_pool_h100.txt) settled it: `other_delta`
+is 73,400,320 (70 MiB) from the first allocation on, through every trim (what `lazy_init_device` takes
+beyond the pool: its setup and the first `getStreamFromPool`'s stream pools; split unmeasured), and
+the pool packs blocks in address order across granules: `holes trim` 64 MiB (the middle block keeps
+both granules it straddles), `misfit 12 MiB` and `reuse 30 MiB` 96 MiB (a hole takes only a block
+that fits it). Before helper mx2's `PoolLayout` (malloc_async.rs) the twin said 32, 64 and 64 MiB
+there and `other_delta` 0; it now prints the H100's 24 lines byte for byte.
 """
 
 import os
