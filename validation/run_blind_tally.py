@@ -1,4 +1,4 @@
-"""Totals over every blind set of validation/run/blindN/ on the H200.
+"""Totals over every blind set of validation/run/blindN/ on the GPU it ran on (an H200, or an H100).
 
     python validation/run_blind_tally.py [fixtures/run]
 
@@ -12,6 +12,9 @@ GPU counts as a miss. Then the totals, and the scripts not exact in every
 phase of their latest answers.
 A set answered (`answers_blindN_h200.jsonl` or its `.xz`) whose GPU run is not recorded yet is
 listed as awaiting the GPU, outside the totals.
+A set the device ran on an H100 (`run_blindN_h100.jsonl`, no H200 run) is tallied against the twin's
+H100 answers: `answers_blindN_h100.jsonl`, the as-answered commit's package with only the GPU changed,
+and `answers_blindN_after_h100.jsonl` for latest.
 """
 
 import os
@@ -22,16 +25,20 @@ from run_compare import ALLOC_TOL, RESERVED_TOL, compare, fixture, load
 
 
 def sets(fixtures):
-    names = (re.match(r"run_blind(\d+b?)_h200\.jsonl$", f) for f in os.listdir(fixtures))
-    found = {m.group(1) for m in names if m}
-    return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
+    """The sets with a GPU run, each with the GPU it ran on (`h200` where it has both)."""
+    names = (re.match(r"run_blind(\d+b?)_(h200|h100)\.jsonl$", f) for f in os.listdir(fixtures))
+    found = {}
+    for m in filter(None, names):
+        if found.get(m.group(1)) != "h200":
+            found[m.group(1)] = m.group(2)
+    return sorted(found.items(), key=lambda s: (int(re.match(r"\d+", s[0]).group()), s[0]))
 
 
 def awaiting(fixtures):
     """Sets answered blind whose GPU run (`run_blindN_h200.jsonl`) is not recorded yet (blind21b's
     answers are blind21's u03, tallied with blind21)."""
     names = (re.match(r"answers_blind(\d+b?)_h200\.jsonl(\.xz)?$", f) for f in os.listdir(fixtures))
-    found = {m.group(1) for m in names if m} - set(sets(fixtures)) - {"21b"}
+    found = {m.group(1) for m in names if m} - {s for s, _ in sets(fixtures)} - {"21b"}
     return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
 
 
@@ -54,13 +61,20 @@ def main():
     )
     path = lambda name: os.path.join(fx, name)  # noqa: E731
     total = [0] * 6
-    misses = []
-    for s in sets(fx):
-        gpu = load(path(f"run_blind{s}_h200.jsonl"))
-        answered = load(path(f"answers_blind{s}_h200.jsonl"))
+    misses, tallied = [], []
+    for s, g in sets(fx):
+        if not fixture(path(f"answers_blind{s}_{g}.jsonl")):
+            print(
+                f"blind{s}: recorded on an {g.upper()}, no answers_blind{s}_{g}.jsonl yet:"
+                " left out of the totals"
+            )
+            continue
+        tallied.append(s)
+        gpu = load(path(f"run_blind{s}_{g}.jsonl"))
+        answered = load(path(f"answers_blind{s}_{g}.jsonl"))
         if s == "21":
             answered.update(load(path("answers_blind21b_h200.jsonl")))
-        after = path(f"answers_blind{'4' if s == '4b' else s}_after_h200.jsonl")
+        after = path(f"answers_blind{'4' if s == '4b' else s}_after_{g}.jsonl")
         latest = load(after) if fixture(after) else answered
         w0, e0, _ = tally(gpu, answered)
         w1, e1, miss = tally(gpu, latest)
@@ -68,13 +82,14 @@ def main():
         for i, v in enumerate((len(gpu), phases, w0, e0, w1, e1)):
             total[i] += v
         which = "after" if fixture(after) else "as answered"
+        on = "" if g == "h200" else f" (on an {g.upper()})"
         print(
-            f"blind{s:<4} {len(gpu):>3} scripts {phases:>3} phases: "
+            f"blind{s:<4} {len(gpu):>3} scripts {phases:>3} phases{on}: "
             f"as answered {w0:>2} within, {e0:>3} exact; latest ({which}) {w1:>2} within, {e1:>3} exact"
         )
         misses += [(s, *m) for m in miss]
     n, p, w0, e0, w1, e1 = total
-    dirs = len({re.match(r"\d+", s).group() for s in sets(fx)})  # blind4b is blind4's d07, d08
+    dirs = len({re.match(r"\d+", s).group() for s in tallied})  # blind4b is blind4's d07, d08
     print(
         f"{dirs} sets, {n} scripts, {p} phases: as answered {w0} within, {e0} phases exact; "
         f"latest {w1} within, {e1} phases exact "

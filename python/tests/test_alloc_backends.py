@@ -54,6 +54,31 @@ def test_malloc_async_reports_its_pool_not_the_native_allocator():
     assert POOL in cap.report()["unmeasured"]
 
 
+def test_mem_get_info_sees_the_async_pools_reserved_memory():
+    # mem_get_info is cudaMemGetInfo, the device's: the pool keeps what it reserved mapped until a
+    # trim (lazy_init_device: release threshold UINT64_MAX), so used memory moves with
+    # memory_reserved() (the H200: +96 MiB as the pool went from 32 to 128 MiB); the twin's moved
+    # with its native 2 and 20 MiB segments
+    with vramscope.capture(gpu="h200", alloc_conf=ASYNC):
+
+        def other():
+            free, total = torch.cuda.mem_get_info()
+            return total - free - torch.cuda.memory_reserved()
+
+        base = other()
+        a = _uint8(1)
+        assert other() == base
+        b = [_uint8(20 * MIB) for _ in range(3)]
+        assert torch.cuda.memory_reserved() == 64 * MIB and other() == base
+        del b
+        assert other() == base
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 32 * MIB and other() == base
+        del a
+        torch.cuda.empty_cache()
+        assert other() == base
+
+
 def test_malloc_async_has_no_snapshot_and_no_history():
     with vramscope.capture(gpu="h200", alloc_conf=ASYNC):
         _uint8(1000)

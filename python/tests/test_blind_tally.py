@@ -59,3 +59,31 @@ def test_compare_without_a_gpu_run_says_it_awaits_the_gpu(tmp_path):
         text=True,
     )
     assert p.returncode == 1 and "no GPU run recorded" in p.stderr
+
+
+def test_a_set_run_on_an_h100_is_tallied_against_the_twins_h100_answers(tmp_path):
+    rec = {
+        "script": "z01",
+        "phase": "phase0",
+        "allocated": 0,
+        "peak_allocated": 512,
+        "reserved": 2097152,
+        "peak_reserved": 2097152,
+        "requested": 512,
+    }
+    _write(tmp_path / "run_blind9_h100.jsonl", [rec])
+    _write(tmp_path / "answers_blind9_h200.jsonl", [rec | {"peak_allocated": 4096}], xz=True)
+    _write(tmp_path / "answers_blind9_h100.jsonl", [rec], xz=True)
+    _write(tmp_path / "run_blind10_h100.jsonl", [rec])
+    _write(tmp_path / "answers_blind10_h200.jsonl", [rec], xz=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # blind9 against its H100 answers (exact), not its H200 ones (8x over)
+    assert "blind9      1 scripts   1 phases (on an H100): as answered  1 within,   1 exact" in out
+    assert "blind10: recorded on an H100, no answers_blind10_h100.jsonl yet: left out of the totals" in out
+    assert "1 sets, 1 scripts, 1 phases: as answered 1 within, 1 phases exact" in out
+    assert "awaiting" not in out

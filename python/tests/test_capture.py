@@ -1130,6 +1130,53 @@ def test_encode_jpeg_on_the_gpu_takes_a_4_4_4_bitstream():
         assert encode_jpeg(gradient.cuda(), quality=90).numel() == 11137
 
 
+def test_as_subclass_keeps_its_values_and_compiles_as_without_the_twin():
+    # `as_subclass` aliases its tensor (python_variable.cpp THPVariable_as_subclass: self.alias(),
+    # with the dispatch modes stashed): torchvision's tv_tensors wrap every tensor so
+    # (`BoundingBoxes._wrap`), and boxes built on the GPU read as zeros after it (blind267 probe).
+    # Compiled, dynamo must see PyTorch's method: the same graphs and breaks as on the host (a
+    # patched function broke `(x * 2).as_subclass(Sub)`'s graph, 1ceaf44a)
+    from torch._dynamo.utils import counters
+    from torchvision import tv_tensors
+
+    class Sub(torch.Tensor):
+        pass
+
+    def g(x):
+        return (x * 2).as_subclass(Sub).sin()
+
+    def h(b):
+        return b.as_subclass(torch.Tensor) * 2
+
+    def compiled(dev):
+        seen = []
+        for f, x in (
+            (g, torch.randn(8, 64, device=dev)),
+            (h, torch.randn(8, 64, device=dev).as_subclass(Sub)),
+        ):
+            torch._dynamo.reset()
+            counters.clear()
+            for _ in range(2):
+                y = torch.compile(f)(x)
+            seen.append((type(y), sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]))
+        return seen
+
+    with vramscope.capture() as cap:
+        t = torch.tensor([[10.0, 20.0, 100.0, 200.0]], device="cuda")
+        s = t.as_subclass(Sub)
+        assert type(s) is Sub and s.tolist() == [[10.0, 20.0, 100.0, 200.0]]
+        assert s.as_subclass(torch.Tensor).tolist() == [[10.0, 20.0, 100.0, 200.0]]
+        boxes = tv_tensors.BoundingBoxes(t, format="XYXY", canvas_size=(300, 400))
+        assert (boxes[:, 2] - boxes[:, 0]).tolist() == [90.0]
+        twin = compiled("cuda")
+    assert not cap.warned
+    assert twin == compiled("cpu") == [(Sub, 0, 1), (torch.Tensor, 1, 1)]
+    assert torch.Tensor.as_subclass is _AS_SUBCLASS_OUTSIDE
+
+
+_AS_SUBCLASS_OUTSIDE = torch.Tensor.as_subclass
+
+
 def test_nonzero_counts_known_values_and_bounds_unknown_ones():
     with vramscope.capture() as cap:
         small = torch.tensor([0, 1, 0, 2], device="cuda")
@@ -2161,6 +2208,57 @@ def test_torch_compile_graph_break_runs_both_graphs():
     assert cap.report()["unmeasured"] == []
 
 
+def test_a_graph_inductor_cannot_compile_runs_eagerly_on_the_gpus_devices(monkeypatch):
+    # the twin's fallback where Inductor fails on a graph (named unmeasured): dynamo traced it on
+    # the host, so run as traced its factories and copies for `cuda` made host tensors that met the
+    # simulated ones ("Tensor on device cpu is not on the expected device meta!"); now its
+    # `device=` arguments are cuda again, as for another backend
+    import torch._inductor.compile_fx as compile_fx
+
+    def fails(*args, **kwargs):
+        raise NotImplementedError("forced")
+
+    monkeypatch.setattr(compile_fx, "compile_fx", fails)
+    torch._dynamo.reset()
+
+    def f(x):
+        c = torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device).expand(16, 4)
+        m = torch.triu(torch.ones(16, 16, dtype=torch.bool, device=x.device))
+        y = torch.cat([x.masked_fill(m, 0), c], dim=-1)
+        return y, y.sum().cpu()
+
+    with vramscope.capture() as cap:
+        y, s = torch.compile(f)(torch.zeros(16, 16, device="cuda"))
+        assert y.device.type == "cuda" and s.device.type == "cpu"
+        assert y[3, -4:].tolist() == [1.0, 2.0, 3.0, 4.0] and s.item() == 160.0
+    assert cap.report()["unmeasured"] == ["a graph Inductor could not compile here (run eagerly: forced)"]
+    torch._dynamo.reset()
+
+
+def test_torch_compile_of_a_constant_from_python_data_and_a_zero_item_needs_no_device():
+    # `torch.tensor(data, device="cuda")` in a compiled region: the GPU's constant is CUDA
+    # (internal_new_from_data copies it to the device before lift_fresh); traced on the host it
+    # was the host's, and Inductor refused `cat` of it with a CUDA tensor ("found two different
+    # devices cuda:0, cpu"): the graph ran eagerly, and failed. A `.item()` the twin reads as zero
+    # made `x * 0`, whose constant folding made a real CUDA tensor ("Found no NVIDIA driver")
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.cat([x[0], torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)])
+
+    def g(x):
+        s = (x.abs() > 1).sum().item()
+        return x * s
+
+    with vramscope.capture() as cap:
+        x = torch.randn(16, 8, device="cuda")
+        y = torch.compile(f)(x)
+        assert y.shape == (12,) and y[8:].tolist() == [1.0, 2.0, 3.0, 4.0]
+        assert torch.compile(g)(x).shape == (16, 8)
+    assert cap.report()["unmeasured"] == []
+    torch._dynamo.reset()
+
+
 def test_blocks_compiled_one_by_one_share_their_graph_and_trace_a_checkpointed_rms_norm():
     # torchtitan's `apply_compile`: each block `torch.compile(block, fullgraph=True)` (here a
     # checkpointed one, with RMSNorm). The GPU's backends are equal by value, so dynamo's cache
@@ -2238,6 +2336,57 @@ def test_torch_compile_of_a_conv1d_over_a_transposed_input_needs_no_device(dtype
         conv.to("cuda", dtype)
         x = torch.randn(2, 64, 256, device="cuda", dtype=dtype, requires_grad=True)
         torch.compile(f)(x.transpose(1, 2)).sum().backward()
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_traces_a_tensor_invert_in_one_graph_as_the_gpu_does():
+    # `~mask` in a compiled region (TimesFM's `_timesfm_shift_padded_seq`, transformers' masks):
+    # under a function mode dynamo sends it to the mode as `Tensor.__invert__`, which the twin
+    # replaces (`_compile._invert`); its call of the original slot was a function dynamo cannot
+    # trace ("Dynamo does not know how to trace the builtin TensorBase.__invert__"), a graph break
+    # a plain run has not (the rest of the frame ran eagerly)
+    torch._dynamo.reset()
+
+    def f(x):
+        m = x > 0
+        keep = ~m.any(dim=1)
+        return x * 2 + keep[:, None].float() + (~m).sum()
+
+    with vramscope.capture() as cap:
+        y = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 16)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_traces_get_device_in_one_graph_as_the_gpu_does():
+    # `t.get_device()` in a compiled region: dynamo inlines the twin's own `Tensor.get_device`,
+    # whose C calls it cannot trace (`is_functorch_wrapped_tensor`): a graph break (an error
+    # under fullgraph) where a plain run's trace makes a constant of it (`method_get_device`)
+    torch._dynamo.reset()
+
+    def f(x):
+        return x * 2 + x.get_device(), x.get_device()
+
+    with vramscope.capture() as cap:
+        y, index = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 16) and index == 0
+    assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_makes_a_tensor_from_python_data_on_the_gpu():
+    # `torch.tensor(data, device=x.device)` in a compiled region is a CUDA tensor on the GPU. The
+    # twin made it on the host and its copy to `cuda` stayed there: the result read `cpu`, and
+    # multiplied with a CUDA tensor Inductor's device check failed ("found two different devices"),
+    # the graph ran eagerly and raised
+    torch._dynamo.reset()
+
+    def f(x):
+        w = torch.tensor([1.0, 2.0], device=x.device)
+        return x[:, :2] * w, torch.as_tensor([3.0], device="cuda") * 2
+
+    with vramscope.capture() as cap:
+        y, z = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        assert y.shape == (8, 2) and y.is_cuda and z.is_cuda
     assert cap.report()["unmeasured"] == []
 
 
@@ -5919,6 +6068,25 @@ def test_the_first_parallel_host_op_starts_openmp_s_workers(tmp_script, tmp_path
     drawn = lowest("torch.rand(1 << 20)")
     assert drawn - lowest("torch.rand(1 << 20) * 2 - 1") == 1888
     assert lowest("torch.rand(1 << 10) * 2 - 1") == drawn
+
+
+def test_a_deepcopy_of_a_buffer_whose_values_the_twin_carries_starts_no_workers(tmp_script, tmp_path):
+    # blind268/ji02's H100 history (session 61): `copy.deepcopy` of a module whose buffer the twin
+    # carries values of (a sin-cos position table, 301,056 bytes) copies the storage device to device
+    # on the GPU; the twin's own `_vs_val` in the tensor's `__dict__` is no program op, so no OpenMP
+    # region opens and the next new chunk goes where it goes without the copy (it went 1,120 MiB lower);
+    # the copy carries the values still
+    def lowest(copied):
+        return _chunk_below_first_segment(
+            tmp_script,
+            tmp_path,
+            # (built in pieces of fewer elements than the grain: no parallel loop of its own)
+            "import copy\npos = torch.cat([torch.arange(18816.0)] * 4)\n"
+            f'{_AFTER_CONTEXT}m = torch.nn.Module()\nm.register_buffer("pos", pos.cuda())\n'
+            f"m2 = copy.deepcopy(m) if {copied} else m\nassert m2.pos[18817].item() == 1.0",
+        )
+
+    assert lowest(True) == lowest(False)
 
 
 def test_a_staged_copy_starts_the_workers_and_each_makes_its_arena_at_its_first_share(tmp_script, tmp_path):

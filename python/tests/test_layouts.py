@@ -1405,6 +1405,22 @@ def test_log_sigmoid_forward_returns_an_empty_buffer_on_cuda():
         assert torch.cuda.memory_allocated() - before == 524288
 
 
+def test_log_sigmoid_backward_values_over_the_empty_cuda_buffer():
+    # blind271/jl03 (xLSTM's logsigmoid forget gates): the twin computed the backward's values by
+    # the CPU kernel, which reads `buffer` (exp(-|x|), Activation.cpp's log_sigmoid_forward_cpu) and
+    # broadcast the CUDA forward's empty one: a (.., 0) result and a resize warning the GPU never prints
+    import warnings
+
+    with vramscope.capture(gpu="h200"):
+        x = torch.tensor([[-2.0], [0.5], [3.0]], device="cuda", requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.nn.functional.logsigmoid(x).sum().backward()
+        assert x.grad.shape == (3, 1)
+        expected = torch.sigmoid(-torch.tensor([[-2.0], [0.5], [3.0]]))
+        assert torch.allclose(x.grad.cpu(), expected)
+
+
 def test_a_channels_last_convolution_to_one_pixel_of_one_channel_runs_nchw():
     # cudnn_convolution_forward_out (ConvShared.cpp) copies the operands into the output's
     # suggest_memory_format(), and an (N, 1, 1, 1) output suggests NCHW: blind173/fq05's H200

@@ -89,6 +89,25 @@ def test_orthogonal_layers_householder_and_qr_workspaces_as_the_h200_counted():
     assert not cap.unmeasured
 
 
+def test_qr_into_row_major_outs_takes_proxies_then_the_qr_steps():
+    # blind272/jm03: PowerSGD's `_orthogonalize` runs `torch.linalg.qr(M, out=(M, R))` on row-major
+    # (b, n, r) views; the structured kernel gives each out whose strides are not the column-major
+    # ones of the meta function a proxy (`maybe_create_proxy`), Q's then R's, then tau, geqrf's info and
+    # workspace, orgqr's info and workspace (1,024 x 8 float32: 3,145,856 and 164,864 bytes in
+    # cusolver_h200.json); the twin named `aten::linalg_qr` unmeasured and counted nothing
+    with vramscope.capture(gpu="h200") as cap:
+        m = torch.empty(1, 1024, 8, device="cuda")
+        r = torch.empty(1, 8, 8, device="cuda")
+        _, counts = counted(lambda: torch.linalg.qr(m, out=(m, r)))
+        assert counts == (7, 32768 + 256 + 32 + 4 + 3145856 + 4 + 164864)
+        # column-major outs are written in place: no proxy
+        qc = torch.empty(1, 8, 1024, device="cuda").mT
+        rc = torch.empty(1, 8, 8, device="cuda").mT
+        _, counts = counted(lambda: torch.linalg.qr(m, out=(qc, rc)))
+        assert counts == (5, 32 + 4 + 3145856 + 4 + 164864)
+    assert not cap.unmeasured
+
+
 def test_orgqr_workspace_of_up_to_64_reflectors_follows_the_sweeps_form():
     # blind151/eu06's per-op truth: parametrizations.orthogonal's Householder map of a 1,024 x 10
     # float32 weight: 3 allocations, the result, the info and orgqr's 173,056-byte workspace
@@ -536,6 +555,21 @@ def test_qr_factors_with_geqrf_then_orgqr_as_the_h200_counted(shape, counts):
         a = torch.empty(*shape, device="cuda")
         _, got = counted(lambda: torch.linalg.qr(a))
         assert got == counts
+    assert not cap.unmeasured
+
+
+def test_qr_of_a_batch_of_small_matrices_takes_cublas_batched_geqrf():
+    # blind271 probing (AlphaFold-style random frames: 768 3 x 3 matrices): `geqrf_kernel` takes
+    # `geqrf_batched_cublas` for at most 256 rows and at least max(2, m / 16) matrices, whose
+    # `apply_geqrf_batched` makes `get_device_pointers` of the matrices, then of tau (an int64
+    # `arange`, 8 bytes a matrix each) for geqrfBatched; orgqr stays cuSOLVER's loop
+    # (cuda/linalg/BatchLinearAlgebra.cpp, BatchLinearAlgebraLibBlas.cpp)
+    with vramscope.capture(gpu="h200") as cap:
+        torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")  # the cuBLAS handle's workspace
+        a = torch.empty(768, 3, 3, device="cuda")
+        _, got = counted(lambda: torch.linalg.qr(a))
+        q_r_tau = 2 * 768 * 9 * 4 + 768 * 3 * 4
+        assert got == (5 + 1 + 768, q_r_tau + 2 * 768 * 8 + 4 + 768 * 132224)
     assert not cap.unmeasured
 
 

@@ -238,3 +238,38 @@ def test_grid_words_take_each_draw_once_as_each_element_would(numel, unroll, thr
         want = [torch.where(slot == 0, words[0], words[2]), torch.where(slot == 0, words[1], words[3])]
     got = _philox._grid_words(seed, offset, numel, unroll, threads)
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_a_binomial_draw_takes_its_fixed_offset():
+    # `torch.distributions.Binomial(...).sample()` (blind271 probing): `aten::binomial` names its
+    # first argument `count`, not `self`; the twin raised KeyError there. `_s_binomial_cuda`
+    # (Distributions.cu) takes `philox_engine_inputs(42)`: the offset moves on by 44
+    import vramscope
+
+    with vramscope.capture(gpu="h200"):
+        torch.cuda.manual_seed(3)
+        before = torch.cuda.get_rng_state()[8:].view(torch.int64).item()
+        s = torch.distributions.Binomial(10, probs=torch.full((64, 512), 0.5, device="cuda")).sample()
+        after = torch.cuda.get_rng_state()[8:].view(torch.int64).item()
+        assert s.shape == (64, 512) and after - before == 44
+
+
+def test_gamma_and_dirichlet_draws_carry_host_values_not_zeros():
+    # blind271 probing: `_standard_gamma`'s and `_sample_dirichlet`'s results, made by `new_empty`,
+    # read as zeros (a Dirichlet row summing to 0 where `_s_dirichlet_cuda` normalises each to 1,
+    # a Beta mixup weight of 0); as for normal draws, their values are now the host's draw over the
+    # input's values
+    import vramscope
+
+    with vramscope.capture(gpu="h200"):
+        torch.manual_seed(0)
+        g = torch._standard_gamma(torch.full((64,), 3.0, device="cuda"))
+        assert bool((g > 0).all())
+        dr = torch._sample_dirichlet(torch.full((4, 8), 3.0, device="cuda"))
+        assert torch.allclose(dr.sum(-1).cpu(), torch.ones(4))
+        lam = float(
+            torch.distributions.Beta(
+                torch.tensor(0.8, device="cuda"), torch.tensor(0.8, device="cuda")
+            ).sample()
+        )
+        assert 0.0 < lam < 1.0

@@ -468,3 +468,35 @@ def test_dcp_save_of_sharded_dtensors_runs_on_one_rank_of_several(tmp_script):
     status, lines, _report, err = run_script(tmp_script(DCP_SHARDED), extra=("--nproc", "2"))
     assert status == 0, err[-3000:]
     assert lines[-1] == "ran ['.metadata', '__0_0.distcp']"
+
+
+def test_ddp_python_comm_hook_builds_tensors_from_data_on_the_simulated_gpu(tmp_script):
+    # blind272/jm03: PowerSGD's hook makes `torch.tensor([], device=device)` for a bucket whose
+    # gradients are all compressed (powerSGD_hook.py); the reducer runs the hook inside the backward,
+    # which the program entered through the twin's function mode, popped there: the tensor went to
+    # the host's CUDA ("Found no NVIDIA driver")
+    script = tmp_script(
+        "import os, torch, torch.nn as nn, torch.distributed as dist\n"
+        "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29537')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1)\n"
+        "m = DDP(nn.Linear(1024, 1024, bias=False).cuda(), device_ids=[0])\n"
+        "st = ps.PowerSGDState(None, matrix_approximation_rank=4, start_powerSGD_iter=2)\n"
+        "m.register_comm_hook(st, ps.powerSGD_hook)\n"
+        "def hook(state, bucket):\n"
+        "    t = torch.tensor([1.0, 2.0], device=bucket.buffer().device)\n"
+        "    print('HOOK', t.device, torch.ones(3).cuda().device)\n"
+        "    return ps.powerSGD_hook(state, bucket)\n"
+        "m2 = DDP(nn.Linear(64, 64).cuda(), device_ids=[0])\n"
+        "m2.register_comm_hook(ps.PowerSGDState(None, start_powerSGD_iter=2), hook)\n"
+        "for _ in range(3):\n"
+        "    m(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "m2(torch.randn(8, 64, device='cuda')).sum().backward()\n"
+        "print('P', [tuple(p.shape) for p in st.p_memory_dict.values()], torch.cuda.memory_allocated())\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, _report, err = run_script(script, extra=("--gpu", "h200"))
+    assert status == 0, err[-3000:]
+    assert [line for line in lines if line.startswith("HOOK")] == ["HOOK cuda:0 cuda:0"]
+    assert [line.split()[1] for line in lines if line.startswith("P ")] == ["[(4096,)]"]

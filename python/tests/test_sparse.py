@@ -656,3 +656,46 @@ def test_semi_structured_linear_under_inference_mode_takes_the_subclass_linear()
             x = x.as_strided((32, 128, 768), (128, 1, 4096))
             y = lin(x)
         assert y.shape == (32, 128, 3072)
+
+
+def test_sparse_softmax_and_its_backward_run_with_their_outputs_counted():
+    # blind271 probing (a GAT's attention by `torch.sparse.softmax` over COO scores): the twin raised
+    # "no rule ... and no meta kernel" where the GPU runs `softmax_sparse_cuda` (sparse/cuda/SoftMax.cu):
+    # the coalesced input's indices and values' sizes again for the output (values first, then the
+    # indices copied), the backward's gradient likewise; the Thrust pools' scratch is named unmeasured
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.randint(0, 512, (2, 4096), device="cuda")
+        s = torch.sparse_coo_tensor(idx, torch.randn(4096, device="cuda"), (512, 512)).coalesce()
+        s.requires_grad_()
+        nnz = s._nnz()
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        out = torch.sparse.softmax(s, 1)
+        grown = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
+        assert out.is_sparse and out._nnz() == nnz and grown == nnz * 4 + 2 * nnz * 8
+        (g,) = torch.autograd.grad(out.to_dense().sum(), s)
+        assert g.is_sparse and g._nnz() == nnz
+        log_out = torch.sparse.log_softmax(s.detach(), 0)
+        assert log_out._nnz() == nnz
+    assert any("_sparse_softmax" in u for u in cap.unmeasured)
+    assert any("_sparse_softmax_backward_data" in u for u in cap.unmeasured)
+
+
+def test_a_sparse_gradient_masked_by_a_sparse_tensor_takes_the_masks_pattern():
+    # blind271 probing (a GCN with learnable edge weights: `torch.sparse.mm` of a COO adjacency whose
+    # values need a gradient): the constructor's backward, `grad.sparse_mask(A)` of two COO tensors,
+    # raised "no rule ... and no meta kernel"; SparseTensor.cpp's `sparse_mask` gives new indices and
+    # values over the mask's pattern (its nnz, the gradient's dtype), the intersection's scratch
+    # named unmeasured
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.randint(0, 2048, (2, 16384), device="cuda")
+        w = torch.rand(16384, device="cuda", requires_grad=True)
+        x = torch.randn(2048, 64, device="cuda", requires_grad=True)
+        a = torch.sparse_coo_tensor(idx, w, (2048, 2048))
+        torch.sparse.mm(a, x).square().sum().backward()
+        assert w.grad.shape == (16384,) and x.grad.shape == (2048, 64)
+        g = torch.sparse_coo_tensor(idx[:, :5000], torch.rand(5000, device="cuda"), (2048, 2048)).coalesce()
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        r = g.sparse_mask(a.detach())
+        grown = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
+        assert r._nnz() == 16384 and not r.is_coalesced() and grown == 2 * 16384 * 8 + 16384 * 4
+    assert any("sparse_mask of a sparse tensor" in u for u in cap.unmeasured)

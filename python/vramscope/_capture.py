@@ -629,6 +629,47 @@ def _make_subclass(cls, data, *args, **kwargs):
     return out
 
 
+_AS_SUBCLASS = torch.Tensor.as_subclass
+
+
+def _as_subclass(self, cls):
+    """`Tensor.as_subclass(cls)` (python_variable.cpp `THPVariable_as_subclass`: `self.alias()`
+    wrapped as `cls`): the new tensor aliases `self`, so it carries `self`'s CPU values and stand-in
+    too. torchvision's tv_tensors wrap so (`BoundingBoxes._wrap`): boxes read as zeros after it, and
+    v2's RandomIoUCrop found no box in any crop (blind267 probe)."""
+    out = _AS_SUBCLASS(self, cls)
+    v = _tensor.value(self)
+    if v is not None and _tensor.value(out) is None:
+        _tensor.set_value(out, v, _tensor.assumed(self))
+    if _tensor.standin(out) is None:
+        _tensor.set_standin(out, _tensor.standin(self))
+    return out
+
+
+class _AsSubclass:
+    """`Tensor.as_subclass` while a capture runs: on a tensor, `_as_subclass` bound to it; on a
+    class (`torch.Tensor.as_subclass`, `Sub.as_subclass`), PyTorch's own method descriptor. So
+    dynamo, which reads the method off the class (`all_tensor_attrs`, `inspect.ismethoddescriptor`
+    in torch_function.py's `var_getattr`, the guards on `type(x).as_subclass`), sees PyTorch's and
+    traces the call as without the twin (`TensorVariable.method_as_subclass`); a function there
+    broke graphs the GPU does not break (fa1af8dc, reverted in 1ceaf44a). It equals PyTorch's for
+    `_is_attr_overridden` (torch_function.py: `getattr_static(cls, name) != getattr(torch.Tensor,
+    name)`), so a `__torch_function__` subclass's `as_subclass` is not taken as its own."""
+
+    def __eq__(self, other):
+        return other is self or other is _AS_SUBCLASS
+
+    def __hash__(self):
+        return hash(_AS_SUBCLASS)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return _AS_SUBCLASS
+        if torch.compiler.is_dynamo_compiling():
+            return _AS_SUBCLASS.__get__(obj, objtype)
+        return functools.partial(_as_subclass, obj)
+
+
 def _simulated_generator(args, kwargs):
     """A `torch.Generator(device="cuda")` passed to a call (`_cuda._generator`), else None."""
     for a in (*args, *kwargs.values()):
@@ -3151,6 +3192,10 @@ class Capture:
         cargs, ckwargs = map_leaves(_on_cpu, (args, kwargs))
         if ckwargs.get("device") is not None:
             ckwargs["device"] = "cpu"
+        if func is aten.log_sigmoid_backward.default and len(cargs) == 3 and cargs[2].numel() == 0:
+            # the CUDA forward's buffer is empty; the CPU kernel reads exp(-|x|) there, which
+            # log_sigmoid_forward_cpu fills (aten/src/ATen/native/Activation.cpp)
+            cargs = (cargs[0], cargs[1], torch.exp(-cargs[1].abs()))
         # a CUDA op draws from the GPU's generator: the host's stays as the program left it
         # (an OpOverload keeps whether its tags hold `nondeterministic_seeded` where it has tags)
         seeded = getattr(func, "_nondeterministic_seeded", None)
@@ -3483,6 +3528,7 @@ class Capture:
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
+        self._patch.set(torch.Tensor, "as_subclass", _AsSubclass())
         self._hooks = self._install_hooks()
         self._serial_before_context()
         self._patch.set(builtins, "__import__", self._import_hook(builtins.__import__))

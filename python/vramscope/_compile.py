@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 import os
 import types
 import warnings
@@ -460,7 +461,15 @@ def _relabel_graph(gm, fake_mode=None) -> None:
         if not isinstance(module, torch.fx.GraphModule):
             continue
         on_host = set()
+        constants = []
         for node in module.graph.nodes:
+            if _data_constant(module, node) or (
+                node.target is torch.ops.aten.lift_fresh_copy.default and node.args[0] in constants
+            ):
+                # (kept on the host, as `lift_fresh_copy` of it: fake tensors take a real constant
+                # there alone, `FakeTensor.constant`)
+                constants.append(node)
+                continue
             if _stays_on_host(node, on_host):
                 on_host.add(node)
                 # (marked: the partitioner's graphs take these values as their inputs' own)
@@ -474,7 +483,46 @@ def _relabel_graph(gm, fake_mode=None) -> None:
             for key in ("val", "example_value", "eager_input_vals"):
                 if key in node.meta:
                     node.meta[key] = tree_map(to_cuda, node.meta[key])
+        for node in constants:
+            users = [u for u in node.users if u not in on_host and u not in constants]
+            if not users:
+                continue
+            with module.graph.inserting_after(node):
+                put = module.graph.call_function(torch.ops.prims.device_put.default, (node, cuda))
+            if "val" in node.meta:
+                put.meta["val"] = to_cuda(node.meta["val"])
+            for u in users:
+                u.replace_input_with(node, put)
         module.recompile()
+
+
+def _data_constant(module, node) -> bool:
+    """Whether `node` is a tensor constant AOTAutograd lifted from Python data (`torch.tensor(data,
+    device=...)` in the region, made on the host here: `_from_data`), not 0-d. On the GPU,
+    `internal_new_from_data` (tensor_new.cpp) copies the data to the device before `lift_fresh`, so
+    the constant is CUDA; traced on the host it is the host's, and the host's `to` of it left no
+    node: relabelled, CUDA kernels met a CPU tensor (`torch.cat` with it: "found two different
+    devices cuda:0, cpu"). Its uses that compute on the GPU take it through a `device_put`. A 0-d
+    one stays the CPU scalar Inductor reads it as."""
+    if node.op != "get_attr":
+        return False
+    try:
+        c = _attr(module, node.target)
+    except AttributeError:
+        return False
+    return (
+        isinstance(c, torch.Tensor)
+        and not isinstance(c, torch._subclasses.fake_tensor.FakeTensor)
+        and not _tensor.registered(c)
+        and c.device == _HOST
+        and c.dim() > 0
+    )
+
+
+def _attr(module, target):
+    for name in target.split("."):
+        module = getattr(module, name)
+    return module
 
 
 def _devices_relabelled(chosen):
@@ -483,23 +531,30 @@ def _devices_relabelled(chosen):
     from torch._dynamo import lookup_backend
 
     inner = lookup_backend(chosen) if isinstance(chosen, str) else chosen
+
+    def relabelled(gm, example_inputs, **kwargs):
+        _devices_cuda(gm)
+        return inner(gm, example_inputs, **kwargs)
+
+    return relabelled
+
+
+def _devices_cuda(gm) -> None:
+    """The `device=` arguments of a graph dynamo traced on the host (its subgraphs' too) made cuda
+    again: the graph as the GPU's dynamo traced it, to run eagerly."""
+    from torch.utils._pytree import tree_map
+
     cuda = torch.device("cuda", 0)
 
     def dev(x):
         return cuda if isinstance(x, torch.device) and x == _HOST else x
 
-    def relabelled(gm, example_inputs, **kwargs):
-        from torch.utils._pytree import tree_map
-
-        for module in gm.modules():
-            if isinstance(module, torch.fx.GraphModule):
-                for node in module.graph.nodes:
-                    node.args = tree_map(dev, node.args)
-                    node.kwargs = tree_map(dev, node.kwargs)
-                module.recompile()
-        return inner(gm, example_inputs, **kwargs)
-
-    return relabelled
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                node.args = tree_map(dev, node.args)
+                node.kwargs = tree_map(dev, node.kwargs)
+            module.recompile()
 
 
 def _inner_compile(original):
@@ -1092,6 +1147,11 @@ class backend:
             cap.note_compile_unmeasured(
                 f"a graph Inductor could not compile here (run eagerly: {first[:160]})"
             )
+            # eagerly as the GPU's graph: its `device=` arguments cuda again, as for another
+            # backend (`_devices_relabelled`); as traced on the host, its factories and copies
+            # made host tensors that met the simulated ones ("Tensor on device cpu is not on the
+            # expected device meta")
+            _devices_cuda(gm)
             return gm.forward
 
 
@@ -1531,7 +1591,18 @@ def _from_data(original):
 
     def make(data, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "cuda":
-            return original(data, *args, **kwargs).to(device)
+            if isinstance(data, torch.Tensor):
+                return original(data, *args, **kwargs).to(device)
+            # Python data: the host's values copied into a factory's buffer, which the trace's
+            # relabelling makes the GPU's (`_relabel_graph`). The host tensor's own `.to(device)`
+            # stayed on the host (the trace's copies to `cuda` do, `_torch_function`) and, a lifted
+            # constant rather than a factory, was not relabelled: the program's tensor was the
+            # host's (an output on `cpu`; `cuda_x * torch.tensor(..., device=...)` failed
+            # Inductor's device check, ran eagerly and raised). (The GPU holds the constant itself
+            # on the device from compile time on, 512 bytes a constant, which this does not.)
+            grad = kwargs.pop("requires_grad", False)
+            host = original(data, *args, **kwargs)
+            return torch.empty_like(host).copy_(host).requires_grad_(grad)
         return original(data, *args, device=device, **kwargs)
 
     make.__name__ = original.__name__
@@ -1769,6 +1840,11 @@ def _invert(original):
     `_safe_softmax` that Inductor's fake-tensor pass runs over a graph with dynamic shapes)."""
 
     def invert(self):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces this wrapper (the mode is handed it for `~t`: builtin.py's
+            # BUILTIN_TO_TENSOR_FN_MAP reads `Tensor.__invert__`), and cannot trace `original`, the C
+            # slot: the operator is what a plain run's graph records for `~t`
+            return operator.invert(self)
         if isinstance(self, torch._subclasses.fake_tensor.FakeTensor) and self.device.type == "cuda":
             return torch.ops.aten.bitwise_not.default(self)
         return original(self)
@@ -2277,6 +2353,15 @@ def patch(p, cap) -> None:
                 return deduce(self, node)
 
         p.set(folder, "_deduce_value", deduce_value)
+        peephole = folder._add_peephole_patterns
+
+        def add_peephole_patterns(self):
+            # a product with the int 0 (a `.item()` the twin reads as zero) deduced from a real
+            # `torch.full([1], 0, device=cuda)`, which only its value is read of
+            with _HostFactories():
+                return peephole(self)
+
+        p.set(folder, "_add_peephole_patterns", add_peephole_patterns)
 
     p.when_imported("torch._inductor.fx_passes.joint_graph", joint_graph_patch)
 
@@ -2439,6 +2524,9 @@ class _HostFactories(TorchDispatchMode):
         device = kwargs.get("device")
         if device is not None and torch.device(device).type == "cuda":
             kwargs = dict(kwargs, device=torch.device("cpu"))
+        if func is torch.ops.prims.device_put.default and torch.device(args[1]).type == "cuda":
+            # (a constant from Python data taken to the device, `_data_constant`)
+            args = (args[0], torch.device("cpu"), *args[2:])
         return func(*args, **kwargs)
 
 

@@ -39,7 +39,7 @@ def setup(cap, world: int, rank: int) -> None:
         return original("fake", *args, store=FakeStore(), **kwargs)
 
     _route_init(init_process_group)
-    patch_ddp(world)
+    patch_ddp(world, cap)
     patch_fsdp()
     patch_dtensor()
     patch_works()
@@ -108,7 +108,7 @@ def setup_from_script(cap) -> None:
         world = world if world != -1 else int(os.environ.get("WORLD_SIZE", "1"))
         rank = rank if rank != -1 else int(os.environ.get("RANK", "0"))
         _route_init(original)
-        patch_ddp(world)
+        patch_ddp(world, cap)
         patch_fsdp()
         patch_dtensor()
         patch_works()
@@ -148,23 +148,48 @@ def _allreduce_hook(world: int):
     return hook
 
 
-def patch_ddp(world: int) -> None:
+def _under_function_mode(cap, hook):
+    """A Python comm hook run under the capture's function mode. The reducer calls it from the
+    backward (reducer.cpp's `run_comm_hook`), which the program's `backward()` entered through that
+    mode, popped for the call: without it a factory from data in the hook (PowerSGD's
+    `torch.tensor([], device=device)` for a bucket with nothing left uncompressed, powerSGD_hook.py)
+    builds on the host and copies to the host's CUDA in C++ (tensor_new.cpp) -- "Found no NVIDIA
+    driver" -- where the GPU's makes a CUDA tensor."""
+
+    @functools.wraps(hook)
+    def run(state, bucket):
+        mode = cap._modes[0]
+        stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        if any(m is mode for m in stack):
+            return hook(state, bucket)
+        torch._C._push_on_torch_function_stack(mode)
+        try:
+            return hook(state, bucket)
+        finally:
+            torch._C._pop_torch_function_stack()
+
+    return run
+
+
+def patch_ddp(world: int, cap=None) -> None:
     """Give every DistributedDataParallel whose script registers no comm hook of its own the
-    built-in allreduce as a Python hook, at its first forward."""
+    built-in allreduce as a Python hook, at its first forward; run every Python hook under the
+    capture's function mode (`_under_function_mode`)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     register, forward = DDP.register_comm_hook, DDP.forward
 
     def register_comm_hook(self, state, hook):
         self._vramscope_hooked = True
-        return register(self, state, hook)
+        return register(self, state, hook if cap is None else _under_function_mode(cap, hook))
 
     def register_builtin(self, comm_hook_type):
         raise RuntimeError("vramscope run --nproc: DDP's built-in C++ comm hooks are not simulated")
 
     def ddp_forward(self, *args, **kwargs):
         if not getattr(self, "_vramscope_hooked", False):
-            register_comm_hook(self, None, _allreduce_hook(world))
+            self._vramscope_hooked = True
+            register(self, None, _allreduce_hook(world))
         return forward(self, *args, **kwargs)
 
     DDP.register_comm_hook = register_comm_hook

@@ -334,7 +334,7 @@ def _linalg_qr(cap, func, args, kwargs):
     a column-major clone), tau (k = min(m, n) per matrix), `geqrf_cusolver`'s info and looped
     workspace, then for Q `orgqr`'s info and looped workspace; tau dies as the op returns. blind117's
     H200 histories: Q, R, tau, 4, geqrf's workspace freed, 4 freed, 4, orgqr's workspace freed, 4
-    freed, tau freed. cuBLAS's batched geqrf is named unmeasured."""
+    freed, tau freed. Batches of small matrices take cuBLAS's batched geqrf instead (`_geqrf_looped`)."""
     a = args[0]
     if not registered(a):
         return NotImplemented
@@ -343,8 +343,6 @@ def _linalg_qr(cap, func, args, kwargs):
     m, n = a.size(-2), a.size(-1)
     k = min(m, n)
     batch = _batch(a)
-    if not _geqrf_looped(m, batch):
-        return NotImplemented
     cap.ops += 1
     op = "aten::linalg_qr"
     q, r = func(*args, **kwargs)
@@ -357,7 +355,15 @@ def _linalg_qr(cap, func, args, kwargs):
     if not (compute_q and q.size(-1) == n) and r.size(-2) != m:
         clone = cap.malloc(a.numel() * a.element_size(), op, "temporary")
     tau = cap.malloc(batch * k * a.element_size(), op, "temporary")
-    _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    if _geqrf_looped(m, batch):
+        _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    else:
+        # `apply_geqrf_batched` (cuda/linalg/BatchLinearAlgebraLibBlas.cpp): `get_device_pointers` of
+        # the matrices, then of tau (int64 `arange`s, 8 bytes a matrix), geqrfBatched on the handle
+        pointers = cap.malloc(8 * batch, op, "temporary")
+        tau_pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("geqrfBatched", a.dtype)
+        del tau_pointers, pointers
     if compute_q:
         qm, qn = q.size(-2), q.size(-1)
         _cusolver_loop(cap, orgqr_workspace, (qm, qn, k, a.dtype), batch, "orgqr", op)
@@ -366,6 +372,66 @@ def _linalg_qr(cap, func, args, kwargs):
 
 
 DISPATCH[aten.linalg_qr.default] = _linalg_qr
+
+
+def _f_contig_strides(shape) -> tuple:
+    """`batched_matrix_contiguous_strides(sizes, /*f_contig=*/true)` (LinearAlgebraUtils.h): the
+    contiguous strides with the last two dimensions swapped to a column-major matrix."""
+    strides = [0] * len(shape)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(shape[i], 1)
+    if len(shape) >= 2:
+        strides[-1], strides[-2] = max(shape[-2], 1), 1
+    return tuple(strides)
+
+
+def _linalg_qr_out(cap, func, args, kwargs):
+    """`torch.linalg.qr(A, out=(Q, R))` on CUDA (PowerSGD's `_orthogonalize`, powerSGD_hook.py: Q is
+    A itself, row-major): the structured kernel gives each out whose strides are not the meta
+    function's column-major ones a proxy (`maybe_create_proxy`: `at::empty_strided`), Q's then R's,
+    which `TORCH_IMPL_FUNC(linalg_qr_out)` (BatchLinearAlgebra.cpp) fills as `_linalg_qr` fills fresh
+    outputs (tau, geqrf in Q's proxy, `triu_out` into R's, orgqr); the proxies are copied into the outs
+    and die after the call, R's first. Outs of other shapes (resized) are left as they were."""
+    p = dict(zip(("A", "mode"), args, strict=False)) | kwargs
+    a, q, r = p.get("A"), p.get("Q"), p.get("R")
+    mode = p.get("mode", "reduced")
+    if not all(registered(t) for t in (a, q, r)) or mode not in ("reduced", "complete") or a.numel() == 0:
+        return NotImplemented
+    m, n = a.size(-2), a.size(-1)
+    k = min(m, n)
+    batch = _batch(a)
+    q_shape = (*a.shape[:-1], k if mode == "reduced" else m)
+    r_shape = (*a.shape[:-2], k if mode == "reduced" else m, n)
+    if tuple(q.shape) != q_shape or tuple(r.shape) != r_shape or not _geqrf_looped(m, batch):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::linalg_qr"
+    elem = a.element_size()
+    out = func(*args, **kwargs)
+    q_proxy = (
+        cap.malloc(q.numel() * elem, op, "temporary") if q.stride() != _f_contig_strides(q_shape) else None
+    )
+    r_proxy = (
+        cap.malloc(r.numel() * elem, op, "temporary") if r.stride() != _f_contig_strides(r_shape) else None
+    )
+    for t in (q, r):
+        set_value(t, None)
+    tau = cap.malloc(batch * k * elem, op, "temporary")
+    clone = None
+    if q.size(-1) != n and r.size(-2) != m:
+        clone = cap.malloc(a.numel() * elem, op, "temporary")
+    _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    _cusolver_loop(cap, orgqr_workspace, (m, q.size(-1), k, a.dtype), batch, "orgqr", op)
+    del clone
+    del tau
+    del r_proxy
+    del q_proxy
+    return out
+
+
+DISPATCH[aten.linalg_qr.out] = _linalg_qr_out
 
 
 def _cholesky_inverse(cap, func, args, kwargs):

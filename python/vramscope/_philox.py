@@ -362,7 +362,9 @@ def _draws(func, b: dict, sms: int, threads_per_sm: int) -> list[tuple[int, tupl
             wide = span >= 1 << 28
         return grid(numel, 2 if wide else 4, dtype)
     if func in _FIXED:
-        return [(_FIXED[func], None)] if b["self"].numel() else []
+        # `aten::binomial` names its first tensor `count` (native_functions.yaml)
+        first = b["count"] if func is aten.binomial.default else b["self"]
+        return [(_FIXED[func], None)] if first.numel() else []
     if func is aten.native_dropout.default:
         x, p, train = b["input"], float(b["p"]), b.get("train")
         if train is False or p == 1 or x.numel() == 0:

@@ -449,6 +449,66 @@ def _coalesce(cap, func, args, kwargs):
 OPS[aten._coalesce.default] = _coalesce
 
 
+# ---- softmax over a sparse COO tensor --------------------------------------------------------
+
+
+def _sparse_softmax(cap, func, args, kwargs):
+    """`softmax_sparse_cuda` / `log_softmax_sparse_cuda` (sparse/cuda/SoftMax.cu): the input
+    coalesced (`softmax_sparse_input_preprocessing`), `empty_like_sparse_coo`, then the output's
+    values (`out_values.resize_as_(values)`) and indices (`resize_as_`, `copy_`); over a dense
+    dimension `softmax_cuda` of the values replaces the resized ones (`set_`); over a sparse one the
+    pools' offsets, sorted positions, sizes and max rows come from Thrust sorts and scans, scratch
+    the twin names unmeasured."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)) or kwargs:
+        return NotImplemented
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    coalesced = t if t.is_coalesced() else _coalesce(cap, aten._coalesce.default, (t,), {})
+    cap.ops += 1
+    indices, values = parts(coalesced)
+    sd = indices.shape[0]
+    dim = args[1] + t.dim() if args[1] < 0 else args[1]
+    new_values = _empty(cap, values.shape, values.dtype, op)
+    new_indices = _empty(cap, indices.shape, indices.dtype, op)
+    if values.numel() > 0:
+        if dim >= sd:
+            dense = _empty(cap, values.shape, values.dtype, op)
+            new_values = dense
+        else:
+            cap.note_unmeasured(f"{op}'s pools over a sparse dimension (Thrust sorts and scans, sparse COO)")
+    return _make(coalesced, new_indices, new_values, True, index_values(coalesced))
+
+
+OPS[aten._sparse_softmax.default] = _sparse_softmax
+OPS[aten._sparse_log_softmax.default] = _sparse_softmax
+
+
+def _sparse_softmax_backward(cap, func, args, kwargs):
+    """`softmax_backward_sparse_cuda` / `log_softmax_backward_sparse_cuda` (sparse/cuda/SoftMax.cu):
+    the gradient and the output coalesced, then the input's gradient over the output's pattern
+    (values `resize_as_` and zeroed, indices `resize_as_` and copied); the offsets, lower bounds and
+    pools (Thrust) or the dense backward per row are scratch the twin names unmeasured."""
+    grad, output = args[0], args[1]
+    if not (_sparse(grad) and _sparse(output) and registered(output)) or kwargs:
+        return NotImplemented
+    op = f"aten::{func._schema.name.split('::')[-1]}"
+    if not grad.is_coalesced():
+        grad = _coalesce(cap, aten._coalesce.default, (grad,), {})
+    if not output.is_coalesced():
+        output = _coalesce(cap, aten._coalesce.default, (output,), {})
+    cap.ops += 1
+    indices, values = parts(output)
+    new_values = _empty(cap, values.shape, values.dtype, op)
+    new_indices = _empty(cap, indices.shape, indices.dtype, op)
+    if values.numel() > 0:
+        cap.note_unmeasured(f"{op}'s offsets and pools (Thrust, sparse COO)")
+    return _make(output, new_indices, new_values, True, index_values(output))
+
+
+OPS[aten._sparse_softmax_backward_data.default] = _sparse_softmax_backward
+OPS[aten._sparse_log_softmax_backward_data.default] = _sparse_softmax_backward
+
+
 # ---- sparse_mask ------------------------------------------------------------------------------
 
 
@@ -460,6 +520,8 @@ def _sparse_mask(cap, func, args, kwargs):
     and the ones; the rows die, then the ones (the H200's order). The result takes the mask's
     coalesced flag."""
     t, mask = args[0], args[1]
+    if _sparse(t) and _sparse(mask) and registered(mask) and registered(t):
+        return _sparse_mask_of_sparse(cap, t, mask)
     if not (_sparse(mask) and registered(mask)) or _sparse(t) or not registered(t):
         return NotImplemented
     cap.ops += 1
@@ -480,6 +542,35 @@ def _sparse_mask(cap, func, args, kwargs):
 
 
 OPS[aten.sparse_mask.default] = _sparse_mask
+
+
+def _sparse_mask_of_sparse(cap, t, mask):
+    """`sparse_mask(t, mask)` of two COO tensors (sparse/SparseTensor.cpp; the backward of
+    `sparse_coo_tensor`'s values): the same tensor is returned as is; an empty mask or `t` gives a
+    clone of the mask; else `sparse_mask_intersection_out_stub` (SparseBinaryOpIntersectionKernel.cu)
+    makes new indices and values over the mask's pattern (its nnz, `t`'s dtype), the result taking
+    the mask's coalesced flag; the intersection's hashing, sorting and search scratch is named
+    unmeasured."""
+    if t is mask:
+        return t
+    indices, values = parts(mask)
+    nnz, sd = values.shape[0], indices.shape[0]
+    if nnz == 0 or mask.numel() == 0 or parts(t)[1].shape[0] == 0:
+        out = _clone(cap, aten.clone.default, (mask,), {})
+        if out.dtype != t.dtype:
+            out = _make(
+                mask,
+                parts(out)[0],
+                _empty(cap, values.shape, t.dtype, "aten::sparse_mask"),
+                mask.is_coalesced(),
+            )
+        return out
+    cap.ops += 1
+    op = "aten::sparse_mask"
+    new_indices = _empty(cap, (sd, nnz), indices.dtype, op)
+    new_values = _empty(cap, (nnz, *values.shape[1:]), t.dtype, op)
+    cap.note_unmeasured(f"{op} of a sparse tensor (the intersection's hashing and search scratch)")
+    return _make(mask, new_indices, new_values, mask.is_coalesced(), index_values(mask))
 
 
 # ---- add and sub --------------------------------------------------------------------------------

@@ -393,6 +393,12 @@ def _is_meta(self):
 
 
 def _get_device(self):
+    if torch.compiler.is_dynamo_compiling():
+        # dynamo inlines this method for `t.get_device()` and cannot trace its C calls (a graph
+        # break a plain run has not): the constant a plain run's trace makes of it, from the traced
+        # tensor's device (torch/_dynamo/variables/tensor.py `method_get_device`)
+        device = self.device
+        return device.index if device.type != "cpu" else -1
     if _reads_cuda(self):
         return 0
     with _NO_TF():

@@ -591,6 +591,24 @@ impl<D: Device> CachingAllocator<D> {
     pub fn total_allocated_memory(&self) -> u64 {
         self.total_allocated_memory
     }
+    /// `cudaMemGetInfo`: (free, total) bytes. Under `backend:cudaMallocAsync`
+    /// the driver's pool holds its reserved memory in place of the twin's
+    /// segments (release threshold `UINT64_MAX`, `lazy_init_device`: freed
+    /// memory stays mapped until a trim; the H200's used memory grew by the
+    /// pool's 96 MiB, session 60's ma60_malloc_async.py).
+    pub fn mem_info(&self) -> (u64, u64) {
+        let (free, total) = self.device.mem_info();
+        match &self.malloc_async {
+            None => (free, total),
+            Some(p) => {
+                let reserved = p.reserved(&self.stats.requested_bytes) as u64;
+                (
+                    (free + self.total_allocated_memory).saturating_sub(reserved),
+                    total,
+                )
+            }
+        }
+    }
     /// `torch.cuda.set_per_process_memory_fraction(fraction)`
     /// (`DeviceCachingAllocator::setMemoryFraction`, PyTorch 2.11): below
     /// 1.0 the allocator may hold at most `fraction x` the device's total
@@ -1163,7 +1181,7 @@ impl<D: Device> CachingAllocator<D> {
         else {
             return Ok(());
         };
-        let (device_free, device_total) = self.device.mem_info();
+        let (device_free, device_total) = self.mem_info();
         Err(OutOfMemory {
             alloc_size: orig_size,
             device_total,

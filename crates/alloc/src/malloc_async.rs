@@ -76,7 +76,7 @@ impl AsyncPool {
 
     /// The reserved memory now: the most used since the last trim, in whole
     /// granules.
-    fn reserved(&self, requested: &StatArray) -> i64 {
+    pub(crate) fn reserved(&self, requested: &StatArray) -> i64 {
         let most = self.reserved_base.max(requested.all().peak);
         (most + POOL_GRANULE - 1) / POOL_GRANULE * POOL_GRANULE
     }
@@ -213,6 +213,27 @@ mod tests {
             figures(&a),
             [4_194_820, 109_052_420, 134_217_728, 134_217_728]
         );
+    }
+
+    #[test]
+    fn mem_get_info_sees_the_pools_reserved_memory_not_the_twins_segments() {
+        // cudaMemGetInfo is the device's: the pool's reserved memory stays mapped until a trim
+        // (release threshold UINT64_MAX); the H200's used memory grew by 96 MiB when the pool
+        // went from 32 to 128 MiB (ma60_malloc_async.py)
+        let total = 150_109_880_320;
+        let mut a = async_allocator(total);
+        let used = |a: &CachingAllocator| total - a.mem_info().0;
+        let small = a.malloc(1, 0).unwrap();
+        assert_eq!(used(&a), 32 * MIB);
+        let big = a.malloc(100 * MIB, 0).unwrap();
+        assert_eq!(used(&a), 128 * MIB);
+        a.free(big).unwrap();
+        assert_eq!(used(&a), 128 * MIB);
+        a.empty_cache();
+        assert_eq!(used(&a), 32 * MIB);
+        a.free(small).unwrap();
+        a.empty_cache();
+        assert_eq!(a.mem_info(), (total, total));
     }
 
     #[test]

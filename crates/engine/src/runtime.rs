@@ -1340,7 +1340,7 @@ impl Runtime {
     /// `torch.cuda.mem_get_info()`: (free, total) bytes of the device, the
     /// CUDA context and the driver's own allocations taken out.
     pub fn mem_get_info(&self) -> (u64, u64) {
-        vramscope_alloc::Device::mem_info(self.st.borrow().alloc.device())
+        self.st.borrow().alloc.mem_info()
     }
 
     /// `torch.cuda.memory_reserved()`.

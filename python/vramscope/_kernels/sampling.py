@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .._tensor import registered
+from .._tensor import assumed, registered, set_value, value
 from .matmul import _temp
 from .registry import AFTER, DISPATCH, NO_VALUES, SCRATCH_UNMODELLED
 from .sort import _cub
@@ -145,7 +145,23 @@ def _standard_gamma(cap, func, args, kwargs):
         return NotImplemented
     cap.ops += 1
     with cap._modes[1]:
-        return alpha.new_empty(alpha.shape)
+        out = alpha.new_empty(alpha.shape)
+    _host_draw(cap, func, args, kwargs, out)
+    return out
+
+
+def _host_draw(cap, func, args, kwargs, out) -> None:
+    """The draw's values: the host's draw over the input's values (as for normal draws, whose GPU
+    values the twin does not compute), not the zeros of the `new_empty` that made `out` (a Wishart
+    sample read as singular, a Dirichlet row summing to 0)."""
+    if value(args[0]) is None:
+        set_value(out, None)
+        return
+    r = cap.cpu_result(func, args, kwargs)
+    if isinstance(r, torch.Tensor) and r.shape == out.shape:
+        set_value(out, r, assumed(args[0]))
+    else:
+        set_value(out, None)
 
 
 def _sample_dirichlet(cap, func, args, kwargs):
@@ -159,6 +175,7 @@ def _sample_dirichlet(cap, func, args, kwargs):
         ret = alpha.new_empty(alpha.shape)
         gamma_sum = ret.sum(-1, keepdim=True)
         del gamma_sum
+    _host_draw(cap, func, args, kwargs, ret)
     return ret
 
 

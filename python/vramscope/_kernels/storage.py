@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import copyreg
 import weakref
 
@@ -121,3 +122,34 @@ DISPATCH[aten.resize_.default] = _resize
 
 
 FUNCTIONS[torch.Tensor.data.__set__] = _set_data
+
+
+def _deepcopy(cap, func, args, kwargs):
+    """`Tensor.__deepcopy__` of a simulated tensor that carries the twin's own attributes
+    (`_vs_val`, a CPU tensor of its values): torch/_tensor.py deep-copies the tensor's `__dict__`,
+    which on the GPU holds none of them, so the program's copy is the storage's device-to-device
+    one alone. The twin's attributes are copied outside the dispatch: a host copy there would read
+    as the program's first parallel CPU op and start OpenMP's workers, whose stacks and arenas take
+    address space among the segments (the driver's rule 15; blind268/ji02's H100 history: the EMA
+    target encoder's `deepcopy` starts none, its next segment lies directly below the lowest)."""
+    t = args[0]
+    d = getattr(t, "__dict__", None)
+    if not d or not registered(t):
+        return NotImplemented
+    own = {k: v for k, v in d.items() if k.startswith("_vs_")}
+    if not own:
+        return NotImplemented
+    for k in own:
+        del d[k]
+    try:
+        new = func(*args, **kwargs)
+    finally:
+        d.update(own)
+    memo = args[1] if len(args) > 1 else kwargs.get("memo")
+    with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():
+        for k, v in own.items():
+            setattr(new, k, copy.deepcopy(v, memo))
+    return new
+
+
+FUNCTIONS[torch.Tensor.__deepcopy__] = _deepcopy
