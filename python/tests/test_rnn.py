@@ -263,12 +263,15 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # unidirectional LSTMs: the decoder's LSTM of 512 over 320 inputs training at 64 x 384 in fp32 and
     # float16, its 2-layer LSTM of 1,024 and lstm1 in inference at 128, the frozen 3-layer d-vector LSTM
     # of 768 in inference at 64 and 128; all answered by the formula before the GPU run; the set's
-    # eleven others lie outside it)
-    assert checked == 76
+    # eleven others lie outside it), and nine unpacked bidirectional LSTMs of hidden <= 192
+    # (`_fitted_small_h_bidir`, session 61: blind150/et05's two, blind190/gh02's six, blind223/ho05's
+    # 2-layer inference)
+    assert checked == 85
     # and sixteen RNN_TANH/RELU and GRU training problems whose reserve alone is fitted (`_reserve_only`:
-    # persistent algorithms, or workspaces not linear in batch and steps), and 21 bidirectional ones
-    # outside `_fitted`'s workspace forms (`_bi_reserve_only`): each reserve exact
-    assert reserves == 37
+    # persistent algorithms, or workspaces not linear in batch and steps), and 18 bidirectional ones
+    # outside `_fitted`'s workspace forms (`_bi_reserve_only`; three more, et05's and gh02's small-h
+    # training problems, now take `_fitted_small_h_bidir` whole, above): each reserve exact
+    assert reserves == 34
 
 
 def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
@@ -906,15 +909,56 @@ def test_an_exported_lstm_node_runs_cudnn_with_the_measured_inference_workspace(
 def test_a_bidirectional_small_hidden_lstm_keeps_its_reserve_for_the_backward():
     # timm's Sequencer2D (blind270/jk01): bidirectional LSTMs of 48 over 192 inputs, which RNN.cpp's
     # `use_rnn_persist_small_h` sends to the persistent small-h algorithm whatever the directions;
-    # its workspace has no fitted form (named unmeasured) but the reserve, saved for the backward,
-    # is the bidirectional form's (exact or under by at most 180 bytes on all 2,441 bidirectional
-    # problems of rnn_sweep_h200.jsonl.xz, the 253 small-h ones among them); before, it was 0
+    # the reserve, saved for the backward, is the bidirectional form's (exact or under by at most 180
+    # bytes on all 2,441 bidirectional problems of rnn_sweep_h200.jsonl.xz, the 253 small-h ones
+    # among them); before, it was 0. The workspace: `_fitted_small_h_bidir`, the H100's 218,988,800
+    # bytes for this problem (fixtures/run/rnn_bidir_small_h_h100.jsonl.xz)
     with vramscope.capture(gpu="h200") as cap:
         lstm = nn.LSTM(192, 48, bidirectional=True, batch_first=True).cuda().half()
         x = torch.empty(1536, 32, 192, device="cuda", dtype=torch.float16, requires_grad=True)
-        # LSTM.forward's zero h0 and c0, then the time-major copy of x, output, hy, cy and the reserve
-        # (the workspace: 0 bytes)
+        # LSTM.forward's zero h0 and c0, then the time-major copy of x, output, hy, cy, the workspace
+        # and the reserve
         _, count, req = _counted(lambda: lstm(x))
         state, copy, output = 2 * 1536 * 48 * 2, 1536 * 32 * 192 * 2, 1536 * 32 * 96 * 2
-        assert (count, req) == (2 + 5, 4 * state + copy + output + 256 + 2 * 1536 * 32 * 2 * 5 * 48)
-    assert any("training workspace of lstm (input 192, hidden 48" in u for u in cap.report()["unmeasured"])
+        reserve = 256 + 2 * 1536 * 32 * 2 * 5 * 48
+        assert (count, req) == (2 + 6, 4 * state + copy + output + 218988800 + reserve)
+    assert cap.report()["unmeasured"] == []
+
+
+def test_a_bidirectional_small_hidden_lstm_takes_the_measured_persistent_sizes():
+    # blind270/jk01 (timm Sequencer2D-S: bidirectional LSTMs of hidden 48 and 96 over rows and columns,
+    # fp16 autocast) named its four cuDNN problems unmeasured and peaked 25.5% under the GPU. The
+    # session-61 probe (validation/run/probes/rnn_bidir_small_h_probe_s61.py) measured them and a grid
+    # of 420 around them: `_fitted_small_h_bidir` gives every figure of all 424 exactly
+    import json
+    import lzma
+
+    from conftest import FIXTURES
+    from vramscope import _rnn
+
+    seen = 0
+    for line in lzma.open(FIXTURES / "run" / "rnn_bidir_small_h_h100.jsonl.xz", "rt"):
+        r = json.loads(line)
+        if r.get("set") == "meta":
+            continue
+        b, s, dtype = r["batch"], r["seq_length"], getattr(torch, r["dtype"])
+        args = (r["input_size"], r["hidden_size"], 0, 1, True, 0.0)
+        lstm = _rnn.MODES["lstm"]
+        infer = _rnn._fitted(lstm, dtype, *args, False, b, s, b * s, False)
+        assert infer == {"workspace": r["infer_workspace"]}
+        trained = _rnn._fitted(lstm, dtype, *args, True, b, s, b * s, False)
+        assert trained == {
+            "workspace": r["train_workspace"],
+            "reserve": r["reserve"],
+            "backward_workspace": r["backward_workspace"],
+        }
+        seen += 1
+    assert seen == 424
+    # jk01's first problem end to end: batch 1536 rows of 32 steps, input 192, hidden 48, fp16
+    with vramscope.capture(gpu="h200") as cap:
+        m = nn.LSTM(192, 48, bidirectional=True, batch_first=True).cuda()
+        x = torch.empty(1536, 32, 192, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            out, _ = m(x)
+        out.float().sum().backward()
+    assert cap.report()["unmeasured"] == []

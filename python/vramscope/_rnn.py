@@ -369,7 +369,8 @@ def _fitted(
 
     Domain (None outside it): float32 or float16 (bfloat16 fails on the GPU with
     CUDNN_STATUS_BAD_PARAM), 1 to 4 layers; projected LSTMs take `_fitted_proj`, other
-    unidirectional problems `_fitted_uni`; bidirectional ones: packed: LSTM and GRU with
+    unidirectional problems `_fitted_uni`, unpacked bidirectional LSTMs of hidden <= 192
+    `_fitted_small_h_bidir`; other bidirectional ones: packed: LSTM and GRU with
     hidden >= 256 and 2 * input <= G * hidden, RNN_TANH/RELU with 2 or more layers; unpacked: at
     least 2 steps, input <= hidden, LSTM with hidden >= 256, GRU with hidden >= 256 and 2 or more
     layers, RNN_TANH/RELU with hidden > 384 (the standard algorithm) and 2 or more layers. RNN
@@ -390,6 +391,10 @@ def _fitted(
     lstm = mode == MODES["lstm"]
     rnn = mode in (MODES["rnn_relu"], MODES["rnn_tanh"])
     h, dirs = hidden, 2
+    if not packed and lstm and hidden <= 192:
+        small = _fitted_small_h_bidir(input_size, hidden, layers, train, batch, seq, tokens, es)
+        if small is not None:
+            return small
     if packed:
         outside = not rnn and (hidden < 256 or 2 * input_size > gates * hidden)
     else:
@@ -481,6 +486,59 @@ def _fitted_small_h(input_size, hidden, layers, dropout, train, batch, seq, toke
         if std is None:
             return None
         backward = std["workspace"]
+    return {"workspace": workspace, "reserve": reserve, "backward_workspace": backward}
+
+
+def _fitted_small_h_bidir(input_size, hidden, layers, train, batch, seq, tokens, es):
+    """An unpacked bidirectional LSTM of hidden <= 192: CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H forward
+    (`use_rnn_persist_small_h` does not consult the directions), persistent backward too for hidden
+    <= 128. Fitted to session 61's H100 measurements (cuDNN 9.19, sm_90, 132 SMs as the H200;
+    validation/run/probes/rnn_bidir_small_h_probe_s61.py, fixtures/run/rnn_bidir_small_h_h100.jsonl.xz:
+    blind270/jk01's four problems and a grid of 420, hidden 32-192, input 64-384, batch 64-8192, 16
+    and 32 steps, float16 and float32, one layer) and to the bidirectional sweep's 33 such problems
+    of 2 and 3 layers (rnn_sweep_h200.jsonl.xz).
+    With E, W, B, T, S, h, i, L as in `_fitted_uni`, c0 = 256 + E*W + 8 MiB * L * 2:
+
+    - inference workspace = c0 + roundup(8B, 32) + E * (B * L * 18h + T * (30h + i));
+    - training workspace, one layer: max(inference, c0 + roundup(8B, 32) + E * (B * 26h + T * (6i + 18h)))
+      (the second wins where 5i > 12h);
+    - reserve as the standard algorithm's: 256 + E * T * 10h (one layer);
+    - the backward's two workspaces: hidden <= 128 the training forward's; otherwise (the standard
+      algorithm backward) max(`_fitted`'s unpacked standard form c0 + roundup(8B, 32) + E * B * (S * (14h + i)
+      + 24h), c0 + roundup(8B, 32) + E * (B * 26h + T * (6h + 6i))) -- the second measured only where
+      input 384 meets hidden 160 and 192 (40 problems).
+
+    Exact on all 424 problems of the session-61 grid; inference exact on 32 of the sweep's 33 and 176
+    bytes under (alignment padding) on its 3-layer one; exact on the table's nine such problems
+    (cudnn_rnn_h200.json: blind150/et05's char BiLSTM of 50, fp32, training at 30,720 x 16 and
+    inference at 163,840 x 16; blind190/gh02's float16 BiLSTMs of 128 training at 664 x 100 and
+    800 x 83, inference at 1,328 x 100, 1,600 x 83, 603 x 100 and 100 x 603; blind223/ho05's 2-layer
+    BiLSTM of 32 over 512 inputs in inference at 128 x 384). Domain (None outside it): float32 and
+    float16, hidden >= 32; inference 1 to 3 layers and at most 603 steps; training one layer and 16
+    to 100 steps (more layers train with a workspace these forms do not give: the sweep's 2-layer
+    problems of hidden 64 and 128 and ho05's trained BiLSTM exceed them); outside it `_fitted` goes
+    on to `_bi_reserve_only`."""
+    h, i, b, t = hidden, input_size, batch, tokens
+    if hidden < 32:
+        return None
+    if train and (layers != 1 or not 16 <= seq <= 100):
+        return None
+    if not train and (layers > 3 or seq > 603):
+        return None
+    lstm = MODES["lstm"]
+    n, layout = weight_layout(lstm, i, h, 0, layers, True)
+    matrices = n - len(layout) * 2 * 4 * h
+    base = 256 + es * matrices + 8 * _MIB * layers * 2 + -(-8 * b // 32) * 32
+    infer = base + es * (b * layers * 18 * h + t * (30 * h + i))
+    if not train:
+        return {"workspace": infer}
+    workspace = max(infer, base + es * (b * 26 * h + t * (6 * i + 18 * h)))
+    reserve = 256 + es * t * 10 * h
+    if h <= 128:
+        backward = workspace
+    else:
+        standard = base + es * b * (seq * (14 * h + i) + 24 * h)
+        backward = max(standard, base + es * (b * 26 * h + t * (6 * h + 6 * i)))
     return {"workspace": workspace, "reserve": reserve, "backward_workspace": backward}
 
 
