@@ -343,6 +343,29 @@ def test_functorch_wrappers_read_the_device_of_the_tensor_they_wrap():
     assert all(s == (cuda0, cuda0, True, False, 0) for s in seen)
 
 
+def test_the_programs_make_fx_records_its_ops_not_the_twins():
+    # make_fx's mode is an infra mode, below the twin's: it recorded the twin's own meta ops
+    # (`empty_strided` on meta, each op again over meta constants), so torch.func.linearize's
+    # const-folded JVP graph held other tensors than the GPU's (blind272/jm01). On the GPU it
+    # sees the op first, as on the host
+    from torch.func import linearize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(w, x):
+        return torch.sigmoid(x @ w) * 2
+
+    def ops(gm):
+        return sorted(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+
+    host = ops(make_fx(f)(torch.randn(8, 8), torch.randn(4, 8)))
+    with vramscope.capture(gpu="h200"):
+        w = torch.randn(8, 8, device="cuda")
+        gm = make_fx(f)(w, torch.randn(4, 8, device="cuda"))
+        assert ops(gm) == host == ["aten.mm.default", "aten.mul.Tensor", "aten.sigmoid.default"]
+        out, jvp_fn = linearize(lambda v: f(v, torch.ones(4, 8, device="cuda")), w)
+        assert out.is_cuda and jvp_fn(torch.ones(8, 8, device="cuda")).shape == (4, 8)
+
+
 def test_dropout_under_vmap_takes_the_fused_cuda_kernel():
     # Dropout.cpp's `is_fused_kernel_acceptable` reads `is_cuda()` of vmap's BatchedTensor, true
     # on the GPU, so `native_dropout` runs (its batching rule calls it on the batched value, with

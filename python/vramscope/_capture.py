@@ -995,6 +995,18 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        proxy = torch._C._get_dispatch_mode(_PROXY_KEY)
+        if proxy is not None:
+            # the program's own make_fx (torch.func.linearize traces its JVP so): its mode is an
+            # infra mode, below this one, so it would record the twin's own meta ops. On the GPU it
+            # sees the op first and calls the op's kernel: so here, the op is recorded by it, its
+            # call (`proxy_call`'s `func(*args)`) comes back to this mode without it
+            torch._C._unset_dispatch_mode(_PROXY_KEY)
+            try:
+                with self:
+                    return proxy.__torch_dispatch__(func, types, args, kwargs or {})
+            finally:
+                torch._C._set_dispatch_mode(proxy)
         # one op at a time across the program's threads (`_threads`)
         with self.cap.lock:
             for t in types:
@@ -1182,6 +1194,7 @@ _FakeTensor = torch._subclasses.fake_tensor.FakeTensor
 #: FakeTensorMode's `__torch_dispatch__` below its wrappers (`count`, `_disable_dynamo`)
 _FAKE_DISPATCH = inspect.unwrap(torch._subclasses.fake_tensor.FakeTensorMode.__torch_dispatch__).__code__
 _FAKE_KEY = torch._C._TorchDispatchModeKey.FAKE
+_PROXY_KEY = torch._C._TorchDispatchModeKey.PROXY
 
 
 _KERNELS = _tensor.kernels()
