@@ -666,3 +666,20 @@ def test_the_benchmark_table_holds_the_wild_programs_searches_measured_on_an_h10
         entry = table[conv_benchmark_table._key(p)]
         assert (entry["search_workspace"], entry["gpu"]) == (p["search_workspace"], "H100")
     assert max(p["search_workspace"] / p["free"] for p in swept) < 0.15
+
+
+def test_a_channels_last_item_of_1x1_spatial_sizes_is_swept_with_channels_last_strides():
+    # blind267/jh04's head: a pooled (N, 768, 1, 1) input by a (1280, 768, 1, 1) weight of a
+    # channels-last model; `.contiguous(memory_format=channels_last)` kept the NCHW strides, so the
+    # session-61 sweep measured the NCHW problem (conv_table read it as such) where the twin looks
+    # up the channels-last one
+    item = {"n": 128, "x": [768, 1, 1], "w": [1280, 768, 1, 1], "dtype": "float32", "layout": "nhwc"}
+    x, w = conv_sweep._operands(item, "cpu")
+    assert conv_table.suggests_channels_last([list(x.shape), list(x.stride())])
+    assert conv_table.suggests_channels_last([list(w.shape), list(w.stride())])
+    flat = dict(item, layout="nchw")
+    x, w = conv_sweep._operands(flat, "cpu")
+    assert not conv_table.suggests_channels_last([list(x.shape), list(x.stride())])
+    item3 = {"n": 2, "x": [8, 1, 1, 1], "w": [4, 8, 1, 1, 1], "dtype": "float32", "layout": "nhwc"}
+    x, w = conv_sweep._operands(item3, "cpu")
+    assert conv_table.suggests_channels_last([list(x.shape), list(x.stride())])

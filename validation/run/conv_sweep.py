@@ -575,11 +575,15 @@ def _operands(item, device, dtype=None):
     import torch
 
     dtype = dtype or getattr(torch, item["dtype"])
-    x = torch.empty([item["n"], *item["x"]], dtype=dtype, device=device)
-    w = torch.empty(item["w"], dtype=dtype, device=device)
+    fmt = torch.contiguous_format
     if item["layout"] == "nhwc":
-        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-        x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+        fmt = torch.channels_last if len(item["w"]) == 4 else torch.channels_last_3d
+    # made in the layout, not `.contiguous(memory_format=fmt)`: that keeps a tensor whose spatial
+    # sizes are all 1 as it is (already contiguous in both), and its NCHW strides make
+    # `cudnn_conv_suggest_memory_format` NCHW, where a channels-last program's pooled (N, C, 1, 1)
+    # input and `Module.to(memory_format=...)`'s 1x1 weights suggest channels-last (blind267/jh04)
+    x = torch.empty([item["n"], *item["x"]], dtype=dtype, device=device, memory_format=fmt)
+    w = torch.empty(item["w"], dtype=dtype, device=device, memory_format=fmt)
     return x, w
 
 
