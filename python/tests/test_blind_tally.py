@@ -87,3 +87,25 @@ def test_a_set_run_on_an_h100_is_tallied_against_the_twins_h100_answers(tmp_path
     assert "blind10: recorded on an H100, no answers_blind10_h100.jsonl yet: left out of the totals" in out
     assert "1 sets, 1 scripts, 1 phases: as answered 1 within, 1 phases exact" in out
     assert "awaiting" not in out
+
+
+def test_an_h100_sets_latest_answers_fall_back_to_its_h200_after_file(tmp_path):
+    rec = {
+        "script": "z01",
+        "phase": "phase0",
+        "allocated": 0,
+        "peak_allocated": 512,
+        "reserved": 2097152,
+        "peak_reserved": 2097152,
+        "requested": 512,
+    }
+    _write(tmp_path / "run_blind9_h100.jsonl", [rec])
+    _write(tmp_path / "answers_blind9_h100.jsonl", [rec | {"peak_allocated": 4096}], xz=True)
+    _write(tmp_path / "answers_blind9_after_h200.jsonl", [rec], xz=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "as answered  0 within,   0 exact; latest (after)  1 within,   1 exact" in out
