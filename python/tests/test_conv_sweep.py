@@ -683,3 +683,33 @@ def test_a_channels_last_item_of_1x1_spatial_sizes_is_swept_with_channels_last_s
     item3 = {"n": 2, "x": [8, 1, 1, 1], "w": [4, 8, 1, 1, 1], "dtype": "float32", "layout": "nhwc"}
     x, w = conv_sweep._operands(item3, "cpu")
     assert conv_table.suggests_channels_last([list(x.shape), list(x.stride())])
+
+
+def test_the_table_holds_blind271s_problems_measured_on_an_h100(tmp_path):
+    # fixtures/run/conv_sweep_blind271_h100.tar.xz (session 61): `conv_sweep.py run
+    # conv_problems_blind271.json` on an H100, all 6 items reached: jl04's 1x1 convolutions at 72 x 72
+    # and jl05's stride-14 patch embedding, which the twin had estimated from neighbours
+    _extract(tmp_path, "conv_sweep_blind271_h100.tar.xz", (".jsonl", ".err"))
+    table, swept, _auto = _swept_and_in_the_table(tmp_path / "conv_sweep_blind271_h100" / "cs271")
+    assert len(swept) == 18
+    # jl05's local crops: the estimate was 59,955,173 bytes (a 29 MiB segment where the GPU's is 30)
+    one = "forward bfloat16 nchw 0 256,3,98,98 768,3,14,14 14,14 0,0 1,1 0,0 1"
+    assert table[one] == 61_014_032
+
+
+def test_dinov2s_local_crop_patch_embedding_takes_the_measured_forward_workspace():
+    # blind271/jl05: the bf16 stride-14 patch embedding of 256 local crops at 98 x 98 took 61,014,032
+    # bytes of cuDNN workspace beside its (256, 768, 7, 7) output on the H100 (cs271)
+    import torch
+    import torch.nn.functional as F
+    import vramscope
+
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(256, 3, 98, 98, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(768, 3, 14, 14, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        with torch.no_grad():
+            F.conv2d(x, w, stride=14)
+        after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        assert after - before == 256 * 768 * 7 * 7 * 2 + 61_014_032
+    assert cap.report()["unmeasured"] == []

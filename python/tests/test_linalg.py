@@ -786,3 +786,18 @@ def test_clamp_of_an_integral_tensor_by_a_float_scalar_converts_it_first():
         flags = counts.bool()
         _, made = counted(lambda: torch.clamp_min(flags, 0.5))
         assert made == (2, 32 * 4 + 32 * 4)
+
+
+def test_small_batched_qr_svd_det_allocate_as_the_h100_recorded(capsys):
+    # rp61_small_batched_linalg_probe_s61 on an H100 (fixtures/run/probes): every allocation of QR of
+    # (768, 3, 3) and (64, 3, 3) (cuBLAS's batched geqrf, then orgqr's cuSOLVER loop: one 132,224-byte
+    # workspace a matrix), gesvdjBatched's SVDs with their 3,968 / 7,936-byte workspaces, and det
+    import runpy
+
+    probe = ROOT / "validation" / "run" / "probes" / "rp61_small_batched_linalg_probe_s61.py"
+    gpu = (FIXTURES / "run" / "probes" / "rp61_small_batched_linalg_probe_s61_h100.txt").read_text()
+    with vramscope.capture(gpu="h100") as cap:
+        runpy.run_path(str(probe), run_name="__main__")
+        torch.cuda.memory._record_memory_history(enabled=None)
+    assert capsys.readouterr().out.splitlines() == gpu.splitlines()
+    assert not cap.unmeasured

@@ -273,3 +273,13 @@ def test_gamma_and_dirichlet_draws_carry_host_values_not_zeros():
             ).sample()
         )
         assert 0.0 < lam < 1.0
+
+
+def test_llada_mask_counts_are_the_h100s():
+    # blind271/jl02's masked-token counts (rp61_llada_mask_counts_probe_s61 on an H100,
+    # fixtures/run/probes): the twin's Philox draws give the GPU's ratios and per-sequence counts
+    probe = ROOT / "validation" / "run" / "probes" / "rp61_llada_mask_counts_probe_s61.py"
+    gpu = (FIXTURES / "run" / "probes" / "rp61_llada_mask_counts_probe_s61_h100.txt").read_text()
+    status, lines, _report, err = run_script(probe, extra=("--gpu", "h100"))
+    assert status == 0, err
+    assert lines == gpu.splitlines()

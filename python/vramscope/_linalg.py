@@ -581,6 +581,12 @@ GESVDJ_BATCHED_WORKSPACE = {
     (27, 27, 1, True, torch.float64): 7936,
     # blind196/gn05's per-op truth: a Lagrangian network's vmapped pinv of 8,192 2 x 2 mass matrices
     (2, 2, 8192, True, torch.float64): 7936,
+    # rp61_small_batched_linalg_probe_s61 on an H100 (fixtures/run/probes): Kabsch SVDs of 3 x 3
+    # covariances and a batch of 4 x 4; cuSOLVER's buffer size is closed source, so measured points
+    (3, 3, 64, True, torch.float32): 3968,
+    (3, 3, 4096, True, torch.float32): 3968,
+    (3, 3, 64, True, torch.float64): 7936,
+    (4, 4, 256, True, torch.float32): 3968,
 }
 
 #: `cusolverDn<t>gesvd_bufferSize`'s lwork in bytes by (m, n, dtype), m >= n, as
