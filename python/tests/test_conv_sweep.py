@@ -683,3 +683,19 @@ def test_a_channels_last_item_of_1x1_spatial_sizes_is_swept_with_channels_last_s
     item3 = {"n": 2, "x": [8, 1, 1, 1], "w": [4, 8, 1, 1, 1], "dtype": "float32", "layout": "nhwc"}
     x, w = conv_sweep._operands(item3, "cpu")
     assert conv_table.suggests_channels_last([list(x.shape), list(x.stride())])
+
+
+def test_the_table_holds_blind269_to_271s_problems_measured_on_an_h100(tmp_path):
+    # fixtures/run/conv_sweep_blind269_271_h100.tar.xz (session 61, call 3): `conv_sweep.py run
+    # conv_problems_blindN.json` on an H100 (blind269 with 2 workers), every item reached, all merged
+    _extract(tmp_path, "conv_sweep_blind269_271_h100.tar.xz", (".jsonl", ".err"))
+    root = tmp_path / "conv_sweep_blind269_271_h100"
+    counts = {}
+    for n in (269, 270, 271):
+        table, swept, auto = _swept_and_in_the_table(root / f"cs{n}")
+        counts[n] = (len(swept), len(auto))
+    assert counts == {269: (1371, 18), 270: (120, 0), 271: (18, 0)}
+    # blind269/jj02's 448 x 448 stride-14 patch embedding: no forward workspace (estimated 45.8 MB before)
+    one = "forward bfloat16 nchw 0 8,3,448,448 1024,3,14,14 14,14 0,0 1,1 0,0 1"
+    assert table[one] == 0
+    assert table[one.replace("forward", "wgrad")] == 64_946_320
