@@ -713,3 +713,19 @@ def test_dinov2s_local_crop_patch_embedding_takes_the_measured_forward_workspace
         after = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
         assert after - before == 256 * 768 * 7 * 7 * 2 + 61_014_032
     assert cap.report()["unmeasured"] == []
+
+
+def test_the_table_holds_blind269_to_271s_problems_measured_on_an_h100(tmp_path):
+    # fixtures/run/conv_sweep_blind269_271_h100.tar.xz (session 61, call 3): `conv_sweep.py run
+    # conv_problems_blindN.json` on an H100 (blind269 with 2 workers), every item reached, all merged
+    _extract(tmp_path, "conv_sweep_blind269_271_h100.tar.xz", (".jsonl", ".err"))
+    root = tmp_path / "conv_sweep_blind269_271_h100"
+    counts = {}
+    for n in (269, 270, 271):
+        table, swept, auto = _swept_and_in_the_table(root / f"cs{n}")
+        counts[n] = (len(swept), len(auto))
+    assert counts == {269: (1371, 18), 270: (120, 0), 271: (18, 0)}
+    # blind269/jj02's 448 x 448 stride-14 patch embedding: no forward workspace (estimated 45.8 MB before)
+    one = "forward bfloat16 nchw 0 8,3,448,448 1024,3,14,14 14,14 0,0 1,1 0,0 1"
+    assert table[one] == 0
+    assert table[one.replace("forward", "wgrad")] == 64_946_320
