@@ -13,10 +13,9 @@ phase of their latest answers.
 A set answered (`answers_blindN_h200.jsonl` or its `.xz`) whose GPU run is not recorded yet is
 listed as awaiting the GPU, outside the totals.
 A set the device ran on an H100 (`run_blindN_h100.jsonl`, no H200 run) is tallied against the twin's
-H100 answers: `answers_blindN_h100.jsonl`, the as-answered commit's package with only the GPU changed;
-latest is `answers_blindN_after_h100.jsonl`, else the set's H200 after file, whose re-answers the
-twin gives alike for both GPUs where a script never nears the memory limit (the as-answered H100 and
-H200 files of session 61's sets are equal line for line where their packages' timm is).
+H100 answers: `answers_blindN_h100.jsonl`, the as-answered commit's package with only the GPU changed,
+and `answers_blindN_after_h100.jsonl` for latest (else as answered: an H200 after file does not stand
+for it; a compiled script's kernels can differ between the two GPUs' answers).
 """
 
 import os
@@ -77,8 +76,6 @@ def main():
         if s == "21":
             answered.update(load(path("answers_blind21b_h200.jsonl")))
         after = path(f"answers_blind{'4' if s == '4b' else s}_after_{g}.jsonl")
-        if g != "h200" and not fixture(after):
-            after = path(f"answers_blind{s}_after_h200.jsonl")
         latest = load(after) if fixture(after) else answered
         w0, e0, _ = tally(gpu, answered)
         w1, e1, miss = tally(gpu, latest)

@@ -89,7 +89,7 @@ def test_a_set_run_on_an_h100_is_tallied_against_the_twins_h100_answers(tmp_path
     assert "awaiting" not in out
 
 
-def test_an_h100_sets_latest_answers_fall_back_to_its_h200_after_file(tmp_path):
+def test_an_h100_sets_latest_answers_are_its_h100_after_file_not_its_h200_one(tmp_path):
     rec = {
         "script": "z01",
         "phase": "phase0",
@@ -102,10 +102,9 @@ def test_an_h100_sets_latest_answers_fall_back_to_its_h200_after_file(tmp_path):
     _write(tmp_path / "run_blind9_h100.jsonl", [rec])
     _write(tmp_path / "answers_blind9_h100.jsonl", [rec | {"peak_allocated": 4096}], xz=True)
     _write(tmp_path / "answers_blind9_after_h200.jsonl", [rec], xz=True)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    run = [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)]
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert "as answered  0 within,   0 exact; latest (as answered)  0 within,   0 exact" in out
+    _write(tmp_path / "answers_blind9_after_h100.jsonl", [rec], xz=True)
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
     assert "as answered  0 within,   0 exact; latest (after)  1 within,   1 exact" in out
