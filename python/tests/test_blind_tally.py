@@ -20,9 +20,10 @@ def _write(path, rows, xz=False):
         path.write_text(text)
 
 
-def test_answered_set_without_gpu_run_is_awaiting(tmp_path):
-    rec = {
-        "script": "x01",
+def _rec(script):
+    """One phase line with the five figures."""
+    return {
+        "script": script,
         "phase": "phase0",
         "allocated": 0,
         "peak_allocated": 512,
@@ -30,17 +31,22 @@ def test_answered_set_without_gpu_run_is_awaiting(tmp_path):
         "peak_reserved": 2097152,
         "requested": 512,
     }
+
+
+def _tally(fixtures):
+    """What run_blind_tally.py prints for the fixtures in `fixtures`."""
+    run = [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(fixtures)]
+    return subprocess.run(run, capture_output=True, text=True, check=True).stdout
+
+
+def test_answered_set_without_gpu_run_is_awaiting(tmp_path):
+    rec = _rec("x01")
     _write(tmp_path / "run_blind5_h200.jsonl", [rec])
     _write(tmp_path / "answers_blind5_h200.jsonl", [rec], xz=True)
     _write(
         tmp_path / "answers_blind7_h200.jsonl", [rec | {"script": "y01"}, rec | {"script": "y02"}], xz=True
     )
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _tally(tmp_path)
     assert "1 sets, 1 scripts, 1 phases: as answered 1 within, 1 phases exact" in out
     assert "blind7: 2 scripts, 2 phases answered, awaiting the GPU (no run_blind7_h200.jsonl)" in out
     assert "blind5:" not in out
@@ -62,26 +68,13 @@ def test_compare_without_a_gpu_run_says_it_awaits_the_gpu(tmp_path):
 
 
 def test_a_set_run_on_an_h100_is_tallied_against_the_twins_h100_answers(tmp_path):
-    rec = {
-        "script": "z01",
-        "phase": "phase0",
-        "allocated": 0,
-        "peak_allocated": 512,
-        "reserved": 2097152,
-        "peak_reserved": 2097152,
-        "requested": 512,
-    }
+    rec = _rec("z01")
     _write(tmp_path / "run_blind9_h100.jsonl", [rec])
     _write(tmp_path / "answers_blind9_h200.jsonl", [rec | {"peak_allocated": 4096}], xz=True)
     _write(tmp_path / "answers_blind9_h100.jsonl", [rec], xz=True)
     _write(tmp_path / "run_blind10_h100.jsonl", [rec])
     _write(tmp_path / "answers_blind10_h200.jsonl", [rec], xz=True)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _tally(tmp_path)
     # blind9 against its H100 answers (exact), not its H200 ones (8x over)
     assert "blind9      1 scripts   1 phases (on an H100): as answered  1 within,   1 exact" in out
     assert "blind10: recorded on an H100, no answers_blind10_h100.jsonl yet: left out of the totals" in out
@@ -90,21 +83,12 @@ def test_a_set_run_on_an_h100_is_tallied_against_the_twins_h100_answers(tmp_path
 
 
 def test_an_h100_sets_latest_answers_are_its_h100_after_file_not_its_h200_one(tmp_path):
-    rec = {
-        "script": "z01",
-        "phase": "phase0",
-        "allocated": 0,
-        "peak_allocated": 512,
-        "reserved": 2097152,
-        "peak_reserved": 2097152,
-        "requested": 512,
-    }
+    rec = _rec("z01")
     _write(tmp_path / "run_blind9_h100.jsonl", [rec])
     _write(tmp_path / "answers_blind9_h100.jsonl", [rec | {"peak_allocated": 4096}], xz=True)
     _write(tmp_path / "answers_blind9_after_h200.jsonl", [rec], xz=True)
-    run = [sys.executable, str(ROOT / "validation" / "run_blind_tally.py"), str(tmp_path)]
-    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    out = _tally(tmp_path)
     assert "as answered  0 within,   0 exact; latest (as answered)  0 within,   0 exact" in out
     _write(tmp_path / "answers_blind9_after_h100.jsonl", [rec], xz=True)
-    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    out = _tally(tmp_path)
     assert "as answered  0 within,   0 exact; latest (after)  1 within,   1 exact" in out
