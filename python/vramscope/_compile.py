@@ -1595,18 +1595,7 @@ def _from_data(original):
 
     def make(data, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "cuda":
-            if isinstance(data, torch.Tensor):
-                return original(data, *args, **kwargs).to(device)
-            # Python data: the host's values copied into a factory's buffer, which the trace's
-            # relabelling makes the GPU's (`_relabel_graph`). The host tensor's own `.to(device)`
-            # stayed on the host (the trace's copies to `cuda` do, `_torch_function`) and, a lifted
-            # constant rather than a factory, was not relabelled: the program's tensor was the
-            # host's (an output on `cpu`; `cuda_x * torch.tensor(..., device=...)` failed
-            # Inductor's device check, ran eagerly and raised). (The GPU holds the constant itself
-            # on the device from compile time on, 512 bytes a constant, which this does not.)
-            grad = kwargs.pop("requires_grad", False)
-            host = original(data, *args, **kwargs)
-            return torch.empty_like(host).copy_(host).requires_grad_(grad)
+            return original(data, *args, **kwargs).to(device)
         return original(data, *args, device=device, **kwargs)
 
     make.__name__ = original.__name__
