@@ -1653,6 +1653,14 @@ impl Runtime {
                         vramscope_alloc::format_size(bytes),
                         vramscope_alloc::format_size(free)
                     )
+                } else if op == "stream_pools" {
+                    // CUDAStream.cpp `initDeviceStreamState`: C10_CUDA_CHECK of the streams' creation
+                    format!(
+                        "CUDA error: out of memory: the device's stream pools need {} and {} is \
+                         free (the caching allocator keeps its cache)",
+                        vramscope_alloc::format_size(bytes),
+                        vramscope_alloc::format_size(free)
+                    )
                 } else if op == "aoti_constant_blob" {
                     // model_base.h `RAII_gpuMalloc`: AOTI_RUNTIME_CUDA_CHECK(cudaMalloc(...))
                     format!(
