@@ -212,3 +212,34 @@ def test_the_h100s_async_pool_probe_line_for_line(monkeypatch):
         warnings.simplefilter("ignore")
         runpy.run_path(str(root / "validation/run/probes/mx61_async_pool.py"), run_name="__main__")
     assert out.getvalue() == gpu
+
+
+def test_the_h100s_stream_pool_probe_line_for_line(monkeypatch):
+    # validation/run/probes/mx2_stream_pool_probe_s61.py on the H100 (fixtures/run/probes/
+    # mx2_stream_pool_probe_s61_h100.txt): the 70 MiB beyond the allocator come with the device's
+    # stream pools, made by the first side stream under either backend (priority_range() makes
+    # none), or by cudaMallocAsync's first allocation (lazy_init_device's getStreamFromPool), once
+    import contextlib
+    import io
+    import pathlib
+    import runpy
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    probe = root / "validation/run/probes/mx2_stream_pool_probe_s61.py"
+    gpu = (root / "fixtures/run/probes/mx2_stream_pool_probe_s61_h100.txt").read_text()
+    out = io.StringIO()
+    # the probe runs each case in a child process of its own: the twin runs each child here
+    cases = runpy.run_path(str(probe), run_name="probe")["CASES"]
+    for name, (conf, steps) in cases.items():
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+        monkeypatch.setattr(sys, "argv", [str(probe), "--child", name, steps])
+        with (
+            vramscope.capture(gpu="h100", alloc_conf=conf or None),
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(out),
+            pytest.raises(SystemExit),
+        ):
+            warnings.simplefilter("ignore")
+            runpy.run_path(str(probe), run_name="__main__")
+    assert out.getvalue() == gpu

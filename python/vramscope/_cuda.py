@@ -93,6 +93,20 @@ class Stream:
         self.device = CUDA0
         self.priority = priority
         self.cuda_stream = self.stream_id
+        from . import _capture
+
+        cap = _capture.current()
+        take = getattr(cap.device, "stream_pools", None) if cap is not None else None
+        if take is not None:  # a native module built before has none
+            # `getStreamFromPool`'s first call makes the device's stream pools: 70 MiB beyond the
+            # allocator (mx2_stream_pool_probe_s61_h100.txt), once
+            take()
+
+    @staticmethod
+    def priority_range():
+        # (least, greatest) priority: torch 2.11 on the H100 (mx2_stream_pool_probe_s61_h100.txt);
+        # makes no stream pool
+        return (0, -3)
 
     def wait_stream(self, stream):
         # during a capture, the order of the captured work (`cudaStreamWaitEvent` on an event

@@ -572,6 +572,19 @@ impl<D: Device> CachingAllocator<D> {
             Some(p) => Cow::Owned(p.stats(&self.stats.requested_bytes)),
         }
     }
+    /// The device's stream pools are made (the first side stream): under
+    /// `backend:cudaMallocAsync` they are its first allocation's memory
+    /// beyond the pool (`malloc_async.rs`), marked taken, and `true`;
+    /// `false` under the native allocator (the caller takes them).
+    pub fn stream_pools_async(&mut self) -> bool {
+        match self.malloc_async.as_mut() {
+            Some(p) => {
+                p.init();
+                true
+            }
+            None => false,
+        }
+    }
     /// Whether this is `backend:cudaMallocAsync`'s allocator.
     pub fn is_malloc_async(&self) -> bool {
         self.malloc_async.is_some()

@@ -58,3 +58,12 @@ pub type Addr = u64;
 /// A CUDA stream as PyTorch records it (`cudaStream_t` value; 0 is the
 /// default stream).
 pub type StreamId = u64;
+
+/// The device memory the device's stream pools hold beyond the allocator
+/// (`cudaMemGetInfo`'s used memory less `memory_reserved()`), from the first
+/// side stream on, or under `backend:cudaMallocAsync` from whichever of that
+/// and the first allocation comes first: 70 MiB (73,400,320 bytes) on the
+/// H100 (fixtures/run/probes/mx2_stream_pool_probe_s61_h100.txt; CUDAStream.cpp
+/// `initDeviceStreamState`; `priority_range()` takes none). The H200's is
+/// taken to be the same (unmeasured).
+pub const STREAM_POOLS_BYTES: u64 = 70 << 20;

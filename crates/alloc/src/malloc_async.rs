@@ -34,12 +34,12 @@ const POOL_ALIGN: u64 = 256;
 /// The device memory beyond the pool that the first allocation takes and
 /// keeps (`cudaMemGetInfo`'s used memory less `memory_reserved()`: 70 MiB
 /// from the first allocation on, through every trim, on the H100,
-/// mx61_async_pool_h100.txt). `lazy_init_device` runs then: it sets the
-/// default pool's attributes and calls `getStreamFromPool`, whose first
-/// call creates the device's stream pools (`initDeviceStreamState`:
-/// `kStreamsPerPool` streams per priority); how the 70 MiB divide between
-/// them is unmeasured.
-const POOL_INIT_BYTES: u64 = 70 << 20;
+/// mx61_async_pool_h100.txt): the device's stream pools, which
+/// `lazy_init_device`'s `getStreamFromPool` makes. A side stream made
+/// first takes them and the first allocation then adds nothing, as the
+/// native backend's first side stream takes them too
+/// (mx2_stream_pool_probe_s61_h100.txt).
+const POOL_INIT_BYTES: u64 = crate::STREAM_POOLS_BYTES;
 
 /// Where the pool's live blocks lie and which granules it has mapped. The
 /// H100's pool (mx61_async_pool_h100.txt) packs blocks in address order

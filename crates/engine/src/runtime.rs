@@ -411,6 +411,8 @@ pub(crate) struct State {
     /// bytes of the first handle's share already taken
     /// ([`Runtime::driver_outside_ahead_of_blas`])
     blas_prepaid: u64,
+    /// Whether the device's stream pools are made ([`Runtime::stream_pools`]).
+    stream_pools: bool,
     /// the host threads (by handle) that have run a 16-bit matmul
     blas_16bit: Vec<BlasOwner>,
     /// driver bytes waiting for the autograd thread's 16-bit share
@@ -565,6 +567,7 @@ impl Runtime {
             cublas_ws: Vec::new(),
             blas_handles: Vec::new(),
             blas_prepaid: 0,
+            stream_pools: false,
             blas_16bit: Vec::new(),
             autograd_16bit_pending: Vec::new(),
             cudnn_loaded: CudnnLibraries::None,
@@ -1596,6 +1599,23 @@ impl Runtime {
         self.driver_take(op, bytes)
     }
 
+    /// The device's first side stream (`torch.cuda.Stream()`, any
+    /// priority): `getStreamFromPool`'s first call makes the device's stream
+    /// pools (CUDAStream.cpp `initDeviceStreamState`), which hold 70 MiB
+    /// beyond the allocator on the H100 under either backend; under
+    /// `cudaMallocAsync` they are the memory its first allocation takes
+    /// (`lazy_init_device` calls `getStreamFromPool`), one charge whichever
+    /// comes first (fixtures/run/probes/mx2_stream_pool_probe_s61_h100.txt).
+    pub fn stream_pools(&self) -> Result<()> {
+        if std::mem::replace(&mut self.st.borrow_mut().stream_pools, true) {
+            return Ok(());
+        }
+        if self.st.borrow_mut().alloc.stream_pools_async() {
+            return Ok(());
+        }
+        self.driver_take("stream_pools", vramscope_alloc::STREAM_POOLS_BYTES)
+    }
+
     /// `cudaFree` of `bytes` taken with [`Self::driver_outside`]: the
     /// device's free memory grows by them again. Not in the event log,
     /// whose driver takes the estimate replays (which frees none).
@@ -1630,6 +1650,14 @@ impl Runtime {
                     format!(
                         "NCCL error: unhandled cuda error (out of memory): NCCL needs {} for \
                          its buffers and {} is free (the caching allocator keeps its cache)",
+                        vramscope_alloc::format_size(bytes),
+                        vramscope_alloc::format_size(free)
+                    )
+                } else if op == "stream_pools" {
+                    // CUDAStream.cpp `initDeviceStreamState`: C10_CUDA_CHECK of the streams' creation
+                    format!(
+                        "CUDA error: out of memory: the device's stream pools need {} and {} is \
+                         free (the caching allocator keeps its cache)",
                         vramscope_alloc::format_size(bytes),
                         vramscope_alloc::format_size(free)
                     )

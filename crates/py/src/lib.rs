@@ -406,6 +406,15 @@ impl Device {
             .map_err(|e| py_err(self.p.runtime(), e))
     }
 
+    /// The first side stream (`torch.cuda.Stream()`): the device's stream
+    /// pools, once ([`Runtime::stream_pools`]).
+    fn stream_pools(&self) -> PyResult<()> {
+        self.p
+            .runtime()
+            .stream_pools()
+            .map_err(|e| py_err(self.p.runtime(), e))
+    }
+
     /// The blob's `cudaFree` when its model goes.
     fn aoti_constant_blob_free(&self, bytes: u64) {
         self.p.runtime().driver_outside_free(bytes);
