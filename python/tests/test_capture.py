@@ -5407,6 +5407,20 @@ def test_a_scripted_module_compiles_its_calls_as_pytorchs_own():
         assert out.shape == (32, 64) and cell.lin.weight.grad is not None
 
 
+def test_a_scripted_module_with_batch_norm_compiles():
+    # `F.batch_norm` (and every functional with a `has_torch_function_variadic` check) calls the
+    # twin's stand-in for that check, which `torch.jit.script` must resolve to the builtin
+    # `aten::has_torch_function` as it does PyTorch's own (torch/jit/_script.py registers it): the
+    # stand-in's `*args` stopped scripting any model with BatchNorm (timm's scriptable resnet26d)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    with vramscope.capture(gpu="h200"):
+        scripted = torch.jit.script(model.cuda().eval())
+        with torch.no_grad():
+            out = scripted(torch.empty(2, 3, 16, 16, device="cuda"))
+        assert out.shape == (2, 8, 14, 14)
+        assert torch.nn.functional.normalize(torch.ones(4, 4, device="cuda")).shape == (4, 4)
+
+
 def test_an_op_returning_its_constant_input_keeps_it_once():
     # `to` with nothing to change returns its input; below autograd it reaches the mode, which
     # records the output among the tensors viewing a factory's constant value: a second entry of the
