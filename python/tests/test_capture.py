@@ -1153,6 +1153,21 @@ def test_encode_jpeg_on_the_gpu_takes_a_4_4_4_bitstream():
         assert encode_jpeg(gradient.cuda(), quality=90).numel() == 11137
 
 
+def test_encode_jpeg_on_the_gpu_decodes_again():
+    # the CUDA bitstream carries the encoded bytes: a program that encodes on the GPU and decodes
+    # the `.cpu()` copy again (nvJPEG round trip) raised "Failed to get image info" under the twin
+    # (its bitstream read as zeros), where the GPU decodes nvJPEG's own header
+    from torchvision.io import decode_jpeg, encode_jpeg
+
+    img = torch.randint(0, 256, (3, 64, 48), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    with vramscope.capture(gpu="h200"):
+        data = encode_jpeg(img.cuda(), quality=90)
+        back = decode_jpeg(data.cpu(), device="cuda")
+        assert tuple(back.shape) == (3, 64, 48) and back.is_cuda
+        host = decode_jpeg(data.cpu())
+        assert tuple(host.shape) == (3, 64, 48) and not host.is_cuda
+
+
 def test_as_subclass_keeps_its_values_and_compiles_as_without_the_twin():
     # `as_subclass` aliases its tensor (python_variable.cpp THPVariable_as_subclass: self.alias(),
     # with the dispatch modes stashed): torchvision's tv_tensors wrap every tensor so
