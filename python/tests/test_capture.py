@@ -1153,6 +1153,21 @@ def test_encode_jpeg_on_the_gpu_takes_a_4_4_4_bitstream():
         assert encode_jpeg(gradient.cuda(), quality=90).numel() == 11137
 
 
+def test_encode_jpeg_on_the_gpu_decodes_again():
+    # the CUDA bitstream carries the encoded bytes: a program that encodes on the GPU and decodes
+    # the `.cpu()` copy again (nvJPEG round trip) raised "Failed to get image info" under the twin
+    # (its bitstream read as zeros), where the GPU decodes nvJPEG's own header
+    from torchvision.io import decode_jpeg, encode_jpeg
+
+    img = torch.randint(0, 256, (3, 64, 48), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    with vramscope.capture(gpu="h200"):
+        data = encode_jpeg(img.cuda(), quality=90)
+        back = decode_jpeg(data.cpu(), device="cuda")
+        assert tuple(back.shape) == (3, 64, 48) and back.is_cuda
+        host = decode_jpeg(data.cpu())
+        assert tuple(host.shape) == (3, 64, 48) and not host.is_cuda
+
+
 def test_as_subclass_keeps_its_values_and_compiles_as_without_the_twin():
     # `as_subclass` aliases its tensor (python_variable.cpp THPVariable_as_subclass: self.alias(),
     # with the dispatch modes stashed): torchvision's tv_tensors wrap every tensor so
@@ -5405,6 +5420,20 @@ def test_a_scripted_module_compiles_its_calls_as_pytorchs_own():
         out = cell(torch.empty(32, 64, device="cuda"))
         out.sum().backward()
         assert out.shape == (32, 64) and cell.lin.weight.grad is not None
+
+
+def test_a_scripted_module_with_batch_norm_compiles():
+    # `F.batch_norm` (and every functional with a `has_torch_function_variadic` check) calls the
+    # twin's stand-in for that check, which `torch.jit.script` must resolve to the builtin
+    # `aten::has_torch_function` as it does PyTorch's own (torch/jit/_script.py registers it): the
+    # stand-in's `*args` stopped scripting any model with BatchNorm (timm's scriptable resnet26d)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    with vramscope.capture(gpu="h200"):
+        scripted = torch.jit.script(model.cuda().eval())
+        with torch.no_grad():
+            out = scripted(torch.empty(2, 3, 16, 16, device="cuda"))
+        assert out.shape == (2, 8, 14, 14)
+        assert torch.nn.functional.normalize(torch.ones(4, 4, device="cuda")).shape == (4, 4)
 
 
 def test_an_op_returning_its_constant_input_keeps_it_once():

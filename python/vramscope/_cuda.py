@@ -1124,7 +1124,9 @@ def _normalize_unmoded(original):
             return False
         return original(*args)
 
-    return check
+    # scripted functionals (`F.batch_norm`) compile the check to `aten::has_torch_function`, as
+    # torch/jit/_script.py registers PyTorch's own
+    return _scripted_as(check, original)
 
 
 def _generic(original, stand_in):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ._kernels import NAMED_DISPATCH, NAMED_FUNCTIONS
-from ._tensor import registered
+from ._tensor import assumed, registered, set_value, value
 
 #: `kMaxParallelImgs` in deform_conv2d_kernel.cu: images im2col'd together
 MAX_PARALLEL_IMGS = 32
@@ -344,10 +344,15 @@ def _encode_jpegs_cuda(cap, func, args, kwargs):
     contig = [t if t.is_contiguous() else t.contiguous() for t in images]
     outs = []
     for t in contig:
+        carried = value(t) is not None and not assumed(t)
         with torch._C.DisableTorchFunction():
             host = cap.value_of(t, "encode_jpeg").contiguous()
-        n = _jpeg_444_length(host, int(quality))
-        outs.append(torch.empty((n,), dtype=torch.uint8, device=t.device))
+        stream = _jpeg_444(host, int(quality))
+        out = torch.empty((stream.numel(),), dtype=torch.uint8, device=t.device)
+        # the bitstream itself, so that the program can decode it again (`decode_jpeg` of its
+        # `.cpu()` reads the header nvJPEG wrote: zeros there raised "Failed to get image info")
+        set_value(out, stream, assumed=not carried)
+        outs.append(out)
     del contig
     return outs
 
@@ -355,17 +360,22 @@ def _encode_jpegs_cuda(cap, func, args, kwargs):
 NAMED_FUNCTIONS["image::encode_jpegs_cuda"] = _encode_jpegs_cuda
 
 
-def _jpeg_444_length(host: torch.Tensor, quality: int) -> int:
-    """The length of a (3, H, W) uint8 image's baseline JPEG with 4:4:4 sampling at `quality`
-    (libjpeg through PIL, a torchvision dependency; without it the host encoder's 4:2:0 length)."""
+def _jpeg_444(host: torch.Tensor, quality: int) -> torch.Tensor:
+    """A (3, H, W) uint8 image's baseline JPEG with 4:4:4 sampling at `quality`, a uint8 CPU
+    tensor (libjpeg through PIL, a torchvision dependency; without it the host encoder's 4:2:0)."""
     try:
         import io
 
         from PIL import Image
     except ImportError:
-        return torch.ops.image.encode_jpeg(host, quality).numel()
+        return torch.ops.image.encode_jpeg(host, quality)
     buf = io.BytesIO()
     Image.fromarray(host.permute(1, 2, 0).contiguous().numpy()).save(
         buf, format="JPEG", quality=quality, subsampling=0, optimize=False
     )
-    return len(buf.getvalue())
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+
+
+def _jpeg_444_length(host: torch.Tensor, quality: int) -> int:
+    """The length of `_jpeg_444`'s bitstream."""
+    return _jpeg_444(host, quality).numel()
