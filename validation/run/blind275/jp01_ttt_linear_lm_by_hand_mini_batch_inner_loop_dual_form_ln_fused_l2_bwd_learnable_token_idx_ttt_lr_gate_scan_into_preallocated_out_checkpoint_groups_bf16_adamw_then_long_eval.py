@@ -1,5 +1,5 @@
 """A TTT-Linear language model ("Learning to (Learn at Test Time)", Sun et al. 2024) written by hand the way
-test-time-training/ttt-lm-pytorch's ttt.py writes its TTT layer, in a transformer backbone (8 layers of
+test-time-training/ttt-lm-pytorch's ttt.py writes its TTT layer, in a transformer backbone (6 layers of
 d 768, 12 heads of 64, SwiGLU 2,048, RMSNorm, vocabulary 32,000): each head's hidden state is a linear model
 W1 (64 x 64) + b1, tiled over the batch (`torch.tile(W1.unsqueeze(0), (B, 1, 1, 1))`), updated by one step of
 gradient descent per mini-batch of 16 tokens on the self-supervised loss ||LN(XK W1 + b1) - (XV - XK)||^2,
@@ -12,9 +12,9 @@ projected. The mini-batches are walked by ttt.py's `scan`: a Python loop over th
 each output into a preallocated `torch.empty((NC, B, H, CS, HD))` by `out[i] = y` (autograd through the
 copies), wrapped in non-reentrant `torch.utils.checkpoint` per group of 16 mini-batches when
 checkpoint_group > 0. Phase 0: the model (random weights). Phase 1: bf16 autocast, AdamW with clipping,
-4 steps of 8 x 1,024 tokens with checkpoint groups of 16. Phase 2: 2 more steps of 8 x 1,024 without the
+2 steps of 8 x 1,024 tokens with checkpoint groups of 16. Phase 2: 1 more step of 8 x 1,024 without the
 scan checkpointing (every mini-batch's W1 kept for the backward). Phase 3: a no_grad evaluation at
-2 x 4,096 tokens (256 mini-batches a layer). Synthetic seeded tokens, no value-dependent sizes. 4 phases
+2 x 2,048 tokens (128 mini-batches a layer). Synthetic seeded tokens, no value-dependent sizes. 4 phases
 and the end."""
 
 import torch
@@ -34,7 +34,7 @@ def report(tag):
     torch.cuda.reset_peak_memory_stats()
 
 
-VOCAB, D, LAYERS, H, HD, FF, CS = 32000, 768, 8, 12, 64, 2048, 16
+VOCAB, D, LAYERS, H, HD, FF, CS = 32000, 768, 6, 12, 64, 2048, 16
 TTT_BASE_LR = 1.0
 
 
@@ -243,17 +243,17 @@ def train(steps, b, t):
 
 model.train()
 model.set_checkpoint_group(16)
-train(4, 8, 1024)
-report("train_4_steps_8x1024_scan_checkpoint_groups_16")
+train(2, 8, 1024)
+report("train_2_steps_8x1024_scan_checkpoint_groups_16")
 
 model.set_checkpoint_group(0)
-train(2, 8, 1024)
-report("train_2_steps_8x1024_no_scan_checkpoint")
+train(1, 8, 1024)
+report("train_1_step_8x1024_no_scan_checkpoint")
 
 model.eval()
 with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-    x, y = batch(2, 4096)
+    x, y = batch(2, 2048)
     loss = model(x, y)
     print("eval", round(loss.item(), 4))
-report("no_grad_eval_2x4096")
+report("no_grad_eval_2x2048")
 print("done")
