@@ -449,6 +449,49 @@ def _coalesce(cap, func, args, kwargs):
 OPS[aten._coalesce.default] = _coalesce
 
 
+# ---- sum over dimensions of a sparse COO tensor ------------------------------------------------
+
+
+def _sparse_sum(cap, func, args, kwargs):
+    """`_sparse_sum(input, dims)` (`torch.sparse.sum`; CompositeExplicitAutograd, SparseTensorMath.cpp):
+    new values (`values.sum` over the summed dense dimensions, else `values.clone()`); over every
+    sparse dimension the sum of those over the entries, a dense tensor (the clone dies); else new
+    indices (a clone when no sparse dimension is summed, else `empty` of the kept ones' rows,
+    copied), the tensor over them and `coalesce()`, which merges the entries made equal."""
+    t, dims = args[0], args[1]
+    if not (_sparse(t) and registered(t)) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_sparse_sum"
+    indices, values = parts(t)
+    sd = indices.shape[0]
+    dims = [dims] if isinstance(dims, int) else dims
+    dims = sorted({d + t.dim() if d < 0 else d for d in dims})
+    dense_sum = [d + 1 - sd for d in dims if d >= sd]
+    keep = [d for d in range(t.dim()) if d not in dims]
+    sparse_summed = len(dims) - len(dense_sum)
+    if dense_sum:
+        shape = [n for i, n in enumerate(values.shape) if i not in dense_sum]
+    else:
+        shape = list(values.shape)
+    new_values = _empty(cap, tuple(shape), values.dtype, op)
+    set_value(new_values, None)
+    if sparse_summed == sd:
+        out = _empty(cap, tuple(shape[1:]), values.dtype, op)
+        set_value(out, None)
+        return out
+    new_indices = _empty(cap, (sd - sparse_summed, indices.shape[1]), indices.dtype, op)
+    known = index_values(t)
+    kept_sparse = [d for d in keep if d < sd]
+    vals = None if known is None else known[kept_sparse]
+    set_value(new_indices, vals)
+    summed = _make(t, new_indices, new_values, False, vals, size=[t.shape[d] for d in keep])
+    return _coalesce(cap, aten._coalesce.default, (summed,), {})
+
+
+OPS[aten._sparse_sum.dim] = _sparse_sum
+
+
 # ---- softmax over a sparse COO tensor --------------------------------------------------------
 
 
@@ -831,12 +874,32 @@ def _mm(cap, func, args, kwargs):
         return _csr_mm(cap, s, d)
     if _csc(s) and registered(s) and s.dim() == 2 and _dense_operand(d):
         return _csc_mm(cap, s, d)
+    if _dense_operand(s) and _sparse_operand(d) and s.dim() == 2:
+        return _dense_sparse_mm(cap, s, d)
     if not (_sparse_operand(s) and _dense_operand(d)):
         return NotImplemented
     cap.ops += 1
     t = _empty(cap, (s.shape[0], d.shape[1]), d.dtype, "aten::zeros")
     out = _addmm_core(cap, t, s, d)
     del t
+    return out
+
+
+def _dense_sparse_mm(cap, d, s):
+    """`mm(D, S)` of a dense matrix and a sparse COO one (`_sparse_mm`, SparseTensorMath.cpp):
+    `zeros` of the result's shape in D's dtype, then `_sparse_addmm(t^T, S^T, D^T)` -- S's
+    transpose a clone with swapped index rows -- whose new result is returned transposed (a view)."""
+    cap.ops += 1
+    t = _empty(cap, (d.shape[0], s.shape[1]), d.dtype, "aten::zeros")
+    set_value(t, None)
+    st = _transpose(cap, aten.transpose.int, (s, -2, -1), {})
+    with _NO_DISPATCH():
+        tt, dt = t.transpose(-2, -1), d.transpose(-2, -1)
+    r = _addmm_core(cap, tt, st, dt)
+    del st, tt, dt
+    with _NO_DISPATCH():
+        out = r.transpose(-2, -1)
+    del r, t
     return out
 
 
@@ -913,6 +976,13 @@ def _dense_to_sparse(cap, func, args, kwargs):
     t = args[0]
     sparse_dim = args[1] if len(args) > 1 else None
     layout = kwargs.get("layout")
+    if _csr(t) and registered(t) and t.dim() == 2 and layout in (None, _COO) and sparse_dim in (None, 2):
+        return _csr_to_coo(cap, t)
+    if _sparse(t) and registered(t) and layout is _CSR and not kwargs.get("blocksize"):
+        # `sparse_coo_to_sparse` (TensorConversions.cpp): to a CSR layout, `to_sparse_csr(dense_dim)`
+        # (the backward of `to_sparse_coo` of a CSR tensor takes this path)
+        extra = {"dense_dim": kwargs["dense_dim"]} if kwargs.get("dense_dim") is not None else {}
+        return _to_sparse_csr(cap, aten._to_sparse_csr.default, (t,), extra)
     if _sparse(t) or not registered(t) or t.layout is not torch.strided or t.dim() == 0:
         return NotImplemented
     if layout is _CSR and t.dim() == 2 and not kwargs.get("blocksize") and not kwargs.get("dense_dim"):
@@ -940,6 +1010,17 @@ def _dense_to_sparse(cap, func, args, kwargs):
         del nz
         out = aten._sparse_coo_tensor_unsafe(indices, values, t.shape)
         return out._coalesced_(True)
+
+
+def _csr_to_coo(cap, t):
+    """`sparse_compressed_to_sparse` (TensorConversions.cpp) of a CSR matrix: new COO indices from
+    `_convert_indices_from_csr_to_coo(crow, col)` (2 x nnz of the indices' dtype), the values shared,
+    the result marked coalesced (a CSR matrix is)."""
+    cap.ops += 1
+    crow, col, values = parts(t)
+    indices = _empty(cap, (2, col.shape[0]), crow.dtype, "aten::_convert_indices_from_csr_to_coo")
+    set_value(indices, None)
+    return _make(t, indices, values, True)
 
 
 OPS[aten._to_sparse.default] = _dense_to_sparse
