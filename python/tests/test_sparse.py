@@ -749,3 +749,27 @@ def test_a_csr_tensor_made_coo_differentiates_back_to_csr():
         back = torch.ops.aten._to_sparse(grad, layout=torch.sparse_csr)
         assert back.layout is torch.sparse_csr and back.values().shape == (128,)
     assert not any("_to_sparse" in u for u in cap.unmeasured)
+
+
+def test_sampled_addmm_backward_masks_its_csr_gradient_and_multiplies_dense_by_csr():
+    # blind276/jq03: `sparse_sampled_addmm`'s backward raised "no rule" at `grad.sparse_mask(self)` of
+    # two CSR matrices (`sparse_mask_sparse_compressed`: `t.mul(ones_like(mask))` through COO) and
+    # then needs `q^H.mm(grad_projected)`, dense x CSR (`addmm_out_sparse_csr` multiplies
+    # `A.t().to_sparse_csr()` by `D.t()` into the result's transpose)
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.eye(256, device="cuda").to_sparse_csr()
+        q = torch.randn(256, 16, device="cuda", requires_grad=True)
+        k = torch.randn(256, 16, device="cuda", requires_grad=True)
+        s = torch.sparse.sampled_addmm(a, q, k.t(), beta=0.0)
+        g = torch.sparse.sampled_addmm(a, q.detach(), k.detach().t(), beta=0.0)
+        before = torch.cuda.memory_allocated()
+        projected = g.sparse_mask(a)
+        # the result's crow (257 int64: 2,560 bytes), column indices and values (256 each: 2,048 and
+        # 1,024 bytes), in 512-byte blocks; the temporaries are freed
+        assert projected.layout is torch.sparse_csr and projected.values().shape == (256,)
+        assert torch.cuda.memory_allocated() - before == 2560 + 2048 + 1024
+        out = q.detach().t() @ projected
+        assert out.shape == (16, 256) and out.layout is torch.strided
+        gq, gk = torch.autograd.grad(s, (q, k), grad_outputs=g)
+        assert gq.shape == q.shape and gk.shape == k.shape
+    assert any("sparse_mask of two CSR matrices" in u for u in cap.unmeasured)

@@ -563,6 +563,8 @@ def _sparse_mask(cap, func, args, kwargs):
     and the ones; the rows die, then the ones (the H200's order). The result takes the mask's
     coalesced flag."""
     t, mask = args[0], args[1]
+    if _csr(t) and _csr(mask) and registered(mask) and registered(t) and t.dim() == 2:
+        return _csr_mask_of_csr(cap, t, mask)
     if _sparse(t) and _sparse(mask) and registered(mask) and registered(t):
         return _sparse_mask_of_sparse(cap, t, mask)
     if not (_sparse(mask) and registered(mask)) or _sparse(t) or not registered(t):
@@ -614,6 +616,69 @@ def _sparse_mask_of_sparse(cap, t, mask):
     new_values = _empty(cap, (nnz, *values.shape[1:]), t.dtype, op)
     cap.note_unmeasured(f"{op} of a sparse tensor (the intersection's hashing and search scratch)")
     return _make(mask, new_indices, new_values, mask.is_coalesced(), index_values(mask))
+
+
+def _csr_mask_of_csr(cap, t, mask):
+    """`sparse_mask(t, mask)` of two CSR matrices (`sparse_mask_sparse_compressed`,
+    SparseCsrTensorMath.cpp; `sparse_sampled_addmm`'s backward projects its gradient so):
+    `t.mul(ones_like(mask))`. `ones_like` is `empty_like` of the mask (new values, then the column
+    and crow indices copied) filled with ones; `mul_sparse_csr` makes an empty CSR result and
+    `mul_out_sparse_csr` runs through COO: both operands `to_sparse()` (new indices, shared values),
+    their product (`mul_sparse_sparse_out`, SparseBinaryOpIntersectionKernel.cu: new indices and
+    values over the intersection; its hashing and search scratch named unmeasured), that made
+    `to_sparse_csr()`, and the result resized as it (`resize_as_sparse_`: crow, column indices,
+    values) and copied; the COO and CSR temporaries die, then the ones. The intersection's size
+    needs the indices' values, which the twin does not carry for CSR matrices: it takes the smaller
+    operand's entries (an upper bound; exact where one pattern holds the other, as in that backward)."""
+    if t is mask:
+        return t
+    cap.ops += 1
+    op = "aten::sparse_mask"
+    m_crow, m_col, m_values = parts(mask)
+    if m_values.shape[0] == 0 or mask.numel() == 0:
+        return NotImplemented
+    ones_values = _empty(cap, m_values.shape, m_values.dtype, "aten::ones_like")
+    ones_col = _empty(cap, m_col.shape, m_col.dtype, "aten::ones_like")
+    ones_crow = _empty(cap, m_crow.shape, m_crow.dtype, "aten::ones_like")
+    for x in (ones_values, ones_col, ones_crow):
+        set_value(x, None)
+    with _NO_DISPATCH():
+        ones = aten._sparse_csr_tensor_unsafe(
+            ones_crow,
+            ones_col,
+            ones_values,
+            list(mask.shape),
+            dtype=m_values.dtype,
+            layout=_CSR,
+            device=torch.device("meta"),
+        )
+    t_coo = _csr_to_coo(cap, t)
+    ones_coo = _csr_to_coo(cap, ones)
+    t_values = parts(t)[2]
+    nnz = min(t_values.shape[0], m_values.shape[0])
+    dtype = torch.promote_types(t_values.dtype, m_values.dtype)
+    prod_indices = _empty(cap, (2, nnz), m_crow.dtype, op)
+    prod_values = _empty(cap, (nnz,), dtype, op)
+    set_value(prod_indices, None)
+    set_value(prod_values, None)
+    cap.note_unmeasured(f"{op} of two CSR matrices (the COO intersection's hashing and search scratch)")
+    prod = _make(t_coo, prod_indices, prod_values, True)
+    prod_csr = _to_sparse_csr(cap, aten._to_sparse_csr.default, (prod,), {})
+    p_crow, p_col, p_values = parts(prod_csr)
+    r_crow = _empty(cap, p_crow.shape, p_crow.dtype, "aten::resize_as_sparse_")
+    r_col = _empty(cap, p_col.shape, p_col.dtype, "aten::resize_as_sparse_")
+    r_values = _empty(cap, p_values.shape, p_values.dtype, "aten::resize_as_sparse_")
+    for x in (r_crow, r_col, r_values):
+        set_value(x, None)
+    with _NO_DISPATCH():
+        out = aten._sparse_csr_tensor_unsafe(
+            r_crow, r_col, r_values, list(t.shape), dtype=dtype, layout=_CSR, device=torch.device("meta")
+        )
+    del p_crow, p_col, p_values, prod_csr
+    del prod, prod_indices, prod_values
+    del ones_coo, t_coo, t_values
+    del ones, ones_crow, ones_col, ones_values
+    return out
 
 
 # ---- add and sub --------------------------------------------------------------------------------
@@ -876,6 +941,8 @@ def _mm(cap, func, args, kwargs):
         return _csc_mm(cap, s, d)
     if _dense_operand(s) and _sparse_operand(d) and s.dim() == 2:
         return _dense_sparse_mm(cap, s, d)
+    if _dense_operand(s) and _csr(d) and registered(d) and d.dim() == 2 and s.dtype == d.dtype:
+        return _dense_csr_mm(cap, s, d)
     if not (_sparse_operand(s) and _dense_operand(d)):
         return NotImplemented
     cap.ops += 1
@@ -1175,9 +1242,23 @@ def _csc_mm(cap, a, d):
     and of the values (nnz), the new crow indices (`_convert_indices_from_coo_to_csr`, m + 1)
     moved into `zeros` (m + 1) through a `sub` (m): the sum, then the first crow indices die; then
     the sort's indices, the arange, the COO indices, the compressed index and the cumsum."""
+    cap.ops += 1
+    csr, col, new_values, new_indices, crow = _csc_to_csr(cap, a)
+    out = _csr_mm(cap, csr, d)
+    # the converted matrix dies with `_sparse_csr_mm`: its values, column and crow indices
+    del csr, col
+    del new_values
+    del new_indices
+    del crow
+    return out
+
+
+def _csc_to_csr(cap, a):
+    """`_csc_mm`'s conversion of CSC matrix `a` to CSR (see there), in the H200's order; returns the
+    CSR matrix and its parts (column indices, values, the COO indices they view, crow indices) for
+    the caller to release in that order."""
     from ._kernels import _cub
 
-    cap.ops += 1
     op = "aten::_to_sparse_csr"
     ccol, _row, values = parts(a)
     m, k = a.shape
@@ -1216,13 +1297,37 @@ def _csc_mm(cap, a, d):
         csr = aten._sparse_csr_tensor_unsafe(
             crow, col, new_values, [m, k], dtype=values.dtype, layout=_CSR, device=torch.device("meta")
         )
-    out = _csr_mm(cap, csr, d)
-    # the converted matrix dies with `_sparse_csr_mm`: its values, column and crow indices
+    return csr, col, new_values, new_indices, crow
+
+
+def _dense_csr_mm(cap, d, a):
+    """`mm(D, A)` of a dense matrix and a CSR one (`_sparse_csr_mm`, SparseCsrTensorMath.cpp):
+    `addmm(zeros(m, n), D, A)`, whose result (m x n) is resized and copied from the zeros
+    (`addmm_out_sparse_compressed_cuda`), then `addmm_out_sparse_csr` (sparse/cuda/SparseBlasImpl.cpp)
+    multiplies `A.t().to_sparse_csr()` (the CSC-to-CSR conversion `_csc_mm` runs) by `D.t()` into the
+    result's transpose (cuSPARSE SpMM with a column-major result: its buffer is named unmeasured);
+    the converted matrix dies, then the zeros."""
+    cap.ops += 1
+    m, n = d.shape[0], a.shape[1]
+    zeros = _empty(cap, (m, n), d.dtype, "aten::zeros")
+    set_value(zeros, None)
+    r = _empty(cap, (m, n), d.dtype, "aten::addmm")
+    set_value(r, None)
+    with _NO_DISPATCH():
+        at = a.transpose(0, 1)
+    csr, col, new_values, new_indices, crow = _csc_to_csr(cap, at)
+    nnz = new_values.shape[0]
+    if nnz and r.numel():
+        cap.note_unmeasured(
+            f"cuSPARSE SpMM's buffer ({n} x {a.shape[0]}, {nnz} entries, {m} columns, {new_values.dtype}, "
+            "column-major result)"
+        )
     del csr, col
     del new_values
     del new_indices
-    del crow
-    return out
+    del crow, at
+    del zeros
+    return r
 
 
 def _sampled_addmm(cap, func, args, kwargs):
