@@ -6489,6 +6489,25 @@ def test_tunableop_tuning_is_named_unmeasured():
     assert "TunableOp's GEMM tuning" in cap.report()["unmeasured"]
 
 
+def test_tunableop_filename_with_device_ordinal_and_rotating_buffer_size_need_no_device(tmp_path):
+    # blind276/jq04: `torch.cuda.tunable.set_filename(f, insert_device_ordinal=True)` and
+    # `get_rotating_buffer_size()` reach the device (Tunable.cpp: `c10::cuda::current_device()`,
+    # `getCurrentDeviceProperties()->l2CacheSize`) and raised "CUDA driver version is insufficient"
+    # under the twin; the ordinal goes before the last '.', the size is the L2 cache's in bytes
+    # until set (in MB), then that
+    with vramscope.capture(gpu="h100"):
+        torch.cuda.tunable.set_filename(str(tmp_path / "results.csv"), insert_device_ordinal=True)
+        assert torch.cuda.tunable.get_filename() == str(tmp_path / "results0.csv")
+        assert (
+            torch.cuda.tunable.get_rotating_buffer_size() == torch.cuda.get_device_properties(0).L2_cache_size
+        )
+        torch.cuda.tunable.set_rotating_buffer_size(0)
+        assert torch.cuda.tunable.get_rotating_buffer_size() == 0
+        torch.cuda.tunable.set_rotating_buffer_size(8)
+        assert torch.cuda.tunable.get_rotating_buffer_size() == 8 * 1024 * 1024
+    torch.cuda.tunable.set_filename("", False)
+
+
 def test_ddp_optimizer_fakified_outputs_are_views_only_where_the_graph_s_are():
     # DDPOptimizer calls each bucket's compiled graph once on fake tensors (FakifiedOutWrapper,
     # runtime_wrappers.py) and feeds its outputs to the next bucket's graph, whose epilogue may

@@ -709,6 +709,7 @@ def patch(cap) -> _Patch:
     p.set(C, "_cuda_clearCublasWorkspaces", clear_cublas_workspaces)
     p.set(C, "_cuda_isHistoryEnabled", lambda: False)
     p.set(C, "_cuda_jiterator_compile_and_launch_kernel", _jiterator_launch)
+    _tunableop_patch(p, props)
     from . import _attention, _kernels, _linalg
 
     original_sdpa = F.scaled_dot_product_attention
@@ -1480,3 +1481,44 @@ def _obj_state(original, pickled):
         return state
 
     return _get_obj_state
+
+
+def _tunableop_patch(p, props) -> None:
+    """TunableOp's calls that reach the device (aten/src/ATen/cuda/tunable/Tunable.cpp): a results
+    filename with the device ordinal inserted (`SetFilename(..., insert_device_ordinal)` reads
+    `c10::cuda::current_device()`: "%d" replaced, else the ordinal put before the last '.', else
+    appended), and the rotating buffer size, which `GetRotatingBufferSize` returns in bytes: the
+    device's L2 cache size (`getCurrentDeviceProperties()->l2CacheSize`) while the size set in MB
+    (`SetRotatingBufferSize`, size * MB) or PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE is negative or
+    unset. The state lives here, the C++ context (whose defaults need no device) keeps the rest."""
+    C = torch._C
+    set_filename = C._cuda_tunableop_set_filename
+    state = {"rotating": -1}
+
+    def tunable_set_filename(filename, insert_device_ordinal=False):
+        if insert_device_ordinal and filename:
+            device = str(torch.cuda.current_device())
+            if "%d" in filename:
+                filename = filename.replace("%d", device, 1)
+            elif "." in filename:
+                dot = filename.rfind(".")
+                filename = filename[:dot] + device + filename[dot:]
+            else:
+                filename = filename + device
+        return set_filename(filename, False)
+
+    def tunable_set_rotating(size):
+        state["rotating"] = int(size) * 1024 * 1024
+        return C_set_rotating(size)
+
+    def tunable_get_rotating():
+        env = os.environ.get("PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE")
+        if env is not None:
+            val = int(env)
+            return props.L2_cache_size if val < 0 else val * 1024 * 1024
+        return props.L2_cache_size if state["rotating"] < 0 else state["rotating"]
+
+    C_set_rotating = C._cuda_tunableop_set_rotating_buffer_size
+    p.set(C, "_cuda_tunableop_set_filename", tunable_set_filename)
+    p.set(C, "_cuda_tunableop_set_rotating_buffer_size", tunable_set_rotating)
+    p.set(C, "_cuda_tunableop_get_rotating_buffer_size", tunable_get_rotating)

@@ -449,6 +449,49 @@ def _coalesce(cap, func, args, kwargs):
 OPS[aten._coalesce.default] = _coalesce
 
 
+# ---- sum over dimensions of a sparse COO tensor ------------------------------------------------
+
+
+def _sparse_sum(cap, func, args, kwargs):
+    """`_sparse_sum(input, dims)` (`torch.sparse.sum`; CompositeExplicitAutograd, SparseTensorMath.cpp):
+    new values (`values.sum` over the summed dense dimensions, else `values.clone()`); over every
+    sparse dimension the sum of those over the entries, a dense tensor (the clone dies); else new
+    indices (a clone when no sparse dimension is summed, else `empty` of the kept ones' rows,
+    copied), the tensor over them and `coalesce()`, which merges the entries made equal."""
+    t, dims = args[0], args[1]
+    if not (_sparse(t) and registered(t)) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_sparse_sum"
+    indices, values = parts(t)
+    sd = indices.shape[0]
+    dims = [dims] if isinstance(dims, int) else dims
+    dims = sorted({d + t.dim() if d < 0 else d for d in dims})
+    dense_sum = [d + 1 - sd for d in dims if d >= sd]
+    keep = [d for d in range(t.dim()) if d not in dims]
+    sparse_summed = len(dims) - len(dense_sum)
+    if dense_sum:
+        shape = [n for i, n in enumerate(values.shape) if i not in dense_sum]
+    else:
+        shape = list(values.shape)
+    new_values = _empty(cap, tuple(shape), values.dtype, op)
+    set_value(new_values, None)
+    if sparse_summed == sd:
+        out = _empty(cap, tuple(shape[1:]), values.dtype, op)
+        set_value(out, None)
+        return out
+    new_indices = _empty(cap, (sd - sparse_summed, indices.shape[1]), indices.dtype, op)
+    known = index_values(t)
+    kept_sparse = [d for d in keep if d < sd]
+    vals = None if known is None else known[kept_sparse]
+    set_value(new_indices, vals)
+    summed = _make(t, new_indices, new_values, False, vals, size=[t.shape[d] for d in keep])
+    return _coalesce(cap, aten._coalesce.default, (summed,), {})
+
+
+OPS[aten._sparse_sum.dim] = _sparse_sum
+
+
 # ---- softmax over a sparse COO tensor --------------------------------------------------------
 
 
@@ -520,6 +563,8 @@ def _sparse_mask(cap, func, args, kwargs):
     and the ones; the rows die, then the ones (the H200's order). The result takes the mask's
     coalesced flag."""
     t, mask = args[0], args[1]
+    if _csr(t) and _csr(mask) and registered(mask) and registered(t) and t.dim() == 2:
+        return _csr_mask_of_csr(cap, t, mask)
     if _sparse(t) and _sparse(mask) and registered(mask) and registered(t):
         return _sparse_mask_of_sparse(cap, t, mask)
     if not (_sparse(mask) and registered(mask)) or _sparse(t) or not registered(t):
@@ -571,6 +616,69 @@ def _sparse_mask_of_sparse(cap, t, mask):
     new_values = _empty(cap, (nnz, *values.shape[1:]), t.dtype, op)
     cap.note_unmeasured(f"{op} of a sparse tensor (the intersection's hashing and search scratch)")
     return _make(mask, new_indices, new_values, mask.is_coalesced(), index_values(mask))
+
+
+def _csr_mask_of_csr(cap, t, mask):
+    """`sparse_mask(t, mask)` of two CSR matrices (`sparse_mask_sparse_compressed`,
+    SparseCsrTensorMath.cpp; `sparse_sampled_addmm`'s backward projects its gradient so):
+    `t.mul(ones_like(mask))`. `ones_like` is `empty_like` of the mask (new values, then the column
+    and crow indices copied) filled with ones; `mul_sparse_csr` makes an empty CSR result and
+    `mul_out_sparse_csr` runs through COO: both operands `to_sparse()` (new indices, shared values),
+    their product (`mul_sparse_sparse_out`, SparseBinaryOpIntersectionKernel.cu: new indices and
+    values over the intersection; its hashing and search scratch named unmeasured), that made
+    `to_sparse_csr()`, and the result resized as it (`resize_as_sparse_`: crow, column indices,
+    values) and copied; the COO and CSR temporaries die, then the ones. The intersection's size
+    needs the indices' values, which the twin does not carry for CSR matrices: it takes the smaller
+    operand's entries (an upper bound; exact where one pattern holds the other, as in that backward)."""
+    if t is mask:
+        return t
+    cap.ops += 1
+    op = "aten::sparse_mask"
+    m_crow, m_col, m_values = parts(mask)
+    if m_values.shape[0] == 0 or mask.numel() == 0:
+        return NotImplemented
+    ones_values = _empty(cap, m_values.shape, m_values.dtype, "aten::ones_like")
+    ones_col = _empty(cap, m_col.shape, m_col.dtype, "aten::ones_like")
+    ones_crow = _empty(cap, m_crow.shape, m_crow.dtype, "aten::ones_like")
+    for x in (ones_values, ones_col, ones_crow):
+        set_value(x, None)
+    with _NO_DISPATCH():
+        ones = aten._sparse_csr_tensor_unsafe(
+            ones_crow,
+            ones_col,
+            ones_values,
+            list(mask.shape),
+            dtype=m_values.dtype,
+            layout=_CSR,
+            device=torch.device("meta"),
+        )
+    t_coo = _csr_to_coo(cap, t)
+    ones_coo = _csr_to_coo(cap, ones)
+    t_values = parts(t)[2]
+    nnz = min(t_values.shape[0], m_values.shape[0])
+    dtype = torch.promote_types(t_values.dtype, m_values.dtype)
+    prod_indices = _empty(cap, (2, nnz), m_crow.dtype, op)
+    prod_values = _empty(cap, (nnz,), dtype, op)
+    set_value(prod_indices, None)
+    set_value(prod_values, None)
+    cap.note_unmeasured(f"{op} of two CSR matrices (the COO intersection's hashing and search scratch)")
+    prod = _make(t_coo, prod_indices, prod_values, True)
+    prod_csr = _to_sparse_csr(cap, aten._to_sparse_csr.default, (prod,), {})
+    p_crow, p_col, p_values = parts(prod_csr)
+    r_crow = _empty(cap, p_crow.shape, p_crow.dtype, "aten::resize_as_sparse_")
+    r_col = _empty(cap, p_col.shape, p_col.dtype, "aten::resize_as_sparse_")
+    r_values = _empty(cap, p_values.shape, p_values.dtype, "aten::resize_as_sparse_")
+    for x in (r_crow, r_col, r_values):
+        set_value(x, None)
+    with _NO_DISPATCH():
+        out = aten._sparse_csr_tensor_unsafe(
+            r_crow, r_col, r_values, list(t.shape), dtype=dtype, layout=_CSR, device=torch.device("meta")
+        )
+    del p_crow, p_col, p_values, prod_csr
+    del prod, prod_indices, prod_values
+    del ones_coo, t_coo, t_values
+    del ones, ones_crow, ones_col, ones_values
+    return out
 
 
 # ---- add and sub --------------------------------------------------------------------------------
@@ -831,12 +939,34 @@ def _mm(cap, func, args, kwargs):
         return _csr_mm(cap, s, d)
     if _csc(s) and registered(s) and s.dim() == 2 and _dense_operand(d):
         return _csc_mm(cap, s, d)
+    if _dense_operand(s) and _sparse_operand(d) and s.dim() == 2:
+        return _dense_sparse_mm(cap, s, d)
+    if _dense_operand(s) and _csr(d) and registered(d) and d.dim() == 2 and s.dtype == d.dtype:
+        return _dense_csr_mm(cap, s, d)
     if not (_sparse_operand(s) and _dense_operand(d)):
         return NotImplemented
     cap.ops += 1
     t = _empty(cap, (s.shape[0], d.shape[1]), d.dtype, "aten::zeros")
     out = _addmm_core(cap, t, s, d)
     del t
+    return out
+
+
+def _dense_sparse_mm(cap, d, s):
+    """`mm(D, S)` of a dense matrix and a sparse COO one (`_sparse_mm`, SparseTensorMath.cpp):
+    `zeros` of the result's shape in D's dtype, then `_sparse_addmm(t^T, S^T, D^T)` -- S's
+    transpose a clone with swapped index rows -- whose new result is returned transposed (a view)."""
+    cap.ops += 1
+    t = _empty(cap, (d.shape[0], s.shape[1]), d.dtype, "aten::zeros")
+    set_value(t, None)
+    st = _transpose(cap, aten.transpose.int, (s, -2, -1), {})
+    with _NO_DISPATCH():
+        tt, dt = t.transpose(-2, -1), d.transpose(-2, -1)
+    r = _addmm_core(cap, tt, st, dt)
+    del st, tt, dt
+    with _NO_DISPATCH():
+        out = r.transpose(-2, -1)
+    del r, t
     return out
 
 
@@ -913,6 +1043,13 @@ def _dense_to_sparse(cap, func, args, kwargs):
     t = args[0]
     sparse_dim = args[1] if len(args) > 1 else None
     layout = kwargs.get("layout")
+    if _csr(t) and registered(t) and t.dim() == 2 and layout in (None, _COO) and sparse_dim in (None, 2):
+        return _csr_to_coo(cap, t)
+    if _sparse(t) and registered(t) and layout is _CSR and not kwargs.get("blocksize"):
+        # `sparse_coo_to_sparse` (TensorConversions.cpp): to a CSR layout, `to_sparse_csr(dense_dim)`
+        # (the backward of `to_sparse_coo` of a CSR tensor takes this path)
+        extra = {"dense_dim": kwargs["dense_dim"]} if kwargs.get("dense_dim") is not None else {}
+        return _to_sparse_csr(cap, aten._to_sparse_csr.default, (t,), extra)
     if _sparse(t) or not registered(t) or t.layout is not torch.strided or t.dim() == 0:
         return NotImplemented
     if layout is _CSR and t.dim() == 2 and not kwargs.get("blocksize") and not kwargs.get("dense_dim"):
@@ -940,6 +1077,17 @@ def _dense_to_sparse(cap, func, args, kwargs):
         del nz
         out = aten._sparse_coo_tensor_unsafe(indices, values, t.shape)
         return out._coalesced_(True)
+
+
+def _csr_to_coo(cap, t):
+    """`sparse_compressed_to_sparse` (TensorConversions.cpp) of a CSR matrix: new COO indices from
+    `_convert_indices_from_csr_to_coo(crow, col)` (2 x nnz of the indices' dtype), the values shared,
+    the result marked coalesced (a CSR matrix is)."""
+    cap.ops += 1
+    crow, col, values = parts(t)
+    indices = _empty(cap, (2, col.shape[0]), crow.dtype, "aten::_convert_indices_from_csr_to_coo")
+    set_value(indices, None)
+    return _make(t, indices, values, True)
 
 
 OPS[aten._to_sparse.default] = _dense_to_sparse
@@ -1094,9 +1242,23 @@ def _csc_mm(cap, a, d):
     and of the values (nnz), the new crow indices (`_convert_indices_from_coo_to_csr`, m + 1)
     moved into `zeros` (m + 1) through a `sub` (m): the sum, then the first crow indices die; then
     the sort's indices, the arange, the COO indices, the compressed index and the cumsum."""
+    cap.ops += 1
+    csr, col, new_values, new_indices, crow = _csc_to_csr(cap, a)
+    out = _csr_mm(cap, csr, d)
+    # the converted matrix dies with `_sparse_csr_mm`: its values, column and crow indices
+    del csr, col
+    del new_values
+    del new_indices
+    del crow
+    return out
+
+
+def _csc_to_csr(cap, a):
+    """`_csc_mm`'s conversion of CSC matrix `a` to CSR (see there), in the H200's order; returns the
+    CSR matrix and its parts (column indices, values, the COO indices they view, crow indices) for
+    the caller to release in that order."""
     from ._kernels import _cub
 
-    cap.ops += 1
     op = "aten::_to_sparse_csr"
     ccol, _row, values = parts(a)
     m, k = a.shape
@@ -1135,13 +1297,37 @@ def _csc_mm(cap, a, d):
         csr = aten._sparse_csr_tensor_unsafe(
             crow, col, new_values, [m, k], dtype=values.dtype, layout=_CSR, device=torch.device("meta")
         )
-    out = _csr_mm(cap, csr, d)
-    # the converted matrix dies with `_sparse_csr_mm`: its values, column and crow indices
+    return csr, col, new_values, new_indices, crow
+
+
+def _dense_csr_mm(cap, d, a):
+    """`mm(D, A)` of a dense matrix and a CSR one (`_sparse_csr_mm`, SparseCsrTensorMath.cpp):
+    `addmm(zeros(m, n), D, A)`, whose result (m x n) is resized and copied from the zeros
+    (`addmm_out_sparse_compressed_cuda`), then `addmm_out_sparse_csr` (sparse/cuda/SparseBlasImpl.cpp)
+    multiplies `A.t().to_sparse_csr()` (the CSC-to-CSR conversion `_csc_mm` runs) by `D.t()` into the
+    result's transpose (cuSPARSE SpMM with a column-major result: its buffer is named unmeasured);
+    the converted matrix dies, then the zeros."""
+    cap.ops += 1
+    m, n = d.shape[0], a.shape[1]
+    zeros = _empty(cap, (m, n), d.dtype, "aten::zeros")
+    set_value(zeros, None)
+    r = _empty(cap, (m, n), d.dtype, "aten::addmm")
+    set_value(r, None)
+    with _NO_DISPATCH():
+        at = a.transpose(0, 1)
+    csr, col, new_values, new_indices, crow = _csc_to_csr(cap, at)
+    nnz = new_values.shape[0]
+    if nnz and r.numel():
+        cap.note_unmeasured(
+            f"cuSPARSE SpMM's buffer ({n} x {a.shape[0]}, {nnz} entries, {m} columns, {new_values.dtype}, "
+            "column-major result)"
+        )
     del csr, col
     del new_values
     del new_indices
-    del crow
-    return out
+    del crow, at
+    del zeros
+    return r
 
 
 def _sampled_addmm(cap, func, args, kwargs):
