@@ -10,8 +10,8 @@ blind4's after file): scripts within 0.5% peak allocated / 2% peak reserved in
 every phase, and phases exact in all five figures. A script that raised on the
 GPU counts as a miss. Then the totals, and the scripts not exact in every
 phase of their latest answers.
-A set answered (`answers_blindN_h200.jsonl`, or `answers_blindN_h100.jsonl` for a set answered for an
-H100, or their `.xz`) whose GPU run is not recorded yet is listed as awaiting the GPU, outside the totals.
+A set answered (`answers_blindN_h200.jsonl` or its `.xz`) whose GPU run is not recorded yet is
+listed as awaiting the GPU, outside the totals.
 A set the device ran on an H100 (`run_blindN_h100.jsonl`, no H200 run) is tallied against the twin's
 H100 answers: `answers_blindN_h100.jsonl`, the as-answered commit's package with only the GPU changed,
 and `answers_blindN_after_h100.jsonl` for latest (else as answered: an H200 after file does not stand
@@ -36,17 +36,11 @@ def sets(fixtures):
 
 
 def awaiting(fixtures):
-    """Sets answered blind (for an H200 or an H100) whose GPU run (`run_blindN_h200.jsonl` or
-    `run_blindN_h100.jsonl`) is not recorded yet, each with the GPU its answers are for (`h200` where
-    it has both; blind21b's answers are blind21's u03, tallied with blind21)."""
-    names = (re.match(r"answers_blind(\d+b?)_(h200|h100)\.jsonl(\.xz)?$", f) for f in os.listdir(fixtures))
-    found = {}
-    for m in filter(None, names):
-        if found.get(m.group(1)) != "h200":
-            found[m.group(1)] = m.group(2)
-    for s in {s for s, _ in sets(fixtures)} | {"21b"}:
-        found.pop(s, None)
-    return sorted(found.items(), key=lambda s: (int(re.match(r"\d+", s[0]).group()), s[0]))
+    """Sets answered blind whose GPU run (`run_blindN_h200.jsonl`) is not recorded yet (blind21b's
+    answers are blind21's u03, tallied with blind21)."""
+    names = (re.match(r"answers_blind(\d+b?)_h200\.jsonl(\.xz)?$", f) for f in os.listdir(fixtures))
+    found = {m.group(1) for m in names if m} - {s for s, _ in sets(fixtures)} - {"21b"}
+    return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
 
 
 def tally(gpu, twin):
@@ -105,13 +99,12 @@ def main():
     print(f"{len(misses)} scripts not exact in every phase of their latest answers:")
     for s, script, n, ex in misses:
         print(f"  blind{s} {script} {ex} of {n}")
-    for s, g in awaiting(fx):
-        answered = load(path(f"answers_blind{s}_{g}.jsonl"))
+    for s in awaiting(fx):
+        answered = load(path(f"answers_blind{s}_h200.jsonl"))
         phases = sum(len(r) for r in answered.values())
-        on = "" if g == "h200" else f" for an {g.upper()}"
         print(
-            f"blind{s}: {len(answered)} scripts, {phases} phases answered{on},"
-            f" awaiting the GPU (no run_blind{s}_{g}.jsonl)"
+            f"blind{s}: {len(answered)} scripts, {phases} phases answered,"
+            f" awaiting the GPU (no run_blind{s}_h200.jsonl)"
         )
 
 

@@ -92,16 +92,3 @@ def test_an_h100_sets_latest_answers_are_its_h100_after_file_not_its_h200_one(tm
     _write(tmp_path / "answers_blind9_after_h100.jsonl", [rec], xz=True)
     out = _tally(tmp_path)
     assert "as answered  0 within,   0 exact; latest (after)  1 within,   1 exact" in out
-
-
-def test_a_set_answered_for_an_h100_without_gpu_run_is_awaiting(tmp_path):
-    rec = _rec("x01")
-    _write(tmp_path / "run_blind5_h100.jsonl", [rec])
-    _write(tmp_path / "answers_blind5_h100.jsonl", [rec], xz=True)
-    _write(tmp_path / "answers_blind8_h100.jsonl", [rec | {"script": "y01"}], xz=True)
-    out = _tally(tmp_path)
-    assert "1 sets, 1 scripts, 1 phases: as answered 1 within, 1 phases exact" in out
-    assert (
-        "blind8: 1 scripts, 1 phases answered for an H100, awaiting the GPU (no run_blind8_h100.jsonl)" in out
-    )
-    assert "blind5:" not in out
