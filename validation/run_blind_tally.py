@@ -36,11 +36,15 @@ def sets(fixtures):
 
 
 def awaiting(fixtures):
-    """Sets answered blind whose GPU run (`run_blindN_h200.jsonl`) is not recorded yet (blind21b's
-    answers are blind21's u03, tallied with blind21)."""
-    names = (re.match(r"answers_blind(\d+b?)_h200\.jsonl(\.xz)?$", f) for f in os.listdir(fixtures))
-    found = {m.group(1) for m in names if m} - {s for s, _ in sets(fixtures)} - {"21b"}
-    return sorted(found, key=lambda s: (int(re.match(r"\d+", s).group()), s))
+    """Sets answered blind (`answers_blindN_h200.jsonl` or `_h100`) whose GPU run is not recorded yet,
+    each with the GPU it was answered for (blind21b's answers are blind21's u03, tallied with blind21)."""
+    names = (re.match(r"answers_blind(\d+b?)_(h200|h100)\.jsonl(\.xz)?$", f) for f in os.listdir(fixtures))
+    ran = {s for s, _ in sets(fixtures)} | {"21b"}
+    found = {}
+    for m in filter(None, names):
+        if m.group(1) not in ran and found.get(m.group(1)) != "h200":
+            found[m.group(1)] = m.group(2)
+    return sorted(found.items(), key=lambda s: (int(re.match(r"\d+", s[0]).group()), s[0]))
 
 
 def tally(gpu, twin):
@@ -99,12 +103,12 @@ def main():
     print(f"{len(misses)} scripts not exact in every phase of their latest answers:")
     for s, script, n, ex in misses:
         print(f"  blind{s} {script} {ex} of {n}")
-    for s in awaiting(fx):
-        answered = load(path(f"answers_blind{s}_h200.jsonl"))
+    for s, g in awaiting(fx):
+        answered = load(path(f"answers_blind{s}_{g}.jsonl"))
         phases = sum(len(r) for r in answered.values())
         print(
             f"blind{s}: {len(answered)} scripts, {phases} phases answered,"
-            f" awaiting the GPU (no run_blind{s}_h200.jsonl)"
+            f" awaiting the GPU (no run_blind{s}_{g}.jsonl)"
         )
 
 

@@ -52,6 +52,17 @@ def test_answered_set_without_gpu_run_is_awaiting(tmp_path):
     assert "blind5:" not in out
 
 
+def test_set_answered_for_an_h100_without_gpu_run_is_awaiting(tmp_path):
+    rec = _rec("x01")
+    _write(tmp_path / "run_blind5_h100.jsonl", [rec])
+    _write(tmp_path / "answers_blind5_h100.jsonl", [rec], xz=True)
+    _write(tmp_path / "answers_blind8_h100.jsonl", [rec | {"script": "z01"}], xz=True)
+    out = _tally(tmp_path)
+    assert "1 sets, 1 scripts, 1 phases" in out
+    assert "blind8: 1 scripts, 1 phases answered, awaiting the GPU (no run_blind8_h100.jsonl)" in out
+    assert "blind5:" not in out
+
+
 def test_compare_without_a_gpu_run_says_it_awaits_the_gpu(tmp_path):
     _write(tmp_path / "answers_blind7_h200.jsonl", [{"script": "y01", "phase": "phase0"}], xz=True)
     p = subprocess.run(
