@@ -849,3 +849,11 @@ def test_eigvals_under_inference_mode_allocates_as_the_h100_recorded():
             got.append([("+" if kind == "a" else "-") + str(size) for kind, size in events])
         assert not cap.unmeasured
     assert got == want
+
+
+def test_eig_of_complex_input_is_named_unmeasured():
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(8, 8, device="cuda", dtype=torch.complex128)
+        values, vectors = torch.linalg.eig(a)
+        assert values.shape == (8,) and vectors.shape == (8, 8)
+        assert any(u.startswith("aten::linalg_eig of complex input") for u in cap.unmeasured)

@@ -215,7 +215,10 @@ def _linalg_eig(cap, func, args, kwargs):
     """`linalg_eig` of real input on CUDA: `isfinite(A).all().item()` (op by op through the
     capture), then `_xgeev`."""
     a = args[0]
-    if not registered(a) or kwargs or a.dtype not in (torch.float32, torch.float64):
+    if not registered(a) or kwargs:
+        return NotImplemented
+    if a.dtype not in (torch.float32, torch.float64):
+        cap.note_unmeasured("aten::linalg_eig of complex input (no history of its Xgeev path)")
         return NotImplemented
     cap.ops += 1
     op = "aten::linalg_eig"
@@ -238,7 +241,10 @@ def _linalg_eigvals(cap, func, args, kwargs):
     that may need a gradient, as under inference_mode): `_xgeev` without eigenvectors and without
     `linalg_eig`'s finiteness check."""
     a = args[0]
-    if not registered(a) or kwargs or a.dtype not in (torch.float32, torch.float64):
+    if not registered(a) or kwargs:
+        return NotImplemented
+    if a.dtype not in (torch.float32, torch.float64):
+        cap.note_unmeasured("aten::linalg_eigvals of complex input (no history of its Xgeev path)")
         return NotImplemented
     cap.ops += 1
     values = func(*args)
