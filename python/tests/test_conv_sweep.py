@@ -729,3 +729,18 @@ def test_the_table_holds_blind269_to_271s_problems_measured_on_an_h100(tmp_path)
     one = "forward bfloat16 nchw 0 8,3,448,448 1024,3,14,14 14,14 0,0 1,1 0,0 1"
     assert table[one] == 0
     assert table[one.replace("forward", "wgrad")] == 64_946_320
+
+
+def test_the_table_holds_jh04s_head_and_ji05s_trunk_problems_measured_on_an_h100(tmp_path):
+    # fixtures/run/conv_sweep_jh04_ji05_h100.tar.xz (session 61, lead's call 5): cs's two problem
+    # lists on an H100, every item reached; merged in session 62 (78 new problem-batches)
+    _extract(tmp_path, "conv_sweep_jh04_ji05_h100.tar.xz", (".jsonl", ".err"))
+    counts = {}
+    for name in ("cs267h", "cs268j"):
+        table, swept, auto = _swept_and_in_the_table(tmp_path / name)
+        counts[name] = (len(swept), len(auto))
+    assert counts == {"cs267h": (6, 3), "cs268j": (72, 0)}
+    # jh04's pooled channels-last head, in its own layout (the table held it only as nchw before)
+    assert table["forward bfloat16 nhwc 0 128,768,1,1 1280,768,1,1 1,1 0,0 1,1 0,0 1"] == 0
+    # ji05's 60 x 80 ResNet-18 dgrad at batch 8 (estimated 39,922,573 bytes from 64 x 64 before)
+    assert table["dgrad float32 nchw 0 8,128,60,80 128,128,3,3 1,1 1,1 1,1 0,0 1"] == 39_911_571

@@ -801,3 +801,59 @@ def test_small_batched_qr_svd_det_allocate_as_the_h100_recorded(capsys):
         torch.cuda.memory._record_memory_history(enabled=None)
     assert capsys.readouterr().out.splitlines() == gpu.splitlines()
     assert not cap.unmeasured
+
+
+def _events_of(line):
+    """(peak_above, events) of one line of pt61_linalg_workspace_probe's output."""
+    _, rest = line.split(": peak_above ")
+    peak, events = rest.split(" events ")
+    return int(peak), events.split()
+
+
+def test_eig_lstsq_complex_solve_and_qr_outs_allocate_as_the_h100_recorded(capsys):
+    # pt61_linalg_workspace_probe on an H100 (fixtures/run/probes): blind272/jm05's linalg.eig
+    # (Xgeev's 273,408-byte workspace once for 1 or 512 matrices of 32 x 32 float64), lstsq of
+    # 32,768 x 32 (ormqr's 76,163,328 bytes, the batched trsm's pointers) and batched (512, 64, 32)
+    # (gels_batched_cublas), complex128 solves (getrf's 768 bytes), jm03's `linalg_qr` outs
+    import runpy
+
+    probe = ROOT / "validation" / "run" / "probes" / "pt61_linalg_workspace_probe.py"
+    gpu = (FIXTURES / "run" / "probes" / "pt61_linalg_workspace_probe_h100.txt").read_text().splitlines()
+    with vramscope.capture(gpu="h100") as cap:
+        runpy.run_path(str(probe), run_name="__main__")
+        torch.cuda.memory._record_memory_history(enabled=None)
+    twin = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in twin] == [line.split(":")[0] for line in gpu]
+    for ours, theirs in zip(twin, gpu, strict=True):
+        if theirs.startswith("eigvals"):
+            # outside inference mode the twin's tensors are subclass-like to `linalg_eigvals`'
+            # `_may_require_fw_or_bw_grad`, so it takes `linalg_eig` (the next test: inference mode)
+            continue
+        if theirs.startswith("eig backward"):
+            # the backward's composite ops in another order, the same peak
+            assert _events_of(ours)[0] == _events_of(theirs)[0]
+            continue
+        assert ours == theirs
+    assert not cap.unmeasured
+
+
+def test_eigvals_under_inference_mode_allocates_as_the_h100_recorded():
+    gpu = (FIXTURES / "run" / "probes" / "pt61_linalg_workspace_probe_h100.txt").read_text().splitlines()
+    want = [_events_of(line)[1] for line in gpu if line.startswith("eigvals")]
+    got, kept = [], []
+    with vramscope.capture(gpu="h100") as cap:
+        for shape in ((32, 32), (512, 32, 32)):
+            a = torch.empty(*shape, device="cuda", dtype=torch.float64)
+            with torch.inference_mode():
+                events = _history(lambda a=a: kept.append(torch.linalg.eigvals(a)))
+            got.append([("+" if kind == "a" else "-") + str(size) for kind, size in events])
+        assert not cap.unmeasured
+    assert got == want
+
+
+def test_eig_of_complex_input_is_named_unmeasured():
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(8, 8, device="cuda", dtype=torch.complex128)
+        values, vectors = torch.linalg.eig(a)
+        assert values.shape == (8,) and vectors.shape == (8, 8)
+        assert any(u.startswith("aten::linalg_eig of complex input") for u in cap.unmeasured)

@@ -158,6 +158,103 @@ def _linalg_eigh(cap, func, args, kwargs):
 DISPATCH[aten._linalg_eigh.default] = _linalg_eigh
 
 
+#: `cusolverDnXgeev_bufferSize`'s device bytes by (n, dtype, eigenvectors) for real input, as
+#: `apply_xgeev` (cuda/linalg/BatchLinearAlgebraLib.cpp) allocates them, once for the whole batch
+XGEEV_WORKSPACE = {
+    # pt61_linalg_workspace_probe on an H100 (fixtures/run/probes): eig and eigvals of 32 x 32
+    # float64, one matrix and 512 (blind272/jm05's Koopman matrices)
+    (32, torch.float64, True): 273408,
+    (32, torch.float64, False): 273408,
+}
+
+
+def _xgeev(cap, a, values, vectors, op: str):
+    """`linalg_eig` / `linalg_eigvals` of real input on CUDA after the check of `linalg_eig`:
+    the int32 infos (`at::zeros`), the complex outputs (vectors first), the real/imaginary values
+    (2n reals a matrix), for eig the real eigenvectors, `A.mT().contiguous()`, Xgeev's device
+    workspace once for the batch (`XGEEV_WORKSPACE`), the copy of A freed; then
+    `all(imag_values == 0).item()`, the real temporaries freed, the complex values (and vectors)
+    made and copied out, `_linalg_check_errors`, the infos freed. Every size and its order as
+    pt61_linalg_workspace_probe's H100 histories show them (32 x 32 float64, 1 and 512 matrices,
+    eigenvalues not all real); the source of 2.11's CUDA path is not in this tree."""
+    n = a.size(-1)
+    batch = _batch(a)
+    elem = a.element_size()
+    info = cap.malloc(4 * max(1, batch), op, "temporary")
+    if vectors is not None:
+        cap.track(vectors, op)
+    cap.track(values, op)
+    if n == 0 or batch == 0:
+        del info
+        return
+    real_imag = cap.malloc(batch * 2 * n * elem, op, "temporary")
+    real_vectors = None if vectors is None else cap.malloc(batch * n * n * elem, op, "temporary")
+    a_fortran = cap.malloc(batch * n * n * elem, op, "temporary")
+    nbytes = XGEEV_WORKSPACE.get((n, a.dtype, vectors is not None))
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER Xgeev workspace ({n} x {n}, {a.dtype})")
+    else:
+        work = cap.malloc(nbytes, op, "workspace")
+        del work
+    del a_fortran
+    zero_imag = cap.malloc(batch * n, op, "temporary")
+    everything = cap.malloc(1, op, "temporary")
+    reduce_scratch(cap, [batch * n], None, [True], 1, 1, op)
+    del everything, zero_imag
+    del real_vectors, real_imag
+    complex_values = cap.malloc(values.numel() * values.element_size(), op, "temporary")
+    complex_vectors = (
+        None if vectors is None else cap.malloc(vectors.numel() * vectors.element_size(), op, "temporary")
+    )
+    del complex_vectors, complex_values
+    check_errors(cap, torch.empty(a.shape[:-2], dtype=torch.int32, device="meta"), op)
+    del info
+
+
+def _linalg_eig(cap, func, args, kwargs):
+    """`linalg_eig` of real input on CUDA: `isfinite(A).all().item()` (op by op through the
+    capture), then `_xgeev`."""
+    a = args[0]
+    if not registered(a) or kwargs:
+        return NotImplemented
+    if a.dtype not in (torch.float32, torch.float64):
+        cap.note_unmeasured("aten::linalg_eig of complex input (no history of its Xgeev path)")
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::linalg_eig"
+    if a.numel() > 0:
+        with cap._modes[1]:
+            finite = torch.isfinite(a)
+            everything = finite.all()
+            del everything, finite  # the `.item()`'s temporaries, last made first freed
+    values, vectors = func(*args)
+    _xgeev(cap, a, values, vectors, op)
+    return values, vectors
+
+
+DISPATCH[aten.linalg_eig.default] = _linalg_eig
+SCRATCH_UNMODELLED.discard("aten::linalg_eig")
+
+
+def _linalg_eigvals(cap, func, args, kwargs):
+    """`linalg_eigvals` of real input on CUDA (where it does not go through `linalg_eig`: no input
+    that may need a gradient, as under inference_mode): `_xgeev` without eigenvectors and without
+    `linalg_eig`'s finiteness check."""
+    a = args[0]
+    if not registered(a) or kwargs:
+        return NotImplemented
+    if a.dtype not in (torch.float32, torch.float64):
+        cap.note_unmeasured("aten::linalg_eigvals of complex input (no history of its Xgeev path)")
+        return NotImplemented
+    cap.ops += 1
+    values = func(*args)
+    _xgeev(cap, a, values, None, "aten::linalg_eigvals")
+    return values
+
+
+DISPATCH[aten.linalg_eigvals.default] = _linalg_eigvals
+
+
 def _linalg_cholesky_ex(cap, func, args, kwargs):
     """`linalg_cholesky_ex` on CUDA: L and info (its meta function's order), `L.copy_(A)`, then
     `cholesky_helper_cusolver`: one matrix takes potrf and its workspace (`potrf_workspace_bytes`),
@@ -274,6 +371,14 @@ GEQRF_WORKSPACE = {
     # blind169/fm05's H200 history (`torch.svd_lowrank(W, q=136, niter=2)` of Llama's k/v projections)
     (256, 136, torch.float32): 3145856,
     (1024, 136, torch.float32): 3145856,
+    # pt61_linalg_workspace_probe on an H100 (fixtures/run/probes): blind272/jm03's PowerSGD
+    # `linalg_qr(M, out=(M, R))` of (n, r) float32 matrices, one and 8 of them
+    (1024, 4, torch.float32): 3145856,
+    (3072, 4, torch.float32): 3145856,
+    (4096, 4, torch.float32): 3145856,
+    (32000, 4, torch.float32): 3145856,
+    (3072, 8, torch.float32): 3145856,
+    (32000, 8, torch.float32): 3145856,
 }
 
 ORGQR_WORKSPACE.update(
@@ -507,61 +612,102 @@ for _ov in (aten.linalg_pinv.atol_rtol_tensor, aten.linalg_pinv.atol_rtol_float)
 #: allocates it for gels (Q^H B from the left), measured on an H200 (blind117/dm06's history)
 ORMQR_WORKSPACE = {
     (16384, 200, 2049, torch.float32): 168527872,
+    # pt61_linalg_workspace_probe on an H100 (fixtures/run/probes): blind272/jm05's global Koopman fit
+    (32768, 32, 32, torch.float64): 76163328,
 }
 
 
 def _linalg_lstsq(cap, func, args, kwargs):
-    """`linalg_lstsq` of one matrix with m >= n on CUDA (driver gels, the only one there):
+    """`linalg_lstsq` with m >= n on CUDA (driver gels, the only one there):
     `linalg_lstsq_out` (BatchLinearAlgebra.cpp): the int32 infos (`at::zeros`), the solution
-    (max(m, n) x nrhs, column-major), A's column-major copy, then `linalg_lstsq_gels`
-    (cuda/linalg/BatchLinearAlgebra.cpp): tau, geqrf and ormqr (each its info and workspace) and a
-    trsm; tau dies; for m > n the residuals (`sum_out` of the squared rows n: of the solution);
-    the copy dies, `_linalg_check_errors`, the infos die. The solution is its first n rows.
-    blind117/dm06's H200 history (16,384 x 2,049 float32, 200 right-hand sides)."""
+    (max(m, n) x nrhs, column-major), A's column-major copy, then `lstsq_kernel`
+    (cuda/linalg/BatchLinearAlgebra.cpp). One matrix (and batches `gels_looped` takes, not
+    modelled): `linalg_lstsq_gels`' tau, geqrf and ormqr (each its info and workspace) and a trsm;
+    tau dies. Batches of at most 256 rows in at least max(2, m / 16) matrices: `gels_batched_cublas`
+    (`apply_gels_batched`: a column-major clone of A, the pointer arrays of it and of B, 8 bytes a
+    matrix, freed with the clone after gelsBatched). Then for m > n the residuals (`sum_out` of the
+    squared rows n: of the solution); the copy dies, `_linalg_check_errors`, the infos die. The
+    solution is its first n rows. blind117/dm06's H200 history (16,384 x 2,049 float32, 200
+    right-hand sides); pt61_linalg_workspace_probe's H100 history of (512, 64, 32) float64 with 32
+    (fixtures/run/probes)."""
     a, b = args[0], args[1]
     p = dict(zip(("self", "b", "rcond"), args, strict=False)) | kwargs
     if (
         not registered(a)
         or not registered(b)
-        or a.dim() != 2
-        or b.dim() != 2
+        or a.dim() < 2
+        or b.dim() != a.dim()
+        or tuple(a.shape[:-2]) != tuple(b.shape[:-2])
         or p.get("driver") not in (None, "gels")
         or a.dtype not in (torch.float32, torch.float64)
         or b.dtype != a.dtype
     ):
         return NotImplemented
-    m, n = a.shape
+    m, n = a.shape[-2:]
     nrhs = b.size(-1)
-    if m < n or m == 0 or n == 0 or nrhs == 0:
+    batch = _batch(a)
+    if m < n or m == 0 or n == 0 or nrhs == 0 or batch == 0:
         return NotImplemented
+    batched = a.dim() > 2
+    if batched and not (m <= 256 and batch >= max(2, m // 16)):
+        return NotImplemented  # `gels_looped` over a batch: not modelled
     cap.ops += 1
     op = "aten::linalg_lstsq"
     elem = a.element_size()
-    info = cap.malloc(4, op, "temporary")
-    full = torch.empty_strided((m, nrhs), (1, m), dtype=a.dtype, device="meta")
+    lead = tuple(a.shape[:-2])
+    info = cap.malloc(4 * batch, op, "temporary")
+    full = torch.empty_strided(
+        (*lead, m, nrhs), (*_lead_strides(lead, m * nrhs), 1, m), dtype=a.dtype, device="meta"
+    )
     cap.track(full, op)
     set_value(full, None)
-    copy = cap.malloc(m * n * elem, op, "temporary")
-    k = min(m, n)
-    tau = cap.malloc(k * elem, op, "temporary")
-    _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), 1, "geqrf", op)
-    _cusolver_loop(cap, ORMQR_WORKSPACE, (m, nrhs, k, a.dtype), 1, "ormqr", op)
-    cap.blas("trsm", a.dtype)
-    del tau
+    copy = cap.malloc(batch * m * n * elem, op, "temporary")
+    if batched:
+        clone = cap.malloc(batch * m * n * elem, op, "temporary")
+        a_pointers = cap.malloc(8 * batch, op, "temporary")
+        b_pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("gelsBatched", a.dtype)
+        del b_pointers, a_pointers, clone
+    else:
+        k = min(m, n)
+        tau = cap.malloc(k * elem, op, "temporary")
+        _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), 1, "geqrf", op)
+        _cusolver_loop(cap, ORMQR_WORKSPACE, (m, nrhs, k, a.dtype), 1, "ormqr", op)
+        # R X = Q^H B by `triangular_solve_kernel` (two 8-byte pointer arrays for n < 64:
+        # pt61_linalg_workspace_probe's 32,768 x 32 float64 history on an H100, fixtures/run/probes)
+        trsm(cap, 1, n, a.dtype, op)
+        del tau
     if m > n:
-        residuals = torch.empty((nrhs,), dtype=a.dtype, device="meta")
+        residuals = torch.empty((*lead, nrhs), dtype=a.dtype, device="meta")
         cap.track(residuals, op)
-        reduce_scratch(cap, [m - n, nrhs], [1, m], [True, False], elem, elem, op)
+        reduce_scratch(
+            cap,
+            [*lead, m - n, nrhs],
+            [*_lead_strides(lead, m * nrhs), 1, m],
+            [False] * len(lead) + [True, False],
+            elem,
+            elem,
+            op,
+        )
     else:
         residuals = torch.empty((0,), dtype=a.dtype, device="meta")
     set_value(residuals, None)
     del copy
-    check_errors(cap, torch.empty((), dtype=torch.int32, device="meta"), op)
+    check_errors(cap, torch.empty(lead, dtype=torch.int32, device="meta"), op)
     del info
-    solution = full.as_strided((n, nrhs), (1, m))
+    solution = full.as_strided((*lead, n, nrhs), full.stride())
     rank = torch.empty((0,), dtype=torch.int64, device="meta")
     singular_values = torch.empty((0,), dtype=a.dtype, device="meta")
     return solution, residuals, rank, singular_values
+
+
+def _lead_strides(lead, matrix: int) -> list:
+    """Contiguous strides of the batch dimensions `lead` over matrices of `matrix` elements."""
+    strides, step = [], matrix
+    for size in reversed(lead):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
 
 
 DISPATCH[aten.linalg_lstsq.default] = _linalg_lstsq
@@ -839,6 +985,8 @@ GETRF_WORKSPACE = {
     # blind117/dm06's H200 history (`lu_factor_looped_cusolver` of K-FAC's factor, `solve_ex`'s Gram)
     (2048, 2048, torch.float32): 52480,
     (2049, 2049, torch.float32): 55808,
+    # pt61_linalg_workspace_probe on an H100 (fixtures/run/probes): blind272/jm05's complex solve
+    (32, 32, torch.complex128): 768,
 }
 
 
