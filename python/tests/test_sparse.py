@@ -773,3 +773,18 @@ def test_sampled_addmm_backward_masks_its_csr_gradient_and_multiplies_dense_by_c
         gq, gk = torch.autograd.grad(s, (q, k), grad_outputs=g)
         assert gq.shape == q.shape and gk.shape == k.shape
     assert any("sparse_mask of two CSR matrices" in u for u in cap.unmeasured)
+
+
+def test_sparse_csr_tensor_from_simulated_parts_aliases_them():
+    # blind276 probing (a CSR matrix rebuilt over learnable values, as GNN code does):
+    # `torch.sparse_csr_tensor(crow, col, values, size)` raised "of a dense CUDA tensor makes a sparse
+    # one, which has no rule"; `sparse_compressed_tensor` (SparseCsrTensor.cpp) aliases its parts
+    with vramscope.capture(gpu="h100"):
+        a = torch.eye(512, device="cuda").to_sparse_csr()
+        values = a.values().clone().requires_grad_(True)
+        before = torch.cuda.memory_allocated()
+        b = torch.sparse_csr_tensor(a.crow_indices(), a.col_indices(), values, (512, 512))
+        assert torch.cuda.memory_allocated() == before
+        assert b.layout is torch.sparse_csr and b.shape == (512, 512) and b.requires_grad
+        out = torch.sparse.mm(b, torch.randn(512, 8, device="cuda"))
+        assert out.shape == (512, 8)

@@ -177,6 +177,36 @@ def _construct(cap, func, args, kwargs):
 OPS[aten._sparse_coo_tensor_with_dims_and_tensors.default] = _construct
 
 
+def _construct_compressed(cap, func, args, kwargs):
+    """`sparse_compressed_tensor(compressed, plain, values, size, layout=...)` and
+    `_sparse_compressed_tensor_unsafe` (SparseCsrTensor.cpp) over simulated parts of the asked dtype:
+    the new tensor's `set_member_tensors` aliases them (no allocation; the invariant checks, off by
+    default, read the indices on the host). The size-less overload infers the size from the
+    indices' values, which the twin does not carry: it takes the dense path's error."""
+    names = ("compressed_indices", "plain_indices", "values", "size")
+    p = dict(zip(names, args, strict=False)) | kwargs
+    crow, col, values, size = p["compressed_indices"], p["plain_indices"], p["values"], p.get("size")
+    if size is None or not all(registered(t) for t in (crow, col, values)):
+        return NotImplemented
+    layout = p.get("layout") or _CSR
+    dtype = p.get("dtype") or values.dtype
+    if layout not in (_CSR, _CSC) or dtype != values.dtype or crow.dim() != 1 or len(size) != 2:
+        return NotImplemented
+    cap.ops += 1
+    with _NO_DISPATCH():
+        if layout is _CSR:
+            return aten._sparse_csr_tensor_unsafe(
+                crow, col, values, list(size), dtype=dtype, layout=_CSR, device=torch.device("meta")
+            )
+        return aten._sparse_csc_tensor_unsafe(
+            crow, col, values, list(size), dtype=dtype, layout=_CSC, device=torch.device("meta")
+        )
+
+
+OPS[aten.sparse_compressed_tensor.comp_plain_value_size] = _construct_compressed
+OPS[aten._sparse_compressed_tensor_unsafe.default] = _construct_compressed
+
+
 def _metadata(cap, func, args, kwargs):
     """Metadata and aliases of a sparse tensor (`_indices`, `_values`, `_nnz`, `detach`, ...; a
     CSR tensor's `crow_indices`, `col_indices`, `values`, ...)."""
