@@ -274,6 +274,10 @@ GEQRF_WORKSPACE = {
     # blind169/fm05's H200 history (`torch.svd_lowrank(W, q=136, niter=2)` of Llama's k/v projections)
     (256, 136, torch.float32): 3145856,
     (1024, 136, torch.float32): 3145856,
+    # PowerSGD's `_orthogonalize` of P and Q (n x rank 4 and 8; `linalg_qr(out=)`, blind272/jm03):
+    # H100 probe pt61_linalg_workspace_probe (fixtures/run/probes/pt61_linalg_workspace_probe_h100.txt),
+    # the same bytes in jm03's per-op truth (session 62)
+    **{(n, r, torch.float32): 3145856 for n in (1024, 3072, 4096, 32000) for r in (4, 8)},
 }
 
 ORGQR_WORKSPACE.update(
