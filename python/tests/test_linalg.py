@@ -108,6 +108,29 @@ def test_qr_into_row_major_outs_takes_proxies_then_the_qr_steps():
     assert not cap.unmeasured
 
 
+def test_powersgd_qr_into_row_major_outs_allocates_as_the_h100_probe_recorded():
+    # blind272/jm03: PowerSGD's `torch.linalg.qr(M, out=(M, R))` of n x 4 and n x 8 factors; geqrf's
+    # workspace for these sizes was named unmeasured (pt61_linalg_workspace_probe on the H100: 3,145,856
+    # bytes for each, fixtures/run/probes); the twin now makes every allocation the probe recorded
+    import re
+
+    gpu = (FIXTURES / "run" / "probes" / "pt61_linalg_workspace_probe_h100.txt").read_text()
+    with vramscope.capture(gpu="h100") as cap:
+        for line in gpu.splitlines():
+            found = re.match(
+                r"qr out \(b=(\d+), n=(\d+), r=(\d+)\) float32: peak_above \d+ events (.*)", line
+            )
+            if found is None:
+                continue
+            b, n, r = (int(found.group(i)) for i in (1, 2, 3))
+            made = [int(e) for e in found.group(4).split() if e.startswith("+")]
+            m = torch.empty(b, n, r, device="cuda")
+            rr = torch.empty(b, r, r, device="cuda")
+            _, counts = counted(lambda m=m, rr=rr: torch.linalg.qr(m, out=(m, rr)))
+            assert counts == (len(made), sum(made)), line[:40]
+    assert not cap.unmeasured
+
+
 def test_orgqr_workspace_of_up_to_64_reflectors_follows_the_sweeps_form():
     # blind151/eu06's per-op truth: parametrizations.orthogonal's Householder map of a 1,024 x 10
     # float32 weight: 3 allocations, the result, the info and orgqr's 173,056-byte workspace

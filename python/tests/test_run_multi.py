@@ -500,3 +500,30 @@ def test_ddp_python_comm_hook_builds_tensors_from_data_on_the_simulated_gpu(tmp_
     assert status == 0, err[-3000:]
     assert [line for line in lines if line.startswith("HOOK")] == ["HOOK cuda:0 cuda:0"]
     assert [line.split()[1] for line in lines if line.startswith("P ")] == ["[(4096,)]"]
+
+
+def test_nccl_future_callbacks_run_on_pool_streams_each_with_its_cublas_workspace(tmp_script):
+    # blind272/jm03 (H100, session 62): ProcessGroupNCCL's future is a CUDA `ivalue::Future`, whose
+    # callbacks run on a stream taken from the device's pool (`invokeCallback`, ivalue_inl.h): round
+    # robin over its 32 streams, the communicator's own stream the first taken. PowerSGD's `bmm`s in
+    # `compute_qs` and `decompress` made a cuBLAS workspace on each of the 32: 1 GiB the GPU kept
+    # and the twin, which ran every callback on the current stream, did not
+    script = tmp_script(
+        "import os, torch, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='localhost', MASTER_PORT='29538')\n"
+        "dist.init_process_group('nccl', rank=0, world_size=1, device_id=torch.device('cuda', 0))\n"
+        "a = torch.randn(256, 256, device='cuda')\n"
+        "a @ a\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "grown = []\n"
+        "for _ in range(40):\n"
+        "    dist.all_reduce(a, async_op=True).get_future().then(lambda f: f.value()[0] @ a).wait()\n"
+        "    grown.append(torch.cuda.memory_allocated() - base)\n"
+        "print('W', grown[0] > 0, [g // max(grown[0], 1) for g in grown[29:33]], grown[-1] == grown[32])\n"
+        "dist.destroy_process_group()\n"
+    )
+    status, lines, _report, err = run_script(script, extra=("--gpu", "h100"))
+    assert status == 0, err[-3000:]
+    # the NCCL stream took index 0: 31 callbacks fill indices 1-31, the 32nd gets the NCCL stream
+    # (no workspace yet), the 33rd index 1 again
+    assert [line for line in lines if line.startswith("W ")] == ["W True [30, 31, 32, 32] True"]

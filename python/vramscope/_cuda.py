@@ -82,12 +82,39 @@ def _pool_hash(pool) -> int:
 _PRIVATE_POOL_STREAMS = 0x7E00_0000_0000
 
 
+#: streams per priority level in a device's stream pool (`kStreamsPerPool`, c10/cuda/CUDAStream.cpp)
+_STREAMS_PER_POOL = 32
+
+
+def pool_index(cap, priority: int = 0) -> tuple:
+    """The next stream of the device's pool at `priority`'s level, as `getStreamFromPool` hands them
+    out: round robin over its 32 streams (`get_idx`, c10/cuda/CUDAStream.cpp). Every taker shares the
+    counter: `torch.cuda.Stream()`, ProcessGroupNCCL's stream, a CUDA future's callbacks."""
+    counters = cap.__dict__.setdefault("_vramscope_pool_next", {})
+    level = min(int(priority), 0)
+    idx = counters.get(level, 0)
+    counters[level] = (idx + 1) % _STREAMS_PER_POOL
+    return level, idx
+
+
+def pool_stream(cap) -> Stream:
+    """A stream from the device's low-priority pool (`getStreamFromGlobalPool(device, false)`):
+    the one a CUDA `ivalue::Future` runs each callback on (`invokeCallback`,
+    aten/src/ATen/core/ivalue_inl.h), the same stream each time its index comes round."""
+    key = pool_index(cap)
+    streams = cap.__dict__.setdefault("_vramscope_pool_streams", {})
+    stream = streams.get(key)
+    if stream is None:
+        stream = streams[key] = Stream(_index=key)
+    return stream
+
+
 class Stream:
     """A stand-in for `torch.cuda.Stream`: an id the allocator keys its pools by."""
 
     _next = 1
 
-    def __init__(self, device=None, priority=0, **kwargs):
+    def __init__(self, device=None, priority=0, _index=None, **kwargs):
         type(self)._next += 1
         self.stream_id = Stream._next * 0x10 + 0x7F00_0000_0000
         self.device = CUDA0
@@ -96,6 +123,11 @@ class Stream:
         from . import _capture
 
         cap = _capture.current()
+        if cap is not None and _index is None:
+            # a new stream takes the pool's next index; a pool stream taken later at that index
+            # (a future's callback) is this one
+            index = pool_index(cap, priority)
+            cap.__dict__.setdefault("_vramscope_pool_streams", {}).setdefault(index, self)
         take = getattr(cap.device, "stream_pools", None) if cap is not None else None
         if take is not None:  # a native module built before has none
             # `getStreamFromPool`'s first call makes the device's stream pools: 70 MiB beyond the

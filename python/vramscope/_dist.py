@@ -198,6 +198,57 @@ def patch_ddp(world: int, cap=None) -> None:
 
 
 @functools.cache
+def _device_future_class():
+    """A completed future of CUDA tensors, as ProcessGroupNCCL's work gives (`ivalue::Future` with the
+    device: ProcessGroupNCCL.cpp's `future_`): each callback (`then`, `add_done_callback`) runs on a
+    stream taken from the device's pool (`invokeCallback`'s `getStreamsFromPoolForDevices`,
+    aten/src/ATen/core/ivalue_inl.h), and `then`'s future is such a future too. So a cuBLAS call in a
+    callback (PowerSGD's `bmm`s in `compute_qs` and `decompress`, powerSGD_hook.py) makes a workspace
+    for each pool stream it meets: workspaces are kept per (handle, stream)."""
+
+    class DeviceFuture(torch.futures.Future):
+        def _run(self, callback):
+            from . import _capture, _cuda
+
+            cap = _capture.current()
+            if cap is None:
+                return callback(self)
+            with _cuda.pool_stream(cap):
+                return callback(self)
+
+        def then(self, callback):
+            child = DeviceFuture()
+
+            def run(_fut):
+                try:
+                    result = self._run(callback)
+                except BaseException as e:  # the error goes to the future, as `then`'s does
+                    child.set_exception(e)
+                else:
+                    child.set_result(result)
+
+            if self.done():
+                run(self)
+            else:
+                super().add_done_callback(run)
+            return child
+
+        def add_done_callback(self, callback):
+            if self.done():
+                self._run(callback)
+            else:
+                super().add_done_callback(lambda _fut: self._run(callback))
+
+    return DeviceFuture
+
+
+def _device_future(values):
+    fut = _device_future_class()()
+    fut.set_result(values)
+    return fut
+
+
+@functools.cache
 def _completed_work():
     """A `Work` that is complete at once and wraps the fake group's `work`: `wait` is the work's, the
     future completes with `values` where given (ProcessGroupNCCL's future holds the collective's
@@ -219,6 +270,8 @@ def _completed_work():
         def get_future(self):
             if self._values is None:
                 return self._work.get_future()
+            if any(isinstance(v, torch.Tensor) and v.is_cuda for v in self._values):
+                return _device_future(self._values)
             fut = torch.futures.Future()
             fut.set_result(self._values)
             return fut
@@ -240,6 +293,8 @@ def patch_works() -> None:
         def collective(self, tensors, *args, **kwargs):
             work = original(self, tensors, *args, **kwargs)
             values = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+            if any(isinstance(v, torch.Tensor) and v.is_cuda for v in values):
+                _nccl_stream()
             return _completed_work()(work, values=values)
 
         return collective
@@ -289,6 +344,21 @@ def patch_backend(backend, device_id) -> None:
     c10d._get_object_coll_device = coll_device
     if single or "cuda:nccl" in name.replace(" ", ""):
         patch_nccl_buffers(cuda_barrier=single or device_id is not None)
+        if device_id is not None:
+            _nccl_stream()  # the communicator is made at once (`eager_connect_single_device`)
+
+
+def _nccl_stream() -> None:
+    """ProcessGroupNCCL's communicator takes its stream from the device's low-priority pool when it
+    is made (`getNCCLComm`: `getStreamFromPool(options_->is_high_priority_stream)`,
+    ProcessGroupNCCL.cpp): at `init_process_group` with a `device_id`, else at the first collective.
+    The pool's later takers (a CUDA future's callbacks) count on from there."""
+    from . import _capture, _cuda
+
+    cap = _capture.current()
+    if cap is not None and not cap.__dict__.get("_vramscope_nccl_stream"):
+        cap._vramscope_nccl_stream = True
+        _cuda.pool_index(cap)
 
 
 def patch_nccl_buffers(cuda_barrier: bool) -> None:
