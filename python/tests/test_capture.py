@@ -2427,11 +2427,12 @@ def test_torch_compile_makes_a_tensor_from_python_data_on_the_gpu():
 
     def f(x):
         w = torch.tensor([1.0, 2.0], device=x.device)
-        return x[:, :2] * w, torch.as_tensor([3.0], device="cuda") * 2
+        return x[:, :2] * w, torch.as_tensor([3.0], device="cuda") * 2, torch.tensor([2.0]).cuda() + 1
 
     with vramscope.capture() as cap:
-        y, z = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
-        assert y.shape == (8, 2) and y.is_cuda and z.is_cuda
+        y, z, u = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        # (run eagerly, the last read `cpu`)
+        assert y.shape == (8, 2) and y.is_cuda and z.is_cuda and u.is_cuda
     assert cap.report()["unmeasured"] == []
 
 
