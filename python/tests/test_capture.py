@@ -2433,6 +2433,24 @@ def test_torch_compile_traces_get_device_in_one_graph_as_the_gpu_does():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_makes_a_tensor_from_python_data_on_the_gpu():
+    # `torch.tensor(data, device=x.device)` / `torch.as_tensor` in a compiled region is a CUDA
+    # tensor on the GPU. The twin's host constant reaches the GPU's nodes through a `device_put`
+    # (`_data_constant`); one of one element is a fake tensor constant, and Inductor's fake
+    # propagation ran that `device_put` for real ("Found no NVIDIA driver"): the graph ran eagerly
+    torch._dynamo.reset()
+
+    def f(x):
+        w = torch.tensor([1.0, 2.0], device=x.device)
+        return x[:, :2] * w, torch.as_tensor([3.0], device="cuda") * 2, torch.tensor([2.0]).cuda() + 1
+
+    with vramscope.capture() as cap:
+        y, z, u = torch.compile(f, fullgraph=True)(torch.randn(8, 16, device="cuda"))
+        # (run eagerly, the last read `cpu`)
+        assert y.shape == (8, 2) and y.is_cuda and z.is_cuda and u.is_cuda
+    assert cap.report()["unmeasured"] == []
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's

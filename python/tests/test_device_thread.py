@@ -206,3 +206,34 @@ def test_hooks_of_a_pass_on_the_device_thread_run_without_dynamo():
     it, on the twin as on the GPU."""
     assert _hooks_traced(False, "cuda") == [False]
     assert _hooks_traced(False, "cpu") == [True]
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_python_called_by_the_backward_builds_host_data_on_the_simulated_gpu(create_graph):
+    """A Function's backward and a tensor hook that make a tensor from host data on the device
+    (`torch.tensor(..., device=g.device)`, `torch.as_tensor`, `.cuda()`) run under the capture's
+    function mode, as the program's forward does: `backward()` reaches the engine through that mode,
+    popped for the call, and without it `torch.tensor`'s host-then-copy path (tensor_new.cpp) went to
+    the host's CUDA ("Found no NVIDIA driver")."""
+    import vramscope
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            two = torch.tensor([2.0], device=g.device) + torch.as_tensor([0.0], device="cuda")
+            return g * two * torch.ones(1).cuda()
+
+    seen = []
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.randn(256, 256, device="cuda", requires_grad=True)
+        x.register_hook(lambda g: seen.append(torch.tensor([1.0, 2.0], device=g.device).device) or g)
+        y = Scale.apply(x).sum()
+        (g,) = torch.autograd.grad(y, x, create_graph=create_graph)
+        allocated = torch.cuda.memory_allocated()
+    assert seen == [torch.device("cuda", 0)]
+    assert g.shape == (256, 256) and allocated >= 2 * 256 * 256 * 4
+    assert cap.cuda_used

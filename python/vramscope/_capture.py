@@ -1026,7 +1026,7 @@ class _DispatchMode(TorchDispatchMode):
                 # a backward Node runs on its forward's stream (`_autograd_streams`)
                 cap.stream = stream
             try:
-                with _KERNELS:
+                with _KERNELS, _without_function_mode(cap._modes[0]):
                     return cap.dispatch(func, args, kwargs or {})
             except Exception as e:
                 # an error comes from C++ on the GPU, whose frames hold nothing once it unwinds: the
@@ -1086,6 +1086,47 @@ def _forget_frames(tb) -> None:
                 frame.clear()
             except RuntimeError:  # still executing
                 pass
+
+
+class _without_function_mode:
+    """The capture's function mode off the torch-function stack while the twin's kernels run an op
+    (a C++ kernel on the GPU: ATen's calls never consult torch-function modes). An op the program
+    calls reaches here through that mode, popped for its handler; one a backward Node runs does not:
+    the engine hands the pass the caller's thread-local state, torch-function stack included
+    (`at::ThreadLocalState`), and the pass runs under the mode (`_device_thread`), where the twin's
+    own Python (`_linalg._mexp`'s `.to("meta")` index in matrix_exp's backward) read as the
+    program's."""
+
+    __slots__ = ("above", "mode")
+
+    def __init__(self, mode):
+        self.mode, self.above = mode, None
+
+    def __enter__(self):
+        n = torch._C._len_torch_function_stack()
+        if n == 0:
+            return
+        stack = [torch._C._get_function_stack_at(i) for i in range(n)]
+        if not any(m is self.mode for m in stack):
+            return
+        above = []
+        while True:
+            m = torch._C._pop_torch_function_stack()
+            if m is self.mode:
+                break
+            above.append(m)
+        for m in reversed(above):
+            torch._C._push_on_torch_function_stack(m)
+        self.above = len(above)
+
+    def __exit__(self, *exc):
+        if self.above is None:
+            return
+        above = [torch._C._pop_torch_function_stack() for _ in range(self.above)]
+        torch._C._push_on_torch_function_stack(self.mode)
+        for m in reversed(above):
+            torch._C._push_on_torch_function_stack(m)
+        self.above = None
 
 
 def _run_dense(mode, dense, args, kwargs):

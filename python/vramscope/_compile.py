@@ -1884,6 +1884,48 @@ def _conv1d_contiguous_as_op(original):
     return conv
 
 
+def _no_constant_moved_to_cuda(original):
+    """FakeTensorMode's dispatch (torch/_subclasses/fake_tensor.py) without constant propagation
+    through an op that moves a constant to the device (`prims.device_put`, `_to_copy` to cuda), as
+    FakeTensorMode does on a host without a CUDA device (`avoid_device_init`), which the twin's
+    host reads as one with it: it ran the op for real ("Found no NVIDIA driver"). A constant is a
+    fake tensor from a real one of one element at most (`may_turn_const`): `torch.as_tensor([3.0],
+    device="cuda")` in a compiled region, whose host constant reaches the GPU's nodes through a
+    `device_put` (`_data_constant`), failed Inductor's fake propagation and ran eagerly. The result
+    is a fake CUDA tensor without a constant (on the GPU, a real one-element CUDA tensor made at
+    compile time, 512 bytes, not modelled)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def dispatch_impl(self, func, types, args, kwargs):
+        if not _moves_to_cuda(func, args, kwargs):
+            return original(self, func, types, args, kwargs)
+        held = [
+            (a, a.constant)
+            for a in (*args, *kwargs.values())
+            if isinstance(a, FakeTensor) and a.constant is not None
+        ]
+        for a, _ in held:
+            a.constant = None
+        try:
+            return original(self, func, types, args, kwargs)
+        finally:
+            for a, c in held:
+                a.constant = c
+
+    return dispatch_impl
+
+
+def _moves_to_cuda(func, args, kwargs) -> bool:
+    """Whether `func` is one of the ops FakeTensorMode's `avoiding_device_init` names, to cuda."""
+    if func is torch.ops.prims.device_put.default:
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+    elif func is torch.ops.aten._to_copy.default:
+        device = kwargs.get("device")
+    else:
+        return False
+    return device is not None and torch.device(device).type == "cuda"
+
+
 def _fallback_as_on_cuda(original, cap):
     """FakeTensor's unsafe fallback (`run_fallback_kernel`, torch/_subclasses/fake_tensor.py) for an
     op with no meta kernel, while a GPU program is traced on the host: the GPU's fallback runs the
@@ -2248,6 +2290,8 @@ def patch(p, cap) -> None:
     p.set(torch._C, "_select_conv_backend", _select_conv_backend(torch._C._select_conv_backend))
     p.set(fake_tensor, "init_gpu_context", _init_gpu_context(cap))
     p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
+    impl = fake_tensor.FakeTensorMode._dispatch_impl
+    p.set(fake_tensor.FakeTensorMode, "_dispatch_impl", _no_constant_moved_to_cuda(impl))
     p.when_imported(
         "torch._dynamo.backends.common",
         lambda common: p.set(common, "aot_module_simplified", _aot_as_on_cuda(common.aot_module_simplified)),

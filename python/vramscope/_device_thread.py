@@ -238,6 +238,19 @@ def patch(cap, p, device_thread: DeviceThread) -> None:
             raise
 
     def run_backward(t_outputs, *args, **kwargs):
+        mode = cap._modes[0]
+        stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        if not any(m is mode for m in stack):
+            # the program's `backward()` / `autograd.grad` reached here through the capture's function
+            # mode, popped for the call; the engine hands the caller's torch-function stack to the
+            # Python it calls (hooks, Function.backward: `at::ThreadLocalState`), which on the GPU runs
+            # as the program wrote it: the mode is set again for the pass (the Nodes' ATen kernels,
+            # C++ on the GPU, run without it: `_capture._without_function_mode`)
+            torch._C._push_on_torch_function_stack(mode)
+            try:
+                return run_backward(t_outputs, *args, **kwargs)
+            finally:
+                torch._C._pop_torch_function_stack()
         # (grad_tensors, retain_graph, create_graph, inputs, ...): torch/autograd/__init__.py
         create_graph = args[2] if len(args) > 2 else kwargs.get("create_graph", False)
         if not create_graph:
