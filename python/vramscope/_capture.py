@@ -911,6 +911,16 @@ class _FunctionMode(TorchFunctionMode):
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
         handler = _kernels.FUNCTIONS.get(func)
+        if (
+            handler is not None
+            and torch._C._get_tracing_state() is not None
+            and func not in _kernels.TRACED_AS_OWN
+        ):
+            # `torch.jit.trace` records: the function's own op is the trace's node (TraceType records
+            # it, then runs its kernel with the tracer off), so PyTorch's function, whose ops below
+            # reach the dispatch mode's rules; a rule here would read sizes as tensors (`THPSize_New`
+            # while tracing) and its ops would be the trace's nodes instead
+            handler = None
         if handler is None and isinstance(func, _OP_TYPES) and _kernels.NAMED_FUNCTIONS:
             handler = _kernels.NAMED_FUNCTIONS.get(_qualified_name(func))
         if handler is not None:
