@@ -5463,6 +5463,23 @@ def test_a_traced_module_records_pytorchs_nodes():
     assert not any("_convolution" in k for k in cap.unmeasured)
 
 
+def test_a_traced_graph_with_number_constants_prints_and_inlines():
+    # `b * 4` of a traced size keeps 4 as a wrapped-number tensor constant; printing the graph (or
+    # inlining and pooling it) runs `aten::view` / `aten::equal` on it from C++, and any dispatch
+    # mode receives it as a Python number its schema refuses as `self`: without a mode, as on the
+    # GPU, they run. And `padding="same"` records `_convolution_mode`, as PyTorch's composite does
+    def f(q):
+        return q.view(q.shape[0] * 4, -1)
+
+    conv = torch.nn.Conv1d(8, 16, 4, padding="same")
+    with vramscope.capture(gpu="h200"):
+        traced = torch.jit.trace(f, (torch.empty(8, 16, device="cuda"),), check_trace=False)
+        assert "aten::view" in str(traced.graph)
+        assert tuple(traced(torch.empty(4, 16, device="cuda")).shape) == (16, 4)
+        same = torch.jit.trace(conv.cuda(), (torch.empty(2, 8, 50, device="cuda"),), check_trace=False)
+        assert "aten::_convolution_mode" in str(same.inlined_graph)
+
+
 def test_underscore_convolution_has_the_convolution_rule():
     # `torch._convolution` (a traced graph's `aten::_convolution` node) had no rule: its cuDNN
     # workspace went uncounted, named unmeasured; it is `convolution` with its own cuDNN flags

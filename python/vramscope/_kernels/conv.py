@@ -983,8 +983,8 @@ def _traced_convolution(cap, func, args, kwargs):
     does not record and which calls `at::_convolution` with the context's cuDNN flags: that node
     is the trace's (`aten::_convolution` in a traced Conv2d's graph). The twin's dispatch mode sees
     `convolution` itself, below the tracer, with the tracer's state still on (sizes read as
-    tensors there), so here the composite's own calls, recorded as on the GPU. Integer padding
-    only (a `padding="same"` string goes the generic way)."""
+    tensors there), so here the composite's own calls, recorded as on the GPU; with a padding
+    string the composite calls `_convolution_mode`, a traced op."""
     if torch._C._get_tracing_state() is None:
         return NotImplemented
     dims, transposed = _UNTRACED[func]
@@ -992,19 +992,26 @@ def _traced_convolution(cap, func, args, kwargs):
     names += ("output_padding", "groups", "dilation") if transposed else ("dilation", "groups")
     a = dict(zip(names, args, strict=False)) | kwargs
     x, w = a.get("input"), a.get("weight")
-    if not (registered(x) and registered(w)) or isinstance(a.get("padding", 0), str):
+    if not (registered(x) and registered(w)):
         return NotImplemented
 
     def expand(v, default):
         v = default if v is None else v
         return [int(v)] * dims if isinstance(v, int) else [int(i) for i in v]
 
-    stride, padding = expand(a.get("stride"), 1), expand(a.get("padding"), 0)
-    dilation = expand(a.get("dilation"), 1)
+    stride, dilation = expand(a.get("stride"), 1), expand(a.get("dilation"), 1)
+    mode = a.get("padding", 0)
+    if isinstance(mode, str) and transposed:
+        return NotImplemented  # PyTorch's own error
     out_pad = expand(a.get("output_padding"), 0) if transposed else [0] * dims
     unbatched = x.dim() == dims + 1
     if unbatched:
         x = x.unsqueeze(0)
+    if isinstance(mode, str):
+        # `conv2d_padding_symint` (Convolution.cpp): `_convolution_mode` is the traced node
+        out = torch._convolution_mode(x, w, a.get("bias"), stride, mode, dilation, int(a.get("groups", 1)))
+        return out.squeeze(0) if unbatched else out
+    padding = expand(mode, 0)
     out = torch._convolution(
         x,
         w,
