@@ -5454,6 +5454,62 @@ def test_a_scripted_module_with_batch_norm_compiles():
         assert torch.nn.functional.normalize(torch.ones(4, 4, device="cuda")).shape == (4, 4)
 
 
+def test_a_traced_module_records_pytorchs_nodes():
+    # `torch.jit.trace` under the twin raised "Expected bool, got Tensor" (sizes read as tensors
+    # while tracing, in the twin's convolution and batch-norm rules) and recorded no convolution:
+    # `convolution` is not traced (gen_trace_type.py's DONT_RECORD_TRACE), its kernel's
+    # `_convolution` is; the function-level rules stand aside for the traced functions' own ops
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 14 * 14, 4),
+    )
+    with vramscope.capture(gpu="h200") as cap:
+        model = model.cuda().eval()
+        x = torch.empty(2, 3, 16, 16, device="cuda")
+        with torch.no_grad():
+            eager = model(x)
+            traced = torch.jit.trace(model, x, check_trace=False)
+            before = torch.cuda.memory_allocated()
+            out = traced(x)
+        kinds = [n.kind() for n in traced.inlined_graph.nodes()]
+        assert "aten::_convolution" in kinds and "aten::batch_norm" in kinds and "aten::linear" in kinds
+        assert out.shape == eager.shape == (2, 4)
+        assert torch.cuda.memory_allocated() - before == 512
+    assert not any("_convolution" in k for k in cap.unmeasured)
+
+
+def test_a_traced_graph_with_number_constants_prints_and_inlines():
+    # `b * 4` of a traced size keeps 4 as a wrapped-number tensor constant; printing the graph (or
+    # inlining and pooling it) runs `aten::view` / `aten::equal` on it from C++, and any dispatch
+    # mode receives it as a Python number its schema refuses as `self`: without a mode, as on the
+    # GPU, they run. And `padding="same"` records `_convolution_mode`, as PyTorch's composite does
+    def f(q):
+        return q.view(q.shape[0] * 4, -1)
+
+    conv = torch.nn.Conv1d(8, 16, 4, padding="same")
+    with vramscope.capture(gpu="h200"):
+        traced = torch.jit.trace(f, (torch.empty(8, 16, device="cuda"),), check_trace=False)
+        assert "aten::view" in str(traced.graph)
+        assert tuple(traced(torch.empty(4, 16, device="cuda")).shape) == (16, 4)
+        same = torch.jit.trace(conv.cuda(), (torch.empty(2, 8, 50, device="cuda"),), check_trace=False)
+        assert "aten::_convolution_mode" in str(same.inlined_graph)
+
+
+def test_underscore_convolution_has_the_convolution_rule():
+    # `torch._convolution` (a traced graph's `aten::_convolution` node) had no rule: its cuDNN
+    # workspace went uncounted, named unmeasured; it is `convolution` with its own cuDNN flags
+    with vramscope.capture(gpu="h200") as cap:
+        x = torch.empty(8, 64, 56, 56, device="cuda")
+        w = torch.empty(64, 64, 3, 3, device="cuda")
+        y = torch._convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, False, False, True, True)
+        z = torch.nn.functional.conv2d(x, w, padding=1)
+        assert y.shape == z.shape == (8, 64, 56, 56)
+    assert not any("_convolution" in k for k in cap.unmeasured)
+
+
 def test_an_op_returning_its_constant_input_keeps_it_once():
     # `to` with nothing to change returns its input; below autograd it reaches the mode, which
     # records the output among the tensors viewing a factory's constant value: a second entry of the

@@ -911,6 +911,16 @@ class _FunctionMode(TorchFunctionMode):
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
         handler = _kernels.FUNCTIONS.get(func)
+        if (
+            handler is not None
+            and torch._C._get_tracing_state() is not None
+            and func not in _kernels.TRACED_AS_OWN
+        ):
+            # `torch.jit.trace` records: the function's own op is the trace's node (TraceType records
+            # it, then runs its kernel with the tracer off), so PyTorch's function, whose ops below
+            # reach the dispatch mode's rules; a rule here would read sizes as tensors (`THPSize_New`
+            # while tracing) and its ops would be the trace's nodes instead
+            handler = None
         if handler is None and isinstance(func, _OP_TYPES) and _kernels.NAMED_FUNCTIONS:
             handler = _kernels.NAMED_FUNCTIONS.get(_qualified_name(func))
         if handler is not None:
@@ -985,6 +995,22 @@ class _FunctionMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _rewrapped_numbers(func, args):
+    """`args` with the Python numbers in Tensor-typed positions made 0-d host tensors again (the
+    wrapped numbers the python fallback unwrapped), where no argument is a tensor; else None."""
+    if not args or any(isinstance(a, torch.Tensor) for a in args):
+        return None
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return None
+    out, changed = list(args), False
+    for i, (a, arg) in enumerate(zip(args, schema.arguments, strict=False)):
+        if isinstance(a, (bool, int, float, complex)) and isinstance(arg.type, torch.TensorType):
+            out[i] = torch.tensor(a)
+            changed = True
+    return out if changed else None
+
+
 class _DispatchMode(TorchDispatchMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -995,6 +1021,14 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        rewrapped = _rewrapped_numbers(func, args)
+        if rewrapped is not None:
+            # an op of host constants only, from C++ (the JIT's printer and passes over a traced
+            # graph's wrapped-number constants): a dispatch mode gets those as Python numbers, which
+            # the op's own schema refuses as `self` (any mode does this: PyTorch's python fallback);
+            # without a mode, as on the GPU, the op runs on the constants
+            with torch._C._DisableTorchDispatch():
+                return func(*rewrapped, **(kwargs or {}))
         proxy = torch._C._get_dispatch_mode(_PROXY_KEY)
         if proxy is not None:
             # the program's own make_fx (torch.func.linearize traces its JVP so): its mode is an

@@ -753,8 +753,9 @@ def patch(cap) -> _Patch:
         if isinstance(mask, bias.CausalBias) and not torch.compiler.is_dynamo_compiling():
             # what its `__torch_function__` does, which this stand-in would otherwise skip
             return bias.CausalBias._dispatch(*args, **kwargs)
-        if torch.compiler.is_dynamo_compiling():
-            # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel)
+        if torch.compiler.is_dynamo_compiling() or torch._C._get_tracing_state() is not None:
+            # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel); so
+            # while `torch.jit.trace` records (its node is `scaled_dot_product_attention`)
             return original_sdpa(*args, **kwargs)
         if is_ours(_attention._physical(args[0] if args else kwargs.get("query"))):
             # under torch.func's transforms too: the query's physical tensor is the device's
@@ -989,10 +990,11 @@ def _recompute_under_modes(real, cap):
 
 def _traced_as_pytorch(stand_in, original):
     """`stand_in` (the twin's `torch.nn.functional` function), or PyTorch's `original` while
-    dynamo traces a compiled region (`_compile`)."""
+    dynamo traces a compiled region (`_compile`) or `torch.jit.trace` records (its node is
+    `original`'s op)."""
 
     def run(*args, **kwargs):
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() or torch._C._get_tracing_state() is not None:
             return original(*args, **kwargs)
         # the arguments die left to right, positional then keyword, as CPython's caller of the
         # builtin frees them once it returns (ceval's CALL); the `*args` tuple would free them

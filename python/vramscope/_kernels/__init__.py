@@ -65,6 +65,7 @@ from .registry import (
     PLAIN,
     PLAIN_OPS,
     SCRATCH_UNMODELLED,
+    TRACED_AS_OWN,
     check_known,
 )
 from .sort import SMALL_SORT, _cub
@@ -85,6 +86,7 @@ __all__ = [
     "SAVED_PENDING",
     "SCRATCH_UNMODELLED",
     "SMALL_SORT",
+    "TRACED_AS_OWN",
     "_acc_bytes",
     "_accumulate",
     "_benchmark_first_call",

@@ -14,7 +14,7 @@ from torch._prims_common import suggest_memory_format
 
 from .._tensor import registered
 from .reduce import _acc_bytes, reduce_scratch
-from .registry import DISPATCH, SCRATCH_UNMODELLED
+from .registry import DISPATCH, FUNCTIONS, SCRATCH_UNMODELLED, TRACED_AS_OWN
 from .typenames import tensor_type_string
 
 aten = torch.ops.aten
@@ -948,6 +948,91 @@ def _conv_grad_bias(cap, grad, gb, mask):
 
 
 DISPATCH[aten.convolution.default] = _convolution
+
+
+def _underscore_convolution(cap, func, args, kwargs):
+    """`aten::_convolution` called itself (a traced graph's node, `torch._convolution`): what
+    `at::convolution` calls (Convolution.cpp), with its four cuDNN flags (benchmark, deterministic,
+    cudnn_enabled, allow_tf32) in force for the call instead of the context's."""
+    if kwargs or len(args) != 13:
+        return NotImplemented
+    benchmark, deterministic, enabled, tf32 = (bool(a) for a in args[9:])
+    with torch.backends.cudnn.flags(
+        enabled=enabled, benchmark=benchmark, deterministic=deterministic, allow_tf32=tf32
+    ):
+        return _convolution(cap, aten.convolution.default, tuple(args[:9]), {})
+
+
+DISPATCH[aten._convolution.default] = _underscore_convolution
+
+#: the convolutions `torch.jit.trace` does not record (gen_trace_type.py's DONT_RECORD_TRACE): their
+#: composite kernels call `at::_convolution`, whose node the tracer records: (spatial dims, transposed)
+_UNTRACED = {
+    torch.conv1d: (1, False),
+    torch.conv2d: (2, False),
+    torch.conv3d: (3, False),
+    torch.conv_transpose1d: (1, True),
+    torch.conv_transpose2d: (2, True),
+    torch.conv_transpose3d: (3, True),
+}
+
+
+def _traced_convolution(cap, func, args, kwargs):
+    """`F.conv2d` and its kin while `torch.jit.trace` records: the composite (`at::conv2d`,
+    Convolution.cpp) batchifies an unbatched input and calls `at::convolution`, which the tracer
+    does not record and which calls `at::_convolution` with the context's cuDNN flags: that node
+    is the trace's (`aten::_convolution` in a traced Conv2d's graph). The twin's dispatch mode sees
+    `convolution` itself, below the tracer, with the tracer's state still on (sizes read as
+    tensors there), so here the composite's own calls, recorded as on the GPU; with a padding
+    string the composite calls `_convolution_mode`, a traced op."""
+    if torch._C._get_tracing_state() is None:
+        return NotImplemented
+    dims, transposed = _UNTRACED[func]
+    names = ("input", "weight", "bias", "stride", "padding")
+    names += ("output_padding", "groups", "dilation") if transposed else ("dilation", "groups")
+    a = dict(zip(names, args, strict=False)) | kwargs
+    x, w = a.get("input"), a.get("weight")
+    if not (registered(x) and registered(w)):
+        return NotImplemented
+
+    def expand(v, default):
+        v = default if v is None else v
+        return [int(v)] * dims if isinstance(v, int) else [int(i) for i in v]
+
+    stride, dilation = expand(a.get("stride"), 1), expand(a.get("dilation"), 1)
+    mode = a.get("padding", 0)
+    if isinstance(mode, str) and transposed:
+        return NotImplemented  # PyTorch's own error
+    out_pad = expand(a.get("output_padding"), 0) if transposed else [0] * dims
+    unbatched = x.dim() == dims + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    if isinstance(mode, str):
+        # `conv2d_padding_symint` (Convolution.cpp): `_convolution_mode` is the traced node
+        out = torch._convolution_mode(x, w, a.get("bias"), stride, mode, dilation, int(a.get("groups", 1)))
+        return out.squeeze(0) if unbatched else out
+    padding = expand(mode, 0)
+    out = torch._convolution(
+        x,
+        w,
+        a.get("bias"),
+        stride,
+        padding,
+        dilation,
+        transposed,
+        out_pad,
+        int(a.get("groups", 1)),
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.enabled,
+        torch.backends.cudnn.allow_tf32,
+    )
+    return out.squeeze(0) if unbatched else out
+
+
+for _f in _UNTRACED:
+    FUNCTIONS[_f] = _traced_convolution
+    TRACED_AS_OWN.add(_f)
 DISPATCH[aten.convolution_backward.default] = _convolution_backward
 SCRATCH_UNMODELLED.discard("aten::convolution")
 SCRATCH_UNMODELLED.discard("aten::convolution_backward")

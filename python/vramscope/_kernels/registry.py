@@ -6,6 +6,8 @@ from __future__ import annotations
 
 #: function-mode handlers: func -> handler(cap, func, args, kwargs)
 FUNCTIONS: dict = {}
+#: function-mode handlers that also run while `torch.jit.trace` records (the others stand aside then)
+TRACED_AS_OWN: set = set()
 #: dispatch-mode handlers that replace the generic path
 DISPATCH: dict = {}
 #: the same for ops outside ATen, by schema name (their libraries load only if the program imports them)
