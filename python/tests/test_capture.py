@@ -6550,17 +6550,42 @@ def test_jiterator_allocates_a_pointwise_ops_outputs():
         assert o.shape == p.shape == (1024, 1) and o.dtype == torch.float16
 
 
-def test_tunableop_tuning_is_named_unmeasured():
-    # aten/src/ATen/cuda/tunable: with TunableOp on, a GEMM's first call per shape times its
-    # candidates on the GPU; the twin counted the plain cuBLAS call and said nothing
-    torch.cuda.tunable.enable(True)
-    try:
-        with vramscope.capture(gpu="h200") as cap:
-            a = torch.empty(256, 512, device="cuda")
-            a @ a.t()
-    finally:
-        torch.cuda.tunable.enable(False)
-    assert "TunableOp's GEMM tuning" in cap.report()["unmeasured"]
+def test_tunableop_tuning_copies_and_csr_backward_allocate_as_on_the_h100(capsys):
+    # pt62_tunableop_and_csr_backward_probe on an H100 (fixtures/run/probes): every allocation of
+    # TunableOp's tuning of mm, addmm (gemm_and_bias) and a weight-gradient mm at three sizes under
+    # the default rotating buffer (the L2 cache), 0 and 256 MB: `FindFastest` deep-copies the params
+    # rotating_size / GetSize + 1 times (c, a, b each; only c without rotation) before the first
+    # candidate's call and deletes them after; a lookup, or TunableOp off, copies nothing. The twin
+    # named the tuning unmeasured and made no copies (the 512 x 512 mm peaked 34,078,720 above, the
+    # GPU 87,556,096)
+    import runpy
+
+    from conftest import FIXTURES, ROOT
+
+    probe = ROOT / "validation" / "run" / "probes" / "pt62_tunableop_and_csr_backward_probe.py"
+    gpu = (FIXTURES / "run" / "probes" / "pt62_tunableop_and_csr_backward_probe_h100.txt").read_text()
+    with vramscope.capture(gpu="h100") as cap:
+        runpy.run_path(str(probe), run_name="__main__")
+        torch.cuda.memory._record_memory_history(enabled=None)
+    torch.cuda.tunable.enable(False)
+    torch.cuda.tunable.tuning_enable(True)
+    torch.cuda.tunable.set_rotating_buffer_size(-1)
+    torch.cuda.tunable.set_filename("", False)
+    twin = capsys.readouterr().out.splitlines()
+    gpu = gpu.splitlines()
+    assert len(twin) == len(gpu)
+    # the CSR cases too: sparse_mask of two CSR matrices with the COO intersection's scratch (arange,
+    # hashes, the 2 x nnz buffer, a one-element dummy) and mul_sparse_csr's one-element crow
+    # indices, in the GPU's order, and the cuSPARSE SDDMM and SpMM buffers measured there. The
+    # second sparse_mask at 32,768 nodes makes the same allocations and frees but peaks 3,584 bytes
+    # higher under the twin: an 8,385,024-byte request served by an unsplit 8 MiB cached block,
+    # the cache left by frees after the previous case's record (its returned gradients and graph)
+    last = "N=32768 sparse_mask csr csr"
+    assert [t for t in twin if not t.startswith(last)] == [g for g in gpu if not g.startswith(last)]
+    (t,) = [t for t in twin if t.startswith(last)]
+    (g,) = [g for g in gpu if g.startswith(last)]
+    assert t.split(" events ")[1] == g.split(" events ")[1]
+    assert not cap.unmeasured
 
 
 def test_tunableop_filename_with_device_ordinal_and_rotating_buffer_size_need_no_device(tmp_path):

@@ -772,7 +772,8 @@ def test_sampled_addmm_backward_masks_its_csr_gradient_and_multiplies_dense_by_c
         assert out.shape == (16, 256) and out.layout is torch.strided
         gq, gk = torch.autograd.grad(s, (q, k), grad_outputs=g)
         assert gq.shape == q.shape and gk.shape == k.shape
-    assert any("sparse_mask of two CSR matrices" in u for u in cap.unmeasured)
+    # the COO intersection's scratch is modelled (pt62_tunableop_and_csr_backward_probe's H100 lines)
+    assert not any("sparse_mask" in u for u in cap.unmeasured)
 
 
 def test_sparse_csr_tensor_from_simulated_parts_aliases_them():

@@ -2220,6 +2220,39 @@ def _tunable_tuning() -> bool:
     return bool(C._cuda_tunableop_is_enabled() and C._cuda_tunableop_tuning_is_enabled())
 
 
+#: cuBLAS calls that do not go through TunableOp (at::cuda::blas's gemm, gemm_and_bias, bgemm and
+#: scaled_gemm do): solvers, factorizations, gemv, dot, int8 products
+_NOT_TUNABLE = frozenset(
+    (
+        "mv",
+        "dot",
+        "vdot",
+        "int_mm",
+        "trsm",
+        "trsmBatched",
+        "geqrfBatched",
+        "getrfBatched",
+        "getrsBatched",
+        "magma_getrf_batched",
+    )
+)
+
+
+def _C_tunable_results() -> tuple:
+    """The C++ results manager's entries (those read from a results file)."""
+    try:
+        return tuple(torch._C._cuda_tunableop_get_results())
+    except RuntimeError:
+        return ()
+
+
+def _tunable_numerics_check() -> bool:
+    """`PYTORCH_TUNABLEOP_NUMERICAL_CHECK` or `set_numerical_check_tolerances(True, ...)`."""
+    from . import _cuda
+
+    return bool(os.environ.get("PYTORCH_TUNABLEOP_NUMERICAL_CHECK") == "1" or _cuda.TUNABLE_STATE["numerics"])
+
+
 def _host_above() -> int | None:
     """`VRAMSCOPE_HOST_ABOVE` (bytes), a validation setting: where a GPU process's lowest CPU tensor
     mapped before its context lay over the context's anchor (`validation/va_host_check.py` reads it
@@ -2368,6 +2401,9 @@ class Capture:
         self.blas_windows: dict = {}
         self.blas_released: list[int] = []
         self.blas_made = 0
+        #: TunableOp's results this program tuned, (op signature, params signature) -> kernel, in
+        #: the order tuned (`TuningResultsManager::Add`; `torch.cuda.tunable.get_results` lists them)
+        self.tunable_results: dict[tuple[str, str], str] = {}
         #: the environment's cuBLAS workspace settings the device's sizes were last set from
         self.blas_env: tuple | None = None
         #: an allocation made in a private pool -> the stream id that pool is kept under
@@ -2712,20 +2748,69 @@ class Capture:
             self.blas_windows[key] = handle
         return handle
 
-    def blas(self, op: str, dtype: torch.dtype, lt: bool = False) -> None:
+    def blas(self, op: str, dtype: torch.dtype, lt: bool = False, tune=None) -> None:
         """A cuBLAS call: handle and workspace on first use per (thread, stream); a workspace made
         while the stream allocates to a private pool (a CUDA graph's capture, a graph tree's warm-up,
         `use_mem_pool`) comes from that pool, as the caching allocator's `allocate` gives it, and
-        stays the stream's: the workspaces are keyed by (handle, stream) (CUDABlasHandlePool.cpp)."""
+        stays the stream's: the workspaces are keyed by (handle, stream) (CUDABlasHandlePool.cpp).
+        `tune`, a GEMM's TunableOp key and operand sizes (`_kernels.matmul.tunable_gemm`): with
+        TunableOp on and tuning, a signature not tuned yet is tuned first (`tunable_copies`)."""
         if not self.started:
             self.start()
-        if _tunable_tuning():
+        copies = None
+        if tune is not None:
+            copies = self.tunable_copies(*tune)
+        elif _tunable_tuning() and op not in _NOT_TUNABLE:
             self.note_unmeasured(
                 "TunableOp's GEMM tuning",
                 "TunableOp is on with tuning (PYTORCH_TUNABLEOP_ENABLED or torch.cuda.tunable.enable): "
                 "each new GEMM shape times its candidates on the GPU with copies of its operands, "
                 "which the twin does not model (it counts the plain cuBLAS call)",
             )
+        try:
+            self._blas(op, dtype, lt)
+        finally:
+            # `FindFastest` deletes its copies after timing the candidates: c, a, b of each copy,
+            # in the order made
+            while copies:
+                copies.pop(0)
+
+    def tunable_copies(self, key: tuple[str, str], sizes: tuple[int, int, int]) -> list | None:
+        """TunableOp's tuning of a GEMM signature not tuned yet (`TunableOp::operator()`: the
+        results manager's lookup, then `FindFastest` while tuning is on; TunableOp.h):
+        `rotating_size / GetSize(rotating_size > 0) + 1` deep copies of the params, each `c`, and
+        with rotation `a` and `b` too (`GemmParams::DeepCopy`, GemmCommon.h: `raw_alloc` each),
+        made before the first candidate's call and deleted after the last (on the H100, session
+        62's pt62_tunableop_and_csr_backward_probe.py). On a CUDA build the candidates are the
+        cuBLAS default only, whose call takes the workspaces as a plain call would. The rotating
+        size is `torch.cuda.tunable.get_rotating_buffer_size()`'s (the L2 cache by default)."""
+        C = torch._C
+        if not C._cuda_tunableop_is_enabled() or key in self.tunable_results:
+            return None
+        if any((r[0], r[1]) == key for r in _C_tunable_results()):
+            return None  # a result read from a file (`read_file`, or the results file at first use)
+        if not C._cuda_tunableop_tuning_is_enabled():
+            return None
+        self.tunable_results[key] = "Default"
+        if _tunable_numerics_check():
+            self.note_unmeasured(
+                "TunableOp's numerical check",
+                "TunableOp's numerical check is on: its reference and per-candidate copies of the "
+                "result and their float comparisons are not modelled",
+            )
+        c, a, b = sizes
+        rotating = max(0, int(C._cuda_tunableop_get_rotating_buffer_size()))
+        rotate = rotating > 0
+        count = rotating // (c + (a + b if rotate else 0)) + 1
+        copies = []
+        for _ in range(count):
+            copies.append(self.malloc(c, "TunableOp", "temporary"))
+            if rotate:
+                copies.append(self.malloc(a, "TunableOp", "temporary"))
+                copies.append(self.malloc(b, "TunableOp", "temporary"))
+        return copies
+
+    def _blas(self, op: str, dtype: torch.dtype, lt: bool) -> None:
         env = tuple(os.environ.get(k) for k in _BLAS_ENV)
         if env != self.blas_env:
             self.blas_env = env

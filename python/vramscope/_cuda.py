@@ -1517,6 +1517,11 @@ def _obj_state(original, pickled):
     return _get_obj_state
 
 
+#: TunableOp's settings the twin reads: whether `set_numerical_check_tolerances` turned the
+#: numerical check on
+TUNABLE_STATE = {"numerics": False}
+
+
 def _tunableop_patch(p, props) -> None:
     """TunableOp's calls that reach the device (aten/src/ATen/cuda/tunable/Tunable.cpp): a results
     filename with the device ordinal inserted (`SetFilename(..., insert_device_ordinal)` reads
@@ -1552,7 +1557,28 @@ def _tunableop_patch(p, props) -> None:
             return props.L2_cache_size if val < 0 else val * 1024 * 1024
         return props.L2_cache_size if state["rotating"] < 0 else state["rotating"]
 
+    def tunable_set_numerics(enable, atol=1e-5, rtol=1e-5):
+        TUNABLE_STATE["numerics"] = bool(enable)
+        return C_set_numerics(enable, atol, rtol)
+
+    def tunable_get_results():
+        # the C++ manager's (read from a file), then those the twin tuned (`Capture.tunable_copies`)
+        from . import _capture
+
+        cap = _capture.current()
+        ours = (
+            ()
+            if cap is None
+            else tuple((op, params, kernel, 0.0) for (op, params), kernel in cap.tunable_results.items())
+        )
+        return tuple(C_get_results()) + ours
+
     C_set_rotating = C._cuda_tunableop_set_rotating_buffer_size
+    C_set_numerics = C._cuda_tunableop_set_numerical_check_tolerances
+    C_get_results = C._cuda_tunableop_get_results
+    TUNABLE_STATE["numerics"] = False
+    p.set(C, "_cuda_tunableop_set_numerical_check_tolerances", tunable_set_numerics)
+    p.set(C, "_cuda_tunableop_get_results", tunable_get_results)
     p.set(C, "_cuda_tunableop_set_filename", tunable_set_filename)
     p.set(C, "_cuda_tunableop_set_rotating_buffer_size", tunable_set_rotating)
     p.set(C, "_cuda_tunableop_get_rotating_buffer_size", tunable_get_rotating)

@@ -652,14 +652,19 @@ def _csr_mask_of_csr(cap, t, mask):
     """`sparse_mask(t, mask)` of two CSR matrices (`sparse_mask_sparse_compressed`,
     SparseCsrTensorMath.cpp; `sparse_sampled_addmm`'s backward projects its gradient so):
     `t.mul(ones_like(mask))`. `ones_like` is `empty_like` of the mask (new values, then the column
-    and crow indices copied) filled with ones; `mul_sparse_csr` makes an empty CSR result and
-    `mul_out_sparse_csr` runs through COO: both operands `to_sparse()` (new indices, shared values),
-    their product (`mul_sparse_sparse_out`, SparseBinaryOpIntersectionKernel.cu: new indices and
-    values over the intersection; its hashing and search scratch named unmeasured), that made
-    `to_sparse_csr()`, and the result resized as it (`resize_as_sparse_`: crow, column indices,
-    values) and copied; the COO and CSR temporaries die, then the ones. The intersection's size
-    needs the indices' values, which the twin does not carry for CSR matrices: it takes the smaller
-    operand's entries (an upper bound; exact where one pattern holds the other, as in that backward)."""
+    and crow indices copied) filled with ones; `mul_sparse_csr` makes the result `empty({0, 0})`
+    (its crow indices one int64) and `mul_out_sparse_csr` runs through COO: both operands
+    `to_sparse()` (new indices, shared values) and their product, `_sparse_binary_op_intersection_
+    kernel_impl` (SparseBinaryOpIntersectionCommon.h): both coalesced, the larger operand (`t` on a
+    tie) is the one searched, the other the source; an int64 `arange` of the larger nnz, the
+    searched operand's index hashes (int64, its nnz), the intersection buffer (2 x the source's nnz,
+    int64), a one-element dummy (dies), the source's indices cloned and the selected values (the
+    source's nnz: the result's), then the buffer, hashes and arange die. The product is made
+    `to_sparse_csr()` (new crow indices; column indices and values shared), the result resized as it
+    (`resize_as_sparse_`: crow indices grown, the one-element ones freed, then column indices and
+    values) and copied. Then, as the locals die: the product's CSR crow indices, its values, its
+    indices, the two COO index tensors, and the ones' values, column and crow indices (the H100's
+    order, pt62_tunableop_and_csr_backward_probe)."""
     if t is mask:
         return t
     cap.ops += 1
@@ -682,20 +687,38 @@ def _csr_mask_of_csr(cap, t, mask):
             layout=_CSR,
             device=torch.device("meta"),
         )
+    first_crow = _empty(cap, (1,), m_crow.dtype, "aten::empty")
     t_coo = _csr_to_coo(cap, t)
     ones_coo = _csr_to_coo(cap, ones)
     t_values = parts(t)[2]
-    nnz = min(t_values.shape[0], m_values.shape[0])
+    t_nnz, m_nnz = t_values.shape[0], m_values.shape[0]
+    searched, nnz = (t_nnz, m_nnz) if t_nnz >= m_nnz else (m_nnz, t_nnz)
     dtype = torch.promote_types(t_values.dtype, m_values.dtype)
+    arange = cap.malloc(max(searched, nnz) * 8, "aten::arange", "temporary")
+    hashes = cap.malloc(searched * 8, op, "temporary")
+    buffer = cap.malloc(2 * nnz * 8, op, "temporary")
+    dummy = cap.malloc(8, op, "temporary")
+    del dummy
     prod_indices = _empty(cap, (2, nnz), m_crow.dtype, op)
+    # the values brought to the common dtype (`.to`: a copy where they differ), until the selection
+    source_dtype, searched_dtype = (
+        (m_values.dtype, t_values.dtype) if t_nnz >= m_nnz else (t_values.dtype, m_values.dtype)
+    )
+    cast = [
+        cap.malloc(n * dtype.itemsize, "aten::_to_copy", "temporary")
+        for n, d in ((nnz, source_dtype), (searched, searched_dtype))
+        if d != dtype
+    ]
     prod_values = _empty(cap, (nnz,), dtype, op)
+    del cast
+    del buffer, hashes, arange
     set_value(prod_indices, None)
     set_value(prod_values, None)
-    cap.note_unmeasured(f"{op} of two CSR matrices (the COO intersection's hashing and search scratch)")
     prod = _make(t_coo, prod_indices, prod_values, True)
     prod_csr = _to_sparse_csr(cap, aten._to_sparse_csr.default, (prod,), {})
     p_crow, p_col, p_values = parts(prod_csr)
     r_crow = _empty(cap, p_crow.shape, p_crow.dtype, "aten::resize_as_sparse_")
+    del first_crow
     r_col = _empty(cap, p_col.shape, p_col.dtype, "aten::resize_as_sparse_")
     r_values = _empty(cap, p_values.shape, p_values.dtype, "aten::resize_as_sparse_")
     for x in (r_crow, r_col, r_values):
@@ -704,10 +727,17 @@ def _csr_mask_of_csr(cap, t, mask):
         out = aten._sparse_csr_tensor_unsafe(
             r_crow, r_col, r_values, list(t.shape), dtype=dtype, layout=_CSR, device=torch.device("meta")
         )
-    del p_crow, p_col, p_values, prod_csr
-    del prod, prod_indices, prod_values
-    del ones_coo, t_coo, t_values
-    del ones, ones_crow, ones_col, ones_values
+    del p_col, p_values, prod_csr
+    del p_crow
+    del prod
+    del prod_values
+    del prod_indices
+    del ones_coo
+    del t_coo, t_values
+    del ones
+    del ones_values
+    del ones_col
+    del ones_crow
     return out
 
 
@@ -1152,6 +1182,30 @@ SPMM_BUFFER = {
     # 256-wide features, float32 and, under bf16 autocast, its bfloat16 cast): the same bytes
     (300_000, 300_000, 4_299_902, 256, torch.float32, torch.int64, False): 1_433_311,
     (300_000, 300_000, 4_299_902, 256, torch.bfloat16, torch.int64, False): 1_433_311,
+    # the H100's, session 62 (pt62_tunableop_and_csr_backward_probe: sampled_addmm's backward,
+    # the masked gradient by k): the bytes of the column-major-result products of the same problems
+    (4_096, 4_096, 130_555, 64, torch.float32, torch.int64, False): 43_527,
+    (32_768, 32_768, 1_048_101, 64, torch.float32, torch.int64, False): 349_375,
+}
+
+
+#: `cusparseSpMM_bufferSize` as `addmm_out_sparse_csr` allocates it for `mm(D, A)` of a dense and a
+#: CSR matrix (`A.t()` made CSR, multiplied into the result's transpose: a column-major result), by
+#: (A^T's rows, its columns, entries, dense columns, values' dtype, indices' dtype): the H100's
+#: bytes where measured (session 62, pt62_tunableop_and_csr_backward_probe's `dense @ csr`, also
+#: the second product of sampled_addmm's backward)
+SPMM_COLUMN_MAJOR_BUFFER = {
+    (4_096, 4_096, 130_555, 64, torch.float32, torch.int64): 43_527,
+    (32_768, 32_768, 1_048_101, 64, torch.float32, torch.int64): 349_375,
+}
+
+#: `cusparseSDDMM_bufferSize` (CSR, `CUSPARSE_SDDMM_ALG_DEFAULT`) as SparseBlasImpl.cpp's
+#: `sampled_addmm_out_sparse_csr` allocates it, after the result's values, by (rows, columns,
+#: entries, inner size, dtype): the H100's bytes where measured (session 62,
+#: pt62_tunableop_and_csr_backward_probe: one byte, allocated and freed, at both sizes)
+SDDMM_BUFFER = {
+    (4_096, 4_096, 130_555, 64, torch.float32): 1,
+    (32_768, 32_768, 1_048_101, 64, torch.float32): 1,
 }
 
 
@@ -1335,7 +1389,8 @@ def _dense_csr_mm(cap, d, a):
     `addmm(zeros(m, n), D, A)`, whose result (m x n) is resized and copied from the zeros
     (`addmm_out_sparse_compressed_cuda`), then `addmm_out_sparse_csr` (sparse/cuda/SparseBlasImpl.cpp)
     multiplies `A.t().to_sparse_csr()` (the CSC-to-CSR conversion `_csc_mm` runs) by `D.t()` into the
-    result's transpose (cuSPARSE SpMM with a column-major result: its buffer is named unmeasured);
+    result's transpose (cuSPARSE SpMM with a column-major result: its buffer allocated and freed
+    where `SPMM_COLUMN_MAJOR_BUFFER` has its bytes, else named unmeasured);
     the converted matrix dies, then the zeros."""
     cap.ops += 1
     m, n = d.shape[0], a.shape[1]
@@ -1348,10 +1403,12 @@ def _dense_csr_mm(cap, d, a):
     csr, col, new_values, new_indices, crow = _csc_to_csr(cap, at)
     nnz = new_values.shape[0]
     if nnz and r.numel():
-        cap.note_unmeasured(
+        key = (n, a.shape[0], nnz, m, new_values.dtype, crow.dtype)
+        what = (
             f"cuSPARSE SpMM's buffer ({n} x {a.shape[0]}, {nnz} entries, {m} columns, {new_values.dtype}, "
             "column-major result)"
         )
+        _csr_buffer(cap, SPMM_COLUMN_MAJOR_BUFFER, key, "aten::addmm", what)
     del csr, col
     del new_values
     del new_indices
@@ -1366,7 +1423,8 @@ def _sampled_addmm(cap, func, args, kwargs):
     (its compressed indices one int64), `resize_`d to C's entries and sizes
     (`SparseCsrTensorImpl::resize_`: the compressed indices grown to rows + 1, then the column
     indices and values), C copied into it; where A and B are not empty, cuSPARSE SDDMM's buffer
-    (SparseBlasImpl.cpp's `sampled_addmm_out_sparse_csr`), not measured: named. Found by
+    (SparseBlasImpl.cpp's `sampled_addmm_out_sparse_csr`), allocated and freed after the values,
+    where `SDDMM_BUFFER` has its bytes, else named unmeasured. Found by
     opinfo_sweep.py (GRAD=1, float32), where the twin stopped on it."""
     c, a, b = args[0], args[1], args[2]
     if not (_csr_operand(c) and registered(a) and registered(b) and a.dim() == 2 and b.dim() == 2):
@@ -1391,9 +1449,8 @@ def _sampled_addmm(cap, func, args, kwargs):
     for t in (crow, col, values):
         set_value(t, None)
     if a.numel() and b.numel():
-        cap.note_unmeasured(
-            f"cuSPARSE SDDMM's buffer ({m} x {n}, {nnz} entries, {a.shape[1]} inner, {c.dtype})"
-        )
+        what = f"cuSPARSE SDDMM's buffer ({m} x {n}, {nnz} entries, {a.shape[1]} inner, {c.dtype})"
+        _csr_buffer(cap, SDDMM_BUFFER, (m, n, nnz, a.shape[1], c.dtype), op, what)
     with _NO_DISPATCH():
         return aten._sparse_csr_tensor_unsafe(
             crow, col, values, [m, n], dtype=c.dtype, layout=_CSR, device=torch.device("meta")

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .._tensor import registered
+from .._tensor import non_overlapping_and_dense, registered
 from .registry import AFTER, DISPATCH
 from .typenames import scalar_type_name, type_meta_name
 
@@ -44,12 +44,117 @@ def _temp(cap, t: torch.Tensor, op: str):
     return cap.malloc(t.numel() * t.element_size(), op, "temporary")
 
 
-def _gemm_2d(cap, op: str, mat1, mat2, lt: bool) -> None:
+# `TypeName<T>` (aten/src/ATen/cuda/tunable/TunableGemm.h), in TunableOp's op signatures
+_TUNABLE_TYPE = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.complex64: "c10::complex<float>",
+    torch.complex128: "c10::complex<double>",
+}
+
+
+def _prepare_for_cublas(t: torch.Tensor):
+    """`prepare_matrix_for_cublas` (Blas.cpp): (transposed, strides of what cuBLAS reads); a
+    matrix it cannot address is read from its contiguous clone."""
+    s, st = tuple(t.shape), tuple(t.stride())
+    if non_overlapping_and_dense(t):
+        return t.is_contiguous(), st, s
+    if st[0] == 1 and st[1] >= max(1, s[0]):
+        return False, st, s
+    if st[1] == 1 and st[0] >= max(1, s[1]):
+        return True, st, s
+    return True, (s[1], 1), s
+
+
+def tunable_gemm(kind: str, mat1, mat2, result):
+    """The TunableOp key and operand bytes of a 2-D product's GEMM (`Capture.tunable_copies`):
+    `cublasCommonArgs(mat1, mat2, result)`'s m, n, k, leading dimensions and transposes
+    (Blas.cpp), the op signature (`GemmTunableOp_<T>_<AB>` or `GemmAndBiasTunableOp_...`) and the
+    params' (`<ta><tb>_m_n_k_ld_lda_ldb_ldc`), and `GetSizeC`, `GetSizeA`, `GetSizeB`
+    (GemmCommon.h: the larger of the strided and the dense extent)."""
+    name = _TUNABLE_TYPE.get(mat1.dtype)
+    if name is None:
+        return None
+    tr, rst, _ = _prepare_for_cublas(result)
+    ta, ast, asz = _prepare_for_cublas(mat2 if tr else mat1)
+    tb, bst, bsz = _prepare_for_cublas(mat1 if tr else mat2)
+    s1, s2 = tuple(mat1.shape), tuple(mat2.shape)
+    if tr:
+        ta, tb, s1, s2 = not ta, not tb, asz, bsz
+    m, k, n = s1[1 if tr else 0], s1[0 if tr else 1], s2[0 if tr else 1]
+    lda, ldb, ldc = ast[1 if ta == tr else 0], bst[1 if tb == tr else 0], rst[0 if tr else 1]
+    item = mat1.element_size()
+    size_a = item * max(lda * (m if ta else k), m * k)
+    size_b = item * max(ldb * (k if tb else n), k * n)
+    size_c = item * max(ldc * n, m * n)
+    ca, cb = "t" if ta else "n", "t" if tb else "n"
+    op = f"{kind}_{name}_{ca.upper()}{cb.upper()}"
+    params = f"{ca}{cb}_{m}_{n}_{k}_ld_{lda}_{ldb}_{ldc}"
+    return (op, params), (size_c, size_a, size_b)
+
+
+def tunable_bgemm(b1, b2, result):
+    """The TunableOp key and operand bytes of `baddbmm_out_cuda_impl`'s product (a contiguous
+    result): `prepare_batch_matrix_for_cublas` of `batch2`, then `batch1`; one batch goes to `gemm`
+    (`GemmTunableOp`), more to `bgemm` (`GemmStridedBatchedTunableOp`, params
+    `<ta><tb>_m_n_k_B_batch_ld_lda_ldb_ldc`, sizes the larger of stride x batch and the dense
+    extent; GemmCommon.h)."""
+    name = _TUNABLE_TYPE.get(b1.dtype)
+    if name is None:
+        return None
+    rs, rst = tuple(result.shape), tuple(result.stride())
+    if rst[1] == 1 and (rs[2] == 1 or rst[2] >= max(1, rs[1])):
+        tr = False
+    elif rst[2] == 1 and (rs[1] == 1 or rst[1] >= max(1, rs[2])):
+        tr = True
+    else:
+        tr, rst = False, (rs[1] * rs[2], 1, rs[1])
+    lead = 1 if tr else 2
+    m, n = rs[2 if tr else 1], rs[lead]
+    k = (b2 if tr else b1).shape[lead]
+
+    def prep(t, rows, cols):
+        s, st = tuple(t.shape), tuple(t.stride())
+        fast = 2 if tr else 1
+        if st[fast] == 1 and st[lead] >= max(1, rows):
+            return False, st[lead], st[0]
+        if st[lead] == 1 and st[fast] >= max(1, cols):
+            return True, st[fast], st[0]
+        if not (t.is_contiguous() and st[1] != 0 and st[2] != 0):
+            st = (s[1] * s[2], s[2], 1)
+        return not tr, st[1], st[0]
+
+    ta, lda, sa = prep(b2 if tr else b1, m, k)
+    tb, ldb, sb = prep(b1 if tr else b2, k, n)
+    ldc, sc, batch = rst[lead], rst[0], rs[0]
+    ca, cb = "t" if ta else "n", "t" if tb else "n"
+    item = b1.element_size()
+    if batch == 1:
+        size_a = item * max(lda * (m if ta else k), m * k)
+        size_b = item * max(ldb * (k if tb else n), k * n)
+        size_c = item * max(ldc * n, m * n)
+        op = f"GemmTunableOp_{name}_{ca.upper()}{cb.upper()}"
+        return (op, f"{ca}{cb}_{m}_{n}_{k}_ld_{lda}_{ldb}_{ldc}"), (size_c, size_a, size_b)
+    size_a = item * max(sa * batch, m * k * batch)
+    size_b = item * max(sb * batch, k * n * batch)
+    size_c = item * max(sc * batch, m * n * batch)
+    op = f"GemmStridedBatchedTunableOp_{name}_{ca.upper()}{cb.upper()}"
+    params = f"{ca}{cb}_{m}_{n}_{k}_B_{batch}_ld_{lda}_{ldb}_{ldc}"
+    return (op, params), (size_c, size_a, size_b)
+
+
+def _gemm_2d(cap, op: str, mat1, mat2, lt: bool, result=None) -> None:
     """`cublasCommonArgs(mat1, mat2, result)`: `mata` from `mat2`, then
-    `matb` from `mat1`; the gemm; the copies die with the args."""
+    `matb` from `mat1`; the gemm (through TunableOp when it is on: `gemm` or, on the cuBLASLt
+    path, `launchTunableGemmAndBias`); the copies die with the args."""
     a = _temp(cap, mat2, op) if _matrix_needs_copy(mat2) else None
     b = _temp(cap, mat1, op) if _matrix_needs_copy(mat1) else None
-    cap.blas(op, mat1.dtype, lt)
+    tune = None
+    if result is not None and torch._C._cuda_tunableop_is_enabled():
+        tune = tunable_gemm("GemmAndBiasTunableOp" if lt else "GemmTunableOp", mat1, mat2, result)
+    cap.blas(op, mat1.dtype, lt, tune)
     del b, a
 
 
@@ -57,7 +162,7 @@ def _mm(cap, func, call, outs):
     (args, _kw) = call
     mat1, mat2 = args[0], args[1]
     if outs[0].numel() > 0 and mat1.shape[1] > 0:
-        _gemm_2d(cap, "mm", mat1, mat2, False)
+        _gemm_2d(cap, "mm", mat1, mat2, False, outs[0])
 
 
 def addmm_uses_lt(args, kw) -> bool:
@@ -84,7 +189,7 @@ def _addmm(cap, func, call, outs):
     (args, kw) = call
     mat1, mat2 = args[1], args[2]
     if outs[0].numel() > 0 and mat1.shape[1] > 0:
-        _gemm_2d(cap, "addmm", mat1, mat2, addmm_uses_lt(args, kw))
+        _gemm_2d(cap, "addmm", mat1, mat2, addmm_uses_lt(args, kw), outs[0])
 
 
 def _batch_operands(cap, b1, b2):
@@ -104,7 +209,10 @@ def _bmm(cap, func, call, outs):
         b1, b2 = args[0], args[1]
     if outs[0].numel() > 0 and b1.shape[2] > 0:
         a, b = _batch_operands(cap, b1, b2)
-        cap.blas("bmm", b1.dtype, False)
+        tune = None
+        if torch._C._cuda_tunableop_is_enabled():
+            tune = tunable_bgemm(b1, b2, outs[0])
+        cap.blas("bmm", b1.dtype, False, tune)
         del b, a
 
 
