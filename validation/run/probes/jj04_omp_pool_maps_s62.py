@@ -1,13 +1,19 @@
 """Session 62 probe (blind269/jj04, V-JEPA 2 ViT-L built on the host): where OpenMP's worker pool, started
-by the build's `trunc_normal_` (erfinv_/mul_/add_/clamp_ over > 32,768 elements, after every tensor is
-made), maps its threads' stacks and glibc arenas, and where the CUDA context's creation then goes.
+by the build's `trunc_normal_` (erfinv_/mul_/add_/clamp_ over > 32,768 elements: `VJEPA2Model`'s
+`post_init`, before the classifier builds its pooler), maps its threads' stacks and glibc arenas,
+and where the CUDA context's creation then goes.
 
 The twin lays out the host-built model's tensors above the context (driver address-space rule 11) but
-not the pool that started before the context (`_capture.py`: "Before the CUDA context exists their
-mappings lie above it ... and are not laid out"). jj04's H100 history reads, from its segments: 64 MiB
-holes every 128 MiB between B+288 and B+1248 (8 chunks of the `.cuda()` go there, 128 MiB apart), the
-freed tensors' range topping at about B+3232 (the twin's B+1568), so about 1,664 MiB more between the
-context and the tensors than the twin has. This probe prints the process's maps to settle it.
+not a pool that started before the context (`_capture.py`: "Before the CUDA context exists their
+mappings lie above it ... and are not laid out"; docs/driver-placement.md, session 41). jj04's H100
+history (its anchor B, the first segment - 72 MiB, is 32 MiB mod 64 MiB) puts the `.cuda()`'s chunks at
+B+192+128k for k = 8, 7, ..., 1 (allocations 10 to 202), then k = 13 and 12 (allocations 621 and 645):
+the 64 MiB gaps between 64 MiB arenas at B+96+128k, as session 41 measured on the H200. In the twin,
+the pool starts at the build's first `erfinv_` (the patch embedding's `trunc_normal_`) with 145 of the
+168 tensors of 3.8 MB or more made: the pooler's 23 (188 MiB) come after, so on the GPU they would lie
+in the pool's highest gaps and free them at the end of `.cuda()` (k = 13, 12). This probe prints the
+process's maps to settle the layout (which gaps the pooler's tensors and the context's own mappings
+take, where the 15 stacks lie, where B lies under the lowest arena).
 
     python3 jj04_omp_pool_maps_s62.py                    # as the recorded run
     OMP_NUM_THREADS=1 python3 jj04_omp_pool_maps_s62.py  # control: no pool, no holes expected
