@@ -29,6 +29,11 @@ import os
 import torch
 from transformers import VJEPA2Config, VJEPA2ForVideoClassification
 
+# as history.py did on the GPU (CONTEXT=none), right after torch's import: the trace gives the
+# segments in creation order
+if torch.cuda.is_available():
+    torch.cuda.memory._record_memory_history(context=None, max_entries=2_000_000)
+
 MIB = 1 << 20
 torch.manual_seed(2694)
 
@@ -50,8 +55,9 @@ def show(tag, maps, tensors, lo_bound, hi_bound, base):
         if hi < lo_bound or lo > hi_bound:
             continue
         kind = "file" if name.startswith("/") else (name or "anon")
-        if any(a < hi and a + n > lo for a, n in tensors):
-            kind = "tensor"
+        inside = [t for a, n, t in tensors if a < hi and a + n > lo]
+        if inside:
+            kind = f"tensor {inside[0]}" + (f" (+{len(inside) - 1})" if len(inside) > 1 else "")
         gap = (lo - prev) / MIB if prev is not None else 0.0
         print(f"  B{(lo - base) / MIB:+10.2f} len {(hi - lo) / MIB:9.3f} gap {gap:9.3f} {perm} {kind}")
         prev = hi
@@ -74,12 +80,10 @@ cfg = VJEPA2Config(
     num_labels=174,
 )
 model = VJEPA2ForVideoClassification(cfg)
-tensors = sorted(
-    {
-        (p.untyped_storage().data_ptr(), p.untyped_storage().nbytes())
-        for p in list(model.parameters()) + list(model.buffers())
-    }
-)
+named = {}
+for n, p in list(model.named_parameters()) + list(model.named_buffers()):
+    named.setdefault((p.untyped_storage().data_ptr(), p.untyped_storage().nbytes()), n)
+tensors = sorted((a, n, name) for (a, n), name in named.items())
 print(
     "torch threads",
     torch.get_num_threads(),
@@ -88,13 +92,17 @@ print(
     "OMP",
     os.environ.get("OMP_NUM_THREADS"),
 )
-big = [(a, n) for a, n in tensors if n >= 3_800_000]
+big = [t for t in tensors if t[1] >= 3_800_000]
 print(
-    f"tensors >= 3.8 MB: {len(big)}, {sum(n for _, n in big) / MIB:.2f} MiB,",
+    f"tensors >= 3.8 MB: {len(big)}, {sum(t[1] for t in big) / MIB:.2f} MiB,",
     f"span {big[0][0]:#x}..{big[-1][0] + big[-1][1]:#x}",
 )
 before = read_maps()
-torch.cuda.memory._record_memory_history(context=None)  # as history.py on the GPU (CONTEXT=none)
+if not torch.cuda.is_available():  # a dry run on a host without a GPU: the build's maps only
+    show(
+        "(a) after the build (no GPU)", before, big, big[0][0] - 3072 * MIB, big[-1][0] + 64 * MIB, big[0][0]
+    )
+    raise SystemExit(0)
 torch.cuda.synchronize()  # the context
 ctx = read_maps()
 model = model.cuda()
