@@ -880,3 +880,35 @@ def test_eig_of_complex_input_is_named_unmeasured():
         values, vectors = torch.linalg.eig(a)
         assert values.shape == (8,) and vectors.shape == (8, 8)
         assert any(u.startswith("aten::linalg_eig of complex input") for u in cap.unmeasured)
+
+
+def _sized_between_squares(trace, m, n):
+    """Allocations of an m x n float64 tensor made after the second m x m one and before the first
+    m x m one is freed (pinv_backward's terms at its two m x m products)."""
+    square, tall = m * m * 8, m * n * 8
+    squares, count = 0, 0
+    for e in trace:
+        if e["size"] == square and e["action"] == "alloc":
+            squares += 1
+        elif e["size"] == square and e["action"] == "free_requested":
+            break
+        elif squares == 2 and e["size"] == tall and e["action"] == "alloc":
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("op", ["lstsq", "pinv"])
+def test_pinv_backward_sums_its_terms_out_of_place(op):
+    # pinv_backward (FunctionsManual.cpp, m > n), which lstsq's backward calls: after the second
+    # m x m product, `(...) pinvA^H`, `K pinvA`, then neg, add, add, sub, each a new A-sized tensor
+    # to the end of the expression (blind272/jm05's H100 history of 32,768 x 32 float64: six at
+    # the peak). The second add was taken for the engine's in-place sum: five, 8 MiB under there
+    with vramscope.capture(gpu="h100"):
+        a = torch.empty(4096, 32, device="cuda", dtype=torch.float64, requires_grad=True)
+        b = torch.empty(4096, 32, device="cuda", dtype=torch.float64)
+        out = torch.linalg.lstsq(a, b).solution if op == "lstsq" else torch.linalg.pinv(a)
+        torch.cuda.memory._record_memory_history()
+        start = len(torch.cuda.memory._snapshot()["device_traces"][0])
+        out.sum().backward()
+        trace = torch.cuda.memory._snapshot()["device_traces"][0][start:]
+        assert _sized_between_squares(trace, 4096, 32) == 6

@@ -684,8 +684,9 @@ def test_a_sparse_gradient_masked_by_a_sparse_tensor_takes_the_masks_pattern():
     # blind271 probing (a GCN with learnable edge weights: `torch.sparse.mm` of a COO adjacency whose
     # values need a gradient): the constructor's backward, `grad.sparse_mask(A)` of two COO tensors,
     # raised "no rule ... and no meta kernel"; SparseTensor.cpp's `sparse_mask` gives new indices and
-    # values over the mask's pattern (its nnz, the gradient's dtype), the intersection's scratch
-    # named unmeasured
+    # values over the mask's pattern (its nnz, the gradient's dtype); the intersection's scratch of a
+    # coalesced gradient (rp62's H100 probe, test below): arange and buffer of the mask's nnz, the
+    # gradient's hashes, an 8-byte dummy
     with vramscope.capture(gpu="h200") as cap:
         idx = torch.randint(0, 2048, (2, 16384), device="cuda")
         w = torch.rand(16384, device="cuda", requires_grad=True)
@@ -694,11 +695,26 @@ def test_a_sparse_gradient_masked_by_a_sparse_tensor_takes_the_masks_pattern():
         torch.sparse.mm(a, x).square().sum().backward()
         assert w.grad.shape == (16384,) and x.grad.shape == (2048, 64)
         g = torch.sparse_coo_tensor(idx[:, :5000], torch.rand(5000, device="cuda"), (2048, 2048)).coalesce()
-        before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
+        before = torch.cuda.memory_stats()["requested_bytes.all.current"]
+        torch.cuda.reset_peak_memory_stats()
         r = g.sparse_mask(a.detach())
-        grown = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
+        stats = torch.cuda.memory_stats()
+        grown = stats["requested_bytes.all.current"] - before
+        peak = stats["requested_bytes.all.peak"] - before
         assert r._nnz() == 16384 and not r.is_coalesced() and grown == 2 * 16384 * 8 + 16384 * 4
-    assert any("sparse_mask of a sparse tensor" in u for u in cap.unmeasured)
+        assert peak == grown + 16384 * 8 + g._nnz() * 8 + 16384 * 16
+    assert not any("sparse_mask" in u for u in cap.unmeasured)
+
+
+def test_sparse_mask_of_a_sparse_gradient_allocates_as_the_h100_probe():
+    # rp62's probe of a COO decode's backward on the H100 (fixtures/run/probes): every op's allocated
+    # and peak line; its sparse-to-sparse sparse_mask peaks at +6,815,744 over a +2,621,440 result
+    # (the twin had +2,621,440 and named the intersection's scratch unmeasured)
+    script = ROOT / "validation/run/probes/rp62_sparse_coo_values_sparse_mask_probe_s62.py"
+    status, lines, report, _ = run_script(script, extra=("--gpu", "h100"))
+    gpu = (FIXTURES / "run" / "probes" / "rp62_sparse_mask_probe_s62_h100.txt").read_text().splitlines()
+    assert status == 0 and lines == gpu
+    assert not any("sparse_mask" in u for u in report["unmeasured"])
 
 
 def test_sparse_sum_over_a_sparse_dimension_clones_values_and_coalesces_the_kept_rows():

@@ -149,6 +149,16 @@ _ACCUMULATE_REFS = 4
 _ACCUMULATE_USES = 4
 
 
+#: nodes whose formula (FunctionsManual.cpp) sums terms of its own with `+`, each sum a new tensor
+#: on the GPU (`operator+` of plain tensors), where `_accumulate` would take it for the engine's
+#: in-place sum: gelu_double_backward's `2 * f_prime_gh + g_prime_fh + h_prime_fg` (tanh branch;
+#: blind226/hr01's H200 history: two adds of the input's size each Hutchinson HVP pass), and
+#: pinv_backward's `-(K pinvA)^H + (gradh - A K) pinvA pinvA^H + pinvA^H K - ...` (m > n; the m <= n
+#: branch alike), which lstsq's backward calls too (blind272/jm05's H100 history: neg, add, add, sub
+#: of A's size at the two m x m products; the second add had been taken for the engine's)
+_FORMULA_SUMS = {"GeluBackwardBackward0", "LinalgPinvBackward0", "LinalgLstsqBackward0"}
+
+
 def _accumulate(cap, func, args, kwargs):
     """`InputBuffer::accumulate` (`torch/csrc/autograd/input_buffer.cpp`):
     backward sums two gradients of one input in place, into the buffer's
@@ -172,11 +182,9 @@ def _accumulate(cap, func, args, kwargs):
         # convolutions, one output-sized sum per layer)
         if cap.ggw_term_out() is var:
             return NotImplemented
-    if node is not None and node.name() == "GeluBackwardBackward0":
-        # gelu_double_backward's own `2 * f_prime_gh + g_prime_fh + h_prime_fg` (tanh branch,
-        # FunctionsManual.cpp), out of place on the GPU (blind226/hr01's H200 history: two adds of
-        # the input's size each Hutchinson HVP pass). Its left operand is the term made last, the
-        # right an earlier one; the engine's sum of this node's output into a buffer has its
+    if node is not None and node.name() in _FORMULA_SUMS:
+        # the formula's own sums, out of place on the GPU: its left operand is the term made last,
+        # the right an earlier one; the engine's sum of this node's output into a buffer has its
         # older tensor on the left
         h_old, h_var = cap.handle_of(old), cap.handle_of(var)
         if h_old is not None and h_var is not None and h_old > h_var:
