@@ -26,6 +26,7 @@ from . import (
     _dataloader,
     _extensions,
     _importhook,
+    _jit,
     _legacy,
     _philox,
     _processes,
@@ -854,6 +855,13 @@ def patch(cap) -> _Patch:
     _patch_accelerator(p, world)
     p.set(torch._C, "_scatter", _scatter)  # nn.DataParallel's input scatter
     _patch_constraint_checks(p, cap)
+    # torch.jit.optimize_for_inference's CUDA conv-add-relu fusion (its filter reads the twin's
+    # constants as meta tensors in C++)
+    p.set(
+        torch._C,
+        "_jit_pass_optimize_for_inference",
+        _jit.optimize_for_inference_pass(torch._C._jit_pass_optimize_for_inference),
+    )
     p.set(torch.UntypedStorage, "resize_", _storage_resize(torch.UntypedStorage.resize_, cap))
     for name in ("share_memory_", "is_shared"):
         p.set(torch.UntypedStorage, name, _storage_shared(getattr(torch.UntypedStorage, name), cap))

@@ -1036,3 +1036,54 @@ for _f in _UNTRACED:
 DISPATCH[aten.convolution_backward.default] = _convolution_backward
 SCRATCH_UNMODELLED.discard("aten::convolution")
 SCRATCH_UNMODELLED.discard("aten::convolution_backward")
+
+
+def _cudnn_fused(cap, func, args, kwargs):
+    """`aten::cudnn_convolution_relu` (input, weight, bias, stride, padding, dilation, groups) and
+    `aten::cudnn_convolution_add_relu` (input, weight, z, alpha, bias, ...), the ops
+    `torch.jit.optimize_for_inference` fuses a frozen CUDA graph's conv + (add +) relu into
+    (cudnn/ConvShared.cpp): the input and weight made contiguous in
+    `cudnn_conv_suggest_memory_format`'s layout, `z` converted to it, the output `empty_cuda` in
+    it, `at::zeros` of the output's channels where no bias is given, then
+    `raw_cudnn_convolution_add_relu_out`'s plan and its workspace (cudnn/Conv_v8.cpp's
+    `run_fused_conv`); the copies and the zeros go at the op's return."""
+    if kwargs:
+        return NotImplemented
+    add = func is aten.cudnn_convolution_add_relu.default
+    x, w = args[0], args[1]
+    z = args[2] if add else None
+    bias = args[4] if add else args[2]
+    stride, padding, dilation, groups = args[5:9] if add else args[3:7]
+    dims = w.dim() - 2
+    conv = _conv(x, w, (stride, padding, dilation, False, [0] * dims, groups))
+    if conv is None or dims not in (2, 3):
+        return NotImplemented
+    cl = conv[-1]
+    cap.ops += 1
+    x_c = _copy_unless_in(cap, x, cl)
+    w_c = _copy_unless_in(cap, w, cl)
+    z_c = _copy_unless_in(cap, z, cl) if add else None
+    with torch._C._DisableTorchDispatch():
+        meta = aten.convolution.default(x, w, None, stride, padding, dilation, False, [0] * dims, groups)
+    out = cap.track(_in_layout(meta, cl), str(func._schema.name))
+    if out.numel() > 0:
+        zeros = None
+        if bias is None:
+            zeros = cap.malloc(out.size(1) * out.element_size(), "aten::zeros", "temporary")
+        # the fused plan's workspace (conv + bias + add + relu in one cuDNN graph) is not measured:
+        # taken as the plain convolution's (the H100's tv62_jit_trace_freeze lines agree, its
+        # peak at a plain convolution, fixtures/run/probes/README.md)
+        cap.note_unmeasured(
+            "cuDNN's fused conv-add-relu plan's workspace",
+            "the workspace of cuDNN's fused convolution + bias + (add +) relu plan "
+            "(`torch.jit.optimize_for_inference` on CUDA) was not measured: taken as the plain "
+            "convolution's",
+        )
+        _conv_workspace(cap, "forward", conv)
+        del zeros
+    del x_c, w_c, z_c
+    return out
+
+
+DISPATCH[aten.cudnn_convolution_relu.default] = _cudnn_fused
+DISPATCH[aten.cudnn_convolution_add_relu.default] = _cudnn_fused

@@ -1,0 +1,86 @@
+"""Session 62's TorchScript probes as the H100 ran them (fixtures/run/probes/tv62_*_h100.txt), run
+under the twin line for line."""
+
+import runpy
+import warnings
+
+import torch
+import vramscope
+from conftest import FIXTURES, ROOT
+
+PROBES = ROOT / "validation" / "run" / "probes"
+
+
+def _run(probe, capsys):
+    with vramscope.capture(gpu="h100") as cap, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runpy.run_path(str(PROBES / probe), run_name="__main__")
+    return capsys.readouterr().out.splitlines(), cap
+
+
+def test_trace_freeze_and_optimize_for_inference_as_the_h100_ran_them(capsys):
+    # tv62_jit_trace_freeze_probe_s62 (ResNet-50, 16 x 224, eval): torch.jit.trace, freeze and
+    # optimize_for_inference, 3 calls each. optimize_for_inference's CUDA pass fuses each frozen
+    # conv + relu into cudnn_convolution_relu and conv + add_ + relu into cudnn_convolution_add_relu
+    # (torch/csrc/jit/passes/frozen_conv_add_relu_fusion_cuda.cpp), its filter asking for CUDA
+    # constants, which the twin's are not in C++ (meta): unfused, the twin peaked 18.7 MB higher
+    # (502,733,312 against 483,990,528). The fused node takes the relu's place, after the
+    # downsample convolution: the block's conv3 output is no longer live at that conv's workspace
+    gpu = (FIXTURES / "run" / "probes" / "tv62_jit_trace_freeze_probe_s62_h100.txt").read_text()
+    twin, _ = _run("tv62_jit_trace_freeze_probe_s62.py", capsys)
+    assert twin == gpu.splitlines()
+
+
+def test_optimize_for_inference_fuses_as_the_cuda_pass_does():
+    # the graph the CUDA pass leaves: conv + relu and conv + add + relu fused, a conv alone kept
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.c = torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            return torch.relu(self.b(y) + self.c(x))
+
+    with vramscope.capture(gpu="h100"), torch.no_grad():
+        m = torch.jit.optimize_for_inference(torch.jit.script(Block().cuda().eval()))
+        kinds = [n.kind() for n in m.graph.nodes() if n.kind().startswith("aten::")]
+        x = torch.randn(2, 8, 16, 16, device="cuda")
+        assert m(x).shape == (2, 8, 16, 16)
+    assert kinds == ["aten::cudnn_convolution_relu", "aten::conv2d", "aten::cudnn_convolution_add_relu"]
+
+
+def test_optimize_for_inference_keeps_a_conv_on_host_weights_unfused():
+    # the pass's filter: the weight a CUDA constant; a CPU module's convs stay as they are
+    with vramscope.capture(gpu="h100"), torch.no_grad():
+        seq = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+        m = torch.jit.optimize_for_inference(torch.jit.script(seq))
+        kinds = {n.kind() for n in m.graph.nodes()}
+    assert "aten::cudnn_convolution_relu" not in kinds
+
+
+def test_script_trace_and_eager_training_as_the_h100_ran_them(capsys):
+    # tv62_jit_script_train_probe_s62 (timm ResNet-18, 16 x 224, SGD): every line agreed at 1f7e6100
+    gpu = (FIXTURES / "run" / "probes" / "tv62_jit_script_train_probe_s62_h100.txt").read_text()
+    twin, _ = _run("tv62_jit_script_train_probe_s62.py", capsys)
+    assert twin == gpu.splitlines()
+
+
+def test_optimize_for_inference_holds_out_a_conv_its_filter_refuses():
+    # the filter asks for a contiguous weight: a channels-last one keeps its conv and relu apart,
+    # the next conv + relu fuse
+    with vramscope.capture(gpu="h100"), torch.no_grad():
+        seq = torch.nn.Sequential(
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+            torch.nn.ReLU(),
+        )
+        seq = seq.cuda().eval()
+        seq[0].weight.data = seq[0].weight.data.contiguous(memory_format=torch.channels_last)
+        m = torch.jit.optimize_for_inference(torch.jit.script(seq))
+        kinds = [n.kind() for n in m.graph.nodes() if n.kind().startswith("aten::")]
+        assert m(torch.randn(2, 8, 16, 16, device="cuda")).shape == (2, 8, 16, 16)
+    assert kinds == ["aten::conv2d", "aten::relu", "aten::cudnn_convolution_relu"]
