@@ -84,3 +84,38 @@ def test_optimize_for_inference_holds_out_a_conv_its_filter_refuses():
         kinds = [n.kind() for n in m.graph.nodes() if n.kind().startswith("aten::")]
         assert m(torch.randn(2, 8, 16, 16, device="cuda")).shape == (2, 8, 16, 16)
     assert kinds == ["aten::conv2d", "aten::relu", "aten::cudnn_convolution_relu"]
+
+
+FUSED = "cuDNN's fused conv-add-relu plan's workspace"
+
+
+def test_fused_conv_workspaces_as_the_h100_ran_them(capsys):
+    # ji62_fused_conv_workspace_probe (ResNet-50's 23 convolutions, 16 x 224, fp32): plain,
+    # cudnn_convolution_relu and cudnn_convolution_add_relu, two calls each. The fused plans'
+    # workspaces differ from the plain ones on 9 problems (all 1x1, stride 1: (16,64,56,56) x
+    # (256,64,1,1) 13,959,680 against 1,048,576); the twin took the plain ones until session 62
+    gpu = (FIXTURES / "run" / "probes" / "ji62_fused_conv_workspace_probe_h100.txt").read_text()
+    twin, cap = _run("ji62_fused_conv_workspace_probe.py", capsys)
+    assert twin == gpu.splitlines()
+    assert FUSED not in cap.unmeasured
+
+
+def test_an_unmeasured_fused_conv_takes_the_plain_workspace_and_says_so():
+    aten = torch.ops.aten
+
+    def above(op, args):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = op(*args)
+        return torch.cuda.max_memory_allocated() - before - y.untyped_storage().nbytes()
+
+    with vramscope.capture(gpu="h100") as cap, torch.no_grad():
+        x = torch.randn(8, 64, 40, 40, device="cuda")
+        w = torch.randn(64, 64, 3, 3, device="cuda")
+        b = torch.randn(64, device="cuda")
+        plain = above(aten.convolution, (x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        fused = above(aten.cudnn_convolution_relu, (x, w, b, [1, 1], [1, 1], [1, 1], 1))
+    assert plain > 0
+    assert fused == plain
+    assert cap.unmeasured.get(FUSED) == 1

@@ -1038,6 +1038,56 @@ SCRATCH_UNMODELLED.discard("aten::convolution")
 SCRATCH_UNMODELLED.discard("aten::convolution_backward")
 
 
+# The fused plans' workspaces the H100 measured (torch 2.11.0+cu130, cuDNN 91900; session 62,
+# validation/run/probes/ji62_fused_conv_workspace_probe.py, fixtures/run/probes/
+# ji62_fused_conv_workspace_probe_h100.txt): ResNet-50's convolutions at batch 16, fp32, contiguous,
+# dilation 1, groups 1, a bias given, cudnn.benchmark off. (input, weight, stride, padding) -> the
+# workspace block's bytes (512-rounded: the probe sees blocks, not the request), the same for
+# cudnn_convolution_relu and cudnn_convolution_add_relu on every problem. The probe's figure less
+# the output block's unsplit remainder, which its plain line shows (1,048,576 where the output is
+# 51,380,224 or 25,690,112 bytes): 9 of the 23 differ from the plain convolution's (all 1x1, stride 1)
+_FUSED_WORKSPACE = {
+    ((16, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)): 61051904,
+    ((16, 64, 56, 56), (64, 64, 1, 1), (1, 1), (0, 0)): 0,
+    ((16, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)): 12993024,
+    ((16, 64, 56, 56), (256, 64, 1, 1), (1, 1), (0, 0)): 12911104,
+    ((16, 256, 56, 56), (64, 256, 1, 1), (1, 1), (0, 0)): 0,
+    ((16, 256, 56, 56), (128, 256, 1, 1), (1, 1), (0, 0)): 51511808,
+    ((16, 128, 56, 56), (128, 128, 3, 3), (2, 2), (1, 1)): 32702976,
+    ((16, 128, 28, 28), (512, 128, 1, 1), (1, 1), (0, 0)): 6685184,
+    ((16, 256, 56, 56), (512, 256, 1, 1), (2, 2), (0, 0)): 51905024,
+    ((16, 512, 28, 28), (128, 512, 1, 1), (1, 1), (0, 0)): 32113152,
+    ((16, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)): 13435392,
+    ((16, 512, 28, 28), (256, 512, 1, 1), (1, 1), (0, 0)): 38535680,
+    ((16, 256, 28, 28), (256, 256, 3, 3), (2, 2), (1, 1)): 18416128,
+    ((16, 256, 14, 14), (1024, 256, 1, 1), (1, 1), (0, 0)): 16056832,
+    ((16, 512, 28, 28), (1024, 512, 1, 1), (2, 2), (0, 0)): 38535680,
+    ((16, 1024, 14, 14), (256, 1024, 1, 1), (1, 1), (0, 0)): 16056832,
+    ((16, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)): 8782336,
+    ((16, 1024, 14, 14), (512, 1024, 1, 1), (1, 1), (0, 0)): 19268096,
+    ((16, 512, 14, 14), (512, 512, 3, 3), (2, 2), (1, 1)): 17465856,
+    ((16, 512, 7, 7), (2048, 512, 1, 1), (1, 1), (0, 0)): 8028672,
+    ((16, 1024, 14, 14), (2048, 1024, 1, 1), (2, 2), (0, 0)): 19268096,
+    ((16, 2048, 7, 7), (512, 2048, 1, 1), (1, 1), (0, 0)): 8028672,
+    ((16, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)): 12648960,
+}
+
+
+def _fused_workspace(conv):
+    """The measured fused plan's workspace bytes of `conv` (`_conv`'s tuple), or None."""
+    x, w, stride, padding, dilation, _, _, groups, cl = conv
+    if (
+        x.dtype != torch.float32
+        or cl
+        or groups != 1
+        or set(dilation) != {1}
+        or torch.backends.cudnn.benchmark
+    ):
+        return None
+    key = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding))
+    return _FUSED_WORKSPACE.get(key)
+
+
 def _cudnn_fused(cap, func, args, kwargs):
     """`aten::cudnn_convolution_relu` (input, weight, bias, stride, padding, dilation, groups) and
     `aten::cudnn_convolution_add_relu` (input, weight, z, alpha, bias, ...), the ops
@@ -1070,16 +1120,36 @@ def _cudnn_fused(cap, func, args, kwargs):
         zeros = None
         if bias is None:
             zeros = cap.malloc(out.size(1) * out.element_size(), "aten::zeros", "temporary")
-        # the fused plan's workspace (conv + bias + add + relu in one cuDNN graph) is not measured:
-        # taken as the plain convolution's (the H100's tv62_jit_trace_freeze lines agree, its
-        # peak at a plain convolution, fixtures/run/probes/README.md)
-        cap.note_unmeasured(
-            "cuDNN's fused conv-add-relu plan's workspace",
-            "the workspace of cuDNN's fused convolution + bias + (add +) relu plan "
-            "(`torch.jit.optimize_for_inference` on CUDA) was not measured: taken as the plain "
-            "convolution's",
-        )
-        _conv_workspace(cap, "forward", conv)
+        measured = _fused_workspace(conv)
+        if measured is None:
+            # the fused plan's workspace (conv + bias + add + relu in one cuDNN graph) of a problem
+            # the H100 did not measure: taken as the plain convolution's, which 14 of the 23
+            # measured problems agree with (`_FUSED_WORKSPACE`)
+            cap.note_unmeasured(
+                "cuDNN's fused conv-add-relu plan's workspace",
+                "the workspace of cuDNN's fused convolution + bias + (add +) relu plan "
+                "(`torch.jit.optimize_for_inference` on CUDA) was not measured for this problem: "
+                "taken as the plain convolution's",
+            )
+            _conv_workspace(cap, "forward", conv)
+        elif measured:
+            cap.device.cudnn_plan()
+            oom = cap.oom
+            try:
+                ws = cap.malloc(measured, str(func._schema.name), "workspace")
+            except torch.OutOfMemoryError:
+                # `try_configs_fused` (cudnn/Conv_v8.cpp) catches it and runs the next config,
+                # whose workspace is not measured: taken as none
+                cap.oom = oom
+                cap.note_unmeasured(
+                    "cuDNN's next fused engine config after its workspace ran out of memory",
+                    "a fused cuDNN convolution's workspace did not fit: cuDNN runs its next engine "
+                    "config, whose workspace was not measured: taken as none",
+                )
+            else:
+                del ws
+        else:
+            cap.device.cudnn_plan()
         del zeros
     del x_c, w_c, z_c
     return out
