@@ -3,8 +3,10 @@ context, against the H100's maps of blind269/jj04 (`validation/run/probes/jj04_o
 with the pool (15 workers) and without it (OMP_NUM_THREADS=1, the control)."""
 
 import pathlib
+import pickle
 import re
 
+from conftest import run_script
 from vramscope import _host_layout as hl
 
 FIX = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "run" / "probes"
@@ -96,3 +98,36 @@ def test_without_a_pool_the_same_mappings_put_the_context_under_the_tensors():
     new = _new(a, b)
     for lo in (251.69, 243.68, 225.55, 160.0, 128.0, 126.0, -416.0):
         assert any(_near(lo, x) for x in new), lo
+
+
+def test_a_pool_started_on_the_host_puts_the_first_chunks_in_its_gaps(tmp_script, tmp_path):
+    # rule 17 end to end: a tensor made, `trunc_normal_` (erfinv_ over 4M elements) starts OpenMP's
+    # pool before the context, a later 10 MiB tensor. The stacks' phase is the median (32 MiB): the
+    # lowest arena at B+96, the others 128 MiB apart up to B+1888, the later tensor and the
+    # context's library in the top gap (B+1952..B+1984), its stack and reservation in the gap
+    # B+1824..1888, its arena in B+160..224 (glibc's hint), its files' chunk at B+1728. The first
+    # 20 MiB segment takes the context's hole (B+72); the next two each a 32 MiB chunk at the top
+    # of the highest gap with room for it and its slack (rule 3): B+1600, then B+1472.
+    # Without the rule (the pool not laid out) they lay below the context.
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+w = torch.empty(4 << 20)
+torch.nn.init.trunc_normal_(w)
+v = torch.empty(10 << 20, dtype=torch.uint8)
+x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+y = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+z = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs) - (72 << 20)
+    assert sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs) == [
+        (72, 20),
+        (1472, 20),
+        (1600, 20),
+    ]
