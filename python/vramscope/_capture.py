@@ -3090,8 +3090,8 @@ class Capture:
             # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
             # `torch.rand(...) * 2 - 1`) starts OpenMP's 15 workers there (rule 15; measured:
             # blind164/fh04's H200 history, its first forward's segment 1,760 MiB lower than the
-            # twin's without them). Before the CUDA context exists their mappings lie above it, as
-            # a host-built model's tensors do (rule 11), and are not laid out
+            # twin's without them). Before the CUDA context exists their mappings lie above it,
+            # among a host-built model's tensors (rule 17: `_map_pool_layout`)
             self.workers_started = True
             working = self._working(loop)
             if self.started:

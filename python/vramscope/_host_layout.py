@@ -2,8 +2,8 @@
 before the context (a model built on the host whose `trunc_normal_` runs `erfinv_` over more than
 32,768 elements), and where the context then goes: docs/driver-placement.md, rule 17 (session 62).
 
-Not wired into the twin yet (`Capture._map_host_tensors` still lays out no pool): this is the
-rule's reference, in MiB over one address space, checked against the H100 maps of
+`Capture._map_pool_layout` lays it out at the context's creation (`DriverVa::host_map_at`);
+these are the rule's steps, in MiB over one address space, checked against the H100 maps of
 `validation/run/probes/jj04_omp_pool_maps_s62.py` (`fixtures/run/probes/jj04_omp_pool_maps_s62_h100.txt`,
 `python/tests/test_host_layout.py`)."""
 
