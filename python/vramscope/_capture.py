@@ -2604,7 +2604,9 @@ class Capture:
         if gaps and any(_unmapped_bytes(lo, hi) >= HOST_HOLE for lo, hi in gaps):
             return
         self.host_mappings = []
-        if self.pool_over is not None and hasattr(device, "host_at"):
+        # (measured with host tensors mapped; with none, blind270/jk01 and jk02 moved off their
+        # exact H100 figures under the rule: where that pool lies is not measured)
+        if self.pool_over is not None and mapped and hasattr(device, "host_at"):
             self._map_pool_layout([st for _, _, st in mapped])
             return
         above = _host_above()
@@ -2640,7 +2642,7 @@ class Capture:
             space.maps.append((at, at + lens[id(st)] / mib, st))
             at += lens[id(st)] / mib
         if not space.maps:
-            space.maps.append((at, at, "top"))
+            space.maps.append((at, at, "top"))  # (no tensor before the pool: the stacks' top)
         hl.pool_before_context(space, INTRA_OP_WORKERS)
         for st in sorted(later, key=lambda st: -st.data_ptr()):
             space.map(lens[id(st)] / mib, st)
