@@ -2604,12 +2604,12 @@ class Capture:
         if gaps and any(_unmapped_bytes(lo, hi) >= HOST_HOLE for lo, hi in gaps):
             return
         self.host_mappings = []
+        above = _host_above()  # (read, and checked, in either case)
         # (measured with host tensors mapped; with none, blind270/jk01 and jk02 moved off their
         # exact H100 figures under the rule: where that pool lies is not measured)
         if self.pool_over is not None and mapped and hasattr(device, "host_at"):
             self._map_pool_layout([st for _, _, st in mapped])
             return
-        above = _host_above()
         for _, _, st in mapped:
             # (without the setting, one argument: a native module built before it takes no more)
             placed = device.host_before_context(st.nbytes(), *([] if above is None else [above]))
