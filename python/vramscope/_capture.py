@@ -2449,6 +2449,8 @@ class Capture:
         self.workers_started = False
         #: whether some started worker may still make its malloc arena (`_working`)
         self.arenas_pending = True
+        #: OpenMP's pool started before the context: the host storages alive then (rule 17)
+        self.pool_over: set | None = None
         #: the kernel modules loaded (`_MODULE_OPS`)
         self.modules_loaded: set[str] = set()
         #: convolution problems cuDNN's benchmark mode has timed (`_kernels._benchmark_first_call`)
@@ -2584,7 +2586,87 @@ class Capture:
         storage dies (the driver's address-space rules 7 and 11). glibc's dynamic threshold only
         rises: the GPU machine's process, which ran the script's host allocations as this one did,
         mapped a tensor only where this process's glibc did and the twin's threshold says so too
-        (what it leaves out: docs/driver-placement.md, session 42)."""
+        (what it leaves out: docs/driver-placement.md, session 42). With OpenMP's pool started
+        before the context, rule 17 lays out the pool and the context's mappings too
+        (`_map_pool_layout`)."""
+        mapped = []
+        device = self.device
+        for st in sorted(self._host_storages(), key=lambda st: st.data_ptr()):
+            length = _glibc_mapping(st.data_ptr(), st.nbytes())
+            # mapped in this process and at the GPU process's threshold: a tensor its heap serves
+            # there makes no mapping, so no hole beside it (blind201/gs06's 2 and 3 MiB tensors lay
+            # above or among the others from run to run)
+            if length is not None and device.host_mapping_len(st.nbytes()) is not None:
+                mapped.append((st.data_ptr() // 4096 * 4096, length, st))
+        # a hole among them that the context's own mappings (B+96..B+128) fit in takes those
+        # mappings, and where the context then goes is not known (blind26/z05 on the H200)
+        gaps = [(a + n, b) for (a, n, _), (b, _, _) in itertools.pairwise(mapped) if b - (a + n) >= HOST_HOLE]
+        if gaps and any(_unmapped_bytes(lo, hi) >= HOST_HOLE for lo, hi in gaps):
+            return
+        self.host_mappings = []
+        above = _host_above()  # (read, and checked, in either case)
+        # (measured with host tensors mapped; with none, blind270/jk01 and jk02 moved off their
+        # exact H100 figures under the rule: where that pool lies is not measured)
+        if self.pool_over is not None and mapped and hasattr(device, "host_at"):
+            self._map_pool_layout([st for _, _, st in mapped])
+            return
+        for _, _, st in mapped:
+            # (without the setting, one argument: a native module built before it takes no more)
+            placed = device.host_before_context(st.nbytes(), *([] if above is None else [above]))
+            if placed is None:
+                continue
+
+            def unmap(_ref, placed=placed, device=device):
+                if self.active:
+                    device.host_unmapped(*placed)
+
+            self.host_mappings.append(weakref.ref(st, unmap))
+
+    def _map_pool_layout(self, storages) -> None:
+        """Rule 17 (docs/driver-placement.md, session 62; `_host_layout`): OpenMP's pool started
+        on the host before the context. The storages alive at its start lie lowest first directly
+        above its 15 stacks, the arenas below those 128 MiB apart, the later storages in the gaps
+        (top-down, the first made highest), then the context's own mappings and its range under
+        the lowest arena. The stacks' phase modulo 64 MiB is the process's draw: the median,
+        32 MiB (the H100's probe: 43.4)."""
+        from . import _host_layout as hl
+
+        device, mib = self.device, float(1 << 20)
+        earlier = [st for st in storages if st.data_ptr() in self.pool_over]
+        later = [st for st in storages if st.data_ptr() not in self.pool_over]
+        lens = {id(st): device.host_mapping_len(st.nbytes()) for st in storages}
+        stacks_low = 64.0 * 1024 + 32.0
+        at = stacks_low + INTRA_OP_WORKERS * hl.STACK
+        space = hl.AddressSpace([])
+        for st in earlier:
+            space.maps.append((at, at + lens[id(st)] / mib, st))
+            at += lens[id(st)] / mib
+        if not space.maps:
+            space.maps.append((at, at, "top"))  # (no tensor before the pool: the stacks' top)
+        hl.pool_before_context(space, INTRA_OP_WORKERS)
+        for st in sorted(later, key=lambda st: -st.data_ptr()):
+            space.map(lens[id(st)] / mib, st)
+        anchor = hl.context(space)
+        floor = anchor + hl.CONTEXT_ABOVE_ANCHOR
+        for lo, hi, what in space.maps:
+            if lo < floor or hi <= lo:
+                continue  # the context's own range
+            addr = device.host_at(round((lo - anchor) * mib), round((hi - lo) * mib))
+            if addr is None or not isinstance(what, torch.UntypedStorage):
+                continue
+            placed = (addr, round((hi - lo) * mib))
+
+            def unmap(_ref, placed=placed, device=device):
+                if self.active:
+                    device.host_unmapped(*placed)
+
+            self.host_mappings.append(weakref.ref(what, unmap))
+        for a, b in space.free_ranges():
+            if a >= floor:
+                device.host_free_at(round((a - anchor) * mib), round((b - a) * mib))
+
+    def _host_storages(self) -> list:
+        """The storages of the CPU tensors alive now that hold data (`_map_host_tensors`)."""
         storages = {}
         for o in gc.get_objects():
             # by the object's type, not `isinstance`, which reads `__class__` through any object's
@@ -2609,33 +2691,7 @@ class Capture:
                     storages[st._cdata] = st
             except (RuntimeError, NotImplementedError, TypeError):
                 continue
-        mapped = []
-        device = self.device
-        for st in sorted(storages.values(), key=lambda st: st.data_ptr()):
-            length = _glibc_mapping(st.data_ptr(), st.nbytes())
-            # mapped in this process and at the GPU process's threshold: a tensor its heap serves
-            # there makes no mapping, so no hole beside it (blind201/gs06's 2 and 3 MiB tensors lay
-            # above or among the others from run to run)
-            if length is not None and device.host_mapping_len(st.nbytes()) is not None:
-                mapped.append((st.data_ptr() // 4096 * 4096, length, st))
-        # a hole among them that the context's own mappings (B+96..B+128) fit in takes those
-        # mappings, and where the context then goes is not known (blind26/z05 on the H200)
-        gaps = [(a + n, b) for (a, n, _), (b, _, _) in itertools.pairwise(mapped) if b - (a + n) >= HOST_HOLE]
-        if gaps and any(_unmapped_bytes(lo, hi) >= HOST_HOLE for lo, hi in gaps):
-            return
-        self.host_mappings = []
-        above = _host_above()
-        for _, _, st in mapped:
-            # (without the setting, one argument: a native module built before it takes no more)
-            placed = device.host_before_context(st.nbytes(), *([] if above is None else [above]))
-            if placed is None:
-                continue
-
-            def unmap(_ref, placed=placed, device=device):
-                if self.active:
-                    device.host_unmapped(*placed)
-
-            self.host_mappings.append(weakref.ref(st, unmap))
+        return list(storages.values())
 
     def record_history(self, enabled: bool) -> None:
         """`torch.cuda.memory._record_memory_history`: the allocator trace."""
@@ -3036,14 +3092,16 @@ class Capture:
             # the process's first parallel CPU op (a pointwise op of a random draw made on the host:
             # `torch.rand(...) * 2 - 1`) starts OpenMP's 15 workers there (rule 15; measured:
             # blind164/fh04's H200 history, its first forward's segment 1,760 MiB lower than the
-            # twin's without them). Before the CUDA context exists their mappings lie above it, as
-            # a host-built model's tensors do (rule 11), and are not laid out
+            # twin's without them). Before the CUDA context exists their mappings lie above it,
+            # among a host-built model's tensors (rule 17: `_map_pool_layout`)
             self.workers_started = True
             working = self._working(loop)
             if self.started:
                 self._native_workers("intra_op_workers", INTRA_OP_WORKERS, working=working)
             else:
                 self.arenas_pending = False
+                # the host tensors made so far lie above the pool's stacks (rule 17)
+                self.pool_over = {st.data_ptr() for st in self._host_storages()}
         elif loop:
             # the workers that take their first share of a loop make their arena (rule 15)
             self._native_workers("intra_op_work", working=self._working(loop))

@@ -203,6 +203,23 @@ impl SimDevice {
         }
         self.driver.host_map_above(len, above)
     }
+    /// A mapping of `len` bytes made before the CUDA context, at `offset`
+    /// over the context's anchor (`driver_va.rs`, rule 17): its address,
+    /// which [`SimDevice::host_unmap`] takes back. `None` on a device that
+    /// started after the process's first kernels, or once a segment was placed.
+    pub fn host_map_at(&mut self, offset: u64, len: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.host_map_at(offset, len)
+    }
+    /// Address space at `offset` over the context's anchor that no mapping
+    /// made before the context holds (rule 17): free for chunks.
+    pub fn host_free_at(&mut self, offset: u64, len: u64) {
+        if self.fresh {
+            self.driver.host_free_at(offset, len);
+        }
+    }
     /// glibc unmaps the host memory [`SimDevice::host_map`] mapped at `addr`
     /// (the CPU tensor freed): its range is free for chunks again.
     pub fn host_unmap(&mut self, addr: u64) {

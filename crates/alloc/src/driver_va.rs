@@ -602,6 +602,43 @@ impl DriverVa {
         Some(lo)
     }
 
+    /// Rule 17 before the context: a mapping of `len` bytes that the
+    /// process made before its CUDA context, at `offset` bytes over the
+    /// context's anchor B, where the caller's layout puts it (OpenMP's pool
+    /// started on the host: its stacks and arenas, the tensors around them,
+    /// the context's own mappings in the gaps; `python/vramscope/_host_layout.py`).
+    /// Freed with [`Self::free`]. `None` as [`Self::host_map_above`] gives it,
+    /// or where `offset` lies under the context's top.
+    pub(crate) fn host_map_at(&mut self, offset: u64, len: u64) -> Option<u64> {
+        let anchor = self.held?;
+        let top = anchor + Self::CONTEXT_ABOVE_ANCHOR;
+        let untouched =
+            self.chunks.first()?.segs.len() == 2 && self.chunks[1..].iter().all(|c| c.lo >= top);
+        let lo = anchor.checked_add(offset)?;
+        if len == 0 || lo < top || !untouched || !self.launch_pending || !self.cublas_pending {
+            return None;
+        }
+        let hi = lo.checked_add(len)?;
+        self.take_released(lo, hi);
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        segs.push((lo, len));
+        self.push_chunk(Chunk { lo, hi, segs });
+        Some(lo)
+    }
+
+    /// Rule 17: `len` bytes at `offset` over the anchor that no mapping
+    /// holds among those [`Self::host_map_at`] placed (an arena's given-back
+    /// half): free for chunks, as a released range (rule 3).
+    pub(crate) fn host_free_at(&mut self, offset: u64, len: u64) {
+        let Some(anchor) = self.held else {
+            return;
+        };
+        let lo = anchor + offset;
+        if len > 0 && lo >= anchor + Self::CONTEXT_ABOVE_ANCHOR {
+            self.add_released(lo, lo + len);
+        }
+    }
+
     /// Rule 9: ld.so maps a library of `span` bytes whose segments are 2 MiB
     /// aligned: `mmap(span + 2 MiB - 4 KiB)` top-down (the top of the
     /// highest free range that holds it, else below the lowest chunk or
@@ -1154,6 +1191,36 @@ mod tests {
         let a = va.host_map_above(9 * MIB, Some(266 * MIB)).unwrap();
         let b = va.host_map_above(733 * MIB, Some(266 * MIB)).unwrap();
         assert_eq!((off(a), off(b)), (266, 275));
+    }
+
+    /// Rule 17 (session 62, blind269/jj04's H100 maps): OpenMP's pool
+    /// started before the context lays its arenas 128 MiB apart over B+96;
+    /// the 64 MiB between them, given back, take chunks by rule 3, the
+    /// highest first, at their aligned top; a mapping placed in one leaves it.
+    #[test]
+    fn a_pool_s_arena_gaps_above_the_context_take_chunks() {
+        let mut va = DriverVa::new(B);
+        for k in 0..4 {
+            let at = 96 + 128 * k;
+            assert_eq!(off(va.host_map_at(at * MIB, 64 * MIB).unwrap()), at as i64);
+            if k > 0 {
+                va.host_free_at((at - 64) * MIB, 64 * MIB);
+            }
+        }
+        // the context's arena in the lowest gap; its chunk of files in the highest
+        assert_eq!(off(va.host_map_at(160 * MIB, 64 * MIB).unwrap()), 160);
+        assert_eq!(off(va.host_map_at(448 * MIB, 32 * MIB).unwrap()), 448);
+        // under the context's top: not this rule's
+        assert_eq!(va.host_map_at(64 * MIB, MIB), None);
+        let got: Vec<i64> = [20; 4]
+            .into_iter()
+            .map(|size| off(va.malloc(size * MIB).unwrap()))
+            .collect();
+        // the context's hole, the gap B+288..352 (B+416..448 is too small with the slack), then
+        // below the context (rule 1)
+        assert_eq!(got, vec![72, 320, -448, -480]);
+        // a process whose context exists maps no more of these
+        assert_eq!(va.host_map_at(1024 * MIB, MIB), None);
     }
 
     /// Rule 14 as blind64/bl01's H200 memory history shows it: a model built

@@ -883,6 +883,28 @@ impl Runtime {
         Some((addr, len))
     }
 
+    /// A mapping of `len` bytes the process made before its CUDA context,
+    /// at `offset` over the context's anchor, where rule 17's layout puts it
+    /// (OpenMP's pool started on the host: `python/vramscope/_host_layout.py`):
+    /// its address, or `None` once the context exists.
+    /// [`Runtime::host_unmapped`] frees a tensor's.
+    pub fn host_at(&self, offset: u64, len: u64) -> Option<u64> {
+        let mut st = self.st.borrow_mut();
+        let addr = st.alloc.device_mut().host_map_at(offset, len)?;
+        st.note_host_map(addr, len);
+        Some(addr)
+    }
+
+    /// Address space at `offset` over the context's anchor that rule 17's
+    /// layout leaves free among the mappings made before the context.
+    pub fn host_free_at(&self, offset: u64, len: u64) {
+        self.st
+            .borrow_mut()
+            .alloc
+            .device_mut()
+            .host_free_at(offset, len);
+    }
+
     /// The length of the mapping glibc makes for a CPU tensor of `nbytes`
     /// at the twin's dynamic threshold ([`vramscope_alloc::HostHeap::malloc`],
     /// driver address-space rule 7), or `None` when its heap serves it.

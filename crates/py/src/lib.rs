@@ -383,6 +383,19 @@ impl Device {
         self.p.runtime().host_before_context(nbytes, above)
     }
 
+    /// A mapping of `len` bytes made before the CUDA context, at `offset`
+    /// bytes over the context's anchor (driver address-space rule 17): its
+    /// address, or None once the context exists.
+    fn host_at(&self, offset: u64, len: u64) -> Option<u64> {
+        self.p.runtime().host_at(offset, len)
+    }
+
+    /// Address space at `offset` over the context's anchor that no mapping
+    /// made before the context holds (rule 17): free for chunks.
+    fn host_free_at(&self, offset: u64, len: u64) {
+        self.p.runtime().host_free_at(offset, len);
+    }
+
     /// The length of the mapping glibc makes for a CPU tensor of `nbytes`
     /// at the twin's threshold (driver address-space rule 7), or None when
     /// its heap serves it.

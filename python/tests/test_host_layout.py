@@ -1,0 +1,133 @@
+"""Rule 17 (docs/driver-placement.md, session 62): OpenMP's pool started on the host before the CUDA
+context, against the H100's maps of blind269/jj04 (`validation/run/probes/jj04_omp_pool_maps_s62.py`)
+with the pool (15 workers) and without it (OMP_NUM_THREADS=1, the control)."""
+
+import pathlib
+import pickle
+import re
+
+from conftest import run_script
+from vramscope import _host_layout as hl
+
+FIX = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "run" / "probes"
+#: the maps print offsets from B; B is 32 MiB mod 64 MiB in both processes (its arenas lie at
+#: B+96+64k): any such base gives the same layout
+BASE = 64.0 * 1000 + 32.0
+#: the maps print MiB with two decimals
+TOL = 0.02
+LINE = re.compile(r"^\s*B\s+([+-][\d.]+) len\s+([\d.]+) gap\s+[\d.]+ (\S+) (\S+)")
+
+
+def _views(name):
+    views, cur = {}, None
+    for line in (FIX / name).read_text().splitlines():
+        if line.startswith("== ("):
+            cur = views.setdefault(line[4], [])
+        elif cur is not None and (m := LINE.match(line)):
+            lo, length = float(m[1]), float(m[2])
+            if _near(length, 63.871):
+                # an arena's PROT_NONE part (its first 0.129 MiB print apart, or merged with a
+                # mapping below): the arena, 64 MiB on a 64 MiB boundary
+                lo, length = round(lo - 0.129), 64.0
+            elif _near(length, 0.129):
+                continue
+            cur.append((BASE + lo, BASE + lo + length, f"{m[3]} {m[4]}"))
+    return views
+
+
+def _near(a, b):
+    return abs(a - b) <= TOL
+
+
+def _new(before, after):
+    """The mappings of `after` that start where none of `before` starts (by their low ends)."""
+    starts = [lo for lo, _, _ in before]
+    return sorted(lo - BASE for lo, _, _ in after if not any(_near(lo, s) for s in starts))
+
+
+def test_the_pool_s_arenas_lie_128_mib_apart_below_its_stacks():
+    a = _views("jj04_omp_pool_maps_s62_h100.txt")["a"]
+    # the tensors made before the pool: the mapping above the 15 stacks
+    earlier = next(m for m in a if m[2].endswith("tensor") and _near(m[0], BASE + 2115.46))
+    space = hl.AddressSpace([earlier])
+    stacks, arenas = hl.pool_before_context(space, 15)
+    assert all(_near(s - BASE, 2115.46 - (k + 1) * hl.STACK) for k, s in enumerate(stacks))
+    assert [round(x - BASE) for x in arenas] == [1888 - 128 * k for k in range(15)]
+    observed = sorted(lo - BASE for lo, hi, kind in a if hi - lo == 64.0)
+    assert [round(x) for x in observed if x < 1900] == sorted(1888 - 128 * k for k in range(15))
+    # glibc's hint: the lowest arena's mapping came aligned, its upper half is tried next
+    assert space.heap_hint == arenas[-1] + hl.HEAP
+
+
+def test_the_context_goes_below_the_pool_s_lowest_arena_and_its_mappings_into_the_gaps():
+    views = _views("jj04_omp_pool_maps_s62_h100.txt")
+    a, b = views["a"], views["b"]
+    # the arenas print as a 0.129 MiB rw-p and a 63.871 MiB ---p part: one 64 MiB mapping
+    space = hl.AddressSpace(a)
+    space.heap_hint = BASE + 96 + hl.HEAP
+    anchor = hl.context(space)
+    assert _near(anchor, BASE)
+    predicted = {name: lo - BASE for lo, _, name in space.maps if not name.startswith(("rw", "--", "r-"))}
+    assert _near(predicted["context 0"], 1584.46)  # the library, its data above it
+    assert _near(predicted["context 1"], 1576.46)  # the driver thread's stack
+    assert _near(predicted["context 2"], 1485.87)  # the 18.05 MiB reservation and 20 pages
+    assert _near(predicted["context arena"], 160.0)
+    assert _near(predicted["context files"], 1344.0)
+    assert _near(predicted["context small 0"], 1954.38)
+    assert _near(predicted["context small 1"], 1952.38)
+    assert _near(predicted["context"], -416.0)
+    new = _new(a, b)
+    for lo in (1584.46, 1576.46, 1485.87, 160.0, 1344.0, 1952.38, -416.0):
+        assert any(_near(lo, x) for x in new), lo
+
+
+def test_without_a_pool_the_same_mappings_put_the_context_under_the_tensors():
+    a, b = (_views("jj04_omp_pool_maps_omp1_s62_h100.txt")[v] for v in "ab")
+    space = hl.AddressSpace(a)
+    anchor = hl.context(space)
+    assert _near(anchor, BASE)
+    predicted = {name: lo - BASE for lo, _, name in space.maps if name.startswith("context")}
+    assert _near(predicted["context 0"], 251.69)
+    assert _near(predicted["context 1"], 243.68)
+    assert _near(predicted["context 2"], 225.55)
+    assert _near(predicted["context arena"], 160.0)
+    assert _near(predicted["context files"], 128.0)
+    # (the 1 MiB mapping lies outside the probe's view in this process: not checked)
+    assert _near(predicted["context small 1"], 126.0)
+    assert _near(predicted["context"], -416.0)
+    new = _new(a, b)
+    for lo in (251.69, 243.68, 225.55, 160.0, 128.0, 126.0, -416.0):
+        assert any(_near(lo, x) for x in new), lo
+
+
+def test_a_pool_started_on_the_host_puts_the_first_chunks_in_its_gaps(tmp_script, tmp_path):
+    # rule 17 end to end: a tensor made, `trunc_normal_` (erfinv_ over 4M elements) starts OpenMP's
+    # pool before the context, a later 10 MiB tensor. The stacks' phase is the median (32 MiB): the
+    # lowest arena at B+96, the others 128 MiB apart up to B+1888, the later tensor and the
+    # context's library in the top gap (B+1952..B+1984), its stack and reservation in the gap
+    # B+1824..1888, its arena in B+160..224 (glibc's hint), its files' chunk at B+1728. The first
+    # 20 MiB segment takes the context's hole (B+72); the next two each a 32 MiB chunk at the top
+    # of the highest gap with room for it and its slack (rule 3): B+1600, then B+1472.
+    # Without the rule (the pool not laid out) they lay below the context.
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+w = torch.empty(4 << 20)
+torch.nn.init.trunc_normal_(w)
+v = torch.empty(10 << 20, dtype=torch.uint8)
+x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+y = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+z = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    status, _, _, err = run_script(script)
+    assert status == 0, err
+    segs = pickle.loads(snap.read_bytes())["segments"]
+    base = min(s["address"] for s in segs) - (72 << 20)
+    assert sorted(((s["address"] - base) >> 20, s["total_size"] >> 20) for s in segs) == [
+        (72, 20),
+        (1472, 20),
+        (1600, 20),
+    ]
