@@ -33,7 +33,7 @@ def report(tag):
 class KKTSolve(torch.autograd.Function):
     @staticmethod
     def forward(ctx, K, rhs):
-        LD, piv, info = torch.linalg.ldl_factor_ex(K)
+        LD, piv, _info = torch.linalg.ldl_factor_ex(K)
         sol = torch.linalg.ldl_solve(LD, piv, rhs)
         ctx.save_for_backward(LD, piv, sol)
         return sol

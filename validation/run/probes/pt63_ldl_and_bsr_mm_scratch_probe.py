@@ -10,11 +10,11 @@ dev = "cuda"
 torch.manual_seed(0)
 
 
-def measure(tag, fn):
+def measure(tag, fn, *args):
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    out = fn()
+    out = fn(*args)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     after = torch.cuda.memory_allocated()
@@ -40,14 +40,12 @@ for dtype in (torch.float32, torch.float64):
             a = a + a.mT
             rhs = torch.randn(batch, n, 1, device=dev, dtype=dtype)
             LD, piv, info = measure(
-                f"ldl_factor_ex {dtype} n {n} batch {batch}", lambda: torch.linalg.ldl_factor_ex(a)
+                f"ldl_factor_ex {dtype} n {n} batch {batch}", torch.linalg.ldl_factor_ex, a
             )
-            measure(
-                f"ldl_solve {dtype} n {n} batch {batch} k 1", lambda: torch.linalg.ldl_solve(LD, piv, rhs)
-            )
+            measure(f"ldl_solve {dtype} n {n} batch {batch} k 1", torch.linalg.ldl_solve, LD, piv, rhs)
             if batch == 1:
                 a2 = a[0]
-                measure(f"ldl_factor_ex 2d {dtype} n {n}", lambda: torch.linalg.ldl_factor_ex(a2))
+                measure(f"ldl_factor_ex 2d {dtype} n {n}", torch.linalg.ldl_factor_ex, a2)
             del a, rhs, LD, piv, info
 
 BS = 64
@@ -57,17 +55,25 @@ for rows, cols, k, tokens in ((128, 32, 8, 8192), (32, 128, 32, 8192), (16, 8, 4
     vals = torch.randn(rows * k, BS, BS, device=dev)
     W = measure(
         f"sparse_bsr_tensor {rows}x{cols} blocks k {k}",
-        lambda: torch.sparse_bsr_tensor(crow, col, vals, (rows * BS, cols * BS)),
+        torch.sparse_bsr_tensor,
+        crow,
+        col,
+        vals,
+        (rows * BS, cols * BS),
     )
     h = torch.randn(cols * BS, tokens, device=dev)
     measure(
         f"mm bsr {rows * BS}x{cols * BS} nnzb {rows * k} @ dense {cols * BS}x{tokens} row-major",
-        lambda: torch.mm(W, h),
+        torch.mm,
+        W,
+        h,
     )
     ht = torch.randn(tokens, cols * BS, device=dev).t()
     measure(
         f"mm bsr {rows * BS}x{cols * BS} nnzb {rows * k} @ dense {cols * BS}x{tokens} col-major",
-        lambda: torch.mm(W, ht),
+        torch.mm,
+        W,
+        ht,
     )
     del W, h, ht, crow, col, vals
 print("done")
