@@ -805,3 +805,32 @@ def test_sparse_csr_tensor_from_simulated_parts_aliases_them():
         assert b.layout is torch.sparse_csr and b.shape == (512, 512) and b.requires_grad
         out = torch.sparse.mm(b, torch.randn(512, 8, device="cuda"))
         assert out.shape == (512, 8)
+
+
+def test_sparse_bsr_tensor_from_simulated_parts_and_its_product_with_a_dense_matrix():
+    # blind280/ju03 probing: `torch.sparse_bsr_tensor(crow, col, blocks, size)` raised "makes a sparse
+    # one, which has no rule"; it aliases its parts. `mm(BSR, D)` in float32 then takes
+    # `_compressed_row_strided_mm_out` (sparse/SparseBlasImpl.cpp; cuSPARSE only for float64/complex):
+    # zeros and the result (m x n), D's block rows gathered per stored block (nnzb x b1 x n) and the
+    # pairwise block products (nnzb x b0 x n), the COO row indices (2 x nnzb)
+    rows, cols, k, bs, n = 16, 8, 4, 64, 256
+    with vramscope.capture(gpu="h100"):
+        torch.randn(64, 64, device="cuda") @ torch.randn(64, 64, device="cuda")  # cuBLAS workspace
+        crow = torch.arange(0, rows * k + 1, k, device="cuda")
+        col = torch.randint(0, cols, (rows * k,), device="cuda")
+        vals = torch.randn(rows * k, bs, bs, device="cuda")
+        before = torch.cuda.memory_allocated()
+        w = torch.sparse_bsr_tensor(crow, col, vals, (rows * bs, cols * bs))
+        assert torch.cuda.memory_allocated() == before
+        assert w.layout is torch.sparse_bsr and w.shape == (rows * bs, cols * bs)
+        assert w.values().shape == (rows * k, bs, bs)
+        h = torch.randn(cols * bs, n, device="cuda")
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y = torch.mm(w, h)
+        assert y.shape == (rows * bs, n)
+        out = rows * bs * n * 4
+        assert torch.cuda.memory_allocated() - base == out
+        nnzb = rows * k
+        scratch = out + nnzb * bs * n * 4 * 2 + 2 * nnzb * 8  # zeros, gathered rows, products, COO
+        assert torch.cuda.max_memory_allocated() - base == out + scratch

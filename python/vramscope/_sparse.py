@@ -35,8 +35,11 @@ _NO_DISPATCH = torch._C._DisableTorchDispatch
 _COO = torch.sparse_coo
 _CSR = torch.sparse_csr
 _CSC = torch.sparse_csc
-#: the sparse layouts the twin simulates (a CSC tensor is a CSR one's transpose)
-LAYOUTS = (_COO, _CSR, _CSC)
+_BSR = torch.sparse_bsr
+_BSC = torch.sparse_bsc
+#: the sparse layouts the twin simulates (a CSC tensor is a CSR one's transpose; BSR and BSC their
+#: blocked kin, whose values are blocks)
+LAYOUTS = (_COO, _CSR, _CSC, _BSR, _BSC)
 
 #: op -> handler(cap, func, args, kwargs), or NotImplemented to take the dense path
 OPS: dict = {}
@@ -54,13 +57,22 @@ def _csc(t) -> bool:
     return isinstance(t, torch.Tensor) and t.layout is _CSC
 
 
+def _bsr(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout is _BSR
+
+
+def _compressed(t) -> bool:
+    """Any of the compressed layouts (CSR, CSC, BSR, BSC)."""
+    return isinstance(t, torch.Tensor) and t.layout in (_CSR, _CSC, _BSR, _BSC)
+
+
 def parts(t):
     """A sparse COO tensor's indices and values; a CSR tensor's crow indices, column indices and
     values; a CSC tensor's ccol indices, row indices and values (outside the capture's dispatch)."""
     with _NO_DISPATCH():
-        if t.layout is _CSR:
+        if t.layout is _CSR or t.layout is _BSR:
             return t.crow_indices(), t.col_indices(), t.values()
-        if t.layout is _CSC:
+        if t.layout is _CSC or t.layout is _BSC:
             return t.ccol_indices(), t.row_indices(), t.values()
         return t._indices(), t._values()
 
@@ -148,7 +160,7 @@ def _adopt(cap, t, op: str) -> None:
     """Allocate the storages of a meta result the twin has not seen (a sparse tensor's parts)."""
     if not _tensor_is_meta(t):
         return
-    for p in parts(t) if _sparse(t) or _csr(t) or _csc(t) else (t,):
+    for p in parts(t) if _sparse(t) or _compressed(t) else (t,):
         cap.track(p, op)
         set_value(p, None)
 
@@ -178,7 +190,8 @@ OPS[aten._sparse_coo_tensor_with_dims_and_tensors.default] = _construct
 
 
 def _construct_compressed(cap, func, args, kwargs):
-    """`sparse_compressed_tensor(compressed, plain, values, size, layout=...)` and
+    """`sparse_compressed_tensor(compressed, plain, values, size, layout=...)` (CSR, CSC, and the
+    blocked BSR and BSC, whose values are (nnz, b0, b1) blocks: `torch.sparse_bsr_tensor`) and
     `_sparse_compressed_tensor_unsafe` (SparseCsrTensor.cpp) over simulated parts of the asked dtype:
     the new tensor's `set_member_tensors` aliases them (no allocation; the invariant checks, off by
     default, read the indices on the host). The size-less overload infers the size from the
@@ -190,16 +203,22 @@ def _construct_compressed(cap, func, args, kwargs):
         return NotImplemented
     layout = p.get("layout") or _CSR
     dtype = p.get("dtype") or values.dtype
-    if layout not in (_CSR, _CSC) or dtype != values.dtype or crow.dim() != 1 or len(size) != 2:
+    if layout not in (_CSR, _CSC, _BSR, _BSC) or dtype != values.dtype or crow.dim() != 1 or len(size) != 2:
         return NotImplemented
+    if (layout in (_BSR, _BSC)) != (values.dim() == 3):
+        return NotImplemented  # blocked layouts hold (nnz, b0, b1) blocks; the others, scalars
     cap.ops += 1
     with _NO_DISPATCH():
         if layout is _CSR:
             return aten._sparse_csr_tensor_unsafe(
                 crow, col, values, list(size), dtype=dtype, layout=_CSR, device=torch.device("meta")
             )
-        return aten._sparse_csc_tensor_unsafe(
-            crow, col, values, list(size), dtype=dtype, layout=_CSC, device=torch.device("meta")
+        if layout is _CSC:
+            return aten._sparse_csc_tensor_unsafe(
+                crow, col, values, list(size), dtype=dtype, layout=_CSC, device=torch.device("meta")
+            )
+        return aten._sparse_compressed_tensor_unsafe(
+            crow, col, values, list(size), dtype=dtype, layout=layout, device=torch.device("meta")
         )
 
 
@@ -211,7 +230,7 @@ def _metadata(cap, func, args, kwargs):
     """Metadata and aliases of a sparse tensor (`_indices`, `_values`, `_nnz`, `detach`, ...; a
     CSR tensor's `crow_indices`, `col_indices`, `values`, ...)."""
     t = args[0] if args else None
-    if not ((_sparse(t) or _csr(t)) and registered(t)):
+    if not ((_sparse(t) or _csr(t) or _bsr(t)) and registered(t)):
         return NotImplemented
     with _NO_DISPATCH():
         out = func(*args, **kwargs)
@@ -1020,6 +1039,8 @@ def _mm(cap, func, args, kwargs):
         return _csr_mm(cap, s, d)
     if _csc(s) and registered(s) and s.dim() == 2 and _dense_operand(d):
         return _csc_mm(cap, s, d)
+    if _bsr(s) and registered(s) and s.dim() == 2 and _dense_operand(d) and d.dim() == 2:
+        return _bsr_mm(cap, s, d)
     if _dense_operand(s) and _sparse_operand(d) and s.dim() == 2:
         return _dense_sparse_mm(cap, s, d)
     if _dense_operand(s) and _csr(d) and registered(d) and d.dim() == 2 and s.dtype == d.dtype:
@@ -1031,6 +1052,78 @@ def _mm(cap, func, args, kwargs):
     out = _addmm_core(cap, t, s, d)
     del t
     return out
+
+
+def _view_or_copy(cap, t, shape, op: str):
+    """`t.reshape(shape)`: a view where the strides allow one, else a contiguous copy (the copy is
+    returned second, to be released by the caller)."""
+    with _NO_DISPATCH():
+        try:
+            return t.view(shape), None
+        except RuntimeError:
+            pass
+    copy = _empty(cap, tuple(t.shape), t.dtype, op)
+    set_value(copy, None)
+    with _NO_DISPATCH():
+        return copy.view(shape), copy
+
+
+def _bsr_mm(cap, a, d):
+    """`mm(A, D)` of a BSR matrix and a dense one in float32, float16 or bfloat16.
+    `_sparse_csr_mm` (SparseCsrTensorMath.cpp) makes `zeros(m, n)` and `addmm`s into a new result
+    (`addmm_out_sparse_compressed_cuda`: resized to m x n, the zeros copied in); for these dtypes
+    `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp) takes the reference path,
+    `_compressed_row_strided_mm_out` (sparse/SparseBlasImpl.cpp), not cuSPARSE: D tiled to
+    (k / b1, b1, 1, n) by `reshape` (a view where its strides allow), the block rows each stored
+    block meets gathered by `index_select` (nnzb x b1 x n), the pairwise block products by `matmul`
+    (a bmm: nnzb x b0 x n, in float32; half and bfloat16 operands are first copied to float32,
+    copies that die with the expression), the crow indices made COO
+    (`_convert_indices_from_csr_to_coo`, 2 x nnzb), then `index_add_` into the zeroed result (half
+    and bfloat16: into a float32 `zeros` buffer copied back, which dies); the COO indices, the
+    products and the gathered rows die at the return, then the zeros. Half and bfloat16 with
+    power-of-two blocks of 16 or more and n a multiple of b0 go to Triton's `bsr_dense_mm` where
+    it is registered, and float64 and complex to cuSPARSE's bsrmm: no rule (NotImplemented)."""
+    crow, col, values = parts(a)
+    dtype = d.dtype
+    if values.dim() != 3 or values.dtype != dtype:
+        return NotImplemented
+    nnzb, b0, b1 = values.shape
+    m, k = a.shape
+    n = d.shape[1]
+    half = dtype in (torch.float16, torch.bfloat16)
+    if dtype != torch.float32 and not half:
+        return NotImplemented
+    pow2 = not (b0 & (b0 - 1)) and not (b1 & (b1 - 1))
+    if half and pow2 and b0 >= 16 and b1 >= 16 and n % b0 == 0:
+        return NotImplemented
+    cap.ops += 1
+    zeros = _empty(cap, (m, n), dtype, "aten::zeros")
+    set_value(zeros, None)
+    r = _empty(cap, (m, n), dtype, "aten::addmm")
+    set_value(r, None)
+    if nnzb == 0 or r.numel() == 0:
+        del zeros
+        return r
+    op = "aten::addmm"
+    tiled, d_copy = _view_or_copy(cap, d, (k // b1, b1, 1, n), op)
+    with _NO_DISPATCH():
+        tiled = tiled.transpose(-3, -2)
+    selected = cap.dispatch(aten.index_select.default, (tiled, -4, col), {})
+    v, s = values, selected
+    if half:
+        v = cap.dispatch(aten._to_copy.default, (values,), {"dtype": torch.float32})
+        s = cap.dispatch(aten._to_copy.default, (selected,), {"dtype": torch.float32})
+    v3, v_copy = _view_or_copy(cap, v, (nnzb, b0, b1), op)
+    s3, s_copy = _view_or_copy(cap, s, (nnzb, b1, n), op)
+    pairwise = cap.dispatch(aten.bmm.default, (v3, s3), {})
+    del v3, s3, v_copy, s_copy, v, s
+    coo = _empty(cap, (2, nnzb), crow.dtype, "aten::_convert_indices_from_csr_to_coo")
+    if half:
+        promoted = _empty(cap, (m, n), torch.float32, "aten::zeros")
+        del promoted
+    del coo, pairwise, selected, tiled, d_copy
+    del zeros
+    return r
 
 
 def _dense_sparse_mm(cap, d, s):

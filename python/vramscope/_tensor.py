@@ -32,6 +32,7 @@ _IS_CUDA = _BASE.is_cuda.__get__
 _COO = torch.sparse_coo
 _CSR = torch.sparse_csr
 _CSC = torch.sparse_csc
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 _NO_DISPATCH = torch._C._DisableTorchDispatch
 
 
@@ -44,7 +45,7 @@ def non_overlapping_and_dense(t) -> bool:
     c10/core/Contiguity.h: some order of the dimensions of size 2 or more is contiguous), read
     here through its ATen op. False for a sparse COO or CSR tensor."""
     with _NO_TF():
-        if t.layout is _COO or t.layout is _CSR or t.layout is _CSC:
+        if t.layout is _COO or t.layout in _COMPRESSED:
             return False
         with _NO_DISPATCH():
             return _DENSE(t)
@@ -112,8 +113,9 @@ def registered(t) -> bool:
                 # a sparse COO tensor (`_sparse`): simulated where its values are
                 with _NO_DISPATCH():
                     return t._values().untyped_storage()._cdata in _registry
-            if t.layout is _CSR or t.layout is _CSC:
-                # a sparse CSR tensor or its transpose, a CSC one (`_sparse`): likewise
+            if t.layout in _COMPRESSED:
+                # a sparse CSR tensor or its transpose, a CSC one, or their blocked kin, BSR and
+                # BSC (`_sparse`): likewise
                 with _NO_DISPATCH():
                     return t.values().untyped_storage()._cdata in _registry
             # a functorch wrapper (`grad`, `vmap`): no storage of its own; the ops on the
