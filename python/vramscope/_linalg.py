@@ -1086,6 +1086,74 @@ def _linalg_lu_factor_ex(cap, func, args, kwargs):
 DISPATCH[aten.linalg_lu_factor_ex.default] = _linalg_lu_factor_ex
 
 
+#: `sytrf_bufferSize`'s lwork in bytes by (n, dtype) for one matrix (`apply_ldl_factor_cusolver`);
+#: none measured yet (validation/run/probes/pt63_ldl_and_bsr_mm_scratch_probe.py measures them)
+SYTRF_WORKSPACE: dict = {}
+
+
+def _linalg_ldl_factor_ex(cap, func, args, kwargs):
+    """`linalg_ldl_factor_ex` on CUDA (BatchLinearAlgebra.cpp): LD (batches of F-contiguous
+    matrices), the int32 pivots and infos (its meta function's order); `tril_out` of A into LD
+    (no allocation); real inputs take cuSOLVER (`ldl_factor_kernel`'s default;
+    `apply_ldl_factor_cusolver`, cuda/linalg/BatchLinearAlgebraLib.cpp): one sytrf workspace of
+    `sytrf_bufferSize` for one matrix, allocated before the loop over the batch and freed after it
+    (`SYTRF_WORKSPACE`, else named unmeasured); then `_linalg_check_errors` where asked."""
+    a = args[0]
+    if not registered(a) or a.dim() < 2 or a.is_complex():
+        return NotImplemented
+    p = dict(zip(("self", "hermitian", "check_errors"), args, strict=False)) | kwargs
+    cap.ops += 1
+    op = "aten::linalg_ldl_factor_ex"
+    ld, pivots, info = func(*args, **kwargs)
+    for t in (ld, pivots, info):
+        cap.track(t, op)
+    if a.numel() == 0:
+        return ld, pivots, info
+    n = a.size(-1)
+    nbytes = SYTRF_WORKSPACE.get((n, a.dtype))
+    if nbytes is None:
+        cap.note_unmeasured(f"{op}'s cuSOLVER sytrf workspace ({n} x {n}, {a.dtype})")
+    elif nbytes:
+        work = cap.malloc(nbytes, op, "workspace")
+        del work
+    if p.get("check_errors", False):
+        check_errors(cap, info, op)
+    return ld, pivots, info
+
+
+DISPATCH[aten.linalg_ldl_factor_ex.default] = _linalg_ldl_factor_ex
+
+
+def _linalg_ldl_solve(cap, func, args, kwargs):
+    """`linalg_ldl_solve` on CUDA (`TORCH_IMPL_FUNC(linalg_ldl_solve_out)`, BatchLinearAlgebra.cpp):
+    the result (B's shape, F-contiguous batches), LD cloned column-major unless it already is
+    (`borrow_else_clone`), `result.copy_(B)`; `apply_ldl_solve_cusolver`
+    (cuda/linalg/BatchLinearAlgebraLib.cpp): the pivots copied to int64 (`pivots.to(kLong)`),
+    cusolverDnXsytrs's device workspace (named unmeasured: `cusolverDnXsytrs_bufferSize`'s bytes)
+    and a one-element int32 `zeros` for the info; at the return the info, the workspace, the int64
+    pivots, then LD's clone die."""
+    ld, pivots, b = args[0], args[1], args[2]
+    if not (registered(ld) and registered(pivots) and registered(b)) or ld.dim() < 2 or ld.is_complex():
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::linalg_ldl_solve"
+    out = func(*args, **kwargs)
+    cap.track(out, op)
+    if ld.numel() == 0 or pivots.numel() == 0:
+        return out
+    ld_clone = None
+    if not ld.mT.is_contiguous():
+        ld_clone = cap.malloc(ld.numel() * ld.element_size(), op, "temporary")
+    long_pivots = cap.malloc(pivots.numel() * 8, op, "temporary")
+    cap.note_unmeasured(f"{op}'s cuSOLVER sytrs workspace")
+    info = cap.malloc(4, op, "temporary")
+    del info, long_pivots, ld_clone
+    return out
+
+
+DISPATCH[aten.linalg_ldl_solve.default] = _linalg_ldl_solve
+
+
 def _reduce_last(cap, batch: int, n: int, elem: int, op: str) -> None:
     """A reduction over the last dimension of a contiguous [batch, n] tensor: its scratch."""
     reduce_scratch(cap, [batch, n], None, [False, True], elem, elem, op)
