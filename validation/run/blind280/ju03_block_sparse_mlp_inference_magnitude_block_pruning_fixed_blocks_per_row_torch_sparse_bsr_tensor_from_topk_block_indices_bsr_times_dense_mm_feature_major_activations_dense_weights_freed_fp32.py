@@ -5,10 +5,13 @@ blocks, keeping a fixed number of blocks per block-row (the top-k block norms, s
 blocks does not depend on the values: 25% density), and is rebuilt as a `torch.sparse_bsr_tensor`
 from its crow indices (a fixed stride), its column indices (topk, sorted) and its gathered value
 blocks; the dense weights are deleted. The sparse pass keeps the activations feature-major
-(features x tokens) so each layer is `torch.mm(W_bsr, h)` (BSR @ strided: cuSPARSE bsrmm) plus a bias
-column. 8,192 tokens. Phase 1: dense model and tokens. Phase 2: the dense no_grad pass. Phase 3:
-pruning to BSR, dense weights freed. Phase 4: the block-sparse no_grad pass and its difference from
-the dense output. Seeded; no value-dependent sizes."""
+(features x tokens) so each layer is `torch.mm(W_bsr, h)` plus a bias column (BSR @ strided in
+float32 takes PyTorch's reference path, `_compressed_row_strided_mm_out`, not cuSPARSE: the dense
+block rows each stored block meets are gathered and multiplied block by block, nnzb x 64 x tokens
+floats each, then summed into the result with `index_add_`). 8,192 tokens. Phase 1: dense model
+and tokens. Phase 2: the dense no_grad pass. Phase 3: pruning to BSR, dense weights freed. Phase 4:
+the block-sparse no_grad pass and its difference from the dense output. Seeded; no value-dependent
+sizes."""
 
 import torch
 import torch.nn.functional as F
