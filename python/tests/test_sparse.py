@@ -834,3 +834,33 @@ def test_sparse_bsr_tensor_from_simulated_parts_and_its_product_with_a_dense_mat
         nnzb = rows * k
         scratch = out + nnzb * bs * n * 4 * 2 + 2 * nnzb * 8  # zeros, gathered rows, products, COO
         assert torch.cuda.max_memory_allocated() - base == out + scratch
+
+
+def test_linear_with_a_bsr_weight_runs_the_transposed_block_product():
+    # blind280 probing: `F.linear(x, W_bsr[, b])` (`t()` of the BSR weight, a BSC view, then
+    # `mm(x, W^T)` or `addmm(b, x, W^T)`) raised "aten::mm of a sparse CSR CUDA tensor has no rule".
+    # `addmm_out_sparse_csr` (sparse/cuda/SparseBlasImpl.cpp) runs `block_sparse_mm` on the
+    # transposes into `result.t()`; with a bias, `_compressed_row_strided_addmm_out` adds `b.mul(beta)`
+    rows, cols, k, bs, tokens = 16, 8, 4, 64, 256
+    with vramscope.capture(gpu="h100"):
+        torch.randn(64, 64, device="cuda") @ torch.randn(64, 64, device="cuda")  # cuBLAS workspace
+        crow = torch.arange(0, rows * k + 1, k, device="cuda")
+        col = torch.randint(0, cols, (rows * k,), device="cuda")
+        w = torch.sparse_bsr_tensor(
+            crow, col, torch.randn(rows * k, bs, bs, device="cuda"), (rows * bs, cols * bs)
+        )
+        x = torch.randn(tokens, cols * bs, device="cuda")
+        b = torch.randn(rows * bs, device="cuda")
+        before = torch.cuda.memory_allocated()
+        wt = w.t()
+        assert wt.layout is torch.sparse_bsc and torch.cuda.memory_allocated() == before
+        out = tokens * rows * bs * 4
+        pairs = rows * k * bs * tokens * 4  # gathered rows, and again the block products
+        for bias, scratch in ((None, out + 2 * pairs + 2 * rows * k * 8), (b, 2 * pairs + 2 * rows * k * 8)):
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            y = torch.nn.functional.linear(x, w, bias)
+            assert y.shape == (tokens, rows * bs)
+            assert torch.cuda.memory_allocated() - base == out
+            assert torch.cuda.max_memory_allocated() - base == out + scratch
+            del y

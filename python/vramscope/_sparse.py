@@ -873,7 +873,7 @@ def _transpose(cap, func, args, kwargs):
     clone (`clone_sparse`: values, then indices), then `sparse_transpose_`, which swaps the two
     index rows through a `zeros_like` row (nnz int64, freed) and marks the result uncoalesced."""
     t = args[0]
-    if (_csr(t) or _csc(t)) and registered(t) and t.dim() == 2:
+    if _compressed(t) and registered(t) and t.dim() == 2:
         # `transpose` of a 2-D CSR (CSC) matrix (`sparse_compressed_transpose`, TensorShape.cpp):
         # the CSC (CSR) matrix over the same indices and values, no allocation
         cap.ops += 1
@@ -1041,6 +1041,14 @@ def _mm(cap, func, args, kwargs):
         return _csc_mm(cap, s, d)
     if _bsr(s) and registered(s) and s.dim() == 2 and _dense_operand(d) and d.dim() == 2:
         return _bsr_mm(cap, s, d)
+    if (
+        _dense_operand(s)
+        and s.dim() == 2
+        and isinstance(d, torch.Tensor)
+        and d.layout is _BSC
+        and registered(d)
+    ):
+        return _dense_bsc_mm(cap, s, d)
     if _dense_operand(s) and _sparse_operand(d) and s.dim() == 2:
         return _dense_sparse_mm(cap, s, d)
     if _dense_operand(s) and _csr(d) and registered(d) and d.dim() == 2 and s.dtype == d.dtype:
@@ -1069,42 +1077,58 @@ def _view_or_copy(cap, t, shape, op: str):
 
 
 def _bsr_mm(cap, a, d):
-    """`mm(A, D)` of a BSR matrix and a dense one in float32, float16 or bfloat16.
-    `_sparse_csr_mm` (SparseCsrTensorMath.cpp) makes `zeros(m, n)` and `addmm`s into a new result
-    (`addmm_out_sparse_compressed_cuda`: resized to m x n, the zeros copied in); for these dtypes
-    `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp) takes the reference path,
-    `_compressed_row_strided_mm_out` (sparse/SparseBlasImpl.cpp), not cuSPARSE: D tiled to
-    (k / b1, b1, 1, n) by `reshape` (a view where its strides allow), the block rows each stored
-    block meets gathered by `index_select` (nnzb x b1 x n), the pairwise block products by `matmul`
-    (a bmm: nnzb x b0 x n, in float32; half and bfloat16 operands are first copied to float32,
-    copies that die with the expression), the crow indices made COO
-    (`_convert_indices_from_csr_to_coo`, 2 x nnzb), then `index_add_` into the zeroed result (half
-    and bfloat16: into a float32 `zeros` buffer copied back, which dies); the COO indices, the
-    products and the gathered rows die at the return, then the zeros. Half and bfloat16 with
-    power-of-two blocks of 16 or more and n a multiple of b0 go to Triton's `bsr_dense_mm` where
-    it is registered, and float64 and complex to cuSPARSE's bsrmm: no rule (NotImplemented)."""
-    crow, col, values = parts(a)
-    dtype = d.dtype
-    if values.dim() != 3 or values.dtype != dtype:
-        return NotImplemented
-    nnzb, b0, b1 = values.shape
-    m, k = a.shape
-    n = d.shape[1]
-    half = dtype in (torch.float16, torch.bfloat16)
-    if dtype != torch.float32 and not half:
-        return NotImplemented
-    pow2 = not (b0 & (b0 - 1)) and not (b1 & (b1 - 1))
-    if half and pow2 and b0 >= 16 and b1 >= 16 and n % b0 == 0:
+    """`mm(A, D)` of a BSR matrix and a dense one: `_sparse_csr_mm` (SparseCsrTensorMath.cpp) makes
+    `zeros(m, n)` and `addmm`s into a new result (`addmm_out_sparse_compressed_cuda`: resized to
+    m x n, the zeros copied in), then `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp): see
+    `_bsr_strided_mm`; the zeros die at the return."""
+    if not _bsr_supported(a, d):
         return NotImplemented
     cap.ops += 1
-    zeros = _empty(cap, (m, n), dtype, "aten::zeros")
+    m, n = a.shape[0], d.shape[1]
+    zeros = _empty(cap, (m, n), d.dtype, "aten::zeros")
     set_value(zeros, None)
-    r = _empty(cap, (m, n), dtype, "aten::addmm")
+    r = _empty(cap, (m, n), d.dtype, "aten::addmm")
     set_value(r, None)
-    if nnzb == 0 or r.numel() == 0:
-        del zeros
-        return r
+    _bsr_strided_mm(cap, a, d, r)
+    del zeros
+    return r
+
+
+def _bsr_supported(a, d) -> bool:
+    """Whether `block_sparse_mm` takes the reference path for BSR `a` times dense `d`: float32,
+    half or bfloat16 blocks of `d`'s dtype, except half and bfloat16 with power-of-two blocks of
+    16 or more and `d`'s columns a multiple of b0, which go to Triton's `bsr_dense_mm` where it is
+    registered (float64 and complex go to cuSPARSE's bsrmm: no rule here)."""
+    _crow, _col, values = parts(a)
+    dtype = d.dtype
+    if values.dim() != 3 or values.dtype != dtype or d.dim() != 2:
+        return False
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return False
+    b0, b1 = values.shape[1], values.shape[2]
+    pow2 = not (b0 & (b0 - 1)) and not (b1 & (b1 - 1))
+    return dtype == torch.float32 or not (pow2 and b0 >= 16 and b1 >= 16 and d.shape[1] % b0 == 0)
+
+
+def _bsr_strided_mm(cap, a, d, result) -> None:
+    """`_compressed_row_strided_mm_out(A, D, result)` (sparse/SparseBlasImpl.cpp), which
+    `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp) runs for float32, float16 and bfloat16
+    instead of cuSPARSE: D tiled to (k / b1, b1, 1, n) by `reshape` (a view where its strides
+    allow, else a contiguous copy), the block rows each stored block meets gathered by
+    `index_select` (nnzb x b1 x n), the pairwise block products by `matmul` (a bmm: nnzb x b0 x n,
+    in float32; half and bfloat16 operands are first copied to float32, copies that die with the
+    expression), the crow indices made COO (`_convert_indices_from_csr_to_coo`, 2 x nnzb), then
+    `index_add_` into the zeroed result (a view of it; half and bfloat16: into a float32 `zeros`
+    buffer copied back, which dies); the COO indices, the products and the gathered rows die at
+    the return."""
+    crow, col, values = parts(a)
+    nnzb, b0, b1 = values.shape
+    k = a.shape[1]
+    n = d.shape[1]
+    if nnzb == 0 or result.numel() == 0:
+        return
     op = "aten::addmm"
+    half = d.dtype != torch.float32
     tiled, d_copy = _view_or_copy(cap, d, (k // b1, b1, 1, n), op)
     with _NO_DISPATCH():
         tiled = tiled.transpose(-3, -2)
@@ -1119,11 +1143,83 @@ def _bsr_mm(cap, a, d):
     del v3, s3, v_copy, s_copy, v, s
     coo = _empty(cap, (2, nnzb), crow.dtype, "aten::_convert_indices_from_csr_to_coo")
     if half:
-        promoted = _empty(cap, (m, n), torch.float32, "aten::zeros")
+        promoted = _empty(cap, tuple(result.shape), torch.float32, "aten::zeros")
         del promoted
     del coo, pairwise, selected, tiled, d_copy
-    del zeros
+
+
+def _bsc_of(cap, s):
+    """The BSR matrix a BSC one is the transpose of (`sparse_compressed_transpose`: the same
+    indices, the blocks transposed as a view; no allocation)."""
+    with _NO_DISPATCH():
+        return s.transpose(-2, -1)
+
+
+def _dense_bsc_mm(cap, d, s):
+    """`mm(D, S)` of a dense matrix and a BSC one (`F.linear(x, W_bsr)` without bias: `x @ W.t()`):
+    `_sparse_csr_mm` makes `zeros(m, n)` in D's options and `addmm`s into a new result;
+    `addmm_out_sparse_csr` (sparse/cuda/SparseBlasImpl.cpp) computes the transpose,
+    `block_sparse_mm(zeros.t(), S.t(), D.t(), ...)` into `result.t()` (`_bsr_strided_mm` with S^T
+    the BSR matrix and D^T a column-major view); the zeros die at the return."""
+    a = _bsc_of(cap, s)
+    with _NO_DISPATCH():
+        dt = d.transpose(-2, -1)
+    if not _bsr_supported(a, dt):
+        return NotImplemented
+    cap.ops += 1
+    m, n = d.shape[0], s.shape[1]
+    zeros = _empty(cap, (m, n), d.dtype, "aten::zeros")
+    set_value(zeros, None)
+    r = _empty(cap, (m, n), d.dtype, "aten::addmm")
+    set_value(r, None)
+    with _NO_DISPATCH():
+        rt = r.transpose(-2, -1)
+    _bsr_strided_mm(cap, a, dt, rt)
+    del rt, zeros
     return r
+
+
+def _addmm_blocked(cap, func, args, kwargs):
+    """`addmm(T, A, B, beta, alpha)` with a BSR A (dense B) or a BSC B (dense A): a new result
+    (`addmm_sparse_compressed_dense`: resized to m x n, T broadcast and copied in), then
+    `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp; for dense @ BSC on the transposes): the
+    product into the result (`_bsr_strided_mm`), then, beta not 0, `result.add_(T.mul(beta))`
+    (`_compressed_row_strided_addmm_out`: the product, m x n, dies after the add). `F.linear(x,
+    W_bsr, bias)` is `addmm(bias, x, W.t())`."""
+    p = dict(zip(("self", "mat1", "mat2", "beta", "alpha"), args, strict=False)) | kwargs
+    t, m1, m2 = p["self"], p["mat1"], p["mat2"]
+    blocked_left = _bsr(m1) and registered(m1) and _dense_operand(m2)
+    blocked_right = (
+        isinstance(m2, torch.Tensor) and m2.layout is _BSC and registered(m2) and _dense_operand(m1)
+    )
+    if not (blocked_left or blocked_right) or not registered(t) or t.layout is not torch.strided:
+        return NotImplemented
+    if m1.dim() != 2 or m2.dim() != 2:
+        return NotImplemented
+    if blocked_left:
+        a, d = m1, m2
+    else:
+        a = _bsc_of(cap, m2)
+        with _NO_DISPATCH():
+            d = m1.transpose(-2, -1)
+    if not _bsr_supported(a, d) or t.dtype != d.dtype:
+        return NotImplemented
+    cap.ops += 1
+    m, n = m1.shape[0], m2.shape[1]
+    r = _empty(cap, (m, n), t.dtype, "aten::addmm")
+    set_value(r, None)
+    with _NO_DISPATCH():
+        target = r if blocked_left else r.transpose(-2, -1)
+    _bsr_strided_mm(cap, a, d, target)
+    beta = p.get("beta", 1)
+    if r.numel() and a.values().shape[0] and beta != 0:
+        scaled = _empty(cap, (m, n), t.dtype, "aten::mul")
+        del scaled
+    del target
+    return r
+
+
+OPS[aten.addmm.default] = _addmm_blocked
 
 
 def _dense_sparse_mm(cap, d, s):
