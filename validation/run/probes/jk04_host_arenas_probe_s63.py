@@ -65,7 +65,8 @@ for j in range(1, len(mapped)):
         inside = Counter(type(o).__name__ for o in objs if lo <= id(o) < hi)
         print(
             f"gap {(hi - lo) / MIB:.3f} MiB above tensor {j} ({mapped[j][1] / MIB:.3f} MiB), "
-            f"{(mapped[0][0] + mapped[0][1] - hi) / MIB:.3f} MiB under the top; objects {sum(inside.values())}:",
+            f"{(mapped[0][0] + mapped[0][1] - hi) / MIB:.3f} MiB under the top;",
+            f"objects {sum(inside.values())}:",
             inside.most_common(4),
         )
 del objs
