@@ -22,9 +22,9 @@ rule 6, which this does not model).
 Session 63, jk04 (/work/gpu_s62/f/h/jk04.pickle.xz): `fit` prints `first mismatch: None` with
 `--shift -6.5 --blockers 36,85,137` (all 153 tensors of 1.88 MiB and more, and three 1 MiB ranges: on this
 machine those are CPython's object arenas, `jk04_host_arenas_probe_s63.py`); the twin's layout (95
-tensors, its threshold) first misses at segment 10, and so does every shift without held ranges or
-with the threshold's tensors alone. `run` with TOP 1322.098 gives every figure of jk04's H100 record and
-`segments_order_s62.py` finds no allocation placed differently."""
+tensors, its threshold) first misses at segment 10 (at 12 at best, shifted); the 153 without held
+ranges at 18 at best. `run` with TOP 1322.098 gives every figure of jk04's H100 record and
+`segments_order_s62.py` finds no allocation placed differently (docs/driver-placement.md, session 63)."""
 
 import os
 import pickle
