@@ -96,3 +96,20 @@ def test_mm_into_a_row_slice_writes_in_place():
         return a, b, out
 
     assert _bytes_during(setup, lambda a, b, out: torch.mm(a, b, out=out)) == (0, 0, 0)
+
+
+def test_baddbmm_in_place_takes_the_cublas_workspace_on_first_use():
+    # baddbmm_ -> baddbmm_out_cuda_impl -> bgemm on the current handle: its workspace (32 MiB on an
+    # H100) comes with the first product, as bmm's does; the twin had no rule for baddbmm_
+    with vramscope.capture(gpu="h100"):
+        s = torch.empty(4, 256, 256, device="cuda")
+        x = torch.empty(4, 256, 64, device="cuda")
+        before = torch.cuda.memory_allocated()
+        s.baddbmm_(x, x.transpose(1, 2))
+        took = torch.cuda.memory_allocated() - before
+    with vramscope.capture(gpu="h100"):
+        a = torch.empty(4, 256, 64, device="cuda")
+        before = torch.cuda.memory_allocated()
+        out = torch.bmm(a, a.transpose(1, 2))
+        bmm_took = torch.cuda.memory_allocated() - before - out.untyped_storage().nbytes()
+    assert took == bmm_took > 0
