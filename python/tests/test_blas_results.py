@@ -113,3 +113,26 @@ def test_baddbmm_in_place_takes_the_cublas_workspace_on_first_use():
         out = torch.bmm(a, a.transpose(1, 2))
         bmm_took = torch.cuda.memory_allocated() - before - out.untyped_storage().nbytes()
     assert took == bmm_took > 0
+
+
+def _first_addmm(out_of):
+    """What a first `addmm(bias, m1, m2, out=...)` leaves allocated and its peak, on an H100."""
+    with vramscope.capture(gpu="h100"):
+        bias = torch.empty(512, device="cuda")
+        m1 = torch.empty(1024, 256, device="cuda")
+        m2 = torch.empty(256, 512, device="cuda")
+        out = out_of()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        torch.addmm(bias, m1, m2, out=out)
+        return torch.cuda.memory_allocated() - before, torch.cuda.max_memory_allocated() - before
+
+
+def test_addmm_into_a_strided_out_takes_cublas_not_cublaslt():
+    # isInputCompliesAddmmCudaLt wants `result.is_contiguous()`: a contiguous out takes
+    # gemm_and_bias (cuBLAS's handle and cuBLASLt's workspace), a strided one cuBLAS's gemm alone,
+    # through the result's contiguous clone (2,097,152 bytes, gone after the copy back)
+    lt, lt_peak = _first_addmm(lambda: torch.empty(1024, 512, device="cuda"))
+    plain, plain_peak = _first_addmm(lambda: torch.empty(1024, 1024, device="cuda")[:, ::2])
+    assert lt == lt_peak and lt > plain
+    assert plain_peak == plain + 2097152

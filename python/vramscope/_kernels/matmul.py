@@ -214,7 +214,11 @@ def _addmm(cap, func, call, outs):
     (args, kw) = call
     mat1, mat2 = args[1], args[2]
     if outs[0].numel() > 0 and mat1.shape[1] > 0:
-        _gemm_2d(cap, "addmm", mat1, mat2, addmm_uses_lt(args, kw), outs[0])
+        # `isInputCompliesAddmmCudaLt` also wants a contiguous result that is not `self` (Blas.cpp:
+        # `result.is_same(self)` returns false, then `result.is_contiguous()`): `addmm_` and an
+        # `out=` of other strides take cuBLAS's `gemm` after copying the bias into the result
+        lt = func is not aten.addmm_.default and outs[0].is_contiguous() and addmm_uses_lt(args, kw)
+        _gemm_2d(cap, "addmm", mat1, mat2, lt, outs[0])
 
 
 def _batch_operands(cap, b1, b2, transpose_result: bool = True):
