@@ -2,11 +2,14 @@
 
 cuda/Blas.cpp's `baddbmm_out_cuda_impl` computes into `result.transpose(1, 2).clone(Contiguous)`
 when neither inner stride of the result is 1 with a leading dimension that fits, and copies it back;
-`cublasCommonArgs` does the same for 2-D results (`mm(out=)`, `addmm(out=)`). The twin (e7fbc264,
+`cublasCommonArgs` does the same for 2-D results (`mm(out=)`, `addmm(out=)`), and an addmm into a
+non-contiguous result is not cuBLASLt's (isInputCompliesAddmmCudaLt). The twin (e7fbc264, e6825f53,
 python/tests/test_blas_results.py) takes that clone; before it took none. Each line: the case, the
 allocations it made (allocation.all.allocated), the bytes requested, and the peak over the start.
-Expected on the GPU (the twin's figures): transposed-empty 0 0 0, strided 1 8388608 8388608,
-column-major 0 0 0, baddbmm_-strided 1 2097152 2097152, mm-strided 1 2097152 2097152, mm-rows 0 0 0.
+Expected on the GPU (the twin's figures): addmm-strided-first 2 35651584 35651584 (cuBLAS's 32 MiB
+workspace and the clone), addmm-contiguous-second 1 1048576 1048576 (cuBLASLt's workspace),
+transposed-empty 0 0 0, strided 1 8388608 8388608, column-major 0 0 0, baddbmm_-strided 1 2097152
+2097152, mm-strided 1 2097152 2097152, mm-rows 0 0 0.
 
     cd validation/run && python3 probes/rp63_bmm_mm_out_into_strided_results_probe_s63.py
 """
@@ -41,7 +44,30 @@ def operands(k=4, b=4096, p=256, q=256):
     return x, w
 
 
-# the cuBLAS handles' workspaces first (bmm and mm, fp32 and bf16)
+# first of all, before any product: addmm into a strided out takes cuBLAS's gemm (the handle's
+# workspace) and the result's clone, not cuBLASLt's gemm_and_bias (isInputCompliesAddmmCudaLt)
+case(
+    "addmm-strided-first",
+    lambda: (
+        torch.empty(512, device=dev),
+        torch.empty(1024, 256, device=dev),
+        torch.empty(256, 512, device=dev),
+        torch.empty(1024, 1024, device=dev)[:, ::2],
+    ),
+    lambda bias, a, b, out: torch.addmm(bias, a, b, out=out),
+)
+# then a contiguous out: gemm_and_bias, whose cuBLASLt workspace comes now
+case(
+    "addmm-contiguous-second",
+    lambda: (
+        torch.empty(512, device=dev),
+        torch.empty(1024, 256, device=dev),
+        torch.empty(256, 512, device=dev),
+        torch.empty(1024, 512, device=dev),
+    ),
+    lambda bias, a, b, out: torch.addmm(bias, a, b, out=out),
+)
+# the cuBLAS handles' workspaces (bmm and mm, fp32 and bf16)
 torch.bmm(torch.empty(2, 4, 4, device=dev), torch.empty(2, 4, 4, device=dev))
 torch.mm(torch.empty(4, 4, device=dev), torch.empty(4, 4, device=dev))
 torch.bmm(torch.empty(2, 4, 4, device=dev, dtype=BF16), torch.empty(2, 4, 4, device=dev, dtype=BF16))
