@@ -28,16 +28,39 @@ def _matrix_needs_copy(t: torch.Tensor) -> bool:
     return True
 
 
-def _batch_needs_copy(t: torch.Tensor, m: int, n: int) -> bool:
-    """`prepare_batch_matrix_for_cublas` for a contiguous result."""
+def _batch_needs_copy(t: torch.Tensor, m: int, n: int, transpose_result: bool = True) -> bool:
+    """`prepare_batch_matrix_for_cublas` (the fast and leading dimensions swap with
+    `transpose_result`; a contiguous result makes it true)."""
     st = t.stride()
-    if st[2] == 1 and st[1] >= max(m, 1):
+    fast, lead = (2, 1) if transpose_result else (1, 2)
+    if st[fast] == 1 and st[lead] >= max(m, 1):
         return False
-    if st[1] == 1 and st[2] >= max(n, 1):
+    if st[lead] == 1 and st[fast] >= max(n, 1):
         return False
     if t.is_contiguous() and st[1] != 0 and st[2] != 0:
         return False
     return True
+
+
+def _batch_result(result: torch.Tensor):
+    """`baddbmm_out_cuda_impl`'s `result_` (cuda/Blas.cpp): column-major batches (`transpose_result`
+    false) or row-major ones (true) are written in place; any other result (an `out=` or in-place
+    `self` neither of whose inner strides is 1 with a leading dimension that fits) is computed into a
+    `result.transpose(1, 2).clone(Contiguous)` (`transpose_result` false) and copied back. Returns
+    (transpose_result, whether that clone is made)."""
+    s, st = result.shape, result.stride()
+    if st[1] == 1 and (s[2] == 1 or st[2] >= max(1, s[1])):
+        return False, False
+    if st[2] == 1 and (s[1] == 1 or st[1] >= max(1, s[2])):
+        return True, False
+    return False, True
+
+
+def _matrix_result_needs_copy(t: torch.Tensor) -> bool:
+    """`cublasCommonArgs`' `prepare_matrix_for_cublas(c, transpose_result)` (cuBlasCommonArgs.h):
+    a 2-D result cuBLAS cannot address is computed into a contiguous clone, copied back after the
+    gemm (`result.copy_(*args.result)`, Blas.cpp)."""
+    return not non_overlapping_and_dense(t) and _matrix_needs_copy(t)
 
 
 def _temp(cap, t: torch.Tensor, op: str):
@@ -149,13 +172,15 @@ def _gemm_2d(cap, op: str, mat1, mat2, lt: bool, result=None) -> None:
     """`cublasCommonArgs(mat1, mat2, result)`: `mata` from `mat2`, then
     `matb` from `mat1`; the gemm (through TunableOp when it is on: `gemm` or, on the cuBLASLt
     path, `launchTunableGemmAndBias`); the copies die with the args."""
+    # a result cuBLAS cannot address (an `out=`): its contiguous clone first, copied back after
+    c = _temp(cap, result, op) if result is not None and _matrix_result_needs_copy(result) else None
     a = _temp(cap, mat2, op) if _matrix_needs_copy(mat2) else None
     b = _temp(cap, mat1, op) if _matrix_needs_copy(mat1) else None
     tune = None
     if result is not None and torch._C._cuda_tunableop_is_enabled():
         tune = tunable_gemm("GemmAndBiasTunableOp" if lt else "GemmTunableOp", mat1, mat2, result)
     cap.blas(op, mat1.dtype, lt, tune)
-    del b, a
+    del b, a, c
 
 
 def _mm(cap, func, call, outs):
@@ -189,31 +214,45 @@ def _addmm(cap, func, call, outs):
     (args, kw) = call
     mat1, mat2 = args[1], args[2]
     if outs[0].numel() > 0 and mat1.shape[1] > 0:
-        _gemm_2d(cap, "addmm", mat1, mat2, addmm_uses_lt(args, kw), outs[0])
+        # `isInputCompliesAddmmCudaLt` also wants a contiguous result that is not `self` (Blas.cpp:
+        # `result.is_same(self)` returns false, then `result.is_contiguous()`): `addmm_` and an
+        # `out=` of other strides take cuBLAS's `gemm` after copying the bias into the result
+        lt = func is not aten.addmm_.default and outs[0].is_contiguous() and addmm_uses_lt(args, kw)
+        _gemm_2d(cap, "addmm", mat1, mat2, lt, outs[0])
 
 
-def _batch_operands(cap, b1, b2):
-    """`baddbmm_out_cuda_impl`'s `prepare_batch_matrix_for_cublas` of its contiguous result's
-    problem: the copies of `batch2`, then `batch1`, that cuBLAS cannot address."""
-    m, n, k = b2.shape[2], b1.shape[1], b1.shape[2]
-    a = _temp(cap, b2, "bmm") if _batch_needs_copy(b2, m, k) else None
-    b = _temp(cap, b1, "bmm") if _batch_needs_copy(b1, k, n) else None
+def _batch_operands(cap, b1, b2, transpose_result: bool = True):
+    """`baddbmm_out_cuda_impl`'s `prepare_batch_matrix_for_cublas` of its operands: with a
+    row-major result (`transpose_result`, what a fresh result is) the copies of `batch2`, then
+    `batch1`, that cuBLAS cannot address; with a column-major one `batch1`, then `batch2`."""
+    if transpose_result:
+        m, n, k = b2.shape[2], b1.shape[1], b1.shape[2]
+        a = _temp(cap, b2, "bmm") if _batch_needs_copy(b2, m, k) else None
+        b = _temp(cap, b1, "bmm") if _batch_needs_copy(b1, k, n) else None
+        return a, b
+    m, n, k = b1.shape[1], b2.shape[2], b1.shape[2]
+    a = _temp(cap, b1, "bmm") if _batch_needs_copy(b1, m, k, False) else None
+    b = _temp(cap, b2, "bmm") if _batch_needs_copy(b2, k, n, False) else None
     return a, b
 
 
 def _bmm(cap, func, call, outs):
     (args, _kw) = call
-    if func._schema.name == "aten::baddbmm":
+    if func._schema.name in ("aten::baddbmm", "aten::baddbmm_"):
         b1, b2 = args[1], args[2]
     else:
         b1, b2 = args[0], args[1]
     if outs[0].numel() > 0 and b1.shape[2] > 0:
-        a, b = _batch_operands(cap, b1, b2)
+        # an `out=` result's layout decides the operands' roles; one cuBLAS cannot address is
+        # computed into a clone first and copied back (`result_`, Blas.cpp)
+        tr, cloned = _batch_result(outs[0])
+        c = _temp(cap, outs[0], "bmm") if cloned else None
+        a, b = _batch_operands(cap, b1, b2, tr)
         tune = None
         if torch._C._cuda_tunableop_is_enabled():
             tune = tunable_bgemm(b1, b2, outs[0])
         cap.blas("bmm", b1.dtype, False, tune)
-        del b, a
+        del b, a, c
 
 
 for _f in (aten.mm.default, aten.mm.out):
@@ -328,8 +367,8 @@ for _f in (
     aten._addmm_activation.out,
 ):
     AFTER[_f] = _addmm  # addmm_, addmm_activation_out_cuda: addmm_out_cuda_impl (in place; with an epilogue)
-for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.out):
-    AFTER[_f] = _bmm
+for _f in (aten.bmm.default, aten.bmm.out, aten.baddbmm.default, aten.baddbmm.out, aten.baddbmm_.default):
+    AFTER[_f] = _bmm  # baddbmm_: baddbmm_out_cuda_impl with its `self` as the result
 
 
 # ---- operands of different dtypes -----------------------------------------------------
