@@ -113,6 +113,7 @@ def _is_cuda(device) -> bool:
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(__file__)
 _EXAMPLES = os.path.join(_HERE, "examples")
+_DEVICE_THREAD_FILE = os.path.join(_HERE, "_device_thread.py")
 
 
 #: whether a code object's file is outside torch and vramscope, by file name (`_user_frame`)
@@ -174,6 +175,11 @@ def _from_mode_above(func, frame) -> bool:
         if fn.startswith(_TORCH_DIR) or (fn == __file__ and frame.f_code.co_name in _MODE_FRAMES):
             frame = frame.f_back
             continue
+        if fn == _DEVICE_THREAD_FILE and frame.f_code.co_name == "real":
+            # torch's Python that the autograd engine calls from C++ (a jagged nested tensor's
+            # `__torch_dispatch__` for ToCopyBackward0's `grad.to(self_options)`: the Node saved the
+            # simulated tensor's options, whose device is meta here and cuda on the GPU)
+            return True
         return not fn.startswith(_HERE) or fn.startswith(_EXAMPLES)
     return False
 
