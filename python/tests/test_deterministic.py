@@ -46,14 +46,14 @@ def test_nondeterministic_cuda_kernels_alert(deterministic, monkeypatch):
     with vramscope.capture(gpu="h100"):
         x = torch.randn(2, 3, 16, 16, device="cuda", requires_grad=True)
         y = torch.nn.functional.adaptive_avg_pool2d(x, 5)
-        with pytest.raises(RuntimeError, match="^adaptive_avg_pool2d_backward_cuda does not have"):
+        with pytest.raises(RuntimeError, match=r"^adaptive_avg_pool2d_backward_cuda does not have"):
             y.sum().backward()
         logits = torch.randn(2, 4, 8, 8, device="cuda")
         target = torch.zeros(2, 8, 8, dtype=torch.long, device="cuda")
-        with pytest.raises(RuntimeError, match="^nll_loss2d_forward_out_cuda_template"):
+        with pytest.raises(RuntimeError, match=r"^nll_loss2d_forward_out_cuda_template"):
             torch.nn.functional.cross_entropy(logits, target)
         assert torch.nn.functional.cross_entropy(logits, target, reduction="none").shape == (2, 8, 8)
-        with pytest.raises(RuntimeError, match="^cumsum_cuda_kernel"):
+        with pytest.raises(RuntimeError, match=r"^cumsum_cuda_kernel"):
             torch.rand(100, device="cuda").cumsum(0)
         assert torch.arange(100, device="cuda").cumsum(0).shape == (100,)
         # interpolate's bilinear mode takes its decomposition under deterministic algorithms

@@ -2883,9 +2883,9 @@ class Capture:
             return
         msg = (
             "Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
-            "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic because "
-            "it uses CuBLAS and you have CUDA >= 10.2. To enable deterministic behavior in this case, you must "
-            "set an environment variable before running your PyTorch application: "
+            "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic "
+            "because it uses CuBLAS and you have CUDA >= 10.2. To enable deterministic behavior in this "
+            "case, you must set an environment variable before running your PyTorch application: "
             "CUBLAS_WORKSPACE_CONFIG=:4096:8 or CUBLAS_WORKSPACE_CONFIG=:16:8. For more information, go to "
             "https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility"
         )
