@@ -540,3 +540,48 @@ def test_sdpa_called_as_an_aten_op_takes_the_cuda_backend_choice():
             del out
         backends = cap.report()["sdpa_backends"]
     assert peaks[0] == peaks[1] and backends == {"cudnn": 2}
+
+
+def test_sdpa_with_the_math_kernel_off_raises_where_no_fused_kernel_passes():
+    # cuda/sdp_utils.cpp `select_sdp_backend`: math is taken only when enabled; 3-D q, k, v (timm's
+    # SAM ViT: (B * heads, N, d)) fail every fused kernel's `check_tensor_shapes`, so under
+    # `sdpa_kernel(EFFICIENT_ATTENTION)` the GPU raises "No available kernel" (the twin ran math);
+    # every backend off is `_fused_sdp_choice_cuda`'s "No viable backend"; with cuDNN's priority
+    # after math (the default order off sm90/sm100) a math-less context still reaches cuDNN
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from vramscope import _attention
+
+    with vramscope.capture(gpu="h100"):
+        q3 = torch.empty(24, 1024, 64, device="cuda", dtype=torch.bfloat16)
+        bias = torch.empty(24, 1024, 1024, device="cuda", dtype=torch.bfloat16)
+        for be in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+            with sdpa_kernel(be), pytest.raises(RuntimeError, match="No available kernel"):
+                torch.nn.functional.scaled_dot_product_attention(q3, q3, q3, attn_mask=bias)
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            out = torch.nn.functional.scaled_dot_product_attention(q3, q3, q3, attn_mask=bias)
+        assert out.shape == (24, 1024, 64)
+        q4 = q3.view(2, 12, 1024, 64)
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(q4, q4, q4)
+        prev = [torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()]
+        try:
+            torch.backends.cuda.enable_math_sdp(False)
+            torch.backends.cuda.enable_flash_sdp(False)
+            torch.backends.cuda.enable_mem_efficient_sdp(False)
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            with pytest.raises(RuntimeError, match="No viable backend"):
+                torch.nn.functional.scaled_dot_product_attention(q4, q4, q4)
+        finally:
+            torch.backends.cuda.enable_math_sdp(prev[0])
+            torch.backends.cuda.enable_flash_sdp(prev[1])
+            torch.backends.cuda.enable_mem_efficient_sdp(True)
+            torch.backends.cuda.enable_cudnn_sdp(True)
+
+    with vramscope.capture(gpu="a100-80gb") as cap:
+        q = torch.empty(2, 8, 256, 64, device="cuda", dtype=torch.bfloat16)
+        dev = cap.device
+        args = (q, q, q, None, 0.0, False, False, dev.capability, dev.sdpa)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            assert _attention.backend(*args) == "cudnn"
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
+            assert _attention.backend(*args) == "math"

@@ -179,3 +179,22 @@ def test_the_sdpa_tutorials_nested_batch_peaks_as_its_kernels_allocate():
     t, b = sum(lens), len(lens)
     workspace = 32 * 1024 * 1024
     assert peak == workspace + t * 3 * e * 2 + 2 * (b + 1) * 4 + t * e * 2 + h * t * 4 + 16 + 8 + t * e * 2
+
+
+def test_jagged_autocast_cast_backward_stays_on_the_simulated_gpu():
+    # blind261/jb03's eager head: autocast casts a jagged activation for `linear`, so the backward's
+    # ToCopyBackward0 runs `grad.to(self_options)` through NestedTensor's `_to_copy` (torch/nested/
+    # _internal/ops.py: the values' `_to_copy(device=...)`, then `offsets.to(device=values.device)`).
+    # The Node saved the simulated tensor's options (meta here, cuda on the GPU); with the backward
+    # under the capture's function mode (6be6ef24) the values' copy became a plain meta tensor and
+    # the pass raised "values and offsets must be on the same device" where the GPU runs on
+    with vramscope.capture(gpu="h200"):
+        lin = torch.nn.Linear(16, 4).cuda()
+        offsets = torch.tensor([0, 5, 12, 15], device="cuda")
+        v = torch.randn(15, 16, device="cuda", requires_grad=True)
+        x = torch.nested.nested_tensor_from_jagged(v, offsets, max_seqlen=7)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = lin(x)
+        y.values().float().sum().backward()
+        assert v.grad is not None and v.grad.is_cuda and v.grad.shape == (15, 16)
+        assert lin.weight.grad.is_cuda

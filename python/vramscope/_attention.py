@@ -156,7 +156,6 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
             and q.dtype in dtypes
         )
 
-    order = ("cudnn", "flash", "efficient") if support["prefers_cudnn"] else ("flash", "efficient")
     checks = {"cudnn": cudnn, "flash": flash, "efficient": efficient}
     # `sdp::select_sdp_backend` skips the backends the context (`sdpa_kernel`, torch.backends.cuda's
     # `enable_*_sdp`) turned off
@@ -164,13 +163,23 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
         "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
         "flash": torch.backends.cuda.flash_sdp_enabled(),
         "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+        "math": torch.backends.cuda.math_sdp_enabled(),
     }
     if only is not None:
         return enabled[only] and checks[only]()
+    # cuda/sdp_utils.cpp `select_sdp_backend`: every backend off is an error at once; else the first
+    # of `priority_order` (the context's, flash, efficient, math, cuDNN unless sm90/sm100 prefer
+    # cuDNN first) that is on and passes its checks; none is "No available kernel"
+    if not any(enabled.values()):
+        return "error"
+    names = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
+    order = [names[i] for i in torch._C._get_sdp_priority_order() if i in names]
+    if support["prefers_cudnn"] and order == ["flash", "efficient", "math", "cudnn"]:
+        order = ["cudnn", "flash", "efficient", "math"]
     for name in order:
-        if enabled[name] and checks[name]():
+        if enabled[name] and (name == "math" or checks[name]()):
             return name
-    return "math"
+    return "unavailable"
 
 
 def sdpa(cap, args, kwargs, traced=False):
@@ -224,6 +233,14 @@ def _sdpa(cap, a, traced=False):
     if registered(_physical(q)):
         # the choice asks cuDNN: its graph library loads (the driver's address-space rule 9)
         cap.device.sdpa_backend_choice()
+    if which == "error":
+        # attention.cu `_fused_sdp_choice_cuda`
+        raise RuntimeError(
+            "No viable backend for scaled_dot_product_attention was found. "
+            "This is likely due to turning off both the math kernel and the fused kernels."
+        )
+    if which == "unavailable":
+        raise RuntimeError("No available kernel. Aborting execution.")
     cap.sdpa_backends[which] = cap.sdpa_backends.get(which, 0) + 1
     if which == "math" and not traced and not all(registered(t) for t in (q, k, v)):
         return NotImplemented
@@ -641,6 +658,10 @@ def _sdp_branch(query, heads, dph) -> bool:
     with torch._C.DisableTorchFunction():
         view = query.view(b, -1, heads, dph).transpose(1, 2)
         which = backend(view, view, view, None, 0.0, False, False, _FAST.capability, _FAST.sdpa)
+    if which == "unavailable":
+        # attention.cpp `_native_multi_head_attention` calls `select_sdp_backend` itself, whose
+        # TORCH_CHECK raises when math is off and no fused kernel passes (all off: the explicit path)
+        raise RuntimeError("No available kernel. Aborting execution.")
     return which in ("flash", "efficient", "cudnn")
 
 

@@ -113,6 +113,7 @@ def _is_cuda(device) -> bool:
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _HERE = os.path.dirname(__file__)
 _EXAMPLES = os.path.join(_HERE, "examples")
+_DEVICE_THREAD_FILE = os.path.join(_HERE, "_device_thread.py")
 
 
 #: whether a code object's file is outside torch and vramscope, by file name (`_user_frame`)
@@ -174,6 +175,11 @@ def _from_mode_above(func, frame) -> bool:
         if fn.startswith(_TORCH_DIR) or (fn == __file__ and frame.f_code.co_name in _MODE_FRAMES):
             frame = frame.f_back
             continue
+        if fn == _DEVICE_THREAD_FILE and frame.f_code.co_name == "real":
+            # torch's Python that the autograd engine calls from C++ (a jagged nested tensor's
+            # `__torch_dispatch__` for ToCopyBackward0's `grad.to(self_options)`: the Node saved the
+            # simulated tensor's options, whose device is meta here and cuda on the GPU)
+            return True
         return not fn.startswith(_HERE) or fn.startswith(_EXAMPLES)
     return False
 
@@ -182,6 +188,36 @@ def _user_site() -> str:
     """file:line of the innermost frame outside torch and vramscope."""
     f = _user_frame()
     return "<unknown>" if f is None else f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+def _always(args, kwargs) -> bool:
+    return True
+
+
+def _floating_or_complex(args, kwargs) -> bool:
+    return args[0].is_floating_point() or args[0].is_complex()
+
+
+def _reduced(args, kwargs) -> bool:
+    reduction = args[3] if len(args) > 3 else kwargs.get("reduction", 1)
+    return reduction != 0
+
+
+#: CUDA kernels that call `globalContext().alertNotDeterministic(caller)` (raise under
+#: `torch.use_deterministic_algorithms(True)`, warn with `warn_only`): op -> (caller, before its
+#: outputs (a plain kernel) or after (a structured kernel's impl), condition). The names are the
+#: kernels' own: AdaptiveAveragePooling.cu, ReflectionPad.cu, GridSampler.cpp, NLLLoss2d.cu,
+#: UpSample*.cu, ScanKernels.cpp (`cumsum_cuda_kernel`, floating or complex input); histc and
+#: median with indices raise in their meta functions already (torch/_meta_registrations.py)
+_NOT_DETERMINISTIC = {
+    aten._adaptive_avg_pool2d_backward.default: ("adaptive_avg_pool2d_backward_cuda", True, _always),
+    aten.reflection_pad2d_backward.default: ("reflection_pad2d_backward_cuda", True, _always),
+    aten.grid_sampler_2d_backward.default: ("grid_sampler_2d_backward_cuda", True, _always),
+    aten.nll_loss2d_forward.default: ("nll_loss2d_forward_out_cuda_template", True, _reduced),
+    aten.upsample_bilinear2d_backward.default: ("upsample_bilinear2d_backward_out_cuda", False, _always),
+    aten.upsample_bicubic2d_backward.default: ("upsample_bicubic2d_backward_out_cuda", False, _always),
+    aten.cumsum.default: ("cumsum_cuda_kernel", False, _floating_or_complex),
+}
 
 
 #: `_source_line`'s text by (id of the code, offset of its instruction) -> (the code, the text)
@@ -2406,6 +2442,8 @@ class Capture:
         self.tunable_results: dict[tuple[str, str], str] = {}
         #: the environment's cuBLAS workspace settings the device's sizes were last set from
         self.blas_env: tuple | None = None
+        #: whether CUBLAS_WORKSPACE_CONFIG is deterministic, read at the first GEMM (`_cublas_alert`)
+        self.cublas_config_deterministic: bool | None = None
         #: an allocation made in a private pool -> the stream id that pool is kept under
         #: (`_cudagraph_trees`' checkpoints)
         self.pool_handles: dict[int, int] = {}
@@ -2831,6 +2869,31 @@ class Capture:
             while copies:
                 copies.pop(0)
 
+    def cublas_alert(self) -> None:
+        """`Context::alertCuBLASConfigNotDeterministic` (aten/src/ATen/Context.cpp), which CUDABlas.cpp's
+        gemm, bgemm and gemv call before taking the handle: under `use_deterministic_algorithms(True)`
+        it raises (warns with `warn_only`) unless CUBLAS_WORKSPACE_CONFIG is ":4096:8" or ":16:8", as
+        read once, at the process's first call (a function-local static)."""
+        if self.cublas_config_deterministic is None:
+            self.cublas_config_deterministic = os.environ.get("CUBLAS_WORKSPACE_CONFIG") in (
+                ":4096:8",
+                ":16:8",
+            )
+        if self.cublas_config_deterministic or not torch.are_deterministic_algorithms_enabled():
+            return
+        msg = (
+            "Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
+            "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic "
+            "because it uses CuBLAS and you have CUDA >= 10.2. To enable deterministic behavior in this "
+            "case, you must set an environment variable before running your PyTorch application: "
+            "CUBLAS_WORKSPACE_CONFIG=:4096:8 or CUBLAS_WORKSPACE_CONFIG=:16:8. For more information, go to "
+            "https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility"
+        )
+        if torch.is_deterministic_algorithms_warn_only_enabled():
+            warnings.warn(msg, UserWarning, stacklevel=2)
+            return
+        raise RuntimeError(msg)
+
     def tunable_copies(self, key: tuple[str, str], sizes: tuple[int, int, int]) -> list | None:
         """TunableOp's tuning of a GEMM signature not tuned yet (`TunableOp::operator()`: the
         results manager's lookup, then `FindFastest` while tuning is on; TunableOp.h):
@@ -3071,8 +3134,16 @@ class Capture:
         shapes = _SHAPE_CHECKS.get(func)
         if shapes is not None and len(args) >= 2:
             shapes(args)
+        alert = _NOT_DETERMINISTIC.get(func) if torch.are_deterministic_algorithms_enabled() else None
+        if alert is not None and alert[1] and alert[2](args, kwargs):
+            torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
         out = self._dispatch(func, args, kwargs)
+        if alert is not None and not alert[1] and alert[2](args, kwargs):
+            # a structured kernel's impl alerts after its meta function made the output, which the
+            # exception frees
+            del out
+            torch._prims_common.alert_not_deterministic(alert[0])
         if func in _NORMAL_DRAWS:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)

@@ -179,6 +179,8 @@ def _gemm_2d(cap, op: str, mat1, mat2, lt: bool, result=None) -> None:
     tune = None
     if result is not None and torch._C._cuda_tunableop_is_enabled():
         tune = tunable_gemm("GemmAndBiasTunableOp" if lt else "GemmTunableOp", mat1, mat2, result)
+    # CUDABlas.cpp's gemm (and cuBLASLt's gemm_and_bias) first alerts under deterministic algorithms
+    cap.cublas_alert()
     cap.blas(op, mat1.dtype, lt, tune)
     del b, a, c
 
@@ -251,6 +253,7 @@ def _bmm(cap, func, call, outs):
         tune = None
         if torch._C._cuda_tunableop_is_enabled():
             tune = tunable_bgemm(b1, b2, outs[0])
+        cap.cublas_alert()  # bgemm's, as gemm's
         cap.blas("bmm", b1.dtype, False, tune)
         del b, a, c
 
@@ -271,6 +274,7 @@ def _gemv(cap, func, call, outs):
     if outs[0].numel() == 0 or mat.numel() == 0:
         return
     v, m = _gemv_operands(cap, mat, vec)
+    cap.cublas_alert()  # gemv's, as gemm's
     cap.blas("mv", mat.dtype, False)
     del m, v
 
