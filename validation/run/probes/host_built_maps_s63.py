@@ -18,6 +18,7 @@ phase-0 large segments in the address order [94, 20 x 3, 94, 20 x 7] MiB; the tw
 draw, `VRAMSCOPE_HOST_ABOVE`), so on the GPU more of `.to()`'s 20 MiB chunks went into the freed
 tensors' ranges above the context than rule 11's contiguous layout allows. These maps show that layout."""
 
+import ctypes
 import os
 import re
 import sys
@@ -55,6 +56,16 @@ def show(tag, maps, tensors, lo_bound, hi_bound, base):
         prev = hi
 
 
+def glibc_mapped(ptr, nbytes):
+    """Whether glibc served the allocation at `ptr` with a mapping of its own (the chunk header's
+    IS_MMAPPED bit; `_glibc_mapping` in python/vramscope/_capture.py)."""
+    if ptr % 4096 < 16:
+        return False
+    size, prev = ctypes.c_size_t.from_address(ptr - 8).value, ctypes.c_size_t.from_address(ptr - 16).value
+    length = (size & ~7) + prev
+    return bool(size & 2) and length % 4096 == 0 and nbytes < length <= nbytes + (1 << 20)
+
+
 def main():
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
@@ -82,6 +93,21 @@ def main():
     )
     big = [t for t in tensors if t[1] >= 128 << 10]
     print(f"tensors >= 128 KiB: {len(big)}, {sum(t[1] for t in big) / MIB:.2f} MiB")
+    # which sizes glibc mapped on their own (its dynamic threshold after this program's imports:
+    # the twin starts at 3,846,144 bytes, rule 7; session 42's H200 'torch' case mapped 2 MiB, not 1)
+    sizes = {}
+    for a, n, _ in big:
+        m, t = sizes.get(n, (0, 0))
+        sizes[n] = (m + glibc_mapped(a, n), t + 1)
+    print(
+        "glibc-mapped by size (bytes: mapped/total):", {n: f"{m}/{t}" for n, (m, t) in sorted(sizes.items())}
+    )
+    print(
+        "imported:",
+        sorted(
+            k for k in ("numpy", "torchvision", "timm", "transformers", "torch._dynamo") if k in sys.modules
+        ),
+    )
     before = read_maps()
     if not torch.cuda.is_available():  # a dry run on a host without a GPU: the build's maps only
         lo = min(a for a, _, _ in big if a > 0x7000_0000_0000)  # (mmapped, not the brk heap)
