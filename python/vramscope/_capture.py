@@ -45,6 +45,7 @@ from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured regi
     _autocast,
     _compile,
     _custom,
+    _gccount,
     _kernels,
     _linalg,
     _native,
@@ -159,7 +160,17 @@ def _user_frame():
 
 
 #: the function mode's own frames between an op's call and `_torch_function` (`_from_mode_above`)
-_MODE_FRAMES = frozenset({"__torch_function__", "_function", "_run", "_torch_function"})
+_MODE_FRAMES = frozenset(
+    {
+        "__torch_function__",
+        "_torch_function_locked",
+        "_call",
+        "_program_call",
+        "_function",
+        "_run",
+        "_torch_function",
+    }
+)
 
 
 def _from_mode_above(func, frame) -> bool:
@@ -790,8 +801,35 @@ class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
         self.cap = cap
+        #: the call's collector window (`_gccount`): its count, whether the collector was on,
+        #: whether the call ran the function itself (the program's op) -- None: none
+        self.window = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        cell = _gccount.COUNT
+        if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+            return self._torch_function_locked(func, types, args, kwargs)
+        # the mode's Python is the twin's: the collector counts what the GPU's call allocates
+        # (`_gccount`): a function in Python runs as the program's, an op adds its outputs
+        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+        gc.disable()
+        try:
+            out = self._torch_function_locked(func, types, args, kwargs)
+        except BaseException:
+            _gccount.close(window, 0)
+            del args, kwargs
+            raise
+        _gccount.close(window, _gccount.fresh(out, args))
+        return out
+
+    def _call(self, func, args, kwargs):
+        """The function itself: the program's Python where it is written in Python (torch's
+        functionals, `Tensor.backward`), counted as on the GPU (`_program_call`)."""
+        if _gccount.OPEN[0] is not None and getattr(func, "__code__", None) is not None:
+            return _program_call(_gccount.OPEN[0], func, *args, **kwargs)
+        return func(*args, **kwargs)
+
+    def _torch_function_locked(self, func, types, args, kwargs):
         try:
             if torch.compiler.is_dynamo_compiling():
                 # dynamo traces the mode's call into the graph: a lock there would break the graph
@@ -906,7 +944,7 @@ class _FunctionMode(TorchFunctionMode):
                 # eagerly (blind261/jb03's compiled encoder layer). The method call, as dynamo
                 # makes it without the mode
                 return getattr(args[0], func.__name__)(*args[1:], **kwargs)
-            return func(*args, **kwargs)
+            return self._call(func, args, kwargs)
         cap = self.cap
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
@@ -936,7 +974,7 @@ class _FunctionMode(TorchFunctionMode):
         if dev is None:
             if name not in _NAMED:
                 # no device given, and none of the functions below (most calls: getters, ops)
-                return func(*args, **kwargs)
+                return self._call(func, args, kwargs)
             if name == "to":
                 # `t.to("meta")`, `module.to("meta")`: the device given by position
                 dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
@@ -952,7 +990,7 @@ class _FunctionMode(TorchFunctionMode):
                     kwargs = dict(kwargs, copy=True)
                 cap.genuine_meta += 1
                 try:
-                    return func(*args, **kwargs)
+                    return self._call(func, args, kwargs)
                 finally:
                     cap.genuine_meta -= 1
         if name in _FROM_DATA and _is_cuda(dev):
@@ -982,8 +1020,8 @@ class _FunctionMode(TorchFunctionMode):
                     kw.pop("dtype", None)
                 if is_ours(args[0]):
                     # already on the simulated GPU: a dtype change or copy at most
-                    return func(args[0], **kw) if ("dtype" in kw or kw.get("copy")) else args[0]
-                return func(args[0], "meta", **kw)
+                    return self._call(func, (args[0],), kw) if ("dtype" in kw or kw.get("copy")) else args[0]
+                return self._call(func, (args[0], "meta"), kw)
         if name in _READS and args and is_ours(args[0]):
             value = cap.value_of(args[0], f".{name}()")
             return getattr(value.contiguous(), name)(*args[1:], **kwargs)
@@ -992,7 +1030,7 @@ class _FunctionMode(TorchFunctionMode):
                 return args[0]
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return torch.Tensor.to(args[0], "meta", **keep)
-        return func(*args, **kwargs)
+        return self._call(func, args, kwargs)
 
 
 def _rewrapped_numbers(func, args):
@@ -1011,6 +1049,25 @@ def _rewrapped_numbers(func, args):
     return out if changed else None
 
 
+def _program_call(window, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, the program's own Python inside the twin's op (torch's, as it runs on
+    the GPU too): counted by the collector as there (`_gccount`), from the count of `window` (the
+    open window's; None: none)."""
+    if window is None:
+        return fn(*args, **kwargs)
+    cell = _gccount.COUNT
+    cell.value = window[0]
+    _gccount.OPEN[0] = None
+    if window[1]:
+        gc.enable()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        gc.disable()
+        _gccount.OPEN[0] = window
+        window[0] = cell.value
+
+
 class _DispatchMode(TorchDispatchMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -1021,6 +1078,27 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        cell = _gccount.COUNT
+        if cell is None or threading.get_ident() != _gccount.MAIN:
+            return self._torch_dispatch(func, types, args, kwargs, None)
+        if _gccount.OPEN[0] is not None:
+            # inside the function mode's window, or the twin's own op: one window
+            return self._torch_dispatch(func, types, args, kwargs, _gccount.OPEN[0])
+        # the op's Python is the twin's: the collector counts what the GPU's op allocates, its
+        # outputs' Tensor objects (`_gccount`)
+        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+        gc.disable()
+        try:
+            out = self._torch_dispatch(func, types, args, kwargs, window)
+        except BaseException:
+            _gccount.close(window, 0)
+            # the arguments leave this frame with the error (`_forget_frames`)
+            del args, kwargs
+            raise
+        _gccount.close(window, _gccount.fresh(out, args))
+        return out
+
+    def _torch_dispatch(self, func, types, args, kwargs, window):
         rewrapped = _rewrapped_numbers(func, args)
         if rewrapped is not None:
             # an op of host constants only, from C++ (the JIT's printer and passes over a traced
@@ -1038,7 +1116,7 @@ class _DispatchMode(TorchDispatchMode):
             torch._C._unset_dispatch_mode(_PROXY_KEY)
             try:
                 with self:
-                    return proxy.__torch_dispatch__(func, types, args, kwargs or {})
+                    return _program_call(window, proxy.__torch_dispatch__, func, types, args, kwargs or {})
             finally:
                 torch._C._set_dispatch_mode(proxy)
         # one op at a time across the program's threads (`_threads`)
@@ -1052,7 +1130,7 @@ class _DispatchMode(TorchDispatchMode):
                 # a FakeTensorMode below the program's modes (an infra mode: flex_attention's
                 # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
                 # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
-                return func(*args, **(kwargs or {}))
+                return _program_call(window, func, *args, **(kwargs or {}))
             cap = self.cap
             stream = _node_stream(cap)
             outer = cap.stream
@@ -2480,6 +2558,7 @@ class Capture:
         self.categorized: set[tuple] = set()
         #: the simulated storages: cdata -> (handle, weak reference)
         self.storages: dict[int, tuple] = {}
+        self._storage_died = self._release if _gccount.COUNT is None else self._counted_release
         #: frees of storages that died while the native device was borrowed (`free`)
         self.deferred_frees: list = []
 
@@ -3011,18 +3090,37 @@ class Capture:
         if nbytes is None:
             nbytes = st.nbytes()
         handle = self._malloc_handle(nbytes, op, category) if nbytes else None
-        storages = self.storages
-
-        def release(_ref, key=key):
-            entry = storages.pop(key, None)
-            _tensor.forget_stale(key)
-            _tensor.forget_range(key)
-            if entry is not None and entry[0] is not None and self.active:
-                self.free(entry[0])
-
-        storages[key] = (handle, weakref.ref(st, release))
+        # one callback for every storage, the key on its reference: no object per storage that
+        # the GPU's process lacks but the reference and the entry (`_storage_died`)
+        self.storages[key] = (handle, weakref.KeyedRef(st, self._storage_died, key))
         self.cuda_used = True
         return t
+
+    def _counted_release(self, ref) -> None:
+        """`_release` as the twin's work (`_gccount`): the count it found, plus one for each
+        object the twin alone made that dies just after it (the reference, `del`'d here, and the
+        storage's Python object, which `track` made and PyTorch frees after its weak references'
+        callbacks, `THPStorage_subclass_dealloc`)."""
+        cell = _gccount.COUNT
+        if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+            self._release(ref)
+            return
+        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+        gc.disable()
+        try:
+            self._release(ref)
+            del ref
+        finally:
+            _gccount.close(window, 1)
+
+    def _release(self, ref) -> None:
+        """A tracked storage died (`track`): free its allocation."""
+        key = ref.key
+        entry = self.storages.pop(key, None)
+        _tensor.forget_stale(key)
+        _tensor.forget_range(key)
+        if entry is not None and entry[0] is not None and self.active:
+            self.free(entry[0])
 
     def regrow(self, t: torch.Tensor, nbytes: int, op: str, category: str = "output") -> None:
         """`t`'s storage grown in place to `nbytes` (`resize_bytes_cuda`: a new block of the new
