@@ -133,6 +133,18 @@ def _on_engine_thread() -> bool:
     return ca is None or not ca.in_compiled_autograd_region
 
 
+def _outside(fn: str) -> bool:
+    """Whether a code object's file is the program's: outside torch and vramscope (its examples
+    are programs), not frozen, not threading's, not generated code."""
+    return (
+        not fn.startswith(_TORCH_DIR)
+        and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
+        and not fn.startswith("<frozen")
+        and fn != threading.__file__
+        and not any(fn.startswith(g) for g in GENERATED)
+    )
+
+
 def _user_frame():
     """The innermost frame outside torch and vramscope (its examples are programs; None if
     there is none). On the twin's autograd device thread the walk goes on from the frame that
@@ -144,13 +156,7 @@ def _user_frame():
         fn = f.f_code.co_filename
         outside = user.get(fn)
         if outside is None:
-            outside = user[fn] = (
-                not fn.startswith(_TORCH_DIR)
-                and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
-                and not fn.startswith("<frozen")
-                and fn != threading.__file__
-                and not any(fn.startswith(g) for g in GENERATED)
-            )
+            outside = user[fn] = _outside(fn)
         if outside:
             return f
         f = f.f_back
@@ -204,6 +210,29 @@ def _source_line() -> str:
     (or a model library's) line that made an allocation; "" where there is none. The text of a
     frame that no trace function follows is kept by its code and instruction, of which its line
     number is a function (`PyCode_Addr2Line`); the code is kept with it, so its id stays its own."""
+    if sys.gettrace() is None:
+        # the frames read where they are, without making their frame objects (`_gccount`)
+        frames = _gccount.frames_from(sys._getframe())
+        if frames is not None:
+            user = _USER_FILES
+            for known, lasti in frames:
+                outside = known[1]
+                if outside is None:
+                    fn = known[0].co_filename
+                    outside = user.get(fn)
+                    if outside is None:
+                        outside = user[fn] = _outside(fn)
+                    known[1] = outside
+                if outside:
+                    code = known[0]
+                    key = (id(code), lasti)
+                    line = _LINES.get(key)
+                    if line is None:
+                        text = f"{code.co_filename}:{_gccount.line_of(code, lasti)} in {code.co_name}"
+                        line = _LINES[key] = (code, text)
+                    return line[1]
+            if getattr(_STATE, "caller_frame", None) is None:
+                return ""
     f = _user_frame()
     if f is None:
         return ""
@@ -1078,25 +1107,8 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        cell = _gccount.COUNT
-        if cell is None or threading.get_ident() != _gccount.MAIN:
-            return self._torch_dispatch(func, types, args, kwargs, None)
-        if _gccount.OPEN[0] is not None:
-            # inside the function mode's window, or the twin's own op: one window
-            return self._torch_dispatch(func, types, args, kwargs, _gccount.OPEN[0])
-        # the op's Python is the twin's: the collector counts what the GPU's op allocates, its
-        # outputs' Tensor objects (`_gccount`)
-        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
-        gc.disable()
-        try:
-            out = self._torch_dispatch(func, types, args, kwargs, window)
-        except BaseException:
-            _gccount.close(window, 0)
-            # the arguments leave this frame with the error (`_forget_frames`)
-            del args, kwargs
-            raise
-        _gccount.close(window, _gccount.fresh(out, args))
-        return out
+        # (inside `_counted_dispatch`'s window where the collector is counted)
+        return self._torch_dispatch(func, types, args, kwargs, _gccount.OPEN[0])
 
     def _torch_dispatch(self, func, types, args, kwargs, window):
         rewrapped = _rewrapped_numbers(func, args)
@@ -1152,6 +1164,36 @@ class _DispatchMode(TorchDispatchMode):
             finally:
                 cap.stream = outer
 
+
+#: the dispatch mode's call as torch wraps it (`TorchDispatchMode.__init_subclass__`:
+#: `torch._disable_dynamo`, for a mode that ignores compile internals)
+_DISPATCH_DYNAMO_OFF = _DispatchMode.__dict__["__torch_dispatch__"]
+
+
+def _counted_dispatch(self, func, types, args=(), kwargs=None):
+    """The dispatch mode's call, whose Python is the twin's, torch's wrappers around it included:
+    the collector counts what the GPU's op allocates, its outputs' Tensor objects (`_gccount`). Inside
+    the function mode's window (the program's call of a torch function) or the twin's own, the
+    window is that one."""
+    cell = _gccount.COUNT
+    if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+        return _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
+    window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+    gc.disable()
+    try:
+        out = _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
+    except BaseException:
+        _gccount.close(window, 0)
+        # the arguments leave this frame with the error (`_forget_frames`)
+        del args, kwargs
+        raise
+    _gccount.close(window, _gccount.fresh(out, args))
+    return out
+
+
+# dynamo compiles no frame of the twin's (`_compile._twin_frames_inlined`), and the wrapped call
+# turns it off below
+_DispatchMode.__torch_dispatch__ = _counted_dispatch
 
 #: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
 _MODE_WRAPPERS = tuple(

@@ -33,6 +33,7 @@ import ctypes
 import gc
 import struct
 import threading
+import weakref
 
 import torch
 
@@ -100,18 +101,99 @@ def close(window, adds: int) -> None:
 
 
 _TENSOR = torch.Tensor
+_weakrefs = weakref.getweakrefcount
 
 
 def fresh(out, args) -> int:
     """How many Tensor objects `out` holds that are none of `args` (nor in a list or tuple there):
-    the objects the op's result adds on the GPU."""
+    the objects the op's result adds on the GPU. What the twin alone keeps of such a tensor dies
+    with it, counted down then, so it counts here too: a small tensor's values (`_vs_val`, a host
+    tensor in its `__dict__`) and the weak references to it (a constant's viewers' `WeakSet`)."""
     if isinstance(out, _TENSOR):
         for a in args:
             if a is out:
                 return 0
             if type(a) in (list, tuple) and any(x is out for x in a):
                 return 0
-        return 1
+        n = 1 + _weakrefs(out)
+        kept = getattr(out, "__dict__", None)
+        if kept:
+            n += sum(1 for v in kept.values() if isinstance(v, _TENSOR))
+        return n
     if type(out) in (tuple, list):
         return sum(fresh(o, args) for o in out)
     return 0
+
+
+# ---- the program's frames, read without making their frame objects ---------------------------
+#
+# Reading a frame's `f_back` makes a frame object for each frame it passes (3.11+: frames live on
+# the interpreter's own stack, `_PyFrame_GetFrameObject`), a GC-tracked object that dies, counted
+# down, when that frame returns: the twin's walk to the program's line at each allocation made
+# one for every frame of the program's and torch's between it and the op, each counted down
+# later in the program, where the GPU's process made none. So the walk reads the interpreter's
+# frames (`_PyInterpreterFrame`) themselves: their code and last instruction.
+
+#: every address of this process, readable as bytes (no memory is touched until read)
+_MEMORY = None
+#: (code's word, previous's word, last instruction's word, owner's byte offset) of
+#: `_PyInterpreterFrame` in this version (3.11 and 3.12); None: frames are walked as objects
+_LAYOUT = None
+try:
+    import sys as _sys
+
+    if _sys.version_info[:2] == (3, 11):
+        _LAYOUT = (4, 6, 7, 69)  # f_func, f_globals, f_builtins, f_locals, f_code, frame_obj, previous
+    elif _sys.version_info[:2] == (3, 12):
+        _LAYOUT = (0, 1, 7, 70)  # f_code, previous, f_funcobj, ..., frame_obj, prev_instr
+    if _LAYOUT is not None and _P == 8:
+        _MEMORY = memoryview((ctypes.c_char * (1 << 48)).from_address(0)).cast("B")
+    else:
+        _LAYOUT = None
+except Exception:  # pragma: no cover  (an interpreter without these layouts)
+    _LAYOUT = _MEMORY = None
+
+_WORD = struct.Struct("Q")
+_CODE_TYPE = type(_locate.__code__)
+#: where a code object's instructions start (`_PyCode_CODE`: its `co_code_adaptive`, the type's
+#: basic size)
+_CODE_START = _CODE_TYPE.__basicsize__
+#: code objects by address, kept so that no other takes the address (with the caller's verdict)
+_CODES: dict = {}
+
+
+def frames_from(frame):
+    """(code, last instruction's byte offset) of each frame below `frame` (a frame object: the
+    caller's own), innermost first, without making frame objects; None where this interpreter's
+    frames cannot be read so (the caller walks `f_back`)."""
+    if _LAYOUT is None:
+        return None
+    code_w, prev_w, instr_w, owner_at = _LAYOUT
+    mem = _MEMORY
+    unpack = _WORD.unpack_from
+    # PyFrameObject: PyObject_HEAD (two words), f_back, f_frame
+    p = unpack(mem, id(frame) + 24)[0]
+    out = []
+    while p:
+        p = unpack(mem, p + 8 * prev_w)[0]
+        if not p:
+            break
+        if mem[p + owner_at] == 3:
+            continue  # 3.12's C-stack shim frame (FRAME_OWNED_BY_CSTACK), skipped as by f_back
+        c = unpack(mem, p + 8 * code_w)[0]
+        known = _CODES.get(c)
+        if known is None:
+            code = ctypes.cast(c, ctypes.py_object).value
+            known = _CODES[c] = [code, None]
+        lasti = unpack(mem, p + 8 * instr_w)[0] - c - _CODE_START
+        out.append((known, lasti))
+    return out
+
+
+def line_of(code, lasti: int) -> int:
+    """The line of `code`'s instruction at byte offset `lasti` (`PyCode_Addr2Line`, as a frame's
+    `f_lineno` without a trace function)."""
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line if line is not None else -1
+    return code.co_firstlineno
