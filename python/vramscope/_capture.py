@@ -835,6 +835,9 @@ class _FunctionMode(TorchFunctionMode):
         self.window = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces the mode's call into the graph: nothing of the collector's there
+            return self._torch_function_locked(func, types, args, kwargs)
         cell = _gccount.COUNT
         if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
             return self._torch_function_locked(func, types, args, kwargs)
@@ -854,7 +857,11 @@ class _FunctionMode(TorchFunctionMode):
     def _call(self, func, args, kwargs):
         """The function itself: the program's Python where it is written in Python (torch's
         functionals, `Tensor.backward`), counted as on the GPU (`_program_call`)."""
-        if _gccount.OPEN[0] is not None and getattr(func, "__code__", None) is not None:
+        if (
+            not torch.compiler.is_dynamo_compiling()
+            and _gccount.OPEN[0] is not None
+            and getattr(func, "__code__", None) is not None
+        ):
             return _program_call(_gccount.OPEN[0], func, *args, **kwargs)
         return func(*args, **kwargs)
 
