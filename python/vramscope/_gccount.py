@@ -146,7 +146,8 @@ try:
         _LAYOUT = (4, 6, 7, 69)  # f_func, f_globals, f_builtins, f_locals, f_code, frame_obj, previous
     elif _sys.version_info[:2] == (3, 12):
         _LAYOUT = (0, 1, 7, 70)  # f_code, previous, f_funcobj, ..., frame_obj, prev_instr
-    if _LAYOUT is not None and _P == 8:
+    # a debug build's object header (Py_TRACE_REFS) moves every offset: walk frames as objects there
+    if _LAYOUT is not None and _P == 8 and not hasattr(_sys, "gettotalrefcount"):
         _MEMORY = memoryview((ctypes.c_char * (1 << 48)).from_address(0)).cast("B")
     else:
         _LAYOUT = None
@@ -197,3 +198,32 @@ def line_of(code, lasti: int) -> int:
         if start <= lasti < end:
             return line if line is not None else -1
     return code.co_firstlineno
+
+
+def _walks_agree() -> bool:
+    """Whether the in-place walk reads this interpreter's frames as `f_back` does: checked once, on
+    a stack of this module's own calls, before any program frame is read so."""
+
+    def innermost():
+        here = _sys._getframe()
+        read = frames_from(here)
+        walked = []
+        f = here.f_back
+        while f is not None:
+            walked.append((f.f_code, f.f_lineno))
+            f = f.f_back
+        return read is not None and [(k[0], line_of(k[0], i)) for k, i in read] == walked
+
+    def middle():
+        return innermost()
+
+    return middle()
+
+
+if _LAYOUT is not None:
+    try:
+        _agree = _walks_agree()
+    except Exception:  # pragma: no cover  (a layout this module misreads)
+        _agree = False
+    if not _agree:  # pragma: no cover
+        _LAYOUT = _MEMORY = None
