@@ -45,6 +45,7 @@ from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured regi
     _autocast,
     _compile,
     _custom,
+    _gccount,
     _kernels,
     _linalg,
     _native,
@@ -133,6 +134,18 @@ def _on_engine_thread() -> bool:
     return ca is None or not ca.in_compiled_autograd_region
 
 
+def _outside(fn: str) -> bool:
+    """Whether a code object's file is the program's: outside torch and vramscope (its examples
+    are programs), not frozen, not threading's, not generated code."""
+    return (
+        not fn.startswith(_TORCH_DIR)
+        and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
+        and not fn.startswith("<frozen")
+        and fn != threading.__file__
+        and not any(fn.startswith(g) for g in GENERATED)
+    )
+
+
 def _user_frame():
     """The innermost frame outside torch and vramscope (its examples are programs; None if
     there is none). On the twin's autograd device thread the walk goes on from the frame that
@@ -144,13 +157,7 @@ def _user_frame():
         fn = f.f_code.co_filename
         outside = user.get(fn)
         if outside is None:
-            outside = user[fn] = (
-                not fn.startswith(_TORCH_DIR)
-                and (not fn.startswith(_HERE) or fn.startswith(_EXAMPLES))
-                and not fn.startswith("<frozen")
-                and fn != threading.__file__
-                and not any(fn.startswith(g) for g in GENERATED)
-            )
+            outside = user[fn] = _outside(fn)
         if outside:
             return f
         f = f.f_back
@@ -160,7 +167,17 @@ def _user_frame():
 
 
 #: the function mode's own frames between an op's call and `_torch_function` (`_from_mode_above`)
-_MODE_FRAMES = frozenset({"__torch_function__", "_function", "_run", "_torch_function"})
+_MODE_FRAMES = frozenset(
+    {
+        "__torch_function__",
+        "_torch_function_locked",
+        "_call",
+        "_program_call",
+        "_function",
+        "_run",
+        "_torch_function",
+    }
+)
 
 
 def _from_mode_above(func, frame) -> bool:
@@ -229,6 +246,29 @@ def _source_line() -> str:
     (or a model library's) line that made an allocation; "" where there is none. The text of a
     frame that no trace function follows is kept by its code and instruction, of which its line
     number is a function (`PyCode_Addr2Line`); the code is kept with it, so its id stays its own."""
+    if sys.gettrace() is None:
+        # the frames read where they are, without making their frame objects (`_gccount`)
+        frames = _gccount.frames_from(sys._getframe())
+        if frames is not None:
+            user = _USER_FILES
+            for known, lasti in frames:
+                outside = known[1]
+                if outside is None:
+                    fn = known[0].co_filename
+                    outside = user.get(fn)
+                    if outside is None:
+                        outside = user[fn] = _outside(fn)
+                    known[1] = outside
+                if outside:
+                    code = known[0]
+                    key = (id(code), lasti)
+                    line = _LINES.get(key)
+                    if line is None:
+                        text = f"{code.co_filename}:{_gccount.line_of(code, lasti)} in {code.co_name}"
+                        line = _LINES[key] = (code, text)
+                    return line[1]
+            if getattr(_STATE, "caller_frame", None) is None:
+                return ""
     f = _user_frame()
     if f is None:
         return ""
@@ -826,8 +866,42 @@ class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
         self.cap = cap
+        #: the call's collector window (`_gccount`): its count, whether the collector was on,
+        #: whether the call ran the function itself (the program's op) -- None: none
+        self.window = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if torch.compiler.is_dynamo_compiling():
+            # dynamo traces the mode's call into the graph: nothing of the collector's there
+            return self._torch_function_locked(func, types, args, kwargs)
+        cell = _gccount.COUNT
+        if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+            return self._torch_function_locked(func, types, args, kwargs)
+        # the mode's Python is the twin's: the collector counts what the GPU's call allocates
+        # (`_gccount`): a function in Python runs as the program's, an op adds its outputs
+        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+        gc.disable()
+        try:
+            out = self._torch_function_locked(func, types, args, kwargs)
+        except BaseException:
+            _gccount.close(window, 0)
+            del args, kwargs
+            raise
+        _gccount.close(window, _gccount.fresh(out, args))
+        return out
+
+    def _call(self, func, args, kwargs):
+        """The function itself: the program's Python where it is written in Python (torch's
+        functionals, `Tensor.backward`), counted as on the GPU (`_program_call`)."""
+        if (
+            not torch.compiler.is_dynamo_compiling()
+            and _gccount.OPEN[0] is not None
+            and getattr(func, "__code__", None) is not None
+        ):
+            return _program_call(_gccount.OPEN[0], func, *args, **kwargs)
+        return func(*args, **kwargs)
+
+    def _torch_function_locked(self, func, types, args, kwargs):
         try:
             if torch.compiler.is_dynamo_compiling():
                 # dynamo traces the mode's call into the graph: a lock there would break the graph
@@ -942,7 +1016,7 @@ class _FunctionMode(TorchFunctionMode):
                 # eagerly (blind261/jb03's compiled encoder layer). The method call, as dynamo
                 # makes it without the mode
                 return getattr(args[0], func.__name__)(*args[1:], **kwargs)
-            return func(*args, **kwargs)
+            return self._call(func, args, kwargs)
         cap = self.cap
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()
@@ -972,7 +1046,7 @@ class _FunctionMode(TorchFunctionMode):
         if dev is None:
             if name not in _NAMED:
                 # no device given, and none of the functions below (most calls: getters, ops)
-                return func(*args, **kwargs)
+                return self._call(func, args, kwargs)
             if name == "to":
                 # `t.to("meta")`, `module.to("meta")`: the device given by position
                 dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
@@ -988,7 +1062,7 @@ class _FunctionMode(TorchFunctionMode):
                     kwargs = dict(kwargs, copy=True)
                 cap.genuine_meta += 1
                 try:
-                    return func(*args, **kwargs)
+                    return self._call(func, args, kwargs)
                 finally:
                     cap.genuine_meta -= 1
         if name in _FROM_DATA and _is_cuda(dev):
@@ -1018,8 +1092,8 @@ class _FunctionMode(TorchFunctionMode):
                     kw.pop("dtype", None)
                 if is_ours(args[0]):
                     # already on the simulated GPU: a dtype change or copy at most
-                    return func(args[0], **kw) if ("dtype" in kw or kw.get("copy")) else args[0]
-                return func(args[0], "meta", **kw)
+                    return self._call(func, (args[0],), kw) if ("dtype" in kw or kw.get("copy")) else args[0]
+                return self._call(func, (args[0], "meta"), kw)
         if name in _READS and args and is_ours(args[0]):
             value = cap.value_of(args[0], f".{name}()")
             return getattr(value.contiguous(), name)(*args[1:], **kwargs)
@@ -1028,7 +1102,7 @@ class _FunctionMode(TorchFunctionMode):
                 return args[0]
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return torch.Tensor.to(args[0], "meta", **keep)
-        return func(*args, **kwargs)
+        return self._call(func, args, kwargs)
 
 
 def _rewrapped_numbers(func, args):
@@ -1047,6 +1121,25 @@ def _rewrapped_numbers(func, args):
     return out if changed else None
 
 
+def _program_call(window, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, the program's own Python inside the twin's op (torch's, as it runs on
+    the GPU too): counted by the collector as there (`_gccount`), from the count of `window` (the
+    open window's; None: none)."""
+    if window is None:
+        return fn(*args, **kwargs)
+    cell = _gccount.COUNT
+    cell.value = window[0]
+    _gccount.OPEN[0] = None
+    if window[1]:
+        gc.enable()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        gc.disable()
+        _gccount.OPEN[0] = window
+        window[0] = cell.value
+
+
 class _DispatchMode(TorchDispatchMode):
     def __init__(self, cap: Capture):
         super().__init__()
@@ -1057,6 +1150,10 @@ class _DispatchMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # (inside `_counted_dispatch`'s window where the collector is counted)
+        return self._torch_dispatch(func, types, args, kwargs, _gccount.OPEN[0])
+
+    def _torch_dispatch(self, func, types, args, kwargs, window):
         rewrapped = _rewrapped_numbers(func, args)
         if rewrapped is not None:
             # an op of host constants only, from C++ (the JIT's printer and passes over a traced
@@ -1074,7 +1171,7 @@ class _DispatchMode(TorchDispatchMode):
             torch._C._unset_dispatch_mode(_PROXY_KEY)
             try:
                 with self:
-                    return proxy.__torch_dispatch__(func, types, args, kwargs or {})
+                    return _program_call(window, proxy.__torch_dispatch__, func, types, args, kwargs or {})
             finally:
                 torch._C._set_dispatch_mode(proxy)
         # one op at a time across the program's threads (`_threads`)
@@ -1088,7 +1185,7 @@ class _DispatchMode(TorchDispatchMode):
                 # a FakeTensorMode below the program's modes (an infra mode: flex_attention's
                 # `create_fw_bw_graph`, DTensor's sharding propagation) makes the op's results fake
                 # tensors, which hold no device memory (torch/_subclasses/fake_tensor.py)
-                return func(*args, **(kwargs or {}))
+                return _program_call(window, func, *args, **(kwargs or {}))
             cap = self.cap
             stream = _node_stream(cap)
             outer = cap.stream
@@ -1110,6 +1207,36 @@ class _DispatchMode(TorchDispatchMode):
             finally:
                 cap.stream = outer
 
+
+#: the dispatch mode's call as torch wraps it (`TorchDispatchMode.__init_subclass__`:
+#: `torch._disable_dynamo`, for a mode that ignores compile internals)
+_DISPATCH_DYNAMO_OFF = _DispatchMode.__dict__["__torch_dispatch__"]
+
+
+def _counted_dispatch(self, func, types, args=(), kwargs=None):
+    """The dispatch mode's call, whose Python is the twin's, torch's wrappers around it included:
+    the collector counts what the GPU's op allocates, its outputs' Tensor objects (`_gccount`). Inside
+    the function mode's window (the program's call of a torch function) or the twin's own, the
+    window is that one."""
+    cell = _gccount.COUNT
+    if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+        return _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
+    window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+    gc.disable()
+    try:
+        out = _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
+    except BaseException:
+        _gccount.close(window, 0)
+        # the arguments leave this frame with the error (`_forget_frames`)
+        del args, kwargs
+        raise
+    _gccount.close(window, _gccount.fresh(out, args))
+    return out
+
+
+# dynamo compiles no frame of the twin's (`_compile._twin_frames_inlined`), and the wrapped call
+# turns it off below
+_DispatchMode.__torch_dispatch__ = _counted_dispatch
 
 #: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
 _MODE_WRAPPERS = tuple(
@@ -2518,6 +2645,7 @@ class Capture:
         self.categorized: set[tuple] = set()
         #: the simulated storages: cdata -> (handle, weak reference)
         self.storages: dict[int, tuple] = {}
+        self._storage_died = self._release if _gccount.COUNT is None else self._counted_release
         #: frees of storages that died while the native device was borrowed (`free`)
         self.deferred_frees: list = []
 
@@ -3074,18 +3202,37 @@ class Capture:
         if nbytes is None:
             nbytes = st.nbytes()
         handle = self._malloc_handle(nbytes, op, category) if nbytes else None
-        storages = self.storages
-
-        def release(_ref, key=key):
-            entry = storages.pop(key, None)
-            _tensor.forget_stale(key)
-            _tensor.forget_range(key)
-            if entry is not None and entry[0] is not None and self.active:
-                self.free(entry[0])
-
-        storages[key] = (handle, weakref.ref(st, release))
+        # one callback for every storage, the key on its reference: no object per storage that
+        # the GPU's process lacks but the reference and the entry (`_storage_died`)
+        self.storages[key] = (handle, weakref.KeyedRef(st, self._storage_died, key))
         self.cuda_used = True
         return t
+
+    def _counted_release(self, ref) -> None:
+        """`_release` as the twin's work (`_gccount`): the count it found, plus one for each
+        object the twin alone made that dies just after it (the reference, `del`'d here, and the
+        storage's Python object, which `track` made and PyTorch frees after its weak references'
+        callbacks, `THPStorage_subclass_dealloc`)."""
+        cell = _gccount.COUNT
+        if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+            self._release(ref)
+            return
+        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
+        gc.disable()
+        try:
+            self._release(ref)
+            del ref
+        finally:
+            _gccount.close(window, 1)
+
+    def _release(self, ref) -> None:
+        """A tracked storage died (`track`): free its allocation."""
+        key = ref.key
+        entry = self.storages.pop(key, None)
+        _tensor.forget_stale(key)
+        _tensor.forget_range(key)
+        if entry is not None and entry[0] is not None and self.active:
+            self.free(entry[0])
 
     def regrow(self, t: torch.Tensor, nbytes: int, op: str, category: str = "output") -> None:
         """`t`'s storage grown in place to `nbytes` (`resize_bytes_cuda`: a new block of the new
