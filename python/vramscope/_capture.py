@@ -268,6 +268,37 @@ def _mv_check(mat, vec) -> None:
     )
 
 
+def _broadcast_message(func, args):
+    """The GPU's wording of a broadcast that fails in a pointwise op, for the meta device's Python
+    refs' ("Attempting to broadcast a dimension of length ..."): TensorIterator folds its operands'
+    shapes in order through `infer_size_impl` (ExpandUtils.cpp), the last dimension first, and names
+    the first pair that neither matches nor is 1; `masked_fill` expands its mask against self
+    (`expand_outplace(mask, self)`). None where every operand broadcasts."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if func in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and len(tensors) >= 2:
+        tensors[0], tensors[1] = tensors[1], tensors[0]
+    acc = None
+    for t in tensors:
+        shape = list(t.shape)
+        if acc is None:
+            acc = shape
+            continue
+        ndim = max(len(acc), len(shape))
+        out = [1] * ndim
+        for i in range(ndim - 1, -1, -1):
+            off = ndim - 1 - i
+            a = acc[len(acc) - 1 - off] if len(acc) - 1 - off >= 0 else 1
+            b = shape[len(shape) - 1 - off] if len(shape) - 1 - off >= 0 else 1
+            if a != b and a != 1 and b != 1:
+                return (
+                    f"The size of tensor a ({a}) must match the size of tensor b ({b}) "
+                    f"at non-singleton dimension {i}"
+                )
+            out[i] = b if a == 1 else a
+        acc = out
+    return None
+
+
 #: matrix products whose shape error the GPU words as the structured meta functions do
 _SHAPE_CHECKS = {
     aten.mm.default: lambda args: _matrices_check(args[0], args[1], "mat1 and mat2"),
@@ -3072,7 +3103,13 @@ class Capture:
         if shapes is not None and len(args) >= 2:
             shapes(args)
         self.synchronize()
-        out = self._dispatch(func, args, kwargs)
+        try:
+            out = self._dispatch(func, args, kwargs)
+        except RuntimeError as e:
+            msg = _broadcast_message(func, args) if str(e).startswith("Attempting to broadcast") else None
+            if msg is None:
+                raise
+            raise RuntimeError(msg) from None
         if func in _NORMAL_DRAWS:
             _note_normal_range(func, args, kwargs, out)
         converted, loop = _host_converts(func, args, kwargs, out)
