@@ -234,10 +234,56 @@ def _check_same_device(func, args) -> None:
         if common is None:
             common = device
         elif device != common:
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"{common} and {device}! (when checking argument for argument {name} in method {method})"
-            )
+            raise RuntimeError(wrapper_device_message(common, device, name, method))
+
+
+def wrapper_device_message(common: str, device: str, name: str, method: str) -> str:
+    """A generated wrapper's device check failing (`common_device_check_failure`, ATen/core/adaption.cpp),
+    worded as torch 2.11 words it (its libtorch_cpu.so's strings; older releases said "found at least
+    two devices, A and B! (when checking argument for argument ...)")."""
+    return (
+        f"Expected all tensors to be on the same device, but got {name} is on {device}, different from "
+        f"other tensors on {common} (when checking argument in method {method})"
+    )
+
+
+#: whether an op is pointwise (a TensorIterator op: `torch.Tag.pointwise`), by op
+_POINTWISE: dict = {}
+
+_POINTWISE_DEVICES = (
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+)
+
+
+def _check_pointwise_devices(func, args) -> None:
+    """TensorIterator's device check of a pointwise op (`compute_types`, TensorIterator.cpp): an
+    operand on the host that is not 0-dim beside a CUDA one raises. The meta device's in-place
+    kernels (`mul_`, `add_`, ...) do not check, so the twin went on where the GPU raises."""
+    pointwise = _POINTWISE.get(func)
+    if pointwise is None:
+        pointwise = _POINTWISE[func] = torch.Tag.pointwise in getattr(func, "tags", ())
+    if not pointwise:
+        return
+    cuda = host = False
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if registered(a):
+                cuda = True
+            elif a.device.type == "cpu" and a.dim() > 0:
+                host = True
+    if cuda and host:
+        raise RuntimeError(_POINTWISE_DEVICES)
+
+
+def _pointwise_device_message(func, err: str):
+    """TensorIterator's device check (`compute_types`, TensorIterator.cpp) for a pointwise op mixing
+    simulated (CUDA) tensors with host ones that are not 0-dim: the common device is the first
+    non-CPU operand's, so the GPU names "cuda:0 and cpu" whatever the order; the meta refs
+    (`check_same_device`) say "Tensor on device cpu is not on the expected device meta!"."""
+    m = re.match(r"Tensor on device (\S+) is not on the expected device (\S+)!$", err)
+    if m is None or "meta" not in m.groups() or torch.Tag.pointwise not in getattr(func, "tags", ()):
+        return None
+    return _POINTWISE_DEVICES
 
 
 def _matrices_check(a, b, what: str) -> None:
@@ -3099,6 +3145,7 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         if func in _SAME_DEVICE:
             _check_same_device(func, args)
+        _check_pointwise_devices(func, args)
         shapes = _SHAPE_CHECKS.get(func)
         if shapes is not None and len(args) >= 2:
             shapes(args)
@@ -3106,7 +3153,9 @@ class Capture:
         try:
             out = self._dispatch(func, args, kwargs)
         except RuntimeError as e:
-            msg = _broadcast_message(func, args) if str(e).startswith("Attempting to broadcast") else None
+            err = str(e)
+            msg = _broadcast_message(func, args) if err.startswith("Attempting to broadcast") else None
+            msg = msg or _pointwise_device_message(func, err)
             if msg is None:
                 raise
             raise RuntimeError(msg) from None
