@@ -131,21 +131,45 @@ def test_an_embedding_or_matmul_mixing_host_and_cuda_operands_raises_as_on_the_g
         ids_host = torch.zeros(3, dtype=torch.long)
         ids = ids_host.cuda()
         emb = torch.nn.Embedding(10, 4)
+        # torch 2.11's wording (adaption.cpp's `common_device_check_failure`, as its libtorch_cpu.so
+        # holds it); the twin said "found at least two devices, cpu and cuda:0! (when checking ...)"
         with pytest.raises(
-            RuntimeError, match=r"cpu and cuda:0! .* argument index in method wrapper_CUDA__index_select"
+            RuntimeError,
+            match=r"^Expected all tensors to be on the same device, but got index is on cuda:0, different "
+            r"from other tensors on cpu \(when checking argument in method wrapper_CUDA__index_select\)$",
         ):
             emb(ids)
         emb.cuda()
         with pytest.raises(
-            RuntimeError, match=r"cuda:0 and cpu! .* argument index in method wrapper_CUDA__index_select"
+            RuntimeError,
+            match=r"^Expected all tensors to be on the same device, but got index is on cpu, different "
+            r"from other tensors on cuda:0 \(when checking argument in method wrapper_CUDA__index_select\)$",
         ):
             emb(ids_host)
-        with pytest.raises(RuntimeError, match="argument mat2 in method wrapper_CUDA_mm"):
+        with pytest.raises(RuntimeError, match=r"got mat2 is on cuda:0, .* in method wrapper_CUDA_mm\)$"):
             torch.zeros(3, 3) @ torch.zeros(3, 3, device="cuda")
-        with pytest.raises(RuntimeError, match="argument mat2 in method wrapper_CUDA_addmm"):
+        with pytest.raises(RuntimeError, match="in method wrapper_CUDA_addmm"):
             torch.addmm(torch.zeros(3, device="cuda"), torch.zeros(2, 3, device="cuda"), torch.zeros(3, 3))
         assert emb(ids).shape == (3, 4)
         assert torch.zeros(5, 3, device="cuda")[torch.tensor([0, 1])].is_cuda  # host indices: allowed
+
+
+def test_a_pointwise_op_mixing_host_and_cuda_tensors_raises_tensoriterator_s_message():
+    # TensorIterator's `compute_types` takes the first non-CPU operand's device as the common one and
+    # allows 0-dim host tensors: "... found at least two devices, cuda:0 and cpu!" whatever the order;
+    # the twin raised the meta refs' "Tensor on device cpu is not on the expected device meta!"
+    # (transformers' LW-DETR built under `torch.device("cuda")`: its `torch.Tensor(dim)` layer scale stays
+    # on the host)
+    same = r"^Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!$"
+    with vramscope.capture():
+        x = torch.zeros(4, 3, device="cuda")
+        with pytest.raises(RuntimeError, match=same):
+            x * torch.ones(3)
+        with pytest.raises(RuntimeError, match=same):
+            torch.ones(3) + x
+        with pytest.raises(RuntimeError, match=same):
+            x.mul_(torch.ones(4, 3))
+        assert (x * torch.tensor(2.0)).shape == (4, 3)  # a 0-dim host tensor: allowed
 
 
 def test_products_of_operands_of_different_dtypes_raise_as_on_the_gpu():

@@ -168,3 +168,39 @@ def test_a_matrix_product_s_shape_error_is_worded_as_on_the_gpu(tmp_path):
     assert "mat1 and mat2 shapes cannot be multiplied (6x7 and 8x4)" in plain.stdout, plain.stderr
     _plain, on_gpu = _both("mm.py", "cuda", cwd=tmp_path)
     assert (on_gpu.returncode, on_gpu.stdout) == (0, plain.stdout), on_gpu.stderr
+
+
+def test_a_pointwise_broadcast_error_is_worded_as_on_the_gpu(tmp_path):
+    # TensorIterator's shape check (`infer_size_impl`, ExpandUtils.cpp: "The size of tensor a (4) must
+    # match the size of tensor b (1540) at non-singleton dimension 0") words it on the GPU as on the
+    # host; the meta device's Python refs (`_broadcast_shapes`) say "Attempting to broadcast a
+    # dimension of length ...", which the twin printed (transformers' MoE aux loss of a decode step)
+    (tmp_path / "bc.py").write_text(
+        "import sys\n"
+        "import torch\n"
+        "dev = sys.argv[1]\n"
+        "r = lambda *s: torch.randn(*s, device=dev)\n"
+        "m = lambda *s: torch.rand(*s, device=dev) > 0.5\n"
+        "cases = [\n"
+        "    lambda: r(4, 64) * r(1540, 1),\n"
+        "    lambda: torch.add(r(3, 5), r(4, 5), alpha=2),\n"
+        "    lambda: torch.where(m(3, 1), r(4, 5), r(5)),\n"
+        "    lambda: torch.addcmul(r(2, 3), r(2, 3), r(4, 3)),\n"
+        "    lambda: r(2, 3).masked_fill(m(4, 3), 0.0),\n"
+        "    lambda: r(4, 3).mul_(r(5, 3)),\n"
+        "    lambda: torch.lerp(r(2, 3), r(4, 3), 0.5),\n"
+        "    lambda: r(2, 3, 5) - r(7, 1),\n"
+        "    lambda: torch.maximum(r(2, 3), r(4, 3)),\n"
+        "    lambda: r(2, 3) == r(4, 3),\n"
+        "    lambda: r(2, 3) + r(1, 3),\n"
+        "]\n"
+        "for f in cases:\n"
+        "    try:\n"
+        "        print(tuple(f().shape))\n"
+        "    except RuntimeError as e:\n"
+        "        print(e)\n"
+    )
+    plain, _ours = _both("bc.py", "cpu", cwd=tmp_path)
+    assert "The size of tensor a (4) must match the size of tensor b (1540)" in plain.stdout, plain.stderr
+    _plain, on_gpu = _both("bc.py", "cuda", cwd=tmp_path)
+    assert (on_gpu.returncode, on_gpu.stdout) == (0, plain.stdout), on_gpu.stderr

@@ -310,10 +310,56 @@ def _check_same_device(func, args) -> None:
         if common is None:
             common = device
         elif device != common:
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"{common} and {device}! (when checking argument for argument {name} in method {method})"
-            )
+            raise RuntimeError(wrapper_device_message(common, device, name, method))
+
+
+def wrapper_device_message(common: str, device: str, name: str, method: str) -> str:
+    """A generated wrapper's device check failing (`common_device_check_failure`, ATen/core/adaption.cpp),
+    worded as torch 2.11 words it (its libtorch_cpu.so's strings; older releases said "found at least
+    two devices, A and B! (when checking argument for argument ...)")."""
+    return (
+        f"Expected all tensors to be on the same device, but got {name} is on {device}, different from "
+        f"other tensors on {common} (when checking argument in method {method})"
+    )
+
+
+#: whether an op is pointwise (a TensorIterator op: `torch.Tag.pointwise`), by op
+_POINTWISE: dict = {}
+
+_POINTWISE_DEVICES = (
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+)
+
+
+def _check_pointwise_devices(func, args) -> None:
+    """TensorIterator's device check of a pointwise op (`compute_types`, TensorIterator.cpp): an
+    operand on the host that is not 0-dim beside a CUDA one raises. The meta device's in-place
+    kernels (`mul_`, `add_`, ...) do not check, so the twin went on where the GPU raises."""
+    pointwise = _POINTWISE.get(func)
+    if pointwise is None:
+        pointwise = _POINTWISE[func] = torch.Tag.pointwise in getattr(func, "tags", ())
+    if not pointwise:
+        return
+    cuda = host = False
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if registered(a):
+                cuda = True
+            elif a.device.type == "cpu" and a.dim() > 0:
+                host = True
+    if cuda and host:
+        raise RuntimeError(_POINTWISE_DEVICES)
+
+
+def _pointwise_device_message(func, err: str):
+    """TensorIterator's device check (`compute_types`, TensorIterator.cpp) for a pointwise op mixing
+    simulated (CUDA) tensors with host ones that are not 0-dim: the common device is the first
+    non-CPU operand's, so the GPU names "cuda:0 and cpu" whatever the order; the meta refs
+    (`check_same_device`) say "Tensor on device cpu is not on the expected device meta!"."""
+    m = re.match(r"Tensor on device (\S+) is not on the expected device (\S+)!$", err)
+    if m is None or "meta" not in m.groups() or torch.Tag.pointwise not in getattr(func, "tags", ()):
+        return None
+    return _POINTWISE_DEVICES
 
 
 def _matrices_check(a, b, what: str) -> None:
@@ -342,6 +388,37 @@ def _mv_check(mat, vec) -> None:
         f"size mismatch, got input ({mat.shape[0]}), mat ({mat.shape[0]}x{mat.shape[1]}), "
         f"vec ({vec.shape[0]})"
     )
+
+
+def _broadcast_message(func, args):
+    """The GPU's wording of a broadcast that fails in a pointwise op, for the meta device's Python
+    refs' ("Attempting to broadcast a dimension of length ..."): TensorIterator folds its operands'
+    shapes in order through `infer_size_impl` (ExpandUtils.cpp), the last dimension first, and names
+    the first pair that neither matches nor is 1; `masked_fill` expands its mask against self
+    (`expand_outplace(mask, self)`). None where every operand broadcasts."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if func in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and len(tensors) >= 2:
+        tensors[0], tensors[1] = tensors[1], tensors[0]
+    acc = None
+    for t in tensors:
+        shape = list(t.shape)
+        if acc is None:
+            acc = shape
+            continue
+        ndim = max(len(acc), len(shape))
+        out = [1] * ndim
+        for i in range(ndim - 1, -1, -1):
+            off = ndim - 1 - i
+            a = acc[len(acc) - 1 - off] if len(acc) - 1 - off >= 0 else 1
+            b = shape[len(shape) - 1 - off] if len(shape) - 1 - off >= 0 else 1
+            if a != b and a != 1 and b != 1:
+                return (
+                    f"The size of tensor a ({a}) must match the size of tensor b ({b}) "
+                    f"at non-singleton dimension {i}"
+                )
+            out[i] = b if a == 1 else a
+        acc = out
+    return None
 
 
 #: matrix products whose shape error the GPU words as the structured meta functions do
@@ -3278,6 +3355,7 @@ class Capture:
         reports it some ops later), and every later CUDA op fails too."""
         if func in _SAME_DEVICE:
             _check_same_device(func, args)
+        _check_pointwise_devices(func, args)
         shapes = _SHAPE_CHECKS.get(func)
         if shapes is not None and len(args) >= 2:
             shapes(args)
@@ -3285,7 +3363,15 @@ class Capture:
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
-        out = self._dispatch(func, args, kwargs)
+        try:
+            out = self._dispatch(func, args, kwargs)
+        except RuntimeError as e:
+            err = str(e)
+            msg = _broadcast_message(func, args) if err.startswith("Attempting to broadcast") else None
+            msg = msg or _pointwise_device_message(func, err)
+            if msg is None:
+                raise
+            raise RuntimeError(msg) from None
         if alert is not None and not alert[1] and alert[2](args, kwargs):
             # a structured kernel's impl alerts after its meta function made the output, which the
             # exception frees

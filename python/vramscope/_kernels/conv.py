@@ -642,8 +642,8 @@ def _check_devices(cap, x, w, bias, args) -> None:
     """`_convolution` (Convolution.cpp) of operands on the host and the simulated device mixed: no
     generated wrapper checks them (`convolution` is CompositeExplicitAutograd), the backend does.
     For a CUDA input, after `check_shape_forward` (and a 1-D input's `contiguous()`): the native
-    depthwise kernels' CUDA wrappers ("Expected all tensors to be on the same device, but found at
-    least two devices, cuda:0 and cpu! (when checking argument for argument weight in method
+    depthwise kernels' CUDA wrappers ("Expected all tensors to be on the same device, but got weight
+    is on cpu, different from other tensors on cuda:0 (when checking argument in method
     wrapper_CUDA___conv_depthwise2d)", after `input.contiguous()`), else cuDNN's
     `check_input_same_type_as_parameters`, `TensorBase::toString()` rewritten by `processErrorMsg`
     ("Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same").
@@ -651,7 +651,8 @@ def _check_devices(cap, x, w, bias, args) -> None:
     H200's host: `_capture.INTRA_OP_WORKERS` + 1) takes MKLDNN, whose check adds "or input should
     be a MKLDNN tensor and weight is a dense tensor"; else an undilated single group takes
     `Slow2d`, whose `_slow_conv2d_forward` dispatches to CUDA by the weight and its wrapper raises
-    ("cpu and cuda:0! ... argument weight in method wrapper_CUDA___slow_conv2d_forward")."""
+    ("but got weight is on cuda:0, different from other tensors on cpu (when checking argument in
+    method wrapper_CUDA___slow_conv2d_forward)")."""
     conv = _conv_params(x, w, args)
     if conv is None or x.shape[0] == 0 or x.shape[1] == 0:
         return  # unruled, or `ConvBackend::Empty` (a host 0-dim slice of the weight is allowed)
@@ -665,10 +666,10 @@ def _check_devices(cap, x, w, bias, args) -> None:
                 continue
             del x_c
             if depthwise is not None:
+                from .._capture import wrapper_device_message
+
                 raise RuntimeError(
-                    "Expected all tensors to be on the same device, but found at least two devices, "
-                    f"cuda:0 and cpu! (when checking argument for argument {what} in method "
-                    f"wrapper_CUDA__{depthwise})"
+                    wrapper_device_message("cuda:0", "cpu", what, f"wrapper_CUDA__{depthwise}")
                 )
             raise RuntimeError(
                 f"Input type ({tensor_type_string(x)}) and {what} type ({tensor_type_string(t)}) "
@@ -695,10 +696,10 @@ def _check_devices(cap, x, w, bias, args) -> None:
                     f"should be the same or input should be a MKLDNN tensor and {what} is a dense tensor"
                 )
     elif groups == 1 and not dilated and w.is_contiguous():
+        from .._capture import wrapper_device_message
+
         raise RuntimeError(
-            "Expected all tensors to be on the same device, but found at least two devices, cpu and "
-            "cuda:0! (when checking argument for argument weight in method "
-            "wrapper_CUDA___slow_conv2d_forward)"
+            wrapper_device_message("cpu", "cuda:0", "weight", "wrapper_CUDA___slow_conv2d_forward")
         )
 
 
