@@ -3778,15 +3778,16 @@ def test_the_script_sees_its_own_cuda_visible_devices(tmp_script):
 
 
 def test_an_op_without_a_meta_kernel_gets_its_sizes_from_a_cpu_run():
-    # `_standard_gamma_grad` has CPU and CUDA kernels but no meta one: its output's sizes come from
-    # a CPU run over zeros (the input is too large to carry values)
+    # `glu_jvp` has CPU and CUDA kernels but no meta one (and no rule in the twin): its output's
+    # sizes come from a CPU run over zeros (the inputs are too large to carry values)
     with vramscope.capture(gpu="h100") as cap:
         x = torch.rand(4096, 32, device="cuda")  # 512 KiB
-        y = torch.ops.aten._standard_gamma_grad(x, x)
-        assert y.shape == (4096, 32) and y.is_cuda
-        assert torch.cuda.memory_allocated() == 2 * 524288
+        g = torch.rand(4096, 16, device="cuda")
+        y = torch.ops.aten.glu_jvp(g, x, x, 1)
+        assert y.shape == (4096, 16) and y.is_cuda
+        assert torch.cuda.memory_allocated() == 524288 + 2 * 262144
     report = cap.report()
-    assert "aten::_standard_gamma_grad (no meta kernel: sizes from a CPU run)" in report["unmeasured"]
+    assert "aten::glu_jvp (no meta kernel: sizes from a CPU run)" in report["unmeasured"]
 
 
 def test_an_op_that_runs_nowhere_stops_the_script_with_what_it_is():
@@ -4591,6 +4592,44 @@ def test_torchvision_roi_ops_allocate_their_outputs_and_dense_copies():
         assert counts == (2, 100 * 4 * 49 * 4 + 2 * 4 * 49 * 2500 * 4)
         assert ps_roi_align(x2, boxes, 7, 0.25).shape == (100, 4, 7, 7)
     assert not cap.unmeasured
+
+
+def test_distribution_grads_binomial_multi_margin_and_fractional_pool3d_backward_have_rules():
+    # blind281 probing: without meta kernels these were sized by CPU runs and named unmeasured
+    # (`fractional_max_pool3d_backward`'s CPU run failed over stand-in indices and stopped the
+    # program); their CUDA kernels allocate the output alone (cuda/Distributions.cpp: `empty_like(
+    # first, Contiguous)`; cuda/FractionalMaxPool3d.cu: `resize_as_(input)`), multi_margin_loss's
+    # backward also contiguous copies of its operands and its reduced forward a row temporary
+    # (cuda/MultiMarginLoss.cu)
+    from torch import distributions as D
+
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.rand(1 << 18, device="cuda", requires_grad=True)  # 1 MiB
+        g = D.Gamma(a + 0.5, 1.0).rsample()
+        (ga,), counts = counted(lambda: torch.autograd.grad(g.sum(), a))
+        assert ga.shape == a.shape
+        b = D.Beta(a + 0.5, 2.0).rsample()
+        (gb,) = torch.autograd.grad(b.sum(), a)
+        assert gb.shape == a.shape
+        with torch.no_grad():
+            n, counts = counted(lambda: torch.binomial(torch.full((1000,), 10.0, device="cuda"), a[:1000]))
+            assert n.shape == (1000,) and counts == (2, 2 * 4000)
+            x = torch.randn(4096, 1000, device="cuda")
+            y = torch.randint(0, 1000, (4096,), device="cuda")
+            one = torch.ones((), device="cuda")
+            # the input given transposed: its contiguous copy beside the gradient
+            gi, counts = counted(
+                lambda: torch.ops.aten.multi_margin_loss_backward(one, x.t(), y[:1000], 1, 1.0)
+            )
+            assert gi.shape == (1000, 4096) and gi.is_contiguous()
+            assert counts == (2, 2 * 4096 * 1000 * 4)
+            loss, counts = counted(lambda: torch.nn.functional.multi_margin_loss(x, y))
+            assert loss.shape == () and counts == (2, 4 + 4096 * 4)
+        z = torch.randn(2, 8, 16, 16, 16, device="cuda", requires_grad=True)
+        out = torch.nn.functional.fractional_max_pool3d(z, 2, output_ratio=0.5)
+        (gz,), counts = counted(lambda: torch.autograd.grad(out.sum(), z))
+        assert gz.shape == z.shape
+    assert not cap.unmeasured, cap.unmeasured
 
 
 def test_ops_without_meta_kernels_take_their_cuda_kernels_rules():
