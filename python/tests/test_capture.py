@@ -4632,6 +4632,29 @@ def test_distribution_grads_binomial_multi_margin_and_fractional_pool3d_backward
     assert not cap.unmeasured, cap.unmeasured
 
 
+def test_learnable_per_channel_fake_quantize_allocates_its_mask_and_gradient_vectors():
+    # quantized/FakeQuantPerChannelAffine.cpp (no meta kernels; blind281 probing found them sized by
+    # CPU runs): the forward rounds the zero point to int32 and keeps only the cachemask op's
+    # output (its bool mask dies); the backward's per-element scale and zero-point gradients are
+    # two more input-sized tensors, summed over every dim but the axis
+    with vramscope.capture(gpu="h100") as cap:
+        x = torch.randn(256, 1024, device="cuda", requires_grad=True)  # 1 MiB
+        sc = torch.full((256,), 0.1, device="cuda", requires_grad=True)
+        zc = torch.zeros(256, device="cuda", requires_grad=True)
+        y, counts = counted(
+            lambda: torch._fake_quantize_learnable_per_channel_affine(x, sc, zc, 0, 0, 255, 1.0)
+        )
+        # rounded zero point, its int32 copy, aminmax's two results, output, mask
+        assert y.shape == x.shape and counts == (6, 1024 + 1024 + 8 + 1048576 + 262144)
+        assert torch.cuda.memory_allocated() == 1048576 + 2 * 1024 + 1048576
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        gx, gs, gz = torch.autograd.grad(y.sum(), [x, sc, zc])
+        assert gx.shape == x.shape and gs.shape == gz.shape == (256,)
+        assert torch.cuda.max_memory_allocated() - base >= 3 * 1048576
+    assert not cap.unmeasured, cap.unmeasured
+
+
 def test_ops_without_meta_kernels_take_their_cuda_kernels_rules():
     # cuda/Distributions.cpp: gamma draws into one `empty`; Dirichlet's also sums them over the
     # last dim (freed); FakeQuant*.cpp: the output and a bool mask in the input's layout
