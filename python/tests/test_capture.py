@@ -4394,6 +4394,33 @@ def test_ctc_loss_s_mean_over_plain_tensor_lengths_divides_by_a_host_built_float
         assert counts == (12, 3 * 4096 + 512 * 26 * 49 * 4 + 2048 + 4 + 512 + 2048 + 3 * 2048 + 4)
 
 
+def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
+    # native/LossCTC.cpp `ctc_loss_impl` asks `_use_cudnn_ctc_loss` (native/cudnn/LossCTC.cpp):
+    # float32 log-probs, blank 0, 1-D contiguous int32 targets on the host, every input of the full
+    # length, targets under 256 -> `_cudnn_ctc_loss`, whose raw gradient (as log_probs) is made in
+    # the forward and kept for the backward, then the losses; no targets copy, no log_alpha
+    # (blind281 probing: a CRNN's CTC; the twin's meta tensors never passed C++'s CUDA check)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h100") as cap:
+        logits = torch.randn(200, 64, 80, device="cuda", requires_grad=True)  # 4,096,000 bytes
+        lp = logits.log_softmax(2)
+        targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
+        lengths = torch.full((64,), 30, dtype=torch.int32)
+        full = torch.full((64,), 200, dtype=torch.int32)
+        loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, zero_infinity=True))
+        # raw gradient, losses, the mean's lengths (host copy, clamp), division, mean
+        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
+        loss.backward()
+        assert logits.grad.shape == logits.shape
+        # a shorter input leaves cuDNN: the native kernel's log_alpha (64, 200, 61) is made
+        short = full.clone()
+        short[0] = 199
+        _, counts = counted(lambda: F.ctc_loss(lp, targets, short, lengths))
+        assert counts[1] > 64 * 200 * 61 * 4
+    assert any("CTC loss workspace" in k for k in cap.unmeasured)
+
+
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
     # `_apply` moves a dense CPU parameter by `param.data = ...` (nn/modules/module.py), so an
     # optimizer built before `.cuda()` still holds the model's parameters and steps them: blind133/
