@@ -3802,15 +3802,16 @@ def test_the_script_sees_its_own_cuda_visible_devices(tmp_script):
 
 
 def test_an_op_without_a_meta_kernel_gets_its_sizes_from_a_cpu_run():
-    # `_standard_gamma_grad` has CPU and CUDA kernels but no meta one: its output's sizes come from
-    # a CPU run over zeros (the input is too large to carry values)
+    # `glu_jvp` has CPU and CUDA kernels but no meta one (and no rule in the twin): its output's
+    # sizes come from a CPU run over zeros (the inputs are too large to carry values)
     with vramscope.capture(gpu="h100") as cap:
         x = torch.rand(4096, 32, device="cuda")  # 512 KiB
-        y = torch.ops.aten._standard_gamma_grad(x, x)
-        assert y.shape == (4096, 32) and y.is_cuda
-        assert torch.cuda.memory_allocated() == 2 * 524288
+        g = torch.rand(4096, 16, device="cuda")
+        y = torch.ops.aten.glu_jvp(g, x, x, 1)
+        assert y.shape == (4096, 16) and y.is_cuda
+        assert torch.cuda.memory_allocated() == 524288 + 2 * 262144
     report = cap.report()
-    assert "aten::_standard_gamma_grad (no meta kernel: sizes from a CPU run)" in report["unmeasured"]
+    assert "aten::glu_jvp (no meta kernel: sizes from a CPU run)" in report["unmeasured"]
 
 
 def test_an_op_that_runs_nowhere_stops_the_script_with_what_it_is():
@@ -4417,6 +4418,33 @@ def test_ctc_loss_s_mean_over_plain_tensor_lengths_divides_by_a_host_built_float
         assert counts == (12, 3 * 4096 + 512 * 26 * 49 * 4 + 2048 + 4 + 512 + 2048 + 3 * 2048 + 4)
 
 
+def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
+    # native/LossCTC.cpp `ctc_loss_impl` asks `_use_cudnn_ctc_loss` (native/cudnn/LossCTC.cpp):
+    # float32 log-probs, blank 0, 1-D contiguous int32 targets on the host, every input of the full
+    # length, targets under 256 -> `_cudnn_ctc_loss`, whose raw gradient (as log_probs) is made in
+    # the forward and kept for the backward, then the losses; no targets copy, no log_alpha
+    # (blind281 probing: a CRNN's CTC; the twin's meta tensors never passed C++'s CUDA check)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h100") as cap:
+        logits = torch.randn(200, 64, 80, device="cuda", requires_grad=True)  # 4,096,000 bytes
+        lp = logits.log_softmax(2)
+        targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
+        lengths = torch.full((64,), 30, dtype=torch.int32)
+        full = torch.full((64,), 200, dtype=torch.int32)
+        loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, zero_infinity=True))
+        # raw gradient, losses, the mean's lengths (host copy, clamp), division, mean
+        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
+        loss.backward()
+        assert logits.grad.shape == logits.shape
+        # a shorter input leaves cuDNN: the native kernel's log_alpha (64, 200, 61) is made
+        short = full.clone()
+        short[0] = 199
+        _, counts = counted(lambda: F.ctc_loss(lp, targets, short, lengths))
+        assert counts[1] > 64 * 200 * 61 * 4
+    assert any("CTC loss workspace" in k for k in cap.unmeasured)
+
+
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
     # `_apply` moves a dense CPU parameter by `param.data = ...` (nn/modules/module.py), so an
     # optimizer built before `.cuda()` still holds the model's parameters and steps them: blind133/
@@ -4615,6 +4643,67 @@ def test_torchvision_roi_ops_allocate_their_outputs_and_dense_copies():
         assert counts == (2, 100 * 4 * 49 * 4 + 2 * 4 * 49 * 2500 * 4)
         assert ps_roi_align(x2, boxes, 7, 0.25).shape == (100, 4, 7, 7)
     assert not cap.unmeasured
+
+
+def test_distribution_grads_binomial_multi_margin_and_fractional_pool3d_backward_have_rules():
+    # blind281 probing: without meta kernels these were sized by CPU runs and named unmeasured
+    # (`fractional_max_pool3d_backward`'s CPU run failed over stand-in indices and stopped the
+    # program); their CUDA kernels allocate the output alone (cuda/Distributions.cpp: `empty_like(
+    # first, Contiguous)`; cuda/FractionalMaxPool3d.cu: `resize_as_(input)`), multi_margin_loss's
+    # backward also contiguous copies of its operands and its reduced forward a row temporary
+    # (cuda/MultiMarginLoss.cu)
+    from torch import distributions as D
+
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.rand(1 << 18, device="cuda", requires_grad=True)  # 1 MiB
+        g = D.Gamma(a + 0.5, 1.0).rsample()
+        (ga,), counts = counted(lambda: torch.autograd.grad(g.sum(), a))
+        assert ga.shape == a.shape
+        b = D.Beta(a + 0.5, 2.0).rsample()
+        (gb,) = torch.autograd.grad(b.sum(), a)
+        assert gb.shape == a.shape
+        with torch.no_grad():
+            n, counts = counted(lambda: torch.binomial(torch.full((1000,), 10.0, device="cuda"), a[:1000]))
+            assert n.shape == (1000,) and counts == (2, 2 * 4000)
+            x = torch.randn(4096, 1000, device="cuda")
+            y = torch.randint(0, 1000, (4096,), device="cuda")
+            one = torch.ones((), device="cuda")
+            # the input given transposed: its contiguous copy beside the gradient
+            gi, counts = counted(
+                lambda: torch.ops.aten.multi_margin_loss_backward(one, x.t(), y[:1000], 1, 1.0)
+            )
+            assert gi.shape == (1000, 4096) and gi.is_contiguous()
+            assert counts == (2, 2 * 4096 * 1000 * 4)
+            loss, counts = counted(lambda: torch.nn.functional.multi_margin_loss(x, y))
+            assert loss.shape == () and counts == (2, 4 + 4096 * 4)
+        z = torch.randn(2, 8, 16, 16, 16, device="cuda", requires_grad=True)
+        out = torch.nn.functional.fractional_max_pool3d(z, 2, output_ratio=0.5)
+        (gz,), counts = counted(lambda: torch.autograd.grad(out.sum(), z))
+        assert gz.shape == z.shape
+    assert not cap.unmeasured, cap.unmeasured
+
+
+def test_learnable_per_channel_fake_quantize_allocates_its_mask_and_gradient_vectors():
+    # quantized/FakeQuantPerChannelAffine.cpp (no meta kernels; blind281 probing found them sized by
+    # CPU runs): the forward rounds the zero point to int32 and keeps only the cachemask op's
+    # output (its bool mask dies); the backward's per-element scale and zero-point gradients are
+    # two more input-sized tensors, summed over every dim but the axis
+    with vramscope.capture(gpu="h100") as cap:
+        x = torch.randn(256, 1024, device="cuda", requires_grad=True)  # 1 MiB
+        sc = torch.full((256,), 0.1, device="cuda", requires_grad=True)
+        zc = torch.zeros(256, device="cuda", requires_grad=True)
+        y, counts = counted(
+            lambda: torch._fake_quantize_learnable_per_channel_affine(x, sc, zc, 0, 0, 255, 1.0)
+        )
+        # rounded zero point, its int32 copy, aminmax's two results, output, mask
+        assert y.shape == x.shape and counts == (6, 1024 + 1024 + 8 + 1048576 + 262144)
+        assert torch.cuda.memory_allocated() == 1048576 + 2 * 1024 + 1048576
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        gx, gs, gz = torch.autograd.grad(y.sum(), [x, sc, zc])
+        assert gx.shape == x.shape and gs.shape == gz.shape == (256,)
+        assert torch.cuda.max_memory_allocated() - base >= 3 * 1048576
+    assert not cap.unmeasured, cap.unmeasured
 
 
 def test_ops_without_meta_kernels_take_their_cuda_kernels_rules():

@@ -57,6 +57,22 @@ def test_eigvalsh_and_lu_of_256_rows_allocate_what_the_h200_counted():
     assert not cap.unmeasured
 
 
+def test_geqrf_makes_a_column_major_qr_and_tau_then_linalg_qr_s_workspace():
+    # BatchLinearAlgebra.cpp `geqrf_out_helper`: QR resized as input.mT() and transposed (batched
+    # column-major), tau (*batch, min(m, n)), then `geqrf_stub` as linalg_qr's (blind281 probing:
+    # no meta kernel, it was sized by a CPU run and named unmeasured)
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.randn(1024, 1024, device="cuda")
+        (qr, tau), counts = counted(lambda: torch.geqrf(a))
+        assert qr.stride() == (1, 1024) and tau.shape == (1024,)
+        # QR, tau, cuSOLVER's info, the measured geqrf workspace
+        assert counts == (4, 4194304 + 4096 + 4 + 6291584)
+        b = torch.randn(64, 32, 16, device="cuda")
+        qr, tau = torch.geqrf(b)
+        assert qr.stride() == (512, 1, 32) and tau.shape == (64, 16)
+    assert not cap.unmeasured, cap.unmeasured
+
+
 def test_householder_product_allocates_what_the_h200_counted():
     # blind60/bh05's per-op truth: parametrizations.orthogonal's householder_product of 8,192 x
     # 1,024 float32: 3 allocations, 38,863,876 bytes (the result, the info, orgqr's workspace)

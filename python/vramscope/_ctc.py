@@ -129,31 +129,98 @@ def _ctc_loss_backward(cap, func, args, kwargs):
     return grad
 
 
+def _use_cudnn(lp, dtype, targets, blank, ilv, tlv) -> bool:
+    """`_use_cudnn_ctc_loss` (native/cudnn/LossCTC.cpp), the IntArrayRef overload that
+    `ctc_loss_impl` (native/LossCTC.cpp) asks for a CUDA `log_probs`: cuDNN enabled, blank 0,
+    float32 3-D log-probabilities, 1-D contiguous int32 targets on the host, every input as long
+    as `log_probs`, every target shorter than 256 and not longer than its input. The twin's
+    tensors are meta ones to C++, which never passes that CUDA check, so it is asked here."""
+    return (
+        torch.backends.cudnn.enabled
+        and blank == 0
+        and lp.dim() == 3
+        and dtype == torch.float32
+        and isinstance(targets, torch.Tensor)
+        and not registered(targets)
+        and targets.device.type == "cpu"
+        and targets.dim() == 1
+        and targets.dtype == torch.int32
+        and targets.is_contiguous()
+        and all(n == lp.shape[0] for n in ilv)
+        and all(t < 256 and t <= i for t, i in zip(tlv, ilv, strict=False))
+    )
+
+
+def _cudnn_ctc(lp, targets, ilv, tlv, blank, reduction, zero_infinity):
+    """`ctc_loss_impl`'s cuDNN branch (native/LossCTC.cpp): `_cudnn_ctc_loss(..., deterministic=
+    true, zero_infinity)`'s losses (no `where` for infinities there: `_cudnn_ctc_loss_backward`
+    zeroes those gradients), then the mean over `at::tensor(target_lengths, res.options())`
+    (a host tensor copied to the device, clamped to 1) or the sum."""
+    res = torch._cudnn_ctc_loss(lp, targets, ilv, tlv, blank, True, zero_infinity)[0]
+    if reduction == 1:
+        lengths = torch.tensor(tlv, dtype=res.dtype).to(res.device).clamp_min(1)
+        return (res / lengths).mean()
+    if reduction == 2:
+        return res.sum()
+    return res
+
+
 def _ctc_loss_tensor_lengths(cap, func, args, kwargs):
-    """`F.ctc_loss` with tensor lengths. LossCTC.cpp's `ctc_loss` overload for tensors takes the
+    """`F.ctc_loss`. LossCTC.cpp's `ctc_loss` overload for tensors takes the
     composite path (`ctc_loss_impl` over the tensors: the mean divides by
     `target_lengths.clamp_min(1)`, int64 on the lengths' device) only for subclass-like tensors,
     which the twin's are; a plain tensor has its lengths copied to the host and the IntArrayRef
     overload called, whose mean divides by `at::tensor(target_lengths, res.options())`: a host tensor
     copied to the device in the losses' dtype, then clamped (blind180/fx01's H200 history:
     `_to_copy`, `clamp_min` and `div` of 4 * batch bytes each, where the twin made an int64 clamp).
-    The lengths' values must be known (as `_lengths` reads them), else the composite path stays."""
+    The lengths' values must be known (as `_lengths` reads them), else the composite path stays.
+    Where `_use_cudnn` holds (lengths as tensors or lists), cuDNN's loss runs instead (blind281
+    probing: a CRNN's host int32 targets and full-length inputs), after autocast's float32 cast."""
     names = ("log_probs", "targets", "input_lengths", "target_lengths", "blank", "reduction", "zero_infinity")
     a = dict(zip(names, args, strict=False)) | kwargs
     lp, il, tl = a.get("log_probs"), a.get("input_lengths"), a.get("target_lengths")
     reduction = {"none": 0, "mean": 1, "sum": 2}.get(a.get("reduction", "mean"))
-    if set(a) - set(names) or reduction is None:
+    if set(a) - set(names) or reduction is None or not registered(lp):
         return NotImplemented
-    if not (isinstance(il, torch.Tensor) and isinstance(tl, torch.Tensor)) or not registered(lp):
+    tensors = isinstance(il, torch.Tensor) and isinstance(tl, torch.Tensor)
+    if tensors and (il.is_floating_point() or tl.is_floating_point()):
         return NotImplemented
-    if il.is_floating_point() or tl.is_floating_point():
+    try:
+        ilv, tlv = _lengths(il), _lengths(tl)
+    except TypeError:
         return NotImplemented
-    ilv, tlv = _lengths(il), _lengths(tl)
     if ilv is None or tlv is None:
         return NotImplemented
-    return torch.ctc_loss(
-        lp, a["targets"], ilv, tlv, a.get("blank", 0), reduction, a.get("zero_infinity", False)
+    blank, zero_infinity = a.get("blank", 0), a.get("zero_infinity", False)
+    # `ctc_loss` runs in float32 under autocast (autocast_mode.cpp's fp32 list)
+    cast = torch.is_autocast_enabled("cuda") and lp.dtype in (torch.float16, torch.bfloat16)
+    dtype = torch.float32 if cast else lp.dtype
+    if lp.is_cuda and _use_cudnn(lp, dtype, a["targets"], blank, ilv, tlv):
+        x = lp.float() if cast else lp
+        with torch.autocast("cuda", enabled=False):
+            return _cudnn_ctc(x, a["targets"], ilv, tlv, blank, reduction, zero_infinity)
+    if not tensors:
+        return NotImplemented
+    return torch.ctc_loss(lp, a["targets"], ilv, tlv, blank, reduction, zero_infinity)
+
+
+def _cudnn_ctc_loss(cap, func, args, kwargs):
+    """`_cudnn_ctc_loss` (native/cudnn/LossCTC.cpp): the raw gradient `empty_like(log_probs,
+    LEGACY_CONTIGUOUS_MEMORY_FORMAT)` (kept by autograd for `_cudnn_ctc_loss_backward`), cuDNN's
+    workspace `at::empty(workspace_size)` from `cudnnGetCTCLossWorkspaceSize` (not measured: taken
+    as empty, named unmeasured), then the per-sample losses; the workspace dies at the return."""
+    lp = args[0]
+    if not registered(lp) or lp.dim() != 3:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_cudnn_ctc_loss"
+    grad = cap.track(_meta(lp.shape, lp.dtype), op)
+    cap.note_unmeasured(
+        f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} (cudnnGetCTCLossWorkspaceSize)",
+        f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} was not measured: taken as 0 bytes",
     )
+    costs = cap.track(_meta((lp.shape[1],), lp.dtype), op)
+    return costs, grad
 
 
 _kernels.FUNCTIONS[torch.nn.functional.ctc_loss] = _ctc_loss_tensor_lengths
@@ -161,3 +228,4 @@ for _f in (aten._ctc_loss.default, aten._ctc_loss.Tensor):
     _kernels.DISPATCH[_f] = _ctc_loss
 for _f in (aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor):
     _kernels.DISPATCH[_f] = _ctc_loss_backward
+_kernels.DISPATCH[aten._cudnn_ctc_loss.default] = _cudnn_ctc_loss

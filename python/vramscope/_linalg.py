@@ -479,6 +479,37 @@ def _linalg_qr(cap, func, args, kwargs):
 DISPATCH[aten.linalg_qr.default] = _linalg_qr
 
 
+def _geqrf(cap, func, args, kwargs):
+    """`torch.geqrf` (BatchLinearAlgebra.cpp `geqrf` -> `geqrf_out` -> `geqrf_out_helper`): the empty
+    QR `resize_as_(input.mT(), Contiguous)` then transposed (batched column-major), tau resized to
+    (*batch, min(m, n)), the input copied into QR, then `geqrf_stub` as `linalg_qr`'s (cuSOLVER's
+    info and looped workspace, or cuBLAS's batched geqrf's pointer arrays). No meta kernel: without
+    this rule it was sized by a CPU run and named unmeasured."""
+    a = args[0]
+    if not registered(a) or kwargs or len(args) != 1 or a.dim() < 2:
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::geqrf"
+    m, n = a.size(-2), a.size(-1)
+    batch = _batch(a)
+    qr = cap.track(torch.empty(a.mT.shape, dtype=a.dtype, device="meta").mT, op)
+    tau = cap.track(torch.empty((*a.shape[:-2], min(m, n)), dtype=a.dtype, device="meta"), op)
+    if a.numel() == 0:
+        return qr, tau
+    if _geqrf_looped(m, batch):
+        _cusolver_loop(cap, GEQRF_WORKSPACE, (m, n, a.dtype), batch, "geqrf", op)
+    else:
+        pointers = cap.malloc(8 * batch, op, "temporary")
+        tau_pointers = cap.malloc(8 * batch, op, "temporary")
+        cap.blas("geqrfBatched", a.dtype)
+        del tau_pointers, pointers
+    return qr, tau
+
+
+DISPATCH[aten.geqrf.default] = _geqrf
+SCRATCH_UNMODELLED.discard("aten::geqrf")
+
+
 def _f_contig_strides(shape) -> tuple:
     """`batched_matrix_contiguous_strides(sizes, /*f_contig=*/true)` (LinearAlgebraUtils.h): the
     contiguous strides with the last two dimensions swapped to a column-major matrix."""

@@ -116,6 +116,72 @@ def _multilabel_margin_loss_backward(cap, func, args, kwargs):
 DISPATCH[aten.multilabel_margin_loss_backward.default] = _multilabel_margin_loss_backward
 
 
+def _margin_weight(args, kwargs):
+    w = args[4] if len(args) > 4 else kwargs.get("weight")
+    return w if isinstance(w, torch.Tensor) else None
+
+
+def _multi_margin_loss(cap, func, args, kwargs):
+    """`multi_margin_loss_cuda` (cuda/MultiMarginLoss.cu): the output, `empty({0})` resized to
+    one loss per row without a reduction (else 0-dim); input, target and weight made contiguous;
+    with a reduction over a 2-D input, a row temporary `empty({nframe})` that `sum_out` reduces
+    into the output (the meta kernel gives only the output)."""
+    x, target = args[0], args[1]
+    reduction = args[5] if len(args) > 5 else kwargs.get("reduction", 1)
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::multi_margin_loss"
+    out = cap.track(func(*args, **kwargs), op)
+    if x.numel() == 0:
+        return out
+    weight = _margin_weight(args, kwargs)
+    copies = [
+        cap.malloc(t.numel() * t.element_size(), op, "temporary")
+        for t in (x, target, weight)
+        if t is not None and not t.is_contiguous()
+    ]
+    if x.dim() == 2 and reduction != 0:
+        rows = cap.malloc(x.shape[0] * x.element_size(), op, "temporary")
+        reduce_scratch(cap, [x.shape[0]], None, [True], x.element_size(), _acc_bytes(x.dtype), op)
+        del rows
+    del copies
+    if all(value(t) is not None for t in (x, target)) and (weight is None or value(weight) is not None):
+        r = cap.cpu_result(func, args, kwargs)
+        if isinstance(r, torch.Tensor) and r.shape == out.shape:
+            set_value(out, r, assumed(x) or assumed(target))
+    return out
+
+
+DISPATCH[aten.multi_margin_loss.default] = _multi_margin_loss
+
+
+def _multi_margin_loss_backward(cap, func, args, kwargs):
+    """`multi_margin_loss_cuda_backward` (the same file; no meta kernel, so without this rule the
+    twin sized it by a CPU run and named it unmeasured): `grad_input`, `empty({0})` resized to the
+    input's sizes (contiguous), then input, grad_output, target and weight made contiguous while
+    the kernel runs."""
+    grad_output, x, target = args[:3]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::multi_margin_loss_backward"
+    grad_input = cap.track(torch.empty(x.shape, dtype=x.dtype, device="meta"), op)
+    if x.numel() > 0:
+        weight = args[5] if len(args) > 5 else kwargs.get("weight")
+        operands = (x, grad_output, target, weight if isinstance(weight, torch.Tensor) else None)
+        copies = [
+            cap.malloc(t.numel() * t.element_size(), op, "temporary")
+            for t in operands
+            if t is not None and not t.is_contiguous()
+        ]
+        del copies
+    return grad_input
+
+
+DISPATCH[aten.multi_margin_loss_backward.default] = _multi_margin_loss_backward
+
+
 def _mse_loss_backward(cap, func, args, kwargs):
     """`mse_loss_backward` (Loss.cpp): `at::zeros_like(input, LEGACY_CONTIGUOUS_MEMORY_FORMAT)` filled
     by the `_out` kernel, so the gradient is contiguous whatever the input's layout (blind68/bp02's

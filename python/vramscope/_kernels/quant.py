@@ -91,6 +91,59 @@ DISPATCH[aten._fake_quantize_learnable_per_tensor_affine_backward.default] = (
 )
 
 
+def _fake_quantize_learnable_per_channel(cap, func, args, kwargs):
+    """`_fake_quantize_learnable_per_channel_affine` (quantized/FakeQuantPerChannelAffine.cpp):
+    `zero_point.round().clamp_(quant_min, quant_max).to(kInt)`, then
+    `fake_quantize_per_channel_affine_cachemask` over it (the zero point's `aminmax` check, the
+    output and the bool mask in the input's layout), keeping only the output: the mask dies at the
+    return. No meta kernel: without this rule the twin sized it by a CPU run, named it unmeasured
+    and missed the mask (LSQ-style per-channel QAT)."""
+    x, scale, zero_point, axis, quant_min, quant_max = args[:6]
+    if not registered(x) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        zp = zero_point.round().clamp_(quant_min, quant_max).to(torch.int32)
+        y, mask = aten.fake_quantize_per_channel_affine_cachemask.default(
+            x, scale, zp, axis, quant_min, quant_max
+        )
+        del mask, zp
+    return y
+
+
+def _fake_quantize_learnable_per_channel_backward(cap, func, args, kwargs):
+    """`_fake_quantize_learnable_per_channel_affine_backward` (FakeQuantPerChannelAffine.cpp):
+    bfloat16 operands copied to float32; the zero point rounded and clamped, its `aminmax` read on
+    the host (both alive to the return); dX and the per-element scale and zero-point gradients,
+    three `empty_like(X_)` in X's layout filled by one TensorIterator kernel, then each vector
+    summed over every dim but `axis`; the vectors and copies die at the return."""
+    dy, x, scale, zero_point, axis, quant_min, quant_max = args[:7]
+    if not registered(x) or not registered(dy) or kwargs:
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        bf16 = x.dtype == torch.bfloat16
+        x_, dy_, scale_, zp_ = (t.float() if bf16 else t for t in (x, dy, scale, zero_point))
+        rounded = zp_.round().clamp_(quant_min, quant_max)
+        zp_min, zp_max = torch.aminmax(rounded)
+        if x_.numel() <= 0:
+            return x, scale, zero_point
+        dx = torch.empty_like(x_, memory_format=torch.preserve_format)
+        d_scale_vec = torch.empty_like(x_, memory_format=torch.preserve_format)
+        d_zero_vec = torch.empty_like(x_, memory_format=torch.preserve_format)
+        dims = [d for d in range(x_.dim()) if d != axis]
+        d_scale = d_scale_vec.sum(dims)
+        d_zero = d_zero_vec.sum(dims)
+        del d_scale_vec, d_zero_vec, zp_min, zp_max, rounded, x_, dy_, scale_, zp_
+    return dx, d_scale, d_zero
+
+
+DISPATCH[aten._fake_quantize_learnable_per_channel_affine.default] = _fake_quantize_learnable_per_channel
+DISPATCH[aten._fake_quantize_learnable_per_channel_affine_backward.default] = (
+    _fake_quantize_learnable_per_channel_backward
+)
+
+
 _FUSED_OBS_FQ = (
     "self",
     "observer_on",

@@ -183,6 +183,38 @@ DISPATCH[aten._standard_gamma.default] = _standard_gamma
 DISPATCH[aten._sample_dirichlet.default] = _sample_dirichlet
 
 
+def _like_first_contiguous(cap, func, args, kwargs):
+    """`_s_binomial_cuda`, `_standard_gamma_grad_cuda` and `_dirichlet_grad_cuda`
+    (cuda/Distributions.cpp): `at::empty_like(first, MemoryFormat::Contiguous)` filled by one
+    TensorIterator kernel over the operands, nothing else (no meta kernels: without this rule the
+    twin sized them by a CPU run and named them unmeasured; `Binomial.sample`, and the backward of
+    Gamma/Chi2/StudentT/Beta/Dirichlet `rsample`). The values: the host's kernel over the
+    operands' values where every one carries them (a binomial draw from the host's generator)."""
+    first = args[0]
+    if (
+        not registered(first)
+        or len(args) > 3
+        or any(k != "generator" or v is not None for k, v in kwargs.items())
+    ):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:
+        out = first.new_empty(first.shape)
+    if any(isinstance(a, torch.Tensor) and value(a) is None for a in args):
+        set_value(out, None)
+        return out
+    r = cap.cpu_result(func, args, kwargs)
+    if isinstance(r, torch.Tensor) and r.shape == out.shape:
+        set_value(out, r, any(assumed(a) for a in args if isinstance(a, torch.Tensor)))
+    else:
+        set_value(out, None)
+    return out
+
+
+for _f in (aten.binomial.default, aten._standard_gamma_grad.default, aten._dirichlet_grad.default):
+    DISPATCH[_f] = _like_first_contiguous
+
+
 SCRATCH_UNMODELLED.discard("aten::multinomial")
 
 

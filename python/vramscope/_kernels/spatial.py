@@ -210,6 +210,25 @@ def _max_pool3d_backward(cap, func, call, outs):
 AFTER[aten.max_pool3d_with_indices_backward.default] = _max_pool3d_backward
 
 
+def _fractional_max_pool3d_backward(cap, func, args, kwargs):
+    """`fractional_max_pool3d_backward_cuda` (cuda/FractionalMaxPool3d.cu): `empty({0})`, then
+    `resize_as_(input)` (contiguous) and `zero_()`; the gradient and the indices are read through
+    packed accessors in their own strides (a 4-D input's reshaped with a leading 1, a view). The
+    op has no meta kernel, and the CPU run that sized it failed an internal assert over the
+    zero-stride stand-in indices, which stopped the program at `F.fractional_max_pool3d`'s
+    backward."""
+    x = args[1]
+    if not registered(x):
+        return NotImplemented
+    cap.ops += 1
+    return cap.track(
+        torch.empty(x.shape, dtype=x.dtype, device="meta"), "aten::fractional_max_pool3d_backward"
+    )
+
+
+DISPATCH[aten.fractional_max_pool3d_backward.default] = _fractional_max_pool3d_backward
+
+
 def _upsample_bilinear2d_backward(cap, func, call, outs):
     """`upsample_bilinear2d_backward_out_cuda_template` (cuda/UpSampleBilinear2d.cu), one host path
     for every floating dtype: a same-size gradient is copied straight into the result; a
