@@ -151,17 +151,24 @@ def test_a_capture_dropped_on_another_thread_keeps_its_device_for_its_own_thread
     native device (a PyO3 object of one thread) is parked for that thread, not dropped where it
     cannot be (which raised an unraisable error whose traceback's frames kept a later capture's
     tensors alive)."""
+    import gc
     import sys
     import threading
 
     from vramscope import _capture
 
+    gc.collect()  # earlier captures (each in a cycle of its own) dropped here, on this thread
     errors = []
     before = sys.unraisablehook
     sys.unraisablehook = lambda args: errors.append(args.exc_value)
     try:
         box = [_capture.Capture(gpu="h200")]
-        dropper = threading.Thread(target=box.clear)
+
+        def drop():
+            box.clear()
+            gc.collect()
+
+        dropper = threading.Thread(target=drop)
         dropper.start()
         dropper.join()
     finally:

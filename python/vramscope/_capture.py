@@ -1198,7 +1198,7 @@ def _rewrapped_numbers(func, args):
     return out if changed else None
 
 
-def _program_call(window, fn, *args, **kwargs):
+def _program_call(window, fn, /, *args, **kwargs):
     """`fn(*args, **kwargs)`, the program's own Python inside the twin's op (torch's, as it runs on
     the GPU too): counted by the collector as there (`_gccount`), from the count of `window` (the
     open window's; None: none)."""
@@ -2722,6 +2722,8 @@ class Capture:
         self.categorized: set[tuple] = set()
         #: the simulated storages: cdata -> (handle, weak reference)
         self.storages: dict[int, tuple] = {}
+        # one callback for every storage (`track`), a bound method: the capture is in a reference
+        # cycle of its own, dropped by the collector (on whichever thread runs it: `_PARKED`)
         self._storage_died = self._release if _gccount.COUNT is None else self._counted_release
         #: frees of storages that died while the native device was borrowed (`free`)
         self.deferred_frees: list = []
