@@ -864,3 +864,18 @@ def test_linear_with_a_bsr_weight_runs_the_transposed_block_product():
             assert torch.cuda.memory_allocated() - base == out
             assert torch.cuda.max_memory_allocated() - base == out + scratch
             del y
+
+
+def test_a_cuda_coo_tensor_cast_to_another_dtype_copies_indices_then_values():
+    # `_to_copy` of a COO tensor already on the GPU (TensorConversions.cpp's kSparse branch): the
+    # indices copied (`at::native::to(..., copy=true)`), then the values in the new dtype, and
+    # `_sparse_coo_tensor_unsafe` over them with the coalesced flag. `A_hat.float()` of a float64
+    # normalised adjacency had no rule (blind285/jz05 as first answered)
+    with vramscope.capture(gpu="h200") as cap:
+        idx = torch.tensor([[0, 1, 2, 2], [1, 0, 2, 0]]).cuda()
+        a = torch.sparse_coo_tensor(idx, torch.ones(4, dtype=torch.float64, device="cuda"), (3, 3)).coalesce()
+        f, got = _history(a.float)
+        assert f.is_cuda and f.layout is torch.sparse_coo and f.dtype is torch.float32
+        assert f.is_coalesced() and f._nnz() == 4
+        assert got == [("alloc", 2 * 4 * 8), ("alloc", 4 * 4)]
+        assert not cap.unmeasured

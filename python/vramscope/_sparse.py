@@ -331,6 +331,28 @@ def host_to_device(cap, src, kwargs):
     return _make(src, new_indices, new_values, src.is_coalesced(), index_vals)
 
 
+def _to_copy(cap, func, args, kwargs):
+    """`_to_copy` of a simulated COO tensor that stays on the GPU (a dtype cast, `A.float()`):
+    TensorConversions.cpp's kSparse branch copies the indices (`at::native::to(..., copy=true)`,
+    their own dtype), then the values in the dtype asked for, and makes
+    `_sparse_coo_tensor_unsafe` over them with the coalesced flag."""
+    t = args[0]
+    if not (_sparse(t) and registered(t)) or t.layout is not _COO:
+        return NotImplemented
+    dev = kwargs.get("device")
+    if (dev is not None and torch.device(dev).type != "cuda") or kwargs.get("layout") not in (None, _COO):
+        return NotImplemented
+    cap.ops += 1
+    indices, values = parts(t)
+    new_indices = cap.dispatch(aten._to_copy.default, (indices,), {})
+    dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
+    new_values = cap.dispatch(aten._to_copy.default, (values,), dtype)
+    return _make(t, new_indices, new_values, t.is_coalesced(), index_values(t))
+
+
+OPS[aten._to_copy.default] = _to_copy
+
+
 def _host_csr_to_device(cap, src, kwargs):
     """`_to_copy` of a host CSR tensor to the GPU (TensorConversions.cpp's compressed branch): its
     values copied (the dtype asked for), then its crow indices, then its column indices (their own
