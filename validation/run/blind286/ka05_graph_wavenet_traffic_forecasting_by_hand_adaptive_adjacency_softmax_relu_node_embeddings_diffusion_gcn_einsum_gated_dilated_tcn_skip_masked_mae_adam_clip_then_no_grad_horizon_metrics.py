@@ -1,4 +1,4 @@
-"""Graph WaveNet (Wu et al. 2019) for traffic speed forecasting, written by hand as its reference code does it,
+"""Graph WaveNet (Wu et al. 2019) for traffic speed forecasting, written by hand as its reference code does,
 fp32. PEMS-BAY-like data (synthetic, seeded): 325 sensors, 5-minute speeds with daily periodicity,
 spatially smoothed over a random sensor graph, 3% missing readings stored as 0, plus a time-of-day channel;
 12 steps in, 12 out, standard-scaled. Supports: the forward and backward random-walk transition matrices
@@ -14,8 +14,6 @@ NaNs zeroed with `torch.where`), Adam lr 1e-3, weight decay 1e-4, gradients clip
 Phase 1: 20 steps at batch 64. Phase 2: no_grad evaluation of 3,072 test windows in batches of 512,
 masked MAE / RMSE / MAPE at horizons 3, 6 and 12.
 2 phases."""
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -128,7 +126,7 @@ class GWNet(nn.Module):
         x = self.start_conv(x)
         skip = 0
         adp = F.softmax(F.relu(torch.mm(self.nodevec1, self.nodevec2)), dim=1)
-        supports = self.supports + [adp]
+        supports = [*self.supports, adp]
         for i in range(len(self.filter_convs)):
             residual = x
             x = torch.tanh(self.filter_convs[i](residual)) * torch.sigmoid(self.gate_convs[i](residual))
@@ -163,7 +161,7 @@ model = GWNet(supports).to(dev)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-4)
 print("receptive field", model.receptive_field, "parameters", sum(p.numel() for p in model.parameters()))
 g = torch.Generator().manual_seed(7)
-for step in range(20):
+for _step in range(20):
     starts = torch.randint(0, train_end - T_IN - T_OUT, (64,), generator=g)
     x, y = windows(starts)
     out = model(x).squeeze(-1).transpose(1, 2)  # (B, N, 12)

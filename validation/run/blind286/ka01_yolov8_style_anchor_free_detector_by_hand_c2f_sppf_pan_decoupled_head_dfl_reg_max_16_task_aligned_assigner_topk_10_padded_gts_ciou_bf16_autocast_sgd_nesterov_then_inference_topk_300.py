@@ -105,7 +105,7 @@ class YOLO(nn.Module):
         self.cls = nn.ModuleList(
             nn.Sequential(Conv(c, c3, 3), Conv(c3, c3, 3), nn.Conv2d(c3, NC, 1)) for c in ch
         )
-        for s, m in zip((8, 16, 32), self.cls):
+        for s, m in zip((8, 16, 32), self.cls, strict=False):
             m[-1].bias.data.fill_(math.log(5 / NC / (IMG / s) ** 2))
 
     def forward(self, x):
@@ -208,7 +208,7 @@ model = YOLO().to(dev)
 anc_pts, stride_t = make_anchors()
 proj = torch.arange(REG_MAX, dtype=torch.float, device=dev)
 decay, no_decay = [], []
-for n_, p in model.named_parameters():
+for p in model.parameters():
     (decay if p.ndim > 1 else no_decay).append(p)
 opt = torch.optim.SGD(
     [{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
@@ -218,7 +218,7 @@ opt = torch.optim.SGD(
 )
 bce = nn.BCEWithLogitsLoss(reduction="none")
 B = 16
-for step in range(6):
+for _step in range(6):
     imgs = torch.rand(B, 3, IMG, IMG, device=dev)
     gt_labels, gt_bboxes, mask_gt = targets(B)
     with torch.autocast("cuda", dtype=torch.bfloat16):

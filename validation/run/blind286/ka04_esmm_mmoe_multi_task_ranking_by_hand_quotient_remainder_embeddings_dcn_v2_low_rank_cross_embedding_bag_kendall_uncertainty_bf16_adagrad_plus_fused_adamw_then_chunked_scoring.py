@@ -15,6 +15,7 @@ ids from `torch.rand ** 3`, clicks and conversions from a hidden logit). Phase 2
 scoring of 1,048,576 candidate impressions in chunks of 131,072, pCTCVR kept and `topk(1,000)`.
 2 phases."""
 
+import itertools
 import math
 
 import torch
@@ -59,14 +60,14 @@ class CrossV2(nn.Module):
 
     def forward(self, x0):
         x = x0
-        for v, u in zip(self.v, self.u):
+        for v, u in zip(self.v, self.u, strict=False):
             x = x0 * u(v(x)) + x
         return x
 
 
 def mlp(*dims):
     layers = []
-    for a, b in zip(dims[:-1], dims[1:]):
+    for a, b in itertools.pairwise(dims):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
@@ -86,11 +87,11 @@ class ESMM_MMoE(nn.Module):
 
     def forward(self, cat, hist, dense):
         e = [emb(cat[:, i]) for i, emb in enumerate(self.embs)]
-        x = torch.cat(e + [self.hist(hist), torch.log1p(dense)], 1)
+        x = torch.cat([*e, self.hist(hist), torch.log1p(dense)], 1)
         x = self.cross(x)
         ex = torch.stack([m(x) for m in self.experts], 1)  # (B, 8, 256)
         outs = []
-        for gate, tower in zip(self.gates, self.towers):
+        for gate, tower in zip(self.gates, self.towers, strict=False):
             g = F.softmax(gate(x), dim=-1)
             outs.append(tower(torch.einsum("be,bed->bd", g, ex)).squeeze(-1))
         return outs
@@ -117,7 +118,7 @@ dense_params = [p for n_, p in model.named_parameters() if not n_.startswith(("e
 opt_emb = torch.optim.Adagrad(emb_params, lr=0.05)
 opt_dense = torch.optim.AdamW(dense_params, lr=1e-3, weight_decay=1e-5, fused=True)
 print("parameters", sum(p.numel() for p in model.parameters()))
-for step in range(12):
+for _step in range(12):
     cat, hist, dense, click, conv = batch(16384)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ctr_logit, cvr_logit = model(cat, hist, dense)
@@ -142,7 +143,7 @@ with torch.no_grad():
         cat, hist, dense, _c, _v = batch(131072)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             a, b = model(cat, hist, dense)
-        scores.append((torch.sigmoid(a.float()) * torch.sigmoid(b.float())))
+        scores.append(torch.sigmoid(a.float()) * torch.sigmoid(b.float()))
     scores = torch.cat(scores)
     top = scores.topk(1000)
 print("scored", scores.numel(), round(top.values.mean().item(), 5))

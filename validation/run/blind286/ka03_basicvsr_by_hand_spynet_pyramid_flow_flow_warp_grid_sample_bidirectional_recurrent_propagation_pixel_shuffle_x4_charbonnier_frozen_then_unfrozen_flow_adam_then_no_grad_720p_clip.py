@@ -35,7 +35,7 @@ def report(tag):
 
 
 def flow_warp(x, flow, padding_mode="zeros"):
-    n, _, h, w = x.shape
+    _n, _, h, w = x.shape
     gy, gx = torch.meshgrid(
         torch.arange(h, device=x.device, dtype=x.dtype),
         torch.arange(w, device=x.device, dtype=x.dtype),
@@ -172,7 +172,7 @@ spy = list(model.spynet.parameters())
 rest = [p for n_, p in model.named_parameters() if not n_.startswith("spynet.")]
 opt = torch.optim.Adam([{"params": rest, "lr": 2e-4}, {"params": spy, "lr": 2.5e-5}], betas=(0.9, 0.99))
 model.spynet.requires_grad_(False)
-for step in range(4):
+for _step in range(4):
     lr, hr = clip(4, 15, 64, 64)
     loss = charbonnier(model(lr), hr)
     loss.backward()
@@ -182,7 +182,7 @@ print("frozen-flow loss", round(loss.item(), 5), "adam states", len(opt.state))
 report("train_spynet_frozen_15_frames_64px")
 
 model.spynet.requires_grad_(True)
-for step in range(3):
+for _step in range(3):
     lr, hr = clip(4, 15, 64, 64)
     loss = charbonnier(model(lr), hr)
     loss.backward()
