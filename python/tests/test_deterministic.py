@@ -41,7 +41,8 @@ def test_cublas_gemm_raises_without_a_deterministic_workspace_config(determinist
 
 
 def test_nondeterministic_cuda_kernels_alert(deterministic, monkeypatch):
-    # AdaptiveAveragePooling.cu, NLLLoss2d.cu (a reduced loss), ScanKernels.cpp (floating cumsum)
+    # AdaptiveAveragePooling.cu, NLLLoss2d.cu (a reduced loss); a floating cumsum does not alert in
+    # torch 2.11 (ScanUtils.cuh `scan_dim`: `inclusive_deterministic_scan`)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     with vramscope.capture(gpu="h100"):
         x = torch.randn(2, 3, 16, 16, device="cuda", requires_grad=True)
@@ -53,11 +54,83 @@ def test_nondeterministic_cuda_kernels_alert(deterministic, monkeypatch):
         with pytest.raises(RuntimeError, match=r"^nll_loss2d_forward_out_cuda_template"):
             torch.nn.functional.cross_entropy(logits, target)
         assert torch.nn.functional.cross_entropy(logits, target, reduction="none").shape == (2, 8, 8)
-        with pytest.raises(RuntimeError, match=r"^cumsum_cuda_kernel"):
-            torch.rand(100, device="cuda").cumsum(0)
+        assert torch.rand(100, device="cuda").cumsum(0).shape == (100,)
+        assert torch.rand(4, 100, device="cuda").cumsum(1).shape == (4, 100)
         assert torch.arange(100, device="cuda").cumsum(0).shape == (100,)
         # interpolate's bilinear mode takes its decomposition under deterministic algorithms
         # (torch/nn/functional.py), whose backward is index_put with accumulate: no alert
         torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear").sum().backward()
         # a 1 x 1 adaptive average is a mean (AdaptiveAveragePooling.cpp)
         torch.nn.functional.adaptive_avg_pool2d(x, 1).sum().backward()
+
+
+def test_more_nondeterministic_cuda_kernels_alert(deterministic, monkeypatch):
+    # torch 2.11's alerting kernels beyond the first table (found by blind286 probing): 3-d grid
+    # sampling (GridSampler.cpp), 3-d and adaptive-max pooling backwards, fractional max pooling,
+    # 1-d linear upsampling, 1-d / 3-d reflection padding, CTC's backward (LossCTC.cu), max-mode
+    # EmbeddingBag's backward, weighted bincount (SummaryOps.cu) and put_ on CUDA
+    # (TensorAdvancedIndexing.cpp)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    F = torch.nn.functional
+    with vramscope.capture(gpu="h100"):
+        x3 = torch.randn(2, 4, 8, 8, 8, device="cuda", requires_grad=True)
+        x2 = torch.randn(2, 4, 8, 8, device="cuda", requires_grad=True)
+        x1 = torch.randn(2, 4, 8, device="cuda", requires_grad=True)
+        grid = torch.zeros(2, 4, 4, 4, 3, device="cuda", requires_grad=True)
+        cases = {
+            "grid_sampler_3d_backward_cuda": lambda: F.grid_sample(x3, grid, align_corners=False),
+            "avg_pool3d_backward_cuda": lambda: F.avg_pool3d(x3, 2),
+            "max_pool3d_with_indices_backward_cuda": lambda: F.max_pool3d(x3, 2),
+            "adaptive_avg_pool3d_backward_cuda": lambda: F.adaptive_avg_pool3d(x3, 3),
+            "adaptive_max_pool2d_backward_cuda": lambda: F.adaptive_max_pool2d(x2, 3),
+            "fractional_max_pool2d_backward_cuda": lambda: F.fractional_max_pool2d(x2, 2, output_size=4),
+            "fractional_max_pool3d_backward_cuda": lambda: F.fractional_max_pool3d(x3, 2, output_size=4),
+            "upsample_linear1d_backward_out_cuda": lambda: F.interpolate(x1, scale_factor=2, mode="linear"),
+            "reflection_pad1d_backward_out_cuda": lambda: F.pad(x1, (2, 2), mode="reflect"),
+            "reflection_pad3d_backward_out_cuda": lambda: F.pad(x3, (1,) * 6, mode="reflect"),
+        }
+        for caller, forward in cases.items():
+            y = forward()
+            with pytest.raises(RuntimeError, match="^" + caller + " does not have"):
+                y.sum().backward()
+        lp = torch.randn(20, 2, 6, device="cuda").log_softmax(2).requires_grad_()
+        loss = F.ctc_loss(lp, torch.ones(2, 5, dtype=torch.long, device="cuda"), [20, 20], [5, 5])
+        with pytest.raises(RuntimeError, match=r"^ctc_loss_backward_gpu does not have"):
+            loss.backward()
+        bag = torch.nn.EmbeddingBag(10, 4, mode="max").to("cuda")
+        y = bag(torch.zeros(4, 3, dtype=torch.long, device="cuda"))
+        with pytest.raises(RuntimeError, match=r"^embedding_bag_backward_cuda_max does not have"):
+            y.sum().backward()
+        bag = torch.nn.EmbeddingBag(10, 4, mode="mean").to("cuda")
+        bag(torch.zeros(4, 3, dtype=torch.long, device="cuda")).sum().backward()
+        i = torch.zeros(10, dtype=torch.long, device="cuda")
+        with pytest.raises(RuntimeError, match=r"^_bincount_cuda does not have"):
+            torch.bincount(i, weights=torch.ones(10, device="cuda"))
+        assert torch.bincount(i, minlength=3).shape == (3,)
+        for accumulate in (False, True):
+            with pytest.raises(RuntimeError, match=r"^put_ does not have"):
+                torch.zeros(10, device="cuda").put_(
+                    i[:2], torch.ones(2, device="cuda"), accumulate=accumulate
+                )
+
+
+def test_kernels_that_do_not_alert(deterministic, monkeypatch):
+    # torch 2.11: reflection_pad2d's backward has a deterministic kernel
+    # (ReflectionPad.cu `reflection_pad2d_backward_det_out_kernel`); `torch.mode`'s meta function
+    # alerts as median's (torch/_meta_registrations.py `meta_median_mode_dim`), its CUDA kernel
+    # (TensorModeKernel.cpp) does not; median with indices does (Sorting.cpp)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    F = torch.nn.functional
+    with vramscope.capture(gpu="h100"):
+        x2 = torch.randn(2, 4, 8, 8, device="cuda", requires_grad=True)
+        F.pad(x2, (2, 2, 2, 2), mode="reflect").sum().backward()
+        v = torch.randn(4, 10, device="cuda")
+        values, indices = torch.mode(v, 1)
+        assert values.shape == indices.shape == (4,)
+        with pytest.raises(RuntimeError, match=r"^median CUDA with indices output"):
+            torch.median(v, 1)
+        assert torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    with vramscope.capture(gpu="h100"):
+        torch.mode(torch.randn(4, 10, device="cuda"), 1)
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
