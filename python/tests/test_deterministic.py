@@ -134,3 +134,33 @@ def test_kernels_that_do_not_alert(deterministic, monkeypatch):
     with vramscope.capture(gpu="h100"):
         torch.mode(torch.randn(4, 10, device="cuda"), 1)
         assert torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def test_index_add_takes_index_put_with_accumulate(deterministic, monkeypatch):
+    # cuda/Indexing.cu `index_add_cuda_impl`: under deterministic algorithms, `index.to(kLong)`,
+    # `source * alpha` and `result.index_put_(indices, ..., true)` (sort-based) in place of atomics
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+    def peak_above(f):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        f()
+        return torch.cuda.max_memory_allocated() - base
+
+    with vramscope.capture(gpu="h100"):
+        idx = torch.randint(0, 1000, (1 << 20,), device="cuda")
+        src = torch.rand(1 << 20, 8, device="cuda")
+        t = torch.zeros(1000, 8, device="cuda")
+        explicit = peak_above(lambda: t.index_put_((idx,), src * 1, accumulate=True))
+        det = peak_above(lambda: t.index_add_(0, idx, src))
+        assert det == explicit > src.nbytes
+        # an int32 index is made int64 first; the out-of-place op copies `self` in first
+        idx32 = idx.int()
+        det32 = peak_above(lambda: t.index_add_(0, idx32, src))
+        assert det32 >= det + idx.nbytes
+        out = peak_above(lambda: t.index_add(0, idx, src, alpha=2))
+        assert out >= det + t.nbytes
+        torch.use_deterministic_algorithms(False)
+        assert peak_above(lambda: t.index_add_(0, idx, src)) == 0
+        torch.use_deterministic_algorithms(True)

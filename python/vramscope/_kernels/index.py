@@ -799,3 +799,34 @@ FUNCTIONS[torch.Tensor.__getitem__] = _getitem
 FUNCTIONS[torch.Tensor.__setitem__] = _setitem
 DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
 DISPATCH[aten.index_put_.default] = _index_put_value
+
+
+def _index_add_deterministic(cap, func, args, kwargs):
+    """`index_add` / `index_add_` on CUDA under `use_deterministic_algorithms(True)`
+    (cuda/Indexing.cu `index_add_cuda_impl`): after the structured meta function's output (the
+    out-of-place op's, contiguous) and its `copy_(self)`, the index as int64 (`index.to(kLong)`, a
+    copy of an int32 index), `source * alpha` (always a new tensor) and
+    `result.index_put_(indices, that, true)` with `dim` leading undefined indices: the sort-based
+    accumulating `index_put_` in place of the atomic kernel (found by blind286 probing)."""
+    if not torch.are_deterministic_algorithms_enabled() or len(args) < 4 or set(kwargs) - {"alpha"}:
+        return NotImplemented
+    self_, dim, index, source = args[:4]
+    if not registered(self_) or self_.dim() == 0:
+        return NotImplemented
+    alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+    cap.ops += 1
+    with cap._modes[1]:
+        if func is aten.index_add_.default:
+            result = self_
+        else:
+            result = torch.empty(self_.shape, dtype=self_.dtype, device="cuda")
+            result.copy_(self_)
+        idx = index.to(torch.long)
+        src = source * alpha
+        aten.index_put_.default(result, [None] * (dim % self_.dim()) + [idx], src, True)
+        del src, idx
+    return result
+
+
+DISPATCH[aten.index_add.default] = _index_add_deterministic
+DISPATCH[aten.index_add_.default] = _index_add_deterministic
