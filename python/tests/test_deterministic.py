@@ -164,3 +164,29 @@ def test_index_add_takes_index_put_with_accumulate(deterministic, monkeypatch):
         torch.use_deterministic_algorithms(False)
         assert peak_above(lambda: t.index_add_(0, idx, src)) == 0
         torch.use_deterministic_algorithms(True)
+
+
+def test_float_cumsum_takes_the_deterministic_scan(deterministic, monkeypatch):
+    # torch 2.11 ScanUtils.cuh `scan_dim`: a 1-d floating cumsum under deterministic algorithms runs
+    # `inclusive_deterministic_scan` (ATen cuda/cub.cuh): no alert, and in place of CUB's storage one
+    # buffer of min(#SMs, tiles) partial sums (tiles of 512 threads x 16 float32 items)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+    def scratch(x):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        y = x.cumsum(0)
+        assert y.shape == x.shape
+        return torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+
+    with vramscope.capture(gpu="h100"):
+        x = torch.rand(10_000_000, device="cuda")
+        assert scratch(x) == 1024  # 132 blocks x 4 bytes, one 512-byte-rounded block
+        small = torch.rand(5000, device="cuda")
+        assert scratch(small) == 512  # one block x 4 bytes
+        torch.use_deterministic_algorithms(False)
+        assert scratch(x) > 1024  # CUB's scan storage
+        torch.use_deterministic_algorithms(True)
+        # the values of a small scan are kept (a sampler's `searchsorted` over them)
+        c = torch.tensor([0.25, 0.25, 0.5], device="cuda").cumsum(0)
+        assert c[-1].item() == 1.0
