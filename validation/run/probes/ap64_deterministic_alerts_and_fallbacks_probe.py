@@ -9,7 +9,9 @@ Part 2 -- memory of the deterministic fallbacks (allocated before/after, peak, p
 `index_add_` (Indexing.cu: `index.to(kLong)`, `source * alpha`, `index_put_` with accumulate),
 `scatter_add_` on a 2-d tensor along dim 1 (`_scatter_via_index_put`: index coordinates or per-dim
 indices, then `index_put_` with accumulate), a 1-d floating `cumsum` (`agg` of at most #SMs items), each
-beside the same op with deterministic algorithms off. Plain python3, < 20 s, < 4 GB."""
+beside the same op with deterministic algorithms off. Plain python3, < 20 s, < 4 GB.
+The integer scatter_add (pytorch#170274: integers keep atomics) and the stride-0 index (a newer
+`_scatter_via_index_put` indexes with it alone) tell which version 2.11 runs."""
 
 import os
 
@@ -107,6 +109,9 @@ def part2():
     idx = torch.randint(0, 256, (8, 1_000_000), device=dev)
     src = torch.rand(8, 1_000_000, device=dev)
     out = torch.zeros(8, 256, device=dev)
+    out_i = torch.zeros(8, 256, dtype=torch.long, device=dev)
+    src_i = torch.ones(8, 1_000_000, dtype=torch.long, device=dev)
+    idx_x = idx[:1].expand(8, -1)  # an index broadcast over the other dim (stride 0)
     i1 = torch.randint(0, 1000, (4_000_000,), device=dev)
     i1_32 = i1.int()
     v1 = torch.rand(4_000_000, device=dev)
@@ -117,6 +122,8 @@ def part2():
         d = "det" if det else "nondet"
         measure(f"scatter_add_2d_dim1 {d}", lambda: out.scatter_add_(1, idx, src))
         measure(f"scatter_add_1d {d}", lambda: t1.scatter_add_(0, i1, v1))
+        measure(f"scatter_add_2d_dim1_int64 {d}", lambda: out_i.scatter_add_(1, idx, src_i))
+        measure(f"scatter_add_2d_dim1_expanded_index {d}", lambda: out.scatter_add_(1, idx_x, src))
         measure(f"index_add_int64 {d}", lambda: t1.index_add_(0, i1, v1))
         measure(f"index_add_int32 {d}", lambda: t1.index_add_(0, i1_32, v1))
         measure(f"cumsum_1d_10M {d}", lambda: c1.cumsum(0))
