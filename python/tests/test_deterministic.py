@@ -190,3 +190,44 @@ def test_float_cumsum_takes_the_deterministic_scan(deterministic, monkeypatch):
         # the values of a small scan are kept (a sampler's `searchsorted` over them)
         c = torch.tensor([0.25, 0.25, 0.5], device="cuda").cumsum(0)
         assert c[-1].item() == 1.0
+
+
+def test_float_scatter_add_takes_index_put_with_accumulate(deterministic, monkeypatch):
+    # TensorAdvancedIndexing.cpp `scatter_add` under deterministic algorithms on CUDA:
+    # `_scatter_via_index_put` (pytorch#156744): the index alone where it is 1-d or broadcast over
+    # the other dims, else it and an `arange` per other dim; integers keep atomics (pytorch#170274)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+    def peak_above(f):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        f()
+        return torch.cuda.max_memory_allocated() - base
+
+    with vramscope.capture(gpu="h100"):
+        idx = torch.randint(0, 256, (8, 1 << 18), device="cuda")
+        src = torch.rand(8, 1 << 18, device="cuda")
+        out = torch.zeros(8, 256, device="cuda")
+        rows = torch.arange(8, device="cuda").view(8, 1).expand(idx.shape)
+        explicit = peak_above(lambda: out.index_put_((rows, idx), src, accumulate=True))
+        # and the rows' `arange` made inside (8 int64, one 512-byte block)
+        assert peak_above(lambda: out.scatter_add_(1, idx, src)) == explicit + 512 > 512
+        flat = torch.zeros(1000, device="cuda")
+        i1, v1 = idx.flatten() % 1000, src.flatten()
+        assert peak_above(lambda: flat.scatter_add_(0, i1, v1)) == peak_above(
+            lambda: flat.index_put_((i1,), v1, accumulate=True)
+        )
+        # an index broadcast over the rows indexes alone
+        shared = idx[:1].expand(8, -1)
+        assert peak_above(lambda: out.scatter_add_(1, shared, src)) == peak_above(
+            lambda: torch.ops.aten.index_put_.default(out, [None, idx[0]], src, True)
+        )
+        # integers: the atomic kernel, no scratch
+        assert peak_above(lambda: out.long().scatter_add_(1, idx, src.long())) == peak_above(
+            lambda: (out.long(), src.long())
+        )
+        # gather's backward scatters into its own zeros in place (GatherBackward0)
+        x = src.clone().requires_grad_()
+        g = peak_above(lambda: torch.autograd.grad(x.gather(1, idx[:, :4096]).sum(), x))
+        assert g >= x.nbytes
