@@ -151,6 +151,26 @@ def _use_cudnn(lp, dtype, targets, blank, ilv, tlv) -> bool:
     )
 
 
+def _use_cudnn_tensor(lp, dtype, targets, il, tl, blank, ilv, tlv) -> bool:
+    """`_use_cudnn_ctc_loss.Tensor` (native/cudnn/LossCTC.cpp `_use_cudnn_ctc_loss_tensor`): cuDNN
+    enabled, blank 0, float32 3-D log-probabilities on CUDA, 1-D contiguous int32 targets (on any
+    device), int32 length tensors, every target shorter than 256 and not longer than its input
+    (inputs need not be full length)."""
+    return (
+        torch.backends.cudnn.enabled
+        and blank == 0
+        and lp.dim() == 3
+        and dtype == torch.float32
+        and isinstance(targets, torch.Tensor)
+        and targets.dim() == 1
+        and targets.dtype == torch.int32
+        and targets.is_contiguous()
+        and il.dtype == torch.int32
+        and tl.dtype == torch.int32
+        and all(t < 256 and t <= i for t, i in zip(tlv, ilv, strict=False))
+    )
+
+
 def _cudnn_ctc(lp, targets, ilv, tlv, blank, reduction, zero_infinity):
     """`ctc_loss_impl`'s cuDNN branch (native/LossCTC.cpp): `_cudnn_ctc_loss(..., deterministic=
     true, zero_infinity)`'s losses (no `where` for infinities there: `_cudnn_ctc_loss_backward`
@@ -195,6 +215,15 @@ def _ctc_loss_tensor_lengths(cap, func, args, kwargs):
     # `ctc_loss` runs in float32 under autocast (autocast_mode.cpp's fp32 list)
     cast = torch.is_autocast_enabled("cuda") and lp.dtype in (torch.float16, torch.bfloat16)
     dtype = torch.float32 if cast else lp.dtype
+    if tensors and lp.is_cuda and _use_cudnn_tensor(lp, dtype, a["targets"], il, tl, blank, ilv, tlv):
+        if not all(registered(t) for t in (a["targets"], il, tl)):
+            # `_cudnn_ctc_loss.Tensor`'s dispatcher device check: torch 2.11 on the H100 raised this
+            # for host int32 targets and lengths (session 64's run of probes/ap63_cudnn_ctc_and_no_
+            # meta_ops_probe.py), where the twin took the IntArrayRef cuDNN path
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                "cuda:0 and cpu!"
+            )
     if lp.is_cuda and _use_cudnn(lp, dtype, a["targets"], blank, ilv, tlv):
         x = lp.float() if cast else lp
         with torch.autocast("cuda", enabled=False):
