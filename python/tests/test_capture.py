@@ -6961,3 +6961,27 @@ def test_the_unsafe_fallback_s_zeros_live_in_a_non_strict_export_s_error(tmp_scr
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
     assert lines == [f"handler {2 << 26}", f"after {1 << 26}"]
+
+
+def test_a_dead_factory_constant_s_address_reused_by_other_values_keeps_them():
+    # blind283/jx03: `adjust_hue` (RandomPhotometricDistort) makes `ones_like` constants of an image
+    # whose one-element host storages die with them; their entries in `Capture.constants` stayed,
+    # and a box tensor's clone whose values the host allocator placed at such an address was
+    # `_materialize`d as one value by the flip's `boxes[:, [2, 0]] = ...` (its y's read as its first
+    # x), or forgot its values. The stale entry is made here as a dead factory leaves it.
+    from vramscope import _tensor
+
+    host = torch.tensor([[150.0, 71.0, 23.5, 139.0], [10.0, 20.0, 50.0, 60.0]])
+    with vramscope.capture(gpu="h100") as cap:
+        boxes = host.to("cuda").clone()
+        ptr = _tensor.value(boxes).untyped_storage().data_ptr()
+        dead = torch.ones(512, 512, device="cuda")
+        cap.constants[ptr] = weakref.WeakSet([dead])
+        del dead
+        flat = boxes.reshape(-1, 4)
+        flat[:, [2, 0]] = flat[:, [0, 2]].sub_(640).neg_()
+        got = boxes.tolist()
+    want = host.clone()
+    want[:, [2, 0]] = want[:, [0, 2]].sub(640).neg()
+    assert got == want.tolist()
+    assert not cap.warned
