@@ -6985,3 +6985,22 @@ def test_a_dead_factory_constant_s_address_reused_by_other_values_keeps_them():
     want[:, [2, 0]] = want[:, [0, 2]].sub(640).neg()
     assert got == want.tolist()
     assert not cap.warned
+
+
+def test_torch_compile_list_index_constant_is_copied_to_the_simulated_gpu():
+    # blind283/jx05 (timm's CSATv2: `x[:, :, self.permutation]`, a Python list): the list becomes a
+    # host int64 constant of the graph that the CUDA indexing kernel reads; Inductor copies it to
+    # the device at compile time (`GraphLowering.constant_name`'s `.to(device_override)` with the
+    # modes off), which on the host asked for the driver, so the graph ran eagerly, named unmeasured
+    # (a list of 8 the kernel inlines; of 64, CSATv2's zigzag, a constant buffer)
+    perm = list(range(63, -1, -1))
+    with vramscope.capture(gpu="h100") as cap:
+
+        @torch.compile
+        def f(x):
+            return (x[:, :, perm] * 2).sum(-1)
+
+        x = torch.randn(4, 3, 64, device="cuda", requires_grad=True)
+        f(x).sum().backward()
+        assert x.grad.shape == (4, 3, 64)
+    assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
