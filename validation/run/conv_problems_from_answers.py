@@ -5,7 +5,7 @@
 Each answer line's `unmeasured` list names a problem as `_kernels/conv.py` writes it: "cuDNN's OP
 workspace of [a transposed ]input (N, C, H, W) by weight (K, C/g, R, S) (DTYPE, [channels-last, ]stride
 (..), padding (..), [dilation (..), ]groups G)[: estimated ...]". One item per problem and layout (its
-ops merged, the largest batch kept as `n`, the scripts' prefixes as `models`). The message does not
+ops merged, one item a batch `n`, the scripts' prefixes as `models`). The message does not
 carry a transposed convolution's output_padding: it is taken as the one that makes the output twice
 the input at stride 2 (`stride - 1` where the spatial sizes halve, as in `_convolution_double_backward`'s
 data-gradient convolutions of the torchvision/timm backbones at even sizes), else 0; say so where it
@@ -53,6 +53,7 @@ def main():
                     tuple(dilation),
                     transposed,
                     int(groups),
+                    x[0],
                     dtype,
                     bool(cl),
                 )
@@ -75,12 +76,11 @@ def main():
                         "ops": [],
                     },
                 )
-                it["n"] = max(it["n"], x[0])
                 if model not in it["models"]:
                     it["models"].append(model)
                 if op not in it["ops"]:
                     it["ops"].append(op)
-    res = sorted(items.values(), key=lambda e: (e["models"], e["dtype"], e["x"], e["w"]))
+    res = sorted(items.values(), key=lambda e: (e["models"], e["dtype"], e["x"], e["w"], e["n"]))
     for e in res:
         e["ops"].sort()
     with open(out, "w") as f:
