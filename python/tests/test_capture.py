@@ -6968,3 +6968,46 @@ def test_the_unsafe_fallback_s_zeros_live_in_a_non_strict_export_s_error(tmp_scr
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
     assert lines == [f"handler {2 << 26}", f"after {1 << 26}"]
+
+
+def test_a_dead_factory_constant_s_address_reused_by_other_values_keeps_them():
+    # blind283/jx03: `adjust_hue` (RandomPhotometricDistort) makes `ones_like` constants of an image
+    # whose one-element host storages die with them; their entries in `Capture.constants` stayed,
+    # and a box tensor's clone whose values the host allocator placed at such an address was
+    # `_materialize`d as one value by the flip's `boxes[:, [2, 0]] = ...` (its y's read as its first
+    # x), or forgot its values. The stale entry is made here as a dead factory leaves it.
+    from vramscope import _tensor
+
+    host = torch.tensor([[150.0, 71.0, 23.5, 139.0], [10.0, 20.0, 50.0, 60.0]])
+    with vramscope.capture(gpu="h100") as cap:
+        boxes = host.to("cuda").clone()
+        ptr = _tensor.value(boxes).untyped_storage().data_ptr()
+        dead = torch.ones(512, 512, device="cuda")
+        cap.constants[ptr] = weakref.WeakSet([dead])
+        del dead
+        flat = boxes.reshape(-1, 4)
+        flat[:, [2, 0]] = flat[:, [0, 2]].sub_(640).neg_()
+        got = boxes.tolist()
+    want = host.clone()
+    want[:, [2, 0]] = want[:, [0, 2]].sub(640).neg()
+    assert got == want.tolist()
+    assert not cap.warned
+
+
+def test_torch_compile_list_index_constant_is_copied_to_the_simulated_gpu():
+    # blind283/jx05 (timm's CSATv2: `x[:, :, self.permutation]`, a Python list): the list becomes a
+    # host int64 constant of the graph that the CUDA indexing kernel reads; Inductor copies it to
+    # the device at compile time (`GraphLowering.constant_name`'s `.to(device_override)` with the
+    # modes off), which on the host asked for the driver, so the graph ran eagerly, named unmeasured
+    # (a list of 8 the kernel inlines; of 64, CSATv2's zigzag, a constant buffer)
+    perm = list(range(63, -1, -1))
+    with vramscope.capture(gpu="h100") as cap:
+
+        @torch.compile
+        def f(x):
+            return (x[:, :, perm] * 2).sum(-1)
+
+        x = torch.randn(4, 3, 64, device="cuda", requires_grad=True)
+        f(x).sum().backward()
+        assert x.grad.shape == (4, 3, 64)
+    assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]

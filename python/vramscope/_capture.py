@@ -3690,8 +3690,9 @@ class Capture:
             if isinstance(v, torch.Tensor) and (constant or self.constants):
                 ptr = v.untyped_storage().data_ptr()
                 if constant:
-                    self.constants[ptr] = weakref.WeakSet()
-                viewers = self.constants.get(ptr)
+                    viewers = self.constants[ptr] = weakref.WeakSet()
+                else:
+                    viewers = self.constant_viewers(ptr)
                 # by identity: an op may return its input (`to` with nothing to change), and a
                 # WeakSet compares a tensor already in it with `==`, whose elementwise result has no
                 # truth value (blind144/en04's jvp decomposition of a batch norm's backward)
@@ -3726,6 +3727,28 @@ class Capture:
             self.note_unmeasured(op)
         return out
 
+    def constant_viewers(self, ptr: int):
+        """The tensors whose values view the factory constant at host address `ptr`
+        (`constants`), or None. An entry outlives its constant: once every tensor viewing it died
+        or took other values, its one-element storage is freed and the host allocator hands the
+        address to other values (a box tensor's clone after `adjust_hue`'s `ones_like`), which
+        the stale entry would forget or `_materialize` as one value: such an entry is dropped."""
+        viewers = self.constants.get(ptr)
+        if viewers is None:
+            return None
+        live = []
+        for t in list(viewers):
+            v = value(t)
+            if v is not None and v.untyped_storage().data_ptr() == ptr:
+                live.append(t)
+        if not live:
+            del self.constants[ptr]
+            return None
+        if len(live) != len(viewers):
+            # distinct live tensors, hashed by identity: no elementwise `==` between them
+            viewers = self.constants[ptr] = weakref.WeakSet(live)
+        return viewers
+
     def forget_constants(self, func, args, kwargs):
         """Before an op writes a tensor whose values view a factory's one constant value (all its
         elements one memory location), every tensor viewing that value forgets its values: the
@@ -3735,7 +3758,10 @@ class Capture:
             v = value(a)
             if v is None:
                 continue
-            held = self.constants.pop(v.untyped_storage().data_ptr(), None)
+            ptr = v.untyped_storage().data_ptr()
+            held = self.constant_viewers(ptr)
+            if held is not None:
+                del self.constants[ptr]
             for t in list(held or ()):
                 set_value(t, None)
             if held is not None and func in _FILLS and not a._is_view() and a.numel() > VALUE_LIMIT:

@@ -1884,6 +1884,43 @@ def _conv1d_contiguous_as_op(original):
     return conv
 
 
+def _constant_copied_to_gpu(original, cap):
+    """`GraphLowering.constant_name` (torch/_inductor/graph.py): a graph's host constant that a
+    CUDA kernel reads is copied to the device at compile time (`self.constants[name].to(
+    device_override)`, the modes off) and kept among the graph's constants: a Python list index
+    (`x[:, :, self.permutation]`, timm's CSATv2: `indexing_tensor_from_data` makes a host int64
+    tensor) read by a CUDA indexing kernel. The host's `to` asked for the driver ("Found no NVIDIA
+    driver") and the graph ran eagerly (blind283/jx05); the copy is the twin's CUDA tensor instead,
+    carrying the constant's values. The rest as graph.py's."""
+    from torch._inductor.graph import normalize_name
+
+    def constant_name(self, name, device_override):
+        c = self.constants[name]
+        if (
+            device_override is None
+            or torch.device(device_override).type != "cuda"
+            or not isinstance(c, torch.Tensor)
+            or isinstance(c, torch._subclasses.fake_tensor.FakeTensor)
+            or _tensor.registered(c)
+            or c.device != _HOST
+        ):
+            return original(self, name, device_override)
+        with torch._C._DisableTorchDispatch():
+            t = torch.empty_strided(c.size(), c.stride(), dtype=c.dtype, device="meta")
+        copy = cap.track(t, "inductor::constant_name", "input")
+        _tensor.set_value(copy, c.clone())
+        new = self.allocate_non_dup_const_name(
+            f"{name}_{device_override.type}{device_override.index or 0}", copy
+        )
+        if any(name == normalize_name(b) for b in self.named_buffers):
+            self.named_buffers[new] = self.constants[new]
+        if any(name == normalize_name(q) for q in self.named_parameters):
+            self.named_parameters[new] = self.constants[new]
+        return new
+
+    return constant_name
+
+
 def _no_constant_moved_to_cuda(original):
     """FakeTensorMode's dispatch (torch/_subclasses/fake_tensor.py) without constant propagation
     through an op that moves a constant to the device (`prims.device_put`, `_to_copy` to cuda), as
@@ -2292,6 +2329,9 @@ def patch(p, cap) -> None:
     p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
     impl = fake_tensor.FakeTensorMode._dispatch_impl
     p.set(fake_tensor.FakeTensorMode, "_dispatch_impl", _no_constant_moved_to_cuda(impl))
+    from torch._inductor.graph import GraphLowering
+
+    p.set(GraphLowering, "constant_name", _constant_copied_to_gpu(GraphLowering.constant_name, cap))
     p.when_imported(
         "torch._dynamo.backends.common",
         lambda common: p.set(common, "aot_module_simplified", _aot_as_on_cuda(common.aot_module_simplified)),
