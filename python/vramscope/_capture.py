@@ -2623,6 +2623,8 @@ class Capture:
         self.genuine_meta = 0
         #: a `Tensor.__setitem__` of a Python number on a simulated tensor is running (`_kernels._setitem`)
         self.setitem_number = False
+        #: the autograd device thread's autocast nesting (`_autocast_increment_nesting`)
+        self.autograd_autocast_nesting = 0
         self.stream = 0
         #: whether an op has made autograd Nodes on a stream other than the default one, from which
         #: on Nodes carry their streams (`_autograd_streams`)
@@ -4065,6 +4067,8 @@ class Capture:
         self._mish = _norm.mish_kernels()
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
+        self._patch.set(torch, "autocast_increment_nesting", _autocast_increment_nesting)
+        self._patch.set(torch, "autocast_decrement_nesting", _autocast_decrement_nesting)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._patch.set(torch.Tensor, "as_subclass", _AsSubclass())
         self._hooks = self._install_hooks()
@@ -4222,11 +4226,35 @@ class Capture:
 
 
 _CLEAR_AUTOCAST_CACHE = torch.clear_autocast_cache
+_AUTOCAST_INCREMENT_NESTING = torch.autocast_increment_nesting
+_AUTOCAST_DECREMENT_NESTING = torch.autocast_decrement_nesting
 
 
 def _clear_autocast_cache() -> None:
     _autocast.clear_cache()
     _CLEAR_AUTOCAST_CACHE()
+
+
+def _autocast_increment_nesting() -> int:
+    """`torch.autocast_increment_nesting()`; inside a backward pass the device thread's count.
+    autocast_mode.cpp's `nesting` is thread_local (its cast cache one global map), and the pass runs
+    on the engine's device thread, whose count starts at 0, so an autocast context the pass enters
+    and leaves (checkpoint's recompute, `custom_bwd`) clears the cache at its exit even inside the
+    program's own region; the twin's passes run on the program's thread."""
+    cap = current()
+    if cap is None or not _on_engine_thread():
+        return _AUTOCAST_INCREMENT_NESTING()
+    cap.autograd_autocast_nesting += 1
+    return cap.autograd_autocast_nesting
+
+
+def _autocast_decrement_nesting() -> int:
+    """`torch.autocast_decrement_nesting()`, the device thread's inside a backward pass."""
+    cap = current()
+    if cap is None or not _on_engine_thread():
+        return _AUTOCAST_DECREMENT_NESTING()
+    cap.autograd_autocast_nesting -= 1
+    return cap.autograd_autocast_nesting
 
 
 def source_line(site: str) -> str:
