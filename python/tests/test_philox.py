@@ -283,3 +283,32 @@ def test_llada_mask_counts_are_the_h100s():
     status, lines, _report, err = run_script(probe, extra=("--gpu", "h100"))
     assert status == 0, err
     assert lines == gpu.splitlines()
+
+
+def test_a_generator_drawn_in_a_graph_capture_must_be_registered_with_the_graph():
+    """`CUDAGeneratorState::increase` (CUDAGeneratorImpl.cpp): a draw on a capturing stream from a
+    generator whose state is not capturing (not registered with the graph before `capture_begin`,
+    which registers the default one) raises "Attempt to increase offset for a CUDA generator not in
+    capture mode."; a registered one counts its draws within the graph and each replay moves it on
+    by the graph's whole increment (`capture_prologue`, `capture_epilogue`, `replay_prologue`)."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(7)
+        p = torch.rand(1 << 16, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="not in capture mode"):
+            with torch.cuda.graph(graph):
+                torch.bernoulli(p, generator=gen)
+        assert gen.get_offset() == 0
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(gen)
+        with torch.cuda.graph(graph):
+            out = torch.bernoulli(p, generator=gen)  # noqa: F841
+            default = torch.rand(16, device="cuda")  # noqa: F841
+        assert gen.get_offset() == 0  # capturing draws within the graph only
+        graph.replay()
+        moved = gen.get_offset()
+        graph.replay()
+        assert moved > 0 and gen.get_offset() == 2 * moved
