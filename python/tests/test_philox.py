@@ -312,3 +312,53 @@ def test_a_generator_drawn_in_a_graph_capture_must_be_registered_with_the_graph(
         moved = gen.get_offset()
         graph.replay()
         assert moved > 0 and gen.get_offset() == 2 * moved
+
+
+def test_exponential_geometric_cauchy_and_log_normal_take_a_cuda_generator():
+    """The GPU's kernels take a generator (cuda/DistributionTemplates.h); the meta kernels are
+    torch._refs' decompositions, which refuse one ("generator is not supported in refs", an
+    AssertionError the twin raised): the draws take the generator's offsets as the default
+    generator's, in place, nothing allocated."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        g = torch.Generator(device="cuda")
+        g.manual_seed(3)
+        t = torch.empty(1 << 16, device="cuda")
+        default = torch.cuda.default_generators[0]
+        start = default.get_offset()
+        for gen in (None, g):
+            t.exponential_(generator=gen)
+            t.geometric_(0.3, generator=gen)
+            t.cauchy_(generator=gen)
+            t.log_normal_(generator=gen)
+        assert g.get_offset() == default.get_offset() - start > 0
+        assert torch.cuda.memory_allocated() == 1 << 18
+
+
+def test_a_random_op_refuses_a_generator_of_the_other_device():
+    """`check_generator` (ATen/core/DistributionsHelper.h via `get_generator_or_default`): a CUDA
+    kernel given a host generator raises "Expected a 'cuda' device type for generator but found
+    'cpu'", a host kernel given a CUDA one the converse (DataLoader's RandomSampler under
+    `torch.set_default_device("cuda")`: its `torch.randperm(n, generator=torch.Generator())` runs
+    on the GPU, pytorch/pytorch#118084's neighbours); the twin ran both on. A meta kernel checks no
+    generator."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        cpu = torch.Generator().manual_seed(0)
+        cuda = torch.Generator(device="cuda")
+        with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator but found 'cpu'"):
+            torch.randn(10, device="cuda", generator=cpu)
+        with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'cuda'"):
+            torch.randperm(10, generator=cuda)
+        torch.set_default_device("cuda")
+        try:
+            with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator"):
+                torch.randperm(10, generator=cpu)
+        finally:
+            torch.set_default_device(None)
+        assert torch.randn(10, device="cuda", generator=cuda).device.type == "cuda"
+        assert torch.randn(10, generator=cpu).device.type == "cpu"
+        assert torch.randn(4, device="meta", generator=cuda).device.type == "meta"
+        assert torch.cuda.memory_allocated() == 0

@@ -123,6 +123,13 @@ _USER_FILES: dict = {}
 GENERATED: list[str] = []
 
 
+#: random ops whose meta kernels are torch._refs decompositions that raise "generator is not
+#: supported in refs" for a generator the GPU's kernels take (`_dispatch` runs them without it)
+_REFS_REFUSE_GENERATOR = frozenset(
+    getattr(aten, name + "_").default for name in ("exponential", "geometric", "cauchy", "log_normal")
+)
+
+
 def _on_engine_thread() -> bool:
     """Whether the current op runs on the autograd engine's device thread: inside a backward pass
     (a graph task), unless compiled autograd runs it, which the engine calls on the thread that
@@ -513,6 +520,17 @@ def _on_device(args, kwargs) -> bool:
     if dev is not None:
         return torch.device(dev).type == "cuda"
     return bool(registered_in((args, kwargs)))
+
+
+def _on_host(args, kwargs) -> bool:
+    """Whether an op runs on the host: a factory for `cpu`, or a host tensor input (not a meta one)."""
+    dev = kwargs.get("device", next((a for a in args if isinstance(a, torch.device)), None))
+    if dev is not None:
+        return torch.device(dev).type == "cpu"
+    tensors = [t for t in _tensors(args) if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return True  # a factory without a device: the default, the host here (`_on_device` first)
+    return any(t.device.type == "cpu" and not registered(t) for t in tensors)
 
 
 def _launches_kernel(func, args, kwargs, out) -> bool:
@@ -3450,6 +3468,18 @@ class Capture:
             _kernels.attach_saved()
         if _philox.is_kernel(func) and _on_device(args, kwargs):
             self.drawn = (func, _philox.draw(self, func, args, kwargs))
+            if func in _REFS_REFUSE_GENERATOR and kwargs.get("generator") is not None:
+                # the draw has taken the generator's offsets; the meta kernel (a torch._refs
+                # decomposition) refuses a generator, which only the values hang on
+                kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+        elif (
+            self.generator_in_call is not None
+            and kwargs.get("generator") is not None
+            and _on_host(args, kwargs)
+        ):
+            # a CUDA generator given to a host kernel (`check_generator<CPUGeneratorImpl>`); the
+            # twin's CUDA generators are host ones underneath
+            raise RuntimeError("Expected a 'cpu' device type for generator but found 'cuda'")
         sparse = _sparse.dispatch(self, func, args, kwargs)
         if sparse is not NotImplemented:
             return sparse
