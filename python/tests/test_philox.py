@@ -362,3 +362,26 @@ def test_a_random_op_refuses_a_generator_of_the_other_device():
         assert torch.randn(10, generator=cpu).device.type == "cpu"
         assert torch.randn(4, device="meta", generator=cuda).device.type == "meta"
         assert torch.cuda.memory_allocated() == 0
+
+
+def test_a_copied_or_pickled_cuda_generator_is_a_cuda_generator_with_its_state():
+    """`THPGenerator_reduce` / `__setstate__` (torch/csrc/Generator.cpp): the class, the device and
+    (initial seed, offset, state); a deep copy, copy or pickle of a CUDA generator is a CUDA generator
+    drawing from the same seed and offset (the twin's copies were host generators: their draws on
+    the device were nobody's, their `get_offset` raised)."""
+    import copy
+    import pickle
+
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        g = torch.Generator(device="cuda")
+        g.manual_seed(3)
+        torch.randn(1 << 16, device="cuda", generator=g)
+        for h in (copy.deepcopy(g), copy.copy(g), pickle.loads(pickle.dumps(g))):
+            assert h is not g and h.device == torch.device("cuda", 0)
+            assert (h.initial_seed(), h.get_offset()) == (3, g.get_offset())
+            torch.randn(8, device="cuda", generator=h)
+            assert h.get_offset() > g.get_offset()
+        cpu = copy.deepcopy(torch.Generator().manual_seed(5))
+        assert cpu.device.type == "cpu" and cpu.initial_seed() == 5

@@ -1095,6 +1095,23 @@ def _generator(original):
         def device(self):
             return torch.device("cuda", 0) if self._simulated else super().device
 
+        def __reduce__(self):
+            """`THPGenerator_reduce` (torch/csrc/Generator.cpp): the class, the device and (initial
+            seed, offset, state), which `__setstate__` sets again, so a deep copy, copy or pickle of
+            a CUDA generator is a CUDA generator with its seed and offset."""
+            if self._philox is None:
+                return super().__reduce__()
+            return (type(self), (self.device,), (self.initial_seed(), self.get_offset(), self.get_state()))
+
+        def __setstate__(self, state):
+            if self._philox is None:
+                return super().__setstate__(state)
+            seed, offset, rng_state = state
+            self.manual_seed(seed)
+            if offset is not None:
+                self.set_offset(offset)
+            self.set_state(rng_state)
+
         def manual_seed(self, seed):
             if self._philox is not None:
                 self._philox.manual_seed(seed)

@@ -6,7 +6,9 @@
     "Expected a 'cuda' device type for generator but found 'cpu'", a host kernel given a CUDA one
     "Expected a 'cpu' device type for generator but found 'cuda'" -- DataLoader(shuffle=True) under
     torch.set_default_device("cuda") among them (RandomSampler's randperm with its own host
-    generator runs on the GPU); the twin ran them all on.
+    generator runs on the GPU); the twin ran them all on;
+(c) a deep copy of a CUDA generator is a CUDA generator with its seed and offset (THPGenerator_reduce);
+    the twin's was a host generator (its device draws raise with (b)'s rule).
 Plain python3, < 5 s, < 10 MB. Each line: the case, then "ok" or the exception's type and first
 line. The twin (vramscope run --gpu h100) at a80c0cf9: (a) AssertionError for the four, (b) "ok"
 for all. With rp-s64's rules:
@@ -23,8 +25,12 @@ b randperm host, cuda gen RuntimeError Expected a 'cpu' device type for generato
 b rand host, cuda gen RuntimeError Expected a 'cpu' device type for generator but found 'cuda'
 b randn meta, cuda gen ok
 b DataLoader shuffle, default cuda RuntimeError Expected a 'cuda' device type for generator but found 'cpu'
+c deepcopy of a cuda generator cuda:0 0 True
+c its draw on the gpu ok
 memory_allocated 262144
 """
+
+import copy
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -64,4 +70,12 @@ case(
     lambda: list(DataLoader(TensorDataset(torch.randn(100, 4)), 10, shuffle=True)),
 )
 torch.set_default_device(None)
+copied = copy.deepcopy(cuda)
+print(
+    "c deepcopy of a cuda generator",
+    copied.device,
+    copied.initial_seed(),
+    copied.get_offset() == cuda.get_offset(),
+)
+case("c its draw on the gpu", lambda: torch.randn(8, device="cuda", generator=copied))
 print("memory_allocated", torch.cuda.memory_allocated())
