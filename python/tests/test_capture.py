@@ -7011,3 +7011,46 @@ def test_torch_compile_list_index_constant_is_copied_to_the_simulated_gpu():
         f(x).sum().backward()
         assert x.grad.shape == (4, 3, 64)
     assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
+
+
+def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():
+    """`nesting` is thread_local in autocast_mode.cpp while the cast cache is one global map: a
+    backward pass runs on the autograd engine's device thread, whose nesting starts at 0, so the
+    autocast contexts it enters and leaves (checkpoint's recompute, `custom_bwd`) clear the whole
+    cache at their exit even when the program called backward inside its own autocast region; the
+    forward's weight casts die there, not at the program's exit."""
+
+    class Mul(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cuda")
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return torch.nn.functional.linear(x, w)
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cuda")
+        def backward(ctx, g):
+            _x, w = ctx.saved_tensors
+            return g @ w.to(g.dtype), None
+
+    from torch.utils.checkpoint import checkpoint
+
+    with vramscope.capture(gpu="h100"):
+        lin = torch.nn.Linear(1024, 1024).cuda()
+        x = torch.randn(64, 1024, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            checkpoint(lin, x, use_reentrant=False).float().sum().backward()
+            inside = torch.cuda.memory_allocated()
+        assert torch.cuda.memory_allocated() == inside  # the weight's, bias's and x's casts died in it
+        w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda"))
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            Mul.apply(x, w).float().sum().backward()
+            inside = torch.cuda.memory_allocated()
+        assert torch.cuda.memory_allocated() == inside
+        # outside a backward the program's own nesting is kept: an inner region leaves the cache
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            lin(x)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                pass
+            cached = torch.cuda.memory_allocated()
+        assert cached - torch.cuda.memory_allocated() == 1024 * 1024 * 2 + 2048 + 64 * 1024 * 2

@@ -283,3 +283,105 @@ def test_llada_mask_counts_are_the_h100s():
     status, lines, _report, err = run_script(probe, extra=("--gpu", "h100"))
     assert status == 0, err
     assert lines == gpu.splitlines()
+
+
+def test_a_generator_drawn_in_a_graph_capture_must_be_registered_with_the_graph():
+    """`CUDAGeneratorState::increase` (CUDAGeneratorImpl.cpp): a draw on a capturing stream from a
+    generator whose state is not capturing (not registered with the graph before `capture_begin`,
+    which registers the default one) raises "Attempt to increase offset for a CUDA generator not in
+    capture mode."; a registered one counts its draws within the graph and each replay moves it on
+    by the graph's whole increment (`capture_prologue`, `capture_epilogue`, `replay_prologue`)."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(7)
+        p = torch.rand(1 << 16, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="not in capture mode"):
+            with torch.cuda.graph(graph):
+                torch.bernoulli(p, generator=gen)
+        assert gen.get_offset() == 0
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(gen)
+        with torch.cuda.graph(graph):
+            out = torch.bernoulli(p, generator=gen)  # noqa: F841
+            default = torch.rand(16, device="cuda")  # noqa: F841
+        assert gen.get_offset() == 0  # capturing draws within the graph only
+        graph.replay()
+        moved = gen.get_offset()
+        graph.replay()
+        assert moved > 0 and gen.get_offset() == 2 * moved
+
+
+def test_exponential_geometric_cauchy_and_log_normal_take_a_cuda_generator():
+    """The GPU's kernels take a generator (cuda/DistributionTemplates.h); the meta kernels are
+    torch._refs' decompositions, which refuse one ("generator is not supported in refs", an
+    AssertionError the twin raised): the draws take the generator's offsets as the default
+    generator's, in place, nothing allocated."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        g = torch.Generator(device="cuda")
+        g.manual_seed(3)
+        t = torch.empty(1 << 16, device="cuda")
+        default = torch.cuda.default_generators[0]
+        start = default.get_offset()
+        for gen in (None, g):
+            t.exponential_(generator=gen)
+            t.geometric_(0.3, generator=gen)
+            t.cauchy_(generator=gen)
+            t.log_normal_(generator=gen)
+        assert g.get_offset() == default.get_offset() - start > 0
+        assert torch.cuda.memory_allocated() == 1 << 18
+
+
+def test_a_random_op_refuses_a_generator_of_the_other_device():
+    """`check_generator` (ATen/core/DistributionsHelper.h via `get_generator_or_default`): a CUDA
+    kernel given a host generator raises "Expected a 'cuda' device type for generator but found
+    'cpu'", a host kernel given a CUDA one the converse (DataLoader's RandomSampler under
+    `torch.set_default_device("cuda")`: its `torch.randperm(n, generator=torch.Generator())` runs
+    on the GPU, pytorch/pytorch#118084's neighbours); the twin ran both on. A meta kernel checks no
+    generator."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        cpu = torch.Generator().manual_seed(0)
+        cuda = torch.Generator(device="cuda")
+        with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator but found 'cpu'"):
+            torch.randn(10, device="cuda", generator=cpu)
+        with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'cuda'"):
+            torch.randperm(10, generator=cuda)
+        torch.set_default_device("cuda")
+        try:
+            with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator"):
+                torch.randperm(10, generator=cpu)
+        finally:
+            torch.set_default_device(None)
+        assert torch.randn(10, device="cuda", generator=cuda).device.type == "cuda"
+        assert torch.randn(10, generator=cpu).device.type == "cpu"
+        assert torch.randn(4, device="meta", generator=cuda).device.type == "meta"
+        assert torch.cuda.memory_allocated() == 0
+
+
+def test_a_copied_or_pickled_cuda_generator_is_a_cuda_generator_with_its_state():
+    """`THPGenerator_reduce` / `__setstate__` (torch/csrc/Generator.cpp): the class, the device and
+    (initial seed, offset, state); a deep copy, copy or pickle of a CUDA generator is a CUDA generator
+    drawing from the same seed and offset (the twin's copies were host generators: their draws on
+    the device were nobody's, their `get_offset` raised)."""
+    import copy
+    import pickle
+
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        g = torch.Generator(device="cuda")
+        g.manual_seed(3)
+        torch.randn(1 << 16, device="cuda", generator=g)
+        for h in (copy.deepcopy(g), copy.copy(g), pickle.loads(pickle.dumps(g))):
+            assert h is not g and h.device == torch.device("cuda", 0)
+            assert (h.initial_seed(), h.get_offset()) == (3, g.get_offset())
+            torch.randn(8, device="cuda", generator=h)
+            assert h.get_offset() > g.get_offset()
+        cpu = copy.deepcopy(torch.Generator().manual_seed(5))
+        assert cpu.device.type == "cpu" and cpu.initial_seed() == 5

@@ -123,6 +123,13 @@ _USER_FILES: dict = {}
 GENERATED: list[str] = []
 
 
+#: random ops whose meta kernels are torch._refs decompositions that raise "generator is not
+#: supported in refs" for a generator the GPU's kernels take (`_dispatch` runs them without it)
+_REFS_REFUSE_GENERATOR = frozenset(
+    getattr(aten, name + "_").default for name in ("exponential", "geometric", "cauchy", "log_normal")
+)
+
+
 def _on_engine_thread() -> bool:
     """Whether the current op runs on the autograd engine's device thread: inside a backward pass
     (a graph task), unless compiled autograd runs it, which the engine calls on the thread that
@@ -569,6 +576,17 @@ def _on_device(args, kwargs) -> bool:
     if dev is not None:
         return torch.device(dev).type == "cuda"
     return bool(registered_in((args, kwargs)))
+
+
+def _on_host(args, kwargs) -> bool:
+    """Whether an op runs on the host: a factory for `cpu`, or a host tensor input (not a meta one)."""
+    dev = kwargs.get("device", next((a for a in args if isinstance(a, torch.device)), None))
+    if dev is not None:
+        return torch.device(dev).type == "cpu"
+    tensors = [t for t in _tensors(args) if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return True  # a factory without a device: the default, the host here (`_on_device` first)
+    return any(t.device.type == "cpu" and not registered(t) for t in tensors)
 
 
 def _launches_kernel(func, args, kwargs, out) -> bool:
@@ -2679,6 +2697,8 @@ class Capture:
         self.genuine_meta = 0
         #: a `Tensor.__setitem__` of a Python number on a simulated tensor is running (`_kernels._setitem`)
         self.setitem_number = False
+        #: the autograd device thread's autocast nesting (`_autocast_increment_nesting`)
+        self.autograd_autocast_nesting = 0
         self.stream = 0
         #: whether an op has made autograd Nodes on a stream other than the default one, from which
         #: on Nodes carry their streams (`_autograd_streams`)
@@ -3507,6 +3527,18 @@ class Capture:
             _kernels.attach_saved()
         if _philox.is_kernel(func) and _on_device(args, kwargs):
             self.drawn = (func, _philox.draw(self, func, args, kwargs))
+            if func in _REFS_REFUSE_GENERATOR and kwargs.get("generator") is not None:
+                # the draw has taken the generator's offsets; the meta kernel (a torch._refs
+                # decomposition) refuses a generator, which only the values hang on
+                kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+        elif (
+            self.generator_in_call is not None
+            and kwargs.get("generator") is not None
+            and _on_host(args, kwargs)
+        ):
+            # a CUDA generator given to a host kernel (`check_generator<CPUGeneratorImpl>`); the
+            # twin's CUDA generators are host ones underneath
+            raise RuntimeError("Expected a 'cpu' device type for generator but found 'cuda'")
         sparse = _sparse.dispatch(self, func, args, kwargs)
         if sparse is not NotImplemented:
             return sparse
@@ -4150,6 +4182,8 @@ class Capture:
         self._mish = _norm.mish_kernels()
         self._wrapper_kernels = wrapper_kernels()
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
+        self._patch.set(torch, "autocast_increment_nesting", _autocast_increment_nesting)
+        self._patch.set(torch, "autocast_decrement_nesting", _autocast_decrement_nesting)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._patch.set(torch.Tensor, "as_subclass", _AsSubclass())
         self._hooks = self._install_hooks()
@@ -4307,11 +4341,35 @@ class Capture:
 
 
 _CLEAR_AUTOCAST_CACHE = torch.clear_autocast_cache
+_AUTOCAST_INCREMENT_NESTING = torch.autocast_increment_nesting
+_AUTOCAST_DECREMENT_NESTING = torch.autocast_decrement_nesting
 
 
 def _clear_autocast_cache() -> None:
     _autocast.clear_cache()
     _CLEAR_AUTOCAST_CACHE()
+
+
+def _autocast_increment_nesting() -> int:
+    """`torch.autocast_increment_nesting()`; inside a backward pass the device thread's count.
+    autocast_mode.cpp's `nesting` is thread_local (its cast cache one global map), and the pass runs
+    on the engine's device thread, whose count starts at 0, so an autocast context the pass enters
+    and leaves (checkpoint's recompute, `custom_bwd`) clears the cache at its exit even inside the
+    program's own region; the twin's passes run on the program's thread."""
+    cap = current()
+    if cap is None or not _on_engine_thread():
+        return _AUTOCAST_INCREMENT_NESTING()
+    cap.autograd_autocast_nesting += 1
+    return cap.autograd_autocast_nesting
+
+
+def _autocast_decrement_nesting() -> int:
+    """`torch.autocast_decrement_nesting()`, the device thread's inside a backward pass."""
+    cap = current()
+    if cap is None or not _on_engine_thread():
+        return _AUTOCAST_DECREMENT_NESTING()
+    cap.autograd_autocast_nesting -= 1
+    return cap.autograd_autocast_nesting
 
 
 def source_line(site: str) -> str:

@@ -440,6 +440,13 @@ def patch(cap) -> _Patch:
             Inductor's graph-safe RNG states): its first graph makes its seed and offset, two
             1-element int64 tensors on the current stream (`CUDAGeneratorState::register_graph`),
             kept while the generator lives (the twin's graphs do not unregister it)."""
+            philox = getattr(state, "_philox", None)
+            if philox is not None and philox is not cap.philox:
+                # the graph's own list (`captured_generator_states_`): its captures count the
+                # generator's draws within the graph and its replays move it on
+                registered = self.__dict__.setdefault("_generators", [])
+                if all(g is not philox for g in registered):
+                    registered.append(philox)
             if state is None or id(state) in rng_states:
                 return
             op = "aten::empty"
@@ -459,6 +466,8 @@ def patch(cap) -> _Patch:
                 rng_graphs["extragraph"] = (cap.malloc(8, op, "buffer"), cap.malloc(8, op, "buffer"))
             rng_graphs["graphs"].add(id(self))
             cap.philox.capture_prologue()
+            for philox in self.__dict__.get("_generators", ()):
+                philox.capture_prologue()
             # beginAllocateToPool: what the capturing stream allocates comes from the graph's
             # private pool (a new one, or the one `pool` names), apart from its ordinary blocks
             self._pool = tuple(pool) if pool is not None and tuple(pool) != (0, 0) else graph_pool_handle()
@@ -480,10 +489,13 @@ def patch(cap) -> _Patch:
             cap.device.capture_stream_end(self._stream)
             cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
+            self._rng_increments = [(g, g.capture_epilogue()) for g in self.__dict__.get("_generators", ())]
 
         def replay(self):
             # the default generator's offset moves on by what the capture drew (`replay_prologue`)
             cap.philox.replay_prologue(getattr(self, "_rng_increment", 0))
+            for philox, increment in getattr(self, "_rng_increments", ()):
+                philox.replay_prologue(increment)
 
         def reset(self):
             rng_graphs["graphs"].discard(id(self))
@@ -1082,6 +1094,23 @@ def _generator(original):
         @property
         def device(self):
             return torch.device("cuda", 0) if self._simulated else super().device
+
+        def __reduce__(self):
+            """`THPGenerator_reduce` (torch/csrc/Generator.cpp): the class, the device and (initial
+            seed, offset, state), which `__setstate__` sets again, so a deep copy, copy or pickle of
+            a CUDA generator is a CUDA generator with its seed and offset."""
+            if self._philox is None:
+                return super().__reduce__()
+            return (type(self), (self.device,), (self.initial_seed(), self.get_offset(), self.get_state()))
+
+        def __setstate__(self, state):
+            if self._philox is None:
+                return super().__setstate__(state)
+            seed, offset, rng_state = state
+            self.manual_seed(seed)
+            if offset is not None:
+                self.set_offset(offset)
+            self.set_state(rng_state)
 
         def manual_seed(self, seed):
             if self._philox is not None:

@@ -415,9 +415,17 @@ def draw(cap, func, args, kwargs):
     b = _bound(func, args, kwargs)
     gen = generator_state(cap, b.get("generator"))
     if gen is None:
+        if b.get("generator") is not None:
+            # a host generator given to a CUDA kernel: `check_generator<CUDAGeneratorImpl>`
+            # (ATen/core/DistributionsHelper.h, through `get_generator_or_default`)
+            raise RuntimeError("Expected a 'cuda' device type for generator but found 'cpu'")
         return None
     dev = cap.device
     draws = _draws(func, b, dev.multi_processor_count, dev.max_threads_per_multi_processor)
+    if draws and gen.intragraph is None and cap.stream in cap.pool_streams:
+        # `CUDAGeneratorState::increase` on a capturing stream: only the generators registered with
+        # the graph (the default one, `register_generator_state`) capture (CUDAGeneratorImpl.cpp)
+        raise RuntimeError("Attempt to increase offset for a CUDA generator not in capture mode.")
     return [(gen.seed, gen.take(inc), layout) for inc, layout in draws] or None
 
 
