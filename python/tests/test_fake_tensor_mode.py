@@ -40,6 +40,11 @@ def _fake_what_if():
         assert w.grad.device == torch.device("cuda", 0) and w.grad.dtype == torch.float32
         assert fopt.state[w]["exp_avg"].device == torch.device("cuda", 0)
         assert fx.cpu().device.type == "cpu" and torch.ones(3).cuda().is_cuda
+        # sdpa takes the GPU's fused kernel (the H100's choice for bf16), not the host's
+        # `_scaled_dot_product_flash_attention_for_cpu`
+        q = torch.randn(8, 6, 197, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        o = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        assert o.is_cuda and "ForCpu" not in o.grad_fn.name()
 
 
 def test_a_fake_cuda_model_trained_under_the_programs_fake_tensor_mode_adds_nothing():
