@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from ._tensor import moved_to_meta, registered, wraps_registered
+from ._tensor import PROGRAM_CUDA, moved_to_meta, registered, wraps_registered
 
 KEY = torch._C.DispatchKey.AutocastCUDA
 _EXCLUDE = torch._C.DispatchKeySet(KEY)
@@ -73,6 +73,9 @@ def _eligible(t) -> bool:
         registered(t)
         or wraps_registered(t)
         or moved_to_meta(t)
+        # a fake tensor of the program's own FakeTensorMode made for `cuda`, kept on the host
+        # (`_compile._program_fake_mode`): a CUDA tensor to autocast on the GPU
+        or getattr(t, PROGRAM_CUDA, False) is True
         or (TRACING[0] and isinstance(t, torch.Tensor) and t.device.type == "cpu")
     )
     return on_device and t.is_floating_point() and t.dtype != torch.float64

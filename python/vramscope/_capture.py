@@ -1168,6 +1168,17 @@ class _FunctionMode(TorchFunctionMode):
                 # makes it without the mode
                 return getattr(args[0], func.__name__)(*args[1:], **kwargs)
             return self._call(func, args, kwargs)
+        if (
+            args
+            and isinstance(args[0], _FakeTensor)
+            and getattr(func, "__name__", "") in ("to", "cuda", "cpu")
+            and getattr(args[0].fake_mode, _compile._PROGRAM_MODE, False)
+        ):
+            # a fake tensor of the program's own FakeTensorMode: moved by that mode, its CUDA
+            # tensors kept on the host (`_compile._program_fake_mode`)
+            return _compile.program_fake_move(
+                self._call, func, args, kwargs, _names_the_host(args[1:], kwargs)
+            )
         cap = self.cap
         if cap._autocast.vision is None and _is_vision_op(func):
             cap._autocast.vision_ops()

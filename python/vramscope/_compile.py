@@ -66,20 +66,116 @@ def _init_gpu_context(cap):
 
 def _fake_new(original):
     """`FakeTensor.__new__` that puts a CUDA fake tensor on the host while tracing (after the
-    device allocation the GPU's making of it does, `init_gpu_context`)."""
+    device allocation the GPU's making of it does, `init_gpu_context`), and one of the program's
+    own FakeTensorMode (`_program_fake_mode`) always, marked as the GPU's (`_PROGRAM_CUDA`)."""
 
     def new(cls, fake_mode, elem, device, *args, **kwargs):
-        if TRACING[0] and torch.device(device).type == "cuda":
-            torch._subclasses.fake_tensor.init_gpu_context(torch.device(device))
-            device = _HOST
+        program = False
+        if torch.device(device).type == "cuda":
+            if TRACING[0]:
+                torch._subclasses.fake_tensor.init_gpu_context(torch.device(device))
+                device = _HOST
+            elif getattr(fake_mode, _PROGRAM_MODE, False):
+                torch._subclasses.fake_tensor.init_gpu_context(torch.device(device))
+                device, program = _HOST, True
+                setattr(fake_mode, _PROGRAM_MODE, "cuda")
+        elif (
+            getattr(fake_mode, _PROGRAM_MODE, False) == "cuda"
+            and torch.device(device).type == "cpu"
+            and torch._C._current_autograd_node() is not None
+        ):
+            # a backward formula's tensor made for its inputs' options (`ToCopyBackward0`'s
+            # `grad.to(self.options())`, `zeros(sizes, grad.options())`): the host's in C++ where the
+            # GPU's are CUDA (a mode that made CUDA tensors runs its backward there)
+            program = True
         if _tensor.registered(elem):
             # a simulated tensor as the element (a higher-order op's `make_fx` snapshots the
             # eager program's tensors): it is the meta tensor FakeTensor wants
             with _tensor.kernels():
-                return original(cls, fake_mode, elem, device, *args, **kwargs)
-        return original(cls, fake_mode, elem, device, *args, **kwargs)
+                out = original(cls, fake_mode, elem, device, *args, **kwargs)
+        else:
+            out = original(cls, fake_mode, elem, device, *args, **kwargs)
+        if program:
+            setattr(out, _PROGRAM_CUDA, True)
+        return out
 
     return staticmethod(new)
+
+
+#: the mark of a FakeTensorMode the program made itself (`_program_fake_mode`)
+_PROGRAM_MODE = "_vramscope_program"
+#: the mark of a fake tensor of such a mode that the program made for `cuda`, kept on the host
+_PROGRAM_CUDA = _tensor.PROGRAM_CUDA
+
+
+def _program_fake_mode(original):
+    """`FakeTensorMode.__init__` that marks a mode the program makes itself (outside the twin's
+    traces: not dynamo's, AOTAutograd's or export's), as PyTorch's docs do to size a job without
+    memory (`with FakeTensorMode(): ...` under MemTracker). Its fake CUDA tensors are kept on the
+    host (`_fake_new`), reading `cuda:0` to Python (`_fake_device_on_gpu`, `_stands_for_gpu`):
+    on the GPU FakeTensorMode installs its no-op CUDA device guard only where
+    `torch.cuda.is_available()` is False (`avoid_device_init`, `FakeTensorMode.__enter__`), which
+    the twin's host answers True, so a fake CUDA tensor's `copy_` reached the real CUDA guard
+    (`dispatch_copy_`'s `OptionalDeviceGuard`: "CUDA driver version is insufficient"), and its
+    backward the autograd engine's stream stash (`hasPrimaryContext`). A fake tensor holds no device
+    memory: nothing of it reaches the twin's allocator (but `init_gpu_context`'s one element)."""
+
+    @functools.wraps(original)
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if not (TRACING[0] or _EXPORTING[0] or kwargs.get("export")):
+            setattr(self, _PROGRAM_MODE, True)
+
+    return init
+
+
+def program_fake_move(call, func, args, kwargs, to_host: bool):
+    """`t.to(...)`, `t.cuda()` or `t.cpu()` of a fake tensor `t` of the program's own FakeTensorMode
+    (`call`: the capture's function mode's call), as the mode makes it on the GPU: a fake CUDA
+    tensor's move to the host is a copy there (here the host's `to` would return it as it is)."""
+    x, name = args[0], func.__name__
+    given = [a for a in (*args[1:], kwargs.get("device")) if isinstance(a, (str, torch.device))]
+    if name == "cuda" or any(torch.device(d).type == "cuda" for d in given):
+        # (`Tensor.cuda()` and `to("cuda")` would initialise the host's CUDA first, which has none)
+        dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), None)
+        dtype = dtype or x.dtype
+        if _program_cuda(x):
+            if dtype == x.dtype and not kwargs.get("copy"):
+                return x
+            return call(torch.Tensor.to, (x,), {"dtype": dtype, "copy": bool(kwargs.get("copy"))})
+        return torch.ops.aten._to_copy.default(x, dtype=dtype, device=_CUDA0)
+    out = call(func, args, kwargs)
+    if out is x and _program_cuda(out) and (name == "cpu" or to_host):
+        out = call(torch.Tensor.to, (x,), {"device": _HOST, "copy": True})
+    return out
+
+
+def _program_common_device(original):
+    """`FakeTensor._find_common_device` (the device of an op's fake results) that takes a fake tensor
+    of the program's own FakeTensorMode made on the host by C++ code for a CUDA one's options (a
+    composite kernel's `at::empty(..., self.options())`, the host's convolution path under the
+    conv's `_convolution`) as the CUDA tensor it is on the GPU: where a CUDA fake tensor kept on
+    the host (`_program_fake_mode`) meets such a one, the result is CUDA's. (A program's genuine
+    mix of host and CUDA tensors, which the GPU refuses, passes so.)"""
+
+    def find(func, flat_args):
+        try:
+            return original(func, flat_args)
+        except RuntimeError:
+            fakes = [a for a in flat_args if isinstance(a, torch._subclasses.fake_tensor.FakeTensor)]
+            if any(_program_cuda(a) for a in fakes) and all(
+                _program_cuda(a) or a.fake_device.type == "cpu" for a in fakes
+            ):
+                return _CUDA0, False
+            raise
+
+    return staticmethod(find)
+
+
+def _program_cuda(t) -> bool:
+    """Whether `t` is a fake tensor of the program's own FakeTensorMode made for `cuda` and kept on
+    the host (`_fake_new`)."""
+    return getattr(t, _PROGRAM_CUDA, False) is True
 
 
 def _meta_tensor(original):
@@ -130,6 +226,8 @@ def _stands_for_gpu(t) -> bool:
     GPU's: not one the GPU's trace has on the host too (`_host_on_gpu`). Read from its
     `fake_device`, which a meta kernel's `t.device` hides (`meta` inside the fake mode's kernel
     invocation)."""
+    if _program_cuda(t):
+        return True
     if not TRACING[0]:
         return False
     from torch._subclasses.functional_tensor import FunctionalTensor
@@ -175,6 +273,8 @@ def _fake_device_on_gpu(original):
     getter = original.fget
 
     def device(self):
+        if _program_cuda(self) and not self.fake_mode.in_kernel_invocation:
+            return _CUDA0
         if _READS_CUDA[0] and not self.fake_mode.in_kernel_invocation and _stands_for_gpu(self):
             return _CUDA0
         d = getter(self)
@@ -2292,6 +2392,9 @@ def patch(p, cap) -> None:
     p.set(functorch_config, "enable_autograd_cache", False)
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))
+    p.set(fake_tensor.FakeTensorMode, "__init__", _program_fake_mode(fake_tensor.FakeTensorMode.__init__))
+    common = fake_tensor.FakeTensor._find_common_device
+    p.set(fake_tensor.FakeTensor, "_find_common_device", _program_common_device(common))
     p.set(meta_utils.MetaConverter, "meta_tensor", _meta_tensor(meta_utils.MetaConverter.meta_tensor))
     p.set(meta_utils.MetaConverter, "__call__", _fakified_from_host(meta_utils.MetaConverter.__call__))
     # the device tests of Python meta kernels and decompositions take the GPU's branch on the

@@ -33,7 +33,7 @@ from . import (
     _threads,
     _triton,
 )
-from ._tensor import CUDA0, contiguous_strides, is_ours, patch_tensor
+from ._tensor import CUDA0, PROGRAM_CUDA, contiguous_strides, is_ours, patch_tensor
 from ._tensor import assumed as _assumed
 from ._tensor import set_value as _set_value
 from ._tensor import value as _value
@@ -775,6 +775,10 @@ def patch(cap) -> _Patch:
             out = _attention.sdpa(cap, args, kwargs)
             if out is not NotImplemented:
                 return out
+        elif getattr(args[0] if args else kwargs.get("query"), PROGRAM_CUDA, False) is True:
+            # fake CUDA tensors of the program's own FakeTensorMode, kept on the host: the GPU's
+            # kernel (flash, efficient, cuDNN), not the host's `_scaled_dot_product_flash_attention_for_cpu`
+            return _attention.sdpa(cap, args, kwargs, traced=True)
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)

@@ -352,6 +352,11 @@ def wraps_ours(t) -> bool:
     return not (_in_kernel[0] and _kernel_here()) and wraps_registered(t)
 
 
+#: the mark of a fake tensor of the program's own FakeTensorMode made for `cuda` and kept on the host
+#: (`_compile._fake_new`)
+PROGRAM_CUDA = "_vramscope_cuda"
+
+
 def moved_to_meta(t) -> bool:
     """Whether `t` is a wrapper subclass asked for on the CUDA device and made on the meta device
     (`_make_wrapper_subclass` below: a DTensor, an AsyncCollectiveTensor, a jagged nested tensor)."""
@@ -368,6 +373,10 @@ def _reads_cuda(t) -> bool:
     if is_ours(t) or wraps_ours(t):
         return True
     if getattr(t, _MOVED, False):
+        return True
+    if getattr(t, PROGRAM_CUDA, False) is True and not t.fake_mode.in_kernel_invocation:
+        # a fake tensor of the program's own FakeTensorMode made for `cuda`, kept on the host
+        # (`_compile._program_fake_mode`)
         return True
     values = getattr(t, "_values", None)
     return values is not None and _NESTED[0] is not None and type(t) is _NESTED[0] and is_ours(values)
