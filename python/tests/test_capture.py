@@ -4423,26 +4423,57 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
     # float32 log-probs, blank 0, 1-D contiguous int32 targets on the host, every input of the full
     # length, targets under 256 -> `_cudnn_ctc_loss`, whose raw gradient (as log_probs) is made in
     # the forward and kept for the backward, then the losses; no targets copy, no log_alpha
-    # (blind281 probing: a CRNN's CTC; the twin's meta tensors never passed C++'s CUDA check)
+    # (blind281 probing: a CRNN's CTC; the twin's meta tensors never passed C++'s CUDA check).
+    # Lengths as lists: int32 tensors would take the tensor overload's own cuDNN check (below)
     import torch.nn.functional as F
 
     with vramscope.capture(gpu="h100") as cap:
         logits = torch.randn(200, 64, 80, device="cuda", requires_grad=True)  # 4,096,000 bytes
         lp = logits.log_softmax(2)
         targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
-        lengths = torch.full((64,), 30, dtype=torch.int32)
-        full = torch.full((64,), 200, dtype=torch.int32)
+        lengths = [30] * 64
+        full = torch.full((64,), 200, dtype=torch.int32).tolist()
         loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, zero_infinity=True))
         # raw gradient, losses, the mean's lengths (host copy, clamp), division, mean
         assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
         loss.backward()
         assert logits.grad.shape == logits.shape
         # a shorter input leaves cuDNN: the native kernel's log_alpha (64, 200, 61) is made
-        short = full.clone()
+        short = list(full)
         short[0] = 199
         _, counts = counted(lambda: F.ctc_loss(lp, targets, short, lengths))
         assert counts[1] > 64 * 200 * 61 * 4
     assert any("CTC loss workspace" in k for k in cap.unmeasured)
+
+
+def test_ctc_loss_over_int32_tensor_lengths_takes_cudnn_s_tensor_overload():
+    # native/LossCTC.cpp's `ctc_loss` for tensors asks `_use_cudnn_ctc_loss.Tensor` first (native/
+    # cudnn/LossCTC.cpp: int32 lengths, 1-D int32 targets on either device, no full-input check) and
+    # runs `ctc_loss_impl` over the tensors: `_cudnn_ctc_loss.Tensor` copies host targets and lengths
+    # to the device, and the mean divides by `target_lengths.clamp_min(1)` on the lengths' device, so
+    # host lengths raise there (ap63's probe on the H100, /work/gpu_s64/c/ap63_probe.err)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h100"):
+        logits = torch.randn(200, 64, 80, device="cuda", requires_grad=True)  # 4,096,000 bytes
+        lp = logits.log_softmax(2)
+        targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
+        lengths = torch.full((64,), 30, dtype=torch.int32)
+        full = torch.full((64,), 200, dtype=torch.int32)
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            F.ctc_loss(lp, targets, full, lengths, zero_infinity=True)
+        # sum: the targets and both lengths copied to the device, the raw gradient, the losses, the sum
+        loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, reduction="sum"))
+        assert counts == (6, 7680 + 256 + 256 + 4096000 + 256 + 4)
+        assert type(loss.grad_fn.next_functions[0][0]).__name__ == "CudnnCtcLossBackward1"
+        # device operands with one input shorter than log_probs: still cuDNN; the mean's clamp (int32),
+        # division and mean
+        short, dev_targets, dev_lengths = full.cuda(), targets.cuda(), lengths.cuda()
+        short[0] = 199
+        loss, counts = counted(lambda: F.ctc_loss(lp, dev_targets, short, dev_lengths, zero_infinity=True))
+        assert counts == (5, 4096000 + 256 + 256 + 256 + 4)
+        loss.backward()
+        assert logits.grad.shape == logits.shape
 
 
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
