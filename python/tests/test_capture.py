@@ -4424,25 +4424,31 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
     # length, targets under 256 -> `_cudnn_ctc_loss`, whose raw gradient (as log_probs) is made in
     # the forward and kept for the backward, then the losses; no targets copy, no log_alpha
     # (blind281 probing: a CRNN's CTC; the twin's meta tensors never passed C++'s CUDA check).
-    # Lengths as lists: int32 tensors would take the tensor overload's own cuDNN check (below)
+    # Lengths as int32 tensors ask `_use_cudnn_ctc_loss.Tensor` instead, whose mean divides by the
+    # host lengths: torch 2.11 on the H100 raised (session 64's run of probes/ap63_cudnn_ctc_and_no_
+    # meta_ops_probe.py; the next test)
     import torch.nn.functional as F
 
     with vramscope.capture(gpu="h100") as cap:
         logits = torch.randn(200, 64, 80, device="cuda", requires_grad=True)  # 4,096,000 bytes
         lp = logits.log_softmax(2)
         targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
-        lengths = [30] * 64
-        full = torch.full((64,), 200, dtype=torch.int32).tolist()
+        lengths, full = [30] * 64, [200] * 64
         loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, zero_infinity=True))
         # raw gradient, losses, the mean's lengths (host copy, clamp), division, mean
         assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
         loss.backward()
         assert logits.grad.shape == logits.shape
         # a shorter input leaves cuDNN: the native kernel's log_alpha (64, 200, 61) is made
-        short = list(full)
-        short[0] = 199
+        short = [199, *full[1:]]
         _, counts = counted(lambda: F.ctc_loss(lp, targets, short, lengths))
         assert counts[1] > 64 * 200 * 61 * 4
+        as_int32 = torch.tensor(full, dtype=torch.int32), torch.tensor(lengths, dtype=torch.int32)
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            F.ctc_loss(lp, targets, *as_int32)
+        # int64 length tensors: the IntArrayRef overload's cuDNN path, as with lists
+        _, counts = counted(lambda: F.ctc_loss(lp, targets, torch.tensor(full), torch.tensor(lengths)))
+        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
     assert any("CTC loss workspace" in k for k in cap.unmeasured)
 
 

@@ -220,21 +220,77 @@ def _reduced(args, kwargs) -> bool:
     return reduction != 0
 
 
+def _max_bag(args, kwargs) -> bool:
+    # `_embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+    # num_weights, scale_grad_by_freq, mode, ...)`: mode 2 is MODE_MAX
+    mode = args[7] if len(args) > 7 else kwargs.get("mode")
+    return mode == 2
+
+
+def _max_bag_dense(args, kwargs) -> bool:
+    # `_embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+    # num_weights, scale_grad_by_freq, mode, sparse, ...)`, which calls the dense backward where
+    # not sparse (EmbeddingBag.cpp `_embedding_bag_backward_symint`)
+    mode = args[8] if len(args) > 8 else kwargs.get("mode")
+    sparse = args[9] if len(args) > 9 else kwargs.get("sparse", False)
+    return mode == 2 and not sparse
+
+
+def _weighted(args, kwargs) -> bool:
+    weights = args[1] if len(args) > 1 else kwargs.get("weights")
+    return weights is not None
+
+
 #: CUDA kernels that call `globalContext().alertNotDeterministic(caller)` (raise under
 #: `torch.use_deterministic_algorithms(True)`, warn with `warn_only`): op -> (caller, before its
 #: outputs (a plain kernel) or after (a structured kernel's impl), condition). The names are the
-#: kernels' own: AdaptiveAveragePooling.cu, ReflectionPad.cu, GridSampler.cpp, NLLLoss2d.cu,
-#: UpSample*.cu, ScanKernels.cpp (`cumsum_cuda_kernel`, floating or complex input); histc and
-#: median with indices raise in their meta functions already (torch/_meta_registrations.py)
+#: kernels' own (torch 2.11's libtorch_cuda holds each caller string): AdaptiveAveragePooling.cu
+#: and AdaptiveAveragePooling3d.cu, AdaptiveMaxPooling2d.cu, AveragePool3d.cu, DilatedMaxPool3d.cu,
+#: FractionalMaxPool2d.cu / 3d.cu, ReflectionPad.cu (1-d and 3-d: the 2-d backward has a
+#: deterministic kernel, `reflection_pad2d_backward_det_out_kernel`), GridSampler.cpp, NLLLoss2d.cu,
+#: UpSample*.cu, LossCTC.cu, EmbeddingBag.cu (max mode), SummaryOps.cu (`bincount` with weights)
+#: and TensorAdvancedIndexing.cpp (`put_` on CUDA); histc and median with indices raise in their
+#: meta functions already (torch/_meta_registrations.py). A floating `cumsum` does not alert: a
+#: 1-d one takes `inclusive_deterministic_scan` (ScanUtils.cuh `scan_dim`), a strided one was
+#: deterministic already
 _NOT_DETERMINISTIC = {
     aten._adaptive_avg_pool2d_backward.default: ("adaptive_avg_pool2d_backward_cuda", True, _always),
-    aten.reflection_pad2d_backward.default: ("reflection_pad2d_backward_cuda", True, _always),
+    aten._adaptive_avg_pool3d_backward.default: ("adaptive_avg_pool3d_backward_cuda", True, _always),
+    aten.adaptive_max_pool2d_backward.default: ("adaptive_max_pool2d_backward_cuda", False, _always),
+    aten.avg_pool3d_backward.default: ("avg_pool3d_backward_cuda", False, _always),
+    aten.max_pool3d_with_indices_backward.default: ("max_pool3d_with_indices_backward_cuda", True, _always),
+    aten.fractional_max_pool2d_backward.default: ("fractional_max_pool2d_backward_cuda", False, _always),
+    aten.fractional_max_pool3d_backward.default: ("fractional_max_pool3d_backward_cuda", True, _always),
+    aten.reflection_pad1d_backward.default: ("reflection_pad1d_backward_out_cuda", False, _always),
+    aten.reflection_pad3d_backward.default: ("reflection_pad3d_backward_out_cuda", False, _always),
     aten.grid_sampler_2d_backward.default: ("grid_sampler_2d_backward_cuda", True, _always),
+    aten.grid_sampler_3d_backward.default: ("grid_sampler_3d_backward_cuda", True, _always),
     aten.nll_loss2d_forward.default: ("nll_loss2d_forward_out_cuda_template", True, _reduced),
+    aten.upsample_linear1d_backward.default: ("upsample_linear1d_backward_out_cuda", False, _always),
     aten.upsample_bilinear2d_backward.default: ("upsample_bilinear2d_backward_out_cuda", False, _always),
     aten.upsample_bicubic2d_backward.default: ("upsample_bicubic2d_backward_out_cuda", False, _always),
-    aten.cumsum.default: ("cumsum_cuda_kernel", False, _floating_or_complex),
+    aten._ctc_loss_backward.default: ("ctc_loss_backward_gpu", True, _always),
+    aten._embedding_bag_dense_backward.default: ("embedding_bag_backward_cuda_max", True, _max_bag),
+    aten._embedding_bag_backward.default: ("embedding_bag_backward_cuda_max", True, _max_bag_dense),
+    aten.bincount.default: ("_bincount_cuda", True, _weighted),
+    aten.put_.default: ("put_", True, _always),
 }
+
+#: ops whose meta function alerts where the CUDA kernel does not: `meta_median_mode_dim`
+#: (torch/_meta_registrations.py) alerts "median CUDA with indices output" for `mode` too, whose
+#: kernel (TensorModeKernel.cpp via TensorCompare.cpp's `mode_out`) calls no alert
+_META_ALERT_ONLY = frozenset({aten.mode.default, aten.mode.values})
+
+
+def _without_meta_alert(run, func, args, kwargs):
+    """`run(func, args, kwargs)` with deterministic algorithms off for the call (its meta function's
+    alert is not the CUDA kernel's), the setting and its warn_only restored after."""
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        return run(func, args, kwargs)
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
 
 
 #: `_source_line`'s text by (id of the code, offset of its instruction) -> (the code, the text)
@@ -3366,7 +3422,10 @@ class Capture:
             torch._prims_common.alert_not_deterministic(alert[0])
         self.synchronize()
         try:
-            out = self._dispatch(func, args, kwargs)
+            if func in _META_ALERT_ONLY and torch.are_deterministic_algorithms_enabled():
+                out = _without_meta_alert(self._dispatch, func, args, kwargs)
+            else:
+                out = self._dispatch(func, args, kwargs)
         except RuntimeError as e:
             err = str(e)
             msg = _broadcast_message(func, args) if err.startswith("Attempting to broadcast") else None

@@ -189,7 +189,10 @@ def _cudnn_ctc_over_tensors(lp, targets, il, tl, blank, reduction, zero_infinity
     """`ctc_loss_impl` over the tensors (native/LossCTC.cpp) where `_use_cudnn_tensor` holds:
     `_cudnn_ctc_loss.Tensor`'s losses, then the mean over `target_lengths.clamp_min(1)` on the
     lengths' own device -- host lengths raise TensorIterator's "Expected all tensors to be on the
-    same device" there (ap63's probe on the H100: host int32 targets and lengths, mean) -- or the sum."""
+    same device" there (ap63's probe on the H100: host int32 targets and lengths, mean) -- or the sum.
+    Not the dispatcher's device check: `_cudnn_ctc_loss.Tensor` is `device_check: NoCheck`
+    (native_functions.yaml) and copies host targets and lengths to the device itself, and the H100's
+    message has no "(when checking argument ...)" tail, so host tensors with a sum or no reduction run."""
     res = torch._cudnn_ctc_loss(lp, targets, il, tl, blank, True, zero_infinity)[0]
     if reduction == 1:
         return (res / tl.clamp_min(1)).mean()

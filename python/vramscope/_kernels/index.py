@@ -9,7 +9,7 @@ import math
 import torch
 
 from .._tensor import assumed, registered, set_value, standin, value
-from .composite import registered_user
+from .composite import _GRAD_MODE_OUT, _INPLACE_IN_NODE, registered_user
 from .reduce import reduce_scratch
 from .registry import AFTER, DISPATCH, FUNCTIONS
 from .sort import _cub
@@ -799,3 +799,106 @@ FUNCTIONS[torch.Tensor.__getitem__] = _getitem
 FUNCTIONS[torch.Tensor.__setitem__] = _setitem
 DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
 DISPATCH[aten.index_put_.default] = _index_put_value
+
+
+def _index_add_deterministic(cap, func, args, kwargs):
+    """`index_add` / `index_add_` on CUDA under `use_deterministic_algorithms(True)`
+    (cuda/Indexing.cu `index_add_cuda_impl`): after the structured meta function's output (the
+    out-of-place op's, contiguous) and its `copy_(self)`, the index as int64 (`index.to(kLong)`, a
+    copy of an int32 index), `source * alpha` (always a new tensor) and
+    `result.index_put_(indices, that, true)` with `dim` leading undefined indices: the sort-based
+    accumulating `index_put_` in place of the atomic kernel (found by blind286 probing)."""
+    if not torch.are_deterministic_algorithms_enabled() or len(args) < 4 or set(kwargs) - {"alpha"}:
+        return NotImplemented
+    self_, dim, index, source = args[:4]
+    if not registered(self_) or self_.dim() == 0:
+        return NotImplemented
+    alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+    cap.ops += 1
+    with cap._modes[1]:
+        if func is aten.index_add_.default:
+            result = self_
+        else:
+            result = torch.empty(self_.shape, dtype=self_.dtype, device="cuda")
+            result.copy_(self_)
+        idx = index.to(torch.long)
+        src = source * alpha
+        aten.index_put_.default(result, [None] * (dim % self_.dim()) + [idx], src, True)
+        del src, idx
+    return result
+
+
+def _scatter_add_deterministic(cap, func, args, kwargs):
+    """A floating or complex `scatter_add` on CUDA under `use_deterministic_algorithms(True)`
+    (TensorAdvancedIndexing.cpp `TORCH_IMPL_FUNC(scatter_add)`, `_scatter_via_index_put` as of
+    pytorch#156744; integers keep the atomic kernel since pytorch#170274): after the structured
+    output (out-of-place) and its `copy_(self)`, `index_put_` with accumulate (sort-based) of `src`
+    viewed at the index's shape, indexed by the index alone where it is 1-d or broadcast (stride 0)
+    over the other dims, else by it and an `arange` per other dim expanded to its shape (which
+    `AdvancedIndex` makes contiguous). Found by blind286 probing; the GPU probe
+    `ap64_deterministic_alerts_and_fallbacks_probe.py` is to confirm the version."""
+    if not torch.are_deterministic_algorithms_enabled() or kwargs or len(args) < 4:
+        return NotImplemented
+    self_, dim, index, src = args[:4]
+    if not registered(self_) or self_.dim() == 0 or index.numel() == 0:
+        return NotImplemented
+    if not (self_.is_floating_point() or self_.is_complex()):
+        return NotImplemented
+    dim %= self_.dim()
+    cap.ops += 1
+    with cap._modes[1]:
+        if func is aten.scatter_add_.default:
+            out = self_
+        else:
+            out = torch.empty(self_.shape, dtype=self_.dtype, device="cuda")
+            out.copy_(self_)
+        broadcast = all(index.stride(i) == 0 for i in range(index.dim()) if i != dim)
+        src_view = src.as_strided(index.shape, src.stride())
+        if self_.dim() == 1 or broadcast:
+            squeezed = index
+            if broadcast and index.dim() > 1:
+                for d in range(index.dim() - 1, -1, -1):
+                    if d != dim:
+                        squeezed = squeezed.select(d, 0)
+            indices = [None] * dim + [squeezed]
+        else:
+            indices = []
+            for d in range(self_.dim()):
+                if d == dim:
+                    indices.append(index)
+                else:
+                    shape = [1] * index.dim()
+                    shape[d] = index.shape[d]
+                    ar = torch.arange(index.shape[d], dtype=index.dtype, device="cuda")
+                    indices.append(ar.view(shape).expand(index.shape))
+        aten.index_put_.default(out, indices, src_view, True)
+        del indices, src_view
+    return out
+
+
+def _deterministic_first(deterministic, previous):
+    """`deterministic` under deterministic algorithms (an out-of-place op that a backward node runs
+    in place on its own zeros, as `composite._in_place_in_node` rules, taken in place), else (or
+    where it declines) the op's earlier handler."""
+
+    def run(cap, func, args, kwargs):
+        if torch.are_deterministic_algorithms_enabled():
+            node = torch._C._current_autograd_node()
+            inplace = None
+            if node is not None and not (torch.is_grad_enabled() and node.name() in _GRAD_MODE_OUT):
+                inplace = _INPLACE_IN_NODE.get(node.name(), {}).get(func)
+            out = deterministic(cap, inplace or func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        return NotImplemented if previous is None else previous(cap, func, args, kwargs)
+
+    return run
+
+
+for _f, _det in (
+    (aten.index_add.default, _index_add_deterministic),
+    (aten.index_add_.default, _index_add_deterministic),
+    (aten.scatter_add.default, _scatter_add_deterministic),
+    (aten.scatter_add_.default, _scatter_add_deterministic),
+):
+    DISPATCH[_f] = _deterministic_first(_det, DISPATCH.get(_f))

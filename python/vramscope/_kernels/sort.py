@@ -33,7 +33,8 @@ def _cub(cap, kind: str, n: int, t_bytes: int, op: str, what: str, **kw) -> None
 def _scan(cap, func, call, outs):
     """`cumsum`/`cumprod` (ReduceOps.cpp `impl_func_cum_ops`, cuda/ScanUtils.cuh `scan_dim`): the
     input cast to the result's dtype when it differs (`self.to(result.scalar_type())`), else made
-    contiguous; when its numel is the scanned dim's size, `cuda::cub::inclusive_scan` over it.
+    contiguous; when its numel is the scanned dim's size, `cuda::cub::inclusive_scan` over it (a
+    floating or complex `cumsum` under deterministic algorithms: `inclusive_deterministic_scan`).
     Other shapes scan in PyTorch's own kernels, with no scratch."""
     (args, kw) = call
     x = args[0]
@@ -46,7 +47,23 @@ def _scan(cap, func, call, outs):
     if out.dtype != x.dtype or not x.is_contiguous():
         copy = cap.malloc(x.numel() * out.element_size(), op, "temporary")
     if x.numel() == x.shape[dim]:
-        _cub(cap, "scan", x.numel(), out.element_size(), op, "scan")
+        sums = func in (aten.cumsum.default, aten.cumsum_.default)
+        if (
+            sums
+            and torch.are_deterministic_algorithms_enabled()
+            and (out.is_floating_point() or out.is_complex())
+        ):
+            # torch 2.11's `inclusive_deterministic_scan` (ATen cuda/cub.cuh) in place of CUB's: one
+            # partial sum per block, a block per tile of 16 items a thread (512, 256 or 128
+            # threads for items under 8, under 16, of 16 bytes or more), at most one per SM (found
+            # by blind286 probing)
+            size = out.element_size()
+            threads = 128 if size >= 16 else 256 if size >= 8 else 512
+            blocks = min(cap.device.multi_processor_count, -(-x.numel() // (threads * 16)))
+            agg = cap.malloc(blocks * size, op, "temporary")
+            del agg
+        else:
+            _cub(cap, "scan", x.numel(), out.element_size(), op, "scan")
     del copy
 
 
