@@ -4424,9 +4424,9 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
     # length, targets under 256 -> `_cudnn_ctc_loss`, whose raw gradient (as log_probs) is made in
     # the forward and kept for the backward, then the losses; no targets copy, no log_alpha
     # (blind281 probing: a CRNN's CTC; the twin's meta tensors never passed C++'s CUDA check).
-    # Lengths as int32 tensors ask `_use_cudnn_ctc_loss.Tensor` instead, and `_cudnn_ctc_loss.Tensor`'s
-    # device check refuses host targets or lengths: torch 2.11 on the H100 raised (session 64's run
-    # of probes/ap63_cudnn_ctc_and_no_meta_ops_probe.py)
+    # Lengths as int32 tensors ask `_use_cudnn_ctc_loss.Tensor` instead, whose mean divides by the
+    # host lengths: torch 2.11 on the H100 raised (session 64's run of probes/ap63_cudnn_ctc_and_no_
+    # meta_ops_probe.py; the next test)
     import torch.nn.functional as F
 
     with vramscope.capture(gpu="h100") as cap:
@@ -4450,6 +4450,36 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
         _, counts = counted(lambda: F.ctc_loss(lp, targets, torch.tensor(full), torch.tensor(lengths)))
         assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
     assert any("CTC loss workspace" in k for k in cap.unmeasured)
+
+
+def test_ctc_loss_over_int32_tensor_lengths_takes_cudnn_s_tensor_overload():
+    # native/LossCTC.cpp's `ctc_loss` for tensors asks `_use_cudnn_ctc_loss.Tensor` first (native/
+    # cudnn/LossCTC.cpp: int32 lengths, 1-D int32 targets on either device, no full-input check) and
+    # runs `ctc_loss_impl` over the tensors: `_cudnn_ctc_loss.Tensor` copies host targets and lengths
+    # to the device, and the mean divides by `target_lengths.clamp_min(1)` on the lengths' device, so
+    # host lengths raise there (ap63's probe on the H100, /work/gpu_s64/c/ap63_probe.err)
+    import torch.nn.functional as F
+
+    with vramscope.capture(gpu="h100"):
+        logits = torch.randn(200, 64, 80, device="cuda", requires_grad=True)  # 4,096,000 bytes
+        lp = logits.log_softmax(2)
+        targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
+        lengths = torch.full((64,), 30, dtype=torch.int32)
+        full = torch.full((64,), 200, dtype=torch.int32)
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            F.ctc_loss(lp, targets, full, lengths, zero_infinity=True)
+        # sum: the targets and both lengths copied to the device, the raw gradient, the losses, the sum
+        loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, reduction="sum"))
+        assert counts == (6, 7680 + 256 + 256 + 4096000 + 256 + 4)
+        assert type(loss.grad_fn.next_functions[0][0]).__name__ == "CudnnCtcLossBackward1"
+        # device operands with one input shorter than log_probs: still cuDNN; the mean's clamp (int32),
+        # division and mean
+        short, dev_targets, dev_lengths = full.cuda(), targets.cuda(), lengths.cuda()
+        short[0] = 199
+        loss, counts = counted(lambda: F.ctc_loss(lp, dev_targets, short, dev_lengths, zero_infinity=True))
+        assert counts == (5, 4096000 + 256 + 256 + 256 + 4)
+        loss.backward()
+        assert logits.grad.shape == logits.shape
 
 
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():

@@ -151,15 +151,15 @@ def _use_cudnn(lp, dtype, targets, blank, ilv, tlv) -> bool:
     )
 
 
-def _use_cudnn_tensor(lp, dtype, targets, il, tl, blank, ilv, tlv) -> bool:
-    """`_use_cudnn_ctc_loss.Tensor` (native/cudnn/LossCTC.cpp `_use_cudnn_ctc_loss_tensor`): cuDNN
-    enabled, blank 0, float32 3-D log-probabilities on CUDA, 1-D contiguous int32 targets (on any
-    device), int32 length tensors, every target shorter than 256 and not longer than its input
-    (inputs need not be full length)."""
+def _use_cudnn_tensor(dtype, targets, blank, il, tl, ilv, tlv) -> bool:
+    """`_use_cudnn_ctc_loss_tensor` (native/cudnn/LossCTC.cpp), which LossCTC.cpp's `ctc_loss`
+    overload for tensors asks first for a CUDA `log_probs` ("we don't want to convert to IntArrayRef
+    if we can dispatch to cuDNN"): cuDNN enabled, blank 0, float32 3-D log-probabilities, 1-D
+    contiguous int32 targets on either device, int32 lengths, every target shorter than 256 and not
+    longer than its input -- neither host targets nor full-length inputs are asked for."""
     return (
         torch.backends.cudnn.enabled
         and blank == 0
-        and lp.dim() == 3
         and dtype == torch.float32
         and isinstance(targets, torch.Tensor)
         and targets.dim() == 1
@@ -185,6 +185,22 @@ def _cudnn_ctc(lp, targets, ilv, tlv, blank, reduction, zero_infinity):
     return res
 
 
+def _cudnn_ctc_over_tensors(lp, targets, il, tl, blank, reduction, zero_infinity):
+    """`ctc_loss_impl` over the tensors (native/LossCTC.cpp) where `_use_cudnn_tensor` holds:
+    `_cudnn_ctc_loss.Tensor`'s losses, then the mean over `target_lengths.clamp_min(1)` on the
+    lengths' own device -- host lengths raise TensorIterator's "Expected all tensors to be on the
+    same device" there (ap63's probe on the H100: host int32 targets and lengths, mean) -- or the sum.
+    Not the dispatcher's device check: `_cudnn_ctc_loss.Tensor` is `device_check: NoCheck`
+    (native_functions.yaml) and copies host targets and lengths to the device itself, and the H100's
+    message has no "(when checking argument ...)" tail, so host tensors with a sum or no reduction run."""
+    res = torch._cudnn_ctc_loss(lp, targets, il, tl, blank, True, zero_infinity)[0]
+    if reduction == 1:
+        return (res / tl.clamp_min(1)).mean()
+    if reduction == 2:
+        return res.sum()
+    return res
+
+
 def _ctc_loss_tensor_lengths(cap, func, args, kwargs):
     """`F.ctc_loss`. LossCTC.cpp's `ctc_loss` overload for tensors takes the
     composite path (`ctc_loss_impl` over the tensors: the mean divides by
@@ -194,8 +210,11 @@ def _ctc_loss_tensor_lengths(cap, func, args, kwargs):
     copied to the device in the losses' dtype, then clamped (blind180/fx01's H200 history:
     `_to_copy`, `clamp_min` and `div` of 4 * batch bytes each, where the twin made an int64 clamp).
     The lengths' values must be known (as `_lengths` reads them), else the composite path stays.
-    Where `_use_cudnn` holds (lengths as tensors or lists), cuDNN's loss runs instead (blind281
-    probing: a CRNN's host int32 targets and full-length inputs), after autocast's float32 cast."""
+    Before either, the tensor overload asks `_use_cudnn_tensor` and, where it holds, runs
+    `ctc_loss_impl` over the tensors (`_cudnn_ctc_over_tensors`); otherwise, where `_use_cudnn`
+    holds (lengths as lists, or tensors that failed the first check), cuDNN's IntArrayRef loss runs
+    (blind281 probing: a CRNN's host int32 targets and full-length inputs); both after autocast's
+    float32 cast."""
     names = ("log_probs", "targets", "input_lengths", "target_lengths", "blank", "reduction", "zero_infinity")
     a = dict(zip(names, args, strict=False)) | kwargs
     lp, il, tl = a.get("log_probs"), a.get("input_lengths"), a.get("target_lengths")
@@ -215,15 +234,15 @@ def _ctc_loss_tensor_lengths(cap, func, args, kwargs):
     # `ctc_loss` runs in float32 under autocast (autocast_mode.cpp's fp32 list)
     cast = torch.is_autocast_enabled("cuda") and lp.dtype in (torch.float16, torch.bfloat16)
     dtype = torch.float32 if cast else lp.dtype
-    if tensors and lp.is_cuda and _use_cudnn_tensor(lp, dtype, a["targets"], il, tl, blank, ilv, tlv):
-        if not all(registered(t) for t in (a["targets"], il, tl)):
-            # `_cudnn_ctc_loss.Tensor`'s dispatcher device check: torch 2.11 on the H100 raised this
-            # for host int32 targets and lengths (session 64's run of probes/ap63_cudnn_ctc_and_no_
-            # meta_ops_probe.py), where the twin took the IntArrayRef cuDNN path
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                "cuda:0 and cpu!"
-            )
+    if (
+        tensors
+        and lp.is_cuda
+        and lp.dim() == 3
+        and _use_cudnn_tensor(dtype, a["targets"], blank, il, tl, ilv, tlv)
+    ):
+        x = lp.float() if cast else lp
+        with torch.autocast("cuda", enabled=False):
+            return _cudnn_ctc_over_tensors(x, a["targets"], il, tl, blank, reduction, zero_infinity)
     if lp.is_cuda and _use_cudnn(lp, dtype, a["targets"], blank, ilv, tlv):
         x = lp.float() if cast else lp
         with torch.autocast("cuda", enabled=False):
@@ -243,12 +262,22 @@ def _cudnn_ctc_loss(cap, func, args, kwargs):
         return NotImplemented
     cap.ops += 1
     op = "aten::_cudnn_ctc_loss"
+    moved = []
+    if func is aten._cudnn_ctc_loss.Tensor:
+        # `_cudnn_ctc_loss_tensor` first copies host operands to the device: the targets, the input
+        # lengths, and the target lengths where the *input* lengths are on the host (its condition)
+        targets, il, tl = args[1:4]
+        host = [targets] + ([il, tl] if il.device.type == "cpu" else [])
+        for t in host:
+            if t.device.type == "cpu":
+                moved.append(cap.malloc(t.numel() * t.element_size(), op, "temporary"))
     grad = cap.track(_meta(lp.shape, lp.dtype), op)
     cap.note_unmeasured(
         f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} (cudnnGetCTCLossWorkspaceSize)",
         f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} was not measured: taken as 0 bytes",
     )
     costs = cap.track(_meta((lp.shape[1],), lp.dtype), op)
+    del moved
     return costs, grad
 
 
@@ -258,3 +287,4 @@ for _f in (aten._ctc_loss.default, aten._ctc_loss.Tensor):
 for _f in (aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor):
     _kernels.DISPATCH[_f] = _ctc_loss_backward
 _kernels.DISPATCH[aten._cudnn_ctc_loss.default] = _cudnn_ctc_loss
+_kernels.DISPATCH[aten._cudnn_ctc_loss.Tensor] = _cudnn_ctc_loss

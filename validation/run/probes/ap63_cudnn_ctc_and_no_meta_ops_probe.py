@@ -44,7 +44,7 @@ for T, B, C, L in [(200, 64, 80, 30), (100, 256, 6000, 40), (400, 32, 37, 120), 
     logits = torch.randn(T, B, C, device=dev, requires_grad=True)
     lp = logits.log_softmax(2)
     targets = torch.randint(1, C, (B * L,), dtype=torch.int32)
-    # session 64: int32 length tensors raised on the H100 (`_cudnn_ctc_loss.Tensor`'s device check);
+    # session 64: int32 length tensors raised on the H100 (the mean's division by the host lengths);
     # lists take the IntArrayRef overload's cuDNN path
     try:
         F.ctc_loss(
