@@ -108,3 +108,27 @@ def test_the_frames_read_in_place_are_those_f_back_walks():
         return
     read, walked = got
     assert read == walked
+
+
+def test_aot_autograds_import_is_the_programs_first_compiles(tmp_script):
+    # the GPU's process imports AOTAutograd (some 48,000 objects, networkx's modules) at its first
+    # compile, and its collector counts them there; 8367da75's rng patches imported it in the
+    # twin's set-up, frozen before the program, and moved blind263/jd04's collections
+    script = tmp_script(
+        textwrap.dedent(
+            """
+            import sys
+            import torch
+            print("torch._functorch.aot_autograd" in sys.modules, "networkx" in sys.modules)
+            f = torch.compile(lambda x: x * 2)
+            f(torch.randn(8, device="cuda"))
+            import torch._functorch.aot_autograd as aot
+            rand = torch.ops.aten.rand.default
+            print(aot.rng_decompositions[rand] is not torch._decomp.decompositions_for_rng.rng_decompositions[rand])
+            """
+        )
+    )
+    status, lines, _report, err = run_script(script)
+    assert status == 0, err
+    assert lines == ["False False", "True"]
+

@@ -2263,11 +2263,15 @@ def patch(p, cap) -> None:
     from torch._decomp import decompositions
 
     p.set(meta_registrations, "device_hint", _device_hint_on_gpu(meta_registrations.device_hint))
-    import torch._functorch.aot_autograd as aot_autograd
     from torch._prims import rng_prims
 
-    rng = _rng_decompositions_on_gpu(aot_autograd.rng_decompositions)
-    p.set(aot_autograd, "rng_decompositions", rng)
+    # AOTAutograd's module where the program imports it (its first compile's backend), as on the
+    # GPU: its import's objects (some 48,000; networkx's modules) are then the program's, counted
+    # by the collector, not the twin's set-up frozen before the program starts
+    p.when_imported(
+        "torch._functorch.aot_autograd",
+        lambda aot: p.set(aot, "rng_decompositions", _rng_decompositions_on_gpu(aot.rng_decompositions)),
+    )
     from torch._prims_common import CUDARngStateHelper
 
     state = CUDARngStateHelper.get_torch_state_as_tuple
