@@ -132,3 +132,37 @@ def test_aot_autograds_import_is_the_programs_first_compiles(tmp_script):
     assert status == 0, err
     assert lines == ["False False", "True"]
 
+
+def test_a_compiled_modules_call_keeps_no_closure_over_its_output(tmp_script):
+    # with a global module hook, `Module._call_impl` takes its hook path, whose `inner` closure holds
+    # the output in a cell; frame objects a compile makes of the stack outlive the call in a cycle
+    # with it. The GPU's program has no hook (the fast path): its output dies with its last
+    # reference. blind263/jd04's second prefill kept its 100,663,296 bytes of caches so
+    script = tmp_script(
+        textwrap.dedent(
+            """
+            import sys
+            import torch
+            held = []
+            @torch._dynamo.disable
+            def look():
+                f = sys._getframe()
+                while f is not None:  # frame objects of the stack, as dynamo's compile makes
+                    held.append(f)
+                    f = f.f_back
+            class M(torch.nn.Module):
+                def forward(self, x):
+                    look()
+                    return x * 2
+            m = torch.compile(M())
+            x = torch.randn(1024, 1024, device="cuda")
+            base = torch.cuda.memory_allocated()
+            out = m(x)
+            del out
+            print(torch.cuda.memory_allocated() - base)
+            """
+        )
+    )
+    status, lines, _report, err = run_script(script)
+    assert status == 0, err
+    assert lines[-1] == "0", lines
