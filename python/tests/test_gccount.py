@@ -124,7 +124,8 @@ def test_aot_autograds_import_is_the_programs_first_compiles(tmp_script):
             f(torch.randn(8, device="cuda"))
             import torch._functorch.aot_autograd as aot
             rand = torch.ops.aten.rand.default
-            print(aot.rng_decompositions[rand] is not torch._decomp.decompositions_for_rng.rng_decompositions[rand])
+            decomposed = torch._decomp.decompositions_for_rng.rng_decompositions[rand]
+            print(aot.rng_decompositions[rand] is not decomposed)
             """
         )
     )
@@ -166,3 +167,20 @@ def test_a_compiled_modules_call_keeps_no_closure_over_its_output(tmp_script):
     status, lines, _report, err = run_script(script)
     assert status == 0, err
     assert lines[-1] == "0", lines
+
+
+def test_a_graph_replayed_from_python_passes_the_collectors_window_as_the_modes_own():
+    # an op a Python graph replays (torch.func.linearize's `jvp_fn`, blind272/jm01) reaches the
+    # function mode's window (`_gccount.counted`); the walk that tells an op from a Python caller
+    # outside the twin (`_from_mode_above`) passes the window's frame as the mode's own, as it
+    # passed `__torch_function__`; stopped there, the replayed `mm` ran on the twin's meta storage
+    # against a simulated CUDA tensor ("Expected all tensors to be on the same device")
+    import torch
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        x = torch.randn(64, 32, device="cuda")
+        w = torch.randn(32, 16, device="cuda")
+        _out, jvp_fn = torch.func.linearize(lambda w: torch.sigmoid(x @ w), w)
+        t = jvp_fn(torch.ones_like(w))
+        assert t.shape == (64, 16) and t.device.type == "cuda"
