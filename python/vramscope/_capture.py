@@ -173,10 +173,10 @@ def _user_frame():
     return None
 
 
-#: the function mode's own frames between an op's call and `_torch_function` (`_from_mode_above`)
+#: the function mode's own frames between an op's call and `_torch_function` (`_from_mode_above`),
+#: below its collector window (`_gccount.WINDOW_CODE`)
 _MODE_FRAMES = frozenset(
     {
-        "__torch_function__",
         "_torch_function_locked",
         "_call",
         "_program_call",
@@ -196,7 +196,11 @@ def _from_mode_above(func, frame) -> bool:
         return False
     while frame is not None:
         fn = frame.f_code.co_filename
-        if fn.startswith(_TORCH_DIR) or (fn == __file__ and frame.f_code.co_name in _MODE_FRAMES):
+        if (
+            fn.startswith(_TORCH_DIR)
+            or frame.f_code is _gccount.WINDOW_CODE
+            or (fn == __file__ and frame.f_code.co_name in _MODE_FRAMES)
+        ):
             frame = frame.f_back
             continue
         if fn == _DEVICE_THREAD_FILE and frame.f_code.co_name == "real":
@@ -1017,29 +1021,6 @@ class _FunctionMode(TorchFunctionMode):
     def __init__(self, cap: Capture):
         super().__init__()
         self.cap = cap
-        #: the call's collector window (`_gccount`): its count, whether the collector was on,
-        #: whether the call ran the function itself (the program's op) -- None: none
-        self.window = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if torch.compiler.is_dynamo_compiling():
-            # dynamo traces the mode's call into the graph: nothing of the collector's there
-            return self._torch_function_locked(func, types, args, kwargs)
-        cell = _gccount.COUNT
-        if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
-            return self._torch_function_locked(func, types, args, kwargs)
-        # the mode's Python is the twin's: the collector counts what the GPU's call allocates
-        # (`_gccount`): a function in Python runs as the program's, an op adds its outputs
-        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
-        gc.disable()
-        try:
-            out = self._torch_function_locked(func, types, args, kwargs)
-        except BaseException:
-            _gccount.close(window, 0)
-            del args, kwargs
-            raise
-        _gccount.close(window, _gccount.fresh(out, args))
-        return out
 
     def _call(self, func, args, kwargs):
         """The function itself: the program's Python where it is written in Python (torch's
@@ -1064,6 +1045,10 @@ class _FunctionMode(TorchFunctionMode):
             # the arguments leave this frame with the error too (`_run`)
             del args, kwargs
             raise
+
+    # the mode's Python is the twin's: the collector counts what the GPU's call allocates
+    # (`_gccount`): a function in Python runs as the program's (`_call`), an op adds its outputs
+    __torch_function__ = _gccount.counted(_torch_function_locked)
 
     def _function(self, func, types, args, kwargs):
         kwargs = kwargs or {}
@@ -1375,30 +1360,14 @@ class _DispatchMode(TorchDispatchMode):
 _DISPATCH_DYNAMO_OFF = _DispatchMode.__dict__["__torch_dispatch__"]
 
 
-def _counted_dispatch(self, func, types, args=(), kwargs=None):
-    """The dispatch mode's call, whose Python is the twin's, torch's wrappers around it included:
-    the collector counts what the GPU's op allocates, its outputs' Tensor objects (`_gccount`). Inside
-    the function mode's window (the program's call of a torch function) or the twin's own, the
-    window is that one."""
-    cell = _gccount.COUNT
-    if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
-        return _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
-    window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
-    gc.disable()
-    try:
-        out = _DISPATCH_DYNAMO_OFF(self, func, types, args, kwargs)
-    except BaseException:
-        _gccount.close(window, 0)
-        # the arguments leave this frame with the error (`_forget_frames`)
-        del args, kwargs
-        raise
-    _gccount.close(window, _gccount.fresh(out, args))
-    return out
-
-
-# dynamo compiles no frame of the twin's (`_compile._twin_frames_inlined`), and the wrapped call
-# turns it off below
-_DispatchMode.__torch_dispatch__ = _counted_dispatch
+#: the dispatch mode's own call, below torch's wrappers (`_forget_frames` finds it)
+_DISPATCH_CODE = _DISPATCH_DYNAMO_OFF.__wrapped__.__code__
+# the dispatch mode's call, whose Python is the twin's, torch's wrappers around it included: the
+# collector counts what the GPU's op allocates, its outputs' Tensor objects (`_gccount`). Inside
+# the function mode's window (the program's call of a torch function) or the twin's own, the
+# window is that one. Dynamo compiles no frame of the twin's (`_compile._twin_frames_inlined`),
+# and the wrapped call turns it off below
+_DispatchMode.__torch_dispatch__ = _gccount.counted(_DISPATCH_DYNAMO_OFF)
 
 #: torch's wrappers around a dispatch mode's call (`torch._disable_dynamo`'s `inner`, dynamo's `_fn`)
 _MODE_WRAPPERS = tuple(
@@ -1414,18 +1383,18 @@ def _forget_frames(tb) -> None:
     """Clear the locals of the frames of `tb` that are C++ on the GPU: the twin's own, an op's
     `OpOverload.__call__` the twin called (with autocast's casts in its `args`: C++ calls the op
     there), and the dispatch mode's call with torch's wrappers around it and every frame below it
-    (the meta kernels and decompositions an op runs here). The program's frames and torch's Python
-    above the op keep theirs, as on the GPU; a frame still executing keeps its own."""
+    (the meta kernels and decompositions an op runs here; the collector's window around them is
+    the twin's own). The program's frames and torch's Python above the op keep theirs, as on the
+    GPU; a frame still executing keeps its own."""
     frames = []
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
     files = [f.f_code.co_filename for f in frames]
     own = [f.startswith(_OWN) for f in files]
-    mode = _DispatchMode.__torch_dispatch__.__code__
     below = len(frames)
     for i, frame in enumerate(frames):
-        if frame.f_code is mode:
+        if frame.f_code is _DISPATCH_CODE:
             below = i
             while below > 0 and files[below - 1] in _MODE_WRAPPERS:
                 below -= 1
@@ -3379,12 +3348,10 @@ class Capture:
         object the twin alone made that dies just after it (the reference, `del`'d here, and the
         storage's Python object, which `track` made and PyTorch frees after its weak references'
         callbacks, `THPStorage_subclass_dealloc`)."""
-        cell = _gccount.COUNT
-        if cell is None or _gccount.OPEN[0] is not None or threading.get_ident() != _gccount.MAIN:
+        window = _gccount.opened()
+        if window is None:
             self._release(ref)
             return
-        window = _gccount.OPEN[0] = [cell.value, gc.isenabled()]
-        gc.disable()
         try:
             self._release(ref)
             del ref

@@ -1845,6 +1845,41 @@ def _reattach_module_hooks(taken):
         table[key] = hook
 
 
+def _without_hook_path(cap, module):
+    """A compiled module's own `_call_impl` (`OptimizedModule`'s, torch.nn.Module's) with the
+    capture's global module hooks out of the tables, run here instead: a hook makes `_call_impl`
+    take its hook path, whose closure (`inner`) keeps the call's output in a cell (`result`). A
+    compile inside the call makes frame objects of the stack (dynamo reads the frames' `f_back`),
+    which outlive it in a reference cycle with that closure, so the output lived to the next full
+    collection. The GPU's program has no hook: its call takes the fast path, whose frame holds the
+    arguments only (blind263/jd04: the second prompt's prefill caches, 100,663,296 bytes, outlived
+    its decode loop in the twin, on the H200 the cycle held the program's frame only). The
+    output goes to the capture's after-hook as None: it reads none, and a local would hold it
+    in this frame as the cell did."""
+    from torch.nn.modules import module as nn_module
+
+    original = module._call_impl
+
+    def call_impl(*args, **kwargs):
+        if torch.compiler.is_dynamo_compiling():
+            return original(*args, **kwargs)
+        taken = _detach_module_hooks(cap)
+        if not taken:
+            return original(*args, **kwargs)
+        for table, _key, hook in taken:
+            if table is nn_module._global_forward_pre_hooks:
+                hook(module, args)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            for table, _key, hook in taken:
+                if table is nn_module._global_forward_hooks:
+                    hook(module, args, None)
+            _reattach_module_hooks(taken)
+
+    return call_impl
+
+
 def compile_fn(original, cap):
     """`torch.compile` while capturing: Inductor compiles for the simulated GPU (`backend`); other
     backends run through dynamo as they would (their graphs' ops reach the twin)."""
@@ -1875,6 +1910,7 @@ def compile_fn(original, cap):
                 "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks"
             )
             compiled.forward = _region(cap, compiled.forward)
+            compiled._call_impl = _without_hook_path(cap, compiled)
             return compiled
         return _region(cap, compiled)
 
@@ -2403,11 +2439,15 @@ def patch(p, cap) -> None:
     from torch._decomp import decompositions
 
     p.set(meta_registrations, "device_hint", _device_hint_on_gpu(meta_registrations.device_hint))
-    import torch._functorch.aot_autograd as aot_autograd
     from torch._prims import rng_prims
 
-    rng = _rng_decompositions_on_gpu(aot_autograd.rng_decompositions)
-    p.set(aot_autograd, "rng_decompositions", rng)
+    # AOTAutograd's module where the program imports it (its first compile's backend), as on the
+    # GPU: its import's objects (some 48,000; networkx's modules) are then the program's, counted
+    # by the collector, not the twin's set-up frozen before the program starts
+    p.when_imported(
+        "torch._functorch.aot_autograd",
+        lambda aot: p.set(aot, "rng_decompositions", _rng_decompositions_on_gpu(aot.rng_decompositions)),
+    )
     from torch._prims_common import CUDARngStateHelper
 
     state = CUDARngStateHelper.get_torch_state_as_tuple

@@ -92,12 +92,57 @@ _locate()
 OPEN: list = [None]
 
 
+def opened() -> list | None:
+    """A window opened here, the collector off in it; None where the twin's work is not counted
+    so: no count found, a window open already (the program's call of a torch function holds one
+    over the ops it makes), or a thread other than the program's main one."""
+    cell = COUNT
+    if cell is None or OPEN[0] is not None or threading.get_ident() != MAIN:
+        return None
+    # (the list is made after the count is read: not counted)
+    window = OPEN[0] = [cell.value, gc.isenabled()]
+    gc.disable()
+    return window
+
+
 def close(window, adds: int) -> None:
     """Leave `window`: the count it holds plus `adds`, the collector on again where it was."""
     COUNT.value = window[0] + adds
     OPEN[0] = None
     if window[1]:
         gc.enable()
+
+
+_compiling = torch.compiler.is_dynamo_compiling
+
+
+def counted(call):
+    """A mode's call, `call(self, func, types, args, kwargs)`, whose Python is the twin's, as a
+    window: the count afterwards is the one it found plus the op's fresh outputs (`fresh`), what
+    the GPU's op allocates. While dynamo traces the call, nothing of the collector's (it would be
+    traced into the graph). On an error the count is written back alone and the arguments leave
+    this frame: the error comes from C++ on the GPU, which holds none of them in the traceback."""
+
+    def window_call(self, func, types, args=(), kwargs=None):
+        if _compiling():
+            return call(self, func, types, args, kwargs)
+        window = opened()
+        if window is None:
+            return call(self, func, types, args, kwargs)
+        try:
+            out = call(self, func, types, args, kwargs)
+        except BaseException:
+            close(window, 0)
+            del args, kwargs
+            raise
+        close(window, fresh(out, args))
+        return out
+
+    return window_call
+
+
+#: the code of a window's frame (`counted`'s call), which a walk of the mode's frames passes
+WINDOW_CODE = counted(None).__code__
 
 
 _TENSOR = torch.Tensor
