@@ -2472,9 +2472,15 @@ def patch(p, cap) -> None:
     p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
     impl = fake_tensor.FakeTensorMode._dispatch_impl
     p.set(fake_tensor.FakeTensorMode, "_dispatch_impl", _no_constant_moved_to_cuda(impl))
-    from torch._inductor.graph import GraphLowering
-
-    p.set(GraphLowering, "constant_name", _constant_copied_to_gpu(GraphLowering.constant_name, cap))
+    # Inductor's graph module imports AOTAutograd: the program's first compile imports it (`_gccount`)
+    p.when_imported(
+        "torch._inductor.graph",
+        lambda graph: p.set(
+            graph.GraphLowering,
+            "constant_name",
+            _constant_copied_to_gpu(graph.GraphLowering.constant_name, cap),
+        ),
+    )
     p.when_imported(
         "torch._dynamo.backends.common",
         lambda common: p.set(common, "aot_module_simplified", _aot_as_on_cuda(common.aot_module_simplified)),
