@@ -3,8 +3,9 @@ the workspace cuDNN's heuristics plan takes for a float32 convolution (the twin'
 the default, True)? For ju04's ResNet-18 problems (batch 128 and 8, NCHW float32, benchmark off), under
 allow_tf32 True then False: `F.conv2d` (forward), `torch.cudnn_convolution_relu` and
 `torch.cudnn_convolution_add_relu` (the fused ops `torch.jit.optimize_for_inference` puts in a CUDA graph),
-each on fresh operands: the bytes allocated beyond the output at the call's peak (peak - before - out) and
-the number of allocations the call made. One line per case. Plain python3, under 30 s, under 3 GB."""
+each on fresh operands after an empty_cache: the bytes allocated beyond the output at the call's peak
+(peak - before - out; `requested`: the same in requested bytes) and the number of allocations the
+call made. One line per case. Plain python3, under 30 s, under 3 GB."""
 
 import torch
 import torch.nn.functional as F
@@ -31,19 +32,24 @@ PROBLEMS = [
 
 def stats():
     s = torch.cuda.memory_stats()
-    return s["allocation.all.allocated"]
+    return s["allocation.all.allocated"], s["requested_bytes.all.current"], s["requested_bytes.all.peak"]
 
 
 def measure(tag, fn, *args):
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
-    n0 = stats()
+    n0, req0, _ = stats()
     torch.cuda.reset_peak_memory_stats()
     out = fn(*args)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
+    n1, _, req_peak = stats()
     ob = out.untyped_storage().nbytes()
-    print(f"{tag}: workspace {peak - before - ob} allocs {stats() - n0} out {ob}", flush=True)
+    print(
+        f"{tag}: workspace {peak - before - ob} requested {req_peak - req0 - ob} allocs {n1 - n0} out {ob}",
+        flush=True,
+    )
     del out
 
 
