@@ -940,7 +940,7 @@ def test_ldl_solve_copies_the_pivots_to_int64_and_ldl_factor_names_its_sytrf_wor
         a = torch.randn(batch, n, n, device="cuda")
         a = a + a.mT
         ld, piv, _info = torch.linalg.ldl_factor_ex(a)
-        assert any("sytrf workspace (96 x 96" in u for u in cap.unmeasured)
+        assert any("sytrf workspace (96 x 96" in u for u in cap.unmeasured)  # n 96 not measured
         b = torch.randn(batch, n, 1, device="cuda")
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -958,3 +958,42 @@ def test_ldl_solve_copies_the_pivots_to_int64_and_ldl_factor_names_its_sytrf_wor
             torch.cuda.max_memory_allocated() - base
             == 512 * -(-out // 512) + batch * n * n * 4 + pivots64 + 512
         )
+
+
+def test_ldl_factor_and_solve_scratch_is_the_h100s():
+    # pt63's probe on the H100 (session 64, validation/run/probes/pt63_ldl_and_bsr_mm_scratch_probe.py,
+    # "peak - after" and "after - before" of each call): sytrf's one workspace per call, whatever the
+    # batch; sytrs takes no device workspace (LAPACK's ?sytrs has no work array), so the solve's
+    # scratch is the int64 pivots and the info alone. No unmeasured note for these problems.
+    factor = [  # dtype, n, batch, after - before, peak - after
+        (torch.float32, 64, 1, 17_408, 98_816),
+        (torch.float32, 320, 512, 210_372_608, 98_816),
+        (torch.float32, 1024, 8, 33_587_712, 262_656),
+        (torch.float64, 64, 8, 264_704, 107_008),
+        (torch.float64, 320, 1, 821_248, 164_352),
+        (torch.float64, 1024, 1, 8_393_216, 524_800),
+    ]
+    solve = {  # (dtype, n, batch): after - before, peak - after of ldl_solve with one column
+        (torch.float32, 64, 1): (512, 1_024),
+        (torch.float32, 320, 512): (655_360, 1_311_232),
+        (torch.float64, 64, 8): (4_096, 4_608),
+        (torch.float64, 1024, 1): (8_192, 8_704),
+    }
+    with vramscope.capture(gpu="h100") as cap:
+        for dtype, n, batch, delta, scratch in factor:
+            a = torch.randn(batch, n, n, device="cuda", dtype=dtype)
+            a = a + a.mT
+            rhs = torch.randn(batch, n, 1, device="cuda", dtype=dtype)
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            ld, piv, info = torch.linalg.ldl_factor_ex(a)
+            after = torch.cuda.memory_allocated()
+            assert (after - before, torch.cuda.max_memory_allocated() - after) == (delta, scratch)
+            if solve.get((dtype, n, batch)):
+                torch.cuda.reset_peak_memory_stats()
+                x = torch.linalg.ldl_solve(ld, piv, rhs)
+                done = torch.cuda.memory_allocated()
+                assert (done - after, torch.cuda.max_memory_allocated() - done) == solve[dtype, n, batch]
+                del x
+            del a, rhs, ld, piv, info
+        assert not [u for u in cap.unmeasured if "sytr" in u], cap.unmeasured

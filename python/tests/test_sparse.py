@@ -809,31 +809,42 @@ def test_sparse_csr_tensor_from_simulated_parts_aliases_them():
 
 def test_sparse_bsr_tensor_from_simulated_parts_and_its_product_with_a_dense_matrix():
     # blind280/ju03 probing: `torch.sparse_bsr_tensor(crow, col, blocks, size)` raised "makes a sparse
-    # one, which has no rule"; it aliases its parts. `mm(BSR, D)` in float32 then takes
-    # `_compressed_row_strided_mm_out` (sparse/SparseBlasImpl.cpp; cuSPARSE only for float64/complex):
-    # zeros and the result (m x n), D's block rows gathered per stored block (nnzb x b1 x n) and the
-    # pairwise block products (nnzb x b0 x n), the COO row indices (2 x nnzb)
-    rows, cols, k, bs, n = 16, 8, 4, 64, 256
+    # one, which has no rule"; it aliases its parts. `mm(BSR, D)`: zeros and the result (m x n), then
+    # `_compressed_row_strided_addmm_out` (sparse/SparseBlasImpl.cpp) hands float32 with 64 x 64
+    # blocks and n a multiple of 64 to Triton's `bsr_dense_addmm` (two 0-dim empties: 1,024 bytes);
+    # else its reference path: D's block rows gathered per stored block (nnzb x b1 x n), the pairwise
+    # block products (nnzb x b0 x n), the COO row indices (2 x nnzb). The figures are the H100's
+    # (session 64, probes/pt63_ldl_and_bsr_mm_scratch_probe.py: peak over the allocated before)
+    bs = 64
+    cases = (
+        (16, 8, 4, 256, 2_098_176),  # blind280/ju03 ran the twin's reference path here: 4 GiB over
+        (128, 32, 8, 8192, 536_871_936),
+        (32, 128, 32, 8192, 134_218_752),
+        (128, 32, 8, 1000, 589_840_384),  # 1000 % 64: the reference path
+    )
     with vramscope.capture(gpu="h100"):
         torch.randn(64, 64, device="cuda") @ torch.randn(64, 64, device="cuda")  # cuBLAS workspace
-        crow = torch.arange(0, rows * k + 1, k, device="cuda")
-        col = torch.randint(0, cols, (rows * k,), device="cuda")
-        vals = torch.randn(rows * k, bs, bs, device="cuda")
-        before = torch.cuda.memory_allocated()
-        w = torch.sparse_bsr_tensor(crow, col, vals, (rows * bs, cols * bs))
-        assert torch.cuda.memory_allocated() == before
-        assert w.layout is torch.sparse_bsr and w.shape == (rows * bs, cols * bs)
-        assert w.values().shape == (rows * k, bs, bs)
-        h = torch.randn(cols * bs, n, device="cuda")
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        y = torch.mm(w, h)
-        assert y.shape == (rows * bs, n)
-        out = rows * bs * n * 4
-        assert torch.cuda.memory_allocated() - base == out
-        nnzb = rows * k
-        scratch = out + nnzb * bs * n * 4 * 2 + 2 * nnzb * 8  # zeros, gathered rows, products, COO
-        assert torch.cuda.max_memory_allocated() - base == out + scratch
+        for rows, cols, k, n, peak in cases:
+            crow = torch.arange(0, rows * k + 1, k, device="cuda")
+            col = torch.randint(0, cols, (rows * k,), device="cuda")
+            vals = torch.randn(rows * k, bs, bs, device="cuda")
+            before = torch.cuda.memory_allocated()
+            w = torch.sparse_bsr_tensor(crow, col, vals, (rows * bs, cols * bs))
+            assert torch.cuda.memory_allocated() == before
+            assert w.layout is torch.sparse_bsr and w.shape == (rows * bs, cols * bs)
+            assert w.values().shape == (rows * k, bs, bs)
+            for h in (
+                torch.randn(cols * bs, n, device="cuda"),
+                torch.randn(n, cols * bs, device="cuda").t(),
+            ):
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                y = torch.mm(w, h)
+                assert y.shape == (rows * bs, n)
+                assert torch.cuda.memory_allocated() - base == rows * bs * n * 4
+                assert torch.cuda.max_memory_allocated() - base == peak, (rows, cols, k, n)
+                del y, h
+            del w, crow, col, vals
 
 
 def test_linear_with_a_bsr_weight_runs_the_transposed_block_product():
@@ -856,13 +867,21 @@ def test_linear_with_a_bsr_weight_runs_the_transposed_block_product():
         assert wt.layout is torch.sparse_bsc and torch.cuda.memory_allocated() == before
         out = tokens * rows * bs * 4
         pairs = rows * k * bs * tokens * 4  # gathered rows, and again the block products
-        for bias, scratch in ((None, out + 2 * pairs + 2 * rows * k * 8), (b, 2 * pairs + 2 * rows * k * 8)):
+        # 64 x 64 float32 blocks, 256 tokens: Triton's `bsr_dense_addmm` on the transposes (its two
+        # 0-dim empties), after the zeros of `_sparse_csr_mm` where there is no bias; 200 tokens
+        # (not a multiple of 64): the reference path
+        cases = [(x, None, out + 1024), (x, b, 1024)]
+        x2 = torch.randn(200, cols * bs, device="cuda")
+        out2, pairs2 = out * 200 // tokens, pairs * 200 // tokens
+        cases += [(x2, None, out2 + 2 * pairs2 + 2 * rows * k * 8), (x2, b, 2 * pairs2 + 2 * rows * k * 8)]
+        for inp, bias, scratch in cases:
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-            y = torch.nn.functional.linear(x, w, bias)
-            assert y.shape == (tokens, rows * bs)
-            assert torch.cuda.memory_allocated() - base == out
-            assert torch.cuda.max_memory_allocated() - base == out + scratch
+            y = torch.nn.functional.linear(inp, w, bias)
+            assert y.shape == (inp.shape[0], rows * bs)
+            n_out = inp.shape[0] * rows * bs * 4
+            assert torch.cuda.memory_allocated() - base == n_out
+            assert torch.cuda.max_memory_allocated() - base == n_out + scratch
             del y
 
 

@@ -1117,9 +1117,17 @@ def _linalg_lu_factor_ex(cap, func, args, kwargs):
 DISPATCH[aten.linalg_lu_factor_ex.default] = _linalg_lu_factor_ex
 
 
-#: `sytrf_bufferSize`'s lwork in bytes by (n, dtype) for one matrix (`apply_ldl_factor_cusolver`);
-#: none measured yet (validation/run/probes/pt63_ldl_and_bsr_mm_scratch_probe.py measures them)
-SYTRF_WORKSPACE: dict = {}
+#: `sytrf_bufferSize`'s lwork in bytes by (n, dtype) for one matrix (`apply_ldl_factor_cusolver`),
+#: rounded to the allocator's 512: the H100's (session 64, probes/pt63_ldl_and_bsr_mm_scratch_probe.py:
+#: peak less the outputs, the same at batch 1, 8 and 512 and for a 2-D input)
+SYTRF_WORKSPACE: dict = {
+    (64, torch.float32): 98_816,
+    (320, torch.float32): 98_816,
+    (1024, torch.float32): 262_656,
+    (64, torch.float64): 107_008,
+    (320, torch.float64): 164_352,
+    (1024, torch.float64): 524_800,
+}
 
 
 def _linalg_ldl_factor_ex(cap, func, args, kwargs):
@@ -1160,9 +1168,10 @@ def _linalg_ldl_solve(cap, func, args, kwargs):
     the result (B's shape, F-contiguous batches), LD cloned column-major unless it already is
     (`borrow_else_clone`), `result.copy_(B)`; `apply_ldl_solve_cusolver`
     (cuda/linalg/BatchLinearAlgebraLib.cpp): the pivots copied to int64 (`pivots.to(kLong)`),
-    cusolverDnXsytrs's device workspace (named unmeasured: `cusolverDnXsytrs_bufferSize`'s bytes)
-    and a one-element int32 `zeros` for the info; at the return the info, the workspace, the int64
-    pivots, then LD's clone die."""
+    cusolverDnXsytrs's device workspace (none: LAPACK's ?sytrs takes no work array, and the H100
+    allocated none for n 64, 320 and 1024, float32 and float64, batch 1, 8 and 512 -- session 64,
+    probes/pt63_ldl_and_bsr_mm_scratch_probe.py) and a one-element int32 `zeros` for the info; at
+    the return the info, the int64 pivots, then LD's clone die."""
     ld, pivots, b = args[0], args[1], args[2]
     if not (registered(ld) and registered(pivots) and registered(b)) or ld.dim() < 2 or ld.is_complex():
         return NotImplemented
@@ -1176,7 +1185,6 @@ def _linalg_ldl_solve(cap, func, args, kwargs):
     if not ld.mT.is_contiguous():
         ld_clone = cap.malloc(ld.numel() * ld.element_size(), op, "temporary")
     long_pivots = cap.malloc(pivots.numel() * 8, op, "temporary")
-    cap.note_unmeasured(f"{op}'s cuSOLVER sytrs workspace")
     info = cap.malloc(4, op, "temporary")
     del info, long_pivots, ld_clone
     return out

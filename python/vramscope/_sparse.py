@@ -1117,23 +1117,33 @@ def _bsr_mm(cap, a, d):
 
 
 def _bsr_supported(a, d) -> bool:
-    """Whether `block_sparse_mm` takes the reference path for BSR `a` times dense `d`: float32,
-    half or bfloat16 blocks of `d`'s dtype, except half and bfloat16 with power-of-two blocks of
-    16 or more and `d`'s columns a multiple of b0, which go to Triton's `bsr_dense_mm` where it is
-    registered (float64 and complex go to cuSPARSE's bsrmm: no rule here)."""
+    """Whether `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp) has a rule here for BSR `a` times
+    dense `d`: float32, half or bfloat16 blocks of `d`'s dtype, which take Triton's kernel
+    (`_bsr_triton`) or else the reference path, `_compressed_row_strided_addmm_out` (float64 and
+    complex go to cuSPARSE's bsrmm: no rule here)."""
     _crow, _col, values = parts(a)
     dtype = d.dtype
     if values.dim() != 3 or values.dtype != dtype or d.dim() != 2:
         return False
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        return False
-    b0, b1 = values.shape[1], values.shape[2]
+    return dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _bsr_triton(a, d) -> bool:
+    """Whether `_compressed_row_strided_addmm_out` hands BSR `a` times dense `d` to Triton's
+    `bsr_dense_addmm` (registered for SparseCsrCUDA by torch.cuda's `_register_triton_kernels`
+    where triton is installed, as with every CUDA wheel): `operands_support_triton_mm_kernel`
+    (sparse/SparseBlasImpl.cpp) -- half, bfloat16 or float32 of one dtype, power-of-two blocks of
+    16 or more, `d`'s columns a multiple of b0. Measured on an H100 (session 64,
+    probes/pt63_ldl_and_bsr_mm_scratch_probe.py): float32 nnzb 1024 of 64 x 64 blocks times
+    2048 x 8192 took Triton (out + 1024 bytes of scratch), times 2048 x 1000 the reference path."""
+    b0, b1 = parts(a)[2].shape[1:]
     pow2 = not (b0 & (b0 - 1)) and not (b1 & (b1 - 1))
-    return dtype == torch.float32 or not (pow2 and b0 >= 16 and b1 >= 16 and d.shape[1] % b0 == 0)
+    return pow2 and b0 >= 16 and b1 >= 16 and d.shape[1] % b0 == 0
 
 
 def _bsr_strided_mm(cap, a, d, result) -> None:
-    """`_compressed_row_strided_mm_out(A, D, result)` (sparse/SparseBlasImpl.cpp), which
+    """The product of BSR A and dense D into `result`: Triton's kernel where `_bsr_triton`, else
+    `_compressed_row_strided_mm_out(A, D, result)` (sparse/SparseBlasImpl.cpp), which
     `block_sparse_mm` (sparse/cuda/SparseBlasImpl.cpp) runs for float32, float16 and bfloat16
     instead of cuSPARSE: D tiled to (k / b1, b1, 1, n) by `reshape` (a view where its strides
     allow, else a contiguous copy), the block rows each stored block meets gathered by
@@ -1150,6 +1160,14 @@ def _bsr_strided_mm(cap, a, d, result) -> None:
     if nnzb == 0 or result.numel() == 0:
         return
     op = "aten::addmm"
+    if _bsr_triton(a, d):
+        # `bsr_dense_addmm` (torch/sparse/_triton_ops.py) writes the given result in place; its only
+        # allocations are `left_alpha` and `right_alpha`, `dense.new_empty(())` each, expanded views
+        # that die at the return (the H100's 1,024 bytes over the result)
+        left = _empty(cap, (), d.dtype, op)
+        right = _empty(cap, (), d.dtype, op)
+        del left, right
+        return
     half = d.dtype != torch.float32
     tiled, d_copy = _view_or_copy(cap, d, (k // b1, b1, 1, n), op)
     with _NO_DISPATCH():
@@ -1234,7 +1252,7 @@ def _addmm_blocked(cap, func, args, kwargs):
         target = r if blocked_left else r.transpose(-2, -1)
     _bsr_strided_mm(cap, a, d, target)
     beta = p.get("beta", 1)
-    if r.numel() and a.values().shape[0] and beta != 0:
+    if r.numel() and a.values().shape[0] and beta != 0 and not _bsr_triton(a, d):
         scaled = _empty(cap, (m, n), t.dtype, "aten::mul")
         del scaled
     del target
