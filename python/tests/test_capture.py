@@ -7084,3 +7084,31 @@ def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():
                 pass
             cached = torch.cuda.memory_allocated()
         assert cached - torch.cuda.memory_allocated() == 1024 * 1024 * 2 + 2048 + 64 * 1024 * 2
+
+
+def test_autocast_s_cache_flag_inside_a_backward_is_the_device_thread_s():
+    """`cache_enabled` is thread_local too (autocast_mode.cpp): a backward run inside a program's
+    `autocast(cache_enabled=False)` region still autocasts (the engine carries the dispatch keys),
+    but on the device thread, whose flag is its own (on), so a weight a custom backward casts is
+    cached in the global map and lives to the region's exit."""
+
+    class Mul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(w)
+            return x @ w.t()
+
+        @staticmethod
+        def backward(ctx, g):
+            (w,) = ctx.saved_tensors
+            return g @ w, None
+
+    with vramscope.capture(gpu="h100"):
+        w = torch.nn.Parameter(torch.randn(1024, 1024, device="cuda"))
+        x = torch.randn(64, 1024, device="cuda", requires_grad=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            y = Mul.apply(x, w)
+            y.float().sum().backward()
+            del y
+            inside = torch.cuda.memory_allocated()
+        assert inside - torch.cuda.memory_allocated() == 1024 * 1024 * 2  # w's cast, cached in the backward

@@ -2679,6 +2679,8 @@ class Capture:
         self.setitem_number = False
         #: the autograd device thread's autocast nesting (`_autocast_increment_nesting`)
         self.autograd_autocast_nesting = 0
+        #: the autograd device thread's autocast cache flag (`_is_autocast_cache_enabled`)
+        self.autograd_autocast_cache = True
         self.stream = 0
         #: whether an op has made autograd Nodes on a stream other than the default one, from which
         #: on Nodes carry their streams (`_autograd_streams`)
@@ -4162,6 +4164,8 @@ class Capture:
         self._patch.set(torch, "clear_autocast_cache", _clear_autocast_cache)
         self._patch.set(torch, "autocast_increment_nesting", _autocast_increment_nesting)
         self._patch.set(torch, "autocast_decrement_nesting", _autocast_decrement_nesting)
+        self._patch.set(torch, "is_autocast_cache_enabled", _is_autocast_cache_enabled)
+        self._patch.set(torch, "set_autocast_cache_enabled", _set_autocast_cache_enabled)
         self._patch.set(torch.Tensor, "_make_subclass", staticmethod(_make_subclass))
         self._patch.set(torch.Tensor, "as_subclass", _AsSubclass())
         self._hooks = self._install_hooks()
@@ -4339,6 +4343,29 @@ def _autocast_increment_nesting() -> int:
         return _AUTOCAST_INCREMENT_NESTING()
     cap.autograd_autocast_nesting += 1
     return cap.autograd_autocast_nesting
+
+
+_IS_AUTOCAST_CACHE_ENABLED = torch.is_autocast_cache_enabled
+_SET_AUTOCAST_CACHE_ENABLED = torch.set_autocast_cache_enabled
+
+
+def _is_autocast_cache_enabled() -> bool:
+    """`torch.is_autocast_cache_enabled()`; inside a backward pass the device thread's flag, which
+    autocast_mode.cpp keeps thread_local (`cache_enabled`, on until that thread sets it), while the
+    engine carries the program's autocast dispatch keys into the pass."""
+    cap = current()
+    if cap is None or not _on_engine_thread():
+        return _IS_AUTOCAST_CACHE_ENABLED()
+    return cap.autograd_autocast_cache
+
+
+def _set_autocast_cache_enabled(enabled: bool) -> None:
+    """`torch.set_autocast_cache_enabled()`, the device thread's inside a backward pass."""
+    cap = current()
+    if cap is None or not _on_engine_thread():
+        return _SET_AUTOCAST_CACHE_ENABLED(enabled)
+    cap.autograd_autocast_cache = bool(enabled)
+    return None
 
 
 def _autocast_decrement_nesting() -> int:

@@ -5,7 +5,9 @@ on the autograd engine's device thread, whose count starts at 0. So when a progr
 checkpoint's recompute in the unpack hook, reentrant checkpoint's recompute, a `custom_bwd`
 Function's backward) brings the device thread's count back to 0 and clears the whole cache: the
 forward's cached weight casts die in the backward, not at the program's exit. Without such a
-context (case d) the casts stay cached until the region ends.
+context (case d) the casts stay cached until the region ends. Case f: the cache flag is
+thread_local as well, so inside a `cache_enabled=False` region a backward still caches (the device
+thread's flag is on) what its autocast kernels cast.
 
 Each case prints memory_allocated (relative to the case's start) after the forward, after the
 backward (still inside the region) and after the region. Plain python3, a few seconds, < 1 GB.
@@ -16,9 +18,12 @@ b_checkpoint_reentrant: after forward 41951744 after backward 114319360 after re
 c_custom_bwd: after forward 41951744 after backward 39854080 after region 4194304
 d_plain: after forward 41951744 after backward 106979328 after region 71319552
 e_backward_outside: after forward 39854592 after region 4194816 after backward 71319552
+f_cache_disabled_region: after forward 4194816 after backward 4194304 after region 4194304
 and with the device thread's count (rp-s64, `_capture._autocast_increment_nesting`): the same but
 a 139476992 / 139476992, b 72368128 / 72368128, c 4194304 / 4194304 after backward / after region
-(the weight's, bias's and x's casts, 35,659,776 bytes, die in the backward).
+(the weight's, bias's and x's casts, 35,659,776 bytes, die in the backward), and with the device
+thread's `cache_enabled` (rp-s64, `_capture._is_autocast_cache_enabled`): f after backward 37748736
+(the weight's bf16 cast, 33,554,432 bytes, cached in the backward), after region 4194304.
 """
 
 import torch
@@ -82,5 +87,34 @@ loss.backward()
 del loss
 print(
     f"e_backward_outside: after forward {fwd} after region {after_region} after backward "
+    f"{torch.cuda.memory_allocated() - base}"
+)
+
+
+# f: `cache_enabled` is thread_local too: inside a `cache_enabled=False` region a custom backward's
+# autocast cast of the raw weight is cached (the device thread's flag is on) and lives to the exit
+class RawWeightBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, inp, w):
+        ctx.save_for_backward(w)
+        return inp @ w.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        return g @ w, None
+
+
+lin.zero_grad(set_to_none=True)
+x.grad = None
+base = torch.cuda.memory_allocated()
+with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+    loss = RawWeightBackward.apply(x, lin.weight).float().square().mean()
+    fwd = torch.cuda.memory_allocated() - base
+    loss.backward()
+    del loss
+    bwd = torch.cuda.memory_allocated() - base
+print(
+    f"f_cache_disabled_region: after forward {fwd} after backward {bwd} after region "
     f"{torch.cuda.memory_allocated() - base}"
 )
