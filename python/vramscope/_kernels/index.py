@@ -801,6 +801,17 @@ DISPATCH[aten.scalar_tensor.default] = _scalar_tensor
 DISPATCH[aten.index_put_.default] = _index_put_value
 
 
+def _structured_result(self_, inplace: bool):
+    """A structured op's result before its kernel: `self` in place, else the out-of-place op's new
+    contiguous output holding `self`'s copy (the `copy_(self)` of index_add's and scatter_add's
+    implementations)."""
+    if inplace:
+        return self_
+    out = torch.empty(self_.shape, dtype=self_.dtype, device="cuda")
+    out.copy_(self_)
+    return out
+
+
 def _index_add_deterministic(cap, func, args, kwargs):
     """`index_add` / `index_add_` on CUDA under `use_deterministic_algorithms(True)`
     (cuda/Indexing.cu `index_add_cuda_impl`): after the structured meta function's output (the
@@ -816,11 +827,7 @@ def _index_add_deterministic(cap, func, args, kwargs):
     alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
     cap.ops += 1
     with cap._modes[1]:
-        if func is aten.index_add_.default:
-            result = self_
-        else:
-            result = torch.empty(self_.shape, dtype=self_.dtype, device="cuda")
-            result.copy_(self_)
+        result = _structured_result(self_, func is aten.index_add_.default)
         idx = index.to(torch.long)
         src = source * alpha
         aten.index_put_.default(result, [None] * (dim % self_.dim()) + [idx], src, True)
@@ -847,11 +854,7 @@ def _scatter_add_deterministic(cap, func, args, kwargs):
     dim %= self_.dim()
     cap.ops += 1
     with cap._modes[1]:
-        if func is aten.scatter_add_.default:
-            out = self_
-        else:
-            out = torch.empty(self_.shape, dtype=self_.dtype, device="cuda")
-            out.copy_(self_)
+        out = _structured_result(self_, func is aten.scatter_add_.default)
         broadcast = all(index.stride(i) == 0 for i in range(index.dim()) if i != dim)
         src_view = src.as_strided(index.shape, src.stride())
         if self_.dim() == 1 or broadcast:
