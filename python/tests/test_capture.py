@@ -14,7 +14,7 @@ import weakref
 import pytest
 import torch
 import vramscope
-from conftest import counted, run_script
+from conftest import counted, extra_allocations, run_script
 
 MIB = 1 << 20
 
@@ -7134,3 +7134,12 @@ def test_an_in_place_foreach_op_over_assumed_values_writes_assumed_ones():
             loc, torch.zeros(8, 2, device="cuda"), torch.ones(8, device="cuda")
         )
         assert q.loc.shape == (8,)  # its argument validation passed
+
+
+def test_is_any_true_reduces_as_any():
+    # blind288/kc01: anomaly mode's NaN check (engine.cpp's `isnan(output)._is_any_true().item()` on
+    # every backward output) reduces the mask with `_is_any_true`, which is `self.any()`
+    # (ReduceOps.cpp): the reduction's global buffer and semaphores as `any()`'s own
+    mask = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
+    assert extra_allocations(mask, torch._is_any_true) == extra_allocations(mask, torch.any)
+    assert extra_allocations(mask, torch.any)[0] > 0
