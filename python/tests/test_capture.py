@@ -14,7 +14,7 @@ import weakref
 import pytest
 import torch
 import vramscope
-from conftest import counted, run_script
+from conftest import counted, extra_allocations, run_script
 
 MIB = 1 << 20
 
@@ -7112,3 +7112,34 @@ def test_autocast_s_cache_flag_inside_a_backward_is_the_device_thread_s():
             del y
             inside = torch.cuda.memory_allocated()
         assert inside - torch.cuda.memory_allocated() == 1024 * 1024 * 2  # w's cast, cached in the backward
+
+
+def test_an_in_place_foreach_op_over_assumed_values_writes_assumed_ones():
+    # blind288/kc03: a KL term over a `torch.linalg.cholesky` factor the twin carries no values of
+    # computed NaN over the zeros standing in for it; Adam's `_foreach_lerp_` etc. wrote those into
+    # its state and the parameters (ops that return nothing, so no output took the assumed mark), and
+    # `LowRankMultivariateNormal`'s argument validation then read the parameter's NaN as known
+    # values and raised where the GPU does not
+    with vramscope.capture(gpu="h100"):
+        loc = torch.zeros(8, device="cuda", requires_grad=True)
+        scale = torch.linalg.cholesky(torch.eye(8, device="cuda") * 0.04)
+        assert vramscope._tensor.value(scale) is None
+        loss = ((loc - 1) / scale.diagonal()).pow(2).sum()
+        loss.backward()
+        assert vramscope._tensor.assumed(loc.grad)
+        opt = torch.optim.Adam([loc], lr=0.1, foreach=True)
+        opt.step()
+        assert all(vramscope._tensor.assumed(t) for t in (loc, *opt.state[loc].values()) if t.is_cuda)
+        q = torch.distributions.LowRankMultivariateNormal(
+            loc, torch.zeros(8, 2, device="cuda"), torch.ones(8, device="cuda")
+        )
+        assert q.loc.shape == (8,)  # its argument validation passed
+
+
+def test_is_any_true_reduces_as_any():
+    # blind288/kc01: anomaly mode's NaN check (engine.cpp's `isnan(output)._is_any_true().item()` on
+    # every backward output) reduces the mask with `_is_any_true`, which is `self.any()`
+    # (ReduceOps.cpp): the reduction's global buffer and semaphores as `any()`'s own
+    mask = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
+    assert extra_allocations(mask, torch._is_any_true) == extra_allocations(mask, torch.any)
+    assert extra_allocations(mask, torch.any)[0] > 0

@@ -3726,6 +3726,11 @@ class Capture:
                     set_value(a, None)
         elif mutable:
             for a in _written(func, args, kwargs):
+                if guessed and not any(a is o for o in outs):
+                    # values computed over stand-ins written in place into a tensor the op does not
+                    # return (a `_foreach_*_` op returns nothing): marked assumed as an output is
+                    # (Adam's `_foreach_lerp_` of a gradient computed over zeros, blind288/kc03)
+                    set_value(a, value(a), True)
                 if value(a) is not None and _covers_storage(a):
                     # every element written with values the twin knows
                     _tensor.forget_stale(a.untyped_storage()._cdata)

@@ -348,8 +348,10 @@ for _name in ("any", "all"):
         _f = getattr(getattr(aten, _name), _o, None)
         if _f is not None:
             AFTER[_f] = _any_all
-# `_is_all_true` is `self.all()` (TensorCompare.cpp)
+# `_is_all_true` is `self.all()` and `_is_any_true` `self.any()` (ReduceOps.cpp); the engine's NaN
+# check under anomaly mode reduces each backward output's `isnan` mask with the latter (engine.cpp)
 AFTER[aten._is_all_true.default] = _any_all
+AFTER[aten._is_any_true.default] = _any_all
 
 
 def _logsumexp(cap, func, args, kwargs):
