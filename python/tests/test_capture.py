@@ -3232,6 +3232,42 @@ def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     assert cap.report()["unmeasured"] == []
 
 
+def test_reduce_overhead_replays_carry_the_values_their_kernels_write():
+    # a replay recomputes what its kernels write from what the memory holds then: the counter a
+    # static-cache decoding step advances in place (StaticLayer.cumulative_length, marked a static
+    # address) and the end it returns, which the program reads (MVP's `torch.arange(past, past +
+    # n)`, blind287/kb02, read 0 at the first replay and raised)
+    with vramscope.capture():
+        counter = torch.zeros((), dtype=torch.long, device="cuda")
+        torch._dynamo.mark_static_address(counter)
+
+        @torch.compile(mode="reduce-overhead")
+        def step(c):
+            c.add_(1)
+            return c + 10
+
+        with torch.no_grad():
+            ends = [step(counter).item() for _ in range(5)]
+        assert ends == [11, 12, 13, 14, 15]
+        assert counter.item() == 5
+
+
+def test_a_manual_cuda_graph_s_replay_recomputes_its_outputs_values():
+    # `torch.cuda.graph` capture, new values copied into the static input, `replay()`: the static
+    # output holds what the captured ops compute from them (the CUDA graphs recipe of PyTorch's docs)
+    with vramscope.capture():
+        static_in = torch.zeros(4, dtype=torch.long, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = static_in * 2 + 1
+        static_in.copy_(torch.tensor([1, 2, 3, 4], device="cuda"))
+        graph.replay()
+        assert static_out.tolist() == [3, 5, 7, 9]
+        static_in.fill_(5)
+        graph.replay()
+        assert static_out.tolist() == [11, 11, 11, 11]
+
+
 def test_a_selective_checkpoint_s_cache_lives_to_the_end_of_its_region_s_backward():
     # PyTorch's `recompute_fn` closure holds the recompute context (torch/utils/checkpoint.py), so a
     # selective checkpoint's cache, with the saved outputs an early-stopped recompute did not reach
