@@ -3268,6 +3268,23 @@ def test_a_manual_cuda_graph_s_replay_recomputes_its_outputs_values():
         assert static_out.tolist() == [11, 11, 11, 11]
 
 
+def test_a_replay_reads_memory_another_storage_held_at_its_address_as_unknown():
+    # the caching allocator hands an address out again, to a storage of another size: the replay's
+    # shadow of the smaller one's bytes cannot hold the larger view (blind259/iz05's (8, 1, 1, 207)
+    # mask over an address a 128-byte storage held raised in as_strided): unknown values
+    from vramscope import _graph_values
+
+    small = torch.zeros(64, dtype=torch.int16)
+    big = torch.zeros(8, 1, 1, 207, dtype=torch.int16)
+    arg = _graph_values._Arg(big)
+    shadow = _graph_values._Shadow([])
+    shadow.memory[arg.addr] = torch.zeros(small.untyped_storage().nbytes(), dtype=torch.uint8)
+    assert not arg.fits(shadow.memory[arg.addr])
+    assert shadow.read(arg) is None
+    shadow.write(arg, torch.ones(8, 1, 1, 207, dtype=torch.int16))  # covers its storage: known
+    assert shadow.read(arg).sum().item() == 8 * 207
+
+
 def test_a_selective_checkpoint_s_cache_lives_to_the_end_of_its_region_s_backward():
     # PyTorch's `recompute_fn` closure holds the recompute context (torch/utils/checkpoint.py), so a
     # selective checkpoint's cache, with the saved outputs an early-stopped recompute did not reach

@@ -61,6 +61,16 @@ class _Arg:
         dense = self.stride == _tensor.contiguous_strides(self.shape)
         return self.offset == 0 and dense and numel * self.dtype.itemsize == self.nbytes
 
+    def fits(self, memory) -> bool:
+        """Whether this argument's view lies within `memory` (another storage may have held the
+        address before, of another size: the caching allocator hands a block out again)."""
+        if any(n == 0 for n in self.shape):
+            return True
+        last = self.offset + sum((n - 1) * st for n, st in zip(self.shape, self.stride, strict=True))
+        return (
+            last + 1
+        ) * self.dtype.itemsize <= memory.numel() and memory.numel() % self.dtype.itemsize == 0
+
     def view(self, memory):
         """This argument's view of `memory`, its storage's bytes on the host."""
         return memory.view(self.dtype).as_strided(self.shape, self.stride, self.offset)
@@ -163,7 +173,7 @@ class _Shadow:
         if arg.addr not in self.memory:
             self.memory[arg.addr] = self._load(arg)
         memory = self.memory[arg.addr]
-        return None if memory is None else arg.view(memory)
+        return None if memory is None or not arg.fits(memory) else arg.view(memory)
 
     def _load(self, arg):
         candidates = list(self.sources.get(arg.addr, ()))
@@ -171,9 +181,10 @@ class _Shadow:
         if captured is not None and _tensor.value(captured) is not None:
             candidates.append((arg, captured))
         for view, t in candidates:
-            memory = torch.zeros(arg.nbytes, dtype=torch.uint8)
-            view.view(memory).copy_(_tensor.value(t))
-            return memory
+            memory = torch.zeros(max(arg.nbytes, view.nbytes), dtype=torch.uint8)
+            if view.fits(memory):
+                view.view(memory).copy_(_tensor.value(t))
+                return memory
         return None
 
     def write(self, arg, values) -> None:
@@ -184,6 +195,8 @@ class _Shadow:
         memory = self.memory.get(arg.addr, False)
         if memory is False:
             memory = self._load(arg)
+        if memory is not None and not arg.fits(memory):
+            memory = None
         if memory is None:
             if not arg.covers():
                 # a part written into memory of unknown values: the rest stays unknown
@@ -283,7 +296,7 @@ def apply(shadow, tensors) -> None:
             if arg.addr not in shadow.memory:
                 continue
             memory = shadow.memory[arg.addr]
-            _put(t, None if memory is None else arg.view(memory).clone())
+            _put(t, None if memory is None or not arg.fits(memory) else arg.view(memory).clone())
 
 
 def captured(tape_) -> list:
