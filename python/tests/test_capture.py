@@ -3268,6 +3268,28 @@ def test_a_manual_cuda_graph_s_replay_recomputes_its_outputs_values():
         assert static_out.tolist() == [11, 11, 11, 11]
 
 
+def test_a_captured_foreach_op_replays_and_its_tape_keeps_no_tensor_alive():
+    # an in-place foreach op (it returns nothing) over a list of the capture's temporaries: the
+    # replay recomputes it, the capture's run left a and b as they were (a capture launches
+    # nothing), and the tape holds addresses, not the temporaries (blind155/ey04's captured
+    # training step, whose capturable Adam's foreach lists kept 55,296 bytes alive)
+    with vramscope.capture():
+        a = torch.zeros(4, device="cuda")
+        b = torch.zeros(4, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tmp = [a + 1, b + 2]
+            torch._foreach_add_([a, b], tmp)
+            del tmp
+        # a, b and the graphs' RNG seed and offset (`CUDAGraph.capture_begin`: two 8-byte tensors)
+        assert torch.cuda.memory_allocated() == 4 * 512
+        assert a.tolist() == [0.0] * 4
+        graph.replay()
+        graph.replay()
+        # a + (a + 1) and b + (b + 2), twice
+        assert a.tolist() == [3.0] * 4 and b.tolist() == [6.0] * 4
+
+
 def test_a_replay_reads_memory_another_storage_held_at_its_address_as_unknown():
     # the caching allocator hands an address out again, to a storage of another size: the replay's
     # shadow of the smaller one's bytes cannot hold the larger view (blind259/iz05's (8, 1, 1, 207)

@@ -76,8 +76,18 @@ class _Arg:
         return memory.view(self.dtype).as_strided(self.shape, self.stride, self.offset)
 
 
+def _arg(a):
+    """A tensor argument as an `_Arg`, within lists too (a foreach op's): the tape holds no tensor
+    (a captured intermediate dies when the capture's run drops it, as on the GPU)."""
+    if isinstance(a, torch.Tensor):
+        return _Arg(a) if _tensor.registered(a) else a
+    if isinstance(a, (list, tuple)):
+        return type(a)(_arg(x) for x in a)
+    return a
+
+
 def _args(values):
-    return [_Arg(a) if isinstance(a, torch.Tensor) and _tensor.registered(a) else a for a in values]
+    return [_arg(a) for a in values]
 
 
 def tape(cap):
@@ -149,10 +159,7 @@ def record_op(cap, func, args, kwargs, outs, written, computed: bool) -> None:
     if not computed:
         t.append(("unknown", [_Arg(a) for a in [*made, *written] if _tensor.registered(a)]))
         return
-    kw = {
-        k: (_Arg(v) if isinstance(v, torch.Tensor) and _tensor.registered(v) else v)
-        for k, v in kwargs.items()
-    }
+    kw = {k: _arg(v) for k, v in kwargs.items()}
     t.append(("op", func, _args(args), kw, [_Arg(o) for o in made]))
 
 
@@ -219,10 +226,12 @@ def replay(tape_, sources=()):
             if kind == "unknown":
                 for arg in entry[1]:
                     shadow.write(arg, None)
-            elif kind == "launch":
-                _replay_launch(shadow, *entry[1:])
             else:
-                _replay_op(shadow, *entry[1:])
+                try:
+                    (_replay_launch if kind == "launch" else _replay_op)(shadow, *entry[1:])
+                except Exception:  # what the host cannot replay writes unknown values
+                    for arg in _writes_of(entry):
+                        shadow.write(arg, None)
     return shadow
 
 
@@ -275,9 +284,12 @@ def _replay_op(shadow, func, args, kwargs, outs) -> None:
         for o in outs:
             shadow.write(o, None)
         return
-    results = (
-        [result] if isinstance(result, torch.Tensor) else [r for r in result if isinstance(r, torch.Tensor)]
-    )
+    if isinstance(result, torch.Tensor):
+        results = [result]
+    elif isinstance(result, (list, tuple)):
+        results = [r for r in result if isinstance(r, torch.Tensor)]
+    else:  # an in-place foreach op returns nothing
+        results = []
     # an in-place op wrote through its host views into the shadow already
     for o, r in zip(outs, results, strict=False):
         if r.shape == o.shape:
@@ -299,15 +311,37 @@ def apply(shadow, tensors) -> None:
             _put(t, None if memory is None or not arg.fits(memory) else arg.view(memory).clone())
 
 
+def _flat(values):
+    for a in values:
+        if isinstance(a, (list, tuple)):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+def _writes_of(entry) -> list:
+    """The memory a tape entry writes: a launch's written arguments, an op's results and every
+    tensor argument it was handed (it may write them)."""
+    if entry[0] == "launch":
+        _, _, args, names, writes = entry
+        return [a for n, a in zip(names, args, strict=False) if n in writes and isinstance(a, _Arg)]
+    _, _, args, kwargs, outs = entry
+    return [a for a in _flat([*args, *kwargs.values(), *outs]) if isinstance(a, _Arg)]
+
+
 def captured(tape_) -> list:
     """The captured tensors the tape names that are still alive."""
     out = []
     for entry in tape_:
-        for a in entry[2] if entry[0] in ("launch", "op") else entry[1]:
+        if entry[0] == "unknown":
+            args = entry[1]
+        elif entry[0] == "launch":
+            args = entry[2]
+        else:
+            args = [*entry[2], *entry[3].values(), *entry[4]]
+        for a in _flat(args):
             if isinstance(a, _Arg):
                 t = a.ref()
                 if t is not None:
                     out.append(t)
-        if entry[0] == "op":
-            out.extend(t for t in (a.ref() for a in entry[4]) if t is not None)
     return out
