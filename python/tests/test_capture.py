@@ -3232,6 +3232,81 @@ def test_reduce_overhead_replays_outputs_the_allocator_does_not_count():
     assert cap.report()["unmeasured"] == []
 
 
+def test_reduce_overhead_replays_carry_the_values_their_kernels_write():
+    # a replay recomputes what its kernels write from what the memory holds then: the counter a
+    # static-cache decoding step advances in place (StaticLayer.cumulative_length, marked a static
+    # address) and the end it returns, which the program reads (MVP's `torch.arange(past, past +
+    # n)`, blind287/kb02, read 0 at the first replay and raised)
+    with vramscope.capture():
+        counter = torch.zeros((), dtype=torch.long, device="cuda")
+        torch._dynamo.mark_static_address(counter)
+
+        @torch.compile(mode="reduce-overhead")
+        def step(c):
+            c.add_(1)
+            return c + 10
+
+        with torch.no_grad():
+            ends = [step(counter).item() for _ in range(5)]
+        assert ends == [11, 12, 13, 14, 15]
+        assert counter.item() == 5
+
+
+def test_a_manual_cuda_graph_s_replay_recomputes_its_outputs_values():
+    # `torch.cuda.graph` capture, new values copied into the static input, `replay()`: the static
+    # output holds what the captured ops compute from them (the CUDA graphs recipe of PyTorch's docs)
+    with vramscope.capture():
+        static_in = torch.zeros(4, dtype=torch.long, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = static_in * 2 + 1
+        static_in.copy_(torch.tensor([1, 2, 3, 4], device="cuda"))
+        graph.replay()
+        assert static_out.tolist() == [3, 5, 7, 9]
+        static_in.fill_(5)
+        graph.replay()
+        assert static_out.tolist() == [11, 11, 11, 11]
+
+
+def test_a_captured_foreach_op_replays_and_its_tape_keeps_no_tensor_alive():
+    # an in-place foreach op (it returns nothing) over a list of the capture's temporaries: the
+    # replay recomputes it, the capture's run left a and b as they were (a capture launches
+    # nothing), and the tape holds addresses, not the temporaries (blind155/ey04's captured
+    # training step, whose capturable Adam's foreach lists kept 55,296 bytes alive)
+    with vramscope.capture():
+        a = torch.zeros(4, device="cuda")
+        b = torch.zeros(4, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tmp = [a + 1, b + 2]
+            torch._foreach_add_([a, b], tmp)
+            del tmp
+        # a, b and the graphs' RNG seed and offset (`CUDAGraph.capture_begin`: two 8-byte tensors)
+        assert torch.cuda.memory_allocated() == 4 * 512
+        assert a.tolist() == [0.0] * 4
+        graph.replay()
+        graph.replay()
+        # a + (a + 1) and b + (b + 2), twice
+        assert a.tolist() == [3.0] * 4 and b.tolist() == [6.0] * 4
+
+
+def test_a_replay_reads_memory_another_storage_held_at_its_address_as_unknown():
+    # the caching allocator hands an address out again, to a storage of another size: the replay's
+    # shadow of the smaller one's bytes cannot hold the larger view (blind259/iz05's (8, 1, 1, 207)
+    # mask over an address a 128-byte storage held raised in as_strided): unknown values
+    from vramscope import _graph_values
+
+    small = torch.zeros(64, dtype=torch.int16)
+    big = torch.zeros(8, 1, 1, 207, dtype=torch.int16)
+    arg = _graph_values._Arg(big)
+    shadow = _graph_values._Shadow([])
+    shadow.memory[arg.addr] = torch.zeros(small.untyped_storage().nbytes(), dtype=torch.uint8)
+    assert not arg.fits(shadow.memory[arg.addr])
+    assert shadow.read(arg) is None
+    shadow.write(arg, torch.ones(8, 1, 1, 207, dtype=torch.int16))  # covers its storage: known
+    assert shadow.read(arg).sum().item() == 8 * 207
+
+
 def test_a_selective_checkpoint_s_cache_lives_to_the_end_of_its_region_s_backward():
     # PyTorch's `recompute_fn` closure holds the recompute context (torch/utils/checkpoint.py), so a
     # selective checkpoint's cache, with the saved outputs an early-stopped recompute did not reach

@@ -46,6 +46,7 @@ from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured regi
     _compile,
     _custom,
     _gccount,
+    _graph_values,
     _kernels,
     _linalg,
     _native,
@@ -2689,6 +2690,10 @@ class Capture:
         self.pool_streams: dict[int, int] = {}
         #: the streams of `torch.cuda.graph` captures under way (`_cuda.CUDAGraph.capture_begin`)
         self.capture_streams: set[int] = set()
+        #: a capturing stream -> its graph's tape of what writes values (`_graph_values`)
+        self.graph_tapes: dict[int, list] = {}
+        #: a capturing stream -> the values its capture's run overwrote (`_graph_values.undo`)
+        self.graph_undo: dict[int, list] = {}
         #: `torch.cuda.use_mem_pool`'s pools, innermost last: the program thread's allocations go there
         self.thread_pools: list = []
         #: the stream id each (thread, stream, Lt) took its cuBLAS workspace under: the stream's own
@@ -3626,6 +3631,8 @@ class Capture:
             self.device.capture_stream_op(self.stream)
         before = {a.untyped_storage()._cdata for a in ours}
         op, is_aten, mutable = _facts(func)
+        if mutable and self.graph_undo:
+            _graph_values.note_overwritten(self, _written(func, args, kwargs))
         if not is_aten:
             _custom.note(self, func)
         try:
@@ -3736,6 +3743,10 @@ class Capture:
                     _tensor.forget_stale(a.untyped_storage()._cdata)
         if vals is None and func in _RANK_COMPARISONS:
             _count_ranks(func, args, out)
+        if self.graph_tapes:
+            written = _written(func, args, kwargs) if mutable else []
+            computed = vals is not None and not guessed
+            _graph_values.record_op(self, func, args, kwargs, outs, written, computed)
         rule = _kernels.AFTER.get(func)
         if rule is not None:
             rule(self, func, (args, kwargs), outs)

@@ -23,7 +23,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _attention, _autocast, _pad_mm, _tensor
+from . import _attention, _autocast, _graph_values, _pad_mm, _tensor
 
 #: while set, a fake tensor made for `cuda` is made for the host (dynamo's and AOTAutograd's
 #: traces), and autocast casts the host's tensors as the GPU's
@@ -798,6 +798,7 @@ def _launch_values(cap, autotuner, args) -> None:
     ):
         computed = _run_on_host(autotuner, args, bound)
     guessed = computed is not None and any(_tensor.assumed(t) for t in read)
+    _graph_values.record_launch(cap, autotuner, args, names, writes, None if guessed else computed)
     for n, t in written:
         _triton._wrote(cap, t)
         if computed is not None:
@@ -831,11 +832,6 @@ def _run_on_host(autotuner, args, bound):
     after the kernel ran over them under Triton's interpreter; None where it could not run."""
     from torch.utils._python_dispatch import _disable_current_modes
 
-    try:
-        import numpy
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:
-        return None
     with _disable_current_modes():
         host = []
         for a in args:
@@ -848,16 +844,27 @@ def _run_on_host(autotuner, args, bound):
                 host.append(h)
             else:
                 host.append(a)
-        try:
-            cfg = autotuner.configs[0]
-            kwargs = _host_config(autotuner, cfg, bound)
-            launched, grid = autotuner._interpret_args_grid(tuple(host), type(cfg)(kwargs))
-            # the interpreter's numpy ops warn on 0 / 0 or an overflow; the GPU's kernel gives
-            # NaN or inf silently (IEEE arithmetic, no floating-point exceptions on CUDA)
-            with numpy.errstate(all="ignore"):
-                InterpretedFunction(autotuner.fn.fn)[grid](*launched, **kwargs)
-        except Exception:
-            return None
+        return _interpret(autotuner, host, bound)
+
+
+def _interpret(autotuner, host, bound):
+    """`host`, the kernel's arguments with host tensors, after the kernel ran over them under
+    Triton's interpreter (what it wrote in the tensors it writes); None where it could not run."""
+    try:
+        import numpy
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return None
+    try:
+        cfg = autotuner.configs[0]
+        kwargs = _host_config(autotuner, cfg, bound)
+        launched, grid = autotuner._interpret_args_grid(tuple(host), type(cfg)(kwargs))
+        # the interpreter's numpy ops warn on 0 / 0 or an overflow; the GPU's kernel gives
+        # NaN or inf silently (IEEE arithmetic, no floating-point exceptions on CUDA)
+        with numpy.errstate(all="ignore"):
+            InterpretedFunction(autotuner.fn.fn)[grid](*launched, **kwargs)
+    except Exception:
+        return None
     return host
 
 

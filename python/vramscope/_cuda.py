@@ -25,6 +25,7 @@ from . import (
     _autograd_streams,
     _dataloader,
     _extensions,
+    _graph_values,
     _importhook,
     _jit,
     _legacy,
@@ -473,6 +474,10 @@ def patch(cap) -> _Patch:
             self._pool = tuple(pool) if pool is not None and tuple(pool) != (0, 0) else graph_pool_handle()
             self._stream = cap.stream
             cap.capture_streams.add(cap.stream)
+            # what writes the values the twin computes, for the replays (`_graph_values`)
+            self._tape = cap.graph_tapes[cap.stream] = []
+            self._undo = cap.graph_undo[cap.stream] = []
+            self._existing = set(cap.storages)
             self._private = _PRIVATE_POOL_STREAMS + (self._pool[1] << 24) + (cap.stream & 0xFFFFFF)
             cap.pool_streams[cap.stream] = self._private
             cap.device.register_private_stream(self._private, _pool_hash(self._pool), cap.stream)
@@ -486,6 +491,10 @@ def patch(cap) -> _Patch:
         def capture_end(self):
             cap.pool_streams.pop(self._stream, None)
             cap.capture_streams.discard(self._stream)
+            cap.graph_tapes.pop(self._stream, None)
+            cap.graph_undo.pop(self._stream, None)
+            _graph_values.undo(self._undo, self._existing)
+            self._undo = self._existing = None
             cap.device.capture_stream_end(self._stream)
             cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
@@ -496,6 +505,13 @@ def patch(cap) -> _Patch:
             cap.philox.replay_prologue(getattr(self, "_rng_increment", 0))
             for philox, increment in getattr(self, "_rng_increments", ()):
                 philox.replay_prologue(increment)
+            # the values the replayed kernels write (`_graph_values`): into the captured tensors
+            # still alive, and the tensors the tree manager names (`_cudagraph_trees`)
+            tape = getattr(self, "_tape", None)
+            if tape:
+                sources = getattr(self, "_vs_sources", ())
+                self._vs_shadow = _graph_values.replay(tape, sources)
+                _graph_values.apply(self._vs_shadow, [*sources, *_graph_values.captured(tape)])
 
         def reset(self):
             rng_graphs["graphs"].discard(id(self))

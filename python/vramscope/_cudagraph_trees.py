@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from . import _cuda
+from . import _cuda, _graph_values
 
 #: a simulated storage's data pointer where it is not the one its allocation gives it: a storage
 #: made at a recorded address (`_construct_storage_from_data_pointer`), by the storage's `_cdata`
@@ -293,6 +293,28 @@ def patch(p, cap) -> None:
     def ptrs_equal(tensors, ptrs, idxs):
         return all(tensors[i].data_ptr() == ptrs[i] for i in idxs)
 
+    def node_run(trees):
+        """`CUDAGraphNode.run` (a replay) naming its inputs to the graph's replay, the tensors at
+        the addresses its kernels read (the static inputs, and the buffers the others were
+        copied into), and its outputs to the values the replay wrote (`_graph_values`)."""
+        original = trees.CUDAGraphNode.run
+
+        def run(self, new_inputs):
+            graph = self.graph
+            graph._vs_sources = [*new_inputs, *self.reconstructed_inputs]
+            try:
+                outputs = original(self, new_inputs)
+            finally:
+                graph._vs_sources = ()
+            shadow = getattr(graph, "_vs_shadow", None)
+            if shadow is not None:
+                graph._vs_shadow = None
+                _graph_values.apply(shadow, outputs)
+            return outputs
+
+        p.set(trees.CUDAGraphNode, "run", run)
+
+    p.when_imported("torch._inductor.cudagraph_trees", node_run)
     p.set(C, "_construct_storage_from_data_pointer", storage_at)
     p.set(C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", tensor_of)
     p.set(C, "_free_And_Remove_DeleterFn", free_and_remove_deleter)
