@@ -4957,6 +4957,35 @@ def test_upsample_nearest3d_backward_copies_a_strided_gradient():
         assert counts == (1, 4_096)
 
 
+def test_upsample_1d_copies_a_strided_operand():
+    # blind289/kd03's DDSP `upsample`: `F.interpolate` of a permuted (B, frames, C) tensor and the
+    # gradient of the permuted result. UpSampleNearest1d.cu makes its input contiguous
+    # (`input_.contiguous()`) and both 1-D backwards their gradient (`grad_output_.contiguous()`,
+    # UpSampleLinear1d.cu's too), after the result, freed at the return; linear1d's forward reads
+    # its input through packed accessors; dense operands are not copied
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 16, 8, device="cuda").permute(0, 2, 1)  # (2, 8, 16), strided
+        grad = torch.empty(2, 64, 8, device="cuda").permute(0, 2, 1)  # (2, 8, 64), strided
+        dense_x, dense_grad = x.contiguous(), grad.contiguous()
+        for op in (torch.ops.aten.upsample_nearest1d, torch.ops.aten._upsample_nearest_exact1d):
+            _, counts = counted(lambda op=op: op(x, [64]))
+            assert counts == (2, 4_096 + 1_024)
+            _, counts = counted(lambda op=op: op(dense_x, [64]))
+            assert counts == (1, 4_096)
+        _, counts = counted(lambda: torch.ops.aten.upsample_linear1d(x, [64], False))
+        assert counts == (1, 4_096)
+        for op in (
+            torch.ops.aten.upsample_nearest1d_backward,
+            torch.ops.aten._upsample_nearest_exact1d_backward,
+        ):
+            _, counts = counted(lambda op=op: op(grad, [64], [2, 8, 16]))
+            assert counts == (2, 1_024 + 4_096)
+            _, counts = counted(lambda op=op: op(dense_grad, [64], [2, 8, 16]))
+            assert counts == (1, 1_024)
+        _, counts = counted(lambda: torch.ops.aten.upsample_linear1d_backward(grad, [64], [2, 8, 16], False))
+        assert counts == (2, 1_024 + 4_096)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

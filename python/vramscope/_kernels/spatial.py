@@ -146,6 +146,29 @@ for _f in (aten.upsample_nearest3d_backward.default, aten._upsample_nearest_exac
     AFTER[_f] = _upsample_nearest3d_backward
 
 
+def _upsample_1d_copy(cap, func, call, outs):
+    """The 1-D upsampling kernels' one copy: `input_.contiguous()` in `upsample_nearest1d`'s
+    forward (cuda/UpSampleNearest1d.cu) and `grad_output_.contiguous()` in the nearest and linear
+    backwards (UpSampleNearest1d.cu, UpSampleLinear1d.cu), of an operand that is not contiguous,
+    after the structured kernel's contiguous result, freed at the return; linear1d's forward reads
+    its input through packed accessors (blind289/kd03: DDSP's `F.interpolate` of permuted controls
+    and the gradient of the permuted result)."""
+    src = call[0][0]
+    if registered(src) and not src.is_contiguous():
+        copy = _temp(cap, src, func._schema.name)
+        del copy
+
+
+for _f in (
+    aten.upsample_nearest1d.default,
+    aten._upsample_nearest_exact1d.default,
+    aten.upsample_nearest1d_backward.default,
+    aten._upsample_nearest_exact1d_backward.default,
+    aten.upsample_linear1d_backward.default,
+):
+    AFTER[_f] = _upsample_1d_copy
+
+
 def _pool2d_forward(cap, func, call, outs):
     """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
     (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
