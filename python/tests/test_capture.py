@@ -4984,6 +4984,18 @@ def test_upsample_1d_copies_a_strided_operand():
             assert counts == (1, 1_024)
         _, counts = counted(lambda: torch.ops.aten.upsample_linear1d_backward(grad, [64], [2, 8, 16], False))
         assert counts == (2, 1_024 + 4_096)
+        # under deterministic algorithms the linear backward raises before its copy
+
+        def raises():
+            with pytest.raises(RuntimeError):
+                torch.ops.aten.upsample_linear1d_backward(grad, [64], [2, 8, 16], False)
+
+        torch.use_deterministic_algorithms(True)
+        try:
+            _, counts = counted(raises)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert counts == (1, 1_024)
 
 
 def test_max_pool3d_backward_copies_a_strided_gradient():

@@ -152,8 +152,15 @@ def _upsample_1d_copy(cap, func, call, outs):
     backwards (UpSampleNearest1d.cu, UpSampleLinear1d.cu), of an operand that is not contiguous,
     after the structured kernel's contiguous result, freed at the return; linear1d's forward reads
     its input through packed accessors (blind289/kd03: DDSP's `F.interpolate` of permuted controls
-    and the gradient of the permuted result)."""
+    and the gradient of the permuted result). The linear backward alerts under deterministic
+    algorithms before its copy (`alertNotDeterministic` first in its impl): no copy where it raises."""
     src = call[0][0]
+    if (
+        func is aten.upsample_linear1d_backward.default
+        and torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return
     if registered(src) and not src.is_contiguous():
         copy = _temp(cap, src, func._schema.name)
         del copy
