@@ -4998,6 +4998,28 @@ def test_upsample_1d_copies_a_strided_operand():
         assert counts == (1, 1_024)
 
 
+def test_cummax_cummin_logcumsumexp_copy_a_strided_input():
+    # ScanUtils.cuh's `scan_dim_with_indices` (cummax, cummin) and `scan_dim` (logcumsumexp) take
+    # `self.expect_contiguous()` after the contiguous results; a 1-d logcumsumexp scans with
+    # `cuda::cub::inclusive_scan`, CUB's storage as a 1-d cumsum's; dense inputs are not copied
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(4, 16, 8, device="cuda").transpose(1, 2)  # (4, 8, 16), strided, 2 KiB
+        dense = x.contiguous()
+        for fn in (torch.cummax, torch.cummin):
+            _, counts = counted(lambda fn=fn: fn(x, -1))
+            assert counts == (3, 2_048 + 4_096 + 2_048)
+            _, counts = counted(lambda fn=fn: fn(dense, 1))
+            assert counts == (2, 2_048 + 4_096)
+        _, counts = counted(lambda: torch.logcumsumexp(x, 1))
+        assert counts == (2, 2_048 + 2_048)
+        _, counts = counted(lambda: torch.logcumsumexp(dense, 1))
+        assert counts == (1, 2_048)
+        flat = torch.empty(1 << 20, device="cuda")
+        _, sums = counted(lambda: torch.cumsum(flat, 0))
+        _, counts = counted(lambda: torch.logcumsumexp(flat, 0))
+        assert counts == sums and counts[0] == 2
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

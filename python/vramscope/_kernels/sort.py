@@ -71,6 +71,29 @@ for _f in (aten.cumsum.default, aten.cumprod.default, aten.cumsum_.default, aten
     AFTER[_f] = _scan
 
 
+def _scan_own_kernels(cap, func, call, outs):
+    """`cummax`/`cummin` (cuda/ScanKernels.cpp `cummax_helper_cuda`, ScanUtils.cuh
+    `scan_dim_with_indices`) and `logcumsumexp` (`_logcumsumexp_out_cuda`, `scan_dim`):
+    `self.expect_contiguous()`, a copy of an input that is not contiguous, after the results (the
+    contiguous `at::empty`s) and freed at the return; a 1-d `logcumsumexp` is
+    `cuda::cub::inclusive_scan` over it (CUB's storage, as a 1-d `cumsum`'s; the deterministic scan
+    is for sums only). Nothing for a 0-dim or empty input (a `fill_` or `zero_`)."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.dim() == 0 or x.numel() == 0:
+        return
+    op = func._schema.name
+    copy = None if x.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    dim = (args[1] if len(args) > 1 else kw["dim"]) % x.dim()
+    if func is aten.logcumsumexp.default and x.numel() == x.shape[dim]:
+        _cub(cap, "scan", x.numel(), x.element_size(), op, "scan")
+    del copy
+
+
+for _f in (aten.cummax.default, aten.cummin.default, aten.logcumsumexp.default):
+    AFTER[_f] = _scan_own_kernels
+
+
 #: `should_use_small_sort` (cuda/Sort.cpp): rows up to this length sort in place in one kernel
 SMALL_SORT = 4096
 
