@@ -66,15 +66,33 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     signal = list(view.shape)
     if c2r:
         signal[-1] = signal_last
+    half = x.dtype.to_real() == torch.float16
+    if half:
+        _half_signal_check(signal, temps)
     # the plan's key (CuFFTParams) takes the strides before `should_clone_input`'s clone
     kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
     _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(view.stride())))
-    if _cufft_must_clone(list(view.stride()), signal, c2r):
+    if (half and view.stride()[-1] != 1) or _cufft_must_clone(list(view.stride()), signal, c2r):
         temps.append(cap.malloc(nbytes, op, "temporary"))
     per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
     if per_item and signal[0] > 0:
         temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
     return temps
+
+
+def _half_signal_check(signal, temps: list) -> None:
+    """`CuFFTConfig` of a half-precision plan (CuFFTPlanCache.h): cuFFT plans half signals whose
+    sizes are all powers of two (`is_pow_of_two`), else the plan raises, after the output and the
+    reshaped input, which the raise frees (`temps` emptied here); a half input whose last signal
+    stride is not 1 is cloned (`clone_input |= in_strides.back() != 1`, `_exec_fft`'s caller)."""
+    sizes = signal[1:]
+    if all(n & (n - 1) == 0 for n in sizes):
+        return
+    temps.clear()
+    raise RuntimeError(
+        "cuFFT only supports dimensions whose sizes are powers of two when computing in half "
+        f"precision, but got a signal size of[{', '.join(str(n) for n in sizes)}]"
+    )
 
 
 def _exec_out(x, dims, out_sizes, dtype):
