@@ -5020,6 +5020,28 @@ def test_cummax_cummin_logcumsumexp_copy_a_strided_input():
         assert counts == sums and counts[0] == 2
 
 
+def test_searchsorted_copies_strided_or_mixed_dtype_operands():
+    # Bucketization.cu's `searchsorted_out_cuda` (bucketize's too): after the result,
+    # BucketizationUtils.h's `searchsorted_maybe_trim_input_tensors` copies a strided input,
+    # boundaries or sorter contiguous and converts the input or boundaries off their common dtype
+    with vramscope.capture(gpu="h100"):
+        strided = torch.empty(4096, 64, device="cuda").t()  # (64, 4096) boundaries, 1 MiB
+        dense = strided.contiguous()
+        q = torch.empty(64, 1000, device="cuda")
+        q_strided = torch.empty(1000, 64, device="cuda").t()
+        q_long = q.long()
+        _, counts = counted(lambda: torch.searchsorted(dense, q))
+        assert counts == (1, 512_000)
+        _, counts = counted(lambda: torch.searchsorted(strided, q))
+        assert counts == (2, 512_000 + 1_048_576)
+        _, counts = counted(lambda: torch.searchsorted(dense, q_strided))
+        assert counts == (2, 512_000 + 256_000)
+        _, counts = counted(lambda: torch.searchsorted(dense, q_long))  # the input made float32
+        assert counts == (2, 512_000 + 256_000)
+        _, counts = counted(lambda: torch.bucketize(q_strided, dense[0]))
+        assert counts == (2, 512_000 + 256_000)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -94,6 +94,44 @@ for _f in (aten.cummax.default, aten.cummin.default, aten.logcumsumexp.default):
     AFTER[_f] = _scan_own_kernels
 
 
+def _searchsorted(cap, func, call, outs):
+    """`searchsorted_out_cuda` (cuda/Bucketization.cu; `bucketize` calls it with its boundaries):
+    after the result, where the input, the boundaries or the sorter is not contiguous or the input's
+    dtype is not the boundaries', `searchsorted_maybe_trim_input_tensors` (BucketizationUtils.h)
+    makes contiguous copies of those that are not (input, boundaries, sorter), then converts the
+    input and the boundaries that differ from their common dtype (`.to`, the copy it replaces freed
+    after); all die at the return, the sorter's first. Nothing for an empty input."""
+    (args, kw) = call
+    if func is aten.bucketize.Tensor:
+        x, bnd, sorter = args[0], args[1], None
+    else:
+        bnd, x = args[0], args[1]
+        sorter = kw.get("sorter")
+    if not registered(x) or not isinstance(bnd, torch.Tensor) or x.numel() == 0:
+        return
+    sorter_dense = sorter is None or sorter.is_contiguous()
+    if x.is_contiguous() and bnd.is_contiguous() and x.dtype == bnd.dtype and sorter_dense:
+        return
+    op = func._schema.name
+    trimmed = {}
+    for name, t in (("input", x), ("boundaries", bnd), ("sorter", sorter)):
+        if t is not None and not t.is_contiguous():
+            trimmed[name] = cap.malloc(t.numel() * t.element_size(), op, "temporary")
+    if x.dtype != bnd.dtype:
+        common = torch.result_type(bnd, x)
+        for name, t in (("input", x), ("boundaries", bnd)):
+            if common != t.dtype:
+                converted = cap.malloc(t.numel() * common.itemsize, op, "temporary")
+                trimmed[name] = converted
+                del converted
+    for name in ("sorter", "boundaries", "input"):
+        trimmed.pop(name, None)
+
+
+for _f in (aten.searchsorted.Tensor, aten.bucketize.Tensor):
+    AFTER[_f] = _searchsorted
+
+
 #: `should_use_small_sort` (cuda/Sort.cpp): rows up to this length sort in place in one kernel
 SMALL_SORT = 4096
 
