@@ -5042,6 +5042,26 @@ def test_searchsorted_copies_strided_or_mixed_dtype_operands():
         assert counts == (2, 512_000 + 256_000)
 
 
+def test_adaptive_avg_pool2d_copies_a_strided_input_before_its_output():
+    # AdaptiveAveragePooling.cu: a 4-D input suggesting the contiguous format is made contiguous
+    # before the `at::empty({0})` output is resized; the backward copies a strided gradient after
+    # the (contiguous) input gradient; channels-last and dense operands are read as they are
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 16, 16, device="cuda")[:, ::2]  # (2, 4, 16, 16), channel slice, 8 KiB
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool2d(x, [7, 7]))
+        assert counts == (2, 8_192 + 1_568)
+        dense = x.contiguous()
+        cl = x.contiguous(memory_format=torch.channels_last)
+        for t in (dense, cl):
+            _, counts = counted(lambda t=t: torch.ops.aten._adaptive_avg_pool2d(t, [7, 7]))
+            assert counts == (1, 1_568)
+        grad = torch.empty(2, 7, 4, 7, device="cuda").transpose(1, 2)  # (2, 4, 7, 7), strided
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool2d_backward(grad, dense))
+        assert counts == (2, 8_192 + 1_568)
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool2d_backward(grad, cl))
+        assert counts == (1, 8_192)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -176,6 +176,43 @@ for _f in (
     AFTER[_f] = _upsample_1d_copy
 
 
+def _adaptive_avg_pool2d(cap, func, args, kwargs):
+    """`adaptive_avg_pool2d_cuda` (cuda/AdaptiveAveragePooling.cu): a 4-D input that suggests the
+    contiguous format is made `contiguous()` before the result is resized (the `at::empty({0})`
+    output takes its storage after the copy), the copy freed at the return; a 3-D or channels-last
+    input is read through its strides. (`F.adaptive_avg_pool2d` to 1 x 1 is a `mean` instead.)"""
+    x = args[0]
+    if not registered(x) or kwargs or x.dim() != 4 or x.numel() == 0 or x.is_contiguous():
+        return NotImplemented
+    if _suggests_channels_last(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_adaptive_avg_pool2d"
+    copy = _temp(cap, x, op)
+    out = cap.track(func(*args), op)
+    del copy
+    return out
+
+
+DISPATCH[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool2d
+
+
+def _adaptive_avg_pool2d_backward(cap, func, call, outs):
+    """`adaptive_avg_pool2d_backward_cuda` (cuda/AdaptiveAveragePooling.cu): after the input gradient
+    (`zeros_like`, contiguous), an input that suggests the contiguous format takes
+    `gradOutput_.contiguous()`, a copy of a strided gradient freed at the return; the channels-last
+    kernel reads the gradient through its strides."""
+    (args, _kw) = call
+    grad, src = args[0], args[1]
+    if not registered(grad) or outs[0].numel() == 0 or grad.is_contiguous() or _suggests_channels_last(src):
+        return
+    copy = _temp(cap, grad, func._schema.name)
+    del copy
+
+
+AFTER[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
+
+
 def _pool2d_forward(cap, func, call, outs):
     """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
     (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
