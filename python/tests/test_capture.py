@@ -5062,6 +5062,32 @@ def test_adaptive_avg_pool2d_copies_a_strided_input_before_its_output():
         assert counts == (1, 8_192)
 
 
+def test_adaptive_max_pool2d_copies_strided_operands_and_stands_in_for_channels_last_outputs():
+    # AdaptiveMaxPooling2d.cu: a 4-D input is made contiguous and outputs that are not contiguous
+    # (a channels-last input's, in its suggested format) are written to contiguous stand-ins; the
+    # backward copies a strided gradient and indices and stands in for a strided input gradient
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 16, 16, device="cuda")[:, ::2]  # (2, 4, 16, 16), channel slice, 8 KiB
+        out_bytes, idx_bytes = 2 * 4 * 7 * 7 * 4, 2 * 4 * 7 * 7 * 8
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d(x, [7, 7]))
+        assert counts == (3, out_bytes + idx_bytes + 8_192)
+        dense = x.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d(dense, [7, 7]))
+        assert counts == (2, out_bytes + idx_bytes)
+        cl = x.contiguous(memory_format=torch.channels_last)
+        (out, idx), counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d(cl, [7, 7]))
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert counts == (5, 2 * (out_bytes + idx_bytes) + 8_192)
+        grad = torch.empty_like(out)  # channels-last, as the output
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d_backward(grad, cl, idx))
+        assert counts == (4, 8_192 + out_bytes + idx_bytes + 8_192)
+        (out, idx) = torch.ops.aten.adaptive_max_pool2d(dense, [7, 7])
+        _, counts = counted(
+            lambda: torch.ops.aten.adaptive_max_pool2d_backward(torch.empty_like(out), dense, idx)
+        )
+        assert counts == (2, out_bytes + 8_192)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -213,6 +213,51 @@ def _adaptive_avg_pool2d_backward(cap, func, call, outs):
 AFTER[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
 
 
+def _adaptive_max_pool2d(cap, func, call, outs):
+    """`adaptive_max_pool2d_out_cuda` (cuda/AdaptiveMaxPooling2d.cu), after the structured kernel's
+    outputs (in the input's suggested format): a contiguous `at::empty` stand-in for each output
+    that is not contiguous (a channels-last input's), then for a 4-D input `input.contiguous()`,
+    freed at the end of its branch; the stand-ins, copied back, die at the return. Nothing for an
+    empty input."""
+    x = call[0][0]
+    if not registered(x) or x.numel() == 0:
+        return
+    op = func._schema.name
+    stand_ins = [_temp(cap, t, op) for t in outs[:2] if not t.is_contiguous()]
+    if x.dim() == 4 and not x.is_contiguous():
+        copy = _temp(cap, x, op)
+        del copy
+    while stand_ins:
+        stand_ins.pop()
+
+
+AFTER[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
+
+
+def _adaptive_max_pool2d_backward(cap, func, call, outs):
+    """`adaptive_max_pool2d_backward_out_cuda` (cuda/AdaptiveMaxPooling2d.cu), after the structured
+    kernel's input gradient and its `alertNotDeterministic` (no copies where that raises):
+    `gradOutput.contiguous()`, `indices.contiguous()` and a contiguous stand-in for an input
+    gradient that is not (a channels-last input's), all freed at the return. Nothing for an empty
+    gradient."""
+    (args, _kw) = call
+    grad, indices = args[0], args[2]
+    if not registered(grad) or grad.numel() == 0:
+        return
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return
+    op = func._schema.name
+    temps = [_temp(cap, t, op) for t in (grad, indices, outs[0]) if not t.is_contiguous()]
+    while temps:
+        temps.pop()
+
+
+AFTER[aten.adaptive_max_pool2d_backward.default] = _adaptive_max_pool2d_backward
+
+
 def _pool2d_forward(cap, func, call, outs):
     """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
     (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
