@@ -5088,6 +5088,27 @@ def test_adaptive_max_pool2d_copies_strided_operands_and_stands_in_for_channels_
         assert counts == (2, out_bytes + 8_192)
 
 
+def test_cdist_and_pdist_backward_fill_a_buffer_per_pair_and_sum_it():
+    # DistanceKernel.cu: `cdist_backward_kernel_impl` writes a (batch, r2, r1, m) buffer and
+    # `at::sum_out`s it over dim 1 into `_cdist_backward`'s result (Distance.cpp), the operands made
+    # contiguous first; `pdist_backward_kernel_impl` an (n - 1, n, m) buffer summed over dim 0
+    with vramscope.capture(gpu="h100"):
+        x1 = torch.empty(2, 64, 16, device="cuda")
+        x2 = torch.empty(2, 32, 16, device="cuda")
+        dist = torch.empty(2, 64, 32, device="cuda")
+        grad = torch.empty(2, 32, 64, device="cuda").mT  # strided, as cdist's formula passes x2's
+        _, counts = counted(lambda: torch.ops.aten._cdist_backward(grad.contiguous(), x1, x2, 1.0, dist))
+        assert counts == (3, 16_384 + 8_192 + 2 * 32 * 64 * 16 * 4)
+        _, counts = counted(lambda: torch.ops.aten._cdist_backward(grad, x1, x2, 1.0, dist))
+        assert counts == (3, 16_384 + 8_192 + 2 * 32 * 64 * 16 * 4)
+        _, counts = counted(lambda: torch.ops.aten._cdist_backward(dist, x1, x2, 0.0, dist))
+        assert counts == (1, 8_192)  # p = 0: the result filled with zeros
+        x = torch.empty(64, 16, device="cuda")
+        pd = torch.empty(64 * 63 // 2, device="cuda")
+        _, counts = counted(lambda: torch.ops.aten._pdist_backward(pd, x, 2.0, pd))
+        assert counts == (2, 4_096 + 63 * 64 * 16 * 4)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient
