@@ -5109,6 +5109,24 @@ def test_cdist_and_pdist_backward_fill_a_buffer_per_pair_and_sum_it():
         assert counts == (2, 4_096 + 63 * 64 * 16 * 4)
 
 
+def test_nll_loss_copies_a_strided_input_and_gradient():
+    # Loss.cu's `nll_loss_forward_out_cuda_template`: `input_.expect_contiguous()` before the
+    # target's; the backward's target, input and grad_output `expect_contiguous()` (LM loss on the
+    # last position's log-probabilities, `logp[:, -1]`: rows strided by the sequence)
+    with vramscope.capture(gpu="h100"):
+        logp = torch.empty(8, 16, 1000, device="cuda")
+        last = logp[:, -1]  # (8, 1000), rows strided 16,000 apart
+        target = torch.zeros(8, dtype=torch.long, device="cuda")
+        _, counts = counted(lambda: torch.ops.aten.nll_loss_forward(last, target, None, 1, -100))
+        assert counts == (3, 4 + 4 + 32_000)
+        dense = last.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.nll_loss_forward(dense, target, None, 1, -100))
+        assert counts == (2, 4 + 4)
+        g, tw = torch.ones((), device="cuda"), torch.ones((), device="cuda")
+        _, counts = counted(lambda: torch.ops.aten.nll_loss_backward(g, last, target, None, 1, -100, tw))
+        assert counts == (2, 32_000 + 32_000)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

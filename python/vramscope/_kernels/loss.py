@@ -310,18 +310,24 @@ DISPATCH[aten.binary_cross_entropy.default] = _bce
 
 
 def _nll_loss_target_copy(cap, func, call, outs):
-    """`nll_loss_forward_out_cuda_template` / its backward (cuda/Loss.cu): `target.contiguous()`
-    (and the weight's) after the structured outputs, freed at the return (blind9/i01: a column
-    slice of the targets, 512 bytes)."""
+    """`nll_loss_forward_out_cuda_template` / its backward (cuda/Loss.cu), after the structured
+    outputs: the forward's `input_.expect_contiguous()`, `target_.expect_contiguous()` and
+    `weight.contiguous()`; the backward's target, input and grad_output `expect_contiguous()`,
+    then the weight's (its input gradient is the structured kernel's own, contiguous); each a copy
+    of an operand that is not contiguous, all freed at the return (blind9/i01: a column slice of
+    the targets, 512 bytes; a row slice of 3-D log-probabilities, `logp[:, -1]`, is the input's)."""
     (args, _kw) = call
-    target = args[1] if func._schema.name == "aten::nll_loss_forward" else args[2]
-    weight = args[2] if func._schema.name == "aten::nll_loss_forward" else args[3]
+    if func._schema.name == "aten::nll_loss_forward":
+        operands = (args[0], args[1], args[2])  # input, target, weight
+    else:
+        operands = (args[2], args[1], args[0], args[3])  # target, input, grad_output, weight
     held = [
         _temp(cap, t, func._schema.name)
-        for t in (target, weight)
+        for t in operands
         if isinstance(t, torch.Tensor) and registered(t) and not t.is_contiguous()
     ]
-    del held
+    while held:
+        held.pop()
 
 
 for _f in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):
