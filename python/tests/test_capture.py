@@ -5127,6 +5127,24 @@ def test_nll_loss_copies_a_strided_input_and_gradient():
         assert counts == (2, 32_000 + 32_000)
 
 
+def test_soft_margin_loss_keeps_the_input_sized_storage_and_its_backward_temporaries():
+    # Loss.cpp: `soft_margin_loss_out` computes into an input-sized output, reduces it and
+    # `resize_({})`s it, which keeps the storage: the 0-dim loss holds the input's bytes; the
+    # backward's `exp(-target * input)` makes a negation, a product and z before the gradient
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(1000, 512, device="cuda", requires_grad=True)
+        y = torch.empty(1000, 512, device="cuda")
+        before = torch.cuda.memory_allocated()
+        loss = torch.nn.functional.soft_margin_loss(x, y)
+        assert loss.shape == () and torch.cuda.memory_allocated() - before == 2_048_000
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        _, counts = counted(lambda: loss.backward())
+        # the seed gradient (ones, 512 bytes), -target, -target * input, z, the gradient (x.grad)
+        assert counts[0] == 5
+        assert torch.cuda.max_memory_allocated() - base == 512 + 3 * 2_048_000
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -216,6 +216,57 @@ def _huber_loss(cap, func, args, kwargs):
 DISPATCH[aten.huber_loss.default] = _huber_loss
 
 
+def _soft_margin_loss(cap, func, args, kwargs):
+    """`soft_margin_loss` (Loss.cpp, CompositeExplicitAutograd): `neg_out` into an `at::empty({0})`
+    output (resized to the input's size), `mul_(target).exp_().log1p_()` in place, then with a
+    reduction `apply_loss_reduction`'s `mean()` / `sum()`, `output.resize_({})` and `copy_`: the
+    0-dim loss keeps the input-sized storage (`resize_` never shrinks it), where the twin's meta
+    kernel made a 4-byte one."""
+    x, target = args[0], args[1]
+    reduction = args[2] if len(args) > 2 else kwargs.get("reduction", 1)
+    if not (registered(x) and isinstance(target, torch.Tensor)):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        output = torch.neg(x)
+        output.mul_(target).exp_().log1p_()
+        if reduction != 0:
+            tmp = output.mean() if reduction == 1 else output.sum()
+            output.resize_(())
+            output.copy_(tmp)
+            del tmp
+    return output
+
+
+DISPATCH[aten.soft_margin_loss.default] = _soft_margin_loss
+
+
+def _soft_margin_loss_backward(cap, func, args, kwargs):
+    """`soft_margin_loss_backward` (Loss.cpp): `z = at::exp(-target * input)` (the negation and the
+    product die at the end of that statement, the product first), `mul_out(grad_input, target, z)`
+    into an `at::empty({0})` result, then in place; z dies at the return."""
+    grad_output, x, target = args[0], args[1], args[2]
+    reduction = args[3] if len(args) > 3 else kwargs.get("reduction", 1)
+    if not (registered(x) and isinstance(target, torch.Tensor)):
+        return NotImplemented
+    cap.ops += 1
+    norm = 1.0 / x.numel() if reduction == 1 else 1.0
+    with cap._modes[1]:
+        negated = torch.neg(target)
+        product = negated * x
+        z = torch.exp(product)
+        del product, negated
+        grad_input = torch.mul(target, z)
+        grad_input.mul_(-norm)
+        z.add_(1)
+        grad_input.div_(z).mul_(grad_output)
+        del z
+    return grad_input
+
+
+DISPATCH[aten.soft_margin_loss_backward.default] = _soft_margin_loss_backward
+
+
 def _contiguous_loss_backward(cap, func, args, kwargs):
     """`huber_loss_backward` and `smooth_l1_loss_backward` with `beta > 0` (Loss.cpp, not structured):
     `at::zeros_like(input, MemoryFormat::Contiguous)` filled by the `_out` kernel, so the gradient is
