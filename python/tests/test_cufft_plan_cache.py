@@ -85,3 +85,19 @@ def test_half_fft_needs_power_of_two_sizes_and_a_unit_last_stride():
         f = h.float()
         peak, _ = _peak_above(lambda t: torch.fft.rfft(t, dim=0), f)
         assert peak == 4608  # the (65, 8) complex64 output alone
+
+
+def test_stft_with_a_host_window_raises_naming_the_gpu():
+    # SpectralOps.cpp: "stft input and window must be on the same device but got self on cuda:0 and
+    # window on cpu" (istft alike), a common slip (`torch.hann_window(n)` made on the host)
+    with vramscope.capture():
+        x = torch.randn(2, 4000, device="cuda")
+        with pytest.raises(RuntimeError, match="got self on cuda:0 and window on cpu"):
+            torch.stft(x, 256, window=torch.hann_window(256), return_complex=True)
+        with pytest.raises(RuntimeError, match="got self on cuda:0 and window on cpu"):
+            x.stft(256, window=torch.hann_window(256), return_complex=True)
+        spec = torch.randn(2, 129, 20, dtype=torch.complex64, device="cuda")
+        with pytest.raises(RuntimeError, match=r"istft input and window .* self on cuda:0 and window on cpu"):
+            torch.istft(spec, 256, window=torch.hann_window(256))
+        # a window on the GPU: no error
+        assert torch.stft(x, 256, window=torch.hann_window(256, device="cuda"), return_complex=True).is_cuda

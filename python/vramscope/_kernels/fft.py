@@ -320,10 +320,31 @@ def _istft(cap, func, args, kwargs):
     for a window that overlaps; `_equal` reads the check."""
     cap.istft_envelope += 1
     try:
-        return func(*args, **kwargs)
+        return _window_device_check(func, args, kwargs)
     finally:
         cap.istft_envelope -= 1
 
 
+def _window_device_check(func, args, kwargs):
+    """`func(*args, **kwargs)` with SpectralOps.cpp's window check as the GPU words it: `stft` and
+    `istft` of a CUDA signal with a host window raise "... must be on the same device but got self
+    on cuda:0 and window on cpu" (after `torch.stft`'s centre padding, as on the GPU), where the
+    twin's signal read `meta`."""
+    try:
+        return func(*args, **kwargs)
+    except RuntimeError as e:
+        msg = str(e)
+        if "input and window must be on the same device but got self on meta and" not in msg:
+            raise
+        raise RuntimeError(msg.replace("self on meta and", "self on cuda:0 and", 1)) from None
+
+
+def _stft(cap, func, args, kwargs):
+    """`torch.stft` (torch/functional.py, then SpectralOps.cpp): see `_window_device_check`."""
+    return _window_device_check(func, args, kwargs)
+
+
 FUNCTIONS[torch.istft] = _istft
 FUNCTIONS[torch.Tensor.istft] = _istft
+FUNCTIONS[torch.stft] = _stft
+FUNCTIONS[torch.Tensor.stft] = _stft
