@@ -5145,6 +5145,19 @@ def test_soft_margin_loss_keeps_the_input_sized_storage_and_its_backward_tempora
         assert torch.cuda.max_memory_allocated() - base == 512 + 3 * 2_048_000
 
 
+def test_complex_and_polar_check_their_parts_dtypes_as_the_gpu_does():
+    # TensorFactories.cpp's `complex_check_floating` (every device): float32 and float64 parts raise
+    # where the meta kernels ran on
+    with vramscope.capture(gpu="h100"):
+        a = torch.rand(4, device="cuda")
+        b = torch.rand(4, device="cuda", dtype=torch.float64)
+        msg = "Expected object of scalar type Float but got scalar type Double for second argument"
+        for fn in (torch.polar, torch.complex):
+            with pytest.raises(RuntimeError, match=msg):
+                fn(a, b)
+        assert torch.complex(a, a).dtype == torch.complex64
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient
