@@ -5158,6 +5158,16 @@ def test_complex_and_polar_check_their_parts_dtypes_as_the_gpu_does():
         assert torch.complex(a, a).dtype == torch.complex64
 
 
+def test_sort_of_a_complex_cuda_tensor_raises():
+    # cuda/Sort.cpp's `sort_cuda_kernel`: "Sort currently does not support complex dtypes on CUDA."
+    # (argsort and msort sort too); the twin's meta kernel sorted it
+    with vramscope.capture(gpu="h100"):
+        z = torch.randn(8, dtype=torch.complex64, device="cuda")
+        for fn in (torch.sort, torch.argsort, torch.msort):
+            with pytest.raises(RuntimeError, match="Sort currently does not support complex dtypes on CUDA"):
+                fn(z)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient
