@@ -5168,6 +5168,19 @@ def test_sort_of_a_complex_cuda_tensor_raises():
                 fn(z)
 
 
+def test_median_along_a_dim_copies_a_strided_input_before_its_outputs():
+    # cuda/Sorting.cpp's `median_with_indices_impl`: `self.contiguous()` before the values and indices
+    # are resized (nanmedian too); a dense input is read in place
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(64, 256, device="cuda").t()  # (256, 64), strided, 64 KiB
+        for fn in (torch.median, torch.nanmedian):
+            (values, _), counts = counted(lambda fn=fn: fn(x, dim=1))
+            assert values.shape == (256,) and counts == (3, 65_536 + 1_024 + 2_048)
+            dense = x.contiguous()
+            _, counts = counted(lambda fn=fn, d=dense: fn(d, dim=1))
+            assert counts == (2, 1_024 + 2_048)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -515,6 +515,31 @@ def _median_all(cap, func, args, kwargs):
 DISPATCH[aten.median.default] = _median_all
 
 
+def _median_dim(cap, func, args, kwargs):
+    """`median(dim)` / `nanmedian(dim)` on CUDA: `median_with_indices_impl` (cuda/Sorting.cpp), after
+    its `alertNotDeterministic`, takes `in = self.contiguous()` before it resizes the `at::empty({0})`
+    values and indices, the copy freed at the return; `gatherMedian` reads it in place (no sort)."""
+    x = args[0]
+    if kwargs or not registered(x) or x.dim() == 0 or x.numel() == 0 or x.is_contiguous():
+        return NotImplemented
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return NotImplemented  # it raises before the copy
+    cap.ops += 1
+    op = func._schema.name
+    copy = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    values, indices = func(*args)
+    out = (cap.track(values, op), cap.track(indices, op))
+    del copy
+    return out
+
+
+DISPATCH[aten.median.dim] = _median_dim
+DISPATCH[aten.nanmedian.dim] = _median_dim
+
+
 #: torchvision's `threadsPerBlock` in csrc/ops/cuda/nms_kernel.cu: one 64-bit mask word per 64 boxes
 NMS_BLOCK = 64
 
