@@ -852,7 +852,8 @@ DISPATCH[aten._cdist_backward.default] = _cdist_backward
 def _pdist_backward(cap, func, args, kwargs):
     """`_pdist_backward` (Distance.cpp): the result `empty_like(self)`, then cuda/DistanceKernel.cu's
     `pdist_backward_kernel_impl` fills an `(n - 1, n, m)` buffer and sums it over dim 0 into the
-    result, where p is not 0 and nothing is empty."""
+    result, where p is not 0 and nothing is empty (blind57/be04's H200 per-op truth: (96, 128)
+    points, a (95, 96, 128) buffer of 4,669,440 bytes beside the 49,152-byte result)."""
     grad, x, p, _dist = args
     if kwargs or not registered(x):
         return NotImplemented

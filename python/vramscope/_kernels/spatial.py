@@ -240,7 +240,8 @@ def _adaptive_max_pool2d_backward(cap, func, call, outs):
     kernel's input gradient and its `alertNotDeterministic` (no copies where that raises):
     `gradOutput.contiguous()`, `indices.contiguous()` and a contiguous stand-in for an input
     gradient that is not (a channels-last input's), all freed at the return. Nothing for an empty
-    gradient."""
+    gradient (H200 per-op truth: blind172/fp03's stand-in, 9,437,184 bytes; blind162/ff04's and
+    blind183/ga03's gradient, a slice of DGCNN's `cat`, copied)."""
     (args, _kw) = call
     grad, indices = args[0], args[2]
     if not registered(grad) or grad.numel() == 0:
