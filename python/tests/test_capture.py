@@ -5181,6 +5181,19 @@ def test_median_along_a_dim_copies_a_strided_input_before_its_outputs():
             assert counts == (2, 1_024 + 2_048)
 
 
+def test_upsample_trilinear3d_backward_copies_a_strided_gradient():
+    # UpSampleTrilinear3d.cu's backward: `grad_output_.contiguous()` (blind227/hs04's H200 per-op truth:
+    # a channels-last-3d (1, 768, 8, 8, 8) gradient, 1,572,864 bytes beside the 663,552-byte result)
+    with vramscope.capture(gpu="h200"):
+        grad = torch.empty(1, 768, 8, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last_3d)
+        call = ([8, 8, 8], [1, 768, 6, 6, 6], False)
+        _, counts = counted(lambda: torch.ops.aten.upsample_trilinear3d_backward(grad, *call))
+        assert counts == (2, 663_552 + 1_572_864)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.upsample_trilinear3d_backward(dense, *call))
+        assert counts == (1, 663_552)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -260,6 +260,31 @@ def _adaptive_max_pool2d_backward(cap, func, call, outs):
 AFTER[aten.adaptive_max_pool2d_backward.default] = _adaptive_max_pool2d_backward
 
 
+def _upsample_trilinear3d_backward(cap, func, call, outs):
+    """`upsample_trilinear3d_backward_out_cuda_template` (cuda/UpSampleTrilinear3d.cu), after the
+    structured kernel's input gradient and its `alertNotDeterministic` (no copy where that
+    raises): `grad_output_.contiguous()`, freed at the return (blind227/hs04's H200 per-op truth:
+    UNETR's channels-last-3d (1, 768, 8, 8, 8) gradient copied, 1,572,864 bytes, and no more: the
+    C++ meta function's input gradient is contiguous, so its `grad_input_.contiguous()` copies
+    nothing, where the twin's meta kernel gives it the gradient's channels-last-3d strides; the
+    forward reads its input through packed accessors)."""
+    grad = call[0][0]
+    if not registered(grad):
+        return
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return
+    op = func._schema.name
+    if not grad.is_contiguous():
+        copy = _temp(cap, grad, op)
+        del copy
+
+
+AFTER[aten.upsample_trilinear3d_backward.default] = _upsample_trilinear3d_backward
+
+
 def _pool2d_forward(cap, func, call, outs):
     """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
     (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
