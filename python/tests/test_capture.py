@@ -5194,6 +5194,26 @@ def test_upsample_trilinear3d_backward_copies_a_strided_gradient():
         assert counts == (1, 663_552)
 
 
+def test_avg_pool3d_copies_a_strided_input_and_gradient():
+    # AveragePool3d.cu: `input.contiguous()` after the output (blind199/gq06's H200 per-op truth: a
+    # channels-last-3d (16, 1024, 2, 7, 7) bfloat16 input, 3,211,264 bytes beside the 32,768-byte
+    # output); the backward's `gradOutput.contiguous()`
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 1024, 2, 7, 7, device="cuda", dtype=torch.bfloat16)
+        cl = x.contiguous(memory_format=torch.channels_last_3d)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d(cl, [2, 7, 7], [1, 1, 1]))
+        assert counts == (2, 32_768 + 3_211_264)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d(x, [2, 7, 7], [1, 1, 1]))
+        assert counts == (1, 32_768)
+        grad = torch.empty(16, 2048, 2, 1, 1, device="cuda", dtype=torch.bfloat16)[:, ::2]  # strided
+        call = ([1, 7, 7], [1, 1, 1], [0, 0, 0], False, True, None)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d_backward(grad, x, *call))
+        assert counts == (2, 3_211_264 + 65_536)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d_backward(dense, x, *call))
+        assert counts == (1, 3_211_264)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -285,6 +285,28 @@ def _upsample_trilinear3d_backward(cap, func, call, outs):
 AFTER[aten.upsample_trilinear3d_backward.default] = _upsample_trilinear3d_backward
 
 
+def _avg_pool3d(cap, func, call, outs):
+    """`avg_pool3d_out_cuda` (cuda/AveragePool3d.cu): `work_input = input.contiguous()` after the
+    structured kernel's output, freed at the return (blind199/gq06's H200 per-op truth: a
+    channels-last-3d (16, 1024, 2, 7, 7) bfloat16 input pooled whole, one copy of 3,211,264 bytes);
+    its backward, after its `alertNotDeterministic` (no copy where that raises), takes
+    `gradOutput.contiguous()`."""
+    (args, _kw) = call
+    backward = func is aten.avg_pool3d_backward.default
+    src = args[0]
+    if not registered(src) or outs[0].numel() == 0 or src.is_contiguous():
+        return
+    if backward and torch.are_deterministic_algorithms_enabled():
+        if not torch.is_deterministic_algorithms_warn_only_enabled():
+            return
+    copy = _temp(cap, src, func._schema.name)
+    del copy
+
+
+AFTER[aten.avg_pool3d.default] = _avg_pool3d
+AFTER[aten.avg_pool3d_backward.default] = _avg_pool3d
+
+
 def _pool2d_forward(cap, func, call, outs):
     """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
     (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
