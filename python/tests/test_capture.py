@@ -5214,6 +5214,15 @@ def test_avg_pool3d_copies_a_strided_input_and_gradient():
         assert counts == (1, 3_211_264)
 
 
+def test_nansum_takes_the_reductions_global_buffer():
+    # ReduceOps.cpp's `nansum_out` reduces as `sum` does (blind106/db04's H200 per-op truth: a (12, 155136)
+    # float32 `nansum(-1, keepdim=True)`, three allocations, 1,008 bytes requested)
+    with vramscope.capture(gpu="h200"):
+        y = torch.empty(12, 155136, device="cuda")
+        _, counts = counted(lambda: torch.nansum(y, [-1], True))
+        assert counts == (3, 1_008)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient
