@@ -5223,6 +5223,18 @@ def test_nansum_takes_the_reductions_global_buffer():
         assert counts == (3, 1_008)
 
 
+def test_embedding_renorm_sorts_and_selects_unique_indices():
+    # Embedding.cu's `embedding_renorm_cuda_` (`max_norm`): the sorted indices, `unique_indices`, the
+    # count and CUB's unique storage (blind28/ab03's H200 per-op truth: 8,192 indices into a
+    # (500000, 128) table, 7 allocations, 413,190 bytes requested); the weight is renormed in place
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(500000, 128, device="cuda")
+        idx = torch.empty(8192, device="cuda", dtype=torch.long)
+        out, counts = counted(lambda: torch.embedding_renorm_(w, idx, 1.0, 2.0))
+        assert out is w and counts == (7, 413_190)
+        assert torch.cuda.memory_allocated() == w.untyped_storage().nbytes() + idx.untyped_storage().nbytes()
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient
