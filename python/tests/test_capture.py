@@ -5235,6 +5235,18 @@ def test_embedding_renorm_sorts_and_selects_unique_indices():
         assert torch.cuda.memory_allocated() == w.untyped_storage().nbytes() + idx.untyped_storage().nbytes()
 
 
+def test_mode_copies_its_transposed_input():
+    # TensorModeKernel.cpp's `mode_kernel_impl`: `self.transpose(dim, -1).contiguous()` after the
+    # outputs (blind218/hj01's H200 per-op truth: `mode(0)` of a (16, 64) int64, three allocations,
+    # 9,216 bytes: values, indices and the 8,192-byte copy); along the innermost dim nothing more
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 64, device="cuda", dtype=torch.long)
+        _, counts = counted(lambda: torch.mode(x, 0))
+        assert counts == (3, 512 + 512 + 8_192)
+        _, counts = counted(lambda: torch.mode(x, 1))
+        assert counts == (2, 128 + 128)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

@@ -539,6 +539,31 @@ def _median_dim(cap, func, args, kwargs):
 
 
 DISPATCH[aten.median.dim] = _median_dim
+
+
+def _mode(cap, func, call, outs):
+    """`mode(dim)` on CUDA (cuda/TensorModeKernel.cpp `mode_kernel_impl`), after the resized values
+    and indices: slices of one item are copied; otherwise `self.transpose(dim, -1).contiguous()`, a
+    copy where the sorted dimension is not innermost and dense, freed at the return, and slices of
+    up to 2,048 items run the fused kernel (blind218/hj01's H200 per-op truth: `mode(0)` of a (16, 64)
+    int64, one 8,192-byte copy beside the outputs); longer slices take thrust's sort, not modelled."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0 or x.dim() == 0:
+        return
+    dim = (args[1] if len(args) > 1 else kw.get("dim", -1)) % x.dim()
+    n = x.shape[dim]
+    if n == 1:
+        return
+    op = func._schema.name
+    transposed = x.transpose(dim, x.dim() - 1)
+    copy = None if transposed.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    if n > 2048:
+        cap.note_unmeasured(f"{op}'s sort of slices of {n} items (launch_apply_mode_kernel)")
+    del copy
+
+
+AFTER[aten.mode.default] = _mode
 DISPATCH[aten.nanmedian.dim] = _median_dim
 
 
