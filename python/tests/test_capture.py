@@ -5032,6 +5032,296 @@ def test_upsample_nearest3d_backward_copies_a_strided_gradient():
         assert counts == (1, 4_096)
 
 
+def test_upsample_1d_copies_a_strided_operand():
+    # blind289/kd03's DDSP `upsample`: `F.interpolate` of a permuted (B, frames, C) tensor and the
+    # gradient of the permuted result. UpSampleNearest1d.cu makes its input contiguous
+    # (`input_.contiguous()`) and both 1-D backwards their gradient (`grad_output_.contiguous()`,
+    # UpSampleLinear1d.cu's too), after the result, freed at the return; linear1d's forward reads
+    # its input through packed accessors; dense operands are not copied
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 16, 8, device="cuda").permute(0, 2, 1)  # (2, 8, 16), strided
+        grad = torch.empty(2, 64, 8, device="cuda").permute(0, 2, 1)  # (2, 8, 64), strided
+        dense_x, dense_grad = x.contiguous(), grad.contiguous()
+        for op in (torch.ops.aten.upsample_nearest1d, torch.ops.aten._upsample_nearest_exact1d):
+            _, counts = counted(lambda op=op: op(x, [64]))
+            assert counts == (2, 4_096 + 1_024)
+            _, counts = counted(lambda op=op: op(dense_x, [64]))
+            assert counts == (1, 4_096)
+        _, counts = counted(lambda: torch.ops.aten.upsample_linear1d(x, [64], False))
+        assert counts == (1, 4_096)
+        for op in (
+            torch.ops.aten.upsample_nearest1d_backward,
+            torch.ops.aten._upsample_nearest_exact1d_backward,
+        ):
+            _, counts = counted(lambda op=op: op(grad, [64], [2, 8, 16]))
+            assert counts == (2, 1_024 + 4_096)
+            _, counts = counted(lambda op=op: op(dense_grad, [64], [2, 8, 16]))
+            assert counts == (1, 1_024)
+        _, counts = counted(lambda: torch.ops.aten.upsample_linear1d_backward(grad, [64], [2, 8, 16], False))
+        assert counts == (2, 1_024 + 4_096)
+        # under deterministic algorithms the linear backward raises before its copy
+
+        def raises():
+            with pytest.raises(RuntimeError):
+                torch.ops.aten.upsample_linear1d_backward(grad, [64], [2, 8, 16], False)
+
+        torch.use_deterministic_algorithms(True)
+        try:
+            _, counts = counted(raises)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert counts == (1, 1_024)
+
+
+def test_cummax_cummin_logcumsumexp_copy_a_strided_input():
+    # ScanUtils.cuh's `scan_dim_with_indices` (cummax, cummin) and `scan_dim` (logcumsumexp) take
+    # `self.expect_contiguous()` after the contiguous results; a 1-d logcumsumexp scans with
+    # `cuda::cub::inclusive_scan`, CUB's storage as a 1-d cumsum's; dense inputs are not copied
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(4, 16, 8, device="cuda").transpose(1, 2)  # (4, 8, 16), strided, 2 KiB
+        dense = x.contiguous()
+        for fn in (torch.cummax, torch.cummin):
+            _, counts = counted(lambda fn=fn: fn(x, -1))
+            assert counts == (3, 2_048 + 4_096 + 2_048)
+            _, counts = counted(lambda fn=fn: fn(dense, 1))
+            assert counts == (2, 2_048 + 4_096)
+        _, counts = counted(lambda: torch.logcumsumexp(x, 1))
+        assert counts == (2, 2_048 + 2_048)
+        _, counts = counted(lambda: torch.logcumsumexp(dense, 1))
+        assert counts == (1, 2_048)
+        flat = torch.empty(1 << 20, device="cuda")
+        _, sums = counted(lambda: torch.cumsum(flat, 0))
+        _, counts = counted(lambda: torch.logcumsumexp(flat, 0))
+        assert counts == sums and counts[0] == 2
+
+
+def test_searchsorted_copies_strided_or_mixed_dtype_operands():
+    # Bucketization.cu's `searchsorted_out_cuda` (bucketize's too): after the result,
+    # BucketizationUtils.h's `searchsorted_maybe_trim_input_tensors` copies a strided input,
+    # boundaries or sorter contiguous and converts the input or boundaries off their common dtype
+    with vramscope.capture(gpu="h100"):
+        strided = torch.empty(4096, 64, device="cuda").t()  # (64, 4096) boundaries, 1 MiB
+        dense = strided.contiguous()
+        q = torch.empty(64, 1000, device="cuda")
+        q_strided = torch.empty(1000, 64, device="cuda").t()
+        q_long = q.long()
+        _, counts = counted(lambda: torch.searchsorted(dense, q))
+        assert counts == (1, 512_000)
+        _, counts = counted(lambda: torch.searchsorted(strided, q))
+        assert counts == (2, 512_000 + 1_048_576)
+        _, counts = counted(lambda: torch.searchsorted(dense, q_strided))
+        assert counts == (2, 512_000 + 256_000)
+        _, counts = counted(lambda: torch.searchsorted(dense, q_long))  # the input made float32
+        assert counts == (2, 512_000 + 256_000)
+        _, counts = counted(lambda: torch.bucketize(q_strided, dense[0]))
+        assert counts == (2, 512_000 + 256_000)
+
+
+def test_adaptive_avg_pool2d_copies_a_strided_input_before_its_output():
+    # AdaptiveAveragePooling.cu: a 4-D input suggesting the contiguous format is made contiguous
+    # before the `at::empty({0})` output is resized; the backward copies a strided gradient after
+    # the (contiguous) input gradient; channels-last and dense operands are read as they are
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 16, 16, device="cuda")[:, ::2]  # (2, 4, 16, 16), channel slice, 8 KiB
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool2d(x, [7, 7]))
+        assert counts == (2, 8_192 + 1_568)
+        dense = x.contiguous()
+        cl = x.contiguous(memory_format=torch.channels_last)
+        for t in (dense, cl):
+            _, counts = counted(lambda t=t: torch.ops.aten._adaptive_avg_pool2d(t, [7, 7]))
+            assert counts == (1, 1_568)
+        grad = torch.empty(2, 7, 4, 7, device="cuda").transpose(1, 2)  # (2, 4, 7, 7), strided
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool2d_backward(grad, dense))
+        assert counts == (2, 8_192 + 1_568)
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool2d_backward(grad, cl))
+        assert counts == (1, 8_192)
+
+
+def test_adaptive_max_pool2d_copies_strided_operands_and_stands_in_for_channels_last_outputs():
+    # AdaptiveMaxPooling2d.cu: a 4-D input is made contiguous and outputs that are not contiguous
+    # (a channels-last input's, in its suggested format) are written to contiguous stand-ins; the
+    # backward copies a strided gradient and indices and stands in for a strided input gradient
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 16, 16, device="cuda")[:, ::2]  # (2, 4, 16, 16), channel slice, 8 KiB
+        out_bytes, idx_bytes = 2 * 4 * 7 * 7 * 4, 2 * 4 * 7 * 7 * 8
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d(x, [7, 7]))
+        assert counts == (3, out_bytes + idx_bytes + 8_192)
+        dense = x.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d(dense, [7, 7]))
+        assert counts == (2, out_bytes + idx_bytes)
+        cl = x.contiguous(memory_format=torch.channels_last)
+        (out, idx), counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d(cl, [7, 7]))
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert counts == (5, 2 * (out_bytes + idx_bytes) + 8_192)
+        grad = torch.empty_like(out)  # channels-last, as the output
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool2d_backward(grad, cl, idx))
+        assert counts == (4, 8_192 + out_bytes + idx_bytes + 8_192)
+        (out, idx) = torch.ops.aten.adaptive_max_pool2d(dense, [7, 7])
+        _, counts = counted(
+            lambda: torch.ops.aten.adaptive_max_pool2d_backward(torch.empty_like(out), dense, idx)
+        )
+        assert counts == (2, out_bytes + 8_192)
+
+
+def test_cdist_and_pdist_backward_fill_a_buffer_per_pair_and_sum_it():
+    # DistanceKernel.cu: `cdist_backward_kernel_impl` writes a (batch, r2, r1, m) buffer and
+    # `at::sum_out`s it over dim 1 into `_cdist_backward`'s result (Distance.cpp), the operands made
+    # contiguous first; `pdist_backward_kernel_impl` an (n - 1, n, m) buffer summed over dim 0
+    with vramscope.capture(gpu="h100"):
+        x1 = torch.empty(2, 64, 16, device="cuda")
+        x2 = torch.empty(2, 32, 16, device="cuda")
+        dist = torch.empty(2, 64, 32, device="cuda")
+        grad = torch.empty(2, 32, 64, device="cuda").mT  # strided, as cdist's formula passes x2's
+        _, counts = counted(lambda: torch.ops.aten._cdist_backward(grad.contiguous(), x1, x2, 1.0, dist))
+        assert counts == (3, 16_384 + 8_192 + 2 * 32 * 64 * 16 * 4)
+        _, counts = counted(lambda: torch.ops.aten._cdist_backward(grad, x1, x2, 1.0, dist))
+        assert counts == (3, 16_384 + 8_192 + 2 * 32 * 64 * 16 * 4)
+        _, counts = counted(lambda: torch.ops.aten._cdist_backward(dist, x1, x2, 0.0, dist))
+        assert counts == (1, 8_192)  # p = 0: the result filled with zeros
+        x = torch.empty(64, 16, device="cuda")
+        pd = torch.empty(64 * 63 // 2, device="cuda")
+        _, counts = counted(lambda: torch.ops.aten._pdist_backward(pd, x, 2.0, pd))
+        assert counts == (2, 4_096 + 63 * 64 * 16 * 4)
+
+
+def test_nll_loss_copies_a_strided_input_and_gradient():
+    # Loss.cu's `nll_loss_forward_out_cuda_template`: `input_.expect_contiguous()` before the
+    # target's; the backward's target, input and grad_output `expect_contiguous()` (LM loss on the
+    # last position's log-probabilities, `logp[:, -1]`: rows strided by the sequence)
+    with vramscope.capture(gpu="h100"):
+        logp = torch.empty(8, 16, 1000, device="cuda")
+        last = logp[:, -1]  # (8, 1000), rows strided 16,000 apart
+        target = torch.zeros(8, dtype=torch.long, device="cuda")
+        _, counts = counted(lambda: torch.ops.aten.nll_loss_forward(last, target, None, 1, -100))
+        assert counts == (3, 4 + 4 + 32_000)
+        dense = last.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.nll_loss_forward(dense, target, None, 1, -100))
+        assert counts == (2, 4 + 4)
+        g, tw = torch.ones((), device="cuda"), torch.ones((), device="cuda")
+        _, counts = counted(lambda: torch.ops.aten.nll_loss_backward(g, last, target, None, 1, -100, tw))
+        assert counts == (2, 32_000 + 32_000)
+
+
+def test_soft_margin_loss_keeps_the_input_sized_storage_and_its_backward_temporaries():
+    # Loss.cpp: `soft_margin_loss_out` computes into an input-sized output, reduces it and
+    # `resize_({})`s it, which keeps the storage: the 0-dim loss holds the input's bytes; the
+    # backward's `exp(-target * input)` makes a negation, a product and z before the gradient
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(1000, 512, device="cuda", requires_grad=True)
+        y = torch.empty(1000, 512, device="cuda")
+        before = torch.cuda.memory_allocated()
+        loss = torch.nn.functional.soft_margin_loss(x, y)
+        assert loss.shape == () and torch.cuda.memory_allocated() - before == 2_048_000
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        _, counts = counted(lambda: loss.backward())
+        # the seed gradient (ones, 512 bytes), -target, -target * input, z, the gradient (x.grad)
+        assert counts[0] == 5
+        assert torch.cuda.max_memory_allocated() - base == 512 + 3 * 2_048_000
+
+
+def test_complex_and_polar_check_their_parts_dtypes_as_the_gpu_does():
+    # TensorFactories.cpp's `complex_check_floating` (every device): float32 and float64 parts raise
+    # where the meta kernels ran on
+    with vramscope.capture(gpu="h100"):
+        a = torch.rand(4, device="cuda")
+        b = torch.rand(4, device="cuda", dtype=torch.float64)
+        msg = "Expected object of scalar type Float but got scalar type Double for second argument"
+        for fn in (torch.polar, torch.complex):
+            with pytest.raises(RuntimeError, match=msg):
+                fn(a, b)
+        assert torch.complex(a, a).dtype == torch.complex64
+
+
+def test_sort_of_a_complex_cuda_tensor_raises():
+    # cuda/Sort.cpp's `sort_cuda_kernel`: "Sort currently does not support complex dtypes on CUDA."
+    # (argsort and msort sort too); the twin's meta kernel sorted it
+    with vramscope.capture(gpu="h100"):
+        z = torch.randn(8, dtype=torch.complex64, device="cuda")
+        for fn in (torch.sort, torch.argsort, torch.msort):
+            with pytest.raises(RuntimeError, match="Sort currently does not support complex dtypes on CUDA"):
+                fn(z)
+
+
+def test_median_along_a_dim_copies_a_strided_input_before_its_outputs():
+    # cuda/Sorting.cpp's `median_with_indices_impl`: `self.contiguous()` before the values and indices
+    # are resized (nanmedian too); a dense input is read in place
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(64, 256, device="cuda").t()  # (256, 64), strided, 64 KiB
+        for fn in (torch.median, torch.nanmedian):
+            (values, _), counts = counted(lambda fn=fn: fn(x, dim=1))
+            assert values.shape == (256,) and counts == (3, 65_536 + 1_024 + 2_048)
+            dense = x.contiguous()
+            _, counts = counted(lambda fn=fn, d=dense: fn(d, dim=1))
+            assert counts == (2, 1_024 + 2_048)
+
+
+def test_upsample_trilinear3d_backward_copies_a_strided_gradient():
+    # UpSampleTrilinear3d.cu's backward: `grad_output_.contiguous()` (blind227/hs04's H200 per-op truth:
+    # a channels-last-3d (1, 768, 8, 8, 8) gradient, 1,572,864 bytes beside the 663,552-byte result)
+    with vramscope.capture(gpu="h200"):
+        grad = torch.empty(1, 768, 8, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last_3d)
+        call = ([8, 8, 8], [1, 768, 6, 6, 6], False)
+        _, counts = counted(lambda: torch.ops.aten.upsample_trilinear3d_backward(grad, *call))
+        assert counts == (2, 663_552 + 1_572_864)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.upsample_trilinear3d_backward(dense, *call))
+        assert counts == (1, 663_552)
+
+
+def test_avg_pool3d_copies_a_strided_input_and_gradient():
+    # AveragePool3d.cu: `input.contiguous()` after the output (blind199/gq06's H200 per-op truth: a
+    # channels-last-3d (16, 1024, 2, 7, 7) bfloat16 input, 3,211,264 bytes beside the 32,768-byte
+    # output); the backward's `gradOutput.contiguous()`
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 1024, 2, 7, 7, device="cuda", dtype=torch.bfloat16)
+        cl = x.contiguous(memory_format=torch.channels_last_3d)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d(cl, [2, 7, 7], [1, 1, 1]))
+        assert counts == (2, 32_768 + 3_211_264)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d(x, [2, 7, 7], [1, 1, 1]))
+        assert counts == (1, 32_768)
+        grad = torch.empty(16, 2048, 2, 1, 1, device="cuda", dtype=torch.bfloat16)[:, ::2]  # strided
+        call = ([1, 7, 7], [1, 1, 1], [0, 0, 0], False, True, None)
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d_backward(grad, x, *call))
+        assert counts == (2, 3_211_264 + 65_536)
+        dense = grad.contiguous()
+        _, counts = counted(lambda: torch.ops.aten.avg_pool3d_backward(dense, x, *call))
+        assert counts == (1, 3_211_264)
+
+
+def test_nansum_takes_the_reductions_global_buffer():
+    # ReduceOps.cpp's `nansum_out` reduces as `sum` does (blind106/db04's H200 per-op truth: a (12, 155136)
+    # float32 `nansum(-1, keepdim=True)`, three allocations, 1,008 bytes requested)
+    with vramscope.capture(gpu="h200"):
+        y = torch.empty(12, 155136, device="cuda")
+        _, counts = counted(lambda: torch.nansum(y, [-1], True))
+        assert counts == (3, 1_008)
+
+
+def test_embedding_renorm_sorts_and_selects_unique_indices():
+    # Embedding.cu's `embedding_renorm_cuda_` (`max_norm`): the sorted indices, `unique_indices`, the
+    # count and CUB's unique storage (blind28/ab03's H200 per-op truth: 8,192 indices into a
+    # (500000, 128) table, 7 allocations, 413,190 bytes requested); the weight is renormed in place
+    with vramscope.capture(gpu="h200"):
+        w = torch.empty(500000, 128, device="cuda")
+        idx = torch.empty(8192, device="cuda", dtype=torch.long)
+        out, counts = counted(lambda: torch.embedding_renorm_(w, idx, 1.0, 2.0))
+        assert out is w and counts == (7, 413_190)
+        assert torch.cuda.memory_allocated() == w.untyped_storage().nbytes() + idx.untyped_storage().nbytes()
+
+
+def test_mode_copies_its_transposed_input():
+    # TensorModeKernel.cpp's `mode_kernel_impl`: `self.transpose(dim, -1).contiguous()` after the
+    # outputs (blind218/hj01's H200 per-op truth: `mode(0)` of a (16, 64) int64, three allocations,
+    # 9,216 bytes: values, indices and the 8,192-byte copy); along the innermost dim nothing more
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(16, 64, device="cuda", dtype=torch.long)
+        _, counts = counted(lambda: torch.mode(x, 0))
+        assert counts == (3, 512 + 512 + 8_192)
+        _, counts = counted(lambda: torch.mode(x, 1))
+        assert counts == (2, 128 + 128)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient

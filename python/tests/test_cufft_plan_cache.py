@@ -60,3 +60,44 @@ def test_fft_in_several_passes_holds_a_second_buffer():
         # over its (51, 64)-strided input needs no clone
         assert peak == 25600 + 26112
         assert back.shape == (64, 100)
+
+
+def test_half_fft_needs_power_of_two_sizes_and_a_unit_last_stride():
+    # CuFFTPlanCache.h's `CuFFTConfig`: a half-precision plan raises for a signal size that is not
+    # a power of two (TimesNet/Autoformer under fp16, F5-TTS's n_fft 320: "...but got a signal
+    # size of[60]"), and clones a half input whose last signal stride is not 1
+    with vramscope.capture():
+        x = torch.randn(8, 100, device="cuda", dtype=torch.half)
+        with pytest.raises(
+            RuntimeError,
+            match=r"powers of two when computing in half precision, but got a signal size of\[100\]",
+        ):
+            torch.fft.rfft(x)
+        c = torch.randn(4, 80, 80, device="cuda", dtype=torch.half)
+        with pytest.raises(RuntimeError, match=r"signal size of\[80, 80\]"):
+            torch.fft.rfft2(c)
+        assert torch.fft.rfft(torch.randn(8, 128, device="cuda", dtype=torch.half)).dtype == torch.complex32
+        # a transform along dim 0 of (128, 8): the batch collapses as a view and the signal's
+        # stride is 8, so the half input is cloned (128 * 8 * 2 bytes); float32 is not
+        h = torch.randn(128, 8, device="cuda", dtype=torch.half)
+        peak, _ = _peak_above(lambda t: torch.fft.rfft(t, dim=0), h)
+        assert peak == 2560 + 2048  # the (65, 8) complex32 output, rounded to 512, and the clone
+        f = h.float()
+        peak, _ = _peak_above(lambda t: torch.fft.rfft(t, dim=0), f)
+        assert peak == 4608  # the (65, 8) complex64 output alone
+
+
+def test_stft_with_a_host_window_raises_naming_the_gpu():
+    # SpectralOps.cpp: "stft input and window must be on the same device but got self on cuda:0 and
+    # window on cpu" (istft alike), a common slip (`torch.hann_window(n)` made on the host)
+    with vramscope.capture():
+        x = torch.randn(2, 4000, device="cuda")
+        with pytest.raises(RuntimeError, match="got self on cuda:0 and window on cpu"):
+            torch.stft(x, 256, window=torch.hann_window(256), return_complex=True)
+        with pytest.raises(RuntimeError, match="got self on cuda:0 and window on cpu"):
+            x.stft(256, window=torch.hann_window(256), return_complex=True)
+        spec = torch.randn(2, 129, 20, dtype=torch.complex64, device="cuda")
+        with pytest.raises(RuntimeError, match=r"istft input and window .* self on cuda:0 and window on cpu"):
+            torch.istft(spec, 256, window=torch.hann_window(256))
+        # a window on the GPU: no error
+        assert torch.stft(x, 256, window=torch.hann_window(256, device="cuda"), return_complex=True).is_cuda

@@ -490,10 +490,29 @@ def _broadcast_message(func, args):
 
 
 #: matrix products whose shape error the GPU words as the structured meta functions do
+def _complex_parts_check(a, b) -> None:
+    """`complex_check_floating` (TensorFactories.cpp) of `torch.complex` / `torch.polar`, which the
+    meta device's kernels do not make: both parts Half, Float or Double, and of one dtype."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return
+    from ._kernels.typenames import scalar_type_name
+
+    floating = (torch.float16, torch.float32, torch.float64)
+    an, bn = scalar_type_name(a.dtype), scalar_type_name(b.dtype)
+    if a.dtype not in floating or b.dtype not in floating:
+        raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got {an} and {bn}")
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            f"Expected object of scalar type {an} but got scalar type {bn} for second argument"
+        )
+
+
 _SHAPE_CHECKS = {
     aten.mm.default: lambda args: _matrices_check(args[0], args[1], "mat1 and mat2"),
     aten.addmm.default: lambda args: _matrices_check(args[1], args[2], "mat1 and mat2"),
     aten.mv.default: lambda args: _mv_check(args[0], args[1]),
+    aten.complex.default: lambda args: _complex_parts_check(args[0], args[1]),
+    aten.polar.default: lambda args: _complex_parts_check(args[0], args[1]),
 }
 
 

@@ -66,15 +66,33 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     signal = list(view.shape)
     if c2r:
         signal[-1] = signal_last
+    half = x.dtype.to_real() == torch.float16
+    if half:
+        _half_signal_check(signal, temps)
     # the plan's key (CuFFTParams) takes the strides before `should_clone_input`'s clone
     kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
     _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(view.stride())))
-    if _cufft_must_clone(list(view.stride()), signal, c2r):
+    if (half and view.stride()[-1] != 1) or _cufft_must_clone(list(view.stride()), signal, c2r):
         temps.append(cap.malloc(nbytes, op, "temporary"))
     per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
     if per_item and signal[0] > 0:
         temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
     return temps
+
+
+def _half_signal_check(signal, temps: list) -> None:
+    """`CuFFTConfig` of a half-precision plan (CuFFTPlanCache.h): cuFFT plans half signals whose
+    sizes are all powers of two (`is_pow_of_two`), else the plan raises, after the output and the
+    reshaped input, which the raise frees (`temps` emptied here); a half input whose last signal
+    stride is not 1 is cloned (`clone_input |= in_strides.back() != 1`, `_exec_fft`'s caller)."""
+    sizes = signal[1:]
+    if all(n & (n - 1) == 0 for n in sizes):
+        return
+    temps.clear()
+    raise RuntimeError(
+        "cuFFT only supports dimensions whose sizes are powers of two when computing in half "
+        f"precision, but got a signal size of[{', '.join(str(n) for n in sizes)}]"
+    )
 
 
 def _exec_out(x, dims, out_sizes, dtype):
@@ -302,10 +320,31 @@ def _istft(cap, func, args, kwargs):
     for a window that overlaps; `_equal` reads the check."""
     cap.istft_envelope += 1
     try:
-        return func(*args, **kwargs)
+        return _window_device_check(func, args, kwargs)
     finally:
         cap.istft_envelope -= 1
 
 
+def _window_device_check(func, args, kwargs):
+    """`func(*args, **kwargs)` with SpectralOps.cpp's window check as the GPU words it: `stft` and
+    `istft` of a CUDA signal with a host window raise "... must be on the same device but got self
+    on cuda:0 and window on cpu" (after `torch.stft`'s centre padding, as on the GPU), where the
+    twin's signal read `meta`."""
+    try:
+        return func(*args, **kwargs)
+    except RuntimeError as e:
+        msg = str(e)
+        if "input and window must be on the same device but got self on meta and" not in msg:
+            raise
+        raise RuntimeError(msg.replace("self on meta and", "self on cuda:0 and", 1)) from None
+
+
+def _stft(cap, func, args, kwargs):
+    """`torch.stft` (torch/functional.py, then SpectralOps.cpp): see `_window_device_check`."""
+    return _window_device_check(func, args, kwargs)
+
+
 FUNCTIONS[torch.istft] = _istft
 FUNCTIONS[torch.Tensor.istft] = _istft
+FUNCTIONS[torch.stft] = _stft
+FUNCTIONS[torch.Tensor.stft] = _stft

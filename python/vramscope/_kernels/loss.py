@@ -216,6 +216,57 @@ def _huber_loss(cap, func, args, kwargs):
 DISPATCH[aten.huber_loss.default] = _huber_loss
 
 
+def _soft_margin_loss(cap, func, args, kwargs):
+    """`soft_margin_loss` (Loss.cpp, CompositeExplicitAutograd): `neg_out` into an `at::empty({0})`
+    output (resized to the input's size), `mul_(target).exp_().log1p_()` in place, then with a
+    reduction `apply_loss_reduction`'s `mean()` / `sum()`, `output.resize_({})` and `copy_`: the
+    0-dim loss keeps the input-sized storage (`resize_` never shrinks it), where the twin's meta
+    kernel made a 4-byte one."""
+    x, target = args[0], args[1]
+    reduction = args[2] if len(args) > 2 else kwargs.get("reduction", 1)
+    if not (registered(x) and isinstance(target, torch.Tensor)):
+        return NotImplemented
+    cap.ops += 1
+    with cap._modes[1]:  # the parts come back to the mode
+        output = torch.neg(x)
+        output.mul_(target).exp_().log1p_()
+        if reduction != 0:
+            tmp = output.mean() if reduction == 1 else output.sum()
+            output.resize_(())
+            output.copy_(tmp)
+            del tmp
+    return output
+
+
+DISPATCH[aten.soft_margin_loss.default] = _soft_margin_loss
+
+
+def _soft_margin_loss_backward(cap, func, args, kwargs):
+    """`soft_margin_loss_backward` (Loss.cpp): `z = at::exp(-target * input)` (the negation and the
+    product die at the end of that statement, the product first), `mul_out(grad_input, target, z)`
+    into an `at::empty({0})` result, then in place; z dies at the return."""
+    grad_output, x, target = args[0], args[1], args[2]
+    reduction = args[3] if len(args) > 3 else kwargs.get("reduction", 1)
+    if not (registered(x) and isinstance(target, torch.Tensor)):
+        return NotImplemented
+    cap.ops += 1
+    norm = 1.0 / x.numel() if reduction == 1 else 1.0
+    with cap._modes[1]:
+        negated = torch.neg(target)
+        product = negated * x
+        z = torch.exp(product)
+        del product, negated
+        grad_input = torch.mul(target, z)
+        grad_input.mul_(-norm)
+        z.add_(1)
+        grad_input.div_(z).mul_(grad_output)
+        del z
+    return grad_input
+
+
+DISPATCH[aten.soft_margin_loss_backward.default] = _soft_margin_loss_backward
+
+
 def _contiguous_loss_backward(cap, func, args, kwargs):
     """`huber_loss_backward` and `smooth_l1_loss_backward` with `beta > 0` (Loss.cpp, not structured):
     `at::zeros_like(input, MemoryFormat::Contiguous)` filled by the `_out` kernel, so the gradient is
@@ -310,18 +361,24 @@ DISPATCH[aten.binary_cross_entropy.default] = _bce
 
 
 def _nll_loss_target_copy(cap, func, call, outs):
-    """`nll_loss_forward_out_cuda_template` / its backward (cuda/Loss.cu): `target.contiguous()`
-    (and the weight's) after the structured outputs, freed at the return (blind9/i01: a column
-    slice of the targets, 512 bytes)."""
+    """`nll_loss_forward_out_cuda_template` / its backward (cuda/Loss.cu), after the structured
+    outputs: the forward's `input_.expect_contiguous()`, `target_.expect_contiguous()` and
+    `weight.contiguous()`; the backward's target, input and grad_output `expect_contiguous()`,
+    then the weight's (its input gradient is the structured kernel's own, contiguous); each a copy
+    of an operand that is not contiguous, all freed at the return (blind9/i01: a column slice of
+    the targets, 512 bytes; a row slice of 3-D log-probabilities, `logp[:, -1]`, is the input's)."""
     (args, _kw) = call
-    target = args[1] if func._schema.name == "aten::nll_loss_forward" else args[2]
-    weight = args[2] if func._schema.name == "aten::nll_loss_forward" else args[3]
+    if func._schema.name == "aten::nll_loss_forward":
+        operands = (args[0], args[1], args[2])  # input, target, weight
+    else:
+        operands = (args[2], args[1], args[0], args[3])  # target, input, grad_output, weight
     held = [
         _temp(cap, t, func._schema.name)
-        for t in (target, weight)
+        for t in operands
         if isinstance(t, torch.Tensor) and registered(t) and not t.is_contiguous()
     ]
-    del held
+    while held:
+        held.pop()
 
 
 for _f in (aten.nll_loss_forward.default, aten.nll_loss_backward.default):

@@ -71,6 +71,69 @@ for _f in (aten.cumsum.default, aten.cumprod.default, aten.cumsum_.default, aten
     AFTER[_f] = _scan
 
 
+def _scan_own_kernels(cap, func, call, outs):
+    """`cummax`/`cummin` (cuda/ScanKernels.cpp `cummax_helper_cuda`, ScanUtils.cuh
+    `scan_dim_with_indices`) and `logcumsumexp` (`_logcumsumexp_out_cuda`, `scan_dim`):
+    `self.expect_contiguous()`, a copy of an input that is not contiguous, after the results (the
+    contiguous `at::empty`s) and freed at the return; a 1-d `logcumsumexp` is
+    `cuda::cub::inclusive_scan` over it (CUB's storage, as a 1-d `cumsum`'s; the deterministic scan
+    is for sums only). Nothing for a 0-dim or empty input (a `fill_` or `zero_`)."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.dim() == 0 or x.numel() == 0:
+        return
+    op = func._schema.name
+    copy = None if x.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    dim = (args[1] if len(args) > 1 else kw["dim"]) % x.dim()
+    if func is aten.logcumsumexp.default and x.numel() == x.shape[dim]:
+        _cub(cap, "scan", x.numel(), x.element_size(), op, "scan")
+    del copy
+
+
+for _f in (aten.cummax.default, aten.cummin.default, aten.logcumsumexp.default):
+    AFTER[_f] = _scan_own_kernels
+
+
+def _searchsorted(cap, func, call, outs):
+    """`searchsorted_out_cuda` (cuda/Bucketization.cu; `bucketize` calls it with its boundaries):
+    after the result, where the input, the boundaries or the sorter is not contiguous or the input's
+    dtype is not the boundaries', `searchsorted_maybe_trim_input_tensors` (BucketizationUtils.h)
+    makes contiguous copies of those that are not (input, boundaries, sorter), then converts the
+    input and the boundaries that differ from their common dtype (`.to`, the copy it replaces freed
+    after); all die at the return, the sorter's first. Nothing for an empty input (blind115/dk03's
+    H200 per-op truth: `bucketize` of a bfloat16 (14, 32) input by float32 boundaries, the input made
+    float32, 1,792 bytes beside the result)."""
+    (args, kw) = call
+    if func is aten.bucketize.Tensor:
+        x, bnd, sorter = args[0], args[1], None
+    else:
+        bnd, x = args[0], args[1]
+        sorter = kw.get("sorter")
+    if not registered(x) or not isinstance(bnd, torch.Tensor) or x.numel() == 0:
+        return
+    sorter_dense = sorter is None or sorter.is_contiguous()
+    if x.is_contiguous() and bnd.is_contiguous() and x.dtype == bnd.dtype and sorter_dense:
+        return
+    op = func._schema.name
+    trimmed = {}
+    for name, t in (("input", x), ("boundaries", bnd), ("sorter", sorter)):
+        if t is not None and not t.is_contiguous():
+            trimmed[name] = cap.malloc(t.numel() * t.element_size(), op, "temporary")
+    if x.dtype != bnd.dtype:
+        common = torch.result_type(bnd, x)
+        for name, t in (("input", x), ("boundaries", bnd)):
+            if common != t.dtype:
+                converted = cap.malloc(t.numel() * common.itemsize, op, "temporary")
+                trimmed[name] = converted
+                del converted
+    for name in ("sorter", "boundaries", "input"):
+        trimmed.pop(name, None)
+
+
+for _f in (aten.searchsorted.Tensor, aten.bucketize.Tensor):
+    AFTER[_f] = _searchsorted
+
+
 #: `should_use_small_sort` (cuda/Sort.cpp): rows up to this length sort in place in one kernel
 SMALL_SORT = 4096
 
@@ -89,6 +152,10 @@ def _sort(cap, func, call, outs):
     x = args[0]
     if not registered(x) or x.numel() == 0:
         return
+    if x.is_complex() and x.dim() > 0:
+        # `sort_cuda_kernel` (cuda/Sort.cpp), after the structured outputs; a 0-dim input never
+        # reaches it (`sort_stable_out`)
+        raise RuntimeError("Sort currently does not support complex dtypes on CUDA.")
     op = func._schema.name
     dim = kw.get("dim", -1)
     for a in args[1:]:
@@ -448,6 +515,56 @@ def _median_all(cap, func, args, kwargs):
 
 
 DISPATCH[aten.median.default] = _median_all
+
+
+def _median_dim(cap, func, args, kwargs):
+    """`median(dim)` / `nanmedian(dim)` on CUDA: `median_with_indices_impl` (cuda/Sorting.cpp), after
+    its `alertNotDeterministic`, takes `in = self.contiguous()` before it resizes the `at::empty({0})`
+    values and indices, the copy freed at the return; `gatherMedian` reads it in place (no sort)."""
+    x = args[0]
+    if kwargs or not registered(x) or x.dim() == 0 or x.numel() == 0 or x.is_contiguous():
+        return NotImplemented
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return NotImplemented  # it raises before the copy
+    cap.ops += 1
+    op = func._schema.name
+    copy = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    values, indices = func(*args)
+    out = (cap.track(values, op), cap.track(indices, op))
+    del copy
+    return out
+
+
+DISPATCH[aten.median.dim] = _median_dim
+
+
+def _mode(cap, func, call, outs):
+    """`mode(dim)` on CUDA (cuda/TensorModeKernel.cpp `mode_kernel_impl`), after the resized values
+    and indices: slices of one item are copied; otherwise `self.transpose(dim, -1).contiguous()`, a
+    copy where the sorted dimension is not innermost and dense, freed at the return, and slices of
+    up to 2,048 items run the fused kernel (blind218/hj01's H200 per-op truth: `mode(0)` of a (16, 64)
+    int64, one 8,192-byte copy beside the outputs); longer slices take thrust's sort, not modelled."""
+    (args, kw) = call
+    x = args[0]
+    if not registered(x) or x.numel() == 0 or x.dim() == 0:
+        return
+    dim = (args[1] if len(args) > 1 else kw.get("dim", -1)) % x.dim()
+    n = x.shape[dim]
+    if n == 1:
+        return
+    op = func._schema.name
+    transposed = x.transpose(dim, x.dim() - 1)
+    copy = None if transposed.is_contiguous() else cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    if n > 2048:
+        cap.note_unmeasured(f"{op}'s sort of slices of {n} items (launch_apply_mode_kernel)")
+    del copy
+
+
+AFTER[aten.mode.default] = _mode
+DISPATCH[aten.nanmedian.dim] = _median_dim
 
 
 #: torchvision's `threadsPerBlock` in csrc/ops/cuda/nms_kernel.cu: one 64-bit mask word per 64 boxes

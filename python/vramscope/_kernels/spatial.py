@@ -146,6 +146,167 @@ for _f in (aten.upsample_nearest3d_backward.default, aten._upsample_nearest_exac
     AFTER[_f] = _upsample_nearest3d_backward
 
 
+def _upsample_1d_copy(cap, func, call, outs):
+    """The 1-D upsampling kernels' one copy: `input_.contiguous()` in `upsample_nearest1d`'s
+    forward (cuda/UpSampleNearest1d.cu) and `grad_output_.contiguous()` in the nearest and linear
+    backwards (UpSampleNearest1d.cu, UpSampleLinear1d.cu), of an operand that is not contiguous,
+    after the structured kernel's contiguous result, freed at the return; linear1d's forward reads
+    its input through packed accessors (blind289/kd03: DDSP's `F.interpolate` of permuted controls
+    and the gradient of the permuted result). The linear backward alerts under deterministic
+    algorithms before its copy (`alertNotDeterministic` first in its impl): no copy where it raises."""
+    src = call[0][0]
+    if (
+        func is aten.upsample_linear1d_backward.default
+        and torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return
+    if registered(src) and not src.is_contiguous():
+        copy = _temp(cap, src, func._schema.name)
+        del copy
+
+
+for _f in (
+    aten.upsample_nearest1d.default,
+    aten._upsample_nearest_exact1d.default,
+    aten.upsample_nearest1d_backward.default,
+    aten._upsample_nearest_exact1d_backward.default,
+    aten.upsample_linear1d_backward.default,
+):
+    AFTER[_f] = _upsample_1d_copy
+
+
+def _adaptive_avg_pool2d(cap, func, args, kwargs):
+    """`adaptive_avg_pool2d_cuda` (cuda/AdaptiveAveragePooling.cu): a 4-D input that suggests the
+    contiguous format is made `contiguous()` before the result is resized (the `at::empty({0})`
+    output takes its storage after the copy), the copy freed at the return; a 3-D or channels-last
+    input is read through its strides. (`F.adaptive_avg_pool2d` to 1 x 1 is a `mean` instead.)"""
+    x = args[0]
+    if not registered(x) or kwargs or x.dim() != 4 or x.numel() == 0 or x.is_contiguous():
+        return NotImplemented
+    if _suggests_channels_last(x):
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_adaptive_avg_pool2d"
+    copy = _temp(cap, x, op)
+    out = cap.track(func(*args), op)
+    del copy
+    return out
+
+
+DISPATCH[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool2d
+
+
+def _adaptive_avg_pool2d_backward(cap, func, call, outs):
+    """`adaptive_avg_pool2d_backward_cuda` (cuda/AdaptiveAveragePooling.cu): after the input gradient
+    (`zeros_like`, contiguous), an input that suggests the contiguous format takes
+    `gradOutput_.contiguous()`, a copy of a strided gradient freed at the return; the channels-last
+    kernel reads the gradient through its strides."""
+    (args, _kw) = call
+    grad, src = args[0], args[1]
+    if not registered(grad) or outs[0].numel() == 0 or grad.is_contiguous() or _suggests_channels_last(src):
+        return
+    copy = _temp(cap, grad, func._schema.name)
+    del copy
+
+
+AFTER[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
+
+
+def _adaptive_max_pool2d(cap, func, call, outs):
+    """`adaptive_max_pool2d_out_cuda` (cuda/AdaptiveMaxPooling2d.cu), after the structured kernel's
+    outputs (in the input's suggested format): a contiguous `at::empty` stand-in for each output
+    that is not contiguous (a channels-last input's), then for a 4-D input `input.contiguous()`,
+    freed at the end of its branch; the stand-ins, copied back, die at the return. Nothing for an
+    empty input (blind172/fp03's H200 per-op truth: a channels-last (1024, 256, 3, 3) input pooled to
+    1 x 1, one copy of 9,437,184 bytes beside the outputs)."""
+    x = call[0][0]
+    if not registered(x) or x.numel() == 0:
+        return
+    op = func._schema.name
+    stand_ins = [_temp(cap, t, op) for t in outs[:2] if not t.is_contiguous()]
+    if x.dim() == 4 and not x.is_contiguous():
+        copy = _temp(cap, x, op)
+        del copy
+    while stand_ins:
+        stand_ins.pop()
+
+
+AFTER[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
+
+
+def _adaptive_max_pool2d_backward(cap, func, call, outs):
+    """`adaptive_max_pool2d_backward_out_cuda` (cuda/AdaptiveMaxPooling2d.cu), after the structured
+    kernel's input gradient and its `alertNotDeterministic` (no copies where that raises):
+    `gradOutput.contiguous()`, `indices.contiguous()` and a contiguous stand-in for an input
+    gradient that is not (a channels-last input's), all freed at the return. Nothing for an empty
+    gradient (H200 per-op truth: blind172/fp03's stand-in, 9,437,184 bytes; blind162/ff04's and
+    blind183/ga03's gradient, a slice of DGCNN's `cat`, copied)."""
+    (args, _kw) = call
+    grad, indices = args[0], args[2]
+    if not registered(grad) or grad.numel() == 0:
+        return
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return
+    op = func._schema.name
+    temps = [_temp(cap, t, op) for t in (grad, indices, outs[0]) if not t.is_contiguous()]
+    while temps:
+        temps.pop()
+
+
+AFTER[aten.adaptive_max_pool2d_backward.default] = _adaptive_max_pool2d_backward
+
+
+def _upsample_trilinear3d_backward(cap, func, call, outs):
+    """`upsample_trilinear3d_backward_out_cuda_template` (cuda/UpSampleTrilinear3d.cu), after the
+    structured kernel's input gradient and its `alertNotDeterministic` (no copy where that
+    raises): `grad_output_.contiguous()`, freed at the return (blind227/hs04's H200 per-op truth:
+    UNETR's channels-last-3d (1, 768, 8, 8, 8) gradient copied, 1,572,864 bytes, and no more: the
+    C++ meta function's input gradient is contiguous, so its `grad_input_.contiguous()` copies
+    nothing, where the twin's meta kernel gives it the gradient's channels-last-3d strides; the
+    forward reads its input through packed accessors)."""
+    grad = call[0][0]
+    if not registered(grad):
+        return
+    if (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    ):
+        return
+    op = func._schema.name
+    if not grad.is_contiguous():
+        copy = _temp(cap, grad, op)
+        del copy
+
+
+AFTER[aten.upsample_trilinear3d_backward.default] = _upsample_trilinear3d_backward
+
+
+def _avg_pool3d(cap, func, call, outs):
+    """`avg_pool3d_out_cuda` (cuda/AveragePool3d.cu): `work_input = input.contiguous()` after the
+    structured kernel's output, freed at the return (blind199/gq06's H200 per-op truth: a
+    channels-last-3d (16, 1024, 2, 7, 7) bfloat16 input pooled whole, one copy of 3,211,264 bytes);
+    its backward, after its `alertNotDeterministic` (no copy where that raises), takes
+    `gradOutput.contiguous()`."""
+    (args, _kw) = call
+    backward = func is aten.avg_pool3d_backward.default
+    src = args[0]
+    if not registered(src) or outs[0].numel() == 0 or src.is_contiguous():
+        return
+    if backward and torch.are_deterministic_algorithms_enabled():
+        if not torch.is_deterministic_algorithms_warn_only_enabled():
+            return
+    copy = _temp(cap, src, func._schema.name)
+    del copy
+
+
+AFTER[aten.avg_pool3d.default] = _avg_pool3d
+AFTER[aten.avg_pool3d_backward.default] = _avg_pool3d
+
+
 def _pool2d_forward(cap, func, call, outs):
     """`avg_pool2d_out_cuda` (cuda/AveragePool2d.cu) and `max_pool2d_with_indices_out_cuda`
     (cuda/DilatedMaxPool2d.cu): `input_.contiguous(input_.suggest_memory_format())` after the
