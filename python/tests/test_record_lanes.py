@@ -1,0 +1,43 @@
+"""validation/run/record_lanes.py: blind scripts dealt into lanes whose largest peaks fit the GPU together."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "record_lanes", ROOT / "validation" / "run" / "record_lanes.py"
+)
+record_lanes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(record_lanes)
+
+
+def test_lanes_are_equal_runs_of_the_largest_first_within_the_memory():
+    sizes = {"a": 30, "b": 29, "c": 21, "d": 20, "e": 10, "f": 9, "g": 3, "h": 2}
+    # four lanes of two would need 30 + 21 + 10 + 3 = 64: over 60, so three lanes of three
+    assert record_lanes.deal(sizes, 60, 4) == [["a", "b", "c"], ["d", "e", "f"], ["g", "h"]]
+    assert record_lanes.deal(sizes, 64, 4) == [["a", "b"], ["c", "d"], ["e", "f"], ["g", "h"]]
+    assert record_lanes.deal(sizes, 1000, 1) == [list("abcdefgh")]
+
+
+def test_a_script_larger_than_the_memory_is_refused():
+    with pytest.raises(ValueError, match="a peaks at 30 bytes, more than the 20 given"):
+        record_lanes.deal({"a": 30, "b": 1}, 20, 4)
+
+
+def test_a_plan_of_a_committed_set_names_every_script_once():
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "validation" / "run" / "record_lanes.py"), "plan", "80", "blind286"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    named = [path for line in p.stdout.splitlines() for path in line.split()[1:]]
+    assert sorted(named) == sorted(
+        f"blind286/{f.name}" for f in (ROOT / "validation" / "run" / "blind286").glob("*.py")
+    )
+    assert "lanes' largest peaks add to" in p.stderr
