@@ -4957,6 +4957,93 @@ def test_upsample_nearest3d_backward_copies_a_strided_gradient():
         assert counts == (1, 4_096)
 
 
+def test_max_pool3d_copies_a_strided_input_in_its_layout():
+    # DilatedMaxPool3d.cu's forward: after the output and indices, `input.contiguous()`, or
+    # `contiguous(ChannelsLast3d)` of an input it reads channels-last (a 4-D one through its
+    # unsqueezed view); a dense input in either layout is not copied
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 4, 8, 8, device="cuda")[:, ::2]  # (2, 4, 4, 8, 8), strided, 8 KiB
+        cl = torch.empty(2, 4, 4, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last_3d)
+        cl4 = torch.empty(4, 8, 8, 4, device="cuda").permute(3, 0, 1, 2)  # (4, 4, 8, 8), CL3d unsqueezed
+        dense = x.contiguous()
+
+        def pool(t):
+            return torch.nn.functional.max_pool3d(t, 2, return_indices=True)
+
+        _, counts = counted(lambda: pool(x))
+        assert counts == (3, 1_024 + 2_048 + 8_192)
+        for t in (dense, cl, cl4):
+            _, counts = counted(lambda t=t: pool(t))
+            assert counts[0] == 2
+        _, counts = counted(lambda: pool(cl4[:, :, :, ::2]))  # strided: copied plain
+        assert counts == (3, 256 + 512 + 2_048)
+
+
+def test_adaptive_avg_pool3d_copies_a_strided_5d_input_and_gradient():
+    # AdaptiveAveragePooling3d.cu: a 5-D input is bound as `input_.contiguous()` before the output
+    # is resized (a 4-D one is read through its strides); the backward makes a strided gradient
+    # contiguous after its `empty_like` result
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 4, 8, 8, device="cuda")[:, ::2]  # (2, 4, 4, 8, 8), strided, 8 KiB
+        grad = torch.empty(2, 8, 2, 2, 2, device="cuda")[:, ::2]  # (2, 4, 2, 2, 2), strided
+        dense = x.contiguous()
+        pool = torch.nn.functional.adaptive_avg_pool3d
+        _, counts = counted(lambda: pool(x, 2))
+        assert counts == (2, 8_192 + 256)
+        _, counts = counted(lambda: pool(dense, 2))
+        assert counts == (1, 256)
+        _, counts = counted(lambda: pool(x[0], 2))  # 4-D: no copy
+        assert counts == (1, 128)
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool3d_backward(grad, dense))
+        assert counts == (2, 8_192 + 256)
+
+
+def test_adaptive_max_pool3d_copies_a_strided_5d_input_and_gradient():
+    # AdaptiveMaxPooling3d.cu: after the output and indices, a 5-D input is bound as
+    # `input.contiguous()` (a 4-D one is read through its strides); the backward makes a strided
+    # gradient contiguous after its result
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 4, 8, 8, device="cuda")[:, ::2]  # (2, 4, 4, 8, 8), strided, 8 KiB
+        grad = torch.empty(2, 8, 2, 2, 2, device="cuda")[:, ::2]  # (2, 4, 2, 2, 2), strided
+        dense = x.contiguous()
+        indices = torch.zeros(2, 4, 2, 2, 2, dtype=torch.long, device="cuda")
+
+        def pool(t):
+            return torch.nn.functional.adaptive_max_pool3d(t, 2, return_indices=True)
+
+        _, counts = counted(lambda: pool(x))
+        assert counts == (3, 256 + 512 + 8_192)
+        _, counts = counted(lambda: pool(dense))
+        assert counts == (2, 256 + 512)
+        _, counts = counted(lambda: pool(x[0]))  # 4-D: no copy
+        assert counts == (2, 128 + 256)
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool3d_backward(grad, dense, indices))
+        assert counts == (2, 8_192 + 256)
+
+
+def test_upsample_bilinear2d_copies_a_strided_channels_last_input_of_16_channels():
+    # blind94/cp04's H200 per-op truth (a channels-last slice of a `cat` copied beside the output).
+    # UpSampleBilinear2d.cu's forward: an input that suggests channels-last, of 16 channels or more,
+    # into a channels-last output runs the NHWC kernel over `input.contiguous(ChannelsLast)`; the
+    # plain kernel reads any input through packed accessors; a same-size output is a `copy_`
+    with vramscope.capture(gpu="h100"):
+        cl = torch.empty(2, 8, 8, 32, device="cuda").permute(0, 3, 1, 2)  # (2, 32, 8, 8) channels-last
+        sliced = cl[:, :, :, ::2]  # (2, 32, 8, 4), suggests channels-last, not dense: 8 KiB
+        narrow = torch.empty(2, 8, 8, 16, device="cuda").permute(0, 3, 1, 2)[:, :8, :, ::2]  # 8 channels
+
+        def up(t, size):
+            return torch.nn.functional.interpolate(t, size=size, mode="bilinear")
+
+        _, counts = counted(lambda: up(sliced, (16, 8)))
+        assert counts == (2, 32_768 + 8_192)
+        _, counts = counted(lambda: up(cl, (16, 16)))
+        assert counts == (1, 65_536)
+        _, counts = counted(lambda: up(narrow, (16, 8)))
+        assert counts[0] == 1
+        _, counts = counted(lambda: up(sliced, (8, 4)))  # same size: copied straight in
+        assert counts == (1, 8_192)
+
+
 def test_upsample_1d_copies_a_strided_operand():
     # blind289/kd03's DDSP `upsample`: `F.interpolate` of a permuted (B, frames, C) tensor and the
     # gradient of the permuted result. UpSampleNearest1d.cu makes its input contiguous
