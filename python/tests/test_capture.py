@@ -5334,6 +5334,36 @@ def test_mode_copies_its_transposed_input():
         assert counts == (2, 128 + 128)
 
 
+def test_kthvalue_copies_a_strided_input_before_its_outputs():
+    # cuda/Sorting.cpp's `kthvalue_out_cuda` hands its impl `self.contiguous()` before the values and
+    # indices are resized; a dense input is read in place
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(64, 256, device="cuda").t()  # (256, 64), strided, 64 KiB
+        (values, _), counts = counted(lambda: torch.kthvalue(x, 3, dim=0))
+        assert values.shape == (64,) and counts == (3, 65_536 + 256 + 512)
+        dense = x.contiguous()
+        (values, _), counts = counted(lambda: torch.kthvalue(dense, 3, dim=1, keepdim=True))
+        assert values.shape == (256, 1) and counts == (2, 1_024 + 2_048)
+
+
+def test_mode_copies_its_input_transposed_unless_that_is_contiguous():
+    # blind218/hj01's H200 per-op truth: a (16, 64) int64 mode along dim 0, count 3, 9,216 bytes.
+    # cuda/TensorModeKernel.cpp: after the values and indices, `self.transpose(dim, ndim - 1)
+    # .contiguous()`: a copy for a mode along any but a contiguous input's last dim; a slice of one
+    # is copied straight into the values
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(64, 256, device="cuda")  # 64 KiB
+        (values, _), counts = counted(lambda: torch.mode(x, 1))
+        assert values.shape == (64,) and counts == (2, 256 + 512)
+        (values, _), counts = counted(lambda: torch.mode(x, 0))
+        assert values.shape == (256,) and counts == (3, 1_024 + 2_048 + 65_536)
+        t = x.t()  # (256, 64): its dim 0 is the storage's last
+        _, counts = counted(lambda: torch.mode(t, 0))
+        assert counts == (2, 256 + 512)
+        _, counts = counted(lambda: torch.mode(x[:, :1], 1))
+        assert counts == (2, 256 + 512)
+
+
 def test_max_pool3d_backward_copies_a_strided_gradient():
     # blind199/gq04's H200 per-op record: a SlowFast slow pathway's max-pooled output feeding the
     # lateral `cat`; its gradient is made contiguous after the input gradient
