@@ -3748,6 +3748,17 @@ def test_unfold_and_fold_allocate_what_the_gpu_counted():
         assert before - torch.cuda.memory_allocated() == 48_771_072
 
 
+def test_weight_norm_stashes_half_norms_as_float_and_bfloat16_norms_as_they_are():
+    # cuda/WeightNorm.cu's `weight_norm_cuda`: norms in float32 for a half `g`, else in `g`'s dtype
+    # (blind88/cj03's H200 per-op truth: a (1024, 128, 7) half weight, 1,835,008 + 4,096 bytes)
+    with vramscope.capture(gpu="h200"):
+        for dtype, norm_bytes in ((torch.float16, 4_096), (torch.bfloat16, 2_048), (torch.float32, 4_096)):
+            v = torch.empty(1024, 128, 7, device="cuda", dtype=dtype)
+            g = torch.empty(1024, 1, 1, device="cuda", dtype=dtype)
+            w, counts = counted(lambda v=v, g=g: torch._weight_norm(v, g, 0))
+            assert w.dtype == dtype and counts == (2, v.numel() * v.element_size() + norm_bytes)
+
+
 def test_reductions_and_indexing_copy_what_cuda_copies():
     # blind6/f01's H200 per-op records (BART's padding-mask construction)
     with vramscope.capture(gpu="h200"):
