@@ -3823,6 +3823,17 @@ def test_unfold_and_fold_allocate_what_the_gpu_counted():
         assert before - torch.cuda.memory_allocated() == 48_771_072
 
 
+def test_weight_norm_stashes_half_norms_as_float_and_bfloat16_norms_as_they_are():
+    # cuda/WeightNorm.cu's `weight_norm_cuda`: norms in float32 for a half `g`, else in `g`'s dtype
+    # (blind88/cj03's H200 per-op truth: a (1024, 128, 7) half weight, 1,835,008 + 4,096 bytes)
+    with vramscope.capture(gpu="h200"):
+        for dtype, norm_bytes in ((torch.float16, 4_096), (torch.bfloat16, 2_048), (torch.float32, 4_096)):
+            v = torch.empty(1024, 128, 7, device="cuda", dtype=dtype)
+            g = torch.empty(1024, 1, 1, device="cuda", dtype=dtype)
+            w, counts = counted(lambda v=v, g=g: torch._weight_norm(v, g, 0))
+            assert w.dtype == dtype and counts == (2, v.numel() * v.element_size() + norm_bytes)
+
+
 def test_reductions_and_indexing_copy_what_cuda_copies():
     # blind6/f01's H200 per-op records (BART's padding-mask construction)
     with vramscope.capture(gpu="h200"):
@@ -5032,6 +5043,93 @@ def test_upsample_nearest3d_backward_copies_a_strided_gradient():
         assert counts == (1, 4_096)
 
 
+def test_max_pool3d_copies_a_strided_input_in_its_layout():
+    # DilatedMaxPool3d.cu's forward: after the output and indices, `input.contiguous()`, or
+    # `contiguous(ChannelsLast3d)` of an input it reads channels-last (a 4-D one through its
+    # unsqueezed view); a dense input in either layout is not copied
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 4, 8, 8, device="cuda")[:, ::2]  # (2, 4, 4, 8, 8), strided, 8 KiB
+        cl = torch.empty(2, 4, 4, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last_3d)
+        cl4 = torch.empty(4, 8, 8, 4, device="cuda").permute(3, 0, 1, 2)  # (4, 4, 8, 8), CL3d unsqueezed
+        dense = x.contiguous()
+
+        def pool(t):
+            return torch.nn.functional.max_pool3d(t, 2, return_indices=True)
+
+        _, counts = counted(lambda: pool(x))
+        assert counts == (3, 1_024 + 2_048 + 8_192)
+        for t in (dense, cl, cl4):
+            _, counts = counted(lambda t=t: pool(t))
+            assert counts[0] == 2
+        _, counts = counted(lambda: pool(cl4[:, :, :, ::2]))  # strided: copied plain
+        assert counts == (3, 256 + 512 + 2_048)
+
+
+def test_adaptive_avg_pool3d_copies_a_strided_5d_input_and_gradient():
+    # AdaptiveAveragePooling3d.cu: a 5-D input is bound as `input_.contiguous()` before the output
+    # is resized (a 4-D one is read through its strides); the backward makes a strided gradient
+    # contiguous after its `empty_like` result
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 4, 8, 8, device="cuda")[:, ::2]  # (2, 4, 4, 8, 8), strided, 8 KiB
+        grad = torch.empty(2, 8, 2, 2, 2, device="cuda")[:, ::2]  # (2, 4, 2, 2, 2), strided
+        dense = x.contiguous()
+        pool = torch.nn.functional.adaptive_avg_pool3d
+        _, counts = counted(lambda: pool(x, 2))
+        assert counts == (2, 8_192 + 256)
+        _, counts = counted(lambda: pool(dense, 2))
+        assert counts == (1, 256)
+        _, counts = counted(lambda: pool(x[0], 2))  # 4-D: no copy
+        assert counts == (1, 128)
+        _, counts = counted(lambda: torch.ops.aten._adaptive_avg_pool3d_backward(grad, dense))
+        assert counts == (2, 8_192 + 256)
+
+
+def test_adaptive_max_pool3d_copies_a_strided_5d_input_and_gradient():
+    # AdaptiveMaxPooling3d.cu: after the output and indices, a 5-D input is bound as
+    # `input.contiguous()` (a 4-D one is read through its strides); the backward makes a strided
+    # gradient contiguous after its result
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 8, 4, 8, 8, device="cuda")[:, ::2]  # (2, 4, 4, 8, 8), strided, 8 KiB
+        grad = torch.empty(2, 8, 2, 2, 2, device="cuda")[:, ::2]  # (2, 4, 2, 2, 2), strided
+        dense = x.contiguous()
+        indices = torch.zeros(2, 4, 2, 2, 2, dtype=torch.long, device="cuda")
+
+        def pool(t):
+            return torch.nn.functional.adaptive_max_pool3d(t, 2, return_indices=True)
+
+        _, counts = counted(lambda: pool(x))
+        assert counts == (3, 256 + 512 + 8_192)
+        _, counts = counted(lambda: pool(dense))
+        assert counts == (2, 256 + 512)
+        _, counts = counted(lambda: pool(x[0]))  # 4-D: no copy
+        assert counts == (2, 128 + 256)
+        _, counts = counted(lambda: torch.ops.aten.adaptive_max_pool3d_backward(grad, dense, indices))
+        assert counts == (2, 8_192 + 256)
+
+
+def test_upsample_bilinear2d_copies_a_strided_channels_last_input_of_16_channels():
+    # blind94/cp04's H200 per-op truth (a channels-last slice of a `cat` copied beside the output).
+    # UpSampleBilinear2d.cu's forward: an input that suggests channels-last, of 16 channels or more,
+    # into a channels-last output runs the NHWC kernel over `input.contiguous(ChannelsLast)`; the
+    # plain kernel reads any input through packed accessors; a same-size output is a `copy_`
+    with vramscope.capture(gpu="h100"):
+        cl = torch.empty(2, 8, 8, 32, device="cuda").permute(0, 3, 1, 2)  # (2, 32, 8, 8) channels-last
+        sliced = cl[:, :, :, ::2]  # (2, 32, 8, 4), suggests channels-last, not dense: 8 KiB
+        narrow = torch.empty(2, 8, 8, 16, device="cuda").permute(0, 3, 1, 2)[:, :8, :, ::2]  # 8 channels
+
+        def up(t, size):
+            return torch.nn.functional.interpolate(t, size=size, mode="bilinear")
+
+        _, counts = counted(lambda: up(sliced, (16, 8)))
+        assert counts == (2, 32_768 + 8_192)
+        _, counts = counted(lambda: up(cl, (16, 16)))
+        assert counts == (1, 65_536)
+        _, counts = counted(lambda: up(narrow, (16, 8)))
+        assert counts[0] == 1
+        _, counts = counted(lambda: up(sliced, (8, 4)))  # same size: copied straight in
+        assert counts == (1, 8_192)
+
+
 def test_upsample_1d_copies_a_strided_operand():
     # blind289/kd03's DDSP `upsample`: `F.interpolate` of a permuted (B, frames, C) tensor and the
     # gradient of the permuted result. UpSampleNearest1d.cu makes its input contiguous
@@ -5320,6 +5418,36 @@ def test_mode_copies_its_transposed_input():
         assert counts == (3, 512 + 512 + 8_192)
         _, counts = counted(lambda: torch.mode(x, 1))
         assert counts == (2, 128 + 128)
+
+
+def test_kthvalue_copies_a_strided_input_before_its_outputs():
+    # cuda/Sorting.cpp's `kthvalue_out_cuda` hands its impl `self.contiguous()` before the values and
+    # indices are resized; a dense input is read in place
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(64, 256, device="cuda").t()  # (256, 64), strided, 64 KiB
+        (values, _), counts = counted(lambda: torch.kthvalue(x, 3, dim=0))
+        assert values.shape == (64,) and counts == (3, 65_536 + 256 + 512)
+        dense = x.contiguous()
+        (values, _), counts = counted(lambda: torch.kthvalue(dense, 3, dim=1, keepdim=True))
+        assert values.shape == (256, 1) and counts == (2, 1_024 + 2_048)
+
+
+def test_mode_copies_its_input_transposed_unless_that_is_contiguous():
+    # blind218/hj01's H200 per-op truth: a (16, 64) int64 mode along dim 0, count 3, 9,216 bytes.
+    # cuda/TensorModeKernel.cpp: after the values and indices, `self.transpose(dim, ndim - 1)
+    # .contiguous()`: a copy for a mode along any but a contiguous input's last dim; a slice of one
+    # is copied straight into the values
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(64, 256, device="cuda")  # 64 KiB
+        (values, _), counts = counted(lambda: torch.mode(x, 1))
+        assert values.shape == (64,) and counts == (2, 256 + 512)
+        (values, _), counts = counted(lambda: torch.mode(x, 0))
+        assert values.shape == (256,) and counts == (3, 1_024 + 2_048 + 65_536)
+        t = x.t()  # (256, 64): its dim 0 is the storage's last
+        _, counts = counted(lambda: torch.mode(t, 0))
+        assert counts == (2, 256 + 512)
+        _, counts = counted(lambda: torch.mode(x[:, :1], 1))
+        assert counts == (2, 256 + 512)
 
 
 def test_max_pool3d_backward_copies_a_strided_gradient():

@@ -64,6 +64,24 @@ def test_nondeterministic_cuda_kernels_alert(deterministic, monkeypatch):
         torch.nn.functional.adaptive_avg_pool2d(x, 1).sum().backward()
 
 
+def test_a_meta_kernels_alert_raises_after_the_same_call_ran_without_determinism():
+    # MaxUnpooling.cu's `alertNotDeterministic("max_unpooling2d_forward_out")` at every call on the
+    # GPU; the twin's meta kernel (the decomposition) alerts, and its cache of meta results kept the
+    # shapes of a call made before `use_deterministic_algorithms(True)`, which then ran on
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(2, 4, 8, 8, device="cuda")
+        indices = torch.zeros(2, 4, 8, 8, dtype=torch.long, device="cuda")
+        assert torch.nn.functional.max_unpool2d(x, indices, 2).shape == (2, 4, 16, 16)
+        torch.use_deterministic_algorithms(True)
+        try:
+            for _ in range(2):
+                with pytest.raises(RuntimeError, match=r"^max_unpooling2d_forward_out does not have"):
+                    torch.nn.functional.max_unpool2d(x, indices, 2)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert torch.nn.functional.max_unpool2d(x, indices, 2).shape == (2, 4, 16, 16)
+
+
 def test_more_nondeterministic_cuda_kernels_alert(deterministic, monkeypatch):
     # torch 2.11's alerting kernels beyond the first table (found by blind286 probing): 3-d grid
     # sampling (GridSampler.cpp), 3-d and adaptive-max pooling backwards, fractional max pooling,

@@ -1829,19 +1829,27 @@ def _in_meta_kernel(frame) -> bool:
     return False
 
 
+def _deterministic_setting() -> tuple[bool, bool]:
+    """`torch.use_deterministic_algorithms`'s mode and `warn_only`, a part of `_meta_cached`'s key."""
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
 def _meta_cached(func, args, kwargs):
     """`func(*args, **kwargs)` on meta tensors; an op returning only fresh tensors runs its meta
     kernel (Python decompositions, slow) once per argument metadata, then gets tensors of the same
     sizes, strides and dtypes (a model's repeated layers call the same ops with the same shapes).
     An in-place op whose meta kernel left its tensor as it was (a shape check only) is not run
-    again for the same argument metadata."""
+    again for the same argument metadata. The deterministic-algorithms setting is part of the key:
+    a meta kernel that alerts (`max_unpool2d`'s decomposition: `alert_not_deterministic`, as the
+    CUDA kernel's `alertNotDeterministic("max_unpooling2d_forward_out")`) raises at every call under
+    it, as the GPU does, even after the same call ran without it."""
     if not _fresh(func):
         if not (args and isinstance(args[0], torch.Tensor) and _in_place(func)):
             if _foreach_in_place(func):
                 return _foreach_checked(func, args, kwargs)
             return func(*args, **kwargs)
         try:
-            key = (func, _key(args), _key(kwargs))
+            key = (func, _key(args), _key(kwargs), _deterministic_setting())
         except TypeError:
             return func(*args, **kwargs)
         if key in _META_CACHE:
@@ -1852,7 +1860,7 @@ def _meta_cached(func, args, kwargs):
             _META_CACHE[key] = None
         return out
     try:
-        key = (func, _key(args), _key(kwargs))
+        key = (func, _key(args), _key(kwargs), _deterministic_setting())
     except TypeError:
         return func(*args, **kwargs)
     shapes = _META_CACHE.get(key)

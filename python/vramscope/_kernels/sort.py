@@ -567,6 +567,26 @@ AFTER[aten.mode.default] = _mode
 DISPATCH[aten.nanmedian.dim] = _median_dim
 
 
+def _kthvalue(cap, func, args, kwargs):
+    """`kthvalue_out_cuda` (cuda/Sorting.cpp) passes `self.contiguous()` to its impl ("expects
+    contiguous in input `self`"), a copy of a strided input made before the impl resizes the
+    `at::empty({0})` values and indices (CompositeExplicitAutograd's `kthvalue`), freed at the
+    return."""
+    x = args[0]
+    if not registered(x) or x.is_contiguous():
+        return NotImplemented
+    cap.ops += 1
+    op = func._schema.name
+    copy = cap.malloc(x.numel() * x.element_size(), op, "temporary")
+    values, indices = func(*args, **kwargs)
+    out = (cap.track(values, op), cap.track(indices, op))
+    del copy
+    return out
+
+
+DISPATCH[aten.kthvalue.default] = _kthvalue
+
+
 #: torchvision's `threadsPerBlock` in csrc/ops/cuda/nms_kernel.cu: one 64-bit mask word per 64 boxes
 NMS_BLOCK = 64
 

@@ -13,6 +13,15 @@ from .registry import AFTER, DISPATCH, FUNCTIONS, SCRATCH_UNMODELLED
 aten = torch.ops.aten
 
 
+def _raises_not_deterministic() -> bool:
+    """Whether `globalContext().alertNotDeterministic` raises (deterministic algorithms on, without
+    `warn_only`): a kernel that alerts before its copies makes none."""
+    return (
+        torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+    )
+
+
 def _im2col(cap, func, args, kwargs):
     """`im2col` / `col2im` on CUDA (`native/cuda/Im2Col.cu`, `Col2Im.cu`; `F.unfold`, `F.fold` and
     each other's backward): the output starts as `empty_like(input)`, the input is made contiguous,
@@ -155,11 +164,7 @@ def _upsample_1d_copy(cap, func, call, outs):
     and the gradient of the permuted result). The linear backward alerts under deterministic
     algorithms before its copy (`alertNotDeterministic` first in its impl): no copy where it raises."""
     src = call[0][0]
-    if (
-        func is aten.upsample_linear1d_backward.default
-        and torch.are_deterministic_algorithms_enabled()
-        and not torch.is_deterministic_algorithms_warn_only_enabled()
-    ):
+    if func is aten.upsample_linear1d_backward.default and _raises_not_deterministic():
         return
     if registered(src) and not src.is_contiguous():
         copy = _temp(cap, src, func._schema.name)
@@ -213,6 +218,66 @@ def _adaptive_avg_pool2d_backward(cap, func, call, outs):
 AFTER[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
 
 
+def _adaptive_avg_pool3d(cap, func, args, kwargs):
+    """`adaptive_avg_pool3d_out_cuda_template` (cuda/AdaptiveAveragePooling3d.cu): a 5-D input is
+    bound as `input_.contiguous()` before the `at::empty({0})` output is resized, the copy of a
+    strided one freed at the return; a 4-D input is read through its strides."""
+    x = args[0]
+    if not registered(x) or kwargs or x.dim() != 5 or x.is_contiguous():
+        return NotImplemented
+    cap.ops += 1
+    op = "aten::_adaptive_avg_pool3d"
+    copy = _temp(cap, x, op)
+    out = cap.track(func(*args), op)
+    del copy
+    return out
+
+
+DISPATCH[aten._adaptive_avg_pool3d.default] = _adaptive_avg_pool3d
+
+
+def _adaptive_avg_pool3d_backward(cap, func, call, outs):
+    """`adaptive_avg_pool3d_backward_cuda` (cuda/AdaptiveAveragePooling3d.cu): after its alert and
+    the `empty_like` input gradient, `gradOutput_.contiguous()` of a strided gradient, freed at the
+    return."""
+    grad = call[0][0]
+    if registered(grad) and not grad.is_contiguous() and not _raises_not_deterministic():
+        copy = _temp(cap, grad, func._schema.name)
+        del copy
+
+
+AFTER[aten._adaptive_avg_pool3d_backward.default] = _adaptive_avg_pool3d_backward
+
+
+def _adaptive_max_pool3d(cap, func, call, outs):
+    """`adaptive_max_pool3d_out_cuda` (cuda/AdaptiveMaxPooling3d.cu), after the structured kernel's
+    output and indices and nothing for an empty input or output: a 5-D input is bound as
+    `input.contiguous()`, the copy of a strided one freed at the return; a 4-D one is read through
+    its strides."""
+    x = call[0][0]
+    if not registered(x) or x.numel() == 0 or outs[0].numel() == 0 or x.dim() != 5:
+        return
+    if not x.is_contiguous():
+        copy = _temp(cap, x, func._schema.name)
+        del copy
+
+
+AFTER[aten.adaptive_max_pool3d.default] = _adaptive_max_pool3d
+
+
+def _adaptive_max_pool3d_backward(cap, func, call, outs):
+    """`adaptive_max_pool3d_backward_out_cuda` (cuda/AdaptiveMaxPooling3d.cu), after the structured
+    kernel's input gradient and nothing for an empty gradient: `gradOutput.contiguous()`, freed at
+    the return (the indices are read as they are)."""
+    grad = call[0][0]
+    if registered(grad) and grad.numel() > 0 and not grad.is_contiguous():
+        copy = _temp(cap, grad, func._schema.name)
+        del copy
+
+
+AFTER[aten.adaptive_max_pool3d_backward.default] = _adaptive_max_pool3d_backward
+
+
 def _adaptive_max_pool2d(cap, func, call, outs):
     """`adaptive_max_pool2d_out_cuda` (cuda/AdaptiveMaxPooling2d.cu), after the structured kernel's
     outputs (in the input's suggested format): a contiguous `at::empty` stand-in for each output
@@ -246,10 +311,7 @@ def _adaptive_max_pool2d_backward(cap, func, call, outs):
     grad, indices = args[0], args[2]
     if not registered(grad) or grad.numel() == 0:
         return
-    if (
-        torch.are_deterministic_algorithms_enabled()
-        and not torch.is_deterministic_algorithms_warn_only_enabled()
-    ):
+    if _raises_not_deterministic():
         return
     op = func._schema.name
     temps = [_temp(cap, t, op) for t in (grad, indices, outs[0]) if not t.is_contiguous()]
@@ -271,10 +333,7 @@ def _upsample_trilinear3d_backward(cap, func, call, outs):
     grad = call[0][0]
     if not registered(grad):
         return
-    if (
-        torch.are_deterministic_algorithms_enabled()
-        and not torch.is_deterministic_algorithms_warn_only_enabled()
-    ):
+    if _raises_not_deterministic():
         return
     op = func._schema.name
     if not grad.is_contiguous():
@@ -296,9 +355,8 @@ def _avg_pool3d(cap, func, call, outs):
     src = args[0]
     if not registered(src) or outs[0].numel() == 0 or src.is_contiguous():
         return
-    if backward and torch.are_deterministic_algorithms_enabled():
-        if not torch.is_deterministic_algorithms_warn_only_enabled():
-            return
+    if backward and _raises_not_deterministic():
+        return
     copy = _temp(cap, src, func._schema.name)
     del copy
 
@@ -357,18 +415,38 @@ def _max_pool3d_backward(cap, func, call, outs):
     grad, src, indices = args[0], args[1], args[7]
     if not registered(grad) or grad.numel() == 0:
         return
-    if src.dim() == 5:
-        cl = _suggests_channels_last(src)
-    else:
-        u = src.unsqueeze(0)
-        cl = not u.is_contiguous() and u.is_contiguous(memory_format=torch.channels_last_3d)
-        if cl:
-            grad, indices = grad.unsqueeze(0), indices.unsqueeze(0)
+    cl, (grad, indices) = _max_pool3d_layout(src, grad, indices)
     copies = [_copy_unless_in(cap, t, cl) for t in (grad, indices) if registered(t)]
     del copies
 
 
 AFTER[aten.max_pool3d_with_indices_backward.default] = _max_pool3d_backward
+
+
+def _max_pool3d_layout(src, *ts):
+    """DilatedMaxPool3d.cu's `channels_last`: a 5-D input that suggests `ChannelsLast3d`, or a 4-D
+    one whose unsqueezed view is contiguous only in `ChannelsLast3d` (its tensors then unsqueezed,
+    "work around buggy behavior of suggest_memory_format"); returns it and the tensors as read."""
+    if src.dim() == 5:
+        return _suggests_channels_last(src), ts
+    u = src.unsqueeze(0)
+    cl = not u.is_contiguous() and u.is_contiguous(memory_format=torch.channels_last_3d)
+    return cl, tuple(t.unsqueeze(0) for t in ts) if cl else ts
+
+
+def _max_pool3d(cap, func, call, outs):
+    """`max_pool3d_with_indices_out_cuda_template` (cuda/DilatedMaxPool3d.cu): after the output and
+    indices, `input.contiguous()`, or `_input.contiguous(ChannelsLast3d)` where the input is read
+    channels-last (`_max_pool3d_layout`), freed at the return; nothing for an empty input."""
+    src = call[0][0]
+    if not registered(src) or src.numel() == 0:
+        return
+    cl, (view,) = _max_pool3d_layout(src, src)
+    copy = _copy_unless_in(cap, view, cl)
+    del copy
+
+
+AFTER[aten.max_pool3d_with_indices.default] = _max_pool3d
 
 
 def _fractional_max_pool3d_backward(cap, func, args, kwargs):
@@ -388,6 +466,28 @@ def _fractional_max_pool3d_backward(cap, func, args, kwargs):
 
 
 DISPATCH[aten.fractional_max_pool3d_backward.default] = _fractional_max_pool3d_backward
+
+
+def _upsample_bilinear2d(cap, func, call, outs):
+    """`upsample_bilinear2d_out_cuda_template` (cuda/UpSampleBilinear2d.cu), after the structured
+    kernel's output (in the input's suggested format): a same-size output is a `copy_`; an input
+    that suggests channels-last, of 16 channels or more, into a channels-last output runs the NHWC
+    kernel over `input.contiguous(ChannelsLast)`, a copy of a strided one freed at the return; the
+    other kernel reads the input through packed accessors (blind94/cp04's H200 per-op truth: a
+    channels-last (2, 256, 96, 128) slice of a `cat`, 25,165,824 bytes beside the output)."""
+    src, out = call[0][0], outs[0]
+    if not registered(src) or tuple(src.shape) == tuple(out.shape):
+        return
+    if (
+        _suggests_channels_last(src)
+        and src.size(1) >= 16
+        and out.is_contiguous(memory_format=torch.channels_last)
+    ):
+        copy = _copy_unless_in(cap, src, True)
+        del copy
+
+
+AFTER[aten.upsample_bilinear2d.default] = _upsample_bilinear2d
 
 
 def _upsample_bilinear2d_backward(cap, func, call, outs):
