@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -5448,6 +5449,37 @@ def test_mode_copies_its_input_transposed_unless_that_is_contiguous():
         assert counts == (2, 256 + 512)
         _, counts = counted(lambda: torch.mode(x[:, :1], 1))
         assert counts == (2, 256 + 512)
+
+
+def test_complex_comparisons_and_extrema_raise_as_on_the_gpu():
+    # the meta device's Python registrations gave sizes; the GPU's CUDA kernels (dispatch macros
+    # without complex) and structured meta functions refuse (_capture._refusals_of_complex)
+    with vramscope.capture(gpu="h100"):
+        z = torch.randn(8, dtype=torch.complex64, device="cuda")
+        w = torch.randn(8, dtype=torch.complex128, device="cuda")
+        kernel = {
+            "\"lt_cuda\" not implemented for 'ComplexFloat'": lambda: z < z,
+            "\"ge_cuda\" not implemented for 'ComplexFloat'": lambda: z >= 0,
+            "\"gt_cuda\" not implemented for 'ComplexDouble'": lambda: z > w,
+            "\"max_all_cuda\" not implemented for 'ComplexFloat'": lambda: z.max(),
+            "\"min_values_cuda\" not implemented for 'ComplexFloat'": lambda: z.amin(0),
+        }
+        for message, fn in kernel.items():
+            with pytest.raises(NotImplementedError, match=re.escape(message)):
+                fn()
+        for message, fn in {
+            "max(): does not support complex input": lambda: z.max(0),
+            "argmin(): does not support complex input": lambda: z.argmin(),
+            "maximum not implemented for complex tensors.": lambda: torch.max(z, z),
+            "fmin not implemented for complex tensors.": lambda: torch.fmin(z, z),
+        }.items():
+            with pytest.raises(RuntimeError, match=re.escape(message)):
+                fn()
+        with pytest.raises(NotImplementedError, match="clamp is not supported for complex types"):
+            z.clamp(min=0)
+        with pytest.raises(NotImplementedError, match=r"torch\.sign is not intended to support complex"):
+            z.sign()
+        assert (z == z).dtype == torch.bool  # equality is defined for complex
 
 
 def test_max_pool3d_backward_copies_a_strided_gradient():

@@ -516,6 +516,80 @@ _SHAPE_CHECKS = {
 }
 
 
+def _refusals_of_complex() -> dict:
+    """Ops whose CUDA path refuses a complex operand, where the meta device's Python registrations
+    give sizes: op -> (exception, message, whether an empty input reaches the refusal). A message
+    with `{}` is a CUDA kernel's dispatch macro (AT_DISPATCH_ALL_TYPES_AND3 without complex), which
+    names the dtype; the others are structured meta functions' checks, which the CPU shares."""
+    table: dict = {}
+
+    def add(names, exc, message, empty=True):
+        for name in names:
+            packet = getattr(aten, name)
+            for overload in packet.overloads():
+                table[getattr(packet, overload)] = (exc, message, empty)
+
+    for op in ("lt", "le", "gt", "ge"):
+        # cuda/CompareKernels.cu: `{op}_kernel_cuda` dispatches on the common dtype
+        add((op, op + "_"), NotImplementedError, f"\"{op}_cuda\" not implemented for '{{}}'")
+    for op in ("max", "min"):
+        # cuda/ReduceM{ax,in}ValuesKernel.cu: `{op}_all_launch_kernel`, `{op}_values_kernel_cuda`
+        table[getattr(aten, op).default] = (
+            NotImplementedError,
+            f"\"{op}_all_cuda\" not implemented for '{{}}'",
+            False,
+        )
+        add(("a" + op,), NotImplementedError, f"\"{op}_values_cuda\" not implemented for '{{}}'", False)
+        # TensorCompare.cpp's TORCH_META_FUNC2({op}, dim) (`check_unsupported_complex`)
+        for overload in ("dim", "dim_max" if op == "max" else "dim_min"):
+            table[getattr(getattr(aten, op), overload)] = (
+                RuntimeError,
+                op + "(): does not support complex input",
+                True,
+            )
+        # BinaryOps.cpp's TORCH_META_FUNC(maximum) / (minimum), (fmax), (fmin)
+        for name in ("maximum" if op == "max" else "minimum", "f" + op):
+            add((name,), RuntimeError, name + " not implemented for complex tensors.")
+    # ReduceOps.cpp's TORCH_META_FUNC(argmax) / (argmin) (`check_argmax_argmin`)
+    for name in ("argmax", "argmin"):
+        add((name,), RuntimeError, name + "(): does not support complex input")
+    # TensorCompare.cpp's TORCH_META_FUNC(clamp) / (clamp_min) / (clamp_max), TORCH_CHECK_NOT_IMPLEMENTED
+    add(
+        ("clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_"),
+        NotImplementedError,
+        "clamp is not supported for complex types",
+    )
+    # UnaryOps.cpp's TORCH_META_FUNC(sign)
+    add(
+        ("sign", "sign_"),
+        NotImplementedError,
+        "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
+    )
+    return table
+
+
+_COMPLEX_REFUSED = _refusals_of_complex()
+
+
+def _refuse_complex(func, args) -> None:
+    """The GPU's refusal of a complex operand (`_refusals_of_complex`): the dtype named is the
+    operands' common one (TensorIterator's, or the reduction's input dtype)."""
+    exc, message, empty = _COMPLEX_REFUSED[func]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not any(registered(t) for t in tensors) or not any(t.is_complex() for t in tensors):
+        return
+    if not empty and tensors[0].numel() == 0:
+        return
+    if "{}" in message:
+        from ._kernels.typenames import scalar_type_name
+
+        dtype = tensors[0].dtype
+        if len(args) >= 2 and isinstance(args[1], (torch.Tensor, int, float, complex, bool)):
+            dtype = torch.result_type(args[0], args[1])
+        message = message.format(scalar_type_name(dtype))
+    raise exc(message)
+
+
 #: whether an aten op has no kernel at the CUDA key, by op (a cache)
 _NO_CUDA_KERNEL: dict = {}
 _CUDA_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
@@ -3449,6 +3523,8 @@ class Capture:
         shapes = _SHAPE_CHECKS.get(func)
         if shapes is not None and len(args) >= 2:
             shapes(args)
+        if func in _COMPLEX_REFUSED:
+            _refuse_complex(func, args)
         alert = _NOT_DETERMINISTIC.get(func) if torch.are_deterministic_algorithms_enabled() else None
         if alert is not None and alert[1] and alert[2](args, kwargs):
             torch._prims_common.alert_not_deterministic(alert[0])
