@@ -5463,6 +5463,10 @@ def test_complex_comparisons_and_extrema_raise_as_on_the_gpu():
             "\"gt_cuda\" not implemented for 'ComplexDouble'": lambda: z > w,
             "\"max_all_cuda\" not implemented for 'ComplexFloat'": lambda: z.max(),
             "\"min_values_cuda\" not implemented for 'ComplexFloat'": lambda: z.amin(0),
+            "\"topk_out_cuda\" not implemented for 'ComplexFloat'": lambda: z.topk(3),
+            "\"cummin_cuda\" not implemented for 'ComplexFloat'": lambda: z.cummin(0),
+            "\"kthvalue_cuda\" not implemented for 'ComplexDouble'": lambda: w.kthvalue(2),
+            "\"median_out_impl\" not implemented for 'ComplexFloat'": lambda: z.median(0),
         }
         for message, fn in kernel.items():
             with pytest.raises(NotImplementedError, match=re.escape(message)):
@@ -5472,6 +5476,7 @@ def test_complex_comparisons_and_extrema_raise_as_on_the_gpu():
             "argmin(): does not support complex input": lambda: z.argmin(),
             "maximum not implemented for complex tensors.": lambda: torch.max(z, z),
             "fmin not implemented for complex tensors.": lambda: torch.fmin(z, z),
+            "Sort currently does not support complex dtypes on CUDA.": lambda: z.nanmedian(),
         }.items():
             with pytest.raises(RuntimeError, match=re.escape(message)):
                 fn()
@@ -5480,6 +5485,7 @@ def test_complex_comparisons_and_extrema_raise_as_on_the_gpu():
         with pytest.raises(NotImplementedError, match=r"torch\.sign is not intended to support complex"):
             z.sign()
         assert (z == z).dtype == torch.bool  # equality is defined for complex
+        assert z.topk(0)[0].shape == (0,)  # TensorTopK.cpp returns before the kernel for k == 0
 
 
 def test_max_pool3d_backward_copies_a_strided_gradient():

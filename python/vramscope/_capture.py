@@ -59,6 +59,7 @@ from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured regi
 from ._autograd_streams import inputs_of as _node_inputs
 from ._autograd_streams import node_stream as _node_stream
 from ._autograd_streams import tag as _tag_streams
+from ._kernels.sort import SORT_OF_COMPLEX
 from ._pinned import PinnedHost
 from ._tensor import Storage, is_ours, leaves, map_leaves, registered, registered_in, set_value, value
 from ._tensor import tensors_in as _tensors
@@ -518,41 +519,59 @@ _SHAPE_CHECKS = {
 
 def _refusals_of_complex() -> dict:
     """Ops whose CUDA path refuses a complex operand, where the meta device's Python registrations
-    give sizes: op -> (exception, message, whether an empty input reaches the refusal). A message
-    with `{}` is a CUDA kernel's dispatch macro (AT_DISPATCH_ALL_TYPES_AND3 without complex), which
-    names the dtype; the others are structured meta functions' checks, which the CPU shares."""
+    give sizes: op -> (exception, message, reaches(args): whether the refusal is reached, past the
+    checks the meta kernel makes itself). A message with `{}` is a CUDA kernel's dispatch macro
+    (AT_DISPATCH_ALL_TYPES_AND* without complex), which names the dtype; the others are structured
+    meta functions' checks, which the CPU shares."""
     table: dict = {}
+    always = lambda args: True  # noqa: E731
+    filled = lambda args: args[0].numel() > 0  # noqa: E731
 
-    def add(names, exc, message, empty=True):
+    def add(names, exc, message, reaches=always):
         for name in names:
             packet = getattr(aten, name)
             for overload in packet.overloads():
-                table[getattr(packet, overload)] = (exc, message, empty)
+                table[getattr(packet, overload)] = (exc, message, reaches)
+
+    def dispatch(name):
+        return f"\"{name}\" not implemented for '{{}}'"
+
+    def selects(args, k):
+        # a k-selection's kernel runs for 1 <= k <= the slice (the meta kernel refuses others)
+        x = args[0]
+        dim = args[2] if len(args) > 2 else -1
+        return x.numel() > 0 and x.dim() > 0 and 1 <= k <= x.shape[dim]
 
     for op in ("lt", "le", "gt", "ge"):
         # cuda/CompareKernels.cu: `{op}_kernel_cuda` dispatches on the common dtype
-        add((op, op + "_"), NotImplementedError, f"\"{op}_cuda\" not implemented for '{{}}'")
+        add((op, op + "_"), NotImplementedError, dispatch(op + "_cuda"))
     for op in ("max", "min"):
         # cuda/ReduceM{ax,in}ValuesKernel.cu: `{op}_all_launch_kernel`, `{op}_values_kernel_cuda`
-        table[getattr(aten, op).default] = (
-            NotImplementedError,
-            f"\"{op}_all_cuda\" not implemented for '{{}}'",
-            False,
-        )
-        add(("a" + op,), NotImplementedError, f"\"{op}_values_cuda\" not implemented for '{{}}'", False)
-        # TensorCompare.cpp's TORCH_META_FUNC2({op}, dim) (`check_unsupported_complex`)
+        # (ReduceAllOps.cpp, ReduceOps.cpp: a non-empty input)
+        table[getattr(aten, op).default] = (NotImplementedError, dispatch(op + "_all_cuda"), filled)
+        add(("a" + op,), NotImplementedError, dispatch(op + "_values_cuda"), filled)
+        # TensorCompare.cpp's TORCH_META_FUNC2({op}, dim): `check_unsupported_complex` after
+        # `zero_numel_check_dims`
         for overload in ("dim", "dim_max" if op == "max" else "dim_min"):
             table[getattr(getattr(aten, op), overload)] = (
                 RuntimeError,
                 op + "(): does not support complex input",
-                True,
+                filled,
             )
         # BinaryOps.cpp's TORCH_META_FUNC(maximum) / (minimum), (fmax), (fmin)
         for name in ("maximum" if op == "max" else "minimum", "f" + op):
             add((name,), RuntimeError, name + " not implemented for complex tensors.")
+        # cuda/ScanKernels.cu's `launch_cum{op}_cuda_kernel` (ReduceOps.cpp's `cum{op}_out`: a
+        # non-empty input of a dimension or more)
+        add(
+            ("cum" + op,),
+            NotImplementedError,
+            dispatch(f"cum{op}_cuda"),
+            lambda args: args[0].numel() > 0 and args[0].dim() > 0,
+        )
     # ReduceOps.cpp's TORCH_META_FUNC(argmax) / (argmin) (`check_argmax_argmin`)
     for name in ("argmax", "argmin"):
-        add((name,), RuntimeError, name + "(): does not support complex input")
+        add((name,), RuntimeError, name + "(): does not support complex input", filled)
     # TensorCompare.cpp's TORCH_META_FUNC(clamp) / (clamp_min) / (clamp_max), TORCH_CHECK_NOT_IMPLEMENTED
     add(
         ("clamp", "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_"),
@@ -565,6 +584,17 @@ def _refusals_of_complex() -> dict:
         NotImplementedError,
         "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
     )
+    # cuda/TensorTopK.cu's `launch_gather_topk_kernel` (TensorTopK.cpp: not for k == 0)
+    add(("topk",), NotImplementedError, dispatch("topk_out_cuda"), lambda args: selects(args, args[1]))
+    # cuda/SortingKthValue.cu's `launch_kthvalue_kernel` (cuda/Sorting.cpp's `kthvalue_out_impl_cuda`)
+    add(("kthvalue",), NotImplementedError, dispatch("kthvalue_cuda"), lambda args: selects(args, args[1]))
+    # cuda/Sorting.cpp: `median_with_indices_impl` launches `launch_median_kernel` for a
+    # non-empty input; `median_impl` (no dim) sorts the flattened input (cuda/Sort.cpp)
+    for name in ("median", "nanmedian"):
+        packet = getattr(aten, name)
+        table[packet.default] = (RuntimeError, SORT_OF_COMPLEX, filled)
+        for overload in ("dim", "dim_values"):
+            table[getattr(packet, overload)] = (NotImplementedError, dispatch("median_out_impl"), filled)
     return table
 
 
@@ -573,12 +603,12 @@ _COMPLEX_REFUSED = _refusals_of_complex()
 
 def _refuse_complex(func, args) -> None:
     """The GPU's refusal of a complex operand (`_refusals_of_complex`): the dtype named is the
-    operands' common one (TensorIterator's, or the reduction's input dtype)."""
-    exc, message, empty = _COMPLEX_REFUSED[func]
+    operands' common one (TensorIterator's, or the input's)."""
+    exc, message, reaches = _COMPLEX_REFUSED[func]
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if not any(registered(t) for t in tensors) or not any(t.is_complex() for t in tensors):
         return
-    if not empty and tensors[0].numel() == 0:
+    if not reaches(args):
         return
     if "{}" in message:
         from ._kernels.typenames import scalar_type_name

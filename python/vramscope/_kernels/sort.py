@@ -15,6 +15,9 @@ from .registry import AFTER, DISPATCH, FUNCTIONS, NAMED_DISPATCH, SCRATCH_UNMODE
 
 aten = torch.ops.aten
 
+#: `sort_cuda_kernel`'s refusal (cuda/Sort.cpp)
+SORT_OF_COMPLEX = "Sort currently does not support complex dtypes on CUDA."
+
 
 # ---- scans, sorts and sort-based kernels (CUB) ----------------------------------------
 
@@ -155,7 +158,7 @@ def _sort(cap, func, call, outs):
     if x.is_complex() and x.dim() > 0:
         # `sort_cuda_kernel` (cuda/Sort.cpp), after the structured outputs; a 0-dim input never
         # reaches it (`sort_stable_out`)
-        raise RuntimeError("Sort currently does not support complex dtypes on CUDA.")
+        raise RuntimeError(SORT_OF_COMPLEX)
     op = func._schema.name
     dim = kw.get("dim", -1)
     for a in args[1:]:
