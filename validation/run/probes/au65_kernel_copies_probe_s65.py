@@ -21,30 +21,7 @@ dev = "cuda"
 torch.manual_seed(0)
 torch.zeros(1, device=dev)  # the context
 
-
-def stats():
-    s = torch.cuda.memory_stats()
-    return s["allocation.all.allocated"], s["requested_bytes.all.allocated"]
-
-
-def case(name, make, fn):
-    args = make()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    c0, r0 = stats()
-    try:
-        out = fn(*args)
-        torch.cuda.synchronize()
-        c1, r1 = stats()
-        print(
-            f"{name} count {c1 - c0} bytes {r1 - r0} peak {torch.cuda.max_memory_allocated() - base}",
-            flush=True,
-        )
-        del out
-    except RuntimeError as e:
-        print(f"{name} RAISED {str(e)[:110]}", flush=True)
-    del args
+from _op_case import case  # noqa: E402  (beside this file in probes/)
 
 
 def sliced5():
