@@ -80,7 +80,9 @@ def main():
         if s == "21":
             answered.update(load(path("answers_blind21b_h200.jsonl")))
         after = path(f"answers_blind{'4' if s == '4b' else s}_after_{g}.jsonl")
-        latest = load(after) if fixture(after) else answered
+        latest = (
+            {**answered, **load(after)} if fixture(after) else answered
+        )  # an after file may hold only the scripts it fixed
         w0, e0, _ = tally(gpu, answered)
         w1, e1, miss = tally(gpu, latest)
         phases = sum(len(r) for r in gpu.values())

@@ -103,3 +103,12 @@ def test_an_h100_sets_latest_answers_are_its_h100_after_file_not_its_h200_one(tm
     _write(tmp_path / "answers_blind9_after_h100.jsonl", [rec], xz=True)
     out = _tally(tmp_path)
     assert "as answered  0 within,   0 exact; latest (after)  1 within,   1 exact" in out
+
+
+def test_an_after_file_with_only_the_scripts_it_fixed_keeps_the_others_as_answered(tmp_path):
+    x, y = _rec("x01"), _rec("y01")
+    _write(tmp_path / "run_blind9_h100.jsonl", [x, y])
+    _write(tmp_path / "answers_blind9_h100.jsonl", [x, y | {"peak_allocated": 4096}], xz=True)
+    _write(tmp_path / "answers_blind9_after_h100.jsonl", [y], xz=True)
+    out = _tally(tmp_path)
+    assert "as answered  1 within,   1 exact; latest (after)  2 within,   2 exact" in out
