@@ -15,7 +15,7 @@ import weakref
 import pytest
 import torch
 import vramscope
-from conftest import counted, extra_allocations, run_script
+from conftest import FIXTURES, ROOT, counted, extra_allocations, run_script
 
 MIB = 1 << 20
 
@@ -4522,8 +4522,10 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
         targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
         lengths, full = [30] * 64, [200] * 64
         loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, zero_infinity=True))
-        # raw gradient, losses, the mean's lengths (host copy, clamp), division, mean
-        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
+        # raw gradient, cuDNN's workspace (cudnnGetCTCLossWorkspaceSize: 10,366,720 bytes on the H100,
+        # probes/mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py), losses, the mean's lengths (host
+        # copy, clamp), division, mean
+        assert counts == (7, 4096000 + 10366720 + 256 + 256 + 256 + 256 + 4)
         loss.backward()
         assert logits.grad.shape == logits.shape
         # a shorter input leaves cuDNN: the native kernel's log_alpha (64, 200, 61) is made
@@ -4535,7 +4537,8 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
             F.ctc_loss(lp, targets, *as_int32)
         # int64 length tensors: the IntArrayRef overload's cuDNN path, as with lists
         _, counts = counted(lambda: F.ctc_loss(lp, targets, torch.tensor(full), torch.tensor(lengths)))
-        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
+        assert counts == (7, 4096000 + 10366720 + 256 + 256 + 256 + 256 + 4)
+    # that workspace's formula is fitted from two problems of equal target lengths: said
     assert any("CTC loss workspace" in k for k in cap.unmeasured)
 
 
@@ -4557,16 +4560,34 @@ def test_ctc_loss_over_int32_tensor_lengths_takes_cudnn_s_tensor_overload():
             F.ctc_loss(lp, targets, full, lengths, zero_infinity=True)
         # sum: the targets and both lengths copied to the device, the raw gradient, the losses, the sum
         loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, reduction="sum"))
-        assert counts == (6, 7680 + 256 + 256 + 4096000 + 256 + 4)
+        # ... and cuDNN's v8 workspace, sized by the descriptor's 255-label maximum: 56,553,728 bytes
+        # on the H100 (mx64's probe; `_ctc_workspace_v8`)
+        assert counts == (7, 7680 + 256 + 256 + 4096000 + 56553728 + 256 + 4)
         assert type(loss.grad_fn.next_functions[0][0]).__name__ == "CudnnCtcLossBackward1"
         # device operands with one input shorter than log_probs: still cuDNN; the mean's clamp (int32),
         # division and mean
         short, dev_targets, dev_lengths = full.cuda(), targets.cuda(), lengths.cuda()
         short[0] = 199
         loss, counts = counted(lambda: F.ctc_loss(lp, dev_targets, short, dev_lengths, zero_infinity=True))
-        assert counts == (5, 4096000 + 256 + 256 + 256 + 4)
+        assert counts == (6, 4096000 + 56553728 + 256 + 256 + 256 + 4)
         loss.backward()
         assert logits.grad.shape == logits.shape
+
+
+def test_ctc_loss_s_cudnn_workspaces_as_the_h100_ran_them(capsys):
+    # probes/mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py's CTC cases, their forward's events
+    # (the raw gradient, cuDNN's workspace, the losses, ...), as the H100 printed them
+    import runpy
+
+    gpu = (FIXTURES / "run" / "probes" / "mx64_ctc_tensor_lengths_probe_s64_h100.txt").read_text()
+    with vramscope.capture(gpu="h100"):
+        runpy.run_path(
+            str(ROOT / "validation" / "run" / "probes" / "mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py")
+        )
+    twin = capsys.readouterr().out.splitlines()
+    fwd = [line for line in gpu.splitlines() if line.startswith("ctc ") and " fwd events " in line]
+    assert len(fwd) == 11
+    assert [line for line in twin if line in fwd] == fwd
 
 
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():
