@@ -4589,6 +4589,11 @@ def test_ctc_loss_s_cudnn_workspaces_as_the_h100_ran_them(capsys):
     fwd = [line for line in gpu.splitlines() if line.startswith("ctc ") and " fwd events " in line]
     assert len(fwd) == 11
     assert [line for line in twin if line in fwd] == fwd
+    # every op's events (part 2's ops without meta kernels: the learnable per-channel fake quant's
+    # backward frees its two zero-point checks at once; the native CTC backward's `where` frees the
+    # replaced gradient after its comparison and zeros)
+    events = [line for line in gpu.splitlines() if " events " in line]
+    assert [line for line in twin if line in events] == events
 
 
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():

@@ -124,7 +124,9 @@ def _ctc_loss_backward(cap, func, args, kwargs):
             zero = cap.malloc(elem, "aten::where", "temporary")
             infinite = cap.malloc(batch, "aten::where", "temporary")
             grad = cap.track(_meta(lp.shape, lp.dtype), op)
-            del first, infinite, zero
+            # the comparison and the zeros go first, then the replaced gradient (the H100's order:
+            # mx64's probe, dev_long64's backward)
+            del infinite, zero, first
     del log_beta, input_lengths_t, target_lengths_t, batch_offsets
     return grad
 
