@@ -54,6 +54,10 @@ for tf32 in (False, True):
                 f"tf32 {int(tf32)} traced call {i}", lambda traced=traced, images=images: traced(images)
             )
             del out
+            # the graph the executor ran last (after the profiling run: any TensorExpr fusion groups)
+            g = torch.jit.last_executed_optimized_graph()
+            kinds = [n.kind() for n in g.nodes() if n.kind() not in ("prim::Constant", "prim::ListConstruct")]
+            print(f"tf32 {int(tf32)} traced call {i} graph", kinds, flush=True)
     del stem, traced, images
     torch.cuda.empty_cache()
 # the whole network (torchvision's resnet18: ju04's layout), TF32 off: each call's peak above its start
@@ -74,4 +78,5 @@ with torch.no_grad():
                 f"resnet18 {tag} call {i} peak_above {torch.cuda.max_memory_allocated() - base}", flush=True
             )
             del out
+print("texpr fuser", torch._C._jit_texpr_fuser_enabled(), "gpu", torch._C._jit_can_fuse_on_gpu())
 print("done")
