@@ -381,7 +381,9 @@ def _no_tf32_workspace(cap, op, conv, with_tf32):
     for a measured forward problem, else `with_tf32` (the tables' bytes, measured with TF32 on),
     noted as unmeasured."""
     x, w, stride, padding, dilation, transposed, _, groups, cl = conv
-    plain = op == "forward" and not (transposed or cl or groups != 1 or set(dilation) != {1})
+    plain = op == "forward" and not (
+        transposed or cl or groups != 1 or set(dilation) != {1} or torch.backends.cudnn.benchmark
+    )
     key = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding))
     if plain and key in _NO_TF32_FORWARD:
         return _NO_TF32_FORWARD[key]
