@@ -15,7 +15,7 @@ import weakref
 import pytest
 import torch
 import vramscope
-from conftest import counted, extra_allocations, run_script
+from conftest import FIXTURES, ROOT, counted, extra_allocations, run_script
 
 MIB = 1 << 20
 
@@ -3824,11 +3824,12 @@ def test_unfold_and_fold_allocate_what_the_gpu_counted():
         assert before - torch.cuda.memory_allocated() == 48_771_072
 
 
-def test_weight_norm_stashes_half_norms_as_float_and_bfloat16_norms_as_they_are():
-    # cuda/WeightNorm.cu's `weight_norm_cuda`: norms in float32 for a half `g`, else in `g`'s dtype
-    # (blind88/cj03's H200 per-op truth: a (1024, 128, 7) half weight, 1,835,008 + 4,096 bytes)
+def test_weight_norm_stashes_half_and_bfloat16_norms_as_float():
+    # cuda/WeightNorm.cu's `weight_norm_cuda`: norms in float32 for a half or bfloat16 `g`, else in
+    # `g`'s dtype (blind88/cj03's H200 per-op truth: a (1024, 128, 7) half weight, 1,835,008 + 4,096
+    # bytes; au65's probe on the H100: the same 4,096 for a bfloat16 one)
     with vramscope.capture(gpu="h200"):
-        for dtype, norm_bytes in ((torch.float16, 4_096), (torch.bfloat16, 2_048), (torch.float32, 4_096)):
+        for dtype, norm_bytes in ((torch.float16, 4_096), (torch.bfloat16, 4_096), (torch.float32, 4_096)):
             v = torch.empty(1024, 128, 7, device="cuda", dtype=dtype)
             g = torch.empty(1024, 1, 1, device="cuda", dtype=dtype)
             w, counts = counted(lambda v=v, g=g: torch._weight_norm(v, g, 0))
@@ -4522,8 +4523,10 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
         targets = torch.randint(1, 80, (64 * 30,), dtype=torch.int32)
         lengths, full = [30] * 64, [200] * 64
         loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, zero_infinity=True))
-        # raw gradient, losses, the mean's lengths (host copy, clamp), division, mean
-        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
+        # raw gradient, cuDNN's workspace (cudnnGetCTCLossWorkspaceSize: 10,366,720 bytes on the H100,
+        # probes/mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py), losses, the mean's lengths (host
+        # copy, clamp), division, mean
+        assert counts == (7, 4096000 + 10366720 + 256 + 256 + 256 + 256 + 4)
         loss.backward()
         assert logits.grad.shape == logits.shape
         # a shorter input leaves cuDNN: the native kernel's log_alpha (64, 200, 61) is made
@@ -4535,7 +4538,8 @@ def test_ctc_loss_with_host_int32_targets_and_full_inputs_takes_cudnn():
             F.ctc_loss(lp, targets, *as_int32)
         # int64 length tensors: the IntArrayRef overload's cuDNN path, as with lists
         _, counts = counted(lambda: F.ctc_loss(lp, targets, torch.tensor(full), torch.tensor(lengths)))
-        assert counts == (6, 4096000 + 256 + 256 + 256 + 256 + 4)
+        assert counts == (7, 4096000 + 10366720 + 256 + 256 + 256 + 256 + 4)
+    # that workspace's formula is fitted from two problems of equal target lengths: said
     assert any("CTC loss workspace" in k for k in cap.unmeasured)
 
 
@@ -4557,16 +4561,39 @@ def test_ctc_loss_over_int32_tensor_lengths_takes_cudnn_s_tensor_overload():
             F.ctc_loss(lp, targets, full, lengths, zero_infinity=True)
         # sum: the targets and both lengths copied to the device, the raw gradient, the losses, the sum
         loss, counts = counted(lambda: F.ctc_loss(lp, targets, full, lengths, reduction="sum"))
-        assert counts == (6, 7680 + 256 + 256 + 4096000 + 256 + 4)
+        # ... and cuDNN's v8 workspace, sized by the descriptor's 255-label maximum: 56,553,728 bytes
+        # on the H100 (mx64's probe; `_ctc_workspace_v8`)
+        assert counts == (7, 7680 + 256 + 256 + 4096000 + 56553728 + 256 + 4)
         assert type(loss.grad_fn.next_functions[0][0]).__name__ == "CudnnCtcLossBackward1"
         # device operands with one input shorter than log_probs: still cuDNN; the mean's clamp (int32),
         # division and mean
         short, dev_targets, dev_lengths = full.cuda(), targets.cuda(), lengths.cuda()
         short[0] = 199
         loss, counts = counted(lambda: F.ctc_loss(lp, dev_targets, short, dev_lengths, zero_infinity=True))
-        assert counts == (5, 4096000 + 256 + 256 + 256 + 4)
+        assert counts == (6, 4096000 + 56553728 + 256 + 256 + 256 + 4)
         loss.backward()
         assert logits.grad.shape == logits.shape
+
+
+def test_ctc_loss_s_cudnn_workspaces_as_the_h100_ran_them(capsys):
+    # probes/mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py's CTC cases, their forward's events
+    # (the raw gradient, cuDNN's workspace, the losses, ...), as the H100 printed them
+    import runpy
+
+    gpu = (FIXTURES / "run" / "probes" / "mx64_ctc_tensor_lengths_probe_s64_h100.txt").read_text()
+    with vramscope.capture(gpu="h100"):
+        runpy.run_path(
+            str(ROOT / "validation" / "run" / "probes" / "mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py")
+        )
+    twin = capsys.readouterr().out.splitlines()
+    fwd = [line for line in gpu.splitlines() if line.startswith("ctc ") and " fwd events " in line]
+    assert len(fwd) == 11
+    assert [line for line in twin if line in fwd] == fwd
+    # every op's events (part 2's ops without meta kernels: the learnable per-channel fake quant's
+    # backward frees its two zero-point checks at once; the native CTC backward's `where` frees the
+    # replaced gradient after its comparison and zeros)
+    events = [line for line in gpu.splitlines() if " events " in line]
+    assert [line for line in twin if line in events] == events
 
 
 def test_a_module_moved_to_the_gpu_keeps_its_parameter_objects():

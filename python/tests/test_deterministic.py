@@ -249,3 +249,27 @@ def test_float_scatter_add_takes_index_put_with_accumulate(deterministic, monkey
         x = src.clone().requires_grad_()
         g = peak_above(lambda: torch.autograd.grad(x.gather(1, idx[:, :4096]).sum(), x))
         assert g >= x.nbytes
+
+
+def test_scatter_reduce_prod_and_index_reduce_alert(deterministic, monkeypatch):
+    # ap64's probe on the H100: `scatter_reduce(..., "prod")` raised "scatter_reduce_cuda_prod_ does
+    # not have a deterministic implementation" (ScatterGatherKernel.cu, atomicMul), "sum" and "amax"
+    # ran; `index_reduce_(..., "prod")` raised "index_reduce_cuda" (Indexing.cu
+    # `index_reduce_func_cuda_impl`, every reduction). Both are structured: the out-of-place output
+    # is made and freed by the raise
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    with vramscope.capture(gpu="h100"):
+        j = torch.tensor([0, 1, 1], device="cuda")
+        src = torch.ones(3, device="cuda")
+        base = torch.zeros(1 << 20, device="cuda")
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(RuntimeError, match=r"^scatter_reduce_cuda_prod_ does not have"):
+            base.scatter_reduce(0, j, src, "prod")
+        assert torch.cuda.memory_allocated() == before
+        assert torch.cuda.max_memory_allocated() == before + (4 << 20)
+        for reduce in ("sum", "amax"):
+            base.scatter_reduce(0, j, src, reduce)
+        for reduce in ("prod", "mean", "amax"):
+            with pytest.raises(RuntimeError, match=r"^index_reduce_cuda does not have"):
+                torch.zeros(4, device="cuda").index_reduce_(0, j, src, reduce)

@@ -119,3 +119,32 @@ def test_an_unmeasured_fused_conv_takes_the_plain_workspace_and_says_so():
     assert plain > 0
     assert fused == plain
     assert cap.unmeasured.get(FUSED) == 1
+
+
+def test_conv_workspaces_without_tf32_as_the_h100_ran_them(capsys):
+    # m80_conv_tf32_off_probe_s64 (blind280/ju04's ResNet-18 problems at batch 128 and 8, fp32):
+    # with `torch.backends.cudnn.allow_tf32 = False` cuDNN drops its tensor-core engines
+    # (cudnn/Conv_v8.cpp `filterEngineConfigs`) and its plans take other workspaces (0 for 19 of the
+    # 22 problems, 285,802,496 bytes where TF32's take 103,350,419 for (128,128,28,28) x 3x3); the
+    # twin took TF32's for both until session 66. The fused ops take the plain convolution's.
+    gpu = (FIXTURES / "run" / "probes" / "m80_conv_tf32_off_probe_s64_h100.txt").read_text()
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        twin, _ = _run("m80_conv_tf32_off_probe_s64.py", capsys)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+    assert twin == gpu.splitlines()
+
+
+def test_an_unmeasured_conv_without_tf32_takes_the_tf32_workspace_and_says_so():
+    with vramscope.capture(gpu="h100") as cap, torch.no_grad():
+        x = torch.randn(8, 64, 40, 40, device="cuda")
+        w = torch.randn(64, 64, 3, 3, device="cuda")
+        torch.nn.functional.conv2d(x, w, padding=1)
+        assert not cap.unmeasured.get("cuDNN's float32 forward workspace with allow_tf32 False")
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            torch.nn.functional.conv2d(x, w, padding=1)
+        finally:
+            torch.backends.cudnn.allow_tf32 = True
+    assert cap.unmeasured.get("cuDNN's float32 forward workspace with allow_tf32 False") == 1

@@ -379,9 +379,14 @@ def test_a_copied_or_pickled_cuda_generator_is_a_cuda_generator_with_its_state()
         g.manual_seed(3)
         torch.randn(1 << 16, device="cuda", generator=g)
         for h in (copy.deepcopy(g), copy.copy(g), pickle.loads(pickle.dumps(g))):
-            assert h is not g and h.device == torch.device("cuda", 0)
+            # `make_generator<CUDAGeneratorImpl>(device.index())`: "cuda" keeps no index (the H100
+            # printed `cuda` for the copy, rp64's probe)
+            assert h is not g and h.device == torch.device("cuda") and str(h.device) == "cuda"
             assert (h.initial_seed(), h.get_offset()) == (3, g.get_offset())
             torch.randn(8, device="cuda", generator=h)
             assert h.get_offset() > g.get_offset()
+        indexed = torch.Generator(device="cuda:0")
+        assert str(copy.deepcopy(indexed).device) == str(indexed.device) == "cuda:0"
+        assert str(torch.cuda.default_generators[0].device) == "cuda:0"
         cpu = copy.deepcopy(torch.Generator().manual_seed(5))
         assert cpu.device.type == "cpu" and cpu.initial_seed() == 5

@@ -233,6 +233,11 @@ def _reduced(args, kwargs) -> bool:
     return reduction != 0
 
 
+def _prod(args, kwargs) -> bool:
+    # `scatter_reduce.two(self, dim, index, src, reduce, *, include_self)`
+    return (args[4] if len(args) > 4 else kwargs.get("reduce")) == "prod"
+
+
 def _max_bag(args, kwargs) -> bool:
     # `_embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
     # num_weights, scale_grad_by_freq, mode, ...)`: mode 2 is MODE_MAX
@@ -287,6 +292,14 @@ _NOT_DETERMINISTIC = {
     aten._embedding_bag_backward.default: ("embedding_bag_backward_cuda_max", True, _max_bag_dense),
     aten.bincount.default: ("_bincount_cuda", True, _weighted),
     aten.put_.default: ("put_", True, _always),
+    # ScatterGatherKernel.cu's `scatter_reduce_two_cuda_kernel` alerts "scatter_reduce_cuda_prod_"
+    # for "prod" (atomicMul; "sum" and "amax" ran on the H100 under the setting, "prod" raised:
+    # ap64's probe); Indexing.cu's `index_reduce_func_cuda_impl` alerts first for every reduction
+    # (the H100 raised for "prod"); both structured kernels
+    aten.scatter_reduce.two: ("scatter_reduce_cuda_prod_", False, _prod),
+    aten.scatter_reduce_.two: ("scatter_reduce_cuda_prod_", False, _prod),
+    aten.index_reduce.default: ("index_reduce_cuda", False, _always),
+    aten.index_reduce_.default: ("index_reduce_cuda", False, _always),
 }
 
 #: ops whose meta function alerts where the CUDA kernel does not: `meta_median_mode_dim`

@@ -124,7 +124,9 @@ def _ctc_loss_backward(cap, func, args, kwargs):
             zero = cap.malloc(elem, "aten::where", "temporary")
             infinite = cap.malloc(batch, "aten::where", "temporary")
             grad = cap.track(_meta(lp.shape, lp.dtype), op)
-            del first, infinite, zero
+            # the comparison and the zeros go first, then the replaced gradient (the H100's order:
+            # mx64's probe, dev_long64's backward)
+            del infinite, zero, first
     del log_beta, input_lengths_t, target_lengths_t, batch_offsets
     return grad
 
@@ -272,13 +274,47 @@ def _cudnn_ctc_loss(cap, func, args, kwargs):
             if t.device.type == "cpu":
                 moved.append(cap.malloc(t.numel() * t.element_size(), op, "temporary"))
     grad = cap.track(_meta(lp.shape, lp.dtype), op)
-    cap.note_unmeasured(
-        f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} (cudnnGetCTCLossWorkspaceSize)",
-        f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} was not measured: taken as 0 bytes",
-    )
+    if func is aten._cudnn_ctc_loss.Tensor:
+        nbytes = _ctc_workspace_v8(*lp.shape)
+    else:
+        nbytes = _ctc_workspace_v7(*lp.shape, max(args[3], default=0))
+        cap.note_unmeasured(
+            "cuDNN's CTC loss workspace (cudnnGetCTCLossWorkspaceSize, integer-list lengths)",
+            f"cuDNN's CTC loss workspace of log_probs {tuple(lp.shape)} with lengths given as lists "
+            "(cudnnGetCTCLossWorkspaceSize) was fitted from two H100 problems of equal target lengths: "
+            f"taken as {nbytes} bytes",
+        )
+    ws = cap.malloc(nbytes, op, "workspace") if nbytes else None
     costs = cap.track(_meta((lp.shape[1],), lp.dtype), op)
-    del moved
+    del ws, moved
     return costs, grad
+
+
+#: `ctc_loss_desc.set_v8_v9(..., 255)`: the maximum label length PyTorch gives cuDNN's v8 CTC loss
+#: (native/cudnn/LossCTC.cpp, `_cudnn_ctc_loss_tensor`)
+_CTC_V8_MAX_LABEL = 255
+
+
+def _ctc_workspace_v8(t: int, b: int, c: int) -> int:
+    """`cudnnGetCTCLossWorkspaceSize_v8(CUDNN_CTC_LOSS_ALGO_DETERMINISTIC)` for float log_probs (T, B,
+    C): 4 * B * (T * C + 2 * T * (2 * 255 + 1) + 513) bytes, as the H100 measured it for four problems
+    (cuDNN 91900; session 64, probes/mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py, fixtures/run/
+    probes/mx64_ctc_tensor_lengths_probe_s64_h100.txt: (200, 64, 80), (100, 256, 6000), (400, 32, 37),
+    (64, 512, 96) took 56,553,728, 719,578,112, 54,286,464 and 147,589,120 bytes): a softmax-sized
+    scratch and forward and backward variables over the 2 * 255 + 1 states of the descriptor's
+    maximum label length, whatever the targets' lengths."""
+    states = 2 * _CTC_V8_MAX_LABEL + 1
+    return 4 * b * (t * c + 2 * t * states + states + 2)
+
+
+def _ctc_workspace_v7(t: int, b: int, c: int, max_label: int) -> int:
+    """`cudnnGetCTCLossWorkspaceSize` (the integer-list overload, its labels and lengths on the host)
+    for float log_probs (T, B, C) and targets of at most `max_label`: 4 * B * (T * C + 2 * T * (2L + 1)
+    + 3L + 5) bytes with L the longest target, fitted from the H100's two problems (the same probe:
+    (200, 64, 80) with L 30 took 10,366,720 bytes, (100, 256, 6000) with L 40 631,116,800); which
+    length cuDNN sizes by when they differ is not measured."""
+    states = 2 * max_label + 1
+    return 4 * b * (t * c + 2 * t * states + 3 * max_label + 5)
 
 
 _kernels.FUNCTIONS[torch.nn.functional.ctc_loss] = _ctc_loss_tensor_lengths

@@ -622,7 +622,7 @@ def patch(cap) -> _Patch:
     gen = cap.philox
     # `torch.cuda.default_generators[0]`: the default generator, its state the capture's
     generator = _generator(torch.Generator)
-    default = generator("cuda")
+    default = generator("cuda:0")
     default._philox = gen
     p.set(cuda, "default_generators", (default,))
     p.set(cuda, "manual_seed", lambda seed: gen.manual_seed(seed))
@@ -1104,16 +1104,19 @@ def _generator(original):
 
     class Generator(original, metaclass=_Meta):
         def __new__(cls, device="cpu"):
-            kind = "cuda" if isinstance(device, int) else torch.device(device).type
-            g = super().__new__(cls, device="cpu" if kind == "cuda" else device)
-            g._simulated = kind == "cuda"
+            device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+            g = super().__new__(cls, device="cpu" if device.type == "cuda" else device)
+            g._simulated = device.type == "cuda"
+            # `make_generator<CUDAGeneratorImpl>(device.index())` (torch/csrc/Generator.cpp): "cuda"
+            # keeps no index, so its device reads `cuda` (the H100, rp64's probe), "cuda:0" `cuda:0`
+            g._cuda_device = device if g._simulated else None
             # its Philox seed and offset (`_philox`), which the simulated device's draws take
             g._philox = _philox.Philox() if g._simulated else None
             return g
 
         @property
         def device(self):
-            return torch.device("cuda", 0) if self._simulated else super().device
+            return self._cuda_device if self._simulated else super().device
 
         def __reduce__(self):
             """`THPGenerator_reduce` (torch/csrc/Generator.cpp): the class, the device and (initial
@@ -1170,7 +1173,7 @@ def _generator(original):
             recomputes, `initialize_rng_states`, clone the default generator's)."""
             if self._philox is None:
                 return super().clone_state()
-            g = Generator("cuda")
+            g = Generator(self.device)
             g._philox.seed, g._philox.offset = self._philox.seed, self._philox.offset
             return g
 
@@ -1178,7 +1181,7 @@ def _generator(original):
             """`graphsafe_get_state`: a generator sharing this one's state."""
             if self._philox is None:
                 return super().graphsafe_get_state()
-            g = Generator("cuda")
+            g = Generator(self.device)
             g._philox = self._philox
             return g
 

@@ -291,6 +291,8 @@ def _conv_workspace(cap, op, conv) -> None:
     problem = (op, name, list(x.shape), list(w.shape), stride, padding, dilation, groups)
     layout = {"transposed": transposed, "output_padding": out_pad, "channels_last": cl}
     nbytes = cap.device.conv_workspace(*problem, **layout) if timed is None else timed
+    if timed is None and x.dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
+        nbytes = _no_tf32_workspace(cap, op, conv, nbytes)
     if nbytes is None:
         what = (
             f"cuDNN's {op} workspace of {'a transposed ' if transposed else ''}input {tuple(x.shape)} "
@@ -337,6 +339,61 @@ def _conv_workspace(cap, op, conv) -> None:
             )
         else:
             del ws
+
+
+# cuDNN's heuristics plan for a float32 forward convolution with `torch.backends.cudnn.allow_tf32 =
+# False` (cudnn/Conv_v8.cpp's `filterEngineConfigs` drops the engines with
+# `CUDNN_NUMERICAL_NOTE_TENSOR_CORE` for a float32 problem then) as the H100 measured it (torch
+# 2.11.0+cu130, cuDNN 91900; session 64, validation/run/probes/m80_conv_tf32_off_probe_s64.py,
+# fixtures/run/probes/m80_conv_tf32_off_probe_s64_h100.txt): blind280/ju04's ResNet-18 problems,
+# NCHW, dilation 1, groups 1, benchmark off. (input, weight, stride, padding) -> requested bytes;
+# `cudnn_convolution_relu` and `cudnn_convolution_add_relu` took the same on every problem. The
+# tables measured with TF32 on differ: 0 here where they hold up to 488 MB, and 2.8 to 22 times
+# theirs on the three 3x3 stride-1 problems of batch 128.
+_NO_TF32_FORWARD = {
+    ((128, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)): 0,
+    ((128, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)): 0,
+    ((128, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1)): 0,
+    ((128, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)): 285_802_496,
+    ((128, 64, 56, 56), (128, 64, 1, 1), (2, 2), (0, 0)): 0,
+    ((128, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1)): 0,
+    ((128, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)): 228_851_712,
+    ((128, 128, 28, 28), (256, 128, 1, 1), (2, 2), (0, 0)): 0,
+    ((128, 256, 14, 14), (512, 256, 3, 3), (2, 2), (1, 1)): 0,
+    ((128, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)): 764_411_904,
+    ((128, 256, 14, 14), (512, 256, 1, 1), (2, 2), (0, 0)): 0,
+    ((8, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3)): 0,
+    ((8, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1)): 0,
+    ((8, 64, 56, 56), (128, 64, 3, 3), (2, 2), (1, 1)): 0,
+    ((8, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1)): 0,
+    ((8, 64, 56, 56), (128, 64, 1, 1), (2, 2), (0, 0)): 0,
+    ((8, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1, 1)): 0,
+    ((8, 256, 14, 14), (256, 256, 3, 3), (1, 1), (1, 1)): 0,
+    ((8, 128, 28, 28), (256, 128, 1, 1), (2, 2), (0, 0)): 0,
+    ((8, 256, 14, 14), (512, 256, 3, 3), (2, 2), (1, 1)): 0,
+    ((8, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1)): 0,
+    ((8, 256, 14, 14), (512, 256, 1, 1), (2, 2), (0, 0)): 0,
+}
+
+
+def _no_tf32_workspace(cap, op, conv, with_tf32):
+    """The workspace of a float32 convolution under `allow_tf32 = False`: `_NO_TF32_FORWARD`'s bytes
+    for a measured forward problem, else `with_tf32` (the tables' bytes, measured with TF32 on),
+    noted as unmeasured."""
+    x, w, stride, padding, dilation, transposed, _, groups, cl = conv
+    plain = op == "forward" and not (
+        transposed or cl or groups != 1 or set(dilation) != {1} or torch.backends.cudnn.benchmark
+    )
+    key = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding))
+    if plain and key in _NO_TF32_FORWARD:
+        return _NO_TF32_FORWARD[key]
+    if with_tf32 is not None:
+        cap.note_unmeasured(
+            f"cuDNN's float32 {op} workspace with allow_tf32 False",
+            f"cuDNN's float32 {op} workspace of input {tuple(x.shape)} by weight {tuple(w.shape)} with "
+            "`torch.backends.cudnn.allow_tf32 = False` was not measured: taken as with TF32",
+        )
+    return with_tf32
 
 
 def _conv(x, w, args):
@@ -1083,6 +1140,8 @@ def _fused_workspace(conv):
         or groups != 1
         or set(dilation) != {1}
         or torch.backends.cudnn.benchmark
+        # measured with TF32 on; off, the fused plans took the plain convolution's (`_NO_TF32_FORWARD`)
+        or not torch.backends.cudnn.allow_tf32
     ):
         return None
     key = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding))

@@ -45,6 +45,15 @@ _CUFFT_WORKSPACE = {
     ("c2r", torch.float32, (262144,)): 1_048_584,
 }
 
+#: the same for an input cuFFT reads through its advanced layout with strides other than the packed
+#: batch-major ones (`as_cufft_embed`'s istride/idist, no clone): the 1-D real-to-complex plan of
+#: 8,192 over a transposed input (istride = the batch, idist 1) took one real signal's bytes an item
+#: where the packed plan takes none: the H100 at batch 6,272 and 1,024 (205,520,896 and 33,554,432
+#: bytes; session 65, probes/au65_kernel_copies_probe_s65.py), the H200 at 6,272 (blind140/ej05)
+_CUFFT_STRIDED_WORKSPACE = {
+    ("r2c", torch.float32, (8192,)): 32_768,
+}
+
 
 def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     """`_exec_fft` (cuda/SpectralOps.cpp) on `x`: the batch dimensions in stride order, then the
@@ -72,9 +81,22 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     # the plan's key (CuFFTParams) takes the strides before `should_clone_input`'s clone
     kind = "c2r" if c2r else ("c2c" if x.is_complex() else "r2c")
     _plan_used(cap, (kind, x.dtype.to_real(), tuple(signal), tuple(view.stride())))
-    if (half and view.stride()[-1] != 1) or _cufft_must_clone(list(view.stride()), signal, c2r):
+    cloned = (half and view.stride()[-1] != 1) or _cufft_must_clone(list(view.stride()), signal, c2r)
+    if cloned:
         temps.append(cap.malloc(nbytes, op, "temporary"))
-    per_item = _CUFFT_WORKSPACE.get((kind, x.dtype.to_real(), tuple(signal[1:])), 0)
+    plan = (kind, x.dtype.to_real(), tuple(signal[1:]))
+    packed = cloned or view.is_contiguous()
+    if packed:
+        per_item = _CUFFT_WORKSPACE.get(plan, 0)
+    else:
+        per_item = _CUFFT_STRIDED_WORKSPACE.get(plan)
+        if per_item is None:
+            per_item = 0
+            cap.note_unmeasured(
+                "cuFFT's work area for a strided input layout",
+                f"cuFFT's work area of a {kind} plan of {tuple(signal[1:])} over an input of strides "
+                f"{tuple(view.stride())} (not packed) was not measured: taken as none",
+            )
     if per_item and signal[0] > 0:
         temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
     return temps

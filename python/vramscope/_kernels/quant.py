@@ -113,10 +113,12 @@ def _fake_quantize_learnable_per_channel(cap, func, args, kwargs):
 
 def _fake_quantize_learnable_per_channel_backward(cap, func, args, kwargs):
     """`_fake_quantize_learnable_per_channel_affine_backward` (FakeQuantPerChannelAffine.cpp):
-    bfloat16 operands copied to float32; the zero point rounded and clamped, its `aminmax` read on
-    the host (both alive to the return); dX and the per-element scale and zero-point gradients,
-    three `empty_like(X_)` in X's layout filled by one TensorIterator kernel, then each vector
-    summed over every dim but `axis`; the vectors and copies die at the return."""
+    bfloat16 operands copied to float32; the zero point rounded and clamped (alive to the return),
+    its `at::min(...).item()` and `at::max(...).item()` read on the host inside the TORCH_CHECK,
+    which frees both at its end (mx64's probe on the H100: the two 4-byte frees before dX); dX and
+    the per-element scale and zero-point gradients, three `empty_like(X_)` in X's layout filled by
+    one TensorIterator kernel, then each vector summed over every dim but `axis`; the vectors and
+    copies die at the return."""
     dy, x, scale, zero_point, axis, quant_min, quant_max = args[:7]
     if not registered(x) or not registered(dy) or kwargs:
         return NotImplemented
@@ -126,6 +128,7 @@ def _fake_quantize_learnable_per_channel_backward(cap, func, args, kwargs):
         x_, dy_, scale_, zp_ = (t.float() if bf16 else t for t in (x, dy, scale, zero_point))
         rounded = zp_.round().clamp_(quant_min, quant_max)
         zp_min, zp_max = torch.aminmax(rounded)
+        del zp_min, zp_max
         if x_.numel() <= 0:
             return x, scale, zero_point
         dx = torch.empty_like(x_, memory_format=torch.preserve_format)
@@ -134,7 +137,7 @@ def _fake_quantize_learnable_per_channel_backward(cap, func, args, kwargs):
         dims = [d for d in range(x_.dim()) if d != axis]
         d_scale = d_scale_vec.sum(dims)
         d_zero = d_zero_vec.sum(dims)
-        del d_scale_vec, d_zero_vec, zp_min, zp_max, rounded, x_, dy_, scale_, zp_
+        del d_scale_vec, d_zero_vec, rounded, x_, dy_, scale_, zp_
     return dx, d_scale, d_zero
 
 

@@ -272,17 +272,18 @@ for _f in (aten.renorm.default, aten.renorm_.default, aten.renorm.out):
 
 def _weight_norm_interface(cap, func, args, kwargs):
     """`weight_norm_cuda` (cuda/WeightNorm.cu, `torch._weight_norm`'s fused CUDA path): `w`, an
-    `empty_like(v)` contiguous, then `norms` strided as `g`, in float32 for a half `g` ("If Half,
-    stash norms as float") and in `g`'s own dtype otherwise, a bfloat16 one's too, where the meta
-    kernel takes float32 for both (blind88/cj03's H200 per-op truth: HiFi-GAN's half weight norms,
-    4,096 bytes of norms for 1,024 rows where the twin held 2,048)."""
+    `empty_like(v)` contiguous, then `norms` strided as `g`, in float32 for a half or bfloat16 `g`
+    ("If Half or BFloat16, stash norms as float") and in `g`'s own dtype otherwise (blind88/cj03's
+    H200 per-op truth: HiFi-GAN's half weight norms, 4,096 bytes of norms for 1,024 rows; au65's
+    probe on the H100: a bfloat16 `g`'s the same 4,096, where an older WeightNorm.cu's half-only
+    rule gave 2,048)."""
     v, g = args[0], args[1]
     if kwargs or not (registered(v) and registered(g)):
         return NotImplemented
     cap.ops += 1
     op = "aten::_weight_norm_interface"
     w = cap.track(torch.empty(v.shape, dtype=v.dtype, device="meta"), op)
-    dtype = torch.float32 if g.dtype == torch.float16 else g.dtype
+    dtype = torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else g.dtype
     norms = cap.track(torch.empty_strided(g.shape, g.stride(), dtype=dtype, device="meta"), op)
     return w, norms
 
