@@ -8,12 +8,13 @@ import vramscope
 
 
 def _widths(A, X=None, **kw):
-    """`converged_end` (the search basis' width) and the orthogonalisation's passes after each
-    iteration."""
+    """`converged_count`, `converged_end` (the search basis' end) and the orthogonalisation's
+    passes after each iteration."""
     seen = []
 
     def tracker(w):
-        seen.append((w.ivars["converged_end"], w.ivars["ortho_i"], w.ivars["ortho_j"]))
+        iv = w.ivars
+        seen.append((iv["converged_count"], iv["converged_end"], iv["ortho_i"], iv["ortho_j"]))
 
     torch.lobpcg(A, X=X, tracker=tracker, **kw)
     return seen
@@ -33,9 +34,10 @@ def test_sparse_lobpcg_over_unknown_values_runs_at_full_width():
         # no start block: `randn` on the device, whose norm the twin does not know either (the
         # first step's `X_norm ** -1` raised ZeroDivisionError before)
         _, v = torch.lobpcg(A, k=k, niter=2)
-    # as on the host with the values (jz05's 40 iterations): X, then X and W, then X, P and W;
-    # one orthogonalisation pass each (i = j = 0); no pair converged
-    assert seen == [(2 * k, 0, 0)] + [(3 * k, 0, 0)] * 3
+    # the basis is X and W, then X, P and W; one orthogonalisation pass each (i = j = 0); pairs
+    # converge one an iteration from the first over the full basis, after which it is narrower
+    # (X's n, P's n - 1 and W's n - 1 columns from the first not converged)
+    assert seen == [(0, 2 * k, 0, 0), (0, 3 * k, 0, 0), (1, 3 * k - 1, 0, 0), (2, 3 * k - 3, 0, 0)]
     assert tuple(v.shape) == (m, k)
 
 
