@@ -40,7 +40,7 @@ try:
 except ImportError:  # PyTorch runs without numpy
     _ndarray = ()
 
-from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured register rules)
+from . import (  # noqa: F401  (_attention, _linalg, _lobpcg, _norm, _semistructured register rules)
     _attention,
     _autocast,
     _compile,
@@ -49,6 +49,7 @@ from . import (  # noqa: F401  (_attention, _linalg, _norm, _semistructured regi
     _graph_values,
     _kernels,
     _linalg,
+    _lobpcg,
     _native,
     _norm,
     _philox,
