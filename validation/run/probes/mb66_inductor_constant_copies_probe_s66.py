@@ -42,6 +42,9 @@ def constant_name(self, name, device_override):
 
 
 GraphLowering.constant_name = constant_name
+# every graph lowered here, none loaded from an earlier run's caches (a loaded graph makes no calls)
+torch._inductor.config.fx_graph_cache = False
+torch._functorch.config.enable_autograd_cache = False
 
 
 def run(tag, module, x):
