@@ -6395,6 +6395,31 @@ def test_gather_backward_scatters_in_place_under_create_graph_too():
         assert counts == (1, 32 * 128 * 512 * 4)
 
 
+def test_clamp_backward_by_tensor_bounds_ands_its_masks_in_place():
+    # clamp_backward of `clamp.Tensor` (FunctionsManual.cpp) ands `self >= min` and `self <= max`
+    # in place unless a tensor is subclass-like: scalar_tensor, ge, le and where allocate, the
+    # `logical_and_` not (blind283/jx02's H200 history: Gemma4ClippableLinear's clamps by 0-dim
+    # buffers); clamp_backward_min_max's masks for the bounds' gradients likewise
+    with vramscope.capture(gpu="h200"):
+        x = torch.empty(1024, 1024, device="cuda", requires_grad=True)
+        lo = torch.full((), -1.0, device="cuda")
+        hi = torch.full((), 1.0, device="cuda")
+        y = torch.clamp(x, lo, hi)
+        assert y.grad_fn.name() == "ClampBackward0"
+        g = torch.ones_like(y)
+        grad, counts = counted(lambda: torch.autograd.grad(y, x, g))
+        assert grad[0].shape == x.shape
+        assert counts == (4, 4 + 2 * 2**20 + 4 * 2**20)
+        lo.requires_grad_()
+        hi.requires_grad_()
+        y = torch.clamp(x, lo, hi)
+        # self's four, then the bounds' zero and for each two masks (`self < min`, `min < max`) and
+        # a `where` of the gradient's shape, summed to 0-dim (the sum's output, the reduction's
+        # global buffer and semaphores: three)
+        _, counts = counted(lambda: torch.autograd.grad(y, (x, lo, hi), g))
+        assert counts[0] == 4 + 1 + 2 * (3 + 3)
+
+
 def test_item_of_an_inference_tensor_after_the_mode_reads_its_value():
     # blind91/cm06 (a Bayes-by-backprop MLP): `entropy.item()` after an evaluation under
     # `inference_mode`; an inference tensor carries no autograd keys, so `aten::item` (a composite)

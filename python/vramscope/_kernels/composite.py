@@ -228,6 +228,13 @@ _INPLACE_IN_NODE = {
         aten.div.Scalar: aten.div_.Scalar,
         aten.div.Tensor: aten.div_.Tensor,
     },
+    # clamp_backward / clamp_backward_min_max of `clamp.Tensor`: `(self >= min).logical_and_(self <=
+    # max)`, `(self < min).logical_and_(min < max)`, `(self > max).logical_or_(max < min)`, then
+    # `where` (blind283/jx02's H200 history: timm Gemma4ClippableLinear's clamps by 0-dim buffers)
+    "ClampBackward0": {
+        aten.logical_and.default: aten.logical_and_.default,
+        aten.logical_or.default: aten.logical_or_.default,
+    },
     # index_backward: `at::_index_put_impl_(zeros_like_self, indices, grad, true, /*unsafe=*/true)`
     "IndexBackward0": {aten.index_put.default: aten._index_put_impl_.default},
     # gather_backward (TensorAdvancedIndexing.cpp): `grad.new_zeros(...)`, `scatter_add_`
