@@ -2476,6 +2476,41 @@ def test_torch_compile_makes_a_tensor_from_python_data_on_the_gpu():
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_keeps_the_gpus_constants_from_python_data_while_the_compiled_function_lives(
+    tmp_script,
+):
+    # On the GPU, tracing a compiled region's `torch.tensor(data, device="cuda")` makes a real CUDA
+    # tensor (FakeTensorMode's device initialisation on: `internal_new_from_data` copies the data to
+    # the device below the Fake key) that `lift_fresh` makes the graph's constant, kept from the
+    # compile on: one 512-byte block. A 4-element one (fixtures/run/probes/
+    # compiled_tensor_constant_probe_s61_h100.txt: 1536 with the output alive, 1024 freed) and a
+    # one-element one, which Inductor folds into a `full` but whose tensor the graph keeps
+    # (blind287/kb02's H200 history: eager_mask's two `torch.tensor(0.0)`, two 4-byte blocks from
+    # the decoding step's compile to the end). The twin's host constants had no block (1024, 512)
+    script = tmp_script(
+        "import torch\n"
+        "def f(x):\n"
+        "    return x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)\n"
+        "def g(x):\n"
+        "    return torch.where(x > 0, torch.tensor(0.0, device=x.device), -1e9)\n"
+        "x = torch.randn(4, 16, device='cuda')\n"
+        "seen = []\n"
+        "for fn in (f, g):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    cf = torch.compile(fn, fullgraph=True)\n"
+        "    y = cf(x)\n"
+        "    seen.append(torch.cuda.memory_allocated() - base)\n"
+        "    del y\n"
+        "    y = cf(x)\n"
+        "    del y\n"
+        "    seen.append(torch.cuda.memory_allocated() - base)\n"
+        "print(*seen)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "1024 512 1024 512"
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's
