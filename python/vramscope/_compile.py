@@ -612,8 +612,10 @@ def _gpu_constants(gm, cap) -> list:
     the end. The twin traces the data on the host; a host constant whose copy (`lift_fresh_copy`)
     is its use is taken as the GPU's. Not so on the GPU: `torch.tensor(data).cuda()` (a host
     constant there too), and one returned as the graph's output (the s61 probe: no block over
-    the output). A compiled function dropped (`torch._dynamo.reset()`, collected) frees its
-    constant on the GPU; the twin's compiled graph outlives it."""
+    the output; Inductor's `remove_noop_ops` drops the `clone` of `lift_fresh_copy`, so the output
+    is the constant, where the twin's is its `device_put` copy). A compiled function dropped
+    (`torch._dynamo.reset()`, collected) frees its constant on the GPU; the twin's compiled graph
+    outlives it."""
     out = []
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
