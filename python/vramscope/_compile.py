@@ -2695,8 +2695,12 @@ def patch(p, cap) -> None:
 
         def joint_graph_passes(graph, input_device=None):
             # the GPU's constants of the graph, made by its trace (before Inductor's passes),
-            # held until the compiled graph holds them (`_inner_compile`)
-            _PENDING_CONSTANTS.extend(_gpu_constants(graph, cap))
+            # held until the compiled graph holds them (`_inner_compile`); AOTInductor's go into
+            # the loaded model's blob instead, outside the allocator (`_aoti`)
+            from torch._inductor.virtualized import V
+
+            if not V.aot_compilation:
+                _PENDING_CONSTANTS.extend(_gpu_constants(graph, cap))
             # the joint graph, traced on the host, becomes the GPU's before Inductor's passes and
             # the partitioner
             _relabel_graph(graph)
