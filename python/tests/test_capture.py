@@ -2274,7 +2274,8 @@ def test_compiled_flex_attention_runs_inductors_kernels_forward_and_backward():
 def test_torch_compile_graph_break_runs_both_graphs():
     # a graph break splits the function in two compiled graphs: the first's output (1 MiB) lives
     # while the second fuses the product and exp into its own output; a tensor from Python data
-    # for cuda inside the region is made on the host and copied
+    # for cuda inside the region is made on the host and copied, and the second graph keeps the
+    # GPU's CUDA constant of it, one 512-byte block (`_gpu_constants`)
     with vramscope.capture() as cap:
         x = torch.empty(256, 1024, device="cuda")  # 1 MiB
 
@@ -2288,8 +2289,8 @@ def test_torch_compile_graph_break_runs_both_graphs():
             f(x)  # the first call autotunes both graphs' kernels
             torch.cuda.reset_peak_memory_stats()
             out = f(x)
-        assert out.device.type == "cuda" and torch.cuda.memory_allocated() == 2 * MIB
-        assert torch.cuda.max_memory_allocated() == 3 * MIB
+        assert out.device.type == "cuda" and torch.cuda.memory_allocated() == 2 * MIB + 512
+        assert torch.cuda.max_memory_allocated() == 3 * MIB + 512
     assert cap.report()["unmeasured"] == []
 
 
@@ -2474,6 +2475,41 @@ def test_torch_compile_makes_a_tensor_from_python_data_on_the_gpu():
         # (run eagerly, the last read `cpu`)
         assert y.shape == (8, 2) and y.is_cuda and z.is_cuda and u.is_cuda
     assert cap.report()["unmeasured"] == []
+
+
+def test_torch_compile_keeps_the_gpus_constants_from_python_data_while_the_compiled_function_lives(
+    tmp_script,
+):
+    # On the GPU, tracing a compiled region's `torch.tensor(data, device="cuda")` makes a real CUDA
+    # tensor (FakeTensorMode's device initialisation on: `internal_new_from_data` copies the data to
+    # the device below the Fake key) that `lift_fresh` makes the graph's constant, kept from the
+    # compile on: one 512-byte block. A 4-element one (fixtures/run/probes/
+    # compiled_tensor_constant_probe_s61_h100.txt: 1536 with the output alive, 1024 freed) and a
+    # one-element one, which Inductor folds into a `full` but whose tensor the graph keeps
+    # (blind287/kb02's H200 history: eager_mask's two `torch.tensor(0.0)`, two 4-byte blocks from
+    # the decoding step's compile to the end). The twin's host constants had no block (1024, 512)
+    script = tmp_script(
+        "import torch\n"
+        "def f(x):\n"
+        "    return x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)\n"
+        "def g(x):\n"
+        "    return torch.where(x > 0, torch.tensor(0.0, device=x.device), -1e9)\n"
+        "x = torch.randn(4, 16, device='cuda')\n"
+        "seen = []\n"
+        "for fn in (f, g):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    cf = torch.compile(fn, fullgraph=True)\n"
+        "    y = cf(x)\n"
+        "    seen.append(torch.cuda.memory_allocated() - base)\n"
+        "    del y\n"
+        "    y = cf(x)\n"
+        "    del y\n"
+        "    seen.append(torch.cuda.memory_allocated() - base)\n"
+        "print(*seen)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "1024 512 1024 512"
 
 
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():

@@ -23,7 +23,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _attention, _autocast, _graph_values, _pad_mm, _tensor
+from . import _attention, _autocast, _gccount, _graph_values, _pad_mm, _tensor
 
 #: while set, a fake tensor made for `cuda` is made for the host (dynamo's and AOTAutograd's
 #: traces), and autocast casts the host's tensors as the GPU's
@@ -596,6 +596,78 @@ def _relabel_graph(gm, fake_mode=None) -> None:
         module.recompile()
 
 
+def _gpu_constants(gm, cap) -> list:
+    """The CUDA constants the GPU's trace made for `gm`'s constants from Python data
+    (`torch.tensor(data, device="cuda")` in a compiled region), one twin CUDA tensor each, made
+    once, which the compiled graph holds (`_inner_compile`). On the GPU, FakeTensorMode leaves
+    device initialisation on (`avoid_device_init` off: `only_lift_cpu_tensors` unset,
+    torch/_subclasses/fake_tensor.py), so AOTAutograd's trace runs `internal_new_from_data`
+    (torch/csrc/utils/tensor_new.cpp), which copies the data to the device below the Fake key,
+    and `lift_fresh` makes that real CUDA tensor the graph's `_tensor_constant`: one block from the
+    compile on while the compiled function lives. Measured: a 4-element one
+    (probes/compiled_tensor_constant_probe_s61.py, mx61_compile_constants.py: the GPU's lines one
+    512-byte block over the twin's); a one-element one too, though Inductor folds it into a `full`
+    (`constant_fold_uniform_value` erases the node, not the graph's attribute): blind287/kb02's
+    H200 history holds eager_mask's two `torch.tensor(0.0)` (4 bytes each) from the compile to
+    the end. The twin traces the data on the host; a host constant whose copy (`lift_fresh_copy`)
+    is its use is taken as the GPU's. Not so on the GPU: `torch.tensor(data).cuda()` (a host
+    constant there too), and one returned as the graph's output (the s61 probe: no block over
+    the output; Inductor's `remove_noop_ops` drops the `clone` of `lift_fresh_copy`, so the output
+    is the constant, where the twin's is its `device_put` copy). A compiled function dropped
+    (`torch._dynamo.reset()`, collected) frees its constant on the GPU; the twin's compiled graph
+    outlives it."""
+    out = []
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if not _lifted_data(module, node):
+                continue
+            c = _attr(module, node.target)
+            # (held by the host constant: a weak mapping keyed by tensors compares them by value)
+            t = getattr(c, _GPU_CONSTANT, None)
+            if t is None:
+                # the twin's objects, not the program's: the collector's count as it was (`_gccount`)
+                window = _gccount.opened()
+                try:
+                    with torch._C._DisableTorchDispatch():
+                        meta = torch.empty_strided(c.size(), c.stride(), dtype=c.dtype, device="meta")
+                    t = cap.track(meta, "inductor::tensor_constant", "input")
+                    setattr(c, _GPU_CONSTANT, t)
+                finally:
+                    if window is not None:
+                        _gccount.close(window, 0)
+            out.append(t)
+    return out
+
+
+#: the attribute of a graph's host constant holding the twin's CUDA tensor standing for the GPU's
+_GPU_CONSTANT = "_vramscope_gpu_constant"
+#: the GPU's constants of the graph Inductor's joint passes had last, for the compiled graph to
+#: hold: a one-element constant is folded into a `full` there (`constant_fold_uniform_value`), its
+#: node gone but its tensor still the traced graph's attribute on the GPU
+_PENDING_CONSTANTS: list = []
+
+
+def _lifted_data(module, node) -> bool:
+    """Whether `node` is a constant AOTAutograd lifted from Python data on the host (a genuine
+    host tensor, not fake nor the twin's, copied by `lift_fresh_copy` where it is used)."""
+    if node.op != "get_attr" or not node.users:
+        return False
+    if any(u.target is not torch.ops.aten.lift_fresh_copy.default for u in node.users):
+        return False
+    try:
+        c = _attr(module, node.target)
+    except AttributeError:
+        return False
+    return (
+        isinstance(c, torch.Tensor)
+        and not isinstance(c, torch._subclasses.fake_tensor.FakeTensor)
+        and not _tensor.registered(c)
+        and c.device == _HOST
+    )
+
+
 def _data_constant(module, node) -> bool:
     """Whether `node` is a tensor constant AOTAutograd lifted from Python data (`torch.tensor(data,
     device=...)` in the region, made on the host here: `_from_data`), not 0-d. On the GPU,
@@ -657,9 +729,10 @@ def _devices_cuda(gm) -> None:
             module.recompile()
 
 
-def _inner_compile(original):
+def _inner_compile(original, cap=None):
     """Inductor's `compile_fx_inner` for a graph AOTAutograd traced on the host: its example
-    inputs and values relabelled cuda."""
+    inputs and values relabelled cuda; the compiled graph holds the GPU's constants of the graph
+    it keeps (`_gpu_constants`: Inductor's `constants`, which the compiled graph keeps)."""
 
     def compile_inner(gm, example_inputs, **kwargs):
         from torch._guards import detect_fake_mode
@@ -668,10 +741,15 @@ def _inner_compile(original):
         previous, TRACING[0] = TRACING[0], 0
         try:
             with _disable_current_modes():
+                constants = [*_PENDING_CONSTANTS, *(_gpu_constants(gm, cap) if cap is not None else ())]
+                _PENDING_CONSTANTS.clear()
                 fake_mode = detect_fake_mode(example_inputs)
                 _relabel_graph(gm, fake_mode)
                 inputs = [_to_cuda(fake_mode, t) for t in example_inputs]
-                return original(gm, inputs, **kwargs)
+                compiled = original(gm, inputs, **kwargs)
+                if constants and compiled is not None:
+                    compiled._vramscope_gpu_constants = constants
+                return compiled
         finally:
             TRACING[0] = previous
 
@@ -1242,7 +1320,7 @@ class backend:
                 return compile_fx(
                     gm,
                     example_inputs,
-                    inner_compile=_inner_compile(compile_fx_inner),
+                    inner_compile=_inner_compile(compile_fx_inner, cap),
                     config_patches=dict(options),
                     decompositions=_gpu_decompositions(options),
                 )
@@ -2616,6 +2694,13 @@ def patch(p, cap) -> None:
         passes = compile_fx_module.joint_graph_passes
 
         def joint_graph_passes(graph, input_device=None):
+            # the GPU's constants of the graph, made by its trace (before Inductor's passes),
+            # held until the compiled graph holds them (`_inner_compile`); AOTInductor's go into
+            # the loaded model's blob instead, outside the allocator (`_aoti`)
+            from torch._inductor.virtualized import V
+
+            if not V.aot_compilation:
+                _PENDING_CONSTANTS.extend(_gpu_constants(graph, cap))
             # the joint graph, traced on the host, becomes the GPU's before Inductor's passes and
             # the partitioner
             _relabel_graph(graph)
