@@ -4239,6 +4239,29 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
     assert where == [(-416, 14), (-2, 2), (74, 20)]
 
 
+def test_a_cublas_mm_keeps_the_context_range(tmp_script, tmp_path):
+    # blind288/kc02's memory history (H200, session 66; rule 6): after `randn`'s kernels, the `mm`
+    # of the data by the basis (a plain cuBLAS GEMM, no bias) left the range with the context (the
+    # 192 MiB output of the `* 0.4` after it went to a new chunk below the others, B-960); that
+    # multiply gave it back (the next 32 MiB segments at B-416 and up). The twin gave it back at the
+    # `mm`, putting the multiply's output into the range, which moved kc02's later blocks (its
+    # phase 1 reserved one 32 MiB segment under the H100's)
+    snap = tmp_path / "snap.pickle"
+    script = tmp_script(
+        f"""
+import torch
+x = torch.randn(64, 64, device="cuda")         # 2 MiB at B-2; random numbers keep the range
+p = x @ torch.randn(64, 64, device="cuda")     # cuBLAS's GEMM keeps it too (its workspace at B-512)
+u = torch.empty(5 << 20, device="cuda")        # 20 MiB: the context's hole at B+76, not B-416
+z = p * 2                                      # a kernel of PyTorch's own: the range goes back
+y = torch.empty(7 << 19, device="cuda")        # 14 MiB: the context's range, from its low end
+torch.cuda.memory._dump_snapshot({str(snap)!r})
+"""
+    )
+    where = _segments_from_the_anchor(script, snap)
+    assert where == [(-512, 32), (-416, 14), (-2, 2), (76, 20)]
+
+
 def test_the_first_optimizer_maps_libtriton_below_the_context(tmp_script, tmp_path):
     # blind21/u06 and blind25/y04 on the H200 (docs/driver-placement.md, rule 10): an optimizer's
     # construction imports torch._dynamo, which maps libtriton.so (141.28 MiB) below the context

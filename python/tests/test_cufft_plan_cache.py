@@ -101,3 +101,17 @@ def test_stft_with_a_host_window_raises_naming_the_gpu():
             torch.istft(spec, 256, window=torch.hann_window(256))
         # a window on the GPU: no error
         assert torch.stft(x, 256, window=torch.hann_window(256, device="cuda"), return_complex=True).is_cuda
+
+
+def test_bluestein_plan_takes_its_work_area_a_batch_item():
+    # blind288/kc04's probe on the H100: cuFFT's 1-D complex-to-complex plan of 4,351 = 19 x 229
+    # (Bluestein's) takes a work area (`at::empty({workspace_size})` in `_exec_fft`) of 139,968
+    # bytes an item, 141,312 at batch 1; the plan of 4,096 none
+    with vramscope.capture():
+        x = torch.zeros(64, 4351, dtype=torch.complex64, device="cuda")
+        peak, _ = _peak_above(torch.fft.fft, x)
+        assert peak == 2227712 + 64 * 139968  # the output and the work area
+        peak, _ = _peak_above(torch.fft.fft, x[:1].clone())
+        assert peak == 34816 + 141312
+        peak, _ = _peak_above(lambda t: torch.fft.fft(t, n=4096), x)
+        assert peak == 64 * 4096 * 8

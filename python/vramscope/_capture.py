@@ -929,14 +929,24 @@ def _keeps_context(func, args, kwargs) -> bool:
     address-space rule 6, `docs/driver-placement.md`): measured for Philox random numbers, `im2col`
     (`F.unfold`: blind132/eb02's H200 history), `arange` (blind199/gq04's: SlowFast's frame
     indices after the random clips), a cuDNN convolution without bias (a bias is added
-    by PyTorch's own kernel) and an `addmm` on cuBLASLt's `gemm_and_bias` path; every other kernel
-    gives the range back."""
+    by PyTorch's own kernel), an `addmm` on cuBLASLt's `gemm_and_bias` path and an `mm` (cuBLAS's
+    GEMM alone: blind288/kc02's H200 history), each without a copy of an operand; every other
+    kernel gives the range back."""
     if func in _RANDOM_KERNELS or func in _ARANGE or func is aten.im2col.default:
         return True
     if func is aten.convolution.default:
         x, w, bias = args[0], args[1], args[2]
         groups = args[8] if len(args) > 8 else 1
         return bias is None and groups == 1 and x.is_contiguous() and w.is_contiguous()
+    if func is aten.mm.default:
+        # an empty operand's result is zero-filled by PyTorch's own kernel (Blas.cpp `addmm_out_cuda_impl`)
+        a, b = args[0], args[1]
+        return (
+            a.numel() > 0
+            and b.numel() > 0
+            and not _kernels._matrix_needs_copy(a)
+            and not _kernels._matrix_needs_copy(b)
+        )
     if func is aten.addmm.default:
         return (
             _kernels.addmm_uses_lt(args, kwargs)

@@ -36,13 +36,23 @@ def _cufft_must_clone(strides, signal, onesided: bool) -> bool:
 #: blind206/gx03's (HyenaDNA's fftconv over 2L): the 1-D complex-to-complex plan of 65,536 at batch
 #: 256 and 1,024 one complex signal an item, the 1-D real-to-complex and complex-to-real plans of
 #: 262,144 at batch 256 one half-spectrum (131,073 complex) an item; those of 65,536, 8,192 and 4,096
-#: none.
+#: none. blind288/kc04's probe (H100, fixtures/run/probes/kc04_cufft_bluestein_workspace_probe_s65_h100.txt):
+#: the 1-D complex-to-complex plan of 4,351 = 19 x 229 (Bluestein's: two complex signals of 8,748 =
+#: 2^2 x 3^7 >= 2 x 4,351 - 1 an item) at batch 64, 1,536 and 4,096; at batch 1 its own figure
+#: (`_CUFFT_WORKSPACE_AT_BATCH`); those of 4,096 and 128 and the (128, 16) one none.
 _CUFFT_WORKSPACE = {
     ("r2c", torch.float32, (64, 64, 46)): 753_664,
     ("c2r", torch.float32, (64, 64, 46)): 753_664,
     ("c2c", torch.float32, (65536,)): 524_288,
     ("r2c", torch.float32, (262144,)): 1_048_584,
     ("c2r", torch.float32, (262144,)): 1_048_584,
+    ("c2c", torch.float32, (4351,)): 139_968,
+}
+
+#: cuFFT's work area where a plan's batch has a figure of its own (the same probes, by transform,
+#: real dtype, signal sizes and batch): kc04's c2c 4,351 at batch 1 (the H100's peak, 512-rounded).
+_CUFFT_WORKSPACE_AT_BATCH = {
+    ("c2c", torch.float32, (4351,), 1): 141_312,
 }
 
 #: the same for an input cuFFT reads through its advanced layout with strides other than the packed
@@ -59,8 +69,8 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     """`_exec_fft` (cuda/SpectralOps.cpp) on `x`: the batch dimensions in stride order, then the
     transformed ones, reshaped to one batch dimension (a contiguous copy where no view fits), a
     contiguous clone where cuFFT's layout cannot take the strides (`should_clone_input`), then the
-    plan's work area (`_CUFFT_WORKSPACE`). Returns the temporaries, which die at its return (the
-    work area first)."""
+    plan's work area (`_CUFFT_WORKSPACE`, `_CUFFT_WORKSPACE_AT_BATCH`). Returns the temporaries,
+    which die at its return (the work area first)."""
     sizes, strides = list(x.shape), list(x.stride())
     batch = sorted((d for d in range(x.dim()) if d not in dims), key=lambda d: -strides[d])
     view = torch.empty_strided(sizes, strides, device="meta").permute(batch + list(dims))
@@ -87,7 +97,7 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     plan = (kind, x.dtype.to_real(), tuple(signal[1:]))
     packed = cloned or view.is_contiguous()
     if packed:
-        per_item = _CUFFT_WORKSPACE.get(plan, 0)
+        work = _CUFFT_WORKSPACE_AT_BATCH.get((*plan, signal[0]), _CUFFT_WORKSPACE.get(plan, 0) * signal[0])
     else:
         per_item = _CUFFT_STRIDED_WORKSPACE.get(plan)
         if per_item is None:
@@ -97,8 +107,9 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
                 f"cuFFT's work area of a {kind} plan of {tuple(signal[1:])} over an input of strides "
                 f"{tuple(view.stride())} (not packed) was not measured: taken as none",
             )
-    if per_item and signal[0] > 0:
-        temps.append(cap.malloc(per_item * signal[0], op, "workspace"))
+        work = per_item * signal[0]
+    if work > 0:
+        temps.append(cap.malloc(work, op, "workspace"))
     return temps
 
 
