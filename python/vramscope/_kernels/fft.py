@@ -55,14 +55,30 @@ _CUFFT_WORKSPACE_AT_BATCH = {
     ("c2c", torch.float32, (4351,), 1): 141_312,
 }
 
-#: the same for an input cuFFT reads through its advanced layout with strides other than the packed
-#: batch-major ones (`as_cufft_embed`'s istride/idist, no clone): the 1-D real-to-complex plan of
-#: 8,192 over a transposed input (istride = the batch, idist 1) took one real signal's bytes an item
-#: where the packed plan takes none: the H100 at batch 6,272 and 1,024 (205,520,896 and 33,554,432
-#: bytes; session 65, probes/au65_kernel_copies_probe_s65.py), the H200 at 6,272 (blind140/ej05)
-_CUFFT_STRIDED_WORKSPACE = {
-    ("r2c", torch.float32, (8192,)): 32_768,
-}
+#: cuFFT's work area for a 1-D real-to-complex plan over an input it reads through its advanced
+#: layout with the batch innermost (`as_cufft_embed` with no clone: idist < istride, a transposed
+#: input): ATen clones nothing there (`should_clone_input` false) and takes `workspace_size()`,
+#: which cuFFT sizes at one packed real signal an item once a signal holds at least 8 KiB, none
+#: at 4 KiB or less. The H100 (cuFFT of CUDA 13.0; probes/pa66_ctc_workspace_and_strided_rfft_probe.py
+#: and au65_kernel_copies_probe_s65.py): float32 of 4,096, 8,192 and 16,384 at batch 100 to 6,272
+#: and float64 of 1,024 the whole input, float32 of 1,024 and 1,000 none; the H200 float32 of 8,192
+#: at 6,272 (blind140/ej05). A batch-outer strided layout (float32 of 8,192, istride 2, idist
+#: 16,384) and the complex-to-complex plan of complex64 1,024 transposed took none.
+_CUFFT_BATCH_INNER_R2C_MIN = 8192
+_CUFFT_BATCH_INNER_R2C_MAX_NONE = 4096
+
+
+def _strided_work_area(kind: str, dtype, signal, strides):
+    """cuFFT's work area per batch item of a plan over a strided (not packed) input, or None
+    where it was not measured (`_CUFFT_BATCH_INNER_R2C_MIN`)."""
+    if kind != "r2c" or len(signal) != 2:
+        return None
+    if strides[0] >= strides[-1]:  # batch outermost: none (measured once: istride 2, 8,192 float32)
+        return 0
+    nbytes = signal[1] * dtype.itemsize
+    if nbytes >= _CUFFT_BATCH_INNER_R2C_MIN:
+        return nbytes
+    return 0 if nbytes <= _CUFFT_BATCH_INNER_R2C_MAX_NONE else None
 
 
 def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
@@ -99,7 +115,7 @@ def _exec_fft(cap, op: str, x, dims, signal_last: int, c2r: bool) -> list:
     if packed:
         work = _CUFFT_WORKSPACE_AT_BATCH.get((*plan, signal[0]), _CUFFT_WORKSPACE.get(plan, 0) * signal[0])
     else:
-        per_item = _CUFFT_STRIDED_WORKSPACE.get(plan)
+        per_item = _strided_work_area(kind, x.dtype.to_real(), signal, view.stride())
         if per_item is None:
             per_item = 0
             cap.note_unmeasured(
