@@ -744,3 +744,17 @@ def test_the_table_holds_jh04s_head_and_ji05s_trunk_problems_measured_on_an_h100
     assert table["forward bfloat16 nhwc 0 128,768,1,1 1280,768,1,1 1,1 0,0 1,1 0,0 1"] == 0
     # ji05's 60 x 80 ResNet-18 dgrad at batch 8 (estimated 39,922,573 bytes from 64 x 64 before)
     assert table["dgrad float32 nchw 0 8,128,60,80 128,128,3,3 1,1 1,1 1,1 0,0 1"] == 39_911_571
+
+
+def test_the_table_holds_blind286s_problems_measured_on_an_h200(tmp_path):
+    # fixtures/run/conv_sweep_blind282_290_h200.tar.xz (session 66): `conv_sweep.py run
+    # conv_problems_blind286.json` with 2 workers, 189 of 192 items (3 over MAX_OPERAND_BYTES: ka05's
+    # batch-512 1x1 forwards); with them blind286/ka03 (BasicVSR) is exact in all 4 phases on the H100,
+    # where the estimates left its 720p phase 131,079,680 bytes under in peak allocated
+    _extract(tmp_path, "conv_sweep_blind282_290_h200.tar.xz", ("cs286/w0.jsonl", "cs286/w1.jsonl", ".err"))
+    table, swept, _auto = _swept_and_in_the_table(tmp_path / "cs286")
+    assert len(swept) == 567
+    # ka03's conv_hr at 720 x 1280 (estimated 471,988,929 bytes from 1024 x 1024 before)
+    assert table["forward float32 nchw 0 1,64,720,1280 64,64,3,3 1,1 1,1 1,1 0,0 1"] == 472_006_803
+    # not swept: the (512, 224, 325, 12) input is 1,789,132,800 bytes
+    assert "forward float32 nchw 0 512,224,325,12 32,224,1,1 1,1 0,0 1,1 0,0 1" not in table
