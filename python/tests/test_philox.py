@@ -405,6 +405,9 @@ def test_a_normal_draw_carries_curands_box_muller_values():
         assert value(x) is not None and value(h) is not None and value(d) is not None
         assert x.tolist() == pytest.approx([-0.9247, -0.4253, -2.6438, 0.1452, -0.1209], abs=5e-5)
         assert h.tolist() == x[:4].half().tolist()
+        torch.manual_seed(0)
+        n = torch.normal(2.0, 3.0, size=(5,), device="cuda")
+        assert value(n) is not None and n.tolist() == pytest.approx((x * 3.0 + 2.0).tolist(), abs=1e-6)
 
 
 def test_a_count_over_normal_jitter_is_the_h100s():

@@ -299,12 +299,14 @@ _FIXED = {
     aten.bernoulli_.Tensor: 10,
 }
 _UNIFORM = {aten.rand.default, aten.rand.generator, aten.rand_like.default, aten.uniform_.default}
-#: `normal_kernel`'s ops (a factory's `randn` is `normal_(0, 1)`: TensorFactories.cpp)
+#: `normal_kernel`'s ops (a factory's `randn` is `normal_(0, 1)`: TensorFactories.cpp; a sized
+#: `torch.normal(mean, std, size)` is `normal_(mean, std)`: DistributionTemplates.h's `normal_impl`)
 _NORMAL = {
     aten.randn.default,
     aten.randn.generator,
     aten.randn_like.default,
     aten.normal_.default,
+    aten.normal.float_float,
 }
 _BERNOULLI_SCALAR = {aten.bernoulli_.float, aten.bernoulli.p}
 _SDPA = {
