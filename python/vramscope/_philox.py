@@ -2,8 +2,11 @@
 offset (`CUDAGeneratorImpl.cpp`), how far each random kernel moves the offset on, and the values of
 the integer, uniform and Bernoulli draws, computed on the host as the GPU's kernels compute them
 (`aten/src/ATen/native/cuda/DistributionTemplates.h`), so a program's sizes that hang on them
-(`torch.randint` lengths, a random mask's count) are the GPU's. Normal, exponential and the other
-transcendental draws move the offset only; their values stay the host's."""
+(`torch.randint` lengths, a random mask's count) are the GPU's. Normal draws (`randn`, `normal_`)
+carry curand's Box-Muller values to within the device's fast sine and cosine (`__sincosf`, computed
+here in float64 and rounded), so a count over them is the GPU's but for a value that close to its
+threshold; exponential and the other transcendental draws move the offset only, their values stay
+the host's."""
 
 from __future__ import annotations
 
@@ -116,25 +119,34 @@ def philox(seed: int, ctr: list) -> list:
     return [c0, c1, c2, c3]
 
 
-def _grid_words(seed: int, offset: int, numel: int, unroll: int, threads: int) -> list:
-    """The words behind each element li of `distribution_elementwise_grid_stride_kernel`: thread
-    li % threads (`curand_init(seed, thread, offset)`), its draw q // unroll of q = li // threads,
-    and that draw's words for slot q % unroll (one word per slot for 4 slots, two for 2). Each
-    (draw, thread) is computed once, as the kernel does, for the unroll elements it serves."""
+def _grid_draws(seed: int, offset: int, numel: int, unroll: int, threads: int) -> list:
+    """The four words of each (draw, thread) of `distribution_elementwise_grid_stride_kernel`,
+    each word a (draws, 1, width) tensor: thread t (`curand_init(seed, t, offset)`) makes its
+    draws for the elements t + threads * q, q = draw * unroll + slot. Each (draw, thread) is
+    computed once, as the kernel does, for the unroll elements it serves."""
     width = min(threads, numel)
     draws = ((numel - 1) // threads) // unroll + 1
     thread = torch.arange(width, dtype=torch.int64).repeat(draws)
     draw = (torch.arange(draws, dtype=torch.int64) + offset // 4).repeat_interleave(width)
-    words = [
+    return [
         w.view(draws, 1, width)
         for w in philox(seed, [draw & MASK, draw >> 32, thread, torch.zeros_like(thread)])
     ]
-    # element li = q * threads + t (q = draw * unroll + slot) lies at (draw, slot, t) of the grid
+
+
+def _by_slot(slots: list, numel: int) -> torch.Tensor:
+    """Element li = q * threads + t of (draw, slot, t) tensors, one per slot: flattened."""
+    return torch.cat(slots, 1).reshape(-1)[:numel]
+
+
+def _grid_words(seed: int, offset: int, numel: int, unroll: int, threads: int) -> list:
+    """The words behind each element li of `distribution_elementwise_grid_stride_kernel`: thread
+    li % threads, its draw q // unroll of q = li // threads, and that draw's words for slot
+    q % unroll (one word per slot for 4 slots, two for 2)."""
+    words = _grid_draws(seed, offset, numel, unroll, threads)
     if unroll == 4:
-        return [torch.cat(words, 1).reshape(-1)[:numel]]
-    first = torch.cat([words[0], words[2]], 1).reshape(-1)[:numel]
-    second = torch.cat([words[1], words[3]], 1).reshape(-1)[:numel]
-    return [first, second]
+        return [_by_slot(words, numel)]
+    return [_by_slot([words[0], words[2]], numel), _by_slot([words[1], words[3]], numel)]
 
 
 def _uniform_float(word: torch.Tensor) -> torch.Tensor:
@@ -146,6 +158,42 @@ def _uniform_double(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """`_curand_uniform_double_hq`: (x ^ y << 21) times 2**-53 plus 2**-54, in float64."""
     z = x ^ (y << 21)
     return z.to(torch.float64) * 2.0**-53 + 2.0**-54
+
+
+#: `CURAND_2POW32_INV_2PI` (curand_globals.h): `2.3283064e-10f * 6.2831855f`, a float product
+_INV_2PI = float(torch.tensor(2.0**-32, dtype=torch.float32) * torch.tensor(6.2831855, dtype=torch.float32))
+
+
+def _box_muller_float(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_curand_box_muller` (curand_normal.h) of two words: u = x 2**-32 + 2**-33 and
+    v = y CURAND_2POW32_INV_2PI + half of it in float32 (one fused multiply-add), s =
+    sqrtf(-2 logf(u)), then (sin v, cos v) times s: `__sincosf` on the device, whose fast sine and
+    cosine the float64 ones stand for here, rounded to float32."""
+    u = _uniform_float(x).to(torch.float64)
+    v = (y.to(torch.float32).to(torch.float64) * _INV_2PI + _INV_2PI / 2).to(torch.float32).to(torch.float64)
+    s = torch.sqrt(-2.0 * torch.log(u).to(torch.float32).to(torch.float64)).to(torch.float32)
+    return torch.sin(v).to(torch.float32) * s, torch.cos(v).to(torch.float32) * s
+
+
+def _box_muller_double(words: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_curand_box_muller_double` (curand_normal.h) of a draw's four words: u from (x0, x1) and v
+    from (y0, y1) as 53-bit uniforms, s = sqrt(-2 log u), then `sincospi(v)` times s."""
+    x0, x1, y0, y1 = words
+    u = (x0 ^ (x1 << 21)).to(torch.float64) * 2.0**-53 + 2.0**-54
+    v = (y0 ^ (y1 << 21)).to(torch.float64) * 2.0**-52 + 2.0**-53
+    s = torch.sqrt(-2.0 * torch.log(u))
+    return torch.sin(v * math.pi) * s, torch.cos(v * math.pi) * s
+
+
+def _normal(seed: int, offset: int, layout: tuple) -> torch.Tensor:
+    """`normal_and_transform`'s standard normal draws, element by element: `curand_normal4` (the
+    Box-Muller pairs of words (0, 1) and (2, 3) for slots 0-1 and 2-3) for float, half and
+    bfloat16, `curand_normal2_double` (one pair from all four words) for float64."""
+    numel, unroll, threads = layout
+    words = _grid_draws(seed, offset, numel, unroll, threads)
+    if unroll == 2:
+        return _by_slot(list(_box_muller_double(words)), numel)
+    return _by_slot([*_box_muller_float(words[0], words[1]), *_box_muller_float(words[2], words[3])], numel)
 
 
 def _opmath_fma(rand: torch.Tensor, scale: float, shift: float, dtype) -> torch.Tensor:
@@ -251,6 +299,15 @@ _FIXED = {
     aten.bernoulli_.Tensor: 10,
 }
 _UNIFORM = {aten.rand.default, aten.rand.generator, aten.rand_like.default, aten.uniform_.default}
+#: `normal_kernel`'s ops (a factory's `randn` is `normal_(0, 1)`: TensorFactories.cpp; a sized
+#: `torch.normal(mean, std, size)` is `normal_(mean, std)`: DistributionTemplates.h's `normal_impl`)
+_NORMAL = {
+    aten.randn.default,
+    aten.randn.generator,
+    aten.randn_like.default,
+    aten.normal_.default,
+    aten.normal.float_float,
+}
 _BERNOULLI_SCALAR = {aten.bernoulli_.float, aten.bernoulli.p}
 _SDPA = {
     aten._scaled_dot_product_flash_attention.default,
@@ -441,8 +498,8 @@ def generator_state(cap, generator) -> Philox | None:
 
 
 def values(func, args, kwargs, drawn, out) -> torch.Tensor | None:
-    """The GPU's values of an integer, uniform or Bernoulli draw whose offsets `draw` took, as a
-    host tensor like `out` (None for other draws, a non-contiguous result, or 64-bit draws of
+    """The GPU's values of an integer, uniform, normal or Bernoulli draw whose offsets `draw` took,
+    as a host tensor like `out` (None for other draws, a non-contiguous result, or 64-bit draws of
     more than `WIDE_LIMIT` elements)."""
     if not drawn or not isinstance(out, torch.Tensor) or not out.is_contiguous():
         return None
@@ -482,6 +539,14 @@ def values(func, args, kwargs, drawn, out) -> torch.Tensor | None:
         return vals.to(dtype).reshape(out.shape)
     if func in (aten.randperm.default, aten.randperm.generator):
         return _randperm_values(seed, offset, layout, out)
+    if func in _NORMAL:
+        if dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            return None
+        # `normal_kernel`: rand * std + mean in the op's math type, cast to the tensor's
+        mean, std = float(b.get("mean", 0.0)), float(b.get("std", 1.0))
+        if dtype is not torch.float64:
+            mean = float(torch.tensor(mean, dtype=torch.float32))
+        return _opmath_fma(_normal(seed, offset, layout), std, mean, dtype).reshape(out.shape)
     if func in _UNIFORM or func in _BERNOULLI_SCALAR:
         words = _grid_words(seed, offset, numel, unroll, threads)
         rand = _uniform_double(*words) if unroll == 2 else _uniform_float(words[0])
