@@ -652,20 +652,9 @@ _PENDING_CONSTANTS: list = []
 def _lifted_data(module, node) -> bool:
     """Whether `node` is a constant AOTAutograd lifted from Python data on the host (a genuine
     host tensor, not fake nor the twin's, copied by `lift_fresh_copy` where it is used)."""
-    if node.op != "get_attr" or not node.users:
+    if not node.users or any(u.target is not torch.ops.aten.lift_fresh_copy.default for u in node.users):
         return False
-    if any(u.target is not torch.ops.aten.lift_fresh_copy.default for u in node.users):
-        return False
-    try:
-        c = _attr(module, node.target)
-    except AttributeError:
-        return False
-    return (
-        isinstance(c, torch.Tensor)
-        and not isinstance(c, torch._subclasses.fake_tensor.FakeTensor)
-        and not _tensor.registered(c)
-        and c.device == _HOST
-    )
+    return _host_constant(module, node) is not None
 
 
 def _data_constant(module, node) -> bool:
@@ -676,19 +665,26 @@ def _data_constant(module, node) -> bool:
     node: relabelled, CUDA kernels met a CPU tensor (`torch.cat` with it: "found two different
     devices cuda:0, cpu"). Its uses that compute on the GPU take it through a `device_put`. A 0-d
     one stays the CPU scalar Inductor reads it as."""
+    c = _host_constant(module, node)
+    return c is not None and c.dim() > 0
+
+
+def _host_constant(module, node):
+    """The genuine host tensor a `get_attr` node names (not fake nor the twin's), else None."""
     if node.op != "get_attr":
-        return False
+        return None
     try:
         c = _attr(module, node.target)
     except AttributeError:
-        return False
-    return (
+        return None
+    if (
         isinstance(c, torch.Tensor)
         and not isinstance(c, torch._subclasses.fake_tensor.FakeTensor)
         and not _tensor.registered(c)
         and c.device == _HOST
-        and c.dim() > 0
-    )
+    ):
+        return c
+    return None
 
 
 def _attr(module, target):
