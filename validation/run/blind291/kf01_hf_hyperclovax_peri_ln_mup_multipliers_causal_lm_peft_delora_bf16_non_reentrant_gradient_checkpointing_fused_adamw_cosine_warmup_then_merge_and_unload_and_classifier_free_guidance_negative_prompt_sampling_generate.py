@@ -1,32 +1,34 @@
-"""peft DeLoRA (DeloraConfig, r=16, on every attention and MLP projection) on a HF Ernie4_5ForCausalLM
-(model_type "ernie4_5") from a small Ernie4_5Config (1024 wide, 8 layers, 16 heads with 4 KV heads,
-tied embeddings), bf16 weights, non-reentrant gradient checkpointing with enable_input_require_grads,
-right-padded batches of 8 x 384 tokens with prompt tokens masked to -100 in the labels, fused AdamW
-with a cosine schedule and warmup (transformers.get_cosine_schedule_with_warmup), 3 steps; then the
-adapter merged into the weights (merge_and_unload) and generate() with multinomial sampling
-(top_k 50, top_p 0.9, temperature 0.8) under a WatermarkingConfig (lefthash green-list logits
-processor: a CUDA generator reseeded from the last token and a randperm of the vocabulary per row per
-step), fixed length (min_new_tokens == max_new_tokens), on a left-padded batch.
+"""peft DeLoRA (DeloraConfig, r=16, on every attention and MLP projection) on a HF
+HyperCLOVAXForCausalLM (model_type "hyperclovax": peri-LN, post norms on each sublayer's output, and
+muP-style embedding, residual, attention and logit multipliers) from a small HyperCLOVAXConfig (1024
+wide, 8 layers, 16 heads with 4 KV heads, tied embeddings), bf16 weights, non-reentrant gradient
+checkpointing with enable_input_require_grads, right-padded batches of 8 x 384 tokens with prompt
+tokens masked to -100 in the labels, fused AdamW with a cosine schedule and warmup
+(transformers.get_cosine_schedule_with_warmup), 3 steps; then the adapter merged into the weights
+(merge_and_unload) and generate() with classifier-free guidance (guidance_scale 1.5: the unbatched
+CFG logits processor runs a second forward per step over a left-padded negative prompt,
+negative_prompt_ids with its attention mask, with its own KV cache), multinomial sampling (top_k 50,
+top_p 0.9, temperature 0.8, repetition_penalty 1.1), fixed length (min_new_tokens ==
+max_new_tokens), on a left-padded batch.
 
 Phases: 0 model and adapter built; 1 first training step; 2 two more steps; 3 merge_and_unload and
-optimizer freed; 4 watermarked sampling generate."""
+optimizer freed; 4 guided sampling generate."""
 
 import os
 
 import torch
 from peft import DeloraConfig, get_peft_model
 from transformers import (
-    Ernie4_5Config,
-    Ernie4_5ForCausalLM,
     GenerationConfig,
-    WatermarkingConfig,
+    HyperCLOVAXConfig,
+    HyperCLOVAXForCausalLM,
     get_cosine_schedule_with_warmup,
 )
 
 SMALL = bool(os.environ.get("SMOKE"))
 torch.manual_seed(2911)
 if SMALL:
-    config = Ernie4_5Config(
+    config = HyperCLOVAXConfig(
         vocab_size=256,
         hidden_size=64,
         intermediate_size=128,
@@ -37,7 +39,7 @@ if SMALL:
     )
     B, S, NEW = 2, 32, 8
 else:
-    config = Ernie4_5Config(
+    config = HyperCLOVAXConfig(
         vocab_size=32000,
         hidden_size=1024,
         intermediate_size=3072,
@@ -49,6 +51,8 @@ else:
     B, S, NEW = 8, 384, 48
 config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
 config.tie_word_embeddings = True
+config.embedding_multiplier, config.residual_multiplier, config.logits_scaling = 10.0, 0.25, 0.125
+config.attention_multiplier = 0.125
 config._attn_implementation = "sdpa"
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -62,7 +66,7 @@ def report(tag):
         torch.cuda.reset_peak_memory_stats()
 
 
-base = Ernie4_5ForCausalLM(config).to(device=device, dtype=torch.bfloat16)
+base = HyperCLOVAXForCausalLM(config).to(device=device, dtype=torch.bfloat16)
 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 base.enable_input_require_grads()
 delora = DeloraConfig(
@@ -111,16 +115,21 @@ prompts = torch.randint(3, config.vocab_size, (B, S // 4))
 plen = torch.linspace(S // 8, S // 4, B).long()
 attn = (torch.arange(S // 4)[None, :] >= (S // 4 - plen)[:, None]).long()
 prompts = prompts * attn
+negative = torch.randint(3, config.vocab_size, (B, S // 8))
+nlen = torch.linspace(S // 32, S // 8, B).long()
+neg_attn = (torch.arange(S // 8)[None, :] >= (S // 8 - nlen)[:, None]).long()
+negative = negative * neg_attn
 gen_cfg = GenerationConfig(
     do_sample=True,
     top_k=50,
     top_p=0.9,
     temperature=0.8,
+    repetition_penalty=1.1,
+    guidance_scale=1.5,
     max_new_tokens=NEW,
     min_new_tokens=NEW,
     pad_token_id=0,
     eos_token_id=2,
-    watermarking_config=WatermarkingConfig(bias=2.5, seeding_scheme="lefthash", context_width=1),
 )
 with torch.no_grad():
     seqs = merged.generate(
