@@ -8,7 +8,7 @@ seeded host RNG; the embedding is the masked mean of the last layer.
 Phases: set-up (weights, the host corpus); the chunk finder: a probe chunk of 64 documents gives the
 per-document bytes (`torch.cuda.max_memory_allocated()` over the allocation before it), then chunk 2,048 is
 tried, on `torch.OutOfMemoryError` halved after `torch.cuda.empty_cache()` until one chunk encodes, and the
-chunk is then sized to 85% of the
+chunk is then sized to 80% of the
 budget left (`get_device_properties(0).total_memory * fraction - memory_allocated()`), rounded down to a
 multiple of 64; encoding 6 chunks of that size, the embeddings kept on the GPU; `set_per_process_memory_fraction(0.2)`
 mid-run, the chunk sized again from the same statistics, 4 more chunks; then all embeddings `torch.cat`-ed,
@@ -96,7 +96,7 @@ def encode(n):
 
 def sized_chunk(per_doc):
     budget = TOTAL * fraction - torch.cuda.memory_allocated()
-    return max(64, int(0.85 * budget / per_doc) // 64 * 64)
+    return max(64, int(0.8 * budget / per_doc) // 64 * 64)
 
 
 embeddings = []
