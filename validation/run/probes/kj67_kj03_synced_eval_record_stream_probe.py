@@ -18,7 +18,7 @@ import runpy
 import sys
 
 os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "garbage_collection_threshold:0.6"  # kj03's own, before torch
-import torch  # noqa: E402
+import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
 script = glob.glob(os.path.join(here, "..", "blind295", "kj03_*.py"))[0]
