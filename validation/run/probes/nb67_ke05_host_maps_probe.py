@@ -24,8 +24,9 @@ side, the segments lie where the twin puts them (the same B offsets) but for thr
 
 Prints: torch's thread count and the task count at each view, then /proc/self/maps between B - 2,900 MiB
 and the highest teacher tensor + 64 MiB at (a) after the teacher's build, (b) after its `.to()` (the
-context's creation), (c) after the student's build, (d) after its `.to()`, (e) after step 0's teacher
-forward (the first cuDNN convolution and cuBLAS GEMM), (f) after step 0's student forward and loss,
+context's creation), (c) after the student's build, (d) after its `.to()`, (e1) after the teacher's stem
+convolution (the process's first cuDNN convolution; a forward hook), (e2) after its avgpool (the first
+`mean`, the first reduction), (e) after step 0's teacher forward, (f) after step 0's student forward and loss,
 (g) after step 0 and (h) after step 1 (each mapping: offset from B in MiB, length, gap below it, perms,
 what it is: a teacher tensor, the segments inside it with the free MiB between them, a file or anon);
 then the segments in creation order (B offset, MiB, the allocation that made it). The `fig` lines
@@ -104,6 +105,14 @@ optimizer = create_optimizer_v2(student, "nadamw", lr=2e-3, weight_decay=0.05)
 scheduler = StepLRScheduler(optimizer, decay_t=4, decay_rate=0.5, warmup_t=2, warmup_lr_init=1e-5)
 scaler = torch.amp.GradScaler("cuda")
 view("(d) after the student's .to() and the optimizer")
+hooks = [
+    teacher.features[0][0].register_forward_hook(
+        lambda *_: view("(e1) after the teacher's stem convolution")
+    ),
+    teacher.avgpool.register_forward_hook(
+        lambda *_: view("(e2) after the teacher's avgpool (the first mean)")
+    ),
+]
 mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1)
 std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1)
 student.train()
@@ -113,6 +122,8 @@ for step in range(2):
     with torch.no_grad():
         t_logits = teacher(x.to(torch.bfloat16).contiguous(memory_format=torch.channels_last))
     if step == 0:
+        for h in hooks:
+            h.remove()
         view("(e) after step 0's teacher forward")
     with torch.autocast("cuda", dtype=torch.float16):
         out_cls, out_dist = student(x)
