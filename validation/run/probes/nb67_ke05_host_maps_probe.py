@@ -29,7 +29,10 @@ convolution (the process's first cuDNN convolution; a forward hook), (e2) after 
 `mean`, the first reduction), (e) after step 0's teacher forward, (f) after step 0's student forward and loss,
 (g) after step 0 and (h) after step 1 (each mapping: offset from B in MiB, length, gap below it, perms,
 what it is: a teacher tensor, the segments inside it with the free MiB between them, a file or anon);
-then the segments in creation order (B offset, MiB, the allocation that made it). The `fig` lines
+then the mappings of 1 MiB or more (not files) that each `trunc_normal_` of the teacher's build added or
+removed (which worker's arena comes at which op: the loops' task counts, 2, 4, 8 and 16 first at the Linear
+128x512, the downsample convolution 256x128x2x2, the Linear 256x1024, the downsample 512x256x2x2), then
+the segments in creation order (B offset, MiB, the allocation that made it). The `fig` lines
 (allocated, reserved after each view) are the twin's too."""
 
 import os
@@ -82,7 +85,19 @@ def view(tag):
         print(f"fig {tag}: allocated {torch.cuda.memory_allocated()} reserved {torch.cuda.memory_reserved()}")
 
 
+build_steps = []  # (numel, tasks, mappings) after each trunc_normal_ of the teacher's build
+_trunc_normal = torch.nn.init.trunc_normal_
+
+
+def _traced_trunc_normal(tensor, *args, **kwargs):
+    out = _trunc_normal(tensor, *args, **kwargs)
+    build_steps.append((tensor.numel(), len(os.listdir("/proc/self/task")), read_maps()))
+    return out
+
+
+torch.nn.init.trunc_normal_ = _traced_trunc_normal
 teacher = convnext_base(weights=None)
+torch.nn.init.trunc_normal_ = _trunc_normal
 big = sorted(
     (p.untyped_storage().data_ptr(), p.untyped_storage().nbytes(), n)
     for n, p in list(teacher.named_parameters()) + list(teacher.named_buffers())
@@ -168,6 +183,18 @@ for tag, maps, tasks in views:
         gap = (lo - prev) / MIB if prev is not None else 0.0
         print(f"  B{(lo - base) / MIB:+10.2f} len {(hi - lo) / MIB:9.3f} gap {gap:9.3f} {perm} {kind}")
         prev = hi
+print("the teacher's build, after each trunc_normal_ (OpenMP's arenas: 64 MiB heaps of 2 x 64 MiB mappings):")
+prev = set()
+for k, (numel, tasks, maps) in enumerate(build_steps):
+    now = {(lo, hi, perm, name) for lo, hi, perm, name in maps if hi - lo >= MIB and not name.startswith("/")}
+    new, gone = sorted(now - prev), sorted(prev - now)
+    if new or gone or k == 0:
+        print(f"  trunc_normal_ {k} of {numel} elements, tasks {tasks}:")
+        for lo, hi, perm, name in new:
+            print(f"    + B{(lo - base) / MIB:+10.2f} len {(hi - lo) / MIB:9.3f} {perm} {name or 'anon'}")
+        for lo, hi, perm, name in gone:
+            print(f"    - B{(lo - base) / MIB:+10.2f} len {(hi - lo) / MIB:9.3f} {perm} {name or 'anon'}")
+    prev = now
 print("segments in creation order (B offset MiB, MiB, allocation):")
 print([(f"{(a - base) / MIB:+.0f}", n // MIB, k) for a, n, k in segs])
 if os.environ.get("OUT"):
