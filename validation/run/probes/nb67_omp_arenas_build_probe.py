@@ -1,23 +1,25 @@
 """Session 67 probe: how OpenMP's worker arenas lie after a model's build on the host, for three builds
-whose `.to("cuda")` the GPU's histories tell apart (docs/driver-placement.md, rule 17; no GPU needed).
+(docs/driver-placement.md, rule 17; no GPU needed).
 
 Rule 17 (session 62, blind269/jj04's H100 maps) has the 15 workers enter glibc's `new_heap` together, so
 each 128 MiB mapping lies below the last arena and the 64 MiB arenas lie 128 MiB apart with 64 MiB free
-between them, which `.to()`'s first chunks then take (jj04's history: B+192+128k). The histories of
-blind290/ke05 (convnext_base), blind284/jy01 and blind274/jo05 (swin3d_b) put no chunk in such gaps and
-their freed tensors 700 MiB or so nearer the context than rule 17's layout, as if the arenas were packed:
-a worker that makes its arena after another's aligned mapping takes glibc's hint (`aligned_heap_area`,
-malloc/arena.c), the 64 MiB that mapping gave back. On this 2-core machine (16 threads) convnext_base's
-build makes 2 arenas 128 MiB apart and 1 in the hint at its first `trunc_normal_`, then 12 packed 64 MiB
-apart at the third (every worker's, whatever its share of the loop). Which the GPU's 16-core host does
-decides rule 17's arenas for builds like these.
+between them, which `.to()`'s first chunks then take. A worker that enters `new_heap` after another's
+128 MiB mapping came aligned takes glibc's hint instead (`aligned_heap_area`, malloc/arena.c): the 64 MiB
+that mapping gave back, so the two lie packed. blind290/ke05's maps probe on the H100
+(`nb67_ke05_host_maps_probe.py`, session 67) found convnext_base's 15 arenas 9 packed (the workers whose
+first share came at loops of 2, 4 and 8 tasks, and 2 of the 8 at the first of 16) and 6 128 MiB apart, and
+ke05's processes differ: its H200 history's segments fit all 15 packed, its session-67 H100 history's and
+the probe's two processes' do not, and the H100 record and that history printed other phase figures. On
+this 2-core machine (16 threads) all three builds pack all 15.
 
-    python3 probes/nb67_omp_arenas_build_probe.py      (from validation/run; about 30 s, CPU only)
+    python3 probes/nb67_omp_arenas_build_probe.py [N]    (from validation/run; N rounds, 3 by default,
+                                                          about 30 s a round; CPU only)
 
-Prints, for each build (a fresh process each: torchvision convnext_base as ke05, torchvision swin3d_b as
-jo05, transformers VJEPA2 as jj04): the threads, then after each `torch.nn.init.trunc_normal_` that added
-or removed an anonymous mapping of 1 MiB or more, those mappings (offsets in MiB from the lowest 8 MiB
-stack at the end), then the arenas (64 MiB heaps) and stacks at the end with the gaps between them."""
+Prints, for each build in each round (a fresh process each: torchvision convnext_base as ke05,
+torchvision swin3d_b as blind274/jo05, transformers VJEPA2 as jj04): the threads, then after each
+`torch.nn.init.trunc_normal_` that added or removed an anonymous mapping of 1 MiB or more, those mappings
+(offsets in MiB from the lowest 8 MiB stack at the end), then the arenas (64 MiB heaps) with the spacing
+between them: how often each build packs, and which workers."""
 
 import itertools
 import os
@@ -118,9 +120,12 @@ def build(kind):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
+    if len(sys.argv) > 1 and not sys.argv[1].isdigit():
         build(sys.argv[1])
     else:
-        for kind in ("convnext_base", "swin3d_b", "vjepa2"):
-            subprocess.run([sys.executable, __file__, kind], check=False)
-            sys.stdout.flush()
+        # each build in several fresh processes: which worker takes glibc's hint is a race
+        for k in range(int(sys.argv[1]) if len(sys.argv) > 1 else 3):
+            for kind in ("convnext_base", "swin3d_b", "vjepa2"):
+                print(f"-- process {k}", flush=True)
+                subprocess.run([sys.executable, __file__, kind], check=False)
+                sys.stdout.flush()
