@@ -6,10 +6,11 @@ each 128 MiB mapping lies below the last arena and the 64 MiB arenas lie 128 MiB
 between them, which `.to()`'s first chunks then take. A worker that enters `new_heap` after another's
 128 MiB mapping came aligned takes glibc's hint instead (`aligned_heap_area`, malloc/arena.c): the 64 MiB
 that mapping gave back, so the two lie packed. blind290/ke05's maps probe on the H100
-(`nb67_ke05_host_maps_probe.py`, session 67) found convnext_base's 15 arenas 9 packed (the workers whose
-first share came at loops of 2, 4 and 8 tasks, and 2 of the 8 at the first of 16) and 6 128 MiB apart, and
-ke05's processes differ: its H200 history's segments fit all 15 packed, its session-67 H100 history's and
-the probe's two processes' do not, and the H100 record and that history printed other phase figures. On
+(`nb67_ke05_host_maps_probe.py`, session 67) found convnext_base's 15 arenas 9 packed and 6 128 MiB
+apart (by the build's loops of 2, 4, 8 and 16 tasks: the workers of the first three loops and 2 of the
+last's, inferred; the `trunc_normal_` trace below measures it), and ke05's processes differ: its H200
+history's segments fit all 15 packed, its session-67 H100 history's and the probe's two processes' do
+not, and the H100 record and that history printed other phase figures. On
 this 2-core machine (16 threads) all three builds pack all 15.
 
     python3 probes/nb67_omp_arenas_build_probe.py [N]    (from validation/run; N rounds, 3 by default,
