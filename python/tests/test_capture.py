@@ -7685,6 +7685,37 @@ def test_torch_compile_list_index_constant_is_copied_to_the_simulated_gpu():
     assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
 
 
+def test_torch_compile_lowers_a_list_index_as_the_gpus_cuda_constant(tmp_script):
+    # On the GPU a compiled list index's constant is CUDA (the trace's `indexing_tensor_from_data`
+    # copies it to the device): Inductor lowers it as a device `ConstantBuffer` and
+    # `GraphLowering.constant_name` names a device once and copies nothing
+    # (fixtures/run/probes/mb66_inductor_constant_copies_probe_s66_h100.txt: "calls 1 copies 1
+    # alive 1 allocated 512"). The twin lowered its host constant through a `device_put` whose
+    # loaders copied it on each call: "calls 9", 4,608 bytes more
+    script = tmp_script(
+        "import torch\n"
+        "from torch._inductor.graph import GraphLowering\n"
+        "torch._inductor.config.fx_graph_cache = False\n"
+        "calls = []\n"
+        "orig = GraphLowering.constant_name\n"
+        "def constant_name(self, name, device):\n"
+        "    if device is not None:\n"
+        "        calls.append(name)\n"
+        "    return orig(self, name, device)\n"
+        "GraphLowering.constant_name = constant_name\n"
+        "perm = [(i * 37) % 64 for i in range(64)]\n"
+        "x = torch.rand(256, 3, 64, device='cuda')\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "f = torch.compile(lambda x: (x[:, :, perm] * 2.0 + 1.0).sum(-1))\n"
+        "y = f(x)\n"
+        "del y\n"
+        "print('calls', len(calls), 'allocated', torch.cuda.memory_allocated() - base)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "calls 1 allocated 512"
+
+
 def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():
     """`nesting` is thread_local in autocast_mode.cpp while the cast cache is one global map: a
     backward pass runs on the autograd engine's device thread, whose nesting starts at 0, so the
