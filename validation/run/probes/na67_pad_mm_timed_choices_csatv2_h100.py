@@ -10,7 +10,8 @@ and pads where `is_padded_faster` (ori_time > 1.1 x pad_time); the twin takes ea
 This replays `_should_pad`'s timing with pad_mm's own functions: operands from `realize_tensor`
 (`randn` of the strided extent, `as_strided`), pre-padded operands padded once outside the timing
 (`write_pad` inside), the base time once per base key, `get_do_bench()` (`benchmark_gpu`, warmup 5).
-One line a matmul: `i OP M K N pre1 pre2 padded BOOL` then the two times (ms) and their ratio. Decides
+One line a matmul: `i OP M K N pre1 pre2 padded BOOL bound BOOL` then the two times (ms) and their
+ratio; `bound`: `is_mm_compute_bound`, without which Inductor times nothing and pads nothing. Decides
 which of jx05's matmuls Inductor pads on the H100 (a ratio near 1.1 is a coin toss: say so), for the
 twin's `_pad_mm._PADDED` table. Plain python3, < 30 s, < 1 GB. Under the twin (na-s67) each line
 says `padded False`, its times the host's (meaningless).
@@ -101,18 +102,9 @@ def time_case(i, name, s1, st1, s2, st2, bias, pre1, pre2, base_times, do_bench)
         base_times[base_key] = ori_time
     pad_time = do_bench(padded_fn)
     padded = ori_time > pad_time * 1.1
-    print(
-        i,
-        name,
-        m,
-        k,
-        n,
-        pre1,
-        pre2,
-        "padded",
-        padded,
-        f"{ori_time:.4f} {pad_time:.4f} {ori_time / pad_time:.3f}",
-    )
+    bound = P.is_mm_compute_bound(m, k, n, torch.bfloat16)
+    times = f"{ori_time:.4f} {pad_time:.4f} {ori_time / pad_time:.3f}"
+    print(i, name, m, k, n, pre1, pre2, "padded", padded, "bound", bound, times, flush=True)
 
 
 do_bench = P.get_do_bench()
