@@ -23,7 +23,8 @@ alive after the first call (weak references), memory_allocated's growth across c
     as_tensor_2d_on_device calls 4 copies 1 alive 1 allocated 512 dropped 512
     tensor_then_cuda calls 1 copies 1 alive 1 allocated 512 dropped 512
     host_math_then_to calls 1 copies 1 alive 1 allocated 512 dropped 512
-    memory_allocated 10752
+    small_tensor_then_cuda calls 0 copies 0 alive 0 allocated 512 dropped 512
+    memory_allocated 11264
 ("dropped": the twin's compiled graph outlives the function, session 66's open line.)
 """
 
@@ -75,8 +76,20 @@ def host_math_then_to(x):
     return x[:, :16] * (torch.tensor(data) * 2.0).to(x.device)
 
 
+def small_tensor_then_cuda(x):
+    # 4 elements: inlined by Inductor, so on the GPU a host constant leaves no block at all
+    return x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0]).cuda()
+
+
 x = torch.rand(32, 64, device="cuda")
-for fn in (list_index, tensor_on_device, as_tensor_2d_on_device, tensor_then_cuda, host_math_then_to):
+for fn in (
+    list_index,
+    tensor_on_device,
+    as_tensor_2d_on_device,
+    tensor_then_cuda,
+    host_math_then_to,
+    small_tensor_then_cuda,
+):
     calls.clear()
     copies.clear()
     torch._dynamo.reset()
