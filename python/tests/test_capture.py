@@ -1683,6 +1683,21 @@ def test_torch_compile_pad_mm_measured_choice_pads_the_matmul(monkeypatch):
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_pad_mm_pads_a_measured_h100_choice():
+    # blind283/jx05's bf16 projection (4096, 1544) x (1544, 386) with its bias, timed on the H100 by
+    # `_should_pad`'s own procedure (fixtures/run/probes/na67_pad_mm_timed_choices_csatv2_h100.txt:
+    # ratio 1.187, padded): Inductor pads N to 392, its product (4096, 392) sliced, where the twin
+    # took it as not padded (a (4096, 386) product)
+    torch._dynamo.reset()
+    with vramscope.capture(gpu="h100") as cap:
+        lin = torch.nn.Linear(1544, 386).cuda().bfloat16()
+        x = torch.randn(4096, 1544, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y = torch.compile(lambda t: lin(t.relu()))(x)
+        assert (y.shape, y.untyped_storage().nbytes()) == ((4096, 386), 4096 * 392 * 2)
+    assert "Inductor's timed choice to pad a matmul (taken as not padded)" not in cap.report()["unmeasured"]
+
+
 def test_torch_compile_max_autotune_benchmarks_a_gemm_at_compile_time():
     # under max-autotune the GPU times a GEMM's choices at compile time on example inputs
     # (`AlgorithmSelectorCache.get_inputs`): the bias (4 KiB, its expanded node's base), x (128
