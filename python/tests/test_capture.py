@@ -1683,6 +1683,21 @@ def test_torch_compile_pad_mm_measured_choice_pads_the_matmul(monkeypatch):
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_pad_mm_pads_a_measured_h100_choice():
+    # blind283/jx05's bf16 projection (4096, 1544) x (1544, 386) with its bias, timed on the H100 by
+    # `_should_pad`'s own procedure (fixtures/run/probes/na67_pad_mm_timed_choices_csatv2_h100.txt:
+    # ratio 1.187, padded): Inductor pads N to 392, its product (4096, 392) sliced, where the twin
+    # took it as not padded (a (4096, 386) product)
+    torch._dynamo.reset()
+    with vramscope.capture(gpu="h100") as cap:
+        lin = torch.nn.Linear(1544, 386).cuda().bfloat16()
+        x = torch.randn(4096, 1544, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y = torch.compile(lambda t: lin(t.relu()))(x)
+        assert (y.shape, y.untyped_storage().nbytes()) == ((4096, 386), 4096 * 392 * 2)
+    assert "Inductor's timed choice to pad a matmul (taken as not padded)" not in cap.report()["unmeasured"]
+
+
 def test_torch_compile_max_autotune_benchmarks_a_gemm_at_compile_time():
     # under max-autotune the GPU times a GEMM's choices at compile time on example inputs
     # (`AlgorithmSelectorCache.get_inputs`): the bias (4 KiB, its expanded node's base), x (128
@@ -7683,6 +7698,37 @@ def test_torch_compile_list_index_constant_is_copied_to_the_simulated_gpu():
         f(x).sum().backward()
         assert x.grad.shape == (4, 3, 64)
     assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
+
+
+def test_torch_compile_lowers_a_list_index_as_the_gpus_cuda_constant(tmp_script):
+    # On the GPU a compiled list index's constant is CUDA (the trace's `indexing_tensor_from_data`
+    # copies it to the device): Inductor lowers it as a device `ConstantBuffer` and
+    # `GraphLowering.constant_name` names a device once and copies nothing
+    # (fixtures/run/probes/mb66_inductor_constant_copies_probe_s66_h100.txt: "calls 1 copies 1
+    # alive 1 allocated 512"). The twin lowered its host constant through a `device_put` whose
+    # loaders copied it on each call: "calls 9", 4,608 bytes more
+    script = tmp_script(
+        "import torch\n"
+        "from torch._inductor.graph import GraphLowering\n"
+        "torch._inductor.config.fx_graph_cache = False\n"
+        "calls = []\n"
+        "orig = GraphLowering.constant_name\n"
+        "def constant_name(self, name, device):\n"
+        "    if device is not None:\n"
+        "        calls.append(name)\n"
+        "    return orig(self, name, device)\n"
+        "GraphLowering.constant_name = constant_name\n"
+        "perm = [(i * 37) % 64 for i in range(64)]\n"
+        "x = torch.rand(256, 3, 64, device='cuda')\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "f = torch.compile(lambda x: (x[:, :, perm] * 2.0 + 1.0).sum(-1))\n"
+        "y = f(x)\n"
+        "del y\n"
+        "print('calls', len(calls), 'allocated', torch.cuda.memory_allocated() - base)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "calls 1 allocated 512"
 
 
 def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():
