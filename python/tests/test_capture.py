@@ -7785,3 +7785,17 @@ def test_is_any_true_reduces_as_any():
     mask = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
     assert extra_allocations(mask, torch._is_any_true) == extra_allocations(mask, torch.any)
     assert extra_allocations(mask, torch.any)[0] > 0
+
+
+def test_masked_tensor_reductions_make_their_identities_on_the_simulated_gpu():
+    # blind293/kh04: `MaskedTensor.sum(dim=1)` runs torch/masked/_ops.py inside the mode's own call,
+    # whose `_reduction_identity` makes `torch.tensor(0, device=input.device)`: without the mode that
+    # factory reached the host's CUDA ("Found no NVIDIA driver")
+    with vramscope.capture(gpu="h100"):
+        x = torch.randn(4, 6, 3, device="cuda")
+        mask = (torch.arange(6, device="cuda") < 4)[None, :, None].expand(4, 6, 3)
+        with torch.no_grad():
+            mt = torch.masked.masked_tensor(x, mask)
+            total = mt.sum(dim=1).to_tensor(0.0)
+            peak = mt.amax(dim=1).to_tensor(0.0)
+        assert total.is_cuda and total.shape == (4, 3) and peak.shape == (4, 3)
