@@ -7799,3 +7799,28 @@ def test_masked_tensor_reductions_make_their_identities_on_the_simulated_gpu():
             total = mt.sum(dim=1).to_tensor(0.0)
             peak = mt.amax(dim=1).to_tensor(0.0)
         assert total.is_cuda and total.shape == (4, 3) and peak.shape == (4, 3)
+
+
+def test_a_graph_of_the_eager_backend_runs_the_attention_kernel_the_gpu_picks(tmp_script):
+    # blind293/kh03: `torch.compile(backend="eager")` runs dynamo's graph as it is; its sdpa node
+    # reached the dispatch mode with the compiled region's calls passed through and took the math
+    # path on the simulated tensors (a (T, T) matrix kept for the backward) where the H100 ran
+    # efficient attention, as the uncompiled call does
+    script = tmp_script(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "q = torch.randn(2, 4, 256, 64, device='cuda', requires_grad=True)\n"
+        "def f(q):\n"
+        "    return F.scaled_dot_product_attention(q, q, q, is_causal=True)\n"
+        "for name, fn in (('plain', f), ('eager', torch.compile(f, backend='eager')),\n"
+        "                 ('aot_eager', torch.compile(f, backend='aot_eager', dynamic=True))):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    torch.cuda.reset_peak_memory_stats()\n"
+        "    o = fn(q)\n"
+        "    print(name, torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base)\n"
+        "    del o\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    figures = {line.split()[0]: line.split()[1:] for line in lines}
+    assert figures["eager"] == figures["plain"] and figures["aot_eager"] == figures["plain"]
