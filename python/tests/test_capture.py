@@ -5483,6 +5483,18 @@ def test_nansum_takes_the_reductions_global_buffer():
         assert counts == (3, 1_008)
 
 
+def test_a_sum_of_an_expanded_mask_reduces_a_contiguous_int64_copy():
+    # `sum` of a bool converts it first (`self.to(int64)`, ReduceOps.cpp), and `_to_copy`'s
+    # `empty_like` gives a copy of an expanded (stride-0) tensor contiguous strides, which the
+    # kernel then reduces with its global buffer and semaphores (blind293/kh04's H100 history:
+    # `torch.masked.mean`'s `inmask.sum(1, keepdim=True)` of a (96, 1528, 40) mask expanded from
+    # (96, 1528, 1): 30,720, 46,940,160, 94,371,840 and 120 bytes)
+    with vramscope.capture(gpu="h100"):
+        mask = torch.empty(96, 1528, 1, device="cuda", dtype=torch.bool).expand(96, 1528, 40)
+        _, counts = counted(lambda: mask.sum(dim=1, keepdim=True))
+        assert counts == (4, 30_720 + 46_940_160 + 94_371_840 + 120)
+
+
 def test_embedding_renorm_sorts_and_selects_unique_indices():
     # Embedding.cu's `embedding_renorm_cuda_` (`max_norm`): the sorted indices, `unique_indices`, the
     # count and CUB's unique storage (blind28/ab03's H200 per-op truth: 8,192 indices into a
