@@ -5498,6 +5498,18 @@ def test_nansum_takes_the_reductions_global_buffer():
         assert counts == (3, 1_008)
 
 
+def test_a_sum_of_an_expanded_mask_reduces_a_contiguous_int64_copy():
+    # `sum` of a bool converts it first (`self.to(int64)`, ReduceOps.cpp), and `_to_copy`'s
+    # `empty_like` gives a copy of an expanded (stride-0) tensor contiguous strides, which the
+    # kernel then reduces with its global buffer and semaphores (blind293/kh04's H100 history:
+    # `torch.masked.mean`'s `inmask.sum(1, keepdim=True)` of a (96, 1528, 40) mask expanded from
+    # (96, 1528, 1): 30,720, 46,940,160, 94,371,840 and 120 bytes)
+    with vramscope.capture(gpu="h100"):
+        mask = torch.empty(96, 1528, 1, device="cuda", dtype=torch.bool).expand(96, 1528, 40)
+        _, counts = counted(lambda: mask.sum(dim=1, keepdim=True))
+        assert counts == (4, 30_720 + 46_940_160 + 94_371_840 + 120)
+
+
 def test_embedding_renorm_sorts_and_selects_unique_indices():
     # Embedding.cu's `embedding_renorm_cuda_` (`max_norm`): the sorted indices, `unique_indices`, the
     # count and CUB's unique storage (blind28/ab03's H200 per-op truth: 8,192 indices into a
@@ -7831,3 +7843,42 @@ def test_is_any_true_reduces_as_any():
     mask = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
     assert extra_allocations(mask, torch._is_any_true) == extra_allocations(mask, torch.any)
     assert extra_allocations(mask, torch.any)[0] > 0
+
+
+def test_masked_tensor_reductions_make_their_identities_on_the_simulated_gpu():
+    # blind293/kh04: `MaskedTensor.sum(dim=1)` runs torch/masked/_ops.py inside the mode's own call,
+    # whose `_reduction_identity` makes `torch.tensor(0, device=input.device)`: without the mode that
+    # factory reached the host's CUDA ("Found no NVIDIA driver")
+    with vramscope.capture(gpu="h100"):
+        x = torch.randn(4, 6, 3, device="cuda")
+        mask = (torch.arange(6, device="cuda") < 4)[None, :, None].expand(4, 6, 3)
+        with torch.no_grad():
+            mt = torch.masked.masked_tensor(x, mask)
+            total = mt.sum(dim=1).to_tensor(0.0)
+            peak = mt.amax(dim=1).to_tensor(0.0)
+        assert total.is_cuda and total.shape == (4, 3) and peak.shape == (4, 3)
+
+
+def test_a_graph_of_the_eager_backend_runs_the_attention_kernel_the_gpu_picks(tmp_script):
+    # blind293/kh03: `torch.compile(backend="eager")` runs dynamo's graph as it is; its sdpa node
+    # reached the dispatch mode with the compiled region's calls passed through and took the math
+    # path on the simulated tensors (a (T, T) matrix kept for the backward) where the H100 ran
+    # efficient attention, as the uncompiled call does
+    script = tmp_script(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "q = torch.randn(2, 4, 256, 64, device='cuda', requires_grad=True)\n"
+        "def f(q):\n"
+        "    return F.scaled_dot_product_attention(q, q, q, is_causal=True)\n"
+        "for name, fn in (('plain', f), ('eager', torch.compile(f, backend='eager')),\n"
+        "                 ('aot_eager', torch.compile(f, backend='aot_eager', dynamic=True))):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    torch.cuda.reset_peak_memory_stats()\n"
+        "    o = fn(q)\n"
+        "    print(name, torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base)\n"
+        "    del o\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    figures = {line.split()[0]: line.split()[1:] for line in lines}
+    assert figures["eager"] == figures["plain"] and figures["aot_eager"] == figures["plain"]

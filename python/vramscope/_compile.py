@@ -693,14 +693,20 @@ def _attr(module, target):
     return module
 
 
-def _devices_relabelled(chosen):
+def _devices_relabelled(chosen, cap):
     """Another backend than Inductor, given the graphs dynamo traced on the host with their
-    `device=` arguments (their subgraphs' too: a higher-order op's mask function) made cuda again."""
+    `device=` arguments (their subgraphs' too: a higher-order op's mask function) made cuda again,
+    and their sdpa nodes the kernel the simulated GPU picks (`_sdpa_nodes`, as Inductor's graphs):
+    the eager backend runs the graph as it is, where `F.scaled_dot_product_attention` reached the
+    dispatch mode with the compiled region's calls passed through, and the composite took the math
+    path on the simulated tensors (a (T, T) attention matrix a layer, blind293/kh03's
+    `backend="eager"` GPT: +2.4 GB at T 1,024 where the H100 ran efficient attention)."""
     from torch._dynamo import lookup_backend
 
     inner = lookup_backend(chosen) if isinstance(chosen, str) else chosen
 
     def relabelled(gm, example_inputs, **kwargs):
+        _sdpa_nodes(cap, gm)
         _devices_cuda(gm)
         return inner(gm, example_inputs, **kwargs)
 
@@ -1981,7 +1987,7 @@ def compile_fn(original, cap):
                 # calls it outside torch.compile, and `torch.cond` and the other control-flow ops
                 # theirs (`setup_compilation_env`): what they run is modelled)
                 cap.note_compile_unmeasured(f"backend {chosen!r} (its graphs run as traced, eagerly)")
-            compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen)))
+            compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen, cap)))
         else:
             options = _options(cap, kwargs.pop("mode", None), kwargs.pop("options", None))
             compiled = original(model, **dict(kwargs, backend=backend(cap, options, kwargs.get("dynamic"))))
