@@ -1683,6 +1683,21 @@ def test_torch_compile_pad_mm_measured_choice_pads_the_matmul(monkeypatch):
     assert cap.report()["unmeasured"] == []
 
 
+def test_torch_compile_pad_mm_pads_a_measured_h100_choice():
+    # blind283/jx05's bf16 projection (4096, 1544) x (1544, 386) with its bias, timed on the H100 by
+    # `_should_pad`'s own procedure (fixtures/run/probes/na67_pad_mm_timed_choices_csatv2_h100.txt:
+    # ratio 1.187, padded): Inductor pads N to 392, its product (4096, 392) sliced, where the twin
+    # took it as not padded (a (4096, 386) product)
+    torch._dynamo.reset()
+    with vramscope.capture(gpu="h100") as cap:
+        lin = torch.nn.Linear(1544, 386).cuda().bfloat16()
+        x = torch.randn(4096, 1544, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y = torch.compile(lambda t: lin(t.relu()))(x)
+        assert (y.shape, y.untyped_storage().nbytes()) == ((4096, 386), 4096 * 392 * 2)
+    assert "Inductor's timed choice to pad a matmul (taken as not padded)" not in cap.report()["unmeasured"]
+
+
 def test_torch_compile_max_autotune_benchmarks_a_gemm_at_compile_time():
     # under max-autotune the GPU times a GEMM's choices at compile time on example inputs
     # (`AlgorithmSelectorCache.get_inputs`): the bias (4 KiB, its expanded node's base), x (128
@@ -5483,6 +5498,18 @@ def test_nansum_takes_the_reductions_global_buffer():
         assert counts == (3, 1_008)
 
 
+def test_a_sum_of_an_expanded_mask_reduces_a_contiguous_int64_copy():
+    # `sum` of a bool converts it first (`self.to(int64)`, ReduceOps.cpp), and `_to_copy`'s
+    # `empty_like` gives a copy of an expanded (stride-0) tensor contiguous strides, which the
+    # kernel then reduces with its global buffer and semaphores (blind293/kh04's H100 history:
+    # `torch.masked.mean`'s `inmask.sum(1, keepdim=True)` of a (96, 1528, 40) mask expanded from
+    # (96, 1528, 1): 30,720, 46,940,160, 94,371,840 and 120 bytes)
+    with vramscope.capture(gpu="h100"):
+        mask = torch.empty(96, 1528, 1, device="cuda", dtype=torch.bool).expand(96, 1528, 40)
+        _, counts = counted(lambda: mask.sum(dim=1, keepdim=True))
+        assert counts == (4, 30_720 + 46_940_160 + 94_371_840 + 120)
+
+
 def test_embedding_renorm_sorts_and_selects_unique_indices():
     # Embedding.cu's `embedding_renorm_cuda_` (`max_norm`): the sorted indices, `unique_indices`, the
     # count and CUB's unique storage (blind28/ab03's H200 per-op truth: 8,192 indices into a
@@ -7685,6 +7712,37 @@ def test_torch_compile_list_index_constant_is_copied_to_the_simulated_gpu():
     assert not [u for u in cap.report()["unmeasured"] if "Inductor could not compile" in u]
 
 
+def test_torch_compile_lowers_a_list_index_as_the_gpus_cuda_constant(tmp_script):
+    # On the GPU a compiled list index's constant is CUDA (the trace's `indexing_tensor_from_data`
+    # copies it to the device): Inductor lowers it as a device `ConstantBuffer` and
+    # `GraphLowering.constant_name` names a device once and copies nothing
+    # (fixtures/run/probes/mb66_inductor_constant_copies_probe_s66_h100.txt: "calls 1 copies 1
+    # alive 1 allocated 512"). The twin lowered its host constant through a `device_put` whose
+    # loaders copied it on each call: "calls 9", 4,608 bytes more
+    script = tmp_script(
+        "import torch\n"
+        "from torch._inductor.graph import GraphLowering\n"
+        "torch._inductor.config.fx_graph_cache = False\n"
+        "calls = []\n"
+        "orig = GraphLowering.constant_name\n"
+        "def constant_name(self, name, device):\n"
+        "    if device is not None:\n"
+        "        calls.append(name)\n"
+        "    return orig(self, name, device)\n"
+        "GraphLowering.constant_name = constant_name\n"
+        "perm = [(i * 37) % 64 for i in range(64)]\n"
+        "x = torch.rand(256, 3, 64, device='cuda')\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "f = torch.compile(lambda x: (x[:, :, perm] * 2.0 + 1.0).sum(-1))\n"
+        "y = f(x)\n"
+        "del y\n"
+        "print('calls', len(calls), 'allocated', torch.cuda.memory_allocated() - base)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "calls 1 allocated 512"
+
+
 def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():
     """`nesting` is thread_local in autocast_mode.cpp while the cast cache is one global map: a
     backward pass runs on the autograd engine's device thread, whose nesting starts at 0, so the
@@ -7785,3 +7843,42 @@ def test_is_any_true_reduces_as_any():
     mask = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
     assert extra_allocations(mask, torch._is_any_true) == extra_allocations(mask, torch.any)
     assert extra_allocations(mask, torch.any)[0] > 0
+
+
+def test_masked_tensor_reductions_make_their_identities_on_the_simulated_gpu():
+    # blind293/kh04: `MaskedTensor.sum(dim=1)` runs torch/masked/_ops.py inside the mode's own call,
+    # whose `_reduction_identity` makes `torch.tensor(0, device=input.device)`: without the mode that
+    # factory reached the host's CUDA ("Found no NVIDIA driver")
+    with vramscope.capture(gpu="h100"):
+        x = torch.randn(4, 6, 3, device="cuda")
+        mask = (torch.arange(6, device="cuda") < 4)[None, :, None].expand(4, 6, 3)
+        with torch.no_grad():
+            mt = torch.masked.masked_tensor(x, mask)
+            total = mt.sum(dim=1).to_tensor(0.0)
+            peak = mt.amax(dim=1).to_tensor(0.0)
+        assert total.is_cuda and total.shape == (4, 3) and peak.shape == (4, 3)
+
+
+def test_a_graph_of_the_eager_backend_runs_the_attention_kernel_the_gpu_picks(tmp_script):
+    # blind293/kh03: `torch.compile(backend="eager")` runs dynamo's graph as it is; its sdpa node
+    # reached the dispatch mode with the compiled region's calls passed through and took the math
+    # path on the simulated tensors (a (T, T) matrix kept for the backward) where the H100 ran
+    # efficient attention, as the uncompiled call does
+    script = tmp_script(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "q = torch.randn(2, 4, 256, 64, device='cuda', requires_grad=True)\n"
+        "def f(q):\n"
+        "    return F.scaled_dot_product_attention(q, q, q, is_causal=True)\n"
+        "for name, fn in (('plain', f), ('eager', torch.compile(f, backend='eager')),\n"
+        "                 ('aot_eager', torch.compile(f, backend='aot_eager', dynamic=True))):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    torch.cuda.reset_peak_memory_stats()\n"
+        "    o = fn(q)\n"
+        "    print(name, torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base)\n"
+        "    del o\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    figures = {line.split()[0]: line.split()[1:] for line in lines}
+    assert figures["eager"] == figures["plain"] and figures["aot_eager"] == figures["plain"]

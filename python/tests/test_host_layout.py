@@ -6,6 +6,7 @@ import pathlib
 import pickle
 import re
 
+import pytest
 from conftest import run_script
 from vramscope import _host_layout as hl
 
@@ -131,3 +132,50 @@ torch.cuda.memory._dump_snapshot({str(snap)!r})
         (1472, 20),
         (1600, 20),
     ]
+
+
+def test_arenas_packed_by_glibc_s_hint_as_blind290_ke05_s_h100_maps_show():
+    # blind290/ke05 (convnext_base built on the host; `nb67_ke05_host_maps_probe.py`, session 67):
+    # the H100 process's 15 arenas lie 9 packed (the workers that took glibc's hint, pairing up)
+    # and 6 128 MiB apart; `packed` (the VRAMSCOPE_ARENAS_PACKED setting) lays that out
+    views = _views("nb67_ke05_host_maps_probe_h100.txt")
+    a = views["a"]
+    earlier = next(m for m in a if m[2].endswith("teacher") and _near(m[0], BASE + 1587.88))
+    space = hl.AddressSpace([earlier])
+    stacks, arenas = hl.pool_before_context(space, 15, packed=9)
+    assert _near(min(stacks) - BASE, 1467.82)
+    observed = sorted(round(lo - BASE) for lo, hi, _ in a if hi - lo == 64.0 and lo - BASE < 1500)
+    assert observed == [96, 224, 352, 480, 608, 736, 864, 928, 992, 1056, 1120, 1184, 1248, 1312, 1376]
+    assert sorted(round(x - BASE) for x in arenas) == observed
+    # the context's mappings then go where that process's maps put them
+    anchor = hl.context(space)
+    assert _near(anchor, BASE)
+    predicted = {name: lo - BASE for lo, _, name in space.maps if name.startswith("context")}
+    new = _new(a, views["b"])
+    for name, lo in (
+        ("context 0", 1452.29),  # the library (NVML's file and 13.34 MiB of data)
+        ("context 1", 1444.29),  # the driver thread's stack, in the top gap
+        ("context 2", 845.87),  # the reservation, in the gap B+800..864
+        ("context arena", 160.0),  # glibc's hint from the lowest arena
+        ("context files", 704.0),  # the next gap with room for 32 MiB and its slack
+    ):
+        assert _near(predicted[name], lo), name
+        assert any(_near(lo, x) for x in new), name
+    # (its range merges with the driver's pool below it and its top's pages in that view: B-422..B+96)
+    assert _near(predicted["context"], -416.0)
+    # all 15 apart (the setting unset, jj04's maps) puts the arenas elsewhere
+    _, apart = hl.pool_before_context(hl.AddressSpace([earlier]), 15)
+    assert sorted(round(x - BASE) for x in apart) != observed
+
+
+def test_the_arenas_packed_setting_takes_a_count_of_arenas(monkeypatch):
+    from vramscope import _capture
+
+    monkeypatch.delenv("VRAMSCOPE_ARENAS_PACKED", raising=False)
+    assert _capture._arenas_packed() == 0
+    monkeypatch.setenv("VRAMSCOPE_ARENAS_PACKED", "9")
+    assert _capture._arenas_packed() == 9
+    for bad in ("16", "-1", "nine"):
+        monkeypatch.setenv("VRAMSCOPE_ARENAS_PACKED", bad)
+        with pytest.raises(ValueError, match="VRAMSCOPE_ARENAS_PACKED"):
+            _capture._arenas_packed()

@@ -528,3 +528,28 @@ def test_sync_batch_norm_channels_last_statistics_stage_as_native_batch_norm():
         return (x.to(memory_format=torch.channels_last),)
 
     assert _extra(setup, lambda x: torch.batch_norm_stats(x, 1e-5)) == (2, 65540)
+
+
+def test_layer_norm_forward_ad_runs_its_jvp_in_place_as_cuda_tensors_do():
+    # blind293/kh01: `layer_norm_jvp` (FunctionsManual.cpp) takes its in-place branch for CUDA
+    # tensors; the twin's tensors count as subclass-like (a dispatch mode is on) and took the
+    # out-of-place one, two more (N, H) temporaries at its peak than the H100's forward
+    import torch.autograd.forward_ad as fwad
+
+    n, h = 512, 1024
+    unit = n * h * 4
+    with vramscope.capture(gpu="h100"):
+        with fwad.dual_level():
+
+            def dual(*shape):
+                return fwad.make_dual(torch.randn(*shape, device="cuda"), torch.randn(*shape, device="cuda"))
+
+            x, w, b = dual(n, h), dual(h), dual(h)
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            y = torch.nn.functional.layer_norm(x, (h,), w, b)
+            # at the peak: Y, mean and rstd, result_t, (x - mean) and result_p; kept: Y and its tangent
+            assert torch.cuda.max_memory_allocated() - base == 4 * unit + 2 * 2048
+            assert torch.cuda.memory_allocated() - base == 2 * unit
+            primal, tangent = fwad.unpack_dual(y)
+            assert primal.shape == tangent.shape == (n, h) and tangent.is_cuda

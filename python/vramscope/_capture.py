@@ -2720,6 +2720,25 @@ def _host_above() -> int | None:
     return above
 
 
+def _arenas_packed() -> int:
+    """`VRAMSCOPE_ARENAS_PACKED` (0 to 15), a validation setting: how many of OpenMP's worker
+    arenas made before the context a GPU process's maps show packed by glibc's hint, from the top
+    (rule 17: a race between the workers; blind290/ke05's H100 maps probe: 9). Unset: none, the
+    layout of blind269/jj04's H100 maps (docs/driver-placement.md, sessions 62 and 67)."""
+    value = os.environ.get("VRAMSCOPE_ARENAS_PACKED")
+    if not value:
+        return 0
+    try:
+        packed = int(value)
+    except ValueError:
+        packed = -1
+    if not 0 <= packed <= INTRA_OP_WORKERS:
+        raise ValueError(
+            f"VRAMSCOPE_ARENAS_PACKED={value!r}: expected a count of arenas, 0 to {INTRA_OP_WORKERS}"
+        )
+    return packed
+
+
 #: (thread, native device) of captures that died on another thread than their device's: a PyO3
 #: device is dropped on the thread that made it (`unsendable`), so one a garbage collection on
 #: another thread (the autograd device thread's) finds is kept here until its own thread is back
@@ -3106,7 +3125,7 @@ class Capture:
             at += lens[id(st)] / mib
         if not space.maps:
             space.maps.append((at, at, "top"))  # (no tensor before the pool: the stacks' top)
-        hl.pool_before_context(space, INTRA_OP_WORKERS)
+        hl.pool_before_context(space, INTRA_OP_WORKERS, packed=_arenas_packed())
         for st in sorted(later, key=lambda st: -st.data_ptr()):
             space.map(lens[id(st)] / mib, st)
         anchor = hl.context(space)

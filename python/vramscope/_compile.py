@@ -693,14 +693,20 @@ def _attr(module, target):
     return module
 
 
-def _devices_relabelled(chosen):
+def _devices_relabelled(chosen, cap):
     """Another backend than Inductor, given the graphs dynamo traced on the host with their
-    `device=` arguments (their subgraphs' too: a higher-order op's mask function) made cuda again."""
+    `device=` arguments (their subgraphs' too: a higher-order op's mask function) made cuda again,
+    and their sdpa nodes the kernel the simulated GPU picks (`_sdpa_nodes`, as Inductor's graphs):
+    the eager backend runs the graph as it is, where `F.scaled_dot_product_attention` reached the
+    dispatch mode with the compiled region's calls passed through, and the composite took the math
+    path on the simulated tensors (a (T, T) attention matrix a layer, blind293/kh03's
+    `backend="eager"` GPT: +2.4 GB at T 1,024 where the H100 ran efficient attention)."""
     from torch._dynamo import lookup_backend
 
     inner = lookup_backend(chosen) if isinstance(chosen, str) else chosen
 
     def relabelled(gm, example_inputs, **kwargs):
+        _sdpa_nodes(cap, gm)
         _devices_cuda(gm)
         return inner(gm, example_inputs, **kwargs)
 
@@ -1981,7 +1987,7 @@ def compile_fn(original, cap):
                 # calls it outside torch.compile, and `torch.cond` and the other control-flow ops
                 # theirs (`setup_compilation_env`): what they run is modelled)
                 cap.note_compile_unmeasured(f"backend {chosen!r} (its graphs run as traced, eagerly)")
-            compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen)))
+            compiled = original(model, **dict(kwargs, backend=_devices_relabelled(chosen, cap)))
         else:
             options = _options(cap, kwargs.pop("mode", None), kwargs.pop("options", None))
             compiled = original(model, **dict(kwargs, backend=backend(cap, options, kwargs.get("dynamic"))))
@@ -2136,6 +2142,30 @@ def _constant_copied_to_gpu(original, cap):
         return new
 
     return constant_name
+
+
+def _gpu_constant_lowered(original):
+    """`GraphLowering.get_attr` (torch/_inductor/graph.py) of a graph's host constant that stands
+    for the GPU's CUDA constant (`_gpu_constants`: a Python list index, `torch.tensor(data,
+    device="cuda")`): Inductor lowers the GPU's constant, a `ConstantBuffer` on the device, so
+    `constant_name` finds it there and copies nothing (the `get_default_sizes_body` call alone
+    names a device: fixtures/run/probes/mb66_inductor_constant_copies_probe_s66_h100.txt, "calls 1
+    copies 1", 512 bytes for a list index of 64). The twin's host constant reached the kernels
+    through a `device_put` whose loaders each copied it (`ConstantBuffer.make_loader` under
+    `constant_to_device`'s `override_device`, ir.py): 9 live 512-byte copies for that index. A 0-d
+    constant and one Inductor inlines (`can_inline_constant`) keep the host's lowering, whose
+    values they are (no buffer either way); AOTInductor's as before (`_aoti`)."""
+
+    def get_attr(self, target, args, kwargs):
+        from torch._inductor.virtualized import V
+
+        value = _attr(self.module, target)
+        gpu = getattr(value, _GPU_CONSTANT, None) if isinstance(value, torch.Tensor) else None
+        if gpu is None or V.aot_compilation or value.dim() == 0 or self.can_inline_constant(value):
+            return original(self, target, args, kwargs)
+        return self.add_tensor_constant(gpu, target)
+
+    return get_attr
 
 
 def _no_constant_moved_to_cuda(original):
@@ -2553,15 +2583,14 @@ def patch(p, cap) -> None:
     p.set(fake_tensor, "run_fallback_kernel", _fallback_as_on_cuda(fake_tensor.run_fallback_kernel, cap))
     impl = fake_tensor.FakeTensorMode._dispatch_impl
     p.set(fake_tensor.FakeTensorMode, "_dispatch_impl", _no_constant_moved_to_cuda(impl))
+
     # Inductor's graph module imports AOTAutograd: the program's first compile imports it (`_gccount`)
-    p.when_imported(
-        "torch._inductor.graph",
-        lambda graph: p.set(
-            graph.GraphLowering,
-            "constant_name",
-            _constant_copied_to_gpu(graph.GraphLowering.constant_name, cap),
-        ),
-    )
+    def graph_patch(graph):
+        lowering = graph.GraphLowering
+        p.set(lowering, "constant_name", _constant_copied_to_gpu(lowering.constant_name, cap))
+        p.set(lowering, "get_attr", _gpu_constant_lowered(lowering.get_attr))
+
+    p.when_imported("torch._inductor.graph", graph_patch)
     p.when_imported(
         "torch._dynamo.backends.common",
         lambda common: p.set(common, "aot_module_simplified", _aot_as_on_cuda(common.aot_module_simplified)),

@@ -923,6 +923,9 @@ def patch(cap) -> _Patch:
     from . import _nested
 
     _nested.patch(cap, p)
+    from . import _dlpack
+
+    _dlpack.patch(p)
     _threads.patch(cap, p)
     _profiler_without_gpu_events(p)
     from torch.utils import checkpoint as _ckpt
@@ -935,18 +938,26 @@ def patch(cap) -> _Patch:
     p.set(_ckpt.CheckpointFunction, "backward", _reentrant_backward_under_mode(_ckpt.CheckpointFunction, cap))
     njt = importlib.import_module("torch.nested._internal.nested_tensor")
     p.set(njt, "jagged_from_list", _under_function_mode(njt.jagged_from_list, cap))
+    masked = importlib.import_module("torch.masked.maskedtensor.core")
+    own = vars(masked.MaskedTensor)["__torch_function__"].__func__
+    p.set(masked.MaskedTensor, "__torch_function__", classmethod(_under_function_mode(own, cap)))
     return p
 
 
 def _under_function_mode(real, cap):
-    """`jagged_from_list` (torch/nested/_internal/nested_tensor.py) under the capture's function mode.
-    A jagged tensor's `clone` to contiguous (`torch.nested.narrow(...).contiguous()`, ops.py
-    `clone_default`) calls it inside the op's dispatch, where the program's call has the mode popped,
-    and its `torch.tensor(lengths, device=values.device)` initializes the host's CUDA in C++ before
-    any dispatch (torch/csrc/utils/tensor_new.cpp) ("Found no NVIDIA driver"); the mode builds it
-    on the host and copies it, as for the program's own `as_nested_tensor`."""
+    """`real` under the capture's function mode, for torch's Python that runs where the program's
+    call has the mode popped (inside the mode's own call of the function) and makes device tensors:
+    a factory for `cuda` there (`torch.tensor(..., device=...)`) initializes the host's CUDA in C++
+    before any dispatch (torch/csrc/utils/tensor_new.cpp) ("Found no NVIDIA driver"), where the
+    mode builds it on the host and copies it. `jagged_from_list` (torch/nested/_internal/
+    nested_tensor.py): a jagged tensor's `clone` to contiguous (`torch.nested.narrow(...)
+    .contiguous()`, ops.py `clone_default`) calls it inside the op's dispatch, and its
+    `torch.tensor(lengths, device=values.device)`. `MaskedTensor.__torch_function__`
+    (torch/masked/maskedtensor/core.py): its reductions run torch/masked/_ops.py, whose
+    `_reduction_identity` makes `torch.tensor(0, dtype=dtype, device=device)` (`mt.sum(dim=1)`,
+    blind293/kh04)."""
 
-    def jagged_from_list(*args, **kwargs):
+    def under_mode(*args, **kwargs):
         mode = cap._modes[0]
         stack = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
         if any(m is mode for m in stack):
@@ -957,7 +968,7 @@ def _under_function_mode(real, cap):
         finally:
             torch._C._pop_torch_function_stack()
 
-    return jagged_from_list
+    return under_mode
 
 
 def _reentrant_backward_under_mode(cls, cap):

@@ -111,20 +111,33 @@ class AddressSpace:
         return p2
 
 
-def pool_before_context(space: AddressSpace, workers: int) -> tuple[list[float], list[float]]:
+def pool_before_context(
+    space: AddressSpace, workers: int, packed: int = 0
+) -> tuple[list[float], list[float]]:
     """OpenMP's pool starting on the host before the context (libgomp's `gomp_team_start`): the
     workers' stacks one after another (rule 7), then each worker's arena at its first `malloc`.
     The workers enter `new_heap` together, before any of them sets glibc's hint (the H100's maps:
     no arena in the 64 MiB its neighbour gave back), so each 128 MiB mapping goes directly below the
     last arena and the arenas lie 128 MiB apart, the 64 MiB between them free; the last aligned
-    mapping leaves the hint at the lowest arena + 64 MiB for the next thread's arena."""
+    mapping leaves the hint at the lowest arena + 64 MiB for the next thread's arena.
+
+    Which worker finds the hint is a race (blind290/ke05's processes on the H100 and H200 lay the
+    arenas out differently, session 67): `packed` (a validation setting) makes the first `packed`
+    arenas one after another, each trying the hint first (`new_heap`'s `aligned_heap_area`), so
+    they pair up: a 128 MiB mapping that came aligned leaves the 64 MiB it gave back, which the
+    next takes (ke05's maps probe: 9 packed, 6 apart)."""
     stacks = [space.map(STACK, f"stack {k}") for k in range(workers)]
     arenas = []
     hint = None
     for k in range(workers):
-        space.heap_hint = None
-        arenas.append(space.arena(f"arena {k}", hint=False))
-        hint = space.heap_hint if space.heap_hint is not None else hint
+        if k >= packed:
+            space.heap_hint = None
+        tried = space.heap_hint
+        arenas.append(space.arena(f"arena {k}", hint=k < packed))
+        if space.heap_hint is not None:
+            hint = space.heap_hint
+        elif tried is not None:
+            hint = None  # (taken)
     space.heap_hint = hint
     return stacks, arenas
 

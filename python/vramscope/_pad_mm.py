@@ -99,7 +99,25 @@ _PADDED = {
         ("mm", torch.bfloat16, (50257, 4096, 768), True, False, False, True),
         ("addmm", torch.float16, (4096, 768, 30522), False, True, True, False),
         ("mm", torch.float16, (4096, 30522, 768), False, False, True, True),
-    }
+    },
+    # blind283/jx05's (timm CSATv2, bf16 autocast, batch 64): the 29 matmuls pad_mm times there,
+    # replayed with `_should_pad`'s own timing on the H100 (fixtures/run/probes/
+    # na67_pad_mm_timed_choices_csatv2_h100.txt, ori/pad time ratio over the 1.1 threshold); the
+    # 386-wide transformer's products but those with M = 386 or the 256/1000-wide ones, and two of
+    # the 49-wide attention products. Timings: 1.107 and 1.102 (the second and last) are coin
+    # tosses, and the H100's two jx05 runs differ in what they padded
+    "NVIDIA H100 80GB HBM3": {
+        ("mm", torch.bfloat16, (64, 64, 49), False, True, True, False),
+        ("mm", torch.bfloat16, (64, 64, 49), True, False, False, True),
+        ("mm", torch.bfloat16, (1544, 4096, 386), True, False, False, True),
+        ("mm", torch.bfloat16, (4096, 1544, 386), False, False, True, True),
+        ("mm", torch.bfloat16, (4096, 386, 1544), False, False, True, True),
+        ("mm", torch.bfloat16, (4096, 768, 386), False, False, True, True),
+        ("mm", torch.bfloat16, (768, 4096, 386), True, False, False, True),
+        ("addmm", torch.bfloat16, (4096, 1544, 386), False, True, True, False),
+        ("addmm", torch.bfloat16, (4096, 386, 1544), False, True, True, False),
+        ("mm", torch.bfloat16, (4096, 386, 768), False, True, True, False),
+    },
 }
 
 

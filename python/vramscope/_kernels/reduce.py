@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._prims_common import suggest_memory_format
 
-from .._tensor import registered, set_value, value
+from .._tensor import _dense_strides, non_overlapping_and_dense, registered, set_value, value
 from .registry import AFTER, DISPATCH
 
 aten = torch.ops.aten
@@ -53,6 +54,15 @@ def _acc_bytes(dtype: torch.dtype) -> int:
     return 4
 
 
+def _copy_strides(x) -> list:
+    """The strides of `x.to(dtype)`'s copy (`_to_copy`'s `empty_like`, preserve_format,
+    TensorFactories.cpp): `x`'s own where it is non-overlapping and dense, else those of
+    `suggest_memory_format(x)`."""
+    if non_overlapping_and_dense(x):
+        return list(x.stride())
+    return list(_dense_strides(x.shape, suggest_memory_format(x)))
+
+
 def _sum_mean(cap, func, call, outs):
     (args, kw) = call
     x = args[0]
@@ -69,12 +79,18 @@ def _sum_mean(cap, func, call, outs):
         # a bool or int32 `sum` makes an int64 copy: blind6/f01's H200 record)
         converted = cap.malloc(x.numel() * out_dtype.itemsize, func._schema.name, "temporary")
         elem, acc = out_dtype.itemsize, _acc_bytes(out_dtype)
+        # the kernel reduces the copy, which has the strides `empty_like` gives it (preserve_format:
+        # the input's where they are dense and non-overlapping, else contiguous: an expanded bool
+        # mask's `sum` reduces a contiguous int64 copy, blind293/kh04's H100 history)
+        strides = _copy_strides(x)
     # half or bfloat16 in and out cannot accumulate in the output (Reduce.cuh)
     half_in_out = out_dtype in (torch.float16, torch.bfloat16) and (
         converted is not None or x.dtype == out_dtype
     )
     out_elem = out_dtype.itemsize if half_in_out else None
-    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, elem, acc, func._schema.name, out_elem)
+    if converted is None:
+        strides = list(x.stride())
+    reduce_scratch(cap, list(x.shape), strides, reduced, elem, acc, func._schema.name, out_elem)
     del converted
 
 
