@@ -758,3 +758,17 @@ def test_the_table_holds_blind286s_problems_measured_on_an_h200(tmp_path):
     assert table["forward float32 nchw 0 1,64,720,1280 64,64,3,3 1,1 1,1 1,1 0,0 1"] == 472_006_803
     # not swept: the (512, 224, 325, 12) input is 1,789,132,800 bytes
     assert "forward float32 nchw 0 512,224,325,12 32,224,1,1 1,1 0,0 1,1 0,0 1" not in table
+
+
+def test_problems_from_answers_output_padding_doubles_the_input():
+    # validation/run/conv_problems_from_answers.py: the twin's message has no output_padding; a
+    # ConvTranspose2d(k 4, s 2, p 1) doubles its input with op 0 (blind297/kl02's generator, whose
+    # problems were swept at op 1 and stayed unmeasured), a 3 x 3 or 1 x 1 stride-2 layer's data
+    # gradient with op 1, a 2 x 2 stride-2 upsampler with op 0, a stride-1 layer with op 0
+    import conv_problems_from_answers as cpa
+
+    assert cpa.output_padding([64, 3, 4, 4], [2, 2], [1, 1], [1, 1]) == [0, 0]
+    assert cpa.output_padding([256, 128, 3, 3], [2, 2], [1, 1], [1, 1]) == [1, 1]
+    assert cpa.output_padding([256, 128, 1, 1], [2, 2], [0, 0], [1, 1]) == [1, 1]
+    assert cpa.output_padding([128, 64, 2, 2], [2, 2], [0, 0], [1, 1]) == [0, 0]
+    assert cpa.output_padding([74, 512, 4, 4], [1, 1], [0, 0], [1, 1]) == [0, 0]

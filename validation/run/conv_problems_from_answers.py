@@ -6,10 +6,10 @@ Each answer line's `unmeasured` list names a problem as `_kernels/conv.py` write
 workspace of [a transposed ]input (N, C, H, W) by weight (K, C/g, R, S) (DTYPE, [channels-last, ]stride
 (..), padding (..), [dilation (..), ]groups G)[: estimated ...]". One item per problem and layout (its
 ops merged, one item a batch `n`, the scripts' prefixes as `models`). The message does not
-carry a transposed convolution's output_padding: it is taken as the one that makes the output twice
-the input at stride 2 (`stride - 1` where the spatial sizes halve, as in `_convolution_double_backward`'s
-data-gradient convolutions of the torchvision/timm backbones at even sizes), else 0; say so where it
-matters."""
+carry a transposed convolution's output_padding: it is taken as the one that makes the output `stride`
+times the input (`output_padding`), as in `_convolution_double_backward`'s data-gradient convolutions of
+the torchvision/timm backbones at even sizes and in the upsampling ConvTranspose2d of generators and
+decoders; say so where it matters."""
 
 import json
 import lzma
@@ -28,6 +28,20 @@ def ints(s):
     return [int(v) for v in s.replace(" ", "").split(",") if v]
 
 
+def output_padding(w, stride, padding, dilation):
+    """The output_padding that makes a transposed convolution's output `stride` times its input:
+    ConvTranspose's output is (H - 1) s - 2 p + d (k - 1) + 1 + op (torch/nn/modules/conv.py), so
+    op = s + 2 p - d (k - 1) - 1 where that is a valid output_padding (below the stride or the
+    dilation, ConvolutionUtils), else 0. blind297/kl02's DCGAN generator (k 4, s 2, p 1) has op 0,
+    where the earlier `stride - 1` for every transposed problem swept op 1 and left its
+    convolutions unmeasured; a 3 x 3 / 1 x 1 stride-2 layer's data gradient keeps op 1."""
+    out = []
+    for k, s, p, d in zip(w[2:], stride, padding, dilation, strict=True):
+        op = s + 2 * p - d * (k - 1) - 1
+        out.append(op if 0 <= op < max(s, d) else 0)
+    return out
+
+
 def main():
     src, out = sys.argv[1], sys.argv[2]
     opener = lzma.open if src.endswith(".xz") else open
@@ -44,7 +58,7 @@ def main():
                 x, w, stride, padding = ints(x), ints(w), ints(stride), ints(padding)
                 dilation = ints(dilation) if dilation else [1] * len(stride)
                 transposed = bool(tr)
-                out_pad = [s - 1 if transposed else 0 for s in stride]
+                out_pad = output_padding(w, stride, padding, dilation) if transposed else [0] * len(stride)
                 key = (
                     tuple(x[1:]),
                     tuple(w),
