@@ -344,12 +344,36 @@ fn problem_bytes(key: &str, batch: i64) -> Option<u64> {
     pairs.iter().find(|(n, _)| *n == batch).map(|(_, b)| *b)
 }
 
+/// Problem-batches where the H100 (80GB HBM3) takes another plan than the H200 whose bytes
+/// [`PROBLEMS_SM90`] holds (the same wheel and cuDNN 91900, heuristics mode), in its line format:
+/// the H100's forward of this problem is 294,912 N + 1,327,251 bytes at every batch measured, the
+/// H200's 22,298,867 at 64 and 43,270,451 at 128 (fixtures/run/README.md, session 67: probe nc67 and
+/// blind113/di06 run on the H100, exact with these, 8 MiB over in reserved with the H200's).
+const PROBLEMS_H100_OVER_SM90: &str =
+    "forward bfloat16 nchw 0 384,16,16 192,384,3,3 1,1 1,1 1,1 0,0 1 | 64:20201619 128:39075987";
+
+/// The bytes of the problem `key` at `batch` where `profile`'s GPU took its own plan.
+fn gpu_problem_bytes(profile: &DeviceProfile, key: &str, batch: i64) -> Option<u64> {
+    let lines = match profile.key {
+        "h100" => PROBLEMS_H100_OVER_SM90,
+        _ => return None,
+    };
+    let (_, pairs) = lines
+        .lines()
+        .filter_map(split_line)
+        .find(|(k, _)| *k == key)?;
+    pairs.iter().find(|(n, _)| *n == batch).map(|(_, b)| *b)
+}
+
 /// The bytes cuDNN's plan takes for `problem` on `profile`'s GPU, if it was
-/// measured: first the whole-problem table, then (for a 2-D, NCHW, not
-/// transposed problem) the batch-swept table of [`cudnn_conv_workspace`].
+/// measured: first the GPU's own plans, then the whole-problem table, then (for
+/// a 2-D, NCHW, not transposed problem) the batch-swept table of
+/// [`cudnn_conv_workspace`].
 pub fn cudnn_conv_problem_workspace(profile: &DeviceProfile, problem: &ConvProblem) -> Option<u64> {
     if profile.cudnn_tables {
-        if let Some(bytes) = problem.key().and_then(|(key, n)| problem_bytes(&key, n)) {
+        if let Some(bytes) = problem.key().and_then(|(key, n)| {
+            gpu_problem_bytes(profile, &key, n).or_else(|| problem_bytes(&key, n))
+        }) {
             return Some(bytes);
         }
     }
@@ -1122,6 +1146,42 @@ mod tests {
             output_padding: &[0],
             groups: 1,
         }
+    }
+
+    /// The one problem measured where the H100's plan is not the H200's (fixtures/run/README.md,
+    /// session 67): each GPU takes its own bytes, every other batch the table's.
+    #[test]
+    fn the_h100_takes_its_own_plan_where_the_h200s_differs() {
+        let (h100, h200) = (
+            DeviceProfile::h100_torch_2_11(),
+            DeviceProfile::h200_torch_2_11(),
+        );
+        let mut p = ConvProblem {
+            op: ConvOp::Forward,
+            dtype: DType::BF16,
+            channels_last: false,
+            transposed: false,
+            input: &[64, 384, 16, 16],
+            weight: &[192, 384, 3, 3],
+            stride: &[1, 1],
+            padding: &[1, 1],
+            dilation: &[1, 1],
+            output_padding: &[0, 0],
+            groups: 1,
+        };
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(20_201_619));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(22_298_867));
+        p.input = &[128, 384, 16, 16];
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(39_075_987));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(43_270_451));
+        p.input = &[200, 384, 16, 16];
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(60_309_651));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(60_309_651));
+        let key = p.key().unwrap().0;
+        assert!(PROBLEMS_H100_OVER_SM90
+            .lines()
+            .all(|l| split_line(l).is_some()));
+        assert!(PROBLEMS_H100_OVER_SM90.starts_with(&format!("{key} | ")));
     }
 
     #[test]
