@@ -270,6 +270,9 @@ pub struct DeviceProfile {
     pub sdpa: SdpaSupport,
     /// the measured cuDNN workspace tables (convolutions) hold for it
     pub cudnn_tables: bool,
+    /// convolution problems where this GPU takes another cuDNN plan than the
+    /// sm_90 table's, in the table's line format (checked before it)
+    pub cudnn_own_plans: &'static str,
     /// the compute capability whose CUB tuning policies size CUB's
     /// temporary storage (only sm_90's are modelled)
     pub cub_policies: (u32, u32),
@@ -321,6 +324,8 @@ pub struct GpuSpec {
     pub blas_16bit_bytes: Sourced<u64>,
     /// the measured cuDNN tables hold for it
     pub cudnn_tables: Sourced<bool>,
+    /// its own cuDNN plans where the sm_90 table's are another GPU's
+    pub cudnn_own_plans: &'static str,
     /// the CUB policies the twin sizes its scratch with
     pub cub_policies: Sourced<(u32, u32)>,
     /// the CUDA driver's segment placement rule (`vramscope_alloc`'s
@@ -356,6 +361,7 @@ impl GpuSpec {
             cublaslt_workspace: workspaces.cublas_lt,
             sdpa: SdpaSupport::of(self.capability),
             cudnn_tables: self.cudnn_tables.value,
+            cudnn_own_plans: self.cudnn_own_plans,
             cub_policies: self.cub_policies.value,
             grades: Grades {
                 total_memory: self.total_memory.from,
@@ -395,6 +401,7 @@ impl GpuSpec {
             blas_handle_bytes: estimated(h.blas_handle_bytes.value, guess),
             blas_16bit_bytes: estimated(h.blas_16bit_bytes.value, guess),
             cudnn_tables: estimated(false, NO_CUDNN_TABLES),
+            cudnn_own_plans: "",
             cub_policies: estimated((9, 0), CUB_GUESS),
             placement: ESTIMATED_PLACEMENT,
         }
@@ -427,6 +434,14 @@ const ESTIMATED_PLACEMENT: Provenance = Provenance {
 const SPEC_SM: &str = "NVIDIA's specifications";
 const SPEC_THREADS: &str = "CUDA C++ Programming Guide, compute capability table";
 
+/// Where the H100 takes another cuDNN plan than the H200 whose bytes the sm_90
+/// table holds (the same wheel and cuDNN 91900, heuristics mode): its forward of
+/// this problem is 294,912 N + 1,327,251 bytes at every batch measured, the
+/// H200's 22,298,867 at 64 and 43,270,451 at 128 (fixtures/run/README.md,
+/// session 67: probe nc67 and blind113/di06 on the H100).
+const H100_CUDNN_PLANS: &str =
+    "forward bfloat16 nchw 0 384,16,16 192,384,3,3 1,1 1,1 1,1 0,0 1 | 64:20201619 128:39075987";
+
 /// NVIDIA H100 80GB HBM3 (sm_90), measured.
 pub const H100: GpuSpec = GpuSpec {
     key: "h100",
@@ -440,6 +455,7 @@ pub const H100: GpuSpec = GpuSpec {
     blas_handle_bytes: measured(HOPPER_HANDLES, "fixtures/plan/wholecard_plan_h100.jsonl"),
     blas_16bit_bytes: measured(HOPPER_16BIT, "fixtures/plan/wholecard_plan_h100.jsonl"),
     cudnn_tables: measured(true, "fixtures/ops/conv_workspace_h100.jsonl.xz"),
+    cudnn_own_plans: H100_CUDNN_PLANS,
     cub_policies: measured((9, 0), "fixtures/ops/cub_scan_h100.jsonl"),
     placement: Provenance {
         grade: Grade::Measured,
@@ -466,6 +482,7 @@ pub const H200: GpuSpec = GpuSpec {
     blas_handle_bytes: measured(HOPPER_HANDLES, "fixtures/h200 (driver_share_cases.json)"),
     blas_16bit_bytes: measured(HOPPER_16BIT, "fixtures/h200 (driver_share_cases.json)"),
     cudnn_tables: measured(true, "fixtures/h200/conv_workspace_h200.jsonl.xz"),
+    cudnn_own_plans: "",
     cub_policies: measured((9, 0), "fixtures/run/truth_h200.tar.xz"),
     placement: Provenance {
         grade: Grade::Measured,
@@ -497,6 +514,7 @@ const fn unmeasured(
         blas_handle_bytes: estimated(HOPPER_HANDLES, HANDLES_GUESS),
         blas_16bit_bytes: estimated(HOPPER_16BIT, HANDLES_GUESS),
         cudnn_tables: estimated(false, NO_CUDNN_TABLES),
+        cudnn_own_plans: "",
         cub_policies: estimated((9, 0), CUB_GUESS),
         placement: ESTIMATED_PLACEMENT,
     }

@@ -344,21 +344,10 @@ fn problem_bytes(key: &str, batch: i64) -> Option<u64> {
     pairs.iter().find(|(n, _)| *n == batch).map(|(_, b)| *b)
 }
 
-/// Problem-batches where the H100 (80GB HBM3) takes another plan than the H200 whose bytes
-/// [`PROBLEMS_SM90`] holds (the same wheel and cuDNN 91900, heuristics mode), in its line format:
-/// the H100's forward of this problem is 294,912 N + 1,327,251 bytes at every batch measured, the
-/// H200's 22,298,867 at 64 and 43,270,451 at 128 (fixtures/run/README.md, session 67: probe nc67 and
-/// blind113/di06 run on the H100, exact with these, 8 MiB over in reserved with the H200's).
-const PROBLEMS_H100_OVER_SM90: &str =
-    "forward bfloat16 nchw 0 384,16,16 192,384,3,3 1,1 1,1 1,1 0,0 1 | 64:20201619 128:39075987";
-
 /// The bytes of the problem `key` at `batch` where `profile`'s GPU took its own plan.
 fn gpu_problem_bytes(profile: &DeviceProfile, key: &str, batch: i64) -> Option<u64> {
-    let lines = match profile.key {
-        "h100" => PROBLEMS_H100_OVER_SM90,
-        _ => return None,
-    };
-    let (_, pairs) = lines
+    let (_, pairs) = profile
+        .cudnn_own_plans
         .lines()
         .filter_map(split_line)
         .find(|(k, _)| *k == key)?;
@@ -1178,10 +1167,11 @@ mod tests {
         assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(60_309_651));
         assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(60_309_651));
         let key = p.key().unwrap().0;
-        assert!(PROBLEMS_H100_OVER_SM90
+        assert!(h100
+            .cudnn_own_plans
             .lines()
             .all(|l| split_line(l).is_some()));
-        assert!(PROBLEMS_H100_OVER_SM90.starts_with(&format!("{key} | ")));
+        assert!(h100.cudnn_own_plans.starts_with(&format!("{key} | ")));
     }
 
     #[test]
