@@ -4649,17 +4649,15 @@ def test_ctc_loss_over_int32_tensor_lengths_takes_cudnn_s_tensor_overload():
         assert logits.grad.shape == logits.shape
 
 
-def test_ctc_loss_s_cudnn_workspaces_as_the_h100_ran_them(capsys):
+def test_ctc_loss_s_cudnn_workspaces_as_the_h100_ran_them():
     # probes/mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py's CTC cases, their forward's events
-    # (the raw gradient, cuDNN's workspace, the losses, ...), as the H100 printed them
-    import runpy
-
+    # (the raw gradient, cuDNN's workspace, the losses, ...), as the H100 printed them; in a fresh
+    # process as on the GPU (run inside the test process, list_mean's backward events once came out
+    # otherwise after the tests an xdist worker had run before it)
     gpu = (FIXTURES / "run" / "probes" / "mx64_ctc_tensor_lengths_probe_s64_h100.txt").read_text()
-    with vramscope.capture(gpu="h100"):
-        runpy.run_path(
-            str(ROOT / "validation" / "run" / "probes" / "mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py")
-        )
-    twin = capsys.readouterr().out.splitlines()
+    probe = ROOT / "validation" / "run" / "probes" / "mx64_ctc_tensor_lengths_and_no_meta_ops_probe.py"
+    status, twin, _report, err = run_script(probe, extra=("--gpu", "h100"))
+    assert status == 0, err
     fwd = [line for line in gpu.splitlines() if line.startswith("ctc ") and " fwd events " in line]
     assert len(fwd) == 11
     assert [line for line in twin if line in fwd] == fwd
