@@ -431,7 +431,8 @@ def test_blind304_d2l_two_layer_float16_gru_training_problem_is_measured():
     # (fixtures/run/run_blind304_h100.jsonl) puts 178,850,304 bytes (the workspace rounded to 512)
     # above the twin that left it out, the inference form's size, as in 107 of the sweep's 152
     # such GRUs with inputs narrower than the hidden size (rnn_sweep_uni_h200.jsonl.xz; the rest
-    # up to 716,800 bytes more); probes/ks68_gru2_fp16_rnn_workspace_probe.py pins the bytes
+    # up to 716,800 bytes more); the H100 probe validation/run/probes/ks68_gru2_fp16_rnn_workspace_probe.py
+    # (fixtures/run/probes/ks68_gru2_rnn_probe_h100.jsonl) reads these three sizes to the byte
     gru = _rnn.MODES["gru"]
     fitted = _rnn._fitted(gru, torch.float16, 96, 1024, 0, 2, False, 0.0, True, 256, 64, 16384, False)
     assert fitted["workspace"] is None
