@@ -26,11 +26,11 @@ cl = torch.channels_last
 aten = torch.ops.aten
 
 
-def peak_above(fn):
+def peak_above(fn, *args):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    out = fn()
+    out = fn(*args)
     torch.cuda.synchronize()
     return out, torch.cuda.max_memory_allocated() - base
 
@@ -52,7 +52,7 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
     loss = (
         F.cross_entropy(logits.float(), torch.randint(0, 10, (128,), device=dev)) + m.float().square().mean()
     )
-grads, peak = peak_above(lambda: torch.autograd.grad(loss, [h, cat.weight, mu.weight], retain_graph=False))
+grads, peak = peak_above(torch.autograd.grad, loss, [h, cat.weight, mu.weight])
 print("qhead backward peak", peak)
 del grads, loss, logits, m, c_out, h, h1, h0
 
@@ -63,13 +63,13 @@ for k in (10, 2):
         w = torch.empty(k, 128, 1, 1, device=dev, dtype=torch.bfloat16, memory_format=cl)
         g = torch.empty(128, k, 1, 1, device=dev, dtype=torch.bfloat16, memory_format=fmt)
         args = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1, [False, True, False])
-        res, peak = peak_above(lambda: aten.convolution_backward(g, xi, w, None, *args))
+        res, peak = peak_above(aten.convolution_backward, g, xi, w, None, *args)
         print("wgrad", k, layout, "peak", peak, "result", res[1].numel() * 2)
         del res, xi, w, g
 
 xd = torch.empty(128, 256, 8, 8, device=dev, dtype=torch.bfloat16, memory_format=cl)
 wd = torch.empty(512, 256, 4, 4, device=dev, dtype=torch.bfloat16, memory_format=cl)
-out, peak = peak_above(lambda: aten.convolution(xd, wd, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1))
+out, peak = peak_above(aten.convolution, xd, wd, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)
 print("dcgan forward peak", peak, "output", out.numel() * 2)
 del out
 # ConvTranspose2d(512, 256, 4, 2, 1): input (128, 512, 4, 4), its input's gradient a forward of the
@@ -77,5 +77,5 @@ del out
 xt = torch.empty(128, 512, 4, 4, device=dev, dtype=torch.bfloat16, memory_format=cl)
 gt = torch.empty(128, 256, 8, 8, device=dev, dtype=torch.bfloat16, memory_format=cl)
 targs = ([2, 2], [1, 1], [1, 1], True, [0, 0], 1, [True, False, False])
-res, peak = peak_above(lambda: aten.convolution_backward(gt, xt, wd, None, *targs))
+res, peak = peak_above(aten.convolution_backward, gt, xt, wd, None, *targs)
 print("dcgan tdgrad peak", peak, "result", res[0].numel() * 2)
