@@ -37,6 +37,45 @@ def test_pointwise_results_are_laid_out_as_the_cpu_kernels_lay_them_out(strides,
     assert sim == cpu
 
 
+@pytest.mark.parametrize("strides", STRIDES[::2])
+@pytest.mark.parametrize("op", [lambda a: aten.leaky_relu(a, 0.1), aten.hardswish])
+def test_untagged_iterator_activations_lay_out_as_the_cpu_kernels(strides, op):
+    # `leaky_relu` and `hardswish` carry no pointwise tag, but a TensorIterator makes their result
+    # (blind297/kl02's H100 history: InfoGAN's channels-last (128, 128, 1, 1) Q-head activation)
+    shape = (8, 240, 1, 1)
+    cpu = op(torch.empty_strided(shape, strides[0])).stride()
+    with vramscope.capture(gpu="h100"):
+        sim = op(torch.empty_strided(shape, strides[0], device="cuda")).stride()
+    assert sim == cpu
+
+
+@pytest.mark.parametrize("strides", STRIDES)
+def test_leaky_relu_backward_keeps_an_nc11_gradient_contiguous(strides):
+    # its structured meta function builds the binary iterator over `self_or_result`, then the
+    # gradient (Activation.cpp); the fast setup keeps (N, C, 1, 1) contiguous
+    shape = (8, 240, 1, 1)
+    cpu = aten.leaky_relu_backward(*(torch.empty_strided(shape, s) for s in strides), 0.1, False).stride()
+    with vramscope.capture(gpu="h100"):
+        args = (torch.empty_strided(shape, s, device="cuda") for s in strides)
+        sim = aten.leaky_relu_backward(*args, 0.1, False).stride()
+    assert sim == cpu
+
+
+@pytest.mark.parametrize("grad_channels_last", [False, True])
+def test_leaky_relu_backward_takes_self_or_results_layout_first(grad_channels_last):
+    def make(device):
+        g = torch.ones(4, 16, 5, 5, device=device)
+        x = torch.ones(4, 16, 5, 5, device=device)
+        if grad_channels_last:
+            return g.to(memory_format=torch.channels_last), x
+        return g, x.to(memory_format=torch.channels_last)
+
+    cpu = aten.leaky_relu_backward(*make("cpu"), 0.1, False).stride()
+    with vramscope.capture(gpu="h100"):
+        sim = aten.leaky_relu_backward(*make("cuda"), 0.1, False).stride()
+    assert sim == cpu
+
+
 @pytest.mark.parametrize("name", ["hardswish_backward", "hardsigmoid_backward", "hardtanh_backward"])
 @pytest.mark.parametrize("grad_channels_last", [False, True])
 def test_activation_backwards_take_the_gradients_layout_first(name, grad_channels_last):

@@ -1947,6 +1947,13 @@ def _foreach_checked(func, args, kwargs):
 #: exactly, TensorFactories.cpp), not a TensorIterator's output
 _PRESERVING = {aten.clone.default}
 
+#: ops without the pointwise tag whose result a TensorIterator allocates all the same, so laid out
+#: by its fast setup (`_tensor.fast_setup_layout`): `leaky_relu`'s structured meta function is
+#: `build_unary_op`, `hardswish` is `TensorIterator::unary_op` of an undefined result (Activation.cpp,
+#: PyTorch 2.11); the meta kernels keep a channels-last (N, C, 1, 1) input's strides (InfoGAN's Q
+#: head, blind297/kl02's H100 history: its 1x1 convolutions' gradients are not copied)
+_ITERATOR_UNTAGGED = {aten.leaky_relu.default, aten.hardswish.default}
+
 
 def _in_meta_kernel(frame) -> bool:
     """Whether `frame` runs inside `_meta_cached` (the twin's shape computation)."""
@@ -1996,7 +2003,9 @@ def _meta_cached(func, args, kwargs):
         outs = [torch.empty_strided(sz, st, dtype=dt, device=_META) for sz, st, dt in shapes]
         return outs[0] if len(outs) == 1 else tuple(outs)
     out = func(*args, **kwargs)
-    if isinstance(out, torch.Tensor) and _pointwise(func) and func not in _PRESERVING:
+    if isinstance(out, torch.Tensor) and (
+        (_pointwise(func) and func not in _PRESERVING) or func in _ITERATOR_UNTAGGED
+    ):
         out = _tensor.fast_setup_layout(out, args)
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     held = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}

@@ -436,11 +436,17 @@ const SPEC_THREADS: &str = "CUDA C++ Programming Guide, compute capability table
 
 /// Where the H100 takes another cuDNN plan than the H200 whose bytes the sm_90
 /// table holds (the same wheel and cuDNN 91900, heuristics mode): its forward of
-/// this problem is 294,912 N + 1,327,251 bytes at every batch measured, the
+/// the first problem is 294,912 N + 1,327,251 bytes at every batch measured, the
 /// H200's 22,298,867 at 64 and 43,270,451 at 128 (fixtures/run/README.md,
-/// session 67: probe nc67 and blind113/di06 on the H100).
+/// session 67: probe nc67 and blind113/di06 on the H100). DCGAN's 4th
+/// discriminator convolution at batch 128 in bfloat16 channels-last (and its
+/// generator's transposed twin's dgrad, the same cuDNN graph) takes no workspace
+/// on the H100, 524,479 bytes on the H200 (blind297/kl02's H100 memory history,
+/// session 68: none at any of its 66 calls).
 const H100_CUDNN_PLANS: &str =
-    "forward bfloat16 nchw 0 384,16,16 192,384,3,3 1,1 1,1 1,1 0,0 1 | 64:20201619 128:39075987";
+    "forward bfloat16 nchw 0 384,16,16 192,384,3,3 1,1 1,1 1,1 0,0 1 | 64:20201619 128:39075987
+forward bfloat16 nhwc 0 256,8,8 512,256,4,4 2,2 1,1 1,1 0,0 1 | 128:0
+dgrad bfloat16 nhwc 1 512,4,4 512,256,4,4 2,2 1,1 1,1 0,0 1 | 128:0";
 
 /// NVIDIA H100 80GB HBM3 (sm_90), measured.
 pub const H100: GpuSpec = GpuSpec {

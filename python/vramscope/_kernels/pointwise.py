@@ -112,20 +112,23 @@ def _log_sigmoid_forward(cap, func, args, kwargs):
 DISPATCH[aten.log_sigmoid_forward.default] = _log_sigmoid_forward
 
 
-def _grad_first_layout(self_at: int):
-    """A pointwise backward whose kernel is `TensorIterator::borrowing_binary_op(grad_input,
-    grad_output, self)` (Activation.cpp; elu's and softplus's structured meta functions build the
-    same): the result is laid out as the inputs in that order, the gradient first, where PyTorch's
-    Python meta kernels put `self` first (an NCHW gradient of a channels-last input gives NCHW on
-    the GPU; blind37/ak02's H200 per-op truth, MobileNetV3's hardswish)."""
+def _binary_iterator_layout(first_at: int, second_at: int):
+    """A pointwise backward whose kernel is a binary TensorIterator over `args[first_at]` then
+    `args[second_at]`: `TensorIterator::borrowing_binary_op(grad_input, grad_output, self)`
+    (Activation.cpp; elu's and softplus's structured meta functions build the same), the gradient
+    first, where PyTorch's Python meta kernels put `self` first (an NCHW gradient of a channels-last
+    input gives NCHW on the GPU; blind37/ak02's H200 per-op truth, MobileNetV3's hardswish);
+    `leaky_relu_backward`'s meta function builds it over `self_or_result` first, and its fast setup
+    keeps an (N, C, 1, 1) result contiguous where the meta kernel keeps channels-last strides
+    (blind297/kl02's H100 history)."""
 
     def rule(cap, func, args, kwargs):
-        grad, x = args[0], (args[self_at] if len(args) > self_at else None)
-        if kwargs or not (registered(grad) and registered(x)):
+        a, b = args[first_at], (args[second_at] if len(args) > second_at else None)
+        if kwargs or not (registered(a) and registered(b)):
             return NotImplemented
         cap.ops += 1
         out = func(*args)
-        layout = fast_setup_layout(aten.mul.Tensor(grad, x), (grad, x))
+        layout = fast_setup_layout(aten.mul.Tensor(a, b), (a, b))
         if layout.shape == out.shape and layout.stride() != out.stride():
             out = torch.empty_strided(out.shape, layout.stride(), dtype=out.dtype, device=out.device)
         return cap.track(out, f"aten::{func._schema.name.split('::')[-1]}")
@@ -133,15 +136,16 @@ def _grad_first_layout(self_at: int):
     return rule
 
 
-for _f, _self_at in (
-    (aten.hardswish_backward.default, 1),
-    (aten.hardsigmoid_backward.default, 1),
-    (aten.softplus_backward.default, 1),
-    (aten.hardtanh_backward.default, 1),
-    (aten.logit_backward.default, 1),
-    (aten.elu_backward.default, 5),
+for _f, _first_at, _second_at in (
+    (aten.hardswish_backward.default, 0, 1),
+    (aten.hardsigmoid_backward.default, 0, 1),
+    (aten.softplus_backward.default, 0, 1),
+    (aten.hardtanh_backward.default, 0, 1),
+    (aten.logit_backward.default, 0, 1),
+    (aten.elu_backward.default, 0, 5),
+    (aten.leaky_relu_backward.default, 1, 0),
 ):
-    DISPATCH[_f] = _grad_first_layout(_self_at)
+    DISPATCH[_f] = _binary_iterator_layout(_first_at, _second_at)
 
 
 def _finite_check(finite: bool):

@@ -1174,6 +1174,61 @@ mod tests {
         assert!(h100.cudnn_own_plans.starts_with(&format!("{key} | ")));
     }
 
+    /// DCGAN's 4th discriminator convolution at batch 128 (bfloat16, channels-last) and the
+    /// transposed dgrad that runs the same graph: no workspace on the H100 (blind297/kl02's H100
+    /// memory history, session 68), the H200's 524,479 bytes in the table; other batches agree.
+    #[test]
+    fn the_h100_takes_no_workspace_for_dcgans_fourth_convolution_at_128() {
+        let (h100, h200) = (
+            DeviceProfile::h100_torch_2_11(),
+            DeviceProfile::h200_torch_2_11(),
+        );
+        let mut p = ConvProblem {
+            op: ConvOp::Forward,
+            dtype: DType::BF16,
+            channels_last: true,
+            transposed: false,
+            input: &[128, 256, 8, 8],
+            weight: &[512, 256, 4, 4],
+            stride: &[2, 2],
+            padding: &[1, 1],
+            dilation: &[1, 1],
+            output_padding: &[0, 0],
+            groups: 1,
+        };
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(0));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(524_479));
+        (p.op, p.transposed, p.input) = (ConvOp::BackwardData, true, &[128, 512, 4, 4]);
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(0));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(524_479));
+        p.input = &[96, 512, 4, 4];
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(0));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(0));
+    }
+
+    /// InfoGAN's Q-head 1x1 wgrads run NCHW (their input and gradient both suggest it): the bytes
+    /// blind297/kl02's H100 memory history took at their place (session 68).
+    #[test]
+    fn kl02s_nchw_1x1_wgrads_hold_the_h100_historys_bytes() {
+        let h100 = DeviceProfile::h100_torch_2_11();
+        let mut p = ConvProblem {
+            op: ConvOp::BackwardFilter,
+            dtype: DType::BF16,
+            channels_last: false,
+            transposed: false,
+            input: &[128, 128, 1, 1],
+            weight: &[10, 128, 1, 1],
+            stride: &[1, 1],
+            padding: &[0, 0],
+            dilation: &[1, 1],
+            output_padding: &[0, 0],
+            groups: 1,
+        };
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(8_208));
+        p.weight = &[2, 128, 1, 1];
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(4_112));
+    }
+
     #[test]
     fn a_problem_is_looked_up_by_everything_convolution_receives() {
         let h100 = DeviceProfile::h100_torch_2_11();
