@@ -581,3 +581,18 @@ def test_batch_norm_with_parameters_it_cannot_read_raises_after_its_output():
             assert bn.float()(x).dtype == torch.bfloat16
             assert bn.bfloat16()(x.to(memory_format=torch.channels_last)).dtype == torch.bfloat16
             assert torch.cuda.memory_allocated() == before
+
+
+def test_sync_batch_norm_elemt_checks_its_parameters_as_native_batch_norm():
+    # `batch_norm_elemt_cuda` (SyncBatchNorm's forward) runs the same `batch_norm_elementwise`
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(8, 32, 16, 16, device="cuda", dtype=torch.bfloat16).to(
+            memory_format=torch.channels_last
+        )
+        stats = torch.zeros(32, device="cuda")
+        w = torch.ones(32, device="cuda", dtype=torch.float16)
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(RuntimeError, match=r"^expected scalar type Float but found Half$"):
+            torch.batch_norm_elemt(x, w, w, stats, stats, 1e-5)
+        assert torch.cuda.memory_allocated() == before
+        assert torch.batch_norm_elemt(x, w.float(), w.float(), stats, stats, 1e-5).shape == x.shape

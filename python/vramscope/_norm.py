@@ -610,7 +610,13 @@ def _batch_norm_elemt(cap, func, args, kwargs):
     op = "aten::batch_norm_elemt"
     if not _channels_last_kernels(x):
         _reshape_copy(cap, x, op)
-    return cap.track(_meta(None, None, like=x, memory_format=suggest_memory_format(x)), op)
+    out = cap.track(_meta(None, None, like=x, memory_format=suggest_memory_format(x)), op)
+    # the same `batch_norm_elementwise` as native batch norm's: its parameters' dtype check
+    error = _elementwise_dtype_error(x, args[1], args[2])
+    if error is not None:
+        del out
+        raise RuntimeError(error)
+    return out
 
 
 def _batch_norm_backward_reduce(cap, func, args, kwargs):
