@@ -553,3 +553,46 @@ def test_layer_norm_forward_ad_runs_its_jvp_in_place_as_cuda_tensors_do():
             assert torch.cuda.memory_allocated() - base == 2 * unit
             primal, tangent = fwad.unpack_dual(y)
             assert primal.shape == tangent.shape == (n, h) and tangent.is_cuda
+
+
+def test_batch_norm_with_parameters_it_cannot_read_raises_after_its_output():
+    # blind300/ko02 on the H100: a `.half()` channels-last teacher under bf16 autocast (convolutions
+    # give bf16, the BatchNorms hold half parameters) raised in `batch_norm_elementwise`
+    # (cuda/Normalization.cu): the channels-last kernel reads mixed parameters as float
+    mib = 1024 * 1024
+    with vramscope.capture(gpu="h100"):
+        bn = torch.nn.BatchNorm2d(64).cuda().half().eval()
+        x = torch.empty(16, 64, 32, 32, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.no_grad():
+            with pytest.raises(RuntimeError, match=r"^expected scalar type Float but found Half$"):
+                bn(x.to(memory_format=torch.channels_last))
+            # the channels-last copy and the output (save_mean, save_invstd in the small pool)
+            assert torch.cuda.max_memory_allocated() - before == 4 * mib + 2 * 512
+            assert torch.cuda.memory_allocated() == before
+            # the contiguous kernel's accessor check names the parameter
+            with pytest.raises(RuntimeError, match=r"^Expected weight to have type Float but got Half$"):
+                bn(x)
+            bn.train()
+            with pytest.raises(RuntimeError, match=r"^expected scalar type Float but found Half$"):
+                bn(x.to(memory_format=torch.channels_last))
+            # float parameters are the accumulate type: read as mixed, no error; same-dtype ones too
+            assert bn.float()(x).dtype == torch.bfloat16
+            assert bn.bfloat16()(x.to(memory_format=torch.channels_last)).dtype == torch.bfloat16
+            assert torch.cuda.memory_allocated() == before
+
+
+def test_sync_batch_norm_elemt_checks_its_parameters_as_native_batch_norm():
+    # `batch_norm_elemt_cuda` (SyncBatchNorm's forward) runs the same `batch_norm_elementwise`
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(8, 32, 16, 16, device="cuda", dtype=torch.bfloat16).to(
+            memory_format=torch.channels_last
+        )
+        stats = torch.zeros(32, device="cuda")
+        w = torch.ones(32, device="cuda", dtype=torch.float16)
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(RuntimeError, match=r"^expected scalar type Float but found Half$"):
+            torch.batch_norm_elemt(x, w, w, stats, stats, 1e-5)
+        assert torch.cuda.memory_allocated() == before
+        assert torch.batch_norm_elemt(x, w.float(), w.float(), stats, stats, 1e-5).shape == x.shape

@@ -17,6 +17,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
+from ._kernels.typenames import scalar_type_name
 from ._tensor import _reads_cuda, registered
 
 aten = torch.ops.aten
@@ -193,7 +194,44 @@ def _native_batch_norm(cap, func, args, kwargs):
             _grid_scratch(cap, x, 4, op)
         elif impl == "general":
             _var_mean_stats(cap, x, out[1].dtype, op)
+    error = _elementwise_dtype_error(x, args[1], args[2])
+    if error is not None:
+        # the output and statistics die with the error (blind300/ko02 on the H100: a `.half()`
+        # channels-last BatchNorm under bf16 autocast raised "expected scalar type Float but found Half")
+        del out
+        raise RuntimeError(error)
     return out
+
+
+def _elementwise_dtype_error(x, weight, bias) -> str | None:
+    """The error `batch_norm_elementwise` (cuda/Normalization.cu) raises, after the statistics, for
+    parameters it cannot read, or None. Contiguous: parameters of another dtype than the input
+    (`is_mixed_type`: the first defined one's) are read as the input's accumulate type through
+    `get_packed_accessor` ("Expected weight to have type Float but got Half"); channels-last
+    (`batch_norm_elemt_channels_last_cuda_template`, Normalization.cuh, contiguous parameters): a
+    weight (else bias) of another dtype makes both read as the accumulate type, otherwise the bias as
+    the input's, through `const_data_ptr` ("expected scalar type Float but found Half"); the general
+    path's TensorIterator casts every operand. 32-bit indexing assumed beyond 2^31 elements."""
+    impl = _bn_impl(x) if x.numel() <= 2**31 - 1 else "general"
+    params = [t for t in (weight, bias) if t is not None]
+    if impl == "general" or not params:
+        return None
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if impl == "contiguous":
+        stat = acc if params[0].dtype != x.dtype else x.dtype
+        for name, t in (("weight", weight), ("bias", bias)):
+            if t is not None and t.dtype != stat:
+                want, got = scalar_type_name(stat), scalar_type_name(t.dtype)
+                return f"Expected {name} to have type {want} but got {got}"
+        return None
+    if not all(t.is_contiguous() for t in params):
+        return None  # the channels-last case falls through to the general path
+    read = acc if params[0].dtype != x.dtype else None
+    for t in (weight, bias) if read is not None else (bias,):
+        want = read or x.dtype
+        if t is not None and t.dtype != want:
+            return f"expected scalar type {scalar_type_name(want)} but found {scalar_type_name(t.dtype)}"
+    return None
 
 
 def _var_mean_stats(cap, x, stats_dtype, op: str) -> None:
@@ -572,7 +610,13 @@ def _batch_norm_elemt(cap, func, args, kwargs):
     op = "aten::batch_norm_elemt"
     if not _channels_last_kernels(x):
         _reshape_copy(cap, x, op)
-    return cap.track(_meta(None, None, like=x, memory_format=suggest_memory_format(x)), op)
+    out = cap.track(_meta(None, None, like=x, memory_format=suggest_memory_format(x)), op)
+    # the same `batch_norm_elementwise` as native batch norm's: its parameters' dtype check
+    error = _elementwise_dtype_error(x, args[1], args[2])
+    if error is not None:
+        del out
+        raise RuntimeError(error)
+    return out
 
 
 def _batch_norm_backward_reduce(cap, func, args, kwargs):
