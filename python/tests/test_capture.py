@@ -3715,6 +3715,35 @@ def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     assert "thread-blas" not in cap.warned
 
 
+def test_a_thread_of_the_program_s_own_enters_autocast_as_on_the_gpu():
+    # the capture includes the AutocastCUDA key for its meta tensors on its own thread only (the
+    # dispatcher's included keys are thread-local): a thread that entered `torch.autocast("cuda")`
+    # itself ran its Linear in fp32 (an fp32 output, no bf16 casts), where a CUDA tensor carries
+    # the key on every thread and the GPU casts
+    with vramscope.capture():
+        model = torch.nn.Linear(1024, 1024).cuda()
+        x = torch.empty(256, 1024, device="cuda")
+        torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")  # the main thread's workspace
+        seen = {}
+
+        def work():
+            torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")  # this thread's workspace
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = model(x)
+            seen["dtype"] = y.dtype
+            seen["peak"] = torch.cuda.max_memory_allocated() - base
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        # the bf16 casts of the bias, the weight and x, the bf16 output and the bf16 addmm's
+        # cuBLASLt workspace (1 MiB)
+        casts = 2048 + 1024 * 1024 * 2 + 256 * 1024 * 2
+        assert seen == {"dtype": torch.bfloat16, "peak": casts + 256 * 1024 * 2 + MIB}
+
+
 def test_distributed_checkpoint_threads_copy_the_program_s_tensors_on_the_twin(tmp_path):
     # DCP's writer threads (`FileSystemWriter(thread_count=2)`) and `async_save`'s upload thread copy
     # the program's tensors to the host (filesystem.py `_write_files_from_queue`); PyTorch starts
