@@ -78,15 +78,11 @@ def patch(cap, p) -> None:
                 function_mode, dispatch_mode = cap._modes
                 torch._C._push_on_torch_function_stack(function_mode)
                 _python_dispatch._push_mode(dispatch_mode)
-                # the AutocastCUDA key the capture includes for its meta tensors (`_autocast.Autocast`):
-                # the dispatcher's included keys are thread-local too, so an autocast region the thread
-                # enters itself casts as a CUDA tensor's key set has it cast on the GPU
-                included = torch._C._dispatch_tls_is_dispatch_key_included(_autocast.KEY)
-                torch._C._dispatch_tls_set_dispatch_key_included(_autocast.KEY, True)
                 try:
-                    run()
+                    # an autocast region the thread enters itself casts as on the GPU
+                    with _autocast.key_on_this_thread():
+                        run()
                 finally:
-                    torch._C._dispatch_tls_set_dispatch_key_included(_autocast.KEY, included)
                     _python_dispatch._pop_mode()
                     torch._C._pop_torch_function_stack()
                     _capture._STATE.capture = None
