@@ -37,7 +37,7 @@ def on_a_thread():
     torch.mm(torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda"))  # this thread's workspace
     y = measure("thread autocast linear", linear_under_autocast)
     del y
-    print("thread autocast enabled inside", torch.is_autocast_enabled("cuda"), flush=True)
+    print("thread autocast enabled after its region", torch.is_autocast_enabled("cuda"), flush=True)
 
 
 t = threading.Thread(target=on_a_thread)
