@@ -42,7 +42,14 @@ with fwAD.dual_level():
     y = measure("group_norm", F.group_norm, x, 8, w, b)
     del y
     y = measure("group_norm no affine", F.group_norm, x, 8)
-    del y, x, w, b
+    del y
+    # weight and bias without tangents (zero tensors in the formulas: `_affine_jvp`'s out-of-place
+    # branch, `_norm_jvp` still in place on CUDA); the twin keeps PyTorch's path for these
+    pw, pb = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    y = measure("batch_norm train plain affine", F.batch_norm, x, None, None, pw, pb, training=True)
+    del y
+    y = measure("layer_norm plain affine", F.layer_norm, x, (32,), pw[:32], pb[:32])
+    del y, x, w, b, pw, pb
     # rms norm: (4096, 1024) fp32 = 16 MiB over the last dimension
     h = dual(4096, 1024)
     g = dual(1024)
