@@ -56,6 +56,19 @@ def test_batch_norm_forward_ad_runs_batch_norm_jvp_in_place(training, affine, pe
         _assert_dual(y, BN)
 
 
+def test_batch_norm_forward_ad_of_a_weight_and_bias_without_tangents():
+    # their tangents reach `_affine_jvp` as zero tensors: its out-of-place branch for the weight
+    # (`result_t * weight` and the copy `add_zerotensor` makes of it, beside Y, result_t and
+    # result_p), the bias added in place over `at::zeros({})` (ZeroTensor's fallback); `_norm_jvp`
+    # stays in place. The twin took the subclass-like branches throughout: 6 tensors at the peak
+    with vramscope.capture(gpu="h100"), fwad.dual_level():
+        x = _dual(*BN)
+        w, b = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
+        got, kept, y = _measure(F.batch_norm, x, None, None, w, b, training=True)
+        assert (got, kept) == (5 * BN_UNIT + 2 * 512, 2 * BN_UNIT)
+        _assert_dual(y, BN)
+
+
 @pytest.mark.parametrize("affine", [True, False])
 def test_group_norm_forward_ad_computes_the_three_tangents_in_place(affine):
     # the peak is `group_norm_invstd_jvp` (rstd's tangent, computed after Y's and mean's): Y,

@@ -20,11 +20,18 @@ import torch.autograd.forward_ad as fwad
 from ._tensor import registered
 
 
+class Zero:
+    """The tangent of an input given without one: the generated code passes the formulas
+    `_efficientzerotensor(input.sizes(), input.options())` (ZeroTensorAllocator: no memory)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+
 def duals(x, *others):
-    """`(level, [(primal, tangent), ...])` for x and each of `others` (None stays `(None, None)`)
-    when x is a simulated tensor at the current forward-AD level and x and every given other carry a
-    tangent that is not a zero tensor (an absent tangent of a differentiable input reaches the
-    formulas as `_efficientzerotensor`, whose branches are not these), and nothing that requires grad
+    """`(level, [(primal, tangent), ...])` for x and each of `others` (None stays `(None, None)`, a
+    tensor without a tangent is `(tensor, Zero)`) when x is a simulated tensor at the current
+    forward-AD level carrying a tangent that is not a zero tensor, and nothing that requires grad
     would record a graph; else None."""
     level = fwad._current_level
     if level < 0 or not registered(x):
@@ -35,15 +42,24 @@ def duals(x, *others):
     if torch.is_grad_enabled() and any(t.requires_grad for t in given):
         return None
     pairs = []
-    for t in (x, *others):
+    for i, t in enumerate((x, *others)):
         if t is None:
             pairs.append((None, None))
             continue
         primal, tangent = torch._VF._unpack_dual(t, level=level)
-        if tangent is None or tangent._is_zerotensor():
+        if tangent is not None and tangent._is_zerotensor():
             return None
+        if tangent is None:
+            if i == 0:
+                return None
+            tangent = Zero(primal.dtype)
         pairs.append((primal, tangent))
     return level, pairs
+
+
+def view(t, shape):
+    """`t.view(shape)` of a formula's operand (None and a `Zero` as they are: a zero tensor's view is one)."""
+    return t if t is None or isinstance(t, Zero) else t.view(shape)
 
 
 def invstd_jvp(xp, xt, mean_p, invstd_p, dims, numel, keepdim):
@@ -71,13 +87,28 @@ def norm_jvp(xp, xt, mean_p, invstd_p, dims, numel):
 
 
 def affine_jvp(result_p, result_t, weight_p, weight_t, bias_t):
-    """`_affine_jvp`'s in-place branch: `result_t * weight + result_p * weight_t + bias_t` written
-    into result_t and result_p (its `auto temp = input_p.value()` shares result_p's storage)."""
+    """`_affine_jvp`: `result_t * weight + result_p * weight_t + bias_t`. With real tangents its
+    in-place branch, written into result_t and result_p (its `auto temp = input_p.value()` shares
+    result_p's storage). A weight without a tangent (`Zero`) takes the out-of-place branch
+    (`weight_t._is_zerotensor()`): `result_p * weight_t` is a zero tensor (`mul_zerotensor`, no
+    memory) and adding it copies the other operand (`add_zerotensor`: `_to_copy` of it), the old
+    result_t freed at the assignment, the product at the end of the expression. A bias without
+    one (a zero tensor is not subclass-like, `kTensorSubclassLike`) is added in place, ZeroTensor's
+    fallback materialising it as `at::zeros({})` expanded (ZeroTensorFallback.cpp) for the call."""
     if weight_p is not None:
-        result_t *= weight_p
-        result_p *= weight_t
-        result_t += result_p
-    if bias_t is not None:
+        if isinstance(weight_t, Zero):
+            product = result_t * weight_p
+            result_t = torch.ops.aten._to_copy.default(product)
+            del product
+        else:
+            result_t *= weight_p
+            result_p *= weight_t
+            result_t += result_p
+    if isinstance(bias_t, Zero):
+        zero = torch.zeros((), dtype=bias_t.dtype, device=result_t.device)
+        result_t += zero.expand(result_t.shape)
+        del zero
+    elif bias_t is not None:
         result_t += bias_t
     return result_t
 

@@ -872,9 +872,9 @@ def _layer_norm_forward_ad(cap, func, args, kwargs):
     result_t = _fad.affine_jvp(
         result_p,
         result_t,
-        None if wp is None else wp.view(view_affine),
-        None if wt is None else wt.view(view_affine),
-        None if bt is None else bt.view(view_affine),
+        _fad.view(wp, view_affine),
+        _fad.view(wt, view_affine),
+        _fad.view(bt, view_affine),
     )
     del result_p
     return _fad.make_dual(y, result_t, level), mean, rstd
@@ -919,9 +919,9 @@ def _batch_norm_forward_ad(cap, a):
     result_t = _fad.affine_jvp(
         result_p,
         result_t,
-        None if wp is None else wp.view(view_size),
-        None if wt is None else wt.view(view_size),
-        None if bt is None else bt.view(view_size),
+        _fad.view(wp, view_size),
+        _fad.view(wt, view_size),
+        _fad.view(bt, view_size),
     )
     del result_p, invstd_p, mean_p
     out = _fad.make_dual(y, result_t, level)
@@ -970,9 +970,9 @@ def _group_norm_forward_ad(cap, func, args, kwargs):
     result_t = _fad.affine_jvp(
         result_p,
         result_t,
-        None if wp is None else wp.view(affine),
-        None if wt is None else wt.view(affine),
-        None if bt is None else bt.view(affine),
+        _fad.view(wp, affine),
+        _fad.view(wt, affine),
+        _fad.view(bt, affine),
     )
     del result_p
     # group_norm_mean_jvp, then group_norm_invstd_jvp: `_invstd_jvp(input_t, input_p, ...)`
@@ -1021,8 +1021,8 @@ def _rms_norm_forward_ad(cap, a):
     result_t = _fad.affine_jvp(
         result_p,
         result_t,
-        None if wp is None else wp.view(view_affine),
-        None if wt is None else wt.view(view_affine),
+        _fad.view(wp, view_affine),
+        _fad.view(wt, view_affine),
         None,
     )
     del result_p, rstd_t
