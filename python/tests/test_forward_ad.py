@@ -122,3 +122,15 @@ def test_cross_entropy_forward_ad_takes_the_log_softmax_jvp_in_place():
         got, kept, loss = _measure(F.cross_entropy, x, target)
         assert got == 3 * LOGITS_UNIT + 2048 and kept == 1024
         assert fwad.unpack_dual(loss).tangent.shape == ()
+
+
+@pytest.mark.parametrize("fn", [lambda d: torch.cumprod(d, 1), lambda d: torch.prod(d, 1)])
+def test_cumprod_and_prod_of_a_dual_that_requires_grad_keep_their_forward_formulas(fn):
+    # the twin's backward rules for these ops are custom autograd Functions without `jvp`: a dual
+    # input that also requires grad raised "You must implement the jvp function" where CUDA's ops
+    # have forward formulas (`cumprod_jvp`; prod's through `prod_backward`)
+    with vramscope.capture(gpu="h100"):
+        x = torch.rand(64, 32, device="cuda", requires_grad=True)
+        with fwad.dual_level():
+            y = fn(fwad.make_dual(x, torch.rand(64, 32, device="cuda")))
+            assert fwad.unpack_dual(y).tangent is not None and y.requires_grad

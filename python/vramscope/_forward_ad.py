@@ -57,6 +57,15 @@ def duals(x, *others):
     return level, pairs
 
 
+def has_tangent(t) -> bool:
+    """Whether `t` carries a forward-AD tangent at the current level: a custom autograd Function of
+    the twin's (no `jvp`) would raise for it where PyTorch's own op has a forward formula."""
+    level = fwad._current_level
+    return (
+        level >= 0 and isinstance(t, torch.Tensor) and torch._VF._unpack_dual(t, level=level)[1] is not None
+    )
+
+
 def view(t, shape):
     """`t.view(shape)` of a formula's operand (None and a `Zero` as they are: a zero tensor's view is one)."""
     return t if t is None or isinstance(t, Zero) else t.view(shape)
