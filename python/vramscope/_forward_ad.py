@@ -100,13 +100,16 @@ def affine_jvp(result_p, result_t, weight_p, weight_t, bias_t):
     in-place branch, written into result_t and result_p (its `auto temp = input_p.value()` shares
     result_p's storage). A weight without a tangent (`Zero`) takes the out-of-place branch
     (`weight_t._is_zerotensor()`): `result_p * weight_t` is a zero tensor (`mul_zerotensor`, no
-    memory) and adding it copies the other operand (`add_zerotensor`: `_to_copy` of it), the old
-    result_t freed at the assignment, the product at the end of the expression. A bias without
+    memory but `_zero_operand`'s) and adding it copies the other operand (`add_zerotensor`: `_to_copy`
+    of it), the old result_t freed at the assignment, the product at the end of the expression. A bias without
     one (a zero tensor is not subclass-like, `kTensorSubclassLike`) is added in place, ZeroTensor's
     fallback materialising it as `at::zeros({})` expanded (ZeroTensorFallback.cpp) for the call."""
     if weight_p is not None:
         if isinstance(weight_t, Zero):
+            # (GCC evaluates `+`'s right operand first: the zero product, then result_t * weight)
+            _zero_operand(weight_t.dtype, result_t.device)
             product = result_t * weight_p
+            _zero_operand(product.dtype, result_t.device)
             result_t = torch.ops.aten._to_copy.default(product)
             del product
         else:
@@ -120,6 +123,15 @@ def affine_jvp(result_p, result_t, weight_p, weight_t, bias_t):
     elif bias_t is not None:
         result_t += bias_t
     return result_t
+
+
+def _zero_operand(dtype, device) -> None:
+    """A zero tensor as an operand of `mul_zerotensor` / `add_zerotensor` (BinaryOps.cpp): each
+    takes its operands' meta copies for the result's metadata, and the zero tensor's `to(meta)`
+    goes through ZeroTensor's fallback, which materialises `at::zeros({})` (one element on the
+    device) for that call only. The meta copies themselves hold no device memory."""
+    zero = torch.zeros((), dtype=dtype, device=device)
+    del zero
 
 
 def logsumexp_jvp(xp, xt, dims, keepdim):
