@@ -7773,8 +7773,9 @@ def test_torch_compile_lowers_a_list_index_as_the_gpus_cuda_constant(tmp_script)
 def test_torch_compile_copies_a_host_data_constant_the_program_moves_itself(tmp_script):
     # `torch.tensor(data).cuda()` in a compiled region is a host constant on the GPU too, which the
     # graph copies (`_to_copy` to cuda: Inductor's `DeviceCopy` of a host `ConstantBuffer`, one
-    # `.to(device)` per loader call, each kept): 5 copies of 16 floats, 2,560 bytes, and a 4-element
-    # one, inlined, holds nothing (probes/na67_compiled_host_constant_kinds_probe_h100.txt). The
+    # `.to(device)` per loader call, each kept): 5 copies of 16 floats, 2,560 bytes, so too for a
+    # product on the host moved with `.to(x.device)`, and a 4-element one, inlined, holds nothing
+    # (probes/na67_compiled_host_constant_kinds_probe_h100.txt). The
     # capture's mode returned the tensor for `.cuda()` while dynamo traced, so the twin took the
     # constant for a CUDA one (`torch.tensor(data, device="cuda")`'s): one 512-byte block each
     script = tmp_script(
@@ -7791,6 +7792,7 @@ def test_torch_compile_copies_a_host_data_constant_the_program_moves_itself(tmp_
         "data = [float(i) for i in range(16)]\n"
         "x = torch.rand(32, 64, device='cuda')\n"
         "for fn in (lambda x: x[:, :16] * torch.tensor(data).cuda(),\n"
+        "           lambda x: x[:, :16] * (torch.tensor(data) * 2.0).to(x.device),\n"
         "           lambda x: x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0]).cuda(),\n"
         "           lambda x: x[:, :16] * torch.tensor(data, device='cuda')):\n"
         "    calls.clear()\n"
@@ -7802,7 +7804,12 @@ def test_torch_compile_copies_a_host_data_constant_the_program_moves_itself(tmp_
     )
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
-    assert lines[-3:] == ["calls 5 allocated 2560", "calls 0 allocated 0", "calls 1 allocated 512"]
+    assert lines[-4:] == [
+        "calls 5 allocated 2560",
+        "calls 5 allocated 2560",
+        "calls 0 allocated 0",
+        "calls 1 allocated 512",
+    ]
 
 
 def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():

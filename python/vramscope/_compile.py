@@ -563,8 +563,10 @@ def _relabel_graph(gm, fake_mode=None) -> None:
         on_host = set()
         constants = []
         for node in module.graph.nodes:
-            if _data_constant(module, node) or (
-                node.target is torch.ops.aten.lift_fresh_copy.default and node.args[0] in constants
+            if (
+                _data_constant(module, node)
+                or (node.target is torch.ops.aten.lift_fresh_copy.default and node.args[0] in constants)
+                or node.meta.get(_MOVED_BY_PROGRAM)
             ):
                 # (kept on the host, as `lift_fresh_copy` of it: fake tensors take a real constant
                 # there alone, `FakeTensor.constant`)
@@ -682,14 +684,34 @@ def _host_constant_to_device(x):
         return x
     t = torch._from_functional_tensor(x.elem) if isinstance(x, FunctionalTensor) else x
     node = get_proxy_slot(t, mode.tracer, None, lambda e: e.proxy.node)
-    # the traced value of `torch.tensor(data)`: `lift_fresh_copy` of the constant the tracer keeps
-    if node is not None and node.target is torch.ops.aten.lift_fresh_copy.default:
-        source = node.args[0]
-        if getattr(source, "op", None) == "get_attr":
-            c = getattr(mode.tracer.root, source.target, None)
-            if isinstance(c, torch.Tensor) and c.device == _HOST and not _tensor.registered(c):
-                setattr(c, _MOVED_BY_PROGRAM, True)
+    if node is not None:
+        _moved_by_program(node, mode.tracer.root, {})
     return x
+
+
+def _moved_by_program(node, root, seen) -> bool:
+    """Marks, and says whether, `node` computes from data constants alone: the traced value of
+    `torch.tensor(data)` (`lift_fresh_copy` of the constant the tracer keeps, marked
+    `_MOVED_BY_PROGRAM`) or an op of such values only (`torch.tensor(data) * 2.0`), which the GPU
+    computes on the host before the program's copy; the relabel keeps the marked nodes there."""
+    if node in seen:
+        return seen[node]
+    seen[node] = False
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.lift_fresh_copy.default:
+        source = node.args[0]
+        c = getattr(root, source.target, None) if getattr(source, "op", None) == "get_attr" else None
+        if not (isinstance(c, torch.Tensor) and c.device == _HOST and not _tensor.registered(c)):
+            return False
+        setattr(c, _MOVED_BY_PROGRAM, True)
+    else:
+        operands = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+        if not operands or not all(_moved_by_program(n, root, seen) for n in operands):
+            return False
+    node.meta[_MOVED_BY_PROGRAM] = True
+    seen[node] = True
+    return True
 
 
 def _data_constant(module, node) -> bool:
