@@ -3715,6 +3715,35 @@ def test_a_thread_of_the_program_s_own_runs_its_cuda_ops_on_the_twin():
     assert "thread-blas" not in cap.warned
 
 
+def test_a_thread_of_the_program_s_own_enters_autocast_as_on_the_gpu():
+    # the capture includes the AutocastCUDA key for its meta tensors on its own thread only (the
+    # dispatcher's included keys are thread-local): a thread that entered `torch.autocast("cuda")`
+    # itself ran its Linear in fp32 (an fp32 output, no bf16 casts), where a CUDA tensor carries
+    # the key on every thread and the GPU casts
+    with vramscope.capture():
+        model = torch.nn.Linear(1024, 1024).cuda()
+        x = torch.empty(256, 1024, device="cuda")
+        torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")  # the main thread's workspace
+        seen = {}
+
+        def work():
+            torch.empty(8, 8, device="cuda") @ torch.empty(8, 8, device="cuda")  # this thread's workspace
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = model(x)
+            seen["dtype"] = y.dtype
+            seen["peak"] = torch.cuda.max_memory_allocated() - base
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        # the bf16 casts of the bias, the weight and x, the bf16 output and the bf16 addmm's
+        # cuBLASLt workspace (1 MiB)
+        casts = 2048 + 1024 * 1024 * 2 + 256 * 1024 * 2
+        assert seen == {"dtype": torch.bfloat16, "peak": casts + 256 * 1024 * 2 + MIB}
+
+
 def test_distributed_checkpoint_threads_copy_the_program_s_tensors_on_the_twin(tmp_path):
     # DCP's writer threads (`FileSystemWriter(thread_count=2)`) and `async_save`'s upload thread copy
     # the program's tensors to the host (filesystem.py `_write_files_from_queue`); PyTorch starts
@@ -7739,6 +7768,48 @@ def test_torch_compile_lowers_a_list_index_as_the_gpus_cuda_constant(tmp_script)
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
     assert lines[-1] == "calls 1 allocated 512"
+
+
+def test_torch_compile_copies_a_host_data_constant_the_program_moves_itself(tmp_script):
+    # `torch.tensor(data).cuda()` in a compiled region is a host constant on the GPU too, which the
+    # graph copies (`_to_copy` to cuda: Inductor's `DeviceCopy` of a host `ConstantBuffer`, one
+    # `.to(device)` per loader call, each kept): 5 copies of 16 floats, 2,560 bytes, so too for a
+    # product on the host moved with `.to(x.device)`, and a 4-element one, inlined, holds nothing
+    # (probes/na67_compiled_host_constant_kinds_probe_h100.txt). The
+    # capture's mode returned the tensor for `.cuda()` while dynamo traced, so the twin took the
+    # constant for a CUDA one (`torch.tensor(data, device="cuda")`'s): one 512-byte block each
+    script = tmp_script(
+        "import torch\n"
+        "from torch._inductor.graph import GraphLowering\n"
+        "torch._inductor.config.fx_graph_cache = False\n"
+        "calls = []\n"
+        "orig = GraphLowering.constant_name\n"
+        "def constant_name(self, name, device):\n"
+        "    if device is not None:\n"
+        "        calls.append(name)\n"
+        "    return orig(self, name, device)\n"
+        "GraphLowering.constant_name = constant_name\n"
+        "data = [float(i) for i in range(16)]\n"
+        "x = torch.rand(32, 64, device='cuda')\n"
+        "for fn in (lambda x: x[:, :16] * torch.tensor(data).cuda(),\n"
+        "           lambda x: x[:, :16] * (torch.tensor(data) * 2.0).to(x.device),\n"
+        "           lambda x: x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0]).cuda(),\n"
+        "           lambda x: x[:, :16] * torch.tensor(data, device='cuda')):\n"
+        "    calls.clear()\n"
+        "    torch._dynamo.reset()\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    y = torch.compile(fn)(x)\n"
+        "    del y\n"
+        "    print('calls', len(calls), 'allocated', torch.cuda.memory_allocated() - base)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-4:] == [
+        "calls 5 allocated 2560",
+        "calls 5 allocated 2560",
+        "calls 0 allocated 0",
+        "calls 1 allocated 512",
+    ]
 
 
 def test_autocast_contexts_a_backward_enters_nest_on_the_device_thread():

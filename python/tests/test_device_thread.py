@@ -28,6 +28,26 @@ def test_a_recorded_backward_numbers_its_nodes_on_the_device_thread():
     assert x.grad is not None
 
 
+def test_a_recorded_backward_inside_autocast_casts_as_a_plain_one():
+    """The engine's device thread takes its caller's thread-local state (`ThreadLocalState`: autocast's
+    and the dispatcher's key sets), and a CUDA tensor carries the AutocastCUDA key there too: a
+    `create_graph=True` pass run inside a bf16 region casts its matmuls as the caller's own pass
+    would. The device thread lacked the key the capture includes for its meta tensors, so nothing
+    was cast (the gradient's last node was the fp32 MmBackward0)."""
+    import vramscope
+
+    with vramscope.capture(gpu="h100"):
+        x = torch.randn(256, 1024, device="cuda")
+        w = torch.randn(1024, 1024, device="cuda", requires_grad=True)
+        loss = (x @ w).tanh().sum()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            (g,) = torch.autograd.grad(loss, w, create_graph=True)
+        # the bf16 mm, then the engine's cast back to the fp32 input's dtype (`validate_outputs`)
+        assert g.dtype == torch.float32
+        assert g.grad_fn.name() == "ToCopyBackward0"
+        assert g.grad_fn.next_functions[0][0].name() == "MmBackward0"
+
+
 def test_the_capture_takes_no_sequence_number_of_the_calling_thread():
     """The program's nodes are numbered as on the GPU: the twin's own Node (`_Drain`'s) is made on
     a thread of its own (blind191/gi04: one number up reordered a pass over the forward's nodes and a

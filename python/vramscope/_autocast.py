@@ -308,6 +308,21 @@ class Autocast:
         _cache.clear()
 
 
+@contextlib.contextmanager
+def key_on_this_thread():
+    """The AutocastCUDA key included on the calling thread while the block runs: the dispatcher's
+    included keys are thread-local, and `Autocast` includes the key for the twin's meta tensors on
+    the capture's own thread, where a CUDA tensor carries it on every thread. A thread that runs the
+    program's ops (one of the program's own, `_threads`; the autograd device thread, which takes its
+    caller's key sets with the engine's `ThreadLocalState`, `_device_thread`) takes it too."""
+    included = torch._C._dispatch_tls_is_dispatch_key_included(KEY)
+    torch._C._dispatch_tls_set_dispatch_key_included(KEY, True)
+    try:
+        yield
+    finally:
+        torch._C._dispatch_tls_set_dispatch_key_included(KEY, included)
+
+
 def clear_cache() -> None:
     """`torch.clear_autocast_cache()`: the cached casts die."""
     _cache.clear()

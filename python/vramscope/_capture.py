@@ -1252,7 +1252,15 @@ class _FunctionMode(TorchFunctionMode):
             name = getattr(func, "__name__", "")
             if name in ("to", "cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
                 if name == "cuda":
+                    if torch.compiler.is_dynamo_compiling():
+                        # the program's own copy to the device (`_compile._host_constant_to_device`)
+                        return _compile._host_constant_to_device(args[0])
                     return args[0]
+                if torch.compiler.is_dynamo_compiling() and (
+                    _is_cuda(kwargs.get("device"))
+                    or any(isinstance(a, (str, torch.device)) and _is_cuda(a) for a in args[1:])
+                ):
+                    args = (_compile._host_constant_to_device(args[0]), *args[1:])
                 if torch.compiler.is_dynamo_compiling() and (
                     name == "cpu" or _names_the_host(args[1:], kwargs)
                 ):

@@ -563,8 +563,10 @@ def _relabel_graph(gm, fake_mode=None) -> None:
         on_host = set()
         constants = []
         for node in module.graph.nodes:
-            if _data_constant(module, node) or (
-                node.target is torch.ops.aten.lift_fresh_copy.default and node.args[0] in constants
+            if (
+                _data_constant(module, node)
+                or (node.target is torch.ops.aten.lift_fresh_copy.default and node.args[0] in constants)
+                or node.meta.get(_MOVED_BY_PROGRAM)
             ):
                 # (kept on the host, as `lift_fresh_copy` of it: fake tensors take a real constant
                 # there alone, `FakeTensor.constant`)
@@ -651,10 +653,65 @@ _PENDING_CONSTANTS: list = []
 
 def _lifted_data(module, node) -> bool:
     """Whether `node` is a constant AOTAutograd lifted from Python data on the host (a genuine
-    host tensor, not fake nor the twin's, copied by `lift_fresh_copy` where it is used)."""
+    host tensor, not fake nor the twin's, copied by `lift_fresh_copy` where it is used), standing
+    for the GPU's CUDA constant: not one the program moved itself (`_host_constant_to_device`)."""
     if not node.users or any(u.target is not torch.ops.aten.lift_fresh_copy.default for u in node.users):
         return False
-    return _host_constant(module, node) is not None
+    c = _host_constant(module, node)
+    return c is not None and not getattr(c, _MOVED_BY_PROGRAM, False)
+
+
+#: the mark of a data constant the program's own `.cuda()` / `.to("cuda")` moves in a compiled region
+_MOVED_BY_PROGRAM = "_vramscope_moved_by_program"
+
+
+def _host_constant_to_device(x):
+    """The program's `x.cuda()` / `x.to("cuda")` in a region dynamo traces on the host, as a call
+    whole in dynamo's graph (`allow_in_graph`) that returns `x`: where `x` is a constant made from
+    Python data (`torch.tensor(data)`: the tracer's `lift_fresh_copy` of a constant, while
+    AOTAutograd traces), it is
+    the host's on the GPU too, moved by the program, so no CUDA constant stands for it
+    (`_lifted_data`): the GPU's graph copies it (`_to_copy` to cuda, Inductor's `DeviceCopy` of a host
+    `ConstantBuffer`: one `.to(device)` per loader call, each kept by the compiled graph; one
+    Inductor inlines, 8 elements or fewer, holds no block), where `torch.tensor(data,
+    device="cuda")` made a CUDA constant in the trace (`_from_data`). The relabel's `device_put`
+    of a data constant is that copy."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+    mode = get_proxy_mode()
+    if mode is None or not isinstance(x, torch.Tensor):
+        return x
+    t = torch._from_functional_tensor(x.elem) if isinstance(x, FunctionalTensor) else x
+    node = get_proxy_slot(t, mode.tracer, None, lambda e: e.proxy.node)
+    if node is not None:
+        _moved_by_program(node, mode.tracer.root, {})
+    return x
+
+
+def _moved_by_program(node, root, seen) -> bool:
+    """Marks, and says whether, `node` computes from data constants alone: the traced value of
+    `torch.tensor(data)` (`lift_fresh_copy` of the constant the tracer keeps, marked
+    `_MOVED_BY_PROGRAM`) or an op of such values only (`torch.tensor(data) * 2.0`), which the GPU
+    computes on the host before the program's copy; the relabel keeps the marked nodes there."""
+    if node in seen:
+        return seen[node]
+    seen[node] = False
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.lift_fresh_copy.default:
+        source = node.args[0]
+        c = getattr(root, source.target, None) if getattr(source, "op", None) == "get_attr" else None
+        if not (isinstance(c, torch.Tensor) and c.device == _HOST and not _tensor.registered(c)):
+            return False
+        setattr(c, _MOVED_BY_PROGRAM, True)
+    else:
+        operands = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+        if not operands or not all(_moved_by_program(n, root, seen) for n in operands):
+            return False
+    node.meta[_MOVED_BY_PROGRAM] = True
+    seen[node] = True
+    return True
 
 
 def _data_constant(module, node) -> bool:
@@ -1782,6 +1839,10 @@ def _from_data(original):
 
     def make(data, *args, device=None, **kwargs):
         if device is not None and torch.device(device).type == "cuda":
+            if torch.compiler.is_dynamo_compiling():
+                # (its copy whole in dynamo's graph: not the program's own `.to`, which the
+                # capture's mode reads as `_host_constant_to_device`)
+                return _from_data_copy(original(data, *args, **kwargs), device)
             return original(data, *args, **kwargs).to(device)
         return original(data, *args, device=device, **kwargs)
 
@@ -1792,6 +1853,19 @@ def _from_data(original):
     # it again
     torch._dynamo.eval_frame.skip_code(make.__code__)
     return make
+
+
+def _from_data_copy(t, device):
+    """`_from_data`'s copy of the tensor it made on the host to `device`, a call whole in dynamo's
+    graph (`allow_in_graph`): the constant stands for the GPU's CUDA one (`_lifted_data`). While
+    the region is traced (a fake tensor) the copy is the host's tensor itself, as the capture's mode
+    reads `cuda` there (a fake CUDA tensor would be made on the real device); run eagerly (a graph
+    Inductor could not compile), the copy to the device."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    if isinstance(t, (torch._subclasses.fake_tensor.FakeTensor, FunctionalTensor)):
+        return t.to(_HOST)
+    return t.to(device)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -2536,6 +2610,8 @@ def patch(p, cap) -> None:
 
     p.set(trace_rules, "check_file", _twin_frames_inlined(trace_rules.check_file))
     torch._dynamo.allow_in_graph(_copy_to_host)  # (`_capture`'s mode calls it while dynamo traces)
+    torch._dynamo.allow_in_graph(_host_constant_to_device)  # (likewise)
+    torch._dynamo.allow_in_graph(_from_data_copy)
     p.set(functorch_config, "enable_autograd_cache", False)
     p.set(torch._dynamo.config, "fake_tensor_cache_enabled", False)
     p.set(fake_tensor.FakeTensor, "__new__", _fake_new(fake_tensor.FakeTensor.__new__))

@@ -17,7 +17,7 @@ import threading
 import torch
 from torch.utils import _python_dispatch
 
-from . import _capture
+from . import _autocast, _capture
 
 
 class _Calls:
@@ -110,7 +110,7 @@ class DeviceThread:
                 for kind, on, dtype in autocast:
                     torch.set_autocast_enabled(kind, on)
                     torch.set_autocast_dtype(kind, dtype)
-                with torch.set_grad_enabled(grad):
+                with torch.set_grad_enabled(grad), _autocast.key_on_this_thread():
                     out["value"] = fn()
             except BaseException as e:  # handed back to the caller
                 out["error"] = e

@@ -16,6 +16,7 @@ import math
 import torch
 from torch._prims_common import suggest_memory_format
 
+from . import _forward_ad as _fad
 from ._kernels import DISPATCH, SCRATCH_UNMODELLED, _acc_bytes, reduce_scratch
 from ._kernels.typenames import scalar_type_name
 from ._tensor import _reads_cuda, registered
@@ -802,6 +803,9 @@ def _rms_norm(cap, func, args, kwargs):
     a = _fused_rms_norm_args(args, kwargs)
     if a is None:
         return NotImplemented
+    out = _rms_norm_forward_ad(cap, a)
+    if out is not NotImplemented:
+        return out
     cap.ops += 1
     return _FusedRMSNorm.apply(cap, *a)
 
@@ -840,7 +844,12 @@ def _batch_norm(cap, func, args, kwargs):
     names += ("cudnn_enabled",)
     a = dict(zip(names, args, strict=False)) | kwargs
     x = a.get("input")
-    if not _reads_cuda(x) or set(a) - set(names) or len(a) != len(names) or not a["cudnn_enabled"]:
+    if set(a) - set(names) or len(a) != len(names):
+        return NotImplemented
+    out = _batch_norm_forward_ad(cap, a)
+    if out is not NotImplemented:
+        return out
+    if not _reads_cuda(x) or not a["cudnn_enabled"]:
         return NotImplemented
     if not _cudnn_selected(
         x, a["weight"], a["bias"], a["running_mean"], a["running_var"], a["training"], a["eps"]
@@ -881,71 +890,203 @@ def _layer_norm_forward_ad(cap, func, args, kwargs):
     """`torch.layer_norm` of a simulated input carrying a forward-AD tangent (`fwAD.make_dual`), its
     weight and bias too where given, nothing requiring grad: `native_layer_norm` on the primals,
     then `layer_norm_jvp` (FunctionsManual.cpp: `_invstd_jvp`, `_norm_jvp`, `_affine_jvp`) as CUDA
-    tensors run it, in place. The twin's tensors count as subclass-like there
+    tensors run it, in place (`_forward_ad`). The twin's tensors count as subclass-like
     (`areAnyTensorSubclassLike`: a dispatch mode is on), whose out-of-place path keeps two more
     input-sized temporaries at its peak (blind293/kh01's forward gradients: 6 where the H100's
     forward peaked at 4 activations of the norm)."""
-    import torch.autograd.forward_ad as fwad
-
-    level = fwad._current_level
     names = ("input", "normalized_shape", "weight", "bias", "eps", "cudnn_enable")
     a = {"weight": None, "bias": None, "eps": 1e-5} | dict(zip(names, args, strict=False)) | kwargs
-    x, w, b = a["input"], a["weight"], a["bias"]
-    given = [t for t in (x, w, b) if t is not None]
-    if (
-        level < 0
-        or set(a) - set(names)
-        or not registered(x)
-        or (w is None) != (b is None)
-        or any(t.requires_grad for t in given)
-    ):
+    if set(a) - set(names):
         return NotImplemented
-    unpacked = [torch._VF._unpack_dual(t, level=level) for t in given]
-    if any(t is None or t._is_zerotensor() for _, t in unpacked):
+    found = _fad.duals(a["input"], a["weight"], a["bias"])
+    if found is None:
         return NotImplemented
-    (xp, xt), *affine = unpacked
+    level, ((xp, xt), (wp, wt), (bp, bt)) = found
     shape = tuple(a["normalized_shape"])
     cap.ops += 1
-    wp = affine[0][0] if affine else None
-    bp = affine[1][0] if affine else None
     y, mean, rstd = torch.native_layer_norm(xp, shape, wp, bp, a["eps"])
     axis = xp.dim() - len(shape)
     dims = list(range(axis, xp.dim()))
     view_size = [*xp.shape[:axis], *([1] * len(shape))]
     view_affine = [*([1] * axis), *xp.shape[axis:]]
-    numel = math.prod(xp.shape[axis:])
     mean_p, invstd_p = mean.view(view_size), rstd.view(view_size)
-    # _invstd_jvp
-    invstd_t = xt - xt.mean(dims, True)
-    invstd_t *= xp - mean_p
-    cube = invstd_p.pow(3)
-    invstd_t *= -cube
-    del cube
-    invstd_t = invstd_t.sum(dims, True)
-    invstd_t /= numel
-    # _norm_jvp
-    result_t = xt - xt.mean(dims, True)
-    result_t *= invstd_p
-    temp = xp - mean_p
-    temp *= invstd_t
+    result_t = _fad.norm_jvp(xp, xt, mean_p, invstd_p, dims, math.prod(xp.shape[axis:]))
+    # layer_norm_jvp's result_p, when there is a weight
+    result_p = (xp - mean_p) * invstd_p if wp is not None else None
+    result_t = _fad.affine_jvp(
+        result_p,
+        result_t,
+        _fad.view(wp, view_affine),
+        _fad.view(wt, view_affine),
+        _fad.view(bt, view_affine),
+    )
+    del result_p
+    return _fad.make_dual(y, result_t, level), mean, rstd
+
+
+def _batch_norm_forward_ad(cap, a):
+    """`torch.batch_norm` of a simulated dual input (see `_layer_norm_forward_ad`): the op on the
+    primals (`native_batch_norm`, whose rule models cuDNN's where `_batch_norm_impl_index` picks it),
+    then `batch_norm_jvp` in place: in training `_norm_jvp` over the saved statistics, in evaluation
+    `input_t * invstd` with `invstd = 1 / sqrt(running_var + eps)` (`Scalar / Tensor` is
+    `empty_like(t).fill_(s).div_(t)`: ATen's TensorOperators.h), then `_affine_jvp`. Its saved
+    statistics die after the tangent (`_batch_norm_impl_index`'s tuple, element by element)."""
+    x, w, b, rm, rv = (a[n] for n in ("input", "weight", "bias", "running_mean", "running_var"))
+    training = a["training"]
+    if x is None or x.dim() < 2 or not x.is_contiguous(memory_format=suggest_memory_format(x)):
+        return NotImplemented
+    if not training and (rm is None or rv is None):
+        return NotImplemented
+    found = _fad.duals(x, w, b)
+    if found is None or any(_fad.duals(s) is not None for s in (rm, rv) if s is not None):
+        return NotImplemented
+    level, ((xp, xt), (wp, wt), (bp, bt)) = found
+    cap.ops += 1
+    y, save_mean, save_invstd = torch.ops.aten.native_batch_norm(
+        xp, wp, bp, rm, rv, training, a["momentum"], a["eps"]
+    )
+    view_size = [1] * xp.dim()
+    view_size[1] = xp.shape[1]
+    dims = [d for d in range(xp.dim()) if d != 1]
+    if training:
+        mean_p, invstd_p = save_mean.view(view_size), save_invstd.view(view_size)
+        result_t = _fad.norm_jvp(xp, xt, mean_p, invstd_p, dims, xp.numel() // max(xp.shape[1], 1))
+    else:
+        mean_p = rm.view(view_size)
+        shifted = rv + a["eps"]
+        root = shifted.sqrt()
+        invstd = torch.empty_like(root).fill_(1).div_(root)
+        invstd_p = invstd.view(view_size)
+        del invstd, root, shifted
+        result_t = xt * invstd_p
+    result_p = (xp - mean_p) * invstd_p if wp is not None else None
+    result_t = _fad.affine_jvp(
+        result_p,
+        result_t,
+        _fad.view(wp, view_size),
+        _fad.view(wt, view_size),
+        _fad.view(bt, view_size),
+    )
+    del result_p, invstd_p, mean_p
+    out = _fad.make_dual(y, result_t, level)
+    del result_t, y, save_mean, save_invstd
+    return out
+
+
+def _group_norm_forward_ad(cap, func, args, kwargs):
+    """`F.group_norm` / `torch.group_norm` of a simulated dual input (see `_layer_norm_forward_ad`):
+    `group_norm` (group_norm.cpp) calls `native_group_norm` on the contiguous input, whose autograd
+    kernel computes all three outputs' tangents in order (derivatives.yaml): `group_norm_jvp` (the
+    input viewed as (1, N * G, -1), `batch_norm_jvp` in training over the saved statistics, then
+    `_affine_jvp` per channel), `group_norm_mean_jvp` (a mean) and `group_norm_invstd_jvp`
+    (`_invstd_jvp` with the primal and the tangent in swapped places, as the source passes them);
+    the statistics and their tangents die when `group_norm` returns Y."""
+    names = ("input", "num_groups", "weight", "bias", "eps", "cudnn_enabled")
+    a = {"weight": None, "bias": None, "eps": 1e-5} | dict(zip(names, args, strict=False)) | kwargs
+    x, groups = a["input"], a["num_groups"]
+    if set(a) - set(names) or not isinstance(groups, int) or x is None or x.dim() < 2:
+        return NotImplemented
+    if not x.is_contiguous() or any(
+        t is not None and not t.is_contiguous() for t in (a["weight"], a["bias"])
+    ):
+        return NotImplemented
+    found = _fad.duals(x, a["weight"], a["bias"])
+    if found is None:
+        return NotImplemented
+    level, ((xp, xt), (wp, wt), (bp, bt)) = found
+    if func is torch.nn.functional.group_norm:
+        torch.nn.functional._verify_batch_size([xp.size(0) * xp.size(1) // groups, groups, *xp.size()[2:]])
+    n, c = xp.shape[0], xp.shape[1]
+    hxw = xp.numel() // max(n * c, 1)
+    cap.ops += 1
+    y, mean, rstd = torch.ops.aten.native_group_norm(xp, wp, bp, n, c, hxw, groups, a["eps"])
+    flat = [1, n * groups, -1 if n else 1]
+    xt_r, xp_r = xt.view(flat), xp.view(flat)
+    stat_view = [1, n * groups, 1]
+    k = xp_r.shape[2]
+    # group_norm_jvp: batch_norm_jvp(train) of the reshaped input, no affine there
+    result_t = _fad.norm_jvp(xp_r, xt_r, mean.view(stat_view), rstd.view(stat_view), [0, 2], k).view(xp.shape)
+    result_p = None
+    if wp is not None:
+        result_p = ((xp_r - mean.view(stat_view)) * rstd.view(stat_view)).view(xp.shape)
+    affine = [1] * xp.dim()
+    affine[1] = c
+    result_t = _fad.affine_jvp(
+        result_p,
+        result_t,
+        _fad.view(wp, affine),
+        _fad.view(wt, affine),
+        _fad.view(bt, affine),
+    )
+    del result_p
+    # group_norm_mean_jvp, then group_norm_invstd_jvp: `_invstd_jvp(input_t, input_p, ...)`
+    mean_t = xt_r.mean([2], False).view_as(mean)
+    rstd_t = _fad.invstd_jvp(xt_r, xp_r, mean.view(flat), rstd.view(flat), [2], k, False).view_as(rstd)
+    out = _fad.make_dual(y, result_t, level)
+    # the tuple's elements go in order; each TensorImpl's autograd meta (its tangent) before its storage
+    del result_t, y, mean_t, mean, rstd_t, rstd
+    return out
+
+
+def _rms_norm_forward_ad(cap, a):
+    """`torch.rms_norm` taking the fused kernel (`_rms_norm`) with a simulated dual input (see
+    `_layer_norm_forward_ad`): `_fused_rms_norm` on the primals, then its autograd kernel's tangents
+    in order (derivatives.yaml): `rms_norm_jvp` (in place: `rstd_t` summed from `input_t * input_p`,
+    `result_t = input_t * rstd_p` plus `input_p * rstd_t`, whose temporary dies with its block,
+    `result_p = input_p * rstd_p` with a weight, then `_affine_jvp`) and `rms_norm_rstd_jvp` (rstd's
+    own tangent, which dies with rstd when `rms_norm` returns Y)."""
+    x, weight, shape, eps = a
+    found = _fad.duals(x, weight)
+    if found is None:
+        return NotImplemented
+    level, ((xp, xt), (wp, wt)) = found
+    cap.ops += 1
+    y, rstd = _FusedRMSNorm.apply(cap, xp, wp, shape, eps, True)
+    axis = xp.dim() - len(shape)
+    dims = list(range(axis, xp.dim()))
+    view_affine = [*([1] * axis), *xp.shape[axis:]]
+    numel = math.prod(xp.shape[axis:])
+
+    def rstd_jvp(rstd_p):
+        rstd_t = xt * xp
+        cube = rstd_p.pow(3)
+        rstd_t *= -cube
+        del cube
+        rstd_t = rstd_t.sum(dims, True)
+        rstd_t /= numel
+        return rstd_t
+
+    rstd_t = rstd_jvp(rstd)
+    result_t = xt * rstd
+    temp = xp * rstd_t
     result_t += temp
-    del temp, invstd_t
-    if affine:
-        # layer_norm_jvp's result_p, then _affine_jvp
-        result_p = (xp - mean_p) * invstd_p
-        result_t *= wp.view(view_affine)
-        result_p *= affine[0][1].view(view_affine)
-        result_t += result_p
-        del result_p
-        result_t += affine[1][1].view(view_affine)
-    return fwad.make_dual(y, result_t, level=level), mean, rstd
+    del temp
+    result_p = xp * rstd if wp is not None else None
+    result_t = _fad.affine_jvp(
+        result_p,
+        result_t,
+        _fad.view(wp, view_affine),
+        _fad.view(wt, view_affine),
+        None,
+    )
+    del result_p, rstd_t
+    own_t = rstd_jvp(rstd)
+    out = _fad.make_dual(y, result_t, level)
+    del result_t, y, own_t, rstd
+    return out
 
 
 def _layer_norm_fn(cap, func, args, kwargs):
     """`F.layer_norm` and `torch.layer_norm` (its call, with `cudnn_enable`):
     `_layer_norm_forward_ad` where it applies."""
     out = _layer_norm_forward_ad(cap, func, args, kwargs)
-    return out if out is NotImplemented else out[0]
+    if out is NotImplemented:
+        return out
+    # `std::get<0>` of native_layer_norm's tuple: its elements die in order, mean before rstd
+    # (a Python tuple's die last first)
+    y, mean, rstd = out
+    del out, mean, rstd
+    return y
 
 
 def _register_rms_norm():
@@ -954,6 +1095,8 @@ def _register_rms_norm():
     FUNCTIONS[torch.layer_norm] = _layer_norm_fn
     FUNCTIONS[torch.nn.functional.layer_norm] = _layer_norm_fn
 
+    FUNCTIONS[torch.group_norm] = _group_norm_forward_ad
+    FUNCTIONS[torch.nn.functional.group_norm] = _group_norm_forward_ad
     FUNCTIONS[torch.batch_norm] = _batch_norm
     FUNCTIONS[torch.nn.functional.batch_norm] = _functional_batch_norm
     FUNCTIONS[torch.rms_norm] = _rms_norm

@@ -27,7 +27,7 @@ import threading
 import torch
 from torch.utils import _python_dispatch
 
-from . import _capture
+from . import _autocast, _capture
 
 _STDLIB = os.path.dirname(threading.__file__)
 _TORCH = os.path.dirname(torch.__file__)
@@ -79,7 +79,9 @@ def patch(cap, p) -> None:
                 torch._C._push_on_torch_function_stack(function_mode)
                 _python_dispatch._push_mode(dispatch_mode)
                 try:
-                    run()
+                    # an autocast region the thread enters itself casts as on the GPU
+                    with _autocast.key_on_this_thread():
+                        run()
                 finally:
                     _python_dispatch._pop_mode()
                     torch._C._pop_torch_function_stack()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _forward_ad as _fad
 from .._tensor import fast_setup_layout, registered
 from .registry import DISPATCH, FUNCTIONS
 from .typenames import scalar_type_name
@@ -110,6 +111,81 @@ DISPATCH[aten._softmax_backward_data.default] = _softmax_backward_data
 DISPATCH[aten._log_softmax_backward_data.default] = _softmax_backward_data
 
 
+def _softmax_forward_ad(cap, log: bool, x, dim: int):
+    """`softmax` / `log_softmax` of a simulated dual tensor (`fwAD.make_dual`; see `_forward_ad`):
+    `_softmax` / `_log_softmax` on the primal, then derivatives.yaml's tangent over
+    `logsumexp_jvp`'s in-place branch, as CUDA tensors run it."""
+    found = _fad.duals(x)
+    if found is None or x.dtype not in _SOFTMAX_DTYPES:
+        return NotImplemented
+    level, ((xp, xt),) = found
+    dim = dim + max(xp.dim(), 1) if dim < 0 else dim
+    cap.ops += 1
+    result = (torch._log_softmax if log else torch._softmax)(xp, dim, False)
+    return _fad.make_dual(result, _fad.softmax_tangent(log, xp, xt, result, dim), level)
+
+
+def _logsumexp_forward_ad(cap, func, args, kwargs):
+    """`torch.logsumexp` of a simulated dual tensor: the op on the primal, then `logsumexp_jvp`'s
+    in-place branch (`_forward_ad`)."""
+    a = dict(zip(("input", "dim", "keepdim"), args, strict=False)) | kwargs
+    a.setdefault("input", a.pop("self", None))
+    x, dim, keepdim = a.get("input"), a.get("dim"), a.get("keepdim", False)
+    if set(a) - {"input", "dim", "keepdim"} or dim is None:
+        return NotImplemented
+    found = _fad.duals(x)
+    if found is None or not x.is_floating_point():
+        return NotImplemented
+    level, ((xp, xt),) = found
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    cap.ops += 1
+    result = torch.logsumexp(xp, dims, keepdim)
+    return _fad.make_dual(result, _fad.logsumexp_jvp(xp, xt, dims, keepdim), level)
+
+
+_CROSS_ENTROPY = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction")
+_CROSS_ENTROPY += ("label_smoothing",)
+
+
+def _cross_entropy_forward_ad(cap, func, args, kwargs):
+    """`F.cross_entropy` of a simulated dual input with class-index targets and no label smoothing:
+    `cross_entropy_loss` (LossNLL.cpp) is `nll_loss_nd(log_softmax(input, class_dim), ...)`, the
+    log-softmax's tangent as `_softmax_forward_ad` makes it, the log-softmax freed after the loss."""
+    defaults = {"weight": None, "size_average": None, "ignore_index": -100, "reduce": None}
+    a = (
+        defaults
+        | {"reduction": "mean", "label_smoothing": 0.0}
+        | dict(zip(_CROSS_ENTROPY, args, strict=False))
+    )
+    a |= kwargs
+    x, target, weight = a.get("input"), a.get("target"), a["weight"]
+    if (
+        set(a) - set(_CROSS_ENTROPY)
+        or a["size_average"] is not None
+        or a["reduce"] is not None
+        or a["label_smoothing"] != 0.0
+        or not isinstance(target, torch.Tensor)
+        or target.is_floating_point()
+        or target.is_complex()
+        or not isinstance(x, torch.Tensor)
+        or x.dim() == 0
+        or (weight is not None and _fad.duals(weight) is not None)
+    ):
+        return NotImplemented
+    lsm = _softmax_forward_ad(cap, True, x, 0 if x.dim() == 1 else 1)
+    if lsm is NotImplemented:
+        return NotImplemented
+    reduction = torch.nn._reduction.get_enum(a["reduction"])
+    out = torch._C._nn.nll_loss_nd(lsm, target, weight, reduction, a["ignore_index"])
+    del lsm
+    return out
+
+
+FUNCTIONS[torch.logsumexp] = _logsumexp_forward_ad
+FUNCTIONS[torch.Tensor.logsumexp] = _logsumexp_forward_ad
+FUNCTIONS[torch.nn.functional.cross_entropy] = _cross_entropy_forward_ad
+
+
 def _softmax_to_float(log: bool):
     """`softmax` / `log_softmax` with `dtype=torch.float32` of a half CUDA tensor (SoftMax.cpp): the
     kernel reads the halves and writes floats (`_softmax(input, dim, half_to_float=true)`), where a
@@ -120,6 +196,10 @@ def _softmax_to_float(log: bool):
     def run(cap, func, args, kwargs):
         a = dict(zip(names if func in _F_SOFTMAX else ("input", "dim", "dtype"), args, strict=False)) | kwargs
         x, dim, dtype = a.get("input", a.get("self")), a.get("dim"), a.get("dtype")
+        if dtype is None and isinstance(dim, int):
+            out = _softmax_forward_ad(cap, log, x, dim)
+            if out is not NotImplemented:
+                return out
         if (
             not registered(x)
             or x.dtype != torch.float16

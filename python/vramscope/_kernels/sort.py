@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from .. import _forward_ad as _fad
 from .. import _tensor
 from .._tensor import assumed, registered, set_value, value
 from .._tensor import non_overlapping_and_dense as _non_overlapping_and_dense
@@ -750,6 +751,7 @@ def _cumprod(cap, func, args, kwargs):
         or not x.is_floating_point()
         or not (x.requires_grad and torch.is_grad_enabled())
         or (torch.is_autocast_enabled("cuda") and x.dtype not in (torch.float32, torch.float64))
+        or _fad.has_tangent(x)
     ):
         return NotImplemented
     v = value(x)
@@ -816,6 +818,7 @@ def _prod_dim(cap, func, args, kwargs):
         or not x.is_floating_point()
         or x.dim() == 0
         or not (x.requires_grad and torch.is_grad_enabled())
+        or _fad.has_tangent(x)
     ):
         return NotImplemented
     v = value(x)
