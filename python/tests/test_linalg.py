@@ -516,6 +516,30 @@ def test_solve_triangular_takes_looped_or_batched_trsm():
         assert counts == (3, 9 * 100 * 100 * 4 + 2 * 72)
 
 
+def test_solve_triangular_clones_an_a_broadcast_to_bs_batch():
+    # linalg_solve_triangular_out clones A when it is neither row- nor column-contiguous, as an A
+    # expanded to B's batch is (on the CPU wheel, 16 right-hand batches of a 2,048-row float64
+    # factor grew the peak RSS by 16 x 32 MiB)
+    with vramscope.capture(gpu="h100"):
+        a = torch.empty(100, 100, device="cuda")
+        b = torch.empty(9, 100, 5, device="cuda")
+        torch.linalg.solve_triangular(a, a, upper=False)  # the handle's workspace comes first
+        out = 9 * 100 * 5 * 4
+        # out, A's clone to (9, 100, 100), the batched trsm's two pointer arrays
+        _, counts = counted(lambda: torch.linalg.solve_triangular(a, b, upper=False))
+        assert counts == (4, out + 9 * 100 * 100 * 4 + 2 * 72)
+        # a transposed A broadcast the same way is cloned too
+        _, counts = counted(lambda: torch.linalg.solve_triangular(a.mT, b, upper=True))
+        assert counts == (4, out + 9 * 100 * 100 * 4 + 2 * 72)
+        # a batched A with a broadcast B: A is contiguous, nothing cloned
+        c = torch.empty(9, 100, 100, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, b[0], upper=False))
+        assert counts == (3, out + 2 * 72)
+        # B of A's batch: no broadcast, no clone
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, b, upper=False))
+        assert counts == (3, out + 2 * 72)
+
+
 def test_det_factors_as_slogdet_does():
     # the pieces of slogdet's H200 history: det, LU, pivots, info, getrf's workspace (768 bytes at
     # 12 rows), the diagonal's prod, then lu_det_P's arange, !=, int64 sum and int64 copy

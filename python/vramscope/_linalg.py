@@ -1046,12 +1046,21 @@ def trsm(cap, batch: int, n: int, dtype, op: str) -> None:
 
 def _solve_triangular(cap, func, call, outs):
     """`linalg_solve_triangular` after its outputs: `triangular_solve_kernel` (`trsm`) over A and B
-    broadcast to their common batch."""
+    broadcast to their common batch. `linalg_solve_triangular_out` (BatchLinearAlgebra.cpp) clones
+    an A that is neither row- nor column-contiguous (`is_row_or_column_contiguous`) once out holds
+    B, before the kernel: an A broadcast to B's batch (stride 0) is such a tensor, so a single
+    factor solved against batched right-hand sides is copied once per matrix of the batch."""
     (args, _kw) = call
     a, b = args[0], args[1]
-    batch = math.prod(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batch_shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_f = a if a.shape[:-2] == batch_shape else a.expand(*batch_shape, *a.shape[-2:])
+    clone = None
+    if not (a_f.is_contiguous() or a_f.mT.is_contiguous()):
+        clone = cap.malloc(a_f.numel() * a_f.element_size(), "aten::linalg_solve_triangular", "temporary")
+    batch = math.prod(batch_shape)
     if batch > 0 and b.numel() > 0:
         trsm(cap, batch, a.size(-1), a.dtype, "aten::linalg_solve_triangular")
+    del clone
 
 
 AFTER[aten.linalg_solve_triangular.default] = _solve_triangular
