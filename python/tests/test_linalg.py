@@ -540,6 +540,17 @@ def test_solve_triangular_clones_an_a_broadcast_to_bs_batch():
         assert counts == (3, out + 2 * 72)
 
 
+def test_magma_batched_trsm_takes_the_current_cublas_handle():
+    # more than 8 matrices of more than 512 rows: MAGMA's batched trsm, whose queue takes the
+    # current cuBLAS handle (MAGMAQueue, MagmaUtils.h), so the first one brings its workspace
+    with vramscope.capture(gpu="h100"):
+        c = torch.empty(9, 513, 513, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
+        assert counts == (2, 9 * 513 * 513 * 4 + 32 * 1024 * 1024)
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
+        assert counts == (1, 9 * 513 * 513 * 4)
+
+
 def test_det_factors_as_slogdet_does():
     # the pieces of slogdet's H200 history: det, LU, pivots, info, getrf's workspace (768 bytes at
     # 12 rows), the diagonal's prod, then lu_det_P's arange, !=, int64 sum and int64 copy

@@ -1031,8 +1031,8 @@ def trsm(cap, batch: int, n: int, dtype, op: str) -> None:
     n rows: at most 8 of at least 64 rows take `triangular_solve_cublas` (trsm in a loop on the
     current cuBLAS handle), others of at most 512 rows `triangular_solve_batched_cublas`
     (`get_device_pointers` of A, then of B: 8 bytes a matrix each, then the handle); larger ones
-    MAGMA's batched trsm, named unmeasured. The H200's history (blind48/av01): the handle's 32 MiB
-    workspace at the first trsm, two 8-byte arrays for one 48 x 48 matrix."""
+    MAGMA's batched trsm on the handle, named unmeasured. The H200's history (blind48/av01): the
+    handle's 32 MiB workspace at the first trsm, two 8-byte arrays for one 48 x 48 matrix."""
     if batch <= 8 and n >= 64:
         cap.blas("trsm", dtype)
     elif n <= 512:
@@ -1041,6 +1041,10 @@ def trsm(cap, batch: int, n: int, dtype, op: str) -> None:
         cap.blas("trsmBatched", dtype)
         del b_pointers, a_pointers
     else:
+        # `triangular_solve_batched_magma`: pointer arrays in pinned host memory (ALLOCATE_ARRAY),
+        # MAGMA's own scratch by cudaMalloc outside the caching allocator; its `MAGMAQueue` takes the
+        # current cuBLAS handle (MagmaUtils.h: `getCurrentCUDABlasHandle`, which sets the workspace)
+        cap.blas("magma_trsm_batched", dtype)
         cap.note_unmeasured(f"{op}: MAGMA's batched trsm (more than 8 matrices of more than 512 rows)")
 
 
