@@ -2684,7 +2684,6 @@ _NOT_TUNABLE = frozenset(
         "getrfBatched",
         "getrsBatched",
         "magma_getrf_batched",
-        "magma_trsm_batched",
     )
 )
 
