@@ -7951,3 +7951,40 @@ def test_a_graph_of_the_eager_backend_runs_the_attention_kernel_the_gpu_picks(tm
     assert status == 0, err[-2000:]
     figures = {line.split()[0]: line.split()[1:] for line in lines}
     assert figures["eager"] == figures["plain"] and figures["aot_eager"] == figures["plain"]
+
+
+def test_as_tensor_of_a_cuda_tensor_on_its_device_is_the_tensor():
+    # `torch.as_tensor(t, dtype=t.dtype, device=t.device)` returns t (tensor_new.cpp's
+    # `internal_new_from_data`: `var.to(device, dtype, copy=False)`), as HalfCauchy.log_prob calls
+    # it on its value (blind301/kp02 on the H100: no allocation there); another dtype converts on
+    # the device
+    import torch
+    import vramscope
+    from conftest import counted
+
+    with vramscope.capture(gpu="h100"):
+        x = torch.empty(16, 16, device="cuda")
+        y, counts = counted(lambda: torch.as_tensor(x, dtype=torch.float32, device=x.device))
+        assert y is x and counts == (0, 0)
+        y, counts = counted(lambda: torch.asarray(x, device="cuda"))
+        assert y is x and counts == (0, 0)
+        y, counts = counted(lambda: torch.as_tensor(x, dtype=torch.float64, device="cuda"))
+        assert y.dtype == torch.float64 and y.is_cuda and counts == (1, 16 * 16 * 8)
+
+
+def test_mvlgamma_runs_its_composite_with_the_arange_the_dispatcher_does_not_see():
+    # UnaryOps.cpp's mvlgamma: `native::arange` of the p half-steps (no dispatch), the sum with
+    # self.unsqueeze(-1), lgamma_, sum(-1), add_: the H100's +60 +60 -60 +4 -60 of
+    # LKJCholesky.log_prob's p = 15 (blind301/kp02, fixtures/run/probes/kp68_phase_events_h100.txt)
+    import torch
+    import vramscope
+    from conftest import counted
+
+    with vramscope.capture(gpu="h100"):
+        c = torch.full((), 9.0, device="cuda")
+        out, counts = counted(lambda: torch.mvlgamma(c, 15))
+        assert out.shape == () and counts == (3, 60 + 60 + 4)
+        assert torch.cuda.memory_allocated() == 512 + 512
+        x = torch.full((4, 3), 9.0, device="cuda", requires_grad=True)
+        torch.mvlgamma(x, 5).sum().backward()
+        assert x.grad.shape == (4, 3)

@@ -245,10 +245,10 @@ def test_linalg_ops_without_a_rule_are_named():
         torch.linalg.solve_triangular(b, b, upper=False)
         assert {u.split("'s")[0] for u in cap.unmeasured} == {"aten::linalg_qr"}
         assert any("geqrf" in u for u in cap.unmeasured) and any("orgqr" in u for u in cap.unmeasured)
-        # more than 8 matrices of more than 512 rows: MAGMA's batched trsm
+        # more than 8 matrices of more than 512 rows: the batched cuBLAS path, a rule
         c = torch.empty(9, 600, 600, device="cuda")
         torch.linalg.solve_triangular(c, c, upper=False)
-        assert any("MAGMA's batched trsm" in name for name in cap.unmeasured)
+        assert not any("trsm" in name for name in cap.unmeasured)
 
 
 def test_svd_takes_gesvdj_of_a_column_major_clone():
@@ -514,6 +514,55 @@ def test_solve_triangular_takes_looped_or_batched_trsm():
         c = torch.empty(9, 100, 100, device="cuda")
         _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
         assert counts == (3, 9 * 100 * 100 * 4 + 2 * 72)
+
+
+def test_solve_triangular_clones_an_a_broadcast_to_bs_batch():
+    # linalg_solve_triangular_out clones A when it is neither row- nor column-contiguous, as an A
+    # expanded to B's batch is (on the CPU wheel, 16 right-hand batches of a 2,048-row float64
+    # factor grew the peak RSS by 16 x 32 MiB)
+    with vramscope.capture(gpu="h100"):
+        a = torch.empty(100, 100, device="cuda")
+        b = torch.empty(9, 100, 5, device="cuda")
+        torch.linalg.solve_triangular(a, a, upper=False)  # the handle's workspace comes first
+        out = 9 * 100 * 5 * 4
+        # out, A's clone to (9, 100, 100), the batched trsm's two pointer arrays
+        _, counts = counted(lambda: torch.linalg.solve_triangular(a, b, upper=False))
+        assert counts == (4, out + 9 * 100 * 100 * 4 + 2 * 72)
+        # a transposed A broadcast the same way is cloned too
+        _, counts = counted(lambda: torch.linalg.solve_triangular(a.mT, b, upper=True))
+        assert counts == (4, out + 9 * 100 * 100 * 4 + 2 * 72)
+        # a batched A with a broadcast B: A is contiguous, nothing cloned
+        c = torch.empty(9, 100, 100, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, b[0], upper=False))
+        assert counts == (3, out + 2 * 72)
+        # B of A's batch: no broadcast, no clone
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, b, upper=False))
+        assert counts == (3, out + 2 * 72)
+
+
+def test_batched_trsm_of_more_than_512_rows_takes_cublas_batched_pointer_arrays():
+    # more than 8 matrices of more than 512 rows take the batched cuBLAS path too: two pointer
+    # arrays of 8 bytes a matrix, then the handle's workspace at the first cuBLAS call (the H100's
+    # events of 9 x 513 and 32 x 4,096 float64: kp68_blind301_linalg_workspaces_probe)
+    with vramscope.capture(gpu="h100"):
+        c = torch.empty(9, 513, 513, device="cuda")
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
+        assert counts == (4, 9 * 513 * 513 * 4 + 2 * 72 + 32 * 1024 * 1024)
+        _, counts = counted(lambda: torch.linalg.solve_triangular(c, c, upper=False))
+        assert counts == (3, 9 * 513 * 513 * 4 + 2 * 72)
+
+
+def test_lstsq_and_qr_of_kp04_take_the_h100s_workspaces():
+    # kp68_blind301_linalg_workspaces_probe's H100 events: qr of (16384, 50) float64 takes geqrf's
+    # 2,648,960-byte workspace, lstsq of (16384, 512) with 512 right-hand sides ormqr's 105,388,032
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(16384, 50, device="cuda", dtype=torch.float64)
+        _, counts = counted(lambda: torch.linalg.qr(a))
+        assert counts == (7, 6553600 + 20000 + 400 + 4 + 2648960 + 4 + 6817792)
+        a = torch.empty(16384, 512, device="cuda", dtype=torch.float64)
+        _, counts = counted(lambda: torch.linalg.lstsq(a, a))
+        assert counts[1] >= 105388032
+    assert not any("geqrf" in u or "ormqr" in u for u in cap.unmeasured)
 
 
 def test_det_factors_as_slogdet_does():

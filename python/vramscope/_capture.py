@@ -1368,6 +1368,20 @@ class _FunctionMode(TorchFunctionMode):
                     return self._call(func, args, kwargs)
                 finally:
                     cap.genuine_meta -= 1
+        if (
+            name in ("as_tensor", "asarray")
+            and args
+            and is_ours(args[0])
+            and _is_cuda(dev)
+            and not kwargs.get("copy")
+            and not kwargs.get("requires_grad")
+        ):
+            # a CUDA tensor: `internal_new_from_data` (tensor_new.cpp) returns `var.to(device,
+            # dtype, copy=False)`, the tensor itself where its dtype is the one asked
+            dtype = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+            if dtype is None or dtype == args[0].dtype:
+                return args[0]
+            return self._call(torch.Tensor.to, (args[0],), {"dtype": dtype})
         if name in _FROM_DATA and _is_cuda(dev):
             # torch.tensor(data, device="cuda"): built on the host, then copied; CUDA tensors in
             # the data are read on the host (`recursive_store` in torch/csrc/utils/tensor_new.cpp)

@@ -378,6 +378,9 @@ GEQRF_WORKSPACE = {
     (4096, 4, torch.float32): 3145856,
     (32000, 4, torch.float32): 3145856,
     (3072, 8, torch.float32): 3145856,
+    # kp68_blind301_linalg_workspaces_probe on an H100 (fixtures/run/probes): blind301/kp04's SVCCA
+    # `linalg_qr` of (16,384, 50) float64
+    (16384, 50, torch.float64): 2648960,
     (32000, 8, torch.float32): 3145856,
 }
 
@@ -645,6 +648,8 @@ ORMQR_WORKSPACE = {
     (16384, 200, 2049, torch.float32): 168527872,
     # pt61_linalg_workspace_probe on an H100 (fixtures/run/probes): blind272/jm05's global Koopman fit
     (32768, 32, 32, torch.float64): 76163328,
+    # kp68_blind301_linalg_workspaces_probe on an H100: blind301/kp04's whitened regression
+    (16384, 512, 512, torch.float64): 105388032,
 }
 
 
@@ -1029,29 +1034,38 @@ def _batch(t) -> int:
 def trsm(cap, batch: int, n: int, dtype, op: str) -> None:
     """`triangular_solve_kernel` (cuda/linalg/BatchLinearAlgebra.cpp) for A of `batch` matrices of
     n rows: at most 8 of at least 64 rows take `triangular_solve_cublas` (trsm in a loop on the
-    current cuBLAS handle), others of at most 512 rows `triangular_solve_batched_cublas`
-    (`get_device_pointers` of A, then of B: 8 bytes a matrix each, then the handle); larger ones
-    MAGMA's batched trsm, named unmeasured. The H200's history (blind48/av01): the handle's 32 MiB
-    workspace at the first trsm, two 8-byte arrays for one 48 x 48 matrix."""
+    current cuBLAS handle), all others `triangular_solve_batched_cublas` (`get_device_pointers` of
+    A, then of B: 8 bytes a matrix each, then the handle), more than 512 rows too (no MAGMA batched
+    trsm in the wheel's events). The H200's history (blind48/av01): the handle's 32 MiB workspace
+    at the first trsm, two 8-byte arrays for one 48 x 48 matrix; the H100's
+    (kp68_blind301_linalg_workspaces_probe: 32 x 4,096 and 9 x 513 float64): two arrays of 8 bytes
+    a matrix, then the backward thread's first handle workspace."""
     if batch <= 8 and n >= 64:
         cap.blas("trsm", dtype)
-    elif n <= 512:
+    else:
         a_pointers = cap.malloc(8 * batch, op, "temporary")
         b_pointers = cap.malloc(8 * batch, op, "temporary")
         cap.blas("trsmBatched", dtype)
         del b_pointers, a_pointers
-    else:
-        cap.note_unmeasured(f"{op}: MAGMA's batched trsm (more than 8 matrices of more than 512 rows)")
 
 
 def _solve_triangular(cap, func, call, outs):
     """`linalg_solve_triangular` after its outputs: `triangular_solve_kernel` (`trsm`) over A and B
-    broadcast to their common batch."""
+    broadcast to their common batch. `linalg_solve_triangular_out` (BatchLinearAlgebra.cpp) clones
+    an A that is neither row- nor column-contiguous (`is_row_or_column_contiguous`) once out holds
+    B, before the kernel: an A broadcast to B's batch (stride 0) is such a tensor, so a single
+    factor solved against batched right-hand sides is copied once per matrix of the batch."""
     (args, _kw) = call
     a, b = args[0], args[1]
-    batch = math.prod(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    batch_shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_f = a if a.shape[:-2] == batch_shape else a.expand(*batch_shape, *a.shape[-2:])
+    clone = None
+    if not (a_f.is_contiguous() or a_f.mT.is_contiguous()):
+        clone = cap.malloc(a_f.numel() * a_f.element_size(), "aten::linalg_solve_triangular", "temporary")
+    batch = math.prod(batch_shape)
     if batch > 0 and b.numel() > 0:
         trsm(cap, batch, a.size(-1), a.dtype, "aten::linalg_solve_triangular")
+    del clone
 
 
 AFTER[aten.linalg_solve_triangular.default] = _solve_triangular
