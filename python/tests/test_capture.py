@@ -1529,6 +1529,21 @@ def test_a_large_routers_choice_over_stand_ins_spreads_too():
         assert logits.argmax(-1)[:4].tolist() == [0, 0, 0, 0]
 
 
+def test_a_one_hot_of_spread_choices_carries_them_past_the_value_limit():
+    # blind299/kn01: NLLB-MoE's experts take `one_hot(top_1_mask, E)` of its (tokens, E) routing
+    # mask (`zeros(...).scatter_(-1, idx, 1)`, Onehot.cpp: 2,304 x 8 x 8 past the value limit) and
+    # run where its sum is nonzero; the scatter at an index computed over stand-ins dropped the
+    # values, so no expert ran (the H100 ran experts 0 and 1: 203 MB of Adam states more)
+    with vramscope.capture(gpu="h100") as cap:
+        probs = (torch.empty(2304, 64, device="cuda") @ torch.empty(64, 8, device="cuda")).softmax(-1)
+        top = torch.nn.functional.one_hot(probs.argmax(-1), num_classes=8)
+        mask = torch.nn.functional.one_hot(top, num_classes=8).permute(2, 1, 0)
+        assert vramscope._tensor.value(mask) is not None and vramscope._tensor.assumed(mask)
+        assert mask.sum(dim=(-1, -2)).tolist() == [2304 * 7, 2304, 0, 0, 0, 0, 0, 0]
+        assert torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero().flatten().tolist() == [0, 1]
+    assert cap.warned
+
+
 def test_box_deltas_without_values_decode_to_their_anchors():
     # blind21/u03: torchvision's BoxCoder.decode_single of a head's deltas (past the value limit,
     # no values) over anchors the twin knows gave zero boxes, so remove_small_boxes kept none of

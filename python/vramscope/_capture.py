@@ -4144,7 +4144,8 @@ class Capture:
         host index lists copied to the GPU and concatenated, which `coalesce` dedups).
         An in-place fill (`x[idx] = v`, `masked_fill_`) of such a tensor at an index and of a value
         that carry known values too (blind150/et02's first form: a document-end mask of 874,943
-        flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`).
+        flags set by `last[offsets[1:] - 1] = True`, then `h[~last[:-1]]`), and at an index or of a
+        value computed over stand-ins (the result then assumed, as a small op's over stand-ins is).
         The values are the GPU's: the same arithmetic over the same inputs. None otherwise."""
         if func not in _DENSE_FILLS and (
             func._schema.is_mutable
@@ -4153,7 +4154,13 @@ class Capture:
             return None
         if any(not isinstance(o, torch.Tensor) or o.numel() > _tensor.DENSE_LIMIT for o in outs):
             return None
-        if any(value(a) is None or _tensor.assumed(a) for a in ours):
+        # an in-place fill at an index (or of a value) computed over stand-ins writes those values, as
+        # a small op over stand-ins computes over them (marked assumed by `run`): `F.one_hot` of an MoE
+        # router's spread choices is `zeros(...).scatter_(-1, idx, 1)` (Onehot.cpp), and NLLB-MoE's
+        # experts run where its sum over tokens is nonzero (blind299/kn01: no expert ran, the H100's
+        # experts 0 and 1 did, 203 MB of Adam states more)
+        over_standins = func in _FILLS
+        if any(value(a) is None or (_tensor.assumed(a) and not over_standins) for a in ours):
             return None
         held = {id(a) for a in ours}
         if any(id(t) not in held and t.dim() > 0 for t in _tensors((args, kwargs))):
