@@ -148,6 +148,9 @@ def _flatten_weight(cap, func, args, kwargs):
         return NotImplemented
     weight_stride0, input_size, mode, hidden, proj, layers, _batch_first, bidir = args[1:9]
     cap.ops += 1
+    # the handle and the RNN descriptor before the buffer (`getCudnnHandle`, `rnn.descriptor`): at
+    # the process's first, cuDNN's libraries and the driver's mappings (driver address-space rule 18)
+    cap.device.cudnn_rnn()
     n, layout = weight_layout(mode, input_size, hidden, proj, layers, bidir)
     buf = torch.zeros(n, dtype=weights[0].dtype, device="meta")
     cap.track(buf, "aten::_cudnn_rnn_flatten_weight", "parameter")
@@ -830,6 +833,8 @@ def _cudnn_rnn(cap, func, args, kwargs):
     output = cap.track(_empty(p.output_shape, x.dtype, p.batch_first), op)
     hy = cap.track(_empty(p.hidden_shape, hx.dtype), op)
     cy = cap.track(_empty(p.cell_shape if cx is not None else [0], hx.dtype), op)
+    # `getCudnnHandle()` after output, hy and cy (cudnn/RNN.cpp): driver address-space rule 18
+    cap.device.cudnn_rnn()
     if weight_buf is None:
         # the parameters are not flat: a buffer of them for this call
         n, _ = weight_layout(mode, p.input_size, hidden, proj, layers, bidir)

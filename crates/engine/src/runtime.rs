@@ -72,6 +72,9 @@ pub enum HostEvent {
     /// a started thread `malloc`ed first: its glibc arena at this address
     /// ([`SimDevice::thread_arena`]), never unmapped
     Arena(u64),
+    /// the driver took address space of this length at this address,
+    /// placed as a segment is ([`SimDevice::driver_map`]), never given back
+    Driver(u64, u64),
     /// `cudaHostAlloc` mapped page-locked host memory of this length at
     /// this address ([`SimDevice::pinned_map`]), until an [`HostEvent::Unmap`]
     Pinned(u64, u64),
@@ -326,25 +329,73 @@ impl State {
     }
 }
 
-/// How much of cuDNN a process has loaded (`Runtime::load_cudnn`): its
-/// libraries in the order the first attention loads them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum CudnnLibraries {
-    /// none
-    None = 0,
-    /// `libcudnn_graph.so.9`: at the first `scaled_dot_product_attention`
-    /// of any backend (its backend choice asks cuDNN)
-    Graph = 1,
-    /// the engines too: at the first cuDNN attention, before its workspace
-    Engines = 4,
+/// cuDNN's libraries (`.so.9` of the PyTorch 2.11+cu130 wheels), which the
+/// process loads once each (`Runtime::load_cudnn`); the discriminant indexes
+/// [`CUDNN_LIBRARY_SPANS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CudnnLibrary {
+    /// `libcudnn_graph`: at the first `scaled_dot_product_attention` of any
+    /// backend (its backend choice asks cuDNN), or the first cuDNN handle
+    Graph = 0,
+    /// `libcudnn_engines_precompiled`
+    EnginesPrecompiled = 1,
+    /// `libcudnn_heuristic`
+    Heuristic = 2,
+    /// `libcudnn_engines_runtime_compiled`
+    EnginesRuntimeCompiled = 3,
+    /// `libcudnn_ops`: at the first RNN call (its descriptors)
+    Ops = 4,
+    /// `libcudnn_adv`: at the first RNN call, after `libcudnn_ops`
+    Adv = 5,
 }
 
-/// The spans the dynamic loader maps for cuDNN's libraries, in load order:
-/// `libcudnn_graph`, `libcudnn_engines_precompiled`, `libcudnn_heuristic`,
-/// `libcudnn_engines_runtime_compiled` (`.so.9` of the PyTorch 2.11+cu130
-/// wheels), each from its first mapping to the end of its `.bss`: measured
-/// (`/proc/PID/maps`, `fixtures/va_maps`; `docs/driver-placement.md`).
-const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_680_256];
+/// What a cuDNN graph-API plan (a convolution's, cuDNN attention's) loads,
+/// in order: the graph library, then the engines, before the plan's
+/// workspace (`fixtures/va_maps`, `first_conv_h200.json`).
+const CUDNN_PLAN_LIBRARIES: [CudnnLibrary; 4] = [
+    CudnnLibrary::Graph,
+    CudnnLibrary::EnginesPrecompiled,
+    CudnnLibrary::Heuristic,
+    CudnnLibrary::EnginesRuntimeCompiled,
+];
+
+/// The spans the dynamic loader maps for cuDNN's libraries, by
+/// [`CudnnLibrary`], each from its first mapping to the end of its `.bss`:
+/// the first four measured (`/proc/PID/maps`, `fixtures/va_maps`;
+/// `docs/driver-placement.md`), `libcudnn_ops` and `libcudnn_adv` on the
+/// H100 at an LSTM's first `flatten_parameters` (B-554 to B-514 + 12 KiB,
+/// B-664 to B-556 + 116 KiB:
+/// `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`).
+const CUDNN_LIBRARY_SPANS: [u64; 6] = [
+    6_549_504,
+    251_686_912,
+    67_117_056,
+    35_680_256,
+    41_955_328,
+    113_364_992,
+];
+
+/// The span of the driver's `libnvidia-ptxjitcompiler.so.580.159.04`, one
+/// page-aligned mapping: its five mappings and `.bss`, contiguous, of
+/// 2,355,200, 26,103,808, 9,027,584, 1,880,064, 61,440 and 20,480 bytes in
+/// `fixtures/va_maps/first_conv_h200.json`; B-453.62 to B-416 on the H100
+/// in `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`.
+const PTXJIT_SPAN: u64 = 39_448_576;
+
+/// What the driver takes, placed as a segment is, at a process's first
+/// cuDNN handle made for an RNN call: device memory of its own, then a
+/// 2 MiB page-locked buffer (a `/dev/zero` `rw-s` mapping): 6 MiB where
+/// that call is the process's first kernel work (the driver also loads
+/// `libnvidia-ptxjitcompiler` then), 2 MiB after other kernels. Measured on
+/// the H100 (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`):
+/// `plain`, a 32 MiB chunk at B-512 (below the ptxjit library) with the
+/// buffer at B-506 and the flat weights at B-504, and blind298/km03's
+/// history, whose next 2 MiB segments there start at B-488 (B-512..-506 is
+/// taken; B-490 is rule 6's 2 MiB); `after_mm`, the buffer at B-384 and the
+/// flat weights at B-382 over the parameters' 20 MiB at B-406.
+const CUDNN_RNN_DRIVER_FIRST: u64 = 6 * 1024 * 1024;
+/// See [`CUDNN_RNN_DRIVER_FIRST`].
+const CUDNN_RNN_DRIVER_LATER: u64 = 2 * 1024 * 1024;
 
 /// The span of triton 3.6.0's `libtriton.so` (its LOAD segments, `readelf
 /// -l`, to the page): the loader maps it whole, page aligned. The H200's
@@ -418,8 +469,12 @@ pub(crate) struct State {
     /// driver bytes waiting for the autograd thread's 16-bit share
     /// ([`Runtime::driver_outside_with_autograd_16bit`])
     autograd_16bit_pending: Vec<(&'static str, u64)>,
-    /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`)
-    cudnn_loaded: CudnnLibraries,
+    /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`), a
+    /// bit per [`CudnnLibrary`]
+    cudnn_loaded: u8,
+    /// the process has made a cuDNN handle (a plan's or an RNN call's:
+    /// [`Runtime::cudnn_rnn`])
+    cudnn_handle: bool,
     /// `libtriton.so` is mapped (`Runtime::triton_loaded`)
     triton_loaded: bool,
     /// the intra-op worker thread has started (`Runtime::intra_op_worker`)
@@ -570,7 +625,8 @@ impl Runtime {
             stream_pools: false,
             blas_16bit: Vec::new(),
             autograd_16bit_pending: Vec::new(),
-            cudnn_loaded: CudnnLibraries::None,
+            cudnn_loaded: 0,
+            cudnn_handle: false,
             triton_loaded: false,
             worker_started: false,
             pinned_buffers: Vec::new(),
@@ -918,20 +974,20 @@ impl Runtime {
         self.host_free(addr, len);
     }
 
-    /// The process loads cuDNN's libraries up to `upto`, those it has not
+    /// The process loads those of cuDNN's libraries `libs` it has not
     /// loaded yet, in order (`vramscope_alloc`'s `driver_va.rs`, rule 9):
     /// they take address space among the segments, noted in the event log.
     /// A no-op on a device started after the first kernels
     /// ([`SimDevice::load_library`]).
-    pub(crate) fn load_cudnn(&self, upto: CudnnLibraries) {
+    pub(crate) fn load_cudnn(&self, libs: &[CudnnLibrary]) {
         let mut st = self.st.borrow_mut();
-        let from = st.cudnn_loaded;
-        if upto <= from {
-            return;
-        }
-        st.cudnn_loaded = upto;
-        let spans = &CUDNN_LIBRARY_SPANS[from as usize..upto as usize];
-        for &span in spans {
+        for &lib in libs {
+            let bit = 1u8 << lib as u8;
+            if st.cudnn_loaded & bit != 0 {
+                continue;
+            }
+            st.cudnn_loaded |= bit;
+            let span = CUDNN_LIBRARY_SPANS[lib as usize];
             let Some(addr) = st.alloc.device_mut().load_library(span) else {
                 continue;
             };
@@ -943,6 +999,41 @@ impl Runtime {
                 });
             }
         }
+    }
+
+    /// A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`: the
+    /// handle, then the RNN and tensor descriptors) is next. At the
+    /// process's first cuDNN handle the graph library loads (rule 9), then,
+    /// where no kernel has run yet, `libnvidia-ptxjitcompiler`
+    /// ([`PTXJIT_SPAN`], placed as host memory is: rule 7), then the
+    /// driver's device memory and page-locked buffer
+    /// ([`CUDNN_RNN_DRIVER_FIRST`]); then `libcudnn_ops` and `libcudnn_adv`
+    /// where not loaded. The H100's order, from where each lies
+    /// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`:
+    /// the ptxjit library directly below the context, the driver's chunk
+    /// below it, `ops` below that, `adv` below `ops`; after a cuDNN
+    /// convolution only `ops` and `adv`). A no-op after the first time, and
+    /// on a device started after the first kernels.
+    pub fn cudnn_rnn(&self) {
+        let first_handle = !std::mem::replace(&mut self.st.borrow_mut().cudnn_handle, true);
+        if first_handle {
+            self.load_cudnn(&[CudnnLibrary::Graph]);
+            let mut st = self.st.borrow_mut();
+            let driver = if st.alloc.device().kernels_pending() {
+                if let Some(addr) = st.alloc.device_mut().map_library(PTXJIT_SPAN) {
+                    st.note_host_map(addr, PTXJIT_SPAN);
+                }
+                CUDNN_RNN_DRIVER_FIRST
+            } else {
+                CUDNN_RNN_DRIVER_LATER
+            };
+            for len in [driver, PINNED_BUFFER] {
+                if let Some(addr) = st.alloc.device_mut().driver_map(len) {
+                    st.note_host(HostEvent::Driver(addr, len));
+                }
+            }
+        }
+        self.load_cudnn(&[CudnnLibrary::Ops, CudnnLibrary::Adv]);
     }
 
     /// The process imports `torch._dynamo`, which loads triton's
@@ -1098,14 +1189,15 @@ impl Runtime {
     /// `scaled_dot_product_attention` chooses its backend, which asks cuDNN:
     /// the process loads cuDNN's graph library if it has not (rule 9).
     pub fn sdpa_backend_choice(&self) {
-        self.load_cudnn(CudnnLibraries::Graph);
+        self.load_cudnn(&[CudnnLibrary::Graph]);
     }
 
     /// A cuDNN graph-API plan (a convolution's) is built next: the process
     /// loads cuDNN's graph and engine libraries if it has not (measured at
     /// a first convolution: `fixtures/va_maps/first_conv_h200.json`).
     pub fn cudnn_plan(&self) {
-        self.load_cudnn(CudnnLibraries::Engines);
+        self.st.borrow_mut().cudnn_handle = true;
+        self.load_cudnn(&CUDNN_PLAN_LIBRARIES);
     }
 
     /// A CPU tensor [`Runtime::host_malloc`] mapped is freed: glibc unmaps
@@ -1909,26 +2001,94 @@ mod tests {
             ..RuntimeConfig::default()
         });
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Graph);
-        rt.load_cudnn(CudnnLibraries::Graph);
+        rt.sdpa_backend_choice();
+        rt.sdpa_backend_choice();
         assert_eq!(spans(&rt), vec![CUDNN_LIBRARY_SPANS[0]]);
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Engines);
-        rt.load_cudnn(CudnnLibraries::Graph);
-        rt.load_cudnn(CudnnLibraries::Engines);
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[1..].to_vec());
+        rt.cudnn_plan();
+        rt.sdpa_backend_choice();
+        rt.cudnn_plan();
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[1..4].to_vec());
+        // after a plan's handle, an RNN call loads `ops` and `adv` alone
+        // (the probe's `after_conv`)
+        rt.start_event_log();
+        rt.cudnn_rnn();
+        rt.cudnn_rnn();
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[4..].to_vec());
         // straight to the engines: all four, the graph first
         let rt = Runtime::new(RuntimeConfig {
             fresh_process: true,
             ..RuntimeConfig::default()
         });
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Engines);
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS.to_vec());
+        rt.cudnn_plan();
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[..4].to_vec());
         let rt = Runtime::new(RuntimeConfig::default());
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Engines);
+        rt.cudnn_plan();
+        rt.cudnn_rnn();
         assert!(spans(&rt).is_empty());
+    }
+
+    /// The H100 probe's `plain` case (`validation/run/probes/km67_lstm_flatten_first_cudnn_placement_probe.py`,
+    /// `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`):
+    /// an `empty` at B-2, an LSTM's 20 MiB of parameters at B+72, then its
+    /// `flatten_parameters`, the process's first cuDNN call and first
+    /// kernel: the flat weights' 14 MiB at B-504 (in the driver's chunk at
+    /// B-512), `ops` at B-554, `adv` at B-664, the ptxjit library ending at
+    /// the context's B-416, the driver's pool at B-1184; and blind298/km03's
+    /// next 2 MiB segments in that chunk at B-488 (its B-512..-506 taken).
+    #[test]
+    fn an_rnn_s_first_cudnn_call_maps_what_the_h100_maps() {
+        let rt = Runtime::new(RuntimeConfig {
+            fresh_process: true,
+            ..RuntimeConfig::default()
+        });
+        rt.start_event_log();
+        let mib = |n: u64| n * 1024 * 1024;
+        let malloc = |n: u64| rt.malloc(n, "test", Category::Output).unwrap().0;
+        let b = malloc(512) + mib(2);
+        let off = |a: u64| (a as i64 - b as i64) as f64 / mib(1) as f64;
+        // the weights of both directions (2, 4, 2 and 4 MiB) in one 20 MiB segment
+        assert_eq!(off(malloc(mib(2))), 72.0);
+        for n in [4, 2, 4] {
+            malloc(mib(n));
+        }
+        rt.cudnn_rnn();
+        // the flat weights' `zeros` (LSTM(256, 512, bidirectional=True)),
+        // the first kernel
+        let flat = malloc(12_615_680);
+        rt.first_launch();
+        rt.kernels_launched();
+        assert_eq!(off(flat), -504.0);
+        let log = rt.take_event_log().unwrap();
+        let host: Vec<(f64, u64)> = log
+            .host
+            .iter()
+            .map(|e| match e.what {
+                HostEvent::Library(a, n) | HostEvent::Map(a, n) | HostEvent::Driver(a, n) => {
+                    (off(a), n)
+                }
+                _ => (f64::NAN, 0),
+            })
+            .collect();
+        let ptxjit = host.iter().find(|h| h.1 == PTXJIT_SPAN).unwrap();
+        assert_eq!(ptxjit.0 + PTXJIT_SPAN as f64 / mib(1) as f64, -424.0);
+        assert!(host.contains(&(-512.0, CUDNN_RNN_DRIVER_FIRST)));
+        assert!(host.contains(&(-506.0, PINNED_BUFFER)));
+        assert!(host.contains(&(-554.0, CUDNN_LIBRARY_SPANS[4])));
+        assert!(host.contains(&(-664.0, CUDNN_LIBRARY_SPANS[5])));
+        // the GPU's graph library lies above the context, in a gap the twin
+        // does not lay out (rule 7): here it lies under it, and the ptxjit
+        // library under it; the driver's chunk goes to B-512 either way
+        assert!(host.contains(&(-424.0, CUDNN_LIBRARY_SPANS[0])));
+        // the next 2 MiB segments: B-488 (rule 6's 2 MiB took B-490)
+        rt.cudnn_rnn();
+        assert_eq!(off(malloc(mib(80))), -416.0);
+        // (small-pool segments: 2 MiB for a request of 1 MiB or less; the
+        // first still fits in B-2's)
+        malloc(mib(1));
+        assert_eq!(off(malloc(mib(1))), -488.0);
     }
 
     /// Settings changed at run time reach the allocator: the next segment
