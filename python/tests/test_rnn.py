@@ -966,10 +966,11 @@ def test_a_bidirectional_small_hidden_lstm_takes_the_measured_persistent_sizes()
 
 def test_the_h100s_first_cudnn_rnn_placement_probe():
     # validation/run/probes/km67_lstm_flatten_first_cudnn_placement_probe.py, its `plain` case on the
-    # H100 (fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt): the LSTM's
-    # first cuDNN call maps the ptxjit library, the driver's 6 + 2 MiB and cuDNN's ops and adv
-    # libraries before its flat buffer, which lies at B-504 (driver address-space rule 18). In a
-    # fresh process, as on the GPU: the address space is the process's.
+    # H100 (fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt), the
+    # machine's first process to use cuDNN's RNN (VRAMSCOPE_JIT_CACHE_COLD): the LSTM's first cuDNN
+    # call maps the ptxjit library, the driver's 6 + 2 MiB and cuDNN's ops and adv libraries before
+    # its flat buffer, which lies at B-504 (driver address-space rule 18). In a fresh process, as on
+    # the GPU: the address space is the process's.
     import os
     import pathlib
     import subprocess
@@ -980,5 +981,6 @@ def test_the_h100s_first_cudnn_rnn_placement_probe():
     gpu = (root / "fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt").read_text()
     want = [line for line in gpu.splitlines() if line.startswith("plain seg ")]
     run = [sys.executable, "-m", "vramscope", "run", "--gpu", "h100", "--quiet", str(probe), "plain"]
-    out = subprocess.run(run, capture_output=True, text=True, env=os.environ, timeout=600)
+    env = {**os.environ, "VRAMSCOPE_JIT_CACHE_COLD": "1"}
+    out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=600)
     assert [line for line in out.stdout.splitlines() if line.startswith("plain seg ")] == want

@@ -380,19 +380,24 @@ const CUDNN_LIBRARY_SPANS: [u64; 6] = [
 /// 2,355,200, 26,103,808, 9,027,584, 1,880,064, 61,440 and 20,480 bytes in
 /// `fixtures/va_maps/first_conv_h200.json`; B-453.62 to B-416 on the H100
 /// in `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`.
+/// The driver loads it only where it must compile PTX its JIT cache does
+/// not hold yet ([`Runtime::cudnn_rnn`]).
 const PTXJIT_SPAN: u64 = 39_448_576;
 
 /// What the driver takes, placed as a segment is, at a process's first
 /// cuDNN handle made for an RNN call: device memory of its own, then a
 /// 2 MiB page-locked buffer (a `/dev/zero` `rw-s` mapping): 6 MiB where
-/// that call is the process's first kernel work (the driver also loads
-/// `libnvidia-ptxjitcompiler` then), 2 MiB after other kernels. Measured on
-/// the H100 (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`):
-/// `plain`, a 32 MiB chunk at B-512 (below the ptxjit library) with the
-/// buffer at B-506 and the flat weights at B-504, and blind298/km03's
-/// history, whose next 2 MiB segments there start at B-488 (B-512..-506 is
-/// taken; B-490 is rule 6's 2 MiB); `after_mm`, the buffer at B-384 and the
-/// flat weights at B-382 over the parameters' 20 MiB at B-406.
+/// that call comes before the process's first kernel, 2 MiB after other
+/// kernels. Measured on the H100: km03's maps of session 68
+/// (`/work/notes/hist68/km03_va.maps.json.xz`, op 90: a 32 MiB chunk at
+/// B-448 under the context, the buffer at B-442, the flat weights at B-440)
+/// and km67's probe
+/// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`:
+/// `plain`, the chunk at B-512 under the ptxjit library, the buffer at
+/// B-506, the flat weights at B-504, and blind298/km03's history of session
+/// 67, whose next 2 MiB segments there start at B-488, so B-512..-506 is
+/// taken; `after_mm`, the buffer at B-384 and the flat weights at B-382
+/// over the parameters' 20 MiB at B-406).
 const CUDNN_RNN_DRIVER_FIRST: u64 = 6 * 1024 * 1024;
 /// See [`CUDNN_RNN_DRIVER_FIRST`].
 const CUDNN_RNN_DRIVER_LATER: u64 = 2 * 1024 * 1024;
@@ -1003,26 +1008,39 @@ impl Runtime {
 
     /// A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`: the
     /// handle, then the RNN and tensor descriptors) is next. At the
-    /// process's first cuDNN handle the graph library loads (rule 9), then,
-    /// where no kernel has run yet, `libnvidia-ptxjitcompiler`
-    /// ([`PTXJIT_SPAN`], placed as host memory is: rule 7), then the
-    /// driver's device memory and page-locked buffer
-    /// ([`CUDNN_RNN_DRIVER_FIRST`]); then `libcudnn_ops` and `libcudnn_adv`
-    /// where not loaded. The H100's order, from where each lies
-    /// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`:
-    /// the ptxjit library directly below the context, the driver's chunk
-    /// below it, `ops` below that, `adv` below `ops`; after a cuDNN
+    /// process's first cuDNN handle the graph library loads (rule 9): where
+    /// no kernel has run yet, into the gap above the context that rule 7
+    /// does not lay out (B+118, B+358 in the H100's maps), so taking no
+    /// address space the twin holds; after other kernels under the lowest
+    /// mapping (B-592 in km67's `after_mm`). Then, where `jit_cache_cold`
+    /// (the machine's JIT cache lacks the kernels: its first such process),
+    /// the driver maps `libnvidia-ptxjitcompiler` ([`PTXJIT_SPAN`], as host
+    /// memory: rule 7); then it takes its device memory and page-locked
+    /// buffer ([`CUDNN_RNN_DRIVER_FIRST`]); then `libcudnn_ops` and
+    /// `libcudnn_adv` load where not loaded. The H100's order, from where
+    /// each lies (km03's maps of session 68, op 90: the driver's chunk
+    /// directly under the context, `ops` under it at B-490, `adv` at B-600;
+    /// km67's probe, `plain`: the ptxjit library directly under the context,
+    /// the chunk under it, `ops` at B-554, `adv` at B-664; after a cuDNN
     /// convolution only `ops` and `adv`). A no-op after the first time, and
     /// on a device started after the first kernels.
-    pub fn cudnn_rnn(&self) {
+    pub fn cudnn_rnn(&self, jit_cache_cold: bool) {
         let first_handle = !std::mem::replace(&mut self.st.borrow_mut().cudnn_handle, true);
         if first_handle {
-            self.load_cudnn(&[CudnnLibrary::Graph]);
+            let fresh = self.st.borrow().alloc.device().kernels_pending();
+            if fresh {
+                // above the context, in a gap the twin does not lay out
+                self.st.borrow_mut().cudnn_loaded |= 1 << CudnnLibrary::Graph as u8;
+            } else {
+                self.load_cudnn(&[CudnnLibrary::Graph]);
+            }
             let mut st = self.st.borrow_mut();
-            let driver = if st.alloc.device().kernels_pending() {
+            if fresh && jit_cache_cold {
                 if let Some(addr) = st.alloc.device_mut().map_library(PTXJIT_SPAN) {
                     st.note_host_map(addr, PTXJIT_SPAN);
                 }
+            }
+            let driver = if fresh {
                 CUDNN_RNN_DRIVER_FIRST
             } else {
                 CUDNN_RNN_DRIVER_LATER
@@ -2012,8 +2030,8 @@ mod tests {
         // after a plan's handle, an RNN call loads `ops` and `adv` alone
         // (the probe's `after_conv`)
         rt.start_event_log();
-        rt.cudnn_rnn();
-        rt.cudnn_rnn();
+        rt.cudnn_rnn(false);
+        rt.cudnn_rnn(false);
         assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[4..].to_vec());
         // straight to the engines: all four, the graph first
         let rt = Runtime::new(RuntimeConfig {
@@ -2026,20 +2044,17 @@ mod tests {
         let rt = Runtime::new(RuntimeConfig::default());
         rt.start_event_log();
         rt.cudnn_plan();
-        rt.cudnn_rnn();
+        rt.cudnn_rnn(false);
         assert!(spans(&rt).is_empty());
     }
 
-    /// The H100 probe's `plain` case (`validation/run/probes/km67_lstm_flatten_first_cudnn_placement_probe.py`,
-    /// `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`):
-    /// an `empty` at B-2, an LSTM's 20 MiB of parameters at B+72, then its
-    /// `flatten_parameters`, the process's first cuDNN call and first
-    /// kernel: the flat weights' 14 MiB at B-504 (in the driver's chunk at
-    /// B-512), `ops` at B-554, `adv` at B-664, the ptxjit library ending at
-    /// the context's B-416, the driver's pool at B-1184; and blind298/km03's
-    /// next 2 MiB segments in that chunk at B-488 (its B-512..-506 taken).
-    #[test]
-    fn an_rnn_s_first_cudnn_call_maps_what_the_h100_maps() {
+    /// An LSTM's `flatten_parameters` as the process's first cuDNN call and
+    /// first kernel, after an `empty` at B-2 and its 12 MiB of weights at
+    /// B+72: where the driver's mappings, cuDNN's libraries and the flat
+    /// weights go, each offset in MiB from B (`None`: the ptxjit library's
+    /// end), and the next 2 MiB segment once an 80 MiB one went into the
+    /// context's range (blind298/km03's order).
+    fn first_rnn_call(cold: bool) -> (Vec<(f64, u64)>, f64, f64) {
         let rt = Runtime::new(RuntimeConfig {
             fresh_process: true,
             ..RuntimeConfig::default()
@@ -2054,41 +2069,72 @@ mod tests {
         for n in [4, 2, 4] {
             malloc(mib(n));
         }
-        rt.cudnn_rnn();
+        rt.cudnn_rnn(cold);
         // the flat weights' `zeros` (LSTM(256, 512, bidirectional=True)),
         // the first kernel
-        let flat = malloc(12_615_680);
+        let flat = off(malloc(12_615_680));
         rt.first_launch();
         rt.kernels_launched();
-        assert_eq!(off(flat), -504.0);
-        let log = rt.take_event_log().unwrap();
-        let host: Vec<(f64, u64)> = log
-            .host
-            .iter()
-            .map(|e| match e.what {
-                HostEvent::Library(a, n) | HostEvent::Map(a, n) | HostEvent::Driver(a, n) => {
-                    (off(a), n)
-                }
-                _ => (f64::NAN, 0),
-            })
-            .collect();
-        let ptxjit = host.iter().find(|h| h.1 == PTXJIT_SPAN).unwrap();
-        assert_eq!(ptxjit.0 + PTXJIT_SPAN as f64 / mib(1) as f64, -424.0);
-        assert!(host.contains(&(-512.0, CUDNN_RNN_DRIVER_FIRST)));
-        assert!(host.contains(&(-506.0, PINNED_BUFFER)));
-        assert!(host.contains(&(-554.0, CUDNN_LIBRARY_SPANS[4])));
-        assert!(host.contains(&(-664.0, CUDNN_LIBRARY_SPANS[5])));
-        // the GPU's graph library lies above the context, in a gap the twin
-        // does not lay out (rule 7): here it lies under it, and the ptxjit
-        // library under it; the driver's chunk goes to B-512 either way
-        assert!(host.contains(&(-424.0, CUDNN_LIBRARY_SPANS[0])));
-        // the next 2 MiB segments: B-488 (rule 6's 2 MiB took B-490)
-        rt.cudnn_rnn();
+        rt.cudnn_rnn(cold);
         assert_eq!(off(malloc(mib(80))), -416.0);
         // (small-pool segments: 2 MiB for a request of 1 MiB or less; the
         // first still fits in B-2's)
         malloc(mib(1));
-        assert_eq!(off(malloc(mib(1))), -488.0);
+        let next = off(malloc(mib(1)));
+        let log = rt.take_event_log().unwrap();
+        let host = log
+            .host
+            .iter()
+            .map(|e| match e.what {
+                HostEvent::Library(a, n) | HostEvent::Driver(a, n) => (off(a), n),
+                HostEvent::Map(a, n) => (off(a + n), n),
+                _ => (f64::NAN, 0),
+            })
+            .collect();
+        (host, flat, next)
+    }
+
+    /// Rule 18 as the H100's maps show it. km03's of session 68
+    /// (`/work/notes/hist68/km03_va.maps.json.xz`, op 90; the JIT cache held
+    /// the kernels): the driver's 6 MiB at B-448, its buffer at B-442, the
+    /// flat weights at B-440, `ops` at B-490, `adv` at B-600, the pool at
+    /// B-1120. km67's probe, `plain`
+    /// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`;
+    /// a cold cache): the ptxjit library ending at the context's B-416, the
+    /// driver's chunk under it at B-512 with the buffer at B-506, the flat
+    /// weights at B-504, `ops` at B-554, `adv` at B-664, the pool at B-1184;
+    /// and blind298/km03's next 2 MiB segments in that chunk at B-488 (its
+    /// history of session 67; B-490 is rule 6's 2 MiB). The graph library
+    /// goes above the context in both (not laid out).
+    #[test]
+    fn an_rnn_s_first_cudnn_call_maps_what_the_h100_maps() {
+        let (host, flat, next) = first_rnn_call(false);
+        assert_eq!(flat, -440.0);
+        // (B-426 is rule 6's 2 MiB; the H100 put this one in the pool's top,
+        // not laid out)
+        assert_eq!(next, -424.0);
+        assert_eq!(
+            host,
+            vec![
+                (-448.0, CUDNN_RNN_DRIVER_FIRST),
+                (-442.0, PINNED_BUFFER),
+                (-490.0, CUDNN_LIBRARY_SPANS[4]),
+                (-600.0, CUDNN_LIBRARY_SPANS[5]),
+            ]
+        );
+        let (host, flat, next) = first_rnn_call(true);
+        assert_eq!(flat, -504.0);
+        assert_eq!(next, -488.0);
+        assert_eq!(
+            host,
+            vec![
+                (-416.0, PTXJIT_SPAN),
+                (-512.0, CUDNN_RNN_DRIVER_FIRST),
+                (-506.0, PINNED_BUFFER),
+                (-554.0, CUDNN_LIBRARY_SPANS[4]),
+                (-664.0, CUDNN_LIBRARY_SPANS[5]),
+            ]
+        );
     }
 
     /// Settings changed at run time reach the allocator: the next segment

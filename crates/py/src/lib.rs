@@ -362,9 +362,10 @@ impl Device {
 
     /// A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`) is
     /// next: at the process's first, cuDNN's libraries and the driver's
-    /// mappings take address space (`Runtime::cudnn_rnn`).
-    fn cudnn_rnn(&self) {
-        self.p.runtime().cudnn_rnn();
+    /// mappings take address space (`Runtime::cudnn_rnn`; `jit_cache_cold`:
+    /// the driver compiles PTX its cache lacks, loading its JIT compiler).
+    fn cudnn_rnn(&self, jit_cache_cold: bool) {
+        self.p.runtime().cudnn_rnn(jit_cache_cold);
     }
 
     /// `scaled_dot_product_attention` chooses its backend (asking cuDNN):
