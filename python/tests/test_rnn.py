@@ -984,3 +984,9 @@ def test_the_h100s_first_cudnn_rnn_placement_probe():
     env = {**os.environ, "VRAMSCOPE_JIT_CACHE_COLD": "1"}
     out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=600)
     assert [line for line in out.stdout.splitlines() if line.startswith("plain seg ")] == want
+    # the same case run again on that machine (its JIT cache warm: no ptxjit library, the flat weights at
+    # B-440), the twin's default (fixtures/run/probes/pa68_km67_plain_twice_h100.txt, the second run)
+    twice = (root / "fixtures/run/probes/pa68_km67_plain_twice_h100.txt").read_text()
+    warm = [line for line in twice.splitlines() if line.startswith("plain seg ")][3:]
+    out = subprocess.run(run, capture_output=True, text=True, env=os.environ, timeout=600)
+    assert [line for line in out.stdout.splitlines() if line.startswith("plain seg ")] == warm
