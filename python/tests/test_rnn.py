@@ -988,3 +988,31 @@ def test_a_bidirectional_small_hidden_lstm_takes_the_measured_persistent_sizes()
             out, _ = m(x)
         out.float().sum().backward()
     assert cap.report()["unmeasured"] == []
+
+
+def test_the_h100s_first_cudnn_rnn_placement_probe():
+    # validation/run/probes/km67_lstm_flatten_first_cudnn_placement_probe.py, its `plain` case on the
+    # H100 (fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt), the
+    # machine's first process to use cuDNN's RNN (VRAMSCOPE_JIT_CACHE_COLD): the LSTM's first cuDNN
+    # call maps the ptxjit library, the driver's 6 + 2 MiB and cuDNN's ops and adv libraries before
+    # its flat buffer, which lies at B-504 (driver address-space rule 18). In a fresh process, as on
+    # the GPU: the address space is the process's.
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    probe = root / "validation/run/probes/km67_lstm_flatten_first_cudnn_placement_probe.py"
+    gpu = (root / "fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt").read_text()
+    want = [line for line in gpu.splitlines() if line.startswith("plain seg ")]
+    run = [sys.executable, "-m", "vramscope", "run", "--gpu", "h100", "--quiet", str(probe), "plain"]
+    env = {**os.environ, "VRAMSCOPE_JIT_CACHE_COLD": "1"}
+    out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=600)
+    assert [line for line in out.stdout.splitlines() if line.startswith("plain seg ")] == want
+    # the same case run again on that machine (its JIT cache warm: no ptxjit library, the flat weights at
+    # B-440), the twin's default (fixtures/run/probes/pa68_km67_plain_twice_h100.txt, the second run)
+    twice = (root / "fixtures/run/probes/pa68_km67_plain_twice_h100.txt").read_text()
+    warm = [line for line in twice.splitlines() if line.startswith("plain seg ")][3:]
+    out = subprocess.run(run, capture_output=True, text=True, env=os.environ, timeout=600)
+    assert [line for line in out.stdout.splitlines() if line.startswith("plain seg ")] == warm

@@ -59,6 +59,10 @@ class Device:
     def cudnn_plan(self) -> None:
         """A cuDNN plan (convolution, cuDNN attention) is built next: cuDNN's graph and engine
         libraries load where they have not (driver address-space rule 9)."""
+    def cudnn_rnn(self, jit_cache_cold: bool) -> None:
+        """A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`) is next: at the process's first,
+        cuDNN's graph, ops and adv libraries and the driver's own mappings take address space, and the
+        driver's PTX compiler where its JIT cache is cold (driver address-space rule 18)."""
     def sdpa_backend_choice(self) -> None:
         """scaled_dot_product_attention chooses its backend, asking cuDNN: its graph library loads
         where it has not (driver address-space rule 9)."""

@@ -130,6 +130,14 @@ def _param_slots(layout, weight_stride0: int, n_params: int):
 # ---- the module's flatten_parameters ---------------------------------------------------
 
 
+def _jit_cache_cold() -> bool:
+    """`VRAMSCOPE_JIT_CACHE_COLD=1`, a validation setting: the GPU machine's driver JIT cache does not
+    hold the kernels cuDNN's RNN handle loads yet (the machine's first process to use them), so the
+    driver maps its PTX compiler at the first RNN call (rule 18: km67's probe, `plain`). Unset: the
+    cache holds them, as in km03's and dq01's runs of session 68 (docs/driver-placement.md)."""
+    return os.environ.get("VRAMSCOPE_JIT_CACHE_COLD", "") not in ("", "0")
+
+
 def _data_ptr(cap, func, args, kwargs):
     """`Tensor.data_ptr()` of a simulated tensor: distinct for distinct storages and offsets, as on
     the GPU (RNNBase.flatten_parameters flattens only parameters of distinct pointers). The storage's
@@ -148,6 +156,9 @@ def _flatten_weight(cap, func, args, kwargs):
         return NotImplemented
     weight_stride0, input_size, mode, hidden, proj, layers, _batch_first, bidir = args[1:9]
     cap.ops += 1
+    # the handle and the RNN descriptor before the buffer (`getCudnnHandle`, `rnn.descriptor`): at
+    # the process's first, cuDNN's libraries and the driver's mappings (driver address-space rule 18)
+    cap.device.cudnn_rnn(_jit_cache_cold())
     n, layout = weight_layout(mode, input_size, hidden, proj, layers, bidir)
     buf = torch.zeros(n, dtype=weights[0].dtype, device="meta")
     cap.track(buf, "aten::_cudnn_rnn_flatten_weight", "parameter")
@@ -830,6 +841,8 @@ def _cudnn_rnn(cap, func, args, kwargs):
     output = cap.track(_empty(p.output_shape, x.dtype, p.batch_first), op)
     hy = cap.track(_empty(p.hidden_shape, hx.dtype), op)
     cy = cap.track(_empty(p.cell_shape if cx is not None else [0], hx.dtype), op)
+    # `getCudnnHandle()` after output, hy and cy (cudnn/RNN.cpp): driver address-space rule 18
+    cap.device.cudnn_rnn(_jit_cache_cold())
     if weight_buf is None:
         # the parameters are not flat: a buffer of them for this call
         n, _ = weight_layout(mode, p.input_size, hidden, proj, layers, bidir)

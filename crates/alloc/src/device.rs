@@ -233,6 +233,23 @@ impl SimDevice {
     pub fn pinned_map(&mut self, len: u64) -> Option<u64> {
         self.driver.malloc(len)
     }
+    /// The driver takes `len` bytes of address space for good, placed as a
+    /// segment is (`driver_va.rs`, rules 2, 1 and 3): its device memory or
+    /// page-locked buffers at a first cuDNN handle (the engine's
+    /// `Runtime::cudnn_rnn`). The address; `None` on a device that started
+    /// after the process's first kernels ([`SimDevice::new`]) or when the
+    /// address space is exhausted.
+    pub fn driver_map(&mut self, len: u64) -> Option<u64> {
+        if !self.fresh {
+            return None;
+        }
+        self.driver.malloc(len)
+    }
+    /// Whether the process has launched no kernel yet (`driver_va.rs`, rule
+    /// 6): `false` on a device that started after its first kernels.
+    pub fn kernels_pending(&self) -> bool {
+        self.driver.launch_pending()
+    }
     /// The dynamic loader maps a library of `span` bytes (segments 2 MiB
     /// aligned) among the segments, for good (`driver_va.rs`, rule 9): its
     /// address. `None` on a device that started after the process's first

@@ -342,6 +342,12 @@ impl DriverVa {
         }
     }
 
+    /// Whether the process's first kernel launch is still to come (rule 6):
+    /// `false` after [`Self::first_launch`] or [`Self::after_cublas`].
+    pub(crate) fn launch_pending(&self) -> bool {
+        self.launch_pending
+    }
+
     /// Whether [`Self::release_context`] would give back the whole range
     /// (no segment at B-2), rather than make it a chunk of its own.
     pub(crate) fn releases_whole(&self) -> bool {

@@ -72,6 +72,9 @@ pub enum HostEvent {
     /// a started thread `malloc`ed first: its glibc arena at this address
     /// ([`SimDevice::thread_arena`]), never unmapped
     Arena(u64),
+    /// the driver took address space of this length at this address,
+    /// placed as a segment is ([`SimDevice::driver_map`]), never given back
+    Driver(u64, u64),
     /// `cudaHostAlloc` mapped page-locked host memory of this length at
     /// this address ([`SimDevice::pinned_map`]), until an [`HostEvent::Unmap`]
     Pinned(u64, u64),
@@ -326,25 +329,78 @@ impl State {
     }
 }
 
-/// How much of cuDNN a process has loaded (`Runtime::load_cudnn`): its
-/// libraries in the order the first attention loads them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum CudnnLibraries {
-    /// none
-    None = 0,
-    /// `libcudnn_graph.so.9`: at the first `scaled_dot_product_attention`
-    /// of any backend (its backend choice asks cuDNN)
-    Graph = 1,
-    /// the engines too: at the first cuDNN attention, before its workspace
-    Engines = 4,
+/// cuDNN's libraries (`.so.9` of the PyTorch 2.11+cu130 wheels), which the
+/// process loads once each (`Runtime::load_cudnn`); the discriminant indexes
+/// [`CUDNN_LIBRARY_SPANS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CudnnLibrary {
+    /// `libcudnn_graph`: at the first `scaled_dot_product_attention` of any
+    /// backend (its backend choice asks cuDNN), or the first cuDNN handle
+    Graph = 0,
+    /// `libcudnn_engines_precompiled`
+    EnginesPrecompiled = 1,
+    /// `libcudnn_heuristic`
+    Heuristic = 2,
+    /// `libcudnn_engines_runtime_compiled`
+    EnginesRuntimeCompiled = 3,
+    /// `libcudnn_ops`: at the first RNN call (its descriptors)
+    Ops = 4,
+    /// `libcudnn_adv`: at the first RNN call, after `libcudnn_ops`
+    Adv = 5,
 }
 
-/// The spans the dynamic loader maps for cuDNN's libraries, in load order:
-/// `libcudnn_graph`, `libcudnn_engines_precompiled`, `libcudnn_heuristic`,
-/// `libcudnn_engines_runtime_compiled` (`.so.9` of the PyTorch 2.11+cu130
-/// wheels), each from its first mapping to the end of its `.bss`: measured
-/// (`/proc/PID/maps`, `fixtures/va_maps`; `docs/driver-placement.md`).
-const CUDNN_LIBRARY_SPANS: [u64; 4] = [6_549_504, 251_686_912, 67_117_056, 35_680_256];
+/// What a cuDNN graph-API plan (a convolution's, cuDNN attention's) loads,
+/// in order: the graph library, then the engines, before the plan's
+/// workspace (`fixtures/va_maps`, `first_conv_h200.json`).
+const CUDNN_PLAN_LIBRARIES: [CudnnLibrary; 4] = [
+    CudnnLibrary::Graph,
+    CudnnLibrary::EnginesPrecompiled,
+    CudnnLibrary::Heuristic,
+    CudnnLibrary::EnginesRuntimeCompiled,
+];
+
+/// The spans the dynamic loader maps for cuDNN's libraries, by
+/// [`CudnnLibrary`], each from its first mapping to the end of its `.bss`:
+/// the first four measured (`/proc/PID/maps`, `fixtures/va_maps`;
+/// `docs/driver-placement.md`), `libcudnn_ops` and `libcudnn_adv` on the
+/// H100 at an LSTM's first `flatten_parameters` (B-554 to B-514 + 12 KiB,
+/// B-664 to B-556 + 116 KiB:
+/// `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`).
+const CUDNN_LIBRARY_SPANS: [u64; 6] = [
+    6_549_504,
+    251_686_912,
+    67_117_056,
+    35_680_256,
+    41_955_328,
+    113_364_992,
+];
+
+/// The span of the driver's `libnvidia-ptxjitcompiler.so.580.159.04`, one
+/// page-aligned mapping: its five mappings and `.bss`, contiguous, of
+/// 2,355,200, 26,103,808, 9,027,584, 1,880,064, 61,440 and 20,480 bytes in
+/// `fixtures/va_maps/first_conv_h200.json`; B-453.62 to B-416 on the H100
+/// in `fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`.
+/// The driver loads it only where it must compile PTX its JIT cache does
+/// not hold yet ([`Runtime::cudnn_rnn`]).
+const PTXJIT_SPAN: u64 = 39_448_576;
+
+/// What the driver takes, placed as a segment is, at a process's first
+/// cuDNN handle made for an RNN call: device memory of its own, then a
+/// 2 MiB page-locked buffer (a `/dev/zero` `rw-s` mapping): 6 MiB where
+/// that call comes before the process's first kernel, 2 MiB after other
+/// kernels. Measured on the H100: km03's maps of session 68
+/// (`/work/notes/hist68/km03_va.maps.json.xz`, op 90: a 32 MiB chunk at
+/// B-448 under the context, the buffer at B-442, the flat weights at B-440)
+/// and km67's probe
+/// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`:
+/// `plain`, the chunk at B-512 under the ptxjit library, the buffer at
+/// B-506, the flat weights at B-504, and blind298/km03's history of session
+/// 67, whose next 2 MiB segments there start at B-488, so B-512..-506 is
+/// taken; `after_mm`, the buffer at B-384 and the flat weights at B-382
+/// over the parameters' 20 MiB at B-406).
+const CUDNN_RNN_DRIVER_FIRST: u64 = 6 * 1024 * 1024;
+/// See [`CUDNN_RNN_DRIVER_FIRST`].
+const CUDNN_RNN_DRIVER_LATER: u64 = 2 * 1024 * 1024;
 
 /// The span of triton 3.6.0's `libtriton.so` (its LOAD segments, `readelf
 /// -l`, to the page): the loader maps it whole, page aligned. The H200's
@@ -418,8 +474,12 @@ pub(crate) struct State {
     /// driver bytes waiting for the autograd thread's 16-bit share
     /// ([`Runtime::driver_outside_with_autograd_16bit`])
     autograd_16bit_pending: Vec<(&'static str, u64)>,
-    /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`)
-    cudnn_loaded: CudnnLibraries,
+    /// cuDNN's libraries the process has loaded (`Runtime::load_cudnn`), a
+    /// bit per [`CudnnLibrary`]
+    cudnn_loaded: u8,
+    /// the process has made a cuDNN handle (a plan's or an RNN call's:
+    /// [`Runtime::cudnn_rnn`])
+    cudnn_handle: bool,
     /// `libtriton.so` is mapped (`Runtime::triton_loaded`)
     triton_loaded: bool,
     /// the intra-op worker thread has started (`Runtime::intra_op_worker`)
@@ -570,7 +630,8 @@ impl Runtime {
             stream_pools: false,
             blas_16bit: Vec::new(),
             autograd_16bit_pending: Vec::new(),
-            cudnn_loaded: CudnnLibraries::None,
+            cudnn_loaded: 0,
+            cudnn_handle: false,
             triton_loaded: false,
             worker_started: false,
             pinned_buffers: Vec::new(),
@@ -918,20 +979,20 @@ impl Runtime {
         self.host_free(addr, len);
     }
 
-    /// The process loads cuDNN's libraries up to `upto`, those it has not
+    /// The process loads those of cuDNN's libraries `libs` it has not
     /// loaded yet, in order (`vramscope_alloc`'s `driver_va.rs`, rule 9):
     /// they take address space among the segments, noted in the event log.
     /// A no-op on a device started after the first kernels
     /// ([`SimDevice::load_library`]).
-    pub(crate) fn load_cudnn(&self, upto: CudnnLibraries) {
+    pub(crate) fn load_cudnn(&self, libs: &[CudnnLibrary]) {
         let mut st = self.st.borrow_mut();
-        let from = st.cudnn_loaded;
-        if upto <= from {
-            return;
-        }
-        st.cudnn_loaded = upto;
-        let spans = &CUDNN_LIBRARY_SPANS[from as usize..upto as usize];
-        for &span in spans {
+        for &lib in libs {
+            let bit = 1u8 << lib as u8;
+            if st.cudnn_loaded & bit != 0 {
+                continue;
+            }
+            st.cudnn_loaded |= bit;
+            let span = CUDNN_LIBRARY_SPANS[lib as usize];
             let Some(addr) = st.alloc.device_mut().load_library(span) else {
                 continue;
             };
@@ -943,6 +1004,54 @@ impl Runtime {
                 });
             }
         }
+    }
+
+    /// A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`: the
+    /// handle, then the RNN and tensor descriptors) is next. At the
+    /// process's first cuDNN handle the graph library loads (rule 9): where
+    /// no kernel has run yet, into the gap above the context that rule 7
+    /// does not lay out (B+118, B+358 in the H100's maps), so taking no
+    /// address space the twin holds; after other kernels under the lowest
+    /// mapping (B-592 in km67's `after_mm`). Then, where `jit_cache_cold`
+    /// (the machine's JIT cache lacks the kernels: its first such process),
+    /// the driver maps `libnvidia-ptxjitcompiler` ([`PTXJIT_SPAN`], as host
+    /// memory: rule 7); then it takes its device memory and page-locked
+    /// buffer ([`CUDNN_RNN_DRIVER_FIRST`]); then `libcudnn_ops` and
+    /// `libcudnn_adv` load where not loaded. The H100's order, from where
+    /// each lies (km03's maps of session 68, op 90: the driver's chunk
+    /// directly under the context, `ops` under it at B-490, `adv` at B-600;
+    /// km67's probe, `plain`: the ptxjit library directly under the context,
+    /// the chunk under it, `ops` at B-554, `adv` at B-664; after a cuDNN
+    /// convolution only `ops` and `adv`). A no-op after the first time, and
+    /// on a device started after the first kernels.
+    pub fn cudnn_rnn(&self, jit_cache_cold: bool) {
+        let first_handle = !std::mem::replace(&mut self.st.borrow_mut().cudnn_handle, true);
+        if first_handle {
+            let fresh = self.st.borrow().alloc.device().kernels_pending();
+            if fresh {
+                // above the context, in a gap the twin does not lay out
+                self.st.borrow_mut().cudnn_loaded |= 1 << CudnnLibrary::Graph as u8;
+            } else {
+                self.load_cudnn(&[CudnnLibrary::Graph]);
+            }
+            let mut st = self.st.borrow_mut();
+            if fresh && jit_cache_cold {
+                if let Some(addr) = st.alloc.device_mut().map_library(PTXJIT_SPAN) {
+                    st.note_host_map(addr, PTXJIT_SPAN);
+                }
+            }
+            let driver = if fresh {
+                CUDNN_RNN_DRIVER_FIRST
+            } else {
+                CUDNN_RNN_DRIVER_LATER
+            };
+            for len in [driver, PINNED_BUFFER] {
+                if let Some(addr) = st.alloc.device_mut().driver_map(len) {
+                    st.note_host(HostEvent::Driver(addr, len));
+                }
+            }
+        }
+        self.load_cudnn(&[CudnnLibrary::Ops, CudnnLibrary::Adv]);
     }
 
     /// The process imports `torch._dynamo`, which loads triton's
@@ -1098,14 +1207,15 @@ impl Runtime {
     /// `scaled_dot_product_attention` chooses its backend, which asks cuDNN:
     /// the process loads cuDNN's graph library if it has not (rule 9).
     pub fn sdpa_backend_choice(&self) {
-        self.load_cudnn(CudnnLibraries::Graph);
+        self.load_cudnn(&[CudnnLibrary::Graph]);
     }
 
     /// A cuDNN graph-API plan (a convolution's) is built next: the process
     /// loads cuDNN's graph and engine libraries if it has not (measured at
     /// a first convolution: `fixtures/va_maps/first_conv_h200.json`).
     pub fn cudnn_plan(&self) {
-        self.load_cudnn(CudnnLibraries::Engines);
+        self.st.borrow_mut().cudnn_handle = true;
+        self.load_cudnn(&CUDNN_PLAN_LIBRARIES);
     }
 
     /// A CPU tensor [`Runtime::host_malloc`] mapped is freed: glibc unmaps
@@ -1909,26 +2019,122 @@ mod tests {
             ..RuntimeConfig::default()
         });
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Graph);
-        rt.load_cudnn(CudnnLibraries::Graph);
+        rt.sdpa_backend_choice();
+        rt.sdpa_backend_choice();
         assert_eq!(spans(&rt), vec![CUDNN_LIBRARY_SPANS[0]]);
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Engines);
-        rt.load_cudnn(CudnnLibraries::Graph);
-        rt.load_cudnn(CudnnLibraries::Engines);
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[1..].to_vec());
+        rt.cudnn_plan();
+        rt.sdpa_backend_choice();
+        rt.cudnn_plan();
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[1..4].to_vec());
+        // after a plan's handle, an RNN call loads `ops` and `adv` alone
+        // (the probe's `after_conv`)
+        rt.start_event_log();
+        rt.cudnn_rnn(false);
+        rt.cudnn_rnn(false);
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[4..].to_vec());
         // straight to the engines: all four, the graph first
         let rt = Runtime::new(RuntimeConfig {
             fresh_process: true,
             ..RuntimeConfig::default()
         });
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Engines);
-        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS.to_vec());
+        rt.cudnn_plan();
+        assert_eq!(spans(&rt), CUDNN_LIBRARY_SPANS[..4].to_vec());
         let rt = Runtime::new(RuntimeConfig::default());
         rt.start_event_log();
-        rt.load_cudnn(CudnnLibraries::Engines);
+        rt.cudnn_plan();
+        rt.cudnn_rnn(false);
         assert!(spans(&rt).is_empty());
+    }
+
+    /// An LSTM's `flatten_parameters` as the process's first cuDNN call and
+    /// first kernel, after an `empty` at B-2 and its 12 MiB of weights at
+    /// B+72: where the driver's mappings, cuDNN's libraries and the flat
+    /// weights go, each offset in MiB from B (`None`: the ptxjit library's
+    /// end), and the next 2 MiB segment once an 80 MiB one went into the
+    /// context's range (blind298/km03's order).
+    fn first_rnn_call(cold: bool) -> (Vec<(f64, u64)>, f64, f64) {
+        let rt = Runtime::new(RuntimeConfig {
+            fresh_process: true,
+            ..RuntimeConfig::default()
+        });
+        rt.start_event_log();
+        let mib = |n: u64| n * 1024 * 1024;
+        let malloc = |n: u64| rt.malloc(n, "test", Category::Output).unwrap().0;
+        let b = malloc(512) + mib(2);
+        let off = |a: u64| (a as i64 - b as i64) as f64 / mib(1) as f64;
+        // the weights of both directions (2, 4, 2 and 4 MiB) in one 20 MiB segment
+        assert_eq!(off(malloc(mib(2))), 72.0);
+        for n in [4, 2, 4] {
+            malloc(mib(n));
+        }
+        rt.cudnn_rnn(cold);
+        // the flat weights' `zeros` (LSTM(256, 512, bidirectional=True)),
+        // the first kernel
+        let flat = off(malloc(12_615_680));
+        rt.first_launch();
+        rt.kernels_launched();
+        rt.cudnn_rnn(cold);
+        assert_eq!(off(malloc(mib(80))), -416.0);
+        // (small-pool segments: 2 MiB for a request of 1 MiB or less; the
+        // first still fits in B-2's)
+        malloc(mib(1));
+        let next = off(malloc(mib(1)));
+        let log = rt.take_event_log().unwrap();
+        let host = log
+            .host
+            .iter()
+            .map(|e| match e.what {
+                HostEvent::Library(a, n) | HostEvent::Driver(a, n) => (off(a), n),
+                HostEvent::Map(a, n) => (off(a + n), n),
+                _ => (f64::NAN, 0),
+            })
+            .collect();
+        (host, flat, next)
+    }
+
+    /// Rule 18 as the H100's maps show it. km03's of session 68
+    /// (`/work/notes/hist68/km03_va.maps.json.xz`, op 90; the JIT cache held
+    /// the kernels): the driver's 6 MiB at B-448, its buffer at B-442, the
+    /// flat weights at B-440, `ops` at B-490, `adv` at B-600, the pool at
+    /// B-1120. km67's probe, `plain`
+    /// (`fixtures/run/probes/km67_lstm_flatten_first_cudnn_placement_probe_h100.txt`;
+    /// a cold cache): the ptxjit library ending at the context's B-416, the
+    /// driver's chunk under it at B-512 with the buffer at B-506, the flat
+    /// weights at B-504, `ops` at B-554, `adv` at B-664, the pool at B-1184;
+    /// and blind298/km03's next 2 MiB segments in that chunk at B-488 (its
+    /// history of session 67; B-490 is rule 6's 2 MiB). The graph library
+    /// goes above the context in both (not laid out).
+    #[test]
+    fn an_rnn_s_first_cudnn_call_maps_what_the_h100_maps() {
+        let (host, flat, next) = first_rnn_call(false);
+        assert_eq!(flat, -440.0);
+        // (B-426 is rule 6's 2 MiB; the H100 put this one in the pool's top,
+        // not laid out)
+        assert_eq!(next, -424.0);
+        assert_eq!(
+            host,
+            vec![
+                (-448.0, CUDNN_RNN_DRIVER_FIRST),
+                (-442.0, PINNED_BUFFER),
+                (-490.0, CUDNN_LIBRARY_SPANS[4]),
+                (-600.0, CUDNN_LIBRARY_SPANS[5]),
+            ]
+        );
+        let (host, flat, next) = first_rnn_call(true);
+        assert_eq!(flat, -504.0);
+        assert_eq!(next, -488.0);
+        assert_eq!(
+            host,
+            vec![
+                (-416.0, PTXJIT_SPAN),
+                (-512.0, CUDNN_RNN_DRIVER_FIRST),
+                (-506.0, PINNED_BUFFER),
+                (-554.0, CUDNN_LIBRARY_SPANS[4]),
+                (-664.0, CUDNN_LIBRARY_SPANS[5]),
+            ]
+        );
     }
 
     /// Settings changed at run time reach the allocator: the next segment

@@ -141,6 +141,9 @@ pub enum HostRequest {
     /// ([`vramscope_alloc::SimDevice::pinned_map`]), counted with the
     /// [`HostRequest::Map`]s for [`HostRequest::Unmap`]
     Pinned(u64),
+    /// the driver takes this many bytes of address space, for good
+    /// ([`vramscope_alloc::SimDevice::driver_map`])
+    Driver(u64),
 }
 
 impl HostRequest {
@@ -153,6 +156,7 @@ impl HostRequest {
                 | HostRequest::Thread(_)
                 | HostRequest::Stack(_)
                 | HostRequest::Arena
+                | HostRequest::Driver(_)
         )
     }
 }
@@ -245,6 +249,10 @@ impl Requests {
                 HostEvent::Arena(_) => At {
                     at,
                     what: HostRequest::Arena,
+                },
+                HostEvent::Driver(_, len) => At {
+                    at,
+                    what: HostRequest::Driver(len),
                 },
             });
             Some(())
@@ -971,6 +979,9 @@ pub fn replay_planned(
                     }
                     HostRequest::Arena => {
                         let _ = alloc.device_mut().thread_arena();
+                    }
+                    HostRequest::Driver(len) => {
+                        let _ = alloc.device_mut().driver_map(len);
                     }
                     HostRequest::Unmap(k) => {
                         if let Some(addr) = host_addrs.get_mut(k).and_then(Option::take) {

@@ -360,6 +360,14 @@ impl Device {
         self.p.runtime().cudnn_plan();
     }
 
+    /// A cuDNN RNN call (`_cudnn_rnn_flatten_weight`, `_cudnn_rnn`) is
+    /// next: at the process's first, cuDNN's libraries and the driver's
+    /// mappings take address space (`Runtime::cudnn_rnn`; `jit_cache_cold`:
+    /// the driver compiles PTX its cache lacks, loading its JIT compiler).
+    fn cudnn_rnn(&self, jit_cache_cold: bool) {
+        self.p.runtime().cudnn_rnn(jit_cache_cold);
+    }
+
     /// `scaled_dot_product_attention` chooses its backend (asking cuDNN):
     /// cuDNN's graph library loads where it has not (driver address-space
     /// rule 9).

@@ -33,7 +33,7 @@ use crate::dtype::{DType, Device};
 use crate::error::{shape_err, EngineError, Result};
 use crate::gpus::SdpaSupport;
 use crate::ops::{empty_like, iter_output};
-use crate::runtime::{Category, CudnnLibraries, DeviceProfile, Runtime};
+use crate::runtime::{Category, DeviceProfile, Runtime};
 use crate::tensor::Tensor;
 
 /// Which `F.scaled_dot_product_attention` kernel runs.
@@ -536,7 +536,7 @@ impl Tensor {
         let rt = q.rt().clone();
         rt.count_op();
         let backend = Tensor::sdpa_backend(q, k, v, args)?;
-        rt.load_cudnn(CudnnLibraries::Graph);
+        rt.sdpa_backend_choice();
         // attention.cpp: a boolean mask becomes an additive one before the
         // kernel (convert_boolean_attn_mask{,_cudnn})
         let converted = match args.attn_mask {
@@ -802,7 +802,7 @@ fn cudnn_forward(
         None
     };
     // the plan is built before its workspace is known: the engines load
-    rt.load_cudnn(CudnnLibraries::Engines);
+    rt.cudnn_plan();
     let shape = CudnnFwdShape {
         b,
         h,
