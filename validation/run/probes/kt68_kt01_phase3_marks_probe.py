@@ -15,6 +15,7 @@ drop path 0.1, AdamW with a layer-wise lr decay param-group list, label smoothin
 returning the final token sizes."""
 
 import math
+import os
 import types
 
 import timm
@@ -166,6 +167,9 @@ del x, y, loss
 report("bf16 fine-tune with merging")
 
 # (4) half copy, decreasing schedule
+SNAP = os.environ.get("KT_SNAP")
+if SNAP and device == "cuda":
+    torch.cuda.memory._record_memory_history(max_entries=200000)
 mark("phase3 start")
 optimizer.state.clear()
 mark("state cleared")
@@ -191,3 +195,5 @@ print(
     f"schedule eval logits {tuple(out.shape)} tokens left {sizes.shape[1]} max size {sizes.max().item():.0f}"
 )
 report("half eval with decreasing schedule")
+if SNAP and device == "cuda":
+    torch.cuda.memory._dump_snapshot(SNAP)
