@@ -585,3 +585,28 @@ def test_sdpa_with_the_math_kernel_off_raises_where_no_fused_kernel_passes():
             assert _attention.backend(*args) == "cudnn"
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
             assert _attention.backend(*args) == "math"
+
+
+def test_sdpa_arguments_the_parser_refuses_raise_its_type_error():
+    # python_arg_parser.cpp: blind305/kt05's draft passed `k=`/`v=` (the stand-in failed with
+    # KeyError 'key'); the messages are torch 2.11's, its "argument"/"arguments" swap included
+    F = torch.nn.functional
+    with vramscope.capture(gpu="h100"):
+        q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16)
+        cases = [
+            ((q,), {"k": q, "v": q}, 'missing 2 required positional argument: "key", "value"'),
+            ((q, q), {}, 'missing 1 required positional arguments: "value"'),
+            ((q,), {"value": q}, 'missing 2 required positional argument: "key", "value"'),
+            ((q, q, q), {"key": q}, "got multiple values for argument 'key'"),
+            (
+                (q, q, q, None, 0.0, False, None),
+                {},
+                "takes from 3 to 6 positional arguments but 7 were given",
+            ),
+            ((q, q, q), {"mask": None}, "got an unexpected keyword argument 'mask'"),
+        ]
+        for args, kwargs, message in cases:
+            with pytest.raises(TypeError) as info:
+                F.scaled_dot_product_attention(*args, **kwargs)
+            assert str(info.value) == f"scaled_dot_product_attention() {message}"
+        assert F.scaled_dot_product_attention(q, key=q, value=q, scale=0.125).shape == q.shape

@@ -1518,6 +1518,37 @@ def test_index_copy_into_a_float8_tensor_has_no_cuda_kernel(inplace):
         cache.view(torch.uint8).index_copy_(2, pos, new.view(torch.uint8))
 
 
+@pytest.mark.parametrize("inplace", [True, False])
+def test_index_copy_checks_dtypes_index_and_slices_as_its_meta_function(inplace):
+    # TORCH_PRECOMPUTE_META_FUNC(index_copy): a bf16 cache written with fp32 keys (rotary tables in
+    # fp32 promote them under autocast; blind305/kt02's draft) raises on the GPU; the meta tensors'
+    # own path (torch/_refs, an index_put) checked nothing. `index_copy` made its result first
+    with vramscope.capture(gpu="h100"):
+        cache = torch.zeros(2, 4, 64, 128, device="cuda", dtype=torch.bfloat16)
+        pos = torch.tensor([3], device="cuda")
+        keys = torch.zeros(2, 4, 1, 128, device="cuda")
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        copy = (lambda *a: cache.index_copy_(*a)) if inplace else (lambda *a: torch.index_copy(cache, *a))
+        with pytest.raises(RuntimeError, match=r"same dtype, but got \(self\) BFloat16 and \(source\) Float"):
+            copy(2, pos, keys)
+        assert torch.cuda.memory_allocated() == before
+        assert torch.cuda.max_memory_allocated() == before + (0 if inplace else 131072)
+        new = torch.zeros(2, 4, 1, 128, device="cuda", dtype=torch.bfloat16)
+        with pytest.raises(RuntimeError, match="Expected a long tensor for index, but got Int"):
+            copy(2, pos.int(), new)
+        with pytest.raises(RuntimeError, match="Destination slice shape: 2 4 128 at dimension 2"):
+            copy(2, pos, new[:, :2])
+        with pytest.raises(IndexError, match=r"Number of indices \(2\) should be equal"):
+            copy(2, torch.tensor([3, 4], device="cuda"), new)
+        cpu_index = torch.tensor([3])
+        torch.cuda.reset_peak_memory_stats()
+        with pytest.raises(RuntimeError, match=r"index is on cpu, .* method wrapper_CUDA_index_copy"):
+            copy(2, cpu_index, new)  # the wrapper's check, before the result (the H100, kt68's probe)
+        assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+        copy(-2, pos, new)
+
+
 def test_scaled_mm_refuses_two_e5m2_operands_before_its_result():
     # Blas.cpp `_scaled_mm_out_cuda`: two float8_e5m2 operands stop before `resize_output`
     with vramscope.capture(gpu="h200"):

@@ -182,23 +182,44 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
     return "unavailable"
 
 
+_SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _bind_sdpa(args, kwargs) -> dict:
+    """The arguments by name, or the TypeError PyTorch's argument parser raises
+    (`FunctionSignature::parse`, torch/csrc/utils/python_arg_parser.cpp): too many positional ones
+    (6 at most: `scale` and `enable_gqa` are keyword-only), one given twice, a required one missing
+    (`missing_args` names every required parameter from the first missing one on, given or not, and
+    says "argument" for several and "arguments" for one, as it does), then an unknown keyword. The
+    stand-in took `F.scaled_dot_product_attention(q, k=keys, v=values)` and failed with KeyError."""
+    name = "scaled_dot_product_attention()"
+    if len(args) > 6:
+        raise TypeError(f"{name} takes from 3 to 6 positional arguments but {len(args)} were given")
+    for param in _SDPA_PARAMS[: len(args)]:
+        if param in kwargs:
+            raise TypeError(f"{name} got multiple values for argument '{param}'")
+    for i, param in enumerate(_SDPA_PARAMS[:3]):
+        if i >= len(args) and param not in kwargs:
+            missing = _SDPA_PARAMS[i:3]
+            plural = "s" if len(missing) == 1 else ""
+            raise TypeError(
+                f"{name} missing {len(missing)} required positional argument{plural}: "
+                + ", ".join(f'"{m}"' for m in missing)
+            )
+    for key in kwargs:
+        if key not in _SDPA_PARAMS:
+            raise TypeError(f"{name} got an unexpected keyword argument '{key}'")
+    a = dict(zip(_SDPA_PARAMS, args, strict=False))
+    a.update(kwargs)
+    return a
+
+
 def sdpa(cap, args, kwargs, traced=False):
     """`F.scaled_dot_product_attention` on the simulated GPU, or
     NotImplemented where PyTorch's own composite runs (the math path); `traced`: in a graph
     that `torch.compile` traces for the simulated GPU (`_compile`), whose tensors are meta
     tensors, for which PyTorch's own composite would take the math path."""
-    names = (
-        "query",
-        "key",
-        "value",
-        "attn_mask",
-        "dropout_p",
-        "is_causal",
-        "scale",
-        "enable_gqa",
-    )
-    a = dict(zip(names, args, strict=False))
-    a.update(kwargs)
+    a = _bind_sdpa(args, kwargs)
     if torch.is_autocast_enabled("cuda"):
         # autocast_mode.cpp: `scaled_dot_product_attention` is lower_precision_fp; its tensors are
         # cast (right to left), then the op and everything inside it run with autocast excluded

@@ -377,6 +377,10 @@ _SAME_DEVICE = {
     aten.mm.default: (("self", "mat2"), "wrapper_CUDA_mm"),
     aten.bmm.default: (("self", "mat2"), "wrapper_CUDA_bmm"),
     aten.addmm.default: (("self", "mat1", "mat2"), "wrapper_CUDA_addmm"),
+    # before the META function's own device check and the out-of-place result (the H100,
+    # fixtures/run/probes/kt68_index_copy_checks_probe_h100.txt)
+    aten.index_copy_.default: (("self", None, "index", "source"), "wrapper_CUDA_index_copy_"),
+    aten.index_copy.default: (("self", None, "index", "source"), "wrapper_CUDA_index_copy"),
 }
 
 

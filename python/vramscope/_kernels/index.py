@@ -665,24 +665,80 @@ _SCALAR_NAMES = {
 _FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 
 
-def _index_copy_float8(cap, func, args, kwargs):
-    """`index_copy_kernel` (cuda/IndexKernel.cu) dispatches on AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND4
-    (Half, Bool, BFloat16, ComplexHalf): no float8 kernel, so a float8 destination (a KV cache) stops
-    with NotImplementedError, after the out-of-place op's result (`index_copy_out` makes it and
-    copies `self` in first), which the exception frees. Under deterministic algorithms the op runs
-    `index_put_` instead (TensorAdvancedIndexing.cpp), whose kernel has float8."""
+def _index_copy_meta_error(self_, dim, index, source):
+    """The exception `TORCH_PRECOMPUTE_META_FUNC(index_copy)` (TensorAdvancedIndexing.cpp) raises,
+    in its order, or None. The meta tensors' own path (torch/_refs `index_copy_`, an `index_put`)
+    checks none of these, so a bf16 KV cache written with fp32 keys ran in the twin (blind305/kt02's
+    draft: rotary tables in fp32 promote the keys under autocast) where the GPU raises."""
+    dim = dim + self_.dim() if dim < 0 else dim
+    if index.dim() >= 2:
+        return IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.dim()})")
+    if source.dim() == 0 and index.numel() != 1:
+        return IndexError(
+            f"index_copy_(): When source is scalar, index should have one element (got {index.numel()})"
+        )
+    if source.dim() not in (0, self_.dim()) and self_.dim() != 0:
+        return IndexError(
+            "index_copy_(): When source and destination are not scalars, their dimensionality must "
+            f"match. Source dimensionality ({source.dim()}), destination dimensionality ({self_.dim()})"
+        )
+    if index.dtype != torch.long:
+        return RuntimeError(
+            f"index_copy_(): Expected a long tensor for index, but got {_scalar_name(index.dtype)}"
+        )
+    if self_.dtype != source.dtype:
+        return RuntimeError(
+            "index_copy_(): self and source expected to have the same dtype, but got (self) "
+            f"{_scalar_name(self_.dtype)} and (source) {_scalar_name(source.dtype)}"
+        )
+    # (its device check is never reached: the generated CUDA wrapper's comes first, _capture's _SAME_DEVICE)
+    dst = [s for i, s in enumerate(self_.shape) if i != dim]
+    src = [s for i, s in enumerate(source.shape) if i != dim]
+    if dst != src:
+        return RuntimeError(
+            "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice "
+            f"shape: {' '.join(map(str, dst))} at dimension {dim} and source slice shape: "
+            f"{' '.join(map(str, src))} at dimension 0."
+        )
+    if source.dim() != 0 and index.numel() != source.shape[dim]:
+        return IndexError(
+            f"index_copy_(): Number of indices ({index.numel()}) should be equal to source.size(dim) "
+            f"({source.shape[dim]})"
+        )
+    return None
+
+
+def _scalar_name(dtype):
+    return _SCALAR_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _index_copy(cap, func, args, kwargs):
+    """`index_copy(_)` on the simulated GPU: the structured META function's checks first (the
+    out-of-place op's result is made before them, `set_output_raw_strided`, and the exception
+    frees it); then `index_copy_kernel` (cuda/IndexKernel.cu), which dispatches on
+    AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND4 (Half, Bool, BFloat16, ComplexHalf): no float8 kernel, so
+    a float8 destination (a KV cache) stops with NotImplementedError, after the out-of-place op's
+    result (`index_copy_out` makes it and copies `self` in first), which the exception frees. Under
+    deterministic algorithms the op runs `index_put_` instead (TensorAdvancedIndexing.cpp), whose
+    kernel has float8."""
     self_ = args[0]
-    if not registered(self_) or self_.dtype not in _FLOAT8 or torch.are_deterministic_algorithms_enabled():
+    if not registered(self_):
+        return NotImplemented
+    bound = dict(zip(("dim", "index", "source"), args[1:], strict=False), **kwargs)
+    error = _index_copy_meta_error(self_, bound["dim"], bound["index"], bound["source"])
+    if error is None and (self_.dtype not in _FLOAT8 or torch.are_deterministic_algorithms_enabled()):
         return NotImplemented
     cap.ops += 1
     if func is aten.index_copy.default:
         result = cap.malloc(self_.numel() * self_.element_size(), "aten::index_copy", "temporary")
         del result
+    if error is not None:
+        raise error
     raise NotImplementedError(f"\"index_copy_cuda\" not implemented for '{_SCALAR_NAMES[self_.dtype]}'")
 
 
-DISPATCH[aten.index_copy_.default] = _index_copy_float8
-DISPATCH[aten.index_copy.default] = _index_copy_float8
+DISPATCH[aten.index_copy_.default] = _index_copy
+DISPATCH[aten.index_copy.default] = _index_copy
 
 
 def _index_put_value(cap, func, args, kwargs):
