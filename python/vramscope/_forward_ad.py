@@ -83,6 +83,18 @@ def invstd_jvp(xp, xt, mean_p, invstd_p, dims, numel, keepdim):
     return invstd_t
 
 
+def rms_rstd_jvp(xp, xt, rstd_p, dims, numel):
+    """`rms_norm_jvp`'s (and `rms_norm_rstd_jvp`'s) in-place tangent of `rstd`: `input_t * input_p`
+    times `-rstd_p**3`, summed over `dims` (kept) and divided by their element count."""
+    rstd_t = xt * xp
+    cube = rstd_p.pow(3)
+    rstd_t *= -cube
+    del cube
+    rstd_t = rstd_t.sum(dims, True)
+    rstd_t /= numel
+    return rstd_t
+
+
 def norm_jvp(xp, xt, mean_p, invstd_p, dims, numel):
     """`_norm_jvp`'s in-place branch: the tangent of `(input - mean) * invstd`."""
     invstd_t = invstd_jvp(xp, xt, mean_p, invstd_p, dims, numel, True)

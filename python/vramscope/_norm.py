@@ -1046,17 +1046,7 @@ def _rms_norm_forward_ad(cap, a):
     dims = list(range(axis, xp.dim()))
     view_affine = [*([1] * axis), *xp.shape[axis:]]
     numel = math.prod(xp.shape[axis:])
-
-    def rstd_jvp(rstd_p):
-        rstd_t = xt * xp
-        cube = rstd_p.pow(3)
-        rstd_t *= -cube
-        del cube
-        rstd_t = rstd_t.sum(dims, True)
-        rstd_t /= numel
-        return rstd_t
-
-    rstd_t = rstd_jvp(rstd)
+    rstd_t = _fad.rms_rstd_jvp(xp, xt, rstd, dims, numel)
     result_t = xt * rstd
     temp = xp * rstd_t
     result_t += temp
@@ -1070,7 +1060,7 @@ def _rms_norm_forward_ad(cap, a):
         None,
     )
     del result_p, rstd_t
-    own_t = rstd_jvp(rstd)
+    own_t = _fad.rms_rstd_jvp(xp, xt, rstd, dims, numel)
     out = _fad.make_dual(y, result_t, level)
     del result_t, y, own_t, rstd
     return out
