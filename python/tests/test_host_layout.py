@@ -179,3 +179,42 @@ def test_the_arenas_packed_setting_takes_a_count_of_arenas(monkeypatch):
         monkeypatch.setenv("VRAMSCOPE_ARENAS_PACKED", bad)
         with pytest.raises(ValueError, match="VRAMSCOPE_ARENAS_PACKED"):
             _capture._arenas_packed()
+
+
+def test_the_stacks_phase_setting_moves_a_freed_host_range_s_chunk(tmp_script):
+    # rule 17's draw (session 69, blind299/kn03): an 80 MiB tensor made before the pool lies directly
+    # above its stacks, so its top is at 65,536 + phase + 15 stacks (120.06) + 80.004 MiB in the
+    # layout's frame, and the arenas under the stacks (64 MiB aligned) put B at the same place for
+    # every phase in (0, 64). Freed, it takes the next 32 MiB chunk at the highest 32 MiB boundary
+    # with room (rule 3): B+2144 up to a phase of 55.94 MiB, B+2176 above it
+    script = tmp_script(
+        """
+import torch
+w = torch.empty(20 << 20)
+torch.nn.init.trunc_normal_(w)
+x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+del w
+y = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
+segs = sorted(s["address"] for s in torch.cuda.memory_snapshot())
+print("above", (segs[1] - segs[0] + (72 << 20)) >> 20)
+"""
+    )
+    seen = {}
+    for phase in (None, "50", "57"):
+        status, lines, _, err = run_script(script, env={"VRAMSCOPE_STACKS_PHASE": phase or ""})
+        assert status == 0, err
+        seen[phase] = [line for line in lines if line.startswith("above")]
+    assert seen == {None: ["above 2144"], "50": ["above 2144"], "57": ["above 2176"]}
+
+
+def test_the_stacks_phase_setting_takes_mib_modulo_64(monkeypatch):
+    from vramscope import _capture
+
+    monkeypatch.delenv("VRAMSCOPE_STACKS_PHASE", raising=False)
+    assert _capture._stacks_phase() == 32.0
+    monkeypatch.setenv("VRAMSCOPE_STACKS_PHASE", "43.4")
+    assert _capture._stacks_phase() == 43.4
+    for bad in ("64", "-1", "half"):
+        monkeypatch.setenv("VRAMSCOPE_STACKS_PHASE", bad)
+        with pytest.raises(ValueError, match="VRAMSCOPE_STACKS_PHASE"):
+            _capture._stacks_phase()

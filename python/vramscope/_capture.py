@@ -2774,6 +2774,24 @@ def _arenas_packed() -> int:
     return packed
 
 
+def _stacks_phase() -> float:
+    """`VRAMSCOPE_STACKS_PHASE` (MiB, 0 to 64), a validation setting: where a GPU process's OpenMP
+    stacks made before its context lie modulo 64 MiB (rule 17's draw: address-space randomisation;
+    blind299/kn03's phase-3 allocated is 318,373,376 at 2 to 19 MiB modulo 32, 315,620,864 at 0 and
+    20 to 23, 316,145,152 at 1 and 24 to 26, and its H100 processes printed the first and the last,
+    session 69). Unset: the median, 32."""
+    value = os.environ.get("VRAMSCOPE_STACKS_PHASE")
+    if not value:
+        return 32.0
+    try:
+        phase = float(value)
+    except ValueError:
+        phase = -1.0
+    if not 0.0 <= phase < 64.0:
+        raise ValueError(f"VRAMSCOPE_STACKS_PHASE={value!r}: expected MiB modulo 64, such as 43.4")
+    return phase
+
+
 #: (thread, native device) of captures that died on another thread than their device's: a PyO3
 #: device is dropped on the thread that made it (`unsendable`), so one a garbage collection on
 #: another thread (the autograd device thread's) finds is kept here until its own thread is back
@@ -3145,14 +3163,14 @@ class Capture:
         above its 15 stacks, the arenas below those 128 MiB apart, the later storages in the gaps
         (top-down, the first made highest), then the context's own mappings and its range under
         the lowest arena. The stacks' phase modulo 64 MiB is the process's draw: the median,
-        32 MiB (the H100's probe: 43.4)."""
+        32 MiB (the H100's probe: 43.4; `VRAMSCOPE_STACKS_PHASE` sets it for validation)."""
         from . import _host_layout as hl
 
         device, mib = self.device, float(1 << 20)
         earlier = [st for st in storages if st.data_ptr() in self.pool_over]
         later = [st for st in storages if st.data_ptr() not in self.pool_over]
         lens = {id(st): device.host_mapping_len(st.nbytes()) for st in storages}
-        stacks_low = 64.0 * 1024 + 32.0
+        stacks_low = 64.0 * 1024 + _stacks_phase()
         at = stacks_low + INTRA_OP_WORKERS * hl.STACK
         space = hl.AddressSpace([])
         for st in earlier:
