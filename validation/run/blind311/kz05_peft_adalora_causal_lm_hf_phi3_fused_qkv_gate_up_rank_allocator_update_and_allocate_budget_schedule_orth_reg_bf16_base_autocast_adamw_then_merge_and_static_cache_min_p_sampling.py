@@ -6,8 +6,9 @@ on right-padded 8 x 512 batches with the orthogonality regulariser that AdaLoRA'
 (P P^T - I over every lora_A and lora_B); after each optimizer step base_model.update_and_allocate(step)
 updates the EMA sensitivity/uncertainty scores from the gradients and masks the lowest-importance singular
 values (kthvalue over all layers' scores), with the final budget forced on the last step. Then
-merge_and_unload, and generate() with cache_implementation="static": min_p sampling with
-num_return_sequences 3 on 6 left-padded prompts, then a greedy batch of 16 longer prompts.
+merge_and_unload, and generate() with cache_implementation="static" run eagerly (disable_compile=True:
+no automatic torch.compile of the decoding step): min_p sampling with num_return_sequences 3 on 6
+left-padded prompts, then a greedy batch of 16 longer prompts.
 
 Phases: 0 model and adapter built; 1 first step; 2 four more steps (masking, then final budget); 3 merged
 and static-cache sampling; 4 static-cache greedy batch."""
@@ -109,6 +110,7 @@ with torch.no_grad():
         input_ids=(prompts * attn).to(device),
         attention_mask=attn.to(device),
         cache_implementation="static",
+        disable_compile=True,
         do_sample=True,
         min_p=0.05,
         temperature=1.0,
@@ -131,6 +133,7 @@ with torch.no_grad():
         input_ids=(prompts * attn).to(device),
         attention_mask=attn.to(device),
         cache_implementation="static",
+        disable_compile=True,
         do_sample=False,
         max_new_tokens=NEW2,
         min_new_tokens=NEW2,
