@@ -446,7 +446,8 @@ const SPEC_THREADS: &str = "CUDA C++ Programming Guide, compute capability table
 const H100_CUDNN_PLANS: &str =
     "forward bfloat16 nchw 0 384,16,16 192,384,3,3 1,1 1,1 1,1 0,0 1 | 64:20201619 128:39075987
 forward bfloat16 nhwc 0 256,8,8 512,256,4,4 2,2 1,1 1,1 0,0 1 | 128:0
-dgrad bfloat16 nhwc 1 512,4,4 512,256,4,4 2,2 1,1 1,1 0,0 1 | 128:0";
+dgrad bfloat16 nhwc 1 512,4,4 512,256,4,4 2,2 1,1 1,1 0,0 1 | 128:0
+dgrad float16 nhwc 0 128,16,16 128,128,3,3 1,1 1,1 1,1 0,0 1 | 16:0";
 
 /// NVIDIA H100 80GB HBM3 (sm_90), measured.
 pub const H100: GpuSpec = GpuSpec {

@@ -1206,6 +1206,32 @@ mod tests {
         assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(0));
     }
 
+    /// blind308/kw01's FPN and head towers at 16 x 16 (float16, channels-last, batch 16): the H100's
+    /// memory history (session 69) holds no dgrad workspace in any of their 36 backward calls, the
+    /// table's 4,194,719 bytes are the H200's; the H200 keeps them.
+    #[test]
+    fn the_h100_takes_no_workspace_for_kw01s_16x16_tower_dgrad_at_16() {
+        let (h100, h200) = (
+            DeviceProfile::h100_torch_2_11(),
+            DeviceProfile::h200_torch_2_11(),
+        );
+        let p = ConvProblem {
+            op: ConvOp::BackwardData,
+            dtype: DType::F16,
+            channels_last: true,
+            transposed: false,
+            input: &[16, 128, 16, 16],
+            weight: &[128, 128, 3, 3],
+            stride: &[1, 1],
+            padding: &[1, 1],
+            dilation: &[1, 1],
+            output_padding: &[0, 0],
+            groups: 1,
+        };
+        assert_eq!(cudnn_conv_problem_workspace(&h100, &p), Some(0));
+        assert_eq!(cudnn_conv_problem_workspace(&h200, &p), Some(4_194_719));
+    }
+
     /// InfoGAN's Q-head 1x1 wgrads run NCHW (their input and gradient both suggest it): the bytes
     /// blind297/kl02's H100 memory history took at their place (session 68).
     #[test]
