@@ -722,6 +722,29 @@ def test_eigh_takes_the_syevd_or_syevj_workspace_the_h200_counted(n, counts):
     assert not cap.unmeasured
 
 
+@pytest.mark.parametrize(
+    ("batch", "dtype", "work"),
+    [
+        (2048, torch.complex128, 2_574_910_080),
+        (512, torch.complex128, 643_728_000),
+        (2048, torch.float64, 1_287_455_104),
+        (2048, torch.complex64, 1_287_455_104),
+        (1, torch.complex128, 1_258_160),  # one matrix: syevd
+    ],
+)
+def test_eigh_of_small_matrices_takes_the_workspace_the_h100_measured(batch, dtype, work):
+    # kx69_blind309_workspaces_probe's H100 events: vectors, values, infos, syevjBatched's one
+    # workspace for the batch (syevd's for one matrix), check_errors' byte(s)
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(batch, 16, 16, device="cuda", dtype=dtype)
+        _, counts = counted(lambda: torch.linalg.eigh(a))
+        size = a.element_size()
+        outputs = batch * 256 * size + batch * 16 * size // (2 if dtype.is_complex else 1)
+        checks = 1 if batch > 1 else 2
+        assert counts == (4 + checks, outputs + batch * 4 + work + checks)
+    assert not cap.unmeasured
+
+
 def test_cholesky_inverse_and_lu_factor_of_one_matrix():
     # dm06 (K-FAC): the result, the factor's column-major clone and potrs' info; LU, pivots, info
     # and getrf's workspace
