@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import vramscope
-from conftest import FIXTURES, ROOT, run_script
+from conftest import FIXTURES, ROOT, probe_events, run_script
 from vramscope import _sparse
 
 PROBE = json.loads((FIXTURES / "run" / "sparse" / "sparse_probe_h200.json").read_text())
@@ -898,3 +898,21 @@ def test_a_cuda_coo_tensor_cast_to_another_dtype_copies_indices_then_values():
         assert f.is_coalesced() and f._nnz() == 4
         assert got == [("alloc", 2 * 4 * 8), ("alloc", 4 * 4)]
         assert not cap.unmeasured
+
+
+KX69 = "kx69_blind309_workspaces_probe_h100.txt"
+
+
+@pytest.mark.parametrize("width", [128, 16])
+def test_csr_product_of_a_large_adjacency_takes_the_spmm_buffer_the_h100_measured(width):
+    # blind309/kx02's normalised 120,000-node adjacency (1,560,000 entries, int64 indices) by its
+    # features: the result, cuSPARSE SpMM's 520,007-byte buffer, in the probe's order
+    n, nnz = 120_000, 1_560_000
+    with vramscope.capture(gpu="h100") as cap:
+        idx = torch.empty(2, nnz, dtype=torch.long, device="cuda")
+        coo = torch.sparse_coo_tensor(idx, torch.empty(nnz, device="cuda"), (n, n), is_coalesced=True)
+        a = coo.to_sparse_csr()
+        x = torch.empty(n, width, device="cuda")
+        _, got = _history(lambda: torch.sparse.mm(a, x))
+        assert got == probe_events(KX69, f"csr spmm ({n} x {n}, {nnz}) x {width} float32")
+    assert not cap.unmeasured

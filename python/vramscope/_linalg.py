@@ -843,9 +843,11 @@ def _gesvda(cap, a, m: int, n: int, op: str) -> None:
 
 def gesvdj_workspace_bytes(m: int, n: int, full_matrices: bool, dtype) -> tuple[int, int] | None:
     """`apply_svd_cusolver_gesvdj`'s workspace, `sizeof(scalar_t) * lwork` for one matrix: the least
-    and the most bytes of `_gesvdj`'s fitted lwork (the same in elements for float32 and float64),
-    or None for the types not measured."""
-    if dtype not in (torch.float32, torch.float64):
+    and the most bytes of `_gesvdj`'s fitted lwork (the same in elements for float32, float64 and
+    complex64), or None for the types not measured."""
+    # complex64: the same lwork in elements (kx69_blind309_workspaces_probe's H100 events: 16 x 256,
+    # 790,592 elements, 6,324,736 bytes where float32 takes 3,162,368)
+    if dtype not in (torch.float32, torch.float64, torch.complex64):
         return None
     lo, hi = gesvdj_lwork_bounds(m, n, econ=not full_matrices)
     return lo * dtype.itemsize, hi * dtype.itemsize

@@ -1436,6 +1436,10 @@ SPMM_BUFFER = {
     # the masked gradient by k): the bytes of the column-major-result products of the same problems
     (4_096, 4_096, 130_555, 64, torch.float32, torch.int64, False): 43_527,
     (32_768, 32_768, 1_048_101, 64, torch.float32, torch.int64, False): 349_375,
+    # kx69_blind309_workspaces_probe's H100 events (blind309/kx02's 120,000-node adjacency by 128-
+    # and 16-wide features, forward and the backward's products): the same bytes either width
+    (120_000, 120_000, 1_560_000, 128, torch.float32, torch.int64, False): 520_007,
+    (120_000, 120_000, 1_560_000, 16, torch.float32, torch.int64, False): 520_007,
 }
 
 
