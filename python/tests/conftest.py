@@ -111,6 +111,15 @@ def counted(fn):
     return out, tuple(after[k] - before[k] for k in keys)
 
 
+def probe_events(name, tag):
+    """The GPU's alloc/free events of one case (`tag: ... events +A -F ...`) of a probe's output
+    `validation/run/probes/NAME`, as (action, bytes) pairs."""
+    text = (ROOT / "validation" / "run" / "probes" / name).read_text()
+    line = next(x for x in text.splitlines() if x.startswith(tag + ":"))
+    sizes = line.split(" events ")[1].split()
+    return [("alloc" if s[0] == "+" else "free_requested", int(s[1:])) for s in sizes]
+
+
 def extra_allocations(setup, op, gpu: str = "h100"):
     """Allocations and requested bytes `op(*setup())` makes on a simulated `gpu` beyond the new
     storages it returns."""

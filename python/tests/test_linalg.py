@@ -7,7 +7,7 @@ import lzma
 import pytest
 import torch
 import vramscope
-from conftest import FIXTURES, ROOT, counted
+from conftest import FIXTURES, ROOT, counted, probe_events
 from vramscope import _gesvdj, _linalg
 from vramscope._tensor import set_value
 
@@ -262,10 +262,10 @@ def test_svd_takes_gesvdj_of_a_column_major_clone():
         assert torch.cuda.memory_allocated() == 3 * 67108864 + 16384
         assert "aten::_linalg_svd" not in cap.unmeasured
         # a type without a measured workspace: the rest, and the workspace named unmeasured
-        b = torch.empty(300, 200, device="cuda", dtype=torch.complex64)
+        b = torch.empty(300, 200, device="cuda", dtype=torch.complex128)
         _, counts = counted(lambda: torch.linalg.svd(b, full_matrices=True))
-        assert counts == (7, 8 * (300 * 300 + 200 * 200) + 4 * 200 + 4 + 8 * 300 * 200 + 2)
-        assert any("gesvdj workspace (300 x 200, torch.complex64" in name for name in cap.unmeasured)
+        assert counts == (7, 16 * (300 * 300 + 200 * 200) + 8 * 200 + 4 + 16 * 300 * 200 + 2)
+        assert any("gesvdj workspace (300 x 200, torch.complex128" in name for name in cap.unmeasured)
 
 
 PROBE = json.loads((FIXTURES / "run" / "svd" / "svd_probe_h200.json").read_text())
@@ -341,7 +341,7 @@ def test_gesvdj_lwork_is_the_h200s_over_the_whole_grid():
     assert 0 < hi - lo <= 31 and _gesvdj.gesvdj_lwork(999, 998, True) is None
     lo, hi = _gesvdj.gesvdj_lwork_bounds(400, 300, True)
     assert (lo, hi) == (1024 * (512 + 300) + 320 + 32, 1024 * (512 + 384) + 320 + 32)
-    assert _linalg.gesvdj_workspace_bytes(4096, 4096, False, torch.complex64) is None
+    assert _linalg.gesvdj_workspace_bytes(4096, 4096, False, torch.complex128) is None
     with pytest.raises(ValueError):
         _gesvdj.gesvdj_lwork(0, 4, True)
 
@@ -722,6 +722,29 @@ def test_eigh_takes_the_syevd_or_syevj_workspace_the_h200_counted(n, counts):
     assert not cap.unmeasured
 
 
+@pytest.mark.parametrize(
+    ("batch", "dtype", "work"),
+    [
+        (2048, torch.complex128, 2_574_910_080),
+        (512, torch.complex128, 643_728_000),
+        (2048, torch.float64, 1_287_455_104),
+        (2048, torch.complex64, 1_287_455_104),
+        (1, torch.complex128, 1_258_160),  # one matrix: syevd
+    ],
+)
+def test_eigh_of_small_matrices_takes_the_workspace_the_h100_measured(batch, dtype, work):
+    # kx69_blind309_workspaces_probe's H100 events: vectors, values, infos, syevjBatched's one
+    # workspace for the batch (syevd's for one matrix), check_errors' byte(s)
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.empty(batch, 16, 16, device="cuda", dtype=dtype)
+        _, counts = counted(lambda: torch.linalg.eigh(a))
+        size = a.element_size()
+        outputs = batch * 256 * size + batch * 16 * size // (2 if dtype.is_complex else 1)
+        checks = 1 if batch > 1 else 2
+        assert counts == (4 + checks, outputs + batch * 4 + work + checks)
+    assert not cap.unmeasured
+
+
 def test_cholesky_inverse_and_lu_factor_of_one_matrix():
     # dm06 (K-FAC): the result, the factor's column-major clone and potrs' info; LU, pivots, info
     # and getrf's workspace
@@ -1046,3 +1069,17 @@ def test_ldl_factor_and_solve_scratch_is_the_h100s():
                 del x
             del a, rhs, ld, piv, info
         assert not [u for u in cap.unmeasured if "sytr" in u], cap.unmeasured
+
+
+def test_svdvals_of_complex64_matrices_takes_gesvdj_s_workspace_in_elements():
+    # kx69_blind309_workspaces_probe: 512 complex64 16 x 256 matrices take gesvdj's lwork of
+    # float32 (790,592 elements) at 8 bytes an element
+    with vramscope.capture(gpu="h100") as cap:
+        x = torch.empty(512, 16, 256, device="cuda", dtype=torch.complex64)
+        out = []
+        got = _history(lambda: out.append(torch.linalg.svdvals(x)))
+        want = probe_events(
+            "kx69_blind309_workspaces_probe_h100.txt", "svdvals (512, 16, 256) torch.complex64"
+        )
+        assert got == [(action[0], size) for action, size in want]
+    assert not cap.unmeasured

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import vramscope
-from conftest import FIXTURES, ROOT, run_script
+from conftest import FIXTURES, ROOT, probe_events, run_script
 from vramscope import _sparse
 
 PROBE = json.loads((FIXTURES / "run" / "sparse" / "sparse_probe_h200.json").read_text())
@@ -662,16 +662,21 @@ def test_sparse_softmax_and_its_backward_run_with_their_outputs_counted():
     # blind271 probing (a GAT's attention by `torch.sparse.softmax` over COO scores): the twin raised
     # "no rule ... and no meta kernel" where the GPU runs `softmax_sparse_cuda` (sparse/cuda/SoftMax.cu):
     # the coalesced input's indices and values' sizes again for the output (values first, then the
-    # indices copied), the backward's gradient likewise; the Thrust pools' scratch is named unmeasured
+    # indices copied), the backward's gradient likewise; over a sparse dimension `compute_pool_max`'s
+    # pools (strides, offsets, sorted positions, merge sort, pool sizes, pool offsets, max rows:
+    # `_softmax_pools`), whose reduce_by_key and scan scratch are named unmeasured at these sizes
+    host = torch.randint(0, 512, (2, 4096), generator=torch.Generator().manual_seed(0))
+    rows = torch.unique(host[0]).numel()
     with vramscope.capture(gpu="h200") as cap:
-        idx = torch.randint(0, 512, (2, 4096), device="cuda")
+        idx = host.cuda()
         s = torch.sparse_coo_tensor(idx, torch.randn(4096, device="cuda"), (512, 512)).coalesce()
         s.requires_grad_()
         nnz = s._nnz()
         before = torch.cuda.memory_stats()["requested_bytes.all.allocated"]
         out = torch.sparse.softmax(s, 1)
         grown = torch.cuda.memory_stats()["requested_bytes.all.allocated"] - before
-        assert out.is_sparse and out._nnz() == nnz and grown == nnz * 4 + 2 * nnz * 8
+        pools = 16 + 3 * nnz * 8 + _sparse.merge_sort_pairs_bytes(nnz, 8, 0) + rows * (8 + 4)
+        assert out.is_sparse and out._nnz() == nnz and grown == nnz * 4 + 2 * nnz * 8 + pools
         (g,) = torch.autograd.grad(out.to_dense().sum(), s)
         assert g.is_sparse and g._nnz() == nnz
         log_out = torch.sparse.log_softmax(s.detach(), 0)
@@ -898,3 +903,45 @@ def test_a_cuda_coo_tensor_cast_to_another_dtype_copies_indices_then_values():
         assert f.is_coalesced() and f._nnz() == 4
         assert got == [("alloc", 2 * 4 * 8), ("alloc", 4 * 4)]
         assert not cap.unmeasured
+
+
+KX69 = "kx69_blind309_workspaces_probe_h100.txt"
+
+
+@pytest.mark.parametrize("width", [128, 16])
+def test_csr_product_of_a_large_adjacency_takes_the_spmm_buffer_the_h100_measured(width):
+    # blind309/kx02's normalised 120,000-node adjacency (1,560,000 entries, int64 indices) by its
+    # features: the result, cuSPARSE SpMM's 520,007-byte buffer, in the probe's order
+    n, nnz = 120_000, 1_560_000
+    with vramscope.capture(gpu="h100") as cap:
+        idx = torch.empty(2, nnz, dtype=torch.long, device="cuda")
+        coo = torch.sparse_coo_tensor(idx, torch.empty(nnz, device="cuda"), (n, n), is_coalesced=True)
+        a = coo.to_sparse_csr()
+        x = torch.empty(n, width, device="cuda")
+        _, got = _history(lambda: torch.sparse.mm(a, x))
+        assert got == probe_events(KX69, f"csr spmm ({n} x {n}, {nnz}) x {width} float32")
+    assert not cap.unmeasured
+
+
+def test_sparse_softmax_over_a_sparse_dimension_allocates_the_h100s_pools():
+    # blind309/kx02's scores over its circulant adjacency (120,000 rows of 13 entries), softmax over
+    # dim 1: the output's values and indices, then `compute_pool_max`'s offsets, sorted positions,
+    # merge sort, pool sizes, reduce_by_key, pool offsets, exclusive scan and max rows, in the
+    # probe's order; the pool count from the indices' values
+    n, k = 120_000, 12
+    offsets = torch.tensor([1, 2, 5, 17, 64, 301, 1024, 4099, 16411, 40009, 77773, 99991])
+    rows = torch.arange(n).repeat_interleave(k)
+    index = torch.stack(
+        [torch.cat([rows, torch.arange(n)]), torch.cat([(rows + offsets.repeat(n)) % n, torch.arange(n)])]
+    )
+    with vramscope.capture(gpu="h100") as cap:
+        a = torch.sparse_coo_tensor(
+            index.cuda(), torch.ones(index.shape[1], device="cuda"), (n, n)
+        ).coalesce()
+        s = torch.sparse_coo_tensor(
+            a.indices(), torch.empty(a._nnz(), device="cuda"), (n, n), is_coalesced=True
+        )
+        out = []
+        _, got = _history(lambda: out.append(torch.sparse.softmax(s, dim=1)))
+        assert got == probe_events(KX69, "coo sparse.softmax dim 1 (1560000 entries)")
+    assert not cap.unmeasured

@@ -28,13 +28,22 @@ class Zero:
         self.dtype = dtype
 
 
+def program_tracing() -> bool:
+    """Whether the program's own `make_fx` is tracing (its ProxyTorchDispatchMode, an infra mode, is
+    set; `torch.func.linearize` traces its JVP so): `c10::impl::dispatch_mode_enabled()` is then true
+    on the GPU too, so every tensor counts as subclass-like there (`isTensorSubclassLike`,
+    aten/src/ATen/TensorSubclassLikeUtils.h) and the formulas and composites take their out-of-place
+    branches, as the twin's tensors do under its own mode."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+
+
 def duals(x, *others):
     """`(level, [(primal, tangent), ...])` for x and each of `others` (None stays `(None, None)`, a
     tensor without a tangent is `(tensor, Zero)`) when x is a simulated tensor at the current
     forward-AD level carrying a tangent that is not a zero tensor, and nothing that requires grad
-    would record a graph; else None."""
+    would record a graph, and the program's make_fx is not tracing (`program_tracing`); else None."""
     level = fwad._current_level
-    if level < 0 or not registered(x):
+    if level < 0 or not registered(x) or program_tracing():
         return None
     given = [t for t in (x, *others) if t is not None]
     if any(not isinstance(t, torch.Tensor) for t in given):

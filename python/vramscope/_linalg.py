@@ -54,6 +54,20 @@ WORKSPACE = {
     # blind132/eb02's H200 history (a 1 x 1 and a 768 x 768 eigenbasis)
     ("syevd", 1, torch.float32): 265496,
     ("syevd", 768, torch.float32): 9959308,
+    # kx69_blind309_workspaces_probe's H100 events (one 16 x 16 complex128 matrix)
+    ("syevd", 16, torch.complex128): 1258160,
+}
+
+
+#: `cusolverDn<t>syevjBatched_bufferSize`'s device bytes (`sizeof(scalar_t) * lwork`, allocated once
+#: for the batch by `apply_syevj_batched`) by (n, batch, dtype), as an H100 measured them
+#: (kx69_blind309_workspaces_probe: blind309/kx04's MUSIC covariances; lwork is 78,580 elements a
+#: 16 x 16 matrix plus 40 for complex128, 48 for float64 and complex64)
+SYEVJ_BATCHED_WORKSPACE = {
+    (16, 2048, torch.complex128): 2_574_910_080,
+    (16, 512, torch.complex128): 643_728_000,
+    (16, 2048, torch.float64): 1_287_455_104,
+    (16, 2048, torch.complex64): 1_287_455_104,
 }
 
 
@@ -143,7 +157,12 @@ def _linalg_eigh(cap, func, args, kwargs):
     n = a.size(-1)
     routine = _eigh_routine(a)
     if routine == "syevjBatched":
-        work = _workspace(cap, routine, n, a.dtype, op)
+        nbytes = SYEVJ_BATCHED_WORKSPACE.get((n, batch, a.dtype))
+        if nbytes is None:
+            cap.note_unmeasured(f"{op}'s cuSOLVER syevjBatched workspace ({batch} x {n} x {n}, {a.dtype})")
+            work = None
+        else:
+            work = cap.malloc(nbytes, op, "workspace")
         del work
     else:
         for _ in range(batch):
@@ -824,9 +843,11 @@ def _gesvda(cap, a, m: int, n: int, op: str) -> None:
 
 def gesvdj_workspace_bytes(m: int, n: int, full_matrices: bool, dtype) -> tuple[int, int] | None:
     """`apply_svd_cusolver_gesvdj`'s workspace, `sizeof(scalar_t) * lwork` for one matrix: the least
-    and the most bytes of `_gesvdj`'s fitted lwork (the same in elements for float32 and float64),
-    or None for the types not measured."""
-    if dtype not in (torch.float32, torch.float64):
+    and the most bytes of `_gesvdj`'s fitted lwork (the same in elements for float32, float64 and
+    complex64), or None for the types not measured."""
+    # complex64: the same lwork in elements (kx69_blind309_workspaces_probe's H100 events: 16 x 256,
+    # 790,592 elements, 6,324,736 bytes where float32 takes 3,162,368)
+    if dtype not in (torch.float32, torch.float64, torch.complex64):
         return None
     lo, hi = gesvdj_lwork_bounds(m, n, econ=not full_matrices)
     return lo * dtype.itemsize, hi * dtype.itemsize

@@ -589,8 +589,75 @@ def _sparse_softmax(cap, func, args, kwargs):
             dense = _empty(cap, values.shape, values.dtype, op)
             new_values = dense
         else:
-            cap.note_unmeasured(f"{op}'s pools over a sparse dimension (Thrust sorts and scans, sparse COO)")
+            _softmax_pools(cap, coalesced, values, dim, op)
     return _make(coalesced, new_indices, new_values, True, index_values(coalesced))
+
+
+#: Thrust's temporary storage in `compute_pool_max` (sparse/cuda/SoftMax.cu) by item count, bytes as
+#: the H100 measured them (kx69_blind309_workspaces_probe: blind309/kx02's 1,560,000 entries in
+#: 120,000 rows): `reduce_by_key` over the sorted entries and the in-place `exclusive_scan` of the
+#: pools' int64 sizes; no formula from CUB's tunings reproduces them yet
+REDUCE_BY_KEY_BYTES = {1_560_000: 12_287}
+EXCLUSIVE_SCAN_INT64_BYTES = {120_000: 1_791}
+
+
+def _pool_count(cap, t, dim: int, nnz: int) -> int:
+    """`compute_pool_max`'s `new_sz`: the distinct tuples of the sparse indices other than `dim`
+    (every entry its own pool where the twin does not carry the indices' values: the most, with a
+    warning)."""
+    v = index_values(t)
+    if v is None:
+        from ._capture import _user_site
+
+        site = _user_site()
+        cap.warn_once(
+            "softmax_pools:" + site,
+            f"{site}: a sparse softmax over a sparse dimension of {nnz} entries sizes its pools by the "
+            "indices' values, which the twin does not compute: it takes every entry as its own pool "
+            "(the largest; memory there is an upper bound)",
+        )
+        return nnz
+    rest = torch.cat([v[:dim], v[dim + 1 :]]) if v.shape[0] > 1 else v[:0]
+    return int(torch.unique(rest, dim=1).shape[1]) if rest.shape[0] else 1
+
+
+def _softmax_pools(cap, t, values, dim: int, op: str) -> None:
+    """`cuda_sparse_coo_softmax` over a sparse dimension: `get_offsets` (the strides, ndim int64
+    from the host, and each entry's pool offset, nnz int64; the strides die as it returns), then
+    `compute_pool_max`: sorted positions (nnz int64), Thrust's merge sort of them by offset
+    (`thrust::sort` with a comparator: CUB's merge sort of int64 keys), the pool sizes (nnz int64,
+    `reduce_by_key`'s scratch), the pools' offsets (`pool_sizes.clone()` after `resize_` to the pool
+    count, then `exclusive_scan`'s scratch) and the max rows (`at::full`: pools x values); the
+    offsets die as it returns, the rest after the kernel. Sizes and order as the H100's events of
+    kx69_blind309_workspaces_probe."""
+    nnz, sd = values.shape[0], t.sparse_dim()
+    nvalues = math.prod(values.shape[1:])
+    strides = cap.malloc(sd * 8, op, "temporary")
+    offsets = cap.malloc(nnz * 8, op, "temporary")
+    del strides
+    positions = cap.malloc(nnz * 8, op, "temporary")
+    sort = cap.malloc(merge_sort_pairs_bytes(nnz, 8, 0), op, "workspace")
+    del sort
+    sizes = cap.malloc(nnz * 8, op, "temporary")
+    _thrust_scratch(cap, REDUCE_BY_KEY_BYTES.get(nnz), op, f"{op}'s Thrust reduce_by_key ({nnz} entries)")
+    pools = _pool_count(cap, t, dim, nnz)
+    pool_offsets = cap.malloc(pools * 8, op, "temporary")
+    _thrust_scratch(
+        cap, EXCLUSIVE_SCAN_INT64_BYTES.get(pools), op, f"{op}'s Thrust exclusive_scan ({pools} pools)"
+    )
+    mx = cap.malloc(pools * nvalues * values.element_size(), op, "temporary")
+    del offsets
+    del positions, pool_offsets, sizes, mx
+
+
+def _thrust_scratch(cap, nbytes, op: str, what: str) -> None:
+    """Thrust's temporary array from the caching allocator, allocated and freed, or `what` named
+    unmeasured."""
+    if nbytes is None:
+        cap.note_unmeasured(what)
+        return
+    scratch = cap.malloc(nbytes, op, "workspace")
+    del scratch
 
 
 OPS[aten._sparse_softmax.default] = _sparse_softmax
@@ -1436,6 +1503,10 @@ SPMM_BUFFER = {
     # the masked gradient by k): the bytes of the column-major-result products of the same problems
     (4_096, 4_096, 130_555, 64, torch.float32, torch.int64, False): 43_527,
     (32_768, 32_768, 1_048_101, 64, torch.float32, torch.int64, False): 349_375,
+    # kx69_blind309_workspaces_probe's H100 events (blind309/kx02's 120,000-node adjacency by 128-
+    # and 16-wide features, forward and the backward's products): the same bytes either width
+    (120_000, 120_000, 1_560_000, 128, torch.float32, torch.int64, False): 520_007,
+    (120_000, 120_000, 1_560_000, 16, torch.float32, torch.int64, False): 520_007,
 }
 
 

@@ -31,10 +31,21 @@ def _python_subclass(t) -> bool:
     return isinstance(t, torch.Tensor) and type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__
 
 
+def _add_bias(output, bias):
+    """Linear.cpp's bias after `matmul`: out of place where the bias is subclass-like or carries a
+    level-0 forward-AD tangent (`isTensorSubclassLike(*bias) || bias->_fw_grad(0).defined()`: "for
+    composite compliance"), else `output.add_(bias)`."""
+    from .. import _forward_ad
+
+    if _forward_ad.program_tracing() or _python_subclass(bias) or _forward_ad.has_tangent(bias):
+        return torch.add(output, bias)
+    return output.add_(bias)
+
+
 def linear(original):
     """`at::native::linear` (`aten/src/ATen/native/Linear.cpp`) as it runs for
     CUDA tensors: addmm for 2-D inputs, the flattened addmm for contiguous
-    inputs, else matmul and an in-place `add_` of the bias. Under autocast
+    inputs, else matmul and the bias added (`_add_bias`). Under autocast
     `linear` is the op autocast wraps (`autocast_mode.cpp`): its three
     arguments are cast first, right to left, and Linear.cpp's choice is made on
     the casts (a non-dense input's cast is contiguous), with autocast excluded."""
@@ -52,9 +63,7 @@ def linear(original):
             # set version_counter for inference tensor" (as PyTorch does for the program's own)
             return original(input, weight, bias)
         if not torch.is_autocast_enabled("cuda"):
-            output = torch.matmul(input, weight.t())
-            output.add_(bias)
-            return output
+            return _add_bias(torch.matmul(input, weight.t()), bias)
         from .. import _autocast
 
         dtype = torch.get_autocast_dtype("cuda")
@@ -65,8 +74,7 @@ def linear(original):
                 # (preserve_format), so the flattened addmm runs (blind167/fk05's sliced lm_head input)
                 output = original(args[0], args[1], args[2])
             else:
-                output = torch.matmul(args[0], args[1].t())
-                output.add_(args[2])
+                output = _add_bias(torch.matmul(args[0], args[1].t()), args[2])
         # the uncached casts die left to right as the op returns
         args[0] = args[1] = args[2] = None
         return output
