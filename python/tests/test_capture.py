@@ -6026,6 +6026,34 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_a_kept_cuda_graph_is_instantiated_by_the_user_or_its_first_replay_and_allocates_nothing():
+    # blind310/ky05: CUDAGraph(keep_graph=True) keeps the cudaGraph_t at capture_end and leaves its
+    # instantiation to `instantiate()` or the first replay (CUDAGraph.cpp), driver memory both; a graph
+    # without keep_graph was instantiated by capture_end, and instantiate() refuses it
+    with vramscope.capture():
+        kept = torch.cuda.CUDAGraph(keep_graph=True)
+        with pytest.raises(RuntimeError, match="capture_end\\(\\) must have been called"):
+            kept.instantiate()
+        with torch.cuda.graph(kept):
+            y = torch.empty(256, device="cuda")
+        before = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+        kept.instantiate()
+        kept.instantiate()  # a kept graph may be instantiated again (its old exec destroyed)
+        kept.replay()
+        assert (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) == before
+        lazy = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(lazy, pool=kept.pool()):
+            z = torch.empty(256, device="cuda")
+        lazy.replay()
+        plain = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(plain):
+            w = torch.empty(256, device="cuda")
+        with pytest.raises(RuntimeError, match="only when keep_graph=true"):
+            plain.instantiate()
+        plain.replay()
+        del y, z, w
+
+
 def test_a_cuda_graph_is_named_unmeasured_only_when_another_stream_allocates_in_its_capture():
     # the twin keys a capture's private pool by the capturing stream: a capture on that stream alone
     # is modelled (the docs' warm-up on a side stream before it included); a stream joined into the

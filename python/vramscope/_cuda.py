@@ -433,8 +433,11 @@ def patch(cap) -> _Patch:
         during the capture (a stream joined into it) is not modelled (named unmeasured,
         `Capture.pool_stream`)."""
 
-        def __init__(self, *args, **kwargs):
-            pass
+        def __init__(self, keep_graph=False):
+            # `keep_graph=True` (CUDAGraph.cpp): capture_end keeps the cudaGraph_t and leaves its
+            # instantiation to `instantiate()` or the first replay; neither touches the allocator
+            self._keep_graph = bool(keep_graph)
+            self._ended = self._instantiated = False
 
         def register_generator_state(self, state):
             """A generator registered with the graph (`CUDAGraph::register_generator_state`,
@@ -499,8 +502,24 @@ def patch(cap) -> _Patch:
             cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
             self._rng_increments = [(g, g.capture_epilogue()) for g in self.__dict__.get("_generators", ())]
+            self._ended = True
+            if not self._keep_graph:
+                self._instantiated = True  # capture_end's own instantiate()
+
+        def instantiate(self):
+            """`CUDAGraph::instantiate`: cudaGraphInstantiate, device memory of the driver's, not the
+            caching allocator's; its two checks as CUDAGraph.cpp makes them."""
+            if not self._ended:
+                raise RuntimeError("capture_end() must have been called before calling instantiate")
+            if self._instantiated and not self._keep_graph:
+                raise RuntimeError(
+                    "instantiate() is intended to be called by the user only when keep_graph=true"
+                )
+            self._instantiated = True
 
         def replay(self):
+            if self._ended and not self._instantiated:
+                self.instantiate()  # a kept graph's first replay instantiates it (CUDAGraph::replay)
             # the default generator's offset moves on by what the capture drew (`replay_prologue`)
             cap.philox.replay_prologue(getattr(self, "_rng_increment", 0))
             for philox, increment in getattr(self, "_rng_increments", ()):
