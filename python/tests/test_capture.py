@@ -6026,6 +6026,28 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_set_stream_makes_the_stream_current_for_allocations_and_current_stream():
+    # blind310/ky04: torch.cuda.set_stream(side) (torch/cuda/__init__.py, no context manager) makes
+    # `side` current until a later call: its allocations go to side's pool and current_stream()
+    # answers it; a `torch.cuda.stream` context restores the stream it saved at its entry
+    with vramscope.capture():
+        side, other = torch.cuda.Stream(), torch.cuda.Stream()
+        torch.cuda.set_stream(side)
+        assert torch.cuda.current_stream() == side
+        x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        with torch.cuda.stream(other):
+            assert torch.cuda.current_stream() == other
+            torch.cuda.set_stream(torch.cuda.default_stream())
+        assert torch.cuda.current_stream() == side
+        torch.cuda.set_stream(None)
+        assert torch.cuda.current_stream() == side
+        torch.cuda.set_stream(torch.cuda.default_stream())
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        streams = {seg["stream"] for seg in torch.cuda.memory_snapshot()}
+        assert streams == {side.cuda_stream}
+        del x
+
+
 def test_a_kept_cuda_graph_is_instantiated_by_the_user_or_its_first_replay_and_allocates_nothing():
     # blind310/ky05: CUDAGraph(keep_graph=True) keeps the cudaGraph_t at capture_end and leaves its
     # instantiation to `instantiate()` or the first replay (CUDAGraph.cpp), driver memory both; a graph

@@ -398,7 +398,17 @@ def patch(cap) -> _Patch:
     p.set(cuda, "current_stream", lambda device=None: cap.current_stream_obj[-1])
     p.set(cuda, "default_stream", lambda device=None: default_stream)
     p.set(cuda, "stream", _StreamContext)
-    p.set(cuda, "set_stream", lambda s: setattr(cap, "stream", s.stream_id))
+
+    def set_stream(stream):
+        """`torch.cuda.set_stream` (torch/cuda/__init__.py): `stream` becomes the current one, the one
+        `current_stream()` answers too, until a later call; a `torch.cuda.stream` context entered
+        around it restores the stream it saved (the top of the twin's stack); None does nothing."""
+        if stream is None:
+            return
+        cap.stream = stream.stream_id
+        cap.current_stream_obj[-1] = stream
+
+    p.set(cuda, "set_stream", set_stream)
 
     def is_current_stream_capturing():
         """Whether the current stream is capturing a CUDA graph (cudaStreamIsCapturing on it,
