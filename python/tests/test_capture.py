@@ -6026,6 +6026,24 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_reserved() == 0
 
 
+def test_freeing_a_block_split_before_max_split_was_set_raises_the_cuda_error():
+    # blind310/ky03 on the H100: after `_set_allocator_settings("max_split_size_mb:..")` a request
+    # over the memory fraction frees cached oversize blocks, one of them inside a segment split
+    # before the setting: cudaFree refuses it, `torch.AcceleratorError` "CUDA error: invalid argument"
+    with vramscope.capture(gpu="h100"):
+        torch.cuda.set_per_process_memory_fraction(0.0125)  # about 1 GB of the H100
+        whole = torch.empty(300 * MIB, dtype=torch.uint8, device="cuda")
+        del whole
+        head = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
+        torch.cuda.memory._set_allocator_settings("max_split_size_mb:150")
+        with pytest.raises(torch.AcceleratorError, match=r"^CUDA error: invalid argument"):
+            torch.empty(800 * MIB, dtype=torch.uint8, device="cuda")
+        stats = torch.cuda.memory_stats()
+        assert stats["num_ooms"] == 0 and stats["num_device_free"] == 1
+        assert torch.cuda.memory_reserved() == 300 * MIB
+        del head
+
+
 def test_set_stream_makes_the_stream_current_for_allocations_and_current_stream():
     # blind310/ky04: torch.cuda.set_stream(side) (torch/cuda/__init__.py, no context manager) makes
     # `side` current until a later call: its allocations go to side's pool and current_stream()

@@ -3235,10 +3235,19 @@ class Capture:
                 self.pool_handles[handle] = stream
             return handle
         except _native.OutOfMemory as e:
-            self.oom = str(e)
+            failure = str(e)
         # raised outside the handler: no `__context__` whose traceback would keep the twin's frames
         # (and the tensors they hold) alive in the program's `except`
-        raise torch.OutOfMemoryError(self.oom)
+        raise self.allocation_error(failure)
+
+    def allocation_error(self, message: str) -> Exception:
+        """The exception of an allocation the allocator twin refused: `torch.OutOfMemoryError`, or
+        `torch.AcceleratorError` where `malloc` hit a CUDA error while freeing cached blocks for
+        room (`C10_CUDA_CHECK(cudaFree(..))`: "CUDA error: invalid argument")."""
+        if message.startswith("CUDA error: "):
+            return torch.AcceleratorError(message)
+        self.oom = message
+        return torch.OutOfMemoryError(message)
 
     def pool_stream(self) -> int:
         """The stream id the allocator keys the current allocation by: a capture's private pool
@@ -3423,10 +3432,10 @@ class Capture:
             dtype_name = str(dtype).removeprefix("torch.")
             self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
         except _native.OutOfMemory as e:
-            self.oom = str(e)
+            failure = str(e)
         else:
             return
-        raise torch.OutOfMemoryError(self.oom)
+        raise self.allocation_error(failure)
 
     def warn_once(self, key: str, message: str) -> None:
         """One warning per distinct key."""

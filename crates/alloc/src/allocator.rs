@@ -816,8 +816,12 @@ impl<D: Device> CachingAllocator<D> {
                     from_mempool = true;
                 }
             }
-            if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
-                found = self.alloc_block(small, stream, size, alloc_size, false);
+            if found.is_none() {
+                match self.release_available_cached_blocks(small, stream, size) {
+                    Ok(true) => found = self.alloc_block(small, stream, size, alloc_size, false),
+                    Ok(false) => {}
+                    Err(()) => return Err(self.cuda_error("invalid argument", size)),
+                }
             }
             // `C10_LIKELY(captures_underway.empty()) && release_cached_blocks(..)`: not while a
             // capture or `use_mem_pool` is underway
@@ -841,6 +845,7 @@ impl<D: Device> CachingAllocator<D> {
                 // (the driver's pool runs out where the twin's segments do:
                 // unmeasured)
                 malloc_async: self.malloc_async.as_ref().map(|p| p.oom(used, orig_size)),
+                cuda_error: None,
             });
         };
         if let Some((fits, other_rule)) = self.fits.as_mut() {
@@ -1203,6 +1208,7 @@ impl<D: Device> CachingAllocator<D> {
             allocated_bytes: used,
             reserved_bytes: used,
             malloc_async: Some(oom),
+            cuda_error: None,
         })
     }
 
@@ -1866,18 +1872,23 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `release_available_cached_blocks`: free oversize blocks, only enough.
-    fn release_available_cached_blocks(&mut self, small: bool, stream: u64, size: u64) -> bool {
+    fn release_available_cached_blocks(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+    ) -> Result<bool, ()> {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
-            return false;
+            return Ok(false);
         }
         let p = pool_index(small);
         let key_size = size.max(max_split);
         let first = self.pools[p].blocks.first_from(stream, key_size);
         match first {
             Some(k) if self.b(k.2).seg == NIL => {
-                self.release_block(k.2);
-                true
+                self.release_oversize_block(k.2)?;
+                Ok(true)
             }
             _ => {
                 // No single block is large enough; free oversize blocks,
@@ -1889,12 +1900,54 @@ impl<D: Device> CachingAllocator<D> {
                         break;
                     }
                     if self.b(k.2).seg == NIL {
-                        self.release_block(k.2);
+                        self.release_oversize_block(k.2)?;
                         total += k.0;
                     }
                 }
-                total >= key_size
+                Ok(total >= key_size)
             }
+        }
+    }
+
+    /// `release_block` of `release_available_cached_blocks`, which (unlike
+    /// `release_blocks`) does not ask whether the block is a whole segment:
+    /// PyTorch takes a block at least `max_split_size` long to be one, as
+    /// blocks that long are never split, but one split before
+    /// `max_split_size_mb` was set at run time (`_set_allocator_settings`)
+    /// is not. A block inside a segment (one before it) is a pointer that
+    /// `cudaFree` refuses with `cudaErrorInvalidValue`, after
+    /// `num_device_free` and the trace's SEGMENT_FREE and before anything
+    /// else changes (`C10_CUDA_CHECK` throws): `Err`, the block still cached.
+    /// blind310/ky03 on the H100: "CUDA error: invalid argument" where the
+    /// twin freed a 121,137,152-byte block inside a 463,470,592-byte segment.
+    fn release_oversize_block(&mut self, id: Id) -> Result<(), ()> {
+        if self.b(id).prev == NIL {
+            self.release_block(id);
+            return Ok(());
+        }
+        let (addr, size, stream) = {
+            let b = self.b(id);
+            (b.addr, b.size, b.stream)
+        };
+        self.stats.num_device_free += 1;
+        self.record(TraceAction::SegmentFree, addr, size, stream);
+        Err(())
+    }
+
+    /// The CUDA error `malloc` raises with the allocator's figures (no
+    /// out-of-memory counted: `torch.AcceleratorError`).
+    #[cold]
+    fn cuda_error(&mut self, error: &'static str, size: u64) -> OutOfMemory {
+        let (device_free, device_total) = self.device.mem_info();
+        OutOfMemory {
+            alloc_size: get_allocation_size(size, self.config.large_segment_size),
+            device_total,
+            device_free,
+            allowed: self.allowed_memory_maximum(),
+            allocated_bytes: self.stats.allocated_bytes.all().current as u64,
+            reserved_bytes: self.stats.reserved_bytes.all().current as u64,
+            malloc_async: None,
+            cuda_error: Some(error),
         }
     }
 
@@ -2622,6 +2675,38 @@ mod tests {
             .set_allocator_settings("max_split_size_mb:40,foo:1")
             .is_err());
         assert_eq!(a.config().max_split_size, 40 * MB);
+    }
+
+    #[test]
+    fn a_block_split_before_max_split_was_set_fails_cuda_free_when_released_for_room() {
+        // blind310/ky03 on the H100: `release_available_cached_blocks` frees cached blocks at
+        // least `max_split_size` long without asking whether they are whole segments; one split
+        // before `max_split_size_mb` was set at run time lies inside its segment, and `cudaFree`
+        // of that pointer fails ("CUDA error: invalid argument", `torch.AcceleratorError`)
+        const MB: u64 = 1 << 20;
+        const GB: u64 = 1 << 30;
+        let mut a = CachingAllocator::with_device(
+            AllocatorConfig::default(),
+            SimDevice::new(80 * GB, 80 * GB),
+        );
+        a.set_memory_fraction(1.0 / 80.0);
+        let whole = a.malloc(300 * MB, 0).unwrap();
+        a.free(whole).unwrap();
+        // no max_split yet: the 300 MiB segment is split, its free 200 MiB tail inside it
+        let head = a.malloc(100 * MB, 0).unwrap();
+        a.set_allocator_settings("max_split_size_mb:150").unwrap();
+        let frees = a.stats().num_device_free;
+        let e = a.malloc(800 * MB, 0).unwrap_err();
+        assert_eq!(e.cuda_error, Some("invalid argument"));
+        assert_eq!(e.to_string(), "CUDA error: invalid argument");
+        assert!(e
+            .torch_message()
+            .starts_with("CUDA error: invalid argument\nCUDA kernel errors"));
+        // counted and traced before the failing cudaFree, nothing else changed
+        assert_eq!(a.stats().num_device_free, frees + 1);
+        assert_eq!(a.stats().num_ooms, 0);
+        assert_eq!(a.stats().reserved_bytes.all().current as u64, 300 * MB);
+        a.free(head).unwrap();
     }
 
     #[test]
