@@ -38,6 +38,15 @@ def _last_stride_ok(q, k, v, mask, ignore_singleton: bool) -> bool:
     return ok and (mask is None or mask.stride(-1) == 1)
 
 
+def _mask_dims_check(mask) -> None:
+    """`attn_mask.sym_size(-2)` of `check_attn_mask_shape` (sdp_utils_cpp.h): the IndexError of
+    `maybe_wrap_dim` on a mask of fewer than 2 dims."""
+    if mask.dim() == 0:
+        raise IndexError("Dimension specified as -2 but tensor has no dimensions")
+    if mask.dim() == 1:
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got -2)")
+
+
 def _mask_shape_ok(q, k, mask) -> bool:
     if mask is None:
         return True
@@ -92,6 +101,12 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
     nonzero = q.shape[-2] != 0 and k.shape[-2] != 0
 
     def cudnn():
+        # `can_use_cudnn_attention`'s constraints run in order (sdp_utils.cpp): past the 4-d
+        # shapes and the fp16/bf16 dtypes, `check_attn_mask_shape` reads a mask's `sym_size(-2)`
+        # before the hardware and the sequence lengths are checked: a mask of fewer than 2 dims
+        # (one that needs no grad) raises there (blind310/ky05's 1-d mask on the H100)
+        if four and same and q.dtype in HALF and mask is not None and not mask.requires_grad:
+            _mask_dims_check(mask)
         if not (support["cudnn"] and four and same and q.dtype in HALF and nonzero):
             return False
         if not (_mask_shape_ok(q, k, mask) and _last_stride_ok(q, k, v, mask, True)):
