@@ -888,7 +888,7 @@ impl<D: Device> CachingAllocator<D> {
         let small = size <= SMALL_SIZE;
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
             // (`get_free_block`'s count of its calls)
-            self.pools[pool_index(small)].get_free_blocks_call_count += 1;
+            self.count_get_free_block(pool_index(small), stream);
         }
         self.malloc_after_search(None, orig_size, size, small, stream)
     }
@@ -1582,7 +1582,7 @@ impl<D: Device> CachingAllocator<D> {
         let p = pool_index(small);
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
             // Track block reuse interval only when garbage collection is enabled.
-            self.pools[p].get_free_blocks_call_count += 1;
+            self.count_get_free_block(p, stream);
         }
         let max_split = self.config.max_split_size;
         // Entries are (size, addr, id), all of this stream (the set keeps one
@@ -2024,7 +2024,10 @@ impl<D: Device> CachingAllocator<D> {
         let mut reclaimed = 0u64;
         let mut total_age = 0u64;
         let mut count = 0i64;
-        let ids: Vec<Id> = self.pools[1].blocks.ids();
+        // `large_blocks` alone: a private pool's blocks (a CUDA graph's, a MemPool's) are in its
+        // own BlockPool, which the collection never visits (blind310/ky02 on the H100: a capture
+        // over the threshold kept its 8.47 GiB pool, where the twin freed 3.7 GB of it)
+        let ids: Vec<Id> = self.global_large_block_ids();
         for &id in &ids {
             if !self.is_split(id) {
                 total_age += self.gc_count(id);
@@ -2038,7 +2041,7 @@ impl<D: Device> CachingAllocator<D> {
         while reclaimed < target && freed && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed = false;
-            let ids: Vec<Id> = self.pools[1].blocks.ids();
+            let ids: Vec<Id> = self.global_large_block_ids();
             for id in ids {
                 if !self.is_split(id)
                     && self.b(id).seg == NIL
@@ -2052,6 +2055,27 @@ impl<D: Device> CachingAllocator<D> {
                 }
             }
         }
+    }
+
+    /// `++pool.get_free_blocks_call_count` of `get_free_block`: the count of
+    /// the BlockPool searched, which for a private pool's stream is the
+    /// private pool's own, read by no collection (the global pools' ages
+    /// stay as they were).
+    fn count_get_free_block(&mut self, p: usize, stream: u64) {
+        if !self.private_pools.contains_key(&stream) {
+            self.pools[p].get_free_blocks_call_count += 1;
+        }
+    }
+
+    /// The cached blocks of `large_blocks`, the large pool outside every
+    /// private pool (the twin keys a private pool's blocks by streams of
+    /// their own in the same set).
+    fn global_large_block_ids(&self) -> Vec<Id> {
+        let mut ids = self.pools[1].blocks.ids();
+        if !self.private_pools.is_empty() {
+            ids.retain(|&id| !self.private_pools.contains_key(&self.b(id).stream));
+        }
+        ids
     }
 
     // ---- expandable segments ---------------------------------------------------
@@ -2707,6 +2731,32 @@ mod tests {
         assert_eq!(a.stats().num_ooms, 0);
         assert_eq!(a.stats().reserved_bytes.all().current as u64, 300 * MB);
         a.free(head).unwrap();
+    }
+
+    #[test]
+    fn garbage_collection_frees_the_global_large_pool_alone() {
+        // `garbage_collect_cached_blocks` walks `large_blocks`; a CUDA graph's private pool is a
+        // BlockPool of its own (blind310/ky02 on the H100: a capture past the threshold kept its
+        // pool), and its searches count in its own `get_free_blocks_call_count`
+        const MB: u64 = 1 << 20;
+        const GB: u64 = 1 << 30;
+        let cfg = AllocatorConfig::parse("garbage_collection_threshold:0.5").unwrap();
+        let mut a = CachingAllocator::with_device(cfg, SimDevice::new(80 * GB, 80 * GB));
+        a.set_memory_fraction(1.0 / 80.0);
+        let private = (1u64 << 40) + 7;
+        a.register_private_stream(private, 1, 0);
+        a.keep_through_empty_cache(private, true);
+        let g = a.malloc(600 * MB, private).unwrap();
+        a.free(g).unwrap();
+        let calls = a.pools[1].get_free_blocks_call_count;
+        // 600 MiB reserved is past half the 1 GiB limit: nothing global to collect
+        let x = a.malloc(300 * MB, 0).unwrap();
+        assert_eq!(a.stats().reserved_bytes.all().current as u64, 900 * MB);
+        assert_eq!(a.pools[1].get_free_blocks_call_count, calls + 1);
+        let y = a.malloc(100 * MB, private).unwrap();
+        assert_eq!(a.pools[1].get_free_blocks_call_count, calls + 1);
+        a.free(x).unwrap();
+        a.free(y).unwrap();
     }
 
     #[test]
