@@ -3782,6 +3782,26 @@ def test_distributed_checkpoint_threads_copy_the_program_s_tensors_on_the_twin(t
         assert torch.cuda.max_memory_allocated() == 8 * MIB
 
 
+def test_a_cublas_workspace_made_in_a_mempool_by_a_cublaslt_call_serves_later_calls_outside_it():
+    # blind310/ky01 on the H100: the first matmul, a bias addmm (cuBLASLt) inside
+    # `use_mem_pool`, makes the handle's cuBLAS workspace (32 MiB) and the cuBLASLt one there;
+    # PyTorch keys both by (handle, stream), so a plain mm outside the pool makes no new one
+    with vramscope.capture(gpu="h100"):
+        w = torch.randn(256, 256, device="cuda")
+        b = torch.randn(256, device="cuda")
+        x = torch.randn(64, 256, device="cuda")
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            before = torch.cuda.memory_allocated()
+            y = torch.nn.functional.linear(x, w, b)
+            made = torch.cuda.memory_allocated() - before - 64 * 256 * 4
+        assert made >= 32 * MIB
+        before = torch.cuda.memory_allocated()
+        z = x @ w
+        assert torch.cuda.memory_allocated() - before == 64 * 256 * 4
+        del y, z
+
+
 def test_a_thread_of_the_program_s_own_takes_a_cublas_handle_and_workspace_of_its_own():
     # CublasHandlePool.cpp: each host thread reserves a handle in its pool window (the H200 history
     # of blind232/hx04: a third 32 MiB workspace at `generate()` on a thread, after the program's

@@ -3429,6 +3429,13 @@ class Capture:
                 # thread holds it now (the runtime keys a thread's own handle 0 by its thread)
                 thread = "main"
             stream = self.blas_streams.setdefault((thread, handle, self.stream, lt), self.pool_stream())
+            if lt:
+                # the cuBLASLt handle is the cuBLAS one (`getCurrentCUDABlasLtHandle` calls
+                # `getCurrentCUDABlasHandle`, CublasHandlePool.cpp), whose workspace it makes where
+                # the Lt one goes; PyTorch keys it by the CUDA stream, not the pool it came from:
+                # later cuBLAS calls outside that pool take it (blind310/ky01 on the H100: one
+                # 32 MiB workspace, made in a MemPool by a teacher's first addmm)
+                self.blas_streams.setdefault((thread, handle, self.stream, False), stream)
             dtype_name = str(dtype).removeprefix("torch.")
             self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
         except _native.OutOfMemory as e:
