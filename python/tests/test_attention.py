@@ -599,6 +599,12 @@ def test_a_mask_of_fewer_than_two_dims_raises_where_cudnns_mask_check_reads_it()
         mask = torch.arange(256, device="cuda") <= 64
         with pytest.raises(IndexError, match=r"expected to be in range of \[-1, 0\], but got -2"):
             F.scaled_dot_product_attention(q, k, k, attn_mask=mask)
+        # C++ on the GPU: a temporary argument is freed as the error unwinds, while it lives
+        before = torch.cuda.memory_allocated()
+        try:
+            F.scaled_dot_product_attention(q.clone(), k, k, attn_mask=mask)
+        except IndexError:
+            assert torch.cuda.memory_allocated() == before
         with pytest.raises(IndexError, match="tensor has no dimensions"):
             F.scaled_dot_product_attention(q, k, k, attn_mask=mask[0])
         out = F.scaled_dot_product_attention(q.float(), k.float(), k.float(), attn_mask=mask)

@@ -101,12 +101,6 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
     nonzero = q.shape[-2] != 0 and k.shape[-2] != 0
 
     def cudnn():
-        # `can_use_cudnn_attention`'s constraints run in order (sdp_utils.cpp): past the 4-d
-        # shapes and the fp16/bf16 dtypes, `check_attn_mask_shape` reads a mask's `sym_size(-2)`
-        # before the hardware and the sequence lengths are checked: a mask of fewer than 2 dims
-        # (one that needs no grad) raises there (blind310/ky05's 1-d mask on the H100)
-        if four and same and q.dtype in HALF and mask is not None and not mask.requires_grad:
-            _mask_dims_check(mask)
         if not (support["cudnn"] and four and same and q.dtype in HALF and nonzero):
             return False
         if not (_mask_shape_ok(q, k, mask) and _last_stride_ok(q, k, v, mask, True)):
@@ -180,7 +174,15 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
         "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
         "math": torch.backends.cuda.math_sdp_enabled(),
     }
+    # `can_use_cudnn_attention`'s constraints run in order (sdp_utils.cpp): past the 4-d shapes
+    # and the fp16/bf16 dtypes, `check_attn_mask_shape` reads a mask's `sym_size(-2)` before the
+    # hardware and the sequence lengths are checked: a mask of fewer than 2 dims (one that needs no
+    # grad) raises there (blind310/ky05's 1-d mask on the H100). Raised from this frame, not a
+    # check's closure, whose frame in the error's traceback would hold its cells' tensors
+    reads_mask = four and same and q.dtype in HALF and mask is not None and not mask.requires_grad
     if only is not None:
+        if only == "cudnn" and enabled["cudnn"] and reads_mask:
+            _mask_dims_check(mask)
         return enabled[only] and checks[only]()
     # cuda/sdp_utils.cpp `select_sdp_backend`: every backend off is an error at once; else the first
     # of `priority_order` (the context's, flash, efficient, math, cuDNN unless sm90/sm100 prefer
@@ -192,6 +194,8 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
     if support["prefers_cudnn"] and order == ["flash", "efficient", "math", "cudnn"]:
         order = ["cudnn", "flash", "efficient", "math"]
     for name in order:
+        if name == "cudnn" and enabled[name] and reads_mask:
+            _mask_dims_check(mask)
         if enabled[name] and (name == "math" or checks[name]()):
             return name
     return "unavailable"

@@ -815,15 +815,26 @@ def patch(cap) -> _Patch:
             # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel); so
             # while `torch.jit.trace` records (its node is `scaled_dot_product_attention`)
             return original_sdpa(*args, **kwargs)
-        if is_ours(_attention._physical(args[0] if args else kwargs.get("query"))):
-            # under torch.func's transforms too: the query's physical tensor is the device's
-            out = _attention.sdpa(cap, args, kwargs)
-            if out is not NotImplemented:
-                return out
-        elif getattr(args[0] if args else kwargs.get("query"), PROGRAM_CUDA, False) is True:
-            # fake CUDA tensors of the program's own FakeTensorMode, kept on the host: the GPU's
-            # kernel (flash, efficient, cuDNN), not the host's `_scaled_dot_product_flash_attention_for_cpu`
-            return _attention.sdpa(cap, args, kwargs, traced=True)
+        try:
+            if is_ours(_attention._physical(args[0] if args else kwargs.get("query"))):
+                # under torch.func's transforms too: the query's physical tensor is the device's
+                out = _attention.sdpa(cap, args, kwargs)
+                if out is not NotImplemented:
+                    return out
+            elif getattr(args[0] if args else kwargs.get("query"), PROGRAM_CUDA, False) is True:
+                # fake CUDA tensors of the program's own FakeTensorMode, kept on the host: the
+                # GPU's kernel (flash, efficient, cuDNN), not the host's
+                # `_scaled_dot_product_flash_attention_for_cpu`
+                return _attention.sdpa(cap, args, kwargs, traced=True)
+        except Exception as e:
+            # C++ on the GPU, which holds nothing of the call as an error unwinds (blind310/ky05's
+            # IndexError on the H100: its `q.to(bfloat16)` argument freed): the twin's frames keep
+            # their lines in the traceback, not their tensors
+            from ._capture import _forget_frames
+
+            _forget_frames(e.__traceback__)
+            del e, args, kwargs, mask
+            raise
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)
