@@ -69,7 +69,8 @@ for e in trace:
         sign = 1 if action in ("segment_alloc", "segment_map") else -1
         reserved += sign * e["size"]
         print(
-            f"{action} {e['size']} stream#{sid} after_alloc#{allocs} request {last_request} reserved {reserved}"
+            f"{action} {e['size']} stream#{sid} after_alloc#{allocs} request {last_request}",
+            f"reserved {reserved}",
         )
 print(f"graphed peak_reserved {torch.cuda.max_memory_reserved()} reserved {torch.cuda.memory_reserved()}")
 print(f"graphed peak_allocated {torch.cuda.max_memory_allocated()} allocated {torch.cuda.memory_allocated()}")
