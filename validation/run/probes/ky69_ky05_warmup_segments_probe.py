@@ -1,10 +1,10 @@
 """blind310/ky05 phase 1, second look (after ky69_ky05_graphed_callables_segments_probe.py, whose
 first difference is the `empty_cache()` of `torch.cuda.graph.__enter__`: the H100 keeps a 20 MiB warm-up
 segment, the twin a 12 MiB one). This probe wraps `torch.cuda.empty_cache` and, at its first call
-(make_graphed_callables' first capture), prints the warm-up stream's segments in address order before the cache is emptied: each
-segment's size and its blocks (size, and A for allocated or f for free) in address order. The twin prints the
-same lines (`vramscope run --gpu h100 --quiet THIS`): the segment that differs shows which live block sits
-where.
+(make_graphed_callables' first capture), prints the warm-up stream's segments in address order before the
+cache is emptied: each segment's size and its blocks (size, and A for allocated or f for free) in address
+order. The twin prints the same lines (`vramscope run --gpu h100 --quiet THIS`): the segment that differs
+shows which live block sits where.
 
 Run on the GPU:  python3 validation/run/probes/ky69_ky05_warmup_segments_probe.py
 """
