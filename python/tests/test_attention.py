@@ -587,6 +587,30 @@ def test_sdpa_with_the_math_kernel_off_raises_where_no_fused_kernel_passes():
             assert _attention.backend(*args) == "math"
 
 
+def test_a_mask_of_fewer_than_two_dims_raises_where_cudnns_mask_check_reads_it():
+    # blind310/ky05 on the H100: `can_use_cudnn_attention` (first on sm90) reaches
+    # `check_attn_mask_shape` past the 4-d shapes and the fp16/bf16 dtypes, whose
+    # `sym_size(-2)` of a 1-d mask raises IndexError; a mask that needs grad is refused before the
+    # read, and fp32 inputs stop at the dtype check (the memory-efficient kernel broadcasts it)
+    F = torch.nn.functional
+    with vramscope.capture(gpu="h100"):
+        q = torch.randn(16, 8, 1, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(16, 8, 256, 64, device="cuda", dtype=torch.bfloat16)
+        mask = torch.arange(256, device="cuda") <= 64
+        with pytest.raises(IndexError, match=r"expected to be in range of \[-1, 0\], but got -2"):
+            F.scaled_dot_product_attention(q, k, k, attn_mask=mask)
+        # C++ on the GPU: a temporary argument is freed as the error unwinds, while it lives
+        before = torch.cuda.memory_allocated()
+        try:
+            F.scaled_dot_product_attention(q.clone(), k, k, attn_mask=mask)
+        except IndexError:
+            assert torch.cuda.memory_allocated() == before
+        with pytest.raises(IndexError, match="tensor has no dimensions"):
+            F.scaled_dot_product_attention(q, k, k, attn_mask=mask[0])
+        out = F.scaled_dot_product_attention(q.float(), k.float(), k.float(), attn_mask=mask)
+        assert out.shape == (16, 8, 1, 64)
+
+
 def test_sdpa_arguments_the_parser_refuses_raise_its_type_error():
     # python_arg_parser.cpp: blind305/kt05's draft passed `k=`/`v=` (the stand-in failed with
     # KeyError 'key'); the messages are torch 2.11's, its "argument"/"arguments" swap included

@@ -3782,6 +3782,26 @@ def test_distributed_checkpoint_threads_copy_the_program_s_tensors_on_the_twin(t
         assert torch.cuda.max_memory_allocated() == 8 * MIB
 
 
+def test_a_cublas_workspace_made_in_a_mempool_by_a_cublaslt_call_serves_later_calls_outside_it():
+    # blind310/ky01 on the H100: the first matmul, a bias addmm (cuBLASLt) inside
+    # `use_mem_pool`, makes the handle's cuBLAS workspace (32 MiB) and the cuBLASLt one there;
+    # PyTorch keys both by (handle, stream), so a plain mm outside the pool makes no new one
+    with vramscope.capture(gpu="h100"):
+        w = torch.randn(256, 256, device="cuda")
+        b = torch.randn(256, device="cuda")
+        x = torch.randn(64, 256, device="cuda")
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            before = torch.cuda.memory_allocated()
+            y = torch.nn.functional.linear(x, w, b)
+            made = torch.cuda.memory_allocated() - before - 64 * 256 * 4
+        assert made >= 32 * MIB
+        before = torch.cuda.memory_allocated()
+        z = x @ w
+        assert torch.cuda.memory_allocated() - before == 64 * 256 * 4
+        del y, z
+
+
 def test_a_thread_of_the_program_s_own_takes_a_cublas_handle_and_workspace_of_its_own():
     # CublasHandlePool.cpp: each host thread reserves a handle in its pool window (the H200 history
     # of blind232/hx04: a third 32 MiB workspace at `generate()` on a thread, after the program's
@@ -6024,6 +6044,74 @@ def test_a_cuda_graph_allocates_from_a_private_pool_after_the_generators_two_ten
         assert torch.cuda.memory_allocated() == 0
         torch.cuda.empty_cache()
         assert torch.cuda.memory_reserved() == 0
+
+
+def test_freeing_a_block_split_before_max_split_was_set_raises_the_cuda_error():
+    # blind310/ky03 on the H100: after `_set_allocator_settings("max_split_size_mb:..")` a request
+    # over the memory fraction frees cached oversize blocks, one of them inside a segment split
+    # before the setting: cudaFree refuses it, `torch.AcceleratorError` "CUDA error: invalid argument"
+    with vramscope.capture(gpu="h100"):
+        torch.cuda.set_per_process_memory_fraction(0.0125)  # about 1 GB of the H100
+        whole = torch.empty(300 * MIB, dtype=torch.uint8, device="cuda")
+        del whole
+        head = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
+        torch.cuda.memory._set_allocator_settings("max_split_size_mb:150")
+        with pytest.raises(torch.AcceleratorError, match=r"^CUDA error: invalid argument"):
+            torch.empty(800 * MIB, dtype=torch.uint8, device="cuda")
+        stats = torch.cuda.memory_stats()
+        assert stats["num_ooms"] == 0 and stats["num_device_free"] == 1
+        assert torch.cuda.memory_reserved() == 300 * MIB
+        del head
+
+
+def test_set_stream_makes_the_stream_current_for_allocations_and_current_stream():
+    # blind310/ky04: torch.cuda.set_stream(side) (torch/cuda/__init__.py, no context manager) makes
+    # `side` current until a later call: its allocations go to side's pool and current_stream()
+    # answers it; a `torch.cuda.stream` context restores the stream it saved at its entry
+    with vramscope.capture():
+        side, other = torch.cuda.Stream(), torch.cuda.Stream()
+        torch.cuda.set_stream(side)
+        assert torch.cuda.current_stream() == side
+        x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        with torch.cuda.stream(other):
+            assert torch.cuda.current_stream() == other
+            torch.cuda.set_stream(torch.cuda.default_stream())
+        assert torch.cuda.current_stream() == side
+        torch.cuda.set_stream(None)
+        assert torch.cuda.current_stream() == side
+        torch.cuda.set_stream(torch.cuda.default_stream())
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        streams = {seg["stream"] for seg in torch.cuda.memory_snapshot()}
+        assert streams == {side.cuda_stream}
+        del x
+
+
+def test_a_kept_cuda_graph_is_instantiated_by_the_user_or_its_first_replay_and_allocates_nothing():
+    # blind310/ky05: CUDAGraph(keep_graph=True) keeps the cudaGraph_t at capture_end and leaves its
+    # instantiation to `instantiate()` or the first replay (CUDAGraph.cpp), driver memory both; a graph
+    # without keep_graph was instantiated by capture_end, and instantiate() refuses it
+    with vramscope.capture():
+        kept = torch.cuda.CUDAGraph(keep_graph=True)
+        with pytest.raises(RuntimeError, match="capture_end\\(\\) must have been called"):
+            kept.instantiate()
+        with torch.cuda.graph(kept):
+            y = torch.empty(256, device="cuda")
+        before = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+        kept.instantiate()
+        kept.instantiate()  # a kept graph may be instantiated again (its old exec destroyed)
+        kept.replay()
+        assert (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) == before
+        lazy = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(lazy, pool=kept.pool()):
+            z = torch.empty(256, device="cuda")
+        lazy.replay()
+        plain = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(plain):
+            w = torch.empty(256, device="cuda")
+        with pytest.raises(RuntimeError, match="only when keep_graph=true"):
+            plain.instantiate()
+        plain.replay()
+        del y, z, w
 
 
 def test_a_cuda_graph_is_named_unmeasured_only_when_another_stream_allocates_in_its_capture():

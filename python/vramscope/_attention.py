@@ -38,6 +38,15 @@ def _last_stride_ok(q, k, v, mask, ignore_singleton: bool) -> bool:
     return ok and (mask is None or mask.stride(-1) == 1)
 
 
+def _mask_dims_check(mask) -> None:
+    """`attn_mask.sym_size(-2)` of `check_attn_mask_shape` (sdp_utils_cpp.h): the IndexError of
+    `maybe_wrap_dim` on a mask of fewer than 2 dims."""
+    if mask.dim() == 0:
+        raise IndexError("Dimension specified as -2 but tensor has no dimensions")
+    if mask.dim() == 1:
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got -2)")
+
+
 def _mask_shape_ok(q, k, mask) -> bool:
     if mask is None:
         return True
@@ -165,7 +174,15 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
         "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
         "math": torch.backends.cuda.math_sdp_enabled(),
     }
+    # `can_use_cudnn_attention`'s constraints run in order (sdp_utils.cpp): past the 4-d shapes
+    # and the fp16/bf16 dtypes, `check_attn_mask_shape` reads a mask's `sym_size(-2)` before the
+    # hardware and the sequence lengths are checked: a mask of fewer than 2 dims (one that needs no
+    # grad) raises there (blind310/ky05's 1-d mask on the H100). Raised from this frame, not a
+    # check's closure, whose frame in the error's traceback would hold its cells' tensors
+    reads_mask = four and same and q.dtype in HALF and mask is not None and not mask.requires_grad
     if only is not None:
+        if only == "cudnn" and enabled["cudnn"] and reads_mask:
+            _mask_dims_check(mask)
         return enabled[only] and checks[only]()
     # cuda/sdp_utils.cpp `select_sdp_backend`: every backend off is an error at once; else the first
     # of `priority_order` (the context's, flash, efficient, math, cuDNN unless sm90/sm100 prefer
@@ -177,6 +194,8 @@ def backend(q, k, v, mask, dropout_p, is_causal, gqa, capability, support, trace
     if support["prefers_cudnn"] and order == ["flash", "efficient", "math", "cudnn"]:
         order = ["cudnn", "flash", "efficient", "math"]
     for name in order:
+        if name == "cudnn" and enabled[name] and reads_mask:
+            _mask_dims_check(mask)
         if enabled[name] and (name == "math" or checks[name]()):
             return name
     return "unavailable"

@@ -3253,10 +3253,19 @@ class Capture:
                 self.pool_handles[handle] = stream
             return handle
         except _native.OutOfMemory as e:
-            self.oom = str(e)
+            failure = str(e)
         # raised outside the handler: no `__context__` whose traceback would keep the twin's frames
         # (and the tensors they hold) alive in the program's `except`
-        raise torch.OutOfMemoryError(self.oom)
+        raise self.allocation_error(failure)
+
+    def allocation_error(self, message: str) -> Exception:
+        """The exception of an allocation the allocator twin refused: `torch.OutOfMemoryError`, or
+        `torch.AcceleratorError` where `malloc` hit a CUDA error while freeing cached blocks for
+        room (`C10_CUDA_CHECK(cudaFree(..))`: "CUDA error: invalid argument")."""
+        if message.startswith("CUDA error: "):
+            return torch.AcceleratorError(message)
+        self.oom = message
+        return torch.OutOfMemoryError(message)
 
     def pool_stream(self) -> int:
         """The stream id the allocator keys the current allocation by: a capture's private pool
@@ -3438,13 +3447,20 @@ class Capture:
                 # thread holds it now (the runtime keys a thread's own handle 0 by its thread)
                 thread = "main"
             stream = self.blas_streams.setdefault((thread, handle, self.stream, lt), self.pool_stream())
+            if lt:
+                # the cuBLASLt handle is the cuBLAS one (`getCurrentCUDABlasLtHandle` calls
+                # `getCurrentCUDABlasHandle`, CublasHandlePool.cpp), whose workspace it makes where
+                # the Lt one goes; PyTorch keys it by the CUDA stream, not the pool it came from:
+                # later cuBLAS calls outside that pool take it (blind310/ky01 on the H100: one
+                # 32 MiB workspace, made in a MemPool by a teacher's first addmm)
+                self.blas_streams.setdefault((thread, handle, self.stream, False), stream)
             dtype_name = str(dtype).removeprefix("torch.")
             self.device.blas(op, thread, stream, dtype_name, lt, _source_line(), handle)
         except _native.OutOfMemory as e:
-            self.oom = str(e)
+            failure = str(e)
         else:
             return
-        raise torch.OutOfMemoryError(self.oom)
+        raise self.allocation_error(failure)
 
     def warn_once(self, key: str, message: str) -> None:
         """One warning per distinct key."""

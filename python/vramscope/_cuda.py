@@ -398,7 +398,17 @@ def patch(cap) -> _Patch:
     p.set(cuda, "current_stream", lambda device=None: cap.current_stream_obj[-1])
     p.set(cuda, "default_stream", lambda device=None: default_stream)
     p.set(cuda, "stream", _StreamContext)
-    p.set(cuda, "set_stream", lambda s: setattr(cap, "stream", s.stream_id))
+
+    def set_stream(stream):
+        """`torch.cuda.set_stream` (torch/cuda/__init__.py): `stream` becomes the current one, the one
+        `current_stream()` answers too, until a later call; a `torch.cuda.stream` context entered
+        around it restores the stream it saved (the top of the twin's stack); None does nothing."""
+        if stream is None:
+            return
+        cap.stream = stream.stream_id
+        cap.current_stream_obj[-1] = stream
+
+    p.set(cuda, "set_stream", set_stream)
 
     def is_current_stream_capturing():
         """Whether the current stream is capturing a CUDA graph (cudaStreamIsCapturing on it,
@@ -433,8 +443,11 @@ def patch(cap) -> _Patch:
         during the capture (a stream joined into it) is not modelled (named unmeasured,
         `Capture.pool_stream`)."""
 
-        def __init__(self, *args, **kwargs):
-            pass
+        def __init__(self, keep_graph=False):
+            # `keep_graph=True` (CUDAGraph.cpp): capture_end keeps the cudaGraph_t and leaves its
+            # instantiation to `instantiate()` or the first replay; neither touches the allocator
+            self._keep_graph = bool(keep_graph)
+            self._ended = self._instantiated = False
 
         def register_generator_state(self, state):
             """A generator registered with the graph (`CUDAGraph::register_generator_state`,
@@ -499,8 +512,24 @@ def patch(cap) -> _Patch:
             cap.device.end_allocate_to_pool()
             self._rng_increment = cap.philox.capture_epilogue()
             self._rng_increments = [(g, g.capture_epilogue()) for g in self.__dict__.get("_generators", ())]
+            self._ended = True
+            if not self._keep_graph:
+                self._instantiated = True  # capture_end's own instantiate()
+
+        def instantiate(self):
+            """`CUDAGraph::instantiate`: cudaGraphInstantiate, device memory of the driver's, not the
+            caching allocator's; its two checks as CUDAGraph.cpp makes them."""
+            if not self._ended:
+                raise RuntimeError("capture_end() must have been called before calling instantiate")
+            if self._instantiated and not self._keep_graph:
+                raise RuntimeError(
+                    "instantiate() is intended to be called by the user only when keep_graph=true"
+                )
+            self._instantiated = True
 
         def replay(self):
+            if self._ended and not self._instantiated:
+                self.instantiate()  # a kept graph's first replay instantiates it (CUDAGraph::replay)
             # the default generator's offset moves on by what the capture drew (`replay_prologue`)
             cap.philox.replay_prologue(getattr(self, "_rng_increment", 0))
             for philox, increment in getattr(self, "_rng_increments", ()):
@@ -786,15 +815,26 @@ def patch(cap) -> _Patch:
             # dynamo traces a compiled region: PyTorch's own (`_compile` picks the kernel); so
             # while `torch.jit.trace` records (its node is `scaled_dot_product_attention`)
             return original_sdpa(*args, **kwargs)
-        if is_ours(_attention._physical(args[0] if args else kwargs.get("query"))):
-            # under torch.func's transforms too: the query's physical tensor is the device's
-            out = _attention.sdpa(cap, args, kwargs)
-            if out is not NotImplemented:
-                return out
-        elif getattr(args[0] if args else kwargs.get("query"), PROGRAM_CUDA, False) is True:
-            # fake CUDA tensors of the program's own FakeTensorMode, kept on the host: the GPU's
-            # kernel (flash, efficient, cuDNN), not the host's `_scaled_dot_product_flash_attention_for_cpu`
-            return _attention.sdpa(cap, args, kwargs, traced=True)
+        try:
+            if is_ours(_attention._physical(args[0] if args else kwargs.get("query"))):
+                # under torch.func's transforms too: the query's physical tensor is the device's
+                out = _attention.sdpa(cap, args, kwargs)
+                if out is not NotImplemented:
+                    return out
+            elif getattr(args[0] if args else kwargs.get("query"), PROGRAM_CUDA, False) is True:
+                # fake CUDA tensors of the program's own FakeTensorMode, kept on the host: the
+                # GPU's kernel (flash, efficient, cuDNN), not the host's
+                # `_scaled_dot_product_flash_attention_for_cpu`
+                return _attention.sdpa(cap, args, kwargs, traced=True)
+        except Exception as e:
+            # C++ on the GPU, which holds nothing of the call as an error unwinds (blind310/ky05's
+            # IndexError on the H100: its `q.to(bfloat16)` argument freed): the twin's frames keep
+            # their lines in the traceback, not their tensors
+            from ._capture import _forget_frames
+
+            _forget_frames(e.__traceback__)
+            del e, args, kwargs, mask
+            raise
         return original_sdpa(*args, **kwargs)
 
     p.set(F, "scaled_dot_product_attention", scaled_dot_product_attention)

@@ -816,8 +816,12 @@ impl<D: Device> CachingAllocator<D> {
                     from_mempool = true;
                 }
             }
-            if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
-                found = self.alloc_block(small, stream, size, alloc_size, false);
+            if found.is_none() {
+                match self.release_available_cached_blocks(small, stream, size) {
+                    Ok(true) => found = self.alloc_block(small, stream, size, alloc_size, false),
+                    Ok(false) => {}
+                    Err(()) => return Err(self.cuda_error("invalid argument", size)),
+                }
             }
             // `C10_LIKELY(captures_underway.empty()) && release_cached_blocks(..)`: not while a
             // capture or `use_mem_pool` is underway
@@ -841,6 +845,7 @@ impl<D: Device> CachingAllocator<D> {
                 // (the driver's pool runs out where the twin's segments do:
                 // unmeasured)
                 malloc_async: self.malloc_async.as_ref().map(|p| p.oom(used, orig_size)),
+                cuda_error: None,
             });
         };
         if let Some((fits, other_rule)) = self.fits.as_mut() {
@@ -883,7 +888,7 @@ impl<D: Device> CachingAllocator<D> {
         let small = size <= SMALL_SIZE;
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
             // (`get_free_block`'s count of its calls)
-            self.pools[pool_index(small)].get_free_blocks_call_count += 1;
+            self.count_get_free_block(pool_index(small), stream);
         }
         self.malloc_after_search(None, orig_size, size, small, stream)
     }
@@ -1203,6 +1208,7 @@ impl<D: Device> CachingAllocator<D> {
             allocated_bytes: used,
             reserved_bytes: used,
             malloc_async: Some(oom),
+            cuda_error: None,
         })
     }
 
@@ -1576,7 +1582,7 @@ impl<D: Device> CachingAllocator<D> {
         let p = pool_index(small);
         if self.set_fraction && self.config.garbage_collection_threshold > 0.0 {
             // Track block reuse interval only when garbage collection is enabled.
-            self.pools[p].get_free_blocks_call_count += 1;
+            self.count_get_free_block(p, stream);
         }
         let max_split = self.config.max_split_size;
         // Entries are (size, addr, id), all of this stream (the set keeps one
@@ -1866,18 +1872,23 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `release_available_cached_blocks`: free oversize blocks, only enough.
-    fn release_available_cached_blocks(&mut self, small: bool, stream: u64, size: u64) -> bool {
+    fn release_available_cached_blocks(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+    ) -> Result<bool, ()> {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
-            return false;
+            return Ok(false);
         }
         let p = pool_index(small);
         let key_size = size.max(max_split);
         let first = self.pools[p].blocks.first_from(stream, key_size);
         match first {
             Some(k) if self.b(k.2).seg == NIL => {
-                self.release_block(k.2);
-                true
+                self.release_oversize_block(k.2)?;
+                Ok(true)
             }
             _ => {
                 // No single block is large enough; free oversize blocks,
@@ -1889,12 +1900,54 @@ impl<D: Device> CachingAllocator<D> {
                         break;
                     }
                     if self.b(k.2).seg == NIL {
-                        self.release_block(k.2);
+                        self.release_oversize_block(k.2)?;
                         total += k.0;
                     }
                 }
-                total >= key_size
+                Ok(total >= key_size)
             }
+        }
+    }
+
+    /// `release_block` of `release_available_cached_blocks`, which (unlike
+    /// `release_blocks`) does not ask whether the block is a whole segment:
+    /// PyTorch takes a block at least `max_split_size` long to be one, as
+    /// blocks that long are never split, but one split before
+    /// `max_split_size_mb` was set at run time (`_set_allocator_settings`)
+    /// is not. A block inside a segment (one before it) is a pointer that
+    /// `cudaFree` refuses with `cudaErrorInvalidValue`, after
+    /// `num_device_free` and the trace's SEGMENT_FREE and before anything
+    /// else changes (`C10_CUDA_CHECK` throws): `Err`, the block still cached.
+    /// blind310/ky03 on the H100: "CUDA error: invalid argument" where the
+    /// twin freed a 121,137,152-byte block inside a 463,470,592-byte segment.
+    fn release_oversize_block(&mut self, id: Id) -> Result<(), ()> {
+        if self.b(id).prev == NIL {
+            self.release_block(id);
+            return Ok(());
+        }
+        let (addr, size, stream) = {
+            let b = self.b(id);
+            (b.addr, b.size, b.stream)
+        };
+        self.stats.num_device_free += 1;
+        self.record(TraceAction::SegmentFree, addr, size, stream);
+        Err(())
+    }
+
+    /// The CUDA error `malloc` raises with the allocator's figures (no
+    /// out-of-memory counted: `torch.AcceleratorError`).
+    #[cold]
+    fn cuda_error(&mut self, error: &'static str, size: u64) -> OutOfMemory {
+        let (device_free, device_total) = self.device.mem_info();
+        OutOfMemory {
+            alloc_size: get_allocation_size(size, self.config.large_segment_size),
+            device_total,
+            device_free,
+            allowed: self.allowed_memory_maximum(),
+            allocated_bytes: self.stats.allocated_bytes.all().current as u64,
+            reserved_bytes: self.stats.reserved_bytes.all().current as u64,
+            malloc_async: None,
+            cuda_error: Some(error),
         }
     }
 
@@ -1971,7 +2024,10 @@ impl<D: Device> CachingAllocator<D> {
         let mut reclaimed = 0u64;
         let mut total_age = 0u64;
         let mut count = 0i64;
-        let ids: Vec<Id> = self.pools[1].blocks.ids();
+        // `large_blocks` alone: a private pool's blocks (a CUDA graph's, a MemPool's) are in its
+        // own BlockPool, which the collection never visits (blind310/ky02 on the H100: a capture
+        // over the threshold kept its 8.47 GiB pool, where the twin freed 3.7 GB of it)
+        let ids: Vec<Id> = self.global_large_block_ids();
         for &id in &ids {
             if !self.is_split(id) {
                 total_age += self.gc_count(id);
@@ -1985,7 +2041,7 @@ impl<D: Device> CachingAllocator<D> {
         while reclaimed < target && freed && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed = false;
-            let ids: Vec<Id> = self.pools[1].blocks.ids();
+            let ids: Vec<Id> = self.global_large_block_ids();
             for id in ids {
                 if !self.is_split(id)
                     && self.b(id).seg == NIL
@@ -1999,6 +2055,27 @@ impl<D: Device> CachingAllocator<D> {
                 }
             }
         }
+    }
+
+    /// `++pool.get_free_blocks_call_count` of `get_free_block`: the count of
+    /// the BlockPool searched, which for a private pool's stream is the
+    /// private pool's own, read by no collection (the global pools' ages
+    /// stay as they were).
+    fn count_get_free_block(&mut self, p: usize, stream: u64) {
+        if !self.private_pools.contains_key(&stream) {
+            self.pools[p].get_free_blocks_call_count += 1;
+        }
+    }
+
+    /// The cached blocks of `large_blocks`, the large pool outside every
+    /// private pool (the twin keys a private pool's blocks by streams of
+    /// their own in the same set).
+    fn global_large_block_ids(&self) -> Vec<Id> {
+        let mut ids = self.pools[1].blocks.ids();
+        if !self.private_pools.is_empty() {
+            ids.retain(|&id| !self.private_pools.contains_key(&self.b(id).stream));
+        }
+        ids
     }
 
     // ---- expandable segments ---------------------------------------------------
@@ -2622,6 +2699,64 @@ mod tests {
             .set_allocator_settings("max_split_size_mb:40,foo:1")
             .is_err());
         assert_eq!(a.config().max_split_size, 40 * MB);
+    }
+
+    #[test]
+    fn a_block_split_before_max_split_was_set_fails_cuda_free_when_released_for_room() {
+        // blind310/ky03 on the H100: `release_available_cached_blocks` frees cached blocks at
+        // least `max_split_size` long without asking whether they are whole segments; one split
+        // before `max_split_size_mb` was set at run time lies inside its segment, and `cudaFree`
+        // of that pointer fails ("CUDA error: invalid argument", `torch.AcceleratorError`)
+        const MB: u64 = 1 << 20;
+        const GB: u64 = 1 << 30;
+        let mut a = CachingAllocator::with_device(
+            AllocatorConfig::default(),
+            SimDevice::new(80 * GB, 80 * GB),
+        );
+        a.set_memory_fraction(1.0 / 80.0);
+        let whole = a.malloc(300 * MB, 0).unwrap();
+        a.free(whole).unwrap();
+        // no max_split yet: the 300 MiB segment is split, its free 200 MiB tail inside it
+        let head = a.malloc(100 * MB, 0).unwrap();
+        a.set_allocator_settings("max_split_size_mb:150").unwrap();
+        let frees = a.stats().num_device_free;
+        let e = a.malloc(800 * MB, 0).unwrap_err();
+        assert_eq!(e.cuda_error, Some("invalid argument"));
+        assert_eq!(e.to_string(), "CUDA error: invalid argument");
+        assert!(e
+            .torch_message()
+            .starts_with("CUDA error: invalid argument\nCUDA kernel errors"));
+        // counted and traced before the failing cudaFree, nothing else changed
+        assert_eq!(a.stats().num_device_free, frees + 1);
+        assert_eq!(a.stats().num_ooms, 0);
+        assert_eq!(a.stats().reserved_bytes.all().current as u64, 300 * MB);
+        a.free(head).unwrap();
+    }
+
+    #[test]
+    fn garbage_collection_frees_the_global_large_pool_alone() {
+        // `garbage_collect_cached_blocks` walks `large_blocks`; a CUDA graph's private pool is a
+        // BlockPool of its own (blind310/ky02 on the H100: a capture past the threshold kept its
+        // pool), and its searches count in its own `get_free_blocks_call_count`
+        const MB: u64 = 1 << 20;
+        const GB: u64 = 1 << 30;
+        let cfg = AllocatorConfig::parse("garbage_collection_threshold:0.5").unwrap();
+        let mut a = CachingAllocator::with_device(cfg, SimDevice::new(80 * GB, 80 * GB));
+        a.set_memory_fraction(1.0 / 80.0);
+        let private = (1u64 << 40) + 7;
+        a.register_private_stream(private, 1, 0);
+        a.keep_through_empty_cache(private, true);
+        let g = a.malloc(600 * MB, private).unwrap();
+        a.free(g).unwrap();
+        let calls = a.pools[1].get_free_blocks_call_count;
+        // 600 MiB reserved is past half the 1 GiB limit: nothing global to collect
+        let x = a.malloc(300 * MB, 0).unwrap();
+        assert_eq!(a.stats().reserved_bytes.all().current as u64, 900 * MB);
+        assert_eq!(a.pools[1].get_free_blocks_call_count, calls + 1);
+        let y = a.malloc(100 * MB, private).unwrap();
+        assert_eq!(a.pools[1].get_free_blocks_call_count, calls + 1);
+        a.free(x).unwrap();
+        a.free(y).unwrap();
     }
 
     #[test]

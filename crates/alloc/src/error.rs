@@ -23,7 +23,18 @@ pub struct OutOfMemory {
     /// Under `backend:cudaMallocAsync`, its figures: the message is
     /// `mallocAsync`'s.
     pub malloc_async: Option<AsyncOom>,
+    /// Not an out-of-memory: the CUDA error (`cudaGetErrorString`'s words)
+    /// that `malloc` raised while freeing cached blocks to make room
+    /// (`C10_CUDA_CHECK(cudaFree(..))` in `release_block`), PyTorch's
+    /// `torch.AcceleratorError`; the figures above are the allocator's then.
+    pub cuda_error: Option<&'static str>,
 }
+
+/// The lines `c10_cuda_check_implementation` (c10/cuda/CUDAException.cpp)
+/// puts after "CUDA error: ..." where no device-side assertion fired.
+const CUDA_CHECK_HINTS: &str = "\nCUDA kernel errors might be asynchronously reported at some other API call, \
+     so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n\
+     Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n";
 
 /// The link PyTorch 2.11 ends the message with.
 const MEMORY_MANAGEMENT_DOCS: &str = "  See documentation for Memory Management  \
@@ -39,6 +50,9 @@ impl OutOfMemory {
     /// NVML's `usedGpuMemory`, is taken as total less free: the only
     /// process on the device (the H100 plan fixtures read 9 MiB under it).
     pub fn torch_message(&self) -> String {
+        if let Some(e) = self.cuda_error {
+            return format!("CUDA error: {e}{CUDA_CHECK_HINTS}");
+        }
         if let Some(a) = &self.malloc_async {
             return a.message(self.device_total, self.device_free);
         }
@@ -83,6 +97,9 @@ impl fmt::Display for OutOfMemory {
     /// without NVML's part on the process and the link to the documentation
     /// ([`OutOfMemory::torch_message`] has them).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(e) = self.cuda_error {
+            return write!(f, "CUDA error: {e}");
+        }
         if let Some(a) = &self.malloc_async {
             return f.write_str(&a.message(self.device_total, self.device_free));
         }
@@ -127,6 +144,7 @@ mod tests {
             allocated_bytes: 65 * GIB,
             reserved_bytes: 65 * GIB + (6 << 20),
             malloc_async: None,
+            cuda_error: None,
         };
         let short = oom.to_string();
         let full = oom.torch_message();
