@@ -4,7 +4,8 @@ blind307/kv03 (ImageGPT next-pixel pretraining, top-k completion, then a frozen 
 committed, with `MARK` lines (allocated, requested, inactive split bytes, segments, large/small pool
 allocated) after each step of phase 4, where the H100 read 1,048,576 bytes less allocated than the twin
 with requested equal (run_blind307_h100.jsonl). SNAP=PATH records the memory history and dumps a
-snapshot to PATH at the end (the allocator's behaviour is unchanged by recording)."""
+snapshot to PATH at the end (the allocator's behaviour is unchanged by recording); with SNAP_SEGMENTS=1 the
+history keeps only the segment events (cudaMalloc/cudaFree) of the whole run."""
 
 import os
 
@@ -25,7 +26,12 @@ config.num_labels = 10
 SOS = config.vocab_size - 1
 device = "cuda" if torch.cuda.is_available() else "cpu"
 SNAP = os.environ.get("SNAP")  # a path: record the memory history and dump a snapshot there at the end
-if SNAP and device == "cuda":
+if SNAP and device == "cuda" and os.environ.get("SNAP_SEGMENTS"):
+    # the whole run's segment events only (cudaMalloc/cudaFree), with the Python stack of each
+    torch.cuda.memory._record_memory_history(
+        context="alloc", stacks="python", skip_actions=["alloc", "free_requested", "free_completed"]
+    )
+elif SNAP and device == "cuda":
     torch.cuda.memory._record_memory_history(max_entries=200000, stacks="python")
 
 
