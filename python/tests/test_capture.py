@@ -8091,3 +8091,27 @@ def test_mvlgamma_runs_its_composite_with_the_arange_the_dispatcher_does_not_see
         x = torch.full((4, 3), 9.0, device="cuda", requires_grad=True)
         torch.mvlgamma(x, 5).sum().backward()
         assert x.grad.shape == (4, 3)
+
+
+def test_record_memory_history_skip_actions_and_max_entries_shape_the_trace():
+    # `_record_memory_history(skip_actions=..., max_entries=...)`: CUDACachingAllocator.cpp's
+    # `record_trace` drops the skipped actions and keeps the last max_entries (its ring buffer);
+    # the twin kept every entry (session 69, probe kv69_kv03_phase4_marks_probe.py's SNAP_SEGMENTS)
+    with vramscope.capture(gpu="h100"):
+        torch.cuda.memory._record_memory_history(
+            context="alloc", stacks="python", skip_actions=["alloc", "free_requested", "free_completed"]
+        )
+        x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        y = torch.empty(1024, device="cuda")
+        del x, y
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        assert [e["action"] for e in trace] == ["segment_alloc", "segment_alloc"]
+        torch.cuda.memory._record_memory_history(max_entries=3)
+        for _ in range(3):
+            torch.empty(1024, device="cuda")
+        trace = torch.cuda.memory._snapshot()["device_traces"][0]
+        assert [e["action"] for e in trace] == ["free_requested", "free_completed", "alloc"][-3:] or len(
+            trace
+        ) == 3
+        assert len(trace) == 3
+        torch.cuda.memory._record_memory_history(enabled=None)

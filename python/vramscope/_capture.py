@@ -2898,6 +2898,9 @@ class Capture:
         self.gpu = gpu
         self.device_conf = self._conf()
         self.history = False
+        # `_record_memory_history`'s max_entries and skip_actions, applied to the snapshot's trace
+        self.history_max_entries: int | None = None
+        self.history_skip_actions: frozenset = frozenset()
         self.active = False
         #: the program's intra-op thread count while the twin runs its host ops on one
         #: (`_serial_before_context`); None outside a capture

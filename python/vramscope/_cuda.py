@@ -695,6 +695,17 @@ def patch(cap) -> _Patch:
                 "issue describing your use case."
             )
         cap.record_history(bool(enabled) and enabled != "None")
+        # `_record_memory_history_impl` passes (enabled, context, stacks, max_entries, clear_history,
+        # compile_context, global_record_annotations, skip_actions): CUDACachingAllocator.cpp's
+        # `record_trace` drops an action in skip_actions and keeps the last max_entries in its ring
+        # buffer; the twin records every entry and applies both when the snapshot is taken
+        cap.history_max_entries = args[2] if len(args) > 2 and args[2] else None
+        cap.history_skip_actions = frozenset(args[6]) if len(args) > 6 and args[6] else frozenset()
+
+    def record_history_legacy(enabled=None, *args, **kwargs):
+        # `_record_memory_history_legacy` (a bool `enabled`): its positional layout differs
+        # (trace_alloc_max_entries second, skip_actions ninth); the twin keeps its whole trace there
+        record_history(enabled)
 
     def reset_accumulated(device=None):
         if cap.malloc_async():
@@ -715,6 +726,10 @@ def patch(cap) -> _Patch:
                 "cudaMallocAsync backend does not track individual blocks.)"
             )
         snap = pickle.loads(cap.device.snapshot_pickle())
+        skip, most = cap.history_skip_actions, cap.history_max_entries
+        if skip or most:
+            traces = [[e for e in trace if e["action"] not in skip] for trace in snap["device_traces"]]
+            snap["device_traces"] = [trace[-most:] if most else trace for trace in traces]
         pool_id = tuple(args[0][:2]) if args and isinstance(args[0], tuple) else (0, 0)
         if pool_id != (0, 0):
             # CUDACachingAllocator.cpp `snapshot(mempool_id)`: only the segments of that private
@@ -776,7 +791,7 @@ def patch(cap) -> _Patch:
     p.set(C, "_cuda_setMemoryFraction", set_fraction)
     p.set(C, "_cuda_getMemoryFraction", lambda device=None: cap.device.memory_fraction())
     p.set(C, "_cuda_record_memory_history", record_history)
-    p.set(C, "_cuda_record_memory_history_legacy", record_history)
+    p.set(C, "_cuda_record_memory_history_legacy", record_history_legacy)
     # the backend the environment's settings chose (`CUDACachingAllocator::get()->name()`)
     p.set(C, "_cuda_getAllocatorBackend", lambda: "cudaMallocAsync" if cap.malloc_async() else "native")
     p.set(C, "_cuda_memorySnapshot", memory_snapshot)
