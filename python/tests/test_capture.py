@@ -7929,6 +7929,29 @@ def test_is_any_true_reduces_as_any():
     assert extra_allocations(mask, torch.any)[0] > 0
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.uint8])
+def test_all_and_any_of_one_element_copy_it_to_bool_and_of_more_reduce_it_as_it_is(dtype):
+    # `allany_impl` (ReduceOps.cpp): one element is `result.copy_(self.view_as(result).to(kBool))`,
+    # a one-byte bool temporary unless the input is bool already (session 68's kp: a one-element
+    # int32 `all()`); more elements reduce on CUDA in the input's own dtype (`get_allany_iter`),
+    # with the bool-accumulator reduction's scratch of a bool input of the same shape
+    one = lambda: (torch.ones(1, device="cuda", dtype=dtype),)  # noqa: E731
+    bool_one = lambda: (torch.ones(1, device="cuda", dtype=torch.bool),)  # noqa: E731
+    big = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=dtype),)  # noqa: E731
+    bool_big = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
+    for op in (torch.all, torch.any, lambda t: t.all(0), lambda t: t.any(dim=(0,), keepdim=True)):
+        assert extra_allocations(one, op) == (1, 1)
+        assert extra_allocations(bool_one, op) == (0, 0)
+    for op in (torch.all, torch.any):
+        assert extra_allocations(big, op) == extra_allocations(bool_big, op) == (2, 388)
+    with vramscope.capture(gpu="h100"):
+        # [all, any : uint8 compatibility]: a uint8 input's result is uint8
+        out = torch.empty((), device="cuda", dtype=torch.uint8 if dtype == torch.uint8 else torch.bool)
+        x = torch.ones(1, device="cuda", dtype=dtype)
+        _, (count, _) = counted(lambda: torch.all(x, out=out))
+    assert count == 1
+
+
 def test_masked_tensor_reductions_make_their_identities_on_the_simulated_gpu():
     # blind293/kh04: `MaskedTensor.sum(dim=1)` runs torch/masked/_ops.py inside the mode's own call,
     # whose `_reduction_identity` makes `torch.tensor(0, device=input.device)`: without the mode that
