@@ -2542,6 +2542,35 @@ def test_torch_compile_keeps_the_gpus_constants_from_python_data_while_the_compi
     assert lines[-1] == "1024 512 1024 512"
 
 
+def test_a_compiled_function_dropped_and_collected_frees_its_constants(tmp_script):
+    # probes/me66_compiled_tensor_constants_kinds.py on the H100 (fixtures/run/probes/
+    # me66_compiled_tensor_constants_kinds_s66_h100.txt, `dropped` lines): `del f`,
+    # `torch._dynamo.reset()`, `gc.collect()` frees every constant of the compiled graph. The
+    # twin's frame reader kept each code object it saw (`_gccount._CODES`), dynamo's transformed
+    # code among them, so dynamo's `CleanupManager` never removed the `__compiled_fn` global that
+    # holds the compiled graph and its constants: 512 bytes kept per 0-d constant to the end
+    script = tmp_script(
+        "import gc\n"
+        "import torch\n"
+        "def g(x):\n"
+        "    return torch.where(x > 0, torch.tensor(0.0, device=x.device), -1e9)\n"
+        "x = torch.randn(4, 16, device='cuda')\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "cf = torch.compile(g)\n"
+        "y = cf(x)\n"
+        "del y\n"
+        "kept = torch.cuda.memory_allocated() - base\n"
+        "del cf\n"
+        "torch._dynamo.reset()\n"
+        "gc.collect()\n"
+        "left = [k for k in globals() if k.startswith('__compiled')]\n"
+        "print(kept, torch.cuda.memory_allocated() - base, left)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "512 0 []"
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's
