@@ -2571,6 +2571,36 @@ def test_a_compiled_function_dropped_and_collected_frees_its_constants(tmp_scrip
     assert lines[-1] == "512 0 []"
 
 
+def test_a_compiled_graph_keeps_no_constant_inductor_inlines_but_a_0_d_one(tmp_script):
+    # Inductor inlines a 1-D constant of at most 8 elements (`GraphLowering.can_inline_constant`):
+    # the compiled graph does not keep its tensor, which dies with the traced graph at a collection
+    # (probes/me66_compiled_tensor_constants_kinds.py on the H100: the 4-element ones hold no block
+    # after the first call); a 0-d one stays a fake tensor's `constant` (`CONSTANT_NUMEL_LIMIT`),
+    # kept while the compiled function lives (me66's `scalar_where`, blind287/kb02's H200 history).
+    # The twin's compiled graph held both to the end
+    script = tmp_script(
+        "import gc\n"
+        "import torch\n"
+        "def f(x):\n"
+        "    return x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)\n"
+        "def g(x):\n"
+        "    return torch.where(x > 0, torch.tensor(0.0, device=x.device), -1e9)\n"
+        "x = torch.randn(4, 16, device='cuda')\n"
+        "seen = []\n"
+        "for fn in (f, g):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    cf = torch.compile(fn)\n"
+        "    y = cf(x)\n"
+        "    del y\n"
+        "    gc.collect()\n"
+        "    seen.append(torch.cuda.memory_allocated() - base)\n"
+        "print(*seen)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "0 512"
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's

@@ -616,8 +616,9 @@ def _gpu_constants(gm, cap) -> list:
     constant there too), and one returned as the graph's output (the s61 probe: no block over
     the output; Inductor's `remove_noop_ops` drops the `clone` of `lift_fresh_copy`, so the output
     is the constant, where the twin's is its `device_put` copy). A compiled function dropped
-    (`torch._dynamo.reset()`, collected) frees its constant on the GPU; the twin's compiled graph
-    outlives it."""
+    (`torch._dynamo.reset()`, collected) frees its constant, on the GPU as in the twin
+    (`_gccount.CodeEntry`); one Inductor inlines dies with the traced graph
+    (`_inlined_past_the_compile`)."""
     out = []
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
@@ -649,6 +650,19 @@ _GPU_CONSTANT = "_vramscope_gpu_constant"
 #: hold: a one-element constant is folded into a `full` there (`constant_fold_uniform_value`), its
 #: node gone but its tensor still the traced graph's attribute on the GPU
 _PENDING_CONSTANTS: list = []
+
+
+def _inlined_past_the_compile(t) -> bool:
+    """Whether the GPU's constant `t` (`_gpu_constants`) is one nothing keeps past the compile but the
+    traced graph (a reference cycle, freed at a collection): Inductor inlines a 1-D constant of at
+    most 8 elements (`GraphLowering.can_inline_constant`, `get_attr`: its values become the
+    kernel's, the tensor is not among the compiled graph's `constants`), and only one of at most one
+    element is also a fake tensor's `constant` (`CONSTANT_NUMEL_LIMIT`, torch/_subclasses/
+    fake_tensor.py), which the compiled function keeps. The twin's dies with the twin's traced graph
+    (held by its host constant). probes/me66_compiled_tensor_constants_kinds.py on the H100: the
+    4-element and returned 2-element ones hold no block after the first call, the 0-d ones until the
+    compiled function is dropped."""
+    return t.dim() == 1 and 1 < t.shape[0] <= 8
 
 
 def _lifted_data(module, node) -> bool:
@@ -806,8 +820,9 @@ def _inner_compile(original, cap=None):
                 _relabel_graph(gm, fake_mode)
                 inputs = [_to_cuda(fake_mode, t) for t in example_inputs]
                 compiled = original(gm, inputs, **kwargs)
-                if constants and compiled is not None:
-                    compiled._vramscope_gpu_constants = constants
+                kept = [t for t in constants if not _inlined_past_the_compile(t)]
+                if kept and compiled is not None:
+                    compiled._vramscope_gpu_constants = kept
                 return compiled
         finally:
             TRACING[0] = previous
