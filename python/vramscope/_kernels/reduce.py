@@ -388,9 +388,12 @@ def _any_all(cap, func, call, outs):
     the result; a one-element input is `result.copy_(self.view_as(result).to(kBool))`, whose `to`
     makes a one-byte bool temporary for any other dtype (a bool's `to` is itself); otherwise one
     `gpu_reduce_kernel<scalar_t, bool>` over the input as it is (on CUDA `get_allany_iter` keeps
-    the input's dtype, no cast) with a bool accumulator: its global buffer and semaphores where the
-    rule splits the reduction (blind9/i02's H200 record: 384 + 4 bytes for a (8, 512, 768) bool
-    `any()`)."""
+    the input's dtype, no cast), accumulating in the input's own type (its combine is `(scalar_t a,
+    scalar_t b) -> bool`, and Reduce.cuh's `func_wrapper_t` takes `arg_t` from the first argument):
+    its global buffer and semaphores where the rule splits the reduction (blind9/i02's H200 record:
+    384 + 4 bytes for a (8, 512, 768) bool `any()`; qb69's H100 probe: 1,536 + 4 for int32 and
+    float32, 3,072 + 4 for int64, 768 + 4 for bfloat16, and 528 x 1, 2, 4 + 4 for (64, 1024,
+    1024))."""
     (args, kw) = call
     x = args[0]
     if not registered(x) or x.numel() == 0:
@@ -401,7 +404,8 @@ def _any_all(cap, func, call, outs):
             del copy
         return
     reduced = _reduced_mask(x, args[1] if len(args) > 1 else kw.get("dim"))
-    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, x.element_size(), 1, func._schema.name)
+    size = x.element_size()
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, size, size, func._schema.name)
 
 
 for _name in ("any", "all"):

@@ -8,7 +8,10 @@ made and their requested bytes, the result's own block counted out (cumulative `
 and `requested_bytes.all.allocated` of `torch.cuda.memory_stats()`). The twin prints the same lines under
 `vramscope run --gpu h100` (at qb-s69 ef30b4f2: one-element non-bool 1 alloc / 1 byte, bool 0 / 0; the
 (8, 512, 768) reductions 2 / 388 for every dtype, the (64, 1024, 1024) ones 2 / 532; `.all(0)` of (8, 512,
-768) 0 / 0; all lines in qb69_all_any_non_bool_probe_twin_h100.out).
+768) 0 / 0). The H100 (session 69's first call, fixtures/run/probes/qb69_all_any_non_bool_probe_h100.txt)
+read every one-element line so and the reductions' buffers as 384 (528) x the element size: the kernel
+accumulates in the input's type. The twin's lines now (qb69_all_any_non_bool_probe_twin_h100.out) equal the
+H100's, all 79.
 
 Run: python3 validation/run/probes/qb69_all_any_non_bool_probe.py"""
 
