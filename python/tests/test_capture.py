@@ -2562,13 +2562,16 @@ def test_a_compiled_function_dropped_and_collected_frees_its_constants(tmp_scrip
         "kept = torch.cuda.memory_allocated() - base\n"
         "del cf\n"
         "torch._dynamo.reset()\n"
+        "held = torch.cuda.memory_allocated() - base\n"
         "gc.collect()\n"
         "left = [k for k in globals() if k.startswith('__compiled')]\n"
-        "print(kept, torch.cuda.memory_allocated() - base, left)\n"
+        "print(kept, held, torch.cuda.memory_allocated() - base, left)\n"
     )
     status, lines, _, err = run_script(script)
     assert status == 0, err[-2000:]
-    assert lines[-1] == "512 0 []"
+    # until the collection the 0-d constant's holder, dynamo's graph (a cycle), keeps it (qb69's
+    # H100 probe, fixtures/run/probes/qb69_compiled_constant_collections_probe_h100.txt)
+    assert lines[-1] == "512 512 0 []"
 
 
 def test_a_compiled_graph_keeps_no_constant_inductor_inlines_but_a_0_d_one(tmp_script):

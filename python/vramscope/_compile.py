@@ -644,6 +644,8 @@ def _gpu_constants(gm, cap) -> list:
     return out
 
 
+#: the graphs dynamo hands AOTAutograd (`_aot_as_on_cuda`), innermost last, while it compiles them
+_DYNAMO_GRAPHS: list = []
 #: the attribute of a graph's host constant holding the twin's CUDA tensor standing for the GPU's
 _GPU_CONSTANT = "_vramscope_gpu_constant"
 #: the GPU's constants of the graph Inductor's joint passes had last, for the compiled graph to
@@ -821,6 +823,15 @@ def _inner_compile(original, cap=None):
                 inputs = [_to_cuda(fake_mode, t) for t in example_inputs]
                 compiled = original(gm, inputs, **kwargs)
                 kept = [t for t in constants if not _inlined_past_the_compile(t)]
+                # one of at most one element is a fake tensor's `constant` in dynamo's graph, which the
+                # compiled function keeps (`aot_module_simplified`: `forward.named_parameters =
+                # mod.named_parameters`), a cycle that outlives the function until a collection
+                # reaches it (qb69's H100 probe: after `torch._dynamo.reset()` the 0-d one stays)
+                small = [t for t in kept if t.numel() <= 1] if _DYNAMO_GRAPHS else []
+                if small:
+                    graph = _DYNAMO_GRAPHS[-1]
+                    graph._vramscope_gpu_constants = [*getattr(graph, "_vramscope_gpu_constants", ()), *small]
+                    kept = [t for t in kept if t.numel() > 1]
                 if kept and compiled is not None:
                     compiled._vramscope_gpu_constants = kept
                 return compiled
@@ -1950,9 +1961,11 @@ def _aot_as_on_cuda(original):
         if not (TRACING[0] and any(_stands_for_cuda(a) for a in args)):
             return original(mod, args, *rest, **kwargs)
         fused = _fused_rms_norm_on_host()
+        _DYNAMO_GRAPHS.append(mod)
         try:
             return original(mod, args, *rest, **kwargs)
         finally:
+            _DYNAMO_GRAPHS.pop()
             fused._destroy()
             _uncache_host_dispatch(torch.ops.aten._fused_rms_norm.default)
 
