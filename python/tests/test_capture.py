@@ -2542,6 +2542,68 @@ def test_torch_compile_keeps_the_gpus_constants_from_python_data_while_the_compi
     assert lines[-1] == "1024 512 1024 512"
 
 
+def test_a_compiled_function_dropped_and_collected_frees_its_constants(tmp_script):
+    # probes/me66_compiled_tensor_constants_kinds.py on the H100 (fixtures/run/probes/
+    # me66_compiled_tensor_constants_kinds_s66_h100.txt, `dropped` lines): `del f`,
+    # `torch._dynamo.reset()`, `gc.collect()` frees every constant of the compiled graph. The
+    # twin's frame reader kept each code object it saw (`_gccount._CODES`), dynamo's transformed
+    # code among them, so dynamo's `CleanupManager` never removed the `__compiled_fn` global that
+    # holds the compiled graph and its constants: 512 bytes kept per 0-d constant to the end
+    script = tmp_script(
+        "import gc\n"
+        "import torch\n"
+        "def g(x):\n"
+        "    return torch.where(x > 0, torch.tensor(0.0, device=x.device), -1e9)\n"
+        "x = torch.randn(4, 16, device='cuda')\n"
+        "base = torch.cuda.memory_allocated()\n"
+        "cf = torch.compile(g)\n"
+        "y = cf(x)\n"
+        "del y\n"
+        "kept = torch.cuda.memory_allocated() - base\n"
+        "del cf\n"
+        "torch._dynamo.reset()\n"
+        "held = torch.cuda.memory_allocated() - base\n"
+        "gc.collect()\n"
+        "left = [k for k in globals() if k.startswith('__compiled')]\n"
+        "print(kept, held, torch.cuda.memory_allocated() - base, left)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    # until the collection the 0-d constant's holder, dynamo's graph (a cycle), keeps it (qb69's
+    # H100 probe, fixtures/run/probes/qb69_compiled_constant_collections_probe_h100.txt)
+    assert lines[-1] == "512 512 0 []"
+
+
+def test_a_compiled_graph_keeps_no_constant_inductor_inlines_but_a_0_d_one(tmp_script):
+    # Inductor inlines a 1-D constant of at most 8 elements (`GraphLowering.can_inline_constant`):
+    # the compiled graph does not keep its tensor, which dies with the traced graph at a collection
+    # (probes/me66_compiled_tensor_constants_kinds.py on the H100: the 4-element ones hold no block
+    # after the first call); a 0-d one stays a fake tensor's `constant` (`CONSTANT_NUMEL_LIMIT`),
+    # kept while the compiled function lives (me66's `scalar_where`, blind287/kb02's H200 history).
+    # The twin's compiled graph held both to the end
+    script = tmp_script(
+        "import gc\n"
+        "import torch\n"
+        "def f(x):\n"
+        "    return x[:, :4] * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)\n"
+        "def g(x):\n"
+        "    return torch.where(x > 0, torch.tensor(0.0, device=x.device), -1e9)\n"
+        "x = torch.randn(4, 16, device='cuda')\n"
+        "seen = []\n"
+        "for fn in (f, g):\n"
+        "    base = torch.cuda.memory_allocated()\n"
+        "    cf = torch.compile(fn)\n"
+        "    y = cf(x)\n"
+        "    del y\n"
+        "    gc.collect()\n"
+        "    seen.append(torch.cuda.memory_allocated() - base)\n"
+        "print(*seen)\n"
+    )
+    status, lines, _, err = run_script(script)
+    assert status == 0, err[-2000:]
+    assert lines[-1] == "0 512"
+
+
 def test_compiled_jagged_layer_fails_its_backward_as_on_the_gpu():
     # blind261/jb03: a compiled layer over a jagged tensor without min_seqlen. The jagged SDPA's
     # `_get_min_seqlen()` (`.item()`) breaks the graph; run eagerly it caches min_seqlen in q's
@@ -8015,6 +8077,33 @@ def test_is_any_true_reduces_as_any():
     mask = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
     assert extra_allocations(mask, torch._is_any_true) == extra_allocations(mask, torch.any)
     assert extra_allocations(mask, torch.any)[0] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.uint8])
+def test_all_and_any_of_one_element_copy_it_to_bool_and_of_more_reduce_it_as_it_is(dtype):
+    # `allany_impl` (ReduceOps.cpp): one element is `result.copy_(self.view_as(result).to(kBool))`,
+    # a one-byte bool temporary unless the input is bool already (session 68's kp: a one-element
+    # int32 `all()`); more elements reduce on CUDA in the input's own dtype (`get_allany_iter`),
+    # accumulating in it: the global buffer grows with its size (fixtures/run/probes/
+    # qb69_all_any_non_bool_probe_h100.txt: 384 x element size + 4 bytes of semaphores for
+    # (8, 512, 768))
+    one = lambda: (torch.ones(1, device="cuda", dtype=dtype),)  # noqa: E731
+    bool_one = lambda: (torch.ones(1, device="cuda", dtype=torch.bool),)  # noqa: E731
+    big = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=dtype),)  # noqa: E731
+    bool_big = lambda: (torch.empty(8, 512, 768, device="cuda", dtype=torch.bool),)  # noqa: E731
+    for op in (torch.all, torch.any, lambda t: t.all(0), lambda t: t.any(dim=(0,), keepdim=True)):
+        assert extra_allocations(one, op) == (1, 1)
+        assert extra_allocations(bool_one, op) == (0, 0)
+    size = torch.empty((), dtype=dtype).element_size()
+    for op in (torch.all, torch.any):
+        assert extra_allocations(bool_big, op) == (2, 388)
+        assert extra_allocations(big, op) == (2, 384 * size + 4)
+    with vramscope.capture(gpu="h100"):
+        # [all, any : uint8 compatibility]: a uint8 input's result is uint8
+        out = torch.empty((), device="cuda", dtype=torch.uint8 if dtype == torch.uint8 else torch.bool)
+        x = torch.ones(1, device="cuda", dtype=dtype)
+        _, (count, _) = counted(lambda: torch.all(x, out=out))
+    assert count == 1
 
 
 def test_masked_tensor_reductions_make_their_identities_on_the_simulated_gpu():

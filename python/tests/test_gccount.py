@@ -98,7 +98,7 @@ def test_the_frames_read_in_place_are_those_f_back_walks():
         while f is not None:
             walked.append((f.f_code, f.f_lasti, f.f_lineno))
             f = f.f_back
-        return [(k[0], lasti, _gccount.line_of(k[0], lasti)) for k, lasti in read], walked
+        return [(k(), lasti, _gccount.line_of(k(), lasti)) for k, lasti in read], walked
 
     def outer():
         return inner()

@@ -320,36 +320,26 @@ def _without_meta_alert(run, func, args, kwargs):
         torch.use_deterministic_algorithms(True, warn_only=warn_only)
 
 
-#: `_source_line`'s text by (id of the code, offset of its instruction) -> (the code, the text)
-_LINES: dict = {}
-
-
 def _source_line() -> str:
     """`file:line in function` of the innermost frame outside torch and vramscope: the program's
     (or a model library's) line that made an allocation; "" where there is none. The text of a
     frame that no trace function follows is kept by its code and instruction, of which its line
-    number is a function (`PyCode_Addr2Line`); the code is kept with it, so its id stays its own."""
+    number is a function (`PyCode_Addr2Line`), in the code's `_gccount.CodeEntry`."""
     if sys.gettrace() is None:
         # the frames read where they are, without making their frame objects (`_gccount`)
         frames = _gccount.frames_from(sys._getframe())
         if frames is not None:
             user = _USER_FILES
             for known, lasti in frames:
-                outside = known[1]
+                outside = known.verdict
                 if outside is None:
-                    fn = known[0].co_filename
+                    fn = known().co_filename
                     outside = user.get(fn)
                     if outside is None:
                         outside = user[fn] = _outside(fn)
-                    known[1] = outside
+                    known.verdict = outside
                 if outside:
-                    code = known[0]
-                    key = (id(code), lasti)
-                    line = _LINES.get(key)
-                    if line is None:
-                        text = f"{code.co_filename}:{_gccount.line_of(code, lasti)} in {code.co_name}"
-                        line = _LINES[key] = (code, text)
-                    return line[1]
+                    return _line_text(known, lasti)
             if getattr(_STATE, "caller_frame", None) is None:
                 return ""
     f = _user_frame()
@@ -358,11 +348,19 @@ def _source_line() -> str:
     code = f.f_code
     if f.f_trace is not None:
         return f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
-    key = (id(code), f.f_lasti)
-    known = _LINES.get(key)
-    if known is None:
-        known = _LINES[key] = (code, f"{code.co_filename}:{f.f_lineno} in {code.co_name}")
-    return known[1]
+    return _line_text(_gccount.code_entry(code), f.f_lasti)
+
+
+def _line_text(known, lasti: int) -> str:
+    """The text of the line of `known`'s code (a `_gccount.CodeEntry`) at byte offset `lasti`."""
+    lines = known.lines
+    if lines is None:
+        lines = known.lines = {}
+    text = lines.get(lasti)
+    if text is None:
+        code = known()
+        text = lines[lasti] = f"{code.co_filename}:{_gccount.line_of(code, lasti)} in {code.co_name}"
+    return text
 
 
 #: ops whose CUDA kernel takes its operands through the generated wrapper's device check

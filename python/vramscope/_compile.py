@@ -616,8 +616,9 @@ def _gpu_constants(gm, cap) -> list:
     constant there too), and one returned as the graph's output (the s61 probe: no block over
     the output; Inductor's `remove_noop_ops` drops the `clone` of `lift_fresh_copy`, so the output
     is the constant, where the twin's is its `device_put` copy). A compiled function dropped
-    (`torch._dynamo.reset()`, collected) frees its constant on the GPU; the twin's compiled graph
-    outlives it."""
+    (`torch._dynamo.reset()`, collected) frees its constant, on the GPU as in the twin
+    (`_gccount.CodeEntry`); one Inductor inlines dies with the traced graph
+    (`_inlined_past_the_compile`)."""
     out = []
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
@@ -643,12 +644,27 @@ def _gpu_constants(gm, cap) -> list:
     return out
 
 
+#: the graphs dynamo hands AOTAutograd (`_aot_as_on_cuda`), innermost last, while it compiles them
+_DYNAMO_GRAPHS: list = []
 #: the attribute of a graph's host constant holding the twin's CUDA tensor standing for the GPU's
 _GPU_CONSTANT = "_vramscope_gpu_constant"
 #: the GPU's constants of the graph Inductor's joint passes had last, for the compiled graph to
 #: hold: a one-element constant is folded into a `full` there (`constant_fold_uniform_value`), its
 #: node gone but its tensor still the traced graph's attribute on the GPU
 _PENDING_CONSTANTS: list = []
+
+
+def _inlined_past_the_compile(t) -> bool:
+    """Whether the GPU's constant `t` (`_gpu_constants`) is one nothing keeps past the compile but the
+    traced graph (a reference cycle, freed at a collection): Inductor inlines a 1-D constant of at
+    most 8 elements (`GraphLowering.can_inline_constant`, `get_attr`: its values become the
+    kernel's, the tensor is not among the compiled graph's `constants`), and only one of at most one
+    element is also a fake tensor's `constant` (`CONSTANT_NUMEL_LIMIT`, torch/_subclasses/
+    fake_tensor.py), which the compiled function keeps. The twin's dies with the twin's traced graph
+    (held by its host constant). probes/me66_compiled_tensor_constants_kinds.py on the H100: the
+    4-element and returned 2-element ones hold no block after the first call, the 0-d ones until the
+    compiled function is dropped."""
+    return t.dim() == 1 and 1 < t.shape[0] <= 8
 
 
 def _lifted_data(module, node) -> bool:
@@ -806,8 +822,18 @@ def _inner_compile(original, cap=None):
                 _relabel_graph(gm, fake_mode)
                 inputs = [_to_cuda(fake_mode, t) for t in example_inputs]
                 compiled = original(gm, inputs, **kwargs)
-                if constants and compiled is not None:
-                    compiled._vramscope_gpu_constants = constants
+                kept = [t for t in constants if not _inlined_past_the_compile(t)]
+                # one of at most one element is a fake tensor's `constant` in dynamo's graph, which the
+                # compiled function keeps (`aot_module_simplified`: `forward.named_parameters =
+                # mod.named_parameters`), a cycle that outlives the function until a collection
+                # reaches it (qb69's H100 probe: after `torch._dynamo.reset()` the 0-d one stays)
+                small = [t for t in kept if t.numel() <= 1] if _DYNAMO_GRAPHS else []
+                if small:
+                    graph = _DYNAMO_GRAPHS[-1]
+                    graph._vramscope_gpu_constants = [*getattr(graph, "_vramscope_gpu_constants", ()), *small]
+                    kept = [t for t in kept if t.numel() > 1]
+                if kept and compiled is not None:
+                    compiled._vramscope_gpu_constants = kept
                 return compiled
         finally:
             TRACING[0] = previous
@@ -1935,9 +1961,11 @@ def _aot_as_on_cuda(original):
         if not (TRACING[0] and any(_stands_for_cuda(a) for a in args)):
             return original(mod, args, *rest, **kwargs)
         fused = _fused_rms_norm_on_host()
+        _DYNAMO_GRAPHS.append(mod)
         try:
             return original(mod, args, *rest, **kwargs)
         finally:
+            _DYNAMO_GRAPHS.pop()
             fused._destroy()
             _uncache_host_dispatch(torch.ops.aten._fused_rms_norm.default)
 

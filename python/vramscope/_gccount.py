@@ -204,8 +204,43 @@ _CODE_TYPE = type(_locate.__code__)
 #: where a code object's instructions start (`_PyCode_CODE`: its `co_code_adaptive`, the type's
 #: basic size)
 _CODE_START = _CODE_TYPE.__basicsize__
-#: code objects by address, kept so that no other takes the address (with the caller's verdict)
+#: each code object's `CodeEntry` by address, while the code lives
 _CODES: dict = {}
+
+
+class CodeEntry(weakref.ref):
+    """A code object's entry in `_CODES` (call it for the code), with the caller's verdict on it
+    and its lines' texts by instruction offset. It does not keep the code alive and leaves `_CODES`
+    when the code dies, so no later code at that address reads its verdict or lines. Keeping the
+    code kept dynamo's transformed code past `torch._dynamo.reset()`, whose death removes the
+    global holding the compiled function (`CleanupManager`, torch/_dynamo/utils.py): on the H100 a
+    compiled function dropped so frees its graph's CUDA constants, the twin kept them to the end
+    (probes/me66_compiled_tensor_constants_kinds.py's `dropped` lines)."""
+
+    __slots__ = ("address", "lines", "verdict")
+
+    def __new__(cls, code, address: int):
+        return super().__new__(cls, code, _forget)
+
+    def __init__(self, code, address: int):
+        super().__init__(code, _forget)
+        self.address = address
+        self.verdict = None
+        self.lines: dict | None = None
+
+
+def _forget(entry: CodeEntry) -> None:
+    if _CODES.get(entry.address) is entry:
+        del _CODES[entry.address]
+
+
+def code_entry(code, address: int | None = None) -> CodeEntry:
+    """`code`'s entry (`CodeEntry`), made on first sight."""
+    address = id(code) if address is None else address
+    known = _CODES.get(address)
+    if known is None:
+        known = _CODES[address] = CodeEntry(code, address)
+    return known
 
 
 def frames_from(frame):
@@ -229,8 +264,7 @@ def frames_from(frame):
         c = unpack(mem, p + 8 * code_w)[0]
         known = _CODES.get(c)
         if known is None:
-            code = ctypes.cast(c, ctypes.py_object).value
-            known = _CODES[c] = [code, None]
+            known = code_entry(ctypes.cast(c, ctypes.py_object).value, c)
         lasti = unpack(mem, p + 8 * instr_w)[0] - c - _CODE_START
         out.append((known, lasti))
     return out
@@ -257,7 +291,7 @@ def _walks_agree() -> bool:
         while f is not None:
             walked.append((f.f_code, f.f_lineno))
             f = f.f_back
-        return read is not None and [(k[0], line_of(k[0], i)) for k, i in read] == walked
+        return read is not None and [(k(), line_of(k(), i)) for k, i in read] == walked
 
     def middle():
         return innermost()

@@ -384,19 +384,32 @@ for _name in ("std", "var", "std_mean", "var_mean"):
 
 
 def _any_all(cap, func, call, outs):
-    """`any`/`all` (cuda/ReduceLogicKernel.cu): one `gpu_reduce_kernel` with a bool accumulator over
-    the input as it is; its global buffer and semaphores where the rule splits the reduction
-    (blind9/i02's H200 record: 384 + 4 bytes for a (8, 512, 768) bool `any()`)."""
+    """`any`/`all` (`allany_impl`, ReduceOps.cpp; cuda/ReduceLogicKernel.cu): an empty input fills
+    the result; a one-element input is `result.copy_(self.view_as(result).to(kBool))`, whose `to`
+    makes a one-byte bool temporary for any other dtype (a bool's `to` is itself); otherwise one
+    `gpu_reduce_kernel<scalar_t, bool>` over the input as it is (on CUDA `get_allany_iter` keeps
+    the input's dtype, no cast), accumulating in the input's own type (its combine is `(scalar_t a,
+    scalar_t b) -> bool`, and Reduce.cuh's `func_wrapper_t` takes `arg_t` from the first argument):
+    its global buffer and semaphores where the rule splits the reduction (blind9/i02's H200 record:
+    384 + 4 bytes for a (8, 512, 768) bool `any()`; qb69's H100 probe: 1,536 + 4 for int32 and
+    float32, 3,072 + 4 for int64, 768 + 4 for bfloat16, and 528 x 1, 2, 4 + 4 for (64, 1024,
+    1024))."""
     (args, kw) = call
     x = args[0]
-    if not registered(x) or x.numel() == 0 or x.dtype != torch.bool:
+    if not registered(x) or x.numel() == 0:
+        return
+    if x.numel() == 1:
+        if x.dtype != torch.bool:
+            copy = cap.malloc(1, "aten::_to_copy", "temporary")
+            del copy
         return
     reduced = _reduced_mask(x, args[1] if len(args) > 1 else kw.get("dim"))
-    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, 1, 1, func._schema.name)
+    size = x.element_size()
+    reduce_scratch(cap, list(x.shape), list(x.stride()), reduced, size, size, func._schema.name)
 
 
 for _name in ("any", "all"):
-    for _o in ("default", "dim", "dims"):
+    for _o in ("default", "dim", "dims", "all_out", "out", "dims_out"):
         _f = getattr(getattr(aten, _name), _o, None)
         if _f is not None:
             AFTER[_f] = _any_all
