@@ -1,5 +1,7 @@
-"""Probe for blind312/la05 (SampleRNN): the H100 ends la05's training phase with 16,384 bytes more
-allocated than the twin (phase 1 on; its peak exact). This runs la05's model and one batch of its TBPTT
+"""Probe for blind312/la05 (SampleRNN): with main 82aa53dc's cuDNN table (the set's convolutions swept) la05
+is exact in allocated, but from its training phase the twin reserves 123,731,968 bytes more than the H100
+(phase 1's peak 163,840 under; its three GRU workspaces are unmeasured, see la69_la05_gru_workspace_probe.py).
+This runs la05's model and one batch of its TBPTT
 loop (4 chunks, bf16 autocast, Adam, clip_grad_value_, lerp_ EMA) and prints, after every stage of every
 chunk, memory_allocated and the number of active blocks; then which parameters hold a .grad, and
 the optimizer state's block count. Run: python3 probes/la69_la05_samplernn_step_probe.py (from
