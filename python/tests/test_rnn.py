@@ -271,8 +271,9 @@ def test_the_fitted_sizes_agree_with_the_measured_table_where_both_hold():
     # persistent algorithms, or workspaces not linear in batch and steps), and 18 bidirectional ones
     # outside `_fitted`'s workspace forms (`_bi_reserve_only`; three more, et05's and gh02's small-h
     # training problems, now take `_fitted_small_h_bidir` whole, above), and blind304/ks05's 2-layer
-    # float16 GRU of 1,024 (a workspace not linear in batch and steps): each reserve exact
-    assert reserves == 35
+    # float16 GRU of 1,024 (a workspace not linear in batch and steps), and blind312/la05's two
+    # 2-layer float16 GRU training problems of 1,024 over 1,024 inputs (the same): each reserve exact
+    assert reserves == 37
 
 
 def test_blind191_musicvae_decoder_lstm_training_problem_is_measured():
@@ -445,6 +446,33 @@ def test_blind304_d2l_two_layer_float16_gru_training_problem_is_measured():
         178850048,
     )
     assert p["workspace"] == infer["workspace"]
+
+
+def test_blind312_samplernn_two_layer_gru_problems_are_measured():
+    from vramscope import _rnn
+
+    # blind312/la05 (SampleRNN's frame tiers: 2-layer nn.GRU of 1,024 over 1,024 inputs, no dropout):
+    # float16 training under bf16 autocast (AutocastRNN.cpp casts to kHalf) at 64 x 64 and 64 x 256
+    # steps lies outside the fitted formula (unpacked, 2+ layers, over 7 steps, no dropout), and its
+    # float32 evaluation at 32 x 1,024 steps past the inference form's 800. The H100 probe
+    # validation/run/probes/la69_la05_gru_workspace_probe.py
+    # (fixtures/run/probes/la69_la05_gru_rnn_probe_h100.jsonl) measured them; the two training
+    # workspaces lie 2 and 3 MiB above the inference form (which the probe reads exactly for both).
+    # With the three lines la05 is exact in all five phases on the H100.
+    gru = _rnn.MODES["gru"]
+    for seq, ws in ((64, 87294720), (256, 214172416)):
+        tokens = 64 * seq
+        fitted = _rnn._fitted(gru, torch.float16, 1024, 1024, 0, 2, False, 0.0, True, 64, seq, tokens, False)
+        assert fitted["workspace"] is None
+        infer = _rnn._fitted(gru, torch.float16, 1024, 1024, 0, 2, False, 0.0, False, 64, seq, tokens, False)
+        p = _rnn._problems()[("gru", "float16", 1024, 1024, 0, 2, False, 64, seq, None, True)]
+        assert (p["workspace"], p["reserve"], p["backward_workspace"]) == (ws, fitted["reserve"], ws)
+        assert p["workspace"] - infer["workspace"] == (1 if seq == 64 else 1.5) * 2 * 1024 * 1024
+    assert (
+        _rnn._fitted(gru, torch.float32, 1024, 1024, 0, 2, False, 0.0, False, 32, 1024, 32768, False) is None
+    )
+    p = _rnn._problems()[("gru", "float32", 1024, 1024, 0, 2, False, 32, 1024, None, False)]
+    assert p["workspace"] == 437518848
 
 
 def test_the_fitted_sizes_hold_only_in_their_domain():
