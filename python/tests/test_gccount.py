@@ -184,3 +184,22 @@ def test_a_graph_replayed_from_python_passes_the_collectors_window_as_the_modes_
         _out, jvp_fn = torch.func.linearize(lambda w: torch.sigmoid(x @ w), w)
         t = jvp_fn(torch.ones_like(w))
         assert t.shape == (64, 16) and t.device.type == "cuda"
+
+
+def test_a_list_of_results_counts_the_tensors_not_passed_in():
+    import torch
+    from vramscope import _gccount
+
+    passed = [torch.zeros(1) for _ in range(300)]
+    other = torch.zeros(1)
+    made = [torch.zeros(1) for _ in range(300)]
+    kept = torch.zeros(1)
+    kept.__dict__["_vs_val"] = torch.zeros(1)  # the twin's values of a small tensor: one more
+    # a `_foreach_` op's in-place result (its own arguments) and an out-of-place one
+    assert _gccount.fresh(passed, (passed, other)) == 0
+    assert _gccount.fresh(made, (passed, other)) == 300
+    # a nested tuple, the second argument itself, and a tensor with what the twin keeps of it
+    assert _gccount.fresh((made[:2], (other, kept)), (passed, other)) == 2 + 2
+    assert _gccount.fresh([passed[5], made[0]], (tuple(passed),)) == 1
+    assert _gccount.fresh(other, (passed, other)) == 0
+    assert _gccount.fresh(made[0], (passed, other)) == 1

@@ -153,21 +153,49 @@ def fresh(out, args) -> int:
     """How many Tensor objects `out` holds that are none of `args` (nor in a list or tuple there):
     the objects the op's result adds on the GPU. What the twin alone keeps of such a tensor dies
     with it, counted down then, so it counts here too: a small tensor's values (`_vs_val`, a host
-    tensor in its `__dict__`) and the weak references to it (a constant's viewers' `WeakSet`)."""
+    tensor in its `__dict__`) and the weak references to it (a constant's viewers' `WeakSet`).
+    A list of results (a `_foreach_` op's) is checked against the ids of what was passed, taken
+    once: every argument lives through the call, so an id names one object."""
     if isinstance(out, _TENSOR):
         for a in args:
             if a is out:
                 return 0
             if type(a) in (list, tuple) and any(x is out for x in a):
                 return 0
-        n = 1 + _weakrefs(out)
-        kept = getattr(out, "__dict__", None)
-        if kept:
-            n += sum(1 for v in kept.values() if isinstance(v, _TENSOR))
-        return n
+        return _objects(out)
     if type(out) in (tuple, list):
-        return sum(fresh(o, args) for o in out)
+        return _fresh_in(out, _passed(args))
     return 0
+
+
+def _passed(args) -> set:
+    """The ids of `args` and of the items of its lists and tuples."""
+    ids = set()
+    for a in args:
+        ids.add(id(a))
+        if type(a) in (list, tuple):
+            ids.update(map(id, a))
+    return ids
+
+
+def _fresh_in(out, passed: set) -> int:
+    n = 0
+    for o in out:
+        if isinstance(o, _TENSOR):
+            if id(o) not in passed:
+                n += _objects(o)
+        elif type(o) in (tuple, list):
+            n += _fresh_in(o, passed)
+    return n
+
+
+def _objects(t) -> int:
+    """The Tensor object `t` and what the twin keeps of it alone (see `fresh`)."""
+    n = 1 + _weakrefs(t)
+    kept = getattr(t, "__dict__", None)
+    if kept:
+        n += sum(1 for v in kept.values() if isinstance(v, _TENSOR))
+    return n
 
 
 # ---- the program's frames, read without making their frame objects ---------------------------
