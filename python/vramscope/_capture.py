@@ -2758,18 +2758,13 @@ def _arenas_packed() -> int:
     arenas made before the context a GPU process's maps show packed by glibc's hint, from the top
     (rule 17: a race between the workers; blind290/ke05's H100 maps probe: 9). Unset: none, the
     layout of blind269/jj04's H100 maps (docs/driver-placement.md, sessions 62 and 67)."""
-    value = os.environ.get("VRAMSCOPE_ARENAS_PACKED")
-    if not value:
-        return 0
-    try:
-        packed = int(value)
-    except ValueError:
-        packed = -1
-    if not 0 <= packed <= INTRA_OP_WORKERS:
-        raise ValueError(
-            f"VRAMSCOPE_ARENAS_PACKED={value!r}: expected a count of arenas, 0 to {INTRA_OP_WORKERS}"
-        )
-    return packed
+    return _validation_setting(
+        "VRAMSCOPE_ARENAS_PACKED",
+        int,
+        lambda packed: 0 <= packed <= INTRA_OP_WORKERS,
+        0,
+        f"a count of arenas, 0 to {INTRA_OP_WORKERS}",
+    )
 
 
 def _stacks_phase() -> float:
@@ -2778,16 +2773,28 @@ def _stacks_phase() -> float:
     blind299/kn03's phase-3 allocated is 318,373,376 at 2 to 19 MiB modulo 32, 315,620,864 at 0 and
     20 to 23, 316,145,152 at 1 and 24 to 26, and its H100 processes printed the first and the last,
     session 69). Unset: the median, 32."""
-    value = os.environ.get("VRAMSCOPE_STACKS_PHASE")
+    return _validation_setting(
+        "VRAMSCOPE_STACKS_PHASE",
+        float,
+        lambda phase: 0.0 <= phase < 64.0,
+        32.0,
+        "MiB modulo 64, such as 43.4",
+    )
+
+
+def _validation_setting(name: str, parse, valid, default, expected: str):
+    """The environment variable `name` read with `parse` (`default` where unset or empty); a value
+    that does not parse or is not `valid` raises a ValueError naming what was expected."""
+    value = os.environ.get(name)
     if not value:
-        return 32.0
+        return default
     try:
-        phase = float(value)
+        parsed = parse(value)
     except ValueError:
-        phase = -1.0
-    if not 0.0 <= phase < 64.0:
-        raise ValueError(f"VRAMSCOPE_STACKS_PHASE={value!r}: expected MiB modulo 64, such as 43.4")
-    return phase
+        parsed = None
+    if parsed is None or not valid(parsed):
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+    return parsed
 
 
 #: (thread, native device) of captures that died on another thread than their device's: a PyO3

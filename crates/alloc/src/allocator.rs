@@ -836,16 +836,10 @@ impl<D: Device> CachingAllocator<D> {
             self.stats.num_ooms += 1;
             let used = self.stats.requested_bytes.all().current as u64;
             return Err(OutOfMemory {
-                alloc_size: get_allocation_size(size, self.config.large_segment_size),
-                device_total,
-                device_free,
-                allowed: self.allowed_memory_maximum(),
-                allocated_bytes: self.stats.allocated_bytes.all().current as u64,
-                reserved_bytes: self.stats.reserved_bytes.all().current as u64,
                 // (the driver's pool runs out where the twin's segments do:
                 // unmeasured)
                 malloc_async: self.malloc_async.as_ref().map(|p| p.oom(used, orig_size)),
-                cuda_error: None,
+                ..self.failure(size, device_free, device_total)
             });
         };
         if let Some((fits, other_rule)) = self.fits.as_mut() {
@@ -1940,6 +1934,14 @@ impl<D: Device> CachingAllocator<D> {
     fn cuda_error(&mut self, error: &'static str, size: u64) -> OutOfMemory {
         let (device_free, device_total) = self.device.mem_info();
         OutOfMemory {
+            cuda_error: Some(error),
+            ..self.failure(size, device_free, device_total)
+        }
+    }
+
+    /// The figures a failed `malloc` of `size` reports (PyTorch's out-of-memory message).
+    fn failure(&self, size: u64, device_free: u64, device_total: u64) -> OutOfMemory {
+        OutOfMemory {
             alloc_size: get_allocation_size(size, self.config.large_segment_size),
             device_total,
             device_free,
@@ -1947,7 +1949,7 @@ impl<D: Device> CachingAllocator<D> {
             allocated_bytes: self.stats.allocated_bytes.all().current as u64,
             reserved_bytes: self.stats.reserved_bytes.all().current as u64,
             malloc_async: None,
-            cuda_error: Some(error),
+            cuda_error: None,
         }
     }
 
