@@ -948,6 +948,21 @@ def test_eig_lstsq_complex_solve_and_qr_outs_allocate_as_the_h100_recorded(capsy
     assert not cap.unmeasured
 
 
+def test_float32_lstsq_gels_workspaces_allocate_as_the_h100_recorded(capsys):
+    # le70_blind316_lstsq_workspaces_probe on an H100 (fixtures/run/probes): blind316/le04's lstsq of
+    # 32,768 x 65 float32 with 32 right-hand sides and a grid in n and nrhs (geqrf's and ormqr's
+    # workspaces, every allocation of the call)
+    import runpy
+
+    probe = ROOT / "validation" / "run" / "probes" / "le70_blind316_lstsq_workspaces_probe.py"
+    gpu = (FIXTURES / "run" / "probes" / "le70_blind316_lstsq_workspaces_probe_h100.txt").read_text()
+    with vramscope.capture(gpu="h100") as cap:
+        runpy.run_path(str(probe), run_name="__main__")
+        torch.cuda.memory._record_memory_history(enabled=None)
+    assert capsys.readouterr().out.splitlines() == gpu.splitlines()
+    assert not cap.unmeasured
+
+
 def test_eigvals_under_inference_mode_allocates_as_the_h100_recorded():
     gpu = (FIXTURES / "run" / "probes" / "pt61_linalg_workspace_probe_h100.txt").read_text().splitlines()
     want = [_events_of(line)[1] for line in gpu if line.startswith("eigvals")]

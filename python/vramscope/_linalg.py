@@ -401,6 +401,9 @@ GEQRF_WORKSPACE = {
     # `linalg_qr` of (16,384, 50) float64
     (16384, 50, torch.float64): 2648960,
     (32000, 8, torch.float32): 3145856,
+    # le70_blind316_lstsq_workspaces_probe on an H100 (fixtures/run/probes): blind316/le04's lstsq
+    (32768, 65, torch.float32): 2909952,
+    (32768, 96, torch.float32): 2909952,
 }
 
 ORGQR_WORKSPACE.update(
@@ -669,6 +672,15 @@ ORMQR_WORKSPACE = {
     (32768, 32, 32, torch.float64): 76163328,
     # kp68_blind301_linalg_workspaces_probe on an H100: blind301/kp04's whitened regression
     (16384, 512, 512, torch.float64): 105388032,
+    # le70_blind316_lstsq_workspaces_probe on an H100: blind316/le04's linear probe (32,768 x 65,
+    # 32 right-hand sides) and a float32 grid in k and nrhs around it
+    (32768, 32, 65, torch.float32): 42419968,
+    (32768, 32, 32, torch.float32): 38081664,
+    (32768, 32, 64, torch.float32): 42288256,
+    (32768, 32, 96, torch.float32): 46503040,
+    (32768, 32, 128, torch.float32): 50726016,
+    (32768, 1, 65, torch.float32): 42356480,
+    (32768, 64, 65, torch.float32): 42485632,
 }
 
 
