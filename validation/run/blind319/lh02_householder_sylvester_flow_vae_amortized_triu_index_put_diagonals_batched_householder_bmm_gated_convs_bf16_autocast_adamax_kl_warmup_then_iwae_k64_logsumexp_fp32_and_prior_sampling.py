@@ -133,8 +133,8 @@ class HouseholderSylvesterVAE(nn.Module):
         diag2 = self.amor_diag2(h).view(batch_size, self.z_size, self.num_flows)
         r1 = full_d * self.triu_mask.unsqueeze(-1)
         r2 = full_d.transpose(2, 1) * self.triu_mask.unsqueeze(-1)
-        r1[:, self.diag_idx, self.diag_idx, :] = diag1
-        r2[:, self.diag_idx, self.diag_idx, :] = diag2
+        r1[:, self.diag_idx, self.diag_idx, :] = diag1.to(r1.dtype)
+        r2[:, self.diag_idx, self.diag_idx, :] = diag2.to(r2.dtype)
         q = self.amor_q(h)
         b = self.amor_b(h).view(batch_size, 1, self.z_size, self.num_flows)
         return mean_z, var_z, r1, r2, q, b
