@@ -1549,6 +1549,25 @@ def test_index_copy_checks_dtypes_index_and_slices_as_its_meta_function(inplace)
         copy(-2, pos, new)
 
 
+def test_index_put_by_integer_indices_checks_the_value_dtype():
+    # make_index_put_iterator: `x[:, i, i, :] = v` with a bf16 v into a float32 x raises on the GPU
+    # (blind319/lh02's draft: a Sylvester flow's diagonals under autocast, R1 promoted to float32 by
+    # a float32 mask); the meta kernel wrote it. A one-element host value through a device mask goes
+    # to masked_fill_, which casts
+    with vramscope.capture(gpu="h100"):
+        r = torch.zeros(2, 4, 4, 3, device="cuda")
+        idx = torch.arange(4, device="cuda")
+        diag = torch.zeros(2, 4, 3, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_allocated()
+        with pytest.raises(RuntimeError, match="got Float for the destination and BFloat16 for the source"):
+            r[:, idx, idx, :] = diag
+        with pytest.raises(RuntimeError, match="got Float for the destination and Long for the source"):
+            r[idx[:2]] = torch.tensor(3)  # a host 0-dim value is copied to the device first
+        assert torch.cuda.memory_allocated() == before
+        r[:, idx, idx, :] = diag.float()
+        r[r > 0] = torch.tensor(2, dtype=torch.int64)
+
+
 def test_scaled_mm_refuses_two_e5m2_operands_before_its_result():
     # Blas.cpp `_scaled_mm_out_cuda`: two float8_e5m2 operands stop before `resize_output`
     with vramscope.capture(gpu="h200"):

@@ -741,6 +741,19 @@ DISPATCH[aten.index_copy_.default] = _index_copy
 DISPATCH[aten.index_copy.default] = _index_copy
 
 
+def _put_dtype_error(self_, value):
+    """`make_index_put_iterator`'s check (TensorAdvancedIndexing.cpp), which `_index_put_impl_`
+    (accumulate off) reaches for every index but a device mask with a one-element host value
+    (`masked_fill_`, which casts): the value's dtype must be the destination's. The meta kernel
+    checks nothing. The error, or None."""
+    if value.dtype == self_.dtype:
+        return None
+    return RuntimeError(
+        "Index put requires the source and destination dtypes match, got "
+        f"{_scalar_name(self_.dtype)} for the destination and {_scalar_name(value.dtype)} for the source."
+    )
+
+
 def _index_put_value(cap, func, args, kwargs):
     """`_index_put_impl_` (TensorAdvancedIndexing.cpp), accumulate off, on a CUDA tensor: with a
     one-element CPU value, a single bool (uint8) mask on the device goes to `masked_fill_`
@@ -761,13 +774,10 @@ def _index_put_value(cap, func, args, kwargs):
             return NotImplemented
         n = cap.nonzero_count(mask, "boolean-mask assignment (x[mask] = values)")
         positions = _mask_positions(cap, mask, n)
-        if value.dtype != self_.dtype:
-            # `make_index_put_iterator`'s check, after the mask's nonzero (the meta kernel has none)
-            raise RuntimeError(
-                "Index put requires the source and destination dtypes match, got "
-                f"{_SCALAR_NAMES.get(self_.dtype, self_.dtype)} for the destination and "
-                f"{_SCALAR_NAMES.get(value.dtype, value.dtype)} for the source."
-            )
+        error = _put_dtype_error(self_, value)
+        if error is not None:
+            # after the mask's nonzero
+            raise error
         out = cap.run(func, args, kwargs, ours)
         del positions
         return out
@@ -785,10 +795,20 @@ def _index_put_value(cap, func, args, kwargs):
         copy = None if registered(value) else cap.malloc(value.element_size(), "aten::_to_copy", "temporary")
         n = int(torch.count_nonzero(mask))
         temps = [cap.malloc(n * 8, "aten::index_put_", "temporary") for _ in range(mask.dim())]
+        error = _put_dtype_error(self_, value)
+        if error is not None:
+            del temps, copy
+            raise error
         out = cap.run(func, args, kwargs, ours)
         del temps, copy
         return out
     held = _index_put_temporaries(cap, defined, value, mask)
+    error = _put_dtype_error(self_, value)
+    if error is not None:
+        # after make_info's temporaries, which the exception frees (blind319/lh02's draft: diagonals
+        # of bf16 written by integer indices into a float32 matrix under autocast)
+        del held
+        raise error
     if held is None:
         return NotImplemented
     copies, temps, copy = held
