@@ -161,14 +161,9 @@ def _user_frame():
     there is none). On the twin's autograd device thread the walk goes on from the frame that
     started the pass (`_device_thread`), as the thread's own frames are the threading module's."""
     f = sys._getframe(2)
-    user = _USER_FILES
     caller = getattr(_STATE, "caller_frame", None)
     while f is not None:
-        fn = f.f_code.co_filename
-        outside = user.get(fn)
-        if outside is None:
-            outside = user[fn] = _outside(fn)
-        if outside:
+        if _outside_code(f.f_code):
             return f
         f = f.f_back
         if f is None and caller is not None:
@@ -320,6 +315,15 @@ def _without_meta_alert(run, func, args, kwargs):
         torch.use_deterministic_algorithms(True, warn_only=warn_only)
 
 
+def _outside_code(code) -> bool:
+    """Whether `code`'s file is the program's or a model library's (`_outside`, kept by file)."""
+    fn = code.co_filename
+    outside = _USER_FILES.get(fn)
+    if outside is None:
+        outside = _USER_FILES[fn] = _outside(fn)
+    return outside
+
+
 def _source_line() -> str:
     """`file:line in function` of the innermost frame outside torch and vramscope: the program's
     (or a model library's) line that made an allocation; "" where there is none. The text of a
@@ -327,19 +331,10 @@ def _source_line() -> str:
     number is a function (`PyCode_Addr2Line`), in the code's `_gccount.CodeEntry`."""
     if sys.gettrace() is None:
         # the frames read where they are, without making their frame objects (`_gccount`)
-        frames = _gccount.frames_from(sys._getframe())
-        if frames is not None:
-            user = _USER_FILES
-            for known, lasti in frames:
-                outside = known.verdict
-                if outside is None:
-                    fn = known().co_filename
-                    outside = user.get(fn)
-                    if outside is None:
-                        outside = user[fn] = _outside(fn)
-                    known.verdict = outside
-                if outside:
-                    return _line_text(known, lasti)
+        found = _gccount.first_from(sys._getframe(), _outside_code)
+        if found is not False:
+            if found is not None:
+                return _line_text(*found)
             if getattr(_STATE, "caller_frame", None) is None:
                 return ""
     f = _user_frame()
